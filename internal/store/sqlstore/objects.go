@@ -1,0 +1,130 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/kibotos/kibotos/internal/store"
+)
+
+const objectColumns = `kind, project_id, id, spec, revision, drain_seconds, labels, labels_revision,
+	annotations, annotations_revision, created_at, updated_at, deleted_at`
+
+func (t *tx) CreateObject(ctx context.Context, o store.Object) error {
+	labels, annotations, err := encodeMaps(o)
+	if err != nil {
+		return err
+	}
+	if _, err := t.exec(ctx, `INSERT INTO objects (`+objectColumns+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		string(o.Kind), o.ProjectID, o.ID, blob(o.Spec), int64(o.Revision), int64(o.DrainSeconds), labels,
+		int64(o.LabelsRevision), annotations, int64(o.AnnotationsRevision),
+		toNanos(o.CreatedAt), toNanos(o.UpdatedAt), nullNanos(o.DeletedAt)); err != nil {
+		return err
+	}
+	return t.indexLabels(ctx, o)
+}
+
+func (t *tx) UpdateObject(ctx context.Context, o store.Object) error {
+	labels, annotations, err := encodeMaps(o)
+	if err != nil {
+		return err
+	}
+	err = mustAffect(t.exec(ctx, `UPDATE objects SET spec = ?, revision = ?, drain_seconds = ?, labels = ?,
+		labels_revision = ?, annotations = ?, annotations_revision = ?, updated_at = ?, deleted_at = ?
+		WHERE id = ? AND kind = ? AND project_id = ?`,
+		blob(o.Spec), int64(o.Revision), int64(o.DrainSeconds), labels, int64(o.LabelsRevision), annotations,
+		int64(o.AnnotationsRevision), toNanos(o.UpdatedAt), nullNanos(o.DeletedAt),
+		o.ID, string(o.Kind), o.ProjectID))
+	if err != nil {
+		return err
+	}
+	if _, err := t.exec(ctx, `DELETE FROM object_labels WHERE object_id = ?`, o.ID); err != nil {
+		return err
+	}
+	return t.indexLabels(ctx, o)
+}
+
+// indexLabels writes the rows label selectors query; deleted objects have
+// none, since no list returns them.
+func (t *tx) indexLabels(ctx context.Context, o store.Object) error {
+	if o.Deleted() {
+		return nil
+	}
+	for _, k := range slices.Sorted(maps.Keys(o.Labels)) {
+		if _, err := t.exec(ctx, `INSERT INTO object_labels (object_id, key, value) VALUES (?, ?, ?)`,
+			o.ID, k, o.Labels[k]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *tx) Object(ctx context.Context, kind store.Kind, projectID, id string) (store.Object, error) {
+	return scanObject(t.queryRow(ctx, `SELECT `+objectColumns+` FROM objects
+		WHERE id = ? AND kind = ? AND project_id = ?`, id, string(kind), projectID))
+}
+
+func (t *tx) Objects(ctx context.Context, q store.ObjectQuery) ([]store.Object, error) {
+	var b strings.Builder
+	b.WriteString(`SELECT ` + objectColumns + ` FROM objects o
+		WHERE o.kind = ? AND o.project_id = ? AND o.deleted_at IS NULL AND o.id > ?`)
+	args := []any{string(q.Kind), q.ProjectID, q.After}
+	for _, k := range slices.Sorted(maps.Keys(q.Selector)) {
+		b.WriteString(` AND EXISTS (SELECT 1 FROM object_labels l WHERE l.object_id = o.id AND l.key = ? AND l.value = ?)`)
+		args = append(args, k, q.Selector[k])
+	}
+	b.WriteString(` ORDER BY o.id LIMIT ?`)
+	args = append(args, q.Limit)
+	rows, err := t.query(ctx, b.String(), args...)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanObject)
+}
+
+func scanObject(row interface{ Scan(...any) error }) (store.Object, error) {
+	var (
+		o                                          store.Object
+		kind, labels, annotations                  string
+		revision, drain, labelsRev, annotationsRev int64
+		created, updated                           int64
+		deleted                                    sql.NullInt64
+	)
+	if err := row.Scan(&kind, &o.ProjectID, &o.ID, &o.Spec, &revision, &drain, &labels, &labelsRev,
+		&annotations, &annotationsRev, &created, &updated, &deleted); err != nil {
+		return store.Object{}, notFound(err)
+	}
+	if err := json.Unmarshal([]byte(labels), &o.Labels); err != nil {
+		return store.Object{}, fmt.Errorf("object %s: labels: %w", o.ID, err)
+	}
+	if err := json.Unmarshal([]byte(annotations), &o.Annotations); err != nil {
+		return store.Object{}, fmt.Errorf("object %s: annotations: %w", o.ID, err)
+	}
+	o.Kind = store.Kind(kind)
+	o.Revision, o.DrainSeconds = uint64(revision), uint32(drain)
+	o.LabelsRevision, o.AnnotationsRevision = uint64(labelsRev), uint64(annotationsRev)
+	o.CreatedAt, o.UpdatedAt, o.DeletedAt = fromNanos(created), fromNanos(updated), fromNullNanos(deleted)
+	return o, nil
+}
+
+// encodeMaps renders labels and annotations as JSON objects (never null).
+func encodeMaps(o store.Object) (labels, annotations string, err error) {
+	enc := func(m map[string]string) (string, error) {
+		if m == nil {
+			m = map[string]string{}
+		}
+		b, err := json.Marshal(m)
+		return string(b), err
+	}
+	if labels, err = enc(o.Labels); err != nil {
+		return "", "", err
+	}
+	annotations, err = enc(o.Annotations)
+	return labels, annotations, err
+}

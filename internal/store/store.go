@@ -1,0 +1,188 @@
+// Package store defines the control plane's durable state: the records ctrl
+// keeps and the one Store interface that the SQLite (embedded) and PostgreSQL
+// (multi-node) backends implement. The storetest package holds the single
+// suite both must pass.
+//
+// The store does not interpret resource content: specs are opaque bytes and
+// every rule about them lives in the services above. What it guarantees is
+// transactional: everything one Update does commits or rolls back together,
+// so a command's change and its idempotency record are never apart.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+var (
+	// ErrNotFound is returned when a record does not exist.
+	ErrNotFound = errors.New("store: not found")
+	// ErrExists is returned when a record with the same key already exists.
+	ErrExists = errors.New("store: already exists")
+)
+
+// Store is the control plane's database.
+type Store interface {
+	// Update runs fn in a read-write transaction and commits when fn returns
+	// nil. Transactions are serializable: when one loses a race with a
+	// concurrent one (a serialization failure, or ErrExists from a key that
+	// a concurrent transaction inserted first), fn runs again from the start
+	// on fresh state, a bounded number of times. fn must therefore keep its
+	// effects inside tx.
+	Update(ctx context.Context, fn func(Tx) error) error
+	// View runs fn in a read-only transaction that sees one snapshot.
+	View(ctx context.Context, fn func(Tx) error) error
+	// Close releases the database.
+	Close() error
+}
+
+// Tx is one transaction. Methods return ErrNotFound or ErrExists as their
+// doc says; any other error is the database's.
+type Tx interface {
+	// Setting returns a deployment-wide value, or ErrNotFound.
+	Setting(ctx context.Context, key string) ([]byte, error)
+	// PutSetting stores a deployment-wide value, replacing an existing one.
+	PutSetting(ctx context.Context, key string, value []byte) error
+
+	// CreateProject stores a new project; ErrExists if the ID or name is taken.
+	CreateProject(ctx context.Context, p Project) error
+	// Project returns a project, or ErrNotFound.
+	Project(ctx context.Context, id string) (Project, error)
+	// Projects returns every project ordered by ID.
+	Projects(ctx context.Context) ([]Project, error)
+
+	// CreateToken stores a new API token; ErrExists if the ID is taken.
+	CreateToken(ctx context.Context, t Token) error
+	// Token returns a token, revoked ones included, or ErrNotFound.
+	Token(ctx context.Context, id string) (Token, error)
+	// Tokens returns the tokens of a project ordered by ID.
+	Tokens(ctx context.Context, projectID string) ([]Token, error)
+	// RevokeToken marks a token revoked at the given time; ErrNotFound if
+	// it does not exist. Revoking a revoked token keeps the first time.
+	RevokeToken(ctx context.Context, id string, at time.Time) error
+
+	// Command returns the record of an executed command, or ErrNotFound.
+	Command(ctx context.Context, projectID, commandID string) (Command, error)
+	// PutCommand records an executed command; ErrExists if the project
+	// already has a command with this ID.
+	PutCommand(ctx context.Context, c Command) error
+
+	// CreateObject stores a new object; ErrExists if the ID is taken.
+	CreateObject(ctx context.Context, o Object) error
+	// Object returns an object of the kind in the project, deleted ones
+	// included (DeletedAt set), or ErrNotFound.
+	Object(ctx context.Context, kind Kind, projectID, id string) (Object, error)
+	// UpdateObject replaces every mutable field of an existing object (spec,
+	// revisions, labels, annotations, timestamps, deletion); ErrNotFound if
+	// it does not exist.
+	UpdateObject(ctx context.Context, o Object) error
+	// Objects returns live objects of q.Kind in q.ProjectID whose ID sorts
+	// after q.After and whose labels carry every entry of q.Selector, in ID
+	// order, at most q.Limit of them.
+	Objects(ctx context.Context, q ObjectQuery) ([]Object, error)
+
+	// SetPolicyReferences replaces the references a workspace's network
+	// policy holds; an empty list removes them (as deleting the workspace
+	// must).
+	SetPolicyReferences(ctx context.Context, projectID, workspaceID string, refs []PolicyReference) error
+	// ReferencingWorkspaces returns up to limit IDs, in order, of workspaces
+	// in the project whose policy holds ref.
+	ReferencingWorkspaces(ctx context.Context, projectID string, ref PolicyReference, limit int) ([]string, error)
+}
+
+// Project is a tenant: every resource and token belongs to exactly one.
+type Project struct {
+	ID   string
+	Name string
+	// Operator marks the deployment's own project, whose admins manage
+	// every project.
+	Operator  bool
+	CreatedAt time.Time
+}
+
+// Token is an API token. Only a hash of its secret is kept.
+type Token struct {
+	ID         string
+	ProjectID  string
+	Role       string
+	Name       string
+	SecretHash []byte
+	CreatedAt  time.Time
+	// RevokedAt is zero while the token is valid.
+	RevokedAt time.Time
+}
+
+// Command is the idempotency record of one executed command: a replay with
+// the same method and request hash gets Response back byte for byte.
+type Command struct {
+	ProjectID   string
+	CommandID   string
+	Method      string
+	RequestHash []byte
+	Response    []byte
+	CreatedAt   time.Time
+}
+
+// Kind names a kind of object.
+type Kind string
+
+// Object kinds.
+const (
+	KindEgress   Kind = "egress"
+	KindResolver Kind = "resolver"
+)
+
+// Object is a project-owned resource with an opaque spec under a revision,
+// and caller-owned labels and annotations under revisions of their own.
+type Object struct {
+	Kind      Kind
+	ProjectID string
+	ID        string
+	// Spec is the serialized content; the store never reads it.
+	Spec     []byte
+	Revision uint64
+	// DrainSeconds is the drain the change to Revision gave the connections
+	// of the revision before it.
+	DrainSeconds        uint32
+	Labels              map[string]string
+	LabelsRevision      uint64
+	Annotations         map[string]string
+	AnnotationsRevision uint64
+	CreatedAt           time.Time
+	UpdatedAt           time.Time
+	// DeletedAt is zero while the object is live.
+	DeletedAt time.Time
+}
+
+// Deleted reports whether the object has been deleted.
+func (o Object) Deleted() bool { return !o.DeletedAt.IsZero() }
+
+// ObjectQuery selects one page of objects.
+type ObjectQuery struct {
+	Kind      Kind
+	ProjectID string
+	After     string
+	Selector  map[string]string
+	Limit     int
+}
+
+// RefKind is how a workspace's network policy uses an object.
+type RefKind string
+
+// Reference kinds.
+const (
+	// RefEgress: the policy lists the Egress in its egresses.
+	RefEgress RefKind = "egress"
+	// RefEgressUDP: the policy sends a udp Resolver's queries through the
+	// Egress, which therefore must keep udp_enabled.
+	RefEgressUDP RefKind = "egress_udp"
+	// RefResolver: the policy lists the Resolver in its resolvers.
+	RefResolver RefKind = "resolver"
+)
+
+// PolicyReference is one use of an object by a workspace's network policy.
+type PolicyReference struct {
+	Kind     RefKind
+	TargetID string
+}

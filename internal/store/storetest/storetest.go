@@ -1,0 +1,443 @@
+// Package storetest is the one suite every store.Store backend must pass.
+// A backend's test calls Run with a function that opens a fresh, empty,
+// migrated store.
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kibotos/kibotos/internal/store"
+)
+
+// Open returns a fresh, empty store that the test owns.
+type Open func(t *testing.T) store.Store
+
+// Run runs the suite.
+func Run(t *testing.T, open Open) {
+	tests := []struct {
+		name string
+		fn   func(*testing.T, store.Store)
+	}{
+		{"Settings", testSettings},
+		{"ProjectsAndTokens", testProjectsAndTokens},
+		{"Commands", testCommands},
+		{"ObjectLifecycle", testObjectLifecycle},
+		{"ObjectsAreScopedByKindAndProject", testObjectScoping},
+		{"ListSelectorAndPages", testListSelectorAndPages},
+		{"PolicyReferences", testPolicyReferences},
+		{"FailedUpdateChangesNothing", testRollback},
+		{"ConcurrentCompareAndSwap", testConcurrentCAS},
+		{"ConcurrentSameCommand", testConcurrentSameCommand},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
+	}
+}
+
+var ctx = context.Background()
+
+// now is a fixed instant with nanoseconds, to check time round trips.
+var now = time.Date(2026, 11, 29, 12, 0, 0, 123456789, time.UTC)
+
+func update(t *testing.T, s store.Store, fn func(store.Tx) error) {
+	t.Helper()
+	if err := s.Update(ctx, fn); err != nil {
+		t.Fatalf("update: %v", err)
+	}
+}
+
+func view(t *testing.T, s store.Store, fn func(store.Tx) error) {
+	t.Helper()
+	if err := s.View(ctx, fn); err != nil {
+		t.Fatalf("view: %v", err)
+	}
+}
+
+func mustProject(t *testing.T, s store.Store, id string) {
+	t.Helper()
+	update(t, s, func(tx store.Tx) error {
+		return tx.CreateProject(ctx, store.Project{ID: id, Name: "name-" + id, CreatedAt: now})
+	})
+}
+
+func testSettings(t *testing.T, s store.Store) {
+	view(t, s, func(tx store.Tx) error {
+		if _, err := tx.Setting(ctx, "k"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("missing setting: got %v, want ErrNotFound", err)
+		}
+		return nil
+	})
+	update(t, s, func(tx store.Tx) error { return tx.PutSetting(ctx, "k", []byte{0, 1, 2}) })
+	update(t, s, func(tx store.Tx) error { return tx.PutSetting(ctx, "k", []byte{3, 4}) })
+	view(t, s, func(tx store.Tx) error {
+		v, err := tx.Setting(ctx, "k")
+		if err != nil || !bytes.Equal(v, []byte{3, 4}) {
+			t.Errorf("setting = %v, %v; want [3 4]", v, err)
+		}
+		return nil
+	})
+}
+
+func testProjectsAndTokens(t *testing.T, s store.Store) {
+	update(t, s, func(tx store.Tx) error {
+		return tx.CreateProject(ctx, store.Project{ID: "p1", Name: "one", Operator: true, CreatedAt: now})
+	})
+	err := s.Update(ctx, func(tx store.Tx) error {
+		return tx.CreateProject(ctx, store.Project{ID: "p2", Name: "one", CreatedAt: now})
+	})
+	if !errors.Is(err, store.ErrExists) {
+		t.Errorf("duplicate project name: got %v, want ErrExists", err)
+	}
+	mustProject(t, s, "p3")
+	tok := store.Token{ID: "t1", ProjectID: "p1", Role: "admin", Name: "boot", SecretHash: []byte("hash"), CreatedAt: now}
+	update(t, s, func(tx store.Tx) error { return tx.CreateToken(ctx, tok) })
+	update(t, s, func(tx store.Tx) error { return tx.RevokeToken(ctx, "t1", now.Add(time.Hour)) })
+	update(t, s, func(tx store.Tx) error { return tx.RevokeToken(ctx, "t1", now.Add(2*time.Hour)) })
+	view(t, s, func(tx store.Tx) error {
+		projects, err := tx.Projects(ctx)
+		if err != nil || len(projects) != 2 || !projects[0].Operator || projects[1].Operator {
+			t.Errorf("projects = %+v, %v", projects, err)
+		}
+		if p, err := tx.Project(ctx, "p1"); err != nil || !p.CreatedAt.Equal(now) || p.Name != "one" {
+			t.Errorf("project = %+v, %v", p, err)
+		}
+		got, err := tx.Token(ctx, "t1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := tok
+		want.RevokedAt = now.Add(time.Hour)
+		if !got.RevokedAt.Equal(want.RevokedAt) || !bytes.Equal(got.SecretHash, want.SecretHash) ||
+			got.Role != "admin" || got.ProjectID != "p1" || !got.CreatedAt.Equal(now) {
+			t.Errorf("token = %+v, want %+v", got, want)
+		}
+		if toks, err := tx.Tokens(ctx, "p3"); err != nil || len(toks) != 0 {
+			t.Errorf("tokens of p3 = %v, %v", toks, err)
+		}
+		if _, err := tx.Token(ctx, "nope"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("missing token: %v", err)
+		}
+		return nil
+	})
+	if err := s.Update(ctx, func(tx store.Tx) error { return tx.RevokeToken(ctx, "nope", now) }); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("revoke missing token: %v", err)
+	}
+}
+
+func testCommands(t *testing.T, s store.Store) {
+	mustProject(t, s, "p1")
+	mustProject(t, s, "p2")
+	c := store.Command{ProjectID: "p1", CommandID: "c1", Method: "M", RequestHash: []byte{1}, Response: []byte{0, 9}, CreatedAt: now}
+	update(t, s, func(tx store.Tx) error { return tx.PutCommand(ctx, c) })
+	err := s.Update(ctx, func(tx store.Tx) error { return tx.PutCommand(ctx, c) })
+	if !errors.Is(err, store.ErrExists) {
+		t.Errorf("duplicate command: got %v, want ErrExists", err)
+	}
+	// The same command ID in another project is another command.
+	c2 := c
+	c2.ProjectID = "p2"
+	update(t, s, func(tx store.Tx) error { return tx.PutCommand(ctx, c2) })
+	view(t, s, func(tx store.Tx) error {
+		got, err := tx.Command(ctx, "p1", "c1")
+		if err != nil || got.Method != "M" || !bytes.Equal(got.Response, c.Response) ||
+			!bytes.Equal(got.RequestHash, c.RequestHash) || !got.CreatedAt.Equal(now) {
+			t.Errorf("command = %+v, %v", got, err)
+		}
+		if _, err := tx.Command(ctx, "p1", "c2"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("missing command: %v", err)
+		}
+		return nil
+	})
+}
+
+func object(kind store.Kind, project, id string, labels map[string]string) store.Object {
+	return store.Object{
+		Kind: kind, ProjectID: project, ID: id, Spec: []byte("spec-" + id), Revision: 1,
+		Labels: labels, LabelsRevision: 1, Annotations: map[string]string{"note": "a\nb"}, AnnotationsRevision: 1,
+		CreatedAt: now, UpdatedAt: now,
+	}
+}
+
+func testObjectLifecycle(t *testing.T, s store.Store) {
+	mustProject(t, s, "p1")
+	o := object(store.KindEgress, "p1", "e1", map[string]string{"team": "a"})
+	update(t, s, func(tx store.Tx) error { return tx.CreateObject(ctx, o) })
+	if err := s.Update(ctx, func(tx store.Tx) error { return tx.CreateObject(ctx, o) }); !errors.Is(err, store.ErrExists) {
+		t.Errorf("duplicate object: got %v, want ErrExists", err)
+	}
+	o.Spec, o.Revision, o.DrainSeconds = []byte("v2"), 2, 30
+	o.Labels, o.LabelsRevision = map[string]string{"team": "b"}, 2
+	o.UpdatedAt = now.Add(time.Second)
+	update(t, s, func(tx store.Tx) error { return tx.UpdateObject(ctx, o) })
+	view(t, s, func(tx store.Tx) error {
+		got, err := tx.Object(ctx, store.KindEgress, "p1", "e1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got.Spec) != "v2" || got.Revision != 2 || got.DrainSeconds != 30 || got.Labels["team"] != "b" ||
+			got.LabelsRevision != 2 || got.Annotations["note"] != "a\nb" || got.AnnotationsRevision != 1 ||
+			!got.CreatedAt.Equal(now) || !got.UpdatedAt.Equal(now.Add(time.Second)) || got.Deleted() {
+			t.Errorf("object = %+v", got)
+		}
+		for _, sel := range []map[string]string{{"team": "a"}, {"team": "b"}} {
+			list, err := tx.Objects(ctx, store.ObjectQuery{Kind: store.KindEgress, ProjectID: "p1", Selector: sel, Limit: 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := sel["team"] == "b"; (len(list) == 1) != want {
+				t.Errorf("selector %v matched %d objects after relabel", sel, len(list))
+			}
+		}
+		return nil
+	})
+	o.DeletedAt = now.Add(time.Minute)
+	update(t, s, func(tx store.Tx) error { return tx.UpdateObject(ctx, o) })
+	view(t, s, func(tx store.Tx) error {
+		got, err := tx.Object(ctx, store.KindEgress, "p1", "e1")
+		if err != nil || !got.Deleted() || got.Labels["team"] != "b" {
+			t.Errorf("deleted object = %+v, %v", got, err)
+		}
+		list, err := tx.Objects(ctx, store.ObjectQuery{Kind: store.KindEgress, ProjectID: "p1", Limit: 10})
+		if err != nil || len(list) != 0 {
+			t.Errorf("list after delete = %v, %v", list, err)
+		}
+		return nil
+	})
+	missing := object(store.KindEgress, "p1", "nope", nil)
+	if err := s.Update(ctx, func(tx store.Tx) error { return tx.UpdateObject(ctx, missing) }); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("update of missing object: %v", err)
+	}
+}
+
+func testObjectScoping(t *testing.T, s store.Store) {
+	mustProject(t, s, "p1")
+	mustProject(t, s, "p2")
+	update(t, s, func(tx store.Tx) error {
+		return errors.Join(
+			tx.CreateObject(ctx, object(store.KindEgress, "p1", "e1", nil)),
+			tx.CreateObject(ctx, object(store.KindResolver, "p1", "r1", nil)),
+			tx.CreateObject(ctx, object(store.KindEgress, "p2", "e2", nil)),
+		)
+	})
+	view(t, s, func(tx store.Tx) error {
+		if _, err := tx.Object(ctx, store.KindEgress, "p2", "e1"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("object of another project: %v", err)
+		}
+		if _, err := tx.Object(ctx, store.KindResolver, "p1", "e1"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("object of another kind: %v", err)
+		}
+		list, err := tx.Objects(ctx, store.ObjectQuery{Kind: store.KindEgress, ProjectID: "p1", Limit: 10})
+		if err != nil || len(list) != 1 || list[0].ID != "e1" {
+			t.Errorf("egresses of p1 = %v, %v", list, err)
+		}
+		return nil
+	})
+}
+
+func testListSelectorAndPages(t *testing.T, s store.Store) {
+	mustProject(t, s, "p1")
+	var want []string
+	update(t, s, func(tx store.Tx) error {
+		for i := range 25 {
+			labels := map[string]string{"tier": "web"}
+			if i%3 == 0 {
+				labels["env"] = "prod"
+				want = append(want, fmt.Sprintf("e%02d", i))
+			}
+			if i%5 == 0 {
+				labels["env"] = "dev"
+				if i%3 == 0 {
+					want = want[:len(want)-1]
+				}
+			}
+			if err := tx.CreateObject(ctx, object(store.KindEgress, "p1", fmt.Sprintf("e%02d", i), labels)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	var got []string
+	after := ""
+	for {
+		var page []store.Object
+		view(t, s, func(tx store.Tx) error {
+			var err error
+			page, err = tx.Objects(ctx, store.ObjectQuery{Kind: store.KindEgress, ProjectID: "p1",
+				Selector: map[string]string{"env": "prod", "tier": "web"}, After: after, Limit: 2})
+			return err
+		})
+		for _, o := range page {
+			got = append(got, o.ID)
+			after = o.ID
+		}
+		if len(page) < 2 {
+			break
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("paged selection = %v, want %v", got, want)
+	}
+}
+
+func testPolicyReferences(t *testing.T, s store.Store) {
+	mustProject(t, s, "p1")
+	mustProject(t, s, "p2")
+	eg := store.PolicyReference{Kind: store.RefEgress, TargetID: "e1"}
+	udp := store.PolicyReference{Kind: store.RefEgressUDP, TargetID: "e1"}
+	update(t, s, func(tx store.Tx) error {
+		return errors.Join(
+			tx.SetPolicyReferences(ctx, "p1", "w2", []store.PolicyReference{eg, eg, udp}),
+			tx.SetPolicyReferences(ctx, "p1", "w1", []store.PolicyReference{eg}),
+			tx.SetPolicyReferences(ctx, "p2", "w3", []store.PolicyReference{eg}),
+		)
+	})
+	refs := func(ref store.PolicyReference, project string, limit int) []string {
+		var ws []string
+		view(t, s, func(tx store.Tx) error {
+			var err error
+			ws, err = tx.ReferencingWorkspaces(ctx, project, ref, limit)
+			return err
+		})
+		return ws
+	}
+	if got := refs(eg, "p1", 10); !slices.Equal(got, []string{"w1", "w2"}) {
+		t.Errorf("egress references = %v", got)
+	}
+	if got := refs(eg, "p1", 1); !slices.Equal(got, []string{"w1"}) {
+		t.Errorf("limited references = %v", got)
+	}
+	if got := refs(udp, "p1", 10); !slices.Equal(got, []string{"w2"}) {
+		t.Errorf("udp references = %v", got)
+	}
+	update(t, s, func(tx store.Tx) error { return tx.SetPolicyReferences(ctx, "p1", "w2", nil) })
+	if got := refs(udp, "p1", 10); len(got) != 0 {
+		t.Errorf("udp references after clearing = %v", got)
+	}
+	if got := refs(eg, "p1", 10); !slices.Equal(got, []string{"w1"}) {
+		t.Errorf("egress references after clearing w2 = %v", got)
+	}
+}
+
+func testRollback(t *testing.T, s store.Store) {
+	mustProject(t, s, "p1")
+	boom := errors.New("boom")
+	err := s.Update(ctx, func(tx store.Tx) error {
+		if err := tx.CreateObject(ctx, object(store.KindEgress, "p1", "e1", map[string]string{"a": "b"})); err != nil {
+			return err
+		}
+		if err := tx.PutCommand(ctx, store.Command{ProjectID: "p1", CommandID: "c", Method: "M", CreatedAt: now}); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("update error = %v, want boom", err)
+	}
+	view(t, s, func(tx store.Tx) error {
+		if _, err := tx.Object(ctx, store.KindEgress, "p1", "e1"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("object survived rollback: %v", err)
+		}
+		if _, err := tx.Command(ctx, "p1", "c"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("command survived rollback: %v", err)
+		}
+		return nil
+	})
+}
+
+// testConcurrentCAS races 50 read-compare-write transactions that all
+// observed revision 1: exactly one may win.
+func testConcurrentCAS(t *testing.T, s store.Store) {
+	mustProject(t, s, "p1")
+	update(t, s, func(tx store.Tx) error { return tx.CreateObject(ctx, object(store.KindEgress, "p1", "e1", nil)) })
+	errStale := errors.New("stale revision")
+	var wins, stale atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Go(func() {
+			err := s.Update(ctx, func(tx store.Tx) error {
+				o, err := tx.Object(ctx, store.KindEgress, "p1", "e1")
+				if err != nil {
+					return err
+				}
+				if o.Revision != 1 {
+					return errStale
+				}
+				o.Revision++
+				o.Spec = fmt.Appendf(nil, "writer-%d", i)
+				return tx.UpdateObject(ctx, o)
+			})
+			switch {
+			case err == nil:
+				wins.Add(1)
+			case errors.Is(err, errStale):
+				stale.Add(1)
+			default:
+				t.Errorf("writer %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	if wins.Load() != 1 || stale.Load() != 49 {
+		t.Errorf("wins = %d, stale = %d; want 1 and 49", wins.Load(), stale.Load())
+	}
+	view(t, s, func(tx store.Tx) error {
+		o, err := tx.Object(ctx, store.KindEgress, "p1", "e1")
+		if err != nil || o.Revision != 2 {
+			t.Errorf("final object = %+v, %v", o, err)
+		}
+		return nil
+	})
+}
+
+// testConcurrentSameCommand races transactions that each check for a
+// command record and write one: the losers must end up seeing the winner's.
+func testConcurrentSameCommand(t *testing.T, s store.Store) {
+	mustProject(t, s, "p1")
+	responses := make([][]byte, 20)
+	var wg sync.WaitGroup
+	for i := range responses {
+		wg.Go(func() {
+			err := s.Update(ctx, func(tx store.Tx) error {
+				c, err := tx.Command(ctx, "p1", "same")
+				if err == nil {
+					responses[i] = c.Response
+					return nil
+				}
+				if !errors.Is(err, store.ErrNotFound) {
+					return err
+				}
+				id := fmt.Sprintf("e%d", i)
+				if err := tx.CreateObject(ctx, object(store.KindEgress, "p1", id, nil)); err != nil {
+					return err
+				}
+				responses[i] = []byte(id)
+				return tx.PutCommand(ctx, store.Command{ProjectID: "p1", CommandID: "same", Method: "M",
+					Response: []byte(id), CreatedAt: now})
+			})
+			if err != nil {
+				t.Errorf("command %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	view(t, s, func(tx store.Tx) error {
+		list, err := tx.Objects(ctx, store.ObjectQuery{Kind: store.KindEgress, ProjectID: "p1", Limit: 100})
+		if err != nil || len(list) != 1 {
+			t.Fatalf("objects created = %d, %v; want exactly 1", len(list), err)
+		}
+		for i, r := range responses {
+			if string(r) != list[0].ID {
+				t.Errorf("command %d saw response %q, want %q", i, r, list[0].ID)
+			}
+		}
+		return nil
+	})
+}

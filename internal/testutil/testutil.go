@@ -1,0 +1,78 @@
+// Package testutil opens real stores for tests: a fresh SQLite file, or a
+// fresh database on the PostgreSQL server that scripts/test-postgres starts.
+package testutil
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/kibotos/kibotos/internal/ids"
+	"github.com/kibotos/kibotos/internal/store"
+	"github.com/kibotos/kibotos/internal/store/postgres"
+	"github.com/kibotos/kibotos/internal/store/sqlite"
+)
+
+// PostgresEnv names the variable holding the test server's URL.
+const PostgresEnv = "KIBOTOS_TEST_POSTGRES"
+
+// SQLiteStore opens a store in a new file that the test removes.
+func SQLiteStore(t testing.TB) store.Store {
+	t.Helper()
+	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "kibotos.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// PostgresStore creates a database on the server named by
+// KIBOTOS_TEST_POSTGRES, opens a store on it, and drops it when the test
+// ends. Without the variable the test is skipped; `make test` sets it.
+func PostgresStore(t testing.TB) store.Store {
+	t.Helper()
+	admin := os.Getenv(PostgresEnv)
+	if admin == "" {
+		t.Skipf("%s is not set; `make test` starts a server (scripts/test-postgres)", PostgresEnv)
+	}
+	ctx := context.Background()
+	db, err := sql.Open("pgx", admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	name := "kibotos_test_" + ids.New("db")[3:]
+	if _, err := db.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("create test database: %v", err)
+	}
+	u, err := url.Parse(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	s, err := postgres.Open(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Close()
+		db, err := sql.Open("pgx", admin)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer db.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := db.ExecContext(ctx, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", name)); err != nil {
+			t.Errorf("drop test database: %v", err)
+		}
+	})
+	return s
+}
