@@ -1,0 +1,429 @@
+// Package objects implements, once, the seven methods that Egresses and
+// Resolvers share: create, get, list, update (CAS on revision, with a drain
+// for connections on the replaced revision), delete (refused while a
+// workspace policy references the object), and label and annotation
+// replacement (CAS on their own revisions). A Kind supplies what differs:
+// the spec type, its checks, and what reads must not return.
+//
+// Every error this package returns is a *connect.Error with its canonical
+// code, or an internal error that the server reports as such.
+package objects
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/auth"
+	"github.com/kibotos/kibotos/internal/command"
+	"github.com/kibotos/kibotos/internal/ids"
+	"github.com/kibotos/kibotos/internal/meta"
+	"github.com/kibotos/kibotos/internal/pagetoken"
+	"github.com/kibotos/kibotos/internal/store"
+)
+
+// Page sizes of List.
+const (
+	DefaultPageSize = 100
+	MaxPageSize     = 1000
+)
+
+// Drain seconds of Update: 0 to MaxDrainSeconds, absent = DefaultDrainSeconds.
+const (
+	DefaultDrainSeconds = 600
+	MaxDrainSeconds     = 3600
+)
+
+// Kind describes one kind of object.
+type Kind[S proto.Message] struct {
+	// Store is the kind's store tag.
+	Store store.Kind
+	// Noun names the kind in messages ("Egress").
+	Noun string
+	// IDPrefix starts every ID of the kind.
+	IDPrefix string
+	// NewSpec returns an empty spec to unmarshal into.
+	NewSpec func() S
+	// Check validates a spec's syntax and limits; its error becomes
+	// invalid_argument.
+	Check func(S) error
+	// CheckSlow runs checks that may block (resolving a hostname) and so
+	// run outside every transaction; its error becomes invalid_argument.
+	// Nil when there are none.
+	CheckSlow func(context.Context, S) error
+	// CheckUpdate refuses a spec change that references forbid (for example
+	// turning off udp_enabled while a policy sends udp queries through the
+	// Egress). Nil when there are none.
+	CheckUpdate func(ctx context.Context, tx store.Tx, projectID, id string, old, new S) error
+	// Referenced names the reference that blocks deletion.
+	Referenced store.RefKind
+	// Redact returns the spec as reads return it.
+	Redact func(S) S
+}
+
+// Object is one stored object with its decoded, redacted spec.
+type Object[S proto.Message] struct {
+	store.Object
+	Spec S
+}
+
+// Service runs a Kind's methods on a store.
+type Service[S proto.Message] struct {
+	Kind  Kind[S]
+	Store store.Store
+	Pages *pagetoken.Codec
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+}
+
+func (s *Service[S]) now() time.Time {
+	if s.Now != nil {
+		return s.Now().UTC()
+	}
+	return time.Now().UTC()
+}
+
+// Mutation is what every write method shares: the command that carries it
+// and how its response is built.
+type Mutation[R proto.Message] struct {
+	// Method is the full procedure name.
+	Method  string
+	Command *ctrlv1.CommandMetadata
+	// Input is the request as far as it decides the outcome.
+	Input proto.Message
+	// New returns an empty response, to unmarshal a replay into.
+	New func() R
+}
+
+func invalid(err error) error { return connect.NewError(connect.CodeInvalidArgument, err) }
+
+func (s *Service[S]) notFound(id string) error {
+	return connect.NewError(connect.CodeNotFound, fmt.Errorf("%s %q not found", s.Kind.Noun, id))
+}
+
+func (m Mutation[R]) command(c auth.Caller) command.Command[R] {
+	return command.Command[R]{ProjectID: c.ProjectID, Method: m.Method, ID: m.Command.GetCommandId(), Input: m.Input, New: m.New}
+}
+
+// run validates the command ID, replays a repeated command before slow
+// checks, then executes the command.
+func run[S, R proto.Message](ctx context.Context, s *Service[S], m Mutation[R], slow func(context.Context) error,
+	exec command.Execute[R]) (R, error) {
+	var zero R
+	c, ok := auth.CallerFrom(ctx)
+	if !ok {
+		return zero, connect.NewError(connect.CodeUnauthenticated, auth.ErrUnauthenticated)
+	}
+	if err := command.ValidateID(m.Command.GetCommandId()); err != nil {
+		return zero, invalid(err)
+	}
+	cmd := m.command(c)
+	if slow != nil {
+		resp, found, err := command.Replay(ctx, s.Store, cmd)
+		if err != nil || found {
+			return resp, err
+		}
+		if err := slow(ctx); err != nil {
+			return zero, invalid(err)
+		}
+	}
+	return command.Run(ctx, s.Store, cmd, exec)
+}
+
+// Create stores a new object at revision 1.
+func Create[S, R proto.Message](ctx context.Context, s *Service[S], m Mutation[R], spec S,
+	labels, annotations map[string]string, respond func(Object[S]) R) (R, error) {
+	var zero R
+	if err := s.Kind.Check(spec); err != nil {
+		return zero, invalid(err)
+	}
+	if err := checkMaps(labels, annotations); err != nil {
+		return zero, err
+	}
+	body, err := proto.Marshal(spec)
+	if err != nil {
+		return zero, err
+	}
+	return run(ctx, s, m, s.slow(spec), func(ctx context.Context, tx store.Tx) (R, error) {
+		c, _ := auth.CallerFrom(ctx)
+		now := s.now()
+		o := store.Object{
+			Kind: s.Kind.Store, ProjectID: c.ProjectID, ID: ids.New(s.Kind.IDPrefix),
+			Spec: body, Revision: 1, Labels: labels, LabelsRevision: 1,
+			Annotations: annotations, AnnotationsRevision: 1, CreatedAt: now, UpdatedAt: now,
+		}
+		if err := tx.CreateObject(ctx, o); err != nil {
+			return zero, err
+		}
+		return respond(Object[S]{Object: o, Spec: s.Kind.Redact(spec)}), nil
+	})
+}
+
+func (s *Service[S]) slow(spec S) func(context.Context) error {
+	if s.Kind.CheckSlow == nil {
+		return nil
+	}
+	return func(ctx context.Context) error { return s.Kind.CheckSlow(ctx, spec) }
+}
+
+func checkMaps(labels, annotations map[string]string) error {
+	if err := meta.ValidateLabels(labels); err != nil {
+		return invalid(err)
+	}
+	if err := meta.ValidateAnnotations(annotations); err != nil {
+		return invalid(err)
+	}
+	return nil
+}
+
+// Get returns a live object.
+func (s *Service[S]) Get(ctx context.Context, id string) (Object[S], error) {
+	c, _ := auth.CallerFrom(ctx)
+	var o Object[S]
+	err := s.Store.View(ctx, func(tx store.Tx) error {
+		var err error
+		o, err = s.load(ctx, tx, c.ProjectID, id)
+		return err
+	})
+	return o, err
+}
+
+// load reads a live object of the caller's project; deleted, missing and
+// other projects' objects are all not_found.
+func (s *Service[S]) load(ctx context.Context, tx store.Tx, projectID, id string) (Object[S], error) {
+	if id == "" {
+		return Object[S]{}, invalid(fmt.Errorf("%s ID is required", s.Kind.Noun))
+	}
+	o, err := tx.Object(ctx, s.Kind.Store, projectID, id)
+	if errors.Is(err, store.ErrNotFound) || err == nil && o.Deleted() {
+		return Object[S]{}, s.notFound(id)
+	}
+	if err != nil {
+		return Object[S]{}, err
+	}
+	spec := s.Kind.NewSpec()
+	if err := proto.Unmarshal(o.Spec, spec); err != nil {
+		return Object[S]{}, fmt.Errorf("%s %s: stored spec: %w", s.Kind.Noun, id, err)
+	}
+	return Object[S]{Object: o, Spec: spec}, nil
+}
+
+func (s *Service[S]) redacted(o Object[S]) Object[S] {
+	o.Spec = s.Kind.Redact(o.Spec)
+	return o
+}
+
+// Page is one page of a List.
+type Page[S proto.Message] struct {
+	Objects []Object[S]
+	Next    string
+}
+
+// List returns one page of live objects that carry every selector label.
+func (s *Service[S]) List(ctx context.Context, pageSize uint32, token string, selector map[string]string) (Page[S], error) {
+	c, _ := auth.CallerFrom(ctx)
+	if pageSize > MaxPageSize {
+		return Page[S]{}, invalid(fmt.Errorf("page_size %d is above the maximum of %d", pageSize, MaxPageSize))
+	}
+	if pageSize == 0 {
+		pageSize = DefaultPageSize
+	}
+	if err := meta.ValidateSelector(selector); err != nil {
+		return Page[S]{}, invalid(err)
+	}
+	scope := pagetoken.Scope{Kind: string(s.Kind.Store), ProjectID: c.ProjectID, Selector: selector}
+	after := ""
+	if token != "" {
+		var err error
+		if after, err = s.Pages.Decode(scope, token); err != nil {
+			return Page[S]{}, invalid(err)
+		}
+	}
+	var page Page[S]
+	err := s.Store.View(ctx, func(tx store.Tx) error {
+		rows, err := tx.Objects(ctx, store.ObjectQuery{Kind: s.Kind.Store, ProjectID: c.ProjectID,
+			After: after, Selector: selector, Limit: int(pageSize) + 1})
+		if err != nil {
+			return err
+		}
+		if len(rows) > int(pageSize) {
+			rows = rows[:pageSize]
+			page.Next = s.Pages.Encode(scope, rows[len(rows)-1].ID)
+		}
+		for _, o := range rows {
+			spec := s.Kind.NewSpec()
+			if err := proto.Unmarshal(o.Spec, spec); err != nil {
+				return fmt.Errorf("%s %s: stored spec: %w", s.Kind.Noun, o.ID, err)
+			}
+			page.Objects = append(page.Objects, Object[S]{Object: o, Spec: s.Kind.Redact(spec)})
+		}
+		return nil
+	})
+	return page, err
+}
+
+// DrainSeconds resolves an optional drain_seconds.
+func DrainSeconds(v *uint32) (uint32, error) {
+	if v == nil {
+		return DefaultDrainSeconds, nil
+	}
+	if *v > MaxDrainSeconds {
+		return 0, invalid(fmt.Errorf("drain_seconds %d is out of range: it must be 0 to %d", *v, MaxDrainSeconds))
+	}
+	return *v, nil
+}
+
+// Update replaces the spec under CAS on revision. Equal content keeps the
+// revision; different content increments it and records drain as the
+// drain of the replaced revision's connections.
+func Update[S, R proto.Message](ctx context.Context, s *Service[S], m Mutation[R], id string, expected uint64,
+	spec S, drain *uint32, respond func(Object[S]) R) (R, error) {
+	var zero R
+	if id == "" {
+		return zero, invalid(fmt.Errorf("%s ID is required", s.Kind.Noun))
+	}
+	if expected == 0 {
+		return zero, invalid(errors.New("expected_revision is required: send the revision you observed"))
+	}
+	if err := s.Kind.Check(spec); err != nil {
+		return zero, invalid(err)
+	}
+	seconds, err := DrainSeconds(drain)
+	if err != nil {
+		return zero, err
+	}
+	body, err := proto.Marshal(spec)
+	if err != nil {
+		return zero, err
+	}
+	return run(ctx, s, m, s.slow(spec), func(ctx context.Context, tx store.Tx) (R, error) {
+		c, _ := auth.CallerFrom(ctx)
+		o, err := s.load(ctx, tx, c.ProjectID, id)
+		if err != nil {
+			return zero, err
+		}
+		if o.Revision != expected {
+			return zero, aborted("revision", expected, o.Revision)
+		}
+		if !proto.Equal(o.Spec, spec) {
+			if s.Kind.CheckUpdate != nil {
+				if err := s.Kind.CheckUpdate(ctx, tx, c.ProjectID, id, o.Spec, spec); err != nil {
+					return zero, err
+				}
+			}
+			o.Object.Spec, o.Spec = body, spec
+			o.Revision++
+			o.DrainSeconds = seconds
+			o.UpdatedAt = s.now()
+			if err := tx.UpdateObject(ctx, o.Object); err != nil {
+				return zero, err
+			}
+		}
+		return respond(s.redacted(o)), nil
+	})
+}
+
+func aborted(field string, expected, current uint64) error {
+	return connect.NewError(connect.CodeAborted, fmt.Errorf(
+		"%s is %d, not the expected %d: another change came first; read the current state and retry", field, current, expected))
+}
+
+// Delete deletes an object no workspace policy references.
+func Delete[S, R proto.Message](ctx context.Context, s *Service[S], m Mutation[R], id string, respond func() R) (R, error) {
+	var zero R
+	if id == "" {
+		return zero, invalid(fmt.Errorf("%s ID is required", s.Kind.Noun))
+	}
+	return run(ctx, s, m, nil, func(ctx context.Context, tx store.Tx) (R, error) {
+		c, _ := auth.CallerFrom(ctx)
+		o, err := s.load(ctx, tx, c.ProjectID, id)
+		if err != nil {
+			return zero, err
+		}
+		ws, err := tx.ReferencingWorkspaces(ctx, c.ProjectID, store.PolicyReference{Kind: s.Kind.Referenced, TargetID: id}, 1)
+		if err != nil {
+			return zero, err
+		}
+		if len(ws) > 0 {
+			return zero, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+				"%s %q is referenced by the network policy of workspace %q; remove it from every policy first",
+				s.Kind.Noun, id, ws[0]))
+		}
+		o.DeletedAt = s.now()
+		o.UpdatedAt = o.DeletedAt
+		if err := tx.UpdateObject(ctx, o.Object); err != nil {
+			return zero, err
+		}
+		return respond(), nil
+	})
+}
+
+// UpdateLabels replaces the labels under CAS on labels_revision.
+func UpdateLabels[S, R proto.Message](ctx context.Context, s *Service[S], m Mutation[R], id string, expected uint64,
+	labels map[string]string, respond func(Object[S]) R) (R, error) {
+	if err := meta.ValidateLabels(labels); err != nil {
+		var zero R
+		return zero, invalid(err)
+	}
+	return updateMap(ctx, s, m, id, "labels_revision", expected, respond, func(o *store.Object) *uint64 {
+		if meta.Equal(o.Labels, labels) {
+			return nil
+		}
+		o.Labels = labels
+		return &o.LabelsRevision
+	}, func(o store.Object) uint64 { return o.LabelsRevision })
+}
+
+// UpdateAnnotations replaces the annotations under CAS on
+// annotations_revision.
+func UpdateAnnotations[S, R proto.Message](ctx context.Context, s *Service[S], m Mutation[R], id string, expected uint64,
+	annotations map[string]string, respond func(Object[S]) R) (R, error) {
+	if err := meta.ValidateAnnotations(annotations); err != nil {
+		var zero R
+		return zero, invalid(err)
+	}
+	return updateMap(ctx, s, m, id, "annotations_revision", expected, respond, func(o *store.Object) *uint64 {
+		if meta.Equal(o.Annotations, annotations) {
+			return nil
+		}
+		o.Annotations = annotations
+		return &o.AnnotationsRevision
+	}, func(o store.Object) uint64 { return o.AnnotationsRevision })
+}
+
+// updateMap is the CAS replacement shared by labels and annotations: apply
+// sets the new map and returns the revision to increment, or nil when the
+// content is equal.
+func updateMap[S, R proto.Message](ctx context.Context, s *Service[S], m Mutation[R], id, field string, expected uint64,
+	respond func(Object[S]) R, apply func(*store.Object) *uint64, current func(store.Object) uint64) (R, error) {
+	var zero R
+	if id == "" {
+		return zero, invalid(fmt.Errorf("%s ID is required", s.Kind.Noun))
+	}
+	if expected == 0 {
+		return zero, invalid(fmt.Errorf("expected_%s is required: send the revision you observed", field))
+	}
+	return run(ctx, s, m, nil, func(ctx context.Context, tx store.Tx) (R, error) {
+		c, _ := auth.CallerFrom(ctx)
+		o, err := s.load(ctx, tx, c.ProjectID, id)
+		if err != nil {
+			return zero, err
+		}
+		if rev := current(o.Object); rev != expected {
+			return zero, aborted(field, expected, rev)
+		}
+		if rev := apply(&o.Object); rev != nil {
+			*rev++
+			o.UpdatedAt = s.now()
+			if err := tx.UpdateObject(ctx, o.Object); err != nil {
+				return zero, err
+			}
+		}
+		return respond(s.redacted(o)), nil
+	})
+}
