@@ -190,7 +190,7 @@ func (s *Service[S]) Get(ctx context.Context, id string) (Object[S], error) {
 		o, err = s.load(ctx, tx, c.ProjectID, id)
 		return err
 	})
-	return o, err
+	return s.redacted(o), err
 }
 
 // load reads a live object of the caller's project; deleted, missing and

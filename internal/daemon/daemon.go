@@ -1,0 +1,154 @@
+// Package daemon runs the control plane as a process: it opens the store,
+// bootstraps the deployment's first admin token, and serves until its
+// context ends. `kibotos up` runs it embedded (SQLite under a home
+// directory); `kibotos ctrl` runs it on a store URL (PostgreSQL).
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/kibotos/kibotos/internal/auth"
+	"github.com/kibotos/kibotos/internal/netcheck"
+	"github.com/kibotos/kibotos/internal/server"
+	"github.com/kibotos/kibotos/internal/store"
+	"github.com/kibotos/kibotos/internal/store/postgres"
+	"github.com/kibotos/kibotos/internal/store/sqlite"
+)
+
+// Defaults of `kibotos up`.
+const (
+	DefaultHome   = "/var/lib/kibotos"
+	DefaultListen = "127.0.0.1:8870"
+)
+
+// AdminTokenFile is the file under the home directory that holds the
+// bootstrap admin token, one line, mode 0600.
+const AdminTokenFile = "admin-token"
+
+// shutdownGrace is how long calls in flight may finish after SIGTERM.
+const shutdownGrace = 10 * time.Second
+
+// Options configure one control-plane process.
+type Options struct {
+	// Home is the state directory. With an empty StoreURL the SQLite
+	// database lives in it; when set, the bootstrap admin token is written
+	// to Home/admin-token.
+	Home string
+	// StoreURL selects the store: postgres://... or postgresql://...; empty
+	// selects SQLite under Home.
+	StoreURL string
+	// Listen is the TCP address to serve on.
+	Listen string
+	// UnsafeExemptRanges exempts addresses from the special-purpose check
+	// of Egress endpoints. Only for local testing.
+	UnsafeExemptRanges []netip.Prefix
+	// Resolver resolves Egress endpoint hostnames; nil uses the system's.
+	Resolver netcheck.Resolver
+	// Out receives the bootstrap admin token when one is created.
+	Out io.Writer
+	// Ready, when set, is called with the listening address once the
+	// server accepts calls.
+	Ready func(net.Addr)
+}
+
+// Run serves until ctx ends.
+func Run(ctx context.Context, o Options) error {
+	st, err := openStore(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	if len(o.UnsafeExemptRanges) > 0 {
+		slog.Warn("UNSAFE: Egress endpoints in these ranges are exempt from the special-purpose check; never use this in production",
+			"ranges", fmt.Sprint(o.UnsafeExemptRanges))
+	}
+	if err := bootstrap(ctx, st, o); err != nil {
+		return err
+	}
+	h, err := server.Handler(ctx, server.Config{
+		Store:   st,
+		Checker: &netcheck.Checker{Resolver: o.Resolver, Exempt: o.UnsafeExemptRanges},
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return err
+	}
+	slog.Info("control plane serving", "addr", ln.Addr().String(), "store", storeKind(o))
+	if o.Ready != nil {
+		o.Ready(ln.Addr())
+	}
+	err = server.Serve(ctx, ln, h, shutdownGrace)
+	slog.Info("control plane stopped")
+	return err
+}
+
+func storeKind(o Options) string {
+	if o.StoreURL == "" {
+		return "sqlite"
+	}
+	return "postgres"
+}
+
+func openStore(ctx context.Context, o Options) (store.Store, error) {
+	switch {
+	case o.StoreURL == "":
+		if o.Home == "" {
+			return nil, errors.New("a home directory or a store URL is required")
+		}
+		if err := os.MkdirAll(o.Home, 0o700); err != nil {
+			return nil, err
+		}
+		return sqlite.Open(ctx, filepath.Join(o.Home, "kibotos.db"))
+	case strings.HasPrefix(o.StoreURL, "postgres://"), strings.HasPrefix(o.StoreURL, "postgresql://"):
+		return postgres.Open(ctx, o.StoreURL)
+	}
+	return nil, fmt.Errorf("store URL %q: only postgres:// URLs are supported (the embedded SQLite store is `kibotos up`)", redactURL(o.StoreURL))
+}
+
+// redactURL drops anything before an @, which may be a password.
+func redactURL(u string) string {
+	if at := strings.LastIndexByte(u, '@'); at >= 0 {
+		if scheme := strings.Index(u, "://"); scheme >= 0 && scheme < at {
+			return u[:scheme+3] + "…" + u[at:]
+		}
+	}
+	return u
+}
+
+// bootstrap creates the first admin token of a new deployment, prints it
+// once, and keeps it in Home/admin-token for the CLI.
+func bootstrap(ctx context.Context, st store.Store, o Options) error {
+	secret, err := auth.Bootstrap(ctx, st, time.Now().UTC())
+	if err != nil || secret == "" {
+		return err
+	}
+	if o.Out != nil {
+		fmt.Fprintf(o.Out, "Admin token of the new deployment (shown once):\n%s\n", secret)
+	}
+	if o.Home == "" {
+		return nil
+	}
+	if err := os.MkdirAll(o.Home, 0o700); err != nil {
+		return err
+	}
+	path := filepath.Join(o.Home, AdminTokenFile)
+	if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
+		return fmt.Errorf("write admin token: %w", err)
+	}
+	slog.Info("admin token kept for the CLI", "file", path)
+	return nil
+}

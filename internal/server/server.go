@@ -1,0 +1,128 @@
+// Package server assembles ctrl's HTTP surface: the Connect handlers of
+// every service behind the auth interceptor, gRPC health and reflection,
+// on one listener that speaks HTTP/1.1 and cleartext HTTP/2, so Connect
+// (JSON and binary), gRPC and gRPC-Web all work on one port.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+
+	"github.com/kibotos/kibotos/gen/kibotos/admin/v1/adminv1connect"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/auth"
+	"github.com/kibotos/kibotos/internal/ctrl"
+	"github.com/kibotos/kibotos/internal/netcheck"
+	"github.com/kibotos/kibotos/internal/pagetoken"
+	"github.com/kibotos/kibotos/internal/store"
+)
+
+// MaxRequestBytes bounds one request message.
+const MaxRequestBytes = 8 << 20
+
+// pageTokenKeySetting names the deployment key that signs page tokens.
+const pageTokenKeySetting = "page_token_key"
+
+// Config is what a control plane serves from.
+type Config struct {
+	Store store.Store
+	// Checker range-checks Egress endpoints; its Exempt list is the
+	// operator-only unsafe exemption.
+	Checker *netcheck.Checker
+}
+
+// Handler returns the HTTP handler of the whole control plane. It creates
+// the deployment's page-token key on first use.
+func Handler(ctx context.Context, cfg Config) (http.Handler, error) {
+	key, err := pageTokenKey(ctx, cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	deps := ctrl.Deps{Store: cfg.Store, Pages: pagetoken.New(key), Checker: cfg.Checker}
+	opts := []connect.HandlerOption{
+		connect.WithInterceptors(&auth.Interceptor{Store: cfg.Store}),
+		connect.WithCodec(deterministicCodec{}),
+		connect.WithReadMaxBytes(MaxRequestBytes),
+		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, r any) error {
+			slog.Error("handler panic", "procedure", spec.Procedure, "panic", r)
+			return connect.NewError(connect.CodeInternal, errors.New("internal error; see the server log"))
+		}),
+	}
+	mux := http.NewServeMux()
+	mux.Handle(ctrlv1connect.NewEgressServiceHandler(ctrl.NewEgressService(deps), opts...))
+	mux.Handle(ctrlv1connect.NewResolverServiceHandler(ctrl.NewResolverService(deps), opts...))
+	mux.Handle(adminv1connect.NewAdminServiceHandler(ctrl.NewAdminService(deps), opts...))
+
+	services := []string{
+		ctrlv1connect.EgressServiceName,
+		ctrlv1connect.ResolverServiceName,
+		adminv1connect.AdminServiceName,
+	}
+	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(services...)))
+	reflector := grpcreflect.NewStaticReflector(services...)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	return mux, nil
+}
+
+// pageTokenKey returns the deployment's page-token key, creating it once.
+// Every ctrl replica reads the same key from the shared store.
+func pageTokenKey(ctx context.Context, s store.Store) ([]byte, error) {
+	var key []byte
+	err := s.Update(ctx, func(tx store.Tx) error {
+		var err error
+		key, err = tx.Setting(ctx, pageTokenKeySetting)
+		if !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		key = make([]byte, 32)
+		rand.Read(key)
+		return tx.PutSetting(ctx, pageTokenKeySetting, key)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("page token key: %w", err)
+	}
+	return key, nil
+}
+
+// Serve serves h on ln over HTTP/1.1 and cleartext HTTP/2 until ctx ends,
+// then stops accepting and lets calls in flight finish for up to grace.
+func Serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Duration) error {
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	srv := &http.Server{
+		Handler:           h,
+		Protocols:         &protocols,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		// Calls still running after the grace period are cut off.
+		slog.Warn("shutdown grace period over; closing remaining connections", "err", err)
+		srv.Close()
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
