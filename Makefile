@@ -1,0 +1,57 @@
+# Kibotos: `make up` installs what is missing, builds and starts the embedded
+# deployment; `make test` installs what is missing and runs every test.
+# Both run as root on Debian 12 (see DEVELOPERS.md).
+
+SHELL := /bin/sh
+# The machine's Go lives here; make works from a shell without it on PATH.
+export PATH := $(CURDIR)/.bin:/usr/local/go/bin:$(PATH)
+export CGO_ENABLED ?= 0
+
+KIBOTOS_HOME ?= /var/lib/kibotos
+KIBOTOS_LISTEN ?= 127.0.0.1:8870
+export KIBOTOS_HOME KIBOTOS_LISTEN
+
+# Code generators, pinned; `make tools` builds them into .bin.
+BUF_VERSION := v1.75.0
+PROTOC_GEN_GO_VERSION := v1.36.12
+PROTOC_GEN_CONNECT_GO_VERSION := v1.19.1
+
+.PHONY: all deps build up down test generate tools lint
+
+all: build
+
+deps:
+	scripts/install-deps
+
+build:
+	go build -trimpath -o bin/kibotos ./cmd/kibotos
+
+up: deps build
+	scripts/up
+
+down:
+	scripts/down
+
+test: deps tools
+	scripts/test
+
+tools: .bin/buf-$(BUF_VERSION) .bin/protoc-gen-go-$(PROTOC_GEN_GO_VERSION) .bin/protoc-gen-connect-go-$(PROTOC_GEN_CONNECT_GO_VERSION)
+
+.bin/buf-$(BUF_VERSION):
+	GOBIN=$(CURDIR)/.bin go install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
+	touch $@
+.bin/protoc-gen-go-$(PROTOC_GEN_GO_VERSION):
+	GOBIN=$(CURDIR)/.bin go install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	touch $@
+.bin/protoc-gen-connect-go-$(PROTOC_GEN_CONNECT_GO_VERSION):
+	GOBIN=$(CURDIR)/.bin go install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_GO_VERSION)
+	touch $@
+
+# generate rewrites gen/ from proto/; `make test` fails when they differ.
+generate: tools
+	buf lint
+	buf generate
+
+lint: tools
+	buf lint
+	scripts/check-go

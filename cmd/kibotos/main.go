@@ -1,0 +1,121 @@
+// Command kibotos is the Kibotos binary: `kibotos up` runs the embedded
+// deployment, `kibotos ctrl` the control plane alone, and the other verbs
+// are the CLI.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kibotos/kibotos/internal/cli"
+	"github.com/kibotos/kibotos/internal/daemon"
+	"github.com/kibotos/kibotos/internal/netcheck"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	root := rootCommand()
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "kibotos:", err)
+		os.Exit(1)
+	}
+}
+
+func rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "kibotos",
+		Short:         "Isolated Linux workspaces on demand",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(upCommand(), ctrlCommand())
+	root.AddCommand(cli.Commands()...)
+	return root
+}
+
+// serveFlags are the flags `up` and `ctrl` share.
+type serveFlags struct {
+	listen string
+	exempt string
+}
+
+func (f *serveFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.listen, "listen", daemon.DefaultListen, "address to serve the API on")
+	cmd.Flags().StringVar(&f.exempt, "unsafe-exempt-ranges", os.Getenv("KIBOTOS_UNSAFE_EXEMPT_RANGES"),
+		"UNSAFE, for local testing only: comma-separated CIDRs exempt from the special-purpose and hard-deny checks (env KIBOTOS_UNSAFE_EXEMPT_RANGES)")
+}
+
+func (f *serveFlags) options(o daemon.Options) (daemon.Options, error) {
+	exempt, err := netcheck.ParseExemptRanges(f.exempt)
+	if err != nil {
+		return o, fmt.Errorf("--unsafe-exempt-ranges: %w", err)
+	}
+	o.Listen, o.UnsafeExemptRanges, o.Out = f.listen, exempt, os.Stdout
+	return o, nil
+}
+
+func upCommand() *cobra.Command {
+	var (
+		flags serveFlags
+		home  string
+	)
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run the embedded deployment: control plane and SQLite store under --home",
+		Long: "Run the embedded deployment. On first start it creates the store under --home and an admin\n" +
+			"token, printed once and kept in HOME/admin-token (mode 0600), where the CLI finds it.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o, err := flags.options(daemon.Options{Home: home})
+			if err != nil {
+				return err
+			}
+			return daemon.Run(cmd.Context(), o)
+		},
+	}
+	cmd.Flags().StringVar(&home, "home", envOr("KIBOTOS_HOME", daemon.DefaultHome), "state directory (env KIBOTOS_HOME)")
+	flags.register(cmd)
+	return cmd
+}
+
+func ctrlCommand() *cobra.Command {
+	var (
+		flags    serveFlags
+		storeURL string
+		home     string
+	)
+	cmd := &cobra.Command{
+		Use:   "ctrl",
+		Short: "Run the control plane alone on a shared store (PostgreSQL)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if storeURL == "" {
+				return fmt.Errorf("--store postgres://... is required (env KIBOTOS_STORE)")
+			}
+			o, err := flags.options(daemon.Options{StoreURL: storeURL, Home: home})
+			if err != nil {
+				return err
+			}
+			return daemon.Run(cmd.Context(), o)
+		},
+	}
+	cmd.Flags().StringVar(&storeURL, "store", os.Getenv("KIBOTOS_STORE"), "store URL, postgres://... (env KIBOTOS_STORE)")
+	cmd.Flags().StringVar(&home, "home", "", "when set, the bootstrap admin token is also written to HOME/admin-token")
+	flags.register(cmd)
+	return cmd
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,202 @@
+// Package cli is the client half of the kibotos command: the verbs that call
+// a running control plane (egress, resolver, project, token) over the Connect
+// protocol. cmd/kibotos adds Commands to its root next to the daemon verbs.
+//
+// Every verb returns its error from RunE without a prefix; the root prints it
+// after "kibotos: ", so a call that fails reads "kibotos: <code>: <message>".
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+)
+
+// Defaults of the connection flags, and the environment variables that
+// override them.
+const (
+	defaultAddr = "http://127.0.0.1:8870"
+	defaultHome = "/var/lib/kibotos"
+
+	envAddr  = "KIBOTOS_ADDR"
+	envToken = "KIBOTOS_TOKEN"
+	envHome  = "KIBOTOS_HOME"
+
+	// adminTokenFile is the file under the home directory where `kibotos up`
+	// writes the bootstrap admin token.
+	adminTokenFile = "admin-token"
+
+	// callTimeout bounds each call, not a whole command: `list --all` gives
+	// every page its own 30 seconds.
+	callTimeout = 30 * time.Second
+)
+
+// Commands returns the top-level client commands.
+func Commands() []*cobra.Command {
+	return []*cobra.Command{
+		egressCommand(),
+		resolverCommand(),
+		projectCommand(),
+		tokenCommand(),
+	}
+}
+
+// conn holds the connection flags every client command takes. Flags win over
+// the environment, the environment over the defaults; both are read when the
+// command runs, not when it is built.
+type conn struct {
+	addr   string
+	token  string
+	home   string
+	output string
+}
+
+const (
+	outputTable = "table"
+	outputJSON  = "json"
+)
+
+// addConnFlags registers the connection flags on cmd as persistent flags, so
+// that every verb under it accepts them.
+func addConnFlags(cmd *cobra.Command) *conn {
+	c := new(conn)
+	f := cmd.PersistentFlags()
+	f.StringVar(&c.addr, "addr", defaultAddr, "control plane address, URL or host:port (env "+envAddr+")")
+	f.StringVar(&c.token, "token", "", "API token (env "+envToken+"; default: the first line of HOME/admin-token)")
+	f.StringVar(&c.home, "home", defaultHome, "directory holding admin-token (env "+envHome+")")
+	f.StringVarP(&c.output, "output", "o", outputTable, "output format: table or json")
+	return c
+}
+
+// settings are the resolved connection flags.
+type settings struct {
+	baseURL string
+	token   string
+}
+
+// resolve applies the environment to the flags the user did not give and
+// checks them.
+func (c *conn) resolve(cmd *cobra.Command) (settings, error) {
+	if c.output != outputTable && c.output != outputJSON {
+		return settings{}, fmt.Errorf("--output %q: want table or json", c.output)
+	}
+	base, err := baseURL(flagOrEnv(cmd, "addr", c.addr, envAddr))
+	if err != nil {
+		return settings{}, err
+	}
+	token, err := c.findToken(cmd)
+	if err != nil {
+		return settings{}, err
+	}
+	return settings{baseURL: base, token: token}, nil
+}
+
+// flagOrEnv returns the flag's value when the user gave it, else the
+// environment variable when set, else the flag's default.
+func flagOrEnv(cmd *cobra.Command, flag, value, env string) string {
+	if cmd.Flags().Changed(flag) {
+		return value
+	}
+	if v := os.Getenv(env); v != "" {
+		return v
+	}
+	return value
+}
+
+// baseURL turns --addr into the base URL of the API: a bare host:port is
+// served over plain HTTP.
+func baseURL(addr string) (string, error) {
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	u, err := url.Parse(addr)
+	if err != nil {
+		return "", fmt.Errorf("--addr: %w", err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", fmt.Errorf("--addr %q: want host:port or an http:// or https:// URL", addr)
+	}
+	return strings.TrimRight(addr, "/"), nil
+}
+
+// findToken returns --token, else KIBOTOS_TOKEN, else the first line of
+// HOME/admin-token.
+func (c *conn) findToken(cmd *cobra.Command) (string, error) {
+	if cmd.Flags().Changed("token") {
+		if t := strings.TrimSpace(c.token); t != "" {
+			return t, nil
+		}
+		return "", errors.New("--token is empty")
+	}
+	if t := strings.TrimSpace(os.Getenv(envToken)); t != "" {
+		return t, nil
+	}
+	path := filepath.Join(flagOrEnv(cmd, "home", c.home, envHome), adminTokenFile)
+	data, err := os.ReadFile(path)
+	if err == nil {
+		first, _, _ := strings.Cut(string(data), "\n")
+		if t := strings.TrimSpace(first); t != "" {
+			return t, nil
+		}
+		err = errors.New("first line is empty")
+	}
+	why := err.Error()
+	if errors.Is(err, fs.ErrNotExist) {
+		why = "no such file"
+	}
+	return "", fmt.Errorf("no API token: pass --token, set %s, or point --home (env %s) at a directory whose %s is readable (%s: %s)",
+		envToken, envHome, adminTokenFile, path, why)
+}
+
+// dial resolves the connection flags and builds a client with newClient,
+// which is a generated constructor such as
+// ctrlv1connect.NewEgressServiceClient.
+func dial[C any](cmd *cobra.Command, c *conn, newClient func(connect.HTTPClient, string, ...connect.ClientOption) C) (C, error) {
+	s, err := c.resolve(cmd)
+	if err != nil {
+		var zero C
+		return zero, err
+	}
+	return newClient(http.DefaultClient, s.baseURL, connect.WithInterceptors(bearer(s.token), timeout(callTimeout))), nil
+}
+
+// bearer sends the token with every call.
+func bearer(token string) connect.UnaryInterceptorFunc {
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			req.Header().Set("Authorization", "Bearer "+token)
+			return next(ctx, req)
+		}
+	}
+}
+
+// timeout bounds every call; the Connect protocol also tells the server.
+func timeout(d time.Duration) connect.UnaryInterceptorFunc {
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			ctx, cancel := context.WithTimeout(ctx, d)
+			defer cancel()
+			return next(ctx, req)
+		}
+	}
+}
+
+// call runs one unary method of a generated client and unwraps the Connect
+// envelope. Its errors are *connect.Error, whose text is "<code>: <message>".
+func call[Req, Resp any](ctx context.Context, method func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error), req *Req) (*Resp, error) {
+	resp, err := method(ctx, connect.NewRequest(req))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg, nil
+}

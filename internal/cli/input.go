@@ -1,0 +1,116 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+)
+
+// parsePairs parses key=value pairs into a map. what names where the pairs
+// came from ("--label", "argument") in errors. A value may be empty and may
+// contain '='; a key may not be empty or repeated.
+func parsePairs(what string, pairs []string) (map[string]string, error) {
+	m := make(map[string]string, len(pairs))
+	for _, p := range pairs {
+		k, v, ok := strings.Cut(p, "=")
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("%s %q: want key=value", what, p)
+		case k == "":
+			return nil, fmt.Errorf("%s %q: empty key", what, p)
+		}
+		if _, dup := m[k]; dup {
+			return nil, fmt.Errorf("%s %q: key %q given twice", what, p, k)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+// metaFlags are the --label and --annotation flags of a create.
+type metaFlags struct {
+	labels, annotations []string
+}
+
+func (f *metaFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringArrayVar(&f.labels, "label", nil, "label key=value (repeatable)")
+	cmd.Flags().StringArrayVar(&f.annotations, "annotation", nil, "annotation key=value (repeatable)")
+}
+
+func (f *metaFlags) parse() (labels, annotations map[string]string, err error) {
+	if labels, err = parsePairs("--label", f.labels); err != nil {
+		return nil, nil, err
+	}
+	if annotations, err = parsePairs("--annotation", f.annotations); err != nil {
+		return nil, nil, err
+	}
+	return labels, annotations, nil
+}
+
+// commandFlag registers --command-id on a write.
+func commandFlag(cmd *cobra.Command) *string {
+	id := new(string)
+	cmd.Flags().StringVar(id, "command-id", "",
+		"idempotency key: running the command again with the same ID and input returns the first result (default: random)")
+	return id
+}
+
+// command returns the CommandMetadata of a write: the given ID, else a random
+// one. With -o json it reports the ID on stderr, where it does not disturb the
+// response on stdout.
+func (c *conn) command(cmd *cobra.Command, id string) *ctrlv1.CommandMetadata {
+	if id == "" {
+		id = uuid.NewString()
+	}
+	if c.output == outputJSON {
+		fmt.Fprintf(cmd.ErrOrStderr(), "command_id: %s\n", id)
+	}
+	return &ctrlv1.CommandMetadata{CommandId: id}
+}
+
+// readSecret reads a secret from a file or, when fromStdin, from stdin, and
+// strips one trailing newline. Secrets are never flag values: those land in
+// shell history and in ps.
+func readSecret(cmd *cobra.Command, file string, fromStdin bool) (string, error) {
+	var (
+		data []byte
+		err  error
+	)
+	switch {
+	case fromStdin:
+		data, err = io.ReadAll(cmd.InOrStdin())
+		if err != nil {
+			return "", fmt.Errorf("reading the password from stdin: %w", err)
+		}
+	case file != "":
+		data, err = os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("--password-file: %w", err)
+		}
+	default:
+		return "", nil
+	}
+	s := string(data)
+	if t, ok := strings.CutSuffix(s, "\n"); ok {
+		s = strings.TrimSuffix(t, "\r")
+	}
+	return s, nil
+}
+
+// readPEM reads the file a --ca-cert flag names; empty means none.
+func readPEM(file string) (string, error) {
+	if file == "" {
+		return "", nil
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("--ca-cert: %w", err)
+	}
+	return string(data), nil
+}

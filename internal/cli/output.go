@@ -1,0 +1,86 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// table renders resources of type R as rows under a header in capitals.
+type table[R any] struct {
+	header []string
+	row    func(R) []string
+}
+
+func (t table[R]) write(w io.Writer, items []R) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(t.header, "\t"))
+	for _, it := range items {
+		fmt.Fprintln(tw, strings.Join(t.row(it), "\t"))
+	}
+	return tw.Flush()
+}
+
+// show prints a response: with -o json the whole response message, else the
+// resources it carries as a table.
+func show[R any](cmd *cobra.Command, c *conn, resp proto.Message, t table[R], items ...R) error {
+	if c.output == outputJSON {
+		return writeJSON(cmd.OutOrStdout(), resp)
+	}
+	return t.write(cmd.OutOrStdout(), items)
+}
+
+var jsonOptions = protojson.MarshalOptions{Multiline: true}
+
+func writeJSON(w io.Writer, m proto.Message) error {
+	b, err := jsonOptions.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// Cell formats shared by the tables.
+
+// pairs formats a map as k=v, comma-joined and sorted by key; "-" when empty.
+func pairs(m map[string]string) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	out := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, k+"="+m[k])
+	}
+	return strings.Join(out, ",")
+}
+
+// timestamp formats a time in RFC 3339, UTC; "-" when absent.
+func timestamp(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return "-"
+	}
+	return ts.AsTime().UTC().Format(time.RFC3339)
+}
+
+func decimal(n uint64) string { return strconv.FormatUint(n, 10) }
+
+func boolean(b bool) string { return strconv.FormatBool(b) }
+
+// orDash shows an empty cell as "-", which keeps the columns readable.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
