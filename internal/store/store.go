@@ -89,6 +89,8 @@ type Tx interface {
 	// ReferencingWorkspaces returns up to limit IDs, in order, of workspaces
 	// in the project whose policy holds ref.
 	ReferencingWorkspaces(ctx context.Context, projectID string, ref PolicyReference, limit int) ([]string, error)
+
+	WorkspaceTx
 }
 
 // Project is a tenant: every resource and token belongs to exactly one.
@@ -131,6 +133,7 @@ type Kind string
 const (
 	KindEgress   Kind = "egress"
 	KindResolver Kind = "resolver"
+	KindTemplate Kind = "template"
 )
 
 // Object is a project-owned resource with an opaque spec under a revision,
@@ -185,4 +188,87 @@ const (
 type PolicyReference struct {
 	Kind     RefKind
 	TargetID string
+}
+
+// WorkspaceTx is the part of a transaction that keeps workspaces, their
+// templates and the hosts that run them.
+type WorkspaceTx interface {
+	// CreateWorkspace stores a new workspace; ErrExists if the ID is taken.
+	CreateWorkspace(ctx context.Context, w Workspace) error
+	// Workspace returns a workspace, deleted ones included, or ErrNotFound.
+	Workspace(ctx context.Context, projectID, id string) (Workspace, error)
+	// UpdateWorkspace replaces every mutable field; ErrNotFound if missing.
+	UpdateWorkspace(ctx context.Context, w Workspace) error
+	// Workspaces returns one page of live workspaces, like Objects.
+	Workspaces(ctx context.Context, q ObjectQuery) ([]Workspace, error)
+	// HostWorkspaces returns every live workspace placed on a host.
+	HostWorkspaces(ctx context.Context, hostID string) ([]Workspace, error)
+	// ExpiredWorkspaces returns up to limit live workspaces whose
+	// expiration deadline is at or before now.
+	ExpiredWorkspaces(ctx context.Context, now time.Time, limit int) ([]Workspace, error)
+	// TemplateUsers returns up to limit IDs of live workspaces in the
+	// project created from the template.
+	TemplateUsers(ctx context.Context, projectID, templateID string, limit int) ([]string, error)
+
+	// PutTemplateRevision stores an imported template revision; ErrExists
+	// if the template already has it.
+	PutTemplateRevision(ctx context.Context, r TemplateRevision) error
+	// TemplateRevisions returns a template's revisions, oldest first.
+	TemplateRevisions(ctx context.Context, projectID, templateID string) ([]TemplateRevision, error)
+
+	// PutHost stores or replaces a host's registration.
+	PutHost(ctx context.Context, h Host) error
+	// Hosts returns every registered host ordered by ID.
+	Hosts(ctx context.Context) ([]Host, error)
+}
+
+// Workspace is one workspace's row. Body is the serialized API resource,
+// which the store never reads; the other fields are what queries select
+// and placement sums.
+type Workspace struct {
+	ProjectID string
+	ID        string
+	// TemplateID names the template it was created from.
+	TemplateID string
+	Body       []byte
+	Labels     map[string]string
+	// HostID is the host the workspace is placed on; empty before
+	// placement.
+	HostID string
+	// Reserved capacity on HostID.
+	CPUMillis   uint32
+	MemoryBytes uint64
+	LayerBytes  uint64
+	// Running is true while the workspace wants an execution (its CPU and
+	// memory count against the host).
+	Running bool
+	// ExpiresAt is the expiration deadline; zero when none.
+	ExpiresAt time.Time
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	// DeletedAt is zero until the workspace is DELETED.
+	DeletedAt time.Time
+}
+
+// TemplateRevision is one immutable imported revision of a template.
+// Templates themselves are Objects of KindTemplate whose ID is the
+// caller-chosen template ID.
+type TemplateRevision struct {
+	ProjectID  string
+	TemplateID string
+	Revision   string
+	// Body is the serialized revision (image, layers), opaque here.
+	Body      []byte
+	CreatedAt time.Time
+}
+
+// Host is a registered host and its capacity.
+type Host struct {
+	ID string
+	// Body is the serialized registration, opaque here.
+	Body        []byte
+	CPUMillis   uint32
+	MemoryBytes uint64
+	LayerBytes  uint64
+	SeenAt      time.Time
 }

@@ -27,7 +27,7 @@ func (t *tx) CreateObject(ctx context.Context, o store.Object) error {
 		toNanos(o.CreatedAt), toNanos(o.UpdatedAt), nullNanos(o.DeletedAt)); err != nil {
 		return err
 	}
-	return t.indexLabels(ctx, o)
+	return t.indexLabels(ctx, o.ProjectID, o.ID, o.Labels, o.Deleted())
 }
 
 func (t *tx) UpdateObject(ctx context.Context, o store.Object) error {
@@ -44,25 +44,40 @@ func (t *tx) UpdateObject(ctx context.Context, o store.Object) error {
 	if err != nil {
 		return err
 	}
-	if _, err := t.exec(ctx, `DELETE FROM object_labels WHERE object_id = ?`, o.ID); err != nil {
-		return err
-	}
-	return t.indexLabels(ctx, o)
+	return t.reindexLabels(ctx, o.ProjectID, o.ID, o.Labels, o.Deleted())
 }
 
-// indexLabels writes the rows label selectors query; deleted objects have
+// reindexLabels replaces the label rows of an object or workspace.
+func (t *tx) reindexLabels(ctx context.Context, projectID, id string, labels map[string]string, deleted bool) error {
+	if _, err := t.exec(ctx, `DELETE FROM object_labels WHERE project_id = ? AND object_id = ?`, projectID, id); err != nil {
+		return err
+	}
+	return t.indexLabels(ctx, projectID, id, labels, deleted)
+}
+
+// indexLabels writes the rows label selectors query; deleted rows have
 // none, since no list returns them.
-func (t *tx) indexLabels(ctx context.Context, o store.Object) error {
-	if o.Deleted() {
+func (t *tx) indexLabels(ctx context.Context, projectID, id string, labels map[string]string, deleted bool) error {
+	if deleted {
 		return nil
 	}
-	for _, k := range slices.Sorted(maps.Keys(o.Labels)) {
-		if _, err := t.exec(ctx, `INSERT INTO object_labels (object_id, key, value) VALUES (?, ?, ?)`,
-			o.ID, k, o.Labels[k]); err != nil {
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		if _, err := t.exec(ctx, `INSERT INTO object_labels (project_id, object_id, key, value) VALUES (?, ?, ?, ?)`,
+			projectID, id, k, labels[k]); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// selectorClause appends one EXISTS condition per selector entry on the
+// rows aliased o.
+func selectorClause(b *strings.Builder, args []any, selector map[string]string) []any {
+	for _, k := range slices.Sorted(maps.Keys(selector)) {
+		b.WriteString(` AND EXISTS (SELECT 1 FROM object_labels l WHERE l.project_id = o.project_id AND l.object_id = o.id AND l.key = ? AND l.value = ?)`)
+		args = append(args, k, selector[k])
+	}
+	return args
 }
 
 func (t *tx) Object(ctx context.Context, kind store.Kind, projectID, id string) (store.Object, error) {
@@ -75,10 +90,7 @@ func (t *tx) Objects(ctx context.Context, q store.ObjectQuery) ([]store.Object, 
 	b.WriteString(`SELECT ` + objectColumns + ` FROM objects o
 		WHERE o.kind = ? AND o.project_id = ? AND o.deleted_at IS NULL AND o.id > ?`)
 	args := []any{string(q.Kind), q.ProjectID, q.After}
-	for _, k := range slices.Sorted(maps.Keys(q.Selector)) {
-		b.WriteString(` AND EXISTS (SELECT 1 FROM object_labels l WHERE l.object_id = o.id AND l.key = ? AND l.value = ?)`)
-		args = append(args, k, q.Selector[k])
-	}
+	args = selectorClause(&b, args, q.Selector)
 	b.WriteString(` ORDER BY o.id LIMIT ?`)
 	args = append(args, q.Limit)
 	rows, err := t.query(ctx, b.String(), args...)

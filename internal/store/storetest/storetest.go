@@ -36,6 +36,8 @@ func Run(t *testing.T, open Open) {
 		{"FailedUpdateChangesNothing", testRollback},
 		{"ConcurrentCompareAndSwap", testConcurrentCAS},
 		{"ConcurrentSameCommand", testConcurrentSameCommand},
+		{"Workspaces", testWorkspaces},
+		{"TemplatesAndHosts", testTemplatesAndHosts},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
@@ -437,6 +439,97 @@ func testConcurrentSameCommand(t *testing.T, s store.Store) {
 			if string(r) != list[0].ID {
 				t.Errorf("command %d saw response %q, want %q", i, r, list[0].ID)
 			}
+		}
+		return nil
+	})
+}
+
+func testWorkspaces(t *testing.T, s store.Store) {
+	mustProject(t, s, "p1")
+	ws := func(id string, labels map[string]string) store.Workspace {
+		return store.Workspace{ProjectID: "p1", ID: id, TemplateID: "base", Body: []byte(id), Labels: labels,
+			HostID: "h1", CPUMillis: 500, MemoryBytes: 256 << 20, LayerBytes: 1 << 30, Running: true,
+			CreatedAt: now, UpdatedAt: now}
+	}
+	a := ws("w1", map[string]string{"env": "prod"})
+	a.ExpiresAt = now.Add(time.Minute)
+	b := ws("w2", map[string]string{"env": "dev"})
+	b.HostID = "h2"
+	update(t, s, func(tx store.Tx) error {
+		return errors.Join(tx.CreateWorkspace(ctx, a), tx.CreateWorkspace(ctx, b),
+			tx.CreateWorkspace(ctx, ws("w3", nil)))
+	})
+	if err := s.Update(ctx, func(tx store.Tx) error { return tx.CreateWorkspace(ctx, a) }); !errors.Is(err, store.ErrExists) {
+		t.Errorf("duplicate workspace: %v", err)
+	}
+	a.Body, a.Running, a.Labels = []byte("v2"), false, map[string]string{"env": "staging"}
+	update(t, s, func(tx store.Tx) error { return tx.UpdateWorkspace(ctx, a) })
+	view(t, s, func(tx store.Tx) error {
+		got, err := tx.Workspace(ctx, "p1", "w1")
+		if err != nil || string(got.Body) != "v2" || got.Running || got.Labels["env"] != "staging" ||
+			!got.ExpiresAt.Equal(now.Add(time.Minute)) || got.MemoryBytes != 256<<20 || got.LayerBytes != 1<<30 {
+			t.Errorf("workspace = %+v, %v", got, err)
+		}
+		if _, err := tx.Workspace(ctx, "p2", "w1"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("workspace of another project: %v", err)
+		}
+		sel, err := tx.Workspaces(ctx, store.ObjectQuery{ProjectID: "p1", Selector: map[string]string{"env": "staging"}, Limit: 10})
+		if err != nil || len(sel) != 1 || sel[0].ID != "w1" {
+			t.Errorf("selected workspaces = %v, %v", sel, err)
+		}
+		onH1, err := tx.HostWorkspaces(ctx, "h1")
+		if err != nil || len(onH1) != 2 {
+			t.Errorf("workspaces on h1 = %v, %v", onH1, err)
+		}
+		expired, err := tx.ExpiredWorkspaces(ctx, now.Add(time.Hour), 10)
+		if err != nil || len(expired) != 1 || expired[0].ID != "w1" {
+			t.Errorf("expired = %v, %v", expired, err)
+		}
+		if early, _ := tx.ExpiredWorkspaces(ctx, now, 10); len(early) != 0 {
+			t.Errorf("expired before the deadline: %v", early)
+		}
+		users, err := tx.TemplateUsers(ctx, "p1", "base", 10)
+		if err != nil || !slices.Equal(users, []string{"w1", "w2", "w3"}) {
+			t.Errorf("template users = %v, %v", users, err)
+		}
+		return nil
+	})
+	b.DeletedAt = now
+	update(t, s, func(tx store.Tx) error { return tx.UpdateWorkspace(ctx, b) })
+	view(t, s, func(tx store.Tx) error {
+		if got, _ := tx.HostWorkspaces(ctx, "h2"); len(got) != 0 {
+			t.Errorf("deleted workspace still on its host: %v", got)
+		}
+		if users, _ := tx.TemplateUsers(ctx, "p1", "base", 10); len(users) != 2 {
+			t.Errorf("deleted workspace still uses its template: %v", users)
+		}
+		if list, _ := tx.Workspaces(ctx, store.ObjectQuery{ProjectID: "p1", Selector: map[string]string{"env": "dev"}, Limit: 10}); len(list) != 0 {
+			t.Errorf("deleted workspace listed: %v", list)
+		}
+		return nil
+	})
+}
+
+func testTemplatesAndHosts(t *testing.T, s store.Store) {
+	mustProject(t, s, "p1")
+	r1 := store.TemplateRevision{ProjectID: "p1", TemplateID: "base", Revision: "sha256-1", Body: []byte("one"), CreatedAt: now}
+	r2 := store.TemplateRevision{ProjectID: "p1", TemplateID: "base", Revision: "sha256-2", Body: []byte("two"), CreatedAt: now.Add(time.Second)}
+	update(t, s, func(tx store.Tx) error { return errors.Join(tx.PutTemplateRevision(ctx, r2), tx.PutTemplateRevision(ctx, r1)) })
+	if err := s.Update(ctx, func(tx store.Tx) error { return tx.PutTemplateRevision(ctx, r1) }); !errors.Is(err, store.ErrExists) {
+		t.Errorf("duplicate revision: %v", err)
+	}
+	h := store.Host{ID: "h1", Body: []byte("x"), CPUMillis: 2000, MemoryBytes: 8 << 30, LayerBytes: 100 << 30, SeenAt: now}
+	update(t, s, func(tx store.Tx) error { return tx.PutHost(ctx, h) })
+	h.MemoryBytes = 16 << 30
+	update(t, s, func(tx store.Tx) error { return tx.PutHost(ctx, h) })
+	view(t, s, func(tx store.Tx) error {
+		revs, err := tx.TemplateRevisions(ctx, "p1", "base")
+		if err != nil || len(revs) != 2 || revs[0].Revision != "sha256-1" || string(revs[1].Body) != "two" {
+			t.Errorf("revisions = %v, %v", revs, err)
+		}
+		hosts, err := tx.Hosts(ctx)
+		if err != nil || len(hosts) != 1 || hosts[0].MemoryBytes != 16<<30 || hosts[0].CPUMillis != 2000 {
+			t.Errorf("hosts = %v, %v", hosts, err)
 		}
 		return nil
 	})

@@ -37,10 +37,12 @@ CREATE TABLE commands (
 
 -- Egresses and Resolvers: an opaque spec under a revision, labels and
 -- annotations under their own revisions. Deleted rows stay as tombstones.
+-- IDs are unique within a project (template IDs are chosen by callers);
+-- project '' holds the deployment's built-in templates.
 CREATE TABLE objects (
-	id                   TEXT PRIMARY KEY,
+	id                   TEXT NOT NULL,
 	kind                 TEXT NOT NULL,
-	project_id           TEXT NOT NULL REFERENCES projects (id),
+	project_id           TEXT NOT NULL,
 	spec                 BLOB NOT NULL,
 	revision             INTEGER NOT NULL,
 	drain_seconds        INTEGER NOT NULL,
@@ -50,18 +52,21 @@ CREATE TABLE objects (
 	annotations_revision INTEGER NOT NULL,
 	created_at           INTEGER NOT NULL,
 	updated_at           INTEGER NOT NULL,
-	deleted_at           INTEGER
+	deleted_at           INTEGER,
+	PRIMARY KEY (project_id, id)
 );
 CREATE INDEX objects_live ON objects (kind, project_id, id) WHERE deleted_at IS NULL;
 
--- The labels of live objects, one row each, for label selectors.
+-- The labels of live objects and workspaces, one row each, for label
+-- selectors.
 CREATE TABLE object_labels (
-	object_id TEXT NOT NULL,
-	key       TEXT NOT NULL,
-	value     TEXT NOT NULL,
-	PRIMARY KEY (object_id, key)
+	project_id TEXT NOT NULL,
+	object_id  TEXT NOT NULL,
+	key        TEXT NOT NULL,
+	value      TEXT NOT NULL,
+	PRIMARY KEY (project_id, object_id, key)
 );
-CREATE INDEX object_labels_by_value ON object_labels (key, value, object_id);
+CREATE INDEX object_labels_by_value ON object_labels (key, value, project_id, object_id);
 
 -- What each workspace's network policy references, so that deleting an
 -- Egress or Resolver can be refused while one does.
