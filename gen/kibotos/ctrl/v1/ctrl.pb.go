@@ -32,6 +32,58 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ImageArchiveFormat is the format of an image archive uploaded to ImportTemplateRevision.
+type ImageArchiveFormat int32
+
+const (
+	ImageArchiveFormat_IMAGE_ARCHIVE_FORMAT_UNSPECIFIED ImageArchiveFormat = 0
+	// TARBALL is a docker image tarball, as docker save, crane save or skopeo copy to docker-archive write it.
+	ImageArchiveFormat_IMAGE_ARCHIVE_FORMAT_TARBALL ImageArchiveFormat = 1
+	// OCI_LAYOUT_TAR is a tar of an OCI image layout directory, as skopeo copy to oci-archive writes it.
+	ImageArchiveFormat_IMAGE_ARCHIVE_FORMAT_OCI_LAYOUT_TAR ImageArchiveFormat = 2
+)
+
+// Enum value maps for ImageArchiveFormat.
+var (
+	ImageArchiveFormat_name = map[int32]string{
+		0: "IMAGE_ARCHIVE_FORMAT_UNSPECIFIED",
+		1: "IMAGE_ARCHIVE_FORMAT_TARBALL",
+		2: "IMAGE_ARCHIVE_FORMAT_OCI_LAYOUT_TAR",
+	}
+	ImageArchiveFormat_value = map[string]int32{
+		"IMAGE_ARCHIVE_FORMAT_UNSPECIFIED":    0,
+		"IMAGE_ARCHIVE_FORMAT_TARBALL":        1,
+		"IMAGE_ARCHIVE_FORMAT_OCI_LAYOUT_TAR": 2,
+	}
+)
+
+func (x ImageArchiveFormat) Enum() *ImageArchiveFormat {
+	p := new(ImageArchiveFormat)
+	*p = x
+	return p
+}
+
+func (x ImageArchiveFormat) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ImageArchiveFormat) Descriptor() protoreflect.EnumDescriptor {
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[0].Descriptor()
+}
+
+func (ImageArchiveFormat) Type() protoreflect.EnumType {
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[0]
+}
+
+func (x ImageArchiveFormat) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ImageArchiveFormat.Descriptor instead.
+func (ImageArchiveFormat) EnumDescriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{0}
+}
+
 // WorkspaceState is the lifecycle state of a Workspace.
 type WorkspaceState int32
 
@@ -88,11 +140,11 @@ func (x WorkspaceState) String() string {
 }
 
 func (WorkspaceState) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[0].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[1].Descriptor()
 }
 
 func (WorkspaceState) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[0]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[1]
 }
 
 func (x WorkspaceState) Number() protoreflect.EnumNumber {
@@ -101,7 +153,7 @@ func (x WorkspaceState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WorkspaceState.Descriptor instead.
 func (WorkspaceState) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{0}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{1}
 }
 
 // GuestCondition says whether the guest of the current execution still answers the periodic probe of the host that runs it.
@@ -138,11 +190,11 @@ func (x GuestCondition) String() string {
 }
 
 func (GuestCondition) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[1].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[2].Descriptor()
 }
 
 func (GuestCondition) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[1]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[2]
 }
 
 func (x GuestCondition) Number() protoreflect.EnumNumber {
@@ -151,7 +203,7 @@ func (x GuestCondition) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use GuestCondition.Descriptor instead.
 func (GuestCondition) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{1}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{2}
 }
 
 // GuestMemoryCondition says whether the processes running in the guest of the current execution are held at their memory limit. The guest has no swap: at the limit the kernel keeps reclaiming the processes' own file pages, which they read straight back, so nothing is killed and the guest still answers while the processes make almost no progress.
@@ -191,11 +243,11 @@ func (x GuestMemoryCondition) String() string {
 }
 
 func (GuestMemoryCondition) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[2].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[3].Descriptor()
 }
 
 func (GuestMemoryCondition) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[2]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[3]
 }
 
 func (x GuestMemoryCondition) Number() protoreflect.EnumNumber {
@@ -204,7 +256,7 @@ func (x GuestMemoryCondition) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use GuestMemoryCondition.Descriptor instead.
 func (GuestMemoryCondition) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{2}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{3}
 }
 
 // VolumeCondition is the holder's verdict on a Volume's data. DAMAGED means the holder could not open it as the Volume that was created.
@@ -241,11 +293,11 @@ func (x VolumeCondition) String() string {
 }
 
 func (VolumeCondition) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[3].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[4].Descriptor()
 }
 
 func (VolumeCondition) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[3]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[4]
 }
 
 func (x VolumeCondition) Number() protoreflect.EnumNumber {
@@ -254,7 +306,7 @@ func (x VolumeCondition) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use VolumeCondition.Descriptor instead.
 func (VolumeCondition) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{3}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{4}
 }
 
 // VolumeState is the lifecycle state of a Volume.
@@ -314,11 +366,11 @@ func (x VolumeState) String() string {
 }
 
 func (VolumeState) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[4].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[5].Descriptor()
 }
 
 func (VolumeState) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[4]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[5]
 }
 
 func (x VolumeState) Number() protoreflect.EnumNumber {
@@ -327,7 +379,7 @@ func (x VolumeState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use VolumeState.Descriptor instead.
 func (VolumeState) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{4}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{5}
 }
 
 // Completeness says whether a result covers everything it was asked about.
@@ -367,11 +419,11 @@ func (x Completeness) String() string {
 }
 
 func (Completeness) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[5].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[6].Descriptor()
 }
 
 func (Completeness) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[5]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[6]
 }
 
 func (x Completeness) Number() protoreflect.EnumNumber {
@@ -380,7 +432,7 @@ func (x Completeness) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Completeness.Descriptor instead.
 func (Completeness) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{5}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{6}
 }
 
 // TemplateDeliveryState is whether a Workspace's Template artifacts are usable where it will run.
@@ -420,11 +472,11 @@ func (x TemplateDeliveryState) String() string {
 }
 
 func (TemplateDeliveryState) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[6].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[7].Descriptor()
 }
 
 func (TemplateDeliveryState) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[6]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[7]
 }
 
 func (x TemplateDeliveryState) Number() protoreflect.EnumNumber {
@@ -433,7 +485,7 @@ func (x TemplateDeliveryState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TemplateDeliveryState.Descriptor instead.
 func (TemplateDeliveryState) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{6}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{7}
 }
 
 // TemplateDeliveryReason is why a Workspace's Template artifacts are not usable yet.
@@ -479,11 +531,11 @@ func (x TemplateDeliveryReason) String() string {
 }
 
 func (TemplateDeliveryReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[7].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[8].Descriptor()
 }
 
 func (TemplateDeliveryReason) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[7]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[8]
 }
 
 func (x TemplateDeliveryReason) Number() protoreflect.EnumNumber {
@@ -492,7 +544,7 @@ func (x TemplateDeliveryReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TemplateDeliveryReason.Descriptor instead.
 func (TemplateDeliveryReason) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{7}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{8}
 }
 
 // TransferState is the lifecycle state of a Transfer.
@@ -556,11 +608,11 @@ func (x TransferState) String() string {
 }
 
 func (TransferState) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[8].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[9].Descriptor()
 }
 
 func (TransferState) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[8]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[9]
 }
 
 func (x TransferState) Number() protoreflect.EnumNumber {
@@ -569,7 +621,7 @@ func (x TransferState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TransferState.Descriptor instead.
 func (TransferState) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{8}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{9}
 }
 
 // StopDurability reports whether a completed stop confirmed writeback. It is a fact about that stop command only; it does not change retention tiers. The zero value means the stop has not completed yet, or that it completed on a release earlier than v0.1.0, where every stop was a normal stop.
@@ -606,11 +658,11 @@ func (x StopDurability) String() string {
 }
 
 func (StopDurability) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[9].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[10].Descriptor()
 }
 
 func (StopDurability) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[9]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[10]
 }
 
 func (x StopDurability) Number() protoreflect.EnumNumber {
@@ -619,7 +671,7 @@ func (x StopDurability) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StopDurability.Descriptor instead.
 func (StopDurability) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{9}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{10}
 }
 
 // StopCause is who or what stopped a Workspace.
@@ -667,11 +719,11 @@ func (x StopCause) String() string {
 }
 
 func (StopCause) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[10].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[11].Descriptor()
 }
 
 func (StopCause) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[10]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[11]
 }
 
 func (x StopCause) Number() protoreflect.EnumNumber {
@@ -680,7 +732,7 @@ func (x StopCause) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StopCause.Descriptor instead.
 func (StopCause) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{10}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{11}
 }
 
 // StopMode is how a stop ends the execution.
@@ -720,11 +772,11 @@ func (x StopMode) String() string {
 }
 
 func (StopMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[11].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[12].Descriptor()
 }
 
 func (StopMode) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[11]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[12]
 }
 
 func (x StopMode) Number() protoreflect.EnumNumber {
@@ -733,7 +785,7 @@ func (x StopMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StopMode.Descriptor instead.
 func (StopMode) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{11}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{12}
 }
 
 // RetentionTierKind names one retention tier of a Workspace.
@@ -773,11 +825,11 @@ func (x RetentionTierKind) String() string {
 }
 
 func (RetentionTierKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[12].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[13].Descriptor()
 }
 
 func (RetentionTierKind) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[12]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[13]
 }
 
 func (x RetentionTierKind) Number() protoreflect.EnumNumber {
@@ -786,7 +838,7 @@ func (x RetentionTierKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RetentionTierKind.Descriptor instead.
 func (RetentionTierKind) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{12}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{13}
 }
 
 // RetentionAvailability is whether a retention tier's storage can be used now.
@@ -827,11 +879,11 @@ func (x RetentionAvailability) String() string {
 }
 
 func (RetentionAvailability) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[13].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[14].Descriptor()
 }
 
 func (RetentionAvailability) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[13]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[14]
 }
 
 func (x RetentionAvailability) Number() protoreflect.EnumNumber {
@@ -840,7 +892,7 @@ func (x RetentionAvailability) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RetentionAvailability.Descriptor instead.
 func (RetentionAvailability) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{13}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{14}
 }
 
 // RetentionContinuity is whether a retention tier's data survived the last start.
@@ -880,11 +932,11 @@ func (x RetentionContinuity) String() string {
 }
 
 func (RetentionContinuity) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[14].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[15].Descriptor()
 }
 
 func (RetentionContinuity) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[14]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[15]
 }
 
 func (x RetentionContinuity) Number() protoreflect.EnumNumber {
@@ -893,7 +945,7 @@ func (x RetentionContinuity) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RetentionContinuity.Descriptor instead.
 func (RetentionContinuity) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{14}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{15}
 }
 
 // RetentionResetReason is why a retention tier's data was reset.
@@ -933,11 +985,11 @@ func (x RetentionResetReason) String() string {
 }
 
 func (RetentionResetReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[15].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[16].Descriptor()
 }
 
 func (RetentionResetReason) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[15]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[16]
 }
 
 func (x RetentionResetReason) Number() protoreflect.EnumNumber {
@@ -946,7 +998,7 @@ func (x RetentionResetReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RetentionResetReason.Descriptor instead.
 func (RetentionResetReason) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{15}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{16}
 }
 
 // ReestablishRequirement is one thing the caller must redo after a start.
@@ -989,11 +1041,11 @@ func (x ReestablishRequirement) String() string {
 }
 
 func (ReestablishRequirement) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[16].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[17].Descriptor()
 }
 
 func (ReestablishRequirement) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[16]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[17]
 }
 
 func (x ReestablishRequirement) Number() protoreflect.EnumNumber {
@@ -1002,7 +1054,7 @@ func (x ReestablishRequirement) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ReestablishRequirement.Descriptor instead.
 func (ReestablishRequirement) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{16}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{17}
 }
 
 // FailureReason is the canonical reason of a failure.
@@ -1082,11 +1134,11 @@ func (x FailureReason) String() string {
 }
 
 func (FailureReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[17].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[18].Descriptor()
 }
 
 func (FailureReason) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[17]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[18]
 }
 
 func (x FailureReason) Number() protoreflect.EnumNumber {
@@ -1095,7 +1147,7 @@ func (x FailureReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FailureReason.Descriptor instead.
 func (FailureReason) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{17}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{18}
 }
 
 // FailureStage is the step of an operation that failed.
@@ -1237,11 +1289,11 @@ func (x FailureStage) String() string {
 }
 
 func (FailureStage) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[18].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[19].Descriptor()
 }
 
 func (FailureStage) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[18]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[19]
 }
 
 func (x FailureStage) Number() protoreflect.EnumNumber {
@@ -1250,7 +1302,7 @@ func (x FailureStage) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FailureStage.Descriptor instead.
 func (FailureStage) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{18}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{19}
 }
 
 // WorkspaceVolumeMode names where a Workspace's promised persistent Volume comes from. NEW is a request-only source: a stored binding is BOUND or NONE.
@@ -1294,11 +1346,11 @@ func (x WorkspaceVolumeMode) String() string {
 }
 
 func (WorkspaceVolumeMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[19].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[20].Descriptor()
 }
 
 func (WorkspaceVolumeMode) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[19]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[20]
 }
 
 func (x WorkspaceVolumeMode) Number() protoreflect.EnumNumber {
@@ -1307,7 +1359,7 @@ func (x WorkspaceVolumeMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WorkspaceVolumeMode.Descriptor instead.
 func (WorkspaceVolumeMode) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{19}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{20}
 }
 
 // NetworkPolicyMode is the Workspace's egress posture. DENY_ALL is the default and is not changed by deployment configuration. PUBLIC_INTERNET allows guest-initiated TCP and ICMP echo requests to public destinations over IPv4 and IPv6, and the replies to them; the hard deny of private, local, and platform address ranges applies under both to traffic that leaves directly. Connections forwarded through an Egress leave from the caller's network and are not subject to it.
@@ -1346,11 +1398,11 @@ func (x NetworkPolicyMode) String() string {
 }
 
 func (NetworkPolicyMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[20].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[21].Descriptor()
 }
 
 func (NetworkPolicyMode) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[20]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[21]
 }
 
 func (x NetworkPolicyMode) Number() protoreflect.EnumNumber {
@@ -1359,7 +1411,7 @@ func (x NetworkPolicyMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NetworkPolicyMode.Descriptor instead.
 func (NetworkPolicyMode) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{20}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{21}
 }
 
 // EgressObservationKind is why connections through an Egress fail before they reach a destination. Values will be added: a caller treats a value it does not know as a fault of the Egress, never as no fault.
@@ -1410,11 +1462,11 @@ func (x EgressObservationKind) String() string {
 }
 
 func (EgressObservationKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[21].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[22].Descriptor()
 }
 
 func (EgressObservationKind) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[21]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[22]
 }
 
 func (x EgressObservationKind) Number() protoreflect.EnumNumber {
@@ -1423,7 +1475,7 @@ func (x EgressObservationKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EgressObservationKind.Descriptor instead.
 func (EgressObservationKind) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{21}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{22}
 }
 
 // ResolverObservationKind is why queries to an upstream fail. Values will be added: a caller treats a value it does not know as a fault of the upstream, never as no fault.
@@ -1470,11 +1522,11 @@ func (x ResolverObservationKind) String() string {
 }
 
 func (ResolverObservationKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[22].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[23].Descriptor()
 }
 
 func (ResolverObservationKind) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[22]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[23]
 }
 
 func (x ResolverObservationKind) Number() protoreflect.EnumNumber {
@@ -1483,7 +1535,7 @@ func (x ResolverObservationKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ResolverObservationKind.Descriptor instead.
 func (ResolverObservationKind) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{22}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{23}
 }
 
 // Expiration is a ctrl-owned absolute deadline, independent of execution generation.
@@ -1520,11 +1572,11 @@ func (x WorkspaceExpirationAction) String() string {
 }
 
 func (WorkspaceExpirationAction) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[23].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[24].Descriptor()
 }
 
 func (WorkspaceExpirationAction) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[23]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[24]
 }
 
 func (x WorkspaceExpirationAction) Number() protoreflect.EnumNumber {
@@ -1533,7 +1585,2767 @@ func (x WorkspaceExpirationAction) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WorkspaceExpirationAction.Descriptor instead.
 func (WorkspaceExpirationAction) EnumDescriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{24}
+}
+
+// CreateWorkspaceRequest is the input of CreateWorkspace.
+type CreateWorkspaceRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Command *CommandMetadata       `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	// spec is the creation intent; its TemplateSelector is resolved to a TemplateRef when the Workspace is stored.
+	Spec *WorkspaceCreateSpec `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	// Persisted in the same transaction as the create command, with the rules and limits of Workspace.labels and Workspace.annotations. Both are included in idempotency.
+	Labels map[string]string `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Persisted in the same transaction as the create command, with the rules and limits of Workspace.labels and Workspace.annotations. Both are included in idempotency.
+	Annotations   map[string]string `protobuf:"bytes,4,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateWorkspaceRequest) Reset() {
+	*x = CreateWorkspaceRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateWorkspaceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateWorkspaceRequest) ProtoMessage() {}
+
+func (x *CreateWorkspaceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateWorkspaceRequest.ProtoReflect.Descriptor instead.
+func (*CreateWorkspaceRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *CreateWorkspaceRequest) GetCommand() *CommandMetadata {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *CreateWorkspaceRequest) GetSpec() *WorkspaceCreateSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *CreateWorkspaceRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *CreateWorkspaceRequest) GetAnnotations() map[string]string {
+	if x != nil {
+		return x.Annotations
+	}
+	return nil
+}
+
+// CreateWorkspaceResponse carries the created Workspace, in CREATING.
+type CreateWorkspaceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Workspace     *Workspace             `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateWorkspaceResponse) Reset() {
+	*x = CreateWorkspaceResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateWorkspaceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateWorkspaceResponse) ProtoMessage() {}
+
+func (x *CreateWorkspaceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateWorkspaceResponse.ProtoReflect.Descriptor instead.
+func (*CreateWorkspaceResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CreateWorkspaceResponse) GetWorkspace() *Workspace {
+	if x != nil {
+		return x.Workspace
+	}
+	return nil
+}
+
+// GetWorkspaceRequest is the input of GetWorkspace.
+type GetWorkspaceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WorkspaceId   string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetWorkspaceRequest) Reset() {
+	*x = GetWorkspaceRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetWorkspaceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetWorkspaceRequest) ProtoMessage() {}
+
+func (x *GetWorkspaceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetWorkspaceRequest.ProtoReflect.Descriptor instead.
+func (*GetWorkspaceRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *GetWorkspaceRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+// GetWorkspaceResponse carries the Workspace.
+type GetWorkspaceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Workspace     *Workspace             `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetWorkspaceResponse) Reset() {
+	*x = GetWorkspaceResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetWorkspaceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetWorkspaceResponse) ProtoMessage() {}
+
+func (x *GetWorkspaceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetWorkspaceResponse.ProtoReflect.Descriptor instead.
+func (*GetWorkspaceResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *GetWorkspaceResponse) GetWorkspace() *Workspace {
+	if x != nil {
+		return x.Workspace
+	}
+	return nil
+}
+
+// ListWorkspacesRequest is the input of ListWorkspaces.
+type ListWorkspacesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Zero selects the server default. Values above the server maximum are rejected rather than silently changed.
+	PageSize uint32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Opaque cursor returned by the preceding page.
+	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// When non-empty, return only Workspaces that carry every entry as a label with exactly that value. Keys and values must satisfy the label rules. A page token is only valid with the selector it was issued for.
+	LabelSelector map[string]string `protobuf:"bytes,3,rep,name=label_selector,json=labelSelector,proto3" json:"label_selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWorkspacesRequest) Reset() {
+	*x = ListWorkspacesRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWorkspacesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWorkspacesRequest) ProtoMessage() {}
+
+func (x *ListWorkspacesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWorkspacesRequest.ProtoReflect.Descriptor instead.
+func (*ListWorkspacesRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ListWorkspacesRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListWorkspacesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListWorkspacesRequest) GetLabelSelector() map[string]string {
+	if x != nil {
+		return x.LabelSelector
+	}
+	return nil
+}
+
+// ListWorkspacesResponse is one page of Workspaces.
+type ListWorkspacesResponse struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Workspaces []*Workspace           `protobuf:"bytes,1,rep,name=workspaces,proto3" json:"workspaces,omitempty"`
+	// next_page_token is empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWorkspacesResponse) Reset() {
+	*x = ListWorkspacesResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWorkspacesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWorkspacesResponse) ProtoMessage() {}
+
+func (x *ListWorkspacesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWorkspacesResponse.ProtoReflect.Descriptor instead.
+func (*ListWorkspacesResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ListWorkspacesResponse) GetWorkspaces() []*Workspace {
+	if x != nil {
+		return x.Workspaces
+	}
+	return nil
+}
+
+func (x *ListWorkspacesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// WatchWorkspaceRequest is the input of WatchWorkspace.
+type WatchWorkspaceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WorkspaceId   string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchWorkspaceRequest) Reset() {
+	*x = WatchWorkspaceRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchWorkspaceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchWorkspaceRequest) ProtoMessage() {}
+
+func (x *WatchWorkspaceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchWorkspaceRequest.ProtoReflect.Descriptor instead.
+func (*WatchWorkspaceRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *WatchWorkspaceRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+// WatchWorkspaceResponse is one state of the watched Workspace.
+type WatchWorkspaceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// workspace is the whole Workspace as of this change, never a delta.
+	Workspace     *Workspace `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchWorkspaceResponse) Reset() {
+	*x = WatchWorkspaceResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchWorkspaceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchWorkspaceResponse) ProtoMessage() {}
+
+func (x *WatchWorkspaceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchWorkspaceResponse.ProtoReflect.Descriptor instead.
+func (*WatchWorkspaceResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *WatchWorkspaceResponse) GetWorkspace() *Workspace {
+	if x != nil {
+		return x.Workspace
+	}
+	return nil
+}
+
+// StartWorkspaceRequest is the input of StartWorkspace.
+type StartWorkspaceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Command       *CommandMetadata       `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	WorkspaceId   string                 `protobuf:"bytes,2,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartWorkspaceRequest) Reset() {
+	*x = StartWorkspaceRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartWorkspaceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartWorkspaceRequest) ProtoMessage() {}
+
+func (x *StartWorkspaceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartWorkspaceRequest.ProtoReflect.Descriptor instead.
+func (*StartWorkspaceRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *StartWorkspaceRequest) GetCommand() *CommandMetadata {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *StartWorkspaceRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+// StartWorkspaceResponse carries the Workspace, in STARTING.
+type StartWorkspaceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Workspace     *Workspace             `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartWorkspaceResponse) Reset() {
+	*x = StartWorkspaceResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartWorkspaceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartWorkspaceResponse) ProtoMessage() {}
+
+func (x *StartWorkspaceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartWorkspaceResponse.ProtoReflect.Descriptor instead.
+func (*StartWorkspaceResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *StartWorkspaceResponse) GetWorkspace() *Workspace {
+	if x != nil {
+		return x.Workspace
+	}
+	return nil
+}
+
+// StopWorkspaceRequest is the input of StopWorkspace.
+type StopWorkspaceRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Command     *CommandMetadata       `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	WorkspaceId string                 `protobuf:"bytes,2,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	// mode is how the stop ends the execution; UNSPECIFIED means NORMAL.
+	Mode          StopMode `protobuf:"varint,3,opt,name=mode,proto3,enum=kibotos.ctrl.v1.StopMode" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StopWorkspaceRequest) Reset() {
+	*x = StopWorkspaceRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StopWorkspaceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StopWorkspaceRequest) ProtoMessage() {}
+
+func (x *StopWorkspaceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StopWorkspaceRequest.ProtoReflect.Descriptor instead.
+func (*StopWorkspaceRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *StopWorkspaceRequest) GetCommand() *CommandMetadata {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *StopWorkspaceRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *StopWorkspaceRequest) GetMode() StopMode {
+	if x != nil {
+		return x.Mode
+	}
+	return StopMode_STOP_MODE_UNSPECIFIED
+}
+
+// StopWorkspaceResponse carries the Workspace, in STOPPING or STOPPED, with last_stop naming this stop.
+type StopWorkspaceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Workspace     *Workspace             `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StopWorkspaceResponse) Reset() {
+	*x = StopWorkspaceResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StopWorkspaceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StopWorkspaceResponse) ProtoMessage() {}
+
+func (x *StopWorkspaceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StopWorkspaceResponse.ProtoReflect.Descriptor instead.
+func (*StopWorkspaceResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *StopWorkspaceResponse) GetWorkspace() *Workspace {
+	if x != nil {
+		return x.Workspace
+	}
+	return nil
+}
+
+// DeleteWorkspaceRequest is the input of DeleteWorkspace.
+type DeleteWorkspaceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Command       *CommandMetadata       `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	WorkspaceId   string                 `protobuf:"bytes,2,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteWorkspaceRequest) Reset() {
+	*x = DeleteWorkspaceRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteWorkspaceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteWorkspaceRequest) ProtoMessage() {}
+
+func (x *DeleteWorkspaceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteWorkspaceRequest.ProtoReflect.Descriptor instead.
+func (*DeleteWorkspaceRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *DeleteWorkspaceRequest) GetCommand() *CommandMetadata {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *DeleteWorkspaceRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+// DeleteWorkspaceResponse carries the Workspace, in DELETING or DELETED.
+type DeleteWorkspaceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Workspace     *Workspace             `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteWorkspaceResponse) Reset() {
+	*x = DeleteWorkspaceResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteWorkspaceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteWorkspaceResponse) ProtoMessage() {}
+
+func (x *DeleteWorkspaceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteWorkspaceResponse.ProtoReflect.Descriptor instead.
+func (*DeleteWorkspaceResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *DeleteWorkspaceResponse) GetWorkspace() *Workspace {
+	if x != nil {
+		return x.Workspace
+	}
+	return nil
+}
+
+// UpdateWorkspaceMemoryRequest is the input of UpdateWorkspaceMemory.
+type UpdateWorkspaceMemoryRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Command     *CommandMetadata       `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	WorkspaceId string                 `protobuf:"bytes,2,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	// The resources_revision the caller observed. Retries preserve this value.
+	ExpectedResourcesRevision uint64 `protobuf:"varint,3,opt,name=expected_resources_revision,json=expectedResourcesRevision,proto3" json:"expected_resources_revision,omitempty"`
+	// Guest RAM: a whole number of MiB and at least 128 MiB.
+	MemoryBytes   uint64 `protobuf:"varint,4,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateWorkspaceMemoryRequest) Reset() {
+	*x = UpdateWorkspaceMemoryRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateWorkspaceMemoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateWorkspaceMemoryRequest) ProtoMessage() {}
+
+func (x *UpdateWorkspaceMemoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateWorkspaceMemoryRequest.ProtoReflect.Descriptor instead.
+func (*UpdateWorkspaceMemoryRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *UpdateWorkspaceMemoryRequest) GetCommand() *CommandMetadata {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *UpdateWorkspaceMemoryRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *UpdateWorkspaceMemoryRequest) GetExpectedResourcesRevision() uint64 {
+	if x != nil {
+		return x.ExpectedResourcesRevision
+	}
+	return 0
+}
+
+func (x *UpdateWorkspaceMemoryRequest) GetMemoryBytes() uint64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+// UpdateWorkspaceMemoryResponse carries the updated Workspace.
+type UpdateWorkspaceMemoryResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Workspace     *Workspace             `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateWorkspaceMemoryResponse) Reset() {
+	*x = UpdateWorkspaceMemoryResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateWorkspaceMemoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateWorkspaceMemoryResponse) ProtoMessage() {}
+
+func (x *UpdateWorkspaceMemoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateWorkspaceMemoryResponse.ProtoReflect.Descriptor instead.
+func (*UpdateWorkspaceMemoryResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *UpdateWorkspaceMemoryResponse) GetWorkspace() *Workspace {
+	if x != nil {
+		return x.Workspace
+	}
+	return nil
+}
+
+// ResizeWorkspaceWritableLayerRequest is the input of ResizeWorkspaceWritableLayer.
+type ResizeWorkspaceWritableLayerRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Command     *CommandMetadata       `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	WorkspaceId string                 `protobuf:"bytes,2,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	// The resources_revision the caller observed. Retries preserve this value.
+	ExpectedResourcesRevision uint64 `protobuf:"varint,3,opt,name=expected_resources_revision,json=expectedResourcesRevision,proto3" json:"expected_resources_revision,omitempty"`
+	// The new capacity of the writable layer: a whole number of MiB, never below the current request or the layer's actual capacity.
+	WritableLayerBytes uint64 `protobuf:"varint,4,opt,name=writable_layer_bytes,json=writableLayerBytes,proto3" json:"writable_layer_bytes,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *ResizeWorkspaceWritableLayerRequest) Reset() {
+	*x = ResizeWorkspaceWritableLayerRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResizeWorkspaceWritableLayerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResizeWorkspaceWritableLayerRequest) ProtoMessage() {}
+
+func (x *ResizeWorkspaceWritableLayerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResizeWorkspaceWritableLayerRequest.ProtoReflect.Descriptor instead.
+func (*ResizeWorkspaceWritableLayerRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ResizeWorkspaceWritableLayerRequest) GetCommand() *CommandMetadata {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *ResizeWorkspaceWritableLayerRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *ResizeWorkspaceWritableLayerRequest) GetExpectedResourcesRevision() uint64 {
+	if x != nil {
+		return x.ExpectedResourcesRevision
+	}
+	return 0
+}
+
+func (x *ResizeWorkspaceWritableLayerRequest) GetWritableLayerBytes() uint64 {
+	if x != nil {
+		return x.WritableLayerBytes
+	}
+	return 0
+}
+
+// ResizeWorkspaceWritableLayerResponse carries the updated Workspace.
+type ResizeWorkspaceWritableLayerResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Workspace     *Workspace             `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResizeWorkspaceWritableLayerResponse) Reset() {
+	*x = ResizeWorkspaceWritableLayerResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResizeWorkspaceWritableLayerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResizeWorkspaceWritableLayerResponse) ProtoMessage() {}
+
+func (x *ResizeWorkspaceWritableLayerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResizeWorkspaceWritableLayerResponse.ProtoReflect.Descriptor instead.
+func (*ResizeWorkspaceWritableLayerResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ResizeWorkspaceWritableLayerResponse) GetWorkspace() *Workspace {
+	if x != nil {
+		return x.Workspace
+	}
+	return nil
+}
+
+// UpdateWorkspaceVolumeBindingRequest is the input of UpdateWorkspaceVolumeBinding.
+type UpdateWorkspaceVolumeBindingRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Command     *CommandMetadata       `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	WorkspaceId string                 `protobuf:"bytes,2,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	// The binding_revision the caller observed. Retries preserve this value.
+	ExpectedBindingRevision uint64 `protobuf:"varint,3,opt,name=expected_binding_revision,json=expectedBindingRevision,proto3" json:"expected_binding_revision,omitempty"`
+	// The complete replacement binding, BOUND or NONE.
+	Volume        *WorkspaceVolumeBinding `protobuf:"bytes,4,opt,name=volume,proto3" json:"volume,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateWorkspaceVolumeBindingRequest) Reset() {
+	*x = UpdateWorkspaceVolumeBindingRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateWorkspaceVolumeBindingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateWorkspaceVolumeBindingRequest) ProtoMessage() {}
+
+func (x *UpdateWorkspaceVolumeBindingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateWorkspaceVolumeBindingRequest.ProtoReflect.Descriptor instead.
+func (*UpdateWorkspaceVolumeBindingRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *UpdateWorkspaceVolumeBindingRequest) GetCommand() *CommandMetadata {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *UpdateWorkspaceVolumeBindingRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *UpdateWorkspaceVolumeBindingRequest) GetExpectedBindingRevision() uint64 {
+	if x != nil {
+		return x.ExpectedBindingRevision
+	}
+	return 0
+}
+
+func (x *UpdateWorkspaceVolumeBindingRequest) GetVolume() *WorkspaceVolumeBinding {
+	if x != nil {
+		return x.Volume
+	}
+	return nil
+}
+
+// UpdateWorkspaceVolumeBindingResponse carries the updated Workspace.
+type UpdateWorkspaceVolumeBindingResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Workspace     *Workspace             `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateWorkspaceVolumeBindingResponse) Reset() {
+	*x = UpdateWorkspaceVolumeBindingResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateWorkspaceVolumeBindingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateWorkspaceVolumeBindingResponse) ProtoMessage() {}
+
+func (x *UpdateWorkspaceVolumeBindingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateWorkspaceVolumeBindingResponse.ProtoReflect.Descriptor instead.
+func (*UpdateWorkspaceVolumeBindingResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *UpdateWorkspaceVolumeBindingResponse) GetWorkspace() *Workspace {
+	if x != nil {
+		return x.Workspace
+	}
+	return nil
+}
+
+// UpdateWorkspaceNetworkPolicyRequest is the input of UpdateWorkspaceNetworkPolicy.
+type UpdateWorkspaceNetworkPolicyRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Command     *CommandMetadata       `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	WorkspaceId string                 `protobuf:"bytes,2,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	// The network policy revision the caller observed. It is required: a mismatch is aborted and never overwrites a concurrent update. Retries preserve this value.
+	ExpectedRevision uint64 `protobuf:"varint,3,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
+	// The complete replacement. Its revision field is ignored.
+	Policy *NetworkPolicy `protobuf:"bytes,4,opt,name=policy,proto3" json:"policy,omitempty"`
+	// drain_seconds is how long connections already established on a path the new revision moves them off keep running before they are closed: 0 to 3600, absent selects 600, and 0 closes them when the new revision takes over. It is a parameter of this call and is not stored with the policy. Connections an earlier update left draining keep their own deadline. Retries preserve this value.
+	DrainSeconds  *uint32 `protobuf:"varint,5,opt,name=drain_seconds,json=drainSeconds,proto3,oneof" json:"drain_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateWorkspaceNetworkPolicyRequest) Reset() {
+	*x = UpdateWorkspaceNetworkPolicyRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateWorkspaceNetworkPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateWorkspaceNetworkPolicyRequest) ProtoMessage() {}
+
+func (x *UpdateWorkspaceNetworkPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateWorkspaceNetworkPolicyRequest.ProtoReflect.Descriptor instead.
+func (*UpdateWorkspaceNetworkPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *UpdateWorkspaceNetworkPolicyRequest) GetCommand() *CommandMetadata {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *UpdateWorkspaceNetworkPolicyRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *UpdateWorkspaceNetworkPolicyRequest) GetExpectedRevision() uint64 {
+	if x != nil {
+		return x.ExpectedRevision
+	}
+	return 0
+}
+
+func (x *UpdateWorkspaceNetworkPolicyRequest) GetPolicy() *NetworkPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+func (x *UpdateWorkspaceNetworkPolicyRequest) GetDrainSeconds() uint32 {
+	if x != nil && x.DrainSeconds != nil {
+		return *x.DrainSeconds
+	}
+	return 0
+}
+
+// UpdateWorkspaceNetworkPolicyResponse carries the updated Workspace.
+type UpdateWorkspaceNetworkPolicyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Workspace     *Workspace             `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateWorkspaceNetworkPolicyResponse) Reset() {
+	*x = UpdateWorkspaceNetworkPolicyResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateWorkspaceNetworkPolicyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateWorkspaceNetworkPolicyResponse) ProtoMessage() {}
+
+func (x *UpdateWorkspaceNetworkPolicyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateWorkspaceNetworkPolicyResponse.ProtoReflect.Descriptor instead.
+func (*UpdateWorkspaceNetworkPolicyResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *UpdateWorkspaceNetworkPolicyResponse) GetWorkspace() *Workspace {
+	if x != nil {
+		return x.Workspace
+	}
+	return nil
+}
+
+// UpdateWorkspaceExpirationRequest is the input of UpdateWorkspaceExpiration.
+type UpdateWorkspaceExpirationRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Command     *CommandMetadata       `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	WorkspaceId string                 `protobuf:"bytes,2,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	// change sets or clears the policy; one branch is required.
+	Change        *WorkspaceExpirationChange `protobuf:"bytes,3,opt,name=change,proto3" json:"change,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateWorkspaceExpirationRequest) Reset() {
+	*x = UpdateWorkspaceExpirationRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateWorkspaceExpirationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateWorkspaceExpirationRequest) ProtoMessage() {}
+
+func (x *UpdateWorkspaceExpirationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateWorkspaceExpirationRequest.ProtoReflect.Descriptor instead.
+func (*UpdateWorkspaceExpirationRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *UpdateWorkspaceExpirationRequest) GetCommand() *CommandMetadata {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *UpdateWorkspaceExpirationRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *UpdateWorkspaceExpirationRequest) GetChange() *WorkspaceExpirationChange {
+	if x != nil {
+		return x.Change
+	}
+	return nil
+}
+
+// UpdateWorkspaceExpirationResponse carries the updated Workspace.
+type UpdateWorkspaceExpirationResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Workspace     *Workspace             `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateWorkspaceExpirationResponse) Reset() {
+	*x = UpdateWorkspaceExpirationResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateWorkspaceExpirationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateWorkspaceExpirationResponse) ProtoMessage() {}
+
+func (x *UpdateWorkspaceExpirationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateWorkspaceExpirationResponse.ProtoReflect.Descriptor instead.
+func (*UpdateWorkspaceExpirationResponse) Descriptor() ([]byte, []int) {
 	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *UpdateWorkspaceExpirationResponse) GetWorkspace() *Workspace {
+	if x != nil {
+		return x.Workspace
+	}
+	return nil
+}
+
+// UpdateWorkspaceLabelsRequest is the input of UpdateWorkspaceLabels.
+type UpdateWorkspaceLabelsRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Command     *CommandMetadata       `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	WorkspaceId string                 `protobuf:"bytes,2,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	// The labels_revision the caller observed. Retries preserve this value.
+	ExpectedLabelsRevision uint64 `protobuf:"varint,3,opt,name=expected_labels_revision,json=expectedLabelsRevision,proto3" json:"expected_labels_revision,omitempty"`
+	// The complete replacement; empty clears every label.
+	Labels        map[string]string `protobuf:"bytes,4,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateWorkspaceLabelsRequest) Reset() {
+	*x = UpdateWorkspaceLabelsRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateWorkspaceLabelsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateWorkspaceLabelsRequest) ProtoMessage() {}
+
+func (x *UpdateWorkspaceLabelsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateWorkspaceLabelsRequest.ProtoReflect.Descriptor instead.
+func (*UpdateWorkspaceLabelsRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *UpdateWorkspaceLabelsRequest) GetCommand() *CommandMetadata {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *UpdateWorkspaceLabelsRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *UpdateWorkspaceLabelsRequest) GetExpectedLabelsRevision() uint64 {
+	if x != nil {
+		return x.ExpectedLabelsRevision
+	}
+	return 0
+}
+
+func (x *UpdateWorkspaceLabelsRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+// UpdateWorkspaceLabelsResponse carries the updated Workspace.
+type UpdateWorkspaceLabelsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Workspace     *Workspace             `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateWorkspaceLabelsResponse) Reset() {
+	*x = UpdateWorkspaceLabelsResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateWorkspaceLabelsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateWorkspaceLabelsResponse) ProtoMessage() {}
+
+func (x *UpdateWorkspaceLabelsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateWorkspaceLabelsResponse.ProtoReflect.Descriptor instead.
+func (*UpdateWorkspaceLabelsResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *UpdateWorkspaceLabelsResponse) GetWorkspace() *Workspace {
+	if x != nil {
+		return x.Workspace
+	}
+	return nil
+}
+
+// UpdateWorkspaceAnnotationsRequest is the input of UpdateWorkspaceAnnotations.
+type UpdateWorkspaceAnnotationsRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Command     *CommandMetadata       `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	WorkspaceId string                 `protobuf:"bytes,2,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	// The annotations_revision the caller observed. Retries preserve this value.
+	ExpectedAnnotationsRevision uint64 `protobuf:"varint,3,opt,name=expected_annotations_revision,json=expectedAnnotationsRevision,proto3" json:"expected_annotations_revision,omitempty"`
+	// The complete replacement; empty clears every annotation.
+	Annotations   map[string]string `protobuf:"bytes,4,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateWorkspaceAnnotationsRequest) Reset() {
+	*x = UpdateWorkspaceAnnotationsRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateWorkspaceAnnotationsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateWorkspaceAnnotationsRequest) ProtoMessage() {}
+
+func (x *UpdateWorkspaceAnnotationsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateWorkspaceAnnotationsRequest.ProtoReflect.Descriptor instead.
+func (*UpdateWorkspaceAnnotationsRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *UpdateWorkspaceAnnotationsRequest) GetCommand() *CommandMetadata {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *UpdateWorkspaceAnnotationsRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *UpdateWorkspaceAnnotationsRequest) GetExpectedAnnotationsRevision() uint64 {
+	if x != nil {
+		return x.ExpectedAnnotationsRevision
+	}
+	return 0
+}
+
+func (x *UpdateWorkspaceAnnotationsRequest) GetAnnotations() map[string]string {
+	if x != nil {
+		return x.Annotations
+	}
+	return nil
+}
+
+// UpdateWorkspaceAnnotationsResponse carries the updated Workspace.
+type UpdateWorkspaceAnnotationsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Workspace     *Workspace             `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateWorkspaceAnnotationsResponse) Reset() {
+	*x = UpdateWorkspaceAnnotationsResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateWorkspaceAnnotationsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateWorkspaceAnnotationsResponse) ProtoMessage() {}
+
+func (x *UpdateWorkspaceAnnotationsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateWorkspaceAnnotationsResponse.ProtoReflect.Descriptor instead.
+func (*UpdateWorkspaceAnnotationsResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *UpdateWorkspaceAnnotationsResponse) GetWorkspace() *Workspace {
+	if x != nil {
+		return x.Workspace
+	}
+	return nil
+}
+
+// CreateTemplateRequest is the input of CreateTemplate.
+type CreateTemplateRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Command *CommandMetadata       `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	// template_id is chosen by the caller: a DNS label of lower-case letters, digits and '-', 1 to 63 characters, starting with a letter.
+	TemplateId string `protobuf:"bytes,2,opt,name=template_id,json=templateId,proto3" json:"template_id,omitempty"`
+	// Persisted in the same transaction as the create command, with the rules and limits of Workspace.labels and Workspace.annotations. Both are included in idempotency.
+	Labels map[string]string `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Persisted in the same transaction as the create command, with the rules and limits of Workspace.labels and Workspace.annotations. Both are included in idempotency.
+	Annotations   map[string]string `protobuf:"bytes,4,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateTemplateRequest) Reset() {
+	*x = CreateTemplateRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateTemplateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateTemplateRequest) ProtoMessage() {}
+
+func (x *CreateTemplateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateTemplateRequest.ProtoReflect.Descriptor instead.
+func (*CreateTemplateRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *CreateTemplateRequest) GetCommand() *CommandMetadata {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *CreateTemplateRequest) GetTemplateId() string {
+	if x != nil {
+		return x.TemplateId
+	}
+	return ""
+}
+
+func (x *CreateTemplateRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *CreateTemplateRequest) GetAnnotations() map[string]string {
+	if x != nil {
+		return x.Annotations
+	}
+	return nil
+}
+
+// CreateTemplateResponse carries the created Template.
+type CreateTemplateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Template      *Template              `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateTemplateResponse) Reset() {
+	*x = CreateTemplateResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateTemplateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateTemplateResponse) ProtoMessage() {}
+
+func (x *CreateTemplateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateTemplateResponse.ProtoReflect.Descriptor instead.
+func (*CreateTemplateResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *CreateTemplateResponse) GetTemplate() *Template {
+	if x != nil {
+		return x.Template
+	}
+	return nil
+}
+
+// GetTemplateRequest is the input of GetTemplate.
+type GetTemplateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TemplateId    string                 `protobuf:"bytes,1,opt,name=template_id,json=templateId,proto3" json:"template_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTemplateRequest) Reset() {
+	*x = GetTemplateRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTemplateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTemplateRequest) ProtoMessage() {}
+
+func (x *GetTemplateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTemplateRequest.ProtoReflect.Descriptor instead.
+func (*GetTemplateRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *GetTemplateRequest) GetTemplateId() string {
+	if x != nil {
+		return x.TemplateId
+	}
+	return ""
+}
+
+// GetTemplateResponse carries the Template.
+type GetTemplateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Template      *Template              `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTemplateResponse) Reset() {
+	*x = GetTemplateResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTemplateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTemplateResponse) ProtoMessage() {}
+
+func (x *GetTemplateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTemplateResponse.ProtoReflect.Descriptor instead.
+func (*GetTemplateResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *GetTemplateResponse) GetTemplate() *Template {
+	if x != nil {
+		return x.Template
+	}
+	return nil
+}
+
+// ListTemplatesRequest is the input of ListTemplates.
+type ListTemplatesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Zero selects the server default. Values above the server maximum are rejected rather than silently changed.
+	PageSize uint32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Opaque cursor returned by the preceding page.
+	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// When non-empty, return only Templates that carry every entry as a label with exactly that value. Keys and values must satisfy the label rules. A page token is only valid with the selector it was issued for.
+	LabelSelector map[string]string `protobuf:"bytes,3,rep,name=label_selector,json=labelSelector,proto3" json:"label_selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTemplatesRequest) Reset() {
+	*x = ListTemplatesRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTemplatesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTemplatesRequest) ProtoMessage() {}
+
+func (x *ListTemplatesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTemplatesRequest.ProtoReflect.Descriptor instead.
+func (*ListTemplatesRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ListTemplatesRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListTemplatesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListTemplatesRequest) GetLabelSelector() map[string]string {
+	if x != nil {
+		return x.LabelSelector
+	}
+	return nil
+}
+
+// ListTemplatesResponse is one page of Templates.
+type ListTemplatesResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Templates []*Template            `protobuf:"bytes,1,rep,name=templates,proto3" json:"templates,omitempty"`
+	// next_page_token is empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTemplatesResponse) Reset() {
+	*x = ListTemplatesResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTemplatesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTemplatesResponse) ProtoMessage() {}
+
+func (x *ListTemplatesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTemplatesResponse.ProtoReflect.Descriptor instead.
+func (*ListTemplatesResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ListTemplatesResponse) GetTemplates() []*Template {
+	if x != nil {
+		return x.Templates
+	}
+	return nil
+}
+
+func (x *ListTemplatesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// ImportTemplateRevisionRequest is one message of the ImportTemplateRevision upload: start first, then the archive bytes as chunks.
+type ImportTemplateRevisionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Part:
+	//
+	//	*ImportTemplateRevisionRequest_Start
+	//	*ImportTemplateRevisionRequest_Chunk
+	Part          isImportTemplateRevisionRequest_Part `protobuf_oneof:"part"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportTemplateRevisionRequest) Reset() {
+	*x = ImportTemplateRevisionRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportTemplateRevisionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportTemplateRevisionRequest) ProtoMessage() {}
+
+func (x *ImportTemplateRevisionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportTemplateRevisionRequest.ProtoReflect.Descriptor instead.
+func (*ImportTemplateRevisionRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ImportTemplateRevisionRequest) GetPart() isImportTemplateRevisionRequest_Part {
+	if x != nil {
+		return x.Part
+	}
+	return nil
+}
+
+func (x *ImportTemplateRevisionRequest) GetStart() *ImportTemplateRevisionStart {
+	if x != nil {
+		if x, ok := x.Part.(*ImportTemplateRevisionRequest_Start); ok {
+			return x.Start
+		}
+	}
+	return nil
+}
+
+func (x *ImportTemplateRevisionRequest) GetChunk() []byte {
+	if x != nil {
+		if x, ok := x.Part.(*ImportTemplateRevisionRequest_Chunk); ok {
+			return x.Chunk
+		}
+	}
+	return nil
+}
+
+type isImportTemplateRevisionRequest_Part interface {
+	isImportTemplateRevisionRequest_Part()
+}
+
+type ImportTemplateRevisionRequest_Start struct {
+	// start opens the upload and is the whole input of the command: a retry with the same command_id must send the same start and the same bytes.
+	Start *ImportTemplateRevisionStart `protobuf:"bytes,1,opt,name=start,proto3,oneof"`
+}
+
+type ImportTemplateRevisionRequest_Chunk struct {
+	// chunk is the next slice of the archive, in order. Chunk boundaries carry no meaning.
+	Chunk []byte `protobuf:"bytes,2,opt,name=chunk,proto3,oneof"`
+}
+
+func (*ImportTemplateRevisionRequest_Start) isImportTemplateRevisionRequest_Part() {}
+
+func (*ImportTemplateRevisionRequest_Chunk) isImportTemplateRevisionRequest_Part() {}
+
+// ImportTemplateRevisionStart says what an ImportTemplateRevision upload imports and where to.
+type ImportTemplateRevisionStart struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Command *CommandMetadata       `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	// template_id names an existing Template.
+	TemplateId string `protobuf:"bytes,2,opt,name=template_id,json=templateId,proto3" json:"template_id,omitempty"`
+	// source is where the image comes from; exactly one branch is required.
+	//
+	// Types that are valid to be assigned to Source:
+	//
+	//	*ImportTemplateRevisionStart_Archive
+	//	*ImportTemplateRevisionStart_RegistryReference
+	Source isImportTemplateRevisionStart_Source `protobuf_oneof:"source"`
+	// set_default makes the imported revision the Template's default. The first revision of a Template becomes its default regardless.
+	SetDefault    bool `protobuf:"varint,5,opt,name=set_default,json=setDefault,proto3" json:"set_default,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportTemplateRevisionStart) Reset() {
+	*x = ImportTemplateRevisionStart{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportTemplateRevisionStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportTemplateRevisionStart) ProtoMessage() {}
+
+func (x *ImportTemplateRevisionStart) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportTemplateRevisionStart.ProtoReflect.Descriptor instead.
+func (*ImportTemplateRevisionStart) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ImportTemplateRevisionStart) GetCommand() *CommandMetadata {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *ImportTemplateRevisionStart) GetTemplateId() string {
+	if x != nil {
+		return x.TemplateId
+	}
+	return ""
+}
+
+func (x *ImportTemplateRevisionStart) GetSource() isImportTemplateRevisionStart_Source {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+func (x *ImportTemplateRevisionStart) GetArchive() ImageArchiveFormat {
+	if x != nil {
+		if x, ok := x.Source.(*ImportTemplateRevisionStart_Archive); ok {
+			return x.Archive
+		}
+	}
+	return ImageArchiveFormat_IMAGE_ARCHIVE_FORMAT_UNSPECIFIED
+}
+
+func (x *ImportTemplateRevisionStart) GetRegistryReference() string {
+	if x != nil {
+		if x, ok := x.Source.(*ImportTemplateRevisionStart_RegistryReference); ok {
+			return x.RegistryReference
+		}
+	}
+	return ""
+}
+
+func (x *ImportTemplateRevisionStart) GetSetDefault() bool {
+	if x != nil {
+		return x.SetDefault
+	}
+	return false
+}
+
+type isImportTemplateRevisionStart_Source interface {
+	isImportTemplateRevisionStart_Source()
+}
+
+type ImportTemplateRevisionStart_Archive struct {
+	// archive is the format of the image archive that follows as chunks; UNSPECIFIED is invalid_argument.
+	Archive ImageArchiveFormat `protobuf:"varint,3,opt,name=archive,proto3,enum=kibotos.ctrl.v1.ImageArchiveFormat,oneof"`
+}
+
+type ImportTemplateRevisionStart_RegistryReference struct {
+	// registry_reference is an image reference the server pulls, such as docker.io/library/debian:12 or one pinned by @sha256:<hex>.
+	RegistryReference string `protobuf:"bytes,4,opt,name=registry_reference,json=registryReference,proto3,oneof"`
+}
+
+func (*ImportTemplateRevisionStart_Archive) isImportTemplateRevisionStart_Source() {}
+
+func (*ImportTemplateRevisionStart_RegistryReference) isImportTemplateRevisionStart_Source() {}
+
+// ImportTemplateRevisionResponse carries the Template and the revision the upload produced.
+type ImportTemplateRevisionResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Template *Template              `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
+	// revision is the imported revision, or the existing one when the Template already had this image.
+	Revision      *TemplateRevision `protobuf:"bytes,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportTemplateRevisionResponse) Reset() {
+	*x = ImportTemplateRevisionResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportTemplateRevisionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportTemplateRevisionResponse) ProtoMessage() {}
+
+func (x *ImportTemplateRevisionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportTemplateRevisionResponse.ProtoReflect.Descriptor instead.
+func (*ImportTemplateRevisionResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ImportTemplateRevisionResponse) GetTemplate() *Template {
+	if x != nil {
+		return x.Template
+	}
+	return nil
+}
+
+func (x *ImportTemplateRevisionResponse) GetRevision() *TemplateRevision {
+	if x != nil {
+		return x.Revision
+	}
+	return nil
+}
+
+// SetTemplateDefaultRequest is the input of SetTemplateDefault.
+type SetTemplateDefaultRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Command    *CommandMetadata       `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	TemplateId string                 `protobuf:"bytes,2,opt,name=template_id,json=templateId,proto3" json:"template_id,omitempty"`
+	// The Template.revision the caller observed. It is required: a mismatch is aborted and never overwrites a concurrent update. Retries preserve this value.
+	ExpectedRevision uint64 `protobuf:"varint,3,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
+	// default_revision names one revision of the Template.
+	DefaultRevision string `protobuf:"bytes,4,opt,name=default_revision,json=defaultRevision,proto3" json:"default_revision,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *SetTemplateDefaultRequest) Reset() {
+	*x = SetTemplateDefaultRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTemplateDefaultRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTemplateDefaultRequest) ProtoMessage() {}
+
+func (x *SetTemplateDefaultRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTemplateDefaultRequest.ProtoReflect.Descriptor instead.
+func (*SetTemplateDefaultRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *SetTemplateDefaultRequest) GetCommand() *CommandMetadata {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *SetTemplateDefaultRequest) GetTemplateId() string {
+	if x != nil {
+		return x.TemplateId
+	}
+	return ""
+}
+
+func (x *SetTemplateDefaultRequest) GetExpectedRevision() uint64 {
+	if x != nil {
+		return x.ExpectedRevision
+	}
+	return 0
+}
+
+func (x *SetTemplateDefaultRequest) GetDefaultRevision() string {
+	if x != nil {
+		return x.DefaultRevision
+	}
+	return ""
+}
+
+// SetTemplateDefaultResponse carries the updated Template.
+type SetTemplateDefaultResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Template      *Template              `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTemplateDefaultResponse) Reset() {
+	*x = SetTemplateDefaultResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTemplateDefaultResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTemplateDefaultResponse) ProtoMessage() {}
+
+func (x *SetTemplateDefaultResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTemplateDefaultResponse.ProtoReflect.Descriptor instead.
+func (*SetTemplateDefaultResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *SetTemplateDefaultResponse) GetTemplate() *Template {
+	if x != nil {
+		return x.Template
+	}
+	return nil
+}
+
+// DeleteTemplateRequest is the input of DeleteTemplate.
+type DeleteTemplateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Command       *CommandMetadata       `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	TemplateId    string                 `protobuf:"bytes,2,opt,name=template_id,json=templateId,proto3" json:"template_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteTemplateRequest) Reset() {
+	*x = DeleteTemplateRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteTemplateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteTemplateRequest) ProtoMessage() {}
+
+func (x *DeleteTemplateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteTemplateRequest.ProtoReflect.Descriptor instead.
+func (*DeleteTemplateRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *DeleteTemplateRequest) GetCommand() *CommandMetadata {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *DeleteTemplateRequest) GetTemplateId() string {
+	if x != nil {
+		return x.TemplateId
+	}
+	return ""
+}
+
+// DeleteTemplateResponse is empty: a deleted Template is not_found to every read.
+type DeleteTemplateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteTemplateResponse) Reset() {
+	*x = DeleteTemplateResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteTemplateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteTemplateResponse) ProtoMessage() {}
+
+func (x *DeleteTemplateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteTemplateResponse.ProtoReflect.Descriptor instead.
+func (*DeleteTemplateResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{40}
+}
+
+// UpdateTemplateLabelsRequest is the input of UpdateTemplateLabels.
+type UpdateTemplateLabelsRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Command    *CommandMetadata       `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	TemplateId string                 `protobuf:"bytes,2,opt,name=template_id,json=templateId,proto3" json:"template_id,omitempty"`
+	// The labels_revision the caller observed. Retries preserve this value.
+	ExpectedLabelsRevision uint64 `protobuf:"varint,3,opt,name=expected_labels_revision,json=expectedLabelsRevision,proto3" json:"expected_labels_revision,omitempty"`
+	// The complete replacement; empty clears every label.
+	Labels        map[string]string `protobuf:"bytes,4,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateTemplateLabelsRequest) Reset() {
+	*x = UpdateTemplateLabelsRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTemplateLabelsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTemplateLabelsRequest) ProtoMessage() {}
+
+func (x *UpdateTemplateLabelsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTemplateLabelsRequest.ProtoReflect.Descriptor instead.
+func (*UpdateTemplateLabelsRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *UpdateTemplateLabelsRequest) GetCommand() *CommandMetadata {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *UpdateTemplateLabelsRequest) GetTemplateId() string {
+	if x != nil {
+		return x.TemplateId
+	}
+	return ""
+}
+
+func (x *UpdateTemplateLabelsRequest) GetExpectedLabelsRevision() uint64 {
+	if x != nil {
+		return x.ExpectedLabelsRevision
+	}
+	return 0
+}
+
+func (x *UpdateTemplateLabelsRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+// UpdateTemplateLabelsResponse carries the updated Template.
+type UpdateTemplateLabelsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Template      *Template              `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateTemplateLabelsResponse) Reset() {
+	*x = UpdateTemplateLabelsResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTemplateLabelsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTemplateLabelsResponse) ProtoMessage() {}
+
+func (x *UpdateTemplateLabelsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTemplateLabelsResponse.ProtoReflect.Descriptor instead.
+func (*UpdateTemplateLabelsResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *UpdateTemplateLabelsResponse) GetTemplate() *Template {
+	if x != nil {
+		return x.Template
+	}
+	return nil
+}
+
+// UpdateTemplateAnnotationsRequest is the input of UpdateTemplateAnnotations.
+type UpdateTemplateAnnotationsRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Command    *CommandMetadata       `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	TemplateId string                 `protobuf:"bytes,2,opt,name=template_id,json=templateId,proto3" json:"template_id,omitempty"`
+	// The annotations_revision the caller observed. Retries preserve this value.
+	ExpectedAnnotationsRevision uint64 `protobuf:"varint,3,opt,name=expected_annotations_revision,json=expectedAnnotationsRevision,proto3" json:"expected_annotations_revision,omitempty"`
+	// The complete replacement; empty clears every annotation.
+	Annotations   map[string]string `protobuf:"bytes,4,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateTemplateAnnotationsRequest) Reset() {
+	*x = UpdateTemplateAnnotationsRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTemplateAnnotationsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTemplateAnnotationsRequest) ProtoMessage() {}
+
+func (x *UpdateTemplateAnnotationsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTemplateAnnotationsRequest.ProtoReflect.Descriptor instead.
+func (*UpdateTemplateAnnotationsRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *UpdateTemplateAnnotationsRequest) GetCommand() *CommandMetadata {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *UpdateTemplateAnnotationsRequest) GetTemplateId() string {
+	if x != nil {
+		return x.TemplateId
+	}
+	return ""
+}
+
+func (x *UpdateTemplateAnnotationsRequest) GetExpectedAnnotationsRevision() uint64 {
+	if x != nil {
+		return x.ExpectedAnnotationsRevision
+	}
+	return 0
+}
+
+func (x *UpdateTemplateAnnotationsRequest) GetAnnotations() map[string]string {
+	if x != nil {
+		return x.Annotations
+	}
+	return nil
+}
+
+// UpdateTemplateAnnotationsResponse carries the updated Template.
+type UpdateTemplateAnnotationsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Template      *Template              `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateTemplateAnnotationsResponse) Reset() {
+	*x = UpdateTemplateAnnotationsResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTemplateAnnotationsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTemplateAnnotationsResponse) ProtoMessage() {}
+
+func (x *UpdateTemplateAnnotationsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTemplateAnnotationsResponse.ProtoReflect.Descriptor instead.
+func (*UpdateTemplateAnnotationsResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *UpdateTemplateAnnotationsResponse) GetTemplate() *Template {
+	if x != nil {
+		return x.Template
+	}
+	return nil
+}
+
+// Template is a named set of immutable revisions and a pointer to the default one, as stored.
+type Template struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	TemplateId string                 `protobuf:"bytes,1,opt,name=template_id,json=templateId,proto3" json:"template_id,omitempty"`
+	// default_revision is the revision a TemplateSelector with an empty revision resolves to. Empty until the first revision is imported.
+	DefaultRevision string `protobuf:"bytes,2,opt,name=default_revision,json=defaultRevision,proto3" json:"default_revision,omitempty"`
+	// revisions are every revision of the Template, oldest first. A revision never changes once it is listed here.
+	Revisions []*TemplateRevision `protobuf:"bytes,3,rep,name=revisions,proto3" json:"revisions,omitempty"`
+	// revision is the CAS token of the default pointer, the one SetTemplateDefault expects: it is 1 at creation and increases by one each time default_revision changes. Importing a revision that does not become the default leaves it unchanged.
+	Revision  uint64                 `protobuf:"varint,4,opt,name=revision,proto3" json:"revision,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// labels and annotations have the same meaning, rules, and limits as on Workspace.
+	Labels      map[string]string `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Annotations map[string]string `protobuf:"bytes,8,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// labels_revision is the CAS token UpdateTemplateLabels expects.
+	LabelsRevision uint64 `protobuf:"varint,9,opt,name=labels_revision,json=labelsRevision,proto3" json:"labels_revision,omitempty"`
+	// annotations_revision is the CAS token UpdateTemplateAnnotations expects.
+	AnnotationsRevision uint64 `protobuf:"varint,10,opt,name=annotations_revision,json=annotationsRevision,proto3" json:"annotations_revision,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *Template) Reset() {
+	*x = Template{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Template) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Template) ProtoMessage() {}
+
+func (x *Template) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Template.ProtoReflect.Descriptor instead.
+func (*Template) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *Template) GetTemplateId() string {
+	if x != nil {
+		return x.TemplateId
+	}
+	return ""
+}
+
+func (x *Template) GetDefaultRevision() string {
+	if x != nil {
+		return x.DefaultRevision
+	}
+	return ""
+}
+
+func (x *Template) GetRevisions() []*TemplateRevision {
+	if x != nil {
+		return x.Revisions
+	}
+	return nil
+}
+
+func (x *Template) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *Template) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Template) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+func (x *Template) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *Template) GetAnnotations() map[string]string {
+	if x != nil {
+		return x.Annotations
+	}
+	return nil
+}
+
+func (x *Template) GetLabelsRevision() uint64 {
+	if x != nil {
+		return x.LabelsRevision
+	}
+	return 0
+}
+
+func (x *Template) GetAnnotationsRevision() uint64 {
+	if x != nil {
+		return x.AnnotationsRevision
+	}
+	return 0
+}
+
+// TemplateRevision is one immutable OCI image of a Template.
+type TemplateRevision struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// revision is derived from the image and never changes: "sha256-" followed by the first 16 hex digits of the image manifest digest. The same image imported into two Templates has the same revision in both.
+	Revision string `protobuf:"bytes,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	// image_digest is sha256:<hex> of the image manifest.
+	ImageDigest string `protobuf:"bytes,2,opt,name=image_digest,json=imageDigest,proto3" json:"image_digest,omitempty"`
+	// size_bytes is the total of the image's compressed layer blobs: what a host fetches to run it.
+	SizeBytes uint64 `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// unpacked_bytes is the total size of the image's layers once unpacked.
+	UnpackedBytes uint64 `protobuf:"varint,4,opt,name=unpacked_bytes,json=unpackedBytes,proto3" json:"unpacked_bytes,omitempty"`
+	// created_at is when this revision was imported.
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// source is what the revision was imported from, for people to read: "archive", "oci-layout", "registry:<reference>" or "builtin".
+	Source        string `protobuf:"bytes,6,opt,name=source,proto3" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TemplateRevision) Reset() {
+	*x = TemplateRevision{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TemplateRevision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TemplateRevision) ProtoMessage() {}
+
+func (x *TemplateRevision) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TemplateRevision.ProtoReflect.Descriptor instead.
+func (*TemplateRevision) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *TemplateRevision) GetRevision() string {
+	if x != nil {
+		return x.Revision
+	}
+	return ""
+}
+
+func (x *TemplateRevision) GetImageDigest() string {
+	if x != nil {
+		return x.ImageDigest
+	}
+	return ""
+}
+
+func (x *TemplateRevision) GetSizeBytes() uint64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *TemplateRevision) GetUnpackedBytes() uint64 {
+	if x != nil {
+		return x.UnpackedBytes
+	}
+	return 0
+}
+
+func (x *TemplateRevision) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *TemplateRevision) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
 }
 
 // CreateEgressRequest is the input of CreateEgress.
@@ -1551,7 +4363,7 @@ type CreateEgressRequest struct {
 
 func (x *CreateEgressRequest) Reset() {
 	*x = CreateEgressRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[0]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1563,7 +4375,7 @@ func (x *CreateEgressRequest) String() string {
 func (*CreateEgressRequest) ProtoMessage() {}
 
 func (x *CreateEgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[0]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1576,7 +4388,7 @@ func (x *CreateEgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEgressRequest.ProtoReflect.Descriptor instead.
 func (*CreateEgressRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{0}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CreateEgressRequest) GetCommand() *CommandMetadata {
@@ -1617,7 +4429,7 @@ type CreateEgressResponse struct {
 
 func (x *CreateEgressResponse) Reset() {
 	*x = CreateEgressResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[1]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1629,7 +4441,7 @@ func (x *CreateEgressResponse) String() string {
 func (*CreateEgressResponse) ProtoMessage() {}
 
 func (x *CreateEgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[1]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1642,7 +4454,7 @@ func (x *CreateEgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEgressResponse.ProtoReflect.Descriptor instead.
 func (*CreateEgressResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{1}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CreateEgressResponse) GetEgress() *Egress {
@@ -1662,7 +4474,7 @@ type GetEgressRequest struct {
 
 func (x *GetEgressRequest) Reset() {
 	*x = GetEgressRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[2]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1674,7 +4486,7 @@ func (x *GetEgressRequest) String() string {
 func (*GetEgressRequest) ProtoMessage() {}
 
 func (x *GetEgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[2]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1687,7 +4499,7 @@ func (x *GetEgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEgressRequest.ProtoReflect.Descriptor instead.
 func (*GetEgressRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{2}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GetEgressRequest) GetEgressId() string {
@@ -1707,7 +4519,7 @@ type GetEgressResponse struct {
 
 func (x *GetEgressResponse) Reset() {
 	*x = GetEgressResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[3]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1719,7 +4531,7 @@ func (x *GetEgressResponse) String() string {
 func (*GetEgressResponse) ProtoMessage() {}
 
 func (x *GetEgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[3]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1732,7 +4544,7 @@ func (x *GetEgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEgressResponse.ProtoReflect.Descriptor instead.
 func (*GetEgressResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{3}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GetEgressResponse) GetEgress() *Egress {
@@ -1757,7 +4569,7 @@ type ListEgressesRequest struct {
 
 func (x *ListEgressesRequest) Reset() {
 	*x = ListEgressesRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[4]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1769,7 +4581,7 @@ func (x *ListEgressesRequest) String() string {
 func (*ListEgressesRequest) ProtoMessage() {}
 
 func (x *ListEgressesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[4]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1782,7 +4594,7 @@ func (x *ListEgressesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEgressesRequest.ProtoReflect.Descriptor instead.
 func (*ListEgressesRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{4}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListEgressesRequest) GetPageSize() uint32 {
@@ -1818,7 +4630,7 @@ type ListEgressesResponse struct {
 
 func (x *ListEgressesResponse) Reset() {
 	*x = ListEgressesResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[5]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1830,7 +4642,7 @@ func (x *ListEgressesResponse) String() string {
 func (*ListEgressesResponse) ProtoMessage() {}
 
 func (x *ListEgressesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[5]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1843,7 +4655,7 @@ func (x *ListEgressesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEgressesResponse.ProtoReflect.Descriptor instead.
 func (*ListEgressesResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{5}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListEgressesResponse) GetEgresses() []*Egress {
@@ -1877,7 +4689,7 @@ type UpdateEgressRequest struct {
 
 func (x *UpdateEgressRequest) Reset() {
 	*x = UpdateEgressRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[6]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1889,7 +4701,7 @@ func (x *UpdateEgressRequest) String() string {
 func (*UpdateEgressRequest) ProtoMessage() {}
 
 func (x *UpdateEgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[6]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1902,7 +4714,7 @@ func (x *UpdateEgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEgressRequest.ProtoReflect.Descriptor instead.
 func (*UpdateEgressRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{6}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *UpdateEgressRequest) GetCommand() *CommandMetadata {
@@ -1950,7 +4762,7 @@ type UpdateEgressResponse struct {
 
 func (x *UpdateEgressResponse) Reset() {
 	*x = UpdateEgressResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[7]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1962,7 +4774,7 @@ func (x *UpdateEgressResponse) String() string {
 func (*UpdateEgressResponse) ProtoMessage() {}
 
 func (x *UpdateEgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[7]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1975,7 +4787,7 @@ func (x *UpdateEgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEgressResponse.ProtoReflect.Descriptor instead.
 func (*UpdateEgressResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{7}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *UpdateEgressResponse) GetEgress() *Egress {
@@ -1996,7 +4808,7 @@ type DeleteEgressRequest struct {
 
 func (x *DeleteEgressRequest) Reset() {
 	*x = DeleteEgressRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[8]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +4820,7 @@ func (x *DeleteEgressRequest) String() string {
 func (*DeleteEgressRequest) ProtoMessage() {}
 
 func (x *DeleteEgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[8]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +4833,7 @@ func (x *DeleteEgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEgressRequest.ProtoReflect.Descriptor instead.
 func (*DeleteEgressRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{8}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *DeleteEgressRequest) GetCommand() *CommandMetadata {
@@ -2047,7 +4859,7 @@ type DeleteEgressResponse struct {
 
 func (x *DeleteEgressResponse) Reset() {
 	*x = DeleteEgressResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[9]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2059,7 +4871,7 @@ func (x *DeleteEgressResponse) String() string {
 func (*DeleteEgressResponse) ProtoMessage() {}
 
 func (x *DeleteEgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[9]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2072,7 +4884,7 @@ func (x *DeleteEgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEgressResponse.ProtoReflect.Descriptor instead.
 func (*DeleteEgressResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{9}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{56}
 }
 
 // UpdateEgressLabelsRequest is the input of UpdateEgressLabels.
@@ -2090,7 +4902,7 @@ type UpdateEgressLabelsRequest struct {
 
 func (x *UpdateEgressLabelsRequest) Reset() {
 	*x = UpdateEgressLabelsRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[10]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2102,7 +4914,7 @@ func (x *UpdateEgressLabelsRequest) String() string {
 func (*UpdateEgressLabelsRequest) ProtoMessage() {}
 
 func (x *UpdateEgressLabelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[10]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2115,7 +4927,7 @@ func (x *UpdateEgressLabelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEgressLabelsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateEgressLabelsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{10}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *UpdateEgressLabelsRequest) GetCommand() *CommandMetadata {
@@ -2156,7 +4968,7 @@ type UpdateEgressLabelsResponse struct {
 
 func (x *UpdateEgressLabelsResponse) Reset() {
 	*x = UpdateEgressLabelsResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[11]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2168,7 +4980,7 @@ func (x *UpdateEgressLabelsResponse) String() string {
 func (*UpdateEgressLabelsResponse) ProtoMessage() {}
 
 func (x *UpdateEgressLabelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[11]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2181,7 +4993,7 @@ func (x *UpdateEgressLabelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEgressLabelsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateEgressLabelsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{11}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *UpdateEgressLabelsResponse) GetEgress() *Egress {
@@ -2206,7 +5018,7 @@ type UpdateEgressAnnotationsRequest struct {
 
 func (x *UpdateEgressAnnotationsRequest) Reset() {
 	*x = UpdateEgressAnnotationsRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[12]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2218,7 +5030,7 @@ func (x *UpdateEgressAnnotationsRequest) String() string {
 func (*UpdateEgressAnnotationsRequest) ProtoMessage() {}
 
 func (x *UpdateEgressAnnotationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[12]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2231,7 +5043,7 @@ func (x *UpdateEgressAnnotationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEgressAnnotationsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateEgressAnnotationsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{12}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *UpdateEgressAnnotationsRequest) GetCommand() *CommandMetadata {
@@ -2272,7 +5084,7 @@ type UpdateEgressAnnotationsResponse struct {
 
 func (x *UpdateEgressAnnotationsResponse) Reset() {
 	*x = UpdateEgressAnnotationsResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[13]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2284,7 +5096,7 @@ func (x *UpdateEgressAnnotationsResponse) String() string {
 func (*UpdateEgressAnnotationsResponse) ProtoMessage() {}
 
 func (x *UpdateEgressAnnotationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[13]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2297,7 +5109,7 @@ func (x *UpdateEgressAnnotationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEgressAnnotationsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateEgressAnnotationsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{13}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *UpdateEgressAnnotationsResponse) GetEgress() *Egress {
@@ -2322,7 +5134,7 @@ type EgressSpec struct {
 
 func (x *EgressSpec) Reset() {
 	*x = EgressSpec{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[14]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2334,7 +5146,7 @@ func (x *EgressSpec) String() string {
 func (*EgressSpec) ProtoMessage() {}
 
 func (x *EgressSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[14]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2347,7 +5159,7 @@ func (x *EgressSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressSpec.ProtoReflect.Descriptor instead.
 func (*EgressSpec) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{14}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *EgressSpec) GetProtocol() isEgressSpec_Protocol {
@@ -2400,7 +5212,7 @@ type Socks5Egress struct {
 
 func (x *Socks5Egress) Reset() {
 	*x = Socks5Egress{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[15]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2412,7 +5224,7 @@ func (x *Socks5Egress) String() string {
 func (*Socks5Egress) ProtoMessage() {}
 
 func (x *Socks5Egress) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[15]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2425,7 +5237,7 @@ func (x *Socks5Egress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Socks5Egress.ProtoReflect.Descriptor instead.
 func (*Socks5Egress) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{15}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *Socks5Egress) GetAddress() string {
@@ -2469,7 +5281,7 @@ type EgressTls struct {
 
 func (x *EgressTls) Reset() {
 	*x = EgressTls{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[16]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2481,7 +5293,7 @@ func (x *EgressTls) String() string {
 func (*EgressTls) ProtoMessage() {}
 
 func (x *EgressTls) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[16]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2494,7 +5306,7 @@ func (x *EgressTls) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressTls.ProtoReflect.Descriptor instead.
 func (*EgressTls) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{16}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *EgressTls) GetServerName() string {
@@ -2533,7 +5345,7 @@ type Egress struct {
 
 func (x *Egress) Reset() {
 	*x = Egress{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[17]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2545,7 +5357,7 @@ func (x *Egress) String() string {
 func (*Egress) ProtoMessage() {}
 
 func (x *Egress) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[17]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2558,7 +5370,7 @@ func (x *Egress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Egress.ProtoReflect.Descriptor instead.
 func (*Egress) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{17}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *Egress) GetEgressId() string {
@@ -2639,7 +5451,7 @@ type CreateResolverRequest struct {
 
 func (x *CreateResolverRequest) Reset() {
 	*x = CreateResolverRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[18]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2651,7 +5463,7 @@ func (x *CreateResolverRequest) String() string {
 func (*CreateResolverRequest) ProtoMessage() {}
 
 func (x *CreateResolverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[18]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2664,7 +5476,7 @@ func (x *CreateResolverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResolverRequest.ProtoReflect.Descriptor instead.
 func (*CreateResolverRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{18}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *CreateResolverRequest) GetCommand() *CommandMetadata {
@@ -2705,7 +5517,7 @@ type CreateResolverResponse struct {
 
 func (x *CreateResolverResponse) Reset() {
 	*x = CreateResolverResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[19]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2717,7 +5529,7 @@ func (x *CreateResolverResponse) String() string {
 func (*CreateResolverResponse) ProtoMessage() {}
 
 func (x *CreateResolverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[19]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2730,7 +5542,7 @@ func (x *CreateResolverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResolverResponse.ProtoReflect.Descriptor instead.
 func (*CreateResolverResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{19}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *CreateResolverResponse) GetResolver() *Resolver {
@@ -2750,7 +5562,7 @@ type GetResolverRequest struct {
 
 func (x *GetResolverRequest) Reset() {
 	*x = GetResolverRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[20]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2762,7 +5574,7 @@ func (x *GetResolverRequest) String() string {
 func (*GetResolverRequest) ProtoMessage() {}
 
 func (x *GetResolverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[20]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2775,7 +5587,7 @@ func (x *GetResolverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResolverRequest.ProtoReflect.Descriptor instead.
 func (*GetResolverRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{20}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *GetResolverRequest) GetResolverId() string {
@@ -2795,7 +5607,7 @@ type GetResolverResponse struct {
 
 func (x *GetResolverResponse) Reset() {
 	*x = GetResolverResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[21]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2807,7 +5619,7 @@ func (x *GetResolverResponse) String() string {
 func (*GetResolverResponse) ProtoMessage() {}
 
 func (x *GetResolverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[21]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2820,7 +5632,7 @@ func (x *GetResolverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResolverResponse.ProtoReflect.Descriptor instead.
 func (*GetResolverResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{21}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *GetResolverResponse) GetResolver() *Resolver {
@@ -2845,7 +5657,7 @@ type ListResolversRequest struct {
 
 func (x *ListResolversRequest) Reset() {
 	*x = ListResolversRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[22]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2857,7 +5669,7 @@ func (x *ListResolversRequest) String() string {
 func (*ListResolversRequest) ProtoMessage() {}
 
 func (x *ListResolversRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[22]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2870,7 +5682,7 @@ func (x *ListResolversRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResolversRequest.ProtoReflect.Descriptor instead.
 func (*ListResolversRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{22}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ListResolversRequest) GetPageSize() uint32 {
@@ -2906,7 +5718,7 @@ type ListResolversResponse struct {
 
 func (x *ListResolversResponse) Reset() {
 	*x = ListResolversResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[23]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2918,7 +5730,7 @@ func (x *ListResolversResponse) String() string {
 func (*ListResolversResponse) ProtoMessage() {}
 
 func (x *ListResolversResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[23]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2931,7 +5743,7 @@ func (x *ListResolversResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResolversResponse.ProtoReflect.Descriptor instead.
 func (*ListResolversResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{23}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ListResolversResponse) GetResolvers() []*Resolver {
@@ -2965,7 +5777,7 @@ type UpdateResolverRequest struct {
 
 func (x *UpdateResolverRequest) Reset() {
 	*x = UpdateResolverRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[24]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2977,7 +5789,7 @@ func (x *UpdateResolverRequest) String() string {
 func (*UpdateResolverRequest) ProtoMessage() {}
 
 func (x *UpdateResolverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[24]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2990,7 +5802,7 @@ func (x *UpdateResolverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateResolverRequest.ProtoReflect.Descriptor instead.
 func (*UpdateResolverRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{24}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *UpdateResolverRequest) GetCommand() *CommandMetadata {
@@ -3038,7 +5850,7 @@ type UpdateResolverResponse struct {
 
 func (x *UpdateResolverResponse) Reset() {
 	*x = UpdateResolverResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[25]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3050,7 +5862,7 @@ func (x *UpdateResolverResponse) String() string {
 func (*UpdateResolverResponse) ProtoMessage() {}
 
 func (x *UpdateResolverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[25]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3063,7 +5875,7 @@ func (x *UpdateResolverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateResolverResponse.ProtoReflect.Descriptor instead.
 func (*UpdateResolverResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{25}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *UpdateResolverResponse) GetResolver() *Resolver {
@@ -3084,7 +5896,7 @@ type DeleteResolverRequest struct {
 
 func (x *DeleteResolverRequest) Reset() {
 	*x = DeleteResolverRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[26]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3096,7 +5908,7 @@ func (x *DeleteResolverRequest) String() string {
 func (*DeleteResolverRequest) ProtoMessage() {}
 
 func (x *DeleteResolverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[26]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3109,7 +5921,7 @@ func (x *DeleteResolverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResolverRequest.ProtoReflect.Descriptor instead.
 func (*DeleteResolverRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{26}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *DeleteResolverRequest) GetCommand() *CommandMetadata {
@@ -3135,7 +5947,7 @@ type DeleteResolverResponse struct {
 
 func (x *DeleteResolverResponse) Reset() {
 	*x = DeleteResolverResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[27]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3147,7 +5959,7 @@ func (x *DeleteResolverResponse) String() string {
 func (*DeleteResolverResponse) ProtoMessage() {}
 
 func (x *DeleteResolverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[27]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3160,7 +5972,7 @@ func (x *DeleteResolverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResolverResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResolverResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{27}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{74}
 }
 
 // UpdateResolverLabelsRequest is the input of UpdateResolverLabels.
@@ -3178,7 +5990,7 @@ type UpdateResolverLabelsRequest struct {
 
 func (x *UpdateResolverLabelsRequest) Reset() {
 	*x = UpdateResolverLabelsRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[28]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3190,7 +6002,7 @@ func (x *UpdateResolverLabelsRequest) String() string {
 func (*UpdateResolverLabelsRequest) ProtoMessage() {}
 
 func (x *UpdateResolverLabelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[28]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3203,7 +6015,7 @@ func (x *UpdateResolverLabelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateResolverLabelsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateResolverLabelsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{28}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *UpdateResolverLabelsRequest) GetCommand() *CommandMetadata {
@@ -3244,7 +6056,7 @@ type UpdateResolverLabelsResponse struct {
 
 func (x *UpdateResolverLabelsResponse) Reset() {
 	*x = UpdateResolverLabelsResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[29]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3256,7 +6068,7 @@ func (x *UpdateResolverLabelsResponse) String() string {
 func (*UpdateResolverLabelsResponse) ProtoMessage() {}
 
 func (x *UpdateResolverLabelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[29]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3269,7 +6081,7 @@ func (x *UpdateResolverLabelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateResolverLabelsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateResolverLabelsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{29}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *UpdateResolverLabelsResponse) GetResolver() *Resolver {
@@ -3294,7 +6106,7 @@ type UpdateResolverAnnotationsRequest struct {
 
 func (x *UpdateResolverAnnotationsRequest) Reset() {
 	*x = UpdateResolverAnnotationsRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[30]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3306,7 +6118,7 @@ func (x *UpdateResolverAnnotationsRequest) String() string {
 func (*UpdateResolverAnnotationsRequest) ProtoMessage() {}
 
 func (x *UpdateResolverAnnotationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[30]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3319,7 +6131,7 @@ func (x *UpdateResolverAnnotationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateResolverAnnotationsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateResolverAnnotationsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{30}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *UpdateResolverAnnotationsRequest) GetCommand() *CommandMetadata {
@@ -3360,7 +6172,7 @@ type UpdateResolverAnnotationsResponse struct {
 
 func (x *UpdateResolverAnnotationsResponse) Reset() {
 	*x = UpdateResolverAnnotationsResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[31]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3372,7 +6184,7 @@ func (x *UpdateResolverAnnotationsResponse) String() string {
 func (*UpdateResolverAnnotationsResponse) ProtoMessage() {}
 
 func (x *UpdateResolverAnnotationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[31]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3385,7 +6197,7 @@ func (x *UpdateResolverAnnotationsResponse) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use UpdateResolverAnnotationsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateResolverAnnotationsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{31}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *UpdateResolverAnnotationsResponse) GetResolver() *Resolver {
@@ -3411,7 +6223,7 @@ type ResolverSpec struct {
 
 func (x *ResolverSpec) Reset() {
 	*x = ResolverSpec{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[32]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3423,7 +6235,7 @@ func (x *ResolverSpec) String() string {
 func (*ResolverSpec) ProtoMessage() {}
 
 func (x *ResolverSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[32]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3436,7 +6248,7 @@ func (x *ResolverSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolverSpec.ProtoReflect.Descriptor instead.
 func (*ResolverSpec) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{32}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ResolverSpec) GetProtocol() isResolverSpec_Protocol {
@@ -3525,7 +6337,7 @@ type UdpResolver struct {
 
 func (x *UdpResolver) Reset() {
 	*x = UdpResolver{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[33]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3537,7 +6349,7 @@ func (x *UdpResolver) String() string {
 func (*UdpResolver) ProtoMessage() {}
 
 func (x *UdpResolver) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[33]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3550,7 +6362,7 @@ func (x *UdpResolver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UdpResolver.ProtoReflect.Descriptor instead.
 func (*UdpResolver) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{33}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *UdpResolver) GetAddress() string {
@@ -3571,7 +6383,7 @@ type TcpResolver struct {
 
 func (x *TcpResolver) Reset() {
 	*x = TcpResolver{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[34]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3583,7 +6395,7 @@ func (x *TcpResolver) String() string {
 func (*TcpResolver) ProtoMessage() {}
 
 func (x *TcpResolver) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[34]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3596,7 +6408,7 @@ func (x *TcpResolver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TcpResolver.ProtoReflect.Descriptor instead.
 func (*TcpResolver) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{34}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *TcpResolver) GetAddress() string {
@@ -3621,7 +6433,7 @@ type TlsResolver struct {
 
 func (x *TlsResolver) Reset() {
 	*x = TlsResolver{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[35]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3633,7 +6445,7 @@ func (x *TlsResolver) String() string {
 func (*TlsResolver) ProtoMessage() {}
 
 func (x *TlsResolver) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[35]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3646,7 +6458,7 @@ func (x *TlsResolver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TlsResolver.ProtoReflect.Descriptor instead.
 func (*TlsResolver) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{35}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *TlsResolver) GetAddress() string {
@@ -3685,7 +6497,7 @@ type HttpsResolver struct {
 
 func (x *HttpsResolver) Reset() {
 	*x = HttpsResolver{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[36]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3697,7 +6509,7 @@ func (x *HttpsResolver) String() string {
 func (*HttpsResolver) ProtoMessage() {}
 
 func (x *HttpsResolver) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[36]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3710,7 +6522,7 @@ func (x *HttpsResolver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HttpsResolver.ProtoReflect.Descriptor instead.
 func (*HttpsResolver) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{36}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *HttpsResolver) GetUrl() string {
@@ -3756,7 +6568,7 @@ type Resolver struct {
 
 func (x *Resolver) Reset() {
 	*x = Resolver{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[37]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3768,7 +6580,7 @@ func (x *Resolver) String() string {
 func (*Resolver) ProtoMessage() {}
 
 func (x *Resolver) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[37]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3781,7 +6593,7 @@ func (x *Resolver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resolver.ProtoReflect.Descriptor instead.
 func (*Resolver) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{37}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *Resolver) GetResolverId() string {
@@ -3868,7 +6680,7 @@ type WorkspaceStop struct {
 
 func (x *WorkspaceStop) Reset() {
 	*x = WorkspaceStop{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[38]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3880,7 +6692,7 @@ func (x *WorkspaceStop) String() string {
 func (*WorkspaceStop) ProtoMessage() {}
 
 func (x *WorkspaceStop) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[38]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3893,7 +6705,7 @@ func (x *WorkspaceStop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceStop.ProtoReflect.Descriptor instead.
 func (*WorkspaceStop) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{38}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *WorkspaceStop) GetCause() StopCause {
@@ -3949,7 +6761,7 @@ type CommandMetadata struct {
 
 func (x *CommandMetadata) Reset() {
 	*x = CommandMetadata{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[39]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3961,7 +6773,7 @@ func (x *CommandMetadata) String() string {
 func (*CommandMetadata) ProtoMessage() {}
 
 func (x *CommandMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[39]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3974,7 +6786,7 @@ func (x *CommandMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandMetadata.ProtoReflect.Descriptor instead.
 func (*CommandMetadata) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{39}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *CommandMetadata) GetCommandId() string {
@@ -3997,7 +6809,7 @@ type TemplateRef struct {
 
 func (x *TemplateRef) Reset() {
 	*x = TemplateRef{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[40]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4009,7 +6821,7 @@ func (x *TemplateRef) String() string {
 func (*TemplateRef) ProtoMessage() {}
 
 func (x *TemplateRef) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[40]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4022,7 +6834,7 @@ func (x *TemplateRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateRef.ProtoReflect.Descriptor instead.
 func (*TemplateRef) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{40}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *TemplateRef) GetTemplateId() string {
@@ -4052,7 +6864,7 @@ type TemplateSelector struct {
 
 func (x *TemplateSelector) Reset() {
 	*x = TemplateSelector{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[41]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4064,7 +6876,7 @@ func (x *TemplateSelector) String() string {
 func (*TemplateSelector) ProtoMessage() {}
 
 func (x *TemplateSelector) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[41]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4077,7 +6889,7 @@ func (x *TemplateSelector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateSelector.ProtoReflect.Descriptor instead.
 func (*TemplateSelector) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{41}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *TemplateSelector) GetTemplateId() string {
@@ -4117,7 +6929,7 @@ type TemplateDeliveryObservation struct {
 
 func (x *TemplateDeliveryObservation) Reset() {
 	*x = TemplateDeliveryObservation{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[42]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4129,7 +6941,7 @@ func (x *TemplateDeliveryObservation) String() string {
 func (*TemplateDeliveryObservation) ProtoMessage() {}
 
 func (x *TemplateDeliveryObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[42]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4142,7 +6954,7 @@ func (x *TemplateDeliveryObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateDeliveryObservation.ProtoReflect.Descriptor instead.
 func (*TemplateDeliveryObservation) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{42}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *TemplateDeliveryObservation) GetState() TemplateDeliveryState {
@@ -4209,7 +7021,7 @@ type ResourceRequest struct {
 
 func (x *ResourceRequest) Reset() {
 	*x = ResourceRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[43]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4221,7 +7033,7 @@ func (x *ResourceRequest) String() string {
 func (*ResourceRequest) ProtoMessage() {}
 
 func (x *ResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[43]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4234,7 +7046,7 @@ func (x *ResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceRequest.ProtoReflect.Descriptor instead.
 func (*ResourceRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{43}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *ResourceRequest) GetCpuMillis() uint32 {
@@ -4269,7 +7081,7 @@ type CapabilityRequirements struct {
 
 func (x *CapabilityRequirements) Reset() {
 	*x = CapabilityRequirements{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[44]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4281,7 +7093,7 @@ func (x *CapabilityRequirements) String() string {
 func (*CapabilityRequirements) ProtoMessage() {}
 
 func (x *CapabilityRequirements) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[44]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4294,7 +7106,7 @@ func (x *CapabilityRequirements) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilityRequirements.ProtoReflect.Descriptor instead.
 func (*CapabilityRequirements) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{44}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *CapabilityRequirements) GetRequired() []string {
@@ -4321,7 +7133,7 @@ type WorkspaceVolumeBinding struct {
 
 func (x *WorkspaceVolumeBinding) Reset() {
 	*x = WorkspaceVolumeBinding{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[45]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4333,7 +7145,7 @@ func (x *WorkspaceVolumeBinding) String() string {
 func (*WorkspaceVolumeBinding) ProtoMessage() {}
 
 func (x *WorkspaceVolumeBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[45]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4346,7 +7158,7 @@ func (x *WorkspaceVolumeBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceVolumeBinding.ProtoReflect.Descriptor instead.
 func (*WorkspaceVolumeBinding) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{45}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *WorkspaceVolumeBinding) GetVolumeId() string {
@@ -4398,7 +7210,7 @@ type NetworkPolicy struct {
 
 func (x *NetworkPolicy) Reset() {
 	*x = NetworkPolicy{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[46]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4410,7 +7222,7 @@ func (x *NetworkPolicy) String() string {
 func (*NetworkPolicy) ProtoMessage() {}
 
 func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[46]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4423,7 +7235,7 @@ func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicy.ProtoReflect.Descriptor instead.
 func (*NetworkPolicy) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{46}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *NetworkPolicy) GetMode() NetworkPolicyMode {
@@ -4481,7 +7293,7 @@ type NetworkPolicyResolver struct {
 
 func (x *NetworkPolicyResolver) Reset() {
 	*x = NetworkPolicyResolver{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[47]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4493,7 +7305,7 @@ func (x *NetworkPolicyResolver) String() string {
 func (*NetworkPolicyResolver) ProtoMessage() {}
 
 func (x *NetworkPolicyResolver) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[47]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4506,7 +7318,7 @@ func (x *NetworkPolicyResolver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicyResolver.ProtoReflect.Descriptor instead.
 func (*NetworkPolicyResolver) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{47}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *NetworkPolicyResolver) GetResolverId() string {
@@ -4537,7 +7349,7 @@ type ResolverPath struct {
 
 func (x *ResolverPath) Reset() {
 	*x = ResolverPath{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[48]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4549,7 +7361,7 @@ func (x *ResolverPath) String() string {
 func (*ResolverPath) ProtoMessage() {}
 
 func (x *ResolverPath) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[48]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4562,7 +7374,7 @@ func (x *ResolverPath) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolverPath.ProtoReflect.Descriptor instead.
 func (*ResolverPath) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{48}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *ResolverPath) GetKind() isResolverPath_Kind {
@@ -4617,7 +7429,7 @@ type ResolverDirectPath struct {
 
 func (x *ResolverDirectPath) Reset() {
 	*x = ResolverDirectPath{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[49]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4629,7 +7441,7 @@ func (x *ResolverDirectPath) String() string {
 func (*ResolverDirectPath) ProtoMessage() {}
 
 func (x *ResolverDirectPath) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[49]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4642,7 +7454,7 @@ func (x *ResolverDirectPath) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolverDirectPath.ProtoReflect.Descriptor instead.
 func (*ResolverDirectPath) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{49}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{96}
 }
 
 // NetworkPolicyEgress names one Egress and the destinations that leave through it.
@@ -4658,7 +7470,7 @@ type NetworkPolicyEgress struct {
 
 func (x *NetworkPolicyEgress) Reset() {
 	*x = NetworkPolicyEgress{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[50]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4670,7 +7482,7 @@ func (x *NetworkPolicyEgress) String() string {
 func (*NetworkPolicyEgress) ProtoMessage() {}
 
 func (x *NetworkPolicyEgress) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[50]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4683,7 +7495,7 @@ func (x *NetworkPolicyEgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicyEgress.ProtoReflect.Descriptor instead.
 func (*NetworkPolicyEgress) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{50}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *NetworkPolicyEgress) GetEgressId() string {
@@ -4719,7 +7531,7 @@ type NetworkPolicyStatus struct {
 
 func (x *NetworkPolicyStatus) Reset() {
 	*x = NetworkPolicyStatus{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[51]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4731,7 +7543,7 @@ func (x *NetworkPolicyStatus) String() string {
 func (*NetworkPolicyStatus) ProtoMessage() {}
 
 func (x *NetworkPolicyStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[51]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4744,7 +7556,7 @@ func (x *NetworkPolicyStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicyStatus.ProtoReflect.Descriptor instead.
 func (*NetworkPolicyStatus) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{51}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *NetworkPolicyStatus) GetAppliedRevision() uint64 {
@@ -4796,7 +7608,7 @@ type NetworkPolicyEgressStatus struct {
 
 func (x *NetworkPolicyEgressStatus) Reset() {
 	*x = NetworkPolicyEgressStatus{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[52]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4808,7 +7620,7 @@ func (x *NetworkPolicyEgressStatus) String() string {
 func (*NetworkPolicyEgressStatus) ProtoMessage() {}
 
 func (x *NetworkPolicyEgressStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[52]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4821,7 +7633,7 @@ func (x *NetworkPolicyEgressStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicyEgressStatus.ProtoReflect.Descriptor instead.
 func (*NetworkPolicyEgressStatus) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{52}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *NetworkPolicyEgressStatus) GetEgressId() string {
@@ -4860,7 +7672,7 @@ type NetworkPolicyResolverStatus struct {
 
 func (x *NetworkPolicyResolverStatus) Reset() {
 	*x = NetworkPolicyResolverStatus{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[53]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4872,7 +7684,7 @@ func (x *NetworkPolicyResolverStatus) String() string {
 func (*NetworkPolicyResolverStatus) ProtoMessage() {}
 
 func (x *NetworkPolicyResolverStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[53]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4885,7 +7697,7 @@ func (x *NetworkPolicyResolverStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicyResolverStatus.ProtoReflect.Descriptor instead.
 func (*NetworkPolicyResolverStatus) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{53}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *NetworkPolicyResolverStatus) GetResolverId() string {
@@ -4943,7 +7755,7 @@ type WorkspaceSpec struct {
 
 func (x *WorkspaceSpec) Reset() {
 	*x = WorkspaceSpec{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[54]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4955,7 +7767,7 @@ func (x *WorkspaceSpec) String() string {
 func (*WorkspaceSpec) ProtoMessage() {}
 
 func (x *WorkspaceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[54]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4968,7 +7780,7 @@ func (x *WorkspaceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceSpec.ProtoReflect.Descriptor instead.
 func (*WorkspaceSpec) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{54}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *WorkspaceSpec) GetTemplate() *TemplateRef {
@@ -5055,7 +7867,7 @@ type WorkspaceCreateSpec struct {
 
 func (x *WorkspaceCreateSpec) Reset() {
 	*x = WorkspaceCreateSpec{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[55]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5067,7 +7879,7 @@ func (x *WorkspaceCreateSpec) String() string {
 func (*WorkspaceCreateSpec) ProtoMessage() {}
 
 func (x *WorkspaceCreateSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[55]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5080,7 +7892,7 @@ func (x *WorkspaceCreateSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceCreateSpec.ProtoReflect.Descriptor instead.
 func (*WorkspaceCreateSpec) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{55}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *WorkspaceCreateSpec) GetTemplate() *TemplateSelector {
@@ -5139,7 +7951,7 @@ type WorkspaceFailure struct {
 
 func (x *WorkspaceFailure) Reset() {
 	*x = WorkspaceFailure{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[56]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5151,7 +7963,7 @@ func (x *WorkspaceFailure) String() string {
 func (*WorkspaceFailure) ProtoMessage() {}
 
 func (x *WorkspaceFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[56]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5164,7 +7976,7 @@ func (x *WorkspaceFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceFailure.ProtoReflect.Descriptor instead.
 func (*WorkspaceFailure) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{56}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *WorkspaceFailure) GetReason() FailureReason {
@@ -5214,7 +8026,7 @@ type RetentionTier struct {
 
 func (x *RetentionTier) Reset() {
 	*x = RetentionTier{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[57]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5226,7 +8038,7 @@ func (x *RetentionTier) String() string {
 func (*RetentionTier) ProtoMessage() {}
 
 func (x *RetentionTier) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[57]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5239,7 +8051,7 @@ func (x *RetentionTier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetentionTier.ProtoReflect.Descriptor instead.
 func (*RetentionTier) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{57}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *RetentionTier) GetKind() RetentionTierKind {
@@ -5329,7 +8141,7 @@ type Workspace struct {
 
 func (x *Workspace) Reset() {
 	*x = Workspace{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[58]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5341,7 +8153,7 @@ func (x *Workspace) String() string {
 func (*Workspace) ProtoMessage() {}
 
 func (x *Workspace) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[58]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5354,7 +8166,7 @@ func (x *Workspace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Workspace.ProtoReflect.Descriptor instead.
 func (*Workspace) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{58}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *Workspace) GetWorkspaceId() string {
@@ -5522,7 +8334,7 @@ type EgressObservation struct {
 
 func (x *EgressObservation) Reset() {
 	*x = EgressObservation{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[59]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5534,7 +8346,7 @@ func (x *EgressObservation) String() string {
 func (*EgressObservation) ProtoMessage() {}
 
 func (x *EgressObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[59]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5547,7 +8359,7 @@ func (x *EgressObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressObservation.ProtoReflect.Descriptor instead.
 func (*EgressObservation) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{59}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *EgressObservation) GetEgressId() string {
@@ -5604,7 +8416,7 @@ type ResolverObservation struct {
 
 func (x *ResolverObservation) Reset() {
 	*x = ResolverObservation{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[60]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5616,7 +8428,7 @@ func (x *ResolverObservation) String() string {
 func (*ResolverObservation) ProtoMessage() {}
 
 func (x *ResolverObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[60]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5629,7 +8441,7 @@ func (x *ResolverObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolverObservation.ProtoReflect.Descriptor instead.
 func (*ResolverObservation) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{60}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *ResolverObservation) GetResolverId() string {
@@ -5705,7 +8517,7 @@ type GuestObservation struct {
 
 func (x *GuestObservation) Reset() {
 	*x = GuestObservation{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[61]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5717,7 +8529,7 @@ func (x *GuestObservation) String() string {
 func (*GuestObservation) ProtoMessage() {}
 
 func (x *GuestObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[61]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5730,7 +8542,7 @@ func (x *GuestObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestObservation.ProtoReflect.Descriptor instead.
 func (*GuestObservation) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{61}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *GuestObservation) GetObservedAt() *timestamppb.Timestamp {
@@ -5833,7 +8645,7 @@ type GuestMemoryKill struct {
 
 func (x *GuestMemoryKill) Reset() {
 	*x = GuestMemoryKill{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[62]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5845,7 +8657,7 @@ func (x *GuestMemoryKill) String() string {
 func (*GuestMemoryKill) ProtoMessage() {}
 
 func (x *GuestMemoryKill) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[62]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5858,7 +8670,7 @@ func (x *GuestMemoryKill) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestMemoryKill.ProtoReflect.Descriptor instead.
 func (*GuestMemoryKill) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{62}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *GuestMemoryKill) GetKilledAt() *timestamppb.Timestamp {
@@ -5923,7 +8735,7 @@ type VolumeSpec struct {
 
 func (x *VolumeSpec) Reset() {
 	*x = VolumeSpec{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[63]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5935,7 +8747,7 @@ func (x *VolumeSpec) String() string {
 func (*VolumeSpec) ProtoMessage() {}
 
 func (x *VolumeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[63]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5948,7 +8760,7 @@ func (x *VolumeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSpec.ProtoReflect.Descriptor instead.
 func (*VolumeSpec) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{63}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *VolumeSpec) GetCapacityBytes() uint64 {
@@ -5979,7 +8791,7 @@ type VolumeFailure struct {
 
 func (x *VolumeFailure) Reset() {
 	*x = VolumeFailure{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[64]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5991,7 +8803,7 @@ func (x *VolumeFailure) String() string {
 func (*VolumeFailure) ProtoMessage() {}
 
 func (x *VolumeFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[64]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6004,7 +8816,7 @@ func (x *VolumeFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeFailure.ProtoReflect.Descriptor instead.
 func (*VolumeFailure) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{64}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *VolumeFailure) GetReason() FailureReason {
@@ -6062,7 +8874,7 @@ type Volume struct {
 
 func (x *Volume) Reset() {
 	*x = Volume{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[65]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6074,7 +8886,7 @@ func (x *Volume) String() string {
 func (*Volume) ProtoMessage() {}
 
 func (x *Volume) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[65]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6087,7 +8899,7 @@ func (x *Volume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Volume.ProtoReflect.Descriptor instead.
 func (*Volume) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{65}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *Volume) GetVolumeId() string {
@@ -6190,7 +9002,7 @@ type VolumeObservation struct {
 
 func (x *VolumeObservation) Reset() {
 	*x = VolumeObservation{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[66]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6202,7 +9014,7 @@ func (x *VolumeObservation) String() string {
 func (*VolumeObservation) ProtoMessage() {}
 
 func (x *VolumeObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[66]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6215,7 +9027,7 @@ func (x *VolumeObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeObservation.ProtoReflect.Descriptor instead.
 func (*VolumeObservation) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{66}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *VolumeObservation) GetCondition() VolumeCondition {
@@ -6260,7 +9072,7 @@ type TransferFailure struct {
 
 func (x *TransferFailure) Reset() {
 	*x = TransferFailure{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[67]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6272,7 +9084,7 @@ func (x *TransferFailure) String() string {
 func (*TransferFailure) ProtoMessage() {}
 
 func (x *TransferFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[67]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6285,7 +9097,7 @@ func (x *TransferFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferFailure.ProtoReflect.Descriptor instead.
 func (*TransferFailure) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{67}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *TransferFailure) GetReason() FailureReason {
@@ -6340,7 +9152,7 @@ type TransferManifest struct {
 
 func (x *TransferManifest) Reset() {
 	*x = TransferManifest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[68]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6352,7 +9164,7 @@ func (x *TransferManifest) String() string {
 func (*TransferManifest) ProtoMessage() {}
 
 func (x *TransferManifest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[68]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6365,7 +9177,7 @@ func (x *TransferManifest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferManifest.ProtoReflect.Descriptor instead.
 func (*TransferManifest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{68}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *TransferManifest) GetTemplate() *TemplateRef {
@@ -6449,7 +9261,7 @@ type Transfer struct {
 
 func (x *Transfer) Reset() {
 	*x = Transfer{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[69]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6461,7 +9273,7 @@ func (x *Transfer) String() string {
 func (*Transfer) ProtoMessage() {}
 
 func (x *Transfer) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[69]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6474,7 +9286,7 @@ func (x *Transfer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transfer.ProtoReflect.Descriptor instead.
 func (*Transfer) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{69}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *Transfer) GetTransferId() string {
@@ -6566,7 +9378,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[70]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6578,7 +9390,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[70]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6591,7 +9403,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{70}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *ErrorDetail) GetObservedWorkspace() *Workspace {
@@ -6626,7 +9438,7 @@ type WorkspaceExpirationPolicy struct {
 
 func (x *WorkspaceExpirationPolicy) Reset() {
 	*x = WorkspaceExpirationPolicy{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[71]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6638,7 +9450,7 @@ func (x *WorkspaceExpirationPolicy) String() string {
 func (*WorkspaceExpirationPolicy) ProtoMessage() {}
 
 func (x *WorkspaceExpirationPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[71]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6651,7 +9463,7 @@ func (x *WorkspaceExpirationPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceExpirationPolicy.ProtoReflect.Descriptor instead.
 func (*WorkspaceExpirationPolicy) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{71}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *WorkspaceExpirationPolicy) GetDeadline() *timestamppb.Timestamp {
@@ -6681,7 +9493,7 @@ type WorkspaceExpiration struct {
 
 func (x *WorkspaceExpiration) Reset() {
 	*x = WorkspaceExpiration{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[72]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6693,7 +9505,7 @@ func (x *WorkspaceExpiration) String() string {
 func (*WorkspaceExpiration) ProtoMessage() {}
 
 func (x *WorkspaceExpiration) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[72]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6706,7 +9518,7 @@ func (x *WorkspaceExpiration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceExpiration.ProtoReflect.Descriptor instead.
 func (*WorkspaceExpiration) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{72}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *WorkspaceExpiration) GetPolicy() *WorkspaceExpirationPolicy {
@@ -6737,7 +9549,7 @@ type WorkspaceExpirationChange struct {
 
 func (x *WorkspaceExpirationChange) Reset() {
 	*x = WorkspaceExpirationChange{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[73]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6749,7 +9561,7 @@ func (x *WorkspaceExpirationChange) String() string {
 func (*WorkspaceExpirationChange) ProtoMessage() {}
 
 func (x *WorkspaceExpirationChange) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[73]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6762,7 +9574,7 @@ func (x *WorkspaceExpirationChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceExpirationChange.ProtoReflect.Descriptor instead.
 func (*WorkspaceExpirationChange) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{73}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *WorkspaceExpirationChange) GetChange() isWorkspaceExpirationChange_Change {
@@ -6812,7 +9624,224 @@ var File_kibotos_ctrl_v1_ctrl_proto protoreflect.FileDescriptor
 
 const file_kibotos_ctrl_v1_ctrl_proto_rawDesc = "" +
 	"\n" +
-	"\x1akibotos/ctrl/v1/ctrl.proto\x12\x0fkibotos.ctrl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa0\x03\n" +
+	"\x1akibotos/ctrl/v1/ctrl.proto\x12\x0fkibotos.ctrl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb2\x03\n" +
+	"\x16CreateWorkspaceRequest\x12:\n" +
+	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x128\n" +
+	"\x04spec\x18\x02 \x01(\v2$.kibotos.ctrl.v1.WorkspaceCreateSpecR\x04spec\x12K\n" +
+	"\x06labels\x18\x03 \x03(\v23.kibotos.ctrl.v1.CreateWorkspaceRequest.LabelsEntryR\x06labels\x12Z\n" +
+	"\vannotations\x18\x04 \x03(\v28.kibotos.ctrl.v1.CreateWorkspaceRequest.AnnotationsEntryR\vannotations\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
+	"\x10AnnotationsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"S\n" +
+	"\x17CreateWorkspaceResponse\x128\n" +
+	"\tworkspace\x18\x01 \x01(\v2\x1a.kibotos.ctrl.v1.WorkspaceR\tworkspace\"8\n" +
+	"\x13GetWorkspaceRequest\x12!\n" +
+	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\"P\n" +
+	"\x14GetWorkspaceResponse\x128\n" +
+	"\tworkspace\x18\x01 \x01(\v2\x1a.kibotos.ctrl.v1.WorkspaceR\tworkspace\"\xf7\x01\n" +
+	"\x15ListWorkspacesRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\x12`\n" +
+	"\x0elabel_selector\x18\x03 \x03(\v29.kibotos.ctrl.v1.ListWorkspacesRequest.LabelSelectorEntryR\rlabelSelector\x1a@\n" +
+	"\x12LabelSelectorEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"|\n" +
+	"\x16ListWorkspacesResponse\x12:\n" +
+	"\n" +
+	"workspaces\x18\x01 \x03(\v2\x1a.kibotos.ctrl.v1.WorkspaceR\n" +
+	"workspaces\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\":\n" +
+	"\x15WatchWorkspaceRequest\x12!\n" +
+	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\"R\n" +
+	"\x16WatchWorkspaceResponse\x128\n" +
+	"\tworkspace\x18\x01 \x01(\v2\x1a.kibotos.ctrl.v1.WorkspaceR\tworkspace\"v\n" +
+	"\x15StartWorkspaceRequest\x12:\n" +
+	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x12!\n" +
+	"\fworkspace_id\x18\x02 \x01(\tR\vworkspaceId\"R\n" +
+	"\x16StartWorkspaceResponse\x128\n" +
+	"\tworkspace\x18\x01 \x01(\v2\x1a.kibotos.ctrl.v1.WorkspaceR\tworkspace\"\xa4\x01\n" +
+	"\x14StopWorkspaceRequest\x12:\n" +
+	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x12!\n" +
+	"\fworkspace_id\x18\x02 \x01(\tR\vworkspaceId\x12-\n" +
+	"\x04mode\x18\x03 \x01(\x0e2\x19.kibotos.ctrl.v1.StopModeR\x04mode\"Q\n" +
+	"\x15StopWorkspaceResponse\x128\n" +
+	"\tworkspace\x18\x01 \x01(\v2\x1a.kibotos.ctrl.v1.WorkspaceR\tworkspace\"w\n" +
+	"\x16DeleteWorkspaceRequest\x12:\n" +
+	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x12!\n" +
+	"\fworkspace_id\x18\x02 \x01(\tR\vworkspaceId\"S\n" +
+	"\x17DeleteWorkspaceResponse\x128\n" +
+	"\tworkspace\x18\x01 \x01(\v2\x1a.kibotos.ctrl.v1.WorkspaceR\tworkspace\"\xe0\x01\n" +
+	"\x1cUpdateWorkspaceMemoryRequest\x12:\n" +
+	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x12!\n" +
+	"\fworkspace_id\x18\x02 \x01(\tR\vworkspaceId\x12>\n" +
+	"\x1bexpected_resources_revision\x18\x03 \x01(\x04R\x19expectedResourcesRevision\x12!\n" +
+	"\fmemory_bytes\x18\x04 \x01(\x04R\vmemoryBytes\"Y\n" +
+	"\x1dUpdateWorkspaceMemoryResponse\x128\n" +
+	"\tworkspace\x18\x01 \x01(\v2\x1a.kibotos.ctrl.v1.WorkspaceR\tworkspace\"\xf6\x01\n" +
+	"#ResizeWorkspaceWritableLayerRequest\x12:\n" +
+	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x12!\n" +
+	"\fworkspace_id\x18\x02 \x01(\tR\vworkspaceId\x12>\n" +
+	"\x1bexpected_resources_revision\x18\x03 \x01(\x04R\x19expectedResourcesRevision\x120\n" +
+	"\x14writable_layer_bytes\x18\x04 \x01(\x04R\x12writableLayerBytes\"`\n" +
+	"$ResizeWorkspaceWritableLayerResponse\x128\n" +
+	"\tworkspace\x18\x01 \x01(\v2\x1a.kibotos.ctrl.v1.WorkspaceR\tworkspace\"\x81\x02\n" +
+	"#UpdateWorkspaceVolumeBindingRequest\x12:\n" +
+	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x12!\n" +
+	"\fworkspace_id\x18\x02 \x01(\tR\vworkspaceId\x12:\n" +
+	"\x19expected_binding_revision\x18\x03 \x01(\x04R\x17expectedBindingRevision\x12?\n" +
+	"\x06volume\x18\x04 \x01(\v2'.kibotos.ctrl.v1.WorkspaceVolumeBindingR\x06volume\"`\n" +
+	"$UpdateWorkspaceVolumeBindingResponse\x128\n" +
+	"\tworkspace\x18\x01 \x01(\v2\x1a.kibotos.ctrl.v1.WorkspaceR\tworkspace\"\xa5\x02\n" +
+	"#UpdateWorkspaceNetworkPolicyRequest\x12:\n" +
+	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x12!\n" +
+	"\fworkspace_id\x18\x02 \x01(\tR\vworkspaceId\x12+\n" +
+	"\x11expected_revision\x18\x03 \x01(\x04R\x10expectedRevision\x126\n" +
+	"\x06policy\x18\x04 \x01(\v2\x1e.kibotos.ctrl.v1.NetworkPolicyR\x06policy\x12(\n" +
+	"\rdrain_seconds\x18\x05 \x01(\rH\x00R\fdrainSeconds\x88\x01\x01B\x10\n" +
+	"\x0e_drain_seconds\"`\n" +
+	"$UpdateWorkspaceNetworkPolicyResponse\x128\n" +
+	"\tworkspace\x18\x01 \x01(\v2\x1a.kibotos.ctrl.v1.WorkspaceR\tworkspace\"\xc5\x01\n" +
+	" UpdateWorkspaceExpirationRequest\x12:\n" +
+	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x12!\n" +
+	"\fworkspace_id\x18\x02 \x01(\tR\vworkspaceId\x12B\n" +
+	"\x06change\x18\x03 \x01(\v2*.kibotos.ctrl.v1.WorkspaceExpirationChangeR\x06change\"]\n" +
+	"!UpdateWorkspaceExpirationResponse\x128\n" +
+	"\tworkspace\x18\x01 \x01(\v2\x1a.kibotos.ctrl.v1.WorkspaceR\tworkspace\"\xc5\x02\n" +
+	"\x1cUpdateWorkspaceLabelsRequest\x12:\n" +
+	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x12!\n" +
+	"\fworkspace_id\x18\x02 \x01(\tR\vworkspaceId\x128\n" +
+	"\x18expected_labels_revision\x18\x03 \x01(\x04R\x16expectedLabelsRevision\x12Q\n" +
+	"\x06labels\x18\x04 \x03(\v29.kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Y\n" +
+	"\x1dUpdateWorkspaceLabelsResponse\x128\n" +
+	"\tworkspace\x18\x01 \x01(\v2\x1a.kibotos.ctrl.v1.WorkspaceR\tworkspace\"\xed\x02\n" +
+	"!UpdateWorkspaceAnnotationsRequest\x12:\n" +
+	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x12!\n" +
+	"\fworkspace_id\x18\x02 \x01(\tR\vworkspaceId\x12B\n" +
+	"\x1dexpected_annotations_revision\x18\x03 \x01(\x04R\x1bexpectedAnnotationsRevision\x12e\n" +
+	"\vannotations\x18\x04 \x03(\v2C.kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.AnnotationsEntryR\vannotations\x1a>\n" +
+	"\x10AnnotationsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"^\n" +
+	"\"UpdateWorkspaceAnnotationsResponse\x128\n" +
+	"\tworkspace\x18\x01 \x01(\v2\x1a.kibotos.ctrl.v1.WorkspaceR\tworkspace\"\x96\x03\n" +
+	"\x15CreateTemplateRequest\x12:\n" +
+	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x12\x1f\n" +
+	"\vtemplate_id\x18\x02 \x01(\tR\n" +
+	"templateId\x12J\n" +
+	"\x06labels\x18\x03 \x03(\v22.kibotos.ctrl.v1.CreateTemplateRequest.LabelsEntryR\x06labels\x12Y\n" +
+	"\vannotations\x18\x04 \x03(\v27.kibotos.ctrl.v1.CreateTemplateRequest.AnnotationsEntryR\vannotations\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
+	"\x10AnnotationsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"O\n" +
+	"\x16CreateTemplateResponse\x125\n" +
+	"\btemplate\x18\x01 \x01(\v2\x19.kibotos.ctrl.v1.TemplateR\btemplate\"5\n" +
+	"\x12GetTemplateRequest\x12\x1f\n" +
+	"\vtemplate_id\x18\x01 \x01(\tR\n" +
+	"templateId\"L\n" +
+	"\x13GetTemplateResponse\x125\n" +
+	"\btemplate\x18\x01 \x01(\v2\x19.kibotos.ctrl.v1.TemplateR\btemplate\"\xf5\x01\n" +
+	"\x14ListTemplatesRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\x12_\n" +
+	"\x0elabel_selector\x18\x03 \x03(\v28.kibotos.ctrl.v1.ListTemplatesRequest.LabelSelectorEntryR\rlabelSelector\x1a@\n" +
+	"\x12LabelSelectorEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"x\n" +
+	"\x15ListTemplatesResponse\x127\n" +
+	"\ttemplates\x18\x01 \x03(\v2\x19.kibotos.ctrl.v1.TemplateR\ttemplates\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x85\x01\n" +
+	"\x1dImportTemplateRevisionRequest\x12D\n" +
+	"\x05start\x18\x01 \x01(\v2,.kibotos.ctrl.v1.ImportTemplateRevisionStartH\x00R\x05start\x12\x16\n" +
+	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunkB\x06\n" +
+	"\x04part\"\x97\x02\n" +
+	"\x1bImportTemplateRevisionStart\x12:\n" +
+	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x12\x1f\n" +
+	"\vtemplate_id\x18\x02 \x01(\tR\n" +
+	"templateId\x12?\n" +
+	"\aarchive\x18\x03 \x01(\x0e2#.kibotos.ctrl.v1.ImageArchiveFormatH\x00R\aarchive\x12/\n" +
+	"\x12registry_reference\x18\x04 \x01(\tH\x00R\x11registryReference\x12\x1f\n" +
+	"\vset_default\x18\x05 \x01(\bR\n" +
+	"setDefaultB\b\n" +
+	"\x06source\"\x96\x01\n" +
+	"\x1eImportTemplateRevisionResponse\x125\n" +
+	"\btemplate\x18\x01 \x01(\v2\x19.kibotos.ctrl.v1.TemplateR\btemplate\x12=\n" +
+	"\brevision\x18\x02 \x01(\v2!.kibotos.ctrl.v1.TemplateRevisionR\brevision\"\xd0\x01\n" +
+	"\x19SetTemplateDefaultRequest\x12:\n" +
+	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x12\x1f\n" +
+	"\vtemplate_id\x18\x02 \x01(\tR\n" +
+	"templateId\x12+\n" +
+	"\x11expected_revision\x18\x03 \x01(\x04R\x10expectedRevision\x12)\n" +
+	"\x10default_revision\x18\x04 \x01(\tR\x0fdefaultRevision\"S\n" +
+	"\x1aSetTemplateDefaultResponse\x125\n" +
+	"\btemplate\x18\x01 \x01(\v2\x19.kibotos.ctrl.v1.TemplateR\btemplate\"t\n" +
+	"\x15DeleteTemplateRequest\x12:\n" +
+	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x12\x1f\n" +
+	"\vtemplate_id\x18\x02 \x01(\tR\n" +
+	"templateId\"\x18\n" +
+	"\x16DeleteTemplateResponse\"\xc1\x02\n" +
+	"\x1bUpdateTemplateLabelsRequest\x12:\n" +
+	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x12\x1f\n" +
+	"\vtemplate_id\x18\x02 \x01(\tR\n" +
+	"templateId\x128\n" +
+	"\x18expected_labels_revision\x18\x03 \x01(\x04R\x16expectedLabelsRevision\x12P\n" +
+	"\x06labels\x18\x04 \x03(\v28.kibotos.ctrl.v1.UpdateTemplateLabelsRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"U\n" +
+	"\x1cUpdateTemplateLabelsResponse\x125\n" +
+	"\btemplate\x18\x01 \x01(\v2\x19.kibotos.ctrl.v1.TemplateR\btemplate\"\xe9\x02\n" +
+	" UpdateTemplateAnnotationsRequest\x12:\n" +
+	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x12\x1f\n" +
+	"\vtemplate_id\x18\x02 \x01(\tR\n" +
+	"templateId\x12B\n" +
+	"\x1dexpected_annotations_revision\x18\x03 \x01(\x04R\x1bexpectedAnnotationsRevision\x12d\n" +
+	"\vannotations\x18\x04 \x03(\v2B.kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.AnnotationsEntryR\vannotations\x1a>\n" +
+	"\x10AnnotationsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Z\n" +
+	"!UpdateTemplateAnnotationsResponse\x125\n" +
+	"\btemplate\x18\x01 \x01(\v2\x19.kibotos.ctrl.v1.TemplateR\btemplate\"\x8d\x05\n" +
+	"\bTemplate\x12\x1f\n" +
+	"\vtemplate_id\x18\x01 \x01(\tR\n" +
+	"templateId\x12)\n" +
+	"\x10default_revision\x18\x02 \x01(\tR\x0fdefaultRevision\x12?\n" +
+	"\trevisions\x18\x03 \x03(\v2!.kibotos.ctrl.v1.TemplateRevisionR\trevisions\x12\x1a\n" +
+	"\brevision\x18\x04 \x01(\x04R\brevision\x129\n" +
+	"\n" +
+	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
+	"\n" +
+	"updated_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12=\n" +
+	"\x06labels\x18\a \x03(\v2%.kibotos.ctrl.v1.Template.LabelsEntryR\x06labels\x12L\n" +
+	"\vannotations\x18\b \x03(\v2*.kibotos.ctrl.v1.Template.AnnotationsEntryR\vannotations\x12'\n" +
+	"\x0flabels_revision\x18\t \x01(\x04R\x0elabelsRevision\x121\n" +
+	"\x14annotations_revision\x18\n" +
+	" \x01(\x04R\x13annotationsRevision\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
+	"\x10AnnotationsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xea\x01\n" +
+	"\x10TemplateRevision\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\tR\brevision\x12!\n" +
+	"\fimage_digest\x18\x02 \x01(\tR\vimageDigest\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x03 \x01(\x04R\tsizeBytes\x12%\n" +
+	"\x0eunpacked_bytes\x18\x04 \x01(\x04R\runpackedBytes\x129\n" +
+	"\n" +
+	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x16\n" +
+	"\x06source\x18\x06 \x01(\tR\x06source\"\xa0\x03\n" +
 	"\x13CreateEgressRequest\x12:\n" +
 	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x12/\n" +
 	"\x04spec\x18\x02 \x01(\v2\x1b.kibotos.ctrl.v1.EgressSpecR\x04spec\x12H\n" +
@@ -7294,7 +10323,11 @@ const file_kibotos_ctrl_v1_ctrl_proto_rawDesc = "" +
 	"\x19WorkspaceExpirationChange\x12>\n" +
 	"\x03set\x18\x01 \x01(\v2*.kibotos.ctrl.v1.WorkspaceExpirationPolicyH\x00R\x03set\x12.\n" +
 	"\x05clear\x18\x02 \x01(\v2\x16.google.protobuf.EmptyH\x00R\x05clearB\b\n" +
-	"\x06change*\xbb\x02\n" +
+	"\x06change*\x85\x01\n" +
+	"\x12ImageArchiveFormat\x12$\n" +
+	" IMAGE_ARCHIVE_FORMAT_UNSPECIFIED\x10\x00\x12 \n" +
+	"\x1cIMAGE_ARCHIVE_FORMAT_TARBALL\x10\x01\x12'\n" +
+	"#IMAGE_ARCHIVE_FORMAT_OCI_LAYOUT_TAR\x10\x02*\xbb\x02\n" +
 	"\x0eWorkspaceState\x12\x1f\n" +
 	"\x1bWORKSPACE_STATE_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18WORKSPACE_STATE_CREATING\x10\x01\x12\x1d\n" +
@@ -7485,7 +10518,31 @@ const file_kibotos_ctrl_v1_ctrl_proto_rawDesc = "" +
 	"\x19WorkspaceExpirationAction\x12+\n" +
 	"'WORKSPACE_EXPIRATION_ACTION_UNSPECIFIED\x10\x00\x12$\n" +
 	" WORKSPACE_EXPIRATION_ACTION_STOP\x10\x01\x12&\n" +
-	"\"WORKSPACE_EXPIRATION_ACTION_DELETE\x10\x022\xc4\x05\n" +
+	"\"WORKSPACE_EXPIRATION_ACTION_DELETE\x10\x022\xed\f\n" +
+	"\x10WorkspaceService\x12d\n" +
+	"\x0fCreateWorkspace\x12'.kibotos.ctrl.v1.CreateWorkspaceRequest\x1a(.kibotos.ctrl.v1.CreateWorkspaceResponse\x12[\n" +
+	"\fGetWorkspace\x12$.kibotos.ctrl.v1.GetWorkspaceRequest\x1a%.kibotos.ctrl.v1.GetWorkspaceResponse\x12a\n" +
+	"\x0eListWorkspaces\x12&.kibotos.ctrl.v1.ListWorkspacesRequest\x1a'.kibotos.ctrl.v1.ListWorkspacesResponse\x12c\n" +
+	"\x0eWatchWorkspace\x12&.kibotos.ctrl.v1.WatchWorkspaceRequest\x1a'.kibotos.ctrl.v1.WatchWorkspaceResponse0\x01\x12a\n" +
+	"\x0eStartWorkspace\x12&.kibotos.ctrl.v1.StartWorkspaceRequest\x1a'.kibotos.ctrl.v1.StartWorkspaceResponse\x12^\n" +
+	"\rStopWorkspace\x12%.kibotos.ctrl.v1.StopWorkspaceRequest\x1a&.kibotos.ctrl.v1.StopWorkspaceResponse\x12d\n" +
+	"\x0fDeleteWorkspace\x12'.kibotos.ctrl.v1.DeleteWorkspaceRequest\x1a(.kibotos.ctrl.v1.DeleteWorkspaceResponse\x12v\n" +
+	"\x15UpdateWorkspaceMemory\x12-.kibotos.ctrl.v1.UpdateWorkspaceMemoryRequest\x1a..kibotos.ctrl.v1.UpdateWorkspaceMemoryResponse\x12\x8b\x01\n" +
+	"\x1cResizeWorkspaceWritableLayer\x124.kibotos.ctrl.v1.ResizeWorkspaceWritableLayerRequest\x1a5.kibotos.ctrl.v1.ResizeWorkspaceWritableLayerResponse\x12\x8b\x01\n" +
+	"\x1cUpdateWorkspaceVolumeBinding\x124.kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest\x1a5.kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingResponse\x12\x8b\x01\n" +
+	"\x1cUpdateWorkspaceNetworkPolicy\x124.kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest\x1a5.kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyResponse\x12\x82\x01\n" +
+	"\x19UpdateWorkspaceExpiration\x121.kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest\x1a2.kibotos.ctrl.v1.UpdateWorkspaceExpirationResponse\x12v\n" +
+	"\x15UpdateWorkspaceLabels\x12-.kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest\x1a..kibotos.ctrl.v1.UpdateWorkspaceLabelsResponse\x12\x85\x01\n" +
+	"\x1aUpdateWorkspaceAnnotations\x122.kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest\x1a3.kibotos.ctrl.v1.UpdateWorkspaceAnnotationsResponse2\xf7\x06\n" +
+	"\x0fTemplateService\x12a\n" +
+	"\x0eCreateTemplate\x12&.kibotos.ctrl.v1.CreateTemplateRequest\x1a'.kibotos.ctrl.v1.CreateTemplateResponse\x12X\n" +
+	"\vGetTemplate\x12#.kibotos.ctrl.v1.GetTemplateRequest\x1a$.kibotos.ctrl.v1.GetTemplateResponse\x12^\n" +
+	"\rListTemplates\x12%.kibotos.ctrl.v1.ListTemplatesRequest\x1a&.kibotos.ctrl.v1.ListTemplatesResponse\x12{\n" +
+	"\x16ImportTemplateRevision\x12..kibotos.ctrl.v1.ImportTemplateRevisionRequest\x1a/.kibotos.ctrl.v1.ImportTemplateRevisionResponse(\x01\x12m\n" +
+	"\x12SetTemplateDefault\x12*.kibotos.ctrl.v1.SetTemplateDefaultRequest\x1a+.kibotos.ctrl.v1.SetTemplateDefaultResponse\x12a\n" +
+	"\x0eDeleteTemplate\x12&.kibotos.ctrl.v1.DeleteTemplateRequest\x1a'.kibotos.ctrl.v1.DeleteTemplateResponse\x12s\n" +
+	"\x14UpdateTemplateLabels\x12,.kibotos.ctrl.v1.UpdateTemplateLabelsRequest\x1a-.kibotos.ctrl.v1.UpdateTemplateLabelsResponse\x12\x82\x01\n" +
+	"\x19UpdateTemplateAnnotations\x121.kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest\x1a2.kibotos.ctrl.v1.UpdateTemplateAnnotationsResponse2\xc4\x05\n" +
 	"\rEgressService\x12[\n" +
 	"\fCreateEgress\x12$.kibotos.ctrl.v1.CreateEgressRequest\x1a%.kibotos.ctrl.v1.CreateEgressResponse\x12R\n" +
 	"\tGetEgress\x12!.kibotos.ctrl.v1.GetEgressRequest\x1a\".kibotos.ctrl.v1.GetEgressResponse\x12[\n" +
@@ -7516,322 +10573,488 @@ func file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP() []byte {
 	return file_kibotos_ctrl_v1_ctrl_proto_rawDescData
 }
 
-var file_kibotos_ctrl_v1_ctrl_proto_enumTypes = make([]protoimpl.EnumInfo, 24)
-var file_kibotos_ctrl_v1_ctrl_proto_msgTypes = make([]protoimpl.MessageInfo, 94)
+var file_kibotos_ctrl_v1_ctrl_proto_enumTypes = make([]protoimpl.EnumInfo, 25)
+var file_kibotos_ctrl_v1_ctrl_proto_msgTypes = make([]protoimpl.MessageInfo, 153)
 var file_kibotos_ctrl_v1_ctrl_proto_goTypes = []any{
-	(WorkspaceState)(0),                       // 0: kibotos.ctrl.v1.WorkspaceState
-	(GuestCondition)(0),                       // 1: kibotos.ctrl.v1.GuestCondition
-	(GuestMemoryCondition)(0),                 // 2: kibotos.ctrl.v1.GuestMemoryCondition
-	(VolumeCondition)(0),                      // 3: kibotos.ctrl.v1.VolumeCondition
-	(VolumeState)(0),                          // 4: kibotos.ctrl.v1.VolumeState
-	(Completeness)(0),                         // 5: kibotos.ctrl.v1.Completeness
-	(TemplateDeliveryState)(0),                // 6: kibotos.ctrl.v1.TemplateDeliveryState
-	(TemplateDeliveryReason)(0),               // 7: kibotos.ctrl.v1.TemplateDeliveryReason
-	(TransferState)(0),                        // 8: kibotos.ctrl.v1.TransferState
-	(StopDurability)(0),                       // 9: kibotos.ctrl.v1.StopDurability
-	(StopCause)(0),                            // 10: kibotos.ctrl.v1.StopCause
-	(StopMode)(0),                             // 11: kibotos.ctrl.v1.StopMode
-	(RetentionTierKind)(0),                    // 12: kibotos.ctrl.v1.RetentionTierKind
-	(RetentionAvailability)(0),                // 13: kibotos.ctrl.v1.RetentionAvailability
-	(RetentionContinuity)(0),                  // 14: kibotos.ctrl.v1.RetentionContinuity
-	(RetentionResetReason)(0),                 // 15: kibotos.ctrl.v1.RetentionResetReason
-	(ReestablishRequirement)(0),               // 16: kibotos.ctrl.v1.ReestablishRequirement
-	(FailureReason)(0),                        // 17: kibotos.ctrl.v1.FailureReason
-	(FailureStage)(0),                         // 18: kibotos.ctrl.v1.FailureStage
-	(WorkspaceVolumeMode)(0),                  // 19: kibotos.ctrl.v1.WorkspaceVolumeMode
-	(NetworkPolicyMode)(0),                    // 20: kibotos.ctrl.v1.NetworkPolicyMode
-	(EgressObservationKind)(0),                // 21: kibotos.ctrl.v1.EgressObservationKind
-	(ResolverObservationKind)(0),              // 22: kibotos.ctrl.v1.ResolverObservationKind
-	(WorkspaceExpirationAction)(0),            // 23: kibotos.ctrl.v1.WorkspaceExpirationAction
-	(*CreateEgressRequest)(nil),               // 24: kibotos.ctrl.v1.CreateEgressRequest
-	(*CreateEgressResponse)(nil),              // 25: kibotos.ctrl.v1.CreateEgressResponse
-	(*GetEgressRequest)(nil),                  // 26: kibotos.ctrl.v1.GetEgressRequest
-	(*GetEgressResponse)(nil),                 // 27: kibotos.ctrl.v1.GetEgressResponse
-	(*ListEgressesRequest)(nil),               // 28: kibotos.ctrl.v1.ListEgressesRequest
-	(*ListEgressesResponse)(nil),              // 29: kibotos.ctrl.v1.ListEgressesResponse
-	(*UpdateEgressRequest)(nil),               // 30: kibotos.ctrl.v1.UpdateEgressRequest
-	(*UpdateEgressResponse)(nil),              // 31: kibotos.ctrl.v1.UpdateEgressResponse
-	(*DeleteEgressRequest)(nil),               // 32: kibotos.ctrl.v1.DeleteEgressRequest
-	(*DeleteEgressResponse)(nil),              // 33: kibotos.ctrl.v1.DeleteEgressResponse
-	(*UpdateEgressLabelsRequest)(nil),         // 34: kibotos.ctrl.v1.UpdateEgressLabelsRequest
-	(*UpdateEgressLabelsResponse)(nil),        // 35: kibotos.ctrl.v1.UpdateEgressLabelsResponse
-	(*UpdateEgressAnnotationsRequest)(nil),    // 36: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest
-	(*UpdateEgressAnnotationsResponse)(nil),   // 37: kibotos.ctrl.v1.UpdateEgressAnnotationsResponse
-	(*EgressSpec)(nil),                        // 38: kibotos.ctrl.v1.EgressSpec
-	(*Socks5Egress)(nil),                      // 39: kibotos.ctrl.v1.Socks5Egress
-	(*EgressTls)(nil),                         // 40: kibotos.ctrl.v1.EgressTls
-	(*Egress)(nil),                            // 41: kibotos.ctrl.v1.Egress
-	(*CreateResolverRequest)(nil),             // 42: kibotos.ctrl.v1.CreateResolverRequest
-	(*CreateResolverResponse)(nil),            // 43: kibotos.ctrl.v1.CreateResolverResponse
-	(*GetResolverRequest)(nil),                // 44: kibotos.ctrl.v1.GetResolverRequest
-	(*GetResolverResponse)(nil),               // 45: kibotos.ctrl.v1.GetResolverResponse
-	(*ListResolversRequest)(nil),              // 46: kibotos.ctrl.v1.ListResolversRequest
-	(*ListResolversResponse)(nil),             // 47: kibotos.ctrl.v1.ListResolversResponse
-	(*UpdateResolverRequest)(nil),             // 48: kibotos.ctrl.v1.UpdateResolverRequest
-	(*UpdateResolverResponse)(nil),            // 49: kibotos.ctrl.v1.UpdateResolverResponse
-	(*DeleteResolverRequest)(nil),             // 50: kibotos.ctrl.v1.DeleteResolverRequest
-	(*DeleteResolverResponse)(nil),            // 51: kibotos.ctrl.v1.DeleteResolverResponse
-	(*UpdateResolverLabelsRequest)(nil),       // 52: kibotos.ctrl.v1.UpdateResolverLabelsRequest
-	(*UpdateResolverLabelsResponse)(nil),      // 53: kibotos.ctrl.v1.UpdateResolverLabelsResponse
-	(*UpdateResolverAnnotationsRequest)(nil),  // 54: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest
-	(*UpdateResolverAnnotationsResponse)(nil), // 55: kibotos.ctrl.v1.UpdateResolverAnnotationsResponse
-	(*ResolverSpec)(nil),                      // 56: kibotos.ctrl.v1.ResolverSpec
-	(*UdpResolver)(nil),                       // 57: kibotos.ctrl.v1.UdpResolver
-	(*TcpResolver)(nil),                       // 58: kibotos.ctrl.v1.TcpResolver
-	(*TlsResolver)(nil),                       // 59: kibotos.ctrl.v1.TlsResolver
-	(*HttpsResolver)(nil),                     // 60: kibotos.ctrl.v1.HttpsResolver
-	(*Resolver)(nil),                          // 61: kibotos.ctrl.v1.Resolver
-	(*WorkspaceStop)(nil),                     // 62: kibotos.ctrl.v1.WorkspaceStop
-	(*CommandMetadata)(nil),                   // 63: kibotos.ctrl.v1.CommandMetadata
-	(*TemplateRef)(nil),                       // 64: kibotos.ctrl.v1.TemplateRef
-	(*TemplateSelector)(nil),                  // 65: kibotos.ctrl.v1.TemplateSelector
-	(*TemplateDeliveryObservation)(nil),       // 66: kibotos.ctrl.v1.TemplateDeliveryObservation
-	(*ResourceRequest)(nil),                   // 67: kibotos.ctrl.v1.ResourceRequest
-	(*CapabilityRequirements)(nil),            // 68: kibotos.ctrl.v1.CapabilityRequirements
-	(*WorkspaceVolumeBinding)(nil),            // 69: kibotos.ctrl.v1.WorkspaceVolumeBinding
-	(*NetworkPolicy)(nil),                     // 70: kibotos.ctrl.v1.NetworkPolicy
-	(*NetworkPolicyResolver)(nil),             // 71: kibotos.ctrl.v1.NetworkPolicyResolver
-	(*ResolverPath)(nil),                      // 72: kibotos.ctrl.v1.ResolverPath
-	(*ResolverDirectPath)(nil),                // 73: kibotos.ctrl.v1.ResolverDirectPath
-	(*NetworkPolicyEgress)(nil),               // 74: kibotos.ctrl.v1.NetworkPolicyEgress
-	(*NetworkPolicyStatus)(nil),               // 75: kibotos.ctrl.v1.NetworkPolicyStatus
-	(*NetworkPolicyEgressStatus)(nil),         // 76: kibotos.ctrl.v1.NetworkPolicyEgressStatus
-	(*NetworkPolicyResolverStatus)(nil),       // 77: kibotos.ctrl.v1.NetworkPolicyResolverStatus
-	(*WorkspaceSpec)(nil),                     // 78: kibotos.ctrl.v1.WorkspaceSpec
-	(*WorkspaceCreateSpec)(nil),               // 79: kibotos.ctrl.v1.WorkspaceCreateSpec
-	(*WorkspaceFailure)(nil),                  // 80: kibotos.ctrl.v1.WorkspaceFailure
-	(*RetentionTier)(nil),                     // 81: kibotos.ctrl.v1.RetentionTier
-	(*Workspace)(nil),                         // 82: kibotos.ctrl.v1.Workspace
-	(*EgressObservation)(nil),                 // 83: kibotos.ctrl.v1.EgressObservation
-	(*ResolverObservation)(nil),               // 84: kibotos.ctrl.v1.ResolverObservation
-	(*GuestObservation)(nil),                  // 85: kibotos.ctrl.v1.GuestObservation
-	(*GuestMemoryKill)(nil),                   // 86: kibotos.ctrl.v1.GuestMemoryKill
-	(*VolumeSpec)(nil),                        // 87: kibotos.ctrl.v1.VolumeSpec
-	(*VolumeFailure)(nil),                     // 88: kibotos.ctrl.v1.VolumeFailure
-	(*Volume)(nil),                            // 89: kibotos.ctrl.v1.Volume
-	(*VolumeObservation)(nil),                 // 90: kibotos.ctrl.v1.VolumeObservation
-	(*TransferFailure)(nil),                   // 91: kibotos.ctrl.v1.TransferFailure
-	(*TransferManifest)(nil),                  // 92: kibotos.ctrl.v1.TransferManifest
-	(*Transfer)(nil),                          // 93: kibotos.ctrl.v1.Transfer
-	(*ErrorDetail)(nil),                       // 94: kibotos.ctrl.v1.ErrorDetail
-	(*WorkspaceExpirationPolicy)(nil),         // 95: kibotos.ctrl.v1.WorkspaceExpirationPolicy
-	(*WorkspaceExpiration)(nil),               // 96: kibotos.ctrl.v1.WorkspaceExpiration
-	(*WorkspaceExpirationChange)(nil),         // 97: kibotos.ctrl.v1.WorkspaceExpirationChange
-	nil,                                       // 98: kibotos.ctrl.v1.CreateEgressRequest.LabelsEntry
-	nil,                                       // 99: kibotos.ctrl.v1.CreateEgressRequest.AnnotationsEntry
-	nil,                                       // 100: kibotos.ctrl.v1.ListEgressesRequest.LabelSelectorEntry
-	nil,                                       // 101: kibotos.ctrl.v1.UpdateEgressLabelsRequest.LabelsEntry
-	nil,                                       // 102: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.AnnotationsEntry
-	nil,                                       // 103: kibotos.ctrl.v1.Egress.LabelsEntry
-	nil,                                       // 104: kibotos.ctrl.v1.Egress.AnnotationsEntry
-	nil,                                       // 105: kibotos.ctrl.v1.CreateResolverRequest.LabelsEntry
-	nil,                                       // 106: kibotos.ctrl.v1.CreateResolverRequest.AnnotationsEntry
-	nil,                                       // 107: kibotos.ctrl.v1.ListResolversRequest.LabelSelectorEntry
-	nil,                                       // 108: kibotos.ctrl.v1.UpdateResolverLabelsRequest.LabelsEntry
-	nil,                                       // 109: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.AnnotationsEntry
-	nil,                                       // 110: kibotos.ctrl.v1.Resolver.LabelsEntry
-	nil,                                       // 111: kibotos.ctrl.v1.Resolver.AnnotationsEntry
-	nil,                                       // 112: kibotos.ctrl.v1.Workspace.AnnotationsEntry
-	nil,                                       // 113: kibotos.ctrl.v1.Workspace.LabelsEntry
-	nil,                                       // 114: kibotos.ctrl.v1.Volume.AnnotationsEntry
-	nil,                                       // 115: kibotos.ctrl.v1.Volume.LabelsEntry
-	nil,                                       // 116: kibotos.ctrl.v1.Transfer.LabelsEntry
-	nil,                                       // 117: kibotos.ctrl.v1.Transfer.AnnotationsEntry
-	(*timestamppb.Timestamp)(nil),             // 118: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),               // 119: google.protobuf.Duration
-	(*emptypb.Empty)(nil),                     // 120: google.protobuf.Empty
+	(ImageArchiveFormat)(0),                      // 0: kibotos.ctrl.v1.ImageArchiveFormat
+	(WorkspaceState)(0),                          // 1: kibotos.ctrl.v1.WorkspaceState
+	(GuestCondition)(0),                          // 2: kibotos.ctrl.v1.GuestCondition
+	(GuestMemoryCondition)(0),                    // 3: kibotos.ctrl.v1.GuestMemoryCondition
+	(VolumeCondition)(0),                         // 4: kibotos.ctrl.v1.VolumeCondition
+	(VolumeState)(0),                             // 5: kibotos.ctrl.v1.VolumeState
+	(Completeness)(0),                            // 6: kibotos.ctrl.v1.Completeness
+	(TemplateDeliveryState)(0),                   // 7: kibotos.ctrl.v1.TemplateDeliveryState
+	(TemplateDeliveryReason)(0),                  // 8: kibotos.ctrl.v1.TemplateDeliveryReason
+	(TransferState)(0),                           // 9: kibotos.ctrl.v1.TransferState
+	(StopDurability)(0),                          // 10: kibotos.ctrl.v1.StopDurability
+	(StopCause)(0),                               // 11: kibotos.ctrl.v1.StopCause
+	(StopMode)(0),                                // 12: kibotos.ctrl.v1.StopMode
+	(RetentionTierKind)(0),                       // 13: kibotos.ctrl.v1.RetentionTierKind
+	(RetentionAvailability)(0),                   // 14: kibotos.ctrl.v1.RetentionAvailability
+	(RetentionContinuity)(0),                     // 15: kibotos.ctrl.v1.RetentionContinuity
+	(RetentionResetReason)(0),                    // 16: kibotos.ctrl.v1.RetentionResetReason
+	(ReestablishRequirement)(0),                  // 17: kibotos.ctrl.v1.ReestablishRequirement
+	(FailureReason)(0),                           // 18: kibotos.ctrl.v1.FailureReason
+	(FailureStage)(0),                            // 19: kibotos.ctrl.v1.FailureStage
+	(WorkspaceVolumeMode)(0),                     // 20: kibotos.ctrl.v1.WorkspaceVolumeMode
+	(NetworkPolicyMode)(0),                       // 21: kibotos.ctrl.v1.NetworkPolicyMode
+	(EgressObservationKind)(0),                   // 22: kibotos.ctrl.v1.EgressObservationKind
+	(ResolverObservationKind)(0),                 // 23: kibotos.ctrl.v1.ResolverObservationKind
+	(WorkspaceExpirationAction)(0),               // 24: kibotos.ctrl.v1.WorkspaceExpirationAction
+	(*CreateWorkspaceRequest)(nil),               // 25: kibotos.ctrl.v1.CreateWorkspaceRequest
+	(*CreateWorkspaceResponse)(nil),              // 26: kibotos.ctrl.v1.CreateWorkspaceResponse
+	(*GetWorkspaceRequest)(nil),                  // 27: kibotos.ctrl.v1.GetWorkspaceRequest
+	(*GetWorkspaceResponse)(nil),                 // 28: kibotos.ctrl.v1.GetWorkspaceResponse
+	(*ListWorkspacesRequest)(nil),                // 29: kibotos.ctrl.v1.ListWorkspacesRequest
+	(*ListWorkspacesResponse)(nil),               // 30: kibotos.ctrl.v1.ListWorkspacesResponse
+	(*WatchWorkspaceRequest)(nil),                // 31: kibotos.ctrl.v1.WatchWorkspaceRequest
+	(*WatchWorkspaceResponse)(nil),               // 32: kibotos.ctrl.v1.WatchWorkspaceResponse
+	(*StartWorkspaceRequest)(nil),                // 33: kibotos.ctrl.v1.StartWorkspaceRequest
+	(*StartWorkspaceResponse)(nil),               // 34: kibotos.ctrl.v1.StartWorkspaceResponse
+	(*StopWorkspaceRequest)(nil),                 // 35: kibotos.ctrl.v1.StopWorkspaceRequest
+	(*StopWorkspaceResponse)(nil),                // 36: kibotos.ctrl.v1.StopWorkspaceResponse
+	(*DeleteWorkspaceRequest)(nil),               // 37: kibotos.ctrl.v1.DeleteWorkspaceRequest
+	(*DeleteWorkspaceResponse)(nil),              // 38: kibotos.ctrl.v1.DeleteWorkspaceResponse
+	(*UpdateWorkspaceMemoryRequest)(nil),         // 39: kibotos.ctrl.v1.UpdateWorkspaceMemoryRequest
+	(*UpdateWorkspaceMemoryResponse)(nil),        // 40: kibotos.ctrl.v1.UpdateWorkspaceMemoryResponse
+	(*ResizeWorkspaceWritableLayerRequest)(nil),  // 41: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerRequest
+	(*ResizeWorkspaceWritableLayerResponse)(nil), // 42: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerResponse
+	(*UpdateWorkspaceVolumeBindingRequest)(nil),  // 43: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest
+	(*UpdateWorkspaceVolumeBindingResponse)(nil), // 44: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingResponse
+	(*UpdateWorkspaceNetworkPolicyRequest)(nil),  // 45: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest
+	(*UpdateWorkspaceNetworkPolicyResponse)(nil), // 46: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyResponse
+	(*UpdateWorkspaceExpirationRequest)(nil),     // 47: kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest
+	(*UpdateWorkspaceExpirationResponse)(nil),    // 48: kibotos.ctrl.v1.UpdateWorkspaceExpirationResponse
+	(*UpdateWorkspaceLabelsRequest)(nil),         // 49: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest
+	(*UpdateWorkspaceLabelsResponse)(nil),        // 50: kibotos.ctrl.v1.UpdateWorkspaceLabelsResponse
+	(*UpdateWorkspaceAnnotationsRequest)(nil),    // 51: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest
+	(*UpdateWorkspaceAnnotationsResponse)(nil),   // 52: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsResponse
+	(*CreateTemplateRequest)(nil),                // 53: kibotos.ctrl.v1.CreateTemplateRequest
+	(*CreateTemplateResponse)(nil),               // 54: kibotos.ctrl.v1.CreateTemplateResponse
+	(*GetTemplateRequest)(nil),                   // 55: kibotos.ctrl.v1.GetTemplateRequest
+	(*GetTemplateResponse)(nil),                  // 56: kibotos.ctrl.v1.GetTemplateResponse
+	(*ListTemplatesRequest)(nil),                 // 57: kibotos.ctrl.v1.ListTemplatesRequest
+	(*ListTemplatesResponse)(nil),                // 58: kibotos.ctrl.v1.ListTemplatesResponse
+	(*ImportTemplateRevisionRequest)(nil),        // 59: kibotos.ctrl.v1.ImportTemplateRevisionRequest
+	(*ImportTemplateRevisionStart)(nil),          // 60: kibotos.ctrl.v1.ImportTemplateRevisionStart
+	(*ImportTemplateRevisionResponse)(nil),       // 61: kibotos.ctrl.v1.ImportTemplateRevisionResponse
+	(*SetTemplateDefaultRequest)(nil),            // 62: kibotos.ctrl.v1.SetTemplateDefaultRequest
+	(*SetTemplateDefaultResponse)(nil),           // 63: kibotos.ctrl.v1.SetTemplateDefaultResponse
+	(*DeleteTemplateRequest)(nil),                // 64: kibotos.ctrl.v1.DeleteTemplateRequest
+	(*DeleteTemplateResponse)(nil),               // 65: kibotos.ctrl.v1.DeleteTemplateResponse
+	(*UpdateTemplateLabelsRequest)(nil),          // 66: kibotos.ctrl.v1.UpdateTemplateLabelsRequest
+	(*UpdateTemplateLabelsResponse)(nil),         // 67: kibotos.ctrl.v1.UpdateTemplateLabelsResponse
+	(*UpdateTemplateAnnotationsRequest)(nil),     // 68: kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest
+	(*UpdateTemplateAnnotationsResponse)(nil),    // 69: kibotos.ctrl.v1.UpdateTemplateAnnotationsResponse
+	(*Template)(nil),                             // 70: kibotos.ctrl.v1.Template
+	(*TemplateRevision)(nil),                     // 71: kibotos.ctrl.v1.TemplateRevision
+	(*CreateEgressRequest)(nil),                  // 72: kibotos.ctrl.v1.CreateEgressRequest
+	(*CreateEgressResponse)(nil),                 // 73: kibotos.ctrl.v1.CreateEgressResponse
+	(*GetEgressRequest)(nil),                     // 74: kibotos.ctrl.v1.GetEgressRequest
+	(*GetEgressResponse)(nil),                    // 75: kibotos.ctrl.v1.GetEgressResponse
+	(*ListEgressesRequest)(nil),                  // 76: kibotos.ctrl.v1.ListEgressesRequest
+	(*ListEgressesResponse)(nil),                 // 77: kibotos.ctrl.v1.ListEgressesResponse
+	(*UpdateEgressRequest)(nil),                  // 78: kibotos.ctrl.v1.UpdateEgressRequest
+	(*UpdateEgressResponse)(nil),                 // 79: kibotos.ctrl.v1.UpdateEgressResponse
+	(*DeleteEgressRequest)(nil),                  // 80: kibotos.ctrl.v1.DeleteEgressRequest
+	(*DeleteEgressResponse)(nil),                 // 81: kibotos.ctrl.v1.DeleteEgressResponse
+	(*UpdateEgressLabelsRequest)(nil),            // 82: kibotos.ctrl.v1.UpdateEgressLabelsRequest
+	(*UpdateEgressLabelsResponse)(nil),           // 83: kibotos.ctrl.v1.UpdateEgressLabelsResponse
+	(*UpdateEgressAnnotationsRequest)(nil),       // 84: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest
+	(*UpdateEgressAnnotationsResponse)(nil),      // 85: kibotos.ctrl.v1.UpdateEgressAnnotationsResponse
+	(*EgressSpec)(nil),                           // 86: kibotos.ctrl.v1.EgressSpec
+	(*Socks5Egress)(nil),                         // 87: kibotos.ctrl.v1.Socks5Egress
+	(*EgressTls)(nil),                            // 88: kibotos.ctrl.v1.EgressTls
+	(*Egress)(nil),                               // 89: kibotos.ctrl.v1.Egress
+	(*CreateResolverRequest)(nil),                // 90: kibotos.ctrl.v1.CreateResolverRequest
+	(*CreateResolverResponse)(nil),               // 91: kibotos.ctrl.v1.CreateResolverResponse
+	(*GetResolverRequest)(nil),                   // 92: kibotos.ctrl.v1.GetResolverRequest
+	(*GetResolverResponse)(nil),                  // 93: kibotos.ctrl.v1.GetResolverResponse
+	(*ListResolversRequest)(nil),                 // 94: kibotos.ctrl.v1.ListResolversRequest
+	(*ListResolversResponse)(nil),                // 95: kibotos.ctrl.v1.ListResolversResponse
+	(*UpdateResolverRequest)(nil),                // 96: kibotos.ctrl.v1.UpdateResolverRequest
+	(*UpdateResolverResponse)(nil),               // 97: kibotos.ctrl.v1.UpdateResolverResponse
+	(*DeleteResolverRequest)(nil),                // 98: kibotos.ctrl.v1.DeleteResolverRequest
+	(*DeleteResolverResponse)(nil),               // 99: kibotos.ctrl.v1.DeleteResolverResponse
+	(*UpdateResolverLabelsRequest)(nil),          // 100: kibotos.ctrl.v1.UpdateResolverLabelsRequest
+	(*UpdateResolverLabelsResponse)(nil),         // 101: kibotos.ctrl.v1.UpdateResolverLabelsResponse
+	(*UpdateResolverAnnotationsRequest)(nil),     // 102: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest
+	(*UpdateResolverAnnotationsResponse)(nil),    // 103: kibotos.ctrl.v1.UpdateResolverAnnotationsResponse
+	(*ResolverSpec)(nil),                         // 104: kibotos.ctrl.v1.ResolverSpec
+	(*UdpResolver)(nil),                          // 105: kibotos.ctrl.v1.UdpResolver
+	(*TcpResolver)(nil),                          // 106: kibotos.ctrl.v1.TcpResolver
+	(*TlsResolver)(nil),                          // 107: kibotos.ctrl.v1.TlsResolver
+	(*HttpsResolver)(nil),                        // 108: kibotos.ctrl.v1.HttpsResolver
+	(*Resolver)(nil),                             // 109: kibotos.ctrl.v1.Resolver
+	(*WorkspaceStop)(nil),                        // 110: kibotos.ctrl.v1.WorkspaceStop
+	(*CommandMetadata)(nil),                      // 111: kibotos.ctrl.v1.CommandMetadata
+	(*TemplateRef)(nil),                          // 112: kibotos.ctrl.v1.TemplateRef
+	(*TemplateSelector)(nil),                     // 113: kibotos.ctrl.v1.TemplateSelector
+	(*TemplateDeliveryObservation)(nil),          // 114: kibotos.ctrl.v1.TemplateDeliveryObservation
+	(*ResourceRequest)(nil),                      // 115: kibotos.ctrl.v1.ResourceRequest
+	(*CapabilityRequirements)(nil),               // 116: kibotos.ctrl.v1.CapabilityRequirements
+	(*WorkspaceVolumeBinding)(nil),               // 117: kibotos.ctrl.v1.WorkspaceVolumeBinding
+	(*NetworkPolicy)(nil),                        // 118: kibotos.ctrl.v1.NetworkPolicy
+	(*NetworkPolicyResolver)(nil),                // 119: kibotos.ctrl.v1.NetworkPolicyResolver
+	(*ResolverPath)(nil),                         // 120: kibotos.ctrl.v1.ResolverPath
+	(*ResolverDirectPath)(nil),                   // 121: kibotos.ctrl.v1.ResolverDirectPath
+	(*NetworkPolicyEgress)(nil),                  // 122: kibotos.ctrl.v1.NetworkPolicyEgress
+	(*NetworkPolicyStatus)(nil),                  // 123: kibotos.ctrl.v1.NetworkPolicyStatus
+	(*NetworkPolicyEgressStatus)(nil),            // 124: kibotos.ctrl.v1.NetworkPolicyEgressStatus
+	(*NetworkPolicyResolverStatus)(nil),          // 125: kibotos.ctrl.v1.NetworkPolicyResolverStatus
+	(*WorkspaceSpec)(nil),                        // 126: kibotos.ctrl.v1.WorkspaceSpec
+	(*WorkspaceCreateSpec)(nil),                  // 127: kibotos.ctrl.v1.WorkspaceCreateSpec
+	(*WorkspaceFailure)(nil),                     // 128: kibotos.ctrl.v1.WorkspaceFailure
+	(*RetentionTier)(nil),                        // 129: kibotos.ctrl.v1.RetentionTier
+	(*Workspace)(nil),                            // 130: kibotos.ctrl.v1.Workspace
+	(*EgressObservation)(nil),                    // 131: kibotos.ctrl.v1.EgressObservation
+	(*ResolverObservation)(nil),                  // 132: kibotos.ctrl.v1.ResolverObservation
+	(*GuestObservation)(nil),                     // 133: kibotos.ctrl.v1.GuestObservation
+	(*GuestMemoryKill)(nil),                      // 134: kibotos.ctrl.v1.GuestMemoryKill
+	(*VolumeSpec)(nil),                           // 135: kibotos.ctrl.v1.VolumeSpec
+	(*VolumeFailure)(nil),                        // 136: kibotos.ctrl.v1.VolumeFailure
+	(*Volume)(nil),                               // 137: kibotos.ctrl.v1.Volume
+	(*VolumeObservation)(nil),                    // 138: kibotos.ctrl.v1.VolumeObservation
+	(*TransferFailure)(nil),                      // 139: kibotos.ctrl.v1.TransferFailure
+	(*TransferManifest)(nil),                     // 140: kibotos.ctrl.v1.TransferManifest
+	(*Transfer)(nil),                             // 141: kibotos.ctrl.v1.Transfer
+	(*ErrorDetail)(nil),                          // 142: kibotos.ctrl.v1.ErrorDetail
+	(*WorkspaceExpirationPolicy)(nil),            // 143: kibotos.ctrl.v1.WorkspaceExpirationPolicy
+	(*WorkspaceExpiration)(nil),                  // 144: kibotos.ctrl.v1.WorkspaceExpiration
+	(*WorkspaceExpirationChange)(nil),            // 145: kibotos.ctrl.v1.WorkspaceExpirationChange
+	nil,                                          // 146: kibotos.ctrl.v1.CreateWorkspaceRequest.LabelsEntry
+	nil,                                          // 147: kibotos.ctrl.v1.CreateWorkspaceRequest.AnnotationsEntry
+	nil,                                          // 148: kibotos.ctrl.v1.ListWorkspacesRequest.LabelSelectorEntry
+	nil,                                          // 149: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.LabelsEntry
+	nil,                                          // 150: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.AnnotationsEntry
+	nil,                                          // 151: kibotos.ctrl.v1.CreateTemplateRequest.LabelsEntry
+	nil,                                          // 152: kibotos.ctrl.v1.CreateTemplateRequest.AnnotationsEntry
+	nil,                                          // 153: kibotos.ctrl.v1.ListTemplatesRequest.LabelSelectorEntry
+	nil,                                          // 154: kibotos.ctrl.v1.UpdateTemplateLabelsRequest.LabelsEntry
+	nil,                                          // 155: kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.AnnotationsEntry
+	nil,                                          // 156: kibotos.ctrl.v1.Template.LabelsEntry
+	nil,                                          // 157: kibotos.ctrl.v1.Template.AnnotationsEntry
+	nil,                                          // 158: kibotos.ctrl.v1.CreateEgressRequest.LabelsEntry
+	nil,                                          // 159: kibotos.ctrl.v1.CreateEgressRequest.AnnotationsEntry
+	nil,                                          // 160: kibotos.ctrl.v1.ListEgressesRequest.LabelSelectorEntry
+	nil,                                          // 161: kibotos.ctrl.v1.UpdateEgressLabelsRequest.LabelsEntry
+	nil,                                          // 162: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.AnnotationsEntry
+	nil,                                          // 163: kibotos.ctrl.v1.Egress.LabelsEntry
+	nil,                                          // 164: kibotos.ctrl.v1.Egress.AnnotationsEntry
+	nil,                                          // 165: kibotos.ctrl.v1.CreateResolverRequest.LabelsEntry
+	nil,                                          // 166: kibotos.ctrl.v1.CreateResolverRequest.AnnotationsEntry
+	nil,                                          // 167: kibotos.ctrl.v1.ListResolversRequest.LabelSelectorEntry
+	nil,                                          // 168: kibotos.ctrl.v1.UpdateResolverLabelsRequest.LabelsEntry
+	nil,                                          // 169: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.AnnotationsEntry
+	nil,                                          // 170: kibotos.ctrl.v1.Resolver.LabelsEntry
+	nil,                                          // 171: kibotos.ctrl.v1.Resolver.AnnotationsEntry
+	nil,                                          // 172: kibotos.ctrl.v1.Workspace.AnnotationsEntry
+	nil,                                          // 173: kibotos.ctrl.v1.Workspace.LabelsEntry
+	nil,                                          // 174: kibotos.ctrl.v1.Volume.AnnotationsEntry
+	nil,                                          // 175: kibotos.ctrl.v1.Volume.LabelsEntry
+	nil,                                          // 176: kibotos.ctrl.v1.Transfer.LabelsEntry
+	nil,                                          // 177: kibotos.ctrl.v1.Transfer.AnnotationsEntry
+	(*timestamppb.Timestamp)(nil),                // 178: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),                  // 179: google.protobuf.Duration
+	(*emptypb.Empty)(nil),                        // 180: google.protobuf.Empty
 }
 var file_kibotos_ctrl_v1_ctrl_proto_depIdxs = []int32{
-	63,  // 0: kibotos.ctrl.v1.CreateEgressRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	38,  // 1: kibotos.ctrl.v1.CreateEgressRequest.spec:type_name -> kibotos.ctrl.v1.EgressSpec
-	98,  // 2: kibotos.ctrl.v1.CreateEgressRequest.labels:type_name -> kibotos.ctrl.v1.CreateEgressRequest.LabelsEntry
-	99,  // 3: kibotos.ctrl.v1.CreateEgressRequest.annotations:type_name -> kibotos.ctrl.v1.CreateEgressRequest.AnnotationsEntry
-	41,  // 4: kibotos.ctrl.v1.CreateEgressResponse.egress:type_name -> kibotos.ctrl.v1.Egress
-	41,  // 5: kibotos.ctrl.v1.GetEgressResponse.egress:type_name -> kibotos.ctrl.v1.Egress
-	100, // 6: kibotos.ctrl.v1.ListEgressesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListEgressesRequest.LabelSelectorEntry
-	41,  // 7: kibotos.ctrl.v1.ListEgressesResponse.egresses:type_name -> kibotos.ctrl.v1.Egress
-	63,  // 8: kibotos.ctrl.v1.UpdateEgressRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	38,  // 9: kibotos.ctrl.v1.UpdateEgressRequest.spec:type_name -> kibotos.ctrl.v1.EgressSpec
-	41,  // 10: kibotos.ctrl.v1.UpdateEgressResponse.egress:type_name -> kibotos.ctrl.v1.Egress
-	63,  // 11: kibotos.ctrl.v1.DeleteEgressRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	63,  // 12: kibotos.ctrl.v1.UpdateEgressLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	101, // 13: kibotos.ctrl.v1.UpdateEgressLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateEgressLabelsRequest.LabelsEntry
-	41,  // 14: kibotos.ctrl.v1.UpdateEgressLabelsResponse.egress:type_name -> kibotos.ctrl.v1.Egress
-	63,  // 15: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	102, // 16: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.AnnotationsEntry
-	41,  // 17: kibotos.ctrl.v1.UpdateEgressAnnotationsResponse.egress:type_name -> kibotos.ctrl.v1.Egress
-	39,  // 18: kibotos.ctrl.v1.EgressSpec.socks5:type_name -> kibotos.ctrl.v1.Socks5Egress
-	40,  // 19: kibotos.ctrl.v1.Socks5Egress.tls:type_name -> kibotos.ctrl.v1.EgressTls
-	38,  // 20: kibotos.ctrl.v1.Egress.spec:type_name -> kibotos.ctrl.v1.EgressSpec
-	118, // 21: kibotos.ctrl.v1.Egress.created_at:type_name -> google.protobuf.Timestamp
-	118, // 22: kibotos.ctrl.v1.Egress.updated_at:type_name -> google.protobuf.Timestamp
-	103, // 23: kibotos.ctrl.v1.Egress.labels:type_name -> kibotos.ctrl.v1.Egress.LabelsEntry
-	104, // 24: kibotos.ctrl.v1.Egress.annotations:type_name -> kibotos.ctrl.v1.Egress.AnnotationsEntry
-	63,  // 25: kibotos.ctrl.v1.CreateResolverRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	56,  // 26: kibotos.ctrl.v1.CreateResolverRequest.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
-	105, // 27: kibotos.ctrl.v1.CreateResolverRequest.labels:type_name -> kibotos.ctrl.v1.CreateResolverRequest.LabelsEntry
-	106, // 28: kibotos.ctrl.v1.CreateResolverRequest.annotations:type_name -> kibotos.ctrl.v1.CreateResolverRequest.AnnotationsEntry
-	61,  // 29: kibotos.ctrl.v1.CreateResolverResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
-	61,  // 30: kibotos.ctrl.v1.GetResolverResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
-	107, // 31: kibotos.ctrl.v1.ListResolversRequest.label_selector:type_name -> kibotos.ctrl.v1.ListResolversRequest.LabelSelectorEntry
-	61,  // 32: kibotos.ctrl.v1.ListResolversResponse.resolvers:type_name -> kibotos.ctrl.v1.Resolver
-	63,  // 33: kibotos.ctrl.v1.UpdateResolverRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	56,  // 34: kibotos.ctrl.v1.UpdateResolverRequest.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
-	61,  // 35: kibotos.ctrl.v1.UpdateResolverResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
-	63,  // 36: kibotos.ctrl.v1.DeleteResolverRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	63,  // 37: kibotos.ctrl.v1.UpdateResolverLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	108, // 38: kibotos.ctrl.v1.UpdateResolverLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateResolverLabelsRequest.LabelsEntry
-	61,  // 39: kibotos.ctrl.v1.UpdateResolverLabelsResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
-	63,  // 40: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	109, // 41: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.AnnotationsEntry
-	61,  // 42: kibotos.ctrl.v1.UpdateResolverAnnotationsResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
-	57,  // 43: kibotos.ctrl.v1.ResolverSpec.udp:type_name -> kibotos.ctrl.v1.UdpResolver
-	58,  // 44: kibotos.ctrl.v1.ResolverSpec.tcp:type_name -> kibotos.ctrl.v1.TcpResolver
-	59,  // 45: kibotos.ctrl.v1.ResolverSpec.tls:type_name -> kibotos.ctrl.v1.TlsResolver
-	60,  // 46: kibotos.ctrl.v1.ResolverSpec.https:type_name -> kibotos.ctrl.v1.HttpsResolver
-	56,  // 47: kibotos.ctrl.v1.Resolver.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
-	118, // 48: kibotos.ctrl.v1.Resolver.created_at:type_name -> google.protobuf.Timestamp
-	118, // 49: kibotos.ctrl.v1.Resolver.updated_at:type_name -> google.protobuf.Timestamp
-	110, // 50: kibotos.ctrl.v1.Resolver.labels:type_name -> kibotos.ctrl.v1.Resolver.LabelsEntry
-	111, // 51: kibotos.ctrl.v1.Resolver.annotations:type_name -> kibotos.ctrl.v1.Resolver.AnnotationsEntry
-	10,  // 52: kibotos.ctrl.v1.WorkspaceStop.cause:type_name -> kibotos.ctrl.v1.StopCause
-	11,  // 53: kibotos.ctrl.v1.WorkspaceStop.mode:type_name -> kibotos.ctrl.v1.StopMode
-	9,   // 54: kibotos.ctrl.v1.WorkspaceStop.durability:type_name -> kibotos.ctrl.v1.StopDurability
-	118, // 55: kibotos.ctrl.v1.WorkspaceStop.requested_at:type_name -> google.protobuf.Timestamp
-	118, // 56: kibotos.ctrl.v1.WorkspaceStop.completed_at:type_name -> google.protobuf.Timestamp
-	6,   // 57: kibotos.ctrl.v1.TemplateDeliveryObservation.state:type_name -> kibotos.ctrl.v1.TemplateDeliveryState
-	7,   // 58: kibotos.ctrl.v1.TemplateDeliveryObservation.reason:type_name -> kibotos.ctrl.v1.TemplateDeliveryReason
-	118, // 59: kibotos.ctrl.v1.TemplateDeliveryObservation.started_at:type_name -> google.protobuf.Timestamp
-	118, // 60: kibotos.ctrl.v1.TemplateDeliveryObservation.observed_at:type_name -> google.protobuf.Timestamp
-	19,  // 61: kibotos.ctrl.v1.WorkspaceVolumeBinding.mode:type_name -> kibotos.ctrl.v1.WorkspaceVolumeMode
-	20,  // 62: kibotos.ctrl.v1.NetworkPolicy.mode:type_name -> kibotos.ctrl.v1.NetworkPolicyMode
-	74,  // 63: kibotos.ctrl.v1.NetworkPolicy.egresses:type_name -> kibotos.ctrl.v1.NetworkPolicyEgress
-	71,  // 64: kibotos.ctrl.v1.NetworkPolicy.resolvers:type_name -> kibotos.ctrl.v1.NetworkPolicyResolver
-	72,  // 65: kibotos.ctrl.v1.NetworkPolicyResolver.path:type_name -> kibotos.ctrl.v1.ResolverPath
-	73,  // 66: kibotos.ctrl.v1.ResolverPath.direct:type_name -> kibotos.ctrl.v1.ResolverDirectPath
-	118, // 67: kibotos.ctrl.v1.NetworkPolicyStatus.applied_at:type_name -> google.protobuf.Timestamp
-	76,  // 68: kibotos.ctrl.v1.NetworkPolicyStatus.egresses:type_name -> kibotos.ctrl.v1.NetworkPolicyEgressStatus
-	77,  // 69: kibotos.ctrl.v1.NetworkPolicyStatus.resolvers:type_name -> kibotos.ctrl.v1.NetworkPolicyResolverStatus
-	72,  // 70: kibotos.ctrl.v1.NetworkPolicyResolverStatus.path:type_name -> kibotos.ctrl.v1.ResolverPath
-	64,  // 71: kibotos.ctrl.v1.WorkspaceSpec.template:type_name -> kibotos.ctrl.v1.TemplateRef
-	67,  // 72: kibotos.ctrl.v1.WorkspaceSpec.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
-	68,  // 73: kibotos.ctrl.v1.WorkspaceSpec.capabilities:type_name -> kibotos.ctrl.v1.CapabilityRequirements
-	69,  // 74: kibotos.ctrl.v1.WorkspaceSpec.volume:type_name -> kibotos.ctrl.v1.WorkspaceVolumeBinding
-	70,  // 75: kibotos.ctrl.v1.WorkspaceSpec.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
-	65,  // 76: kibotos.ctrl.v1.WorkspaceCreateSpec.template:type_name -> kibotos.ctrl.v1.TemplateSelector
-	67,  // 77: kibotos.ctrl.v1.WorkspaceCreateSpec.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
-	68,  // 78: kibotos.ctrl.v1.WorkspaceCreateSpec.capabilities:type_name -> kibotos.ctrl.v1.CapabilityRequirements
-	69,  // 79: kibotos.ctrl.v1.WorkspaceCreateSpec.volume:type_name -> kibotos.ctrl.v1.WorkspaceVolumeBinding
-	70,  // 80: kibotos.ctrl.v1.WorkspaceCreateSpec.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
-	95,  // 81: kibotos.ctrl.v1.WorkspaceCreateSpec.expiration:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
-	17,  // 82: kibotos.ctrl.v1.WorkspaceFailure.reason:type_name -> kibotos.ctrl.v1.FailureReason
-	18,  // 83: kibotos.ctrl.v1.WorkspaceFailure.stage:type_name -> kibotos.ctrl.v1.FailureStage
-	118, // 84: kibotos.ctrl.v1.WorkspaceFailure.failed_at:type_name -> google.protobuf.Timestamp
-	12,  // 85: kibotos.ctrl.v1.RetentionTier.kind:type_name -> kibotos.ctrl.v1.RetentionTierKind
-	13,  // 86: kibotos.ctrl.v1.RetentionTier.availability:type_name -> kibotos.ctrl.v1.RetentionAvailability
-	14,  // 87: kibotos.ctrl.v1.RetentionTier.continuity:type_name -> kibotos.ctrl.v1.RetentionContinuity
-	15,  // 88: kibotos.ctrl.v1.RetentionTier.reset_reason:type_name -> kibotos.ctrl.v1.RetentionResetReason
-	78,  // 89: kibotos.ctrl.v1.Workspace.spec:type_name -> kibotos.ctrl.v1.WorkspaceSpec
-	0,   // 90: kibotos.ctrl.v1.Workspace.state:type_name -> kibotos.ctrl.v1.WorkspaceState
-	80,  // 91: kibotos.ctrl.v1.Workspace.failure:type_name -> kibotos.ctrl.v1.WorkspaceFailure
-	118, // 92: kibotos.ctrl.v1.Workspace.created_at:type_name -> google.protobuf.Timestamp
-	118, // 93: kibotos.ctrl.v1.Workspace.updated_at:type_name -> google.protobuf.Timestamp
-	81,  // 94: kibotos.ctrl.v1.Workspace.retention_tiers:type_name -> kibotos.ctrl.v1.RetentionTier
-	66,  // 95: kibotos.ctrl.v1.Workspace.delivery:type_name -> kibotos.ctrl.v1.TemplateDeliveryObservation
-	75,  // 96: kibotos.ctrl.v1.Workspace.network_policy_status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
-	16,  // 97: kibotos.ctrl.v1.Workspace.reestablish:type_name -> kibotos.ctrl.v1.ReestablishRequirement
-	112, // 98: kibotos.ctrl.v1.Workspace.annotations:type_name -> kibotos.ctrl.v1.Workspace.AnnotationsEntry
-	113, // 99: kibotos.ctrl.v1.Workspace.labels:type_name -> kibotos.ctrl.v1.Workspace.LabelsEntry
-	85,  // 100: kibotos.ctrl.v1.Workspace.guest_observation:type_name -> kibotos.ctrl.v1.GuestObservation
-	62,  // 101: kibotos.ctrl.v1.Workspace.last_stop:type_name -> kibotos.ctrl.v1.WorkspaceStop
-	83,  // 102: kibotos.ctrl.v1.Workspace.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
-	84,  // 103: kibotos.ctrl.v1.Workspace.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
-	96,  // 104: kibotos.ctrl.v1.Workspace.expiration:type_name -> kibotos.ctrl.v1.WorkspaceExpiration
-	21,  // 105: kibotos.ctrl.v1.EgressObservation.kind:type_name -> kibotos.ctrl.v1.EgressObservationKind
-	118, // 106: kibotos.ctrl.v1.EgressObservation.failing_since:type_name -> google.protobuf.Timestamp
-	118, // 107: kibotos.ctrl.v1.EgressObservation.observed_at:type_name -> google.protobuf.Timestamp
-	72,  // 108: kibotos.ctrl.v1.ResolverObservation.path:type_name -> kibotos.ctrl.v1.ResolverPath
-	22,  // 109: kibotos.ctrl.v1.ResolverObservation.kind:type_name -> kibotos.ctrl.v1.ResolverObservationKind
-	118, // 110: kibotos.ctrl.v1.ResolverObservation.failing_since:type_name -> google.protobuf.Timestamp
-	118, // 111: kibotos.ctrl.v1.ResolverObservation.observed_at:type_name -> google.protobuf.Timestamp
-	118, // 112: kibotos.ctrl.v1.GuestObservation.observed_at:type_name -> google.protobuf.Timestamp
-	1,   // 113: kibotos.ctrl.v1.GuestObservation.condition:type_name -> kibotos.ctrl.v1.GuestCondition
-	118, // 114: kibotos.ctrl.v1.GuestObservation.unresponsive_since:type_name -> google.protobuf.Timestamp
-	2,   // 115: kibotos.ctrl.v1.GuestObservation.memory_condition:type_name -> kibotos.ctrl.v1.GuestMemoryCondition
-	118, // 116: kibotos.ctrl.v1.GuestObservation.memory_saturated_since:type_name -> google.protobuf.Timestamp
-	86,  // 117: kibotos.ctrl.v1.GuestObservation.latest_memory_kill:type_name -> kibotos.ctrl.v1.GuestMemoryKill
-	118, // 118: kibotos.ctrl.v1.GuestObservation.last_reset_at:type_name -> google.protobuf.Timestamp
-	118, // 119: kibotos.ctrl.v1.GuestMemoryKill.killed_at:type_name -> google.protobuf.Timestamp
-	119, // 120: kibotos.ctrl.v1.GuestMemoryKill.window:type_name -> google.protobuf.Duration
-	119, // 121: kibotos.ctrl.v1.GuestMemoryKill.saturated_for:type_name -> google.protobuf.Duration
-	17,  // 122: kibotos.ctrl.v1.VolumeFailure.reason:type_name -> kibotos.ctrl.v1.FailureReason
-	18,  // 123: kibotos.ctrl.v1.VolumeFailure.stage:type_name -> kibotos.ctrl.v1.FailureStage
-	118, // 124: kibotos.ctrl.v1.VolumeFailure.failed_at:type_name -> google.protobuf.Timestamp
-	87,  // 125: kibotos.ctrl.v1.Volume.spec:type_name -> kibotos.ctrl.v1.VolumeSpec
-	4,   // 126: kibotos.ctrl.v1.Volume.state:type_name -> kibotos.ctrl.v1.VolumeState
-	88,  // 127: kibotos.ctrl.v1.Volume.failure:type_name -> kibotos.ctrl.v1.VolumeFailure
-	118, // 128: kibotos.ctrl.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	118, // 129: kibotos.ctrl.v1.Volume.updated_at:type_name -> google.protobuf.Timestamp
-	114, // 130: kibotos.ctrl.v1.Volume.annotations:type_name -> kibotos.ctrl.v1.Volume.AnnotationsEntry
-	115, // 131: kibotos.ctrl.v1.Volume.labels:type_name -> kibotos.ctrl.v1.Volume.LabelsEntry
-	90,  // 132: kibotos.ctrl.v1.Volume.observation:type_name -> kibotos.ctrl.v1.VolumeObservation
-	3,   // 133: kibotos.ctrl.v1.VolumeObservation.condition:type_name -> kibotos.ctrl.v1.VolumeCondition
-	118, // 134: kibotos.ctrl.v1.VolumeObservation.observed_at:type_name -> google.protobuf.Timestamp
-	17,  // 135: kibotos.ctrl.v1.TransferFailure.reason:type_name -> kibotos.ctrl.v1.FailureReason
-	18,  // 136: kibotos.ctrl.v1.TransferFailure.stage:type_name -> kibotos.ctrl.v1.FailureStage
-	118, // 137: kibotos.ctrl.v1.TransferFailure.failed_at:type_name -> google.protobuf.Timestamp
-	64,  // 138: kibotos.ctrl.v1.TransferManifest.template:type_name -> kibotos.ctrl.v1.TemplateRef
-	67,  // 139: kibotos.ctrl.v1.TransferManifest.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
-	118, // 140: kibotos.ctrl.v1.TransferManifest.created_at:type_name -> google.protobuf.Timestamp
-	8,   // 141: kibotos.ctrl.v1.Transfer.state:type_name -> kibotos.ctrl.v1.TransferState
-	92,  // 142: kibotos.ctrl.v1.Transfer.manifest:type_name -> kibotos.ctrl.v1.TransferManifest
-	91,  // 143: kibotos.ctrl.v1.Transfer.failure:type_name -> kibotos.ctrl.v1.TransferFailure
-	118, // 144: kibotos.ctrl.v1.Transfer.created_at:type_name -> google.protobuf.Timestamp
-	118, // 145: kibotos.ctrl.v1.Transfer.updated_at:type_name -> google.protobuf.Timestamp
-	118, // 146: kibotos.ctrl.v1.Transfer.expires_at:type_name -> google.protobuf.Timestamp
-	116, // 147: kibotos.ctrl.v1.Transfer.labels:type_name -> kibotos.ctrl.v1.Transfer.LabelsEntry
-	117, // 148: kibotos.ctrl.v1.Transfer.annotations:type_name -> kibotos.ctrl.v1.Transfer.AnnotationsEntry
-	82,  // 149: kibotos.ctrl.v1.ErrorDetail.observed_workspace:type_name -> kibotos.ctrl.v1.Workspace
-	17,  // 150: kibotos.ctrl.v1.ErrorDetail.reason:type_name -> kibotos.ctrl.v1.FailureReason
-	18,  // 151: kibotos.ctrl.v1.ErrorDetail.stage:type_name -> kibotos.ctrl.v1.FailureStage
-	118, // 152: kibotos.ctrl.v1.WorkspaceExpirationPolicy.deadline:type_name -> google.protobuf.Timestamp
-	23,  // 153: kibotos.ctrl.v1.WorkspaceExpirationPolicy.action:type_name -> kibotos.ctrl.v1.WorkspaceExpirationAction
-	95,  // 154: kibotos.ctrl.v1.WorkspaceExpiration.policy:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
-	95,  // 155: kibotos.ctrl.v1.WorkspaceExpirationChange.set:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
-	120, // 156: kibotos.ctrl.v1.WorkspaceExpirationChange.clear:type_name -> google.protobuf.Empty
-	24,  // 157: kibotos.ctrl.v1.EgressService.CreateEgress:input_type -> kibotos.ctrl.v1.CreateEgressRequest
-	26,  // 158: kibotos.ctrl.v1.EgressService.GetEgress:input_type -> kibotos.ctrl.v1.GetEgressRequest
-	28,  // 159: kibotos.ctrl.v1.EgressService.ListEgresses:input_type -> kibotos.ctrl.v1.ListEgressesRequest
-	30,  // 160: kibotos.ctrl.v1.EgressService.UpdateEgress:input_type -> kibotos.ctrl.v1.UpdateEgressRequest
-	32,  // 161: kibotos.ctrl.v1.EgressService.DeleteEgress:input_type -> kibotos.ctrl.v1.DeleteEgressRequest
-	34,  // 162: kibotos.ctrl.v1.EgressService.UpdateEgressLabels:input_type -> kibotos.ctrl.v1.UpdateEgressLabelsRequest
-	36,  // 163: kibotos.ctrl.v1.EgressService.UpdateEgressAnnotations:input_type -> kibotos.ctrl.v1.UpdateEgressAnnotationsRequest
-	42,  // 164: kibotos.ctrl.v1.ResolverService.CreateResolver:input_type -> kibotos.ctrl.v1.CreateResolverRequest
-	44,  // 165: kibotos.ctrl.v1.ResolverService.GetResolver:input_type -> kibotos.ctrl.v1.GetResolverRequest
-	46,  // 166: kibotos.ctrl.v1.ResolverService.ListResolvers:input_type -> kibotos.ctrl.v1.ListResolversRequest
-	48,  // 167: kibotos.ctrl.v1.ResolverService.UpdateResolver:input_type -> kibotos.ctrl.v1.UpdateResolverRequest
-	50,  // 168: kibotos.ctrl.v1.ResolverService.DeleteResolver:input_type -> kibotos.ctrl.v1.DeleteResolverRequest
-	52,  // 169: kibotos.ctrl.v1.ResolverService.UpdateResolverLabels:input_type -> kibotos.ctrl.v1.UpdateResolverLabelsRequest
-	54,  // 170: kibotos.ctrl.v1.ResolverService.UpdateResolverAnnotations:input_type -> kibotos.ctrl.v1.UpdateResolverAnnotationsRequest
-	25,  // 171: kibotos.ctrl.v1.EgressService.CreateEgress:output_type -> kibotos.ctrl.v1.CreateEgressResponse
-	27,  // 172: kibotos.ctrl.v1.EgressService.GetEgress:output_type -> kibotos.ctrl.v1.GetEgressResponse
-	29,  // 173: kibotos.ctrl.v1.EgressService.ListEgresses:output_type -> kibotos.ctrl.v1.ListEgressesResponse
-	31,  // 174: kibotos.ctrl.v1.EgressService.UpdateEgress:output_type -> kibotos.ctrl.v1.UpdateEgressResponse
-	33,  // 175: kibotos.ctrl.v1.EgressService.DeleteEgress:output_type -> kibotos.ctrl.v1.DeleteEgressResponse
-	35,  // 176: kibotos.ctrl.v1.EgressService.UpdateEgressLabels:output_type -> kibotos.ctrl.v1.UpdateEgressLabelsResponse
-	37,  // 177: kibotos.ctrl.v1.EgressService.UpdateEgressAnnotations:output_type -> kibotos.ctrl.v1.UpdateEgressAnnotationsResponse
-	43,  // 178: kibotos.ctrl.v1.ResolverService.CreateResolver:output_type -> kibotos.ctrl.v1.CreateResolverResponse
-	45,  // 179: kibotos.ctrl.v1.ResolverService.GetResolver:output_type -> kibotos.ctrl.v1.GetResolverResponse
-	47,  // 180: kibotos.ctrl.v1.ResolverService.ListResolvers:output_type -> kibotos.ctrl.v1.ListResolversResponse
-	49,  // 181: kibotos.ctrl.v1.ResolverService.UpdateResolver:output_type -> kibotos.ctrl.v1.UpdateResolverResponse
-	51,  // 182: kibotos.ctrl.v1.ResolverService.DeleteResolver:output_type -> kibotos.ctrl.v1.DeleteResolverResponse
-	53,  // 183: kibotos.ctrl.v1.ResolverService.UpdateResolverLabels:output_type -> kibotos.ctrl.v1.UpdateResolverLabelsResponse
-	55,  // 184: kibotos.ctrl.v1.ResolverService.UpdateResolverAnnotations:output_type -> kibotos.ctrl.v1.UpdateResolverAnnotationsResponse
-	171, // [171:185] is the sub-list for method output_type
-	157, // [157:171] is the sub-list for method input_type
-	157, // [157:157] is the sub-list for extension type_name
-	157, // [157:157] is the sub-list for extension extendee
-	0,   // [0:157] is the sub-list for field type_name
+	111, // 0: kibotos.ctrl.v1.CreateWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	127, // 1: kibotos.ctrl.v1.CreateWorkspaceRequest.spec:type_name -> kibotos.ctrl.v1.WorkspaceCreateSpec
+	146, // 2: kibotos.ctrl.v1.CreateWorkspaceRequest.labels:type_name -> kibotos.ctrl.v1.CreateWorkspaceRequest.LabelsEntry
+	147, // 3: kibotos.ctrl.v1.CreateWorkspaceRequest.annotations:type_name -> kibotos.ctrl.v1.CreateWorkspaceRequest.AnnotationsEntry
+	130, // 4: kibotos.ctrl.v1.CreateWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	130, // 5: kibotos.ctrl.v1.GetWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	148, // 6: kibotos.ctrl.v1.ListWorkspacesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListWorkspacesRequest.LabelSelectorEntry
+	130, // 7: kibotos.ctrl.v1.ListWorkspacesResponse.workspaces:type_name -> kibotos.ctrl.v1.Workspace
+	130, // 8: kibotos.ctrl.v1.WatchWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	111, // 9: kibotos.ctrl.v1.StartWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	130, // 10: kibotos.ctrl.v1.StartWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	111, // 11: kibotos.ctrl.v1.StopWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	12,  // 12: kibotos.ctrl.v1.StopWorkspaceRequest.mode:type_name -> kibotos.ctrl.v1.StopMode
+	130, // 13: kibotos.ctrl.v1.StopWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	111, // 14: kibotos.ctrl.v1.DeleteWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	130, // 15: kibotos.ctrl.v1.DeleteWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	111, // 16: kibotos.ctrl.v1.UpdateWorkspaceMemoryRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	130, // 17: kibotos.ctrl.v1.UpdateWorkspaceMemoryResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	111, // 18: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	130, // 19: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	111, // 20: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	117, // 21: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest.volume:type_name -> kibotos.ctrl.v1.WorkspaceVolumeBinding
+	130, // 22: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	111, // 23: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	118, // 24: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest.policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	130, // 25: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	111, // 26: kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	145, // 27: kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest.change:type_name -> kibotos.ctrl.v1.WorkspaceExpirationChange
+	130, // 28: kibotos.ctrl.v1.UpdateWorkspaceExpirationResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	111, // 29: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	149, // 30: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.LabelsEntry
+	130, // 31: kibotos.ctrl.v1.UpdateWorkspaceLabelsResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	111, // 32: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	150, // 33: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.AnnotationsEntry
+	130, // 34: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	111, // 35: kibotos.ctrl.v1.CreateTemplateRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	151, // 36: kibotos.ctrl.v1.CreateTemplateRequest.labels:type_name -> kibotos.ctrl.v1.CreateTemplateRequest.LabelsEntry
+	152, // 37: kibotos.ctrl.v1.CreateTemplateRequest.annotations:type_name -> kibotos.ctrl.v1.CreateTemplateRequest.AnnotationsEntry
+	70,  // 38: kibotos.ctrl.v1.CreateTemplateResponse.template:type_name -> kibotos.ctrl.v1.Template
+	70,  // 39: kibotos.ctrl.v1.GetTemplateResponse.template:type_name -> kibotos.ctrl.v1.Template
+	153, // 40: kibotos.ctrl.v1.ListTemplatesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListTemplatesRequest.LabelSelectorEntry
+	70,  // 41: kibotos.ctrl.v1.ListTemplatesResponse.templates:type_name -> kibotos.ctrl.v1.Template
+	60,  // 42: kibotos.ctrl.v1.ImportTemplateRevisionRequest.start:type_name -> kibotos.ctrl.v1.ImportTemplateRevisionStart
+	111, // 43: kibotos.ctrl.v1.ImportTemplateRevisionStart.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	0,   // 44: kibotos.ctrl.v1.ImportTemplateRevisionStart.archive:type_name -> kibotos.ctrl.v1.ImageArchiveFormat
+	70,  // 45: kibotos.ctrl.v1.ImportTemplateRevisionResponse.template:type_name -> kibotos.ctrl.v1.Template
+	71,  // 46: kibotos.ctrl.v1.ImportTemplateRevisionResponse.revision:type_name -> kibotos.ctrl.v1.TemplateRevision
+	111, // 47: kibotos.ctrl.v1.SetTemplateDefaultRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	70,  // 48: kibotos.ctrl.v1.SetTemplateDefaultResponse.template:type_name -> kibotos.ctrl.v1.Template
+	111, // 49: kibotos.ctrl.v1.DeleteTemplateRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	111, // 50: kibotos.ctrl.v1.UpdateTemplateLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	154, // 51: kibotos.ctrl.v1.UpdateTemplateLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateTemplateLabelsRequest.LabelsEntry
+	70,  // 52: kibotos.ctrl.v1.UpdateTemplateLabelsResponse.template:type_name -> kibotos.ctrl.v1.Template
+	111, // 53: kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	155, // 54: kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.AnnotationsEntry
+	70,  // 55: kibotos.ctrl.v1.UpdateTemplateAnnotationsResponse.template:type_name -> kibotos.ctrl.v1.Template
+	71,  // 56: kibotos.ctrl.v1.Template.revisions:type_name -> kibotos.ctrl.v1.TemplateRevision
+	178, // 57: kibotos.ctrl.v1.Template.created_at:type_name -> google.protobuf.Timestamp
+	178, // 58: kibotos.ctrl.v1.Template.updated_at:type_name -> google.protobuf.Timestamp
+	156, // 59: kibotos.ctrl.v1.Template.labels:type_name -> kibotos.ctrl.v1.Template.LabelsEntry
+	157, // 60: kibotos.ctrl.v1.Template.annotations:type_name -> kibotos.ctrl.v1.Template.AnnotationsEntry
+	178, // 61: kibotos.ctrl.v1.TemplateRevision.created_at:type_name -> google.protobuf.Timestamp
+	111, // 62: kibotos.ctrl.v1.CreateEgressRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	86,  // 63: kibotos.ctrl.v1.CreateEgressRequest.spec:type_name -> kibotos.ctrl.v1.EgressSpec
+	158, // 64: kibotos.ctrl.v1.CreateEgressRequest.labels:type_name -> kibotos.ctrl.v1.CreateEgressRequest.LabelsEntry
+	159, // 65: kibotos.ctrl.v1.CreateEgressRequest.annotations:type_name -> kibotos.ctrl.v1.CreateEgressRequest.AnnotationsEntry
+	89,  // 66: kibotos.ctrl.v1.CreateEgressResponse.egress:type_name -> kibotos.ctrl.v1.Egress
+	89,  // 67: kibotos.ctrl.v1.GetEgressResponse.egress:type_name -> kibotos.ctrl.v1.Egress
+	160, // 68: kibotos.ctrl.v1.ListEgressesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListEgressesRequest.LabelSelectorEntry
+	89,  // 69: kibotos.ctrl.v1.ListEgressesResponse.egresses:type_name -> kibotos.ctrl.v1.Egress
+	111, // 70: kibotos.ctrl.v1.UpdateEgressRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	86,  // 71: kibotos.ctrl.v1.UpdateEgressRequest.spec:type_name -> kibotos.ctrl.v1.EgressSpec
+	89,  // 72: kibotos.ctrl.v1.UpdateEgressResponse.egress:type_name -> kibotos.ctrl.v1.Egress
+	111, // 73: kibotos.ctrl.v1.DeleteEgressRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	111, // 74: kibotos.ctrl.v1.UpdateEgressLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	161, // 75: kibotos.ctrl.v1.UpdateEgressLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateEgressLabelsRequest.LabelsEntry
+	89,  // 76: kibotos.ctrl.v1.UpdateEgressLabelsResponse.egress:type_name -> kibotos.ctrl.v1.Egress
+	111, // 77: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	162, // 78: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.AnnotationsEntry
+	89,  // 79: kibotos.ctrl.v1.UpdateEgressAnnotationsResponse.egress:type_name -> kibotos.ctrl.v1.Egress
+	87,  // 80: kibotos.ctrl.v1.EgressSpec.socks5:type_name -> kibotos.ctrl.v1.Socks5Egress
+	88,  // 81: kibotos.ctrl.v1.Socks5Egress.tls:type_name -> kibotos.ctrl.v1.EgressTls
+	86,  // 82: kibotos.ctrl.v1.Egress.spec:type_name -> kibotos.ctrl.v1.EgressSpec
+	178, // 83: kibotos.ctrl.v1.Egress.created_at:type_name -> google.protobuf.Timestamp
+	178, // 84: kibotos.ctrl.v1.Egress.updated_at:type_name -> google.protobuf.Timestamp
+	163, // 85: kibotos.ctrl.v1.Egress.labels:type_name -> kibotos.ctrl.v1.Egress.LabelsEntry
+	164, // 86: kibotos.ctrl.v1.Egress.annotations:type_name -> kibotos.ctrl.v1.Egress.AnnotationsEntry
+	111, // 87: kibotos.ctrl.v1.CreateResolverRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	104, // 88: kibotos.ctrl.v1.CreateResolverRequest.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
+	165, // 89: kibotos.ctrl.v1.CreateResolverRequest.labels:type_name -> kibotos.ctrl.v1.CreateResolverRequest.LabelsEntry
+	166, // 90: kibotos.ctrl.v1.CreateResolverRequest.annotations:type_name -> kibotos.ctrl.v1.CreateResolverRequest.AnnotationsEntry
+	109, // 91: kibotos.ctrl.v1.CreateResolverResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
+	109, // 92: kibotos.ctrl.v1.GetResolverResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
+	167, // 93: kibotos.ctrl.v1.ListResolversRequest.label_selector:type_name -> kibotos.ctrl.v1.ListResolversRequest.LabelSelectorEntry
+	109, // 94: kibotos.ctrl.v1.ListResolversResponse.resolvers:type_name -> kibotos.ctrl.v1.Resolver
+	111, // 95: kibotos.ctrl.v1.UpdateResolverRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	104, // 96: kibotos.ctrl.v1.UpdateResolverRequest.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
+	109, // 97: kibotos.ctrl.v1.UpdateResolverResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
+	111, // 98: kibotos.ctrl.v1.DeleteResolverRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	111, // 99: kibotos.ctrl.v1.UpdateResolverLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	168, // 100: kibotos.ctrl.v1.UpdateResolverLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateResolverLabelsRequest.LabelsEntry
+	109, // 101: kibotos.ctrl.v1.UpdateResolverLabelsResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
+	111, // 102: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	169, // 103: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.AnnotationsEntry
+	109, // 104: kibotos.ctrl.v1.UpdateResolverAnnotationsResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
+	105, // 105: kibotos.ctrl.v1.ResolverSpec.udp:type_name -> kibotos.ctrl.v1.UdpResolver
+	106, // 106: kibotos.ctrl.v1.ResolverSpec.tcp:type_name -> kibotos.ctrl.v1.TcpResolver
+	107, // 107: kibotos.ctrl.v1.ResolverSpec.tls:type_name -> kibotos.ctrl.v1.TlsResolver
+	108, // 108: kibotos.ctrl.v1.ResolverSpec.https:type_name -> kibotos.ctrl.v1.HttpsResolver
+	104, // 109: kibotos.ctrl.v1.Resolver.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
+	178, // 110: kibotos.ctrl.v1.Resolver.created_at:type_name -> google.protobuf.Timestamp
+	178, // 111: kibotos.ctrl.v1.Resolver.updated_at:type_name -> google.protobuf.Timestamp
+	170, // 112: kibotos.ctrl.v1.Resolver.labels:type_name -> kibotos.ctrl.v1.Resolver.LabelsEntry
+	171, // 113: kibotos.ctrl.v1.Resolver.annotations:type_name -> kibotos.ctrl.v1.Resolver.AnnotationsEntry
+	11,  // 114: kibotos.ctrl.v1.WorkspaceStop.cause:type_name -> kibotos.ctrl.v1.StopCause
+	12,  // 115: kibotos.ctrl.v1.WorkspaceStop.mode:type_name -> kibotos.ctrl.v1.StopMode
+	10,  // 116: kibotos.ctrl.v1.WorkspaceStop.durability:type_name -> kibotos.ctrl.v1.StopDurability
+	178, // 117: kibotos.ctrl.v1.WorkspaceStop.requested_at:type_name -> google.protobuf.Timestamp
+	178, // 118: kibotos.ctrl.v1.WorkspaceStop.completed_at:type_name -> google.protobuf.Timestamp
+	7,   // 119: kibotos.ctrl.v1.TemplateDeliveryObservation.state:type_name -> kibotos.ctrl.v1.TemplateDeliveryState
+	8,   // 120: kibotos.ctrl.v1.TemplateDeliveryObservation.reason:type_name -> kibotos.ctrl.v1.TemplateDeliveryReason
+	178, // 121: kibotos.ctrl.v1.TemplateDeliveryObservation.started_at:type_name -> google.protobuf.Timestamp
+	178, // 122: kibotos.ctrl.v1.TemplateDeliveryObservation.observed_at:type_name -> google.protobuf.Timestamp
+	20,  // 123: kibotos.ctrl.v1.WorkspaceVolumeBinding.mode:type_name -> kibotos.ctrl.v1.WorkspaceVolumeMode
+	21,  // 124: kibotos.ctrl.v1.NetworkPolicy.mode:type_name -> kibotos.ctrl.v1.NetworkPolicyMode
+	122, // 125: kibotos.ctrl.v1.NetworkPolicy.egresses:type_name -> kibotos.ctrl.v1.NetworkPolicyEgress
+	119, // 126: kibotos.ctrl.v1.NetworkPolicy.resolvers:type_name -> kibotos.ctrl.v1.NetworkPolicyResolver
+	120, // 127: kibotos.ctrl.v1.NetworkPolicyResolver.path:type_name -> kibotos.ctrl.v1.ResolverPath
+	121, // 128: kibotos.ctrl.v1.ResolverPath.direct:type_name -> kibotos.ctrl.v1.ResolverDirectPath
+	178, // 129: kibotos.ctrl.v1.NetworkPolicyStatus.applied_at:type_name -> google.protobuf.Timestamp
+	124, // 130: kibotos.ctrl.v1.NetworkPolicyStatus.egresses:type_name -> kibotos.ctrl.v1.NetworkPolicyEgressStatus
+	125, // 131: kibotos.ctrl.v1.NetworkPolicyStatus.resolvers:type_name -> kibotos.ctrl.v1.NetworkPolicyResolverStatus
+	120, // 132: kibotos.ctrl.v1.NetworkPolicyResolverStatus.path:type_name -> kibotos.ctrl.v1.ResolverPath
+	112, // 133: kibotos.ctrl.v1.WorkspaceSpec.template:type_name -> kibotos.ctrl.v1.TemplateRef
+	115, // 134: kibotos.ctrl.v1.WorkspaceSpec.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
+	116, // 135: kibotos.ctrl.v1.WorkspaceSpec.capabilities:type_name -> kibotos.ctrl.v1.CapabilityRequirements
+	117, // 136: kibotos.ctrl.v1.WorkspaceSpec.volume:type_name -> kibotos.ctrl.v1.WorkspaceVolumeBinding
+	118, // 137: kibotos.ctrl.v1.WorkspaceSpec.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	113, // 138: kibotos.ctrl.v1.WorkspaceCreateSpec.template:type_name -> kibotos.ctrl.v1.TemplateSelector
+	115, // 139: kibotos.ctrl.v1.WorkspaceCreateSpec.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
+	116, // 140: kibotos.ctrl.v1.WorkspaceCreateSpec.capabilities:type_name -> kibotos.ctrl.v1.CapabilityRequirements
+	117, // 141: kibotos.ctrl.v1.WorkspaceCreateSpec.volume:type_name -> kibotos.ctrl.v1.WorkspaceVolumeBinding
+	118, // 142: kibotos.ctrl.v1.WorkspaceCreateSpec.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	143, // 143: kibotos.ctrl.v1.WorkspaceCreateSpec.expiration:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
+	18,  // 144: kibotos.ctrl.v1.WorkspaceFailure.reason:type_name -> kibotos.ctrl.v1.FailureReason
+	19,  // 145: kibotos.ctrl.v1.WorkspaceFailure.stage:type_name -> kibotos.ctrl.v1.FailureStage
+	178, // 146: kibotos.ctrl.v1.WorkspaceFailure.failed_at:type_name -> google.protobuf.Timestamp
+	13,  // 147: kibotos.ctrl.v1.RetentionTier.kind:type_name -> kibotos.ctrl.v1.RetentionTierKind
+	14,  // 148: kibotos.ctrl.v1.RetentionTier.availability:type_name -> kibotos.ctrl.v1.RetentionAvailability
+	15,  // 149: kibotos.ctrl.v1.RetentionTier.continuity:type_name -> kibotos.ctrl.v1.RetentionContinuity
+	16,  // 150: kibotos.ctrl.v1.RetentionTier.reset_reason:type_name -> kibotos.ctrl.v1.RetentionResetReason
+	126, // 151: kibotos.ctrl.v1.Workspace.spec:type_name -> kibotos.ctrl.v1.WorkspaceSpec
+	1,   // 152: kibotos.ctrl.v1.Workspace.state:type_name -> kibotos.ctrl.v1.WorkspaceState
+	128, // 153: kibotos.ctrl.v1.Workspace.failure:type_name -> kibotos.ctrl.v1.WorkspaceFailure
+	178, // 154: kibotos.ctrl.v1.Workspace.created_at:type_name -> google.protobuf.Timestamp
+	178, // 155: kibotos.ctrl.v1.Workspace.updated_at:type_name -> google.protobuf.Timestamp
+	129, // 156: kibotos.ctrl.v1.Workspace.retention_tiers:type_name -> kibotos.ctrl.v1.RetentionTier
+	114, // 157: kibotos.ctrl.v1.Workspace.delivery:type_name -> kibotos.ctrl.v1.TemplateDeliveryObservation
+	123, // 158: kibotos.ctrl.v1.Workspace.network_policy_status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
+	17,  // 159: kibotos.ctrl.v1.Workspace.reestablish:type_name -> kibotos.ctrl.v1.ReestablishRequirement
+	172, // 160: kibotos.ctrl.v1.Workspace.annotations:type_name -> kibotos.ctrl.v1.Workspace.AnnotationsEntry
+	173, // 161: kibotos.ctrl.v1.Workspace.labels:type_name -> kibotos.ctrl.v1.Workspace.LabelsEntry
+	133, // 162: kibotos.ctrl.v1.Workspace.guest_observation:type_name -> kibotos.ctrl.v1.GuestObservation
+	110, // 163: kibotos.ctrl.v1.Workspace.last_stop:type_name -> kibotos.ctrl.v1.WorkspaceStop
+	131, // 164: kibotos.ctrl.v1.Workspace.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
+	132, // 165: kibotos.ctrl.v1.Workspace.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
+	144, // 166: kibotos.ctrl.v1.Workspace.expiration:type_name -> kibotos.ctrl.v1.WorkspaceExpiration
+	22,  // 167: kibotos.ctrl.v1.EgressObservation.kind:type_name -> kibotos.ctrl.v1.EgressObservationKind
+	178, // 168: kibotos.ctrl.v1.EgressObservation.failing_since:type_name -> google.protobuf.Timestamp
+	178, // 169: kibotos.ctrl.v1.EgressObservation.observed_at:type_name -> google.protobuf.Timestamp
+	120, // 170: kibotos.ctrl.v1.ResolverObservation.path:type_name -> kibotos.ctrl.v1.ResolverPath
+	23,  // 171: kibotos.ctrl.v1.ResolverObservation.kind:type_name -> kibotos.ctrl.v1.ResolverObservationKind
+	178, // 172: kibotos.ctrl.v1.ResolverObservation.failing_since:type_name -> google.protobuf.Timestamp
+	178, // 173: kibotos.ctrl.v1.ResolverObservation.observed_at:type_name -> google.protobuf.Timestamp
+	178, // 174: kibotos.ctrl.v1.GuestObservation.observed_at:type_name -> google.protobuf.Timestamp
+	2,   // 175: kibotos.ctrl.v1.GuestObservation.condition:type_name -> kibotos.ctrl.v1.GuestCondition
+	178, // 176: kibotos.ctrl.v1.GuestObservation.unresponsive_since:type_name -> google.protobuf.Timestamp
+	3,   // 177: kibotos.ctrl.v1.GuestObservation.memory_condition:type_name -> kibotos.ctrl.v1.GuestMemoryCondition
+	178, // 178: kibotos.ctrl.v1.GuestObservation.memory_saturated_since:type_name -> google.protobuf.Timestamp
+	134, // 179: kibotos.ctrl.v1.GuestObservation.latest_memory_kill:type_name -> kibotos.ctrl.v1.GuestMemoryKill
+	178, // 180: kibotos.ctrl.v1.GuestObservation.last_reset_at:type_name -> google.protobuf.Timestamp
+	178, // 181: kibotos.ctrl.v1.GuestMemoryKill.killed_at:type_name -> google.protobuf.Timestamp
+	179, // 182: kibotos.ctrl.v1.GuestMemoryKill.window:type_name -> google.protobuf.Duration
+	179, // 183: kibotos.ctrl.v1.GuestMemoryKill.saturated_for:type_name -> google.protobuf.Duration
+	18,  // 184: kibotos.ctrl.v1.VolumeFailure.reason:type_name -> kibotos.ctrl.v1.FailureReason
+	19,  // 185: kibotos.ctrl.v1.VolumeFailure.stage:type_name -> kibotos.ctrl.v1.FailureStage
+	178, // 186: kibotos.ctrl.v1.VolumeFailure.failed_at:type_name -> google.protobuf.Timestamp
+	135, // 187: kibotos.ctrl.v1.Volume.spec:type_name -> kibotos.ctrl.v1.VolumeSpec
+	5,   // 188: kibotos.ctrl.v1.Volume.state:type_name -> kibotos.ctrl.v1.VolumeState
+	136, // 189: kibotos.ctrl.v1.Volume.failure:type_name -> kibotos.ctrl.v1.VolumeFailure
+	178, // 190: kibotos.ctrl.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	178, // 191: kibotos.ctrl.v1.Volume.updated_at:type_name -> google.protobuf.Timestamp
+	174, // 192: kibotos.ctrl.v1.Volume.annotations:type_name -> kibotos.ctrl.v1.Volume.AnnotationsEntry
+	175, // 193: kibotos.ctrl.v1.Volume.labels:type_name -> kibotos.ctrl.v1.Volume.LabelsEntry
+	138, // 194: kibotos.ctrl.v1.Volume.observation:type_name -> kibotos.ctrl.v1.VolumeObservation
+	4,   // 195: kibotos.ctrl.v1.VolumeObservation.condition:type_name -> kibotos.ctrl.v1.VolumeCondition
+	178, // 196: kibotos.ctrl.v1.VolumeObservation.observed_at:type_name -> google.protobuf.Timestamp
+	18,  // 197: kibotos.ctrl.v1.TransferFailure.reason:type_name -> kibotos.ctrl.v1.FailureReason
+	19,  // 198: kibotos.ctrl.v1.TransferFailure.stage:type_name -> kibotos.ctrl.v1.FailureStage
+	178, // 199: kibotos.ctrl.v1.TransferFailure.failed_at:type_name -> google.protobuf.Timestamp
+	112, // 200: kibotos.ctrl.v1.TransferManifest.template:type_name -> kibotos.ctrl.v1.TemplateRef
+	115, // 201: kibotos.ctrl.v1.TransferManifest.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
+	178, // 202: kibotos.ctrl.v1.TransferManifest.created_at:type_name -> google.protobuf.Timestamp
+	9,   // 203: kibotos.ctrl.v1.Transfer.state:type_name -> kibotos.ctrl.v1.TransferState
+	140, // 204: kibotos.ctrl.v1.Transfer.manifest:type_name -> kibotos.ctrl.v1.TransferManifest
+	139, // 205: kibotos.ctrl.v1.Transfer.failure:type_name -> kibotos.ctrl.v1.TransferFailure
+	178, // 206: kibotos.ctrl.v1.Transfer.created_at:type_name -> google.protobuf.Timestamp
+	178, // 207: kibotos.ctrl.v1.Transfer.updated_at:type_name -> google.protobuf.Timestamp
+	178, // 208: kibotos.ctrl.v1.Transfer.expires_at:type_name -> google.protobuf.Timestamp
+	176, // 209: kibotos.ctrl.v1.Transfer.labels:type_name -> kibotos.ctrl.v1.Transfer.LabelsEntry
+	177, // 210: kibotos.ctrl.v1.Transfer.annotations:type_name -> kibotos.ctrl.v1.Transfer.AnnotationsEntry
+	130, // 211: kibotos.ctrl.v1.ErrorDetail.observed_workspace:type_name -> kibotos.ctrl.v1.Workspace
+	18,  // 212: kibotos.ctrl.v1.ErrorDetail.reason:type_name -> kibotos.ctrl.v1.FailureReason
+	19,  // 213: kibotos.ctrl.v1.ErrorDetail.stage:type_name -> kibotos.ctrl.v1.FailureStage
+	178, // 214: kibotos.ctrl.v1.WorkspaceExpirationPolicy.deadline:type_name -> google.protobuf.Timestamp
+	24,  // 215: kibotos.ctrl.v1.WorkspaceExpirationPolicy.action:type_name -> kibotos.ctrl.v1.WorkspaceExpirationAction
+	143, // 216: kibotos.ctrl.v1.WorkspaceExpiration.policy:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
+	143, // 217: kibotos.ctrl.v1.WorkspaceExpirationChange.set:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
+	180, // 218: kibotos.ctrl.v1.WorkspaceExpirationChange.clear:type_name -> google.protobuf.Empty
+	25,  // 219: kibotos.ctrl.v1.WorkspaceService.CreateWorkspace:input_type -> kibotos.ctrl.v1.CreateWorkspaceRequest
+	27,  // 220: kibotos.ctrl.v1.WorkspaceService.GetWorkspace:input_type -> kibotos.ctrl.v1.GetWorkspaceRequest
+	29,  // 221: kibotos.ctrl.v1.WorkspaceService.ListWorkspaces:input_type -> kibotos.ctrl.v1.ListWorkspacesRequest
+	31,  // 222: kibotos.ctrl.v1.WorkspaceService.WatchWorkspace:input_type -> kibotos.ctrl.v1.WatchWorkspaceRequest
+	33,  // 223: kibotos.ctrl.v1.WorkspaceService.StartWorkspace:input_type -> kibotos.ctrl.v1.StartWorkspaceRequest
+	35,  // 224: kibotos.ctrl.v1.WorkspaceService.StopWorkspace:input_type -> kibotos.ctrl.v1.StopWorkspaceRequest
+	37,  // 225: kibotos.ctrl.v1.WorkspaceService.DeleteWorkspace:input_type -> kibotos.ctrl.v1.DeleteWorkspaceRequest
+	39,  // 226: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceMemory:input_type -> kibotos.ctrl.v1.UpdateWorkspaceMemoryRequest
+	41,  // 227: kibotos.ctrl.v1.WorkspaceService.ResizeWorkspaceWritableLayer:input_type -> kibotos.ctrl.v1.ResizeWorkspaceWritableLayerRequest
+	43,  // 228: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceVolumeBinding:input_type -> kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest
+	45,  // 229: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceNetworkPolicy:input_type -> kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest
+	47,  // 230: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceExpiration:input_type -> kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest
+	49,  // 231: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceLabels:input_type -> kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest
+	51,  // 232: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceAnnotations:input_type -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest
+	53,  // 233: kibotos.ctrl.v1.TemplateService.CreateTemplate:input_type -> kibotos.ctrl.v1.CreateTemplateRequest
+	55,  // 234: kibotos.ctrl.v1.TemplateService.GetTemplate:input_type -> kibotos.ctrl.v1.GetTemplateRequest
+	57,  // 235: kibotos.ctrl.v1.TemplateService.ListTemplates:input_type -> kibotos.ctrl.v1.ListTemplatesRequest
+	59,  // 236: kibotos.ctrl.v1.TemplateService.ImportTemplateRevision:input_type -> kibotos.ctrl.v1.ImportTemplateRevisionRequest
+	62,  // 237: kibotos.ctrl.v1.TemplateService.SetTemplateDefault:input_type -> kibotos.ctrl.v1.SetTemplateDefaultRequest
+	64,  // 238: kibotos.ctrl.v1.TemplateService.DeleteTemplate:input_type -> kibotos.ctrl.v1.DeleteTemplateRequest
+	66,  // 239: kibotos.ctrl.v1.TemplateService.UpdateTemplateLabels:input_type -> kibotos.ctrl.v1.UpdateTemplateLabelsRequest
+	68,  // 240: kibotos.ctrl.v1.TemplateService.UpdateTemplateAnnotations:input_type -> kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest
+	72,  // 241: kibotos.ctrl.v1.EgressService.CreateEgress:input_type -> kibotos.ctrl.v1.CreateEgressRequest
+	74,  // 242: kibotos.ctrl.v1.EgressService.GetEgress:input_type -> kibotos.ctrl.v1.GetEgressRequest
+	76,  // 243: kibotos.ctrl.v1.EgressService.ListEgresses:input_type -> kibotos.ctrl.v1.ListEgressesRequest
+	78,  // 244: kibotos.ctrl.v1.EgressService.UpdateEgress:input_type -> kibotos.ctrl.v1.UpdateEgressRequest
+	80,  // 245: kibotos.ctrl.v1.EgressService.DeleteEgress:input_type -> kibotos.ctrl.v1.DeleteEgressRequest
+	82,  // 246: kibotos.ctrl.v1.EgressService.UpdateEgressLabels:input_type -> kibotos.ctrl.v1.UpdateEgressLabelsRequest
+	84,  // 247: kibotos.ctrl.v1.EgressService.UpdateEgressAnnotations:input_type -> kibotos.ctrl.v1.UpdateEgressAnnotationsRequest
+	90,  // 248: kibotos.ctrl.v1.ResolverService.CreateResolver:input_type -> kibotos.ctrl.v1.CreateResolverRequest
+	92,  // 249: kibotos.ctrl.v1.ResolverService.GetResolver:input_type -> kibotos.ctrl.v1.GetResolverRequest
+	94,  // 250: kibotos.ctrl.v1.ResolverService.ListResolvers:input_type -> kibotos.ctrl.v1.ListResolversRequest
+	96,  // 251: kibotos.ctrl.v1.ResolverService.UpdateResolver:input_type -> kibotos.ctrl.v1.UpdateResolverRequest
+	98,  // 252: kibotos.ctrl.v1.ResolverService.DeleteResolver:input_type -> kibotos.ctrl.v1.DeleteResolverRequest
+	100, // 253: kibotos.ctrl.v1.ResolverService.UpdateResolverLabels:input_type -> kibotos.ctrl.v1.UpdateResolverLabelsRequest
+	102, // 254: kibotos.ctrl.v1.ResolverService.UpdateResolverAnnotations:input_type -> kibotos.ctrl.v1.UpdateResolverAnnotationsRequest
+	26,  // 255: kibotos.ctrl.v1.WorkspaceService.CreateWorkspace:output_type -> kibotos.ctrl.v1.CreateWorkspaceResponse
+	28,  // 256: kibotos.ctrl.v1.WorkspaceService.GetWorkspace:output_type -> kibotos.ctrl.v1.GetWorkspaceResponse
+	30,  // 257: kibotos.ctrl.v1.WorkspaceService.ListWorkspaces:output_type -> kibotos.ctrl.v1.ListWorkspacesResponse
+	32,  // 258: kibotos.ctrl.v1.WorkspaceService.WatchWorkspace:output_type -> kibotos.ctrl.v1.WatchWorkspaceResponse
+	34,  // 259: kibotos.ctrl.v1.WorkspaceService.StartWorkspace:output_type -> kibotos.ctrl.v1.StartWorkspaceResponse
+	36,  // 260: kibotos.ctrl.v1.WorkspaceService.StopWorkspace:output_type -> kibotos.ctrl.v1.StopWorkspaceResponse
+	38,  // 261: kibotos.ctrl.v1.WorkspaceService.DeleteWorkspace:output_type -> kibotos.ctrl.v1.DeleteWorkspaceResponse
+	40,  // 262: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceMemory:output_type -> kibotos.ctrl.v1.UpdateWorkspaceMemoryResponse
+	42,  // 263: kibotos.ctrl.v1.WorkspaceService.ResizeWorkspaceWritableLayer:output_type -> kibotos.ctrl.v1.ResizeWorkspaceWritableLayerResponse
+	44,  // 264: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceVolumeBinding:output_type -> kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingResponse
+	46,  // 265: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceNetworkPolicy:output_type -> kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyResponse
+	48,  // 266: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceExpiration:output_type -> kibotos.ctrl.v1.UpdateWorkspaceExpirationResponse
+	50,  // 267: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceLabels:output_type -> kibotos.ctrl.v1.UpdateWorkspaceLabelsResponse
+	52,  // 268: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceAnnotations:output_type -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsResponse
+	54,  // 269: kibotos.ctrl.v1.TemplateService.CreateTemplate:output_type -> kibotos.ctrl.v1.CreateTemplateResponse
+	56,  // 270: kibotos.ctrl.v1.TemplateService.GetTemplate:output_type -> kibotos.ctrl.v1.GetTemplateResponse
+	58,  // 271: kibotos.ctrl.v1.TemplateService.ListTemplates:output_type -> kibotos.ctrl.v1.ListTemplatesResponse
+	61,  // 272: kibotos.ctrl.v1.TemplateService.ImportTemplateRevision:output_type -> kibotos.ctrl.v1.ImportTemplateRevisionResponse
+	63,  // 273: kibotos.ctrl.v1.TemplateService.SetTemplateDefault:output_type -> kibotos.ctrl.v1.SetTemplateDefaultResponse
+	65,  // 274: kibotos.ctrl.v1.TemplateService.DeleteTemplate:output_type -> kibotos.ctrl.v1.DeleteTemplateResponse
+	67,  // 275: kibotos.ctrl.v1.TemplateService.UpdateTemplateLabels:output_type -> kibotos.ctrl.v1.UpdateTemplateLabelsResponse
+	69,  // 276: kibotos.ctrl.v1.TemplateService.UpdateTemplateAnnotations:output_type -> kibotos.ctrl.v1.UpdateTemplateAnnotationsResponse
+	73,  // 277: kibotos.ctrl.v1.EgressService.CreateEgress:output_type -> kibotos.ctrl.v1.CreateEgressResponse
+	75,  // 278: kibotos.ctrl.v1.EgressService.GetEgress:output_type -> kibotos.ctrl.v1.GetEgressResponse
+	77,  // 279: kibotos.ctrl.v1.EgressService.ListEgresses:output_type -> kibotos.ctrl.v1.ListEgressesResponse
+	79,  // 280: kibotos.ctrl.v1.EgressService.UpdateEgress:output_type -> kibotos.ctrl.v1.UpdateEgressResponse
+	81,  // 281: kibotos.ctrl.v1.EgressService.DeleteEgress:output_type -> kibotos.ctrl.v1.DeleteEgressResponse
+	83,  // 282: kibotos.ctrl.v1.EgressService.UpdateEgressLabels:output_type -> kibotos.ctrl.v1.UpdateEgressLabelsResponse
+	85,  // 283: kibotos.ctrl.v1.EgressService.UpdateEgressAnnotations:output_type -> kibotos.ctrl.v1.UpdateEgressAnnotationsResponse
+	91,  // 284: kibotos.ctrl.v1.ResolverService.CreateResolver:output_type -> kibotos.ctrl.v1.CreateResolverResponse
+	93,  // 285: kibotos.ctrl.v1.ResolverService.GetResolver:output_type -> kibotos.ctrl.v1.GetResolverResponse
+	95,  // 286: kibotos.ctrl.v1.ResolverService.ListResolvers:output_type -> kibotos.ctrl.v1.ListResolversResponse
+	97,  // 287: kibotos.ctrl.v1.ResolverService.UpdateResolver:output_type -> kibotos.ctrl.v1.UpdateResolverResponse
+	99,  // 288: kibotos.ctrl.v1.ResolverService.DeleteResolver:output_type -> kibotos.ctrl.v1.DeleteResolverResponse
+	101, // 289: kibotos.ctrl.v1.ResolverService.UpdateResolverLabels:output_type -> kibotos.ctrl.v1.UpdateResolverLabelsResponse
+	103, // 290: kibotos.ctrl.v1.ResolverService.UpdateResolverAnnotations:output_type -> kibotos.ctrl.v1.UpdateResolverAnnotationsResponse
+	255, // [255:291] is the sub-list for method output_type
+	219, // [219:255] is the sub-list for method input_type
+	219, // [219:219] is the sub-list for extension type_name
+	219, // [219:219] is the sub-list for extension extendee
+	0,   // [0:219] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_ctrl_v1_ctrl_proto_init() }
@@ -7839,24 +11062,33 @@ func file_kibotos_ctrl_v1_ctrl_proto_init() {
 	if File_kibotos_ctrl_v1_ctrl_proto != nil {
 		return
 	}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[6].OneofWrappers = []any{}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[14].OneofWrappers = []any{
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[20].OneofWrappers = []any{}
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[34].OneofWrappers = []any{
+		(*ImportTemplateRevisionRequest_Start)(nil),
+		(*ImportTemplateRevisionRequest_Chunk)(nil),
+	}
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[35].OneofWrappers = []any{
+		(*ImportTemplateRevisionStart_Archive)(nil),
+		(*ImportTemplateRevisionStart_RegistryReference)(nil),
+	}
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[53].OneofWrappers = []any{}
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[61].OneofWrappers = []any{
 		(*EgressSpec_Socks5)(nil),
 	}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[24].OneofWrappers = []any{}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[32].OneofWrappers = []any{
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[71].OneofWrappers = []any{}
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[79].OneofWrappers = []any{
 		(*ResolverSpec_Udp)(nil),
 		(*ResolverSpec_Tcp)(nil),
 		(*ResolverSpec_Tls)(nil),
 		(*ResolverSpec_Https)(nil),
 	}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[45].OneofWrappers = []any{}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[48].OneofWrappers = []any{
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[92].OneofWrappers = []any{}
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[95].OneofWrappers = []any{
 		(*ResolverPath_Direct)(nil),
 		(*ResolverPath_EgressId)(nil),
 	}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[57].OneofWrappers = []any{}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[73].OneofWrappers = []any{
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[104].OneofWrappers = []any{}
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[120].OneofWrappers = []any{
 		(*WorkspaceExpirationChange_Set)(nil),
 		(*WorkspaceExpirationChange_Clear)(nil),
 	}
@@ -7865,10 +11097,10 @@ func file_kibotos_ctrl_v1_ctrl_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_ctrl_v1_ctrl_proto_rawDesc), len(file_kibotos_ctrl_v1_ctrl_proto_rawDesc)),
-			NumEnums:      24,
-			NumMessages:   94,
+			NumEnums:      25,
+			NumMessages:   153,
 			NumExtensions: 0,
-			NumServices:   2,
+			NumServices:   4,
 		},
 		GoTypes:           file_kibotos_ctrl_v1_ctrl_proto_goTypes,
 		DependencyIndexes: file_kibotos_ctrl_v1_ctrl_proto_depIdxs,

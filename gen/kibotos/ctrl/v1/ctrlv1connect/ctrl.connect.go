@@ -29,6 +29,10 @@ import (
 const _ = connect.IsAtLeastVersion1_13_0
 
 const (
+	// WorkspaceServiceName is the fully-qualified name of the WorkspaceService service.
+	WorkspaceServiceName = "kibotos.ctrl.v1.WorkspaceService"
+	// TemplateServiceName is the fully-qualified name of the TemplateService service.
+	TemplateServiceName = "kibotos.ctrl.v1.TemplateService"
 	// EgressServiceName is the fully-qualified name of the EgressService service.
 	EgressServiceName = "kibotos.ctrl.v1.EgressService"
 	// ResolverServiceName is the fully-qualified name of the ResolverService service.
@@ -43,6 +47,72 @@ const (
 // reflection-formatted method names, remove the leading slash and convert the remaining slash to a
 // period.
 const (
+	// WorkspaceServiceCreateWorkspaceProcedure is the fully-qualified name of the WorkspaceService's
+	// CreateWorkspace RPC.
+	WorkspaceServiceCreateWorkspaceProcedure = "/kibotos.ctrl.v1.WorkspaceService/CreateWorkspace"
+	// WorkspaceServiceGetWorkspaceProcedure is the fully-qualified name of the WorkspaceService's
+	// GetWorkspace RPC.
+	WorkspaceServiceGetWorkspaceProcedure = "/kibotos.ctrl.v1.WorkspaceService/GetWorkspace"
+	// WorkspaceServiceListWorkspacesProcedure is the fully-qualified name of the WorkspaceService's
+	// ListWorkspaces RPC.
+	WorkspaceServiceListWorkspacesProcedure = "/kibotos.ctrl.v1.WorkspaceService/ListWorkspaces"
+	// WorkspaceServiceWatchWorkspaceProcedure is the fully-qualified name of the WorkspaceService's
+	// WatchWorkspace RPC.
+	WorkspaceServiceWatchWorkspaceProcedure = "/kibotos.ctrl.v1.WorkspaceService/WatchWorkspace"
+	// WorkspaceServiceStartWorkspaceProcedure is the fully-qualified name of the WorkspaceService's
+	// StartWorkspace RPC.
+	WorkspaceServiceStartWorkspaceProcedure = "/kibotos.ctrl.v1.WorkspaceService/StartWorkspace"
+	// WorkspaceServiceStopWorkspaceProcedure is the fully-qualified name of the WorkspaceService's
+	// StopWorkspace RPC.
+	WorkspaceServiceStopWorkspaceProcedure = "/kibotos.ctrl.v1.WorkspaceService/StopWorkspace"
+	// WorkspaceServiceDeleteWorkspaceProcedure is the fully-qualified name of the WorkspaceService's
+	// DeleteWorkspace RPC.
+	WorkspaceServiceDeleteWorkspaceProcedure = "/kibotos.ctrl.v1.WorkspaceService/DeleteWorkspace"
+	// WorkspaceServiceUpdateWorkspaceMemoryProcedure is the fully-qualified name of the
+	// WorkspaceService's UpdateWorkspaceMemory RPC.
+	WorkspaceServiceUpdateWorkspaceMemoryProcedure = "/kibotos.ctrl.v1.WorkspaceService/UpdateWorkspaceMemory"
+	// WorkspaceServiceResizeWorkspaceWritableLayerProcedure is the fully-qualified name of the
+	// WorkspaceService's ResizeWorkspaceWritableLayer RPC.
+	WorkspaceServiceResizeWorkspaceWritableLayerProcedure = "/kibotos.ctrl.v1.WorkspaceService/ResizeWorkspaceWritableLayer"
+	// WorkspaceServiceUpdateWorkspaceVolumeBindingProcedure is the fully-qualified name of the
+	// WorkspaceService's UpdateWorkspaceVolumeBinding RPC.
+	WorkspaceServiceUpdateWorkspaceVolumeBindingProcedure = "/kibotos.ctrl.v1.WorkspaceService/UpdateWorkspaceVolumeBinding"
+	// WorkspaceServiceUpdateWorkspaceNetworkPolicyProcedure is the fully-qualified name of the
+	// WorkspaceService's UpdateWorkspaceNetworkPolicy RPC.
+	WorkspaceServiceUpdateWorkspaceNetworkPolicyProcedure = "/kibotos.ctrl.v1.WorkspaceService/UpdateWorkspaceNetworkPolicy"
+	// WorkspaceServiceUpdateWorkspaceExpirationProcedure is the fully-qualified name of the
+	// WorkspaceService's UpdateWorkspaceExpiration RPC.
+	WorkspaceServiceUpdateWorkspaceExpirationProcedure = "/kibotos.ctrl.v1.WorkspaceService/UpdateWorkspaceExpiration"
+	// WorkspaceServiceUpdateWorkspaceLabelsProcedure is the fully-qualified name of the
+	// WorkspaceService's UpdateWorkspaceLabels RPC.
+	WorkspaceServiceUpdateWorkspaceLabelsProcedure = "/kibotos.ctrl.v1.WorkspaceService/UpdateWorkspaceLabels"
+	// WorkspaceServiceUpdateWorkspaceAnnotationsProcedure is the fully-qualified name of the
+	// WorkspaceService's UpdateWorkspaceAnnotations RPC.
+	WorkspaceServiceUpdateWorkspaceAnnotationsProcedure = "/kibotos.ctrl.v1.WorkspaceService/UpdateWorkspaceAnnotations"
+	// TemplateServiceCreateTemplateProcedure is the fully-qualified name of the TemplateService's
+	// CreateTemplate RPC.
+	TemplateServiceCreateTemplateProcedure = "/kibotos.ctrl.v1.TemplateService/CreateTemplate"
+	// TemplateServiceGetTemplateProcedure is the fully-qualified name of the TemplateService's
+	// GetTemplate RPC.
+	TemplateServiceGetTemplateProcedure = "/kibotos.ctrl.v1.TemplateService/GetTemplate"
+	// TemplateServiceListTemplatesProcedure is the fully-qualified name of the TemplateService's
+	// ListTemplates RPC.
+	TemplateServiceListTemplatesProcedure = "/kibotos.ctrl.v1.TemplateService/ListTemplates"
+	// TemplateServiceImportTemplateRevisionProcedure is the fully-qualified name of the
+	// TemplateService's ImportTemplateRevision RPC.
+	TemplateServiceImportTemplateRevisionProcedure = "/kibotos.ctrl.v1.TemplateService/ImportTemplateRevision"
+	// TemplateServiceSetTemplateDefaultProcedure is the fully-qualified name of the TemplateService's
+	// SetTemplateDefault RPC.
+	TemplateServiceSetTemplateDefaultProcedure = "/kibotos.ctrl.v1.TemplateService/SetTemplateDefault"
+	// TemplateServiceDeleteTemplateProcedure is the fully-qualified name of the TemplateService's
+	// DeleteTemplate RPC.
+	TemplateServiceDeleteTemplateProcedure = "/kibotos.ctrl.v1.TemplateService/DeleteTemplate"
+	// TemplateServiceUpdateTemplateLabelsProcedure is the fully-qualified name of the TemplateService's
+	// UpdateTemplateLabels RPC.
+	TemplateServiceUpdateTemplateLabelsProcedure = "/kibotos.ctrl.v1.TemplateService/UpdateTemplateLabels"
+	// TemplateServiceUpdateTemplateAnnotationsProcedure is the fully-qualified name of the
+	// TemplateService's UpdateTemplateAnnotations RPC.
+	TemplateServiceUpdateTemplateAnnotationsProcedure = "/kibotos.ctrl.v1.TemplateService/UpdateTemplateAnnotations"
 	// EgressServiceCreateEgressProcedure is the fully-qualified name of the EgressService's
 	// CreateEgress RPC.
 	EgressServiceCreateEgressProcedure = "/kibotos.ctrl.v1.EgressService/CreateEgress"
@@ -85,6 +155,710 @@ const (
 	// ResolverService's UpdateResolverAnnotations RPC.
 	ResolverServiceUpdateResolverAnnotationsProcedure = "/kibotos.ctrl.v1.ResolverService/UpdateResolverAnnotations"
 )
+
+// WorkspaceServiceClient is a client for the kibotos.ctrl.v1.WorkspaceService service.
+type WorkspaceServiceClient interface {
+	// CreateWorkspace stores a new Workspace in CREATING and returns it. The TemplateSelector is resolved to an exact TemplateRef in the same transaction, so spec.template never moves when the Template's default later changes; an unknown Template or revision is not_found. A Volume in NEW mode is created and bound with the Workspace. The first execution is placed in the same call: when no host has the capacity the request needs free, the call is resource_exhausted and nothing is stored. The Workspace then waits for its Template artifacts (delivery), starts, and becomes AVAILABLE with generation 1; a launch that fails leaves it FAILED. Labels and annotations are stored with it and are part of the command's input.
+	CreateWorkspace(context.Context, *connect.Request[v1.CreateWorkspaceRequest]) (*connect.Response[v1.CreateWorkspaceResponse], error)
+	// GetWorkspace returns one Workspace. A DELETED Workspace is still returned, with state DELETED; an unknown one is not_found.
+	GetWorkspace(context.Context, *connect.Request[v1.GetWorkspaceRequest]) (*connect.Response[v1.GetWorkspaceResponse], error)
+	// ListWorkspaces returns the caller's Workspaces one page at a time, oldest first. DELETED Workspaces are not listed.
+	ListWorkspaces(context.Context, *connect.Request[v1.ListWorkspacesRequest]) (*connect.Response[v1.ListWorkspacesResponse], error)
+	// WatchWorkspace streams the Workspace: the first message is its current state, and a new message follows every stored or observed change. Changes that arrive while the caller has not read the previous message are coalesced, so a slow reader receives the latest state rather than every intermediate one. The stream ends after the message that carries state DELETED. An unknown Workspace is not_found.
+	WatchWorkspace(context.Context, *connect.Request[v1.WatchWorkspaceRequest]) (*connect.ServerStreamForClient[v1.WatchWorkspaceResponse], error)
+	// StartWorkspace starts a STOPPED Workspace, or retries the launch of a FAILED one: it moves to STARTING, a new execution is placed, and the Workspace becomes AVAILABLE with generation increased by one. The layer is reused when the execution lands on the host that keeps it (continuity CONTINUED); otherwise the BEST_EFFORT tier reports RESET and its reason. An explicit start rebinds launch_ref as WorkspaceSpec describes and clears last_stop. When no host has the capacity the Workspace needs free, the call is resource_exhausted and nothing changes. Starting a Workspace that is AVAILABLE, CREATING, STARTING or STOPPING with a new command is failed_precondition; a retry of the command that started it returns the first result.
+	StartWorkspace(context.Context, *connect.Request[v1.StartWorkspaceRequest]) (*connect.Response[v1.StartWorkspaceResponse], error)
+	// StopWorkspace stops a Workspace that holds an execution: AVAILABLE, or STARTING, whose start it abandons. The Workspace moves to STOPPING with last_stop recording the mode and command ID, and to STOPPED once the host has ended the execution. NORMAL syncs the guest and ends its processes with a grace period, and the completed stop has durability CONFIRMED; FORCE ends the execution at once and its durability is UNCONFIRMED. The writable layer stays on its host for the next start. A FORCE stop of a Workspace already STOPPING under a NORMAL stop escalates that stop; a FORCE stop of an UNKNOWN Workspace releases the execution without its host and completes as UNCONFIRMED. A stop in any other state with a new command is failed_precondition.
+	StopWorkspace(context.Context, *connect.Request[v1.StopWorkspaceRequest]) (*connect.Response[v1.StopWorkspaceResponse], error)
+	// DeleteWorkspace moves a Workspace to DELETING, ends any execution at once, deletes its writable layer, deletes or releases its Volume as WorkspaceVolumeBinding.delete_with_workspace says, and then marks it DELETED. Deleting a Workspace that is already DELETING or DELETED returns it unchanged. A DELETED Workspace is read-only: every other write is failed_precondition.
+	DeleteWorkspace(context.Context, *connect.Request[v1.DeleteWorkspaceRequest]) (*connect.Response[v1.DeleteWorkspaceResponse], error)
+	// UpdateWorkspaceMemory replaces resources.memory_bytes. The value must be a whole number of MiB and at least 128 MiB. expected_resources_revision must equal spec.resources_revision or the call is aborted and nothing changes; equal content is idempotent and keeps the revision. It is accepted only while the Workspace holds no execution (STOPPED or FAILED), and any other state is failed_precondition, so what an execution receives is always exactly what its spec says. The new value takes effect at the next start, where capacity is judged.
+	UpdateWorkspaceMemory(context.Context, *connect.Request[v1.UpdateWorkspaceMemoryRequest]) (*connect.Response[v1.UpdateWorkspaceMemoryResponse], error)
+	// ResizeWorkspaceWritableLayer grows resources.writable_layer_bytes, the only way it changes after creation. The value must be a whole number of MiB and may not be below the current request or below the capacity the layer actually has (the BEST_EFFORT tier's capacity_bytes): the layer only ever grows, and a smaller value is invalid_argument. expected_resources_revision must equal spec.resources_revision or the call is aborted and nothing changes; equal content is idempotent and keeps the revision. It is accepted only while the Workspace holds no execution (STOPPED or FAILED), and any other state is failed_precondition. The layer is grown when the next start places an execution, where the added bytes are reserved; a growth that fails fails that start with FAILURE_STAGE_RESIZING_WRITABLE_LAYER.
+	ResizeWorkspaceWritableLayer(context.Context, *connect.Request[v1.ResizeWorkspaceWritableLayerRequest]) (*connect.Response[v1.ResizeWorkspaceWritableLayerResponse], error)
+	// UpdateWorkspaceVolumeBinding replaces the Workspace's Volume binding while it holds no execution; in any other state it is failed_precondition. The new binding is BOUND to an existing Volume or NONE: NEW is invalid_argument, a Volume that does not exist is not_found, and one another undeleted Workspace binds is failed_precondition. expected_binding_revision must equal spec.binding_revision or the call is aborted and nothing changes; equal content is idempotent and keeps the revision. A released Volume is always kept, whatever delete_with_workspace says.
+	UpdateWorkspaceVolumeBinding(context.Context, *connect.Request[v1.UpdateWorkspaceVolumeBindingRequest]) (*connect.Response[v1.UpdateWorkspaceVolumeBindingResponse], error)
+	// UpdateWorkspaceNetworkPolicy replaces the whole network policy under the rules of NetworkPolicy. expected_revision must equal spec.network_policy.revision or the call is aborted and nothing changes. Equal content is idempotent and keeps the revision; different content increments it. Every Egress and Resolver it references must exist; a missing or deleted one is not_found. The call returns once the change is stored, without waiting for the host: a running execution then applies the new revision live, which network_policy_status.applied_revision confirms. A stopped Workspace applies it at its next start.
+	UpdateWorkspaceNetworkPolicy(context.Context, *connect.Request[v1.UpdateWorkspaceNetworkPolicyRequest]) (*connect.Response[v1.UpdateWorkspaceNetworkPolicyResponse], error)
+	// UpdateWorkspaceExpiration sets or clears the Workspace's expiration. Setting the stored policy again, or clearing when there is none, is idempotent and keeps the revision; any other change increments expiration.revision. A deadline that is not in the future is invalid_argument. When the deadline passes ctrl performs the action once: STOP stops a Workspace that holds an execution as a NORMAL stop with cause EXPIRED, and DELETE deletes it as DeleteWorkspace does. A Workspace that is DELETING or DELETED is failed_precondition.
+	UpdateWorkspaceExpiration(context.Context, *connect.Request[v1.UpdateWorkspaceExpirationRequest]) (*connect.Response[v1.UpdateWorkspaceExpirationResponse], error)
+	// UpdateWorkspaceLabels replaces all labels of a Workspace. expected_labels_revision must equal labels_revision or the call is aborted and nothing changes. Equal content is idempotent and keeps the revision; different content increments it. Keys and values must satisfy the label rules of Workspace.labels.
+	UpdateWorkspaceLabels(context.Context, *connect.Request[v1.UpdateWorkspaceLabelsRequest]) (*connect.Response[v1.UpdateWorkspaceLabelsResponse], error)
+	// UpdateWorkspaceAnnotations replaces all annotations of a Workspace under the rules of UpdateWorkspaceLabels, with annotations_revision as the CAS token.
+	UpdateWorkspaceAnnotations(context.Context, *connect.Request[v1.UpdateWorkspaceAnnotationsRequest]) (*connect.Response[v1.UpdateWorkspaceAnnotationsResponse], error)
+}
+
+// NewWorkspaceServiceClient constructs a client for the kibotos.ctrl.v1.WorkspaceService service.
+// By default, it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped
+// responses, and sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the
+// connect.WithGRPC() or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewWorkspaceServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) WorkspaceServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	workspaceServiceMethods := v1.File_kibotos_ctrl_v1_ctrl_proto.Services().ByName("WorkspaceService").Methods()
+	return &workspaceServiceClient{
+		createWorkspace: connect.NewClient[v1.CreateWorkspaceRequest, v1.CreateWorkspaceResponse](
+			httpClient,
+			baseURL+WorkspaceServiceCreateWorkspaceProcedure,
+			connect.WithSchema(workspaceServiceMethods.ByName("CreateWorkspace")),
+			connect.WithClientOptions(opts...),
+		),
+		getWorkspace: connect.NewClient[v1.GetWorkspaceRequest, v1.GetWorkspaceResponse](
+			httpClient,
+			baseURL+WorkspaceServiceGetWorkspaceProcedure,
+			connect.WithSchema(workspaceServiceMethods.ByName("GetWorkspace")),
+			connect.WithClientOptions(opts...),
+		),
+		listWorkspaces: connect.NewClient[v1.ListWorkspacesRequest, v1.ListWorkspacesResponse](
+			httpClient,
+			baseURL+WorkspaceServiceListWorkspacesProcedure,
+			connect.WithSchema(workspaceServiceMethods.ByName("ListWorkspaces")),
+			connect.WithClientOptions(opts...),
+		),
+		watchWorkspace: connect.NewClient[v1.WatchWorkspaceRequest, v1.WatchWorkspaceResponse](
+			httpClient,
+			baseURL+WorkspaceServiceWatchWorkspaceProcedure,
+			connect.WithSchema(workspaceServiceMethods.ByName("WatchWorkspace")),
+			connect.WithClientOptions(opts...),
+		),
+		startWorkspace: connect.NewClient[v1.StartWorkspaceRequest, v1.StartWorkspaceResponse](
+			httpClient,
+			baseURL+WorkspaceServiceStartWorkspaceProcedure,
+			connect.WithSchema(workspaceServiceMethods.ByName("StartWorkspace")),
+			connect.WithClientOptions(opts...),
+		),
+		stopWorkspace: connect.NewClient[v1.StopWorkspaceRequest, v1.StopWorkspaceResponse](
+			httpClient,
+			baseURL+WorkspaceServiceStopWorkspaceProcedure,
+			connect.WithSchema(workspaceServiceMethods.ByName("StopWorkspace")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteWorkspace: connect.NewClient[v1.DeleteWorkspaceRequest, v1.DeleteWorkspaceResponse](
+			httpClient,
+			baseURL+WorkspaceServiceDeleteWorkspaceProcedure,
+			connect.WithSchema(workspaceServiceMethods.ByName("DeleteWorkspace")),
+			connect.WithClientOptions(opts...),
+		),
+		updateWorkspaceMemory: connect.NewClient[v1.UpdateWorkspaceMemoryRequest, v1.UpdateWorkspaceMemoryResponse](
+			httpClient,
+			baseURL+WorkspaceServiceUpdateWorkspaceMemoryProcedure,
+			connect.WithSchema(workspaceServiceMethods.ByName("UpdateWorkspaceMemory")),
+			connect.WithClientOptions(opts...),
+		),
+		resizeWorkspaceWritableLayer: connect.NewClient[v1.ResizeWorkspaceWritableLayerRequest, v1.ResizeWorkspaceWritableLayerResponse](
+			httpClient,
+			baseURL+WorkspaceServiceResizeWorkspaceWritableLayerProcedure,
+			connect.WithSchema(workspaceServiceMethods.ByName("ResizeWorkspaceWritableLayer")),
+			connect.WithClientOptions(opts...),
+		),
+		updateWorkspaceVolumeBinding: connect.NewClient[v1.UpdateWorkspaceVolumeBindingRequest, v1.UpdateWorkspaceVolumeBindingResponse](
+			httpClient,
+			baseURL+WorkspaceServiceUpdateWorkspaceVolumeBindingProcedure,
+			connect.WithSchema(workspaceServiceMethods.ByName("UpdateWorkspaceVolumeBinding")),
+			connect.WithClientOptions(opts...),
+		),
+		updateWorkspaceNetworkPolicy: connect.NewClient[v1.UpdateWorkspaceNetworkPolicyRequest, v1.UpdateWorkspaceNetworkPolicyResponse](
+			httpClient,
+			baseURL+WorkspaceServiceUpdateWorkspaceNetworkPolicyProcedure,
+			connect.WithSchema(workspaceServiceMethods.ByName("UpdateWorkspaceNetworkPolicy")),
+			connect.WithClientOptions(opts...),
+		),
+		updateWorkspaceExpiration: connect.NewClient[v1.UpdateWorkspaceExpirationRequest, v1.UpdateWorkspaceExpirationResponse](
+			httpClient,
+			baseURL+WorkspaceServiceUpdateWorkspaceExpirationProcedure,
+			connect.WithSchema(workspaceServiceMethods.ByName("UpdateWorkspaceExpiration")),
+			connect.WithClientOptions(opts...),
+		),
+		updateWorkspaceLabels: connect.NewClient[v1.UpdateWorkspaceLabelsRequest, v1.UpdateWorkspaceLabelsResponse](
+			httpClient,
+			baseURL+WorkspaceServiceUpdateWorkspaceLabelsProcedure,
+			connect.WithSchema(workspaceServiceMethods.ByName("UpdateWorkspaceLabels")),
+			connect.WithClientOptions(opts...),
+		),
+		updateWorkspaceAnnotations: connect.NewClient[v1.UpdateWorkspaceAnnotationsRequest, v1.UpdateWorkspaceAnnotationsResponse](
+			httpClient,
+			baseURL+WorkspaceServiceUpdateWorkspaceAnnotationsProcedure,
+			connect.WithSchema(workspaceServiceMethods.ByName("UpdateWorkspaceAnnotations")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// workspaceServiceClient implements WorkspaceServiceClient.
+type workspaceServiceClient struct {
+	createWorkspace              *connect.Client[v1.CreateWorkspaceRequest, v1.CreateWorkspaceResponse]
+	getWorkspace                 *connect.Client[v1.GetWorkspaceRequest, v1.GetWorkspaceResponse]
+	listWorkspaces               *connect.Client[v1.ListWorkspacesRequest, v1.ListWorkspacesResponse]
+	watchWorkspace               *connect.Client[v1.WatchWorkspaceRequest, v1.WatchWorkspaceResponse]
+	startWorkspace               *connect.Client[v1.StartWorkspaceRequest, v1.StartWorkspaceResponse]
+	stopWorkspace                *connect.Client[v1.StopWorkspaceRequest, v1.StopWorkspaceResponse]
+	deleteWorkspace              *connect.Client[v1.DeleteWorkspaceRequest, v1.DeleteWorkspaceResponse]
+	updateWorkspaceMemory        *connect.Client[v1.UpdateWorkspaceMemoryRequest, v1.UpdateWorkspaceMemoryResponse]
+	resizeWorkspaceWritableLayer *connect.Client[v1.ResizeWorkspaceWritableLayerRequest, v1.ResizeWorkspaceWritableLayerResponse]
+	updateWorkspaceVolumeBinding *connect.Client[v1.UpdateWorkspaceVolumeBindingRequest, v1.UpdateWorkspaceVolumeBindingResponse]
+	updateWorkspaceNetworkPolicy *connect.Client[v1.UpdateWorkspaceNetworkPolicyRequest, v1.UpdateWorkspaceNetworkPolicyResponse]
+	updateWorkspaceExpiration    *connect.Client[v1.UpdateWorkspaceExpirationRequest, v1.UpdateWorkspaceExpirationResponse]
+	updateWorkspaceLabels        *connect.Client[v1.UpdateWorkspaceLabelsRequest, v1.UpdateWorkspaceLabelsResponse]
+	updateWorkspaceAnnotations   *connect.Client[v1.UpdateWorkspaceAnnotationsRequest, v1.UpdateWorkspaceAnnotationsResponse]
+}
+
+// CreateWorkspace calls kibotos.ctrl.v1.WorkspaceService.CreateWorkspace.
+func (c *workspaceServiceClient) CreateWorkspace(ctx context.Context, req *connect.Request[v1.CreateWorkspaceRequest]) (*connect.Response[v1.CreateWorkspaceResponse], error) {
+	return c.createWorkspace.CallUnary(ctx, req)
+}
+
+// GetWorkspace calls kibotos.ctrl.v1.WorkspaceService.GetWorkspace.
+func (c *workspaceServiceClient) GetWorkspace(ctx context.Context, req *connect.Request[v1.GetWorkspaceRequest]) (*connect.Response[v1.GetWorkspaceResponse], error) {
+	return c.getWorkspace.CallUnary(ctx, req)
+}
+
+// ListWorkspaces calls kibotos.ctrl.v1.WorkspaceService.ListWorkspaces.
+func (c *workspaceServiceClient) ListWorkspaces(ctx context.Context, req *connect.Request[v1.ListWorkspacesRequest]) (*connect.Response[v1.ListWorkspacesResponse], error) {
+	return c.listWorkspaces.CallUnary(ctx, req)
+}
+
+// WatchWorkspace calls kibotos.ctrl.v1.WorkspaceService.WatchWorkspace.
+func (c *workspaceServiceClient) WatchWorkspace(ctx context.Context, req *connect.Request[v1.WatchWorkspaceRequest]) (*connect.ServerStreamForClient[v1.WatchWorkspaceResponse], error) {
+	return c.watchWorkspace.CallServerStream(ctx, req)
+}
+
+// StartWorkspace calls kibotos.ctrl.v1.WorkspaceService.StartWorkspace.
+func (c *workspaceServiceClient) StartWorkspace(ctx context.Context, req *connect.Request[v1.StartWorkspaceRequest]) (*connect.Response[v1.StartWorkspaceResponse], error) {
+	return c.startWorkspace.CallUnary(ctx, req)
+}
+
+// StopWorkspace calls kibotos.ctrl.v1.WorkspaceService.StopWorkspace.
+func (c *workspaceServiceClient) StopWorkspace(ctx context.Context, req *connect.Request[v1.StopWorkspaceRequest]) (*connect.Response[v1.StopWorkspaceResponse], error) {
+	return c.stopWorkspace.CallUnary(ctx, req)
+}
+
+// DeleteWorkspace calls kibotos.ctrl.v1.WorkspaceService.DeleteWorkspace.
+func (c *workspaceServiceClient) DeleteWorkspace(ctx context.Context, req *connect.Request[v1.DeleteWorkspaceRequest]) (*connect.Response[v1.DeleteWorkspaceResponse], error) {
+	return c.deleteWorkspace.CallUnary(ctx, req)
+}
+
+// UpdateWorkspaceMemory calls kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceMemory.
+func (c *workspaceServiceClient) UpdateWorkspaceMemory(ctx context.Context, req *connect.Request[v1.UpdateWorkspaceMemoryRequest]) (*connect.Response[v1.UpdateWorkspaceMemoryResponse], error) {
+	return c.updateWorkspaceMemory.CallUnary(ctx, req)
+}
+
+// ResizeWorkspaceWritableLayer calls kibotos.ctrl.v1.WorkspaceService.ResizeWorkspaceWritableLayer.
+func (c *workspaceServiceClient) ResizeWorkspaceWritableLayer(ctx context.Context, req *connect.Request[v1.ResizeWorkspaceWritableLayerRequest]) (*connect.Response[v1.ResizeWorkspaceWritableLayerResponse], error) {
+	return c.resizeWorkspaceWritableLayer.CallUnary(ctx, req)
+}
+
+// UpdateWorkspaceVolumeBinding calls kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceVolumeBinding.
+func (c *workspaceServiceClient) UpdateWorkspaceVolumeBinding(ctx context.Context, req *connect.Request[v1.UpdateWorkspaceVolumeBindingRequest]) (*connect.Response[v1.UpdateWorkspaceVolumeBindingResponse], error) {
+	return c.updateWorkspaceVolumeBinding.CallUnary(ctx, req)
+}
+
+// UpdateWorkspaceNetworkPolicy calls kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceNetworkPolicy.
+func (c *workspaceServiceClient) UpdateWorkspaceNetworkPolicy(ctx context.Context, req *connect.Request[v1.UpdateWorkspaceNetworkPolicyRequest]) (*connect.Response[v1.UpdateWorkspaceNetworkPolicyResponse], error) {
+	return c.updateWorkspaceNetworkPolicy.CallUnary(ctx, req)
+}
+
+// UpdateWorkspaceExpiration calls kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceExpiration.
+func (c *workspaceServiceClient) UpdateWorkspaceExpiration(ctx context.Context, req *connect.Request[v1.UpdateWorkspaceExpirationRequest]) (*connect.Response[v1.UpdateWorkspaceExpirationResponse], error) {
+	return c.updateWorkspaceExpiration.CallUnary(ctx, req)
+}
+
+// UpdateWorkspaceLabels calls kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceLabels.
+func (c *workspaceServiceClient) UpdateWorkspaceLabels(ctx context.Context, req *connect.Request[v1.UpdateWorkspaceLabelsRequest]) (*connect.Response[v1.UpdateWorkspaceLabelsResponse], error) {
+	return c.updateWorkspaceLabels.CallUnary(ctx, req)
+}
+
+// UpdateWorkspaceAnnotations calls kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceAnnotations.
+func (c *workspaceServiceClient) UpdateWorkspaceAnnotations(ctx context.Context, req *connect.Request[v1.UpdateWorkspaceAnnotationsRequest]) (*connect.Response[v1.UpdateWorkspaceAnnotationsResponse], error) {
+	return c.updateWorkspaceAnnotations.CallUnary(ctx, req)
+}
+
+// WorkspaceServiceHandler is an implementation of the kibotos.ctrl.v1.WorkspaceService service.
+type WorkspaceServiceHandler interface {
+	// CreateWorkspace stores a new Workspace in CREATING and returns it. The TemplateSelector is resolved to an exact TemplateRef in the same transaction, so spec.template never moves when the Template's default later changes; an unknown Template or revision is not_found. A Volume in NEW mode is created and bound with the Workspace. The first execution is placed in the same call: when no host has the capacity the request needs free, the call is resource_exhausted and nothing is stored. The Workspace then waits for its Template artifacts (delivery), starts, and becomes AVAILABLE with generation 1; a launch that fails leaves it FAILED. Labels and annotations are stored with it and are part of the command's input.
+	CreateWorkspace(context.Context, *connect.Request[v1.CreateWorkspaceRequest]) (*connect.Response[v1.CreateWorkspaceResponse], error)
+	// GetWorkspace returns one Workspace. A DELETED Workspace is still returned, with state DELETED; an unknown one is not_found.
+	GetWorkspace(context.Context, *connect.Request[v1.GetWorkspaceRequest]) (*connect.Response[v1.GetWorkspaceResponse], error)
+	// ListWorkspaces returns the caller's Workspaces one page at a time, oldest first. DELETED Workspaces are not listed.
+	ListWorkspaces(context.Context, *connect.Request[v1.ListWorkspacesRequest]) (*connect.Response[v1.ListWorkspacesResponse], error)
+	// WatchWorkspace streams the Workspace: the first message is its current state, and a new message follows every stored or observed change. Changes that arrive while the caller has not read the previous message are coalesced, so a slow reader receives the latest state rather than every intermediate one. The stream ends after the message that carries state DELETED. An unknown Workspace is not_found.
+	WatchWorkspace(context.Context, *connect.Request[v1.WatchWorkspaceRequest], *connect.ServerStream[v1.WatchWorkspaceResponse]) error
+	// StartWorkspace starts a STOPPED Workspace, or retries the launch of a FAILED one: it moves to STARTING, a new execution is placed, and the Workspace becomes AVAILABLE with generation increased by one. The layer is reused when the execution lands on the host that keeps it (continuity CONTINUED); otherwise the BEST_EFFORT tier reports RESET and its reason. An explicit start rebinds launch_ref as WorkspaceSpec describes and clears last_stop. When no host has the capacity the Workspace needs free, the call is resource_exhausted and nothing changes. Starting a Workspace that is AVAILABLE, CREATING, STARTING or STOPPING with a new command is failed_precondition; a retry of the command that started it returns the first result.
+	StartWorkspace(context.Context, *connect.Request[v1.StartWorkspaceRequest]) (*connect.Response[v1.StartWorkspaceResponse], error)
+	// StopWorkspace stops a Workspace that holds an execution: AVAILABLE, or STARTING, whose start it abandons. The Workspace moves to STOPPING with last_stop recording the mode and command ID, and to STOPPED once the host has ended the execution. NORMAL syncs the guest and ends its processes with a grace period, and the completed stop has durability CONFIRMED; FORCE ends the execution at once and its durability is UNCONFIRMED. The writable layer stays on its host for the next start. A FORCE stop of a Workspace already STOPPING under a NORMAL stop escalates that stop; a FORCE stop of an UNKNOWN Workspace releases the execution without its host and completes as UNCONFIRMED. A stop in any other state with a new command is failed_precondition.
+	StopWorkspace(context.Context, *connect.Request[v1.StopWorkspaceRequest]) (*connect.Response[v1.StopWorkspaceResponse], error)
+	// DeleteWorkspace moves a Workspace to DELETING, ends any execution at once, deletes its writable layer, deletes or releases its Volume as WorkspaceVolumeBinding.delete_with_workspace says, and then marks it DELETED. Deleting a Workspace that is already DELETING or DELETED returns it unchanged. A DELETED Workspace is read-only: every other write is failed_precondition.
+	DeleteWorkspace(context.Context, *connect.Request[v1.DeleteWorkspaceRequest]) (*connect.Response[v1.DeleteWorkspaceResponse], error)
+	// UpdateWorkspaceMemory replaces resources.memory_bytes. The value must be a whole number of MiB and at least 128 MiB. expected_resources_revision must equal spec.resources_revision or the call is aborted and nothing changes; equal content is idempotent and keeps the revision. It is accepted only while the Workspace holds no execution (STOPPED or FAILED), and any other state is failed_precondition, so what an execution receives is always exactly what its spec says. The new value takes effect at the next start, where capacity is judged.
+	UpdateWorkspaceMemory(context.Context, *connect.Request[v1.UpdateWorkspaceMemoryRequest]) (*connect.Response[v1.UpdateWorkspaceMemoryResponse], error)
+	// ResizeWorkspaceWritableLayer grows resources.writable_layer_bytes, the only way it changes after creation. The value must be a whole number of MiB and may not be below the current request or below the capacity the layer actually has (the BEST_EFFORT tier's capacity_bytes): the layer only ever grows, and a smaller value is invalid_argument. expected_resources_revision must equal spec.resources_revision or the call is aborted and nothing changes; equal content is idempotent and keeps the revision. It is accepted only while the Workspace holds no execution (STOPPED or FAILED), and any other state is failed_precondition. The layer is grown when the next start places an execution, where the added bytes are reserved; a growth that fails fails that start with FAILURE_STAGE_RESIZING_WRITABLE_LAYER.
+	ResizeWorkspaceWritableLayer(context.Context, *connect.Request[v1.ResizeWorkspaceWritableLayerRequest]) (*connect.Response[v1.ResizeWorkspaceWritableLayerResponse], error)
+	// UpdateWorkspaceVolumeBinding replaces the Workspace's Volume binding while it holds no execution; in any other state it is failed_precondition. The new binding is BOUND to an existing Volume or NONE: NEW is invalid_argument, a Volume that does not exist is not_found, and one another undeleted Workspace binds is failed_precondition. expected_binding_revision must equal spec.binding_revision or the call is aborted and nothing changes; equal content is idempotent and keeps the revision. A released Volume is always kept, whatever delete_with_workspace says.
+	UpdateWorkspaceVolumeBinding(context.Context, *connect.Request[v1.UpdateWorkspaceVolumeBindingRequest]) (*connect.Response[v1.UpdateWorkspaceVolumeBindingResponse], error)
+	// UpdateWorkspaceNetworkPolicy replaces the whole network policy under the rules of NetworkPolicy. expected_revision must equal spec.network_policy.revision or the call is aborted and nothing changes. Equal content is idempotent and keeps the revision; different content increments it. Every Egress and Resolver it references must exist; a missing or deleted one is not_found. The call returns once the change is stored, without waiting for the host: a running execution then applies the new revision live, which network_policy_status.applied_revision confirms. A stopped Workspace applies it at its next start.
+	UpdateWorkspaceNetworkPolicy(context.Context, *connect.Request[v1.UpdateWorkspaceNetworkPolicyRequest]) (*connect.Response[v1.UpdateWorkspaceNetworkPolicyResponse], error)
+	// UpdateWorkspaceExpiration sets or clears the Workspace's expiration. Setting the stored policy again, or clearing when there is none, is idempotent and keeps the revision; any other change increments expiration.revision. A deadline that is not in the future is invalid_argument. When the deadline passes ctrl performs the action once: STOP stops a Workspace that holds an execution as a NORMAL stop with cause EXPIRED, and DELETE deletes it as DeleteWorkspace does. A Workspace that is DELETING or DELETED is failed_precondition.
+	UpdateWorkspaceExpiration(context.Context, *connect.Request[v1.UpdateWorkspaceExpirationRequest]) (*connect.Response[v1.UpdateWorkspaceExpirationResponse], error)
+	// UpdateWorkspaceLabels replaces all labels of a Workspace. expected_labels_revision must equal labels_revision or the call is aborted and nothing changes. Equal content is idempotent and keeps the revision; different content increments it. Keys and values must satisfy the label rules of Workspace.labels.
+	UpdateWorkspaceLabels(context.Context, *connect.Request[v1.UpdateWorkspaceLabelsRequest]) (*connect.Response[v1.UpdateWorkspaceLabelsResponse], error)
+	// UpdateWorkspaceAnnotations replaces all annotations of a Workspace under the rules of UpdateWorkspaceLabels, with annotations_revision as the CAS token.
+	UpdateWorkspaceAnnotations(context.Context, *connect.Request[v1.UpdateWorkspaceAnnotationsRequest]) (*connect.Response[v1.UpdateWorkspaceAnnotationsResponse], error)
+}
+
+// NewWorkspaceServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewWorkspaceServiceHandler(svc WorkspaceServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	workspaceServiceMethods := v1.File_kibotos_ctrl_v1_ctrl_proto.Services().ByName("WorkspaceService").Methods()
+	workspaceServiceCreateWorkspaceHandler := connect.NewUnaryHandler(
+		WorkspaceServiceCreateWorkspaceProcedure,
+		svc.CreateWorkspace,
+		connect.WithSchema(workspaceServiceMethods.ByName("CreateWorkspace")),
+		connect.WithHandlerOptions(opts...),
+	)
+	workspaceServiceGetWorkspaceHandler := connect.NewUnaryHandler(
+		WorkspaceServiceGetWorkspaceProcedure,
+		svc.GetWorkspace,
+		connect.WithSchema(workspaceServiceMethods.ByName("GetWorkspace")),
+		connect.WithHandlerOptions(opts...),
+	)
+	workspaceServiceListWorkspacesHandler := connect.NewUnaryHandler(
+		WorkspaceServiceListWorkspacesProcedure,
+		svc.ListWorkspaces,
+		connect.WithSchema(workspaceServiceMethods.ByName("ListWorkspaces")),
+		connect.WithHandlerOptions(opts...),
+	)
+	workspaceServiceWatchWorkspaceHandler := connect.NewServerStreamHandler(
+		WorkspaceServiceWatchWorkspaceProcedure,
+		svc.WatchWorkspace,
+		connect.WithSchema(workspaceServiceMethods.ByName("WatchWorkspace")),
+		connect.WithHandlerOptions(opts...),
+	)
+	workspaceServiceStartWorkspaceHandler := connect.NewUnaryHandler(
+		WorkspaceServiceStartWorkspaceProcedure,
+		svc.StartWorkspace,
+		connect.WithSchema(workspaceServiceMethods.ByName("StartWorkspace")),
+		connect.WithHandlerOptions(opts...),
+	)
+	workspaceServiceStopWorkspaceHandler := connect.NewUnaryHandler(
+		WorkspaceServiceStopWorkspaceProcedure,
+		svc.StopWorkspace,
+		connect.WithSchema(workspaceServiceMethods.ByName("StopWorkspace")),
+		connect.WithHandlerOptions(opts...),
+	)
+	workspaceServiceDeleteWorkspaceHandler := connect.NewUnaryHandler(
+		WorkspaceServiceDeleteWorkspaceProcedure,
+		svc.DeleteWorkspace,
+		connect.WithSchema(workspaceServiceMethods.ByName("DeleteWorkspace")),
+		connect.WithHandlerOptions(opts...),
+	)
+	workspaceServiceUpdateWorkspaceMemoryHandler := connect.NewUnaryHandler(
+		WorkspaceServiceUpdateWorkspaceMemoryProcedure,
+		svc.UpdateWorkspaceMemory,
+		connect.WithSchema(workspaceServiceMethods.ByName("UpdateWorkspaceMemory")),
+		connect.WithHandlerOptions(opts...),
+	)
+	workspaceServiceResizeWorkspaceWritableLayerHandler := connect.NewUnaryHandler(
+		WorkspaceServiceResizeWorkspaceWritableLayerProcedure,
+		svc.ResizeWorkspaceWritableLayer,
+		connect.WithSchema(workspaceServiceMethods.ByName("ResizeWorkspaceWritableLayer")),
+		connect.WithHandlerOptions(opts...),
+	)
+	workspaceServiceUpdateWorkspaceVolumeBindingHandler := connect.NewUnaryHandler(
+		WorkspaceServiceUpdateWorkspaceVolumeBindingProcedure,
+		svc.UpdateWorkspaceVolumeBinding,
+		connect.WithSchema(workspaceServiceMethods.ByName("UpdateWorkspaceVolumeBinding")),
+		connect.WithHandlerOptions(opts...),
+	)
+	workspaceServiceUpdateWorkspaceNetworkPolicyHandler := connect.NewUnaryHandler(
+		WorkspaceServiceUpdateWorkspaceNetworkPolicyProcedure,
+		svc.UpdateWorkspaceNetworkPolicy,
+		connect.WithSchema(workspaceServiceMethods.ByName("UpdateWorkspaceNetworkPolicy")),
+		connect.WithHandlerOptions(opts...),
+	)
+	workspaceServiceUpdateWorkspaceExpirationHandler := connect.NewUnaryHandler(
+		WorkspaceServiceUpdateWorkspaceExpirationProcedure,
+		svc.UpdateWorkspaceExpiration,
+		connect.WithSchema(workspaceServiceMethods.ByName("UpdateWorkspaceExpiration")),
+		connect.WithHandlerOptions(opts...),
+	)
+	workspaceServiceUpdateWorkspaceLabelsHandler := connect.NewUnaryHandler(
+		WorkspaceServiceUpdateWorkspaceLabelsProcedure,
+		svc.UpdateWorkspaceLabels,
+		connect.WithSchema(workspaceServiceMethods.ByName("UpdateWorkspaceLabels")),
+		connect.WithHandlerOptions(opts...),
+	)
+	workspaceServiceUpdateWorkspaceAnnotationsHandler := connect.NewUnaryHandler(
+		WorkspaceServiceUpdateWorkspaceAnnotationsProcedure,
+		svc.UpdateWorkspaceAnnotations,
+		connect.WithSchema(workspaceServiceMethods.ByName("UpdateWorkspaceAnnotations")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/kibotos.ctrl.v1.WorkspaceService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case WorkspaceServiceCreateWorkspaceProcedure:
+			workspaceServiceCreateWorkspaceHandler.ServeHTTP(w, r)
+		case WorkspaceServiceGetWorkspaceProcedure:
+			workspaceServiceGetWorkspaceHandler.ServeHTTP(w, r)
+		case WorkspaceServiceListWorkspacesProcedure:
+			workspaceServiceListWorkspacesHandler.ServeHTTP(w, r)
+		case WorkspaceServiceWatchWorkspaceProcedure:
+			workspaceServiceWatchWorkspaceHandler.ServeHTTP(w, r)
+		case WorkspaceServiceStartWorkspaceProcedure:
+			workspaceServiceStartWorkspaceHandler.ServeHTTP(w, r)
+		case WorkspaceServiceStopWorkspaceProcedure:
+			workspaceServiceStopWorkspaceHandler.ServeHTTP(w, r)
+		case WorkspaceServiceDeleteWorkspaceProcedure:
+			workspaceServiceDeleteWorkspaceHandler.ServeHTTP(w, r)
+		case WorkspaceServiceUpdateWorkspaceMemoryProcedure:
+			workspaceServiceUpdateWorkspaceMemoryHandler.ServeHTTP(w, r)
+		case WorkspaceServiceResizeWorkspaceWritableLayerProcedure:
+			workspaceServiceResizeWorkspaceWritableLayerHandler.ServeHTTP(w, r)
+		case WorkspaceServiceUpdateWorkspaceVolumeBindingProcedure:
+			workspaceServiceUpdateWorkspaceVolumeBindingHandler.ServeHTTP(w, r)
+		case WorkspaceServiceUpdateWorkspaceNetworkPolicyProcedure:
+			workspaceServiceUpdateWorkspaceNetworkPolicyHandler.ServeHTTP(w, r)
+		case WorkspaceServiceUpdateWorkspaceExpirationProcedure:
+			workspaceServiceUpdateWorkspaceExpirationHandler.ServeHTTP(w, r)
+		case WorkspaceServiceUpdateWorkspaceLabelsProcedure:
+			workspaceServiceUpdateWorkspaceLabelsHandler.ServeHTTP(w, r)
+		case WorkspaceServiceUpdateWorkspaceAnnotationsProcedure:
+			workspaceServiceUpdateWorkspaceAnnotationsHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedWorkspaceServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedWorkspaceServiceHandler struct{}
+
+func (UnimplementedWorkspaceServiceHandler) CreateWorkspace(context.Context, *connect.Request[v1.CreateWorkspaceRequest]) (*connect.Response[v1.CreateWorkspaceResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.WorkspaceService.CreateWorkspace is not implemented"))
+}
+
+func (UnimplementedWorkspaceServiceHandler) GetWorkspace(context.Context, *connect.Request[v1.GetWorkspaceRequest]) (*connect.Response[v1.GetWorkspaceResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.WorkspaceService.GetWorkspace is not implemented"))
+}
+
+func (UnimplementedWorkspaceServiceHandler) ListWorkspaces(context.Context, *connect.Request[v1.ListWorkspacesRequest]) (*connect.Response[v1.ListWorkspacesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.WorkspaceService.ListWorkspaces is not implemented"))
+}
+
+func (UnimplementedWorkspaceServiceHandler) WatchWorkspace(context.Context, *connect.Request[v1.WatchWorkspaceRequest], *connect.ServerStream[v1.WatchWorkspaceResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.WorkspaceService.WatchWorkspace is not implemented"))
+}
+
+func (UnimplementedWorkspaceServiceHandler) StartWorkspace(context.Context, *connect.Request[v1.StartWorkspaceRequest]) (*connect.Response[v1.StartWorkspaceResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.WorkspaceService.StartWorkspace is not implemented"))
+}
+
+func (UnimplementedWorkspaceServiceHandler) StopWorkspace(context.Context, *connect.Request[v1.StopWorkspaceRequest]) (*connect.Response[v1.StopWorkspaceResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.WorkspaceService.StopWorkspace is not implemented"))
+}
+
+func (UnimplementedWorkspaceServiceHandler) DeleteWorkspace(context.Context, *connect.Request[v1.DeleteWorkspaceRequest]) (*connect.Response[v1.DeleteWorkspaceResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.WorkspaceService.DeleteWorkspace is not implemented"))
+}
+
+func (UnimplementedWorkspaceServiceHandler) UpdateWorkspaceMemory(context.Context, *connect.Request[v1.UpdateWorkspaceMemoryRequest]) (*connect.Response[v1.UpdateWorkspaceMemoryResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceMemory is not implemented"))
+}
+
+func (UnimplementedWorkspaceServiceHandler) ResizeWorkspaceWritableLayer(context.Context, *connect.Request[v1.ResizeWorkspaceWritableLayerRequest]) (*connect.Response[v1.ResizeWorkspaceWritableLayerResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.WorkspaceService.ResizeWorkspaceWritableLayer is not implemented"))
+}
+
+func (UnimplementedWorkspaceServiceHandler) UpdateWorkspaceVolumeBinding(context.Context, *connect.Request[v1.UpdateWorkspaceVolumeBindingRequest]) (*connect.Response[v1.UpdateWorkspaceVolumeBindingResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceVolumeBinding is not implemented"))
+}
+
+func (UnimplementedWorkspaceServiceHandler) UpdateWorkspaceNetworkPolicy(context.Context, *connect.Request[v1.UpdateWorkspaceNetworkPolicyRequest]) (*connect.Response[v1.UpdateWorkspaceNetworkPolicyResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceNetworkPolicy is not implemented"))
+}
+
+func (UnimplementedWorkspaceServiceHandler) UpdateWorkspaceExpiration(context.Context, *connect.Request[v1.UpdateWorkspaceExpirationRequest]) (*connect.Response[v1.UpdateWorkspaceExpirationResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceExpiration is not implemented"))
+}
+
+func (UnimplementedWorkspaceServiceHandler) UpdateWorkspaceLabels(context.Context, *connect.Request[v1.UpdateWorkspaceLabelsRequest]) (*connect.Response[v1.UpdateWorkspaceLabelsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceLabels is not implemented"))
+}
+
+func (UnimplementedWorkspaceServiceHandler) UpdateWorkspaceAnnotations(context.Context, *connect.Request[v1.UpdateWorkspaceAnnotationsRequest]) (*connect.Response[v1.UpdateWorkspaceAnnotationsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceAnnotations is not implemented"))
+}
+
+// TemplateServiceClient is a client for the kibotos.ctrl.v1.TemplateService service.
+type TemplateServiceClient interface {
+	// CreateTemplate stores a new, empty Template under the caller-chosen template_id, at revision 1 with no default revision. A template_id that is not a DNS label (lower-case letters, digits and '-', 1 to 63 characters, starting with a letter) is invalid_argument; one a Template that is not deleted already has is already_exists. A Workspace can use the Template once a revision is imported into it.
+	CreateTemplate(context.Context, *connect.Request[v1.CreateTemplateRequest]) (*connect.Response[v1.CreateTemplateResponse], error)
+	// GetTemplate returns one Template with all its revisions. An unknown or deleted Template is not_found.
+	GetTemplate(context.Context, *connect.Request[v1.GetTemplateRequest]) (*connect.Response[v1.GetTemplateResponse], error)
+	// ListTemplates returns the Templates the caller can read one page at a time, oldest first.
+	ListTemplates(context.Context, *connect.Request[v1.ListTemplatesRequest]) (*connect.Response[v1.ListTemplatesResponse], error)
+	// ImportTemplateRevision adds a revision to a Template from an OCI image. The first message is start; for an archive the image bytes follow as chunk messages, in order, and the upload ends when the client closes its side. A registry_reference is pulled by the server, from a registry the deployment reaches, and takes no chunks. A chunk before start, a second start, chunks after a registry reference, or an archive without chunks is invalid_argument, and so is an archive the server cannot read as the format named. An image index selects the linux image of the deployment's architecture. A registry the deployment cannot reach is unavailable; a reference it does not find is not_found. Revisions are derived from the image manifest digest, so importing an image the Template already has returns the existing revision and adds none. The first revision of a Template becomes its default whatever set_default says; set_default makes any other imported revision the default, incrementing Template.revision. The call returns once the revision's blobs and metadata are stored.
+	ImportTemplateRevision(context.Context) *connect.ClientStreamForClient[v1.ImportTemplateRevisionRequest, v1.ImportTemplateRevisionResponse]
+	// SetTemplateDefault points the Template's default at one of its revisions. expected_revision must equal Template.revision or the call is aborted and nothing changes. A revision the Template does not have is not_found. Setting the current default again is idempotent and keeps the revision; a change increments it. Existing Workspaces keep the TemplateRef they were created with.
+	SetTemplateDefault(context.Context, *connect.Request[v1.SetTemplateDefaultRequest]) (*connect.Response[v1.SetTemplateDefaultResponse], error)
+	// DeleteTemplate deletes a Template and all its revisions. While a non-deleted Workspace uses one of its revisions it is failed_precondition. A deleted Template is not_found to every read and every reference, and its template_id can be created again.
+	DeleteTemplate(context.Context, *connect.Request[v1.DeleteTemplateRequest]) (*connect.Response[v1.DeleteTemplateResponse], error)
+	// UpdateTemplateLabels and UpdateTemplateAnnotations follow the rules of their Workspace counterparts.
+	UpdateTemplateLabels(context.Context, *connect.Request[v1.UpdateTemplateLabelsRequest]) (*connect.Response[v1.UpdateTemplateLabelsResponse], error)
+	// UpdateTemplateAnnotations replaces the annotations of a Template under the rules of UpdateTemplateLabels.
+	UpdateTemplateAnnotations(context.Context, *connect.Request[v1.UpdateTemplateAnnotationsRequest]) (*connect.Response[v1.UpdateTemplateAnnotationsResponse], error)
+}
+
+// NewTemplateServiceClient constructs a client for the kibotos.ctrl.v1.TemplateService service. By
+// default, it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses,
+// and sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the
+// connect.WithGRPC() or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewTemplateServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) TemplateServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	templateServiceMethods := v1.File_kibotos_ctrl_v1_ctrl_proto.Services().ByName("TemplateService").Methods()
+	return &templateServiceClient{
+		createTemplate: connect.NewClient[v1.CreateTemplateRequest, v1.CreateTemplateResponse](
+			httpClient,
+			baseURL+TemplateServiceCreateTemplateProcedure,
+			connect.WithSchema(templateServiceMethods.ByName("CreateTemplate")),
+			connect.WithClientOptions(opts...),
+		),
+		getTemplate: connect.NewClient[v1.GetTemplateRequest, v1.GetTemplateResponse](
+			httpClient,
+			baseURL+TemplateServiceGetTemplateProcedure,
+			connect.WithSchema(templateServiceMethods.ByName("GetTemplate")),
+			connect.WithClientOptions(opts...),
+		),
+		listTemplates: connect.NewClient[v1.ListTemplatesRequest, v1.ListTemplatesResponse](
+			httpClient,
+			baseURL+TemplateServiceListTemplatesProcedure,
+			connect.WithSchema(templateServiceMethods.ByName("ListTemplates")),
+			connect.WithClientOptions(opts...),
+		),
+		importTemplateRevision: connect.NewClient[v1.ImportTemplateRevisionRequest, v1.ImportTemplateRevisionResponse](
+			httpClient,
+			baseURL+TemplateServiceImportTemplateRevisionProcedure,
+			connect.WithSchema(templateServiceMethods.ByName("ImportTemplateRevision")),
+			connect.WithClientOptions(opts...),
+		),
+		setTemplateDefault: connect.NewClient[v1.SetTemplateDefaultRequest, v1.SetTemplateDefaultResponse](
+			httpClient,
+			baseURL+TemplateServiceSetTemplateDefaultProcedure,
+			connect.WithSchema(templateServiceMethods.ByName("SetTemplateDefault")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteTemplate: connect.NewClient[v1.DeleteTemplateRequest, v1.DeleteTemplateResponse](
+			httpClient,
+			baseURL+TemplateServiceDeleteTemplateProcedure,
+			connect.WithSchema(templateServiceMethods.ByName("DeleteTemplate")),
+			connect.WithClientOptions(opts...),
+		),
+		updateTemplateLabels: connect.NewClient[v1.UpdateTemplateLabelsRequest, v1.UpdateTemplateLabelsResponse](
+			httpClient,
+			baseURL+TemplateServiceUpdateTemplateLabelsProcedure,
+			connect.WithSchema(templateServiceMethods.ByName("UpdateTemplateLabels")),
+			connect.WithClientOptions(opts...),
+		),
+		updateTemplateAnnotations: connect.NewClient[v1.UpdateTemplateAnnotationsRequest, v1.UpdateTemplateAnnotationsResponse](
+			httpClient,
+			baseURL+TemplateServiceUpdateTemplateAnnotationsProcedure,
+			connect.WithSchema(templateServiceMethods.ByName("UpdateTemplateAnnotations")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// templateServiceClient implements TemplateServiceClient.
+type templateServiceClient struct {
+	createTemplate            *connect.Client[v1.CreateTemplateRequest, v1.CreateTemplateResponse]
+	getTemplate               *connect.Client[v1.GetTemplateRequest, v1.GetTemplateResponse]
+	listTemplates             *connect.Client[v1.ListTemplatesRequest, v1.ListTemplatesResponse]
+	importTemplateRevision    *connect.Client[v1.ImportTemplateRevisionRequest, v1.ImportTemplateRevisionResponse]
+	setTemplateDefault        *connect.Client[v1.SetTemplateDefaultRequest, v1.SetTemplateDefaultResponse]
+	deleteTemplate            *connect.Client[v1.DeleteTemplateRequest, v1.DeleteTemplateResponse]
+	updateTemplateLabels      *connect.Client[v1.UpdateTemplateLabelsRequest, v1.UpdateTemplateLabelsResponse]
+	updateTemplateAnnotations *connect.Client[v1.UpdateTemplateAnnotationsRequest, v1.UpdateTemplateAnnotationsResponse]
+}
+
+// CreateTemplate calls kibotos.ctrl.v1.TemplateService.CreateTemplate.
+func (c *templateServiceClient) CreateTemplate(ctx context.Context, req *connect.Request[v1.CreateTemplateRequest]) (*connect.Response[v1.CreateTemplateResponse], error) {
+	return c.createTemplate.CallUnary(ctx, req)
+}
+
+// GetTemplate calls kibotos.ctrl.v1.TemplateService.GetTemplate.
+func (c *templateServiceClient) GetTemplate(ctx context.Context, req *connect.Request[v1.GetTemplateRequest]) (*connect.Response[v1.GetTemplateResponse], error) {
+	return c.getTemplate.CallUnary(ctx, req)
+}
+
+// ListTemplates calls kibotos.ctrl.v1.TemplateService.ListTemplates.
+func (c *templateServiceClient) ListTemplates(ctx context.Context, req *connect.Request[v1.ListTemplatesRequest]) (*connect.Response[v1.ListTemplatesResponse], error) {
+	return c.listTemplates.CallUnary(ctx, req)
+}
+
+// ImportTemplateRevision calls kibotos.ctrl.v1.TemplateService.ImportTemplateRevision.
+func (c *templateServiceClient) ImportTemplateRevision(ctx context.Context) *connect.ClientStreamForClient[v1.ImportTemplateRevisionRequest, v1.ImportTemplateRevisionResponse] {
+	return c.importTemplateRevision.CallClientStream(ctx)
+}
+
+// SetTemplateDefault calls kibotos.ctrl.v1.TemplateService.SetTemplateDefault.
+func (c *templateServiceClient) SetTemplateDefault(ctx context.Context, req *connect.Request[v1.SetTemplateDefaultRequest]) (*connect.Response[v1.SetTemplateDefaultResponse], error) {
+	return c.setTemplateDefault.CallUnary(ctx, req)
+}
+
+// DeleteTemplate calls kibotos.ctrl.v1.TemplateService.DeleteTemplate.
+func (c *templateServiceClient) DeleteTemplate(ctx context.Context, req *connect.Request[v1.DeleteTemplateRequest]) (*connect.Response[v1.DeleteTemplateResponse], error) {
+	return c.deleteTemplate.CallUnary(ctx, req)
+}
+
+// UpdateTemplateLabels calls kibotos.ctrl.v1.TemplateService.UpdateTemplateLabels.
+func (c *templateServiceClient) UpdateTemplateLabels(ctx context.Context, req *connect.Request[v1.UpdateTemplateLabelsRequest]) (*connect.Response[v1.UpdateTemplateLabelsResponse], error) {
+	return c.updateTemplateLabels.CallUnary(ctx, req)
+}
+
+// UpdateTemplateAnnotations calls kibotos.ctrl.v1.TemplateService.UpdateTemplateAnnotations.
+func (c *templateServiceClient) UpdateTemplateAnnotations(ctx context.Context, req *connect.Request[v1.UpdateTemplateAnnotationsRequest]) (*connect.Response[v1.UpdateTemplateAnnotationsResponse], error) {
+	return c.updateTemplateAnnotations.CallUnary(ctx, req)
+}
+
+// TemplateServiceHandler is an implementation of the kibotos.ctrl.v1.TemplateService service.
+type TemplateServiceHandler interface {
+	// CreateTemplate stores a new, empty Template under the caller-chosen template_id, at revision 1 with no default revision. A template_id that is not a DNS label (lower-case letters, digits and '-', 1 to 63 characters, starting with a letter) is invalid_argument; one a Template that is not deleted already has is already_exists. A Workspace can use the Template once a revision is imported into it.
+	CreateTemplate(context.Context, *connect.Request[v1.CreateTemplateRequest]) (*connect.Response[v1.CreateTemplateResponse], error)
+	// GetTemplate returns one Template with all its revisions. An unknown or deleted Template is not_found.
+	GetTemplate(context.Context, *connect.Request[v1.GetTemplateRequest]) (*connect.Response[v1.GetTemplateResponse], error)
+	// ListTemplates returns the Templates the caller can read one page at a time, oldest first.
+	ListTemplates(context.Context, *connect.Request[v1.ListTemplatesRequest]) (*connect.Response[v1.ListTemplatesResponse], error)
+	// ImportTemplateRevision adds a revision to a Template from an OCI image. The first message is start; for an archive the image bytes follow as chunk messages, in order, and the upload ends when the client closes its side. A registry_reference is pulled by the server, from a registry the deployment reaches, and takes no chunks. A chunk before start, a second start, chunks after a registry reference, or an archive without chunks is invalid_argument, and so is an archive the server cannot read as the format named. An image index selects the linux image of the deployment's architecture. A registry the deployment cannot reach is unavailable; a reference it does not find is not_found. Revisions are derived from the image manifest digest, so importing an image the Template already has returns the existing revision and adds none. The first revision of a Template becomes its default whatever set_default says; set_default makes any other imported revision the default, incrementing Template.revision. The call returns once the revision's blobs and metadata are stored.
+	ImportTemplateRevision(context.Context, *connect.ClientStream[v1.ImportTemplateRevisionRequest]) (*connect.Response[v1.ImportTemplateRevisionResponse], error)
+	// SetTemplateDefault points the Template's default at one of its revisions. expected_revision must equal Template.revision or the call is aborted and nothing changes. A revision the Template does not have is not_found. Setting the current default again is idempotent and keeps the revision; a change increments it. Existing Workspaces keep the TemplateRef they were created with.
+	SetTemplateDefault(context.Context, *connect.Request[v1.SetTemplateDefaultRequest]) (*connect.Response[v1.SetTemplateDefaultResponse], error)
+	// DeleteTemplate deletes a Template and all its revisions. While a non-deleted Workspace uses one of its revisions it is failed_precondition. A deleted Template is not_found to every read and every reference, and its template_id can be created again.
+	DeleteTemplate(context.Context, *connect.Request[v1.DeleteTemplateRequest]) (*connect.Response[v1.DeleteTemplateResponse], error)
+	// UpdateTemplateLabels and UpdateTemplateAnnotations follow the rules of their Workspace counterparts.
+	UpdateTemplateLabels(context.Context, *connect.Request[v1.UpdateTemplateLabelsRequest]) (*connect.Response[v1.UpdateTemplateLabelsResponse], error)
+	// UpdateTemplateAnnotations replaces the annotations of a Template under the rules of UpdateTemplateLabels.
+	UpdateTemplateAnnotations(context.Context, *connect.Request[v1.UpdateTemplateAnnotationsRequest]) (*connect.Response[v1.UpdateTemplateAnnotationsResponse], error)
+}
+
+// NewTemplateServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewTemplateServiceHandler(svc TemplateServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	templateServiceMethods := v1.File_kibotos_ctrl_v1_ctrl_proto.Services().ByName("TemplateService").Methods()
+	templateServiceCreateTemplateHandler := connect.NewUnaryHandler(
+		TemplateServiceCreateTemplateProcedure,
+		svc.CreateTemplate,
+		connect.WithSchema(templateServiceMethods.ByName("CreateTemplate")),
+		connect.WithHandlerOptions(opts...),
+	)
+	templateServiceGetTemplateHandler := connect.NewUnaryHandler(
+		TemplateServiceGetTemplateProcedure,
+		svc.GetTemplate,
+		connect.WithSchema(templateServiceMethods.ByName("GetTemplate")),
+		connect.WithHandlerOptions(opts...),
+	)
+	templateServiceListTemplatesHandler := connect.NewUnaryHandler(
+		TemplateServiceListTemplatesProcedure,
+		svc.ListTemplates,
+		connect.WithSchema(templateServiceMethods.ByName("ListTemplates")),
+		connect.WithHandlerOptions(opts...),
+	)
+	templateServiceImportTemplateRevisionHandler := connect.NewClientStreamHandler(
+		TemplateServiceImportTemplateRevisionProcedure,
+		svc.ImportTemplateRevision,
+		connect.WithSchema(templateServiceMethods.ByName("ImportTemplateRevision")),
+		connect.WithHandlerOptions(opts...),
+	)
+	templateServiceSetTemplateDefaultHandler := connect.NewUnaryHandler(
+		TemplateServiceSetTemplateDefaultProcedure,
+		svc.SetTemplateDefault,
+		connect.WithSchema(templateServiceMethods.ByName("SetTemplateDefault")),
+		connect.WithHandlerOptions(opts...),
+	)
+	templateServiceDeleteTemplateHandler := connect.NewUnaryHandler(
+		TemplateServiceDeleteTemplateProcedure,
+		svc.DeleteTemplate,
+		connect.WithSchema(templateServiceMethods.ByName("DeleteTemplate")),
+		connect.WithHandlerOptions(opts...),
+	)
+	templateServiceUpdateTemplateLabelsHandler := connect.NewUnaryHandler(
+		TemplateServiceUpdateTemplateLabelsProcedure,
+		svc.UpdateTemplateLabels,
+		connect.WithSchema(templateServiceMethods.ByName("UpdateTemplateLabels")),
+		connect.WithHandlerOptions(opts...),
+	)
+	templateServiceUpdateTemplateAnnotationsHandler := connect.NewUnaryHandler(
+		TemplateServiceUpdateTemplateAnnotationsProcedure,
+		svc.UpdateTemplateAnnotations,
+		connect.WithSchema(templateServiceMethods.ByName("UpdateTemplateAnnotations")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/kibotos.ctrl.v1.TemplateService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case TemplateServiceCreateTemplateProcedure:
+			templateServiceCreateTemplateHandler.ServeHTTP(w, r)
+		case TemplateServiceGetTemplateProcedure:
+			templateServiceGetTemplateHandler.ServeHTTP(w, r)
+		case TemplateServiceListTemplatesProcedure:
+			templateServiceListTemplatesHandler.ServeHTTP(w, r)
+		case TemplateServiceImportTemplateRevisionProcedure:
+			templateServiceImportTemplateRevisionHandler.ServeHTTP(w, r)
+		case TemplateServiceSetTemplateDefaultProcedure:
+			templateServiceSetTemplateDefaultHandler.ServeHTTP(w, r)
+		case TemplateServiceDeleteTemplateProcedure:
+			templateServiceDeleteTemplateHandler.ServeHTTP(w, r)
+		case TemplateServiceUpdateTemplateLabelsProcedure:
+			templateServiceUpdateTemplateLabelsHandler.ServeHTTP(w, r)
+		case TemplateServiceUpdateTemplateAnnotationsProcedure:
+			templateServiceUpdateTemplateAnnotationsHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedTemplateServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedTemplateServiceHandler struct{}
+
+func (UnimplementedTemplateServiceHandler) CreateTemplate(context.Context, *connect.Request[v1.CreateTemplateRequest]) (*connect.Response[v1.CreateTemplateResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.TemplateService.CreateTemplate is not implemented"))
+}
+
+func (UnimplementedTemplateServiceHandler) GetTemplate(context.Context, *connect.Request[v1.GetTemplateRequest]) (*connect.Response[v1.GetTemplateResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.TemplateService.GetTemplate is not implemented"))
+}
+
+func (UnimplementedTemplateServiceHandler) ListTemplates(context.Context, *connect.Request[v1.ListTemplatesRequest]) (*connect.Response[v1.ListTemplatesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.TemplateService.ListTemplates is not implemented"))
+}
+
+func (UnimplementedTemplateServiceHandler) ImportTemplateRevision(context.Context, *connect.ClientStream[v1.ImportTemplateRevisionRequest]) (*connect.Response[v1.ImportTemplateRevisionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.TemplateService.ImportTemplateRevision is not implemented"))
+}
+
+func (UnimplementedTemplateServiceHandler) SetTemplateDefault(context.Context, *connect.Request[v1.SetTemplateDefaultRequest]) (*connect.Response[v1.SetTemplateDefaultResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.TemplateService.SetTemplateDefault is not implemented"))
+}
+
+func (UnimplementedTemplateServiceHandler) DeleteTemplate(context.Context, *connect.Request[v1.DeleteTemplateRequest]) (*connect.Response[v1.DeleteTemplateResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.TemplateService.DeleteTemplate is not implemented"))
+}
+
+func (UnimplementedTemplateServiceHandler) UpdateTemplateLabels(context.Context, *connect.Request[v1.UpdateTemplateLabelsRequest]) (*connect.Response[v1.UpdateTemplateLabelsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.TemplateService.UpdateTemplateLabels is not implemented"))
+}
+
+func (UnimplementedTemplateServiceHandler) UpdateTemplateAnnotations(context.Context, *connect.Request[v1.UpdateTemplateAnnotationsRequest]) (*connect.Response[v1.UpdateTemplateAnnotationsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.TemplateService.UpdateTemplateAnnotations is not implemented"))
+}
 
 // EgressServiceClient is a client for the kibotos.ctrl.v1.EgressService service.
 type EgressServiceClient interface {

@@ -1,0 +1,107 @@
+package ctrl
+
+import (
+	"context"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/workspaces"
+)
+
+// watchPoll bounds how long WatchWorkspace can miss a change made by
+// another ctrl replica.
+const watchPoll = 2 * time.Second
+
+// WorkspaceService serves kibotos.ctrl.v1.WorkspaceService. Methods of
+// later issues (memory, disk, volume binding, network policy) answer
+// unimplemented through the embedded handler.
+type WorkspaceService struct {
+	ctrlv1connect.UnimplementedWorkspaceServiceHandler
+	svc *workspaces.Service
+}
+
+// NewWorkspaceService returns the WorkspaceService handler.
+func NewWorkspaceService(svc *workspaces.Service) *WorkspaceService {
+	return &WorkspaceService{svc: svc}
+}
+
+// write describes a write request to the workspaces package.
+func write[R proto.Message, Q any, PQ interface {
+	*Q
+	proto.Message
+}](req *connect.Request[Q], cmd *ctrlv1.CommandMetadata) workspaces.Write[R] {
+	return workspaces.Write[R]{Method: req.Spec().Procedure, Command: cmd, Input: PQ(req.Msg), New: newMessage[R]}
+}
+
+func (s *WorkspaceService) CreateWorkspace(ctx context.Context, req *connect.Request[ctrlv1.CreateWorkspaceRequest]) (*connect.Response[ctrlv1.CreateWorkspaceResponse], error) {
+	m := req.Msg
+	return respond(workspaces.Create(ctx, s.svc, write[*ctrlv1.CreateWorkspaceResponse](req, m.GetCommand()),
+		m.GetSpec(), m.GetLabels(), m.GetAnnotations(),
+		func(ws *ctrlv1.Workspace) *ctrlv1.CreateWorkspaceResponse { return &ctrlv1.CreateWorkspaceResponse{Workspace: ws} }))
+}
+
+func (s *WorkspaceService) GetWorkspace(ctx context.Context, req *connect.Request[ctrlv1.GetWorkspaceRequest]) (*connect.Response[ctrlv1.GetWorkspaceResponse], error) {
+	ws, err := s.svc.Get(ctx, req.Msg.GetWorkspaceId())
+	return respond(&ctrlv1.GetWorkspaceResponse{Workspace: ws}, err)
+}
+
+func (s *WorkspaceService) ListWorkspaces(ctx context.Context, req *connect.Request[ctrlv1.ListWorkspacesRequest]) (*connect.Response[ctrlv1.ListWorkspacesResponse], error) {
+	m := req.Msg
+	list, next, err := s.svc.List(ctx, m.GetPageSize(), m.GetPageToken(), m.GetLabelSelector())
+	return respond(&ctrlv1.ListWorkspacesResponse{Workspaces: list, NextPageToken: next}, err)
+}
+
+func (s *WorkspaceService) WatchWorkspace(ctx context.Context, req *connect.Request[ctrlv1.WatchWorkspaceRequest], stream *connect.ServerStream[ctrlv1.WatchWorkspaceResponse]) error {
+	err := s.svc.Watch(ctx, req.Msg.GetWorkspaceId(), watchPoll, func(ws *ctrlv1.Workspace) error {
+		return stream.Send(&ctrlv1.WatchWorkspaceResponse{Workspace: ws})
+	})
+	_, err = respond(&ctrlv1.WatchWorkspaceResponse{}, err)
+	return err
+}
+
+func (s *WorkspaceService) StartWorkspace(ctx context.Context, req *connect.Request[ctrlv1.StartWorkspaceRequest]) (*connect.Response[ctrlv1.StartWorkspaceResponse], error) {
+	m := req.Msg
+	return respond(workspaces.Start(ctx, s.svc, write[*ctrlv1.StartWorkspaceResponse](req, m.GetCommand()), m.GetWorkspaceId(),
+		func(ws *ctrlv1.Workspace) *ctrlv1.StartWorkspaceResponse { return &ctrlv1.StartWorkspaceResponse{Workspace: ws} }))
+}
+
+func (s *WorkspaceService) StopWorkspace(ctx context.Context, req *connect.Request[ctrlv1.StopWorkspaceRequest]) (*connect.Response[ctrlv1.StopWorkspaceResponse], error) {
+	m := req.Msg
+	return respond(workspaces.Stop(ctx, s.svc, write[*ctrlv1.StopWorkspaceResponse](req, m.GetCommand()), m.GetWorkspaceId(), m.GetMode(),
+		func(ws *ctrlv1.Workspace) *ctrlv1.StopWorkspaceResponse { return &ctrlv1.StopWorkspaceResponse{Workspace: ws} }))
+}
+
+func (s *WorkspaceService) DeleteWorkspace(ctx context.Context, req *connect.Request[ctrlv1.DeleteWorkspaceRequest]) (*connect.Response[ctrlv1.DeleteWorkspaceResponse], error) {
+	m := req.Msg
+	return respond(workspaces.Delete(ctx, s.svc, write[*ctrlv1.DeleteWorkspaceResponse](req, m.GetCommand()), m.GetWorkspaceId(),
+		func(ws *ctrlv1.Workspace) *ctrlv1.DeleteWorkspaceResponse { return &ctrlv1.DeleteWorkspaceResponse{Workspace: ws} }))
+}
+
+func (s *WorkspaceService) UpdateWorkspaceLabels(ctx context.Context, req *connect.Request[ctrlv1.UpdateWorkspaceLabelsRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceLabelsResponse], error) {
+	m := req.Msg
+	return respond(workspaces.UpdateLabels(ctx, s.svc, write[*ctrlv1.UpdateWorkspaceLabelsResponse](req, m.GetCommand()),
+		m.GetWorkspaceId(), m.GetExpectedLabelsRevision(), m.GetLabels(),
+		func(ws *ctrlv1.Workspace) *ctrlv1.UpdateWorkspaceLabelsResponse { return &ctrlv1.UpdateWorkspaceLabelsResponse{Workspace: ws} }))
+}
+
+func (s *WorkspaceService) UpdateWorkspaceAnnotations(ctx context.Context, req *connect.Request[ctrlv1.UpdateWorkspaceAnnotationsRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceAnnotationsResponse], error) {
+	m := req.Msg
+	return respond(workspaces.UpdateAnnotations(ctx, s.svc, write[*ctrlv1.UpdateWorkspaceAnnotationsResponse](req, m.GetCommand()),
+		m.GetWorkspaceId(), m.GetExpectedAnnotationsRevision(), m.GetAnnotations(),
+		func(ws *ctrlv1.Workspace) *ctrlv1.UpdateWorkspaceAnnotationsResponse {
+			return &ctrlv1.UpdateWorkspaceAnnotationsResponse{Workspace: ws}
+		}))
+}
+
+func (s *WorkspaceService) UpdateWorkspaceExpiration(ctx context.Context, req *connect.Request[ctrlv1.UpdateWorkspaceExpirationRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceExpirationResponse], error) {
+	m := req.Msg
+	return respond(workspaces.UpdateExpiration(ctx, s.svc, write[*ctrlv1.UpdateWorkspaceExpirationResponse](req, m.GetCommand()),
+		m.GetWorkspaceId(), m.GetChange(),
+		func(ws *ctrlv1.Workspace) *ctrlv1.UpdateWorkspaceExpirationResponse {
+			return &ctrlv1.UpdateWorkspaceExpirationResponse{Workspace: ws}
+		}))
+}

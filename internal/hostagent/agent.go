@@ -1,0 +1,512 @@
+// Package hostagent is the agent that runs a host's executions. It talks to
+// ctrl only through the host API (kibotos.host.v1): it registers, watches
+// its complete desired set of executions, converges each one through a
+// runtime driver, and reports what it observes. It is level-triggered:
+// after a restart of either side it recovers running executions from the
+// runtime and converges again, so nothing is lost.
+package hostagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
+	"github.com/kibotos/kibotos/internal/runtime"
+	"github.com/kibotos/kibotos/internal/template"
+)
+
+// Timings of the agent.
+const (
+	// readyTimeout bounds how long a started guest may take to answer.
+	readyTimeout = 60 * time.Second
+	// stopGrace is how long a NORMAL stop lets guest processes end.
+	stopGrace = 10 * time.Second
+	// heartbeat is how often every execution's state is reported again.
+	heartbeat = 5 * time.Second
+	// checkEvery is how often a running execution is observed.
+	checkEvery = time.Second
+	// pidsLimit bounds the tasks of one execution.
+	pidsLimit = 4096
+)
+
+// Config configures an Agent.
+type Config struct {
+	HostID   string
+	Client   hostv1connect.HostServiceClient
+	Driver   runtime.Driver
+	Layers   runtime.Layers
+	Template *template.Store
+	// LayerDir holds the writable layer images, one per workspace.
+	LayerDir string
+	// GuestAgent is the host path of the kibotos-guest binary.
+	GuestAgent string
+	Capacity   *hostv1.HostCapacity
+	Runtimes   []string
+}
+
+// Agent converges a host's executions to ctrl's assignments.
+type Agent struct {
+	cfg Config
+
+	mu    sync.Mutex
+	execs map[string]*execution
+	// layers serializes work on one writable layer across the executions
+	// (generations) of one workspace.
+	layers sync.Map // layer ID → *sync.Mutex
+
+	reports chan *hostv1.ExecutionReport
+}
+
+// New returns an Agent.
+func New(cfg Config) (*Agent, error) {
+	if err := os.MkdirAll(cfg.LayerDir, 0o700); err != nil {
+		return nil, err
+	}
+	return &Agent{cfg: cfg, execs: map[string]*execution{}, reports: make(chan *hostv1.ExecutionReport, 256)}, nil
+}
+
+// Run registers the host and converges until ctx ends. It survives ctrl
+// restarts by reconnecting.
+func (a *Agent) Run(ctx context.Context) error {
+	running, err := a.cfg.Driver.Recover(ctx)
+	if err != nil {
+		return fmt.Errorf("recover executions: %w", err)
+	}
+	for _, id := range running {
+		slog.Info("recovered running execution", "execution", id)
+		a.adopt(ctx, id)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { a.sendReports(ctx) })
+	for backoff := 100 * time.Millisecond; ctx.Err() == nil; {
+		err := a.watch(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		slog.Warn("assignment stream ended; reconnecting", "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+	a.mu.Lock()
+	for _, e := range a.execs {
+		e.cancel()
+	}
+	a.mu.Unlock()
+	return nil
+}
+
+func (a *Agent) watch(ctx context.Context) error {
+	if _, err := a.cfg.Client.RegisterHost(ctx, connect.NewRequest(&hostv1.RegisterHostRequest{
+		HostId: a.cfg.HostID, Capacity: a.cfg.Capacity, Runtimes: a.cfg.Runtimes})); err != nil {
+		return fmt.Errorf("register: %w", err)
+	}
+	stream, err := a.cfg.Client.WatchAssignments(ctx, connect.NewRequest(&hostv1.WatchAssignmentsRequest{HostId: a.cfg.HostID}))
+	if err != nil {
+		return err
+	}
+	defer stream.Close()
+	for stream.Receive() {
+		a.converge(ctx, stream.Msg().GetAssignments())
+	}
+	return stream.Err()
+}
+
+// converge hands each assignment to its execution and tells executions
+// that are no longer assigned to stop and forget themselves.
+func (a *Agent) converge(ctx context.Context, assignments []*hostv1.Assignment) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	assigned := map[string]bool{}
+	for _, as := range assignments {
+		assigned[as.ExecutionId] = true
+		e, ok := a.execs[as.ExecutionId]
+		if !ok {
+			e = a.newExecution(ctx, as.ExecutionId, false)
+		}
+		e.set(as)
+	}
+	for id, e := range a.execs {
+		if !assigned[id] {
+			e.set(nil)
+		}
+	}
+}
+
+// adopt tracks an execution found running at start.
+func (a *Agent) adopt(ctx context.Context, id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.newExecution(ctx, id, true)
+}
+
+func (a *Agent) newExecution(ctx context.Context, id string, running bool) *execution {
+	ctx, cancel := context.WithCancel(ctx)
+	e := &execution{agent: a, id: id, running: running, wake: make(chan struct{}, 1), cancel: cancel}
+	a.execs[id] = e
+	go e.run(ctx)
+	return e
+}
+
+func (a *Agent) forget(id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.execs, id)
+}
+
+func (a *Agent) layerLock(id string) *sync.Mutex {
+	m, _ := a.layers.LoadOrStore(id, new(sync.Mutex))
+	return m.(*sync.Mutex)
+}
+
+// report queues a report for ctrl.
+func (a *Agent) report(r *hostv1.ExecutionReport) {
+	r.ObservedAt = timestamppb.Now()
+	select {
+	case a.reports <- r:
+	default:
+		slog.Warn("report queue full; the next heartbeat carries the state", "execution", r.ExecutionId)
+	}
+}
+
+// sendReports sends queued reports and, every heartbeat, the last report
+// of every execution again, so a restarted ctrl learns everything.
+func (a *Agent) sendReports(ctx context.Context) {
+	ticker := time.NewTicker(heartbeat)
+	defer ticker.Stop()
+	for {
+		var batch []*hostv1.ExecutionReport
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-a.reports:
+			batch = append(batch, r)
+		drain:
+			for {
+				select {
+				case r := <-a.reports:
+					batch = append(batch, r)
+				default:
+					break drain
+				}
+			}
+		case <-ticker.C:
+			a.mu.Lock()
+			for _, e := range a.execs {
+				if r := e.lastReport(); r != nil {
+					batch = append(batch, r)
+				}
+			}
+			a.mu.Unlock()
+		}
+		if len(batch) == 0 {
+			continue
+		}
+		_, err := a.cfg.Client.ReportExecutions(ctx, connect.NewRequest(&hostv1.ReportExecutionsRequest{HostId: a.cfg.HostID, Reports: batch}))
+		if err != nil && ctx.Err() == nil {
+			slog.Warn("report to ctrl failed; the next heartbeat retries", "err", err)
+		}
+	}
+}
+
+// layerPath is where a workspace's writable layer image lives.
+func (a *Agent) layerPath(layerID string) string {
+	return filepath.Join(a.cfg.LayerDir, layerID+".ext4")
+}
+
+// deliver makes the template's layers locally usable, fetching missing
+// blobs from ctrl, and reports progress.
+func (a *Agent) deliver(ctx context.Context, as *hostv1.Assignment, progress func(done, total uint64)) ([]string, error) {
+	img := template.Image{ManifestDigest: as.Template.ImageDigest}
+	for _, l := range as.Template.Layers {
+		img.Layers = append(img.Layers, template.Layer{Digest: l.Digest, DiffID: l.DiffId, Size: int64(l.SizeBytes)})
+		if !a.cfg.Template.HasBlob(l.Digest) {
+			if err := a.fetchBlob(ctx, l.Digest); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return a.cfg.Template.Unpack(ctx, img, progress)
+}
+
+func (a *Agent) fetchBlob(ctx context.Context, digest string) error {
+	stream, err := a.cfg.Client.GetTemplateBlob(ctx, connect.NewRequest(&hostv1.GetTemplateBlobRequest{Digest: digest}))
+	if err != nil {
+		return err
+	}
+	defer stream.Close()
+	pr, pw := io.Pipe()
+	go func() {
+		for stream.Receive() {
+			if _, err := pw.Write(stream.Msg().Data); err != nil {
+				return
+			}
+		}
+		pw.CloseWithError(stream.Err())
+	}()
+	err = a.cfg.Template.PutBlob(digest, pr)
+	pr.CloseWithError(err)
+	return err
+}
+
+// execution converges one execution.
+type execution struct {
+	agent  *Agent
+	id     string
+	cancel context.CancelFunc
+	wake   chan struct{}
+
+	mu      sync.Mutex
+	desired *hostv1.Assignment
+	known   bool // desired has been set at least once
+	last    *hostv1.ExecutionReport
+
+	// Owned by run.
+	running bool
+}
+
+func (e *execution) set(as *hostv1.Assignment) {
+	e.mu.Lock()
+	e.desired, e.known = as, true
+	e.mu.Unlock()
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (e *execution) get() (*hostv1.Assignment, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.desired, e.known
+}
+
+func (e *execution) lastReport() *hostv1.ExecutionReport {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.last == nil {
+		return nil
+	}
+	return proto.CloneOf(e.last)
+}
+
+// report records and sends a report about this execution.
+func (e *execution) report(as *hostv1.Assignment, r *hostv1.ExecutionReport) {
+	r.ExecutionId, r.WorkspaceId, r.Generation = e.id, as.WorkspaceId, as.Generation
+	e.mu.Lock()
+	e.last = proto.CloneOf(r)
+	e.mu.Unlock()
+	e.agent.report(r)
+}
+
+func (e *execution) run(ctx context.Context) {
+	defer e.cancel()
+	for {
+		as, known := e.get()
+		if known && as == nil {
+			// No longer assigned: stop (keeping the layer) and forget.
+			if e.running {
+				e.stop(ctx, nil, runtime.StopNormal)
+			}
+			e.agent.forget(e.id)
+			return
+		}
+		if as != nil {
+			e.step(ctx, as)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.wake:
+		case <-time.After(checkEvery):
+		}
+	}
+}
+
+// step takes one action toward the assignment.
+func (e *execution) step(ctx context.Context, as *hostv1.Assignment) {
+	switch as.Desired {
+	case hostv1.DesiredState_DESIRED_STATE_RUNNING:
+		if !e.running {
+			if last := e.lastReport(); last != nil && last.State == hostv1.ObservedState_OBSERVED_STATE_FAILED {
+				return // wait for ctrl to change what it wants
+			}
+			e.start(ctx, as)
+			return
+		}
+		e.observe(ctx, as)
+	case hostv1.DesiredState_DESIRED_STATE_STOPPED:
+		mode := runtime.StopNormal
+		if as.GetStop().GetMode() == ctrlv1.StopMode_STOP_MODE_FORCE {
+			mode = runtime.StopForce
+		}
+		if last := e.lastReport(); e.running || last == nil || last.State != hostv1.ObservedState_OBSERVED_STATE_STOPPED {
+			e.stop(ctx, as, mode)
+		}
+	case hostv1.DesiredState_DESIRED_STATE_DELETED:
+		if last := e.lastReport(); last == nil || last.State != hostv1.ObservedState_OBSERVED_STATE_DELETED {
+			e.delete(ctx, as)
+		}
+	}
+}
+
+func (e *execution) start(ctx context.Context, as *hostv1.Assignment) {
+	lock := e.agent.layerLock(as.LayerId)
+	lock.Lock()
+	defer lock.Unlock()
+	fail := func(stage ctrlv1.FailureStage, err error) {
+		slog.Error("execution failed to start", "execution", e.id, "err", err)
+		e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_FAILED,
+			FailureStage: stage, FailureReason: reasonOf(err), FailureMessage: err.Error()})
+	}
+	delivering := &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_DELIVERING}
+	lastSent := time.Time{}
+	layers, err := e.agent.deliver(ctx, as, func(done, total uint64) {
+		delivering.DeliveryBytesDelivered, delivering.DeliveryBytesTotal = done, total
+		if time.Since(lastSent) > 200*time.Millisecond || done == total {
+			lastSent = time.Now()
+			e.report(as, proto.CloneOf(delivering))
+		}
+	})
+	if err != nil {
+		fail(ctrlv1.FailureStage_FAILURE_STAGE_CREATING, fmt.Errorf("deliver template %s@%s: %w", as.Template.TemplateId, as.Template.Revision, err))
+		return
+	}
+	e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_STARTING})
+	path := e.agent.layerPath(as.LayerId)
+	_, statErr := os.Stat(path)
+	continued := statErr == nil
+	if err := e.agent.cfg.Layers.CreateLayer(ctx, path, as.Resources.GetWritableLayerBytes()); err != nil {
+		fail(ctrlv1.FailureStage_FAILURE_STAGE_CREATING, fmt.Errorf("writable layer: %w", err))
+		return
+	}
+	spec := runtime.Spec{
+		ID: e.id, Layers: layers, LayerImage: path,
+		CPUMillis: as.Resources.GetCpuMillis(), MemoryBytes: as.Resources.GetMemoryBytes(), PidsLimit: pidsLimit,
+		GuestAgent: e.agent.cfg.GuestAgent, Hostname: as.WorkspaceId, Env: as.Template.GetEnv(),
+	}
+	if err := e.agent.cfg.Driver.Start(ctx, spec); err != nil {
+		fail(ctrlv1.FailureStage_FAILURE_STAGE_STARTING, err)
+		return
+	}
+	e.running = true
+	probeCtx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	for {
+		err := e.agent.cfg.Driver.Probe(probeCtx, e.id)
+		if err == nil {
+			break
+		}
+		if probeCtx.Err() != nil {
+			e.agent.cfg.Driver.Stop(ctx, e.id, runtime.StopForce, 0)
+			e.running = false
+			fail(ctrlv1.FailureStage_FAILURE_STAGE_WAITING_FOR_READINESS, fmt.Errorf("guest agent did not answer within %s: %w", readyTimeout, err))
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	capacity, _ := e.agent.cfg.Layers.LayerCapacity(path)
+	e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_RUNNING,
+		LayerCapacityBytes: &capacity, LayerContinued: continued})
+}
+
+// observe reports a running execution, or that it ended on its own.
+func (e *execution) observe(ctx context.Context, as *hostv1.Assignment) {
+	st, err := e.agent.cfg.Driver.Status(ctx, e.id)
+	if err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		return
+	}
+	if err == nil && st.Running {
+		if last := e.lastReport(); last == nil || last.State != hostv1.ObservedState_OBSERVED_STATE_RUNNING || last.Generation != as.Generation {
+			if e.agent.cfg.Driver.Probe(ctx, e.id) == nil {
+				capacity, _ := e.agent.cfg.Layers.LayerCapacity(e.agent.layerPath(as.LayerId))
+				e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_RUNNING,
+					LayerCapacityBytes: &capacity, LayerContinued: true})
+			}
+		}
+		return
+	}
+	// Init ended: release what is left and tell ctrl.
+	e.agent.cfg.Driver.Stop(ctx, e.id, runtime.StopForce, 0)
+	e.running = false
+	e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_EXITED, OomKilled: st.OOMKilled})
+}
+
+func (e *execution) stop(ctx context.Context, as *hostv1.Assignment, mode runtime.StopMode) {
+	var layerID string
+	if as != nil {
+		layerID = as.LayerId
+		lock := e.agent.layerLock(layerID)
+		lock.Lock()
+		defer lock.Unlock()
+		e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_STOPPING})
+	}
+	res, err := e.agent.cfg.Driver.Stop(ctx, e.id, mode, stopGrace)
+	if err != nil {
+		slog.Error("stop failed", "execution", e.id, "err", err)
+		if as != nil {
+			e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_FAILED,
+				FailureStage: ctrlv1.FailureStage_FAILURE_STAGE_STOPPING, FailureReason: reasonOf(err), FailureMessage: err.Error()})
+		}
+		return
+	}
+	e.running = false
+	if as == nil {
+		return
+	}
+	durability := ctrlv1.StopDurability_STOP_DURABILITY_UNCONFIRMED
+	if res.Confirmed {
+		durability = ctrlv1.StopDurability_STOP_DURABILITY_CONFIRMED
+	}
+	r := &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_STOPPED,
+		StopDurability: durability, StopCommandId: as.GetStop().GetCommandId()}
+	if capacity, err := e.agent.cfg.Layers.LayerCapacity(e.agent.layerPath(layerID)); err == nil {
+		r.LayerCapacityBytes = &capacity
+	}
+	e.report(as, r)
+}
+
+func (e *execution) delete(ctx context.Context, as *hostv1.Assignment) {
+	lock := e.agent.layerLock(as.LayerId)
+	lock.Lock()
+	defer lock.Unlock()
+	if _, err := e.agent.cfg.Driver.Stop(ctx, e.id, runtime.StopForce, 0); err != nil {
+		e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_FAILED,
+			FailureStage: ctrlv1.FailureStage_FAILURE_STAGE_DELETING, FailureReason: reasonOf(err), FailureMessage: err.Error()})
+		return
+	}
+	e.running = false
+	if err := e.agent.cfg.Layers.DeleteLayer(e.agent.layerPath(as.LayerId)); err != nil {
+		e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_FAILED,
+			FailureStage: ctrlv1.FailureStage_FAILURE_STAGE_DELETING, FailureReason: reasonOf(err), FailureMessage: err.Error()})
+		return
+	}
+	e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_DELETED})
+}
+
+// reasonOf classifies a failure for ctrl.
+func reasonOf(err error) ctrlv1.FailureReason {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return ctrlv1.FailureReason_FAILURE_REASON_TIMED_OUT
+	case errors.Is(err, context.Canceled):
+		return ctrlv1.FailureReason_FAILURE_REASON_CANCELLED
+	}
+	return ctrlv1.FailureReason_FAILURE_REASON_INTERNAL
+}

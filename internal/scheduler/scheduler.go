@@ -1,0 +1,77 @@
+// Package scheduler places workspaces on hosts: pure functions over each
+// host's capacity and what is already reserved on it.
+package scheduler
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Resources is an amount of each resource placement reserves.
+type Resources struct {
+	CPUMillis   uint32
+	MemoryBytes uint64
+	LayerBytes  uint64
+}
+
+// Host is one candidate host.
+type Host struct {
+	ID       string
+	Capacity Resources
+	Reserved Resources
+	// DefaultLayerBytes is the host storage profile's writable layer size,
+	// used when a request asks for none.
+	DefaultLayerBytes uint64
+}
+
+// Request is what one workspace asks for; LayerBytes 0 takes the host's
+// default.
+type Request = Resources
+
+// ErrNoHost is returned when no host is registered.
+var ErrNoHost = errors.New("no host is registered with this deployment")
+
+// Place returns the host with room for req that has the most memory left,
+// and the writable layer capacity it will give (req's, or the host's
+// default). Ties go to the first host.
+func Place(hosts []Host, req Request) (string, uint64, error) {
+	if len(hosts) == 0 {
+		return "", 0, ErrNoHost
+	}
+	best, bestFree, bestLayer := "", uint64(0), uint64(0)
+	var short []string
+	for _, h := range hosts {
+		layer := req.LayerBytes
+		if layer == 0 {
+			layer = h.DefaultLayerBytes
+		}
+		free := func(capacity, reserved uint64) uint64 {
+			if reserved > capacity {
+				return 0
+			}
+			return capacity - reserved
+		}
+		var missing []string
+		if uint64(req.CPUMillis) > free(uint64(h.Capacity.CPUMillis), uint64(h.Reserved.CPUMillis)) {
+			missing = append(missing, "cpu")
+		}
+		memFree := free(h.Capacity.MemoryBytes, h.Reserved.MemoryBytes)
+		if req.MemoryBytes > memFree {
+			missing = append(missing, "memory")
+		}
+		if layer > free(h.Capacity.LayerBytes, h.Reserved.LayerBytes) {
+			missing = append(missing, "disk")
+		}
+		if len(missing) > 0 {
+			short = append(short, fmt.Sprintf("%s lacks %v", h.ID, missing))
+			continue
+		}
+		if best == "" || memFree > bestFree {
+			best, bestFree, bestLayer = h.ID, memFree, layer
+		}
+	}
+	if best == "" {
+		return "", 0, fmt.Errorf("no host has the capacity the request needs free: %v", short)
+	}
+	return best, bestLayer, nil
+}

@@ -1,0 +1,37 @@
+package scheduler
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestPlace(t *testing.T) {
+	const gib = 1 << 30
+	hosts := []Host{
+		{ID: "small", Capacity: Resources{2000, 2 * gib, 10 * gib}, DefaultLayerBytes: gib},
+		{ID: "big", Capacity: Resources{4000, 8 * gib, 10 * gib}, Reserved: Resources{1000, 2 * gib, 9 * gib}, DefaultLayerBytes: 512 << 20},
+	}
+	cases := []struct {
+		name      string
+		req       Request
+		wantHost  string
+		wantLayer uint64
+		wantErr   bool
+	}{
+		{"most free memory wins", Request{1000, gib, 0}, "big", 512 << 20, false},
+		{"explicit layer size", Request{1000, gib, gib}, "big", gib, false},
+		{"disk rules out big", Request{1000, gib, 2 * gib}, "small", 2 * gib, false},
+		{"memory rules out small", Request{1000, 4 * gib, 0}, "big", 512 << 20, false},
+		{"cpu fits nowhere", Request{5000, gib, 0}, "", 0, true},
+		{"exactly full fits", Request{3000, 6 * gib, gib}, "big", gib, false},
+	}
+	for _, c := range cases {
+		host, layer, err := Place(hosts, c.req)
+		if (err != nil) != c.wantErr || host != c.wantHost || layer != c.wantLayer {
+			t.Errorf("%s: Place = %q, %d, %v; want %q, %d, err %v", c.name, host, layer, err, c.wantHost, c.wantLayer, c.wantErr)
+		}
+	}
+	if _, _, err := Place(nil, Request{}); !errors.Is(err, ErrNoHost) {
+		t.Errorf("no hosts: %v", err)
+	}
+}

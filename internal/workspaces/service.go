@@ -1,0 +1,508 @@
+package workspaces
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/auth"
+	"github.com/kibotos/kibotos/internal/command"
+	"github.com/kibotos/kibotos/internal/ids"
+	"github.com/kibotos/kibotos/internal/meta"
+	"github.com/kibotos/kibotos/internal/netcheck"
+	"github.com/kibotos/kibotos/internal/objects"
+	"github.com/kibotos/kibotos/internal/pagetoken"
+	"github.com/kibotos/kibotos/internal/scheduler"
+	"github.com/kibotos/kibotos/internal/store"
+)
+
+// Service implements the workspace methods over a store.
+type Service struct {
+	Store   store.Store
+	Pages   *pagetoken.Codec
+	Checker *netcheck.Checker
+	// Changes is told about every committed change of a workspace, so that
+	// watchers and host streams wake up.
+	Changes *Broker
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+}
+
+func (s *Service) now() time.Time {
+	if s.Now != nil {
+		return s.Now().UTC()
+	}
+	return time.Now().UTC()
+}
+
+// Write describes a write request for the command package.
+type Write[R proto.Message] struct {
+	Method  string
+	Command *ctrlv1.CommandMetadata
+	Input   proto.Message
+	New     func() R
+}
+
+func caller(ctx context.Context) auth.Caller {
+	c, _ := auth.CallerFrom(ctx)
+	return c
+}
+
+// mutate runs one command that changes one workspace: load it, let change
+// edit the record, store it, and answer with the workspace.
+func mutate[R proto.Message](ctx context.Context, s *Service, w Write[R], id string,
+	change func(ctx context.Context, tx store.Tx, r *record) error, respond func(*ctrlv1.Workspace) R) (R, error) {
+	var zero R
+	if err := command.ValidateID(w.Command.GetCommandId()); err != nil {
+		return zero, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	if id == "" {
+		return zero, invalid("workspace_id is required")
+	}
+	c := caller(ctx)
+	cmd := command.Command[R]{ProjectID: c.ProjectID, Method: w.Method, ID: w.Command.GetCommandId(), Input: w.Input, New: w.New}
+	resp, err := command.Run(ctx, s.Store, cmd, func(ctx context.Context, tx store.Tx) (R, error) {
+		r, err := s.load(ctx, tx, c.ProjectID, id)
+		if err != nil {
+			return zero, err
+		}
+		if err := change(ctx, tx, r); err != nil {
+			return zero, err
+		}
+		if err := s.save(ctx, tx, r); err != nil {
+			return zero, err
+		}
+		return respond(r.view()), nil
+	})
+	if err == nil {
+		s.Changes.Publish(id)
+	}
+	return resp, err
+}
+
+// load reads a live workspace of the project; deleted and other projects'
+// workspaces are not_found.
+func (s *Service) load(ctx context.Context, tx store.Tx, projectID, id string) (*record, error) {
+	row, err := tx.Workspace(ctx, projectID, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("workspace %q not found", id))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return decode(row)
+}
+
+// save stores a record, stamping updated_at.
+func (s *Service) save(ctx context.Context, tx store.Tx, r *record) error {
+	now := s.now()
+	r.ws.UpdatedAt = timestamppb.New(now)
+	r.row.UpdatedAt = now
+	row, err := r.encode()
+	if err != nil {
+		return err
+	}
+	return tx.UpdateWorkspace(ctx, row)
+}
+
+// precondition is failed_precondition with the workspace's durable state
+// attached, as the reference asks.
+func precondition(ws *ctrlv1.Workspace, format string, a ...any) error {
+	err := connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(format, a...))
+	if d, derr := connect.NewErrorDetail(&ctrlv1.ErrorDetail{ObservedWorkspace: ws}); derr == nil {
+		err.AddDetail(d)
+	}
+	return err
+}
+
+// Create validates, resolves the template, places the workspace on a host
+// and stores it in CREATING, all in one command.
+func Create[R proto.Message](ctx context.Context, s *Service, w Write[R], spec *ctrlv1.WorkspaceCreateSpec,
+	labels, annotations map[string]string, respond func(*ctrlv1.Workspace) R) (R, error) {
+	var zero R
+	if err := command.ValidateID(w.Command.GetCommandId()); err != nil {
+		return zero, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	if spec == nil {
+		return zero, invalid("spec is required")
+	}
+	resources, err := checkResources(spec.Resources)
+	if err != nil {
+		return zero, err
+	}
+	if err := checkCapabilities(spec.Capabilities); err != nil {
+		return zero, err
+	}
+	volume, err := checkVolume(spec.Volume)
+	if err != nil {
+		return zero, err
+	}
+	if err := checkExpiration(spec.Expiration, s.now()); err != nil {
+		return zero, err
+	}
+	if err := meta.ValidateLabels(labels); err != nil {
+		return zero, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	if err := meta.ValidateAnnotations(annotations); err != nil {
+		return zero, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	c := caller(ctx)
+	cmd := command.Command[R]{ProjectID: c.ProjectID, Method: w.Method, ID: w.Command.GetCommandId(), Input: w.Input, New: w.New}
+	var id string
+	resp, err := command.Run(ctx, s.Store, cmd, func(ctx context.Context, tx store.Tx) (R, error) {
+		ref, image, err := resolveTemplate(ctx, tx, c.ProjectID, spec.Template)
+		if err != nil {
+			return zero, err
+		}
+		policy, refs, err := checkPolicy(ctx, tx, s.Checker, c.ProjectID, spec.NetworkPolicy)
+		if err != nil {
+			return zero, err
+		}
+		policy.Revision = 1
+		host, layerBytes, err := s.place(ctx, tx, resources)
+		if err != nil {
+			return zero, err
+		}
+		now := s.now()
+		id = ids.New("ws")
+		ws := &ctrlv1.Workspace{
+			WorkspaceId: id,
+			Spec: &ctrlv1.WorkspaceSpec{
+				Template: ref, Resources: resources, Capabilities: spec.Capabilities, Volume: volume,
+				NetworkPolicy: policy, ResourcesRevision: 1, LaunchBindingVersion: 1, BindingRevision: 1,
+			},
+			State:               ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING,
+			CreatedAt:           timestamppb.New(now),
+			UpdatedAt:           timestamppb.New(now),
+			Labels:              labels,
+			Annotations:         annotations,
+			LabelsRevision:      1,
+			AnnotationsRevision: 1,
+			RetentionTiers:      retentionTiers(nil, 0, false),
+		}
+		if spec.Expiration != nil {
+			ws.Expiration = &ctrlv1.WorkspaceExpiration{Policy: spec.Expiration, Revision: 1}
+		}
+		r := &record{ws: ws, book: bookkeeping{Desired: DesiredRunning, Target: 1, Image: image}}
+		r.row = store.Workspace{ProjectID: c.ProjectID, ID: id, TemplateID: ref.TemplateId, HostID: host,
+			CPUMillis: resources.CpuMillis, MemoryBytes: resources.MemoryBytes, LayerBytes: layerBytes,
+			CreatedAt: now, UpdatedAt: now}
+		if spec.Expiration != nil {
+			r.row.ExpiresAt = spec.Expiration.Deadline.AsTime()
+		}
+		row, err := r.encode()
+		if err != nil {
+			return zero, err
+		}
+		if err := tx.CreateWorkspace(ctx, row); err != nil {
+			return zero, err
+		}
+		if err := tx.SetPolicyReferences(ctx, c.ProjectID, id, refs); err != nil {
+			return zero, err
+		}
+		return respond(r.view()), nil
+	})
+	if err == nil {
+		s.Changes.Publish(id)
+	}
+	return resp, err
+}
+
+// place picks a host with room for the workspace and returns it with the
+// writable layer's capacity (the host's default when none was asked for).
+func (s *Service) place(ctx context.Context, tx store.Tx, res *ctrlv1.ResourceRequest) (string, uint64, error) {
+	hosts, err := tx.Hosts(ctx)
+	if err != nil {
+		return "", 0, err
+	}
+	var candidates []scheduler.Host
+	for _, h := range hosts {
+		reg, err := decodeHost(h)
+		if err != nil {
+			return "", 0, err
+		}
+		placed, err := tx.HostWorkspaces(ctx, h.ID)
+		if err != nil {
+			return "", 0, err
+		}
+		host := scheduler.Host{ID: h.ID, Capacity: scheduler.Resources{CPUMillis: h.CPUMillis, MemoryBytes: h.MemoryBytes, LayerBytes: h.LayerBytes},
+			DefaultLayerBytes: reg.DefaultLayerBytes}
+		for _, w := range placed {
+			host.Reserved.LayerBytes += w.LayerBytes
+			if w.Running {
+				host.Reserved.CPUMillis += w.CPUMillis
+				host.Reserved.MemoryBytes += w.MemoryBytes
+			}
+		}
+		candidates = append(candidates, host)
+	}
+	id, layer, err := scheduler.Place(candidates, scheduler.Request{
+		CPUMillis: res.CpuMillis, MemoryBytes: res.MemoryBytes, LayerBytes: res.WritableLayerBytes})
+	if err != nil {
+		return "", 0, connect.NewError(connect.CodeResourceExhausted, err)
+	}
+	return id, layer, nil
+}
+
+// Get returns a workspace.
+func (s *Service) Get(ctx context.Context, id string) (*ctrlv1.Workspace, error) {
+	if id == "" {
+		return nil, invalid("workspace_id is required")
+	}
+	var ws *ctrlv1.Workspace
+	err := s.Store.View(ctx, func(tx store.Tx) error {
+		r, err := s.load(ctx, tx, caller(ctx).ProjectID, id)
+		if err == nil {
+			ws = r.view()
+		}
+		return err
+	})
+	return ws, err
+}
+
+// List returns one page of live workspaces.
+func (s *Service) List(ctx context.Context, pageSize uint32, token string, selector map[string]string) ([]*ctrlv1.Workspace, string, error) {
+	if pageSize > objects.MaxPageSize {
+		return nil, "", invalid("page_size %d is above the maximum of %d", pageSize, objects.MaxPageSize)
+	}
+	if pageSize == 0 {
+		pageSize = objects.DefaultPageSize
+	}
+	if err := meta.ValidateSelector(selector); err != nil {
+		return nil, "", connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	c := caller(ctx)
+	scope := pagetoken.Scope{Kind: "workspace", ProjectID: c.ProjectID, Selector: selector}
+	after := ""
+	if token != "" {
+		var err error
+		if after, err = s.Pages.Decode(scope, token); err != nil {
+			return nil, "", connect.NewError(connect.CodeInvalidArgument, err)
+		}
+	}
+	var (
+		out  []*ctrlv1.Workspace
+		next string
+	)
+	err := s.Store.View(ctx, func(tx store.Tx) error {
+		rows, err := tx.Workspaces(ctx, store.ObjectQuery{ProjectID: c.ProjectID, After: after, Selector: selector, Limit: int(pageSize) + 1})
+		if err != nil {
+			return err
+		}
+		if len(rows) > int(pageSize) {
+			rows = rows[:pageSize]
+			next = s.Pages.Encode(scope, rows[len(rows)-1].ID)
+		}
+		for _, row := range rows {
+			r, err := decode(row)
+			if err != nil {
+				return err
+			}
+			out = append(out, r.view())
+		}
+		return nil
+	})
+	return out, next, err
+}
+
+// Start starts a STOPPED (or FAILED) workspace.
+func Start[R proto.Message](ctx context.Context, s *Service, w Write[R], id string, respond func(*ctrlv1.Workspace) R) (R, error) {
+	return mutate(ctx, s, w, id, func(ctx context.Context, tx store.Tx, r *record) error {
+		switch r.ws.State {
+		case ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED, ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED:
+		default:
+			return precondition(r.view(), "workspace %s is %s; only a STOPPED or FAILED workspace can be started", id, stateName(r.ws.State))
+		}
+		r.ws.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING
+		r.ws.LastStop, r.ws.Failure = nil, nil
+		r.book.Desired = DesiredRunning
+		r.book.Target = r.ws.Generation + 1
+		r.book.StopMode, r.book.StopCommand, r.book.StopCause = 0, "", 0
+		return nil
+	}, respond)
+}
+
+// Stop stops a workspace that runs or is starting; FORCE also cuts short a
+// NORMAL stop in progress.
+func Stop[R proto.Message](ctx context.Context, s *Service, w Write[R], id string, mode ctrlv1.StopMode, respond func(*ctrlv1.Workspace) R) (R, error) {
+	switch mode {
+	case ctrlv1.StopMode_STOP_MODE_UNSPECIFIED:
+		mode = ctrlv1.StopMode_STOP_MODE_NORMAL
+	case ctrlv1.StopMode_STOP_MODE_NORMAL, ctrlv1.StopMode_STOP_MODE_FORCE:
+	default:
+		var zero R
+		return zero, invalid("mode %d is not a known stop mode", mode)
+	}
+	return mutate(ctx, s, w, id, func(ctx context.Context, tx store.Tx, r *record) error {
+		switch r.ws.State {
+		case ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING, ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING,
+			ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE, ctrlv1.WorkspaceState_WORKSPACE_STATE_UNKNOWN:
+		case ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPING:
+			if mode != ctrlv1.StopMode_STOP_MODE_FORCE || r.book.StopMode == ctrlv1.StopMode_STOP_MODE_FORCE {
+				return precondition(r.view(), "workspace %s is already STOPPING; only a FORCE stop can cut a NORMAL stop short", id)
+			}
+		default:
+			return precondition(r.view(), "workspace %s is %s; it is not running", id, stateName(r.ws.State))
+		}
+		s.beginStop(r, ctrlv1.StopCause_STOP_CAUSE_REQUESTED, mode, w.Command.GetCommandId())
+		return nil
+	}, respond)
+}
+
+// beginStop moves a record to STOPPING with the stop it names.
+func (s *Service) beginStop(r *record, cause ctrlv1.StopCause, mode ctrlv1.StopMode, commandID string) {
+	r.ws.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPING
+	r.ws.LastStop = &ctrlv1.WorkspaceStop{Cause: cause, Mode: mode, CommandId: commandID, RequestedAt: timestamppb.New(s.now())}
+	r.ws.Delivery = nil
+	r.book.Desired = DesiredStopped
+	r.book.StopMode, r.book.StopCommand, r.book.StopCause = mode, commandID, cause
+}
+
+// Delete deletes a workspace: its host stops the execution and removes the
+// writable layer, then it is DELETED.
+func Delete[R proto.Message](ctx context.Context, s *Service, w Write[R], id string, respond func(*ctrlv1.Workspace) R) (R, error) {
+	return mutate(ctx, s, w, id, func(ctx context.Context, tx store.Tx, r *record) error {
+		switch r.ws.State {
+		case ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETING, ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED:
+			return nil // already going: returned unchanged
+		}
+		return s.beginDelete(ctx, tx, r, ctrlv1.StopCause_STOP_CAUSE_REQUESTED)
+	}, respond)
+}
+
+// beginDelete moves a record to DELETING; a workspace on no host is
+// DELETED at once.
+func (s *Service) beginDelete(ctx context.Context, tx store.Tx, r *record, cause ctrlv1.StopCause) error {
+	r.ws.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETING
+	r.ws.LastStop = nil
+	r.ws.Delivery = nil
+	r.book.Desired = DesiredDeleted
+	r.book.StopCause = cause
+	if r.row.HostID == "" {
+		return s.finishDelete(ctx, tx, r)
+	}
+	return nil
+}
+
+// finishDelete marks a record DELETED, releasing its host reservation and
+// its policy references.
+func (s *Service) finishDelete(ctx context.Context, tx store.Tx, r *record) error {
+	now := s.now()
+	r.ws.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED
+	r.ws.Delivery, r.ws.GuestObservation, r.ws.NetworkPolicyStatus = nil, nil, nil
+	r.row.DeletedAt = now
+	r.row.HostID = ""
+	return tx.SetPolicyReferences(ctx, r.row.ProjectID, r.row.ID, nil)
+}
+
+// UpdateLabels replaces the labels under CAS on labels_revision.
+func UpdateLabels[R proto.Message](ctx context.Context, s *Service, w Write[R], id string, expected uint64, labels map[string]string, respond func(*ctrlv1.Workspace) R) (R, error) {
+	var zero R
+	if err := meta.ValidateLabels(labels); err != nil {
+		return zero, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	if expected == 0 {
+		return zero, invalid("expected_labels_revision is required: send the revision you observed")
+	}
+	return mutate(ctx, s, w, id, func(ctx context.Context, tx store.Tx, r *record) error {
+		if err := live(r); err != nil {
+			return err
+		}
+		if r.ws.LabelsRevision != expected {
+			return aborted("labels_revision", expected, r.ws.LabelsRevision)
+		}
+		if !meta.Equal(r.ws.Labels, labels) {
+			r.ws.Labels = labels
+			r.ws.LabelsRevision++
+		}
+		return nil
+	}, respond)
+}
+
+// UpdateAnnotations replaces the annotations under CAS.
+func UpdateAnnotations[R proto.Message](ctx context.Context, s *Service, w Write[R], id string, expected uint64, annotations map[string]string, respond func(*ctrlv1.Workspace) R) (R, error) {
+	var zero R
+	if err := meta.ValidateAnnotations(annotations); err != nil {
+		return zero, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	if expected == 0 {
+		return zero, invalid("expected_annotations_revision is required: send the revision you observed")
+	}
+	return mutate(ctx, s, w, id, func(ctx context.Context, tx store.Tx, r *record) error {
+		if err := live(r); err != nil {
+			return err
+		}
+		if r.ws.AnnotationsRevision != expected {
+			return aborted("annotations_revision", expected, r.ws.AnnotationsRevision)
+		}
+		if !meta.Equal(r.ws.Annotations, annotations) {
+			r.ws.Annotations = annotations
+			r.ws.AnnotationsRevision++
+		}
+		return nil
+	}, respond)
+}
+
+// UpdateExpiration sets or clears the expiration policy.
+func UpdateExpiration[R proto.Message](ctx context.Context, s *Service, w Write[R], id string, change *ctrlv1.WorkspaceExpirationChange, respond func(*ctrlv1.Workspace) R) (R, error) {
+	var zero R
+	var policy *ctrlv1.WorkspaceExpirationPolicy
+	switch c := change.GetChange().(type) {
+	case *ctrlv1.WorkspaceExpirationChange_Set:
+		if c.Set == nil {
+			return zero, invalid("change.set is required")
+		}
+		if err := checkExpiration(c.Set, s.now()); err != nil {
+			return zero, err
+		}
+		policy = c.Set
+	case *ctrlv1.WorkspaceExpirationChange_Clear:
+	default:
+		return zero, invalid("change must set or clear the expiration")
+	}
+	return mutate(ctx, s, w, id, func(ctx context.Context, tx store.Tx, r *record) error {
+		if err := live(r); err != nil {
+			return err
+		}
+		rev := r.ws.GetExpiration().GetRevision()
+		if proto.Equal(r.ws.GetExpiration().GetPolicy(), policy) {
+			return nil
+		}
+		if policy == nil {
+			r.ws.Expiration = nil
+			r.row.ExpiresAt = time.Time{}
+			return nil
+		}
+		r.ws.Expiration = &ctrlv1.WorkspaceExpiration{Policy: policy, Revision: rev + 1}
+		r.row.ExpiresAt = policy.Deadline.AsTime()
+		return nil
+	}, respond)
+}
+
+// live refuses changes to a workspace that is going away.
+func live(r *record) error {
+	if r.ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETING || r.ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED {
+		return precondition(r.view(), "workspace %s is %s", r.ws.WorkspaceId, stateName(r.ws.State))
+	}
+	return nil
+}
+
+func aborted(field string, expected, current uint64) error {
+	return connect.NewError(connect.CodeAborted, fmt.Errorf(
+		"%s is %d, not the expected %d: another change came first; read the current state and retry", field, current, expected))
+}
+
+func stateName(s ctrlv1.WorkspaceState) string {
+	name := s.String()
+	const prefix = "WORKSPACE_STATE_"
+	if len(name) > len(prefix) {
+		return name[len(prefix):]
+	}
+	return name
+}
