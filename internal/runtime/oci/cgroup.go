@@ -1,0 +1,104 @@
+package oci
+
+import (
+	"bufio"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const cgroupRoot = "/sys/fs/cgroup"
+
+// oomKills returns how many processes the memory limit of the execution's
+// cgroup has killed: memory.oom_control's oom_kill on cgroup v1, or
+// memory.events' oom_kill on cgroup v2. ok is false when the cgroup is
+// gone.
+func oomKills(id string) (n uint64, ok bool) {
+	cg := cgroupPath(id)
+	for _, f := range []string{
+		filepath.Join(cgroupRoot, "memory", cg, "memory.oom_control"),
+		filepath.Join(cgroupRoot, cg, "memory.events"),
+	} {
+		if v, found := readKey(f, "oom_kill"); found {
+			return v, true
+		}
+	}
+	return 0, false
+}
+
+// readKey reads "key value" from a flat keyed cgroup file.
+func readKey(path, key string) (uint64, bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), " ")
+		if k == key {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
+}
+
+// cgroupDirs returns the execution's cgroup directories that exist, in
+// every hierarchy (v1 controllers, named hierarchies, the v2 tree).
+func cgroupDirs(id string) []string {
+	cg := cgroupPath(id)
+	var dirs []string
+	if fi, err := os.Stat(filepath.Join(cgroupRoot, cg)); err == nil && fi.IsDir() {
+		dirs = append(dirs, filepath.Join(cgroupRoot, cg))
+	}
+	ents, _ := os.ReadDir(cgroupRoot)
+	for _, e := range ents {
+		p := filepath.Join(cgroupRoot, e.Name(), cg)
+		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+			dirs = append(dirs, p)
+		}
+	}
+	return dirs
+}
+
+// removeCgroups removes the execution's cgroup directories that the
+// runtime left, children first. A cgroup still holding tasks (a process
+// that outlived the runtime's kill) is retried briefly.
+func removeCgroups(id string) error {
+	var errs []error
+	for _, dir := range cgroupDirs(id) {
+		if err := removeCgroupTree(dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func removeCgroupTree(dir string) error {
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if e.IsDir() {
+			if err := removeCgroupTree(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	var err error
+	for i := 0; i < 20; i++ {
+		err = unix.Rmdir(dir)
+		if err == nil || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return &os.PathError{Op: "rmdir", Path: dir, Err: err}
+}

@@ -1,0 +1,154 @@
+package oci
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+// errNoContainer is what the runtime's commands fail with for an unknown
+// container.
+var errNoContainer = errors.New("oci: no such container")
+
+// containerState is the part of `runc state` the driver reads.
+type containerState struct {
+	ID     string `json:"id"`
+	Pid    int    `json:"pid"`
+	Status string `json:"status"` // creating, created, running, paused, stopped
+}
+
+// alive reports whether the container's init may still run.
+func (s containerState) alive() bool {
+	switch s.Status {
+	case "created", "creating", "running", "paused":
+		return true
+	}
+	return false
+}
+
+// runtimeCmd builds a command of the runtime with the driver's root.
+func (d *Driver) runtimeCmd(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, d.bin, append([]string{"--root", d.rootDir}, args...)...)
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+// runtime runs a runtime command and returns its standard output; its
+// error includes the runtime's standard error.
+func (d *Driver) runtime(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := d.runtimeCmd(ctx, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if strings.Contains(msg, "does not exist") || strings.Contains(msg, "not found") ||
+			strings.Contains(msg, "No such file") {
+			return stdout.Bytes(), fmt.Errorf("%s %s: %w: %s", d.name, args[0], errNoContainer, msg)
+		}
+		if ctx.Err() != nil {
+			return stdout.Bytes(), ctx.Err()
+		}
+		return stdout.Bytes(), fmt.Errorf("%s %s: %v: %s", d.name, args[0], err, msg)
+	}
+	return stdout.Bytes(), nil
+}
+
+// state returns the runtime's state of id, errNoContainer if it has none.
+func (d *Driver) state(ctx context.Context, id string) (containerState, error) {
+	out, err := d.runtime(ctx, "state", id)
+	if err != nil {
+		return containerState{}, err
+	}
+	var st containerState
+	if err := json.Unmarshal(out, &st); err != nil {
+		return containerState{}, fmt.Errorf("%s state %s: %w", d.name, id, err)
+	}
+	return st, nil
+}
+
+// list returns the IDs of the runtime's containers.
+func (d *Driver) list(ctx context.Context) ([]string, error) {
+	out, err := d.runtime(ctx, "list", "--format", "json")
+	if err != nil {
+		return nil, err
+	}
+	var cs []containerState
+	if s := bytes.TrimSpace(out); len(s) > 0 && !bytes.Equal(s, []byte("null")) {
+		if err := json.Unmarshal(s, &cs); err != nil {
+			return nil, fmt.Errorf("%s list: %w", d.name, err)
+		}
+	}
+	ids := make([]string, 0, len(cs))
+	for _, c := range cs {
+		ids = append(ids, c.ID)
+	}
+	return ids, nil
+}
+
+// runDetached creates and starts the container of bundle. The container's
+// standard output and error (the guest agent's log) go to logPath.
+func (d *Driver) runDetached(ctx context.Context, id, bundle, logPath string) error {
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	start, _ := logf.Seek(0, 2)
+	cmd := d.runtimeCmd(ctx, "run", "--detach", "--bundle", bundle, id)
+	// Pass the file itself: the container keeps these descriptors, so a
+	// pipe would never reach EOF.
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("%s run: %v: %s", d.name, err, tailFile(logPath, start, 2048))
+	}
+	return nil
+}
+
+// kill signals the container's init; a stopped or unknown container is
+// not an error.
+func (d *Driver) kill(ctx context.Context, id, signal string) error {
+	_, err := d.runtime(ctx, "kill", id, signal)
+	if err != nil && (errors.Is(err, errNoContainer) || strings.Contains(err.Error(), "not running") ||
+		strings.Contains(err.Error(), "process already finished")) {
+		return nil
+	}
+	return err
+}
+
+// deleteContainer removes the container, killing it if it runs; an
+// unknown container is not an error.
+func (d *Driver) deleteContainer(ctx context.Context, id string) error {
+	_, err := d.runtime(ctx, "delete", "--force", id)
+	if errors.Is(err, errNoContainer) {
+		return nil
+	}
+	return err
+}
+
+// tailFile returns up to n bytes of path from offset from, trimmed.
+func tailFile(path string, from int64, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	if fi.Size()-from > n {
+		from = fi.Size() - n
+	}
+	b := make([]byte, fi.Size()-from)
+	nr, _ := f.ReadAt(b, from)
+	return strings.TrimSpace(string(b[:nr]))
+}
