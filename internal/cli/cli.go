@@ -1,6 +1,6 @@
 // Package cli is the client half of the kibotos command: the verbs that call
-// a running control plane (egress, resolver, project, token) over the Connect
-// protocol. cmd/kibotos adds Commands to its root next to the daemon verbs.
+// a running control plane (ws, template, egress, resolver, project, token)
+// over the Connect protocol. cmd/kibotos adds Commands to its root next to the daemon verbs.
 //
 // Every verb returns its error from RunE without a prefix; the root prints it
 // after "kibotos: ", so a call that fails reads "kibotos: <code>: <message>".
@@ -44,6 +44,8 @@ const (
 // Commands returns the top-level client commands.
 func Commands() []*cobra.Command {
 	return []*cobra.Command{
+		wsCommand(),
+		templateCommand(),
 		egressCommand(),
 		resolverCommand(),
 		projectCommand(),
@@ -170,17 +172,55 @@ func dial[C any](cmd *cobra.Command, c *conn, newClient func(connect.HTTPClient,
 	return newClient(http.DefaultClient, s.baseURL, connect.WithInterceptors(bearer(s.token), timeout(callTimeout))), nil
 }
 
-// bearer sends the token with every call.
-func bearer(token string) connect.UnaryInterceptorFunc {
-	return func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			req.Header().Set("Authorization", "Bearer "+token)
-			return next(ctx, req)
+// dialStreaming is dial for client-streaming calls, which upload a request
+// body while the server reads it and need HTTP/2. Against http:// it speaks
+// HTTP/2 over cleartext with prior knowledge (h2c), which the server accepts;
+// an http.Transport that also allows HTTP/1 would never try h2c. https://
+// negotiates HTTP/2 with ALPN as usual. Unary calls of the client keep
+// callTimeout; streams run until the command's context ends. closeIdle
+// releases the dedicated connections.
+func dialStreaming[C any](cmd *cobra.Command, c *conn, newClient func(connect.HTTPClient, string, ...connect.ClientOption) C) (cl C, closeIdle func(), err error) {
+	s, err := c.resolve(cmd)
+	if err != nil {
+		return cl, nil, err
+	}
+	hc := http.DefaultClient
+	if strings.HasPrefix(s.baseURL, "http://") {
+		t := &http.Transport{}
+		if d, ok := http.DefaultTransport.(*http.Transport); ok {
+			t = d.Clone()
 		}
+		t.Protocols = new(http.Protocols)
+		t.Protocols.SetUnencryptedHTTP2(true)
+		hc = &http.Client{Transport: t}
+	}
+	return newClient(hc, s.baseURL, connect.WithInterceptors(bearer(s.token), timeout(callTimeout))), hc.CloseIdleConnections, nil
+}
+
+// bearer sends the token with every call, unary or streaming.
+type bearer string
+
+func (t bearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		req.Header().Set("Authorization", "Bearer "+string(t))
+		return next(ctx, req)
 	}
 }
 
-// timeout bounds every call; the Connect protocol also tells the server.
+func (t bearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		conn.RequestHeader().Set("Authorization", "Bearer "+string(t))
+		return conn
+	}
+}
+
+func (bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+// timeout bounds every unary call; the Connect protocol also tells the
+// server. Streams are bounded by their command (ws --wait has --timeout).
 func timeout(d time.Duration) connect.UnaryInterceptorFunc {
 	return func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {

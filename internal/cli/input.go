@@ -114,3 +114,21 @@ func readPEM(file string) (string, error) {
 	}
 	return string(data), nil
 }
+
+// parseEnum parses a flag value such as "public-internet" as the enum value
+// PREFIX_PUBLIC_INTERNET of a generated enum, in any case; the UNSPECIFIED
+// zero value is refused. want lists the accepted values for the error.
+func parseEnum[E ~int32](flag, s, prefix string, values map[string]int32, want string) (E, error) {
+	v, ok := values[prefix+strings.ToUpper(strings.ReplaceAll(s, "-", "_"))]
+	if !ok || v == 0 {
+		return 0, fmt.Errorf("--%s %q: want %s", flag, s, want)
+	}
+	return E(v), nil
+}
+
+// enumName is the name of an enum value without its prefix:
+// enumName(ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE, "WORKSPACE_STATE_")
+// is "AVAILABLE".
+func enumName(e fmt.Stringer, prefix string) string {
+	return strings.TrimPrefix(e.String(), prefix)
+}

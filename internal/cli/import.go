@@ -1,0 +1,241 @@
+package cli
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+)
+
+// chunkSize is the size of the chunks an archive is uploaded in.
+const chunkSize = 1 << 20
+
+// archiveFormats maps --format to the wire enum; the names are skopeo's.
+var archiveFormats = map[string]ctrlv1.ImageArchiveFormat{
+	"docker-archive": ctrlv1.ImageArchiveFormat_IMAGE_ARCHIVE_FORMAT_TARBALL,
+	"oci-archive":    ctrlv1.ImageArchiveFormat_IMAGE_ARCHIVE_FORMAT_OCI_LAYOUT_TAR,
+}
+
+func templateImportCommand(c *conn) *cobra.Command {
+	var (
+		format, registry string
+		setDefault       bool
+	)
+	cmd := &cobra.Command{
+		Use:   "import ID (FILE [--format docker-archive|oci-archive] | --registry REF) [--set-default]",
+		Short: "Add an OCI image to a Template as a new revision, from an archive or a registry",
+		Long: "Add an OCI image to a Template as a new revision: upload FILE, an uncompressed image tar,\n" +
+			"or have the server pull REF, such as docker.io/library/debian:12, from a registry it reaches.\n\n" +
+			"FILE is a docker archive (docker save, crane save, skopeo copy to docker-archive:) or the tar\n" +
+			"of an OCI image layout (skopeo copy to oci-archive:). Without --format the command reads the\n" +
+			"tar's entries: manifest.json at the root means docker-archive, else oci-layout at the root\n" +
+			"(or in its only top-level directory) means oci-archive.\n\n" +
+			"Importing an image the Template already has returns that revision. The first revision\n" +
+			"becomes the default; --set-default makes any later one the default.",
+		Args: cobra.RangeArgs(1, 2),
+	}
+	cmd.Flags().StringVar(&format, "format", "", "format of FILE: docker-archive or oci-archive (default: detected)")
+	cmd.Flags().StringVar(&registry, "registry", "", "image reference for the server to pull instead of a FILE")
+	cmd.Flags().BoolVar(&setDefault, "set-default", false, "make the imported revision the Template's default")
+	commandID := commandFlag(cmd)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		start := &ctrlv1.ImportTemplateRevisionStart{TemplateId: args[0], SetDefault: setDefault}
+		var (
+			file *os.File
+			size int64
+		)
+		switch {
+		case registry != "" && len(args) == 2:
+			return errors.New("give the image as FILE or as --registry REF, not both")
+		case registry != "" && format != "":
+			return errors.New("--format describes a FILE; a --registry image has none")
+		case registry != "":
+			start.Source = &ctrlv1.ImportTemplateRevisionStart_RegistryReference{RegistryReference: registry}
+		case len(args) == 2:
+			f, err := os.Open(args[1])
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			st, err := f.Stat()
+			if err != nil {
+				return err
+			}
+			af, err := archiveFormat(f, format)
+			if err != nil {
+				return err
+			}
+			file, size = f, st.Size()
+			start.Source = &ctrlv1.ImportTemplateRevisionStart_Archive{Archive: af}
+		default:
+			return errors.New("give the image as FILE or as --registry REF")
+		}
+		cl, closeIdle, err := dialStreaming(cmd, c, ctrlv1connect.NewTemplateServiceClient)
+		if err != nil {
+			return err
+		}
+		defer closeIdle()
+		start.Command = c.command(cmd, *commandID)
+		u := &upload{out: newStatusLine(cmd.ErrOrStderr()), size: size}
+		if file != nil {
+			u.body = file
+		}
+		resp, err := u.run(cmd.Context(), cl, start)
+		if err != nil {
+			return err
+		}
+		row := templateRevision{resp.GetRevision(), resp.GetRevision().GetRevision() == resp.GetTemplate().GetDefaultRevision()}
+		return show(cmd, c, resp, revisionTable, row)
+	}
+	return cmd
+}
+
+// archiveFormat returns the format --format names or, when it is empty, the
+// one detectFormat reads from f.
+func archiveFormat(f *os.File, flag string) (ctrlv1.ImageArchiveFormat, error) {
+	if flag != "" {
+		af, ok := archiveFormats[flag]
+		if !ok {
+			return 0, fmt.Errorf("--format %q: want docker-archive or oci-archive", flag)
+		}
+		return af, nil
+	}
+	af, err := detectFormat(f)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", f.Name(), err)
+	}
+	return af, nil
+}
+
+// detectFormat tells the two archive formats apart by the tar's entries: a
+// docker archive has manifest.json at its root, an OCI layout tar has
+// oci-layout at its root or in its only top-level directory. Docker 25 and
+// later write both, which the docker reading handles. It reads headers
+// only (a tar.Reader seeks over the contents) and rewinds r.
+func detectFormat(r io.ReadSeeker) (ctrlv1.ImageArchiveFormat, error) {
+	var magic [2]byte
+	if _, err := io.ReadFull(r, magic[:]); err != nil {
+		return 0, fmt.Errorf("not an image archive: %w", err)
+	}
+	if magic == [2]byte{0x1f, 0x8b} {
+		return 0, errors.New("gzip-compressed: the server reads plain tar, decompress it first (gunzip)")
+	}
+	if _, err := r.Seek(0, io.SeekStart); err != nil {
+		return 0, err
+	}
+	var (
+		ociRoot, ociNested bool
+		tops               = map[string]bool{}
+		tr                 = tar.NewReader(r)
+	)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return 0, fmt.Errorf("cannot detect the format, not a readable tar (%v): pass --format", err)
+		}
+		name := strings.TrimPrefix(path.Clean("/"+h.Name), "/")
+		if name == "" {
+			continue
+		}
+		top, rest, _ := strings.Cut(name, "/")
+		tops[top] = true
+		switch {
+		case name == "manifest.json":
+			_, err := r.Seek(0, io.SeekStart)
+			return ctrlv1.ImageArchiveFormat_IMAGE_ARCHIVE_FORMAT_TARBALL, err
+		case name == "oci-layout":
+			ociRoot = true
+		case rest == "oci-layout":
+			ociNested = true
+		}
+	}
+	if _, err := r.Seek(0, io.SeekStart); err != nil {
+		return 0, err
+	}
+	if ociRoot || (ociNested && len(tops) == 1) {
+		return ctrlv1.ImageArchiveFormat_IMAGE_ARCHIVE_FORMAT_OCI_LAYOUT_TAR, nil
+	}
+	return 0, errors.New("cannot detect the format: the tar has neither manifest.json (docker-archive) nor oci-layout (oci-archive) at its root; pass --format")
+}
+
+// upload is one ImportTemplateRevision call: start, then body in chunks
+// with a progress bar on a terminal.
+type upload struct {
+	out  *statusLine
+	body io.Reader // nil for a registry import
+	size int64     // of body, for the progress bar
+	sent int64
+}
+
+func (u *upload) run(ctx context.Context, cl templateClient, start *ctrlv1.ImportTemplateRevisionStart) (*ctrlv1.ImportTemplateRevisionResponse, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // on a read error, abandons the call
+	defer u.out.end()
+	stream := cl.ImportTemplateRevision(ctx)
+	// A Send that fails with io.EOF means the server ended the call:
+	// CloseAndReceive returns its error.
+	err := stream.Send(&ctrlv1.ImportTemplateRevisionRequest{Part: &ctrlv1.ImportTemplateRevisionRequest_Start{Start: start}})
+	if err == nil && u.body != nil {
+		err = u.chunks(stream.Send)
+		if err == nil {
+			u.out.update(fmt.Sprintf("uploaded %sB; the server is importing it", approxSize(uint64(u.sent))))
+		}
+	}
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	resp, err := stream.CloseAndReceive()
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg, nil
+}
+
+// chunks sends the body in chunks of chunkSize.
+func (u *upload) chunks(send func(*ctrlv1.ImportTemplateRevisionRequest) error) error {
+	buf := make([]byte, chunkSize)
+	for {
+		n, err := io.ReadFull(u.body, buf)
+		if n > 0 {
+			// Send marshals the message before it returns, so buf can be reused.
+			if err := send(&ctrlv1.ImportTemplateRevisionRequest{Part: &ctrlv1.ImportTemplateRevisionRequest_Chunk{Chunk: buf[:n]}}); err != nil {
+				return err
+			}
+			u.sent += int64(n)
+			u.progress()
+		}
+		switch {
+		case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+			return nil
+		case err != nil:
+			return fmt.Errorf("reading the archive: %w", err)
+		}
+	}
+}
+
+// progress draws `uploading [=====>      ]  31%  12.3 MiB / 40.0 MiB`.
+func (u *upload) progress() {
+	if !u.out.tty || u.size <= 0 {
+		return
+	}
+	const width = 30
+	p := percent(uint64(u.sent), uint64(u.size))
+	done := p * width / 100
+	bar := strings.Repeat("=", done)
+	if done < width {
+		bar += ">" + strings.Repeat(" ", width-done-1)
+	}
+	u.out.update(fmt.Sprintf("uploading [%s] %s", bar, byteProgress(uint64(u.sent), uint64(u.size))))
+}
