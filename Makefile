@@ -25,6 +25,7 @@ deps:
 
 build:
 	go build -trimpath -o bin/kibotos ./cmd/kibotos
+	go build -trimpath -ldflags=-s -o bin/kibotos-guest ./cmd/kibotos-guest
 
 up: deps build
 	scripts/up

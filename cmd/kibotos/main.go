@@ -64,17 +64,19 @@ func (f *serveFlags) options(o daemon.Options) (daemon.Options, error) {
 
 func upCommand() *cobra.Command {
 	var (
-		flags serveFlags
-		home  string
+		flags   serveFlags
+		home    string
+		guest   string
+		runtime string
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
-		Short: "Run the embedded deployment: control plane and SQLite store under --home",
+		Short: "Run the embedded deployment: control plane, host agent and SQLite store under --home",
 		Long: "Run the embedded deployment. On first start it creates the store under --home and an admin\n" +
 			"token, printed once and kept in HOME/admin-token (mode 0600), where the CLI finds it.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o, err := flags.options(daemon.Options{Home: home})
+			o, err := flags.options(daemon.Options{Home: home, Host: true, GuestAgent: guest, Runtime: runtime})
 			if err != nil {
 				return err
 			}
@@ -82,6 +84,8 @@ func upCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&home, "home", envOr("KIBOTOS_HOME", daemon.DefaultHome), "state directory (env KIBOTOS_HOME)")
+	cmd.Flags().StringVar(&guest, "guest-agent", "", "the kibotos-guest binary (default: next to this executable)")
+	cmd.Flags().StringVar(&runtime, "runtime", "runc", "OCI runtime of workspaces: runc, crun or runsc")
 	flags.register(cmd)
 	return cmd
 }

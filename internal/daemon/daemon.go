@@ -6,6 +6,8 @@ package daemon
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -17,12 +19,16 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/kibotos/kibotos/internal/auth"
 	"github.com/kibotos/kibotos/internal/netcheck"
 	"github.com/kibotos/kibotos/internal/server"
 	"github.com/kibotos/kibotos/internal/store"
 	"github.com/kibotos/kibotos/internal/store/postgres"
 	"github.com/kibotos/kibotos/internal/store/sqlite"
+	"github.com/kibotos/kibotos/internal/template"
+	"github.com/kibotos/kibotos/internal/templates"
 )
 
 // Defaults of `kibotos up`.
@@ -59,6 +65,16 @@ type Options struct {
 	// Ready, when set, is called with the listening address once the
 	// server accepts calls.
 	Ready func(net.Addr)
+	// Host runs a host agent in this process (`kibotos up`), so that the
+	// deployment runs workspaces on this machine.
+	Host bool
+	// GuestAgent is the kibotos-guest binary; empty looks next to this
+	// executable.
+	GuestAgent string
+	// Busybox is the static busybox the built-in template is made of.
+	Busybox string
+	// Runtime selects the OCI runtime of the host agent ("runc" default).
+	Runtime string
 }
 
 // Run serves until ctx ends.
@@ -76,9 +92,22 @@ func Run(ctx context.Context, o Options) error {
 	if err := bootstrap(ctx, st, o); err != nil {
 		return err
 	}
-	h, err := server.Handler(ctx, server.Config{
-		Store:   st,
-		Checker: &netcheck.Checker{Resolver: o.Resolver, Exempt: o.UnsafeExemptRanges},
+	images, err := template.Open(filepath.Join(o.stateDir(), "templates"))
+	if err != nil {
+		return err
+	}
+	if err := templates.EnsureBuiltin(ctx, st, images, o.busybox()); err != nil {
+		return fmt.Errorf("built-in template: %w", err)
+	}
+	hostToken, err := secretSetting(ctx, st, hostTokenSetting)
+	if err != nil {
+		return err
+	}
+	ctl, err := server.New(ctx, server.Config{
+		Store:     st,
+		Checker:   &netcheck.Checker{Resolver: o.Resolver, Exempt: o.UnsafeExemptRanges},
+		Images:    images,
+		HostToken: hostToken,
 	})
 	if err != nil {
 		return err
@@ -88,12 +117,81 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	slog.Info("control plane serving", "addr", ln.Addr().String(), "store", storeKind(o))
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return server.Serve(ctx, ln, ctl.Handler, shutdownGrace) })
+	g.Go(func() error { return expireLoop(ctx, ctl) })
+	if o.Host {
+		agent, err := newHostAgent(o, images, "http://"+ln.Addr().String(), hostToken)
+		if err != nil {
+			cancel()
+			g.Wait()
+			return err
+		}
+		g.Go(func() error { return agent.Run(ctx) })
+		select {
+		case <-agent.Registered():
+		case <-ctx.Done():
+		}
+	}
 	if o.Ready != nil {
 		o.Ready(ln.Addr())
 	}
-	err = server.Serve(ctx, ln, h, shutdownGrace)
+	err = g.Wait()
 	slog.Info("control plane stopped")
 	return err
+}
+
+// expireLoop applies expiration policies once a second.
+func expireLoop(ctx context.Context, ctl *server.Control) error {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			if err := ctl.Workspaces.Expire(ctx); err != nil && ctx.Err() == nil {
+				slog.Error("expiration", "err", err)
+			}
+		}
+	}
+}
+
+// stateDir is where files other than the database live.
+func (o Options) stateDir() string {
+	if o.Home != "" {
+		return o.Home
+	}
+	return DefaultHome
+}
+
+func (o Options) busybox() string {
+	if o.Busybox != "" {
+		return o.Busybox
+	}
+	return "/bin/busybox"
+}
+
+// hostTokenSetting names the secret host agents authenticate with.
+const hostTokenSetting = "host_token"
+
+// secretSetting returns a deployment secret, creating it once.
+func secretSetting(ctx context.Context, st store.Store, key string) (string, error) {
+	var v []byte
+	err := st.Update(ctx, func(tx store.Tx) error {
+		var err error
+		if v, err = tx.Setting(ctx, key); !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		b := make([]byte, 32)
+		rand.Read(b)
+		v = []byte(base64.RawURLEncoding.EncodeToString(b))
+		return tx.PutSetting(ctx, key, v)
+	})
+	return string(v), err
 }
 
 func storeKind(o Options) string {

@@ -68,14 +68,22 @@ type Agent struct {
 	layers sync.Map // layer ID → *sync.Mutex
 
 	reports chan *hostv1.ExecutionReport
+	// registered is closed once ctrl has accepted the registration.
+	registered     chan struct{}
+	registeredOnce sync.Once
 }
+
+// Registered is closed once the host is registered with ctrl, so that
+// placement can find it.
+func (a *Agent) Registered() <-chan struct{} { return a.registered }
 
 // New returns an Agent.
 func New(cfg Config) (*Agent, error) {
 	if err := os.MkdirAll(cfg.LayerDir, 0o700); err != nil {
 		return nil, err
 	}
-	return &Agent{cfg: cfg, execs: map[string]*execution{}, reports: make(chan *hostv1.ExecutionReport, 256)}, nil
+	return &Agent{cfg: cfg, execs: map[string]*execution{}, reports: make(chan *hostv1.ExecutionReport, 256),
+		registered: make(chan struct{})}, nil
 }
 
 // Run registers the host and converges until ctx ends. It survives ctrl
@@ -117,6 +125,7 @@ func (a *Agent) watch(ctx context.Context) error {
 		HostId: a.cfg.HostID, Capacity: a.cfg.Capacity, Runtimes: a.cfg.Runtimes})); err != nil {
 		return fmt.Errorf("register: %w", err)
 	}
+	a.registeredOnce.Do(func() { close(a.registered) })
 	stream, err := a.cfg.Client.WatchAssignments(ctx, connect.NewRequest(&hostv1.WatchAssignmentsRequest{HostId: a.cfg.HostID}))
 	if err != nil {
 		return err

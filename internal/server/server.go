@@ -20,11 +20,15 @@ import (
 
 	"github.com/kibotos/kibotos/gen/kibotos/admin/v1/adminv1connect"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
 	"github.com/kibotos/kibotos/internal/auth"
 	"github.com/kibotos/kibotos/internal/ctrl"
 	"github.com/kibotos/kibotos/internal/netcheck"
 	"github.com/kibotos/kibotos/internal/pagetoken"
 	"github.com/kibotos/kibotos/internal/store"
+	"github.com/kibotos/kibotos/internal/template"
+	"github.com/kibotos/kibotos/internal/templates"
+	"github.com/kibotos/kibotos/internal/workspaces"
 )
 
 // MaxRequestBytes bounds one request message.
@@ -39,18 +43,44 @@ type Config struct {
 	// Checker range-checks Egress endpoints; its Exempt list is the
 	// operator-only unsafe exemption.
 	Checker *netcheck.Checker
+	// Changes wakes watchers of workspaces; nil makes one.
+	Changes *workspaces.Broker
+	// Images is the template image store; nil serves no workspaces or
+	// templates.
+	Images *template.Store
+	// HostToken authenticates host agents on the host API.
+	HostToken string
+}
+
+// Control is the assembled control plane.
+type Control struct {
+	Handler    http.Handler
+	Workspaces *workspaces.Service
 }
 
 // Handler returns the HTTP handler of the whole control plane. It creates
 // the deployment's page-token key on first use.
 func Handler(ctx context.Context, cfg Config) (http.Handler, error) {
+	c, err := New(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return c.Handler, nil
+}
+
+// New assembles the control plane.
+func New(ctx context.Context, cfg Config) (*Control, error) {
 	key, err := pageTokenKey(ctx, cfg.Store)
 	if err != nil {
 		return nil, err
 	}
-	deps := ctrl.Deps{Store: cfg.Store, Pages: pagetoken.New(key), Checker: cfg.Checker}
-	opts := []connect.HandlerOption{
-		connect.WithInterceptors(&auth.Interceptor{Store: cfg.Store}),
+	if cfg.Changes == nil {
+		cfg.Changes = workspaces.NewBroker()
+	}
+	pages := pagetoken.New(key)
+	deps := ctrl.Deps{Store: cfg.Store, Pages: pages, Checker: cfg.Checker}
+	ws := &workspaces.Service{Store: cfg.Store, Pages: pages, Checker: cfg.Checker, Changes: cfg.Changes}
+	common := []connect.HandlerOption{
 		connect.WithCodec(deterministicCodec{}),
 		connect.WithReadMaxBytes(MaxRequestBytes),
 		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, r any) error {
@@ -58,6 +88,10 @@ func Handler(ctx context.Context, cfg Config) (http.Handler, error) {
 			return connect.NewError(connect.CodeInternal, errors.New("internal error; see the server log"))
 		}),
 	}
+	// Callers authenticate with project tokens, host agents with the host
+	// token.
+	opts := append([]connect.HandlerOption{connect.WithInterceptors(&auth.Interceptor{Store: cfg.Store})}, common...)
+	hostOpts := append([]connect.HandlerOption{connect.WithInterceptors(ctrl.HostAuth(cfg.HostToken))}, common...)
 	mux := http.NewServeMux()
 	mux.Handle(ctrlv1connect.NewEgressServiceHandler(ctrl.NewEgressService(deps), opts...))
 	mux.Handle(ctrlv1connect.NewResolverServiceHandler(ctrl.NewResolverService(deps), opts...))
@@ -68,11 +102,18 @@ func Handler(ctx context.Context, cfg Config) (http.Handler, error) {
 		ctrlv1connect.ResolverServiceName,
 		adminv1connect.AdminServiceName,
 	}
+	if cfg.Images != nil {
+		tpl := &templates.Service{Store: cfg.Store, Images: cfg.Images, Pages: pages}
+		mux.Handle(ctrlv1connect.NewWorkspaceServiceHandler(ctrl.NewWorkspaceService(ws), opts...))
+		mux.Handle(ctrlv1connect.NewTemplateServiceHandler(templates.NewHandler(tpl), opts...))
+		mux.Handle(hostv1connect.NewHostServiceHandler(ctrl.NewHostService(ws, cfg.Images), hostOpts...))
+		services = append(services, ctrlv1connect.WorkspaceServiceName, ctrlv1connect.TemplateServiceName)
+	}
 	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(services...)))
 	reflector := grpcreflect.NewStaticReflector(services...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
-	return mux, nil
+	return &Control{Handler: mux, Workspaces: ws}, nil
 }
 
 // pageTokenKey returns the deployment's page-token key, creating it once.

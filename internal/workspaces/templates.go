@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -71,16 +72,21 @@ func resolveTemplate(ctx context.Context, tx store.Tx, projectID string, sel *ct
 	if err != nil {
 		return nil, Image{}, err
 	}
+	spec := new(ctrlv1.Template)
+	if err := proto.Unmarshal(o.Spec, spec); err != nil {
+		return nil, Image{}, err
+	}
 	revision := sel.GetRevision()
 	if revision == "" {
-		spec := new(ctrlv1.Template)
-		if err := proto.Unmarshal(o.Spec, spec); err != nil {
-			return nil, Image{}, err
-		}
 		if revision = spec.DefaultRevision; revision == "" {
 			return nil, Image{}, connect.NewError(connect.CodeFailedPrecondition,
 				fmt.Errorf("template %q has no revision yet: import one first", id))
 		}
+	}
+	// Only revisions the template lists now count: rows of a deleted
+	// template of the same ID stay in the store.
+	if !slices.ContainsFunc(spec.Revisions, func(r *ctrlv1.TemplateRevision) bool { return r.Revision == revision }) {
+		return nil, Image{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("template %q has no revision %q", id, revision))
 	}
 	revs, err := tx.TemplateRevisions(ctx, o.ProjectID, id)
 	if err != nil {

@@ -1,0 +1,128 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+
+	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
+
+	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
+	"github.com/kibotos/kibotos/internal/hostagent"
+	"github.com/kibotos/kibotos/internal/runtime/oci"
+	"github.com/kibotos/kibotos/internal/template"
+)
+
+// DefaultLayerBytes is the writable layer a workspace gets when it asks
+// for none: the host storage profile's default.
+const DefaultLayerBytes = 1 << 30
+
+// localHostID names the host agent of `kibotos up`.
+const localHostID = "local"
+
+// newHostAgent builds the in-process host agent, which reaches ctrl through
+// the host API on ctrlURL exactly as a separate `kibotos host` would.
+func newHostAgent(o Options, images *template.Store, ctrlURL, token string) (*hostagent.Agent, error) {
+	driver, err := oci.New(oci.Config{StateDir: filepath.Join(o.stateDir(), "runtime"), Runtime: o.Runtime})
+	if err != nil {
+		return nil, err
+	}
+	guest, err := o.guestAgent()
+	if err != nil {
+		return nil, err
+	}
+	capacity, err := hostCapacity(o.stateDir())
+	if err != nil {
+		return nil, err
+	}
+	client := hostv1connect.NewHostServiceClient(http.DefaultClient, ctrlURL, connect.WithInterceptors(hostBearer(token)))
+	return hostagent.New(hostagent.Config{
+		HostID: localHostID, Client: client, Driver: driver, Layers: driver, Template: images,
+		LayerDir: filepath.Join(o.stateDir(), "layers"), GuestAgent: guest, Capacity: capacity,
+		Runtimes: oci.Detect(),
+	})
+}
+
+// hostBearer sends the host token with every call.
+type hostBearer string
+
+func (t hostBearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		req.Header().Set("Authorization", "Bearer "+string(t))
+		return next(ctx, req)
+	}
+}
+
+func (t hostBearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		conn.RequestHeader().Set("Authorization", "Bearer "+string(t))
+		return conn
+	}
+}
+
+func (t hostBearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+// guestAgent finds the kibotos-guest binary.
+func (o Options) guestAgent() (string, error) {
+	if o.GuestAgent != "" {
+		return o.GuestAgent, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(filepath.Dir(exe), "kibotos-guest")
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("guest agent: %w (build it with make build, or pass --guest-agent)", err)
+	}
+	return path, nil
+}
+
+// hostCapacity measures what this machine offers: every core, the memory
+// the kernel reports, and the free space of the state directory.
+func hostCapacity(dir string) (*hostv1.HostCapacity, error) {
+	mem, err := memTotal()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil {
+		return nil, err
+	}
+	return &hostv1.HostCapacity{
+		CpuMillis:         uint32(goruntime.NumCPU() * 1000),
+		MemoryBytes:       mem,
+		LayerBytes:        fs.Bavail * uint64(fs.Bsize),
+		DefaultLayerBytes: DefaultLayerBytes,
+	}, nil
+}
+
+func memTotal() (uint64, error) {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if rest, ok := strings.CutPrefix(s.Text(), "MemTotal:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("MemTotal missing from /proc/meminfo")
+}

@@ -1,0 +1,356 @@
+package daemon_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/daemon"
+	"github.com/kibotos/kibotos/internal/runtime/oci"
+)
+
+// guestAgent is the kibotos-guest binary TestMain builds.
+var guestAgent string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "kibotos-guest")
+	if err != nil {
+		panic(err)
+	}
+	guestAgent = filepath.Join(dir, "kibotos-guest")
+	build := exec.Command("go", "build", "-o", guestAgent, "../../cmd/kibotos-guest")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build kibotos-guest: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// deployment is one `kibotos up` run in this process, on the real runtime.
+type deployment struct {
+	t      *testing.T
+	home   string
+	url    string
+	client ctrlv1connect.WorkspaceServiceClient
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("workspaces need root (make test runs as root)")
+	}
+}
+
+// up starts a deployment on home; stop it with d.stop.
+func up(t *testing.T, home string) *deployment {
+	t.Helper()
+	requireRoot(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan net.Addr, 1)
+	d := &deployment{t: t, home: home, cancel: cancel, done: make(chan error, 1)}
+	go func() {
+		d.done <- daemon.Run(ctx, daemon.Options{Home: home, Listen: "127.0.0.1:0", Host: true,
+			GuestAgent: guestAgent, Ready: func(a net.Addr) { ready <- a }})
+	}()
+	select {
+	case a := <-ready:
+		d.url = "http://" + a.String()
+	case err := <-d.done:
+		t.Fatalf("kibotos up: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("kibotos up did not start")
+	}
+	token, err := os.ReadFile(filepath.Join(home, daemon.AdminTokenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.client = ctrlv1connect.NewWorkspaceServiceClient(http.DefaultClient, d.url,
+		connect.WithInterceptors(bearer(strings.TrimSpace(string(token)))))
+	return d
+}
+
+func (d *deployment) stop() {
+	d.cancel()
+	if err := <-d.done; err != nil {
+		d.t.Errorf("kibotos up: %v", err)
+	}
+}
+
+func bearer(token string) connect.UnaryInterceptorFunc {
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			req.Header().Set("Authorization", "Bearer "+token)
+			return next(ctx, req)
+		}
+	}
+}
+
+func cmd() *ctrlv1.CommandMetadata { return &ctrlv1.CommandMetadata{CommandId: uuid.NewString()} }
+
+const mib = 1 << 20
+
+func (d *deployment) create(spec *ctrlv1.WorkspaceCreateSpec) *ctrlv1.Workspace {
+	d.t.Helper()
+	resp, err := d.client.CreateWorkspace(context.Background(), connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: spec}))
+	if err != nil {
+		d.t.Fatalf("CreateWorkspace: %v", err)
+	}
+	return resp.Msg.Workspace
+}
+
+func small() *ctrlv1.WorkspaceCreateSpec {
+	return &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{CpuMillis: 500, MemoryBytes: 128 * mib, WritableLayerBytes: 64 * mib}}
+}
+
+// await polls until the workspace reaches state, failing on FAILED.
+func (d *deployment) await(id string, state ctrlv1.WorkspaceState) *ctrlv1.Workspace {
+	d.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := d.client.GetWorkspace(context.Background(), connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id}))
+		if err != nil {
+			d.t.Fatalf("GetWorkspace: %v", err)
+		}
+		ws := resp.Msg.Workspace
+		if ws.State == state {
+			return ws
+		}
+		if ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED || time.Now().After(deadline) {
+			d.t.Fatalf("workspace %s is %v (failure %v), want %v", id, ws.State, ws.Failure, state)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// exec runs a command in the workspace's current execution through the
+// runtime directly (the data plane arrives with a later issue).
+func (d *deployment) exec(ws *ctrlv1.Workspace, args ...string) (string, error) {
+	out, err := d.driver().Exec(context.Background(), fmt.Sprintf("%s-%d", ws.WorkspaceId, ws.Generation), args...)
+	return string(out), err
+}
+
+// driver is a runtime driver on the deployment's state, for observing.
+func (d *deployment) driver() *oci.Driver {
+	drv, err := oci.New(oci.Config{StateDir: filepath.Join(d.home, "runtime")})
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return drv
+}
+
+func (d *deployment) stopWorkspace(id string, mode ctrlv1.StopMode) {
+	d.t.Helper()
+	if _, err := d.client.StopWorkspace(context.Background(), connect.NewRequest(&ctrlv1.StopWorkspaceRequest{Command: cmd(), WorkspaceId: id, Mode: mode})); err != nil {
+		d.t.Fatalf("StopWorkspace: %v", err)
+	}
+}
+
+func tier(ws *ctrlv1.Workspace, kind ctrlv1.RetentionTierKind) *ctrlv1.RetentionTier {
+	for _, t := range ws.RetentionTiers {
+		if t.Kind == kind {
+			return t
+		}
+	}
+	return nil
+}
+
+func TestWorkspaceLifecycle(t *testing.T) {
+	d := up(t, t.TempDir())
+	defer d.stop()
+	ctx := context.Background()
+
+	ws := d.create(small())
+	if ws.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING || ws.Spec.Template.TemplateId != "base" || ws.Spec.Template.Revision == "" {
+		t.Fatalf("created workspace: %v", ws)
+	}
+	ws = d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	best := tier(ws, ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_BEST_EFFORT)
+	if ws.Generation != 1 || best.GetCapacityBytes() != 64*mib || best.Continuity != ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_RESET ||
+		best.ResetReason != ctrlv1.RetentionResetReason_RETENTION_RESET_REASON_FIRST_START || ws.Delivery != nil {
+		t.Errorf("first start: generation %d, tier %v, delivery %v", ws.Generation, best, ws.Delivery)
+	}
+	if p := tier(ws, ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_PROMISED); p.Availability != ctrlv1.RetentionAvailability_RETENTION_AVAILABILITY_NOT_DECLARED || len(ws.PersistentPaths) != 0 {
+		t.Errorf("promised tier without a volume: %v", p)
+	}
+	if out, err := d.exec(ws, "sh", "-c", "echo kept > /root/marker && echo gone > /tmp/marker && sync"); err != nil {
+		t.Fatalf("write markers: %v %s", err, out)
+	}
+
+	d.stopWorkspace(ws.WorkspaceId, ctrlv1.StopMode_STOP_MODE_NORMAL)
+	ws = d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+	if ls := ws.LastStop; ls.GetDurability() != ctrlv1.StopDurability_STOP_DURABILITY_CONFIRMED ||
+		ls.Cause != ctrlv1.StopCause_STOP_CAUSE_REQUESTED || ls.Mode != ctrlv1.StopMode_STOP_MODE_NORMAL || ls.CompletedAt == nil {
+		t.Errorf("normal stop: last_stop %v", ls)
+	}
+	_, err := d.client.StopWorkspace(ctx, connect.NewRequest(&ctrlv1.StopWorkspaceRequest{Command: cmd(), WorkspaceId: ws.WorkspaceId}))
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("stop of a STOPPED workspace: %v", err)
+	}
+
+	if _, err := d.client.StartWorkspace(ctx, connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: cmd(), WorkspaceId: ws.WorkspaceId})); err != nil {
+		t.Fatal(err)
+	}
+	ws = d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	best = tier(ws, ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_BEST_EFFORT)
+	if ws.Generation != 2 || best.Continuity != ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_CONTINUED || ws.LastStop != nil {
+		t.Errorf("second start: generation %d, tier %v, last_stop %v", ws.Generation, best, ws.LastStop)
+	}
+	if out, err := d.exec(ws, "cat", "/root/marker"); err != nil || strings.TrimSpace(out) != "kept" {
+		t.Errorf("writable layer after stop/start: %q, %v", out, err)
+	}
+	if out, err := d.exec(ws, "cat", "/tmp/marker"); err == nil {
+		t.Errorf("/tmp survived a stop: %q", out)
+	}
+	_, err = d.client.StartWorkspace(ctx, connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: cmd(), WorkspaceId: ws.WorkspaceId}))
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("start of an AVAILABLE workspace: %v", err)
+	}
+
+	// Memory limit: a process allocating past 128 MiB is killed; the
+	// workspace stays AVAILABLE and answers.
+	out, err := d.exec(ws, "sh", "-c", "n=$(head -c 400000000 /dev/zero | tr '\\0' x | sort | wc -c); echo sorted:$n")
+	if err != nil || !strings.HasSuffix(strings.TrimSpace(out), "sorted:0") {
+		t.Errorf("allocating 400 MB past a 128 MiB limit: %q, %v; want the sort killed (sorted:0)", out, err)
+	}
+	if st, err := d.driver().Status(ctx, fmt.Sprintf("%s-%d", ws.WorkspaceId, ws.Generation)); err != nil || !st.OOMKilled || !st.Running {
+		t.Errorf("status after the allocation: %+v, %v; want running with an OOM kill", st, err)
+	}
+	if out, err := d.exec(ws, "echo", "alive"); err != nil || strings.TrimSpace(out) != "alive" {
+		t.Errorf("workspace after the allocation: %q, %v", out, err)
+	}
+	if got := d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE); got.Generation != 2 {
+		t.Errorf("generation after OOM = %d", got.Generation)
+	}
+
+	d.stopWorkspace(ws.WorkspaceId, ctrlv1.StopMode_STOP_MODE_FORCE)
+	ws = d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+	if ws.LastStop.GetDurability() != ctrlv1.StopDurability_STOP_DURABILITY_UNCONFIRMED || ws.LastStop.Mode != ctrlv1.StopMode_STOP_MODE_FORCE {
+		t.Errorf("force stop: %v", ws.LastStop)
+	}
+
+	if _, err := d.client.DeleteWorkspace(ctx, connect.NewRequest(&ctrlv1.DeleteWorkspaceRequest{Command: cmd(), WorkspaceId: ws.WorkspaceId})); err != nil {
+		t.Fatal(err)
+	}
+	d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED)
+	assertNothingLeft(t, d.home, ws.WorkspaceId)
+}
+
+func TestExpirationDeletes(t *testing.T) {
+	d := up(t, t.TempDir())
+	defer d.stop()
+	spec := small()
+	spec.Expiration = &ctrlv1.WorkspaceExpirationPolicy{Deadline: timestamppb.New(time.Now().Add(3 * time.Second)),
+		Action: ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_DELETE}
+	ws := d.create(spec)
+	d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED)
+	assertNothingLeft(t, d.home, ws.WorkspaceId)
+
+	spec.Expiration = &ctrlv1.WorkspaceExpirationPolicy{Deadline: timestamppb.New(time.Now().Add(3 * time.Second)),
+		Action: ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_STOP}
+	ws = d.create(spec)
+	ws = d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+	if ws.LastStop.GetCause() != ctrlv1.StopCause_STOP_CAUSE_EXPIRED {
+		t.Errorf("expired stop: %v", ws.LastStop)
+	}
+}
+
+func TestBadWorkspaceInputsStoreNothing(t *testing.T) {
+	d := up(t, t.TempDir())
+	defer d.stop()
+	ctx := context.Background()
+	res := func(mem, layer uint64) *ctrlv1.ResourceRequest {
+		return &ctrlv1.ResourceRequest{MemoryBytes: mem, WritableLayerBytes: layer}
+	}
+	past := timestamppb.New(time.Now().Add(-time.Minute))
+	cases := map[string]struct {
+		req  *ctrlv1.CreateWorkspaceRequest
+		code connect.Code
+	}{
+		"no command":              {&ctrlv1.CreateWorkspaceRequest{Spec: small()}, connect.CodeInvalidArgument},
+		"no spec":                 {&ctrlv1.CreateWorkspaceRequest{Command: cmd()}, connect.CodeInvalidArgument},
+		"no resources":            {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: &ctrlv1.WorkspaceCreateSpec{}}, connect.CodeInvalidArgument},
+		"memory below 128 MiB":    {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: res(127*mib, 0)}}, connect.CodeInvalidArgument},
+		"memory not whole MiB":    {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: res(128*mib+1, 0)}}, connect.CodeInvalidArgument},
+		"layer not whole MiB":     {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: res(128*mib, 64*mib+512)}}, connect.CodeInvalidArgument},
+		"unknown template":        {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: res(128*mib, 0), Template: &ctrlv1.TemplateSelector{TemplateId: "nope"}}}, connect.CodeNotFound},
+		"unknown revision":        {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: res(128*mib, 0), Template: &ctrlv1.TemplateSelector{TemplateId: "base", Revision: "sha256-0000000000000000"}}}, connect.CodeNotFound},
+		"unknown capability":      {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: res(128*mib, 0), Capabilities: &ctrlv1.CapabilityRequirements{Required: []string{"teleport"}}}}, connect.CodeInvalidArgument},
+		"absent capability":       {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: res(128*mib, 0), Capabilities: &ctrlv1.CapabilityRequirements{Required: []string{"screen"}}}}, connect.CodeFailedPrecondition},
+		"memory beyond the host":  {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: res(1<<50, 0)}}, connect.CodeResourceExhausted},
+		"expiration in the past":  {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: res(128*mib, 0), Expiration: &ctrlv1.WorkspaceExpirationPolicy{Deadline: past, Action: ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_STOP}}}, connect.CodeInvalidArgument},
+		"expiration no action":    {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: res(128*mib, 0), Expiration: &ctrlv1.WorkspaceExpirationPolicy{Deadline: timestamppb.New(time.Now().Add(time.Hour))}}}, connect.CodeInvalidArgument},
+		"DENY_ALL with allow":     {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: res(128*mib, 0), NetworkPolicy: &ctrlv1.NetworkPolicy{Allow: []string{"1.1.1.1"}}}}, connect.CodeInvalidArgument},
+		"allow not canonical":     {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: res(128*mib, 0), NetworkPolicy: &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, Allow: []string{"10.0.0.1/8"}}}}, connect.CodeInvalidArgument},
+		"missing egress":          {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: res(128*mib, 0), NetworkPolicy: &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, Egresses: []*ctrlv1.NetworkPolicyEgress{{EgressId: "egr_none", Destinations: []string{"1.1.1.1"}}}}}}, connect.CodeNotFound},
+		"label key invalid":       {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: small(), Labels: map[string]string{"bad key": "v"}}, connect.CodeInvalidArgument},
+		"annotation with NUL":     {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: small(), Annotations: map[string]string{"k": "a\x00"}}, connect.CodeInvalidArgument},
+		"volume NEW not offered":  {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: res(128*mib, 0), Volume: &ctrlv1.WorkspaceVolumeBinding{}}}, connect.CodeUnimplemented},
+		"volume NONE with a path": {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: res(128*mib, 0), Volume: &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE, MountPath: "/data"}}}, connect.CodeInvalidArgument},
+	}
+	for name, c := range cases {
+		_, err := d.client.CreateWorkspace(ctx, connect.NewRequest(c.req))
+		if got := connect.CodeOf(err); got != c.code {
+			t.Errorf("%s: %v, want %v", name, err, c.code)
+		}
+	}
+	list, err := d.client.ListWorkspaces(ctx, connect.NewRequest(&ctrlv1.ListWorkspacesRequest{}))
+	if err != nil || len(list.Msg.Workspaces) != 0 {
+		t.Errorf("after bad inputs: %v, %v", list, err)
+	}
+}
+
+// assertNothingLeft checks the host for anything of a workspace: runc
+// containers, mounts, loop devices, cgroups and files.
+func assertNothingLeft(t *testing.T, home, workspaceID string) {
+	t.Helper()
+	var leftovers []string
+	out, _ := exec.Command("runc", "--root", filepath.Join(home, "runtime", "runc"), "list", "-q").Output()
+	if strings.Contains(string(out), workspaceID) {
+		leftovers = append(leftovers, "runc container: "+string(out))
+	}
+	if mounts, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, line := range strings.Split(string(mounts), "\n") {
+			if strings.Contains(line, workspaceID) {
+				leftovers = append(leftovers, "mount: "+line)
+			}
+		}
+	}
+	if loops, err := filepath.Glob("/sys/block/loop*/loop/backing_file"); err == nil {
+		for _, l := range loops {
+			if b, _ := os.ReadFile(l); strings.Contains(string(b), workspaceID) {
+				leftovers = append(leftovers, "loop device: "+l)
+			}
+		}
+	}
+	if cgroups, _ := filepath.Glob("/sys/fs/cgroup/*/kibotos/" + workspaceID + "*"); len(cgroups) > 0 {
+		leftovers = append(leftovers, fmt.Sprint("cgroups: ", cgroups))
+	}
+	filepath.Walk(home, func(path string, info os.FileInfo, err error) error {
+		if err == nil && strings.Contains(filepath.Base(path), workspaceID) {
+			leftovers = append(leftovers, "file: "+path)
+		}
+		return nil
+	})
+	for _, l := range leftovers {
+		t.Error("left behind: " + l)
+	}
+}
