@@ -41,7 +41,9 @@ func (s *WorkspaceService) CreateWorkspace(ctx context.Context, req *connect.Req
 	m := req.Msg
 	return respond(workspaces.Create(ctx, s.svc, write[*ctrlv1.CreateWorkspaceResponse](req, m.GetCommand()),
 		m.GetSpec(), m.GetLabels(), m.GetAnnotations(),
-		func(ws *ctrlv1.Workspace) *ctrlv1.CreateWorkspaceResponse { return &ctrlv1.CreateWorkspaceResponse{Workspace: ws} }))
+		func(ws *ctrlv1.Workspace) *ctrlv1.CreateWorkspaceResponse {
+			return &ctrlv1.CreateWorkspaceResponse{Workspace: ws}
+		}))
 }
 
 func (s *WorkspaceService) GetWorkspace(ctx context.Context, req *connect.Request[ctrlv1.GetWorkspaceRequest]) (*connect.Response[ctrlv1.GetWorkspaceResponse], error) {
@@ -66,26 +68,34 @@ func (s *WorkspaceService) WatchWorkspace(ctx context.Context, req *connect.Requ
 func (s *WorkspaceService) StartWorkspace(ctx context.Context, req *connect.Request[ctrlv1.StartWorkspaceRequest]) (*connect.Response[ctrlv1.StartWorkspaceResponse], error) {
 	m := req.Msg
 	return respond(workspaces.Start(ctx, s.svc, write[*ctrlv1.StartWorkspaceResponse](req, m.GetCommand()), m.GetWorkspaceId(),
-		func(ws *ctrlv1.Workspace) *ctrlv1.StartWorkspaceResponse { return &ctrlv1.StartWorkspaceResponse{Workspace: ws} }))
+		func(ws *ctrlv1.Workspace) *ctrlv1.StartWorkspaceResponse {
+			return &ctrlv1.StartWorkspaceResponse{Workspace: ws}
+		}))
 }
 
 func (s *WorkspaceService) StopWorkspace(ctx context.Context, req *connect.Request[ctrlv1.StopWorkspaceRequest]) (*connect.Response[ctrlv1.StopWorkspaceResponse], error) {
 	m := req.Msg
 	return respond(workspaces.Stop(ctx, s.svc, write[*ctrlv1.StopWorkspaceResponse](req, m.GetCommand()), m.GetWorkspaceId(), m.GetMode(),
-		func(ws *ctrlv1.Workspace) *ctrlv1.StopWorkspaceResponse { return &ctrlv1.StopWorkspaceResponse{Workspace: ws} }))
+		func(ws *ctrlv1.Workspace) *ctrlv1.StopWorkspaceResponse {
+			return &ctrlv1.StopWorkspaceResponse{Workspace: ws}
+		}))
 }
 
 func (s *WorkspaceService) DeleteWorkspace(ctx context.Context, req *connect.Request[ctrlv1.DeleteWorkspaceRequest]) (*connect.Response[ctrlv1.DeleteWorkspaceResponse], error) {
 	m := req.Msg
 	return respond(workspaces.Delete(ctx, s.svc, write[*ctrlv1.DeleteWorkspaceResponse](req, m.GetCommand()), m.GetWorkspaceId(),
-		func(ws *ctrlv1.Workspace) *ctrlv1.DeleteWorkspaceResponse { return &ctrlv1.DeleteWorkspaceResponse{Workspace: ws} }))
+		func(ws *ctrlv1.Workspace) *ctrlv1.DeleteWorkspaceResponse {
+			return &ctrlv1.DeleteWorkspaceResponse{Workspace: ws}
+		}))
 }
 
 func (s *WorkspaceService) UpdateWorkspaceLabels(ctx context.Context, req *connect.Request[ctrlv1.UpdateWorkspaceLabelsRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceLabelsResponse], error) {
 	m := req.Msg
 	return respond(workspaces.UpdateLabels(ctx, s.svc, write[*ctrlv1.UpdateWorkspaceLabelsResponse](req, m.GetCommand()),
 		m.GetWorkspaceId(), m.GetExpectedLabelsRevision(), m.GetLabels(),
-		func(ws *ctrlv1.Workspace) *ctrlv1.UpdateWorkspaceLabelsResponse { return &ctrlv1.UpdateWorkspaceLabelsResponse{Workspace: ws} }))
+		func(ws *ctrlv1.Workspace) *ctrlv1.UpdateWorkspaceLabelsResponse {
+			return &ctrlv1.UpdateWorkspaceLabelsResponse{Workspace: ws}
+		}))
 }
 
 func (s *WorkspaceService) UpdateWorkspaceAnnotations(ctx context.Context, req *connect.Request[ctrlv1.UpdateWorkspaceAnnotationsRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceAnnotationsResponse], error) {

@@ -514,7 +514,9 @@ func testTemplatesAndHosts(t *testing.T, s store.Store) {
 	mustProject(t, s, "p1")
 	r1 := store.TemplateRevision{ProjectID: "p1", TemplateID: "base", Revision: "sha256-1", Body: []byte("one"), CreatedAt: now}
 	r2 := store.TemplateRevision{ProjectID: "p1", TemplateID: "base", Revision: "sha256-2", Body: []byte("two"), CreatedAt: now.Add(time.Second)}
-	update(t, s, func(tx store.Tx) error { return errors.Join(tx.PutTemplateRevision(ctx, r2), tx.PutTemplateRevision(ctx, r1)) })
+	update(t, s, func(tx store.Tx) error {
+		return errors.Join(tx.PutTemplateRevision(ctx, r2), tx.PutTemplateRevision(ctx, r1))
+	})
 	if err := s.Update(ctx, func(tx store.Tx) error { return tx.PutTemplateRevision(ctx, r1) }); !errors.Is(err, store.ErrExists) {
 		t.Errorf("duplicate revision: %v", err)
 	}
