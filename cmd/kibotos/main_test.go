@@ -84,7 +84,7 @@ func build(t *testing.T) string {
 	return filepath.Join(dir, "kibotos")
 }
 
-var servingAddr = regexp.MustCompile(`control plane serving" addr=(\S+)`)
+var servingAddr = regexp.MustCompile(`msg=ready addr=(\S+)`)
 
 // start runs `kibotos up` and returns what it printed on stdout until it
 // served, its address, and a stop function that sends SIGTERM and returns

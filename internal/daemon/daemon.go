@@ -136,6 +136,7 @@ func Run(ctx context.Context, o Options) error {
 		case <-ctx.Done():
 		}
 	}
+	slog.Info("ready", "addr", ln.Addr().String())
 	if o.Ready != nil {
 		o.Ready(ln.Addr())
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/internal/daemon"
 	"github.com/kibotos/kibotos/internal/runtime/oci"
+	"github.com/kibotos/kibotos/internal/testutil"
 )
 
 // guestAgent is the kibotos-guest binary TestMain builds.
@@ -250,7 +251,7 @@ func TestWorkspaceLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED)
-	assertNothingLeft(t, d.home, ws.WorkspaceId)
+	testutil.AssertNothingLeft(t, d.home, ws.WorkspaceId)
 }
 
 func TestExpirationDeletes(t *testing.T) {
@@ -262,7 +263,7 @@ func TestExpirationDeletes(t *testing.T) {
 	ws := d.create(spec)
 	d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
 	d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED)
-	assertNothingLeft(t, d.home, ws.WorkspaceId)
+	testutil.AssertNothingLeft(t, d.home, ws.WorkspaceId)
 
 	spec.Expiration = &ctrlv1.WorkspaceExpirationPolicy{Deadline: timestamppb.New(time.Now().Add(3 * time.Second)),
 		Action: ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_STOP}
@@ -315,42 +316,5 @@ func TestBadWorkspaceInputsStoreNothing(t *testing.T) {
 	list, err := d.client.ListWorkspaces(ctx, connect.NewRequest(&ctrlv1.ListWorkspacesRequest{}))
 	if err != nil || len(list.Msg.Workspaces) != 0 {
 		t.Errorf("after bad inputs: %v, %v", list, err)
-	}
-}
-
-// assertNothingLeft checks the host for anything of a workspace: runc
-// containers, mounts, loop devices, cgroups and files.
-func assertNothingLeft(t *testing.T, home, workspaceID string) {
-	t.Helper()
-	var leftovers []string
-	out, _ := exec.Command("runc", "--root", filepath.Join(home, "runtime", "runc"), "list", "-q").Output()
-	if strings.Contains(string(out), workspaceID) {
-		leftovers = append(leftovers, "runc container: "+string(out))
-	}
-	if mounts, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
-		for _, line := range strings.Split(string(mounts), "\n") {
-			if strings.Contains(line, workspaceID) {
-				leftovers = append(leftovers, "mount: "+line)
-			}
-		}
-	}
-	if loops, err := filepath.Glob("/sys/block/loop*/loop/backing_file"); err == nil {
-		for _, l := range loops {
-			if b, _ := os.ReadFile(l); strings.Contains(string(b), workspaceID) {
-				leftovers = append(leftovers, "loop device: "+l)
-			}
-		}
-	}
-	if cgroups, _ := filepath.Glob("/sys/fs/cgroup/*/kibotos/" + workspaceID + "*"); len(cgroups) > 0 {
-		leftovers = append(leftovers, fmt.Sprint("cgroups: ", cgroups))
-	}
-	filepath.Walk(home, func(path string, info os.FileInfo, err error) error {
-		if err == nil && strings.Contains(filepath.Base(path), workspaceID) {
-			leftovers = append(leftovers, "file: "+path)
-		}
-		return nil
-	})
-	for _, l := range leftovers {
-		t.Error("left behind: " + l)
 	}
 }

@@ -30,6 +30,10 @@ func (d *Driver) CreateLayer(ctx context.Context, path string, bytes uint64) err
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
+	// A crash during an earlier attempt left its half-made image behind.
+	if err := removeTemps(path); err != nil {
+		return err
+	}
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return err
@@ -100,6 +104,21 @@ func (d *Driver) DeleteLayer(path string) error {
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
+	}
+	return removeTemps(path)
+}
+
+// removeTemps removes the temporary images CreateLayer makes for path.
+// Callers serialize work on one layer, so none is in use.
+func removeTemps(path string) error {
+	temps, err := filepath.Glob(filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*"))
+	if err != nil {
+		return err
+	}
+	for _, t := range temps {
+		if err := os.Remove(t); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
 	}
 	return nil
 }

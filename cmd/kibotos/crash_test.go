@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/google/uuid"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/runtime/oci"
+	"github.com/kibotos/kibotos/internal/testutil"
+)
+
+// TestCrashRecovery kills `kibotos up` with SIGKILL while workspaces are
+// AVAILABLE, STOPPING and CREATING, starts it again, and checks that every
+// workspace converges to a truthful state and nothing is orphaned.
+func TestCrashRecovery(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("kibotos up runs workspaces and needs root (make test runs as root)")
+	}
+	bin := build(t)
+	home := filepath.Join(t.TempDir(), "home")
+	ctx := context.Background()
+
+	cmd, addr := startProcess(t, bin, home)
+	client := workspaceClient(t, home, addr)
+	create := func() string {
+		resp, err := client.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
+			Command: &ctrlv1.CommandMetadata{CommandId: uuid.NewString()},
+			Spec:    &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{MemoryBytes: 128 << 20, WritableLayerBytes: 64 << 20}},
+		}))
+		if err != nil {
+			t.Fatalf("CreateWorkspace: %v", err)
+		}
+		return resp.Msg.Workspace.WorkspaceId
+	}
+	available := create()
+	stopping := create()
+	awaitState(t, client, available, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	awaitState(t, client, stopping, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+
+	// A guest process that ignores SIGTERM holds a NORMAL stop in STOPPING
+	// for the whole grace period.
+	drv, err := oci.New(oci.Config{StateDir: filepath.Join(home, "runtime")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := drv.Exec(ctx, stopping+"-1", "sh", "-c", "(trap '' TERM; exec sleep 600) </dev/null >/dev/null 2>&1 &"); err != nil {
+		t.Fatalf("start a stubborn process: %v %s", err, out)
+	}
+	if _, err := client.StopWorkspace(ctx, connect.NewRequest(&ctrlv1.StopWorkspaceRequest{
+		Command: &ctrlv1.CommandMetadata{CommandId: uuid.NewString()}, WorkspaceId: stopping})); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.GetWorkspace(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: stopping}))
+	if err != nil || resp.Msg.Workspace.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPING {
+		t.Fatalf("before the crash, the stopping workspace is %v, %v", resp.Msg.GetWorkspace().GetState(), err)
+	}
+	// Killed right after the create returns: the host agent is delivering
+	// or starting it.
+	creating := create()
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+
+	cmd, addr = startProcess(t, bin, home)
+	defer func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+	}()
+	client = workspaceClient(t, home, addr)
+	ws := awaitState(t, client, available, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	if ws.Generation != 1 {
+		t.Errorf("the available workspace restarted: generation %d", ws.Generation)
+	}
+	ws = awaitState(t, client, stopping, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+	if ws.LastStop.GetCompletedAt() == nil {
+		t.Errorf("stop finished without completion: %v", ws.LastStop)
+	}
+	awaitState(t, client, creating, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+
+	// Exactly the two running workspaces have containers.
+	out, err := exec.Command("runc", "--root", filepath.Join(home, "runtime", "runc"), "list", "-q").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := strings.Fields(string(out))
+	if len(running) != 2 || !strings.Contains(string(out), available) || !strings.Contains(string(out), creating) {
+		t.Errorf("containers after recovery: %v", running)
+	}
+
+	for _, id := range []string{available, stopping, creating} {
+		if _, err := client.DeleteWorkspace(ctx, connect.NewRequest(&ctrlv1.DeleteWorkspaceRequest{
+			Command: &ctrlv1.CommandMetadata{CommandId: uuid.NewString()}, WorkspaceId: id})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{available, stopping, creating} {
+		awaitState(t, client, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED)
+		testutil.AssertNothingLeft(t, home, id)
+	}
+}
+
+// startProcess runs `kibotos up` until the test ends or the caller kills it.
+func startProcess(t *testing.T, bin, home string) (*exec.Cmd, string) {
+	t.Helper()
+	cmd := exec.Command(bin, "up", "--home", home, "--listen", "127.0.0.1:0")
+	logf, err := os.Create(filepath.Join(t.TempDir(), "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr, cmd.Stdout = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Signal(syscall.SIGTERM)
+			cmd.Wait()
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			t.Logf("kibotos log:\n%s", b)
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		b, _ := os.ReadFile(logf.Name())
+		if m := servingAddr.FindSubmatch(b); m != nil {
+			return cmd, string(m[1])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("kibotos up did not become ready")
+	return nil, ""
+}
+
+func workspaceClient(t *testing.T, home, addr string) ctrlv1connect.WorkspaceServiceClient {
+	t.Helper()
+	token, err := os.ReadFile(filepath.Join(home, "admin-token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			req.Header().Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+			return next(ctx, req)
+		}
+	})
+	return ctrlv1connect.NewWorkspaceServiceClient(http.DefaultClient, "http://"+addr, connect.WithInterceptors(auth))
+}
+
+func awaitState(t *testing.T, c ctrlv1connect.WorkspaceServiceClient, id string, want ctrlv1.WorkspaceState) *ctrlv1.Workspace {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		resp, err := c.GetWorkspace(context.Background(), connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id}))
+		if err != nil {
+			t.Fatalf("GetWorkspace %s: %v", id, err)
+		}
+		ws := resp.Msg.Workspace
+		if ws.State == want {
+			return ws
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("workspace %s is %v (failure %v), want %v", id, ws.State, ws.Failure, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
