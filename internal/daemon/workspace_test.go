@@ -318,3 +318,43 @@ func TestBadWorkspaceInputsStoreNothing(t *testing.T) {
 		t.Errorf("after bad inputs: %v, %v", list, err)
 	}
 }
+
+// TestEgressInUseByAPolicy checks that an Egress referenced by a
+// workspace's policy cannot be deleted until the workspace is.
+func TestEgressInUseByAPolicy(t *testing.T) {
+	d := up(t, t.TempDir())
+	defer d.stop()
+	ctx := context.Background()
+	token, err := os.ReadFile(filepath.Join(d.home, daemon.AdminTokenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	egresses := ctrlv1connect.NewEgressServiceClient(http.DefaultClient, d.url, connect.WithInterceptors(bearer(strings.TrimSpace(string(token)))))
+	eg, err := egresses.CreateEgress(ctx, connect.NewRequest(&ctrlv1.CreateEgressRequest{Command: cmd(),
+		Spec: &ctrlv1.EgressSpec{Protocol: &ctrlv1.EgressSpec_Socks5{Socks5: &ctrlv1.Socks5Egress{Address: "93.184.216.34:1080"}}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := eg.Msg.Egress.EgressId
+	spec := small()
+	spec.NetworkPolicy = &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET,
+		Egresses: []*ctrlv1.NetworkPolicyEgress{{EgressId: id, Destinations: []string{"203.0.113.0/24"}}}}
+	ws := d.create(spec)
+	if ws.Spec.NetworkPolicy.Revision != 1 || ws.Spec.NetworkPolicy.Mode != ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET {
+		t.Errorf("stored policy: %v", ws.Spec.NetworkPolicy)
+	}
+	del := func() error {
+		_, err := egresses.DeleteEgress(ctx, connect.NewRequest(&ctrlv1.DeleteEgressRequest{Command: cmd(), EgressId: id}))
+		return err
+	}
+	if err := del(); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("delete of an Egress a workspace uses: %v", err)
+	}
+	if _, err := d.client.DeleteWorkspace(ctx, connect.NewRequest(&ctrlv1.DeleteWorkspaceRequest{Command: cmd(), WorkspaceId: ws.WorkspaceId})); err != nil {
+		t.Fatal(err)
+	}
+	d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED)
+	if err := del(); err != nil {
+		t.Errorf("delete of an Egress after its workspace is deleted: %v", err)
+	}
+}
