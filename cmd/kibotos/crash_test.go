@@ -16,6 +16,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/runtime"
 	"github.com/kibotos/kibotos/internal/runtime/oci"
 	"github.com/kibotos/kibotos/internal/testutil"
 )
@@ -30,6 +31,18 @@ func TestCrashRecovery(t *testing.T) {
 	bin := build(t)
 	home := filepath.Join(t.TempDir(), "home")
 	ctx := context.Background()
+	// Runs after every process is stopped: release whatever a failure left
+	// running, so that no container, mount or loop device outlives the test.
+	t.Cleanup(func() {
+		drv, err := oci.New(oci.Config{StateDir: filepath.Join(home, "runtime")})
+		if err != nil {
+			return
+		}
+		out, _ := exec.Command("runc", "--root", filepath.Join(home, "runtime", "runc"), "list", "-q").Output()
+		for _, id := range strings.Fields(string(out)) {
+			drv.Stop(ctx, id, runtime.StopForce, 0)
+		}
+	})
 
 	cmd, addr := startProcess(t, bin, home)
 	client := workspaceClient(t, home, addr)

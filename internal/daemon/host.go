@@ -21,6 +21,12 @@ import (
 	"github.com/kibotos/kibotos/internal/template"
 )
 
+// cpuOvercommit is how many times its cores a host offers as CPU quota.
+// CPU is compressible: each workspace's quota caps it, and idle ones use
+// none, so like shared-CPU machines elsewhere the sum may exceed the cores.
+// Memory and disk are never overcommitted.
+const cpuOvercommit = 4
+
 // DefaultLayerBytes is the writable layer a workspace gets when it asks
 // for none: the host storage profile's default.
 const DefaultLayerBytes = 1 << 30
@@ -89,8 +95,9 @@ func (o Options) guestAgent() (string, error) {
 	return path, nil
 }
 
-// hostCapacity measures what this machine offers: every core, the memory
-// the kernel reports, and the free space of the state directory.
+// hostCapacity measures what this machine offers: its cores (times
+// cpuOvercommit), the memory the kernel reports, and the free space of the
+// state directory.
 func hostCapacity(dir string) (*hostv1.HostCapacity, error) {
 	mem, err := memTotal()
 	if err != nil {
@@ -104,7 +111,7 @@ func hostCapacity(dir string) (*hostv1.HostCapacity, error) {
 		return nil, err
 	}
 	return &hostv1.HostCapacity{
-		CpuMillis:         uint32(goruntime.NumCPU() * 1000),
+		CpuMillis:         uint32(goruntime.NumCPU() * 1000 * cpuOvercommit),
 		MemoryBytes:       mem,
 		LayerBytes:        fs.Bavail * uint64(fs.Bsize),
 		DefaultLayerBytes: DefaultLayerBytes,

@@ -88,7 +88,19 @@ func up(t *testing.T, home string) *deployment {
 	return d
 }
 
+// stop deletes every workspace left (so that a failing test leaves no
+// container, mount or loop device behind) and stops the deployment.
 func (d *deployment) stop() {
+	ctx := context.Background()
+	list, err := d.client.ListWorkspaces(ctx, connect.NewRequest(&ctrlv1.ListWorkspacesRequest{PageSize: 1000}))
+	if err == nil {
+		for _, ws := range list.Msg.Workspaces {
+			d.client.DeleteWorkspace(ctx, connect.NewRequest(&ctrlv1.DeleteWorkspaceRequest{Command: cmd(), WorkspaceId: ws.WorkspaceId}))
+		}
+		for _, ws := range list.Msg.Workspaces {
+			d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED)
+		}
+	}
 	d.cancel()
 	if err := <-d.done; err != nil {
 		d.t.Errorf("kibotos up: %v", err)
@@ -356,5 +368,25 @@ func TestEgressInUseByAPolicy(t *testing.T) {
 	d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED)
 	if err := del(); err != nil {
 		t.Errorf("delete of an Egress after its workspace is deleted: %v", err)
+	}
+}
+
+// TestGuestShutdownStops checks that a guest ending on its own is released
+// as a forced stop that the caller can start again.
+func TestGuestShutdownStops(t *testing.T) {
+	d := up(t, t.TempDir())
+	defer d.stop()
+	ws := d.create(small())
+	ws = d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	d.exec(ws, "kill", "-TERM", "1") // the guest agent ends the guest
+	ws = d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+	if ws.LastStop.GetCause() != ctrlv1.StopCause_STOP_CAUSE_GUEST_SHUTDOWN || ws.LastStop.GetMode() != ctrlv1.StopMode_STOP_MODE_FORCE {
+		t.Errorf("last_stop after the guest shut down: %v", ws.LastStop)
+	}
+	if _, err := d.client.StartWorkspace(context.Background(), connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: cmd(), WorkspaceId: ws.WorkspaceId})); err != nil {
+		t.Fatal(err)
+	}
+	if ws = d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE); ws.Generation != 2 {
+		t.Errorf("generation after restart = %d", ws.Generation)
 	}
 }

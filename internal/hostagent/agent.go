@@ -167,7 +167,8 @@ func (a *Agent) adopt(ctx context.Context, id string) {
 
 func (a *Agent) newExecution(ctx context.Context, id string, running bool) *execution {
 	ctx, cancel := context.WithCancel(ctx)
-	e := &execution{agent: a, id: id, running: running, wake: make(chan struct{}, 1), cancel: cancel}
+	e := &execution{agent: a, id: id, wake: make(chan struct{}, 1), exited: make(chan runtime.Status, 1), cancel: cancel}
+	e.setRunning(ctx, running)
 	a.execs[id] = e
 	go e.run(ctx)
 	return e
@@ -286,8 +287,39 @@ type execution struct {
 	known   bool // desired has been set at least once
 	last    *hostv1.ExecutionReport
 
+	// exited receives the status of init when it ends on its own.
+	exited chan runtime.Status
+
 	// Owned by run.
 	running bool
+	// stopWaiting ends the exit watch of the running execution.
+	stopWaiting context.CancelFunc
+}
+
+// setRunning records whether the execution runs and, while it does,
+// watches for its init to end (the driver waits on a pidfd: no polling of
+// the runtime).
+func (e *execution) setRunning(ctx context.Context, running bool) {
+	if e.stopWaiting != nil {
+		e.stopWaiting()
+		e.stopWaiting = nil
+	}
+	e.running = running
+	if !running {
+		return
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	e.stopWaiting = cancel
+	go func() {
+		st, err := e.agent.cfg.Driver.Wait(wctx, e.id)
+		if err != nil || wctx.Err() != nil {
+			return
+		}
+		select {
+		case e.exited <- st:
+		default:
+		}
+	}()
 }
 
 func (e *execution) set(as *hostv1.Assignment) {
@@ -343,6 +375,10 @@ func (e *execution) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-e.wake:
+		case st := <-e.exited:
+			if e.running && as != nil {
+				e.exit(ctx, as, st)
+			}
 		case <-time.After(checkEvery):
 		}
 	}
@@ -414,7 +450,7 @@ func (e *execution) start(ctx context.Context, as *hostv1.Assignment) {
 		fail(ctrlv1.FailureStage_FAILURE_STAGE_STARTING, err)
 		return
 	}
-	e.running = true
+	e.setRunning(ctx, true)
 	probeCtx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
 	for {
@@ -423,8 +459,8 @@ func (e *execution) start(ctx context.Context, as *hostv1.Assignment) {
 			break
 		}
 		if probeCtx.Err() != nil {
+			e.setRunning(ctx, false)
 			e.agent.cfg.Driver.Stop(ctx, e.id, runtime.StopForce, 0)
-			e.running = false
 			fail(ctrlv1.FailureStage_FAILURE_STAGE_WAITING_FOR_READINESS, fmt.Errorf("guest agent did not answer within %s: %w", readyTimeout, err))
 			return
 		}
@@ -435,25 +471,23 @@ func (e *execution) start(ctx context.Context, as *hostv1.Assignment) {
 		LayerCapacityBytes: &capacity, LayerContinued: continued})
 }
 
-// observe reports a running execution, or that it ended on its own.
+// observe reports a running execution that has not been reported as
+// running for this assignment yet (one adopted after a restart).
 func (e *execution) observe(ctx context.Context, as *hostv1.Assignment) {
-	st, err := e.agent.cfg.Driver.Status(ctx, e.id)
-	if err != nil && !errors.Is(err, runtime.ErrNotFound) {
+	if last := e.lastReport(); last != nil && last.State == hostv1.ObservedState_OBSERVED_STATE_RUNNING && last.Generation == as.Generation {
 		return
 	}
-	if err == nil && st.Running {
-		if last := e.lastReport(); last == nil || last.State != hostv1.ObservedState_OBSERVED_STATE_RUNNING || last.Generation != as.Generation {
-			if e.agent.cfg.Driver.Probe(ctx, e.id) == nil {
-				capacity, _ := e.agent.cfg.Layers.LayerCapacity(e.agent.layerPath(as.LayerId))
-				e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_RUNNING,
-					LayerCapacityBytes: &capacity, LayerContinued: true})
-			}
-		}
-		return
+	if e.agent.cfg.Driver.Probe(ctx, e.id) == nil {
+		capacity, _ := e.agent.cfg.Layers.LayerCapacity(e.agent.layerPath(as.LayerId))
+		e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_RUNNING,
+			LayerCapacityBytes: &capacity, LayerContinued: true})
 	}
-	// Init ended: release what is left and tell ctrl.
+}
+
+// exit releases an execution whose init ended on its own and tells ctrl.
+func (e *execution) exit(ctx context.Context, as *hostv1.Assignment, st runtime.Status) {
 	e.agent.cfg.Driver.Stop(ctx, e.id, runtime.StopForce, 0)
-	e.running = false
+	e.setRunning(ctx, false)
 	e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_EXITED, OomKilled: st.OOMKilled})
 }
 
@@ -466,6 +500,7 @@ func (e *execution) stop(ctx context.Context, as *hostv1.Assignment, mode runtim
 		defer lock.Unlock()
 		e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_STOPPING})
 	}
+	e.setRunning(ctx, false) // a deliberate stop is not an exit
 	res, err := e.agent.cfg.Driver.Stop(ctx, e.id, mode, stopGrace)
 	if err != nil {
 		slog.Error("stop failed", "execution", e.id, "err", err)
@@ -475,7 +510,6 @@ func (e *execution) stop(ctx context.Context, as *hostv1.Assignment, mode runtim
 		}
 		return
 	}
-	e.running = false
 	if as == nil {
 		return
 	}
@@ -495,12 +529,12 @@ func (e *execution) delete(ctx context.Context, as *hostv1.Assignment) {
 	lock := e.agent.layerLock(as.LayerId)
 	lock.Lock()
 	defer lock.Unlock()
+	e.setRunning(ctx, false)
 	if _, err := e.agent.cfg.Driver.Stop(ctx, e.id, runtime.StopForce, 0); err != nil {
 		e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_FAILED,
 			FailureStage: ctrlv1.FailureStage_FAILURE_STAGE_DELETING, FailureReason: reasonOf(err), FailureMessage: err.Error()})
 		return
 	}
-	e.running = false
 	if err := e.agent.cfg.Layers.DeleteLayer(e.agent.layerPath(as.LayerId)); err != nil {
 		e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_FAILED,
 			FailureStage: ctrlv1.FailureStage_FAILURE_STAGE_DELETING, FailureReason: reasonOf(err), FailureMessage: err.Error()})
