@@ -217,22 +217,57 @@ func Create[R proto.Message](ctx context.Context, s *Service, w Write[R], spec *
 // place picks a host with room for the workspace and returns it with the
 // writable layer's capacity (the host's default when none was asked for).
 func (s *Service) place(ctx context.Context, tx store.Tx, res *ctrlv1.ResourceRequest) (string, uint64, error) {
-	hosts, err := tx.Hosts(ctx)
+	hosts, err := s.hosts(ctx, tx, "")
 	if err != nil {
 		return "", 0, err
 	}
-	var candidates []scheduler.Host
-	for _, h := range hosts {
+	id, layer, err := scheduler.Place(hosts, scheduler.Request{
+		CPUMillis: res.CpuMillis, MemoryBytes: res.MemoryBytes, LayerBytes: res.WritableLayerBytes})
+	if err != nil {
+		return "", 0, connect.NewError(connect.CodeResourceExhausted, err)
+	}
+	return id, layer, nil
+}
+
+// fitsOnItsHost checks that a stopped workspace's CPU and memory fit on
+// the host that keeps its layer (the layer's bytes stay reserved there).
+func (s *Service) fitsOnItsHost(ctx context.Context, tx store.Tx, r *record) error {
+	hosts, err := s.hosts(ctx, tx, r.row.HostID)
+	if err != nil {
+		return err
+	}
+	for i := range hosts {
+		hosts[i].DefaultLayerBytes = 0
+	}
+	if _, _, err := scheduler.Place(hosts, scheduler.Request{CPUMillis: r.row.CPUMillis, MemoryBytes: r.row.MemoryBytes}); err != nil {
+		return connect.NewError(connect.CodeResourceExhausted, err)
+	}
+	return nil
+}
+
+// hosts returns the registered hosts (or only the one named) with what
+// is reserved on each: layer bytes of every placed workspace, CPU and
+// memory of the running ones.
+func (s *Service) hosts(ctx context.Context, tx store.Tx, only string) ([]scheduler.Host, error) {
+	all, err := tx.Hosts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []scheduler.Host
+	for _, h := range all {
+		if only != "" && h.ID != only {
+			continue
+		}
 		reg, err := decodeHost(h)
 		if err != nil {
-			return "", 0, err
+			return nil, err
 		}
 		placed, err := tx.HostWorkspaces(ctx, h.ID)
 		if err != nil {
-			return "", 0, err
+			return nil, err
 		}
 		host := scheduler.Host{ID: h.ID, Capacity: scheduler.Resources{CPUMillis: h.CPUMillis, MemoryBytes: h.MemoryBytes, LayerBytes: h.LayerBytes},
-			DefaultLayerBytes: reg.DefaultLayerBytes}
+			DefaultLayerBytes: reg.GetDefaultLayerBytes()}
 		for _, w := range placed {
 			host.Reserved.LayerBytes += w.LayerBytes
 			if w.Running {
@@ -240,14 +275,9 @@ func (s *Service) place(ctx context.Context, tx store.Tx, res *ctrlv1.ResourceRe
 				host.Reserved.MemoryBytes += w.MemoryBytes
 			}
 		}
-		candidates = append(candidates, host)
+		out = append(out, host)
 	}
-	id, layer, err := scheduler.Place(candidates, scheduler.Request{
-		CPUMillis: res.CpuMillis, MemoryBytes: res.MemoryBytes, LayerBytes: res.WritableLayerBytes})
-	if err != nil {
-		return "", 0, connect.NewError(connect.CodeResourceExhausted, err)
-	}
-	return id, layer, nil
+	return out, nil
 }
 
 // Get returns a workspace.
@@ -318,6 +348,9 @@ func Start[R proto.Message](ctx context.Context, s *Service, w Write[R], id stri
 		case ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED, ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED:
 		default:
 			return precondition(r.view(), "workspace %s is %s; only a STOPPED or FAILED workspace can be started", id, stateName(r.ws.State))
+		}
+		if err := s.fitsOnItsHost(ctx, tx, r); err != nil {
+			return err
 		}
 		r.ws.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING
 		r.ws.LastStop, r.ws.Failure = nil, nil
