@@ -1,6 +1,8 @@
 package daemon_test
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -13,6 +15,9 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -20,6 +25,7 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/internal/daemon"
 	"github.com/kibotos/kibotos/internal/runtime/oci"
+	"github.com/kibotos/kibotos/internal/template"
 	"github.com/kibotos/kibotos/internal/testutil"
 )
 
@@ -389,4 +395,104 @@ func TestGuestShutdownStops(t *testing.T) {
 	if ws = d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE); ws.Generation != 2 {
 		t.Errorf("generation after restart = %d", ws.Generation)
 	}
+}
+
+// TestImportedTemplateRuns imports an image archive as `docker save`
+// writes it and runs a workspace from it.
+func TestImportedTemplateRuns(t *testing.T) {
+	d := up(t, t.TempDir())
+	defer d.stop()
+	ctx := context.Background()
+
+	base, err := template.BuiltinImage("/bin/busybox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var layerTar bytes.Buffer
+	tw := tar.NewWriter(&layerTar)
+	content := []byte("from an imported image\n")
+	tw.WriteHeader(&tar.Header{Name: "hello.txt", Mode: 0o644, Size: int64(len(content)), Typeflag: tar.TypeReg})
+	tw.Write(content)
+	tw.Close()
+	layer, err := tarball.LayerFromReader(bytes.NewReader(layerTar.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(base, layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(t.TempDir(), "image.tar")
+	if err := tarball.WriteToFile(archive, name.MustParseReference("example.com/hello:1"), img); err != nil {
+		t.Fatal(err)
+	}
+
+	token, _ := os.ReadFile(filepath.Join(d.home, daemon.AdminTokenFile))
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	h2c := &http.Client{Transport: &http.Transport{Protocols: &protocols}}
+	defer h2c.CloseIdleConnections()
+	templates := ctrlv1connect.NewTemplateServiceClient(h2c, d.url, connect.WithInterceptors(bearerAll(strings.TrimSpace(string(token)))))
+	if _, err := templates.CreateTemplate(ctx, connect.NewRequest(&ctrlv1.CreateTemplateRequest{Command: cmd(), TemplateId: "hello"})); err != nil {
+		t.Fatal(err)
+	}
+	stream := templates.ImportTemplateRevision(ctx)
+	if err := stream.Send(&ctrlv1.ImportTemplateRevisionRequest{Part: &ctrlv1.ImportTemplateRevisionRequest_Start{Start: &ctrlv1.ImportTemplateRevisionStart{
+		Command: cmd(), TemplateId: "hello", Source: &ctrlv1.ImportTemplateRevisionStart_Archive{Archive: ctrlv1.ImageArchiveFormat_IMAGE_ARCHIVE_FORMAT_TARBALL}}}}); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for off := 0; off < len(data); off += 1 << 20 {
+		if err := stream.Send(&ctrlv1.ImportTemplateRevisionRequest{Part: &ctrlv1.ImportTemplateRevisionRequest_Chunk{Chunk: data[off:min(off+1<<20, len(data))]}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	imported, err := stream.CloseAndReceive()
+	if err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	if imported.Msg.Template.DefaultRevision != imported.Msg.Revision.Revision {
+		t.Errorf("first revision is not the default: %v", imported.Msg.Template)
+	}
+
+	spec := small()
+	spec.Template = &ctrlv1.TemplateSelector{TemplateId: "hello"}
+	ws := d.create(spec)
+	if ws.Spec.Template.Revision != imported.Msg.Revision.Revision {
+		t.Errorf("resolved revision %q, want %q", ws.Spec.Template.Revision, imported.Msg.Revision.Revision)
+	}
+	ws = d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	if out, err := d.exec(ws, "cat", "/hello.txt"); err != nil || out != string(content) {
+		t.Errorf("file of the imported layer: %q, %v", out, err)
+	}
+	// A template a workspace uses cannot be deleted.
+	_, err = templates.DeleteTemplate(ctx, connect.NewRequest(&ctrlv1.DeleteTemplateRequest{Command: cmd(), TemplateId: "hello"}))
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("delete of a template in use: %v", err)
+	}
+}
+
+// bearerAll sends the token on unary and streaming calls.
+type bearerAll string
+
+func (b bearerAll) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		req.Header().Set("Authorization", "Bearer "+string(b))
+		return next(ctx, req)
+	}
+}
+
+func (b bearerAll) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		conn.RequestHeader().Set("Authorization", "Bearer "+string(b))
+		return conn
+	}
+}
+
+func (b bearerAll) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
 }
