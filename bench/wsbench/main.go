@@ -25,6 +25,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/bearer"
 )
 
 func main() {
@@ -43,13 +44,7 @@ func run(addr, home string, n int) error {
 	if err != nil {
 		return err
 	}
-	auth := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			req.Header().Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
-			return next(ctx, req)
-		}
-	})
-	client := ctrlv1connect.NewWorkspaceServiceClient(http.DefaultClient, "http://"+addr, connect.WithInterceptors(auth))
+	client := ctrlv1connect.NewWorkspaceServiceClient(http.DefaultClient, "http://"+addr, connect.WithInterceptors(bearer.Token(strings.TrimSpace(string(token)))))
 	ctx := context.Background()
 
 	before, err := memAvailable()

@@ -16,6 +16,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/runtime"
 	"github.com/kibotos/kibotos/internal/runtime/oci"
 	"github.com/kibotos/kibotos/internal/testutil"
@@ -162,13 +163,7 @@ func workspaceClient(t *testing.T, home, addr string) ctrlv1connect.WorkspaceSer
 	if err != nil {
 		t.Fatal(err)
 	}
-	auth := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			req.Header().Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
-			return next(ctx, req)
-		}
-	})
-	return ctrlv1connect.NewWorkspaceServiceClient(http.DefaultClient, "http://"+addr, connect.WithInterceptors(auth))
+	return ctrlv1connect.NewWorkspaceServiceClient(http.DefaultClient, "http://"+addr, connect.WithInterceptors(bearer.Token(strings.TrimSpace(string(token)))))
 }
 
 func awaitState(t *testing.T, c ctrlv1connect.WorkspaceServiceClient, id string, want ctrlv1.WorkspaceState) *ctrlv1.Workspace {

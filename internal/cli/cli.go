@@ -20,6 +20,8 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
+
+	"github.com/kibotos/kibotos/internal/bearer"
 )
 
 // Defaults of the connection flags, and the environment variables that
@@ -169,7 +171,7 @@ func dial[C any](cmd *cobra.Command, c *conn, newClient func(connect.HTTPClient,
 		var zero C
 		return zero, err
 	}
-	return newClient(http.DefaultClient, s.baseURL, connect.WithInterceptors(bearer(s.token), timeout(callTimeout))), nil
+	return newClient(http.DefaultClient, s.baseURL, connect.WithInterceptors(bearer.Token(s.token), timeout(callTimeout))), nil
 }
 
 // dialStreaming is dial for client-streaming calls, which upload a request
@@ -194,29 +196,7 @@ func dialStreaming[C any](cmd *cobra.Command, c *conn, newClient func(connect.HT
 		t.Protocols.SetUnencryptedHTTP2(true)
 		hc = &http.Client{Transport: t}
 	}
-	return newClient(hc, s.baseURL, connect.WithInterceptors(bearer(s.token), timeout(callTimeout))), hc.CloseIdleConnections, nil
-}
-
-// bearer sends the token with every call, unary or streaming.
-type bearer string
-
-func (t bearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		req.Header().Set("Authorization", "Bearer "+string(t))
-		return next(ctx, req)
-	}
-}
-
-func (t bearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
-		conn := next(ctx, spec)
-		conn.RequestHeader().Set("Authorization", "Bearer "+string(t))
-		return conn
-	}
-}
-
-func (bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return next
+	return newClient(hc, s.baseURL, connect.WithInterceptors(bearer.Token(s.token), timeout(callTimeout))), hc.CloseIdleConnections, nil
 }
 
 // timeout bounds every unary call; the Connect protocol also tells the

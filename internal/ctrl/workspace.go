@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/proto"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
@@ -29,17 +28,9 @@ func NewWorkspaceService(svc *workspaces.Service) *WorkspaceService {
 	return &WorkspaceService{svc: svc}
 }
 
-// write describes a write request to the workspaces package.
-func write[R proto.Message, Q any, PQ interface {
-	*Q
-	proto.Message
-}](req *connect.Request[Q], cmd *ctrlv1.CommandMetadata) workspaces.Write[R] {
-	return workspaces.Write[R]{Method: req.Spec().Procedure, Command: cmd, Input: PQ(req.Msg), New: newMessage[R]}
-}
-
 func (s *WorkspaceService) CreateWorkspace(ctx context.Context, req *connect.Request[ctrlv1.CreateWorkspaceRequest]) (*connect.Response[ctrlv1.CreateWorkspaceResponse], error) {
 	m := req.Msg
-	return respond(workspaces.Create(ctx, s.svc, write[*ctrlv1.CreateWorkspaceResponse](req, m.GetCommand()),
+	return respond(workspaces.Create(ctx, s.svc, mutation[*ctrlv1.CreateWorkspaceResponse](req, m.GetCommand()),
 		m.GetSpec(), m.GetLabels(), m.GetAnnotations(),
 		func(ws *ctrlv1.Workspace) *ctrlv1.CreateWorkspaceResponse {
 			return &ctrlv1.CreateWorkspaceResponse{Workspace: ws}
@@ -67,7 +58,7 @@ func (s *WorkspaceService) WatchWorkspace(ctx context.Context, req *connect.Requ
 
 func (s *WorkspaceService) StartWorkspace(ctx context.Context, req *connect.Request[ctrlv1.StartWorkspaceRequest]) (*connect.Response[ctrlv1.StartWorkspaceResponse], error) {
 	m := req.Msg
-	return respond(workspaces.Start(ctx, s.svc, write[*ctrlv1.StartWorkspaceResponse](req, m.GetCommand()), m.GetWorkspaceId(),
+	return respond(workspaces.Start(ctx, s.svc, mutation[*ctrlv1.StartWorkspaceResponse](req, m.GetCommand()), m.GetWorkspaceId(),
 		func(ws *ctrlv1.Workspace) *ctrlv1.StartWorkspaceResponse {
 			return &ctrlv1.StartWorkspaceResponse{Workspace: ws}
 		}))
@@ -75,7 +66,7 @@ func (s *WorkspaceService) StartWorkspace(ctx context.Context, req *connect.Requ
 
 func (s *WorkspaceService) StopWorkspace(ctx context.Context, req *connect.Request[ctrlv1.StopWorkspaceRequest]) (*connect.Response[ctrlv1.StopWorkspaceResponse], error) {
 	m := req.Msg
-	return respond(workspaces.Stop(ctx, s.svc, write[*ctrlv1.StopWorkspaceResponse](req, m.GetCommand()), m.GetWorkspaceId(), m.GetMode(),
+	return respond(workspaces.Stop(ctx, s.svc, mutation[*ctrlv1.StopWorkspaceResponse](req, m.GetCommand()), m.GetWorkspaceId(), m.GetMode(),
 		func(ws *ctrlv1.Workspace) *ctrlv1.StopWorkspaceResponse {
 			return &ctrlv1.StopWorkspaceResponse{Workspace: ws}
 		}))
@@ -83,7 +74,7 @@ func (s *WorkspaceService) StopWorkspace(ctx context.Context, req *connect.Reque
 
 func (s *WorkspaceService) DeleteWorkspace(ctx context.Context, req *connect.Request[ctrlv1.DeleteWorkspaceRequest]) (*connect.Response[ctrlv1.DeleteWorkspaceResponse], error) {
 	m := req.Msg
-	return respond(workspaces.Delete(ctx, s.svc, write[*ctrlv1.DeleteWorkspaceResponse](req, m.GetCommand()), m.GetWorkspaceId(),
+	return respond(workspaces.Delete(ctx, s.svc, mutation[*ctrlv1.DeleteWorkspaceResponse](req, m.GetCommand()), m.GetWorkspaceId(),
 		func(ws *ctrlv1.Workspace) *ctrlv1.DeleteWorkspaceResponse {
 			return &ctrlv1.DeleteWorkspaceResponse{Workspace: ws}
 		}))
@@ -91,7 +82,7 @@ func (s *WorkspaceService) DeleteWorkspace(ctx context.Context, req *connect.Req
 
 func (s *WorkspaceService) UpdateWorkspaceLabels(ctx context.Context, req *connect.Request[ctrlv1.UpdateWorkspaceLabelsRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceLabelsResponse], error) {
 	m := req.Msg
-	return respond(workspaces.UpdateLabels(ctx, s.svc, write[*ctrlv1.UpdateWorkspaceLabelsResponse](req, m.GetCommand()),
+	return respond(workspaces.UpdateLabels(ctx, s.svc, mutation[*ctrlv1.UpdateWorkspaceLabelsResponse](req, m.GetCommand()),
 		m.GetWorkspaceId(), m.GetExpectedLabelsRevision(), m.GetLabels(),
 		func(ws *ctrlv1.Workspace) *ctrlv1.UpdateWorkspaceLabelsResponse {
 			return &ctrlv1.UpdateWorkspaceLabelsResponse{Workspace: ws}
@@ -100,7 +91,7 @@ func (s *WorkspaceService) UpdateWorkspaceLabels(ctx context.Context, req *conne
 
 func (s *WorkspaceService) UpdateWorkspaceAnnotations(ctx context.Context, req *connect.Request[ctrlv1.UpdateWorkspaceAnnotationsRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceAnnotationsResponse], error) {
 	m := req.Msg
-	return respond(workspaces.UpdateAnnotations(ctx, s.svc, write[*ctrlv1.UpdateWorkspaceAnnotationsResponse](req, m.GetCommand()),
+	return respond(workspaces.UpdateAnnotations(ctx, s.svc, mutation[*ctrlv1.UpdateWorkspaceAnnotationsResponse](req, m.GetCommand()),
 		m.GetWorkspaceId(), m.GetExpectedAnnotationsRevision(), m.GetAnnotations(),
 		func(ws *ctrlv1.Workspace) *ctrlv1.UpdateWorkspaceAnnotationsResponse {
 			return &ctrlv1.UpdateWorkspaceAnnotationsResponse{Workspace: ws}
@@ -109,7 +100,7 @@ func (s *WorkspaceService) UpdateWorkspaceAnnotations(ctx context.Context, req *
 
 func (s *WorkspaceService) UpdateWorkspaceExpiration(ctx context.Context, req *connect.Request[ctrlv1.UpdateWorkspaceExpirationRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceExpirationResponse], error) {
 	m := req.Msg
-	return respond(workspaces.UpdateExpiration(ctx, s.svc, write[*ctrlv1.UpdateWorkspaceExpirationResponse](req, m.GetCommand()),
+	return respond(workspaces.UpdateExpiration(ctx, s.svc, mutation[*ctrlv1.UpdateWorkspaceExpirationResponse](req, m.GetCommand()),
 		m.GetWorkspaceId(), m.GetChange(),
 		func(ws *ctrlv1.Workspace) *ctrlv1.UpdateWorkspaceExpirationResponse {
 			return &ctrlv1.UpdateWorkspaceExpirationResponse{Workspace: ws}

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -16,6 +15,7 @@ import (
 
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
+	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/hostagent"
 	"github.com/kibotos/kibotos/internal/runtime/oci"
 	"github.com/kibotos/kibotos/internal/template"
@@ -49,34 +49,12 @@ func newHostAgent(o Options, images *template.Store, ctrlURL, token string) (*ho
 	if err != nil {
 		return nil, err
 	}
-	client := hostv1connect.NewHostServiceClient(http.DefaultClient, ctrlURL, connect.WithInterceptors(hostBearer(token)))
+	client := hostv1connect.NewHostServiceClient(http.DefaultClient, ctrlURL, connect.WithInterceptors(bearer.Token(token)))
 	return hostagent.New(hostagent.Config{
 		HostID: localHostID, Client: client, Driver: driver, Layers: driver, Template: images,
 		LayerDir: filepath.Join(o.stateDir(), "layers"), GuestAgent: guest, Capacity: capacity,
 		Runtimes: oci.Detect(),
 	})
-}
-
-// hostBearer sends the host token with every call.
-type hostBearer string
-
-func (t hostBearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		req.Header().Set("Authorization", "Bearer "+string(t))
-		return next(ctx, req)
-	}
-}
-
-func (t hostBearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
-		conn := next(ctx, spec)
-		conn.RequestHeader().Set("Authorization", "Bearer "+string(t))
-		return conn
-	}
-}
-
-func (t hostBearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return next
 }
 
 // guestAgent finds the kibotos-guest binary.

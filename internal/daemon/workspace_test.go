@@ -23,6 +23,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/daemon"
 	"github.com/kibotos/kibotos/internal/runtime/oci"
 	"github.com/kibotos/kibotos/internal/template"
@@ -90,7 +91,7 @@ func up(t *testing.T, home string) *deployment {
 		t.Fatal(err)
 	}
 	d.client = ctrlv1connect.NewWorkspaceServiceClient(http.DefaultClient, d.url,
-		connect.WithInterceptors(bearer(strings.TrimSpace(string(token)))))
+		connect.WithInterceptors(bearer.Token(strings.TrimSpace(string(token)))))
 	return d
 }
 
@@ -110,15 +111,6 @@ func (d *deployment) stop() {
 	d.cancel()
 	if err := <-d.done; err != nil {
 		d.t.Errorf("kibotos up: %v", err)
-	}
-}
-
-func bearer(token string) connect.UnaryInterceptorFunc {
-	return func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			req.Header().Set("Authorization", "Bearer "+token)
-			return next(ctx, req)
-		}
 	}
 }
 
@@ -347,7 +339,7 @@ func TestEgressInUseByAPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	egresses := ctrlv1connect.NewEgressServiceClient(http.DefaultClient, d.url, connect.WithInterceptors(bearer(strings.TrimSpace(string(token)))))
+	egresses := ctrlv1connect.NewEgressServiceClient(http.DefaultClient, d.url, connect.WithInterceptors(bearer.Token(strings.TrimSpace(string(token)))))
 	eg, err := egresses.CreateEgress(ctx, connect.NewRequest(&ctrlv1.CreateEgressRequest{Command: cmd(),
 		Spec: &ctrlv1.EgressSpec{Protocol: &ctrlv1.EgressSpec_Socks5{Socks5: &ctrlv1.Socks5Egress{Address: "93.184.216.34:1080"}}}}))
 	if err != nil {
@@ -432,7 +424,7 @@ func TestImportedTemplateRuns(t *testing.T) {
 	protocols.SetUnencryptedHTTP2(true)
 	h2c := &http.Client{Transport: &http.Transport{Protocols: &protocols}}
 	defer h2c.CloseIdleConnections()
-	templates := ctrlv1connect.NewTemplateServiceClient(h2c, d.url, connect.WithInterceptors(bearerAll(strings.TrimSpace(string(token)))))
+	templates := ctrlv1connect.NewTemplateServiceClient(h2c, d.url, connect.WithInterceptors(bearer.Token(strings.TrimSpace(string(token)))))
 	if _, err := templates.CreateTemplate(ctx, connect.NewRequest(&ctrlv1.CreateTemplateRequest{Command: cmd(), TemplateId: "hello"})); err != nil {
 		t.Fatal(err)
 	}
@@ -473,26 +465,4 @@ func TestImportedTemplateRuns(t *testing.T) {
 	if connect.CodeOf(err) != connect.CodeFailedPrecondition {
 		t.Errorf("delete of a template in use: %v", err)
 	}
-}
-
-// bearerAll sends the token on unary and streaming calls.
-type bearerAll string
-
-func (b bearerAll) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		req.Header().Set("Authorization", "Bearer "+string(b))
-		return next(ctx, req)
-	}
-}
-
-func (b bearerAll) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
-		conn := next(ctx, spec)
-		conn.RequestHeader().Set("Authorization", "Bearer "+string(b))
-		return conn
-	}
-}
-
-func (b bearerAll) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return next
 }

@@ -21,6 +21,7 @@ import (
 	adminv1 "github.com/kibotos/kibotos/gen/kibotos/admin/v1"
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/testutil"
 )
 
@@ -314,7 +315,7 @@ func TestProtocolsHealthAndReflection(t *testing.T) {
 	defer h2c.CloseIdleConnections()
 	mine := e.createEgress(socks5("93.184.216.34:1080"), nil)
 	for name, opt := range map[string]connect.ClientOption{"grpc": connect.WithGRPC(), "grpc-web": connect.WithGRPCWeb()} {
-		client := ctrlv1connect.NewEgressServiceClient(h2c, e.url, opt, connect.WithInterceptors(bearer(e.admin)))
+		client := ctrlv1connect.NewEgressServiceClient(h2c, e.url, opt, connect.WithInterceptors(bearer.Token(e.admin)))
 		got, err := client.GetEgress(ctx, connect.NewRequest(&ctrlv1.GetEgressRequest{EgressId: mine.EgressId}))
 		if err != nil || got.Msg.Egress.EgressId != mine.EgressId {
 			t.Errorf("%s GetEgress: %v, %v", name, got, err)

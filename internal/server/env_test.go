@@ -18,6 +18,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/internal/auth"
+	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/netcheck"
 	"github.com/kibotos/kibotos/internal/server"
 	"github.com/kibotos/kibotos/internal/store"
@@ -91,21 +92,12 @@ func newEnv(t testing.TB, st store.Store) *env {
 
 // clients returns Connect clients that send token.
 func (e *env) clients(token string, opts ...connect.ClientOption) (ctrlv1connect.EgressServiceClient, ctrlv1connect.ResolverServiceClient, adminv1connect.AdminServiceClient) {
-	opts = append(opts, connect.WithInterceptors(bearer(token)))
+	if token != "" {
+		opts = append(opts, connect.WithInterceptors(bearer.Token(token)))
+	}
 	return ctrlv1connect.NewEgressServiceClient(e.http, e.url, opts...),
 		ctrlv1connect.NewResolverServiceClient(e.http, e.url, opts...),
 		adminv1connect.NewAdminServiceClient(e.http, e.url, opts...)
-}
-
-func bearer(token string) connect.UnaryInterceptorFunc {
-	return func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			if token != "" {
-				req.Header().Set("Authorization", "Bearer "+token)
-			}
-			return next(ctx, req)
-		}
-	}
 }
 
 // project creates a project and a token of role in it.

@@ -41,13 +41,9 @@ func (s *Service) now() time.Time {
 	return time.Now().UTC()
 }
 
-// Write describes a write request for the command package.
-type Write[R proto.Message] struct {
-	Method  string
-	Command *ctrlv1.CommandMetadata
-	Input   proto.Message
-	New     func() R
-}
+// Write describes a write request: the same shape as the objects
+// package's, so that handlers build both alike.
+type Write[R proto.Message] = objects.Mutation[R]
 
 func caller(ctx context.Context) auth.Caller {
 	c, _ := auth.CallerFrom(ctx)
