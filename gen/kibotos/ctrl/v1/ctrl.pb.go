@@ -4348,6 +4348,319 @@ func (x *TemplateRevision) GetSource() string {
 	return ""
 }
 
+// IssueSessionRequest is the input of IssueSession.
+type IssueSessionRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	WorkspaceId string                 `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	// ttl_seconds is the session's lifetime: 0 selects the default of 3600; at most 86400.
+	TtlSeconds    uint32 `protobuf:"varint,2,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IssueSessionRequest) Reset() {
+	*x = IssueSessionRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssueSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssueSessionRequest) ProtoMessage() {}
+
+func (x *IssueSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssueSessionRequest.ProtoReflect.Descriptor instead.
+func (*IssueSessionRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *IssueSessionRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *IssueSessionRequest) GetTtlSeconds() uint32 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+// IssueSessionResponse carries the session.
+type IssueSessionResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// token is the bearer token of the data-plane calls. It is returned only here.
+	Token string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	// endpoint is the base URL the data-plane calls go to, e.g. http://127.0.0.1:8870.
+	Endpoint      string                 `protobuf:"bytes,3,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IssueSessionResponse) Reset() {
+	*x = IssueSessionResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssueSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssueSessionResponse) ProtoMessage() {}
+
+func (x *IssueSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssueSessionResponse.ProtoReflect.Descriptor instead.
+func (*IssueSessionResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *IssueSessionResponse) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *IssueSessionResponse) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *IssueSessionResponse) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
+func (x *IssueSessionResponse) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+// RevokeSessionRequest is the input of RevokeSession.
+type RevokeSessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Command       *CommandMetadata       `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	SessionId     string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeSessionRequest) Reset() {
+	*x = RevokeSessionRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeSessionRequest) ProtoMessage() {}
+
+func (x *RevokeSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeSessionRequest.ProtoReflect.Descriptor instead.
+func (*RevokeSessionRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *RevokeSessionRequest) GetCommand() *CommandMetadata {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *RevokeSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+// RevokeSessionResponse is the output of RevokeSession.
+type RevokeSessionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeSessionResponse) Reset() {
+	*x = RevokeSessionResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeSessionResponse) ProtoMessage() {}
+
+func (x *RevokeSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeSessionResponse.ProtoReflect.Descriptor instead.
+func (*RevokeSessionResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{50}
+}
+
+// RotateDataPlaneRequest is the input of RotateDataPlane.
+type RotateDataPlaneRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Command       *CommandMetadata       `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	WorkspaceId   string                 `protobuf:"bytes,2,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateDataPlaneRequest) Reset() {
+	*x = RotateDataPlaneRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateDataPlaneRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateDataPlaneRequest) ProtoMessage() {}
+
+func (x *RotateDataPlaneRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateDataPlaneRequest.ProtoReflect.Descriptor instead.
+func (*RotateDataPlaneRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *RotateDataPlaneRequest) GetCommand() *CommandMetadata {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *RotateDataPlaneRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+// RotateDataPlaneResponse is the output of RotateDataPlane.
+type RotateDataPlaneResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Workspace     *Workspace             `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateDataPlaneResponse) Reset() {
+	*x = RotateDataPlaneResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateDataPlaneResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateDataPlaneResponse) ProtoMessage() {}
+
+func (x *RotateDataPlaneResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateDataPlaneResponse.ProtoReflect.Descriptor instead.
+func (*RotateDataPlaneResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *RotateDataPlaneResponse) GetWorkspace() *Workspace {
+	if x != nil {
+		return x.Workspace
+	}
+	return nil
+}
+
 // CreateEgressRequest is the input of CreateEgress.
 type CreateEgressRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -4363,7 +4676,7 @@ type CreateEgressRequest struct {
 
 func (x *CreateEgressRequest) Reset() {
 	*x = CreateEgressRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[47]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4375,7 +4688,7 @@ func (x *CreateEgressRequest) String() string {
 func (*CreateEgressRequest) ProtoMessage() {}
 
 func (x *CreateEgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[47]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4388,7 +4701,7 @@ func (x *CreateEgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEgressRequest.ProtoReflect.Descriptor instead.
 func (*CreateEgressRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{47}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CreateEgressRequest) GetCommand() *CommandMetadata {
@@ -4429,7 +4742,7 @@ type CreateEgressResponse struct {
 
 func (x *CreateEgressResponse) Reset() {
 	*x = CreateEgressResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[48]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4441,7 +4754,7 @@ func (x *CreateEgressResponse) String() string {
 func (*CreateEgressResponse) ProtoMessage() {}
 
 func (x *CreateEgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[48]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4454,7 +4767,7 @@ func (x *CreateEgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEgressResponse.ProtoReflect.Descriptor instead.
 func (*CreateEgressResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{48}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *CreateEgressResponse) GetEgress() *Egress {
@@ -4474,7 +4787,7 @@ type GetEgressRequest struct {
 
 func (x *GetEgressRequest) Reset() {
 	*x = GetEgressRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[49]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4486,7 +4799,7 @@ func (x *GetEgressRequest) String() string {
 func (*GetEgressRequest) ProtoMessage() {}
 
 func (x *GetEgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[49]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4499,7 +4812,7 @@ func (x *GetEgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEgressRequest.ProtoReflect.Descriptor instead.
 func (*GetEgressRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{49}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GetEgressRequest) GetEgressId() string {
@@ -4519,7 +4832,7 @@ type GetEgressResponse struct {
 
 func (x *GetEgressResponse) Reset() {
 	*x = GetEgressResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[50]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4531,7 +4844,7 @@ func (x *GetEgressResponse) String() string {
 func (*GetEgressResponse) ProtoMessage() {}
 
 func (x *GetEgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[50]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4544,7 +4857,7 @@ func (x *GetEgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEgressResponse.ProtoReflect.Descriptor instead.
 func (*GetEgressResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{50}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GetEgressResponse) GetEgress() *Egress {
@@ -4569,7 +4882,7 @@ type ListEgressesRequest struct {
 
 func (x *ListEgressesRequest) Reset() {
 	*x = ListEgressesRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[51]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4581,7 +4894,7 @@ func (x *ListEgressesRequest) String() string {
 func (*ListEgressesRequest) ProtoMessage() {}
 
 func (x *ListEgressesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[51]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4594,7 +4907,7 @@ func (x *ListEgressesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEgressesRequest.ProtoReflect.Descriptor instead.
 func (*ListEgressesRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{51}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListEgressesRequest) GetPageSize() uint32 {
@@ -4630,7 +4943,7 @@ type ListEgressesResponse struct {
 
 func (x *ListEgressesResponse) Reset() {
 	*x = ListEgressesResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[52]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4642,7 +4955,7 @@ func (x *ListEgressesResponse) String() string {
 func (*ListEgressesResponse) ProtoMessage() {}
 
 func (x *ListEgressesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[52]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4655,7 +4968,7 @@ func (x *ListEgressesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEgressesResponse.ProtoReflect.Descriptor instead.
 func (*ListEgressesResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{52}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListEgressesResponse) GetEgresses() []*Egress {
@@ -4689,7 +5002,7 @@ type UpdateEgressRequest struct {
 
 func (x *UpdateEgressRequest) Reset() {
 	*x = UpdateEgressRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[53]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4701,7 +5014,7 @@ func (x *UpdateEgressRequest) String() string {
 func (*UpdateEgressRequest) ProtoMessage() {}
 
 func (x *UpdateEgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[53]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4714,7 +5027,7 @@ func (x *UpdateEgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEgressRequest.ProtoReflect.Descriptor instead.
 func (*UpdateEgressRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{53}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *UpdateEgressRequest) GetCommand() *CommandMetadata {
@@ -4762,7 +5075,7 @@ type UpdateEgressResponse struct {
 
 func (x *UpdateEgressResponse) Reset() {
 	*x = UpdateEgressResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[54]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4774,7 +5087,7 @@ func (x *UpdateEgressResponse) String() string {
 func (*UpdateEgressResponse) ProtoMessage() {}
 
 func (x *UpdateEgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[54]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4787,7 +5100,7 @@ func (x *UpdateEgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEgressResponse.ProtoReflect.Descriptor instead.
 func (*UpdateEgressResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{54}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *UpdateEgressResponse) GetEgress() *Egress {
@@ -4808,7 +5121,7 @@ type DeleteEgressRequest struct {
 
 func (x *DeleteEgressRequest) Reset() {
 	*x = DeleteEgressRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[55]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4820,7 +5133,7 @@ func (x *DeleteEgressRequest) String() string {
 func (*DeleteEgressRequest) ProtoMessage() {}
 
 func (x *DeleteEgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[55]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4833,7 +5146,7 @@ func (x *DeleteEgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEgressRequest.ProtoReflect.Descriptor instead.
 func (*DeleteEgressRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{55}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *DeleteEgressRequest) GetCommand() *CommandMetadata {
@@ -4859,7 +5172,7 @@ type DeleteEgressResponse struct {
 
 func (x *DeleteEgressResponse) Reset() {
 	*x = DeleteEgressResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[56]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4871,7 +5184,7 @@ func (x *DeleteEgressResponse) String() string {
 func (*DeleteEgressResponse) ProtoMessage() {}
 
 func (x *DeleteEgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[56]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4884,7 +5197,7 @@ func (x *DeleteEgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEgressResponse.ProtoReflect.Descriptor instead.
 func (*DeleteEgressResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{56}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{62}
 }
 
 // UpdateEgressLabelsRequest is the input of UpdateEgressLabels.
@@ -4902,7 +5215,7 @@ type UpdateEgressLabelsRequest struct {
 
 func (x *UpdateEgressLabelsRequest) Reset() {
 	*x = UpdateEgressLabelsRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[57]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4914,7 +5227,7 @@ func (x *UpdateEgressLabelsRequest) String() string {
 func (*UpdateEgressLabelsRequest) ProtoMessage() {}
 
 func (x *UpdateEgressLabelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[57]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4927,7 +5240,7 @@ func (x *UpdateEgressLabelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEgressLabelsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateEgressLabelsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{57}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *UpdateEgressLabelsRequest) GetCommand() *CommandMetadata {
@@ -4968,7 +5281,7 @@ type UpdateEgressLabelsResponse struct {
 
 func (x *UpdateEgressLabelsResponse) Reset() {
 	*x = UpdateEgressLabelsResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[58]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4980,7 +5293,7 @@ func (x *UpdateEgressLabelsResponse) String() string {
 func (*UpdateEgressLabelsResponse) ProtoMessage() {}
 
 func (x *UpdateEgressLabelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[58]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4993,7 +5306,7 @@ func (x *UpdateEgressLabelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEgressLabelsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateEgressLabelsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{58}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *UpdateEgressLabelsResponse) GetEgress() *Egress {
@@ -5018,7 +5331,7 @@ type UpdateEgressAnnotationsRequest struct {
 
 func (x *UpdateEgressAnnotationsRequest) Reset() {
 	*x = UpdateEgressAnnotationsRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[59]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5030,7 +5343,7 @@ func (x *UpdateEgressAnnotationsRequest) String() string {
 func (*UpdateEgressAnnotationsRequest) ProtoMessage() {}
 
 func (x *UpdateEgressAnnotationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[59]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5043,7 +5356,7 @@ func (x *UpdateEgressAnnotationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEgressAnnotationsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateEgressAnnotationsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{59}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *UpdateEgressAnnotationsRequest) GetCommand() *CommandMetadata {
@@ -5084,7 +5397,7 @@ type UpdateEgressAnnotationsResponse struct {
 
 func (x *UpdateEgressAnnotationsResponse) Reset() {
 	*x = UpdateEgressAnnotationsResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[60]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5096,7 +5409,7 @@ func (x *UpdateEgressAnnotationsResponse) String() string {
 func (*UpdateEgressAnnotationsResponse) ProtoMessage() {}
 
 func (x *UpdateEgressAnnotationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[60]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5109,7 +5422,7 @@ func (x *UpdateEgressAnnotationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEgressAnnotationsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateEgressAnnotationsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{60}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *UpdateEgressAnnotationsResponse) GetEgress() *Egress {
@@ -5134,7 +5447,7 @@ type EgressSpec struct {
 
 func (x *EgressSpec) Reset() {
 	*x = EgressSpec{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[61]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5146,7 +5459,7 @@ func (x *EgressSpec) String() string {
 func (*EgressSpec) ProtoMessage() {}
 
 func (x *EgressSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[61]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5159,7 +5472,7 @@ func (x *EgressSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressSpec.ProtoReflect.Descriptor instead.
 func (*EgressSpec) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{61}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *EgressSpec) GetProtocol() isEgressSpec_Protocol {
@@ -5212,7 +5525,7 @@ type Socks5Egress struct {
 
 func (x *Socks5Egress) Reset() {
 	*x = Socks5Egress{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[62]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5224,7 +5537,7 @@ func (x *Socks5Egress) String() string {
 func (*Socks5Egress) ProtoMessage() {}
 
 func (x *Socks5Egress) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[62]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5237,7 +5550,7 @@ func (x *Socks5Egress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Socks5Egress.ProtoReflect.Descriptor instead.
 func (*Socks5Egress) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{62}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *Socks5Egress) GetAddress() string {
@@ -5281,7 +5594,7 @@ type EgressTls struct {
 
 func (x *EgressTls) Reset() {
 	*x = EgressTls{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[63]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5293,7 +5606,7 @@ func (x *EgressTls) String() string {
 func (*EgressTls) ProtoMessage() {}
 
 func (x *EgressTls) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[63]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5306,7 +5619,7 @@ func (x *EgressTls) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressTls.ProtoReflect.Descriptor instead.
 func (*EgressTls) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{63}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *EgressTls) GetServerName() string {
@@ -5345,7 +5658,7 @@ type Egress struct {
 
 func (x *Egress) Reset() {
 	*x = Egress{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[64]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5357,7 +5670,7 @@ func (x *Egress) String() string {
 func (*Egress) ProtoMessage() {}
 
 func (x *Egress) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[64]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5370,7 +5683,7 @@ func (x *Egress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Egress.ProtoReflect.Descriptor instead.
 func (*Egress) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{64}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *Egress) GetEgressId() string {
@@ -5451,7 +5764,7 @@ type CreateResolverRequest struct {
 
 func (x *CreateResolverRequest) Reset() {
 	*x = CreateResolverRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[65]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5463,7 +5776,7 @@ func (x *CreateResolverRequest) String() string {
 func (*CreateResolverRequest) ProtoMessage() {}
 
 func (x *CreateResolverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[65]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5476,7 +5789,7 @@ func (x *CreateResolverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResolverRequest.ProtoReflect.Descriptor instead.
 func (*CreateResolverRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{65}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *CreateResolverRequest) GetCommand() *CommandMetadata {
@@ -5517,7 +5830,7 @@ type CreateResolverResponse struct {
 
 func (x *CreateResolverResponse) Reset() {
 	*x = CreateResolverResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[66]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5529,7 +5842,7 @@ func (x *CreateResolverResponse) String() string {
 func (*CreateResolverResponse) ProtoMessage() {}
 
 func (x *CreateResolverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[66]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5542,7 +5855,7 @@ func (x *CreateResolverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResolverResponse.ProtoReflect.Descriptor instead.
 func (*CreateResolverResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{66}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *CreateResolverResponse) GetResolver() *Resolver {
@@ -5562,7 +5875,7 @@ type GetResolverRequest struct {
 
 func (x *GetResolverRequest) Reset() {
 	*x = GetResolverRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[67]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5574,7 +5887,7 @@ func (x *GetResolverRequest) String() string {
 func (*GetResolverRequest) ProtoMessage() {}
 
 func (x *GetResolverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[67]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5587,7 +5900,7 @@ func (x *GetResolverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResolverRequest.ProtoReflect.Descriptor instead.
 func (*GetResolverRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{67}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *GetResolverRequest) GetResolverId() string {
@@ -5607,7 +5920,7 @@ type GetResolverResponse struct {
 
 func (x *GetResolverResponse) Reset() {
 	*x = GetResolverResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[68]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5619,7 +5932,7 @@ func (x *GetResolverResponse) String() string {
 func (*GetResolverResponse) ProtoMessage() {}
 
 func (x *GetResolverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[68]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5632,7 +5945,7 @@ func (x *GetResolverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResolverResponse.ProtoReflect.Descriptor instead.
 func (*GetResolverResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{68}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *GetResolverResponse) GetResolver() *Resolver {
@@ -5657,7 +5970,7 @@ type ListResolversRequest struct {
 
 func (x *ListResolversRequest) Reset() {
 	*x = ListResolversRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[69]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5669,7 +5982,7 @@ func (x *ListResolversRequest) String() string {
 func (*ListResolversRequest) ProtoMessage() {}
 
 func (x *ListResolversRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[69]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5682,7 +5995,7 @@ func (x *ListResolversRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResolversRequest.ProtoReflect.Descriptor instead.
 func (*ListResolversRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{69}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ListResolversRequest) GetPageSize() uint32 {
@@ -5718,7 +6031,7 @@ type ListResolversResponse struct {
 
 func (x *ListResolversResponse) Reset() {
 	*x = ListResolversResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[70]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5730,7 +6043,7 @@ func (x *ListResolversResponse) String() string {
 func (*ListResolversResponse) ProtoMessage() {}
 
 func (x *ListResolversResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[70]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5743,7 +6056,7 @@ func (x *ListResolversResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResolversResponse.ProtoReflect.Descriptor instead.
 func (*ListResolversResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{70}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ListResolversResponse) GetResolvers() []*Resolver {
@@ -5777,7 +6090,7 @@ type UpdateResolverRequest struct {
 
 func (x *UpdateResolverRequest) Reset() {
 	*x = UpdateResolverRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[71]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5789,7 +6102,7 @@ func (x *UpdateResolverRequest) String() string {
 func (*UpdateResolverRequest) ProtoMessage() {}
 
 func (x *UpdateResolverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[71]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5802,7 +6115,7 @@ func (x *UpdateResolverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateResolverRequest.ProtoReflect.Descriptor instead.
 func (*UpdateResolverRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{71}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *UpdateResolverRequest) GetCommand() *CommandMetadata {
@@ -5850,7 +6163,7 @@ type UpdateResolverResponse struct {
 
 func (x *UpdateResolverResponse) Reset() {
 	*x = UpdateResolverResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[72]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5862,7 +6175,7 @@ func (x *UpdateResolverResponse) String() string {
 func (*UpdateResolverResponse) ProtoMessage() {}
 
 func (x *UpdateResolverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[72]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5875,7 +6188,7 @@ func (x *UpdateResolverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateResolverResponse.ProtoReflect.Descriptor instead.
 func (*UpdateResolverResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{72}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *UpdateResolverResponse) GetResolver() *Resolver {
@@ -5896,7 +6209,7 @@ type DeleteResolverRequest struct {
 
 func (x *DeleteResolverRequest) Reset() {
 	*x = DeleteResolverRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[73]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5908,7 +6221,7 @@ func (x *DeleteResolverRequest) String() string {
 func (*DeleteResolverRequest) ProtoMessage() {}
 
 func (x *DeleteResolverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[73]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5921,7 +6234,7 @@ func (x *DeleteResolverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResolverRequest.ProtoReflect.Descriptor instead.
 func (*DeleteResolverRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{73}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *DeleteResolverRequest) GetCommand() *CommandMetadata {
@@ -5947,7 +6260,7 @@ type DeleteResolverResponse struct {
 
 func (x *DeleteResolverResponse) Reset() {
 	*x = DeleteResolverResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[74]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5959,7 +6272,7 @@ func (x *DeleteResolverResponse) String() string {
 func (*DeleteResolverResponse) ProtoMessage() {}
 
 func (x *DeleteResolverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[74]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5972,7 +6285,7 @@ func (x *DeleteResolverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResolverResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResolverResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{74}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{80}
 }
 
 // UpdateResolverLabelsRequest is the input of UpdateResolverLabels.
@@ -5990,7 +6303,7 @@ type UpdateResolverLabelsRequest struct {
 
 func (x *UpdateResolverLabelsRequest) Reset() {
 	*x = UpdateResolverLabelsRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[75]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6002,7 +6315,7 @@ func (x *UpdateResolverLabelsRequest) String() string {
 func (*UpdateResolverLabelsRequest) ProtoMessage() {}
 
 func (x *UpdateResolverLabelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[75]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6015,7 +6328,7 @@ func (x *UpdateResolverLabelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateResolverLabelsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateResolverLabelsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{75}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *UpdateResolverLabelsRequest) GetCommand() *CommandMetadata {
@@ -6056,7 +6369,7 @@ type UpdateResolverLabelsResponse struct {
 
 func (x *UpdateResolverLabelsResponse) Reset() {
 	*x = UpdateResolverLabelsResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[76]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6068,7 +6381,7 @@ func (x *UpdateResolverLabelsResponse) String() string {
 func (*UpdateResolverLabelsResponse) ProtoMessage() {}
 
 func (x *UpdateResolverLabelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[76]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6081,7 +6394,7 @@ func (x *UpdateResolverLabelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateResolverLabelsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateResolverLabelsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{76}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *UpdateResolverLabelsResponse) GetResolver() *Resolver {
@@ -6106,7 +6419,7 @@ type UpdateResolverAnnotationsRequest struct {
 
 func (x *UpdateResolverAnnotationsRequest) Reset() {
 	*x = UpdateResolverAnnotationsRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[77]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6118,7 +6431,7 @@ func (x *UpdateResolverAnnotationsRequest) String() string {
 func (*UpdateResolverAnnotationsRequest) ProtoMessage() {}
 
 func (x *UpdateResolverAnnotationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[77]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6131,7 +6444,7 @@ func (x *UpdateResolverAnnotationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateResolverAnnotationsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateResolverAnnotationsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{77}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *UpdateResolverAnnotationsRequest) GetCommand() *CommandMetadata {
@@ -6172,7 +6485,7 @@ type UpdateResolverAnnotationsResponse struct {
 
 func (x *UpdateResolverAnnotationsResponse) Reset() {
 	*x = UpdateResolverAnnotationsResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[78]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6184,7 +6497,7 @@ func (x *UpdateResolverAnnotationsResponse) String() string {
 func (*UpdateResolverAnnotationsResponse) ProtoMessage() {}
 
 func (x *UpdateResolverAnnotationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[78]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6197,7 +6510,7 @@ func (x *UpdateResolverAnnotationsResponse) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use UpdateResolverAnnotationsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateResolverAnnotationsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{78}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *UpdateResolverAnnotationsResponse) GetResolver() *Resolver {
@@ -6223,7 +6536,7 @@ type ResolverSpec struct {
 
 func (x *ResolverSpec) Reset() {
 	*x = ResolverSpec{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[79]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6235,7 +6548,7 @@ func (x *ResolverSpec) String() string {
 func (*ResolverSpec) ProtoMessage() {}
 
 func (x *ResolverSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[79]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6248,7 +6561,7 @@ func (x *ResolverSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolverSpec.ProtoReflect.Descriptor instead.
 func (*ResolverSpec) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{79}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *ResolverSpec) GetProtocol() isResolverSpec_Protocol {
@@ -6337,7 +6650,7 @@ type UdpResolver struct {
 
 func (x *UdpResolver) Reset() {
 	*x = UdpResolver{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[80]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6349,7 +6662,7 @@ func (x *UdpResolver) String() string {
 func (*UdpResolver) ProtoMessage() {}
 
 func (x *UdpResolver) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[80]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6362,7 +6675,7 @@ func (x *UdpResolver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UdpResolver.ProtoReflect.Descriptor instead.
 func (*UdpResolver) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{80}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *UdpResolver) GetAddress() string {
@@ -6383,7 +6696,7 @@ type TcpResolver struct {
 
 func (x *TcpResolver) Reset() {
 	*x = TcpResolver{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[81]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6395,7 +6708,7 @@ func (x *TcpResolver) String() string {
 func (*TcpResolver) ProtoMessage() {}
 
 func (x *TcpResolver) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[81]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6408,7 +6721,7 @@ func (x *TcpResolver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TcpResolver.ProtoReflect.Descriptor instead.
 func (*TcpResolver) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{81}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *TcpResolver) GetAddress() string {
@@ -6433,7 +6746,7 @@ type TlsResolver struct {
 
 func (x *TlsResolver) Reset() {
 	*x = TlsResolver{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[82]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6445,7 +6758,7 @@ func (x *TlsResolver) String() string {
 func (*TlsResolver) ProtoMessage() {}
 
 func (x *TlsResolver) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[82]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6458,7 +6771,7 @@ func (x *TlsResolver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TlsResolver.ProtoReflect.Descriptor instead.
 func (*TlsResolver) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{82}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *TlsResolver) GetAddress() string {
@@ -6497,7 +6810,7 @@ type HttpsResolver struct {
 
 func (x *HttpsResolver) Reset() {
 	*x = HttpsResolver{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[83]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6509,7 +6822,7 @@ func (x *HttpsResolver) String() string {
 func (*HttpsResolver) ProtoMessage() {}
 
 func (x *HttpsResolver) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[83]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6522,7 +6835,7 @@ func (x *HttpsResolver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HttpsResolver.ProtoReflect.Descriptor instead.
 func (*HttpsResolver) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{83}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *HttpsResolver) GetUrl() string {
@@ -6568,7 +6881,7 @@ type Resolver struct {
 
 func (x *Resolver) Reset() {
 	*x = Resolver{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[84]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6580,7 +6893,7 @@ func (x *Resolver) String() string {
 func (*Resolver) ProtoMessage() {}
 
 func (x *Resolver) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[84]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6593,7 +6906,7 @@ func (x *Resolver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resolver.ProtoReflect.Descriptor instead.
 func (*Resolver) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{84}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *Resolver) GetResolverId() string {
@@ -6680,7 +6993,7 @@ type WorkspaceStop struct {
 
 func (x *WorkspaceStop) Reset() {
 	*x = WorkspaceStop{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[85]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6692,7 +7005,7 @@ func (x *WorkspaceStop) String() string {
 func (*WorkspaceStop) ProtoMessage() {}
 
 func (x *WorkspaceStop) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[85]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6705,7 +7018,7 @@ func (x *WorkspaceStop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceStop.ProtoReflect.Descriptor instead.
 func (*WorkspaceStop) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{85}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *WorkspaceStop) GetCause() StopCause {
@@ -6761,7 +7074,7 @@ type CommandMetadata struct {
 
 func (x *CommandMetadata) Reset() {
 	*x = CommandMetadata{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[86]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6773,7 +7086,7 @@ func (x *CommandMetadata) String() string {
 func (*CommandMetadata) ProtoMessage() {}
 
 func (x *CommandMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[86]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6786,7 +7099,7 @@ func (x *CommandMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandMetadata.ProtoReflect.Descriptor instead.
 func (*CommandMetadata) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{86}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *CommandMetadata) GetCommandId() string {
@@ -6809,7 +7122,7 @@ type TemplateRef struct {
 
 func (x *TemplateRef) Reset() {
 	*x = TemplateRef{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[87]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6821,7 +7134,7 @@ func (x *TemplateRef) String() string {
 func (*TemplateRef) ProtoMessage() {}
 
 func (x *TemplateRef) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[87]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6834,7 +7147,7 @@ func (x *TemplateRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateRef.ProtoReflect.Descriptor instead.
 func (*TemplateRef) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{87}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *TemplateRef) GetTemplateId() string {
@@ -6864,7 +7177,7 @@ type TemplateSelector struct {
 
 func (x *TemplateSelector) Reset() {
 	*x = TemplateSelector{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[88]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6876,7 +7189,7 @@ func (x *TemplateSelector) String() string {
 func (*TemplateSelector) ProtoMessage() {}
 
 func (x *TemplateSelector) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[88]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6889,7 +7202,7 @@ func (x *TemplateSelector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateSelector.ProtoReflect.Descriptor instead.
 func (*TemplateSelector) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{88}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *TemplateSelector) GetTemplateId() string {
@@ -6929,7 +7242,7 @@ type TemplateDeliveryObservation struct {
 
 func (x *TemplateDeliveryObservation) Reset() {
 	*x = TemplateDeliveryObservation{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[89]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6941,7 +7254,7 @@ func (x *TemplateDeliveryObservation) String() string {
 func (*TemplateDeliveryObservation) ProtoMessage() {}
 
 func (x *TemplateDeliveryObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[89]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6954,7 +7267,7 @@ func (x *TemplateDeliveryObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateDeliveryObservation.ProtoReflect.Descriptor instead.
 func (*TemplateDeliveryObservation) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{89}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *TemplateDeliveryObservation) GetState() TemplateDeliveryState {
@@ -7021,7 +7334,7 @@ type ResourceRequest struct {
 
 func (x *ResourceRequest) Reset() {
 	*x = ResourceRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[90]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7033,7 +7346,7 @@ func (x *ResourceRequest) String() string {
 func (*ResourceRequest) ProtoMessage() {}
 
 func (x *ResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[90]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7046,7 +7359,7 @@ func (x *ResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceRequest.ProtoReflect.Descriptor instead.
 func (*ResourceRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{90}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *ResourceRequest) GetCpuMillis() uint32 {
@@ -7081,7 +7394,7 @@ type CapabilityRequirements struct {
 
 func (x *CapabilityRequirements) Reset() {
 	*x = CapabilityRequirements{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[91]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7093,7 +7406,7 @@ func (x *CapabilityRequirements) String() string {
 func (*CapabilityRequirements) ProtoMessage() {}
 
 func (x *CapabilityRequirements) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[91]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7106,7 +7419,7 @@ func (x *CapabilityRequirements) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilityRequirements.ProtoReflect.Descriptor instead.
 func (*CapabilityRequirements) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{91}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *CapabilityRequirements) GetRequired() []string {
@@ -7133,7 +7446,7 @@ type WorkspaceVolumeBinding struct {
 
 func (x *WorkspaceVolumeBinding) Reset() {
 	*x = WorkspaceVolumeBinding{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[92]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7145,7 +7458,7 @@ func (x *WorkspaceVolumeBinding) String() string {
 func (*WorkspaceVolumeBinding) ProtoMessage() {}
 
 func (x *WorkspaceVolumeBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[92]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7158,7 +7471,7 @@ func (x *WorkspaceVolumeBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceVolumeBinding.ProtoReflect.Descriptor instead.
 func (*WorkspaceVolumeBinding) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{92}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *WorkspaceVolumeBinding) GetVolumeId() string {
@@ -7210,7 +7523,7 @@ type NetworkPolicy struct {
 
 func (x *NetworkPolicy) Reset() {
 	*x = NetworkPolicy{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[93]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7222,7 +7535,7 @@ func (x *NetworkPolicy) String() string {
 func (*NetworkPolicy) ProtoMessage() {}
 
 func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[93]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7235,7 +7548,7 @@ func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicy.ProtoReflect.Descriptor instead.
 func (*NetworkPolicy) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{93}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *NetworkPolicy) GetMode() NetworkPolicyMode {
@@ -7293,7 +7606,7 @@ type NetworkPolicyResolver struct {
 
 func (x *NetworkPolicyResolver) Reset() {
 	*x = NetworkPolicyResolver{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[94]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7305,7 +7618,7 @@ func (x *NetworkPolicyResolver) String() string {
 func (*NetworkPolicyResolver) ProtoMessage() {}
 
 func (x *NetworkPolicyResolver) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[94]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7318,7 +7631,7 @@ func (x *NetworkPolicyResolver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicyResolver.ProtoReflect.Descriptor instead.
 func (*NetworkPolicyResolver) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{94}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *NetworkPolicyResolver) GetResolverId() string {
@@ -7349,7 +7662,7 @@ type ResolverPath struct {
 
 func (x *ResolverPath) Reset() {
 	*x = ResolverPath{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[95]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7361,7 +7674,7 @@ func (x *ResolverPath) String() string {
 func (*ResolverPath) ProtoMessage() {}
 
 func (x *ResolverPath) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[95]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7374,7 +7687,7 @@ func (x *ResolverPath) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolverPath.ProtoReflect.Descriptor instead.
 func (*ResolverPath) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{95}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *ResolverPath) GetKind() isResolverPath_Kind {
@@ -7429,7 +7742,7 @@ type ResolverDirectPath struct {
 
 func (x *ResolverDirectPath) Reset() {
 	*x = ResolverDirectPath{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[96]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7441,7 +7754,7 @@ func (x *ResolverDirectPath) String() string {
 func (*ResolverDirectPath) ProtoMessage() {}
 
 func (x *ResolverDirectPath) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[96]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7454,7 +7767,7 @@ func (x *ResolverDirectPath) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolverDirectPath.ProtoReflect.Descriptor instead.
 func (*ResolverDirectPath) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{96}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{102}
 }
 
 // NetworkPolicyEgress names one Egress and the destinations that leave through it.
@@ -7470,7 +7783,7 @@ type NetworkPolicyEgress struct {
 
 func (x *NetworkPolicyEgress) Reset() {
 	*x = NetworkPolicyEgress{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[97]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7482,7 +7795,7 @@ func (x *NetworkPolicyEgress) String() string {
 func (*NetworkPolicyEgress) ProtoMessage() {}
 
 func (x *NetworkPolicyEgress) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[97]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7495,7 +7808,7 @@ func (x *NetworkPolicyEgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicyEgress.ProtoReflect.Descriptor instead.
 func (*NetworkPolicyEgress) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{97}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *NetworkPolicyEgress) GetEgressId() string {
@@ -7531,7 +7844,7 @@ type NetworkPolicyStatus struct {
 
 func (x *NetworkPolicyStatus) Reset() {
 	*x = NetworkPolicyStatus{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[98]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7543,7 +7856,7 @@ func (x *NetworkPolicyStatus) String() string {
 func (*NetworkPolicyStatus) ProtoMessage() {}
 
 func (x *NetworkPolicyStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[98]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7556,7 +7869,7 @@ func (x *NetworkPolicyStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicyStatus.ProtoReflect.Descriptor instead.
 func (*NetworkPolicyStatus) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{98}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *NetworkPolicyStatus) GetAppliedRevision() uint64 {
@@ -7608,7 +7921,7 @@ type NetworkPolicyEgressStatus struct {
 
 func (x *NetworkPolicyEgressStatus) Reset() {
 	*x = NetworkPolicyEgressStatus{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[99]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7620,7 +7933,7 @@ func (x *NetworkPolicyEgressStatus) String() string {
 func (*NetworkPolicyEgressStatus) ProtoMessage() {}
 
 func (x *NetworkPolicyEgressStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[99]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7633,7 +7946,7 @@ func (x *NetworkPolicyEgressStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicyEgressStatus.ProtoReflect.Descriptor instead.
 func (*NetworkPolicyEgressStatus) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{99}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *NetworkPolicyEgressStatus) GetEgressId() string {
@@ -7672,7 +7985,7 @@ type NetworkPolicyResolverStatus struct {
 
 func (x *NetworkPolicyResolverStatus) Reset() {
 	*x = NetworkPolicyResolverStatus{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[100]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7684,7 +7997,7 @@ func (x *NetworkPolicyResolverStatus) String() string {
 func (*NetworkPolicyResolverStatus) ProtoMessage() {}
 
 func (x *NetworkPolicyResolverStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[100]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7697,7 +8010,7 @@ func (x *NetworkPolicyResolverStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicyResolverStatus.ProtoReflect.Descriptor instead.
 func (*NetworkPolicyResolverStatus) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{100}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *NetworkPolicyResolverStatus) GetResolverId() string {
@@ -7755,7 +8068,7 @@ type WorkspaceSpec struct {
 
 func (x *WorkspaceSpec) Reset() {
 	*x = WorkspaceSpec{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[101]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7767,7 +8080,7 @@ func (x *WorkspaceSpec) String() string {
 func (*WorkspaceSpec) ProtoMessage() {}
 
 func (x *WorkspaceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[101]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7780,7 +8093,7 @@ func (x *WorkspaceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceSpec.ProtoReflect.Descriptor instead.
 func (*WorkspaceSpec) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{101}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *WorkspaceSpec) GetTemplate() *TemplateRef {
@@ -7867,7 +8180,7 @@ type WorkspaceCreateSpec struct {
 
 func (x *WorkspaceCreateSpec) Reset() {
 	*x = WorkspaceCreateSpec{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[102]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7879,7 +8192,7 @@ func (x *WorkspaceCreateSpec) String() string {
 func (*WorkspaceCreateSpec) ProtoMessage() {}
 
 func (x *WorkspaceCreateSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[102]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7892,7 +8205,7 @@ func (x *WorkspaceCreateSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceCreateSpec.ProtoReflect.Descriptor instead.
 func (*WorkspaceCreateSpec) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{102}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *WorkspaceCreateSpec) GetTemplate() *TemplateSelector {
@@ -7951,7 +8264,7 @@ type WorkspaceFailure struct {
 
 func (x *WorkspaceFailure) Reset() {
 	*x = WorkspaceFailure{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[103]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7963,7 +8276,7 @@ func (x *WorkspaceFailure) String() string {
 func (*WorkspaceFailure) ProtoMessage() {}
 
 func (x *WorkspaceFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[103]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7976,7 +8289,7 @@ func (x *WorkspaceFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceFailure.ProtoReflect.Descriptor instead.
 func (*WorkspaceFailure) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{103}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *WorkspaceFailure) GetReason() FailureReason {
@@ -8026,7 +8339,7 @@ type RetentionTier struct {
 
 func (x *RetentionTier) Reset() {
 	*x = RetentionTier{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[104]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8038,7 +8351,7 @@ func (x *RetentionTier) String() string {
 func (*RetentionTier) ProtoMessage() {}
 
 func (x *RetentionTier) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[104]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8051,7 +8364,7 @@ func (x *RetentionTier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetentionTier.ProtoReflect.Descriptor instead.
 func (*RetentionTier) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{104}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *RetentionTier) GetKind() RetentionTierKind {
@@ -8141,7 +8454,7 @@ type Workspace struct {
 
 func (x *Workspace) Reset() {
 	*x = Workspace{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[105]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8153,7 +8466,7 @@ func (x *Workspace) String() string {
 func (*Workspace) ProtoMessage() {}
 
 func (x *Workspace) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[105]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8166,7 +8479,7 @@ func (x *Workspace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Workspace.ProtoReflect.Descriptor instead.
 func (*Workspace) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{105}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *Workspace) GetWorkspaceId() string {
@@ -8334,7 +8647,7 @@ type EgressObservation struct {
 
 func (x *EgressObservation) Reset() {
 	*x = EgressObservation{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[106]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8346,7 +8659,7 @@ func (x *EgressObservation) String() string {
 func (*EgressObservation) ProtoMessage() {}
 
 func (x *EgressObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[106]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8359,7 +8672,7 @@ func (x *EgressObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressObservation.ProtoReflect.Descriptor instead.
 func (*EgressObservation) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{106}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *EgressObservation) GetEgressId() string {
@@ -8416,7 +8729,7 @@ type ResolverObservation struct {
 
 func (x *ResolverObservation) Reset() {
 	*x = ResolverObservation{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[107]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8428,7 +8741,7 @@ func (x *ResolverObservation) String() string {
 func (*ResolverObservation) ProtoMessage() {}
 
 func (x *ResolverObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[107]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8441,7 +8754,7 @@ func (x *ResolverObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolverObservation.ProtoReflect.Descriptor instead.
 func (*ResolverObservation) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{107}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *ResolverObservation) GetResolverId() string {
@@ -8517,7 +8830,7 @@ type GuestObservation struct {
 
 func (x *GuestObservation) Reset() {
 	*x = GuestObservation{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[108]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8529,7 +8842,7 @@ func (x *GuestObservation) String() string {
 func (*GuestObservation) ProtoMessage() {}
 
 func (x *GuestObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[108]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8542,7 +8855,7 @@ func (x *GuestObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestObservation.ProtoReflect.Descriptor instead.
 func (*GuestObservation) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{108}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *GuestObservation) GetObservedAt() *timestamppb.Timestamp {
@@ -8645,7 +8958,7 @@ type GuestMemoryKill struct {
 
 func (x *GuestMemoryKill) Reset() {
 	*x = GuestMemoryKill{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[109]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8657,7 +8970,7 @@ func (x *GuestMemoryKill) String() string {
 func (*GuestMemoryKill) ProtoMessage() {}
 
 func (x *GuestMemoryKill) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[109]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8670,7 +8983,7 @@ func (x *GuestMemoryKill) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestMemoryKill.ProtoReflect.Descriptor instead.
 func (*GuestMemoryKill) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{109}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *GuestMemoryKill) GetKilledAt() *timestamppb.Timestamp {
@@ -8735,7 +9048,7 @@ type VolumeSpec struct {
 
 func (x *VolumeSpec) Reset() {
 	*x = VolumeSpec{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[110]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8747,7 +9060,7 @@ func (x *VolumeSpec) String() string {
 func (*VolumeSpec) ProtoMessage() {}
 
 func (x *VolumeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[110]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8760,7 +9073,7 @@ func (x *VolumeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSpec.ProtoReflect.Descriptor instead.
 func (*VolumeSpec) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{110}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *VolumeSpec) GetCapacityBytes() uint64 {
@@ -8791,7 +9104,7 @@ type VolumeFailure struct {
 
 func (x *VolumeFailure) Reset() {
 	*x = VolumeFailure{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[111]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8803,7 +9116,7 @@ func (x *VolumeFailure) String() string {
 func (*VolumeFailure) ProtoMessage() {}
 
 func (x *VolumeFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[111]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8816,7 +9129,7 @@ func (x *VolumeFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeFailure.ProtoReflect.Descriptor instead.
 func (*VolumeFailure) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{111}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *VolumeFailure) GetReason() FailureReason {
@@ -8874,7 +9187,7 @@ type Volume struct {
 
 func (x *Volume) Reset() {
 	*x = Volume{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[112]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8886,7 +9199,7 @@ func (x *Volume) String() string {
 func (*Volume) ProtoMessage() {}
 
 func (x *Volume) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[112]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8899,7 +9212,7 @@ func (x *Volume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Volume.ProtoReflect.Descriptor instead.
 func (*Volume) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{112}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *Volume) GetVolumeId() string {
@@ -9002,7 +9315,7 @@ type VolumeObservation struct {
 
 func (x *VolumeObservation) Reset() {
 	*x = VolumeObservation{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[113]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9014,7 +9327,7 @@ func (x *VolumeObservation) String() string {
 func (*VolumeObservation) ProtoMessage() {}
 
 func (x *VolumeObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[113]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9027,7 +9340,7 @@ func (x *VolumeObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeObservation.ProtoReflect.Descriptor instead.
 func (*VolumeObservation) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{113}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *VolumeObservation) GetCondition() VolumeCondition {
@@ -9072,7 +9385,7 @@ type TransferFailure struct {
 
 func (x *TransferFailure) Reset() {
 	*x = TransferFailure{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[114]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9084,7 +9397,7 @@ func (x *TransferFailure) String() string {
 func (*TransferFailure) ProtoMessage() {}
 
 func (x *TransferFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[114]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9097,7 +9410,7 @@ func (x *TransferFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferFailure.ProtoReflect.Descriptor instead.
 func (*TransferFailure) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{114}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *TransferFailure) GetReason() FailureReason {
@@ -9152,7 +9465,7 @@ type TransferManifest struct {
 
 func (x *TransferManifest) Reset() {
 	*x = TransferManifest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[115]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9164,7 +9477,7 @@ func (x *TransferManifest) String() string {
 func (*TransferManifest) ProtoMessage() {}
 
 func (x *TransferManifest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[115]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9177,7 +9490,7 @@ func (x *TransferManifest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferManifest.ProtoReflect.Descriptor instead.
 func (*TransferManifest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{115}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *TransferManifest) GetTemplate() *TemplateRef {
@@ -9261,7 +9574,7 @@ type Transfer struct {
 
 func (x *Transfer) Reset() {
 	*x = Transfer{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[116]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9273,7 +9586,7 @@ func (x *Transfer) String() string {
 func (*Transfer) ProtoMessage() {}
 
 func (x *Transfer) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[116]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9286,7 +9599,7 @@ func (x *Transfer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transfer.ProtoReflect.Descriptor instead.
 func (*Transfer) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{116}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *Transfer) GetTransferId() string {
@@ -9378,7 +9691,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[117]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9390,7 +9703,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[117]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9403,7 +9716,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{117}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *ErrorDetail) GetObservedWorkspace() *Workspace {
@@ -9438,7 +9751,7 @@ type WorkspaceExpirationPolicy struct {
 
 func (x *WorkspaceExpirationPolicy) Reset() {
 	*x = WorkspaceExpirationPolicy{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[118]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9450,7 +9763,7 @@ func (x *WorkspaceExpirationPolicy) String() string {
 func (*WorkspaceExpirationPolicy) ProtoMessage() {}
 
 func (x *WorkspaceExpirationPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[118]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9463,7 +9776,7 @@ func (x *WorkspaceExpirationPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceExpirationPolicy.ProtoReflect.Descriptor instead.
 func (*WorkspaceExpirationPolicy) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{118}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *WorkspaceExpirationPolicy) GetDeadline() *timestamppb.Timestamp {
@@ -9493,7 +9806,7 @@ type WorkspaceExpiration struct {
 
 func (x *WorkspaceExpiration) Reset() {
 	*x = WorkspaceExpiration{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[119]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9505,7 +9818,7 @@ func (x *WorkspaceExpiration) String() string {
 func (*WorkspaceExpiration) ProtoMessage() {}
 
 func (x *WorkspaceExpiration) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[119]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9518,7 +9831,7 @@ func (x *WorkspaceExpiration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceExpiration.ProtoReflect.Descriptor instead.
 func (*WorkspaceExpiration) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{119}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *WorkspaceExpiration) GetPolicy() *WorkspaceExpirationPolicy {
@@ -9549,7 +9862,7 @@ type WorkspaceExpirationChange struct {
 
 func (x *WorkspaceExpirationChange) Reset() {
 	*x = WorkspaceExpirationChange{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[120]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9561,7 +9874,7 @@ func (x *WorkspaceExpirationChange) String() string {
 func (*WorkspaceExpirationChange) ProtoMessage() {}
 
 func (x *WorkspaceExpirationChange) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[120]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9574,7 +9887,7 @@ func (x *WorkspaceExpirationChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceExpirationChange.ProtoReflect.Descriptor instead.
 func (*WorkspaceExpirationChange) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{120}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *WorkspaceExpirationChange) GetChange() isWorkspaceExpirationChange_Change {
@@ -9841,7 +10154,28 @@ const file_kibotos_ctrl_v1_ctrl_proto_rawDesc = "" +
 	"\x0eunpacked_bytes\x18\x04 \x01(\x04R\runpackedBytes\x129\n" +
 	"\n" +
 	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x16\n" +
-	"\x06source\x18\x06 \x01(\tR\x06source\"\xa0\x03\n" +
+	"\x06source\x18\x06 \x01(\tR\x06source\"Y\n" +
+	"\x13IssueSessionRequest\x12!\n" +
+	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12\x1f\n" +
+	"\vttl_seconds\x18\x02 \x01(\rR\n" +
+	"ttlSeconds\"\xa2\x01\n" +
+	"\x14IssueSessionResponse\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\x12\x1a\n" +
+	"\bendpoint\x18\x03 \x01(\tR\bendpoint\x129\n" +
+	"\n" +
+	"expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"q\n" +
+	"\x14RevokeSessionRequest\x12:\n" +
+	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\"\x17\n" +
+	"\x15RevokeSessionResponse\"w\n" +
+	"\x16RotateDataPlaneRequest\x12:\n" +
+	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x12!\n" +
+	"\fworkspace_id\x18\x02 \x01(\tR\vworkspaceId\"S\n" +
+	"\x17RotateDataPlaneResponse\x128\n" +
+	"\tworkspace\x18\x01 \x01(\v2\x1a.kibotos.ctrl.v1.WorkspaceR\tworkspace\"\xa0\x03\n" +
 	"\x13CreateEgressRequest\x12:\n" +
 	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x12/\n" +
 	"\x04spec\x18\x02 \x01(\v2\x1b.kibotos.ctrl.v1.EgressSpecR\x04spec\x12H\n" +
@@ -10542,7 +10876,11 @@ const file_kibotos_ctrl_v1_ctrl_proto_rawDesc = "" +
 	"\x12SetTemplateDefault\x12*.kibotos.ctrl.v1.SetTemplateDefaultRequest\x1a+.kibotos.ctrl.v1.SetTemplateDefaultResponse\x12a\n" +
 	"\x0eDeleteTemplate\x12&.kibotos.ctrl.v1.DeleteTemplateRequest\x1a'.kibotos.ctrl.v1.DeleteTemplateResponse\x12s\n" +
 	"\x14UpdateTemplateLabels\x12,.kibotos.ctrl.v1.UpdateTemplateLabelsRequest\x1a-.kibotos.ctrl.v1.UpdateTemplateLabelsResponse\x12\x82\x01\n" +
-	"\x19UpdateTemplateAnnotations\x121.kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest\x1a2.kibotos.ctrl.v1.UpdateTemplateAnnotationsResponse2\xc4\x05\n" +
+	"\x19UpdateTemplateAnnotations\x121.kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest\x1a2.kibotos.ctrl.v1.UpdateTemplateAnnotationsResponse2\xb3\x02\n" +
+	"\x0eSessionService\x12[\n" +
+	"\fIssueSession\x12$.kibotos.ctrl.v1.IssueSessionRequest\x1a%.kibotos.ctrl.v1.IssueSessionResponse\x12^\n" +
+	"\rRevokeSession\x12%.kibotos.ctrl.v1.RevokeSessionRequest\x1a&.kibotos.ctrl.v1.RevokeSessionResponse\x12d\n" +
+	"\x0fRotateDataPlane\x12'.kibotos.ctrl.v1.RotateDataPlaneRequest\x1a(.kibotos.ctrl.v1.RotateDataPlaneResponse2\xc4\x05\n" +
 	"\rEgressService\x12[\n" +
 	"\fCreateEgress\x12$.kibotos.ctrl.v1.CreateEgressRequest\x1a%.kibotos.ctrl.v1.CreateEgressResponse\x12R\n" +
 	"\tGetEgress\x12!.kibotos.ctrl.v1.GetEgressRequest\x1a\".kibotos.ctrl.v1.GetEgressResponse\x12[\n" +
@@ -10574,7 +10912,7 @@ func file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_ctrl_v1_ctrl_proto_enumTypes = make([]protoimpl.EnumInfo, 25)
-var file_kibotos_ctrl_v1_ctrl_proto_msgTypes = make([]protoimpl.MessageInfo, 153)
+var file_kibotos_ctrl_v1_ctrl_proto_msgTypes = make([]protoimpl.MessageInfo, 159)
 var file_kibotos_ctrl_v1_ctrl_proto_goTypes = []any{
 	(ImageArchiveFormat)(0),                      // 0: kibotos.ctrl.v1.ImageArchiveFormat
 	(WorkspaceState)(0),                          // 1: kibotos.ctrl.v1.WorkspaceState
@@ -10648,413 +10986,429 @@ var file_kibotos_ctrl_v1_ctrl_proto_goTypes = []any{
 	(*UpdateTemplateAnnotationsResponse)(nil),    // 69: kibotos.ctrl.v1.UpdateTemplateAnnotationsResponse
 	(*Template)(nil),                             // 70: kibotos.ctrl.v1.Template
 	(*TemplateRevision)(nil),                     // 71: kibotos.ctrl.v1.TemplateRevision
-	(*CreateEgressRequest)(nil),                  // 72: kibotos.ctrl.v1.CreateEgressRequest
-	(*CreateEgressResponse)(nil),                 // 73: kibotos.ctrl.v1.CreateEgressResponse
-	(*GetEgressRequest)(nil),                     // 74: kibotos.ctrl.v1.GetEgressRequest
-	(*GetEgressResponse)(nil),                    // 75: kibotos.ctrl.v1.GetEgressResponse
-	(*ListEgressesRequest)(nil),                  // 76: kibotos.ctrl.v1.ListEgressesRequest
-	(*ListEgressesResponse)(nil),                 // 77: kibotos.ctrl.v1.ListEgressesResponse
-	(*UpdateEgressRequest)(nil),                  // 78: kibotos.ctrl.v1.UpdateEgressRequest
-	(*UpdateEgressResponse)(nil),                 // 79: kibotos.ctrl.v1.UpdateEgressResponse
-	(*DeleteEgressRequest)(nil),                  // 80: kibotos.ctrl.v1.DeleteEgressRequest
-	(*DeleteEgressResponse)(nil),                 // 81: kibotos.ctrl.v1.DeleteEgressResponse
-	(*UpdateEgressLabelsRequest)(nil),            // 82: kibotos.ctrl.v1.UpdateEgressLabelsRequest
-	(*UpdateEgressLabelsResponse)(nil),           // 83: kibotos.ctrl.v1.UpdateEgressLabelsResponse
-	(*UpdateEgressAnnotationsRequest)(nil),       // 84: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest
-	(*UpdateEgressAnnotationsResponse)(nil),      // 85: kibotos.ctrl.v1.UpdateEgressAnnotationsResponse
-	(*EgressSpec)(nil),                           // 86: kibotos.ctrl.v1.EgressSpec
-	(*Socks5Egress)(nil),                         // 87: kibotos.ctrl.v1.Socks5Egress
-	(*EgressTls)(nil),                            // 88: kibotos.ctrl.v1.EgressTls
-	(*Egress)(nil),                               // 89: kibotos.ctrl.v1.Egress
-	(*CreateResolverRequest)(nil),                // 90: kibotos.ctrl.v1.CreateResolverRequest
-	(*CreateResolverResponse)(nil),               // 91: kibotos.ctrl.v1.CreateResolverResponse
-	(*GetResolverRequest)(nil),                   // 92: kibotos.ctrl.v1.GetResolverRequest
-	(*GetResolverResponse)(nil),                  // 93: kibotos.ctrl.v1.GetResolverResponse
-	(*ListResolversRequest)(nil),                 // 94: kibotos.ctrl.v1.ListResolversRequest
-	(*ListResolversResponse)(nil),                // 95: kibotos.ctrl.v1.ListResolversResponse
-	(*UpdateResolverRequest)(nil),                // 96: kibotos.ctrl.v1.UpdateResolverRequest
-	(*UpdateResolverResponse)(nil),               // 97: kibotos.ctrl.v1.UpdateResolverResponse
-	(*DeleteResolverRequest)(nil),                // 98: kibotos.ctrl.v1.DeleteResolverRequest
-	(*DeleteResolverResponse)(nil),               // 99: kibotos.ctrl.v1.DeleteResolverResponse
-	(*UpdateResolverLabelsRequest)(nil),          // 100: kibotos.ctrl.v1.UpdateResolverLabelsRequest
-	(*UpdateResolverLabelsResponse)(nil),         // 101: kibotos.ctrl.v1.UpdateResolverLabelsResponse
-	(*UpdateResolverAnnotationsRequest)(nil),     // 102: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest
-	(*UpdateResolverAnnotationsResponse)(nil),    // 103: kibotos.ctrl.v1.UpdateResolverAnnotationsResponse
-	(*ResolverSpec)(nil),                         // 104: kibotos.ctrl.v1.ResolverSpec
-	(*UdpResolver)(nil),                          // 105: kibotos.ctrl.v1.UdpResolver
-	(*TcpResolver)(nil),                          // 106: kibotos.ctrl.v1.TcpResolver
-	(*TlsResolver)(nil),                          // 107: kibotos.ctrl.v1.TlsResolver
-	(*HttpsResolver)(nil),                        // 108: kibotos.ctrl.v1.HttpsResolver
-	(*Resolver)(nil),                             // 109: kibotos.ctrl.v1.Resolver
-	(*WorkspaceStop)(nil),                        // 110: kibotos.ctrl.v1.WorkspaceStop
-	(*CommandMetadata)(nil),                      // 111: kibotos.ctrl.v1.CommandMetadata
-	(*TemplateRef)(nil),                          // 112: kibotos.ctrl.v1.TemplateRef
-	(*TemplateSelector)(nil),                     // 113: kibotos.ctrl.v1.TemplateSelector
-	(*TemplateDeliveryObservation)(nil),          // 114: kibotos.ctrl.v1.TemplateDeliveryObservation
-	(*ResourceRequest)(nil),                      // 115: kibotos.ctrl.v1.ResourceRequest
-	(*CapabilityRequirements)(nil),               // 116: kibotos.ctrl.v1.CapabilityRequirements
-	(*WorkspaceVolumeBinding)(nil),               // 117: kibotos.ctrl.v1.WorkspaceVolumeBinding
-	(*NetworkPolicy)(nil),                        // 118: kibotos.ctrl.v1.NetworkPolicy
-	(*NetworkPolicyResolver)(nil),                // 119: kibotos.ctrl.v1.NetworkPolicyResolver
-	(*ResolverPath)(nil),                         // 120: kibotos.ctrl.v1.ResolverPath
-	(*ResolverDirectPath)(nil),                   // 121: kibotos.ctrl.v1.ResolverDirectPath
-	(*NetworkPolicyEgress)(nil),                  // 122: kibotos.ctrl.v1.NetworkPolicyEgress
-	(*NetworkPolicyStatus)(nil),                  // 123: kibotos.ctrl.v1.NetworkPolicyStatus
-	(*NetworkPolicyEgressStatus)(nil),            // 124: kibotos.ctrl.v1.NetworkPolicyEgressStatus
-	(*NetworkPolicyResolverStatus)(nil),          // 125: kibotos.ctrl.v1.NetworkPolicyResolverStatus
-	(*WorkspaceSpec)(nil),                        // 126: kibotos.ctrl.v1.WorkspaceSpec
-	(*WorkspaceCreateSpec)(nil),                  // 127: kibotos.ctrl.v1.WorkspaceCreateSpec
-	(*WorkspaceFailure)(nil),                     // 128: kibotos.ctrl.v1.WorkspaceFailure
-	(*RetentionTier)(nil),                        // 129: kibotos.ctrl.v1.RetentionTier
-	(*Workspace)(nil),                            // 130: kibotos.ctrl.v1.Workspace
-	(*EgressObservation)(nil),                    // 131: kibotos.ctrl.v1.EgressObservation
-	(*ResolverObservation)(nil),                  // 132: kibotos.ctrl.v1.ResolverObservation
-	(*GuestObservation)(nil),                     // 133: kibotos.ctrl.v1.GuestObservation
-	(*GuestMemoryKill)(nil),                      // 134: kibotos.ctrl.v1.GuestMemoryKill
-	(*VolumeSpec)(nil),                           // 135: kibotos.ctrl.v1.VolumeSpec
-	(*VolumeFailure)(nil),                        // 136: kibotos.ctrl.v1.VolumeFailure
-	(*Volume)(nil),                               // 137: kibotos.ctrl.v1.Volume
-	(*VolumeObservation)(nil),                    // 138: kibotos.ctrl.v1.VolumeObservation
-	(*TransferFailure)(nil),                      // 139: kibotos.ctrl.v1.TransferFailure
-	(*TransferManifest)(nil),                     // 140: kibotos.ctrl.v1.TransferManifest
-	(*Transfer)(nil),                             // 141: kibotos.ctrl.v1.Transfer
-	(*ErrorDetail)(nil),                          // 142: kibotos.ctrl.v1.ErrorDetail
-	(*WorkspaceExpirationPolicy)(nil),            // 143: kibotos.ctrl.v1.WorkspaceExpirationPolicy
-	(*WorkspaceExpiration)(nil),                  // 144: kibotos.ctrl.v1.WorkspaceExpiration
-	(*WorkspaceExpirationChange)(nil),            // 145: kibotos.ctrl.v1.WorkspaceExpirationChange
-	nil,                                          // 146: kibotos.ctrl.v1.CreateWorkspaceRequest.LabelsEntry
-	nil,                                          // 147: kibotos.ctrl.v1.CreateWorkspaceRequest.AnnotationsEntry
-	nil,                                          // 148: kibotos.ctrl.v1.ListWorkspacesRequest.LabelSelectorEntry
-	nil,                                          // 149: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.LabelsEntry
-	nil,                                          // 150: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.AnnotationsEntry
-	nil,                                          // 151: kibotos.ctrl.v1.CreateTemplateRequest.LabelsEntry
-	nil,                                          // 152: kibotos.ctrl.v1.CreateTemplateRequest.AnnotationsEntry
-	nil,                                          // 153: kibotos.ctrl.v1.ListTemplatesRequest.LabelSelectorEntry
-	nil,                                          // 154: kibotos.ctrl.v1.UpdateTemplateLabelsRequest.LabelsEntry
-	nil,                                          // 155: kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.AnnotationsEntry
-	nil,                                          // 156: kibotos.ctrl.v1.Template.LabelsEntry
-	nil,                                          // 157: kibotos.ctrl.v1.Template.AnnotationsEntry
-	nil,                                          // 158: kibotos.ctrl.v1.CreateEgressRequest.LabelsEntry
-	nil,                                          // 159: kibotos.ctrl.v1.CreateEgressRequest.AnnotationsEntry
-	nil,                                          // 160: kibotos.ctrl.v1.ListEgressesRequest.LabelSelectorEntry
-	nil,                                          // 161: kibotos.ctrl.v1.UpdateEgressLabelsRequest.LabelsEntry
-	nil,                                          // 162: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.AnnotationsEntry
-	nil,                                          // 163: kibotos.ctrl.v1.Egress.LabelsEntry
-	nil,                                          // 164: kibotos.ctrl.v1.Egress.AnnotationsEntry
-	nil,                                          // 165: kibotos.ctrl.v1.CreateResolverRequest.LabelsEntry
-	nil,                                          // 166: kibotos.ctrl.v1.CreateResolverRequest.AnnotationsEntry
-	nil,                                          // 167: kibotos.ctrl.v1.ListResolversRequest.LabelSelectorEntry
-	nil,                                          // 168: kibotos.ctrl.v1.UpdateResolverLabelsRequest.LabelsEntry
-	nil,                                          // 169: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.AnnotationsEntry
-	nil,                                          // 170: kibotos.ctrl.v1.Resolver.LabelsEntry
-	nil,                                          // 171: kibotos.ctrl.v1.Resolver.AnnotationsEntry
-	nil,                                          // 172: kibotos.ctrl.v1.Workspace.AnnotationsEntry
-	nil,                                          // 173: kibotos.ctrl.v1.Workspace.LabelsEntry
-	nil,                                          // 174: kibotos.ctrl.v1.Volume.AnnotationsEntry
-	nil,                                          // 175: kibotos.ctrl.v1.Volume.LabelsEntry
-	nil,                                          // 176: kibotos.ctrl.v1.Transfer.LabelsEntry
-	nil,                                          // 177: kibotos.ctrl.v1.Transfer.AnnotationsEntry
-	(*timestamppb.Timestamp)(nil),                // 178: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),                  // 179: google.protobuf.Duration
-	(*emptypb.Empty)(nil),                        // 180: google.protobuf.Empty
+	(*IssueSessionRequest)(nil),                  // 72: kibotos.ctrl.v1.IssueSessionRequest
+	(*IssueSessionResponse)(nil),                 // 73: kibotos.ctrl.v1.IssueSessionResponse
+	(*RevokeSessionRequest)(nil),                 // 74: kibotos.ctrl.v1.RevokeSessionRequest
+	(*RevokeSessionResponse)(nil),                // 75: kibotos.ctrl.v1.RevokeSessionResponse
+	(*RotateDataPlaneRequest)(nil),               // 76: kibotos.ctrl.v1.RotateDataPlaneRequest
+	(*RotateDataPlaneResponse)(nil),              // 77: kibotos.ctrl.v1.RotateDataPlaneResponse
+	(*CreateEgressRequest)(nil),                  // 78: kibotos.ctrl.v1.CreateEgressRequest
+	(*CreateEgressResponse)(nil),                 // 79: kibotos.ctrl.v1.CreateEgressResponse
+	(*GetEgressRequest)(nil),                     // 80: kibotos.ctrl.v1.GetEgressRequest
+	(*GetEgressResponse)(nil),                    // 81: kibotos.ctrl.v1.GetEgressResponse
+	(*ListEgressesRequest)(nil),                  // 82: kibotos.ctrl.v1.ListEgressesRequest
+	(*ListEgressesResponse)(nil),                 // 83: kibotos.ctrl.v1.ListEgressesResponse
+	(*UpdateEgressRequest)(nil),                  // 84: kibotos.ctrl.v1.UpdateEgressRequest
+	(*UpdateEgressResponse)(nil),                 // 85: kibotos.ctrl.v1.UpdateEgressResponse
+	(*DeleteEgressRequest)(nil),                  // 86: kibotos.ctrl.v1.DeleteEgressRequest
+	(*DeleteEgressResponse)(nil),                 // 87: kibotos.ctrl.v1.DeleteEgressResponse
+	(*UpdateEgressLabelsRequest)(nil),            // 88: kibotos.ctrl.v1.UpdateEgressLabelsRequest
+	(*UpdateEgressLabelsResponse)(nil),           // 89: kibotos.ctrl.v1.UpdateEgressLabelsResponse
+	(*UpdateEgressAnnotationsRequest)(nil),       // 90: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest
+	(*UpdateEgressAnnotationsResponse)(nil),      // 91: kibotos.ctrl.v1.UpdateEgressAnnotationsResponse
+	(*EgressSpec)(nil),                           // 92: kibotos.ctrl.v1.EgressSpec
+	(*Socks5Egress)(nil),                         // 93: kibotos.ctrl.v1.Socks5Egress
+	(*EgressTls)(nil),                            // 94: kibotos.ctrl.v1.EgressTls
+	(*Egress)(nil),                               // 95: kibotos.ctrl.v1.Egress
+	(*CreateResolverRequest)(nil),                // 96: kibotos.ctrl.v1.CreateResolverRequest
+	(*CreateResolverResponse)(nil),               // 97: kibotos.ctrl.v1.CreateResolverResponse
+	(*GetResolverRequest)(nil),                   // 98: kibotos.ctrl.v1.GetResolverRequest
+	(*GetResolverResponse)(nil),                  // 99: kibotos.ctrl.v1.GetResolverResponse
+	(*ListResolversRequest)(nil),                 // 100: kibotos.ctrl.v1.ListResolversRequest
+	(*ListResolversResponse)(nil),                // 101: kibotos.ctrl.v1.ListResolversResponse
+	(*UpdateResolverRequest)(nil),                // 102: kibotos.ctrl.v1.UpdateResolverRequest
+	(*UpdateResolverResponse)(nil),               // 103: kibotos.ctrl.v1.UpdateResolverResponse
+	(*DeleteResolverRequest)(nil),                // 104: kibotos.ctrl.v1.DeleteResolverRequest
+	(*DeleteResolverResponse)(nil),               // 105: kibotos.ctrl.v1.DeleteResolverResponse
+	(*UpdateResolverLabelsRequest)(nil),          // 106: kibotos.ctrl.v1.UpdateResolverLabelsRequest
+	(*UpdateResolverLabelsResponse)(nil),         // 107: kibotos.ctrl.v1.UpdateResolverLabelsResponse
+	(*UpdateResolverAnnotationsRequest)(nil),     // 108: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest
+	(*UpdateResolverAnnotationsResponse)(nil),    // 109: kibotos.ctrl.v1.UpdateResolverAnnotationsResponse
+	(*ResolverSpec)(nil),                         // 110: kibotos.ctrl.v1.ResolverSpec
+	(*UdpResolver)(nil),                          // 111: kibotos.ctrl.v1.UdpResolver
+	(*TcpResolver)(nil),                          // 112: kibotos.ctrl.v1.TcpResolver
+	(*TlsResolver)(nil),                          // 113: kibotos.ctrl.v1.TlsResolver
+	(*HttpsResolver)(nil),                        // 114: kibotos.ctrl.v1.HttpsResolver
+	(*Resolver)(nil),                             // 115: kibotos.ctrl.v1.Resolver
+	(*WorkspaceStop)(nil),                        // 116: kibotos.ctrl.v1.WorkspaceStop
+	(*CommandMetadata)(nil),                      // 117: kibotos.ctrl.v1.CommandMetadata
+	(*TemplateRef)(nil),                          // 118: kibotos.ctrl.v1.TemplateRef
+	(*TemplateSelector)(nil),                     // 119: kibotos.ctrl.v1.TemplateSelector
+	(*TemplateDeliveryObservation)(nil),          // 120: kibotos.ctrl.v1.TemplateDeliveryObservation
+	(*ResourceRequest)(nil),                      // 121: kibotos.ctrl.v1.ResourceRequest
+	(*CapabilityRequirements)(nil),               // 122: kibotos.ctrl.v1.CapabilityRequirements
+	(*WorkspaceVolumeBinding)(nil),               // 123: kibotos.ctrl.v1.WorkspaceVolumeBinding
+	(*NetworkPolicy)(nil),                        // 124: kibotos.ctrl.v1.NetworkPolicy
+	(*NetworkPolicyResolver)(nil),                // 125: kibotos.ctrl.v1.NetworkPolicyResolver
+	(*ResolverPath)(nil),                         // 126: kibotos.ctrl.v1.ResolverPath
+	(*ResolverDirectPath)(nil),                   // 127: kibotos.ctrl.v1.ResolverDirectPath
+	(*NetworkPolicyEgress)(nil),                  // 128: kibotos.ctrl.v1.NetworkPolicyEgress
+	(*NetworkPolicyStatus)(nil),                  // 129: kibotos.ctrl.v1.NetworkPolicyStatus
+	(*NetworkPolicyEgressStatus)(nil),            // 130: kibotos.ctrl.v1.NetworkPolicyEgressStatus
+	(*NetworkPolicyResolverStatus)(nil),          // 131: kibotos.ctrl.v1.NetworkPolicyResolverStatus
+	(*WorkspaceSpec)(nil),                        // 132: kibotos.ctrl.v1.WorkspaceSpec
+	(*WorkspaceCreateSpec)(nil),                  // 133: kibotos.ctrl.v1.WorkspaceCreateSpec
+	(*WorkspaceFailure)(nil),                     // 134: kibotos.ctrl.v1.WorkspaceFailure
+	(*RetentionTier)(nil),                        // 135: kibotos.ctrl.v1.RetentionTier
+	(*Workspace)(nil),                            // 136: kibotos.ctrl.v1.Workspace
+	(*EgressObservation)(nil),                    // 137: kibotos.ctrl.v1.EgressObservation
+	(*ResolverObservation)(nil),                  // 138: kibotos.ctrl.v1.ResolverObservation
+	(*GuestObservation)(nil),                     // 139: kibotos.ctrl.v1.GuestObservation
+	(*GuestMemoryKill)(nil),                      // 140: kibotos.ctrl.v1.GuestMemoryKill
+	(*VolumeSpec)(nil),                           // 141: kibotos.ctrl.v1.VolumeSpec
+	(*VolumeFailure)(nil),                        // 142: kibotos.ctrl.v1.VolumeFailure
+	(*Volume)(nil),                               // 143: kibotos.ctrl.v1.Volume
+	(*VolumeObservation)(nil),                    // 144: kibotos.ctrl.v1.VolumeObservation
+	(*TransferFailure)(nil),                      // 145: kibotos.ctrl.v1.TransferFailure
+	(*TransferManifest)(nil),                     // 146: kibotos.ctrl.v1.TransferManifest
+	(*Transfer)(nil),                             // 147: kibotos.ctrl.v1.Transfer
+	(*ErrorDetail)(nil),                          // 148: kibotos.ctrl.v1.ErrorDetail
+	(*WorkspaceExpirationPolicy)(nil),            // 149: kibotos.ctrl.v1.WorkspaceExpirationPolicy
+	(*WorkspaceExpiration)(nil),                  // 150: kibotos.ctrl.v1.WorkspaceExpiration
+	(*WorkspaceExpirationChange)(nil),            // 151: kibotos.ctrl.v1.WorkspaceExpirationChange
+	nil,                                          // 152: kibotos.ctrl.v1.CreateWorkspaceRequest.LabelsEntry
+	nil,                                          // 153: kibotos.ctrl.v1.CreateWorkspaceRequest.AnnotationsEntry
+	nil,                                          // 154: kibotos.ctrl.v1.ListWorkspacesRequest.LabelSelectorEntry
+	nil,                                          // 155: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.LabelsEntry
+	nil,                                          // 156: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.AnnotationsEntry
+	nil,                                          // 157: kibotos.ctrl.v1.CreateTemplateRequest.LabelsEntry
+	nil,                                          // 158: kibotos.ctrl.v1.CreateTemplateRequest.AnnotationsEntry
+	nil,                                          // 159: kibotos.ctrl.v1.ListTemplatesRequest.LabelSelectorEntry
+	nil,                                          // 160: kibotos.ctrl.v1.UpdateTemplateLabelsRequest.LabelsEntry
+	nil,                                          // 161: kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.AnnotationsEntry
+	nil,                                          // 162: kibotos.ctrl.v1.Template.LabelsEntry
+	nil,                                          // 163: kibotos.ctrl.v1.Template.AnnotationsEntry
+	nil,                                          // 164: kibotos.ctrl.v1.CreateEgressRequest.LabelsEntry
+	nil,                                          // 165: kibotos.ctrl.v1.CreateEgressRequest.AnnotationsEntry
+	nil,                                          // 166: kibotos.ctrl.v1.ListEgressesRequest.LabelSelectorEntry
+	nil,                                          // 167: kibotos.ctrl.v1.UpdateEgressLabelsRequest.LabelsEntry
+	nil,                                          // 168: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.AnnotationsEntry
+	nil,                                          // 169: kibotos.ctrl.v1.Egress.LabelsEntry
+	nil,                                          // 170: kibotos.ctrl.v1.Egress.AnnotationsEntry
+	nil,                                          // 171: kibotos.ctrl.v1.CreateResolverRequest.LabelsEntry
+	nil,                                          // 172: kibotos.ctrl.v1.CreateResolverRequest.AnnotationsEntry
+	nil,                                          // 173: kibotos.ctrl.v1.ListResolversRequest.LabelSelectorEntry
+	nil,                                          // 174: kibotos.ctrl.v1.UpdateResolverLabelsRequest.LabelsEntry
+	nil,                                          // 175: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.AnnotationsEntry
+	nil,                                          // 176: kibotos.ctrl.v1.Resolver.LabelsEntry
+	nil,                                          // 177: kibotos.ctrl.v1.Resolver.AnnotationsEntry
+	nil,                                          // 178: kibotos.ctrl.v1.Workspace.AnnotationsEntry
+	nil,                                          // 179: kibotos.ctrl.v1.Workspace.LabelsEntry
+	nil,                                          // 180: kibotos.ctrl.v1.Volume.AnnotationsEntry
+	nil,                                          // 181: kibotos.ctrl.v1.Volume.LabelsEntry
+	nil,                                          // 182: kibotos.ctrl.v1.Transfer.LabelsEntry
+	nil,                                          // 183: kibotos.ctrl.v1.Transfer.AnnotationsEntry
+	(*timestamppb.Timestamp)(nil),                // 184: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),                  // 185: google.protobuf.Duration
+	(*emptypb.Empty)(nil),                        // 186: google.protobuf.Empty
 }
 var file_kibotos_ctrl_v1_ctrl_proto_depIdxs = []int32{
-	111, // 0: kibotos.ctrl.v1.CreateWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	127, // 1: kibotos.ctrl.v1.CreateWorkspaceRequest.spec:type_name -> kibotos.ctrl.v1.WorkspaceCreateSpec
-	146, // 2: kibotos.ctrl.v1.CreateWorkspaceRequest.labels:type_name -> kibotos.ctrl.v1.CreateWorkspaceRequest.LabelsEntry
-	147, // 3: kibotos.ctrl.v1.CreateWorkspaceRequest.annotations:type_name -> kibotos.ctrl.v1.CreateWorkspaceRequest.AnnotationsEntry
-	130, // 4: kibotos.ctrl.v1.CreateWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	130, // 5: kibotos.ctrl.v1.GetWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	148, // 6: kibotos.ctrl.v1.ListWorkspacesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListWorkspacesRequest.LabelSelectorEntry
-	130, // 7: kibotos.ctrl.v1.ListWorkspacesResponse.workspaces:type_name -> kibotos.ctrl.v1.Workspace
-	130, // 8: kibotos.ctrl.v1.WatchWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	111, // 9: kibotos.ctrl.v1.StartWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	130, // 10: kibotos.ctrl.v1.StartWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	111, // 11: kibotos.ctrl.v1.StopWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	117, // 0: kibotos.ctrl.v1.CreateWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	133, // 1: kibotos.ctrl.v1.CreateWorkspaceRequest.spec:type_name -> kibotos.ctrl.v1.WorkspaceCreateSpec
+	152, // 2: kibotos.ctrl.v1.CreateWorkspaceRequest.labels:type_name -> kibotos.ctrl.v1.CreateWorkspaceRequest.LabelsEntry
+	153, // 3: kibotos.ctrl.v1.CreateWorkspaceRequest.annotations:type_name -> kibotos.ctrl.v1.CreateWorkspaceRequest.AnnotationsEntry
+	136, // 4: kibotos.ctrl.v1.CreateWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	136, // 5: kibotos.ctrl.v1.GetWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	154, // 6: kibotos.ctrl.v1.ListWorkspacesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListWorkspacesRequest.LabelSelectorEntry
+	136, // 7: kibotos.ctrl.v1.ListWorkspacesResponse.workspaces:type_name -> kibotos.ctrl.v1.Workspace
+	136, // 8: kibotos.ctrl.v1.WatchWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	117, // 9: kibotos.ctrl.v1.StartWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	136, // 10: kibotos.ctrl.v1.StartWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	117, // 11: kibotos.ctrl.v1.StopWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
 	12,  // 12: kibotos.ctrl.v1.StopWorkspaceRequest.mode:type_name -> kibotos.ctrl.v1.StopMode
-	130, // 13: kibotos.ctrl.v1.StopWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	111, // 14: kibotos.ctrl.v1.DeleteWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	130, // 15: kibotos.ctrl.v1.DeleteWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	111, // 16: kibotos.ctrl.v1.UpdateWorkspaceMemoryRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	130, // 17: kibotos.ctrl.v1.UpdateWorkspaceMemoryResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	111, // 18: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	130, // 19: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	111, // 20: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	117, // 21: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest.volume:type_name -> kibotos.ctrl.v1.WorkspaceVolumeBinding
-	130, // 22: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	111, // 23: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	118, // 24: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest.policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
-	130, // 25: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	111, // 26: kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	145, // 27: kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest.change:type_name -> kibotos.ctrl.v1.WorkspaceExpirationChange
-	130, // 28: kibotos.ctrl.v1.UpdateWorkspaceExpirationResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	111, // 29: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	149, // 30: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.LabelsEntry
-	130, // 31: kibotos.ctrl.v1.UpdateWorkspaceLabelsResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	111, // 32: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	150, // 33: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.AnnotationsEntry
-	130, // 34: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	111, // 35: kibotos.ctrl.v1.CreateTemplateRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	151, // 36: kibotos.ctrl.v1.CreateTemplateRequest.labels:type_name -> kibotos.ctrl.v1.CreateTemplateRequest.LabelsEntry
-	152, // 37: kibotos.ctrl.v1.CreateTemplateRequest.annotations:type_name -> kibotos.ctrl.v1.CreateTemplateRequest.AnnotationsEntry
+	136, // 13: kibotos.ctrl.v1.StopWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	117, // 14: kibotos.ctrl.v1.DeleteWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	136, // 15: kibotos.ctrl.v1.DeleteWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	117, // 16: kibotos.ctrl.v1.UpdateWorkspaceMemoryRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	136, // 17: kibotos.ctrl.v1.UpdateWorkspaceMemoryResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	117, // 18: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	136, // 19: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	117, // 20: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	123, // 21: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest.volume:type_name -> kibotos.ctrl.v1.WorkspaceVolumeBinding
+	136, // 22: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	117, // 23: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	124, // 24: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest.policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	136, // 25: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	117, // 26: kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	151, // 27: kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest.change:type_name -> kibotos.ctrl.v1.WorkspaceExpirationChange
+	136, // 28: kibotos.ctrl.v1.UpdateWorkspaceExpirationResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	117, // 29: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	155, // 30: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.LabelsEntry
+	136, // 31: kibotos.ctrl.v1.UpdateWorkspaceLabelsResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	117, // 32: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	156, // 33: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.AnnotationsEntry
+	136, // 34: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	117, // 35: kibotos.ctrl.v1.CreateTemplateRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	157, // 36: kibotos.ctrl.v1.CreateTemplateRequest.labels:type_name -> kibotos.ctrl.v1.CreateTemplateRequest.LabelsEntry
+	158, // 37: kibotos.ctrl.v1.CreateTemplateRequest.annotations:type_name -> kibotos.ctrl.v1.CreateTemplateRequest.AnnotationsEntry
 	70,  // 38: kibotos.ctrl.v1.CreateTemplateResponse.template:type_name -> kibotos.ctrl.v1.Template
 	70,  // 39: kibotos.ctrl.v1.GetTemplateResponse.template:type_name -> kibotos.ctrl.v1.Template
-	153, // 40: kibotos.ctrl.v1.ListTemplatesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListTemplatesRequest.LabelSelectorEntry
+	159, // 40: kibotos.ctrl.v1.ListTemplatesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListTemplatesRequest.LabelSelectorEntry
 	70,  // 41: kibotos.ctrl.v1.ListTemplatesResponse.templates:type_name -> kibotos.ctrl.v1.Template
 	60,  // 42: kibotos.ctrl.v1.ImportTemplateRevisionRequest.start:type_name -> kibotos.ctrl.v1.ImportTemplateRevisionStart
-	111, // 43: kibotos.ctrl.v1.ImportTemplateRevisionStart.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	117, // 43: kibotos.ctrl.v1.ImportTemplateRevisionStart.command:type_name -> kibotos.ctrl.v1.CommandMetadata
 	0,   // 44: kibotos.ctrl.v1.ImportTemplateRevisionStart.archive:type_name -> kibotos.ctrl.v1.ImageArchiveFormat
 	70,  // 45: kibotos.ctrl.v1.ImportTemplateRevisionResponse.template:type_name -> kibotos.ctrl.v1.Template
 	71,  // 46: kibotos.ctrl.v1.ImportTemplateRevisionResponse.revision:type_name -> kibotos.ctrl.v1.TemplateRevision
-	111, // 47: kibotos.ctrl.v1.SetTemplateDefaultRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	117, // 47: kibotos.ctrl.v1.SetTemplateDefaultRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
 	70,  // 48: kibotos.ctrl.v1.SetTemplateDefaultResponse.template:type_name -> kibotos.ctrl.v1.Template
-	111, // 49: kibotos.ctrl.v1.DeleteTemplateRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	111, // 50: kibotos.ctrl.v1.UpdateTemplateLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	154, // 51: kibotos.ctrl.v1.UpdateTemplateLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateTemplateLabelsRequest.LabelsEntry
+	117, // 49: kibotos.ctrl.v1.DeleteTemplateRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	117, // 50: kibotos.ctrl.v1.UpdateTemplateLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	160, // 51: kibotos.ctrl.v1.UpdateTemplateLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateTemplateLabelsRequest.LabelsEntry
 	70,  // 52: kibotos.ctrl.v1.UpdateTemplateLabelsResponse.template:type_name -> kibotos.ctrl.v1.Template
-	111, // 53: kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	155, // 54: kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.AnnotationsEntry
+	117, // 53: kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	161, // 54: kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.AnnotationsEntry
 	70,  // 55: kibotos.ctrl.v1.UpdateTemplateAnnotationsResponse.template:type_name -> kibotos.ctrl.v1.Template
 	71,  // 56: kibotos.ctrl.v1.Template.revisions:type_name -> kibotos.ctrl.v1.TemplateRevision
-	178, // 57: kibotos.ctrl.v1.Template.created_at:type_name -> google.protobuf.Timestamp
-	178, // 58: kibotos.ctrl.v1.Template.updated_at:type_name -> google.protobuf.Timestamp
-	156, // 59: kibotos.ctrl.v1.Template.labels:type_name -> kibotos.ctrl.v1.Template.LabelsEntry
-	157, // 60: kibotos.ctrl.v1.Template.annotations:type_name -> kibotos.ctrl.v1.Template.AnnotationsEntry
-	178, // 61: kibotos.ctrl.v1.TemplateRevision.created_at:type_name -> google.protobuf.Timestamp
-	111, // 62: kibotos.ctrl.v1.CreateEgressRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	86,  // 63: kibotos.ctrl.v1.CreateEgressRequest.spec:type_name -> kibotos.ctrl.v1.EgressSpec
-	158, // 64: kibotos.ctrl.v1.CreateEgressRequest.labels:type_name -> kibotos.ctrl.v1.CreateEgressRequest.LabelsEntry
-	159, // 65: kibotos.ctrl.v1.CreateEgressRequest.annotations:type_name -> kibotos.ctrl.v1.CreateEgressRequest.AnnotationsEntry
-	89,  // 66: kibotos.ctrl.v1.CreateEgressResponse.egress:type_name -> kibotos.ctrl.v1.Egress
-	89,  // 67: kibotos.ctrl.v1.GetEgressResponse.egress:type_name -> kibotos.ctrl.v1.Egress
-	160, // 68: kibotos.ctrl.v1.ListEgressesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListEgressesRequest.LabelSelectorEntry
-	89,  // 69: kibotos.ctrl.v1.ListEgressesResponse.egresses:type_name -> kibotos.ctrl.v1.Egress
-	111, // 70: kibotos.ctrl.v1.UpdateEgressRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	86,  // 71: kibotos.ctrl.v1.UpdateEgressRequest.spec:type_name -> kibotos.ctrl.v1.EgressSpec
-	89,  // 72: kibotos.ctrl.v1.UpdateEgressResponse.egress:type_name -> kibotos.ctrl.v1.Egress
-	111, // 73: kibotos.ctrl.v1.DeleteEgressRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	111, // 74: kibotos.ctrl.v1.UpdateEgressLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	161, // 75: kibotos.ctrl.v1.UpdateEgressLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateEgressLabelsRequest.LabelsEntry
-	89,  // 76: kibotos.ctrl.v1.UpdateEgressLabelsResponse.egress:type_name -> kibotos.ctrl.v1.Egress
-	111, // 77: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	162, // 78: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.AnnotationsEntry
-	89,  // 79: kibotos.ctrl.v1.UpdateEgressAnnotationsResponse.egress:type_name -> kibotos.ctrl.v1.Egress
-	87,  // 80: kibotos.ctrl.v1.EgressSpec.socks5:type_name -> kibotos.ctrl.v1.Socks5Egress
-	88,  // 81: kibotos.ctrl.v1.Socks5Egress.tls:type_name -> kibotos.ctrl.v1.EgressTls
-	86,  // 82: kibotos.ctrl.v1.Egress.spec:type_name -> kibotos.ctrl.v1.EgressSpec
-	178, // 83: kibotos.ctrl.v1.Egress.created_at:type_name -> google.protobuf.Timestamp
-	178, // 84: kibotos.ctrl.v1.Egress.updated_at:type_name -> google.protobuf.Timestamp
-	163, // 85: kibotos.ctrl.v1.Egress.labels:type_name -> kibotos.ctrl.v1.Egress.LabelsEntry
-	164, // 86: kibotos.ctrl.v1.Egress.annotations:type_name -> kibotos.ctrl.v1.Egress.AnnotationsEntry
-	111, // 87: kibotos.ctrl.v1.CreateResolverRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	104, // 88: kibotos.ctrl.v1.CreateResolverRequest.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
-	165, // 89: kibotos.ctrl.v1.CreateResolverRequest.labels:type_name -> kibotos.ctrl.v1.CreateResolverRequest.LabelsEntry
-	166, // 90: kibotos.ctrl.v1.CreateResolverRequest.annotations:type_name -> kibotos.ctrl.v1.CreateResolverRequest.AnnotationsEntry
-	109, // 91: kibotos.ctrl.v1.CreateResolverResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
-	109, // 92: kibotos.ctrl.v1.GetResolverResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
-	167, // 93: kibotos.ctrl.v1.ListResolversRequest.label_selector:type_name -> kibotos.ctrl.v1.ListResolversRequest.LabelSelectorEntry
-	109, // 94: kibotos.ctrl.v1.ListResolversResponse.resolvers:type_name -> kibotos.ctrl.v1.Resolver
-	111, // 95: kibotos.ctrl.v1.UpdateResolverRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	104, // 96: kibotos.ctrl.v1.UpdateResolverRequest.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
-	109, // 97: kibotos.ctrl.v1.UpdateResolverResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
-	111, // 98: kibotos.ctrl.v1.DeleteResolverRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	111, // 99: kibotos.ctrl.v1.UpdateResolverLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	168, // 100: kibotos.ctrl.v1.UpdateResolverLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateResolverLabelsRequest.LabelsEntry
-	109, // 101: kibotos.ctrl.v1.UpdateResolverLabelsResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
-	111, // 102: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	169, // 103: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.AnnotationsEntry
-	109, // 104: kibotos.ctrl.v1.UpdateResolverAnnotationsResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
-	105, // 105: kibotos.ctrl.v1.ResolverSpec.udp:type_name -> kibotos.ctrl.v1.UdpResolver
-	106, // 106: kibotos.ctrl.v1.ResolverSpec.tcp:type_name -> kibotos.ctrl.v1.TcpResolver
-	107, // 107: kibotos.ctrl.v1.ResolverSpec.tls:type_name -> kibotos.ctrl.v1.TlsResolver
-	108, // 108: kibotos.ctrl.v1.ResolverSpec.https:type_name -> kibotos.ctrl.v1.HttpsResolver
-	104, // 109: kibotos.ctrl.v1.Resolver.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
-	178, // 110: kibotos.ctrl.v1.Resolver.created_at:type_name -> google.protobuf.Timestamp
-	178, // 111: kibotos.ctrl.v1.Resolver.updated_at:type_name -> google.protobuf.Timestamp
-	170, // 112: kibotos.ctrl.v1.Resolver.labels:type_name -> kibotos.ctrl.v1.Resolver.LabelsEntry
-	171, // 113: kibotos.ctrl.v1.Resolver.annotations:type_name -> kibotos.ctrl.v1.Resolver.AnnotationsEntry
-	11,  // 114: kibotos.ctrl.v1.WorkspaceStop.cause:type_name -> kibotos.ctrl.v1.StopCause
-	12,  // 115: kibotos.ctrl.v1.WorkspaceStop.mode:type_name -> kibotos.ctrl.v1.StopMode
-	10,  // 116: kibotos.ctrl.v1.WorkspaceStop.durability:type_name -> kibotos.ctrl.v1.StopDurability
-	178, // 117: kibotos.ctrl.v1.WorkspaceStop.requested_at:type_name -> google.protobuf.Timestamp
-	178, // 118: kibotos.ctrl.v1.WorkspaceStop.completed_at:type_name -> google.protobuf.Timestamp
-	7,   // 119: kibotos.ctrl.v1.TemplateDeliveryObservation.state:type_name -> kibotos.ctrl.v1.TemplateDeliveryState
-	8,   // 120: kibotos.ctrl.v1.TemplateDeliveryObservation.reason:type_name -> kibotos.ctrl.v1.TemplateDeliveryReason
-	178, // 121: kibotos.ctrl.v1.TemplateDeliveryObservation.started_at:type_name -> google.protobuf.Timestamp
-	178, // 122: kibotos.ctrl.v1.TemplateDeliveryObservation.observed_at:type_name -> google.protobuf.Timestamp
-	20,  // 123: kibotos.ctrl.v1.WorkspaceVolumeBinding.mode:type_name -> kibotos.ctrl.v1.WorkspaceVolumeMode
-	21,  // 124: kibotos.ctrl.v1.NetworkPolicy.mode:type_name -> kibotos.ctrl.v1.NetworkPolicyMode
-	122, // 125: kibotos.ctrl.v1.NetworkPolicy.egresses:type_name -> kibotos.ctrl.v1.NetworkPolicyEgress
-	119, // 126: kibotos.ctrl.v1.NetworkPolicy.resolvers:type_name -> kibotos.ctrl.v1.NetworkPolicyResolver
-	120, // 127: kibotos.ctrl.v1.NetworkPolicyResolver.path:type_name -> kibotos.ctrl.v1.ResolverPath
-	121, // 128: kibotos.ctrl.v1.ResolverPath.direct:type_name -> kibotos.ctrl.v1.ResolverDirectPath
-	178, // 129: kibotos.ctrl.v1.NetworkPolicyStatus.applied_at:type_name -> google.protobuf.Timestamp
-	124, // 130: kibotos.ctrl.v1.NetworkPolicyStatus.egresses:type_name -> kibotos.ctrl.v1.NetworkPolicyEgressStatus
-	125, // 131: kibotos.ctrl.v1.NetworkPolicyStatus.resolvers:type_name -> kibotos.ctrl.v1.NetworkPolicyResolverStatus
-	120, // 132: kibotos.ctrl.v1.NetworkPolicyResolverStatus.path:type_name -> kibotos.ctrl.v1.ResolverPath
-	112, // 133: kibotos.ctrl.v1.WorkspaceSpec.template:type_name -> kibotos.ctrl.v1.TemplateRef
-	115, // 134: kibotos.ctrl.v1.WorkspaceSpec.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
-	116, // 135: kibotos.ctrl.v1.WorkspaceSpec.capabilities:type_name -> kibotos.ctrl.v1.CapabilityRequirements
-	117, // 136: kibotos.ctrl.v1.WorkspaceSpec.volume:type_name -> kibotos.ctrl.v1.WorkspaceVolumeBinding
-	118, // 137: kibotos.ctrl.v1.WorkspaceSpec.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
-	113, // 138: kibotos.ctrl.v1.WorkspaceCreateSpec.template:type_name -> kibotos.ctrl.v1.TemplateSelector
-	115, // 139: kibotos.ctrl.v1.WorkspaceCreateSpec.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
-	116, // 140: kibotos.ctrl.v1.WorkspaceCreateSpec.capabilities:type_name -> kibotos.ctrl.v1.CapabilityRequirements
-	117, // 141: kibotos.ctrl.v1.WorkspaceCreateSpec.volume:type_name -> kibotos.ctrl.v1.WorkspaceVolumeBinding
-	118, // 142: kibotos.ctrl.v1.WorkspaceCreateSpec.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
-	143, // 143: kibotos.ctrl.v1.WorkspaceCreateSpec.expiration:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
-	18,  // 144: kibotos.ctrl.v1.WorkspaceFailure.reason:type_name -> kibotos.ctrl.v1.FailureReason
-	19,  // 145: kibotos.ctrl.v1.WorkspaceFailure.stage:type_name -> kibotos.ctrl.v1.FailureStage
-	178, // 146: kibotos.ctrl.v1.WorkspaceFailure.failed_at:type_name -> google.protobuf.Timestamp
-	13,  // 147: kibotos.ctrl.v1.RetentionTier.kind:type_name -> kibotos.ctrl.v1.RetentionTierKind
-	14,  // 148: kibotos.ctrl.v1.RetentionTier.availability:type_name -> kibotos.ctrl.v1.RetentionAvailability
-	15,  // 149: kibotos.ctrl.v1.RetentionTier.continuity:type_name -> kibotos.ctrl.v1.RetentionContinuity
-	16,  // 150: kibotos.ctrl.v1.RetentionTier.reset_reason:type_name -> kibotos.ctrl.v1.RetentionResetReason
-	126, // 151: kibotos.ctrl.v1.Workspace.spec:type_name -> kibotos.ctrl.v1.WorkspaceSpec
-	1,   // 152: kibotos.ctrl.v1.Workspace.state:type_name -> kibotos.ctrl.v1.WorkspaceState
-	128, // 153: kibotos.ctrl.v1.Workspace.failure:type_name -> kibotos.ctrl.v1.WorkspaceFailure
-	178, // 154: kibotos.ctrl.v1.Workspace.created_at:type_name -> google.protobuf.Timestamp
-	178, // 155: kibotos.ctrl.v1.Workspace.updated_at:type_name -> google.protobuf.Timestamp
-	129, // 156: kibotos.ctrl.v1.Workspace.retention_tiers:type_name -> kibotos.ctrl.v1.RetentionTier
-	114, // 157: kibotos.ctrl.v1.Workspace.delivery:type_name -> kibotos.ctrl.v1.TemplateDeliveryObservation
-	123, // 158: kibotos.ctrl.v1.Workspace.network_policy_status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
-	17,  // 159: kibotos.ctrl.v1.Workspace.reestablish:type_name -> kibotos.ctrl.v1.ReestablishRequirement
-	172, // 160: kibotos.ctrl.v1.Workspace.annotations:type_name -> kibotos.ctrl.v1.Workspace.AnnotationsEntry
-	173, // 161: kibotos.ctrl.v1.Workspace.labels:type_name -> kibotos.ctrl.v1.Workspace.LabelsEntry
-	133, // 162: kibotos.ctrl.v1.Workspace.guest_observation:type_name -> kibotos.ctrl.v1.GuestObservation
-	110, // 163: kibotos.ctrl.v1.Workspace.last_stop:type_name -> kibotos.ctrl.v1.WorkspaceStop
-	131, // 164: kibotos.ctrl.v1.Workspace.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
-	132, // 165: kibotos.ctrl.v1.Workspace.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
-	144, // 166: kibotos.ctrl.v1.Workspace.expiration:type_name -> kibotos.ctrl.v1.WorkspaceExpiration
-	22,  // 167: kibotos.ctrl.v1.EgressObservation.kind:type_name -> kibotos.ctrl.v1.EgressObservationKind
-	178, // 168: kibotos.ctrl.v1.EgressObservation.failing_since:type_name -> google.protobuf.Timestamp
-	178, // 169: kibotos.ctrl.v1.EgressObservation.observed_at:type_name -> google.protobuf.Timestamp
-	120, // 170: kibotos.ctrl.v1.ResolverObservation.path:type_name -> kibotos.ctrl.v1.ResolverPath
-	23,  // 171: kibotos.ctrl.v1.ResolverObservation.kind:type_name -> kibotos.ctrl.v1.ResolverObservationKind
-	178, // 172: kibotos.ctrl.v1.ResolverObservation.failing_since:type_name -> google.protobuf.Timestamp
-	178, // 173: kibotos.ctrl.v1.ResolverObservation.observed_at:type_name -> google.protobuf.Timestamp
-	178, // 174: kibotos.ctrl.v1.GuestObservation.observed_at:type_name -> google.protobuf.Timestamp
-	2,   // 175: kibotos.ctrl.v1.GuestObservation.condition:type_name -> kibotos.ctrl.v1.GuestCondition
-	178, // 176: kibotos.ctrl.v1.GuestObservation.unresponsive_since:type_name -> google.protobuf.Timestamp
-	3,   // 177: kibotos.ctrl.v1.GuestObservation.memory_condition:type_name -> kibotos.ctrl.v1.GuestMemoryCondition
-	178, // 178: kibotos.ctrl.v1.GuestObservation.memory_saturated_since:type_name -> google.protobuf.Timestamp
-	134, // 179: kibotos.ctrl.v1.GuestObservation.latest_memory_kill:type_name -> kibotos.ctrl.v1.GuestMemoryKill
-	178, // 180: kibotos.ctrl.v1.GuestObservation.last_reset_at:type_name -> google.protobuf.Timestamp
-	178, // 181: kibotos.ctrl.v1.GuestMemoryKill.killed_at:type_name -> google.protobuf.Timestamp
-	179, // 182: kibotos.ctrl.v1.GuestMemoryKill.window:type_name -> google.protobuf.Duration
-	179, // 183: kibotos.ctrl.v1.GuestMemoryKill.saturated_for:type_name -> google.protobuf.Duration
-	18,  // 184: kibotos.ctrl.v1.VolumeFailure.reason:type_name -> kibotos.ctrl.v1.FailureReason
-	19,  // 185: kibotos.ctrl.v1.VolumeFailure.stage:type_name -> kibotos.ctrl.v1.FailureStage
-	178, // 186: kibotos.ctrl.v1.VolumeFailure.failed_at:type_name -> google.protobuf.Timestamp
-	135, // 187: kibotos.ctrl.v1.Volume.spec:type_name -> kibotos.ctrl.v1.VolumeSpec
-	5,   // 188: kibotos.ctrl.v1.Volume.state:type_name -> kibotos.ctrl.v1.VolumeState
-	136, // 189: kibotos.ctrl.v1.Volume.failure:type_name -> kibotos.ctrl.v1.VolumeFailure
-	178, // 190: kibotos.ctrl.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	178, // 191: kibotos.ctrl.v1.Volume.updated_at:type_name -> google.protobuf.Timestamp
-	174, // 192: kibotos.ctrl.v1.Volume.annotations:type_name -> kibotos.ctrl.v1.Volume.AnnotationsEntry
-	175, // 193: kibotos.ctrl.v1.Volume.labels:type_name -> kibotos.ctrl.v1.Volume.LabelsEntry
-	138, // 194: kibotos.ctrl.v1.Volume.observation:type_name -> kibotos.ctrl.v1.VolumeObservation
-	4,   // 195: kibotos.ctrl.v1.VolumeObservation.condition:type_name -> kibotos.ctrl.v1.VolumeCondition
-	178, // 196: kibotos.ctrl.v1.VolumeObservation.observed_at:type_name -> google.protobuf.Timestamp
-	18,  // 197: kibotos.ctrl.v1.TransferFailure.reason:type_name -> kibotos.ctrl.v1.FailureReason
-	19,  // 198: kibotos.ctrl.v1.TransferFailure.stage:type_name -> kibotos.ctrl.v1.FailureStage
-	178, // 199: kibotos.ctrl.v1.TransferFailure.failed_at:type_name -> google.protobuf.Timestamp
-	112, // 200: kibotos.ctrl.v1.TransferManifest.template:type_name -> kibotos.ctrl.v1.TemplateRef
-	115, // 201: kibotos.ctrl.v1.TransferManifest.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
-	178, // 202: kibotos.ctrl.v1.TransferManifest.created_at:type_name -> google.protobuf.Timestamp
-	9,   // 203: kibotos.ctrl.v1.Transfer.state:type_name -> kibotos.ctrl.v1.TransferState
-	140, // 204: kibotos.ctrl.v1.Transfer.manifest:type_name -> kibotos.ctrl.v1.TransferManifest
-	139, // 205: kibotos.ctrl.v1.Transfer.failure:type_name -> kibotos.ctrl.v1.TransferFailure
-	178, // 206: kibotos.ctrl.v1.Transfer.created_at:type_name -> google.protobuf.Timestamp
-	178, // 207: kibotos.ctrl.v1.Transfer.updated_at:type_name -> google.protobuf.Timestamp
-	178, // 208: kibotos.ctrl.v1.Transfer.expires_at:type_name -> google.protobuf.Timestamp
-	176, // 209: kibotos.ctrl.v1.Transfer.labels:type_name -> kibotos.ctrl.v1.Transfer.LabelsEntry
-	177, // 210: kibotos.ctrl.v1.Transfer.annotations:type_name -> kibotos.ctrl.v1.Transfer.AnnotationsEntry
-	130, // 211: kibotos.ctrl.v1.ErrorDetail.observed_workspace:type_name -> kibotos.ctrl.v1.Workspace
-	18,  // 212: kibotos.ctrl.v1.ErrorDetail.reason:type_name -> kibotos.ctrl.v1.FailureReason
-	19,  // 213: kibotos.ctrl.v1.ErrorDetail.stage:type_name -> kibotos.ctrl.v1.FailureStage
-	178, // 214: kibotos.ctrl.v1.WorkspaceExpirationPolicy.deadline:type_name -> google.protobuf.Timestamp
-	24,  // 215: kibotos.ctrl.v1.WorkspaceExpirationPolicy.action:type_name -> kibotos.ctrl.v1.WorkspaceExpirationAction
-	143, // 216: kibotos.ctrl.v1.WorkspaceExpiration.policy:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
-	143, // 217: kibotos.ctrl.v1.WorkspaceExpirationChange.set:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
-	180, // 218: kibotos.ctrl.v1.WorkspaceExpirationChange.clear:type_name -> google.protobuf.Empty
-	25,  // 219: kibotos.ctrl.v1.WorkspaceService.CreateWorkspace:input_type -> kibotos.ctrl.v1.CreateWorkspaceRequest
-	27,  // 220: kibotos.ctrl.v1.WorkspaceService.GetWorkspace:input_type -> kibotos.ctrl.v1.GetWorkspaceRequest
-	29,  // 221: kibotos.ctrl.v1.WorkspaceService.ListWorkspaces:input_type -> kibotos.ctrl.v1.ListWorkspacesRequest
-	31,  // 222: kibotos.ctrl.v1.WorkspaceService.WatchWorkspace:input_type -> kibotos.ctrl.v1.WatchWorkspaceRequest
-	33,  // 223: kibotos.ctrl.v1.WorkspaceService.StartWorkspace:input_type -> kibotos.ctrl.v1.StartWorkspaceRequest
-	35,  // 224: kibotos.ctrl.v1.WorkspaceService.StopWorkspace:input_type -> kibotos.ctrl.v1.StopWorkspaceRequest
-	37,  // 225: kibotos.ctrl.v1.WorkspaceService.DeleteWorkspace:input_type -> kibotos.ctrl.v1.DeleteWorkspaceRequest
-	39,  // 226: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceMemory:input_type -> kibotos.ctrl.v1.UpdateWorkspaceMemoryRequest
-	41,  // 227: kibotos.ctrl.v1.WorkspaceService.ResizeWorkspaceWritableLayer:input_type -> kibotos.ctrl.v1.ResizeWorkspaceWritableLayerRequest
-	43,  // 228: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceVolumeBinding:input_type -> kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest
-	45,  // 229: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceNetworkPolicy:input_type -> kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest
-	47,  // 230: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceExpiration:input_type -> kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest
-	49,  // 231: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceLabels:input_type -> kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest
-	51,  // 232: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceAnnotations:input_type -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest
-	53,  // 233: kibotos.ctrl.v1.TemplateService.CreateTemplate:input_type -> kibotos.ctrl.v1.CreateTemplateRequest
-	55,  // 234: kibotos.ctrl.v1.TemplateService.GetTemplate:input_type -> kibotos.ctrl.v1.GetTemplateRequest
-	57,  // 235: kibotos.ctrl.v1.TemplateService.ListTemplates:input_type -> kibotos.ctrl.v1.ListTemplatesRequest
-	59,  // 236: kibotos.ctrl.v1.TemplateService.ImportTemplateRevision:input_type -> kibotos.ctrl.v1.ImportTemplateRevisionRequest
-	62,  // 237: kibotos.ctrl.v1.TemplateService.SetTemplateDefault:input_type -> kibotos.ctrl.v1.SetTemplateDefaultRequest
-	64,  // 238: kibotos.ctrl.v1.TemplateService.DeleteTemplate:input_type -> kibotos.ctrl.v1.DeleteTemplateRequest
-	66,  // 239: kibotos.ctrl.v1.TemplateService.UpdateTemplateLabels:input_type -> kibotos.ctrl.v1.UpdateTemplateLabelsRequest
-	68,  // 240: kibotos.ctrl.v1.TemplateService.UpdateTemplateAnnotations:input_type -> kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest
-	72,  // 241: kibotos.ctrl.v1.EgressService.CreateEgress:input_type -> kibotos.ctrl.v1.CreateEgressRequest
-	74,  // 242: kibotos.ctrl.v1.EgressService.GetEgress:input_type -> kibotos.ctrl.v1.GetEgressRequest
-	76,  // 243: kibotos.ctrl.v1.EgressService.ListEgresses:input_type -> kibotos.ctrl.v1.ListEgressesRequest
-	78,  // 244: kibotos.ctrl.v1.EgressService.UpdateEgress:input_type -> kibotos.ctrl.v1.UpdateEgressRequest
-	80,  // 245: kibotos.ctrl.v1.EgressService.DeleteEgress:input_type -> kibotos.ctrl.v1.DeleteEgressRequest
-	82,  // 246: kibotos.ctrl.v1.EgressService.UpdateEgressLabels:input_type -> kibotos.ctrl.v1.UpdateEgressLabelsRequest
-	84,  // 247: kibotos.ctrl.v1.EgressService.UpdateEgressAnnotations:input_type -> kibotos.ctrl.v1.UpdateEgressAnnotationsRequest
-	90,  // 248: kibotos.ctrl.v1.ResolverService.CreateResolver:input_type -> kibotos.ctrl.v1.CreateResolverRequest
-	92,  // 249: kibotos.ctrl.v1.ResolverService.GetResolver:input_type -> kibotos.ctrl.v1.GetResolverRequest
-	94,  // 250: kibotos.ctrl.v1.ResolverService.ListResolvers:input_type -> kibotos.ctrl.v1.ListResolversRequest
-	96,  // 251: kibotos.ctrl.v1.ResolverService.UpdateResolver:input_type -> kibotos.ctrl.v1.UpdateResolverRequest
-	98,  // 252: kibotos.ctrl.v1.ResolverService.DeleteResolver:input_type -> kibotos.ctrl.v1.DeleteResolverRequest
-	100, // 253: kibotos.ctrl.v1.ResolverService.UpdateResolverLabels:input_type -> kibotos.ctrl.v1.UpdateResolverLabelsRequest
-	102, // 254: kibotos.ctrl.v1.ResolverService.UpdateResolverAnnotations:input_type -> kibotos.ctrl.v1.UpdateResolverAnnotationsRequest
-	26,  // 255: kibotos.ctrl.v1.WorkspaceService.CreateWorkspace:output_type -> kibotos.ctrl.v1.CreateWorkspaceResponse
-	28,  // 256: kibotos.ctrl.v1.WorkspaceService.GetWorkspace:output_type -> kibotos.ctrl.v1.GetWorkspaceResponse
-	30,  // 257: kibotos.ctrl.v1.WorkspaceService.ListWorkspaces:output_type -> kibotos.ctrl.v1.ListWorkspacesResponse
-	32,  // 258: kibotos.ctrl.v1.WorkspaceService.WatchWorkspace:output_type -> kibotos.ctrl.v1.WatchWorkspaceResponse
-	34,  // 259: kibotos.ctrl.v1.WorkspaceService.StartWorkspace:output_type -> kibotos.ctrl.v1.StartWorkspaceResponse
-	36,  // 260: kibotos.ctrl.v1.WorkspaceService.StopWorkspace:output_type -> kibotos.ctrl.v1.StopWorkspaceResponse
-	38,  // 261: kibotos.ctrl.v1.WorkspaceService.DeleteWorkspace:output_type -> kibotos.ctrl.v1.DeleteWorkspaceResponse
-	40,  // 262: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceMemory:output_type -> kibotos.ctrl.v1.UpdateWorkspaceMemoryResponse
-	42,  // 263: kibotos.ctrl.v1.WorkspaceService.ResizeWorkspaceWritableLayer:output_type -> kibotos.ctrl.v1.ResizeWorkspaceWritableLayerResponse
-	44,  // 264: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceVolumeBinding:output_type -> kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingResponse
-	46,  // 265: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceNetworkPolicy:output_type -> kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyResponse
-	48,  // 266: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceExpiration:output_type -> kibotos.ctrl.v1.UpdateWorkspaceExpirationResponse
-	50,  // 267: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceLabels:output_type -> kibotos.ctrl.v1.UpdateWorkspaceLabelsResponse
-	52,  // 268: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceAnnotations:output_type -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsResponse
-	54,  // 269: kibotos.ctrl.v1.TemplateService.CreateTemplate:output_type -> kibotos.ctrl.v1.CreateTemplateResponse
-	56,  // 270: kibotos.ctrl.v1.TemplateService.GetTemplate:output_type -> kibotos.ctrl.v1.GetTemplateResponse
-	58,  // 271: kibotos.ctrl.v1.TemplateService.ListTemplates:output_type -> kibotos.ctrl.v1.ListTemplatesResponse
-	61,  // 272: kibotos.ctrl.v1.TemplateService.ImportTemplateRevision:output_type -> kibotos.ctrl.v1.ImportTemplateRevisionResponse
-	63,  // 273: kibotos.ctrl.v1.TemplateService.SetTemplateDefault:output_type -> kibotos.ctrl.v1.SetTemplateDefaultResponse
-	65,  // 274: kibotos.ctrl.v1.TemplateService.DeleteTemplate:output_type -> kibotos.ctrl.v1.DeleteTemplateResponse
-	67,  // 275: kibotos.ctrl.v1.TemplateService.UpdateTemplateLabels:output_type -> kibotos.ctrl.v1.UpdateTemplateLabelsResponse
-	69,  // 276: kibotos.ctrl.v1.TemplateService.UpdateTemplateAnnotations:output_type -> kibotos.ctrl.v1.UpdateTemplateAnnotationsResponse
-	73,  // 277: kibotos.ctrl.v1.EgressService.CreateEgress:output_type -> kibotos.ctrl.v1.CreateEgressResponse
-	75,  // 278: kibotos.ctrl.v1.EgressService.GetEgress:output_type -> kibotos.ctrl.v1.GetEgressResponse
-	77,  // 279: kibotos.ctrl.v1.EgressService.ListEgresses:output_type -> kibotos.ctrl.v1.ListEgressesResponse
-	79,  // 280: kibotos.ctrl.v1.EgressService.UpdateEgress:output_type -> kibotos.ctrl.v1.UpdateEgressResponse
-	81,  // 281: kibotos.ctrl.v1.EgressService.DeleteEgress:output_type -> kibotos.ctrl.v1.DeleteEgressResponse
-	83,  // 282: kibotos.ctrl.v1.EgressService.UpdateEgressLabels:output_type -> kibotos.ctrl.v1.UpdateEgressLabelsResponse
-	85,  // 283: kibotos.ctrl.v1.EgressService.UpdateEgressAnnotations:output_type -> kibotos.ctrl.v1.UpdateEgressAnnotationsResponse
-	91,  // 284: kibotos.ctrl.v1.ResolverService.CreateResolver:output_type -> kibotos.ctrl.v1.CreateResolverResponse
-	93,  // 285: kibotos.ctrl.v1.ResolverService.GetResolver:output_type -> kibotos.ctrl.v1.GetResolverResponse
-	95,  // 286: kibotos.ctrl.v1.ResolverService.ListResolvers:output_type -> kibotos.ctrl.v1.ListResolversResponse
-	97,  // 287: kibotos.ctrl.v1.ResolverService.UpdateResolver:output_type -> kibotos.ctrl.v1.UpdateResolverResponse
-	99,  // 288: kibotos.ctrl.v1.ResolverService.DeleteResolver:output_type -> kibotos.ctrl.v1.DeleteResolverResponse
-	101, // 289: kibotos.ctrl.v1.ResolverService.UpdateResolverLabels:output_type -> kibotos.ctrl.v1.UpdateResolverLabelsResponse
-	103, // 290: kibotos.ctrl.v1.ResolverService.UpdateResolverAnnotations:output_type -> kibotos.ctrl.v1.UpdateResolverAnnotationsResponse
-	255, // [255:291] is the sub-list for method output_type
-	219, // [219:255] is the sub-list for method input_type
-	219, // [219:219] is the sub-list for extension type_name
-	219, // [219:219] is the sub-list for extension extendee
-	0,   // [0:219] is the sub-list for field type_name
+	184, // 57: kibotos.ctrl.v1.Template.created_at:type_name -> google.protobuf.Timestamp
+	184, // 58: kibotos.ctrl.v1.Template.updated_at:type_name -> google.protobuf.Timestamp
+	162, // 59: kibotos.ctrl.v1.Template.labels:type_name -> kibotos.ctrl.v1.Template.LabelsEntry
+	163, // 60: kibotos.ctrl.v1.Template.annotations:type_name -> kibotos.ctrl.v1.Template.AnnotationsEntry
+	184, // 61: kibotos.ctrl.v1.TemplateRevision.created_at:type_name -> google.protobuf.Timestamp
+	184, // 62: kibotos.ctrl.v1.IssueSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
+	117, // 63: kibotos.ctrl.v1.RevokeSessionRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	117, // 64: kibotos.ctrl.v1.RotateDataPlaneRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	136, // 65: kibotos.ctrl.v1.RotateDataPlaneResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	117, // 66: kibotos.ctrl.v1.CreateEgressRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	92,  // 67: kibotos.ctrl.v1.CreateEgressRequest.spec:type_name -> kibotos.ctrl.v1.EgressSpec
+	164, // 68: kibotos.ctrl.v1.CreateEgressRequest.labels:type_name -> kibotos.ctrl.v1.CreateEgressRequest.LabelsEntry
+	165, // 69: kibotos.ctrl.v1.CreateEgressRequest.annotations:type_name -> kibotos.ctrl.v1.CreateEgressRequest.AnnotationsEntry
+	95,  // 70: kibotos.ctrl.v1.CreateEgressResponse.egress:type_name -> kibotos.ctrl.v1.Egress
+	95,  // 71: kibotos.ctrl.v1.GetEgressResponse.egress:type_name -> kibotos.ctrl.v1.Egress
+	166, // 72: kibotos.ctrl.v1.ListEgressesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListEgressesRequest.LabelSelectorEntry
+	95,  // 73: kibotos.ctrl.v1.ListEgressesResponse.egresses:type_name -> kibotos.ctrl.v1.Egress
+	117, // 74: kibotos.ctrl.v1.UpdateEgressRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	92,  // 75: kibotos.ctrl.v1.UpdateEgressRequest.spec:type_name -> kibotos.ctrl.v1.EgressSpec
+	95,  // 76: kibotos.ctrl.v1.UpdateEgressResponse.egress:type_name -> kibotos.ctrl.v1.Egress
+	117, // 77: kibotos.ctrl.v1.DeleteEgressRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	117, // 78: kibotos.ctrl.v1.UpdateEgressLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	167, // 79: kibotos.ctrl.v1.UpdateEgressLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateEgressLabelsRequest.LabelsEntry
+	95,  // 80: kibotos.ctrl.v1.UpdateEgressLabelsResponse.egress:type_name -> kibotos.ctrl.v1.Egress
+	117, // 81: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	168, // 82: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.AnnotationsEntry
+	95,  // 83: kibotos.ctrl.v1.UpdateEgressAnnotationsResponse.egress:type_name -> kibotos.ctrl.v1.Egress
+	93,  // 84: kibotos.ctrl.v1.EgressSpec.socks5:type_name -> kibotos.ctrl.v1.Socks5Egress
+	94,  // 85: kibotos.ctrl.v1.Socks5Egress.tls:type_name -> kibotos.ctrl.v1.EgressTls
+	92,  // 86: kibotos.ctrl.v1.Egress.spec:type_name -> kibotos.ctrl.v1.EgressSpec
+	184, // 87: kibotos.ctrl.v1.Egress.created_at:type_name -> google.protobuf.Timestamp
+	184, // 88: kibotos.ctrl.v1.Egress.updated_at:type_name -> google.protobuf.Timestamp
+	169, // 89: kibotos.ctrl.v1.Egress.labels:type_name -> kibotos.ctrl.v1.Egress.LabelsEntry
+	170, // 90: kibotos.ctrl.v1.Egress.annotations:type_name -> kibotos.ctrl.v1.Egress.AnnotationsEntry
+	117, // 91: kibotos.ctrl.v1.CreateResolverRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	110, // 92: kibotos.ctrl.v1.CreateResolverRequest.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
+	171, // 93: kibotos.ctrl.v1.CreateResolverRequest.labels:type_name -> kibotos.ctrl.v1.CreateResolverRequest.LabelsEntry
+	172, // 94: kibotos.ctrl.v1.CreateResolverRequest.annotations:type_name -> kibotos.ctrl.v1.CreateResolverRequest.AnnotationsEntry
+	115, // 95: kibotos.ctrl.v1.CreateResolverResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
+	115, // 96: kibotos.ctrl.v1.GetResolverResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
+	173, // 97: kibotos.ctrl.v1.ListResolversRequest.label_selector:type_name -> kibotos.ctrl.v1.ListResolversRequest.LabelSelectorEntry
+	115, // 98: kibotos.ctrl.v1.ListResolversResponse.resolvers:type_name -> kibotos.ctrl.v1.Resolver
+	117, // 99: kibotos.ctrl.v1.UpdateResolverRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	110, // 100: kibotos.ctrl.v1.UpdateResolverRequest.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
+	115, // 101: kibotos.ctrl.v1.UpdateResolverResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
+	117, // 102: kibotos.ctrl.v1.DeleteResolverRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	117, // 103: kibotos.ctrl.v1.UpdateResolverLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	174, // 104: kibotos.ctrl.v1.UpdateResolverLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateResolverLabelsRequest.LabelsEntry
+	115, // 105: kibotos.ctrl.v1.UpdateResolverLabelsResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
+	117, // 106: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	175, // 107: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.AnnotationsEntry
+	115, // 108: kibotos.ctrl.v1.UpdateResolverAnnotationsResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
+	111, // 109: kibotos.ctrl.v1.ResolverSpec.udp:type_name -> kibotos.ctrl.v1.UdpResolver
+	112, // 110: kibotos.ctrl.v1.ResolverSpec.tcp:type_name -> kibotos.ctrl.v1.TcpResolver
+	113, // 111: kibotos.ctrl.v1.ResolverSpec.tls:type_name -> kibotos.ctrl.v1.TlsResolver
+	114, // 112: kibotos.ctrl.v1.ResolverSpec.https:type_name -> kibotos.ctrl.v1.HttpsResolver
+	110, // 113: kibotos.ctrl.v1.Resolver.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
+	184, // 114: kibotos.ctrl.v1.Resolver.created_at:type_name -> google.protobuf.Timestamp
+	184, // 115: kibotos.ctrl.v1.Resolver.updated_at:type_name -> google.protobuf.Timestamp
+	176, // 116: kibotos.ctrl.v1.Resolver.labels:type_name -> kibotos.ctrl.v1.Resolver.LabelsEntry
+	177, // 117: kibotos.ctrl.v1.Resolver.annotations:type_name -> kibotos.ctrl.v1.Resolver.AnnotationsEntry
+	11,  // 118: kibotos.ctrl.v1.WorkspaceStop.cause:type_name -> kibotos.ctrl.v1.StopCause
+	12,  // 119: kibotos.ctrl.v1.WorkspaceStop.mode:type_name -> kibotos.ctrl.v1.StopMode
+	10,  // 120: kibotos.ctrl.v1.WorkspaceStop.durability:type_name -> kibotos.ctrl.v1.StopDurability
+	184, // 121: kibotos.ctrl.v1.WorkspaceStop.requested_at:type_name -> google.protobuf.Timestamp
+	184, // 122: kibotos.ctrl.v1.WorkspaceStop.completed_at:type_name -> google.protobuf.Timestamp
+	7,   // 123: kibotos.ctrl.v1.TemplateDeliveryObservation.state:type_name -> kibotos.ctrl.v1.TemplateDeliveryState
+	8,   // 124: kibotos.ctrl.v1.TemplateDeliveryObservation.reason:type_name -> kibotos.ctrl.v1.TemplateDeliveryReason
+	184, // 125: kibotos.ctrl.v1.TemplateDeliveryObservation.started_at:type_name -> google.protobuf.Timestamp
+	184, // 126: kibotos.ctrl.v1.TemplateDeliveryObservation.observed_at:type_name -> google.protobuf.Timestamp
+	20,  // 127: kibotos.ctrl.v1.WorkspaceVolumeBinding.mode:type_name -> kibotos.ctrl.v1.WorkspaceVolumeMode
+	21,  // 128: kibotos.ctrl.v1.NetworkPolicy.mode:type_name -> kibotos.ctrl.v1.NetworkPolicyMode
+	128, // 129: kibotos.ctrl.v1.NetworkPolicy.egresses:type_name -> kibotos.ctrl.v1.NetworkPolicyEgress
+	125, // 130: kibotos.ctrl.v1.NetworkPolicy.resolvers:type_name -> kibotos.ctrl.v1.NetworkPolicyResolver
+	126, // 131: kibotos.ctrl.v1.NetworkPolicyResolver.path:type_name -> kibotos.ctrl.v1.ResolverPath
+	127, // 132: kibotos.ctrl.v1.ResolverPath.direct:type_name -> kibotos.ctrl.v1.ResolverDirectPath
+	184, // 133: kibotos.ctrl.v1.NetworkPolicyStatus.applied_at:type_name -> google.protobuf.Timestamp
+	130, // 134: kibotos.ctrl.v1.NetworkPolicyStatus.egresses:type_name -> kibotos.ctrl.v1.NetworkPolicyEgressStatus
+	131, // 135: kibotos.ctrl.v1.NetworkPolicyStatus.resolvers:type_name -> kibotos.ctrl.v1.NetworkPolicyResolverStatus
+	126, // 136: kibotos.ctrl.v1.NetworkPolicyResolverStatus.path:type_name -> kibotos.ctrl.v1.ResolverPath
+	118, // 137: kibotos.ctrl.v1.WorkspaceSpec.template:type_name -> kibotos.ctrl.v1.TemplateRef
+	121, // 138: kibotos.ctrl.v1.WorkspaceSpec.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
+	122, // 139: kibotos.ctrl.v1.WorkspaceSpec.capabilities:type_name -> kibotos.ctrl.v1.CapabilityRequirements
+	123, // 140: kibotos.ctrl.v1.WorkspaceSpec.volume:type_name -> kibotos.ctrl.v1.WorkspaceVolumeBinding
+	124, // 141: kibotos.ctrl.v1.WorkspaceSpec.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	119, // 142: kibotos.ctrl.v1.WorkspaceCreateSpec.template:type_name -> kibotos.ctrl.v1.TemplateSelector
+	121, // 143: kibotos.ctrl.v1.WorkspaceCreateSpec.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
+	122, // 144: kibotos.ctrl.v1.WorkspaceCreateSpec.capabilities:type_name -> kibotos.ctrl.v1.CapabilityRequirements
+	123, // 145: kibotos.ctrl.v1.WorkspaceCreateSpec.volume:type_name -> kibotos.ctrl.v1.WorkspaceVolumeBinding
+	124, // 146: kibotos.ctrl.v1.WorkspaceCreateSpec.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	149, // 147: kibotos.ctrl.v1.WorkspaceCreateSpec.expiration:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
+	18,  // 148: kibotos.ctrl.v1.WorkspaceFailure.reason:type_name -> kibotos.ctrl.v1.FailureReason
+	19,  // 149: kibotos.ctrl.v1.WorkspaceFailure.stage:type_name -> kibotos.ctrl.v1.FailureStage
+	184, // 150: kibotos.ctrl.v1.WorkspaceFailure.failed_at:type_name -> google.protobuf.Timestamp
+	13,  // 151: kibotos.ctrl.v1.RetentionTier.kind:type_name -> kibotos.ctrl.v1.RetentionTierKind
+	14,  // 152: kibotos.ctrl.v1.RetentionTier.availability:type_name -> kibotos.ctrl.v1.RetentionAvailability
+	15,  // 153: kibotos.ctrl.v1.RetentionTier.continuity:type_name -> kibotos.ctrl.v1.RetentionContinuity
+	16,  // 154: kibotos.ctrl.v1.RetentionTier.reset_reason:type_name -> kibotos.ctrl.v1.RetentionResetReason
+	132, // 155: kibotos.ctrl.v1.Workspace.spec:type_name -> kibotos.ctrl.v1.WorkspaceSpec
+	1,   // 156: kibotos.ctrl.v1.Workspace.state:type_name -> kibotos.ctrl.v1.WorkspaceState
+	134, // 157: kibotos.ctrl.v1.Workspace.failure:type_name -> kibotos.ctrl.v1.WorkspaceFailure
+	184, // 158: kibotos.ctrl.v1.Workspace.created_at:type_name -> google.protobuf.Timestamp
+	184, // 159: kibotos.ctrl.v1.Workspace.updated_at:type_name -> google.protobuf.Timestamp
+	135, // 160: kibotos.ctrl.v1.Workspace.retention_tiers:type_name -> kibotos.ctrl.v1.RetentionTier
+	120, // 161: kibotos.ctrl.v1.Workspace.delivery:type_name -> kibotos.ctrl.v1.TemplateDeliveryObservation
+	129, // 162: kibotos.ctrl.v1.Workspace.network_policy_status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
+	17,  // 163: kibotos.ctrl.v1.Workspace.reestablish:type_name -> kibotos.ctrl.v1.ReestablishRequirement
+	178, // 164: kibotos.ctrl.v1.Workspace.annotations:type_name -> kibotos.ctrl.v1.Workspace.AnnotationsEntry
+	179, // 165: kibotos.ctrl.v1.Workspace.labels:type_name -> kibotos.ctrl.v1.Workspace.LabelsEntry
+	139, // 166: kibotos.ctrl.v1.Workspace.guest_observation:type_name -> kibotos.ctrl.v1.GuestObservation
+	116, // 167: kibotos.ctrl.v1.Workspace.last_stop:type_name -> kibotos.ctrl.v1.WorkspaceStop
+	137, // 168: kibotos.ctrl.v1.Workspace.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
+	138, // 169: kibotos.ctrl.v1.Workspace.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
+	150, // 170: kibotos.ctrl.v1.Workspace.expiration:type_name -> kibotos.ctrl.v1.WorkspaceExpiration
+	22,  // 171: kibotos.ctrl.v1.EgressObservation.kind:type_name -> kibotos.ctrl.v1.EgressObservationKind
+	184, // 172: kibotos.ctrl.v1.EgressObservation.failing_since:type_name -> google.protobuf.Timestamp
+	184, // 173: kibotos.ctrl.v1.EgressObservation.observed_at:type_name -> google.protobuf.Timestamp
+	126, // 174: kibotos.ctrl.v1.ResolverObservation.path:type_name -> kibotos.ctrl.v1.ResolverPath
+	23,  // 175: kibotos.ctrl.v1.ResolverObservation.kind:type_name -> kibotos.ctrl.v1.ResolverObservationKind
+	184, // 176: kibotos.ctrl.v1.ResolverObservation.failing_since:type_name -> google.protobuf.Timestamp
+	184, // 177: kibotos.ctrl.v1.ResolverObservation.observed_at:type_name -> google.protobuf.Timestamp
+	184, // 178: kibotos.ctrl.v1.GuestObservation.observed_at:type_name -> google.protobuf.Timestamp
+	2,   // 179: kibotos.ctrl.v1.GuestObservation.condition:type_name -> kibotos.ctrl.v1.GuestCondition
+	184, // 180: kibotos.ctrl.v1.GuestObservation.unresponsive_since:type_name -> google.protobuf.Timestamp
+	3,   // 181: kibotos.ctrl.v1.GuestObservation.memory_condition:type_name -> kibotos.ctrl.v1.GuestMemoryCondition
+	184, // 182: kibotos.ctrl.v1.GuestObservation.memory_saturated_since:type_name -> google.protobuf.Timestamp
+	140, // 183: kibotos.ctrl.v1.GuestObservation.latest_memory_kill:type_name -> kibotos.ctrl.v1.GuestMemoryKill
+	184, // 184: kibotos.ctrl.v1.GuestObservation.last_reset_at:type_name -> google.protobuf.Timestamp
+	184, // 185: kibotos.ctrl.v1.GuestMemoryKill.killed_at:type_name -> google.protobuf.Timestamp
+	185, // 186: kibotos.ctrl.v1.GuestMemoryKill.window:type_name -> google.protobuf.Duration
+	185, // 187: kibotos.ctrl.v1.GuestMemoryKill.saturated_for:type_name -> google.protobuf.Duration
+	18,  // 188: kibotos.ctrl.v1.VolumeFailure.reason:type_name -> kibotos.ctrl.v1.FailureReason
+	19,  // 189: kibotos.ctrl.v1.VolumeFailure.stage:type_name -> kibotos.ctrl.v1.FailureStage
+	184, // 190: kibotos.ctrl.v1.VolumeFailure.failed_at:type_name -> google.protobuf.Timestamp
+	141, // 191: kibotos.ctrl.v1.Volume.spec:type_name -> kibotos.ctrl.v1.VolumeSpec
+	5,   // 192: kibotos.ctrl.v1.Volume.state:type_name -> kibotos.ctrl.v1.VolumeState
+	142, // 193: kibotos.ctrl.v1.Volume.failure:type_name -> kibotos.ctrl.v1.VolumeFailure
+	184, // 194: kibotos.ctrl.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	184, // 195: kibotos.ctrl.v1.Volume.updated_at:type_name -> google.protobuf.Timestamp
+	180, // 196: kibotos.ctrl.v1.Volume.annotations:type_name -> kibotos.ctrl.v1.Volume.AnnotationsEntry
+	181, // 197: kibotos.ctrl.v1.Volume.labels:type_name -> kibotos.ctrl.v1.Volume.LabelsEntry
+	144, // 198: kibotos.ctrl.v1.Volume.observation:type_name -> kibotos.ctrl.v1.VolumeObservation
+	4,   // 199: kibotos.ctrl.v1.VolumeObservation.condition:type_name -> kibotos.ctrl.v1.VolumeCondition
+	184, // 200: kibotos.ctrl.v1.VolumeObservation.observed_at:type_name -> google.protobuf.Timestamp
+	18,  // 201: kibotos.ctrl.v1.TransferFailure.reason:type_name -> kibotos.ctrl.v1.FailureReason
+	19,  // 202: kibotos.ctrl.v1.TransferFailure.stage:type_name -> kibotos.ctrl.v1.FailureStage
+	184, // 203: kibotos.ctrl.v1.TransferFailure.failed_at:type_name -> google.protobuf.Timestamp
+	118, // 204: kibotos.ctrl.v1.TransferManifest.template:type_name -> kibotos.ctrl.v1.TemplateRef
+	121, // 205: kibotos.ctrl.v1.TransferManifest.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
+	184, // 206: kibotos.ctrl.v1.TransferManifest.created_at:type_name -> google.protobuf.Timestamp
+	9,   // 207: kibotos.ctrl.v1.Transfer.state:type_name -> kibotos.ctrl.v1.TransferState
+	146, // 208: kibotos.ctrl.v1.Transfer.manifest:type_name -> kibotos.ctrl.v1.TransferManifest
+	145, // 209: kibotos.ctrl.v1.Transfer.failure:type_name -> kibotos.ctrl.v1.TransferFailure
+	184, // 210: kibotos.ctrl.v1.Transfer.created_at:type_name -> google.protobuf.Timestamp
+	184, // 211: kibotos.ctrl.v1.Transfer.updated_at:type_name -> google.protobuf.Timestamp
+	184, // 212: kibotos.ctrl.v1.Transfer.expires_at:type_name -> google.protobuf.Timestamp
+	182, // 213: kibotos.ctrl.v1.Transfer.labels:type_name -> kibotos.ctrl.v1.Transfer.LabelsEntry
+	183, // 214: kibotos.ctrl.v1.Transfer.annotations:type_name -> kibotos.ctrl.v1.Transfer.AnnotationsEntry
+	136, // 215: kibotos.ctrl.v1.ErrorDetail.observed_workspace:type_name -> kibotos.ctrl.v1.Workspace
+	18,  // 216: kibotos.ctrl.v1.ErrorDetail.reason:type_name -> kibotos.ctrl.v1.FailureReason
+	19,  // 217: kibotos.ctrl.v1.ErrorDetail.stage:type_name -> kibotos.ctrl.v1.FailureStage
+	184, // 218: kibotos.ctrl.v1.WorkspaceExpirationPolicy.deadline:type_name -> google.protobuf.Timestamp
+	24,  // 219: kibotos.ctrl.v1.WorkspaceExpirationPolicy.action:type_name -> kibotos.ctrl.v1.WorkspaceExpirationAction
+	149, // 220: kibotos.ctrl.v1.WorkspaceExpiration.policy:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
+	149, // 221: kibotos.ctrl.v1.WorkspaceExpirationChange.set:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
+	186, // 222: kibotos.ctrl.v1.WorkspaceExpirationChange.clear:type_name -> google.protobuf.Empty
+	25,  // 223: kibotos.ctrl.v1.WorkspaceService.CreateWorkspace:input_type -> kibotos.ctrl.v1.CreateWorkspaceRequest
+	27,  // 224: kibotos.ctrl.v1.WorkspaceService.GetWorkspace:input_type -> kibotos.ctrl.v1.GetWorkspaceRequest
+	29,  // 225: kibotos.ctrl.v1.WorkspaceService.ListWorkspaces:input_type -> kibotos.ctrl.v1.ListWorkspacesRequest
+	31,  // 226: kibotos.ctrl.v1.WorkspaceService.WatchWorkspace:input_type -> kibotos.ctrl.v1.WatchWorkspaceRequest
+	33,  // 227: kibotos.ctrl.v1.WorkspaceService.StartWorkspace:input_type -> kibotos.ctrl.v1.StartWorkspaceRequest
+	35,  // 228: kibotos.ctrl.v1.WorkspaceService.StopWorkspace:input_type -> kibotos.ctrl.v1.StopWorkspaceRequest
+	37,  // 229: kibotos.ctrl.v1.WorkspaceService.DeleteWorkspace:input_type -> kibotos.ctrl.v1.DeleteWorkspaceRequest
+	39,  // 230: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceMemory:input_type -> kibotos.ctrl.v1.UpdateWorkspaceMemoryRequest
+	41,  // 231: kibotos.ctrl.v1.WorkspaceService.ResizeWorkspaceWritableLayer:input_type -> kibotos.ctrl.v1.ResizeWorkspaceWritableLayerRequest
+	43,  // 232: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceVolumeBinding:input_type -> kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest
+	45,  // 233: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceNetworkPolicy:input_type -> kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest
+	47,  // 234: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceExpiration:input_type -> kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest
+	49,  // 235: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceLabels:input_type -> kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest
+	51,  // 236: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceAnnotations:input_type -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest
+	53,  // 237: kibotos.ctrl.v1.TemplateService.CreateTemplate:input_type -> kibotos.ctrl.v1.CreateTemplateRequest
+	55,  // 238: kibotos.ctrl.v1.TemplateService.GetTemplate:input_type -> kibotos.ctrl.v1.GetTemplateRequest
+	57,  // 239: kibotos.ctrl.v1.TemplateService.ListTemplates:input_type -> kibotos.ctrl.v1.ListTemplatesRequest
+	59,  // 240: kibotos.ctrl.v1.TemplateService.ImportTemplateRevision:input_type -> kibotos.ctrl.v1.ImportTemplateRevisionRequest
+	62,  // 241: kibotos.ctrl.v1.TemplateService.SetTemplateDefault:input_type -> kibotos.ctrl.v1.SetTemplateDefaultRequest
+	64,  // 242: kibotos.ctrl.v1.TemplateService.DeleteTemplate:input_type -> kibotos.ctrl.v1.DeleteTemplateRequest
+	66,  // 243: kibotos.ctrl.v1.TemplateService.UpdateTemplateLabels:input_type -> kibotos.ctrl.v1.UpdateTemplateLabelsRequest
+	68,  // 244: kibotos.ctrl.v1.TemplateService.UpdateTemplateAnnotations:input_type -> kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest
+	72,  // 245: kibotos.ctrl.v1.SessionService.IssueSession:input_type -> kibotos.ctrl.v1.IssueSessionRequest
+	74,  // 246: kibotos.ctrl.v1.SessionService.RevokeSession:input_type -> kibotos.ctrl.v1.RevokeSessionRequest
+	76,  // 247: kibotos.ctrl.v1.SessionService.RotateDataPlane:input_type -> kibotos.ctrl.v1.RotateDataPlaneRequest
+	78,  // 248: kibotos.ctrl.v1.EgressService.CreateEgress:input_type -> kibotos.ctrl.v1.CreateEgressRequest
+	80,  // 249: kibotos.ctrl.v1.EgressService.GetEgress:input_type -> kibotos.ctrl.v1.GetEgressRequest
+	82,  // 250: kibotos.ctrl.v1.EgressService.ListEgresses:input_type -> kibotos.ctrl.v1.ListEgressesRequest
+	84,  // 251: kibotos.ctrl.v1.EgressService.UpdateEgress:input_type -> kibotos.ctrl.v1.UpdateEgressRequest
+	86,  // 252: kibotos.ctrl.v1.EgressService.DeleteEgress:input_type -> kibotos.ctrl.v1.DeleteEgressRequest
+	88,  // 253: kibotos.ctrl.v1.EgressService.UpdateEgressLabels:input_type -> kibotos.ctrl.v1.UpdateEgressLabelsRequest
+	90,  // 254: kibotos.ctrl.v1.EgressService.UpdateEgressAnnotations:input_type -> kibotos.ctrl.v1.UpdateEgressAnnotationsRequest
+	96,  // 255: kibotos.ctrl.v1.ResolverService.CreateResolver:input_type -> kibotos.ctrl.v1.CreateResolverRequest
+	98,  // 256: kibotos.ctrl.v1.ResolverService.GetResolver:input_type -> kibotos.ctrl.v1.GetResolverRequest
+	100, // 257: kibotos.ctrl.v1.ResolverService.ListResolvers:input_type -> kibotos.ctrl.v1.ListResolversRequest
+	102, // 258: kibotos.ctrl.v1.ResolverService.UpdateResolver:input_type -> kibotos.ctrl.v1.UpdateResolverRequest
+	104, // 259: kibotos.ctrl.v1.ResolverService.DeleteResolver:input_type -> kibotos.ctrl.v1.DeleteResolverRequest
+	106, // 260: kibotos.ctrl.v1.ResolverService.UpdateResolverLabels:input_type -> kibotos.ctrl.v1.UpdateResolverLabelsRequest
+	108, // 261: kibotos.ctrl.v1.ResolverService.UpdateResolverAnnotations:input_type -> kibotos.ctrl.v1.UpdateResolverAnnotationsRequest
+	26,  // 262: kibotos.ctrl.v1.WorkspaceService.CreateWorkspace:output_type -> kibotos.ctrl.v1.CreateWorkspaceResponse
+	28,  // 263: kibotos.ctrl.v1.WorkspaceService.GetWorkspace:output_type -> kibotos.ctrl.v1.GetWorkspaceResponse
+	30,  // 264: kibotos.ctrl.v1.WorkspaceService.ListWorkspaces:output_type -> kibotos.ctrl.v1.ListWorkspacesResponse
+	32,  // 265: kibotos.ctrl.v1.WorkspaceService.WatchWorkspace:output_type -> kibotos.ctrl.v1.WatchWorkspaceResponse
+	34,  // 266: kibotos.ctrl.v1.WorkspaceService.StartWorkspace:output_type -> kibotos.ctrl.v1.StartWorkspaceResponse
+	36,  // 267: kibotos.ctrl.v1.WorkspaceService.StopWorkspace:output_type -> kibotos.ctrl.v1.StopWorkspaceResponse
+	38,  // 268: kibotos.ctrl.v1.WorkspaceService.DeleteWorkspace:output_type -> kibotos.ctrl.v1.DeleteWorkspaceResponse
+	40,  // 269: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceMemory:output_type -> kibotos.ctrl.v1.UpdateWorkspaceMemoryResponse
+	42,  // 270: kibotos.ctrl.v1.WorkspaceService.ResizeWorkspaceWritableLayer:output_type -> kibotos.ctrl.v1.ResizeWorkspaceWritableLayerResponse
+	44,  // 271: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceVolumeBinding:output_type -> kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingResponse
+	46,  // 272: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceNetworkPolicy:output_type -> kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyResponse
+	48,  // 273: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceExpiration:output_type -> kibotos.ctrl.v1.UpdateWorkspaceExpirationResponse
+	50,  // 274: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceLabels:output_type -> kibotos.ctrl.v1.UpdateWorkspaceLabelsResponse
+	52,  // 275: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceAnnotations:output_type -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsResponse
+	54,  // 276: kibotos.ctrl.v1.TemplateService.CreateTemplate:output_type -> kibotos.ctrl.v1.CreateTemplateResponse
+	56,  // 277: kibotos.ctrl.v1.TemplateService.GetTemplate:output_type -> kibotos.ctrl.v1.GetTemplateResponse
+	58,  // 278: kibotos.ctrl.v1.TemplateService.ListTemplates:output_type -> kibotos.ctrl.v1.ListTemplatesResponse
+	61,  // 279: kibotos.ctrl.v1.TemplateService.ImportTemplateRevision:output_type -> kibotos.ctrl.v1.ImportTemplateRevisionResponse
+	63,  // 280: kibotos.ctrl.v1.TemplateService.SetTemplateDefault:output_type -> kibotos.ctrl.v1.SetTemplateDefaultResponse
+	65,  // 281: kibotos.ctrl.v1.TemplateService.DeleteTemplate:output_type -> kibotos.ctrl.v1.DeleteTemplateResponse
+	67,  // 282: kibotos.ctrl.v1.TemplateService.UpdateTemplateLabels:output_type -> kibotos.ctrl.v1.UpdateTemplateLabelsResponse
+	69,  // 283: kibotos.ctrl.v1.TemplateService.UpdateTemplateAnnotations:output_type -> kibotos.ctrl.v1.UpdateTemplateAnnotationsResponse
+	73,  // 284: kibotos.ctrl.v1.SessionService.IssueSession:output_type -> kibotos.ctrl.v1.IssueSessionResponse
+	75,  // 285: kibotos.ctrl.v1.SessionService.RevokeSession:output_type -> kibotos.ctrl.v1.RevokeSessionResponse
+	77,  // 286: kibotos.ctrl.v1.SessionService.RotateDataPlane:output_type -> kibotos.ctrl.v1.RotateDataPlaneResponse
+	79,  // 287: kibotos.ctrl.v1.EgressService.CreateEgress:output_type -> kibotos.ctrl.v1.CreateEgressResponse
+	81,  // 288: kibotos.ctrl.v1.EgressService.GetEgress:output_type -> kibotos.ctrl.v1.GetEgressResponse
+	83,  // 289: kibotos.ctrl.v1.EgressService.ListEgresses:output_type -> kibotos.ctrl.v1.ListEgressesResponse
+	85,  // 290: kibotos.ctrl.v1.EgressService.UpdateEgress:output_type -> kibotos.ctrl.v1.UpdateEgressResponse
+	87,  // 291: kibotos.ctrl.v1.EgressService.DeleteEgress:output_type -> kibotos.ctrl.v1.DeleteEgressResponse
+	89,  // 292: kibotos.ctrl.v1.EgressService.UpdateEgressLabels:output_type -> kibotos.ctrl.v1.UpdateEgressLabelsResponse
+	91,  // 293: kibotos.ctrl.v1.EgressService.UpdateEgressAnnotations:output_type -> kibotos.ctrl.v1.UpdateEgressAnnotationsResponse
+	97,  // 294: kibotos.ctrl.v1.ResolverService.CreateResolver:output_type -> kibotos.ctrl.v1.CreateResolverResponse
+	99,  // 295: kibotos.ctrl.v1.ResolverService.GetResolver:output_type -> kibotos.ctrl.v1.GetResolverResponse
+	101, // 296: kibotos.ctrl.v1.ResolverService.ListResolvers:output_type -> kibotos.ctrl.v1.ListResolversResponse
+	103, // 297: kibotos.ctrl.v1.ResolverService.UpdateResolver:output_type -> kibotos.ctrl.v1.UpdateResolverResponse
+	105, // 298: kibotos.ctrl.v1.ResolverService.DeleteResolver:output_type -> kibotos.ctrl.v1.DeleteResolverResponse
+	107, // 299: kibotos.ctrl.v1.ResolverService.UpdateResolverLabels:output_type -> kibotos.ctrl.v1.UpdateResolverLabelsResponse
+	109, // 300: kibotos.ctrl.v1.ResolverService.UpdateResolverAnnotations:output_type -> kibotos.ctrl.v1.UpdateResolverAnnotationsResponse
+	262, // [262:301] is the sub-list for method output_type
+	223, // [223:262] is the sub-list for method input_type
+	223, // [223:223] is the sub-list for extension type_name
+	223, // [223:223] is the sub-list for extension extendee
+	0,   // [0:223] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_ctrl_v1_ctrl_proto_init() }
@@ -11071,24 +11425,24 @@ func file_kibotos_ctrl_v1_ctrl_proto_init() {
 		(*ImportTemplateRevisionStart_Archive)(nil),
 		(*ImportTemplateRevisionStart_RegistryReference)(nil),
 	}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[53].OneofWrappers = []any{}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[61].OneofWrappers = []any{
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[59].OneofWrappers = []any{}
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[67].OneofWrappers = []any{
 		(*EgressSpec_Socks5)(nil),
 	}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[71].OneofWrappers = []any{}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[79].OneofWrappers = []any{
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[77].OneofWrappers = []any{}
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[85].OneofWrappers = []any{
 		(*ResolverSpec_Udp)(nil),
 		(*ResolverSpec_Tcp)(nil),
 		(*ResolverSpec_Tls)(nil),
 		(*ResolverSpec_Https)(nil),
 	}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[92].OneofWrappers = []any{}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[95].OneofWrappers = []any{
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[98].OneofWrappers = []any{}
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[101].OneofWrappers = []any{
 		(*ResolverPath_Direct)(nil),
 		(*ResolverPath_EgressId)(nil),
 	}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[104].OneofWrappers = []any{}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[120].OneofWrappers = []any{
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[110].OneofWrappers = []any{}
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[126].OneofWrappers = []any{
 		(*WorkspaceExpirationChange_Set)(nil),
 		(*WorkspaceExpirationChange_Clear)(nil),
 	}
@@ -11098,9 +11452,9 @@ func file_kibotos_ctrl_v1_ctrl_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_ctrl_v1_ctrl_proto_rawDesc), len(file_kibotos_ctrl_v1_ctrl_proto_rawDesc)),
 			NumEnums:      25,
-			NumMessages:   153,
+			NumMessages:   159,
 			NumExtensions: 0,
-			NumServices:   4,
+			NumServices:   5,
 		},
 		GoTypes:           file_kibotos_ctrl_v1_ctrl_proto_goTypes,
 		DependencyIndexes: file_kibotos_ctrl_v1_ctrl_proto_depIdxs,

@@ -33,6 +33,8 @@ const (
 	WorkspaceServiceName = "kibotos.ctrl.v1.WorkspaceService"
 	// TemplateServiceName is the fully-qualified name of the TemplateService service.
 	TemplateServiceName = "kibotos.ctrl.v1.TemplateService"
+	// SessionServiceName is the fully-qualified name of the SessionService service.
+	SessionServiceName = "kibotos.ctrl.v1.SessionService"
 	// EgressServiceName is the fully-qualified name of the EgressService service.
 	EgressServiceName = "kibotos.ctrl.v1.EgressService"
 	// ResolverServiceName is the fully-qualified name of the ResolverService service.
@@ -113,6 +115,15 @@ const (
 	// TemplateServiceUpdateTemplateAnnotationsProcedure is the fully-qualified name of the
 	// TemplateService's UpdateTemplateAnnotations RPC.
 	TemplateServiceUpdateTemplateAnnotationsProcedure = "/kibotos.ctrl.v1.TemplateService/UpdateTemplateAnnotations"
+	// SessionServiceIssueSessionProcedure is the fully-qualified name of the SessionService's
+	// IssueSession RPC.
+	SessionServiceIssueSessionProcedure = "/kibotos.ctrl.v1.SessionService/IssueSession"
+	// SessionServiceRevokeSessionProcedure is the fully-qualified name of the SessionService's
+	// RevokeSession RPC.
+	SessionServiceRevokeSessionProcedure = "/kibotos.ctrl.v1.SessionService/RevokeSession"
+	// SessionServiceRotateDataPlaneProcedure is the fully-qualified name of the SessionService's
+	// RotateDataPlane RPC.
+	SessionServiceRotateDataPlaneProcedure = "/kibotos.ctrl.v1.SessionService/RotateDataPlane"
 	// EgressServiceCreateEgressProcedure is the fully-qualified name of the EgressService's
 	// CreateEgress RPC.
 	EgressServiceCreateEgressProcedure = "/kibotos.ctrl.v1.EgressService/CreateEgress"
@@ -858,6 +869,134 @@ func (UnimplementedTemplateServiceHandler) UpdateTemplateLabels(context.Context,
 
 func (UnimplementedTemplateServiceHandler) UpdateTemplateAnnotations(context.Context, *connect.Request[v1.UpdateTemplateAnnotationsRequest]) (*connect.Response[v1.UpdateTemplateAnnotationsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.TemplateService.UpdateTemplateAnnotations is not implemented"))
+}
+
+// SessionServiceClient is a client for the kibotos.ctrl.v1.SessionService service.
+type SessionServiceClient interface {
+	// IssueSession issues a session for an AVAILABLE Workspace. A Workspace in another state is failed_precondition (stage ISSUING_SESSION); another project's Workspace is not_found.
+	IssueSession(context.Context, *connect.Request[v1.IssueSessionRequest]) (*connect.Response[v1.IssueSessionResponse], error)
+	// RevokeSession revokes one session; within a second its token stops working. Revoking a revoked or expired session succeeds.
+	RevokeSession(context.Context, *connect.Request[v1.RevokeSessionRequest]) (*connect.Response[v1.RevokeSessionResponse], error)
+	// RotateDataPlane makes every session issued so far for the Workspace stop working (stage ROTATING_DATA_PLANE on failure).
+	RotateDataPlane(context.Context, *connect.Request[v1.RotateDataPlaneRequest]) (*connect.Response[v1.RotateDataPlaneResponse], error)
+}
+
+// NewSessionServiceClient constructs a client for the kibotos.ctrl.v1.SessionService service. By
+// default, it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses,
+// and sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the
+// connect.WithGRPC() or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewSessionServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) SessionServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	sessionServiceMethods := v1.File_kibotos_ctrl_v1_ctrl_proto.Services().ByName("SessionService").Methods()
+	return &sessionServiceClient{
+		issueSession: connect.NewClient[v1.IssueSessionRequest, v1.IssueSessionResponse](
+			httpClient,
+			baseURL+SessionServiceIssueSessionProcedure,
+			connect.WithSchema(sessionServiceMethods.ByName("IssueSession")),
+			connect.WithClientOptions(opts...),
+		),
+		revokeSession: connect.NewClient[v1.RevokeSessionRequest, v1.RevokeSessionResponse](
+			httpClient,
+			baseURL+SessionServiceRevokeSessionProcedure,
+			connect.WithSchema(sessionServiceMethods.ByName("RevokeSession")),
+			connect.WithClientOptions(opts...),
+		),
+		rotateDataPlane: connect.NewClient[v1.RotateDataPlaneRequest, v1.RotateDataPlaneResponse](
+			httpClient,
+			baseURL+SessionServiceRotateDataPlaneProcedure,
+			connect.WithSchema(sessionServiceMethods.ByName("RotateDataPlane")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// sessionServiceClient implements SessionServiceClient.
+type sessionServiceClient struct {
+	issueSession    *connect.Client[v1.IssueSessionRequest, v1.IssueSessionResponse]
+	revokeSession   *connect.Client[v1.RevokeSessionRequest, v1.RevokeSessionResponse]
+	rotateDataPlane *connect.Client[v1.RotateDataPlaneRequest, v1.RotateDataPlaneResponse]
+}
+
+// IssueSession calls kibotos.ctrl.v1.SessionService.IssueSession.
+func (c *sessionServiceClient) IssueSession(ctx context.Context, req *connect.Request[v1.IssueSessionRequest]) (*connect.Response[v1.IssueSessionResponse], error) {
+	return c.issueSession.CallUnary(ctx, req)
+}
+
+// RevokeSession calls kibotos.ctrl.v1.SessionService.RevokeSession.
+func (c *sessionServiceClient) RevokeSession(ctx context.Context, req *connect.Request[v1.RevokeSessionRequest]) (*connect.Response[v1.RevokeSessionResponse], error) {
+	return c.revokeSession.CallUnary(ctx, req)
+}
+
+// RotateDataPlane calls kibotos.ctrl.v1.SessionService.RotateDataPlane.
+func (c *sessionServiceClient) RotateDataPlane(ctx context.Context, req *connect.Request[v1.RotateDataPlaneRequest]) (*connect.Response[v1.RotateDataPlaneResponse], error) {
+	return c.rotateDataPlane.CallUnary(ctx, req)
+}
+
+// SessionServiceHandler is an implementation of the kibotos.ctrl.v1.SessionService service.
+type SessionServiceHandler interface {
+	// IssueSession issues a session for an AVAILABLE Workspace. A Workspace in another state is failed_precondition (stage ISSUING_SESSION); another project's Workspace is not_found.
+	IssueSession(context.Context, *connect.Request[v1.IssueSessionRequest]) (*connect.Response[v1.IssueSessionResponse], error)
+	// RevokeSession revokes one session; within a second its token stops working. Revoking a revoked or expired session succeeds.
+	RevokeSession(context.Context, *connect.Request[v1.RevokeSessionRequest]) (*connect.Response[v1.RevokeSessionResponse], error)
+	// RotateDataPlane makes every session issued so far for the Workspace stop working (stage ROTATING_DATA_PLANE on failure).
+	RotateDataPlane(context.Context, *connect.Request[v1.RotateDataPlaneRequest]) (*connect.Response[v1.RotateDataPlaneResponse], error)
+}
+
+// NewSessionServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewSessionServiceHandler(svc SessionServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	sessionServiceMethods := v1.File_kibotos_ctrl_v1_ctrl_proto.Services().ByName("SessionService").Methods()
+	sessionServiceIssueSessionHandler := connect.NewUnaryHandler(
+		SessionServiceIssueSessionProcedure,
+		svc.IssueSession,
+		connect.WithSchema(sessionServiceMethods.ByName("IssueSession")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sessionServiceRevokeSessionHandler := connect.NewUnaryHandler(
+		SessionServiceRevokeSessionProcedure,
+		svc.RevokeSession,
+		connect.WithSchema(sessionServiceMethods.ByName("RevokeSession")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sessionServiceRotateDataPlaneHandler := connect.NewUnaryHandler(
+		SessionServiceRotateDataPlaneProcedure,
+		svc.RotateDataPlane,
+		connect.WithSchema(sessionServiceMethods.ByName("RotateDataPlane")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/kibotos.ctrl.v1.SessionService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case SessionServiceIssueSessionProcedure:
+			sessionServiceIssueSessionHandler.ServeHTTP(w, r)
+		case SessionServiceRevokeSessionProcedure:
+			sessionServiceRevokeSessionHandler.ServeHTTP(w, r)
+		case SessionServiceRotateDataPlaneProcedure:
+			sessionServiceRotateDataPlaneHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedSessionServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedSessionServiceHandler struct{}
+
+func (UnimplementedSessionServiceHandler) IssueSession(context.Context, *connect.Request[v1.IssueSessionRequest]) (*connect.Response[v1.IssueSessionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.SessionService.IssueSession is not implemented"))
+}
+
+func (UnimplementedSessionServiceHandler) RevokeSession(context.Context, *connect.Request[v1.RevokeSessionRequest]) (*connect.Response[v1.RevokeSessionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.SessionService.RevokeSession is not implemented"))
+}
+
+func (UnimplementedSessionServiceHandler) RotateDataPlane(context.Context, *connect.Request[v1.RotateDataPlaneRequest]) (*connect.Response[v1.RotateDataPlaneResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.SessionService.RotateDataPlane is not implemented"))
 }
 
 // EgressServiceClient is a client for the kibotos.ctrl.v1.EgressService service.
