@@ -7,6 +7,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"net"
 	"time"
 )
 
@@ -94,6 +95,10 @@ type Driver interface {
 	// container, mounts, loop device, cgroup, namespaces), keeping the
 	// layer image. Stopping a stopped or unknown execution succeeds.
 	Stop(ctx context.Context, id string, mode StopMode, grace time.Duration) (StopResult, error)
+	// DialGuest connects to the unix socket the guest agent of a running
+	// execution serves under the name (e.g. "data.sock", in the guest's
+	// /run/kibotos).
+	DialGuest(ctx context.Context, id, name string) (net.Conn, error)
 	// Recover re-adopts the executions left by an earlier process of this
 	// host agent (from the runtime's state and the driver's own records),
 	// releases the leftovers of any that are no longer running, and

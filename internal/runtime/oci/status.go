@@ -68,17 +68,28 @@ func (d *Driver) agentCommand(ctx context.Context, id, command, want string) (st
 	return line, nil
 }
 
-// dialAgent connects to the agent's socket. It goes through an O_PATH
-// descriptor of the socket directory, because StateDir/exec/<id>/sock
-// can be longer than a unix socket address allows.
+// dialAgent connects to the agent's control socket.
 func (d *Driver) dialAgent(ctx context.Context, id string) (net.Conn, error) {
+	return d.DialGuest(ctx, id, agentSocket)
+}
+
+// DialGuest connects to a socket of the guest agent; see runtime.Driver.
+// It goes through an O_PATH descriptor of the socket directory, because
+// StateDir/exec/<id>/sock can be longer than a unix socket address allows.
+func (d *Driver) DialGuest(ctx context.Context, id, name string) (net.Conn, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	if name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
+		return nil, fmt.Errorf("oci: invalid guest socket name %q", name)
+	}
 	fd, err := unix.Open(filepath.Join(d.dir(id), "sock"), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer unix.Close(fd)
 	var dialer net.Dialer
-	return dialer.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", fd, agentSocket))
+	return dialer.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", fd, name))
 }
 
 func ctxErr(ctx context.Context, err error) error {
