@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/kibotos/kibotos/internal/auth"
+	"github.com/kibotos/kibotos/internal/hostagent"
 	"github.com/kibotos/kibotos/internal/netcheck"
 	"github.com/kibotos/kibotos/internal/server"
 	"github.com/kibotos/kibotos/internal/store"
@@ -103,6 +104,20 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	ln, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return err
+	}
+	url := "http://" + ln.Addr().String()
+	var agent *hostagent.Agent
+	if o.Host {
+		// The in-process host agent reaches ctrl through the host API on
+		// this same listener, and serves its data-plane gateway on it.
+		if agent, err = newHostAgent(o, images, url, hostToken); err != nil {
+			ln.Close()
+			return err
+		}
+	}
 	ctl, err := server.New(ctx, server.Config{
 		Store:     st,
 		Checker:   &netcheck.Checker{Resolver: o.Resolver, Exempt: o.UnsafeExemptRanges},
@@ -110,10 +125,7 @@ func Run(ctx context.Context, o Options) error {
 		HostToken: hostToken,
 	})
 	if err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", o.Listen)
-	if err != nil {
+		ln.Close()
 		return err
 	}
 	slog.Info("control plane serving", "addr", ln.Addr().String(), "store", storeKind(o))
@@ -123,13 +135,7 @@ func Run(ctx context.Context, o Options) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return server.Serve(ctx, ln, ctl.Handler, shutdownGrace) })
 	g.Go(func() error { return expireLoop(ctx, ctl) })
-	if o.Host {
-		agent, err := newHostAgent(o, images, "http://"+ln.Addr().String(), hostToken)
-		if err != nil {
-			cancel()
-			g.Wait()
-			return err
-		}
+	if agent != nil {
 		g.Go(func() error { return agent.Run(ctx) })
 		select {
 		case <-agent.Registered():

@@ -53,7 +53,7 @@ func newHostAgent(o Options, images *template.Store, ctrlURL, token string) (*ho
 	return hostagent.New(hostagent.Config{
 		HostID: localHostID, Client: client, Driver: driver, Layers: driver, Template: images,
 		LayerDir: filepath.Join(o.stateDir(), "layers"), GuestAgent: guest, Capacity: capacity,
-		Runtimes: oci.Detect(),
+		Runtimes: oci.Detect(), DataPlaneEndpoint: ctrlURL,
 	})
 }
 

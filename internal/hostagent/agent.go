@@ -55,6 +55,9 @@ type Config struct {
 	GuestAgent string
 	Capacity   *hostv1.HostCapacity
 	Runtimes   []string
+	// DataPlaneEndpoint is the base URL callers reach this host's
+	// data-plane gateway at.
+	DataPlaneEndpoint string
 }
 
 // Agent converges a host's executions to ctrl's assignments.
@@ -122,7 +125,8 @@ func (a *Agent) Run(ctx context.Context) error {
 
 func (a *Agent) watch(ctx context.Context) error {
 	if _, err := a.cfg.Client.RegisterHost(ctx, connect.NewRequest(&hostv1.RegisterHostRequest{
-		HostId: a.cfg.HostID, Capacity: a.cfg.Capacity, Runtimes: a.cfg.Runtimes})); err != nil {
+		HostId: a.cfg.HostID, Capacity: a.cfg.Capacity, Runtimes: a.cfg.Runtimes,
+		DataPlaneEndpoint: a.cfg.DataPlaneEndpoint})); err != nil {
 		return fmt.Errorf("register: %w", err)
 	}
 	a.registeredOnce.Do(func() { close(a.registered) })
