@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -133,7 +134,16 @@ func Run(ctx context.Context, o Options) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return server.Serve(ctx, ln, ctl.Handler, shutdownGrace) })
+	handler := ctl.Handler
+	if agent != nil {
+		// The data-plane gateway authenticates with session tokens, not
+		// with the control plane's interceptor.
+		mux := http.NewServeMux()
+		mux.Handle("/", ctl.Handler)
+		mux.Handle(hostagent.DataPlanePrefix, agent.Gateway())
+		handler = mux
+	}
+	g.Go(func() error { return server.Serve(ctx, ln, handler, shutdownGrace) })
 	g.Go(func() error { return expireLoop(ctx, ctl) })
 	if agent != nil {
 		g.Go(func() error { return agent.Run(ctx) })
@@ -151,17 +161,23 @@ func Run(ctx context.Context, o Options) error {
 	return err
 }
 
-// expireLoop applies expiration policies once a second.
+// expireLoop applies expiration policies once a second and forgets
+// expired data-plane sessions once a minute.
 func expireLoop(ctx context.Context, ctl *server.Control) error {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	for {
+	for n := 0; ; n++ {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-			if err := ctl.Workspaces.Expire(ctx); err != nil && ctx.Err() == nil {
-				slog.Error("expiration", "err", err)
+		}
+		if err := ctl.Workspaces.Expire(ctx); err != nil && ctx.Err() == nil {
+			slog.Error("expiration", "err", err)
+		}
+		if n%60 == 0 && ctl.Sessions != nil {
+			if _, err := ctl.Sessions.Prune(ctx); err != nil && ctx.Err() == nil {
+				slog.Error("pruning sessions", "err", err)
 			}
 		}
 	}

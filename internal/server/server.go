@@ -25,6 +25,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl"
 	"github.com/kibotos/kibotos/internal/netcheck"
 	"github.com/kibotos/kibotos/internal/pagetoken"
+	"github.com/kibotos/kibotos/internal/sessions"
 	"github.com/kibotos/kibotos/internal/store"
 	"github.com/kibotos/kibotos/internal/template"
 	"github.com/kibotos/kibotos/internal/templates"
@@ -56,6 +57,8 @@ type Config struct {
 type Control struct {
 	Handler    http.Handler
 	Workspaces *workspaces.Service
+	// Sessions is nil when the control plane serves no workspaces.
+	Sessions *sessions.Service
 }
 
 // Handler returns the HTTP handler of the whole control plane. It creates
@@ -102,18 +105,23 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 		ctrlv1connect.ResolverServiceName,
 		adminv1connect.AdminServiceName,
 	}
+	control := &Control{Handler: mux, Workspaces: ws}
 	if cfg.Images != nil {
 		tpl := &templates.Service{Store: cfg.Store, Images: cfg.Images, Pages: pages}
 		mux.Handle(ctrlv1connect.NewWorkspaceServiceHandler(ctrl.NewWorkspaceService(ws), opts...))
 		mux.Handle(ctrlv1connect.NewTemplateServiceHandler(templates.NewHandler(tpl), opts...))
 		mux.Handle(hostv1connect.NewHostServiceHandler(ctrl.NewHostService(ws, cfg.Images), hostOpts...))
-		services = append(services, ctrlv1connect.WorkspaceServiceName, ctrlv1connect.TemplateServiceName)
+		sess := &sessions.Service{Store: cfg.Store, Workspaces: ws}
+		mux.Handle(ctrlv1connect.NewSessionServiceHandler(sessions.NewHandler(sess), opts...))
+		services = append(services, ctrlv1connect.WorkspaceServiceName, ctrlv1connect.TemplateServiceName,
+			ctrlv1connect.SessionServiceName)
+		control.Sessions = sess
 	}
 	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(services...)))
 	reflector := grpcreflect.NewStaticReflector(services...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
-	return &Control{Handler: mux, Workspaces: ws}, nil
+	return control, nil
 }
 
 // pageTokenKey returns the deployment's page-token key, creating it once.

@@ -91,6 +91,7 @@ type Tx interface {
 	ReferencingWorkspaces(ctx context.Context, projectID string, ref PolicyReference, limit int) ([]string, error)
 
 	WorkspaceTx
+	SessionTx
 }
 
 // Project is a tenant: every resource and token belongs to exactly one.
@@ -271,4 +272,30 @@ type Host struct {
 	MemoryBytes uint64
 	LayerBytes  uint64
 	SeenAt      time.Time
+}
+
+// SessionTx is the part of a transaction that indexes issued data-plane
+// sessions, so that a session can be found by its ID alone. A session's
+// authorization state (its workspace's key and revocations) is kept with
+// the workspace, not here.
+type SessionTx interface {
+	// CreateSession indexes a new session; ErrExists if the project already
+	// has a session with this ID.
+	CreateSession(ctx context.Context, s Session) error
+	// Session returns a session of the project, or ErrNotFound.
+	Session(ctx context.Context, projectID, id string) (Session, error)
+	// DeleteSessions deletes up to limit sessions that expired before
+	// before, oldest first, and returns how many it deleted.
+	DeleteSessions(ctx context.Context, before time.Time, limit int) (int, error)
+}
+
+// Session is one issued data-plane session.
+type Session struct {
+	ProjectID   string
+	ID          string
+	WorkspaceID string
+	// Generation is the workspace generation the session was issued for.
+	Generation uint64
+	ExpiresAt  time.Time
+	CreatedAt  time.Time
 }

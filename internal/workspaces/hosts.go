@@ -40,6 +40,26 @@ func (s *Service) RegisterHost(ctx context.Context, reg *hostv1.RegisterHostRequ
 	})
 }
 
+// DataPlaneEndpoint returns the data-plane endpoint a host registered;
+// empty when it registered none, or when no host has the ID.
+func DataPlaneEndpoint(ctx context.Context, tx store.Tx, hostID string) (string, error) {
+	hosts, err := tx.Hosts(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, h := range hosts {
+		if h.ID != hostID {
+			continue
+		}
+		reg := new(hostv1.RegisterHostRequest)
+		if err := proto.Unmarshal(h.Body, reg); err != nil {
+			return "", fmt.Errorf("host %s: %w", h.ID, err)
+		}
+		return reg.DataPlaneEndpoint, nil
+	}
+	return "", nil
+}
+
 // executionID names the execution that serves one start of a workspace.
 func executionID(workspaceID string, generation uint64) string {
 	return fmt.Sprintf("%s-%d", workspaceID, generation)
@@ -48,6 +68,7 @@ func executionID(workspaceID string, generation uint64) string {
 // Assignments returns the complete desired set of a host.
 func (s *Service) Assignments(ctx context.Context, hostID string) ([]*hostv1.Assignment, error) {
 	var out []*hostv1.Assignment
+	now := s.now()
 	err := s.Store.View(ctx, func(tx store.Tx) error {
 		rows, err := tx.HostWorkspaces(ctx, hostID)
 		if err != nil {
@@ -58,14 +79,14 @@ func (s *Service) Assignments(ctx context.Context, hostID string) ([]*hostv1.Ass
 			if err != nil {
 				return err
 			}
-			out = append(out, r.assignment())
+			out = append(out, r.assignment(now))
 		}
 		return nil
 	})
 	return out, err
 }
 
-func (r *record) assignment() *hostv1.Assignment {
+func (r *record) assignment(now time.Time) *hostv1.Assignment {
 	res := proto.CloneOf(r.ws.GetSpec().GetResources())
 	res.WritableLayerBytes = r.row.LayerBytes
 	a := &hostv1.Assignment{
@@ -85,6 +106,9 @@ func (r *record) assignment() *hostv1.Assignment {
 	switch r.book.Desired {
 	case DesiredRunning:
 		a.Desired = hostv1.DesiredState_DESIRED_STATE_RUNNING
+		if dp := &r.book.DataPlane; len(dp.Key) > 0 {
+			a.DataPlane = &hostv1.DataPlane{Key: dp.Key, RevokedSessionIds: dp.revokedIDs(now)}
+		}
 	case DesiredStopped:
 		a.Desired = hostv1.DesiredState_DESIRED_STATE_STOPPED
 	case DesiredDeleted:
@@ -182,6 +206,13 @@ func (s *Service) apply(ctx context.Context, tx store.Tx, r *record, rep *hostv1
 			cont = &continuity{kind: ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_RESET, reason: ctrlv1.RetentionResetReason_RETENTION_RESET_REASON_FIRST_START}
 		case !rep.LayerContinued:
 			cont = &continuity{kind: ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_RESET, reason: ctrlv1.RetentionResetReason_RETENTION_RESET_REASON_LAYER_UNAVAILABLE}
+		}
+		if r.ws.Generation != r.book.Target {
+			// Tokens of earlier generations fail by their generation.
+			r.book.DataPlane.Revoked = nil
+		}
+		if len(r.book.DataPlane.Key) == 0 {
+			r.book.DataPlane.Key = NewDataPlaneKey()
 		}
 		r.ws.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE
 		r.ws.Generation = r.book.Target

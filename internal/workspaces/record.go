@@ -9,12 +9,16 @@
 package workspaces
 
 import (
+	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/sessions/token"
 	"github.com/kibotos/kibotos/internal/store"
 )
 
@@ -66,6 +70,78 @@ type bookkeeping struct {
 	StopCause ctrlv1.StopCause `json:"stop_cause,omitempty"`
 	// LayerBytes is the writable layer's capacity once resolved on a host.
 	Image Image `json:"image"`
+	// DataPlane authorizes the workspace's data-plane sessions.
+	DataPlane DataPlane `json:"data_plane,omitzero"`
+}
+
+// DataPlane is a workspace's data-plane authorization state. ctrl keeps it
+// in the workspace's record and sends it to the host in the assignment of
+// the running execution, where the gateway checks session tokens against it
+// (package sessions/token) without calling ctrl.
+type DataPlane struct {
+	// Key is the HMAC key of the workspace's session tokens. A workspace
+	// gets one when it first becomes AVAILABLE; RotateDataPlane replaces it.
+	Key []byte `json:"key,omitempty"`
+	// Revoked lists the revoked sessions until RevokedGrace after they
+	// expire.
+	Revoked []RevokedSession `json:"revoked,omitempty"`
+}
+
+// RevokedSession is one revoked session.
+type RevokedSession struct {
+	ID        string    `json:"id"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// RevokedGrace is how long a revoked session stays listed after it
+// expires, so that a host whose clock runs behind ctrl's still refuses it.
+const RevokedGrace = 5 * time.Minute
+
+// NewDataPlaneKey returns a new random data-plane key.
+func NewDataPlaneKey() []byte {
+	key := make([]byte, token.KeySize)
+	rand.Read(key)
+	return key
+}
+
+// Listed reports whether a revoked session is still listed at now.
+func (r RevokedSession) Listed(now time.Time) bool {
+	return now.Before(r.ExpiresAt.Add(RevokedGrace))
+}
+
+// revokedIDs returns the IDs of the revoked sessions listed at now.
+func (d *DataPlane) revokedIDs(now time.Time) []string {
+	var ids []string
+	for _, r := range d.Revoked {
+		if r.Listed(now) {
+			ids = append(ids, r.ID)
+		}
+	}
+	return ids
+}
+
+// EditDataPlane calls edit, inside tx, with a workspace of the project as
+// callers read it, the host it is placed on (empty when none) and its
+// data-plane state, and stores the state when edit reports a change. The
+// API resource does not change, so neither do its revisions or
+// updated_at. An unknown workspace or another project's is not_found.
+// The caller publishes the workspace on Changes once tx commits, so that
+// its host receives the new state at once.
+func (s *Service) EditDataPlane(ctx context.Context, tx store.Tx, projectID, id string,
+	edit func(ws *ctrlv1.Workspace, hostID string, dp *DataPlane) (changed bool, err error)) error {
+	r, err := s.load(ctx, tx, projectID, id)
+	if err != nil {
+		return err
+	}
+	changed, err := edit(r.view(), r.row.HostID, &r.book.DataPlane)
+	if err != nil || !changed {
+		return err
+	}
+	row, err := r.encode()
+	if err != nil {
+		return err
+	}
+	return tx.UpdateWorkspace(ctx, row)
 }
 
 // envelope is the serialized form of a record's body.

@@ -38,6 +38,7 @@ func Run(t *testing.T, open Open) {
 		{"ConcurrentSameCommand", testConcurrentSameCommand},
 		{"Workspaces", testWorkspaces},
 		{"TemplatesAndHosts", testTemplatesAndHosts},
+		{"Sessions", testSessions},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
@@ -532,6 +533,60 @@ func testTemplatesAndHosts(t *testing.T, s store.Store) {
 		hosts, err := tx.Hosts(ctx)
 		if err != nil || len(hosts) != 1 || hosts[0].MemoryBytes != 16<<30 || hosts[0].CPUMillis != 2000 {
 			t.Errorf("hosts = %v, %v", hosts, err)
+		}
+		return nil
+	})
+}
+
+func testSessions(t *testing.T, s store.Store) {
+	mustProject(t, s, "p1")
+	mustProject(t, s, "p2")
+	ses := func(project, id string, expires time.Time) store.Session {
+		return store.Session{ProjectID: project, ID: id, WorkspaceID: "w-" + id, Generation: 3, ExpiresAt: expires, CreatedAt: now}
+	}
+	a := ses("p1", "s1", now.Add(time.Hour))
+	update(t, s, func(tx store.Tx) error {
+		return errors.Join(tx.CreateSession(ctx, a), tx.CreateSession(ctx, ses("p1", "s2", now.Add(time.Minute))),
+			tx.CreateSession(ctx, ses("p2", "s3", now.Add(2*time.Minute))), tx.CreateSession(ctx, ses("p2", "s1", now.Add(3*time.Minute))))
+	})
+	if err := s.Update(ctx, func(tx store.Tx) error { return tx.CreateSession(ctx, a) }); !errors.Is(err, store.ErrExists) {
+		t.Errorf("duplicate session: %v", err)
+	}
+	view(t, s, func(tx store.Tx) error {
+		got, err := tx.Session(ctx, "p1", "s1")
+		if err != nil || got != a {
+			t.Errorf("session = %+v, %v; want %+v", got, err, a)
+		}
+		if _, err := tx.Session(ctx, "p1", "s3"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("session of another project: %v", err)
+		}
+		return nil
+	})
+	// Deleting is bounded, oldest first, and keeps unexpired sessions.
+	var n int
+	update(t, s, func(tx store.Tx) (err error) {
+		n, err = tx.DeleteSessions(ctx, now.Add(150*time.Second), 1)
+		return err
+	})
+	if n != 1 {
+		t.Errorf("deleted %d sessions, want 1", n)
+	}
+	update(t, s, func(tx store.Tx) (err error) {
+		n, err = tx.DeleteSessions(ctx, now.Add(150*time.Second), 10)
+		return err
+	})
+	if n != 1 {
+		t.Errorf("deleted %d sessions, want 1", n)
+	}
+	view(t, s, func(tx store.Tx) error {
+		for _, k := range []struct {
+			project, id string
+			live        bool
+		}{{"p1", "s1", true}, {"p1", "s2", false}, {"p2", "s3", false}, {"p2", "s1", true}} {
+			_, err := tx.Session(ctx, k.project, k.id)
+			if (err == nil) != k.live {
+				t.Errorf("session %s/%s after deleting expired: %v", k.project, k.id, err)
+			}
 		}
 		return nil
 	})

@@ -512,7 +512,12 @@ type Assignment struct {
 	// same across the starts of one Workspace, so a start on the host that
 	// keeps the layer continues it; ctrl issues a new layer_id when the old
 	// layer cannot continue, such as after a Template change.
-	LayerId       string `protobuf:"bytes,8,opt,name=layer_id,json=layerId,proto3" json:"layer_id,omitempty"`
+	LayerId string `protobuf:"bytes,8,opt,name=layer_id,json=layerId,proto3" json:"layer_id,omitempty"`
+	// data_plane is what the host's data-plane gateway checks session tokens
+	// of this Workspace against. It is present only with desired RUNNING,
+	// once the Workspace has a key (from its first AVAILABLE on); without it
+	// no token works, so sessions end with the execution's run.
+	DataPlane     *DataPlane `protobuf:"bytes,9,opt,name=data_plane,json=dataPlane,proto3" json:"data_plane,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -603,6 +608,74 @@ func (x *Assignment) GetLayerId() string {
 	return ""
 }
 
+func (x *Assignment) GetDataPlane() *DataPlane {
+	if x != nil {
+		return x.DataPlane
+	}
+	return nil
+}
+
+// DataPlane is the authorization state of one Workspace's data plane. The
+// gateway accepts a session token only when its MAC verifies under key, its
+// generation equals the execution's, it has not expired, and its session
+// is not revoked; so it needs no call to ctrl per request.
+type DataPlane struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// key is the Workspace's data-plane key (32 bytes), the HMAC-SHA256 key
+	// of its session tokens. RotateDataPlane replaces it, so every token
+	// issued before fails.
+	Key []byte `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// revoked_session_ids are the sessions revoked under this key that have
+	// not expired yet.
+	RevokedSessionIds []string `protobuf:"bytes,2,rep,name=revoked_session_ids,json=revokedSessionIds,proto3" json:"revoked_session_ids,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *DataPlane) Reset() {
+	*x = DataPlane{}
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DataPlane) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DataPlane) ProtoMessage() {}
+
+func (x *DataPlane) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DataPlane.ProtoReflect.Descriptor instead.
+func (*DataPlane) Descriptor() ([]byte, []int) {
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *DataPlane) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *DataPlane) GetRevokedSessionIds() []string {
+	if x != nil {
+		return x.RevokedSessionIds
+	}
+	return nil
+}
+
 // StopRequest is the stop ctrl wants performed.
 type StopRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -620,7 +693,7 @@ type StopRequest struct {
 
 func (x *StopRequest) Reset() {
 	*x = StopRequest{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[6]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -632,7 +705,7 @@ func (x *StopRequest) String() string {
 func (*StopRequest) ProtoMessage() {}
 
 func (x *StopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[6]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -645,7 +718,7 @@ func (x *StopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopRequest.ProtoReflect.Descriptor instead.
 func (*StopRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{6}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *StopRequest) GetMode() v1.StopMode {
@@ -683,7 +756,7 @@ type ExecutionTemplate struct {
 
 func (x *ExecutionTemplate) Reset() {
 	*x = ExecutionTemplate{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[7]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -695,7 +768,7 @@ func (x *ExecutionTemplate) String() string {
 func (*ExecutionTemplate) ProtoMessage() {}
 
 func (x *ExecutionTemplate) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[7]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -708,7 +781,7 @@ func (x *ExecutionTemplate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionTemplate.ProtoReflect.Descriptor instead.
 func (*ExecutionTemplate) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{7}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ExecutionTemplate) GetTemplateId() string {
@@ -762,7 +835,7 @@ type TemplateLayer struct {
 
 func (x *TemplateLayer) Reset() {
 	*x = TemplateLayer{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[8]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -774,7 +847,7 @@ func (x *TemplateLayer) String() string {
 func (*TemplateLayer) ProtoMessage() {}
 
 func (x *TemplateLayer) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[8]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -787,7 +860,7 @@ func (x *TemplateLayer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateLayer.ProtoReflect.Descriptor instead.
 func (*TemplateLayer) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{8}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TemplateLayer) GetDigest() string {
@@ -823,7 +896,7 @@ type ReportExecutionsRequest struct {
 
 func (x *ReportExecutionsRequest) Reset() {
 	*x = ReportExecutionsRequest{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[9]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -835,7 +908,7 @@ func (x *ReportExecutionsRequest) String() string {
 func (*ReportExecutionsRequest) ProtoMessage() {}
 
 func (x *ReportExecutionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[9]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -848,7 +921,7 @@ func (x *ReportExecutionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportExecutionsRequest.ProtoReflect.Descriptor instead.
 func (*ReportExecutionsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{9}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReportExecutionsRequest) GetHostId() string {
@@ -874,7 +947,7 @@ type ReportExecutionsResponse struct {
 
 func (x *ReportExecutionsResponse) Reset() {
 	*x = ReportExecutionsResponse{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[10]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -886,7 +959,7 @@ func (x *ReportExecutionsResponse) String() string {
 func (*ReportExecutionsResponse) ProtoMessage() {}
 
 func (x *ReportExecutionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[10]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -899,7 +972,7 @@ func (x *ReportExecutionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportExecutionsResponse.ProtoReflect.Descriptor instead.
 func (*ReportExecutionsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{10}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{11}
 }
 
 // ExecutionReport is the complete latest observation of one execution, set
@@ -950,7 +1023,7 @@ type ExecutionReport struct {
 
 func (x *ExecutionReport) Reset() {
 	*x = ExecutionReport{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[11]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -962,7 +1035,7 @@ func (x *ExecutionReport) String() string {
 func (*ExecutionReport) ProtoMessage() {}
 
 func (x *ExecutionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[11]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -975,7 +1048,7 @@ func (x *ExecutionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionReport.ProtoReflect.Descriptor instead.
 func (*ExecutionReport) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{11}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ExecutionReport) GetExecutionId() string {
@@ -1096,7 +1169,7 @@ type GetTemplateBlobRequest struct {
 
 func (x *GetTemplateBlobRequest) Reset() {
 	*x = GetTemplateBlobRequest{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[12]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1108,7 +1181,7 @@ func (x *GetTemplateBlobRequest) String() string {
 func (*GetTemplateBlobRequest) ProtoMessage() {}
 
 func (x *GetTemplateBlobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[12]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1121,7 +1194,7 @@ func (x *GetTemplateBlobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTemplateBlobRequest.ProtoReflect.Descriptor instead.
 func (*GetTemplateBlobRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{12}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetTemplateBlobRequest) GetDigest() string {
@@ -1152,7 +1225,7 @@ type GetTemplateBlobResponse struct {
 
 func (x *GetTemplateBlobResponse) Reset() {
 	*x = GetTemplateBlobResponse{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[13]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1164,7 +1237,7 @@ func (x *GetTemplateBlobResponse) String() string {
 func (*GetTemplateBlobResponse) ProtoMessage() {}
 
 func (x *GetTemplateBlobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[13]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1177,7 +1250,7 @@ func (x *GetTemplateBlobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTemplateBlobResponse.ProtoReflect.Descriptor instead.
 func (*GetTemplateBlobResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{13}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetTemplateBlobResponse) GetData() []byte {
@@ -1217,7 +1290,7 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\ahost_id\x18\x01 \x01(\tR\x06hostId\"s\n" +
 	"\x18WatchAssignmentsResponse\x12=\n" +
 	"\vassignments\x18\x01 \x03(\v2\x1b.kibotos.host.v1.AssignmentR\vassignments\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\"\xf8\x02\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"\xb3\x03\n" +
 	"\n" +
 	"Assignment\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12!\n" +
@@ -1229,7 +1302,12 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\btemplate\x18\x05 \x01(\v2\".kibotos.host.v1.ExecutionTemplateR\btemplate\x12>\n" +
 	"\tresources\x18\x06 \x01(\v2 .kibotos.ctrl.v1.ResourceRequestR\tresources\x120\n" +
 	"\x04stop\x18\a \x01(\v2\x1c.kibotos.host.v1.StopRequestR\x04stop\x12\x19\n" +
-	"\blayer_id\x18\b \x01(\tR\alayerId\"[\n" +
+	"\blayer_id\x18\b \x01(\tR\alayerId\x129\n" +
+	"\n" +
+	"data_plane\x18\t \x01(\v2\x1a.kibotos.host.v1.DataPlaneR\tdataPlane\"M\n" +
+	"\tDataPlane\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12.\n" +
+	"\x13revoked_session_ids\x18\x02 \x03(\tR\x11revokedSessionIds\"[\n" +
 	"\vStopRequest\x12-\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x19.kibotos.ctrl.v1.StopModeR\x04mode\x12\x1d\n" +
 	"\n" +
@@ -1314,7 +1392,7 @@ func file_kibotos_host_v1_host_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_host_v1_host_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_kibotos_host_v1_host_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_kibotos_host_v1_host_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_kibotos_host_v1_host_proto_goTypes = []any{
 	(DesiredState)(0),                // 0: kibotos.host.v1.DesiredState
 	(ObservedState)(0),               // 1: kibotos.host.v1.ObservedState
@@ -1324,49 +1402,51 @@ var file_kibotos_host_v1_host_proto_goTypes = []any{
 	(*WatchAssignmentsRequest)(nil),  // 5: kibotos.host.v1.WatchAssignmentsRequest
 	(*WatchAssignmentsResponse)(nil), // 6: kibotos.host.v1.WatchAssignmentsResponse
 	(*Assignment)(nil),               // 7: kibotos.host.v1.Assignment
-	(*StopRequest)(nil),              // 8: kibotos.host.v1.StopRequest
-	(*ExecutionTemplate)(nil),        // 9: kibotos.host.v1.ExecutionTemplate
-	(*TemplateLayer)(nil),            // 10: kibotos.host.v1.TemplateLayer
-	(*ReportExecutionsRequest)(nil),  // 11: kibotos.host.v1.ReportExecutionsRequest
-	(*ReportExecutionsResponse)(nil), // 12: kibotos.host.v1.ReportExecutionsResponse
-	(*ExecutionReport)(nil),          // 13: kibotos.host.v1.ExecutionReport
-	(*GetTemplateBlobRequest)(nil),   // 14: kibotos.host.v1.GetTemplateBlobRequest
-	(*GetTemplateBlobResponse)(nil),  // 15: kibotos.host.v1.GetTemplateBlobResponse
-	(*v1.ResourceRequest)(nil),       // 16: kibotos.ctrl.v1.ResourceRequest
-	(v1.StopMode)(0),                 // 17: kibotos.ctrl.v1.StopMode
-	(v1.FailureReason)(0),            // 18: kibotos.ctrl.v1.FailureReason
-	(v1.FailureStage)(0),             // 19: kibotos.ctrl.v1.FailureStage
-	(v1.StopDurability)(0),           // 20: kibotos.ctrl.v1.StopDurability
-	(*timestamppb.Timestamp)(nil),    // 21: google.protobuf.Timestamp
+	(*DataPlane)(nil),                // 8: kibotos.host.v1.DataPlane
+	(*StopRequest)(nil),              // 9: kibotos.host.v1.StopRequest
+	(*ExecutionTemplate)(nil),        // 10: kibotos.host.v1.ExecutionTemplate
+	(*TemplateLayer)(nil),            // 11: kibotos.host.v1.TemplateLayer
+	(*ReportExecutionsRequest)(nil),  // 12: kibotos.host.v1.ReportExecutionsRequest
+	(*ReportExecutionsResponse)(nil), // 13: kibotos.host.v1.ReportExecutionsResponse
+	(*ExecutionReport)(nil),          // 14: kibotos.host.v1.ExecutionReport
+	(*GetTemplateBlobRequest)(nil),   // 15: kibotos.host.v1.GetTemplateBlobRequest
+	(*GetTemplateBlobResponse)(nil),  // 16: kibotos.host.v1.GetTemplateBlobResponse
+	(*v1.ResourceRequest)(nil),       // 17: kibotos.ctrl.v1.ResourceRequest
+	(v1.StopMode)(0),                 // 18: kibotos.ctrl.v1.StopMode
+	(v1.FailureReason)(0),            // 19: kibotos.ctrl.v1.FailureReason
+	(v1.FailureStage)(0),             // 20: kibotos.ctrl.v1.FailureStage
+	(v1.StopDurability)(0),           // 21: kibotos.ctrl.v1.StopDurability
+	(*timestamppb.Timestamp)(nil),    // 22: google.protobuf.Timestamp
 }
 var file_kibotos_host_v1_host_proto_depIdxs = []int32{
 	3,  // 0: kibotos.host.v1.RegisterHostRequest.capacity:type_name -> kibotos.host.v1.HostCapacity
 	7,  // 1: kibotos.host.v1.WatchAssignmentsResponse.assignments:type_name -> kibotos.host.v1.Assignment
 	0,  // 2: kibotos.host.v1.Assignment.desired:type_name -> kibotos.host.v1.DesiredState
-	9,  // 3: kibotos.host.v1.Assignment.template:type_name -> kibotos.host.v1.ExecutionTemplate
-	16, // 4: kibotos.host.v1.Assignment.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
-	8,  // 5: kibotos.host.v1.Assignment.stop:type_name -> kibotos.host.v1.StopRequest
-	17, // 6: kibotos.host.v1.StopRequest.mode:type_name -> kibotos.ctrl.v1.StopMode
-	10, // 7: kibotos.host.v1.ExecutionTemplate.layers:type_name -> kibotos.host.v1.TemplateLayer
-	13, // 8: kibotos.host.v1.ReportExecutionsRequest.reports:type_name -> kibotos.host.v1.ExecutionReport
-	1,  // 9: kibotos.host.v1.ExecutionReport.state:type_name -> kibotos.host.v1.ObservedState
-	18, // 10: kibotos.host.v1.ExecutionReport.failure_reason:type_name -> kibotos.ctrl.v1.FailureReason
-	19, // 11: kibotos.host.v1.ExecutionReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
-	20, // 12: kibotos.host.v1.ExecutionReport.stop_durability:type_name -> kibotos.ctrl.v1.StopDurability
-	21, // 13: kibotos.host.v1.ExecutionReport.observed_at:type_name -> google.protobuf.Timestamp
-	2,  // 14: kibotos.host.v1.HostService.RegisterHost:input_type -> kibotos.host.v1.RegisterHostRequest
-	5,  // 15: kibotos.host.v1.HostService.WatchAssignments:input_type -> kibotos.host.v1.WatchAssignmentsRequest
-	11, // 16: kibotos.host.v1.HostService.ReportExecutions:input_type -> kibotos.host.v1.ReportExecutionsRequest
-	14, // 17: kibotos.host.v1.HostService.GetTemplateBlob:input_type -> kibotos.host.v1.GetTemplateBlobRequest
-	4,  // 18: kibotos.host.v1.HostService.RegisterHost:output_type -> kibotos.host.v1.RegisterHostResponse
-	6,  // 19: kibotos.host.v1.HostService.WatchAssignments:output_type -> kibotos.host.v1.WatchAssignmentsResponse
-	12, // 20: kibotos.host.v1.HostService.ReportExecutions:output_type -> kibotos.host.v1.ReportExecutionsResponse
-	15, // 21: kibotos.host.v1.HostService.GetTemplateBlob:output_type -> kibotos.host.v1.GetTemplateBlobResponse
-	18, // [18:22] is the sub-list for method output_type
-	14, // [14:18] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	10, // 3: kibotos.host.v1.Assignment.template:type_name -> kibotos.host.v1.ExecutionTemplate
+	17, // 4: kibotos.host.v1.Assignment.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
+	9,  // 5: kibotos.host.v1.Assignment.stop:type_name -> kibotos.host.v1.StopRequest
+	8,  // 6: kibotos.host.v1.Assignment.data_plane:type_name -> kibotos.host.v1.DataPlane
+	18, // 7: kibotos.host.v1.StopRequest.mode:type_name -> kibotos.ctrl.v1.StopMode
+	11, // 8: kibotos.host.v1.ExecutionTemplate.layers:type_name -> kibotos.host.v1.TemplateLayer
+	14, // 9: kibotos.host.v1.ReportExecutionsRequest.reports:type_name -> kibotos.host.v1.ExecutionReport
+	1,  // 10: kibotos.host.v1.ExecutionReport.state:type_name -> kibotos.host.v1.ObservedState
+	19, // 11: kibotos.host.v1.ExecutionReport.failure_reason:type_name -> kibotos.ctrl.v1.FailureReason
+	20, // 12: kibotos.host.v1.ExecutionReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
+	21, // 13: kibotos.host.v1.ExecutionReport.stop_durability:type_name -> kibotos.ctrl.v1.StopDurability
+	22, // 14: kibotos.host.v1.ExecutionReport.observed_at:type_name -> google.protobuf.Timestamp
+	2,  // 15: kibotos.host.v1.HostService.RegisterHost:input_type -> kibotos.host.v1.RegisterHostRequest
+	5,  // 16: kibotos.host.v1.HostService.WatchAssignments:input_type -> kibotos.host.v1.WatchAssignmentsRequest
+	12, // 17: kibotos.host.v1.HostService.ReportExecutions:input_type -> kibotos.host.v1.ReportExecutionsRequest
+	15, // 18: kibotos.host.v1.HostService.GetTemplateBlob:input_type -> kibotos.host.v1.GetTemplateBlobRequest
+	4,  // 19: kibotos.host.v1.HostService.RegisterHost:output_type -> kibotos.host.v1.RegisterHostResponse
+	6,  // 20: kibotos.host.v1.HostService.WatchAssignments:output_type -> kibotos.host.v1.WatchAssignmentsResponse
+	13, // 21: kibotos.host.v1.HostService.ReportExecutions:output_type -> kibotos.host.v1.ReportExecutionsResponse
+	16, // 22: kibotos.host.v1.HostService.GetTemplateBlob:output_type -> kibotos.host.v1.GetTemplateBlobResponse
+	19, // [19:23] is the sub-list for method output_type
+	15, // [15:19] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_host_v1_host_proto_init() }
@@ -1374,14 +1454,14 @@ func file_kibotos_host_v1_host_proto_init() {
 	if File_kibotos_host_v1_host_proto != nil {
 		return
 	}
-	file_kibotos_host_v1_host_proto_msgTypes[11].OneofWrappers = []any{}
+	file_kibotos_host_v1_host_proto_msgTypes[12].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_host_v1_host_proto_rawDesc), len(file_kibotos_host_v1_host_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
