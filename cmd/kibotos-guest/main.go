@@ -1,14 +1,17 @@
 // Command kibotos-guest is the guest agent: PID 1 of every execution. It
-// reaps orphans, answers the host's probes on /run/kibotos/agent.sock and
-// ends the guest cleanly on STOP or SIGTERM. It is static and imports only
-// the standard library and golang.org/x/sys (imports_test.go keeps it so).
+// reaps orphans, answers the host's probes on /run/kibotos/agent.sock,
+// serves the data plane (kibotos.data.v1 processes and files, Connect over
+// h2c) on /run/kibotos/data.sock, and ends the guest cleanly on STOP or
+// SIGTERM. It is static; imports_test.go fences what it may link.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -16,11 +19,17 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kibotos/kibotos/internal/guest"
 	"github.com/kibotos/kibotos/internal/guestagent"
 )
 
-// sigtermGrace is the grace of a stop requested by SIGTERM.
-const sigtermGrace = 5 * time.Second
+const (
+	// sigtermGrace is the grace of a stop requested by SIGTERM.
+	sigtermGrace = 5 * time.Second
+	// flushTimeout bounds how long a stop waits, once the processes are
+	// gone, for the data plane to report their exits to its streams.
+	flushTimeout = 3 * time.Second
+)
 
 func main() {
 	os.Exit(run())
@@ -28,6 +37,7 @@ func main() {
 
 func run() int {
 	socket := flag.String("socket", guestagent.SocketPath, "unix socket to serve the probe protocol on")
+	dataSocket := flag.String("data-socket", guestagent.DataSocketPath, "unix socket to serve the data plane on")
 	flag.Parse()
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "kibotos-guest: "+format+"\n", args...)
@@ -40,17 +50,27 @@ func run() int {
 	// is ignored, and we want it to mean "stop".
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, unix.SIGTERM, unix.SIGINT)
-	if pid1 {
-		go guestagent.Reap(ctx)
-	}
 
-	if err := os.MkdirAll(filepath.Dir(*socket), 0o755); err != nil {
+	// One owner of waiting for children: as PID 1 the Reaper (which also
+	// reaps orphans), else a wait per child.
+	reaper := guestagent.NewReaper()
+	var waiter guest.Waiter = guest.ChildWaiter{}
+	if pid1 {
+		go reaper.Run(ctx)
+		waiter = reaper
+	}
+	procs := guest.NewProcessService(guest.ProcessConfig{Waiter: waiter, Logf: logf})
+	files := guest.NewFileService(guest.FileConfig{Logf: logf})
+	dataSrv := guest.NewServer(guest.NewHandler(procs, files))
+
+	ln, err := listen(*socket)
+	if err != nil {
 		logf("%v", err)
 		return 1
 	}
-	os.Remove(*socket)
-	ln, err := net.Listen("unix", *socket)
+	dataLn, err := listen(*dataSocket)
 	if err != nil {
+		ln.Close()
 		logf("%v", err)
 		return 1
 	}
@@ -58,15 +78,26 @@ func run() int {
 		BootID: guestagent.NewBootID(),
 		Logf:   logf,
 		Stop: func(grace time.Duration) error {
+			var err error
 			if pid1 {
-				return guestagent.TerminateAll(grace)
+				// The Reaper hands the exits of the data plane's processes
+				// to it while it waits for everything to end.
+				err = reaper.TerminateAll(grace)
+			} else {
+				err = procs.Terminate(grace)
+				unix.Sync()
 			}
-			unix.Sync()
-			return nil
+			flushDataPlane(procs, files, dataSrv, logf)
+			return err
 		},
 	}
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.Serve(ctx, ln) }()
+	go func() {
+		if err := dataSrv.Serve(dataLn); !errors.Is(err, http.ErrServerClosed) {
+			serveErr <- fmt.Errorf("data plane: %w", err)
+		}
+	}()
 
 	select {
 	case <-srv.Done():
@@ -79,5 +110,40 @@ func run() int {
 		return 1
 	}
 	cancel()
+	dataSrv.Close()
 	return 0
+}
+
+// listen listens on a fresh unix socket at path that only root may use:
+// the data plane runs anything as anyone, so the guest's other users must
+// not reach it.
+func listen(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	os.Remove(path)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}
+
+// flushDataPlane lets the data plane's streams report the exits of the
+// processes that a stop ended, then closes it: every process's exit
+// recorded, watches ended, calls in flight finished.
+func flushDataPlane(procs *guest.ProcessService, files *guest.FileService, srv *http.Server, logf func(string, ...any)) {
+	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+	defer cancel()
+	if err := procs.Wait(ctx); err != nil {
+		logf("stop: processes still running: %v", err)
+	}
+	files.Close()
+	if err := srv.Shutdown(ctx); err != nil {
+		srv.Close()
+	}
 }

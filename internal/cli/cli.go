@@ -1,9 +1,13 @@
 // Package cli is the client half of the kibotos command: the verbs that call
 // a running control plane (ws, template, egress, resolver, project, token)
-// over the Connect protocol. cmd/kibotos adds Commands to its root next to the daemon verbs.
+// over the Connect protocol, and the data-plane verbs of ws (exec, cp, ps,
+// logs), which go through the sdk package. cmd/kibotos adds Commands to its
+// root next to the daemon verbs.
 //
 // Every verb returns its error from RunE without a prefix; the root prints it
 // after "kibotos: ", so a call that fails reads "kibotos: <code>: <message>".
+// `ws exec` returns an *ExitError, which the root turns into the exit code
+// of the remote command without printing anything.
 package cli
 
 import (
@@ -22,6 +26,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kibotos/kibotos/internal/bearer"
+	"github.com/kibotos/kibotos/sdk"
 )
 
 // Defaults of the connection flags, and the environment variables that
@@ -197,6 +202,24 @@ func dialStreaming[C any](cmd *cobra.Command, c *conn, newClient func(connect.HT
 		hc = &http.Client{Transport: t}
 	}
 	return newClient(hc, s.baseURL, connect.WithInterceptors(bearer.Token(s.token), timeout(callTimeout))), hc.CloseIdleConnections, nil
+}
+
+// openWorkspace resolves the connection flags and returns a handle on the
+// Workspace id, whose data-plane calls the SDK makes with a session it
+// issues. Unary calls keep callTimeout; streams run until the command's
+// context ends. closeIdle releases the connections.
+func openWorkspace(cmd *cobra.Command, c *conn, id string) (ws *sdk.Workspace, closeIdle func(), err error) {
+	s, err := c.resolve(cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	cl := sdk.New(s.baseURL, s.token, sdk.WithClientOptions(connect.WithInterceptors(timeout(callTimeout))))
+	ws, err = cl.Workspace(cmd.Context(), id)
+	if err != nil {
+		cl.Close()
+		return nil, nil, err
+	}
+	return ws, cl.Close, nil
 }
 
 // timeout bounds every unary call; the Connect protocol also tells the

@@ -225,17 +225,10 @@ func (u *upload) chunks(send func(*ctrlv1.ImportTemplateRevisionRequest) error) 
 	}
 }
 
-// progress draws `uploading [=====>      ]  31%  12.3 MiB / 40.0 MiB`.
+// progress draws the progress bar on a terminal.
 func (u *upload) progress() {
 	if !u.out.tty || u.size <= 0 {
 		return
 	}
-	const width = 30
-	p := percent(uint64(u.sent), uint64(u.size))
-	done := p * width / 100
-	bar := strings.Repeat("=", done)
-	if done < width {
-		bar += ">" + strings.Repeat(" ", width-done-1)
-	}
-	u.out.update(fmt.Sprintf("uploading [%s] %s", bar, byteProgress(uint64(u.sent), uint64(u.size))))
+	u.out.update(progressBar("uploading", uint64(u.sent), uint64(u.size)))
 }

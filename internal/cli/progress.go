@@ -55,6 +55,17 @@ func (s *statusLine) end() {
 	}
 }
 
+// progressBar draws `uploading [=====>      ] 12.3 MiB / 40.0 MiB (30%)`.
+func progressBar(verb string, done, total uint64) string {
+	const width = 30
+	n := percent(done, total) * width / 100
+	bar := strings.Repeat("=", n)
+	if n < width {
+		bar += ">" + strings.Repeat(" ", width-n-1)
+	}
+	return fmt.Sprintf("%s [%s] %s", verb, bar, byteProgress(done, total))
+}
+
 // rowWriter prints table rows one at a time as they arrive, which a
 // tabwriter cannot: it aligns only what it buffers. The columns take the
 // widths of the header and the first row, and widen when a later cell does

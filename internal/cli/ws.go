@@ -42,6 +42,10 @@ func wsCommand() *cobra.Command {
 		workspaces.mapCommand(c, workspaces.labels),
 		workspaces.mapCommand(c, workspaces.annotations),
 		wsExpireCommand(c),
+		wsExecCommand(c),
+		wsCpCommand(c),
+		wsPsCommand(c),
+		wsLogsCommand(c),
 	)
 	return cmd
 }

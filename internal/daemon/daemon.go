@@ -138,10 +138,14 @@ func Run(ctx context.Context, o Options) error {
 	if agent != nil {
 		// The data-plane gateway authenticates with session tokens, not
 		// with the control plane's interceptor.
-		mux := http.NewServeMux()
-		mux.Handle("/", ctl.Handler)
-		mux.Handle(hostagent.DataPlanePrefix, agent.Gateway())
-		handler = mux
+		gateway := agent.Gateway()
+		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.HasPrefix(r.URL.Path, hostagent.DataPlanePrefix) {
+				gateway.ServeHTTP(w, r)
+				return
+			}
+			ctl.Handler.ServeHTTP(w, r)
+		})
 	}
 	g.Go(func() error { return server.Serve(ctx, ln, handler, shutdownGrace) })
 	g.Go(func() error { return expireLoop(ctx, ctl) })

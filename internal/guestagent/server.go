@@ -1,7 +1,9 @@
 // Package guestagent is the inside of an execution: the probe protocol the
 // host speaks over the agent's unix socket (server.go) and the duties of the
-// guest's PID 1 (pid1_linux.go). It imports only the standard library and
+// guest's PID 1 (pid1_linux.go): the Reaper, which owns all waiting for
+// children, and TerminateAll. It imports only the standard library and
 // golang.org/x/sys, because it is linked into the static kibotos-guest.
+// The data plane (processes, files) is package internal/guest.
 //
 // The protocol is line based. The client sends one command per line and
 // reads one answer line:
@@ -26,10 +28,12 @@ import (
 )
 
 // SocketDir is the guest directory the host bind-mounts its socket
-// directory at; SocketPath is the agent's listening socket inside it.
+// directory at; SocketPath is the agent's probe socket inside it and
+// DataSocketPath the socket serving kibotos.data.v1 (Connect over h2c).
 const (
-	SocketDir  = "/run/kibotos"
-	SocketPath = SocketDir + "/agent.sock"
+	SocketDir      = "/run/kibotos"
+	SocketPath     = SocketDir + "/agent.sock"
+	DataSocketPath = SocketDir + "/data.sock"
 )
 
 // maxLine bounds one command line.

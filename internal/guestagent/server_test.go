@@ -153,7 +153,7 @@ func TestStopNow(t *testing.T) {
 }
 
 func TestTerminateAllRefusesOutsidePID1(t *testing.T) {
-	if err := TerminateAll(time.Millisecond); err == nil {
+	if err := NewReaper().TerminateAll(time.Millisecond); err == nil {
 		t.Fatal("TerminateAll outside PID 1 succeeded")
 	}
 }

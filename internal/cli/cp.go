@@ -1,0 +1,211 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
+	"github.com/kibotos/kibotos/sdk"
+)
+
+// progressThreshold is the size from which cp shows a progress bar.
+const progressThreshold = 8 << 20
+
+// cpOperand is one side of `ws cp`: a path in a Workspace, a local path, or
+// "-" for stdin or stdout.
+type cpOperand struct {
+	ws   string // empty for a local operand
+	path string
+}
+
+func (o cpOperand) stdio() bool { return o.ws == "" && o.path == "-" }
+
+// parseCpOperand reads WS:PATH as remote when WS is not empty and holds no
+// '/'; anything else is local, so ./a:b names a local file.
+func parseCpOperand(s string) (cpOperand, error) {
+	ws, p, ok := strings.Cut(s, ":")
+	if !ok || ws == "" || strings.Contains(ws, "/") {
+		return cpOperand{path: s}, nil
+	}
+	if p == "" {
+		return cpOperand{}, fmt.Errorf("%q: want WS:PATH with a path in the workspace", s)
+	}
+	return cpOperand{ws: ws, path: p}, nil
+}
+
+func wsCpCommand(c *conn) *cobra.Command {
+	var user string
+	cmd := &cobra.Command{
+		Use:   "cp [--user NAME] SRC DST",
+		Short: "Copy a file between here and a Workspace",
+		Long: "Copy one file into or out of a Workspace. One of SRC and DST is WS:PATH, a path in\n" +
+			"Workspace WS; the other a local path, or - for stdin or stdout. A local path with a\n" +
+			"colon before any slash reads as WS:PATH: write it as ./NAME.\n\n" +
+			"When DST is a directory, or ends in /, the file keeps its name inside it. The file is\n" +
+			"written to a temporary file and renamed into place, so a failed copy leaves DST as it\n" +
+			"was. A new file gets the mode of SRC. Copies of more than 8 MiB show their progress on\n" +
+			"stderr when it is a terminal.",
+		Args: cobra.ExactArgs(2),
+	}
+	cmd.Flags().StringVar(&user, "user", "", "user of the guest that reads or writes the file (default: root)")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		src, err := parseCpOperand(args[0])
+		if err != nil {
+			return err
+		}
+		dst, err := parseCpOperand(args[1])
+		if err != nil {
+			return err
+		}
+		var remote cpOperand
+		switch {
+		case src.ws != "" && dst.ws != "":
+			return errors.New("both SRC and DST are in a workspace: copy through a local file")
+		case src.ws == "" && dst.ws == "":
+			return errors.New("neither SRC nor DST is in a workspace: give one as WS:PATH")
+		case src.ws != "":
+			remote = src
+		default:
+			remote = dst
+		}
+		ws, closeIdle, err := openWorkspace(cmd, c, remote.ws)
+		if err != nil {
+			return err
+		}
+		defer closeIdle()
+		cp := &copier{cmd: cmd, ws: ws, user: sdk.AsUser(user), out: newStatusLine(cmd.ErrOrStderr())}
+		defer cp.out.end()
+		if src.ws != "" {
+			return cp.download(src.path, dst)
+		}
+		return cp.upload(src, dst.path)
+	}
+	return cmd
+}
+
+// copier is one `ws cp`.
+type copier struct {
+	cmd  *cobra.Command
+	ws   *sdk.Workspace
+	user sdk.FileOption
+	out  *statusLine
+}
+
+// progress returns the option that draws a bar for a copy of size bytes,
+// none when it is small or stderr is not a terminal.
+func (cp *copier) progress(verb string, size int64) []sdk.FileOption {
+	if !cp.out.tty || size <= progressThreshold {
+		return nil
+	}
+	return []sdk.FileOption{sdk.WithProgress(func(n int64) {
+		cp.out.update(progressBar(verb, uint64(n), uint64(size)))
+	})}
+}
+
+func (cp *copier) upload(src cpOperand, dst string) error {
+	ctx := cp.cmd.Context()
+	var (
+		r    io.Reader = cp.cmd.InOrStdin()
+		size int64     = -1
+		mode fs.FileMode
+	)
+	if !src.stdio() {
+		f, err := os.Open(src.path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		st, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		if st.IsDir() {
+			return fmt.Errorf("%s is a directory: cp copies one file", src.path)
+		}
+		r, size, mode = f, st.Size(), st.Mode()
+	}
+	if cp.remoteDir(dst) {
+		if src.stdio() {
+			return fmt.Errorf("%s is a directory: name the file to write stdin to", dst)
+		}
+		dst = path.Join(dst, filepath.Base(src.path))
+	}
+	_, err := cp.ws.Upload(ctx, r, dst, mode, append(cp.progress("uploading", size), cp.user)...)
+	return err
+}
+
+// remoteDir reports whether p names a directory of the Workspace: it ends
+// in / or InspectFile says so. Any other answer leaves the call that
+// writes p to report it.
+func (cp *copier) remoteDir(p string) bool {
+	if strings.HasSuffix(p, "/") {
+		return true
+	}
+	info, err := cp.ws.Stat(cp.cmd.Context(), p, cp.user)
+	return err == nil && info.GetType() == datav1.FileType_FILE_TYPE_DIRECTORY
+}
+
+func (cp *copier) download(src string, dst cpOperand) error {
+	ctx := cp.cmd.Context()
+	info, err := cp.ws.Stat(ctx, src, cp.user)
+	if err != nil {
+		return err
+	}
+	size := int64(-1)
+	switch info.GetType() {
+	case datav1.FileType_FILE_TYPE_DIRECTORY:
+		return fmt.Errorf("%s is a directory: cp copies one file", src)
+	case datav1.FileType_FILE_TYPE_FILE:
+		size = int64(info.GetSize())
+	}
+	opts := append(cp.progress("downloading", size), cp.user)
+	if dst.stdio() {
+		_, err := cp.ws.Download(ctx, src, cp.cmd.OutOrStdout(), opts...)
+		return err
+	}
+	target := dst.path
+	if st, err := os.Stat(target); (err == nil && st.IsDir()) || strings.HasSuffix(target, string(filepath.Separator)) {
+		target = filepath.Join(target, path.Base(src))
+	}
+	mode := fs.FileMode(info.GetMode()).Perm()
+	if mode == 0 {
+		mode = 0o644
+	}
+	return writeAtomically(target, mode, func(w io.Writer) error {
+		_, err := cp.ws.Download(ctx, src, w, opts...)
+		return err
+	})
+}
+
+// writeAtomically writes a file with write into a temporary file beside
+// target and renames it into place; on failure target stays as it was.
+func writeAtomically(target string, mode fs.FileMode, write func(io.Writer) error) (err error) {
+	f, err := os.CreateTemp(filepath.Dir(target), "."+filepath.Base(target)+".*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if err := write(f); err != nil {
+		return err
+	}
+	if err := f.Chmod(mode); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), target)
+}

@@ -1,0 +1,350 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+	"golang.org/x/term"
+
+	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
+	"github.com/kibotos/kibotos/sdk"
+)
+
+// ExitError is what a verb returns to make the command exit with Code
+// without printing an error, as `ws exec` does with the remote command's
+// status.
+type ExitError struct {
+	Code int
+}
+
+func (e *ExitError) Error() string { return "exit status " + strconv.Itoa(e.Code) }
+
+// ExitCode returns Code.
+func (e *ExitError) ExitCode() int { return e.Code }
+
+// exitCode is the status a shell reports for a command that ended so:
+// its exit code, or 128 plus the number of the signal that killed it.
+func exitCode(s sdk.ExitStatus) int {
+	if s.Signal == "" {
+		return s.Code
+	}
+	name := strings.ToUpper(s.Signal)
+	if !strings.HasPrefix(name, "SIG") {
+		name = "SIG" + name
+	}
+	if n := unix.SignalNum(name); n != 0 {
+		return 128 + int(n)
+	}
+	return 255
+}
+
+// defaultPTY is the terminal size when stdout is not a terminal.
+var defaultPTY = sdk.PTYSize{Cols: 80, Rows: 24}
+
+// signalGrace bounds the SIGTERM an interrupted exec sends.
+const signalGrace = 5 * time.Second
+
+func wsExecCommand(c *conn) *cobra.Command {
+	var (
+		interactive, tty bool
+		user, cwd, tag   string
+		env              []string
+	)
+	cmd := &cobra.Command{
+		Use:   "exec [-i] [-t] [--user NAME] [--cwd DIR] [--env K=V ...] ID -- COMMAND [ARG...]",
+		Short: "Run a command in a Workspace and exit with its exit code",
+		Long: "Run COMMAND in the Workspace, looked up in its PATH, and stream its output here. The\n" +
+			"command exits with the remote command's exit code, or 128 plus the signal's number when a\n" +
+			"signal ended it.\n\n" +
+			"-i forwards stdin to the command and closes its input at EOF. -t runs it on a\n" +
+			"pseudo-terminal the size of this one; with -i on a terminal, that terminal is put in raw\n" +
+			"mode, so keys such as Ctrl-C go to the remote command. Interrupting exec otherwise sends\n" +
+			"the command SIGTERM. Put -- before the command when it has flags of its own.",
+		Args: cobra.MinimumNArgs(2),
+	}
+	f := cmd.Flags()
+	f.BoolVarP(&interactive, "stdin", "i", false, "forward stdin to the command")
+	f.BoolVarP(&tty, "tty", "t", false, "run the command on a pseudo-terminal")
+	f.StringVar(&user, "user", "", "user of the guest to run as (default: root)")
+	f.StringVar(&cwd, "cwd", "", "working directory (default: the user's home directory)")
+	f.StringVar(&tag, "tag", "", "name the process for `ws logs`; unique among running processes")
+	f.StringArrayVar(&env, "env", nil, "environment variable K=V (repeatable)")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		vars, err := parsePairs("--env", env)
+		if err != nil {
+			return err
+		}
+		ws, closeIdle, err := openWorkspace(cmd, c, args[0])
+		if err != nil {
+			return err
+		}
+		defer closeIdle()
+		o := sdk.ExecOptions{Env: vars, Cwd: cwd, User: user, Tag: tag, Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()}
+		if interactive {
+			o.Stdin = cmd.InOrStdin()
+		}
+		var outFd = -1 // of stdout, when it is a terminal
+		if tty {
+			size := defaultPTY
+			if fd, ok := terminalFd(o.Stdout); ok {
+				outFd = fd
+				if w, h, err := term.GetSize(fd); err == nil {
+					size = sdk.PTYSize{Cols: uint16(w), Rows: uint16(h)}
+				}
+			}
+			o.PTY = &size
+			if _, set := vars["TERM"]; !set {
+				o.Env = withTerm(vars)
+			}
+			if fd, ok := terminalFd(o.Stdin); ok && interactive {
+				state, err := term.MakeRaw(fd)
+				if err != nil {
+					return fmt.Errorf("putting the terminal in raw mode: %w", err)
+				}
+				defer term.Restore(fd, state)
+			}
+		}
+		ctx := cmd.Context()
+		p, err := ws.Start(ctx, args[1:], o)
+		if err != nil {
+			return err
+		}
+		if outFd >= 0 {
+			defer forwardResize(ctx, p, outFd)()
+		}
+		status, err := p.Wait()
+		if err != nil {
+			if ctx.Err() != nil {
+				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), signalGrace)
+				defer cancel()
+				if serr := p.Signal(sctx, "SIGTERM"); serr != nil {
+					return fmt.Errorf("interrupted; sending SIGTERM to pid %d failed: %w", p.Pid(), serr)
+				}
+				return fmt.Errorf("interrupted; sent SIGTERM to pid %d", p.Pid())
+			}
+			return err
+		}
+		if code := exitCode(status); code != 0 {
+			return &ExitError{Code: code}
+		}
+		return nil
+	}
+	return cmd
+}
+
+// withTerm returns env with TERM set as here, so that the remote terminal
+// speaks this one's language.
+func withTerm(env map[string]string) map[string]string {
+	out := map[string]string{"TERM": "xterm-256color"}
+	if t := os.Getenv("TERM"); t != "" {
+		out["TERM"] = t
+	}
+	for k, v := range env {
+		out[k] = v
+	}
+	return out
+}
+
+// terminalFd returns the descriptor of v when it is a terminal.
+func terminalFd(v any) (int, bool) {
+	f, ok := v.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return 0, false
+	}
+	return int(f.Fd()), true
+}
+
+// forwardResize sends the size of the terminal fd to p's PTY whenever it
+// changes (SIGWINCH), until ctx ends or the returned stop is called.
+func forwardResize(ctx context.Context, p *sdk.Process, fd int) (stop func()) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGWINCH)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-ch:
+				if w, h, err := term.GetSize(fd); err == nil {
+					_ = p.Resize(ctx, sdk.PTYSize{Cols: uint16(w), Rows: uint16(h)}) // the next change tries again
+				}
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(ch)
+		cancel()
+		<-done
+	}
+}
+
+var processTable = table[*datav1.ProcessInfo]{
+	header: []string{"PID", "TAG", "USER", "PTY", "STARTED", "EXIT", "COMMAND"},
+	row: func(p *datav1.ProcessInfo) []string {
+		return []string{
+			strconv.Itoa(int(p.GetPid())),
+			orDash(p.GetTag()),
+			orDash(p.GetUser()),
+			boolean(p.GetPty()),
+			timestamp(p.GetStartedAt()),
+			exitCell(p.GetExited()),
+			strings.Join(p.GetArgs(), " "),
+		}
+	},
+}
+
+// exitCell is "-" while the process runs, else its exit code or signal.
+func exitCell(e *datav1.ProcessEvent_Exited) string {
+	switch {
+	case e == nil:
+		return "-"
+	case e.GetSignal() != "":
+		return e.GetSignal()
+	default:
+		return strconv.Itoa(int(e.GetExitCode()))
+	}
+}
+
+func wsPsCommand(c *conn) *cobra.Command {
+	return &cobra.Command{
+		Use:   "ps ID",
+		Short: "List the processes started in a Workspace that run, and those that ended recently",
+		Long: "List the processes started in a Workspace (by exec or the SDK) that run, and those that\n" +
+			"ended recently. EXIT is - while a process runs, else its exit code or the signal that\n" +
+			"ended it.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ws, closeIdle, err := openWorkspace(cmd, c, args[0])
+			if err != nil {
+				return err
+			}
+			defer closeIdle()
+			procs, err := ws.Processes(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return show(cmd, c, &datav1.ListProcessesResponse{Processes: procs}, processTable, procs...)
+		},
+	}
+}
+
+// logsQuiet is how long `ws logs` without -f waits for more output of a
+// running process before it stops; logsFirst is the wait for the first.
+const (
+	logsQuiet = 250 * time.Millisecond
+	logsFirst = time.Second
+)
+
+func wsLogsCommand(c *conn) *cobra.Command {
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "logs ID (PID|TAG) [-f]",
+		Short: "Print the output of a process of a Workspace; with -f follow it until it exits",
+		Long: "Print the output the guest buffered for a process (its most recent output), named by pid\n" +
+			"or by the tag it was started with. -f then follows the new output until the process exits\n" +
+			"or Ctrl-C.",
+		Args: cobra.ExactArgs(2),
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "follow the output until the process exits")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		ref := sdk.Tag(args[1])
+		if pid, err := strconv.Atoi(args[1]); err == nil && pid > 0 {
+			ref = sdk.PID(pid)
+		}
+		ws, closeIdle, err := openWorkspace(cmd, c, args[0])
+		if err != nil {
+			return err
+		}
+		defer closeIdle()
+		ctx := cmd.Context()
+		ended := follow
+		if !follow {
+			// The buffered output of a process that ended is followed by its
+			// exit; that of a running one only by silence.
+			procs, err := ws.Processes(ctx)
+			if err != nil {
+				return err
+			}
+			for _, p := range procs {
+				if refers(ref, p) && p.GetExited() != nil {
+					ended = true
+				}
+			}
+		}
+		activity := make(chan struct{}, 1)
+		stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+		if !ended {
+			stdout, stderr = notify(stdout, activity), notify(stderr, activity)
+		}
+		p, err := ws.Connect(ctx, ref, stdout, stderr)
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		if !ended {
+			waitQuiet(p, activity)
+		}
+		_, err = p.Wait()
+		if errors.Is(err, sdk.ErrDetached) || (follow && ctx.Err() != nil) {
+			return nil
+		}
+		return err
+	}
+	return cmd
+}
+
+func refers(ref sdk.ProcessRef, p *datav1.ProcessInfo) bool {
+	return ref == sdk.PID(int(p.GetPid())) || (p.GetTag() != "" && ref == sdk.Tag(p.GetTag()))
+}
+
+// waitQuiet detaches from p once no output came for logsQuiet (logsFirst
+// before the first), unless p exits first.
+func waitQuiet(p *sdk.Process, activity <-chan struct{}) {
+	ended := make(chan struct{})
+	go func() {
+		p.Wait()
+		close(ended)
+	}()
+	t := time.NewTimer(logsFirst)
+	defer t.Stop()
+	for {
+		select {
+		case <-ended:
+			return
+		case <-activity:
+			t.Reset(logsQuiet)
+		case <-t.C:
+			p.Close()
+			return
+		}
+	}
+}
+
+// notify returns w that also signals activity on every write.
+func notify(w io.Writer, activity chan<- struct{}) io.Writer {
+	return writerFunc(func(b []byte) (int, error) {
+		n, err := w.Write(b)
+		select {
+		case activity <- struct{}{}:
+		default:
+		}
+		return n, err
+	})
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }

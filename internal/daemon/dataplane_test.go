@@ -1,0 +1,290 @@
+package daemon_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
+	"github.com/kibotos/kibotos/internal/bearer"
+	"github.com/kibotos/kibotos/internal/daemon"
+	"github.com/kibotos/kibotos/sdk"
+)
+
+// sdkClient returns an SDK client of the deployment with its admin token.
+func (d *deployment) sdkClient() *sdk.Client {
+	d.t.Helper()
+	token, err := os.ReadFile(filepath.Join(d.home, daemon.AdminTokenFile))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	c := sdk.New(d.url, strings.TrimSpace(string(token)))
+	d.t.Cleanup(c.Close)
+	return c
+}
+
+// TestDataPlaneProcesses runs processes through the gateway and the guest
+// agent of a real workspace.
+func TestDataPlaneProcesses(t *testing.T) {
+	d := up(t, t.TempDir())
+	defer d.stop()
+	ctx := context.Background()
+	ws, err := d.sdkClient().CreateWorkspace(ctx, sdk.CreateOptions{MemoryBytes: 256 << 20, DiskBytes: 256 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var out, errOut bytes.Buffer
+	st, err := ws.Exec(ctx, []string{"sh", "-c", "echo out; echo err >&2; exit 3"}, sdk.ExecOptions{Stdout: &out, Stderr: &errOut})
+	if err != nil || st.Code != 3 || out.String() != "out\n" || errOut.String() != "err\n" {
+		t.Errorf("exit code: %+v, %v, stdout %q, stderr %q", st, err, out.String(), errOut.String())
+	}
+
+	out.Reset()
+	st, err = ws.Exec(ctx, []string{"cat"}, sdk.ExecOptions{Stdin: strings.NewReader("round trip\n"), Stdout: &out})
+	if err != nil || !st.Success() || out.String() != "round trip\n" {
+		t.Errorf("stdin round trip: %+v, %v, %q", st, err, out.String())
+	}
+
+	// Killing a command kills its children.
+	p, err := ws.Start(ctx, []string{"sh", "-c", "sleep 1000 & sleep 1000"}, sdk.ExecOptions{Tag: "tree"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := p.Signal(ctx, "SIGKILL"); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := p.Wait(); err != nil || st.Signal != "SIGKILL" {
+		t.Errorf("killed process: %+v, %v", st, err)
+	}
+	out.Reset()
+	if _, err := ws.Exec(ctx, []string{"sh", "-c", "ps -o comm | grep -c sleep || true"}, sdk.ExecOptions{Stdout: &out}); err != nil || strings.TrimSpace(out.String()) != "0" {
+		t.Errorf("sleeps left after killing the tree: %q, %v", out.String(), err)
+	}
+
+	// A PTY shell answers.
+	var term syncBuffer
+	sh, err := ws.Start(ctx, []string{"sh", "-i"}, sdk.ExecOptions{PTY: &sdk.PTYSize{Cols: 80, Rows: 24}, Stdout: &term})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sh.SendInput(ctx, []byte("echo $((6*7))\n")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return strings.Contains(term.String(), "42") }, "the PTY shell to answer")
+	sh.SendInput(ctx, []byte("exit\n"))
+	sh.Wait()
+
+	// A process keeps running when its caller drops, and its buffered
+	// output is replayed on reconnect.
+	dropCtx, drop := context.WithCancel(ctx)
+	if _, err := ws.Start(dropCtx, []string{"sh", "-c", "echo before; sleep 1; echo after"}, sdk.ExecOptions{Tag: "survivor"}); err != nil {
+		t.Fatal(err)
+	}
+	drop()
+	time.Sleep(1500 * time.Millisecond)
+	var replay bytes.Buffer
+	again, err := ws.Connect(ctx, sdk.Tag("survivor"), &replay, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := again.Wait(); err != nil || !st.Success() || replay.String() != "before\nafter\n" {
+		t.Errorf("reconnect: %+v, %v, %q", st, err, replay.String())
+	}
+}
+
+// TestDataPlaneFiles moves files through the gateway.
+func TestDataPlaneFiles(t *testing.T) {
+	d := up(t, t.TempDir())
+	defer d.stop()
+	ctx := context.Background()
+	ws, err := d.sdkClient().CreateWorkspace(ctx, sdk.CreateOptions{MemoryBytes: 256 << 20, DiskBytes: 128 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, 32<<20)
+	rand.Read(data)
+	if _, err := ws.Upload(ctx, bytes.NewReader(data), "/root/blob", 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.New()
+	if n, err := ws.Download(ctx, "/root/blob", h); err != nil || n != int64(len(data)) {
+		t.Fatalf("download: %d, %v", n, err)
+	}
+	if want := sha256.Sum256(data); !bytes.Equal(h.Sum(nil), want[:]) {
+		t.Error("downloaded bytes differ")
+	}
+
+	// Past the writable layer's capacity the write fails with no space and
+	// the old file stays.
+	if err := ws.WriteFile(ctx, "/root/keep", []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	big := io.LimitReader(zeroReader{}, 200<<20)
+	_, err = ws.Upload(ctx, big, "/root/keep", 0o644)
+	if connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Errorf("write past the layer: %v, want resource_exhausted", err)
+	}
+	if got, err := ws.ReadFile(ctx, "/root/keep"); err != nil || string(got) != "old" {
+		t.Errorf("old file after the failed write: %q, %v", got, err)
+	}
+	_, err = ws.ReadFile(ctx, "/root/missing")
+	if connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("missing file: %v", err)
+	}
+	if detail, ok := sdk.FailureOf(err); !ok || detail.Stage != ctrlv1.FailureStage_FAILURE_STAGE_READING_FILE {
+		t.Errorf("failure detail of a missing file: %v", detail)
+	}
+}
+
+// TestDataPlaneSessions checks the refusals of the gateway.
+func TestDataPlaneSessions(t *testing.T) {
+	d := up(t, t.TempDir())
+	defer d.stop()
+	ctx := context.Background()
+	client := d.sdkClient()
+	a, err := client.CreateWorkspace(ctx, sdk.CreateOptions{MemoryBytes: 128 << 20, DiskBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := client.CreateWorkspace(ctx, sdk.CreateOptions{MemoryBytes: 128 << 20, DiskBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, _ := os.ReadFile(filepath.Join(d.home, daemon.AdminTokenFile))
+	sessions := ctrlv1connectSessions(d, strings.TrimSpace(string(token)))
+	issue := func(id string, ttl uint32) *ctrlv1.IssueSessionResponse {
+		resp, err := sessions.IssueSession(ctx, connect.NewRequest(&ctrlv1.IssueSessionRequest{WorkspaceId: id, TtlSeconds: ttl}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Msg
+	}
+	inspect := func(endpoint, token string) error {
+		opts := []connect.ClientOption{}
+		if token != "" {
+			opts = append(opts, connect.WithInterceptors(bearer.Token(token)))
+		}
+		files := datav1connect.NewFileServiceClient(httpClient(), endpoint, opts...)
+		_, err := files.InspectFile(ctx, connect.NewRequest(&datav1.InspectFileRequest{Path: "/"}))
+		return err
+	}
+	reason := func(err error) ctrlv1.FailureReason {
+		detail, _ := sdk.FailureOf(err)
+		return detail.GetReason()
+	}
+
+	sa := issue(a.ID(), 0)
+	if err := inspect(sa.Endpoint, sa.Token); err != nil {
+		t.Fatalf("valid session: %v", err)
+	}
+	if err := inspect(sa.Endpoint, ""); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Errorf("no token: %v", err)
+	}
+	// A's token names A; rewritten to name B it fails like any forgery.
+	forged := strings.Replace(sa.Token, a.ID(), b.ID(), 1)
+	if err := inspect(sa.Endpoint, forged); connect.CodeOf(err) != connect.CodeUnauthenticated || reason(err) != ctrlv1.FailureReason_FAILURE_REASON_UNAUTHENTICATED {
+		t.Errorf("A's token aimed at B: %v", err)
+	}
+
+	short := issue(a.ID(), 1)
+	time.Sleep(2100 * time.Millisecond)
+	if err := inspect(short.Endpoint, short.Token); reason(err) != ctrlv1.FailureReason_FAILURE_REASON_SESSION_EXPIRED {
+		t.Errorf("expired token: %v", err)
+	}
+
+	revoked := issue(a.ID(), 0)
+	if _, err := sessions.RevokeSession(ctx, connect.NewRequest(&ctrlv1.RevokeSessionRequest{Command: cmd(), SessionId: revoked.SessionId})); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		return reason(inspect(revoked.Endpoint, revoked.Token)) == ctrlv1.FailureReason_FAILURE_REASON_SESSION_REVOKED
+	}, "revocation")
+
+	if _, err := sessions.RotateDataPlane(ctx, connect.NewRequest(&ctrlv1.RotateDataPlaneRequest{Command: cmd(), WorkspaceId: a.ID()})); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return connect.CodeOf(inspect(sa.Endpoint, sa.Token)) == connect.CodeUnauthenticated }, "rotation")
+
+	// A token issued before a stop does not work after the next start.
+	sb := issue(b.ID(), 0)
+	if _, err := client.StopWorkspace(ctx, b.ID(), sdk.StopOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.StartWorkspace(ctx, b.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if err := inspect(sb.Endpoint, sb.Token); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Errorf("token of the previous execution: %v", err)
+	}
+	if err := inspect(sb.Endpoint, issue(b.ID(), 0).Token); err != nil {
+		t.Errorf("new session after the restart: %v", err)
+	}
+	ws, _ := client.Workspace(ctx, b.ID())
+	if !slices.Contains(ws.Info().Reestablish, ctrlv1.ReestablishRequirement_REESTABLISH_REQUIREMENT_DATA_PLANE_SESSION) {
+		t.Errorf("reestablish after a restart: %v", ws.Info().Reestablish)
+	}
+}
+
+type zeroReader struct{}
+
+func (zeroReader) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// httpClient speaks cleartext HTTP/2, as streaming Connect calls need.
+func httpClient() *http.Client {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: &http.Transport{Protocols: &p}}
+}
+
+func ctrlv1connectSessions(d *deployment, token string) ctrlv1connect.SessionServiceClient {
+	return ctrlv1connect.NewSessionServiceClient(httpClient(), d.url, connect.WithInterceptors(bearer.Token(token)))
+}

@@ -1,0 +1,125 @@
+// Package sdk is the Go client of Kibotos: it creates Workspaces on a
+// control plane, and runs processes and moves files in them through their
+// data plane.
+//
+// A Client holds the control plane's address and an API token. Its
+// lifecycle calls (CreateWorkspace, StartWorkspace, StopWorkspace,
+// DeleteWorkspace) return once the Workspace has reached the state the call
+// asks for, following WatchWorkspace until then; the context bounds the
+// wait. A Workspace is a handle on one Workspace: its Exec, Start, Upload,
+// Download and file methods call the Workspace's data plane with a session
+// the handle issues and caches, and renews when it is about to expire or
+// the data plane reports it expired.
+//
+// Errors of calls are the *connect.Error the server returned, unchanged:
+// callers read the code with connect.CodeOf and the Kibotos detail with
+// FailureOf. A Workspace that ends FAILED, or in another state that will
+// not lead where a call waits for, is a *StateError.
+//
+// The methods of Client, Workspace and Process are safe for concurrent use.
+package sdk
+
+import (
+	"net/http"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/bearer"
+)
+
+// Client calls one Kibotos control plane with an API token.
+type Client struct {
+	hc         *http.Client
+	opts       []connect.ClientOption // from WithClientOptions; data-plane clients share them
+	sessionTTL time.Duration
+	workspaces ctrlv1connect.WorkspaceServiceClient
+	sessions   ctrlv1connect.SessionServiceClient
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithHTTPClient makes the Client send its requests, control and data plane
+// alike, through hc. Uploads are client streams, which need HTTP/2: against
+// an http:// address hc must speak HTTP/2 over cleartext (h2c) with prior
+// knowledge, as the default does.
+func WithHTTPClient(hc *http.Client) Option {
+	return func(c *Client) { c.hc = hc }
+}
+
+// WithClientOptions adds Connect client options, such as interceptors, to
+// every call of the Client, control and data plane alike.
+func WithClientOptions(opts ...connect.ClientOption) Option {
+	return func(c *Client) { c.opts = append(c.opts, opts...) }
+}
+
+// WithSessionTTL sets the lifetime of the data-plane sessions the Client's
+// Workspaces issue; zero, the default, leaves it to the server (an hour).
+func WithSessionTTL(d time.Duration) Option {
+	return func(c *Client) { c.sessionTTL = d }
+}
+
+// New returns a Client of the control plane at baseURL, such as
+// http://127.0.0.1:8870, that authenticates with token. Without
+// WithHTTPClient it speaks HTTP/2 over cleartext (h2c) to http:// URLs and
+// HTTP/2 with TLS, as negotiated, to https:// ones.
+func New(baseURL, token string, opts ...Option) *Client {
+	c := new(Client)
+	for _, o := range opts {
+		o(c)
+	}
+	if c.hc == nil {
+		c.hc = &http.Client{Transport: newTransport()}
+	}
+	baseURL = strings.TrimRight(baseURL, "/")
+	ctrlOpts := c.clientOptions(token)
+	c.workspaces = ctrlv1connect.NewWorkspaceServiceClient(c.hc, baseURL, ctrlOpts...)
+	c.sessions = ctrlv1connect.NewSessionServiceClient(c.hc, baseURL, ctrlOpts...)
+	return c
+}
+
+// Close releases the Client's idle connections. Calls in flight go on; a
+// later call opens new connections.
+func (c *Client) Close() {
+	c.hc.CloseIdleConnections()
+}
+
+// clientOptions are the options of a generated client that sends token.
+func (c *Client) clientOptions(token string) []connect.ClientOption {
+	return append([]connect.ClientOption{connect.WithInterceptors(bearer.Token(token))}, c.opts...)
+}
+
+// transport sends http:// requests as HTTP/2 with prior knowledge (h2c),
+// which a Transport that also allows HTTP/1 would never try, and https://
+// requests through a Transport that negotiates HTTP/2 or HTTP/1 with ALPN.
+type transport struct {
+	h2c, tls *http.Transport
+}
+
+func newTransport() *transport {
+	base := &http.Transport{}
+	if d, ok := http.DefaultTransport.(*http.Transport); ok {
+		base = d.Clone()
+	}
+	h2c := base.Clone()
+	h2c.Protocols = new(http.Protocols)
+	h2c.Protocols.SetUnencryptedHTTP2(true)
+	base.ForceAttemptHTTP2 = true
+	return &transport{h2c: h2c, tls: base}
+}
+
+func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Scheme == "http" {
+		return t.h2c.RoundTrip(r)
+	}
+	return t.tls.RoundTrip(r)
+}
+
+// CloseIdleConnections lets http.Client.CloseIdleConnections reach both.
+func (t *transport) CloseIdleConnections() {
+	t.h2c.CloseIdleConnections()
+	t.tls.CloseIdleConnections()
+}

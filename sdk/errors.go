@@ -1,0 +1,80 @@
+package sdk
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"connectrpc.com/connect"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+)
+
+// FailureOf returns the Kibotos ErrorDetail that err carries: the detail of
+// a *connect.Error, or for a *StateError one made from the Workspace's
+// failure (reason and stage) with the Workspace as observed_workspace. It
+// looks through wrapped errors and reports false when there is no detail.
+func FailureOf(err error) (*ctrlv1.ErrorDetail, bool) {
+	var se *StateError
+	if errors.As(err, &se) {
+		f := se.Workspace.GetFailure()
+		return &ctrlv1.ErrorDetail{ObservedWorkspace: se.Workspace, Reason: f.GetReason(), Stage: f.GetStage()}, true
+	}
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return nil, false
+	}
+	for _, d := range ce.Details() {
+		v, err := d.Value()
+		if err != nil {
+			continue
+		}
+		if ed, ok := v.(*ctrlv1.ErrorDetail); ok {
+			return ed, true
+		}
+	}
+	return nil, false
+}
+
+// StateError reports that a Workspace a call waited for reached a state
+// from which it will not get to the one the call wanted: FAILED, whose
+// reason Workspace.Failure holds, or another state such as STOPPED while
+// waiting for AVAILABLE.
+type StateError struct {
+	// Workspace is the Workspace as last observed.
+	Workspace *ctrlv1.Workspace
+	// Want is the state the call waited for.
+	Want ctrlv1.WorkspaceState
+}
+
+func (e *StateError) Error() string {
+	ws := e.Workspace
+	if ws.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED {
+		return fmt.Sprintf("workspace %s is %s and will not become %s", ws.GetWorkspaceId(), stateName(ws.GetState()), stateName(e.Want))
+	}
+	f := ws.GetFailure()
+	msg := fmt.Sprintf("workspace %s FAILED: %s", ws.GetWorkspaceId(), strings.TrimPrefix(f.GetReason().String(), "FAILURE_REASON_"))
+	if f.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_UNSPECIFIED {
+		msg += " at stage " + strings.TrimPrefix(f.GetStage().String(), "FAILURE_STAGE_")
+	}
+	if f.GetMessage() != "" {
+		msg += ": " + f.GetMessage()
+	}
+	return msg
+}
+
+func stateName(s ctrlv1.WorkspaceState) string {
+	return strings.TrimPrefix(s.String(), "WORKSPACE_STATE_")
+}
+
+// ErrDetached is what Process.Wait returns after Process.Close stopped
+// following a process that had not exited. The process runs on in the
+// guest; Workspace.Connect attaches to it again.
+var ErrDetached = errors.New("detached from the process before it exited")
+
+// sessionExpired reports whether a data-plane call failed because its
+// session expired, which a new session cures.
+func sessionExpired(err error) bool {
+	d, ok := FailureOf(err)
+	return ok && d.GetReason() == ctrlv1.FailureReason_FAILURE_REASON_SESSION_EXPIRED
+}

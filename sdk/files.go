@@ -1,0 +1,260 @@
+package sdk
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"iter"
+
+	"connectrpc.com/connect"
+
+	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
+)
+
+// ChunkSize is the size of the chunks Upload sends.
+const ChunkSize = 1 << 20
+
+// FileOption adjusts a file call.
+type FileOption func(*fileOptions)
+
+type fileOptions struct {
+	user     string
+	progress func(int64)
+}
+
+func collect(opts []FileOption) fileOptions {
+	var o fileOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
+// AsUser makes the call as this user of the guest; the default is root.
+func AsUser(name string) FileOption {
+	return func(o *fileOptions) { o.user = name }
+}
+
+// WithProgress makes Upload and Download call fn with the number of bytes
+// moved so far, after each chunk.
+func WithProgress(fn func(done int64)) FileOption {
+	return func(o *fileOptions) { o.progress = fn }
+}
+
+// Upload writes the bytes of r to remotePath, sending them in chunks of
+// ChunkSize. The guest writes a temporary file and renames it into place,
+// so a failed upload leaves an existing file intact. mode's permission bits
+// apply to a new file; 0 is 0644. An error reading r abandons the upload.
+func (w *Workspace) Upload(ctx context.Context, r io.Reader, remotePath string, mode fs.FileMode, opts ...FileOption) (*datav1.FileInfo, error) {
+	o := collect(opts)
+	start := &datav1.WriteFileStart{Path: remotePath, User: o.user, Mode: uint32(mode.Perm())}
+	// Bytes read from r cannot be sent again unless r can seek back.
+	seeker, _ := r.(io.Seeker)
+	var origin int64
+	if seeker != nil {
+		var err error
+		if origin, err = seeker.Seek(0, io.SeekCurrent); err != nil {
+			seeker = nil
+		}
+	}
+	for retried := false; ; retried = true {
+		d, err := w.dataPlane(ctx)
+		if err != nil {
+			return nil, err
+		}
+		info, read, err := upload(ctx, d, r, start, o.progress)
+		if err == nil {
+			return info, nil
+		}
+		if retried || !sessionExpired(err) {
+			return nil, err
+		}
+		if read > 0 {
+			if seeker == nil {
+				return nil, err
+			}
+			if _, serr := seeker.Seek(origin, io.SeekStart); serr != nil {
+				return nil, err
+			}
+		}
+		w.forget(d)
+	}
+}
+
+// upload is one WriteFile call. read counts the bytes read from r, sent or
+// not.
+func upload(ctx context.Context, d *dataPlane, r io.Reader, start *datav1.WriteFileStart, progress func(int64)) (_ *datav1.FileInfo, read int64, _ error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // after a read error, abandons the call so nothing is written
+	stream := d.files.WriteFile(ctx)
+	// A Send that fails with io.EOF means the server ended the call:
+	// CloseAndReceive returns its error.
+	err := stream.Send(&datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Start{Start: start}})
+	buf := make([]byte, ChunkSize)
+	for err == nil {
+		n, rerr := io.ReadFull(r, buf)
+		read += int64(n)
+		if n > 0 {
+			// Send marshals the message before it returns, so buf can be reused.
+			if err = stream.Send(&datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Data{Data: buf[:n]}}); err != nil {
+				break
+			}
+			if progress != nil {
+				progress(read)
+			}
+		}
+		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
+			break
+		}
+		if rerr != nil {
+			return nil, read, fmt.Errorf("reading the upload: %w", rerr)
+		}
+	}
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, read, err
+	}
+	resp, err := stream.CloseAndReceive()
+	if err != nil {
+		return nil, read, err
+	}
+	return resp.Msg.GetFile(), read, nil
+}
+
+// Download writes the bytes of remotePath to dst in order and returns how
+// many it wrote.
+func (w *Workspace) Download(ctx context.Context, remotePath string, dst io.Writer, opts ...FileOption) (int64, error) {
+	o := collect(opts)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, ok, err := serverStream(ctx, w, func(d *dataPlane) func(context.Context, *connect.Request[datav1.ReadFileRequest]) (*connect.ServerStreamForClient[datav1.ReadFileResponse], error) {
+		return d.files.ReadFile
+	}, &datav1.ReadFileRequest{Path: remotePath, User: o.user})
+	if err != nil {
+		return 0, err
+	}
+	defer stream.Close()
+	var n int64
+	for ; ok; ok = stream.Receive() {
+		m, err := dst.Write(stream.Msg().GetData())
+		n += int64(m)
+		if err != nil {
+			return n, err
+		}
+		if o.progress != nil {
+			o.progress(n)
+		}
+	}
+	return n, stream.Err()
+}
+
+// ReadFile returns the contents of remotePath.
+func (w *Workspace) ReadFile(ctx context.Context, remotePath string, opts ...FileOption) ([]byte, error) {
+	var b bytes.Buffer
+	if _, err := w.Download(ctx, remotePath, &b, opts...); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// WriteFile writes data to remotePath as Upload does.
+func (w *Workspace) WriteFile(ctx context.Context, remotePath string, data []byte, mode fs.FileMode, opts ...FileOption) error {
+	_, err := w.Upload(ctx, bytes.NewReader(data), remotePath, mode, opts...)
+	return err
+}
+
+// Stat returns the metadata of remotePath, without following a final
+// symlink.
+func (w *Workspace) Stat(ctx context.Context, remotePath string, opts ...FileOption) (*datav1.FileInfo, error) {
+	o := collect(opts)
+	resp, err := unary(ctx, w, func(d *dataPlane) func(context.Context, *connect.Request[datav1.InspectFileRequest]) (*connect.Response[datav1.InspectFileResponse], error) {
+		return d.files.InspectFile
+	}, &datav1.InspectFileRequest{Path: remotePath, User: o.user})
+	return resp.GetFile(), err
+}
+
+// List returns the entries of the directory remotePath, descending depth
+// levels (0 and 1 list the directory only), depth-first in name order.
+func (w *Workspace) List(ctx context.Context, remotePath string, depth int, opts ...FileOption) ([]*datav1.FileInfo, error) {
+	o := collect(opts)
+	resp, err := unary(ctx, w, func(d *dataPlane) func(context.Context, *connect.Request[datav1.ListDirectoryRequest]) (*connect.Response[datav1.ListDirectoryResponse], error) {
+		return d.files.ListDirectory
+	}, &datav1.ListDirectoryRequest{Path: remotePath, User: o.user, Depth: uint32(max(depth, 0))})
+	return resp.GetEntries(), err
+}
+
+// Mkdir creates the directory remotePath; its parent must exist. mode's
+// permission bits apply; 0 is 0755.
+func (w *Workspace) Mkdir(ctx context.Context, remotePath string, mode fs.FileMode, opts ...FileOption) error {
+	return w.mkdir(ctx, remotePath, mode, false, opts)
+}
+
+// MkdirAll creates the directory remotePath and any missing parents.
+func (w *Workspace) MkdirAll(ctx context.Context, remotePath string, mode fs.FileMode, opts ...FileOption) error {
+	return w.mkdir(ctx, remotePath, mode, true, opts)
+}
+
+func (w *Workspace) mkdir(ctx context.Context, path string, mode fs.FileMode, parents bool, opts []FileOption) error {
+	o := collect(opts)
+	_, err := unary(ctx, w, func(d *dataPlane) func(context.Context, *connect.Request[datav1.CreateDirectoryRequest]) (*connect.Response[datav1.CreateDirectoryResponse], error) {
+		return d.files.CreateDirectory
+	}, &datav1.CreateDirectoryRequest{Path: path, User: o.user, Parents: parents, Mode: uint32(mode.Perm())})
+	return err
+}
+
+// Remove deletes a file or an empty directory.
+func (w *Workspace) Remove(ctx context.Context, remotePath string, opts ...FileOption) error {
+	return w.remove(ctx, remotePath, false, opts)
+}
+
+// RemoveAll deletes a file, or a directory and everything in it.
+func (w *Workspace) RemoveAll(ctx context.Context, remotePath string, opts ...FileOption) error {
+	return w.remove(ctx, remotePath, true, opts)
+}
+
+func (w *Workspace) remove(ctx context.Context, path string, recursive bool, opts []FileOption) error {
+	o := collect(opts)
+	_, err := unary(ctx, w, func(d *dataPlane) func(context.Context, *connect.Request[datav1.DeleteFileRequest]) (*connect.Response[datav1.DeleteFileResponse], error) {
+		return d.files.DeleteFile
+	}, &datav1.DeleteFileRequest{Path: path, User: o.user, Recursive: recursive})
+	return err
+}
+
+// Move renames a file or directory.
+func (w *Workspace) Move(ctx context.Context, src, dst string, opts ...FileOption) error {
+	o := collect(opts)
+	_, err := unary(ctx, w, func(d *dataPlane) func(context.Context, *connect.Request[datav1.MoveFileRequest]) (*connect.Response[datav1.MoveFileResponse], error) {
+		return d.files.MoveFile
+	}, &datav1.MoveFileRequest{Source: src, Destination: dst, User: o.user})
+	return err
+}
+
+// Watch yields the changes under the directory remotePath in the order
+// they happen, recursively when asked, until ctx ends or the loop breaks.
+// An error ends the sequence as its last element.
+func (w *Workspace) Watch(ctx context.Context, remotePath string, recursive bool, opts ...FileOption) iter.Seq2[*datav1.WatchDirectoryResponse, error] {
+	o := collect(opts)
+	req := &datav1.WatchDirectoryRequest{Path: remotePath, User: o.user, Recursive: recursive}
+	return func(yield func(*datav1.WatchDirectoryResponse, error) bool) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		stream, ok, err := serverStream(ctx, w, func(d *dataPlane) func(context.Context, *connect.Request[datav1.WatchDirectoryRequest]) (*connect.ServerStreamForClient[datav1.WatchDirectoryResponse], error) {
+			return d.files.WatchDirectory
+		}, req)
+		if err != nil {
+			yield(nil, err)
+			return
+		}
+		defer stream.Close()
+		for ; ok; ok = stream.Receive() {
+			if !yield(stream.Msg(), nil) {
+				return
+			}
+		}
+		if err := stream.Err(); err != nil {
+			yield(nil, err)
+		}
+	}
+}

@@ -1,0 +1,340 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+
+	"connectrpc.com/connect"
+
+	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
+)
+
+// inputChunk bounds the bytes of one SendInput.
+const inputChunk = 32 << 10
+
+// PTYSize is the size of a pseudo-terminal, in characters.
+type PTYSize struct {
+	Cols, Rows uint16
+}
+
+// ExecOptions describe a process to run.
+type ExecOptions struct {
+	// Env is added to the guest's environment.
+	Env map[string]string
+	// Cwd is the working directory; empty is the user's home directory.
+	Cwd string
+	// User is a user of the guest; empty is root.
+	User string
+	// Tag names the process for Connect; unique among running processes.
+	Tag string
+	// Stdin, when set, is forwarded to the process's standard input, which
+	// is closed at its EOF; when nil the process reads an empty input. A
+	// Read blocked when the process exits is left to return on its own.
+	Stdin io.Reader
+	// Stdout and Stderr receive the process's output, in order; nil
+	// discards it. On a PTY all output goes to Stdout.
+	Stdout, Stderr io.Writer
+	// PTY runs the process on a pseudo-terminal of this size; nil runs it
+	// on pipes.
+	PTY *PTYSize
+}
+
+// ExitStatus is how a process ended: Code when it exited, Signal (such as
+// "SIGKILL") when a signal ended it.
+type ExitStatus struct {
+	Code   int
+	Signal string
+}
+
+// Success reports whether the process exited with code 0.
+func (s ExitStatus) Success() bool { return s.Code == 0 && s.Signal == "" }
+
+func (s ExitStatus) String() string {
+	if s.Signal != "" {
+		return "signal " + s.Signal
+	}
+	return "exit status " + strconv.Itoa(s.Code)
+}
+
+// ProcessRef names a process of a Workspace by pid or by tag.
+type ProcessRef struct {
+	pid int
+	tag string
+}
+
+// PID names the process with this pid.
+func PID(pid int) ProcessRef { return ProcessRef{pid: pid} }
+
+// Tag names the process started with this tag.
+func Tag(tag string) ProcessRef { return ProcessRef{tag: tag} }
+
+func (r ProcessRef) String() string {
+	if r.tag != "" {
+		return "tag " + r.tag
+	}
+	return "pid " + strconv.Itoa(r.pid)
+}
+
+func (r ProcessRef) selector() *datav1.ProcessSelector {
+	if r.tag != "" {
+		return &datav1.ProcessSelector{Selector: &datav1.ProcessSelector_Tag{Tag: r.tag}}
+	}
+	return &datav1.ProcessSelector{Selector: &datav1.ProcessSelector_Pid{Pid: int32(r.pid)}}
+}
+
+// Exec runs args in the Workspace and waits for it to end: args[0] is the
+// program, looked up in PATH. Output streams to o.Stdout and o.Stderr as
+// it arrives. A process that ran and exited non-zero, or was killed, is
+// not an error: the ExitStatus says so. When ctx ends first the process
+// goes on running in the guest.
+func (w *Workspace) Exec(ctx context.Context, args []string, o ExecOptions) (ExitStatus, error) {
+	p, err := w.Start(ctx, args, o)
+	if err != nil {
+		return ExitStatus{}, err
+	}
+	defer p.Close()
+	return p.Wait()
+}
+
+// Start starts args in the Workspace and returns once the process runs. Its
+// output streams to o.Stdout and o.Stderr, and o.Stdin to its input, until
+// it exits or ctx ends; Wait waits for the exit.
+func (w *Workspace) Start(ctx context.Context, args []string, o ExecOptions) (*Process, error) {
+	req := &datav1.StartProcessRequest{Args: args, Env: o.Env, Cwd: o.Cwd, User: o.User, Tag: o.Tag, Stdin: o.Stdin != nil}
+	if o.PTY != nil {
+		req.Pty = &datav1.Pty{Cols: uint32(o.PTY.Cols), Rows: uint32(o.PTY.Rows)}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stream, ok, err := serverStream(ctx, w, func(d *dataPlane) func(context.Context, *connect.Request[datav1.StartProcessRequest]) (*connect.ServerStreamForClient[datav1.ProcessEvent], error) {
+		return d.proc.StartProcess
+	}, req)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	started := stream.Msg().GetStarted()
+	if !ok || started == nil {
+		stream.Close()
+		cancel()
+		return nil, errors.New("StartProcess: the stream did not begin with the started event")
+	}
+	p := newProcess(w, PID(int(started.GetPid())), cancel)
+	go p.follow(stream, false, o.Stdout, o.Stderr)
+	if o.Stdin != nil {
+		go p.forwardInput(ctx, o.Stdin)
+	}
+	return p, nil
+}
+
+// Connect attaches to a running or recently ended process of the
+// Workspace: the output the guest buffered for it comes first, then new
+// output and the exit, to stdout and stderr (nil discards). It returns at
+// once; Wait reports a process that is not found.
+func (w *Workspace) Connect(ctx context.Context, ref ProcessRef, stdout, stderr io.Writer) (*Process, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	p := newProcess(w, ref, cancel)
+	go func() {
+		stream, ok, err := serverStream(ctx, w, func(d *dataPlane) func(context.Context, *connect.Request[datav1.ConnectProcessRequest]) (*connect.ServerStreamForClient[datav1.ProcessEvent], error) {
+			return d.proc.ConnectProcess
+		}, &datav1.ConnectProcessRequest{Process: ref.selector()})
+		if err != nil {
+			p.finish(ExitStatus{}, err)
+			return
+		}
+		p.follow(stream, ok, stdout, stderr)
+	}()
+	return p, nil
+}
+
+// Processes lists the processes started in the Workspace that run, and
+// those that ended recently.
+func (w *Workspace) Processes(ctx context.Context) ([]*datav1.ProcessInfo, error) {
+	resp, err := unary(ctx, w, func(d *dataPlane) func(context.Context, *connect.Request[datav1.ListProcessesRequest]) (*connect.Response[datav1.ListProcessesResponse], error) {
+		return d.proc.ListProcesses
+	}, &datav1.ListProcessesRequest{})
+	return resp.GetProcesses(), err
+}
+
+// Process is a process of a Workspace that a Start or Connect follows.
+type Process struct {
+	w      *Workspace
+	ref    ProcessRef
+	cancel context.CancelFunc // ends the stream and the input forwarding
+	done   chan struct{}      // closed when the stream has ended
+
+	mu       sync.Mutex
+	pid      int
+	closed   bool
+	status   ExitStatus
+	err      error
+	inputErr error // reading Stdin failed
+}
+
+func newProcess(w *Workspace, ref ProcessRef, cancel context.CancelFunc) *Process {
+	return &Process{w: w, ref: ref, pid: ref.pid, cancel: cancel, done: make(chan struct{})}
+}
+
+// Pid returns the process's pid in the guest; 0 when Connect named it by
+// tag and the guest has not said its pid.
+func (p *Process) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pid
+}
+
+// Wait waits until the process exits and returns how it ended. It is an
+// error when the stream ended first: the context of Start or Connect
+// ended, the connection broke, or Close detached (ErrDetached); the process
+// may still run. An error reading ExecOptions.Stdin is returned with the
+// status.
+func (p *Process) Wait() (ExitStatus, error) {
+	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err == nil && p.inputErr != nil {
+		return p.status, p.inputErr
+	}
+	return p.status, p.err
+}
+
+// Close stops following the process and forwarding its input, without
+// ending the process; a Wait that is blocked returns ErrDetached.
+func (p *Process) Close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.cancel()
+	<-p.done
+}
+
+// Signal sends a signal, such as "SIGTERM" or "KILL", to the process's
+// process group.
+func (p *Process) Signal(ctx context.Context, signal string) error {
+	_, err := unary(ctx, p.w, func(d *dataPlane) func(context.Context, *connect.Request[datav1.SignalProcessRequest]) (*connect.Response[datav1.SignalProcessResponse], error) {
+		return d.proc.SignalProcess
+	}, &datav1.SignalProcessRequest{Process: p.ref.selector(), Signal: signal})
+	return err
+}
+
+// SendInput writes data to the process's input or PTY. A process started
+// without ExecOptions.Stdin has no input to write to.
+func (p *Process) SendInput(ctx context.Context, data []byte) error {
+	_, err := unary(ctx, p.w, func(d *dataPlane) func(context.Context, *connect.Request[datav1.SendInputRequest]) (*connect.Response[datav1.SendInputResponse], error) {
+		return d.proc.SendInput
+	}, &datav1.SendInputRequest{Process: p.ref.selector(), Data: data})
+	return err
+}
+
+// CloseInput closes the process's input.
+func (p *Process) CloseInput(ctx context.Context) error {
+	_, err := unary(ctx, p.w, func(d *dataPlane) func(context.Context, *connect.Request[datav1.CloseInputRequest]) (*connect.Response[datav1.CloseInputResponse], error) {
+		return d.proc.CloseInput
+	}, &datav1.CloseInputRequest{Process: p.ref.selector()})
+	return err
+}
+
+// Resize changes the size of the process's PTY.
+func (p *Process) Resize(ctx context.Context, size PTYSize) error {
+	_, err := unary(ctx, p.w, func(d *dataPlane) func(context.Context, *connect.Request[datav1.ResizeTerminalRequest]) (*connect.Response[datav1.ResizeTerminalResponse], error) {
+		return d.proc.ResizeTerminal
+	}, &datav1.ResizeTerminalRequest{Process: p.ref.selector(), Size: &datav1.Pty{Cols: uint32(size.Cols), Rows: uint32(size.Rows)}})
+	return err
+}
+
+// Connect attaches to the process again, for instance after Wait reported
+// a broken stream; see Workspace.Connect.
+func (p *Process) Connect(ctx context.Context, stdout, stderr io.Writer) (*Process, error) {
+	return p.w.Connect(ctx, p.ref, stdout, stderr)
+}
+
+// follow writes the process's events to stdout and stderr until it exits or
+// the stream ends. ok says that stream.Msg holds an event not yet handled.
+func (p *Process) follow(stream *connect.ServerStreamForClient[datav1.ProcessEvent], ok bool, stdout, stderr io.Writer) {
+	defer stream.Close()
+	if !ok {
+		ok = stream.Receive()
+	}
+	for ; ok; ok = stream.Receive() {
+		var err error
+		switch ev := stream.Msg().GetEvent().(type) {
+		case *datav1.ProcessEvent_Started_:
+			p.mu.Lock()
+			p.pid = int(ev.Started.GetPid())
+			p.mu.Unlock()
+		case *datav1.ProcessEvent_Stdout:
+			err = write(stdout, ev.Stdout, "stdout")
+		case *datav1.ProcessEvent_Pty:
+			err = write(stdout, ev.Pty, "stdout")
+		case *datav1.ProcessEvent_Stderr:
+			err = write(stderr, ev.Stderr, "stderr")
+		case *datav1.ProcessEvent_Exited_:
+			p.finish(ExitStatus{Code: int(ev.Exited.GetExitCode()), Signal: ev.Exited.GetSignal()}, nil)
+			return
+		}
+		if err != nil {
+			p.finish(ExitStatus{}, err)
+			return
+		}
+	}
+	err := stream.Err()
+	if err == nil {
+		err = fmt.Errorf("the stream of %s ended before it exited", p.ref)
+	}
+	p.finish(ExitStatus{}, err)
+}
+
+func write(w io.Writer, b []byte, name string) error {
+	if w == nil {
+		return nil
+	}
+	if _, err := w.Write(b); err != nil {
+		return fmt.Errorf("writing %s: %w", name, err)
+	}
+	return nil
+}
+
+// finish records how the stream ended and releases Wait.
+func (p *Process) finish(status ExitStatus, err error) {
+	p.mu.Lock()
+	if err != nil && p.closed {
+		err = ErrDetached
+	}
+	p.status, p.err = status, err
+	p.mu.Unlock()
+	p.cancel()
+	close(p.done)
+}
+
+// forwardInput sends r to the process's input, then closes it. It stops
+// when ctx ends, which is when the process's stream does. Only a failure
+// to read r is reported (by Wait): a failure to send means the process no
+// longer reads.
+func (p *Process) forwardInput(ctx context.Context, r io.Reader) {
+	buf := make([]byte, inputChunk)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if p.SendInput(ctx, buf[:n]) != nil {
+				return
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				p.mu.Lock()
+				p.inputErr = fmt.Errorf("reading stdin: %w", err)
+				p.mu.Unlock()
+			}
+			break
+		}
+	}
+	if ctx.Err() == nil {
+		_ = p.CloseInput(ctx)
+	}
+}

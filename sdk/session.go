@@ -1,0 +1,122 @@
+package sdk
+
+import (
+	"context"
+	"time"
+
+	"connectrpc.com/connect"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
+)
+
+// renewBefore is how long before its expiry a cached session is replaced.
+const renewBefore = 30 * time.Second
+
+// Session is a data-plane session of a Workspace: a bearer token for the
+// kibotos.data.v1 services at Endpoint, until ExpiresAt.
+type Session struct {
+	ID       string
+	Token    string
+	Endpoint string
+	// ExpiresAt is zero when the server did not say.
+	ExpiresAt time.Time
+}
+
+// dataPlane is one session and the data-plane clients that use it.
+type dataPlane struct {
+	session *Session
+	proc    datav1connect.ProcessServiceClient
+	files   datav1connect.FileServiceClient
+}
+
+// Session returns the handle's session, issuing one when it has none or
+// when the one it has expires within 30 seconds.
+func (w *Workspace) Session(ctx context.Context) (*Session, error) {
+	d, err := w.dataPlane(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return d.session, nil
+}
+
+func (w *Workspace) dataPlane(ctx context.Context) (*dataPlane, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if d := w.dp; d != nil && (d.session.ExpiresAt.IsZero() || time.Until(d.session.ExpiresAt) > renewBefore) {
+		return d, nil
+	}
+	req := &ctrlv1.IssueSessionRequest{WorkspaceId: w.id, TtlSeconds: uint32(w.c.sessionTTL / time.Second)}
+	resp, err := w.c.sessions.IssueSession(ctx, connect.NewRequest(req))
+	if err != nil {
+		return nil, err
+	}
+	s := &Session{ID: resp.Msg.GetSessionId(), Token: resp.Msg.GetToken(), Endpoint: resp.Msg.GetEndpoint()}
+	if t := resp.Msg.GetExpiresAt(); t != nil {
+		s.ExpiresAt = t.AsTime()
+	}
+	opts := w.c.clientOptions(s.Token)
+	w.dp = &dataPlane{
+		session: s,
+		proc:    datav1connect.NewProcessServiceClient(w.c.hc, s.Endpoint, opts...),
+		files:   datav1connect.NewFileServiceClient(w.c.hc, s.Endpoint, opts...),
+	}
+	return w.dp, nil
+}
+
+// forget drops d, whose session the data plane reported expired, unless
+// another call already replaced it.
+func (w *Workspace) forget(d *dataPlane) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.dp == d {
+		w.dp = nil
+	}
+}
+
+// unary calls a unary data-plane method, with a new session once more when
+// the data plane reports the session expired. method picks the method of a
+// dataPlane's client.
+func unary[Req, Resp any](ctx context.Context, w *Workspace, method func(*dataPlane) func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error), req *Req) (*Resp, error) {
+	for retried := false; ; retried = true {
+		d, err := w.dataPlane(ctx)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := method(d)(ctx, connect.NewRequest(req))
+		if err == nil {
+			return resp.Msg, nil
+		}
+		if retried || !sessionExpired(err) {
+			return nil, err
+		}
+		w.forget(d)
+	}
+}
+
+// serverStream opens a server stream and receives its first message, with
+// a new session once more when that fails because the session expired.
+// ok reports whether stream.Msg holds the first message; when it does not,
+// the stream ended without one and without an error.
+func serverStream[Req, Msg any](ctx context.Context, w *Workspace, method func(*dataPlane) func(context.Context, *connect.Request[Req]) (*connect.ServerStreamForClient[Msg], error), req *Req) (stream *connect.ServerStreamForClient[Msg], ok bool, err error) {
+	for retried := false; ; retried = true {
+		d, err := w.dataPlane(ctx)
+		if err != nil {
+			return nil, false, err
+		}
+		stream, err := method(d)(ctx, connect.NewRequest(req))
+		if err == nil {
+			if stream.Receive() {
+				return stream, true, nil
+			}
+			if err = stream.Err(); err == nil {
+				return stream, false, nil
+			}
+			stream.Close()
+		}
+		if retried || !sessionExpired(err) {
+			return nil, false, err
+		}
+		w.forget(d)
+	}
+}
