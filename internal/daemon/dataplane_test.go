@@ -5,13 +5,20 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/json"
+	"fmt"
 	"io"
+	mathrand "math/rand/v2"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -287,4 +294,134 @@ func httpClient() *http.Client {
 
 func ctrlv1connectSessions(d *deployment, token string) ctrlv1connect.SessionServiceClient {
 	return ctrlv1connect.NewSessionServiceClient(httpClient(), d.url, connect.WithInterceptors(bearer.Token(token)))
+}
+
+// TestDataPlaneLargeFile writes and reads back 1 GiB while the memory of
+// the host side (this process) and of the guest agent stays bounded.
+func TestDataPlaneLargeFile(t *testing.T) {
+	d := up(t, t.TempDir())
+	defer d.stop()
+	ctx := context.Background()
+	ws, err := d.sdkClient().CreateWorkspace(ctx, sdk.CreateOptions{MemoryBytes: 256 << 20, DiskBytes: 1280 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = 1 << 30
+	peak := sampleHeap(t)
+	sent := sha256.New()
+	src := io.TeeReader(io.LimitReader(mathrand.NewChaCha8([32]byte{1}), size), sent)
+	if _, err := ws.Upload(ctx, src, "/root/big", 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := sha256.New()
+	if n, err := ws.Download(ctx, "/root/big", got); err != nil || n != size {
+		t.Fatalf("download: %d, %v", n, err)
+	}
+	if !bytes.Equal(sent.Sum(nil), got.Sum(nil)) {
+		t.Error("SHA-256 of the 1 GiB file read back differs")
+	}
+	if heap := peak(); heap > 256<<20 {
+		t.Errorf("host heap peaked at %d MiB moving 1 GiB; want it bounded", heap>>20)
+	}
+	if hwm := guestPeakRSS(t, d, ws.Info()); hwm > 128<<20 {
+		t.Errorf("guest agent peak RSS %d MiB; want it bounded", hwm>>20)
+	}
+}
+
+// sampleHeap samples this process's heap until the returned function is
+// called, which returns the peak.
+func sampleHeap(t *testing.T) func() uint64 {
+	var peak atomic.Uint64
+	done := make(chan struct{})
+	go func() {
+		var m goruntime.MemStats
+		for {
+			goruntime.ReadMemStats(&m)
+			if m.HeapInuse > peak.Load() {
+				peak.Store(m.HeapInuse)
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	return func() uint64 { close(done); return peak.Load() }
+}
+
+// guestPeakRSS reads the peak resident set (VmHWM) of the guest agent.
+func guestPeakRSS(t *testing.T, d *deployment, ws *ctrlv1.Workspace) uint64 {
+	t.Helper()
+	out, err := exec.Command("runc", "--root", filepath.Join(d.home, "runtime", "runc"), "state",
+		fmt.Sprintf("%s-%d", ws.WorkspaceId, ws.Generation)).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var state struct{ Pid int }
+	if err := json.Unmarshal(out, &state); err != nil {
+		t.Fatal(err)
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", state.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmHWM")
+	return 0
+}
+
+// TestDataPlaneWatch checks that directory events arrive in order.
+func TestDataPlaneWatch(t *testing.T) {
+	d := up(t, t.TempDir())
+	defer d.stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ws, err := d.sdkClient().CreateWorkspace(ctx, sdk.CreateOptions{MemoryBytes: 128 << 20, DiskBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ws.Mkdir(ctx, "/root/watched", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan *datav1.WatchDirectoryResponse, 64)
+	go func() {
+		for ev, err := range ws.Watch(ctx, "/root/watched", false) {
+			if err != nil {
+				return
+			}
+			events <- ev
+		}
+	}()
+	time.Sleep(300 * time.Millisecond) // the watch is in place
+	if _, err := ws.Exec(ctx, []string{"sh", "-c", "cd /root/watched && touch a && echo x >> a && mv a b && rm b"}, sdk.ExecOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := []datav1.FileEventType{datav1.FileEventType_FILE_EVENT_TYPE_CREATE, datav1.FileEventType_FILE_EVENT_TYPE_WRITE,
+		datav1.FileEventType_FILE_EVENT_TYPE_RENAME, datav1.FileEventType_FILE_EVENT_TYPE_REMOVE}
+	var got []datav1.FileEventType
+	deadline := time.After(10 * time.Second)
+	for len(got) < len(want) {
+		select {
+		case ev := <-events:
+			// Collapse repeats (touch may report CHMOD, a write several WRITEs).
+			if ev.Type == datav1.FileEventType_FILE_EVENT_TYPE_CHMOD || len(got) > 0 && got[len(got)-1] == ev.Type {
+				continue
+			}
+			if ev.Type == datav1.FileEventType_FILE_EVENT_TYPE_CREATE && len(got) > 0 {
+				continue // the rename's new name
+			}
+			got = append(got, ev.Type)
+		case <-deadline:
+			t.Fatalf("events %v, want %v", got, want)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("events %v, want %v", got, want)
+	}
 }
