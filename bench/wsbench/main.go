@@ -8,14 +8,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +20,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
 
+	"github.com/kibotos/kibotos/bench/internal/benchutil"
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/internal/bearer"
@@ -92,25 +90,19 @@ func run(addr, home string, n int) error {
 	}
 	charged := cgroupCharge(ids)
 
-	rootfs, err := baseRootfs(home)
+	rootfs, err := benchutil.BaseRootfs(home)
 	if err != nil {
 		return err
 	}
-	bare, err := bareRunc(rootfs, n)
+	bare, err := benchutil.BareRunc(rootfs, n, "/bin/true")
 	if err != nil {
 		return err
 	}
-	report("kibotos create→AVAILABLE", latencies)
-	report("bare runc run /bin/true", bare)
+	benchutil.Report("kibotos create→AVAILABLE", latencies)
+	benchutil.Report("bare runc run /bin/true", bare)
 	fmt.Printf("idle density: %.2f MiB charged to each idle workspace's memory cgroup; host MemAvailable fell %.2f MiB per workspace (%d workspaces, %d → %d MiB)\n",
 		float64(charged)/float64(n)/(1<<20), float64(int64(before)-int64(after))/float64(n)/(1<<20), n, before>>20, after>>20)
 	return nil
-}
-
-func report(name string, d []time.Duration) {
-	slices.Sort(d)
-	pct := func(p float64) time.Duration { return d[min(len(d)-1, int(float64(len(d))*p))] }
-	fmt.Printf("%-28s n=%d p50=%v p99=%v\n", name, len(d), pct(0.50).Round(time.Millisecond), pct(0.99).Round(time.Millisecond))
 }
 
 // cgroupCharge sums the memory charged to the workspaces' cgroups (cgroup
@@ -143,55 +135,4 @@ func memAvailable() (uint64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no MemAvailable")
-}
-
-// baseRootfs finds the unpacked layer of the built-in template (one
-// layer, holding bin/busybox).
-func baseRootfs(home string) (string, error) {
-	dirs, _ := filepath.Glob(filepath.Join(home, "templates", "layers", "sha256", "*", "bin", "busybox"))
-	if len(dirs) == 0 {
-		return "", fmt.Errorf("no unpacked base layer under %s", home)
-	}
-	return filepath.Dir(filepath.Dir(dirs[0])), nil
-}
-
-// bareRunc times n one-shot `runc run` of /bin/true on rootfs (read-only).
-func bareRunc(rootfs string, n int) ([]time.Duration, error) {
-	dir, err := os.MkdirTemp("", "wsbench-runc")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
-	if out, err := exec.Command("runc", "spec", "--bundle", dir).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("runc spec: %v %s", err, out)
-	}
-	path := filepath.Join(dir, "config.json")
-	var spec map[string]any
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	if err := json.Unmarshal(b, &spec); err != nil {
-		return nil, err
-	}
-	spec["root"] = map[string]any{"path": rootfs, "readonly": true}
-	proc := spec["process"].(map[string]any)
-	proc["terminal"] = false
-	proc["args"] = []string{"/bin/true"}
-	if b, err = json.Marshal(spec); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		return nil, err
-	}
-	var out []time.Duration
-	for i := range n {
-		start := time.Now()
-		cmd := exec.Command("runc", "--root", filepath.Join(dir, "state"), "run", "--bundle", dir, fmt.Sprintf("wsbench-%d", i))
-		if b, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("runc run: %v %s", err, b)
-		}
-		out = append(out, time.Since(start))
-	}
-	return out, nil
 }

@@ -1,0 +1,71 @@
+// Package benchutil holds what the benchmark programs share: percentile
+// reports and the bare-runc baseline they compare against.
+package benchutil
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"time"
+)
+
+// Report prints the p50 and p99 of durations.
+func Report(name string, d []time.Duration) {
+	slices.Sort(d)
+	pct := func(p float64) time.Duration { return d[min(len(d)-1, int(float64(len(d))*p))] }
+	fmt.Printf("%-28s n=%d p50=%v p99=%v\n", name, len(d), pct(0.50).Round(time.Millisecond), pct(0.99).Round(time.Millisecond))
+}
+
+// BaseRootfs finds the unpacked layer of the built-in template (one
+// layer, holding bin/busybox).
+func BaseRootfs(home string) (string, error) {
+	dirs, _ := filepath.Glob(filepath.Join(home, "templates", "layers", "sha256", "*", "bin", "busybox"))
+	if len(dirs) == 0 {
+		return "", fmt.Errorf("no unpacked base layer under %s", home)
+	}
+	return filepath.Dir(filepath.Dir(dirs[0])), nil
+}
+
+// BareRunc times n one-shot `runc run` of args on rootfs (read-only).
+func BareRunc(rootfs string, n int, args ...string) ([]time.Duration, error) {
+	dir, err := os.MkdirTemp("", "wsbench-runc")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	if out, err := exec.Command("runc", "spec", "--bundle", dir).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("runc spec: %v %s", err, out)
+	}
+	path := filepath.Join(dir, "config.json")
+	var spec map[string]any
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return nil, err
+	}
+	spec["root"] = map[string]any{"path": rootfs, "readonly": true}
+	proc := spec["process"].(map[string]any)
+	proc["terminal"] = false
+	proc["args"] = args
+	if b, err = json.Marshal(spec); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return nil, err
+	}
+	var out []time.Duration
+	for i := range n {
+		start := time.Now()
+		cmd := exec.Command("runc", "--root", filepath.Join(dir, "state"), "run", "--bundle", dir, fmt.Sprintf("wsbench-%d", i))
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("runc run: %v %s", err, b)
+		}
+		out = append(out, time.Since(start))
+	}
+	return out, nil
+}
