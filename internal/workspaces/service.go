@@ -104,7 +104,11 @@ func (s *Service) save(ctx context.Context, tx store.Tx, r *record) error {
 	if err != nil {
 		return err
 	}
-	return tx.UpdateWorkspace(ctx, row)
+	if err := tx.UpdateWorkspace(ctx, row); err != nil {
+		return err
+	}
+	r.row = row // so that a later change in the same transaction builds on this one
+	return nil
 }
 
 // precondition is failed_precondition with the workspace's durable state

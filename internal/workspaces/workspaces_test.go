@@ -242,3 +242,28 @@ func TestLabelsSelectorsAndWatch(t *testing.T) {
 		t.Errorf("watch after running: %v", got.State)
 	}
 }
+
+// TestReportsInOneBatch applies two reports of one execution sent in one
+// request: the second builds on the first.
+func TestReportsInOneBatch(t *testing.T) {
+	s, ctx := newService(t)
+	ws := create(t, s, ctx, 128<<20)
+	report(t, s, ctx, ws.WorkspaceId, hostv1.ObservedState_OBSERVED_STATE_RUNNING, nil)
+	as, err := s.Assignments(ctx, "h1")
+	if err != nil || len(as) != 1 {
+		t.Fatal(as, err)
+	}
+	exec := as[0].ExecutionId
+	err = s.Report(ctx, "h1", []*hostv1.ExecutionReport{
+		{ExecutionId: exec, WorkspaceId: ws.WorkspaceId, State: hostv1.ObservedState_OBSERVED_STATE_EXITED},
+		{ExecutionId: exec, WorkspaceId: ws.WorkspaceId, State: hostv1.ObservedState_OBSERVED_STATE_STOPPED,
+			StopDurability: ctrlv1.StopDurability_STOP_DURABILITY_UNCONFIRMED},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Get(ctx, ws.WorkspaceId); got.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED ||
+		got.LastStop.GetCause() != ctrlv1.StopCause_STOP_CAUSE_GUEST_SHUTDOWN {
+		t.Errorf("after EXITED and STOPPED in one batch: %v %v", got.State, got.LastStop)
+	}
+}
