@@ -154,13 +154,21 @@ func Create[R proto.Message](ctx context.Context, s *Service, w Write[R], spec *
 	}
 	c := caller(ctx)
 	cmd := command.Command[R]{ProjectID: c.ProjectID, Method: w.Method, ID: w.Command.GetCommandId(), Input: w.Input, New: w.New}
+	// A retry replays before the slow checks, which DNS could now answer
+	// differently.
+	if resp, found, err := command.Replay(ctx, s.Store, cmd); err != nil || found {
+		return resp, err
+	}
+	if err := checkDirectUpstreams(ctx, s.Store, s.Checker, c.ProjectID, spec.NetworkPolicy); err != nil {
+		return zero, err
+	}
 	var id string
 	resp, err := command.Run(ctx, s.Store, cmd, func(ctx context.Context, tx store.Tx) (R, error) {
 		ref, image, err := resolveTemplate(ctx, tx, c.ProjectID, spec.Template)
 		if err != nil {
 			return zero, err
 		}
-		policy, refs, err := checkPolicy(ctx, tx, s.Checker, c.ProjectID, spec.NetworkPolicy)
+		policy, refs, err := checkPolicy(ctx, tx, c.ProjectID, spec.NetworkPolicy)
 		if err != nil {
 			return zero, err
 		}

@@ -112,7 +112,11 @@ func checkExpiration(p *ctrlv1.WorkspaceExpirationPolicy, now time.Time) error {
 // checkPolicy validates a network policy's content and returns it
 // normalized (unspecified mode = DENY_ALL) with the references it holds.
 // References to Egresses and Resolvers are checked in tx.
-func checkPolicy(ctx context.Context, tx store.Tx, checker *netcheck.Checker, projectID string, p *ctrlv1.NetworkPolicy) (*ctrlv1.NetworkPolicy, []store.PolicyReference, error) {
+//
+// The special-purpose check of direct resolver upstreams may resolve a
+// hostname, so it is not done here, inside a transaction:
+// checkDirectUpstreams does it before.
+func checkPolicy(ctx context.Context, tx store.Tx, projectID string, p *ctrlv1.NetworkPolicy) (*ctrlv1.NetworkPolicy, []store.PolicyReference, error) {
 	out := &ctrlv1.NetworkPolicy{Mode: p.GetMode(), Allow: p.GetAllow(), Deny: p.GetDeny(), Egresses: p.GetEgresses(), Resolvers: p.GetResolvers()}
 	switch out.Mode {
 	case ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_UNSPECIFIED:
@@ -175,16 +179,43 @@ func checkPolicy(ctx context.Context, tx store.Tx, checker *netcheck.Checker, pr
 				refs = append(refs, store.PolicyReference{Kind: store.RefEgressUDP, TargetID: path.EgressId})
 			}
 		case *ctrlv1.ResolverPath_Direct:
-			if addr := directUpstream(spec); addr != "" {
-				if err := checker.CheckEndpoint(ctx, addr); err != nil {
-					return nil, nil, invalid("network_policy.resolvers: direct path to Resolver %q: %v", r.ResolverId, err)
-				}
-			}
 		default:
 			return nil, nil, invalid("network_policy.resolvers: path is required (direct or egress_id)")
 		}
 	}
 	return out, refs, nil
+}
+
+// checkDirectUpstreams refuses a policy whose resolver on the direct path
+// has its upstream in a fixed special-purpose range. It reads the
+// Resolvers in its own transaction and resolves hostnames outside any.
+func checkDirectUpstreams(ctx context.Context, st store.Store, checker *netcheck.Checker, projectID string, p *ctrlv1.NetworkPolicy) error {
+	var addrs map[string]string // resolver ID → upstream
+	err := st.View(ctx, func(tx store.Tx) error {
+		addrs = map[string]string{}
+		for _, r := range p.GetResolvers() {
+			if r.GetPath().GetDirect() == nil {
+				continue
+			}
+			spec := new(ctrlv1.ResolverSpec)
+			if err := loadLive(ctx, tx, store.KindResolver, projectID, r.ResolverId, "Resolver", spec); err != nil {
+				return err
+			}
+			if addr := directUpstream(spec); addr != "" {
+				addrs[r.ResolverId] = addr
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for id, addr := range addrs {
+		if err := checker.CheckEndpoint(ctx, addr); err != nil {
+			return invalid("network_policy.resolvers: direct path to Resolver %q: %v", id, err)
+		}
+	}
+	return nil
 }
 
 // directUpstream returns the host:port a Resolver's queries go to.

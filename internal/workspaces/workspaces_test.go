@@ -267,3 +267,35 @@ func TestReportsInOneBatch(t *testing.T) {
 		t.Errorf("after EXITED and STOPPED in one batch: %v %v", got.State, got.LastStop)
 	}
 }
+
+// TestDirectResolverUpstreamIsRangeChecked refuses a policy that sends
+// DNS directly to a private upstream, and stores nothing.
+func TestDirectResolverUpstreamIsRangeChecked(t *testing.T) {
+	s, ctx := newService(t)
+	for id, addr := range map[string]string{"rsv_private": "10.0.0.53:53", "rsv_public": "9.9.9.9:53"} {
+		spec, _ := proto.Marshal(&ctrlv1.ResolverSpec{Protocol: &ctrlv1.ResolverSpec_Udp{Udp: &ctrlv1.UdpResolver{Address: addr}}})
+		if err := s.Store.Update(ctx, func(tx store.Tx) error {
+			return tx.CreateObject(ctx, store.Object{Kind: store.KindResolver, ProjectID: "p1", ID: id, Spec: spec, Revision: 1,
+				LabelsRevision: 1, AnnotationsRevision: 1, CreatedAt: time.Now(), UpdatedAt: time.Now()})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	policy := func(resolver string) *ctrlv1.WorkspaceCreateSpec {
+		return &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{MemoryBytes: 128 << 20},
+			NetworkPolicy: &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET,
+				Resolvers: []*ctrlv1.NetworkPolicyResolver{{ResolverId: resolver,
+					Path: &ctrlv1.ResolverPath{Kind: &ctrlv1.ResolverPath_Direct{Direct: &ctrlv1.ResolverDirectPath{}}}}}}}
+	}
+	_, err := Create(ctx, s, write("create", newWS), policy("rsv_private"), nil, nil, identity)
+	if connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Errorf("direct path to a private upstream: %v", err)
+	}
+	if list, _, _ := s.List(ctx, 0, "", nil); len(list) != 0 {
+		t.Errorf("refused create stored %d workspaces", len(list))
+	}
+	ws, err := Create(ctx, s, write("create", newWS), policy("rsv_public"), nil, nil, identity)
+	if err != nil || ws.Spec.NetworkPolicy.Revision != 1 {
+		t.Errorf("direct path to a public upstream: %v, %v", ws, err)
+	}
+}
