@@ -47,7 +47,7 @@ func NewHostService(svc *workspaces.Service, blobs Blobs) *HostService {
 func HostAuth(token string) connect.Interceptor {
 	check := func(header string) error {
 		got, ok := strings.CutPrefix(header, "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+		if !ok || token == "" || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
 			return connect.NewError(connect.CodeUnauthenticated, errors.New("a host token is required"))
 		}
 		return nil

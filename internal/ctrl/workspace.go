@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
@@ -30,7 +31,15 @@ func NewWorkspaceService(svc *workspaces.Service) *WorkspaceService {
 
 func (s *WorkspaceService) CreateWorkspace(ctx context.Context, req *connect.Request[ctrlv1.CreateWorkspaceRequest]) (*connect.Response[ctrlv1.CreateWorkspaceResponse], error) {
 	m := req.Msg
-	return respond(workspaces.Create(ctx, s.svc, mutation[*ctrlv1.CreateWorkspaceResponse](req, m.GetCommand()),
+	w := mutation[*ctrlv1.CreateWorkspaceResponse](req, m.GetCommand())
+	// The server ignores a policy revision in a request: two requests that
+	// differ only there are the same command.
+	input := proto.CloneOf(m)
+	if p := input.GetSpec().GetNetworkPolicy(); p != nil {
+		p.Revision = 0
+	}
+	w.Input = input
+	return respond(workspaces.Create(ctx, s.svc, w,
 		m.GetSpec(), m.GetLabels(), m.GetAnnotations(),
 		func(ws *ctrlv1.Workspace) *ctrlv1.CreateWorkspaceResponse {
 			return &ctrlv1.CreateWorkspaceResponse{Workspace: ws}

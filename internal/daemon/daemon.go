@@ -271,6 +271,10 @@ func bootstrap(ctx context.Context, st store.Store, o Options) error {
 		return err
 	}
 	path := filepath.Join(o.Home, AdminTokenFile)
+	// Remove a stale file first: WriteFile keeps an existing file's mode.
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
 	if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
 		return fmt.Errorf("write admin token: %w", err)
 	}

@@ -224,6 +224,32 @@ func TestDataPlaneSessions(t *testing.T) {
 		return reason(inspect(revoked.Endpoint, revoked.Token)) == ctrlv1.FailureReason_FAILURE_REASON_SESSION_REVOKED
 	}, "revocation")
 
+	// A revoked session's open stream is cut too.
+	live := issue(a.ID(), 0)
+	procs := datav1connect.NewProcessServiceClient(httpClient(), live.Endpoint, connect.WithInterceptors(bearer.Token(live.Token)))
+	stream, err := procs.StartProcess(ctx, connect.NewRequest(&datav1.StartProcessRequest{Args: []string{"sleep", "30"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !stream.Receive() || stream.Msg().GetStarted() == nil {
+		t.Fatalf("stream before revocation: %v", stream.Err())
+	}
+	if _, err := sessions.RevokeSession(ctx, connect.NewRequest(&ctrlv1.RevokeSessionRequest{Command: cmd(), SessionId: live.SessionId})); err != nil {
+		t.Fatal(err)
+	}
+	cut := make(chan struct{})
+	go func() {
+		for stream.Receive() {
+		}
+		close(cut)
+	}()
+	select {
+	case <-cut:
+	case <-time.After(5 * time.Second):
+		t.Error("the stream of a revoked session is still open")
+	}
+	stream.Close()
+
 	if _, err := sessions.RotateDataPlane(ctx, connect.NewRequest(&ctrlv1.RotateDataPlaneRequest{Command: cmd(), WorkspaceId: a.ID()})); err != nil {
 		t.Fatal(err)
 	}

@@ -349,9 +349,21 @@ func TestEgressInUseByAPolicy(t *testing.T) {
 	spec := small()
 	spec.NetworkPolicy = &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET,
 		Egresses: []*ctrlv1.NetworkPolicyEgress{{EgressId: id, Destinations: []string{"203.0.113.0/24"}}}}
-	ws := d.create(spec)
+	command := cmd()
+	created, err := d.client.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{Command: command, Spec: spec}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := created.Msg.Workspace
 	if ws.Spec.NetworkPolicy.Revision != 1 || ws.Spec.NetworkPolicy.Mode != ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET {
 		t.Errorf("stored policy: %v", ws.Spec.NetworkPolicy)
+	}
+	// The server ignores a policy revision in a request: a retry that
+	// differs only there is the same command.
+	spec.NetworkPolicy.Revision = 7
+	again, err := d.client.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{Command: command, Spec: spec}))
+	if err != nil || again.Msg.Workspace.WorkspaceId != ws.WorkspaceId {
+		t.Errorf("retry with another policy revision: %v, %v", again, err)
 	}
 	del := func() error {
 		_, err := egresses.DeleteEgress(ctx, connect.NewRequest(&ctrlv1.DeleteEgressRequest{Command: cmd(), EgressId: id}))

@@ -92,9 +92,11 @@ func New(cfg Config) (*Agent, error) {
 // Run registers the host and converges until ctx ends. It survives ctrl
 // restarts by reconnecting.
 func (a *Agent) Run(ctx context.Context) error {
+	// A leftover that cannot be released now must not keep the host from
+	// serving: adopt what runs, and converge releases the rest later.
 	running, err := a.cfg.Driver.Recover(ctx)
 	if err != nil {
-		return fmt.Errorf("recover executions: %w", err)
+		slog.Error("recovering executions (continuing with those found running)", "err", err)
 	}
 	for _, id := range running {
 		slog.Info("recovered running execution", "execution", id)
@@ -178,10 +180,16 @@ func (a *Agent) newExecution(ctx context.Context, id string, running bool) *exec
 	return e
 }
 
-func (a *Agent) forget(id string) {
+// forgetIfUnassigned drops an execution that ctrl no longer assigns; it
+// reports false when an assignment came back meanwhile.
+func (a *Agent) forgetIfUnassigned(e *execution) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	delete(a.execs, id)
+	if as, _ := e.get(); as != nil {
+		return false
+	}
+	delete(a.execs, e.id)
+	return true
 }
 
 func (a *Agent) layerLock(id string) *sync.Mutex {
@@ -298,6 +306,9 @@ type execution struct {
 	running bool
 	// stopWaiting ends the exit watch of the running execution.
 	stopWaiting context.CancelFunc
+	// pendingExit holds an exit seen before any assignment named the
+	// execution.
+	pendingExit *runtime.Status
 }
 
 // setRunning records whether the execution runs and, while it does,
@@ -365,12 +376,17 @@ func (e *execution) run(ctx context.Context) {
 	for {
 		as, known := e.get()
 		if known && as == nil {
-			// No longer assigned: stop (keeping the layer) and forget.
-			if e.running {
-				e.stop(ctx, nil, runtime.StopNormal)
+			// No longer assigned: stop (keeping the layer; Stop is
+			// idempotent and also releases leftovers) and forget, unless
+			// it was assigned again meanwhile or the stop failed.
+			if e.stop(ctx, nil, runtime.StopNormal) && e.agent.forgetIfUnassigned(e) {
+				return
 			}
-			e.agent.forget(e.id)
-			return
+		}
+		if as != nil && e.pendingExit != nil {
+			st := *e.pendingExit
+			e.pendingExit = nil
+			e.exit(ctx, as, st)
 		}
 		if as != nil {
 			e.step(ctx, as)
@@ -380,8 +396,13 @@ func (e *execution) run(ctx context.Context) {
 			return
 		case <-e.wake:
 		case st := <-e.exited:
-			if e.running && as != nil {
+			switch {
+			case e.running && as != nil:
 				e.exit(ctx, as, st)
+			case e.running:
+				// Adopted after a restart, before ctrl's first assignment:
+				// report the exit once it is known what it served.
+				e.pendingExit = &st
 			}
 		case <-time.After(checkEvery):
 		}
@@ -393,8 +414,11 @@ func (e *execution) step(ctx context.Context, as *hostv1.Assignment) {
 	switch as.Desired {
 	case hostv1.DesiredState_DESIRED_STATE_RUNNING:
 		if !e.running {
-			if last := e.lastReport(); last != nil && last.State == hostv1.ObservedState_OBSERVED_STATE_FAILED {
-				return // wait for ctrl to change what it wants
+			// A failed or exited execution is never started again on its
+			// own: ctrl starts another one (a new execution ID).
+			if last := e.lastReport(); last != nil && (last.State == hostv1.ObservedState_OBSERVED_STATE_FAILED ||
+				last.State == hostv1.ObservedState_OBSERVED_STATE_EXITED) {
+				return
 			}
 			e.start(ctx, as)
 			return
@@ -495,7 +519,8 @@ func (e *execution) exit(ctx context.Context, as *hostv1.Assignment, st runtime.
 	e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_EXITED, OomKilled: st.OOMKilled})
 }
 
-func (e *execution) stop(ctx context.Context, as *hostv1.Assignment, mode runtime.StopMode) {
+// stop ends the execution and reports true once nothing of it runs.
+func (e *execution) stop(ctx context.Context, as *hostv1.Assignment, mode runtime.StopMode) bool {
 	var layerID string
 	if as != nil {
 		layerID = as.LayerId
@@ -512,10 +537,10 @@ func (e *execution) stop(ctx context.Context, as *hostv1.Assignment, mode runtim
 			e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_FAILED,
 				FailureStage: ctrlv1.FailureStage_FAILURE_STAGE_STOPPING, FailureReason: reasonOf(err), FailureMessage: err.Error()})
 		}
-		return
+		return false
 	}
 	if as == nil {
-		return
+		return true
 	}
 	durability := ctrlv1.StopDurability_STOP_DURABILITY_UNCONFIRMED
 	if res.Confirmed {
@@ -527,6 +552,7 @@ func (e *execution) stop(ctx context.Context, as *hostv1.Assignment, mode runtim
 		r.LayerCapacityBytes = &capacity
 	}
 	e.report(as, r)
+	return true
 }
 
 func (e *execution) delete(ctx context.Context, as *hostv1.Assignment) {

@@ -108,8 +108,30 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.errors.Write(w, r, err)
 		return
 	}
-	g.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), executionKey{}, id)))
+	// A call lives no longer than its session: a stream is cut once the
+	// token expires, is revoked, or the data plane is rotated.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	go func() {
+		tick := time.NewTicker(reauthorizeEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if _, err := g.authorize(r); err != nil {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	g.proxy.ServeHTTP(w, r.WithContext(context.WithValue(ctx, executionKey{}, id)))
 }
+
+// reauthorizeEvery is how often a running call's session is checked again.
+const reauthorizeEvery = 500 * time.Millisecond
 
 // authorize verifies the call's session token and returns the execution
 // it may reach.

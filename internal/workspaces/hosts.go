@@ -60,9 +60,13 @@ func DataPlaneEndpoint(ctx context.Context, tx store.Tx, hostID string) (string,
 	return "", nil
 }
 
-// executionID names the execution that serves one start of a workspace.
-func executionID(workspaceID string, generation uint64) string {
-	return fmt.Sprintf("%s-%d", workspaceID, generation)
+// executionID names the execution that serves one start of a workspace:
+// its generation, and the attempt when a failed start was retried.
+func executionID(workspaceID string, generation, attempt uint64) string {
+	if attempt == 0 {
+		return fmt.Sprintf("%s-%d", workspaceID, generation)
+	}
+	return fmt.Sprintf("%s-%d-%d", workspaceID, generation, attempt)
 }
 
 // Assignments returns the complete desired set of a host.
@@ -90,7 +94,7 @@ func (r *record) assignment(now time.Time) *hostv1.Assignment {
 	res := proto.CloneOf(r.ws.GetSpec().GetResources())
 	res.WritableLayerBytes = r.row.LayerBytes
 	a := &hostv1.Assignment{
-		ExecutionId: executionID(r.row.ID, r.book.Target),
+		ExecutionId: executionID(r.row.ID, r.book.Target, r.book.Attempt),
 		WorkspaceId: r.row.ID,
 		Generation:  r.book.Target,
 		Resources:   res,
@@ -148,7 +152,7 @@ func (s *Service) Report(ctx context.Context, hostID string, reports []*hostv1.E
 			if err != nil {
 				return err
 			}
-			if rep.ExecutionId != executionID(row.ID, r.book.Target) {
+			if rep.ExecutionId != executionID(row.ID, r.book.Target, r.book.Attempt) {
 				continue
 			}
 			before := proto.CloneOf(r.ws)

@@ -63,6 +63,13 @@ type bookkeeping struct {
 	// Target is the generation the assigned execution serves: the
 	// workspace's generation + 1 while it starts, equal once AVAILABLE.
 	Target uint64 `json:"target"`
+	// Attempt counts the starts of Target after the first (a retry from
+	// FAILED), so that each attempt is a new execution whose reports never
+	// mix with the failed one's.
+	Attempt uint64 `json:"attempt,omitempty"`
+	// ExpirationRevision is the revision of the last expiration policy,
+	// kept while none is set so that revisions never go back.
+	ExpirationRevision uint64 `json:"expiration_revision,omitempty"`
 	// StopMode and StopCommand describe the stop in flight.
 	StopMode    ctrlv1.StopMode `json:"stop_mode,omitempty"`
 	StopCommand string          `json:"stop_command,omitempty"`
@@ -159,14 +166,12 @@ func decode(row store.Workspace) (*record, error) {
 	if err := proto.Unmarshal(env.Workspace, ws); err != nil {
 		return nil, fmt.Errorf("workspace %s: %w", row.ID, err)
 	}
-	ws.Labels = row.Labels
 	return &record{row: row, ws: ws, book: env.Book}, nil
 }
 
 // encode serializes the record into its row.
 func (r *record) encode() (store.Workspace, error) {
-	ws := proto.CloneOf(r.ws)
-	ws.Labels = nil // kept in the row's label index
+	ws := r.ws
 	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(ws)
 	if err != nil {
 		return store.Workspace{}, err

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"reflect"
 	"time"
 
 	"connectrpc.com/connect"
@@ -63,20 +65,32 @@ func mutate[R proto.Message](ctx context.Context, s *Service, w Write[R], id str
 	}
 	c := caller(ctx)
 	cmd := command.Command[R]{ProjectID: c.ProjectID, Method: w.Method, ID: w.Command.GetCommandId(), Input: w.Input, New: w.New}
+	var changed bool
 	resp, err := command.Run(ctx, s.Store, cmd, func(ctx context.Context, tx store.Tx) (R, error) {
+		changed = false
 		r, err := s.load(ctx, tx, c.ProjectID, id)
+		if err != nil {
+			return zero, err
+		}
+		before, err := r.encode()
 		if err != nil {
 			return zero, err
 		}
 		if err := change(ctx, tx, r); err != nil {
 			return zero, err
 		}
-		if err := s.save(ctx, tx, r); err != nil {
+		after, err := r.encode()
+		if err != nil {
 			return zero, err
+		}
+		if changed = !reflect.DeepEqual(before, after); changed {
+			if err := s.save(ctx, tx, r); err != nil {
+				return zero, err
+			}
 		}
 		return respond(r.view()), nil
 	})
-	if err == nil {
+	if err == nil && changed {
 		s.Changes.Publish(id)
 	}
 	return resp, err
@@ -143,9 +157,6 @@ func Create[R proto.Message](ctx context.Context, s *Service, w Write[R], spec *
 	if err != nil {
 		return zero, err
 	}
-	if err := checkExpiration(spec.Expiration, s.now()); err != nil {
-		return zero, err
-	}
 	if err := meta.ValidateLabels(labels); err != nil {
 		return zero, connect.NewError(connect.CodeInvalidArgument, err)
 	}
@@ -158,6 +169,9 @@ func Create[R proto.Message](ctx context.Context, s *Service, w Write[R], spec *
 	// differently.
 	if resp, found, err := command.Replay(ctx, s.Store, cmd); err != nil || found {
 		return resp, err
+	}
+	if err := checkExpiration(spec.Expiration, s.now()); err != nil {
+		return zero, err
 	}
 	if err := checkDirectUpstreams(ctx, s.Store, s.Checker, c.ProjectID, spec.NetworkPolicy); err != nil {
 		return zero, err
@@ -232,7 +246,7 @@ func (s *Service) place(ctx context.Context, tx store.Tx, res *ctrlv1.ResourceRe
 	id, layer, err := scheduler.Place(hosts, scheduler.Request{
 		CPUMillis: res.CpuMillis, MemoryBytes: res.MemoryBytes, LayerBytes: res.WritableLayerBytes})
 	if err != nil {
-		return "", 0, connect.NewError(connect.CodeResourceExhausted, err)
+		return "", 0, exhausted(err)
 	}
 	return id, layer, nil
 }
@@ -248,9 +262,17 @@ func (s *Service) fitsOnItsHost(ctx context.Context, tx store.Tx, r *record) err
 		hosts[i].DefaultLayerBytes = 0
 	}
 	if _, _, err := scheduler.Place(hosts, scheduler.Request{CPUMillis: r.row.CPUMillis, MemoryBytes: r.row.MemoryBytes}); err != nil {
-		return connect.NewError(connect.CodeResourceExhausted, err)
+		return exhausted(err)
 	}
 	return nil
+}
+
+// exhausted is resource_exhausted without the scheduler's detail, which
+// names hosts: callers learn nothing of the deployment's layout.
+func exhausted(err error) error {
+	slog.Info("placement refused", "err", err)
+	return connect.NewError(connect.CodeResourceExhausted,
+		errors.New("no host has the CPU, memory and disk this workspace needs free; retry later or ask for less"))
 }
 
 // hosts returns the registered hosts (or only the one named) with what
@@ -363,7 +385,11 @@ func Start[R proto.Message](ctx context.Context, s *Service, w Write[R], id stri
 		r.ws.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING
 		r.ws.LastStop, r.ws.Failure = nil, nil
 		r.book.Desired = DesiredRunning
-		r.book.Target = r.ws.Generation + 1
+		if r.book.Target == r.ws.Generation+1 {
+			r.book.Attempt++ // a retry of a start that failed
+		} else {
+			r.book.Target, r.book.Attempt = r.ws.Generation+1, 0
+		}
 		r.book.StopMode, r.book.StopCommand, r.book.StopCause = 0, "", 0
 		return nil
 	}, respond)
@@ -499,9 +525,6 @@ func UpdateExpiration[R proto.Message](ctx context.Context, s *Service, w Write[
 		if c.Set == nil {
 			return zero, invalid("change.set is required")
 		}
-		if err := checkExpiration(c.Set, s.now()); err != nil {
-			return zero, err
-		}
 		policy = c.Set
 	case *ctrlv1.WorkspaceExpirationChange_Clear:
 	default:
@@ -511,10 +534,16 @@ func UpdateExpiration[R proto.Message](ctx context.Context, s *Service, w Write[
 		if err := live(r); err != nil {
 			return err
 		}
-		rev := r.ws.GetExpiration().GetRevision()
+		// Checked here, after the replay lookup: a retry replays even
+		// once the deadline has passed.
+		if err := checkExpiration(policy, s.now()); err != nil {
+			return err
+		}
+		rev := max(r.ws.GetExpiration().GetRevision(), r.book.ExpirationRevision)
 		if proto.Equal(r.ws.GetExpiration().GetPolicy(), policy) {
 			return nil
 		}
+		r.book.ExpirationRevision = rev
 		if policy == nil {
 			r.ws.Expiration = nil
 			r.row.ExpiresAt = time.Time{}

@@ -165,6 +165,15 @@ func TestStateMachine(t *testing.T) {
 	if _, err := Start(ctx, s, write("start", newWS), id, identity); err != nil {
 		t.Fatalf("retry from FAILED: %v", err)
 	}
+	// The failed attempt's last report, sent again by a heartbeat, does
+	// not fail the retry: the retry is another execution.
+	if err := s.Report(ctx, "h1", []*hostv1.ExecutionReport{{ExecutionId: id + "-2", WorkspaceId: id, Generation: 2,
+		State: hostv1.ObservedState_OBSERVED_STATE_FAILED}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Get(ctx, id); got.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING {
+		t.Errorf("stale report of the failed attempt moved the retry to %v", got.State)
+	}
 	ws = report(t, s, ctx, id, hostv1.ObservedState_OBSERVED_STATE_RUNNING, func(r *hostv1.ExecutionReport) {
 		r.LayerCapacityBytes, r.LayerContinued = &layer, true
 	})
@@ -212,7 +221,12 @@ func TestLabelsSelectorsAndWatch(t *testing.T) {
 	if _, err := UpdateLabels(ctx, s, write("labels", newWS), a.WorkspaceId, 1, map[string]string{"team": "x"}, identity); err != nil {
 		t.Fatal(err)
 	}
-	_, err := UpdateLabels(ctx, s, write("labels", newWS), a.WorkspaceId, 1, map[string]string{"team": "y"}, identity)
+	before, _ := s.Get(ctx, a.WorkspaceId)
+	same, err := UpdateLabels(ctx, s, write("labels", newWS), a.WorkspaceId, 2, map[string]string{"team": "x"}, identity)
+	if err != nil || same.LabelsRevision != 2 || !same.UpdatedAt.AsTime().Equal(before.UpdatedAt.AsTime()) {
+		t.Errorf("equal labels changed the workspace: %v, %v", same, err)
+	}
+	_, err = UpdateLabels(ctx, s, write("labels", newWS), a.WorkspaceId, 1, map[string]string{"team": "y"}, identity)
 	if connect.CodeOf(err) != connect.CodeAborted {
 		t.Errorf("stale labels revision: %v", err)
 	}

@@ -87,8 +87,11 @@ func (d *Driver) Start(ctx context.Context, spec runtime.Spec) (err error) {
 	if err := os.MkdirAll(rec.SocketDir, 0o700); err != nil {
 		return err
 	}
-	if err := os.Remove(filepath.Join(rec.SocketDir, agentSocket)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+	// The guest can write to its socket directory: a small tmpfs keeps it
+	// from filling the host's disk there (release unmounts it with the rest).
+	if err := unix.Mount("tmpfs", rec.SocketDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC,
+		"size=1m,nr_inodes=64,mode=0700"); err != nil {
+		return fmt.Errorf("oci: socket directory: %w", err)
 	}
 	b, err := marshalSpec(ociSpec(spec, rec.RootfsPath, rec.SocketDir))
 	if err != nil {

@@ -655,3 +655,24 @@ func TestStartFails(t *testing.T) {
 		t.Fatal("Start accepted an invalid ID")
 	}
 }
+
+// TestGuestSocketDirectory: the guest cannot make the host follow a link
+// it plants among its sockets, nor fill the host's disk through them.
+func TestGuestSocketDirectory(t *testing.T) {
+	e := newEnv(t)
+	e.start(t, e.spec("socks", e.image(t)))
+	e.exec(t, "socks", "ln", "-s", "/run/kibotos/agent.sock", "/run/kibotos/evil.sock")
+	if c, err := e.d.DialGuest(context.Background(), "socks", "evil.sock"); err == nil {
+		c.Close()
+		t.Error("DialGuest followed a symlink the guest planted")
+	}
+	c, err := e.d.DialGuest(context.Background(), "socks", "agent.sock")
+	if err != nil {
+		t.Fatalf("DialGuest of the real socket: %v", err)
+	}
+	c.Close()
+	out := e.exec(t, "socks", "sh", "-c", "dd if=/dev/zero of=/run/kibotos/fill bs=1M count=8 2>&1; echo rc=$?")
+	if !strings.Contains(out, "rc=1") {
+		t.Errorf("writing 8 MiB into the socket directory: %q; want it refused", out)
+	}
+}

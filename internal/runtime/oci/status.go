@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -57,7 +58,8 @@ func (d *Driver) agentCommand(ctx context.Context, id, command, want string) (st
 	if _, err := c.Write([]byte(command + "\n")); err != nil {
 		return "", fmt.Errorf("oci: guest agent of %s: %w", id, ctxErr(ctx, err))
 	}
-	line, err := bufio.NewReader(c).ReadString('\n')
+	// A guest answers a short line; never read more than a page of it.
+	line, err := bufio.NewReader(io.LimitReader(c, 4096)).ReadString('\n')
 	if err != nil {
 		return "", fmt.Errorf("oci: guest agent of %s: %w", id, ctxErr(ctx, err))
 	}
@@ -83,13 +85,28 @@ func (d *Driver) DialGuest(ctx context.Context, id, name string) (net.Conn, erro
 	if name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
 		return nil, fmt.Errorf("oci: invalid guest socket name %q", name)
 	}
-	fd, err := unix.Open(filepath.Join(d.dir(id), "sock"), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	dir, err := unix.Open(filepath.Join(d.dir(id), "sock"), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
+	defer unix.Close(dir)
+	// The guest writes in this directory: never follow a link it planted
+	// (it would lead the host to any unix socket, another workspace's
+	// included). Open the name itself and require a socket.
+	fd, err := unix.Openat(dir, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("oci: guest socket %s: %w", name, err)
+	}
 	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return nil, fmt.Errorf("oci: guest socket %s is not a socket", name)
+	}
 	var dialer net.Dialer
-	return dialer.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", fd, name))
+	return dialer.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d", fd))
 }
 
 func ctxErr(ctx context.Context, err error) error {
