@@ -676,3 +676,16 @@ func TestGuestSocketDirectory(t *testing.T) {
 		t.Errorf("writing 8 MiB into the socket directory: %q; want it refused", out)
 	}
 }
+
+// TestSeccomp: the guest cannot make a user namespace or reach the kernel
+// keyring, and ordinary work still runs.
+func TestSeccomp(t *testing.T) {
+	e := newEnv(t)
+	e.start(t, e.spec("sec", e.image(t)))
+	if out := e.exec(t, "sec", "sh", "-c", "unshare -U true 2>&1; echo rc=$?"); !strings.Contains(out, "rc=1") {
+		t.Errorf("unshare -U in the guest: %q; want it refused", out)
+	}
+	if out := e.exec(t, "sec", "sh", "-c", "echo hi | cat; sleep 0.01 & wait; echo ok"); !strings.Contains(out, "hi") || !strings.Contains(out, "ok") {
+		t.Errorf("ordinary work under the profile: %q", out)
+	}
+}

@@ -121,6 +121,7 @@ func ociSpec(spec runtime.Spec, rootfs, sockDir string) *specs.Spec {
 				{Type: specs.NetworkNamespace}, // fresh: loopback only
 				{Type: specs.CgroupNamespace},
 			},
+			Seccomp:           seccompProfile(),
 			MaskedPaths:       maskedPaths,
 			ReadonlyPaths:     readonlyPaths,
 			RootfsPropagation: "rprivate",
