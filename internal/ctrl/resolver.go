@@ -2,6 +2,7 @@ package ctrl
 
 import (
 	"context"
+	"fmt"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -22,15 +23,35 @@ type ResolverService struct {
 
 func resolverKind() objects.Kind[*ctrlv1.ResolverSpec] {
 	return objects.Kind[*ctrlv1.ResolverSpec]{
-		Store:      store.KindResolver,
-		Noun:       "Resolver",
-		IDPrefix:   "rsv",
-		NewSpec:    func() *ctrlv1.ResolverSpec { return new(ctrlv1.ResolverSpec) },
-		Check:      upstream.CheckResolverSpec,
+		Store:    store.KindResolver,
+		Noun:     "Resolver",
+		IDPrefix: "rsv",
+		NewSpec:  func() *ctrlv1.ResolverSpec { return new(ctrlv1.ResolverSpec) },
+		Check:    upstream.CheckResolverSpec,
+		// A policy was checked against the Resolver's protocol (a udp one
+		// needs an Egress with udp_enabled): while one references it, the
+		// protocol stays.
+		CheckUpdate: func(ctx context.Context, tx store.Tx, projectID, id string, old, new *ctrlv1.ResolverSpec) error {
+			if protocolOf(old) == protocolOf(new) {
+				return nil
+			}
+			ws, err := tx.ReferencingWorkspaces(ctx, projectID, store.PolicyReference{Kind: store.RefResolver, TargetID: id}, 1)
+			if err != nil || len(ws) == 0 {
+				return err
+			}
+			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+				"Resolver %q is referenced by the network policy of workspace %q: its protocol cannot change while a policy references it",
+				id, ws[0]))
+		},
 		Referenced: store.RefResolver,
 		// A Resolver holds no secret: reads return it whole.
 		Redact: proto.CloneOf[*ctrlv1.ResolverSpec],
 	}
+}
+
+// protocolOf names the selected protocol branch of a spec.
+func protocolOf(spec *ctrlv1.ResolverSpec) string {
+	return fmt.Sprintf("%T", spec.GetProtocol())
 }
 
 func toResolver(o objects.Object[*ctrlv1.ResolverSpec]) *ctrlv1.Resolver {

@@ -278,6 +278,13 @@ func TestReferencedObjectsCannotBeDeleted(t *testing.T) {
 		_, err = e.egress.UpdateEgress(ctx, connect.NewRequest(&ctrlv1.UpdateEgressRequest{Command: cmd(), EgressId: eg.EgressId,
 			ExpectedRevision: 1, Spec: socks5("93.184.216.34:1080")}))
 		wantCode(t, "turn udp_enabled off under a udp resolver", err, connect.CodeFailedPrecondition)
+		_, err = e.resolver.UpdateResolver(ctx, connect.NewRequest(&ctrlv1.UpdateResolverRequest{Command: cmd(), ResolverId: rs.ResolverId,
+			ExpectedRevision: 1, Spec: &ctrlv1.ResolverSpec{Protocol: &ctrlv1.ResolverSpec_Tcp{Tcp: &ctrlv1.TcpResolver{Address: "10.0.0.53:53"}}}}))
+		wantCode(t, "change the protocol of a referenced resolver", err, connect.CodeFailedPrecondition)
+		if _, err := e.resolver.UpdateResolver(ctx, connect.NewRequest(&ctrlv1.UpdateResolverRequest{Command: cmd(), ResolverId: rs.ResolverId,
+			ExpectedRevision: 1, Spec: &ctrlv1.ResolverSpec{Protocol: &ctrlv1.ResolverSpec_Udp{Udp: &ctrlv1.UdpResolver{Address: "10.0.0.54:53"}}}})); err != nil {
+			t.Errorf("change the address of a referenced resolver: %v", err)
+		}
 		still := must[*connect.Response[ctrlv1.GetEgressResponse]](t, "get")(e.egress.GetEgress(ctx, connect.NewRequest(&ctrlv1.GetEgressRequest{EgressId: eg.EgressId})))
 		if still.Msg.Egress.Revision != 1 || !still.Msg.Egress.Spec.UdpEnabled {
 			t.Errorf("refused update changed the egress: %v", still.Msg.Egress)
