@@ -40,6 +40,11 @@ const (
 	checkEvery = time.Second
 	// pidsLimit bounds the tasks of one execution.
 	pidsLimit = 4096
+	// reportTimeout bounds one ReportExecutions call.
+	reportTimeout = 10 * time.Second
+	// maxPendingReports bounds the reports kept while ctrl is unreachable;
+	// the heartbeat re-sends every execution's latest state anyway.
+	maxPendingReports = 1000
 )
 
 // Config configures an Agent.
@@ -66,6 +71,8 @@ type Agent struct {
 
 	mu    sync.Mutex
 	execs map[string]*execution
+	// running tracks the execution goroutines, which Run waits for.
+	running sync.WaitGroup
 	// layers serializes work on one writable layer across the executions
 	// (generations) of one workspace.
 	layers sync.Map // layer ID → *sync.Mutex
@@ -122,6 +129,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		e.cancel()
 	}
 	a.mu.Unlock()
+	a.running.Wait() // nothing changes the state directory after Run
 	return nil
 }
 
@@ -176,7 +184,7 @@ func (a *Agent) newExecution(ctx context.Context, id string, running bool) *exec
 	e := &execution{agent: a, id: id, wake: make(chan struct{}, 1), exited: make(chan runtime.Status, 1), cancel: cancel}
 	e.setRunning(ctx, running)
 	a.execs[id] = e
-	go e.run(ctx)
+	a.running.Go(func() { e.run(ctx) })
 	return e
 }
 
@@ -212,38 +220,54 @@ func (a *Agent) report(r *hostv1.ExecutionReport) {
 func (a *Agent) sendReports(ctx context.Context) {
 	ticker := time.NewTicker(heartbeat)
 	defer ticker.Stop()
+	// pending keeps reports in the order they were made until ctrl has
+	// taken them; a failed call keeps them for the next attempt.
+	var pending []*hostv1.ExecutionReport
 	for {
-		var batch []*hostv1.ExecutionReport
+		heartbeatDue := false
 		select {
 		case <-ctx.Done():
 			return
 		case r := <-a.reports:
-			batch = append(batch, r)
-		drain:
-			for {
-				select {
-				case r := <-a.reports:
-					batch = append(batch, r)
-				default:
-					break drain
-				}
-			}
+			pending = append(pending, r)
 		case <-ticker.C:
+			heartbeatDue = true
+		}
+	drain:
+		for {
+			select {
+			case r := <-a.reports:
+				pending = append(pending, r)
+			default:
+				break drain
+			}
+		}
+		if heartbeatDue {
+			// After everything queued, so nothing older follows it.
 			a.mu.Lock()
 			for _, e := range a.execs {
 				if r := e.lastReport(); r != nil {
-					batch = append(batch, r)
+					pending = append(pending, r)
 				}
 			}
 			a.mu.Unlock()
 		}
-		if len(batch) == 0 {
+		if len(pending) == 0 {
 			continue
 		}
-		_, err := a.cfg.Client.ReportExecutions(ctx, connect.NewRequest(&hostv1.ReportExecutionsRequest{HostId: a.cfg.HostID, Reports: batch}))
-		if err != nil && ctx.Err() == nil {
-			slog.Warn("report to ctrl failed; the next heartbeat retries", "err", err)
+		callCtx, cancel := context.WithTimeout(ctx, reportTimeout)
+		_, err := a.cfg.Client.ReportExecutions(callCtx, connect.NewRequest(&hostv1.ReportExecutionsRequest{HostId: a.cfg.HostID, Reports: pending}))
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				slog.Warn("report to ctrl failed; retrying with the next report or heartbeat", "err", err)
+			}
+			if len(pending) > maxPendingReports {
+				pending = pending[len(pending)-maxPendingReports:]
+			}
+			continue
 		}
+		pending = nil
 	}
 }
 
