@@ -30,7 +30,7 @@ type extractor struct {
 }
 
 type entryTimes struct {
-	path         string
+	rel, path    string
 	atime, mtime time.Time
 }
 
@@ -52,6 +52,12 @@ func extractLayer(tr *tar.Reader, root string) (uint64, error) {
 	}
 	for i := len(x.dirTimes) - 1; i >= 0; i-- {
 		t := x.dirTimes[i]
+		// Only directories that are still there as directories: a later
+		// entry may have replaced one (or a parent) with a symlink, which
+		// setting times by path would follow out of the layer.
+		if !x.dirs[t.rel] {
+			continue
+		}
 		if err := setTimes(t.path, t.atime, t.mtime); err != nil {
 			return 0, err
 		}
@@ -186,7 +192,7 @@ func (x *extractor) dir(rel string, hdr *tar.Header) error {
 	if err := applyMeta(p, hdr); err != nil {
 		return err
 	}
-	x.dirTimes = append(x.dirTimes, entryTimes{p, accessTime(hdr), hdr.ModTime})
+	x.dirTimes = append(x.dirTimes, entryTimes{rel, p, accessTime(hdr), hdr.ModTime})
 	return nil
 }
 
