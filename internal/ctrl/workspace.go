@@ -115,3 +115,21 @@ func (s *WorkspaceService) UpdateWorkspaceExpiration(ctx context.Context, req *c
 			return &ctrlv1.UpdateWorkspaceExpirationResponse{Workspace: ws}
 		}))
 }
+
+func (s *WorkspaceService) UpdateWorkspaceMemory(ctx context.Context, req *connect.Request[ctrlv1.UpdateWorkspaceMemoryRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceMemoryResponse], error) {
+	m := req.Msg
+	return respond(workspaces.UpdateMemory(ctx, s.svc, mutation[*ctrlv1.UpdateWorkspaceMemoryResponse](req, m.GetCommand()),
+		m.GetWorkspaceId(), m.GetExpectedResourcesRevision(), m.GetMemoryBytes(),
+		func(ws *ctrlv1.Workspace) *ctrlv1.UpdateWorkspaceMemoryResponse {
+			return &ctrlv1.UpdateWorkspaceMemoryResponse{Workspace: ws}
+		}))
+}
+
+func (s *WorkspaceService) ResizeWorkspaceWritableLayer(ctx context.Context, req *connect.Request[ctrlv1.ResizeWorkspaceWritableLayerRequest]) (*connect.Response[ctrlv1.ResizeWorkspaceWritableLayerResponse], error) {
+	m := req.Msg
+	return respond(workspaces.ResizeWritableLayer(ctx, s.svc, mutation[*ctrlv1.ResizeWorkspaceWritableLayerResponse](req, m.GetCommand()),
+		m.GetWorkspaceId(), m.GetExpectedResourcesRevision(), m.GetWritableLayerBytes(),
+		func(ws *ctrlv1.Workspace) *ctrlv1.ResizeWorkspaceWritableLayerResponse {
+			return &ctrlv1.ResizeWorkspaceWritableLayerResponse{Workspace: ws}
+		}))
+}

@@ -478,3 +478,82 @@ func TestImportedTemplateRuns(t *testing.T) {
 		t.Errorf("delete of a template in use: %v", err)
 	}
 }
+
+// TestMemoryAndDiskGrowWhileStopped changes a stopped workspace's memory
+// and grows its disk; the next start has both, and the data stays.
+func TestMemoryAndDiskGrowWhileStopped(t *testing.T) {
+	d := up(t, t.TempDir())
+	defer d.stop()
+	ctx := context.Background()
+	ws := d.create(small()) // 128 MiB memory, 64 MiB disk
+	ws = d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	if out, err := d.exec(ws, "sh", "-c", "echo kept > /root/marker && sync"); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	memory := func(rev, bytes uint64) (*ctrlv1.Workspace, error) {
+		resp, err := d.client.UpdateWorkspaceMemory(ctx, connect.NewRequest(&ctrlv1.UpdateWorkspaceMemoryRequest{
+			Command: cmd(), WorkspaceId: ws.WorkspaceId, ExpectedResourcesRevision: rev, MemoryBytes: bytes}))
+		if err != nil {
+			return nil, err
+		}
+		return resp.Msg.Workspace, nil
+	}
+	disk := func(rev, bytes uint64) (*ctrlv1.Workspace, error) {
+		resp, err := d.client.ResizeWorkspaceWritableLayer(ctx, connect.NewRequest(&ctrlv1.ResizeWorkspaceWritableLayerRequest{
+			Command: cmd(), WorkspaceId: ws.WorkspaceId, ExpectedResourcesRevision: rev, WritableLayerBytes: bytes}))
+		if err != nil {
+			return nil, err
+		}
+		return resp.Msg.Workspace, nil
+	}
+	if _, err := memory(1, 256*mib); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("memory change while AVAILABLE: %v", err)
+	}
+	d.stopWorkspace(ws.WorkspaceId, ctrlv1.StopMode_STOP_MODE_NORMAL)
+	d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+	for name, err := range map[string]error{
+		"memory below 128 MiB": func() error { _, err := memory(1, 64*mib); return err }(),
+		"memory not whole MiB": func() error { _, err := memory(1, 256*mib+1); return err }(),
+		"disk shrinking":       func() error { _, err := disk(1, 32*mib); return err }(),
+		"disk not whole MiB":   func() error { _, err := disk(1, 128*mib+7); return err }(),
+	} {
+		if connect.CodeOf(err) != connect.CodeInvalidArgument {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	got, err := memory(1, 256*mib)
+	if err != nil || got.Spec.ResourcesRevision != 2 || got.Spec.Resources.MemoryBytes != 256*mib {
+		t.Fatalf("memory change: %v, %v", got.GetSpec(), err)
+	}
+	if _, err := disk(1, 128*mib); connect.CodeOf(err) != connect.CodeAborted {
+		t.Errorf("disk with a stale resources_revision: %v", err)
+	}
+	if got, err = disk(2, 128*mib); err != nil || got.Spec.ResourcesRevision != 3 {
+		t.Fatalf("disk grow: %v, %v", got.GetSpec(), err)
+	}
+	if _, err := d.client.StartWorkspace(ctx, connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: cmd(), WorkspaceId: ws.WorkspaceId})); err != nil {
+		t.Fatal(err)
+	}
+	ws = d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	if c := tier(ws, ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_BEST_EFFORT).GetCapacityBytes(); c != 128*mib {
+		t.Errorf("layer capacity after the grow: %d", c)
+	}
+	if out, err := d.exec(ws, "cat", "/root/marker"); err != nil || strings.TrimSpace(out) != "kept" {
+		t.Errorf("data after the grow: %q, %v", out, err)
+	}
+	out, err := d.exec(ws, "sh", "-c", "df -k / | tail -1")
+	if fields := strings.Fields(out); err != nil || len(fields) < 2 || !kibAtLeast(fields[1], 100*1024) {
+		t.Errorf("filesystem the guest sees after the grow: %q, %v", out, err)
+	}
+	limit, err := os.ReadFile(fmt.Sprintf("/sys/fs/cgroup/memory/kibotos/%s-%d/memory.limit_in_bytes", ws.WorkspaceId, ws.Generation))
+	if err != nil || strings.TrimSpace(string(limit)) != fmt.Sprint(256*mib) {
+		t.Errorf("memory limit of the new execution: %q, %v", limit, err)
+	}
+}
+
+// kibAtLeast reports whether a df size in KiB is at least min.
+func kibAtLeast(s string, min int) bool {
+	var n int
+	_, err := fmt.Sscan(s, &n)
+	return err == nil && n >= min
+}

@@ -493,6 +493,11 @@ func (e *execution) start(ctx context.Context, as *hostv1.Assignment) {
 		fail(ctrlv1.FailureStage_FAILURE_STAGE_CREATING, fmt.Errorf("writable layer: %w", err))
 		return
 	}
+	// ResizeWorkspaceWritableLayer grew the request while it was stopped.
+	if err := e.agent.cfg.Layers.GrowLayer(ctx, path, as.Resources.GetWritableLayerBytes()); err != nil {
+		fail(ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_WRITABLE_LAYER, fmt.Errorf("growing the writable layer: %w", err))
+		return
+	}
 	spec := runtime.Spec{
 		ID: e.id, Layers: layers, LayerImage: path,
 		CPUMillis: as.Resources.GetCpuMillis(), MemoryBytes: as.Resources.GetMemoryBytes(), PidsLimit: pidsLimit,

@@ -111,6 +111,10 @@ type Layers interface {
 	// CreateLayer creates an ext4 image of exactly bytes at path, unless
 	// one exists already.
 	CreateLayer(ctx context.Context, path string, bytes uint64) error
+	// GrowLayer grows the filesystem of the image at path to bytes (a
+	// whole number of MiB); an image already that large is left alone. The
+	// image must not be in use.
+	GrowLayer(ctx context.Context, path string, bytes uint64) error
 	// LayerCapacity returns the size of the image at path.
 	LayerCapacity(path string) (uint64, error)
 	// DeleteLayer removes the image at path; a missing one is fine.

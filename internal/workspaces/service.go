@@ -576,3 +576,96 @@ func stateName(s ctrlv1.WorkspaceState) string {
 	}
 	return name
 }
+
+// stoppedForResources refuses a resources change while the workspace
+// holds an execution: what an execution receives is always exactly what
+// its spec says.
+func stoppedForResources(r *record) error {
+	switch r.ws.State {
+	case ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED, ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED:
+		return nil
+	}
+	return precondition(r.view(), "workspace %s is %s; resources change only while it is STOPPED or FAILED", r.ws.WorkspaceId, stateName(r.ws.State))
+}
+
+// UpdateMemory replaces memory_bytes under CAS on resources_revision; it
+// takes effect at the next start, where capacity is judged.
+func UpdateMemory[R proto.Message](ctx context.Context, s *Service, w Write[R], id string, expected, memory uint64, respond func(*ctrlv1.Workspace) R) (R, error) {
+	var zero R
+	if memory%MiB != 0 || memory < MinMemoryBytes {
+		return zero, invalid("memory_bytes %d must be a whole number of MiB and at least 128 MiB", memory)
+	}
+	if expected == 0 {
+		return zero, invalid("expected_resources_revision is required: send the revision you observed")
+	}
+	return mutate(ctx, s, w, id, func(ctx context.Context, tx store.Tx, r *record) error {
+		if err := live(r); err != nil {
+			return err
+		}
+		res := r.ws.Spec.Resources
+		if rev := r.ws.Spec.ResourcesRevision; rev != expected {
+			return aborted("resources_revision", expected, rev)
+		}
+		if res.MemoryBytes == memory {
+			return nil
+		}
+		if err := stoppedForResources(r); err != nil {
+			return err
+		}
+		res.MemoryBytes = memory
+		r.ws.Spec.ResourcesRevision++
+		r.row.MemoryBytes = memory
+		return nil
+	}, respond)
+}
+
+// ResizeWritableLayer grows writable_layer_bytes under CAS on
+// resources_revision. The added bytes are reserved on the workspace's host
+// now; the host grows the layer at the next start.
+func ResizeWritableLayer[R proto.Message](ctx context.Context, s *Service, w Write[R], id string, expected, bytes uint64, respond func(*ctrlv1.Workspace) R) (R, error) {
+	var zero R
+	if bytes == 0 || bytes%MiB != 0 {
+		return zero, invalid("writable_layer_bytes %d must be a positive whole number of MiB", bytes)
+	}
+	if expected == 0 {
+		return zero, invalid("expected_resources_revision is required: send the revision you observed")
+	}
+	return mutate(ctx, s, w, id, func(ctx context.Context, tx store.Tx, r *record) error {
+		if err := live(r); err != nil {
+			return err
+		}
+		res := r.ws.Spec.Resources
+		if rev := r.ws.Spec.ResourcesRevision; rev != expected {
+			return aborted("resources_revision", expected, rev)
+		}
+		current := max(res.WritableLayerBytes, r.row.LayerBytes)
+		for _, t := range r.ws.RetentionTiers {
+			if t.Kind == ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_BEST_EFFORT {
+				current = max(current, t.GetCapacityBytes())
+			}
+		}
+		switch {
+		case bytes == current:
+			return nil
+		case bytes < current:
+			return invalid("writable_layer_bytes %d is below the layer's %d bytes: the layer only grows", bytes, current)
+		}
+		if err := stoppedForResources(r); err != nil {
+			return err
+		}
+		hosts, err := s.hosts(ctx, tx, r.row.HostID)
+		if err != nil {
+			return err
+		}
+		for i := range hosts {
+			hosts[i].DefaultLayerBytes = 0
+		}
+		if _, _, err := scheduler.Place(hosts, scheduler.Request{LayerBytes: bytes - r.row.LayerBytes}); err != nil {
+			return exhausted(err)
+		}
+		res.WritableLayerBytes = bytes
+		r.ws.Spec.ResourcesRevision++
+		r.row.LayerBytes = bytes
+		return nil
+	}, respond)
+}

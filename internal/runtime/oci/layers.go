@@ -84,6 +84,58 @@ func mkfs(ctx context.Context, image string) error {
 	return nil
 }
 
+// GrowLayer grows the image at path and its ext4 filesystem to bytes,
+// offline (this host refuses online resize2fs): e2fsck, extend the file,
+// resize2fs, sync. See runtime.Layers.
+func (d *Driver) GrowLayer(ctx context.Context, path string, bytes uint64) error {
+	if bytes == 0 || bytes%mib != 0 {
+		return fmt.Errorf("oci: layer size %d is not a whole, positive number of MiB", bytes)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if uint64(fi.Size()) >= bytes {
+		return nil
+	}
+	if devs := loopsOf(path); len(devs) > 0 {
+		return fmt.Errorf("oci: layer image %s is in use by %s", path, strings.Join(devs, ", "))
+	}
+	// resize2fs wants a freshly checked filesystem; e2fsck -p exits 1 when
+	// it corrected something, which is fine.
+	if err := run(ctx, "e2fsck", "-f", "-p", path); err != nil {
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+			return err
+		}
+	}
+	if err := os.Truncate(path, int64(bytes)); err != nil {
+		return err
+	}
+	if err := run(ctx, "resize2fs", path); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+// run runs a tool of e2fsprogs, returning its output with a failure.
+func run(ctx context.Context, tool string, args ...string) error {
+	bin, err := lookPath(tool)
+	if err != nil {
+		return fmt.Errorf("oci: %s: %w", tool, err)
+	}
+	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("oci: %s: %w: %s", tool, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
 // LayerCapacity returns the size of the image at path.
 func (d *Driver) LayerCapacity(path string) (uint64, error) {
 	fi, err := os.Stat(path)
