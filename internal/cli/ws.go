@@ -42,6 +42,8 @@ func wsCommand() *cobra.Command {
 		workspaces.mapCommand(c, workspaces.labels),
 		workspaces.mapCommand(c, workspaces.annotations),
 		wsExpireCommand(c),
+		wsMemoryCommand(c),
+		wsDiskCommand(c),
 		wsExecCommand(c),
 		wsCpCommand(c),
 		wsPsCommand(c),

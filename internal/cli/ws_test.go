@@ -70,6 +70,16 @@ func (f *ctrlFake) UpdateWorkspaceLabels(_ context.Context, r *connect.Request[c
 	return connect.NewResponse(&ctrlv1.UpdateWorkspaceLabelsResponse{Workspace: f.ws}), nil
 }
 
+func (f *ctrlFake) UpdateWorkspaceMemory(_ context.Context, r *connect.Request[ctrlv1.UpdateWorkspaceMemoryRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceMemoryResponse], error) {
+	f.record(r)
+	return connect.NewResponse(&ctrlv1.UpdateWorkspaceMemoryResponse{Workspace: f.ws}), nil
+}
+
+func (f *ctrlFake) ResizeWorkspaceWritableLayer(_ context.Context, r *connect.Request[ctrlv1.ResizeWorkspaceWritableLayerRequest]) (*connect.Response[ctrlv1.ResizeWorkspaceWritableLayerResponse], error) {
+	f.record(r)
+	return connect.NewResponse(&ctrlv1.ResizeWorkspaceWritableLayerResponse{Workspace: f.ws}), nil
+}
+
 func (f *ctrlFake) UpdateWorkspaceExpiration(_ context.Context, r *connect.Request[ctrlv1.UpdateWorkspaceExpirationRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceExpirationResponse], error) {
 	f.record(r)
 	return connect.NewResponse(&ctrlv1.UpdateWorkspaceExpirationResponse{Workspace: f.ws}), nil
@@ -118,8 +128,9 @@ func testWorkspace(state ctrlv1.WorkspaceState) *ctrlv1.Workspace {
 		WorkspaceId: "ws_1",
 		State:       state,
 		Spec: &ctrlv1.WorkspaceSpec{
-			Template:  &ctrlv1.TemplateRef{TemplateId: "base", Revision: "sha256-abc"},
-			Resources: &ctrlv1.ResourceRequest{CpuMillis: 500, MemoryBytes: 1 << 30},
+			Template:          &ctrlv1.TemplateRef{TemplateId: "base", Revision: "sha256-abc"},
+			Resources:         &ctrlv1.ResourceRequest{CpuMillis: 500, MemoryBytes: 1 << 30},
+			ResourcesRevision: 3,
 		},
 		LabelsRevision: 4,
 		Labels:         map[string]string{"team": "ml"},
@@ -310,6 +321,22 @@ func TestWorkspaceLabelReadsRevision(t *testing.T) {
 	}
 	if r := reqs[1].(*ctrlv1.UpdateWorkspaceLabelsRequest); r.GetExpectedLabelsRevision() != 4 || r.GetLabels()["team"] != "infra" {
 		t.Errorf("request = %v", r)
+	}
+}
+
+func TestWorkspaceMemoryAndDisk(t *testing.T) {
+	e, f := newCtrlEnv(t)
+	e.call(t, "", "ws", "memory", "ws_1", "2Gi")
+	e.call(t, "", "ws", "disk", "ws_1", "10Gi", "--expected-resources-revision", "7")
+	calls, reqs := f.got()
+	if strings.Join(calls, ",") != "GetWorkspace,UpdateWorkspaceMemory,ResizeWorkspaceWritableLayer" {
+		t.Fatalf("calls = %v", calls)
+	}
+	if r := reqs[1].(*ctrlv1.UpdateWorkspaceMemoryRequest); r.GetExpectedResourcesRevision() != 3 || r.GetMemoryBytes() != 2<<30 || r.GetCommand().GetCommandId() == "" {
+		t.Errorf("memory request = %v", r)
+	}
+	if r := reqs[2].(*ctrlv1.ResizeWorkspaceWritableLayerRequest); r.GetExpectedResourcesRevision() != 7 || r.GetWritableLayerBytes() != 10<<30 {
+		t.Errorf("disk request = %v", r)
 	}
 }
 
