@@ -15,6 +15,7 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/admin/v1/adminv1connect"
 	"github.com/kibotos/kibotos/internal/auth"
 	"github.com/kibotos/kibotos/internal/ids"
+	"github.com/kibotos/kibotos/internal/rpc"
 	"github.com/kibotos/kibotos/internal/store"
 )
 
@@ -108,7 +109,7 @@ func (s *AdminService) CreateProject(ctx context.Context, req *connect.Request[a
 	if errors.Is(err, store.ErrExists) {
 		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("a project named %q already exists", name))
 	}
-	return respond(&adminv1.CreateProjectResponse{Project: toProject(p)}, err)
+	return rpc.Respond(&adminv1.CreateProjectResponse{Project: toProject(p)}, err)
 }
 
 func (s *AdminService) ListProjects(ctx context.Context, req *connect.Request[adminv1.ListProjectsRequest]) (*connect.Response[adminv1.ListProjectsResponse], error) {
@@ -126,7 +127,7 @@ func (s *AdminService) ListProjects(ctx context.Context, req *connect.Request[ad
 		}
 		return err
 	})
-	return respond(resp, err)
+	return rpc.Respond(resp, err)
 }
 
 func (s *AdminService) CreateToken(ctx context.Context, req *connect.Request[adminv1.CreateTokenRequest]) (*connect.Response[adminv1.CreateTokenResponse], error) {
@@ -152,7 +153,7 @@ func (s *AdminService) CreateToken(ctx context.Context, req *connect.Request[adm
 		resp.Token, resp.Secret = toToken(tok), secret
 		return tx.CreateToken(ctx, tok)
 	})
-	return respond(resp, err)
+	return rpc.Respond(resp, err)
 }
 
 func (s *AdminService) ListTokens(ctx context.Context, req *connect.Request[adminv1.ListTokensRequest]) (*connect.Response[adminv1.ListTokensResponse], error) {
@@ -172,7 +173,7 @@ func (s *AdminService) ListTokens(ctx context.Context, req *connect.Request[admi
 		}
 		return err
 	})
-	return respond(resp, err)
+	return rpc.Respond(resp, err)
 }
 
 func (s *AdminService) RevokeToken(ctx context.Context, req *connect.Request[adminv1.RevokeTokenRequest]) (*connect.Response[adminv1.RevokeTokenResponse], error) {
@@ -202,7 +203,7 @@ func (s *AdminService) RevokeToken(ctx context.Context, req *connect.Request[adm
 		resp.Token = toToken(tok)
 		return nil
 	})
-	return respond(resp, err)
+	return rpc.Respond(resp, err)
 }
 
 // keepsOperatorAdmin refuses to revoke the operator project's last valid

@@ -11,6 +11,7 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/internal/netcheck"
 	"github.com/kibotos/kibotos/internal/objects"
+	"github.com/kibotos/kibotos/internal/rpc"
 	"github.com/kibotos/kibotos/internal/store"
 	"github.com/kibotos/kibotos/internal/upstream"
 )
@@ -59,7 +60,7 @@ func toEgress(o objects.Object[*ctrlv1.EgressSpec]) *ctrlv1.Egress {
 
 func (s *EgressService) CreateEgress(ctx context.Context, req *connect.Request[ctrlv1.CreateEgressRequest]) (*connect.Response[ctrlv1.CreateEgressResponse], error) {
 	m := req.Msg
-	return respond(objects.Create(ctx, s.objects, mutation[*ctrlv1.CreateEgressResponse](req, m.GetCommand()),
+	return rpc.Respond(objects.Create(ctx, s.objects, rpc.Mutation[*ctrlv1.CreateEgressResponse](req, m.GetCommand()),
 		m.GetSpec(), m.GetLabels(), m.GetAnnotations(),
 		func(o objects.Object[*ctrlv1.EgressSpec]) *ctrlv1.CreateEgressResponse {
 			return &ctrlv1.CreateEgressResponse{Egress: toEgress(o)}
@@ -68,7 +69,7 @@ func (s *EgressService) CreateEgress(ctx context.Context, req *connect.Request[c
 
 func (s *EgressService) GetEgress(ctx context.Context, req *connect.Request[ctrlv1.GetEgressRequest]) (*connect.Response[ctrlv1.GetEgressResponse], error) {
 	o, err := s.objects.Get(ctx, req.Msg.GetEgressId())
-	return respond(&ctrlv1.GetEgressResponse{Egress: toEgress(o)}, err)
+	return rpc.Respond(&ctrlv1.GetEgressResponse{Egress: toEgress(o)}, err)
 }
 
 func (s *EgressService) ListEgresses(ctx context.Context, req *connect.Request[ctrlv1.ListEgressesRequest]) (*connect.Response[ctrlv1.ListEgressesResponse], error) {
@@ -78,12 +79,12 @@ func (s *EgressService) ListEgresses(ctx context.Context, req *connect.Request[c
 	for _, o := range page.Objects {
 		resp.Egresses = append(resp.Egresses, toEgress(o))
 	}
-	return respond(resp, err)
+	return rpc.Respond(resp, err)
 }
 
 func (s *EgressService) UpdateEgress(ctx context.Context, req *connect.Request[ctrlv1.UpdateEgressRequest]) (*connect.Response[ctrlv1.UpdateEgressResponse], error) {
 	m := req.Msg
-	return respond(objects.Update(ctx, s.objects, mutation[*ctrlv1.UpdateEgressResponse](req, m.GetCommand()),
+	return rpc.Respond(objects.Update(ctx, s.objects, rpc.Mutation[*ctrlv1.UpdateEgressResponse](req, m.GetCommand()),
 		m.GetEgressId(), m.GetExpectedRevision(), m.GetSpec(), m.DrainSeconds,
 		func(o objects.Object[*ctrlv1.EgressSpec]) *ctrlv1.UpdateEgressResponse {
 			return &ctrlv1.UpdateEgressResponse{Egress: toEgress(o)}
@@ -92,13 +93,13 @@ func (s *EgressService) UpdateEgress(ctx context.Context, req *connect.Request[c
 
 func (s *EgressService) DeleteEgress(ctx context.Context, req *connect.Request[ctrlv1.DeleteEgressRequest]) (*connect.Response[ctrlv1.DeleteEgressResponse], error) {
 	m := req.Msg
-	return respond(objects.Delete(ctx, s.objects, mutation[*ctrlv1.DeleteEgressResponse](req, m.GetCommand()),
+	return rpc.Respond(objects.Delete(ctx, s.objects, rpc.Mutation[*ctrlv1.DeleteEgressResponse](req, m.GetCommand()),
 		m.GetEgressId(), func() *ctrlv1.DeleteEgressResponse { return &ctrlv1.DeleteEgressResponse{} }))
 }
 
 func (s *EgressService) UpdateEgressLabels(ctx context.Context, req *connect.Request[ctrlv1.UpdateEgressLabelsRequest]) (*connect.Response[ctrlv1.UpdateEgressLabelsResponse], error) {
 	m := req.Msg
-	return respond(objects.UpdateLabels(ctx, s.objects, mutation[*ctrlv1.UpdateEgressLabelsResponse](req, m.GetCommand()),
+	return rpc.Respond(objects.UpdateLabels(ctx, s.objects, rpc.Mutation[*ctrlv1.UpdateEgressLabelsResponse](req, m.GetCommand()),
 		m.GetEgressId(), m.GetExpectedLabelsRevision(), m.GetLabels(),
 		func(o objects.Object[*ctrlv1.EgressSpec]) *ctrlv1.UpdateEgressLabelsResponse {
 			return &ctrlv1.UpdateEgressLabelsResponse{Egress: toEgress(o)}
@@ -107,7 +108,7 @@ func (s *EgressService) UpdateEgressLabels(ctx context.Context, req *connect.Req
 
 func (s *EgressService) UpdateEgressAnnotations(ctx context.Context, req *connect.Request[ctrlv1.UpdateEgressAnnotationsRequest]) (*connect.Response[ctrlv1.UpdateEgressAnnotationsResponse], error) {
 	m := req.Msg
-	return respond(objects.UpdateAnnotations(ctx, s.objects, mutation[*ctrlv1.UpdateEgressAnnotationsResponse](req, m.GetCommand()),
+	return rpc.Respond(objects.UpdateAnnotations(ctx, s.objects, rpc.Mutation[*ctrlv1.UpdateEgressAnnotationsResponse](req, m.GetCommand()),
 		m.GetEgressId(), m.GetExpectedAnnotationsRevision(), m.GetAnnotations(),
 		func(o objects.Object[*ctrlv1.EgressSpec]) *ctrlv1.UpdateEgressAnnotationsResponse {
 			return &ctrlv1.UpdateEgressAnnotationsResponse{Egress: toEgress(o)}

@@ -14,6 +14,7 @@ import (
 
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
+	"github.com/kibotos/kibotos/internal/rpc"
 	"github.com/kibotos/kibotos/internal/workspaces"
 )
 
@@ -82,7 +83,7 @@ func (h hostAuth) WrapStreamingHandler(next connect.StreamingHandlerFunc) connec
 }
 
 func (s *HostService) RegisterHost(ctx context.Context, req *connect.Request[hostv1.RegisterHostRequest]) (*connect.Response[hostv1.RegisterHostResponse], error) {
-	return respond(&hostv1.RegisterHostResponse{}, s.svc.RegisterHost(ctx, req.Msg))
+	return rpc.Respond(&hostv1.RegisterHostResponse{}, s.svc.RegisterHost(ctx, req.Msg))
 }
 
 // WatchAssignments sends the host's complete desired set now and after
@@ -96,7 +97,7 @@ func (s *HostService) WatchAssignments(ctx context.Context, req *connect.Request
 		changed := s.svc.Changes.Changed()
 		list, err := s.svc.Assignments(ctx, req.Msg.GetHostId())
 		if err != nil {
-			_, err = respond(last, err)
+			_, err = rpc.Respond(last, err)
 			return err
 		}
 		msg := &hostv1.WatchAssignmentsResponse{Assignments: list}
@@ -118,7 +119,7 @@ func (s *HostService) WatchAssignments(ctx context.Context, req *connect.Request
 }
 
 func (s *HostService) ReportExecutions(ctx context.Context, req *connect.Request[hostv1.ReportExecutionsRequest]) (*connect.Response[hostv1.ReportExecutionsResponse], error) {
-	return respond(&hostv1.ReportExecutionsResponse{}, s.svc.Report(ctx, req.Msg.GetHostId(), req.Msg.GetReports()))
+	return rpc.Respond(&hostv1.ReportExecutionsResponse{}, s.svc.Report(ctx, req.Msg.GetHostId(), req.Msg.GetReports()))
 }
 
 func (s *HostService) GetTemplateBlob(ctx context.Context, req *connect.Request[hostv1.GetTemplateBlobRequest], stream *connect.ServerStream[hostv1.GetTemplateBlobResponse]) error {

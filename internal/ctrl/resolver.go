@@ -11,6 +11,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/internal/objects"
+	"github.com/kibotos/kibotos/internal/rpc"
 	"github.com/kibotos/kibotos/internal/store"
 	"github.com/kibotos/kibotos/internal/upstream"
 )
@@ -65,7 +66,7 @@ func toResolver(o objects.Object[*ctrlv1.ResolverSpec]) *ctrlv1.Resolver {
 
 func (s *ResolverService) CreateResolver(ctx context.Context, req *connect.Request[ctrlv1.CreateResolverRequest]) (*connect.Response[ctrlv1.CreateResolverResponse], error) {
 	m := req.Msg
-	return respond(objects.Create(ctx, s.objects, mutation[*ctrlv1.CreateResolverResponse](req, m.GetCommand()),
+	return rpc.Respond(objects.Create(ctx, s.objects, rpc.Mutation[*ctrlv1.CreateResolverResponse](req, m.GetCommand()),
 		m.GetSpec(), m.GetLabels(), m.GetAnnotations(),
 		func(o objects.Object[*ctrlv1.ResolverSpec]) *ctrlv1.CreateResolverResponse {
 			return &ctrlv1.CreateResolverResponse{Resolver: toResolver(o)}
@@ -74,7 +75,7 @@ func (s *ResolverService) CreateResolver(ctx context.Context, req *connect.Reque
 
 func (s *ResolverService) GetResolver(ctx context.Context, req *connect.Request[ctrlv1.GetResolverRequest]) (*connect.Response[ctrlv1.GetResolverResponse], error) {
 	o, err := s.objects.Get(ctx, req.Msg.GetResolverId())
-	return respond(&ctrlv1.GetResolverResponse{Resolver: toResolver(o)}, err)
+	return rpc.Respond(&ctrlv1.GetResolverResponse{Resolver: toResolver(o)}, err)
 }
 
 func (s *ResolverService) ListResolvers(ctx context.Context, req *connect.Request[ctrlv1.ListResolversRequest]) (*connect.Response[ctrlv1.ListResolversResponse], error) {
@@ -84,12 +85,12 @@ func (s *ResolverService) ListResolvers(ctx context.Context, req *connect.Reques
 	for _, o := range page.Objects {
 		resp.Resolvers = append(resp.Resolvers, toResolver(o))
 	}
-	return respond(resp, err)
+	return rpc.Respond(resp, err)
 }
 
 func (s *ResolverService) UpdateResolver(ctx context.Context, req *connect.Request[ctrlv1.UpdateResolverRequest]) (*connect.Response[ctrlv1.UpdateResolverResponse], error) {
 	m := req.Msg
-	return respond(objects.Update(ctx, s.objects, mutation[*ctrlv1.UpdateResolverResponse](req, m.GetCommand()),
+	return rpc.Respond(objects.Update(ctx, s.objects, rpc.Mutation[*ctrlv1.UpdateResolverResponse](req, m.GetCommand()),
 		m.GetResolverId(), m.GetExpectedRevision(), m.GetSpec(), m.DrainSeconds,
 		func(o objects.Object[*ctrlv1.ResolverSpec]) *ctrlv1.UpdateResolverResponse {
 			return &ctrlv1.UpdateResolverResponse{Resolver: toResolver(o)}
@@ -98,13 +99,13 @@ func (s *ResolverService) UpdateResolver(ctx context.Context, req *connect.Reque
 
 func (s *ResolverService) DeleteResolver(ctx context.Context, req *connect.Request[ctrlv1.DeleteResolverRequest]) (*connect.Response[ctrlv1.DeleteResolverResponse], error) {
 	m := req.Msg
-	return respond(objects.Delete(ctx, s.objects, mutation[*ctrlv1.DeleteResolverResponse](req, m.GetCommand()),
+	return rpc.Respond(objects.Delete(ctx, s.objects, rpc.Mutation[*ctrlv1.DeleteResolverResponse](req, m.GetCommand()),
 		m.GetResolverId(), func() *ctrlv1.DeleteResolverResponse { return &ctrlv1.DeleteResolverResponse{} }))
 }
 
 func (s *ResolverService) UpdateResolverLabels(ctx context.Context, req *connect.Request[ctrlv1.UpdateResolverLabelsRequest]) (*connect.Response[ctrlv1.UpdateResolverLabelsResponse], error) {
 	m := req.Msg
-	return respond(objects.UpdateLabels(ctx, s.objects, mutation[*ctrlv1.UpdateResolverLabelsResponse](req, m.GetCommand()),
+	return rpc.Respond(objects.UpdateLabels(ctx, s.objects, rpc.Mutation[*ctrlv1.UpdateResolverLabelsResponse](req, m.GetCommand()),
 		m.GetResolverId(), m.GetExpectedLabelsRevision(), m.GetLabels(),
 		func(o objects.Object[*ctrlv1.ResolverSpec]) *ctrlv1.UpdateResolverLabelsResponse {
 			return &ctrlv1.UpdateResolverLabelsResponse{Resolver: toResolver(o)}
@@ -113,7 +114,7 @@ func (s *ResolverService) UpdateResolverLabels(ctx context.Context, req *connect
 
 func (s *ResolverService) UpdateResolverAnnotations(ctx context.Context, req *connect.Request[ctrlv1.UpdateResolverAnnotationsRequest]) (*connect.Response[ctrlv1.UpdateResolverAnnotationsResponse], error) {
 	m := req.Msg
-	return respond(objects.UpdateAnnotations(ctx, s.objects, mutation[*ctrlv1.UpdateResolverAnnotationsResponse](req, m.GetCommand()),
+	return rpc.Respond(objects.UpdateAnnotations(ctx, s.objects, rpc.Mutation[*ctrlv1.UpdateResolverAnnotationsResponse](req, m.GetCommand()),
 		m.GetResolverId(), m.GetExpectedAnnotationsRevision(), m.GetAnnotations(),
 		func(o objects.Object[*ctrlv1.ResolverSpec]) *ctrlv1.UpdateResolverAnnotationsResponse {
 			return &ctrlv1.UpdateResolverAnnotationsResponse{Resolver: toResolver(o)}

@@ -9,6 +9,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/rpc"
 	"github.com/kibotos/kibotos/internal/workspaces"
 )
 
@@ -31,7 +32,7 @@ func NewWorkspaceService(svc *workspaces.Service) *WorkspaceService {
 
 func (s *WorkspaceService) CreateWorkspace(ctx context.Context, req *connect.Request[ctrlv1.CreateWorkspaceRequest]) (*connect.Response[ctrlv1.CreateWorkspaceResponse], error) {
 	m := req.Msg
-	w := mutation[*ctrlv1.CreateWorkspaceResponse](req, m.GetCommand())
+	w := rpc.Mutation[*ctrlv1.CreateWorkspaceResponse](req, m.GetCommand())
 	// The server ignores a policy revision in a request: two requests that
 	// differ only there are the same command.
 	input := proto.CloneOf(m)
@@ -39,7 +40,7 @@ func (s *WorkspaceService) CreateWorkspace(ctx context.Context, req *connect.Req
 		p.Revision = 0
 	}
 	w.Input = input
-	return respond(workspaces.Create(ctx, s.svc, w,
+	return rpc.Respond(workspaces.Create(ctx, s.svc, w,
 		m.GetSpec(), m.GetLabels(), m.GetAnnotations(),
 		func(ws *ctrlv1.Workspace) *ctrlv1.CreateWorkspaceResponse {
 			return &ctrlv1.CreateWorkspaceResponse{Workspace: ws}
@@ -48,26 +49,26 @@ func (s *WorkspaceService) CreateWorkspace(ctx context.Context, req *connect.Req
 
 func (s *WorkspaceService) GetWorkspace(ctx context.Context, req *connect.Request[ctrlv1.GetWorkspaceRequest]) (*connect.Response[ctrlv1.GetWorkspaceResponse], error) {
 	ws, err := s.svc.Get(ctx, req.Msg.GetWorkspaceId())
-	return respond(&ctrlv1.GetWorkspaceResponse{Workspace: ws}, err)
+	return rpc.Respond(&ctrlv1.GetWorkspaceResponse{Workspace: ws}, err)
 }
 
 func (s *WorkspaceService) ListWorkspaces(ctx context.Context, req *connect.Request[ctrlv1.ListWorkspacesRequest]) (*connect.Response[ctrlv1.ListWorkspacesResponse], error) {
 	m := req.Msg
 	list, next, err := s.svc.List(ctx, m.GetPageSize(), m.GetPageToken(), m.GetLabelSelector())
-	return respond(&ctrlv1.ListWorkspacesResponse{Workspaces: list, NextPageToken: next}, err)
+	return rpc.Respond(&ctrlv1.ListWorkspacesResponse{Workspaces: list, NextPageToken: next}, err)
 }
 
 func (s *WorkspaceService) WatchWorkspace(ctx context.Context, req *connect.Request[ctrlv1.WatchWorkspaceRequest], stream *connect.ServerStream[ctrlv1.WatchWorkspaceResponse]) error {
 	err := s.svc.Watch(ctx, req.Msg.GetWorkspaceId(), watchPoll, func(ws *ctrlv1.Workspace) error {
 		return stream.Send(&ctrlv1.WatchWorkspaceResponse{Workspace: ws})
 	})
-	_, err = respond(&ctrlv1.WatchWorkspaceResponse{}, err)
+	_, err = rpc.Respond(&ctrlv1.WatchWorkspaceResponse{}, err)
 	return err
 }
 
 func (s *WorkspaceService) StartWorkspace(ctx context.Context, req *connect.Request[ctrlv1.StartWorkspaceRequest]) (*connect.Response[ctrlv1.StartWorkspaceResponse], error) {
 	m := req.Msg
-	return respond(workspaces.Start(ctx, s.svc, mutation[*ctrlv1.StartWorkspaceResponse](req, m.GetCommand()), m.GetWorkspaceId(),
+	return rpc.Respond(workspaces.Start(ctx, s.svc, rpc.Mutation[*ctrlv1.StartWorkspaceResponse](req, m.GetCommand()), m.GetWorkspaceId(),
 		func(ws *ctrlv1.Workspace) *ctrlv1.StartWorkspaceResponse {
 			return &ctrlv1.StartWorkspaceResponse{Workspace: ws}
 		}))
@@ -75,7 +76,7 @@ func (s *WorkspaceService) StartWorkspace(ctx context.Context, req *connect.Requ
 
 func (s *WorkspaceService) StopWorkspace(ctx context.Context, req *connect.Request[ctrlv1.StopWorkspaceRequest]) (*connect.Response[ctrlv1.StopWorkspaceResponse], error) {
 	m := req.Msg
-	return respond(workspaces.Stop(ctx, s.svc, mutation[*ctrlv1.StopWorkspaceResponse](req, m.GetCommand()), m.GetWorkspaceId(), m.GetMode(),
+	return rpc.Respond(workspaces.Stop(ctx, s.svc, rpc.Mutation[*ctrlv1.StopWorkspaceResponse](req, m.GetCommand()), m.GetWorkspaceId(), m.GetMode(),
 		func(ws *ctrlv1.Workspace) *ctrlv1.StopWorkspaceResponse {
 			return &ctrlv1.StopWorkspaceResponse{Workspace: ws}
 		}))
@@ -83,7 +84,7 @@ func (s *WorkspaceService) StopWorkspace(ctx context.Context, req *connect.Reque
 
 func (s *WorkspaceService) DeleteWorkspace(ctx context.Context, req *connect.Request[ctrlv1.DeleteWorkspaceRequest]) (*connect.Response[ctrlv1.DeleteWorkspaceResponse], error) {
 	m := req.Msg
-	return respond(workspaces.Delete(ctx, s.svc, mutation[*ctrlv1.DeleteWorkspaceResponse](req, m.GetCommand()), m.GetWorkspaceId(),
+	return rpc.Respond(workspaces.Delete(ctx, s.svc, rpc.Mutation[*ctrlv1.DeleteWorkspaceResponse](req, m.GetCommand()), m.GetWorkspaceId(),
 		func(ws *ctrlv1.Workspace) *ctrlv1.DeleteWorkspaceResponse {
 			return &ctrlv1.DeleteWorkspaceResponse{Workspace: ws}
 		}))
@@ -91,7 +92,7 @@ func (s *WorkspaceService) DeleteWorkspace(ctx context.Context, req *connect.Req
 
 func (s *WorkspaceService) UpdateWorkspaceLabels(ctx context.Context, req *connect.Request[ctrlv1.UpdateWorkspaceLabelsRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceLabelsResponse], error) {
 	m := req.Msg
-	return respond(workspaces.UpdateLabels(ctx, s.svc, mutation[*ctrlv1.UpdateWorkspaceLabelsResponse](req, m.GetCommand()),
+	return rpc.Respond(workspaces.UpdateLabels(ctx, s.svc, rpc.Mutation[*ctrlv1.UpdateWorkspaceLabelsResponse](req, m.GetCommand()),
 		m.GetWorkspaceId(), m.GetExpectedLabelsRevision(), m.GetLabels(),
 		func(ws *ctrlv1.Workspace) *ctrlv1.UpdateWorkspaceLabelsResponse {
 			return &ctrlv1.UpdateWorkspaceLabelsResponse{Workspace: ws}
@@ -100,7 +101,7 @@ func (s *WorkspaceService) UpdateWorkspaceLabels(ctx context.Context, req *conne
 
 func (s *WorkspaceService) UpdateWorkspaceAnnotations(ctx context.Context, req *connect.Request[ctrlv1.UpdateWorkspaceAnnotationsRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceAnnotationsResponse], error) {
 	m := req.Msg
-	return respond(workspaces.UpdateAnnotations(ctx, s.svc, mutation[*ctrlv1.UpdateWorkspaceAnnotationsResponse](req, m.GetCommand()),
+	return rpc.Respond(workspaces.UpdateAnnotations(ctx, s.svc, rpc.Mutation[*ctrlv1.UpdateWorkspaceAnnotationsResponse](req, m.GetCommand()),
 		m.GetWorkspaceId(), m.GetExpectedAnnotationsRevision(), m.GetAnnotations(),
 		func(ws *ctrlv1.Workspace) *ctrlv1.UpdateWorkspaceAnnotationsResponse {
 			return &ctrlv1.UpdateWorkspaceAnnotationsResponse{Workspace: ws}
@@ -109,7 +110,7 @@ func (s *WorkspaceService) UpdateWorkspaceAnnotations(ctx context.Context, req *
 
 func (s *WorkspaceService) UpdateWorkspaceExpiration(ctx context.Context, req *connect.Request[ctrlv1.UpdateWorkspaceExpirationRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceExpirationResponse], error) {
 	m := req.Msg
-	return respond(workspaces.UpdateExpiration(ctx, s.svc, mutation[*ctrlv1.UpdateWorkspaceExpirationResponse](req, m.GetCommand()),
+	return rpc.Respond(workspaces.UpdateExpiration(ctx, s.svc, rpc.Mutation[*ctrlv1.UpdateWorkspaceExpirationResponse](req, m.GetCommand()),
 		m.GetWorkspaceId(), m.GetChange(),
 		func(ws *ctrlv1.Workspace) *ctrlv1.UpdateWorkspaceExpirationResponse {
 			return &ctrlv1.UpdateWorkspaceExpirationResponse{Workspace: ws}
@@ -118,7 +119,7 @@ func (s *WorkspaceService) UpdateWorkspaceExpiration(ctx context.Context, req *c
 
 func (s *WorkspaceService) UpdateWorkspaceMemory(ctx context.Context, req *connect.Request[ctrlv1.UpdateWorkspaceMemoryRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceMemoryResponse], error) {
 	m := req.Msg
-	return respond(workspaces.UpdateMemory(ctx, s.svc, mutation[*ctrlv1.UpdateWorkspaceMemoryResponse](req, m.GetCommand()),
+	return rpc.Respond(workspaces.UpdateMemory(ctx, s.svc, rpc.Mutation[*ctrlv1.UpdateWorkspaceMemoryResponse](req, m.GetCommand()),
 		m.GetWorkspaceId(), m.GetExpectedResourcesRevision(), m.GetMemoryBytes(),
 		func(ws *ctrlv1.Workspace) *ctrlv1.UpdateWorkspaceMemoryResponse {
 			return &ctrlv1.UpdateWorkspaceMemoryResponse{Workspace: ws}
@@ -127,7 +128,7 @@ func (s *WorkspaceService) UpdateWorkspaceMemory(ctx context.Context, req *conne
 
 func (s *WorkspaceService) ResizeWorkspaceWritableLayer(ctx context.Context, req *connect.Request[ctrlv1.ResizeWorkspaceWritableLayerRequest]) (*connect.Response[ctrlv1.ResizeWorkspaceWritableLayerResponse], error) {
 	m := req.Msg
-	return respond(workspaces.ResizeWritableLayer(ctx, s.svc, mutation[*ctrlv1.ResizeWorkspaceWritableLayerResponse](req, m.GetCommand()),
+	return rpc.Respond(workspaces.ResizeWritableLayer(ctx, s.svc, rpc.Mutation[*ctrlv1.ResizeWorkspaceWritableLayerResponse](req, m.GetCommand()),
 		m.GetWorkspaceId(), m.GetExpectedResourcesRevision(), m.GetWritableLayerBytes(),
 		func(ws *ctrlv1.Workspace) *ctrlv1.ResizeWorkspaceWritableLayerResponse {
 			return &ctrlv1.ResizeWorkspaceWritableLayerResponse{Workspace: ws}

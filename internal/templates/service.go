@@ -19,21 +19,17 @@ import (
 	"github.com/kibotos/kibotos/internal/command"
 	"github.com/kibotos/kibotos/internal/meta"
 	"github.com/kibotos/kibotos/internal/pagetoken"
+	"github.com/kibotos/kibotos/internal/rpc"
 	"github.com/kibotos/kibotos/internal/store"
 	"github.com/kibotos/kibotos/internal/workspaces"
 )
-
-func newMessage[R proto.Message]() R {
-	var zero R
-	return zero.ProtoReflect().Type().New().Interface().(R)
-}
 
 // newCommand validates the command ID and describes the command of c.
 func newCommand[R proto.Message](c auth.Caller, method string, cmd *ctrlv1.CommandMetadata, input proto.Message) (command.Command[R], error) {
 	if err := command.ValidateID(cmd.GetCommandId()); err != nil {
 		return command.Command[R]{}, connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	return command.Command[R]{ProjectID: c.ProjectID, Method: method, ID: cmd.GetCommandId(), Input: input, New: newMessage[R]}, nil
+	return command.Command[R]{ProjectID: c.ProjectID, Method: method, ID: cmd.GetCommandId(), Input: input, New: rpc.NewMessage[R]}, nil
 }
 
 // run executes a write whose whole request is the command's input.
