@@ -146,3 +146,10 @@ func inputHash[Resp proto.Message](c Command[Resp]) ([]byte, error) {
 	h.Write(body)
 	return h.Sum(nil), nil
 }
+
+// Aborted is the error of a compare-and-swap that lost: the revision the
+// caller observed (expected) is no longer the current one. Nothing changed.
+func Aborted(field string, expected, current uint64) error {
+	return connect.NewError(connect.CodeAborted, fmt.Errorf(
+		"%s is %d, not the expected %d: another change came first; read the current state and retry", field, current, expected))
+}

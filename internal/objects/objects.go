@@ -308,7 +308,7 @@ func Update[S, R proto.Message](ctx context.Context, s *Service[S], m Mutation[R
 			return zero, err
 		}
 		if o.Revision != expected {
-			return zero, aborted("revision", expected, o.Revision)
+			return zero, command.Aborted("revision", expected, o.Revision)
 		}
 		if !proto.Equal(o.Spec, spec) {
 			if s.Kind.CheckUpdate != nil {
@@ -326,11 +326,6 @@ func Update[S, R proto.Message](ctx context.Context, s *Service[S], m Mutation[R
 		}
 		return respond(s.redacted(o)), nil
 	})
-}
-
-func aborted(field string, expected, current uint64) error {
-	return connect.NewError(connect.CodeAborted, fmt.Errorf(
-		"%s is %d, not the expected %d: another change came first; read the current state and retry", field, current, expected))
 }
 
 // Delete deletes an object no workspace policy references.
@@ -415,7 +410,7 @@ func updateMap[S, R proto.Message](ctx context.Context, s *Service[S], m Mutatio
 			return zero, err
 		}
 		if rev := current(o.Object); rev != expected {
-			return zero, aborted(field, expected, rev)
+			return zero, command.Aborted(field, expected, rev)
 		}
 		if rev := apply(&o.Object); rev != nil {
 			*rev++

@@ -89,7 +89,7 @@ func (s *Service) Issue(ctx context.Context, workspaceID string, ttlSeconds uint
 		return s.Workspaces.EditDataPlane(ctx, tx, c.ProjectID, workspaceID, func(ws *ctrlv1.Workspace, hostID string, dp *workspaces.DataPlane) (bool, error) {
 			if ws.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE {
 				return false, precondition(ws, ctrlv1.FailureStage_FAILURE_STAGE_ISSUING_SESSION,
-					"workspace %s is %s; sessions are issued only for an AVAILABLE workspace", workspaceID, stateName(ws.State))
+					"workspace %s is %s; sessions are issued only for an AVAILABLE workspace", workspaceID, workspaces.StateName(ws.State))
 			}
 			endpoint, err := workspaces.DataPlaneEndpoint(ctx, tx, hostID)
 			if err != nil {
@@ -212,7 +212,7 @@ func (s *Service) Rotate(ctx context.Context, w workspaces.Write[*ctrlv1.RotateD
 			switch ws.State {
 			case ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETING, ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED:
 				return false, precondition(ws, ctrlv1.FailureStage_FAILURE_STAGE_ROTATING_DATA_PLANE,
-					"workspace %s is %s", workspaceID, stateName(ws.State))
+					"workspace %s is %s", workspaceID, workspaces.StateName(ws.State))
 			}
 			resp = &ctrlv1.RotateDataPlaneResponse{Workspace: ws}
 			dp.Key, dp.Revoked = workspaces.NewDataPlaneKey(), nil
@@ -261,13 +261,4 @@ func withDetail(err *connect.Error, d *ctrlv1.ErrorDetail) error {
 func precondition(ws *ctrlv1.Workspace, stage ctrlv1.FailureStage, format string, a ...any) error {
 	return withDetail(connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(format, a...)),
 		&ctrlv1.ErrorDetail{ObservedWorkspace: ws, Stage: stage})
-}
-
-func stateName(s ctrlv1.WorkspaceState) string {
-	name := s.String()
-	const prefix = "WORKSPACE_STATE_"
-	if len(name) > len(prefix) {
-		return name[len(prefix):]
-	}
-	return name
 }

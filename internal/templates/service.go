@@ -245,7 +245,7 @@ func (s *Service) SetTemplateDefault(ctx context.Context, req *ctrlv1.SetTemplat
 				return nil, err
 			}
 			if t.obj.Revision != expected {
-				return nil, aborted("revision", expected, t.obj.Revision)
+				return nil, command.Aborted("revision", expected, t.obj.Revision)
 			}
 			if _, ok := t.find(rev); !ok {
 				return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("template %q has no revision %q", id, rev))
@@ -420,7 +420,7 @@ func updateMap[R proto.Message](ctx context.Context, s *Service, method string, 
 			return zero, err
 		}
 		if rev := current(t.obj); rev != expected {
-			return zero, aborted(field, expected, rev)
+			return zero, command.Aborted(field, expected, rev)
 		}
 		if rev := apply(&t.obj); rev != nil {
 			*rev++

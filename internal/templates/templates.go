@@ -108,11 +108,6 @@ func notFound(id string) error {
 	return connect.NewError(connect.CodeNotFound, fmt.Errorf("template %q not found", id))
 }
 
-func aborted(field string, expected, current uint64) error {
-	return connect.NewError(connect.CodeAborted, fmt.Errorf(
-		"%s is %d, not the expected %d: another change came first; read the current state and retry", field, current, expected))
-}
-
 func caller(ctx context.Context) (auth.Caller, error) {
 	c, ok := auth.CallerFrom(ctx)
 	if !ok {

@@ -377,7 +377,7 @@ func Start[R proto.Message](ctx context.Context, s *Service, w Write[R], id stri
 		switch r.ws.State {
 		case ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED, ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED:
 		default:
-			return precondition(r.view(), "workspace %s is %s; only a STOPPED or FAILED workspace can be started", id, stateName(r.ws.State))
+			return precondition(r.view(), "workspace %s is %s; only a STOPPED or FAILED workspace can be started", id, StateName(r.ws.State))
 		}
 		if err := s.fitsOnItsHost(ctx, tx, r); err != nil {
 			return err
@@ -415,7 +415,7 @@ func Stop[R proto.Message](ctx context.Context, s *Service, w Write[R], id strin
 				return precondition(r.view(), "workspace %s is already STOPPING; only a FORCE stop can cut a NORMAL stop short", id)
 			}
 		default:
-			return precondition(r.view(), "workspace %s is %s; it is not running", id, stateName(r.ws.State))
+			return precondition(r.view(), "workspace %s is %s; it is not running", id, StateName(r.ws.State))
 		}
 		s.beginStop(r, ctrlv1.StopCause_STOP_CAUSE_REQUESTED, mode, w.Command.GetCommandId())
 		return nil
@@ -470,47 +470,42 @@ func (s *Service) finishDelete(ctx context.Context, tx store.Tx, r *record) erro
 
 // UpdateLabels replaces the labels under CAS on labels_revision.
 func UpdateLabels[R proto.Message](ctx context.Context, s *Service, w Write[R], id string, expected uint64, labels map[string]string, respond func(*ctrlv1.Workspace) R) (R, error) {
-	var zero R
-	if err := meta.ValidateLabels(labels); err != nil {
-		return zero, connect.NewError(connect.CodeInvalidArgument, err)
-	}
-	if expected == 0 {
-		return zero, invalid("expected_labels_revision is required: send the revision you observed")
-	}
-	return mutate(ctx, s, w, id, func(ctx context.Context, tx store.Tx, r *record) error {
-		if err := live(r); err != nil {
-			return err
-		}
-		if r.ws.LabelsRevision != expected {
-			return aborted("labels_revision", expected, r.ws.LabelsRevision)
-		}
-		if !meta.Equal(r.ws.Labels, labels) {
-			r.ws.Labels = labels
-			r.ws.LabelsRevision++
-		}
-		return nil
-	}, respond)
+	return updateMap(ctx, s, w, id, "labels_revision", expected, labels, meta.ValidateLabels,
+		func(ws *ctrlv1.Workspace) (*map[string]string, *uint64) { return &ws.Labels, &ws.LabelsRevision }, respond)
 }
 
-// UpdateAnnotations replaces the annotations under CAS.
+// UpdateAnnotations replaces the annotations under CAS on
+// annotations_revision.
 func UpdateAnnotations[R proto.Message](ctx context.Context, s *Service, w Write[R], id string, expected uint64, annotations map[string]string, respond func(*ctrlv1.Workspace) R) (R, error) {
+	return updateMap(ctx, s, w, id, "annotations_revision", expected, annotations, meta.ValidateAnnotations,
+		func(ws *ctrlv1.Workspace) (*map[string]string, *uint64) {
+			return &ws.Annotations, &ws.AnnotationsRevision
+		}, respond)
+}
+
+// updateMap is the CAS replacement labels and annotations share: field
+// picks the map and its revision out of the workspace.
+func updateMap[R proto.Message](ctx context.Context, s *Service, w Write[R], id, revisionName string, expected uint64,
+	m map[string]string, validate func(map[string]string) error,
+	field func(*ctrlv1.Workspace) (*map[string]string, *uint64), respond func(*ctrlv1.Workspace) R) (R, error) {
 	var zero R
-	if err := meta.ValidateAnnotations(annotations); err != nil {
+	if err := validate(m); err != nil {
 		return zero, connect.NewError(connect.CodeInvalidArgument, err)
 	}
 	if expected == 0 {
-		return zero, invalid("expected_annotations_revision is required: send the revision you observed")
+		return zero, invalid("expected_%s is required: send the revision you observed", revisionName)
 	}
 	return mutate(ctx, s, w, id, func(ctx context.Context, tx store.Tx, r *record) error {
 		if err := live(r); err != nil {
 			return err
 		}
-		if r.ws.AnnotationsRevision != expected {
-			return aborted("annotations_revision", expected, r.ws.AnnotationsRevision)
+		current, revision := field(r.ws)
+		if *revision != expected {
+			return command.Aborted(revisionName, expected, *revision)
 		}
-		if !meta.Equal(r.ws.Annotations, annotations) {
-			r.ws.Annotations = annotations
-			r.ws.AnnotationsRevision++
+		if !meta.Equal(*current, m) {
+			*current = m
+			*revision++
 		}
 		return nil
 	}, respond)
@@ -558,17 +553,13 @@ func UpdateExpiration[R proto.Message](ctx context.Context, s *Service, w Write[
 // live refuses changes to a workspace that is going away.
 func live(r *record) error {
 	if r.ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETING || r.ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED {
-		return precondition(r.view(), "workspace %s is %s", r.ws.WorkspaceId, stateName(r.ws.State))
+		return precondition(r.view(), "workspace %s is %s", r.ws.WorkspaceId, StateName(r.ws.State))
 	}
 	return nil
 }
 
-func aborted(field string, expected, current uint64) error {
-	return connect.NewError(connect.CodeAborted, fmt.Errorf(
-		"%s is %d, not the expected %d: another change came first; read the current state and retry", field, current, expected))
-}
-
-func stateName(s ctrlv1.WorkspaceState) string {
+// StateName is a state without its enum prefix, for messages.
+func StateName(s ctrlv1.WorkspaceState) string {
 	name := s.String()
 	const prefix = "WORKSPACE_STATE_"
 	if len(name) > len(prefix) {
@@ -585,7 +576,7 @@ func stoppedForResources(r *record) error {
 	case ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED, ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED:
 		return nil
 	}
-	return precondition(r.view(), "workspace %s is %s; resources change only while it is STOPPED or FAILED", r.ws.WorkspaceId, stateName(r.ws.State))
+	return precondition(r.view(), "workspace %s is %s; resources change only while it is STOPPED or FAILED", r.ws.WorkspaceId, StateName(r.ws.State))
 }
 
 // UpdateMemory replaces memory_bytes under CAS on resources_revision; it
@@ -604,7 +595,7 @@ func UpdateMemory[R proto.Message](ctx context.Context, s *Service, w Write[R], 
 		}
 		res := r.ws.Spec.Resources
 		if rev := r.ws.Spec.ResourcesRevision; rev != expected {
-			return aborted("resources_revision", expected, rev)
+			return command.Aborted("resources_revision", expected, rev)
 		}
 		if res.MemoryBytes == memory {
 			return nil
@@ -636,7 +627,7 @@ func ResizeWritableLayer[R proto.Message](ctx context.Context, s *Service, w Wri
 		}
 		res := r.ws.Spec.Resources
 		if rev := r.ws.Spec.ResourcesRevision; rev != expected {
-			return aborted("resources_revision", expected, rev)
+			return command.Aborted("resources_revision", expected, rev)
 		}
 		current := max(res.WritableLayerBytes, r.row.LayerBytes)
 		for _, t := range r.ws.RetentionTiers {
