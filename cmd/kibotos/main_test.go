@@ -19,6 +19,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/testutil"
 )
 
 // TestUpBootstrapsServesAndStopsOnSIGTERM runs the real binary: the first
@@ -74,11 +75,9 @@ func TestUpBootstrapsServesAndStopsOnSIGTERM(t *testing.T) {
 func build(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	for pkg, name := range map[string]string{".": "kibotos", "../kibotos-guest": "kibotos-guest"} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", name, err, out)
+	for name, pkg := range map[string]string{"kibotos": "github.com/kibotos/kibotos/cmd/kibotos", "kibotos-guest": testutil.GuestAgentPackage} {
+		if err := testutil.Build(filepath.Join(dir, name), pkg); err != nil {
+			t.Fatal(err)
 		}
 	}
 	return filepath.Join(dir, "kibotos")

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -39,10 +38,8 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	guestAgent = filepath.Join(dir, "kibotos-guest")
-	build := exec.Command("go", "build", "-o", guestAgent, "../../cmd/kibotos-guest")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build kibotos-guest: %v\n%s", err, out)
+	if err := testutil.Build(guestAgent, testutil.GuestAgentPackage); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()

@@ -17,6 +17,7 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
 	"github.com/kibotos/kibotos/internal/runtime"
 	"github.com/kibotos/kibotos/internal/runtime/oci"
+	"github.com/kibotos/kibotos/internal/testutil"
 )
 
 // TestInGuest runs the built guest agent as PID 1 of a runc container and
@@ -34,10 +35,8 @@ func TestInGuest(t *testing.T) {
 	}
 	tmp := t.TempDir()
 	agent := filepath.Join(tmp, "kibotos-guest")
-	build := exec.Command("go", "build", "-o", agent, "github.com/kibotos/kibotos/cmd/kibotos-guest")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building kibotos-guest: %v\n%s", err, out)
+	if err := testutil.Build(agent, testutil.GuestAgentPackage); err != nil {
+		t.Fatal(err)
 	}
 	d, err := oci.New(oci.Config{StateDir: filepath.Join(tmp, "runtime")})
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kibotos/kibotos/internal/runtime"
+	"github.com/kibotos/kibotos/internal/testutil"
 )
 
 // guestAgent is the kibotos-guest binary TestMain builds.
@@ -23,11 +24,9 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	guestAgent = filepath.Join(dir, "kibotos-guest")
-	cmd := exec.Command("go", "build", "-o", guestAgent, "github.com/kibotos/kibotos/cmd/kibotos-guest")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
+	if err := testutil.Build(guestAgent, testutil.GuestAgentPackage); err != nil {
 		os.RemoveAll(dir)
-		panic("building kibotos-guest: " + err.Error() + "\n" + string(out))
+		panic(err)
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
