@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -45,8 +44,8 @@ func TestCrashRecovery(t *testing.T) {
 		}
 	})
 
-	cmd, addr := startProcess(t, bin, home)
-	client := workspaceClient(t, home, addr)
+	up := startUp(t, bin, home)
+	client := workspaceClient(t, home, up.addr)
 	create := func() string {
 		resp, err := client.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
 			Command: &ctrlv1.CommandMetadata{CommandId: uuid.NewString()},
@@ -82,15 +81,10 @@ func TestCrashRecovery(t *testing.T) {
 	// Killed right after the create returns: the host agent is delivering
 	// or starting it.
 	creating := create()
-	cmd.Process.Signal(syscall.SIGKILL)
-	cmd.Wait()
+	up.kill()
 
-	cmd, addr = startProcess(t, bin, home)
-	defer func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
-	}()
-	client = workspaceClient(t, home, addr)
+	up = startUp(t, bin, home)
+	client = workspaceClient(t, home, up.addr)
 	ws := awaitState(t, client, available, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
 	if ws.Generation != 1 {
 		t.Errorf("the available workspace restarted: generation %d", ws.Generation)
@@ -121,40 +115,6 @@ func TestCrashRecovery(t *testing.T) {
 		awaitState(t, client, id, ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED)
 		testutil.AssertNothingLeft(t, home, id)
 	}
-}
-
-// startProcess runs `kibotos up` until the test ends or the caller kills it.
-func startProcess(t *testing.T, bin, home string) (*exec.Cmd, string) {
-	t.Helper()
-	cmd := exec.Command(bin, "up", "--home", home, "--listen", "127.0.0.1:0")
-	logf, err := os.Create(filepath.Join(t.TempDir(), "log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr, cmd.Stdout = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Signal(syscall.SIGTERM)
-			cmd.Wait()
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			t.Logf("kibotos log:\n%s", b)
-		}
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		b, _ := os.ReadFile(logf.Name())
-		if m := servingAddr.FindSubmatch(b); m != nil {
-			return cmd, string(m[1])
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatal("kibotos up did not become ready")
-	return nil, ""
 }
 
 func workspaceClient(t *testing.T, home, addr string) ctrlv1connect.WorkspaceServiceClient {

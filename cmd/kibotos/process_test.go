@@ -1,0 +1,117 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kibotos/kibotos/internal/testutil"
+)
+
+// build builds kibotos and, next to it, kibotos-guest, and returns the
+// path of kibotos.
+func build(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, pkg := range map[string]string{"kibotos": "github.com/kibotos/kibotos/cmd/kibotos", "kibotos-guest": testutil.GuestAgentPackage} {
+		if err := testutil.Build(filepath.Join(dir, name), pkg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return filepath.Join(dir, "kibotos")
+}
+
+var readyAddr = regexp.MustCompile(`msg=ready addr=(\S+)`)
+
+// upProcess is one `kibotos up` a test runs.
+type upProcess struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	addr string
+	// stdout and log are files, not buffers: the child writes them
+	// directly, so they are complete up to the moment it logs readiness.
+	stdout, log string
+}
+
+// startUp runs `kibotos up` on home and waits until it is ready. The
+// test's cleanup stops it if the test has not.
+func startUp(t *testing.T, bin, home string) *upProcess {
+	t.Helper()
+	dir := t.TempDir()
+	p := &upProcess{t: t, cmd: exec.Command(bin, "up", "--home", home, "--listen", "127.0.0.1:0"),
+		stdout: filepath.Join(dir, "stdout"), log: filepath.Join(dir, "log")}
+	stdout, err := os.Create(p.stdout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdout.Close()
+	log, err := os.Create(p.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	p.cmd.Stdout, p.cmd.Stderr = stdout, log
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.stop()
+		if t.Failed() {
+			b, _ := os.ReadFile(p.log)
+			t.Logf("kibotos log:\n%s", b)
+		}
+	})
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		b, _ := os.ReadFile(p.log)
+		if m := readyAddr.FindSubmatch(b); m != nil {
+			p.addr = string(m[1])
+			return p
+		}
+		if p.cmd.ProcessState != nil {
+			break
+		}
+	}
+	t.Fatal("kibotos up did not become ready")
+	return nil
+}
+
+// printed returns what the process wrote on stdout.
+func (p *upProcess) printed() string {
+	b, _ := os.ReadFile(p.stdout)
+	return string(b)
+}
+
+// stop sends SIGTERM and returns the exit code; a process that does not
+// stop within 15 s is killed and the test fails.
+func (p *upProcess) stop() int {
+	if p.cmd.ProcessState != nil {
+		return p.cmd.ProcessState.ExitCode()
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return exit.ExitCode()
+		}
+		return 0
+	case <-time.After(15 * time.Second):
+		p.cmd.Process.Kill()
+		<-done
+		p.t.Error("kibotos did not stop within 15 s of SIGTERM")
+		return -1
+	}
+}
+
+// kill ends the process with SIGKILL, as a crash would.
+func (p *upProcess) kill() {
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	p.cmd.Wait()
+}
