@@ -44,6 +44,7 @@ func wsCommand() *cobra.Command {
 		wsExpireCommand(c),
 		wsMemoryCommand(c),
 		wsDiskCommand(c),
+		wsNetworkCommand(c),
 		wsExecCommand(c),
 		wsCpCommand(c),
 		wsPsCommand(c),

@@ -17,9 +17,9 @@ import (
 // another ctrl replica.
 const watchPoll = 2 * time.Second
 
-// WorkspaceService serves kibotos.ctrl.v1.WorkspaceService. Methods of
-// later issues (memory, disk, volume binding, network policy) answer
-// unimplemented through the embedded handler.
+// WorkspaceService serves kibotos.ctrl.v1.WorkspaceService. The methods of
+// later issues (volume binding) answer unimplemented through the embedded
+// handler.
 type WorkspaceService struct {
 	ctrlv1connect.UnimplementedWorkspaceServiceHandler
 	svc *workspaces.Service
@@ -33,18 +33,25 @@ func NewWorkspaceService(svc *workspaces.Service) *WorkspaceService {
 func (s *WorkspaceService) CreateWorkspace(ctx context.Context, req *connect.Request[ctrlv1.CreateWorkspaceRequest]) (*connect.Response[ctrlv1.CreateWorkspaceResponse], error) {
 	m := req.Msg
 	w := rpc.Mutation[*ctrlv1.CreateWorkspaceResponse](req, m.GetCommand())
-	// The server ignores a policy revision in a request: two requests that
-	// differ only there are the same command.
-	input := proto.CloneOf(m)
-	if p := input.GetSpec().GetNetworkPolicy(); p != nil {
-		p.Revision = 0
-	}
-	w.Input = input
+	w.Input = withoutPolicyRevision(m, func(m *ctrlv1.CreateWorkspaceRequest) *ctrlv1.NetworkPolicy {
+		return m.GetSpec().GetNetworkPolicy()
+	})
 	return rpc.Respond(workspaces.Create(ctx, s.svc, w,
 		m.GetSpec(), m.GetLabels(), m.GetAnnotations(),
 		func(ws *ctrlv1.Workspace) *ctrlv1.CreateWorkspaceResponse {
 			return &ctrlv1.CreateWorkspaceResponse{Workspace: ws}
 		}))
+}
+
+// withoutPolicyRevision returns a copy of a request without the revision of
+// the network policy it carries. The server ignores that revision, so two
+// requests that differ only there are the same command.
+func withoutPolicyRevision[Q proto.Message](m Q, policy func(Q) *ctrlv1.NetworkPolicy) Q {
+	input := proto.CloneOf(m)
+	if p := policy(input); p != nil {
+		p.Revision = 0
+	}
+	return input
 }
 
 func (s *WorkspaceService) GetWorkspace(ctx context.Context, req *connect.Request[ctrlv1.GetWorkspaceRequest]) (*connect.Response[ctrlv1.GetWorkspaceResponse], error) {
@@ -132,5 +139,16 @@ func (s *WorkspaceService) ResizeWorkspaceWritableLayer(ctx context.Context, req
 		m.GetWorkspaceId(), m.GetExpectedResourcesRevision(), m.GetWritableLayerBytes(),
 		func(ws *ctrlv1.Workspace) *ctrlv1.ResizeWorkspaceWritableLayerResponse {
 			return &ctrlv1.ResizeWorkspaceWritableLayerResponse{Workspace: ws}
+		}))
+}
+
+func (s *WorkspaceService) UpdateWorkspaceNetworkPolicy(ctx context.Context, req *connect.Request[ctrlv1.UpdateWorkspaceNetworkPolicyRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceNetworkPolicyResponse], error) {
+	m := req.Msg
+	w := rpc.Mutation[*ctrlv1.UpdateWorkspaceNetworkPolicyResponse](req, m.GetCommand())
+	w.Input = withoutPolicyRevision(m, (*ctrlv1.UpdateWorkspaceNetworkPolicyRequest).GetPolicy)
+	return rpc.Respond(workspaces.UpdateNetworkPolicy(ctx, s.svc, w,
+		m.GetWorkspaceId(), m.GetExpectedRevision(), m.GetPolicy(), m.DrainSeconds,
+		func(ws *ctrlv1.Workspace) *ctrlv1.UpdateWorkspaceNetworkPolicyResponse {
+			return &ctrlv1.UpdateWorkspaceNetworkPolicyResponse{Workspace: ws}
 		}))
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/kibotos/kibotos/internal/netcheck"
 	"github.com/kibotos/kibotos/internal/server"
 	"github.com/kibotos/kibotos/internal/store"
+	"github.com/kibotos/kibotos/internal/template"
 	"github.com/kibotos/kibotos/internal/testutil"
 )
 
@@ -67,7 +68,11 @@ func newEnv(t testing.TB, st store.Store) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := server.Handler(ctx, server.Config{Store: st, Checker: &netcheck.Checker{Resolver: testResolver}})
+	images, err := template.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := server.Handler(ctx, server.Config{Store: st, Checker: &netcheck.Checker{Resolver: testResolver}, Images: images})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -79,6 +79,12 @@ type bookkeeping struct {
 	Image Image `json:"image"`
 	// DataPlane authorizes the workspace's data-plane sessions.
 	DataPlane DataPlane `json:"data_plane,omitzero"`
+	// NetworkDrainSeconds is the drain_seconds of the
+	// UpdateWorkspaceNetworkPolicy call that produced the current policy
+	// revision: how long connections that revision moves off their path
+	// keep running on it. The policy does not carry it, so ctrl keeps it
+	// here for the host; zero at revision 1, which moves nothing.
+	NetworkDrainSeconds uint32 `json:"network_drain_seconds,omitempty"`
 }
 
 // DataPlane is a workspace's data-plane authorization state. ctrl keeps it

@@ -57,18 +57,17 @@ func caller(ctx context.Context) auth.Caller {
 func mutate[R proto.Message](ctx context.Context, s *Service, w Write[R], id string,
 	change func(ctx context.Context, tx store.Tx, r *record) error, respond func(*ctrlv1.Workspace) R) (R, error) {
 	var zero R
-	if err := command.ValidateID(w.Command.GetCommandId()); err != nil {
-		return zero, connect.NewError(connect.CodeInvalidArgument, err)
+	cmd, err := commandOf(ctx, w)
+	if err != nil {
+		return zero, err
 	}
 	if id == "" {
 		return zero, invalid("workspace_id is required")
 	}
-	c := caller(ctx)
-	cmd := command.Command[R]{ProjectID: c.ProjectID, Method: w.Method, ID: w.Command.GetCommandId(), Input: w.Input, New: w.New}
 	var changed bool
 	resp, err := command.Run(ctx, s.Store, cmd, func(ctx context.Context, tx store.Tx) (R, error) {
 		changed = false
-		r, err := s.load(ctx, tx, c.ProjectID, id)
+		r, err := s.load(ctx, tx, cmd.ProjectID, id)
 		if err != nil {
 			return zero, err
 		}
@@ -94,6 +93,15 @@ func mutate[R proto.Message](ctx context.Context, s *Service, w Write[R], id str
 		s.Changes.Publish(id)
 	}
 	return resp, err
+}
+
+// commandOf checks a write's command_id and describes the write to the
+// command layer, scoped to the caller's project.
+func commandOf[R proto.Message](ctx context.Context, w Write[R]) (command.Command[R], error) {
+	if err := command.ValidateID(w.Command.GetCommandId()); err != nil {
+		return command.Command[R]{}, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	return command.Command[R]{ProjectID: caller(ctx).ProjectID, Method: w.Method, ID: w.Command.GetCommandId(), Input: w.Input, New: w.New}, nil
 }
 
 // load reads a live workspace of the project; deleted and other projects'
@@ -140,8 +148,9 @@ func precondition(ws *ctrlv1.Workspace, format string, a ...any) error {
 func Create[R proto.Message](ctx context.Context, s *Service, w Write[R], spec *ctrlv1.WorkspaceCreateSpec,
 	labels, annotations map[string]string, respond func(*ctrlv1.Workspace) R) (R, error) {
 	var zero R
-	if err := command.ValidateID(w.Command.GetCommandId()); err != nil {
-		return zero, connect.NewError(connect.CodeInvalidArgument, err)
+	cmd, err := commandOf(ctx, w)
+	if err != nil {
+		return zero, err
 	}
 	if spec == nil {
 		return zero, invalid("spec is required")
@@ -163,8 +172,6 @@ func Create[R proto.Message](ctx context.Context, s *Service, w Write[R], spec *
 	if err := meta.ValidateAnnotations(annotations); err != nil {
 		return zero, connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	c := caller(ctx)
-	cmd := command.Command[R]{ProjectID: c.ProjectID, Method: w.Method, ID: w.Command.GetCommandId(), Input: w.Input, New: w.New}
 	// A retry replays before the slow checks, which DNS could now answer
 	// differently.
 	if resp, found, err := command.Replay(ctx, s.Store, cmd); err != nil || found {
@@ -173,16 +180,16 @@ func Create[R proto.Message](ctx context.Context, s *Service, w Write[R], spec *
 	if err := checkExpiration(spec.Expiration, s.now()); err != nil {
 		return zero, err
 	}
-	if err := checkDirectUpstreams(ctx, s.Store, s.Checker, c.ProjectID, spec.NetworkPolicy); err != nil {
+	if err := checkDirectUpstreams(ctx, s.Store, s.Checker, cmd.ProjectID, spec.NetworkPolicy); err != nil {
 		return zero, err
 	}
 	var id string
 	resp, err := command.Run(ctx, s.Store, cmd, func(ctx context.Context, tx store.Tx) (R, error) {
-		ref, image, err := resolveTemplate(ctx, tx, c.ProjectID, spec.Template)
+		ref, image, err := resolveTemplate(ctx, tx, cmd.ProjectID, spec.Template)
 		if err != nil {
 			return zero, err
 		}
-		policy, refs, err := checkPolicy(ctx, tx, c.ProjectID, spec.NetworkPolicy)
+		policy, refs, err := checkPolicy(ctx, tx, cmd.ProjectID, spec.NetworkPolicy)
 		if err != nil {
 			return zero, err
 		}
@@ -212,7 +219,7 @@ func Create[R proto.Message](ctx context.Context, s *Service, w Write[R], spec *
 			ws.Expiration = &ctrlv1.WorkspaceExpiration{Policy: spec.Expiration, Revision: 1}
 		}
 		r := &record{ws: ws, book: bookkeeping{Desired: DesiredRunning, Target: 1, Image: image}}
-		r.row = store.Workspace{ProjectID: c.ProjectID, ID: id, TemplateID: ref.TemplateId, HostID: host,
+		r.row = store.Workspace{ProjectID: cmd.ProjectID, ID: id, TemplateID: ref.TemplateId, HostID: host,
 			CPUMillis: resources.CpuMillis, MemoryBytes: resources.MemoryBytes, LayerBytes: layerBytes,
 			CreatedAt: now, UpdatedAt: now}
 		if spec.Expiration != nil {
@@ -225,7 +232,7 @@ func Create[R proto.Message](ctx context.Context, s *Service, w Write[R], spec *
 		if err := tx.CreateWorkspace(ctx, row); err != nil {
 			return zero, err
 		}
-		if err := tx.SetPolicyReferences(ctx, c.ProjectID, id, refs); err != nil {
+		if err := tx.SetPolicyReferences(ctx, cmd.ProjectID, id, refs); err != nil {
 			return zero, err
 		}
 		return respond(r.view()), nil

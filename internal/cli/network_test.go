@@ -1,0 +1,230 @@
+package cli
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+)
+
+// UpdateWorkspaceNetworkPolicy answers with the fake's Workspace carrying
+// the policy sent, one revision after the expected one.
+func (f *ctrlFake) UpdateWorkspaceNetworkPolicy(_ context.Context, r *connect.Request[ctrlv1.UpdateWorkspaceNetworkPolicyRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceNetworkPolicyResponse], error) {
+	f.record(r)
+	ws := proto.CloneOf(f.ws)
+	ws.Spec.NetworkPolicy = proto.CloneOf(r.Msg.GetPolicy())
+	ws.Spec.NetworkPolicy.Revision = r.Msg.GetExpectedRevision() + 1
+	return connect.NewResponse(&ctrlv1.UpdateWorkspaceNetworkPolicyResponse{Workspace: ws}), nil
+}
+
+var (
+	publicInternet = ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET
+	throughEgr1    = &ctrlv1.ResolverPath{Kind: &ctrlv1.ResolverPath_EgressId{EgressId: "egr_1"}}
+	directPath     = &ctrlv1.ResolverPath{Kind: &ctrlv1.ResolverPath_Direct{Direct: &ctrlv1.ResolverDirectPath{}}}
+)
+
+// networkWorkspace is a Workspace at policy revision 5 whose host applied
+// revision 4 and still drains revision 3, with one fault of each kind.
+func networkWorkspace() *ctrlv1.Workspace {
+	ws := testWorkspace(ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	ws.UpdatedAt = created
+	ws.Spec.NetworkPolicy = &ctrlv1.NetworkPolicy{Mode: publicInternet, Revision: 5,
+		Allow: []string{"1.1.1.1"}, Deny: []string{"10.0.0.0/8", "2001:db8::/32"},
+		Egresses:  []*ctrlv1.NetworkPolicyEgress{{EgressId: "egr_1", Destinations: []string{"10.1.0.0/16", "192.168.0.0/16"}}},
+		Resolvers: []*ctrlv1.NetworkPolicyResolver{{ResolverId: "rsv_1", Path: throughEgr1}}}
+	ws.NetworkPolicyStatus = &ctrlv1.NetworkPolicyStatus{AppliedRevision: 4, AppliedAt: created, DrainingRevision: 3,
+		Egresses:  []*ctrlv1.NetworkPolicyEgressStatus{{EgressId: "egr_1", AppliedRevision: 2}},
+		Resolvers: []*ctrlv1.NetworkPolicyResolverStatus{{ResolverId: "rsv_1", Path: throughEgr1, AppliedRevision: 7, DrainingRevision: 6}}}
+	ws.EgressObservations = []*ctrlv1.EgressObservation{{EgressId: "egr_1",
+		Kind: ctrlv1.EgressObservationKind_EGRESS_OBSERVATION_KIND_AUTHENTICATION_FAILED, FailingSince: created, ObservedAt: created, Error: "bad password"}}
+	ws.ResolverObservations = []*ctrlv1.ResolverObservation{{ResolverId: "rsv_1", Path: throughEgr1,
+		Kind: ctrlv1.ResolverObservationKind_RESOLVER_OBSERVATION_KIND_UPSTREAM_TIMEOUT, FailingSince: created, ObservedAt: created}}
+	return ws
+}
+
+// fields returns the lines of out with their cells separated by one space.
+func fields(out string) []string {
+	var lines []string
+	for l := range strings.SplitSeq(strings.TrimRight(out, "\n"), "\n") {
+		lines = append(lines, strings.Join(strings.Fields(l), " "))
+	}
+	return lines
+}
+
+func TestNetworkGet(t *testing.T) {
+	e, f := newCtrlEnv(t)
+	f.ws = networkWorkspace()
+	stdout, _ := e.call(t, "", "ws", "network", "get", "ws_1")
+	want := []string{
+		"WORKSPACE ws_1",
+		"MODE PUBLIC_INTERNET",
+		"REVISION 5",
+		"APPLIED_REVISION 4",
+		"APPLIED_AT 2025-03-01T12:00:00Z",
+		"DRAINING_REVISION 3",
+		"ALLOW 1.1.1.1",
+		"DENY 10.0.0.0/8,2001:db8::/32",
+		"",
+		"EGRESS DESTINATIONS APPLIED_REVISION DRAINING_REVISION",
+		"egr_1 10.1.0.0/16,192.168.0.0/16 2 -",
+		"",
+		"RESOLVER PATH APPLIED_REVISION DRAINING_REVISION",
+		"rsv_1 egress:egr_1 7 6",
+		"",
+		"FAULT OF KIND FAILING_SINCE OBSERVED_AT ERROR",
+		"egress egr_1 AUTHENTICATION_FAILED 2025-03-01T12:00:00Z 2025-03-01T12:00:00Z bad password",
+		"resolver rsv_1@egress:egr_1 UPSTREAM_TIMEOUT 2025-03-01T12:00:00Z 2025-03-01T12:00:00Z -",
+	}
+	if got := fields(stdout); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("get:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	// Before the host confirms anything there is no status.
+	f.ws = testWorkspace(ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING)
+	f.ws.Spec.NetworkPolicy = &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_DENY_ALL, Revision: 1}
+	stdout, _ = e.call(t, "", "ws", "network", "get", "ws_1")
+	if got := fields(stdout); len(got) != 8 || got[1] != "MODE DENY_ALL" || got[3] != "APPLIED_REVISION -" || got[5] != "DRAINING_REVISION -" {
+		t.Errorf("get without status:\n%s", stdout)
+	}
+
+	stdout, _ = e.call(t, "", "ws", "network", "get", "ws_1", "-o", "json")
+	var resp ctrlv1.GetWorkspaceResponse
+	if err := protojson.Unmarshal([]byte(stdout), &resp); err != nil || !proto.Equal(resp.GetWorkspace(), f.ws) {
+		t.Errorf("-o json = %v (%v), want the GetWorkspaceResponse", &resp, err)
+	}
+}
+
+func TestNetworkSetSendsPolicy(t *testing.T) {
+	e, f := newCtrlEnv(t)
+	f.ws = networkWorkspace()
+	stdout, _ := e.call(t, "", "ws", "network", "set", "ws_1", "--mode", "public-internet",
+		"--allow", "1.1.1.1", "--deny", "10.0.0.0/8", "--deny", "2001:db8::/32",
+		"--egress", "egr_1=10.1.0.0/16,192.168.0.0/16", "--resolver", "rsv_1@egress:egr_1", "--drain", "2m", "--command-id", "c1")
+	e.call(t, "", "ws", "network", "set", "ws_1", "--mode", "deny-all", "--expected-revision", "9", "--drain-seconds", "0")
+	e.call(t, "", "ws", "network", "set", "ws_1", "--mode", "public-internet", "--resolver", "rsv_2", "--expected-revision", "9")
+
+	calls, reqs := f.got()
+	if got := strings.Join(calls, ","); got != "GetWorkspace,UpdateWorkspaceNetworkPolicy,UpdateWorkspaceNetworkPolicy,UpdateWorkspaceNetworkPolicy" {
+		t.Fatalf("calls = %s", got)
+	}
+	want := &ctrlv1.UpdateWorkspaceNetworkPolicyRequest{
+		Command: &ctrlv1.CommandMetadata{CommandId: "c1"}, WorkspaceId: "ws_1", ExpectedRevision: 5, DrainSeconds: proto.Uint32(120),
+		Policy: &ctrlv1.NetworkPolicy{Mode: publicInternet, Allow: []string{"1.1.1.1"}, Deny: []string{"10.0.0.0/8", "2001:db8::/32"},
+			Egresses:  []*ctrlv1.NetworkPolicyEgress{{EgressId: "egr_1", Destinations: []string{"10.1.0.0/16", "192.168.0.0/16"}}},
+			Resolvers: []*ctrlv1.NetworkPolicyResolver{{ResolverId: "rsv_1", Path: throughEgr1}}},
+	}
+	if got := reqs[1]; !proto.Equal(got, want) {
+		t.Errorf("set = %v\nwant %v", got, want)
+	}
+	if r := reqs[2].(*ctrlv1.UpdateWorkspaceNetworkPolicyRequest); r.GetExpectedRevision() != 9 || r.DrainSeconds == nil || *r.DrainSeconds != 0 ||
+		!proto.Equal(r.GetPolicy(), &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_DENY_ALL}) {
+		t.Errorf("set deny-all = %v", r)
+	}
+	if r := reqs[3].(*ctrlv1.UpdateWorkspaceNetworkPolicyRequest); r.DrainSeconds != nil ||
+		!proto.Equal(r.GetPolicy().GetResolvers()[0], &ctrlv1.NetworkPolicyResolver{ResolverId: "rsv_2", Path: directPath}) {
+		t.Errorf("--resolver without a path = %v, want direct and no drain", r)
+	}
+	if got := fields(stdout); got[2] != "REVISION 6" || got[3] != "APPLIED_REVISION 4" {
+		t.Errorf("set shows:\n%s", stdout)
+	}
+}
+
+func TestNetworkSetRejectsBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{}, `"mode" not set`},
+		{[]string{"--mode", "open"}, "deny-all or public-internet"},
+		{[]string{"--mode", "public-internet", "--egress", "egr_1"}, "EGRESS_ID=DEST"},
+		{[]string{"--mode", "public-internet", "--egress", "=10.0.0.0/8"}, "EGRESS_ID=DEST"},
+		{[]string{"--mode", "public-internet", "--resolver", "rsv_1@tcp"}, "RESOLVER_ID@egress:EGRESS_ID"},
+		{[]string{"--mode", "public-internet", "--resolver", "@direct"}, "RESOLVER_ID@direct"},
+		{[]string{"--mode", "public-internet", "--resolver", "rsv_1@egress:"}, "RESOLVER_ID@egress:EGRESS_ID"},
+		{[]string{"--mode", "deny-all", "--drain", "1500ms"}, "whole seconds"},
+		{[]string{"--mode", "deny-all", "--drain", "-1s"}, "whole seconds"},
+		{[]string{"--mode", "deny-all", "--drain", "1m", "--drain-seconds", "60"}, "drain"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			e, f := newCtrlEnv(t)
+			_, _, err := e.run(t, "", append([]string{"ws", "network", "set", "ws_1", "--addr", e.addr, "--token", "t"}, tc.args...)...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
+			}
+			if calls, _ := f.got(); len(calls) != 0 {
+				t.Errorf("calls = %v, want none", calls)
+			}
+		})
+	}
+}
+
+func TestNetworkAllowDeny(t *testing.T) {
+	e, f := newCtrlEnv(t)
+	f.ws = networkWorkspace()
+	e.call(t, "", "ws", "network", "allow", "ws_1", "8.8.8.8", "1.1.1.1", "2606:4700::/32")
+	e.call(t, "", "ws", "network", "deny", "ws_1", "10.0.0.0/8", "--remove", "--expected-revision", "9", "--drain", "30s")
+	calls, reqs := f.got()
+	if got := strings.Join(calls, ","); got != "GetWorkspace,UpdateWorkspaceNetworkPolicy,GetWorkspace,UpdateWorkspaceNetworkPolicy" {
+		t.Fatalf("calls = %s", got)
+	}
+
+	// Entries are appended once; the rest of the policy goes back as read.
+	want := proto.CloneOf(f.ws.Spec.NetworkPolicy)
+	want.Allow = []string{"1.1.1.1", "8.8.8.8", "2606:4700::/32"}
+	r := reqs[1].(*ctrlv1.UpdateWorkspaceNetworkPolicyRequest)
+	if r.GetExpectedRevision() != 5 || r.DrainSeconds != nil || !proto.Equal(r.GetPolicy(), want) {
+		t.Errorf("allow = %v\nwant the policy %v at revision 5", r, want)
+	}
+	want = proto.CloneOf(f.ws.Spec.NetworkPolicy)
+	want.Deny = []string{"2001:db8::/32"}
+	r = reqs[3].(*ctrlv1.UpdateWorkspaceNetworkPolicyRequest)
+	if r.GetExpectedRevision() != 9 || r.GetDrainSeconds() != 30 || !proto.Equal(r.GetPolicy(), want) {
+		t.Errorf("deny --remove = %v\nwant the policy %v at revision 9", r, want)
+	}
+	if r.GetCommand().GetCommandId() == reqs[1].(*ctrlv1.UpdateWorkspaceNetworkPolicyRequest).GetCommand().GetCommandId() {
+		t.Error("two commands share a command_id")
+	}
+}
+
+func TestNetworkWatch(t *testing.T) {
+	e, f := newCtrlEnv(t)
+	first := networkWorkspace()
+	first.NetworkPolicyStatus, first.EgressObservations, first.ResolverObservations = nil, nil, nil
+	report := proto.CloneOf(first) // a host report that changes nothing shown
+	report.UpdatedAt = timestamppb.New(created.AsTime().Add(time.Second))
+	applied := proto.CloneOf(report)
+	applied.NetworkPolicyStatus = &ctrlv1.NetworkPolicyStatus{AppliedRevision: 5, DrainingRevision: 4}
+	faulty := networkWorkspace()
+	faulty.UpdatedAt = timestamppb.New(created.AsTime().Add(2 * time.Second))
+	f.watch = []*ctrlv1.Workspace{first, report, applied, faulty}
+
+	stdout, _ := e.call(t, "", "ws", "network", "watch", "ws_1")
+	want := []string{
+		"UPDATED REVISION APPLIED_REVISION DRAINING_REVISION EGRESS_FAULTS RESOLVER_FAULTS",
+		"2025-03-01T12:00:00Z 5 - - - -",
+		"2025-03-01T12:00:01Z 5 5 4 - -",
+		"2025-03-01T12:00:02Z 5 4 3 egr_1:AUTHENTICATION_FAILED rsv_1@egress:egr_1:UPSTREAM_TIMEOUT",
+	}
+	if got := fields(stdout); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("watch:\n%s\nwant\n%s", stdout, strings.Join(want, "\n"))
+	}
+
+	stdout, _ = e.call(t, "", "ws", "network", "watch", "ws_1", "-o", "json")
+	lines := strings.Split(strings.TrimRight(stdout, "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("%d JSON lines, want 3:\n%s", len(lines), stdout)
+	}
+	for i, ws := range []*ctrlv1.Workspace{first, applied, faulty} {
+		var m ctrlv1.WatchWorkspaceResponse
+		if err := protojson.Unmarshal([]byte(lines[i]), &m); err != nil || !proto.Equal(m.GetWorkspace(), ws) {
+			t.Errorf("line %d = %v (%v), want %v", i, &m, err, ws)
+		}
+	}
+}
