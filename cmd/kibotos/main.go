@@ -70,10 +70,11 @@ func (f *serveFlags) options(o daemon.Options) (daemon.Options, error) {
 
 func upCommand() *cobra.Command {
 	var (
-		flags   serveFlags
-		home    string
-		guest   string
-		runtime string
+		flags     serveFlags
+		home      string
+		guest     string
+		runtime   string
+		resolvers string
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -86,12 +87,17 @@ func upCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if o.DeploymentResolvers, err = daemon.ParseResolvers(resolvers); err != nil {
+				return fmt.Errorf("--resolvers: %w", err)
+			}
 			return daemon.Run(cmd.Context(), o)
 		},
 	}
 	cmd.Flags().StringVar(&home, "home", envOr("KIBOTOS_HOME", daemon.DefaultHome), "state directory (env KIBOTOS_HOME)")
 	cmd.Flags().StringVar(&guest, "guest-agent", "", "the kibotos-guest binary (default: next to this executable)")
 	cmd.Flags().StringVar(&runtime, "runtime", "runc", "OCI runtime of workspaces: runc, crun or runsc")
+	cmd.Flags().StringVar(&resolvers, "resolvers", os.Getenv("KIBOTOS_RESOLVERS"),
+		"comma-separated IP[:port] deployment DNS resolvers workspaces use under PUBLIC_INTERNET (default: the nameservers of /etc/resolv.conf; env KIBOTOS_RESOLVERS)")
 	flags.register(cmd)
 	return cmd
 }

@@ -16,14 +16,16 @@ type Deps struct {
 	Store   store.Store
 	Pages   *pagetoken.Codec
 	Checker *netcheck.Checker
+	// Changed is called after every committed Egress or Resolver write.
+	Changed func()
 }
 
 // NewEgressService returns the EgressService handler.
 func NewEgressService(d Deps) *EgressService {
-	return &EgressService{objects: &objects.Service[*ctrlv1.EgressSpec]{Kind: egressKind(d.Checker), Store: d.Store, Pages: d.Pages}}
+	return &EgressService{objects: &objects.Service[*ctrlv1.EgressSpec]{Kind: egressKind(d.Checker), Store: d.Store, Pages: d.Pages, Changed: d.Changed}}
 }
 
 // NewResolverService returns the ResolverService handler.
 func NewResolverService(d Deps) *ResolverService {
-	return &ResolverService{objects: &objects.Service[*ctrlv1.ResolverSpec]{Kind: resolverKind(), Store: d.Store, Pages: d.Pages}}
+	return &ResolverService{objects: &objects.Service[*ctrlv1.ResolverSpec]{Kind: resolverKind(), Store: d.Store, Pages: d.Pages, Changed: d.Changed}}
 }

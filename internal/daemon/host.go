@@ -3,7 +3,9 @@ package daemon
 import (
 	"bufio"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -11,6 +13,7 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
+	"github.com/miekg/dns"
 	"golang.org/x/sys/unix"
 
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
@@ -49,12 +52,56 @@ func newHostAgent(o Options, images *template.Store, ctrlURL, token string) (*ho
 	if err != nil {
 		return nil, err
 	}
+	resolvers := o.DeploymentResolvers
+	if resolvers == nil {
+		resolvers = systemResolvers()
+	}
 	client := hostv1connect.NewHostServiceClient(http.DefaultClient, ctrlURL, connect.WithInterceptors(bearer.Token(token)))
 	return hostagent.New(hostagent.Config{
 		HostID: localHostID, Client: client, Driver: driver, Layers: driver, Template: images,
 		LayerDir: filepath.Join(o.stateDir(), "layers"), GuestAgent: guest, Capacity: capacity,
 		Runtimes: oci.Detect(), DataPlaneEndpoint: ctrlURL,
+		Network: hostagent.NetworkConfig{Dir: filepath.Join(o.stateDir(), "netns"),
+			DeploymentResolvers: resolvers, UnsafeExemptRanges: o.UnsafeExemptRanges},
 	})
+}
+
+// ParseResolvers parses a comma-separated list of IP or IP:port resolver
+// addresses (port 53 when absent). The empty string gives nil.
+func ParseResolvers(s string) ([]netip.AddrPort, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []netip.AddrPort
+	for f := range strings.SplitSeq(s, ",") {
+		f = strings.TrimSpace(f)
+		if a, err := netip.ParseAddr(f); err == nil {
+			out = append(out, netip.AddrPortFrom(a, 53))
+			continue
+		}
+		ap, err := netip.ParseAddrPort(f)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not an IP address or IP:port", f)
+		}
+		out = append(out, ap)
+	}
+	return out, nil
+}
+
+// systemResolvers are the nameservers of /etc/resolv.conf.
+func systemResolvers() []netip.AddrPort {
+	conf, err := dns.ClientConfigFromFile("/etc/resolv.conf")
+	if err != nil {
+		slog.Warn("no deployment resolvers: workspaces' DNS will fail under PUBLIC_INTERNET", "err", err)
+		return []netip.AddrPort{}
+	}
+	var out []netip.AddrPort
+	for _, s := range conf.Servers {
+		if a, err := netip.ParseAddr(s); err == nil {
+			out = append(out, netip.AddrPortFrom(a.WithZone(""), 53))
+		}
+	}
+	return out
 }
 
 // guestAgent finds the kibotos-guest binary.

@@ -67,13 +67,20 @@ func requireRoot(t *testing.T) {
 // up starts a deployment on home; stop it with d.stop.
 func up(t *testing.T, home string) *deployment {
 	t.Helper()
+	return upWith(t, home, daemon.Options{})
+}
+
+// upWith starts a deployment on home with o's network settings.
+func upWith(t *testing.T, home string, o daemon.Options) *deployment {
+	t.Helper()
 	requireRoot(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan net.Addr, 1)
 	d := &deployment{t: t, home: home, cancel: cancel, done: make(chan error, 1)}
 	go func() {
 		d.done <- daemon.Run(ctx, daemon.Options{Home: home, Listen: "127.0.0.1:0", Host: true,
-			GuestAgent: guestAgent, Ready: func(a net.Addr) { ready <- a }})
+			GuestAgent: guestAgent, Ready: func(a net.Addr) { ready <- a },
+			UnsafeExemptRanges: o.UnsafeExemptRanges, DeploymentResolvers: o.DeploymentResolvers})
 	}()
 	select {
 	case a := <-ready:

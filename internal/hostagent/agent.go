@@ -24,6 +24,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
+	"github.com/kibotos/kibotos/internal/netslot"
 	"github.com/kibotos/kibotos/internal/runtime"
 	"github.com/kibotos/kibotos/internal/template"
 )
@@ -63,6 +64,8 @@ type Config struct {
 	// DataPlaneEndpoint is the base URL callers reach this host's
 	// data-plane gateway at.
 	DataPlaneEndpoint string
+	// Network configures the executions' network slots.
+	Network NetworkConfig
 }
 
 // Agent converges a host's executions to ctrl's assignments.
@@ -109,6 +112,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		slog.Info("recovered running execution", "execution", id)
 		a.adopt(ctx, id)
 	}
+	a.releaseSlotsExcept(running)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { a.sendReports(ctx) })
@@ -176,7 +180,7 @@ func (a *Agent) converge(ctx context.Context, assignments []*hostv1.Assignment) 
 func (a *Agent) adopt(ctx context.Context, id string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.newExecution(ctx, id, true)
+	a.newExecution(ctx, id, true).reopenSlot()
 }
 
 func (a *Agent) newExecution(ctx context.Context, id string, running bool) *execution {
@@ -322,6 +326,11 @@ type execution struct {
 	desired *hostv1.Assignment
 	known   bool // desired has been set at least once
 	last    *hostv1.ExecutionReport
+	slot    *netslot.Slot // the network slot while the execution runs
+
+	// reportMu orders reports: a slot's change never re-sends RUNNING
+	// after the execution reported something else.
+	reportMu sync.Mutex
 
 	// exited receives the status of init when it ends on its own.
 	exited chan runtime.Status
@@ -388,6 +397,13 @@ func (e *execution) lastReport() *hostv1.ExecutionReport {
 
 // report records and sends a report about this execution.
 func (e *execution) report(as *hostv1.Assignment, r *hostv1.ExecutionReport) {
+	e.reportMu.Lock()
+	defer e.reportMu.Unlock()
+	e.send(as, r)
+}
+
+// send records and sends a report; reportMu is held.
+func (e *execution) send(as *hostv1.Assignment, r *hostv1.ExecutionReport) {
 	r.ExecutionId, r.WorkspaceId, r.Generation = e.id, as.WorkspaceId, as.Generation
 	e.mu.Lock()
 	e.last = proto.CloneOf(r)
@@ -498,12 +514,19 @@ func (e *execution) start(ctx context.Context, as *hostv1.Assignment) {
 		fail(ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_WRITABLE_LAYER, fmt.Errorf("growing the writable layer: %w", err))
 		return
 	}
+	slot, err := e.createSlot(as)
+	if err != nil {
+		fail(ctrlv1.FailureStage_FAILURE_STAGE_APPLYING_NETWORK, err)
+		return
+	}
 	spec := runtime.Spec{
 		ID: e.id, Layers: layers, LayerImage: path,
 		CPUMillis: as.Resources.GetCpuMillis(), MemoryBytes: as.Resources.GetMemoryBytes(), PidsLimit: pidsLimit,
 		GuestAgent: e.agent.cfg.GuestAgent, Hostname: as.WorkspaceId, Env: as.Template.GetEnv(),
+		NetNS: slot.Path(), ResolvConf: netslot.ResolvConf(e.agent.cfg.Network.DeploymentResolvers),
 	}
 	if err := e.agent.cfg.Driver.Start(ctx, spec); err != nil {
+		e.releaseSlot()
 		fail(ctrlv1.FailureStage_FAILURE_STAGE_STARTING, err)
 		return
 	}
@@ -518,32 +541,35 @@ func (e *execution) start(ctx context.Context, as *hostv1.Assignment) {
 		if probeCtx.Err() != nil {
 			e.setRunning(ctx, false)
 			e.agent.cfg.Driver.Stop(ctx, e.id, runtime.StopForce, 0)
+			e.releaseSlot()
 			fail(ctrlv1.FailureStage_FAILURE_STAGE_WAITING_FOR_READINESS, fmt.Errorf("guest agent did not answer within %s: %w", readyTimeout, err))
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	capacity, _ := e.agent.cfg.Layers.LayerCapacity(path)
-	e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_RUNNING,
-		LayerCapacityBytes: &capacity, LayerContinued: continued})
+	e.report(as, e.withNetwork(&hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_RUNNING,
+		LayerCapacityBytes: &capacity, LayerContinued: continued}))
 }
 
 // observe reports a running execution that has not been reported as
 // running for this assignment yet (one adopted after a restart).
 func (e *execution) observe(ctx context.Context, as *hostv1.Assignment) {
+	e.applyNetwork(as)
 	if last := e.lastReport(); last != nil && last.State == hostv1.ObservedState_OBSERVED_STATE_RUNNING && last.Generation == as.Generation {
 		return
 	}
 	if e.agent.cfg.Driver.Probe(ctx, e.id) == nil {
 		capacity, _ := e.agent.cfg.Layers.LayerCapacity(e.agent.layerPath(as.LayerId))
-		e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_RUNNING,
-			LayerCapacityBytes: &capacity, LayerContinued: true})
+		e.report(as, e.withNetwork(&hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_RUNNING,
+			LayerCapacityBytes: &capacity, LayerContinued: true}))
 	}
 }
 
 // exit releases an execution whose init ended on its own and tells ctrl.
 func (e *execution) exit(ctx context.Context, as *hostv1.Assignment, st runtime.Status) {
 	e.agent.cfg.Driver.Stop(ctx, e.id, runtime.StopForce, 0)
+	e.releaseSlot()
 	e.setRunning(ctx, false)
 	e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_EXITED, OomKilled: st.OOMKilled})
 }
@@ -560,6 +586,9 @@ func (e *execution) stop(ctx context.Context, as *hostv1.Assignment, mode runtim
 	}
 	e.setRunning(ctx, false) // a deliberate stop is not an exit
 	res, err := e.agent.cfg.Driver.Stop(ctx, e.id, mode, stopGrace)
+	if err == nil {
+		err = e.releaseSlot()
+	}
 	if err != nil {
 		slog.Error("stop failed", "execution", e.id, "err", err)
 		if as != nil {
@@ -589,7 +618,11 @@ func (e *execution) delete(ctx context.Context, as *hostv1.Assignment) {
 	lock.Lock()
 	defer lock.Unlock()
 	e.setRunning(ctx, false)
-	if _, err := e.agent.cfg.Driver.Stop(ctx, e.id, runtime.StopForce, 0); err != nil {
+	_, err := e.agent.cfg.Driver.Stop(ctx, e.id, runtime.StopForce, 0)
+	if err == nil {
+		err = e.releaseSlot()
+	}
+	if err != nil {
 		e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_FAILED,
 			FailureStage: ctrlv1.FailureStage_FAILURE_STAGE_DELETING, FailureReason: reasonOf(err), FailureMessage: err.Error()})
 		return

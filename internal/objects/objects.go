@@ -79,6 +79,9 @@ type Service[S proto.Message] struct {
 	Pages *pagetoken.Codec
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
+	// Changed, when set, is called after every committed write, so that
+	// hosts re-read the objects their executions use.
+	Changed func()
 }
 
 func (s *Service[S]) now() time.Time {
@@ -132,7 +135,11 @@ func run[S, R proto.Message](ctx context.Context, s *Service[S], m Mutation[R], 
 			return zero, invalid(err)
 		}
 	}
-	return command.Run(ctx, s.Store, cmd, exec)
+	resp, err := command.Run(ctx, s.Store, cmd, exec)
+	if err == nil && s.Changed != nil {
+		s.Changed()
+	}
+	return resp, err
 }
 
 // Create stores a new object at revision 1.

@@ -40,6 +40,12 @@ type Spec struct {
 	// Env is extra environment of the guest agent (and so of the guest's
 	// processes), KEY=value.
 	Env []string
+	// NetNS is the host path of the network namespace the execution joins
+	// (its network slot); empty gives it a fresh one with only loopback.
+	NetNS string
+	// ResolvConf, when set, is the guest's /etc/resolv.conf at start. The
+	// guest may change its copy; nothing rewrites it while it runs.
+	ResolvConf []byte
 }
 
 // Status is what a driver observes of an execution.

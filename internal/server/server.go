@@ -81,7 +81,9 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 		cfg.Changes = workspaces.NewBroker()
 	}
 	pages := pagetoken.New(key)
-	deps := ctrl.Deps{Store: cfg.Store, Pages: pages, Checker: cfg.Checker}
+	// An Egress or Resolver change reaches the hosts that use it through
+	// their assignment streams.
+	deps := ctrl.Deps{Store: cfg.Store, Pages: pages, Checker: cfg.Checker, Changed: func() { cfg.Changes.Publish("") }}
 	ws := &workspaces.Service{Store: cfg.Store, Pages: pages, Checker: cfg.Checker, Changes: cfg.Changes}
 	common := []connect.HandlerOption{
 		connect.WithCodec(deterministicCodec{}),

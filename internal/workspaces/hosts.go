@@ -83,7 +83,13 @@ func (s *Service) Assignments(ctx context.Context, hostID string) ([]*hostv1.Ass
 			if err != nil {
 				return err
 			}
-			out = append(out, r.assignment(now))
+			a := r.assignment(now)
+			if a.Desired == hostv1.DesiredState_DESIRED_STATE_RUNNING {
+				if a.Network, err = networkAssignment(ctx, tx, r); err != nil {
+					return err
+				}
+			}
+			out = append(out, a)
 		}
 		return nil
 	})
@@ -200,6 +206,9 @@ func (s *Service) apply(ctx context.Context, tx store.Tx, r *record, rep *hostv1
 			r.ws.Delivery = nil
 		}
 	case hostv1.ObservedState_OBSERVED_STATE_RUNNING:
+		if r.book.Desired == DesiredRunning {
+			applyNetwork(r.ws, rep.Network, now)
+		}
 		if r.book.Desired != DesiredRunning || !(starting || state == ctrlv1.WorkspaceState_WORKSPACE_STATE_UNKNOWN) {
 			return nil
 		}
@@ -264,6 +273,11 @@ func (s *Service) apply(ctx context.Context, tx store.Tx, r *record, rep *hostv1
 		r.ws.Failure = &ctrlv1.WorkspaceFailure{Reason: reason, Stage: stage, Message: rep.FailureMessage, FailedAt: timestamppb.New(now)}
 		r.ws.Delivery = nil
 		r.book.Desired = DesiredStopped
+	}
+	switch r.ws.State {
+	case ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPING:
+	default:
+		clearNetwork(r.ws) // no current execution
 	}
 	return nil
 }

@@ -233,12 +233,12 @@ func directUpstream(spec *ctrlv1.ResolverSpec) string {
 
 // loadLive reads a live object's spec; missing or deleted is not_found.
 func loadLive(ctx context.Context, tx store.Tx, kind store.Kind, projectID, id, noun string, spec proto.Message) error {
-	o, err := tx.Object(ctx, kind, projectID, id)
-	if errors.Is(err, store.ErrNotFound) || err == nil && o.Deleted() {
-		return connect.NewError(connect.CodeNotFound, fmt.Errorf("%s %q not found", noun, id))
-	}
+	o, err := liveObject(ctx, tx, kind, projectID, id)
 	if err != nil {
 		return err
+	}
+	if o == nil {
+		return connect.NewError(connect.CodeNotFound, fmt.Errorf("%s %q not found", noun, id))
 	}
 	return proto.Unmarshal(o.Spec, spec)
 }

@@ -93,6 +93,12 @@ func (d *Driver) Start(ctx context.Context, spec runtime.Spec) (err error) {
 		"size=1m,nr_inodes=64,mode=0700"); err != nil {
 		return fmt.Errorf("oci: socket directory: %w", err)
 	}
+	if spec.ResolvConf != nil {
+		// In the small tmpfs too: the guest can write to its copy.
+		if err := os.WriteFile(filepath.Join(rec.SocketDir, resolvConfName), spec.ResolvConf, 0o644); err != nil {
+			return fmt.Errorf("oci: resolv.conf: %w", err)
+		}
+	}
 	b, err := marshalSpec(ociSpec(spec, rec.RootfsPath, rec.SocketDir))
 	if err != nil {
 		return err

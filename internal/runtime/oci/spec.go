@@ -2,6 +2,7 @@ package oci
 
 import (
 	"encoding/json"
+	"path/filepath"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -13,6 +14,7 @@ import (
 const (
 	guestAgentPath = "/.kibotos/guest"
 	guestSocketDir = "/run/kibotos"
+	resolvConfName = "resolv.conf" // in the socket directory on the host
 	defaultPath    = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	cfsPeriod      = 100000  // µs
 	ociVersion     = "1.0.2" // what runc 1.1 speaks; the fields used are all 1.0
@@ -80,6 +82,27 @@ func ociSpec(spec runtime.Spec, rootfs, sockDir string) *specs.Spec {
 		limit := spec.PidsLimit
 		res.Pids = &specs.LinuxPids{Limit: &limit}
 	}
+	mounts := []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
+		// The NONE tier: empty at every start. Their memory counts
+		// against the execution's memory limit.
+		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}},
+		{Destination: "/run", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755"}},
+		// After /run, which would hide it.
+		{Destination: guestSocketDir, Type: "bind", Source: sockDir, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
+		{Destination: guestAgentPath, Type: "bind", Source: spec.GuestAgent, Options: []string{"bind", "ro", "nosuid", "nodev"}},
+	}
+	if spec.ResolvConf != nil {
+		mounts = append(mounts, specs.Mount{Destination: "/etc/resolv.conf", Type: "bind",
+			Source: filepath.Join(sockDir, resolvConfName), Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}})
+	}
+	netns := specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: spec.NetNS} // no path: loopback only
 	return &specs.Spec{
 		Version: ociVersion,
 		Process: &specs.Process{
@@ -94,22 +117,7 @@ func ociSpec(spec runtime.Spec, rootfs, sockDir string) *specs.Spec {
 		},
 		Root:     &specs.Root{Path: rootfs, Readonly: false},
 		Hostname: hostname,
-		Mounts: []specs.Mount{
-			{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
-			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
-			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
-			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
-			{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
-			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
-			{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
-			// The NONE tier: empty at every start. Their memory counts
-			// against the execution's memory limit.
-			{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}},
-			{Destination: "/run", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755"}},
-			// After /run, which would hide it.
-			{Destination: guestSocketDir, Type: "bind", Source: sockDir, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
-			{Destination: guestAgentPath, Type: "bind", Source: spec.GuestAgent, Options: []string{"bind", "ro", "nosuid", "nodev"}},
-		},
+		Mounts:   mounts,
 		Linux: &specs.Linux{
 			CgroupsPath: cgroupPath(spec.ID),
 			Resources:   res,
@@ -118,7 +126,7 @@ func ociSpec(spec runtime.Spec, rootfs, sockDir string) *specs.Spec {
 				{Type: specs.MountNamespace},
 				{Type: specs.IPCNamespace},
 				{Type: specs.UTSNamespace},
-				{Type: specs.NetworkNamespace}, // fresh: loopback only
+				netns,
 				{Type: specs.CgroupNamespace},
 			},
 			Seccomp:           seccompProfile(),

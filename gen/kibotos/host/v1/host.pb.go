@@ -517,7 +517,11 @@ type Assignment struct {
 	// of this Workspace against. It is present only with desired RUNNING,
 	// once the Workspace has a key (from its first AVAILABLE on); without it
 	// no token works, so sessions end with the execution's run.
-	DataPlane     *DataPlane `protobuf:"bytes,9,opt,name=data_plane,json=dataPlane,proto3" json:"data_plane,omitempty"`
+	DataPlane *DataPlane `protobuf:"bytes,9,opt,name=data_plane,json=dataPlane,proto3" json:"data_plane,omitempty"`
+	// network is what the execution's network slot enforces: the Workspace's
+	// policy and the Egresses and Resolvers it references. A running
+	// execution applies a changed one live and confirms it in its reports.
+	Network       *NetworkAssignment `protobuf:"bytes,10,opt,name=network,proto3" json:"network,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -615,6 +619,230 @@ func (x *Assignment) GetDataPlane() *DataPlane {
 	return nil
 }
 
+func (x *Assignment) GetNetwork() *NetworkAssignment {
+	if x != nil {
+		return x.Network
+	}
+	return nil
+}
+
+// NetworkAssignment is one Workspace's expected network, resolved by ctrl
+// into everything the host needs without asking again.
+type NetworkAssignment struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// policy is the Workspace's NetworkPolicy with its revision.
+	Policy *v1.NetworkPolicy `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	// drain_seconds is the drain of the UpdateWorkspaceNetworkPolicy call
+	// that produced policy.revision: connections it moves off their path
+	// keep running that long.
+	DrainSeconds uint32 `protobuf:"varint,2,opt,name=drain_seconds,json=drainSeconds,proto3" json:"drain_seconds,omitempty"`
+	// egresses has one entry for each Egress the policy references.
+	Egresses []*EgressAssignment `protobuf:"bytes,3,rep,name=egresses,proto3" json:"egresses,omitempty"`
+	// resolvers has one entry for each Resolver the policy references.
+	Resolvers     []*ResolverAssignment `protobuf:"bytes,4,rep,name=resolvers,proto3" json:"resolvers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkAssignment) Reset() {
+	*x = NetworkAssignment{}
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkAssignment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkAssignment) ProtoMessage() {}
+
+func (x *NetworkAssignment) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkAssignment.ProtoReflect.Descriptor instead.
+func (*NetworkAssignment) Descriptor() ([]byte, []int) {
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *NetworkAssignment) GetPolicy() *v1.NetworkPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+func (x *NetworkAssignment) GetDrainSeconds() uint32 {
+	if x != nil {
+		return x.DrainSeconds
+	}
+	return 0
+}
+
+func (x *NetworkAssignment) GetEgresses() []*EgressAssignment {
+	if x != nil {
+		return x.Egresses
+	}
+	return nil
+}
+
+func (x *NetworkAssignment) GetResolvers() []*ResolverAssignment {
+	if x != nil {
+		return x.Resolvers
+	}
+	return nil
+}
+
+// EgressAssignment is one Egress at its current revision, password
+// included: the host dials it.
+type EgressAssignment struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	EgressId string                 `protobuf:"bytes,1,opt,name=egress_id,json=egressId,proto3" json:"egress_id,omitempty"`
+	Revision uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	Spec     *v1.EgressSpec         `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
+	// drain_seconds is the drain of the update that produced revision.
+	DrainSeconds  uint32 `protobuf:"varint,4,opt,name=drain_seconds,json=drainSeconds,proto3" json:"drain_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressAssignment) Reset() {
+	*x = EgressAssignment{}
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressAssignment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressAssignment) ProtoMessage() {}
+
+func (x *EgressAssignment) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressAssignment.ProtoReflect.Descriptor instead.
+func (*EgressAssignment) Descriptor() ([]byte, []int) {
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *EgressAssignment) GetEgressId() string {
+	if x != nil {
+		return x.EgressId
+	}
+	return ""
+}
+
+func (x *EgressAssignment) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *EgressAssignment) GetSpec() *v1.EgressSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *EgressAssignment) GetDrainSeconds() uint32 {
+	if x != nil {
+		return x.DrainSeconds
+	}
+	return 0
+}
+
+// ResolverAssignment is one Resolver at its current revision.
+type ResolverAssignment struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ResolverId string                 `protobuf:"bytes,1,opt,name=resolver_id,json=resolverId,proto3" json:"resolver_id,omitempty"`
+	Revision   uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	Spec       *v1.ResolverSpec       `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
+	// drain_seconds is the drain of the update that produced revision.
+	DrainSeconds  uint32 `protobuf:"varint,4,opt,name=drain_seconds,json=drainSeconds,proto3" json:"drain_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolverAssignment) Reset() {
+	*x = ResolverAssignment{}
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolverAssignment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolverAssignment) ProtoMessage() {}
+
+func (x *ResolverAssignment) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolverAssignment.ProtoReflect.Descriptor instead.
+func (*ResolverAssignment) Descriptor() ([]byte, []int) {
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ResolverAssignment) GetResolverId() string {
+	if x != nil {
+		return x.ResolverId
+	}
+	return ""
+}
+
+func (x *ResolverAssignment) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *ResolverAssignment) GetSpec() *v1.ResolverSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *ResolverAssignment) GetDrainSeconds() uint32 {
+	if x != nil {
+		return x.DrainSeconds
+	}
+	return 0
+}
+
 // DataPlane is the authorization state of one Workspace's data plane. The
 // gateway accepts a session token only when its MAC verifies under key, its
 // generation equals the execution's, it has not expired, and its session
@@ -634,7 +862,7 @@ type DataPlane struct {
 
 func (x *DataPlane) Reset() {
 	*x = DataPlane{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[6]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -646,7 +874,7 @@ func (x *DataPlane) String() string {
 func (*DataPlane) ProtoMessage() {}
 
 func (x *DataPlane) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[6]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -659,7 +887,7 @@ func (x *DataPlane) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataPlane.ProtoReflect.Descriptor instead.
 func (*DataPlane) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{6}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DataPlane) GetKey() []byte {
@@ -693,7 +921,7 @@ type StopRequest struct {
 
 func (x *StopRequest) Reset() {
 	*x = StopRequest{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[7]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -705,7 +933,7 @@ func (x *StopRequest) String() string {
 func (*StopRequest) ProtoMessage() {}
 
 func (x *StopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[7]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -718,7 +946,7 @@ func (x *StopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopRequest.ProtoReflect.Descriptor instead.
 func (*StopRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{7}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StopRequest) GetMode() v1.StopMode {
@@ -756,7 +984,7 @@ type ExecutionTemplate struct {
 
 func (x *ExecutionTemplate) Reset() {
 	*x = ExecutionTemplate{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[8]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -768,7 +996,7 @@ func (x *ExecutionTemplate) String() string {
 func (*ExecutionTemplate) ProtoMessage() {}
 
 func (x *ExecutionTemplate) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[8]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -781,7 +1009,7 @@ func (x *ExecutionTemplate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionTemplate.ProtoReflect.Descriptor instead.
 func (*ExecutionTemplate) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{8}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ExecutionTemplate) GetTemplateId() string {
@@ -835,7 +1063,7 @@ type TemplateLayer struct {
 
 func (x *TemplateLayer) Reset() {
 	*x = TemplateLayer{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[9]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -847,7 +1075,7 @@ func (x *TemplateLayer) String() string {
 func (*TemplateLayer) ProtoMessage() {}
 
 func (x *TemplateLayer) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[9]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -860,7 +1088,7 @@ func (x *TemplateLayer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateLayer.ProtoReflect.Descriptor instead.
 func (*TemplateLayer) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{9}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TemplateLayer) GetDigest() string {
@@ -896,7 +1124,7 @@ type ReportExecutionsRequest struct {
 
 func (x *ReportExecutionsRequest) Reset() {
 	*x = ReportExecutionsRequest{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[10]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +1136,7 @@ func (x *ReportExecutionsRequest) String() string {
 func (*ReportExecutionsRequest) ProtoMessage() {}
 
 func (x *ReportExecutionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[10]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +1149,7 @@ func (x *ReportExecutionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportExecutionsRequest.ProtoReflect.Descriptor instead.
 func (*ReportExecutionsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{10}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReportExecutionsRequest) GetHostId() string {
@@ -947,7 +1175,7 @@ type ReportExecutionsResponse struct {
 
 func (x *ReportExecutionsResponse) Reset() {
 	*x = ReportExecutionsResponse{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[11]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1187,7 @@ func (x *ReportExecutionsResponse) String() string {
 func (*ReportExecutionsResponse) ProtoMessage() {}
 
 func (x *ReportExecutionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[11]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1200,7 @@ func (x *ReportExecutionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportExecutionsResponse.ProtoReflect.Descriptor instead.
 func (*ReportExecutionsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{11}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{14}
 }
 
 // ExecutionReport is the complete latest observation of one execution, set
@@ -1016,14 +1244,17 @@ type ExecutionReport struct {
 	OomKilled bool `protobuf:"varint,14,opt,name=oom_killed,json=oomKilled,proto3" json:"oom_killed,omitempty"`
 	// observed_at is when the host made this observation, on the host's clock.
 	// ctrl stamps what it stores with its own clock.
-	ObservedAt    *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=observed_at,json=observedAt,proto3" json:"observed_at,omitempty"`
+	ObservedAt *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=observed_at,json=observedAt,proto3" json:"observed_at,omitempty"`
+	// network is what the execution's network slot has in force, sent with
+	// RUNNING; absent before the slot first applied a policy.
+	Network       *NetworkReport `protobuf:"bytes,16,opt,name=network,proto3" json:"network,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExecutionReport) Reset() {
 	*x = ExecutionReport{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[12]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1266,7 @@ func (x *ExecutionReport) String() string {
 func (*ExecutionReport) ProtoMessage() {}
 
 func (x *ExecutionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[12]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1279,7 @@ func (x *ExecutionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionReport.ProtoReflect.Descriptor instead.
 func (*ExecutionReport) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{12}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExecutionReport) GetExecutionId() string {
@@ -1156,6 +1387,86 @@ func (x *ExecutionReport) GetObservedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *ExecutionReport) GetNetwork() *NetworkReport {
+	if x != nil {
+		return x.Network
+	}
+	return nil
+}
+
+// NetworkReport is the state of one execution's network slot.
+type NetworkReport struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// status is the policy confirmed as applied; absent after a failed
+	// application (failure_message says why).
+	Status         *v1.NetworkPolicyStatus `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	FailureMessage string                  `protobuf:"bytes,2,opt,name=failure_message,json=failureMessage,proto3" json:"failure_message,omitempty"`
+	// egress_observations and resolver_observations are the current runs of
+	// failures, failing_since on the host's clock; ctrl sets observed_at.
+	EgressObservations   []*v1.EgressObservation   `protobuf:"bytes,3,rep,name=egress_observations,json=egressObservations,proto3" json:"egress_observations,omitempty"`
+	ResolverObservations []*v1.ResolverObservation `protobuf:"bytes,4,rep,name=resolver_observations,json=resolverObservations,proto3" json:"resolver_observations,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *NetworkReport) Reset() {
+	*x = NetworkReport{}
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkReport) ProtoMessage() {}
+
+func (x *NetworkReport) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkReport.ProtoReflect.Descriptor instead.
+func (*NetworkReport) Descriptor() ([]byte, []int) {
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *NetworkReport) GetStatus() *v1.NetworkPolicyStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *NetworkReport) GetFailureMessage() string {
+	if x != nil {
+		return x.FailureMessage
+	}
+	return ""
+}
+
+func (x *NetworkReport) GetEgressObservations() []*v1.EgressObservation {
+	if x != nil {
+		return x.EgressObservations
+	}
+	return nil
+}
+
+func (x *NetworkReport) GetResolverObservations() []*v1.ResolverObservation {
+	if x != nil {
+		return x.ResolverObservations
+	}
+	return nil
+}
+
 // GetTemplateBlobRequest is the input of GetTemplateBlob.
 type GetTemplateBlobRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1169,7 +1480,7 @@ type GetTemplateBlobRequest struct {
 
 func (x *GetTemplateBlobRequest) Reset() {
 	*x = GetTemplateBlobRequest{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[13]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1181,7 +1492,7 @@ func (x *GetTemplateBlobRequest) String() string {
 func (*GetTemplateBlobRequest) ProtoMessage() {}
 
 func (x *GetTemplateBlobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[13]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1194,7 +1505,7 @@ func (x *GetTemplateBlobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTemplateBlobRequest.ProtoReflect.Descriptor instead.
 func (*GetTemplateBlobRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{13}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetTemplateBlobRequest) GetDigest() string {
@@ -1225,7 +1536,7 @@ type GetTemplateBlobResponse struct {
 
 func (x *GetTemplateBlobResponse) Reset() {
 	*x = GetTemplateBlobResponse{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[14]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1237,7 +1548,7 @@ func (x *GetTemplateBlobResponse) String() string {
 func (*GetTemplateBlobResponse) ProtoMessage() {}
 
 func (x *GetTemplateBlobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[14]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1250,7 +1561,7 @@ func (x *GetTemplateBlobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTemplateBlobResponse.ProtoReflect.Descriptor instead.
 func (*GetTemplateBlobResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{14}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetTemplateBlobResponse) GetData() []byte {
@@ -1290,7 +1601,7 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\ahost_id\x18\x01 \x01(\tR\x06hostId\"s\n" +
 	"\x18WatchAssignmentsResponse\x12=\n" +
 	"\vassignments\x18\x01 \x03(\v2\x1b.kibotos.host.v1.AssignmentR\vassignments\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\"\xb3\x03\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"\xf1\x03\n" +
 	"\n" +
 	"Assignment\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12!\n" +
@@ -1304,7 +1615,25 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\x04stop\x18\a \x01(\v2\x1c.kibotos.host.v1.StopRequestR\x04stop\x12\x19\n" +
 	"\blayer_id\x18\b \x01(\tR\alayerId\x129\n" +
 	"\n" +
-	"data_plane\x18\t \x01(\v2\x1a.kibotos.host.v1.DataPlaneR\tdataPlane\"M\n" +
+	"data_plane\x18\t \x01(\v2\x1a.kibotos.host.v1.DataPlaneR\tdataPlane\x12<\n" +
+	"\anetwork\x18\n" +
+	" \x01(\v2\".kibotos.host.v1.NetworkAssignmentR\anetwork\"\xf2\x01\n" +
+	"\x11NetworkAssignment\x126\n" +
+	"\x06policy\x18\x01 \x01(\v2\x1e.kibotos.ctrl.v1.NetworkPolicyR\x06policy\x12#\n" +
+	"\rdrain_seconds\x18\x02 \x01(\rR\fdrainSeconds\x12=\n" +
+	"\begresses\x18\x03 \x03(\v2!.kibotos.host.v1.EgressAssignmentR\begresses\x12A\n" +
+	"\tresolvers\x18\x04 \x03(\v2#.kibotos.host.v1.ResolverAssignmentR\tresolvers\"\xa1\x01\n" +
+	"\x10EgressAssignment\x12\x1b\n" +
+	"\tegress_id\x18\x01 \x01(\tR\begressId\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\x12/\n" +
+	"\x04spec\x18\x03 \x01(\v2\x1b.kibotos.ctrl.v1.EgressSpecR\x04spec\x12#\n" +
+	"\rdrain_seconds\x18\x04 \x01(\rR\fdrainSeconds\"\xa9\x01\n" +
+	"\x12ResolverAssignment\x12\x1f\n" +
+	"\vresolver_id\x18\x01 \x01(\tR\n" +
+	"resolverId\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\x121\n" +
+	"\x04spec\x18\x03 \x01(\v2\x1d.kibotos.ctrl.v1.ResolverSpecR\x04spec\x12#\n" +
+	"\rdrain_seconds\x18\x04 \x01(\rR\fdrainSeconds\"M\n" +
 	"\tDataPlane\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12.\n" +
 	"\x13revoked_session_ids\x18\x02 \x03(\tR\x11revokedSessionIds\"[\n" +
@@ -1327,7 +1656,7 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\x17ReportExecutionsRequest\x12\x17\n" +
 	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x12:\n" +
 	"\areports\x18\x02 \x03(\v2 .kibotos.host.v1.ExecutionReportR\areports\"\x1a\n" +
-	"\x18ReportExecutionsResponse\"\x94\x06\n" +
+	"\x18ReportExecutionsResponse\"\xce\x06\n" +
 	"\x0fExecutionReport\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12!\n" +
 	"\fworkspace_id\x18\x02 \x01(\tR\vworkspaceId\x12\x1e\n" +
@@ -1348,8 +1677,14 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\n" +
 	"oom_killed\x18\x0e \x01(\bR\toomKilled\x12;\n" +
 	"\vobserved_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"observedAtB\x17\n" +
-	"\x15_layer_capacity_bytes\"H\n" +
+	"observedAt\x128\n" +
+	"\anetwork\x18\x10 \x01(\v2\x1e.kibotos.host.v1.NetworkReportR\anetworkB\x17\n" +
+	"\x15_layer_capacity_bytes\"\xa6\x02\n" +
+	"\rNetworkReport\x12<\n" +
+	"\x06status\x18\x01 \x01(\v2$.kibotos.ctrl.v1.NetworkPolicyStatusR\x06status\x12'\n" +
+	"\x0ffailure_message\x18\x02 \x01(\tR\x0efailureMessage\x12S\n" +
+	"\x13egress_observations\x18\x03 \x03(\v2\".kibotos.ctrl.v1.EgressObservationR\x12egressObservations\x12Y\n" +
+	"\x15resolver_observations\x18\x04 \x03(\v2$.kibotos.ctrl.v1.ResolverObservationR\x14resolverObservations\"H\n" +
 	"\x16GetTemplateBlobRequest\x12\x16\n" +
 	"\x06digest\x18\x01 \x01(\tR\x06digest\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\"N\n" +
@@ -1392,7 +1727,7 @@ func file_kibotos_host_v1_host_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_host_v1_host_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_kibotos_host_v1_host_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_kibotos_host_v1_host_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_kibotos_host_v1_host_proto_goTypes = []any{
 	(DesiredState)(0),                // 0: kibotos.host.v1.DesiredState
 	(ObservedState)(0),               // 1: kibotos.host.v1.ObservedState
@@ -1402,51 +1737,71 @@ var file_kibotos_host_v1_host_proto_goTypes = []any{
 	(*WatchAssignmentsRequest)(nil),  // 5: kibotos.host.v1.WatchAssignmentsRequest
 	(*WatchAssignmentsResponse)(nil), // 6: kibotos.host.v1.WatchAssignmentsResponse
 	(*Assignment)(nil),               // 7: kibotos.host.v1.Assignment
-	(*DataPlane)(nil),                // 8: kibotos.host.v1.DataPlane
-	(*StopRequest)(nil),              // 9: kibotos.host.v1.StopRequest
-	(*ExecutionTemplate)(nil),        // 10: kibotos.host.v1.ExecutionTemplate
-	(*TemplateLayer)(nil),            // 11: kibotos.host.v1.TemplateLayer
-	(*ReportExecutionsRequest)(nil),  // 12: kibotos.host.v1.ReportExecutionsRequest
-	(*ReportExecutionsResponse)(nil), // 13: kibotos.host.v1.ReportExecutionsResponse
-	(*ExecutionReport)(nil),          // 14: kibotos.host.v1.ExecutionReport
-	(*GetTemplateBlobRequest)(nil),   // 15: kibotos.host.v1.GetTemplateBlobRequest
-	(*GetTemplateBlobResponse)(nil),  // 16: kibotos.host.v1.GetTemplateBlobResponse
-	(*v1.ResourceRequest)(nil),       // 17: kibotos.ctrl.v1.ResourceRequest
-	(v1.StopMode)(0),                 // 18: kibotos.ctrl.v1.StopMode
-	(v1.FailureReason)(0),            // 19: kibotos.ctrl.v1.FailureReason
-	(v1.FailureStage)(0),             // 20: kibotos.ctrl.v1.FailureStage
-	(v1.StopDurability)(0),           // 21: kibotos.ctrl.v1.StopDurability
-	(*timestamppb.Timestamp)(nil),    // 22: google.protobuf.Timestamp
+	(*NetworkAssignment)(nil),        // 8: kibotos.host.v1.NetworkAssignment
+	(*EgressAssignment)(nil),         // 9: kibotos.host.v1.EgressAssignment
+	(*ResolverAssignment)(nil),       // 10: kibotos.host.v1.ResolverAssignment
+	(*DataPlane)(nil),                // 11: kibotos.host.v1.DataPlane
+	(*StopRequest)(nil),              // 12: kibotos.host.v1.StopRequest
+	(*ExecutionTemplate)(nil),        // 13: kibotos.host.v1.ExecutionTemplate
+	(*TemplateLayer)(nil),            // 14: kibotos.host.v1.TemplateLayer
+	(*ReportExecutionsRequest)(nil),  // 15: kibotos.host.v1.ReportExecutionsRequest
+	(*ReportExecutionsResponse)(nil), // 16: kibotos.host.v1.ReportExecutionsResponse
+	(*ExecutionReport)(nil),          // 17: kibotos.host.v1.ExecutionReport
+	(*NetworkReport)(nil),            // 18: kibotos.host.v1.NetworkReport
+	(*GetTemplateBlobRequest)(nil),   // 19: kibotos.host.v1.GetTemplateBlobRequest
+	(*GetTemplateBlobResponse)(nil),  // 20: kibotos.host.v1.GetTemplateBlobResponse
+	(*v1.ResourceRequest)(nil),       // 21: kibotos.ctrl.v1.ResourceRequest
+	(*v1.NetworkPolicy)(nil),         // 22: kibotos.ctrl.v1.NetworkPolicy
+	(*v1.EgressSpec)(nil),            // 23: kibotos.ctrl.v1.EgressSpec
+	(*v1.ResolverSpec)(nil),          // 24: kibotos.ctrl.v1.ResolverSpec
+	(v1.StopMode)(0),                 // 25: kibotos.ctrl.v1.StopMode
+	(v1.FailureReason)(0),            // 26: kibotos.ctrl.v1.FailureReason
+	(v1.FailureStage)(0),             // 27: kibotos.ctrl.v1.FailureStage
+	(v1.StopDurability)(0),           // 28: kibotos.ctrl.v1.StopDurability
+	(*timestamppb.Timestamp)(nil),    // 29: google.protobuf.Timestamp
+	(*v1.NetworkPolicyStatus)(nil),   // 30: kibotos.ctrl.v1.NetworkPolicyStatus
+	(*v1.EgressObservation)(nil),     // 31: kibotos.ctrl.v1.EgressObservation
+	(*v1.ResolverObservation)(nil),   // 32: kibotos.ctrl.v1.ResolverObservation
 }
 var file_kibotos_host_v1_host_proto_depIdxs = []int32{
 	3,  // 0: kibotos.host.v1.RegisterHostRequest.capacity:type_name -> kibotos.host.v1.HostCapacity
 	7,  // 1: kibotos.host.v1.WatchAssignmentsResponse.assignments:type_name -> kibotos.host.v1.Assignment
 	0,  // 2: kibotos.host.v1.Assignment.desired:type_name -> kibotos.host.v1.DesiredState
-	10, // 3: kibotos.host.v1.Assignment.template:type_name -> kibotos.host.v1.ExecutionTemplate
-	17, // 4: kibotos.host.v1.Assignment.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
-	9,  // 5: kibotos.host.v1.Assignment.stop:type_name -> kibotos.host.v1.StopRequest
-	8,  // 6: kibotos.host.v1.Assignment.data_plane:type_name -> kibotos.host.v1.DataPlane
-	18, // 7: kibotos.host.v1.StopRequest.mode:type_name -> kibotos.ctrl.v1.StopMode
-	11, // 8: kibotos.host.v1.ExecutionTemplate.layers:type_name -> kibotos.host.v1.TemplateLayer
-	14, // 9: kibotos.host.v1.ReportExecutionsRequest.reports:type_name -> kibotos.host.v1.ExecutionReport
-	1,  // 10: kibotos.host.v1.ExecutionReport.state:type_name -> kibotos.host.v1.ObservedState
-	19, // 11: kibotos.host.v1.ExecutionReport.failure_reason:type_name -> kibotos.ctrl.v1.FailureReason
-	20, // 12: kibotos.host.v1.ExecutionReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
-	21, // 13: kibotos.host.v1.ExecutionReport.stop_durability:type_name -> kibotos.ctrl.v1.StopDurability
-	22, // 14: kibotos.host.v1.ExecutionReport.observed_at:type_name -> google.protobuf.Timestamp
-	2,  // 15: kibotos.host.v1.HostService.RegisterHost:input_type -> kibotos.host.v1.RegisterHostRequest
-	5,  // 16: kibotos.host.v1.HostService.WatchAssignments:input_type -> kibotos.host.v1.WatchAssignmentsRequest
-	12, // 17: kibotos.host.v1.HostService.ReportExecutions:input_type -> kibotos.host.v1.ReportExecutionsRequest
-	15, // 18: kibotos.host.v1.HostService.GetTemplateBlob:input_type -> kibotos.host.v1.GetTemplateBlobRequest
-	4,  // 19: kibotos.host.v1.HostService.RegisterHost:output_type -> kibotos.host.v1.RegisterHostResponse
-	6,  // 20: kibotos.host.v1.HostService.WatchAssignments:output_type -> kibotos.host.v1.WatchAssignmentsResponse
-	13, // 21: kibotos.host.v1.HostService.ReportExecutions:output_type -> kibotos.host.v1.ReportExecutionsResponse
-	16, // 22: kibotos.host.v1.HostService.GetTemplateBlob:output_type -> kibotos.host.v1.GetTemplateBlobResponse
-	19, // [19:23] is the sub-list for method output_type
-	15, // [15:19] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	13, // 3: kibotos.host.v1.Assignment.template:type_name -> kibotos.host.v1.ExecutionTemplate
+	21, // 4: kibotos.host.v1.Assignment.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
+	12, // 5: kibotos.host.v1.Assignment.stop:type_name -> kibotos.host.v1.StopRequest
+	11, // 6: kibotos.host.v1.Assignment.data_plane:type_name -> kibotos.host.v1.DataPlane
+	8,  // 7: kibotos.host.v1.Assignment.network:type_name -> kibotos.host.v1.NetworkAssignment
+	22, // 8: kibotos.host.v1.NetworkAssignment.policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	9,  // 9: kibotos.host.v1.NetworkAssignment.egresses:type_name -> kibotos.host.v1.EgressAssignment
+	10, // 10: kibotos.host.v1.NetworkAssignment.resolvers:type_name -> kibotos.host.v1.ResolverAssignment
+	23, // 11: kibotos.host.v1.EgressAssignment.spec:type_name -> kibotos.ctrl.v1.EgressSpec
+	24, // 12: kibotos.host.v1.ResolverAssignment.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
+	25, // 13: kibotos.host.v1.StopRequest.mode:type_name -> kibotos.ctrl.v1.StopMode
+	14, // 14: kibotos.host.v1.ExecutionTemplate.layers:type_name -> kibotos.host.v1.TemplateLayer
+	17, // 15: kibotos.host.v1.ReportExecutionsRequest.reports:type_name -> kibotos.host.v1.ExecutionReport
+	1,  // 16: kibotos.host.v1.ExecutionReport.state:type_name -> kibotos.host.v1.ObservedState
+	26, // 17: kibotos.host.v1.ExecutionReport.failure_reason:type_name -> kibotos.ctrl.v1.FailureReason
+	27, // 18: kibotos.host.v1.ExecutionReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
+	28, // 19: kibotos.host.v1.ExecutionReport.stop_durability:type_name -> kibotos.ctrl.v1.StopDurability
+	29, // 20: kibotos.host.v1.ExecutionReport.observed_at:type_name -> google.protobuf.Timestamp
+	18, // 21: kibotos.host.v1.ExecutionReport.network:type_name -> kibotos.host.v1.NetworkReport
+	30, // 22: kibotos.host.v1.NetworkReport.status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
+	31, // 23: kibotos.host.v1.NetworkReport.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
+	32, // 24: kibotos.host.v1.NetworkReport.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
+	2,  // 25: kibotos.host.v1.HostService.RegisterHost:input_type -> kibotos.host.v1.RegisterHostRequest
+	5,  // 26: kibotos.host.v1.HostService.WatchAssignments:input_type -> kibotos.host.v1.WatchAssignmentsRequest
+	15, // 27: kibotos.host.v1.HostService.ReportExecutions:input_type -> kibotos.host.v1.ReportExecutionsRequest
+	19, // 28: kibotos.host.v1.HostService.GetTemplateBlob:input_type -> kibotos.host.v1.GetTemplateBlobRequest
+	4,  // 29: kibotos.host.v1.HostService.RegisterHost:output_type -> kibotos.host.v1.RegisterHostResponse
+	6,  // 30: kibotos.host.v1.HostService.WatchAssignments:output_type -> kibotos.host.v1.WatchAssignmentsResponse
+	16, // 31: kibotos.host.v1.HostService.ReportExecutions:output_type -> kibotos.host.v1.ReportExecutionsResponse
+	20, // 32: kibotos.host.v1.HostService.GetTemplateBlob:output_type -> kibotos.host.v1.GetTemplateBlobResponse
+	29, // [29:33] is the sub-list for method output_type
+	25, // [25:29] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_host_v1_host_proto_init() }
@@ -1454,14 +1809,14 @@ func file_kibotos_host_v1_host_proto_init() {
 	if File_kibotos_host_v1_host_proto != nil {
 		return
 	}
-	file_kibotos_host_v1_host_proto_msgTypes[12].OneofWrappers = []any{}
+	file_kibotos_host_v1_host_proto_msgTypes[15].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_host_v1_host_proto_rawDesc), len(file_kibotos_host_v1_host_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   15,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,366 @@
+package daemon_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/miekg/dns"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/bearer"
+	"github.com/kibotos/kibotos/internal/daemon"
+	"github.com/kibotos/kibotos/internal/socks5/socks5test"
+	"github.com/kibotos/kibotos/internal/testutil/nettest"
+)
+
+// lineServer answers one line per connection with the same line and
+// counts the connections it accepted.
+type lineServer struct {
+	port     int
+	accepted atomic.Int64
+}
+
+func serveLines(l net.Listener) *lineServer {
+	s := &lineServer{port: l.Addr().(*net.TCPAddr).Port}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			s.accepted.Add(1)
+			go func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				line, err := bufio.NewReader(c).ReadString('\n')
+				if err == nil {
+					c.Write([]byte(line))
+				}
+			}()
+		}
+	}()
+	return s
+}
+
+// serveDNS answers internet.test. with the test host's addresses.
+func serveDNS(t *testing.T, pc net.PacketConn, l net.Listener) {
+	srv := &dns.Server{PacketConn: pc, Listener: l, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(q)
+		switch {
+		case len(q.Question) != 1 || q.Question[0].Name != "internet.test.":
+			m.Rcode = dns.RcodeNameError
+		case q.Question[0].Qtype == dns.TypeA:
+			rr, _ := dns.NewRR("internet.test. 60 IN A " + nettest.HostIPv4.String())
+			m.Answer = append(m.Answer, rr)
+		case q.Question[0].Qtype == dns.TypeAAAA:
+			rr, _ := dns.NewRR("internet.test. 60 IN AAAA " + nettest.HostIPv6.String())
+			m.Answer = append(m.Answer, rr)
+		}
+		w.WriteMsg(m)
+	})}
+	go srv.ActivateAndServe()
+	t.Cleanup(func() { srv.Shutdown() })
+}
+
+// netEnv is a deployment with an "internet" test host its workspaces may
+// reach through the unsafe exemption, and a workspace on it.
+type netEnv struct {
+	*deployment
+	egresses ctrlv1connect.EgressServiceClient
+	ws       *ctrlv1.Workspace
+	v4, v6   *lineServer
+}
+
+func newNetEnv(t *testing.T) *netEnv {
+	requireRoot(t)
+	inet := nettest.NewInternet(t)
+	v4 := serveLines(inet.Listen(t, "tcp4", nettest.HostIPv4.String()+":0"))
+	v6 := serveLines(inet.Listen(t, "tcp6", "["+nettest.HostIPv6.String()+"]:0"))
+	serveDNS(t, inet.ListenPacket(t, "udp4", nettest.HostIPv4.String()+":53"), nil)
+	serveDNS(t, nil, inet.Listen(t, "tcp4", nettest.HostIPv4.String()+":53"))
+	exempt := append([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, nettest.ExemptRanges...)
+	d := upWith(t, t.TempDir(), daemon.Options{UnsafeExemptRanges: exempt,
+		DeploymentResolvers: []netip.AddrPort{netip.AddrPortFrom(nettest.HostIPv4, 53)}})
+	t.Cleanup(d.stop)
+	token, err := os.ReadFile(filepath.Join(d.home, daemon.AdminTokenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &netEnv{deployment: d, v4: v4, v6: v6,
+		egresses: ctrlv1connect.NewEgressServiceClient(http.DefaultClient, d.url, connect.WithInterceptors(bearer.Token(strings.TrimSpace(string(token)))))}
+	ws := d.create(small())
+	e.ws = d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	return e
+}
+
+// awaitApplied waits until the host confirms policy revision rev and
+// returns the workspace.
+func (e *netEnv) awaitApplied(rev uint64) *ctrlv1.Workspace {
+	e.t.Helper()
+	return e.awaitWorkspace(fmt.Sprintf("policy revision %d applied", rev), func(ws *ctrlv1.Workspace) bool {
+		return ws.NetworkPolicyStatus.GetAppliedRevision() == rev
+	})
+}
+
+func (e *netEnv) awaitWorkspace(what string, cond func(*ctrlv1.Workspace) bool) *ctrlv1.Workspace {
+	e.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := e.client.GetWorkspace(context.Background(), connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: e.ws.WorkspaceId}))
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if cond(resp.Msg.Workspace) {
+			return resp.Msg.Workspace
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("timed out waiting for %s; workspace: %v", what, resp.Msg.Workspace)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// setPolicy replaces the policy and waits until the host applied it.
+func (e *netEnv) setPolicy(p *ctrlv1.NetworkPolicy) *ctrlv1.Workspace {
+	e.t.Helper()
+	resp, err := e.client.GetWorkspace(context.Background(), connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: e.ws.WorkspaceId}))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	drain := uint32(0)
+	up, err := e.client.UpdateWorkspaceNetworkPolicy(context.Background(), connect.NewRequest(&ctrlv1.UpdateWorkspaceNetworkPolicyRequest{
+		Command: cmd(), WorkspaceId: e.ws.WorkspaceId, ExpectedRevision: resp.Msg.Workspace.Spec.NetworkPolicy.Revision,
+		Policy: p, DrainSeconds: &drain}))
+	if err != nil {
+		e.t.Fatalf("UpdateWorkspaceNetworkPolicy: %v", err)
+	}
+	return e.awaitApplied(up.Msg.Workspace.Spec.NetworkPolicy.Revision)
+}
+
+// talk sends a line from the guest to addr and reports whether it came
+// back.
+func (e *netEnv) talk(addr string) bool {
+	host, port, _ := net.SplitHostPort(addr)
+	out, err := e.exec(e.ws, "sh", "-c", fmt.Sprintf("echo hello | nc -w 3 %s %s", host, port))
+	return err == nil && strings.Contains(out, "hello")
+}
+
+func public(mut func(*ctrlv1.NetworkPolicy)) *ctrlv1.NetworkPolicy {
+	p := &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET}
+	if mut != nil {
+		mut(p)
+	}
+	return p
+}
+
+// TestNetworkPolicyDirect checks the slot of a real workspace: DENY_ALL by
+// default (DNS refused at once), PUBLIC_INTERNET over both families, the
+// hard deny of the platform's own addresses, and allow over deny.
+func TestNetworkPolicyDirect(t *testing.T) {
+	e := newNetEnv(t)
+	v4 := net.JoinHostPort(nettest.HostIPv4.String(), fmt.Sprint(e.v4.port))
+	v6 := net.JoinHostPort(nettest.HostIPv6.String(), fmt.Sprint(e.v6.port))
+
+	e.awaitApplied(1)
+	if out, err := e.exec(e.ws, "cat", "/etc/resolv.conf"); err != nil || strings.TrimSpace(out) != "nameserver 10.211.0.1" {
+		t.Errorf("resolv.conf %q, %v", out, err)
+	}
+	if e.talk(v4) || e.talk(v6) {
+		t.Fatal("DENY_ALL let a connection out")
+	}
+	if out, err := e.exec(e.ws, "nslookup", "internet.test"); err == nil || strings.Contains(out, nettest.HostIPv4.String()) {
+		t.Fatalf("DNS under DENY_ALL answered: %q", out)
+	}
+	if n := e.v4.accepted.Load() + e.v6.accepted.Load(); n != 0 {
+		t.Fatalf("the test host accepted %d connections under DENY_ALL", n)
+	}
+
+	e.setPolicy(public(nil))
+	for _, addr := range []string{v4, v6} {
+		if !e.talk(addr) {
+			t.Fatalf("PUBLIC_INTERNET did not reach the test host at %s", addr)
+		}
+	}
+	if out, err := e.exec(e.ws, "nslookup", "internet.test"); err != nil || !strings.Contains(out, nettest.HostIPv4.String()) {
+		t.Fatalf("DNS under PUBLIC_INTERNET: %q, %v", out, err)
+	}
+	ctrlPort := strings.TrimPrefix(e.url, "http://127.0.0.1:")
+	for _, addr := range []string{
+		"127.0.0.1:" + ctrlPort, // ctrl and the host agent's gateway
+		net.JoinHostPort(nettest.UplinkIPv4.String(), fmt.Sprint(e.v4.port)), // the host's own address
+		"10.211.0.1:" + ctrlPort, // the slot's gateway
+		"[::1]:" + ctrlPort,
+	} {
+		if e.talk(addr) {
+			t.Errorf("the guest reached %s", addr)
+		}
+	}
+
+	// Allow entries in hard-deny ranges never open direct traffic.
+	e.setPolicy(public(func(p *ctrlv1.NetworkPolicy) { p.Allow = []string{"127.0.0.0/8", "::1"} }))
+	if e.talk("127.0.0.1:"+ctrlPort) || e.talk("[::1]:"+ctrlPort) {
+		t.Error("an allow entry opened the hard deny")
+	}
+	e.setPolicy(public(func(p *ctrlv1.NetworkPolicy) { p.Deny = []string{"198.51.100.0/24"} }))
+	if e.talk(v4) {
+		t.Error("a denied destination was reached")
+	}
+	if !e.talk(v6) {
+		t.Error("an IPv4 deny entry closed IPv6")
+	}
+	e.setPolicy(public(func(p *ctrlv1.NetworkPolicy) {
+		p.Deny = []string{"198.51.100.0/24"}
+		p.Allow = []string{nettest.HostIPv4.String()}
+	}))
+	if !e.talk(v4) {
+		t.Error("allow did not win over deny")
+	}
+}
+
+// TestNetworkPolicyEgress forwards through a SOCKS5 Egress with
+// authentication: the address the guest dialed arrives at the proxy, a
+// private destination is forwarded without the hard deny, a failing Egress
+// resets the guest's connection without falling back, and its observation
+// appears and clears.
+func TestNetworkPolicyEgress(t *testing.T) {
+	e := newNetEnv(t)
+	proxy := socks5test.Start(t, "127.0.0.1:0", socks5test.Options{Username: "user", Password: "secret"})
+	eg, err := e.egresses.CreateEgress(context.Background(), connect.NewRequest(&ctrlv1.CreateEgressRequest{Command: cmd(),
+		Spec: &ctrlv1.EgressSpec{Protocol: &ctrlv1.EgressSpec_Socks5{Socks5: &ctrlv1.Socks5Egress{
+			Address: proxy.Addr(), Username: "user", Password: "secret"}}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	egressID := eg.Msg.Egress.EgressId
+	v4 := net.JoinHostPort(nettest.HostIPv4.String(), fmt.Sprint(e.v4.port))
+	ws := e.setPolicy(public(func(p *ctrlv1.NetworkPolicy) {
+		p.Egresses = []*ctrlv1.NetworkPolicyEgress{{EgressId: egressID, Destinations: []string{nettest.HostIPv4.String(), "10.77.0.0/16"}}}
+	}))
+	if st := ws.NetworkPolicyStatus.GetEgresses(); len(st) != 1 || st[0].EgressId != egressID || st[0].AppliedRevision != 1 {
+		t.Fatalf("egress status %v", st)
+	}
+	if !e.talk(v4) {
+		t.Fatal("no connection through the Egress")
+	}
+	e.talk("10.77.1.2:80") // forwarded: the proxy, not the hard deny, decides
+	connects := strings.Join(proxy.Connects(), " ")
+	if !strings.Contains(connects, v4) || !strings.Contains(connects, "10.77.1.2:80") {
+		t.Fatalf("the proxy saw %q, want the addresses the guest dialed", connects)
+	}
+
+	proxy.SetFault(socks5test.RejectAuth)
+	before := e.v4.accepted.Load()
+	if e.talk(v4) {
+		t.Fatal("a connection succeeded through an Egress that rejects its credentials")
+	}
+	if after := e.v4.accepted.Load(); after != before {
+		t.Fatal("the failed forward fell back to leaving directly")
+	}
+	ws = e.awaitWorkspace("an AUTHENTICATION_FAILED observation", func(ws *ctrlv1.Workspace) bool {
+		return len(ws.EgressObservations) == 1 &&
+			ws.EgressObservations[0].Kind == ctrlv1.EgressObservationKind_EGRESS_OBSERVATION_KIND_AUTHENTICATION_FAILED
+	})
+	o := ws.EgressObservations[0]
+	if o.EgressId != egressID || o.FailingSince == nil || o.ObservedAt == nil || strings.Contains(o.Error, "secret") {
+		t.Fatalf("observation %v", o)
+	}
+	proxy.SetFault(socks5test.None)
+	if !e.talk(v4) {
+		t.Fatal("no connection after the Egress recovered")
+	}
+	e.awaitWorkspace("the observation to clear", func(ws *ctrlv1.Workspace) bool { return len(ws.EgressObservations) == 0 })
+}
+
+// TestNetworkPolicyResolvers answers the guest's DNS through the policy's
+// Resolver, directly and through an Egress: an unavailable upstream is
+// SERVFAIL with no fallback and an observation, cleared by the next answer
+// after UpdateResolver fixes it.
+func TestNetworkPolicyResolvers(t *testing.T) {
+	e := newNetEnv(t)
+	ctx := context.Background()
+	token, _ := os.ReadFile(filepath.Join(e.home, daemon.AdminTokenFile))
+	resolvers := ctrlv1connect.NewResolverServiceClient(http.DefaultClient, e.url, connect.WithInterceptors(bearer.Token(strings.TrimSpace(string(token)))))
+	udp := func(addr string) *ctrlv1.ResolverSpec {
+		return &ctrlv1.ResolverSpec{Protocol: &ctrlv1.ResolverSpec_Udp{Udp: &ctrlv1.UdpResolver{Address: addr}}}
+	}
+	// Nothing answers on port 5353: the upstream is unreachable.
+	created, err := resolvers.CreateResolver(ctx, connect.NewRequest(&ctrlv1.CreateResolverRequest{Command: cmd(),
+		Spec: udp(nettest.HostIPv4.String() + ":5353")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := created.Msg.Resolver
+	direct := &ctrlv1.ResolverPath{Kind: &ctrlv1.ResolverPath_Direct{Direct: &ctrlv1.ResolverDirectPath{}}}
+	e.setPolicy(public(func(p *ctrlv1.NetworkPolicy) {
+		p.Resolvers = []*ctrlv1.NetworkPolicyResolver{{ResolverId: res.ResolverId, Path: direct}}
+	}))
+	if out, err := e.exec(e.ws, "nslookup", "internet.test"); err == nil || strings.Contains(out, nettest.HostIPv4.String()) {
+		t.Fatalf("an unavailable Resolver answered (or fell back): %q", out)
+	}
+	ws := e.awaitWorkspace("an UPSTREAM_UNREACHABLE observation", func(ws *ctrlv1.Workspace) bool {
+		return len(ws.ResolverObservations) == 1 &&
+			ws.ResolverObservations[0].Kind == ctrlv1.ResolverObservationKind_RESOLVER_OBSERVATION_KIND_UPSTREAM_UNREACHABLE
+	})
+	if o := ws.ResolverObservations[0]; o.ResolverId != res.ResolverId || o.Path.GetDirect() == nil || o.FailingSince == nil {
+		t.Fatalf("observation %v", o)
+	}
+
+	if _, err := resolvers.UpdateResolver(ctx, connect.NewRequest(&ctrlv1.UpdateResolverRequest{Command: cmd(),
+		ResolverId: res.ResolverId, ExpectedRevision: res.Revision, Spec: udp(nettest.HostIPv4.String() + ":53")})); err != nil {
+		t.Fatal(err)
+	}
+	e.awaitWorkspace("the Resolver's revision 2 applied", func(ws *ctrlv1.Workspace) bool {
+		st := ws.NetworkPolicyStatus.GetResolvers()
+		return len(st) == 1 && st[0].AppliedRevision == 2
+	})
+	// A UDP datagram may be lost: the guest's resolver retries, and so
+	// does this check, a few times.
+	for attempt := 1; ; attempt++ {
+		out, err := e.exec(e.ws, "nslookup", "internet.test")
+		if err == nil && strings.Contains(out, nettest.HostIPv4.String()) {
+			break
+		}
+		if attempt == 3 {
+			t.Fatalf("the fixed Resolver: %q, %v", out, err)
+		}
+	}
+	e.awaitWorkspace("the observation to clear", func(ws *ctrlv1.Workspace) bool { return len(ws.ResolverObservations) == 0 })
+
+	// Through an Egress: the proxy carries the upstream's TCP connection.
+	proxy := socks5test.Start(t, "127.0.0.1:0", socks5test.Options{})
+	eg, err := e.egresses.CreateEgress(ctx, connect.NewRequest(&ctrlv1.CreateEgressRequest{Command: cmd(),
+		Spec: &ctrlv1.EgressSpec{Protocol: &ctrlv1.EgressSpec_Socks5{Socks5: &ctrlv1.Socks5Egress{Address: proxy.Addr()}}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tcp, err := resolvers.CreateResolver(ctx, connect.NewRequest(&ctrlv1.CreateResolverRequest{Command: cmd(),
+		Spec: &ctrlv1.ResolverSpec{Protocol: &ctrlv1.ResolverSpec_Tcp{Tcp: &ctrlv1.TcpResolver{Address: nettest.HostIPv4.String() + ":53"}}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	egressID := eg.Msg.Egress.EgressId
+	e.setPolicy(public(func(p *ctrlv1.NetworkPolicy) {
+		p.Egresses = []*ctrlv1.NetworkPolicyEgress{{EgressId: egressID, Destinations: []string{"203.0.113.0/24"}}}
+		p.Resolvers = []*ctrlv1.NetworkPolicyResolver{{ResolverId: tcp.Msg.Resolver.ResolverId,
+			Path: &ctrlv1.ResolverPath{Kind: &ctrlv1.ResolverPath_EgressId{EgressId: egressID}}}}
+	}))
+	if out, err := e.exec(e.ws, "nslookup", "internet.test"); err != nil || !strings.Contains(out, nettest.HostIPv4.String()) {
+		t.Fatalf("DNS through the Egress: %q, %v", out, err)
+	}
+	if connects := strings.Join(proxy.Connects(), " "); !strings.Contains(connects, nettest.HostIPv4.String()+":53") {
+		t.Fatalf("the proxy saw %q, want the upstream", connects)
+	}
+}
