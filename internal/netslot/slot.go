@@ -77,12 +77,14 @@ type Slot struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu        sync.Mutex
-	applied   *applied // nil until the first Apply succeeds
-	failure   string   // why the last Apply failed; applied is then nil
-	conns     map[*flow]struct{}
-	faults    faults
-	closed    bool
+	mu      sync.Mutex
+	applied *applied // nil until the first Apply succeeds
+	failure string   // why the last Apply failed; applied is then nil
+	conns   map[*flow]struct{}
+	faults  faults
+	closed  bool
+	// echoes bounds the echo requests being forwarded.
+	echoes    chan struct{}
 	appliedAt time.Time
 }
 
@@ -142,7 +144,8 @@ func serve(cfg Config, tun *os.File) (*Slot, error) {
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
 	})
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Slot{cfg: cfg, tun: tun, stack: st, ctx: ctx, cancel: cancel, conns: map[*flow]struct{}{}}
+	s := &Slot{cfg: cfg, tun: tun, stack: st, ctx: ctx, cancel: cancel, conns: map[*flow]struct{}{},
+		echoes: make(chan struct{}, maxEchoesInFlight)}
 	s.hard = cfg.HardDeny
 	s.hard.Platform = append(append([]netip.Prefix(nil), cfg.HardDeny.Platform...), slotPrefixes()...)
 	if err := s.setUp(link); err != nil {
@@ -173,7 +176,7 @@ func (s *Slot) setUp(link stack.LinkEndpoint) error {
 			return fmt.Errorf("tcp option: %s", err)
 		}
 	}
-	if err := s.stack.CreateNIC(nicID, link); err != nil {
+	if err := s.stack.CreateNIC(nicID, newEchoGuard(s, link)); err != nil {
 		return fmt.Errorf("create NIC: %s", err)
 	}
 	// Promiscuous and spoofing: the stack accepts packets for every

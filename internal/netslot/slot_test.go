@@ -14,9 +14,13 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"golang.org/x/net/icmp"
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/netnsfile"
 	"github.com/kibotos/kibotos/internal/netpolicy"
 	"github.com/kibotos/kibotos/internal/netslot"
 	"github.com/kibotos/kibotos/internal/testutil/nettest"
@@ -196,5 +200,78 @@ func TestSlotDNSUnderDenyAllFailsAtOnce(t *testing.T) {
 	}
 	if resp.Rcode != dns.RcodeRefused || resp.Id != q.Id {
 		t.Fatalf("answer %v, want REFUSED for the query", resp)
+	}
+}
+
+// pingFrom sends one echo request from inside the slot and returns the
+// type of the ICMP message that answers it, or nil when none arrives.
+func pingFrom(t *testing.T, s *netslot.Slot, dst netip.Addr) icmp.Type {
+	t.Helper()
+	network, proto := "ip4:icmp", 1
+	var typ icmp.Type = ipv4.ICMPTypeEcho
+	if dst.Is6() {
+		network, proto, typ = "ip6:ipv6-icmp", 58, ipv6.ICMPTypeEchoRequest
+	}
+	var c *icmp.PacketConn
+	if err := netnsfile.Do(s.Path(), func() (err error) {
+		c, err = icmp.ListenPacket(network, "")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	b, _ := (&icmp.Message{Type: typ, Body: &icmp.Echo{ID: 77, Seq: 1, Data: []byte("kibotos")}}).Marshal(nil)
+	if _, err := c.WriteTo(b, &net.IPAddr{IP: dst.AsSlice()}); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(time.Second))
+	buf := make([]byte, 1500)
+	for {
+		n, _, err := c.ReadFrom(buf)
+		if err != nil {
+			return nil
+		}
+		m, err := icmp.ParseMessage(proto, buf[:n])
+		if err != nil || m.Type == typ {
+			continue // our own request, seen by a raw socket
+		}
+		if e, ok := m.Body.(*icmp.Echo); ok && (e.ID != 77 || string(e.Data) != "kibotos") {
+			continue
+		}
+		return m.Type
+	}
+}
+
+func TestSlotICMPEcho(t *testing.T) {
+	nettest.NewInternet(t)
+	s := newSlot(t)
+	s.Apply(policy(1, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_DENY_ALL, 0))
+	for _, dst := range []netip.Addr{nettest.HostIPv4, nettest.HostIPv6, netip.MustParseAddr("203.0.113.9")} {
+		if got := pingFrom(t, s, dst); got != nil {
+			t.Errorf("DENY_ALL: echo to %s answered with %v", dst, got)
+		}
+	}
+	s.Apply(policy(2, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, 0))
+	if got := pingFrom(t, s, nettest.HostIPv4); got != ipv4.ICMPTypeEchoReply {
+		t.Errorf("PUBLIC_INTERNET IPv4 echo: %v, want a reply", got)
+	}
+	if got := pingFrom(t, s, nettest.HostIPv6); got != ipv6.ICMPTypeEchoReply {
+		t.Errorf("PUBLIC_INTERNET IPv6 echo: %v, want a reply", got)
+	}
+	for _, dst := range []netip.Addr{nettest.UplinkIPv4, netip.MustParseAddr("10.211.0.1")} {
+		if got := pingFrom(t, s, dst); got != nil {
+			t.Errorf("echo to the hard-denied %s answered with %v", dst, got)
+		}
+	}
+	n := policy(3, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, 0)
+	n.Policy.Egresses = []*ctrlv1.NetworkPolicyEgress{{EgressId: "eg", Destinations: []string{"198.51.100.0/24", "2001:db8:5100::/64"}}}
+	n.Egresses = []*hostv1.EgressAssignment{{EgressId: "eg", Revision: 1, Spec: &ctrlv1.EgressSpec{
+		Protocol: &ctrlv1.EgressSpec_Socks5{Socks5: &ctrlv1.Socks5Egress{Address: "127.0.0.1:1"}}}}}
+	s.Apply(n)
+	if got := pingFrom(t, s, nettest.HostIPv4); got != ipv4.ICMPTypeDestinationUnreachable {
+		t.Errorf("IPv4 echo to an Egress destination: %v, want destination unreachable", got)
+	}
+	if got := pingFrom(t, s, nettest.HostIPv6); got != ipv6.ICMPTypeDestinationUnreachable {
+		t.Errorf("IPv6 echo to an Egress destination: %v, want destination unreachable", got)
 	}
 }
