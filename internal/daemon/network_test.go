@@ -23,6 +23,7 @@ import (
 	"github.com/kibotos/kibotos/internal/daemon"
 	"github.com/kibotos/kibotos/internal/socks5/socks5test"
 	"github.com/kibotos/kibotos/internal/testutil/nettest"
+	"github.com/kibotos/kibotos/internal/testutil/testtls"
 )
 
 // lineServer answers one line per connection with the same line and
@@ -363,4 +364,62 @@ func TestNetworkPolicyResolvers(t *testing.T) {
 	if connects := strings.Join(proxy.Connects(), " "); !strings.Contains(connects, nettest.HostIPv4.String()+":53") {
 		t.Fatalf("the proxy saw %q, want the upstream", connects)
 	}
+}
+
+// TestNetworkPolicyEgressTLS forwards through an Egress reached over TLS
+// that also carries the udp Resolver's queries (UDP ASSOCIATE), then sees
+// a certificate it cannot trust reported as TLS_VERIFICATION_FAILED.
+func TestNetworkPolicyEgressTLS(t *testing.T) {
+	e := newNetEnv(t)
+	ctx := context.Background()
+	serverTLS, caPEM := testtls.New(t, "proxy.test")
+	// On the host's side of the test link: its UDP relay sends from there.
+	proxy := socks5test.Start(t, nettest.UplinkIPv4.String()+":0", socks5test.Options{TLS: serverTLS, UDP: true})
+	spec := func(ca string) *ctrlv1.EgressSpec {
+		return &ctrlv1.EgressSpec{UdpEnabled: true, Protocol: &ctrlv1.EgressSpec_Socks5{Socks5: &ctrlv1.Socks5Egress{
+			Address: proxy.Addr(), Tls: &ctrlv1.EgressTls{ServerName: "proxy.test", CaCert: ca}}}}
+	}
+	eg, err := e.egresses.CreateEgress(ctx, connect.NewRequest(&ctrlv1.CreateEgressRequest{Command: cmd(), Spec: spec(caPEM)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, _ := os.ReadFile(filepath.Join(e.home, daemon.AdminTokenFile))
+	resolvers := ctrlv1connect.NewResolverServiceClient(http.DefaultClient, e.url, connect.WithInterceptors(bearer.Token(strings.TrimSpace(string(token)))))
+	res, err := resolvers.CreateResolver(ctx, connect.NewRequest(&ctrlv1.CreateResolverRequest{Command: cmd(),
+		Spec: &ctrlv1.ResolverSpec{Protocol: &ctrlv1.ResolverSpec_Udp{Udp: &ctrlv1.UdpResolver{Address: nettest.HostIPv4.String() + ":53"}}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	egressID := eg.Msg.Egress.EgressId
+	e.setPolicy(public(func(p *ctrlv1.NetworkPolicy) {
+		p.Egresses = []*ctrlv1.NetworkPolicyEgress{{EgressId: egressID, Destinations: []string{"198.51.100.0/24"}}}
+		p.Resolvers = []*ctrlv1.NetworkPolicyResolver{{ResolverId: res.Msg.Resolver.ResolverId,
+			Path: &ctrlv1.ResolverPath{Kind: &ctrlv1.ResolverPath_EgressId{EgressId: egressID}}}}
+	}))
+	if !e.talk(net.JoinHostPort(nettest.HostIPv4.String(), fmt.Sprint(e.v4.port))) {
+		t.Fatal("no connection through the TLS Egress")
+	}
+	if out, err := e.exec(e.ws, "nslookup", "internet.test"); err != nil || !strings.Contains(out, nettest.HostIPv4.String()) {
+		t.Fatalf("DNS through the Egress's UDP association: %q, %v", out, err)
+	}
+	if proxy.UDPDatagrams() == 0 {
+		t.Fatal("the queries did not go through the UDP association")
+	}
+
+	_, otherCA := testtls.New(t, "proxy.test")
+	if _, err := e.egresses.UpdateEgress(ctx, connect.NewRequest(&ctrlv1.UpdateEgressRequest{Command: cmd(),
+		EgressId: egressID, ExpectedRevision: 1, Spec: spec(otherCA)})); err != nil {
+		t.Fatal(err)
+	}
+	e.awaitWorkspace("the Egress's revision 2 applied", func(ws *ctrlv1.Workspace) bool {
+		st := ws.NetworkPolicyStatus.GetEgresses()
+		return len(st) == 1 && st[0].AppliedRevision == 2
+	})
+	if e.talk(net.JoinHostPort(nettest.HostIPv4.String(), fmt.Sprint(e.v4.port))) {
+		t.Fatal("a connection went through an Egress whose certificate is not trusted")
+	}
+	e.awaitWorkspace("a TLS_VERIFICATION_FAILED observation", func(ws *ctrlv1.Workspace) bool {
+		return len(ws.EgressObservations) == 1 &&
+			ws.EgressObservations[0].Kind == ctrlv1.EgressObservationKind_EGRESS_OBSERVATION_KIND_TLS_VERIFICATION_FAILED
+	})
 }
