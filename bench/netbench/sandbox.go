@@ -1,0 +1,260 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/netnsfile"
+	"github.com/kibotos/kibotos/internal/netpolicy"
+	"github.com/kibotos/kibotos/internal/netslot"
+	"github.com/kibotos/kibotos/internal/testutil/nettest"
+)
+
+// sandbox is one sandbox network: a network namespace whose traffic a
+// user-mode network carries to sockets on the host.
+type sandbox struct {
+	name string
+	path string // the namespace's bind mount; empty for the host's own
+	stop func() error
+	// output is what the serving process printed, once it has exited.
+	output bytes.Buffer
+}
+
+// failed stops sb after its serving process failed to serve.
+func (sb *sandbox) failed(err error) error {
+	sb.stop()
+	if out := bytes.TrimSpace(sb.output.Bytes()); len(out) > 0 {
+		return fmt.Errorf("%w: %s", err, out)
+	}
+	return err
+}
+
+func startSandbox(name, dir string) (*sandbox, error) {
+	path := filepath.Join(dir, name)
+	switch name {
+	case "kibotos":
+		return startSlot(path)
+	case "pasta":
+		return startPasta(path)
+	case "slirp4netns":
+		return startSlirp(path)
+	case "host":
+		return &sandbox{name: "host", stop: func() error { return nil }}, nil
+	}
+	return nil, fmt.Errorf("unknown network %q (kibotos, pasta, slirp4netns, host)", name)
+}
+
+// startSlot creates a network slot whose policy lets the guest reach the
+// test host directly.
+func startSlot(path string) (*sandbox, error) {
+	s, err := netslot.Create(netslot.Config{Path: path, HardDeny: netpolicy.HardDeny{Exempt: nettest.ExemptRanges}})
+	if err != nil {
+		return nil, err
+	}
+	s.Apply(&hostv1.NetworkAssignment{Policy: &ctrlv1.NetworkPolicy{
+		Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, Revision: 1}})
+	if msg := s.Report().FailureMessage; msg != "" {
+		s.Destroy()
+		return nil, errors.New(msg)
+	}
+	return &sandbox{name: "kibotos", path: path, stop: s.Destroy}, nil
+}
+
+// startPasta attaches pasta to a new namespace. The guest gets the same
+// addresses as under slirp4netns; the template interface is the test
+// host's link, so nothing depends on the machine's own uplink.
+func startPasta(path string) (*sandbox, error) {
+	if err := newNamespace(path); err != nil {
+		return nil, err
+	}
+	uplink, err := uplink()
+	if err != nil {
+		removeNamespace(path)
+		return nil, err
+	}
+	cmd := exec.Command("pasta", "--config-net", "--foreground", "--quiet",
+		// As root pasta would switch to nobody, who may not join a
+		// namespace of the initial user namespace.
+		"--runas", "0",
+		"--ipv4-only", "--interface", uplink, "--ns-ifname", "eth0",
+		"--address", "10.0.2.100", "--netmask", "24", "--gateway", "10.0.2.2", "--mtu", fmt.Sprint(mtu),
+		"--tcp-ports", "none", "--udp-ports", "none", "--tcp-ns", "none", "--udp-ns", "none",
+		"--no-map-gw", "--dns", "none",
+		"--netns", path)
+	sb, err := startProvider("pasta", cmd, path)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitRoute(path, 5*time.Second); err != nil {
+		return nil, sb.failed(fmt.Errorf("pasta did not configure the namespace: %w", err))
+	}
+	return sb, nil
+}
+
+// startSlirp attaches slirp4netns to a new namespace and waits until it
+// says it is ready.
+func startSlirp(path string) (*sandbox, error) {
+	if err := newNamespace(path); err != nil {
+		return nil, err
+	}
+	ready, w, err := os.Pipe()
+	if err != nil {
+		removeNamespace(path)
+		return nil, err
+	}
+	defer ready.Close()
+	cmd := exec.Command("slirp4netns", "--configure", fmt.Sprintf("--mtu=%d", mtu), "--disable-host-loopback",
+		"--netns-type=path", "--ready-fd=3", path, "tap0")
+	cmd.ExtraFiles = []*os.File{w}
+	sb, err := startProvider("slirp4netns", cmd, path)
+	w.Close()
+	if err != nil {
+		return nil, err
+	}
+	ready.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := ready.Read(make([]byte, 1)); err != nil {
+		return nil, sb.failed(fmt.Errorf("slirp4netns not ready: %w", err))
+	}
+	return sb, nil
+}
+
+// startProvider starts the process that serves the namespace at path; the
+// sandbox's stop ends it (by its PID) and removes the namespace.
+func startProvider(name string, cmd *exec.Cmd, path string) (*sandbox, error) {
+	sb := &sandbox{name: name, path: path}
+	cmd.Stdout, cmd.Stderr = &sb.output, &sb.output
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		removeNamespace(path)
+		return nil, err
+	}
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(exited)
+	}()
+	sb.stop = func() error {
+		select {
+		case <-exited:
+		default:
+			cmd.Process.Kill()
+			<-exited
+		}
+		return removeNamespace(path)
+	}
+	return sb, nil
+}
+
+// newNamespace makes an empty network namespace bound at path.
+func newNamespace(path string) error {
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		return err
+	}
+	if err := netnsfile.Create(path, func() error { return nil }); err != nil {
+		os.Remove(path)
+		return err
+	}
+	return nil
+}
+
+// removeNamespace releases the namespace bound at path.
+func removeNamespace(path string) error {
+	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+		return err
+	}
+	return os.Remove(path)
+}
+
+// uplink names the host's side of the test host's link. Tests that run
+// meanwhile make test hosts with the same addresses, which takes the route
+// to the server away from this one: that is an error.
+func uplink() (string, error) {
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return "", err
+	}
+	var names []string
+	for _, a := range addrs {
+		if a.IP.Equal(nettest.UplinkIPv4.AsSlice()) {
+			l, err := netlink.LinkByIndex(a.LinkIndex)
+			if err != nil {
+				return "", err
+			}
+			names = append(names, l.Attrs().Name)
+		}
+	}
+	if len(names) != 1 {
+		return "", fmt.Errorf("%d links hold %s (%v), want this run's test host alone: run netbench while no network test runs",
+			len(names), nettest.UplinkIPv4, names)
+	}
+	return names[0], nil
+}
+
+// waitRoute waits until the namespace at path has an IPv4 default route.
+func waitRoute(path string, timeout time.Duration) error {
+	h, err := handleAt(path)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	for deadline := time.Now().Add(timeout); ; {
+		routes, err := h.RouteList(nil, netlink.FAMILY_V4)
+		if err != nil {
+			return err
+		}
+		for _, r := range routes {
+			if r.Dst == nil || r.Dst.IP.IsUnspecified() {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return errors.New("no default route")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// checkMTU names the guest's link in the namespace at path and checks that
+// its MTU is mtu.
+func checkMTU(path string) (string, error) {
+	h, err := handleAt(path)
+	if err != nil {
+		return "", err
+	}
+	defer h.Close()
+	links, err := h.LinkList()
+	if err != nil {
+		return "", err
+	}
+	for _, l := range links {
+		if a := l.Attrs(); a.Flags&net.FlagLoopback == 0 && a.Flags&net.FlagUp != 0 {
+			if a.MTU != mtu {
+				return "", fmt.Errorf("guest link %s has MTU %d, want %d", a.Name, a.MTU, mtu)
+			}
+			return a.Name, nil
+		}
+	}
+	return "", errors.New("no guest link is up")
+}
+
+func handleAt(path string) (*netlink.Handle, error) {
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		return nil, err
+	}
+	defer ns.Close()
+	return netlink.NewHandleAt(ns)
+}
