@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -80,9 +81,11 @@ func serveDNS(t *testing.T, pc net.PacketConn, l net.Listener) {
 // reach through the unsafe exemption, and a workspace on it.
 type netEnv struct {
 	*deployment
-	egresses ctrlv1connect.EgressServiceClient
-	ws       *ctrlv1.Workspace
-	v4, v6   *lineServer
+	inet      *nettest.Internet
+	egresses  ctrlv1connect.EgressServiceClient
+	resolvers ctrlv1connect.ResolverServiceClient
+	ws        *ctrlv1.Workspace
+	v4, v6    *lineServer
 }
 
 func newNetEnv(t *testing.T) *netEnv {
@@ -100,8 +103,10 @@ func newNetEnv(t *testing.T) *netEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &netEnv{deployment: d, v4: v4, v6: v6,
-		egresses: ctrlv1connect.NewEgressServiceClient(http.DefaultClient, d.url, connect.WithInterceptors(bearer.Token(strings.TrimSpace(string(token)))))}
+	auth := connect.WithInterceptors(bearer.Token(strings.TrimSpace(string(token))))
+	e := &netEnv{deployment: d, inet: inet, v4: v4, v6: v6,
+		egresses:  ctrlv1connect.NewEgressServiceClient(http.DefaultClient, d.url, auth),
+		resolvers: ctrlv1connect.NewResolverServiceClient(http.DefaultClient, d.url, auth)}
 	ws := d.create(small())
 	e.ws = d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
 	return e
@@ -134,14 +139,21 @@ func (e *netEnv) awaitWorkspace(what string, cond func(*ctrlv1.Workspace) bool) 
 	}
 }
 
-// setPolicy replaces the policy and waits until the host applied it.
+// setPolicy replaces the policy, closing moved connections at once, and
+// waits until the host applied it.
 func (e *netEnv) setPolicy(p *ctrlv1.NetworkPolicy) *ctrlv1.Workspace {
+	e.t.Helper()
+	return e.setPolicyDrain(p, 0)
+}
+
+// setPolicyDrain replaces the policy with a drain and waits until the
+// host applied it.
+func (e *netEnv) setPolicyDrain(p *ctrlv1.NetworkPolicy, drain uint32) *ctrlv1.Workspace {
 	e.t.Helper()
 	resp, err := e.client.GetWorkspace(context.Background(), connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: e.ws.WorkspaceId}))
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	drain := uint32(0)
 	up, err := e.client.UpdateWorkspaceNetworkPolicy(context.Background(), connect.NewRequest(&ctrlv1.UpdateWorkspaceNetworkPolicyRequest{
 		Command: cmd(), WorkspaceId: e.ws.WorkspaceId, ExpectedRevision: resp.Msg.Workspace.Spec.NetworkPolicy.Revision,
 		Policy: p, DrainSeconds: &drain}))
@@ -207,6 +219,22 @@ func TestNetworkPolicyDirect(t *testing.T) {
 	} {
 		if e.talk(addr) {
 			t.Errorf("the guest reached %s", addr)
+		}
+	}
+
+	// Another workspace listening is out of reach: every slot has the same
+	// addresses, and nothing routes between slots.
+	other := e.create(small())
+	other = e.await(other.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	if _, err := e.exec(other, "sh", "-c", "nc -ll -p 8080 -e cat </dev/null >/dev/null 2>&1 &"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := e.exec(other, "sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10; do echo hello | nc -w 2 127.0.0.1 8080 && exit; sleep 0.2; done; exit 1"); err != nil || !strings.Contains(out, "hello") {
+		t.Fatalf("the other workspace's listener does not answer itself: %q, %v", out, err)
+	}
+	for _, addr := range []string{"10.211.0.2:8080", "[fd6b:6962::2]:8080"} {
+		if e.talk(addr) {
+			t.Errorf("the guest reached another workspace's listener at %s", addr)
 		}
 	}
 
@@ -292,13 +320,11 @@ func TestNetworkPolicyEgress(t *testing.T) {
 func TestNetworkPolicyResolvers(t *testing.T) {
 	e := newNetEnv(t)
 	ctx := context.Background()
-	token, _ := os.ReadFile(filepath.Join(e.home, daemon.AdminTokenFile))
-	resolvers := ctrlv1connect.NewResolverServiceClient(http.DefaultClient, e.url, connect.WithInterceptors(bearer.Token(strings.TrimSpace(string(token)))))
 	udp := func(addr string) *ctrlv1.ResolverSpec {
 		return &ctrlv1.ResolverSpec{Protocol: &ctrlv1.ResolverSpec_Udp{Udp: &ctrlv1.UdpResolver{Address: addr}}}
 	}
 	// Nothing answers on port 5353: the upstream is unreachable.
-	created, err := resolvers.CreateResolver(ctx, connect.NewRequest(&ctrlv1.CreateResolverRequest{Command: cmd(),
+	created, err := e.resolvers.CreateResolver(ctx, connect.NewRequest(&ctrlv1.CreateResolverRequest{Command: cmd(),
 		Spec: udp(nettest.HostIPv4.String() + ":5353")}))
 	if err != nil {
 		t.Fatal(err)
@@ -319,7 +345,7 @@ func TestNetworkPolicyResolvers(t *testing.T) {
 		t.Fatalf("observation %v", o)
 	}
 
-	if _, err := resolvers.UpdateResolver(ctx, connect.NewRequest(&ctrlv1.UpdateResolverRequest{Command: cmd(),
+	if _, err := e.resolvers.UpdateResolver(ctx, connect.NewRequest(&ctrlv1.UpdateResolverRequest{Command: cmd(),
 		ResolverId: res.ResolverId, ExpectedRevision: res.Revision, Spec: udp(nettest.HostIPv4.String() + ":53")})); err != nil {
 		t.Fatal(err)
 	}
@@ -347,7 +373,7 @@ func TestNetworkPolicyResolvers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tcp, err := resolvers.CreateResolver(ctx, connect.NewRequest(&ctrlv1.CreateResolverRequest{Command: cmd(),
+	tcp, err := e.resolvers.CreateResolver(ctx, connect.NewRequest(&ctrlv1.CreateResolverRequest{Command: cmd(),
 		Spec: &ctrlv1.ResolverSpec{Protocol: &ctrlv1.ResolverSpec_Tcp{Tcp: &ctrlv1.TcpResolver{Address: nettest.HostIPv4.String() + ":53"}}}}))
 	if err != nil {
 		t.Fatal(err)
@@ -383,9 +409,7 @@ func TestNetworkPolicyEgressTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	token, _ := os.ReadFile(filepath.Join(e.home, daemon.AdminTokenFile))
-	resolvers := ctrlv1connect.NewResolverServiceClient(http.DefaultClient, e.url, connect.WithInterceptors(bearer.Token(strings.TrimSpace(string(token)))))
-	res, err := resolvers.CreateResolver(ctx, connect.NewRequest(&ctrlv1.CreateResolverRequest{Command: cmd(),
+	res, err := e.resolvers.CreateResolver(ctx, connect.NewRequest(&ctrlv1.CreateResolverRequest{Command: cmd(),
 		Spec: &ctrlv1.ResolverSpec{Protocol: &ctrlv1.ResolverSpec_Udp{Udp: &ctrlv1.UdpResolver{Address: nettest.HostIPv4.String() + ":53"}}}}))
 	if err != nil {
 		t.Fatal(err)
@@ -422,4 +446,188 @@ func TestNetworkPolicyEgressTLS(t *testing.T) {
 		return len(ws.EgressObservations) == 1 &&
 			ws.EgressObservations[0].Kind == ctrlv1.EgressObservationKind_EGRESS_OBSERVATION_KIND_TLS_VERIFICATION_FAILED
 	})
+}
+
+// TestNetworkPolicyDrain moves an open guest connection off its path with
+// a 3 s drain: it keeps working for the window, is reported draining, and
+// closes when the window ends.
+func TestNetworkPolicyDrain(t *testing.T) {
+	e := newNetEnv(t)
+	hold := e.inet.Listen(t, "tcp4", nettest.HostIPv4.String()+":0")
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := hold.Accept(); err == nil {
+			accepted <- c
+		}
+	}()
+	e.setPolicy(public(nil)) // revision 2
+	port := hold.Addr().(*net.TCPAddr).Port
+	if _, err := e.exec(e.ws, "sh", "-c", fmt.Sprintf("(sleep 60 | nc %s %d) </dev/null >/dev/null 2>&1 &", nettest.HostIPv4, port)); err != nil {
+		t.Fatal(err)
+	}
+	var c net.Conn
+	select {
+	case c = <-accepted:
+		defer c.Close()
+	case <-time.After(10 * time.Second):
+		t.Fatal("the guest's connection did not arrive")
+	}
+
+	const drain = 3 * time.Second
+	start := time.Now()
+	ws := e.setPolicyDrain(&ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_DENY_ALL}, uint32(drain/time.Second))
+	if got := ws.NetworkPolicyStatus.GetDrainingRevision(); got != 2 {
+		t.Fatalf("draining revision %d, want 2", got)
+	}
+	buf := make([]byte, 1)
+	c.SetReadDeadline(start.Add(drain - 500*time.Millisecond))
+	if _, err := c.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the connection during its drain: %v, want it open", err)
+	}
+	c.SetReadDeadline(time.Now().Add(drain + 5*time.Second))
+	_, err := c.Read(buf)
+	if err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the connection after its drain: %v, want it closed", err)
+	}
+	if took := time.Since(start); took < drain {
+		t.Fatalf("closed after %s, before its %s drain", took, drain)
+	}
+	e.awaitWorkspace("draining revision 0", func(ws *ctrlv1.Workspace) bool {
+		return ws.NetworkPolicyStatus.GetAppliedRevision() == 3 && ws.NetworkPolicyStatus.GetDrainingRevision() == 0
+	})
+}
+
+// TestNetworkPolicyEgressFaults breaks an Egress in each way a workspace
+// observes and heals it in between: each run of failures appears with its
+// kind and clears with the next success.
+func TestNetworkPolicyEgressFaults(t *testing.T) {
+	e := newNetEnv(t)
+	ctx := context.Background()
+	// On the host's side of the test link: its UDP relay sends from there.
+	proxy := socks5test.Start(t, nettest.UplinkIPv4.String()+":0", socks5test.Options{UDP: true})
+	spec := func(addr string) *ctrlv1.EgressSpec {
+		return &ctrlv1.EgressSpec{UdpEnabled: true, Protocol: &ctrlv1.EgressSpec_Socks5{Socks5: &ctrlv1.Socks5Egress{Address: addr}}}
+	}
+	eg, err := e.egresses.CreateEgress(ctx, connect.NewRequest(&ctrlv1.CreateEgressRequest{Command: cmd(), Spec: spec(proxy.Addr())}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.resolvers.CreateResolver(ctx, connect.NewRequest(&ctrlv1.CreateResolverRequest{Command: cmd(),
+		Spec: &ctrlv1.ResolverSpec{Protocol: &ctrlv1.ResolverSpec_Udp{Udp: &ctrlv1.UdpResolver{Address: nettest.HostIPv4.String() + ":53"}}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	egressID := eg.Msg.Egress.EgressId
+	e.setPolicy(public(func(p *ctrlv1.NetworkPolicy) {
+		p.Egresses = []*ctrlv1.NetworkPolicyEgress{{EgressId: egressID, Destinations: []string{nettest.HostIPv4.String()}}}
+		p.Resolvers = []*ctrlv1.NetworkPolicyResolver{{ResolverId: res.Msg.Resolver.ResolverId,
+			Path: &ctrlv1.ResolverPath{Kind: &ctrlv1.ResolverPath_EgressId{EgressId: egressID}}}}
+	}))
+	v4 := net.JoinHostPort(nettest.HostIPv4.String(), fmt.Sprint(e.v4.port))
+	lookup := func() bool {
+		out, err := e.exec(e.ws, "nslookup", "internet.test")
+		return err == nil && strings.Contains(out, nettest.HostIPv4.String())
+	}
+	observed := func(kind ctrlv1.EgressObservationKind) {
+		t.Helper()
+		e.awaitWorkspace(kind.String(), func(ws *ctrlv1.Workspace) bool {
+			return len(ws.EgressObservations) == 1 && ws.EgressObservations[0].Kind == kind && ws.EgressObservations[0].EgressId == egressID
+		})
+	}
+	cleared := func() {
+		t.Helper()
+		if !e.talk(v4) {
+			t.Fatal("no connection through the healed Egress")
+		}
+		e.awaitWorkspace("the observation to clear", func(ws *ctrlv1.Workspace) bool { return len(ws.EgressObservations) == 0 })
+	}
+	for _, c := range []struct {
+		fault socks5test.Fault
+		use   func() bool
+		kind  ctrlv1.EgressObservationKind
+	}{
+		{socks5test.Garbage, func() bool { return e.talk(v4) }, ctrlv1.EgressObservationKind_EGRESS_OBSERVATION_KIND_HANDSHAKE_FAILED},
+		{socks5test.RefuseUDP, lookup, ctrlv1.EgressObservationKind_EGRESS_OBSERVATION_KIND_UDP_ASSOCIATION_FAILED},
+	} {
+		proxy.SetFault(c.fault)
+		if c.use() {
+			t.Fatalf("%v: the guest got through a broken Egress", c.fault)
+		}
+		observed(c.kind)
+		proxy.SetFault(socks5test.None)
+		cleared()
+	}
+	if !lookup() {
+		t.Fatal("DNS through the healed Egress failed")
+	}
+
+	// An endpoint nothing listens on.
+	l, err := net.Listen("tcp4", nettest.UplinkIPv4.String()+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close()
+	if _, err := e.egresses.UpdateEgress(ctx, connect.NewRequest(&ctrlv1.UpdateEgressRequest{Command: cmd(),
+		EgressId: egressID, ExpectedRevision: 1, Spec: spec(closed)})); err != nil {
+		t.Fatal(err)
+	}
+	e.awaitWorkspace("the Egress's revision 2 applied", func(ws *ctrlv1.Workspace) bool {
+		st := ws.NetworkPolicyStatus.GetEgresses()
+		return len(st) == 1 && st[0].AppliedRevision == 2
+	})
+	if e.talk(v4) {
+		t.Fatal("a connection went through an unreachable Egress")
+	}
+	observed(ctrlv1.EgressObservationKind_EGRESS_OBSERVATION_KIND_ENDPOINT_UNREACHABLE)
+}
+
+// TestNetworkPolicyResolverFaults points the policy at upstreams broken
+// in each way a workspace observes: each query is answered SERVFAIL (no
+// fallback) and the run appears with its kind; replacing the entry drops
+// the old one's run.
+func TestNetworkPolicyResolverFaults(t *testing.T) {
+	e := newNetEnv(t)
+	ctx := context.Background()
+	silent := e.inet.ListenPacket(t, "udp4", nettest.HostIPv4.String()+":0") // reads nothing, answers nothing
+	serverTLS, caPEM := testtls.New(t, "dns.test")
+	_, otherCA := testtls.New(t, "dns.test")
+	hl := e.inet.Listen(t, "tcp4", nettest.HostIPv4.String()+":0")
+	srv := &http.Server{TLSConfig: serverTLS, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "broken", http.StatusInternalServerError)
+	})}
+	go srv.ServeTLS(hl, "", "")
+	t.Cleanup(func() { srv.Close() })
+	tlsAddr := hl.Addr().String()
+
+	for _, c := range []struct {
+		name string
+		spec *ctrlv1.ResolverSpec
+		kind ctrlv1.ResolverObservationKind
+	}{
+		{"silent udp", &ctrlv1.ResolverSpec{Protocol: &ctrlv1.ResolverSpec_Udp{Udp: &ctrlv1.UdpResolver{Address: silent.LocalAddr().String()}}},
+			ctrlv1.ResolverObservationKind_RESOLVER_OBSERVATION_KIND_UPSTREAM_TIMEOUT},
+		{"https answering 500", &ctrlv1.ResolverSpec{Protocol: &ctrlv1.ResolverSpec_Https{Https: &ctrlv1.HttpsResolver{
+			Url: "https://" + tlsAddr + "/dns-query", ServerName: "dns.test", CaCert: caPEM}}},
+			ctrlv1.ResolverObservationKind_RESOLVER_OBSERVATION_KIND_HTTP_ERROR_STATUS},
+		{"tls with an untrusted certificate", &ctrlv1.ResolverSpec{Protocol: &ctrlv1.ResolverSpec_Tls{Tls: &ctrlv1.TlsResolver{
+			Address: tlsAddr, ServerName: "dns.test", CaCert: otherCA}}},
+			ctrlv1.ResolverObservationKind_RESOLVER_OBSERVATION_KIND_TLS_VERIFICATION_FAILED},
+	} {
+		res, err := e.resolvers.CreateResolver(ctx, connect.NewRequest(&ctrlv1.CreateResolverRequest{Command: cmd(), Spec: c.spec}))
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		id := res.Msg.Resolver.ResolverId
+		e.setPolicy(public(func(p *ctrlv1.NetworkPolicy) {
+			p.Resolvers = []*ctrlv1.NetworkPolicyResolver{{ResolverId: id,
+				Path: &ctrlv1.ResolverPath{Kind: &ctrlv1.ResolverPath_Direct{Direct: &ctrlv1.ResolverDirectPath{}}}}}
+		}))
+		if out, err := e.exec(e.ws, "nslookup", "internet.test"); err == nil || strings.Contains(out, nettest.HostIPv4.String()) {
+			t.Fatalf("%s answered (or fell back): %q", c.name, out)
+		}
+		e.awaitWorkspace(c.name+": "+c.kind.String(), func(ws *ctrlv1.Workspace) bool {
+			return len(ws.ResolverObservations) == 1 && ws.ResolverObservations[0].ResolverId == id && ws.ResolverObservations[0].Kind == c.kind
+		})
+	}
 }

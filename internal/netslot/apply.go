@@ -40,6 +40,7 @@ type egressPath struct {
 // resolverPath is the policy's Resolver entry at one revision.
 type resolverPath struct {
 	id       string
+	key      string // resolverKey of the entry
 	path     *ctrlv1.ResolverPath
 	revision uint64
 	fwd      *dnsforward.Forwarder
@@ -89,6 +90,7 @@ func (s *Slot) Apply(n *hostv1.NetworkAssignment) {
 		}
 	}
 	s.applied, s.failure, s.appliedAt = a, "", time.Now()
+	s.faults.keepOnly(a)
 	s.mu.Unlock()
 	for _, f := range closeNow {
 		s.closeFlow(f)
@@ -149,9 +151,9 @@ func (s *Slot) resolverFor(a *applied, entry *ctrlv1.NetworkPolicyResolver, assi
 	if err != nil {
 		return nil, fmt.Errorf("resolver %s: %w", ra.ResolverId, err)
 	}
-	r := &resolverPath{id: ra.ResolverId, path: entry.Path, revision: ra.Revision}
-	fwd := &dnsforward.Forwarder{Upstream: up}
 	key := resolverKey(entry)
+	r := &resolverPath{id: ra.ResolverId, key: key, path: entry.Path, revision: ra.Revision}
+	fwd := &dnsforward.Forwarder{Upstream: up}
 	switch p := entry.Path.GetKind().(type) {
 	case *ctrlv1.ResolverPath_Direct:
 		fwd.Dial = s.dialChecked

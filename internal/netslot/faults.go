@@ -37,6 +37,21 @@ func (f *faults) observations() ([]*ctrlv1.EgressObservation, []*ctrlv1.Resolver
 	return eo, ro
 }
 
+// keepOnly forgets the runs of Egresses and Resolver entries a no longer
+// uses: observations describe what the execution forwards through now.
+func (f *faults) keepOnly(a *applied) {
+	for id := range f.egress {
+		if a.egresses[id] == nil {
+			delete(f.egress, id)
+		}
+	}
+	for key := range f.resolver {
+		if a.resolver == nil || key != a.resolver.key {
+			delete(f.resolver, key)
+		}
+	}
+}
+
 // egressResult records the outcome of one use of an Egress: nil is a
 // success, an Egress fault starts (or continues) a run, and anything else
 // (a destination's own refusal) is neither.
