@@ -17,6 +17,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/miekg/dns"
+	"github.com/vishvananda/netlink"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
@@ -89,15 +90,22 @@ type netEnv struct {
 }
 
 func newNetEnv(t *testing.T) *netEnv {
+	return newNetEnvResolving(t, netip.AddrPortFrom(nettest.HostIPv4, 53))
+}
+
+// newNetEnvResolving is newNetEnv with the test host's DNS server at
+// resolver as the deployment resolver.
+func newNetEnvResolving(t *testing.T, resolver netip.AddrPort) *netEnv {
 	requireRoot(t)
 	inet := nettest.NewInternet(t)
 	v4 := serveLines(inet.Listen(t, "tcp4", nettest.HostIPv4.String()+":0"))
 	v6 := serveLines(inet.Listen(t, "tcp6", "["+nettest.HostIPv6.String()+"]:0"))
 	serveDNS(t, inet.ListenPacket(t, "udp4", nettest.HostIPv4.String()+":53"), nil)
 	serveDNS(t, nil, inet.Listen(t, "tcp4", nettest.HostIPv4.String()+":53"))
+	serveDNS(t, inet.ListenPacket(t, "udp6", "["+nettest.HostIPv6.String()+"]:53"), nil)
 	exempt := append([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, nettest.ExemptRanges...)
 	d := upWith(t, t.TempDir(), daemon.Options{UnsafeExemptRanges: exempt,
-		DeploymentResolvers: []netip.AddrPort{netip.AddrPortFrom(nettest.HostIPv4, 53)}})
+		DeploymentResolvers: []netip.AddrPort{resolver}})
 	t.Cleanup(d.stop)
 	token, err := os.ReadFile(filepath.Join(d.home, daemon.AdminTokenFile))
 	if err != nil {
@@ -629,5 +637,49 @@ func TestNetworkPolicyResolverFaults(t *testing.T) {
 		e.awaitWorkspace(c.name+": "+c.kind.String(), func(ws *ctrlv1.Workspace) bool {
 			return len(ws.ResolverObservations) == 1 && ws.ResolverObservations[0].ResolverId == id && ws.ResolverObservations[0].Kind == c.kind
 		})
+	}
+}
+
+// TestNetworkPolicyIPv6LinkDNS runs a deployment whose first resolver is
+// IPv6: the guest's nameserver is fe80::1 on its link, refused under
+// DENY_ALL and answered through the IPv6 resolver under PUBLIC_INTERNET.
+func TestNetworkPolicyIPv6LinkDNS(t *testing.T) {
+	e := newNetEnvResolving(t, netip.AddrPortFrom(nettest.HostIPv6, 53))
+	e.awaitApplied(1)
+	if out, err := e.exec(e.ws, "cat", "/etc/resolv.conf"); err != nil || strings.TrimSpace(out) != "nameserver fe80::1%eth0" {
+		t.Fatalf("resolv.conf %q, %v", out, err)
+	}
+	if out, err := e.exec(e.ws, "nslookup", "internet.test"); err == nil || strings.Contains(out, nettest.HostIPv4.String()) {
+		t.Fatalf("DNS under DENY_ALL answered: %q", out)
+	}
+	e.setPolicy(public(nil))
+	if out, err := e.exec(e.ws, "nslookup", "internet.test"); err != nil || !strings.Contains(out, nettest.HostIPv4.String()) {
+		t.Fatalf("DNS over the IPv6 link address: %q, %v", out, err)
+	}
+}
+
+// TestNetworkPolicyNewHostAddress adds an address to the host while a
+// workspace runs, inside a range the operator exempted: the host's own
+// address stays out of reach.
+func TestNetworkPolicyNewHostAddress(t *testing.T) {
+	e := newNetEnv(t)
+	e.setPolicy(public(nil))
+	link, err := netlink.LinkByName(e.inet.HostLink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	added := netip.MustParseAddr("198.51.100.77") // goes with the link
+	if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: &net.IPNet{IP: added.AsSlice(), Mask: net.CIDRMask(32, 32)}}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp4", added.String()+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	srv := serveLines(l)
+	time.Sleep(200 * time.Millisecond) // the host agent hears of the address through netlink
+	if e.talk(l.Addr().String()) || srv.accepted.Load() != 0 {
+		t.Fatal("the guest reached an address the host gained while it ran")
 	}
 }

@@ -116,6 +116,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { a.sendReports(ctx) })
+	wg.Go(func() { a.watchHostAddresses(ctx) })
 	for backoff := 100 * time.Millisecond; ctx.Err() == nil; {
 		err := a.watch(ctx)
 		if ctx.Err() != nil {

@@ -1,6 +1,7 @@
 package hostagent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/vishvananda/netlink"
 	"google.golang.org/protobuf/proto"
 
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
@@ -34,20 +36,57 @@ type NetworkConfig struct {
 // hardDeny is what guests' direct traffic never reaches: the special
 // purpose ranges (less the exemptions) and this host's own addresses.
 func (a *Agent) hardDeny() netpolicy.HardDeny {
-	h := netpolicy.HardDeny{Exempt: a.cfg.Network.UnsafeExemptRanges}
+	return netpolicy.HardDeny{Exempt: a.cfg.Network.UnsafeExemptRanges, Platform: hostAddresses()}
+}
+
+// hostAddresses are the addresses of this host's interfaces.
+func hostAddresses() []netip.Prefix {
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
-		return h
+		slog.Error("listing the host's addresses", "err", err)
+		return nil
 	}
+	var out []netip.Prefix
 	for _, ad := range addrs {
 		if n, ok := ad.(*net.IPNet); ok {
 			if ip, ok := netip.AddrFromSlice(n.IP); ok {
 				ip = ip.Unmap()
-				h.Platform = append(h.Platform, netip.PrefixFrom(ip, ip.BitLen()))
+				out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
 			}
 		}
 	}
-	return h
+	return out
+}
+
+// watchHostAddresses keeps every slot's list of the host's own addresses
+// current, so that an address added later is never reachable directly.
+func (a *Agent) watchHostAddresses(ctx context.Context) {
+	updates := make(chan netlink.AddrUpdate, 64)
+	if err := netlink.AddrSubscribeWithOptions(updates, ctx.Done(), netlink.AddrSubscribeOptions{}); err != nil {
+		slog.Error("watching the host's addresses; slots keep those of their start", "err", err)
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-updates:
+			if !ok {
+				return
+			}
+			for len(updates) > 0 { // one refresh for a burst
+				<-updates
+			}
+			addrs := hostAddresses()
+			a.mu.Lock()
+			for _, e := range a.execs {
+				if s := e.getSlot(); s != nil {
+					s.SetHostAddresses(addrs)
+				}
+			}
+			a.mu.Unlock()
+		}
+	}
 }
 
 // checkEndpoint is the dial check of Egress endpoints: the ranges ctrl

@@ -72,7 +72,7 @@ func (s *Slot) Apply(n *hostv1.NetworkAssignment) {
 		if f.draining() {
 			continue // an earlier change's deadline holds
 		}
-		if netpolicy.Moved(f.policy, a.policy, netpolicy.TCP, f.dst.Addr(), &s.hard) {
+		if netpolicy.Moved(f.policy, a.policy, netpolicy.TCP, f.dst.Addr(), s.hard.Load()) {
 			if f.startDrain(a.drain, func() { s.closeFlow(f) }) {
 				closeNow = append(closeNow, f)
 			}
@@ -211,7 +211,7 @@ func (s *Slot) dialChecked(ctx context.Context, network, address string) (net.Co
 	var refused error
 	var d net.Dialer
 	for _, a := range addrs {
-		if deny, why := s.hard.Denies(a.Unmap()); deny {
+		if deny, why := s.hard.Load().Denies(a.Unmap()); deny {
 			refused = fmt.Errorf("%s is refused by the dial check: %s", a, why)
 			continue
 		}

@@ -101,7 +101,7 @@ func (s *Slot) handleEcho(req echo) {
 	a := s.current()
 	d := netpolicy.Decision{Action: netpolicy.Refuse}
 	if a != nil {
-		d = a.policy.Decide(netpolicy.ICMPEcho, req.dst, &s.hard)
+		d = a.policy.Decide(netpolicy.ICMPEcho, req.dst, s.hard.Load())
 	}
 	switch d.Action {
 	case netpolicy.Prohibit:

@@ -20,6 +20,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -51,8 +52,9 @@ const (
 type Config struct {
 	// Path is where the namespace is bound; the runtime joins it.
 	Path string
-	// HardDeny is what direct traffic may never reach. The slot adds its
-	// own prefixes to its platform ranges.
+	// HardDeny is what direct traffic may never reach; its Platform holds
+	// the host's own addresses (SetHostAddresses replaces them). The slot
+	// adds its own prefixes.
 	HardDeny netpolicy.HardDeny
 	// CheckEndpoint is the dial check on Egress endpoint addresses (the
 	// special-purpose ranges less the operator's exemptions), re-run on
@@ -68,8 +70,9 @@ type Config struct {
 
 // Slot is one execution's network slot.
 type Slot struct {
-	cfg   Config
-	hard  netpolicy.HardDeny
+	cfg Config
+	// hard is replaced whole when the host's addresses change.
+	hard  atomic.Pointer[netpolicy.HardDeny]
 	tun   *os.File
 	stack *stack.Stack
 
@@ -125,7 +128,12 @@ func LinkDNS(resolvers []netip.AddrPort) netip.Addr {
 // ResolvConf is the resolv.conf of a newly started guest: the link DNS
 // address is its only nameserver.
 func ResolvConf(resolvers []netip.AddrPort) []byte {
-	return fmt.Appendf(nil, "nameserver %s\n", LinkDNS(resolvers))
+	a := LinkDNS(resolvers)
+	if a.Is6() {
+		// A link-local address needs its link named to be usable.
+		a = a.WithZone(ifName)
+	}
+	return fmt.Appendf(nil, "nameserver %s\n", a)
 }
 
 func addr(ip net.IP) netip.Addr {
@@ -149,13 +157,20 @@ func serve(cfg Config, tun *os.File) (*Slot, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Slot{cfg: cfg, tun: tun, stack: st, ctx: ctx, cancel: cancel, conns: map[*flow]struct{}{},
 		echoes: make(chan struct{}, maxEchoesInFlight)}
-	s.hard = cfg.HardDeny
-	s.hard.Platform = append(append([]netip.Prefix(nil), cfg.HardDeny.Platform...), slotPrefixes()...)
+	s.SetHostAddresses(cfg.HardDeny.Platform)
 	if err := s.setUp(link); err != nil {
 		s.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// SetHostAddresses replaces the host's own addresses among the ranges
+// direct traffic never reaches; the host agent calls it whenever they
+// change.
+func (s *Slot) SetHostAddresses(addrs []netip.Prefix) {
+	s.hard.Store(&netpolicy.HardDeny{Exempt: s.cfg.HardDeny.Exempt,
+		Platform: append(append([]netip.Prefix(nil), addrs...), slotPrefixes()...)})
 }
 
 // slotPrefixes are the link's own prefixes, which direct traffic never

@@ -144,6 +144,24 @@ func TestSlotDecidesEachConnection(t *testing.T) {
 	}
 }
 
+func TestSlotHostAddressesChange(t *testing.T) {
+	inet := nettest.NewInternet(t)
+	l := inet.Listen(t, "tcp4", nettest.HostIPv4.String()+":0")
+	go echo(l)
+	dst := netip.AddrPortFrom(nettest.HostIPv4, uint16(l.Addr().(*net.TCPAddr).Port))
+	s := newSlot(t)
+	s.Apply(policy(1, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, 0))
+	c, err := dial(t, s, dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	s.SetHostAddresses([]netip.Prefix{netip.PrefixFrom(nettest.HostIPv4, 32)})
+	if _, err := dial(t, s, dst); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("an address the host gained: %v, want connection refused", err)
+	}
+}
+
 func TestSlotDrainsMovedConnections(t *testing.T) {
 	inet := nettest.NewInternet(t)
 	l := inet.Listen(t, "tcp4", nettest.HostIPv4.String()+":0")
@@ -183,11 +201,28 @@ func TestSlotDrainsMovedConnections(t *testing.T) {
 }
 
 func TestSlotDNSUnderDenyAllFailsAtOnce(t *testing.T) {
-	s := newSlot(t, netip.MustParseAddrPort("127.0.0.1:53"))
+	for _, c := range []struct {
+		resolver, conf, dial string
+	}{
+		{"127.0.0.1:53", "nameserver 10.211.0.1\n", "10.211.0.1:53"},
+		{"[2001:db8::53]:53", "nameserver fe80::1%eth0\n", "[fe80::1%eth0]:53"},
+	} {
+		t.Run(c.resolver, func(t *testing.T) {
+			resolvers := []netip.AddrPort{netip.MustParseAddrPort(c.resolver)}
+			if got := string(netslot.ResolvConf(resolvers)); got != c.conf {
+				t.Fatalf("resolv.conf %q, want %q", got, c.conf)
+			}
+			dnsRefused(t, newSlot(t, resolvers...), c.dial)
+		})
+	}
+}
+
+// dnsRefused checks that a query to addr in the slot is answered REFUSED.
+func dnsRefused(t *testing.T, s *netslot.Slot, addr string) {
 	s.Apply(policy(1, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_DENY_ALL, 600))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := nettest.Dial(ctx, s.Path(), "udp", "10.211.0.1:53")
+	c, err := nettest.Dial(ctx, s.Path(), "udp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}

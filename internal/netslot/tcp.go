@@ -78,7 +78,7 @@ func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
 	a := s.current()
 	d := netpolicy.Decision{Action: netpolicy.Refuse, Reason: "no network policy is applied"}
 	if a != nil {
-		d = a.policy.Decide(netpolicy.TCP, dst.Addr(), &s.hard)
+		d = a.policy.Decide(netpolicy.TCP, dst.Addr(), s.hard.Load())
 	}
 	f := &flow{dst: dst, decision: d}
 	var err error
@@ -145,7 +145,7 @@ func (s *Slot) track(f *flow, a *applied) bool {
 		return false
 	}
 	if now := s.applied; now != a {
-		if now == nil || netpolicy.Moved(f.policy, now.policy, netpolicy.TCP, f.dst.Addr(), &s.hard) {
+		if now == nil || netpolicy.Moved(f.policy, now.policy, netpolicy.TCP, f.dst.Addr(), s.hard.Load()) {
 			return false
 		}
 		f.policy, f.policyRevision = now.policy, now.revision
@@ -155,8 +155,9 @@ func (s *Slot) track(f *flow, a *applied) bool {
 }
 
 // closeFlow ends a flow and forgets it.
+// It is forgotten first, so that once either side sees the close, no
+// report counts it draining any more.
 func (s *Slot) closeFlow(f *flow) {
-	f.close()
 	s.mu.Lock()
 	_, ok := s.conns[f]
 	delete(s.conns, f)
@@ -165,6 +166,7 @@ func (s *Slot) closeFlow(f *flow) {
 		f.drainTimer.Stop()
 	}
 	s.mu.Unlock()
+	f.close()
 	if ok && draining {
 		s.changed() // a draining revision may have ended
 	}

@@ -36,6 +36,9 @@ var (
 type Internet struct {
 	// Path is its network namespace.
 	Path string
+	// HostLink is the host's side of its link, which holds UplinkIPv4 and
+	// UplinkIPv6.
+	HostLink string
 }
 
 // NewInternet creates the test host; cleanup removes it with its link.
@@ -44,28 +47,12 @@ func NewInternet(t testing.TB) *Internet {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	var b [4]byte
-	rand.Read(b[:])
-	suffix := hex.EncodeToString(b[:])
-	path := filepath.Join(t.TempDir(), "inet")
-	if err := os.WriteFile(path, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	hostSide, peer := "kbt"+suffix, "kbp"+suffix
-	err := netnsfile.Create(path, func() error { return nil })
-	t.Cleanup(func() {
-		unix.Unmount(path, unix.MNT_DETACH) // the veth pair goes with the namespace
-		if l, err := netlink.LinkByName(hostSide); err == nil {
-			netlink.LinkDel(l)
-		}
-	})
+	in, stop, err := Start(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := link(path, hostSide, peer); err != nil {
-		t.Fatal(err)
-	}
-	return &Internet{Path: path}
+	t.Cleanup(stop)
+	return in
 }
 
 func link(path, hostSide, peer string) error {
@@ -196,5 +183,5 @@ func Start(dir string) (in *Internet, stop func(), err error) {
 		stop()
 		return nil, nil, err
 	}
-	return &Internet{Path: path}, stop, nil
+	return &Internet{Path: path, HostLink: hostSide}, stop, nil
 }
