@@ -11,16 +11,15 @@ import (
 )
 
 // wsResourceCommand builds `ws memory` and `ws disk`: one SIZE argument,
-// CAS on resources_revision (read first when not given), applied at the
-// next start of a stopped Workspace.
-func wsResourceCommand(c *conn, use, short string,
+// CAS on resources_revision (read first when not given); when says in
+// which states the change is accepted and when it applies.
+func wsResourceCommand(c *conn, use, short, when string,
 	update func(ctx context.Context, cl ctrlv1connect.WorkspaceServiceClient, meta *ctrlv1.CommandMetadata, id string, rev, size uint64) (proto.Message, *ctrlv1.Workspace, error)) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   use + " ID SIZE [--expected-resources-revision N]",
 		Short: short,
-		Long: short + ". SIZE is like 512Mi or 2Gi (a whole number of MiB). The Workspace must be\n" +
-			"STOPPED or FAILED; the change takes effect at its next start. Without\n" +
-			"--expected-resources-revision the current one is read first.",
+		Long: short + ". SIZE is like 512Mi or 2Gi (a whole number of MiB). " + when + "\n" +
+			"Without --expected-resources-revision the current one is read first.",
 		Args: cobra.ExactArgs(2),
 	}
 	rev := cmd.Flags().Uint64("expected-resources-revision", 0, "the resources_revision you observed")
@@ -52,7 +51,8 @@ func wsResourceCommand(c *conn, use, short string,
 }
 
 func wsMemoryCommand(c *conn) *cobra.Command {
-	return wsResourceCommand(c, "memory", "Change the memory of a stopped Workspace",
+	return wsResourceCommand(c, "memory", "Change the memory of a Workspace",
+		"A raise of an AVAILABLE\nWorkspace applies to it at once; any change of a STOPPED or FAILED one takes effect at its\nnext start.",
 		func(ctx context.Context, cl ctrlv1connect.WorkspaceServiceClient, meta *ctrlv1.CommandMetadata, id string, rev, size uint64) (proto.Message, *ctrlv1.Workspace, error) {
 			resp, err := call(ctx, cl.UpdateWorkspaceMemory, &ctrlv1.UpdateWorkspaceMemoryRequest{
 				Command: meta, WorkspaceId: id, ExpectedResourcesRevision: rev, MemoryBytes: size})
@@ -62,6 +62,7 @@ func wsMemoryCommand(c *conn) *cobra.Command {
 
 func wsDiskCommand(c *conn) *cobra.Command {
 	return wsResourceCommand(c, "disk", "Grow the writable layer (disk) of a stopped Workspace",
+		"The Workspace must be\nSTOPPED or FAILED; the change takes effect at its next start.",
 		func(ctx context.Context, cl ctrlv1connect.WorkspaceServiceClient, meta *ctrlv1.CommandMetadata, id string, rev, size uint64) (proto.Message, *ctrlv1.Workspace, error) {
 			resp, err := call(ctx, cl.ResizeWorkspaceWritableLayer, &ctrlv1.ResizeWorkspaceWritableLayerRequest{
 				Command: meta, WorkspaceId: id, ExpectedResourcesRevision: rev, WritableLayerBytes: size})

@@ -485,7 +485,7 @@ func TestImportedTemplateRuns(t *testing.T) {
 
 // TestMemoryAndDiskGrowWhileStopped changes a stopped workspace's memory
 // and grows its disk; the next start has both, and the data stays.
-func TestMemoryAndDiskGrowWhileStopped(t *testing.T) {
+func TestMemoryAndDiskGrow(t *testing.T) {
 	d := up(t, t.TempDir())
 	defer d.stop()
 	ctx := context.Background()
@@ -510,29 +510,47 @@ func TestMemoryAndDiskGrowWhileStopped(t *testing.T) {
 		}
 		return resp.Msg.Workspace, nil
 	}
-	if _, err := memory(1, 256*mib); connect.CodeOf(err) != connect.CodeFailedPrecondition {
-		t.Errorf("memory change while AVAILABLE: %v", err)
+	// A raise reaches the running execution at once; its cgroup says so.
+	running := func() string {
+		b, err := os.ReadFile(fmt.Sprintf("/sys/fs/cgroup/memory/kibotos/%s-%d/memory.limit_in_bytes", ws.WorkspaceId, ws.Generation))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	if got := running(); got != fmt.Sprint(128*mib) {
+		t.Fatalf("memory limit %s at start", got)
+	}
+	if got, err := memory(1, 192*mib); err != nil || got.Spec.ResourcesRevision != 2 {
+		t.Fatalf("memory raise while AVAILABLE: %v, %v", got.GetSpec(), err)
+	}
+	waitFor(t, func() bool { return running() == fmt.Sprint(192*mib) }, "the running execution's memory limit to rise")
+	if _, err := memory(2, 128*mib); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("memory lowered while AVAILABLE: %v", err)
+	}
+	if _, err := memory(2, 1<<50); connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Errorf("a raise beyond the host: %v", err)
 	}
 	d.stopWorkspace(ws.WorkspaceId, ctrlv1.StopMode_STOP_MODE_NORMAL)
 	d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
 	for name, err := range map[string]error{
-		"memory below 128 MiB": func() error { _, err := memory(1, 64*mib); return err }(),
-		"memory not whole MiB": func() error { _, err := memory(1, 256*mib+1); return err }(),
-		"disk shrinking":       func() error { _, err := disk(1, 32*mib); return err }(),
-		"disk not whole MiB":   func() error { _, err := disk(1, 128*mib+7); return err }(),
+		"memory below 128 MiB": func() error { _, err := memory(2, 64*mib); return err }(),
+		"memory not whole MiB": func() error { _, err := memory(2, 256*mib+1); return err }(),
+		"disk shrinking":       func() error { _, err := disk(2, 32*mib); return err }(),
+		"disk not whole MiB":   func() error { _, err := disk(2, 128*mib+7); return err }(),
 	} {
 		if connect.CodeOf(err) != connect.CodeInvalidArgument {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	got, err := memory(1, 256*mib)
-	if err != nil || got.Spec.ResourcesRevision != 2 || got.Spec.Resources.MemoryBytes != 256*mib {
+	got, err := memory(2, 256*mib)
+	if err != nil || got.Spec.ResourcesRevision != 3 || got.Spec.Resources.MemoryBytes != 256*mib {
 		t.Fatalf("memory change: %v, %v", got.GetSpec(), err)
 	}
-	if _, err := disk(1, 128*mib); connect.CodeOf(err) != connect.CodeAborted {
+	if _, err := disk(2, 128*mib); connect.CodeOf(err) != connect.CodeAborted {
 		t.Errorf("disk with a stale resources_revision: %v", err)
 	}
-	if got, err = disk(2, 128*mib); err != nil || got.Spec.ResourcesRevision != 3 {
+	if got, err = disk(3, 128*mib); err != nil || got.Spec.ResourcesRevision != 4 {
 		t.Fatalf("disk grow: %v, %v", got.GetSpec(), err)
 	}
 	if _, err := d.client.StartWorkspace(ctx, connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: cmd(), WorkspaceId: ws.WorkspaceId})); err != nil {

@@ -343,6 +343,9 @@ type execution struct {
 	// pendingExit holds an exit seen before any assignment named the
 	// execution.
 	pendingExit *runtime.Status
+	// memory is the memory limit the running execution has; zero when
+	// unknown (adopted after a restart).
+	memory uint64
 }
 
 // setRunning records whether the execution runs and, while it does,
@@ -532,6 +535,7 @@ func (e *execution) start(ctx context.Context, as *hostv1.Assignment) {
 		return
 	}
 	e.setRunning(ctx, true)
+	e.memory = spec.MemoryBytes
 	probeCtx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
 	for {
@@ -557,6 +561,7 @@ func (e *execution) start(ctx context.Context, as *hostv1.Assignment) {
 // running for this assignment yet (one adopted after a restart).
 func (e *execution) observe(ctx context.Context, as *hostv1.Assignment) {
 	e.applyNetwork(as)
+	e.applyMemory(ctx, as)
 	if last := e.lastReport(); last != nil && last.State == hostv1.ObservedState_OBSERVED_STATE_RUNNING && last.Generation == as.Generation {
 		return
 	}
@@ -565,6 +570,20 @@ func (e *execution) observe(ctx context.Context, as *hostv1.Assignment) {
 		e.report(as, e.withNetwork(&hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_RUNNING,
 			LayerCapacityBytes: &capacity, LayerContinued: true}))
 	}
+}
+
+// applyMemory gives the running execution the memory its assignment
+// says (UpdateWorkspaceMemory raises it live).
+func (e *execution) applyMemory(ctx context.Context, as *hostv1.Assignment) {
+	want := as.Resources.GetMemoryBytes()
+	if want == 0 || want == e.memory {
+		return
+	}
+	if err := e.agent.cfg.Driver.SetMemory(ctx, e.id, want); err != nil {
+		slog.Error("changing the memory of a running execution", "execution", e.id, "bytes", want, "err", err)
+		return
+	}
+	e.memory = want
 }
 
 // exit releases an execution whose init ended on its own and tells ctrl.

@@ -104,10 +104,11 @@ func (d *fakeDriver) DialGuest(ctx context.Context, id, name string) (net.Conn, 
 	return dialer.DialContext(ctx, "tcp", addr)
 }
 
-func (d *fakeDriver) Name() string                              { return "fake" }
-func (d *fakeDriver) Start(context.Context, runtime.Spec) error { return errors.ErrUnsupported }
-func (d *fakeDriver) Probe(context.Context, string) error       { return nil }
-func (d *fakeDriver) Recover(context.Context) ([]string, error) { return nil, nil }
+func (d *fakeDriver) Name() string                                    { return "fake" }
+func (d *fakeDriver) Start(context.Context, runtime.Spec) error       { return errors.ErrUnsupported }
+func (d *fakeDriver) Probe(context.Context, string) error             { return nil }
+func (d *fakeDriver) Recover(context.Context) ([]string, error)       { return nil, nil }
+func (d *fakeDriver) SetMemory(context.Context, string, uint64) error { return errors.ErrUnsupported }
 func (d *fakeDriver) Wait(context.Context, string) (runtime.Status, error) {
 	return runtime.Status{}, errors.ErrUnsupported
 }

@@ -101,6 +101,8 @@ type Driver interface {
 	// container, mounts, loop device, cgroup, namespaces), keeping the
 	// layer image. Stopping a stopped or unknown execution succeeds.
 	Stop(ctx context.Context, id string, mode StopMode, grace time.Duration) (StopResult, error)
+	// SetMemory changes the memory limit of a running execution at once.
+	SetMemory(ctx context.Context, id string, bytes uint64) error
 	// DialGuest connects to the unix socket the guest agent of a running
 	// execution serves under the name (e.g. "data.sock", in the guest's
 	// /run/kibotos).

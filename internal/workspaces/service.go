@@ -261,6 +261,12 @@ func (s *Service) place(ctx context.Context, tx store.Tx, res *ctrlv1.ResourceRe
 // fitsOnItsHost checks that a stopped workspace's CPU and memory fit on
 // the host that keeps its layer (the layer's bytes stay reserved there).
 func (s *Service) fitsOnItsHost(ctx context.Context, tx store.Tx, r *record) error {
+	return s.fitsMore(ctx, tx, r, scheduler.Request{CPUMillis: r.row.CPUMillis, MemoryBytes: r.row.MemoryBytes})
+}
+
+// fitsMore checks that the workspace's host has room for req beyond what
+// it already holds there.
+func (s *Service) fitsMore(ctx context.Context, tx store.Tx, r *record, req scheduler.Request) error {
 	hosts, err := s.hosts(ctx, tx, r.row.HostID)
 	if err != nil {
 		return err
@@ -268,7 +274,7 @@ func (s *Service) fitsOnItsHost(ctx context.Context, tx store.Tx, r *record) err
 	for i := range hosts {
 		hosts[i].DefaultLayerBytes = 0
 	}
-	if _, _, err := scheduler.Place(hosts, scheduler.Request{CPUMillis: r.row.CPUMillis, MemoryBytes: r.row.MemoryBytes}); err != nil {
+	if _, _, err := scheduler.Place(hosts, req); err != nil {
 		return exhausted(err)
 	}
 	return nil
@@ -607,7 +613,16 @@ func UpdateMemory[R proto.Message](ctx context.Context, s *Service, w Write[R], 
 		if res.MemoryBytes == memory {
 			return nil
 		}
-		if err := stoppedForResources(r); err != nil {
+		if r.ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE {
+			// The running execution gets a raise at once; lowering the
+			// limit under a guest's feet waits for a stop.
+			if memory < res.MemoryBytes {
+				return precondition(r.view(), "workspace %s is AVAILABLE; memory is lowered only while it is STOPPED or FAILED, and raised at any time it is AVAILABLE", r.ws.WorkspaceId)
+			}
+			if err := s.fitsMore(ctx, tx, r, scheduler.Request{MemoryBytes: memory - res.MemoryBytes}); err != nil {
+				return err
+			}
+		} else if err := stoppedForResources(r); err != nil {
 			return err
 		}
 		res.MemoryBytes = memory

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -151,4 +152,16 @@ func tailFile(path string, from int64, n int64) string {
 	b := make([]byte, fi.Size()-from)
 	nr, _ := f.ReadAt(b, from)
 	return strings.TrimSpace(string(b[:nr]))
+}
+
+// SetMemory changes a running container's memory limit, swap included so
+// that it stays without swap; see runtime.Driver.
+func (d *Driver) SetMemory(ctx context.Context, id string, bytes uint64) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	defer d.lock(id)()
+	n := strconv.FormatUint(bytes, 10)
+	_, err := d.runtime(ctx, "update", "--memory", n, "--memory-swap", n, id)
+	return err
 }
