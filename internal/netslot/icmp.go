@@ -44,6 +44,10 @@ func newEchoGuard(s *Slot, link stack.LinkEndpoint) *echoGuard {
 
 // DeliverNetworkPacket implements stack.NetworkDispatcher.
 func (g *echoGuard) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
+	if !mayBeEcho(pkt.Data()) {
+		g.Endpoint.DeliverNetworkPacket(proto, pkt)
+		return
+	}
 	v := pkt.ToView()
 	req, ok := parseEcho(v.AsSlice())
 	v.Release()
@@ -52,6 +56,28 @@ func (g *echoGuard) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt 
 		return
 	}
 	g.slot.handleEcho(req)
+}
+
+// mayBeEcho looks at no more than the headers, so that the guest's other
+// packets pass without a copy.
+func mayBeEcho(d stack.PacketData) bool {
+	b, ok := d.PullUp(1)
+	if !ok {
+		return false
+	}
+	switch b[0] >> 4 {
+	case 4:
+		if b, ok = d.PullUp(header.IPv4MinimumSize); !ok || b[9] != uint8(header.ICMPv4ProtocolNumber) {
+			return false
+		}
+		n := int(b[0]&0xf) * 4
+		b, ok = d.PullUp(n + 1)
+		return ok && b[n] == uint8(header.ICMPv4Echo)
+	case 6:
+		b, ok = d.PullUp(header.IPv6MinimumSize + 1)
+		return ok && b[6] == uint8(header.ICMPv6ProtocolNumber) && b[header.IPv6MinimumSize] == uint8(header.ICMPv6EchoRequest)
+	}
+	return false
 }
 
 // echo is one echo request of the guest.
