@@ -2,7 +2,6 @@ package ctrl
 
 import (
 	"context"
-	"fmt"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -14,6 +13,7 @@ import (
 	"github.com/kibotos/kibotos/internal/rpc"
 	"github.com/kibotos/kibotos/internal/store"
 	"github.com/kibotos/kibotos/internal/upstream"
+	"github.com/kibotos/kibotos/internal/workspaces"
 )
 
 // EgressService serves kibotos.ctrl.v1.EgressService.
@@ -40,11 +40,12 @@ func egressKind(checker *netcheck.Checker) objects.Kind[*ctrlv1.EgressSpec] {
 			if err != nil || len(ws) == 0 {
 				return err
 			}
-			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+			return workspaces.InUse(ctx, tx, projectID, ws[0],
 				"udp_enabled cannot be turned off: the network policy of workspace %q sends a udp Resolver's queries through Egress %q",
-				ws[0], id))
+				ws[0], id)
 		},
 		Referenced: store.RefEgress,
+		InUse:      workspaces.InUse,
 		Redact:     upstream.RedactEgressSpec,
 	}
 }

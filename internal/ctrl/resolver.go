@@ -14,6 +14,7 @@ import (
 	"github.com/kibotos/kibotos/internal/rpc"
 	"github.com/kibotos/kibotos/internal/store"
 	"github.com/kibotos/kibotos/internal/upstream"
+	"github.com/kibotos/kibotos/internal/workspaces"
 )
 
 // ResolverService serves kibotos.ctrl.v1.ResolverService.
@@ -40,11 +41,12 @@ func resolverKind() objects.Kind[*ctrlv1.ResolverSpec] {
 			if err != nil || len(ws) == 0 {
 				return err
 			}
-			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+			return workspaces.InUse(ctx, tx, projectID, ws[0],
 				"Resolver %q is referenced by the network policy of workspace %q: its protocol cannot change while a policy references it",
-				id, ws[0]))
+				id, ws[0])
 		},
 		Referenced: store.RefResolver,
+		InUse:      workspaces.InUse,
 		// A Resolver holds no secret: reads return it whole.
 		Redact: proto.CloneOf[*ctrlv1.ResolverSpec],
 	}

@@ -62,6 +62,9 @@ type Kind[S proto.Message] struct {
 	CheckUpdate func(ctx context.Context, tx store.Tx, projectID, id string, old, new S) error
 	// Referenced names the reference that blocks deletion.
 	Referenced store.RefKind
+	// InUse builds the failed_precondition of a change a workspace of the
+	// project stands in the way of, with the workspace attached.
+	InUse func(ctx context.Context, tx store.Tx, projectID, workspaceID, format string, a ...any) error
 	// Redact returns the spec as reads return it.
 	Redact func(S) S
 }
@@ -352,9 +355,9 @@ func Delete[S, R proto.Message](ctx context.Context, s *Service[S], m Mutation[R
 			return zero, err
 		}
 		if len(ws) > 0 {
-			return zero, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+			return zero, s.Kind.InUse(ctx, tx, c.ProjectID, ws[0],
 				"%s %q is referenced by the network policy of workspace %q; remove it from every policy first",
-				s.Kind.Noun, id, ws[0]))
+				s.Kind.Noun, id, ws[0])
 		}
 		o.DeletedAt = s.now()
 		o.UpdatedAt = o.DeletedAt

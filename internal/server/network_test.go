@@ -3,6 +3,7 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"testing"
@@ -115,7 +116,11 @@ func TestUpdateWorkspaceNetworkPolicy(t *testing.T) {
 		if err != nil || ws.Spec.NetworkPolicy.Revision != 2 {
 			t.Fatalf("first update: %v, %v", ws, err)
 		}
-		wantCode(t, "delete the referenced egress", deleteEgress(egUDP), connect.CodeFailedPrecondition)
+		err = deleteEgress(egUDP)
+		wantCode(t, "delete the referenced egress", err, connect.CodeFailedPrecondition)
+		if got := observedWorkspace(t, err); got.GetWorkspaceId() != id {
+			t.Errorf("the refusal's observed workspace is %v, want %s", got, id)
+		}
 
 		_, err = update(1, &ctrlv1.NetworkPolicy{})
 		wantCode(t, "stale expected_revision", err, connect.CodeAborted)
@@ -247,4 +252,21 @@ func TestUpdateWorkspaceNetworkPolicyReplay(t *testing.T) {
 			t.Errorf("policy after the replays: %v, want DENY_ALL at revision 3", p)
 		}
 	})
+}
+
+// observedWorkspace is the ErrorDetail.observed_workspace of err.
+func observedWorkspace(t *testing.T, err error) *ctrlv1.Workspace {
+	t.Helper()
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return nil
+	}
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if ed, ok := v.(*ctrlv1.ErrorDetail); ok {
+				return ed.ObservedWorkspace
+			}
+		}
+	}
+	return nil
 }

@@ -2,7 +2,6 @@ package templates
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -331,33 +330,8 @@ func inUse(ctx context.Context, tx store.Tx, c auth.Caller, id, project, workspa
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
 			"template %q is used by a workspace of another project; delete its workspaces first", id))
 	}
-	err := connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
-		"template %q is used by workspace %q; delete the workspaces created from it first", id, workspace))
-	if ws := observedWorkspace(ctx, tx, project, workspace); ws != nil {
-		if d, derr := connect.NewErrorDetail(&ctrlv1.ErrorDetail{ObservedWorkspace: ws}); derr == nil {
-			err.AddDetail(d)
-		}
-	}
-	return err
-}
-
-// observedWorkspace reads a workspace's API resource from its row, or nil
-// when the row cannot be read that way. The row's body is the workspaces
-// package's envelope, whose "workspace" member is the serialized resource.
-func observedWorkspace(ctx context.Context, tx store.Tx, project, id string) *ctrlv1.Workspace {
-	row, err := tx.Workspace(ctx, project, id)
-	if err != nil {
-		return nil
-	}
-	var env struct {
-		Workspace []byte `json:"workspace"`
-	}
-	ws := new(ctrlv1.Workspace)
-	if json.Unmarshal(row.Body, &env) != nil || len(env.Workspace) == 0 || proto.Unmarshal(env.Workspace, ws) != nil {
-		return nil
-	}
-	ws.Labels = row.Labels
-	return ws
+	return workspaces.InUse(ctx, tx, project, workspace,
+		"template %q is used by workspace %q; delete the workspaces created from it first", id, workspace)
 }
 
 // UpdateTemplateLabels replaces the labels under CAS on labels_revision.

@@ -137,10 +137,26 @@ func (s *Service) save(ctx context.Context, tx store.Tx, r *record) error {
 // attached, as the reference asks.
 func precondition(ws *ctrlv1.Workspace, format string, a ...any) error {
 	err := connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(format, a...))
+	if ws == nil {
+		return err
+	}
 	if d, derr := connect.NewErrorDetail(&ctrlv1.ErrorDetail{ObservedWorkspace: ws}); derr == nil {
 		err.AddDetail(d)
 	}
 	return err
+}
+
+// InUse is the failed_precondition of a change that a workspace of the
+// caller's project stands in the way of, with that workspace attached as
+// ErrorDetail.observed_workspace (when it can be read).
+func InUse(ctx context.Context, tx store.Tx, projectID, workspaceID, format string, a ...any) error {
+	var ws *ctrlv1.Workspace
+	if row, err := tx.Workspace(ctx, projectID, workspaceID); err == nil {
+		if r, err := decode(row); err == nil {
+			ws = r.view()
+		}
+	}
+	return precondition(ws, format, a...)
 }
 
 // Create validates, resolves the template, places the workspace on a host
