@@ -733,6 +733,252 @@ func (x *RevokeTokenResponse) GetToken() *Token {
 	return nil
 }
 
+// StoragePool is a named place where Volumes live.
+type StoragePool struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// host_ids are the registered hosts that reach the pool.
+	HostIds []string `protobuf:"bytes,2,rep,name=host_ids,json=hostIds,proto3" json:"host_ids,omitempty"`
+	// default_volume_bytes is the pool's profile: the capacity of a Volume
+	// created in it with capacity_bytes zero.
+	DefaultVolumeBytes uint64 `protobuf:"varint,3,opt,name=default_volume_bytes,json=defaultVolumeBytes,proto3" json:"default_volume_bytes,omitempty"`
+	// default is true for the deployment's default pool.
+	Default       bool `protobuf:"varint,4,opt,name=default,proto3" json:"default,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StoragePool) Reset() {
+	*x = StoragePool{}
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StoragePool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StoragePool) ProtoMessage() {}
+
+func (x *StoragePool) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StoragePool.ProtoReflect.Descriptor instead.
+func (*StoragePool) Descriptor() ([]byte, []int) {
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *StoragePool) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *StoragePool) GetHostIds() []string {
+	if x != nil {
+		return x.HostIds
+	}
+	return nil
+}
+
+func (x *StoragePool) GetDefaultVolumeBytes() uint64 {
+	if x != nil {
+		return x.DefaultVolumeBytes
+	}
+	return 0
+}
+
+func (x *StoragePool) GetDefault() bool {
+	if x != nil {
+		return x.Default
+	}
+	return false
+}
+
+// ListStoragePoolsRequest is the input of ListStoragePools.
+type ListStoragePoolsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListStoragePoolsRequest) Reset() {
+	*x = ListStoragePoolsRequest{}
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListStoragePoolsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListStoragePoolsRequest) ProtoMessage() {}
+
+func (x *ListStoragePoolsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListStoragePoolsRequest.ProtoReflect.Descriptor instead.
+func (*ListStoragePoolsRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{13}
+}
+
+// ListStoragePoolsResponse carries every storage pool.
+type ListStoragePoolsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	StoragePools  []*StoragePool         `protobuf:"bytes,1,rep,name=storage_pools,json=storagePools,proto3" json:"storage_pools,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListStoragePoolsResponse) Reset() {
+	*x = ListStoragePoolsResponse{}
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListStoragePoolsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListStoragePoolsResponse) ProtoMessage() {}
+
+func (x *ListStoragePoolsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListStoragePoolsResponse.ProtoReflect.Descriptor instead.
+func (*ListStoragePoolsResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ListStoragePoolsResponse) GetStoragePools() []*StoragePool {
+	if x != nil {
+		return x.StoragePools
+	}
+	return nil
+}
+
+// DeclareStoragePoolLostRequest is the input of DeclareStoragePoolLost.
+type DeclareStoragePoolLostRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	StoragePool   string                 `protobuf:"bytes,1,opt,name=storage_pool,json=storagePool,proto3" json:"storage_pool,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeclareStoragePoolLostRequest) Reset() {
+	*x = DeclareStoragePoolLostRequest{}
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeclareStoragePoolLostRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeclareStoragePoolLostRequest) ProtoMessage() {}
+
+func (x *DeclareStoragePoolLostRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeclareStoragePoolLostRequest.ProtoReflect.Descriptor instead.
+func (*DeclareStoragePoolLostRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *DeclareStoragePoolLostRequest) GetStoragePool() string {
+	if x != nil {
+		return x.StoragePool
+	}
+	return ""
+}
+
+// DeclareStoragePoolLostResponse says what the declaration changed.
+type DeclareStoragePoolLostResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// lost_volume_ids are the Volumes this call made LOST, in every project.
+	LostVolumeIds []string `protobuf:"bytes,1,rep,name=lost_volume_ids,json=lostVolumeIds,proto3" json:"lost_volume_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeclareStoragePoolLostResponse) Reset() {
+	*x = DeclareStoragePoolLostResponse{}
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeclareStoragePoolLostResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeclareStoragePoolLostResponse) ProtoMessage() {}
+
+func (x *DeclareStoragePoolLostResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeclareStoragePoolLostResponse.ProtoReflect.Descriptor instead.
+func (*DeclareStoragePoolLostResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *DeclareStoragePoolLostResponse) GetLostVolumeIds() []string {
+	if x != nil {
+		return x.LostVolumeIds
+	}
+	return nil
+}
+
 var File_kibotos_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_kibotos_admin_v1_admin_proto_rawDesc = "" +
@@ -778,20 +1024,34 @@ const file_kibotos_admin_v1_admin_proto_rawDesc = "" +
 	"\x12RevokeTokenRequest\x12\x19\n" +
 	"\btoken_id\x18\x01 \x01(\tR\atokenId\"D\n" +
 	"\x13RevokeTokenResponse\x12-\n" +
-	"\x05token\x18\x01 \x01(\v2\x17.kibotos.admin.v1.TokenR\x05token*N\n" +
+	"\x05token\x18\x01 \x01(\v2\x17.kibotos.admin.v1.TokenR\x05token\"\x88\x01\n" +
+	"\vStoragePool\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
+	"\bhost_ids\x18\x02 \x03(\tR\ahostIds\x120\n" +
+	"\x14default_volume_bytes\x18\x03 \x01(\x04R\x12defaultVolumeBytes\x12\x18\n" +
+	"\adefault\x18\x04 \x01(\bR\adefault\"\x19\n" +
+	"\x17ListStoragePoolsRequest\"^\n" +
+	"\x18ListStoragePoolsResponse\x12B\n" +
+	"\rstorage_pools\x18\x01 \x03(\v2\x1d.kibotos.admin.v1.StoragePoolR\fstoragePools\"B\n" +
+	"\x1dDeclareStoragePoolLostRequest\x12!\n" +
+	"\fstorage_pool\x18\x01 \x01(\tR\vstoragePool\"H\n" +
+	"\x1eDeclareStoragePoolLostResponse\x12&\n" +
+	"\x0flost_volume_ids\x18\x01 \x03(\tR\rlostVolumeIds*N\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_VIEWER\x10\x01\x12\x0f\n" +
 	"\vROLE_EDITOR\x10\x02\x12\x0e\n" +
 	"\n" +
-	"ROLE_ADMIN\x10\x032\xe0\x03\n" +
+	"ROLE_ADMIN\x10\x032\xc8\x05\n" +
 	"\fAdminService\x12`\n" +
 	"\rCreateProject\x12&.kibotos.admin.v1.CreateProjectRequest\x1a'.kibotos.admin.v1.CreateProjectResponse\x12]\n" +
 	"\fListProjects\x12%.kibotos.admin.v1.ListProjectsRequest\x1a&.kibotos.admin.v1.ListProjectsResponse\x12Z\n" +
 	"\vCreateToken\x12$.kibotos.admin.v1.CreateTokenRequest\x1a%.kibotos.admin.v1.CreateTokenResponse\x12W\n" +
 	"\n" +
 	"ListTokens\x12#.kibotos.admin.v1.ListTokensRequest\x1a$.kibotos.admin.v1.ListTokensResponse\x12Z\n" +
-	"\vRevokeToken\x12$.kibotos.admin.v1.RevokeTokenRequest\x1a%.kibotos.admin.v1.RevokeTokenResponseB\xbd\x01\n" +
+	"\vRevokeToken\x12$.kibotos.admin.v1.RevokeTokenRequest\x1a%.kibotos.admin.v1.RevokeTokenResponse\x12i\n" +
+	"\x10ListStoragePools\x12).kibotos.admin.v1.ListStoragePoolsRequest\x1a*.kibotos.admin.v1.ListStoragePoolsResponse\x12{\n" +
+	"\x16DeclareStoragePoolLost\x12/.kibotos.admin.v1.DeclareStoragePoolLostRequest\x1a0.kibotos.admin.v1.DeclareStoragePoolLostResponseB\xbd\x01\n" +
 	"\x14com.kibotos.admin.v1B\n" +
 	"AdminProtoP\x01Z7github.com/kibotos/kibotos/gen/kibotos/admin/v1;adminv1\xa2\x02\x03KAX\xaa\x02\x10Kibotos.Admin.V1\xca\x02\x10Kibotos\\Admin\\V1\xe2\x02\x1cKibotos\\Admin\\V1\\GPBMetadata\xea\x02\x12Kibotos::Admin::V1b\x06proto3"
 
@@ -808,49 +1068,59 @@ func file_kibotos_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_kibotos_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_kibotos_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_kibotos_admin_v1_admin_proto_goTypes = []any{
-	(Role)(0),                     // 0: kibotos.admin.v1.Role
-	(*Project)(nil),               // 1: kibotos.admin.v1.Project
-	(*Token)(nil),                 // 2: kibotos.admin.v1.Token
-	(*CreateProjectRequest)(nil),  // 3: kibotos.admin.v1.CreateProjectRequest
-	(*CreateProjectResponse)(nil), // 4: kibotos.admin.v1.CreateProjectResponse
-	(*ListProjectsRequest)(nil),   // 5: kibotos.admin.v1.ListProjectsRequest
-	(*ListProjectsResponse)(nil),  // 6: kibotos.admin.v1.ListProjectsResponse
-	(*CreateTokenRequest)(nil),    // 7: kibotos.admin.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),   // 8: kibotos.admin.v1.CreateTokenResponse
-	(*ListTokensRequest)(nil),     // 9: kibotos.admin.v1.ListTokensRequest
-	(*ListTokensResponse)(nil),    // 10: kibotos.admin.v1.ListTokensResponse
-	(*RevokeTokenRequest)(nil),    // 11: kibotos.admin.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),   // 12: kibotos.admin.v1.RevokeTokenResponse
-	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
+	(Role)(0),                              // 0: kibotos.admin.v1.Role
+	(*Project)(nil),                        // 1: kibotos.admin.v1.Project
+	(*Token)(nil),                          // 2: kibotos.admin.v1.Token
+	(*CreateProjectRequest)(nil),           // 3: kibotos.admin.v1.CreateProjectRequest
+	(*CreateProjectResponse)(nil),          // 4: kibotos.admin.v1.CreateProjectResponse
+	(*ListProjectsRequest)(nil),            // 5: kibotos.admin.v1.ListProjectsRequest
+	(*ListProjectsResponse)(nil),           // 6: kibotos.admin.v1.ListProjectsResponse
+	(*CreateTokenRequest)(nil),             // 7: kibotos.admin.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),            // 8: kibotos.admin.v1.CreateTokenResponse
+	(*ListTokensRequest)(nil),              // 9: kibotos.admin.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),             // 10: kibotos.admin.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),             // 11: kibotos.admin.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),            // 12: kibotos.admin.v1.RevokeTokenResponse
+	(*StoragePool)(nil),                    // 13: kibotos.admin.v1.StoragePool
+	(*ListStoragePoolsRequest)(nil),        // 14: kibotos.admin.v1.ListStoragePoolsRequest
+	(*ListStoragePoolsResponse)(nil),       // 15: kibotos.admin.v1.ListStoragePoolsResponse
+	(*DeclareStoragePoolLostRequest)(nil),  // 16: kibotos.admin.v1.DeclareStoragePoolLostRequest
+	(*DeclareStoragePoolLostResponse)(nil), // 17: kibotos.admin.v1.DeclareStoragePoolLostResponse
+	(*timestamppb.Timestamp)(nil),          // 18: google.protobuf.Timestamp
 }
 var file_kibotos_admin_v1_admin_proto_depIdxs = []int32{
-	13, // 0: kibotos.admin.v1.Project.created_at:type_name -> google.protobuf.Timestamp
+	18, // 0: kibotos.admin.v1.Project.created_at:type_name -> google.protobuf.Timestamp
 	0,  // 1: kibotos.admin.v1.Token.role:type_name -> kibotos.admin.v1.Role
-	13, // 2: kibotos.admin.v1.Token.created_at:type_name -> google.protobuf.Timestamp
-	13, // 3: kibotos.admin.v1.Token.revoked_at:type_name -> google.protobuf.Timestamp
+	18, // 2: kibotos.admin.v1.Token.created_at:type_name -> google.protobuf.Timestamp
+	18, // 3: kibotos.admin.v1.Token.revoked_at:type_name -> google.protobuf.Timestamp
 	1,  // 4: kibotos.admin.v1.CreateProjectResponse.project:type_name -> kibotos.admin.v1.Project
 	1,  // 5: kibotos.admin.v1.ListProjectsResponse.projects:type_name -> kibotos.admin.v1.Project
 	0,  // 6: kibotos.admin.v1.CreateTokenRequest.role:type_name -> kibotos.admin.v1.Role
 	2,  // 7: kibotos.admin.v1.CreateTokenResponse.token:type_name -> kibotos.admin.v1.Token
 	2,  // 8: kibotos.admin.v1.ListTokensResponse.tokens:type_name -> kibotos.admin.v1.Token
 	2,  // 9: kibotos.admin.v1.RevokeTokenResponse.token:type_name -> kibotos.admin.v1.Token
-	3,  // 10: kibotos.admin.v1.AdminService.CreateProject:input_type -> kibotos.admin.v1.CreateProjectRequest
-	5,  // 11: kibotos.admin.v1.AdminService.ListProjects:input_type -> kibotos.admin.v1.ListProjectsRequest
-	7,  // 12: kibotos.admin.v1.AdminService.CreateToken:input_type -> kibotos.admin.v1.CreateTokenRequest
-	9,  // 13: kibotos.admin.v1.AdminService.ListTokens:input_type -> kibotos.admin.v1.ListTokensRequest
-	11, // 14: kibotos.admin.v1.AdminService.RevokeToken:input_type -> kibotos.admin.v1.RevokeTokenRequest
-	4,  // 15: kibotos.admin.v1.AdminService.CreateProject:output_type -> kibotos.admin.v1.CreateProjectResponse
-	6,  // 16: kibotos.admin.v1.AdminService.ListProjects:output_type -> kibotos.admin.v1.ListProjectsResponse
-	8,  // 17: kibotos.admin.v1.AdminService.CreateToken:output_type -> kibotos.admin.v1.CreateTokenResponse
-	10, // 18: kibotos.admin.v1.AdminService.ListTokens:output_type -> kibotos.admin.v1.ListTokensResponse
-	12, // 19: kibotos.admin.v1.AdminService.RevokeToken:output_type -> kibotos.admin.v1.RevokeTokenResponse
-	15, // [15:20] is the sub-list for method output_type
-	10, // [10:15] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	13, // 10: kibotos.admin.v1.ListStoragePoolsResponse.storage_pools:type_name -> kibotos.admin.v1.StoragePool
+	3,  // 11: kibotos.admin.v1.AdminService.CreateProject:input_type -> kibotos.admin.v1.CreateProjectRequest
+	5,  // 12: kibotos.admin.v1.AdminService.ListProjects:input_type -> kibotos.admin.v1.ListProjectsRequest
+	7,  // 13: kibotos.admin.v1.AdminService.CreateToken:input_type -> kibotos.admin.v1.CreateTokenRequest
+	9,  // 14: kibotos.admin.v1.AdminService.ListTokens:input_type -> kibotos.admin.v1.ListTokensRequest
+	11, // 15: kibotos.admin.v1.AdminService.RevokeToken:input_type -> kibotos.admin.v1.RevokeTokenRequest
+	14, // 16: kibotos.admin.v1.AdminService.ListStoragePools:input_type -> kibotos.admin.v1.ListStoragePoolsRequest
+	16, // 17: kibotos.admin.v1.AdminService.DeclareStoragePoolLost:input_type -> kibotos.admin.v1.DeclareStoragePoolLostRequest
+	4,  // 18: kibotos.admin.v1.AdminService.CreateProject:output_type -> kibotos.admin.v1.CreateProjectResponse
+	6,  // 19: kibotos.admin.v1.AdminService.ListProjects:output_type -> kibotos.admin.v1.ListProjectsResponse
+	8,  // 20: kibotos.admin.v1.AdminService.CreateToken:output_type -> kibotos.admin.v1.CreateTokenResponse
+	10, // 21: kibotos.admin.v1.AdminService.ListTokens:output_type -> kibotos.admin.v1.ListTokensResponse
+	12, // 22: kibotos.admin.v1.AdminService.RevokeToken:output_type -> kibotos.admin.v1.RevokeTokenResponse
+	15, // 23: kibotos.admin.v1.AdminService.ListStoragePools:output_type -> kibotos.admin.v1.ListStoragePoolsResponse
+	17, // 24: kibotos.admin.v1.AdminService.DeclareStoragePoolLost:output_type -> kibotos.admin.v1.DeclareStoragePoolLostResponse
+	18, // [18:25] is the sub-list for method output_type
+	11, // [11:18] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_admin_v1_admin_proto_init() }
@@ -864,7 +1134,7 @@ func file_kibotos_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_admin_v1_admin_proto_rawDesc), len(file_kibotos_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   12,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

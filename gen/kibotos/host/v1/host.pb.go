@@ -36,6 +36,58 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// VolumeDesired is what ctrl wants of a Volume image.
+type VolumeDesired int32
+
+const (
+	VolumeDesired_VOLUME_DESIRED_UNSPECIFIED VolumeDesired = 0
+	// PRESENT: the image exists with capacity_bytes.
+	VolumeDesired_VOLUME_DESIRED_PRESENT VolumeDesired = 1
+	// DELETED: the image is removed once no execution has it mounted.
+	VolumeDesired_VOLUME_DESIRED_DELETED VolumeDesired = 2
+)
+
+// Enum value maps for VolumeDesired.
+var (
+	VolumeDesired_name = map[int32]string{
+		0: "VOLUME_DESIRED_UNSPECIFIED",
+		1: "VOLUME_DESIRED_PRESENT",
+		2: "VOLUME_DESIRED_DELETED",
+	}
+	VolumeDesired_value = map[string]int32{
+		"VOLUME_DESIRED_UNSPECIFIED": 0,
+		"VOLUME_DESIRED_PRESENT":     1,
+		"VOLUME_DESIRED_DELETED":     2,
+	}
+)
+
+func (x VolumeDesired) Enum() *VolumeDesired {
+	p := new(VolumeDesired)
+	*p = x
+	return p
+}
+
+func (x VolumeDesired) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (VolumeDesired) Descriptor() protoreflect.EnumDescriptor {
+	return file_kibotos_host_v1_host_proto_enumTypes[0].Descriptor()
+}
+
+func (VolumeDesired) Type() protoreflect.EnumType {
+	return &file_kibotos_host_v1_host_proto_enumTypes[0]
+}
+
+func (x VolumeDesired) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use VolumeDesired.Descriptor instead.
+func (VolumeDesired) EnumDescriptor() ([]byte, []int) {
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{0}
+}
+
 // DesiredState is what ctrl wants of an execution.
 type DesiredState int32
 
@@ -77,11 +129,11 @@ func (x DesiredState) String() string {
 }
 
 func (DesiredState) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_host_v1_host_proto_enumTypes[0].Descriptor()
+	return file_kibotos_host_v1_host_proto_enumTypes[1].Descriptor()
 }
 
 func (DesiredState) Type() protoreflect.EnumType {
-	return &file_kibotos_host_v1_host_proto_enumTypes[0]
+	return &file_kibotos_host_v1_host_proto_enumTypes[1]
 }
 
 func (x DesiredState) Number() protoreflect.EnumNumber {
@@ -90,7 +142,7 @@ func (x DesiredState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DesiredState.Descriptor instead.
 func (DesiredState) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{0}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{1}
 }
 
 // ObservedState is what a host observes of one execution.
@@ -155,11 +207,11 @@ func (x ObservedState) String() string {
 }
 
 func (ObservedState) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_host_v1_host_proto_enumTypes[1].Descriptor()
+	return file_kibotos_host_v1_host_proto_enumTypes[2].Descriptor()
 }
 
 func (ObservedState) Type() protoreflect.EnumType {
-	return &file_kibotos_host_v1_host_proto_enumTypes[1]
+	return &file_kibotos_host_v1_host_proto_enumTypes[2]
 }
 
 func (x ObservedState) Number() protoreflect.EnumNumber {
@@ -168,7 +220,7 @@ func (x ObservedState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ObservedState.Descriptor instead.
 func (ObservedState) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{1}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{2}
 }
 
 // RegisterHostRequest is the input of RegisterHost.
@@ -191,8 +243,12 @@ type RegisterHostRequest struct {
 	// such as http://127.0.0.1:8870. Sessions for Workspaces that run on this
 	// host name it as their endpoint.
 	DataPlaneEndpoint string `protobuf:"bytes,5,opt,name=data_plane_endpoint,json=dataPlaneEndpoint,proto3" json:"data_plane_endpoint,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// storage_pools are the storage pools the host reaches: directories where
+	// it keeps Volume images. ctrl places a Workspace bound to a Volume only on
+	// a host that reaches the Volume's pool.
+	StoragePools  []*StoragePool `protobuf:"bytes,6,rep,name=storage_pools,json=storagePools,proto3" json:"storage_pools,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterHostRequest) Reset() {
@@ -260,6 +316,88 @@ func (x *RegisterHostRequest) GetDataPlaneEndpoint() string {
 	return ""
 }
 
+func (x *RegisterHostRequest) GetStoragePools() []*StoragePool {
+	if x != nil {
+		return x.StoragePools
+	}
+	return nil
+}
+
+// StoragePool is one storage pool as a host reaches it.
+type StoragePool struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the pool's name, the same on every host that reaches it.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// default_volume_bytes is the pool's profile: the capacity of a Volume
+	// created with capacity_bytes zero.
+	DefaultVolumeBytes uint64 `protobuf:"varint,2,opt,name=default_volume_bytes,json=defaultVolumeBytes,proto3" json:"default_volume_bytes,omitempty"`
+	// online_grow is true when the host can grow a Volume of this pool while
+	// an execution has it mounted.
+	OnlineGrow bool `protobuf:"varint,3,opt,name=online_grow,json=onlineGrow,proto3" json:"online_grow,omitempty"`
+	// online_grow_refusal says why the host cannot, when online_grow is false.
+	OnlineGrowRefusal string `protobuf:"bytes,4,opt,name=online_grow_refusal,json=onlineGrowRefusal,proto3" json:"online_grow_refusal,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *StoragePool) Reset() {
+	*x = StoragePool{}
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StoragePool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StoragePool) ProtoMessage() {}
+
+func (x *StoragePool) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StoragePool.ProtoReflect.Descriptor instead.
+func (*StoragePool) Descriptor() ([]byte, []int) {
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *StoragePool) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *StoragePool) GetDefaultVolumeBytes() uint64 {
+	if x != nil {
+		return x.DefaultVolumeBytes
+	}
+	return 0
+}
+
+func (x *StoragePool) GetOnlineGrow() bool {
+	if x != nil {
+		return x.OnlineGrow
+	}
+	return false
+}
+
+func (x *StoragePool) GetOnlineGrowRefusal() string {
+	if x != nil {
+		return x.OnlineGrowRefusal
+	}
+	return ""
+}
+
 // HostCapacity is what a host offers to executions in total. ctrl subtracts
 // what it reserved for the executions it placed there to judge what is free.
 type HostCapacity struct {
@@ -280,7 +418,7 @@ type HostCapacity struct {
 
 func (x *HostCapacity) Reset() {
 	*x = HostCapacity{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[1]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -292,7 +430,7 @@ func (x *HostCapacity) String() string {
 func (*HostCapacity) ProtoMessage() {}
 
 func (x *HostCapacity) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[1]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -305,7 +443,7 @@ func (x *HostCapacity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostCapacity.ProtoReflect.Descriptor instead.
 func (*HostCapacity) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{1}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *HostCapacity) GetCpuMillis() uint32 {
@@ -345,7 +483,7 @@ type RegisterHostResponse struct {
 
 func (x *RegisterHostResponse) Reset() {
 	*x = RegisterHostResponse{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[2]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -357,7 +495,7 @@ func (x *RegisterHostResponse) String() string {
 func (*RegisterHostResponse) ProtoMessage() {}
 
 func (x *RegisterHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[2]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -370,7 +508,7 @@ func (x *RegisterHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterHostResponse.ProtoReflect.Descriptor instead.
 func (*RegisterHostResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{2}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{3}
 }
 
 // WatchAssignmentsRequest is the input of WatchAssignments.
@@ -383,7 +521,7 @@ type WatchAssignmentsRequest struct {
 
 func (x *WatchAssignmentsRequest) Reset() {
 	*x = WatchAssignmentsRequest{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[3]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -395,7 +533,7 @@ func (x *WatchAssignmentsRequest) String() string {
 func (*WatchAssignmentsRequest) ProtoMessage() {}
 
 func (x *WatchAssignmentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[3]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -408,7 +546,7 @@ func (x *WatchAssignmentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAssignmentsRequest.ProtoReflect.Descriptor instead.
 func (*WatchAssignmentsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{3}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *WatchAssignmentsRequest) GetHostId() string {
@@ -429,14 +567,18 @@ type WatchAssignmentsResponse struct {
 	// version increases every time ctrl changes this host's set, across ctrl
 	// restarts, so a host can tell a newer set from one it has already seen.
 	// It is not comparable between hosts.
-	Version       uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Version uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// volumes is every Volume ctrl wants something of on this host. A Volume
+	// image the host keeps that no entry names is left alone: images are
+	// deleted only when an entry with VOLUME_DESIRED_DELETED names them.
+	Volumes       []*VolumeAssignment `protobuf:"bytes,3,rep,name=volumes,proto3" json:"volumes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchAssignmentsResponse) Reset() {
 	*x = WatchAssignmentsResponse{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[4]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -448,7 +590,7 @@ func (x *WatchAssignmentsResponse) String() string {
 func (*WatchAssignmentsResponse) ProtoMessage() {}
 
 func (x *WatchAssignmentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[4]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -461,7 +603,7 @@ func (x *WatchAssignmentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAssignmentsResponse.ProtoReflect.Descriptor instead.
 func (*WatchAssignmentsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{4}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *WatchAssignmentsResponse) GetAssignments() []*Assignment {
@@ -476,6 +618,169 @@ func (x *WatchAssignmentsResponse) GetVersion() uint64 {
 		return x.Version
 	}
 	return 0
+}
+
+func (x *WatchAssignmentsResponse) GetVolumes() []*VolumeAssignment {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
+// VolumeAssignment is what ctrl wants of one Volume image on the host.
+type VolumeAssignment struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	VolumeId string                 `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	// storage_pool is the pool whose directory holds the image.
+	StoragePool string `protobuf:"bytes,2,opt,name=storage_pool,json=storagePool,proto3" json:"storage_pool,omitempty"`
+	// capacity_bytes is the size the image must have. A larger image is left
+	// as it is; a smaller one is grown (online when an execution has it
+	// mounted and the pool allows it, else once nothing has it mounted).
+	CapacityBytes uint64        `protobuf:"varint,3,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	Desired       VolumeDesired `protobuf:"varint,4,opt,name=desired,proto3,enum=kibotos.host.v1.VolumeDesired" json:"desired,omitempty"`
+	// create allows the host to make the image when it has none: it is true
+	// only while the Volume is CREATING. A missing image is otherwise never
+	// replaced with an empty one; it is reported DAMAGED.
+	Create bool `protobuf:"varint,5,opt,name=create,proto3" json:"create,omitempty"`
+	// filesystem_uuid is the UUID the filesystem is created with. An image
+	// whose filesystem carries another is not this Volume: DAMAGED.
+	FilesystemUuid string `protobuf:"bytes,6,opt,name=filesystem_uuid,json=filesystemUuid,proto3" json:"filesystem_uuid,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *VolumeAssignment) Reset() {
+	*x = VolumeAssignment{}
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeAssignment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeAssignment) ProtoMessage() {}
+
+func (x *VolumeAssignment) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeAssignment.ProtoReflect.Descriptor instead.
+func (*VolumeAssignment) Descriptor() ([]byte, []int) {
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *VolumeAssignment) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *VolumeAssignment) GetStoragePool() string {
+	if x != nil {
+		return x.StoragePool
+	}
+	return ""
+}
+
+func (x *VolumeAssignment) GetCapacityBytes() uint64 {
+	if x != nil {
+		return x.CapacityBytes
+	}
+	return 0
+}
+
+func (x *VolumeAssignment) GetDesired() VolumeDesired {
+	if x != nil {
+		return x.Desired
+	}
+	return VolumeDesired_VOLUME_DESIRED_UNSPECIFIED
+}
+
+func (x *VolumeAssignment) GetCreate() bool {
+	if x != nil {
+		return x.Create
+	}
+	return false
+}
+
+func (x *VolumeAssignment) GetFilesystemUuid() string {
+	if x != nil {
+		return x.FilesystemUuid
+	}
+	return ""
+}
+
+// ExecutionVolume is the Volume an execution mounts.
+type ExecutionVolume struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	VolumeId    string                 `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	StoragePool string                 `protobuf:"bytes,2,opt,name=storage_pool,json=storagePool,proto3" json:"storage_pool,omitempty"`
+	// mount_path is the absolute guest path it is mounted at.
+	MountPath     string `protobuf:"bytes,3,opt,name=mount_path,json=mountPath,proto3" json:"mount_path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecutionVolume) Reset() {
+	*x = ExecutionVolume{}
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecutionVolume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecutionVolume) ProtoMessage() {}
+
+func (x *ExecutionVolume) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecutionVolume.ProtoReflect.Descriptor instead.
+func (*ExecutionVolume) Descriptor() ([]byte, []int) {
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ExecutionVolume) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *ExecutionVolume) GetStoragePool() string {
+	if x != nil {
+		return x.StoragePool
+	}
+	return ""
+}
+
+func (x *ExecutionVolume) GetMountPath() string {
+	if x != nil {
+		return x.MountPath
+	}
+	return ""
 }
 
 // Assignment is what ctrl wants of one execution on the host. An execution
@@ -521,14 +826,18 @@ type Assignment struct {
 	// network is what the execution's network slot enforces: the Workspace's
 	// policy and the Egresses and Resolvers it references. A running
 	// execution applies a changed one live and confirms it in its reports.
-	Network       *NetworkAssignment `protobuf:"bytes,10,opt,name=network,proto3" json:"network,omitempty"`
+	Network *NetworkAssignment `protobuf:"bytes,10,opt,name=network,proto3" json:"network,omitempty"`
+	// volume is the Volume the execution mounts; absent without one. The
+	// host starts the execution only once the image is present (see
+	// WatchAssignmentsResponse.volumes) and opens as that Volume.
+	Volume        *ExecutionVolume `protobuf:"bytes,11,opt,name=volume,proto3" json:"volume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Assignment) Reset() {
 	*x = Assignment{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[5]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -540,7 +849,7 @@ func (x *Assignment) String() string {
 func (*Assignment) ProtoMessage() {}
 
 func (x *Assignment) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[5]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -553,7 +862,7 @@ func (x *Assignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
 func (*Assignment) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{5}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Assignment) GetExecutionId() string {
@@ -626,6 +935,13 @@ func (x *Assignment) GetNetwork() *NetworkAssignment {
 	return nil
 }
 
+func (x *Assignment) GetVolume() *ExecutionVolume {
+	if x != nil {
+		return x.Volume
+	}
+	return nil
+}
+
 // NetworkAssignment is one Workspace's expected network, resolved by ctrl
 // into everything the host needs without asking again.
 type NetworkAssignment struct {
@@ -646,7 +962,7 @@ type NetworkAssignment struct {
 
 func (x *NetworkAssignment) Reset() {
 	*x = NetworkAssignment{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[6]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -658,7 +974,7 @@ func (x *NetworkAssignment) String() string {
 func (*NetworkAssignment) ProtoMessage() {}
 
 func (x *NetworkAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[6]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -671,7 +987,7 @@ func (x *NetworkAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkAssignment.ProtoReflect.Descriptor instead.
 func (*NetworkAssignment) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{6}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *NetworkAssignment) GetPolicy() *v1.NetworkPolicy {
@@ -717,7 +1033,7 @@ type EgressAssignment struct {
 
 func (x *EgressAssignment) Reset() {
 	*x = EgressAssignment{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[7]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -729,7 +1045,7 @@ func (x *EgressAssignment) String() string {
 func (*EgressAssignment) ProtoMessage() {}
 
 func (x *EgressAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[7]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -742,7 +1058,7 @@ func (x *EgressAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressAssignment.ProtoReflect.Descriptor instead.
 func (*EgressAssignment) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{7}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *EgressAssignment) GetEgressId() string {
@@ -787,7 +1103,7 @@ type ResolverAssignment struct {
 
 func (x *ResolverAssignment) Reset() {
 	*x = ResolverAssignment{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[8]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -799,7 +1115,7 @@ func (x *ResolverAssignment) String() string {
 func (*ResolverAssignment) ProtoMessage() {}
 
 func (x *ResolverAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[8]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -812,7 +1128,7 @@ func (x *ResolverAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolverAssignment.ProtoReflect.Descriptor instead.
 func (*ResolverAssignment) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{8}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ResolverAssignment) GetResolverId() string {
@@ -862,7 +1178,7 @@ type DataPlane struct {
 
 func (x *DataPlane) Reset() {
 	*x = DataPlane{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[9]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -874,7 +1190,7 @@ func (x *DataPlane) String() string {
 func (*DataPlane) ProtoMessage() {}
 
 func (x *DataPlane) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[9]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -887,7 +1203,7 @@ func (x *DataPlane) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataPlane.ProtoReflect.Descriptor instead.
 func (*DataPlane) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{9}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DataPlane) GetKey() []byte {
@@ -921,7 +1237,7 @@ type StopRequest struct {
 
 func (x *StopRequest) Reset() {
 	*x = StopRequest{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[10]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -933,7 +1249,7 @@ func (x *StopRequest) String() string {
 func (*StopRequest) ProtoMessage() {}
 
 func (x *StopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[10]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -946,7 +1262,7 @@ func (x *StopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopRequest.ProtoReflect.Descriptor instead.
 func (*StopRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{10}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StopRequest) GetMode() v1.StopMode {
@@ -984,7 +1300,7 @@ type ExecutionTemplate struct {
 
 func (x *ExecutionTemplate) Reset() {
 	*x = ExecutionTemplate{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[11]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +1312,7 @@ func (x *ExecutionTemplate) String() string {
 func (*ExecutionTemplate) ProtoMessage() {}
 
 func (x *ExecutionTemplate) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[11]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +1325,7 @@ func (x *ExecutionTemplate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionTemplate.ProtoReflect.Descriptor instead.
 func (*ExecutionTemplate) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{11}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ExecutionTemplate) GetTemplateId() string {
@@ -1063,7 +1379,7 @@ type TemplateLayer struct {
 
 func (x *TemplateLayer) Reset() {
 	*x = TemplateLayer{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[12]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1075,7 +1391,7 @@ func (x *TemplateLayer) String() string {
 func (*TemplateLayer) ProtoMessage() {}
 
 func (x *TemplateLayer) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[12]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1088,7 +1404,7 @@ func (x *TemplateLayer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateLayer.ProtoReflect.Descriptor instead.
 func (*TemplateLayer) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{12}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TemplateLayer) GetDigest() string {
@@ -1117,14 +1433,17 @@ type ReportExecutionsRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	HostId string                 `protobuf:"bytes,1,opt,name=host_id,json=hostId,proto3" json:"host_id,omitempty"`
 	// reports holds at most one report per execution; empty is a heartbeat.
-	Reports       []*ExecutionReport `protobuf:"bytes,2,rep,name=reports,proto3" json:"reports,omitempty"`
+	Reports []*ExecutionReport `protobuf:"bytes,2,rep,name=reports,proto3" json:"reports,omitempty"`
+	// volumes holds the latest observation of some or all of the Volumes the
+	// host is assigned, at most one each, sent like reports.
+	Volumes       []*VolumeReport `protobuf:"bytes,3,rep,name=volumes,proto3" json:"volumes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReportExecutionsRequest) Reset() {
 	*x = ReportExecutionsRequest{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[13]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1136,7 +1455,7 @@ func (x *ReportExecutionsRequest) String() string {
 func (*ReportExecutionsRequest) ProtoMessage() {}
 
 func (x *ReportExecutionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[13]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1149,7 +1468,7 @@ func (x *ReportExecutionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportExecutionsRequest.ProtoReflect.Descriptor instead.
 func (*ReportExecutionsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{13}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReportExecutionsRequest) GetHostId() string {
@@ -1166,6 +1485,141 @@ func (x *ReportExecutionsRequest) GetReports() []*ExecutionReport {
 	return nil
 }
 
+func (x *ReportExecutionsRequest) GetVolumes() []*VolumeReport {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
+// VolumeReport is the complete latest observation of one Volume image.
+type VolumeReport struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	VolumeId string                 `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	// capacity_bytes is the size of the image; zero when there is none.
+	CapacityBytes uint64 `protobuf:"varint,2,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	// deleted is true once the host removed the image an assignment with
+	// VOLUME_DESIRED_DELETED named.
+	Deleted bool `protobuf:"varint,3,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	// condition is HEALTHY when the image opens as the Volume created, and
+	// DAMAGED when it is missing or opens as something else.
+	Condition v1.VolumeCondition `protobuf:"varint,4,opt,name=condition,proto3,enum=kibotos.ctrl.v1.VolumeCondition" json:"condition,omitempty"`
+	// used_bytes is how much of the capacity the filesystem uses.
+	UsedBytes uint64 `protobuf:"varint,5,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	// error says why the Volume is DAMAGED; empty when HEALTHY.
+	Error string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	// failure_stage and failure_message describe the latest failed attempt
+	// to converge the image (creating, growing or deleting it), while it
+	// keeps failing; empty once an attempt succeeds.
+	FailureStage   v1.FailureStage `protobuf:"varint,7,opt,name=failure_stage,json=failureStage,proto3,enum=kibotos.ctrl.v1.FailureStage" json:"failure_stage,omitempty"`
+	FailureMessage string          `protobuf:"bytes,8,opt,name=failure_message,json=failureMessage,proto3" json:"failure_message,omitempty"`
+	// attached is true while an execution of this host has the image mounted.
+	Attached      bool                   `protobuf:"varint,9,opt,name=attached,proto3" json:"attached,omitempty"`
+	ObservedAt    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=observed_at,json=observedAt,proto3" json:"observed_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeReport) Reset() {
+	*x = VolumeReport{}
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeReport) ProtoMessage() {}
+
+func (x *VolumeReport) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeReport.ProtoReflect.Descriptor instead.
+func (*VolumeReport) Descriptor() ([]byte, []int) {
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *VolumeReport) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *VolumeReport) GetCapacityBytes() uint64 {
+	if x != nil {
+		return x.CapacityBytes
+	}
+	return 0
+}
+
+func (x *VolumeReport) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
+func (x *VolumeReport) GetCondition() v1.VolumeCondition {
+	if x != nil {
+		return x.Condition
+	}
+	return v1.VolumeCondition(0)
+}
+
+func (x *VolumeReport) GetUsedBytes() uint64 {
+	if x != nil {
+		return x.UsedBytes
+	}
+	return 0
+}
+
+func (x *VolumeReport) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *VolumeReport) GetFailureStage() v1.FailureStage {
+	if x != nil {
+		return x.FailureStage
+	}
+	return v1.FailureStage(0)
+}
+
+func (x *VolumeReport) GetFailureMessage() string {
+	if x != nil {
+		return x.FailureMessage
+	}
+	return ""
+}
+
+func (x *VolumeReport) GetAttached() bool {
+	if x != nil {
+		return x.Attached
+	}
+	return false
+}
+
+func (x *VolumeReport) GetObservedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ObservedAt
+	}
+	return nil
+}
+
 // ReportExecutionsResponse is empty.
 type ReportExecutionsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1175,7 +1629,7 @@ type ReportExecutionsResponse struct {
 
 func (x *ReportExecutionsResponse) Reset() {
 	*x = ReportExecutionsResponse{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[14]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1187,7 +1641,7 @@ func (x *ReportExecutionsResponse) String() string {
 func (*ReportExecutionsResponse) ProtoMessage() {}
 
 func (x *ReportExecutionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[14]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1200,7 +1654,7 @@ func (x *ReportExecutionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportExecutionsResponse.ProtoReflect.Descriptor instead.
 func (*ReportExecutionsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{14}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{18}
 }
 
 // ExecutionReport is the complete latest observation of one execution, set
@@ -1254,7 +1708,7 @@ type ExecutionReport struct {
 
 func (x *ExecutionReport) Reset() {
 	*x = ExecutionReport{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[15]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1266,7 +1720,7 @@ func (x *ExecutionReport) String() string {
 func (*ExecutionReport) ProtoMessage() {}
 
 func (x *ExecutionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[15]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1279,7 +1733,7 @@ func (x *ExecutionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionReport.ProtoReflect.Descriptor instead.
 func (*ExecutionReport) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{15}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ExecutionReport) GetExecutionId() string {
@@ -1411,7 +1865,7 @@ type NetworkReport struct {
 
 func (x *NetworkReport) Reset() {
 	*x = NetworkReport{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[16]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1423,7 +1877,7 @@ func (x *NetworkReport) String() string {
 func (*NetworkReport) ProtoMessage() {}
 
 func (x *NetworkReport) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[16]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1436,7 +1890,7 @@ func (x *NetworkReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkReport.ProtoReflect.Descriptor instead.
 func (*NetworkReport) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{16}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *NetworkReport) GetStatus() *v1.NetworkPolicyStatus {
@@ -1480,7 +1934,7 @@ type GetTemplateBlobRequest struct {
 
 func (x *GetTemplateBlobRequest) Reset() {
 	*x = GetTemplateBlobRequest{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[17]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1492,7 +1946,7 @@ func (x *GetTemplateBlobRequest) String() string {
 func (*GetTemplateBlobRequest) ProtoMessage() {}
 
 func (x *GetTemplateBlobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[17]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1505,7 +1959,7 @@ func (x *GetTemplateBlobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTemplateBlobRequest.ProtoReflect.Descriptor instead.
 func (*GetTemplateBlobRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{17}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetTemplateBlobRequest) GetDigest() string {
@@ -1536,7 +1990,7 @@ type GetTemplateBlobResponse struct {
 
 func (x *GetTemplateBlobResponse) Reset() {
 	*x = GetTemplateBlobResponse{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[18]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1548,7 +2002,7 @@ func (x *GetTemplateBlobResponse) String() string {
 func (*GetTemplateBlobResponse) ProtoMessage() {}
 
 func (x *GetTemplateBlobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[18]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1561,7 +2015,7 @@ func (x *GetTemplateBlobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTemplateBlobResponse.ProtoReflect.Descriptor instead.
 func (*GetTemplateBlobResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{18}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetTemplateBlobResponse) GetData() []byte {
@@ -1582,13 +2036,20 @@ var File_kibotos_host_v1_host_proto protoreflect.FileDescriptor
 
 const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\n" +
-	"\x1akibotos/host/v1/host.proto\x12\x0fkibotos.host.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1akibotos/ctrl/v1/ctrl.proto\"\xd9\x01\n" +
+	"\x1akibotos/host/v1/host.proto\x12\x0fkibotos.host.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1akibotos/ctrl/v1/ctrl.proto\"\x9c\x02\n" +
 	"\x13RegisterHostRequest\x12\x17\n" +
 	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x129\n" +
 	"\bcapacity\x18\x02 \x01(\v2\x1d.kibotos.host.v1.HostCapacityR\bcapacity\x12\"\n" +
 	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\x12\x1a\n" +
 	"\bruntimes\x18\x04 \x03(\tR\bruntimes\x12.\n" +
-	"\x13data_plane_endpoint\x18\x05 \x01(\tR\x11dataPlaneEndpoint\"\xa1\x01\n" +
+	"\x13data_plane_endpoint\x18\x05 \x01(\tR\x11dataPlaneEndpoint\x12A\n" +
+	"\rstorage_pools\x18\x06 \x03(\v2\x1c.kibotos.host.v1.StoragePoolR\fstoragePools\"\xa4\x01\n" +
+	"\vStoragePool\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
+	"\x14default_volume_bytes\x18\x02 \x01(\x04R\x12defaultVolumeBytes\x12\x1f\n" +
+	"\vonline_grow\x18\x03 \x01(\bR\n" +
+	"onlineGrow\x12.\n" +
+	"\x13online_grow_refusal\x18\x04 \x01(\tR\x11onlineGrowRefusal\"\xa1\x01\n" +
 	"\fHostCapacity\x12\x1d\n" +
 	"\n" +
 	"cpu_millis\x18\x01 \x01(\rR\tcpuMillis\x12!\n" +
@@ -1598,10 +2059,23 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\x13default_layer_bytes\x18\x04 \x01(\x04R\x11defaultLayerBytes\"\x16\n" +
 	"\x14RegisterHostResponse\"2\n" +
 	"\x17WatchAssignmentsRequest\x12\x17\n" +
-	"\ahost_id\x18\x01 \x01(\tR\x06hostId\"s\n" +
+	"\ahost_id\x18\x01 \x01(\tR\x06hostId\"\xb0\x01\n" +
 	"\x18WatchAssignmentsResponse\x12=\n" +
 	"\vassignments\x18\x01 \x03(\v2\x1b.kibotos.host.v1.AssignmentR\vassignments\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\"\xf1\x03\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12;\n" +
+	"\avolumes\x18\x03 \x03(\v2!.kibotos.host.v1.VolumeAssignmentR\avolumes\"\xf4\x01\n" +
+	"\x10VolumeAssignment\x12\x1b\n" +
+	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12!\n" +
+	"\fstorage_pool\x18\x02 \x01(\tR\vstoragePool\x12%\n" +
+	"\x0ecapacity_bytes\x18\x03 \x01(\x04R\rcapacityBytes\x128\n" +
+	"\adesired\x18\x04 \x01(\x0e2\x1e.kibotos.host.v1.VolumeDesiredR\adesired\x12\x16\n" +
+	"\x06create\x18\x05 \x01(\bR\x06create\x12'\n" +
+	"\x0ffilesystem_uuid\x18\x06 \x01(\tR\x0efilesystemUuid\"p\n" +
+	"\x0fExecutionVolume\x12\x1b\n" +
+	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12!\n" +
+	"\fstorage_pool\x18\x02 \x01(\tR\vstoragePool\x12\x1d\n" +
+	"\n" +
+	"mount_path\x18\x03 \x01(\tR\tmountPath\"\xab\x04\n" +
 	"\n" +
 	"Assignment\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12!\n" +
@@ -1617,7 +2091,8 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\n" +
 	"data_plane\x18\t \x01(\v2\x1a.kibotos.host.v1.DataPlaneR\tdataPlane\x12<\n" +
 	"\anetwork\x18\n" +
-	" \x01(\v2\".kibotos.host.v1.NetworkAssignmentR\anetwork\"\xf2\x01\n" +
+	" \x01(\v2\".kibotos.host.v1.NetworkAssignmentR\anetwork\x128\n" +
+	"\x06volume\x18\v \x01(\v2 .kibotos.host.v1.ExecutionVolumeR\x06volume\"\xf2\x01\n" +
 	"\x11NetworkAssignment\x126\n" +
 	"\x06policy\x18\x01 \x01(\v2\x1e.kibotos.ctrl.v1.NetworkPolicyR\x06policy\x12#\n" +
 	"\rdrain_seconds\x18\x02 \x01(\rR\fdrainSeconds\x12=\n" +
@@ -1652,10 +2127,25 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\x06digest\x18\x01 \x01(\tR\x06digest\x12\x17\n" +
 	"\adiff_id\x18\x02 \x01(\tR\x06diffId\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\x03 \x01(\x04R\tsizeBytes\"n\n" +
+	"size_bytes\x18\x03 \x01(\x04R\tsizeBytes\"\xa7\x01\n" +
 	"\x17ReportExecutionsRequest\x12\x17\n" +
 	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x12:\n" +
-	"\areports\x18\x02 \x03(\v2 .kibotos.host.v1.ExecutionReportR\areports\"\x1a\n" +
+	"\areports\x18\x02 \x03(\v2 .kibotos.host.v1.ExecutionReportR\areports\x127\n" +
+	"\avolumes\x18\x03 \x03(\v2\x1d.kibotos.host.v1.VolumeReportR\avolumes\"\xa7\x03\n" +
+	"\fVolumeReport\x12\x1b\n" +
+	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12%\n" +
+	"\x0ecapacity_bytes\x18\x02 \x01(\x04R\rcapacityBytes\x12\x18\n" +
+	"\adeleted\x18\x03 \x01(\bR\adeleted\x12>\n" +
+	"\tcondition\x18\x04 \x01(\x0e2 .kibotos.ctrl.v1.VolumeConditionR\tcondition\x12\x1d\n" +
+	"\n" +
+	"used_bytes\x18\x05 \x01(\x04R\tusedBytes\x12\x14\n" +
+	"\x05error\x18\x06 \x01(\tR\x05error\x12B\n" +
+	"\rfailure_stage\x18\a \x01(\x0e2\x1d.kibotos.ctrl.v1.FailureStageR\ffailureStage\x12'\n" +
+	"\x0ffailure_message\x18\b \x01(\tR\x0efailureMessage\x12\x1a\n" +
+	"\battached\x18\t \x01(\bR\battached\x12;\n" +
+	"\vobserved_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"observedAt\"\x1a\n" +
 	"\x18ReportExecutionsResponse\"\xce\x06\n" +
 	"\x0fExecutionReport\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12!\n" +
@@ -1691,7 +2181,11 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\x17GetTemplateBlobResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x1f\n" +
 	"\vtotal_bytes\x18\x02 \x01(\x04R\n" +
-	"totalBytes*~\n" +
+	"totalBytes*g\n" +
+	"\rVolumeDesired\x12\x1e\n" +
+	"\x1aVOLUME_DESIRED_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16VOLUME_DESIRED_PRESENT\x10\x01\x12\x1a\n" +
+	"\x16VOLUME_DESIRED_DELETED\x10\x02*~\n" +
 	"\fDesiredState\x12\x1d\n" +
 	"\x19DESIRED_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15DESIRED_STATE_RUNNING\x10\x01\x12\x19\n" +
@@ -1726,82 +2220,96 @@ func file_kibotos_host_v1_host_proto_rawDescGZIP() []byte {
 	return file_kibotos_host_v1_host_proto_rawDescData
 }
 
-var file_kibotos_host_v1_host_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_kibotos_host_v1_host_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_kibotos_host_v1_host_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_kibotos_host_v1_host_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_kibotos_host_v1_host_proto_goTypes = []any{
-	(DesiredState)(0),                // 0: kibotos.host.v1.DesiredState
-	(ObservedState)(0),               // 1: kibotos.host.v1.ObservedState
-	(*RegisterHostRequest)(nil),      // 2: kibotos.host.v1.RegisterHostRequest
-	(*HostCapacity)(nil),             // 3: kibotos.host.v1.HostCapacity
-	(*RegisterHostResponse)(nil),     // 4: kibotos.host.v1.RegisterHostResponse
-	(*WatchAssignmentsRequest)(nil),  // 5: kibotos.host.v1.WatchAssignmentsRequest
-	(*WatchAssignmentsResponse)(nil), // 6: kibotos.host.v1.WatchAssignmentsResponse
-	(*Assignment)(nil),               // 7: kibotos.host.v1.Assignment
-	(*NetworkAssignment)(nil),        // 8: kibotos.host.v1.NetworkAssignment
-	(*EgressAssignment)(nil),         // 9: kibotos.host.v1.EgressAssignment
-	(*ResolverAssignment)(nil),       // 10: kibotos.host.v1.ResolverAssignment
-	(*DataPlane)(nil),                // 11: kibotos.host.v1.DataPlane
-	(*StopRequest)(nil),              // 12: kibotos.host.v1.StopRequest
-	(*ExecutionTemplate)(nil),        // 13: kibotos.host.v1.ExecutionTemplate
-	(*TemplateLayer)(nil),            // 14: kibotos.host.v1.TemplateLayer
-	(*ReportExecutionsRequest)(nil),  // 15: kibotos.host.v1.ReportExecutionsRequest
-	(*ReportExecutionsResponse)(nil), // 16: kibotos.host.v1.ReportExecutionsResponse
-	(*ExecutionReport)(nil),          // 17: kibotos.host.v1.ExecutionReport
-	(*NetworkReport)(nil),            // 18: kibotos.host.v1.NetworkReport
-	(*GetTemplateBlobRequest)(nil),   // 19: kibotos.host.v1.GetTemplateBlobRequest
-	(*GetTemplateBlobResponse)(nil),  // 20: kibotos.host.v1.GetTemplateBlobResponse
-	(*v1.ResourceRequest)(nil),       // 21: kibotos.ctrl.v1.ResourceRequest
-	(*v1.NetworkPolicy)(nil),         // 22: kibotos.ctrl.v1.NetworkPolicy
-	(*v1.EgressSpec)(nil),            // 23: kibotos.ctrl.v1.EgressSpec
-	(*v1.ResolverSpec)(nil),          // 24: kibotos.ctrl.v1.ResolverSpec
-	(v1.StopMode)(0),                 // 25: kibotos.ctrl.v1.StopMode
-	(v1.FailureReason)(0),            // 26: kibotos.ctrl.v1.FailureReason
-	(v1.FailureStage)(0),             // 27: kibotos.ctrl.v1.FailureStage
-	(v1.StopDurability)(0),           // 28: kibotos.ctrl.v1.StopDurability
-	(*timestamppb.Timestamp)(nil),    // 29: google.protobuf.Timestamp
-	(*v1.NetworkPolicyStatus)(nil),   // 30: kibotos.ctrl.v1.NetworkPolicyStatus
-	(*v1.EgressObservation)(nil),     // 31: kibotos.ctrl.v1.EgressObservation
-	(*v1.ResolverObservation)(nil),   // 32: kibotos.ctrl.v1.ResolverObservation
+	(VolumeDesired)(0),               // 0: kibotos.host.v1.VolumeDesired
+	(DesiredState)(0),                // 1: kibotos.host.v1.DesiredState
+	(ObservedState)(0),               // 2: kibotos.host.v1.ObservedState
+	(*RegisterHostRequest)(nil),      // 3: kibotos.host.v1.RegisterHostRequest
+	(*StoragePool)(nil),              // 4: kibotos.host.v1.StoragePool
+	(*HostCapacity)(nil),             // 5: kibotos.host.v1.HostCapacity
+	(*RegisterHostResponse)(nil),     // 6: kibotos.host.v1.RegisterHostResponse
+	(*WatchAssignmentsRequest)(nil),  // 7: kibotos.host.v1.WatchAssignmentsRequest
+	(*WatchAssignmentsResponse)(nil), // 8: kibotos.host.v1.WatchAssignmentsResponse
+	(*VolumeAssignment)(nil),         // 9: kibotos.host.v1.VolumeAssignment
+	(*ExecutionVolume)(nil),          // 10: kibotos.host.v1.ExecutionVolume
+	(*Assignment)(nil),               // 11: kibotos.host.v1.Assignment
+	(*NetworkAssignment)(nil),        // 12: kibotos.host.v1.NetworkAssignment
+	(*EgressAssignment)(nil),         // 13: kibotos.host.v1.EgressAssignment
+	(*ResolverAssignment)(nil),       // 14: kibotos.host.v1.ResolverAssignment
+	(*DataPlane)(nil),                // 15: kibotos.host.v1.DataPlane
+	(*StopRequest)(nil),              // 16: kibotos.host.v1.StopRequest
+	(*ExecutionTemplate)(nil),        // 17: kibotos.host.v1.ExecutionTemplate
+	(*TemplateLayer)(nil),            // 18: kibotos.host.v1.TemplateLayer
+	(*ReportExecutionsRequest)(nil),  // 19: kibotos.host.v1.ReportExecutionsRequest
+	(*VolumeReport)(nil),             // 20: kibotos.host.v1.VolumeReport
+	(*ReportExecutionsResponse)(nil), // 21: kibotos.host.v1.ReportExecutionsResponse
+	(*ExecutionReport)(nil),          // 22: kibotos.host.v1.ExecutionReport
+	(*NetworkReport)(nil),            // 23: kibotos.host.v1.NetworkReport
+	(*GetTemplateBlobRequest)(nil),   // 24: kibotos.host.v1.GetTemplateBlobRequest
+	(*GetTemplateBlobResponse)(nil),  // 25: kibotos.host.v1.GetTemplateBlobResponse
+	(*v1.ResourceRequest)(nil),       // 26: kibotos.ctrl.v1.ResourceRequest
+	(*v1.NetworkPolicy)(nil),         // 27: kibotos.ctrl.v1.NetworkPolicy
+	(*v1.EgressSpec)(nil),            // 28: kibotos.ctrl.v1.EgressSpec
+	(*v1.ResolverSpec)(nil),          // 29: kibotos.ctrl.v1.ResolverSpec
+	(v1.StopMode)(0),                 // 30: kibotos.ctrl.v1.StopMode
+	(v1.VolumeCondition)(0),          // 31: kibotos.ctrl.v1.VolumeCondition
+	(v1.FailureStage)(0),             // 32: kibotos.ctrl.v1.FailureStage
+	(*timestamppb.Timestamp)(nil),    // 33: google.protobuf.Timestamp
+	(v1.FailureReason)(0),            // 34: kibotos.ctrl.v1.FailureReason
+	(v1.StopDurability)(0),           // 35: kibotos.ctrl.v1.StopDurability
+	(*v1.NetworkPolicyStatus)(nil),   // 36: kibotos.ctrl.v1.NetworkPolicyStatus
+	(*v1.EgressObservation)(nil),     // 37: kibotos.ctrl.v1.EgressObservation
+	(*v1.ResolverObservation)(nil),   // 38: kibotos.ctrl.v1.ResolverObservation
 }
 var file_kibotos_host_v1_host_proto_depIdxs = []int32{
-	3,  // 0: kibotos.host.v1.RegisterHostRequest.capacity:type_name -> kibotos.host.v1.HostCapacity
-	7,  // 1: kibotos.host.v1.WatchAssignmentsResponse.assignments:type_name -> kibotos.host.v1.Assignment
-	0,  // 2: kibotos.host.v1.Assignment.desired:type_name -> kibotos.host.v1.DesiredState
-	13, // 3: kibotos.host.v1.Assignment.template:type_name -> kibotos.host.v1.ExecutionTemplate
-	21, // 4: kibotos.host.v1.Assignment.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
-	12, // 5: kibotos.host.v1.Assignment.stop:type_name -> kibotos.host.v1.StopRequest
-	11, // 6: kibotos.host.v1.Assignment.data_plane:type_name -> kibotos.host.v1.DataPlane
-	8,  // 7: kibotos.host.v1.Assignment.network:type_name -> kibotos.host.v1.NetworkAssignment
-	22, // 8: kibotos.host.v1.NetworkAssignment.policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
-	9,  // 9: kibotos.host.v1.NetworkAssignment.egresses:type_name -> kibotos.host.v1.EgressAssignment
-	10, // 10: kibotos.host.v1.NetworkAssignment.resolvers:type_name -> kibotos.host.v1.ResolverAssignment
-	23, // 11: kibotos.host.v1.EgressAssignment.spec:type_name -> kibotos.ctrl.v1.EgressSpec
-	24, // 12: kibotos.host.v1.ResolverAssignment.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
-	25, // 13: kibotos.host.v1.StopRequest.mode:type_name -> kibotos.ctrl.v1.StopMode
-	14, // 14: kibotos.host.v1.ExecutionTemplate.layers:type_name -> kibotos.host.v1.TemplateLayer
-	17, // 15: kibotos.host.v1.ReportExecutionsRequest.reports:type_name -> kibotos.host.v1.ExecutionReport
-	1,  // 16: kibotos.host.v1.ExecutionReport.state:type_name -> kibotos.host.v1.ObservedState
-	26, // 17: kibotos.host.v1.ExecutionReport.failure_reason:type_name -> kibotos.ctrl.v1.FailureReason
-	27, // 18: kibotos.host.v1.ExecutionReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
-	28, // 19: kibotos.host.v1.ExecutionReport.stop_durability:type_name -> kibotos.ctrl.v1.StopDurability
-	29, // 20: kibotos.host.v1.ExecutionReport.observed_at:type_name -> google.protobuf.Timestamp
-	18, // 21: kibotos.host.v1.ExecutionReport.network:type_name -> kibotos.host.v1.NetworkReport
-	30, // 22: kibotos.host.v1.NetworkReport.status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
-	31, // 23: kibotos.host.v1.NetworkReport.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
-	32, // 24: kibotos.host.v1.NetworkReport.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
-	2,  // 25: kibotos.host.v1.HostService.RegisterHost:input_type -> kibotos.host.v1.RegisterHostRequest
-	5,  // 26: kibotos.host.v1.HostService.WatchAssignments:input_type -> kibotos.host.v1.WatchAssignmentsRequest
-	15, // 27: kibotos.host.v1.HostService.ReportExecutions:input_type -> kibotos.host.v1.ReportExecutionsRequest
-	19, // 28: kibotos.host.v1.HostService.GetTemplateBlob:input_type -> kibotos.host.v1.GetTemplateBlobRequest
-	4,  // 29: kibotos.host.v1.HostService.RegisterHost:output_type -> kibotos.host.v1.RegisterHostResponse
-	6,  // 30: kibotos.host.v1.HostService.WatchAssignments:output_type -> kibotos.host.v1.WatchAssignmentsResponse
-	16, // 31: kibotos.host.v1.HostService.ReportExecutions:output_type -> kibotos.host.v1.ReportExecutionsResponse
-	20, // 32: kibotos.host.v1.HostService.GetTemplateBlob:output_type -> kibotos.host.v1.GetTemplateBlobResponse
-	29, // [29:33] is the sub-list for method output_type
-	25, // [25:29] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	5,  // 0: kibotos.host.v1.RegisterHostRequest.capacity:type_name -> kibotos.host.v1.HostCapacity
+	4,  // 1: kibotos.host.v1.RegisterHostRequest.storage_pools:type_name -> kibotos.host.v1.StoragePool
+	11, // 2: kibotos.host.v1.WatchAssignmentsResponse.assignments:type_name -> kibotos.host.v1.Assignment
+	9,  // 3: kibotos.host.v1.WatchAssignmentsResponse.volumes:type_name -> kibotos.host.v1.VolumeAssignment
+	0,  // 4: kibotos.host.v1.VolumeAssignment.desired:type_name -> kibotos.host.v1.VolumeDesired
+	1,  // 5: kibotos.host.v1.Assignment.desired:type_name -> kibotos.host.v1.DesiredState
+	17, // 6: kibotos.host.v1.Assignment.template:type_name -> kibotos.host.v1.ExecutionTemplate
+	26, // 7: kibotos.host.v1.Assignment.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
+	16, // 8: kibotos.host.v1.Assignment.stop:type_name -> kibotos.host.v1.StopRequest
+	15, // 9: kibotos.host.v1.Assignment.data_plane:type_name -> kibotos.host.v1.DataPlane
+	12, // 10: kibotos.host.v1.Assignment.network:type_name -> kibotos.host.v1.NetworkAssignment
+	10, // 11: kibotos.host.v1.Assignment.volume:type_name -> kibotos.host.v1.ExecutionVolume
+	27, // 12: kibotos.host.v1.NetworkAssignment.policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	13, // 13: kibotos.host.v1.NetworkAssignment.egresses:type_name -> kibotos.host.v1.EgressAssignment
+	14, // 14: kibotos.host.v1.NetworkAssignment.resolvers:type_name -> kibotos.host.v1.ResolverAssignment
+	28, // 15: kibotos.host.v1.EgressAssignment.spec:type_name -> kibotos.ctrl.v1.EgressSpec
+	29, // 16: kibotos.host.v1.ResolverAssignment.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
+	30, // 17: kibotos.host.v1.StopRequest.mode:type_name -> kibotos.ctrl.v1.StopMode
+	18, // 18: kibotos.host.v1.ExecutionTemplate.layers:type_name -> kibotos.host.v1.TemplateLayer
+	22, // 19: kibotos.host.v1.ReportExecutionsRequest.reports:type_name -> kibotos.host.v1.ExecutionReport
+	20, // 20: kibotos.host.v1.ReportExecutionsRequest.volumes:type_name -> kibotos.host.v1.VolumeReport
+	31, // 21: kibotos.host.v1.VolumeReport.condition:type_name -> kibotos.ctrl.v1.VolumeCondition
+	32, // 22: kibotos.host.v1.VolumeReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
+	33, // 23: kibotos.host.v1.VolumeReport.observed_at:type_name -> google.protobuf.Timestamp
+	2,  // 24: kibotos.host.v1.ExecutionReport.state:type_name -> kibotos.host.v1.ObservedState
+	34, // 25: kibotos.host.v1.ExecutionReport.failure_reason:type_name -> kibotos.ctrl.v1.FailureReason
+	32, // 26: kibotos.host.v1.ExecutionReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
+	35, // 27: kibotos.host.v1.ExecutionReport.stop_durability:type_name -> kibotos.ctrl.v1.StopDurability
+	33, // 28: kibotos.host.v1.ExecutionReport.observed_at:type_name -> google.protobuf.Timestamp
+	23, // 29: kibotos.host.v1.ExecutionReport.network:type_name -> kibotos.host.v1.NetworkReport
+	36, // 30: kibotos.host.v1.NetworkReport.status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
+	37, // 31: kibotos.host.v1.NetworkReport.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
+	38, // 32: kibotos.host.v1.NetworkReport.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
+	3,  // 33: kibotos.host.v1.HostService.RegisterHost:input_type -> kibotos.host.v1.RegisterHostRequest
+	7,  // 34: kibotos.host.v1.HostService.WatchAssignments:input_type -> kibotos.host.v1.WatchAssignmentsRequest
+	19, // 35: kibotos.host.v1.HostService.ReportExecutions:input_type -> kibotos.host.v1.ReportExecutionsRequest
+	24, // 36: kibotos.host.v1.HostService.GetTemplateBlob:input_type -> kibotos.host.v1.GetTemplateBlobRequest
+	6,  // 37: kibotos.host.v1.HostService.RegisterHost:output_type -> kibotos.host.v1.RegisterHostResponse
+	8,  // 38: kibotos.host.v1.HostService.WatchAssignments:output_type -> kibotos.host.v1.WatchAssignmentsResponse
+	21, // 39: kibotos.host.v1.HostService.ReportExecutions:output_type -> kibotos.host.v1.ReportExecutionsResponse
+	25, // 40: kibotos.host.v1.HostService.GetTemplateBlob:output_type -> kibotos.host.v1.GetTemplateBlobResponse
+	37, // [37:41] is the sub-list for method output_type
+	33, // [33:37] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_host_v1_host_proto_init() }
@@ -1809,14 +2317,14 @@ func file_kibotos_host_v1_host_proto_init() {
 	if File_kibotos_host_v1_host_proto != nil {
 		return
 	}
-	file_kibotos_host_v1_host_proto_msgTypes[15].OneofWrappers = []any{}
+	file_kibotos_host_v1_host_proto_msgTypes[19].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_host_v1_host_proto_rawDesc), len(file_kibotos_host_v1_host_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   19,
+			NumEnums:      3,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

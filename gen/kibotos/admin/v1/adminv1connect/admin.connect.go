@@ -54,6 +54,12 @@ const (
 	// AdminServiceRevokeTokenProcedure is the fully-qualified name of the AdminService's RevokeToken
 	// RPC.
 	AdminServiceRevokeTokenProcedure = "/kibotos.admin.v1.AdminService/RevokeToken"
+	// AdminServiceListStoragePoolsProcedure is the fully-qualified name of the AdminService's
+	// ListStoragePools RPC.
+	AdminServiceListStoragePoolsProcedure = "/kibotos.admin.v1.AdminService/ListStoragePools"
+	// AdminServiceDeclareStoragePoolLostProcedure is the fully-qualified name of the AdminService's
+	// DeclareStoragePoolLost RPC.
+	AdminServiceDeclareStoragePoolLostProcedure = "/kibotos.admin.v1.AdminService/DeclareStoragePoolLost"
 )
 
 // AdminServiceClient is a client for the kibotos.admin.v1.AdminService service.
@@ -82,6 +88,19 @@ type AdminServiceClient interface {
 	// may revoke itself; revoking the last unrevoked admin token of the operator
 	// project is failed_precondition, so the deployment always keeps one.
 	RevokeToken(context.Context, *connect.Request[v1.RevokeTokenRequest]) (*connect.Response[v1.RevokeTokenResponse], error)
+	// ListStoragePools returns every storage pool a registered host reaches,
+	// ordered by name, to an admin token of the operator project.
+	ListStoragePools(context.Context, *connect.Request[v1.ListStoragePoolsRequest]) (*connect.Response[v1.ListStoragePoolsResponse], error)
+	// DeclareStoragePoolLost tells the deployment that a storage pool and
+	// every Volume in it are gone for good. Only an admin token of the
+	// operator project may call it. Every Volume of the pool that is not
+	// DELETED becomes LOST, in every project: it stays readable and deletable,
+	// every other call on it is failed_precondition, and a Workspace bound to
+	// it fails to start with FAILURE_REASON_VOLUME_LOST until it is bound to
+	// another Volume or deleted. Hosts no longer create, grow or mount them.
+	// Declaring a pool lost again is harmless. A pool no host reaches and no
+	// Volume names is not_found.
+	DeclareStoragePoolLost(context.Context, *connect.Request[v1.DeclareStoragePoolLostRequest]) (*connect.Response[v1.DeclareStoragePoolLostResponse], error)
 }
 
 // NewAdminServiceClient constructs a client for the kibotos.admin.v1.AdminService service. By
@@ -125,16 +144,30 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("RevokeToken")),
 			connect.WithClientOptions(opts...),
 		),
+		listStoragePools: connect.NewClient[v1.ListStoragePoolsRequest, v1.ListStoragePoolsResponse](
+			httpClient,
+			baseURL+AdminServiceListStoragePoolsProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListStoragePools")),
+			connect.WithClientOptions(opts...),
+		),
+		declareStoragePoolLost: connect.NewClient[v1.DeclareStoragePoolLostRequest, v1.DeclareStoragePoolLostResponse](
+			httpClient,
+			baseURL+AdminServiceDeclareStoragePoolLostProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("DeclareStoragePoolLost")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // adminServiceClient implements AdminServiceClient.
 type adminServiceClient struct {
-	createProject *connect.Client[v1.CreateProjectRequest, v1.CreateProjectResponse]
-	listProjects  *connect.Client[v1.ListProjectsRequest, v1.ListProjectsResponse]
-	createToken   *connect.Client[v1.CreateTokenRequest, v1.CreateTokenResponse]
-	listTokens    *connect.Client[v1.ListTokensRequest, v1.ListTokensResponse]
-	revokeToken   *connect.Client[v1.RevokeTokenRequest, v1.RevokeTokenResponse]
+	createProject          *connect.Client[v1.CreateProjectRequest, v1.CreateProjectResponse]
+	listProjects           *connect.Client[v1.ListProjectsRequest, v1.ListProjectsResponse]
+	createToken            *connect.Client[v1.CreateTokenRequest, v1.CreateTokenResponse]
+	listTokens             *connect.Client[v1.ListTokensRequest, v1.ListTokensResponse]
+	revokeToken            *connect.Client[v1.RevokeTokenRequest, v1.RevokeTokenResponse]
+	listStoragePools       *connect.Client[v1.ListStoragePoolsRequest, v1.ListStoragePoolsResponse]
+	declareStoragePoolLost *connect.Client[v1.DeclareStoragePoolLostRequest, v1.DeclareStoragePoolLostResponse]
 }
 
 // CreateProject calls kibotos.admin.v1.AdminService.CreateProject.
@@ -160,6 +193,16 @@ func (c *adminServiceClient) ListTokens(ctx context.Context, req *connect.Reques
 // RevokeToken calls kibotos.admin.v1.AdminService.RevokeToken.
 func (c *adminServiceClient) RevokeToken(ctx context.Context, req *connect.Request[v1.RevokeTokenRequest]) (*connect.Response[v1.RevokeTokenResponse], error) {
 	return c.revokeToken.CallUnary(ctx, req)
+}
+
+// ListStoragePools calls kibotos.admin.v1.AdminService.ListStoragePools.
+func (c *adminServiceClient) ListStoragePools(ctx context.Context, req *connect.Request[v1.ListStoragePoolsRequest]) (*connect.Response[v1.ListStoragePoolsResponse], error) {
+	return c.listStoragePools.CallUnary(ctx, req)
+}
+
+// DeclareStoragePoolLost calls kibotos.admin.v1.AdminService.DeclareStoragePoolLost.
+func (c *adminServiceClient) DeclareStoragePoolLost(ctx context.Context, req *connect.Request[v1.DeclareStoragePoolLostRequest]) (*connect.Response[v1.DeclareStoragePoolLostResponse], error) {
+	return c.declareStoragePoolLost.CallUnary(ctx, req)
 }
 
 // AdminServiceHandler is an implementation of the kibotos.admin.v1.AdminService service.
@@ -188,6 +231,19 @@ type AdminServiceHandler interface {
 	// may revoke itself; revoking the last unrevoked admin token of the operator
 	// project is failed_precondition, so the deployment always keeps one.
 	RevokeToken(context.Context, *connect.Request[v1.RevokeTokenRequest]) (*connect.Response[v1.RevokeTokenResponse], error)
+	// ListStoragePools returns every storage pool a registered host reaches,
+	// ordered by name, to an admin token of the operator project.
+	ListStoragePools(context.Context, *connect.Request[v1.ListStoragePoolsRequest]) (*connect.Response[v1.ListStoragePoolsResponse], error)
+	// DeclareStoragePoolLost tells the deployment that a storage pool and
+	// every Volume in it are gone for good. Only an admin token of the
+	// operator project may call it. Every Volume of the pool that is not
+	// DELETED becomes LOST, in every project: it stays readable and deletable,
+	// every other call on it is failed_precondition, and a Workspace bound to
+	// it fails to start with FAILURE_REASON_VOLUME_LOST until it is bound to
+	// another Volume or deleted. Hosts no longer create, grow or mount them.
+	// Declaring a pool lost again is harmless. A pool no host reaches and no
+	// Volume names is not_found.
+	DeclareStoragePoolLost(context.Context, *connect.Request[v1.DeclareStoragePoolLostRequest]) (*connect.Response[v1.DeclareStoragePoolLostResponse], error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -227,6 +283,18 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("RevokeToken")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceListStoragePoolsHandler := connect.NewUnaryHandler(
+		AdminServiceListStoragePoolsProcedure,
+		svc.ListStoragePools,
+		connect.WithSchema(adminServiceMethods.ByName("ListStoragePools")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceDeclareStoragePoolLostHandler := connect.NewUnaryHandler(
+		AdminServiceDeclareStoragePoolLostProcedure,
+		svc.DeclareStoragePoolLost,
+		connect.WithSchema(adminServiceMethods.ByName("DeclareStoragePoolLost")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/kibotos.admin.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceCreateProjectProcedure:
@@ -239,6 +307,10 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceListTokensHandler.ServeHTTP(w, r)
 		case AdminServiceRevokeTokenProcedure:
 			adminServiceRevokeTokenHandler.ServeHTTP(w, r)
+		case AdminServiceListStoragePoolsProcedure:
+			adminServiceListStoragePoolsHandler.ServeHTTP(w, r)
+		case AdminServiceDeclareStoragePoolLostProcedure:
+			adminServiceDeclareStoragePoolLostHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -266,4 +338,12 @@ func (UnimplementedAdminServiceHandler) ListTokens(context.Context, *connect.Req
 
 func (UnimplementedAdminServiceHandler) RevokeToken(context.Context, *connect.Request[v1.RevokeTokenRequest]) (*connect.Response[v1.RevokeTokenResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.admin.v1.AdminService.RevokeToken is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListStoragePools(context.Context, *connect.Request[v1.ListStoragePoolsRequest]) (*connect.Response[v1.ListStoragePoolsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.admin.v1.AdminService.ListStoragePools is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) DeclareStoragePoolLost(context.Context, *connect.Request[v1.DeclareStoragePoolLostRequest]) (*connect.Response[v1.DeclareStoragePoolLostResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.admin.v1.AdminService.DeclareStoragePoolLost is not implemented"))
 }

@@ -35,6 +35,8 @@ const (
 	TemplateServiceName = "kibotos.ctrl.v1.TemplateService"
 	// SessionServiceName is the fully-qualified name of the SessionService service.
 	SessionServiceName = "kibotos.ctrl.v1.SessionService"
+	// VolumeServiceName is the fully-qualified name of the VolumeService service.
+	VolumeServiceName = "kibotos.ctrl.v1.VolumeService"
 	// EgressServiceName is the fully-qualified name of the EgressService service.
 	EgressServiceName = "kibotos.ctrl.v1.EgressService"
 	// ResolverServiceName is the fully-qualified name of the ResolverService service.
@@ -124,6 +126,26 @@ const (
 	// SessionServiceRotateDataPlaneProcedure is the fully-qualified name of the SessionService's
 	// RotateDataPlane RPC.
 	SessionServiceRotateDataPlaneProcedure = "/kibotos.ctrl.v1.SessionService/RotateDataPlane"
+	// VolumeServiceCreateVolumeProcedure is the fully-qualified name of the VolumeService's
+	// CreateVolume RPC.
+	VolumeServiceCreateVolumeProcedure = "/kibotos.ctrl.v1.VolumeService/CreateVolume"
+	// VolumeServiceGetVolumeProcedure is the fully-qualified name of the VolumeService's GetVolume RPC.
+	VolumeServiceGetVolumeProcedure = "/kibotos.ctrl.v1.VolumeService/GetVolume"
+	// VolumeServiceListVolumesProcedure is the fully-qualified name of the VolumeService's ListVolumes
+	// RPC.
+	VolumeServiceListVolumesProcedure = "/kibotos.ctrl.v1.VolumeService/ListVolumes"
+	// VolumeServiceResizeVolumeProcedure is the fully-qualified name of the VolumeService's
+	// ResizeVolume RPC.
+	VolumeServiceResizeVolumeProcedure = "/kibotos.ctrl.v1.VolumeService/ResizeVolume"
+	// VolumeServiceDeleteVolumeProcedure is the fully-qualified name of the VolumeService's
+	// DeleteVolume RPC.
+	VolumeServiceDeleteVolumeProcedure = "/kibotos.ctrl.v1.VolumeService/DeleteVolume"
+	// VolumeServiceUpdateVolumeLabelsProcedure is the fully-qualified name of the VolumeService's
+	// UpdateVolumeLabels RPC.
+	VolumeServiceUpdateVolumeLabelsProcedure = "/kibotos.ctrl.v1.VolumeService/UpdateVolumeLabels"
+	// VolumeServiceUpdateVolumeAnnotationsProcedure is the fully-qualified name of the VolumeService's
+	// UpdateVolumeAnnotations RPC.
+	VolumeServiceUpdateVolumeAnnotationsProcedure = "/kibotos.ctrl.v1.VolumeService/UpdateVolumeAnnotations"
 	// EgressServiceCreateEgressProcedure is the fully-qualified name of the EgressService's
 	// CreateEgress RPC.
 	EgressServiceCreateEgressProcedure = "/kibotos.ctrl.v1.EgressService/CreateEgress"
@@ -997,6 +1019,246 @@ func (UnimplementedSessionServiceHandler) RevokeSession(context.Context, *connec
 
 func (UnimplementedSessionServiceHandler) RotateDataPlane(context.Context, *connect.Request[v1.RotateDataPlaneRequest]) (*connect.Response[v1.RotateDataPlaneResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.SessionService.RotateDataPlane is not implemented"))
+}
+
+// VolumeServiceClient is a client for the kibotos.ctrl.v1.VolumeService service.
+type VolumeServiceClient interface {
+	// CreateVolume stores a new Volume in CREATING and returns it; a host that reaches its storage pool creates the filesystem, and the Volume becomes AVAILABLE. capacity_bytes zero selects the pool's profile; otherwise it must be a whole number of MiB. An empty storage_pool selects the deployment's default pool; a pool no host reaches is not_found. Labels and annotations are stored with it and are part of the command's input.
+	CreateVolume(context.Context, *connect.Request[v1.CreateVolumeRequest]) (*connect.Response[v1.CreateVolumeResponse], error)
+	// GetVolume returns one Volume, a DELETED one included, with its observation. An unknown Volume is not_found.
+	GetVolume(context.Context, *connect.Request[v1.GetVolumeRequest]) (*connect.Response[v1.GetVolumeResponse], error)
+	// ListVolumes returns the caller's Volumes that are not DELETED, one page at a time, with their observations.
+	ListVolumes(context.Context, *connect.Request[v1.ListVolumesRequest]) (*connect.Response[v1.ListVolumesResponse], error)
+	// ResizeVolume grows a Volume to capacity_bytes, a whole number of MiB; a smaller value is invalid_argument and an equal one returns the Volume unchanged. An AVAILABLE Volume moves to RESIZING, during which no Workspace bound to it starts and no binding to it is admitted, and back to AVAILABLE once the host grew it. An ATTACHED Volume grows online where its host allows that; where it does not, the call is failed_precondition and says why. The returned spec.capacity_bytes is always the capacity the Volume has when the call returns.
+	ResizeVolume(context.Context, *connect.Request[v1.ResizeVolumeRequest]) (*connect.Response[v1.ResizeVolumeResponse], error)
+	// DeleteVolume deletes a Volume that no undeleted Workspace binds; while one does, it is failed_precondition with that Workspace as ErrorDetail.observed_workspace. The Volume moves to DELETING and, once its host removed the data, to DELETED; a LOST Volume, whose data is gone, is DELETED at once. Deleting a DELETING or DELETED Volume returns it unchanged. A DELETED Volume stays readable with its labels and annotations.
+	DeleteVolume(context.Context, *connect.Request[v1.DeleteVolumeRequest]) (*connect.Response[v1.DeleteVolumeResponse], error)
+	// UpdateVolumeLabels replaces the labels of a Volume under CAS on labels_revision, with the rules of UpdateWorkspaceLabels.
+	UpdateVolumeLabels(context.Context, *connect.Request[v1.UpdateVolumeLabelsRequest]) (*connect.Response[v1.UpdateVolumeLabelsResponse], error)
+	// UpdateVolumeAnnotations replaces the annotations of a Volume under the rules of UpdateVolumeLabels.
+	UpdateVolumeAnnotations(context.Context, *connect.Request[v1.UpdateVolumeAnnotationsRequest]) (*connect.Response[v1.UpdateVolumeAnnotationsResponse], error)
+}
+
+// NewVolumeServiceClient constructs a client for the kibotos.ctrl.v1.VolumeService service. By
+// default, it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses,
+// and sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the
+// connect.WithGRPC() or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewVolumeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) VolumeServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	volumeServiceMethods := v1.File_kibotos_ctrl_v1_ctrl_proto.Services().ByName("VolumeService").Methods()
+	return &volumeServiceClient{
+		createVolume: connect.NewClient[v1.CreateVolumeRequest, v1.CreateVolumeResponse](
+			httpClient,
+			baseURL+VolumeServiceCreateVolumeProcedure,
+			connect.WithSchema(volumeServiceMethods.ByName("CreateVolume")),
+			connect.WithClientOptions(opts...),
+		),
+		getVolume: connect.NewClient[v1.GetVolumeRequest, v1.GetVolumeResponse](
+			httpClient,
+			baseURL+VolumeServiceGetVolumeProcedure,
+			connect.WithSchema(volumeServiceMethods.ByName("GetVolume")),
+			connect.WithClientOptions(opts...),
+		),
+		listVolumes: connect.NewClient[v1.ListVolumesRequest, v1.ListVolumesResponse](
+			httpClient,
+			baseURL+VolumeServiceListVolumesProcedure,
+			connect.WithSchema(volumeServiceMethods.ByName("ListVolumes")),
+			connect.WithClientOptions(opts...),
+		),
+		resizeVolume: connect.NewClient[v1.ResizeVolumeRequest, v1.ResizeVolumeResponse](
+			httpClient,
+			baseURL+VolumeServiceResizeVolumeProcedure,
+			connect.WithSchema(volumeServiceMethods.ByName("ResizeVolume")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteVolume: connect.NewClient[v1.DeleteVolumeRequest, v1.DeleteVolumeResponse](
+			httpClient,
+			baseURL+VolumeServiceDeleteVolumeProcedure,
+			connect.WithSchema(volumeServiceMethods.ByName("DeleteVolume")),
+			connect.WithClientOptions(opts...),
+		),
+		updateVolumeLabels: connect.NewClient[v1.UpdateVolumeLabelsRequest, v1.UpdateVolumeLabelsResponse](
+			httpClient,
+			baseURL+VolumeServiceUpdateVolumeLabelsProcedure,
+			connect.WithSchema(volumeServiceMethods.ByName("UpdateVolumeLabels")),
+			connect.WithClientOptions(opts...),
+		),
+		updateVolumeAnnotations: connect.NewClient[v1.UpdateVolumeAnnotationsRequest, v1.UpdateVolumeAnnotationsResponse](
+			httpClient,
+			baseURL+VolumeServiceUpdateVolumeAnnotationsProcedure,
+			connect.WithSchema(volumeServiceMethods.ByName("UpdateVolumeAnnotations")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// volumeServiceClient implements VolumeServiceClient.
+type volumeServiceClient struct {
+	createVolume            *connect.Client[v1.CreateVolumeRequest, v1.CreateVolumeResponse]
+	getVolume               *connect.Client[v1.GetVolumeRequest, v1.GetVolumeResponse]
+	listVolumes             *connect.Client[v1.ListVolumesRequest, v1.ListVolumesResponse]
+	resizeVolume            *connect.Client[v1.ResizeVolumeRequest, v1.ResizeVolumeResponse]
+	deleteVolume            *connect.Client[v1.DeleteVolumeRequest, v1.DeleteVolumeResponse]
+	updateVolumeLabels      *connect.Client[v1.UpdateVolumeLabelsRequest, v1.UpdateVolumeLabelsResponse]
+	updateVolumeAnnotations *connect.Client[v1.UpdateVolumeAnnotationsRequest, v1.UpdateVolumeAnnotationsResponse]
+}
+
+// CreateVolume calls kibotos.ctrl.v1.VolumeService.CreateVolume.
+func (c *volumeServiceClient) CreateVolume(ctx context.Context, req *connect.Request[v1.CreateVolumeRequest]) (*connect.Response[v1.CreateVolumeResponse], error) {
+	return c.createVolume.CallUnary(ctx, req)
+}
+
+// GetVolume calls kibotos.ctrl.v1.VolumeService.GetVolume.
+func (c *volumeServiceClient) GetVolume(ctx context.Context, req *connect.Request[v1.GetVolumeRequest]) (*connect.Response[v1.GetVolumeResponse], error) {
+	return c.getVolume.CallUnary(ctx, req)
+}
+
+// ListVolumes calls kibotos.ctrl.v1.VolumeService.ListVolumes.
+func (c *volumeServiceClient) ListVolumes(ctx context.Context, req *connect.Request[v1.ListVolumesRequest]) (*connect.Response[v1.ListVolumesResponse], error) {
+	return c.listVolumes.CallUnary(ctx, req)
+}
+
+// ResizeVolume calls kibotos.ctrl.v1.VolumeService.ResizeVolume.
+func (c *volumeServiceClient) ResizeVolume(ctx context.Context, req *connect.Request[v1.ResizeVolumeRequest]) (*connect.Response[v1.ResizeVolumeResponse], error) {
+	return c.resizeVolume.CallUnary(ctx, req)
+}
+
+// DeleteVolume calls kibotos.ctrl.v1.VolumeService.DeleteVolume.
+func (c *volumeServiceClient) DeleteVolume(ctx context.Context, req *connect.Request[v1.DeleteVolumeRequest]) (*connect.Response[v1.DeleteVolumeResponse], error) {
+	return c.deleteVolume.CallUnary(ctx, req)
+}
+
+// UpdateVolumeLabels calls kibotos.ctrl.v1.VolumeService.UpdateVolumeLabels.
+func (c *volumeServiceClient) UpdateVolumeLabels(ctx context.Context, req *connect.Request[v1.UpdateVolumeLabelsRequest]) (*connect.Response[v1.UpdateVolumeLabelsResponse], error) {
+	return c.updateVolumeLabels.CallUnary(ctx, req)
+}
+
+// UpdateVolumeAnnotations calls kibotos.ctrl.v1.VolumeService.UpdateVolumeAnnotations.
+func (c *volumeServiceClient) UpdateVolumeAnnotations(ctx context.Context, req *connect.Request[v1.UpdateVolumeAnnotationsRequest]) (*connect.Response[v1.UpdateVolumeAnnotationsResponse], error) {
+	return c.updateVolumeAnnotations.CallUnary(ctx, req)
+}
+
+// VolumeServiceHandler is an implementation of the kibotos.ctrl.v1.VolumeService service.
+type VolumeServiceHandler interface {
+	// CreateVolume stores a new Volume in CREATING and returns it; a host that reaches its storage pool creates the filesystem, and the Volume becomes AVAILABLE. capacity_bytes zero selects the pool's profile; otherwise it must be a whole number of MiB. An empty storage_pool selects the deployment's default pool; a pool no host reaches is not_found. Labels and annotations are stored with it and are part of the command's input.
+	CreateVolume(context.Context, *connect.Request[v1.CreateVolumeRequest]) (*connect.Response[v1.CreateVolumeResponse], error)
+	// GetVolume returns one Volume, a DELETED one included, with its observation. An unknown Volume is not_found.
+	GetVolume(context.Context, *connect.Request[v1.GetVolumeRequest]) (*connect.Response[v1.GetVolumeResponse], error)
+	// ListVolumes returns the caller's Volumes that are not DELETED, one page at a time, with their observations.
+	ListVolumes(context.Context, *connect.Request[v1.ListVolumesRequest]) (*connect.Response[v1.ListVolumesResponse], error)
+	// ResizeVolume grows a Volume to capacity_bytes, a whole number of MiB; a smaller value is invalid_argument and an equal one returns the Volume unchanged. An AVAILABLE Volume moves to RESIZING, during which no Workspace bound to it starts and no binding to it is admitted, and back to AVAILABLE once the host grew it. An ATTACHED Volume grows online where its host allows that; where it does not, the call is failed_precondition and says why. The returned spec.capacity_bytes is always the capacity the Volume has when the call returns.
+	ResizeVolume(context.Context, *connect.Request[v1.ResizeVolumeRequest]) (*connect.Response[v1.ResizeVolumeResponse], error)
+	// DeleteVolume deletes a Volume that no undeleted Workspace binds; while one does, it is failed_precondition with that Workspace as ErrorDetail.observed_workspace. The Volume moves to DELETING and, once its host removed the data, to DELETED; a LOST Volume, whose data is gone, is DELETED at once. Deleting a DELETING or DELETED Volume returns it unchanged. A DELETED Volume stays readable with its labels and annotations.
+	DeleteVolume(context.Context, *connect.Request[v1.DeleteVolumeRequest]) (*connect.Response[v1.DeleteVolumeResponse], error)
+	// UpdateVolumeLabels replaces the labels of a Volume under CAS on labels_revision, with the rules of UpdateWorkspaceLabels.
+	UpdateVolumeLabels(context.Context, *connect.Request[v1.UpdateVolumeLabelsRequest]) (*connect.Response[v1.UpdateVolumeLabelsResponse], error)
+	// UpdateVolumeAnnotations replaces the annotations of a Volume under the rules of UpdateVolumeLabels.
+	UpdateVolumeAnnotations(context.Context, *connect.Request[v1.UpdateVolumeAnnotationsRequest]) (*connect.Response[v1.UpdateVolumeAnnotationsResponse], error)
+}
+
+// NewVolumeServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewVolumeServiceHandler(svc VolumeServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	volumeServiceMethods := v1.File_kibotos_ctrl_v1_ctrl_proto.Services().ByName("VolumeService").Methods()
+	volumeServiceCreateVolumeHandler := connect.NewUnaryHandler(
+		VolumeServiceCreateVolumeProcedure,
+		svc.CreateVolume,
+		connect.WithSchema(volumeServiceMethods.ByName("CreateVolume")),
+		connect.WithHandlerOptions(opts...),
+	)
+	volumeServiceGetVolumeHandler := connect.NewUnaryHandler(
+		VolumeServiceGetVolumeProcedure,
+		svc.GetVolume,
+		connect.WithSchema(volumeServiceMethods.ByName("GetVolume")),
+		connect.WithHandlerOptions(opts...),
+	)
+	volumeServiceListVolumesHandler := connect.NewUnaryHandler(
+		VolumeServiceListVolumesProcedure,
+		svc.ListVolumes,
+		connect.WithSchema(volumeServiceMethods.ByName("ListVolumes")),
+		connect.WithHandlerOptions(opts...),
+	)
+	volumeServiceResizeVolumeHandler := connect.NewUnaryHandler(
+		VolumeServiceResizeVolumeProcedure,
+		svc.ResizeVolume,
+		connect.WithSchema(volumeServiceMethods.ByName("ResizeVolume")),
+		connect.WithHandlerOptions(opts...),
+	)
+	volumeServiceDeleteVolumeHandler := connect.NewUnaryHandler(
+		VolumeServiceDeleteVolumeProcedure,
+		svc.DeleteVolume,
+		connect.WithSchema(volumeServiceMethods.ByName("DeleteVolume")),
+		connect.WithHandlerOptions(opts...),
+	)
+	volumeServiceUpdateVolumeLabelsHandler := connect.NewUnaryHandler(
+		VolumeServiceUpdateVolumeLabelsProcedure,
+		svc.UpdateVolumeLabels,
+		connect.WithSchema(volumeServiceMethods.ByName("UpdateVolumeLabels")),
+		connect.WithHandlerOptions(opts...),
+	)
+	volumeServiceUpdateVolumeAnnotationsHandler := connect.NewUnaryHandler(
+		VolumeServiceUpdateVolumeAnnotationsProcedure,
+		svc.UpdateVolumeAnnotations,
+		connect.WithSchema(volumeServiceMethods.ByName("UpdateVolumeAnnotations")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/kibotos.ctrl.v1.VolumeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case VolumeServiceCreateVolumeProcedure:
+			volumeServiceCreateVolumeHandler.ServeHTTP(w, r)
+		case VolumeServiceGetVolumeProcedure:
+			volumeServiceGetVolumeHandler.ServeHTTP(w, r)
+		case VolumeServiceListVolumesProcedure:
+			volumeServiceListVolumesHandler.ServeHTTP(w, r)
+		case VolumeServiceResizeVolumeProcedure:
+			volumeServiceResizeVolumeHandler.ServeHTTP(w, r)
+		case VolumeServiceDeleteVolumeProcedure:
+			volumeServiceDeleteVolumeHandler.ServeHTTP(w, r)
+		case VolumeServiceUpdateVolumeLabelsProcedure:
+			volumeServiceUpdateVolumeLabelsHandler.ServeHTTP(w, r)
+		case VolumeServiceUpdateVolumeAnnotationsProcedure:
+			volumeServiceUpdateVolumeAnnotationsHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedVolumeServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedVolumeServiceHandler struct{}
+
+func (UnimplementedVolumeServiceHandler) CreateVolume(context.Context, *connect.Request[v1.CreateVolumeRequest]) (*connect.Response[v1.CreateVolumeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.VolumeService.CreateVolume is not implemented"))
+}
+
+func (UnimplementedVolumeServiceHandler) GetVolume(context.Context, *connect.Request[v1.GetVolumeRequest]) (*connect.Response[v1.GetVolumeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.VolumeService.GetVolume is not implemented"))
+}
+
+func (UnimplementedVolumeServiceHandler) ListVolumes(context.Context, *connect.Request[v1.ListVolumesRequest]) (*connect.Response[v1.ListVolumesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.VolumeService.ListVolumes is not implemented"))
+}
+
+func (UnimplementedVolumeServiceHandler) ResizeVolume(context.Context, *connect.Request[v1.ResizeVolumeRequest]) (*connect.Response[v1.ResizeVolumeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.VolumeService.ResizeVolume is not implemented"))
+}
+
+func (UnimplementedVolumeServiceHandler) DeleteVolume(context.Context, *connect.Request[v1.DeleteVolumeRequest]) (*connect.Response[v1.DeleteVolumeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.VolumeService.DeleteVolume is not implemented"))
+}
+
+func (UnimplementedVolumeServiceHandler) UpdateVolumeLabels(context.Context, *connect.Request[v1.UpdateVolumeLabelsRequest]) (*connect.Response[v1.UpdateVolumeLabelsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.VolumeService.UpdateVolumeLabels is not implemented"))
+}
+
+func (UnimplementedVolumeServiceHandler) UpdateVolumeAnnotations(context.Context, *connect.Request[v1.UpdateVolumeAnnotationsRequest]) (*connect.Response[v1.UpdateVolumeAnnotationsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.VolumeService.UpdateVolumeAnnotations is not implemented"))
 }
 
 // EgressServiceClient is a client for the kibotos.ctrl.v1.EgressService service.
