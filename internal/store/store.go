@@ -91,6 +91,7 @@ type Tx interface {
 	ReferencingWorkspaces(ctx context.Context, projectID string, ref PolicyReference, limit int) ([]string, error)
 
 	WorkspaceTx
+	VolumeTx
 	SessionTx
 }
 
@@ -272,6 +273,48 @@ type Host struct {
 	MemoryBytes uint64
 	LayerBytes  uint64
 	SeenAt      time.Time
+}
+
+// VolumeTx is the part of a transaction that keeps Volumes.
+type VolumeTx interface {
+	// CreateVolume stores a new volume; ErrExists if the ID is taken.
+	CreateVolume(ctx context.Context, v Volume) error
+	// Volume returns a volume of the project, deleted ones included (with
+	// their labels), or ErrNotFound.
+	Volume(ctx context.Context, projectID, id string) (Volume, error)
+	// UpdateVolume replaces every mutable field (body, labels, host, pool,
+	// workspace, updated_at, deleted_at); ErrNotFound if missing.
+	UpdateVolume(ctx context.Context, v Volume) error
+	// Volumes returns one page of live volumes, like Objects.
+	Volumes(ctx context.Context, q ObjectQuery) ([]Volume, error)
+	// HostVolumes returns every live volume (any project) held by a host,
+	// in ID order.
+	HostVolumes(ctx context.Context, hostID string) ([]Volume, error)
+	// PoolVolumes returns every live volume (any project) in a storage
+	// pool, in ID order.
+	PoolVolumes(ctx context.Context, pool string) ([]Volume, error)
+}
+
+// Volume is one Volume's row. Body is the serialized API resource and
+// ctrl's bookkeeping, which the store never reads; the other fields are
+// what queries select.
+type Volume struct {
+	ProjectID string
+	ID        string
+	Body      []byte
+	Labels    map[string]string
+	// HostID is the host that holds the volume (manages its image); empty
+	// when none does.
+	HostID string
+	// Pool is the storage pool the volume lives in.
+	Pool string
+	// WorkspaceID is the undeleted workspace bound to the volume; empty
+	// when it is free.
+	WorkspaceID string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+	// DeletedAt is zero until the volume is DELETED.
+	DeletedAt time.Time
 }
 
 // SessionTx is the part of a transaction that indexes issued data-plane

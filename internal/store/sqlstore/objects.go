@@ -47,7 +47,7 @@ func (t *tx) UpdateObject(ctx context.Context, o store.Object) error {
 	return t.reindexLabels(ctx, o.ProjectID, o.ID, o.Labels, o.Deleted())
 }
 
-// reindexLabels replaces the label rows of an object or workspace.
+// reindexLabels replaces the label rows of an object, workspace or volume.
 func (t *tx) reindexLabels(ctx context.Context, projectID, id string, labels map[string]string, deleted bool) error {
 	if _, err := t.exec(ctx, `DELETE FROM object_labels WHERE project_id = ? AND object_id = ?`, projectID, id); err != nil {
 		return err
@@ -55,8 +55,9 @@ func (t *tx) reindexLabels(ctx context.Context, projectID, id string, labels map
 	return t.indexLabels(ctx, projectID, id, labels, deleted)
 }
 
-// indexLabels writes the rows label selectors query; deleted rows have
-// none, since no list returns them.
+// indexLabels writes the rows label selectors query. Deleted objects and
+// workspaces have none, since no list returns them; deleted volumes keep
+// theirs (their callers pass deleted false) so that Volume returns them.
 func (t *tx) indexLabels(ctx context.Context, projectID, id string, labels map[string]string, deleted bool) error {
 	if deleted {
 		return nil
@@ -68,6 +69,57 @@ func (t *tx) indexLabels(ctx context.Context, projectID, id string, labels map[s
 		}
 	}
 	return nil
+}
+
+// loadLabels reads the label rows of an object, workspace or volume.
+func (t *tx) loadLabels(ctx context.Context, projectID, id string) (map[string]string, error) {
+	rows, err := t.query(ctx, `SELECT key, value FROM object_labels WHERE project_id = ? AND object_id = ?`, projectID, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	labels := map[string]string{}
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			return nil, err
+		}
+		labels[k] = v
+	}
+	return labels, rows.Err()
+}
+
+// labeledRows runs a query, scans its rows and loads each one's labels
+// into the map that at points to.
+func labeledRows[T any](ctx context.Context, t *tx, scan func(interface{ Scan(...any) error }) (T, error),
+	at func(*T) (projectID, id string, labels *map[string]string), query string, args ...any) ([]T, error) {
+	rows, err := t.query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	list, err := collect(rows, scan)
+	if err != nil {
+		return nil, err
+	}
+	for i := range list {
+		projectID, id, labels := at(&list[i])
+		if *labels, err = t.loadLabels(ctx, projectID, id); err != nil {
+			return nil, err
+		}
+	}
+	return list, nil
+}
+
+// livePage returns the query and arguments for one page of live rows of
+// table, like Objects: in q.ProjectID, after q.After, carrying q.Selector,
+// in ID order, at most q.Limit.
+func livePage(table, columns string, q store.ObjectQuery) (string, []any) {
+	var b strings.Builder
+	b.WriteString(`SELECT ` + columns + ` FROM ` + table + ` o
+		WHERE o.project_id = ? AND o.deleted_at IS NULL AND o.id > ?`)
+	args := selectorClause(&b, []any{q.ProjectID, q.After}, q.Selector)
+	b.WriteString(` ORDER BY o.id LIMIT ?`)
+	return b.String(), append(args, q.Limit)
 }
 
 // selectorClause appends one EXISTS condition per selector entry on the

@@ -3,7 +3,6 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
-	"strings"
 	"time"
 
 	"github.com/kibotos/kibotos/internal/store"
@@ -41,16 +40,13 @@ func (t *tx) Workspace(ctx context.Context, projectID, id string) (store.Workspa
 	if err != nil {
 		return w, err
 	}
-	return w, t.loadLabels(ctx, &w)
+	w.Labels, err = t.loadLabels(ctx, w.ProjectID, w.ID)
+	return w, err
 }
 
 func (t *tx) Workspaces(ctx context.Context, q store.ObjectQuery) ([]store.Workspace, error) {
-	var b strings.Builder
-	b.WriteString(`SELECT ` + workspaceColumns + ` FROM workspaces o
-		WHERE o.project_id = ? AND o.deleted_at IS NULL AND o.id > ?`)
-	args := selectorClause(&b, []any{q.ProjectID, q.After}, q.Selector)
-	b.WriteString(` ORDER BY o.id LIMIT ?`)
-	return t.workspaces(ctx, b.String(), append(args, q.Limit)...)
+	query, args := livePage("workspaces", workspaceColumns, q)
+	return t.workspaces(ctx, query, args...)
 }
 
 func (t *tx) HostWorkspaces(ctx context.Context, hostID string) ([]store.Workspace, error) {
@@ -78,37 +74,9 @@ func (t *tx) TemplateUsers(ctx context.Context, projectID, templateID string, li
 
 // workspaces runs a workspace query and loads each row's labels.
 func (t *tx) workspaces(ctx context.Context, query string, args ...any) ([]store.Workspace, error) {
-	rows, err := t.query(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	ws, err := collect(rows, scanWorkspace)
-	if err != nil {
-		return nil, err
-	}
-	for i := range ws {
-		if err := t.loadLabels(ctx, &ws[i]); err != nil {
-			return nil, err
-		}
-	}
-	return ws, nil
-}
-
-func (t *tx) loadLabels(ctx context.Context, w *store.Workspace) error {
-	rows, err := t.query(ctx, `SELECT key, value FROM object_labels WHERE project_id = ? AND object_id = ?`, w.ProjectID, w.ID)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	w.Labels = map[string]string{}
-	for rows.Next() {
-		var k, v string
-		if err := rows.Scan(&k, &v); err != nil {
-			return err
-		}
-		w.Labels[k] = v
-	}
-	return rows.Err()
+	return labeledRows(ctx, t, scanWorkspace, func(w *store.Workspace) (string, string, *map[string]string) {
+		return w.ProjectID, w.ID, &w.Labels
+	}, query, args...)
 }
 
 func scanWorkspace(row interface{ Scan(...any) error }) (store.Workspace, error) {

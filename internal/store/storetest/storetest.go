@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -39,6 +40,9 @@ func Run(t *testing.T, open Open) {
 		{"Workspaces", testWorkspaces},
 		{"TemplatesAndHosts", testTemplatesAndHosts},
 		{"Sessions", testSessions},
+		{"VolumeLifecycle", testVolumeLifecycle},
+		{"VolumeLists", testVolumeLists},
+		{"FailedVolumeUpdateChangesNothing", testVolumeRollback},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
@@ -587,6 +591,244 @@ func testSessions(t *testing.T, s store.Store) {
 			if (err == nil) != k.live {
 				t.Errorf("session %s/%s after deleting expired: %v", k.project, k.id, err)
 			}
+		}
+		return nil
+	})
+}
+
+func volume(project, id, host, pool string, labels map[string]string) store.Volume {
+	return store.Volume{ProjectID: project, ID: id, Body: []byte("body-" + id), Labels: labels,
+		HostID: host, Pool: pool, CreatedAt: now, UpdatedAt: now}
+}
+
+// sameVolume reports whether got is want as stored: nil and empty labels
+// are alike.
+func sameVolume(got, want store.Volume) bool {
+	return got.ProjectID == want.ProjectID && got.ID == want.ID && bytes.Equal(got.Body, want.Body) &&
+		maps.Equal(got.Labels, want.Labels) && got.HostID == want.HostID && got.Pool == want.Pool &&
+		got.WorkspaceID == want.WorkspaceID && got.CreatedAt.Equal(want.CreatedAt) &&
+		got.UpdatedAt.Equal(want.UpdatedAt) && got.DeletedAt.Equal(want.DeletedAt)
+}
+
+func volumeIDs(vs []store.Volume) []string {
+	ids := make([]string, len(vs))
+	for i, v := range vs {
+		ids[i] = v.ID
+	}
+	return ids
+}
+
+func testVolumeLifecycle(t *testing.T, s store.Store) {
+	mustProject(t, s, "p1")
+	mustProject(t, s, "p2")
+	v := volume("p1", "v1", "h1", "fast", map[string]string{"env": "prod", "team": "a"})
+	v.WorkspaceID = "w1"
+	update(t, s, func(tx store.Tx) error { return tx.CreateVolume(ctx, v) })
+	if err := s.Update(ctx, func(tx store.Tx) error { return tx.CreateVolume(ctx, v) }); !errors.Is(err, store.ErrExists) {
+		t.Errorf("duplicate volume: %v", err)
+	}
+	if err := s.Update(ctx, func(tx store.Tx) error {
+		return tx.CreateVolume(ctx, volume("p2", "v1", "h1", "fast", nil))
+	}); !errors.Is(err, store.ErrExists) {
+		t.Errorf("volume ID taken in another project: %v", err)
+	}
+	view(t, s, func(tx store.Tx) error {
+		got, err := tx.Volume(ctx, "p1", "v1")
+		if err != nil || !sameVolume(got, v) {
+			t.Errorf("volume = %+v, %v; want %+v", got, err, v)
+		}
+		if _, err := tx.Volume(ctx, "p2", "v1"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("volume of another project: %v", err)
+		}
+		return nil
+	})
+
+	// Every mutable field changes; CreatedAt stays.
+	v.Body, v.Labels = []byte("v2"), map[string]string{"env": "dev"}
+	v.HostID, v.Pool, v.WorkspaceID = "h2", "slow", ""
+	v.UpdatedAt = now.Add(time.Second)
+	changed := v
+	changed.CreatedAt = now.Add(time.Hour)
+	update(t, s, func(tx store.Tx) error { return tx.UpdateVolume(ctx, changed) })
+	view(t, s, func(tx store.Tx) error {
+		got, err := tx.Volume(ctx, "p1", "v1")
+		if err != nil || !sameVolume(got, v) {
+			t.Errorf("updated volume = %+v, %v; want %+v", got, err, v)
+		}
+		for _, sel := range []map[string]string{{"env": "prod"}, {"team": "a"}, {"env": "dev"}} {
+			list, err := tx.Volumes(ctx, store.ObjectQuery{ProjectID: "p1", Selector: sel, Limit: 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := sel["env"] == "dev"; (len(list) == 1) != want {
+				t.Errorf("selector %v matched %d volumes after relabel", sel, len(list))
+			}
+		}
+		return nil
+	})
+	missing := volume("p1", "nope", "h1", "fast", nil)
+	if err := s.Update(ctx, func(tx store.Tx) error { return tx.UpdateVolume(ctx, missing) }); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("update of missing volume: %v", err)
+	}
+	other := v
+	other.ProjectID = "p2"
+	if err := s.Update(ctx, func(tx store.Tx) error { return tx.UpdateVolume(ctx, other) }); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("update of a volume through another project: %v", err)
+	}
+
+	// A deleted volume is still read, labels included, but never listed.
+	v.DeletedAt = now.Add(time.Minute)
+	update(t, s, func(tx store.Tx) error { return tx.UpdateVolume(ctx, v) })
+	view(t, s, func(tx store.Tx) error {
+		got, err := tx.Volume(ctx, "p1", "v1")
+		if err != nil || !sameVolume(got, v) || got.Labels["env"] != "dev" {
+			t.Errorf("deleted volume = %+v, %v; want %+v", got, err, v)
+		}
+		for _, sel := range []map[string]string{nil, {"env": "dev"}} {
+			if list, err := tx.Volumes(ctx, store.ObjectQuery{ProjectID: "p1", Selector: sel, Limit: 10}); err != nil || len(list) != 0 {
+				t.Errorf("volumes selected by %v after delete = %v, %v", sel, volumeIDs(list), err)
+			}
+		}
+		if list, err := tx.HostVolumes(ctx, "h2"); err != nil || len(list) != 0 {
+			t.Errorf("deleted volume still on its host: %v, %v", volumeIDs(list), err)
+		}
+		if list, err := tx.PoolVolumes(ctx, "slow"); err != nil || len(list) != 0 {
+			t.Errorf("deleted volume still in its pool: %v, %v", volumeIDs(list), err)
+		}
+		return nil
+	})
+}
+
+func testVolumeLists(t *testing.T, s store.Store) {
+	mustProject(t, s, "p1")
+	mustProject(t, s, "p2")
+	prod, dev := map[string]string{"env": "prod"}, map[string]string{"env": "dev"}
+	vs := []store.Volume{
+		volume("p2", "v00", "h1", "fast", prod),
+		volume("p1", "v01", "h1", "fast", prod),
+		volume("p1", "v02", "h2", "fast", prod),
+		volume("p1", "v03", "h1", "slow", dev),
+		volume("p1", "v04", "h1", "fast", prod),
+		volume("p1", "v05", "", "slow", prod),
+		volume("p1", "v06", "h2", "fast", prod),
+		volume("p2", "v07", "h1", "fast", prod),
+		volume("p2", "v08", "h1", "slow", prod),
+		volume("p2", "v09", "h2", "fast", nil),
+	}
+	update(t, s, func(tx store.Tx) error {
+		// Out of order, so that lists must sort.
+		for _, i := range []int{9, 3, 0, 6, 1, 8, 4, 2, 7, 5} {
+			if err := tx.CreateVolume(ctx, vs[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	update(t, s, func(tx store.Tx) error {
+		for _, i := range []int{4, 8} {
+			vs[i].DeletedAt = now
+			if err := tx.UpdateVolume(ctx, vs[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+
+	page := func(sel map[string]string) []string {
+		var got []string
+		after := ""
+		for {
+			var list []store.Volume
+			view(t, s, func(tx store.Tx) error {
+				var err error
+				list, err = tx.Volumes(ctx, store.ObjectQuery{ProjectID: "p1", Selector: sel, After: after, Limit: 2})
+				return err
+			})
+			for _, v := range list {
+				got = append(got, v.ID)
+				after = v.ID
+			}
+			if len(list) < 2 {
+				return got
+			}
+		}
+	}
+	if got, want := page(nil), []string{"v01", "v02", "v03", "v05", "v06"}; !slices.Equal(got, want) {
+		t.Errorf("paged volumes = %v, want %v", got, want)
+	}
+	if got, want := page(prod), []string{"v01", "v02", "v05", "v06"}; !slices.Equal(got, want) {
+		t.Errorf("paged volumes with env=prod = %v, want %v", got, want)
+	}
+
+	view(t, s, func(tx store.Tx) error {
+		for _, c := range []struct {
+			name string
+			list func(context.Context, string) ([]store.Volume, error)
+			key  string
+			want []string
+		}{
+			{"host", tx.HostVolumes, "h1", []string{"v00", "v01", "v03", "v07"}},
+			{"host", tx.HostVolumes, "h2", []string{"v02", "v06", "v09"}},
+			{"host", tx.HostVolumes, "h3", nil},
+			{"pool", tx.PoolVolumes, "fast", []string{"v00", "v01", "v02", "v06", "v07", "v09"}},
+			{"pool", tx.PoolVolumes, "slow", []string{"v03", "v05"}},
+			{"pool", tx.PoolVolumes, "none", nil},
+		} {
+			got, err := c.list(ctx, c.key)
+			if err != nil || !slices.Equal(volumeIDs(got), c.want) {
+				t.Errorf("volumes of %s %s = %v, %v; want %v", c.name, c.key, volumeIDs(got), err, c.want)
+				continue
+			}
+			// Rows come whole, labels included.
+			for _, v := range got {
+				i := slices.IndexFunc(vs, func(w store.Volume) bool { return w.ID == v.ID })
+				if !sameVolume(v, vs[i]) {
+					t.Errorf("volume listed by %s %s = %+v, want %+v", c.name, c.key, v, vs[i])
+				}
+			}
+		}
+		return nil
+	})
+}
+
+func testVolumeRollback(t *testing.T, s store.Store) {
+	mustProject(t, s, "p1")
+	v := volume("p1", "v1", "h1", "fast", map[string]string{"env": "prod"})
+	update(t, s, func(tx store.Tx) error { return tx.CreateVolume(ctx, v) })
+	boom := errors.New("boom")
+	err := s.Update(ctx, func(tx store.Tx) error {
+		changed := v
+		changed.Body, changed.Labels = []byte("v2"), map[string]string{"env": "dev"}
+		changed.HostID, changed.Pool, changed.WorkspaceID = "h2", "slow", "w1"
+		changed.UpdatedAt, changed.DeletedAt = now.Add(time.Second), now.Add(time.Second)
+		if err := tx.UpdateVolume(ctx, changed); err != nil {
+			return err
+		}
+		if err := tx.CreateVolume(ctx, volume("p1", "v2", "h1", "fast", nil)); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("update error = %v, want boom", err)
+	}
+	view(t, s, func(tx store.Tx) error {
+		got, err := tx.Volume(ctx, "p1", "v1")
+		if err != nil || !sameVolume(got, v) {
+			t.Errorf("volume after rollback = %+v, %v; want %+v", got, err, v)
+		}
+		if _, err := tx.Volume(ctx, "p1", "v2"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("volume survived rollback: %v", err)
+		}
+		list, err := tx.Volumes(ctx, store.ObjectQuery{ProjectID: "p1", Selector: map[string]string{"env": "prod"}, Limit: 10})
+		if err != nil || !slices.Equal(volumeIDs(list), []string{"v1"}) {
+			t.Errorf("labels after rollback select %v, %v", volumeIDs(list), err)
+		}
+		if got, err := tx.HostVolumes(ctx, "h1"); err != nil || !slices.Equal(volumeIDs(got), []string{"v1"}) {
+			t.Errorf("volumes of host h1 after rollback = %v, %v", volumeIDs(got), err)
+		}
+		if got, err := tx.PoolVolumes(ctx, "fast"); err != nil || !slices.Equal(volumeIDs(got), []string{"v1"}) {
+			t.Errorf("volumes of pool fast after rollback = %v, %v", volumeIDs(got), err)
 		}
 		return nil
 	})
