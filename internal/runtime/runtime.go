@@ -121,7 +121,8 @@ type Layers interface {
 	CreateLayer(ctx context.Context, path string, bytes uint64) error
 	// GrowLayer grows the filesystem of the image at path to bytes (a
 	// whole number of MiB); an image already that large is left alone. The
-	// image must not be in use.
+	// image must not be in use. A crash at any moment leaves the old image
+	// or the grown one at path.
 	GrowLayer(ctx context.Context, path string, bytes uint64) error
 	// LayerCapacity returns the size of the image at path.
 	LayerCapacity(path string) (uint64, error)

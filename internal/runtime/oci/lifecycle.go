@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kibotos/kibotos/internal/diskimage"
 	"github.com/kibotos/kibotos/internal/runtime"
 )
 
@@ -50,7 +51,7 @@ func (d *Driver) Start(ctx context.Context, spec runtime.Spec) (err error) {
 	if err != nil {
 		return err
 	}
-	if devs := loopsOf(image); len(devs) > 0 {
+	if devs := diskimage.LoopsOf(image); len(devs) > 0 {
 		return fmt.Errorf("oci: layer image %s is in use by %s", image, strings.Join(devs, ", "))
 	}
 
@@ -151,7 +152,7 @@ func (d *Driver) mountLayers(rec *record) error {
 			return err
 		}
 	}
-	dev, f, err := attachLoop(rec.LayerImage)
+	dev, f, err := diskimage.AttachLoop(rec.LayerImage)
 	if err != nil {
 		return fmt.Errorf("oci: attaching %s: %w", rec.LayerImage, err)
 	}
@@ -262,9 +263,7 @@ func (d *Driver) release(ctx context.Context, id string, clean bool) (confirmed 
 		image = rec.LayerImage
 	} else if src := mountSource(layer); strings.HasPrefix(src, "/dev/loop") {
 		// No record (it should have been written first): ask the device.
-		if b, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(src), "loop", "backing_file")); err == nil {
-			image = strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)")
-		}
+		image, _ = diskimage.BackingFile(src)
 	}
 
 	confirmed = clean
@@ -284,7 +283,7 @@ func (d *Driver) release(ctx context.Context, id string, clean bool) (confirmed 
 	errs = append(errs, err)
 
 	if image != "" {
-		if !waitLoopsReleased(image, loopReleaseMax) {
+		if !diskimage.WaitLoopsReleased(image, loopReleaseMax) {
 			confirmed = false
 			errs = append(errs, fmt.Errorf("layer image %s is still attached to a loop device", image))
 		} else if clean {

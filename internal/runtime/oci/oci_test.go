@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kibotos/kibotos/internal/diskimage"
 	"github.com/kibotos/kibotos/internal/runtime"
 	"github.com/kibotos/kibotos/internal/testutil"
 )
@@ -502,7 +503,7 @@ func TestRecoverPartialStart(t *testing.T) {
 		if err := e.d.mountLayers(rec); err != nil {
 			t.Fatal(err)
 		}
-		if len(loopsOf(img)) != 1 {
+		if len(diskimage.LoopsOf(img)) != 1 {
 			t.Fatal("layer not attached")
 		}
 	}

@@ -1,0 +1,428 @@
+package diskimage
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// needHost skips unless the test can make filesystems and loop devices.
+func needHost(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	for _, tool := range []string{"mkfs.ext4", "e2fsck", "resize2fs"} {
+		if _, err := lookPath(tool); err != nil {
+			t.Skip("needs " + tool)
+		}
+	}
+	if _, err := os.Stat("/dev/loop-control"); err != nil {
+		t.Skip("needs /dev/loop-control")
+	}
+}
+
+// mountImage attaches img to a loop device and mounts it at a new
+// directory; the returned function (also run at cleanup) unmounts it and
+// waits until the device is free.
+func mountImage(t testing.TB, img string, flags uintptr) (mnt, dev string, unmount func()) {
+	t.Helper()
+	mnt = t.TempDir()
+	dev, f, err := AttachLoop(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = unix.Mount(dev, mnt, "ext4", flags|unix.MS_NODEV|unix.MS_NOSUID, "")
+	f.Close()
+	if err != nil {
+		WaitLoopsReleased(img, 5*time.Second)
+		t.Fatalf("mount %s (%s): %v", img, dev, err)
+	}
+	done := false
+	unmount = func() {
+		t.Helper()
+		if done {
+			return
+		}
+		done = true
+		if err := unix.Unmount(mnt, 0); err != nil {
+			t.Errorf("unmount %s: %v", mnt, err)
+			unix.Unmount(mnt, unix.MNT_DETACH)
+		}
+		if !WaitLoopsReleased(img, 10*time.Second) {
+			t.Errorf("%s still attached to a loop device", img)
+		}
+	}
+	t.Cleanup(unmount)
+	return mnt, dev, unmount
+}
+
+// writeData writes n random bytes to name in the image's filesystem,
+// syncs and unmounts it, and returns their hash.
+func writeData(t testing.TB, img, name string, n int64) [32]byte {
+	t.Helper()
+	mnt, _, unmount := mountImage(t, img, 0)
+	defer unmount()
+	f, err := os.Create(filepath.Join(mnt, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.New()
+	if _, err := io.CopyN(io.MultiWriter(f, h), rand.Reader, n); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	return [32]byte(h.Sum(nil))
+}
+
+func hashFile(t testing.TB, path string) [32]byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		t.Fatal(err)
+	}
+	return [32]byte(h.Sum(nil))
+}
+
+// fsck runs e2fsck -fn: nil when the filesystem is clean.
+func fsck(img string) error {
+	out, err := exec.Command("e2fsck", "-f", "-n", img).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("e2fsck -fn: %v\n%s", err, out)
+	}
+	return nil
+}
+
+func temps(t testing.TB, img string) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(filepath.Dir(img), tempPattern(img)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// dumpe2fs returns the fields of dumpe2fs -h.
+func dumpe2fs(t testing.TB, img string) map[string]string {
+	t.Helper()
+	out, err := exec.Command("dumpe2fs", "-h", img).Output()
+	if err != nil {
+		t.Fatalf("dumpe2fs: %v", err)
+	}
+	m := map[string]string{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			m[k] = strings.TrimSpace(v)
+		}
+	}
+	return m
+}
+
+var canonicalUUID = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+func TestCreateInspect(t *testing.T) {
+	needHost(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	img := filepath.Join(dir, "sub", "v.img")
+	for _, n := range []uint64{0, 64<<20 + 1, 512} {
+		if err := Create(ctx, img, n, ""); err == nil {
+			t.Errorf("Create accepted %d bytes", n)
+		}
+	}
+	const uuid = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+	if err := Create(ctx, img, 64<<20, uuid); err != nil {
+		t.Fatal(err)
+	}
+	info, err := Inspect(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Size != 64<<20 || info.UUID != uuid || info.Label != "" {
+		t.Errorf("Inspect = %+v", info)
+	}
+	d := dumpe2fs(t, img)
+	blocks, _ := strconv.ParseUint(d["Block count"], 10, 64)
+	free, _ := strconv.ParseUint(d["Free blocks"], 10, 64)
+	bs, _ := strconv.ParseUint(d["Block size"], 10, 64)
+	if want := (blocks - free) * bs; info.UsedBytes != want || want == 0 {
+		t.Errorf("UsedBytes = %d, dumpe2fs says %d", info.UsedBytes, want)
+	}
+	if !strings.Contains(d["Filesystem features"], "has_journal") || d["Reserved block count"] != "0" {
+		t.Errorf("features %q, reserved blocks %q", d["Filesystem features"], d["Reserved block count"])
+	}
+	if out, err := exec.Command("e2label", img, "my-volume").CombinedOutput(); err != nil {
+		t.Fatalf("e2label: %v %s", err, out)
+	}
+	if info, err := Inspect(img); err != nil || info.Label != "my-volume" || info.UUID != uuid {
+		t.Errorf("Inspect after e2label = %+v, %v", info, err)
+	}
+
+	// An existing file is left as it is.
+	before := hashFile(t, img)
+	if err := Create(ctx, img, 128<<20, ""); err != nil {
+		t.Fatal(err)
+	}
+	if hashFile(t, img) != before {
+		t.Error("Create changed an existing image")
+	}
+
+	// Without a UUID, mkfs picks one; a large image has 4 KiB blocks.
+	big := filepath.Join(dir, "big.img")
+	if err := Create(ctx, big, 1<<30, ""); err != nil {
+		t.Fatal(err)
+	}
+	info, err = Inspect(big)
+	if err != nil || info.Size != 1<<30 || !canonicalUUID.MatchString(info.UUID) || info.UUID == uuid {
+		t.Errorf("Inspect(big) = %+v, %v", info, err)
+	}
+	if d := dumpe2fs(t, big); d["Filesystem UUID"] != info.UUID {
+		t.Errorf("UUID %s, dumpe2fs says %s", info.UUID, d["Filesystem UUID"])
+	}
+	if fi, err := os.Stat(big); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("image mode: %v %v", fi.Mode(), err)
+	}
+	if len(temps(t, img))+len(temps(t, big)) > 0 {
+		t.Error("temporary images left")
+	}
+}
+
+func TestInspectNotExt4(t *testing.T) {
+	needHost(t)
+	dir := t.TempDir()
+	img := filepath.Join(dir, "v.img")
+	if err := Create(context.Background(), img, 16<<20, ""); err != nil {
+		t.Fatal(err)
+	}
+	good, err := os.ReadFile(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	corrupt := func(name string, f func(b []byte) []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, f(bytes.Clone(good)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cases := map[string]string{
+		"zeroed superblock": corrupt("zero", func(b []byte) []byte { clear(b[1024:2048]); return b }),
+		"bad magic":         corrupt("magic", func(b []byte) []byte { b[1024+offMagic] ^= 0xff; return b }),
+		"bad checksum":      corrupt("csum", func(b []byte) []byte { b[1024+offVolumeName] = 'x'; return b }),
+		"too short":         corrupt("short", func(b []byte) []byte { return b[:1500] }),
+		"not an image":      corrupt("text", func([]byte) []byte { return []byte("hello") }),
+	}
+	for name, p := range cases {
+		if _, err := Inspect(p); !errors.Is(err, ErrNotExt4) {
+			t.Errorf("%s: Inspect = %v, want ErrNotExt4", name, err)
+		}
+	}
+	if _, err := Inspect(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing file: %v", err)
+	}
+	if _, err := Inspect(img); err != nil {
+		t.Errorf("intact image: %v", err)
+	}
+}
+
+func TestGrow(t *testing.T) {
+	needHost(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	img := filepath.Join(dir, "v.img")
+	if err := Create(ctx, img, 32<<20, ""); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(img, 0o640)
+	sum := writeData(t, img, "data", 8<<20)
+	info0, _ := Inspect(img)
+	mnt, dev, unmount := mountImage(t, img, 0)
+	_, total0, err := Usage(mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// In use: refused, naming the device.
+	if err := Grow(ctx, img, 96<<20); err == nil || !strings.Contains(err.Error(), dev) {
+		t.Errorf("Grow of a mounted image: %v, want an error naming %s", err, dev)
+	}
+	if err := Delete(img); err == nil || !strings.Contains(err.Error(), dev) {
+		t.Errorf("Delete of a mounted image: %v, want an error naming %s", err, dev)
+	}
+	unmount()
+	if err := Grow(ctx, img, 96<<20+4096); err == nil {
+		t.Error("Grow accepted a size that is not whole MiB")
+	}
+
+	// A temporary image that a crash left is removed.
+	stale := filepath.Join(dir, ".v.img.tmp-123")
+	writeFileT(t, stale, "stale")
+	if err := Grow(ctx, img, 96<<20); err != nil {
+		t.Fatal(err)
+	}
+	if l := temps(t, img); len(l) > 0 {
+		t.Errorf("temporary images left: %v", l)
+	}
+	info, err := Inspect(img)
+	if err != nil || info.Size != 96<<20 || info.UUID != info0.UUID {
+		t.Fatalf("Inspect after Grow = %+v, %v (before %+v)", info, err, info0)
+	}
+	if fi, _ := os.Stat(img); fi.Mode().Perm() != 0o640 {
+		t.Errorf("mode after Grow: %v", fi.Mode())
+	}
+	if err := fsck(img); err != nil {
+		t.Error(err)
+	}
+	mnt, _, unmount = mountImage(t, img, 0)
+	_, total, err := Usage(mnt)
+	if err != nil || total < total0+50<<20 {
+		t.Errorf("statfs total %d after Grow, %d before (%v)", total, total0, err)
+	}
+	if hashFile(t, filepath.Join(mnt, "data")) != sum {
+		t.Error("data changed by Grow")
+	}
+	used, _, _ := Usage(mnt)
+	if used < 8<<20 {
+		t.Errorf("Usage used = %d, want at least the 8 MiB written", used)
+	}
+	unmount()
+
+	// Already that large: nothing to do.
+	before := hashFile(t, img)
+	if err := Grow(ctx, img, 64<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := Grow(ctx, img, 96<<20); err != nil {
+		t.Fatal(err)
+	}
+	if hashFile(t, img) != before {
+		t.Error("Grow changed an image that was large enough")
+	}
+	if err := Grow(ctx, filepath.Join(dir, "missing.img"), 64<<20); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Grow of a missing image: %v", err)
+	}
+
+	writeFileT(t, stale, "stale")
+	if err := Delete(img); err != nil {
+		t.Fatal(err)
+	}
+	if err := Delete(img); err != nil {
+		t.Errorf("Delete of a missing image: %v", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) > 0 {
+		t.Errorf("left after Delete: %v", ents)
+	}
+}
+
+func writeFileT(t testing.TB, path, s string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGrowOnline: ProbeOnlineGrow tells whether the host allows it, and
+// GrowOnline behaves accordingly; either way the image stays usable and
+// an offline Grow finishes the job.
+func TestGrowOnline(t *testing.T) {
+	needHost(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	probeErr := ProbeOnlineGrow(ctx, dir)
+	t.Logf("ProbeOnlineGrow: %v", probeErr)
+	if ents, _ := os.ReadDir(dir); len(ents) > 0 {
+		t.Errorf("the probe left %v", ents)
+	}
+
+	img := filepath.Join(dir, "v.img")
+	if err := Create(ctx, img, 32<<20, ""); err != nil {
+		t.Fatal(err)
+	}
+	sum := writeData(t, img, "data", 4<<20)
+	if err := GrowOnline(ctx, img, "/dev/loop0", 64<<20); err == nil {
+		t.Error("GrowOnline of an image that is not attached succeeded")
+	}
+	mnt, dev, unmount := mountImage(t, img, 0)
+	_, total0, _ := Usage(mnt)
+	err := GrowOnline(ctx, img, dev, 64<<20)
+	_, total, _ := Usage(mnt)
+	if probeErr == nil {
+		if err != nil || total <= total0 {
+			t.Errorf("GrowOnline = %v; statfs total %d, before %d", err, total, total0)
+		}
+	} else {
+		if err == nil {
+			t.Error("GrowOnline succeeded where the probe said it would not")
+		}
+		if fi, _ := os.Stat(img); fi.Size() != 32<<20 || total != total0 {
+			t.Errorf("a refused GrowOnline left the file at %d bytes, statfs total %d (before %d)", fi.Size(), total, total0)
+		}
+	}
+	if hashFile(t, filepath.Join(mnt, "data")) != sum {
+		t.Error("data changed")
+	}
+	unmount()
+	if err := fsck(img); err != nil {
+		t.Error(err)
+	}
+	if err := Grow(ctx, img, 64<<20); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := Inspect(img); err != nil || info.Size != 64<<20 {
+		t.Errorf("Inspect = %+v, %v", info, err)
+	}
+	mnt, _, unmount = mountImage(t, img, 0)
+	if _, total, _ := Usage(mnt); total < 50<<20 {
+		t.Errorf("statfs total %d after growing to 64 MiB", total)
+	}
+	unmount()
+}
+
+// TestGrowFinishesExtendedFile: a file longer than its filesystem (an
+// interrupted GrowOnline) is not "large enough": Grow grows the
+// filesystem to it.
+func TestGrowFinishesExtendedFile(t *testing.T) {
+	needHost(t)
+	ctx := context.Background()
+	img := filepath.Join(t.TempDir(), "v.img")
+	if err := Create(ctx, img, 32<<20, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(img, 64<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := Grow(ctx, img, 48<<20); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sb, err := readSuper(f)
+	if err != nil || sb.bytes() != 64<<20 {
+		t.Errorf("filesystem of %d bytes (%v), want 64 MiB", sb.bytes(), err)
+	}
+}

@@ -1,0 +1,158 @@
+package diskimage
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// AttachLoop binds image to a free loop device with autoclear set and
+// returns the device's path and an open descriptor of it. The caller
+// must keep the descriptor open until the device is mounted: autoclear
+// detaches the device when its last user closes it, which is also what
+// releases a device whose mount never happened.
+func AttachLoop(image string) (string, *os.File, error) {
+	img, err := os.OpenFile(image, os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", nil, err
+	}
+	defer img.Close()
+	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", nil, err
+	}
+	defer ctl.Close()
+	for attempt := 0; attempt < 20; attempt++ {
+		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
+		if err != nil {
+			return "", nil, fmt.Errorf("LOOP_CTL_GET_FREE: %w", err)
+		}
+		path := "/dev/loop" + strconv.Itoa(n)
+		dev, err := openLoopDev(path, n)
+		if err != nil {
+			return "", nil, err
+		}
+		cfg := unix.LoopConfig{Fd: uint32(img.Fd())}
+		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
+		copy(cfg.Info.File_name[:], image)
+		err = unix.IoctlLoopConfigure(int(dev.Fd()), &cfg)
+		if err == nil {
+			return path, dev, nil
+		}
+		dev.Close()
+		if !errors.Is(err, unix.EBUSY) {
+			return "", nil, fmt.Errorf("LOOP_CONFIGURE %s: %w", path, err)
+		}
+		// Another process took the free device first: ask again.
+		time.Sleep(time.Duration(attempt+1) * time.Millisecond)
+	}
+	return "", nil, errors.New("no free loop device")
+}
+
+// openLoopDev opens /dev/loopN, creating the node when the host's /dev
+// does not create it (a /dev that is not devtmpfs).
+func openLoopDev(path string, n int) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|unix.O_CLOEXEC, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		if err := unix.Mknod(path, unix.S_IFBLK|0o600, int(unix.Mkdev(7, uint32(n)))); err != nil && !errors.Is(err, os.ErrExist) {
+			return nil, err
+		}
+		f, err = os.OpenFile(path, os.O_RDWR|unix.O_CLOEXEC, 0)
+	}
+	return f, err
+}
+
+// LoopsOf returns the loop devices (/dev/loopN) whose backing file is
+// image, found through sysfs by path or by inode.
+func LoopsOf(image string) []string {
+	abs, _ := filepath.Abs(image)
+	var want unix.Stat_t
+	haveStat := unix.Stat(image, &want) == nil
+	ents, _ := os.ReadDir("/sys/block")
+	var devs []string
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), "loop") {
+			continue
+		}
+		backing, err := BackingFile("/dev/" + e.Name())
+		if err != nil {
+			continue
+		}
+		match := backing == abs
+		if !match && haveStat {
+			var st unix.Stat_t
+			match = unix.Stat(backing, &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino
+		}
+		if match {
+			devs = append(devs, "/dev/"+e.Name())
+		}
+	}
+	return devs
+}
+
+// BackingFile returns the path of the file the loop device /dev/loopN is
+// bound to (as the kernel recorded it when binding, without the
+// " (deleted)" it adds once that file is removed); an error when the
+// device is not bound.
+func BackingFile(dev string) (string, error) {
+	b, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(dev), "loop", "backing_file"))
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)"), nil
+}
+
+// inUse returns an error naming the loop devices image is attached to,
+// nil when there are none.
+func inUse(image string) error {
+	if devs := LoopsOf(image); len(devs) > 0 {
+		return fmt.Errorf("diskimage: %s is in use by %s", image, strings.Join(devs, ", "))
+	}
+	return nil
+}
+
+// detachLoop clears a loop device. A device still in use is marked
+// autoclear by the kernel instead, so the caller looks again (LoopsOf).
+func detachLoop(dev string) error {
+	f, err := os.OpenFile(dev, os.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	defer f.Close()
+	err = unix.IoctlSetInt(int(f.Fd()), unix.LOOP_CLR_FD, 0)
+	if errors.Is(err, unix.ENXIO) {
+		return nil // not bound
+	}
+	return err
+}
+
+// WaitLoopsReleased waits up to d for every loop device bound to image to
+// detach (autoclear runs when the last reference to the filesystem goes,
+// which can trail the unmount while a dying mount namespace lets go of
+// it), clearing them explicitly in the end. It reports whether none is
+// left.
+func WaitLoopsReleased(image string, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		devs := LoopsOf(image)
+		if len(devs) == 0 {
+			return true
+		}
+		if time.Now().After(deadline) {
+			for _, dev := range devs {
+				detachLoop(dev)
+			}
+			return len(LoopsOf(image)) == 0
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
