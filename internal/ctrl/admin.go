@@ -17,16 +17,57 @@ import (
 	"github.com/kibotos/kibotos/internal/ids"
 	"github.com/kibotos/kibotos/internal/rpc"
 	"github.com/kibotos/kibotos/internal/store"
+	"github.com/kibotos/kibotos/internal/volumes"
 )
 
 // AdminService serves kibotos.admin.v1.AdminService: projects and tokens.
 type AdminService struct {
 	adminv1connect.UnimplementedAdminServiceHandler
-	store store.Store
+	store   store.Store
+	volumes *volumes.Service
 }
 
-// NewAdminService returns the AdminService handler.
-func NewAdminService(d Deps) *AdminService { return &AdminService{store: d.Store} }
+// NewAdminService returns the AdminService handler. Without a volumes
+// service the storage-pool calls answer unimplemented.
+func NewAdminService(d Deps, vols *volumes.Service) *AdminService {
+	return &AdminService{store: d.Store, volumes: vols}
+}
+
+// operator returns the caller when it is an admin of the operator project.
+func operator(ctx context.Context, what string) error {
+	c, err := admin(ctx)
+	if err == nil && !c.Operator {
+		err = connect.NewError(connect.CodePermissionDenied, fmt.Errorf("only an admin token of the operator project may %s", what))
+	}
+	return err
+}
+
+func (s *AdminService) ListStoragePools(ctx context.Context, req *connect.Request[adminv1.ListStoragePoolsRequest]) (*connect.Response[adminv1.ListStoragePoolsResponse], error) {
+	if s.volumes == nil {
+		return s.UnimplementedAdminServiceHandler.ListStoragePools(ctx, req)
+	}
+	if err := operator(ctx, "list storage pools"); err != nil {
+		return nil, err
+	}
+	pools, err := s.volumes.ListPools(ctx)
+	out := &adminv1.ListStoragePoolsResponse{}
+	for _, p := range pools {
+		out.StoragePools = append(out.StoragePools, &adminv1.StoragePool{Name: p.Name, HostIds: p.HostIDs,
+			DefaultVolumeBytes: p.DefaultVolumeBytes, Default: p.Default})
+	}
+	return rpc.Respond(out, err)
+}
+
+func (s *AdminService) DeclareStoragePoolLost(ctx context.Context, req *connect.Request[adminv1.DeclareStoragePoolLostRequest]) (*connect.Response[adminv1.DeclareStoragePoolLostResponse], error) {
+	if s.volumes == nil {
+		return s.UnimplementedAdminServiceHandler.DeclareStoragePoolLost(ctx, req)
+	}
+	if err := operator(ctx, "declare a storage pool lost"); err != nil {
+		return nil, err
+	}
+	lost, err := s.volumes.DeclarePoolLost(ctx, req.Msg.GetStoragePool())
+	return rpc.Respond(&adminv1.DeclareStoragePoolLostResponse{LostVolumeIds: lost}, err)
+}
 
 // projectName is a DNS-label-like name: short, lower case, safe in a URL
 // or a file name.

@@ -95,13 +95,12 @@ func (s *HostService) WatchAssignments(ctx context.Context, req *connect.Request
 	)
 	for {
 		changed := s.svc.Changes.Changed()
-		list, err := s.svc.Assignments(ctx, req.Msg.GetHostId())
+		msg, err := s.svc.Assignments(ctx, req.Msg.GetHostId())
 		if err != nil {
 			_, err = rpc.Respond(last, err)
 			return err
 		}
-		msg := &hostv1.WatchAssignmentsResponse{Assignments: list}
-		if last == nil || !proto.Equal(&hostv1.WatchAssignmentsResponse{Assignments: last.Assignments}, msg) {
+		if last == nil || !proto.Equal(&hostv1.WatchAssignmentsResponse{Assignments: last.Assignments, Volumes: last.Volumes}, msg) {
 			version++
 			msg.Version = version
 			if err := stream.Send(msg); err != nil {
@@ -119,7 +118,7 @@ func (s *HostService) WatchAssignments(ctx context.Context, req *connect.Request
 }
 
 func (s *HostService) ReportExecutions(ctx context.Context, req *connect.Request[hostv1.ReportExecutionsRequest]) (*connect.Response[hostv1.ReportExecutionsResponse], error) {
-	return rpc.Respond(&hostv1.ReportExecutionsResponse{}, s.svc.Report(ctx, req.Msg.GetHostId(), req.Msg.GetReports()))
+	return rpc.Respond(&hostv1.ReportExecutionsResponse{}, s.svc.Report(ctx, req.Msg.GetHostId(), req.Msg.GetReports(), req.Msg.GetVolumes()))
 }
 
 func (s *HostService) GetTemplateBlob(ctx context.Context, req *connect.Request[hostv1.GetTemplateBlobRequest], stream *connect.ServerStream[hostv1.GetTemplateBlobResponse]) error {

@@ -17,9 +17,7 @@ import (
 // another ctrl replica.
 const watchPoll = 2 * time.Second
 
-// WorkspaceService serves kibotos.ctrl.v1.WorkspaceService. The methods of
-// later issues (volume binding) answer unimplemented through the embedded
-// handler.
+// WorkspaceService serves kibotos.ctrl.v1.WorkspaceService.
 type WorkspaceService struct {
 	ctrlv1connect.UnimplementedWorkspaceServiceHandler
 	svc *workspaces.Service
@@ -139,6 +137,15 @@ func (s *WorkspaceService) ResizeWorkspaceWritableLayer(ctx context.Context, req
 		m.GetWorkspaceId(), m.GetExpectedResourcesRevision(), m.GetWritableLayerBytes(),
 		func(ws *ctrlv1.Workspace) *ctrlv1.ResizeWorkspaceWritableLayerResponse {
 			return &ctrlv1.ResizeWorkspaceWritableLayerResponse{Workspace: ws}
+		}))
+}
+
+func (s *WorkspaceService) UpdateWorkspaceVolumeBinding(ctx context.Context, req *connect.Request[ctrlv1.UpdateWorkspaceVolumeBindingRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceVolumeBindingResponse], error) {
+	m := req.Msg
+	return rpc.Respond(workspaces.UpdateVolumeBinding(ctx, s.svc, rpc.Mutation[*ctrlv1.UpdateWorkspaceVolumeBindingResponse](req, m.GetCommand()),
+		m.GetWorkspaceId(), m.GetExpectedBindingRevision(), m.GetVolume(),
+		func(ws *ctrlv1.Workspace) *ctrlv1.UpdateWorkspaceVolumeBindingResponse {
+			return &ctrlv1.UpdateWorkspaceVolumeBindingResponse{Workspace: ws}
 		}))
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/kibotos/kibotos/internal/store"
 	"github.com/kibotos/kibotos/internal/template"
 	"github.com/kibotos/kibotos/internal/templates"
+	"github.com/kibotos/kibotos/internal/volumes"
 	"github.com/kibotos/kibotos/internal/workspaces"
 )
 
@@ -51,7 +52,14 @@ type Config struct {
 	Images *template.Store
 	// HostToken authenticates host agents on the host API.
 	HostToken string
+	// DefaultStoragePool is the pool a Volume request without one
+	// selects; empty is DefaultStoragePool.
+	DefaultStoragePool string
 }
+
+// DefaultStoragePool is the name of the default storage pool when the
+// deployment names none.
+const DefaultStoragePool = "default"
 
 // Control is the assembled control plane.
 type Control struct {
@@ -84,7 +92,12 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 	// An Egress or Resolver change reaches the hosts that use it through
 	// their assignment streams.
 	deps := ctrl.Deps{Store: cfg.Store, Pages: pages, Checker: cfg.Checker, Changed: func() { cfg.Changes.Publish("") }}
-	ws := &workspaces.Service{Store: cfg.Store, Pages: pages, Checker: cfg.Checker, Changes: cfg.Changes}
+	defaultPool := cfg.DefaultStoragePool
+	if defaultPool == "" {
+		defaultPool = DefaultStoragePool
+	}
+	vols := &volumes.Service{Store: cfg.Store, Pages: pages, DefaultPool: defaultPool, InUse: workspaces.InUse, Changed: deps.Changed}
+	ws := &workspaces.Service{Store: cfg.Store, Pages: pages, Checker: cfg.Checker, Changes: cfg.Changes, Volumes: vols}
 	common := []connect.HandlerOption{
 		connect.WithCodec(deterministicCodec{}),
 		connect.WithReadMaxBytes(MaxRequestBytes),
@@ -100,7 +113,7 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 	mux := http.NewServeMux()
 	mux.Handle(ctrlv1connect.NewEgressServiceHandler(ctrl.NewEgressService(deps), opts...))
 	mux.Handle(ctrlv1connect.NewResolverServiceHandler(ctrl.NewResolverService(deps), opts...))
-	mux.Handle(adminv1connect.NewAdminServiceHandler(ctrl.NewAdminService(deps), opts...))
+	mux.Handle(adminv1connect.NewAdminServiceHandler(ctrl.NewAdminService(deps, vols), opts...))
 
 	services := []string{
 		ctrlv1connect.EgressServiceName,
@@ -111,11 +124,12 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 	if cfg.Images != nil {
 		tpl := &templates.Service{Store: cfg.Store, Images: cfg.Images, Pages: pages}
 		mux.Handle(ctrlv1connect.NewWorkspaceServiceHandler(ctrl.NewWorkspaceService(ws), opts...))
+		mux.Handle(ctrlv1connect.NewVolumeServiceHandler(ctrl.NewVolumeService(vols), opts...))
 		mux.Handle(ctrlv1connect.NewTemplateServiceHandler(templates.NewHandler(tpl), opts...))
 		mux.Handle(hostv1connect.NewHostServiceHandler(ctrl.NewHostService(ws, cfg.Images), hostOpts...))
 		sess := &sessions.Service{Store: cfg.Store, Workspaces: ws}
 		mux.Handle(ctrlv1connect.NewSessionServiceHandler(sessions.NewHandler(sess), opts...))
-		services = append(services, ctrlv1connect.WorkspaceServiceName, ctrlv1connect.TemplateServiceName,
+		services = append(services, ctrlv1connect.WorkspaceServiceName, ctrlv1connect.VolumeServiceName, ctrlv1connect.TemplateServiceName,
 			ctrlv1connect.SessionServiceName)
 		control.Sessions = sess
 	}

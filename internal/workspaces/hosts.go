@@ -11,17 +11,18 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/internal/store"
+	"github.com/kibotos/kibotos/internal/volumes"
 )
 
 // This file is the host-facing half: registrations, each host's desired
 // executions, and folding host reports into workspaces.
 
-func decodeHost(h store.Host) (*hostv1.HostCapacity, error) {
+func decodeHost(h store.Host) (*hostv1.RegisterHostRequest, error) {
 	reg := new(hostv1.RegisterHostRequest)
 	if err := proto.Unmarshal(h.Body, reg); err != nil {
 		return nil, fmt.Errorf("host %s: %w", h.ID, err)
 	}
-	return reg.GetCapacity(), nil
+	return reg, nil
 }
 
 // RegisterHost stores a host's registration and capacity.
@@ -70,10 +71,14 @@ func executionID(workspaceID string, generation, attempt uint64) string {
 }
 
 // Assignments returns the complete desired set of a host.
-func (s *Service) Assignments(ctx context.Context, hostID string) ([]*hostv1.Assignment, error) {
-	var out []*hostv1.Assignment
+func (s *Service) Assignments(ctx context.Context, hostID string) (*hostv1.WatchAssignmentsResponse, error) {
+	out := new(hostv1.WatchAssignmentsResponse)
 	now := s.now()
 	err := s.Store.View(ctx, func(tx store.Tx) error {
+		var err error
+		if out.Volumes, err = volumes.HostAssignments(ctx, tx, hostID); err != nil {
+			return err
+		}
 		rows, err := tx.HostWorkspaces(ctx, hostID)
 		if err != nil {
 			return err
@@ -89,7 +94,10 @@ func (s *Service) Assignments(ctx context.Context, hostID string) ([]*hostv1.Ass
 					return err
 				}
 			}
-			out = append(out, a)
+			if a.Volume, err = executionVolume(ctx, tx, r); err != nil {
+				return err
+			}
+			out.Assignments = append(out.Assignments, a)
 		}
 		return nil
 	})
@@ -134,13 +142,17 @@ func (r *record) assignment(now time.Time) *hostv1.Assignment {
 	return a
 }
 
-// Report folds a host's execution reports into the workspaces they serve.
-// Reports of workspaces not placed on the host, or of executions that no
-// longer serve their workspace, are ignored.
-func (s *Service) Report(ctx context.Context, hostID string, reports []*hostv1.ExecutionReport) error {
+// Report folds a host's execution reports into the workspaces they serve,
+// and its volume reports into the Volumes it holds. Reports of workspaces
+// not placed on the host, or of executions that no longer serve their
+// workspace, are ignored.
+func (s *Service) Report(ctx context.Context, hostID string, reports []*hostv1.ExecutionReport, volumeReports []*hostv1.VolumeReport) error {
 	var changed []string
 	err := s.Store.Update(ctx, func(tx store.Tx) error {
-		changed = changed[:0]
+		var err error
+		if changed, err = s.Volumes.Report(ctx, tx, hostID, volumeReports); err != nil {
+			return err
+		}
 		rows, err := tx.HostWorkspaces(ctx, hostID)
 		if err != nil {
 			return err

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"reflect"
+	"slices"
 	"time"
 
 	"connectrpc.com/connect"
@@ -22,6 +24,7 @@ import (
 	"github.com/kibotos/kibotos/internal/pagetoken"
 	"github.com/kibotos/kibotos/internal/scheduler"
 	"github.com/kibotos/kibotos/internal/store"
+	"github.com/kibotos/kibotos/internal/volumes"
 )
 
 // Service implements the workspace methods over a store.
@@ -29,6 +32,8 @@ type Service struct {
 	Store   store.Store
 	Pages   *pagetoken.Codec
 	Checker *netcheck.Checker
+	// Volumes keeps the Volumes workspaces bind.
+	Volumes *volumes.Service
 	// Changes is told about every committed change of a workspace, so that
 	// watchers and host streams wake up.
 	Changes *Broker
@@ -87,7 +92,11 @@ func mutate[R proto.Message](ctx context.Context, s *Service, w Write[R], id str
 				return zero, err
 			}
 		}
-		return respond(r.view()), nil
+		ws, err := s.present(ctx, tx, r)
+		if err != nil {
+			return zero, err
+		}
+		return respond(ws), nil
 	})
 	if err == nil && changed {
 		s.Changes.Publish(id)
@@ -130,17 +139,22 @@ func (s *Service) save(ctx context.Context, tx store.Tx, r *record) error {
 		return err
 	}
 	r.row = row // so that a later change in the same transaction builds on this one
-	return nil
+	return s.syncVolume(ctx, tx, r)
 }
 
 // precondition is failed_precondition with the workspace's durable state
 // attached, as the reference asks.
 func precondition(ws *ctrlv1.Workspace, format string, a ...any) error {
-	err := connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(format, a...))
 	if ws == nil {
-		return err
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(format, a...))
 	}
-	if d, derr := connect.NewErrorDetail(&ctrlv1.ErrorDetail{ObservedWorkspace: ws}); derr == nil {
+	return preconditionWith(&ctrlv1.ErrorDetail{ObservedWorkspace: ws}, format, a...)
+}
+
+// preconditionWith is failed_precondition carrying detail.
+func preconditionWith(detail *ctrlv1.ErrorDetail, format string, a ...any) error {
+	err := connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(format, a...))
+	if d, derr := connect.NewErrorDetail(detail); derr == nil {
 		err.AddDetail(d)
 	}
 	return err
@@ -178,7 +192,7 @@ func Create[R proto.Message](ctx context.Context, s *Service, w Write[R], spec *
 	if err := checkCapabilities(spec.Capabilities); err != nil {
 		return zero, err
 	}
-	volume, err := checkVolume(spec.Volume)
+	volume, err := checkVolume(spec.Volume, true)
 	if err != nil {
 		return zero, err
 	}
@@ -210,12 +224,35 @@ func Create[R proto.Message](ctx context.Context, s *Service, w Write[R], spec *
 			return zero, err
 		}
 		policy.Revision = 1
-		host, layerBytes, err := s.place(ctx, tx, resources)
+		need := placement{capabilities: spec.Capabilities.GetRequired()}
+		var bound *volumes.Record
+		switch volume.Mode {
+		case ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND:
+			if bound, err = s.Volumes.Bindable(ctx, tx, cmd.ProjectID, volume.VolumeId, ""); err != nil {
+				return zero, err
+			}
+			need.pool = bound.V.Spec.StoragePool
+		case ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW:
+			need.pool = s.Volumes.DefaultPool
+		}
+		host, layerBytes, err := s.place(ctx, tx, resources, need)
 		if err != nil {
 			return zero, err
 		}
 		now := s.now()
 		id = ids.New("ws")
+		switch volume.Mode {
+		case ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND:
+			err = s.Volumes.Bind(ctx, tx, bound, id, host, true)
+		case ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW:
+			bound, err = s.Volumes.CreateForWorkspace(ctx, tx, cmd.ProjectID, host, id)
+			if err == nil {
+				volume.Mode, volume.VolumeId = ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND, bound.V.VolumeId
+			}
+		}
+		if err != nil {
+			return zero, err
+		}
 		ws := &ctrlv1.Workspace{
 			WorkspaceId: id,
 			Spec: &ctrlv1.WorkspaceSpec{
@@ -251,7 +288,11 @@ func Create[R proto.Message](ctx context.Context, s *Service, w Write[R], spec *
 		if err := tx.SetPolicyReferences(ctx, cmd.ProjectID, id, refs); err != nil {
 			return zero, err
 		}
-		return respond(r.view()), nil
+		view, err := s.present(ctx, tx, r)
+		if err != nil {
+			return zero, err
+		}
+		return respond(view), nil
 	})
 	if err == nil {
 		s.Changes.Publish(id)
@@ -259,12 +300,63 @@ func Create[R proto.Message](ctx context.Context, s *Service, w Write[R], spec *
 	return resp, err
 }
 
-// place picks a host with room for the workspace and returns it with the
-// writable layer's capacity (the host's default when none was asked for).
-func (s *Service) place(ctx context.Context, tx store.Tx, res *ctrlv1.ResourceRequest) (string, uint64, error) {
+// placement is what a workspace needs of its host beyond capacity.
+type placement struct {
+	// pool is the storage pool the host must reach; empty for none.
+	pool string
+	// capabilities are the capabilities the host must offer.
+	capabilities []string
+}
+
+// place picks a host with room for the workspace that meets need, and
+// returns it with the writable layer's capacity (the host's default when
+// none was asked for).
+func (s *Service) place(ctx context.Context, tx store.Tx, res *ctrlv1.ResourceRequest, need placement) (string, uint64, error) {
 	hosts, err := s.hosts(ctx, tx, "")
 	if err != nil {
 		return "", 0, err
+	}
+	regs, err := tx.Hosts(ctx)
+	if err != nil {
+		return "", 0, err
+	}
+	offers := map[string]map[string]bool{} // host → what it offers
+	offered := map[string]bool{}           // by any host
+	for _, h := range regs {
+		reg, err := decodeHost(h)
+		if err != nil {
+			return "", 0, err
+		}
+		o := map[string]bool{}
+		for _, c := range reg.Capabilities {
+			o[c] = true
+		}
+		for _, p := range reg.StoragePools {
+			o["pool:"+p.Name] = true
+		}
+		offers[h.ID] = o
+		maps.Copy(offered, o)
+	}
+	want := slices.Clone(need.capabilities)
+	for _, c := range want {
+		if !offered[c] {
+			return "", 0, capabilityUnavailable(c)
+		}
+	}
+	if need.pool != "" {
+		want = append(want, "pool:"+need.pool)
+	}
+	hosts = slices.DeleteFunc(hosts, func(h scheduler.Host) bool {
+		for _, c := range want {
+			if !offers[h.ID][c] {
+				return true
+			}
+		}
+		return false
+	})
+	if need.pool != "" && len(hosts) == 0 {
+		return "", 0, connect.NewError(connect.CodeFailedPrecondition,
+			fmt.Errorf("no host reaches storage pool %q with the capabilities this workspace requires", need.pool))
 	}
 	id, layer, err := scheduler.Place(hosts, scheduler.Request{
 		CPUMillis: res.CpuMillis, MemoryBytes: res.MemoryBytes, LayerBytes: res.WritableLayerBytes})
@@ -326,7 +418,7 @@ func (s *Service) hosts(ctx context.Context, tx store.Tx, only string) ([]schedu
 			return nil, err
 		}
 		host := scheduler.Host{ID: h.ID, Capacity: scheduler.Resources{CPUMillis: h.CPUMillis, MemoryBytes: h.MemoryBytes, LayerBytes: h.LayerBytes},
-			DefaultLayerBytes: reg.GetDefaultLayerBytes()}
+			DefaultLayerBytes: reg.GetCapacity().GetDefaultLayerBytes()}
 		for _, w := range placed {
 			host.Reserved.LayerBytes += w.LayerBytes
 			if w.Running {
@@ -348,7 +440,7 @@ func (s *Service) Get(ctx context.Context, id string) (*ctrlv1.Workspace, error)
 	err := s.Store.View(ctx, func(tx store.Tx) error {
 		r, err := s.load(ctx, tx, caller(ctx).ProjectID, id)
 		if err == nil {
-			ws = r.view()
+			ws, err = s.present(ctx, tx, r)
 		}
 		return err
 	})
@@ -393,7 +485,11 @@ func (s *Service) List(ctx context.Context, pageSize uint32, token string, selec
 			if err != nil {
 				return err
 			}
-			out = append(out, r.view())
+			ws, err := s.present(ctx, tx, r)
+			if err != nil {
+				return err
+			}
+			out = append(out, ws)
 		}
 		return nil
 	})
@@ -407,6 +503,9 @@ func Start[R proto.Message](ctx context.Context, s *Service, w Write[R], id stri
 		case ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED, ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED:
 		default:
 			return precondition(r.view(), "workspace %s is %s; only a STOPPED or FAILED workspace can be started", id, StateName(r.ws.State))
+		}
+		if err := s.volumeStartable(ctx, tx, r); err != nil {
+			return err
 		}
 		if err := s.fitsOnItsHost(ctx, tx, r); err != nil {
 			return err
@@ -494,6 +593,9 @@ func (s *Service) finishDelete(ctx context.Context, tx store.Tx, r *record) erro
 	r.ws.Delivery, r.ws.GuestObservation, r.ws.NetworkPolicyStatus = nil, nil, nil
 	r.row.DeletedAt = now
 	r.row.HostID = ""
+	if err := s.releaseVolume(ctx, tx, r, r.ws.Spec.GetVolume().GetDeleteWithWorkspace()); err != nil {
+		return err
+	}
 	return tx.SetPolicyReferences(ctx, r.row.ProjectID, r.row.ID, nil)
 }
 

@@ -2,8 +2,9 @@ package workspaces
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"path"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -25,8 +26,8 @@ const (
 	MaxDestinations = 256
 )
 
-// knownCapabilities are the capability names the API defines; none is
-// offered by a host yet.
+// knownCapabilities are the capability names the API defines. A host
+// offers volume.storage_pool when it reaches a storage pool.
 var knownCapabilities = map[string]bool{
 	"volume.storage_pool": true, "screen": true, "input": true, "runtime.gvisor": true,
 }
@@ -54,41 +55,102 @@ func checkResources(r *ctrlv1.ResourceRequest) (*ctrlv1.ResourceRequest, error) 
 	return out, nil
 }
 
+// checkCapabilities checks that every required capability is a name the
+// API defines; whether a host offers it is placement's question.
 func checkCapabilities(c *ctrlv1.CapabilityRequirements) error {
 	for _, name := range c.GetRequired() {
 		if !knownCapabilities[name] {
 			return invalid("spec.capabilities: unknown capability %q", name)
 		}
-		err := connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("capability %q is not offered by any host of this deployment", name))
-		if d, derr := connect.NewErrorDetail(&ctrlv1.ErrorDetail{
-			Reason: ctrlv1.FailureReason_FAILURE_REASON_CAPABILITY_UNAVAILABLE,
-			Stage:  ctrlv1.FailureStage_FAILURE_STAGE_VALIDATING,
-		}); derr == nil {
-			err.AddDetail(d)
-		}
-		return err
 	}
 	return nil
 }
 
-// checkVolume accepts no binding or NONE; Volumes are not offered yet.
-func checkVolume(v *ctrlv1.WorkspaceVolumeBinding) (*ctrlv1.WorkspaceVolumeBinding, error) {
+// capabilityUnavailable is the refusal of a known capability that no
+// host of the deployment offers.
+func capabilityUnavailable(name string) error {
+	err := connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("capability %q is not offered by any host of this deployment", name))
+	if d, derr := connect.NewErrorDetail(&ctrlv1.ErrorDetail{
+		Reason: ctrlv1.FailureReason_FAILURE_REASON_CAPABILITY_UNAVAILABLE,
+		Stage:  ctrlv1.FailureStage_FAILURE_STAGE_VALIDATING,
+	}); derr == nil {
+		err.AddDetail(d)
+	}
+	return err
+}
+
+// DefaultMountPath is where a Volume is mounted when a binding names no
+// path.
+const DefaultMountPath = "/data"
+
+// checkVolume validates a requested binding and returns it as it is
+// stored: mode, path and delete_with_workspace explicit. A NEW request
+// comes back NEW, with no volume_id yet; create (CreateWorkspace) decides
+// whether NEW is allowed and whether no binding at all means NONE.
+func checkVolume(v *ctrlv1.WorkspaceVolumeBinding, create bool) (*ctrlv1.WorkspaceVolumeBinding, error) {
 	none := &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE}
 	if v == nil {
-		return none, nil
+		if create {
+			return none, nil
+		}
+		return nil, invalid("volume is required: BOUND to a volume_id, or NONE")
 	}
-	switch v.GetMode() {
+	mode := v.GetMode()
+	if mode == ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_UNSPECIFIED && create {
+		mode = ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW
+	}
+	deleteWith := false
+	switch mode {
 	case ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE:
 		if v.VolumeId != "" || v.MountPath != "" || v.DeleteWithWorkspace != nil {
-			return nil, invalid("spec.volume: NONE takes no volume_id, mount_path or delete_with_workspace")
+			return nil, invalid("volume: NONE takes no volume_id, mount_path or delete_with_workspace")
 		}
 		return none, nil
-	case ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_UNSPECIFIED, ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW,
-		ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND:
-		return nil, connect.NewError(connect.CodeUnimplemented, errors.New(
-			"spec.volume: Volumes are not available in this release; omit spec.volume or set mode NONE"))
+	case ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW:
+		if !create {
+			return nil, invalid("volume: NEW is only accepted by CreateWorkspace; bind an existing volume (BOUND) or NONE")
+		}
+		if v.VolumeId != "" {
+			return nil, invalid("volume: NEW takes no volume_id")
+		}
+		deleteWith = true
+	case ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND:
+		if v.VolumeId == "" {
+			return nil, invalid("volume: BOUND requires volume_id")
+		}
+	default:
+		return nil, invalid("volume.mode %d is not a known mode", v.GetMode())
 	}
-	return nil, invalid("spec.volume.mode %d is not a known mode", v.GetMode())
+	mountPath, err := checkMountPath(v.MountPath)
+	if err != nil {
+		return nil, err
+	}
+	if v.DeleteWithWorkspace != nil {
+		deleteWith = v.GetDeleteWithWorkspace()
+	}
+	return &ctrlv1.WorkspaceVolumeBinding{VolumeId: v.VolumeId, Mode: mode, MountPath: mountPath, DeleteWithWorkspace: &deleteWith}, nil
+}
+
+// checkMountPath validates the guest path a Volume is mounted at: absolute,
+// and not the root or a kernel filesystem the runtime provides. It
+// returns the path in its clean form; empty selects the default.
+func checkMountPath(p string) (string, error) {
+	if p == "" {
+		return DefaultMountPath, nil
+	}
+	if !path.IsAbs(p) || strings.ContainsRune(p, 0) || len(p) > 4096 {
+		return "", invalid("volume.mount_path %q must be an absolute guest path", p)
+	}
+	clean := path.Clean(p)
+	if clean == "/" {
+		return "", invalid("volume.mount_path %q would cover the guest's root directory", p)
+	}
+	for _, kernel := range []string{"/proc", "/sys", "/dev"} {
+		if clean == kernel || strings.HasPrefix(clean, kernel+"/") {
+			return "", invalid("volume.mount_path %q is inside %s, which the runtime provides", p, kernel)
+		}
+	}
+	return clean, nil
 }
 
 func checkExpiration(p *ctrlv1.WorkspaceExpirationPolicy, now time.Time) error {

@@ -80,7 +80,7 @@ func report(t *testing.T, s *Service, ctx context.Context, id string, state host
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, a := range as {
+	for _, a := range as.Assignments {
 		if a.WorkspaceId != id {
 			continue
 		}
@@ -88,7 +88,7 @@ func report(t *testing.T, s *Service, ctx context.Context, id string, state host
 		if edit != nil {
 			edit(r)
 		}
-		if err := s.Report(ctx, "h1", []*hostv1.ExecutionReport{r}); err != nil {
+		if err := s.Report(ctx, "h1", []*hostv1.ExecutionReport{r}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -120,7 +120,7 @@ func TestStateMachine(t *testing.T) {
 
 	// A stale report of an older execution changes nothing.
 	if err := s.Report(ctx, "h1", []*hostv1.ExecutionReport{{ExecutionId: id + "-0", WorkspaceId: id,
-		State: hostv1.ObservedState_OBSERVED_STATE_FAILED}}); err != nil {
+		State: hostv1.ObservedState_OBSERVED_STATE_FAILED}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := s.Get(ctx, id); got.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE {
@@ -168,7 +168,7 @@ func TestStateMachine(t *testing.T) {
 	// The failed attempt's last report, sent again by a heartbeat, does
 	// not fail the retry: the retry is another execution.
 	if err := s.Report(ctx, "h1", []*hostv1.ExecutionReport{{ExecutionId: id + "-2", WorkspaceId: id, Generation: 2,
-		State: hostv1.ObservedState_OBSERVED_STATE_FAILED}}); err != nil {
+		State: hostv1.ObservedState_OBSERVED_STATE_FAILED}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := s.Get(ctx, id); got.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING {
@@ -205,7 +205,7 @@ func TestStateMachine(t *testing.T) {
 	if ws.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED {
 		t.Errorf("deleted: %v", ws.State)
 	}
-	if as, _ := s.Assignments(ctx, "h1"); len(as) != 0 {
+	if as, _ := s.Assignments(ctx, "h1"); len(as.Assignments) != 0 {
 		t.Errorf("assignments after every delete: %v", as)
 	}
 	_, err = Start(ctx, s, write("start", newWS), id, identity)
@@ -264,15 +264,15 @@ func TestReportsInOneBatch(t *testing.T) {
 	ws := create(t, s, ctx, 128<<20)
 	report(t, s, ctx, ws.WorkspaceId, hostv1.ObservedState_OBSERVED_STATE_RUNNING, nil)
 	as, err := s.Assignments(ctx, "h1")
-	if err != nil || len(as) != 1 {
+	if err != nil || len(as.Assignments) != 1 {
 		t.Fatal(as, err)
 	}
-	exec := as[0].ExecutionId
+	exec := as.Assignments[0].ExecutionId
 	err = s.Report(ctx, "h1", []*hostv1.ExecutionReport{
 		{ExecutionId: exec, WorkspaceId: ws.WorkspaceId, State: hostv1.ObservedState_OBSERVED_STATE_EXITED},
 		{ExecutionId: exec, WorkspaceId: ws.WorkspaceId, State: hostv1.ObservedState_OBSERVED_STATE_STOPPED,
 			StopDurability: ctrlv1.StopDurability_STOP_DURABILITY_UNCONFIRMED},
-	})
+	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
