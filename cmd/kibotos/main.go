@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -70,11 +71,13 @@ func (f *serveFlags) options(o daemon.Options) (daemon.Options, error) {
 
 func upCommand() *cobra.Command {
 	var (
-		flags     serveFlags
-		home      string
-		guest     string
-		runtime   string
-		resolvers string
+		flags      serveFlags
+		home       string
+		guest      string
+		runtime    string
+		resolvers  string
+		pools      []string
+		volumeSize string
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -90,6 +93,12 @@ func upCommand() *cobra.Command {
 			if o.DeploymentResolvers, err = daemon.ParseResolvers(resolvers); err != nil {
 				return fmt.Errorf("--resolvers: %w", err)
 			}
+			o.StoragePools = pools
+			if volumeSize != "" {
+				if o.VolumeBytes, err = cli.ParseMiB("volume-size", volumeSize); err != nil {
+					return err
+				}
+			}
 			return daemon.Run(cmd.Context(), o)
 		},
 	}
@@ -98,8 +107,21 @@ func upCommand() *cobra.Command {
 	cmd.Flags().StringVar(&runtime, "runtime", "runc", "OCI runtime of workspaces: runc, crun or runsc")
 	cmd.Flags().StringVar(&resolvers, "resolvers", os.Getenv("KIBOTOS_RESOLVERS"),
 		"comma-separated IP[:port] deployment DNS resolvers workspaces use under PUBLIC_INTERNET (default: the nameservers of /etc/resolv.conf; env KIBOTOS_RESOLVERS)")
+	cmd.Flags().StringArrayVar(&pools, "storage-pool", envList("KIBOTOS_STORAGE_POOLS"),
+		"a storage pool for Volumes, NAME=DIR; repeatable (default: default=HOME/volumes; the pool named default, else the first, is the deployment's default; env KIBOTOS_STORAGE_POOLS, comma-separated)")
+	cmd.Flags().StringVar(&volumeSize, "volume-size", os.Getenv("KIBOTOS_VOLUME_SIZE"),
+		"capacity of a Volume created without one, such as 1GiB (default 1GiB; env KIBOTOS_VOLUME_SIZE)")
 	flags.register(cmd)
 	return cmd
+}
+
+// envList is a comma-separated environment variable as a list; nil when
+// unset.
+func envList(key string) []string {
+	if v := os.Getenv(key); v != "" {
+		return strings.Split(v, ",")
+	}
+	return nil
 }
 
 func ctrlCommand() *cobra.Command {

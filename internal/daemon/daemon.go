@@ -80,6 +80,13 @@ type Options struct {
 	// DeploymentResolvers answer workspaces' DNS under PUBLIC_INTERNET when
 	// their policy names no Resolver; nil reads /etc/resolv.conf.
 	DeploymentResolvers []netip.AddrPort
+	// StoragePools are the host's storage pools (NAME=DIR); nil gives one
+	// pool, "default", under Home/volumes. The default pool of the
+	// deployment is the one named "default", else the first.
+	StoragePools []string
+	// VolumeBytes is the storage profile of every pool: the capacity of a
+	// Volume created without one; zero is DefaultVolumeBytes.
+	VolumeBytes uint64
 }
 
 // Run serves until ctx ends.
@@ -127,6 +134,9 @@ func Run(ctx context.Context, o Options) error {
 		Checker:   &netcheck.Checker{Resolver: o.Resolver, Exempt: o.UnsafeExemptRanges},
 		Images:    images,
 		HostToken: hostToken,
+		// With a host agent here, its pools name the deployment's default;
+		// a lone ctrl keeps the built-in name.
+		DefaultStoragePool: defaultPool(o),
 	})
 	if err != nil {
 		ln.Close()

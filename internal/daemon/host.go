@@ -21,7 +21,9 @@ import (
 	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/hostagent"
 	"github.com/kibotos/kibotos/internal/runtime/oci"
+	"github.com/kibotos/kibotos/internal/server"
 	"github.com/kibotos/kibotos/internal/template"
+	"github.com/kibotos/kibotos/internal/volumes"
 )
 
 // cpuOvercommit is how many times its cores a host offers as CPU quota.
@@ -56,6 +58,10 @@ func newHostAgent(o Options, images *template.Store, ctrlURL, token string) (*ho
 	if resolvers == nil {
 		resolvers = systemResolvers()
 	}
+	pools, err := storagePools(o)
+	if err != nil {
+		return nil, err
+	}
 	client := hostv1connect.NewHostServiceClient(http.DefaultClient, ctrlURL, connect.WithInterceptors(bearer.Token(token)))
 	return hostagent.New(hostagent.Config{
 		HostID: localHostID, Client: client, Driver: driver, Layers: driver, Template: images,
@@ -63,7 +69,59 @@ func newHostAgent(o Options, images *template.Store, ctrlURL, token string) (*ho
 		Runtimes: oci.Detect(), DataPlaneEndpoint: ctrlURL,
 		Network: hostagent.NetworkConfig{Dir: filepath.Join(o.stateDir(), "netns"),
 			DeploymentResolvers: resolvers, UnsafeExemptRanges: o.UnsafeExemptRanges},
+		StoragePools: pools,
 	})
+}
+
+// DefaultVolumeBytes is the capacity of a Volume created without one: the
+// storage profile's default.
+const DefaultVolumeBytes = 1 << 30
+
+// storagePools parses Options.StoragePools (NAME=DIR each).
+func storagePools(o Options) ([]hostagent.StoragePool, error) {
+	size := o.VolumeBytes
+	if size == 0 {
+		size = DefaultVolumeBytes
+	}
+	if size%(1<<20) != 0 {
+		return nil, fmt.Errorf("volume size %d is not a whole number of MiB", size)
+	}
+	specs := o.StoragePools
+	if len(specs) == 0 {
+		specs = []string{server.DefaultStoragePool + "=" + filepath.Join(o.stateDir(), "volumes")}
+	}
+	var pools []hostagent.StoragePool
+	seen := map[string]bool{}
+	for _, spec := range specs {
+		name, dir, ok := strings.Cut(spec, "=")
+		if !ok || !filepath.IsAbs(dir) {
+			return nil, fmt.Errorf("storage pool %q: want NAME=DIR with an absolute DIR", spec)
+		}
+		if err := volumes.ValidPoolName(name); err != nil {
+			return nil, err
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("storage pool %q is named twice", name)
+		}
+		seen[name] = true
+		pools = append(pools, hostagent.StoragePool{Name: name, Dir: filepath.Clean(dir), DefaultVolumeBytes: size})
+	}
+	return pools, nil
+}
+
+// defaultPool is the deployment's default storage pool: "default" when
+// the host's pools have it, else the first of them.
+func defaultPool(o Options) string {
+	for _, spec := range o.StoragePools {
+		if name, _, _ := strings.Cut(spec, "="); name == server.DefaultStoragePool {
+			return name
+		}
+	}
+	if len(o.StoragePools) > 0 {
+		name, _, _ := strings.Cut(o.StoragePools[0], "=")
+		return name
+	}
+	return server.DefaultStoragePool
 }
 
 // ParseResolvers parses a comma-separated list of IP or IP:port resolver

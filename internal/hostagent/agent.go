@@ -66,6 +66,8 @@ type Config struct {
 	DataPlaneEndpoint string
 	// Network configures the executions' network slots.
 	Network NetworkConfig
+	// StoragePools are the storage pools the host reaches.
+	StoragePools []StoragePool
 }
 
 // Agent converges a host's executions to ctrl's assignments.
@@ -81,6 +83,9 @@ type Agent struct {
 	layers sync.Map // layer ID → *sync.Mutex
 
 	reports chan *hostv1.ExecutionReport
+	// vols keeps the Volume images; volumeReports carries their reports.
+	vols          *volumes
+	volumeReports chan *hostv1.VolumeReport
 	// registered is closed once ctrl has accepted the registration.
 	registered     chan struct{}
 	registeredOnce sync.Once
@@ -95,8 +100,14 @@ func New(cfg Config) (*Agent, error) {
 	if err := os.MkdirAll(cfg.LayerDir, 0o700); err != nil {
 		return nil, err
 	}
-	return &Agent{cfg: cfg, execs: map[string]*execution{}, reports: make(chan *hostv1.ExecutionReport, 256),
-		registered: make(chan struct{})}, nil
+	a := &Agent{cfg: cfg, execs: map[string]*execution{}, reports: make(chan *hostv1.ExecutionReport, 256),
+		volumeReports: make(chan *hostv1.VolumeReport, 256), registered: make(chan struct{})}
+	vols, err := newVolumes(a, cfg.StoragePools)
+	if err != nil {
+		return nil, err
+	}
+	a.vols = vols
+	return a, nil
 }
 
 // Run registers the host and converges until ctx ends. It survives ctrl
@@ -113,9 +124,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.adopt(ctx, id)
 	}
 	a.releaseSlotsExcept(running)
+	a.vols.probe(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { a.sendReports(ctx) })
+	wg.Go(func() { a.vols.run(ctx) })
 	wg.Go(func() { a.watchHostAddresses(ctx) })
 	for backoff := 100 * time.Millisecond; ctx.Err() == nil; {
 		err := a.watch(ctx)
@@ -139,9 +152,12 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 func (a *Agent) watch(ctx context.Context) error {
-	if _, err := a.cfg.Client.RegisterHost(ctx, connect.NewRequest(&hostv1.RegisterHostRequest{
-		HostId: a.cfg.HostID, Capacity: a.cfg.Capacity, Runtimes: a.cfg.Runtimes,
-		DataPlaneEndpoint: a.cfg.DataPlaneEndpoint})); err != nil {
+	reg := &hostv1.RegisterHostRequest{HostId: a.cfg.HostID, Capacity: a.cfg.Capacity, Runtimes: a.cfg.Runtimes,
+		DataPlaneEndpoint: a.cfg.DataPlaneEndpoint, StoragePools: a.vols.registration()}
+	if len(reg.StoragePools) > 0 {
+		reg.Capabilities = append(reg.Capabilities, "volume.storage_pool")
+	}
+	if _, err := a.cfg.Client.RegisterHost(ctx, connect.NewRequest(reg)); err != nil {
 		return fmt.Errorf("register: %w", err)
 	}
 	a.registeredOnce.Do(func() { close(a.registered) })
@@ -151,6 +167,8 @@ func (a *Agent) watch(ctx context.Context) error {
 	}
 	defer stream.Close()
 	for stream.Receive() {
+		// Volumes first: a starting execution opens its Volume by them.
+		a.vols.set(stream.Msg().GetVolumes())
 		a.converge(ctx, stream.Msg().GetAssignments())
 	}
 	return stream.Err()
@@ -228,6 +246,9 @@ func (a *Agent) sendReports(ctx context.Context) {
 	// pending keeps reports in the order they were made until ctrl has
 	// taken them; a failed call keeps them for the next attempt.
 	var pending []*hostv1.ExecutionReport
+	// pendingVolumes keeps only the latest report of each Volume: each is
+	// complete.
+	pendingVolumes := map[string]*hostv1.VolumeReport{}
 	for {
 		heartbeatDue := false
 		select {
@@ -235,6 +256,8 @@ func (a *Agent) sendReports(ctx context.Context) {
 			return
 		case r := <-a.reports:
 			pending = append(pending, r)
+		case r := <-a.volumeReports:
+			pendingVolumes[r.VolumeId] = r
 		case <-ticker.C:
 			heartbeatDue = true
 		}
@@ -243,6 +266,8 @@ func (a *Agent) sendReports(ctx context.Context) {
 			select {
 			case r := <-a.reports:
 				pending = append(pending, r)
+			case r := <-a.volumeReports:
+				pendingVolumes[r.VolumeId] = r
 			default:
 				break drain
 			}
@@ -256,12 +281,19 @@ func (a *Agent) sendReports(ctx context.Context) {
 				}
 			}
 			a.mu.Unlock()
+			for _, r := range a.vols.latest() {
+				pendingVolumes[r.VolumeId] = r
+			}
 		}
-		if len(pending) == 0 {
+		if len(pending) == 0 && len(pendingVolumes) == 0 {
 			continue
 		}
+		req := &hostv1.ReportExecutionsRequest{HostId: a.cfg.HostID, Reports: pending}
+		for _, r := range pendingVolumes {
+			req.Volumes = append(req.Volumes, r)
+		}
 		callCtx, cancel := context.WithTimeout(ctx, reportTimeout)
-		_, err := a.cfg.Client.ReportExecutions(callCtx, connect.NewRequest(&hostv1.ReportExecutionsRequest{HostId: a.cfg.HostID, Reports: pending}))
+		_, err := a.cfg.Client.ReportExecutions(callCtx, connect.NewRequest(req))
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
@@ -273,7 +305,21 @@ func (a *Agent) sendReports(ctx context.Context) {
 			continue
 		}
 		pending = nil
+		clear(pendingVolumes)
 	}
+}
+
+// executionMounting returns the execution assigned to run with a Volume;
+// empty when none is.
+func (a *Agent) executionMounting(volumeID string) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id, e := range a.execs {
+		if as, _ := e.get(); as.GetVolume().GetVolumeId() == volumeID && as.GetDesired() == hostv1.DesiredState_DESIRED_STATE_RUNNING {
+			return id
+		}
+	}
+	return ""
 }
 
 // layerPath is where a workspace's writable layer image lives.
@@ -518,6 +564,16 @@ func (e *execution) start(ctx context.Context, as *hostv1.Assignment) {
 		fail(ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_WRITABLE_LAYER, fmt.Errorf("growing the writable layer: %w", err))
 		return
 	}
+	var volume *runtime.VolumeMount
+	if as.Volume != nil {
+		image, unlock, stage, err := e.agent.vols.open(ctx, as.Volume)
+		if err != nil {
+			fail(stage, err)
+			return
+		}
+		defer unlock() // once the execution has it mounted, nothing else can
+		volume = &runtime.VolumeMount{Image: image, Path: as.Volume.MountPath}
+	}
 	slot, err := e.createSlot(as)
 	if err != nil {
 		fail(ctrlv1.FailureStage_FAILURE_STAGE_APPLYING_NETWORK, err)
@@ -528,6 +584,7 @@ func (e *execution) start(ctx context.Context, as *hostv1.Assignment) {
 		CPUMillis: as.Resources.GetCpuMillis(), MemoryBytes: as.Resources.GetMemoryBytes(), PidsLimit: pidsLimit,
 		GuestAgent: e.agent.cfg.GuestAgent, Hostname: as.WorkspaceId, Env: as.Template.GetEnv(),
 		NetNS: slot.Path(), ResolvConf: netslot.ResolvConf(e.agent.cfg.Network.DeploymentResolvers),
+		Volume: volume,
 	}
 	if err := e.agent.cfg.Driver.Start(ctx, spec); err != nil {
 		e.releaseSlot()

@@ -109,6 +109,9 @@ func (d *fakeDriver) Start(context.Context, runtime.Spec) error       { return e
 func (d *fakeDriver) Probe(context.Context, string) error             { return nil }
 func (d *fakeDriver) Recover(context.Context) ([]string, error)       { return nil, nil }
 func (d *fakeDriver) SetMemory(context.Context, string, uint64) error { return errors.ErrUnsupported }
+func (d *fakeDriver) VolumeUsage(context.Context, string) (uint64, uint64, error) {
+	return 0, 0, runtime.ErrNotFound
+}
 func (d *fakeDriver) Wait(context.Context, string) (runtime.Status, error) {
 	return runtime.Status{}, errors.ErrUnsupported
 }
