@@ -46,6 +46,19 @@ type Spec struct {
 	// ResolvConf, when set, is the guest's /etc/resolv.conf at start. The
 	// guest may change its copy; nothing rewrites it while it runs.
 	ResolvConf []byte
+	// Volume, when set, is mounted into the guest.
+	Volume *VolumeMount
+}
+
+// VolumeMount is a volume of an execution: an ext4 image that outlives
+// the execution (it is the workspace's persistent data), mounted
+// read-write into the guest. The driver never formats or grows it; it
+// only mounts it, and an image in use by another execution is refused.
+type VolumeMount struct {
+	// Image is the host path of the volume's ext4 image.
+	Image string
+	// Path is the absolute guest path it is mounted at (e.g. /data).
+	Path string
 }
 
 // Status is what a driver observes of an execution.
@@ -67,7 +80,8 @@ type StopMode int
 
 const (
 	// StopNormal asks the guest agent to sync and end its processes
-	// (TERM, grace, KILL), then unmounts the writable layer cleanly.
+	// (TERM, grace, KILL), then unmounts the writable layer and the
+	// volume cleanly.
 	StopNormal StopMode = iota
 	// StopForce kills at once.
 	StopForce
@@ -75,8 +89,8 @@ const (
 
 // StopResult reports how a stop went.
 type StopResult struct {
-	// Confirmed is true when the writable layer was synced and unmounted
-	// cleanly (durability CONFIRMED).
+	// Confirmed is true when the writable layer (and the volume, if any)
+	// was synced and unmounted cleanly (durability CONFIRMED).
 	Confirmed bool
 }
 
@@ -98,11 +112,18 @@ type Driver interface {
 	// Wait blocks until the execution's init process ends or ctx ends.
 	Wait(ctx context.Context, id string) (Status, error)
 	// Stop ends an execution and releases everything Start set up (the
-	// container, mounts, loop device, cgroup, namespaces), keeping the
-	// layer image. Stopping a stopped or unknown execution succeeds.
+	// container, mounts, loop devices, cgroup, namespaces), keeping the
+	// layer and volume images: once it returns, neither is in use.
+	// Stopping a stopped or unknown execution succeeds.
 	Stop(ctx context.Context, id string, mode StopMode, grace time.Duration) (StopResult, error)
 	// SetMemory changes the memory limit of a running execution at once.
 	SetMemory(ctx context.Context, id string, bytes uint64) error
+	// VolumeUsage returns the bytes in use and the capacity of the
+	// filesystem of a running execution's volume, as the mounted
+	// filesystem counts them (its own metadata takes part of the image,
+	// so capacity is below the image's size); ErrNotFound if the driver
+	// has no such execution or it has no volume mounted.
+	VolumeUsage(ctx context.Context, id string) (used, capacity uint64, err error)
 	// DialGuest connects to the unix socket the guest agent of a running
 	// execution serves under the name (e.g. "data.sock", in the guest's
 	// /run/kibotos).

@@ -1,7 +1,9 @@
 // Package oci runs executions as OCI containers with runc (default), crun
 // or runsc. The rootfs of an execution is an overlay of the template's
 // read-only layers and a loop-mounted ext4 image (the writable layer); the
-// guest agent, kibotos-guest, is bind-mounted in and runs as PID 1.
+// guest agent, kibotos-guest, is bind-mounted in and runs as PID 1. A
+// volume, when the execution has one, is another loop-mounted ext4 image,
+// bind-mounted at its guest path.
 //
 // Everything the driver sets up for an execution lives under
 // StateDir/exec/<id>/ (the bundle, the mount points, the agent's socket

@@ -25,8 +25,9 @@ const (
 )
 
 // Start prepares and starts an execution; see runtime.Driver. The layer
-// image must not be in use by another execution. Leftovers of an earlier,
-// dead execution of the same ID are released first.
+// image and the volume image must not be in use by another execution.
+// Leftovers of an earlier, dead execution of the same ID are released
+// first.
 func (d *Driver) Start(ctx context.Context, spec runtime.Spec) (err error) {
 	if err := d.checkSpec(spec); err != nil {
 		return err
@@ -54,6 +55,15 @@ func (d *Driver) Start(ctx context.Context, spec runtime.Spec) (err error) {
 	if devs := diskimage.LoopsOf(image); len(devs) > 0 {
 		return fmt.Errorf("oci: layer image %s is in use by %s", image, strings.Join(devs, ", "))
 	}
+	volume := ""
+	if spec.Volume != nil {
+		if volume, err = filepath.Abs(spec.Volume.Image); err != nil {
+			return err
+		}
+		if devs := diskimage.LoopsOf(volume); len(devs) > 0 {
+			return fmt.Errorf("oci: volume image %s is in use by %s", volume, strings.Join(devs, ", "))
+		}
+	}
 
 	rec := &record{
 		ID:         id,
@@ -65,6 +75,9 @@ func (d *Driver) Start(ctx context.Context, spec runtime.Spec) (err error) {
 		SocketDir:  filepath.Join(dir, "sock"),
 		Cgroup:     cgroupPath(id),
 		CreatedAt:  time.Now().UTC(),
+	}
+	if volume != "" {
+		rec.VolumeImage, rec.VolumeMount = volume, filepath.Join(dir, "volume")
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -85,6 +98,11 @@ func (d *Driver) Start(ctx context.Context, spec runtime.Spec) (err error) {
 	if err := d.mountLayers(rec); err != nil {
 		return err
 	}
+	if rec.VolumeImage != "" {
+		if err := d.mountVolume(rec); err != nil {
+			return err
+		}
+	}
 	if err := os.MkdirAll(rec.SocketDir, 0o700); err != nil {
 		return err
 	}
@@ -100,7 +118,7 @@ func (d *Driver) Start(ctx context.Context, spec runtime.Spec) (err error) {
 			return fmt.Errorf("oci: resolv.conf: %w", err)
 		}
 	}
-	b, err := marshalSpec(ociSpec(spec, rec.RootfsPath, rec.SocketDir))
+	b, err := marshalSpec(ociSpec(spec, rec.RootfsPath, rec.SocketDir, rec.VolumeMount))
 	if err != nil {
 		return err
 	}
@@ -135,6 +153,11 @@ func (d *Driver) checkSpec(spec runtime.Spec) error {
 	if fi, err := os.Stat(spec.LayerImage); err != nil || !fi.Mode().IsRegular() {
 		return fmt.Errorf("oci: layer image %q is not a regular file", spec.LayerImage)
 	}
+	if spec.Volume != nil {
+		if err := checkVolume(spec.Volume, spec.LayerImage); err != nil {
+			return err
+		}
+	}
 	if !filepath.IsAbs(spec.GuestAgent) {
 		return fmt.Errorf("oci: guest agent path %q must be absolute", spec.GuestAgent)
 	}
@@ -152,9 +175,9 @@ func (d *Driver) mountLayers(rec *record) error {
 			return err
 		}
 	}
-	dev, f, err := diskimage.AttachLoop(rec.LayerImage)
+	dev, f, err := attachExclusive(rec.LayerImage, "layer image")
 	if err != nil {
-		return fmt.Errorf("oci: attaching %s: %w", rec.LayerImage, err)
+		return err
 	}
 	rec.LoopDevice = dev
 	err = d.writeRecord(rec)
@@ -194,9 +217,9 @@ func (d *Driver) mountLayers(rec *record) error {
 // Stop ends an execution and releases it; see runtime.Driver. StopNormal
 // asks the guest agent to stop (STOP <grace-ms>: TERM, grace, KILL, sync),
 // falling back to SIGTERM for the agent and SIGKILL after grace plus a
-// margin; then it syncs and unmounts the layer plainly: Confirmed is true
-// when all of that succeeded. StopForce kills at once and may unmount
-// lazily; Confirmed is false. Stopping an unknown execution succeeds with
+// margin; then it syncs and unmounts the volume and the layer plainly:
+// Confirmed is true when all of that succeeded. StopForce kills at once
+// and may unmount lazily; Confirmed is false. Stopping an unknown execution succeeds with
 // Confirmed false: there is nothing to confirm.
 func (d *Driver) Stop(ctx context.Context, id string, mode runtime.StopMode, grace time.Duration) (runtime.StopResult, error) {
 	if err := checkID(id); err != nil {
@@ -246,48 +269,59 @@ func (d *Driver) stopGuest(ctx context.Context, id string, grace time.Duration) 
 	d.waitStopped(wctx, id)
 }
 
-// release removes everything of an execution but its layer image: the
-// container, the mounts, the loop device, the cgroups and its directory.
-// With clean, the layer is synced and must unmount plainly; confirmed
-// reports that it did and the image was synced.
+// release removes everything of an execution but its layer and volume
+// images: the container, the mounts, the loop devices, the cgroups and
+// its directory. With clean, the volume and the layer are synced and
+// must unmount plainly; confirmed reports that they did and the images
+// were synced.
 func (d *Driver) release(ctx context.Context, id string, clean bool) (confirmed bool, err error) {
 	dir := d.dir(id)
-	rootfs, layer := filepath.Join(dir, "rootfs"), filepath.Join(dir, "layer")
+	rootfs, layer, volume := filepath.Join(dir, "rootfs"), filepath.Join(dir, "layer"), filepath.Join(dir, "volume")
 	// Nothing is unmounted under a container that may still run.
 	if err := d.deleteContainer(ctx, id); err != nil {
 		return false, fmt.Errorf("oci: releasing %s: %w", id, err)
 	}
 	var errs []error
-	image := ""
+	image, volumeImage := "", ""
 	if rec, err := d.readRecord(id); err == nil {
-		image = rec.LayerImage
-	} else if src := mountSource(layer); strings.HasPrefix(src, "/dev/loop") {
-		// No record (it should have been written first): ask the device.
-		image, _ = diskimage.BackingFile(src)
+		image, volumeImage = rec.LayerImage, rec.VolumeImage
+	} else {
+		// No record (it should have been written first): ask the devices.
+		if src := mountSource(layer); strings.HasPrefix(src, "/dev/loop") {
+			image, _ = diskimage.BackingFile(src)
+		}
+		if src := mountSource(volume); strings.HasPrefix(src, "/dev/loop") {
+			volumeImage, _ = diskimage.BackingFile(src)
+		}
 	}
 
 	confirmed = clean
 	plain, err := unmountAll(rootfs)
 	confirmed = confirmed && plain
 	errs = append(errs, err)
-	if clean && isMountPoint(layer) {
-		if err := syncfs(layer); err != nil {
-			confirmed = false
-			errs = append(errs, fmt.Errorf("syncfs %s: %w", layer, err))
+	for _, mp := range []string{volume, layer} {
+		if clean && isMountPoint(mp) {
+			if err := syncfs(mp); err != nil {
+				confirmed = false
+				errs = append(errs, fmt.Errorf("syncfs %s: %w", mp, err))
+			}
 		}
+		plain, err = unmountAll(mp)
+		confirmed = confirmed && plain
+		errs = append(errs, err)
 	}
-	plain, err = unmountAll(layer)
-	confirmed = confirmed && plain
-	errs = append(errs, err)
 	_, err = unmountAll(dir)
 	errs = append(errs, err)
 
-	if image != "" {
-		if !diskimage.WaitLoopsReleased(image, loopReleaseMax) {
+	for _, img := range []struct{ what, path string }{{"layer", image}, {"volume", volumeImage}} {
+		if img.path == "" {
+			continue
+		}
+		if !diskimage.WaitLoopsReleased(img.path, loopReleaseMax) {
 			confirmed = false
-			errs = append(errs, fmt.Errorf("layer image %s is still attached to a loop device", image))
+			errs = append(errs, fmt.Errorf("%s image %s is still attached to a loop device", img.what, img.path))
 		} else if clean {
-			if err := fsyncFile(image); err != nil && !errors.Is(err, os.ErrNotExist) {
+			if err := fsyncFile(img.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 				confirmed = false
 				errs = append(errs, err)
 			}
@@ -298,7 +332,8 @@ func (d *Driver) release(ctx context.Context, id string, clean bool) (confirmed 
 		return false, fmt.Errorf("oci: releasing %s: %w", id, err)
 	}
 	// Only once nothing is mounted below dir may it be removed: the
-	// layer's mount point would otherwise lead into the user's data.
+	// layer's or the volume's mount point would otherwise lead into the
+	// user's data.
 	if pts, err := mountsUnder(dir); err != nil || len(pts) > 0 {
 		return false, fmt.Errorf("oci: releasing %s: still mounted: %v %v", id, pts, err)
 	}

@@ -168,6 +168,9 @@ func (e *env) start(t testing.TB, spec runtime.Spec) time.Duration {
 			t.Errorf("cleanup stop: %v", err)
 		}
 		e.assertReleased(t, spec.ID, spec.LayerImage)
+		if spec.Volume != nil {
+			assertNotAttached(t, spec.Volume.Image)
+		}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -228,19 +231,25 @@ func (e *env) assertReleased(t testing.TB, id, image string) {
 		}
 	}
 	if image != "" {
-		abs, _ := filepath.Abs(image)
-		files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-		for _, f := range files {
-			if b, err := os.ReadFile(f); err == nil && strings.HasPrefix(strings.TrimSpace(string(b)), abs) {
-				t.Errorf("loop device still bound to the image: %s", f)
-			}
-		}
+		assertNotAttached(t, image)
 	}
 	if dirs, _ := filepath.Glob("/sys/fs/cgroup/*/kibotos/" + id); len(dirs) > 0 {
 		t.Errorf("cgroups left: %v", dirs)
 	}
 	if _, err := os.Stat(e.d.dir(id)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("execution directory left: %v", err)
+	}
+}
+
+// assertNotAttached checks that no loop device is bound to image.
+func assertNotAttached(t testing.TB, image string) {
+	t.Helper()
+	abs, _ := filepath.Abs(image)
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err == nil && strings.HasPrefix(strings.TrimSpace(string(b)), abs) {
+			t.Errorf("loop device still bound to %s: %s", image, f)
+		}
 	}
 }
 
@@ -688,4 +697,190 @@ func TestSeccomp(t *testing.T) {
 	if out := e.exec(t, "sec", "sh", "-c", "echo hi | cat; sleep 0.01 & wait; echo ok"); !strings.Contains(out, "hi") || !strings.Contains(out, "ok") {
 		t.Errorf("ordinary work under the profile: %q", out)
 	}
+}
+
+// volume creates a volume image of 64 MiB.
+func (e *env) volume(t testing.TB, name string) string {
+	t.Helper()
+	img := filepath.Join(e.state, "volumes", name+".img")
+	if err := diskimage.Create(context.Background(), img, 64<<20, ""); err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// stop stops id in mode and checks that it was released and the volume
+// image is free.
+func (e *env) stop(t testing.TB, spec runtime.Spec, mode runtime.StopMode) runtime.StopResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := e.d.Stop(ctx, spec.ID, mode, time.Second)
+	if err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	e.assertReleased(t, spec.ID, spec.LayerImage)
+	if spec.Volume != nil {
+		assertNotAttached(t, spec.Volume.Image)
+	}
+	return res
+}
+
+// TestVolume: a volume keeps its data across executions (on other layer
+// images) after normal and forced stops, is full at its own capacity
+// without harm to the guest, and is refused to a second execution while
+// one uses it.
+func TestVolume(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	vol := e.volume(t, "v")
+	withVolume := func(id string) runtime.Spec {
+		img := filepath.Join(e.state, "layers", id+".img")
+		if err := e.d.CreateLayer(ctx, img, 64<<20); err != nil {
+			t.Fatal(err)
+		}
+		spec := e.spec(id, img)
+		spec.Volume = &runtime.VolumeMount{Image: vol, Path: "/data"}
+		return spec
+	}
+
+	first := withVolume("v1")
+	e.start(t, first)
+	e.exec(t, "v1", "sh", "-c", "echo kept > /data/kept.txt")
+	if out := e.exec(t, "v1", "sh", "-c", "grep ' /data ' /proc/mounts"); !strings.Contains(out, "ext4") || !strings.Contains(out, "nosuid") || !strings.Contains(out, "nodev") {
+		t.Errorf("/data in the guest: %q", out)
+	}
+	used, capacity, err := e.d.VolumeUsage(ctx, "v1")
+	if err != nil || used == 0 || capacity < 50<<20 || capacity > 64<<20 {
+		t.Errorf("VolumeUsage = %d, %d, %v", used, capacity, err)
+	}
+
+	// In use: refused to a second execution, which leaves nothing.
+	second := withVolume("v2")
+	if err := e.d.Start(ctx, second); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Errorf("Start of a second execution on the volume: %v", err)
+	}
+	if _, err := os.Stat(e.d.dir("v2")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused start left its directory: %v", err)
+	}
+	if n := len(diskimage.LoopsOf(vol)); n != 1 {
+		t.Errorf("the volume is attached %d times", n)
+	}
+	if err := e.d.Probe(ctx, "v1"); err != nil {
+		t.Fatalf("the running execution suffered: %v", err)
+	}
+
+	if res := e.stop(t, first, runtime.StopNormal); !res.Confirmed {
+		t.Error("normal stop with a volume not confirmed")
+	}
+	if _, _, err := e.d.VolumeUsage(ctx, "v1"); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("VolumeUsage after stop: %v, want ErrNotFound", err)
+	}
+
+	// Another execution, another layer: the volume's data is there.
+	e.start(t, second)
+	if got := e.exec(t, "v2", "cat", "/data/kept.txt"); got != "kept\n" {
+		t.Errorf("/data/kept.txt in the next execution = %q", got)
+	}
+	// Full at the volume's capacity; the layer still takes writes.
+	out := e.exec(t, "v2", "sh", "-c", "dd if=/dev/zero of=/data/fill bs=1M count=80 2>&1; echo rc=$?")
+	if !strings.Contains(out, "No space left on device") || strings.Contains(out, "rc=0") {
+		t.Errorf("writing 80 MiB to a 64 MiB volume: %q", out)
+	}
+	if got := e.exec(t, "v2", "sh", "-c", "echo layer > /root/layer.txt && cat /root/layer.txt"); got != "layer\n" {
+		t.Errorf("the layer with the volume full: %q", got)
+	}
+	if err := e.d.Probe(ctx, "v2"); err != nil {
+		t.Errorf("the guest with the volume full: %v", err)
+	}
+	// ext4 keeps a few clusters back for its own allocations.
+	if used, capacity, err := e.d.VolumeUsage(ctx, "v2"); err != nil || used < capacity-4<<20 {
+		t.Errorf("VolumeUsage of the full volume = %d, %d, %v", used, capacity, err)
+	}
+	e.exec(t, "v2", "sh", "-c", "rm /data/fill && echo synced > /data/synced.txt && sync /data/synced.txt")
+
+	if res := e.stop(t, second, runtime.StopForce); res.Confirmed {
+		t.Error("forced stop confirmed")
+	}
+	// Free after any stop: it can be grown, and mounts cleanly again.
+	if err := diskimage.Grow(ctx, vol, 96<<20); err != nil {
+		t.Fatalf("Grow after a forced stop: %v", err)
+	}
+	third := withVolume("v3")
+	e.start(t, third)
+	if got := e.exec(t, "v3", "cat", "/data/kept.txt", "/data/synced.txt"); got != "kept\nsynced\n" {
+		t.Errorf("the volume after a forced stop: %q", got)
+	}
+	if _, capacity, err := e.d.VolumeUsage(ctx, "v3"); err != nil || capacity < 80<<20 {
+		t.Errorf("VolumeUsage after Grow = %d, %v", capacity, err)
+	}
+	if res := e.stop(t, third, runtime.StopNormal); !res.Confirmed {
+		t.Error("normal stop not confirmed")
+	}
+	if out, err := exec.Command("e2fsck", "-f", "-n", vol).CombinedOutput(); err != nil {
+		t.Errorf("e2fsck -fn of the volume: %v\n%s", err, out)
+	}
+}
+
+// TestVolumeSpec: volumes the driver cannot mount are refused before
+// anything is set up; an execution without a volume has no usage.
+func TestVolumeSpec(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	img, vol := e.image(t), e.volume(t, "v")
+	for _, v := range []runtime.VolumeMount{
+		{Image: vol, Path: "data"},
+		{Image: vol, Path: "/"},
+		{Image: vol, Path: "/data/"},
+		{Image: vol, Path: "/proc/x"},
+		{Image: vol, Path: "/run"},
+		{Image: vol, Path: "/run/kibotos"},
+		{Image: filepath.Join(e.state, "missing.img"), Path: "/data"},
+		{Image: img, Path: "/data"},
+	} {
+		spec := e.spec("bad", img)
+		spec.Volume = &v
+		if err := e.d.Start(ctx, spec); err == nil {
+			e.d.Stop(ctx, "bad", runtime.StopForce, 0)
+			t.Errorf("Start accepted the volume %+v", v)
+		}
+		e.assertReleased(t, "bad", img)
+		assertNotAttached(t, vol)
+	}
+	if _, _, err := e.d.VolumeUsage(ctx, "nothing"); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("VolumeUsage of an unknown execution: %v", err)
+	}
+	e.start(t, e.spec("novol", img))
+	if _, _, err := e.d.VolumeUsage(ctx, "novol"); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("VolumeUsage of an execution without a volume: %v", err)
+	}
+}
+
+// TestRecoverVolume: the volume of an execution that died while nobody
+// watched is released by Recover.
+func TestRecoverVolume(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	spec := e.spec("recvol", e.image(t))
+	spec.Volume = &runtime.VolumeMount{Image: e.volume(t, "v"), Path: "/srv/data"}
+	e.start(t, spec)
+	e.exec(t, "recvol", "sh", "-c", "echo x > /srv/data/x")
+	if out, err := exec.Command("runc", "--root", e.d.rootDir, "kill", "recvol", "KILL").CombinedOutput(); err != nil {
+		t.Fatalf("runc kill: %v %s", err, out)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	e.d.Wait(wctx, "recvol")
+	wcancel()
+	d2, err := New(Config{StateDir: e.d.stateDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := d2.Recover(ctx); err != nil || len(ids) != 0 {
+		t.Fatalf("Recover = %v, %v; want none", ids, err)
+	}
+	e.assertReleased(t, "recvol", spec.LayerImage)
+	assertNotAttached(t, spec.Volume.Image)
 }

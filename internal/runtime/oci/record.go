@@ -22,6 +22,11 @@ type record struct {
 	SocketDir  string    `json:"socket_dir"`
 	Cgroup     string    `json:"cgroup"`
 	CreatedAt  time.Time `json:"created_at"`
+	// The volume, if the execution has one: its image, where the host
+	// mounts it (StateDir/exec/<id>/volume) and its loop device.
+	VolumeImage  string `json:"volume_image,omitempty"`
+	VolumeMount  string `json:"volume_mount,omitempty"`
+	VolumeDevice string `json:"volume_device,omitempty"`
 }
 
 const recordFile = "record.json"

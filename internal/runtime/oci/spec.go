@@ -57,9 +57,10 @@ func guestEnv(extra []string) []string {
 	return env
 }
 
-// ociSpec builds the runtime configuration of an execution whose rootfs
-// and socket directory are prepared on the host.
-func ociSpec(spec runtime.Spec, rootfs, sockDir string) *specs.Spec {
+// ociSpec builds the runtime configuration of an execution whose rootfs,
+// socket directory and volume (mounted at volume, when spec has one) are
+// prepared on the host.
+func ociSpec(spec runtime.Spec, rootfs, sockDir, volume string) *specs.Spec {
 	hostname := spec.Hostname
 	if hostname == "" {
 		hostname = spec.ID
@@ -101,6 +102,11 @@ func ociSpec(spec runtime.Spec, rootfs, sockDir string) *specs.Spec {
 	if spec.ResolvConf != nil {
 		mounts = append(mounts, specs.Mount{Destination: "/etc/resolv.conf", Type: "bind",
 			Source: filepath.Join(sockDir, resolvConfName), Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}})
+	}
+	if spec.Volume != nil {
+		// Last: the volume may lie below /tmp. runc makes its mount point.
+		mounts = append(mounts, specs.Mount{Destination: spec.Volume.Path, Type: "bind",
+			Source: volume, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
 	}
 	netns := specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: spec.NetNS} // no path: loopback only
 	return &specs.Spec{
