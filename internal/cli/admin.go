@@ -168,3 +168,80 @@ func parseRole(s string) (adminv1.Role, error) {
 func roleName(r adminv1.Role) string {
 	return strings.ToLower(strings.TrimPrefix(r.String(), "ROLE_"))
 }
+
+var poolTable = table[*adminv1.StoragePool]{
+	header: []string{"NAME", "DEFAULT", "PROFILE", "HOSTS"},
+	row: func(p *adminv1.StoragePool) []string {
+		return []string{
+			p.GetName(),
+			boolean(p.GetDefault()),
+			formatSize(p.GetDefaultVolumeBytes()),
+			orDash(strings.Join(p.GetHostIds(), ",")),
+		}
+	},
+}
+
+func adminCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "admin", Short: "Operate the deployment; needs an admin token of the operator project"}
+	c := addConnFlags(cmd)
+	pool := &cobra.Command{Use: "pool", Short: "Storage pools: the places Volumes live in"}
+	pool.AddCommand(poolListCommand(c), poolLostCommand(c))
+	cmd.AddCommand(pool)
+	return cmd
+}
+
+func poolListCommand(c *conn) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List the storage pools registered hosts reach, with their profile capacity",
+		Long: "List the storage pools registered hosts reach, ordered by name. PROFILE is the capacity of a\n" +
+			"Volume created in the pool without a size; DEFAULT marks the pool a Volume gets without --pool.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := dial(cmd, c, adminv1connect.NewAdminServiceClient)
+			if err != nil {
+				return err
+			}
+			resp, err := call(cmd.Context(), cl.ListStoragePools, &adminv1.ListStoragePoolsRequest{})
+			if err != nil {
+				return err
+			}
+			return show(cmd, c, resp, poolTable, resp.GetStoragePools()...)
+		},
+	}
+}
+
+func poolLostCommand(c *conn) *cobra.Command {
+	return &cobra.Command{
+		Use:   "lost NAME",
+		Short: "Declare a storage pool and every Volume in it gone for good; print the Volumes made LOST",
+		Long: "Declare a storage pool lost, with its data, in every project. Its Volumes that are not DELETED\n" +
+			"become LOST: they stay readable and deletable, every other call on them is refused, and a\n" +
+			"Workspace bound to one fails to start with VOLUME_LOST until it binds another Volume or is\n" +
+			"deleted. Hosts no longer create, grow or mount them. There is no way back and no confirmation\n" +
+			"is asked. Declaring a pool lost again is harmless.\n\n" +
+			"The IDs of the Volumes this call made LOST go to stdout, one a line, and a summary to stderr.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := dial(cmd, c, adminv1connect.NewAdminServiceClient)
+			if err != nil {
+				return err
+			}
+			resp, err := call(cmd.Context(), cl.DeclareStoragePoolLost, &adminv1.DeclareStoragePoolLostRequest{StoragePool: args[0]})
+			if err != nil {
+				return err
+			}
+			if c.output == outputJSON {
+				return writeJSON(cmd.OutOrStdout(), resp)
+			}
+			ids := resp.GetLostVolumeIds()
+			fmt.Fprintf(cmd.ErrOrStderr(), "storage pool %s declared lost; %d Volume(s) became LOST\n", args[0], len(ids))
+			for _, id := range ids {
+				if _, err := fmt.Fprintln(cmd.OutOrStdout(), id); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+}

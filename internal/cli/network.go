@@ -6,7 +6,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"connectrpc.com/connect"
@@ -361,8 +360,7 @@ func writeNetwork(w io.Writer, ws *ctrlv1.Workspace) error {
 	if st != nil {
 		applied, appliedAt = decimal(st.GetAppliedRevision()), timestamp(st.GetAppliedAt())
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
-	for _, f := range [][2]string{
+	if err := writeFields(w, [][2]string{
 		{"WORKSPACE", ws.GetWorkspaceId()},
 		{"MODE", enumName(p.GetMode(), "NETWORK_POLICY_MODE_")},
 		{"REVISION", decimal(p.GetRevision())},
@@ -371,10 +369,7 @@ func writeNetwork(w io.Writer, ws *ctrlv1.Workspace) error {
 		{"DRAINING_REVISION", revisionCell(st.GetDrainingRevision())},
 		{"ALLOW", orDash(strings.Join(p.GetAllow(), ","))},
 		{"DENY", orDash(strings.Join(p.GetDeny(), ","))},
-	} {
-		fmt.Fprintf(tw, "%s\t%s\n", f[0], f[1])
-	}
-	if err := tw.Flush(); err != nil {
+	}); err != nil {
 		return err
 	}
 	if len(p.GetEgresses()) > 0 {

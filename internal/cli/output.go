@@ -40,6 +40,15 @@ func show[R any](cmd *cobra.Command, c *conn, resp proto.Message, t table[R], it
 	return t.write(cmd.OutOrStdout(), items)
 }
 
+// writeFields prints one resource as NAME value lines, the values aligned.
+func writeFields(w io.Writer, fields [][2]string) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
+	for _, f := range fields {
+		fmt.Fprintf(tw, "%s\t%s\n", f[0], f[1])
+	}
+	return tw.Flush()
+}
+
 var jsonOptions = protojson.MarshalOptions{Multiline: true}
 
 func writeJSON(w io.Writer, m proto.Message) error {

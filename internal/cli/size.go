@@ -7,24 +7,29 @@ import (
 	"strings"
 )
 
-// sizeUnits are the suffixes parseSize accepts: binary ones are powers of
-// 1024, decimal ones powers of 1000, as in Kubernetes quantities.
+// sizeUnits are the suffixes ParseSize accepts: binary ones are powers of
+// 1024, decimal ones powers of 1000, as in Kubernetes quantities. The first
+// four are the binary units formatSize writes; KiB to TiB are accepted as
+// their other spelling.
 var sizeUnits = []struct {
 	suffix string
 	bytes  uint64
 }{
 	{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"Ti", 1 << 40},
 	{"k", 1e3}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12},
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
 }
 
 // sizeHelp describes the SIZE syntax in flag help.
-const sizeHelp = "SIZE is bytes, or a whole number with a binary suffix Ki, Mi, Gi, Ti (powers of 1024)\n" +
-	"or a decimal one k, M, G, T (powers of 1000). The server takes memory and disk only in\n" +
-	"whole MiB, so a decimal size is almost always refused: 2G is 2,000,000,000 bytes; write 2Gi."
+const sizeHelp = "SIZE is bytes, or a whole number with a binary suffix Ki, Mi, Gi, Ti (powers of 1024;\n" +
+	"also KiB to TiB) or a decimal one k, M, G, T (powers of 1000). The server takes memory and\n" +
+	"disk only in whole MiB, so a decimal size is almost always refused: 2G is 2,000,000,000\n" +
+	"bytes; write 2Gi."
 
-// parseSize parses SIZE: "512Mi", "1Gi", "2G" or plain bytes such as
-// "1048576". flag names the flag in errors.
-func parseSize(flag, s string) (uint64, error) {
+// ParseSize parses SIZE: "512Mi", "1Gi" or "1GiB", "2G", or plain bytes
+// such as "1048576". Its errors quote s and say what is wanted, for the
+// caller to prefix with where s came from.
+func ParseSize(s string) (uint64, error) {
 	num, mult := s, uint64(1)
 	for _, u := range sizeUnits {
 		if n, ok := strings.CutSuffix(s, u.suffix); ok {
@@ -34,12 +39,34 @@ func parseSize(flag, s string) (uint64, error) {
 	}
 	n, err := strconv.ParseUint(num, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("--%s %q: want bytes or a whole number with a suffix such as 512Mi, 1Gi or 2G", flag, s)
+		return 0, fmt.Errorf("%q: want bytes or a whole number with a suffix such as 512Mi, 1Gi or 2G", s)
 	}
 	if n > math.MaxUint64/mult {
-		return 0, fmt.Errorf("--%s %q: too large", flag, s)
+		return 0, fmt.Errorf("%q: too large", s)
 	}
 	return n * mult, nil
+}
+
+// parseSize is ParseSize for the flag named flag, which its errors name.
+func parseSize(flag, s string) (uint64, error) {
+	n, err := ParseSize(s)
+	if err != nil {
+		return 0, fmt.Errorf("--%s %w", flag, err)
+	}
+	return n, nil
+}
+
+// parseMiB is parseSize for a size the server takes only in whole MiB, such
+// as a Volume's capacity; it refuses any other before a call is made.
+func parseMiB(flag, s string) (uint64, error) {
+	n, err := parseSize(flag, s)
+	if err != nil {
+		return 0, err
+	}
+	if n%(1<<20) != 0 {
+		return 0, fmt.Errorf("--%s %q is %d bytes, not a whole number of MiB: write it with Mi, Gi or Ti, such as 512Mi or 2Gi", flag, s, n)
+	}
+	return n, nil
 }
 
 // formatSize formats a requested size exactly, in the largest binary unit

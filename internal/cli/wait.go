@@ -53,7 +53,12 @@ type waitFlags struct {
 }
 
 func (f *waitFlags) register(cmd *cobra.Command, g goal) {
-	cmd.Flags().BoolVar(&f.wait, "wait", false, "after the call, follow the Workspace until it is "+stateName(g.state)+
+	f.registerUntil(cmd, "the Workspace until it is "+stateName(g.state))
+}
+
+// registerUntil registers the flags; until says what --wait follows.
+func (f *waitFlags) registerUntil(cmd *cobra.Command, until string) {
+	cmd.Flags().BoolVar(&f.wait, "wait", false, "after the call, follow "+until+
 		" and show the progress on stderr; exit non-zero if it fails or the wait times out")
 	cmd.Flags().DurationVar(&f.timeout, "timeout", defaultWaitTimeout, "how long --wait waits")
 }
@@ -111,14 +116,20 @@ func waitWorkspace(ctx context.Context, cl wsClient, ws *ctrlv1.Workspace, g goa
 // failureError says why a Workspace is FAILED.
 func failureError(ws *ctrlv1.Workspace) error {
 	f := ws.GetFailure()
-	msg := fmt.Sprintf("workspace %s FAILED: %s", ws.GetWorkspaceId(), enumName(f.GetReason(), "FAILURE_REASON_"))
-	if f.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_UNSPECIFIED {
-		msg += " at stage " + enumName(f.GetStage(), "FAILURE_STAGE_")
+	return errors.New("workspace " + ws.GetWorkspaceId() + " FAILED: " + failureText(f.GetReason(), f.GetStage(), f.GetMessage()))
+}
+
+// failureText is a failure as REASON at stage STAGE: message, leaving out
+// what is unspecified.
+func failureText(reason ctrlv1.FailureReason, stage ctrlv1.FailureStage, message string) string {
+	s := enumName(reason, "FAILURE_REASON_")
+	if stage != ctrlv1.FailureStage_FAILURE_STAGE_UNSPECIFIED {
+		s += " at stage " + enumName(stage, "FAILURE_STAGE_")
 	}
-	if f.GetMessage() != "" {
-		msg += ": " + f.GetMessage()
+	if message != "" {
+		s += ": " + message
 	}
-	return errors.New(msg)
+	return s
 }
 
 // reporter shows the progress of a Workspace: each state change as a line,

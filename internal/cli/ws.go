@@ -44,6 +44,7 @@ func wsCommand() *cobra.Command {
 		wsExpireCommand(c),
 		wsMemoryCommand(c),
 		wsDiskCommand(c),
+		wsVolumeCommand(c),
 		wsNetworkCommand(c),
 		wsExecCommand(c),
 		wsCpCommand(c),
@@ -54,7 +55,7 @@ func wsCommand() *cobra.Command {
 }
 
 var workspaceTable = table[*ctrlv1.Workspace]{
-	header: []string{"ID", "STATE", "GEN", "TEMPLATE", "CPU", "MEMORY", "DISK", "LABELS", "CREATED"},
+	header: []string{"ID", "STATE", "GEN", "TEMPLATE", "CPU", "MEMORY", "DISK", "VOLUME", "LABELS", "CREATED"},
 	row: func(w *ctrlv1.Workspace) []string {
 		s := w.GetSpec()
 		r := s.GetResources()
@@ -66,6 +67,7 @@ var workspaceTable = table[*ctrlv1.Workspace]{
 			cpuCell(r.GetCpuMillis()),
 			formatSize(r.GetMemoryBytes()),
 			formatSize(r.GetWritableLayerBytes()),
+			bindingCell(s.GetVolume()),
 			pairs(w.GetLabels()),
 			timestamp(w.GetCreatedAt()),
 		}
@@ -109,6 +111,9 @@ type wsCreateFlags struct {
 	cpu          uint32
 	memory, disk string
 	network      string
+	volume       string
+	keepVolume   bool
+	deleteVolume bool
 	expire       expireFlags
 }
 
@@ -119,6 +124,10 @@ func (f *wsCreateFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.memory, "memory", defaultMemory, "guest RAM, SIZE, a whole number of MiB and at least 128Mi")
 	fl.StringVar(&f.disk, "disk", "0", "capacity of the writable layer, SIZE in whole MiB (0: the host's default)")
 	fl.StringVar(&f.network, "network", "", "network policy mode: deny-all or public-internet (default: deny-all)")
+	fl.StringVar(&f.volume, "volume", "", "Volume to bind: NEW[:PATH], VOLUME_ID[:PATH] or none (default: none); PATH defaults to "+defaultMountPath)
+	fl.BoolVar(&f.keepVolume, "keep-volume", false, "keep the Volume when the Workspace is deleted (the default for VOLUME_ID)")
+	fl.BoolVar(&f.deleteVolume, "delete-volume", false, "delete the Volume with the Workspace (the default for NEW)")
+	cmd.MarkFlagsMutuallyExclusive("keep-volume", "delete-volume")
 	fl.DurationVar(&f.expire.in, "expire-in", 0, "expire this long after now, such as 2h")
 	fl.StringVar(&f.expire.at, "expire-at", "", "expire at this RFC 3339 time, such as 2025-03-01T12:00:00Z")
 	fl.StringVar(&f.expire.action, "expire-action", "", "what expiring does: stop or delete (default: stop)")
@@ -148,10 +157,34 @@ func (f *wsCreateFlags) spec() (*ctrlv1.WorkspaceCreateSpec, error) {
 		}
 		spec.NetworkPolicy = &ctrlv1.NetworkPolicy{Mode: mode}
 	}
+	if spec.Volume, err = f.binding(); err != nil {
+		return nil, err
+	}
 	if spec.Expiration, err = f.expire.policy("expire-"); err != nil {
 		return nil, err
 	}
 	return spec, nil
+}
+
+// binding returns the binding --volume asks for, nil without it, which the
+// server takes as none.
+func (f *wsCreateFlags) binding() (*ctrlv1.WorkspaceVolumeBinding, error) {
+	explicit := f.keepVolume || f.deleteVolume
+	if f.volume == "" {
+		if explicit {
+			return nil, errors.New("--keep-volume and --delete-volume need --volume NEW or VOLUME_ID")
+		}
+		return nil, nil
+	}
+	b, err := parseBinding("--volume", f.volume, true)
+	if err != nil || !explicit {
+		return b, err
+	}
+	if isNone(b) {
+		return nil, errors.New("--keep-volume and --delete-volume need --volume NEW or VOLUME_ID, not none")
+	}
+	b.DeleteWithWorkspace = proto.Bool(f.deleteVolume)
+	return b, nil
 }
 
 // parseTemplateSelector parses ID or ID@REVISION.
@@ -214,12 +247,18 @@ func wsCreateCommand(c *conn) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use: "create [--template ID[@REVISION]] [--cpu MILLIS] [--memory SIZE] [--disk SIZE] " +
-			"[--network deny-all|public-internet] [--expire-in DURATION | --expire-at RFC3339] [--expire-action stop|delete] " +
+			"[--network deny-all|public-internet] [--volume NEW[:PATH]|VOLUME_ID[:PATH]|none [--keep-volume|--delete-volume]] " +
+			"[--expire-in DURATION | --expire-at RFC3339] [--expire-action stop|delete] " +
 			"[--label k=v ...] [--annotation k=v ...] [--wait [--timeout D]]",
 		Short: "Create a Workspace; with --wait, until it is AVAILABLE",
 		Long: "Create a Workspace. The call returns once the Workspace is stored, in CREATING; it then\n" +
 			"waits for its Template to be delivered to its host and starts. --wait follows it there: the\n" +
 			"response goes to stdout first, the progress to stderr.\n\n" +
+			"--volume NEW[:PATH] creates a Volume, of its storage pool's profile capacity, with the\n" +
+			"Workspace; deleting the Workspace deletes it too unless --keep-volume.\n" +
+			bindingHelp + "\n" +
+			"Deleting the Workspace keeps a bound VOLUME_ID unless --delete-volume. Without --volume the\n" +
+			"Workspace binds none; `ws volume` binds one later.\n\n" +
 			sizeHelp + "\n\n" + expireRetryNote,
 		Args: cobra.NoArgs,
 	}

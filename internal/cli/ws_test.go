@@ -173,10 +173,10 @@ func TestWorkspaceCreateSendsSpec(t *testing.T) {
 	}
 
 	lines := strings.Split(strings.TrimRight(stdout, "\n"), "\n")
-	if got := strings.Join(strings.Fields(lines[0]), " "); got != "ID STATE GEN TEMPLATE CPU MEMORY DISK LABELS CREATED" {
+	if got := strings.Join(strings.Fields(lines[0]), " "); got != "ID STATE GEN TEMPLATE CPU MEMORY DISK VOLUME LABELS CREATED" {
 		t.Errorf("header = %q", got)
 	}
-	if got, want := strings.Join(strings.Fields(lines[1]), " "), "ws_1 CREATING 0 base@sha256-abc 500m 1Gi - team=ml 2025-03-01T12:00:00Z"; got != want {
+	if got, want := strings.Join(strings.Fields(lines[1]), " "), "ws_1 CREATING 0 base@sha256-abc 500m 1Gi - - team=ml 2025-03-01T12:00:00Z"; got != want {
 		t.Errorf("row = %q, want %q", got, want)
 	}
 }

@@ -1,0 +1,503 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	adminv1 "github.com/kibotos/kibotos/gen/kibotos/admin/v1"
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+)
+
+// volumeFake serves the VolumeService methods the tests call and records
+// the requests.
+type volumeFake struct {
+	ctrlv1connect.UnimplementedVolumeServiceHandler
+
+	mu    sync.Mutex
+	calls []string
+	reqs  []proto.Message
+
+	vol   *ctrlv1.Volume                         // returned by the writes
+	polls []*ctrlv1.Volume                       // returned by GetVolume in turn, the last one again; not_found when empty
+	pages map[string]*ctrlv1.ListVolumesResponse // by page token
+}
+
+func (f *volumeFake) record(r connect.AnyRequest) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, r.Spec().Procedure[strings.LastIndex(r.Spec().Procedure, "/")+1:])
+	f.reqs = append(f.reqs, r.Any().(proto.Message))
+}
+
+func (f *volumeFake) got() ([]string, []proto.Message) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls, f.reqs
+}
+
+func (f *volumeFake) CreateVolume(_ context.Context, r *connect.Request[ctrlv1.CreateVolumeRequest]) (*connect.Response[ctrlv1.CreateVolumeResponse], error) {
+	f.record(r)
+	return connect.NewResponse(&ctrlv1.CreateVolumeResponse{Volume: f.vol}), nil
+}
+
+func (f *volumeFake) GetVolume(_ context.Context, r *connect.Request[ctrlv1.GetVolumeRequest]) (*connect.Response[ctrlv1.GetVolumeResponse], error) {
+	f.record(r)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.polls) == 0 {
+		return nil, connect.NewError(connect.CodeNotFound, errors.New("volume "+r.Msg.GetVolumeId()+" not found"))
+	}
+	v := f.polls[0]
+	if len(f.polls) > 1 {
+		f.polls = f.polls[1:]
+	}
+	return connect.NewResponse(&ctrlv1.GetVolumeResponse{Volume: v}), nil
+}
+
+func (f *volumeFake) ListVolumes(_ context.Context, r *connect.Request[ctrlv1.ListVolumesRequest]) (*connect.Response[ctrlv1.ListVolumesResponse], error) {
+	f.record(r)
+	return connect.NewResponse(f.pages[r.Msg.GetPageToken()]), nil
+}
+
+func (f *volumeFake) ResizeVolume(_ context.Context, r *connect.Request[ctrlv1.ResizeVolumeRequest]) (*connect.Response[ctrlv1.ResizeVolumeResponse], error) {
+	f.record(r)
+	return connect.NewResponse(&ctrlv1.ResizeVolumeResponse{Volume: f.vol}), nil
+}
+
+func (f *volumeFake) DeleteVolume(_ context.Context, r *connect.Request[ctrlv1.DeleteVolumeRequest]) (*connect.Response[ctrlv1.DeleteVolumeResponse], error) {
+	f.record(r)
+	return connect.NewResponse(&ctrlv1.DeleteVolumeResponse{Volume: f.vol}), nil
+}
+
+func (f *volumeFake) UpdateVolumeLabels(_ context.Context, r *connect.Request[ctrlv1.UpdateVolumeLabelsRequest]) (*connect.Response[ctrlv1.UpdateVolumeLabelsResponse], error) {
+	f.record(r)
+	v := proto.CloneOf(f.vol)
+	v.Labels, v.LabelsRevision = r.Msg.GetLabels(), v.GetLabelsRevision()+1
+	return connect.NewResponse(&ctrlv1.UpdateVolumeLabelsResponse{Volume: v}), nil
+}
+
+// UpdateWorkspaceVolumeBinding stores the binding in the fake's Workspace.
+func (f *ctrlFake) UpdateWorkspaceVolumeBinding(_ context.Context, r *connect.Request[ctrlv1.UpdateWorkspaceVolumeBindingRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceVolumeBindingResponse], error) {
+	f.record(r)
+	ws := proto.CloneOf(f.ws)
+	ws.Spec.Volume, ws.Spec.BindingRevision = r.Msg.GetVolume(), ws.GetSpec().GetBindingRevision()+1
+	return connect.NewResponse(&ctrlv1.UpdateWorkspaceVolumeBindingResponse{Workspace: ws}), nil
+}
+
+func (f *fake) ListStoragePools(_ context.Context, r *connect.Request[adminv1.ListStoragePoolsRequest]) (*connect.Response[adminv1.ListStoragePoolsResponse], error) {
+	f.record(r)
+	return connect.NewResponse(&adminv1.ListStoragePoolsResponse{StoragePools: []*adminv1.StoragePool{
+		{Name: "fast", HostIds: []string{"host_1", "host_2"}, DefaultVolumeBytes: 10 << 30, Default: true},
+		{Name: "slow", DefaultVolumeBytes: 100 << 30},
+	}}), nil
+}
+
+func (f *fake) DeclareStoragePoolLost(_ context.Context, r *connect.Request[adminv1.DeclareStoragePoolLostRequest]) (*connect.Response[adminv1.DeclareStoragePoolLostResponse], error) {
+	f.record(r)
+	return connect.NewResponse(&adminv1.DeclareStoragePoolLostResponse{LostVolumeIds: []string{"vol_a", "vol_b"}}), nil
+}
+
+func newVolumeEnv(t *testing.T) (*env, *volumeFake) {
+	t.Helper()
+	f := &volumeFake{vol: testVolume(ctrlv1.VolumeState_VOLUME_STATE_CREATING)}
+	mux := http.NewServeMux()
+	mux.Handle(ctrlv1connect.NewVolumeServiceHandler(f))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+
+	home := t.TempDir()
+	t.Setenv(envAddr, "")
+	t.Setenv(envToken, "")
+	t.Setenv(envHome, home)
+	return &env{addr: srv.URL, home: home}, f
+}
+
+func testVolume(state ctrlv1.VolumeState) *ctrlv1.Volume {
+	return &ctrlv1.Volume{
+		VolumeId:       "vol_1",
+		Spec:           &ctrlv1.VolumeSpec{CapacityBytes: 10 << 30, StoragePool: "fast"},
+		State:          state,
+		CreatedAt:      created,
+		Labels:         map[string]string{"team": "ml"},
+		LabelsRevision: 2,
+	}
+}
+
+func TestVolumeCreateSendsSpec(t *testing.T) {
+	e, f := newVolumeEnv(t)
+	stdout, _ := e.call(t, "", "volume", "create", "--size", "20Gi", "--pool", "fast",
+		"--label", "team=ml", "--annotation", "note=x", "--command-id", "c1")
+	calls, reqs := f.got()
+	if strings.Join(calls, ",") != "CreateVolume" {
+		t.Fatalf("calls = %v", calls)
+	}
+	want := &ctrlv1.CreateVolumeRequest{
+		Command:     &ctrlv1.CommandMetadata{CommandId: "c1"},
+		Spec:        &ctrlv1.VolumeSpec{CapacityBytes: 20 << 30, StoragePool: "fast"},
+		Labels:      map[string]string{"team": "ml"},
+		Annotations: map[string]string{"note": "x"},
+	}
+	if !proto.Equal(reqs[0], want) {
+		t.Errorf("request = %v\nwant %v", reqs[0], want)
+	}
+	lines := fields(stdout)
+	if len(lines) != 2 || lines[0] != "ID STATE CAPACITY POOL WORKSPACE USED CONDITION LABELS CREATED" ||
+		lines[1] != "vol_1 CREATING 10Gi fast - - - team=ml 2025-03-01T12:00:00Z" {
+		t.Errorf("table:\n%s", stdout)
+	}
+
+	// Without --size and --pool the server picks both; a command ID is made up.
+	e.call(t, "", "volume", "create")
+	_, reqs = f.got()
+	r := reqs[1].(*ctrlv1.CreateVolumeRequest)
+	if !proto.Equal(r.GetSpec(), &ctrlv1.VolumeSpec{}) || r.GetCommand().GetCommandId() == "" {
+		t.Errorf("request without flags = %v, want an empty spec and a command_id", r)
+	}
+}
+
+func TestVolumeSizeMustBeWholeMiB(t *testing.T) {
+	for _, args := range [][]string{
+		{"volume", "create", "--size", "1G"},
+		{"volume", "create", "--size", "1500Ki"},
+		{"volume", "create", "--size", "1048577"},
+		{"volume", "create", "--size", "10GB"},
+		{"volume", "resize", "vol_1", "2G"},
+		{"volume", "resize", "vol_1", "big"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			e, f := newVolumeEnv(t)
+			_, _, err := e.run(t, "", append(args, "--addr", e.addr, "--token", "t")...)
+			if err == nil || !strings.Contains(err.Error(), "--size") {
+				t.Fatalf("err = %v, want a refusal of the size", err)
+			}
+			if calls, _ := f.got(); len(calls) != 0 {
+				t.Errorf("calls = %v, want none", calls)
+			}
+		})
+	}
+	for in, want := range map[string]uint64{"0": 0, "1Mi": 1 << 20, "1048576": 1 << 20, "3Gi": 3 << 30, "2048Ki": 2 << 20, "1GiB": 1 << 30} {
+		if got, err := parseMiB("size", in); err != nil || got != want {
+			t.Errorf("parseMiB(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+}
+
+func TestVolumeListFollowsPages(t *testing.T) {
+	e, f := newVolumeEnv(t)
+	a := testVolume(ctrlv1.VolumeState_VOLUME_STATE_ATTACHED)
+	a.BoundWorkspaceId = "ws_1"
+	a.Observation = &ctrlv1.VolumeObservation{Condition: ctrlv1.VolumeCondition_VOLUME_CONDITION_HEALTHY, UsedBytes: 1536 << 20}
+	b := testVolume(ctrlv1.VolumeState_VOLUME_STATE_FAILED)
+	b.VolumeId, b.Failure = "vol_2", &ctrlv1.VolumeFailure{Reason: ctrlv1.FailureReason_FAILURE_REASON_INTERNAL}
+	c := testVolume(ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE)
+	c.VolumeId = "vol_3"
+	c.Failure = &ctrlv1.VolumeFailure{Stage: ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_VOLUME}
+	c.Observation = &ctrlv1.VolumeObservation{Condition: ctrlv1.VolumeCondition_VOLUME_CONDITION_DAMAGED}
+	f.pages = map[string]*ctrlv1.ListVolumesResponse{
+		"":   {Volumes: []*ctrlv1.Volume{a, b}, NextPageToken: "p2"},
+		"p2": {Volumes: []*ctrlv1.Volume{c}},
+	}
+	stdout, _ := e.call(t, "", "volume", "list", "--all", "--selector", "team=ml")
+	want := []string{
+		"ID STATE CAPACITY POOL WORKSPACE USED CONDITION LABELS CREATED",
+		"vol_1 ATTACHED 10Gi fast ws_1 1.5Gi HEALTHY team=ml 2025-03-01T12:00:00Z",
+		"vol_2 FAILED(INTERNAL) 10Gi fast - - - team=ml 2025-03-01T12:00:00Z",
+		"vol_3 AVAILABLE(RESIZE_FAILED) 10Gi fast - 0 DAMAGED team=ml 2025-03-01T12:00:00Z",
+	}
+	if got := fields(stdout); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("table:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	calls, reqs := f.got()
+	if strings.Join(calls, ",") != "ListVolumes,ListVolumes" {
+		t.Fatalf("calls = %v", calls)
+	}
+	if r := reqs[1].(*ctrlv1.ListVolumesRequest); r.GetPageToken() != "p2" || r.GetLabelSelector()["team"] != "ml" {
+		t.Errorf("second request = %v", r)
+	}
+}
+
+func TestVolumeResizeWaits(t *testing.T) {
+	e, f := newVolumeEnv(t)
+	f.vol = testVolume(ctrlv1.VolumeState_VOLUME_STATE_RESIZING)
+	grown := testVolume(ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE)
+	grown.Spec.CapacityBytes = 20 << 30
+	f.polls = []*ctrlv1.Volume{f.vol, grown}
+
+	stdout, stderr := e.call(t, "", "volume", "resize", "vol_1", "20Gi", "--wait", "--command-id", "r1")
+	calls, reqs := f.got()
+	if strings.Join(calls, ",") != "ResizeVolume,GetVolume,GetVolume" {
+		t.Fatalf("calls = %v", calls)
+	}
+	want := &ctrlv1.ResizeVolumeRequest{Command: &ctrlv1.CommandMetadata{CommandId: "r1"}, VolumeId: "vol_1", CapacityBytes: 20 << 30}
+	if !proto.Equal(reqs[0], want) {
+		t.Errorf("request = %v, want %v", reqs[0], want)
+	}
+	if !strings.Contains(stdout, "RESIZING") || !strings.Contains(stderr, "RESIZING → AVAILABLE in ") {
+		t.Errorf("stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	}
+
+	// Without --wait nothing is polled.
+	e.call(t, "", "volume", "resize", "vol_1", "20Gi")
+	if calls, _ := f.got(); len(calls) != 4 {
+		t.Errorf("calls = %v, want a fourth, ResizeVolume alone", calls)
+	}
+}
+
+func TestVolumeWaitReportsFailures(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		vol   ctrlv1.VolumeState
+		polls func() []*ctrlv1.Volume
+		want  []string
+	}{
+		{
+			name: "resize",
+			args: []string{"resize", "vol_1", "20Gi"},
+			vol:  ctrlv1.VolumeState_VOLUME_STATE_RESIZING,
+			polls: func() []*ctrlv1.Volume {
+				v := testVolume(ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE)
+				v.Failure = &ctrlv1.VolumeFailure{
+					Reason:  ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED,
+					Stage:   ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_VOLUME,
+					Message: "pool full",
+				}
+				return []*ctrlv1.Volume{v}
+			},
+			want: []string{"vol_1 did not grow", "RESOURCE_EXHAUSTED", "pool full", "AVAILABLE at 10Gi"},
+		},
+		{
+			name: "create",
+			args: []string{"create"},
+			vol:  ctrlv1.VolumeState_VOLUME_STATE_CREATING,
+			polls: func() []*ctrlv1.Volume {
+				v := testVolume(ctrlv1.VolumeState_VOLUME_STATE_FAILED)
+				v.Failure = &ctrlv1.VolumeFailure{
+					Reason:  ctrlv1.FailureReason_FAILURE_REASON_INTERNAL,
+					Stage:   ctrlv1.FailureStage_FAILURE_STAGE_CREATING_VOLUME,
+					Message: "mkfs failed",
+				}
+				return []*ctrlv1.Volume{testVolume(ctrlv1.VolumeState_VOLUME_STATE_CREATING), v}
+			},
+			want: []string{"vol_1 FAILED", "INTERNAL", "CREATING_VOLUME", "mkfs failed"},
+		},
+		{
+			name:  "create lost",
+			args:  []string{"create"},
+			vol:   ctrlv1.VolumeState_VOLUME_STATE_CREATING,
+			polls: func() []*ctrlv1.Volume { return []*ctrlv1.Volume{testVolume(ctrlv1.VolumeState_VOLUME_STATE_LOST)} },
+			want:  []string{"vol_1 is LOST and will not become AVAILABLE"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, f := newVolumeEnv(t)
+			f.vol, f.polls = testVolume(tc.vol), tc.polls()
+			args := append([]string{"volume"}, tc.args...)
+			_, _, err := e.run(t, "", append(args, "--wait", "--addr", e.addr, "--token", "t")...)
+			if err == nil {
+				t.Fatal("the wait succeeded")
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q lacks %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+func TestVolumeWaitTimesOut(t *testing.T) {
+	e, f := newVolumeEnv(t)
+	f.polls = []*ctrlv1.Volume{f.vol}
+	_, _, err := e.run(t, "", "volume", "create", "--wait", "--timeout", "300ms", "--addr", e.addr, "--token", "t")
+	if err == nil || !strings.Contains(err.Error(), "timed out after 300ms waiting for volume vol_1 to become AVAILABLE; it is CREATING") {
+		t.Fatalf("err = %v, want a timeout", err)
+	}
+}
+
+func TestVolumeDelete(t *testing.T) {
+	e, f := newVolumeEnv(t)
+	f.vol = testVolume(ctrlv1.VolumeState_VOLUME_STATE_DELETING)
+	f.polls = []*ctrlv1.Volume{f.vol, testVolume(ctrlv1.VolumeState_VOLUME_STATE_DELETED)}
+	stdout, stderr := e.call(t, "", "volume", "delete", "vol_1", "--wait")
+	calls, reqs := f.got()
+	if strings.Join(calls, ",") != "DeleteVolume,GetVolume,GetVolume" {
+		t.Fatalf("calls = %v", calls)
+	}
+	if r := reqs[0].(*ctrlv1.DeleteVolumeRequest); r.GetVolumeId() != "vol_1" || r.GetCommand().GetCommandId() == "" {
+		t.Errorf("request = %v", r)
+	}
+	if !strings.Contains(stdout, "DELETING") || !strings.Contains(stderr, "DELETING → DELETED") {
+		t.Errorf("stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	}
+
+	// A Volume that is gone altogether is deleted too.
+	f.polls = nil
+	e.call(t, "", "volume", "delete", "vol_1", "--wait")
+}
+
+func TestVolumeLabelReadsRevision(t *testing.T) {
+	e, f := newVolumeEnv(t)
+	f.polls = []*ctrlv1.Volume{f.vol}
+	e.call(t, "", "volume", "label", "vol_1", "team=infra")
+	calls, reqs := f.got()
+	if strings.Join(calls, ",") != "GetVolume,UpdateVolumeLabels" {
+		t.Fatalf("calls = %v", calls)
+	}
+	if r := reqs[1].(*ctrlv1.UpdateVolumeLabelsRequest); r.GetExpectedLabelsRevision() != 2 || r.GetLabels()["team"] != "infra" || r.GetVolumeId() != "vol_1" {
+		t.Errorf("request = %v", r)
+	}
+}
+
+func TestWorkspaceCreateVolume(t *testing.T) {
+	const (
+		none  = ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE
+		fresh = ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW
+		bound = ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND
+	)
+	for _, tc := range []struct {
+		args []string
+		want *ctrlv1.WorkspaceVolumeBinding
+	}{
+		{[]string{"--volume", "NEW:/work"}, &ctrlv1.WorkspaceVolumeBinding{Mode: fresh, MountPath: "/work"}},
+		{[]string{"--volume", "new"}, &ctrlv1.WorkspaceVolumeBinding{Mode: fresh}},
+		{[]string{"--volume", "NEW", "--keep-volume"}, &ctrlv1.WorkspaceVolumeBinding{Mode: fresh, DeleteWithWorkspace: proto.Bool(false)}},
+		{[]string{"--volume", "vol_x"}, &ctrlv1.WorkspaceVolumeBinding{Mode: bound, VolumeId: "vol_x"}},
+		{[]string{"--volume", "vol_x:/srv/a:b", "--delete-volume"}, &ctrlv1.WorkspaceVolumeBinding{Mode: bound, VolumeId: "vol_x", MountPath: "/srv/a:b", DeleteWithWorkspace: proto.Bool(true)}},
+		{[]string{"--volume", "none"}, &ctrlv1.WorkspaceVolumeBinding{Mode: none}},
+		{nil, nil},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			e, f := newCtrlEnv(t)
+			e.call(t, "", append([]string{"ws", "create"}, tc.args...)...)
+			_, reqs := f.got()
+			got := reqs[0].(*ctrlv1.CreateWorkspaceRequest).GetSpec().GetVolume()
+			if !proto.Equal(got, tc.want) {
+				t.Errorf("spec.volume = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestWorkspaceVolume(t *testing.T) {
+	e, f := newCtrlEnv(t)
+	f.ws.Spec.BindingRevision = 5
+	f.ws.Spec.Volume = &ctrlv1.WorkspaceVolumeBinding{
+		Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND, VolumeId: "vol_1", MountPath: "/data", DeleteWithWorkspace: proto.Bool(true),
+	}
+	f.ws.PersistentPaths = []string{"/data"}
+
+	// ID alone shows the binding; ws get has it in its table.
+	stdout, _ := e.call(t, "", "ws", "volume", "ws_1")
+	for _, want := range []string{"MODE BOUND", "VOLUME vol_1", "MOUNT_PATH /data", "DELETE_WITH_WORKSPACE true", "BINDING_REVISION 5", "PERSISTENT_PATHS /data"} {
+		if !strings.Contains(strings.Join(fields(stdout), "\n"), want) {
+			t.Errorf("ws volume ws_1 lacks %q:\n%s", want, stdout)
+		}
+	}
+	stdout, _ = e.call(t, "", "ws", "get", "ws_1")
+	if row := fields(stdout)[1]; !strings.Contains(row, " vol_1:/data ") {
+		t.Errorf("ws get row %q lacks the binding", row)
+	}
+
+	e.call(t, "", "ws", "volume", "ws_1", "none")
+	calls, reqs := f.got()
+	if strings.Join(calls, ",") != "GetWorkspace,GetWorkspace,GetWorkspace,UpdateWorkspaceVolumeBinding" {
+		t.Fatalf("calls = %v", calls)
+	}
+	want := &ctrlv1.UpdateWorkspaceVolumeBindingRequest{
+		Command:                 reqs[3].(*ctrlv1.UpdateWorkspaceVolumeBindingRequest).GetCommand(),
+		WorkspaceId:             "ws_1",
+		ExpectedBindingRevision: 5,
+		Volume:                  &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE},
+	}
+	if !proto.Equal(reqs[3], want) || want.GetCommand().GetCommandId() == "" {
+		t.Errorf("request = %v, want %v", reqs[3], want)
+	}
+
+	stdout, _ = e.call(t, "", "ws", "volume", "ws_1", "vol_2:/work", "--delete-with-workspace", "--expected-binding-revision", "9")
+	calls, reqs = f.got()
+	if len(calls) != 5 || calls[4] != "UpdateWorkspaceVolumeBinding" {
+		t.Fatalf("calls = %v, want UpdateWorkspaceVolumeBinding alone", calls)
+	}
+	r := reqs[4].(*ctrlv1.UpdateWorkspaceVolumeBindingRequest)
+	wantBinding := &ctrlv1.WorkspaceVolumeBinding{
+		Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND, VolumeId: "vol_2", MountPath: "/work", DeleteWithWorkspace: proto.Bool(true),
+	}
+	if r.GetExpectedBindingRevision() != 9 || !proto.Equal(r.GetVolume(), wantBinding) {
+		t.Errorf("request = %v", r)
+	}
+	if !strings.Contains(stdout, "vol_2") || !strings.Contains(stdout, "/work") {
+		t.Errorf("output lacks the new binding:\n%s", stdout)
+	}
+}
+
+func TestVolumeBindingRejectsBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"ws", "create", "--volume", ":/x"}, "want NEW[:PATH], VOLUME_ID[:PATH] or none"},
+		{[]string{"ws", "create", "--volume", "vol_x:work"}, "not absolute"},
+		{[]string{"ws", "create", "--volume", "vol_x:"}, "not absolute"},
+		{[]string{"ws", "create", "--volume", "NEW:/a/../b/"}, "write /b"},
+		{[]string{"ws", "create", "--volume", "none:/x"}, "none takes no PATH"},
+		{[]string{"ws", "create", "--keep-volume"}, "need --volume"},
+		{[]string{"ws", "create", "--volume", "none", "--delete-volume"}, "not none"},
+		{[]string{"ws", "create", "--volume", "new", "--keep-volume", "--delete-volume"}, "keep-volume"},
+		{[]string{"ws", "volume", "ws_1", "NEW"}, "only for `ws create`"},
+		{[]string{"ws", "volume", "ws_1", "new:/x"}, "only for `ws create`"},
+		{[]string{"ws", "volume", "ws_1", "vol_x:data"}, "not absolute"},
+		{[]string{"ws", "volume", "ws_1", "none", "--delete-with-workspace"}, "not none"},
+		{[]string{"ws", "volume", "ws_1", "--delete-with-workspace"}, "needs a binding"},
+		{[]string{"ws", "volume", "ws_1", "vol_x", "vol_y"}, "accepts between 1 and 2"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			e, f := newCtrlEnv(t)
+			_, _, err := e.run(t, "", append(tc.args, "--addr", e.addr, "--token", "t")...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
+			}
+			if calls, _ := f.got(); len(calls) != 0 {
+				t.Errorf("calls = %v, want none", calls)
+			}
+		})
+	}
+}
+
+func TestAdminPool(t *testing.T) {
+	e := newEnv(t)
+	stdout, stderr := e.call(t, "", "admin", "pool", "lost", "fast")
+	if stdout != "vol_a\nvol_b\n" {
+		t.Errorf("stdout = %q, want the lost Volume IDs one a line", stdout)
+	}
+	if !strings.Contains(stderr, "fast") || !strings.Contains(stderr, "2 Volume(s) became LOST") {
+		t.Errorf("stderr = %q", stderr)
+	}
+
+	stdout, _ = e.call(t, "", "admin", "pool", "list")
+	want := []string{
+		"NAME DEFAULT PROFILE HOSTS",
+		"fast true 10Gi host_1,host_2",
+		"slow false 100Gi -",
+	}
+	if got := fields(stdout); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("table:\n%s", stdout)
+	}
+
+	calls, _, reqs := e.f.got()
+	if strings.Join(calls, ",") != "DeclareStoragePoolLost,ListStoragePools" {
+		t.Fatalf("calls = %v", calls)
+	}
+	if r := reqs[0].(*adminv1.DeclareStoragePoolLostRequest); r.GetStoragePool() != "fast" {
+		t.Errorf("request = %v", r)
+	}
+}
