@@ -55,7 +55,9 @@ func (s *VolumeService) UpdateVolumeLabels(ctx context.Context, req *connect.Req
 	m := req.Msg
 	return rpc.Respond(volumes.UpdateLabels(ctx, s.svc, rpc.Mutation[*ctrlv1.UpdateVolumeLabelsResponse](req, m.GetCommand()),
 		m.GetVolumeId(), m.GetExpectedLabelsRevision(), m.GetLabels(),
-		func(v *ctrlv1.Volume) *ctrlv1.UpdateVolumeLabelsResponse { return &ctrlv1.UpdateVolumeLabelsResponse{Volume: v} }))
+		func(v *ctrlv1.Volume) *ctrlv1.UpdateVolumeLabelsResponse {
+			return &ctrlv1.UpdateVolumeLabelsResponse{Volume: v}
+		}))
 }
 
 func (s *VolumeService) UpdateVolumeAnnotations(ctx context.Context, req *connect.Request[ctrlv1.UpdateVolumeAnnotationsRequest]) (*connect.Response[ctrlv1.UpdateVolumeAnnotationsResponse], error) {

@@ -70,7 +70,8 @@ func up(t *testing.T, home string) *deployment {
 	return upWith(t, home, daemon.Options{})
 }
 
-// upWith starts a deployment on home with o's network settings.
+// upWith starts a deployment on home with o's network and storage
+// settings.
 func upWith(t *testing.T, home string, o daemon.Options) *deployment {
 	t.Helper()
 	requireRoot(t)
@@ -80,7 +81,8 @@ func upWith(t *testing.T, home string, o daemon.Options) *deployment {
 	go func() {
 		d.done <- daemon.Run(ctx, daemon.Options{Home: home, Listen: "127.0.0.1:0", Host: true,
 			GuestAgent: guestAgent, Ready: func(a net.Addr) { ready <- a },
-			UnsafeExemptRanges: o.UnsafeExemptRanges, DeploymentResolvers: o.DeploymentResolvers})
+			UnsafeExemptRanges: o.UnsafeExemptRanges, DeploymentResolvers: o.DeploymentResolvers,
+			StoragePools: o.StoragePools, VolumeBytes: o.VolumeBytes})
 	}()
 	select {
 	case a := <-ready:

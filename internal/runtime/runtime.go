@@ -7,7 +7,10 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"path"
+	"strings"
 	"time"
 )
 
@@ -57,8 +60,36 @@ type Spec struct {
 type VolumeMount struct {
 	// Image is the host path of the volume's ext4 image.
 	Image string
-	// Path is the absolute guest path it is mounted at (e.g. /data).
+	// Path is the absolute guest path it is mounted at (e.g. /data); see
+	// CheckVolumePath.
 	Path string
+}
+
+// Guest paths every execution has, whatever its runtime.
+const (
+	// GuestAgentPath is where the guest agent binary is mounted.
+	GuestAgentPath = "/.kibotos/guest"
+	// GuestSocketDir is the guest agent's socket directory.
+	GuestSocketDir = "/run/kibotos"
+)
+
+// reservedGuestPaths are the guest paths the platform mounts itself.
+var reservedGuestPaths = []string{"/proc", "/sys", "/dev", GuestSocketDir, GuestAgentPath, "/etc/resolv.conf"}
+
+// CheckVolumePath checks a guest path a volume can be mounted at: clean,
+// absolute, not the root, and neither at, below nor above a path the
+// platform mounts itself (so not /run or /etc either). ctrl applies the
+// same rule when a binding names the path, so a start never fails on it.
+func CheckVolumePath(p string) error {
+	if !path.IsAbs(p) || path.Clean(p) != p || p == "/" {
+		return fmt.Errorf("volume path %q must be a clean, absolute path other than /", p)
+	}
+	for _, r := range reservedGuestPaths {
+		if p == r || strings.HasPrefix(p, r+"/") || strings.HasPrefix(r, p+"/") {
+			return fmt.Errorf("volume path %q overlaps %s, which the platform mounts", p, r)
+		}
+	}
+	return nil
 }
 
 // Status is what a driver observes of an execution.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -12,6 +11,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/netcheck"
+	"github.com/kibotos/kibotos/internal/runtime"
 	"github.com/kibotos/kibotos/internal/store"
 )
 
@@ -131,26 +131,20 @@ func checkVolume(v *ctrlv1.WorkspaceVolumeBinding, create bool) (*ctrlv1.Workspa
 	return &ctrlv1.WorkspaceVolumeBinding{VolumeId: v.VolumeId, Mode: mode, MountPath: mountPath, DeleteWithWorkspace: &deleteWith}, nil
 }
 
-// checkMountPath validates the guest path a Volume is mounted at: absolute,
-// and not the root or a kernel filesystem the runtime provides. It
-// returns the path in its clean form; empty selects the default.
+// checkMountPath validates the guest path a Volume is mounted at with the
+// runtime's rule (runtime.CheckVolumePath) and returns it in its clean
+// form, as stored; empty selects the default.
 func checkMountPath(p string) (string, error) {
 	if p == "" {
 		return DefaultMountPath, nil
 	}
-	if !path.IsAbs(p) || strings.ContainsRune(p, 0) || len(p) > 4096 {
+	if !path.IsAbs(p) {
 		return "", invalid("volume.mount_path %q must be an absolute guest path", p)
 	}
-	clean := path.Clean(p)
-	if clean == "/" {
-		return "", invalid("volume.mount_path %q would cover the guest's root directory", p)
+	if err := runtime.CheckVolumePath(path.Clean(p)); err != nil {
+		return "", invalid("volume.mount_path: %v", err)
 	}
-	for _, kernel := range []string{"/proc", "/sys", "/dev"} {
-		if clean == kernel || strings.HasPrefix(clean, kernel+"/") {
-			return "", invalid("volume.mount_path %q is inside %s, which the runtime provides", p, kernel)
-		}
-	}
-	return clean, nil
+	return path.Clean(p), nil
 }
 
 func checkExpiration(p *ctrlv1.WorkspaceExpirationPolicy, now time.Time) error {

@@ -12,8 +12,8 @@ import (
 
 // Paths inside the guest.
 const (
-	guestAgentPath = "/.kibotos/guest"
-	guestSocketDir = "/run/kibotos"
+	guestAgentPath = runtime.GuestAgentPath
+	guestSocketDir = runtime.GuestSocketDir
 	resolvConfName = "resolv.conf" // in the socket directory on the host
 	defaultPath    = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	cfsPeriod      = 100000  // µs

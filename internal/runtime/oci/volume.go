@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -13,10 +12,6 @@ import (
 	"github.com/kibotos/kibotos/internal/diskimage"
 	"github.com/kibotos/kibotos/internal/runtime"
 )
-
-// reservedGuestPaths are the guest paths the driver mounts itself; a
-// volume may be mounted neither at, below nor above one of them.
-var reservedGuestPaths = []string{"/proc", "/sys", "/dev", guestSocketDir, guestAgentPath, "/etc/resolv.conf"}
 
 // checkVolume rejects a volume the driver cannot mount.
 func checkVolume(v *runtime.VolumeMount, layerImage string) error {
@@ -27,14 +22,8 @@ func checkVolume(v *runtime.VolumeMount, layerImage string) error {
 	if li, err := os.Stat(layerImage); err == nil && os.SameFile(fi, li) {
 		return fmt.Errorf("oci: volume image %q is the layer image", v.Image)
 	}
-	p := v.Path
-	if !path.IsAbs(p) || path.Clean(p) != p || p == "/" {
-		return fmt.Errorf("oci: volume path %q must be a clean, absolute path other than /", p)
-	}
-	for _, r := range reservedGuestPaths {
-		if p == r || strings.HasPrefix(p, r+"/") || strings.HasPrefix(r, p+"/") {
-			return fmt.Errorf("oci: volume path %q overlaps %s", p, r)
-		}
+	if err := runtime.CheckVolumePath(v.Path); err != nil {
+		return fmt.Errorf("oci: %w", err)
 	}
 	return nil
 }

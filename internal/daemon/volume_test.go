@@ -1,0 +1,471 @@
+package daemon_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	adminv1 "github.com/kibotos/kibotos/gen/kibotos/admin/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/admin/v1/adminv1connect"
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/bearer"
+	"github.com/kibotos/kibotos/internal/daemon"
+)
+
+// volumeEnv is a deployment with two storage pools and small volumes.
+type volumeEnv struct {
+	*deployment
+	ctx     context.Context
+	volumes ctrlv1connect.VolumeServiceClient
+	admin   adminv1connect.AdminServiceClient
+}
+
+func newVolumeEnv(t *testing.T) *volumeEnv {
+	home := t.TempDir()
+	d := upWith(t, home, daemon.Options{VolumeBytes: 64 * mib, StoragePools: []string{
+		"default=" + filepath.Join(home, "pool-default"), "spare=" + filepath.Join(home, "pool-spare")}})
+	token, err := os.ReadFile(filepath.Join(home, daemon.AdminTokenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := connect.WithInterceptors(bearer.Token(strings.TrimSpace(string(token))))
+	return &volumeEnv{deployment: d, ctx: context.Background(),
+		volumes: ctrlv1connect.NewVolumeServiceClient(http.DefaultClient, d.url, auth),
+		admin:   adminv1connect.NewAdminServiceClient(http.DefaultClient, d.url, auth)}
+}
+
+func (e *volumeEnv) volume(id string) *ctrlv1.Volume {
+	e.t.Helper()
+	resp, err := e.volumes.GetVolume(e.ctx, connect.NewRequest(&ctrlv1.GetVolumeRequest{VolumeId: id}))
+	if err != nil {
+		e.t.Fatalf("GetVolume: %v", err)
+	}
+	return resp.Msg.Volume
+}
+
+// awaitVolume polls until cond holds of the volume.
+func (e *volumeEnv) awaitVolume(id, what string, cond func(*ctrlv1.Volume) bool) *ctrlv1.Volume {
+	e.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		v := e.volume(id)
+		if cond(v) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("volume %s: waiting for %s; it is %v", id, what, v)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (e *volumeEnv) createVolume(spec *ctrlv1.VolumeSpec, labels map[string]string) (*ctrlv1.Volume, error) {
+	resp, err := e.volumes.CreateVolume(e.ctx, connect.NewRequest(&ctrlv1.CreateVolumeRequest{Command: cmd(), Spec: spec, Labels: labels}))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg.Volume, nil
+}
+
+func (e *volumeEnv) resize(id string, bytes uint64) (*ctrlv1.Volume, error) {
+	resp, err := e.volumes.ResizeVolume(e.ctx, connect.NewRequest(&ctrlv1.ResizeVolumeRequest{Command: cmd(), VolumeId: id, CapacityBytes: bytes}))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg.Volume, nil
+}
+
+func (e *volumeEnv) bind(ws *ctrlv1.Workspace, b *ctrlv1.WorkspaceVolumeBinding) (*ctrlv1.Workspace, error) {
+	resp, err := e.client.UpdateWorkspaceVolumeBinding(e.ctx, connect.NewRequest(&ctrlv1.UpdateWorkspaceVolumeBindingRequest{
+		Command: cmd(), WorkspaceId: ws.WorkspaceId, ExpectedBindingRevision: ws.Spec.BindingRevision, Volume: b}))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg.Workspace, nil
+}
+
+func (e *volumeEnv) start(id string) (*ctrlv1.Workspace, error) {
+	resp, err := e.client.StartWorkspace(e.ctx, connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: cmd(), WorkspaceId: id}))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg.Workspace, nil
+}
+
+func (e *volumeEnv) deleteWorkspace(id string) {
+	e.t.Helper()
+	if _, err := e.client.DeleteWorkspace(e.ctx, connect.NewRequest(&ctrlv1.DeleteWorkspaceRequest{Command: cmd(), WorkspaceId: id})); err != nil {
+		e.t.Fatal(err)
+	}
+	e.await(id, ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED)
+}
+
+// run runs a shell command in the workspace and fails the test on error.
+func (e *volumeEnv) run(ws *ctrlv1.Workspace, script string) string {
+	e.t.Helper()
+	out, err := e.exec(ws, "sh", "-c", script)
+	if err != nil {
+		e.t.Fatalf("%s: %v: %s", script, err, out)
+	}
+	return strings.TrimSpace(out)
+}
+
+func withVolume(b *ctrlv1.WorkspaceVolumeBinding) *ctrlv1.WorkspaceCreateSpec {
+	s := small()
+	s.Volume = b
+	return s
+}
+
+func bound(id, path string) *ctrlv1.WorkspaceVolumeBinding {
+	return &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND, VolumeId: id, MountPath: path}
+}
+
+var none = &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE}
+
+// observedWorkspace is the workspace a refusal carries, or nil.
+func observedWorkspace(err error) *ctrlv1.Workspace {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return nil
+	}
+	for _, d := range ce.Details() {
+		if m, derr := d.Value(); derr == nil {
+			if ed, ok := m.(*ctrlv1.ErrorDetail); ok {
+				return ed.ObservedWorkspace
+			}
+		}
+	}
+	return nil
+}
+
+func errorReason(err error) ctrlv1.FailureReason {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		for _, d := range ce.Details() {
+			if m, derr := d.Value(); derr == nil {
+				if ed, ok := m.(*ctrlv1.ErrorDetail); ok {
+					return ed.Reason
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// TestVolumeData follows one Volume's data through everything that must
+// keep it: stop and start, a FORCE stop, growth, the deletion of a
+// workspace that does not delete it, and a rebind to another workspace.
+func TestVolumeData(t *testing.T) {
+	e := newVolumeEnv(t)
+	defer e.stop()
+
+	ws := e.create(withVolume(&ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW}))
+	b := ws.Spec.Volume
+	if b.Mode != ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND || b.VolumeId == "" || b.MountPath != "/data" || !b.GetDeleteWithWorkspace() {
+		t.Fatalf("stored NEW binding: %v", b)
+	}
+	if got := ws.PersistentPaths; len(got) != 1 || got[0] != "/data" {
+		t.Errorf("persistent_paths %v", got)
+	}
+	volID := b.VolumeId
+	ws = e.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	v := e.awaitVolume(volID, "ATTACHED and HEALTHY", func(v *ctrlv1.Volume) bool {
+		return v.State == ctrlv1.VolumeState_VOLUME_STATE_ATTACHED && v.Observation.GetCondition() == ctrlv1.VolumeCondition_VOLUME_CONDITION_HEALTHY
+	})
+	if v.Spec.CapacityBytes != 64*mib || v.Spec.StoragePool != "default" || v.BoundWorkspaceId != ws.WorkspaceId {
+		t.Errorf("volume %v", v)
+	}
+	promised := tier(ws, ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_PROMISED)
+	if promised.GetAvailability() != ctrlv1.RetentionAvailability_RETENTION_AVAILABILITY_AVAILABLE ||
+		len(promised.Paths) != 1 || promised.Paths[0] != "/data" || promised.GetCapacityBytes() != 64*mib {
+		t.Errorf("PROMISED tier %v", promised)
+	}
+
+	// The capacity is the volume's: writing past it fails with no space,
+	// and nothing else breaks.
+	e.run(ws, "echo one > /data/f && sync")
+	out, err := e.exec(ws, "sh", "-c", "dd if=/dev/zero of=/data/big bs=1M count=100 2>&1")
+	if err == nil || !strings.Contains(out, "No space left") {
+		t.Errorf("writing 100 MiB into a 64 MiB volume: %v %s", err, out)
+	}
+	if got := e.run(ws, "rm /data/big && echo fine > /root/other && cat /root/other /data/f"); got != "fine\none" {
+		t.Errorf("after filling the volume: %q", got)
+	}
+
+	// A second binding of a bound volume is refused, naming the holder.
+	_, err = e.client.CreateWorkspace(e.ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: withVolume(bound(volID, ""))}))
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || observedWorkspace(err).GetWorkspaceId() != ws.WorkspaceId {
+		t.Errorf("binding a bound volume: %v", err)
+	}
+	// Growing it while mounted is refused here, with the reason.
+	if _, err := e.resize(volID, 96*mib); connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "stop the workspace") {
+		t.Errorf("online resize: %v", err)
+	}
+	if _, err := e.volumes.DeleteVolume(e.ctx, connect.NewRequest(&ctrlv1.DeleteVolumeRequest{Command: cmd(), VolumeId: volID})); connect.CodeOf(err) != connect.CodeFailedPrecondition || observedWorkspace(err) == nil {
+		t.Errorf("deleting a bound volume: %v", err)
+	}
+
+	// NORMAL stop, start: the data is there.
+	e.stopWorkspace(ws.WorkspaceId, ctrlv1.StopMode_STOP_MODE_NORMAL)
+	e.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+	e.awaitVolume(volID, "AVAILABLE", func(v *ctrlv1.Volume) bool { return v.State == ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE })
+	if _, err := e.start(ws.WorkspaceId); err != nil {
+		t.Fatal(err)
+	}
+	ws = e.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	if got := e.run(ws, "cat /data/f; echo two > /data/f; sync"); got != "one" {
+		t.Errorf("after stop/start: %q", got)
+	}
+	// FORCE stop: synced data survives and the filesystem mounts again.
+	e.stopWorkspace(ws.WorkspaceId, ctrlv1.StopMode_STOP_MODE_FORCE)
+	e.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+	e.awaitVolume(volID, "AVAILABLE", func(v *ctrlv1.Volume) bool { return v.State == ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE })
+
+	// Grow it while stopped: RESIZING, then the new capacity.
+	for name, bytes := range map[string]uint64{"shrinking": 32 * mib, "not whole MiB": 96*mib + 1} {
+		if _, err := e.resize(volID, bytes); connect.CodeOf(err) != connect.CodeInvalidArgument {
+			t.Errorf("resize %s: %v", name, err)
+		}
+	}
+	got, err := e.resize(volID, 96*mib)
+	if err != nil || got.State != ctrlv1.VolumeState_VOLUME_STATE_RESIZING || got.Spec.CapacityBytes != 64*mib || got.Observation != nil {
+		t.Fatalf("resize: %v, %v", got, err)
+	}
+	if _, err := e.start(ws.WorkspaceId); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("start while RESIZING: %v", err) // a race with a fast host: it may be AVAILABLE already
+	}
+	e.awaitVolume(volID, "grown to 96 MiB", func(v *ctrlv1.Volume) bool {
+		return v.State == ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE && v.Spec.CapacityBytes == 96*mib
+	})
+	if _, err := e.start(ws.WorkspaceId); err != nil {
+		t.Fatal(err)
+	}
+	ws = e.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	if got := e.run(ws, "cat /data/f"); got != "two" {
+		t.Errorf("after FORCE stop and growth: %q", got)
+	}
+	// The guest sees the larger filesystem (df counts 1K blocks).
+	var blocks int
+	if fields := strings.Fields(e.run(ws, "df -k /data | tail -1")); len(fields) > 1 {
+		blocks, _ = strconv.Atoi(fields[1])
+	}
+	if blocks < 80*1024 || blocks > 96*1024 {
+		t.Errorf("the guest's /data has %d KiB, want about 96 MiB", blocks)
+	}
+	if p := tier(ws, ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_PROMISED); p.GetCapacityBytes() != 96*mib {
+		t.Errorf("PROMISED tier after growth: %v", p)
+	}
+
+	// Release it (the binding's delete_with_workspace does not matter
+	// for a release), then bind it to a second workspace.
+	e.stopWorkspace(ws.WorkspaceId, ctrlv1.StopMode_STOP_MODE_NORMAL)
+	ws = e.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+	if _, err := e.bind(ws, &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW}); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Errorf("NEW in UpdateWorkspaceVolumeBinding: %v", err)
+	}
+	stale := proto.CloneOf(ws)
+	released, err := e.bind(ws, none)
+	if err != nil || released.Spec.BindingRevision != 2 || len(released.PersistentPaths) != 0 ||
+		tier(released, ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_PROMISED).GetAvailability() != ctrlv1.RetentionAvailability_RETENTION_AVAILABILITY_NOT_DECLARED {
+		t.Fatalf("release: %v, %v", released, err)
+	}
+	if _, err := e.bind(stale, bound(volID, "")); connect.CodeOf(err) != connect.CodeAborted {
+		t.Errorf("stale binding_revision: %v", err)
+	}
+	if v := e.volume(volID); v.BoundWorkspaceId != "" || v.State != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE {
+		t.Errorf("released volume: %v", v)
+	}
+	second := e.create(withVolume(bound(volID, "/mnt/keep")))
+	if !proto.Equal(second.Spec.Volume, &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND,
+		VolumeId: volID, MountPath: "/mnt/keep", DeleteWithWorkspace: proto.Bool(false)}) {
+		t.Errorf("stored BOUND binding: %v", second.Spec.Volume)
+	}
+	second = e.await(second.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	if got := e.run(second, "cat /mnt/keep/f"); got != "two" {
+		t.Errorf("in the second workspace: %q", got)
+	}
+	// Deleting it keeps the volume: its binding says so.
+	e.deleteWorkspace(second.WorkspaceId)
+	v = e.awaitVolume(volID, "free", func(v *ctrlv1.Volume) bool {
+		return v.BoundWorkspaceId == "" && v.State == ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE
+	})
+	// Bound again to the first, whose binding deletes it with itself.
+	ws, err = e.bind(released, &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND,
+		VolumeId: volID, DeleteWithWorkspace: proto.Bool(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.start(ws.WorkspaceId); err != nil {
+		t.Fatal(err)
+	}
+	ws = e.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	if got := e.run(ws, "cat /data/f"); got != "two" {
+		t.Errorf("rebound: %q", got)
+	}
+	image := filepath.Join(e.home, "pool-default", volID+".ext4")
+	if _, err := os.Stat(image); err != nil {
+		t.Fatal(err)
+	}
+	e.deleteWorkspace(ws.WorkspaceId)
+	e.awaitVolume(volID, "DELETED", func(v *ctrlv1.Volume) bool { return v.State == ctrlv1.VolumeState_VOLUME_STATE_DELETED })
+	if _, err := os.Stat(image); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the deleted volume's image: %v", err)
+	}
+}
+
+// TestVolumeLostAndDamaged covers the operator declaring a pool lost and
+// a holder that cannot open a volume as the one created.
+func TestVolumeLostAndDamaged(t *testing.T) {
+	e := newVolumeEnv(t)
+	defer e.stop()
+
+	// Bad input is refused and stores nothing.
+	for name, spec := range map[string]*ctrlv1.VolumeSpec{
+		"capacity not whole MiB": {CapacityBytes: mib + 1},
+		"bad pool name":          {StoragePool: "Not A Pool"},
+	} {
+		if _, err := e.createVolume(spec, nil); connect.CodeOf(err) != connect.CodeInvalidArgument {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, err := e.createVolume(&ctrlv1.VolumeSpec{StoragePool: "elsewhere"}, nil); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("unknown pool: %v", err)
+	}
+	if _, err := e.createVolume(nil, map[string]string{"Bad Key": "x"}); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Errorf("bad label: %v", err)
+	}
+	for name, b := range map[string]*ctrlv1.WorkspaceVolumeBinding{
+		"relative mount_path":  {Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW, MountPath: "data"},
+		"root mount_path":      {Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW, MountPath: "/"},
+		"over /run/kibotos":    {Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW, MountPath: "/run"},
+		"inside /proc":         {Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW, MountPath: "/data/../proc/x"},
+		"NEW with a volume_id": {Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW, VolumeId: "vol_x"},
+		"BOUND without one":    {Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND},
+		"NONE with a path":     {Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE, MountPath: "/data"},
+		"NONE with delete":     {Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE, DeleteWithWorkspace: proto.Bool(false)},
+	} {
+		_, err := e.client.CreateWorkspace(e.ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: withVolume(b)}))
+		if connect.CodeOf(err) != connect.CodeInvalidArgument {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, err := e.client.CreateWorkspace(e.ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: withVolume(bound("vol_missing", ""))})); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("binding a missing volume: %v", err)
+	}
+	list, err := e.volumes.ListVolumes(e.ctx, connect.NewRequest(&ctrlv1.ListVolumesRequest{}))
+	if err != nil || len(list.Msg.Volumes) != 0 {
+		t.Fatalf("volumes after bad input: %v, %v", list, err)
+	}
+	ws, err := e.client.ListWorkspaces(e.ctx, connect.NewRequest(&ctrlv1.ListWorkspacesRequest{}))
+	if err != nil || len(ws.Msg.Workspaces) != 0 {
+		t.Fatalf("workspaces after bad input: %v, %v", ws, err)
+	}
+
+	// A volume in the spare pool, created on its own.
+	lost, err := e.createVolume(&ctrlv1.VolumeSpec{StoragePool: "spare", CapacityBytes: 32 * mib}, map[string]string{"team": "a"})
+	if err != nil || lost.State != ctrlv1.VolumeState_VOLUME_STATE_CREATING || lost.Spec.CapacityBytes != 32*mib {
+		t.Fatalf("CreateVolume: %v, %v", lost, err)
+	}
+	e.awaitVolume(lost.VolumeId, "AVAILABLE", func(v *ctrlv1.Volume) bool { return v.State == ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE })
+	holder := e.create(withVolume(bound(lost.VolumeId, "/srv")))
+	holder = e.await(holder.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	e.run(holder, "echo x > /srv/x")
+	e.stopWorkspace(holder.WorkspaceId, ctrlv1.StopMode_STOP_MODE_NORMAL)
+	holder = e.await(holder.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+
+	// A damaged image: its superblock overwritten while nothing holds it.
+	damaged := e.create(withVolume(&ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW}))
+	damaged = e.await(damaged.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	e.stopWorkspace(damaged.WorkspaceId, ctrlv1.StopMode_STOP_MODE_NORMAL)
+	damaged = e.await(damaged.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+	damagedVol := damaged.Spec.Volume.VolumeId
+	e.awaitVolume(damagedVol, "AVAILABLE", func(v *ctrlv1.Volume) bool { return v.State == ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE })
+	f, err := os.OpenFile(filepath.Join(e.home, "pool-default", damagedVol+".ext4"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(make([]byte, 1024), 1024); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	v := e.awaitVolume(damagedVol, "DAMAGED", func(v *ctrlv1.Volume) bool {
+		return v.Observation.GetCondition() == ctrlv1.VolumeCondition_VOLUME_CONDITION_DAMAGED
+	})
+	if v.State != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE || v.Observation.Error == "" || v.Observation.ObservedAt == nil {
+		t.Errorf("damaged volume: %v", v)
+	}
+	if _, err := e.start(damaged.WorkspaceId); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := e.client.GetWorkspace(e.ctx, connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: damaged.WorkspaceId}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w := resp.Msg.Workspace; w.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED {
+			if !strings.Contains(w.Failure.GetMessage(), "cannot be opened as the volume created") {
+				t.Errorf("failure: %v", w.Failure)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the start on a damaged volume did not fail: %v", resp.Msg.Workspace)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// The operator declares the spare pool lost.
+	pools, err := e.admin.ListStoragePools(e.ctx, connect.NewRequest(&adminv1.ListStoragePoolsRequest{}))
+	if err != nil || len(pools.Msg.StoragePools) != 2 || !pools.Msg.StoragePools[0].Default || pools.Msg.StoragePools[1].Name != "spare" {
+		t.Fatalf("pools: %v, %v", pools, err)
+	}
+	declared, err := e.admin.DeclareStoragePoolLost(e.ctx, connect.NewRequest(&adminv1.DeclareStoragePoolLostRequest{StoragePool: "spare"}))
+	if err != nil || len(declared.Msg.LostVolumeIds) != 1 || declared.Msg.LostVolumeIds[0] != lost.VolumeId {
+		t.Fatalf("DeclareStoragePoolLost: %v, %v", declared, err)
+	}
+	if v := e.volume(lost.VolumeId); v.State != ctrlv1.VolumeState_VOLUME_STATE_LOST {
+		t.Errorf("lost volume: %v", v)
+	}
+	if v := e.volume(damagedVol); v.State == ctrlv1.VolumeState_VOLUME_STATE_LOST {
+		t.Errorf("a volume of another pool is LOST")
+	}
+	_, err = e.start(holder.WorkspaceId)
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || errorReason(err) != ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST {
+		t.Errorf("start bound to a LOST volume: %v", err)
+	}
+	if _, err := e.resize(lost.VolumeId, 64*mib); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("resize LOST: %v", err)
+	}
+	if _, err := e.volumes.UpdateVolumeLabels(e.ctx, connect.NewRequest(&ctrlv1.UpdateVolumeLabelsRequest{Command: cmd(),
+		VolumeId: lost.VolumeId, ExpectedLabelsRevision: 1})); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("labels of a LOST volume: %v", err)
+	}
+	// Rebinding the workspace lets it start; the LOST volume is deletable
+	// and stays readable with its labels.
+	holder, err = e.bind(holder, none)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.start(holder.WorkspaceId); err != nil {
+		t.Fatal(err)
+	}
+	e.await(holder.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	del, err := e.volumes.DeleteVolume(e.ctx, connect.NewRequest(&ctrlv1.DeleteVolumeRequest{Command: cmd(), VolumeId: lost.VolumeId}))
+	if err != nil || del.Msg.Volume.State != ctrlv1.VolumeState_VOLUME_STATE_DELETED {
+		t.Fatalf("delete LOST: %v, %v", del, err)
+	}
+	if v := e.volume(lost.VolumeId); v.Labels["team"] != "a" || v.State != ctrlv1.VolumeState_VOLUME_STATE_DELETED {
+		t.Errorf("deleted volume read back: %v", v)
+	}
+}
