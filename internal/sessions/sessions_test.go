@@ -150,7 +150,7 @@ func (e *env) report(id string, state hostv1.ObservedState) *ctrlv1.Workspace {
 	e.t.Helper()
 	a := e.assignment(id)
 	if err := e.ws.Report(e.ctx, "h1", []*hostv1.ExecutionReport{{ExecutionId: a.ExecutionId, WorkspaceId: id,
-		Generation: a.Generation, State: state}}); err != nil {
+		Generation: a.Generation, State: state}}, nil); err != nil {
 		e.t.Fatal(err)
 	}
 	ws, err := e.ws.Get(e.ctx, id)
@@ -167,7 +167,7 @@ func (e *env) assignment(id string) *hostv1.Assignment {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	for _, a := range list {
+	for _, a := range list.Assignments {
 		if a.WorkspaceId == id {
 			return a
 		}
