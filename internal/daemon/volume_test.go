@@ -241,9 +241,6 @@ func TestVolumeData(t *testing.T) {
 	if err != nil || got.State != ctrlv1.VolumeState_VOLUME_STATE_RESIZING || got.Spec.CapacityBytes != 64*mib || got.Observation != nil {
 		t.Fatalf("resize: %v, %v", got, err)
 	}
-	if _, err := e.start(ws.WorkspaceId); connect.CodeOf(err) != connect.CodeFailedPrecondition {
-		t.Errorf("start while RESIZING: %v", err) // a race with a fast host: it may be AVAILABLE already
-	}
 	e.awaitVolume(volID, "grown to 96 MiB", func(v *ctrlv1.Volume) bool {
 		return v.State == ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE && v.Spec.CapacityBytes == 96*mib
 	})

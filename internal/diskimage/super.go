@@ -17,6 +17,9 @@ var ErrNotExt4 = errors.New("diskimage: not an ext4 image")
 type Info struct {
 	// Size is the size of the image file.
 	Size uint64
+	// Filesystem is the size of the filesystem in it: smaller than Size
+	// while a growth that extended the file has not grown the filesystem.
+	Filesystem uint64
 	// UUID is the filesystem's UUID, canonical (8-4-4-4-12, lower case).
 	UUID string
 	// Label is the filesystem's volume label; empty when it has none.
@@ -83,8 +86,9 @@ func Inspect(path string) (Info, error) {
 		return Info{}, fmt.Errorf("diskimage: %s: %w", path, err)
 	}
 	return Info{
-		Size:      uint64(fi.Size()),
-		UUID:      formatUUID(sb.uuid),
+		Size:       uint64(fi.Size()),
+		Filesystem: sb.bytes(),
+		UUID:       formatUUID(sb.uuid),
 		Label:     sb.label,
 		UsedBytes: (sb.blocks - sb.freeBlocks) * sb.blockSize,
 	}, nil

@@ -24,6 +24,7 @@ func (s *Service) CreateForWorkspace(ctx context.Context, tx store.Tx, projectID
 	}
 	r.V.BoundWorkspaceId = workspaceID
 	r.Book.Attached = true
+	r.Book.NewFor = workspaceID
 	return r, s.save(ctx, tx, r)
 }
 
@@ -40,30 +41,37 @@ func (s *Service) Bindable(ctx context.Context, tx store.Tx, projectID, volumeID
 	if other := r.V.BoundWorkspaceId; other != "" && other != workspaceID {
 		return nil, s.InUse(ctx, tx, projectID, other, "volume %s is bound to workspace %s; a volume is bound by one workspace at a time", volumeID, other)
 	}
-	if r.V.State != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE && r.V.BoundWorkspaceId != workspaceID {
+	if workspaceID != "" && r.V.BoundWorkspaceId == workspaceID {
+		return r, nil // already this workspace's
+	}
+	if r.V.State != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE {
 		return nil, precondition("volume %s is %s; only an AVAILABLE volume can be bound", volumeID, StateName(r.V.State))
 	}
 	return r, nil
 }
 
-// Bind binds a Volume Bindable returned to a workspace placed on hostID,
-// which must reach the Volume's pool; attached says whether the
+// Bind binds a Volume Bindable returned to a workspace placed on the
+// host that holds the Volume (Holder); attached says whether the
 // workspace holds an execution.
-func (s *Service) Bind(ctx context.Context, tx store.Tx, r *Record, workspaceID, hostID string, attached bool) error {
+func (s *Service) Bind(ctx context.Context, tx store.Tx, r *Record, workspaceID string, attached bool) error {
 	r.V.BoundWorkspaceId = workspaceID
-	r.Row.HostID = hostID
 	r.Book.Attached = attached
-	r.V.State = attachedState(r.V.State, attached)
+	r.V.State = r.settledState()
 	return s.save(ctx, tx, r)
 }
 
-// Reaches reports whether a host reaches a storage pool.
-func Reaches(ctx context.Context, tx store.Tx, hostID, pool string) (bool, error) {
-	pools, err := Pools(ctx, tx)
-	if err != nil {
-		return false, err
-	}
-	return pools[pool].host(hostID) != nil, nil
+// Holder is the host that holds the Volume's image: a storage pool is a
+// directory on one host, so a workspace bound to the Volume runs there.
+func (r *Record) Holder() string { return r.Row.HostID }
+
+// Pool is the storage pool the Volume lives in.
+func (r *Record) Pool() string { return r.V.Spec.GetStoragePool() }
+
+// Uncreated reports whether the Volume is one that workspaceID's NEW
+// binding asked for and no launch finished creating: it holds nothing to
+// keep.
+func (r *Record) Uncreated(workspaceID string) bool {
+	return !r.Book.Created && r.Book.NewFor == workspaceID
 }
 
 // Release ends a workspace's binding of a Volume, when the Volume is still
@@ -75,7 +83,7 @@ func (s *Service) Release(ctx context.Context, tx store.Tx, projectID, volumeID,
 	}
 	r.V.BoundWorkspaceId = ""
 	r.Book.Attached = false
-	r.V.State = attachedState(r.V.State, false)
+	r.V.State = r.settledState()
 	if deleteIt {
 		switch r.V.State {
 		case ctrlv1.VolumeState_VOLUME_STATE_DELETING, ctrlv1.VolumeState_VOLUME_STATE_DELETED:
@@ -93,24 +101,31 @@ func (s *Service) SetAttached(ctx context.Context, tx store.Tx, projectID, volum
 	if err != nil {
 		return err
 	}
-	state := attachedState(r.V.State, attached)
-	if r.Book.Attached == attached && state == r.V.State {
+	before, wasAttached := r.V.State, r.Book.Attached
+	r.Book.Attached = attached
+	r.V.State = r.settledState()
+	if wasAttached == attached && before == r.V.State {
 		return nil
 	}
-	r.Book.Attached = attached
-	r.V.State = state
 	return s.save(ctx, tx, r)
 }
 
-// attachedState is the state a Volume in state has once attached says
-// whether an execution holds it; only AVAILABLE and ATTACHED move.
-func attachedState(state ctrlv1.VolumeState, attached bool) ctrlv1.VolumeState {
-	switch state {
-	case ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE, ctrlv1.VolumeState_VOLUME_STATE_ATTACHED:
-		if attached {
-			return ctrlv1.VolumeState_VOLUME_STATE_ATTACHED
-		}
-		return ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE
+// settledState is the state of a Volume that exists as created, given
+// whether an execution holds it (Book.Attached) and whether a growth is
+// still to be made (Book.Target): ATTACHED while held, else RESIZING
+// until the host grew it, else AVAILABLE. A Volume in any other state
+// keeps it.
+func (r *Record) settledState() ctrlv1.VolumeState {
+	switch r.V.State {
+	case ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE, ctrlv1.VolumeState_VOLUME_STATE_ATTACHED, ctrlv1.VolumeState_VOLUME_STATE_RESIZING:
+	default:
+		return r.V.State
 	}
-	return state
+	switch {
+	case r.Book.Attached:
+		return ctrlv1.VolumeState_VOLUME_STATE_ATTACHED
+	case r.Book.Target > r.V.Spec.CapacityBytes:
+		return ctrlv1.VolumeState_VOLUME_STATE_RESIZING
+	}
+	return ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE
 }

@@ -106,13 +106,11 @@ func observationOnly(a, b *ctrlv1.Volume) bool {
 func (s *Service) apply(r *Record, rep *hostv1.VolumeReport) {
 	now := s.now()
 	if rep.Condition != ctrlv1.VolumeCondition_VOLUME_CONDITION_UNSPECIFIED {
-		obs := &ctrlv1.VolumeObservation{Condition: rep.Condition, UsedBytes: rep.UsedBytes, Error: rep.Error}
-		if old := r.V.Observation; old != nil && old.Condition == obs.Condition && old.UsedBytes == obs.UsedBytes && old.Error == obs.Error {
-			obs.ObservedAt = old.ObservedAt // the same observation: keep when it was first made
-		} else {
-			obs.ObservedAt = timestamppb.New(now)
-		}
-		r.V.Observation = obs
+		// observed_at moves with every report, so that it says how
+		// current the observation is; it stays put once nothing holds
+		// the Volume.
+		r.V.Observation = &ctrlv1.VolumeObservation{Condition: rep.Condition, UsedBytes: rep.UsedBytes, Error: rep.Error,
+			ObservedAt: timestamppb.New(now)}
 	}
 	failed := rep.FailureMessage != ""
 	switch r.V.State {
@@ -122,7 +120,8 @@ func (s *Service) apply(r *Record, rep *hostv1.VolumeReport) {
 			r.Book.Created = true
 			r.V.Spec.CapacityBytes = rep.CapacityBytes
 			r.Book.Target = rep.CapacityBytes
-			r.V.State = attachedState(ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE, r.Book.Attached)
+			r.V.State = ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE
+			r.V.State = r.settledState()
 		case failed && rep.FailureStage == ctrlv1.FailureStage_FAILURE_STAGE_CREATING_VOLUME:
 			r.V.State = ctrlv1.VolumeState_VOLUME_STATE_FAILED
 			r.V.Failure = &ctrlv1.VolumeFailure{Reason: ctrlv1.FailureReason_FAILURE_REASON_INTERNAL, Stage: rep.FailureStage,
@@ -132,17 +131,13 @@ func (s *Service) apply(r *Record, rep *hostv1.VolumeReport) {
 		if rep.CapacityBytes > r.V.Spec.CapacityBytes {
 			r.V.Spec.CapacityBytes = rep.CapacityBytes // only ever grows
 		}
-		grown := r.V.Spec.CapacityBytes >= r.Book.Target
-		if !grown && failed && rep.FailureStage == ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_VOLUME {
+		if r.V.Spec.CapacityBytes < r.Book.Target && failed && rep.FailureStage == ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_VOLUME {
 			// The Volume keeps the capacity it has; the request ends here.
 			r.V.Failure = &ctrlv1.VolumeFailure{Reason: ctrlv1.FailureReason_FAILURE_REASON_INTERNAL, Stage: rep.FailureStage,
 				Message: rep.FailureMessage, FailedAt: timestamppb.New(now)}
 			r.Book.Target = r.V.Spec.CapacityBytes
-			grown = true
 		}
-		if grown && r.V.State == ctrlv1.VolumeState_VOLUME_STATE_RESIZING {
-			r.V.State = attachedState(ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE, r.Book.Attached)
-		}
+		r.V.State = r.settledState()
 	case ctrlv1.VolumeState_VOLUME_STATE_DELETING:
 		if rep.Deleted {
 			s.finishDelete(r)

@@ -2,6 +2,7 @@ package volumes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/internal/store"
 )
@@ -98,6 +100,14 @@ func (s *Service) resolvePool(ctx context.Context, tx store.Tx, name string) (Po
 	}
 	pools, err := Pools(ctx, tx)
 	if err != nil {
+		return Pool{}, err
+	}
+	if len(pools) == 0 {
+		err := connect.NewError(connect.CodeFailedPrecondition, errors.New(`no host of this deployment offers the capability "volume.storage_pool": none has a storage pool`))
+		if d, derr := connect.NewErrorDetail(&ctrlv1.ErrorDetail{Reason: ctrlv1.FailureReason_FAILURE_REASON_CAPABILITY_UNAVAILABLE,
+			Stage: ctrlv1.FailureStage_FAILURE_STAGE_CREATING_VOLUME}); derr == nil {
+			err.AddDetail(d)
+		}
 		return Pool{}, err
 	}
 	p, ok := pools[name]

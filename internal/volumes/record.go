@@ -46,6 +46,9 @@ type Bookkeeping struct {
 	// the Volume (kept by the workspaces package), so that a Volume
 	// finishing its creation or a resize becomes ATTACHED, not AVAILABLE.
 	Attached bool `json:"attached,omitempty"`
+	// NewFor is the workspace whose NEW binding asked for the Volume;
+	// empty for one CreateVolume made.
+	NewFor string `json:"new_for,omitempty"`
 }
 
 type envelope struct {
@@ -103,14 +106,4 @@ func StateName(s ctrlv1.VolumeState) string {
 		return name[len(prefix):]
 	}
 	return name
-}
-
-// settled reports whether the Volume exists as created, with no change in
-// flight: the states in which a binding may be admitted.
-func (r *Record) settled() bool {
-	switch r.V.State {
-	case ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE, ctrlv1.VolumeState_VOLUME_STATE_ATTACHED:
-		return true
-	}
-	return false
 }

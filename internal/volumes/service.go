@@ -460,7 +460,14 @@ func (s *Service) DeclarePoolLost(ctx context.Context, pool string) ([]string, e
 			if err != nil {
 				return err
 			}
-			if r.V.State == ctrlv1.VolumeState_VOLUME_STATE_LOST {
+			switch r.V.State {
+			case ctrlv1.VolumeState_VOLUME_STATE_LOST:
+				continue
+			case ctrlv1.VolumeState_VOLUME_STATE_DELETING:
+				s.finishDelete(r) // nothing is left to delete
+				if err := s.save(ctx, tx, r); err != nil {
+					return err
+				}
 				continue
 			}
 			r.V.State = ctrlv1.VolumeState_VOLUME_STATE_LOST

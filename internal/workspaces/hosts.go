@@ -281,6 +281,12 @@ func (s *Service) apply(ctx context.Context, tx store.Tx, r *record, rep *hostv1
 		if reason == ctrlv1.FailureReason_FAILURE_REASON_UNSPECIFIED {
 			reason = ctrlv1.FailureReason_FAILURE_REASON_INTERNAL
 		}
+		if lost, err := volumeLost(ctx, tx, r); err != nil {
+			return err
+		} else if lost {
+			// A start already under way when the pool was declared lost.
+			reason = ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST
+		}
 		r.ws.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED
 		r.ws.Failure = &ctrlv1.WorkspaceFailure{Reason: reason, Stage: stage, Message: rep.FailureMessage, FailedAt: timestamppb.New(now)}
 		r.ws.Delivery = nil

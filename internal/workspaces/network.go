@@ -44,7 +44,7 @@ func UpdateNetworkPolicy[R proto.Message](ctx context.Context, s *Service, w Wri
 		return zero, err
 	}
 	return mutate(ctx, s, w, id, func(ctx context.Context, tx store.Tx, r *record) error {
-		if err := live(r); err != nil {
+		if err := live(ctx, tx, r); err != nil {
 			return err
 		}
 		current := r.ws.Spec.NetworkPolicy

@@ -92,7 +92,7 @@ func mutate[R proto.Message](ctx context.Context, s *Service, w Write[R], id str
 				return zero, err
 			}
 		}
-		ws, err := s.present(ctx, tx, r)
+		ws, err := present(ctx, tx, r)
 		if err != nil {
 			return zero, err
 		}
@@ -167,7 +167,7 @@ func InUse(ctx context.Context, tx store.Tx, projectID, workspaceID, format stri
 	var ws *ctrlv1.Workspace
 	if row, err := tx.Workspace(ctx, projectID, workspaceID); err == nil {
 		if r, err := decode(row); err == nil {
-			ws = r.view()
+			ws = observed(ctx, tx, r)
 		}
 	}
 	return precondition(ws, format, a...)
@@ -231,7 +231,7 @@ func Create[R proto.Message](ctx context.Context, s *Service, w Write[R], spec *
 			if bound, err = s.Volumes.Bindable(ctx, tx, cmd.ProjectID, volume.VolumeId, ""); err != nil {
 				return zero, err
 			}
-			need.pool = bound.V.Spec.StoragePool
+			need.pool, need.host = bound.Pool(), bound.Holder()
 		case ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW:
 			need.pool = s.Volumes.DefaultPool
 		}
@@ -243,7 +243,7 @@ func Create[R proto.Message](ctx context.Context, s *Service, w Write[R], spec *
 		id = ids.New("ws")
 		switch volume.Mode {
 		case ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND:
-			err = s.Volumes.Bind(ctx, tx, bound, id, host, true)
+			err = s.Volumes.Bind(ctx, tx, bound, id, true)
 		case ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW:
 			bound, err = s.Volumes.CreateForWorkspace(ctx, tx, cmd.ProjectID, host, id)
 			if err == nil {
@@ -288,7 +288,7 @@ func Create[R proto.Message](ctx context.Context, s *Service, w Write[R], spec *
 		if err := tx.SetPolicyReferences(ctx, cmd.ProjectID, id, refs); err != nil {
 			return zero, err
 		}
-		view, err := s.present(ctx, tx, r)
+		view, err := present(ctx, tx, r)
 		if err != nil {
 			return zero, err
 		}
@@ -302,6 +302,9 @@ func Create[R proto.Message](ctx context.Context, s *Service, w Write[R], spec *
 
 // placement is what a workspace needs of its host beyond capacity.
 type placement struct {
+	// host is the only host it may run on (the holder of its Volume);
+	// empty for any.
+	host string
 	// pool is the storage pool the host must reach; empty for none.
 	pool string
 	// capabilities are the capabilities the host must offer.
@@ -347,6 +350,9 @@ func (s *Service) place(ctx context.Context, tx store.Tx, res *ctrlv1.ResourceRe
 		want = append(want, "pool:"+need.pool)
 	}
 	hosts = slices.DeleteFunc(hosts, func(h scheduler.Host) bool {
+		if need.host != "" && h.ID != need.host {
+			return true
+		}
 		for _, c := range want {
 			if !offers[h.ID][c] {
 				return true
@@ -356,7 +362,7 @@ func (s *Service) place(ctx context.Context, tx store.Tx, res *ctrlv1.ResourceRe
 	})
 	if need.pool != "" && len(hosts) == 0 {
 		return "", 0, connect.NewError(connect.CodeFailedPrecondition,
-			fmt.Errorf("no host reaches storage pool %q with the capabilities this workspace requires", need.pool))
+			fmt.Errorf("no host that holds volumes of storage pool %q has the capabilities this workspace requires", need.pool))
 	}
 	id, layer, err := scheduler.Place(hosts, scheduler.Request{
 		CPUMillis: res.CpuMillis, MemoryBytes: res.MemoryBytes, LayerBytes: res.WritableLayerBytes})
@@ -440,7 +446,7 @@ func (s *Service) Get(ctx context.Context, id string) (*ctrlv1.Workspace, error)
 	err := s.Store.View(ctx, func(tx store.Tx) error {
 		r, err := s.load(ctx, tx, caller(ctx).ProjectID, id)
 		if err == nil {
-			ws, err = s.present(ctx, tx, r)
+			ws, err = present(ctx, tx, r)
 		}
 		return err
 	})
@@ -485,7 +491,7 @@ func (s *Service) List(ctx context.Context, pageSize uint32, token string, selec
 			if err != nil {
 				return err
 			}
-			ws, err := s.present(ctx, tx, r)
+			ws, err := present(ctx, tx, r)
 			if err != nil {
 				return err
 			}
@@ -502,7 +508,7 @@ func Start[R proto.Message](ctx context.Context, s *Service, w Write[R], id stri
 		switch r.ws.State {
 		case ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED, ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED:
 		default:
-			return precondition(r.view(), "workspace %s is %s; only a STOPPED or FAILED workspace can be started", id, StateName(r.ws.State))
+			return precondition(observed(ctx, tx, r), "workspace %s is %s; only a STOPPED or FAILED workspace can be started", id, StateName(r.ws.State))
 		}
 		if err := s.volumeStartable(ctx, tx, r); err != nil {
 			return err
@@ -540,10 +546,10 @@ func Stop[R proto.Message](ctx context.Context, s *Service, w Write[R], id strin
 			ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE, ctrlv1.WorkspaceState_WORKSPACE_STATE_UNKNOWN:
 		case ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPING:
 			if mode != ctrlv1.StopMode_STOP_MODE_FORCE || r.book.StopMode == ctrlv1.StopMode_STOP_MODE_FORCE {
-				return precondition(r.view(), "workspace %s is already STOPPING; only a FORCE stop can cut a NORMAL stop short", id)
+				return precondition(observed(ctx, tx, r), "workspace %s is already STOPPING; only a FORCE stop can cut a NORMAL stop short", id)
 			}
 		default:
-			return precondition(r.view(), "workspace %s is %s; it is not running", id, StateName(r.ws.State))
+			return precondition(observed(ctx, tx, r), "workspace %s is %s; it is not running", id, StateName(r.ws.State))
 		}
 		s.beginStop(r, ctrlv1.StopCause_STOP_CAUSE_REQUESTED, mode, w.Command.GetCommandId())
 		return nil
@@ -627,7 +633,7 @@ func updateMap[R proto.Message](ctx context.Context, s *Service, w Write[R], id,
 		return zero, invalid("expected_%s is required: send the revision you observed", revisionName)
 	}
 	return mutate(ctx, s, w, id, func(ctx context.Context, tx store.Tx, r *record) error {
-		if err := live(r); err != nil {
+		if err := live(ctx, tx, r); err != nil {
 			return err
 		}
 		current, revision := field(r.ws)
@@ -657,7 +663,7 @@ func UpdateExpiration[R proto.Message](ctx context.Context, s *Service, w Write[
 		return zero, invalid("change must set or clear the expiration")
 	}
 	return mutate(ctx, s, w, id, func(ctx context.Context, tx store.Tx, r *record) error {
-		if err := live(r); err != nil {
+		if err := live(ctx, tx, r); err != nil {
 			return err
 		}
 		// Checked here, after the replay lookup: a retry replays even
@@ -682,9 +688,9 @@ func UpdateExpiration[R proto.Message](ctx context.Context, s *Service, w Write[
 }
 
 // live refuses changes to a workspace that is going away.
-func live(r *record) error {
+func live(ctx context.Context, tx store.Tx, r *record) error {
 	if r.ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETING || r.ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED {
-		return precondition(r.view(), "workspace %s is %s", r.ws.WorkspaceId, StateName(r.ws.State))
+		return precondition(observed(ctx, tx, r), "workspace %s is %s", r.ws.WorkspaceId, StateName(r.ws.State))
 	}
 	return nil
 }
@@ -702,12 +708,12 @@ func StateName(s ctrlv1.WorkspaceState) string {
 // stoppedForResources refuses a resources change while the workspace
 // holds an execution: what an execution receives is always exactly what
 // its spec says.
-func stoppedForResources(r *record) error {
+func stoppedForResources(ctx context.Context, tx store.Tx, r *record) error {
 	switch r.ws.State {
 	case ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED, ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED:
 		return nil
 	}
-	return precondition(r.view(), "workspace %s is %s; resources change only while it is STOPPED or FAILED", r.ws.WorkspaceId, StateName(r.ws.State))
+	return precondition(observed(ctx, tx, r), "workspace %s is %s; resources change only while it is STOPPED or FAILED", r.ws.WorkspaceId, StateName(r.ws.State))
 }
 
 // UpdateMemory replaces memory_bytes under CAS on resources_revision; it
@@ -721,7 +727,7 @@ func UpdateMemory[R proto.Message](ctx context.Context, s *Service, w Write[R], 
 		return zero, invalid("expected_resources_revision is required: send the revision you observed")
 	}
 	return mutate(ctx, s, w, id, func(ctx context.Context, tx store.Tx, r *record) error {
-		if err := live(r); err != nil {
+		if err := live(ctx, tx, r); err != nil {
 			return err
 		}
 		res := r.ws.Spec.Resources
@@ -735,12 +741,12 @@ func UpdateMemory[R proto.Message](ctx context.Context, s *Service, w Write[R], 
 			// The running execution gets a raise at once; lowering the
 			// limit under a guest's feet waits for a stop.
 			if memory < res.MemoryBytes {
-				return precondition(r.view(), "workspace %s is AVAILABLE; memory is lowered only while it is STOPPED or FAILED, and raised at any time it is AVAILABLE", r.ws.WorkspaceId)
+				return precondition(observed(ctx, tx, r), "workspace %s is AVAILABLE; memory is lowered only while it is STOPPED or FAILED, and raised at any time it is AVAILABLE", r.ws.WorkspaceId)
 			}
 			if err := s.fitsMore(ctx, tx, r, scheduler.Request{MemoryBytes: memory - res.MemoryBytes}); err != nil {
 				return err
 			}
-		} else if err := stoppedForResources(r); err != nil {
+		} else if err := stoppedForResources(ctx, tx, r); err != nil {
 			return err
 		}
 		res.MemoryBytes = memory
@@ -762,7 +768,7 @@ func ResizeWritableLayer[R proto.Message](ctx context.Context, s *Service, w Wri
 		return zero, invalid("expected_resources_revision is required: send the revision you observed")
 	}
 	return mutate(ctx, s, w, id, func(ctx context.Context, tx store.Tx, r *record) error {
-		if err := live(r); err != nil {
+		if err := live(ctx, tx, r); err != nil {
 			return err
 		}
 		res := r.ws.Spec.Resources
@@ -781,7 +787,7 @@ func ResizeWritableLayer[R proto.Message](ctx context.Context, s *Service, w Wri
 		case bytes < current:
 			return invalid("writable_layer_bytes %d is below the layer's %d bytes: the layer only grows", bytes, current)
 		}
-		if err := stoppedForResources(r); err != nil {
+		if err := stoppedForResources(ctx, tx, r); err != nil {
 			return err
 		}
 		hosts, err := s.hosts(ctx, tx, r.row.HostID)

@@ -63,7 +63,20 @@ func (s *Service) releaseVolume(ctx context.Context, tx store.Tx, r *record, del
 	if err != nil {
 		return err
 	}
-	return s.Volumes.Release(ctx, tx, r.row.ProjectID, id, r.row.ID, deleteIt || !v.Book.Created)
+	return s.Volumes.Release(ctx, tx, r.row.ProjectID, id, r.row.ID, deleteIt || v.Uncreated(r.row.ID))
+}
+
+// volumeLost reports whether the workspace's Volume is LOST.
+func volumeLost(ctx context.Context, tx store.Tx, r *record) (bool, error) {
+	id := boundVolume(r)
+	if id == "" {
+		return false, nil
+	}
+	v, err := volumes.Load(ctx, tx, r.row.ProjectID, id)
+	if err != nil {
+		return false, err
+	}
+	return v.V.State == ctrlv1.VolumeState_VOLUME_STATE_LOST, nil
 }
 
 // volumeStartable refuses to start a workspace whose Volume cannot be
@@ -82,16 +95,26 @@ func (s *Service) volumeStartable(ctx context.Context, tx store.Tx, r *record) e
 	case ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE, ctrlv1.VolumeState_VOLUME_STATE_CREATING:
 		return nil
 	case ctrlv1.VolumeState_VOLUME_STATE_LOST:
-		return preconditionWith(&ctrlv1.ErrorDetail{ObservedWorkspace: r.view(),
+		return preconditionWith(&ctrlv1.ErrorDetail{ObservedWorkspace: observed(ctx, tx, r),
 			Reason: ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST, Stage: ctrlv1.FailureStage_FAILURE_STAGE_STARTING},
 			"volume %s of workspace %s is LOST: its data is gone; bind another volume or delete the workspace", id, r.row.ID)
 	}
-	return precondition(r.view(), "volume %s of workspace %s is %s; the workspace starts once it is AVAILABLE", id, r.row.ID, volumes.StateName(v.V.State))
+	return precondition(observed(ctx, tx, r), "volume %s of workspace %s is %s; the workspace starts once it is AVAILABLE", id, r.row.ID, volumes.StateName(v.V.State))
+}
+
+// observed is the workspace as a refusal carries it
+// (ErrorDetail.observed_workspace): as callers read it, or as stored when
+// its Volume cannot be read.
+func observed(ctx context.Context, tx store.Tx, r *record) *ctrlv1.Workspace {
+	if ws, err := present(ctx, tx, r); err == nil {
+		return ws
+	}
+	return r.view()
 }
 
 // present returns the workspace as callers read it: its persistent_paths
 // and PROMISED tier show its Volume as it is now.
-func (s *Service) present(ctx context.Context, tx store.Tx, r *record) (*ctrlv1.Workspace, error) {
+func present(ctx context.Context, tx store.Tx, r *record) (*ctrlv1.Workspace, error) {
 	ws := r.view()
 	id := boundVolume(r)
 	if id == "" {
@@ -152,7 +175,7 @@ func UpdateVolumeBinding[R proto.Message](ctx context.Context, s *Service, w Wri
 		return zero, invalid("expected_binding_revision is required: send the revision you observed")
 	}
 	return mutate(ctx, s, w, id, func(ctx context.Context, tx store.Tx, r *record) error {
-		if err := live(r); err != nil {
+		if err := live(ctx, tx, r); err != nil {
 			return err
 		}
 		if rev := r.ws.Spec.BindingRevision; rev != expected {
@@ -163,7 +186,7 @@ func UpdateVolumeBinding[R proto.Message](ctx context.Context, s *Service, w Wri
 			return nil
 		}
 		if holdsExecution(r) {
-			return precondition(r.view(), "workspace %s is %s; its volume binding changes only while it holds no execution (STOPPED or FAILED)", id, StateName(r.ws.State))
+			return precondition(observed(ctx, tx, r), "workspace %s is %s; its volume binding changes only while it holds no execution (STOPPED or FAILED)", id, StateName(r.ws.State))
 		}
 		old := boundVolume(r)
 		if b.VolumeId != old {
@@ -172,14 +195,10 @@ func UpdateVolumeBinding[R proto.Message](ctx context.Context, s *Service, w Wri
 				if err != nil {
 					return err
 				}
-				ok, err := volumes.Reaches(ctx, tx, r.row.HostID, v.V.Spec.StoragePool)
-				if err != nil {
-					return err
+				if v.Holder() != r.row.HostID {
+					return precondition(observed(ctx, tx, r), "volume %s lives in storage pool %s of another host than workspace %s's; bind it to a new workspace instead", b.VolumeId, v.Pool(), id)
 				}
-				if !ok {
-					return precondition(r.view(), "volume %s lives in storage pool %s, which the host of workspace %s does not reach", b.VolumeId, v.V.Spec.StoragePool, id)
-				}
-				if err := s.Volumes.Bind(ctx, tx, v, id, r.row.HostID, false); err != nil {
+				if err := s.Volumes.Bind(ctx, tx, v, id, false); err != nil {
 					return err
 				}
 			}

@@ -98,9 +98,9 @@ func TestVolumeCreateResizeAndReports(t *testing.T) {
 	if v.State != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE || v.Observation.GetUsedBytes() != MiB {
 		t.Fatalf("created: %v", v)
 	}
-	first := v.Observation.ObservedAt
-	if again := volumeReport(t, s, ctx, healthy(id, 256*MiB)); !again.Observation.ObservedAt.AsTime().Equal(first.AsTime()) {
-		t.Errorf("an unchanged observation moved observed_at")
+	first := v.Observation.ObservedAt.AsTime()
+	if again := volumeReport(t, s, ctx, healthy(id, 256*MiB)); again.Observation.ObservedAt.AsTime().Before(first) || !again.UpdatedAt.AsTime().Equal(v.UpdatedAt.AsTime()) {
+		t.Errorf("a report again: observed_at %v after %v, updated_at %v after %v", again.Observation.ObservedAt.AsTime(), first, again.UpdatedAt, v.UpdatedAt)
 	}
 	if a := volumeAssignment(t, s, ctx, id); a.Create {
 		t.Errorf("create still allowed once created: %v", a)
@@ -118,6 +118,12 @@ func TestVolumeCreateResizeAndReports(t *testing.T) {
 	}
 	if _, err := resize(1024 * MiB); connect.CodeOf(err) != connect.CodeFailedPrecondition {
 		t.Errorf("resize while RESIZING: %v", err)
+	}
+	// No binding is admitted while it grows.
+	_, err = Create(ctx, s, write("bind", newWS), &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{MemoryBytes: 128 * MiB},
+		Volume: &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND, VolumeId: id}}, nil, nil, identity)
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("binding a RESIZING volume: %v", err)
 	}
 	v = volumeReport(t, s, ctx, healthy(id, 512*MiB))
 	if v.State != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE || v.Spec.CapacityBytes != 512*MiB {
@@ -288,4 +294,60 @@ func tierOf(ws *ctrlv1.Workspace, kind ctrlv1.RetentionTierKind) *ctrlv1.Retenti
 		}
 	}
 	return nil
+}
+
+// TestVolumeHolderAndStates: a volume is bound only when AVAILABLE, a
+// workspace bound to it runs on the host that holds it, and a growth
+// made online but cut short by a stop holds RESIZING.
+func TestVolumeHolderAndStates(t *testing.T) {
+	s, ctx := newVolumeService(t)
+	// h3 also has a pool named "default" (a directory of its own) and the
+	// most memory free.
+	if err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h3", Capacity: &hostv1.HostCapacity{
+		CpuMillis: 4000, MemoryBytes: 16 * gib, LayerBytes: 10 * gib, DefaultLayerBytes: gib},
+		StoragePools: []*hostv1.StoragePool{{Name: "default", DefaultVolumeBytes: 64 * MiB}}}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := volumes.Create(ctx, s.Volumes, write("create", newVol), &ctrlv1.VolumeSpec{StoragePool: "fast"}, nil, nil, volumeIdentity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound := &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND, VolumeId: v.VolumeId}
+	spec := &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{MemoryBytes: 128 * MiB}, Volume: bound}
+	if _, err := Create(ctx, s, write("early", newWS), spec, nil, nil, identity); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("binding a CREATING volume: %v", err)
+	}
+	volumeReport(t, s, ctx, healthy(v.VolumeId, 128*MiB))
+	ws, err := Create(ctx, s, write("bound", newWS), spec, nil, nil, identity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	as, _ := s.Assignments(ctx, "h1")
+	if len(as.Assignments) != 1 || as.Assignments[0].WorkspaceId != ws.WorkspaceId {
+		t.Fatalf("the workspace is not on the volume's host: %v", as)
+	}
+	ws = report(t, s, ctx, ws.WorkspaceId, hostv1.ObservedState_OBSERVED_STATE_RUNNING, nil)
+
+	// "fast" grows online: the resize is admitted while ATTACHED.
+	got, err := volumes.Resize(ctx, s.Volumes, write("grow", newVol), v.VolumeId, 256*MiB, volumeIdentity)
+	if err != nil || got.State != ctrlv1.VolumeState_VOLUME_STATE_ATTACHED || got.Spec.CapacityBytes != 128*MiB {
+		t.Fatalf("online resize: %v, %v", got, err)
+	}
+	// Stopped before the host grew it: RESIZING, and nothing starts.
+	if _, err := Stop(ctx, s, write("stop", newWS), ws.WorkspaceId, ctrlv1.StopMode_STOP_MODE_NORMAL, identity); err != nil {
+		t.Fatal(err)
+	}
+	ws = report(t, s, ctx, ws.WorkspaceId, hostv1.ObservedState_OBSERVED_STATE_STOPPED, nil)
+	if got, _ := s.Volumes.Get(ctx, v.VolumeId); got.State != ctrlv1.VolumeState_VOLUME_STATE_RESIZING {
+		t.Errorf("a pending growth after the stop: %v", got.State)
+	}
+	if _, err := Start(ctx, s, write("start", newWS), ws.WorkspaceId, identity); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("start while RESIZING: %v", err)
+	}
+	if got := volumeReport(t, s, ctx, healthy(v.VolumeId, 256*MiB)); got.State != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE || got.Spec.CapacityBytes != 256*MiB {
+		t.Errorf("grown: %v", got)
+	}
+	if _, err := Start(ctx, s, write("start2", newWS), ws.WorkspaceId, identity); err != nil {
+		t.Errorf("start once grown: %v", err)
+	}
 }

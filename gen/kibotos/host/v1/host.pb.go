@@ -1496,7 +1496,9 @@ func (x *ReportExecutionsRequest) GetVolumes() []*VolumeReport {
 type VolumeReport struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	VolumeId string                 `protobuf:"bytes,1,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
-	// capacity_bytes is the size of the image; zero when there is none.
+	// capacity_bytes is the capacity the Volume really has: the smaller of
+	// the image file and its filesystem. Zero when there is no image or it
+	// does not open as the Volume (DAMAGED).
 	CapacityBytes uint64 `protobuf:"varint,2,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
 	// deleted is true once the host removed the image an assignment with
 	// VOLUME_DESIRED_DELETED named.
