@@ -89,8 +89,8 @@ func Inspect(path string) (Info, error) {
 		Size:       uint64(fi.Size()),
 		Filesystem: sb.bytes(),
 		UUID:       formatUUID(sb.uuid),
-		Label:     sb.label,
-		UsedBytes: (sb.blocks - sb.freeBlocks) * sb.blockSize,
+		Label:      sb.label,
+		UsedBytes:  (sb.blocks - sb.freeBlocks) * sb.blockSize,
 	}, nil
 }
 
