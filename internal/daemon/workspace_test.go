@@ -323,7 +323,7 @@ func TestBadWorkspaceInputsStoreNothing(t *testing.T) {
 		"missing egress":          {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: res(128*mib, 0), NetworkPolicy: &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, Egresses: []*ctrlv1.NetworkPolicyEgress{{EgressId: "egr_none", Destinations: []string{"1.1.1.1"}}}}}}, connect.CodeNotFound},
 		"label key invalid":       {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: small(), Labels: map[string]string{"bad key": "v"}}, connect.CodeInvalidArgument},
 		"annotation with NUL":     {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: small(), Annotations: map[string]string{"k": "a\x00"}}, connect.CodeInvalidArgument},
-		"volume NEW not offered":  {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: res(128*mib, 0), Volume: &ctrlv1.WorkspaceVolumeBinding{}}}, connect.CodeUnimplemented},
+		"volume missing":          {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: res(128*mib, 0), Volume: &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND, VolumeId: "vol_missing"}}}, connect.CodeNotFound},
 		"volume NONE with a path": {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: res(128*mib, 0), Volume: &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE, MountPath: "/data"}}}, connect.CodeInvalidArgument},
 	}
 	for name, c := range cases {

@@ -229,7 +229,7 @@ func removeTemps(path string) error {
 // tool is killed when the calling process dies: it must not go on
 // writing to a temporary image that the next call removes.
 func run(ctx context.Context, tool string, args ...string) error {
-	bin, err := lookPath(tool)
+	bin, err := LookPath(tool)
 	if err != nil {
 		return fmt.Errorf("diskimage: %s: %w", tool, err)
 	}
@@ -251,9 +251,10 @@ func run(ctx context.Context, tool string, args ...string) error {
 	return nil
 }
 
-// lookPath finds a binary in PATH or, since daemons often run with a
-// short PATH, in the sbin directories.
-func lookPath(name string) (string, error) {
+// LookPath finds a host tool (e2fsprogs here, the OCI runtime for the
+// driver) in PATH or, since daemons often run with a short PATH, in the
+// sbin directories.
+func LookPath(name string) (string, error) {
 	if p, err := exec.LookPath(name); err == nil {
 		return p, nil
 	}

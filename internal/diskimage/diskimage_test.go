@@ -27,7 +27,7 @@ func needHost(t testing.TB) {
 		t.Skip("needs root")
 	}
 	for _, tool := range []string{"mkfs.ext4", "e2fsck", "resize2fs"} {
-		if _, err := lookPath(tool); err != nil {
+		if _, err := LookPath(tool); err != nil {
 			t.Skip("needs " + tool)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"connectrpc.com/connect"
@@ -121,14 +122,10 @@ func (m Mutation[R]) command(c auth.Caller) command.Command[R] {
 func run[S, R proto.Message](ctx context.Context, s *Service[S], m Mutation[R], slow func(context.Context) error,
 	exec command.Execute[R]) (R, error) {
 	var zero R
-	c, ok := auth.CallerFrom(ctx)
-	if !ok {
-		return zero, connect.NewError(connect.CodeUnauthenticated, auth.ErrUnauthenticated)
+	cmd, err := CommandOf(ctx, m)
+	if err != nil {
+		return zero, err
 	}
-	if err := command.ValidateID(m.Command.GetCommandId()); err != nil {
-		return zero, invalid(err)
-	}
-	cmd := m.command(c)
 	if slow != nil {
 		resp, found, err := command.Replay(ctx, s.Store, cmd)
 		if err != nil || found {
@@ -236,45 +233,156 @@ type Page[S proto.Message] struct {
 
 // List returns one page of live objects that carry every selector label.
 func (s *Service[S]) List(ctx context.Context, pageSize uint32, token string, selector map[string]string) (Page[S], error) {
+	objs, next, err := ListPage(ctx, s.Store, s.Pages, string(s.Kind.Store), pageSize, token, selector,
+		func(ctx context.Context, tx store.Tx, q store.ObjectQuery) ([]store.Object, error) {
+			q.Kind = s.Kind.Store
+			return tx.Objects(ctx, q)
+		},
+		func(o store.Object) string { return o.ID },
+		func(_ context.Context, _ store.Tx, o store.Object) (Object[S], error) {
+			spec := s.Kind.NewSpec()
+			if err := proto.Unmarshal(o.Spec, spec); err != nil {
+				return Object[S]{}, fmt.Errorf("%s %s: stored spec: %w", s.Kind.Noun, o.ID, err)
+			}
+			return Object[S]{Object: o, Spec: s.Kind.Redact(spec)}, nil
+		})
+	return Page[S]{Objects: objs, Next: next}, err
+}
+
+// ListPage is the paging every List method shares. It checks page_size
+// and the selector, resolves the page token of kind in the caller's
+// project, and in one read transaction fetches the rows after it (one more
+// than the page, to know whether another follows) and turns each row of
+// the page into what the caller returns.
+func ListPage[T, V any](ctx context.Context, st store.Store, pages *pagetoken.Codec, kind string, pageSize uint32, token string,
+	selector map[string]string, fetch func(context.Context, store.Tx, store.ObjectQuery) ([]T, error),
+	id func(T) string, view func(context.Context, store.Tx, T) (V, error)) ([]V, string, error) {
 	c, _ := auth.CallerFrom(ctx)
 	if pageSize > MaxPageSize {
-		return Page[S]{}, invalid(fmt.Errorf("page_size %d is above the maximum of %d", pageSize, MaxPageSize))
+		return nil, "", invalid(fmt.Errorf("page_size %d is above the maximum of %d", pageSize, MaxPageSize))
 	}
 	if pageSize == 0 {
 		pageSize = DefaultPageSize
 	}
 	if err := meta.ValidateSelector(selector); err != nil {
-		return Page[S]{}, invalid(err)
+		return nil, "", invalid(err)
 	}
-	scope := pagetoken.Scope{Kind: string(s.Kind.Store), ProjectID: c.ProjectID, Selector: selector}
+	scope := pagetoken.Scope{Kind: kind, ProjectID: c.ProjectID, Selector: selector}
 	after := ""
 	if token != "" {
 		var err error
-		if after, err = s.Pages.Decode(scope, token); err != nil {
-			return Page[S]{}, invalid(err)
+		if after, err = pages.Decode(scope, token); err != nil {
+			return nil, "", invalid(err)
 		}
 	}
-	var page Page[S]
-	err := s.Store.View(ctx, func(tx store.Tx) error {
-		rows, err := tx.Objects(ctx, store.ObjectQuery{Kind: s.Kind.Store, ProjectID: c.ProjectID,
-			After: after, Selector: selector, Limit: int(pageSize) + 1})
+	var (
+		out  []V
+		next string
+	)
+	err := st.View(ctx, func(tx store.Tx) error {
+		out, next = nil, ""
+		rows, err := fetch(ctx, tx, store.ObjectQuery{ProjectID: c.ProjectID, After: after, Selector: selector, Limit: int(pageSize) + 1})
 		if err != nil {
 			return err
 		}
 		if len(rows) > int(pageSize) {
 			rows = rows[:pageSize]
-			page.Next = s.Pages.Encode(scope, rows[len(rows)-1].ID)
+			next = pages.Encode(scope, id(rows[len(rows)-1]))
 		}
-		for _, o := range rows {
-			spec := s.Kind.NewSpec()
-			if err := proto.Unmarshal(o.Spec, spec); err != nil {
-				return fmt.Errorf("%s %s: stored spec: %w", s.Kind.Noun, o.ID, err)
+		for _, row := range rows {
+			v, err := view(ctx, tx, row)
+			if err != nil {
+				return err
 			}
-			page.Objects = append(page.Objects, Object[S]{Object: o, Spec: s.Kind.Redact(spec)})
+			out = append(out, v)
 		}
 		return nil
 	})
-	return page, err
+	return out, next, err
+}
+
+// CommandOf checks a write's command_id and describes the write to the
+// command layer, scoped to the caller's project.
+func CommandOf[R proto.Message](ctx context.Context, m Mutation[R]) (command.Command[R], error) {
+	c, ok := auth.CallerFrom(ctx)
+	if !ok {
+		return command.Command[R]{}, connect.NewError(connect.CodeUnauthenticated, auth.ErrUnauthenticated)
+	}
+	if err := command.ValidateID(m.Command.GetCommandId()); err != nil {
+		return command.Command[R]{}, invalid(err)
+	}
+	return m.command(c), nil
+}
+
+// Edit runs the write m as the change of one stored resource: inside the
+// command's transaction load reads it, change edits it, and save stores it
+// when its encoding differs afterwards; view turns it into the response.
+// changed reports whether anything was stored, for the caller to announce.
+func Edit[T any, E any, V any, R proto.Message](ctx context.Context, st store.Store, m Mutation[R],
+	load func(context.Context, store.Tx, string) (T, error), encode func(T) (E, error),
+	change func(context.Context, store.Tx, T) error, save func(context.Context, store.Tx, T) error,
+	view func(context.Context, store.Tx, T) (V, error), respond func(V) R) (resp R, changed bool, err error) {
+	var zero R
+	cmd, err := CommandOf(ctx, m)
+	if err != nil {
+		return zero, false, err
+	}
+	resp, err = command.Run(ctx, st, cmd, func(ctx context.Context, tx store.Tx) (R, error) {
+		changed = false
+		r, err := load(ctx, tx, cmd.ProjectID)
+		if err != nil {
+			return zero, err
+		}
+		before, err := encode(r)
+		if err != nil {
+			return zero, err
+		}
+		if err := change(ctx, tx, r); err != nil {
+			return zero, err
+		}
+		after, err := encode(r)
+		if err != nil {
+			return zero, err
+		}
+		if changed = !reflect.DeepEqual(before, after); changed {
+			if err := save(ctx, tx, r); err != nil {
+				return zero, err
+			}
+		}
+		v, err := view(ctx, tx, r)
+		if err != nil {
+			return zero, err
+		}
+		return respond(v), nil
+	})
+	return resp, changed && err == nil, err
+}
+
+// CheckMapWrite checks a labels or annotations replacement before it runs:
+// the map against its rules, and that the caller sent the revision it
+// observed (revisionName names it, as in expected_<revisionName>).
+func CheckMapWrite(m map[string]string, validate func(map[string]string) error, revisionName string, expected uint64) error {
+	if err := validate(m); err != nil {
+		return invalid(err)
+	}
+	if expected == 0 {
+		return invalid(fmt.Errorf("expected_%s is required: send the revision you observed", revisionName))
+	}
+	return nil
+}
+
+// ReplaceMap is the CAS replacement of labels or annotations: aborted
+// unless *revision is expected; a different map replaces *current and
+// increments *revision, an equal one changes nothing.
+func ReplaceMap(current *map[string]string, revision *uint64, revisionName string, expected uint64, m map[string]string) error {
+	if *revision != expected {
+		return command.Aborted(revisionName, expected, *revision)
+	}
+	if !meta.Equal(*current, m) {
+		*current = m
+		*revision++
+	}
+	return nil
 }
 
 // DrainSeconds resolves an optional drain_seconds.
@@ -371,47 +479,29 @@ func Delete[S, R proto.Message](ctx context.Context, s *Service[S], m Mutation[R
 // UpdateLabels replaces the labels under CAS on labels_revision.
 func UpdateLabels[S, R proto.Message](ctx context.Context, s *Service[S], m Mutation[R], id string, expected uint64,
 	labels map[string]string, respond func(Object[S]) R) (R, error) {
-	if err := meta.ValidateLabels(labels); err != nil {
-		var zero R
-		return zero, invalid(err)
-	}
-	return updateMap(ctx, s, m, id, "labels_revision", expected, respond, func(o *store.Object) *uint64 {
-		if meta.Equal(o.Labels, labels) {
-			return nil
-		}
-		o.Labels = labels
-		return &o.LabelsRevision
-	}, func(o store.Object) uint64 { return o.LabelsRevision })
+	return updateMap(ctx, s, m, id, "labels_revision", expected, labels, meta.ValidateLabels, respond,
+		func(o *store.Object) (*map[string]string, *uint64) { return &o.Labels, &o.LabelsRevision })
 }
 
 // UpdateAnnotations replaces the annotations under CAS on
 // annotations_revision.
 func UpdateAnnotations[S, R proto.Message](ctx context.Context, s *Service[S], m Mutation[R], id string, expected uint64,
 	annotations map[string]string, respond func(Object[S]) R) (R, error) {
-	if err := meta.ValidateAnnotations(annotations); err != nil {
-		var zero R
-		return zero, invalid(err)
-	}
-	return updateMap(ctx, s, m, id, "annotations_revision", expected, respond, func(o *store.Object) *uint64 {
-		if meta.Equal(o.Annotations, annotations) {
-			return nil
-		}
-		o.Annotations = annotations
-		return &o.AnnotationsRevision
-	}, func(o store.Object) uint64 { return o.AnnotationsRevision })
+	return updateMap(ctx, s, m, id, "annotations_revision", expected, annotations, meta.ValidateAnnotations, respond,
+		func(o *store.Object) (*map[string]string, *uint64) { return &o.Annotations, &o.AnnotationsRevision })
 }
 
-// updateMap is the CAS replacement shared by labels and annotations: apply
-// sets the new map and returns the revision to increment, or nil when the
-// content is equal.
-func updateMap[S, R proto.Message](ctx context.Context, s *Service[S], m Mutation[R], id, field string, expected uint64,
-	respond func(Object[S]) R, apply func(*store.Object) *uint64, current func(store.Object) uint64) (R, error) {
+// updateMap is the CAS replacement shared by labels and annotations: field
+// picks the map and its revision out of the object.
+func updateMap[S, R proto.Message](ctx context.Context, s *Service[S], m Mutation[R], id, revisionName string, expected uint64,
+	value map[string]string, validate func(map[string]string) error, respond func(Object[S]) R,
+	field func(*store.Object) (*map[string]string, *uint64)) (R, error) {
 	var zero R
 	if id == "" {
 		return zero, invalid(fmt.Errorf("%s ID is required", s.Kind.Noun))
 	}
-	if expected == 0 {
-		return zero, invalid(fmt.Errorf("expected_%s is required: send the revision you observed", field))
+	if err := CheckMapWrite(value, validate, revisionName, expected); err != nil {
+		return zero, err
 	}
 	return run(ctx, s, m, nil, func(ctx context.Context, tx store.Tx) (R, error) {
 		c, _ := auth.CallerFrom(ctx)
@@ -419,11 +509,12 @@ func updateMap[S, R proto.Message](ctx context.Context, s *Service[S], m Mutatio
 		if err != nil {
 			return zero, err
 		}
-		if rev := current(o.Object); rev != expected {
-			return zero, command.Aborted(field, expected, rev)
+		current, revision := field(&o.Object)
+		before := *revision
+		if err := ReplaceMap(current, revision, revisionName, expected, value); err != nil {
+			return zero, err
 		}
-		if rev := apply(&o.Object); rev != nil {
-			*rev++
+		if *revision != before {
 			o.UpdatedAt = s.now()
 			if err := tx.UpdateObject(ctx, o.Object); err != nil {
 				return zero, err

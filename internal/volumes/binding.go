@@ -76,10 +76,9 @@ func (r *Record) Uncreated(workspaceID string) bool {
 
 // Release ends a workspace's binding of a Volume, when the Volume is still
 // bound to it; deleteIt deletes the Volume too.
-func (s *Service) Release(ctx context.Context, tx store.Tx, projectID, volumeID, workspaceID string, deleteIt bool) error {
-	r, err := Load(ctx, tx, projectID, volumeID)
-	if err != nil || r.V.BoundWorkspaceId != workspaceID {
-		return err
+func (s *Service) Release(ctx context.Context, tx store.Tx, r *Record, workspaceID string, deleteIt bool) error {
+	if r.V.BoundWorkspaceId != workspaceID {
+		return nil
 	}
 	r.V.BoundWorkspaceId = ""
 	r.Book.Attached = false
@@ -96,11 +95,7 @@ func (s *Service) Release(ctx context.Context, tx store.Tx, projectID, volumeID,
 
 // SetAttached records whether the execution of the bound workspace holds
 // the Volume, moving it between AVAILABLE and ATTACHED.
-func (s *Service) SetAttached(ctx context.Context, tx store.Tx, projectID, volumeID string, attached bool) error {
-	r, err := Load(ctx, tx, projectID, volumeID)
-	if err != nil {
-		return err
-	}
+func (s *Service) SetAttached(ctx context.Context, tx store.Tx, r *Record, attached bool) error {
 	before, wasAttached := r.V.State, r.Book.Attached
 	r.Book.Attached = attached
 	r.V.State = r.settledState()

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"reflect"
 	"time"
 
 	"connectrpc.com/connect"
@@ -61,14 +60,6 @@ func invalid(format string, a ...any) error {
 
 func precondition(format string, a ...any) error {
 	return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(format, a...))
-}
-
-func commandOf[R proto.Message](ctx context.Context, w Write[R]) (command.Command[R], error) {
-	if err := command.ValidateID(w.Command.GetCommandId()); err != nil {
-		return command.Command[R]{}, connect.NewError(connect.CodeInvalidArgument, err)
-	}
-	c, _ := auth.CallerFrom(ctx)
-	return command.Command[R]{ProjectID: c.ProjectID, Method: w.Method, ID: w.Command.GetCommandId(), Input: w.Input, New: w.New}, nil
 }
 
 // checkCapacity checks a requested capacity: a whole number of MiB, or
@@ -165,7 +156,7 @@ func newUUID() string {
 func Create[R proto.Message](ctx context.Context, s *Service, w Write[R], spec *ctrlv1.VolumeSpec,
 	labels, annotations map[string]string, respond func(*ctrlv1.Volume) R) (R, error) {
 	var zero R
-	cmd, err := commandOf(ctx, w)
+	cmd, err := objects.CommandOf(ctx, w)
 	if err != nil {
 		return zero, err
 	}
@@ -219,86 +210,35 @@ func (s *Service) Get(ctx context.Context, id string) (*ctrlv1.Volume, error) {
 
 // List returns one page of the Volumes that are not DELETED.
 func (s *Service) List(ctx context.Context, pageSize uint32, token string, selector map[string]string) ([]*ctrlv1.Volume, string, error) {
-	if pageSize > objects.MaxPageSize {
-		return nil, "", invalid("page_size %d is above the maximum of %d", pageSize, objects.MaxPageSize)
-	}
-	if pageSize == 0 {
-		pageSize = objects.DefaultPageSize
-	}
-	if err := meta.ValidateSelector(selector); err != nil {
-		return nil, "", connect.NewError(connect.CodeInvalidArgument, err)
-	}
-	c, _ := auth.CallerFrom(ctx)
-	scope := pagetoken.Scope{Kind: "volume", ProjectID: c.ProjectID, Selector: selector}
-	after := ""
-	if token != "" {
-		var err error
-		if after, err = s.Pages.Decode(scope, token); err != nil {
-			return nil, "", connect.NewError(connect.CodeInvalidArgument, err)
-		}
-	}
-	var (
-		out  []*ctrlv1.Volume
-		next string
-	)
-	err := s.Store.View(ctx, func(tx store.Tx) error {
-		rows, err := tx.Volumes(ctx, store.ObjectQuery{ProjectID: c.ProjectID, After: after, Selector: selector, Limit: int(pageSize) + 1})
-		if err != nil {
-			return err
-		}
-		if len(rows) > int(pageSize) {
-			rows = rows[:pageSize]
-			next = s.Pages.Encode(scope, rows[len(rows)-1].ID)
-		}
-		for _, row := range rows {
+	return objects.ListPage(ctx, s.Store, s.Pages, "volume", pageSize, token, selector,
+		func(ctx context.Context, tx store.Tx, q store.ObjectQuery) ([]store.Volume, error) {
+			return tx.Volumes(ctx, q)
+		},
+		func(v store.Volume) string { return v.ID },
+		func(_ context.Context, _ store.Tx, row store.Volume) (*ctrlv1.Volume, error) {
 			r, err := decode(row)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			out = append(out, r.View())
-		}
-		return nil
-	})
-	return out, next, err
+			return r.View(), nil
+		})
 }
 
 // mutate runs one command that changes one Volume: load it, let change
 // edit the record, store it when it changed, and answer with the Volume.
 func mutate[R proto.Message](ctx context.Context, s *Service, w Write[R], id string,
 	change func(ctx context.Context, tx store.Tx, r *Record) error, respond func(*ctrlv1.Volume) R) (R, error) {
-	var zero R
-	cmd, err := commandOf(ctx, w)
-	if err != nil {
-		return zero, err
-	}
 	if id == "" {
+		var zero R
 		return zero, invalid("volume_id is required")
 	}
-	var changed bool
-	resp, err := command.Run(ctx, s.Store, cmd, func(ctx context.Context, tx store.Tx) (R, error) {
-		r, err := Load(ctx, tx, cmd.ProjectID, id)
-		if err != nil {
-			return zero, err
-		}
-		before, err := r.encode()
-		if err != nil {
-			return zero, err
-		}
-		if err := change(ctx, tx, r); err != nil {
-			return zero, err
-		}
-		after, err := r.encode()
-		if err != nil {
-			return zero, err
-		}
-		if changed = !reflect.DeepEqual(before, after); changed {
-			if err := s.save(ctx, tx, r); err != nil {
-				return zero, err
-			}
-		}
-		return respond(r.commandView()), nil
-	})
-	if err == nil && changed {
+	resp, changed, err := objects.Edit(ctx, s.Store, w,
+		func(ctx context.Context, tx store.Tx, projectID string) (*Record, error) {
+			return Load(ctx, tx, projectID, id)
+		},
+		(*Record).encode, change, s.save,
+		func(_ context.Context, _ store.Tx, r *Record) (*ctrlv1.Volume, error) { return r.commandView(), nil }, respond)
+	if changed {
 		s.changed()
 	}
 	return resp, err
@@ -410,26 +350,16 @@ func UpdateAnnotations[R proto.Message](ctx context.Context, s *Service, w Write
 func updateMap[R proto.Message](ctx context.Context, s *Service, w Write[R], id, revisionName string, expected uint64,
 	m map[string]string, validate func(map[string]string) error,
 	field func(*ctrlv1.Volume) (*map[string]string, *uint64), respond func(*ctrlv1.Volume) R) (R, error) {
-	var zero R
-	if err := validate(m); err != nil {
-		return zero, connect.NewError(connect.CodeInvalidArgument, err)
-	}
-	if expected == 0 {
-		return zero, invalid("expected_%s is required: send the revision you observed", revisionName)
+	if err := objects.CheckMapWrite(m, validate, revisionName, expected); err != nil {
+		var zero R
+		return zero, err
 	}
 	return mutate(ctx, s, w, id, func(ctx context.Context, tx store.Tx, r *Record) error {
 		if err := writable(r); err != nil {
 			return err
 		}
 		current, revision := field(r.V)
-		if *revision != expected {
-			return command.Aborted(revisionName, expected, *revision)
-		}
-		if !meta.Equal(*current, m) {
-			*current = m
-			*revision++
-		}
-		return nil
+		return objects.ReplaceMap(current, revision, revisionName, expected, m)
 	}, respond)
 }
 

@@ -21,7 +21,7 @@ import (
 func UpdateNetworkPolicy[R proto.Message](ctx context.Context, s *Service, w Write[R], id string, expected uint64,
 	policy *ctrlv1.NetworkPolicy, drain *uint32, respond func(*ctrlv1.Workspace) R) (R, error) {
 	var zero R
-	cmd, err := commandOf(ctx, w)
+	cmd, err := objects.CommandOf(ctx, w)
 	if err != nil {
 		return zero, err
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"reflect"
 	"slices"
 	"time"
 
@@ -61,56 +60,19 @@ func caller(ctx context.Context) auth.Caller {
 // edit the record, store it, and answer with the workspace.
 func mutate[R proto.Message](ctx context.Context, s *Service, w Write[R], id string,
 	change func(ctx context.Context, tx store.Tx, r *record) error, respond func(*ctrlv1.Workspace) R) (R, error) {
-	var zero R
-	cmd, err := commandOf(ctx, w)
-	if err != nil {
-		return zero, err
-	}
 	if id == "" {
+		var zero R
 		return zero, invalid("workspace_id is required")
 	}
-	var changed bool
-	resp, err := command.Run(ctx, s.Store, cmd, func(ctx context.Context, tx store.Tx) (R, error) {
-		changed = false
-		r, err := s.load(ctx, tx, cmd.ProjectID, id)
-		if err != nil {
-			return zero, err
-		}
-		before, err := r.encode()
-		if err != nil {
-			return zero, err
-		}
-		if err := change(ctx, tx, r); err != nil {
-			return zero, err
-		}
-		after, err := r.encode()
-		if err != nil {
-			return zero, err
-		}
-		if changed = !reflect.DeepEqual(before, after); changed {
-			if err := s.save(ctx, tx, r); err != nil {
-				return zero, err
-			}
-		}
-		ws, err := present(ctx, tx, r)
-		if err != nil {
-			return zero, err
-		}
-		return respond(ws), nil
-	})
-	if err == nil && changed {
+	resp, changed, err := objects.Edit(ctx, s.Store, w,
+		func(ctx context.Context, tx store.Tx, projectID string) (*record, error) {
+			return s.load(ctx, tx, projectID, id)
+		},
+		(*record).encode, change, s.save, present, respond)
+	if changed {
 		s.Changes.Publish(id)
 	}
 	return resp, err
-}
-
-// commandOf checks a write's command_id and describes the write to the
-// command layer, scoped to the caller's project.
-func commandOf[R proto.Message](ctx context.Context, w Write[R]) (command.Command[R], error) {
-	if err := command.ValidateID(w.Command.GetCommandId()); err != nil {
-		return command.Command[R]{}, connect.NewError(connect.CodeInvalidArgument, err)
-	}
-	return command.Command[R]{ProjectID: caller(ctx).ProjectID, Method: w.Method, ID: w.Command.GetCommandId(), Input: w.Input, New: w.New}, nil
 }
 
 // load reads a live workspace of the project; deleted and other projects'
@@ -178,7 +140,7 @@ func InUse(ctx context.Context, tx store.Tx, projectID, workspaceID, format stri
 func Create[R proto.Message](ctx context.Context, s *Service, w Write[R], spec *ctrlv1.WorkspaceCreateSpec,
 	labels, annotations map[string]string, respond func(*ctrlv1.Workspace) R) (R, error) {
 	var zero R
-	cmd, err := commandOf(ctx, w)
+	cmd, err := objects.CommandOf(ctx, w)
 	if err != nil {
 		return zero, err
 	}
@@ -455,51 +417,18 @@ func (s *Service) Get(ctx context.Context, id string) (*ctrlv1.Workspace, error)
 
 // List returns one page of live workspaces.
 func (s *Service) List(ctx context.Context, pageSize uint32, token string, selector map[string]string) ([]*ctrlv1.Workspace, string, error) {
-	if pageSize > objects.MaxPageSize {
-		return nil, "", invalid("page_size %d is above the maximum of %d", pageSize, objects.MaxPageSize)
-	}
-	if pageSize == 0 {
-		pageSize = objects.DefaultPageSize
-	}
-	if err := meta.ValidateSelector(selector); err != nil {
-		return nil, "", connect.NewError(connect.CodeInvalidArgument, err)
-	}
-	c := caller(ctx)
-	scope := pagetoken.Scope{Kind: "workspace", ProjectID: c.ProjectID, Selector: selector}
-	after := ""
-	if token != "" {
-		var err error
-		if after, err = s.Pages.Decode(scope, token); err != nil {
-			return nil, "", connect.NewError(connect.CodeInvalidArgument, err)
-		}
-	}
-	var (
-		out  []*ctrlv1.Workspace
-		next string
-	)
-	err := s.Store.View(ctx, func(tx store.Tx) error {
-		rows, err := tx.Workspaces(ctx, store.ObjectQuery{ProjectID: c.ProjectID, After: after, Selector: selector, Limit: int(pageSize) + 1})
-		if err != nil {
-			return err
-		}
-		if len(rows) > int(pageSize) {
-			rows = rows[:pageSize]
-			next = s.Pages.Encode(scope, rows[len(rows)-1].ID)
-		}
-		for _, row := range rows {
+	return objects.ListPage(ctx, s.Store, s.Pages, "workspace", pageSize, token, selector,
+		func(ctx context.Context, tx store.Tx, q store.ObjectQuery) ([]store.Workspace, error) {
+			return tx.Workspaces(ctx, q)
+		},
+		func(w store.Workspace) string { return w.ID },
+		func(ctx context.Context, tx store.Tx, row store.Workspace) (*ctrlv1.Workspace, error) {
 			r, err := decode(row)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			ws, err := present(ctx, tx, r)
-			if err != nil {
-				return err
-			}
-			out = append(out, ws)
-		}
-		return nil
-	})
-	return out, next, err
+			return present(ctx, tx, r)
+		})
 }
 
 // Start starts a STOPPED (or FAILED) workspace.
@@ -625,26 +554,16 @@ func UpdateAnnotations[R proto.Message](ctx context.Context, s *Service, w Write
 func updateMap[R proto.Message](ctx context.Context, s *Service, w Write[R], id, revisionName string, expected uint64,
 	m map[string]string, validate func(map[string]string) error,
 	field func(*ctrlv1.Workspace) (*map[string]string, *uint64), respond func(*ctrlv1.Workspace) R) (R, error) {
-	var zero R
-	if err := validate(m); err != nil {
-		return zero, connect.NewError(connect.CodeInvalidArgument, err)
-	}
-	if expected == 0 {
-		return zero, invalid("expected_%s is required: send the revision you observed", revisionName)
+	if err := objects.CheckMapWrite(m, validate, revisionName, expected); err != nil {
+		var zero R
+		return zero, err
 	}
 	return mutate(ctx, s, w, id, func(ctx context.Context, tx store.Tx, r *record) error {
 		if err := live(ctx, tx, r); err != nil {
 			return err
 		}
 		current, revision := field(r.ws)
-		if *revision != expected {
-			return command.Aborted(revisionName, expected, *revision)
-		}
-		if !meta.Equal(*current, m) {
-			*current = m
-			*revision++
-		}
-		return nil
+		return objects.ReplaceMap(current, revision, revisionName, expected, m)
 	}, respond)
 }
 

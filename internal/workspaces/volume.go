@@ -25,6 +25,16 @@ func boundVolume(r *record) string {
 	return b.VolumeId
 }
 
+// boundRecord loads the Volume the workspace's binding names; nil
+// without one.
+func boundRecord(ctx context.Context, tx store.Tx, r *record) (*volumes.Record, error) {
+	id := boundVolume(r)
+	if id == "" {
+		return nil, nil
+	}
+	return volumes.Load(ctx, tx, r.row.ProjectID, id)
+}
+
 // holdsExecution reports whether the workspace has, or is about to have,
 // an execution: the state in which its Volume is ATTACHED and its binding
 // cannot change.
@@ -40,40 +50,31 @@ func holdsExecution(r *record) bool {
 // syncVolume keeps the bound Volume ATTACHED exactly while the workspace
 // holds an execution.
 func (s *Service) syncVolume(ctx context.Context, tx store.Tx, r *record) error {
-	id := boundVolume(r)
-	if id == "" || r.ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED {
+	if r.ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED {
 		return nil
 	}
-	v, err := volumes.Load(ctx, tx, r.row.ProjectID, id)
-	if err != nil || v.V.BoundWorkspaceId != r.row.ID {
+	v, err := boundRecord(ctx, tx, r)
+	if err != nil || v == nil || v.V.BoundWorkspaceId != r.row.ID {
 		return err
 	}
-	return s.Volumes.SetAttached(ctx, tx, r.row.ProjectID, id, holdsExecution(r))
+	return s.Volumes.SetAttached(ctx, tx, v, holdsExecution(r))
 }
 
 // releaseVolume ends the binding of a workspace that is deleted: the
 // Volume is deleted with it when deleteIt says so, or when no launch
 // finished creating it (it holds nothing to keep); else it is kept.
 func (s *Service) releaseVolume(ctx context.Context, tx store.Tx, r *record, deleteIt bool) error {
-	id := boundVolume(r)
-	if id == "" {
-		return nil
-	}
-	v, err := volumes.Load(ctx, tx, r.row.ProjectID, id)
-	if err != nil {
+	v, err := boundRecord(ctx, tx, r)
+	if err != nil || v == nil {
 		return err
 	}
-	return s.Volumes.Release(ctx, tx, r.row.ProjectID, id, r.row.ID, deleteIt || v.Uncreated(r.row.ID))
+	return s.Volumes.Release(ctx, tx, v, r.row.ID, deleteIt || v.Uncreated(r.row.ID))
 }
 
 // volumeLost reports whether the workspace's Volume is LOST.
 func volumeLost(ctx context.Context, tx store.Tx, r *record) (bool, error) {
-	id := boundVolume(r)
-	if id == "" {
-		return false, nil
-	}
-	v, err := volumes.Load(ctx, tx, r.row.ProjectID, id)
-	if err != nil {
+	v, err := boundRecord(ctx, tx, r)
+	if err != nil || v == nil {
 		return false, err
 	}
 	return v.V.State == ctrlv1.VolumeState_VOLUME_STATE_LOST, nil
@@ -83,14 +84,11 @@ func volumeLost(ctx context.Context, tx store.Tx, r *record) (bool, error) {
 // mounted: LOST is FAILURE_REASON_VOLUME_LOST; a resize or a failed
 // creation stands in the way until it ends or the workspace is rebound.
 func (s *Service) volumeStartable(ctx context.Context, tx store.Tx, r *record) error {
-	id := boundVolume(r)
-	if id == "" {
-		return nil
-	}
-	v, err := volumes.Load(ctx, tx, r.row.ProjectID, id)
-	if err != nil {
+	v, err := boundRecord(ctx, tx, r)
+	if err != nil || v == nil {
 		return err
 	}
+	id := v.V.VolumeId
 	switch v.V.State {
 	case ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE, ctrlv1.VolumeState_VOLUME_STATE_CREATING:
 		return nil
@@ -116,8 +114,11 @@ func observed(ctx context.Context, tx store.Tx, r *record) *ctrlv1.Workspace {
 // and PROMISED tier show its Volume as it is now.
 func present(ctx context.Context, tx store.Tx, r *record) (*ctrlv1.Workspace, error) {
 	ws := r.view()
-	id := boundVolume(r)
-	if id == "" {
+	v, err := boundRecord(ctx, tx, r)
+	if err != nil {
+		return nil, err
+	}
+	if v == nil {
 		ws.PersistentPaths = nil
 		return ws, nil
 	}
@@ -128,10 +129,6 @@ func present(ctx context.Context, tx store.Tx, r *record) (*ctrlv1.Workspace, er
 		Paths:        []string{path},
 		Availability: ctrlv1.RetentionAvailability_RETENTION_AVAILABILITY_UNAVAILABLE,
 		Continuity:   ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_UNKNOWN,
-	}
-	v, err := volumes.Load(ctx, tx, r.row.ProjectID, id)
-	if err != nil {
-		return nil, err
 	}
 	switch v.V.State {
 	case ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE, ctrlv1.VolumeState_VOLUME_STATE_ATTACHED, ctrlv1.VolumeState_VOLUME_STATE_RESIZING:
@@ -151,15 +148,11 @@ func present(ctx context.Context, tx store.Tx, r *record) (*ctrlv1.Workspace, er
 // executionVolume is what an execution of the workspace mounts; nil
 // without a Volume.
 func executionVolume(ctx context.Context, tx store.Tx, r *record) (*hostv1.ExecutionVolume, error) {
-	id := boundVolume(r)
-	if id == "" {
-		return nil, nil
-	}
-	v, err := volumes.Load(ctx, tx, r.row.ProjectID, id)
-	if err != nil {
+	v, err := boundRecord(ctx, tx, r)
+	if err != nil || v == nil {
 		return nil, err
 	}
-	return &hostv1.ExecutionVolume{VolumeId: id, StoragePool: v.V.Spec.StoragePool, MountPath: r.ws.Spec.Volume.MountPath}, nil
+	return &hostv1.ExecutionVolume{VolumeId: v.V.VolumeId, StoragePool: v.V.Spec.StoragePool, MountPath: r.ws.Spec.Volume.MountPath}, nil
 }
 
 // UpdateVolumeBinding replaces the workspace's Volume binding under CAS
@@ -204,7 +197,11 @@ func UpdateVolumeBinding[R proto.Message](ctx context.Context, s *Service, w Wri
 			}
 			if old != "" {
 				// A released Volume is always kept.
-				if err := s.Volumes.Release(ctx, tx, r.row.ProjectID, old, id, false); err != nil {
+				v, err := boundRecord(ctx, tx, r)
+				if err != nil {
+					return err
+				}
+				if err := s.Volumes.Release(ctx, tx, v, id, false); err != nil {
 					return err
 				}
 			}

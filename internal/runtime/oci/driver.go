@@ -28,6 +28,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kibotos/kibotos/internal/diskimage"
 	"github.com/kibotos/kibotos/internal/runtime"
 )
 
@@ -89,7 +90,7 @@ func New(cfg Config) (*Driver, error) {
 	bin := cfg.RuntimePath
 	if bin == "" {
 		var err error
-		if bin, err = lookPath(name); err != nil {
+		if bin, err = diskimage.LookPath(name); err != nil {
 			return nil, fmt.Errorf("oci: runtime %s: %w", name, err)
 		}
 	}
@@ -126,7 +127,7 @@ func (d *Driver) Name() string { return d.name }
 func Detect() []string {
 	var found []string
 	for _, name := range []string{Runc, Crun, Runsc} {
-		bin, err := lookPath(name)
+		bin, err := diskimage.LookPath(name)
 		if err != nil {
 			continue
 		}
@@ -138,21 +139,6 @@ func Detect() []string {
 		}
 	}
 	return found
-}
-
-// lookPath finds a binary in PATH or, since daemons often run with a
-// short PATH, in the sbin directories.
-func lookPath(name string) (string, error) {
-	if p, err := exec.LookPath(name); err == nil {
-		return p, nil
-	}
-	for _, dir := range []string{"/usr/local/sbin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/bin"} {
-		p := filepath.Join(dir, name)
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", exec.ErrNotFound
 }
 
 // lock serializes the operations that change one execution.

@@ -47,7 +47,7 @@ func needHost(t testing.TB) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	if _, err := lookPath("runc"); err != nil {
+	if _, err := diskimage.LookPath("runc"); err != nil {
 		t.Skip("needs runc")
 	}
 	if _, err := os.Stat("/bin/busybox"); err != nil {
