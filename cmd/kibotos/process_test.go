@@ -38,12 +38,13 @@ type upProcess struct {
 	stdout, log string
 }
 
-// startUp runs `kibotos up` on home and waits until it is ready. The
-// test's cleanup stops it if the test has not.
-func startUp(t *testing.T, bin, home string) *upProcess {
+// startUp runs `kibotos up` on home, with flags added, and waits until it
+// is ready. The test's cleanup stops it if the test has not.
+func startUp(t *testing.T, bin, home string, flags ...string) *upProcess {
 	t.Helper()
 	dir := t.TempDir()
-	p := &upProcess{t: t, cmd: exec.Command(bin, "up", "--home", home, "--listen", "127.0.0.1:0"),
+	args := append([]string{"up", "--home", home, "--listen", "127.0.0.1:0"}, flags...)
+	p := &upProcess{t: t, cmd: exec.Command(bin, args...),
 		stdout: filepath.Join(dir, "stdout"), log: filepath.Join(dir, "log")}
 	stdout, err := os.Create(p.stdout)
 	if err != nil {

@@ -33,9 +33,6 @@ import (
 var guestAgent string
 
 func TestMain(m *testing.M) {
-	if home := os.Getenv(childHomeEnv); home != "" {
-		os.Exit(runChild(home)) // a deployment process of TestVolumeResizeSurvivesKill
-	}
 	dir, err := os.MkdirTemp("", "kibotos-guest")
 	if err != nil {
 		panic(err)
