@@ -426,3 +426,40 @@ func TestGrowFinishesExtendedFile(t *testing.T) {
 		t.Errorf("filesystem of %d bytes (%v), want 64 MiB", sb.bytes(), err)
 	}
 }
+
+// TestProbeRemovesLeftovers: a probe the process was killed in (its
+// scratch image still mounted) is cleaned up by the next probe.
+func TestProbeRemovesLeftovers(t *testing.T) {
+	needHost(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	scratch := filepath.Join(dir, ".online-grow-probe-left")
+	img, mnt := filepath.Join(scratch, "probe.img"), filepath.Join(scratch, "mnt")
+	if err := os.MkdirAll(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := Create(ctx, img, 16<<20, ""); err != nil {
+		t.Fatal(err)
+	}
+	dev, f, err := AttachLoop(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = unix.Mount(dev, mnt, "ext4", unix.MS_NODEV|unix.MS_NOSUID, "")
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if isMount(mnt) {
+			unix.Unmount(mnt, unix.MNT_DETACH)
+		}
+	})
+	ProbeOnlineGrow(ctx, dir)
+	if ents, _ := os.ReadDir(dir); len(ents) > 0 {
+		t.Errorf("left after the next probe: %v", ents)
+	}
+	if devs := LoopsOf(img); len(devs) > 0 {
+		t.Errorf("the leftover image is still attached to %v", devs)
+	}
+}

@@ -98,28 +98,19 @@ func mounted(device string) bool {
 // the new size, then removes all of it. nil means online growth works;
 // otherwise the error says why not.
 func ProbeOnlineGrow(ctx context.Context, dir string) (err error) {
-	scratch, err := os.MkdirTemp(dir, ".online-grow-probe-*")
+	// A probe the process was killed in left its directory, maybe mounted.
+	left, _ := filepath.Glob(filepath.Join(dir, probePattern))
+	for _, scratch := range left {
+		if err := removeProbe(scratch); err != nil {
+			return err
+		}
+	}
+	scratch, err := os.MkdirTemp(dir, probePattern)
 	if err != nil {
 		return err
 	}
 	image, mnt := filepath.Join(scratch, "probe.img"), filepath.Join(scratch, "mnt")
-	defer func() {
-		var errs []error
-		if isMount(mnt) {
-			if e := unix.Unmount(mnt, 0); e != nil {
-				errs = append(errs, fmt.Errorf("unmount %s: %w", mnt, e))
-				unix.Unmount(mnt, unix.MNT_DETACH)
-			}
-		}
-		if !WaitLoopsReleased(image, 10*time.Second) {
-			errs = append(errs, fmt.Errorf("%s is still attached to a loop device", image))
-		} else if e := os.RemoveAll(scratch); e != nil {
-			errs = append(errs, e)
-		}
-		if e := errors.Join(errs...); e != nil {
-			err = errors.Join(err, fmt.Errorf("diskimage: cleaning up the online grow probe: %w", e))
-		}
-	}()
+	defer func() { err = errors.Join(err, removeProbe(scratch)) }()
 	const before, after = 16 * MiB, 32 * MiB
 	if err := Create(ctx, image, before, ""); err != nil {
 		return err
@@ -149,6 +140,31 @@ func ProbeOnlineGrow(ctx context.Context, dir string) (err error) {
 	}
 	if total1 <= total0 {
 		return fmt.Errorf("diskimage: online grow had no effect on this host: %d bytes before, %d after", total0, total1)
+	}
+	return nil
+}
+
+// probePattern names the scratch directories of ProbeOnlineGrow.
+const probePattern = ".online-grow-probe-*"
+
+// removeProbe unmounts and removes a scratch directory of
+// ProbeOnlineGrow.
+func removeProbe(scratch string) error {
+	image, mnt := filepath.Join(scratch, "probe.img"), filepath.Join(scratch, "mnt")
+	var errs []error
+	if isMount(mnt) {
+		if e := unix.Unmount(mnt, 0); e != nil {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", mnt, e))
+			unix.Unmount(mnt, unix.MNT_DETACH)
+		}
+	}
+	if !WaitLoopsReleased(image, 10*time.Second) {
+		errs = append(errs, fmt.Errorf("%s is still attached to a loop device", image))
+	} else if e := os.RemoveAll(scratch); e != nil {
+		errs = append(errs, e)
+	}
+	if e := errors.Join(errs...); e != nil {
+		return fmt.Errorf("diskimage: cleaning up the online grow probe: %w", e)
 	}
 	return nil
 }
