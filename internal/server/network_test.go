@@ -22,13 +22,14 @@ import (
 
 // workspaces returns a WorkspaceService client of the admin, after giving
 // the store what creating a workspace needs beyond the API: a registered
-// host and the built-in template.
+// host (with a storage pool "default") and the built-in template.
 func (e *env) workspaces() ctrlv1connect.WorkspaceServiceClient {
 	e.t.Helper()
 	ctx := context.Background()
 	now := time.Now()
 	reg, err := proto.Marshal(&hostv1.RegisterHostRequest{HostId: "h1", Capacity: &hostv1.HostCapacity{
-		CpuMillis: 4000, MemoryBytes: 4 << 30, LayerBytes: 10 << 30, DefaultLayerBytes: 1 << 30}})
+		CpuMillis: 4000, MemoryBytes: 4 << 30, LayerBytes: 10 << 30, DefaultLayerBytes: 1 << 30},
+		StoragePools: []*hostv1.StoragePool{{Name: "default", DefaultVolumeBytes: 256 << 20}}})
 	if err != nil {
 		e.t.Fatal(err)
 	}
