@@ -159,14 +159,23 @@ func Dial(ctx context.Context, path, network, address string) (net.Conn, error) 
 
 // Start creates the test host for a program that is not a test (a
 // benchmark), its namespace bound under dir; stop removes it with its link.
+//
+// The test host's addresses are fixed, so one machine has one at a time:
+// Start waits for the test host of another process (another test package
+// run in parallel, a benchmark) to be stopped.
 func Start(dir string) (in *Internet, stop func(), err error) {
+	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "kibotos-nettest.lock"), os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		lock.Close()
+		return nil, nil, err
+	}
 	var b [4]byte
 	rand.Read(b[:])
 	suffix := hex.EncodeToString(b[:])
 	path := filepath.Join(dir, "inet-"+suffix)
-	if err := os.WriteFile(path, nil, 0o600); err != nil {
-		return nil, nil, err
-	}
 	hostSide := "kbt" + suffix
 	stop = func() {
 		unix.Unmount(path, unix.MNT_DETACH) // the veth pair goes with the namespace
@@ -174,6 +183,11 @@ func Start(dir string) (in *Internet, stop func(), err error) {
 			netlink.LinkDel(l)
 		}
 		os.Remove(path)
+		lock.Close() // releases the lock
+	}
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		stop()
+		return nil, nil, err
 	}
 	if err := netnsfile.Create(path, func() error { return nil }); err != nil {
 		stop()
