@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -72,24 +71,6 @@ func Pools(ctx context.Context, tx store.Tx) (map[string]Pool, error) {
 		}
 	}
 	return pools, nil
-}
-
-// HostPools returns the names of the pools each registered host reaches.
-func HostPools(ctx context.Context, tx store.Tx) (map[string][]string, error) {
-	pools, err := Pools(ctx, tx)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string][]string{}
-	for name, p := range pools {
-		for _, h := range p.Hosts {
-			out[h.HostID] = append(out[h.HostID], name)
-		}
-	}
-	for _, names := range out {
-		sort.Strings(names)
-	}
-	return out, nil
 }
 
 // resolvePool returns the pool a request names, the default for an
