@@ -111,7 +111,12 @@ func (c *Checker) check(host string, addr netip.Addr) error {
 func (c *Checker) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
 	ctx, cancel := context.WithTimeout(ctx, ResolveTimeout)
 	defer cancel()
-	r := c.Resolver
+	return lookupHost(ctx, c.Resolver, host)
+}
+
+// lookupHost resolves a hostname with r (nil: the system's resolver) into
+// at least one valid address, or a *ResolveError.
+func lookupHost(ctx context.Context, r Resolver, host string) ([]netip.Addr, error) {
 	if r == nil {
 		r = net.DefaultResolver
 	}

@@ -14,6 +14,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/internal/dnsforward"
+	"github.com/kibotos/kibotos/internal/netcheck"
 	"github.com/kibotos/kibotos/internal/netpolicy"
 	"github.com/kibotos/kibotos/internal/socks5"
 )
@@ -200,31 +201,18 @@ func upstreamOf(spec *ctrlv1.ResolverSpec) (dnsforward.Upstream, error) {
 // dialChecked dials an upstream on the direct path: a hostname is resolved
 // here, and every address the hard deny covers is removed first.
 func (s *Slot) dialChecked(ctx context.Context, network, address string) (net.Conn, error) {
-	host, port, err := net.SplitHostPort(address)
+	host, port, err := netcheck.ParseHostPort(address)
 	if err != nil {
 		return nil, err
 	}
-	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-	if err != nil {
-		return nil, err
-	}
-	var refused error
-	var d net.Dialer
-	for _, a := range addrs {
-		if deny, why := s.hard.Load().Denies(a.Unmap()); deny {
-			refused = fmt.Errorf("%s is refused by the dial check: %s", a, why)
-			continue
+	hard := s.hard.Load()
+	c, _, err := netcheck.Dial(ctx, nil, func(a netip.Addr) error {
+		if deny, why := hard.Denies(a); deny {
+			return fmt.Errorf("refused by the dial check: %s", why)
 		}
-		c, err := d.DialContext(ctx, network, net.JoinHostPort(a.Unmap().String(), port))
-		if err == nil {
-			return c, nil
-		}
-		refused = err
-	}
-	if refused == nil {
-		refused = fmt.Errorf("%s resolved to no address", host)
-	}
-	return nil, refused
+		return nil
+	}, network, host, port)
+	return c, err
 }
 
 func seconds(s uint32) time.Duration { return time.Duration(s) * time.Second }

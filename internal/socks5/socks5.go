@@ -17,6 +17,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/kibotos/kibotos/internal/netcheck"
 )
 
 // Endpoint is a SOCKS5 server.
@@ -48,10 +50,6 @@ type Resolver interface {
 const (
 	defaultConnectTimeout   = 10 * time.Second
 	defaultHandshakeTimeout = 10 * time.Second
-	// minAttempt is the least time one address of several gets, as in
-	// net.Dialer, so an address that swallows packets does not starve the
-	// ones after it of all but a sliver.
-	minAttempt = 2 * time.Second
 )
 
 // Dialer dials through an Endpoint. Its methods may be called concurrently.
@@ -188,75 +186,23 @@ func (d *Dialer) unreachable(format string, args ...any) error {
 }
 
 // connect resolves host, removes the addresses the check refuses and
-// connects to the first of the rest that accepts. It returns the address it
-// connected to.
+// connects to the first of the rest that accepts (netcheck.Dial). It
+// returns the address it connected to.
 func (d *Dialer) connect(parent context.Context, host string, port uint16) (net.Conn, netip.Addr, error) {
 	ctx, cancel := context.WithTimeout(parent, d.connectTimeout())
 	defer cancel()
-	addrs, err := d.resolve(ctx, host)
-	if err != nil {
-		if parent.Err() != nil {
-			return nil, netip.Addr{}, gaveUp(parent)
-		}
-		return nil, netip.Addr{}, d.unreachable("%w", err)
+	c, a, err := netcheck.Dial(ctx, d.Resolver, d.Check, "tcp", host, port)
+	if err == nil {
+		return c, a, nil
 	}
-	admitted, err := d.check(addrs)
-	if len(admitted) == 0 {
-		return nil, netip.Addr{}, d.unreachable("the dial check removed every address: %w", err)
+	if parent.Err() != nil {
+		return nil, netip.Addr{}, gaveUp(parent)
 	}
-	var dialer net.Dialer
-	var errs []error
-	for i, a := range admitted {
-		dl, _ := ctx.Deadline()
-		share := max(time.Until(dl)/time.Duration(len(admitted)-i), minAttempt)
-		actx, acancel := context.WithTimeout(ctx, share)
-		c, err := dialer.DialContext(actx, "tcp", netip.AddrPortFrom(a, port).String())
-		acancel()
-		if err == nil {
-			return c, a, nil
-		}
-		if parent.Err() != nil {
-			return nil, netip.Addr{}, gaveUp(parent)
-		}
-		errs = append(errs, err)
+	var de *netcheck.DialError
+	if errors.As(err, &de) && de.Step == netcheck.DialCheck {
+		return nil, netip.Addr{}, d.unreachable("the dial check removed every address: %w", de.Err)
 	}
-	return nil, netip.Addr{}, d.unreachable("%w", errors.Join(errs...))
-}
-
-func (d *Dialer) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
-	if ip, err := netip.ParseAddr(host); err == nil {
-		return []netip.Addr{ip}, nil
-	}
-	r := d.Resolver
-	if r == nil {
-		r = net.DefaultResolver
-	}
-	addrs, err := r.LookupNetIP(ctx, "ip", host)
-	if err != nil {
-		return nil, fmt.Errorf("cannot resolve %q: %w", host, err)
-	}
-	if len(addrs) == 0 {
-		return nil, fmt.Errorf("cannot resolve %q: no addresses", host)
-	}
-	return addrs, nil
-}
-
-// check returns the addresses the dial check admits and why it refused the
-// others.
-func (d *Dialer) check(addrs []netip.Addr) ([]netip.Addr, error) {
-	if d.Check == nil {
-		return addrs, nil
-	}
-	var admitted []netip.Addr
-	var errs []error
-	for _, a := range addrs {
-		if err := d.Check(a); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", a, err))
-			continue
-		}
-		admitted = append(admitted, a)
-	}
-	return admitted, errors.Join(errs...)
+	return nil, netip.Addr{}, d.unreachable("%w", errors.Unwrap(err))
 }
 
 // handshake runs TLS when configured, the method negotiation, the

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/kibotos/kibotos/internal/netcheck"
 )
 
 // associate opens the UDP socket to the relay the endpoint answered in bound
@@ -57,7 +59,7 @@ func (d *Dialer) relayAddr(ctx context.Context, endpointIP netip.Addr, bound add
 		rctx, cancel := context.WithTimeout(ctx, d.connectTimeout())
 		defer cancel()
 		var err error
-		if ips, err = d.resolve(rctx, bound.host); err != nil {
+		if ips, err = netcheck.Resolve(rctx, d.Resolver, bound.host); err != nil {
 			if ctx.Err() != nil {
 				return netip.AddrPort{}, gaveUp(ctx)
 			}
@@ -67,9 +69,9 @@ func (d *Dialer) relayAddr(ctx context.Context, endpointIP netip.Addr, bound add
 		// 0.0.0.0 or :: stands for the endpoint's own address.
 		ips = []netip.Addr{endpointIP}
 	}
-	admitted, err := d.check(ips)
-	if len(admitted) == 0 {
-		return netip.AddrPort{}, d.udpFailed("the dial check removed the relay address: %w", err)
+	admitted, err := netcheck.Admit(ips, d.Check)
+	if err != nil {
+		return netip.AddrPort{}, d.udpFailed("the dial check removed the relay address: %w", errors.Unwrap(err))
 	}
 	return netip.AddrPortFrom(admitted[0], bound.port), nil
 }
