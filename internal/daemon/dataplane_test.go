@@ -284,13 +284,7 @@ func (zeroReader) Read(p []byte) (int, error) {
 
 func waitFor(t *testing.T, cond func() bool, what string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	eventually(t, 10*time.Second, what, func() (bool, error) { return cond(), nil }, func(ok bool) bool { return ok })
 }
 
 // syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.

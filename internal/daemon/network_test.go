@@ -131,20 +131,7 @@ func (e *netEnv) awaitApplied(rev uint64) *ctrlv1.Workspace {
 
 func (e *netEnv) awaitWorkspace(what string, cond func(*ctrlv1.Workspace) bool) *ctrlv1.Workspace {
 	e.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := e.client.GetWorkspace(context.Background(), connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: e.ws.WorkspaceId}))
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		if cond(resp.Msg.Workspace) {
-			return resp.Msg.Workspace
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("timed out waiting for %s; workspace: %v", what, resp.Msg.Workspace)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return e.deployment.awaitWorkspace(e.ws.WorkspaceId, what, cond)
 }
 
 // setPolicy replaces the policy, closing moved connections at once, and

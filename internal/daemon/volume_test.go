@@ -44,29 +44,27 @@ func newVolumeEnv(t *testing.T) *volumeEnv {
 		admin:   adminv1connect.NewAdminServiceClient(http.DefaultClient, d.url, auth)}
 }
 
+func (e *volumeEnv) getVolume(id string) (*ctrlv1.Volume, error) {
+	resp, err := e.volumes.GetVolume(e.ctx, connect.NewRequest(&ctrlv1.GetVolumeRequest{VolumeId: id}))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg.Volume, nil
+}
+
 func (e *volumeEnv) volume(id string) *ctrlv1.Volume {
 	e.t.Helper()
-	resp, err := e.volumes.GetVolume(e.ctx, connect.NewRequest(&ctrlv1.GetVolumeRequest{VolumeId: id}))
+	v, err := e.getVolume(id)
 	if err != nil {
 		e.t.Fatalf("GetVolume: %v", err)
 	}
-	return resp.Msg.Volume
+	return v
 }
 
 // awaitVolume polls until cond holds of the volume.
 func (e *volumeEnv) awaitVolume(id, what string, cond func(*ctrlv1.Volume) bool) *ctrlv1.Volume {
 	e.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		v := e.volume(id)
-		if cond(v) {
-			return v
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("volume %s: waiting for %s; it is %v", id, what, v)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return eventually(e.t, 30*time.Second, "volume "+id+" "+what, func() (*ctrlv1.Volume, error) { return e.getVolume(id) }, cond)
 }
 
 func (e *volumeEnv) createVolume(spec *ctrlv1.VolumeSpec, labels map[string]string) (*ctrlv1.Volume, error) {
@@ -404,22 +402,11 @@ func TestVolumeLostAndDamaged(t *testing.T) {
 	if _, err := e.start(damaged.WorkspaceId); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := e.client.GetWorkspace(e.ctx, connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: damaged.WorkspaceId}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if w := resp.Msg.Workspace; w.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED {
-			if !strings.Contains(w.Failure.GetMessage(), "cannot be opened as the volume created") {
-				t.Errorf("failure: %v", w.Failure)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the start on a damaged volume did not fail: %v", resp.Msg.Workspace)
-		}
-		time.Sleep(50 * time.Millisecond)
+	failed := e.awaitWorkspace(damaged.WorkspaceId, "the start on a damaged volume to fail", func(w *ctrlv1.Workspace) bool {
+		return w.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED
+	})
+	if !strings.Contains(failed.Failure.GetMessage(), "cannot be opened as the volume created") {
+		t.Errorf("failure: %v", failed.Failure)
 	}
 
 	// The operator declares the spare pool lost.

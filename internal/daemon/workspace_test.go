@@ -137,24 +137,52 @@ func small() *ctrlv1.WorkspaceCreateSpec {
 	return &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{CpuMillis: 500, MemoryBytes: 128 * mib, WritableLayerBytes: 64 * mib}}
 }
 
-// await polls until the workspace reaches state, failing on FAILED.
-func (d *deployment) await(id string, state ctrlv1.WorkspaceState) *ctrlv1.Workspace {
-	d.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+// eventually reads a value every 50 ms until done holds of it and returns
+// it. A read error, or timeout passing, fails the test with what it
+// waited for and the last value read.
+func eventually[T any](t *testing.T, timeout time.Duration, what string, read func() (T, error), done func(T) bool) T {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
 	for {
-		resp, err := d.client.GetWorkspace(context.Background(), connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id}))
+		v, err := read()
 		if err != nil {
-			d.t.Fatalf("GetWorkspace: %v", err)
+			t.Fatalf("waiting for %s: %v", what, err)
 		}
-		ws := resp.Msg.Workspace
-		if ws.State == state {
-			return ws
+		if done(v) {
+			return v
 		}
-		if ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED || time.Now().After(deadline) {
-			d.t.Fatalf("workspace %s is %v (failure %v), want %v", id, ws.State, ws.Failure, state)
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s; last: %v", what, v)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// get reads a workspace.
+func (d *deployment) get(id string) (*ctrlv1.Workspace, error) {
+	resp, err := d.client.GetWorkspace(context.Background(), connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id}))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg.Workspace, nil
+}
+
+// awaitWorkspace polls a workspace until cond holds of it.
+func (d *deployment) awaitWorkspace(id, what string, cond func(*ctrlv1.Workspace) bool) *ctrlv1.Workspace {
+	d.t.Helper()
+	return eventually(d.t, 60*time.Second, what, func() (*ctrlv1.Workspace, error) { return d.get(id) }, cond)
+}
+
+// await polls until the workspace reaches state, failing on FAILED.
+func (d *deployment) await(id string, state ctrlv1.WorkspaceState) *ctrlv1.Workspace {
+	d.t.Helper()
+	ws := d.awaitWorkspace(id, fmt.Sprintf("workspace %s %v", id, state), func(ws *ctrlv1.Workspace) bool {
+		return ws.State == state || ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED
+	})
+	if ws.State != state {
+		d.t.Fatalf("workspace %s is %v (failure %v), want %v", id, ws.State, ws.Failure, state)
+	}
+	return ws
 }
 
 // exec runs a command in the workspace's current execution through the
