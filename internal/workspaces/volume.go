@@ -48,9 +48,11 @@ func holdsExecution(r *record) bool {
 }
 
 // syncVolume keeps the bound Volume ATTACHED exactly while the workspace
-// holds an execution.
+// holds an execution. A deletion leaves it as it was (ATTACHED only if an
+// execution still runs) until the deletion completes and releases it.
 func (s *Service) syncVolume(ctx context.Context, tx store.Tx, r *record) error {
-	if r.ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED {
+	switch r.ws.State {
+	case ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETING, ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED:
 		return nil
 	}
 	v, err := boundRecord(ctx, tx, r)

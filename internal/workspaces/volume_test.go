@@ -237,8 +237,17 @@ func TestVolumeBinding(t *testing.T) {
 	if err != nil || other.Spec.Volume.GetDeleteWithWorkspace() || other.Spec.Volume.MountPath != DefaultMountPath {
 		t.Fatalf("bind after release: %v, %v", other.GetSpec().GetVolume(), err)
 	}
+	report(t, s, ctx, other.WorkspaceId, hostv1.ObservedState_OBSERVED_STATE_RUNNING, nil)
+	if _, err := Stop(ctx, s, write("stop2", newWS), other.WorkspaceId, ctrlv1.StopMode_STOP_MODE_NORMAL, identity); err != nil {
+		t.Fatal(err)
+	}
+	report(t, s, ctx, other.WorkspaceId, hostv1.ObservedState_OBSERVED_STATE_STOPPED, nil)
 	if _, err := Delete(ctx, s, write("delete", newWS), other.WorkspaceId, identity); err != nil {
 		t.Fatal(err)
+	}
+	// A stopped workspace being deleted holds no execution.
+	if v, _ := s.Volumes.Get(ctx, volID); v.State != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE {
+		t.Errorf("volume of a stopped workspace being deleted: %v", v.State)
 	}
 	report(t, s, ctx, other.WorkspaceId, hostv1.ObservedState_OBSERVED_STATE_DELETED, nil)
 	if v, _ := s.Volumes.Get(ctx, volID); v.State != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE || v.BoundWorkspaceId != "" {
