@@ -2,6 +2,7 @@ package volumes
 
 import (
 	"context"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -13,6 +14,10 @@ import (
 
 // This file is the host-facing half: the volume assignments of a host and
 // folding its volume reports back into Volumes.
+
+// observationRefresh is how often an unchanged observation's observed_at
+// is moved forward.
+const observationRefresh = 30 * time.Second
 
 // HostAssignments returns what ctrl wants of the Volumes a host holds.
 func HostAssignments(ctx context.Context, tx store.Tx, hostID string) ([]*hostv1.VolumeAssignment, error) {
@@ -106,11 +111,17 @@ func observationOnly(a, b *ctrlv1.Volume) bool {
 func (s *Service) apply(r *Record, rep *hostv1.VolumeReport) {
 	now := s.now()
 	if rep.Condition != ctrlv1.VolumeCondition_VOLUME_CONDITION_UNSPECIFIED {
-		// observed_at moves with every report, so that it says how
-		// current the observation is; it stays put once nothing holds
-		// the Volume.
-		r.V.Observation = &ctrlv1.VolumeObservation{Condition: rep.Condition, UsedBytes: rep.UsedBytes, Error: rep.Error,
+		// observed_at moves with the reports, so that it says how current
+		// the observation is (it stays put once nothing holds the
+		// Volume); an unchanged one is rewritten at most every
+		// observationRefresh, not on every heartbeat.
+		obs := &ctrlv1.VolumeObservation{Condition: rep.Condition, UsedBytes: rep.UsedBytes, Error: rep.Error,
 			ObservedAt: timestamppb.New(now)}
+		if old := r.V.Observation; old != nil && old.Condition == obs.Condition && old.UsedBytes == obs.UsedBytes &&
+			old.Error == obs.Error && now.Sub(old.ObservedAt.AsTime()) < observationRefresh {
+			obs = old
+		}
+		r.V.Observation = obs
 	}
 	failed := rep.FailureMessage != ""
 	switch r.V.State {

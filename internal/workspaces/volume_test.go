@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -98,10 +99,18 @@ func TestVolumeCreateResizeAndReports(t *testing.T) {
 	if v.State != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE || v.Observation.GetUsedBytes() != MiB {
 		t.Fatalf("created: %v", v)
 	}
+	// The same report again moves observed_at only once it is older than
+	// the refresh, and never updated_at.
 	first := v.Observation.ObservedAt.AsTime()
-	if again := volumeReport(t, s, ctx, healthy(id, 256*MiB)); again.Observation.ObservedAt.AsTime().Before(first) || !again.UpdatedAt.AsTime().Equal(v.UpdatedAt.AsTime()) {
-		t.Errorf("a report again: observed_at %v after %v, updated_at %v after %v", again.Observation.ObservedAt.AsTime(), first, again.UpdatedAt, v.UpdatedAt)
+	if again := volumeReport(t, s, ctx, healthy(id, 256*MiB)); !again.Observation.ObservedAt.AsTime().Equal(first) {
+		t.Errorf("an unchanged report at once moved observed_at from %v to %v", first, again.Observation.ObservedAt.AsTime())
 	}
+	s.Volumes.Now = func() time.Time { return first.Add(time.Minute) }
+	again := volumeReport(t, s, ctx, healthy(id, 256*MiB))
+	if !again.Observation.ObservedAt.AsTime().Equal(first.Add(time.Minute)) || !again.UpdatedAt.AsTime().Equal(v.UpdatedAt.AsTime()) {
+		t.Errorf("a report a minute later: observed_at %v, updated_at %v (was %v)", again.Observation.ObservedAt.AsTime(), again.UpdatedAt.AsTime(), v.UpdatedAt.AsTime())
+	}
+	s.Volumes.Now = nil
 	if a := volumeAssignment(t, s, ctx, id); a.Create {
 		t.Errorf("create still allowed once created: %v", a)
 	}
