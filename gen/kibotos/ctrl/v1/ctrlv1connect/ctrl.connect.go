@@ -1023,7 +1023,7 @@ func (UnimplementedSessionServiceHandler) RotateDataPlane(context.Context, *conn
 
 // VolumeServiceClient is a client for the kibotos.ctrl.v1.VolumeService service.
 type VolumeServiceClient interface {
-	// CreateVolume stores a new Volume in CREATING and returns it; a host that reaches its storage pool creates the filesystem, and the Volume becomes AVAILABLE. capacity_bytes zero selects the pool's profile; otherwise it must be a whole number of MiB. An empty storage_pool selects the deployment's default pool; a pool no host reaches is not_found. Labels and annotations are stored with it and are part of the command's input.
+	// CreateVolume stores a new Volume in CREATING and returns it; a host that reaches its storage pool creates the filesystem, and the Volume becomes AVAILABLE. capacity_bytes zero selects the pool's profile; otherwise it must be a whole number of MiB. An empty storage_pool selects the deployment's default pool; a pool no host reaches is not_found, and when no host has a storage pool at all the call is failed_precondition with FAILURE_REASON_CAPABILITY_UNAVAILABLE (the volume.storage_pool capability). Labels and annotations are stored with it and are part of the command's input.
 	CreateVolume(context.Context, *connect.Request[v1.CreateVolumeRequest]) (*connect.Response[v1.CreateVolumeResponse], error)
 	// GetVolume returns one Volume, a DELETED one included, with its observation. An unknown Volume is not_found.
 	GetVolume(context.Context, *connect.Request[v1.GetVolumeRequest]) (*connect.Response[v1.GetVolumeResponse], error)
@@ -1143,7 +1143,7 @@ func (c *volumeServiceClient) UpdateVolumeAnnotations(ctx context.Context, req *
 
 // VolumeServiceHandler is an implementation of the kibotos.ctrl.v1.VolumeService service.
 type VolumeServiceHandler interface {
-	// CreateVolume stores a new Volume in CREATING and returns it; a host that reaches its storage pool creates the filesystem, and the Volume becomes AVAILABLE. capacity_bytes zero selects the pool's profile; otherwise it must be a whole number of MiB. An empty storage_pool selects the deployment's default pool; a pool no host reaches is not_found. Labels and annotations are stored with it and are part of the command's input.
+	// CreateVolume stores a new Volume in CREATING and returns it; a host that reaches its storage pool creates the filesystem, and the Volume becomes AVAILABLE. capacity_bytes zero selects the pool's profile; otherwise it must be a whole number of MiB. An empty storage_pool selects the deployment's default pool; a pool no host reaches is not_found, and when no host has a storage pool at all the call is failed_precondition with FAILURE_REASON_CAPABILITY_UNAVAILABLE (the volume.storage_pool capability). Labels and annotations are stored with it and are part of the command's input.
 	CreateVolume(context.Context, *connect.Request[v1.CreateVolumeRequest]) (*connect.Response[v1.CreateVolumeResponse], error)
 	// GetVolume returns one Volume, a DELETED one included, with its observation. An unknown Volume is not_found.
 	GetVolume(context.Context, *connect.Request[v1.GetVolumeRequest]) (*connect.Response[v1.GetVolumeResponse], error)
