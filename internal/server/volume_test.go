@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -20,8 +21,17 @@ import (
 func TestVolumeService(t *testing.T) {
 	backends(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		wsc := e.workspaces()
 		vols := ctrlv1connect.NewVolumeServiceClient(e.http, e.url, connect.WithInterceptors(bearer.Token(e.admin)))
+		// No host has a storage pool yet.
+		_, err := vols.CreateVolume(ctx, connect.NewRequest(&ctrlv1.CreateVolumeRequest{Command: cmd(), Spec: &ctrlv1.VolumeSpec{}}))
+		var ce *connect.Error
+		if connect.CodeOf(err) != connect.CodeFailedPrecondition || !errors.As(err, &ce) || len(ce.Details()) != 1 {
+			t.Fatalf("CreateVolume without a pool: %v", err)
+		}
+		if d, _ := ce.Details()[0].Value(); d.(*ctrlv1.ErrorDetail).GetReason() != ctrlv1.FailureReason_FAILURE_REASON_CAPABILITY_UNAVAILABLE {
+			t.Errorf("detail: %v", d)
+		}
+		wsc := e.workspaces()
 
 		// No capacity: the pool's profile; no pool: the default.
 		req := &ctrlv1.CreateVolumeRequest{Command: cmd(), Spec: &ctrlv1.VolumeSpec{}, Labels: map[string]string{"team": "a"}}
