@@ -642,17 +642,7 @@ func UpdateMemory[R proto.Message](ctx context.Context, s *Service, w Write[R], 
 	if memory%MiB != 0 || memory < MinMemoryBytes {
 		return zero, invalid("memory_bytes %d must be a whole number of MiB and at least 128 MiB", memory)
 	}
-	if expected == 0 {
-		return zero, invalid("expected_resources_revision is required: send the revision you observed")
-	}
-	return mutate(ctx, s, w, id, func(ctx context.Context, tx store.Tx, r *record) error {
-		if err := live(ctx, tx, r); err != nil {
-			return err
-		}
-		res := r.ws.Spec.Resources
-		if rev := r.ws.Spec.ResourcesRevision; rev != expected {
-			return command.Aborted("resources_revision", expected, rev)
-		}
+	return updateResources(ctx, s, w, id, expected, respond, func(ctx context.Context, tx store.Tx, r *record, res *ctrlv1.ResourceRequest) error {
 		if res.MemoryBytes == memory {
 			return nil
 		}
@@ -672,6 +662,26 @@ func UpdateMemory[R proto.Message](ctx context.Context, s *Service, w Write[R], 
 		r.ws.Spec.ResourcesRevision++
 		r.row.MemoryBytes = memory
 		return nil
+	})
+}
+
+// updateResources is what UpdateMemory and ResizeWritableLayer share: the
+// required expected_resources_revision, a live workspace, and CAS on
+// resources_revision before change edits the resources.
+func updateResources[R proto.Message](ctx context.Context, s *Service, w Write[R], id string, expected uint64, respond func(*ctrlv1.Workspace) R,
+	change func(ctx context.Context, tx store.Tx, r *record, res *ctrlv1.ResourceRequest) error) (R, error) {
+	if expected == 0 {
+		var zero R
+		return zero, invalid("expected_resources_revision is required: send the revision you observed")
+	}
+	return mutate(ctx, s, w, id, func(ctx context.Context, tx store.Tx, r *record) error {
+		if err := live(ctx, tx, r); err != nil {
+			return err
+		}
+		if rev := r.ws.Spec.ResourcesRevision; rev != expected {
+			return command.Aborted("resources_revision", expected, rev)
+		}
+		return change(ctx, tx, r, r.ws.Spec.Resources)
 	}, respond)
 }
 
@@ -683,17 +693,7 @@ func ResizeWritableLayer[R proto.Message](ctx context.Context, s *Service, w Wri
 	if bytes == 0 || bytes%MiB != 0 {
 		return zero, invalid("writable_layer_bytes %d must be a positive whole number of MiB", bytes)
 	}
-	if expected == 0 {
-		return zero, invalid("expected_resources_revision is required: send the revision you observed")
-	}
-	return mutate(ctx, s, w, id, func(ctx context.Context, tx store.Tx, r *record) error {
-		if err := live(ctx, tx, r); err != nil {
-			return err
-		}
-		res := r.ws.Spec.Resources
-		if rev := r.ws.Spec.ResourcesRevision; rev != expected {
-			return command.Aborted("resources_revision", expected, rev)
-		}
+	return updateResources(ctx, s, w, id, expected, respond, func(ctx context.Context, tx store.Tx, r *record, res *ctrlv1.ResourceRequest) error {
 		current := max(res.WritableLayerBytes, r.row.LayerBytes)
 		for _, t := range r.ws.RetentionTiers {
 			if t.Kind == ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_BEST_EFFORT {
@@ -709,19 +709,12 @@ func ResizeWritableLayer[R proto.Message](ctx context.Context, s *Service, w Wri
 		if err := stoppedForResources(ctx, tx, r); err != nil {
 			return err
 		}
-		hosts, err := s.hosts(ctx, tx, r.row.HostID)
-		if err != nil {
+		if err := s.fitsMore(ctx, tx, r, scheduler.Request{LayerBytes: bytes - r.row.LayerBytes}); err != nil {
 			return err
-		}
-		for i := range hosts {
-			hosts[i].DefaultLayerBytes = 0
-		}
-		if _, _, err := scheduler.Place(hosts, scheduler.Request{LayerBytes: bytes - r.row.LayerBytes}); err != nil {
-			return exhausted(err)
 		}
 		res.WritableLayerBytes = bytes
 		r.ws.Spec.ResourcesRevision++
 		r.row.LayerBytes = bytes
 		return nil
-	}, respond)
+	})
 }
