@@ -277,30 +277,13 @@ type placement struct {
 // returns it with the writable layer's capacity (the host's default when
 // none was asked for).
 func (s *Service) place(ctx context.Context, tx store.Tx, res *ctrlv1.ResourceRequest, need placement) (string, uint64, error) {
-	hosts, err := s.hosts(ctx, tx, "")
+	all, err := s.hosts(ctx, tx, "")
 	if err != nil {
 		return "", 0, err
 	}
-	regs, err := tx.Hosts(ctx)
-	if err != nil {
-		return "", 0, err
-	}
-	offers := map[string]map[string]bool{} // host → what it offers
-	offered := map[string]bool{}           // by any host
-	for _, h := range regs {
-		reg, err := decodeHost(h)
-		if err != nil {
-			return "", 0, err
-		}
-		o := map[string]bool{}
-		for _, c := range reg.Capabilities {
-			o[c] = true
-		}
-		for _, p := range reg.StoragePools {
-			o["pool:"+p.Name] = true
-		}
-		offers[h.ID] = o
-		maps.Copy(offered, o)
+	offered := map[string]bool{} // by any host
+	for _, h := range all {
+		maps.Copy(offered, h.offers)
 	}
 	want := slices.Clone(need.capabilities)
 	for _, c := range want {
@@ -311,17 +294,12 @@ func (s *Service) place(ctx context.Context, tx store.Tx, res *ctrlv1.ResourceRe
 	if need.pool != "" {
 		want = append(want, "pool:"+need.pool)
 	}
-	hosts = slices.DeleteFunc(hosts, func(h scheduler.Host) bool {
-		if need.host != "" && h.ID != need.host {
-			return true
+	var hosts []scheduler.Host
+	for _, h := range all {
+		if (need.host == "" || h.ID == need.host) && !slices.ContainsFunc(want, func(c string) bool { return !h.offers[c] }) {
+			hosts = append(hosts, h.Host)
 		}
-		for _, c := range want {
-			if !offers[h.ID][c] {
-				return true
-			}
-		}
-		return false
-	})
+	}
 	if need.pool != "" && len(hosts) == 0 {
 		return "", 0, connect.NewError(connect.CodeFailedPrecondition,
 			fmt.Errorf("no host that holds volumes of storage pool %q has the capabilities this workspace requires", need.pool))
@@ -343,12 +321,14 @@ func (s *Service) fitsOnItsHost(ctx context.Context, tx store.Tx, r *record) err
 // fitsMore checks that the workspace's host has room for req beyond what
 // it already holds there.
 func (s *Service) fitsMore(ctx context.Context, tx store.Tx, r *record, req scheduler.Request) error {
-	hosts, err := s.hosts(ctx, tx, r.row.HostID)
+	all, err := s.hosts(ctx, tx, r.row.HostID)
 	if err != nil {
 		return err
 	}
-	for i := range hosts {
-		hosts[i].DefaultLayerBytes = 0
+	var hosts []scheduler.Host
+	for _, h := range all {
+		h.DefaultLayerBytes = 0
+		hosts = append(hosts, h.Host)
 	}
 	if _, _, err := scheduler.Place(hosts, req); err != nil {
 		return exhausted(err)
@@ -365,14 +345,14 @@ func exhausted(err error) error {
 }
 
 // hosts returns the registered hosts (or only the one named) with what
-// is reserved on each: layer bytes of every placed workspace, CPU and
-// memory of the running ones.
-func (s *Service) hosts(ctx context.Context, tx store.Tx, only string) ([]scheduler.Host, error) {
+// is reserved on each (layer bytes of every placed workspace, CPU and
+// memory of the running ones) and what each offers.
+func (s *Service) hosts(ctx context.Context, tx store.Tx, only string) ([]candidate, error) {
 	all, err := tx.Hosts(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var out []scheduler.Host
+	var out []candidate
 	for _, h := range all {
 		if only != "" && h.ID != only {
 			continue
@@ -394,9 +374,23 @@ func (s *Service) hosts(ctx context.Context, tx store.Tx, only string) ([]schedu
 				host.Reserved.MemoryBytes += w.MemoryBytes
 			}
 		}
-		out = append(out, host)
+		offers := map[string]bool{}
+		for _, c := range reg.Capabilities {
+			offers[c] = true
+		}
+		for _, p := range reg.StoragePools {
+			offers["pool:"+p.Name] = true
+		}
+		out = append(out, candidate{Host: host, offers: offers})
 	}
 	return out, nil
+}
+
+// candidate is a registered host as placement sees it.
+type candidate struct {
+	scheduler.Host
+	// offers holds its capabilities and, as "pool:NAME", its storage pools.
+	offers map[string]bool
 }
 
 // Get returns a workspace.
