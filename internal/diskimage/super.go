@@ -30,6 +30,11 @@ type Info struct {
 	UsedBytes uint64
 }
 
+// Capacity is what the image really holds: the smaller of the file and its
+// filesystem (a growth interrupted between the two leaves them apart; the
+// next Grow finishes it).
+func (i Info) Capacity() uint64 { return min(i.Size, i.Filesystem) }
+
 // Offsets and flags of the ext4 superblock (see the kernel's
 // fs/ext4/ext4.h, struct ext4_super_block).
 const (

@@ -187,13 +187,13 @@ func (v *volumes) converge(ctx context.Context, a *hostv1.VolumeAssignment) (str
 		rep.Deleted = true
 		return "", nil
 	}
-	info, err := inspect(path)
+	info, err := diskimage.Inspect(path)
 	if errors.Is(err, os.ErrNotExist) && a.Create {
 		if err := diskimage.Create(ctx, path, a.CapacityBytes, a.FilesystemUuid); err != nil {
 			rep.FailureStage, rep.FailureMessage = ctrlv1.FailureStage_FAILURE_STAGE_CREATING_VOLUME, err.Error()
 			return "", fmt.Errorf("creating volume %s: %w", a.VolumeId, err)
 		}
-		info, err = inspect(path)
+		info, err = diskimage.Inspect(path)
 	}
 	if err == nil && info.UUID != a.FilesystemUuid {
 		err = fmt.Errorf("the image holds filesystem %s, not the volume's %s", info.UUID, a.FilesystemUuid)
@@ -203,15 +203,15 @@ func (v *volumes) converge(ctx context.Context, a *hostv1.VolumeAssignment) (str
 		rep.Error = fmt.Sprintf("volume %s cannot be opened as the volume created: %v", a.VolumeId, err)
 		return "", errors.New(rep.Error)
 	}
-	if info.capacity() < a.CapacityBytes {
+	if info.Capacity() < a.CapacityBytes {
 		if err := v.grow(ctx, a, path, inUse); err != nil {
 			rep.FailureStage, rep.FailureMessage = ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_VOLUME, err.Error()
-		} else if info, err = inspect(path); err != nil {
+		} else if info, err = diskimage.Inspect(path); err != nil {
 			rep.FailureStage, rep.FailureMessage = ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_VOLUME, err.Error()
 		}
 	}
 	rep.Condition = ctrlv1.VolumeCondition_VOLUME_CONDITION_HEALTHY
-	rep.CapacityBytes = info.capacity()
+	rep.CapacityBytes = info.Capacity()
 	rep.UsedBytes = v.used(ctx, a.VolumeId, info)
 	return path, nil
 }
@@ -233,22 +233,9 @@ func (v *volumes) grow(ctx context.Context, a *hostv1.VolumeAssignment, path str
 	return diskimage.GrowOnline(ctx, path, devs[0], a.CapacityBytes)
 }
 
-// imageInfo is what the agent knows of a Volume image.
-type imageInfo struct{ diskimage.Info }
-
-func inspect(path string) (imageInfo, error) {
-	info, err := diskimage.Inspect(path)
-	return imageInfo{info}, err
-}
-
-// capacity is what the Volume really has: the smaller of the file and its
-// filesystem (a growth interrupted between the two leaves them apart, and
-// the next convergence finishes it).
-func (i imageInfo) capacity() uint64 { return min(i.Size, i.Filesystem) }
-
 // used is how much of a Volume its data uses: from the execution that
 // mounts it, else from the image's superblock.
-func (v *volumes) used(ctx context.Context, id string, info imageInfo) uint64 {
+func (v *volumes) used(ctx context.Context, id string, info diskimage.Info) uint64 {
 	if execID := v.agent.executionMounting(id); execID != "" {
 		if used, _, err := v.agent.cfg.Driver.VolumeUsage(ctx, execID); err == nil {
 			return used
