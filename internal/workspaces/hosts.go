@@ -52,9 +52,9 @@ func DataPlaneEndpoint(ctx context.Context, tx store.Tx, hostID string) (string,
 		if h.ID != hostID {
 			continue
 		}
-		reg := new(hostv1.RegisterHostRequest)
-		if err := proto.Unmarshal(h.Body, reg); err != nil {
-			return "", fmt.Errorf("host %s: %w", h.ID, err)
+		reg, err := decodeHost(h)
+		if err != nil {
+			return "", err
 		}
 		return reg.DataPlaneEndpoint, nil
 	}
