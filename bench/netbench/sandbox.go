@@ -17,9 +17,9 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
-	"github.com/kibotos/kibotos/internal/netnsfile"
-	"github.com/kibotos/kibotos/internal/netpolicy"
-	"github.com/kibotos/kibotos/internal/netslot"
+	"github.com/kibotos/kibotos/internal/host/netnsfile"
+	"github.com/kibotos/kibotos/internal/host/netpolicy"
+	"github.com/kibotos/kibotos/internal/host/netslot"
 	"github.com/kibotos/kibotos/internal/testutil/nettest"
 )
 

@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kibotos/kibotos/internal/netnsfile"
+	"github.com/kibotos/kibotos/internal/host/netnsfile"
 	"github.com/kibotos/kibotos/internal/testutil/nettest"
 )
 

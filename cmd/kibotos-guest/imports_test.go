@@ -19,7 +19,7 @@ func allowedImport(p string) bool {
 	switch {
 	case under(module + "gen"),
 		under(module + "internal/guest"),
-		under(module + "internal/guestagent"),
+		under(module + "internal/guestabi"),
 		under("golang.org/x/sys"),
 		under("golang.org/x/net"),
 		under("connectrpc.com/connect"),
@@ -55,8 +55,9 @@ func TestAllowedImport(t *testing.T) {
 	for _, p := range []string{
 		module + "gen/kibotos/data/v1",
 		module + "gen/kibotos/data/v1/datav1connect",
-		module + "internal/guest",
-		module + "internal/guestagent",
+		module + "internal/guest/dataplane",
+		module + "internal/guest/pid1",
+		module + "internal/guestabi",
 		"golang.org/x/sys/unix",
 		"golang.org/x/net/http2",
 		"connectrpc.com/connect",
@@ -80,9 +81,10 @@ func TestAllowedImport(t *testing.T) {
 		"connectrpc.com/connectx",
 		"golang.org/x/sync/errgroup",
 		"golang.org/x/netx",
-		module + "internal/store",
+		module + "internal/ctrl/store",
 		module + "internal/guestfoo",
-		module + "internal/runtime/oci",
+		module + "internal/imagestore",
+		module + "internal/host/runtime/oci",
 		module + "cmd/kibotos",
 		"github.com/creack/ptyx",
 	} {

@@ -19,8 +19,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kibotos/kibotos/internal/guest"
-	"github.com/kibotos/kibotos/internal/guestagent"
+	"github.com/kibotos/kibotos/internal/guest/dataplane"
+	"github.com/kibotos/kibotos/internal/guest/pid1"
 )
 
 const (
@@ -36,13 +36,13 @@ func main() {
 }
 
 func run() int {
-	socket := flag.String("socket", guestagent.SocketPath, "unix socket to serve the probe protocol on")
-	dataSocket := flag.String("data-socket", guestagent.DataSocketPath, "unix socket to serve the data plane on")
+	socket := flag.String("socket", pid1.SocketPath, "unix socket to serve the probe protocol on")
+	dataSocket := flag.String("data-socket", pid1.DataSocketPath, "unix socket to serve the data plane on")
 	flag.Parse()
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "kibotos-guest: "+format+"\n", args...)
 	}
-	pid1 := os.Getpid() == 1
+	isPID1 := os.Getpid() == 1
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -53,15 +53,15 @@ func run() int {
 
 	// One owner of waiting for children: as PID 1 the Reaper (which also
 	// reaps orphans), else a wait per child.
-	reaper := guestagent.NewReaper()
-	var waiter guest.Waiter = guest.ChildWaiter{}
-	if pid1 {
+	reaper := pid1.NewReaper()
+	var waiter dataplane.Waiter = dataplane.ChildWaiter{}
+	if isPID1 {
 		go reaper.Run(ctx)
 		waiter = reaper
 	}
-	procs := guest.NewProcessService(guest.ProcessConfig{Waiter: waiter, Logf: logf})
-	files := guest.NewFileService(guest.FileConfig{Logf: logf})
-	dataSrv := guest.NewServer(guest.NewHandler(procs, files))
+	procs := dataplane.NewProcessService(dataplane.ProcessConfig{Waiter: waiter, Logf: logf})
+	files := dataplane.NewFileService(dataplane.FileConfig{Logf: logf})
+	dataSrv := dataplane.NewServer(dataplane.NewHandler(procs, files))
 
 	ln, err := listen(*socket)
 	if err != nil {
@@ -74,12 +74,12 @@ func run() int {
 		logf("%v", err)
 		return 1
 	}
-	srv := &guestagent.Server{
-		BootID: guestagent.NewBootID(),
+	srv := &pid1.Server{
+		BootID: pid1.NewBootID(),
 		Logf:   logf,
 		Stop: func(grace time.Duration) error {
 			var err error
-			if pid1 {
+			if isPID1 {
 				// The Reaper hands the exits of the data plane's processes
 				// to it while it waits for everything to end.
 				err = reaper.TerminateAll(grace)
@@ -136,7 +136,7 @@ func listen(path string) (net.Listener, error) {
 // flushDataPlane lets the data plane's streams report the exits of the
 // processes that a stop ended, then closes it: every process's exit
 // recorded, watches ended, calls in flight finished.
-func flushDataPlane(procs *guest.ProcessService, files *guest.FileService, srv *http.Server, logf func(string, ...any)) {
+func flushDataPlane(procs *dataplane.ProcessService, files *dataplane.FileService, srv *http.Server, logf func(string, ...any)) {
 	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
 	defer cancel()
 	if err := procs.Wait(ctx); err != nil {

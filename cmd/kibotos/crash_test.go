@@ -16,8 +16,8 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/internal/bearer"
-	"github.com/kibotos/kibotos/internal/runtime"
-	"github.com/kibotos/kibotos/internal/runtime/oci"
+	"github.com/kibotos/kibotos/internal/host/runtime"
+	"github.com/kibotos/kibotos/internal/host/runtime/oci"
 	"github.com/kibotos/kibotos/internal/testutil"
 )
 

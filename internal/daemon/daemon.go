@@ -22,15 +22,15 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/kibotos/kibotos/internal/auth"
-	"github.com/kibotos/kibotos/internal/hostagent"
+	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/ctrl/server"
+	"github.com/kibotos/kibotos/internal/ctrl/store"
+	"github.com/kibotos/kibotos/internal/ctrl/store/postgres"
+	"github.com/kibotos/kibotos/internal/ctrl/store/sqlite"
+	"github.com/kibotos/kibotos/internal/ctrl/templates"
+	"github.com/kibotos/kibotos/internal/host/agent"
+	"github.com/kibotos/kibotos/internal/imagestore"
 	"github.com/kibotos/kibotos/internal/netcheck"
-	"github.com/kibotos/kibotos/internal/server"
-	"github.com/kibotos/kibotos/internal/store"
-	"github.com/kibotos/kibotos/internal/store/postgres"
-	"github.com/kibotos/kibotos/internal/store/sqlite"
-	"github.com/kibotos/kibotos/internal/template"
-	"github.com/kibotos/kibotos/internal/templates"
 )
 
 // Defaults of `kibotos up`.
@@ -104,7 +104,7 @@ func Run(ctx context.Context, o Options) error {
 	if err := bootstrap(ctx, st, o); err != nil {
 		return err
 	}
-	images, err := template.Open(filepath.Join(o.stateDir(), "templates"))
+	images, err := imagestore.Open(filepath.Join(o.stateDir(), "templates"))
 	if err != nil {
 		return err
 	}
@@ -120,11 +120,11 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	url := "http://" + ln.Addr().String()
-	var agent *hostagent.Agent
+	var hostAgent *agent.Agent
 	if o.Host {
 		// The in-process host agent reaches ctrl through the host API on
 		// this same listener, and serves its data-plane gateway on it.
-		if agent, err = newHostAgent(o, images, url, hostToken); err != nil {
+		if hostAgent, err = newHostAgent(o, images, url, hostToken); err != nil {
 			ln.Close()
 			return err
 		}
@@ -148,12 +148,12 @@ func Run(ctx context.Context, o Options) error {
 	defer cancel()
 	g, ctx := errgroup.WithContext(ctx)
 	handler := ctl.Handler
-	if agent != nil {
+	if hostAgent != nil {
 		// The data-plane gateway authenticates with session tokens, not
 		// with the control plane's interceptor.
-		gateway := agent.Gateway()
+		gateway := hostAgent.Gateway()
 		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if strings.HasPrefix(r.URL.Path, hostagent.DataPlanePrefix) {
+			if strings.HasPrefix(r.URL.Path, agent.DataPlanePrefix) {
 				gateway.ServeHTTP(w, r)
 				return
 			}
@@ -162,10 +162,10 @@ func Run(ctx context.Context, o Options) error {
 	}
 	g.Go(func() error { return server.Serve(ctx, ln, handler, shutdownGrace) })
 	g.Go(func() error { return expireLoop(ctx, ctl) })
-	if agent != nil {
-		g.Go(func() error { return agent.Run(ctx) })
+	if hostAgent != nil {
+		g.Go(func() error { return hostAgent.Run(ctx) })
 		select {
-		case <-agent.Registered():
+		case <-hostAgent.Registered():
 		case <-ctx.Done():
 		}
 	}

@@ -19,11 +19,11 @@ import (
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
 	"github.com/kibotos/kibotos/internal/bearer"
-	"github.com/kibotos/kibotos/internal/hostagent"
-	"github.com/kibotos/kibotos/internal/runtime/oci"
-	"github.com/kibotos/kibotos/internal/server"
-	"github.com/kibotos/kibotos/internal/template"
-	"github.com/kibotos/kibotos/internal/volumes"
+	"github.com/kibotos/kibotos/internal/ctrl/server"
+	"github.com/kibotos/kibotos/internal/ctrl/volumes"
+	"github.com/kibotos/kibotos/internal/host/agent"
+	"github.com/kibotos/kibotos/internal/host/runtime/oci"
+	"github.com/kibotos/kibotos/internal/imagestore"
 )
 
 // cpuOvercommit is how many times its cores a host offers as CPU quota.
@@ -41,7 +41,7 @@ const localHostID = "local"
 
 // newHostAgent builds the in-process host agent, which reaches ctrl through
 // the host API on ctrlURL exactly as a separate `kibotos host` would.
-func newHostAgent(o Options, images *template.Store, ctrlURL, token string) (*hostagent.Agent, error) {
+func newHostAgent(o Options, images *imagestore.Store, ctrlURL, token string) (*agent.Agent, error) {
 	driver, err := oci.New(oci.Config{StateDir: filepath.Join(o.stateDir(), "runtime"), Runtime: o.Runtime})
 	if err != nil {
 		return nil, err
@@ -63,11 +63,11 @@ func newHostAgent(o Options, images *template.Store, ctrlURL, token string) (*ho
 		return nil, err
 	}
 	client := hostv1connect.NewHostServiceClient(http.DefaultClient, ctrlURL, connect.WithInterceptors(bearer.Token(token)))
-	return hostagent.New(hostagent.Config{
+	return agent.New(agent.Config{
 		HostID: localHostID, Client: client, Driver: driver, Layers: driver, Template: images,
 		LayerDir: filepath.Join(o.stateDir(), "layers"), GuestAgent: guest, Capacity: capacity,
 		Runtimes: oci.Detect(), DataPlaneEndpoint: ctrlURL,
-		Network: hostagent.NetworkConfig{Dir: filepath.Join(o.stateDir(), "netns"),
+		Network: agent.NetworkConfig{Dir: filepath.Join(o.stateDir(), "netns"),
 			DeploymentResolvers: resolvers, UnsafeExemptRanges: o.UnsafeExemptRanges},
 		StoragePools: pools,
 	})
@@ -78,7 +78,7 @@ func newHostAgent(o Options, images *template.Store, ctrlURL, token string) (*ho
 const DefaultVolumeBytes = 1 << 30
 
 // storagePools parses Options.StoragePools (NAME=DIR each).
-func storagePools(o Options) ([]hostagent.StoragePool, error) {
+func storagePools(o Options) ([]agent.StoragePool, error) {
 	size := o.VolumeBytes
 	if size == 0 {
 		size = DefaultVolumeBytes
@@ -90,7 +90,7 @@ func storagePools(o Options) ([]hostagent.StoragePool, error) {
 	if len(specs) == 0 {
 		specs = []string{server.DefaultStoragePool + "=" + filepath.Join(o.stateDir(), "volumes")}
 	}
-	var pools []hostagent.StoragePool
+	var pools []agent.StoragePool
 	seen := map[string]bool{}
 	for _, spec := range specs {
 		name, dir, ok := strings.Cut(spec, "=")
@@ -104,7 +104,7 @@ func storagePools(o Options) ([]hostagent.StoragePool, error) {
 			return nil, fmt.Errorf("storage pool %q is named twice", name)
 		}
 		seen[name] = true
-		pools = append(pools, hostagent.StoragePool{Name: name, Dir: filepath.Clean(dir), DefaultVolumeBytes: size})
+		pools = append(pools, agent.StoragePool{Name: name, Dir: filepath.Clean(dir), DefaultVolumeBytes: size})
 	}
 	return pools, nil
 }

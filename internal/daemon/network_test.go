@@ -23,7 +23,7 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/daemon"
-	"github.com/kibotos/kibotos/internal/socks5/socks5test"
+	"github.com/kibotos/kibotos/internal/host/socks5/socks5test"
 	"github.com/kibotos/kibotos/internal/testutil/nettest"
 	"github.com/kibotos/kibotos/internal/testutil/testtls"
 )

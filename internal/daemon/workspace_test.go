@@ -24,8 +24,8 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/daemon"
-	"github.com/kibotos/kibotos/internal/runtime/oci"
-	"github.com/kibotos/kibotos/internal/template"
+	"github.com/kibotos/kibotos/internal/host/runtime/oci"
+	"github.com/kibotos/kibotos/internal/imagestore"
 	"github.com/kibotos/kibotos/internal/testutil"
 )
 
@@ -442,7 +442,7 @@ func TestImportedTemplateRuns(t *testing.T) {
 	defer d.stop()
 	ctx := context.Background()
 
-	base, err := template.BuiltinImage("/bin/busybox")
+	base, err := imagestore.BuiltinImage("/bin/busybox")
 	if err != nil {
 		t.Fatal(err)
 	}

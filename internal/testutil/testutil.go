@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kibotos/kibotos/internal/ids"
-	"github.com/kibotos/kibotos/internal/store"
-	"github.com/kibotos/kibotos/internal/store/postgres"
-	"github.com/kibotos/kibotos/internal/store/sqlite"
+	"github.com/kibotos/kibotos/internal/ctrl/ids"
+	"github.com/kibotos/kibotos/internal/ctrl/store"
+	"github.com/kibotos/kibotos/internal/ctrl/store/postgres"
+	"github.com/kibotos/kibotos/internal/ctrl/store/sqlite"
 )
 
 // PostgresEnv names the variable holding the test server's URL.

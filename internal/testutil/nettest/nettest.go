@@ -20,7 +20,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/kibotos/kibotos/internal/netnsfile"
+	"github.com/kibotos/kibotos/internal/host/netnsfile"
 )
 
 // The test host's addresses, and the host side of its link.

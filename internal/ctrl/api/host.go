@@ -1,0 +1,151 @@
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
+	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
+)
+
+// assignmentsPoll bounds how long a host stream can miss a change made by
+// another ctrl replica.
+const assignmentsPoll = 2 * time.Second
+
+// blobChunk is the size of one GetTemplateBlob message.
+const blobChunk = 1 << 20
+
+// Blobs opens template blobs by digest.
+type Blobs interface {
+	Blob(digest string) (io.ReadCloser, int64, error)
+}
+
+// HostService serves kibotos.host.v1.HostService to host agents. It is
+// authenticated by the deployment's host token, not by project tokens.
+type HostService struct {
+	hostv1connect.UnimplementedHostServiceHandler
+	svc   *workspaces.Service
+	blobs Blobs
+}
+
+// NewHostService returns the HostService handler.
+func NewHostService(svc *workspaces.Service, blobs Blobs) *HostService {
+	return &HostService{svc: svc, blobs: blobs}
+}
+
+// HostAuth is the interceptor of HostService: every call must carry the
+// deployment's host token.
+func HostAuth(token string) connect.Interceptor {
+	check := func(header string) error {
+		got, ok := strings.CutPrefix(header, "Bearer ")
+		if !ok || token == "" || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			return connect.NewError(connect.CodeUnauthenticated, errors.New("a host token is required"))
+		}
+		return nil
+	}
+	return hostAuth{check: check}
+}
+
+type hostAuth struct{ check func(string) error }
+
+func (h hostAuth) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if !req.Spec().IsClient {
+			if err := h.check(req.Header().Get("Authorization")); err != nil {
+				return nil, err
+			}
+		}
+		return next(ctx, req)
+	}
+}
+
+func (h hostAuth) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (h hostAuth) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		if err := h.check(conn.RequestHeader().Get("Authorization")); err != nil {
+			return err
+		}
+		return next(ctx, conn)
+	}
+}
+
+func (s *HostService) RegisterHost(ctx context.Context, req *connect.Request[hostv1.RegisterHostRequest]) (*connect.Response[hostv1.RegisterHostResponse], error) {
+	return Respond(&hostv1.RegisterHostResponse{}, s.svc.RegisterHost(ctx, req.Msg))
+}
+
+// WatchAssignments sends the host's complete desired set now and after
+// every change.
+func (s *HostService) WatchAssignments(ctx context.Context, req *connect.Request[hostv1.WatchAssignmentsRequest], stream *connect.ServerStream[hostv1.WatchAssignmentsResponse]) error {
+	var (
+		last    *hostv1.WatchAssignmentsResponse
+		version uint64
+	)
+	for {
+		changed := s.svc.Changes.Changed()
+		msg, err := s.svc.Assignments(ctx, req.Msg.GetHostId())
+		if err != nil {
+			_, err = Respond(last, err)
+			return err
+		}
+		if last == nil || !proto.Equal(&hostv1.WatchAssignmentsResponse{Assignments: last.Assignments, Volumes: last.Volumes}, msg) {
+			version++
+			msg.Version = version
+			if err := stream.Send(msg); err != nil {
+				return err
+			}
+			last = msg
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		case <-time.After(assignmentsPoll):
+		}
+	}
+}
+
+func (s *HostService) ReportExecutions(ctx context.Context, req *connect.Request[hostv1.ReportExecutionsRequest]) (*connect.Response[hostv1.ReportExecutionsResponse], error) {
+	return Respond(&hostv1.ReportExecutionsResponse{}, s.svc.Report(ctx, req.Msg.GetHostId(), req.Msg.GetReports(), req.Msg.GetVolumes()))
+}
+
+func (s *HostService) GetTemplateBlob(ctx context.Context, req *connect.Request[hostv1.GetTemplateBlobRequest], stream *connect.ServerStream[hostv1.GetTemplateBlobResponse]) error {
+	r, size, err := s.blobs.Blob(req.Msg.GetDigest())
+	if err != nil {
+		return connect.NewError(connect.CodeNotFound, fmt.Errorf("blob %s: %w", req.Msg.GetDigest(), err))
+	}
+	defer r.Close()
+	off := req.Msg.GetOffset()
+	if off > uint64(size) {
+		return connect.NewError(connect.CodeOutOfRange, fmt.Errorf("offset %d is past the blob's %d bytes", off, size))
+	}
+	if _, err := io.CopyN(io.Discard, r, int64(off)); err != nil {
+		return err
+	}
+	buf := make([]byte, blobChunk)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if serr := stream.Send(&hostv1.GetTemplateBlobResponse{Data: buf[:n], TotalBytes: uint64(size)}); serr != nil {
+				return serr
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}

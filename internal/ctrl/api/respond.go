@@ -1,0 +1,39 @@
+// What every handler shares: turning a result into a response, with one
+// mapping of errors, and describing a write request to the command layer.
+
+package api
+
+import (
+	"errors"
+	"log/slog"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/objects"
+)
+
+// Respond wraps a result. Canonical Connect errors pass through; any other
+// error is reported as internal without its text, which may name database
+// or file system details, and logged.
+func Respond[R any](msg *R, err error) (*connect.Response[R], error) {
+	if err != nil {
+		var ce *connect.Error
+		if errors.As(err, &ce) {
+			return nil, ce
+		}
+		slog.Error("internal error", "err", err)
+		return nil, connect.NewError(connect.CodeInternal, errors.New("internal error; see the server log"))
+	}
+	return connect.NewResponse(msg), nil
+}
+
+// Mutation describes a write request for the command layer: the whole
+// request message is the command's input.
+func Mutation[R proto.Message, Q any, PQ interface {
+	*Q
+	proto.Message
+}](req *connect.Request[Q], cmd *ctrlv1.CommandMetadata) objects.Mutation[R] {
+	return objects.Mutation[R]{Method: req.Spec().Procedure, Command: cmd, Input: PQ(req.Msg), New: objects.NewMessage[R]}
+}

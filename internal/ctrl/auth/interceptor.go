@@ -1,0 +1,80 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"connectrpc.com/connect"
+
+	"github.com/kibotos/kibotos/internal/ctrl/store"
+)
+
+// Interceptor authenticates every call and enforces the role a method
+// needs: methods named Get*, List* or Watch* read, every other method
+// writes. Finer checks (admin-only methods, tenancy) are the handlers'.
+type Interceptor struct {
+	Store store.Store
+}
+
+var _ connect.Interceptor = (*Interceptor)(nil)
+
+// WrapUnary implements connect.Interceptor.
+func (i *Interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if req.Spec().IsClient {
+			return next(ctx, req)
+		}
+		ctx, err := i.authorize(ctx, req.Spec().Procedure, req.Header().Get("Authorization"))
+		if err != nil {
+			return nil, err
+		}
+		return next(ctx, req)
+	}
+}
+
+// WrapStreamingClient implements connect.Interceptor.
+func (i *Interceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+// WrapStreamingHandler implements connect.Interceptor.
+func (i *Interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		ctx, err := i.authorize(ctx, conn.Spec().Procedure, conn.RequestHeader().Get("Authorization"))
+		if err != nil {
+			return err
+		}
+		return next(ctx, conn)
+	}
+}
+
+func (i *Interceptor) authorize(ctx context.Context, procedure, header string) (context.Context, error) {
+	bearer, ok := strings.CutPrefix(header, "Bearer ")
+	if !ok {
+		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("an API token is required: send Authorization: Bearer <token>"))
+	}
+	c, err := Authenticate(ctx, i.Store, strings.TrimSpace(bearer))
+	if errors.Is(err, ErrUnauthenticated) {
+		return nil, connect.NewError(connect.CodeUnauthenticated, err)
+	}
+	if err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, err)
+	}
+	if need := RoleFor(procedure); !c.Role.Allows(need) {
+		return nil, connect.NewError(connect.CodePermissionDenied,
+			errors.New("this token's role "+string(c.Role)+" may not call "+procedure+"; it needs "+string(need)))
+	}
+	return WithCaller(ctx, c), nil
+}
+
+// RoleFor returns the least role a procedure (/pkg.Service/Method) needs.
+func RoleFor(procedure string) Role {
+	method := procedure[strings.LastIndexByte(procedure, '/')+1:]
+	for _, read := range []string{"Get", "List", "Watch"} {
+		if strings.HasPrefix(method, read) {
+			return Viewer
+		}
+	}
+	return Editor
+}

@@ -1,0 +1,193 @@
+// Package server assembles ctrl's HTTP surface: the Connect handlers of
+// every service behind the auth interceptor, gRPC health and reflection,
+// on one listener that speaks HTTP/1.1 and cleartext HTTP/2, so Connect
+// (JSON and binary), gRPC and gRPC-Web all work on one port.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+
+	"github.com/kibotos/kibotos/gen/kibotos/admin/v1/adminv1connect"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
+	"github.com/kibotos/kibotos/internal/ctrl/api"
+	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
+	"github.com/kibotos/kibotos/internal/ctrl/sessions"
+	"github.com/kibotos/kibotos/internal/ctrl/store"
+	"github.com/kibotos/kibotos/internal/ctrl/templates"
+	"github.com/kibotos/kibotos/internal/ctrl/volumes"
+	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
+	"github.com/kibotos/kibotos/internal/imagestore"
+	"github.com/kibotos/kibotos/internal/netcheck"
+)
+
+// MaxRequestBytes bounds one request message.
+const MaxRequestBytes = 8 << 20
+
+// pageTokenKeySetting names the deployment key that signs page tokens.
+const pageTokenKeySetting = "page_token_key"
+
+// Config is what a control plane serves from.
+type Config struct {
+	Store store.Store
+	// Checker range-checks Egress endpoints; its Exempt list is the
+	// operator-only unsafe exemption.
+	Checker *netcheck.Checker
+	// Changes wakes watchers of workspaces; nil makes one.
+	Changes *workspaces.Broker
+	// Images is the template image store; nil serves no workspaces or
+	// templates.
+	Images *imagestore.Store
+	// HostToken authenticates host agents on the host API.
+	HostToken string
+	// DefaultStoragePool is the pool a Volume request without one
+	// selects; empty is DefaultStoragePool.
+	DefaultStoragePool string
+}
+
+// DefaultStoragePool is the name of the default storage pool when the
+// deployment names none.
+const DefaultStoragePool = "default"
+
+// Control is the assembled control plane.
+type Control struct {
+	Handler    http.Handler
+	Workspaces *workspaces.Service
+	// Sessions is nil when the control plane serves no workspaces.
+	Sessions *sessions.Service
+}
+
+// Handler returns the HTTP handler of the whole control plane. It creates
+// the deployment's page-token key on first use.
+func Handler(ctx context.Context, cfg Config) (http.Handler, error) {
+	c, err := New(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return c.Handler, nil
+}
+
+// New assembles the control plane.
+func New(ctx context.Context, cfg Config) (*Control, error) {
+	key, err := pageTokenKey(ctx, cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Changes == nil {
+		cfg.Changes = workspaces.NewBroker()
+	}
+	pages := pagetoken.New(key)
+	// An Egress or Resolver change reaches the hosts that use it through
+	// their assignment streams.
+	deps := api.Deps{Store: cfg.Store, Pages: pages, Checker: cfg.Checker, Changed: func() { cfg.Changes.Publish("") }}
+	defaultPool := cfg.DefaultStoragePool
+	if defaultPool == "" {
+		defaultPool = DefaultStoragePool
+	}
+	vols := &volumes.Service{Store: cfg.Store, Pages: pages, DefaultPool: defaultPool, InUse: workspaces.InUse, Changed: deps.Changed}
+	ws := &workspaces.Service{Store: cfg.Store, Pages: pages, Checker: cfg.Checker, Changes: cfg.Changes, Volumes: vols}
+	common := []connect.HandlerOption{
+		connect.WithCodec(deterministicCodec{}),
+		connect.WithReadMaxBytes(MaxRequestBytes),
+		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, r any) error {
+			slog.Error("handler panic", "procedure", spec.Procedure, "panic", r)
+			return connect.NewError(connect.CodeInternal, errors.New("internal error; see the server log"))
+		}),
+	}
+	// Callers authenticate with project tokens, host agents with the host
+	// token.
+	opts := append([]connect.HandlerOption{connect.WithInterceptors(&auth.Interceptor{Store: cfg.Store})}, common...)
+	hostOpts := append([]connect.HandlerOption{connect.WithInterceptors(api.HostAuth(cfg.HostToken))}, common...)
+	mux := http.NewServeMux()
+	mux.Handle(ctrlv1connect.NewEgressServiceHandler(api.NewEgressService(deps), opts...))
+	mux.Handle(ctrlv1connect.NewResolverServiceHandler(api.NewResolverService(deps), opts...))
+	mux.Handle(adminv1connect.NewAdminServiceHandler(api.NewAdminService(deps, vols), opts...))
+
+	services := []string{
+		ctrlv1connect.EgressServiceName,
+		ctrlv1connect.ResolverServiceName,
+		adminv1connect.AdminServiceName,
+	}
+	control := &Control{Handler: mux, Workspaces: ws}
+	if cfg.Images != nil {
+		tpl := &templates.Service{Store: cfg.Store, Images: cfg.Images, Pages: pages}
+		mux.Handle(ctrlv1connect.NewWorkspaceServiceHandler(api.NewWorkspaceService(ws), opts...))
+		mux.Handle(ctrlv1connect.NewVolumeServiceHandler(api.NewVolumeService(vols), opts...))
+		mux.Handle(ctrlv1connect.NewTemplateServiceHandler(api.NewTemplateService(tpl), opts...))
+		mux.Handle(hostv1connect.NewHostServiceHandler(api.NewHostService(ws, cfg.Images), hostOpts...))
+		sess := &sessions.Service{Store: cfg.Store, Workspaces: ws}
+		mux.Handle(ctrlv1connect.NewSessionServiceHandler(api.NewSessionService(sess), opts...))
+		services = append(services, ctrlv1connect.WorkspaceServiceName, ctrlv1connect.VolumeServiceName, ctrlv1connect.TemplateServiceName,
+			ctrlv1connect.SessionServiceName)
+		control.Sessions = sess
+	}
+	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(services...)))
+	reflector := grpcreflect.NewStaticReflector(services...)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	return control, nil
+}
+
+// pageTokenKey returns the deployment's page-token key, creating it once.
+// Every ctrl replica reads the same key from the shared store.
+func pageTokenKey(ctx context.Context, s store.Store) ([]byte, error) {
+	var key []byte
+	err := s.Update(ctx, func(tx store.Tx) error {
+		var err error
+		key, err = tx.Setting(ctx, pageTokenKeySetting)
+		if !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		key = make([]byte, 32)
+		rand.Read(key)
+		return tx.PutSetting(ctx, pageTokenKeySetting, key)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("page token key: %w", err)
+	}
+	return key, nil
+}
+
+// Serve serves h on ln over HTTP/1.1 and cleartext HTTP/2 until ctx ends,
+// then stops accepting and lets calls in flight finish for up to grace.
+func Serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Duration) error {
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	srv := &http.Server{
+		Handler:           h,
+		Protocols:         &protocols,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		// Calls still running after the grace period are cut off.
+		slog.Warn("shutdown grace period over; closing remaining connections", "err", err)
+		srv.Close()
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,264 @@
+// Package sessions is ctrl's SessionService: it issues data-plane sessions
+// for AVAILABLE workspaces, revokes them, and rotates a workspace's
+// data-plane key.
+//
+// A session is a bearer token (package token) that the host running the
+// workspace checks by itself: ctrl keeps each workspace's key and revoked
+// sessions in the workspace's record (workspaces.DataPlane) and every
+// change reaches the host in its assignments at once. The store indexes
+// issued sessions by ID only so that RevokeSession, which names a session
+// alone, finds its workspace.
+package sessions
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/ctrl/command"
+	"github.com/kibotos/kibotos/internal/ctrl/ids"
+	"github.com/kibotos/kibotos/internal/ctrl/store"
+	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
+	"github.com/kibotos/kibotos/internal/sessiontoken"
+)
+
+// Limits of a session's lifetime.
+const (
+	// DefaultTTL is the lifetime of a session issued with ttl_seconds 0.
+	DefaultTTL = time.Hour
+	// MaxTTL is the longest lifetime a session may have.
+	MaxTTL = 24 * time.Hour
+	// MaxRevoked bounds the revoked, unexpired sessions one workspace keeps
+	// (each is sent to its host in every assignment); RotateDataPlane
+	// clears them.
+	MaxRevoked = 1000
+	// Retention is how long the index keeps a session after it expires:
+	// RevokeSession of it succeeds until then and is not_found after.
+	Retention = 7 * 24 * time.Hour
+)
+
+// Service implements the session methods.
+type Service struct {
+	Store      store.Store
+	Workspaces *workspaces.Service
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+}
+
+func (s *Service) now() time.Time {
+	if s.Now != nil {
+		return s.Now().UTC()
+	}
+	return time.Now().UTC()
+}
+
+func caller(ctx context.Context) auth.Caller {
+	c, _ := auth.CallerFrom(ctx)
+	return c
+}
+
+// Issue issues a session for an AVAILABLE workspace of the caller's
+// project, valid for ttlSeconds (0 selects DefaultTTL, above MaxTTL is
+// invalid_argument). The session is stored before its token is returned,
+// so it can be revoked at once.
+func (s *Service) Issue(ctx context.Context, workspaceID string, ttlSeconds uint32) (*ctrlv1.IssueSessionResponse, error) {
+	if workspaceID == "" {
+		return nil, invalid("workspace_id is required")
+	}
+	ttl := time.Duration(ttlSeconds) * time.Second
+	switch {
+	case ttl == 0:
+		ttl = DefaultTTL
+	case ttl > MaxTTL:
+		return nil, invalid("ttl_seconds %d is above the maximum of %d", ttlSeconds, int(MaxTTL.Seconds()))
+	}
+	c := caller(ctx)
+	var (
+		resp      *ctrlv1.IssueSessionResponse
+		published bool
+	)
+	err := s.Store.Update(ctx, func(tx store.Tx) error {
+		published = false
+		now := s.now()
+		return s.Workspaces.EditDataPlane(ctx, tx, c.ProjectID, workspaceID, func(ws *ctrlv1.Workspace, hostID string, dp *workspaces.DataPlane) (bool, error) {
+			if ws.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE {
+				return false, precondition(ws, ctrlv1.FailureStage_FAILURE_STAGE_ISSUING_SESSION,
+					"workspace %s is %s; sessions are issued only for an AVAILABLE workspace", workspaceID, workspaces.StateName(ws.State))
+			}
+			endpoint, err := workspaces.DataPlaneEndpoint(ctx, tx, hostID)
+			if err != nil {
+				return false, err
+			}
+			if endpoint == "" {
+				return false, withDetail(connect.NewError(connect.CodeUnavailable, fmt.Errorf(
+					"the host running workspace %s serves no data plane", workspaceID)),
+					&ctrlv1.ErrorDetail{Reason: ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, Stage: ctrlv1.FailureStage_FAILURE_STAGE_ISSUING_SESSION})
+			}
+			changed := false
+			if len(dp.Key) == 0 {
+				// A workspace that became AVAILABLE before keys existed.
+				dp.Key, changed = workspaces.NewDataPlaneKey(), true
+			}
+			ses := store.Session{ProjectID: c.ProjectID, ID: ids.New("ses"), WorkspaceID: workspaceID,
+				Generation: ws.Generation, ExpiresAt: time.Unix(now.Add(ttl).Unix(), 0).UTC(), CreatedAt: now}
+			if err := tx.CreateSession(ctx, ses); err != nil {
+				return false, err
+			}
+			resp = &ctrlv1.IssueSessionResponse{
+				SessionId: ses.ID,
+				Token: sessiontoken.Sign(dp.Key, sessiontoken.Claims{SessionID: ses.ID, WorkspaceID: workspaceID,
+					Generation: ses.Generation, ExpiresAt: ses.ExpiresAt}),
+				Endpoint:  endpoint,
+				ExpiresAt: timestamppb.New(ses.ExpiresAt),
+			}
+			published = changed
+			return changed, nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	if published {
+		s.Workspaces.Changes.Publish(workspaceID)
+	}
+	return resp, nil
+}
+
+// Revoke revokes a session of the caller's project: its workspace's host
+// refuses its token as soon as the change reaches it. Revoking a revoked
+// or expired session succeeds; an unknown one is not_found.
+func (s *Service) Revoke(ctx context.Context, w workspaces.Write[*ctrlv1.RevokeSessionResponse], sessionID string) (*ctrlv1.RevokeSessionResponse, error) {
+	if err := command.ValidateID(w.Command.GetCommandId()); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	if sessionID == "" {
+		return nil, invalid("session_id is required")
+	}
+	c := caller(ctx)
+	var changed string
+	cmd := command.Command[*ctrlv1.RevokeSessionResponse]{ProjectID: c.ProjectID, Method: w.Method, ID: w.Command.GetCommandId(), Input: w.Input, New: w.New}
+	resp, err := command.Run(ctx, s.Store, cmd, func(ctx context.Context, tx store.Tx) (*ctrlv1.RevokeSessionResponse, error) {
+		changed = ""
+		ses, err := tx.Session(ctx, c.ProjectID, sessionID)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("session %q not found", sessionID))
+		}
+		if err != nil {
+			return nil, err
+		}
+		now := s.now()
+		revoked := workspaces.RevokedSession{ID: ses.ID, ExpiresAt: ses.ExpiresAt}
+		if !revoked.Listed(now) {
+			return &ctrlv1.RevokeSessionResponse{}, nil // expired: it works nowhere
+		}
+		err = s.Workspaces.EditDataPlane(ctx, tx, c.ProjectID, ses.WorkspaceID, func(ws *ctrlv1.Workspace, _ string, dp *workspaces.DataPlane) (bool, error) {
+			if ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED || ws.Generation != ses.Generation {
+				return false, nil // its execution is gone: the token works nowhere
+			}
+			kept := dp.Revoked[:0]
+			for _, r := range dp.Revoked {
+				if r.ID == ses.ID {
+					return false, nil // already revoked
+				}
+				if r.Listed(now) {
+					kept = append(kept, r)
+				}
+			}
+			if len(kept) >= MaxRevoked {
+				return false, withDetail(connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+					"workspace %s already has %d revoked sessions that have not expired; rotate its data plane to end every session",
+					ws.WorkspaceId, len(kept))), &ctrlv1.ErrorDetail{Reason: ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED})
+			}
+			dp.Revoked = append(kept, revoked)
+			changed = ws.WorkspaceId
+			return true, nil
+		})
+		if connect.CodeOf(err) == connect.CodeNotFound {
+			err = nil // the workspace is gone, and the session with it
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &ctrlv1.RevokeSessionResponse{}, nil
+	})
+	if err == nil && changed != "" {
+		s.Workspaces.Changes.Publish(changed)
+	}
+	return resp, err
+}
+
+// Rotate gives a workspace of the caller's project a new data-plane key:
+// every session issued before stops working as soon as the change reaches
+// its host. A DELETING or DELETED workspace is failed_precondition (stage
+// ROTATING_DATA_PLANE).
+func (s *Service) Rotate(ctx context.Context, w workspaces.Write[*ctrlv1.RotateDataPlaneResponse], workspaceID string) (*ctrlv1.RotateDataPlaneResponse, error) {
+	if err := command.ValidateID(w.Command.GetCommandId()); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	if workspaceID == "" {
+		return nil, invalid("workspace_id is required")
+	}
+	c := caller(ctx)
+	cmd := command.Command[*ctrlv1.RotateDataPlaneResponse]{ProjectID: c.ProjectID, Method: w.Method, ID: w.Command.GetCommandId(), Input: w.Input, New: w.New}
+	resp, err := command.Run(ctx, s.Store, cmd, func(ctx context.Context, tx store.Tx) (*ctrlv1.RotateDataPlaneResponse, error) {
+		var resp *ctrlv1.RotateDataPlaneResponse
+		err := s.Workspaces.EditDataPlane(ctx, tx, c.ProjectID, workspaceID, func(ws *ctrlv1.Workspace, _ string, dp *workspaces.DataPlane) (bool, error) {
+			switch ws.State {
+			case ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETING, ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED:
+				return false, precondition(ws, ctrlv1.FailureStage_FAILURE_STAGE_ROTATING_DATA_PLANE,
+					"workspace %s is %s", workspaceID, workspaces.StateName(ws.State))
+			}
+			resp = &ctrlv1.RotateDataPlaneResponse{Workspace: ws}
+			dp.Key, dp.Revoked = workspaces.NewDataPlaneKey(), nil
+			return true, nil
+		})
+		return resp, err
+	})
+	if err == nil {
+		s.Workspaces.Changes.Publish(workspaceID)
+	}
+	return resp, err
+}
+
+// Prune deletes from the index the sessions that expired more than
+// Retention ago, a batch at a time, and returns how many it deleted. Run
+// it periodically.
+func (s *Service) Prune(ctx context.Context) (int, error) {
+	const batch = 1000
+	total := 0
+	for {
+		var n int
+		err := s.Store.Update(ctx, func(tx store.Tx) (err error) {
+			n, err = tx.DeleteSessions(ctx, s.now().Add(-Retention), batch)
+			return err
+		})
+		total += n
+		if err != nil || n < batch {
+			return total, err
+		}
+	}
+}
+
+func invalid(format string, a ...any) error {
+	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(format, a...))
+}
+
+func withDetail(err *connect.Error, d *ctrlv1.ErrorDetail) error {
+	if detail, derr := connect.NewErrorDetail(d); derr == nil {
+		err.AddDetail(detail)
+	}
+	return err
+}
+
+// precondition is failed_precondition with the workspace's durable state
+// and the failing stage attached.
+func precondition(ws *ctrlv1.Workspace, stage ctrlv1.FailureStage, format string, a ...any) error {
+	return withDetail(connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(format, a...)),
+		&ctrlv1.ErrorDetail{ObservedWorkspace: ws, Stage: stage})
+}

@@ -1,0 +1,68 @@
+// Package postgres is the multi-node store backend: PostgreSQL through pgx.
+// Several ctrl replicas share one database; transactions are SERIALIZABLE,
+// and the ones that lose a race are retried by the shared SQL layer.
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+
+	"github.com/kibotos/kibotos/internal/ctrl/store"
+	"github.com/kibotos/kibotos/internal/ctrl/store/sqlstore"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// migrationLock is the advisory lock key replicas take while migrating.
+const migrationLock = `SELECT pg_advisory_xact_lock(7316585741)`
+
+var dialect = sqlstore.Dialect{
+	Name:                 "postgres",
+	NumberedPlaceholders: true,
+	WriteTx:              sql.TxOptions{Isolation: sql.LevelSerializable},
+	Retryable: func(err error) bool {
+		// serialization_failure, deadlock_detected
+		return pgCode(err) == "40001" || pgCode(err) == "40P01"
+	},
+	UniqueViolation: func(err error) bool { return pgCode(err) == "23505" },
+}
+
+func pgCode(err error) string {
+	var e *pgconn.PgError
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+// Open connects to the database at url (postgres://...) and applies pending
+// migrations.
+func Open(ctx context.Context, url string) (store.Store, error) {
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		return nil, err
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	s := sqlstore.New(db, db, dialect)
+	sub, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := sqlstore.Migrate(ctx, s, sub, migrationLock); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	return s, nil
+}

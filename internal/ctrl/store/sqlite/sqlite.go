@@ -1,0 +1,70 @@
+// Package sqlite is the embedded store backend: one SQLite database file in
+// WAL mode, through the pure-Go modernc.org/sqlite driver (no cgo).
+//
+// Writes go through a single connection, so SQLite's one writer is queued in
+// Go rather than spun on busy retries; reads use their own pool and run
+// concurrently with the writer, as WAL allows.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+
+	sqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/kibotos/kibotos/internal/ctrl/store"
+	"github.com/kibotos/kibotos/internal/ctrl/store/sqlstore"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+var dialect = sqlstore.Dialect{
+	Name: "sqlite",
+	Retryable: func(err error) bool {
+		var e *sqlite.Error
+		return errors.As(err, &e) && (e.Code()&0xff == sqlite3.SQLITE_BUSY || e.Code()&0xff == sqlite3.SQLITE_LOCKED)
+	},
+	UniqueViolation: func(err error) bool {
+		var e *sqlite.Error
+		return errors.As(err, &e) &&
+			(e.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || e.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
+	},
+}
+
+// Open opens (creating if needed) the database at path and applies pending
+// migrations.
+func Open(ctx context.Context, path string) (store.Store, error) {
+	dsn := func(extra string) string {
+		return "file:" + url.PathEscape(path) +
+			"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)" +
+			"&_pragma=synchronous(FULL)" + extra
+	}
+	write, err := sql.Open("sqlite", dsn("&_txlock=immediate"))
+	if err != nil {
+		return nil, err
+	}
+	write.SetMaxOpenConns(1)
+	read, err := sql.Open("sqlite", dsn("&_pragma=query_only(1)"))
+	if err != nil {
+		write.Close()
+		return nil, err
+	}
+	s := sqlstore.New(read, write, dialect)
+	sub, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := sqlstore.Migrate(ctx, s, sub, ""); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("sqlite %s: %w", path, err)
+	}
+	return s, nil
+}

@@ -1,0 +1,51 @@
+package sqlite_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/kibotos/kibotos/internal/ctrl/store"
+	"github.com/kibotos/kibotos/internal/ctrl/store/sqlite"
+	"github.com/kibotos/kibotos/internal/ctrl/store/storetest"
+)
+
+func TestStore(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store {
+		s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "kibotos.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	})
+}
+
+// TestReopenKeepsDataAndSkipsApplied opens the same file twice: the second
+// open must not re-run migrations and must see what the first stored.
+func TestReopenKeepsDataAndSkipsApplied(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "kibotos.db")
+	s, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(ctx, func(tx store.Tx) error { return tx.PutSetting(ctx, "k", []byte("v")) }); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s, err = sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	defer s.Close()
+	if err := s.View(ctx, func(tx store.Tx) error {
+		v, err := tx.Setting(ctx, "k")
+		if string(v) != "v" {
+			t.Errorf("setting after reopen = %q, %v", v, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,38 @@
+package sqlstore
+
+import (
+	"context"
+	"time"
+
+	"github.com/kibotos/kibotos/internal/ctrl/store"
+)
+
+func (t *tx) CreateSession(ctx context.Context, s store.Session) error {
+	_, err := t.exec(ctx, `INSERT INTO sessions (project_id, id, workspace_id, generation, expires_at, created_at)
+		VALUES (?, ?, ?, ?, ?, ?)`,
+		s.ProjectID, s.ID, s.WorkspaceID, int64(s.Generation), toNanos(s.ExpiresAt), toNanos(s.CreatedAt))
+	return err
+}
+
+func (t *tx) Session(ctx context.Context, projectID, id string) (store.Session, error) {
+	s := store.Session{ProjectID: projectID, ID: id}
+	var generation, expires, created int64
+	err := t.queryRow(ctx, `SELECT workspace_id, generation, expires_at, created_at FROM sessions
+		WHERE project_id = ? AND id = ?`, projectID, id).Scan(&s.WorkspaceID, &generation, &expires, &created)
+	if err != nil {
+		return store.Session{}, notFound(err)
+	}
+	s.Generation, s.ExpiresAt, s.CreatedAt = uint64(generation), fromNanos(expires), fromNanos(created)
+	return s, nil
+}
+
+func (t *tx) DeleteSessions(ctx context.Context, before time.Time, limit int) (int, error) {
+	res, err := t.exec(ctx, `DELETE FROM sessions WHERE (project_id, id) IN (
+		SELECT project_id, id FROM sessions WHERE expires_at < ? ORDER BY expires_at LIMIT ?)`,
+		toNanos(before), limit)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
+}

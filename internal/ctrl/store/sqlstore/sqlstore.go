@@ -1,0 +1,200 @@
+// Package sqlstore implements store.Store over database/sql. The SQLite and
+// PostgreSQL backends share these queries and differ only in a Dialect: how
+// placeholders are written, which errors mean "lost a race", and how a
+// transaction begins.
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kibotos/kibotos/internal/ctrl/store"
+)
+
+// Dialect is what differs between SQL backends.
+type Dialect struct {
+	// Name is the backend's name, for errors.
+	Name string
+	// NumberedPlaceholders selects $1, $2, ... instead of ?.
+	NumberedPlaceholders bool
+	// WriteTx is the isolation level of Update transactions.
+	WriteTx sql.TxOptions
+	// Retryable reports whether err means the transaction lost a race and
+	// may run again.
+	Retryable func(err error) bool
+	// UniqueViolation reports whether err is a unique-key violation.
+	UniqueViolation func(err error) bool
+}
+
+// maxAttempts bounds how often Update runs a transaction that keeps losing
+// races; with serialized writers a few attempts always suffice.
+const maxAttempts = 20
+
+// Store is a store.Store over two pools: writes go through write, reads
+// through read (they are the same pool when the backend needs no split).
+type Store struct {
+	read, write *sql.DB
+	dialect     Dialect
+}
+
+// New returns a Store. The caller has migrated the schema; Close closes both
+// pools.
+func New(read, write *sql.DB, d Dialect) *Store {
+	return &Store{read: read, write: write, dialect: d}
+}
+
+// Update implements store.Store.
+func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
+	var err error
+	existsRetried := false
+	for attempt := range maxAttempts {
+		err = s.run(ctx, s.write, &s.dialect.WriteTx, fn)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, store.ErrExists) && !existsRetried:
+			// A key a concurrent transaction inserted first: once that one
+			// has committed, a second run sees its row. Another ErrExists
+			// is a real duplicate.
+			existsRetried = true
+		case !s.dialect.Retryable(err):
+			return err
+		}
+		// Back off a little, with jitter, so racing writers spread out.
+		delay := time.Duration(attempt+1) * time.Millisecond * time.Duration(1+rand.IntN(4))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+	}
+	return fmt.Errorf("%s: transaction kept conflicting after %d attempts: %w", s.dialect.Name, maxAttempts, err)
+}
+
+// View implements store.Store.
+func (s *Store) View(ctx context.Context, fn func(store.Tx) error) error {
+	return s.run(ctx, s.read, &sql.TxOptions{ReadOnly: true, Isolation: s.dialect.WriteTx.Isolation}, fn)
+}
+
+func (s *Store) run(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(store.Tx) error) error {
+	sqlTx, err := db.BeginTx(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("%s: begin: %w", s.dialect.Name, err)
+	}
+	if err := fn(&tx{tx: sqlTx, d: &s.dialect}); err != nil {
+		_ = sqlTx.Rollback()
+		return err
+	}
+	if err := sqlTx.Commit(); err != nil {
+		return fmt.Errorf("%s: commit: %w", s.dialect.Name, err)
+	}
+	return nil
+}
+
+// Close implements store.Store.
+func (s *Store) Close() error {
+	err := s.write.Close()
+	if s.read != s.write {
+		err = errors.Join(err, s.read.Close())
+	}
+	return err
+}
+
+// tx implements store.Tx.
+type tx struct {
+	tx *sql.Tx
+	d  *Dialect
+}
+
+// q rewrites ? placeholders for the dialect. Queries here never contain a
+// literal question mark.
+func (t *tx) q(query string) string {
+	if !t.d.NumberedPlaceholders {
+		return query
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range query {
+		if r == '?' {
+			n++
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func (t *tx) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	res, err := t.tx.ExecContext(ctx, t.q(query), args...)
+	if err != nil && t.d.UniqueViolation(err) {
+		return nil, fmt.Errorf("%w: %v", store.ErrExists, err)
+	}
+	return res, err
+}
+
+func (t *tx) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	return t.tx.QueryRowContext(ctx, t.q(query), args...)
+}
+
+func (t *tx) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return t.tx.QueryContext(ctx, t.q(query), args...)
+}
+
+// notFound maps sql.ErrNoRows to store.ErrNotFound.
+func notFound(err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.ErrNotFound
+	}
+	return err
+}
+
+// mustAffect returns store.ErrNotFound when an update touched no row.
+func mustAffect(res sql.Result, err error) error {
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return store.ErrNotFound
+	}
+	return nil
+}
+
+// Times are stored as Unix nanoseconds; NULL (or zero) is the zero time.
+
+func toNanos(t time.Time) int64 { return t.UnixNano() }
+
+func nullNanos(t time.Time) sql.NullInt64 {
+	if t.IsZero() {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: t.UnixNano(), Valid: true}
+}
+
+func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
+
+func fromNullNanos(n sql.NullInt64) time.Time {
+	if !n.Valid {
+		return time.Time{}
+	}
+	return fromNanos(n.Int64)
+}
+
+// blob stores nil as an empty value: NOT NULL columns hold "no bytes" too.
+func blob(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}

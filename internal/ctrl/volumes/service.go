@@ -1,0 +1,418 @@
+package volumes
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/ctrl/command"
+	"github.com/kibotos/kibotos/internal/ctrl/ids"
+	"github.com/kibotos/kibotos/internal/ctrl/meta"
+	"github.com/kibotos/kibotos/internal/ctrl/objects"
+	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
+	"github.com/kibotos/kibotos/internal/ctrl/store"
+)
+
+// Service implements the volume methods over a store.
+type Service struct {
+	Store store.Store
+	Pages *pagetoken.Codec
+	// DefaultPool is the pool an empty storage_pool selects.
+	DefaultPool string
+	// InUse is the failed_precondition of a change that a workspace of the
+	// caller's project stands in the way of, with that workspace attached
+	// (workspaces.InUse).
+	InUse func(ctx context.Context, tx store.Tx, projectID, workspaceID, format string, a ...any) error
+	// Changed is told about every committed change, so that the streams of
+	// hosts and the watchers of bound workspaces wake up.
+	Changed func()
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+}
+
+func (s *Service) now() time.Time {
+	if s.Now != nil {
+		return s.Now().UTC()
+	}
+	return time.Now().UTC()
+}
+
+func (s *Service) changed() {
+	if s.Changed != nil {
+		s.Changed()
+	}
+}
+
+// Write describes a write request, as in the objects package.
+type Write[R proto.Message] = objects.Mutation[R]
+
+func invalid(format string, a ...any) error {
+	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(format, a...))
+}
+
+func precondition(format string, a ...any) error {
+	return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(format, a...))
+}
+
+// checkCapacity checks a requested capacity: a whole number of MiB, or
+// zero where zero delegates to the pool's profile.
+func checkCapacity(field string, bytes uint64, zeroAllowed bool) error {
+	if bytes == 0 && zeroAllowed {
+		return nil
+	}
+	if bytes == 0 || bytes%MiB != 0 {
+		return invalid("%s %d must be a positive whole number of MiB", field, bytes)
+	}
+	return nil
+}
+
+// Load reads a Volume of the project, a DELETED one included; an unknown
+// one is not_found.
+func Load(ctx context.Context, tx store.Tx, projectID, id string) (*Record, error) {
+	row, err := tx.Volume(ctx, projectID, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("volume %q not found", id))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return decode(row)
+}
+
+// save stores a record, stamping updated_at.
+func (s *Service) save(ctx context.Context, tx store.Tx, r *Record) error {
+	now := s.now()
+	r.V.UpdatedAt = timestamppb.New(now)
+	r.Row.UpdatedAt = now
+	row, err := r.encode()
+	if err != nil {
+		return err
+	}
+	if err := tx.UpdateVolume(ctx, row); err != nil {
+		return err
+	}
+	r.Row = row
+	return nil
+}
+
+// create stores a new Volume in CREATING on a host that reaches pool.
+func (s *Service) create(ctx context.Context, tx store.Tx, projectID string, pool Pool, hostID string, capacity uint64,
+	labels, annotations map[string]string) (*Record, error) {
+	reg := pool.host(hostID)
+	if reg == nil {
+		return nil, fmt.Errorf("volumes: host %s does not reach pool %s", hostID, pool.Name)
+	}
+	if capacity == 0 {
+		capacity = reg.DefaultVolumeBytes
+	}
+	if capacity == 0 || capacity%MiB != 0 {
+		return nil, fmt.Errorf("volumes: pool %s on host %s has no usable default capacity (%d)", pool.Name, hostID, capacity)
+	}
+	now := s.now()
+	r := &Record{
+		V: &ctrlv1.Volume{
+			VolumeId:            ids.New("vol"),
+			Spec:                &ctrlv1.VolumeSpec{CapacityBytes: capacity, StoragePool: pool.Name},
+			State:               ctrlv1.VolumeState_VOLUME_STATE_CREATING,
+			CreatedAt:           timestamppb.New(now),
+			UpdatedAt:           timestamppb.New(now),
+			Labels:              labels,
+			Annotations:         annotations,
+			LabelsRevision:      1,
+			AnnotationsRevision: 1,
+		},
+		Book: Bookkeeping{UUID: newUUID(), Target: capacity},
+	}
+	r.Row = store.Volume{ProjectID: projectID, ID: r.V.VolumeId, HostID: hostID, CreatedAt: now, UpdatedAt: now}
+	row, err := r.encode()
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.CreateVolume(ctx, row); err != nil {
+		return nil, err
+	}
+	r.Row = row
+	return r, nil
+}
+
+// newUUID returns a random (version 4) UUID in canonical form.
+func newUUID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// Create stores a new Volume in CREATING on a host that reaches its pool.
+func Create[R proto.Message](ctx context.Context, s *Service, w Write[R], spec *ctrlv1.VolumeSpec,
+	labels, annotations map[string]string, respond func(*ctrlv1.Volume) R) (R, error) {
+	var zero R
+	cmd, err := objects.CommandOf(ctx, w)
+	if err != nil {
+		return zero, err
+	}
+	if err := checkCapacity("spec.capacity_bytes", spec.GetCapacityBytes(), true); err != nil {
+		return zero, err
+	}
+	if p := spec.GetStoragePool(); p != "" {
+		if err := ValidPoolName(p); err != nil {
+			return zero, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("spec.%w", err))
+		}
+	}
+	if err := meta.ValidateLabels(labels); err != nil {
+		return zero, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	if err := meta.ValidateAnnotations(annotations); err != nil {
+		return zero, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	resp, err := command.Run(ctx, s.Store, cmd, func(ctx context.Context, tx store.Tx) (R, error) {
+		pool, err := s.resolvePool(ctx, tx, spec.GetStoragePool())
+		if err != nil {
+			return zero, err
+		}
+		r, err := s.create(ctx, tx, cmd.ProjectID, pool, pool.Hosts[0].HostID, spec.GetCapacityBytes(), labels, annotations)
+		if err != nil {
+			return zero, err
+		}
+		return respond(r.commandView()), nil
+	})
+	if err == nil {
+		s.changed()
+	}
+	return resp, err
+}
+
+// Get returns a Volume, a DELETED one included.
+func (s *Service) Get(ctx context.Context, id string) (*ctrlv1.Volume, error) {
+	if id == "" {
+		return nil, invalid("volume_id is required")
+	}
+	c, _ := auth.CallerFrom(ctx)
+	var v *ctrlv1.Volume
+	err := s.Store.View(ctx, func(tx store.Tx) error {
+		r, err := Load(ctx, tx, c.ProjectID, id)
+		if err == nil {
+			v = r.View()
+		}
+		return err
+	})
+	return v, err
+}
+
+// List returns one page of the Volumes that are not DELETED.
+func (s *Service) List(ctx context.Context, pageSize uint32, token string, selector map[string]string) ([]*ctrlv1.Volume, string, error) {
+	return objects.ListPage(ctx, s.Store, s.Pages, "volume", pageSize, token, selector,
+		func(ctx context.Context, tx store.Tx, q store.ObjectQuery) ([]store.Volume, error) {
+			return tx.Volumes(ctx, q)
+		},
+		func(v store.Volume) string { return v.ID },
+		func(_ context.Context, _ store.Tx, row store.Volume) (*ctrlv1.Volume, error) {
+			r, err := decode(row)
+			if err != nil {
+				return nil, err
+			}
+			return r.View(), nil
+		})
+}
+
+// mutate runs one command that changes one Volume: load it, let change
+// edit the record, store it when it changed, and answer with the Volume.
+func mutate[R proto.Message](ctx context.Context, s *Service, w Write[R], id string,
+	change func(ctx context.Context, tx store.Tx, r *Record) error, respond func(*ctrlv1.Volume) R) (R, error) {
+	if id == "" {
+		var zero R
+		return zero, invalid("volume_id is required")
+	}
+	resp, changed, err := objects.Edit(ctx, s.Store, w,
+		func(ctx context.Context, tx store.Tx, projectID string) (*Record, error) {
+			return Load(ctx, tx, projectID, id)
+		},
+		(*Record).encode, change, s.save,
+		func(_ context.Context, _ store.Tx, r *Record) (*ctrlv1.Volume, error) { return r.commandView(), nil }, respond)
+	if changed {
+		s.changed()
+	}
+	return resp, err
+}
+
+// writable refuses a change to a Volume that is going away or LOST.
+func writable(r *Record) error {
+	switch r.V.State {
+	case ctrlv1.VolumeState_VOLUME_STATE_DELETING, ctrlv1.VolumeState_VOLUME_STATE_DELETED:
+		return precondition("volume %s is %s", r.V.VolumeId, StateName(r.V.State))
+	case ctrlv1.VolumeState_VOLUME_STATE_LOST:
+		return precondition("volume %s is LOST: its storage pool %s was declared lost, so it can only be read and deleted", r.V.VolumeId, r.V.Spec.GetStoragePool())
+	}
+	return nil
+}
+
+// Resize grows a Volume. An AVAILABLE one is RESIZING until its host grew
+// it; an ATTACHED one grows online where its host allows that.
+func Resize[R proto.Message](ctx context.Context, s *Service, w Write[R], id string, bytes uint64, respond func(*ctrlv1.Volume) R) (R, error) {
+	var zero R
+	if err := checkCapacity("capacity_bytes", bytes, false); err != nil {
+		return zero, err
+	}
+	return mutate(ctx, s, w, id, func(ctx context.Context, tx store.Tx, r *Record) error {
+		if err := writable(r); err != nil {
+			return err
+		}
+		current := r.V.Spec.CapacityBytes
+		switch {
+		case bytes < current:
+			return invalid("capacity_bytes %d is below the volume's %d bytes: a volume only grows", bytes, current)
+		case bytes == current && r.Book.Target == current:
+			return nil
+		}
+		switch r.V.State {
+		case ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE:
+			r.V.State = ctrlv1.VolumeState_VOLUME_STATE_RESIZING
+		case ctrlv1.VolumeState_VOLUME_STATE_ATTACHED:
+			pools, err := Pools(ctx, tx)
+			if err != nil {
+				return err
+			}
+			reg := pools[r.V.Spec.StoragePool].host(r.Row.HostID)
+			if reg == nil || !reg.OnlineGrow {
+				why := "its host does not reach the pool"
+				if reg != nil {
+					why = reg.OnlineGrowRefusal
+				}
+				return s.InUse(ctx, tx, r.Row.ProjectID, r.V.BoundWorkspaceId,
+					"volume %s is ATTACHED to workspace %s and its host cannot grow it while mounted (%s); stop the workspace and resize again",
+					r.V.VolumeId, r.V.BoundWorkspaceId, why)
+			}
+		default:
+			return precondition("volume %s is %s; only an AVAILABLE or ATTACHED volume can be resized", r.V.VolumeId, StateName(r.V.State))
+		}
+		r.Book.Target = bytes
+		r.V.Failure = nil
+		return nil
+	}, respond)
+}
+
+// Delete deletes a Volume no undeleted workspace binds.
+func Delete[R proto.Message](ctx context.Context, s *Service, w Write[R], id string, respond func(*ctrlv1.Volume) R) (R, error) {
+	return mutate(ctx, s, w, id, func(ctx context.Context, tx store.Tx, r *Record) error {
+		switch r.V.State {
+		case ctrlv1.VolumeState_VOLUME_STATE_DELETING, ctrlv1.VolumeState_VOLUME_STATE_DELETED:
+			return nil
+		}
+		if ws := r.V.BoundWorkspaceId; ws != "" {
+			return s.InUse(ctx, tx, r.Row.ProjectID, ws, "volume %s is bound to workspace %s; delete the workspace or rebind it first", r.V.VolumeId, ws)
+		}
+		s.beginDelete(r)
+		return nil
+	}, respond)
+}
+
+// beginDelete moves a Volume to DELETING, or to DELETED at once when no
+// host holds data of it (LOST).
+func (s *Service) beginDelete(r *Record) {
+	r.V.Failure = nil
+	if r.V.State == ctrlv1.VolumeState_VOLUME_STATE_LOST || r.Row.HostID == "" {
+		s.finishDelete(r)
+		return
+	}
+	r.V.State = ctrlv1.VolumeState_VOLUME_STATE_DELETING
+}
+
+// finishDelete marks a Volume DELETED.
+func (s *Service) finishDelete(r *Record) {
+	r.V.State = ctrlv1.VolumeState_VOLUME_STATE_DELETED
+	r.V.BoundWorkspaceId = ""
+	r.Row.HostID = ""
+	r.Row.DeletedAt = s.now()
+}
+
+// UpdateLabels replaces the labels under CAS on labels_revision.
+func UpdateLabels[R proto.Message](ctx context.Context, s *Service, w Write[R], id string, expected uint64, labels map[string]string, respond func(*ctrlv1.Volume) R) (R, error) {
+	return updateMap(ctx, s, w, id, "labels_revision", expected, labels, meta.ValidateLabels,
+		func(v *ctrlv1.Volume) (*map[string]string, *uint64) { return &v.Labels, &v.LabelsRevision }, respond)
+}
+
+// UpdateAnnotations replaces the annotations under CAS on
+// annotations_revision.
+func UpdateAnnotations[R proto.Message](ctx context.Context, s *Service, w Write[R], id string, expected uint64, annotations map[string]string, respond func(*ctrlv1.Volume) R) (R, error) {
+	return updateMap(ctx, s, w, id, "annotations_revision", expected, annotations, meta.ValidateAnnotations,
+		func(v *ctrlv1.Volume) (*map[string]string, *uint64) { return &v.Annotations, &v.AnnotationsRevision }, respond)
+}
+
+func updateMap[R proto.Message](ctx context.Context, s *Service, w Write[R], id, revisionName string, expected uint64,
+	m map[string]string, validate func(map[string]string) error,
+	field func(*ctrlv1.Volume) (*map[string]string, *uint64), respond func(*ctrlv1.Volume) R) (R, error) {
+	if err := objects.CheckMapWrite(m, validate, revisionName, expected); err != nil {
+		var zero R
+		return zero, err
+	}
+	return mutate(ctx, s, w, id, func(ctx context.Context, tx store.Tx, r *Record) error {
+		if err := writable(r); err != nil {
+			return err
+		}
+		current, revision := field(r.V)
+		return objects.ReplaceMap(current, revision, revisionName, expected, m)
+	}, respond)
+}
+
+// DeclarePoolLost makes every Volume of the pool that is not DELETED
+// LOST, in every project, and returns their IDs.
+func (s *Service) DeclarePoolLost(ctx context.Context, pool string) ([]string, error) {
+	if err := ValidPoolName(pool); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	var lost []string
+	err := s.Store.Update(ctx, func(tx store.Tx) error {
+		lost = lost[:0]
+		rows, err := tx.PoolVolumes(ctx, pool)
+		if err != nil {
+			return err
+		}
+		if len(rows) == 0 {
+			pools, err := Pools(ctx, tx)
+			if err != nil {
+				return err
+			}
+			if _, ok := pools[pool]; !ok {
+				return connect.NewError(connect.CodeNotFound, fmt.Errorf("storage pool %q: no host reaches it and no volume lives in it", pool))
+			}
+		}
+		for _, row := range rows {
+			r, err := decode(row)
+			if err != nil {
+				return err
+			}
+			switch r.V.State {
+			case ctrlv1.VolumeState_VOLUME_STATE_LOST:
+				continue
+			case ctrlv1.VolumeState_VOLUME_STATE_DELETING:
+				s.finishDelete(r) // nothing is left to delete
+				if err := s.save(ctx, tx, r); err != nil {
+					return err
+				}
+				continue
+			}
+			r.V.State = ctrlv1.VolumeState_VOLUME_STATE_LOST
+			r.V.Failure = nil
+			r.Book.Target = r.V.Spec.CapacityBytes
+			r.Row.HostID = "" // no host converges it any more
+			if err := s.save(ctx, tx, r); err != nil {
+				return err
+			}
+			lost = append(lost, r.V.VolumeId)
+		}
+		return nil
+	})
+	if err == nil && len(lost) > 0 {
+		s.changed()
+	}
+	return lost, err
+}

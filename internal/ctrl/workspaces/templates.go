@@ -1,0 +1,102 @@
+package workspaces
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/store"
+)
+
+// BuiltinProject is the project that holds the deployment's built-in
+// templates, which every project can use.
+const BuiltinProject = ""
+
+// StoredRevision is the body of a stored template revision: the API view
+// and the image a host runs.
+type StoredRevision struct {
+	Revision []byte `json:"revision"` // ctrlv1.TemplateRevision
+	Image    Image  `json:"image"`
+}
+
+// DecodeRevision reads a stored template revision.
+func DecodeRevision(r store.TemplateRevision) (*ctrlv1.TemplateRevision, Image, error) {
+	var body StoredRevision
+	if err := json.Unmarshal(r.Body, &body); err != nil {
+		return nil, Image{}, fmt.Errorf("template %s revision %s: %w", r.TemplateID, r.Revision, err)
+	}
+	rev := new(ctrlv1.TemplateRevision)
+	if err := proto.Unmarshal(body.Revision, rev); err != nil {
+		return nil, Image{}, err
+	}
+	return rev, body.Image, nil
+}
+
+// EncodeRevision serializes a template revision for the store.
+func EncodeRevision(rev *ctrlv1.TemplateRevision, img Image) ([]byte, error) {
+	b, err := proto.Marshal(rev)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(StoredRevision{Revision: b, Image: img})
+}
+
+// FindTemplate returns a live template of the project, or the built-in
+// one with that ID, and the project it belongs to.
+func FindTemplate(ctx context.Context, tx store.Tx, projectID, id string) (store.Object, error) {
+	for _, p := range []string{projectID, BuiltinProject} {
+		o, err := tx.Object(ctx, store.KindTemplate, p, id)
+		if err == nil && !o.Deleted() {
+			return o, nil
+		}
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return store.Object{}, err
+		}
+	}
+	return store.Object{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("template %q not found", id))
+}
+
+// resolveTemplate turns a selector into the exact revision it names now.
+func resolveTemplate(ctx context.Context, tx store.Tx, projectID string, sel *ctrlv1.TemplateSelector) (*ctrlv1.TemplateRef, Image, error) {
+	id := sel.GetTemplateId()
+	if id == "" {
+		id = DefaultTemplate
+	}
+	o, err := FindTemplate(ctx, tx, projectID, id)
+	if err != nil {
+		return nil, Image{}, err
+	}
+	spec := new(ctrlv1.Template)
+	if err := proto.Unmarshal(o.Spec, spec); err != nil {
+		return nil, Image{}, err
+	}
+	revision := sel.GetRevision()
+	if revision == "" {
+		if revision = spec.DefaultRevision; revision == "" {
+			return nil, Image{}, connect.NewError(connect.CodeFailedPrecondition,
+				fmt.Errorf("template %q has no revision yet: import one first", id))
+		}
+	}
+	// Only revisions the template lists now count: rows of a deleted
+	// template of the same ID stay in the store.
+	if !slices.ContainsFunc(spec.Revisions, func(r *ctrlv1.TemplateRevision) bool { return r.Revision == revision }) {
+		return nil, Image{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("template %q has no revision %q", id, revision))
+	}
+	revs, err := tx.TemplateRevisions(ctx, o.ProjectID, id)
+	if err != nil {
+		return nil, Image{}, err
+	}
+	for _, r := range revs {
+		if r.Revision == revision {
+			_, img, err := DecodeRevision(r)
+			return &ctrlv1.TemplateRef{TemplateId: id, Revision: revision}, img, err
+		}
+	}
+	return nil, Image{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("template %q has no revision %q", id, revision))
+}

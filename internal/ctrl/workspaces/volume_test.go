@@ -1,0 +1,371 @@
+package workspaces
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/volumes"
+)
+
+// newVolumeService is newService with Volumes: host h1 reaches pool
+// "default" (no online growth) and "fast" (online growth), and h2, which
+// has more memory free, reaches none.
+func newVolumeService(t *testing.T) (*Service, context.Context) {
+	t.Helper()
+	s, ctx := newService(t)
+	s.Volumes = &volumes.Service{Store: s.Store, Pages: s.Pages, DefaultPool: "default", InUse: InUse, Changed: func() {}}
+	if err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h1", Capacity: &hostv1.HostCapacity{
+		CpuMillis: 4000, MemoryBytes: gib, LayerBytes: 10 * gib, DefaultLayerBytes: gib},
+		StoragePools: []*hostv1.StoragePool{
+			{Name: "default", DefaultVolumeBytes: 256 * MiB, OnlineGrowRefusal: "refused here"},
+			{Name: "fast", DefaultVolumeBytes: 128 * MiB, OnlineGrow: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h2", Capacity: &hostv1.HostCapacity{
+		CpuMillis: 4000, MemoryBytes: 8 * gib, LayerBytes: 10 * gib, DefaultLayerBytes: gib}}); err != nil {
+		t.Fatal(err)
+	}
+	return s, ctx
+}
+
+func newVol() *ctrlv1.Volume { return new(ctrlv1.Volume) }
+
+func volumeIdentity(v *ctrlv1.Volume) *ctrlv1.Volume { return v }
+
+// volumeReport sends one host report about a volume and returns it as
+// GetVolume does.
+func volumeReport(t *testing.T, s *Service, ctx context.Context, rep *hostv1.VolumeReport) *ctrlv1.Volume {
+	t.Helper()
+	if err := s.Report(ctx, "h1", nil, []*hostv1.VolumeReport{rep}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := s.Volumes.Get(ctx, rep.VolumeId)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func volumeAssignment(t *testing.T, s *Service, ctx context.Context, id string) *hostv1.VolumeAssignment {
+	t.Helper()
+	as, err := s.Assignments(ctx, "h1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range as.Volumes {
+		if a.VolumeId == id {
+			return a
+		}
+	}
+	return nil
+}
+
+func healthy(id string, capacity uint64) *hostv1.VolumeReport {
+	return &hostv1.VolumeReport{VolumeId: id, CapacityBytes: capacity, Condition: ctrlv1.VolumeCondition_VOLUME_CONDITION_HEALTHY, UsedBytes: MiB}
+}
+
+func detailOf(err error) *ctrlv1.ErrorDetail {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		for _, d := range ce.Details() {
+			if m, derr := d.Value(); derr == nil {
+				if ed, ok := m.(*ctrlv1.ErrorDetail); ok {
+					return ed
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func TestVolumeCreateResizeAndReports(t *testing.T) {
+	s, ctx := newVolumeService(t)
+	v, err := volumes.Create(ctx, s.Volumes, write("create", newVol), &ctrlv1.VolumeSpec{}, map[string]string{"a": "b"}, nil, volumeIdentity)
+	if err != nil || v.State != ctrlv1.VolumeState_VOLUME_STATE_CREATING || v.Spec.CapacityBytes != 256*MiB || v.Spec.StoragePool != "default" {
+		t.Fatalf("create: %v, %v", v, err)
+	}
+	id := v.VolumeId
+	a := volumeAssignment(t, s, ctx, id)
+	if a == nil || !a.Create || a.CapacityBytes != 256*MiB || a.FilesystemUuid == "" || a.Desired != hostv1.VolumeDesired_VOLUME_DESIRED_PRESENT {
+		t.Fatalf("assignment while CREATING: %v", a)
+	}
+	v = volumeReport(t, s, ctx, healthy(id, 256*MiB))
+	if v.State != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE || v.Observation.GetUsedBytes() != MiB {
+		t.Fatalf("created: %v", v)
+	}
+	// The same report again moves observed_at only once it is older than
+	// the refresh, and never updated_at.
+	first := v.Observation.ObservedAt.AsTime()
+	if again := volumeReport(t, s, ctx, healthy(id, 256*MiB)); !again.Observation.ObservedAt.AsTime().Equal(first) {
+		t.Errorf("an unchanged report at once moved observed_at from %v to %v", first, again.Observation.ObservedAt.AsTime())
+	}
+	s.Volumes.Now = func() time.Time { return first.Add(time.Minute) }
+	again := volumeReport(t, s, ctx, healthy(id, 256*MiB))
+	if !again.Observation.ObservedAt.AsTime().Equal(first.Add(time.Minute)) || !again.UpdatedAt.AsTime().Equal(v.UpdatedAt.AsTime()) {
+		t.Errorf("a report a minute later: observed_at %v, updated_at %v (was %v)", again.Observation.ObservedAt.AsTime(), again.UpdatedAt.AsTime(), v.UpdatedAt.AsTime())
+	}
+	s.Volumes.Now = nil
+	if a := volumeAssignment(t, s, ctx, id); a.Create {
+		t.Errorf("create still allowed once created: %v", a)
+	}
+
+	resize := func(bytes uint64) (*ctrlv1.Volume, error) {
+		return volumes.Resize(ctx, s.Volumes, write("resize", newVol), id, bytes, volumeIdentity)
+	}
+	v, err = resize(512 * MiB)
+	if err != nil || v.State != ctrlv1.VolumeState_VOLUME_STATE_RESIZING || v.Spec.CapacityBytes != 256*MiB || v.Observation != nil {
+		t.Fatalf("resize: %v, %v", v, err)
+	}
+	if a := volumeAssignment(t, s, ctx, id); a.CapacityBytes != 512*MiB {
+		t.Errorf("assignment while RESIZING: %v", a)
+	}
+	if _, err := resize(1024 * MiB); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("resize while RESIZING: %v", err)
+	}
+	// No binding is admitted while it grows.
+	_, err = Create(ctx, s, write("bind", newWS), &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{MemoryBytes: 128 * MiB},
+		Volume: &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND, VolumeId: id}}, nil, nil, identity)
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("binding a RESIZING volume: %v", err)
+	}
+	v = volumeReport(t, s, ctx, healthy(id, 512*MiB))
+	if v.State != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE || v.Spec.CapacityBytes != 512*MiB {
+		t.Fatalf("grown: %v", v)
+	}
+	// A growth the host cannot make ends the request; the volume keeps
+	// what it has.
+	if _, err := resize(768 * MiB); err != nil {
+		t.Fatal(err)
+	}
+	v = volumeReport(t, s, ctx, &hostv1.VolumeReport{VolumeId: id, CapacityBytes: 512 * MiB, Condition: ctrlv1.VolumeCondition_VOLUME_CONDITION_HEALTHY,
+		FailureStage: ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_VOLUME, FailureMessage: "no space left in the pool"})
+	if v.State != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE || v.Spec.CapacityBytes != 512*MiB ||
+		v.Failure.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_VOLUME {
+		t.Errorf("failed resize: %v", v)
+	}
+	if a := volumeAssignment(t, s, ctx, id); a.CapacityBytes != 512*MiB {
+		t.Errorf("assignment after a failed resize: %v", a)
+	}
+	// A DAMAGED observation never moves the state.
+	v = volumeReport(t, s, ctx, &hostv1.VolumeReport{VolumeId: id, CapacityBytes: 512 * MiB,
+		Condition: ctrlv1.VolumeCondition_VOLUME_CONDITION_DAMAGED, Error: "bad superblock"})
+	if v.State != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE || v.Observation.Error != "bad superblock" {
+		t.Errorf("damaged: %v", v)
+	}
+
+	del, err := volumes.Delete(ctx, s.Volumes, write("delete", newVol), id, volumeIdentity)
+	if err != nil || del.State != ctrlv1.VolumeState_VOLUME_STATE_DELETING {
+		t.Fatalf("delete: %v, %v", del, err)
+	}
+	if a := volumeAssignment(t, s, ctx, id); a.Desired != hostv1.VolumeDesired_VOLUME_DESIRED_DELETED {
+		t.Errorf("assignment while DELETING: %v", a)
+	}
+	v = volumeReport(t, s, ctx, &hostv1.VolumeReport{VolumeId: id, Deleted: true})
+	if v.State != ctrlv1.VolumeState_VOLUME_STATE_DELETED || v.Labels["a"] != "b" {
+		t.Errorf("deleted: %v", v)
+	}
+	if a := volumeAssignment(t, s, ctx, id); a != nil {
+		t.Errorf("assignment of a DELETED volume: %v", a)
+	}
+}
+
+func TestVolumeBinding(t *testing.T) {
+	s, ctx := newVolumeService(t)
+	// NEW: placed on the host that reaches the default pool, although the
+	// other has more memory free.
+	ws, err := Create(ctx, s, write("create", newWS), &ctrlv1.WorkspaceCreateSpec{
+		Resources: &ctrlv1.ResourceRequest{MemoryBytes: 256 * MiB},
+		Volume:    &ctrlv1.WorkspaceVolumeBinding{MountPath: "/srv/./data/"}}, nil, nil, identity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := ws.Spec.Volume
+	if b.Mode != ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND || b.MountPath != "/srv/data" || !b.GetDeleteWithWorkspace() {
+		t.Fatalf("stored binding: %v", b)
+	}
+	volID := b.VolumeId
+	a, err := s.Assignments(ctx, "h1")
+	if err != nil || len(a.Assignments) != 1 || a.Assignments[0].Volume.GetMountPath() != "/srv/data" {
+		t.Fatalf("h1 assignments: %v, %v", a, err)
+	}
+	v, _ := s.Volumes.Get(ctx, volID)
+	if v.State != ctrlv1.VolumeState_VOLUME_STATE_CREATING || v.BoundWorkspaceId != ws.WorkspaceId {
+		t.Fatalf("NEW volume: %v", v)
+	}
+	if p := tierOf(ws, ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_PROMISED); p.Availability != ctrlv1.RetentionAvailability_RETENTION_AVAILABILITY_UNAVAILABLE || p.Paths[0] != "/srv/data" {
+		t.Errorf("PROMISED tier while the volume is created: %v", p)
+	}
+	v = volumeReport(t, s, ctx, healthy(volID, 256*MiB))
+	if v.State != ctrlv1.VolumeState_VOLUME_STATE_ATTACHED {
+		t.Fatalf("created for a starting workspace: %v", v)
+	}
+	ws = report(t, s, ctx, ws.WorkspaceId, hostv1.ObservedState_OBSERVED_STATE_RUNNING, nil)
+
+	// While it runs: no online growth on this pool, no rebinding.
+	_, err = volumes.Resize(ctx, s.Volumes, write("resize", newVol), volID, 512*MiB, volumeIdentity)
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || detailOf(err).GetObservedWorkspace().GetWorkspaceId() != ws.WorkspaceId {
+		t.Errorf("online resize: %v", err)
+	}
+	rebind := func(ws *ctrlv1.Workspace, b *ctrlv1.WorkspaceVolumeBinding) (*ctrlv1.Workspace, error) {
+		return UpdateVolumeBinding(ctx, s, write("bind", newWS), ws.WorkspaceId, ws.Spec.BindingRevision, b, identity)
+	}
+	none := &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE}
+	if _, err := rebind(ws, none); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("rebinding a running workspace: %v", err)
+	}
+	if _, err := Stop(ctx, s, write("stop", newWS), ws.WorkspaceId, ctrlv1.StopMode_STOP_MODE_NORMAL, identity); err != nil {
+		t.Fatal(err)
+	}
+	ws = report(t, s, ctx, ws.WorkspaceId, hostv1.ObservedState_OBSERVED_STATE_STOPPED, nil)
+	if v, _ := s.Volumes.Get(ctx, volID); v.State != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE {
+		t.Errorf("volume of a stopped workspace: %v", v.State)
+	}
+	// A second workspace cannot bind it; after a release it can, and
+	// deleting that workspace keeps it.
+	bound := &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND, VolumeId: volID}
+	_, err = Create(ctx, s, write("create2", newWS), &ctrlv1.WorkspaceCreateSpec{
+		Resources: &ctrlv1.ResourceRequest{MemoryBytes: 128 * MiB}, Volume: bound}, nil, nil, identity)
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || detailOf(err).GetObservedWorkspace().GetWorkspaceId() != ws.WorkspaceId {
+		t.Errorf("second binding: %v", err)
+	}
+	if _, err := rebind(ws, &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND, VolumeId: volID, MountPath: "/srv/data", DeleteWithWorkspace: b.DeleteWithWorkspace}); err != nil {
+		t.Errorf("the same binding again: %v", err)
+	}
+	released, err := rebind(ws, none)
+	if err != nil || released.Spec.BindingRevision != 2 || released.PersistentPaths != nil {
+		t.Fatalf("release: %v, %v", released, err)
+	}
+	other, err := Create(ctx, s, write("create3", newWS), &ctrlv1.WorkspaceCreateSpec{
+		Resources: &ctrlv1.ResourceRequest{MemoryBytes: 128 * MiB}, Volume: bound}, nil, nil, identity)
+	if err != nil || other.Spec.Volume.GetDeleteWithWorkspace() || other.Spec.Volume.MountPath != DefaultMountPath {
+		t.Fatalf("bind after release: %v, %v", other.GetSpec().GetVolume(), err)
+	}
+	report(t, s, ctx, other.WorkspaceId, hostv1.ObservedState_OBSERVED_STATE_RUNNING, nil)
+	if _, err := Stop(ctx, s, write("stop2", newWS), other.WorkspaceId, ctrlv1.StopMode_STOP_MODE_NORMAL, identity); err != nil {
+		t.Fatal(err)
+	}
+	report(t, s, ctx, other.WorkspaceId, hostv1.ObservedState_OBSERVED_STATE_STOPPED, nil)
+	if _, err := Delete(ctx, s, write("delete", newWS), other.WorkspaceId, identity); err != nil {
+		t.Fatal(err)
+	}
+	// A stopped workspace being deleted holds no execution.
+	if v, _ := s.Volumes.Get(ctx, volID); v.State != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE {
+		t.Errorf("volume of a stopped workspace being deleted: %v", v.State)
+	}
+	report(t, s, ctx, other.WorkspaceId, hostv1.ObservedState_OBSERVED_STATE_DELETED, nil)
+	if v, _ := s.Volumes.Get(ctx, volID); v.State != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE || v.BoundWorkspaceId != "" {
+		t.Errorf("kept volume: %v", v)
+	}
+
+	// LOST: starting a workspace bound to it is VOLUME_LOST.
+	ws, err = rebind(released, bound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost, err := s.Volumes.DeclarePoolLost(ctx, "default")
+	if err != nil || len(lost) != 1 || lost[0] != volID {
+		t.Fatalf("DeclarePoolLost: %v, %v", lost, err)
+	}
+	if a := volumeAssignment(t, s, ctx, volID); a != nil {
+		t.Errorf("a LOST volume is assigned: %v", a)
+	}
+	_, err = Start(ctx, s, write("start", newWS), ws.WorkspaceId, identity)
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || detailOf(err).GetReason() != ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST {
+		t.Errorf("start bound to a LOST volume: %v", err)
+	}
+	if _, err := s.Volumes.DeclarePoolLost(ctx, "nowhere"); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("an unknown pool: %v", err)
+	}
+}
+
+// TestNewVolumeNeverCreated: a workspace deleted before its launch made
+// its NEW volume deletes the volume whatever the binding says.
+func TestNewVolumeNeverCreated(t *testing.T) {
+	s, ctx := newVolumeService(t)
+	keep := false
+	ws, err := Create(ctx, s, write("create", newWS), &ctrlv1.WorkspaceCreateSpec{
+		Resources: &ctrlv1.ResourceRequest{MemoryBytes: 128 * MiB},
+		Volume:    &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW, DeleteWithWorkspace: &keep}}, nil, nil, identity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	volID := ws.Spec.Volume.VolumeId
+	if _, err := Delete(ctx, s, write("delete", newWS), ws.WorkspaceId, identity); err != nil {
+		t.Fatal(err)
+	}
+	report(t, s, ctx, ws.WorkspaceId, hostv1.ObservedState_OBSERVED_STATE_DELETED, nil)
+	if v, _ := s.Volumes.Get(ctx, volID); v.State != ctrlv1.VolumeState_VOLUME_STATE_DELETING {
+		t.Errorf("uncreated NEW volume after its workspace's deletion: %v", v)
+	}
+}
+
+func tierOf(ws *ctrlv1.Workspace, kind ctrlv1.RetentionTierKind) *ctrlv1.RetentionTier {
+	for _, t := range ws.RetentionTiers {
+		if t.Kind == kind {
+			return t
+		}
+	}
+	return nil
+}
+
+// TestVolumeHolderAndStates: a volume is bound only when AVAILABLE, a
+// workspace bound to it runs on the host that holds it, and a growth
+// made online but cut short by a stop holds RESIZING.
+func TestVolumeHolderAndStates(t *testing.T) {
+	s, ctx := newVolumeService(t)
+	// h3 also has a pool named "default" (a directory of its own) and the
+	// most memory free.
+	if err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h3", Capacity: &hostv1.HostCapacity{
+		CpuMillis: 4000, MemoryBytes: 16 * gib, LayerBytes: 10 * gib, DefaultLayerBytes: gib},
+		StoragePools: []*hostv1.StoragePool{{Name: "default", DefaultVolumeBytes: 64 * MiB}}}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := volumes.Create(ctx, s.Volumes, write("create", newVol), &ctrlv1.VolumeSpec{StoragePool: "fast"}, nil, nil, volumeIdentity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound := &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND, VolumeId: v.VolumeId}
+	spec := &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{MemoryBytes: 128 * MiB}, Volume: bound}
+	if _, err := Create(ctx, s, write("early", newWS), spec, nil, nil, identity); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("binding a CREATING volume: %v", err)
+	}
+	volumeReport(t, s, ctx, healthy(v.VolumeId, 128*MiB))
+	ws, err := Create(ctx, s, write("bound", newWS), spec, nil, nil, identity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	as, _ := s.Assignments(ctx, "h1")
+	if len(as.Assignments) != 1 || as.Assignments[0].WorkspaceId != ws.WorkspaceId {
+		t.Fatalf("the workspace is not on the volume's host: %v", as)
+	}
+	ws = report(t, s, ctx, ws.WorkspaceId, hostv1.ObservedState_OBSERVED_STATE_RUNNING, nil)
+
+	// "fast" grows online: the resize is admitted while ATTACHED.
+	got, err := volumes.Resize(ctx, s.Volumes, write("grow", newVol), v.VolumeId, 256*MiB, volumeIdentity)
+	if err != nil || got.State != ctrlv1.VolumeState_VOLUME_STATE_ATTACHED || got.Spec.CapacityBytes != 128*MiB {
+		t.Fatalf("online resize: %v, %v", got, err)
+	}
+	// Stopped before the host grew it: RESIZING, and nothing starts.
+	if _, err := Stop(ctx, s, write("stop", newWS), ws.WorkspaceId, ctrlv1.StopMode_STOP_MODE_NORMAL, identity); err != nil {
+		t.Fatal(err)
+	}
+	ws = report(t, s, ctx, ws.WorkspaceId, hostv1.ObservedState_OBSERVED_STATE_STOPPED, nil)
+	if got, _ := s.Volumes.Get(ctx, v.VolumeId); got.State != ctrlv1.VolumeState_VOLUME_STATE_RESIZING {
+		t.Errorf("a pending growth after the stop: %v", got.State)
+	}
+	if _, err := Start(ctx, s, write("start", newWS), ws.WorkspaceId, identity); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("start while RESIZING: %v", err)
+	}
+	if got := volumeReport(t, s, ctx, healthy(v.VolumeId, 256*MiB)); got.State != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE || got.Spec.CapacityBytes != 256*MiB {
+		t.Errorf("grown: %v", got)
+	}
+	if _, err := Start(ctx, s, write("start2", newWS), ws.WorkspaceId, identity); err != nil {
+		t.Errorf("start once grown: %v", err)
+	}
+}

@@ -1,0 +1,577 @@
+package dataplane
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+
+	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
+)
+
+const (
+	// readChunk is the size of one ReadFile message.
+	readChunk = 64 << 10
+	// maxListEntries bounds one ListDirectory answer.
+	maxListEntries = 100_000
+)
+
+// FileConfig configures a FileService.
+type FileConfig struct {
+	// Accounts resolves user names; nil reads /etc/passwd and /etc/group.
+	Accounts *Accounts
+	// Logf, if set, receives diagnostics.
+	Logf func(format string, args ...any)
+}
+
+// FileService implements kibotos.data.v1.FileService. Every operation
+// runs with the filesystem credentials of the request's user (asUser), so
+// the kernel checks permissions as for that user; the empty user is root.
+// A relative path is relative to the user's home directory.
+type FileService struct {
+	datav1connect.UnimplementedFileServiceHandler
+
+	accounts *Accounts
+	logf     func(format string, args ...any)
+
+	closeOnce sync.Once
+	closed    chan struct{} // closed by Close: watches end
+}
+
+// NewFileService returns a FileService.
+func NewFileService(cfg FileConfig) *FileService {
+	s := &FileService{accounts: cfg.Accounts, logf: cfg.Logf, closed: make(chan struct{})}
+	if s.logf == nil {
+		s.logf = func(string, ...any) {}
+	}
+	return s
+}
+
+// Close ends every WatchDirectory stream; other calls are unaffected.
+func (s *FileService) Close() {
+	s.closeOnce.Do(func() { close(s.closed) })
+}
+
+// resolve looks up the user and makes path absolute and clean.
+func (s *FileService) resolve(user, path string, stage stageT) (*User, string, error) {
+	u, err := s.accounts.Lookup(user)
+	if errors.Is(err, errUnknownUser) {
+		return nil, "", newError(connect.CodeInvalidArgument, stage, "user: %v", err)
+	} else if err != nil {
+		return nil, "", toConnect(stage, err)
+	}
+	p, err := cleanPath(u, path, stage)
+	return u, p, err
+}
+
+// cleanPath makes path absolute (relative to u's home) and clean.
+func cleanPath(u *User, path string, stage stageT) (string, error) {
+	if path == "" {
+		return "", newError(connect.CodeInvalidArgument, stage, "path is required")
+	}
+	if strings.IndexByte(path, 0) >= 0 {
+		return "", newError(connect.CodeInvalidArgument, stage, "path contains a NUL byte")
+	}
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(u.Home, path)
+	}
+	return filepath.Clean(path), nil
+}
+
+// ReadFile implements FileService.ReadFile: the file's bytes in messages
+// of up to 64 KiB, read as they are sent.
+func (s *FileService) ReadFile(ctx context.Context, req *connect.Request[datav1.ReadFileRequest], stream *connect.ServerStream[datav1.ReadFileResponse]) error {
+	u, path, err := s.resolve(req.Msg.GetUser(), req.Msg.GetPath(), stageReadingFile)
+	if err != nil {
+		return err
+	}
+	var f *os.File
+	err = asUser(u, func() (err error) {
+		// O_NONBLOCK: opening a FIFO must not wait for a writer.
+		f, err = os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		return err
+	})
+	if err != nil {
+		return toConnect(stageReadingFile, err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return toConnect(stageReadingFile, err)
+	} else if fi.IsDir() {
+		return toConnect(stageReadingFile, &os.PathError{Op: "read", Path: path, Err: syscall.EISDIR})
+	}
+	buf := make([]byte, readChunk)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			if serr := stream.Send(&datav1.ReadFileResponse{Data: buf[:n]}); serr != nil {
+				return toConnect(stageReadingFile, serr)
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return toConnect(stageReadingFile, err)
+		}
+		if ctx.Err() != nil {
+			return toConnect(stageReadingFile, ctx.Err())
+		}
+	}
+}
+
+// WriteFile implements FileService.WriteFile. The data goes to a new
+// file beside the target, which is synced and renamed over it: a failed
+// write leaves the old file as it was. A final symlink is followed, so
+// the file it points to is replaced. Replacing a file keeps its mode and
+// owner (setuid and setgid are dropped when another user writes it); a
+// new file gets start.mode and belongs to the user.
+func (s *FileService) WriteFile(ctx context.Context, stream *connect.ClientStream[datav1.WriteFileRequest]) (*connect.Response[datav1.WriteFileResponse], error) {
+	if !stream.Receive() {
+		if err := stream.Err(); err != nil {
+			return nil, toConnect(stageWritingFile, err)
+		}
+		return nil, newError(connect.CodeInvalidArgument, stageWritingFile, "empty stream: the first message must be start")
+	}
+	start := stream.Msg().GetStart()
+	if start == nil {
+		return nil, newError(connect.CodeInvalidArgument, stageWritingFile, "the first message must be start")
+	}
+	mode := start.GetMode()
+	if mode > 0o7777 {
+		return nil, newError(connect.CodeInvalidArgument, stageWritingFile, "mode %#o has bits beyond 07777", mode)
+	}
+	if mode == 0 {
+		mode = 0o644
+	}
+	u, path, err := s.resolve(start.GetUser(), start.GetPath(), stageWritingFile)
+	if err != nil {
+		return nil, err
+	}
+
+	var tmp *os.File
+	var target string
+	var old os.FileInfo // the file being replaced, if any
+	err = asUser(u, func() error {
+		var err error
+		if target, err = resolveFinalLink(path); err != nil {
+			return err
+		}
+		old, err = os.Stat(target)
+		if errors.Is(err, fs.ErrNotExist) {
+			old = nil
+		} else if err != nil {
+			return err
+		} else if old.IsDir() {
+			return &os.PathError{Op: "write", Path: target, Err: syscall.EISDIR}
+		} else if !old.Mode().IsRegular() {
+			return newError(connect.CodeFailedPrecondition, stageWritingFile, "%s is not a regular file", target)
+		} else {
+			// The user must be allowed to write the file itself, not only
+			// the directory that the rename changes. ETXTBSY (a running
+			// program) comes after the permission check, and the rename
+			// replaces a running program fine.
+			f, err := os.OpenFile(target, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+			if err == nil {
+				f.Close()
+			} else if !errors.Is(err, syscall.ETXTBSY) {
+				return err
+			}
+		}
+		tmp, err = createTemp(target)
+		return err
+	})
+	if err != nil {
+		return nil, toConnect(stageWritingFile, err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			tmp.Close()
+			os.Remove(tmp.Name()) // ours: the agent may remove it
+		}
+	}()
+
+	for stream.Receive() {
+		msg := stream.Msg()
+		if msg.GetStart() != nil {
+			return nil, newError(connect.CodeInvalidArgument, stageWritingFile, "start sent twice")
+		}
+		if _, err := tmp.Write(msg.GetData()); err != nil {
+			return nil, toConnect(stageWritingFile, err)
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return nil, toConnect(stageWritingFile, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, toConnect(stageWritingFile, err)
+	}
+
+	perm := os.FileMode(mode)
+	if old != nil {
+		st := old.Sys().(*syscall.Stat_t)
+		perm = os.FileMode(st.Mode & 0o7777)
+		if st.Uid != u.UID {
+			perm &^= 0o6000
+		}
+		if os.Geteuid() == 0 {
+			// Keep the owner, as an in-place write would.
+			if err := tmp.Chown(int(st.Uid), int(st.Gid)); err != nil {
+				return nil, toConnect(stageWritingFile, err)
+			}
+		}
+	}
+	if old == nil {
+		// As the user, so the kernel drops a setgid bit the user may not set.
+		err = asUser(u, func() error { return tmp.Chmod(unixMode(perm)) })
+	} else {
+		err = tmp.Chmod(unixMode(perm))
+	}
+	if err != nil {
+		return nil, toConnect(stageWritingFile, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return nil, toConnect(stageWritingFile, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return nil, toConnect(stageWritingFile, err)
+	}
+	var info *datav1.FileInfo
+	err = asUser(u, func() error {
+		if err := os.Rename(tmp.Name(), target); err != nil {
+			return err
+		}
+		committed = true
+		syncDir(filepath.Dir(target))
+		var err error
+		info, err = inspect(s.accounts.names(), path)
+		return err
+	})
+	if err != nil {
+		return nil, toConnect(stageWritingFile, err)
+	}
+	return connect.NewResponse(&datav1.WriteFileResponse{File: info}), nil
+}
+
+// unixMode converts permission bits with setuid, setgid and sticky to an
+// os.FileMode.
+func unixMode(m os.FileMode) os.FileMode {
+	perm := m & 0o777
+	if m&0o4000 != 0 {
+		perm |= os.ModeSetuid
+	}
+	if m&0o2000 != 0 {
+		perm |= os.ModeSetgid
+	}
+	if m&0o1000 != 0 {
+		perm |= os.ModeSticky
+	}
+	return perm
+}
+
+// resolveFinalLink follows path while it is a symlink.
+func resolveFinalLink(path string) (string, error) {
+	for range 40 {
+		fi, err := os.Lstat(path)
+		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			return path, nil // a missing path is written as it is
+		}
+		dest, err := os.Readlink(path)
+		if err != nil {
+			return "", err
+		}
+		if !filepath.IsAbs(dest) {
+			dest = filepath.Join(filepath.Dir(path), dest)
+		}
+		path = filepath.Clean(dest)
+	}
+	return "", &os.PathError{Op: "write", Path: path, Err: syscall.ELOOP}
+}
+
+// createTemp creates a new, empty, private file beside target.
+func createTemp(target string) (*os.File, error) {
+	dir, base := filepath.Split(target)
+	for {
+		var b [6]byte
+		rand.Read(b[:])
+		name := filepath.Join(dir, "."+base+".kibotos-"+hex.EncodeToString(b[:]))
+		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		return f, err
+	}
+}
+
+// syncDir makes a rename in dir durable, as far as it can.
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+}
+
+// DeleteFile implements FileService.DeleteFile.
+func (s *FileService) DeleteFile(ctx context.Context, req *connect.Request[datav1.DeleteFileRequest]) (*connect.Response[datav1.DeleteFileResponse], error) {
+	u, path, err := s.resolve(req.Msg.GetUser(), req.Msg.GetPath(), stageDeletingFile)
+	if err != nil {
+		return nil, err
+	}
+	if path == "/" {
+		return nil, newError(connect.CodeInvalidArgument, stageDeletingFile, "will not delete /")
+	}
+	err = asUser(u, func() error {
+		fi, err := os.Lstat(path)
+		if err != nil {
+			return err
+		}
+		if !fi.IsDir() {
+			return wrapPath("unlink", path, unix.Unlink(path))
+		}
+		if req.Msg.GetRecursive() {
+			return os.RemoveAll(path)
+		}
+		return wrapPath("rmdir", path, unix.Rmdir(path))
+	})
+	if err != nil {
+		return nil, toConnect(stageDeletingFile, err)
+	}
+	return connect.NewResponse(&datav1.DeleteFileResponse{}), nil
+}
+
+func wrapPath(op, path string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &os.PathError{Op: op, Path: path, Err: err}
+}
+
+// InspectFile implements FileService.InspectFile.
+func (s *FileService) InspectFile(ctx context.Context, req *connect.Request[datav1.InspectFileRequest]) (*connect.Response[datav1.InspectFileResponse], error) {
+	u, path, err := s.resolve(req.Msg.GetUser(), req.Msg.GetPath(), stageInspectingFile)
+	if err != nil {
+		return nil, err
+	}
+	var info *datav1.FileInfo
+	err = asUser(u, func() (err error) {
+		info, err = inspect(s.accounts.names(), path)
+		return err
+	})
+	if err != nil {
+		return nil, toConnect(stageInspectingFile, err)
+	}
+	return connect.NewResponse(&datav1.InspectFileResponse{File: info}), nil
+}
+
+// MoveFile implements FileService.MoveFile with rename(2): a file at the
+// destination is replaced; a directory there is already_exists; moving
+// across filesystems is failed_precondition (EXDEV).
+func (s *FileService) MoveFile(ctx context.Context, req *connect.Request[datav1.MoveFileRequest]) (*connect.Response[datav1.MoveFileResponse], error) {
+	u, src, err := s.resolve(req.Msg.GetUser(), req.Msg.GetSource(), stageMovingFile)
+	if err != nil {
+		return nil, err
+	}
+	dst, err := cleanPath(u, req.Msg.GetDestination(), stageMovingFile)
+	if err != nil {
+		return nil, err
+	}
+	var info *datav1.FileInfo
+	err = asUser(u, func() error {
+		if err := os.Rename(src, dst); err != nil {
+			return err
+		}
+		var err error
+		info, err = inspect(s.accounts.names(), dst)
+		return err
+	})
+	if err != nil {
+		return nil, toConnect(stageMovingFile, err)
+	}
+	return connect.NewResponse(&datav1.MoveFileResponse{File: info}), nil
+}
+
+// CreateDirectory implements FileService.CreateDirectory. New
+// directories get exactly mode (not reduced by a umask). With parents an
+// existing directory is fine, as with mkdir -p.
+func (s *FileService) CreateDirectory(ctx context.Context, req *connect.Request[datav1.CreateDirectoryRequest]) (*connect.Response[datav1.CreateDirectoryResponse], error) {
+	mode := req.Msg.GetMode()
+	if mode > 0o7777 {
+		return nil, newError(connect.CodeInvalidArgument, stageCreatingDirectory, "mode %#o has bits beyond 07777", mode)
+	}
+	if mode == 0 {
+		mode = 0o755
+	}
+	u, path, err := s.resolve(req.Msg.GetUser(), req.Msg.GetPath(), stageCreatingDirectory)
+	if err != nil {
+		return nil, err
+	}
+	perm := unixMode(os.FileMode(mode))
+	var info *datav1.FileInfo
+	err = asUser(u, func() error {
+		var err error
+		if req.Msg.GetParents() {
+			err = mkdirAll(path, perm)
+		} else {
+			err = mkdir(path, perm)
+		}
+		if err != nil {
+			return err
+		}
+		info, err = inspect(s.accounts.names(), path)
+		return err
+	})
+	if err != nil {
+		return nil, toConnect(stageCreatingDirectory, err)
+	}
+	return connect.NewResponse(&datav1.CreateDirectoryResponse{Directory: info}), nil
+}
+
+// mkdir creates one directory with exactly perm.
+func mkdir(path string, perm os.FileMode) error {
+	if err := os.Mkdir(path, perm); err != nil {
+		return err
+	}
+	return os.Chmod(path, perm)
+}
+
+// mkdirAll creates path and its missing parents, each with exactly perm.
+func mkdirAll(path string, perm os.FileMode) error {
+	fi, err := os.Stat(path)
+	if err == nil {
+		if fi.IsDir() {
+			return nil
+		}
+		return &os.PathError{Op: "mkdir", Path: path, Err: syscall.ENOTDIR}
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if parent := filepath.Dir(path); parent != path {
+		if err := mkdirAll(parent, perm); err != nil {
+			return err
+		}
+	}
+	err = mkdir(path, perm)
+	if errors.Is(err, fs.ErrExist) {
+		if fi, serr := os.Stat(path); serr == nil && fi.IsDir() {
+			return nil // made by someone else meanwhile
+		}
+	}
+	return err
+}
+
+// ListDirectory implements FileService.ListDirectory: the entries of the
+// directory (a symlink to one is followed), and of its subdirectories
+// down to depth levels, depth-first in name order. Symlinks below are
+// not followed; a subdirectory the user may not read is listed without
+// its entries.
+func (s *FileService) ListDirectory(ctx context.Context, req *connect.Request[datav1.ListDirectoryRequest]) (*connect.Response[datav1.ListDirectoryResponse], error) {
+	u, path, err := s.resolve(req.Msg.GetUser(), req.Msg.GetPath(), stageReadingFile)
+	if err != nil {
+		return nil, err
+	}
+	depth := max(int(min(req.Msg.GetDepth(), 1<<16)), 1)
+	names := s.accounts.names()
+	var entries []*datav1.FileInfo
+	var walk func(dir string, level int) error
+	walk = func(dir string, level int) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			child := filepath.Join(dir, e.Name())
+			fi, err := e.Info()
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // removed meanwhile
+			} else if err != nil {
+				return err
+			}
+			if len(entries) == maxListEntries {
+				return newError(connect.CodeResourceExhausted, stageReadingFile, "more than %d entries: list with a smaller depth", maxListEntries)
+			}
+			entries = append(entries, fileInfo(names, child, fi))
+			if e.IsDir() && level < depth {
+				err := walk(child, level+1)
+				if errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrNotExist) {
+					continue
+				}
+				if err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	err = asUser(u, func() error {
+		fi, err := os.Stat(path)
+		if err != nil {
+			return err
+		}
+		if !fi.IsDir() {
+			return &os.PathError{Op: "list", Path: path, Err: syscall.ENOTDIR}
+		}
+		return walk(path, 1)
+	})
+	if err != nil {
+		return nil, toConnect(stageReadingFile, err)
+	}
+	return connect.NewResponse(&datav1.ListDirectoryResponse{Entries: entries}), nil
+}
+
+// inspect returns the metadata of path itself (a final symlink is not
+// followed).
+func inspect(names *idNames, path string) (*datav1.FileInfo, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return nil, err
+	}
+	return fileInfo(names, path, fi), nil
+}
+
+// fileInfo converts the Lstat of path.
+func fileInfo(names *idNames, path string, fi os.FileInfo) *datav1.FileInfo {
+	info := &datav1.FileInfo{
+		Path:       path,
+		Name:       fi.Name(),
+		Size:       uint64(max(fi.Size(), 0)),
+		ModifiedAt: timestamppb.New(fi.ModTime()),
+	}
+	switch m := fi.Mode(); {
+	case m.IsRegular():
+		info.Type = datav1.FileType_FILE_TYPE_FILE
+	case m.IsDir():
+		info.Type = datav1.FileType_FILE_TYPE_DIRECTORY
+	case m&fs.ModeSymlink != 0:
+		info.Type = datav1.FileType_FILE_TYPE_SYMLINK
+		if dest, err := os.Readlink(path); err == nil {
+			info.SymlinkTarget = dest
+		}
+	default:
+		info.Type = datav1.FileType_FILE_TYPE_OTHER
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		info.Mode = st.Mode & 0o7777
+		info.Owner = names.user(st.Uid)
+		info.Group = names.group(st.Gid)
+	} else {
+		info.Mode = uint32(fi.Mode().Perm())
+	}
+	return info
+}

@@ -1,0 +1,406 @@
+package dataplane
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
+)
+
+// readAll reads a file through ReadFile.
+func (e *testEnv) readAll(ctx context.Context, path, user string) ([]byte, int, error) {
+	stream, err := e.fc.ReadFile(ctx, connect.NewRequest(&datav1.ReadFileRequest{Path: path, User: user}))
+	if err != nil {
+		return nil, 0, err
+	}
+	var buf bytes.Buffer
+	msgs := 0
+	for stream.Receive() {
+		buf.Write(stream.Msg().GetData())
+		msgs++
+	}
+	return buf.Bytes(), msgs, stream.Err()
+}
+
+// write writes a file through WriteFile.
+func (e *testEnv) write(ctx context.Context, start *datav1.WriteFileStart, chunks ...string) (*datav1.FileInfo, error) {
+	stream := e.fc.WriteFile(ctx)
+	msgs := []*datav1.WriteFileRequest{{Part: &datav1.WriteFileRequest_Start{Start: start}}}
+	for _, c := range chunks {
+		msgs = append(msgs, &datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Data{Data: []byte(c)}})
+	}
+	for _, m := range msgs {
+		if err := stream.Send(m); err != nil {
+			break // the answer tells why
+		}
+	}
+	resp, err := stream.CloseAndReceive()
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg.GetFile(), nil
+}
+
+func TestReadLargeFile(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := testCtx(t, 60*time.Second)
+	path := filepath.Join(t.TempDir(), "big")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.New()
+	rng := rand.NewChaCha8([32]byte{1})
+	if _, err := io.CopyN(io.MultiWriter(f, h), rng, 64<<20); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	want := h.Sum(nil)
+
+	stream, err := e.fc.ReadFile(ctx, connect.NewRequest(&datav1.ReadFileRequest{Path: path}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Reset()
+	n, msgs := 0, 0
+	for stream.Receive() {
+		d := stream.Msg().GetData()
+		if len(d) > readChunk {
+			t.Fatalf("message of %d bytes", len(d))
+		}
+		h.Write(d)
+		n += len(d)
+		msgs++
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n != 64<<20 || !bytes.Equal(h.Sum(nil), want) {
+		t.Fatalf("read %d bytes, sha256 mismatch: %v", n, !bytes.Equal(h.Sum(nil), want))
+	}
+	if msgs != (64<<20)/readChunk {
+		t.Fatalf("%d messages, want %d", msgs, (64<<20)/readChunk)
+	}
+}
+
+func TestPermissionAsUser(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := testCtx(t, 30*time.Second)
+	dir := sharedDir(t)
+	secret := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secret, []byte("root only"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := e.readAll(ctx, secret, ""); err != nil || string(got) != "root only" {
+		t.Fatalf("as root: %q, %v", got, err)
+	}
+	_, _, err := e.readAll(ctx, secret, "nobody")
+	wantCode(t, err, connect.CodePermissionDenied, stageReadingFile)
+	_, err = e.write(ctx, &datav1.WriteFileStart{Path: secret, User: "nobody"}, "x")
+	wantCode(t, err, connect.CodePermissionDenied, stageWritingFile)
+	_, err = e.fc.DeleteFile(ctx, connect.NewRequest(&datav1.DeleteFileRequest{Path: secret, User: "nobody"}))
+	wantCode(t, err, connect.CodePermissionDenied, stageDeletingFile)
+	// A directory only root may write.
+	_, err = e.write(ctx, &datav1.WriteFileStart{Path: filepath.Join(dir, "new"), User: "nobody"}, "x")
+	wantCode(t, err, connect.CodePermissionDenied, stageWritingFile)
+
+	// In a directory nobody owns, nobody creates files that nobody owns.
+	own := filepath.Join(dir, "own")
+	if err := os.Mkdir(own, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(own, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	info, err := e.write(ctx, &datav1.WriteFileStart{Path: filepath.Join(own, "f"), User: "nobody", Mode: 0o640}, "mine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.GetOwner() != "nobody" || info.GetMode() != 0o640 || info.GetSize() != 4 || info.GetType() != datav1.FileType_FILE_TYPE_FILE {
+		t.Fatalf("written file: %v", info)
+	}
+	st, _ := os.Stat(filepath.Join(own, "f"))
+	if s := st.Sys().(*syscall.Stat_t); s.Uid != 65534 || s.Gid != 65534 {
+		t.Fatalf("owner %d:%d", s.Uid, s.Gid)
+	}
+	d, err := e.fc.CreateDirectory(ctx, connect.NewRequest(&datav1.CreateDirectoryRequest{Path: filepath.Join(own, "a/b"), User: "nobody", Parents: true, Mode: 0o700}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Msg.GetDirectory().GetOwner() != "nobody" || d.Msg.GetDirectory().GetMode() != 0o700 {
+		t.Fatalf("directory: %v", d.Msg.GetDirectory())
+	}
+	// The agent thread's credentials were restored: root reads again.
+	if _, _, err := e.readAll(ctx, secret, ""); err != nil {
+		t.Fatalf("as root after nobody: %v", err)
+	}
+}
+
+func TestWriteFileAtomic(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := testCtx(t, 30*time.Second)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "f")
+	if err := os.WriteFile(path, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	leftovers := func() []string {
+		ents, _ := os.ReadDir(dir)
+		var names []string
+		for _, e := range ents {
+			if e.Name() != "f" {
+				names = append(names, e.Name())
+			}
+		}
+		return names
+	}
+
+	// A stream that breaks off mid-way.
+	cctx, cancel := context.WithCancel(ctx)
+	stream := e.fc.WriteFile(cctx)
+	stream.Send(&datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Start{Start: &datav1.WriteFileStart{Path: path}}})
+	stream.Send(&datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Data{Data: []byte("new, but ")}})
+	deadline := time.Now().Add(5 * time.Second)
+	for len(leftovers()) == 0 { // the temp file exists: the server is writing
+		if time.Now().After(deadline) {
+			t.Fatal("no temp file appeared")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Cancelling resets the HTTP/2 stream. (CloseAndReceive first would
+	// end the request normally, and the server would commit.)
+	cancel()
+	for len(leftovers()) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("temp files left: %v", leftovers())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := stream.CloseAndReceive(); err == nil {
+		t.Fatal("cancelled write succeeded")
+	}
+	if b, _ := os.ReadFile(path); string(b) != "old" {
+		t.Fatalf("after a broken write: %q", b)
+	}
+
+	// A stream that errors: start twice.
+	s2 := e.fc.WriteFile(ctx)
+	s2.Send(&datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Start{Start: &datav1.WriteFileStart{Path: path}}})
+	s2.Send(&datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Data{Data: []byte("partial")}})
+	s2.Send(&datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Start{Start: &datav1.WriteFileStart{Path: path}}})
+	_, err := s2.CloseAndReceive()
+	wantCode(t, err, connect.CodeInvalidArgument, stageWritingFile)
+	if b, _ := os.ReadFile(path); string(b) != "old" || len(leftovers()) > 0 {
+		t.Fatalf("after a bad stream: %q, left %v", b, leftovers())
+	}
+
+	// A good write replaces the content and keeps the mode.
+	info, err := e.write(ctx, &datav1.WriteFileStart{Path: path, Mode: 0o755}, "new ", "content")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "new content" || info.GetMode() != 0o600 || info.GetSize() != 11 {
+		t.Fatalf("after write: %q, %v", b, info)
+	}
+	// Through a symlink, the target is written and the link stays.
+	if err := os.Symlink("f", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.write(ctx, &datav1.WriteFileStart{Path: filepath.Join(dir, "link")}, "via link"); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "via link" {
+		t.Fatalf("through link: %q", b)
+	}
+	if fi, _ := os.Lstat(filepath.Join(dir, "link")); fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatal("link replaced")
+	}
+	// A new, empty file gets the default mode.
+	info, err = e.write(ctx, &datav1.WriteFileStart{Path: filepath.Join(dir, "empty")})
+	if err != nil || info.GetMode() != 0o644 || info.GetSize() != 0 {
+		t.Fatalf("empty file: %v, %v", info, err)
+	}
+	// Errors.
+	_, err = e.write(ctx, &datav1.WriteFileStart{Path: dir}, "x")
+	wantCode(t, err, connect.CodeFailedPrecondition, stageWritingFile)
+	_, err = e.write(ctx, &datav1.WriteFileStart{Path: filepath.Join(dir, "no/such/dir/f")}, "x")
+	wantCode(t, err, connect.CodeNotFound, stageWritingFile)
+	_, err = e.write(ctx, &datav1.WriteFileStart{Path: ""}, "x")
+	wantCode(t, err, connect.CodeInvalidArgument, stageWritingFile)
+	s3 := e.fc.WriteFile(ctx)
+	s3.Send(&datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Data{Data: []byte("x")}})
+	_, err = s3.CloseAndReceive()
+	wantCode(t, err, connect.CodeInvalidArgument, stageWritingFile)
+}
+
+func TestFileOperations(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := testCtx(t, 30*time.Second)
+	dir := t.TempDir()
+	j := func(p ...string) string { return filepath.Join(append([]string{dir}, p...)...) }
+
+	// CreateDirectory.
+	if _, err := e.fc.CreateDirectory(ctx, connect.NewRequest(&datav1.CreateDirectoryRequest{Path: j("a")})); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.fc.CreateDirectory(ctx, connect.NewRequest(&datav1.CreateDirectoryRequest{Path: j("a")}))
+	wantCode(t, err, connect.CodeAlreadyExists, stageCreatingDirectory)
+	_, err = e.fc.CreateDirectory(ctx, connect.NewRequest(&datav1.CreateDirectoryRequest{Path: j("x/y")}))
+	wantCode(t, err, connect.CodeNotFound, stageCreatingDirectory)
+	d, err := e.fc.CreateDirectory(ctx, connect.NewRequest(&datav1.CreateDirectoryRequest{Path: j("a/b/c"), Parents: true, Mode: 0o750}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Msg.GetDirectory().GetType() != datav1.FileType_FILE_TYPE_DIRECTORY || d.Msg.GetDirectory().GetMode() != 0o750 {
+		t.Fatalf("created: %v", d.Msg.GetDirectory())
+	}
+	if _, err := e.fc.CreateDirectory(ctx, connect.NewRequest(&datav1.CreateDirectoryRequest{Path: j("a/b"), Parents: true})); err != nil {
+		t.Fatalf("mkdir -p of an existing directory: %v", err)
+	}
+	for name, content := range map[string]string{"a/z": "zz", "a/b/f": "f", "a/m": "m"} {
+		if err := os.WriteFile(j(name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = e.fc.CreateDirectory(ctx, connect.NewRequest(&datav1.CreateDirectoryRequest{Path: j("a/z/q"), Parents: true}))
+	wantCode(t, err, connect.CodeFailedPrecondition, stageCreatingDirectory)
+	if err := os.Symlink("b/f", j("a/l")); err != nil {
+		t.Fatal(err)
+	}
+
+	// ListDirectory: depth-first in name order.
+	list := func(depth uint32) []string {
+		t.Helper()
+		resp, err := e.fc.ListDirectory(ctx, connect.NewRequest(&datav1.ListDirectoryRequest{Path: j("a"), Depth: depth}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, fi := range resp.Msg.GetEntries() {
+			rel, _ := filepath.Rel(j("a"), fi.GetPath())
+			if rel != filepath.Join(filepath.Dir(rel), fi.GetName()) {
+				t.Fatalf("path %s, name %s", fi.GetPath(), fi.GetName())
+			}
+			got = append(got, rel)
+		}
+		return got
+	}
+	if got, want := list(0), []string{"b", "l", "m", "z"}; !slices.Equal(got, want) {
+		t.Fatalf("depth 0: %v, want %v", got, want)
+	}
+	if got, want := list(3), []string{"b", "b/c", "b/f", "l", "m", "z"}; !slices.Equal(got, want) {
+		t.Fatalf("depth 3: %v, want %v", got, want)
+	}
+	_, err = e.fc.ListDirectory(ctx, connect.NewRequest(&datav1.ListDirectoryRequest{Path: j("a/z")}))
+	wantCode(t, err, connect.CodeFailedPrecondition, stageReadingFile)
+
+	// InspectFile does not follow a final symlink.
+	in, err := e.fc.InspectFile(ctx, connect.NewRequest(&datav1.InspectFileRequest{Path: j("a/l")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi := in.Msg.GetFile(); fi.GetType() != datav1.FileType_FILE_TYPE_SYMLINK || fi.GetSymlinkTarget() != "b/f" || fi.GetOwner() != "root" || fi.GetGroup() != "root" {
+		t.Fatalf("inspect link: %v", fi)
+	}
+	_, err = e.fc.InspectFile(ctx, connect.NewRequest(&datav1.InspectFileRequest{Path: j("nope")}))
+	wantCode(t, err, connect.CodeNotFound, stageInspectingFile)
+
+	// MoveFile.
+	mv, err := e.fc.MoveFile(ctx, connect.NewRequest(&datav1.MoveFileRequest{Source: j("a/z"), Destination: j("a/y")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mv.Msg.GetFile().GetName() != "y" || mv.Msg.GetFile().GetSize() != 2 {
+		t.Fatalf("moved: %v", mv.Msg.GetFile())
+	}
+	_, err = e.fc.MoveFile(ctx, connect.NewRequest(&datav1.MoveFileRequest{Source: j("a/z"), Destination: j("a/w")}))
+	wantCode(t, err, connect.CodeNotFound, stageMovingFile)
+	_, err = e.fc.MoveFile(ctx, connect.NewRequest(&datav1.MoveFileRequest{Source: j("a/y"), Destination: j("a/b")}))
+	wantCode(t, err, connect.CodeAlreadyExists, stageMovingFile) // onto a directory
+
+	// ReadFile of a directory, of nothing.
+	_, _, err = e.readAll(ctx, j("a"), "")
+	wantCode(t, err, connect.CodeFailedPrecondition, stageReadingFile)
+	_, _, err = e.readAll(ctx, j("nope"), "")
+	wantCode(t, err, connect.CodeNotFound, stageReadingFile)
+	_, _, err = e.readAll(ctx, j("a/m/x"), "")
+	wantCode(t, err, connect.CodeFailedPrecondition, stageReadingFile) // ENOTDIR
+	if b, msgs, err := e.readAll(ctx, j("a/m"), ""); err != nil || string(b) != "m" || msgs != 1 {
+		t.Fatalf("read m: %q %d %v", b, msgs, err)
+	}
+
+	// DeleteFile.
+	_, err = e.fc.DeleteFile(ctx, connect.NewRequest(&datav1.DeleteFileRequest{Path: j("a")}))
+	wantCode(t, err, connect.CodeFailedPrecondition, stageDeletingFile) // ENOTEMPTY
+	if _, err := e.fc.DeleteFile(ctx, connect.NewRequest(&datav1.DeleteFileRequest{Path: j("a/b/c")})); err != nil {
+		t.Fatalf("delete empty dir: %v", err)
+	}
+	if _, err := e.fc.DeleteFile(ctx, connect.NewRequest(&datav1.DeleteFileRequest{Path: j("a/l")})); err != nil {
+		t.Fatalf("delete link: %v", err)
+	}
+	if _, err := os.Stat(j("a/b/f")); err != nil {
+		t.Fatalf("deleting a link removed its target: %v", err)
+	}
+	if _, err := e.fc.DeleteFile(ctx, connect.NewRequest(&datav1.DeleteFileRequest{Path: j("a"), Recursive: true})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(j("a")); !os.IsNotExist(err) {
+		t.Fatalf("a still there: %v", err)
+	}
+	_, err = e.fc.DeleteFile(ctx, connect.NewRequest(&datav1.DeleteFileRequest{Path: j("a"), Recursive: true}))
+	wantCode(t, err, connect.CodeNotFound, stageDeletingFile)
+	_, err = e.fc.DeleteFile(ctx, connect.NewRequest(&datav1.DeleteFileRequest{Path: "/", Recursive: true}))
+	wantCode(t, err, connect.CodeInvalidArgument, stageDeletingFile)
+
+	// A relative path is relative to the user's home (root: /root).
+	in, err = e.fc.InspectFile(ctx, connect.NewRequest(&datav1.InspectFileRequest{Path: "."}))
+	if err != nil || in.Msg.GetFile().GetPath() != "/root" {
+		t.Fatalf("inspect .: %v %v", in, err)
+	}
+	_, err = e.fc.InspectFile(ctx, connect.NewRequest(&datav1.InspectFileRequest{Path: "/", User: "no-such-user-kibotos"}))
+	wantCode(t, err, connect.CodeInvalidArgument, stageInspectingFile)
+	if !strings.HasPrefix(dir, "/") {
+		t.Fatal(dir)
+	}
+}
+
+// TestWriteRunningProgram replaces a program while it runs, which an
+// in-place write could not (ETXTBSY).
+func TestWriteRunningProgram(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := testCtx(t, 30*time.Second)
+	prog := filepath.Join(t.TempDir(), "prog")
+	sleep, err := os.ReadFile("/bin/sleep")
+	if err != nil {
+		t.Skip(err)
+	}
+	if err := os.WriteFile(prog, sleep, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := e.pc.StartProcess(ctx, connect.NewRequest(&datav1.StartProcessRequest{Args: []string{prog, "10"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !stream.Receive() {
+		t.Fatal(stream.Err())
+	}
+	info, err := e.write(ctx, &datav1.WriteFileStart{Path: prog}, "#!/bin/sh\necho new\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.GetMode() != 0o755 {
+		t.Fatalf("mode %#o", info.GetMode())
+	}
+}

@@ -1,0 +1,195 @@
+package dataplane
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
+	"github.com/kibotos/kibotos/internal/host/runtime"
+	"github.com/kibotos/kibotos/internal/host/runtime/oci"
+	"github.com/kibotos/kibotos/internal/testutil"
+)
+
+// TestInGuest runs the built guest agent as PID 1 of a runc container and
+// uses its data.sock: exits collected by the PID 1 reaper, a PTY, files
+// as a user, and exits reported when a STOP ends the processes.
+func TestInGuest(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	if _, err := exec.LookPath("runc"); err != nil {
+		t.Skip("needs runc")
+	}
+	if _, err := os.Stat("/bin/busybox"); err != nil {
+		t.Skip("needs /bin/busybox")
+	}
+	tmp := t.TempDir()
+	agent := filepath.Join(tmp, "kibotos-guest")
+	if err := testutil.Build(agent, testutil.GuestAgentPackage); err != nil {
+		t.Fatal(err)
+	}
+	d, err := oci.New(oci.Config{StateDir: filepath.Join(tmp, "runtime")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := filepath.Join(tmp, "layer.img")
+	ctx := testCtx(t, 2*time.Minute)
+	if err := d.CreateLayer(ctx, img, 64<<20); err != nil {
+		t.Fatal(err)
+	}
+	const id = "guest-data-test"
+	spec := runtime.Spec{
+		ID: id, Layers: []string{busyboxRoot(t)}, LayerImage: img,
+		CPUMillis: 1000, MemoryBytes: 256 << 20, PidsLimit: 256,
+		GuestAgent: agent, Hostname: "guest",
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := d.Stop(ctx, id, runtime.StopForce, 0); err != nil {
+			t.Errorf("cleanup stop: %v", err)
+		}
+	})
+	if err := d.Start(ctx, spec); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := d.Probe(pctx, id)
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent not ready: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return d.DialGuest(ctx, id, "data.sock")
+		},
+		Protocols: new(http.Protocols),
+	}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+	pc := datav1connect.NewProcessServiceClient(hc, "http://guest")
+	fc := datav1connect.NewFileServiceClient(hc, "http://guest")
+
+	start := func(req *datav1.StartProcessRequest) *run {
+		t.Helper()
+		stream, err := pc.StartProcess(ctx, connect.NewRequest(req))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return collect(t, stream)
+	}
+	// The exit status comes through the PID 1 reaper; the orphaned
+	// background sleep is reaped too.
+	if r := start(&datav1.StartProcessRequest{Args: []string{"sh", "-c", "sleep 0.2 & echo hi; exit 3"}}); r.stdout.String() != "hi\n" || r.exited.GetExitCode() != 3 {
+		t.Fatalf("exit: stdout %q exited %v", r.stdout.String(), r.exited)
+	}
+	if r := start(&datav1.StartProcessRequest{Args: []string{"sh", "-c", "kill -9 $$"}}); r.exited.GetSignal() != "SIGKILL" {
+		t.Fatalf("signal: %v", r.exited)
+	}
+	if r := start(&datav1.StartProcessRequest{Args: []string{"tty"}, Pty: &datav1.Pty{}}); !strings.HasPrefix(r.pty.String(), "/dev/pts/") {
+		t.Fatalf("tty: %q (%v)", r.pty.String(), r.exited)
+	}
+	if r := start(&datav1.StartProcessRequest{Args: []string{"sh", "-c", "id -u; pwd"}, User: "app"}); r.stdout.String() != "1000\n/home/app\n" {
+		t.Fatalf("as app: %q %q", r.stdout.String(), r.stderr.String())
+	}
+	// Files as a user: app may write its home, not /etc.
+	ws := fc.WriteFile(ctx)
+	ws.Send(&datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Start{Start: &datav1.WriteFileStart{Path: "notes", User: "app"}}})
+	ws.Send(&datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Data{Data: []byte("hello guest")}})
+	resp, err := ws.CloseAndReceive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := resp.Msg.GetFile(); f.GetPath() != "/home/app/notes" || f.GetOwner() != "app" || f.GetGroup() != "app" {
+		t.Fatalf("written: %v", f)
+	}
+	ws = fc.WriteFile(ctx)
+	ws.Send(&datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Start{Start: &datav1.WriteFileStart{Path: "/etc/motd", User: "app"}}})
+	_, err = ws.CloseAndReceive()
+	wantCode(t, err, connect.CodePermissionDenied, stageWritingFile)
+
+	// A STOP ends a running process; its stream still gets the exit.
+	stream, err := pc.StartProcess(ctx, connect.NewRequest(&datav1.StartProcessRequest{Args: []string{"sleep", "1000"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &run{}
+	r.waitFor(t, stream, "started", func() bool { return r.pid != 0 })
+	stopped := make(chan error, 1)
+	go func() {
+		res, err := d.Stop(ctx, id, runtime.StopNormal, 2*time.Second)
+		if err == nil && !res.Confirmed {
+			err = context.DeadlineExceeded
+		}
+		stopped <- err
+	}()
+	r.waitFor(t, stream, "exit on stop", func() bool { return r.exited != nil })
+	if r.exited.GetSignal() != "SIGTERM" {
+		t.Fatalf("exit on stop: %v", r.exited)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+}
+
+// busyboxRoot builds a busybox root filesystem with root and a user app
+// (uid 1000) whose home exists.
+func busyboxRoot(t *testing.T) string {
+	t.Helper()
+	root := filepath.Join(t.TempDir(), "root")
+	for _, dir := range []string{"bin", "etc", "root", "proc", "sys", "dev", "tmp", "run", "home/app"} {
+		if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Chmod(filepath.Join(root, "tmp"), 0o1777)
+	if err := os.Chown(filepath.Join(root, "home/app"), 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	bb, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "bin", "busybox"), bb, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("/bin/busybox", "--list").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range strings.Fields(string(out)) {
+		if name != "busybox" && !strings.Contains(name, "/") {
+			if err := os.Symlink("busybox", filepath.Join(root, "bin", name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for name, content := range map[string]string{
+		"etc/passwd": "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000:app:/home/app:/bin/sh\n",
+		"etc/group":  "root:x:0:\ntty:x:5:\napp:x:1000:\n",
+		"etc/motd":   "welcome\n",
+	} {
+		if err := os.WriteFile(filepath.Join(root, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}

@@ -1,0 +1,163 @@
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+
+	"connectrpc.com/connect"
+	"github.com/fsnotify/fsnotify"
+
+	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
+)
+
+// WatchDirectory implements FileService.WatchDirectory with inotify
+// (fsnotify). Each change is one message, in the order the kernel
+// reported it: a rename is RENAME of the old path then CREATE of the new
+// one. Recursively, every subdirectory gets a watch, including those that
+// appear later; the entries already inside a directory that appears are
+// reported as CREATE too (so an entry made right then may be reported
+// twice, never missed). Watches are added as the user, who must be
+// allowed to read each directory; one the user may not read is skipped.
+// The stream ends when the directory itself is removed or moved, and
+// fails with resource_exhausted when the kernel dropped events (queue
+// overflow) or is out of watches.
+func (s *FileService) WatchDirectory(ctx context.Context, req *connect.Request[datav1.WatchDirectoryRequest], stream *connect.ServerStream[datav1.WatchDirectoryResponse]) error {
+	u, root, err := s.resolve(req.Msg.GetUser(), req.Msg.GetPath(), stageWatchingDirectory)
+	if err != nil {
+		return err
+	}
+	recursive := req.Msg.GetRecursive()
+	w, err := fsnotify.NewBufferedWatcher(1024)
+	if err != nil {
+		return toConnect(stageWatchingDirectory, err)
+	}
+	defer w.Close()
+
+	send := func(path string, t datav1.FileEventType) error {
+		return stream.Send(&datav1.WatchDirectoryResponse{Path: path, Type: t})
+	}
+	// addTree watches dir and, recursively, its subdirectories; with
+	// report it sends CREATE for every entry it finds below dir.
+	var addTree func(dir string, report bool) error
+	addTree = func(dir string, report bool) error {
+		var subdirs, found []string
+		err := asUser(u, func() error {
+			if err := w.Add(dir); err != nil {
+				return err
+			}
+			if !recursive {
+				return nil
+			}
+			ents, err := os.ReadDir(dir)
+			if err != nil {
+				return err
+			}
+			for _, e := range ents {
+				p := filepath.Join(dir, e.Name())
+				found = append(found, p)
+				if e.IsDir() {
+					subdirs = append(subdirs, p)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, p := range found {
+			if report {
+				if err := send(p, datav1.FileEventType_FILE_EVENT_TYPE_CREATE); err != nil {
+					return err
+				}
+			}
+			if slices.Contains(subdirs, p) {
+				err := addTree(p, report)
+				if errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrNotExist) {
+					continue // unreadable, or gone meanwhile
+				}
+				if err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+
+	err = asUser(u, func() error {
+		fi, err := os.Stat(root)
+		if err != nil {
+			return err
+		}
+		if !fi.IsDir() {
+			return &os.PathError{Op: "watch", Path: root, Err: syscall.ENOTDIR}
+		}
+		return nil
+	})
+	if err == nil {
+		err = addTree(root, false)
+	}
+	if err != nil {
+		return toConnect(stageWatchingDirectory, err)
+	}
+	// The response headers go out now: once the caller has them, the
+	// watch is in place.
+	if err := stream.Send(nil); err != nil {
+		return toConnect(stageWatchingDirectory, err)
+	}
+
+	for {
+		select {
+		case <-ctx.Done():
+			return toConnect(stageWatchingDirectory, ctx.Err())
+		case <-s.closed:
+			return nil
+		case err := <-w.Errors:
+			if errors.Is(err, fsnotify.ErrEventOverflow) {
+				return newError(connect.CodeResourceExhausted, stageWatchingDirectory, "events were lost: %v", err)
+			}
+			return toConnect(stageWatchingDirectory, err)
+		case ev, ok := <-w.Events:
+			if !ok {
+				return nil
+			}
+			for _, op := range []struct {
+				op fsnotify.Op
+				t  datav1.FileEventType
+			}{
+				{fsnotify.Create, datav1.FileEventType_FILE_EVENT_TYPE_CREATE},
+				{fsnotify.Write, datav1.FileEventType_FILE_EVENT_TYPE_WRITE},
+				{fsnotify.Remove, datav1.FileEventType_FILE_EVENT_TYPE_REMOVE},
+				{fsnotify.Rename, datav1.FileEventType_FILE_EVENT_TYPE_RENAME},
+				{fsnotify.Chmod, datav1.FileEventType_FILE_EVENT_TYPE_CHMOD},
+			} {
+				if ev.Has(op.op) {
+					if err := send(ev.Name, op.t); err != nil {
+						return toConnect(stageWatchingDirectory, err)
+					}
+				}
+			}
+			if ev.Name == root && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)) {
+				return nil
+			}
+			if recursive && ev.Has(fsnotify.Create) {
+				var isDir bool
+				asUser(u, func() error {
+					fi, err := os.Lstat(ev.Name)
+					isDir = err == nil && fi.IsDir()
+					return nil
+				})
+				if isDir {
+					err := addTree(ev.Name, true)
+					if err != nil && !errors.Is(err, fs.ErrPermission) && !errors.Is(err, fs.ErrNotExist) {
+						return toConnect(stageWatchingDirectory, err)
+					}
+				}
+			}
+		}
+	}
+}

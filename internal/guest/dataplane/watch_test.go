@@ -1,0 +1,111 @@
+package dataplane
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
+)
+
+// watchEvents reads n events of a watch as "TYPE relpath".
+func watchEvents(t *testing.T, stream *connect.ServerStreamForClient[datav1.WatchDirectoryResponse], dir string, n int) []string {
+	t.Helper()
+	var got []string
+	for len(got) < n && stream.Receive() {
+		rel, _ := filepath.Rel(dir, stream.Msg().GetPath())
+		got = append(got, fmt.Sprintf("%s %s", stream.Msg().GetType().String()[len("FILE_EVENT_TYPE_"):], rel))
+	}
+	if len(got) < n {
+		t.Fatalf("watch ended after %v: %v", got, stream.Err())
+	}
+	return got
+}
+
+func TestWatchDirectory(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := testCtx(t, 30*time.Second)
+	dir := t.TempDir()
+	stream, err := e.fc.WatchDirectory(ctx, connect.NewRequest(&datav1.WatchDirectoryRequest{Path: dir}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream.ResponseHeader() // the watch is in place
+	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	f, err := os.Create(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte("x"))
+	f.Close()
+	if err := os.Rename(a, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(b); err != nil {
+		t.Fatal(err)
+	}
+	got := watchEvents(t, stream, dir, 5)
+	want := []string{"CREATE a", "WRITE a", "RENAME a", "CREATE b", "REMOVE b"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("events %v, want %v", got, want)
+	}
+	// Removing the directory itself ends the stream.
+	os.Remove(dir)
+	got = watchEvents(t, stream, dir, 1)
+	if got[0] != "REMOVE ." {
+		t.Fatalf("after removing the directory: %v", got)
+	}
+	if stream.Receive() || stream.Err() != nil {
+		t.Fatalf("stream goes on: %v %v", stream.Msg(), stream.Err())
+	}
+}
+
+func TestWatchRecursive(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := testCtx(t, 30*time.Second)
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "old/deep"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := e.fc.WatchDirectory(ctx, connect.NewRequest(&datav1.WatchDirectoryRequest{Path: dir, Recursive: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream.ResponseHeader()
+	// A subdirectory that existed before the watch.
+	if err := os.WriteFile(filepath.Join(dir, "old/deep/f"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := watchEvents(t, stream, dir, 1); got[0] != "CREATE old/deep/f" {
+		t.Fatalf("in an old subdirectory: %v", got)
+	}
+	// A new subdirectory: its watch is added when it appears.
+	if err := os.Mkdir(filepath.Join(dir, "new"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := watchEvents(t, stream, dir, 1); got[0] != "CREATE new" {
+		t.Fatalf("new directory: %v", got)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "new/g"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := watchEvents(t, stream, dir, 1); got[0] != "CREATE new/g" {
+		t.Fatalf("in a new subdirectory: %v", got)
+	}
+
+	// Errors.
+	s, _ := e.fc.WatchDirectory(ctx, connect.NewRequest(&datav1.WatchDirectoryRequest{Path: filepath.Join(dir, "nope")}))
+	s.Receive()
+	wantCode(t, s.Err(), connect.CodeNotFound, stageWatchingDirectory)
+	s.Close()
+	s, _ = e.fc.WatchDirectory(ctx, connect.NewRequest(&datav1.WatchDirectoryRequest{Path: filepath.Join(dir, "new/g")}))
+	s.Receive()
+	wantCode(t, s.Err(), connect.CodeFailedPrecondition, stageWatchingDirectory)
+	s.Close()
+	stream.Close()
+}

@@ -1,0 +1,45 @@
+// Package guestabi is what a guest agent and the host running it agree on,
+// whatever the runtime: where the agent binary and its sockets live inside
+// the guest, and which guest paths the platform mounts itself. It is a
+// leaf: the control plane, the host and the guest all import it.
+package guestabi
+
+import (
+	"fmt"
+	"path"
+	"strings"
+)
+
+// Guest paths every execution has.
+const (
+	// AgentPath is where the guest agent binary is mounted.
+	AgentPath = "/.kibotos/guest"
+	// SocketDir is the guest agent's socket directory, which the host
+	// bind-mounts from a directory of its own.
+	SocketDir = "/run/kibotos"
+	// ProbeSocket is the name, in SocketDir, of the socket the agent
+	// answers the host's probes and stop requests on.
+	ProbeSocket = "agent.sock"
+	// DataSocket is the name, in SocketDir, of the socket serving
+	// kibotos.data.v1 (Connect over cleartext HTTP/2).
+	DataSocket = "data.sock"
+)
+
+// reservedPaths are the guest paths the platform mounts itself.
+var reservedPaths = []string{"/proc", "/sys", "/dev", SocketDir, AgentPath, "/etc/resolv.conf"}
+
+// CheckVolumePath checks a guest path a volume can be mounted at: clean,
+// absolute, not the root, and neither at, below nor above a path the
+// platform mounts itself (so not /run or /etc either). ctrl applies it when
+// a binding names the path and the runtime again before it mounts.
+func CheckVolumePath(p string) error {
+	if !path.IsAbs(p) || path.Clean(p) != p || p == "/" {
+		return fmt.Errorf("volume path %q must be a clean, absolute path other than /", p)
+	}
+	for _, r := range reservedPaths {
+		if p == r || strings.HasPrefix(p, r+"/") || strings.HasPrefix(r, p+"/") {
+			return fmt.Errorf("volume path %q overlaps %s, which the platform mounts", p, r)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,210 @@
+package agent
+
+import (
+	"github.com/kibotos/kibotos/internal/guestabi"
+
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/sessiontoken"
+)
+
+// This file is the data-plane gateway: it checks session tokens against
+// the assignments ctrl sent and streams each call to the guest agent of the
+// workspace's running execution.
+
+// DataPlanePrefix is the path prefix of every kibotos.data.v1 call, the
+// pattern to mount Gateway at.
+const DataPlanePrefix = "/kibotos.data.v1."
+
+// guestDialTimeout bounds connecting to a guest's data socket.
+const guestDialTimeout = 5 * time.Second
+
+// Gateway returns the host's data-plane gateway, an http.Handler for
+// every path under DataPlanePrefix. A call must carry Authorization:
+// Bearer <session token>; the gateway verifies the token against the
+// assignment of the execution that serves the token's workspace and
+// generation (no call to ctrl), then proxies the call, streaming both ways
+// and without the Authorization header, to that execution's guest agent.
+//
+// A refused call is a Connect (or gRPC, gRPC-Web) error with an
+// ErrorDetail of stage AUTHORIZING_DATA_PLANE: unauthenticated with reason
+// SESSION_EXPIRED, SESSION_REVOKED, or UNAUTHENTICATED for everything else
+// (no or a malformed token, a MAC that does not verify, a workspace or
+// generation this host does not run, a stopped or stopping execution), so
+// a caller never learns whether a workspace exists; unavailable with
+// reason UNAVAILABLE when the execution should run but does not (yet), or
+// its guest agent does not answer.
+//
+// Each call returns a new gateway with its own connections to guests:
+// call it once.
+func (a *Agent) Gateway() http.Handler {
+	g := &gateway{agent: a, errors: connect.NewErrorWriter(), now: time.Now}
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	transport := &http.Transport{
+		Protocols: &protocols,
+		// The proxy's URL host is the execution ID (see rewrite).
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			id, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			ctx, cancel := context.WithTimeout(ctx, guestDialTimeout)
+			defer cancel()
+			return a.cfg.Driver.DialGuest(ctx, id, guestabi.DataSocket)
+		},
+		IdleConnTimeout: 90 * time.Second,
+	}
+	g.proxy = &httputil.ReverseProxy{
+		Rewrite:       rewrite,
+		Transport:     transport,
+		FlushInterval: -1, // stream every write at once
+		ErrorHandler:  g.proxyError,
+	}
+	return g
+}
+
+type gateway struct {
+	agent  *Agent
+	proxy  *httputil.ReverseProxy
+	errors *connect.ErrorWriter
+	now    func() time.Time
+}
+
+// executionKey carries the execution a verified call goes to.
+type executionKey struct{}
+
+// rewrite addresses the outbound request to the execution and drops the
+// session token: the guest trusts the gateway, and the token is nobody
+// else's business.
+func rewrite(pr *httputil.ProxyRequest) {
+	id, _ := pr.In.Context().Value(executionKey{}).(string)
+	pr.SetURL(&url.URL{Scheme: "http", Host: id})
+	pr.Out.Header.Del("Authorization")
+}
+
+func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !strings.HasPrefix(r.URL.Path, DataPlanePrefix) {
+		http.NotFound(w, r)
+		return
+	}
+	id, err := g.authorize(r)
+	if err != nil {
+		g.errors.Write(w, r, err)
+		return
+	}
+	// A call lives no longer than its session: a stream is cut once the
+	// token expires, is revoked, or the data plane is rotated.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	go func() {
+		tick := time.NewTicker(reauthorizeEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if _, err := g.authorize(r); err != nil {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	g.proxy.ServeHTTP(w, r.WithContext(context.WithValue(ctx, executionKey{}, id)))
+}
+
+// reauthorizeEvery is how often a running call's session is checked again.
+const reauthorizeEvery = 500 * time.Millisecond
+
+// authorize verifies the call's session token and returns the execution
+// it may reach.
+func (g *gateway) authorize(r *http.Request) (string, error) {
+	bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return "", refuse(connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_UNAUTHENTICATED,
+			"a session token is required: send Authorization: Bearer <token> with a token from SessionService.IssueSession")
+	}
+	tok, err := sessiontoken.Parse(strings.TrimSpace(bearer))
+	if err != nil {
+		return "", invalidToken()
+	}
+	id, as, running := g.agent.dataPlaneTarget(tok.WorkspaceID, tok.Generation)
+	if as == nil {
+		return "", invalidToken()
+	}
+	err = tok.Verify(sessiontoken.Authority{WorkspaceID: as.WorkspaceId, Generation: as.Generation,
+		Key: as.GetDataPlane().GetKey(), Revoked: as.GetDataPlane().GetRevokedSessionIds()}, g.now())
+	switch {
+	case errors.Is(err, sessiontoken.ErrExpired):
+		return "", refuse(connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_SESSION_EXPIRED,
+			fmt.Sprintf("session %s expired at %s; issue a new session", tok.SessionID, tok.ExpiresAt.Format(time.RFC3339)))
+	case errors.Is(err, sessiontoken.ErrRevoked):
+		return "", refuse(connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_SESSION_REVOKED,
+			fmt.Sprintf("session %s was revoked", tok.SessionID))
+	case err != nil:
+		return "", invalidToken()
+	case !running:
+		return "", refuse(connect.CodeUnavailable, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE,
+			fmt.Sprintf("workspace %s is not running on this host yet; retry shortly", tok.WorkspaceID))
+	}
+	return id, nil
+}
+
+// dataPlaneTarget finds the execution that serves a workspace at a
+// generation: its ID, its assignment (nil when the host has none), and
+// whether it is running as ctrl wants.
+func (a *Agent) dataPlaneTarget(workspaceID string, generation uint64) (string, *hostv1.Assignment, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id, e := range a.execs {
+		as, _ := e.get()
+		if as == nil || as.WorkspaceId != workspaceID || as.Generation != generation {
+			continue
+		}
+		last := e.lastReport()
+		running := as.Desired == hostv1.DesiredState_DESIRED_STATE_RUNNING && last != nil &&
+			last.State == hostv1.ObservedState_OBSERVED_STATE_RUNNING && last.Generation == as.Generation
+		return id, as, running
+	}
+	return "", nil, false
+}
+
+// proxyError answers a call whose guest could not be reached.
+func (g *gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil {
+		return // the caller left
+	}
+	slog.Warn("data plane: guest agent unreachable", "path", r.URL.Path, "err", err)
+	g.errors.Write(w, r, refuse(connect.CodeUnavailable, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE,
+		"the workspace's guest agent does not answer; retry shortly"))
+}
+
+func invalidToken() error {
+	return refuse(connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_UNAUTHENTICATED,
+		"invalid session token: it is malformed, or not valid for a running execution of its workspace; issue a new session")
+}
+
+// refuse is a gateway error with its ErrorDetail.
+func refuse(code connect.Code, reason ctrlv1.FailureReason, msg string) error {
+	err := connect.NewError(code, errors.New(msg))
+	if d, derr := connect.NewErrorDetail(&ctrlv1.ErrorDetail{Reason: reason,
+		Stage: ctrlv1.FailureStage_FAILURE_STAGE_AUTHORIZING_DATA_PLANE}); derr == nil {
+		err.AddDetail(d)
+	}
+	return err
+}

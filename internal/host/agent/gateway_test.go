@@ -1,0 +1,418 @@
+package agent
+
+import (
+	"github.com/kibotos/kibotos/internal/guestabi"
+
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
+	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/host/runtime"
+	"github.com/kibotos/kibotos/internal/sessiontoken"
+)
+
+// guest is an in-process stand-in for a guest agent's data plane: a tiny
+// part of FileService and ProcessService over cleartext HTTP/2.
+type guest struct {
+	datav1connect.UnimplementedFileServiceHandler
+	datav1connect.UnimplementedProcessServiceHandler
+
+	mu   sync.Mutex
+	auth []string // Authorization headers the guest saw
+	// release lets StartProcess go on after its first event.
+	release chan struct{}
+}
+
+func (g *guest) saw(h http.Header) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.auth = append(g.auth, h.Get("Authorization"))
+}
+
+func (g *guest) InspectFile(_ context.Context, req *connect.Request[datav1.InspectFileRequest]) (*connect.Response[datav1.InspectFileResponse], error) {
+	g.saw(req.Header())
+	return connect.NewResponse(&datav1.InspectFileResponse{File: &datav1.FileInfo{Path: req.Msg.Path, Owner: req.Msg.User}}), nil
+}
+
+func (g *guest) WriteFile(_ context.Context, stream *connect.ClientStream[datav1.WriteFileRequest]) (*connect.Response[datav1.WriteFileResponse], error) {
+	g.saw(stream.RequestHeader())
+	info := &datav1.FileInfo{}
+	for stream.Receive() {
+		switch p := stream.Msg().Part.(type) {
+		case *datav1.WriteFileRequest_Start:
+			info.Path = p.Start.Path
+		case *datav1.WriteFileRequest_Data:
+			info.Size += uint64(len(p.Data))
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&datav1.WriteFileResponse{File: info}), nil
+}
+
+func (g *guest) StartProcess(ctx context.Context, req *connect.Request[datav1.StartProcessRequest], stream *connect.ServerStream[datav1.ProcessEvent]) error {
+	g.saw(req.Header())
+	if err := stream.Send(&datav1.ProcessEvent{Event: &datav1.ProcessEvent_Started_{Started: &datav1.ProcessEvent_Started{Pid: 7}}}); err != nil {
+		return err
+	}
+	// The rest comes only once the caller has the first event: the
+	// gateway must not hold the stream back.
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(10 * time.Second):
+		return connect.NewError(connect.CodeDeadlineExceeded, errors.New("caller never saw the first event"))
+	}
+	for _, a := range req.Msg.Args {
+		if err := stream.Send(&datav1.ProcessEvent{Event: &datav1.ProcessEvent_Stdout{Stdout: []byte(a)}}); err != nil {
+			return err
+		}
+	}
+	return stream.Send(&datav1.ProcessEvent{Event: &datav1.ProcessEvent_Exited_{Exited: &datav1.ProcessEvent_Exited{ExitCode: 3}}})
+}
+
+// fakeDriver reaches guests by execution ID; only DialGuest matters here.
+type fakeDriver struct {
+	mu     sync.Mutex
+	guests map[string]string // execution ID → guest server address
+}
+
+func (d *fakeDriver) DialGuest(ctx context.Context, id, name string) (net.Conn, error) {
+	if name != guestabi.DataSocket {
+		return nil, fmt.Errorf("no guest socket %q", name)
+	}
+	d.mu.Lock()
+	addr, ok := d.guests[id]
+	d.mu.Unlock()
+	if !ok {
+		return nil, runtime.ErrNotFound
+	}
+	var dialer net.Dialer
+	return dialer.DialContext(ctx, "tcp", addr)
+}
+
+func (d *fakeDriver) Name() string                                    { return "fake" }
+func (d *fakeDriver) Start(context.Context, runtime.Spec) error       { return errors.ErrUnsupported }
+func (d *fakeDriver) Probe(context.Context, string) error             { return nil }
+func (d *fakeDriver) Recover(context.Context) ([]string, error)       { return nil, nil }
+func (d *fakeDriver) SetMemory(context.Context, string, uint64) error { return errors.ErrUnsupported }
+func (d *fakeDriver) VolumeUsage(context.Context, string) (uint64, uint64, error) {
+	return 0, 0, runtime.ErrNotFound
+}
+func (d *fakeDriver) Wait(context.Context, string) (runtime.Status, error) {
+	return runtime.Status{}, errors.ErrUnsupported
+}
+func (d *fakeDriver) Status(context.Context, string) (runtime.Status, error) {
+	return runtime.Status{}, runtime.ErrNotFound
+}
+func (d *fakeDriver) Stop(context.Context, string, runtime.StopMode, time.Duration) (runtime.StopResult, error) {
+	return runtime.StopResult{}, nil
+}
+
+// h2c returns an HTTP client that speaks cleartext HTTP/2, which
+// streaming Connect calls need.
+func h2c() *http.Client {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: &http.Transport{Protocols: &p}}
+}
+
+// serveH2C starts h on loopback with HTTP/1.1 and cleartext HTTP/2.
+func serveH2C(t *testing.T, h http.Handler) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetHTTP1(true)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+type gatewayEnv struct {
+	agent  *Agent
+	guest  *guest
+	driver *fakeDriver
+	url    string
+}
+
+func newGatewayEnv(t *testing.T) *gatewayEnv {
+	t.Helper()
+	g := &guest{release: make(chan struct{})}
+	mux := http.NewServeMux()
+	mux.Handle(datav1connect.NewFileServiceHandler(g))
+	mux.Handle(datav1connect.NewProcessServiceHandler(g))
+	guestSrv := serveH2C(t, mux)
+	drv := &fakeDriver{guests: map[string]string{}}
+	drv.guests["ws_a-2"] = guestSrv.Listener.Addr().String()
+	a := &Agent{cfg: Config{Driver: drv}, execs: map[string]*execution{}}
+	gw := serveH2C(t, a.Gateway())
+	return &gatewayEnv{agent: a, guest: g, driver: drv, url: gw.URL}
+}
+
+// set makes the agent hold an execution with this assignment, observed in
+// state.
+func (e *gatewayEnv) set(as *hostv1.Assignment, state hostv1.ObservedState) {
+	e.agent.mu.Lock()
+	defer e.agent.mu.Unlock()
+	ex, ok := e.agent.execs[as.ExecutionId]
+	if !ok {
+		ex = &execution{agent: e.agent, id: as.ExecutionId, wake: make(chan struct{}, 1)}
+		e.agent.execs[as.ExecutionId] = ex
+	}
+	ex.set(as)
+	ex.mu.Lock()
+	ex.last = &hostv1.ExecutionReport{ExecutionId: as.ExecutionId, WorkspaceId: as.WorkspaceId, Generation: as.Generation, State: state}
+	ex.mu.Unlock()
+}
+
+func assignment(ws string, gen uint64, key []byte, revoked ...string) *hostv1.Assignment {
+	return &hostv1.Assignment{ExecutionId: fmt.Sprintf("%s-%d", ws, gen), WorkspaceId: ws, Generation: gen,
+		Desired: hostv1.DesiredState_DESIRED_STATE_RUNNING, DataPlane: &hostv1.DataPlane{Key: key, RevokedSessionIds: revoked}}
+}
+
+func key(b byte) []byte {
+	k := make([]byte, sessiontoken.KeySize)
+	for i := range k {
+		k[i] = b
+	}
+	return k
+}
+
+func sign(k []byte, session, ws string, gen uint64, ttl time.Duration) string {
+	return sessiontoken.Sign(k, sessiontoken.Claims{SessionID: session, WorkspaceID: ws, Generation: gen, ExpiresAt: time.Now().Add(ttl)})
+}
+
+// bearer sends a session token with every call.
+func bearer(tok string) connect.ClientOption {
+	return connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			if tok != "" {
+				req.Header().Set("Authorization", "Bearer "+tok)
+			}
+			return next(ctx, req)
+		}
+	}), streamingBearer(tok))
+}
+
+type streamingBearer string
+
+func (b streamingBearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc { return next }
+func (b streamingBearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		if b != "" {
+			conn.RequestHeader().Set("Authorization", "Bearer "+string(b))
+		}
+		return conn
+	}
+}
+func (b streamingBearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+func (e *gatewayEnv) inspect(client *http.Client, tok string, opts ...connect.ClientOption) (*datav1.FileInfo, error) {
+	files := datav1connect.NewFileServiceClient(client, e.url, append(opts, bearer(tok))...)
+	resp, err := files.InspectFile(context.Background(), connect.NewRequest(&datav1.InspectFileRequest{Path: "/etc/hostname", User: "root"}))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg.File, nil
+}
+
+// wantRefused checks a refused call's code and ErrorDetail.
+func wantRefused(t *testing.T, name string, err error, code connect.Code, reason ctrlv1.FailureReason) {
+	t.Helper()
+	if connect.CodeOf(err) != code {
+		t.Errorf("%s: %v, want %v", name, err, code)
+		return
+	}
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		t.Errorf("%s: %v is not a Connect error", name, err)
+		return
+	}
+	for _, d := range ce.Details() {
+		v, derr := d.Value()
+		if detail, ok := v.(*ctrlv1.ErrorDetail); derr == nil && ok {
+			if detail.Reason != reason || detail.Stage != ctrlv1.FailureStage_FAILURE_STAGE_AUTHORIZING_DATA_PLANE {
+				t.Errorf("%s: detail %v, want reason %v at AUTHORIZING_DATA_PLANE", name, detail, reason)
+			}
+			return
+		}
+	}
+	t.Errorf("%s: %v carries no ErrorDetail", name, err)
+}
+
+func TestGatewayProxiesVerifiedCalls(t *testing.T) {
+	e := newGatewayEnv(t)
+	k := key(1)
+	e.set(assignment("ws_a", 2, k), hostv1.ObservedState_OBSERVED_STATE_RUNNING)
+	tok := sign(k, "ses_1", "ws_a", 2, time.Hour)
+
+	// Unary, over HTTP/1.1 (Connect JSON) and HTTP/2 (binary), and gRPC.
+	for name, call := range map[string]func() (*datav1.FileInfo, error){
+		"http1 json": func() (*datav1.FileInfo, error) { return e.inspect(http.DefaultClient, tok, connect.WithProtoJSON()) },
+		"h2c binary": func() (*datav1.FileInfo, error) { return e.inspect(h2c(), tok) },
+		"grpc":       func() (*datav1.FileInfo, error) { return e.inspect(h2c(), tok, connect.WithGRPC()) },
+	} {
+		info, err := call()
+		if err != nil || info.GetPath() != "/etc/hostname" || info.GetOwner() != "root" {
+			t.Errorf("%s: %v, %v", name, info, err)
+		}
+	}
+
+	// A server stream arrives event by event.
+	procs := datav1connect.NewProcessServiceClient(h2c(), e.url, bearer(tok))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := procs.StartProcess(ctx, connect.NewRequest(&datav1.StartProcessRequest{Args: []string{"a", "b", "c"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !stream.Receive() || stream.Msg().GetStarted().GetPid() != 7 {
+		t.Fatalf("first event: %v, %v", stream.Msg(), stream.Err())
+	}
+	close(e.guest.release)
+	var out string
+	var exit *datav1.ProcessEvent_Exited
+	for stream.Receive() {
+		out += string(stream.Msg().GetStdout())
+		if x := stream.Msg().GetExited(); x != nil {
+			exit = x
+		}
+	}
+	if stream.Err() != nil || out != "abc" || exit.GetExitCode() != 3 {
+		t.Errorf("stream: out %q, exit %v, err %v", out, exit, stream.Err())
+	}
+	stream.Close()
+
+	// A client stream goes through as well.
+	files := datav1connect.NewFileServiceClient(h2c(), e.url, bearer(tok))
+	up := files.WriteFile(ctx)
+	up.Send(&datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Start{Start: &datav1.WriteFileStart{Path: "/tmp/x"}}})
+	for range 3 {
+		up.Send(&datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Data{Data: make([]byte, 1000)}})
+	}
+	resp, err := up.CloseAndReceive()
+	if err != nil || resp.Msg.File.GetSize() != 3000 || resp.Msg.File.GetPath() != "/tmp/x" {
+		t.Errorf("write: %v, %v", resp, err)
+	}
+
+	e.guest.mu.Lock()
+	defer e.guest.mu.Unlock()
+	if len(e.guest.auth) != 5 {
+		t.Errorf("guest saw %d calls, want 5", len(e.guest.auth))
+	}
+	for _, a := range e.guest.auth {
+		if a != "" {
+			t.Errorf("the guest saw Authorization %q", a)
+		}
+	}
+}
+
+func TestGatewayRefusesBadSessions(t *testing.T) {
+	e := newGatewayEnv(t)
+	k, other := key(1), key(2)
+	e.set(assignment("ws_a", 2, k, "ses_revoked"), hostv1.ObservedState_OBSERVED_STATE_RUNNING)
+	e.set(assignment("ws_b", 1, other), hostv1.ObservedState_OBSERVED_STATE_RUNNING)
+	e.set(assignment("ws_c", 4, key(3)), hostv1.ObservedState_OBSERVED_STATE_STARTING)
+	e.driver.guests["ws_b-1"] = "127.0.0.1:1" // nobody answers there
+
+	unauth := ctrlv1.FailureReason_FAILURE_REASON_UNAUTHENTICATED
+	valid := sign(k, "ses_1", "ws_a", 2, time.Hour)
+	tampered := []byte(valid)
+	tampered[len(tampered)-3] ^= 1
+	for _, c := range []struct {
+		name   string
+		token  string
+		code   connect.Code
+		reason ctrlv1.FailureReason
+	}{
+		{"no token", "", connect.CodeUnauthenticated, unauth},
+		{"garbage", "garbage", connect.CodeUnauthenticated, unauth},
+		{"api token", "tok_00000000000000000000000000.secret", connect.CodeUnauthenticated, unauth},
+		{"tampered mac", string(tampered), connect.CodeUnauthenticated, unauth},
+		{"wrong key", sign(other, "ses_1", "ws_a", 2, time.Hour), connect.CodeUnauthenticated, unauth},
+		{"another workspace's token", retarget(sign(other, "ses_2", "ws_b", 1, time.Hour), "ws_a"), connect.CodeUnauthenticated, unauth},
+		{"unknown workspace", sign(k, "ses_1", "ws_zzz", 2, time.Hour), connect.CodeUnauthenticated, unauth},
+		{"old generation", sign(k, "ses_1", "ws_a", 1, time.Hour), connect.CodeUnauthenticated, unauth},
+		{"expired", sign(k, "ses_1", "ws_a", 2, -time.Second), connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_SESSION_EXPIRED},
+		{"revoked", sign(k, "ses_revoked", "ws_a", 2, time.Hour), connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_SESSION_REVOKED},
+		{"not running yet", sign(key(3), "ses_1", "ws_c", 4, time.Hour), connect.CodeUnavailable, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE},
+		{"guest does not answer", sign(other, "ses_2", "ws_b", 1, time.Hour), connect.CodeUnavailable, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE},
+	} {
+		_, err := e.inspect(h2c(), c.token)
+		wantRefused(t, c.name, err, c.code, c.reason)
+		// Streams and other protocols are refused the same way.
+		procs := datav1connect.NewProcessServiceClient(h2c(), e.url, bearer(c.token), connect.WithGRPC())
+		stream, err := procs.StartProcess(context.Background(), connect.NewRequest(&datav1.StartProcessRequest{Args: []string{"x"}}))
+		if err == nil {
+			for stream.Receive() {
+				t.Errorf("%s: stream delivered %v", c.name, stream.Msg())
+			}
+			err = stream.Err()
+		}
+		wantRefused(t, c.name+" (grpc stream)", err, c.code, c.reason)
+	}
+	e.guest.mu.Lock()
+	if len(e.guest.auth) != 0 {
+		t.Errorf("refused calls reached the guest: %d", len(e.guest.auth))
+	}
+	e.guest.mu.Unlock()
+
+	// The gateway follows the assignment: a revocation, a rotated key and
+	// a new generation take effect on the next call.
+	if _, err := e.inspect(h2c(), valid); err != nil {
+		t.Fatalf("valid token: %v", err)
+	}
+	e.set(assignment("ws_a", 2, k, "ses_1"), hostv1.ObservedState_OBSERVED_STATE_RUNNING)
+	_, err := e.inspect(h2c(), valid)
+	wantRefused(t, "revoked later", err, connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_SESSION_REVOKED)
+	e.set(assignment("ws_a", 2, key(9)), hostv1.ObservedState_OBSERVED_STATE_RUNNING)
+	_, err = e.inspect(h2c(), valid)
+	wantRefused(t, "rotated", err, connect.CodeUnauthenticated, unauth)
+	stopped := assignment("ws_a", 2, nil)
+	stopped.Desired, stopped.DataPlane = hostv1.DesiredState_DESIRED_STATE_STOPPED, nil
+	e.set(stopped, hostv1.ObservedState_OBSERVED_STATE_STOPPED)
+	_, err = e.inspect(h2c(), sign(key(9), "ses_1", "ws_a", 2, time.Hour))
+	wantRefused(t, "stopped", err, connect.CodeUnauthenticated, unauth)
+}
+
+// retarget rewrites the workspace a token names, keeping its MAC.
+func retarget(tok, ws string) string {
+	t, err := sessiontoken.Parse(tok)
+	if err != nil {
+		panic(err)
+	}
+	rest := tok[len(t.SessionID)+1+len(t.WorkspaceID):]
+	return t.SessionID + "." + ws + rest
+}
+
+func TestGatewayServesOnlyTheDataPlane(t *testing.T) {
+	e := newGatewayEnv(t)
+	resp, err := http.Get(e.url + "/kibotos.ctrl.v1.WorkspaceService/GetWorkspace")
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("a ctrl path: status %d", resp.StatusCode)
+	}
+}

@@ -1,0 +1,216 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/vishvananda/netlink"
+	"google.golang.org/protobuf/proto"
+
+	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/host/netpolicy"
+	"github.com/kibotos/kibotos/internal/host/netslot"
+	"github.com/kibotos/kibotos/internal/netcheck"
+)
+
+// NetworkConfig is how a host's network slots reach out.
+type NetworkConfig struct {
+	// Dir holds the executions' network namespaces.
+	Dir string
+	// DeploymentResolvers answer guests' DNS under PUBLIC_INTERNET when the
+	// policy names no Resolver.
+	DeploymentResolvers []netip.AddrPort
+	// UnsafeExemptRanges are the operator's exemptions from the
+	// special-purpose ranges (for Egress endpoints and direct traffic; never
+	// for this host's own addresses).
+	UnsafeExemptRanges []netip.Prefix
+}
+
+// hardDeny is what guests' direct traffic never reaches: the special
+// purpose ranges (less the exemptions) and this host's own addresses.
+func (a *Agent) hardDeny() netpolicy.HardDeny {
+	return netpolicy.HardDeny{Exempt: a.cfg.Network.UnsafeExemptRanges, Platform: hostAddresses()}
+}
+
+// hostAddresses are the addresses of this host's interfaces.
+func hostAddresses() []netip.Prefix {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		slog.Error("listing the host's addresses", "err", err)
+		return nil
+	}
+	var out []netip.Prefix
+	for _, ad := range addrs {
+		if n, ok := ad.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok {
+				ip = ip.Unmap()
+				out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
+			}
+		}
+	}
+	return out
+}
+
+// watchHostAddresses keeps every slot's list of the host's own addresses
+// current, so that an address added later is never reachable directly.
+func (a *Agent) watchHostAddresses(ctx context.Context) {
+	updates := make(chan netlink.AddrUpdate, 64)
+	if err := netlink.AddrSubscribeWithOptions(updates, ctx.Done(), netlink.AddrSubscribeOptions{}); err != nil {
+		slog.Error("watching the host's addresses; slots keep those of their start", "err", err)
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-updates:
+			if !ok {
+				return
+			}
+			for len(updates) > 0 { // one refresh for a burst
+				<-updates
+			}
+			addrs := hostAddresses()
+			a.mu.Lock()
+			for _, e := range a.execs {
+				if s := e.getSlot(); s != nil {
+					s.SetHostAddresses(addrs)
+				}
+			}
+			a.mu.Unlock()
+		}
+	}
+}
+
+// checkEndpoint is the dial check of Egress endpoints: the ranges ctrl
+// checked them against when they were set, re-checked on every dial.
+func (a *Agent) checkEndpoint(addr netip.Addr) error {
+	c := netcheck.Checker{Exempt: a.cfg.Network.UnsafeExemptRanges}
+	if p, name, ok := c.SpecialPurposeRange(addr.Unmap()); ok {
+		return fmt.Errorf("%s is in the special-purpose range %s (%s)", addr, p, name)
+	}
+	return nil
+}
+
+func (a *Agent) netnsPath(executionID string) string {
+	return filepath.Join(a.cfg.Network.Dir, executionID)
+}
+
+// slotConfig configures the slot of one execution.
+func (e *execution) slotConfig() netslot.Config {
+	return netslot.Config{
+		Path: e.agent.netnsPath(e.id), HardDeny: e.agent.hardDeny(), CheckEndpoint: e.agent.checkEndpoint,
+		DeploymentResolvers: e.agent.cfg.Network.DeploymentResolvers, Changed: e.networkChanged,
+	}
+}
+
+// createSlot makes a new execution's network slot, releasing a leftover of
+// an earlier attempt first.
+func (e *execution) createSlot(as *hostv1.Assignment) (*netslot.Slot, error) {
+	path := e.agent.netnsPath(e.id)
+	if err := netslot.Release(path); err != nil {
+		return nil, err
+	}
+	s, err := netslot.Create(e.slotConfig())
+	if err != nil {
+		return nil, err
+	}
+	s.Apply(as.Network)
+	e.setSlot(s)
+	return s, nil
+}
+
+// reopenSlot serves the namespace of an execution adopted after a restart.
+func (e *execution) reopenSlot() {
+	if _, err := os.Stat(e.agent.netnsPath(e.id)); err != nil {
+		return
+	}
+	s, err := netslot.Open(e.slotConfig())
+	if err != nil {
+		slog.Error("reopening the network slot", "execution", e.id, "err", err)
+		return
+	}
+	e.setSlot(s)
+}
+
+// releaseSlot ends the execution's slot and removes its namespace; call it
+// once nothing of the execution runs.
+func (e *execution) releaseSlot() error {
+	e.mu.Lock()
+	s := e.slot
+	e.slot = nil
+	e.mu.Unlock()
+	if s != nil {
+		return s.Destroy()
+	}
+	err := netslot.Release(e.agent.netnsPath(e.id))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+func (e *execution) setSlot(s *netslot.Slot) {
+	e.mu.Lock()
+	e.slot = s
+	e.mu.Unlock()
+}
+
+func (e *execution) getSlot() *netslot.Slot {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.slot
+}
+
+// applyNetwork puts the assignment's network in force on a running
+// execution (a no-op when it is already).
+func (e *execution) applyNetwork(as *hostv1.Assignment) {
+	if s := e.getSlot(); s != nil {
+		s.Apply(as.Network)
+	}
+}
+
+// networkChanged re-sends the running execution's report with what its
+// slot now has in force.
+func (e *execution) networkChanged() {
+	e.reportMu.Lock()
+	defer e.reportMu.Unlock()
+	as, _ := e.get()
+	last := e.lastReport()
+	if as == nil || last == nil || last.State != hostv1.ObservedState_OBSERVED_STATE_RUNNING {
+		return
+	}
+	e.send(as, e.withNetwork(proto.CloneOf(last)))
+}
+
+// withNetwork adds the slot's state to a RUNNING report.
+func (e *execution) withNetwork(r *hostv1.ExecutionReport) *hostv1.ExecutionReport {
+	if s := e.getSlot(); s != nil {
+		r.Network = s.Report()
+	}
+	return r
+}
+
+// releaseSlotsExcept removes the namespaces of executions that did not
+// survive a restart.
+func (a *Agent) releaseSlotsExcept(running []string) {
+	entries, err := os.ReadDir(a.cfg.Network.Dir)
+	if err != nil {
+		return
+	}
+	for _, ent := range entries {
+		if slices.Contains(running, ent.Name()) {
+			continue
+		}
+		if err := netslot.Release(a.netnsPath(ent.Name())); err != nil {
+			slog.Error("releasing a leftover network namespace", "execution", ent.Name(), "err", err)
+		}
+	}
+}

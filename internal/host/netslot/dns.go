@@ -1,0 +1,113 @@
+package netslot
+
+import (
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"time"
+
+	"github.com/miekg/dns"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
+
+	"github.com/kibotos/kibotos/internal/host/dnsforward"
+	"github.com/kibotos/kibotos/internal/host/netpolicy"
+)
+
+const (
+	dnsPort = 53
+	// dnsStreamIdle ends a guest's idle DNS-over-TCP connection.
+	dnsStreamIdle = 30 * time.Second
+)
+
+// serveDNS answers UDP queries at the link DNS address.
+func (s *Slot) serveDNS() error {
+	la := s.linkDNS()
+	proto := ipv4.ProtocolNumber
+	if la.Is6() {
+		proto = ipv6.ProtocolNumber
+	}
+	conn, err := gonet.DialUDP(s.stack, &tcpip.FullAddress{NIC: nicID, Addr: tcpip.AddrFromSlice(la.AsSlice()), Port: dnsPort}, nil, proto)
+	if err != nil {
+		return err
+	}
+	context.AfterFunc(s.ctx, func() { conn.Close() })
+	s.wg.Go(func() {
+		buf := make([]byte, 65535)
+		for {
+			n, from, err := conn.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			q := append([]byte(nil), buf[:n]...)
+			s.wg.Go(func() {
+				if resp := s.answer(q); resp != nil {
+					// A TCP, TLS or HTTPS upstream's answer may not fit:
+					// the guest then retries over TCP.
+					conn.WriteTo(dnsforward.FitUDP(q, resp), from)
+				}
+			})
+		}
+	})
+	return nil
+}
+
+// serveDNSStream answers length-prefixed queries on a guest's TCP
+// connection to the link DNS address.
+func (s *Slot) serveDNSStream(c net.Conn) {
+	defer c.Close()
+	stop := context.AfterFunc(s.ctx, func() { c.Close() })
+	defer stop()
+	var size [2]byte
+	for {
+		c.SetReadDeadline(time.Now().Add(dnsStreamIdle))
+		if _, err := io.ReadFull(c, size[:]); err != nil {
+			return
+		}
+		q := make([]byte, binary.BigEndian.Uint16(size[:]))
+		if _, err := io.ReadFull(c, q); err != nil {
+			return
+		}
+		resp := s.answer(q)
+		if resp == nil {
+			return
+		}
+		if _, err := c.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(resp))), resp...)); err != nil {
+			return
+		}
+	}
+}
+
+// answer answers one query as the policy in force says: refused at once
+// under DENY_ALL (nothing leaves the slot), the policy's Resolver when it
+// has one, else the first deployment resolver of the link's family.
+func (s *Slot) answer(q []byte) []byte {
+	a := s.current()
+	switch {
+	case a == nil || a.policy.Mode != netpolicy.PublicInternet:
+		return dnsforward.Fail(q, dns.RcodeRefused)
+	case a.resolver != nil:
+		return a.resolver.fwd.Answer(s.ctx, q)
+	}
+	up, ok := s.deploymentResolver()
+	if !ok {
+		return dnsforward.Fail(q, dns.RcodeServerFailure)
+	}
+	fwd := dnsforward.Forwarder{Upstream: dnsforward.Upstream{Protocol: dnsforward.UDP, Address: up}, Dial: (&net.Dialer{}).DialContext}
+	return fwd.Answer(s.ctx, q)
+}
+
+// deploymentResolver is the first deployment resolver in the link DNS
+// address's family.
+func (s *Slot) deploymentResolver() (string, bool) {
+	want6 := s.linkDNS().Is6()
+	for _, r := range s.cfg.DeploymentResolvers {
+		if r.Addr().Unmap().Is6() == want6 {
+			return r.String(), true
+		}
+	}
+	return "", false
+}

@@ -1,0 +1,247 @@
+package netslot
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"time"
+
+	"golang.org/x/net/icmp"
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
+	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/link/nested"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/kibotos/kibotos/internal/host/netpolicy"
+)
+
+const (
+	// echoTimeout bounds the wait for the destination's echo reply.
+	echoTimeout = 5 * time.Second
+	// maxEchoesInFlight bounds the echo requests being forwarded at once.
+	maxEchoesInFlight = 64
+	hopLimit          = 64
+	// ipv6MinMTU bounds an ICMPv6 error message (RFC 4443 §2.4).
+	ipv6MinMTU = 1280
+)
+
+// echoGuard sits between the TUN link and the stack and takes the guest's
+// ICMP echo requests for the policy to decide. Left to the stack, which
+// accepts every destination, they would be answered for any address.
+type echoGuard struct {
+	nested.Endpoint
+	slot *Slot
+}
+
+func newEchoGuard(s *Slot, link stack.LinkEndpoint) *echoGuard {
+	g := &echoGuard{slot: s}
+	g.Init(link, g)
+	return g
+}
+
+// DeliverNetworkPacket implements stack.NetworkDispatcher.
+func (g *echoGuard) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
+	if !mayBeEcho(pkt.Data()) {
+		g.Endpoint.DeliverNetworkPacket(proto, pkt)
+		return
+	}
+	v := pkt.ToView()
+	req, ok := parseEcho(v.AsSlice())
+	v.Release()
+	if !ok {
+		g.Endpoint.DeliverNetworkPacket(proto, pkt)
+		return
+	}
+	g.slot.handleEcho(req)
+}
+
+// mayBeEcho looks at no more than the headers, so that the guest's other
+// packets pass without a copy.
+func mayBeEcho(d stack.PacketData) bool {
+	b, ok := d.PullUp(1)
+	if !ok {
+		return false
+	}
+	switch b[0] >> 4 {
+	case 4:
+		if b, ok = d.PullUp(header.IPv4MinimumSize); !ok || b[9] != uint8(header.ICMPv4ProtocolNumber) {
+			return false
+		}
+		n := int(b[0]&0xf) * 4
+		b, ok = d.PullUp(n + 1)
+		return ok && b[n] == uint8(header.ICMPv4Echo)
+	case 6:
+		b, ok = d.PullUp(header.IPv6MinimumSize + 1)
+		return ok && b[6] == uint8(header.ICMPv6ProtocolNumber) && b[header.IPv6MinimumSize] == uint8(header.ICMPv6EchoRequest)
+	}
+	return false
+}
+
+// echo is one echo request of the guest.
+type echo struct {
+	src, dst netip.Addr
+	id, seq  uint16
+	data     []byte
+	packet   []byte // the whole request, for an error message quoting it
+}
+
+// parseEcho recognizes an unfragmented ICMP or ICMPv6 echo request.
+func parseEcho(b []byte) (echo, bool) {
+	if len(b) == 0 {
+		return echo{}, false
+	}
+	switch b[0] >> 4 {
+	case 4:
+		ip := header.IPv4(b)
+		if !ip.IsValid(len(b)) || ip.TransportProtocol() != header.ICMPv4ProtocolNumber || ip.More() || ip.FragmentOffset() != 0 {
+			return echo{}, false
+		}
+		m := header.ICMPv4(ip.Payload())
+		if len(m) < header.ICMPv4MinimumSize || m.Type() != header.ICMPv4Echo {
+			return echo{}, false
+		}
+		return echo{src: addrOf(ip.SourceAddress()), dst: addrOf(ip.DestinationAddress()), id: m.Ident(), seq: m.Sequence(),
+			data: append([]byte(nil), m.Payload()...), packet: append([]byte(nil), b...)}, true
+	case 6:
+		ip := header.IPv6(b)
+		if !ip.IsValid(len(b)) || ip.TransportProtocol() != header.ICMPv6ProtocolNumber {
+			return echo{}, false
+		}
+		m := header.ICMPv6(ip.Payload())
+		if len(m) < header.ICMPv6EchoMinimumSize || m.Type() != header.ICMPv6EchoRequest {
+			return echo{}, false
+		}
+		return echo{src: addrOf(ip.SourceAddress()), dst: addrOf(ip.DestinationAddress()), id: m.Ident(), seq: m.Sequence(),
+			data: append([]byte(nil), m.MessageBody()[4:]...), packet: append([]byte(nil), b...)}, true
+	}
+	return echo{}, false
+}
+
+// handleEcho decides an echo request: forwarded from the host when it may
+// leave directly, answered at once with administratively prohibited when
+// an Egress covers its destination, dropped otherwise.
+func (s *Slot) handleEcho(req echo) {
+	a := s.current()
+	d := netpolicy.Decision{Action: netpolicy.Refuse}
+	if a != nil {
+		d = a.policy.Decide(netpolicy.ICMPEcho, req.dst, s.hard.Load())
+	}
+	switch d.Action {
+	case netpolicy.Prohibit:
+		s.inject(prohibited(req))
+	case netpolicy.Direct:
+		select {
+		case s.echoes <- struct{}{}:
+			s.wg.Go(func() {
+				defer func() { <-s.echoes }()
+				s.forwardEcho(req)
+			})
+		default: // too many in flight: dropped, as a busy router would
+		}
+	}
+}
+
+// forwardEcho sends the request from the host and relays the reply.
+func (s *Slot) forwardEcho(req echo) {
+	network, proto := "ip4:icmp", 1
+	var typ icmp.Type = ipv4.ICMPTypeEcho
+	if req.dst.Is6() {
+		network, proto, typ = "ip6:ipv6-icmp", 58, ipv6.ICMPTypeEchoRequest
+	}
+	c, err := icmp.ListenPacket(network, "")
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	stop := context.AfterFunc(s.ctx, func() { c.Close() })
+	defer stop()
+	msg := icmp.Message{Type: typ, Body: &icmp.Echo{ID: int(req.id), Seq: int(req.seq), Data: req.data}}
+	b, err := msg.Marshal(nil) // the kernel sums ICMPv6
+	if err != nil {
+		return
+	}
+	if _, err := c.WriteTo(b, &net.IPAddr{IP: req.dst.AsSlice()}); err != nil {
+		return
+	}
+	c.SetReadDeadline(time.Now().Add(echoTimeout))
+	buf := make([]byte, 65535)
+	for {
+		n, from, err := c.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		if ip, ok := netip.AddrFromSlice(from.(*net.IPAddr).IP); !ok || ip.Unmap() != req.dst.Unmap() {
+			continue
+		}
+		m, err := icmp.ParseMessage(proto, buf[:n])
+		if err != nil {
+			continue
+		}
+		if e, ok := m.Body.(*icmp.Echo); ok && (m.Type == ipv4.ICMPTypeEchoReply || m.Type == ipv6.ICMPTypeEchoReply) &&
+			e.ID == int(req.id) && e.Seq == int(req.seq) {
+			s.inject(echoReply(req, e.Data))
+			return
+		}
+	}
+}
+
+// inject hands the guest a packet through its TUN device.
+func (s *Slot) inject(packet []byte) {
+	if packet != nil {
+		unix.Write(int(s.tun.Fd()), packet)
+	}
+}
+
+// echoReply is the reply the guest receives from its destination.
+func echoReply(req echo, data []byte) []byte {
+	if req.dst.Is4() {
+		return packet4(req.dst, req.src, icmp.Message{Type: ipv4.ICMPTypeEchoReply,
+			Body: &icmp.Echo{ID: int(req.id), Seq: int(req.seq), Data: data}})
+	}
+	return packet6(req.dst, req.src, icmp.Message{Type: ipv6.ICMPTypeEchoReply,
+		Body: &icmp.Echo{ID: int(req.id), Seq: int(req.seq), Data: data}})
+}
+
+// prohibited is the slot's "communication administratively prohibited"
+// answer to a request, quoting it as much as the rules allow.
+func prohibited(req echo) []byte {
+	if req.dst.Is4() {
+		quote := req.packet[:min(len(req.packet), int(header.IPv4(req.packet).HeaderLength())+8)]
+		return packet4(addr(GatewayIPv4), req.src, icmp.Message{Type: ipv4.ICMPTypeDestinationUnreachable,
+			Code: int(header.ICMPv4AdminProhibited), Body: &icmp.DstUnreach{Data: quote}})
+	}
+	quote := req.packet[:min(len(req.packet), ipv6MinMTU-header.IPv6MinimumSize-header.ICMPv6DstUnreachableMinimumSize)]
+	return packet6(addr(GatewayIPv6), req.src, icmp.Message{Type: ipv6.ICMPTypeDestinationUnreachable,
+		Code: int(header.ICMPv6Prohibited), Body: &icmp.DstUnreach{Data: quote}})
+}
+
+// packet4 wraps an ICMP message in an IPv4 header.
+func packet4(src, dst netip.Addr, m icmp.Message) []byte {
+	body, err := m.Marshal(nil)
+	if err != nil {
+		return nil
+	}
+	b := make([]byte, header.IPv4MinimumSize+len(body))
+	ip := header.IPv4(b)
+	ip.Encode(&header.IPv4Fields{TotalLength: uint16(len(b)), TTL: hopLimit, Protocol: uint8(header.ICMPv4ProtocolNumber),
+		SrcAddr: tcpip.AddrFrom4(src.As4()), DstAddr: tcpip.AddrFrom4(dst.As4())})
+	ip.SetChecksum(^ip.CalculateChecksum())
+	copy(b[header.IPv4MinimumSize:], body)
+	return b
+}
+
+// packet6 wraps an ICMPv6 message in an IPv6 header.
+func packet6(src, dst netip.Addr, m icmp.Message) []byte {
+	body, err := m.Marshal(icmp.IPv6PseudoHeader(src.AsSlice(), dst.AsSlice()))
+	if err != nil {
+		return nil
+	}
+	b := make([]byte, header.IPv6MinimumSize+len(body))
+	header.IPv6(b).Encode(&header.IPv6Fields{PayloadLength: uint16(len(body)), TransportProtocol: header.ICMPv6ProtocolNumber,
+		HopLimit: hopLimit, SrcAddr: tcpip.AddrFrom16(src.As16()), DstAddr: tcpip.AddrFrom16(dst.As16())})
+	copy(b[header.IPv6MinimumSize:], body)
+	return b
+}

@@ -1,0 +1,177 @@
+package netslot
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"unsafe"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/kibotos/kibotos/internal/host/netnsfile"
+)
+
+// The slot's addresses. Every slot has the same ones: each lives in its own
+// namespace and its far side is this process's stack, not the host's.
+var (
+	// GuestIPv4 and GuestIPv6 are the guest's addresses on the link.
+	GuestIPv4 = net.IPv4(10, 211, 0, 2).To4()
+	GuestIPv6 = net.ParseIP("fd6b:6962::2")
+	// GatewayIPv4 is the stack's IPv4 address on the link; GatewayIPv6 is
+	// fe80::1, the IPv6 link DNS address.
+	GatewayIPv4 = net.IPv4(10, 211, 0, 1).To4()
+	GatewayIPv6 = net.ParseIP("fe80::1")
+)
+
+const (
+	// ifName is the guest's only interface besides loopback.
+	ifName = "eth0"
+	// MTU is the link's MTU: large segments make the userspace stack fast.
+	MTU = 65520
+	// linkPrefix4 and linkPrefix6 are the link's prefix lengths.
+	linkPrefix4 = 24
+	linkPrefix6 = 64
+)
+
+// createNamespace makes a network namespace kept alive by a bind mount at
+// path, with loopback up and a persistent TUN device configured as the
+// guest's link, and returns the device's file. The namespace has no other
+// interface, so everything the guest sends off-host reaches the returned
+// file.
+func createNamespace(path string) (tun *os.File, err error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			tun = nil
+			destroyNamespace(path)
+		}
+	}()
+	tun, err = inNamespace(path, true)
+	if err != nil {
+		return nil, err
+	}
+	if err := configure(path); err != nil {
+		tun.Close()
+		return nil, err
+	}
+	return tun, nil
+}
+
+// openNamespace reattaches to the TUN device of a namespace created by an
+// earlier process (the device is persistent, so it outlived that process's
+// file).
+func openNamespace(path string) (*os.File, error) {
+	return inNamespace(path, false)
+}
+
+// destroyNamespace releases the namespace at path: once the mount is gone
+// and no process is in it, the kernel deletes it with its TUN device.
+func destroyNamespace(path string) error {
+	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount network namespace %s: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// openTUN opens (creating, or attaching to) the persistent TUN device of
+// the calling thread's namespace.
+func openTUN() (*os.File, error) {
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open /dev/net/tun: %w", err)
+	}
+	var req [unix.IFNAMSIZ + 64]byte
+	copy(req[:], ifName)
+	*(*uint16)(unsafe.Pointer(&req[unix.IFNAMSIZ])) = unix.IFF_TUN | unix.IFF_NO_PI
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TUNSETIFF, uintptr(unsafe.Pointer(&req[0]))); errno != 0 {
+		unix.Close(fd)
+		return nil, fmt.Errorf("TUNSETIFF: %w", errno)
+	}
+	if err := unix.IoctlSetInt(fd, unix.TUNSETPERSIST, 1); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("TUNSETPERSIST: %w", err)
+	}
+	return os.NewFile(uintptr(fd), "/dev/net/tun"), nil
+}
+
+// configure brings the namespace's links up with the slot's addresses and
+// default routes through the TUN device.
+func configure(path string) error {
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		return err
+	}
+	if err := h.LinkSetUp(lo); err != nil {
+		return fmt.Errorf("loopback up: %w", err)
+	}
+	link, err := h.LinkByName(ifName)
+	if err != nil {
+		return err
+	}
+	if err := h.LinkSetMTU(link, MTU); err != nil {
+		return fmt.Errorf("set MTU: %w", err)
+	}
+	for _, a := range []*net.IPNet{
+		{IP: GuestIPv4, Mask: net.CIDRMask(linkPrefix4, 32)},
+		{IP: GuestIPv6, Mask: net.CIDRMask(linkPrefix6, 128)},
+	} {
+		// No duplicate address detection: nothing else is on the link, and
+		// a tentative address would delay the guest's first IPv6 packets.
+		if err := h.AddrAdd(link, &netlink.Addr{IPNet: a, Flags: unix.IFA_F_NODAD}); err != nil {
+			return fmt.Errorf("add address %s: %w", a, err)
+		}
+	}
+	if err := h.LinkSetUp(link); err != nil {
+		return fmt.Errorf("link up: %w", err)
+	}
+	for _, dst := range []*net.IPNet{
+		{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)},
+		{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)},
+	} {
+		if err := h.RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Dst: dst}); err != nil {
+			return fmt.Errorf("add default route %s: %w", dst, err)
+		}
+	}
+	return nil
+}
+
+// inNamespace opens the TUN device in the namespace at path, creating the
+// namespace first when create is set.
+func inNamespace(path string, create bool) (tun *os.File, err error) {
+	open := func() (err error) {
+		tun, err = openTUN()
+		return err
+	}
+	if create {
+		err = netnsfile.Create(path, open)
+	} else {
+		err = netnsfile.Do(path, open)
+	}
+	if err != nil && tun != nil {
+		tun.Close()
+		tun = nil
+	}
+	return tun, err
+}

@@ -1,0 +1,279 @@
+// Package netslot is an execution's network slot: a network namespace whose
+// only link is a TUN device, served on the host side by a userspace TCP/IP
+// stack (gVisor netstack) in this process. Every guest connection ends here
+// and is decided per connection by the workspace's policy (netpolicy): it is
+// refused, dialed directly from the host, or forwarded through a SOCKS5
+// Egress (socks5). The link DNS address is answered by a forwarder
+// (dnsforward) to the deployment resolvers or the policy's Resolver.
+//
+// Policies, Egresses and Resolvers change live (Apply): new connections
+// take the new path at once, and connections a change moves keep their old
+// path until the change's drain deadline, then close.
+package netslot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/link/fdbased"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/icmp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
+
+	"github.com/kibotos/kibotos/internal/host/netpolicy"
+)
+
+const (
+	nicID = 1
+	// maxInFlight bounds the guest's half-open connections being dialed.
+	maxInFlight = 1024
+	// dialTimeout bounds one outbound dial; the guest's SYN waits for it.
+	dialTimeout = 30 * time.Second
+	// tcpBuffer is the stack's default and maximum socket buffer, sized for
+	// the link's 64 KiB segments.
+	tcpBufferDefault = 1 << 20
+	tcpBufferMax     = 8 << 20
+)
+
+// Config configures a Slot.
+type Config struct {
+	// Path is where the namespace is bound; the runtime joins it.
+	Path string
+	// HardDeny is what direct traffic may never reach; its Platform holds
+	// the host's own addresses (SetHostAddresses replaces them). The slot
+	// adds its own prefixes.
+	HardDeny netpolicy.HardDeny
+	// CheckEndpoint is the dial check on Egress endpoint addresses (the
+	// special-purpose ranges less the operator's exemptions), re-run on
+	// every dial.
+	CheckEndpoint func(netip.Addr) error
+	// DeploymentResolvers are the deployment's DNS resolvers, in order. The
+	// first one's family selects the link DNS address.
+	DeploymentResolvers []netip.AddrPort
+	// Changed is called (without locks held) whenever Report would return
+	// something new: a confirmation, a drain ending, an observation.
+	Changed func()
+}
+
+// Slot is one execution's network slot.
+type Slot struct {
+	cfg Config
+	// hard is replaced whole when the host's addresses change.
+	hard  atomic.Pointer[netpolicy.HardDeny]
+	tun   *os.File
+	stack *stack.Stack
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	applied *applied // nil until the first Apply succeeds
+	failure string   // why the last Apply failed; applied is then nil
+	conns   map[*flow]struct{}
+	faults  faults
+	closed  bool
+	// echoes bounds the echo requests being forwarded.
+	echoes    chan struct{}
+	appliedAt time.Time
+}
+
+// Create makes the namespace at cfg.Path and serves it.
+func Create(cfg Config) (*Slot, error) {
+	tun, err := createNamespace(cfg.Path)
+	if err != nil {
+		return nil, fmt.Errorf("network slot: %w", err)
+	}
+	s, err := serve(cfg, tun)
+	if err != nil {
+		destroyNamespace(cfg.Path)
+		return nil, err
+	}
+	return s, nil
+}
+
+// Open serves the namespace an earlier process created at cfg.Path (after
+// a restart of the host agent). The guest's open connections did not
+// survive that process; its link and addresses did.
+func Open(cfg Config) (*Slot, error) {
+	tun, err := openNamespace(cfg.Path)
+	if err != nil {
+		return nil, fmt.Errorf("network slot: %w", err)
+	}
+	return serve(cfg, tun)
+}
+
+// LinkDNS is the link DNS address: the gateway in the family of the first
+// deployment resolver (IPv4 when there is none).
+func LinkDNS(resolvers []netip.AddrPort) netip.Addr {
+	if len(resolvers) > 0 && resolvers[0].Addr().Unmap().Is6() {
+		return addr(GatewayIPv6)
+	}
+	return addr(GatewayIPv4)
+}
+
+// ResolvConf is the resolv.conf of a newly started guest: the link DNS
+// address is its only nameserver.
+func ResolvConf(resolvers []netip.AddrPort) []byte {
+	a := LinkDNS(resolvers)
+	if a.Is6() {
+		// A link-local address needs its link named to be usable.
+		a = a.WithZone(ifName)
+	}
+	return fmt.Appendf(nil, "nameserver %s\n", a)
+}
+
+func addr(ip net.IP) netip.Addr {
+	a, _ := netip.AddrFromSlice(ip)
+	return a.Unmap()
+}
+
+func serve(cfg Config, tun *os.File) (*Slot, error) {
+	// The kernel checksums what a TUN device without offloads receives, so
+	// checking again here is redundant; a guest that sent bad checksums
+	// would only corrupt its own connections.
+	link, err := fdbased.New(&fdbased.Options{FDs: []int{int(tun.Fd())}, MTU: MTU, RXChecksumOffload: true})
+	if err != nil {
+		tun.Close()
+		return nil, err
+	}
+	st := stack.New(stack.Options{
+		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
+		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Slot{cfg: cfg, tun: tun, stack: st, ctx: ctx, cancel: cancel, conns: map[*flow]struct{}{},
+		echoes: make(chan struct{}, maxEchoesInFlight)}
+	s.SetHostAddresses(cfg.HardDeny.Platform)
+	if err := s.setUp(link); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// SetHostAddresses replaces the host's own addresses among the ranges
+// direct traffic never reaches; the host agent calls it whenever they
+// change.
+func (s *Slot) SetHostAddresses(addrs []netip.Prefix) {
+	s.hard.Store(&netpolicy.HardDeny{Exempt: s.cfg.HardDeny.Exempt,
+		Platform: append(append([]netip.Prefix(nil), addrs...), slotPrefixes()...)})
+}
+
+// slotPrefixes are the link's own prefixes, which direct traffic never
+// reaches: the gateway is this process.
+func slotPrefixes() []netip.Prefix {
+	return []netip.Prefix{
+		netip.PrefixFrom(addr(GuestIPv4), linkPrefix4).Masked(),
+		netip.PrefixFrom(addr(GuestIPv6), linkPrefix6).Masked(),
+	}
+}
+
+func (s *Slot) setUp(link stack.LinkEndpoint) error {
+	sack := tcpip.TCPSACKEnabled(true)
+	// No TIME_WAIT: the stack hands a SYN that meets a TIME_WAIT endpoint
+	// only to a listener, never to the forwarder, so a guest reusing the
+	// port of a connection the destination closed first would hang. On a
+	// point-to-point link to one guest, TIME_WAIT protects nothing.
+	timeWait := tcpip.TCPTimeWaitTimeoutOption(0)
+	moderate := tcpip.TCPModerateReceiveBufferOption(true)
+	for _, opt := range []tcpip.SettableTransportProtocolOption{
+		&sack, &moderate, &timeWait,
+		&tcpip.TCPReceiveBufferSizeRangeOption{Min: 4096, Default: tcpBufferDefault, Max: tcpBufferMax},
+		&tcpip.TCPSendBufferSizeRangeOption{Min: 4096, Default: tcpBufferDefault, Max: tcpBufferMax},
+	} {
+		if err := s.stack.SetTransportProtocolOption(tcp.ProtocolNumber, opt); err != nil {
+			return fmt.Errorf("tcp option: %s", err)
+		}
+	}
+	if err := s.stack.CreateNIC(nicID, newEchoGuard(s, link)); err != nil {
+		return fmt.Errorf("create NIC: %s", err)
+	}
+	// Promiscuous and spoofing: the stack accepts packets for every
+	// destination and answers from it, so each guest connection ends here.
+	if err := s.stack.SetPromiscuousMode(nicID, true); err != nil {
+		return fmt.Errorf("promiscuous mode: %s", err)
+	}
+	if err := s.stack.SetSpoofing(nicID, true); err != nil {
+		return fmt.Errorf("spoofing: %s", err)
+	}
+	for _, a := range []struct {
+		proto tcpip.NetworkProtocolNumber
+		ip    net.IP
+		bits  int
+	}{{ipv4.ProtocolNumber, GatewayIPv4, linkPrefix4}, {ipv6.ProtocolNumber, GatewayIPv6, 64}} {
+		pa := tcpip.ProtocolAddress{Protocol: a.proto,
+			AddressWithPrefix: tcpip.AddrFromSlice(a.ip).WithPrefix()}
+		pa.AddressWithPrefix.PrefixLen = a.bits
+		if err := s.stack.AddProtocolAddress(nicID, pa, stack.AddressProperties{}); err != nil {
+			return fmt.Errorf("add address %s: %s", a.ip, err)
+		}
+	}
+	s.stack.SetRouteTable([]tcpip.Route{
+		{Destination: header.IPv4EmptySubnet, NIC: nicID},
+		{Destination: header.IPv6EmptySubnet, NIC: nicID},
+	})
+	fwd := tcp.NewForwarder(s.stack, 0, maxInFlight, s.handleTCP)
+	s.stack.SetTransportProtocolHandler(tcp.ProtocolNumber, fwd.HandlePacket)
+	return s.serveDNS()
+}
+
+// Path is where the slot's namespace is bound.
+func (s *Slot) Path() string { return s.cfg.Path }
+
+// Close stops serving the slot and ends its connections, keeping the
+// namespace (Destroy removes it).
+func (s *Slot) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	conns := make([]*flow, 0, len(s.conns))
+	for f := range s.conns {
+		conns = append(conns, f)
+	}
+	s.mu.Unlock()
+	s.cancel()
+	for _, f := range conns {
+		f.close()
+	}
+	s.stack.RemoveNIC(nicID) // stops the link's reader before its file closes
+	s.stack.Close()
+	s.wg.Wait()
+	s.stack.Wait()
+	return s.tun.Close()
+}
+
+// Destroy closes the slot and releases its namespace.
+func (s *Slot) Destroy() error {
+	return errors.Join(s.Close(), destroyNamespace(s.cfg.Path))
+}
+
+// Release removes a namespace left at path by an execution that no longer
+// runs, without serving it.
+func Release(path string) error { return destroyNamespace(path) }
+
+// changed tells the owner that the report changed.
+func (s *Slot) changed() {
+	if s.cfg.Changed != nil {
+		s.cfg.Changed()
+	}
+}
+
+// logger is the slot's logger.
+func (s *Slot) logger() *slog.Logger { return slog.With("netns", s.cfg.Path) }

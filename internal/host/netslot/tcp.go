@@ -1,0 +1,216 @@
+package netslot
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/waiter"
+
+	"github.com/kibotos/kibotos/internal/host/netpolicy"
+)
+
+// flow is one guest TCP connection the slot carries to a destination.
+type flow struct {
+	dst      netip.AddrPort
+	decision netpolicy.Decision
+	// policy is the policy the flow's path follows.
+	policy *netpolicy.Policy
+	// policyRevision is the policy revision whose path the flow is on;
+	// egressRevision the Egress revision it went through, when forwarded.
+	policyRevision uint64
+	egressRevision uint64
+	// Set under the slot's lock by a change that moved the flow.
+	drainTimer     *time.Timer
+	egressDraining bool // the drain is an Egress update's, not the policy's
+
+	out net.Conn
+
+	mu     sync.Mutex
+	guest  net.Conn // nil until the guest's handshake completes
+	closed bool
+}
+
+func (f *flow) draining() bool { return f.drainTimer != nil }
+
+// startDrain schedules the flow's close after d; it reports true when d is
+// zero and the caller must close the flow now.
+func (f *flow) startDrain(d time.Duration, closeFlow func()) bool {
+	if d <= 0 {
+		f.drainTimer = time.NewTimer(0) // marks draining until closed
+		return true
+	}
+	f.drainTimer = time.AfterFunc(d, closeFlow)
+	return false
+}
+
+func (f *flow) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return
+	}
+	f.closed = true
+	if f.guest != nil {
+		f.guest.Close()
+	}
+	f.out.Close()
+}
+
+// handleTCP decides a guest's new TCP connection: the SYN is answered only
+// once the outbound leg is up, so a refused or failed connection is reset.
+func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
+	id := r.ID()
+	dst := netip.AddrPortFrom(addrOf(id.LocalAddress), id.LocalPort)
+	if dst.Addr() == s.linkDNS() && dst.Port() == dnsPort {
+		guest, err := accept(r)
+		if err == nil {
+			s.wg.Go(func() { s.serveDNSStream(guest) })
+		}
+		return
+	}
+	a := s.current()
+	d := netpolicy.Decision{Action: netpolicy.Refuse, Reason: "no network policy is applied"}
+	if a != nil {
+		d = a.policy.Decide(netpolicy.TCP, dst.Addr(), s.hard.Load())
+	}
+	f := &flow{dst: dst, decision: d}
+	var err error
+	switch d.Action {
+	case netpolicy.Direct:
+		dialer := net.Dialer{Timeout: dialTimeout}
+		f.out, err = dialer.DialContext(s.ctx, "tcp", dst.String())
+	case netpolicy.Forward:
+		e := a.egresses[d.EgressID]
+		f.egressRevision = e.revision
+		f.out, err = e.dialer.DialContext(s.ctx, "tcp", dst.String())
+		s.egressResult(e.id, err)
+	default:
+		r.Complete(true)
+		return
+	}
+	if err != nil {
+		r.Complete(true)
+		return
+	}
+	// Tracked before the guest sees its handshake complete, so a change
+	// applied from then on finds the connection open.
+	f.policy, f.policyRevision = a.policy, a.revision
+	if !s.track(f, a) {
+		r.Complete(true)
+		f.out.Close()
+		return
+	}
+	guest, err := accept(r)
+	f.mu.Lock()
+	f.guest = guest
+	closed := f.closed
+	f.mu.Unlock()
+	if err != nil || closed {
+		s.closeFlow(f)
+		return
+	}
+	s.wg.Go(func() {
+		splice(guest, f.out)
+		s.closeFlow(f)
+	})
+}
+
+// accept completes the guest's handshake.
+func accept(r *tcp.ForwarderRequest) (net.Conn, error) {
+	var wq waiter.Queue
+	ep, err := r.CreateEndpoint(&wq)
+	if err != nil {
+		r.Complete(true)
+		return nil, errors.New(err.String())
+	}
+	r.Complete(false)
+	ep.SocketOptions().SetKeepAlive(true)
+	return gonet.NewTCPConn(&wq, ep), nil
+}
+
+// track registers a flow decided under a. A change applied while it was
+// being dialed decides it again: when the change moves it, it is closed,
+// since new connections take the new path.
+func (s *Slot) track(f *flow, a *applied) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	if now := s.applied; now != a {
+		if now == nil || netpolicy.Moved(f.policy, now.policy, netpolicy.TCP, f.dst.Addr(), s.hard.Load()) {
+			return false
+		}
+		f.policy, f.policyRevision = now.policy, now.revision
+	}
+	s.conns[f] = struct{}{}
+	return true
+}
+
+// closeFlow ends a flow and forgets it.
+// It is forgotten first, so that once either side sees the close, no
+// report counts it draining any more.
+func (s *Slot) closeFlow(f *flow) {
+	s.mu.Lock()
+	_, ok := s.conns[f]
+	delete(s.conns, f)
+	draining := f.draining()
+	if draining {
+		f.drainTimer.Stop()
+	}
+	s.mu.Unlock()
+	f.close()
+	if ok && draining {
+		s.changed() // a draining revision may have ended
+	}
+}
+
+// splice copies both ways between the guest's connection and the
+// outbound one until both directions end, passing half-closes on.
+func splice(guest, out net.Conn) {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		// Toward the guest, large reads fill the link's 64 KiB segments;
+		// io.Copy's 32 KiB would halve them.
+		buf := guestBound.Get().(*[]byte)
+		defer guestBound.Put(buf)
+		copyHalf(guest, out, *buf)
+	})
+	copyHalf(out, guest, nil)
+	wg.Wait()
+}
+
+// guestBound pools the copy buffers of the host-to-guest direction.
+var guestBound = sync.Pool{New: func() any {
+	b := make([]byte, 256<<10)
+	return &b
+}}
+
+// copyHalf copies src to dst (through buf when given) and then half-closes
+// dst.
+func copyHalf(dst, src net.Conn, buf []byte) {
+	if buf != nil {
+		// Hidden behind a plain Reader, src cannot substitute its own
+		// WriteTo and its smaller buffer.
+		io.CopyBuffer(dst, struct{ io.Reader }{src}, buf)
+	} else {
+		io.Copy(dst, src)
+	}
+	if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+		return
+	}
+	dst.Close()
+}
+
+func addrOf(a tcpip.Address) netip.Addr {
+	ip, _ := netip.AddrFromSlice(a.AsSlice())
+	return ip
+}

@@ -1,0 +1,154 @@
+package oci
+
+import (
+	"github.com/kibotos/kibotos/internal/guestabi"
+
+	"encoding/json"
+	"path/filepath"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/kibotos/kibotos/internal/host/runtime"
+)
+
+// Paths inside the guest.
+const (
+	guestAgentPath = guestabi.AgentPath
+	guestSocketDir = guestabi.SocketDir
+	resolvConfName = "resolv.conf" // in the socket directory on the host
+	defaultPath    = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	cfsPeriod      = 100000  // µs
+	ociVersion     = "1.0.2" // what runc 1.1 speaks; the fields used are all 1.0
+)
+
+// defaultCaps is the capability set of Docker and containerd's default
+// spec: enough for package managers and ordinary root work (chown,
+// setuid, raw sockets, chroot) without administrative powers.
+var defaultCaps = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
+	"CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP",
+	"CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
+}
+
+// maskedPaths and readonlyPaths are those of `runc spec`.
+var (
+	maskedPaths = []string{
+		"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+		"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi",
+	}
+	readonlyPaths = []string{
+		"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+	}
+)
+
+// guestEnv returns PATH followed by extra, a later KEY overriding an
+// earlier one in place.
+func guestEnv(extra []string) []string {
+	env := []string{defaultPath}
+	index := map[string]int{"PATH": 0}
+	for _, kv := range extra {
+		k, _, _ := strings.Cut(kv, "=")
+		if i, ok := index[k]; ok {
+			env[i] = kv
+			continue
+		}
+		index[k] = len(env)
+		env = append(env, kv)
+	}
+	return env
+}
+
+// ociSpec builds the runtime configuration of an execution whose rootfs,
+// socket directory and volume (mounted at volume, when spec has one) are
+// prepared on the host.
+func ociSpec(spec runtime.Spec, rootfs, sockDir, volume string) *specs.Spec {
+	hostname := spec.Hostname
+	if hostname == "" {
+		hostname = spec.ID
+	}
+	caps := append([]string(nil), defaultCaps...)
+	res := &specs.LinuxResources{
+		Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
+	}
+	if spec.MemoryBytes > 0 {
+		m := int64(spec.MemoryBytes)
+		disable := false
+		res.Memory = &specs.LinuxMemory{Limit: &m, Swap: &m, DisableOOMKiller: &disable}
+	}
+	if spec.CPUMillis > 0 {
+		period := uint64(cfsPeriod)
+		quota := int64(spec.CPUMillis) * cfsPeriod / 1000
+		res.CPU = &specs.LinuxCPU{Period: &period, Quota: &quota}
+	}
+	if spec.PidsLimit > 0 {
+		limit := spec.PidsLimit
+		res.Pids = &specs.LinuxPids{Limit: &limit}
+	}
+	mounts := []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
+		// The NONE tier: empty at every start. Their memory counts
+		// against the execution's memory limit.
+		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}},
+		{Destination: "/run", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755"}},
+		// After /run, which would hide it.
+		{Destination: guestSocketDir, Type: "bind", Source: sockDir, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
+		{Destination: guestAgentPath, Type: "bind", Source: spec.GuestAgent, Options: []string{"bind", "ro", "nosuid", "nodev"}},
+	}
+	if spec.ResolvConf != nil {
+		mounts = append(mounts, specs.Mount{Destination: "/etc/resolv.conf", Type: "bind",
+			Source: filepath.Join(sockDir, resolvConfName), Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}})
+	}
+	if spec.Volume != nil {
+		// Last: the volume may lie below /tmp. runc makes its mount point.
+		mounts = append(mounts, specs.Mount{Destination: spec.Volume.Path, Type: "bind",
+			Source: volume, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
+	}
+	netns := specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: spec.NetNS} // no path: loopback only
+	return &specs.Spec{
+		Version: ociVersion,
+		Process: &specs.Process{
+			User: specs.User{UID: 0, GID: 0},
+			Args: []string{guestAgentPath},
+			Env:  guestEnv(spec.Env),
+			Cwd:  "/",
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding: caps, Effective: caps, Permitted: caps,
+			},
+			NoNewPrivileges: true,
+		},
+		Root:     &specs.Root{Path: rootfs, Readonly: false},
+		Hostname: hostname,
+		Mounts:   mounts,
+		Linux: &specs.Linux{
+			CgroupsPath: cgroupPath(spec.ID),
+			Resources:   res,
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.PIDNamespace},
+				{Type: specs.MountNamespace},
+				{Type: specs.IPCNamespace},
+				{Type: specs.UTSNamespace},
+				netns,
+				{Type: specs.CgroupNamespace},
+			},
+			Seccomp:           seccompProfile(),
+			MaskedPaths:       maskedPaths,
+			ReadonlyPaths:     readonlyPaths,
+			RootfsPropagation: "rprivate",
+		},
+	}
+}
+
+// cgroupPath is the execution's cgroup below each hierarchy's root.
+func cgroupPath(id string) string { return "/kibotos/" + id }
+
+// marshalSpec renders config.json.
+func marshalSpec(s *specs.Spec) ([]byte, error) {
+	return json.MarshalIndent(s, "", "  ")
+}

@@ -1,0 +1,153 @@
+// Package runtime defines how a host runs executions: the Driver interface
+// that every runtime implements (the OCI driver in oci/ today, a VM driver
+// later), and the Spec of one execution. Nothing above a Driver may assume
+// that an execution is a container.
+package runtime
+
+import (
+	"context"
+	"errors"
+	"net"
+	"time"
+)
+
+// ErrNotFound is returned for an execution the driver does not know.
+var ErrNotFound = errors.New("runtime: execution not found")
+
+// Spec is everything a driver needs to start one execution.
+type Spec struct {
+	// ID names the execution on this host; it is unique per host and safe
+	// as a file name and a container ID ([a-z0-9_-], at most 64 bytes).
+	ID string
+	// Layers are host directories holding the template's unpacked layers,
+	// lowest first. They are shared by every execution and never written.
+	Layers []string
+	// LayerImage is the host path of the writable layer: an ext4 image
+	// file of exactly LayerBytes, created by CreateLayer. It outlives the
+	// execution; the next start of the same workspace reuses it.
+	LayerImage string
+	// CPUMillis is the CPU limit in thousandths of a core (CFS quota).
+	CPUMillis uint32
+	// MemoryBytes is the hard memory limit, without swap.
+	MemoryBytes uint64
+	// PidsLimit bounds the number of tasks.
+	PidsLimit int64
+	// GuestAgent is the host path of the static kibotos-guest binary,
+	// bind-mounted read-only into the guest and run as its PID 1.
+	GuestAgent string
+	// Hostname is the guest's hostname.
+	Hostname string
+	// Env is extra environment of the guest agent (and so of the guest's
+	// processes), KEY=value.
+	Env []string
+	// NetNS is the host path of the network namespace the execution joins
+	// (its network slot); empty gives it a fresh one with only loopback.
+	NetNS string
+	// ResolvConf, when set, is the guest's /etc/resolv.conf at start. The
+	// guest may change its copy; nothing rewrites it while it runs.
+	ResolvConf []byte
+	// Volume, when set, is mounted into the guest.
+	Volume *VolumeMount
+}
+
+// VolumeMount is a volume of an execution: an ext4 image that outlives
+// the execution (it is the workspace's persistent data), mounted
+// read-write into the guest. The driver never formats or grows it; it
+// only mounts it, and an image in use by another execution is refused.
+type VolumeMount struct {
+	// Image is the host path of the volume's ext4 image.
+	Image string
+	// Path is the absolute guest path it is mounted at (e.g. /data); see
+	// guestabi.CheckVolumePath.
+	Path string
+}
+
+// Status is what a driver observes of an execution.
+type Status struct {
+	// Running is true while the execution's init process lives.
+	Running bool
+	// Ready is true once the guest agent answered the readiness probe.
+	Ready bool
+	// ExitCode and Signal describe how init ended, when not Running.
+	ExitCode int
+	Signal   string
+	// OOMKilled reports that the memory limit killed a process of the
+	// execution at least once.
+	OOMKilled bool
+}
+
+// StopMode selects how Stop ends an execution.
+type StopMode int
+
+const (
+	// StopNormal asks the guest agent to sync and end its processes
+	// (TERM, grace, KILL), then unmounts the writable layer and the
+	// volume cleanly.
+	StopNormal StopMode = iota
+	// StopForce kills at once.
+	StopForce
+)
+
+// StopResult reports how a stop went.
+type StopResult struct {
+	// Confirmed is true when the writable layer (and the volume, if any)
+	// was synced and unmounted cleanly (durability CONFIRMED).
+	Confirmed bool
+}
+
+// Driver runs executions on one host. Every method takes a context and
+// honours its cancellation. Methods are safe for concurrent use on
+// different IDs.
+type Driver interface {
+	// Name is the runtime's name ("runc", "crun", "runsc").
+	Name() string
+	// Start prepares (mounts, cgroups, namespaces) and starts an
+	// execution, and returns once its init process runs; it does not wait
+	// for readiness (see Probe). On error nothing of the execution is left
+	// on the host.
+	Start(ctx context.Context, spec Spec) error
+	// Probe asks the guest agent whether it is ready; nil means ready.
+	Probe(ctx context.Context, id string) error
+	// Status observes an execution; ErrNotFound if the driver has none.
+	Status(ctx context.Context, id string) (Status, error)
+	// Wait blocks until the execution's init process ends or ctx ends.
+	Wait(ctx context.Context, id string) (Status, error)
+	// Stop ends an execution and releases everything Start set up (the
+	// container, mounts, loop devices, cgroup, namespaces), keeping the
+	// layer and volume images: once it returns, neither is in use.
+	// Stopping a stopped or unknown execution succeeds.
+	Stop(ctx context.Context, id string, mode StopMode, grace time.Duration) (StopResult, error)
+	// SetMemory changes the memory limit of a running execution at once.
+	SetMemory(ctx context.Context, id string, bytes uint64) error
+	// VolumeUsage returns the bytes in use and the capacity of the
+	// filesystem of a running execution's volume, as the mounted
+	// filesystem counts them (its own metadata takes part of the image,
+	// so capacity is below the image's size); ErrNotFound if the driver
+	// has no such execution or it has no volume mounted.
+	VolumeUsage(ctx context.Context, id string) (used, capacity uint64, err error)
+	// DialGuest connects to the unix socket the guest agent of a running
+	// execution serves under the name (e.g. "data.sock", in the guest's
+	// /run/kibotos).
+	DialGuest(ctx context.Context, id, name string) (net.Conn, error)
+	// Recover re-adopts the executions left by an earlier process of this
+	// host agent (from the runtime's state and the driver's own records),
+	// releases the leftovers of any that are no longer running, and
+	// returns the IDs of those still running.
+	Recover(ctx context.Context) ([]string, error)
+}
+
+// Layers manages writable-layer images.
+type Layers interface {
+	// CreateLayer creates an ext4 image of exactly bytes at path, unless
+	// one exists already.
+	CreateLayer(ctx context.Context, path string, bytes uint64) error
+	// GrowLayer grows the filesystem of the image at path to bytes (a
+	// whole number of MiB); an image already that large is left alone. The
+	// image must not be in use. A crash at any moment leaves the old image
+	// or the grown one at path.
+	GrowLayer(ctx context.Context, path string, bytes uint64) error
+	// LayerCapacity returns the size of the image at path.
+	LayerCapacity(path string) (uint64, error)
+	// DeleteLayer removes the image at path; a missing one is fine.
+	DeleteLayer(path string) error
+}

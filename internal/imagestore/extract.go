@@ -1,0 +1,300 @@
+package imagestore
+
+import (
+	"archive/tar"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	whiteoutPrefix = ".wh."
+	whiteoutOpaque = ".wh..wh..opq"
+	opaqueXattr    = "trusted.overlay.opaque"
+)
+
+// extractor writes one layer's tar into root as an overlayfs lower directory.
+type extractor struct {
+	root     string
+	dirs     map[string]bool // relative paths known to be real directories
+	dirTimes []entryTimes    // applied last, since creating children changes them
+	size     uint64          // bytes of regular file content
+}
+
+type entryTimes struct {
+	rel, path    string
+	atime, mtime time.Time
+}
+
+// extractLayer extracts tr into root (an existing empty directory) and returns the
+// bytes of regular file content written.
+func extractLayer(tr *tar.Reader, root string) (uint64, error) {
+	x := &extractor{root: root, dirs: map[string]bool{".": true}}
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return 0, fmt.Errorf("%w: reading layer tar: %v", ErrInvalidImage, err)
+		}
+		if err := x.entry(hdr, tr); err != nil {
+			return 0, fmt.Errorf("tar entry %q: %w", hdr.Name, err)
+		}
+	}
+	for i := len(x.dirTimes) - 1; i >= 0; i-- {
+		t := x.dirTimes[i]
+		// Only directories that are still there as directories: a later
+		// entry may have replaced one (or a parent) with a symlink, which
+		// setting times by path would follow out of the layer.
+		if !x.dirs[t.rel] {
+			continue
+		}
+		if err := setTimes(t.path, t.atime, t.mtime); err != nil {
+			return 0, err
+		}
+	}
+	return x.size, nil
+}
+
+func (x *extractor) abs(rel string) string { return filepath.Join(x.root, filepath.FromSlash(rel)) }
+
+func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
+	if hdr.Typeflag == tar.TypeXGlobalHeader {
+		return nil
+	}
+	rel, err := entryPath(hdr.Name)
+	if err != nil {
+		return err
+	}
+	if base := path.Base(rel); strings.HasPrefix(base, whiteoutPrefix) {
+		return x.whiteout(rel, base)
+	}
+	if rel == "." {
+		if hdr.Typeflag != tar.TypeDir {
+			return fmt.Errorf("%w: the layer root must be a directory", ErrInvalidImage)
+		}
+		return x.dir(rel, hdr)
+	}
+	if err := x.parents(rel, true); err != nil {
+		return err
+	}
+	p := x.abs(rel)
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		return x.dir(rel, hdr)
+	case tar.TypeReg, tar.TypeGNUSparse, tar.TypeCont:
+		if err := x.remove(rel); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(f, r)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+		x.size += uint64(hdr.Size)
+	case tar.TypeSymlink:
+		if err := x.remove(rel); err != nil {
+			return err
+		}
+		if err := os.Symlink(hdr.Linkname, p); err != nil {
+			return err
+		}
+	case tar.TypeLink:
+		target, err := entryPath(hdr.Linkname)
+		if err != nil {
+			return fmt.Errorf("link target: %w", err)
+		}
+		if err := x.parents(target, false); err != nil {
+			return err
+		}
+		fi, err := os.Lstat(x.abs(target))
+		if err != nil || fi.IsDir() || target == rel {
+			return fmt.Errorf("%w: hard link to %q, which is not an earlier non-directory entry", ErrInvalidImage, hdr.Linkname)
+		}
+		if err := x.remove(rel); err != nil {
+			return err
+		}
+		return os.Link(x.abs(target), p) // a second name: the target's metadata stands
+	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+		if err := x.remove(rel); err != nil {
+			return err
+		}
+		mode := map[byte]uint32{tar.TypeChar: unix.S_IFCHR, tar.TypeBlock: unix.S_IFBLK, tar.TypeFifo: unix.S_IFIFO}[hdr.Typeflag]
+		dev := unix.Mkdev(uint32(hdr.Devmajor), uint32(hdr.Devminor))
+		if err := unix.Mknod(p, mode|0o600, int(dev)); err != nil {
+			return &os.PathError{Op: "mknod", Path: p, Err: err}
+		}
+	default:
+		return fmt.Errorf("%w: unsupported entry type %q", ErrInvalidImage, hdr.Typeflag)
+	}
+	if err := applyMeta(p, hdr); err != nil {
+		return err
+	}
+	return setTimes(p, accessTime(hdr), hdr.ModTime)
+}
+
+// whiteout converts an OCI whiteout entry to its overlayfs form.
+func (x *extractor) whiteout(rel, base string) error {
+	if err := x.parents(rel, true); err != nil {
+		return err
+	}
+	dir := path.Dir(rel)
+	if base == whiteoutOpaque {
+		if err := unix.Lsetxattr(x.abs(dir), opaqueXattr, []byte("y"), 0); err != nil {
+			return &os.PathError{Op: "setxattr " + opaqueXattr, Path: x.abs(dir), Err: err}
+		}
+		return nil
+	}
+	name := strings.TrimPrefix(base, whiteoutPrefix)
+	if name == "" || name == "." || name == ".." {
+		return fmt.Errorf("%w: malformed whiteout", ErrInvalidImage)
+	}
+	target := path.Join(dir, name)
+	if err := x.remove(target); err != nil {
+		return err
+	}
+	p := x.abs(target)
+	if err := unix.Mknod(p, unix.S_IFCHR, 0); err != nil {
+		return &os.PathError{Op: "mknod whiteout", Path: p, Err: err}
+	}
+	return nil
+}
+
+// dir creates (or keeps) the directory rel and applies hdr's metadata; its times are
+// set at the end of the layer.
+func (x *extractor) dir(rel string, hdr *tar.Header) error {
+	p := x.abs(rel)
+	fi, err := os.Lstat(p)
+	if err != nil || !fi.IsDir() {
+		if err := x.remove(rel); err != nil {
+			return err
+		}
+		if err := os.Mkdir(p, 0o700); err != nil {
+			return err
+		}
+	}
+	x.dirs[rel] = true
+	if err := applyMeta(p, hdr); err != nil {
+		return err
+	}
+	x.dirTimes = append(x.dirTimes, entryTimes{rel, p, accessTime(hdr), hdr.ModTime})
+	return nil
+}
+
+// parents checks that every ancestor of rel is a real directory inside the root, not
+// a symlink or file, so that nothing written for rel lands outside. Missing ancestors
+// are created (mode 0755) if create is set, an error otherwise.
+func (x *extractor) parents(rel string, create bool) error {
+	parent := path.Dir(rel)
+	if x.dirs[parent] {
+		return nil
+	}
+	elems := strings.Split(parent, "/")
+	for i := range elems {
+		p := strings.Join(elems[:i+1], "/")
+		if x.dirs[p] {
+			continue
+		}
+		fi, err := os.Lstat(x.abs(p))
+		switch {
+		case errors.Is(err, fs.ErrNotExist) && create:
+			if err := os.Mkdir(x.abs(p), 0o755); err != nil {
+				return err
+			}
+			if err := os.Chmod(x.abs(p), 0o755); err != nil { // despite the umask
+				return err
+			}
+		case err != nil:
+			return fmt.Errorf("%w: parent %q: %v", ErrInvalidImage, p, err)
+		case fi.Mode()&fs.ModeSymlink != 0:
+			return fmt.Errorf("%w: parent %q is a symlink", ErrInvalidImage, p)
+		case !fi.IsDir():
+			return fmt.Errorf("%w: parent %q is not a directory", ErrInvalidImage, p)
+		}
+		x.dirs[p] = true
+	}
+	return nil
+}
+
+// remove deletes whatever an earlier entry left at rel, so a later entry replaces it.
+func (x *extractor) remove(rel string) error {
+	p := x.abs(rel)
+	fi, err := os.Lstat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return os.Remove(p)
+	}
+	for d := range x.dirs {
+		if d == rel || strings.HasPrefix(d, rel+"/") {
+			delete(x.dirs, d)
+		}
+	}
+	return os.RemoveAll(p)
+}
+
+// applyMeta sets ownership, then mode (chown clears set-id bits), then xattrs.
+// Overlayfs' own trusted.overlay.* xattrs are never taken from an image.
+func applyMeta(p string, hdr *tar.Header) error {
+	if err := os.Lchown(p, hdr.Uid, hdr.Gid); err != nil {
+		return err
+	}
+	if hdr.Typeflag != tar.TypeSymlink {
+		mode := hdr.FileInfo().Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+		if err := os.Chmod(p, mode); err != nil {
+			return err
+		}
+	}
+	for k, v := range hdr.PAXRecords {
+		name, ok := strings.CutPrefix(k, "SCHILY.xattr.")
+		if !ok || strings.HasPrefix(name, "trusted.overlay.") {
+			continue
+		}
+		if err := unix.Lsetxattr(p, name, []byte(v), 0); err != nil {
+			if errors.Is(err, unix.ENOTSUP) || (hdr.Typeflag == tar.TypeSymlink && errors.Is(err, unix.EPERM)) {
+				continue // a filesystem or file type that cannot hold it
+			}
+			return &os.PathError{Op: "setxattr " + name, Path: p, Err: err}
+		}
+	}
+	return nil
+}
+
+func accessTime(hdr *tar.Header) time.Time {
+	if hdr.AccessTime.IsZero() {
+		return hdr.ModTime
+	}
+	return hdr.AccessTime
+}
+
+// setTimes sets p's times without following a symlink.
+func setTimes(p string, atime, mtime time.Time) error {
+	ts := []unix.Timespec{timespec(atime), timespec(mtime)}
+	if err := unix.UtimesNanoAt(unix.AT_FDCWD, p, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return &os.PathError{Op: "utimensat", Path: p, Err: err}
+	}
+	return nil
+}
+
+func timespec(t time.Time) unix.Timespec {
+	return unix.Timespec{Sec: t.Unix(), Nsec: int64(t.Nanosecond())}
+}
