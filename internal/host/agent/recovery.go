@@ -1,0 +1,29 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+)
+
+// recoverExecutions adopts the executions an earlier process of this host
+// agent left running and releases the network namespaces of the others.
+// A leftover that cannot be released now must not keep the host from
+// serving: adopt what runs, and converge releases the rest later.
+func (a *Agent) recoverExecutions(ctx context.Context) {
+	running, err := a.cfg.Driver.Recover(ctx)
+	if err != nil {
+		slog.Error("recovering executions (continuing with those found running)", "err", err)
+	}
+	for _, id := range running {
+		slog.Info("recovered running execution", "execution", id)
+		a.adopt(ctx, id)
+	}
+	a.releaseSlotsExcept(running)
+}
+
+// adopt tracks an execution found running at start.
+func (a *Agent) adopt(ctx context.Context, id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.newExecution(ctx, id, true).reopenSlot()
+}

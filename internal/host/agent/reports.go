@@ -1,0 +1,132 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+)
+
+// report queues a report for ctrl.
+func (a *Agent) report(r *hostv1.ExecutionReport) {
+	r.ObservedAt = timestamppb.Now()
+	select {
+	case a.reports <- r:
+	default:
+		slog.Warn("report queue full; the next heartbeat carries the state", "execution", r.ExecutionId)
+	}
+}
+
+// sendReports sends queued reports and, every heartbeat, the last report
+// of every execution again, so a restarted ctrl learns everything.
+func (a *Agent) sendReports(ctx context.Context) {
+	ticker := time.NewTicker(heartbeat)
+	defer ticker.Stop()
+	// pending keeps reports in the order they were made until ctrl has
+	// taken them; a failed call keeps them for the next attempt.
+	var pending []*hostv1.ExecutionReport
+	// pendingVolumes keeps only the latest report of each Volume: each is
+	// complete.
+	pendingVolumes := map[string]*hostv1.VolumeReport{}
+	for {
+		heartbeatDue := false
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-a.reports:
+			pending = append(pending, r)
+		case r := <-a.volumeReports:
+			pendingVolumes[r.VolumeId] = r
+		case <-ticker.C:
+			heartbeatDue = true
+		}
+	drain:
+		for {
+			select {
+			case r := <-a.reports:
+				pending = append(pending, r)
+			case r := <-a.volumeReports:
+				pendingVolumes[r.VolumeId] = r
+			default:
+				break drain
+			}
+		}
+		if heartbeatDue {
+			// After everything queued, so nothing older follows it.
+			a.mu.Lock()
+			for _, e := range a.execs {
+				if r := e.lastReport(); r != nil {
+					pending = append(pending, r)
+				}
+			}
+			a.mu.Unlock()
+			for _, r := range a.vols.latest() {
+				pendingVolumes[r.VolumeId] = r
+			}
+		}
+		if len(pending) == 0 && len(pendingVolumes) == 0 {
+			continue
+		}
+		req := &hostv1.ReportExecutionsRequest{HostId: a.cfg.HostID, Reports: pending}
+		for _, r := range pendingVolumes {
+			req.Volumes = append(req.Volumes, r)
+		}
+		callCtx, cancel := context.WithTimeout(ctx, reportTimeout)
+		_, err := a.cfg.Client.ReportExecutions(callCtx, connect.NewRequest(req))
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				slog.Warn("report to ctrl failed; retrying with the next report or heartbeat", "err", err)
+			}
+			if len(pending) > maxPendingReports {
+				pending = pending[len(pending)-maxPendingReports:]
+			}
+			continue
+		}
+		pending = nil
+		clear(pendingVolumes)
+	}
+}
+
+func (e *execution) lastReport() *hostv1.ExecutionReport {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.last == nil {
+		return nil
+	}
+	return proto.CloneOf(e.last)
+}
+
+// report records and sends a report about this execution.
+func (e *execution) report(as *hostv1.Assignment, r *hostv1.ExecutionReport) {
+	e.reportMu.Lock()
+	defer e.reportMu.Unlock()
+	e.send(as, r)
+}
+
+// send records and sends a report; reportMu is held.
+func (e *execution) send(as *hostv1.Assignment, r *hostv1.ExecutionReport) {
+	r.ExecutionId, r.WorkspaceId, r.Generation = e.id, as.WorkspaceId, as.Generation
+	e.mu.Lock()
+	e.last = proto.CloneOf(r)
+	e.mu.Unlock()
+	e.agent.report(r)
+}
+
+// reasonOf classifies a failure for ctrl.
+func reasonOf(err error) ctrlv1.FailureReason {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return ctrlv1.FailureReason_FAILURE_REASON_TIMED_OUT
+	case errors.Is(err, context.Canceled):
+		return ctrlv1.FailureReason_FAILURE_REASON_CANCELLED
+	}
+	return ctrlv1.FailureReason_FAILURE_REASON_INTERNAL
+}

@@ -1,0 +1,106 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/host/netslot"
+	"github.com/kibotos/kibotos/internal/host/runtime"
+)
+
+// start takes an execution from nothing to RUNNING: deliver the template's
+// layers, create (or grow) the writable layer, open the Volume, create the
+// network slot, start it through the driver and probe until the guest
+// answers. A failure is reported FAILED with the stage it failed at, and
+// releases what the attempt set up.
+func (e *execution) start(ctx context.Context, as *hostv1.Assignment) {
+	lock := e.agent.layerLock(as.LayerId)
+	lock.Lock()
+	defer lock.Unlock()
+	fail := func(stage ctrlv1.FailureStage, err error) {
+		slog.Error("execution failed to start", "execution", e.id, "err", err)
+		e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_FAILED,
+			FailureStage: stage, FailureReason: reasonOf(err), FailureMessage: err.Error()})
+	}
+	delivering := &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_DELIVERING}
+	lastSent := time.Time{}
+	layers, err := e.agent.deliver(ctx, as, func(done, total uint64) {
+		delivering.DeliveryBytesDelivered, delivering.DeliveryBytesTotal = done, total
+		if time.Since(lastSent) > 200*time.Millisecond || done == total {
+			lastSent = time.Now()
+			e.report(as, proto.CloneOf(delivering))
+		}
+	})
+	if err != nil {
+		fail(ctrlv1.FailureStage_FAILURE_STAGE_CREATING, fmt.Errorf("deliver template %s@%s: %w", as.Template.TemplateId, as.Template.Revision, err))
+		return
+	}
+	e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_STARTING})
+	path := e.agent.layerPath(as.LayerId)
+	_, statErr := os.Stat(path)
+	continued := statErr == nil
+	if err := e.agent.cfg.Layers.CreateLayer(ctx, path, as.Resources.GetWritableLayerBytes()); err != nil {
+		fail(ctrlv1.FailureStage_FAILURE_STAGE_CREATING, fmt.Errorf("writable layer: %w", err))
+		return
+	}
+	// ResizeWorkspaceWritableLayer grew the request while it was stopped.
+	if err := e.agent.cfg.Layers.GrowLayer(ctx, path, as.Resources.GetWritableLayerBytes()); err != nil {
+		fail(ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_WRITABLE_LAYER, fmt.Errorf("growing the writable layer: %w", err))
+		return
+	}
+	var volume *runtime.VolumeMount
+	if as.Volume != nil {
+		image, unlock, stage, err := e.agent.vols.open(ctx, as.Volume)
+		if err != nil {
+			fail(stage, err)
+			return
+		}
+		defer unlock() // once the execution has it mounted, nothing else can
+		volume = &runtime.VolumeMount{Image: image, Path: as.Volume.MountPath}
+	}
+	slot, err := e.createSlot(as)
+	if err != nil {
+		fail(ctrlv1.FailureStage_FAILURE_STAGE_APPLYING_NETWORK, err)
+		return
+	}
+	spec := runtime.Spec{
+		ID: e.id, Layers: layers, LayerImage: path,
+		CPUMillis: as.Resources.GetCpuMillis(), MemoryBytes: as.Resources.GetMemoryBytes(), PidsLimit: pidsLimit,
+		GuestAgent: e.agent.cfg.GuestAgent, Hostname: as.WorkspaceId, Env: as.Template.GetEnv(),
+		NetNS: slot.Path(), ResolvConf: netslot.ResolvConf(e.agent.cfg.Network.DeploymentResolvers),
+		Volume: volume,
+	}
+	if err := e.agent.cfg.Driver.Start(ctx, spec); err != nil {
+		e.releaseSlot()
+		fail(ctrlv1.FailureStage_FAILURE_STAGE_STARTING, err)
+		return
+	}
+	e.setRunning(ctx, true)
+	e.memory = spec.MemoryBytes
+	probeCtx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	for {
+		err := e.agent.cfg.Driver.Probe(probeCtx, e.id)
+		if err == nil {
+			break
+		}
+		if probeCtx.Err() != nil {
+			e.setRunning(ctx, false)
+			e.agent.cfg.Driver.Stop(ctx, e.id, runtime.StopForce, 0)
+			e.releaseSlot()
+			fail(ctrlv1.FailureStage_FAILURE_STAGE_WAITING_FOR_READINESS, fmt.Errorf("guest agent did not answer within %s: %w", readyTimeout, err))
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	capacity, _ := e.agent.cfg.Layers.LayerCapacity(path)
+	e.report(as, e.withNetwork(&hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_RUNNING,
+		LayerCapacityBytes: &capacity, LayerContinued: continued}))
+}

@@ -1,0 +1,79 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/host/runtime"
+)
+
+// exit releases an execution whose init ended on its own and tells ctrl.
+func (e *execution) exit(ctx context.Context, as *hostv1.Assignment, st runtime.Status) {
+	e.agent.cfg.Driver.Stop(ctx, e.id, runtime.StopForce, 0)
+	e.releaseSlot()
+	e.setRunning(ctx, false)
+	e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_EXITED, OomKilled: st.OOMKilled})
+}
+
+// stop ends the execution and reports true once nothing of it runs.
+func (e *execution) stop(ctx context.Context, as *hostv1.Assignment, mode runtime.StopMode) bool {
+	var layerID string
+	if as != nil {
+		layerID = as.LayerId
+		lock := e.agent.layerLock(layerID)
+		lock.Lock()
+		defer lock.Unlock()
+		e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_STOPPING})
+	}
+	e.setRunning(ctx, false) // a deliberate stop is not an exit
+	res, err := e.agent.cfg.Driver.Stop(ctx, e.id, mode, stopGrace)
+	if err == nil {
+		err = e.releaseSlot()
+	}
+	if err != nil {
+		slog.Error("stop failed", "execution", e.id, "err", err)
+		if as != nil {
+			e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_FAILED,
+				FailureStage: ctrlv1.FailureStage_FAILURE_STAGE_STOPPING, FailureReason: reasonOf(err), FailureMessage: err.Error()})
+		}
+		return false
+	}
+	if as == nil {
+		return true
+	}
+	durability := ctrlv1.StopDurability_STOP_DURABILITY_UNCONFIRMED
+	if res.Confirmed {
+		durability = ctrlv1.StopDurability_STOP_DURABILITY_CONFIRMED
+	}
+	r := &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_STOPPED,
+		StopDurability: durability, StopCommandId: as.GetStop().GetCommandId()}
+	if capacity, err := e.agent.cfg.Layers.LayerCapacity(e.agent.layerPath(layerID)); err == nil {
+		r.LayerCapacityBytes = &capacity
+	}
+	e.report(as, r)
+	return true
+}
+
+func (e *execution) delete(ctx context.Context, as *hostv1.Assignment) {
+	lock := e.agent.layerLock(as.LayerId)
+	lock.Lock()
+	defer lock.Unlock()
+	e.setRunning(ctx, false)
+	_, err := e.agent.cfg.Driver.Stop(ctx, e.id, runtime.StopForce, 0)
+	if err == nil {
+		err = e.releaseSlot()
+	}
+	if err != nil {
+		e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_FAILED,
+			FailureStage: ctrlv1.FailureStage_FAILURE_STAGE_DELETING, FailureReason: reasonOf(err), FailureMessage: err.Error()})
+		return
+	}
+	if err := e.agent.cfg.Layers.DeleteLayer(e.agent.layerPath(as.LayerId)); err != nil {
+		e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_FAILED,
+			FailureStage: ctrlv1.FailureStage_FAILURE_STAGE_DELETING, FailureReason: reasonOf(err), FailureMessage: err.Error()})
+		return
+	}
+	e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_DELETED})
+}
