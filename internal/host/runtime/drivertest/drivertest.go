@@ -1,0 +1,516 @@
+// Package drivertest is the one test suite every runtime.Driver passes:
+// the fake, the OCI driver with each runtime the machine runs, and any
+// later driver. It checks what the Driver interface promises, and where
+// its doc is silent, what the OCI driver does and callers rely on (errors
+// for unknown executions, a second Stop, refused specs leaving nothing).
+package drivertest
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kibotos/kibotos/internal/guestabi"
+	"github.com/kibotos/kibotos/internal/host/runtime"
+)
+
+// Machine is one test's host as the suite sees it.
+type Machine interface {
+	// Driver returns a new driver object over the machine's state, as a
+	// restarted host agent would have it.
+	Driver(t *testing.T) runtime.Driver
+	// Spec returns a runnable spec of execution id with a new layer image
+	// of its own.
+	Spec(t *testing.T, id string) runtime.Spec
+	// Volume returns a new volume image.
+	Volume(t *testing.T, name string) string
+	// Crash ends the init of a running execution behind the driver's back
+	// and returns once it has ended.
+	Crash(t *testing.T, id string)
+	// AssertReleased fails t if anything of the execution of spec is still
+	// held on the machine, its layer and volume images included.
+	AssertReleased(t *testing.T, spec runtime.Spec)
+}
+
+// bound is how long one step of a test may take before it is reported
+// as hung (a bound, not a measure: a loaded machine stays far below it).
+const bound = time.Minute
+
+// Run runs the suite; newMachine is called once per test.
+func Run(t *testing.T, newMachine func(t *testing.T) Machine) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T, Machine)
+	}{
+		{"StartProbeStopNormal", testStartProbeStopNormal},
+		{"StopForce", testStopForce},
+		{"Unknown", testUnknown},
+		{"RefusedSpecs", testRefusedSpecs},
+		{"CancelledStart", testCancelledStart},
+		{"StartTwice", testStartTwice},
+		{"LayerInUse", testLayerInUse},
+		{"InitEnds", testInitEnds},
+		{"WaitHonoursContext", testWaitHonoursContext},
+		{"RecoverAfterRestart", testRecoverAfterRestart},
+		{"SetMemory", testSetMemory},
+		{"Volume", testVolume},
+		{"DialGuest", testDialGuest},
+		{"Concurrent", testConcurrent},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.test(t, newMachine(t)) })
+	}
+}
+
+func ctxOf(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// start starts spec and waits until its guest answers the probe.
+func start(t *testing.T, d runtime.Driver, spec runtime.Spec) {
+	t.Helper()
+	ctx := ctxOf(t)
+	if err := d.Start(ctx, spec); err != nil {
+		t.Fatalf("Start(%s): %v", spec.ID, err)
+	}
+	waitReady(t, d, spec.ID)
+}
+
+func waitReady(t *testing.T, d runtime.Driver, id string) {
+	t.Helper()
+	ctx := ctxOf(t)
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := d.Probe(pctx, id)
+		cancel()
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%s not ready within %s: %v", id, bound, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// stop stops id in mode, checks that it is released, and returns the
+// result.
+func stop(t *testing.T, m Machine, d runtime.Driver, spec runtime.Spec, mode runtime.StopMode) runtime.StopResult {
+	t.Helper()
+	res, err := d.Stop(ctxOf(t), spec.ID, mode, time.Second)
+	if err != nil {
+		t.Fatalf("Stop(%s): %v", spec.ID, err)
+	}
+	m.AssertReleased(t, spec)
+	return res
+}
+
+// wantGone checks that the driver no longer knows id.
+func wantGone(t *testing.T, d runtime.Driver, id string) {
+	t.Helper()
+	ctx := ctxOf(t)
+	if _, err := d.Status(ctx, id); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("Status(%s): %v, want ErrNotFound", id, err)
+	}
+	if err := d.Probe(ctx, id); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("Probe(%s): %v, want ErrNotFound", id, err)
+	}
+}
+
+// testStartProbeStopNormal: a started execution runs and becomes ready; a
+// NORMAL stop is confirmed and releases it; a second stop succeeds with
+// nothing to confirm.
+func testStartProbeStopNormal(t *testing.T, m Machine) {
+	d := m.Driver(t)
+	spec := m.Spec(t, "normal")
+	start(t, d, spec)
+	st, err := d.Status(ctxOf(t), spec.ID)
+	if err != nil || !st.Running || !st.Ready || st.OOMKilled {
+		t.Errorf("Status of a ready execution = %+v, %v", st, err)
+	}
+	if res := stop(t, m, d, spec, runtime.StopNormal); !res.Confirmed {
+		t.Error("NORMAL stop not confirmed")
+	}
+	wantGone(t, d, spec.ID)
+	if res, err := d.Stop(ctxOf(t), spec.ID, runtime.StopNormal, time.Second); err != nil || res.Confirmed {
+		t.Errorf("second Stop = %+v, %v; want success, unconfirmed", res, err)
+	}
+	// The layer image outlives the execution: the next start reuses it.
+	start(t, d, spec)
+	stop(t, m, d, spec, runtime.StopNormal)
+}
+
+// testStopForce: a FORCE stop is never confirmed and releases everything;
+// the layer image starts again.
+func testStopForce(t *testing.T, m Machine) {
+	d := m.Driver(t)
+	spec := m.Spec(t, "force")
+	start(t, d, spec)
+	if res := stop(t, m, d, spec, runtime.StopForce); res.Confirmed {
+		t.Error("FORCE stop confirmed")
+	}
+	wantGone(t, d, spec.ID)
+	start(t, d, spec)
+	stop(t, m, d, spec, runtime.StopForce)
+}
+
+// testUnknown: an execution the driver does not know is ErrNotFound where
+// the interface says so, an error elsewhere, and stops successfully.
+func testUnknown(t *testing.T, m Machine) {
+	d := m.Driver(t)
+	ctx := ctxOf(t)
+	wantGone(t, d, "unknown")
+	if _, err := d.Wait(ctx, "unknown"); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("Wait: %v, want ErrNotFound", err)
+	}
+	if _, _, err := d.VolumeUsage(ctx, "unknown"); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("VolumeUsage: %v, want ErrNotFound", err)
+	}
+	if res, err := d.Stop(ctx, "unknown", runtime.StopNormal, time.Second); err != nil || res.Confirmed {
+		t.Errorf("Stop = %+v, %v; want success, unconfirmed", res, err)
+	}
+	if err := d.SetMemory(ctx, "unknown", 256<<20); err == nil {
+		t.Error("SetMemory of an unknown execution succeeded")
+	}
+	if c, err := d.DialGuest(ctx, "unknown", guestabi.DataSocket); err == nil {
+		c.Close()
+		t.Error("DialGuest of an unknown execution succeeded")
+	}
+}
+
+// testRefusedSpecs: a spec the driver cannot run is refused before
+// anything is set up.
+func testRefusedSpecs(t *testing.T, m Machine) {
+	d := m.Driver(t)
+	ctx := ctxOf(t)
+	vol := m.Volume(t, "v")
+	for _, c := range []struct {
+		name   string
+		change func(*runtime.Spec)
+	}{
+		{"no layers", func(s *runtime.Spec) { s.Layers = nil }},
+		{"missing layer image", func(s *runtime.Spec) { s.LayerImage += ".missing" }},
+		{"relative guest agent", func(s *runtime.Spec) { s.GuestAgent = "kibotos-guest" }},
+		{"relative volume path", func(s *runtime.Spec) { s.Volume = &runtime.VolumeMount{Image: vol, Path: "data"} }},
+		{"volume at /", func(s *runtime.Spec) { s.Volume = &runtime.VolumeMount{Image: vol, Path: "/"} }},
+		{"volume over the sockets", func(s *runtime.Spec) { s.Volume = &runtime.VolumeMount{Image: vol, Path: guestabi.SocketDir} }},
+		{"volume is the layer", func(s *runtime.Spec) { s.Volume = &runtime.VolumeMount{Image: s.LayerImage, Path: "/data"} }},
+		{"missing volume image", func(s *runtime.Spec) { s.Volume = &runtime.VolumeMount{Image: vol + ".missing", Path: "/data"} }},
+	} {
+		spec := m.Spec(t, "refused")
+		c.change(&spec)
+		if err := d.Start(ctx, spec); err == nil {
+			d.Stop(ctx, spec.ID, runtime.StopForce, 0)
+			t.Errorf("%s: Start succeeded", c.name)
+		}
+		wantGone(t, d, spec.ID)
+		m.AssertReleased(t, spec)
+	}
+	for _, id := range []string{"", "Bad", "a/b", "..", strings.Repeat("a", 65)} {
+		spec := m.Spec(t, "valid")
+		spec.ID = id
+		if err := d.Start(ctx, spec); err == nil {
+			d.Stop(ctx, id, runtime.StopForce, 0)
+			t.Errorf("Start accepted the ID %q", id)
+		}
+	}
+}
+
+// testCancelledStart: a start whose context has ended fails and leaves
+// nothing.
+func testCancelledStart(t *testing.T, m Machine) {
+	d := m.Driver(t)
+	spec := m.Spec(t, "cancelled")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := d.Start(ctx, spec); err == nil {
+		t.Fatal("Start with an ended context succeeded")
+	}
+	wantGone(t, d, spec.ID)
+	m.AssertReleased(t, spec)
+}
+
+// testStartTwice: a running ID cannot be started again, and the running
+// execution does not suffer.
+func testStartTwice(t *testing.T, m Machine) {
+	d := m.Driver(t)
+	spec := m.Spec(t, "twice")
+	start(t, d, spec)
+	again := m.Spec(t, "twice")
+	if err := d.Start(ctxOf(t), again); err == nil {
+		t.Error("started a running execution again")
+	}
+	if err := d.Probe(ctxOf(t), spec.ID); err != nil {
+		t.Errorf("the running execution suffered: %v", err)
+	}
+	stop(t, m, d, spec, runtime.StopNormal)
+	m.AssertReleased(t, again)
+}
+
+// testLayerInUse: a second execution on a layer image in use is refused
+// and leaves nothing; the first runs on.
+func testLayerInUse(t *testing.T, m Machine) {
+	d := m.Driver(t)
+	one := m.Spec(t, "one")
+	start(t, d, one)
+	two := m.Spec(t, "two")
+	two.LayerImage = one.LayerImage
+	if err := d.Start(ctxOf(t), two); err == nil {
+		t.Error("started a second execution on a layer image in use")
+	}
+	wantGone(t, d, two.ID)
+	if err := d.Probe(ctxOf(t), one.ID); err != nil {
+		t.Errorf("the running execution suffered: %v", err)
+	}
+	stop(t, m, d, one, runtime.StopNormal)
+	// Free once its execution stopped.
+	start(t, d, two)
+	stop(t, m, d, two, runtime.StopForce)
+}
+
+// testInitEnds: Wait returns when init ends on its own; the driver then
+// reports it ended, and Stop releases it.
+func testInitEnds(t *testing.T, m Machine) {
+	d := m.Driver(t)
+	spec := m.Spec(t, "ends")
+	start(t, d, spec)
+	type result struct {
+		st  runtime.Status
+		err error
+	}
+	waited := make(chan result, 1)
+	go func() {
+		st, err := d.Wait(ctxOf(t), spec.ID)
+		waited <- result{st, err}
+	}()
+	m.Crash(t, spec.ID)
+	r := <-waited
+	if r.err != nil || r.st.Running || r.st.Ready {
+		t.Errorf("Wait = %+v, %v; want an ended execution", r.st, r.err)
+	}
+	ctx := ctxOf(t)
+	if st, err := d.Status(ctx, spec.ID); err != nil || st.Running || st.Ready {
+		t.Errorf("Status after the end = %+v, %v", st, err)
+	}
+	if err := d.Probe(ctx, spec.ID); err == nil {
+		t.Error("Probe of an ended execution succeeded")
+	}
+	if st, err := d.Wait(ctx, spec.ID); err != nil || st.Running {
+		t.Errorf("Wait of an ended execution = %+v, %v", st, err)
+	}
+	stop(t, m, d, spec, runtime.StopNormal)
+	wantGone(t, d, spec.ID)
+}
+
+// testWaitHonoursContext: Wait of a running execution returns the
+// context's error when it ends first.
+func testWaitHonoursContext(t *testing.T, m Machine) {
+	d := m.Driver(t)
+	spec := m.Spec(t, "waitctx")
+	start(t, d, spec)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := d.Wait(ctx, spec.ID); !errors.Is(err, context.Canceled) {
+		t.Errorf("Wait with an ended context: %v, want context.Canceled", err)
+	}
+	if err := d.Probe(ctxOf(t), spec.ID); err != nil {
+		t.Errorf("the execution suffered: %v", err)
+	}
+	stop(t, m, d, spec, runtime.StopForce)
+}
+
+// testRecoverAfterRestart: a new driver object over the same machine
+// adopts what runs (and can probe, stop and wait on it) and releases what
+// ended while nobody watched, its volume included.
+func testRecoverAfterRestart(t *testing.T, m Machine) {
+	d := m.Driver(t)
+	alive, dead := m.Spec(t, "alive"), m.Spec(t, "dead")
+	dead.Volume = &runtime.VolumeMount{Image: m.Volume(t, "dead"), Path: "/srv/data"}
+	start(t, d, alive)
+	start(t, d, dead)
+	m.Crash(t, dead.ID)
+
+	d2 := m.Driver(t)
+	ctx := ctxOf(t)
+	ids, err := d2.Recover(ctx)
+	if err != nil || len(ids) != 1 || ids[0] != alive.ID {
+		t.Fatalf("Recover = %v, %v; want [%s]", ids, err, alive.ID)
+	}
+	m.AssertReleased(t, dead)
+	wantGone(t, d2, dead.ID)
+	if st, err := d2.Status(ctx, alive.ID); err != nil || !st.Running || !st.Ready {
+		t.Errorf("Status after Recover = %+v, %v", st, err)
+	}
+	// Recover again finds the same; nothing changes.
+	if ids, err := d2.Recover(ctx); err != nil || len(ids) != 1 || ids[0] != alive.ID {
+		t.Errorf("second Recover = %v, %v", ids, err)
+	}
+	if err := d2.SetMemory(ctx, alive.ID, 512<<20); err != nil {
+		t.Errorf("SetMemory after Recover: %v", err)
+	}
+	if res := stop(t, m, d2, alive, runtime.StopNormal); !res.Confirmed {
+		t.Error("NORMAL stop of an adopted execution not confirmed")
+	}
+	if ids, err := d2.Recover(ctx); err != nil || len(ids) != 0 {
+		t.Errorf("Recover with nothing left = %v, %v", ids, err)
+	}
+}
+
+// testSetMemory: a running execution's memory limit changes at once.
+func testSetMemory(t *testing.T, m Machine) {
+	d := m.Driver(t)
+	spec := m.Spec(t, "memory")
+	start(t, d, spec)
+	if err := d.SetMemory(ctxOf(t), spec.ID, spec.MemoryBytes+128<<20); err != nil {
+		t.Errorf("SetMemory: %v", err)
+	}
+	if err := d.Probe(ctxOf(t), spec.ID); err != nil {
+		t.Errorf("after SetMemory: %v", err)
+	}
+	stop(t, m, d, spec, runtime.StopNormal)
+}
+
+// testVolume: an execution's volume is measured while it runs, refused
+// to a second execution, and free again after a stop.
+func testVolume(t *testing.T, m Machine) {
+	d := m.Driver(t)
+	ctx := ctxOf(t)
+	vol := m.Volume(t, "v")
+	withVolume := func(id string) runtime.Spec {
+		s := m.Spec(t, id)
+		s.Volume = &runtime.VolumeMount{Image: vol, Path: "/data"}
+		return s
+	}
+	first := withVolume("v1")
+	start(t, d, first)
+	used, capacity, err := d.VolumeUsage(ctx, first.ID)
+	if err != nil || capacity == 0 || used > capacity {
+		t.Errorf("VolumeUsage = %d of %d, %v", used, capacity, err)
+	}
+	second := withVolume("v2")
+	if err := d.Start(ctx, second); err == nil {
+		t.Error("started a second execution on a volume in use")
+	}
+	wantGone(t, d, second.ID)
+	if err := d.Probe(ctx, first.ID); err != nil {
+		t.Errorf("the running execution suffered: %v", err)
+	}
+	if res := stop(t, m, d, first, runtime.StopNormal); !res.Confirmed {
+		t.Error("NORMAL stop with a volume not confirmed")
+	}
+	if _, _, err := d.VolumeUsage(ctx, first.ID); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("VolumeUsage after the stop: %v, want ErrNotFound", err)
+	}
+	start(t, d, second)
+	if res := stop(t, m, d, second, runtime.StopForce); res.Confirmed {
+		t.Error("FORCE stop with a volume confirmed")
+	}
+
+	plain := m.Spec(t, "novol")
+	start(t, d, plain)
+	if _, _, err := d.VolumeUsage(ctx, plain.ID); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("VolumeUsage of an execution without a volume: %v, want ErrNotFound", err)
+	}
+	stop(t, m, d, plain, runtime.StopForce)
+}
+
+// testDialGuest: the guest's data socket carries HTTP/2 to its data
+// plane while the execution runs; bad names, and stopped executions, are
+// refused.
+func testDialGuest(t *testing.T, m Machine) {
+	d := m.Driver(t)
+	ctx := ctxOf(t)
+	spec := m.Spec(t, "dial")
+	start(t, d, spec)
+	// The guest agent may open its data socket after it answers the probe.
+	var c net.Conn
+	for {
+		var err error
+		if c, err = d.DialGuest(ctx, spec.ID, guestabi.DataSocket); err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("DialGuest(%s): %v", guestabi.DataSocket, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if status, err := roundTrip(ctx, c); err != nil || status == 0 {
+		t.Errorf("an HTTP/2 request to the data plane: status %d, %v", status, err)
+	}
+	for _, name := range []string{"", ".", "..", "../" + guestabi.DataSocket, "a/b", "missing.sock"} {
+		if c, err := d.DialGuest(ctx, spec.ID, name); err == nil {
+			c.Close()
+			t.Errorf("DialGuest accepted the name %q", name)
+		}
+	}
+	stop(t, m, d, spec, runtime.StopNormal)
+	if c, err := d.DialGuest(ctx, spec.ID, guestabi.DataSocket); err == nil {
+		c.Close()
+		t.Error("DialGuest of a stopped execution succeeded")
+	}
+}
+
+// roundTrip sends one cleartext HTTP/2 request over c and returns the
+// response's status.
+func roundTrip(ctx context.Context, c net.Conn) (int, error) {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	used := false
+	tr := &http.Transport{Protocols: &p, DialContext: func(context.Context, string, string) (net.Conn, error) {
+		if used {
+			return nil, errors.New("one connection only")
+		}
+		used = true
+		return c, nil
+	}}
+	defer tr.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://guest/kibotos.data.v1.Unknown/Call", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// testConcurrent: executions start, run and stop side by side.
+func testConcurrent(t *testing.T, m Machine) {
+	d := m.Driver(t)
+	specs := []runtime.Spec{m.Spec(t, "c0"), m.Spec(t, "c1"), m.Spec(t, "c2")}
+	errs := make([]error, len(specs))
+	var wg sync.WaitGroup
+	for i, spec := range specs {
+		wg.Go(func() {
+			ctx := ctxOf(t)
+			if errs[i] = d.Start(ctx, spec); errs[i] != nil {
+				return
+			}
+			for d.Probe(ctx, spec.ID) != nil {
+				if errs[i] = ctx.Err(); errs[i] != nil {
+					return
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			res, err := d.Stop(ctx, spec.ID, runtime.StopNormal, time.Second)
+			if errs[i] = err; err == nil && !res.Confirmed {
+				errs[i] = errors.New("NORMAL stop not confirmed")
+			}
+		})
+	}
+	wg.Wait()
+	for i, spec := range specs {
+		if errs[i] != nil {
+			t.Errorf("%s: %v", spec.ID, errs[i])
+		}
+		m.AssertReleased(t, spec)
+	}
+}

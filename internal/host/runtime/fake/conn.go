@@ -1,0 +1,50 @@
+package fake
+
+import (
+	"net"
+	"net/http"
+	"sync"
+)
+
+// serveConn returns the client end of an in-memory connection whose other
+// end h serves over cleartext HTTP/2, as a guest's data socket is served.
+// The server ends with the connection.
+func serveConn(h http.Handler) net.Conn {
+	client, server := net.Pipe()
+	l := &oneConnListener{conn: &closeNotifyConn{Conn: server, closed: make(chan struct{})}}
+	srv := &http.Server{Handler: h, Protocols: new(http.Protocols)}
+	srv.Protocols.SetUnencryptedHTTP2(true)
+	go srv.Serve(l)
+	return client
+}
+
+// oneConnListener accepts its one connection, then blocks until that
+// connection is closed and ends, so that Serve returns with it.
+type oneConnListener struct {
+	conn     *closeNotifyConn
+	accepted bool
+}
+
+func (l *oneConnListener) Accept() (net.Conn, error) {
+	if !l.accepted {
+		l.accepted = true
+		return l.conn, nil
+	}
+	<-l.conn.closed
+	return nil, net.ErrClosed
+}
+
+func (l *oneConnListener) Close() error   { return nil }
+func (l *oneConnListener) Addr() net.Addr { return l.conn.LocalAddr() }
+
+// closeNotifyConn closes closed when it is closed.
+type closeNotifyConn struct {
+	net.Conn
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (c *closeNotifyConn) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return c.Conn.Close()
+}

@@ -1,0 +1,465 @@
+// Package fake is an in-memory runtime.Driver and runtime.Layers for fast
+// tests of what sits above a driver (the host agent's reconciler): an
+// execution is an entry in a map, its init a channel, and knobs inject what
+// a real driver meets (a start that fails, an init that exits, a guest that
+// never answers, a stop that is not confirmed or fails). It passes the same
+// suite as the real drivers (runtime/drivertest).
+//
+// Layer and volume images are real (sparse) files, so that callers which
+// look at them on disk see what they would with a real driver; nothing is
+// mounted and no process runs.
+package fake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/kibotos/kibotos/internal/guestabi"
+	"github.com/kibotos/kibotos/internal/host/runtime"
+)
+
+var (
+	_ runtime.Driver = (*Driver)(nil)
+	_ runtime.Layers = (*Driver)(nil)
+)
+
+// ErrNeverReady is what Probe returns for a guest made NeverReady.
+var ErrNeverReady = errors.New("fake: the guest agent does not answer")
+
+// Driver is a fake driver over a machine; Restart returns another driver
+// object over the same machine, as after a restart of the host agent.
+type Driver struct {
+	m *machine
+}
+
+// machine is what outlives a driver object: the executions, the images
+// they hold, and the injected faults.
+type machine struct {
+	mu    sync.Mutex
+	execs map[string]*execution
+	// inUse maps a layer or volume image's absolute path to the execution
+	// that holds it.
+	inUse map[string]string
+
+	failStart  map[string]error
+	neverReady map[string]bool
+	stops      map[string]stopOutcome
+	// dataPlane serves every guest's data socket; nil refuses it.
+	dataPlane http.Handler
+}
+
+type stopOutcome struct {
+	res runtime.StopResult
+	err error
+}
+
+// execution is one execution of the fake machine.
+type execution struct {
+	spec   runtime.Spec
+	images []string
+	memory uint64
+	// ended is closed when init ends; status is then its final status.
+	ended  chan struct{}
+	status runtime.Status
+}
+
+func (e *execution) running() bool {
+	select {
+	case <-e.ended:
+		return false
+	default:
+		return true
+	}
+}
+
+// New returns a driver over a new, empty machine.
+func New() *Driver {
+	return &Driver{m: &machine{execs: map[string]*execution{}, inUse: map[string]string{},
+		failStart: map[string]error{}, neverReady: map[string]bool{}, stops: map[string]stopOutcome{}}}
+}
+
+// Restart returns a new driver object over the same machine: executions
+// keep running, and the new driver finds them with Recover.
+func (d *Driver) Restart() *Driver { return &Driver{m: d.m} }
+
+// Name returns "fake".
+func (d *Driver) Name() string { return "fake" }
+
+// FailStart makes the next Start of id fail with err before it sets up
+// anything.
+func (d *Driver) FailStart(id string, err error) {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	d.m.failStart[id] = err
+}
+
+// NeverReady makes Probe of id fail with ErrNeverReady until it is
+// stopped.
+func (d *Driver) NeverReady(id string) {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	d.m.neverReady[id] = true
+}
+
+// SetStopOutcome makes the next Stop of id return res and err; with a nil
+// err the execution is released as usual.
+func (d *Driver) SetStopOutcome(id string, res runtime.StopResult, err error) {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	d.m.stops[id] = stopOutcome{res, err}
+}
+
+// ServeDataPlane makes h the data plane of every running guest: DialGuest
+// of guestabi.DataSocket connects to it over cleartext HTTP/2. Without it,
+// a guest serves no socket.
+func (d *Driver) ServeDataPlane(h http.Handler) {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	d.m.dataPlane = h
+}
+
+// Exit ends the init of a running execution on its own, as if it had
+// exited with st; Wait and Status then see it. It reports false when id
+// does not run.
+func (d *Driver) Exit(id string, st runtime.Status) bool {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	e := d.m.execs[id]
+	if e == nil || !e.running() {
+		return false
+	}
+	st.Running, st.Ready = false, false
+	e.status = st
+	close(e.ended)
+	return true
+}
+
+// Spec returns the spec a running execution was started with, and its
+// current memory limit.
+func (d *Driver) Spec(id string) (spec runtime.Spec, memory uint64, ok bool) {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	e := d.m.execs[id]
+	if e == nil {
+		return runtime.Spec{}, 0, false
+	}
+	return e.spec, e.memory, true
+}
+
+// IDs returns the executions the machine holds, running or ended but not
+// released, sorted.
+func (d *Driver) IDs() []string {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	ids := make([]string, 0, len(d.m.execs))
+	for id := range d.m.execs {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// InUse reports whether an execution holds the image at path.
+func (d *Driver) InUse(path string) bool {
+	abs, _ := filepath.Abs(path)
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	_, ok := d.m.inUse[abs]
+	return ok
+}
+
+// Start starts an execution; see runtime.Driver. Like the OCI driver, it
+// refuses an ID that runs, images in use by another execution, and a
+// volume path the platform mounts itself; leftovers of an ended
+// execution of the same ID are released first.
+func (d *Driver) Start(ctx context.Context, spec runtime.Spec) error {
+	if err := checkSpec(spec); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	images := []string{spec.LayerImage}
+	if spec.Volume != nil {
+		images = append(images, spec.Volume.Image)
+	}
+	for i, img := range images {
+		abs, err := filepath.Abs(img)
+		if err != nil {
+			return err
+		}
+		images[i] = abs
+	}
+	m := d.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err, ok := m.failStart[spec.ID]; ok {
+		delete(m.failStart, spec.ID)
+		return err
+	}
+	if e := m.execs[spec.ID]; e != nil {
+		if e.running() {
+			return fmt.Errorf("fake: execution %s exists (running)", spec.ID)
+		}
+		m.release(spec.ID)
+	}
+	for _, img := range images {
+		if holder, ok := m.inUse[img]; ok {
+			return fmt.Errorf("fake: image %s is in use by %s", img, holder)
+		}
+	}
+	for _, img := range images {
+		m.inUse[img] = spec.ID
+	}
+	m.execs[spec.ID] = &execution{spec: spec, images: images, memory: spec.MemoryBytes, ended: make(chan struct{})}
+	return nil
+}
+
+// checkSpec rejects what the OCI driver rejects before it sets anything
+// up, but for the files it would run (layers, guest agent).
+func checkSpec(spec runtime.Spec) error {
+	if !validID(spec.ID) {
+		return fmt.Errorf("fake: invalid execution id %q", spec.ID)
+	}
+	if len(spec.Layers) == 0 {
+		return errors.New("fake: an execution needs at least one layer")
+	}
+	layer, err := os.Stat(spec.LayerImage)
+	if err != nil || !layer.Mode().IsRegular() {
+		return fmt.Errorf("fake: layer image %q is not a regular file", spec.LayerImage)
+	}
+	if v := spec.Volume; v != nil {
+		fi, err := os.Stat(v.Image)
+		if err != nil || !fi.Mode().IsRegular() {
+			return fmt.Errorf("fake: volume image %q is not a regular file", v.Image)
+		}
+		if os.SameFile(fi, layer) {
+			return fmt.Errorf("fake: volume image %q is the layer image", v.Image)
+		}
+		if err := guestabi.CheckVolumePath(v.Path); err != nil {
+			return fmt.Errorf("fake: %w", err)
+		}
+	}
+	if !filepath.IsAbs(spec.GuestAgent) {
+		return fmt.Errorf("fake: guest agent path %q must be absolute", spec.GuestAgent)
+	}
+	return nil
+}
+
+// validID is the ID rule of runtime.Spec.
+func validID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for _, c := range []byte(id) {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// release forgets an execution and frees its images; mu is held.
+func (m *machine) release(id string) {
+	e := m.execs[id]
+	if e == nil {
+		return
+	}
+	for _, img := range e.images {
+		delete(m.inUse, img)
+	}
+	delete(m.execs, id)
+	delete(m.neverReady, id)
+}
+
+// get returns the execution id; mu is held.
+func (m *machine) get(id string) (*execution, error) {
+	e := m.execs[id]
+	if e == nil {
+		return nil, runtime.ErrNotFound
+	}
+	return e, nil
+}
+
+// Probe answers nil for a running execution unless it was made
+// NeverReady; see runtime.Driver.
+func (d *Driver) Probe(ctx context.Context, id string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	e, err := d.m.get(id)
+	switch {
+	case err != nil:
+		return err
+	case !e.running():
+		return fmt.Errorf("fake: the guest agent of %s has ended", id)
+	case d.m.neverReady[id]:
+		return ErrNeverReady
+	}
+	return nil
+}
+
+// Status observes an execution; see runtime.Driver.
+func (d *Driver) Status(ctx context.Context, id string) (runtime.Status, error) {
+	if err := ctx.Err(); err != nil {
+		return runtime.Status{}, err
+	}
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	return d.m.status(id)
+}
+
+// status observes id; mu is held.
+func (m *machine) status(id string) (runtime.Status, error) {
+	e, err := m.get(id)
+	if err != nil {
+		return runtime.Status{}, err
+	}
+	if !e.running() {
+		return e.status, nil
+	}
+	return runtime.Status{Running: true, Ready: !m.neverReady[id]}, nil
+}
+
+// Wait blocks until the execution's init ends or ctx ends; see
+// runtime.Driver.
+func (d *Driver) Wait(ctx context.Context, id string) (runtime.Status, error) {
+	d.m.mu.Lock()
+	e, err := d.m.get(id)
+	d.m.mu.Unlock()
+	if err != nil {
+		return runtime.Status{}, err
+	}
+	select {
+	case <-ctx.Done():
+		return runtime.Status{}, ctx.Err()
+	case <-e.ended:
+	}
+	return d.Status(ctx, id)
+}
+
+// Stop ends and releases an execution; see runtime.Driver. A NORMAL stop
+// is confirmed, a FORCE stop is not, unless SetStopOutcome says
+// otherwise; an unknown execution stops unconfirmed.
+func (d *Driver) Stop(ctx context.Context, id string, mode runtime.StopMode, _ time.Duration) (runtime.StopResult, error) {
+	if !validID(id) {
+		return runtime.StopResult{}, fmt.Errorf("fake: invalid execution id %q", id)
+	}
+	if err := ctx.Err(); err != nil {
+		return runtime.StopResult{}, err
+	}
+	m := d.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := m.execs[id]
+	res := runtime.StopResult{Confirmed: e != nil && mode == runtime.StopNormal}
+	if o, ok := m.stops[id]; ok {
+		delete(m.stops, id)
+		if o.err != nil {
+			return o.res, o.err
+		}
+		res = o.res
+	}
+	if e != nil && e.running() {
+		e.status = runtime.Status{ExitCode: 137, Signal: "KILL"}
+		if mode == runtime.StopNormal {
+			e.status = runtime.Status{}
+		}
+		close(e.ended)
+	}
+	m.release(id)
+	return res, nil
+}
+
+// SetMemory changes a running execution's memory limit; see
+// runtime.Driver.
+func (d *Driver) SetMemory(ctx context.Context, id string, bytes uint64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	e, err := d.m.get(id)
+	if err != nil {
+		return err
+	}
+	if !e.running() {
+		return fmt.Errorf("fake: execution %s does not run", id)
+	}
+	e.memory = bytes
+	return nil
+}
+
+// VolumeUsage returns no bytes used of a capacity of the volume image's
+// size; see runtime.Driver.
+func (d *Driver) VolumeUsage(ctx context.Context, id string) (used, capacity uint64, err error) {
+	if err := ctx.Err(); err != nil {
+		return 0, 0, err
+	}
+	d.m.mu.Lock()
+	e, err := d.m.get(id)
+	d.m.mu.Unlock()
+	if err != nil {
+		return 0, 0, err
+	}
+	if e.spec.Volume == nil {
+		return 0, 0, fmt.Errorf("%w: execution %s has no volume", runtime.ErrNotFound, id)
+	}
+	fi, err := os.Stat(e.spec.Volume.Image)
+	if err != nil {
+		return 0, 0, err
+	}
+	return 0, uint64(fi.Size()), nil
+}
+
+// DialGuest connects to a socket of a running guest: only
+// guestabi.DataSocket, served by the handler of ServeDataPlane; see
+// runtime.Driver.
+func (d *Driver) DialGuest(ctx context.Context, id, name string) (net.Conn, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	d.m.mu.Lock()
+	e, err := d.m.get(id)
+	h := d.m.dataPlane
+	d.m.mu.Unlock()
+	switch {
+	case err != nil:
+		return nil, err
+	case !e.running():
+		return nil, fmt.Errorf("fake: the guest of %s has ended", id)
+	case name != guestabi.DataSocket || h == nil:
+		return nil, fmt.Errorf("fake: the guest of %s serves no socket %q", id, name)
+	}
+	return serveConn(h), nil
+}
+
+// Recover releases the executions whose init has ended and returns those
+// still running; see runtime.Driver.
+func (d *Driver) Recover(ctx context.Context) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	var running []string
+	for id, e := range d.m.execs {
+		if e.running() {
+			running = append(running, id)
+		} else {
+			d.m.release(id)
+		}
+	}
+	slices.Sort(running)
+	return running, nil
+}

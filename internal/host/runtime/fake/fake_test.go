@@ -1,0 +1,120 @@
+package fake_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/kibotos/kibotos/internal/host/runtime"
+	"github.com/kibotos/kibotos/internal/host/runtime/drivertest"
+	"github.com/kibotos/kibotos/internal/host/runtime/fake"
+)
+
+// machine is the suite's view of a fake machine.
+type machine struct {
+	d    *fake.Driver
+	dir  string
+	next int
+}
+
+func newMachine(t *testing.T) drivertest.Machine {
+	d := fake.New()
+	d.ServeDataPlane(http.NotFoundHandler())
+	return &machine{d: d, dir: t.TempDir()}
+}
+
+func (m *machine) Driver(*testing.T) runtime.Driver { return m.d.Restart() }
+
+func (m *machine) Spec(t *testing.T, id string) runtime.Spec {
+	m.next++
+	img := filepath.Join(m.dir, fmt.Sprintf("%s-%d.img", id, m.next))
+	if err := m.d.CreateLayer(context.Background(), img, 64<<20); err != nil {
+		t.Fatal(err)
+	}
+	return runtime.Spec{ID: id, Layers: []string{"/layers/base"}, LayerImage: img, CPUMillis: 1000,
+		MemoryBytes: 256 << 20, PidsLimit: 256, GuestAgent: "/bin/kibotos-guest", Hostname: id}
+}
+
+func (m *machine) Volume(t *testing.T, name string) string {
+	img := filepath.Join(m.dir, "volumes", name+".img")
+	if err := fake.Image(img, 64<<20); err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+func (m *machine) Crash(t *testing.T, id string) {
+	if !m.d.Exit(id, runtime.Status{ExitCode: 137, Signal: "KILL"}) {
+		t.Fatalf("Crash: %s does not run", id)
+	}
+}
+
+func (m *machine) AssertReleased(t *testing.T, spec runtime.Spec) {
+	t.Helper()
+	if slices.Contains(m.d.IDs(), spec.ID) {
+		t.Errorf("%s is still held", spec.ID)
+	}
+	if m.d.InUse(spec.LayerImage) {
+		t.Errorf("the layer image of %s is still in use", spec.ID)
+	}
+	if spec.Volume != nil && m.d.InUse(spec.Volume.Image) {
+		t.Errorf("the volume image of %s is still in use", spec.ID)
+	}
+}
+
+func TestDriverSuite(t *testing.T) { drivertest.Run(t, newMachine) }
+
+// TestFaults: each knob does what it says, once where it says once.
+func TestFaults(t *testing.T) {
+	m := newMachine(t).(*machine)
+	d, ctx := m.d, context.Background()
+	spec := m.Spec(t, "x")
+
+	refused := errors.New("refused")
+	d.FailStart("x", refused)
+	if err := d.Start(ctx, spec); !errors.Is(err, refused) {
+		t.Fatalf("Start with FailStart: %v", err)
+	}
+	m.AssertReleased(t, spec)
+
+	d.NeverReady("x")
+	if err := d.Start(ctx, spec); err != nil {
+		t.Fatalf("the next Start: %v", err)
+	}
+	if err := d.Probe(ctx, "x"); !errors.Is(err, fake.ErrNeverReady) {
+		t.Errorf("Probe of a NeverReady guest: %v", err)
+	}
+	if st, _ := d.Status(ctx, "x"); !st.Running || st.Ready {
+		t.Errorf("Status of a NeverReady guest: %+v", st)
+	}
+
+	d.SetStopOutcome("x", runtime.StopResult{}, nil)
+	if res, err := d.Stop(ctx, "x", runtime.StopNormal, 0); err != nil || res.Confirmed {
+		t.Errorf("Stop with an unconfirmed outcome = %+v, %v", res, err)
+	}
+	m.AssertReleased(t, spec)
+
+	if err := d.Start(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Probe(ctx, "x"); err != nil {
+		t.Errorf("NeverReady outlived its execution: %v", err)
+	}
+	d.SetStopOutcome("x", runtime.StopResult{}, refused)
+	if _, err := d.Stop(ctx, "x", runtime.StopNormal, 0); !errors.Is(err, refused) {
+		t.Errorf("Stop with a failing outcome: %v", err)
+	}
+	if st, err := d.Status(ctx, "x"); err != nil || !st.Running {
+		t.Errorf("a failed Stop ended the execution: %+v, %v", st, err)
+	}
+	if _, memory, ok := d.Spec("x"); !ok || memory != 256<<20 {
+		t.Errorf("Spec: memory %d, %v", memory, ok)
+	}
+	if res, err := d.Stop(ctx, "x", runtime.StopNormal, 0); err != nil || !res.Confirmed {
+		t.Errorf("the next Stop = %+v, %v", res, err)
+	}
+}
