@@ -1,0 +1,130 @@
+package oci
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/kibotos/kibotos/internal/host/diskimage"
+	"github.com/kibotos/kibotos/internal/host/runtime"
+	"github.com/kibotos/kibotos/internal/host/runtime/drivertest"
+)
+
+// TestDriverSuite runs the shared driver suite against the OCI driver
+// with each runtime this machine has.
+func TestDriverSuite(t *testing.T) {
+	for _, name := range []string{Runc, Crun, Runsc} {
+		t.Run(name, func(t *testing.T) {
+			if os.Geteuid() != 0 {
+				t.Skip("needs root")
+			}
+			if _, err := os.Stat("/bin/busybox"); err != nil {
+				t.Skip("needs /bin/busybox (Debian package busybox-static)")
+			}
+			if _, err := diskimage.LookPath(name); err != nil {
+				t.Skipf("%s is not installed (Debian package %s; scripts/install-deps installs only runc)", name, name)
+			}
+			drivertest.Run(t, func(t *testing.T) drivertest.Machine { return newSuiteMachine(t, name) })
+		})
+	}
+}
+
+// suiteMachine is the suite's view of this host: a state directory the
+// driver objects share, the template's layers, and the images.
+type suiteMachine struct {
+	runtime string
+	state   string
+	layers  []string
+	d       *Driver // the latest driver object
+	next    int
+}
+
+func newSuiteMachine(t *testing.T, name string) *suiteMachine {
+	dir := t.TempDir()
+	m := &suiteMachine{runtime: name, state: filepath.Join(dir, "runtime"), layers: []string{baseLayer(t), topLayer(t)}}
+	m.Driver(t)
+	// Whatever a failed test left: force-stop every execution of the
+	// state directory before it goes (cleanups run last-in first-out).
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		ids, _ := m.d.knownIDs()
+		listed, _ := m.d.list(ctx)
+		for _, id := range append(ids, listed...) {
+			if _, err := m.d.Stop(ctx, id, runtime.StopForce, 0); err != nil {
+				t.Errorf("cleanup: %v", err)
+			}
+		}
+	})
+	return m
+}
+
+func (m *suiteMachine) Driver(t *testing.T) runtime.Driver {
+	d, err := New(Config{StateDir: m.state, Runtime: m.runtime})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.d = d
+	return d
+}
+
+func (m *suiteMachine) Spec(t *testing.T, id string) runtime.Spec {
+	m.next++
+	img := filepath.Join(filepath.Dir(m.state), "layers", fmt.Sprintf("%s-%d.img", id, m.next))
+	if err := m.d.CreateLayer(context.Background(), img, 64<<20); err != nil {
+		t.Fatal(err)
+	}
+	return runtime.Spec{ID: id, Layers: m.layers, LayerImage: img, CPUMillis: 1000, MemoryBytes: 256 << 20,
+		PidsLimit: 256, GuestAgent: guestAgent, Hostname: "ws-" + id}
+}
+
+func (m *suiteMachine) Volume(t *testing.T, name string) string {
+	img := filepath.Join(filepath.Dir(m.state), "volumes", name+".img")
+	if err := diskimage.Create(context.Background(), img, 64<<20, ""); err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// Crash kills the container's init with the runtime itself and waits
+// until it has ended.
+func (m *suiteMachine) Crash(t *testing.T, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := m.d.kill(ctx, id, "KILL"); err != nil {
+		t.Fatalf("kill %s: %v", id, err)
+	}
+	if err := m.d.waitStopped(ctx, id); err != nil {
+		t.Fatalf("waiting for %s to end: %v", id, err)
+	}
+}
+
+// AssertReleased checks that nothing of the execution is left: container,
+// mounts, loop devices of its images, cgroups, directory.
+func (m *suiteMachine) AssertReleased(t *testing.T, spec runtime.Spec) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if validID(spec.ID) {
+		if _, err := m.d.state(ctx, spec.ID); !errors.Is(err, errNoContainer) {
+			t.Errorf("the container of %s is left: %v", spec.ID, err)
+		}
+		if pts, err := mountsUnder(m.d.dir(spec.ID)); err != nil || len(pts) > 0 {
+			t.Errorf("still mounted for %s: %v %v", spec.ID, pts, err)
+		}
+		if dirs, _ := filepath.Glob(filepath.Join(cgroupRoot, "*", cgroupPath(spec.ID))); len(dirs) > 0 {
+			t.Errorf("cgroups left: %v", dirs)
+		}
+		if _, err := os.Stat(m.d.dir(spec.ID)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the directory of %s is left: %v", spec.ID, err)
+		}
+	}
+	assertNotAttached(t, spec.LayerImage)
+	if spec.Volume != nil {
+		assertNotAttached(t, spec.Volume.Image)
+	}
+}
