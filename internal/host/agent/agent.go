@@ -25,8 +25,9 @@ import (
 
 // Timings of the agent.
 const (
-	// readyTimeout bounds how long a started guest may take to answer.
-	readyTimeout = 60 * time.Second
+	// defaultReadyTimeout bounds how long a started guest may take to
+	// answer.
+	defaultReadyTimeout = 60 * time.Second
 	// stopGrace is how long a NORMAL stop lets guest processes end.
 	stopGrace = 10 * time.Second
 	// heartbeat is how often every execution's state is reported again.
@@ -83,6 +84,8 @@ type Agent struct {
 	// registered is closed once ctrl has accepted the registration.
 	registered     chan struct{}
 	registeredOnce sync.Once
+	// readyTimeout is defaultReadyTimeout; tests shorten it.
+	readyTimeout time.Duration
 }
 
 // Registered is closed once the host is registered with ctrl, so that
@@ -95,7 +98,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, execs: map[string]*execution{}, reports: make(chan *hostv1.ExecutionReport, 256),
-		volumeReports: make(chan *hostv1.VolumeReport, 256), registered: make(chan struct{})}
+		volumeReports: make(chan *hostv1.VolumeReport, 256), registered: make(chan struct{}), readyTimeout: defaultReadyTimeout}
 	vols, err := newVolumes(a, cfg.StoragePools)
 	if err != nil {
 		return nil, err

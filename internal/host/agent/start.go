@@ -84,7 +84,7 @@ func (e *execution) start(ctx context.Context, as *hostv1.Assignment) {
 	}
 	e.setRunning(ctx, true)
 	e.memory = spec.MemoryBytes
-	probeCtx, cancel := context.WithTimeout(ctx, readyTimeout)
+	probeCtx, cancel := context.WithTimeout(ctx, e.agent.readyTimeout)
 	defer cancel()
 	for {
 		err := e.agent.cfg.Driver.Probe(probeCtx, e.id)
@@ -95,7 +95,7 @@ func (e *execution) start(ctx context.Context, as *hostv1.Assignment) {
 			e.setRunning(ctx, false)
 			e.agent.cfg.Driver.Stop(ctx, e.id, runtime.StopForce, 0)
 			e.releaseSlot()
-			fail(ctrlv1.FailureStage_FAILURE_STAGE_WAITING_FOR_READINESS, fmt.Errorf("guest agent did not answer within %s: %w", readyTimeout, err))
+			fail(ctrlv1.FailureStage_FAILURE_STAGE_WAITING_FOR_READINESS, fmt.Errorf("guest agent did not answer within %s: %w", e.agent.readyTimeout, err))
 			return
 		}
 		time.Sleep(20 * time.Millisecond)

@@ -52,6 +52,8 @@ type machine struct {
 	failStart  map[string]error
 	neverReady map[string]bool
 	stops      map[string]stopOutcome
+	// starts counts the successful starts of each ID.
+	starts map[string]int
 	// dataPlane serves every guest's data socket; nil refuses it.
 	dataPlane http.Handler
 }
@@ -83,7 +85,7 @@ func (e *execution) running() bool {
 // New returns a driver over a new, empty machine.
 func New() *Driver {
 	return &Driver{m: &machine{execs: map[string]*execution{}, inUse: map[string]string{},
-		failStart: map[string]error{}, neverReady: map[string]bool{}, stops: map[string]stopOutcome{}}}
+		failStart: map[string]error{}, neverReady: map[string]bool{}, stops: map[string]stopOutcome{}, starts: map[string]int{}}}
 }
 
 // Restart returns a new driver object over the same machine: executions
@@ -154,6 +156,13 @@ func (d *Driver) Spec(id string) (spec runtime.Spec, memory uint64, ok bool) {
 	return e.spec, e.memory, true
 }
 
+// Starts returns how many times id started, over the machine's life.
+func (d *Driver) Starts(id string) int {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	return d.m.starts[id]
+}
+
 // IDs returns the executions the machine holds, running or ended but not
 // released, sorted.
 func (d *Driver) IDs() []string {
@@ -220,6 +229,7 @@ func (d *Driver) Start(ctx context.Context, spec runtime.Spec) error {
 		m.inUse[img] = spec.ID
 	}
 	m.execs[spec.ID] = &execution{spec: spec, images: images, memory: spec.MemoryBytes, ended: make(chan struct{})}
+	m.starts[spec.ID]++
 	return nil
 }
 

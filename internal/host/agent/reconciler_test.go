@@ -1,0 +1,549 @@
+package agent
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
+	"github.com/kibotos/kibotos/internal/host/netslot"
+	"github.com/kibotos/kibotos/internal/host/runtime"
+	"github.com/kibotos/kibotos/internal/host/runtime/fake"
+	"github.com/kibotos/kibotos/internal/imagestore"
+)
+
+// These tests run the reconciler against the fake driver and hostAPI, a
+// stand-in for ctrl's host API: a test sets the desired set as ctrl would
+// and reads back exactly the reports the agent sent, which ctrl's fold
+// into workspace states would hide. Network slots are real (a netns and a
+// TUN device each), so the tests need root.
+
+// waitBound is how long a test waits for the agent to get somewhere
+// before it is reported as stuck (a bound, not a measure).
+const waitBound = 30 * time.Second
+
+// hostAPI is ctrl's host API in memory.
+type hostAPI struct {
+	hostv1connect.UnimplementedHostServiceHandler
+
+	mu          sync.Mutex
+	assignments map[string]*hostv1.Assignment
+	reports     []*hostv1.ExecutionReport
+	blobs       map[string][]byte
+	failBlobs   bool
+	// changed is closed and replaced on every change of the above.
+	changed chan struct{}
+}
+
+func newHostAPI() *hostAPI {
+	return &hostAPI{assignments: map[string]*hostv1.Assignment{}, blobs: map[string][]byte{}, changed: make(chan struct{})}
+}
+
+// notify wakes the waiters; mu is held.
+func (h *hostAPI) notify() {
+	close(h.changed)
+	h.changed = make(chan struct{})
+}
+
+func (h *hostAPI) RegisterHost(context.Context, *connect.Request[hostv1.RegisterHostRequest]) (*connect.Response[hostv1.RegisterHostResponse], error) {
+	return connect.NewResponse(&hostv1.RegisterHostResponse{}), nil
+}
+
+func (h *hostAPI) WatchAssignments(ctx context.Context, _ *connect.Request[hostv1.WatchAssignmentsRequest], stream *connect.ServerStream[hostv1.WatchAssignmentsResponse]) error {
+	for {
+		h.mu.Lock()
+		msg := &hostv1.WatchAssignmentsResponse{}
+		for _, as := range h.assignments {
+			msg.Assignments = append(msg.Assignments, proto.CloneOf(as))
+		}
+		changed := h.changed
+		h.mu.Unlock()
+		if err := stream.Send(msg); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		}
+	}
+}
+
+func (h *hostAPI) ReportExecutions(_ context.Context, req *connect.Request[hostv1.ReportExecutionsRequest]) (*connect.Response[hostv1.ReportExecutionsResponse], error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.reports = append(h.reports, req.Msg.Reports...)
+	h.notify()
+	return connect.NewResponse(&hostv1.ReportExecutionsResponse{}), nil
+}
+
+func (h *hostAPI) GetTemplateBlob(_ context.Context, req *connect.Request[hostv1.GetTemplateBlobRequest], stream *connect.ServerStream[hostv1.GetTemplateBlobResponse]) error {
+	h.mu.Lock()
+	b, ok := h.blobs[req.Msg.Digest]
+	fail := h.failBlobs
+	h.mu.Unlock()
+	if fail {
+		return connect.NewError(connect.CodeUnavailable, errors.New("the blob store does not answer"))
+	}
+	if !ok {
+		return connect.NewError(connect.CodeNotFound, fmt.Errorf("no blob %s", req.Msg.Digest))
+	}
+	return stream.Send(&hostv1.GetTemplateBlobResponse{Data: b})
+}
+
+// assign replaces the assignment of its execution (nil as removes the
+// execution id) and returns the number of reports so far, from which
+// await looks for what follows.
+func (h *hostAPI) assign(id string, as *hostv1.Assignment) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if as == nil {
+		delete(h.assignments, id)
+	} else {
+		h.assignments[id] = proto.CloneOf(as)
+	}
+	h.notify()
+	return len(h.reports)
+}
+
+// mark returns the number of reports so far.
+func (h *hostAPI) mark() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.reports)
+}
+
+// await returns the first report of execution id in state made after the
+// first from reports.
+func (h *hostAPI) await(t *testing.T, from int, id string, state hostv1.ObservedState) *hostv1.ExecutionReport {
+	t.Helper()
+	deadline := time.After(waitBound)
+	for {
+		h.mu.Lock()
+		for _, r := range h.reports[from:] {
+			if r.ExecutionId == id && r.State == state {
+				h.mu.Unlock()
+				return r
+			}
+		}
+		changed := h.changed
+		h.mu.Unlock()
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("no %v report of %s within %s; reports: %v", state, id, waitBound, h.states(id))
+		}
+	}
+}
+
+// states returns the states execution id was reported in, in order,
+// without repeats.
+func (h *hostAPI) states(id string) []hostv1.ObservedState {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []hostv1.ObservedState
+	for _, r := range h.reports {
+		if r.ExecutionId == id && (len(out) == 0 || out[len(out)-1] != r.State) {
+			out = append(out, r.State)
+		}
+	}
+	return out
+}
+
+// eventually waits until cond holds.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitBound)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, waitBound)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// reconcilerEnv is one test's host: the fake driver, the host API, and the
+// directories an agent works in; agents come and go over it.
+type reconcilerEnv struct {
+	api      *hostAPI
+	driver   *fake.Driver
+	cfg      Config
+	template *hostv1.ExecutionTemplate
+}
+
+func newReconcilerEnv(t *testing.T) *reconcilerEnv {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: network slots are network namespaces")
+	}
+	api := newHostAPI()
+	mux := http.NewServeMux()
+	mux.Handle(hostv1connect.NewHostServiceHandler(api))
+	srv := serveH2C(t, mux)
+	dir := t.TempDir()
+	images, err := imagestore.Open(filepath.Join(dir, "templates"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	driver := fake.New()
+	e := &reconcilerEnv{api: api, driver: driver, cfg: Config{
+		HostID: "host_test", Client: hostv1connect.NewHostServiceClient(h2c(), srv.URL),
+		Driver: driver, Layers: driver, Template: images, LayerDir: filepath.Join(dir, "layers"),
+		GuestAgent: "/bin/kibotos-guest", Network: NetworkConfig{Dir: filepath.Join(dir, "netns")},
+	}}
+	if err := os.MkdirAll(e.cfg.Network.Dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	e.template = e.addTemplate(t)
+	// Registered before the agents' cleanups, so it runs after them:
+	// release what they left as a host's next agent would.
+	t.Cleanup(func() {
+		for _, id := range driver.IDs() {
+			driver.Stop(context.Background(), id, runtime.StopForce, 0)
+		}
+		ents, _ := os.ReadDir(e.cfg.Network.Dir)
+		for _, ent := range ents {
+			if err := netslot.Release(filepath.Join(e.cfg.Network.Dir, ent.Name())); err != nil {
+				t.Errorf("releasing the namespace %s: %v", ent.Name(), err)
+			}
+		}
+	})
+	return e
+}
+
+// addTemplate gives the host API a one-layer template.
+func (e *reconcilerEnv) addTemplate(t *testing.T) *hostv1.ExecutionTemplate {
+	t.Helper()
+	var raw bytes.Buffer
+	tw := tar.NewWriter(&raw)
+	motd := []byte("fake\n")
+	tw.WriteHeader(&tar.Header{Name: "etc/", Typeflag: tar.TypeDir, Mode: 0o755})
+	tw.WriteHeader(&tar.Header{Name: "etc/motd", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(motd))})
+	tw.Write(motd)
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(raw.Bytes())
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	digest := fmt.Sprintf("sha256:%x", sha256.Sum256(gz.Bytes()))
+	e.api.mu.Lock()
+	e.api.blobs[digest] = gz.Bytes()
+	e.api.mu.Unlock()
+	return &hostv1.ExecutionTemplate{TemplateId: "tpl_test", Revision: "1", ImageDigest: fmt.Sprintf("sha256:%064x", 1),
+		Layers: []*hostv1.TemplateLayer{{Digest: digest, DiffId: fmt.Sprintf("sha256:%x", sha256.Sum256(raw.Bytes())), SizeBytes: uint64(gz.Len())}}}
+}
+
+// runAgent runs an agent over driver until the test ends or the returned
+// function is called, which ends it as the end of its process would:
+// executions and their namespaces stay, the agent's hold on them goes.
+func (e *reconcilerEnv) runAgent(t *testing.T, driver *fake.Driver) (a *Agent, end func()) {
+	t.Helper()
+	cfg := e.cfg
+	cfg.Driver = driver
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.readyTimeout = 200 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a.Run(ctx)
+	}()
+	var once sync.Once
+	end = func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			for _, ex := range a.execs {
+				if s := ex.getSlot(); s != nil {
+					s.Close()
+				}
+			}
+		})
+	}
+	t.Cleanup(end)
+	return a, end
+}
+
+// assignment is execution gen of workspace ws on layer lay, desired
+// RUNNING.
+func (e *reconcilerEnv) assignment(ws string, gen uint64, lay string) *hostv1.Assignment {
+	return &hostv1.Assignment{ExecutionId: fmt.Sprintf("%s-%d", ws, gen), WorkspaceId: ws, Generation: gen,
+		Desired: hostv1.DesiredState_DESIRED_STATE_RUNNING, Template: e.template, LayerId: lay,
+		Resources: &ctrlv1.ResourceRequest{CpuMillis: 1000, MemoryBytes: 256 << 20, WritableLayerBytes: 64 << 20},
+		Network:   &hostv1.NetworkAssignment{Policy: &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_DENY_ALL, Revision: 1}}}
+}
+
+// stopped returns as desired STOPPED in mode.
+func stopped(as *hostv1.Assignment, mode ctrlv1.StopMode, command string) *hostv1.Assignment {
+	as = proto.CloneOf(as)
+	as.Desired, as.Stop = hostv1.DesiredState_DESIRED_STATE_STOPPED, &hostv1.StopRequest{Mode: mode, CommandId: command}
+	return as
+}
+
+// running assigns as and waits until it is reported RUNNING.
+func (e *reconcilerEnv) running(t *testing.T, as *hostv1.Assignment) *hostv1.ExecutionReport {
+	t.Helper()
+	return e.api.await(t, e.api.assign(as.ExecutionId, as), as.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_RUNNING)
+}
+
+// released checks that nothing of execution id is left: the driver holds
+// nothing of it, its namespace is gone.
+func (e *reconcilerEnv) released(t *testing.T, id string) {
+	t.Helper()
+	if slices.Contains(e.driver.IDs(), id) {
+		t.Errorf("the driver still holds %s", id)
+	}
+	if _, err := os.Stat(filepath.Join(e.cfg.Network.Dir, id)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the namespace of %s is left: %v", id, err)
+	}
+}
+
+// TestReconcilerStartStopNormal: an assignment is delivered, started and
+// reported RUNNING with what the driver was given; a raised memory reaches
+// the running execution; a NORMAL stop is reported STOPPED with
+// durability CONFIRMED and the stop's command; the next execution of the
+// workspace continues its layer; an execution ctrl no longer assigns is
+// stopped and forgotten.
+func TestReconcilerStartStopNormal(t *testing.T) {
+	e := newReconcilerEnv(t)
+	e.runAgent(t, e.driver)
+	as := e.assignment("ws_a", 1, "lay_a")
+	r := e.running(t, as)
+	if got := e.api.states(as.ExecutionId); !slices.Equal(got, []hostv1.ObservedState{hostv1.ObservedState_OBSERVED_STATE_DELIVERING,
+		hostv1.ObservedState_OBSERVED_STATE_STARTING, hostv1.ObservedState_OBSERVED_STATE_RUNNING}) {
+		t.Errorf("reported %v", got)
+	}
+	if r.LayerContinued || r.GetLayerCapacityBytes() != 64<<20 || r.WorkspaceId != "ws_a" || r.Generation != 1 ||
+		r.GetNetwork().GetStatus().GetAppliedRevision() != 1 {
+		t.Errorf("RUNNING report: %v", r)
+	}
+	spec, memory, ok := e.driver.Spec(as.ExecutionId)
+	if !ok {
+		t.Fatal("the driver does not run the execution")
+	}
+	if spec.LayerImage != filepath.Join(e.cfg.LayerDir, "lay_a.ext4") || spec.NetNS != filepath.Join(e.cfg.Network.Dir, as.ExecutionId) ||
+		len(spec.Layers) != 1 || spec.Hostname != "ws_a" || spec.CPUMillis != 1000 || memory != 256<<20 || spec.GuestAgent != e.cfg.GuestAgent {
+		t.Errorf("started with %+v, memory %d", spec, memory)
+	}
+	if b, err := os.ReadFile(filepath.Join(spec.Layers[0], "etc", "motd")); err != nil || string(b) != "fake\n" {
+		t.Errorf("the delivered layer: %q, %v", b, err)
+	}
+
+	raised := proto.CloneOf(as)
+	raised.Resources.MemoryBytes = 512 << 20
+	e.api.assign(as.ExecutionId, raised)
+	eventually(t, "the raised memory reaches the execution", func() bool {
+		_, memory, _ := e.driver.Spec(as.ExecutionId)
+		return memory == 512<<20
+	})
+
+	mark := e.api.assign(as.ExecutionId, stopped(raised, ctrlv1.StopMode_STOP_MODE_NORMAL, "cmd_stop"))
+	r = e.api.await(t, mark, as.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_STOPPED)
+	if r.StopDurability != ctrlv1.StopDurability_STOP_DURABILITY_CONFIRMED || r.StopCommandId != "cmd_stop" || r.GetLayerCapacityBytes() != 64<<20 {
+		t.Errorf("STOPPED report: %v", r)
+	}
+	e.api.await(t, mark, as.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_STOPPING)
+	e.released(t, as.ExecutionId)
+
+	e.api.assign(as.ExecutionId, nil)
+	next := e.assignment("ws_a", 2, "lay_a")
+	if r := e.running(t, next); !r.LayerContinued {
+		t.Errorf("the next execution did not continue the layer: %v", r)
+	}
+	e.api.assign(next.ExecutionId, nil)
+	eventually(t, "an unassigned execution is stopped and its namespace released", func() bool {
+		_, err := os.Stat(filepath.Join(e.cfg.Network.Dir, next.ExecutionId))
+		return len(e.driver.IDs()) == 0 && errors.Is(err, os.ErrNotExist)
+	})
+	if _, err := os.Stat(spec.LayerImage); err != nil {
+		t.Errorf("the layer image went with an unassigned execution: %v", err)
+	}
+}
+
+// TestReconcilerStopModes: a FORCE stop, and a NORMAL stop the driver
+// could not confirm, are reported UNCONFIRMED; a stop that fails is
+// FAILED at stage STOPPING.
+func TestReconcilerStopModes(t *testing.T) {
+	e := newReconcilerEnv(t)
+	e.runAgent(t, e.driver)
+	for _, c := range []struct {
+		ws      string
+		mode    ctrlv1.StopMode
+		outcome *runtime.StopResult
+	}{
+		{"ws_force", ctrlv1.StopMode_STOP_MODE_FORCE, nil},
+		{"ws_unsynced", ctrlv1.StopMode_STOP_MODE_NORMAL, &runtime.StopResult{Confirmed: false}},
+	} {
+		as := e.assignment(c.ws, 1, "lay_"+c.ws)
+		e.running(t, as)
+		if c.outcome != nil {
+			e.driver.SetStopOutcome(as.ExecutionId, *c.outcome, nil)
+		}
+		mark := e.api.assign(as.ExecutionId, stopped(as, c.mode, "cmd_"+c.ws))
+		r := e.api.await(t, mark, as.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_STOPPED)
+		if r.StopDurability != ctrlv1.StopDurability_STOP_DURABILITY_UNCONFIRMED || r.StopCommandId != "cmd_"+c.ws {
+			t.Errorf("%s: STOPPED report %v", c.ws, r)
+		}
+		e.released(t, as.ExecutionId)
+	}
+
+	as := e.assignment("ws_stuck", 1, "lay_stuck")
+	e.running(t, as)
+	e.driver.SetStopOutcome(as.ExecutionId, runtime.StopResult{}, errors.New("the layer would not unmount"))
+	mark := e.api.assign(as.ExecutionId, stopped(as, ctrlv1.StopMode_STOP_MODE_NORMAL, "cmd_stuck"))
+	r := e.api.await(t, mark, as.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_FAILED)
+	if r.FailureStage != ctrlv1.FailureStage_FAILURE_STAGE_STOPPING || r.FailureReason != ctrlv1.FailureReason_FAILURE_REASON_INTERNAL {
+		t.Errorf("failed stop: %v", r)
+	}
+	// The agent tries again (the outcome was for one stop) and gets there.
+	r = e.api.await(t, mark, as.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_STOPPED)
+	if r.StopDurability != ctrlv1.StopDurability_STOP_DURABILITY_CONFIRMED {
+		t.Errorf("the stop after the failed one: %v", r)
+	}
+	e.released(t, as.ExecutionId)
+}
+
+// TestReconcilerFailedStart: a start that fails is reported FAILED at the
+// stage it failed at, releases what the attempt set up, and is not
+// retried by the driver.
+func TestReconcilerFailedStart(t *testing.T) {
+	e := newReconcilerEnv(t)
+	e.runAgent(t, e.driver)
+	for _, c := range []struct {
+		ws     string
+		inject func(id string)
+		stage  ctrlv1.FailureStage
+		reason ctrlv1.FailureReason
+	}{
+		{"ws_start", func(id string) { e.driver.FailStart(id, errors.New("runtime refused")) },
+			ctrlv1.FailureStage_FAILURE_STAGE_STARTING, ctrlv1.FailureReason_FAILURE_REASON_INTERNAL},
+		{"ws_ready", e.driver.NeverReady,
+			ctrlv1.FailureStage_FAILURE_STAGE_WAITING_FOR_READINESS, ctrlv1.FailureReason_FAILURE_REASON_TIMED_OUT},
+		{"ws_deliver", func(string) { e.api.mu.Lock(); e.api.failBlobs = true; e.api.mu.Unlock() },
+			ctrlv1.FailureStage_FAILURE_STAGE_CREATING, ctrlv1.FailureReason_FAILURE_REASON_INTERNAL},
+	} {
+		as := e.assignment(c.ws, 1, "lay_"+c.ws)
+		if c.ws == "ws_deliver" {
+			// A layer the host does not have yet.
+			as.Template = proto.CloneOf(as.Template)
+			as.Template.Layers[0].Digest = fmt.Sprintf("sha256:%064x", 3)
+			as.Template.Layers[0].DiffId = fmt.Sprintf("sha256:%064x", 2)
+		}
+		c.inject(as.ExecutionId)
+		r := e.api.await(t, e.api.assign(as.ExecutionId, as), as.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_FAILED)
+		if r.FailureStage != c.stage || r.FailureReason != c.reason || r.FailureMessage == "" {
+			t.Errorf("%s: FAILED report %v; want stage %v, reason %v", c.ws, r, c.stage, c.reason)
+		}
+		e.released(t, as.ExecutionId)
+	}
+	if n := e.driver.Starts("ws_ready-1"); n != 1 {
+		t.Errorf("the execution that never became ready started %d times", n)
+	}
+}
+
+// TestReconcilerExit: an execution whose init ends on its own is reported
+// EXITED, with the OOM kill, and released.
+func TestReconcilerExit(t *testing.T) {
+	e := newReconcilerEnv(t)
+	e.runAgent(t, e.driver)
+	as := e.assignment("ws_oom", 1, "lay_oom")
+	e.running(t, as)
+	mark := e.api.mark()
+	if !e.driver.Exit(as.ExecutionId, runtime.Status{ExitCode: 137, Signal: "KILL", OOMKilled: true}) {
+		t.Fatal("the execution does not run")
+	}
+	if r := e.api.await(t, mark, as.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_EXITED); !r.OomKilled {
+		t.Errorf("EXITED report: %v", r)
+	}
+	e.released(t, as.ExecutionId)
+}
+
+// TestReconcilerDelete: deleting a running execution (no stop request:
+// FORCE) and a stopped one reports DELETED and removes the layer image.
+func TestReconcilerDelete(t *testing.T) {
+	e := newReconcilerEnv(t)
+	e.runAgent(t, e.driver)
+	for _, stopFirst := range []bool{false, true} {
+		ws := fmt.Sprintf("ws_del%v", stopFirst)
+		as := e.assignment(ws, 1, "lay_"+ws)
+		e.running(t, as)
+		if stopFirst {
+			mark := e.api.assign(as.ExecutionId, stopped(as, ctrlv1.StopMode_STOP_MODE_NORMAL, ""))
+			e.api.await(t, mark, as.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_STOPPED)
+		}
+		deleted := proto.CloneOf(as)
+		deleted.Desired = hostv1.DesiredState_DESIRED_STATE_DELETED
+		e.api.await(t, e.api.assign(as.ExecutionId, deleted), as.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_DELETED)
+		e.released(t, as.ExecutionId)
+		if _, err := os.Stat(filepath.Join(e.cfg.LayerDir, "lay_"+ws+".ext4")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: the layer image is left: %v", ws, err)
+		}
+	}
+}
+
+// TestReconcilerRestart: a new agent (over a new driver object, as after a
+// restart of the host agent's process) adopts the execution that still
+// runs without starting it again, serves its namespace again, and reports
+// it RUNNING; the leftovers of one that ended while no agent ran are
+// released.
+func TestReconcilerRestart(t *testing.T) {
+	e := newReconcilerEnv(t)
+	_, end := e.runAgent(t, e.driver)
+	alive, dead := e.assignment("ws_alive", 1, "lay_alive"), e.assignment("ws_dead", 1, "lay_dead")
+	e.running(t, alive)
+	e.running(t, dead)
+	end()
+
+	// While no agent runs, one ends and ctrl lets go of it.
+	e.driver.Exit(dead.ExecutionId, runtime.Status{ExitCode: 0})
+	mark := e.api.assign(dead.ExecutionId, nil)
+
+	a2, _ := e.runAgent(t, e.driver.Restart())
+	r := e.api.await(t, mark, alive.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_RUNNING)
+	if !r.LayerContinued || r.GetLayerCapacityBytes() != 64<<20 {
+		t.Errorf("RUNNING report after the restart: %v", r)
+	}
+	if n := e.driver.Starts(alive.ExecutionId); n != 1 {
+		t.Errorf("the running execution was started %d times", n)
+	}
+	a2.mu.Lock()
+	adopted := a2.execs[alive.ExecutionId]
+	a2.mu.Unlock()
+	if adopted == nil || adopted.getSlot() == nil {
+		t.Error("the adopted execution's network slot is not served")
+	}
+	// Recovery happens before the agent serves: nothing to wait for.
+	e.released(t, dead.ExecutionId)
+
+	// The adopted execution stops like any other.
+	mark = e.api.assign(alive.ExecutionId, stopped(alive, ctrlv1.StopMode_STOP_MODE_NORMAL, "cmd_after"))
+	if r := e.api.await(t, mark, alive.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_STOPPED); r.StopDurability != ctrlv1.StopDurability_STOP_DURABILITY_CONFIRMED {
+		t.Errorf("STOPPED report of the adopted execution: %v", r)
+	}
+	e.released(t, alive.ExecutionId)
+}
