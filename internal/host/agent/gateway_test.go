@@ -1,15 +1,13 @@
 package agent
 
 import (
-	"github.com/kibotos/kibotos/internal/guestabi"
-
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +19,7 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/internal/host/runtime"
+	"github.com/kibotos/kibotos/internal/host/runtime/fake"
 	"github.com/kibotos/kibotos/internal/sessiontoken"
 )
 
@@ -86,44 +85,6 @@ func (g *guest) StartProcess(ctx context.Context, req *connect.Request[datav1.St
 	return stream.Send(&datav1.ProcessEvent{Event: &datav1.ProcessEvent_Exited_{Exited: &datav1.ProcessEvent_Exited{ExitCode: 3}}})
 }
 
-// fakeDriver reaches guests by execution ID; only DialGuest matters here.
-type fakeDriver struct {
-	mu     sync.Mutex
-	guests map[string]string // execution ID → guest server address
-}
-
-func (d *fakeDriver) DialGuest(ctx context.Context, id, name string) (net.Conn, error) {
-	if name != guestabi.DataSocket {
-		return nil, fmt.Errorf("no guest socket %q", name)
-	}
-	d.mu.Lock()
-	addr, ok := d.guests[id]
-	d.mu.Unlock()
-	if !ok {
-		return nil, runtime.ErrNotFound
-	}
-	var dialer net.Dialer
-	return dialer.DialContext(ctx, "tcp", addr)
-}
-
-func (d *fakeDriver) Name() string                                    { return "fake" }
-func (d *fakeDriver) Start(context.Context, runtime.Spec) error       { return errors.ErrUnsupported }
-func (d *fakeDriver) Probe(context.Context, string) error             { return nil }
-func (d *fakeDriver) Recover(context.Context) ([]string, error)       { return nil, nil }
-func (d *fakeDriver) SetMemory(context.Context, string, uint64) error { return errors.ErrUnsupported }
-func (d *fakeDriver) VolumeUsage(context.Context, string) (uint64, uint64, error) {
-	return 0, 0, runtime.ErrNotFound
-}
-func (d *fakeDriver) Wait(context.Context, string) (runtime.Status, error) {
-	return runtime.Status{}, errors.ErrUnsupported
-}
-func (d *fakeDriver) Status(context.Context, string) (runtime.Status, error) {
-	return runtime.Status{}, runtime.ErrNotFound
-}
-func (d *fakeDriver) Stop(context.Context, string, runtime.StopMode, time.Duration) (runtime.StopResult, error) {
-	return runtime.StopResult{}, nil
-}
-
 // h2c returns an HTTP client that speaks cleartext HTTP/2, which
 // streaming Connect calls need.
 func h2c() *http.Client {
@@ -145,10 +106,9 @@ func serveH2C(t *testing.T, h http.Handler) *httptest.Server {
 }
 
 type gatewayEnv struct {
-	agent  *Agent
-	guest  *guest
-	driver *fakeDriver
-	url    string
+	agent *Agent
+	guest *guest
+	url   string
 }
 
 func newGatewayEnv(t *testing.T) *gatewayEnv {
@@ -157,12 +117,19 @@ func newGatewayEnv(t *testing.T) *gatewayEnv {
 	mux := http.NewServeMux()
 	mux.Handle(datav1connect.NewFileServiceHandler(g))
 	mux.Handle(datav1connect.NewProcessServiceHandler(g))
-	guestSrv := serveH2C(t, mux)
-	drv := &fakeDriver{guests: map[string]string{}}
-	drv.guests["ws_a-2"] = guestSrv.Listener.Addr().String()
+	drv := fake.New()
+	drv.ServeDataPlane(mux)
+	// Only ws_a-2 runs; the driver has no guest for the others.
+	layer := filepath.Join(t.TempDir(), "layer.img")
+	if err := drv.CreateLayer(context.Background(), layer, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Start(context.Background(), runtime.Spec{ID: "ws_a-2", Layers: []string{"/layers/base"}, LayerImage: layer, GuestAgent: "/bin/kibotos-guest"}); err != nil {
+		t.Fatal(err)
+	}
 	a := &Agent{cfg: Config{Driver: drv}, execs: map[string]*execution{}}
 	gw := serveH2C(t, a.Gateway())
-	return &gatewayEnv{agent: a, guest: g, driver: drv, url: gw.URL}
+	return &gatewayEnv{agent: a, guest: g, url: gw.URL}
 }
 
 // set makes the agent hold an execution with this assignment, observed in
@@ -332,7 +299,6 @@ func TestGatewayRefusesBadSessions(t *testing.T) {
 	e.set(assignment("ws_a", 2, k, "ses_revoked"), hostv1.ObservedState_OBSERVED_STATE_RUNNING)
 	e.set(assignment("ws_b", 1, other), hostv1.ObservedState_OBSERVED_STATE_RUNNING)
 	e.set(assignment("ws_c", 4, key(3)), hostv1.ObservedState_OBSERVED_STATE_STARTING)
-	e.driver.guests["ws_b-1"] = "127.0.0.1:1" // nobody answers there
 
 	unauth := ctrlv1.FailureReason_FAILURE_REASON_UNAUTHENTICATED
 	valid := sign(k, "ses_1", "ws_a", 2, time.Hour)
