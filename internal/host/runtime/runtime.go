@@ -97,27 +97,38 @@ type StopResult struct {
 
 // Driver runs executions on one host. Every method takes a context and
 // honours its cancellation. Methods are safe for concurrent use on
-// different IDs.
+// different IDs. Every driver passes the suite in runtime/drivertest,
+// which pins what this comment says.
 type Driver interface {
 	// Name is the runtime's name ("runc", "crun", "runsc").
 	Name() string
 	// Start prepares (mounts, cgroups, namespaces) and starts an
 	// execution, and returns once its init process runs; it does not wait
-	// for readiness (see Probe). On error nothing of the execution is left
+	// for readiness (see Probe). It refuses an invalid spec, an ID that
+	// runs, and a layer or volume image in use by another execution;
+	// leftovers of an ended execution of the same ID are released first.
+	// On error (a cancelled ctx included) nothing of the execution is left
 	// on the host.
 	Start(ctx context.Context, spec Spec) error
 	// Probe asks the guest agent whether it is ready; nil means ready.
+	// ErrNotFound if the driver has no such execution; an error once its
+	// init has ended.
 	Probe(ctx context.Context, id string) error
-	// Status observes an execution; ErrNotFound if the driver has none.
+	// Status observes an execution; ErrNotFound if the driver has none
+	// (never started, or stopped).
 	Status(ctx context.Context, id string) (Status, error)
-	// Wait blocks until the execution's init process ends or ctx ends.
+	// Wait blocks until the execution's init process ends and returns its
+	// status, or returns ctx's error when ctx ends first; ErrNotFound if
+	// the driver has no such execution.
 	Wait(ctx context.Context, id string) (Status, error)
 	// Stop ends an execution and releases everything Start set up (the
 	// container, mounts, loop devices, cgroup, namespaces), keeping the
-	// layer and volume images: once it returns, neither is in use.
-	// Stopping a stopped or unknown execution succeeds.
+	// layer and volume images: once it returns, neither is in use and the
+	// driver no longer knows the execution. Stopping a stopped or unknown
+	// execution succeeds, unconfirmed.
 	Stop(ctx context.Context, id string, mode StopMode, grace time.Duration) (StopResult, error)
-	// SetMemory changes the memory limit of a running execution at once.
+	// SetMemory changes the memory limit of a running execution at once;
+	// an error for an execution the driver does not know.
 	SetMemory(ctx context.Context, id string, bytes uint64) error
 	// VolumeUsage returns the bytes in use and the capacity of the
 	// filesystem of a running execution's volume, as the mounted
@@ -127,12 +138,14 @@ type Driver interface {
 	VolumeUsage(ctx context.Context, id string) (used, capacity uint64, err error)
 	// DialGuest connects to the unix socket the guest agent of a running
 	// execution serves under the name (e.g. "data.sock", in the guest's
-	// /run/kibotos).
+	// /run/kibotos); an error for an execution that does not run or a
+	// name that is not a plain file name.
 	DialGuest(ctx context.Context, id, name string) (net.Conn, error)
 	// Recover re-adopts the executions left by an earlier process of this
 	// host agent (from the runtime's state and the driver's own records),
 	// releases the leftovers of any that are no longer running, and
-	// returns the IDs of those still running.
+	// returns the IDs of those still running. A new driver object over the
+	// same host state serves the adopted executions like its own.
 	Recover(ctx context.Context) ([]string, error)
 }
 

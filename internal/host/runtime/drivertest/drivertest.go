@@ -275,7 +275,7 @@ func testLayerInUse(t *testing.T, m Machine) {
 }
 
 // testInitEnds: Wait returns when init ends on its own; the driver then
-// reports it ended, and Stop releases it.
+// reports it ended, and Stop, or the next Start of the ID, releases it.
 func testInitEnds(t *testing.T, m Machine) {
 	d := m.Driver(t)
 	spec := m.Spec(t, "ends")
@@ -306,6 +306,13 @@ func testInitEnds(t *testing.T, m Machine) {
 	}
 	stop(t, m, d, spec, runtime.StopNormal)
 	wantGone(t, d, spec.ID)
+
+	// A start over the leftovers of an ended execution releases them
+	// first.
+	start(t, d, spec)
+	m.Crash(t, spec.ID)
+	start(t, d, spec)
+	stop(t, m, d, spec, runtime.StopForce)
 }
 
 // testWaitHonoursContext: Wait of a running execution returns the
