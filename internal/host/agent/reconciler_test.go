@@ -47,6 +47,8 @@ type hostAPI struct {
 	reports     []*hostv1.ExecutionReport
 	blobs       map[string][]byte
 	failBlobs   bool
+	// held, while open, keeps WatchAssignments from sending anything.
+	held chan struct{}
 	// changed is closed and replaced on every change of the above.
 	changed chan struct{}
 }
@@ -66,6 +68,16 @@ func (h *hostAPI) RegisterHost(context.Context, *connect.Request[hostv1.Register
 }
 
 func (h *hostAPI) WatchAssignments(ctx context.Context, _ *connect.Request[hostv1.WatchAssignmentsRequest], stream *connect.ServerStream[hostv1.WatchAssignmentsResponse]) error {
+	h.mu.Lock()
+	held := h.held
+	h.mu.Unlock()
+	if held != nil {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-held:
+		}
+	}
 	for {
 		h.mu.Lock()
 		msg := &hostv1.WatchAssignmentsResponse{}
@@ -546,4 +558,33 @@ func TestReconcilerRestart(t *testing.T) {
 		t.Errorf("STOPPED report of the adopted execution: %v", r)
 	}
 	e.released(t, alive.ExecutionId)
+}
+
+// TestReconcilerAdoptedExit: an execution adopted after a restart that
+// ends before ctrl's first assignment reaches the new agent is reported
+// EXITED once it does.
+func TestReconcilerAdoptedExit(t *testing.T) {
+	e := newReconcilerEnv(t)
+	_, end := e.runAgent(t, e.driver)
+	as := e.assignment("ws_short", 1, "lay_short")
+	e.running(t, as)
+	end()
+
+	held := make(chan struct{})
+	e.api.mu.Lock()
+	e.api.held = held
+	e.api.mu.Unlock()
+	mark := e.api.mark()
+	a2, _ := e.runAgent(t, e.driver.Restart())
+	eventually(t, "the new agent adopts the execution", func() bool {
+		a2.mu.Lock()
+		defer a2.mu.Unlock()
+		return a2.execs[as.ExecutionId] != nil
+	})
+	e.driver.Exit(as.ExecutionId, runtime.Status{ExitCode: 137, Signal: "KILL", OOMKilled: true})
+	close(held)
+	if r := e.api.await(t, mark, as.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_EXITED); !r.OomKilled || r.Generation != 1 {
+		t.Errorf("EXITED report: %v", r)
+	}
+	e.released(t, as.ExecutionId)
 }
