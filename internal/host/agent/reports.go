@@ -95,6 +95,8 @@ func (a *Agent) sendReports(ctx context.Context) {
 	}
 }
 
+// lastReport returns a copy of the last report about this execution; nil
+// before the first.
 func (e *execution) lastReport() *hostv1.ExecutionReport {
 	e.mu.Lock()
 	defer e.mu.Unlock()
