@@ -2,6 +2,7 @@ package netslot
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -99,6 +100,14 @@ func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
 		r.Complete(true)
 		return
 	}
+	out, ok := f.out.(halfCloser)
+	if !ok {
+		// Closing it whole for a half-close would cut off the answer.
+		s.logger().Error("outbound connection cannot half-close", "type", fmt.Sprintf("%T", f.out))
+		r.Complete(true)
+		f.out.Close()
+		return
+	}
 	// Tracked before the guest sees its handshake complete, so a change
 	// applied from then on finds the connection open.
 	f.policy, f.policyRevision = a.policy, a.revision
@@ -117,13 +126,20 @@ func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
 		return
 	}
 	s.wg.Go(func() {
-		splice(guest, f.out)
+		splice(guest, out)
 		s.closeFlow(f)
 	})
 }
 
+// halfCloser is a connection whose sending direction ends alone: the
+// guest's (gonet), a direct one (*net.TCPConn) and an Egress's (socks5).
+type halfCloser interface {
+	net.Conn
+	CloseWrite() error
+}
+
 // accept completes the guest's handshake.
-func accept(r *tcp.ForwarderRequest) (net.Conn, error) {
+func accept(r *tcp.ForwarderRequest) (halfCloser, error) {
 	var wq waiter.Queue
 	ep, err := r.CreateEndpoint(&wq)
 	if err != nil {
@@ -173,8 +189,9 @@ func (s *Slot) closeFlow(f *flow) {
 }
 
 // splice copies both ways between the guest's connection and the
-// outbound one until both directions end, passing half-closes on.
-func splice(guest, out net.Conn) {
+// outbound one until both directions end, passing half-closes on: a side
+// that ends its sending still gets what the other sends until that ends.
+func splice(guest, out halfCloser) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		// Toward the guest, large reads fill the link's 64 KiB segments;
@@ -195,7 +212,7 @@ var guestBound = sync.Pool{New: func() any {
 
 // copyHalf copies src to dst (through buf when given) and then half-closes
 // dst.
-func copyHalf(dst, src net.Conn, buf []byte) {
+func copyHalf(dst halfCloser, src net.Conn, buf []byte) {
 	if buf != nil {
 		// Hidden behind a plain Reader, src cannot substitute its own
 		// WriteTo and its smaller buffer.
@@ -203,11 +220,7 @@ func copyHalf(dst, src net.Conn, buf []byte) {
 	} else {
 		io.Copy(dst, src)
 	}
-	if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-		cw.CloseWrite()
-		return
-	}
-	dst.Close()
+	dst.CloseWrite()
 }
 
 func addrOf(a tcpip.Address) netip.Addr {

@@ -2,7 +2,6 @@ package socks5_test
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -162,8 +161,8 @@ func TestTLS(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			if _, ok := c.(*tls.Conn); !ok {
-				t.Errorf("the conn is a %T, want a *tls.Conn", c)
+			if _, ok := c.(*socks5.TLSStream); !ok {
+				t.Errorf("the conn is a %T, want a *socks5.TLSStream", c)
 			}
 			roundTrip(t, c, "over tls")
 		})

@@ -89,7 +89,10 @@ const (
 // endpoint resolves.
 //
 // For network "tcp" it requests CONNECT and returns the stream to the
-// destination (a *net.TCPConn or, over TLS, a *tls.Conn). For network "udp"
+// destination: a *net.TCPConn or, over TLS, a *TLSStream. Either has
+// CloseWrite, which ends the stream's sending direction alone, so the
+// destination sees the end of what was sent and can still answer. For
+// network "udp"
 // it requests UDP ASSOCIATE and returns a connection whose Write sends one
 // datagram to address through the relay and whose Read returns one datagram
 // from it (from address itself when it is an IP literal); the control
@@ -141,6 +144,9 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 	}
 	c.SetDeadline(time.Time{})
 	if cmd == cmdConnect {
+		if tc, ok := c.(*tls.Conn); ok {
+			return &TLSStream{tc}, nil
+		}
 		return c, nil
 	}
 	u, err := d.associate(ctx, c, endpointIP, bound, dest)
@@ -149,6 +155,24 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 		return nil, err
 	}
 	return u, nil
+}
+
+// TLSStream is a CONNECT stream over TLS.
+type TLSStream struct {
+	*tls.Conn
+}
+
+// CloseWrite sends the TLS close_notify alert and then ends the TCP
+// connection's sending direction too: *tls.Conn stops at the alert, and an
+// endpoint that waits for the end of the TCP stream (a TLS terminator in
+// front of a SOCKS5 server, for one) would otherwise never pass the
+// half-close on. Reading goes on until the endpoint closes its side.
+func (s *TLSStream) CloseWrite() error {
+	err := s.Conn.CloseWrite()
+	if tc, ok := s.NetConn().(interface{ CloseWrite() error }); ok {
+		err = errors.Join(err, tc.CloseWrite())
+	}
+	return err
 }
 
 func gaveUp(ctx context.Context) error {

@@ -398,14 +398,24 @@ func (s *Server) connect(c net.Conn, target string, fault Fault) {
 }
 
 // pipe copies src to dst and then half-closes dst, so each direction ends
-// on its own.
+// on its own. Over TLS, as a TLS terminator in front of a SOCKS5 server
+// sees it, src ends with its TCP stream: close_notify alone ends nothing.
 func pipe(dst, src net.Conn) {
 	_, _ = io.Copy(dst, src)
-	if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-		cw.CloseWrite()
-	} else {
-		dst.Close()
+	if tc, ok := src.(*tls.Conn); ok {
+		_, _ = io.Copy(io.Discard, tc.NetConn())
 	}
+	closeWrite(dst)
+}
+
+// closeWrite ends the sending direction of c, a TCP connection or TLS over
+// one: close_notify first, then the TCP stream.
+func closeWrite(c net.Conn) {
+	if tc, ok := c.(*tls.Conn); ok {
+		tc.CloseWrite()
+		c = tc.NetConn()
+	}
+	c.(*net.TCPConn).CloseWrite()
 }
 
 func replyCode(err error) byte {
