@@ -44,6 +44,7 @@ type resolverPath struct {
 	key      string // resolverKey of the entry
 	path     *ctrlv1.ResolverPath
 	revision uint64
+	drain    time.Duration // of the update that produced revision
 	fwd      *dnsforward.Forwarder
 }
 
@@ -90,11 +91,20 @@ func (s *Slot) Apply(n *hostv1.NetworkAssignment) {
 			}
 		}
 	}
+	var closeStreams []*dnsStream
+	for st := range s.dnsStreams {
+		if st.follow(a) {
+			closeStreams = append(closeStreams, st)
+		}
+	}
 	s.applied, s.failure, s.appliedAt = a, "", time.Now()
 	s.faults.keepOnly(a)
 	s.mu.Unlock()
 	for _, f := range closeNow {
 		s.closeFlow(f)
+	}
+	for _, st := range closeStreams {
+		st.conn.Close()
 	}
 	s.changed()
 }
@@ -153,7 +163,7 @@ func (s *Slot) resolverFor(a *applied, entry *ctrlv1.NetworkPolicyResolver, assi
 		return nil, fmt.Errorf("resolver %s: %w", ra.ResolverId, err)
 	}
 	key := resolverKey(entry)
-	r := &resolverPath{id: ra.ResolverId, key: key, path: entry.Path, revision: ra.Revision}
+	r := &resolverPath{id: ra.ResolverId, key: key, path: entry.Path, revision: ra.Revision, drain: seconds(ra.DrainSeconds)}
 	fwd := &dnsforward.Forwarder{Upstream: up}
 	switch p := entry.Path.GetKind().(type) {
 	case *ctrlv1.ResolverPath_Direct:
@@ -251,8 +261,14 @@ func (s *Slot) Report() *hostv1.NetworkReport {
 			AppliedRevision: a.egresses[e.EgressId].revision, DrainingRevision: egressDraining[e.EgressId]})
 	}
 	if res := a.resolver; res != nil {
+		var draining uint64
+		for ds := range s.dnsStreams {
+			if ds.draining() && ds.resolver.key == res.key {
+				draining = minNonZero(draining, ds.resolver.revision)
+			}
+		}
 		st.Resolvers = append(st.Resolvers, &ctrlv1.NetworkPolicyResolverStatus{ResolverId: res.id,
-			Path: proto.CloneOf(res.path), AppliedRevision: res.revision})
+			Path: proto.CloneOf(res.path), AppliedRevision: res.revision, DrainingRevision: draining})
 	}
 	r.Status = st
 	return r

@@ -55,12 +55,68 @@ func (s *Slot) serveDNS() error {
 	return nil
 }
 
+// dnsStream is a guest's TCP connection to the link DNS address. It
+// answers as the assignment in force says, until an update of the Resolver
+// it uses replaces that Resolver's revision: then it keeps the replaced
+// revision until the update's drain runs out, and closes.
+type dnsStream struct {
+	conn net.Conn
+	// Under the slot's lock.
+	resolver *resolverPath // the Resolver revision it is on; nil: none
+	drain
+}
+
+// follow moves a stream that is not draining onto a, or starts its drain
+// when a replaces the revision of its Resolver; it reports true when the
+// drain is zero and the caller must close the stream now.
+func (st *dnsStream) follow(a *applied) bool {
+	if st.draining() {
+		return false // an earlier change's deadline holds
+	}
+	if old, now := st.resolver, a.resolver; old != nil && now != nil && old.key == now.key && old.revision != now.revision {
+		return st.startDrain(now.drain, func() { st.conn.Close() })
+	}
+	st.resolver = a.resolver
+	return false
+}
+
+// trackDNSStream registers a guest's DNS stream on the Resolver revision in
+// force; false when the slot is closed.
+func (s *Slot) trackDNSStream(st *dnsStream) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	if s.applied != nil {
+		st.resolver = s.applied.resolver
+	}
+	s.dnsStreams[st] = struct{}{}
+	return true
+}
+
+// forgetDNSStream drops a closed DNS stream.
+func (s *Slot) forgetDNSStream(st *dnsStream) {
+	s.mu.Lock()
+	delete(s.dnsStreams, st)
+	draining := st.stopDrain()
+	s.mu.Unlock()
+	if draining {
+		s.changed() // a draining revision may have ended
+	}
+}
+
 // serveDNSStream answers length-prefixed queries on a guest's TCP
 // connection to the link DNS address.
 func (s *Slot) serveDNSStream(c net.Conn) {
 	defer c.Close()
 	stop := context.AfterFunc(s.ctx, func() { c.Close() })
 	defer stop()
+	st := &dnsStream{conn: c}
+	if !s.trackDNSStream(st) {
+		return
+	}
+	defer s.forgetDNSStream(st)
 	var size [2]byte
 	for {
 		c.SetReadDeadline(time.Now().Add(dnsStreamIdle))
@@ -71,7 +127,7 @@ func (s *Slot) serveDNSStream(c net.Conn) {
 		if _, err := io.ReadFull(c, q); err != nil {
 			return
 		}
-		resp := s.answer(q)
+		resp := s.answerOn(st, q)
 		if resp == nil {
 			return
 		}
@@ -79,6 +135,19 @@ func (s *Slot) serveDNSStream(c net.Conn) {
 			return
 		}
 	}
+}
+
+// answerOn answers one query of a DNS stream: through the replaced
+// Resolver revision while the stream drains on it, else as answer does.
+func (s *Slot) answerOn(st *dnsStream, q []byte) []byte {
+	s.mu.Lock()
+	res := st.resolver
+	draining := st.draining()
+	s.mu.Unlock()
+	if draining {
+		return res.fwd.Answer(s.ctx, q)
+	}
+	return s.answer(q)
 }
 
 // answer answers one query as the policy in force says: refused at once

@@ -84,8 +84,10 @@ type Slot struct {
 	applied *applied // nil until the first Apply succeeds
 	failure string   // why the last Apply failed; applied is then nil
 	conns   map[*flow]struct{}
-	faults  faults
-	closed  bool
+	// dnsStreams are the guest's TCP connections to the link DNS address.
+	dnsStreams map[*dnsStream]struct{}
+	faults     faults
+	closed     bool
 	// echoes bounds the echo requests being forwarded.
 	echoes    chan struct{}
 	appliedAt time.Time
@@ -156,7 +158,8 @@ func serve(cfg Config, tun *os.File) (*Slot, error) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Slot{cfg: cfg, tun: tun, stack: st, ctx: ctx, cancel: cancel, conns: map[*flow]struct{}{},
-		echoes: make(chan struct{}, maxEchoesInFlight)}
+		dnsStreams: map[*dnsStream]struct{}{},
+		echoes:     make(chan struct{}, maxEchoesInFlight)}
 	s.SetHostAddresses(cfg.HardDeny.Platform)
 	if err := s.setUp(link); err != nil {
 		s.Close()

@@ -28,7 +28,7 @@ type flow struct {
 	policyRevision uint64
 	egressRevision uint64
 	// Set under the slot's lock by a change that moved the flow.
-	drainTimer     *time.Timer
+	drain
 	egressDraining bool // the drain is an Egress update's, not the policy's
 
 	out net.Conn
@@ -38,17 +38,33 @@ type flow struct {
 	closed bool
 }
 
-func (f *flow) draining() bool { return f.drainTimer != nil }
+// drain is the deadline of a connection that a change moved off the path
+// it keeps: the zero value is not draining.
+type drain struct {
+	timer *time.Timer
+}
 
-// startDrain schedules the flow's close after d; it reports true when d is
-// zero and the caller must close the flow now.
-func (f *flow) startDrain(d time.Duration, closeFlow func()) bool {
-	if d <= 0 {
-		f.drainTimer = time.NewTimer(0) // marks draining until closed
+func (d *drain) draining() bool { return d.timer != nil }
+
+// startDrain schedules closeConn after dur; it reports true when dur is
+// zero and the caller must close the connection now.
+func (d *drain) startDrain(dur time.Duration, closeConn func()) bool {
+	if dur <= 0 {
+		d.timer = time.NewTimer(0) // marks draining until closed
 		return true
 	}
-	f.drainTimer = time.AfterFunc(d, closeFlow)
+	d.timer = time.AfterFunc(dur, closeConn)
 	return false
+}
+
+// stopDrain cancels the deadline of a connection that closed; it reports
+// whether the connection was draining.
+func (d *drain) stopDrain() bool {
+	if d.timer == nil {
+		return false
+	}
+	d.timer.Stop()
+	return true
 }
 
 func (f *flow) close() {
@@ -177,10 +193,7 @@ func (s *Slot) closeFlow(f *flow) {
 	s.mu.Lock()
 	_, ok := s.conns[f]
 	delete(s.conns, f)
-	draining := f.draining()
-	if draining {
-		f.drainTimer.Stop()
-	}
+	draining := f.stopDrain()
 	s.mu.Unlock()
 	f.close()
 	if ok && draining {

@@ -1,0 +1,130 @@
+package netslot_test
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/host/netslot"
+	"github.com/kibotos/kibotos/internal/testutil/nettest"
+)
+
+// answeringResolver serves DNS over UDP on the test host, answering every
+// A query with addr; it returns its address.
+func answeringResolver(t *testing.T, inet *nettest.Internet, addr string) string {
+	pc := inet.ListenPacket(t, "udp4", nettest.HostIPv4.String()+":0")
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
+		r := new(dns.Msg).SetReply(q)
+		rr, _ := dns.NewRR(q.Question[0].Name + " 60 IN A " + addr)
+		r.Answer = append(r.Answer, rr)
+		w.WriteMsg(r)
+	})}
+	go srv.ActivateAndServe()
+	t.Cleanup(func() { srv.Shutdown() })
+	return pc.LocalAddr().String()
+}
+
+// resolverPolicy resolves through Resolver "r" at revision rev, whose
+// update had the given drain, at the UDP upstream address.
+func resolverPolicy(rev uint64, drain uint32, address string) *hostv1.NetworkAssignment {
+	n := policy(1, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, 600)
+	n.Policy.Resolvers = []*ctrlv1.NetworkPolicyResolver{{ResolverId: "r",
+		Path: &ctrlv1.ResolverPath{Kind: &ctrlv1.ResolverPath_Direct{Direct: &ctrlv1.ResolverDirectPath{}}}}}
+	n.Resolvers = []*hostv1.ResolverAssignment{{ResolverId: "r", Revision: rev, DrainSeconds: drain,
+		Spec: &ctrlv1.ResolverSpec{Protocol: &ctrlv1.ResolverSpec_Udp{Udp: &ctrlv1.UdpResolver{Address: address}}}}}
+	return n
+}
+
+// dnsStream opens a guest's DNS-over-TCP connection to the link DNS
+// address.
+func dnsStream(t *testing.T, s *netslot.Slot) *dns.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := nettest.Dial(ctx, s.Path(), "tcp", "10.211.0.1:53")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	return &dns.Conn{Conn: c}
+}
+
+// lookup asks c for example.com's A record and returns the address in the
+// answer.
+func lookup(c *dns.Conn) (string, error) {
+	q := new(dns.Msg).SetQuestion("example.com.", dns.TypeA)
+	if err := c.WriteMsg(q); err != nil {
+		return "", err
+	}
+	r, err := c.ReadMsg()
+	if err != nil {
+		return "", err
+	}
+	if len(r.Answer) != 1 {
+		return "", &net.AddrError{Err: "no single answer", Addr: r.String()}
+	}
+	return r.Answer[0].(*dns.A).A.String(), nil
+}
+
+func resolverStatus(s *netslot.Slot) *ctrlv1.NetworkPolicyResolverStatus {
+	rs := s.Report().GetStatus().GetResolvers()
+	if len(rs) != 1 {
+		return nil
+	}
+	return rs[0]
+}
+
+// TestSlotResolverUpdateDrains checks that an update of the policy's
+// Resolver leaves the guest's DNS connections on the replaced revision
+// until the update's drain runs out, and that the status says so.
+func TestSlotResolverUpdateDrains(t *testing.T) {
+	inet := nettest.NewInternet(t)
+	first := answeringResolver(t, inet, "192.0.2.1")
+	second := answeringResolver(t, inet, "192.0.2.2")
+	third := answeringResolver(t, inet, "192.0.2.3")
+	s := newSlot(t, netip.MustParseAddrPort("127.0.0.1:53"))
+	s.Apply(resolverPolicy(1, 0, first))
+	old := dnsStream(t, s)
+	if got, err := lookup(old); err != nil || got != "192.0.2.1" {
+		t.Fatalf("revision 1: %s, %v", got, err)
+	}
+
+	s.Apply(resolverPolicy(2, 600, second))
+	if got, err := lookup(dnsStream(t, s)); err != nil || got != "192.0.2.2" {
+		t.Fatalf("a new connection after the update: %s, %v; want revision 2's answer", got, err)
+	}
+	if got, err := lookup(old); err != nil || got != "192.0.2.1" {
+		t.Fatalf("the connection on revision 1 during its drain: %s, %v; want revision 1's answer", got, err)
+	}
+	if st := resolverStatus(s); st.GetAppliedRevision() != 2 || st.GetDrainingRevision() != 1 {
+		t.Fatalf("resolver status %v, want applied 2 draining 1", st)
+	}
+
+	// With no drain, the connections on the replaced revision close at once;
+	// an earlier update's deadline still holds for those it moved.
+	onSecond := dnsStream(t, s)
+	if got, err := lookup(onSecond); err != nil || got != "192.0.2.2" {
+		t.Fatalf("revision 2: %s, %v", got, err)
+	}
+	s.Apply(resolverPolicy(3, 0, third))
+	if _, err := onSecond.ReadMsg(); err == nil {
+		t.Fatal("the connection on revision 2 stayed open after an update without drain")
+	}
+	if got, err := lookup(old); err != nil || got != "192.0.2.1" {
+		t.Fatalf("the connection on revision 1 after a later update: %s, %v; want revision 1's answer", got, err)
+	}
+	if st := resolverStatus(s); st.GetAppliedRevision() != 3 || st.GetDrainingRevision() != 1 {
+		t.Fatalf("resolver status %v, want applied 3 draining 1", st)
+	}
+	old.Close()
+	if got, err := lookup(dnsStream(t, s)); err != nil || got != "192.0.2.3" {
+		t.Fatalf("a new connection: %s, %v; want revision 3's answer", got, err)
+	}
+}
