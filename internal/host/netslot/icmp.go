@@ -44,7 +44,10 @@ func newEchoGuard(s *Slot, link stack.LinkEndpoint) *echoGuard {
 
 // DeliverNetworkPacket implements stack.NetworkDispatcher.
 func (g *echoGuard) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
-	if !mayBeEcho(pkt.Data()) {
+	switch sortPacket(pkt.Data()) {
+	case dropPacket:
+		return
+	case passPacket:
 		g.Endpoint.DeliverNetworkPacket(proto, pkt)
 		return
 	}
@@ -58,26 +61,52 @@ func (g *echoGuard) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt 
 	g.slot.handleEcho(req)
 }
 
-// mayBeEcho looks at no more than the headers, so that the guest's other
+// packetSort is what the guard does with a packet of the guest.
+type packetSort int
+
+const (
+	passPacket packetSort = iota // to the stack
+	echoPacket                   // an echo request, for the policy
+	// dropPacket: what could hide an echo request from the guard. The
+	// stack would reassemble a fragmented one, or find one behind IPv6
+	// extension headers, and answer it for any address.
+	dropPacket
+)
+
+// sortPacket looks at no more than the headers, so that the guest's other
 // packets pass without a copy.
-func mayBeEcho(d stack.PacketData) bool {
+func sortPacket(d stack.PacketData) packetSort {
 	b, ok := d.PullUp(1)
 	if !ok {
-		return false
+		return passPacket
 	}
 	switch b[0] >> 4 {
 	case 4:
 		if b, ok = d.PullUp(header.IPv4MinimumSize); !ok || b[9] != uint8(header.ICMPv4ProtocolNumber) {
-			return false
+			return passPacket
+		}
+		if ip := header.IPv4(b); ip.More() || ip.FragmentOffset() != 0 {
+			return dropPacket
 		}
 		n := int(b[0]&0xf) * 4
-		b, ok = d.PullUp(n + 1)
-		return ok && b[n] == uint8(header.ICMPv4Echo)
+		if b, ok = d.PullUp(n + 1); ok && b[n] == uint8(header.ICMPv4Echo) {
+			return echoPacket
+		}
 	case 6:
-		b, ok = d.PullUp(header.IPv6MinimumSize + 1)
-		return ok && b[6] == uint8(header.ICMPv6ProtocolNumber) && b[header.IPv6MinimumSize] == uint8(header.ICMPv6EchoRequest)
+		if b, ok = d.PullUp(header.IPv6MinimumSize + 1); !ok {
+			return passPacket
+		}
+		switch tcpip.TransportProtocolNumber(b[6]) {
+		case header.ICMPv6ProtocolNumber:
+			if b[header.IPv6MinimumSize] == uint8(header.ICMPv6EchoRequest) {
+				return echoPacket
+			}
+		case header.TCPProtocolNumber, header.UDPProtocolNumber:
+		default:
+			return dropPacket
+		}
 	}
-	return false
+	return passPacket
 }
 
 // echo is one echo request of the guest.
