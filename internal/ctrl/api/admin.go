@@ -28,8 +28,8 @@ type AdminService struct {
 
 // NewAdminService returns the AdminService handler. Without a volumes
 // service the storage-pool calls answer unimplemented.
-func NewAdminService(d Deps, vols *volumes.Service) *AdminService {
-	return &AdminService{store: d.Store, volumes: vols}
+func NewAdminService(st store.Store, vols *volumes.Service) *AdminService {
+	return &AdminService{store: st, volumes: vols}
 }
 
 // operator returns the caller when it is an admin of the operator project.

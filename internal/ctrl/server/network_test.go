@@ -17,6 +17,7 @@ import (
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
+	"github.com/kibotos/kibotos/internal/ctrl/templates"
 	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
 )
 
@@ -37,8 +38,8 @@ func (e *env) workspaces() ctrlv1connect.WorkspaceServiceClient {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	rev, err := workspaces.EncodeRevision(&ctrlv1.TemplateRevision{Revision: "sha256-1"},
-		workspaces.Image{TemplateID: workspaces.DefaultTemplate, Revision: "sha256-1"})
+	rev, err := templates.EncodeRevision(&ctrlv1.TemplateRevision{Revision: "sha256-1"},
+		templates.Image{TemplateID: templates.DefaultTemplate, Revision: "sha256-1"})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -46,11 +47,11 @@ func (e *env) workspaces() ctrlv1connect.WorkspaceServiceClient {
 		if err := tx.PutHost(ctx, store.Host{ID: "h1", Body: reg, CPUMillis: 4000, MemoryBytes: 4 << 30, LayerBytes: 10 << 30, SeenAt: now}); err != nil {
 			return err
 		}
-		if err := tx.CreateObject(ctx, store.Object{Kind: store.KindTemplate, ProjectID: workspaces.BuiltinProject, ID: workspaces.DefaultTemplate,
+		if err := tx.CreateObject(ctx, store.Object{Kind: store.KindTemplate, ProjectID: templates.BuiltinProject, ID: templates.DefaultTemplate,
 			Spec: tpl, Revision: 1, LabelsRevision: 1, AnnotationsRevision: 1, CreatedAt: now, UpdatedAt: now}); err != nil {
 			return err
 		}
-		return tx.PutTemplateRevision(ctx, store.TemplateRevision{ProjectID: workspaces.BuiltinProject, TemplateID: workspaces.DefaultTemplate,
+		return tx.PutTemplateRevision(ctx, store.TemplateRevision{ProjectID: templates.BuiltinProject, TemplateID: templates.DefaultTemplate,
 			Revision: "sha256-1", Body: rev, CreatedAt: now})
 	})
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/ids"
+	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
 	"github.com/kibotos/kibotos/internal/sessiontoken"
@@ -134,15 +135,15 @@ func (s *Service) Issue(ctx context.Context, workspaceID string, ttlSeconds uint
 // refuses its token as soon as the change reaches it. Revoking a revoked
 // or expired session succeeds; an unknown one is not_found.
 func (s *Service) Revoke(ctx context.Context, w workspaces.Write[*ctrlv1.RevokeSessionResponse], sessionID string) (*ctrlv1.RevokeSessionResponse, error) {
-	if err := command.ValidateID(w.Command.GetCommandId()); err != nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	cmd, err := resource.CommandOf(ctx, w)
+	if err != nil {
+		return nil, err
 	}
 	if sessionID == "" {
 		return nil, invalid("session_id is required")
 	}
 	c := caller(ctx)
 	var changed string
-	cmd := command.Command[*ctrlv1.RevokeSessionResponse]{ProjectID: c.ProjectID, Method: w.Method, ID: w.Command.GetCommandId(), Input: w.Input, New: w.New}
 	resp, err := command.Run(ctx, s.Store, cmd, func(ctx context.Context, tx store.Tx) (*ctrlv1.RevokeSessionResponse, error) {
 		changed = ""
 		ses, err := tx.Session(ctx, c.ProjectID, sessionID)
@@ -198,14 +199,14 @@ func (s *Service) Revoke(ctx context.Context, w workspaces.Write[*ctrlv1.RevokeS
 // its host. A DELETING or DELETED workspace is failed_precondition (stage
 // ROTATING_DATA_PLANE).
 func (s *Service) Rotate(ctx context.Context, w workspaces.Write[*ctrlv1.RotateDataPlaneResponse], workspaceID string) (*ctrlv1.RotateDataPlaneResponse, error) {
-	if err := command.ValidateID(w.Command.GetCommandId()); err != nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	cmd, err := resource.CommandOf(ctx, w)
+	if err != nil {
+		return nil, err
 	}
 	if workspaceID == "" {
 		return nil, invalid("workspace_id is required")
 	}
 	c := caller(ctx)
-	cmd := command.Command[*ctrlv1.RotateDataPlaneResponse]{ProjectID: c.ProjectID, Method: w.Method, ID: w.Command.GetCommandId(), Input: w.Input, New: w.New}
 	resp, err := command.Run(ctx, s.Store, cmd, func(ctx context.Context, tx store.Tx) (*ctrlv1.RotateDataPlaneResponse, error) {
 		var resp *ctrlv1.RotateDataPlaneResponse
 		err := s.Workspaces.EditDataPlane(ctx, tx, c.ProjectID, workspaceID, func(ws *ctrlv1.Workspace, _ string, dp *workspaces.DataPlane) (bool, error) {

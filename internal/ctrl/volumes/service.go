@@ -15,9 +15,8 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/ids"
-	"github.com/kibotos/kibotos/internal/ctrl/meta"
-	"github.com/kibotos/kibotos/internal/ctrl/objects"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
+	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 )
 
@@ -51,8 +50,8 @@ func (s *Service) changed() {
 	}
 }
 
-// Write describes a write request, as in the objects package.
-type Write[R proto.Message] = objects.Mutation[R]
+// Write describes a write request.
+type Write[R proto.Message] = resource.Mutation[R]
 
 func invalid(format string, a ...any) error {
 	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(format, a...))
@@ -156,7 +155,7 @@ func newUUID() string {
 func Create[R proto.Message](ctx context.Context, s *Service, w Write[R], spec *ctrlv1.VolumeSpec,
 	labels, annotations map[string]string, respond func(*ctrlv1.Volume) R) (R, error) {
 	var zero R
-	cmd, err := objects.CommandOf(ctx, w)
+	cmd, err := resource.CommandOf(ctx, w)
 	if err != nil {
 		return zero, err
 	}
@@ -168,11 +167,8 @@ func Create[R proto.Message](ctx context.Context, s *Service, w Write[R], spec *
 			return zero, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("spec.%w", err))
 		}
 	}
-	if err := meta.ValidateLabels(labels); err != nil {
-		return zero, connect.NewError(connect.CodeInvalidArgument, err)
-	}
-	if err := meta.ValidateAnnotations(annotations); err != nil {
-		return zero, connect.NewError(connect.CodeInvalidArgument, err)
+	if err := resource.CheckMaps(labels, annotations); err != nil {
+		return zero, err
 	}
 	resp, err := command.Run(ctx, s.Store, cmd, func(ctx context.Context, tx store.Tx) (R, error) {
 		pool, err := s.resolvePool(ctx, tx, spec.GetStoragePool())
@@ -210,7 +206,7 @@ func (s *Service) Get(ctx context.Context, id string) (*ctrlv1.Volume, error) {
 
 // List returns one page of the Volumes that are not DELETED.
 func (s *Service) List(ctx context.Context, pageSize uint32, token string, selector map[string]string) ([]*ctrlv1.Volume, string, error) {
-	return objects.ListPage(ctx, s.Store, s.Pages, "volume", pageSize, token, selector,
+	return resource.ListPage(ctx, s.Store, s.Pages, "volume", pageSize, token, selector,
 		func(ctx context.Context, tx store.Tx, q store.ObjectQuery) ([]store.Volume, error) {
 			return tx.Volumes(ctx, q)
 		},
@@ -232,7 +228,7 @@ func mutate[R proto.Message](ctx context.Context, s *Service, w Write[R], id str
 		var zero R
 		return zero, invalid("volume_id is required")
 	}
-	resp, changed, err := objects.Edit(ctx, s.Store, w,
+	resp, changed, err := resource.Edit(ctx, s.Store, w,
 		func(ctx context.Context, tx store.Tx, projectID string) (*Record, error) {
 			return Load(ctx, tx, projectID, id)
 		},
@@ -334,23 +330,11 @@ func (s *Service) finishDelete(r *Record) {
 	r.Row.DeletedAt = s.now()
 }
 
-// UpdateLabels replaces the labels under CAS on labels_revision.
-func UpdateLabels[R proto.Message](ctx context.Context, s *Service, w Write[R], id string, expected uint64, labels map[string]string, respond func(*ctrlv1.Volume) R) (R, error) {
-	return updateMap(ctx, s, w, id, "labels_revision", expected, labels, meta.ValidateLabels,
-		func(v *ctrlv1.Volume) (*map[string]string, *uint64) { return &v.Labels, &v.LabelsRevision }, respond)
-}
-
-// UpdateAnnotations replaces the annotations under CAS on
-// annotations_revision.
-func UpdateAnnotations[R proto.Message](ctx context.Context, s *Service, w Write[R], id string, expected uint64, annotations map[string]string, respond func(*ctrlv1.Volume) R) (R, error) {
-	return updateMap(ctx, s, w, id, "annotations_revision", expected, annotations, meta.ValidateAnnotations,
-		func(v *ctrlv1.Volume) (*map[string]string, *uint64) { return &v.Annotations, &v.AnnotationsRevision }, respond)
-}
-
-func updateMap[R proto.Message](ctx context.Context, s *Service, w Write[R], id, revisionName string, expected uint64,
-	m map[string]string, validate func(map[string]string) error,
-	field func(*ctrlv1.Volume) (*map[string]string, *uint64), respond func(*ctrlv1.Volume) R) (R, error) {
-	if err := objects.CheckMapWrite(m, validate, revisionName, expected); err != nil {
+// UpdateMap replaces the labels or the annotations (field) under CAS on
+// their revision.
+func UpdateMap[R proto.Message](ctx context.Context, s *Service, w Write[R], field resource.MapField, id string, expected uint64,
+	m map[string]string, respond func(*ctrlv1.Volume) R) (R, error) {
+	if err := field.CheckMapWrite(m, expected); err != nil {
 		var zero R
 		return zero, err
 	}
@@ -358,8 +342,8 @@ func updateMap[R proto.Message](ctx context.Context, s *Service, w Write[R], id,
 		if err := writable(r); err != nil {
 			return err
 		}
-		current, revision := field(r.V)
-		return objects.ReplaceMap(current, revision, revisionName, expected, m)
+		current, revision := field.Select(&r.V.Labels, &r.V.LabelsRevision, &r.V.Annotations, &r.V.AnnotationsRevision)
+		return field.Replace(current, revision, expected, m)
 	}, respond)
 }
 

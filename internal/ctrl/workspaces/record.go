@@ -19,6 +19,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
+	"github.com/kibotos/kibotos/internal/ctrl/templates"
 	"github.com/kibotos/kibotos/internal/sessiontoken"
 )
 
@@ -31,22 +32,6 @@ const (
 	DesiredStopped Desired = "stopped"
 	DesiredDeleted Desired = "deleted"
 )
-
-// Image is the template revision a workspace runs, as hosts need it.
-type Image struct {
-	TemplateID string   `json:"template_id"`
-	Revision   string   `json:"revision"`
-	Digest     string   `json:"digest"`
-	Layers     []Layer  `json:"layers"`
-	Env        []string `json:"env,omitempty"`
-}
-
-// Layer is one compressed layer blob of an Image.
-type Layer struct {
-	Digest string `json:"digest"`
-	DiffID string `json:"diff_id"`
-	Size   int64  `json:"size"`
-}
 
 // record is a workspace as ctrl keeps it.
 type record struct {
@@ -76,7 +61,7 @@ type bookkeeping struct {
 	// StopCause is why the workspace is stopping or deleting.
 	StopCause ctrlv1.StopCause `json:"stop_cause,omitempty"`
 	// LayerBytes is the writable layer's capacity once resolved on a host.
-	Image Image `json:"image"`
+	Image templates.Image `json:"image"`
 	// DataPlane authorizes the workspace's data-plane sessions.
 	DataPlane DataPlane `json:"data_plane,omitzero"`
 	// NetworkDrainSeconds is the drain_seconds of the

@@ -17,11 +17,11 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/ids"
-	"github.com/kibotos/kibotos/internal/ctrl/meta"
-	"github.com/kibotos/kibotos/internal/ctrl/objects"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
+	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/scheduler"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
+	"github.com/kibotos/kibotos/internal/ctrl/templates"
 	"github.com/kibotos/kibotos/internal/ctrl/volumes"
 	"github.com/kibotos/kibotos/internal/netcheck"
 )
@@ -47,9 +47,8 @@ func (s *Service) now() time.Time {
 	return time.Now().UTC()
 }
 
-// Write describes a write request: the same shape as the objects
-// package's, so that handlers build both alike.
-type Write[R proto.Message] = objects.Mutation[R]
+// Write describes a write request.
+type Write[R proto.Message] = resource.Mutation[R]
 
 func caller(ctx context.Context) auth.Caller {
 	c, _ := auth.CallerFrom(ctx)
@@ -64,7 +63,7 @@ func mutate[R proto.Message](ctx context.Context, s *Service, w Write[R], id str
 		var zero R
 		return zero, invalid("workspace_id is required")
 	}
-	resp, changed, err := objects.Edit(ctx, s.Store, w,
+	resp, changed, err := resource.Edit(ctx, s.Store, w,
 		func(ctx context.Context, tx store.Tx, projectID string) (*record, error) {
 			return s.load(ctx, tx, projectID, id)
 		},
@@ -140,7 +139,7 @@ func InUse(ctx context.Context, tx store.Tx, projectID, workspaceID, format stri
 func Create[R proto.Message](ctx context.Context, s *Service, w Write[R], spec *ctrlv1.WorkspaceCreateSpec,
 	labels, annotations map[string]string, respond func(*ctrlv1.Workspace) R) (R, error) {
 	var zero R
-	cmd, err := objects.CommandOf(ctx, w)
+	cmd, err := resource.CommandOf(ctx, w)
 	if err != nil {
 		return zero, err
 	}
@@ -158,11 +157,8 @@ func Create[R proto.Message](ctx context.Context, s *Service, w Write[R], spec *
 	if err != nil {
 		return zero, err
 	}
-	if err := meta.ValidateLabels(labels); err != nil {
-		return zero, connect.NewError(connect.CodeInvalidArgument, err)
-	}
-	if err := meta.ValidateAnnotations(annotations); err != nil {
-		return zero, connect.NewError(connect.CodeInvalidArgument, err)
+	if err := resource.CheckMaps(labels, annotations); err != nil {
+		return zero, err
 	}
 	// A retry replays before the slow checks, which DNS could now answer
 	// differently.
@@ -177,7 +173,7 @@ func Create[R proto.Message](ctx context.Context, s *Service, w Write[R], spec *
 	}
 	var id string
 	resp, err := command.Run(ctx, s.Store, cmd, func(ctx context.Context, tx store.Tx) (R, error) {
-		ref, image, err := resolveTemplate(ctx, tx, cmd.ProjectID, spec.Template)
+		ref, image, err := templates.Resolve(ctx, tx, cmd.ProjectID, spec.Template)
 		if err != nil {
 			return zero, err
 		}
@@ -411,7 +407,7 @@ func (s *Service) Get(ctx context.Context, id string) (*ctrlv1.Workspace, error)
 
 // List returns one page of live workspaces.
 func (s *Service) List(ctx context.Context, pageSize uint32, token string, selector map[string]string) ([]*ctrlv1.Workspace, string, error) {
-	return objects.ListPage(ctx, s.Store, s.Pages, "workspace", pageSize, token, selector,
+	return resource.ListPage(ctx, s.Store, s.Pages, "workspace", pageSize, token, selector,
 		func(ctx context.Context, tx store.Tx, q store.ObjectQuery) ([]store.Workspace, error) {
 			return tx.Workspaces(ctx, q)
 		},
@@ -528,27 +524,11 @@ func (s *Service) finishDelete(ctx context.Context, tx store.Tx, r *record) erro
 	return tx.SetPolicyReferences(ctx, r.row.ProjectID, r.row.ID, nil)
 }
 
-// UpdateLabels replaces the labels under CAS on labels_revision.
-func UpdateLabels[R proto.Message](ctx context.Context, s *Service, w Write[R], id string, expected uint64, labels map[string]string, respond func(*ctrlv1.Workspace) R) (R, error) {
-	return updateMap(ctx, s, w, id, "labels_revision", expected, labels, meta.ValidateLabels,
-		func(ws *ctrlv1.Workspace) (*map[string]string, *uint64) { return &ws.Labels, &ws.LabelsRevision }, respond)
-}
-
-// UpdateAnnotations replaces the annotations under CAS on
-// annotations_revision.
-func UpdateAnnotations[R proto.Message](ctx context.Context, s *Service, w Write[R], id string, expected uint64, annotations map[string]string, respond func(*ctrlv1.Workspace) R) (R, error) {
-	return updateMap(ctx, s, w, id, "annotations_revision", expected, annotations, meta.ValidateAnnotations,
-		func(ws *ctrlv1.Workspace) (*map[string]string, *uint64) {
-			return &ws.Annotations, &ws.AnnotationsRevision
-		}, respond)
-}
-
-// updateMap is the CAS replacement labels and annotations share: field
-// picks the map and its revision out of the workspace.
-func updateMap[R proto.Message](ctx context.Context, s *Service, w Write[R], id, revisionName string, expected uint64,
-	m map[string]string, validate func(map[string]string) error,
-	field func(*ctrlv1.Workspace) (*map[string]string, *uint64), respond func(*ctrlv1.Workspace) R) (R, error) {
-	if err := objects.CheckMapWrite(m, validate, revisionName, expected); err != nil {
+// UpdateMap replaces the labels or the annotations (field) under CAS on
+// their revision.
+func UpdateMap[R proto.Message](ctx context.Context, s *Service, w Write[R], field resource.MapField, id string, expected uint64,
+	m map[string]string, respond func(*ctrlv1.Workspace) R) (R, error) {
+	if err := field.CheckMapWrite(m, expected); err != nil {
 		var zero R
 		return zero, err
 	}
@@ -556,8 +536,8 @@ func updateMap[R proto.Message](ctx context.Context, s *Service, w Write[R], id,
 		if err := live(ctx, tx, r); err != nil {
 			return err
 		}
-		current, revision := field(r.ws)
-		return objects.ReplaceMap(current, revision, revisionName, expected, m)
+		current, revision := field.Select(&r.ws.Labels, &r.ws.LabelsRevision, &r.ws.Annotations, &r.ws.AnnotationsRevision)
+		return field.Replace(current, revision, expected, m)
 	}, respond)
 }
 

@@ -21,8 +21,6 @@ const (
 	MiB             = 1 << 20
 	MinMemoryBytes  = 128 * MiB
 	DefaultCPUMilli = 1000
-	// DefaultTemplate is the built-in template of every deployment.
-	DefaultTemplate = "base"
 	// MaxDestinations bounds an egress entry's destinations.
 	MaxDestinations = 256
 )
