@@ -24,6 +24,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/api"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
+	"github.com/kibotos/kibotos/internal/ctrl/projects"
 	"github.com/kibotos/kibotos/internal/ctrl/sessions"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/templates"
@@ -114,7 +115,7 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 	mux := http.NewServeMux()
 	mux.Handle(ctrlv1connect.NewEgressServiceHandler(api.NewEgressService(upstreams.NewEgresses(cfg.Store, pages, cfg.Checker, cfg.Changes)), opts...))
 	mux.Handle(ctrlv1connect.NewResolverServiceHandler(api.NewResolverService(upstreams.NewResolvers(cfg.Store, pages, cfg.Changes)), opts...))
-	mux.Handle(adminv1connect.NewAdminServiceHandler(api.NewAdminService(cfg.Store, vols), opts...))
+	mux.Handle(adminv1connect.NewAdminServiceHandler(api.NewAdminService(&projects.Service{Store: cfg.Store}, vols), opts...))
 
 	services := []string{
 		ctrlv1connect.EgressServiceName,
