@@ -60,6 +60,15 @@ func (e *env) workspaces() ctrlv1connect.WorkspaceServiceClient {
 	return ctrlv1connect.NewWorkspaceServiceClient(e.http, e.url, connect.WithInterceptors(bearer.Token(e.admin)))
 }
 
+// newWorkspace creates a workspace of the least memory and returns its ID.
+func newWorkspace(t *testing.T, wsc ctrlv1connect.WorkspaceServiceClient) string {
+	t.Helper()
+	created := must[*connect.Response[ctrlv1.CreateWorkspaceResponse]](t, "create workspace")(
+		wsc.CreateWorkspace(context.Background(), connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{Command: cmd(),
+			Spec: &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{MemoryBytes: 128 << 20}}})))
+	return created.Msg.Workspace.WorkspaceId
+}
+
 func resolverThrough(egress string) *ctrlv1.ResolverPath {
 	return &ctrlv1.ResolverPath{Kind: &ctrlv1.ResolverPath_EgressId{EgressId: egress}}
 }
@@ -89,10 +98,7 @@ func TestUpdateWorkspaceNetworkPolicy(t *testing.T) {
 			e.egress.DeleteEgress(ctx, connect.NewRequest(&ctrlv1.DeleteEgressRequest{Command: cmd(), EgressId: gone})))
 		rsUDP := e.createResolver(&ctrlv1.ResolverSpec{Protocol: &ctrlv1.ResolverSpec_Udp{Udp: &ctrlv1.UdpResolver{Address: "10.0.0.53:53"}}}).ResolverId
 		rsTCP := e.createResolver(&ctrlv1.ResolverSpec{Protocol: &ctrlv1.ResolverSpec_Tcp{Tcp: &ctrlv1.TcpResolver{Address: "9.9.9.9:53"}}}).ResolverId
-		created := must[*connect.Response[ctrlv1.CreateWorkspaceResponse]](t, "create workspace")(
-			wsc.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{Command: cmd(),
-				Spec: &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{MemoryBytes: 128 << 20}}})))
-		id := created.Msg.Workspace.WorkspaceId
+		id := newWorkspace(t, wsc)
 		update := func(expected uint64, p *ctrlv1.NetworkPolicy) (*ctrlv1.Workspace, error) {
 			resp, err := wsc.UpdateWorkspaceNetworkPolicy(ctx, connect.NewRequest(&ctrlv1.UpdateWorkspaceNetworkPolicyRequest{
 				Command: cmd(), WorkspaceId: id, ExpectedRevision: expected, Policy: p}))
@@ -198,10 +204,7 @@ func TestUpdateWorkspaceNetworkPolicyReplay(t *testing.T) {
 		const procedure = "/kibotos.ctrl.v1.WorkspaceService/UpdateWorkspaceNetworkPolicy"
 		ctx := context.Background()
 		wsc := e.workspaces()
-		created := must[*connect.Response[ctrlv1.CreateWorkspaceResponse]](t, "create workspace")(
-			wsc.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{Command: cmd(),
-				Spec: &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{MemoryBytes: 128 << 20}}})))
-		id := created.Msg.Workspace.WorkspaceId
+		id := newWorkspace(t, wsc)
 		public := ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET
 
 		req := &ctrlv1.UpdateWorkspaceNetworkPolicyRequest{Command: &ctrlv1.CommandMetadata{CommandId: "policy-proto"}, WorkspaceId: id,

@@ -70,6 +70,9 @@ func checkCapacity(field string, bytes uint64, zeroAllowed bool) error {
 	if bytes == 0 || bytes%MiB != 0 {
 		return invalid("%s %d must be a positive whole number of MiB", field, bytes)
 	}
+	if bytes > MaxVolumeBytes {
+		return invalid("%s %d is above the maximum of %d (16 TiB - 1 MiB)", field, bytes, uint64(MaxVolumeBytes))
+	}
 	return nil
 }
 

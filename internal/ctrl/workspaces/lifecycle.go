@@ -106,14 +106,12 @@ func UpdateExpiration[R proto.Message](ctx context.Context, s *Service, w Write[
 		if proto.Equal(r.ws.GetExpiration().GetPolicy(), policy) {
 			return nil
 		}
-		r.book.ExpirationRevision = rev
-		if policy == nil {
-			r.ws.Expiration = nil
-			r.row.ExpiresAt = time.Time{}
-			return nil
-		}
+		// A cleared expiration keeps its revision, without a policy.
 		r.ws.Expiration = &ctrlv1.WorkspaceExpiration{Policy: policy, Revision: rev + 1}
-		r.row.ExpiresAt = policy.Deadline.AsTime()
+		r.row.ExpiresAt = time.Time{}
+		if policy != nil {
+			r.row.ExpiresAt = policy.Deadline.AsTime()
+		}
 		return nil
 	}, respond)
 }

@@ -52,8 +52,9 @@ type bookkeeping struct {
 	// FAILED), so that each attempt is a new execution whose reports never
 	// mix with the failed one's.
 	Attempt uint64 `json:"attempt,omitempty"`
-	// ExpirationRevision is the revision of the last expiration policy,
-	// kept while none is set so that revisions never go back.
+	// ExpirationRevision is the expiration's revision in records stored
+	// when clearing an expiration dropped it from the resource; the
+	// resource keeps it now, and revisions never go back.
 	ExpirationRevision uint64 `json:"expiration_revision,omitempty"`
 	// StopMode and StopCommand describe the stop in flight.
 	StopMode    ctrlv1.StopMode `json:"stop_mode,omitempty"`
