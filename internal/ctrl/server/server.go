@@ -23,6 +23,7 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
 	"github.com/kibotos/kibotos/internal/ctrl/api"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/ctrl/changes"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
 	"github.com/kibotos/kibotos/internal/ctrl/projects"
 	"github.com/kibotos/kibotos/internal/ctrl/sessions"
@@ -48,7 +49,7 @@ type Config struct {
 	// operator-only unsafe exemption.
 	Checker *netcheck.Checker
 	// Changes wakes watchers of workspaces; nil makes one.
-	Changes *workspaces.Broker
+	Changes *changes.Broker
 	// Images is the template image store; nil serves no workspaces or
 	// templates.
 	Images *imagestore.Store
@@ -88,17 +89,14 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 		return nil, err
 	}
 	if cfg.Changes == nil {
-		cfg.Changes = workspaces.NewBroker()
+		cfg.Changes = changes.NewBroker()
 	}
 	pages := pagetoken.New(key)
 	defaultPool := cfg.DefaultStoragePool
 	if defaultPool == "" {
 		defaultPool = DefaultStoragePool
 	}
-	vols := &volumes.Service{Store: cfg.Store, Pages: pages, DefaultPool: defaultPool, InUse: workspaces.InUse,
-		// A Volume change reaches the hosts that hold it through their
-		// assignment streams.
-		Changed: func() { cfg.Changes.Publish("") }}
+	vols := &volumes.Service{Store: cfg.Store, Pages: pages, DefaultPool: defaultPool, InUse: workspaces.InUse, Changes: cfg.Changes}
 	ws := &workspaces.Service{Store: cfg.Store, Pages: pages, Checker: cfg.Checker, Changes: cfg.Changes, Volumes: vols}
 	common := []connect.HandlerOption{
 		connect.WithCodec(deterministicCodec{}),

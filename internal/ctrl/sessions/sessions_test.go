@@ -19,6 +19,7 @@ import (
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/api"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/ctrl/changes"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
 	"github.com/kibotos/kibotos/internal/ctrl/sessions"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
@@ -93,7 +94,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	ws := &workspaces.Service{Store: st, Pages: pagetoken.New([]byte("k")), Checker: &netcheck.Checker{},
-		Changes: workspaces.NewBroker(), Now: clk.Now}
+		Changes: changes.NewBroker(), Now: clk.Now}
 	if err := ws.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h1", DataPlaneEndpoint: endpoint,
 		Capacity: &hostv1.HostCapacity{CpuMillis: 8000, MemoryBytes: 8 << 30, LayerBytes: 100 << 30, DefaultLayerBytes: 1 << 30}}); err != nil {
 		t.Fatal(err)

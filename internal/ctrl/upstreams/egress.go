@@ -5,9 +5,9 @@ import (
 	"fmt"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/changes"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
-	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
 	"github.com/kibotos/kibotos/internal/netcheck"
 )
 
@@ -15,7 +15,7 @@ import (
 type Egresses = Service[*ctrlv1.EgressSpec]
 
 // NewEgresses returns the Egress service; checker range-checks endpoints.
-func NewEgresses(st store.Store, pages *pagetoken.Codec, checker *netcheck.Checker, changes *workspaces.Broker) *Egresses {
+func NewEgresses(st store.Store, pages *pagetoken.Codec, checker *netcheck.Checker, changes *changes.Broker) *Egresses {
 	return &Egresses{Kind: egressKind(checker), Store: st, Pages: pages, Changes: changes}
 }
 

@@ -7,16 +7,16 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/changes"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
-	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
 )
 
 // Resolvers is the Resolver service.
 type Resolvers = Service[*ctrlv1.ResolverSpec]
 
 // NewResolvers returns the Resolver service.
-func NewResolvers(st store.Store, pages *pagetoken.Codec, changes *workspaces.Broker) *Resolvers {
+func NewResolvers(st store.Store, pages *pagetoken.Codec, changes *changes.Broker) *Resolvers {
 	return &Resolvers{Kind: resolverKind(), Store: st, Pages: pages, Changes: changes}
 }
 

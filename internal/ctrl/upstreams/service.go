@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/ctrl/changes"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/ids"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
@@ -58,7 +59,7 @@ type Service[S proto.Message] struct {
 	Pages *pagetoken.Codec
 	// Changes, when set, is told after every committed write, so that
 	// hosts re-read the objects their executions use.
-	Changes *workspaces.Broker
+	Changes *changes.Broker
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 }

@@ -13,6 +13,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/ctrl/changes"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/ids"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
@@ -30,9 +31,9 @@ type Service struct {
 	// caller's project stands in the way of, with that workspace attached
 	// (workspaces.InUse).
 	InUse func(ctx context.Context, tx store.Tx, projectID, workspaceID, format string, a ...any) error
-	// Changed is told about every committed change, so that the streams of
+	// Changes is told about every committed change, so that the streams of
 	// hosts and the watchers of bound workspaces wake up.
-	Changed func()
+	Changes *changes.Broker
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 }
@@ -45,8 +46,8 @@ func (s *Service) now() time.Time {
 }
 
 func (s *Service) changed() {
-	if s.Changed != nil {
-		s.Changed()
+	if s.Changes != nil {
+		s.Changes.Publish("")
 	}
 }
 

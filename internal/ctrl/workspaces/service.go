@@ -12,6 +12,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/ctrl/changes"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
 	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
@@ -28,7 +29,7 @@ type Service struct {
 	Volumes *volumes.Service
 	// Changes is told about every committed change of a workspace, so that
 	// watchers and host streams wake up.
-	Changes *Broker
+	Changes *changes.Broker
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 }
