@@ -21,7 +21,6 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
-	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/ids"
 	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
@@ -135,18 +134,13 @@ func (s *Service) Issue(ctx context.Context, workspaceID string, ttlSeconds uint
 // refuses its token as soon as the change reaches it. Revoking a revoked
 // or expired session succeeds; an unknown one is not_found.
 func (s *Service) Revoke(ctx context.Context, w workspaces.Write[*ctrlv1.RevokeSessionResponse], sessionID string) (*ctrlv1.RevokeSessionResponse, error) {
-	cmd, err := resource.CommandOf(ctx, w)
-	if err != nil {
-		return nil, err
-	}
 	if sessionID == "" {
 		return nil, invalid("session_id is required")
 	}
-	c := caller(ctx)
 	var changed string
-	resp, err := command.Run(ctx, s.Store, cmd, func(ctx context.Context, tx store.Tx) (*ctrlv1.RevokeSessionResponse, error) {
+	resp, err := resource.Run(ctx, s.Store, w, func(ctx context.Context, tx store.Tx, projectID string) (*ctrlv1.RevokeSessionResponse, error) {
 		changed = ""
-		ses, err := tx.Session(ctx, c.ProjectID, sessionID)
+		ses, err := tx.Session(ctx, projectID, sessionID)
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("session %q not found", sessionID))
 		}
@@ -158,7 +152,7 @@ func (s *Service) Revoke(ctx context.Context, w workspaces.Write[*ctrlv1.RevokeS
 		if !revoked.Listed(now) {
 			return &ctrlv1.RevokeSessionResponse{}, nil // expired: it works nowhere
 		}
-		err = s.Workspaces.EditDataPlane(ctx, tx, c.ProjectID, ses.WorkspaceID, func(ws *ctrlv1.Workspace, _ string, dp *workspaces.DataPlane) (bool, error) {
+		err = s.Workspaces.EditDataPlane(ctx, tx, projectID, ses.WorkspaceID, func(ws *ctrlv1.Workspace, _ string, dp *workspaces.DataPlane) (bool, error) {
 			if ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED || ws.Generation != ses.Generation {
 				return false, nil // its execution is gone: the token works nowhere
 			}
@@ -199,17 +193,12 @@ func (s *Service) Revoke(ctx context.Context, w workspaces.Write[*ctrlv1.RevokeS
 // its host. A DELETING or DELETED workspace is failed_precondition (stage
 // ROTATING_DATA_PLANE).
 func (s *Service) Rotate(ctx context.Context, w workspaces.Write[*ctrlv1.RotateDataPlaneResponse], workspaceID string) (*ctrlv1.RotateDataPlaneResponse, error) {
-	cmd, err := resource.CommandOf(ctx, w)
-	if err != nil {
-		return nil, err
-	}
 	if workspaceID == "" {
 		return nil, invalid("workspace_id is required")
 	}
-	c := caller(ctx)
-	resp, err := command.Run(ctx, s.Store, cmd, func(ctx context.Context, tx store.Tx) (*ctrlv1.RotateDataPlaneResponse, error) {
+	resp, err := resource.Run(ctx, s.Store, w, func(ctx context.Context, tx store.Tx, projectID string) (*ctrlv1.RotateDataPlaneResponse, error) {
 		var resp *ctrlv1.RotateDataPlaneResponse
-		err := s.Workspaces.EditDataPlane(ctx, tx, c.ProjectID, workspaceID, func(ws *ctrlv1.Workspace, _ string, dp *workspaces.DataPlane) (bool, error) {
+		err := s.Workspaces.EditDataPlane(ctx, tx, projectID, workspaceID, func(ws *ctrlv1.Workspace, _ string, dp *workspaces.DataPlane) (bool, error) {
 			switch ws.State {
 			case ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETING, ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED:
 				return false, precondition(ws, ctrlv1.FailureStage_FAILURE_STAGE_ROTATING_DATA_PLANE,

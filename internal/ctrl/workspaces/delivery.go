@@ -34,15 +34,11 @@ func (s *Service) Assignments(ctx context.Context, hostID string) (*hostv1.Watch
 		if out.Volumes, err = volumes.HostAssignments(ctx, tx, hostID); err != nil {
 			return err
 		}
-		rows, err := tx.HostWorkspaces(ctx, hostID)
+		records, err := decodeAll(tx.HostWorkspaces(ctx, hostID))
 		if err != nil {
 			return err
 		}
-		for _, row := range rows {
-			r, err := decode(row)
-			if err != nil {
-				return err
-			}
+		for _, r := range records {
 			a := r.assignment(now)
 			if a.Desired == hostv1.DesiredState_DESIRED_STATE_RUNNING {
 				if a.Network, err = networkAssignment(ctx, tx, r); err != nil {

@@ -123,15 +123,11 @@ func (s *Service) Expire(ctx context.Context) error {
 	var changed []string
 	err := s.Store.Update(ctx, func(tx store.Tx) error {
 		changed = changed[:0]
-		rows, err := tx.ExpiredWorkspaces(ctx, s.now(), 100)
+		records, err := decodeAll(tx.ExpiredWorkspaces(ctx, s.now(), 100))
 		if err != nil {
 			return err
 		}
-		for _, row := range rows {
-			r, err := decode(row)
-			if err != nil {
-				return err
-			}
+		for _, r := range records {
 			r.row.ExpiresAt = time.Time{} // fired: never again for this policy
 			switch r.ws.GetExpiration().GetPolicy().GetAction() {
 			case ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_DELETE:
@@ -148,7 +144,7 @@ func (s *Service) Expire(ctx context.Context) error {
 			if err := s.save(ctx, tx, r); err != nil {
 				return err
 			}
-			changed = append(changed, row.ID)
+			changed = append(changed, r.row.ID)
 		}
 		return nil
 	})

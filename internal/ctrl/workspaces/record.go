@@ -161,6 +161,22 @@ func decode(row store.Workspace) (*record, error) {
 	return &record{row: row, ws: ws, book: env.Book}, nil
 }
 
+// decodeAll decodes the rows a store query returned.
+func decodeAll(rows []store.Workspace, err error) ([]*record, error) {
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*record, 0, len(rows))
+	for _, row := range rows {
+		r, err := decode(row)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
 // encode serializes the record into its row.
 func (r *record) encode() (store.Workspace, error) {
 	ws := r.ws
