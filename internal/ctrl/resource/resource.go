@@ -144,11 +144,12 @@ type MapField struct {
 	// Revision names the map's revision, as in expected_<Revision>.
 	Revision string
 	Validate func(map[string]string) error
+	labels   bool
 }
 
 // The two maps of every resource.
 var (
-	Labels      = MapField{Revision: "labels_revision", Validate: meta.ValidateLabels}
+	Labels      = MapField{Revision: "labels_revision", Validate: meta.ValidateLabels, labels: true}
 	Annotations = MapField{Revision: "annotations_revision", Validate: meta.ValidateAnnotations}
 )
 
@@ -182,7 +183,7 @@ func (f MapField) Replace(current *map[string]string, revision *uint64, expected
 // Select returns the field's map and revision among a resource's two.
 func (f MapField) Select(labels *map[string]string, labelsRevision *uint64,
 	annotations *map[string]string, annotationsRevision *uint64) (*map[string]string, *uint64) {
-	if f.Revision == Labels.Revision {
+	if f.labels {
 		return labels, labelsRevision
 	}
 	return annotations, annotationsRevision
