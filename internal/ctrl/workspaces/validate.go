@@ -301,12 +301,9 @@ func directUpstream(spec *ctrlv1.ResolverSpec) string {
 
 // loadLive reads a live object's spec; missing or deleted is not_found.
 func loadLive(ctx context.Context, tx store.Tx, kind store.Kind, projectID, id, noun string, spec proto.Message) error {
-	o, err := liveObject(ctx, tx, kind, projectID, id)
-	if err != nil {
-		return err
+	o, err := liveSpec(ctx, tx, kind, projectID, id, spec)
+	if err == nil && o == nil {
+		err = connect.NewError(connect.CodeNotFound, fmt.Errorf("%s %q not found", noun, id))
 	}
-	if o == nil {
-		return connect.NewError(connect.CodeNotFound, fmt.Errorf("%s %q not found", noun, id))
-	}
-	return proto.Unmarshal(o.Spec, spec)
+	return err
 }
