@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -36,6 +37,17 @@ const (
 	DefaultDrainSeconds = 600
 	MaxDrainSeconds     = 3600
 )
+
+// Clock is a service's clock; nil is time.Now.
+type Clock func() time.Time
+
+// UTC returns the time now, in UTC.
+func (c Clock) UTC() time.Time {
+	if c != nil {
+		return c().UTC()
+	}
+	return time.Now().UTC()
+}
 
 // Mutation is what every write method shares: the command that carries it
 // and how its response is built.

@@ -48,14 +48,7 @@ type Service struct {
 	Store      store.Store
 	Workspaces *workspaces.Service
 	// Now is the clock; nil is time.Now.
-	Now func() time.Time
-}
-
-func (s *Service) now() time.Time {
-	if s.Now != nil {
-		return s.Now().UTC()
-	}
-	return time.Now().UTC()
+	Now resource.Clock
 }
 
 func caller(ctx context.Context) auth.Caller {
@@ -85,7 +78,7 @@ func (s *Service) Issue(ctx context.Context, workspaceID string, ttlSeconds uint
 	)
 	err := s.Store.Update(ctx, func(tx store.Tx) error {
 		published = false
-		now := s.now()
+		now := s.Now.UTC()
 		return s.Workspaces.EditDataPlane(ctx, tx, c.ProjectID, workspaceID, func(ws *ctrlv1.Workspace, hostID string, dp *workspaces.DataPlane) (bool, error) {
 			if ws.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE {
 				return false, precondition(ws, ctrlv1.FailureStage_FAILURE_STAGE_ISSUING_SESSION,
@@ -147,7 +140,7 @@ func (s *Service) Revoke(ctx context.Context, w workspaces.Write[*ctrlv1.RevokeS
 		if err != nil {
 			return nil, err
 		}
-		now := s.now()
+		now := s.Now.UTC()
 		revoked := workspaces.RevokedSession{ID: ses.ID, ExpiresAt: ses.ExpiresAt}
 		if !revoked.Listed(now) {
 			return &ctrlv1.RevokeSessionResponse{}, nil // expired: it works nowhere
@@ -225,7 +218,7 @@ func (s *Service) Prune(ctx context.Context) (int, error) {
 	for {
 		var n int
 		err := s.Store.Update(ctx, func(tx store.Tx) (err error) {
-			n, err = tx.DeleteSessions(ctx, s.now().Add(-Retention), batch)
+			n, err = tx.DeleteSessions(ctx, s.Now.UTC().Add(-Retention), batch)
 			return err
 		})
 		total += n

@@ -109,7 +109,7 @@ func (s *Service) ImportTemplateRevision(ctx context.Context,
 		if err != nil {
 			return nil, err
 		}
-		r, err := addRevision(ctx, tx, t, img, rev, start.GetSetDefault(), s.now())
+		r, err := addRevision(ctx, tx, t, img, rev, start.GetSetDefault(), s.Now.UTC())
 		if err != nil {
 			return nil, err
 		}

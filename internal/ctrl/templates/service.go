@@ -32,7 +32,7 @@ func (s *Service) CreateTemplate(ctx context.Context, w Write[*ctrlv1.CreateTemp
 		return nil, err
 	}
 	return resource.Run(ctx, s.Store, w, func(ctx context.Context, tx store.Tx, projectID string) (*ctrlv1.CreateTemplateResponse, error) {
-		t, err := create(ctx, tx, projectID, id, labels, annotations, s.now())
+		t, err := create(ctx, tx, projectID, id, labels, annotations, s.Now.UTC())
 		if err != nil {
 			return nil, err
 		}
@@ -230,7 +230,7 @@ func (s *Service) DeleteTemplate(ctx context.Context, w Write[*ctrlv1.DeleteTemp
 			if ws != "" {
 				return nil, s.inUse(ctx, tx, c, id, project, ws)
 			}
-			t.obj.DeletedAt = s.now()
+			t.obj.DeletedAt = s.Now.UTC()
 			t.obj.UpdatedAt = t.obj.DeletedAt
 			if err := tx.UpdateObject(ctx, t.obj); err != nil {
 				return nil, err
@@ -316,7 +316,7 @@ func edit[R proto.Message](ctx context.Context, s *Service, w Write[R], id strin
 		(*tmpl).encode,
 		func(_ context.Context, _ store.Tx, t *tmpl) error { return change(t) },
 		func(ctx context.Context, tx store.Tx, t *tmpl) error {
-			t.obj.UpdatedAt = s.now()
+			t.obj.UpdatedAt = s.Now.UTC()
 			return t.save(ctx, tx)
 		},
 		func(_ context.Context, _ store.Tx, t *tmpl) (*ctrlv1.Template, error) { return t.view(), nil },

@@ -43,6 +43,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
+	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/imagestore"
 )
@@ -81,14 +82,7 @@ type Service struct {
 	// reverse). Nil leaves the workspace out.
 	InUse func(ctx context.Context, tx store.Tx, projectID, workspaceID, format string, a ...any) error
 	// Now is the clock; nil is time.Now.
-	Now func() time.Time
-}
-
-func (s *Service) now() time.Time {
-	if s.Now != nil {
-		return s.Now().UTC()
-	}
-	return time.Now().UTC()
+	Now resource.Clock
 }
 
 func (s *Service) maxArchiveBytes() int64 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -61,14 +60,7 @@ type Service[S proto.Message] struct {
 	// hosts re-read the objects their executions use.
 	Changes *changes.Broker
 	// Now is the clock; nil is time.Now.
-	Now func() time.Time
-}
-
-func (s *Service[S]) now() time.Time {
-	if s.Now != nil {
-		return s.Now().UTC()
-	}
-	return time.Now().UTC()
+	Now resource.Clock
 }
 
 func callerProject(ctx context.Context) string {
@@ -131,7 +123,7 @@ func Create[S, R proto.Message](ctx context.Context, s *Service[S], m resource.M
 		return zero, err
 	}
 	return run(ctx, s, m, s.slow(spec), func(ctx context.Context, tx store.Tx, projectID string) (R, error) {
-		now := s.now()
+		now := s.Now.UTC()
 		o := store.Object{
 			Kind: s.Kind.Store, ProjectID: projectID, ID: ids.New(s.Kind.IDPrefix),
 			Spec: body, Revision: 1, Labels: labels, LabelsRevision: 1,
@@ -252,7 +244,7 @@ func Update[S, R proto.Message](ctx context.Context, s *Service[S], m resource.M
 			o.Object.Spec, o.Spec = body, spec
 			o.Revision++
 			o.DrainSeconds = seconds
-			o.UpdatedAt = s.now()
+			o.UpdatedAt = s.Now.UTC()
 			if err := tx.UpdateObject(ctx, o.Object); err != nil {
 				return zero, err
 			}
@@ -279,7 +271,7 @@ func Delete[S, R proto.Message](ctx context.Context, s *Service[S], m resource.M
 		if err != nil {
 			return zero, err
 		}
-		o.DeletedAt = s.now()
+		o.DeletedAt = s.Now.UTC()
 		o.UpdatedAt = o.DeletedAt
 		if err := tx.UpdateObject(ctx, o.Object); err != nil {
 			return zero, err
@@ -310,7 +302,7 @@ func UpdateMap[S, R proto.Message](ctx context.Context, s *Service[S], m resourc
 			return zero, err
 		}
 		if *revision != before {
-			o.UpdatedAt = s.now()
+			o.UpdatedAt = s.Now.UTC()
 			if err := tx.UpdateObject(ctx, o.Object); err != nil {
 				return zero, err
 			}

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -35,14 +34,7 @@ type Service struct {
 	// hosts and the watchers of bound workspaces wake up.
 	Changes *changes.Broker
 	// Now is the clock; nil is time.Now.
-	Now func() time.Time
-}
-
-func (s *Service) now() time.Time {
-	if s.Now != nil {
-		return s.Now().UTC()
-	}
-	return time.Now().UTC()
+	Now resource.Clock
 }
 
 func (s *Service) changed() {
@@ -92,7 +84,7 @@ func Load(ctx context.Context, tx store.Tx, projectID, id string) (*Record, erro
 
 // save stores a record, stamping updated_at.
 func (s *Service) save(ctx context.Context, tx store.Tx, r *Record) error {
-	now := s.now()
+	now := s.Now.UTC()
 	r.V.UpdatedAt = timestamppb.New(now)
 	r.Row.UpdatedAt = now
 	row, err := r.encode()
@@ -119,7 +111,7 @@ func (s *Service) create(ctx context.Context, tx store.Tx, projectID string, poo
 	if capacity == 0 || capacity%MiB != 0 {
 		return nil, fmt.Errorf("volumes: pool %s on host %s has no usable default capacity (%d)", pool.Name, hostID, capacity)
 	}
-	now := s.now()
+	now := s.Now.UTC()
 	r := &Record{
 		V: &ctrlv1.Volume{
 			VolumeId:            ids.New("vol"),
@@ -331,7 +323,7 @@ func (s *Service) finishDelete(r *Record) {
 	r.V.State = ctrlv1.VolumeState_VOLUME_STATE_DELETED
 	r.V.BoundWorkspaceId = ""
 	r.Row.HostID = ""
-	r.Row.DeletedAt = s.now()
+	r.Row.DeletedAt = s.Now.UTC()
 }
 
 // UpdateMap replaces the labels or the annotations (field) under CAS on

@@ -36,7 +36,7 @@ func Create[R proto.Message](ctx context.Context, s *Service, w Write[R], spec *
 	if resp, found, err := command.Replay(ctx, s.Store, cmd); err != nil || found {
 		return resp, err
 	}
-	if err := checkExpiration(spec.Expiration, s.now()); err != nil {
+	if err := checkExpiration(spec.Expiration, s.Now.UTC()); err != nil {
 		return zero, err
 	}
 	if err := checkDirectUpstreams(ctx, s.Store, s.Checker, cmd.ProjectID, spec.NetworkPolicy); err != nil {
@@ -112,7 +112,7 @@ func (s *Service) create(ctx context.Context, tx store.Tx, projectID string, req
 	if err != nil {
 		return nil, err
 	}
-	now := s.now()
+	now := s.Now.UTC()
 	ws := &ctrlv1.Workspace{
 		WorkspaceId: id,
 		Spec: &ctrlv1.WorkspaceSpec{

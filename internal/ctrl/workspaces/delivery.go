@@ -28,7 +28,7 @@ func executionID(workspaceID string, generation, attempt uint64) string {
 // Assignments returns the complete desired set of a host.
 func (s *Service) Assignments(ctx context.Context, hostID string) (*hostv1.WatchAssignmentsResponse, error) {
 	out := new(hostv1.WatchAssignmentsResponse)
-	now := s.now()
+	now := s.Now.UTC()
 	err := s.Store.View(ctx, func(tx store.Tx) error {
 		var err error
 		if out.Volumes, err = volumes.HostAssignments(ctx, tx, hostID); err != nil {

@@ -33,7 +33,7 @@ func (s *Service) RegisterHost(ctx context.Context, reg *hostv1.RegisterHostRequ
 	c := reg.GetCapacity()
 	return s.Store.Update(ctx, func(tx store.Tx) error {
 		return tx.PutHost(ctx, store.Host{ID: reg.HostId, Body: body, CPUMillis: c.GetCpuMillis(),
-			MemoryBytes: c.GetMemoryBytes(), LayerBytes: c.GetLayerBytes(), SeenAt: s.now()})
+			MemoryBytes: c.GetMemoryBytes(), LayerBytes: c.GetLayerBytes(), SeenAt: s.Now.UTC()})
 	})
 }
 

@@ -99,7 +99,7 @@ func UpdateExpiration[R proto.Message](ctx context.Context, s *Service, w Write[
 		}
 		// Checked here, after the replay lookup: a retry replays even
 		// once the deadline has passed.
-		if err := checkExpiration(policy, s.now()); err != nil {
+		if err := checkExpiration(policy, s.Now.UTC()); err != nil {
 			return err
 		}
 		rev := max(r.ws.GetExpiration().GetRevision(), r.book.ExpirationRevision)
@@ -123,7 +123,7 @@ func (s *Service) Expire(ctx context.Context) error {
 	var changed []string
 	err := s.Store.Update(ctx, func(tx store.Tx) error {
 		changed = changed[:0]
-		records, err := decodeAll(tx.ExpiredWorkspaces(ctx, s.now(), 100))
+		records, err := decodeAll(tx.ExpiredWorkspaces(ctx, s.Now.UTC(), 100))
 		if err != nil {
 			return err
 		}

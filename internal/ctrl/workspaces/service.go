@@ -31,14 +31,7 @@ type Service struct {
 	// watchers and host streams wake up.
 	Changes *changes.Broker
 	// Now is the clock; nil is time.Now.
-	Now func() time.Time
-}
-
-func (s *Service) now() time.Time {
-	if s.Now != nil {
-		return s.Now().UTC()
-	}
-	return time.Now().UTC()
+	Now resource.Clock
 }
 
 // Write describes a write request.
@@ -83,7 +76,7 @@ func (s *Service) load(ctx context.Context, tx store.Tx, projectID, id string) (
 
 // save stores a record, stamping updated_at.
 func (s *Service) save(ctx context.Context, tx store.Tx, r *record) error {
-	now := s.now()
+	now := s.Now.UTC()
 	r.ws.UpdatedAt = timestamppb.New(now)
 	r.row.UpdatedAt = now
 	row, err := r.encode()

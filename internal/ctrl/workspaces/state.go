@@ -18,7 +18,7 @@ import (
 // beginStop moves a record to STOPPING with the stop it names.
 func (s *Service) beginStop(r *record, cause ctrlv1.StopCause, mode ctrlv1.StopMode, commandID string) {
 	r.ws.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPING
-	r.ws.LastStop = &ctrlv1.WorkspaceStop{Cause: cause, Mode: mode, CommandId: commandID, RequestedAt: timestamppb.New(s.now())}
+	r.ws.LastStop = &ctrlv1.WorkspaceStop{Cause: cause, Mode: mode, CommandId: commandID, RequestedAt: timestamppb.New(s.Now.UTC())}
 	r.ws.Delivery = nil
 	r.book.Desired = DesiredStopped
 	r.book.StopMode, r.book.StopCommand, r.book.StopCause = mode, commandID, cause
@@ -41,7 +41,7 @@ func (s *Service) beginDelete(ctx context.Context, tx store.Tx, r *record, cause
 // finishDelete marks a record DELETED, releasing its host reservation and
 // its policy references.
 func (s *Service) finishDelete(ctx context.Context, tx store.Tx, r *record) error {
-	now := s.now()
+	now := s.Now.UTC()
 	r.ws.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED
 	r.ws.Delivery, r.ws.GuestObservation, r.ws.NetworkPolicyStatus = nil, nil, nil
 	r.row.DeletedAt = now
@@ -54,7 +54,7 @@ func (s *Service) finishDelete(ctx context.Context, tx store.Tx, r *record) erro
 
 // apply moves a workspace by what its execution reports.
 func (s *Service) apply(ctx context.Context, tx store.Tx, r *record, rep *hostv1.ExecutionReport) error {
-	now := s.now()
+	now := s.Now.UTC()
 	switch rep.State {
 	case hostv1.ObservedState_OBSERVED_STATE_DELIVERING:
 		delivering(r, rep, now)
