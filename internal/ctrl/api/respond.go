@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
-	"github.com/kibotos/kibotos/internal/ctrl/objects"
+	"github.com/kibotos/kibotos/internal/ctrl/resource"
 )
 
 // Respond wraps a result. Canonical Connect errors pass through; any other
@@ -34,6 +34,6 @@ func Respond[R any](msg *R, err error) (*connect.Response[R], error) {
 func Mutation[R proto.Message, Q any, PQ interface {
 	*Q
 	proto.Message
-}](req *connect.Request[Q], cmd *ctrlv1.CommandMetadata) objects.Mutation[R] {
-	return objects.Mutation[R]{Method: req.Spec().Procedure, Command: cmd, Input: PQ(req.Msg), New: objects.NewMessage[R]}
+}](req *connect.Request[Q], cmd *ctrlv1.CommandMetadata) resource.Mutation[R] {
+	return resource.Mutation[R]{Method: req.Spec().Procedure, Command: cmd, Input: PQ(req.Msg), New: resource.NewMessage[R]}
 }

@@ -8,6 +8,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/templates"
 )
 
@@ -23,15 +24,20 @@ var _ ctrlv1connect.TemplateServiceHandler = (*TemplateService)(nil)
 func NewTemplateService(svc *templates.Service) *TemplateService { return &TemplateService{svc: svc} }
 
 func (h *TemplateService) CreateTemplate(ctx context.Context, req *connect.Request[ctrlv1.CreateTemplateRequest]) (*connect.Response[ctrlv1.CreateTemplateResponse], error) {
-	return Respond(h.svc.CreateTemplate(ctx, req.Msg))
+	m := req.Msg
+	return Respond(h.svc.CreateTemplate(ctx, Mutation[*ctrlv1.CreateTemplateResponse](req, m.GetCommand()),
+		m.GetTemplateId(), m.GetLabels(), m.GetAnnotations()))
 }
 
 func (h *TemplateService) GetTemplate(ctx context.Context, req *connect.Request[ctrlv1.GetTemplateRequest]) (*connect.Response[ctrlv1.GetTemplateResponse], error) {
-	return Respond(h.svc.GetTemplate(ctx, req.Msg))
+	t, err := h.svc.GetTemplate(ctx, req.Msg.GetTemplateId())
+	return Respond(&ctrlv1.GetTemplateResponse{Template: t}, err)
 }
 
 func (h *TemplateService) ListTemplates(ctx context.Context, req *connect.Request[ctrlv1.ListTemplatesRequest]) (*connect.Response[ctrlv1.ListTemplatesResponse], error) {
-	return Respond(h.svc.ListTemplates(ctx, req.Msg))
+	m := req.Msg
+	list, next, err := h.svc.ListTemplates(ctx, m.GetPageSize(), m.GetPageToken(), m.GetLabelSelector())
+	return Respond(&ctrlv1.ListTemplatesResponse{Templates: list, NextPageToken: next}, err)
 }
 
 func (h *TemplateService) ImportTemplateRevision(ctx context.Context, stream *connect.ClientStream[ctrlv1.ImportTemplateRevisionRequest]) (*connect.Response[ctrlv1.ImportTemplateRevisionResponse], error) {
@@ -47,17 +53,29 @@ func (h *TemplateService) ImportTemplateRevision(ctx context.Context, stream *co
 }
 
 func (h *TemplateService) SetTemplateDefault(ctx context.Context, req *connect.Request[ctrlv1.SetTemplateDefaultRequest]) (*connect.Response[ctrlv1.SetTemplateDefaultResponse], error) {
-	return Respond(h.svc.SetTemplateDefault(ctx, req.Msg))
+	m := req.Msg
+	return Respond(h.svc.SetTemplateDefault(ctx, Mutation[*ctrlv1.SetTemplateDefaultResponse](req, m.GetCommand()),
+		m.GetTemplateId(), m.GetExpectedRevision(), m.GetDefaultRevision()))
 }
 
 func (h *TemplateService) DeleteTemplate(ctx context.Context, req *connect.Request[ctrlv1.DeleteTemplateRequest]) (*connect.Response[ctrlv1.DeleteTemplateResponse], error) {
-	return Respond(h.svc.DeleteTemplate(ctx, req.Msg))
+	return Respond(h.svc.DeleteTemplate(ctx, Mutation[*ctrlv1.DeleteTemplateResponse](req, req.Msg.GetCommand()), req.Msg.GetTemplateId()))
 }
 
 func (h *TemplateService) UpdateTemplateLabels(ctx context.Context, req *connect.Request[ctrlv1.UpdateTemplateLabelsRequest]) (*connect.Response[ctrlv1.UpdateTemplateLabelsResponse], error) {
-	return Respond(h.svc.UpdateTemplateLabels(ctx, req.Msg))
+	m := req.Msg
+	return Respond(templates.UpdateMap(ctx, h.svc, Mutation[*ctrlv1.UpdateTemplateLabelsResponse](req, m.GetCommand()),
+		resource.Labels, m.GetTemplateId(), m.GetExpectedLabelsRevision(), m.GetLabels(),
+		func(t *ctrlv1.Template) *ctrlv1.UpdateTemplateLabelsResponse {
+			return &ctrlv1.UpdateTemplateLabelsResponse{Template: t}
+		}))
 }
 
 func (h *TemplateService) UpdateTemplateAnnotations(ctx context.Context, req *connect.Request[ctrlv1.UpdateTemplateAnnotationsRequest]) (*connect.Response[ctrlv1.UpdateTemplateAnnotationsResponse], error) {
-	return Respond(h.svc.UpdateTemplateAnnotations(ctx, req.Msg))
+	m := req.Msg
+	return Respond(templates.UpdateMap(ctx, h.svc, Mutation[*ctrlv1.UpdateTemplateAnnotationsResponse](req, m.GetCommand()),
+		resource.Annotations, m.GetTemplateId(), m.GetExpectedAnnotationsRevision(), m.GetAnnotations(),
+		func(t *ctrlv1.Template) *ctrlv1.UpdateTemplateAnnotationsResponse {
+			return &ctrlv1.UpdateTemplateAnnotationsResponse{Template: t}
+		}))
 }

@@ -7,6 +7,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/volumes"
 )
 
@@ -52,8 +53,8 @@ func (s *VolumeService) DeleteVolume(ctx context.Context, req *connect.Request[c
 
 func (s *VolumeService) UpdateVolumeLabels(ctx context.Context, req *connect.Request[ctrlv1.UpdateVolumeLabelsRequest]) (*connect.Response[ctrlv1.UpdateVolumeLabelsResponse], error) {
 	m := req.Msg
-	return Respond(volumes.UpdateLabels(ctx, s.svc, Mutation[*ctrlv1.UpdateVolumeLabelsResponse](req, m.GetCommand()),
-		m.GetVolumeId(), m.GetExpectedLabelsRevision(), m.GetLabels(),
+	return Respond(volumes.UpdateMap(ctx, s.svc, Mutation[*ctrlv1.UpdateVolumeLabelsResponse](req, m.GetCommand()),
+		resource.Labels, m.GetVolumeId(), m.GetExpectedLabelsRevision(), m.GetLabels(),
 		func(v *ctrlv1.Volume) *ctrlv1.UpdateVolumeLabelsResponse {
 			return &ctrlv1.UpdateVolumeLabelsResponse{Volume: v}
 		}))
@@ -61,8 +62,8 @@ func (s *VolumeService) UpdateVolumeLabels(ctx context.Context, req *connect.Req
 
 func (s *VolumeService) UpdateVolumeAnnotations(ctx context.Context, req *connect.Request[ctrlv1.UpdateVolumeAnnotationsRequest]) (*connect.Response[ctrlv1.UpdateVolumeAnnotationsResponse], error) {
 	m := req.Msg
-	return Respond(volumes.UpdateAnnotations(ctx, s.svc, Mutation[*ctrlv1.UpdateVolumeAnnotationsResponse](req, m.GetCommand()),
-		m.GetVolumeId(), m.GetExpectedAnnotationsRevision(), m.GetAnnotations(),
+	return Respond(volumes.UpdateMap(ctx, s.svc, Mutation[*ctrlv1.UpdateVolumeAnnotationsResponse](req, m.GetCommand()),
+		resource.Annotations, m.GetVolumeId(), m.GetExpectedAnnotationsRevision(), m.GetAnnotations(),
 		func(v *ctrlv1.Volume) *ctrlv1.UpdateVolumeAnnotationsResponse {
 			return &ctrlv1.UpdateVolumeAnnotationsResponse{Volume: v}
 		}))

@@ -9,6 +9,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
 )
 
@@ -96,8 +97,8 @@ func (s *WorkspaceService) DeleteWorkspace(ctx context.Context, req *connect.Req
 
 func (s *WorkspaceService) UpdateWorkspaceLabels(ctx context.Context, req *connect.Request[ctrlv1.UpdateWorkspaceLabelsRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceLabelsResponse], error) {
 	m := req.Msg
-	return Respond(workspaces.UpdateLabels(ctx, s.svc, Mutation[*ctrlv1.UpdateWorkspaceLabelsResponse](req, m.GetCommand()),
-		m.GetWorkspaceId(), m.GetExpectedLabelsRevision(), m.GetLabels(),
+	return Respond(workspaces.UpdateMap(ctx, s.svc, Mutation[*ctrlv1.UpdateWorkspaceLabelsResponse](req, m.GetCommand()),
+		resource.Labels, m.GetWorkspaceId(), m.GetExpectedLabelsRevision(), m.GetLabels(),
 		func(ws *ctrlv1.Workspace) *ctrlv1.UpdateWorkspaceLabelsResponse {
 			return &ctrlv1.UpdateWorkspaceLabelsResponse{Workspace: ws}
 		}))
@@ -105,8 +106,8 @@ func (s *WorkspaceService) UpdateWorkspaceLabels(ctx context.Context, req *conne
 
 func (s *WorkspaceService) UpdateWorkspaceAnnotations(ctx context.Context, req *connect.Request[ctrlv1.UpdateWorkspaceAnnotationsRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceAnnotationsResponse], error) {
 	m := req.Msg
-	return Respond(workspaces.UpdateAnnotations(ctx, s.svc, Mutation[*ctrlv1.UpdateWorkspaceAnnotationsResponse](req, m.GetCommand()),
-		m.GetWorkspaceId(), m.GetExpectedAnnotationsRevision(), m.GetAnnotations(),
+	return Respond(workspaces.UpdateMap(ctx, s.svc, Mutation[*ctrlv1.UpdateWorkspaceAnnotationsResponse](req, m.GetCommand()),
+		resource.Annotations, m.GetWorkspaceId(), m.GetExpectedAnnotationsRevision(), m.GetAnnotations(),
 		func(ws *ctrlv1.Workspace) *ctrlv1.UpdateWorkspaceAnnotationsResponse {
 			return &ctrlv1.UpdateWorkspaceAnnotationsResponse{Workspace: ws}
 		}))

@@ -1,7 +1,9 @@
 // Package meta validates and compares the caller-owned labels and
 // annotations of resources. Keys of both follow the Kubernetes
 // qualified-name rules; label values follow the Kubernetes label-value
-// rules; annotation values are any UTF-8 string without U+0000.
+// rules; annotation values are any UTF-8 string without U+0000. A resource
+// carries at most MaxLabels labels and MaxAnnotationsSize bytes of
+// annotations.
 package meta
 
 import (
@@ -13,6 +15,11 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/validate/content"
 )
+
+// MaxLabels bounds the labels of one resource, and the entries of a label
+// selector. Kubernetes sets no count; the bound keeps a resource and the
+// index its labels feed small.
+const MaxLabels = 64
 
 // MaxAnnotationsSize is the limit on the sum of the byte lengths of all
 // annotation keys and values, as Kubernetes' TotalAnnotationSizeLimitB.
@@ -31,6 +38,9 @@ func ValidateSelector(m map[string]string) error {
 }
 
 func validateLabels(what string, m map[string]string) error {
+	if len(m) > MaxLabels {
+		return fmt.Errorf("%d %ss, more than the limit of %d", len(m), what, MaxLabels)
+	}
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		if errs := content.IsLabelKey(k); len(errs) > 0 {
 			return fmt.Errorf("%s %q: %s", what, k, strings.Join(errs, "; "))

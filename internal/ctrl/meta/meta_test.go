@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -155,4 +156,24 @@ func longDomain(n int) string {
 		b.WriteString(strings.Repeat("a", min(63, n-b.Len())))
 	}
 	return b.String()
+}
+
+func TestLabelCount(t *testing.T) {
+	m := map[string]string{}
+	for i := range MaxLabels {
+		m[fmt.Sprintf("k%d", i)] = "v"
+	}
+	if err := ValidateLabels(m); err != nil {
+		t.Errorf("%d labels: %v", MaxLabels, err)
+	}
+	if err := ValidateSelector(m); err != nil {
+		t.Errorf("selector of %d: %v", MaxLabels, err)
+	}
+	m["one-more"] = "v"
+	if err := ValidateLabels(m); err == nil || !strings.Contains(err.Error(), "more than the limit of 64") {
+		t.Errorf("%d labels: %v", len(m), err)
+	}
+	if err := ValidateSelector(m); err == nil {
+		t.Errorf("selector of %d: accepted", len(m))
+	}
 }

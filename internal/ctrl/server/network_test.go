@@ -17,6 +17,7 @@ import (
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
+	"github.com/kibotos/kibotos/internal/ctrl/templates"
 	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
 )
 
@@ -37,8 +38,8 @@ func (e *env) workspaces() ctrlv1connect.WorkspaceServiceClient {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	rev, err := workspaces.EncodeRevision(&ctrlv1.TemplateRevision{Revision: "sha256-1"},
-		workspaces.Image{TemplateID: workspaces.DefaultTemplate, Revision: "sha256-1"})
+	rev, err := templates.EncodeRevision(&ctrlv1.TemplateRevision{Revision: "sha256-1"},
+		templates.Image{TemplateID: templates.DefaultTemplate, Revision: "sha256-1"})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -46,17 +47,26 @@ func (e *env) workspaces() ctrlv1connect.WorkspaceServiceClient {
 		if err := tx.PutHost(ctx, store.Host{ID: "h1", Body: reg, CPUMillis: 4000, MemoryBytes: 4 << 30, LayerBytes: 10 << 30, SeenAt: now}); err != nil {
 			return err
 		}
-		if err := tx.CreateObject(ctx, store.Object{Kind: store.KindTemplate, ProjectID: workspaces.BuiltinProject, ID: workspaces.DefaultTemplate,
+		if err := tx.CreateObject(ctx, store.Object{Kind: store.KindTemplate, ProjectID: templates.BuiltinProject, ID: templates.DefaultTemplate,
 			Spec: tpl, Revision: 1, LabelsRevision: 1, AnnotationsRevision: 1, CreatedAt: now, UpdatedAt: now}); err != nil {
 			return err
 		}
-		return tx.PutTemplateRevision(ctx, store.TemplateRevision{ProjectID: workspaces.BuiltinProject, TemplateID: workspaces.DefaultTemplate,
+		return tx.PutTemplateRevision(ctx, store.TemplateRevision{ProjectID: templates.BuiltinProject, TemplateID: templates.DefaultTemplate,
 			Revision: "sha256-1", Body: rev, CreatedAt: now})
 	})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	return ctrlv1connect.NewWorkspaceServiceClient(e.http, e.url, connect.WithInterceptors(bearer.Token(e.admin)))
+}
+
+// newWorkspace creates a workspace of the least memory and returns its ID.
+func newWorkspace(t *testing.T, wsc ctrlv1connect.WorkspaceServiceClient) string {
+	t.Helper()
+	created := must[*connect.Response[ctrlv1.CreateWorkspaceResponse]](t, "create workspace")(
+		wsc.CreateWorkspace(context.Background(), connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{Command: cmd(),
+			Spec: &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{MemoryBytes: 128 << 20}}})))
+	return created.Msg.Workspace.WorkspaceId
 }
 
 func resolverThrough(egress string) *ctrlv1.ResolverPath {
@@ -88,10 +98,7 @@ func TestUpdateWorkspaceNetworkPolicy(t *testing.T) {
 			e.egress.DeleteEgress(ctx, connect.NewRequest(&ctrlv1.DeleteEgressRequest{Command: cmd(), EgressId: gone})))
 		rsUDP := e.createResolver(&ctrlv1.ResolverSpec{Protocol: &ctrlv1.ResolverSpec_Udp{Udp: &ctrlv1.UdpResolver{Address: "10.0.0.53:53"}}}).ResolverId
 		rsTCP := e.createResolver(&ctrlv1.ResolverSpec{Protocol: &ctrlv1.ResolverSpec_Tcp{Tcp: &ctrlv1.TcpResolver{Address: "9.9.9.9:53"}}}).ResolverId
-		created := must[*connect.Response[ctrlv1.CreateWorkspaceResponse]](t, "create workspace")(
-			wsc.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{Command: cmd(),
-				Spec: &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{MemoryBytes: 128 << 20}}})))
-		id := created.Msg.Workspace.WorkspaceId
+		id := newWorkspace(t, wsc)
 		update := func(expected uint64, p *ctrlv1.NetworkPolicy) (*ctrlv1.Workspace, error) {
 			resp, err := wsc.UpdateWorkspaceNetworkPolicy(ctx, connect.NewRequest(&ctrlv1.UpdateWorkspaceNetworkPolicyRequest{
 				Command: cmd(), WorkspaceId: id, ExpectedRevision: expected, Policy: p}))
@@ -197,10 +204,7 @@ func TestUpdateWorkspaceNetworkPolicyReplay(t *testing.T) {
 		const procedure = "/kibotos.ctrl.v1.WorkspaceService/UpdateWorkspaceNetworkPolicy"
 		ctx := context.Background()
 		wsc := e.workspaces()
-		created := must[*connect.Response[ctrlv1.CreateWorkspaceResponse]](t, "create workspace")(
-			wsc.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{Command: cmd(),
-				Spec: &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{MemoryBytes: 128 << 20}}})))
-		id := created.Msg.Workspace.WorkspaceId
+		id := newWorkspace(t, wsc)
 		public := ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET
 
 		req := &ctrlv1.UpdateWorkspaceNetworkPolicyRequest{Command: &ctrlv1.CommandMetadata{CommandId: "policy-proto"}, WorkspaceId: id,

@@ -23,10 +23,13 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
 	"github.com/kibotos/kibotos/internal/ctrl/api"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/ctrl/changes"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
+	"github.com/kibotos/kibotos/internal/ctrl/projects"
 	"github.com/kibotos/kibotos/internal/ctrl/sessions"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/templates"
+	"github.com/kibotos/kibotos/internal/ctrl/upstreams"
 	"github.com/kibotos/kibotos/internal/ctrl/volumes"
 	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
 	"github.com/kibotos/kibotos/internal/imagestore"
@@ -46,7 +49,7 @@ type Config struct {
 	// operator-only unsafe exemption.
 	Checker *netcheck.Checker
 	// Changes wakes watchers of workspaces; nil makes one.
-	Changes *workspaces.Broker
+	Changes *changes.Broker
 	// Images is the template image store; nil serves no workspaces or
 	// templates.
 	Images *imagestore.Store
@@ -86,17 +89,14 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 		return nil, err
 	}
 	if cfg.Changes == nil {
-		cfg.Changes = workspaces.NewBroker()
+		cfg.Changes = changes.NewBroker()
 	}
 	pages := pagetoken.New(key)
-	// An Egress or Resolver change reaches the hosts that use it through
-	// their assignment streams.
-	deps := api.Deps{Store: cfg.Store, Pages: pages, Checker: cfg.Checker, Changed: func() { cfg.Changes.Publish("") }}
 	defaultPool := cfg.DefaultStoragePool
 	if defaultPool == "" {
 		defaultPool = DefaultStoragePool
 	}
-	vols := &volumes.Service{Store: cfg.Store, Pages: pages, DefaultPool: defaultPool, InUse: workspaces.InUse, Changed: deps.Changed}
+	vols := &volumes.Service{Store: cfg.Store, Pages: pages, DefaultPool: defaultPool, InUse: workspaces.InUse, Changes: cfg.Changes}
 	ws := &workspaces.Service{Store: cfg.Store, Pages: pages, Checker: cfg.Checker, Changes: cfg.Changes, Volumes: vols}
 	common := []connect.HandlerOption{
 		connect.WithCodec(deterministicCodec{}),
@@ -111,9 +111,9 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 	opts := append([]connect.HandlerOption{connect.WithInterceptors(&auth.Interceptor{Store: cfg.Store})}, common...)
 	hostOpts := append([]connect.HandlerOption{connect.WithInterceptors(api.HostAuth(cfg.HostToken))}, common...)
 	mux := http.NewServeMux()
-	mux.Handle(ctrlv1connect.NewEgressServiceHandler(api.NewEgressService(deps), opts...))
-	mux.Handle(ctrlv1connect.NewResolverServiceHandler(api.NewResolverService(deps), opts...))
-	mux.Handle(adminv1connect.NewAdminServiceHandler(api.NewAdminService(deps, vols), opts...))
+	mux.Handle(ctrlv1connect.NewEgressServiceHandler(api.NewEgressService(upstreams.NewEgresses(cfg.Store, pages, cfg.Checker, cfg.Changes)), opts...))
+	mux.Handle(ctrlv1connect.NewResolverServiceHandler(api.NewResolverService(upstreams.NewResolvers(cfg.Store, pages, cfg.Changes)), opts...))
+	mux.Handle(adminv1connect.NewAdminServiceHandler(api.NewAdminService(&projects.Service{Store: cfg.Store}, vols), opts...))
 
 	services := []string{
 		ctrlv1connect.EgressServiceName,
@@ -122,7 +122,7 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 	}
 	control := &Control{Handler: mux, Workspaces: ws}
 	if cfg.Images != nil {
-		tpl := &templates.Service{Store: cfg.Store, Images: cfg.Images, Pages: pages}
+		tpl := &templates.Service{Store: cfg.Store, Images: cfg.Images, Pages: pages, InUse: workspaces.InUse}
 		mux.Handle(ctrlv1connect.NewWorkspaceServiceHandler(api.NewWorkspaceService(ws), opts...))
 		mux.Handle(ctrlv1connect.NewVolumeServiceHandler(api.NewVolumeService(vols), opts...))
 		mux.Handle(ctrlv1connect.NewTemplateServiceHandler(api.NewTemplateService(tpl), opts...))

@@ -21,8 +21,8 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
-	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/ids"
+	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
 	"github.com/kibotos/kibotos/internal/sessiontoken"
@@ -48,14 +48,7 @@ type Service struct {
 	Store      store.Store
 	Workspaces *workspaces.Service
 	// Now is the clock; nil is time.Now.
-	Now func() time.Time
-}
-
-func (s *Service) now() time.Time {
-	if s.Now != nil {
-		return s.Now().UTC()
-	}
-	return time.Now().UTC()
+	Now resource.Clock
 }
 
 func caller(ctx context.Context) auth.Caller {
@@ -85,7 +78,7 @@ func (s *Service) Issue(ctx context.Context, workspaceID string, ttlSeconds uint
 	)
 	err := s.Store.Update(ctx, func(tx store.Tx) error {
 		published = false
-		now := s.now()
+		now := s.Now.UTC()
 		return s.Workspaces.EditDataPlane(ctx, tx, c.ProjectID, workspaceID, func(ws *ctrlv1.Workspace, hostID string, dp *workspaces.DataPlane) (bool, error) {
 			if ws.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE {
 				return false, precondition(ws, ctrlv1.FailureStage_FAILURE_STAGE_ISSUING_SESSION,
@@ -134,30 +127,25 @@ func (s *Service) Issue(ctx context.Context, workspaceID string, ttlSeconds uint
 // refuses its token as soon as the change reaches it. Revoking a revoked
 // or expired session succeeds; an unknown one is not_found.
 func (s *Service) Revoke(ctx context.Context, w workspaces.Write[*ctrlv1.RevokeSessionResponse], sessionID string) (*ctrlv1.RevokeSessionResponse, error) {
-	if err := command.ValidateID(w.Command.GetCommandId()); err != nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, err)
-	}
 	if sessionID == "" {
 		return nil, invalid("session_id is required")
 	}
-	c := caller(ctx)
 	var changed string
-	cmd := command.Command[*ctrlv1.RevokeSessionResponse]{ProjectID: c.ProjectID, Method: w.Method, ID: w.Command.GetCommandId(), Input: w.Input, New: w.New}
-	resp, err := command.Run(ctx, s.Store, cmd, func(ctx context.Context, tx store.Tx) (*ctrlv1.RevokeSessionResponse, error) {
+	resp, err := resource.Run(ctx, s.Store, w, func(ctx context.Context, tx store.Tx, projectID string) (*ctrlv1.RevokeSessionResponse, error) {
 		changed = ""
-		ses, err := tx.Session(ctx, c.ProjectID, sessionID)
+		ses, err := tx.Session(ctx, projectID, sessionID)
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("session %q not found", sessionID))
 		}
 		if err != nil {
 			return nil, err
 		}
-		now := s.now()
+		now := s.Now.UTC()
 		revoked := workspaces.RevokedSession{ID: ses.ID, ExpiresAt: ses.ExpiresAt}
 		if !revoked.Listed(now) {
 			return &ctrlv1.RevokeSessionResponse{}, nil // expired: it works nowhere
 		}
-		err = s.Workspaces.EditDataPlane(ctx, tx, c.ProjectID, ses.WorkspaceID, func(ws *ctrlv1.Workspace, _ string, dp *workspaces.DataPlane) (bool, error) {
+		err = s.Workspaces.EditDataPlane(ctx, tx, projectID, ses.WorkspaceID, func(ws *ctrlv1.Workspace, _ string, dp *workspaces.DataPlane) (bool, error) {
 			if ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED || ws.Generation != ses.Generation {
 				return false, nil // its execution is gone: the token works nowhere
 			}
@@ -198,17 +186,12 @@ func (s *Service) Revoke(ctx context.Context, w workspaces.Write[*ctrlv1.RevokeS
 // its host. A DELETING or DELETED workspace is failed_precondition (stage
 // ROTATING_DATA_PLANE).
 func (s *Service) Rotate(ctx context.Context, w workspaces.Write[*ctrlv1.RotateDataPlaneResponse], workspaceID string) (*ctrlv1.RotateDataPlaneResponse, error) {
-	if err := command.ValidateID(w.Command.GetCommandId()); err != nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, err)
-	}
 	if workspaceID == "" {
 		return nil, invalid("workspace_id is required")
 	}
-	c := caller(ctx)
-	cmd := command.Command[*ctrlv1.RotateDataPlaneResponse]{ProjectID: c.ProjectID, Method: w.Method, ID: w.Command.GetCommandId(), Input: w.Input, New: w.New}
-	resp, err := command.Run(ctx, s.Store, cmd, func(ctx context.Context, tx store.Tx) (*ctrlv1.RotateDataPlaneResponse, error) {
+	resp, err := resource.Run(ctx, s.Store, w, func(ctx context.Context, tx store.Tx, projectID string) (*ctrlv1.RotateDataPlaneResponse, error) {
 		var resp *ctrlv1.RotateDataPlaneResponse
-		err := s.Workspaces.EditDataPlane(ctx, tx, c.ProjectID, workspaceID, func(ws *ctrlv1.Workspace, _ string, dp *workspaces.DataPlane) (bool, error) {
+		err := s.Workspaces.EditDataPlane(ctx, tx, projectID, workspaceID, func(ws *ctrlv1.Workspace, _ string, dp *workspaces.DataPlane) (bool, error) {
 			switch ws.State {
 			case ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETING, ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED:
 				return false, precondition(ws, ctrlv1.FailureStage_FAILURE_STAGE_ROTATING_DATA_PLANE,
@@ -235,7 +218,7 @@ func (s *Service) Prune(ctx context.Context) (int, error) {
 	for {
 		var n int
 		err := s.Store.Update(ctx, func(tx store.Tx) (err error) {
-			n, err = tx.DeleteSessions(ctx, s.now().Add(-Retention), batch)
+			n, err = tx.DeleteSessions(ctx, s.Now.UTC().Add(-Retention), batch)
 			return err
 		})
 		total += n

@@ -19,9 +19,11 @@ import (
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/api"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/ctrl/changes"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
 	"github.com/kibotos/kibotos/internal/ctrl/sessions"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
+	"github.com/kibotos/kibotos/internal/ctrl/templates"
 	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
 	"github.com/kibotos/kibotos/internal/netcheck"
 	"github.com/kibotos/kibotos/internal/sessiontoken"
@@ -71,7 +73,7 @@ func newEnv(t *testing.T) *env {
 	ctx := context.Background()
 	clk := &clock{now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
 	spec, _ := proto.Marshal(&ctrlv1.Template{DefaultRevision: "sha256-1", Revisions: []*ctrlv1.TemplateRevision{{Revision: "sha256-1"}}})
-	rev, err := workspaces.EncodeRevision(&ctrlv1.TemplateRevision{Revision: "sha256-1"}, workspaces.Image{TemplateID: workspaces.DefaultTemplate, Revision: "sha256-1"})
+	rev, err := templates.EncodeRevision(&ctrlv1.TemplateRevision{Revision: "sha256-1"}, templates.Image{TemplateID: templates.DefaultTemplate, Revision: "sha256-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,18 +83,18 @@ func newEnv(t *testing.T) *env {
 				return err
 			}
 		}
-		if err := tx.CreateObject(ctx, store.Object{Kind: store.KindTemplate, ProjectID: workspaces.BuiltinProject, ID: workspaces.DefaultTemplate,
+		if err := tx.CreateObject(ctx, store.Object{Kind: store.KindTemplate, ProjectID: templates.BuiltinProject, ID: templates.DefaultTemplate,
 			Spec: spec, Revision: 1, LabelsRevision: 1, AnnotationsRevision: 1, CreatedAt: clk.Now(), UpdatedAt: clk.Now()}); err != nil {
 			return err
 		}
-		return tx.PutTemplateRevision(ctx, store.TemplateRevision{ProjectID: workspaces.BuiltinProject, TemplateID: workspaces.DefaultTemplate,
+		return tx.PutTemplateRevision(ctx, store.TemplateRevision{ProjectID: templates.BuiltinProject, TemplateID: templates.DefaultTemplate,
 			Revision: "sha256-1", Body: rev, CreatedAt: clk.Now()})
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ws := &workspaces.Service{Store: st, Pages: pagetoken.New([]byte("k")), Checker: &netcheck.Checker{},
-		Changes: workspaces.NewBroker(), Now: clk.Now}
+		Changes: changes.NewBroker(), Now: clk.Now}
 	if err := ws.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h1", DataPlaneEndpoint: endpoint,
 		Capacity: &hostv1.HostCapacity{CpuMillis: 8000, MemoryBytes: 8 << 30, LayerBytes: 100 << 30, DefaultLayerBytes: 1 << 30}}); err != nil {
 		t.Fatal(err)

@@ -9,15 +9,14 @@ import (
 
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
-	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
 	"github.com/kibotos/kibotos/internal/imagestore"
 )
 
 // BuiltinID is the ID of the built-in template EnsureBuiltin keeps.
-const BuiltinID = workspaces.DefaultTemplate
+const BuiltinID = DefaultTemplate
 
 // EnsureBuiltin makes sure the built-in template base exists in project
-// workspaces.BuiltinProject and holds the image imagestore.BuiltinImage
+// BuiltinProject and holds the image imagestore.BuiltinImage
 // builds from the busybox at busyboxPath (source "builtin"). A new base
 // gets that image as its first, default revision. When base already has
 // the image nothing changes, whatever its default (an operator may have
@@ -38,12 +37,12 @@ func EnsureBuiltin(ctx context.Context, st store.Store, images *imagestore.Store
 	if err != nil {
 		return fmt.Errorf("built-in template %s: %w", BuiltinID, err)
 	}
-	operator := auth.Caller{ProjectID: workspaces.BuiltinProject, Role: auth.Admin, Operator: true}
+	operator := auth.Caller{ProjectID: BuiltinProject, Role: auth.Admin, Operator: true}
 	err = st.Update(ctx, func(tx store.Tx) error {
 		now := time.Now().UTC()
 		t, err := lookup(ctx, tx, operator, BuiltinID, true)
 		if connect.CodeOf(err) == connect.CodeNotFound {
-			t, err = create(ctx, tx, workspaces.BuiltinProject, BuiltinID, nil, nil, now)
+			t, err = create(ctx, tx, BuiltinProject, BuiltinID, nil, nil, now)
 		}
 		if err != nil {
 			return err

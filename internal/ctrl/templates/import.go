@@ -23,8 +23,8 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
+	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
-	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
 	"github.com/kibotos/kibotos/internal/imagestore"
 )
 
@@ -88,8 +88,8 @@ func (s *Service) ImportTemplateRevision(ctx context.Context,
 	}
 
 	startHash := sha256.Sum256(mustMarshal(start))
-	cm, err := newCommand[*ctrlv1.ImportTemplateRevisionResponse](c, importMethod, start.GetCommand(),
-		&wrapperspb.BytesValue{Value: append(startHash[:], sum...)})
+	cm, err := resource.CommandOf(ctx, Write[*ctrlv1.ImportTemplateRevisionResponse]{Method: importMethod, Command: start.GetCommand(),
+		Input: &wrapperspb.BytesValue{Value: append(startHash[:], sum...)}, New: resource.NewMessage[*ctrlv1.ImportTemplateRevisionResponse]})
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +109,7 @@ func (s *Service) ImportTemplateRevision(ctx context.Context,
 		if err != nil {
 			return nil, err
 		}
-		r, err := addRevision(ctx, tx, t, img, rev, start.GetSetDefault(), s.now())
+		r, err := addRevision(ctx, tx, t, img, rev, start.GetSetDefault(), s.Now.UTC())
 		if err != nil {
 			return nil, err
 		}
@@ -389,13 +389,13 @@ func addRevision(ctx context.Context, tx store.Tx, t *tmpl, img imagestore.Image
 		if i := slices.IndexFunc(rows, func(row store.TemplateRevision) bool { return row.Revision == revName }); i >= 0 {
 			// The row of an earlier incarnation: list it anew (see the
 			// package doc).
-			old, _, err := workspaces.DecodeRevision(rows[i])
+			old, _, err := DecodeRevision(rows[i])
 			if err != nil {
 				return nil, err
 			}
 			r.ImageDigest = old.GetImageDigest()
 		} else {
-			body, err := workspaces.EncodeRevision(r, storedImage(id, revName, img))
+			body, err := EncodeRevision(r, storedImage(id, revName, img))
 			if err != nil {
 				return nil, err
 			}
@@ -425,10 +425,10 @@ func addRevision(ctx context.Context, tx store.Tx, t *tmpl, img imagestore.Image
 }
 
 // storedImage is the image of a revision as hosts need it.
-func storedImage(templateID, revision string, img imagestore.Image) workspaces.Image {
-	out := workspaces.Image{TemplateID: templateID, Revision: revision, Digest: img.ManifestDigest, Env: img.Config.Env}
+func storedImage(templateID, revision string, img imagestore.Image) Image {
+	out := Image{TemplateID: templateID, Revision: revision, Digest: img.ManifestDigest, Env: img.Config.Env}
 	for _, l := range img.Layers {
-		out.Layers = append(out.Layers, workspaces.Layer{Digest: l.Digest, DiffID: l.DiffID, Size: l.Size})
+		out.Layers = append(out.Layers, Layer{Digest: l.Digest, DiffID: l.DiffID, Size: l.Size})
 	}
 	return out
 }

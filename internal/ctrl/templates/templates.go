@@ -8,7 +8,7 @@
 // CAS token of the default pointer (1 at creation, +1 whenever
 // default_revision changes); labels and annotations are kept as for every
 // object. Each revision is also an immutable row of the store's
-// template_revisions, encoded with workspaces.EncodeRevision, from which
+// template_revisions, encoded with EncodeRevision, from which
 // workspace creation resolves the image; the image blobs live in the
 // imagestore.Store on disk.
 //
@@ -19,7 +19,7 @@
 // the earlier incarnation are not its revisions; importing such an image
 // again lists its existing row anew.
 //
-// Built-in templates (such as base) live in project workspaces.BuiltinProject
+// Built-in templates (such as base) live in project BuiltinProject
 // (""). Every project reads and uses them, by their ID, wherever its own
 // project has no Template of that ID; only an admin of the operator project
 // may change them (other callers get permission_denied), and no project can
@@ -43,15 +43,9 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
+	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
-	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
 	"github.com/kibotos/kibotos/internal/imagestore"
-)
-
-// Page sizes of ListTemplates.
-const (
-	DefaultPageSize = 100
-	MaxPageSize     = 1000
 )
 
 // DefaultMaxArchiveBytes bounds one uploaded image archive.
@@ -82,15 +76,13 @@ type Service struct {
 	// MaxArchiveBytes bounds one uploaded archive; 0 is
 	// DefaultMaxArchiveBytes. A larger upload is resource_exhausted.
 	MaxArchiveBytes int64
+	// InUse builds the failed_precondition of deleting a Template that a
+	// workspace of the caller's project uses, with the workspace attached
+	// (workspaces.InUse: workspaces imports templates, so not the
+	// reverse). Nil leaves the workspace out.
+	InUse func(ctx context.Context, tx store.Tx, projectID, workspaceID, format string, a ...any) error
 	// Now is the clock; nil is time.Now.
-	Now func() time.Time
-}
-
-func (s *Service) now() time.Time {
-	if s.Now != nil {
-		return s.Now().UTC()
-	}
-	return time.Now().UTC()
+	Now resource.Clock
 }
 
 func (s *Service) maxArchiveBytes() int64 {
@@ -149,7 +141,7 @@ type tmpl struct {
 	spec *ctrlv1.Template
 }
 
-func (t *tmpl) builtin() bool { return t.obj.ProjectID == workspaces.BuiltinProject }
+func (t *tmpl) builtin() bool { return t.obj.ProjectID == BuiltinProject }
 
 // find returns the Template's revision of that name.
 func (t *tmpl) find(revision string) (*ctrlv1.TemplateRevision, bool) {
@@ -196,13 +188,21 @@ func cloneAll(revs []*ctrlv1.TemplateRevision) []*ctrlv1.TemplateRevision {
 	return out
 }
 
+// encode returns the object with its spec as the store keeps it.
+func (t *tmpl) encode() (store.Object, error) {
+	o := t.obj
+	var err error
+	o.Spec, err = proto.MarshalOptions{Deterministic: true}.Marshal(t.spec)
+	return o, err
+}
+
 // save stores the object with its spec.
 func (t *tmpl) save(ctx context.Context, tx store.Tx) error {
-	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(t.spec)
+	o, err := t.encode()
 	if err != nil {
 		return err
 	}
-	t.obj.Spec = body
+	t.obj = o
 	return tx.UpdateObject(ctx, t.obj)
 }
 
@@ -214,7 +214,7 @@ func lookup(ctx context.Context, tx store.Tx, c auth.Caller, id string, write bo
 	if id == "" {
 		return nil, invalid("template_id is required")
 	}
-	for _, p := range []string{c.ProjectID, workspaces.BuiltinProject} {
+	for _, p := range []string{c.ProjectID, BuiltinProject} {
 		o, err := tx.Object(ctx, store.KindTemplate, p, id)
 		if errors.Is(err, store.ErrNotFound) || err == nil && o.Deleted() {
 			continue
@@ -222,7 +222,7 @@ func lookup(ctx context.Context, tx store.Tx, c auth.Caller, id string, write bo
 		if err != nil {
 			return nil, err
 		}
-		if write && p == workspaces.BuiltinProject && p != c.ProjectID && !mayChangeBuiltin(c) {
+		if write && p == BuiltinProject && p != c.ProjectID && !mayChangeBuiltin(c) {
 			return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
 				"template %q is built in: only an admin of the operator project may change it", id))
 		}

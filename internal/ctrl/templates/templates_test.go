@@ -34,7 +34,6 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/templates"
-	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
 	"github.com/kibotos/kibotos/internal/imagestore"
 	"github.com/kibotos/kibotos/internal/testutil"
 )
@@ -354,7 +353,7 @@ func TestBuiltin(t *testing.T) {
 
 		// Workspace creation resolves it.
 		err := e.st.View(ctx, func(tx store.Tx) error {
-			o, err := workspaces.FindTemplate(ctx, tx, projectB, "base")
+			o, err := templates.FindTemplate(ctx, tx, projectB, "base")
 			if err != nil {
 				return err
 			}
@@ -362,7 +361,7 @@ func TestBuiltin(t *testing.T) {
 			if err != nil || len(revs) != 1 {
 				return fmt.Errorf("revisions %v, %v", revs, err)
 			}
-			_, img, err := workspaces.DecodeRevision(revs[0])
+			_, img, err := templates.DecodeRevision(revs[0])
 			if err != nil {
 				return err
 			}
@@ -456,7 +455,7 @@ func TestImportAndDefault(t *testing.T) {
 			if err != nil || len(revs) != 1 {
 				return fmt.Errorf("revisions %v, %v", revs, err)
 			}
-			r, img, err := workspaces.DecodeRevision(revs[0])
+			r, img, err := templates.DecodeRevision(revs[0])
 			if err != nil {
 				return err
 			}
@@ -601,7 +600,7 @@ func TestDelete(t *testing.T) {
 			t.Errorf("list after delete = %v", list.Msg.Templates)
 		}
 		err = e.st.View(ctx, func(tx store.Tx) error {
-			_, err := workspaces.FindTemplate(ctx, tx, projectA, "web")
+			_, err := templates.FindTemplate(ctx, tx, projectA, "web")
 			return err
 		})
 		wantCode(t, "workspace reference to deleted", err, connect.CodeNotFound)

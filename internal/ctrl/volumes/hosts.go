@@ -109,7 +109,7 @@ func observationOnly(a, b *ctrlv1.Volume) bool {
 
 // apply moves a Volume by what its host reports.
 func (s *Service) apply(r *Record, rep *hostv1.VolumeReport) {
-	now := s.now()
+	now := s.Now.UTC()
 	if rep.Condition != ctrlv1.VolumeCondition_VOLUME_CONDITION_UNSPECIFIED {
 		// observed_at moves with the reports, so that it says how current
 		// the observation is (it stays put once nothing holds the

@@ -23,6 +23,12 @@ import (
 // MiB is the unit of every capacity.
 const MiB = 1 << 20
 
+// MaxVolumeBytes is the largest capacity a Volume may have: a storage pool
+// keeps each Volume as one disk image file, and on an ext4 host file
+// system (4 KiB blocks) a file holds at most 16 TiB - 4 KiB; this is the
+// largest whole number of MiB below that.
+const MaxVolumeBytes = 16<<40 - MiB
+
 // Record is a Volume as ctrl keeps it.
 type Record struct {
 	Row store.Volume

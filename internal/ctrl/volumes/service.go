@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -13,11 +12,11 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/ctrl/changes"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/ids"
-	"github.com/kibotos/kibotos/internal/ctrl/meta"
-	"github.com/kibotos/kibotos/internal/ctrl/objects"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
+	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 )
 
@@ -31,28 +30,21 @@ type Service struct {
 	// caller's project stands in the way of, with that workspace attached
 	// (workspaces.InUse).
 	InUse func(ctx context.Context, tx store.Tx, projectID, workspaceID, format string, a ...any) error
-	// Changed is told about every committed change, so that the streams of
+	// Changes is told about every committed change, so that the streams of
 	// hosts and the watchers of bound workspaces wake up.
-	Changed func()
+	Changes *changes.Broker
 	// Now is the clock; nil is time.Now.
-	Now func() time.Time
-}
-
-func (s *Service) now() time.Time {
-	if s.Now != nil {
-		return s.Now().UTC()
-	}
-	return time.Now().UTC()
+	Now resource.Clock
 }
 
 func (s *Service) changed() {
-	if s.Changed != nil {
-		s.Changed()
+	if s.Changes != nil {
+		s.Changes.Publish("")
 	}
 }
 
-// Write describes a write request, as in the objects package.
-type Write[R proto.Message] = objects.Mutation[R]
+// Write describes a write request.
+type Write[R proto.Message] = resource.Mutation[R]
 
 func invalid(format string, a ...any) error {
 	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(format, a...))
@@ -70,6 +62,9 @@ func checkCapacity(field string, bytes uint64, zeroAllowed bool) error {
 	}
 	if bytes == 0 || bytes%MiB != 0 {
 		return invalid("%s %d must be a positive whole number of MiB", field, bytes)
+	}
+	if bytes > MaxVolumeBytes {
+		return invalid("%s %d is above the maximum of %d (16 TiB - 1 MiB)", field, bytes, uint64(MaxVolumeBytes))
 	}
 	return nil
 }
@@ -89,7 +84,7 @@ func Load(ctx context.Context, tx store.Tx, projectID, id string) (*Record, erro
 
 // save stores a record, stamping updated_at.
 func (s *Service) save(ctx context.Context, tx store.Tx, r *Record) error {
-	now := s.now()
+	now := s.Now.UTC()
 	r.V.UpdatedAt = timestamppb.New(now)
 	r.Row.UpdatedAt = now
 	row, err := r.encode()
@@ -116,7 +111,7 @@ func (s *Service) create(ctx context.Context, tx store.Tx, projectID string, poo
 	if capacity == 0 || capacity%MiB != 0 {
 		return nil, fmt.Errorf("volumes: pool %s on host %s has no usable default capacity (%d)", pool.Name, hostID, capacity)
 	}
-	now := s.now()
+	now := s.Now.UTC()
 	r := &Record{
 		V: &ctrlv1.Volume{
 			VolumeId:            ids.New("vol"),
@@ -156,7 +151,7 @@ func newUUID() string {
 func Create[R proto.Message](ctx context.Context, s *Service, w Write[R], spec *ctrlv1.VolumeSpec,
 	labels, annotations map[string]string, respond func(*ctrlv1.Volume) R) (R, error) {
 	var zero R
-	cmd, err := objects.CommandOf(ctx, w)
+	cmd, err := resource.CommandOf(ctx, w)
 	if err != nil {
 		return zero, err
 	}
@@ -168,11 +163,8 @@ func Create[R proto.Message](ctx context.Context, s *Service, w Write[R], spec *
 			return zero, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("spec.%w", err))
 		}
 	}
-	if err := meta.ValidateLabels(labels); err != nil {
-		return zero, connect.NewError(connect.CodeInvalidArgument, err)
-	}
-	if err := meta.ValidateAnnotations(annotations); err != nil {
-		return zero, connect.NewError(connect.CodeInvalidArgument, err)
+	if err := resource.CheckMaps(labels, annotations); err != nil {
+		return zero, err
 	}
 	resp, err := command.Run(ctx, s.Store, cmd, func(ctx context.Context, tx store.Tx) (R, error) {
 		pool, err := s.resolvePool(ctx, tx, spec.GetStoragePool())
@@ -210,7 +202,7 @@ func (s *Service) Get(ctx context.Context, id string) (*ctrlv1.Volume, error) {
 
 // List returns one page of the Volumes that are not DELETED.
 func (s *Service) List(ctx context.Context, pageSize uint32, token string, selector map[string]string) ([]*ctrlv1.Volume, string, error) {
-	return objects.ListPage(ctx, s.Store, s.Pages, "volume", pageSize, token, selector,
+	return resource.ListPage(ctx, s.Store, s.Pages, "volume", pageSize, token, selector,
 		func(ctx context.Context, tx store.Tx, q store.ObjectQuery) ([]store.Volume, error) {
 			return tx.Volumes(ctx, q)
 		},
@@ -232,7 +224,7 @@ func mutate[R proto.Message](ctx context.Context, s *Service, w Write[R], id str
 		var zero R
 		return zero, invalid("volume_id is required")
 	}
-	resp, changed, err := objects.Edit(ctx, s.Store, w,
+	resp, changed, err := resource.Edit(ctx, s.Store, w,
 		func(ctx context.Context, tx store.Tx, projectID string) (*Record, error) {
 			return Load(ctx, tx, projectID, id)
 		},
@@ -331,26 +323,14 @@ func (s *Service) finishDelete(r *Record) {
 	r.V.State = ctrlv1.VolumeState_VOLUME_STATE_DELETED
 	r.V.BoundWorkspaceId = ""
 	r.Row.HostID = ""
-	r.Row.DeletedAt = s.now()
+	r.Row.DeletedAt = s.Now.UTC()
 }
 
-// UpdateLabels replaces the labels under CAS on labels_revision.
-func UpdateLabels[R proto.Message](ctx context.Context, s *Service, w Write[R], id string, expected uint64, labels map[string]string, respond func(*ctrlv1.Volume) R) (R, error) {
-	return updateMap(ctx, s, w, id, "labels_revision", expected, labels, meta.ValidateLabels,
-		func(v *ctrlv1.Volume) (*map[string]string, *uint64) { return &v.Labels, &v.LabelsRevision }, respond)
-}
-
-// UpdateAnnotations replaces the annotations under CAS on
-// annotations_revision.
-func UpdateAnnotations[R proto.Message](ctx context.Context, s *Service, w Write[R], id string, expected uint64, annotations map[string]string, respond func(*ctrlv1.Volume) R) (R, error) {
-	return updateMap(ctx, s, w, id, "annotations_revision", expected, annotations, meta.ValidateAnnotations,
-		func(v *ctrlv1.Volume) (*map[string]string, *uint64) { return &v.Annotations, &v.AnnotationsRevision }, respond)
-}
-
-func updateMap[R proto.Message](ctx context.Context, s *Service, w Write[R], id, revisionName string, expected uint64,
-	m map[string]string, validate func(map[string]string) error,
-	field func(*ctrlv1.Volume) (*map[string]string, *uint64), respond func(*ctrlv1.Volume) R) (R, error) {
-	if err := objects.CheckMapWrite(m, validate, revisionName, expected); err != nil {
+// UpdateMap replaces the labels or the annotations (field) under CAS on
+// their revision.
+func UpdateMap[R proto.Message](ctx context.Context, s *Service, w Write[R], field resource.MapField, id string, expected uint64,
+	m map[string]string, respond func(*ctrlv1.Volume) R) (R, error) {
+	if err := field.CheckMapWrite(m, expected); err != nil {
 		var zero R
 		return zero, err
 	}
@@ -358,8 +338,8 @@ func updateMap[R proto.Message](ctx context.Context, s *Service, w Write[R], id,
 		if err := writable(r); err != nil {
 			return err
 		}
-		current, revision := field(r.V)
-		return objects.ReplaceMap(current, revision, revisionName, expected, m)
+		current, revision := field.Select(&r.V.Labels, &r.V.LabelsRevision, &r.V.Annotations, &r.V.AnnotationsRevision)
+		return field.Replace(current, revision, expected, m)
 	}, respond)
 }
 

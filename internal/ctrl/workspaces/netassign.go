@@ -21,23 +21,17 @@ func networkAssignment(ctx context.Context, tx store.Tx, r *record) (*hostv1.Net
 	policy := r.ws.GetSpec().GetNetworkPolicy()
 	n := &hostv1.NetworkAssignment{Policy: proto.CloneOf(policy), DrainSeconds: r.book.NetworkDrainSeconds}
 	for _, e := range policy.GetEgresses() {
-		o, err := liveObject(ctx, tx, store.KindEgress, r.row.ProjectID, e.EgressId)
-		if err != nil || o == nil {
-			return nil, err
-		}
 		spec := &ctrlv1.EgressSpec{}
-		if err := proto.Unmarshal(o.Spec, spec); err != nil {
+		o, err := liveSpec(ctx, tx, store.KindEgress, r.row.ProjectID, e.EgressId, spec)
+		if err != nil || o == nil {
 			return nil, err
 		}
 		n.Egresses = append(n.Egresses, &hostv1.EgressAssignment{EgressId: o.ID, Revision: o.Revision, Spec: spec, DrainSeconds: o.DrainSeconds})
 	}
 	for _, res := range policy.GetResolvers() {
-		o, err := liveObject(ctx, tx, store.KindResolver, r.row.ProjectID, res.ResolverId)
-		if err != nil || o == nil {
-			return nil, err
-		}
 		spec := &ctrlv1.ResolverSpec{}
-		if err := proto.Unmarshal(o.Spec, spec); err != nil {
+		o, err := liveSpec(ctx, tx, store.KindResolver, r.row.ProjectID, res.ResolverId, spec)
+		if err != nil || o == nil {
 			return nil, err
 		}
 		n.Resolvers = append(n.Resolvers, &hostv1.ResolverAssignment{ResolverId: o.ID, Revision: o.Revision, Spec: spec, DrainSeconds: o.DrainSeconds})
@@ -45,8 +39,9 @@ func networkAssignment(ctx context.Context, tx store.Tx, r *record) (*hostv1.Net
 	return n, nil
 }
 
-// liveObject reads an object; nil when it is missing or deleted.
-func liveObject(ctx context.Context, tx store.Tx, kind store.Kind, projectID, id string) (*store.Object, error) {
+// liveSpec reads an object and decodes its spec into spec; nil when it is
+// missing or deleted.
+func liveSpec(ctx context.Context, tx store.Tx, kind store.Kind, projectID, id string, spec proto.Message) (*store.Object, error) {
 	o, err := tx.Object(ctx, kind, projectID, id)
 	if errors.Is(err, store.ErrNotFound) || err == nil && o.Deleted() {
 		return nil, nil
@@ -54,7 +49,7 @@ func liveObject(ctx context.Context, tx store.Tx, kind store.Kind, projectID, id
 	if err != nil {
 		return nil, err
 	}
-	return &o, nil
+	return &o, proto.Unmarshal(o.Spec, spec)
 }
 
 // applyNetwork records what a running execution's slot has in force: the

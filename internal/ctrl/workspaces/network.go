@@ -7,7 +7,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
-	"github.com/kibotos/kibotos/internal/ctrl/objects"
+	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 )
 
@@ -21,7 +21,7 @@ import (
 func UpdateNetworkPolicy[R proto.Message](ctx context.Context, s *Service, w Write[R], id string, expected uint64,
 	policy *ctrlv1.NetworkPolicy, drain *uint32, respond func(*ctrlv1.Workspace) R) (R, error) {
 	var zero R
-	cmd, err := objects.CommandOf(ctx, w)
+	cmd, err := resource.CommandOf(ctx, w)
 	if err != nil {
 		return zero, err
 	}
@@ -31,7 +31,7 @@ func UpdateNetworkPolicy[R proto.Message](ctx context.Context, s *Service, w Wri
 	if policy == nil {
 		return zero, invalid("policy is required: send the complete replacement")
 	}
-	seconds, err := objects.DrainSeconds(drain)
+	seconds, err := resource.DrainSeconds(drain)
 	if err != nil {
 		return zero, err
 	}

@@ -19,6 +19,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
+	"github.com/kibotos/kibotos/internal/ctrl/templates"
 	"github.com/kibotos/kibotos/internal/sessiontoken"
 )
 
@@ -31,22 +32,6 @@ const (
 	DesiredStopped Desired = "stopped"
 	DesiredDeleted Desired = "deleted"
 )
-
-// Image is the template revision a workspace runs, as hosts need it.
-type Image struct {
-	TemplateID string   `json:"template_id"`
-	Revision   string   `json:"revision"`
-	Digest     string   `json:"digest"`
-	Layers     []Layer  `json:"layers"`
-	Env        []string `json:"env,omitempty"`
-}
-
-// Layer is one compressed layer blob of an Image.
-type Layer struct {
-	Digest string `json:"digest"`
-	DiffID string `json:"diff_id"`
-	Size   int64  `json:"size"`
-}
 
 // record is a workspace as ctrl keeps it.
 type record struct {
@@ -67,8 +52,9 @@ type bookkeeping struct {
 	// FAILED), so that each attempt is a new execution whose reports never
 	// mix with the failed one's.
 	Attempt uint64 `json:"attempt,omitempty"`
-	// ExpirationRevision is the revision of the last expiration policy,
-	// kept while none is set so that revisions never go back.
+	// ExpirationRevision is the expiration's revision in records stored
+	// when clearing an expiration dropped it from the resource; the
+	// resource keeps it now, and revisions never go back.
 	ExpirationRevision uint64 `json:"expiration_revision,omitempty"`
 	// StopMode and StopCommand describe the stop in flight.
 	StopMode    ctrlv1.StopMode `json:"stop_mode,omitempty"`
@@ -76,7 +62,7 @@ type bookkeeping struct {
 	// StopCause is why the workspace is stopping or deleting.
 	StopCause ctrlv1.StopCause `json:"stop_cause,omitempty"`
 	// LayerBytes is the writable layer's capacity once resolved on a host.
-	Image Image `json:"image"`
+	Image templates.Image `json:"image"`
 	// DataPlane authorizes the workspace's data-plane sessions.
 	DataPlane DataPlane `json:"data_plane,omitzero"`
 	// NetworkDrainSeconds is the drain_seconds of the
@@ -173,6 +159,22 @@ func decode(row store.Workspace) (*record, error) {
 		return nil, fmt.Errorf("workspace %s: %w", row.ID, err)
 	}
 	return &record{row: row, ws: ws, book: env.Book}, nil
+}
+
+// decodeAll decodes the rows a store query returned.
+func decodeAll(rows []store.Workspace, err error) ([]*record, error) {
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*record, 0, len(rows))
+	for _, row := range rows {
+		r, err := decode(row)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // encode serializes the record into its row.

@@ -21,8 +21,13 @@ const (
 	MiB             = 1 << 20
 	MinMemoryBytes  = 128 * MiB
 	DefaultCPUMilli = 1000
-	// DefaultTemplate is the built-in template of every deployment.
-	DefaultTemplate = "base"
+	// MinCPUMillis is the smallest CPU share a runtime accepts: hosts run
+	// a workspace with a CFS period of 100 ms, and the kernel refuses a
+	// quota below 1 ms (a hundredth of the period).
+	MinCPUMillis = 10
+	// MaxPolicyEntries bounds each of a network policy's allow and deny
+	// lists: every entry is sent to the host and matched per connection.
+	MaxPolicyEntries = 1000
 	// MaxDestinations bounds an egress entry's destinations.
 	MaxDestinations = 256
 )
@@ -50,8 +55,11 @@ func checkResources(r *ctrlv1.ResourceRequest) (*ctrlv1.ResourceRequest, error) 
 	if out.WritableLayerBytes%MiB != 0 {
 		return nil, invalid("spec.resources.writable_layer_bytes %d must be a whole number of MiB (0 selects the host's default)", out.WritableLayerBytes)
 	}
-	if out.CpuMillis == 0 {
+	switch {
+	case out.CpuMillis == 0:
 		out.CpuMillis = DefaultCPUMilli
+	case out.CpuMillis < MinCPUMillis:
+		return nil, invalid("spec.resources.cpu_millis %d is below the minimum of %d (a hundredth of a core); 0 selects %d", out.CpuMillis, MinCPUMillis, DefaultCPUMilli)
 	}
 	return out, nil
 }
@@ -187,6 +195,9 @@ func checkPolicy(ctx context.Context, tx store.Tx, projectID string, p *ctrlv1.N
 		return nil, nil, invalid("network_policy: DENY_ALL accepts no allow, deny, egresses or resolvers entries")
 	}
 	for field, list := range map[string][]string{"allow": out.Allow, "deny": out.Deny} {
+		if len(list) > MaxPolicyEntries {
+			return nil, nil, invalid("network_policy.%s has %d entries, more than the limit of %d", field, len(list), MaxPolicyEntries)
+		}
 		for i, e := range list {
 			if _, err := netcheck.CanonicalPrefix(e); err != nil {
 				return nil, nil, invalid("network_policy.%s[%d]: %v", field, i, err)
@@ -290,12 +301,9 @@ func directUpstream(spec *ctrlv1.ResolverSpec) string {
 
 // loadLive reads a live object's spec; missing or deleted is not_found.
 func loadLive(ctx context.Context, tx store.Tx, kind store.Kind, projectID, id, noun string, spec proto.Message) error {
-	o, err := liveObject(ctx, tx, kind, projectID, id)
-	if err != nil {
-		return err
+	o, err := liveSpec(ctx, tx, kind, projectID, id, spec)
+	if err == nil && o == nil {
+		err = connect.NewError(connect.CodeNotFound, fmt.Errorf("%s %q not found", noun, id))
 	}
-	if o == nil {
-		return connect.NewError(connect.CodeNotFound, fmt.Errorf("%s %q not found", noun, id))
-	}
-	return proto.Unmarshal(o.Spec, spec)
+	return err
 }

@@ -12,8 +12,11 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/ctrl/changes"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
+	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
+	"github.com/kibotos/kibotos/internal/ctrl/templates"
 	"github.com/kibotos/kibotos/internal/netcheck"
 	"github.com/kibotos/kibotos/internal/testutil"
 )
@@ -28,7 +31,7 @@ func newService(t *testing.T) (*Service, context.Context) {
 	st := testutil.SQLiteStore(t)
 	ctx := context.Background()
 	spec, _ := proto.Marshal(&ctrlv1.Template{DefaultRevision: "sha256-1", Revisions: []*ctrlv1.TemplateRevision{{Revision: "sha256-1"}}})
-	rev, err := EncodeRevision(&ctrlv1.TemplateRevision{Revision: "sha256-1"}, Image{TemplateID: DefaultTemplate, Revision: "sha256-1"})
+	rev, err := templates.EncodeRevision(&ctrlv1.TemplateRevision{Revision: "sha256-1"}, templates.Image{TemplateID: templates.DefaultTemplate, Revision: "sha256-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,17 +39,17 @@ func newService(t *testing.T) (*Service, context.Context) {
 		if err := tx.CreateProject(ctx, store.Project{ID: "p1", Name: "p1", CreatedAt: time.Now()}); err != nil {
 			return err
 		}
-		if err := tx.CreateObject(ctx, store.Object{Kind: store.KindTemplate, ProjectID: BuiltinProject, ID: DefaultTemplate,
+		if err := tx.CreateObject(ctx, store.Object{Kind: store.KindTemplate, ProjectID: templates.BuiltinProject, ID: templates.DefaultTemplate,
 			Spec: spec, Revision: 1, LabelsRevision: 1, AnnotationsRevision: 1, CreatedAt: time.Now(), UpdatedAt: time.Now()}); err != nil {
 			return err
 		}
-		return tx.PutTemplateRevision(ctx, store.TemplateRevision{ProjectID: BuiltinProject, TemplateID: DefaultTemplate,
+		return tx.PutTemplateRevision(ctx, store.TemplateRevision{ProjectID: templates.BuiltinProject, TemplateID: templates.DefaultTemplate,
 			Revision: "sha256-1", Body: rev, CreatedAt: time.Now()})
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Service{Store: st, Pages: pagetoken.New([]byte("k")), Checker: &netcheck.Checker{}, Changes: NewBroker()}
+	s := &Service{Store: st, Pages: pagetoken.New([]byte("k")), Checker: &netcheck.Checker{}, Changes: changes.NewBroker()}
 	if err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h1", Capacity: &hostv1.HostCapacity{
 		CpuMillis: 4000, MemoryBytes: gib, LayerBytes: 10 * gib, DefaultLayerBytes: gib}}); err != nil {
 		t.Fatal(err)
@@ -218,15 +221,15 @@ func TestLabelsSelectorsAndWatch(t *testing.T) {
 	s, ctx := newService(t)
 	a := create(t, s, ctx, 128<<20)
 	create(t, s, ctx, 128<<20)
-	if _, err := UpdateLabels(ctx, s, write("labels", newWS), a.WorkspaceId, 1, map[string]string{"team": "x"}, identity); err != nil {
+	if _, err := UpdateMap(ctx, s, write("labels", newWS), resource.Labels, a.WorkspaceId, 1, map[string]string{"team": "x"}, identity); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := s.Get(ctx, a.WorkspaceId)
-	same, err := UpdateLabels(ctx, s, write("labels", newWS), a.WorkspaceId, 2, map[string]string{"team": "x"}, identity)
+	same, err := UpdateMap(ctx, s, write("labels", newWS), resource.Labels, a.WorkspaceId, 2, map[string]string{"team": "x"}, identity)
 	if err != nil || same.LabelsRevision != 2 || !same.UpdatedAt.AsTime().Equal(before.UpdatedAt.AsTime()) {
 		t.Errorf("equal labels changed the workspace: %v, %v", same, err)
 	}
-	_, err = UpdateLabels(ctx, s, write("labels", newWS), a.WorkspaceId, 1, map[string]string{"team": "y"}, identity)
+	_, err = UpdateMap(ctx, s, write("labels", newWS), resource.Labels, a.WorkspaceId, 1, map[string]string{"team": "y"}, identity)
 	if connect.CodeOf(err) != connect.CodeAborted {
 		t.Errorf("stale labels revision: %v", err)
 	}

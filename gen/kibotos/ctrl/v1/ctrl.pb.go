@@ -4990,7 +4990,7 @@ type ResizeVolumeRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Command  *CommandMetadata       `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
 	VolumeId string                 `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
-	// The new capacity: a whole number of MiB, never below the current one.
+	// The new capacity: a whole number of MiB, never below the current one and at most 16 TiB - 1 MiB.
 	CapacityBytes uint64 `protobuf:"varint,3,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -8083,7 +8083,7 @@ func (x *TemplateDeliveryObservation) GetMessage() string {
 // ResourceRequest is the compute a Workspace asks for.
 type ResourceRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// cpu_millis is the CPU share, in thousandths of a core.
+	// cpu_millis is the CPU share, in thousandths of a core. Zero selects one core (1000); any other value must be at least 10, the smallest quota the runtime accepts (1 ms of each 100 ms period).
 	CpuMillis uint32 `protobuf:"varint,1,opt,name=cpu_millis,json=cpuMillis,proto3" json:"cpu_millis,omitempty"`
 	// Guest RAM. It must be a whole number of MiB and at least 128 MiB, so the requested value is exactly what the execution receives. The upper bound is available capacity and is judged when an execution is placed.
 	MemoryBytes uint64 `protobuf:"varint,2,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
@@ -8270,7 +8270,7 @@ type NetworkPolicy struct {
 	Mode NetworkPolicyMode `protobuf:"varint,1,opt,name=mode,proto3,enum=kibotos.ctrl.v1.NetworkPolicyMode" json:"mode,omitempty"`
 	// revision is assigned by the server: it starts at 1 when the Workspace is created and increases by one each time the content changes. It is independent of Workspace.generation. The server ignores the value in a request, and two requests that differ only here are the same command.
 	Revision uint64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
-	// allow and deny narrow PUBLIC_INTERNET by destination address. Each entry is one address or one CIDR in canonical text: no host bits set in a CIDR, no leading zeros, IPv6 in compressed lowercase form, no zone. An entry acts only on its own address family, so 0.0.0.0/0 leaves IPv6 open. A destination in allow is admitted even when deny also covers it; a destination only in deny is refused, whether it would leave directly or through an Egress; anything else follows the mode. For traffic that leaves directly the hard deny of private, local and platform ranges always wins, so entries in those ranges are valid and act only on traffic forwarded through an Egress. DNS queries to the link DNS address are never narrowed. DENY_ALL accepts no entries. The server keeps both lists in the order given, and a change to either one is a content change.
+	// allow and deny narrow PUBLIC_INTERNET by destination address. Each entry is one address or one CIDR in canonical text: no host bits set in a CIDR, no leading zeros, IPv6 in compressed lowercase form, no zone. An entry acts only on its own address family, so 0.0.0.0/0 leaves IPv6 open. A destination in allow is admitted even when deny also covers it; a destination only in deny is refused, whether it would leave directly or through an Egress; anything else follows the mode. For traffic that leaves directly the hard deny of private, local and platform ranges always wins, so entries in those ranges are valid and act only on traffic forwarded through an Egress. DNS queries to the link DNS address are never narrowed. DENY_ALL accepts no entries. Each list holds at most 1000 entries. The server keeps both lists in the order given, and a change to either one is a content change.
 	Allow []string `protobuf:"bytes,3,rep,name=allow,proto3" json:"allow,omitempty"`
 	// deny is described with allow.
 	Deny []string `protobuf:"bytes,4,rep,name=deny,proto3" json:"deny,omitempty"`
@@ -9192,7 +9192,7 @@ type Workspace struct {
 	NetworkPolicyStatus *NetworkPolicyStatus `protobuf:"bytes,11,opt,name=network_policy_status,json=networkPolicyStatus,proto3" json:"network_policy_status,omitempty"`
 	// reestablish lists what the caller must redo after the last start.
 	Reestablish []ReestablishRequirement `protobuf:"varint,12,rep,packed,name=reestablish,proto3,enum=kibotos.ctrl.v1.ReestablishRequirement" json:"reestablish,omitempty"`
-	// labels and annotations are caller-owned key-value data. ctrl never interprets either: it does not schedule, authorize, or bill on them. Both are visible to every caller that can read the resource, so neither may carry bearer credentials, keys, or values derived from them. Keys follow the Kubernetes qualified-name rules for both; label values follow the Kubernetes label-value rules, annotation values are any UTF-8 string without U+0000. Only labels can be selected on (label_selector); annotations are stored and returned verbatim and never indexed.
+	// labels and annotations are caller-owned key-value data. ctrl never interprets either: it does not schedule, authorize, or bill on them. Both are visible to every caller that can read the resource, so neither may carry bearer credentials, keys, or values derived from them. Keys follow the Kubernetes qualified-name rules for both; label values follow the Kubernetes label-value rules, annotation values are any UTF-8 string without U+0000. A resource carries at most 64 labels, and its annotations total at most 256 KiB (keys and values). Only labels can be selected on (label_selector, at most 64 entries); annotations are stored and returned verbatim and never indexed.
 	Annotations map[string]string `protobuf:"bytes,13,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	Labels      map[string]string `protobuf:"bytes,14,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// labels_revision starts at one and increases every time the stored labels change. It is the CAS token UpdateWorkspaceLabels expects and moves independently of every other revision.
@@ -9799,7 +9799,7 @@ func (x *GuestMemoryKill) GetSaturatedFor() *durationpb.Duration {
 // VolumeSpec is what the caller asked for of a Volume, as stored.
 type VolumeSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// In a creation request, zero delegates capacity selection to the configured storage profile. In a returned Volume it is never zero: it is the capacity the Volume actually has. ResizeVolume is the only way it changes, and it only ever grows. The historical result of the original CreateVolume keeps the value that creation returned.
+	// In a creation request, zero delegates capacity selection to the configured storage profile; a non-zero request is a whole number of MiB, at most 16 TiB - 1 MiB (the largest disk image a storage pool can hold). In a returned Volume it is never zero: it is the capacity the Volume actually has. ResizeVolume is the only way it changes, and it only ever grows. The historical result of the original CreateVolume keeps the value that creation returned.
 	CapacityBytes uint64 `protobuf:"varint,1,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
 	// storage_pool names the storage this Volume lives in. Where a Volume lives decides where the Workspace bound to it can run, so a deployment that splits its storage exposes that choice here. An empty value in a creation request selects the deployment's default pool; a returned spec always names the resolved pool. It changes only when the deployment's operator moves the Volume to another pool, so a caller reads it from the Volume instead of keeping its own copy. Requires the volume.storage_pool capability.
 	StoragePool   string `protobuf:"bytes,4,opt,name=storage_pool,json=storagePool,proto3" json:"storage_pool,omitempty"`

@@ -1,4 +1,7 @@
-package workspaces
+// The stored format of templates, which workspace creation reads: the
+// built-in project, each revision's row, and the image a host runs.
+
+package templates
 
 import (
 	"context"
@@ -17,6 +20,26 @@ import (
 // BuiltinProject is the project that holds the deployment's built-in
 // templates, which every project can use.
 const BuiltinProject = ""
+
+// DefaultTemplate is the built-in template of every deployment, which a
+// workspace created without a template runs.
+const DefaultTemplate = "base"
+
+// Image is the template revision a workspace runs, as hosts need it.
+type Image struct {
+	TemplateID string   `json:"template_id"`
+	Revision   string   `json:"revision"`
+	Digest     string   `json:"digest"`
+	Layers     []Layer  `json:"layers"`
+	Env        []string `json:"env,omitempty"`
+}
+
+// Layer is one compressed layer blob of an Image.
+type Layer struct {
+	Digest string `json:"digest"`
+	DiffID string `json:"diff_id"`
+	Size   int64  `json:"size"`
+}
 
 // StoredRevision is the body of a stored template revision: the API view
 // and the image a host runs.
@@ -62,8 +85,10 @@ func FindTemplate(ctx context.Context, tx store.Tx, projectID, id string) (store
 	return store.Object{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("template %q not found", id))
 }
 
-// resolveTemplate turns a selector into the exact revision it names now.
-func resolveTemplate(ctx context.Context, tx store.Tx, projectID string, sel *ctrlv1.TemplateSelector) (*ctrlv1.TemplateRef, Image, error) {
+// Resolve turns a selector into the exact revision it names now, and the
+// image of that revision. An empty template_id selects DefaultTemplate, an
+// empty revision the template's default.
+func Resolve(ctx context.Context, tx store.Tx, projectID string, sel *ctrlv1.TemplateSelector) (*ctrlv1.TemplateRef, Image, error) {
 	id := sel.GetTemplateId()
 	if id == "" {
 		id = DefaultTemplate

@@ -1,7 +1,16 @@
-// Package upstream validates what Egresses and Resolvers point at: the
-// SOCKS5 endpoint of an Egress and the DNS upstream of a Resolver, with the
-// limits the API reference sets, and redacts what reads must not return.
-package upstream
+// Package upstreams is ctrl's EgressService and ResolverService: the
+// objects a workspace's network policy sends traffic through (an Egress, a
+// SOCKS5 endpoint) and resolves names with (a Resolver, a DNS upstream).
+// Both kinds share one Service: create, get, list, update (CAS on
+// revision, with a drain for connections on the replaced revision), delete
+// (refused while a workspace policy references the object), and label and
+// annotation replacement (CAS on their own revisions). A Kind supplies what
+// differs: the spec type, its rules (this file: the limits the API
+// reference sets), and what reads must not return.
+//
+// Every error this package returns is a *connect.Error with its canonical
+// code, or an internal error that the server reports as such.
+package upstreams
 
 import (
 	"context"

@@ -1,8 +1,11 @@
-package workspaces
+// Package changes wakes the control plane's waiters (workspace watchers,
+// host assignment streams) when the store changed: services publish after
+// every committed change that a watcher or a host must see.
+package changes
 
 import "sync"
 
-// Broker wakes everyone waiting for a workspace change. Waiters re-read
+// Broker wakes everyone waiting for a change. Waiters re-read
 // the store when woken, so a missed or merged wake-up loses nothing; with
 // several ctrl replicas they also poll.
 type Broker struct {

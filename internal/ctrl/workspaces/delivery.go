@@ -1,0 +1,147 @@
+package workspaces
+
+// This file is delivery: each host's desired executions, derived from
+// records, and the fold of what hosts report back into them.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/store"
+	"github.com/kibotos/kibotos/internal/ctrl/volumes"
+)
+
+// executionID names the execution that serves one start of a workspace:
+// its generation, and the attempt when a failed start was retried.
+func executionID(workspaceID string, generation, attempt uint64) string {
+	if attempt == 0 {
+		return fmt.Sprintf("%s-%d", workspaceID, generation)
+	}
+	return fmt.Sprintf("%s-%d-%d", workspaceID, generation, attempt)
+}
+
+// Assignments returns the complete desired set of a host.
+func (s *Service) Assignments(ctx context.Context, hostID string) (*hostv1.WatchAssignmentsResponse, error) {
+	out := new(hostv1.WatchAssignmentsResponse)
+	now := s.Now.UTC()
+	err := s.Store.View(ctx, func(tx store.Tx) error {
+		var err error
+		if out.Volumes, err = volumes.HostAssignments(ctx, tx, hostID); err != nil {
+			return err
+		}
+		records, err := decodeAll(tx.HostWorkspaces(ctx, hostID))
+		if err != nil {
+			return err
+		}
+		for _, r := range records {
+			a := r.assignment(now)
+			if a.Desired == hostv1.DesiredState_DESIRED_STATE_RUNNING {
+				if a.Network, err = networkAssignment(ctx, tx, r); err != nil {
+					return err
+				}
+			}
+			if a.Volume, err = executionVolume(ctx, tx, r); err != nil {
+				return err
+			}
+			out.Assignments = append(out.Assignments, a)
+		}
+		return nil
+	})
+	return out, err
+}
+
+func (r *record) assignment(now time.Time) *hostv1.Assignment {
+	res := proto.CloneOf(r.ws.GetSpec().GetResources())
+	res.WritableLayerBytes = r.row.LayerBytes
+	a := &hostv1.Assignment{
+		ExecutionId: executionID(r.row.ID, r.book.Target, r.book.Attempt),
+		WorkspaceId: r.row.ID,
+		Generation:  r.book.Target,
+		Resources:   res,
+		LayerId:     r.row.ID,
+		Template: &hostv1.ExecutionTemplate{
+			TemplateId: r.book.Image.TemplateID, Revision: r.book.Image.Revision,
+			ImageDigest: r.book.Image.Digest, Env: r.book.Image.Env,
+		},
+	}
+	for _, l := range r.book.Image.Layers {
+		a.Template.Layers = append(a.Template.Layers, &hostv1.TemplateLayer{Digest: l.Digest, DiffId: l.DiffID, SizeBytes: uint64(l.Size)})
+	}
+	switch r.book.Desired {
+	case DesiredRunning:
+		a.Desired = hostv1.DesiredState_DESIRED_STATE_RUNNING
+		if dp := &r.book.DataPlane; len(dp.Key) > 0 {
+			a.DataPlane = &hostv1.DataPlane{Key: dp.Key, RevokedSessionIds: dp.revokedIDs(now)}
+		}
+	case DesiredStopped:
+		a.Desired = hostv1.DesiredState_DESIRED_STATE_STOPPED
+	case DesiredDeleted:
+		a.Desired = hostv1.DesiredState_DESIRED_STATE_DELETED
+	}
+	if r.book.Desired != DesiredRunning {
+		mode := r.book.StopMode
+		if r.book.Desired == DesiredDeleted {
+			mode = ctrlv1.StopMode_STOP_MODE_FORCE // deletion keeps nothing to sync
+		}
+		a.Stop = &hostv1.StopRequest{Mode: mode, CommandId: r.book.StopCommand}
+	}
+	return a
+}
+
+// Report folds a host's execution reports into the workspaces they serve,
+// and its volume reports into the Volumes it holds. Reports of workspaces
+// not placed on the host, or of executions that no longer serve their
+// workspace, are ignored.
+func (s *Service) Report(ctx context.Context, hostID string, reports []*hostv1.ExecutionReport, volumeReports []*hostv1.VolumeReport) error {
+	var changed []string
+	err := s.Store.Update(ctx, func(tx store.Tx) error {
+		var err error
+		if changed, err = s.Volumes.Report(ctx, tx, hostID, volumeReports); err != nil {
+			return err
+		}
+		rows, err := tx.HostWorkspaces(ctx, hostID)
+		if err != nil {
+			return err
+		}
+		byID := map[string]store.Workspace{}
+		for _, row := range rows {
+			byID[row.ID] = row
+		}
+		for _, rep := range reports {
+			row, ok := byID[rep.WorkspaceId]
+			if !ok {
+				continue
+			}
+			r, err := decode(row)
+			if err != nil {
+				return err
+			}
+			if rep.ExecutionId != executionID(row.ID, r.book.Target, r.book.Attempt) {
+				continue
+			}
+			before := proto.CloneOf(r.ws)
+			beforeRow := r.row
+			if err := s.apply(ctx, tx, r, rep); err != nil {
+				return err
+			}
+			if proto.Equal(before, r.ws) && beforeRow.DeletedAt.Equal(r.row.DeletedAt) && beforeRow.Running == (r.book.Desired == DesiredRunning) {
+				continue
+			}
+			if err := s.save(ctx, tx, r); err != nil {
+				return err
+			}
+			byID[row.ID] = r.row
+			changed = append(changed, row.ID)
+		}
+		return nil
+	})
+	for _, id := range changed {
+		s.Changes.Publish(id)
+	}
+	return err
+}

@@ -1,0 +1,155 @@
+package workspaces
+
+// This file is the lifecycle callers and the clock drive: start, stop,
+// delete, and expiration.
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/store"
+)
+
+// Start starts a STOPPED (or FAILED) workspace.
+func Start[R proto.Message](ctx context.Context, s *Service, w Write[R], id string, respond func(*ctrlv1.Workspace) R) (R, error) {
+	return mutate(ctx, s, w, id, func(ctx context.Context, tx store.Tx, r *record) error {
+		switch r.ws.State {
+		case ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED, ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED:
+		default:
+			return precondition(observed(ctx, tx, r), "workspace %s is %s; only a STOPPED or FAILED workspace can be started", id, StateName(r.ws.State))
+		}
+		if err := s.volumeStartable(ctx, tx, r); err != nil {
+			return err
+		}
+		if err := s.fitsOnItsHost(ctx, tx, r); err != nil {
+			return err
+		}
+		r.ws.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING
+		r.ws.LastStop, r.ws.Failure = nil, nil
+		r.book.Desired = DesiredRunning
+		if r.book.Target == r.ws.Generation+1 {
+			r.book.Attempt++ // a retry of a start that failed
+		} else {
+			r.book.Target, r.book.Attempt = r.ws.Generation+1, 0
+		}
+		r.book.StopMode, r.book.StopCommand, r.book.StopCause = 0, "", 0
+		return nil
+	}, respond)
+}
+
+// Stop stops a workspace that runs or is starting; FORCE also cuts short a
+// NORMAL stop in progress.
+func Stop[R proto.Message](ctx context.Context, s *Service, w Write[R], id string, mode ctrlv1.StopMode, respond func(*ctrlv1.Workspace) R) (R, error) {
+	switch mode {
+	case ctrlv1.StopMode_STOP_MODE_UNSPECIFIED:
+		mode = ctrlv1.StopMode_STOP_MODE_NORMAL
+	case ctrlv1.StopMode_STOP_MODE_NORMAL, ctrlv1.StopMode_STOP_MODE_FORCE:
+	default:
+		var zero R
+		return zero, invalid("mode %d is not a known stop mode", mode)
+	}
+	return mutate(ctx, s, w, id, func(ctx context.Context, tx store.Tx, r *record) error {
+		switch r.ws.State {
+		case ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING, ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING,
+			ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE, ctrlv1.WorkspaceState_WORKSPACE_STATE_UNKNOWN:
+		case ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPING:
+			if mode != ctrlv1.StopMode_STOP_MODE_FORCE || r.book.StopMode == ctrlv1.StopMode_STOP_MODE_FORCE {
+				return precondition(observed(ctx, tx, r), "workspace %s is already STOPPING; only a FORCE stop can cut a NORMAL stop short", id)
+			}
+		default:
+			return precondition(observed(ctx, tx, r), "workspace %s is %s; it is not running", id, StateName(r.ws.State))
+		}
+		s.beginStop(r, ctrlv1.StopCause_STOP_CAUSE_REQUESTED, mode, w.Command.GetCommandId())
+		return nil
+	}, respond)
+}
+
+// Delete deletes a workspace: its host stops the execution and removes the
+// writable layer, then it is DELETED.
+func Delete[R proto.Message](ctx context.Context, s *Service, w Write[R], id string, respond func(*ctrlv1.Workspace) R) (R, error) {
+	return mutate(ctx, s, w, id, func(ctx context.Context, tx store.Tx, r *record) error {
+		switch r.ws.State {
+		case ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETING, ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED:
+			return nil // already going: returned unchanged
+		}
+		return s.beginDelete(ctx, tx, r, ctrlv1.StopCause_STOP_CAUSE_REQUESTED)
+	}, respond)
+}
+
+// UpdateExpiration sets or clears the expiration policy.
+func UpdateExpiration[R proto.Message](ctx context.Context, s *Service, w Write[R], id string, change *ctrlv1.WorkspaceExpirationChange, respond func(*ctrlv1.Workspace) R) (R, error) {
+	var zero R
+	var policy *ctrlv1.WorkspaceExpirationPolicy
+	switch c := change.GetChange().(type) {
+	case *ctrlv1.WorkspaceExpirationChange_Set:
+		if c.Set == nil {
+			return zero, invalid("change.set is required")
+		}
+		policy = c.Set
+	case *ctrlv1.WorkspaceExpirationChange_Clear:
+	default:
+		return zero, invalid("change must set or clear the expiration")
+	}
+	return mutate(ctx, s, w, id, func(ctx context.Context, tx store.Tx, r *record) error {
+		if err := live(ctx, tx, r); err != nil {
+			return err
+		}
+		// Checked here, after the replay lookup: a retry replays even
+		// once the deadline has passed.
+		if err := checkExpiration(policy, s.Now.UTC()); err != nil {
+			return err
+		}
+		rev := max(r.ws.GetExpiration().GetRevision(), r.book.ExpirationRevision)
+		if proto.Equal(r.ws.GetExpiration().GetPolicy(), policy) {
+			return nil
+		}
+		// A cleared expiration keeps its revision, without a policy.
+		r.ws.Expiration = &ctrlv1.WorkspaceExpiration{Policy: policy, Revision: rev + 1}
+		r.row.ExpiresAt = time.Time{}
+		if policy != nil {
+			r.row.ExpiresAt = policy.Deadline.AsTime()
+		}
+		return nil
+	}, respond)
+}
+
+// Expire applies the expiration policies whose deadline has passed:
+// STOP stops a running workspace normally, DELETE deletes it; the cause is
+// EXPIRED either way.
+func (s *Service) Expire(ctx context.Context) error {
+	var changed []string
+	err := s.Store.Update(ctx, func(tx store.Tx) error {
+		changed = changed[:0]
+		records, err := decodeAll(tx.ExpiredWorkspaces(ctx, s.Now.UTC(), 100))
+		if err != nil {
+			return err
+		}
+		for _, r := range records {
+			r.row.ExpiresAt = time.Time{} // fired: never again for this policy
+			switch r.ws.GetExpiration().GetPolicy().GetAction() {
+			case ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_DELETE:
+				if err := s.beginDelete(ctx, tx, r, ctrlv1.StopCause_STOP_CAUSE_EXPIRED); err != nil {
+					return err
+				}
+			default:
+				switch r.ws.State {
+				case ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING, ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING,
+					ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE:
+					s.beginStop(r, ctrlv1.StopCause_STOP_CAUSE_EXPIRED, ctrlv1.StopMode_STOP_MODE_NORMAL, "")
+				}
+			}
+			if err := s.save(ctx, tx, r); err != nil {
+				return err
+			}
+			changed = append(changed, r.row.ID)
+		}
+		return nil
+	})
+	for _, id := range changed {
+		s.Changes.Publish(id)
+	}
+	return err
+}

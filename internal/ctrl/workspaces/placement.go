@@ -1,0 +1,150 @@
+package workspaces
+
+// This file is placement: which host has room for a workspace and offers
+// what it requires, and whether a change still fits on its host.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+
+	"connectrpc.com/connect"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/scheduler"
+	"github.com/kibotos/kibotos/internal/ctrl/store"
+)
+
+// placement is what a workspace needs of its host beyond capacity.
+type placement struct {
+	// host is the only host it may run on (the holder of its Volume);
+	// empty for any.
+	host string
+	// pool is the storage pool the host must reach; empty for none.
+	pool string
+	// capabilities are the capabilities the host must offer.
+	capabilities []string
+}
+
+// place picks a host with room for the workspace that meets need, and
+// returns it with the writable layer's capacity (the host's default when
+// none was asked for).
+func (s *Service) place(ctx context.Context, tx store.Tx, res *ctrlv1.ResourceRequest, need placement) (string, uint64, error) {
+	all, err := s.hosts(ctx, tx, "")
+	if err != nil {
+		return "", 0, err
+	}
+	offered := map[string]bool{} // by any host
+	for _, h := range all {
+		maps.Copy(offered, h.offers)
+	}
+	want := slices.Clone(need.capabilities)
+	for _, c := range want {
+		if !offered[c] {
+			return "", 0, capabilityUnavailable(c)
+		}
+	}
+	if need.pool != "" {
+		want = append(want, "pool:"+need.pool)
+	}
+	var hosts []scheduler.Host
+	for _, h := range all {
+		if (need.host == "" || h.ID == need.host) && !slices.ContainsFunc(want, func(c string) bool { return !h.offers[c] }) {
+			hosts = append(hosts, h.Host)
+		}
+	}
+	if need.pool != "" && len(hosts) == 0 {
+		return "", 0, connect.NewError(connect.CodeFailedPrecondition,
+			fmt.Errorf("no host that holds volumes of storage pool %q has the capabilities this workspace requires", need.pool))
+	}
+	id, layer, err := scheduler.Place(hosts, scheduler.Request{
+		CPUMillis: res.CpuMillis, MemoryBytes: res.MemoryBytes, LayerBytes: res.WritableLayerBytes})
+	if err != nil {
+		return "", 0, exhausted(err)
+	}
+	return id, layer, nil
+}
+
+// fitsOnItsHost checks that a stopped workspace's CPU and memory fit on
+// the host that keeps its layer (the layer's bytes stay reserved there).
+func (s *Service) fitsOnItsHost(ctx context.Context, tx store.Tx, r *record) error {
+	return s.fitsMore(ctx, tx, r, scheduler.Request{CPUMillis: r.row.CPUMillis, MemoryBytes: r.row.MemoryBytes})
+}
+
+// fitsMore checks that the workspace's host has room for req beyond what
+// it already holds there.
+func (s *Service) fitsMore(ctx context.Context, tx store.Tx, r *record, req scheduler.Request) error {
+	all, err := s.hosts(ctx, tx, r.row.HostID)
+	if err != nil {
+		return err
+	}
+	var hosts []scheduler.Host
+	for _, h := range all {
+		h.DefaultLayerBytes = 0
+		hosts = append(hosts, h.Host)
+	}
+	if _, _, err := scheduler.Place(hosts, req); err != nil {
+		return exhausted(err)
+	}
+	return nil
+}
+
+// exhausted is resource_exhausted without the scheduler's detail, which
+// names hosts: callers learn nothing of the deployment's layout.
+func exhausted(err error) error {
+	slog.Info("placement refused", "err", err)
+	return connect.NewError(connect.CodeResourceExhausted,
+		errors.New("no host has the CPU, memory and disk this workspace needs free; retry later or ask for less"))
+}
+
+// hosts returns the registered hosts (or only the one named) with what
+// is reserved on each (layer bytes of every placed workspace, CPU and
+// memory of the running ones) and what each offers.
+func (s *Service) hosts(ctx context.Context, tx store.Tx, only string) ([]candidate, error) {
+	all, err := tx.Hosts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []candidate
+	for _, h := range all {
+		if only != "" && h.ID != only {
+			continue
+		}
+		reg, err := decodeHost(h)
+		if err != nil {
+			return nil, err
+		}
+		placed, err := tx.HostWorkspaces(ctx, h.ID)
+		if err != nil {
+			return nil, err
+		}
+		host := scheduler.Host{ID: h.ID, Capacity: scheduler.Resources{CPUMillis: h.CPUMillis, MemoryBytes: h.MemoryBytes, LayerBytes: h.LayerBytes},
+			DefaultLayerBytes: reg.GetCapacity().GetDefaultLayerBytes()}
+		for _, w := range placed {
+			host.Reserved.LayerBytes += w.LayerBytes
+			if w.Running {
+				host.Reserved.CPUMillis += w.CPUMillis
+				host.Reserved.MemoryBytes += w.MemoryBytes
+			}
+		}
+		offers := map[string]bool{}
+		for _, c := range reg.Capabilities {
+			offers[c] = true
+		}
+		for _, p := range reg.StoragePools {
+			offers["pool:"+p.Name] = true
+		}
+		out = append(out, candidate{Host: host, offers: offers})
+	}
+	return out, nil
+}
+
+// candidate is a registered host as placement sees it.
+type candidate struct {
+	scheduler.Host
+	// offers holds its capabilities and, as "pool:NAME", its storage pools.
+	offers map[string]bool
+}
