@@ -49,7 +49,14 @@ type Config struct {
 	// RuntimePath is the runtime's binary; empty looks Runtime up in PATH
 	// (and /usr/sbin, /usr/local/sbin).
 	RuntimePath string
+	// GuestTmpfsPercent sizes the guest's /tmp and /run, each, in percent
+	// of the execution's memory limit (1 to 100); 0 means
+	// DefaultGuestTmpfsPercent.
+	GuestTmpfsPercent int
 }
+
+// DefaultGuestTmpfsPercent is the default of Config.GuestTmpfsPercent.
+const DefaultGuestTmpfsPercent = 25
 
 // Driver implements runtime.Driver and runtime.Layers with an OCI runtime.
 type Driver struct {
@@ -58,6 +65,7 @@ type Driver struct {
 	stateDir string
 	execDir  string // StateDir/exec: one directory per execution
 	rootDir  string // StateDir/runc: the runtime's --root
+	tmpfsPct uint64 // Config.GuestTmpfsPercent
 
 	mu    sync.Mutex
 	locks map[string]*idLock
@@ -87,6 +95,13 @@ func New(cfg Config) (*Driver, error) {
 	default:
 		return nil, fmt.Errorf("oci: unknown runtime %q (want runc, crun or runsc)", name)
 	}
+	tmpfsPct := cfg.GuestTmpfsPercent
+	if tmpfsPct == 0 {
+		tmpfsPct = DefaultGuestTmpfsPercent
+	}
+	if tmpfsPct < 1 || tmpfsPct > 100 {
+		return nil, fmt.Errorf("oci: guest tmpfs share %d%% is not within 1 to 100", tmpfsPct)
+	}
 	bin := cfg.RuntimePath
 	if bin == "" {
 		var err error
@@ -114,6 +129,7 @@ func New(cfg Config) (*Driver, error) {
 		stateDir: state,
 		execDir:  filepath.Join(state, "exec"),
 		rootDir:  filepath.Join(state, name),
+		tmpfsPct: uint64(tmpfsPct),
 		locks:    map[string]*idLock{},
 	}, nil
 }

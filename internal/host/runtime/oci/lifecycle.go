@@ -118,7 +118,10 @@ func (d *Driver) Start(ctx context.Context, spec runtime.Spec) (err error) {
 			return fmt.Errorf("oci: resolv.conf: %w", err)
 		}
 	}
-	b, err := marshalSpec(ociSpec(spec, rec.RootfsPath, rec.SocketDir, rec.VolumeMount))
+	if err := mountConsole(dir); err != nil {
+		return err
+	}
+	b, err := marshalSpec(ociSpec(spec, rec.RootfsPath, rec.SocketDir, rec.VolumeMount, spec.MemoryBytes/100*d.tmpfsPct))
 	if err != nil {
 		return err
 	}
@@ -128,7 +131,7 @@ func (d *Driver) Start(ctx context.Context, spec runtime.Spec) (err error) {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return d.runDetached(ctx, id, dir, filepath.Join(dir, "console.log"))
+	return d.runDetached(ctx, id, dir, consoleLog(dir))
 }
 
 // checkSpec rejects a spec the driver cannot run.
