@@ -66,6 +66,7 @@ type Driver struct {
 	execDir  string // StateDir/exec: one directory per execution
 	rootDir  string // StateDir/runc: the runtime's --root
 	tmpfsPct uint64 // Config.GuestTmpfsPercent
+	oomAdj   int    // the guest agents' oom_score_adj
 
 	mu    sync.Mutex
 	locks map[string]*idLock
@@ -130,6 +131,7 @@ func New(cfg Config) (*Driver, error) {
 		execDir:  filepath.Join(state, "exec"),
 		rootDir:  filepath.Join(state, name),
 		tmpfsPct: uint64(tmpfsPct),
+		oomAdj:   agentOOMScoreAdj(),
 		locks:    map[string]*idLock{},
 	}, nil
 }

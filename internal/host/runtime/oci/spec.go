@@ -2,12 +2,14 @@ package oci
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	goruntime "runtime"
 	"strconv"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/kibotos/kibotos/internal/guestabi"
 	"github.com/kibotos/kibotos/internal/host/runtime"
@@ -21,11 +23,12 @@ const (
 	defaultPath    = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	cfsPeriod      = 100000  // µs
 	ociVersion     = "1.0.2" // what runc 1.1 speaks; the fields used are all 1.0
-	// agentOOMScoreAdj keeps the kernel's OOM killer off the guest agent:
-	// when the guest fills its memory, a guest process dies, never PID 1.
-	// The agent sets the processes it starts back to 0; the guest cannot
-	// lower a score (that needs CAP_SYS_RESOURCE), only raise its own.
-	agentOOMScoreAdj = -1000
+	// oomNever is the oom_score_adj that keeps the kernel's OOM killer off
+	// the guest agent: when the guest fills its memory, a guest process
+	// dies, never PID 1. The agent sets the processes it starts back to
+	// 0; the guest cannot lower a score (that needs CAP_SYS_RESOURCE),
+	// only raise its own.
+	oomNever = -1000
 )
 
 // defaultCaps is the capability set of Docker and containerd's default
@@ -71,8 +74,9 @@ func guestEnv(extra []string) []string {
 // ociSpec builds the runtime configuration of an execution whose rootfs,
 // socket directory and volume (mounted at volume, when spec has one) are
 // prepared on the host. tmpfsBytes sizes the guest's /tmp and /run each
-// (0: the kernel's default, half the host's memory).
-func ociSpec(spec runtime.Spec, rootfs, sockDir, volume string, tmpfsBytes uint64) *specs.Spec {
+// (0: the kernel's default, half the host's memory); oomScoreAdj is the
+// guest agent's.
+func ociSpec(spec runtime.Spec, rootfs, sockDir, volume string, tmpfsBytes uint64, oomScoreAdj int) *specs.Spec {
 	hostname := spec.Hostname
 	if hostname == "" {
 		hostname = spec.ID
@@ -121,7 +125,6 @@ func ociSpec(spec runtime.Spec, rootfs, sockDir, volume string, tmpfsBytes uint6
 		mounts = append(mounts, specs.Mount{Destination: spec.Volume.Path, Type: "bind",
 			Source: volume, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
 	}
-	oomScoreAdj := agentOOMScoreAdj
 	netns := specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: spec.NetNS} // no path: loopback only
 	return &specs.Spec{
 		Version: ociVersion,
@@ -156,6 +159,26 @@ func ociSpec(spec runtime.Spec, rootfs, sockDir, volume string, tmpfsBytes uint6
 			RootfsPropagation: "rprivate",
 		},
 	}
+}
+
+// agentOOMScoreAdj returns the oom_score_adj for guest agents: oomNever
+// when this process may lower scores (CAP_SYS_RESOURCE), else its own,
+// the lowest the runtime it starts can set.
+func agentOOMScoreAdj() int {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err == nil && data[0].Effective&(1<<unix.CAP_SYS_RESOURCE) != 0 {
+		return oomNever
+	}
+	b, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // tmpfsOptions are the options of a guest tmpfs with mode, of size bytes
