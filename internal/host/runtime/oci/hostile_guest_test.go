@@ -287,14 +287,25 @@ func TestMaskedPaths(t *testing.T) {
 
 // TestVolumeOverGuestSymlink: a link the guest left at the volume's mount
 // path, even one to the agent's socket directory, is replaced by the
-// volume; it is not followed, and the guest starts.
+// volume; it is not followed, and the guest starts. A link on the way
+// to it fails the start at once.
 func TestVolumeOverGuestSymlink(t *testing.T) {
 	e := newEnv(t)
 	img, vol := e.image(t), e.volume(t, "v")
 	plain := e.spec("link", img)
 	e.start(t, plain)
-	e.exec(t, "link", "sh", "-c", "ln -s /run/kibotos /data && mkdir -p /srv && ln -s ../etc /srv/data && ln -s /nowhere /dangling")
+	e.exec(t, "link", "sh", "-c", "ln -s /run/kibotos /data && mkdir -p /srv && ln -s ../etc /srv/data && ln -s /nowhere /dangling && ln -s /run /opt")
 	e.stop(t, plain, runtime.StopNormal)
+
+	// A link on the way to the mount point: refused at once, nothing set up.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	spec := e.spec("link", img)
+	spec.Volume = &runtime.VolumeMount{Image: vol, Path: "/opt/kibotos"}
+	if err := e.d.Start(ctx, spec); err == nil || !strings.Contains(err.Error(), "symbolic link") {
+		t.Errorf("Start with a link on the way to the volume: %v", err)
+	}
+	e.assertReleased(t, "link", img)
 
 	for _, path := range []string{"/data", "/srv/data", "/dangling"} {
 		spec := e.spec("link", img)
