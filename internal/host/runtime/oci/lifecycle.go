@@ -29,6 +29,8 @@ const (
 // Leftovers of an earlier, dead execution of the same ID are released
 // first.
 func (d *Driver) Start(ctx context.Context, spec runtime.Spec) (err error) {
+	// First deferred, so last run: after the release of a failed start.
+	defer func() { err = d.public(err, spec.ID, specPaths(spec)) }()
 	if err := d.checkSpec(spec); err != nil {
 		return err
 	}
@@ -224,11 +226,13 @@ func (d *Driver) mountLayers(rec *record) error {
 // Confirmed is true when all of that succeeded. StopForce kills at once
 // and may unmount lazily; Confirmed is false. Stopping an unknown execution succeeds with
 // Confirmed false: there is nothing to confirm.
-func (d *Driver) Stop(ctx context.Context, id string, mode runtime.StopMode, grace time.Duration) (runtime.StopResult, error) {
+func (d *Driver) Stop(ctx context.Context, id string, mode runtime.StopMode, grace time.Duration) (res runtime.StopResult, err error) {
 	if err := checkID(id); err != nil {
 		return runtime.StopResult{}, err
 	}
 	defer d.lock(id)()
+	// Before the lock is released, while the record names the images.
+	defer func() { err = d.public(err, id, nil) }()
 	st, err := d.state(ctx, id)
 	if err != nil && !errors.Is(err, errNoContainer) {
 		return runtime.StopResult{}, err
