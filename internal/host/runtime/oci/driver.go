@@ -180,6 +180,12 @@ func (d *Driver) lock(id string) func() {
 	}
 }
 
+// tmpfsBytes is the size of each of a guest's /tmp and /run for a
+// memory limit of memory bytes (0: no limit, no size).
+func (d *Driver) tmpfsBytes(memory uint64) uint64 {
+	return memory/100*d.tmpfsPct + memory%100*d.tmpfsPct/100
+}
+
 // dir returns StateDir/exec/<id>.
 func (d *Driver) dir(id string) string { return filepath.Join(d.execDir, id) }
 

@@ -402,3 +402,27 @@ func TestNoDescriptorLeak(t *testing.T) {
 		}
 	}
 }
+
+// TestGuestTmpfsPercent: the share of memory for /tmp and /run is within
+// 1 to 100 percent and sizes both.
+func TestGuestTmpfsPercent(t *testing.T) {
+	needHost(t)
+	for _, pct := range []int{-1, 101} {
+		if _, err := New(Config{StateDir: t.TempDir(), GuestTmpfsPercent: pct}); err == nil {
+			t.Errorf("New accepted a guest tmpfs share of %d%%", pct)
+		}
+	}
+	d, err := New(Config{StateDir: t.TempDir(), GuestTmpfsPercent: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := runtime.Spec{ID: "x", MemoryBytes: 256 << 20, GuestAgent: "/agent"}
+	s := ociSpec(spec, "/rootfs", "/sock", "", d.tmpfsBytes(spec.MemoryBytes), 0)
+	for _, m := range s.Mounts {
+		if m.Destination == "/tmp" || m.Destination == "/run" {
+			if !strings.Contains(strings.Join(m.Options, ","), "size=134217728") {
+				t.Errorf("%s options %v, want size=128 MiB", m.Destination, m.Options)
+			}
+		}
+	}
+}

@@ -123,7 +123,7 @@ func (d *Driver) Start(ctx context.Context, spec runtime.Spec) (err error) {
 	if err := mountConsole(dir); err != nil {
 		return err
 	}
-	b, err := marshalSpec(ociSpec(spec, rec.RootfsPath, rec.SocketDir, rec.VolumeMount, spec.MemoryBytes/100*d.tmpfsPct, d.oomAdj))
+	b, err := marshalSpec(ociSpec(spec, rec.RootfsPath, rec.SocketDir, rec.VolumeMount, d.tmpfsBytes(spec.MemoryBytes), d.oomAdj))
 	if err != nil {
 		return err
 	}
