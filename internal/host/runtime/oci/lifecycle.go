@@ -123,7 +123,11 @@ func (d *Driver) Start(ctx context.Context, spec runtime.Spec) (err error) {
 	if err := mountConsole(dir); err != nil {
 		return err
 	}
-	b, err := marshalSpec(ociSpec(spec, rec.RootfsPath, rec.SocketDir, rec.VolumeMount, d.tmpfsBytes(spec.MemoryBytes), d.oomAdj))
+	config := ociSpec(spec, rec.RootfsPath, rec.SocketDir, rec.VolumeMount, d.tmpfsBytes(spec.MemoryBytes), d.oomAdj)
+	if err := prepareMountPoints(rec.RootfsPath, config.Mounts); err != nil {
+		return err
+	}
+	b, err := marshalSpec(config)
 	if err != nil {
 		return err
 	}
