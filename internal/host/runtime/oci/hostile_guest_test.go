@@ -288,13 +288,15 @@ func TestMaskedPaths(t *testing.T) {
 // TestVolumeOverGuestSymlink: a link the guest left at the volume's mount
 // path, even one to the agent's socket directory, is replaced by the
 // volume; it is not followed, and the guest starts. A link on the way
-// to it fails the start at once.
+// to it fails the start at once. Links at or on the way to the
+// platform's own mount points are replaced.
 func TestVolumeOverGuestSymlink(t *testing.T) {
 	e := newEnv(t)
 	img, vol := e.image(t), e.volume(t, "v")
 	plain := e.spec("link", img)
 	e.start(t, plain)
-	e.exec(t, "link", "sh", "-c", "ln -s /run/kibotos /data && mkdir -p /srv && ln -s ../etc /srv/data && ln -s /nowhere /dangling && ln -s /run /opt")
+	e.exec(t, "link", "sh", "-c", "ln -s /run/kibotos /data && mkdir -p /srv && ln -s ../etc /srv/data && ln -s /nowhere /dangling && ln -s /run /opt"+
+		" && mv /.kibotos /.k && ln -s /tmp /.kibotos")
 	e.stop(t, plain, runtime.StopNormal)
 
 	// A link on the way to the mount point: refused at once, nothing set up.

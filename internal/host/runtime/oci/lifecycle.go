@@ -124,7 +124,11 @@ func (d *Driver) Start(ctx context.Context, spec runtime.Spec) (err error) {
 		return err
 	}
 	config := ociSpec(spec, rec.RootfsPath, rec.SocketDir, rec.VolumeMount, d.tmpfsBytes(spec.MemoryBytes), d.oomAdj)
-	if err := prepareMountPoints(rec.RootfsPath, config.Mounts); err != nil {
+	volumePath := ""
+	if spec.Volume != nil {
+		volumePath = spec.Volume.Path
+	}
+	if err := prepareMountPoints(rec.RootfsPath, config.Mounts, volumePath); err != nil {
 		return err
 	}
 	b, err := marshalSpec(config)

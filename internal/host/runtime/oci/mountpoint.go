@@ -17,12 +17,14 @@ import (
 // path linked to the agent's socket directory, /etc/resolv.conf linked to
 // the agent) would otherwise be followed by the runtime, and the mount
 // would land elsewhere in the guest. A link or other file at the last
-// component is replaced, since the mount replaces what is there anyway;
-// a link or file on the way there is refused, since replacing it would
-// destroy more of the guest's files than the mount hides. Mount points
-// below another mount of the list are on that mount (a fresh tmpfs) and
-// are left to the runtime.
-func prepareMountPoints(rootfs string, mounts []specs.Mount) error {
+// component is replaced, since the mount replaces what is there anyway.
+// On the way to the platform's own mount points (/.kibotos, /etc/...) a
+// link or file is replaced too: those paths are reserved. On the way to
+// the volume's mount point (volumePath), which lies among the user's
+// files, it is refused, since replacing it would destroy more of them
+// than the mount hides. Mount points below another mount of the list are
+// on that mount (a fresh tmpfs) and are left to the runtime.
+func prepareMountPoints(rootfs string, mounts []specs.Mount, volumePath string) error {
 	var done []string
 	for _, m := range mounts {
 		if under(m.Destination, done) {
@@ -35,7 +37,8 @@ func prepareMountPoints(rootfs string, mounts []specs.Mount) error {
 				file = true
 			}
 		}
-		if err := prepareMountPoint(rootfs, m.Destination, file); err != nil {
+		replaceParents := m.Destination != volumePath
+		if err := prepareMountPoint(rootfs, m.Destination, file, replaceParents); err != nil {
 			return fmt.Errorf("oci: mount point %s in the guest: %w", m.Destination, err)
 		}
 	}
@@ -56,9 +59,10 @@ func under(p string, dirs []string) bool {
 var errNotDirectory = errors.New("a parent is a symbolic link or not a directory in the guest's filesystem; the platform mounts only below real directories")
 
 // prepareMountPoint walks the clean, absolute guest path p below rootfs
-// without following any link, creating missing directories, and leaves a
-// directory (or with file, a regular file) at its end.
-func prepareMountPoint(rootfs, p string, file bool) error {
+// without following any link, creating missing directories (and with
+// replaceParents, replacing what is not one), and leaves a directory (or
+// with file, a regular file) at its end.
+func prepareMountPoint(rootfs, p string, file, replaceParents bool) error {
 	dir, err := unix.Open(rootfs, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
@@ -66,7 +70,11 @@ func prepareMountPoint(rootfs, p string, file bool) error {
 	defer func() { unix.Close(dir) }()
 	parts := strings.Split(strings.Trim(p, "/"), "/")
 	for _, name := range parts[:len(parts)-1] {
-		if err := unix.Mkdirat(dir, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+		if replaceParents {
+			if err := makeEntry(dir, name, false); err != nil {
+				return err
+			}
+		} else if err := unix.Mkdirat(dir, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
 			return err
 		}
 		next, err := unix.Openat(dir, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -79,9 +87,14 @@ func prepareMountPoint(rootfs, p string, file bool) error {
 		unix.Close(dir)
 		dir = next
 	}
-	last := parts[len(parts)-1]
+	return makeEntry(dir, parts[len(parts)-1], file)
+}
+
+// makeEntry leaves a directory (with file, a regular file) at name in
+// dir: what is there already is kept, anything else removed first.
+func makeEntry(dir int, name string, file bool) error {
 	var st unix.Stat_t
-	err = unix.Fstatat(dir, last, &st, unix.AT_SYMLINK_NOFOLLOW)
+	err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW)
 	switch {
 	case err == nil && !file && st.Mode&unix.S_IFMT == unix.S_IFDIR,
 		err == nil && file && st.Mode&unix.S_IFMT == unix.S_IFREG:
@@ -93,16 +106,16 @@ func prepareMountPoint(rootfs, p string, file bool) error {
 		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			flags = unix.AT_REMOVEDIR
 		}
-		if err := unix.Unlinkat(dir, last, flags); err != nil {
+		if err := unix.Unlinkat(dir, name, flags); err != nil {
 			return fmt.Errorf("replacing what the guest left there: %w", err)
 		}
 	case !errors.Is(err, unix.ENOENT):
 		return err
 	}
 	if !file {
-		return unix.Mkdirat(dir, last, 0o755)
+		return unix.Mkdirat(dir, name, 0o755)
 	}
-	fd, err := unix.Openat(dir, last, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	fd, err := unix.Openat(dir, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
 	if err != nil {
 		return err
 	}
