@@ -17,6 +17,7 @@ import (
 
 	"github.com/kibotos/kibotos/internal/cli"
 	"github.com/kibotos/kibotos/internal/daemon"
+	"github.com/kibotos/kibotos/internal/host/runtime/oci"
 	"github.com/kibotos/kibotos/internal/netcheck"
 )
 
@@ -78,6 +79,7 @@ func upCommand() *cobra.Command {
 		resolvers  string
 		pools      []string
 		volumeSize string
+		tmpfsPct   int
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -86,7 +88,11 @@ func upCommand() *cobra.Command {
 			"token, printed once and kept in HOME/admin-token (mode 0600), where the CLI finds it.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o, err := flags.options(daemon.Options{Home: home, Host: true, GuestAgent: guest, Runtime: runtime})
+			if tmpfsPct < 1 || tmpfsPct > 100 {
+				return fmt.Errorf("--guest-tmpfs-percent %d: want 1 to 100", tmpfsPct)
+			}
+			o, err := flags.options(daemon.Options{Home: home, Host: true, GuestAgent: guest, Runtime: runtime,
+				GuestTmpfsPercent: tmpfsPct})
 			if err != nil {
 				return err
 			}
@@ -105,6 +111,8 @@ func upCommand() *cobra.Command {
 	cmd.Flags().StringVar(&home, "home", envOr("KIBOTOS_HOME", daemon.DefaultHome), "state directory (env KIBOTOS_HOME)")
 	cmd.Flags().StringVar(&guest, "guest-agent", "", "the kibotos-guest binary (default: next to this executable)")
 	cmd.Flags().StringVar(&runtime, "runtime", "runc", "OCI runtime of workspaces: runc, crun or runsc")
+	cmd.Flags().IntVar(&tmpfsPct, "guest-tmpfs-percent", oci.DefaultGuestTmpfsPercent,
+		"size of a workspace's /tmp and of its /run, each, in percent of its memory limit (1 to 100)")
 	cmd.Flags().StringVar(&resolvers, "resolvers", os.Getenv("KIBOTOS_RESOLVERS"),
 		"comma-separated IP[:port] deployment DNS resolvers workspaces use under PUBLIC_INTERNET (default: the nameservers of /etc/resolv.conf; env KIBOTOS_RESOLVERS)")
 	cmd.Flags().StringArrayVar(&pools, "storage-pool", envList("KIBOTOS_STORAGE_POOLS"),

@@ -63,3 +63,21 @@ func TestUpBootstrapsServesAndStopsOnSIGTERM(t *testing.T) {
 		t.Errorf("after restart: %v, %v; want the one egress, with the first token", list, err)
 	}
 }
+
+// TestUpRefusesTmpfsShare: a share of memory for the guests' /tmp and
+// /run outside 1 to 100 percent is refused before anything is set up.
+func TestUpRefusesTmpfsShare(t *testing.T) {
+	for _, pct := range []string{"0", "101", "-5"} {
+		home := filepath.Join(t.TempDir(), "home")
+		cmd := upCommand()
+		cmd.SetArgs([]string{"--home", home, "--guest-tmpfs-percent", pct})
+		cmd.SetOut(new(strings.Builder))
+		cmd.SetErr(new(strings.Builder))
+		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--guest-tmpfs-percent") {
+			t.Errorf("up --guest-tmpfs-percent %s: %v", pct, err)
+		}
+		if _, err := os.Stat(home); !os.IsNotExist(err) {
+			t.Errorf("up --guest-tmpfs-percent %s created its home: %v", pct, err)
+		}
+	}
+}

@@ -77,6 +77,9 @@ type Options struct {
 	Busybox string
 	// Runtime selects the OCI runtime of the host agent ("runc" default).
 	Runtime string
+	// GuestTmpfsPercent sizes a workspace's /tmp and /run, each, in
+	// percent of its memory limit; zero is oci.DefaultGuestTmpfsPercent.
+	GuestTmpfsPercent int
 	// DeploymentResolvers answer workspaces' DNS under PUBLIC_INTERNET when
 	// their policy names no Resolver; nil reads /etc/resolv.conf.
 	DeploymentResolvers []netip.AddrPort

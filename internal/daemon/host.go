@@ -42,7 +42,8 @@ const localHostID = "local"
 // newHostAgent builds the in-process host agent, which reaches ctrl through
 // the host API on ctrlURL exactly as a separate `kibotos host` would.
 func newHostAgent(o Options, images *imagestore.Store, ctrlURL, token string) (*agent.Agent, error) {
-	driver, err := oci.New(oci.Config{StateDir: filepath.Join(o.stateDir(), "runtime"), Runtime: o.Runtime})
+	driver, err := oci.New(oci.Config{StateDir: filepath.Join(o.stateDir(), "runtime"), Runtime: o.Runtime,
+		GuestTmpfsPercent: o.GuestTmpfsPercent})
 	if err != nil {
 		return nil, err
 	}

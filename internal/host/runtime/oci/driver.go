@@ -49,7 +49,14 @@ type Config struct {
 	// RuntimePath is the runtime's binary; empty looks Runtime up in PATH
 	// (and /usr/sbin, /usr/local/sbin).
 	RuntimePath string
+	// GuestTmpfsPercent sizes the guest's /tmp and /run, each, in percent
+	// of the execution's memory limit (1 to 100); 0 means
+	// DefaultGuestTmpfsPercent.
+	GuestTmpfsPercent int
 }
+
+// DefaultGuestTmpfsPercent is the default of Config.GuestTmpfsPercent.
+const DefaultGuestTmpfsPercent = 25
 
 // Driver implements runtime.Driver and runtime.Layers with an OCI runtime.
 type Driver struct {
@@ -58,6 +65,8 @@ type Driver struct {
 	stateDir string
 	execDir  string // StateDir/exec: one directory per execution
 	rootDir  string // StateDir/runc: the runtime's --root
+	tmpfsPct uint64 // Config.GuestTmpfsPercent
+	oomAdj   int    // the guest agents' oom_score_adj
 
 	mu    sync.Mutex
 	locks map[string]*idLock
@@ -87,6 +96,13 @@ func New(cfg Config) (*Driver, error) {
 	default:
 		return nil, fmt.Errorf("oci: unknown runtime %q (want runc, crun or runsc)", name)
 	}
+	tmpfsPct := cfg.GuestTmpfsPercent
+	if tmpfsPct == 0 {
+		tmpfsPct = DefaultGuestTmpfsPercent
+	}
+	if tmpfsPct < 1 || tmpfsPct > 100 {
+		return nil, fmt.Errorf("oci: guest tmpfs share %d%% is not within 1 to 100", tmpfsPct)
+	}
 	bin := cfg.RuntimePath
 	if bin == "" {
 		var err error
@@ -114,6 +130,8 @@ func New(cfg Config) (*Driver, error) {
 		stateDir: state,
 		execDir:  filepath.Join(state, "exec"),
 		rootDir:  filepath.Join(state, name),
+		tmpfsPct: uint64(tmpfsPct),
+		oomAdj:   agentOOMScoreAdj(),
 		locks:    map[string]*idLock{},
 	}, nil
 }
@@ -160,6 +178,12 @@ func (d *Driver) lock(id string) func() {
 		}
 		d.mu.Unlock()
 	}
+}
+
+// tmpfsBytes is the size of each of a guest's /tmp and /run for a
+// memory limit of memory bytes (0: no limit, no size).
+func (d *Driver) tmpfsBytes(memory uint64) uint64 {
+	return memory/100*d.tmpfsPct + memory%100*d.tmpfsPct/100
 }
 
 // dir returns StateDir/exec/<id>.

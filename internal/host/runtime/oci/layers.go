@@ -2,7 +2,7 @@ package oci
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"os"
 
 	"github.com/kibotos/kibotos/internal/host/diskimage"
@@ -11,7 +11,7 @@ import (
 // CreateLayer creates an ext4 image of exactly bytes (a whole number of
 // MiB) at path, unless a file exists there already; see diskimage.Create.
 func (d *Driver) CreateLayer(ctx context.Context, path string, bytes uint64) error {
-	return diskimage.Create(ctx, path, bytes, "")
+	return d.public(diskimage.Create(ctx, path, bytes, ""), "", layerPath(path))
 }
 
 // GrowLayer grows the image at path and its ext4 filesystem to bytes,
@@ -19,17 +19,17 @@ func (d *Driver) CreateLayer(ctx context.Context, path string, bytes uint64) err
 // leaves the old image or the grown one. See diskimage.Grow and
 // runtime.Layers.
 func (d *Driver) GrowLayer(ctx context.Context, path string, bytes uint64) error {
-	return diskimage.Grow(ctx, path, bytes)
+	return d.public(diskimage.Grow(ctx, path, bytes), "", layerPath(path))
 }
 
 // LayerCapacity returns the size of the image at path.
 func (d *Driver) LayerCapacity(path string) (uint64, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
-		return 0, err
+		return 0, d.public(err, "", layerPath(path))
 	}
 	if !fi.Mode().IsRegular() {
-		return 0, fmt.Errorf("oci: layer image %s is not a regular file", path)
+		return 0, errors.New("oci: <layer image> is not a regular file")
 	}
 	return uint64(fi.Size()), nil
 }
@@ -37,5 +37,8 @@ func (d *Driver) LayerCapacity(path string) (uint64, error) {
 // DeleteLayer removes the image at path; a missing one is fine. An image
 // still attached to a loop device (its execution runs) is refused.
 func (d *Driver) DeleteLayer(path string) error {
-	return diskimage.Delete(path)
+	return d.public(diskimage.Delete(path), "", layerPath(path))
 }
+
+// layerPath names the layer image at path for public.
+func layerPath(path string) map[string]string { return map[string]string{path: "<layer image>"} }

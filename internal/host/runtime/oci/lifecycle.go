@@ -29,6 +29,8 @@ const (
 // Leftovers of an earlier, dead execution of the same ID are released
 // first.
 func (d *Driver) Start(ctx context.Context, spec runtime.Spec) (err error) {
+	// First deferred, so last run: after the release of a failed start.
+	defer func() { err = d.public(err, spec.ID, specPaths(spec)) }()
 	if err := d.checkSpec(spec); err != nil {
 		return err
 	}
@@ -118,7 +120,18 @@ func (d *Driver) Start(ctx context.Context, spec runtime.Spec) (err error) {
 			return fmt.Errorf("oci: resolv.conf: %w", err)
 		}
 	}
-	b, err := marshalSpec(ociSpec(spec, rec.RootfsPath, rec.SocketDir, rec.VolumeMount))
+	if err := mountConsole(dir); err != nil {
+		return err
+	}
+	config := ociSpec(spec, rec.RootfsPath, rec.SocketDir, rec.VolumeMount, d.tmpfsBytes(spec.MemoryBytes), d.oomAdj)
+	volumePath := ""
+	if spec.Volume != nil {
+		volumePath = spec.Volume.Path
+	}
+	if err := prepareMountPoints(rec.RootfsPath, config.Mounts, volumePath); err != nil {
+		return err
+	}
+	b, err := marshalSpec(config)
 	if err != nil {
 		return err
 	}
@@ -128,7 +141,7 @@ func (d *Driver) Start(ctx context.Context, spec runtime.Spec) (err error) {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return d.runDetached(ctx, id, dir, filepath.Join(dir, "console.log"))
+	return d.runDetached(ctx, id, dir, consoleLog(dir))
 }
 
 // checkSpec rejects a spec the driver cannot run.
@@ -221,11 +234,13 @@ func (d *Driver) mountLayers(rec *record) error {
 // Confirmed is true when all of that succeeded. StopForce kills at once
 // and may unmount lazily; Confirmed is false. Stopping an unknown execution succeeds with
 // Confirmed false: there is nothing to confirm.
-func (d *Driver) Stop(ctx context.Context, id string, mode runtime.StopMode, grace time.Duration) (runtime.StopResult, error) {
+func (d *Driver) Stop(ctx context.Context, id string, mode runtime.StopMode, grace time.Duration) (res runtime.StopResult, err error) {
 	if err := checkID(id); err != nil {
 		return runtime.StopResult{}, err
 	}
 	defer d.lock(id)()
+	// Before the lock is released, while the record names the images.
+	defer func() { err = d.public(err, id, nil) }()
 	st, err := d.state(ctx, id)
 	if err != nil && !errors.Is(err, errNoContainer) {
 		return runtime.StopResult{}, err

@@ -193,7 +193,7 @@ func waitReady(t testing.TB, d *Driver, id string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(d.dir(id), "console.log"))
+			log, _ := os.ReadFile(consoleLog(d.dir(id)))
 			t.Fatalf("not ready within 10 s: %v\nconsole: %s", err, log)
 		}
 		time.Sleep(5 * time.Millisecond)

@@ -163,5 +163,5 @@ func (d *Driver) SetMemory(ctx context.Context, id string, bytes uint64) error {
 	defer d.lock(id)()
 	n := strconv.FormatUint(bytes, 10)
 	_, err := d.runtime(ctx, "update", "--memory", n, "--memory-swap", n, id)
-	return err
+	return d.public(err, id, nil)
 }

@@ -1,14 +1,17 @@
 package oci
 
 import (
-	"github.com/kibotos/kibotos/internal/guestabi"
-
 	"encoding/json"
+	"os"
 	"path/filepath"
+	goruntime "runtime"
+	"strconv"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
+	"github.com/kibotos/kibotos/internal/guestabi"
 	"github.com/kibotos/kibotos/internal/host/runtime"
 )
 
@@ -20,6 +23,12 @@ const (
 	defaultPath    = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	cfsPeriod      = 100000  // µs
 	ociVersion     = "1.0.2" // what runc 1.1 speaks; the fields used are all 1.0
+	// oomNever is the oom_score_adj that keeps the kernel's OOM killer off
+	// the guest agent: when the guest fills its memory, a guest process
+	// dies, never PID 1. The agent sets the processes it starts back to
+	// 0; the guest cannot lower a score (that needs CAP_SYS_RESOURCE),
+	// only raise its own.
+	oomNever = -1000
 )
 
 // defaultCaps is the capability set of Docker and containerd's default
@@ -31,11 +40,14 @@ var defaultCaps = []string{
 	"CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
 }
 
-// maskedPaths and readonlyPaths are those of `runc spec`.
+// maskedPaths and readonlyPaths are those of Docker's default spec: the
+// runtime hides the masked ones (an empty read-only tmpfs over a
+// directory, /dev/null over a file) and remounts the others read-only.
 var (
 	maskedPaths = []string{
-		"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
-		"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi",
+		"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
+		"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
+		"/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap",
 	}
 	readonlyPaths = []string{
 		"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
@@ -61,8 +73,10 @@ func guestEnv(extra []string) []string {
 
 // ociSpec builds the runtime configuration of an execution whose rootfs,
 // socket directory and volume (mounted at volume, when spec has one) are
-// prepared on the host.
-func ociSpec(spec runtime.Spec, rootfs, sockDir, volume string) *specs.Spec {
+// prepared on the host. tmpfsBytes sizes the guest's /tmp and /run each
+// (0: the kernel's default, half the host's memory); oomScoreAdj is the
+// guest agent's.
+func ociSpec(spec runtime.Spec, rootfs, sockDir, volume string, tmpfsBytes uint64, oomScoreAdj int) *specs.Spec {
 	hostname := spec.Hostname
 	if hostname == "" {
 		hostname = spec.ID
@@ -94,9 +108,10 @@ func ociSpec(spec runtime.Spec, rootfs, sockDir, volume string) *specs.Spec {
 		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
 		// The NONE tier: empty at every start. Their memory counts
-		// against the execution's memory limit.
-		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}},
-		{Destination: "/run", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755"}},
+		// against the execution's memory limit, so each is bounded to
+		// leave the guest's processes (and its agent) room.
+		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: tmpfsOptions("mode=1777", tmpfsBytes)},
+		{Destination: "/run", Type: "tmpfs", Source: "tmpfs", Options: tmpfsOptions("mode=755", tmpfsBytes)},
 		// After /run, which would hide it.
 		{Destination: guestSocketDir, Type: "bind", Source: sockDir, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
 		{Destination: guestAgentPath, Type: "bind", Source: spec.GuestAgent, Options: []string{"bind", "ro", "nosuid", "nodev"}},
@@ -122,6 +137,7 @@ func ociSpec(spec runtime.Spec, rootfs, sockDir, volume string) *specs.Spec {
 				Bounding: caps, Effective: caps, Permitted: caps,
 			},
 			NoNewPrivileges: true,
+			OOMScoreAdj:     &oomScoreAdj,
 		},
 		Root:     &specs.Root{Path: rootfs, Readonly: false},
 		Hostname: hostname,
@@ -137,12 +153,42 @@ func ociSpec(spec runtime.Spec, rootfs, sockDir, volume string) *specs.Spec {
 				netns,
 				{Type: specs.CgroupNamespace},
 			},
-			Seccomp:           seccompProfile(),
+			Seccomp:           seccompProfile(goruntime.GOARCH),
 			MaskedPaths:       maskedPaths,
 			ReadonlyPaths:     readonlyPaths,
 			RootfsPropagation: "rprivate",
 		},
 	}
+}
+
+// agentOOMScoreAdj returns the oom_score_adj for guest agents: oomNever
+// when this process may lower scores (CAP_SYS_RESOURCE), else its own,
+// the lowest the runtime it starts can set.
+func agentOOMScoreAdj() int {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err == nil && data[0].Effective&(1<<unix.CAP_SYS_RESOURCE) != 0 {
+		return oomNever
+	}
+	b, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// tmpfsOptions are the options of a guest tmpfs with mode, of size bytes
+// (rounded up to whole pages by the kernel) unless size is 0.
+func tmpfsOptions(mode string, size uint64) []string {
+	opts := []string{"nosuid", "nodev", mode}
+	if size > 0 {
+		opts = append(opts, "size="+strconv.FormatUint(size, 10))
+	}
+	return opts
 }
 
 // cgroupPath is the execution's cgroup below each hierarchy's root.

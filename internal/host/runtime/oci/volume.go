@@ -96,6 +96,7 @@ func (d *Driver) VolumeUsage(ctx context.Context, id string) (used, capacity uin
 		return 0, 0, fmt.Errorf("%w: the volume of %s is not mounted", runtime.ErrNotFound, id)
 	}
 	used, capacity, err = diskimage.Usage(rec.VolumeMount)
+	err = d.public(err, id, nil)
 	if err == nil && !isMountPoint(rec.VolumeMount) {
 		return 0, 0, fmt.Errorf("%w: the volume of %s is not mounted", runtime.ErrNotFound, id)
 	}
