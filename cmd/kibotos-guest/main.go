@@ -32,6 +32,15 @@ const (
 )
 
 func main() {
+	// A child started as the exec shim becomes the program it runs here.
+	dataplane.RunExecShim()
+	// Out of ptrace's reach, /proc/1/mem's and /proc/1/environ's: a guest
+	// process, even root without CAP_SYS_PTRACE, must not stop or read
+	// the agent. exec makes the processes it starts dumpable again.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		fmt.Fprintf(os.Stderr, "kibotos-guest: not dumpable: %v\n", err)
+		os.Exit(1)
+	}
 	os.Exit(run())
 }
 

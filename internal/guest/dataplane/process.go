@@ -271,7 +271,7 @@ func (s *ProcessService) start(req *datav1.StartProcessRequest) (*process, *curs
 
 	cur := p.out.attach()
 	pid, err := s.waiter.Spawn(func() (int, error) {
-		return syscall.ForkExec(path, args, attr)
+		return forkExec(path, args, attr)
 	}, func(ws unix.WaitStatus) {
 		p.status = ws
 		close(p.exitCh)
