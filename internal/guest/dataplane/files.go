@@ -91,7 +91,9 @@ func cleanPath(u *User, path string, stage stageT) (string, error) {
 }
 
 // ReadFile implements FileService.ReadFile: the file's bytes in messages
-// of up to 64 KiB, read as they are sent.
+// of up to 64 KiB, read as they are sent, the first with the file's
+// metadata. A final symlink is followed: the bytes and the metadata are
+// those of the file it leads to.
 func (s *FileService) ReadFile(ctx context.Context, req *connect.Request[datav1.ReadFileRequest], stream *connect.ServerStream[datav1.ReadFileResponse]) error {
 	u, path, err := s.resolve(req.Msg.GetUser(), req.Msg.GetPath(), stageReadingFile)
 	if err != nil {
@@ -107,18 +109,23 @@ func (s *FileService) ReadFile(ctx context.Context, req *connect.Request[datav1.
 		return toConnect(stageReadingFile, err)
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil {
+	fi, err := f.Stat()
+	if err != nil {
 		return toConnect(stageReadingFile, err)
 	} else if fi.IsDir() {
 		return toConnect(stageReadingFile, &os.PathError{Op: "read", Path: path, Err: syscall.EISDIR})
 	}
+	// The metadata of the open file: what is read, not what path now names.
+	next := &datav1.ReadFileResponse{File: fileInfo(s.accounts.names(), path, fi)}
 	buf := make([]byte, readChunk)
 	for {
 		n, err := f.Read(buf)
-		if n > 0 {
-			if serr := stream.Send(&datav1.ReadFileResponse{Data: buf[:n]}); serr != nil {
+		if n > 0 || (err == io.EOF && next.File != nil) {
+			next.Data = buf[:n]
+			if serr := stream.Send(next); serr != nil {
 				return toConnect(stageReadingFile, serr)
 			}
+			next = &datav1.ReadFileResponse{}
 		}
 		if err == io.EOF {
 			return nil
