@@ -118,6 +118,15 @@ func (g *guest) run(t *testing.T, req *datav1.StartProcessRequest) *run {
 	return collect(t, stream)
 }
 
+// noHostPaths checks that err, from the guest, names no path of the host
+// that runs it: the guest's files live in the test's temporary directory.
+func (g *guest) noHostPaths(t *testing.T, err error) {
+	t.Helper()
+	if tmp := filepath.Dir(g.state); strings.Contains(err.Error(), tmp) {
+		t.Errorf("the guest's error %q names the host path %s", err, tmp)
+	}
+}
+
 // TestInGuest runs the built guest agent as PID 1 of a runc container and
 // uses its data.sock: exits collected by the PID 1 reaper, a PTY, files
 // as a user, and exits reported when a STOP ends the processes.
@@ -154,6 +163,28 @@ func TestInGuest(t *testing.T) {
 	ws.Send(&datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Start{Start: &datav1.WriteFileStart{Path: "/etc/motd", User: "app"}}})
 	_, err = ws.CloseAndReceive()
 	wantCode(t, err, connect.CodePermissionDenied, stageWritingFile)
+	g.noHostPaths(t, err)
+	rs, err := fc.ReadFile(ctx, connect.NewRequest(&datav1.ReadFileRequest{Path: "/no/such/file"}))
+	if err == nil {
+		rs.Receive()
+		err = rs.Err()
+	}
+	wantCode(t, err, connect.CodeNotFound, stageReadingFile)
+	g.noHostPaths(t, err)
+	for _, req := range []*datav1.StartProcessRequest{
+		{Args: []string{"/no/such/program"}},
+		{Args: []string{"true"}, Cwd: "/no/such/dir", User: "app"},
+	} {
+		ps, err := pc.StartProcess(ctx, connect.NewRequest(req))
+		if err == nil {
+			ps.Receive()
+			err = ps.Err()
+		}
+		if err == nil {
+			t.Fatalf("%v started", req)
+		}
+		g.noHostPaths(t, err)
+	}
 
 	// A STOP ends a running process; its stream still gets the exit.
 	stream, err := pc.StartProcess(ctx, connect.NewRequest(&datav1.StartProcessRequest{Args: []string{"sleep", "1000"}}))
