@@ -2,7 +2,10 @@
 // reaps orphans, answers the host's probes on /run/kibotos/agent.sock,
 // serves the data plane (kibotos.data.v1 processes and files, Connect over
 // h2c) on /run/kibotos/data.sock, and ends the guest cleanly on STOP or
-// SIGTERM. It is static; imports_test.go fences what it may link.
+// SIGTERM. It is not dumpable, out of the reach of ptrace; started as
+// kibotos-exec it is the exec shim of the data plane (see
+// dataplane.RunExecShim). It is static; imports_test.go fences what it
+// may link.
 package main
 
 import (
