@@ -3,8 +3,8 @@
 // serves the data plane (kibotos.data.v1 processes and files, Connect over
 // h2c) on /run/kibotos/data.sock, and ends the guest cleanly on STOP or
 // SIGTERM. It is not dumpable, out of the reach of ptrace; started as
-// kibotos-exec it is the exec shim of the data plane (see
-// dataplane.RunExecShim). It is static; imports_test.go fences what it
+// kibotos-exec it is the exec shim of the data plane (package
+// internal/guest/execshim). It is static; imports_test.go fences what it
 // may link.
 package main
 
@@ -35,8 +35,6 @@ const (
 )
 
 func main() {
-	// A child started as the exec shim becomes the program it runs here.
-	dataplane.RunExecShim()
 	// Out of ptrace's reach, /proc/1/mem's and /proc/1/environ's: a guest
 	// process, even root without CAP_SYS_PTRACE, must not stop or read
 	// the agent. exec makes the processes it starts dumpable again.

@@ -1,4 +1,18 @@
-package dataplane
+// Package execshim lets the processes the guest agent starts run at an
+// oom_score_adj of 0, the default, whatever the agent's own: the runtime
+// protects the agent from the OOM killer (below 0), and its processes must
+// not be. oom_score_adj is inherited through fork and exec, and Go runs no
+// code of ours in a child between the two; so while the agent's is not 0,
+// ForkExec has the child exec the agent's own binary as the shim, which
+// sets its oom_score_adj to 0 (raising needs no privilege) and only then
+// execs the program. The shim reports a failure on a close-on-exec pipe,
+// so a program that cannot be executed fails the start as a direct exec
+// would. The agent's binary must be executable by every user it starts
+// processes as.
+//
+// The shim runs in this package's init: its imports are few, so it runs
+// before most of the binary's initialisation, which it does not need.
+package execshim
 
 import (
 	"encoding/binary"
@@ -14,23 +28,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The exec shim lets the processes the agent starts run at an
-// oom_score_adj of 0, the default, whatever the agent's own: the runtime
-// protects the agent from the OOM killer (below 0), and its processes must
-// not be. oom_score_adj is inherited through fork and exec, and Go runs no
-// code of ours in a child between the two; so while the agent's is not 0,
-// a child execs the agent's own binary as the shim, which sets its
-// oom_score_adj to 0 (raising needs no privilege) and only then execs the
-// program. The shim reports a failure on a close-on-exec pipe, so a
-// program that cannot be executed fails the start as a direct exec would.
-// The agent's binary must be executable by every user it starts
-// processes as.
 const (
-	// execShimName is the shim's argv[0]; argv[1] is the program's path,
+	// shimName is the shim's argv[0]; argv[1] is the program's path,
 	// the rest its argv.
-	execShimName = "kibotos-exec"
-	// execShimSelf is the agent's own binary.
-	execShimSelf = "/proc/self/exe"
+	shimName = "kibotos-exec"
+	// shimSelf is the agent's own binary.
+	shimSelf = "/proc/self/exe"
 	// shimReportFD is the shim's descriptor of the pipe it reports on.
 	shimReportFD = 3
 	// oomScoreAdj is this process's oom_score_adj.
@@ -45,11 +48,11 @@ const (
 	shimReportLen  = 5
 )
 
-// RunExecShim returns at once unless this process was started as the exec
-// shim; then it resets oom_score_adj and execs the program, or reports
-// why it could not and exits. The agent's main calls it first.
-func RunExecShim() {
-	if len(os.Args) < 3 || os.Args[0] != execShimName {
+// init returns at once unless this process was started as the shim; then
+// it resets oom_score_adj and execs the program, or reports why it could
+// not and exits.
+func init() {
+	if len(os.Args) < 3 || os.Args[0] != shimName {
 		return
 	}
 	unix.CloseOnExec(shimReportFD)
@@ -103,10 +106,10 @@ func readOOMScoreAdj() (int, error) {
 	return strconv.Atoi(strings.TrimSpace(string(b)))
 }
 
-// forkExec starts the program at path as syscall.ForkExec does; while
-// the agent's oom_score_adj is not 0, through the exec shim. A failed
-// exec leaves no child either way.
-func forkExec(path string, args []string, attr *syscall.ProcAttr) (int, error) {
+// ForkExec starts the program at path as syscall.ForkExec does; while
+// this process's oom_score_adj is not 0, through the shim, so that the
+// program runs at 0. A failed exec leaves no child either way.
+func ForkExec(path string, args []string, attr *syscall.ProcAttr) (int, error) {
 	if adj, err := readOOMScoreAdj(); err != nil || adj == 0 {
 		return syscall.ForkExec(path, args, attr)
 	}
@@ -117,7 +120,7 @@ func forkExec(path string, args []string, attr *syscall.ProcAttr) (int, error) {
 	defer r.Close()
 	shim := *attr
 	shim.Files = append(slices.Clone(attr.Files), w.Fd())
-	pid, err := syscall.ForkExec(execShimSelf, append([]string{execShimName, path}, args...), &shim)
+	pid, err := syscall.ForkExec(shimSelf, append([]string{shimName, path}, args...), &shim)
 	w.Close()
 	if err != nil {
 		return 0, err
