@@ -23,6 +23,7 @@ type FileOption func(*fileOptions)
 type fileOptions struct {
 	user     string
 	progress func(int64)
+	info     func(*datav1.FileInfo)
 }
 
 func collect(opts []FileOption) fileOptions {
@@ -42,6 +43,13 @@ func AsUser(name string) FileOption {
 // moved so far, after each chunk.
 func WithProgress(fn func(done int64)) FileOption {
 	return func(o *fileOptions) { o.progress = fn }
+}
+
+// WithFileInfo makes Download call fn, before it writes any byte, with
+// the metadata of the file it reads: a symlink's target's for a symlink.
+// A guest agent too old to send it does not call fn.
+func WithFileInfo(fn func(*datav1.FileInfo)) FileOption {
+	return func(o *fileOptions) { o.info = fn }
 }
 
 // Upload writes the bytes of r to remotePath, sending them in chunks of
@@ -138,6 +146,9 @@ func (w *Workspace) Download(ctx context.Context, remotePath string, dst io.Writ
 	defer stream.Close()
 	var n int64
 	for ; ok; ok = stream.Receive() {
+		if f := stream.Msg().GetFile(); f != nil && o.info != nil {
+			o.info(f)
+		}
 		m, err := dst.Write(stream.Msg().GetData())
 		n += int64(m)
 		if err != nil {

@@ -2,7 +2,10 @@
 // reaps orphans, answers the host's probes on /run/kibotos/agent.sock,
 // serves the data plane (kibotos.data.v1 processes and files, Connect over
 // h2c) on /run/kibotos/data.sock, and ends the guest cleanly on STOP or
-// SIGTERM. It is static; imports_test.go fences what it may link.
+// SIGTERM. It is not dumpable, out of the reach of ptrace; started as
+// kibotos-exec it is the exec shim of the data plane (package
+// internal/guest/execshim). It is static; imports_test.go fences what it
+// may link.
 package main
 
 import (
@@ -32,6 +35,13 @@ const (
 )
 
 func main() {
+	// Out of ptrace's reach, /proc/1/mem's and /proc/1/environ's: a guest
+	// process, even root without CAP_SYS_PTRACE, must not stop or read
+	// the agent. exec makes the processes it starts dumpable again.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		fmt.Fprintf(os.Stderr, "kibotos-guest: not dumpable: %v\n", err)
+		os.Exit(1)
+	}
 	os.Exit(run())
 }
 

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -175,19 +176,19 @@ func (cp *copier) download(src string, dst cpOperand) error {
 	if st, err := os.Stat(target); (err == nil && st.IsDir()) || strings.HasSuffix(target, string(filepath.Separator)) {
 		target = filepath.Join(target, path.Base(src))
 	}
+	// The file read has the last word: for a symlink, info is the link's.
 	mode := fs.FileMode(info.GetMode()).Perm()
-	if mode == 0 {
-		mode = 0o644
-	}
-	return writeAtomically(target, mode, func(w io.Writer) error {
+	opts = append(opts, sdk.WithFileInfo(func(f *datav1.FileInfo) { mode = fs.FileMode(f.GetMode()).Perm() }))
+	return writeAtomically(target, func() fs.FileMode { return cmp.Or(mode, 0o644) }, func(w io.Writer) error {
 		_, err := cp.ws.Download(ctx, src, w, opts...)
 		return err
 	})
 }
 
 // writeAtomically writes a file with write into a temporary file beside
-// target and renames it into place; on failure target stays as it was.
-func writeAtomically(target string, mode fs.FileMode, write func(io.Writer) error) (err error) {
+// target, gives it the mode that mode returns once written and renames it
+// into place; on failure target stays as it was.
+func writeAtomically(target string, mode func() fs.FileMode, write func(io.Writer) error) (err error) {
 	f, err := os.CreateTemp(filepath.Dir(target), "."+filepath.Base(target)+".*")
 	if err != nil {
 		return err
@@ -201,7 +202,7 @@ func writeAtomically(target string, mode fs.FileMode, write func(io.Writer) erro
 	if err := write(f); err != nil {
 		return err
 	}
-	if err := f.Chmod(mode); err != nil {
+	if err := f.Chmod(mode()); err != nil {
 		return err
 	}
 	if err := f.Close(); err != nil {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net/http"
@@ -38,6 +39,7 @@ type dataFake struct {
 	closed  chan struct{}
 	files   map[string][]byte // the guest's files
 	dirs    map[string]bool   // the guest's directories
+	links   map[string]string // the guest's symlinks: path to target path
 	modes   map[string]uint32 // WriteFile modes, by path
 }
 
@@ -47,6 +49,7 @@ func newDataEnv(t *testing.T) (*env, *dataFake) {
 		closed: make(chan struct{}),
 		files:  map[string][]byte{},
 		dirs:   map[string]bool{"/work": true},
+		links:  map[string]string{},
 		modes:  map[string]uint32{},
 	}
 	mux := http.NewServeMux()
@@ -192,6 +195,8 @@ func (f *dataFake) InspectFile(_ context.Context, r *connect.Request[datav1.Insp
 	defer f.mu.Unlock()
 	p := r.Msg.GetPath()
 	switch data, ok := f.files[p]; {
+	case f.links[p] != "":
+		return connect.NewResponse(&datav1.InspectFileResponse{File: &datav1.FileInfo{Path: p, Type: datav1.FileType_FILE_TYPE_SYMLINK, Mode: 0o777, SymlinkTarget: f.links[p]}}), nil
 	case f.dirs[p]:
 		return connect.NewResponse(&datav1.InspectFileResponse{File: &datav1.FileInfo{Path: p, Type: datav1.FileType_FILE_TYPE_DIRECTORY, Mode: 0o755}}), nil
 	case ok:
@@ -202,17 +207,21 @@ func (f *dataFake) InspectFile(_ context.Context, r *connect.Request[datav1.Insp
 
 func (f *dataFake) ReadFile(_ context.Context, r *connect.Request[datav1.ReadFileRequest], s *connect.ServerStream[datav1.ReadFileResponse]) error {
 	f.mu.Lock()
-	data, ok := f.files[r.Msg.GetPath()]
+	p := cmp.Or(f.links[r.Msg.GetPath()], r.Msg.GetPath())
+	data, ok := f.files[p]
 	f.mu.Unlock()
 	if !ok {
 		return connect.NewError(connect.CodeNotFound, errors.New("no such file"))
 	}
+	// As the guest does: the first message describes the file read.
+	msg := &datav1.ReadFileResponse{File: &datav1.FileInfo{Path: r.Msg.GetPath(), Type: datav1.FileType_FILE_TYPE_FILE, Size: uint64(len(data)), Mode: 0o750}}
 	for len(data) > 0 {
 		n := min(len(data), 3)
-		if err := s.Send(&datav1.ReadFileResponse{Data: data[:n]}); err != nil {
+		msg.Data = data[:n]
+		if err := s.Send(msg); err != nil {
 			return err
 		}
-		data = data[n:]
+		data, msg = data[n:], &datav1.ReadFileResponse{}
 	}
 	return nil
 }
@@ -336,6 +345,20 @@ func TestCpDownload(t *testing.T) {
 	if err != nil || stdout != "0123456789" {
 		t.Errorf("cp to stdout = %q, %v", stdout, err)
 	}
+
+	// A symlink is copied as the file it leads to, with that file's mode.
+	f.links["/work/link"] = "/work/out.bin"
+	if _, _, err := e.runData(t, "", "ws", "cp", "ws_1:/work/link", dir); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link")
+	if got, err := os.ReadFile(link); err != nil || string(got) != "0123456789" {
+		t.Errorf("%s = %q, %v", link, got, err)
+	}
+	if st, _ := os.Stat(link); st.Mode().Perm() != 0o750 {
+		t.Errorf("the symlink's copy: mode %v, want its target's 0750", st.Mode())
+	}
+	os.Remove(link)
 
 	// A failed copy leaves no file behind.
 	_, _, err = e.runData(t, "", "ws", "cp", "ws_1:/work/missing", filepath.Join(dir, "m"))

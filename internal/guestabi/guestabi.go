@@ -1,6 +1,7 @@
 // Package guestabi is what a guest agent and the host running it agree on,
 // whatever the runtime: where the agent binary and its sockets live inside
-// the guest, and which guest paths the platform mounts itself. It is a
+// the guest, the probe protocol spoken on its probe socket (probe.go), and
+// which guest paths the platform mounts itself. It is a
 // leaf: the control plane, the host and the guest all import it.
 package guestabi
 

@@ -9,13 +9,18 @@
 // orphans; a second waiter, such as os/exec's Cmd.Wait, would race it for
 // the exit status of a process this package started. So this package
 // never waits itself. It starts children with syscall.ForkExec through a
-// Waiter, which owns waiting: in the agent that is guestagent.Reaper (the
+// Waiter, which owns waiting: in the agent that is pid1.Reaper (the
 // pid is registered under the reaper's lock before any wait4(-1) can
 // collect it, and the reaper hands the status back); ChildWaiter, for
 // tests and an agent that is not PID 1, waits for each child's own pid.
 // A process is reported exited only when both its status has arrived and
 // its output pipes reached EOF (or, when a background child holds them
 // open, after a short drain delay), so no output follows the exit event.
+//
+// The processes run at oom_score_adj 0 whatever the agent's own: while
+// the agent's is not 0 (the runtime protects it from the OOM killer), a
+// child execs the agent's binary as a shim that resets the score and then
+// execs the program (package internal/guest/execshim).
 //
 // Every process runs in its own process group (its own session with a
 // PTY), so SignalProcess signals the whole group. Its output goes to a

@@ -59,7 +59,8 @@ func toConnect(stage ctrlv1.FailureStage, err error) error {
 // meaning: ENOENT not_found, EEXIST already_exists, EACCES and EPERM
 // permission_denied, ENOSPC and EDQUOT resource_exhausted, ENOTDIR,
 // EISDIR and ENOTEMPTY failed_precondition (as the proto says); besides,
-// errors of the caller's input (EINVAL, ENAMETOOLONG, ELOOP) are
+// errors of the caller's input (EINVAL, ENAMETOOLONG, ELOOP, E2BIG: an
+// argument list or environment too long to exec) are
 // invalid_argument, a state the caller can change (EROFS, EXDEV, EBUSY,
 // ETXTBSY, ENOEXEC) failed_precondition, anything else internal.
 func errorCode(err error) connect.Code {
@@ -88,7 +89,7 @@ func errorCode(err error) connect.Code {
 	case syscall.ENOTDIR, syscall.EISDIR, syscall.ENOTEMPTY,
 		syscall.EROFS, syscall.EXDEV, syscall.EBUSY, syscall.ETXTBSY, syscall.ENOEXEC:
 		return connect.CodeFailedPrecondition
-	case syscall.EINVAL, syscall.ENAMETOOLONG, syscall.ELOOP:
+	case syscall.EINVAL, syscall.ENAMETOOLONG, syscall.ELOOP, syscall.E2BIG:
 		return connect.CodeInvalidArgument
 	}
 	return connect.CodeInternal

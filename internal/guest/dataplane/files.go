@@ -91,7 +91,9 @@ func cleanPath(u *User, path string, stage stageT) (string, error) {
 }
 
 // ReadFile implements FileService.ReadFile: the file's bytes in messages
-// of up to 64 KiB, read as they are sent.
+// of up to 64 KiB, read as they are sent, the first with the file's
+// metadata. A final symlink is followed: the bytes and the metadata are
+// those of the file it leads to.
 func (s *FileService) ReadFile(ctx context.Context, req *connect.Request[datav1.ReadFileRequest], stream *connect.ServerStream[datav1.ReadFileResponse]) error {
 	u, path, err := s.resolve(req.Msg.GetUser(), req.Msg.GetPath(), stageReadingFile)
 	if err != nil {
@@ -107,18 +109,23 @@ func (s *FileService) ReadFile(ctx context.Context, req *connect.Request[datav1.
 		return toConnect(stageReadingFile, err)
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil {
+	fi, err := f.Stat()
+	if err != nil {
 		return toConnect(stageReadingFile, err)
 	} else if fi.IsDir() {
 		return toConnect(stageReadingFile, &os.PathError{Op: "read", Path: path, Err: syscall.EISDIR})
 	}
+	// The metadata of the open file: what is read, not what path now names.
+	next := &datav1.ReadFileResponse{File: fileInfo(s.accounts.names(), path, fi)}
 	buf := make([]byte, readChunk)
 	for {
 		n, err := f.Read(buf)
-		if n > 0 {
-			if serr := stream.Send(&datav1.ReadFileResponse{Data: buf[:n]}); serr != nil {
+		if n > 0 || (err == io.EOF && next.File != nil) {
+			next.Data = buf[:n]
+			if serr := stream.Send(next); serr != nil {
 				return toConnect(stageReadingFile, serr)
 			}
+			next = &datav1.ReadFileResponse{}
 		}
 		if err == io.EOF {
 			return nil
@@ -139,6 +146,53 @@ func (s *FileService) ReadFile(ctx context.Context, req *connect.Request[datav1.
 // owner (setuid and setgid are dropped when another user writes it); a
 // new file gets start.mode and belongs to the user.
 func (s *FileService) WriteFile(ctx context.Context, stream *connect.ClientStream[datav1.WriteFileRequest]) (*connect.Response[datav1.WriteFileResponse], error) {
+	start, err := receiveStart(stream)
+	if err != nil {
+		return nil, err
+	}
+	u, path, err := s.resolve(start.GetUser(), start.GetPath(), stageWritingFile)
+	if err != nil {
+		return nil, err
+	}
+	var rep *replacement
+	if err := asUser(u, func() (err error) { rep, err = newReplacement(path); return err }); err != nil {
+		return nil, toConnect(stageWritingFile, err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			rep.tmp.Close()
+			os.Remove(rep.tmp.Name()) // ours: the agent may remove it
+		}
+	}()
+	if err := receiveData(stream, rep.tmp); err != nil {
+		return nil, toConnect(stageWritingFile, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, toConnect(stageWritingFile, err)
+	}
+	if err := rep.finish(u, start.GetMode()); err != nil {
+		return nil, toConnect(stageWritingFile, err)
+	}
+	var info *datav1.FileInfo
+	err = asUser(u, func() error {
+		if err := os.Rename(rep.tmp.Name(), rep.target); err != nil {
+			return err
+		}
+		committed = true
+		syncDir(filepath.Dir(rep.target))
+		var err error
+		info, err = inspect(s.accounts.names(), path)
+		return err
+	})
+	if err != nil {
+		return nil, toConnect(stageWritingFile, err)
+	}
+	return connect.NewResponse(&datav1.WriteFileResponse{File: info}), nil
+}
+
+// receiveStart receives and checks WriteFile's first message.
+func receiveStart(stream *connect.ClientStream[datav1.WriteFileRequest]) (*datav1.WriteFileStart, error) {
 	if !stream.Receive() {
 		if err := stream.Err(); err != nil {
 			return nil, toConnect(stageWritingFile, err)
@@ -149,121 +203,101 @@ func (s *FileService) WriteFile(ctx context.Context, stream *connect.ClientStrea
 	if start == nil {
 		return nil, newError(connect.CodeInvalidArgument, stageWritingFile, "the first message must be start")
 	}
-	mode := start.GetMode()
-	if mode > 0o7777 {
+	if mode := start.GetMode(); mode > 0o7777 {
 		return nil, newError(connect.CodeInvalidArgument, stageWritingFile, "mode %#o has bits beyond 07777", mode)
 	}
-	if mode == 0 {
-		mode = 0o644
-	}
-	u, path, err := s.resolve(start.GetUser(), start.GetPath(), stageWritingFile)
-	if err != nil {
-		return nil, err
-	}
+	return start, nil
+}
 
-	var tmp *os.File
-	var target string
-	var old os.FileInfo // the file being replaced, if any
-	err = asUser(u, func() error {
-		var err error
-		if target, err = resolveFinalLink(path); err != nil {
-			return err
-		}
-		old, err = os.Stat(target)
-		if errors.Is(err, fs.ErrNotExist) {
-			old = nil
-		} else if err != nil {
-			return err
-		} else if old.IsDir() {
-			return &os.PathError{Op: "write", Path: target, Err: syscall.EISDIR}
-		} else if !old.Mode().IsRegular() {
-			return newError(connect.CodeFailedPrecondition, stageWritingFile, "%s is not a regular file", target)
-		} else {
-			// The user must be allowed to write the file itself, not only
-			// the directory that the rename changes. ETXTBSY (a running
-			// program) comes after the permission check, and the rename
-			// replaces a running program fine.
-			f, err := os.OpenFile(target, os.O_WRONLY|syscall.O_NONBLOCK, 0)
-			if err == nil {
-				f.Close()
-			} else if !errors.Is(err, syscall.ETXTBSY) {
-				return err
-			}
-		}
-		tmp, err = createTemp(target)
-		return err
-	})
-	if err != nil {
-		return nil, toConnect(stageWritingFile, err)
-	}
-	committed := false
-	defer func() {
-		if !committed {
-			tmp.Close()
-			os.Remove(tmp.Name()) // ours: the agent may remove it
-		}
-	}()
-
+// receiveData writes the data of WriteFile's further messages to f.
+func receiveData(stream *connect.ClientStream[datav1.WriteFileRequest], f *os.File) error {
 	for stream.Receive() {
 		msg := stream.Msg()
 		if msg.GetStart() != nil {
-			return nil, newError(connect.CodeInvalidArgument, stageWritingFile, "start sent twice")
+			return newError(connect.CodeInvalidArgument, stageWritingFile, "start sent twice")
 		}
-		if _, err := tmp.Write(msg.GetData()); err != nil {
-			return nil, toConnect(stageWritingFile, err)
+		if _, err := f.Write(msg.GetData()); err != nil {
+			return err
 		}
 	}
-	if err := stream.Err(); err != nil {
-		return nil, toConnect(stageWritingFile, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, toConnect(stageWritingFile, err)
-	}
+	return stream.Err()
+}
 
-	perm := os.FileMode(mode)
-	if old != nil {
-		st := old.Sys().(*syscall.Stat_t)
-		perm = os.FileMode(st.Mode & 0o7777)
+// replacement is a file being written: a new temporary file beside the
+// target, renamed over it once complete.
+type replacement struct {
+	target string      // the path written, its final symlinks followed
+	old    os.FileInfo // the file being replaced; nil for a new one
+	tmp    *os.File
+}
+
+// newReplacement checks that the file at path (a final symlink followed)
+// may be replaced, and creates the temporary file. It runs as the user.
+func newReplacement(path string) (*replacement, error) {
+	target, err := resolveFinalLink(path)
+	if err != nil {
+		return nil, err
+	}
+	rep := &replacement{target: target}
+	rep.old, err = os.Stat(target)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		rep.old = nil
+	case err != nil:
+		return nil, err
+	case rep.old.IsDir():
+		return nil, &os.PathError{Op: "write", Path: target, Err: syscall.EISDIR}
+	case !rep.old.Mode().IsRegular():
+		return nil, newError(connect.CodeFailedPrecondition, stageWritingFile, "%s is not a regular file", target)
+	default:
+		// The user must be allowed to write the file itself, not only
+		// the directory that the rename changes. ETXTBSY (a running
+		// program) comes after the permission check, and the rename
+		// replaces a running program fine.
+		f, err := os.OpenFile(target, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+		if err == nil {
+			f.Close()
+		} else if !errors.Is(err, syscall.ETXTBSY) {
+			return nil, err
+		}
+	}
+	if rep.tmp, err = createTemp(target); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// finish gives the file written by u its mode and owner, as WriteFile
+// says (mode is start.mode), and makes it durable.
+func (rep *replacement) finish(u *User, mode uint32) error {
+	if rep.old == nil {
+		if mode == 0 {
+			mode = 0o644
+		}
+		// As the user, so the kernel drops a setgid bit the user may not set.
+		if err := asUser(u, func() error { return rep.tmp.Chmod(unixMode(os.FileMode(mode))) }); err != nil {
+			return err
+		}
+	} else {
+		st := rep.old.Sys().(*syscall.Stat_t)
+		perm := os.FileMode(st.Mode & 0o7777)
 		if st.Uid != u.UID {
 			perm &^= 0o6000
 		}
 		if os.Geteuid() == 0 {
 			// Keep the owner, as an in-place write would.
-			if err := tmp.Chown(int(st.Uid), int(st.Gid)); err != nil {
-				return nil, toConnect(stageWritingFile, err)
+			if err := rep.tmp.Chown(int(st.Uid), int(st.Gid)); err != nil {
+				return err
 			}
 		}
-	}
-	if old == nil {
-		// As the user, so the kernel drops a setgid bit the user may not set.
-		err = asUser(u, func() error { return tmp.Chmod(unixMode(perm)) })
-	} else {
-		err = tmp.Chmod(unixMode(perm))
-	}
-	if err != nil {
-		return nil, toConnect(stageWritingFile, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return nil, toConnect(stageWritingFile, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return nil, toConnect(stageWritingFile, err)
-	}
-	var info *datav1.FileInfo
-	err = asUser(u, func() error {
-		if err := os.Rename(tmp.Name(), target); err != nil {
+		if err := rep.tmp.Chmod(unixMode(perm)); err != nil {
 			return err
 		}
-		committed = true
-		syncDir(filepath.Dir(target))
-		var err error
-		info, err = inspect(s.accounts.names(), path)
-		return err
-	})
-	if err != nil {
-		return nil, toConnect(stageWritingFile, err)
 	}
-	return connect.NewResponse(&datav1.WriteFileResponse{File: info}), nil
+	if err := rep.tmp.Sync(); err != nil {
+		return err
+	}
+	return rep.tmp.Close()
 }
 
 // unixMode converts permission bits with setuid, setgid and sticky to an

@@ -404,3 +404,53 @@ func TestWriteRunningProgram(t *testing.T) {
 		t.Fatalf("mode %#o", info.GetMode())
 	}
 }
+
+// TestReadFileInfo checks the metadata in ReadFile's first message: that
+// of the file read, a symlink's target's for a symlink, and present for
+// an empty file too.
+func TestReadFileInfo(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := testCtx(t, 30*time.Second)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "tool"), []byte("#!/bin/sh\n"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("tool", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "empty"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, data string
+		mode       uint32
+	}{
+		{"link", "#!/bin/sh\n", 0o750},
+		{"tool", "#!/bin/sh\n", 0o750},
+		{"empty", "", 0o600},
+	} {
+		path := filepath.Join(dir, tc.name)
+		stream, err := e.fc.ReadFile(ctx, connect.NewRequest(&datav1.ReadFileRequest{Path: path}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var data []byte
+		var infos []*datav1.FileInfo
+		for stream.Receive() {
+			data = append(data, stream.Msg().GetData()...)
+			if f := stream.Msg().GetFile(); f != nil {
+				infos = append(infos, f)
+			}
+		}
+		if err := stream.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if string(data) != tc.data || len(infos) != 1 {
+			t.Fatalf("%s: %q with %d infos", tc.name, data, len(infos))
+		}
+		f := infos[0]
+		if f.GetType() != datav1.FileType_FILE_TYPE_FILE || f.GetMode() != tc.mode || f.GetSize() != uint64(len(tc.data)) || f.GetPath() != path {
+			t.Errorf("%s: %v, want a file of mode %#o and %d bytes", tc.name, f, tc.mode, len(tc.data))
+		}
+	}
+}

@@ -3,6 +3,8 @@ package dataplane
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -402,7 +404,21 @@ func TestConnectReplaysOutput(t *testing.T) {
 
 func TestStartErrors(t *testing.T) {
 	e := newTestEnv(t)
-	ctx := testCtx(t, 30*time.Second)
+	checkStartErrors(t, e, testCtx(t, 30*time.Second))
+}
+
+// checkStartErrors starts processes that cannot start and checks the
+// codes of their errors.
+func checkStartErrors(t *testing.T, e *testEnv, ctx context.Context) {
+	t.Helper()
+	notExec := filepath.Join(sharedDir(t), "not-a-program")
+	if err := os.WriteFile(notExec, []byte{0x7f, 'E', 'L', 'F', 0}, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	longArgs := []string{"true"}
+	for range 48 {
+		longArgs = append(longArgs, strings.Repeat("a", 64<<10)) // 3 MiB in all
+	}
 	for _, c := range []struct {
 		req  *datav1.StartProcessRequest
 		code connect.Code
@@ -411,6 +427,8 @@ func TestStartErrors(t *testing.T) {
 		{&datav1.StartProcessRequest{Args: []string{"no-such-program-kibotos"}}, connect.CodeNotFound},
 		{&datav1.StartProcessRequest{Args: []string{"/no/such/program"}}, connect.CodeNotFound},
 		{&datav1.StartProcessRequest{Args: []string{"/etc/passwd"}}, connect.CodePermissionDenied},
+		{&datav1.StartProcessRequest{Args: []string{notExec}}, connect.CodeFailedPrecondition},
+		{&datav1.StartProcessRequest{Args: longArgs}, connect.CodeInvalidArgument},
 		{&datav1.StartProcessRequest{Args: []string{"true"}, User: "no-such-user-kibotos"}, connect.CodeInvalidArgument},
 		{&datav1.StartProcessRequest{Args: []string{"true"}, Cwd: "/no/such/dir"}, connect.CodeNotFound},
 		{&datav1.StartProcessRequest{Args: []string{"true"}, Env: map[string]string{"A=B": "x"}}, connect.CodeInvalidArgument},

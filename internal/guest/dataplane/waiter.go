@@ -7,7 +7,7 @@ import (
 )
 
 // Waiter starts children and reports their exit: the one owner of
-// waiting in the process. guestagent.Reaper is the Waiter of the agent
+// waiting in the process. pid1.Reaper is the Waiter of the agent
 // as PID 1; ChildWaiter serves anywhere else.
 type Waiter interface {
 	// Spawn calls fork, which starts exactly one child and returns its

@@ -31,75 +31,18 @@ func (s *FileService) WatchDirectory(ctx context.Context, req *connect.Request[d
 	if err != nil {
 		return err
 	}
-	recursive := req.Msg.GetRecursive()
-	w, err := fsnotify.NewBufferedWatcher(1024)
+	notify, err := fsnotify.NewBufferedWatcher(1024)
 	if err != nil {
 		return toConnect(stageWatchingDirectory, err)
 	}
-	defer w.Close()
-
-	send := func(path string, t datav1.FileEventType) error {
-		return stream.Send(&datav1.WatchDirectoryResponse{Path: path, Type: t})
-	}
-	// addTree watches dir and, recursively, its subdirectories; with
-	// report it sends CREATE for every entry it finds below dir.
-	var addTree func(dir string, report bool) error
-	addTree = func(dir string, report bool) error {
-		var subdirs, found []string
-		err := asUser(u, func() error {
-			if err := w.Add(dir); err != nil {
-				return err
-			}
-			if !recursive {
-				return nil
-			}
-			ents, err := os.ReadDir(dir)
-			if err != nil {
-				return err
-			}
-			for _, e := range ents {
-				p := filepath.Join(dir, e.Name())
-				found = append(found, p)
-				if e.IsDir() {
-					subdirs = append(subdirs, p)
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		for _, p := range found {
-			if report {
-				if err := send(p, datav1.FileEventType_FILE_EVENT_TYPE_CREATE); err != nil {
-					return err
-				}
-			}
-			if slices.Contains(subdirs, p) {
-				err := addTree(p, report)
-				if errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrNotExist) {
-					continue // unreadable, or gone meanwhile
-				}
-				if err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	}
-
-	err = asUser(u, func() error {
-		fi, err := os.Stat(root)
-		if err != nil {
-			return err
-		}
-		if !fi.IsDir() {
-			return &os.PathError{Op: "watch", Path: root, Err: syscall.ENOTDIR}
-		}
-		return nil
-	})
+	defer notify.Close()
+	w := &watch{user: u, root: root, recursive: req.Msg.GetRecursive(), notify: notify,
+		send: func(path string, t datav1.FileEventType) error {
+			return stream.Send(&datav1.WatchDirectoryResponse{Path: path, Type: t})
+		}}
+	err = asUser(u, func() error { return checkDir(root) })
 	if err == nil {
-		err = addTree(root, false)
+		err = w.addTree(root, false)
 	}
 	if err != nil {
 		return toConnect(stageWatchingDirectory, err)
@@ -116,48 +59,130 @@ func (s *FileService) WatchDirectory(ctx context.Context, req *connect.Request[d
 			return toConnect(stageWatchingDirectory, ctx.Err())
 		case <-s.closed:
 			return nil
-		case err := <-w.Errors:
+		case err := <-notify.Errors:
 			if errors.Is(err, fsnotify.ErrEventOverflow) {
 				return newError(connect.CodeResourceExhausted, stageWatchingDirectory, "events were lost: %v", err)
 			}
 			return toConnect(stageWatchingDirectory, err)
-		case ev, ok := <-w.Events:
+		case ev, ok := <-notify.Events:
 			if !ok {
 				return nil
 			}
-			for _, op := range []struct {
-				op fsnotify.Op
-				t  datav1.FileEventType
-			}{
-				{fsnotify.Create, datav1.FileEventType_FILE_EVENT_TYPE_CREATE},
-				{fsnotify.Write, datav1.FileEventType_FILE_EVENT_TYPE_WRITE},
-				{fsnotify.Remove, datav1.FileEventType_FILE_EVENT_TYPE_REMOVE},
-				{fsnotify.Rename, datav1.FileEventType_FILE_EVENT_TYPE_RENAME},
-				{fsnotify.Chmod, datav1.FileEventType_FILE_EVENT_TYPE_CHMOD},
-			} {
-				if ev.Has(op.op) {
-					if err := send(ev.Name, op.t); err != nil {
-						return toConnect(stageWatchingDirectory, err)
-					}
-				}
-			}
-			if ev.Name == root && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)) {
-				return nil
-			}
-			if recursive && ev.Has(fsnotify.Create) {
-				var isDir bool
-				asUser(u, func() error {
-					fi, err := os.Lstat(ev.Name)
-					isDir = err == nil && fi.IsDir()
-					return nil
-				})
-				if isDir {
-					err := addTree(ev.Name, true)
-					if err != nil && !errors.Is(err, fs.ErrPermission) && !errors.Is(err, fs.ErrNotExist) {
-						return toConnect(stageWatchingDirectory, err)
-					}
-				}
+			if end, err := w.handle(ev); end || err != nil {
+				return toConnect(stageWatchingDirectory, err)
 			}
 		}
 	}
+}
+
+// checkDir checks that root is a directory.
+func checkDir(root string) error {
+	fi, err := os.Stat(root)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return &os.PathError{Op: "watch", Path: root, Err: syscall.ENOTDIR}
+	}
+	return nil
+}
+
+// watch is one WatchDirectory stream's inotify watches.
+type watch struct {
+	user      *User
+	root      string
+	recursive bool
+	notify    *fsnotify.Watcher
+	send      func(path string, t datav1.FileEventType) error
+}
+
+// eventTypes maps fsnotify's operations to the events they are sent as,
+// in the order an event with several is sent.
+var eventTypes = []struct {
+	op fsnotify.Op
+	t  datav1.FileEventType
+}{
+	{fsnotify.Create, datav1.FileEventType_FILE_EVENT_TYPE_CREATE},
+	{fsnotify.Write, datav1.FileEventType_FILE_EVENT_TYPE_WRITE},
+	{fsnotify.Remove, datav1.FileEventType_FILE_EVENT_TYPE_REMOVE},
+	{fsnotify.Rename, datav1.FileEventType_FILE_EVENT_TYPE_RENAME},
+	{fsnotify.Chmod, datav1.FileEventType_FILE_EVENT_TYPE_CHMOD},
+}
+
+// handle sends ev and, recursively, watches a directory it created. end
+// reports that the watched directory itself was removed or moved.
+func (w *watch) handle(ev fsnotify.Event) (end bool, err error) {
+	for _, et := range eventTypes {
+		if ev.Has(et.op) {
+			if err := w.send(ev.Name, et.t); err != nil {
+				return false, err
+			}
+		}
+	}
+	if ev.Name == w.root && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)) {
+		return true, nil
+	}
+	if !w.recursive || !ev.Has(fsnotify.Create) {
+		return false, nil
+	}
+	var isDir bool
+	asUser(w.user, func() error {
+		fi, err := os.Lstat(ev.Name)
+		isDir = err == nil && fi.IsDir()
+		return nil
+	})
+	if isDir {
+		if err := w.addTree(ev.Name, true); !skippable(err) {
+			return false, err
+		}
+	}
+	return false, nil
+}
+
+// skippable reports whether err is nil or says that a directory is
+// unreadable or gone meanwhile, which a watch passes over.
+func skippable(err error) bool {
+	return err == nil || errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrNotExist)
+}
+
+// addTree watches dir and, recursively, its subdirectories; with report
+// it sends CREATE for every entry it finds below dir.
+func (w *watch) addTree(dir string, report bool) error {
+	var subdirs, found []string
+	err := asUser(w.user, func() error {
+		if err := w.notify.Add(dir); err != nil {
+			return err
+		}
+		if !w.recursive {
+			return nil
+		}
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			p := filepath.Join(dir, e.Name())
+			found = append(found, p)
+			if e.IsDir() {
+				subdirs = append(subdirs, p)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, p := range found {
+		if report {
+			if err := w.send(p, datav1.FileEventType_FILE_EVENT_TYPE_CREATE); err != nil {
+				return err
+			}
+		}
+		if slices.Contains(subdirs, p) {
+			if err := w.addTree(p, report); !skippable(err) {
+				return err
+			}
+		}
+	}
+	return nil
 }

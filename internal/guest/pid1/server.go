@@ -1,32 +1,22 @@
-// Package pid1 is the inside of an execution: the probe protocol the
-// host speaks over the agent's unix socket (server.go) and the duties of the
-// guest's PID 1 (pid1_linux.go): the Reaper, which owns all waiting for
-// children, and TerminateAll. It imports only the standard library and
-// golang.org/x/sys, because it is linked into the static kibotos-guest.
-// The data plane (processes, files) is package internal/guest.
-//
-// The protocol is line based. The client sends one command per line and
-// reads one answer line:
-//
-//	PING            -> READY <boot-id>
-//	STOP <grace-ms> -> STOPPED   (processes ended and synced; the agent exits)
-//	anything else   -> ERR <reason>
+// Package pid1 is the inside of an execution: the server of the probe
+// protocol that guestabi defines, which the host speaks over the agent's
+// unix socket (server.go), and the duties of the guest's PID 1
+// (pid1_linux.go): the Reaper, which owns all waiting for children, and
+// TerminateAll. It imports only the standard library, golang.org/x/sys
+// and guestabi, because it is linked into the static kibotos-guest. The
+// data plane (processes, files) is package internal/guest/dataplane.
 package pid1
 
 import (
-	"github.com/kibotos/kibotos/internal/guestabi"
-
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"net"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/kibotos/kibotos/internal/guestabi"
 )
 
 // SocketPath is the agent's probe socket and DataSocketPath the socket
@@ -35,9 +25,6 @@ const (
 	SocketPath     = guestabi.SocketDir + "/" + guestabi.ProbeSocket
 	DataSocketPath = guestabi.SocketDir + "/" + guestabi.DataSocket
 )
-
-// maxLine bounds one command line.
-const maxLine = 4096
 
 // NewBootID returns a random identifier for one run of the agent.
 func NewBootID() string {
@@ -48,7 +35,7 @@ func NewBootID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Server answers the probe protocol.
+// Server answers the probe protocol (see guestabi).
 type Server struct {
 	// BootID identifies this run of the agent in READY answers.
 	BootID string
@@ -134,37 +121,34 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 }
 
 func (s *Server) serveConn(c net.Conn) {
-	r := bufio.NewReaderSize(c, maxLine)
+	r := guestabi.NewProbeReader(c)
 	for {
-		line, err := r.ReadSlice('\n')
+		line, err := r.ReadLine()
 		if err != nil {
-			if errors.Is(err, bufio.ErrBufferFull) {
-				fmt.Fprintf(c, "ERR line too long\n")
+			if errors.Is(err, guestabi.ErrProbeLineTooLong) {
+				guestabi.WriteProbeLine(c, guestabi.AnswerError+" "+err.Error())
 			}
 			return
 		}
-		cmd, arg, _ := strings.Cut(strings.TrimRight(string(line), "\r\n"), " ")
-		switch cmd {
-		case "PING":
-			if _, err := fmt.Fprintf(c, "READY %s\n", s.BootID); err != nil {
+		cmd, err := guestabi.ParseProbeCommand(line)
+		if err != nil {
+			guestabi.WriteProbeLine(c, guestabi.AnswerError+" "+err.Error())
+			continue
+		}
+		switch cmd.Verb {
+		case guestabi.CommandPing:
+			if err := guestabi.WriteProbeLine(c, guestabi.AnswerReady+" "+s.BootID); err != nil {
 				return
 			}
-		case "STOP":
-			ms, err := strconv.ParseUint(arg, 10, 32)
-			if err != nil {
-				fmt.Fprintf(c, "ERR bad grace %q\n", arg)
-				continue
-			}
-			if err := s.stop(time.Duration(ms) * time.Millisecond); err != nil {
+		case guestabi.CommandStop:
+			if err := s.stop(cmd.Grace); err != nil {
 				s.logf("stop: %v", err)
 			}
 			// STOPPED means the processes are gone and the guest synced;
 			// a stop error above is logged, the host then unmounts anyway.
-			fmt.Fprintf(c, "STOPPED\n")
+			guestabi.WriteProbeLine(c, guestabi.AnswerStopped)
 			s.doneMu.Do(func() { close(s.done) })
 			return
-		default:
-			fmt.Fprintf(c, "ERR unknown command %q\n", cmd)
 		}
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kibotos/kibotos/internal/guestabi"
 )
 
 // startServer runs a Server on a socket in a temp dir and returns the
@@ -87,7 +89,7 @@ func TestErrors(t *testing.T) {
 	}
 	// An over-long line is refused and the connection closed.
 	c2, r2 := dial(t, sock)
-	if got := roundTrip(t, c2, r2, strings.Repeat("A", 2*maxLine)+"\n"); got != "ERR line too long\n" {
+	if got := roundTrip(t, c2, r2, strings.Repeat("A", 2*guestabi.MaxProbeLine)+"\n"); got != "ERR line too long\n" {
 		t.Fatalf("long line: %q", got)
 	}
 }

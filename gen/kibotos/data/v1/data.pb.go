@@ -1257,8 +1257,11 @@ func (x *ReadFileRequest) GetUser() string {
 
 // ReadFileResponse carries the next bytes of the file.
 type ReadFileResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Data  []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// file, in the first message only, describes the file read: the target
+	// of a symlink (its type, mode, owner and size), at the path asked for.
+	File          *FileInfo `protobuf:"bytes,2,opt,name=file,proto3" json:"file,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1296,6 +1299,13 @@ func (*ReadFileResponse) Descriptor() ([]byte, []int) {
 func (x *ReadFileResponse) GetData() []byte {
 	if x != nil {
 		return x.Data
+	}
+	return nil
+}
+
+func (x *ReadFileResponse) GetFile() *FileInfo {
+	if x != nil {
+		return x.File
 	}
 	return nil
 }
@@ -2305,9 +2315,10 @@ const file_kibotos_data_v1_data_proto_rawDesc = "" +
 	"\x0esymlink_target\x18\t \x01(\tR\rsymlinkTarget\"9\n" +
 	"\x0fReadFileRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
-	"\x04user\x18\x02 \x01(\tR\x04user\"&\n" +
+	"\x04user\x18\x02 \x01(\tR\x04user\"U\n" +
 	"\x10ReadFileResponse\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"L\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12-\n" +
+	"\x04file\x18\x02 \x01(\v2\x19.kibotos.data.v1.FileInfoR\x04file\"L\n" +
 	"\x0eWriteFileStart\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x12\n" +
@@ -2460,48 +2471,49 @@ var file_kibotos_data_v1_data_proto_depIdxs = []int32{
 	2,  // 12: kibotos.data.v1.ResizeTerminalRequest.size:type_name -> kibotos.data.v1.Pty
 	0,  // 13: kibotos.data.v1.FileInfo.type:type_name -> kibotos.data.v1.FileType
 	39, // 14: kibotos.data.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
-	21, // 15: kibotos.data.v1.WriteFileRequest.start:type_name -> kibotos.data.v1.WriteFileStart
-	18, // 16: kibotos.data.v1.WriteFileResponse.file:type_name -> kibotos.data.v1.FileInfo
-	18, // 17: kibotos.data.v1.InspectFileResponse.file:type_name -> kibotos.data.v1.FileInfo
-	18, // 18: kibotos.data.v1.MoveFileResponse.file:type_name -> kibotos.data.v1.FileInfo
-	18, // 19: kibotos.data.v1.CreateDirectoryResponse.directory:type_name -> kibotos.data.v1.FileInfo
-	18, // 20: kibotos.data.v1.ListDirectoryResponse.entries:type_name -> kibotos.data.v1.FileInfo
-	1,  // 21: kibotos.data.v1.WatchDirectoryResponse.type:type_name -> kibotos.data.v1.FileEventType
-	3,  // 22: kibotos.data.v1.ProcessService.StartProcess:input_type -> kibotos.data.v1.StartProcessRequest
-	6,  // 23: kibotos.data.v1.ProcessService.ConnectProcess:input_type -> kibotos.data.v1.ConnectProcessRequest
-	7,  // 24: kibotos.data.v1.ProcessService.ListProcesses:input_type -> kibotos.data.v1.ListProcessesRequest
-	10, // 25: kibotos.data.v1.ProcessService.SendInput:input_type -> kibotos.data.v1.SendInputRequest
-	12, // 26: kibotos.data.v1.ProcessService.CloseInput:input_type -> kibotos.data.v1.CloseInputRequest
-	14, // 27: kibotos.data.v1.ProcessService.SignalProcess:input_type -> kibotos.data.v1.SignalProcessRequest
-	16, // 28: kibotos.data.v1.ProcessService.ResizeTerminal:input_type -> kibotos.data.v1.ResizeTerminalRequest
-	19, // 29: kibotos.data.v1.FileService.ReadFile:input_type -> kibotos.data.v1.ReadFileRequest
-	22, // 30: kibotos.data.v1.FileService.WriteFile:input_type -> kibotos.data.v1.WriteFileRequest
-	24, // 31: kibotos.data.v1.FileService.DeleteFile:input_type -> kibotos.data.v1.DeleteFileRequest
-	26, // 32: kibotos.data.v1.FileService.InspectFile:input_type -> kibotos.data.v1.InspectFileRequest
-	28, // 33: kibotos.data.v1.FileService.MoveFile:input_type -> kibotos.data.v1.MoveFileRequest
-	30, // 34: kibotos.data.v1.FileService.CreateDirectory:input_type -> kibotos.data.v1.CreateDirectoryRequest
-	32, // 35: kibotos.data.v1.FileService.ListDirectory:input_type -> kibotos.data.v1.ListDirectoryRequest
-	34, // 36: kibotos.data.v1.FileService.WatchDirectory:input_type -> kibotos.data.v1.WatchDirectoryRequest
-	4,  // 37: kibotos.data.v1.ProcessService.StartProcess:output_type -> kibotos.data.v1.ProcessEvent
-	4,  // 38: kibotos.data.v1.ProcessService.ConnectProcess:output_type -> kibotos.data.v1.ProcessEvent
-	9,  // 39: kibotos.data.v1.ProcessService.ListProcesses:output_type -> kibotos.data.v1.ListProcessesResponse
-	11, // 40: kibotos.data.v1.ProcessService.SendInput:output_type -> kibotos.data.v1.SendInputResponse
-	13, // 41: kibotos.data.v1.ProcessService.CloseInput:output_type -> kibotos.data.v1.CloseInputResponse
-	15, // 42: kibotos.data.v1.ProcessService.SignalProcess:output_type -> kibotos.data.v1.SignalProcessResponse
-	17, // 43: kibotos.data.v1.ProcessService.ResizeTerminal:output_type -> kibotos.data.v1.ResizeTerminalResponse
-	20, // 44: kibotos.data.v1.FileService.ReadFile:output_type -> kibotos.data.v1.ReadFileResponse
-	23, // 45: kibotos.data.v1.FileService.WriteFile:output_type -> kibotos.data.v1.WriteFileResponse
-	25, // 46: kibotos.data.v1.FileService.DeleteFile:output_type -> kibotos.data.v1.DeleteFileResponse
-	27, // 47: kibotos.data.v1.FileService.InspectFile:output_type -> kibotos.data.v1.InspectFileResponse
-	29, // 48: kibotos.data.v1.FileService.MoveFile:output_type -> kibotos.data.v1.MoveFileResponse
-	31, // 49: kibotos.data.v1.FileService.CreateDirectory:output_type -> kibotos.data.v1.CreateDirectoryResponse
-	33, // 50: kibotos.data.v1.FileService.ListDirectory:output_type -> kibotos.data.v1.ListDirectoryResponse
-	35, // 51: kibotos.data.v1.FileService.WatchDirectory:output_type -> kibotos.data.v1.WatchDirectoryResponse
-	37, // [37:52] is the sub-list for method output_type
-	22, // [22:37] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	18, // 15: kibotos.data.v1.ReadFileResponse.file:type_name -> kibotos.data.v1.FileInfo
+	21, // 16: kibotos.data.v1.WriteFileRequest.start:type_name -> kibotos.data.v1.WriteFileStart
+	18, // 17: kibotos.data.v1.WriteFileResponse.file:type_name -> kibotos.data.v1.FileInfo
+	18, // 18: kibotos.data.v1.InspectFileResponse.file:type_name -> kibotos.data.v1.FileInfo
+	18, // 19: kibotos.data.v1.MoveFileResponse.file:type_name -> kibotos.data.v1.FileInfo
+	18, // 20: kibotos.data.v1.CreateDirectoryResponse.directory:type_name -> kibotos.data.v1.FileInfo
+	18, // 21: kibotos.data.v1.ListDirectoryResponse.entries:type_name -> kibotos.data.v1.FileInfo
+	1,  // 22: kibotos.data.v1.WatchDirectoryResponse.type:type_name -> kibotos.data.v1.FileEventType
+	3,  // 23: kibotos.data.v1.ProcessService.StartProcess:input_type -> kibotos.data.v1.StartProcessRequest
+	6,  // 24: kibotos.data.v1.ProcessService.ConnectProcess:input_type -> kibotos.data.v1.ConnectProcessRequest
+	7,  // 25: kibotos.data.v1.ProcessService.ListProcesses:input_type -> kibotos.data.v1.ListProcessesRequest
+	10, // 26: kibotos.data.v1.ProcessService.SendInput:input_type -> kibotos.data.v1.SendInputRequest
+	12, // 27: kibotos.data.v1.ProcessService.CloseInput:input_type -> kibotos.data.v1.CloseInputRequest
+	14, // 28: kibotos.data.v1.ProcessService.SignalProcess:input_type -> kibotos.data.v1.SignalProcessRequest
+	16, // 29: kibotos.data.v1.ProcessService.ResizeTerminal:input_type -> kibotos.data.v1.ResizeTerminalRequest
+	19, // 30: kibotos.data.v1.FileService.ReadFile:input_type -> kibotos.data.v1.ReadFileRequest
+	22, // 31: kibotos.data.v1.FileService.WriteFile:input_type -> kibotos.data.v1.WriteFileRequest
+	24, // 32: kibotos.data.v1.FileService.DeleteFile:input_type -> kibotos.data.v1.DeleteFileRequest
+	26, // 33: kibotos.data.v1.FileService.InspectFile:input_type -> kibotos.data.v1.InspectFileRequest
+	28, // 34: kibotos.data.v1.FileService.MoveFile:input_type -> kibotos.data.v1.MoveFileRequest
+	30, // 35: kibotos.data.v1.FileService.CreateDirectory:input_type -> kibotos.data.v1.CreateDirectoryRequest
+	32, // 36: kibotos.data.v1.FileService.ListDirectory:input_type -> kibotos.data.v1.ListDirectoryRequest
+	34, // 37: kibotos.data.v1.FileService.WatchDirectory:input_type -> kibotos.data.v1.WatchDirectoryRequest
+	4,  // 38: kibotos.data.v1.ProcessService.StartProcess:output_type -> kibotos.data.v1.ProcessEvent
+	4,  // 39: kibotos.data.v1.ProcessService.ConnectProcess:output_type -> kibotos.data.v1.ProcessEvent
+	9,  // 40: kibotos.data.v1.ProcessService.ListProcesses:output_type -> kibotos.data.v1.ListProcessesResponse
+	11, // 41: kibotos.data.v1.ProcessService.SendInput:output_type -> kibotos.data.v1.SendInputResponse
+	13, // 42: kibotos.data.v1.ProcessService.CloseInput:output_type -> kibotos.data.v1.CloseInputResponse
+	15, // 43: kibotos.data.v1.ProcessService.SignalProcess:output_type -> kibotos.data.v1.SignalProcessResponse
+	17, // 44: kibotos.data.v1.ProcessService.ResizeTerminal:output_type -> kibotos.data.v1.ResizeTerminalResponse
+	20, // 45: kibotos.data.v1.FileService.ReadFile:output_type -> kibotos.data.v1.ReadFileResponse
+	23, // 46: kibotos.data.v1.FileService.WriteFile:output_type -> kibotos.data.v1.WriteFileResponse
+	25, // 47: kibotos.data.v1.FileService.DeleteFile:output_type -> kibotos.data.v1.DeleteFileResponse
+	27, // 48: kibotos.data.v1.FileService.InspectFile:output_type -> kibotos.data.v1.InspectFileResponse
+	29, // 49: kibotos.data.v1.FileService.MoveFile:output_type -> kibotos.data.v1.MoveFileResponse
+	31, // 50: kibotos.data.v1.FileService.CreateDirectory:output_type -> kibotos.data.v1.CreateDirectoryResponse
+	33, // 51: kibotos.data.v1.FileService.ListDirectory:output_type -> kibotos.data.v1.ListDirectoryResponse
+	35, // 52: kibotos.data.v1.FileService.WatchDirectory:output_type -> kibotos.data.v1.WatchDirectoryResponse
+	38, // [38:53] is the sub-list for method output_type
+	23, // [23:38] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_data_v1_data_proto_init() }

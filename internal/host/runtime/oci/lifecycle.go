@@ -276,7 +276,7 @@ func (d *Driver) Stop(ctx context.Context, id string, mode runtime.StopMode, gra
 func (d *Driver) stopGuest(ctx context.Context, id string, grace time.Duration) {
 	wctx, cancel := context.WithTimeout(ctx, grace+stopMargin)
 	defer cancel()
-	if _, err := d.agentCommand(wctx, id, fmt.Sprintf("STOP %d", grace.Milliseconds()), "STOPPED"); err != nil {
+	if err := d.stopAgent(wctx, id, grace); err != nil {
 		if d.kill(wctx, id, "TERM") != nil {
 			return
 		}

@@ -3,11 +3,9 @@ package oci
 import (
 	"github.com/kibotos/kibotos/internal/guestabi"
 
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -40,16 +38,21 @@ func (d *Driver) Probe(ctx context.Context, id string) error {
 		ctx, cancel = context.WithTimeout(ctx, probeTimeout)
 		defer cancel()
 	}
-	_, err := d.agentCommand(ctx, id, "PING", "READY")
-	return err
+	return d.agentCommand(ctx, id, guestabi.CommandPing, guestabi.AnswerReady)
 }
 
-// agentCommand sends one command line to the guest agent and checks that
-// the answer starts with want; it returns the answer.
-func (d *Driver) agentCommand(ctx context.Context, id, command, want string) (string, error) {
+// stopAgent asks the guest agent to end every process within grace, sync
+// and exit (STOP → STOPPED).
+func (d *Driver) stopAgent(ctx context.Context, id string, grace time.Duration) error {
+	return d.agentCommand(ctx, id, guestabi.StopLine(grace), guestabi.AnswerStopped)
+}
+
+// agentCommand sends one command line of the probe protocol to the guest
+// agent and checks that the answer is want.
+func (d *Driver) agentCommand(ctx context.Context, id, command, want string) error {
 	c, err := d.dialAgent(ctx, id)
 	if err != nil {
-		return "", fmt.Errorf("oci: guest agent of %s: %w", id, err)
+		return fmt.Errorf("oci: guest agent of %s: %w", id, err)
 	}
 	defer c.Close()
 	if dl, ok := ctx.Deadline(); ok {
@@ -57,19 +60,17 @@ func (d *Driver) agentCommand(ctx context.Context, id, command, want string) (st
 	}
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	if _, err := c.Write([]byte(command + "\n")); err != nil {
-		return "", fmt.Errorf("oci: guest agent of %s: %w", id, ctxErr(ctx, err))
+	if err := guestabi.WriteProbeLine(c, command); err != nil {
+		return fmt.Errorf("oci: guest agent of %s: %w", id, ctxErr(ctx, err))
 	}
-	// A guest answers a short line; never read more than a page of it.
-	line, err := bufio.NewReader(io.LimitReader(c, 4096)).ReadString('\n')
+	line, err := guestabi.NewProbeReader(c).ReadLine()
 	if err != nil {
-		return "", fmt.Errorf("oci: guest agent of %s: %w", id, ctxErr(ctx, err))
+		return fmt.Errorf("oci: guest agent of %s: %w", id, ctxErr(ctx, err))
 	}
-	line = strings.TrimSuffix(line, "\n")
-	if line != want && !strings.HasPrefix(line, want+" ") {
-		return line, fmt.Errorf("oci: guest agent of %s answered %q to %s", id, line, command)
+	if _, ok := guestabi.ProbeAnswer(line, want); !ok {
+		return fmt.Errorf("oci: guest agent of %s answered %q to %s", id, line, command)
 	}
-	return line, nil
+	return nil
 }
 
 // dialAgent connects to the agent's control socket.

@@ -342,7 +342,7 @@ func (UnimplementedProcessServiceHandler) ResizeTerminal(context.Context, *conne
 
 // FileServiceClient is a client for the kibotos.data.v1.FileService service.
 type FileServiceClient interface {
-	// ReadFile streams a file's bytes in order.
+	// ReadFile streams a file's bytes in order; a final symlink is followed.
 	ReadFile(context.Context, *connect.Request[v1.ReadFileRequest]) (*connect.ServerStreamForClient[v1.ReadFileResponse], error)
 	// WriteFile writes a whole file from a client stream: the first message
 	// names it, the rest carry data. The file is written to a temporary file
@@ -482,7 +482,7 @@ func (c *fileServiceClient) WatchDirectory(ctx context.Context, req *connect.Req
 
 // FileServiceHandler is an implementation of the kibotos.data.v1.FileService service.
 type FileServiceHandler interface {
-	// ReadFile streams a file's bytes in order.
+	// ReadFile streams a file's bytes in order; a final symlink is followed.
 	ReadFile(context.Context, *connect.Request[v1.ReadFileRequest], *connect.ServerStream[v1.ReadFileResponse]) error
 	// WriteFile writes a whole file from a client stream: the first message
 	// names it, the rest carry data. The file is written to a temporary file
