@@ -50,7 +50,7 @@ const (
 
 // Commands returns the top-level client commands.
 func Commands() []*cobra.Command {
-	return []*cobra.Command{
+	cmds := []*cobra.Command{
 		wsCommand(),
 		templateCommand(),
 		egressCommand(),
@@ -59,6 +59,34 @@ func Commands() []*cobra.Command {
 		projectCommand(),
 		tokenCommand(),
 		adminCommand(),
+	}
+	for _, cmd := range cmds {
+		rejectUnknownSubcommands(cmd)
+	}
+	return cmds
+}
+
+// rejectUnknownSubcommands makes every group under cmd (a command that only
+// holds subcommands) fail on an argument that names none of them, as the
+// root does: cobra would otherwise print the group's help and succeed. A
+// group given no argument still prints its help.
+func rejectUnknownSubcommands(cmd *cobra.Command) {
+	for _, sub := range cmd.Commands() {
+		rejectUnknownSubcommands(sub)
+	}
+	if cmd.Runnable() || !cmd.HasSubCommands() {
+		return
+	}
+	cmd.Args = cobra.ArbitraryArgs
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return cmd.Help()
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+		if suggestions := cmd.SuggestionsFor(args[0]); len(suggestions) > 0 {
+			msg += "; did you mean " + strings.Join(suggestions, " or ") + "?"
+		}
+		return errors.New(msg)
 	}
 }
 
