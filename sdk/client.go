@@ -13,7 +13,8 @@
 //
 // Errors of calls are the *connect.Error the server returned, unchanged:
 // callers read the code with connect.CodeOf and the Kibotos detail with
-// FailureOf. A Workspace that ends FAILED, or in another state that will
+// FailureOf. A call whose connection breaks midway, as when the server
+// restarts, fails with CodeUnavailable: retry it. A Workspace that ends FAILED, or in another state that will
 // not lead where a call waits for, is a *StateError.
 //
 // The methods of Client, Workspace and Process are safe for concurrent use.
@@ -72,7 +73,11 @@ func New(baseURL, token string, opts ...Option) *Client {
 		o(c)
 	}
 	if c.hc == nil {
-		c.hc = &http.Client{Transport: newTransport()}
+		c.hc = NewHTTPClient(nil)
+	} else {
+		hc := *c.hc
+		c.hc = NewHTTPClient(hc.Transport)
+		c.hc.CheckRedirect, c.hc.Jar, c.hc.Timeout = hc.CheckRedirect, hc.Jar, hc.Timeout
 	}
 	baseURL = strings.TrimRight(baseURL, "/")
 	ctrlOpts := c.clientOptions(token)
@@ -90,6 +95,20 @@ func (c *Client) Close() {
 // clientOptions are the options of a generated client that sends token.
 func (c *Client) clientOptions(token string) []connect.ClientOption {
 	return append([]connect.ClientOption{connect.WithInterceptors(bearer.Token(token))}, c.opts...)
+}
+
+// NewHTTPClient returns an http.Client for Kibotos calls, the one New uses:
+// its requests go through base, or when base is nil through a transport
+// that speaks HTTP/2 over cleartext (h2c) to http:// URLs and negotiates
+// HTTP/2 with TLS to https:// ones; and a connection that breaks in the
+// middle of a response, as when the server restarts, fails the call with
+// CodeUnavailable instead of the protocol error Connect would read in the
+// truncated stream.
+func NewHTTPClient(base http.RoundTripper) *http.Client {
+	if base == nil {
+		base = newTransport()
+	}
+	return &http.Client{Transport: cutAsUnavailable{base: base}}
 }
 
 // transport sends http:// requests as HTTP/2 with prior knowledge (h2c),

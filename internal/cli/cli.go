@@ -199,21 +199,23 @@ func (c *conn) findToken(cmd *cobra.Command) (string, error) {
 
 // dial resolves the connection flags and builds a client with newClient,
 // which is a generated constructor such as
-// ctrlv1connect.NewEgressServiceClient.
+// ctrlv1connect.NewEgressServiceClient. Its HTTP client is the SDK's over
+// HTTP/1, so a stream such as WatchWorkspace cut by a restart of the
+// server ends with unavailable.
 func dial[C any](cmd *cobra.Command, c *conn, newClient func(connect.HTTPClient, string, ...connect.ClientOption) C) (C, error) {
 	s, err := c.resolve(cmd)
 	if err != nil {
 		var zero C
 		return zero, err
 	}
-	return newClient(http.DefaultClient, s.baseURL, connect.WithInterceptors(bearer.Token(s.token), timeout(callTimeout))), nil
+	hc := sdk.NewHTTPClient(http.DefaultTransport)
+	return newClient(hc, s.baseURL, connect.WithInterceptors(bearer.Token(s.token), timeout(callTimeout))), nil
 }
 
 // dialStreaming is dial for client-streaming calls, which upload a request
-// body while the server reads it and need HTTP/2. Against http:// it speaks
-// HTTP/2 over cleartext with prior knowledge (h2c), which the server accepts;
-// an http.Transport that also allows HTTP/1 would never try h2c. https://
-// negotiates HTTP/2 with ALPN as usual. Unary calls of the client keep
+// body while the server reads it and need HTTP/2: it uses the SDK's default
+// HTTP client, which speaks HTTP/2 over cleartext with prior knowledge (h2c)
+// to http:// and negotiates HTTP/2 with ALPN to https://. Unary calls of the client keep
 // callTimeout; streams run until the command's context ends. closeIdle
 // releases the dedicated connections.
 func dialStreaming[C any](cmd *cobra.Command, c *conn, newClient func(connect.HTTPClient, string, ...connect.ClientOption) C) (cl C, closeIdle func(), err error) {
@@ -221,16 +223,7 @@ func dialStreaming[C any](cmd *cobra.Command, c *conn, newClient func(connect.HT
 	if err != nil {
 		return cl, nil, err
 	}
-	hc := http.DefaultClient
-	if strings.HasPrefix(s.baseURL, "http://") {
-		t := &http.Transport{}
-		if d, ok := http.DefaultTransport.(*http.Transport); ok {
-			t = d.Clone()
-		}
-		t.Protocols = new(http.Protocols)
-		t.Protocols.SetUnencryptedHTTP2(true)
-		hc = &http.Client{Transport: t}
-	}
+	hc := sdk.NewHTTPClient(nil)
 	return newClient(hc, s.baseURL, connect.WithInterceptors(bearer.Token(s.token), timeout(callTimeout))), hc.CloseIdleConnections, nil
 }
 
