@@ -52,8 +52,8 @@ func wsCpCommand(c *conn) *cobra.Command {
 			"colon before any slash reads as WS:PATH: write it as ./NAME.\n\n" +
 			"When DST is a directory, or ends in /, the file keeps its name inside it. The file is\n" +
 			"written to a temporary file and renamed into place, so a failed copy leaves DST as it\n" +
-			"was. A new file gets the mode of SRC. Copies of more than 8 MiB show their progress on\n" +
-			"stderr when it is a terminal.",
+			"was. A new file gets the mode of SRC, or of the file it links to when SRC is a symlink.\n" +
+			"Copies of more than 8 MiB show their progress on stderr when it is a terminal.",
 		Args: cobra.ExactArgs(2),
 	}
 	cmd.Flags().StringVar(&user, "user", "", "user of the guest that reads or writes the file (default: root)")
@@ -154,9 +154,31 @@ func (cp *copier) remoteDir(p string) bool {
 	return err == nil && info.GetType() == datav1.FileType_FILE_TYPE_DIRECTORY
 }
 
+// maxLinkHops is how many symlinks statTarget follows before it gives up,
+// as Linux does (ELOOP).
+const maxLinkHops = 40
+
+// statTarget returns the metadata of the file p names in the Workspace,
+// following symlinks as the guest's ReadFile does: the mode of a copy is the
+// mode of the file read, never a link's 0777.
+func (cp *copier) statTarget(p string) (*datav1.FileInfo, error) {
+	for range maxLinkHops {
+		info, err := cp.ws.Stat(cp.cmd.Context(), p, cp.user)
+		if err != nil || info.GetType() != datav1.FileType_FILE_TYPE_SYMLINK {
+			return info, err
+		}
+		target := info.GetSymlinkTarget()
+		if !path.IsAbs(target) {
+			target = path.Join(path.Dir(p), target)
+		}
+		p = target
+	}
+	return nil, fmt.Errorf("%s: too many levels of symbolic links", p)
+}
+
 func (cp *copier) download(src string, dst cpOperand) error {
 	ctx := cp.cmd.Context()
-	info, err := cp.ws.Stat(ctx, src, cp.user)
+	info, err := cp.statTarget(src)
 	if err != nil {
 		return err
 	}

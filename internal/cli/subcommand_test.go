@@ -29,24 +29,28 @@ func TestUnknownSubcommandFails(t *testing.T) {
 	if len(groups) < 8 {
 		t.Fatalf("found only the groups %v", groups)
 	}
-	run := func(args ...string) (string, error) {
-		root := &cobra.Command{Use: "kibotos", SilenceUsage: true, SilenceErrors: true}
-		root.AddCommand(Commands()...)
-		var out strings.Builder
-		root.SetOut(&out)
-		root.SetErr(io.Discard)
-		root.SetArgs(args)
-		err := root.Execute()
-		return out.String(), err
-	}
 	for _, group := range groups {
 		args := strings.Fields(group)
-		out, err := run(append(args, "frobnicate")...)
+		out, err := execute(append(args, "frobnicate")...)
 		if err == nil || !strings.Contains(err.Error(), `unknown command "frobnicate"`) {
 			t.Errorf("kibotos %s frobnicate: %v, want an unknown command error (printed %q)", group, err, out)
 		}
 	}
-	if out, err := run("ws"); err != nil || !strings.Contains(out, "Available Commands") {
+	if out, err := execute("ws"); err != nil || !strings.Contains(out, "Available Commands") {
 		t.Errorf("kibotos ws: %v, printed %q; want its help", err, out)
 	}
+}
+
+// execute runs `kibotos args...` as cmd/kibotos does, with nothing on
+// stdin, and returns what it printed on stdout.
+func execute(args ...string) (string, error) {
+	root := &cobra.Command{Use: "kibotos", SilenceUsage: true, SilenceErrors: true}
+	root.AddCommand(Commands()...)
+	var out strings.Builder
+	root.SetIn(strings.NewReader(""))
+	root.SetOut(&out)
+	root.SetErr(io.Discard)
+	root.SetArgs(args)
+	err := root.Execute()
+	return out.String(), err
 }
