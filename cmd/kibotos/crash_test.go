@@ -277,7 +277,12 @@ func crashTable() []crashPoint {
 			want, _ := exec.Command("sh", "-c", "sha256sum < "+s.upload).Output()
 			old, _ := exec.Command("sh", "-c", "echo old | sha256sum").Output()
 			sum, list, _ := strings.Cut(got, "\n")
-			if sum+"\n" != string(want) && sum+"\n" != string(old) {
+			switch sum + "\n" {
+			case string(want):
+				d.t.Log("the killed upload had finished: the file is the new one")
+			case string(old):
+				d.t.Log("the kill cut the upload: the file is the old one")
+			default:
 				d.t.Errorf("after a killed upload the file's sha256 is %s, neither the old nor the new one", sum)
 			}
 			for _, name := range strings.Fields(list) {
@@ -291,18 +296,23 @@ func crashTable() []crashPoint {
 		name:   "template import",
 		delays: []time.Duration{50 * time.Millisecond, 300 * time.Millisecond, 800 * time.Millisecond},
 		seed: func(d *deployment) *seeded {
-			s := &seeded{template: "crash", archive: writeImageArchive(d.t)}
-			d.cli("template", "create", s.template)
-			return s
+			return &seeded{archive: writeImageArchive(d.t)}
 		},
 		begin: func(d *deployment, s *seeded) {
+			// Each kill point imports into a template of its own.
+			s.template = fmt.Sprintf("crash-%d", len(d.ids))
+			d.ids = append(d.ids, s.template)
+			d.cli("template", "create", s.template)
 			d.background("template", "import", s.template, s.archive)
 		},
 		recovered: func(d *deployment, s *seeded) {
 			// The revision is there in full or not at all, and an import
 			// the kill cut can be done again.
 			if len(d.template(s.template).Revisions) == 0 {
+				d.t.Log("the kill cut the import: no revision")
 				d.cli("template", "import", s.template, s.archive)
+			} else {
+				d.t.Log("the killed import had finished: the revision is there")
 			}
 			if n := len(d.template(s.template).Revisions); n != 1 {
 				d.t.Errorf("the template has %d revisions after a killed import and a retry, want 1", n)
@@ -578,9 +588,15 @@ func (d *deployment) deleteAllAndScan() {
 	for _, dir := range []string{filepath.Join(store, "blobs", "sha256"), filepath.Join(store, "tmp")} {
 		ents, _ := os.ReadDir(dir)
 		for _, e := range ents {
-			if !referenced[e.Name()] {
-				os.Chtimes(filepath.Join(dir, e.Name()), old, old)
+			if referenced[e.Name()] {
+				continue
 			}
+			filepath.Walk(filepath.Join(dir, e.Name()), func(path string, _ os.FileInfo, err error) error {
+				if err == nil {
+					os.Chtimes(path, old, old)
+				}
+				return nil
+			})
 		}
 	}
 	d.up.stop()
