@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
@@ -584,16 +585,19 @@ func (d *deployment) deleteAllAndScan() {
 	// flight: age what is unreferenced past that, and restart.
 	store := filepath.Join(d.home, "templates")
 	referenced := d.referencedDigests()
-	old := time.Now().Add(-2 * time.Hour)
+	old := unix.NsecToTimespec(time.Now().Add(-2 * time.Hour).UnixNano())
+	times := []unix.Timespec{old, old}
 	for _, dir := range []string{filepath.Join(store, "blobs", "sha256"), filepath.Join(store, "tmp")} {
 		ents, _ := os.ReadDir(dir)
 		for _, e := range ents {
 			if referenced[e.Name()] {
 				continue
 			}
+			// Never through a symlink: an unpacked layer's links name
+			// paths of the guest, which on the host are the host's.
 			filepath.Walk(filepath.Join(dir, e.Name()), func(path string, _ os.FileInfo, err error) error {
 				if err == nil {
-					os.Chtimes(path, old, old)
+					unix.UtimesNanoAt(unix.AT_FDCWD, path, times, unix.AT_SYMLINK_NOFOLLOW)
 				}
 				return nil
 			})
