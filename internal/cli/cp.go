@@ -159,8 +159,10 @@ func (cp *copier) remoteDir(p string) bool {
 const maxLinkHops = 40
 
 // statTarget returns the metadata of the file p names in the Workspace,
-// following symlinks as the guest's ReadFile does: the mode of a copy is the
-// mode of the file read, never a link's 0777.
+// following symlinks as the guest's ReadFile does, so that a link to a
+// directory is refused as one, progress counts the target's size, and a copy
+// gets the mode of the file read, never a link's 0777, also from a guest
+// whose ReadFile does not carry the file's metadata.
 func (cp *copier) statTarget(p string) (*datav1.FileInfo, error) {
 	for range maxLinkHops {
 		info, err := cp.ws.Stat(cp.cmd.Context(), p, cp.user)
@@ -198,7 +200,7 @@ func (cp *copier) download(src string, dst cpOperand) error {
 	if st, err := os.Stat(target); (err == nil && st.IsDir()) || strings.HasSuffix(target, string(filepath.Separator)) {
 		target = filepath.Join(target, path.Base(src))
 	}
-	// The file read has the last word: for a symlink, info is the link's.
+	// The metadata ReadFile sends, of the file it read, has the last word.
 	mode := fs.FileMode(info.GetMode()).Perm()
 	opts = append(opts, sdk.WithFileInfo(func(f *datav1.FileInfo) { mode = fs.FileMode(f.GetMode()).Perm() }))
 	return writeAtomically(target, func() fs.FileMode { return cmp.Or(mode, 0o644) }, func(w io.Writer) error {
