@@ -1,6 +1,7 @@
 package imagestore
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -137,7 +138,7 @@ func (s *Store) importImage(ctx context.Context, img v1.Image) (Image, error) {
 			continue
 		}
 		diffIDs[h] = diffID
-		p, err := stageLayer(ctx, stage, img, desc, diffID)
+		p, err := s.stageLayer(ctx, stage, img, desc, diffID)
 		if err != nil {
 			return Image{}, fmt.Errorf("layer %s: %w", digest, err)
 		}
@@ -174,9 +175,9 @@ func (s *Store) importImage(ctx context.Context, img v1.Image) (Image, error) {
 	return s.Image(manifestDigest)
 }
 
-// stageLayer writes desc's compressed blob into dir, verifying its digest, size and
-// DiffID, and returns the file's path.
-func stageLayer(ctx context.Context, dir string, img v1.Image, desc v1.Descriptor, diffID string) (string, error) {
+// stageLayer writes desc's compressed blob into dir, verifying its digest, size,
+// DiffID and entries (see checkLayer), and returns the file's path.
+func (s *Store) stageLayer(ctx context.Context, dir string, img v1.Image, desc v1.Descriptor, diffID string) (string, error) {
 	l, err := img.LayerByDigest(desc.Digest)
 	if err != nil {
 		return "", err
@@ -190,24 +191,34 @@ func stageLayer(ctx context.Context, dir string, img v1.Image, desc v1.Descripto
 	if err != nil {
 		return "", err
 	}
-	if err := verifyDiffID(ctx, p, diffID); err != nil {
+	if err := checkLayer(ctx, p, diffID, s.maxLayerBytes.Load()); err != nil {
 		os.Remove(p)
 		return "", err
 	}
 	return p, nil
 }
 
-// verifyDiffID decompresses the layer blob at path and checks the tar's digest.
-func verifyDiffID(ctx context.Context, path, diffID string) error {
+// checkLayer decompresses the layer blob at path, checks the tar's digest, and
+// reads its entries as Unpack will admit them (layerBudget), so that a layer no
+// host would unpack is refused at import.
+func checkLayer(ctx context.Context, path, diffID string, limit uint64) error {
 	rc, err := openLayer(path, nil)
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
 	d := sha256.New()
-	if _, err := io.Copy(d, ctxReader{ctx, rc}); err != nil {
+	in := io.TeeReader(ctxReader{ctx, rc}, d)
+	err = scanLayer(tar.NewReader(in), limit)
+	if err == nil {
+		_, err = io.Copy(io.Discard, in) // the tar's padding, for the DiffID
+	}
+	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return cerr
+		}
+		if errors.Is(err, ErrInvalidImage) {
+			return err
 		}
 		return fmt.Errorf("%w: decompressing: %v", ErrInvalidImage, err)
 	}

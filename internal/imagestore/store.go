@@ -33,6 +33,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Errors returned by Store methods, matched with errors.Is.
@@ -48,7 +49,14 @@ var (
 	ErrInvalidImage = errors.New("invalid image")
 	// ErrUnsupportedPlatform: the image is not linux/amd64.
 	ErrUnsupportedPlatform = errors.New("unsupported platform")
+	// ErrLayerTooLarge: a layer's files hold more bytes than the store's limit
+	// (SetMaxLayerBytes); always wrapped with ErrInvalidImage.
+	ErrLayerTooLarge = errors.New("layer too large")
 )
+
+// DefaultMaxLayerBytes is the default bound on the bytes of file content one
+// layer may unpack to (see SetMaxLayerBytes).
+const DefaultMaxLayerBytes uint64 = 16 << 30
 
 // Store is a directory of content-addressed template images. It is safe for
 // concurrent use, also by several processes sharing the directory.
@@ -57,6 +65,18 @@ type Store struct {
 
 	mu        sync.Mutex
 	unpacking map[string]*sync.Mutex // diffID hex -> lock, so one process unpacks a layer once
+
+	maxLayerBytes atomic.Uint64
+}
+
+// SetMaxLayerBytes bounds the bytes of file content (sparse files at their
+// full size) one layer may hold: an import or unpack of a larger layer fails
+// with ErrLayerTooLarge. Zero restores DefaultMaxLayerBytes.
+func (s *Store) SetMaxLayerBytes(n uint64) {
+	if n == 0 {
+		n = DefaultMaxLayerBytes
+	}
+	s.maxLayerBytes.Store(n)
 }
 
 // Open returns the Store rooted at dir, creating its directories if needed.
@@ -66,6 +86,7 @@ func Open(dir string) (*Store, error) {
 		return nil, fmt.Errorf("template store: %w", err)
 	}
 	s := &Store{dir: abs, unpacking: make(map[string]*sync.Mutex)}
+	s.SetMaxLayerBytes(0)
 	for _, d := range []string{s.blobDir(), s.layerDir(), s.tmpDir()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("template store: %w", err)

@@ -32,7 +32,11 @@ const progressStep = 1 << 20
 // OCI whiteouts become overlayfs ones: ".wh.<name>" a 0/0 character device <name>,
 // ".wh..wh..opq" the xattr trusted.overlay.opaque=y on its directory (so Unpack needs
 // root, as overlayfs does). Ownership, modes, xattrs, symlinks, hard links within the
-// layer, device nodes and modification times are preserved.
+// layer, fifos and modification times are preserved; device nodes are refused
+// (ErrInvalidImage), and so is a layer whose files hold more than the store's limit
+// (ErrLayerTooLarge). Holes stay holes: those of the tar's sparse files, and every
+// run of zero blocks in a file's content, so a layer takes no more host disk than
+// its data.
 //
 // progress, if not nil, is called with the compressed bytes read so far and the
 // compressed size of the layers this call unpacks, at least every MiB and once at the
@@ -209,7 +213,7 @@ func (s *Store) unpackLayer(ctx context.Context, diffHex, blob string, count fun
 	defer rc.Close()
 	d := sha256.New()
 	in := io.TeeReader(tickReader{ctxReader{ctx, rc}, tick}, d)
-	size, err := extractLayer(tar.NewReader(in), tmp)
+	size, err := extractLayer(tar.NewReader(in), tmp, s.maxLayerBytes.Load())
 	if err == nil {
 		_, err = io.Copy(io.Discard, in) // the tar's padding, for the DiffID
 		if err != nil {
