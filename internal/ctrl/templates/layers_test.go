@@ -63,7 +63,7 @@ func TestImportCannotBorrowAnotherProjectsLayer(t *testing.T) {
 	}
 
 	blobs := func() []string {
-		ents := must(os.ReadDir(e.images.Dir() + "/blobs/sha256"))(t, "blobs")
+		ents := must(os.ReadDir(e.images.Dir()+"/blobs/sha256"))(t, "blobs")
 		var names []string
 		for _, d := range ents {
 			names = append(names, d.Name())
