@@ -90,6 +90,9 @@ type Options struct {
 	// VolumeBytes is the storage profile of every pool: the capacity of a
 	// Volume created without one; zero is DefaultVolumeBytes.
 	VolumeBytes uint64
+	// MaxLayerBytes bounds the file content of one template layer the host
+	// unpacks; zero is imagestore.DefaultMaxLayerBytes.
+	MaxLayerBytes uint64
 }
 
 // Run serves until ctx ends.
