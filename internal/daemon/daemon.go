@@ -168,6 +168,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	g.Go(func() error { return server.Serve(ctx, ln, handler, shutdownGrace) })
 	g.Go(func() error { return expireLoop(ctx, ctl) })
+	g.Go(func() error { return templates.CollectLoop(ctx, st, images) })
 	if hostAgent != nil {
 		g.Go(func() error { return hostAgent.Run(ctx) })
 		select {
