@@ -204,3 +204,20 @@ func TestDeviceNodesRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestSparseArchiveEntriesRefused: an image archive or OCI layout tar with a
+// sparse entry (1 TiB declared in a few KiB) is refused before its holes are
+// read, storing nothing.
+func TestSparseArchiveEntriesRefused(t *testing.T) {
+	ctx := context.Background()
+	sparse := append(gnuSparseEntry("blobs/sha256/big", []byte("x"), 1<<40), make([]byte, 1024)...)
+	s := openStore(t)
+	if _, err := s.ImportArchive(ctx, bytes.NewReader(sparse)); !errors.Is(err, ErrInvalidImage) || !strings.Contains(err.Error(), "sparse") {
+		t.Errorf("archive with a sparse entry: %v", err)
+	}
+	assertClean(t, s)
+	if _, err := s.ImportOCILayoutTar(ctx, bytes.NewReader(sparse)); !errors.Is(err, ErrInvalidImage) || !strings.Contains(err.Error(), "sparse") {
+		t.Errorf("layout tar with a sparse entry: %v", err)
+	}
+	assertClean(t, s)
+}

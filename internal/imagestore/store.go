@@ -185,15 +185,18 @@ func writeVerified(ctx context.Context, dir, digest string, size int64, r io.Rea
 		}
 	}()
 	d := sha256.New()
+	if size >= 0 {
+		r = io.LimitReader(r, size+1) // enough to tell it is too long
+	}
 	n, err := io.Copy(io.MultiWriter(f, d), ctxReader{ctx, r})
 	if err != nil {
 		return "", err
 	}
+	if size >= 0 && n != size {
+		return "", fmt.Errorf("%w: the content is not %d bytes long", ErrDigestMismatch, size)
+	}
 	if got := hexSum(d); got != want {
 		return "", fmt.Errorf("%w: content is sha256:%s", ErrDigestMismatch, got)
-	}
-	if size >= 0 && n != size {
-		return "", fmt.Errorf("%w: %d bytes, want %d", ErrDigestMismatch, n, size)
 	}
 	if err := f.Sync(); err != nil {
 		return "", err
