@@ -7,14 +7,16 @@
 //	blobs/sha256/<hex>               compressed layers, image configs, manifests
 //	layers/sha256/<diffid hex>/      a layer unpacked as an overlayfs lower directory
 //	layers/sha256/<diffid hex>.size  its unpacked size in bytes (for reporting)
-//	tmp/                             staging for imports, blob writes and unpacks
+//	layers/sha256/<diffid hex>.blob  the blob it was unpacked from; its time is the
+//	                                 layer's last use (see gc.go)
+//	tmp/                             staging for imports, blob writes, unpacks and removals
 //
 // Every blob is verified against its digest before it becomes visible, and appears by
 // rename, so a reader never sees a partial blob. An import stages all its blobs and
 // commits them only once every one has been verified, the manifest last: a manifest in
 // blobs/ implies its config and layers are there too. A layer is unpacked into tmp/
 // and renamed into layers/, so a crash never leaves a half layer visible. Leftovers in
-// tmp/ after a crash may be deleted while no Store uses the directory.
+// tmp/ after a crash are removed by RemoveBlobs and RemoveLayers once stale.
 //
 // Nothing in this package reaches the network: a registry import is
 // ImportImage(ctx, remote.Image(ref)) by the caller.
