@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/kibotos/kibotos/internal/ctrl/store"
-	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
 	"github.com/kibotos/kibotos/internal/imagestore"
 )
 
@@ -36,7 +35,7 @@ func CollectBlobs(ctx context.Context, st store.Store, images *imagestore.Store,
 		if err != nil {
 			return err
 		}
-		ids := []string{workspaces.BuiltinProject}
+		ids := []string{BuiltinProject}
 		for _, p := range projects {
 			ids = append(ids, p.ID)
 		}
