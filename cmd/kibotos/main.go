@@ -80,6 +80,7 @@ func upCommand() *cobra.Command {
 		pools      []string
 		volumeSize string
 		tmpfsPct   int
+		layerSize  string
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -105,6 +106,11 @@ func upCommand() *cobra.Command {
 					return err
 				}
 			}
+			if layerSize != "" {
+				if o.MaxLayerBytes, err = cli.ParseMiB("max-layer-size", layerSize); err != nil {
+					return err
+				}
+			}
 			return daemon.Run(cmd.Context(), o)
 		},
 	}
@@ -119,6 +125,8 @@ func upCommand() *cobra.Command {
 		"a storage pool for Volumes, NAME=DIR; repeatable (default: default=HOME/volumes; the pool named default, else the first, is the deployment's default; env KIBOTOS_STORAGE_POOLS, comma-separated)")
 	cmd.Flags().StringVar(&volumeSize, "volume-size", os.Getenv("KIBOTOS_VOLUME_SIZE"),
 		"capacity of a Volume created without one, such as 1GiB (default 1GiB; env KIBOTOS_VOLUME_SIZE)")
+	cmd.Flags().StringVar(&layerSize, "max-layer-size", os.Getenv("KIBOTOS_MAX_LAYER_SIZE"),
+		"most file content one template layer may unpack to, sparse files at full size, such as 16GiB; larger layers are refused (default 16GiB; env KIBOTOS_MAX_LAYER_SIZE)")
 	flags.register(cmd)
 	return cmd
 }

@@ -90,6 +90,9 @@ type Options struct {
 	// VolumeBytes is the storage profile of every pool: the capacity of a
 	// Volume created without one; zero is DefaultVolumeBytes.
 	VolumeBytes uint64
+	// MaxLayerBytes bounds the file content of one template layer the host
+	// unpacks; zero is imagestore.DefaultMaxLayerBytes.
+	MaxLayerBytes uint64
 }
 
 // Run serves until ctx ends.
@@ -165,6 +168,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	g.Go(func() error { return server.Serve(ctx, ln, handler, shutdownGrace) })
 	g.Go(func() error { return expireLoop(ctx, ctl) })
+	g.Go(func() error { return templates.CollectLoop(ctx, st, images) })
 	if hostAgent != nil {
 		g.Go(func() error { return hostAgent.Run(ctx) })
 		select {

@@ -63,6 +63,7 @@ func newHostAgent(o Options, images *imagestore.Store, ctrlURL, token string) (*
 	if err != nil {
 		return nil, err
 	}
+	images.SetMaxLayerBytes(o.MaxLayerBytes)
 	client := hostv1connect.NewHostServiceClient(http.DefaultClient, ctrlURL, connect.WithInterceptors(bearer.Token(token)))
 	return agent.New(agent.Config{
 		HostID: localHostID, Client: client, Driver: driver, Layers: driver, Template: images,

@@ -39,8 +39,23 @@ func (s *Store) importArchive(ctx context.Context, r io.Reader) (Image, error) {
 	if _, err := io.Copy(f, ctxReader{ctx, r}); err != nil {
 		return Image{}, fmt.Errorf("spooling: %w", err)
 	}
-	opener := func() (io.ReadCloser, error) { return os.Open(f.Name()) }
+	return s.importArchiveFile(ctx, f.Name())
+}
 
+// ImportArchiveFile is ImportArchive of the archive file at path, read in place.
+func (s *Store) ImportArchiveFile(ctx context.Context, path string) (Image, error) {
+	img, err := s.importArchiveFile(ctx, path)
+	if err != nil {
+		return Image{}, fmt.Errorf("import image archive: %w", err)
+	}
+	return img, nil
+}
+
+func (s *Store) importArchiveFile(ctx context.Context, path string) (Image, error) {
+	opener := func() (io.ReadCloser, error) { return os.Open(path) }
+	if err := refuseSparse(ctx, opener); err != nil {
+		return Image{}, err
+	}
 	m, err := tarball.LoadManifest(opener)
 	if err != nil {
 		return Image{}, fmt.Errorf("%w: reading manifest.json: %v", ErrInvalidImage, err)
@@ -53,6 +68,45 @@ func (s *Store) importArchive(ctx context.Context, r io.Reader) (Image, error) {
 		return Image{}, fmt.Errorf("%w: %v", ErrInvalidImage, err)
 	}
 	return s.importImage(ctx, img)
+}
+
+// refuseSparse reads the archive's headers and refuses a sparse entry: its
+// holes would be read as zeros, as many as it declares, however small the
+// archive (image archives never hold one; only layers inside may).
+func refuseSparse(ctx context.Context, open func() (io.ReadCloser, error)) error {
+	rc, err := open()
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	tr := tar.NewReader(ctxReader{ctx, rc})
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			if cerr := ctx.Err(); cerr != nil {
+				return cerr
+			}
+			return fmt.Errorf("%w: reading the archive: %v", ErrInvalidImage, err)
+		}
+		if err := notSparse(hdr); err != nil {
+			return err
+		}
+	}
+}
+
+// notSparse refuses a sparse tar entry (old GNU or PAX GNU.sparse format).
+func notSparse(hdr *tar.Header) error {
+	sparse := hdr.Typeflag == tar.TypeGNUSparse
+	for k := range hdr.PAXRecords {
+		sparse = sparse || strings.HasPrefix(k, "GNU.sparse.")
+	}
+	if sparse {
+		return fmt.Errorf("%w: archive entry %q is a sparse file; image archives may not hold one", ErrInvalidImage, hdr.Name)
+	}
+	return nil
 }
 
 // ImportOCILayoutTar imports a tar of an OCI image layout directory, as
@@ -183,7 +237,7 @@ func uniqueDigests(ds []v1.Descriptor) []v1.Descriptor {
 }
 
 // extractPlainTar extracts directories, regular files and hard links from r into dir,
-// refusing entries that would escape it and every other entry type. Since no symlink
+// refusing entries that would escape it, sparse files and every other entry type. Since no symlink
 // is ever created, no later entry can be redirected outside dir.
 func extractPlainTar(ctx context.Context, r io.Reader, dir string) error {
 	tr := tar.NewReader(ctxReader{ctx, r})
@@ -198,6 +252,9 @@ func extractPlainTar(ctx context.Context, r io.Reader, dir string) error {
 		name, err := entryPath(hdr.Name)
 		if err != nil {
 			return fmt.Errorf("tar entry %q: %w", hdr.Name, err)
+		}
+		if err := notSparse(hdr); err != nil {
+			return err
 		}
 		target := filepath.Join(dir, filepath.FromSlash(name))
 		switch hdr.Typeflag {

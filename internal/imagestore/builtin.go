@@ -8,6 +8,9 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -22,12 +25,25 @@ import (
 // DefaultBusybox is where Debian's busybox-static installs its binary.
 const DefaultBusybox = "/bin/busybox"
 
+// BuiltinPrograms are host programs the built-in image carries, with the shared
+// libraries they load, in place of busybox's applets of the same name: Debian's
+// busybox wget crashes (its -T timeout segfaults), so wget is Debian's own
+// (package wget, installed by scripts/install-deps). The CA bundle of package
+// ca-certificates comes along for HTTPS.
+var BuiltinPrograms = []string{"/usr/bin/wget"}
+
+// caBundle is the CA certificates file of Debian's ca-certificates, which the
+// built-in image carries when the host has it.
+const caBundle = "/etc/ssl/certs/ca-certificates.crt"
+
 // BuiltinImage builds the default template of a fresh deployment, without network:
 // one layer with the static busybox at busyboxPath as /bin/busybox, a symlink
-// /bin/<applet> -> busybox for every applet it lists, a minimal /etc (passwd, group,
-// empty hostname) and the usual top-level directories; Cmd /bin/sh, linux/amd64.
+// /bin/<applet> -> busybox for every applet it lists but those BuiltinPrograms
+// replace, BuiltinPrograms with their shared libraries (as ldd lists them) and
+// the host's CA bundle, a minimal /etc (passwd, group, empty hostname) and the
+// usual top-level directories; Cmd /bin/sh, linux/amd64.
 //
-// The image is deterministic: the same busybox binary gives the same manifest digest
+// The image is deterministic: the same host files give the same manifest digest
 // (entries sorted, every time Unix 0). busyboxPath must be a static linux/amd64 busybox:
 // it is run with --list to learn its applets.
 func BuiltinImage(busyboxPath string) (v1.Image, error) {
@@ -39,7 +55,14 @@ func BuiltinImage(busyboxPath string) (v1.Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("builtin image: %w", err)
 	}
-	layerTar, err := builtinTar(bin, applets)
+	files, err := hostFiles(BuiltinPrograms)
+	if err != nil {
+		return nil, fmt.Errorf("builtin image: %w (scripts/install-deps installs them)", err)
+	}
+	applets = slices.DeleteFunc(applets, func(a string) bool {
+		return slices.ContainsFunc(BuiltinPrograms, func(p string) bool { return path.Base(p) == a })
+	})
+	layerTar, err := builtinTar(bin, applets, files)
 	if err != nil {
 		return nil, fmt.Errorf("builtin image: %w", err)
 	}
@@ -96,8 +119,71 @@ func busyboxApplets(busyboxPath string) ([]string, error) {
 	return applets, nil
 }
 
+// hostFile is a file copied from the host into the built-in image.
+type hostFile struct {
+	name string // path in the image, relative
+	mode int64
+	data []byte
+}
+
+// hostFiles reads programs, every shared library they load, and the CA bundle
+// if the host has it, each at its path on the host.
+func hostFiles(programs []string) ([]hostFile, error) {
+	paths := map[string]bool{}
+	for _, p := range programs {
+		paths[p] = true
+		libs, err := sharedLibraries(p)
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range libs {
+			paths[l] = true
+		}
+	}
+	if _, err := os.Stat(caBundle); err == nil {
+		paths[caBundle] = true
+	}
+	var out []hostFile
+	for p := range paths {
+		data, err := os.ReadFile(p) // through symlinks: the image holds the file itself
+		if err != nil {
+			return nil, err
+		}
+		fi, err := os.Stat(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, hostFile{name: strings.TrimPrefix(filepath.Clean(p), "/"), mode: int64(fi.Mode().Perm()), data: data})
+	}
+	return out, nil
+}
+
+// sharedLibraries returns the absolute paths of the shared libraries (the
+// dynamic loader included) that ldd reports program loads.
+func sharedLibraries(program string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "ldd", program).Output()
+	if err != nil {
+		return nil, fmt.Errorf("ldd %s: %w", program, err)
+	}
+	var libs []string
+	for _, line := range strings.Split(string(out), "\n") {
+		// "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" or
+		// "/lib64/ld-linux-x86-64.so.2 (0x...)"; the vdso has no path.
+		f := strings.Fields(line)
+		if i := slices.Index(f, "=>"); i >= 0 {
+			f = f[i+1:]
+		}
+		if len(f) > 0 && filepath.IsAbs(f[0]) {
+			libs = append(libs, f[0])
+		}
+	}
+	return libs, nil
+}
+
 // builtinTar returns the builtin layer as an uncompressed tar, entries sorted by name.
-func builtinTar(busybox []byte, applets []string) ([]byte, error) {
+func builtinTar(busybox []byte, applets []string, files []hostFile) ([]byte, error) {
 	type entry struct {
 		hdr  tar.Header
 		data []byte
@@ -119,6 +205,22 @@ func builtinTar(busybox []byte, applets []string) ([]byte, error) {
 	}
 	for _, a := range applets {
 		entries = append(entries, entry{hdr: tar.Header{Typeflag: tar.TypeSymlink, Name: "bin/" + a, Linkname: "busybox", Mode: 0o777}})
+	}
+	dirs := map[string]bool{}
+	for _, e := range entries {
+		dirs[strings.TrimSuffix(e.hdr.Name, "/")] = e.hdr.Typeflag == tar.TypeDir
+	}
+	for _, f := range files {
+		if _, dup := dirs[f.name]; dup {
+			return nil, fmt.Errorf("host file /%s collides with the image's own", f.name)
+		}
+		entries = append(entries, file(f.name, f.mode, f.data))
+		for d := path.Dir(f.name); d != "."; d = path.Dir(d) {
+			if _, ok := dirs[d]; !ok {
+				dirs[d] = true
+				entries = append(entries, dir(d, 0o755))
+			}
+		}
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].hdr.Name < entries[j].hdr.Name })
 

@@ -26,7 +26,28 @@ type extractor struct {
 	root     string
 	dirs     map[string]bool // relative paths known to be real directories
 	dirTimes []entryTimes    // applied last, since creating children changes them
-	size     uint64          // bytes of regular file content
+	budget   layerBudget
+}
+
+// layerBudget admits a layer's tar entries one by one: no device nodes (they
+// would be created on the host with the image's modes), and at most limit
+// bytes of regular file content in all (holes of sparse files included).
+type layerBudget struct {
+	limit uint64
+	size  uint64 // bytes of regular file content admitted so far
+}
+
+func (b *layerBudget) admit(hdr *tar.Header) error {
+	switch hdr.Typeflag {
+	case tar.TypeChar, tar.TypeBlock:
+		return fmt.Errorf("%w: %q is a device node; layers may not hold device nodes", ErrInvalidImage, hdr.Name)
+	case tar.TypeReg, tar.TypeGNUSparse, tar.TypeCont:
+		b.size += uint64(max(hdr.Size, 0))
+		if b.size > b.limit {
+			return fmt.Errorf("%w: %w: its files hold more than %d bytes", ErrInvalidImage, ErrLayerTooLarge, b.limit)
+		}
+	}
+	return nil
 }
 
 type entryTimes struct {
@@ -34,10 +55,29 @@ type entryTimes struct {
 	atime, mtime time.Time
 }
 
+// scanLayer reads a layer's tar to its end, admitting each entry as
+// extractLayer does, without writing anything.
+func scanLayer(tr *tar.Reader, limit uint64) error {
+	b := layerBudget{limit: limit}
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%w: reading layer tar: %v", ErrInvalidImage, err)
+		}
+		if err := b.admit(hdr); err != nil {
+			return err
+		}
+	}
+}
+
 // extractLayer extracts tr into root (an existing empty directory) and returns the
-// bytes of regular file content written.
-func extractLayer(tr *tar.Reader, root string) (uint64, error) {
-	x := &extractor{root: root, dirs: map[string]bool{".": true}}
+// bytes of regular file content written. The layer may hold at most limit such
+// bytes (ErrLayerTooLarge) and no device node (ErrInvalidImage).
+func extractLayer(tr *tar.Reader, root string, limit uint64) (uint64, error) {
+	x := &extractor{root: root, dirs: map[string]bool{".": true}, budget: layerBudget{limit: limit}}
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -45,6 +85,9 @@ func extractLayer(tr *tar.Reader, root string) (uint64, error) {
 		}
 		if err != nil {
 			return 0, fmt.Errorf("%w: reading layer tar: %v", ErrInvalidImage, err)
+		}
+		if err := x.budget.admit(hdr); err != nil {
+			return 0, err
 		}
 		if err := x.entry(hdr, tr); err != nil {
 			return 0, fmt.Errorf("tar entry %q: %w", hdr.Name, err)
@@ -62,7 +105,7 @@ func extractLayer(tr *tar.Reader, root string) (uint64, error) {
 			return 0, err
 		}
 	}
-	return x.size, nil
+	return x.budget.size, nil
 }
 
 func (x *extractor) abs(rel string) string { return filepath.Join(x.root, filepath.FromSlash(rel)) }
@@ -95,18 +138,9 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 		if err := x.remove(rel); err != nil {
 			return err
 		}
-		f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-		if err != nil {
+		if err := writeSparse(p, r); err != nil {
 			return err
 		}
-		_, err = io.Copy(f, r)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return err
-		}
-		x.size += uint64(hdr.Size)
 	case tar.TypeSymlink:
 		if err := x.remove(rel); err != nil {
 			return err
@@ -130,14 +164,12 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 			return err
 		}
 		return os.Link(x.abs(target), p) // a second name: the target's metadata stands
-	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+	case tar.TypeFifo:
 		if err := x.remove(rel); err != nil {
 			return err
 		}
-		mode := map[byte]uint32{tar.TypeChar: unix.S_IFCHR, tar.TypeBlock: unix.S_IFBLK, tar.TypeFifo: unix.S_IFIFO}[hdr.Typeflag]
-		dev := unix.Mkdev(uint32(hdr.Devmajor), uint32(hdr.Devminor))
-		if err := unix.Mknod(p, mode|0o600, int(dev)); err != nil {
-			return &os.PathError{Op: "mknod", Path: p, Err: err}
+		if err := unix.Mkfifo(p, 0o600); err != nil {
+			return &os.PathError{Op: "mkfifo", Path: p, Err: err}
 		}
 	default:
 		return fmt.Errorf("%w: unsupported entry type %q", ErrInvalidImage, hdr.Typeflag)

@@ -29,7 +29,7 @@ func TestExtractDoesNotTouchTimesOutsideTheLayer(t *testing.T) {
 		}
 	}
 	tw.Close()
-	if _, err := extractLayer(tar.NewReader(&buf), t.TempDir()); err != nil {
+	if _, err := extractLayer(tar.NewReader(&buf), t.TempDir(), DefaultMaxLayerBytes); err != nil {
 		t.Fatal(err)
 	}
 	fi, err := os.Stat(filepath.Join(outside, "x"))

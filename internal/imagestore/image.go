@@ -1,6 +1,7 @@
 package imagestore
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/partial"
@@ -64,8 +66,10 @@ func Revision(manifestDigest string) string {
 }
 
 // ImportImage stores img's layers, config and manifest and returns the stored Image.
-// Every blob is verified (layers also against their DiffID) before any is committed;
-// blobs already present are not read again. img must be a single linux/amd64 image
+// Every blob is read from img in full and verified (layers also against their DiffID)
+// before any is committed, also when the store already holds it: the store is shared,
+// so naming a digest must never be enough to gain its content. img must be a single
+// linux/amd64 image
 // (ErrUnsupportedPlatform otherwise) with Docker v2 schema 2 or OCI media types
 // (ErrInvalidImage otherwise).
 func (s *Store) ImportImage(ctx context.Context, img v1.Image) (Image, error) {
@@ -114,12 +118,12 @@ func (s *Store) importImage(ctx context.Context, img v1.Image) (Image, error) {
 
 	type staged struct{ path, hex string }
 	var commits []staged
-	seen := map[string]bool{}
+	diffIDs := map[string]string{} // layer blob hex -> its DiffID
 	for i, desc := range m.Layers {
 		if err := ctx.Err(); err != nil {
 			return Image{}, err
 		}
-		digest := desc.Digest.String()
+		digest, diffID := desc.Digest.String(), cf.RootFS.DiffIDs[i].String()
 		if !desc.MediaType.IsLayer() {
 			return Image{}, fmt.Errorf("%w: layer %s has media type %q", ErrInvalidImage, digest, desc.MediaType)
 		}
@@ -127,11 +131,14 @@ func (s *Store) importImage(ctx context.Context, img v1.Image) (Image, error) {
 		if err != nil {
 			return Image{}, fmt.Errorf("%w: layer %d: %v", ErrInvalidImage, i, err)
 		}
-		if seen[h] || s.HasBlob(digest) {
+		if prev, ok := diffIDs[h]; ok {
+			if prev != diffID { // one blob cannot have two DiffIDs
+				return Image{}, fmt.Errorf("%w: layer %s is listed with DiffIDs %s and %s", ErrInvalidImage, digest, prev, diffID)
+			}
 			continue
 		}
-		seen[h] = true
-		p, err := stageLayer(ctx, stage, img, desc, cf.RootFS.DiffIDs[i].String())
+		diffIDs[h] = diffID
+		p, err := s.stageLayer(ctx, stage, img, desc, diffID)
 		if err != nil {
 			return Image{}, fmt.Errorf("layer %s: %w", digest, err)
 		}
@@ -146,9 +153,6 @@ func (s *Store) importImage(ctx context.Context, img v1.Image) (Image, error) {
 		if err != nil {
 			return Image{}, fmt.Errorf("%w: %v", ErrInvalidImage, err)
 		}
-		if s.HasBlob(b.digest) {
-			continue
-		}
 		p, err := writeVerified(ctx, stage, b.digest, -1, bytes.NewReader(b.data))
 		if err != nil {
 			return Image{}, err
@@ -156,8 +160,14 @@ func (s *Store) importImage(ctx context.Context, img v1.Image) (Image, error) {
 		commits = append(commits, staged{p, h})
 	}
 
-	// Commit: layers, then config, then manifest, each by an atomic rename.
+	// Commit: layers, then config, then manifest, each by an atomic rename. A
+	// blob committed again gets a new modification time, which keeps it from
+	// garbage collection while the caller records the image (see RemoveBlobs).
+	now := time.Now()
 	for _, c := range commits {
+		if err := os.Chtimes(c.path, now, now); err != nil {
+			return Image{}, err
+		}
 		if err := os.Rename(c.path, s.blobPath(c.hex)); err != nil {
 			return Image{}, err
 		}
@@ -165,9 +175,9 @@ func (s *Store) importImage(ctx context.Context, img v1.Image) (Image, error) {
 	return s.Image(manifestDigest)
 }
 
-// stageLayer writes desc's compressed blob into dir, verifying its digest, size and
-// DiffID, and returns the file's path.
-func stageLayer(ctx context.Context, dir string, img v1.Image, desc v1.Descriptor, diffID string) (string, error) {
+// stageLayer writes desc's compressed blob into dir, verifying its digest, size,
+// DiffID and entries (see checkLayer), and returns the file's path.
+func (s *Store) stageLayer(ctx context.Context, dir string, img v1.Image, desc v1.Descriptor, diffID string) (string, error) {
 	l, err := img.LayerByDigest(desc.Digest)
 	if err != nil {
 		return "", err
@@ -181,24 +191,34 @@ func stageLayer(ctx context.Context, dir string, img v1.Image, desc v1.Descripto
 	if err != nil {
 		return "", err
 	}
-	if err := verifyDiffID(ctx, p, diffID); err != nil {
+	if err := checkLayer(ctx, p, diffID, s.maxLayerBytes.Load()); err != nil {
 		os.Remove(p)
 		return "", err
 	}
 	return p, nil
 }
 
-// verifyDiffID decompresses the layer blob at path and checks the tar's digest.
-func verifyDiffID(ctx context.Context, path, diffID string) error {
+// checkLayer decompresses the layer blob at path, checks the tar's digest, and
+// reads its entries as Unpack will admit them (layerBudget), so that a layer no
+// host would unpack is refused at import.
+func checkLayer(ctx context.Context, path, diffID string, limit uint64) error {
 	rc, err := openLayer(path, nil)
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
 	d := sha256.New()
-	if _, err := io.Copy(d, ctxReader{ctx, rc}); err != nil {
+	in := io.TeeReader(ctxReader{ctx, rc}, d)
+	err = scanLayer(tar.NewReader(in), limit)
+	if err == nil {
+		_, err = io.Copy(io.Discard, in) // the tar's padding, for the DiffID
+	}
+	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return cerr
+		}
+		if errors.Is(err, ErrInvalidImage) {
+			return err
 		}
 		return fmt.Errorf("%w: decompressing: %v", ErrInvalidImage, err)
 	}

@@ -7,14 +7,16 @@
 //	blobs/sha256/<hex>               compressed layers, image configs, manifests
 //	layers/sha256/<diffid hex>/      a layer unpacked as an overlayfs lower directory
 //	layers/sha256/<diffid hex>.size  its unpacked size in bytes (for reporting)
-//	tmp/                             staging for imports, blob writes and unpacks
+//	layers/sha256/<diffid hex>.blob  the blob it was unpacked from; its time is the
+//	                                 layer's last use (see gc.go)
+//	tmp/                             staging for imports, blob writes, unpacks and removals
 //
 // Every blob is verified against its digest before it becomes visible, and appears by
 // rename, so a reader never sees a partial blob. An import stages all its blobs and
 // commits them only once every one has been verified, the manifest last: a manifest in
 // blobs/ implies its config and layers are there too. A layer is unpacked into tmp/
 // and renamed into layers/, so a crash never leaves a half layer visible. Leftovers in
-// tmp/ after a crash may be deleted while no Store uses the directory.
+// tmp/ after a crash are removed by RemoveBlobs and RemoveLayers once stale.
 //
 // Nothing in this package reaches the network: a registry import is
 // ImportImage(ctx, remote.Image(ref)) by the caller.
@@ -33,6 +35,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Errors returned by Store methods, matched with errors.Is.
@@ -48,7 +51,14 @@ var (
 	ErrInvalidImage = errors.New("invalid image")
 	// ErrUnsupportedPlatform: the image is not linux/amd64.
 	ErrUnsupportedPlatform = errors.New("unsupported platform")
+	// ErrLayerTooLarge: a layer's files hold more bytes than the store's limit
+	// (SetMaxLayerBytes); always wrapped with ErrInvalidImage.
+	ErrLayerTooLarge = errors.New("layer too large")
 )
+
+// DefaultMaxLayerBytes is the default bound on the bytes of file content one
+// layer may unpack to (see SetMaxLayerBytes).
+const DefaultMaxLayerBytes uint64 = 16 << 30
 
 // Store is a directory of content-addressed template images. It is safe for
 // concurrent use, also by several processes sharing the directory.
@@ -57,6 +67,18 @@ type Store struct {
 
 	mu        sync.Mutex
 	unpacking map[string]*sync.Mutex // diffID hex -> lock, so one process unpacks a layer once
+
+	maxLayerBytes atomic.Uint64
+}
+
+// SetMaxLayerBytes bounds the bytes of file content (sparse files at their
+// full size) one layer may hold: an import or unpack of a larger layer fails
+// with ErrLayerTooLarge. Zero restores DefaultMaxLayerBytes.
+func (s *Store) SetMaxLayerBytes(n uint64) {
+	if n == 0 {
+		n = DefaultMaxLayerBytes
+	}
+	s.maxLayerBytes.Store(n)
 }
 
 // Open returns the Store rooted at dir, creating its directories if needed.
@@ -66,6 +88,7 @@ func Open(dir string) (*Store, error) {
 		return nil, fmt.Errorf("template store: %w", err)
 	}
 	s := &Store{dir: abs, unpacking: make(map[string]*sync.Mutex)}
+	s.SetMaxLayerBytes(0)
 	for _, d := range []string{s.blobDir(), s.layerDir(), s.tmpDir()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("template store: %w", err)
@@ -164,15 +187,18 @@ func writeVerified(ctx context.Context, dir, digest string, size int64, r io.Rea
 		}
 	}()
 	d := sha256.New()
+	if size >= 0 {
+		r = io.LimitReader(r, size+1) // enough to tell it is too long
+	}
 	n, err := io.Copy(io.MultiWriter(f, d), ctxReader{ctx, r})
 	if err != nil {
 		return "", err
 	}
+	if size >= 0 && n != size {
+		return "", fmt.Errorf("%w: the content is not %d bytes long", ErrDigestMismatch, size)
+	}
 	if got := hexSum(d); got != want {
 		return "", fmt.Errorf("%w: content is sha256:%s", ErrDigestMismatch, got)
-	}
-	if size >= 0 && n != size {
-		return "", fmt.Errorf("%w: %d bytes, want %d", ErrDigestMismatch, n, size)
 	}
 	if err := f.Sync(); err != nil {
 		return "", err

@@ -32,15 +32,19 @@ const progressStep = 1 << 20
 // OCI whiteouts become overlayfs ones: ".wh.<name>" a 0/0 character device <name>,
 // ".wh..wh..opq" the xattr trusted.overlay.opaque=y on its directory (so Unpack needs
 // root, as overlayfs does). Ownership, modes, xattrs, symlinks, hard links within the
-// layer, device nodes and modification times are preserved.
+// layer, fifos and modification times are preserved; device nodes are refused
+// (ErrInvalidImage), and so is a layer whose files hold more than the store's limit
+// (ErrLayerTooLarge). Holes stay holes: those of the tar's sparse files, and every
+// run of zero blocks in a file's content, so a layer takes no more host disk than
+// its data.
 //
 // progress, if not nil, is called with the compressed bytes read so far and the
 // compressed size of the layers this call unpacks, at least every MiB and once at the
 // end (with delivered == total; total is 0 if nothing needed unpacking).
 func (s *Store) Unpack(ctx context.Context, img Image, progress func(delivered, total uint64)) ([]string, error) {
 	type job struct {
-		diffID, blob string
-		size         uint64
+		diffID, digest string
+		size           uint64
 	}
 	var jobs []job
 	var total uint64
@@ -65,7 +69,7 @@ func (s *Store) Unpack(ctx context.Context, img Image, progress func(delivered, 
 		if err != nil {
 			return nil, fmt.Errorf("unpack: %w", err)
 		}
-		jobs = append(jobs, job{h, s.blobPath(bh), uint64(fi.Size())})
+		jobs = append(jobs, job{h, l.Digest, uint64(fi.Size())})
 		total += uint64(fi.Size())
 	}
 
@@ -84,11 +88,19 @@ func (s *Store) Unpack(ctx context.Context, img Image, progress func(delivered, 
 	for _, j := range jobs {
 		var read atomic.Uint64
 		count := func(n int) { read.Add(uint64(n)); delivered.Add(uint64(n)) }
-		if err := s.unpackLayer(ctx, j.diffID, j.blob, count, func() { report(false) }); err != nil {
+		if err := s.unpackLayer(ctx, j.diffID, j.digest, count, func() { report(false) }); err != nil {
 			return nil, fmt.Errorf("unpack: layer sha256:%s: %w", j.diffID, err)
 		}
 		if r := read.Load(); r < j.size { // trailing bytes not read, or unpacked by another caller
 			delivered.Add(j.size - r)
+		}
+	}
+	// Mark every layer used, so that RemoveLayers leaves it to the caller to
+	// mount; one removed since it was planned is unpacked again.
+	for _, l := range img.Layers {
+		h, _ := parseDigest(l.DiffID)
+		if err := s.unpackLayer(ctx, h, l.Digest, func(int) {}, func() {}); err != nil {
+			return nil, fmt.Errorf("unpack: layer %s: %w", l.DiffID, err)
 		}
 	}
 	report(true)
@@ -183,15 +195,24 @@ func (s *Store) layerLock(diffHex string) *sync.Mutex {
 	return m
 }
 
-// unpackLayer unpacks the layer blob into a temporary directory, verifies its DiffID,
-// and renames it into place. count sees compressed reads; tick runs on the calling
+// unpackLayer unpacks the layer blob (by its digest) into a temporary directory,
+// verifies its DiffID, renames it into place, and marks it used; a layer already
+// present is only marked. count sees compressed reads; tick runs on the calling
 // goroutine as the extraction advances.
-func (s *Store) unpackLayer(ctx context.Context, diffHex, blob string, count func(int), tick func()) (err error) {
+func (s *Store) unpackLayer(ctx context.Context, diffHex, digest string, count func(int), tick func()) (err error) {
 	lock := s.layerLock(diffHex)
 	lock.Lock()
 	defer lock.Unlock()
 	if s.layerPresent(diffHex) {
-		return nil
+		return s.markUsed(diffHex, digest)
+	}
+	bh, err := parseDigest(digest)
+	if err != nil {
+		return err
+	}
+	blob := s.blobPath(bh)
+	if _, err := os.Stat(blob); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("layer blob %s: %w", digest, ErrNotFound)
 	}
 	tmp, err := os.MkdirTemp(s.tmpDir(), "unpack-*")
 	if err != nil {
@@ -209,7 +230,7 @@ func (s *Store) unpackLayer(ctx context.Context, diffHex, blob string, count fun
 	defer rc.Close()
 	d := sha256.New()
 	in := io.TeeReader(tickReader{ctxReader{ctx, rc}, tick}, d)
-	size, err := extractLayer(tar.NewReader(in), tmp)
+	size, err := extractLayer(tar.NewReader(in), tmp, s.maxLayerBytes.Load())
 	if err == nil {
 		_, err = io.Copy(io.Discard, in) // the tar's padding, for the DiffID
 		if err != nil {
@@ -232,13 +253,10 @@ func (s *Store) unpackLayer(ctx context.Context, diffHex, blob string, count fun
 	if err := writeFileAtomic(s.sizePath(diffHex), []byte(strconv.FormatUint(size, 10)+"\n"), s.tmpDir()); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, s.unpackedPath(diffHex)); err != nil {
-		if s.layerPresent(diffHex) { // another process won the race
-			return nil
-		}
+	if err := os.Rename(tmp, s.unpackedPath(diffHex)); err != nil && !s.layerPresent(diffHex) { // else another process won the race
 		return err
 	}
-	return nil
+	return s.markUsed(diffHex, digest)
 }
 
 type tickReader struct {

@@ -14,7 +14,6 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -247,7 +246,7 @@ func (s *Service) pull(ctx context.Context, start *ctrlv1.ImportTemplateRevision
 			source = SourceOCILayout
 			img, err = s.importLayoutTar(ctx, archive)
 		} else {
-			img, err = s.importTarball(ctx, archive)
+			img, err = s.Images.ImportArchiveFile(ctx, archive)
 		}
 		if err != nil {
 			return imagestore.Image{}, "", importError(ctx, err, connect.CodeInvalidArgument)
@@ -270,25 +269,6 @@ func (s *Service) pull(ctx context.Context, start *ctrlv1.ImportTemplateRevision
 		return img, SourceRegistry + ref, nil
 	}
 	return imagestore.Image{}, "", invalid("start needs a source")
-}
-
-// importTarball imports the docker image tarball at path as
-// imagestore.Store.ImportArchive does, reading the spooled file in place
-// instead of copying it once more.
-func (s *Service) importTarball(ctx context.Context, path string) (imagestore.Image, error) {
-	opener := func() (io.ReadCloser, error) { return os.Open(path) }
-	m, err := tarball.LoadManifest(opener)
-	if err != nil {
-		return imagestore.Image{}, fmt.Errorf("%w: reading manifest.json: %v", imagestore.ErrInvalidImage, err)
-	}
-	if len(m) != 1 {
-		return imagestore.Image{}, fmt.Errorf("%w: archive holds %d images, want exactly 1", imagestore.ErrInvalidImage, len(m))
-	}
-	img, err := tarball.Image(opener, nil)
-	if err != nil {
-		return imagestore.Image{}, fmt.Errorf("%w: %v", imagestore.ErrInvalidImage, err)
-	}
-	return s.Images.ImportImage(ctx, img)
 }
 
 func (s *Service) importLayoutTar(ctx context.Context, path string) (imagestore.Image, error) {

@@ -117,6 +117,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Go(func() { a.sendReports(ctx) })
 	wg.Go(func() { a.vols.run(ctx) })
 	wg.Go(func() { a.watchHostAddresses(ctx) })
+	wg.Go(func() { a.collectLayers(ctx) })
 	for backoff := 100 * time.Millisecond; ctx.Err() == nil; {
 		err := a.watch(ctx)
 		if ctx.Err() != nil {

@@ -1,0 +1,120 @@
+package imagestore
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestGarbageCollection: blobs of images no longer kept, and then their
+// unpacked layers, are removed (also by a Store opened afresh on the
+// directory, as after a restart); what is kept, in use, or touched since the
+// cutoff stays, and stale staging leftovers go.
+func TestGarbageCollection(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := tarLayer(t, fileE("shared", "in both images"))
+	gone := must(s.ImportArchive(ctx, bytes.NewReader(writeArchive(t, testImage(t, "amd64", shared, tarLayer(t, fileE("a", "only in the deleted image")))))))(t)
+	live := must(s.ImportArchive(ctx, bytes.NewReader(writeArchive(t, testImage(t, "amd64", shared, tarLayer(t, fileE("b", "only in the live image")))))))(t)
+	for _, img := range []Image{gone, live} {
+		if _, err := s.Unpack(ctx, img, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keepBlobs := map[string]bool{}
+	for _, b := range live.Blobs() {
+		keepBlobs[b] = true
+	}
+	// Everything was last committed or used two hours ago.
+	old := time.Now().Add(-2 * time.Hour)
+	for _, d := range []string{s.blobDir(), s.layerDir()} {
+		for _, name := range dirEntries(t, d) {
+			if err := os.Chtimes(filepath.Join(d, name), old, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	before := old.Add(-time.Hour)
+	after := time.Now().Add(-time.Hour)
+
+	// Nothing older than the cutoff: nothing goes.
+	if removed, err := s.RemoveBlobs(keepBlobs, before); err != nil || len(removed) != 0 {
+		t.Fatalf("RemoveBlobs with an earlier cutoff removed %v, %v", removed, err)
+	}
+	// A crash's leftovers in tmp/: an old one goes, a fresh one stays.
+	stale, fresh := filepath.Join(s.tmpDir(), "unpack-stale"), filepath.Join(s.tmpDir(), "import-fresh")
+	for _, d := range []string{stale, fresh} {
+		if err := os.MkdirAll(filepath.Join(d, "sub"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{filepath.Join(stale, "sub"), stale} {
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// After a restart, the deleted image's blobs go, the live one's stay.
+	s, err = Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	removed, err := s.RemoveBlobs(keepBlobs, after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := slices.DeleteFunc(gone.Blobs(), func(d string) bool { return keepBlobs[d] })
+	slices.Sort(want)
+	slices.Sort(removed)
+	if len(want) != 3 || !slices.Equal(removed, want) {
+		t.Errorf("removed blobs %v, want %v", removed, want)
+	}
+	if removed, err = s.RemoveBlobs(keepBlobs, after); err != nil || len(removed) != 0 {
+		t.Errorf("second pass removed %v, %v", removed, err)
+	}
+	for _, b := range live.Blobs() {
+		if !s.HasBlob(b) {
+			t.Errorf("live blob %s removed", b)
+		}
+	}
+	if names := dirEntries(t, s.tmpDir()); !slices.Equal(names, []string{"import-fresh"}) {
+		t.Errorf("tmp holds %v, want only the fresh leftover", names)
+	}
+
+	onlyGone := gone.Layers[1].DiffID
+	// A layer an execution uses stays though its blob is gone.
+	if removed, err := s.RemoveLayers(map[string]bool{onlyGone: true}, after); err != nil || len(removed) != 0 {
+		t.Errorf("RemoveLayers removed %v (%v) though the layer is in use", removed, err)
+	}
+	// A layer used since the cutoff stays.
+	if removed, err := s.RemoveLayers(nil, before); err != nil || len(removed) != 0 {
+		t.Errorf("RemoveLayers removed %v (%v) though used since the cutoff", removed, err)
+	}
+	// Unused: only the layer whose blob is gone is removed.
+	if removed, err := s.RemoveLayers(nil, after); err != nil || !slices.Equal(removed, []string{onlyGone}) {
+		t.Errorf("RemoveLayers removed %v (%v), want %s", removed, err, onlyGone)
+	}
+	dirs, err := s.Unpack(ctx, live, nil)
+	if err != nil {
+		t.Fatalf("the live image after collection: %v", err)
+	}
+	for i, f := range []string{"shared", "b"} {
+		if _, err := os.Stat(filepath.Join(dirs[i], f)); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := s.Unpack(ctx, gone, nil); err == nil {
+		t.Error("the deleted image still unpacks")
+	}
+	if n := len(dirEntries(t, s.layerDir())); n != 2*3 {
+		t.Errorf("layers/ holds %d entries, want the live image's 2 layers with their 2 marks each", n)
+	}
+}
