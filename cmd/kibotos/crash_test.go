@@ -19,15 +19,14 @@ import (
 	"github.com/kibotos/kibotos/internal/host/runtime"
 	"github.com/kibotos/kibotos/internal/host/runtime/oci"
 	"github.com/kibotos/kibotos/internal/testutil"
+	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
 
 // TestCrashRecovery kills `kibotos up` with SIGKILL while workspaces are
 // AVAILABLE, STOPPING and CREATING, starts it again, and checks that every
 // workspace converges to a truthful state and nothing is orphaned.
 func TestCrashRecovery(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("kibotos up runs workspaces and needs root (make test runs as root)")
-	}
+	hosttest.RequireRoot(t)
 	bin := build(t)
 	home := filepath.Join(t.TempDir(), "home")
 	ctx := context.Background()

@@ -18,6 +18,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/internal/bearer"
+	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
 
 const mib = 1 << 20
@@ -42,9 +43,7 @@ func runCLI(t *testing.T, bin, home, addr string, args ...string) string {
 // and checks clean, and the restarted deployment finishes the resize with
 // the data intact.
 func TestVolumeThroughTheCLISurvivesKill(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("kibotos up runs workspaces and needs root (make test runs as root)")
-	}
+	hosttest.RequireRoot(t)
 	bin := build(t)
 	home := filepath.Join(t.TempDir(), "home")
 	ctx := context.Background()
