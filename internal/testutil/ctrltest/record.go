@@ -13,6 +13,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/kibotos/kibotos/internal/ctrl/server"
 )
 
 // Call is one call the server was sent.
@@ -45,7 +47,8 @@ func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 
 	input := inputType(c.Procedure)
 	mediaType, _, _ := mime.ParseMediaType(req.Header.Get("Content-Type"))
-	if input == nil || req.Header.Get("Content-Encoding") != "" || req.Method != http.MethodPost {
+	// Bodies larger than the server reads are left to the server alone.
+	if input == nil || req.Header.Get("Content-Encoding") != "" || req.Method != http.MethodPost || req.ContentLength > server.MaxRequestBytes {
 		r.next.ServeHTTP(w, req)
 		return
 	}
