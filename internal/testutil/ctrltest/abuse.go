@@ -26,6 +26,10 @@ type BadRequest struct {
 	// Token replaces the caller's valid bearer token when set; "-" sends
 	// no Authorization header.
 	Token string
+	// LibraryCode, when set, is the code connect-go itself ends the
+	// stream with, before any interceptor or handler runs; Send accepts
+	// it (it is no error of the request's class).
+	LibraryCode connect.Code
 }
 
 // oversize is one byte more than the server reads of a message.
@@ -74,9 +78,14 @@ func BadRequests(md protoreflect.MethodDescriptor) []BadRequest {
 		reqs = append(reqs,
 			BadRequest{Name: "envelope longer than its body", ContentType: protoType, Body: envelope(0, 1000, []byte("short"))},
 			BadRequest{Name: "envelope declaring a huge message", ContentType: protoType, Body: envelope(0, 1<<31, nil)},
-			BadRequest{Name: "compressed envelope without an encoding", ContentType: protoType, Body: envelope(1, 3, []byte("abc"))},
-			BadRequest{Name: "closed before the first message", ContentType: protoType, Body: nil},
+			BadRequest{Name: "compressed envelope without an encoding", ContentType: protoType, Body: envelope(1, 3, []byte("abc")),
+				LibraryCode: connect.CodeInternal},
 		)
+		closed := BadRequest{Name: "closed before the first message", ContentType: protoType, Body: nil}
+		if !md.IsStreamingClient() {
+			closed.LibraryCode = connect.CodeUnimplemented
+		}
+		reqs = append(reqs, closed)
 	}
 	return reqs
 }
@@ -224,13 +233,13 @@ func Send(ctx context.Context, client *http.Client, baseURL, procedure, token st
 		}
 		return "", nil
 	}
-	return checkStreamRefusal(body)
+	return checkStreamRefusal(body, b.LibraryCode)
 }
 
 // checkStreamRefusal checks a Connect streaming answer: its last envelope
 // is the end of the stream, which must carry an error that blames the
 // request.
-func checkStreamRefusal(body []byte) (string, error) {
+func checkStreamRefusal(body []byte, library connect.Code) (string, error) {
 	var end []byte
 	for len(body) >= 5 {
 		size := binary.BigEndian.Uint32(body[1:5])
@@ -258,6 +267,9 @@ func checkStreamRefusal(body []byte) (string, error) {
 		return "", fmt.Errorf("stream ended without an error")
 	}
 	var code connect.Code
+	if err := code.UnmarshalText([]byte(e.Error.Code)); err == nil && library != 0 && code == library {
+		return e.Error.Code, nil
+	}
 	if err := code.UnmarshalText([]byte(e.Error.Code)); err != nil || !RequestError(code) {
 		return e.Error.Code, fmt.Errorf("stream ended with %s: %s; want an error of the request", e.Error.Code, e.Error.Message)
 	}

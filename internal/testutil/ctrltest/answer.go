@@ -11,22 +11,22 @@ import (
 // requestErrors maps each Connect code that blames the request to the
 // HTTP status the Connect protocol answers a unary call with.
 var requestErrors = map[connect.Code]int{
-	connect.CodeInvalidArgument:     http.StatusBadRequest,
-	connect.CodeFailedPrecondition:  http.StatusBadRequest,
-	connect.CodeOutOfRange:          http.StatusBadRequest,
-	connect.CodeUnauthenticated:     http.StatusUnauthorized,
-	connect.CodePermissionDenied:    http.StatusForbidden,
-	connect.CodeNotFound:            http.StatusNotFound,
-	connect.CodeAlreadyExists:       http.StatusConflict,
-	connect.CodeAborted:             http.StatusConflict,
-	connect.CodeResourceExhausted:   http.StatusTooManyRequests,
-	connect.CodeCanceled:            499,
-	connect.CodeDeadlineExceeded:    http.StatusGatewayTimeout,
-	connect.CodeUnimplemented:       http.StatusNotImplemented,
-	connect.CodeUnavailable:         http.StatusServiceUnavailable,
-	connect.CodeInternal:            http.StatusInternalServerError,
-	connect.CodeUnknown:             http.StatusInternalServerError,
-	connect.CodeDataLoss:            http.StatusInternalServerError,
+	connect.CodeInvalidArgument:    http.StatusBadRequest,
+	connect.CodeFailedPrecondition: http.StatusBadRequest,
+	connect.CodeOutOfRange:         http.StatusBadRequest,
+	connect.CodeUnauthenticated:    http.StatusUnauthorized,
+	connect.CodePermissionDenied:   http.StatusForbidden,
+	connect.CodeNotFound:           http.StatusNotFound,
+	connect.CodeAlreadyExists:      http.StatusConflict,
+	connect.CodeAborted:            http.StatusConflict,
+	connect.CodeResourceExhausted:  http.StatusTooManyRequests,
+	connect.CodeCanceled:           499,
+	connect.CodeDeadlineExceeded:   http.StatusGatewayTimeout,
+	connect.CodeUnimplemented:      http.StatusNotImplemented,
+	connect.CodeUnavailable:        http.StatusServiceUnavailable,
+	connect.CodeInternal:           http.StatusInternalServerError,
+	connect.CodeUnknown:            http.StatusInternalServerError,
+	connect.CodeDataLoss:           http.StatusInternalServerError,
 }
 
 // RequestError reports whether code blames the request (the 4xx class):

@@ -136,7 +136,14 @@ func (s *Server) Methods() []string {
 // by table. Two snapshots are equal when nothing was stored in between.
 func (s *Server) Snapshot(t testing.TB) map[string][]string {
 	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+url.PathEscape(s.dbPath)+"?mode=ro&_pragma=busy_timeout(10000)")
+	return SnapshotSQLite(t, s.dbPath)
+}
+
+// SnapshotSQLite is Snapshot of the SQLite store at path (a deployment's
+// $KIBOTOS_HOME/kibotos.db).
+func SnapshotSQLite(t testing.TB, path string) map[string][]string {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+url.PathEscape(path)+"?mode=ro&_pragma=busy_timeout(10000)")
 	if err != nil {
 		t.Fatal(err)
 	}
