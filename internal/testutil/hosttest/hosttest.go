@@ -32,8 +32,15 @@ func RequireContainers(t testing.TB) {
 	if _, err := exec.LookPath("runc"); err != nil {
 		t.Skip("needs runc")
 	}
+	RequireBusybox(t)
+}
+
+// RequireBusybox skips the test unless Busybox, which BusyboxRoot copies,
+// is installed.
+func RequireBusybox(t testing.TB) {
+	t.Helper()
 	if _, err := os.Stat(Busybox); err != nil {
-		t.Skip("needs " + Busybox)
+		t.Skip("needs " + Busybox + " (Debian package busybox-static)")
 	}
 }
 
