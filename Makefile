@@ -16,7 +16,7 @@ BUF_VERSION := v1.75.0
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_CONNECT_GO_VERSION := v1.19.1
 
-.PHONY: all deps build up down test generate tools lint
+.PHONY: all deps build up down test fuzz generate tools lint
 
 all: build
 
@@ -35,6 +35,11 @@ down:
 
 test: deps tools
 	scripts/test
+
+# fuzz runs every fuzz target for FUZZTIME each (see DEVELOPERS.md).
+FUZZTIME ?= 5m
+fuzz:
+	scripts/fuzz $(FUZZTIME)
 
 tools: .bin/buf-$(BUF_VERSION) .bin/protoc-gen-go-$(PROTOC_GEN_GO_VERSION) .bin/protoc-gen-connect-go-$(PROTOC_GEN_CONNECT_GO_VERSION)
 

@@ -29,6 +29,7 @@ import (
 	"github.com/kibotos/kibotos/internal/host/runtime"
 	"github.com/kibotos/kibotos/internal/host/runtime/oci"
 	"github.com/kibotos/kibotos/internal/testutil"
+	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
 
 const mib = 1 << 20
@@ -72,9 +73,7 @@ type seeded struct {
 // them: no container, mount, loop device, cgroup, network namespace,
 // process, file, or layer no template references.
 func TestCrashTable(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("kibotos up runs workspaces and needs root (make test runs as root)")
-	}
+	hosttest.RequireRoot(t)
 	bin := build(t)
 	killPoints := 0
 	for _, row := range crashTable() {

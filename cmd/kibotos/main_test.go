@@ -13,15 +13,14 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
 
 // TestUpBootstrapsServesAndStopsOnSIGTERM runs the real binary: the first
 // start prints and stores an admin token, the CLI finds it, SIGTERM stops
 // the process cleanly, and a second start keeps the same deployment.
 func TestUpBootstrapsServesAndStopsOnSIGTERM(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("kibotos up runs workspaces and needs root (make test runs as root)")
-	}
+	hosttest.RequireRoot(t)
 	bin := build(t)
 	home := filepath.Join(t.TempDir(), "home")
 

@@ -2,14 +2,10 @@ package cli
 
 import (
 	"bytes"
-	"context"
-	"errors"
-	"net/http"
-	"net/http/httptest"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,121 +13,95 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	adminv1 "github.com/kibotos/kibotos/gen/kibotos/admin/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/admin/v1/adminv1connect"
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/bearer"
+	"github.com/kibotos/kibotos/internal/testutil/ctrltest"
+	"github.com/kibotos/kibotos/internal/testutil/testtls"
 )
 
-var created = timestamppb.New(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC))
-
-// fake serves the methods the tests call and records what it got.
-type fake struct {
-	ctrlv1connect.UnimplementedEgressServiceHandler
-	ctrlv1connect.UnimplementedResolverServiceHandler
-	adminv1connect.UnimplementedAdminServiceHandler
-
-	mu      sync.Mutex
-	calls   []string // procedure names, in order
-	auth    []string // Authorization headers, in order
-	reqs    []proto.Message
-	egress  *ctrlv1.Egress                          // the one stored Egress
-	pages   map[string]*ctrlv1.ListEgressesResponse // by page token
-	created *ctrlv1.Resolver
-}
-
-func (f *fake) record(r connect.AnyRequest) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls = append(f.calls, r.Spec().Procedure[strings.LastIndex(r.Spec().Procedure, "/")+1:])
-	f.auth = append(f.auth, r.Header().Get("Authorization"))
-	f.reqs = append(f.reqs, r.Any().(proto.Message))
-}
-
-func (f *fake) CreateEgress(_ context.Context, r *connect.Request[ctrlv1.CreateEgressRequest]) (*connect.Response[ctrlv1.CreateEgressResponse], error) {
-	f.record(r)
-	e := &ctrlv1.Egress{EgressId: "egr_new", Spec: r.Msg.GetSpec(), Revision: 1, CreatedAt: created, Labels: r.Msg.GetLabels(), Annotations: r.Msg.GetAnnotations()}
-	return connect.NewResponse(&ctrlv1.CreateEgressResponse{Egress: e}), nil
-}
-
-func (f *fake) GetEgress(_ context.Context, r *connect.Request[ctrlv1.GetEgressRequest]) (*connect.Response[ctrlv1.GetEgressResponse], error) {
-	f.record(r)
-	if r.Msg.GetEgressId() != f.egress.GetEgressId() {
-		return nil, connect.NewError(connect.CodeNotFound, errors.New("egress "+r.Msg.GetEgressId()+" not found"))
-	}
-	return connect.NewResponse(&ctrlv1.GetEgressResponse{Egress: f.egress}), nil
-}
-
-func (f *fake) ListEgresses(_ context.Context, r *connect.Request[ctrlv1.ListEgressesRequest]) (*connect.Response[ctrlv1.ListEgressesResponse], error) {
-	f.record(r)
-	return connect.NewResponse(f.pages[r.Msg.GetPageToken()]), nil
-}
-
-func (f *fake) UpdateEgress(_ context.Context, r *connect.Request[ctrlv1.UpdateEgressRequest]) (*connect.Response[ctrlv1.UpdateEgressResponse], error) {
-	f.record(r)
-	e := proto.CloneOf(f.egress)
-	e.Spec, e.Revision = r.Msg.GetSpec(), e.GetRevision()+1
-	return connect.NewResponse(&ctrlv1.UpdateEgressResponse{Egress: e}), nil
-}
-
-func (f *fake) UpdateEgressLabels(_ context.Context, r *connect.Request[ctrlv1.UpdateEgressLabelsRequest]) (*connect.Response[ctrlv1.UpdateEgressLabelsResponse], error) {
-	f.record(r)
-	e := proto.CloneOf(f.egress)
-	e.Labels, e.LabelsRevision = r.Msg.GetLabels(), e.GetLabelsRevision()+1
-	return connect.NewResponse(&ctrlv1.UpdateEgressLabelsResponse{Egress: e}), nil
-}
-
-func (f *fake) CreateResolver(_ context.Context, r *connect.Request[ctrlv1.CreateResolverRequest]) (*connect.Response[ctrlv1.CreateResolverResponse], error) {
-	f.record(r)
-	res := &ctrlv1.Resolver{ResolverId: "res_new", Spec: r.Msg.GetSpec(), Revision: 1, CreatedAt: created}
-	return connect.NewResponse(&ctrlv1.CreateResolverResponse{Resolver: res}), nil
-}
-
-func (f *fake) CreateToken(_ context.Context, r *connect.Request[adminv1.CreateTokenRequest]) (*connect.Response[adminv1.CreateTokenResponse], error) {
-	f.record(r)
-	tok := &adminv1.Token{TokenId: "tok_1", ProjectId: "prj_1", Role: r.Msg.GetRole(), Name: r.Msg.GetName(), CreatedAt: created}
-	return connect.NewResponse(&adminv1.CreateTokenResponse{Token: tok, Secret: "s3cret"}), nil
-}
-
-func (f *fake) got() (calls, auth []string, reqs []proto.Message) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.calls, f.auth, f.reqs
-}
-
-// env is one test's server and clean environment.
+// env is one test's control plane, an Egress in it, and a clean
+// environment.
 type env struct {
-	f    *fake
-	addr string
-	home string
+	srv    *ctrltest.Server
+	addr   string
+	home   string
+	token  string         // the admin token of the operator project
+	egress *ctrlv1.Egress // stored, with labels team=net and env=prod
+	mark   int            // calls before the last command ran
 }
 
-// newEnv starts the fake on loopback and clears the KIBOTOS_ variables, so
-// that nothing on the machine (such as /var/lib/kibotos) leaks in.
+// newEnv starts a control plane on loopback, stores an Egress, and clears
+// the KIBOTOS_ variables, so that nothing on the machine (such as
+// /var/lib/kibotos) leaks in.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	f := &fake{egress: &ctrlv1.Egress{
-		EgressId:       "egr_1",
-		Spec:           &ctrlv1.EgressSpec{Protocol: &ctrlv1.EgressSpec_Socks5{Socks5: &ctrlv1.Socks5Egress{Address: "proxy.example:1080"}}},
-		Revision:       7,
-		LabelsRevision: 3,
-		CreatedAt:      created,
-		Labels:         map[string]string{"team": "net", "env": "prod"},
-	}}
-	mux := http.NewServeMux()
-	mux.Handle(ctrlv1connect.NewEgressServiceHandler(f))
-	mux.Handle(ctrlv1connect.NewResolverServiceHandler(f))
-	mux.Handle(adminv1connect.NewAdminServiceHandler(f))
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-
+	srv := ctrltest.Start(t)
+	egresses := ctrlv1connect.NewEgressServiceClient(srv.HTTP, srv.URL, connect.WithInterceptors(bearer.Token(srv.AdminToken)))
+	resp, err := egresses.CreateEgress(t.Context(), connect.NewRequest(&ctrlv1.CreateEgressRequest{
+		Command: &ctrlv1.CommandMetadata{CommandId: "setup"},
+		Spec:    &ctrlv1.EgressSpec{Protocol: &ctrlv1.EgressSpec_Socks5{Socks5: &ctrlv1.Socks5Egress{Address: "proxy.example:1080"}}},
+		Labels:  map[string]string{"team": "net", "env": "prod"},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
 	home := t.TempDir()
 	t.Setenv(envAddr, "")
 	t.Setenv(envToken, "")
 	t.Setenv(envHome, home)
-	return &env{f: f, addr: srv.URL, home: home}
+	return &env{srv: srv, addr: srv.URL, home: home, token: srv.AdminToken, egress: resp.Msg.GetEgress(), mark: len(srv.Calls())}
+}
+
+// newToken creates another admin token of the operator project.
+func (e *env) newToken(t *testing.T) string {
+	t.Helper()
+	admin := adminv1connect.NewAdminServiceClient(e.srv.HTTP, e.srv.URL, connect.WithInterceptors(bearer.Token(e.token)))
+	resp, err := admin.CreateToken(t.Context(), connect.NewRequest(&adminv1.CreateTokenRequest{Role: adminv1.Role_ROLE_ADMIN, Name: "test"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.mark = len(e.srv.Calls())
+	return resp.Msg.GetSecret()
+}
+
+// list returns every Egress req selects, read with the admin token.
+func (e *env) list(t *testing.T, req *ctrlv1.ListEgressesRequest) []*ctrlv1.Egress {
+	t.Helper()
+	var all []*ctrlv1.Egress
+	for {
+		page := e.listPage(t, req)
+		all = append(all, page.GetEgresses()...)
+		if page.GetNextPageToken() == "" {
+			return all
+		}
+		req.PageToken = page.GetNextPageToken()
+	}
+}
+
+// listPage returns one page of ListEgresses, read with the admin token.
+func (e *env) listPage(t *testing.T, req *ctrlv1.ListEgressesRequest) *ctrlv1.ListEgressesResponse {
+	t.Helper()
+	egresses := ctrlv1connect.NewEgressServiceClient(e.srv.HTTP, e.srv.URL, connect.WithInterceptors(bearer.Token(e.token)))
+	resp, err := egresses.ListEgresses(t.Context(), connect.NewRequest(req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Msg
+}
+
+// got returns what the last command sent: the method of each call, its
+// Authorization header, and its request.
+func (e *env) got() (calls, auth []string, reqs []proto.Message) {
+	for _, c := range e.srv.Calls()[e.mark:] {
+		calls = append(calls, c.Method)
+		auth = append(auth, c.Authorization)
+		reqs = append(reqs, c.Requests...)
+	}
+	return calls, auth, reqs
 }
 
 // run executes `kibotos args...` as cmd/kibotos would, with stdin.
@@ -140,6 +110,9 @@ func (e *env) run(t *testing.T, stdin string, args ...string) (stdout, stderr st
 	root := &cobra.Command{Use: "kibotos", SilenceErrors: true, SilenceUsage: true}
 	root.AddCommand(Commands()...)
 	var out, errOut bytes.Buffer
+	if e.srv != nil {
+		e.mark = len(e.srv.Calls())
+	}
 	root.SetArgs(args)
 	root.SetOut(&out)
 	root.SetErr(&errOut)
@@ -148,10 +121,10 @@ func (e *env) run(t *testing.T, stdin string, args ...string) (stdout, stderr st
 	return out.String(), errOut.String(), err
 }
 
-// call runs a command against the fake with a token and wants success.
+// call runs a command with the admin token and wants success.
 func (e *env) call(t *testing.T, stdin string, args ...string) (stdout, stderr string) {
 	t.Helper()
-	args = append(args, "--addr", e.addr, "--token", "tok")
+	args = append(args, "--addr", e.addr, "--token", e.token)
 	stdout, stderr, err := e.run(t, stdin, args...)
 	if err != nil {
 		t.Fatalf("kibotos %s: %v\nstderr: %s", strings.Join(args, " "), err, stderr)
@@ -171,17 +144,18 @@ func writeFile(t *testing.T, name, content string) string {
 func TestEgressCreateSendsSpec(t *testing.T) {
 	e := newEnv(t)
 	pw := writeFile(t, "pw", "hunter2\n")
-	ca := writeFile(t, "ca.pem", "-----BEGIN CERTIFICATE-----\n")
+	_, caPEM := testtls.New(t, "proxy.example")
+	ca := writeFile(t, "ca.pem", caPEM)
 	e.call(t, "", "egress", "create", "--address", "proxy.example:1080",
 		"--username", "alice", "--password-file", pw, "--ca-cert", ca, "--udp",
 		"--label", "team=net", "--label", "env=prod", "--annotation", "note=a=b")
 
-	calls, auth, reqs := e.f.got()
+	calls, auth, reqs := e.got()
 	if len(calls) != 1 || calls[0] != "CreateEgress" {
 		t.Fatalf("calls = %v, want [CreateEgress]", calls)
 	}
-	if auth[0] != "Bearer tok" {
-		t.Errorf("Authorization = %q, want %q", auth[0], "Bearer tok")
+	if auth[0] != "Bearer "+e.token {
+		t.Errorf("Authorization = %q, want %q", auth[0], "Bearer "+e.token)
 	}
 	req := reqs[0].(*ctrlv1.CreateEgressRequest)
 	if req.GetCommand().GetCommandId() == "" {
@@ -194,7 +168,7 @@ func TestEgressCreateSendsSpec(t *testing.T) {
 				Address:  "proxy.example:1080",
 				Username: "alice",
 				Password: "hunter2",
-				Tls:      &ctrlv1.EgressTls{CaCert: "-----BEGIN CERTIFICATE-----\n"},
+				Tls:      &ctrlv1.EgressTls{CaCert: caPEM},
 			}},
 			UdpEnabled: true,
 		},
@@ -210,7 +184,7 @@ func TestEgressCreatePasswordStdinAndCommandID(t *testing.T) {
 	e := newEnv(t)
 	e.call(t, "pa ss\r\n", "egress", "create", "--address", "proxy.example:1080", "--username", "u",
 		"--password-stdin", "--tls", "--command-id", "retry-1")
-	_, _, reqs := e.f.got()
+	_, _, reqs := e.got()
 	req := reqs[0].(*ctrlv1.CreateEgressRequest)
 	if got := req.GetSpec().GetSocks5().GetPassword(); got != "pa ss" {
 		t.Errorf("password = %q, want %q", got, "pa ss")
@@ -240,7 +214,7 @@ func TestEgressCreateRejectsBadInput(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
 			}
-			if calls, _, _ := e.f.got(); len(calls) != 0 {
+			if calls, _, _ := e.got(); len(calls) != 0 {
 				t.Errorf("calls = %v, want none", calls)
 			}
 		})
@@ -248,39 +222,44 @@ func TestEgressCreateRejectsBadInput(t *testing.T) {
 }
 
 func TestTokenResolution(t *testing.T) {
+	// Each source holds a different valid token; "%s" in a case stands for
+	// the token of its source.
 	for _, tc := range []struct {
 		name      string
-		flag      string // --token
-		env       string // KIBOTOS_TOKEN
+		flag      bool   // --token
+		env       bool   // KIBOTOS_TOKEN
 		homeFlag  bool   // admin-token under --home rather than KIBOTOS_HOME
-		homeToken string
-		want      string
+		homeToken string // the admin-token file
+		want      string // the source whose token is sent
 	}{
-		{name: "flag wins", flag: "from-flag", env: "from-env", homeToken: "from-home\n", want: "Bearer from-flag"},
-		{name: "env over home", env: "from-env", homeToken: "from-home\n", want: "Bearer from-env"},
-		{name: "home from env", homeToken: "from-home\nsecond line\n", want: "Bearer from-home"},
-		{name: "home from flag", homeFlag: true, homeToken: "  from-home-flag  \n", want: "Bearer from-home-flag"},
+		{name: "flag wins", flag: true, env: true, homeToken: "%s\n", want: "flag"},
+		{name: "env over home", env: true, homeToken: "%s\n", want: "env"},
+		{name: "home from env", homeToken: "%s\nsecond line\n", want: "home"},
+		{name: "home from flag", homeFlag: true, homeToken: "  %s  \n", want: "home"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
-			t.Setenv(envToken, tc.env)
+			tokens := map[string]string{"flag": e.newToken(t), "env": e.newToken(t), "home": e.newToken(t)}
+			if tc.env {
+				t.Setenv(envToken, tokens["env"])
+			}
 			home := e.home
-			args := []string{"egress", "get", "egr_1", "--addr", e.addr}
+			args := []string{"egress", "get", e.egress.GetEgressId(), "--addr", e.addr}
 			if tc.homeFlag {
 				home = t.TempDir()
 				args = append(args, "--home", home)
 			}
-			if err := os.WriteFile(filepath.Join(home, adminTokenFile), []byte(tc.homeToken), 0o600); err != nil {
+			if err := os.WriteFile(filepath.Join(home, adminTokenFile), []byte(fmt.Sprintf(tc.homeToken, tokens["home"])), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			if tc.flag != "" {
-				args = append(args, "--token", tc.flag)
+			if tc.flag {
+				args = append(args, "--token", tokens["flag"])
 			}
 			if _, stderr, err := e.run(t, "", args...); err != nil {
 				t.Fatalf("%v\nstderr: %s", err, stderr)
 			}
-			if _, auth, _ := e.f.got(); len(auth) != 1 || auth[0] != tc.want {
-				t.Errorf("Authorization = %q, want %q", auth, tc.want)
+			if _, auth, _ := e.got(); len(auth) != 1 || auth[0] != "Bearer "+tokens[tc.want] {
+				t.Errorf("Authorization = %q, want the %s token", auth, tc.want)
 			}
 		})
 	}
@@ -288,7 +267,7 @@ func TestTokenResolution(t *testing.T) {
 
 func TestMissingToken(t *testing.T) {
 	e := newEnv(t) // KIBOTOS_TOKEN empty, KIBOTOS_HOME an empty directory
-	_, _, err := e.run(t, "", "egress", "get", "egr_1", "--addr", e.addr)
+	_, _, err := e.run(t, "", "egress", "get", e.egress.GetEgressId(), "--addr", e.addr)
 	if err == nil {
 		t.Fatal("no error without a token")
 	}
@@ -297,7 +276,7 @@ func TestMissingToken(t *testing.T) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}
 	}
-	if calls, _, _ := e.f.got(); len(calls) != 0 {
+	if calls, _, _ := e.got(); len(calls) != 0 {
 		t.Errorf("calls = %v, want none", calls)
 	}
 }
@@ -305,8 +284,8 @@ func TestMissingToken(t *testing.T) {
 func TestAddrFromEnvAcceptsHostPort(t *testing.T) {
 	e := newEnv(t)
 	t.Setenv(envAddr, strings.TrimPrefix(e.addr, "http://"))
-	t.Setenv(envToken, "tok")
-	if _, _, err := e.run(t, "", "egress", "get", "egr_1"); err != nil {
+	t.Setenv(envToken, e.token)
+	if _, _, err := e.run(t, "", "egress", "get", e.egress.GetEgressId()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -329,7 +308,7 @@ func TestPairErrors(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want it to contain %s", err, tc.want)
 			}
-			if calls, _, _ := e.f.got(); len(calls) != 0 {
+			if calls, _, _ := e.got(); len(calls) != 0 {
 				t.Errorf("calls = %v, want none", calls)
 			}
 		})
@@ -341,7 +320,8 @@ func TestPairErrors(t *testing.T) {
 
 func TestTableOutput(t *testing.T) {
 	e := newEnv(t)
-	stdout, _ := e.call(t, "", "egress", "get", "egr_1")
+	id := e.egress.GetEgressId()
+	stdout, _ := e.call(t, "", "egress", "get", id)
 	lines := strings.Split(strings.TrimRight(stdout, "\n"), "\n")
 	if len(lines) != 2 {
 		t.Fatalf("output has %d lines, want header and one row:\n%s", len(lines), stdout)
@@ -349,7 +329,7 @@ func TestTableOutput(t *testing.T) {
 	if got := strings.Fields(lines[0]); strings.Join(got, " ") != "ID ADDRESS TLS UDP REVISION LABELS CREATED" {
 		t.Errorf("header = %q", lines[0])
 	}
-	want := "egr_1 proxy.example:1080 false false 7 env=prod,team=net 2025-03-01T12:00:00Z"
+	want := id + " proxy.example:1080 false false 1 env=prod,team=net " + e.egress.GetCreatedAt().AsTime().UTC().Format(time.RFC3339)
 	if got := strings.Join(strings.Fields(lines[1]), " "); got != want {
 		t.Errorf("row = %q, want %q", got, want)
 	}
@@ -365,7 +345,7 @@ func TestJSONOutputParses(t *testing.T) {
 	if got := resp.GetEgress().GetSpec().GetSocks5().GetAddress(); got != "proxy.example:1080" {
 		t.Errorf("address = %q", got)
 	}
-	_, _, reqs := e.f.got()
+	_, _, reqs := e.got()
 	id := reqs[0].(*ctrlv1.CreateEgressRequest).GetCommand().GetCommandId()
 	if !strings.Contains(stderr, id) {
 		t.Errorf("stderr %q does not report command_id %s", stderr, id)
@@ -380,47 +360,52 @@ func TestJSONOutputParses(t *testing.T) {
 
 func TestListAllFollowsPages(t *testing.T) {
 	e := newEnv(t)
-	a, b, c := &ctrlv1.Egress{EgressId: "egr_a"}, &ctrlv1.Egress{EgressId: "egr_b"}, &ctrlv1.Egress{EgressId: "egr_c"}
-	e.f.pages = map[string]*ctrlv1.ListEgressesResponse{
-		"":   {Egresses: []*ctrlv1.Egress{a, b}, NextPageToken: "p2"},
-		"p2": {Egresses: []*ctrlv1.Egress{c}},
+	// Three Egresses carry team=net, a fourth does not.
+	e.call(t, "", "egress", "create", "--address", "proxy.example:1081", "--label", "team=net")
+	e.call(t, "", "egress", "create", "--address", "proxy.example:1082", "--label", "team=net")
+	e.call(t, "", "egress", "create", "--address", "proxy.example:1083", "--label", "team=dns")
+	all := e.list(t, &ctrlv1.ListEgressesRequest{LabelSelector: map[string]string{"team": "net"}})
+	if len(all) != 3 {
+		t.Fatalf("%d Egresses with team=net, want 3", len(all))
 	}
 	stdout, _ := e.call(t, "", "egress", "list", "--all", "--page-size", "2", "--selector", "team=net", "-o", "json")
 	var resp ctrlv1.ListEgressesResponse
 	if err := protojson.Unmarshal([]byte(stdout), &resp); err != nil {
 		t.Fatal(err)
 	}
-	if want := (&ctrlv1.ListEgressesResponse{Egresses: []*ctrlv1.Egress{a, b, c}}); !proto.Equal(&resp, want) {
+	if want := (&ctrlv1.ListEgressesResponse{Egresses: all}); !proto.Equal(&resp, want) {
 		t.Errorf("list --all = %v, want %v", &resp, want)
 	}
-	_, _, reqs := e.f.got()
+	_, _, reqs := e.got()
 	if len(reqs) != 2 {
 		t.Fatalf("%d calls, want 2", len(reqs))
 	}
-	if r := reqs[1].(*ctrlv1.ListEgressesRequest); r.GetPageToken() != "p2" || r.GetPageSize() != 2 || r.GetLabelSelector()["team"] != "net" {
+	if r := reqs[1].(*ctrlv1.ListEgressesRequest); r.GetPageToken() == "" || r.GetPageSize() != 2 || r.GetLabelSelector()["team"] != "net" {
 		t.Errorf("second request = %v", r)
 	}
 
 	// Without --all: one page, and the token on stderr.
-	stdout, stderr := e.call(t, "", "egress", "list")
+	stdout, stderr := e.call(t, "", "egress", "list", "--page-size", "2")
 	if n := strings.Count(stdout, "\n"); n != 3 {
 		t.Errorf("one page printed %d lines, want 3:\n%s", n, stdout)
 	}
-	if !strings.Contains(stderr, "p2") {
+	page := e.listPage(t, &ctrlv1.ListEgressesRequest{PageSize: 2})
+	if page.GetNextPageToken() == "" || !strings.Contains(stderr, page.GetNextPageToken()) {
 		t.Errorf("stderr %q lacks the next page token", stderr)
 	}
 }
 
 func TestUpdateReadsRevisionFirst(t *testing.T) {
 	e := newEnv(t)
-	e.call(t, "", "egress", "update", "egr_1", "--address", "new.example:1080", "--udp", "--drain-seconds", "0")
-	calls, _, reqs := e.f.got()
+	id := e.egress.GetEgressId()
+	e.call(t, "", "egress", "update", id, "--address", "new.example:1080", "--udp", "--drain-seconds", "0")
+	calls, _, reqs := e.got()
 	if strings.Join(calls, ",") != "GetEgress,UpdateEgress" {
 		t.Fatalf("calls = %v, want GetEgress then UpdateEgress", calls)
 	}
 	req := reqs[1].(*ctrlv1.UpdateEgressRequest)
-	if req.GetExpectedRevision() != 7 || req.GetEgressId() != "egr_1" || req.GetCommand().GetCommandId() == "" {
-		t.Errorf("update request = %v, want egr_1 at revision 7 with a command_id", req)
+	if req.GetExpectedRevision() != e.egress.GetRevision() || req.GetEgressId() != id || req.GetCommand().GetCommandId() == "" {
+		t.Errorf("update request = %v, want %s at revision %d with a command_id", req, id, e.egress.GetRevision())
 	}
 	if req.DrainSeconds == nil || *req.DrainSeconds != 0 {
 		t.Errorf("drain_seconds = %v, want 0 (given)", req.DrainSeconds)
@@ -432,53 +417,55 @@ func TestUpdateReadsRevisionFirst(t *testing.T) {
 
 func TestUpdateWithExpectedRevision(t *testing.T) {
 	e := newEnv(t)
-	e.call(t, "", "egress", "update", "egr_1", "--address", "new.example:1080", "--expected-revision", "3")
-	calls, _, reqs := e.f.got()
+	e.call(t, "", "egress", "update", e.egress.GetEgressId(), "--address", "new.example:1080", "--expected-revision", "1")
+	calls, _, reqs := e.got()
 	if strings.Join(calls, ",") != "UpdateEgress" {
 		t.Fatalf("calls = %v, want UpdateEgress alone", calls)
 	}
 	req := reqs[0].(*ctrlv1.UpdateEgressRequest)
-	if req.GetExpectedRevision() != 3 || req.DrainSeconds != nil {
-		t.Errorf("update request = %v, want revision 3 and no drain_seconds", req)
+	if req.GetExpectedRevision() != 1 || req.DrainSeconds != nil {
+		t.Errorf("update request = %v, want revision 1 and no drain_seconds", req)
 	}
 }
 
 func TestLabelReadsLabelsRevision(t *testing.T) {
 	e := newEnv(t)
-	e.call(t, "", "egress", "label", "egr_1", "team=dns")
-	calls, _, reqs := e.f.got()
+	id := e.egress.GetEgressId()
+	e.call(t, "", "egress", "label", id, "team=dns")
+	calls, _, reqs := e.got()
 	if strings.Join(calls, ",") != "GetEgress,UpdateEgressLabels" {
 		t.Fatalf("calls = %v", calls)
 	}
 	want := &ctrlv1.UpdateEgressLabelsRequest{
 		Command:                reqs[1].(*ctrlv1.UpdateEgressLabelsRequest).GetCommand(),
-		EgressId:               "egr_1",
-		ExpectedLabelsRevision: 3,
+		EgressId:               id,
+		ExpectedLabelsRevision: e.egress.GetLabelsRevision(),
 		Labels:                 map[string]string{"team": "dns"},
 	}
 	if !proto.Equal(reqs[1], want) {
 		t.Errorf("request = %v, want %v", reqs[1], want)
 	}
 
-	if _, _, err := e.run(t, "", "egress", "label", "egr_1", "--addr", e.addr, "--token", "t"); err == nil {
+	if _, _, err := e.run(t, "", "egress", "label", id, "--addr", e.addr, "--token", e.token); err == nil {
 		t.Error("label without pairs or --clear succeeded")
 	}
 }
 
 func TestServerErrorFormat(t *testing.T) {
 	e := newEnv(t)
-	_, _, err := e.run(t, "", "egress", "get", "egr_missing", "--addr", e.addr, "--token", "t")
-	if err == nil || err.Error() != "not_found: egress egr_missing not found" {
-		t.Fatalf("err = %v, want not_found: egress egr_missing not found", err)
+	_, _, err := e.run(t, "", "egress", "get", "egr_missing", "--addr", e.addr, "--token", e.token)
+	if want := `not_found: Egress "egr_missing" not found`; err == nil || err.Error() != want {
+		t.Fatalf("err = %v, want %s", err, want)
 	}
 }
 
 func TestResolverCreate(t *testing.T) {
 	e := newEnv(t)
-	ca := writeFile(t, "ca.pem", "PEM")
+	_, caPEM := testtls.New(t, "dns.example")
+	ca := writeFile(t, "ca.pem", caPEM)
 	stdout, _ := e.call(t, "", "resolver", "create", "--tls", "dns.example:853", "--server-name", "dns.example", "--ca-cert", ca)
-	_, _, reqs := e.f.got()
-	want := &ctrlv1.ResolverSpec{Protocol: &ctrlv1.ResolverSpec_Tls{Tls: &ctrlv1.TlsResolver{Address: "dns.example:853", ServerName: "dns.example", CaCert: "PEM"}}}
+	_, _, reqs := e.got()
+	want := &ctrlv1.ResolverSpec{Protocol: &ctrlv1.ResolverSpec_Tls{Tls: &ctrlv1.TlsResolver{Address: "dns.example:853", ServerName: "dns.example", CaCert: caPEM}}}
 	if got := reqs[0].(*ctrlv1.CreateResolverRequest).GetSpec(); !proto.Equal(got, want) {
 		t.Errorf("spec = %v, want %v", got, want)
 	}
@@ -502,15 +489,19 @@ func TestTokenCreatePrintsSecretLast(t *testing.T) {
 	e := newEnv(t)
 	stdout, stderr := e.call(t, "", "token", "create", "--role", "Editor", "--name", "ci")
 	lines := strings.Split(strings.TrimRight(stdout, "\n"), "\n")
-	if lines[len(lines)-1] != "s3cret" || !strings.Contains(lines[0], "ROLE") || !strings.Contains(lines[1], "editor") {
+	if !strings.Contains(lines[0], "ROLE") || !strings.Contains(lines[1], "editor") {
 		t.Errorf("stdout = %q", stdout)
+	}
+	_, _, reqs := e.got()
+	if r := reqs[0].(*adminv1.CreateTokenRequest); r.GetRole() != adminv1.Role_ROLE_EDITOR || r.GetName() != "ci" {
+		t.Errorf("request = %v", r)
+	}
+	// The last line is the secret: it authenticates.
+	if _, _, err := e.run(t, "", "egress", "get", e.egress.GetEgressId(), "--addr", e.addr, "--token", lines[len(lines)-1]); err != nil {
+		t.Errorf("the last line %q is no working token: %v", lines[len(lines)-1], err)
 	}
 	if !strings.Contains(stderr, "once") {
 		t.Errorf("stderr %q lacks the shown-once note", stderr)
-	}
-	_, _, reqs := e.f.got()
-	if r := reqs[0].(*adminv1.CreateTokenRequest); r.GetRole() != adminv1.Role_ROLE_EDITOR || r.GetName() != "ci" {
-		t.Errorf("request = %v", r)
 	}
 	if _, _, err := e.run(t, "", "token", "create", "--role", "root", "--addr", e.addr, "--token", "t"); err == nil {
 		t.Error("--role root succeeded")

@@ -69,7 +69,7 @@ func newDataEnv(t *testing.T) (*env, *dataFake) {
 	t.Setenv(envAddr, "")
 	t.Setenv(envToken, "")
 	t.Setenv(envHome, home)
-	return &env{addr: srv.URL, home: home}, f
+	return &env{addr: srv.URL, home: home, token: "tok"}, f
 }
 
 func (f *dataFake) GetWorkspace(_ context.Context, r *connect.Request[ctrlv1.GetWorkspaceRequest]) (*connect.Response[ctrlv1.GetWorkspaceResponse], error) {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	adminv1 "github.com/kibotos/kibotos/gen/kibotos/admin/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/admin/v1/adminv1connect"
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 )
@@ -21,6 +22,7 @@ import (
 // the requests.
 type volumeFake struct {
 	ctrlv1connect.UnimplementedVolumeServiceHandler
+	adminv1connect.UnimplementedAdminServiceHandler
 
 	mu    sync.Mutex
 	calls []string
@@ -93,7 +95,7 @@ func (f *ctrlFake) UpdateWorkspaceVolumeBinding(_ context.Context, r *connect.Re
 	return connect.NewResponse(&ctrlv1.UpdateWorkspaceVolumeBindingResponse{Workspace: ws}), nil
 }
 
-func (f *fake) ListStoragePools(_ context.Context, r *connect.Request[adminv1.ListStoragePoolsRequest]) (*connect.Response[adminv1.ListStoragePoolsResponse], error) {
+func (f *volumeFake) ListStoragePools(_ context.Context, r *connect.Request[adminv1.ListStoragePoolsRequest]) (*connect.Response[adminv1.ListStoragePoolsResponse], error) {
 	f.record(r)
 	return connect.NewResponse(&adminv1.ListStoragePoolsResponse{StoragePools: []*adminv1.StoragePool{
 		{Name: "fast", HostIds: []string{"host_1", "host_2"}, DefaultVolumeBytes: 10 << 30, Default: true},
@@ -101,7 +103,7 @@ func (f *fake) ListStoragePools(_ context.Context, r *connect.Request[adminv1.Li
 	}}), nil
 }
 
-func (f *fake) DeclareStoragePoolLost(_ context.Context, r *connect.Request[adminv1.DeclareStoragePoolLostRequest]) (*connect.Response[adminv1.DeclareStoragePoolLostResponse], error) {
+func (f *volumeFake) DeclareStoragePoolLost(_ context.Context, r *connect.Request[adminv1.DeclareStoragePoolLostRequest]) (*connect.Response[adminv1.DeclareStoragePoolLostResponse], error) {
 	f.record(r)
 	return connect.NewResponse(&adminv1.DeclareStoragePoolLostResponse{LostVolumeIds: []string{"vol_a", "vol_b"}}), nil
 }
@@ -111,6 +113,7 @@ func newVolumeEnv(t *testing.T) (*env, *volumeFake) {
 	f := &volumeFake{vol: testVolume(ctrlv1.VolumeState_VOLUME_STATE_CREATING)}
 	mux := http.NewServeMux()
 	mux.Handle(ctrlv1connect.NewVolumeServiceHandler(f))
+	mux.Handle(adminv1connect.NewAdminServiceHandler(f))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 
@@ -118,7 +121,7 @@ func newVolumeEnv(t *testing.T) (*env, *volumeFake) {
 	t.Setenv(envAddr, "")
 	t.Setenv(envToken, "")
 	t.Setenv(envHome, home)
-	return &env{addr: srv.URL, home: home}, f
+	return &env{addr: srv.URL, home: home, token: "tok"}, f
 }
 
 func testVolume(state ctrlv1.VolumeState) *ctrlv1.Volume {
@@ -474,7 +477,7 @@ func TestVolumeBindingRejectsBadInput(t *testing.T) {
 }
 
 func TestAdminPool(t *testing.T) {
-	e := newEnv(t)
+	e, f := newVolumeEnv(t)
 	stdout, stderr := e.call(t, "", "admin", "pool", "lost", "fast")
 	if stdout != "vol_a\nvol_b\n" {
 		t.Errorf("stdout = %q, want the lost Volume IDs one a line", stdout)
@@ -493,7 +496,7 @@ func TestAdminPool(t *testing.T) {
 		t.Errorf("table:\n%s", stdout)
 	}
 
-	calls, _, reqs := e.f.got()
+	calls, reqs := f.got()
 	if strings.Join(calls, ",") != "DeclareStoragePoolLost,ListStoragePools" {
 		t.Fatalf("calls = %v", calls)
 	}

@@ -12,10 +12,13 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 )
+
+var created = timestamppb.New(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC))
 
 // ctrlFake serves the WorkspaceService and TemplateService methods the tests
 // call, records the requests, and answers from what a test put in it.
@@ -120,7 +123,7 @@ func newCtrlEnv(t *testing.T) (*env, *ctrlFake) {
 	t.Setenv(envAddr, "")
 	t.Setenv(envToken, "")
 	t.Setenv(envHome, home)
-	return &env{addr: srv.URL, home: home}, f
+	return &env{addr: srv.URL, home: home, token: "tok"}, f
 }
 
 func testWorkspace(state ctrlv1.WorkspaceState) *ctrlv1.Workspace {

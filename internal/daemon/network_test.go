@@ -24,6 +24,7 @@ import (
 	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/daemon"
 	"github.com/kibotos/kibotos/internal/host/socks5/socks5test"
+	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 	"github.com/kibotos/kibotos/internal/testutil/nettest"
 	"github.com/kibotos/kibotos/internal/testutil/testtls"
 )
@@ -96,7 +97,7 @@ func newNetEnv(t *testing.T) *netEnv {
 // newNetEnvResolving is newNetEnv with the test host's DNS server at
 // resolver as the deployment resolver.
 func newNetEnvResolving(t *testing.T, resolver netip.AddrPort) *netEnv {
-	requireRoot(t)
+	hosttest.RequireRoot(t)
 	inet := nettest.NewInternet(t)
 	v4 := serveLines(inet.Listen(t, "tcp4", nettest.HostIPv4.String()+":0"))
 	v6 := serveLines(inet.Listen(t, "tcp6", "["+nettest.HostIPv6.String()+"]:0"))

@@ -27,6 +27,7 @@ import (
 	"github.com/kibotos/kibotos/internal/host/runtime/oci"
 	"github.com/kibotos/kibotos/internal/imagestore"
 	"github.com/kibotos/kibotos/internal/testutil"
+	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
 
 // guestAgent is the kibotos-guest binary TestMain builds.
@@ -57,13 +58,6 @@ type deployment struct {
 	done   chan error
 }
 
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("workspaces need root (make test runs as root)")
-	}
-}
-
 // up starts a deployment on home; stop it with d.stop.
 func up(t *testing.T, home string) *deployment {
 	t.Helper()
@@ -74,7 +68,7 @@ func up(t *testing.T, home string) *deployment {
 // settings.
 func upWith(t *testing.T, home string, o daemon.Options) *deployment {
 	t.Helper()
-	requireRoot(t)
+	hosttest.RequireRoot(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan net.Addr, 1)
 	d := &deployment{t: t, home: home, cancel: cancel, done: make(chan error, 1)}
@@ -442,7 +436,7 @@ func TestImportedTemplateRuns(t *testing.T) {
 	defer d.stop()
 	ctx := context.Background()
 
-	base, err := imagestore.BuiltinImage("/bin/busybox")
+	base, err := imagestore.BuiltinImage(imagestore.DefaultBusybox)
 	if err != nil {
 		t.Fatal(err)
 	}

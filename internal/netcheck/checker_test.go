@@ -7,37 +7,11 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/kibotos/kibotos/internal/testutil/fakeresolver"
 )
 
 var _ Resolver = (*net.Resolver)(nil)
-
-// fakeResolver answers from a table and records how it was called.
-type fakeResolver struct {
-	answers  map[string][]netip.Addr
-	err      error
-	calls    int
-	network  string
-	deadline time.Duration
-}
-
-func (f *fakeResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
-	f.calls++
-	f.network = network
-	if d, ok := ctx.Deadline(); ok {
-		f.deadline = time.Until(d)
-	}
-	if f.err != nil {
-		return nil, f.err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	addrs, ok := f.answers[host]
-	if !ok {
-		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
-	}
-	return addrs, nil
-}
 
 func addrs(ss ...string) []netip.Addr {
 	var out []netip.Addr
@@ -88,14 +62,17 @@ func TestCheckEndpoint(t *testing.T) {
 		{"[fe80::1%eth0]:80", "", "syntax", 0},
 	}
 	for _, tt := range tests {
-		r := &fakeResolver{answers: answers}
+		r := fakeresolver.New(answers)
 		c := Checker{Resolver: r, Exempt: []netip.Prefix{netip.MustParsePrefix("10.7.0.0/16")}}
 		err := c.CheckEndpoint(context.Background(), tt.endpoint)
-		if r.calls != tt.lookups {
-			t.Errorf("%s: %d lookups, want %d", tt.endpoint, r.calls, tt.lookups)
+		lookups := r.Lookups()
+		if len(lookups) != tt.lookups {
+			t.Errorf("%s: %d lookups, want %d", tt.endpoint, len(lookups), tt.lookups)
 		}
-		if r.calls > 0 && (r.network != "ip" || r.deadline <= 0 || r.deadline > ResolveTimeout) {
-			t.Errorf("%s: lookup on %q with deadline %v", tt.endpoint, r.network, r.deadline)
+		for _, l := range lookups {
+			if l.Network != "ip" || l.Timeout <= 0 || l.Timeout > ResolveTimeout {
+				t.Errorf("%s: lookup on %q with deadline %v", tt.endpoint, l.Network, l.Timeout)
+			}
 		}
 		if tt.kind == "" {
 			if err != nil {
@@ -127,7 +104,7 @@ func TestCheckEndpoint(t *testing.T) {
 
 func TestCheckEndpointResolveError(t *testing.T) {
 	dnsErr := &net.DNSError{Err: "server misbehaving", Name: "x.example", IsTemporary: true}
-	c := Checker{Resolver: &fakeResolver{err: dnsErr}}
+	c := Checker{Resolver: fakeresolver.Failing(dnsErr)}
 	err := c.CheckEndpoint(context.Background(), "x.example:80")
 	var got *net.DNSError
 	if !errors.As(err, &got) || got != dnsErr {
@@ -138,7 +115,7 @@ func TestCheckEndpointResolveError(t *testing.T) {
 func TestCheckEndpointContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	r := &fakeResolver{answers: map[string][]netip.Addr{"public.example": addrs("93.184.215.14")}}
+	r := fakeresolver.New(map[string][]netip.Addr{"public.example": addrs("93.184.215.14")})
 	c := Checker{Resolver: r}
 	err := c.CheckEndpoint(ctx, "public.example:80")
 	if !errors.Is(err, context.Canceled) {
@@ -150,8 +127,9 @@ func TestCheckEndpointContext(t *testing.T) {
 	if err := c.CheckEndpoint(ctx, "public.example:80"); err != nil {
 		t.Fatal(err)
 	}
-	if r.deadline > time.Second {
-		t.Fatalf("lookup deadline %v is later than the caller's", r.deadline)
+	lookups := r.Lookups()
+	if last := lookups[len(lookups)-1]; last.Timeout > time.Second {
+		t.Fatalf("lookup deadline %v is later than the caller's", last.Timeout)
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kibotos/kibotos/internal/testutil/fakeresolver"
 )
 
 func TestDial(t *testing.T) {
@@ -28,10 +30,10 @@ func TestDial(t *testing.T) {
 	port := uint16(l.Addr().(*net.TCPAddr).Port)
 	// 127.0.0.2 is refused by the check; the mapped 127.0.0.1 is admitted
 	// and dialed as IPv4.
-	r := &fakeResolver{answers: map[string][]netip.Addr{
+	r := fakeresolver.New(map[string][]netip.Addr{
 		"svc.example":  {netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("::ffff:127.0.0.1")},
 		"deny.example": {netip.MustParseAddr("127.0.0.2")},
-	}}
+	})
 	var checked []netip.Addr
 	check := func(a netip.Addr) error {
 		checked = append(checked, a)
@@ -69,9 +71,9 @@ func TestDial(t *testing.T) {
 		t.Errorf("every address refused: %v", err)
 	}
 	// An IP address is not resolved; nothing listens on port 1.
-	calls := r.calls
+	calls := len(r.Lookups())
 	_, _, err = Dial(ctx, r, nil, "tcp", "127.0.0.1", 1)
-	if step(err) != DialConnect || r.calls != calls {
-		t.Errorf("closed port: %v (resolver calls %d → %d)", err, calls, r.calls)
+	if step(err) != DialConnect || len(r.Lookups()) != calls {
+		t.Errorf("closed port: %v (resolver calls %d → %d)", err, calls, len(r.Lookups()))
 	}
 }

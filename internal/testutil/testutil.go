@@ -1,5 +1,8 @@
 // Package testutil opens real stores for tests: a fresh SQLite file, or a
 // fresh database on the PostgreSQL server that scripts/test-postgres starts.
+// Its sub-packages hold the other helpers every package's tests share (the
+// in-process control plane, host skips and root filesystems, a fake
+// resolver, test certificates, a test "internet").
 package testutil
 
 import (

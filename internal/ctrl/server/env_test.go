@@ -24,6 +24,7 @@ import (
 	"github.com/kibotos/kibotos/internal/imagestore"
 	"github.com/kibotos/kibotos/internal/netcheck"
 	"github.com/kibotos/kibotos/internal/testutil"
+	"github.com/kibotos/kibotos/internal/testutil/fakeresolver"
 )
 
 // env is one control plane served over real HTTP on loopback.
@@ -38,18 +39,9 @@ type env struct {
 	http     *http.Client
 }
 
-// fakeResolver answers hostname lookups from a table, so that tests never
+// testHosts are the hostnames the tests' resolver knows; the tests never
 // send a DNS query.
-type fakeResolver map[string][]netip.Addr
-
-func (r fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
-	if addrs, ok := r[host]; ok {
-		return addrs, nil
-	}
-	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
-}
-
-var testResolver = fakeResolver{
+var testHosts = map[string][]netip.Addr{
 	"proxy.example.com":    {netip.MustParseAddr("93.184.216.34")},
 	"internal.example.com": {netip.MustParseAddr("10.1.2.3")},
 	"mixed.example.com":    {netip.MustParseAddr("93.184.216.34"), netip.MustParseAddr("fd00::1")},
@@ -72,7 +64,7 @@ func newEnv(t testing.TB, st store.Store) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := server.Handler(ctx, server.Config{Store: st, Checker: &netcheck.Checker{Resolver: testResolver}, Images: images})
+	h, err := server.Handler(ctx, server.Config{Store: st, Checker: &netcheck.Checker{Resolver: fakeresolver.New(testHosts)}, Images: images})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,38 +2,15 @@ package server_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"strings"
 	"testing"
-	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/testutil/testtls"
 )
-
-// testCertPEM returns a self-signed certificate in PEM.
-func testCertPEM(t *testing.T) string {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
-}
 
 func withTLS(address, serverName, ca string) *ctrlv1.EgressSpec {
 	s := socks5(address)
@@ -55,7 +32,7 @@ func u32(v uint32) *uint32 { return &v }
 func TestBadInputsAreRejectedAndStoreNothing(t *testing.T) {
 	backends(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		ca := testCertPEM(t)
+		_, ca := testtls.New(t, "proxy.example.com")
 		good := e.createEgress(socks5("93.184.216.34:1080"), map[string]string{"keep": "me"})
 		goodResolver := e.createResolver(&ctrlv1.ResolverSpec{Protocol: &ctrlv1.ResolverSpec_Udp{Udp: &ctrlv1.UdpResolver{Address: "9.9.9.9:53"}}})
 		long := strings.Repeat("a", 256)
@@ -180,7 +157,7 @@ func TestBadInputsAreRejectedAndStoreNothing(t *testing.T) {
 
 func TestValidEdgeCasesAreAccepted(t *testing.T) {
 	backends(t, func(t *testing.T, e *env) {
-		ca := testCertPEM(t)
+		_, ca := testtls.New(t, "proxy.example.com")
 		for name, spec := range map[string]*ctrlv1.EgressSpec{
 			"hostname resolving public":   socks5("proxy.example.com:1080"),
 			"IPv6 public in brackets":     socks5("[2606:4700::1111]:1080"),

@@ -15,6 +15,7 @@ import (
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/netcheck"
+	"github.com/kibotos/kibotos/internal/testutil/fakeresolver"
 )
 
 const public = ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET
@@ -303,16 +304,9 @@ func TestUpdateNetworkPolicyReferences(t *testing.T) {
 	}
 }
 
-// lookup answers every hostname with one address.
-type lookup struct{ addr netip.Addr }
-
-func (l *lookup) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
-	return []netip.Addr{l.addr}, nil
-}
-
 func TestUpdateNetworkPolicyReplay(t *testing.T) {
 	s, ctx := newService(t)
-	dns := &lookup{addr: netip.MustParseAddr("9.9.9.9")}
+	dns := fakeresolver.New(map[string][]netip.Addr{"dns.example.com": {netip.MustParseAddr("9.9.9.9")}})
 	s.Checker = &netcheck.Checker{Resolver: dns}
 	putObject(t, s, ctx, store.KindResolver, "rsv_name", &ctrlv1.ResolverSpec{Protocol: &ctrlv1.ResolverSpec_Udp{Udp: &ctrlv1.UdpResolver{Address: "dns.example.com:53"}}})
 	id := create(t, s, ctx, 128<<20).WorkspaceId
@@ -330,7 +324,7 @@ func TestUpdateNetworkPolicyReplay(t *testing.T) {
 	// The retry replays the first answer, although its revision is stale
 	// and the upstream's name now resolves to a private address, and a
 	// revision in the policy does not make it another command.
-	dns.addr = netip.MustParseAddr("10.0.0.53")
+	dns.Set("dns.example.com", netip.MustParseAddr("10.0.0.53"))
 	retry := proto.CloneOf(req)
 	retry.Policy.Revision = 7
 	replayed, err := setPolicy(s, ctx, retry)

@@ -16,6 +16,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
+	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
 
 // testEnv is the data plane served in-process over HTTP/2 on a unix
@@ -29,9 +30,8 @@ type testEnv struct {
 
 func newTestEnv(t *testing.T) *testEnv {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: processes and files run as other users")
-	}
+	// Processes and files run as other users.
+	hosttest.RequireRoot(t)
 	e := &testEnv{
 		procs: NewProcessService(ProcessConfig{Waiter: ChildWaiter{}, Logf: t.Logf}),
 		files: NewFileService(FileConfig{Logf: t.Logf}),

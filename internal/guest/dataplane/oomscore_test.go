@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
+	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
 
 // oomScoreAdj is this process's oom_score_adj.
@@ -62,9 +63,7 @@ func TestExecShim(t *testing.T) {
 // BenchmarkStart starts `true` and waits for its exit, directly and
 // through the exec shim (this process's oom_score_adj raised).
 func BenchmarkStart(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root")
-	}
+	hosttest.RequireRoot(b)
 	procs := NewProcessService(ProcessConfig{Waiter: ChildWaiter{}})
 	old, err := readOOMScoreAdj()
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"github.com/kibotos/kibotos/internal/host/runtime"
 	"github.com/kibotos/kibotos/internal/host/runtime/oci"
 	"github.com/kibotos/kibotos/internal/testutil"
+	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
 
 // guest is a guest agent running as PID 1 of a runc container, with
@@ -37,15 +37,7 @@ type guest struct {
 // and waits until it answers probes.
 func startGuest(t *testing.T, id string, memory uint64, extra map[string][]byte) *guest {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
-	if _, err := exec.LookPath("runc"); err != nil {
-		t.Skip("needs runc")
-	}
-	if _, err := os.Stat("/bin/busybox"); err != nil {
-		t.Skip("needs /bin/busybox")
-	}
+	hosttest.RequireContainers(t)
 	tmp := t.TempDir()
 	agent := filepath.Join(tmp, "kibotos-guest")
 	if err := testutil.Build(agent, testutil.GuestAgentPackage); err != nil {
@@ -60,7 +52,7 @@ func startGuest(t *testing.T, id string, memory uint64, extra map[string][]byte)
 	if err := g.d.CreateLayer(g.ctx, img, 64<<20); err != nil {
 		t.Fatal(err)
 	}
-	root := busyboxRoot(t)
+	root := hosttest.BusyboxRoot(t)
 	for name, content := range extra {
 		if err := os.WriteFile(filepath.Join(root, name), content, 0o755); err != nil {
 			t.Fatal(err)
@@ -208,48 +200,4 @@ func TestInGuest(t *testing.T) {
 	if err := <-stopped; err != nil {
 		t.Fatalf("stop: %v", err)
 	}
-}
-
-// busyboxRoot builds a busybox root filesystem with root and a user app
-// (uid 1000) whose home exists.
-func busyboxRoot(t *testing.T) string {
-	t.Helper()
-	root := filepath.Join(t.TempDir(), "root")
-	for _, dir := range []string{"bin", "etc", "root", "proc", "sys", "dev", "tmp", "run", "home/app"} {
-		if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	os.Chmod(filepath.Join(root, "tmp"), 0o1777)
-	if err := os.Chown(filepath.Join(root, "home/app"), 1000, 1000); err != nil {
-		t.Fatal(err)
-	}
-	bb, err := os.ReadFile("/bin/busybox")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, "bin", "busybox"), bb, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command("/bin/busybox", "--list").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range strings.Fields(string(out)) {
-		if name != "busybox" && !strings.Contains(name, "/") {
-			if err := os.Symlink("busybox", filepath.Join(root, "bin", name)); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	for name, content := range map[string]string{
-		"etc/passwd": "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000:app:/home/app:/bin/sh\n",
-		"etc/group":  "root:x:0:\ntty:x:5:\napp:x:1000:\n",
-		"etc/motd":   "welcome\n",
-	} {
-		if err := os.WriteFile(filepath.Join(root, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return root
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/kibotos/kibotos/internal/host/runtime"
 	"github.com/kibotos/kibotos/internal/host/runtime/fake"
 	"github.com/kibotos/kibotos/internal/imagestore"
+	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
 
 // These tests run the reconciler against the fake driver and hostAPI, a
@@ -201,9 +202,7 @@ type reconcilerEnv struct {
 
 func newReconcilerEnv(t *testing.T) *reconcilerEnv {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: network slots are network namespaces")
-	}
+	hosttest.RequireRoot(t) // network slots are network namespaces
 	api := newHostAPI()
 	mux := http.NewServeMux()
 	mux.Handle(hostv1connect.NewHostServiceHandler(api))

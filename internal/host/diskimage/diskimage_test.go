@@ -18,14 +18,14 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
 
 // needHost skips unless the test can make filesystems and loop devices.
 func needHost(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	hosttest.RequireRoot(t)
 	for _, tool := range []string{"mkfs.ext4", "e2fsck", "resize2fs"} {
 		if _, err := LookPath(tool); err != nil {
 			t.Skip("needs " + tool)

@@ -3,6 +3,7 @@ package dnsforward
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/kibotos/kibotos/internal/testutil/testtls"
 )
 
 var direct = (&net.Dialer{}).DialContext
@@ -91,18 +94,18 @@ func wantReports(t *testing.T, r *reports, want ...any) {
 }
 
 // upstreams starts one upstream per protocol that answers from the zone.
-func upstreams(t *testing.T, pki testPKI) map[string]Upstream {
+func upstreams(t *testing.T, serverTLS *tls.Config, caPEM string) map[string]Upstream {
 	return map[string]Upstream{
 		"udp":   {Protocol: UDP, Address: udpUpstream(t)},
 		"tcp":   {Protocol: TCP, Address: tcpUpstream(t, nil)},
-		"tls":   {Protocol: TLS, Address: tcpUpstream(t, &pki.cert), CACertPEM: pki.caPEM},
-		"https": {Protocol: HTTPS, URL: httpsUpstream(t, pki.cert) + "/dns-query", CACertPEM: pki.caPEM},
+		"tls":   {Protocol: TLS, Address: tcpUpstream(t, serverTLS), CACertPEM: caPEM},
+		"https": {Protocol: HTTPS, URL: httpsUpstream(t, serverTLS) + "/dns-query", CACertPEM: caPEM},
 	}
 }
 
 func TestAnswerForwardsAndPassesResultsThrough(t *testing.T) {
-	pki := newPKI(t, "dns.test")
-	for name, up := range upstreams(t, pki) {
+	serverTLS, caPEM := testtls.New(t, "127.0.0.1", "dns.test")
+	for name, up := range upstreams(t, serverTLS, caPEM) {
 		t.Run(name, func(t *testing.T) {
 			f, r := newForwarder(up, direct)
 
@@ -133,15 +136,15 @@ func TestAnswerPassesTruncatedUDPAnswerThrough(t *testing.T) {
 }
 
 func TestAnswerTLSServerName(t *testing.T) {
-	pki := newPKI(t, "dns.test")
-	address := tcpUpstream(t, &pki.cert)
-	url := httpsUpstream(t, pki.cert) + "/dns-query"
+	serverTLS, caPEM := testtls.New(t, "127.0.0.1", "dns.test")
+	address := tcpUpstream(t, serverTLS)
+	url := httpsUpstream(t, serverTLS) + "/dns-query"
 	for _, tc := range []struct {
 		name string
 		up   Upstream
 	}{
-		{"tls", Upstream{Protocol: TLS, Address: address, ServerName: "dns.test", CACertPEM: pki.caPEM}},
-		{"https", Upstream{Protocol: HTTPS, URL: url, ServerName: "dns.test", CACertPEM: pki.caPEM}},
+		{"tls", Upstream{Protocol: TLS, Address: address, ServerName: "dns.test", CACertPEM: caPEM}},
+		{"https", Upstream{Protocol: HTTPS, URL: url, ServerName: "dns.test", CACertPEM: caPEM}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, r := newForwarder(tc.up, direct)
@@ -153,20 +156,20 @@ func TestAnswerTLSServerName(t *testing.T) {
 }
 
 func TestAnswerTLSVerificationFailed(t *testing.T) {
-	pki := newPKI(t, "dns.test")
-	other := newPKI(t, "dns.test")
-	address := tcpUpstream(t, &pki.cert)
-	url := httpsUpstream(t, pki.cert) + "/dns-query"
+	serverTLS, caPEM := testtls.New(t, "127.0.0.1", "dns.test")
+	_, otherCA := testtls.New(t, "127.0.0.1", "dns.test")
+	address := tcpUpstream(t, serverTLS)
+	url := httpsUpstream(t, serverTLS) + "/dns-query"
 	for _, tc := range []struct {
 		name string
 		up   Upstream
 	}{
-		{"tls wrong CA", Upstream{Protocol: TLS, Address: address, CACertPEM: other.caPEM}},
-		{"tls wrong name", Upstream{Protocol: TLS, Address: address, ServerName: "other.test", CACertPEM: pki.caPEM}},
+		{"tls wrong CA", Upstream{Protocol: TLS, Address: address, CACertPEM: otherCA}},
+		{"tls wrong name", Upstream{Protocol: TLS, Address: address, ServerName: "other.test", CACertPEM: caPEM}},
 		{"tls system roots", Upstream{Protocol: TLS, Address: address}},
 		{"tls CA not PEM", Upstream{Protocol: TLS, Address: address, CACertPEM: "not a certificate"}},
-		{"https wrong CA", Upstream{Protocol: HTTPS, URL: url, CACertPEM: other.caPEM}},
-		{"https wrong name", Upstream{Protocol: HTTPS, URL: url, ServerName: "other.test", CACertPEM: pki.caPEM}},
+		{"https wrong CA", Upstream{Protocol: HTTPS, URL: url, CACertPEM: otherCA}},
+		{"https wrong name", Upstream{Protocol: HTTPS, URL: url, ServerName: "other.test", CACertPEM: caPEM}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, r := newForwarder(tc.up, direct)
@@ -178,10 +181,10 @@ func TestAnswerTLSVerificationFailed(t *testing.T) {
 }
 
 func TestAnswerHTTPErrorStatus(t *testing.T) {
-	pki := newPKI(t)
-	base := httpsUpstream(t, pki.cert)
+	serverTLS, caPEM := testtls.New(t, "127.0.0.1")
+	base := httpsUpstream(t, serverTLS)
 	for _, path := range []string{"/fail", "/nothing-here"} {
-		f, r := newForwarder(Upstream{Protocol: HTTPS, URL: base + path, CACertPEM: pki.caPEM}, direct)
+		f, r := newForwarder(Upstream{Protocol: HTTPS, URL: base + path, CACertPEM: caPEM}, direct)
 		q, b := query(t, "example.test.")
 		unpackReply(t, q, f.Answer(t.Context(), b), dns.RcodeServerFailure)
 		wantReports(t, r, HTTPErrorStatus)
@@ -212,7 +215,7 @@ func TestAnswerUpstreamUnreachable(t *testing.T) {
 }
 
 func TestAnswerUpstreamTimeout(t *testing.T) {
-	pki := newPKI(t)
+	_, caPEM := testtls.New(t, "127.0.0.1")
 	silentUDP, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -224,8 +227,8 @@ func TestAnswerUpstreamTimeout(t *testing.T) {
 	for name, up := range map[string]Upstream{
 		"udp":   {Protocol: UDP, Address: silentUDP.LocalAddr().String()},
 		"tcp":   {Protocol: TCP, Address: silentTCP},
-		"tls":   {Protocol: TLS, Address: silentTCP, CACertPEM: pki.caPEM},
-		"https": {Protocol: HTTPS, URL: "https://" + silentTCP + "/dns-query", CACertPEM: pki.caPEM},
+		"tls":   {Protocol: TLS, Address: silentTCP, CACertPEM: caPEM},
+		"https": {Protocol: HTTPS, URL: "https://" + silentTCP + "/dns-query", CACertPEM: caPEM},
 	} {
 		t.Run(name, func(t *testing.T) {
 			f, r := newForwarder(up, direct)

@@ -74,13 +74,13 @@ func udpUpstream(t *testing.T) string {
 	return pc.LocalAddr().String()
 }
 
-// tcpUpstream serves the zone over TCP, in TLS with cert when it is set,
+// tcpUpstream serves the zone over TCP, in TLS with serverTLS when it is set,
 // and returns its address.
-func tcpUpstream(t *testing.T, cert *tls.Certificate) string {
+func tcpUpstream(t *testing.T, serverTLS *tls.Config) string {
 	t.Helper()
 	ln := listenTCP(t)
-	if cert != nil {
-		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{*cert}})
+	if serverTLS != nil {
+		ln = tls.NewListener(ln, serverTLS)
 	}
 	serve(t, &dns.Server{Listener: ln})
 	return ln.Addr().String()
@@ -88,7 +88,7 @@ func tcpUpstream(t *testing.T, cert *tls.Certificate) string {
 
 // httpsUpstream serves the zone over DoH at /dns-query, answers 500 at
 // /fail, and returns the server's base URL.
-func httpsUpstream(t *testing.T, cert tls.Certificate) string {
+func httpsUpstream(t *testing.T, serverTLS *tls.Config) string {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /dns-query", func(w http.ResponseWriter, req *http.Request) {
@@ -118,7 +118,7 @@ func httpsUpstream(t *testing.T, cert tls.Certificate) string {
 	})
 	srv := httptest.NewUnstartedServer(mux)
 	srv.EnableHTTP2 = true
-	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	srv.TLS = serverTLS
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	return srv.URL

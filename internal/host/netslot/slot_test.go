@@ -23,6 +23,7 @@ import (
 	"github.com/kibotos/kibotos/internal/host/netnsfile"
 	"github.com/kibotos/kibotos/internal/host/netpolicy"
 	"github.com/kibotos/kibotos/internal/host/netslot"
+	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 	"github.com/kibotos/kibotos/internal/testutil/nettest"
 )
 
@@ -42,9 +43,7 @@ func echo(l net.Listener) {
 
 func newSlot(t *testing.T, resolvers ...netip.AddrPort) *netslot.Slot {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	hosttest.RequireRoot(t)
 	changed := make(chan struct{}, 100)
 	s, err := netslot.Create(netslot.Config{
 		Path:                filepath.Join(t.TempDir(), "slot"),

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kibotos/kibotos/internal/host/socks5"
 	"github.com/kibotos/kibotos/internal/host/socks5/socks5test"
+	"github.com/kibotos/kibotos/internal/testutil/fakeresolver"
 	"github.com/kibotos/kibotos/internal/testutil/testtls"
 )
 
@@ -275,7 +276,7 @@ func TestEndpointUnreachable(t *testing.T) {
 	_, err := d.DialContext(t.Context(), "tcp", "192.0.2.1:80")
 	wantKind(t, err, socks5.EndpointUnreachable)
 
-	r := &fakeResolver{err: &net.DNSError{Err: "no such host", Name: "proxy.test", IsNotFound: true}}
+	r := fakeresolver.Failing(&net.DNSError{Err: "no such host", Name: "proxy.test", IsNotFound: true})
 	d = &socks5.Dialer{Endpoint: socks5.Endpoint{Address: "proxy.test:1080"}, Resolver: r}
 	_, err = d.DialContext(t.Context(), "tcp", "192.0.2.1:80")
 	wantKind(t, err, socks5.EndpointUnreachable)
@@ -298,7 +299,7 @@ func TestCheckRemovesEveryAddress(t *testing.T) {
 
 	both := []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("::1")}
 	d.Endpoint.Address = net.JoinHostPort("proxy.test", port)
-	d.Resolver = &fakeResolver{answers: [][]netip.Addr{both}}
+	d.Resolver = fakeresolver.New(map[string][]netip.Addr{"proxy.test": both})
 	_, err = d.DialContext(t.Context(), "tcp", echo)
 	wantKind(t, err, socks5.EndpointUnreachable)
 	want := append([]netip.Addr{netip.MustParseAddr("127.0.0.1")}, both...)
@@ -325,7 +326,7 @@ func TestHostnameEndpointResolvedPerDial(t *testing.T) {
 	srv := socks5test.Start(t, "127.0.0.1:0", socks5test.Options{Username: user, Password: password})
 	_, port, _ := net.SplitHostPort(srv.Addr())
 	v6, v4 := netip.MustParseAddr("::1"), netip.MustParseAddr("127.0.0.1")
-	r := &fakeResolver{answers: [][]netip.Addr{{v6}, {v4}}}
+	r := fakeresolver.New(map[string][]netip.Addr{"localhost": {v6}})
 	rec := &checkRecorder{}
 	d := dialer(srv)
 	d.Endpoint.Address = net.JoinHostPort("localhost", port)
@@ -335,14 +336,19 @@ func TestHostnameEndpointResolvedPerDial(t *testing.T) {
 	// Nothing listens on [::1]:port.
 	_, err := d.DialContext(t.Context(), "tcp", echo)
 	wantKind(t, err, socks5.EndpointUnreachable)
+	r.Set("localhost", v4)
 	c, err := d.DialContext(t.Context(), "tcp", echo)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	roundTrip(t, c, "resolved again")
-	if want := []string{"ip localhost", "ip localhost"}; !slices.Equal(r.lookups, want) {
-		t.Errorf("lookups = %q, want %q", r.lookups, want)
+	var lookups []string
+	for _, l := range r.Lookups() {
+		lookups = append(lookups, l.Network+" "+l.Host)
+	}
+	if want := []string{"ip localhost", "ip localhost"}; !slices.Equal(lookups, want) {
+		t.Errorf("lookups = %q, want %q", lookups, want)
 	}
 	if got, want := rec.addrs(), []netip.Addr{v6, v4}; !slices.Equal(got, want) {
 		t.Errorf("checked %v, want %v", got, want)

@@ -2,7 +2,6 @@ package socks5_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -182,27 +181,6 @@ func dialer(srv *socks5test.Server) *socks5.Dialer {
 		Endpoint:         socks5.Endpoint{Address: srv.Addr(), Username: user, Password: password},
 		HandshakeTimeout: 2 * time.Second,
 	}
-}
-
-// fakeResolver answers each lookup with the next answer and records the
-// lookups.
-type fakeResolver struct {
-	mu      sync.Mutex
-	answers [][]netip.Addr
-	err     error
-	lookups []string // network + " " + host
-}
-
-func (r *fakeResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.lookups = append(r.lookups, network+" "+host)
-	if r.err != nil {
-		return nil, r.err
-	}
-	a := r.answers[0]
-	r.answers = r.answers[1:]
-	return a, nil
 }
 
 // checkRecorder is a dial check that records every address and refuses

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kibotos/kibotos/internal/host/netnsfile"
+	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
 
 // The test host's addresses, and the host side of its link.
@@ -44,9 +45,7 @@ type Internet struct {
 // NewInternet creates the test host; cleanup removes it with its link.
 func NewInternet(t testing.TB) *Internet {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	hosttest.RequireRoot(t)
 	in, stop, err := Start(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/kibotos/kibotos/internal/host/diskimage"
 	"github.com/kibotos/kibotos/internal/host/runtime"
 	"github.com/kibotos/kibotos/internal/host/runtime/drivertest"
+	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
 
 // TestDriverSuite runs the shared driver suite against the OCI driver
@@ -19,12 +20,8 @@ import (
 func TestDriverSuite(t *testing.T) {
 	for _, name := range []string{Runc, Crun, Runsc} {
 		t.Run(name, func(t *testing.T) {
-			if os.Geteuid() != 0 {
-				t.Skip("needs root")
-			}
-			if _, err := os.Stat("/bin/busybox"); err != nil {
-				t.Skip("needs /bin/busybox (Debian package busybox-static)")
-			}
+			hosttest.RequireRoot(t)
+			hosttest.RequireBusybox(t)
 			if _, err := diskimage.LookPath(name); err != nil {
 				t.Skipf("%s is not installed (Debian package %s; scripts/install-deps installs only runc)", name, name)
 			}
@@ -45,7 +42,7 @@ type suiteMachine struct {
 
 func newSuiteMachine(t *testing.T, name string) *suiteMachine {
 	dir := t.TempDir()
-	m := &suiteMachine{runtime: name, state: filepath.Join(dir, "runtime"), layers: []string{baseLayer(t), topLayer(t)}}
+	m := &suiteMachine{runtime: name, state: filepath.Join(dir, "runtime"), layers: []string{hosttest.BusyboxRoot(t), topLayer(t)}}
 	m.Driver(t)
 	// Whatever a failed test left: force-stop every execution of the
 	// state directory before it goes (cleanups run last-in first-out).

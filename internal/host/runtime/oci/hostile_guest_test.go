@@ -14,6 +14,7 @@ import (
 
 	"github.com/kibotos/kibotos/internal/host/runtime"
 	"github.com/kibotos/kibotos/internal/testutil"
+	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
 
 // linkInto makes the host files hostPaths part of layer, at the same
@@ -408,7 +409,7 @@ func TestNoDescriptorLeak(t *testing.T) {
 // TestGuestTmpfsPercent: the share of memory for /tmp and /run is within
 // 1 to 100 percent and sizes both.
 func TestGuestTmpfsPercent(t *testing.T) {
-	needHost(t)
+	hosttest.RequireContainers(t)
 	for _, pct := range []int{-1, 101} {
 		if _, err := New(Config{StateDir: t.TempDir(), GuestTmpfsPercent: pct}); err == nil {
 			t.Errorf("New accepted a guest tmpfs share of %d%%", pct)

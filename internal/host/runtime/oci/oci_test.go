@@ -14,6 +14,7 @@ import (
 	"github.com/kibotos/kibotos/internal/host/diskimage"
 	"github.com/kibotos/kibotos/internal/host/runtime"
 	"github.com/kibotos/kibotos/internal/testutil"
+	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
 
 // guestAgent is the kibotos-guest binary TestMain builds.
@@ -41,29 +42,15 @@ type env struct {
 	layers []string
 }
 
-// needHost skips unless the test can run real containers.
-func needHost(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
-	if _, err := diskimage.LookPath("runc"); err != nil {
-		t.Skip("needs runc")
-	}
-	if _, err := os.Stat("/bin/busybox"); err != nil {
-		t.Skip("needs /bin/busybox")
-	}
-}
-
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	needHost(t)
+	hosttest.RequireContainers(t)
 	state := t.TempDir()
 	d, err := New(Config{StateDir: filepath.Join(state, "runtime")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{d: d, state: state, layers: []string{baseLayer(t), topLayer(t)}}
+	e := &env{d: d, state: state, layers: []string{hosttest.BusyboxRoot(t), topLayer(t)}}
 	// Whatever a failed test left: force-stop every execution of the
 	// state dir before the temp dir goes (cleanups run last-in first-out).
 	t.Cleanup(func() {
@@ -78,41 +65,6 @@ func newEnv(t testing.TB) *env {
 		}
 	})
 	return e
-}
-
-// baseLayer builds a busybox rootfs.
-func baseLayer(t testing.TB) string {
-	t.Helper()
-	root := filepath.Join(t.TempDir(), "base")
-	for _, dir := range []string{"bin", "etc", "root", "proc", "sys", "dev", "tmp", "run"} {
-		if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	os.Chmod(filepath.Join(root, "tmp"), 0o1777)
-	bb, err := os.ReadFile("/bin/busybox")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, "bin", "busybox"), bb, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command("/bin/busybox", "--list").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range strings.Fields(string(out)) {
-		if name == "busybox" || strings.Contains(name, "/") {
-			continue
-		}
-		if err := os.Symlink("busybox", filepath.Join(root, "bin", name)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	writeFile(t, filepath.Join(root, "etc", "passwd"), "root:x:0:0:root:/root:/bin/sh\n")
-	writeFile(t, filepath.Join(root, "etc", "group"), "root:x:0:\ntty:x:5:\n")
-	writeFile(t, filepath.Join(root, "etc", "motd"), "base\n")
-	return root
 }
 
 // topLayer overrides /etc/motd of the base layer.
@@ -254,7 +206,7 @@ func assertNotAttached(t testing.TB, image string) {
 }
 
 func TestLayers(t *testing.T) {
-	needHost(t)
+	hosttest.RequireContainers(t)
 	d, err := New(Config{StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
