@@ -1,0 +1,83 @@
+package netslot_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/kibotos/kibotos/internal/host/netslot"
+)
+
+// openFiles counts the process's open file descriptors by what they refer
+// to: "anon_inode:[eventfd]", "/dev/net/tun", "socket", "net" (namespace
+// handles), and so on.
+func openFiles(t *testing.T) map[string]int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]int{}
+	for _, e := range entries {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+		if err != nil {
+			continue // the directory's own descriptor, closed by now
+		}
+		// "socket:[123]" and "net:[4026531840]" name one object each; count
+		// them by type.
+		kind, _, _ := strings.Cut(target, ":[")
+		if strings.HasPrefix(target, "anon_inode:") {
+			kind = target
+		}
+		kinds[kind]++
+	}
+	return kinds
+}
+
+// TestSlotCyclesReleaseEverything creates, closes, reopens and destroys
+// slots and checks that the process holds no more descriptors than before
+// and not one more goroutine per cycle.
+func TestSlotCyclesReleaseEverything(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	const cycles = 10
+	cycle := func(i int) {
+		cfg := netslot.Config{Path: filepath.Join(t.TempDir(), fmt.Sprintf("slot%d", i))}
+		s, err := netslot.Create(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if s, err = netslot.Open(cfg); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first cycle starts what lives as long as the process (the
+	// runtime's poller, netlink's and gVisor's package state).
+	cycle(-1)
+	filesBefore, goroutinesBefore := openFiles(t), runtime.NumGoroutine()
+	for i := range cycles {
+		cycle(i)
+	}
+	filesAfter, goroutinesAfter := openFiles(t), runtime.NumGoroutine()
+	t.Logf("after %d cycles: descriptors %v (before %v), goroutines %d (before %d)", cycles, filesAfter, filesBefore, goroutinesAfter, goroutinesBefore)
+	for kind, n := range filesAfter {
+		if n > filesBefore[kind] {
+			t.Errorf("%d cycles left %d more %q descriptors (%d before)", cycles, n-filesBefore[kind], kind, filesBefore[kind])
+		}
+	}
+	// A goroutine that ended its work may not have exited yet; one left
+	// per cycle is a leak.
+	if goroutinesAfter-goroutinesBefore >= cycles {
+		t.Errorf("%d cycles left %d more goroutines (%d before)", cycles, goroutinesAfter-goroutinesBefore, goroutinesBefore)
+	}
+}
