@@ -19,7 +19,9 @@ import (
 // dispatcher to stop reading, and the pinned gVisor version never closes
 // it (the endpoint's Close does nothing). No API exposes these eventfds, so
 // they are read from the endpoint's unexported fields, and each is checked
-// to be an eventfd.
+// to be an eventfd. A gVisor version that closes them itself would make
+// closeStopFDs fail with EBADF (and the slot's tests with it): this goes
+// then.
 func newTUNLink(tun *os.File) (stack.LinkEndpoint, []int, error) {
 	// The kernel checksums what a TUN device without offloads receives, so
 	// checking again here is redundant; a guest that sent bad checksums
