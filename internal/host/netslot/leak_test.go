@@ -10,8 +10,14 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/net/icmp"
+	"golang.org/x/net/ipv4"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/host/netnsfile"
 	"github.com/kibotos/kibotos/internal/host/netpolicy"
 	"github.com/kibotos/kibotos/internal/host/netslot"
 	"github.com/kibotos/kibotos/internal/testutil/nettest"
@@ -119,5 +125,54 @@ func TestSlotCyclesReleaseEverything(t *testing.T) {
 	// per cycle is a leak.
 	if goroutinesAfter-goroutinesBefore >= cycles {
 		t.Errorf("%d cycles left %d more goroutines (%d before)", cycles, goroutinesAfter-goroutinesBefore, goroutinesBefore)
+	}
+}
+
+// TestSlotClosesUnderEchoes closes slots while their guest sends echo
+// requests that the slot answers itself (an Egress covers the
+// destination): an answer being injected must not meet the closing of the
+// TUN device. The race detector (go test -race) sees it when it does.
+func TestSlotClosesUnderEchoes(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	n := policy(1, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, 0)
+	n.Policy.Egresses = []*ctrlv1.NetworkPolicyEgress{{EgressId: "eg", Destinations: []string{"198.51.100.0/24"}}}
+	n.Egresses = []*hostv1.EgressAssignment{{EgressId: "eg", Revision: 1, Spec: &ctrlv1.EgressSpec{
+		Protocol: &ctrlv1.EgressSpec_Socks5{Socks5: &ctrlv1.Socks5Egress{Address: "127.0.0.1:1"}}}}}
+	request, _ := (&icmp.Message{Type: ipv4.ICMPTypeEcho, Body: &icmp.Echo{ID: 77, Seq: 1}}).Marshal(nil)
+	for i := range 20 {
+		s, err := netslot.Create(netslot.Config{Path: filepath.Join(t.TempDir(), fmt.Sprintf("slot%d", i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Apply(n)
+		var c *icmp.PacketConn
+		if err := netnsfile.Do(s.Path(), func() (err error) {
+			c, err = icmp.ListenPacket("ip4:icmp", "")
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		sending := make(chan struct{})
+		go func() {
+			defer close(sending)
+			for {
+				// Fails once the slot is gone and its link with it.
+				if _, err := c.WriteTo(request, &net.IPAddr{IP: net.IPv4(198, 51, 100, 1)}); err != nil {
+					return
+				}
+			}
+		}()
+		// Answers arrive: the slot is injecting.
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, _, err := c.ReadFrom(make([]byte, 1500)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Destroy(); err != nil {
+			t.Error(err)
+		}
+		c.Close()
+		<-sending
 	}
 }

@@ -263,6 +263,19 @@ func (s *Slot) Close() error {
 	return errors.Join(closeStopFDs(s.linkStopFDs), s.tun.Close())
 }
 
+// enter counts work that a goroutine the slot does not own starts in it,
+// so that Close waits for it (the caller calls s.wg.Done when done); it
+// reports false once the slot is closed.
+func (s *Slot) enter() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.wg.Add(1)
+	return true
+}
+
 // Destroy closes the slot and releases its namespace.
 func (s *Slot) Destroy() error {
 	return errors.Join(s.Close(), destroyNamespace(s.cfg.Path))
