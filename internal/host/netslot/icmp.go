@@ -58,6 +58,14 @@ func (g *echoGuard) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt 
 		g.Endpoint.DeliverNetworkPacket(proto, pkt)
 		return
 	}
+	// The link's packet processors outlive its detaching for a moment, so
+	// this may run while the slot closes: only an open slot handles the
+	// request, and Close waits for it before closing the TUN device that
+	// answers are injected into.
+	if !g.slot.enter() {
+		return
+	}
+	defer g.slot.wg.Done()
 	g.slot.handleEcho(req)
 }
 

@@ -6,6 +6,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"time"
 	"unsafe"
 
 	"github.com/vishvananda/netlink"
@@ -35,6 +37,9 @@ const (
 	// linkPrefix4 and linkPrefix6 are the link's prefix lengths.
 	linkPrefix4 = 24
 	linkPrefix6 = 64
+	// ipv6StartTimeout bounds the wait for the kernel to finish bringing up
+	// the link's IPv6 addresses, which takes milliseconds.
+	ipv6StartTimeout = 10 * time.Second
 )
 
 // createNamespace makes a network namespace kept alive by a bind mount at
@@ -154,7 +159,64 @@ func configure(path string) error {
 			return fmt.Errorf("add default route %s: %w", dst, err)
 		}
 	}
-	return nil
+	return awaitIPv6Addresses(ns, h, link)
+}
+
+// awaitIPv6Addresses waits until the kernel has finished bringing up the
+// link's IPv6 addresses: none tentative, each with its local route.
+//
+// The kernel enters an IPv6 address's local route, without which it drops
+// the packets sent to the address, only from a deferred work item, even for
+// an address without duplicate address detection, which is usable as a
+// source at once. On a loaded host that work runs late, and a guest started
+// before it would lose the answers to its first packets (its first DNS
+// query over IPv6 would wait for the resolver's retry).
+func awaitIPv6Addresses(ns netns.NsHandle, h *netlink.Handle, link netlink.Link) error {
+	updates := make(chan netlink.RouteUpdate)
+	done := make(chan struct{})
+	if err := netlink.RouteSubscribeWithOptions(updates, done, netlink.RouteSubscribeOptions{Namespace: &ns}); err != nil {
+		return fmt.Errorf("watch routes: %w", err)
+	}
+	defer func() {
+		close(done)
+		for range updates { // until the subscription's reader ends
+		}
+	}()
+	timeout := time.NewTimer(ipv6StartTimeout)
+	defer timeout.Stop()
+	for {
+		waiting, err := unreadyIPv6Address(h, link)
+		if err != nil || waiting == nil {
+			return err
+		}
+		select {
+		case <-updates:
+		case <-timeout.C:
+			return fmt.Errorf("IPv6 address %s not ready after %s", waiting, ipv6StartTimeout)
+		}
+	}
+}
+
+// unreadyIPv6Address is an IPv6 address of link that is tentative or has
+// no local route yet; nil when there is none.
+func unreadyIPv6Address(h *netlink.Handle, link netlink.Link) (net.IP, error) {
+	addrs, err := h.AddrList(link, netlink.FAMILY_V6)
+	if err != nil {
+		return nil, err
+	}
+	local, err := h.RouteListFiltered(netlink.FAMILY_V6, &netlink.Route{Table: unix.RT_TABLE_LOCAL, Type: unix.RTN_LOCAL},
+		netlink.RT_FILTER_TABLE|netlink.RT_FILTER_TYPE)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range addrs {
+		if a.Flags&unix.IFA_F_TENTATIVE != 0 || !slices.ContainsFunc(local, func(r netlink.Route) bool {
+			return r.Dst != nil && r.Dst.IP.Equal(a.IP)
+		}) {
+			return a.IP, nil
+		}
+	}
+	return nil, nil
 }
 
 // inNamespace opens the TUN device in the namespace at path, creating the

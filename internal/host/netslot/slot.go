@@ -25,7 +25,6 @@ import (
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
-	"gvisor.dev/gvisor/pkg/tcpip/link/fdbased"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
@@ -75,6 +74,8 @@ type Slot struct {
 	hard  atomic.Pointer[netpolicy.HardDeny]
 	tun   *os.File
 	stack *stack.Stack
+	// linkStopFDs are the link's eventfds that Close closes (newTUNLink).
+	linkStopFDs []int
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -144,14 +145,6 @@ func addr(ip net.IP) netip.Addr {
 }
 
 func serve(cfg Config, tun *os.File) (*Slot, error) {
-	// The kernel checksums what a TUN device without offloads receives, so
-	// checking again here is redundant; a guest that sent bad checksums
-	// would only corrupt its own connections.
-	link, err := fdbased.New(&fdbased.Options{FDs: []int{int(tun.Fd())}, MTU: MTU, RXChecksumOffload: true})
-	if err != nil {
-		tun.Close()
-		return nil, err
-	}
 	st := stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
@@ -161,7 +154,7 @@ func serve(cfg Config, tun *os.File) (*Slot, error) {
 		dnsStreams: map[*dnsStream]struct{}{},
 		echoes:     make(chan struct{}, maxEchoesInFlight)}
 	s.SetHostAddresses(cfg.HardDeny.Platform)
-	if err := s.setUp(link); err != nil {
+	if err := s.setUp(); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -185,7 +178,7 @@ func slotPrefixes() []netip.Prefix {
 	}
 }
 
-func (s *Slot) setUp(link stack.LinkEndpoint) error {
+func (s *Slot) setUp() error {
 	sack := tcpip.TCPSACKEnabled(true)
 	// No TIME_WAIT: the stack hands a SYN that meets a TIME_WAIT endpoint
 	// only to a listener, never to the forwarder, so a guest reusing the
@@ -202,6 +195,14 @@ func (s *Slot) setUp(link stack.LinkEndpoint) error {
 			return fmt.Errorf("tcp option: %s", err)
 		}
 	}
+	// The link is made just before its NIC: its dispatchers' goroutines
+	// start with it and stop only when its NIC is removed, and CreateNIC
+	// fails only for an NIC ID in use.
+	link, stopFDs, err := newTUNLink(s.tun)
+	if err != nil {
+		return err
+	}
+	s.linkStopFDs = stopFDs
 	if err := s.stack.CreateNIC(nicID, newEchoGuard(s, link)); err != nil {
 		return fmt.Errorf("create NIC: %s", err)
 	}
@@ -259,7 +260,20 @@ func (s *Slot) Close() error {
 	s.stack.Close()
 	s.wg.Wait()
 	s.stack.Wait()
-	return s.tun.Close()
+	return errors.Join(closeStopFDs(s.linkStopFDs), s.tun.Close())
+}
+
+// enter counts work that a goroutine the slot does not own starts in it,
+// so that Close waits for it (the caller calls s.wg.Done when done); it
+// reports false once the slot is closed.
+func (s *Slot) enter() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.wg.Add(1)
+	return true
 }
 
 // Destroy closes the slot and releases its namespace.

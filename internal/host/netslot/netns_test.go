@@ -1,0 +1,52 @@
+package netslot_test
+
+import (
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/kibotos/kibotos/internal/host/netslot"
+)
+
+// TestSlotGuestIPv6AddressesReadyOnCreate checks that a guest can receive
+// at each of its IPv6 addresses as soon as its slot exists: none is
+// tentative, and the kernel delivers a packet the stack sends to it over
+// the link. Otherwise the answers to a guest's first IPv6 packets are lost.
+func TestSlotGuestIPv6AddressesReadyOnCreate(t *testing.T) {
+	s := newSlot(t)
+	ns, err := netns.GetFromPath(s.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	link, err := h.LinkByName("eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs, err := h.AddrList(link, netlink.FAMILY_V6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var guest, linkLocal bool
+	for _, a := range addrs {
+		if a.Flags&unix.IFA_F_TENTATIVE != 0 {
+			t.Errorf("address %s is tentative", a.IP)
+		}
+		routes, err := h.RouteGetWithOptions(a.IP, &netlink.RouteGetOptions{Iif: "eth0", SrcAddr: netslot.GatewayIPv6})
+		if err != nil || len(routes) != 1 || routes[0].Type != unix.RTN_LOCAL {
+			t.Errorf("packet from the link to %s: routes %v (%v), want it delivered locally", a.IP, routes, err)
+		}
+		guest = guest || a.IP.Equal(netslot.GuestIPv6)
+		linkLocal = linkLocal || a.IP.IsLinkLocalUnicast()
+	}
+	if !guest || !linkLocal {
+		t.Errorf("addresses %v, want %s and a link-local one", addrs, netslot.GuestIPv6)
+	}
+}
