@@ -139,9 +139,8 @@ func (d *Driver) Status(ctx context.Context, id string) (runtime.Status, error) 
 		return runtime.Status{}, err
 	}
 	s := runtime.Status{Running: st.alive()}
-	if n, _ := oomKills(id); n > 0 {
-		s.OOMKilled = true
-	}
+	s.OOMKills, _ = oomKills(id)
+	s.OOMKilled = s.OOMKills > 0
 	if s.Running {
 		pctx, cancel := context.WithTimeout(ctx, statusProbe)
 		s.Ready = d.Probe(pctx, id) == nil
