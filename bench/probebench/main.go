@@ -103,7 +103,9 @@ func run(addr, home string, pid, n int, window time.Duration) error {
 		return err
 	}
 	guests := guestCPU() - guestsBefore
-	perMinute := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) * float64(time.Minute) / float64(window) }
+	perMinute := func(d time.Duration) float64 {
+		return float64(d) / float64(time.Millisecond) * float64(time.Minute) / float64(window)
+	}
 	fmt.Printf("kibotos up CPU: %.0f ms/min with no workspace, %.0f ms/min with %d idle workspaces\n", perMinute(idle), perMinute(loaded), n)
 	fmt.Printf("per idle workspace: %.2f ms of kibotos up CPU per minute (ctrl + host agent), %.2f ms of its guest's CPU per minute\n",
 		perMinute(loaded-idle)/float64(n), perMinute(guests)/float64(n))
