@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"os"
-	"strings"
 
+	"github.com/kibotos/kibotos/internal/guestabi"
 	"github.com/kibotos/kibotos/internal/host/runtime"
 )
 
@@ -21,12 +21,7 @@ func (d *Driver) CheckGuest(ctx context.Context, id string) (runtime.GuestCheck,
 		return runtime.GuestCheck{}, runtime.ErrNotFound
 	}
 	var c runtime.GuestCheck
-	answer, err := d.agentCommand(ctx, id, "PING", "READY")
-	if err != nil {
-		c.ProbeErr = err
-	} else {
-		c.BootID = strings.TrimSpace(strings.TrimPrefix(answer, "READY"))
-	}
+	c.BootID, c.ProbeErr = d.agentCommand(ctx, id, guestabi.CommandPing, guestabi.AnswerReady)
 	// Read after the answer, so the count covers every kill before it.
 	c.OOMKills, _ = oomKills(id)
 	return c, nil
