@@ -65,7 +65,7 @@ type Config struct {
 	// StoragePools are the storage pools the host reaches.
 	StoragePools []StoragePool
 	// GuestProbeInterval is how often the guest of each running execution
-	// is probed; zero means every 2 s.
+	// is probed; zero is DefaultGuestProbeInterval.
 	GuestProbeInterval time.Duration
 }
 
@@ -105,7 +105,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, execs: map[string]*execution{}, reports: make(chan *hostv1.ExecutionReport, 256),
 		volumeReports: make(chan *hostv1.VolumeReport, 256), registered: make(chan struct{}), readyTimeout: defaultReadyTimeout,
-		probeEvery: cmp.Or(cfg.GuestProbeInterval, defaultProbeEvery)}
+		probeEvery: cmp.Or(cfg.GuestProbeInterval, DefaultGuestProbeInterval)}
 	vols, err := newVolumes(a, cfg.StoragePools)
 	if err != nil {
 		return nil, err

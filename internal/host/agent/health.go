@@ -13,9 +13,9 @@ import (
 
 // The periodic probe of running guests.
 const (
-	// defaultProbeEvery is how often each running execution's guest is
-	// probed.
-	defaultProbeEvery = 2 * time.Second
+	// DefaultGuestProbeInterval is how often each running execution's
+	// guest is probed unless Config.GuestProbeInterval says otherwise.
+	DefaultGuestProbeInterval = 2 * time.Second
 	// probeTimeout bounds one periodic probe: a guest that takes longer is
 	// UNRESPONSIVE.
 	probeTimeout = time.Second
