@@ -97,12 +97,12 @@ func run(addr, home string, pid, n int, window time.Duration) error {
 		}
 	}
 	time.Sleep(5 * time.Second) // let the starts' work settle
-	guestsBefore := guestCPU()
+	guestsBefore := guestCPU(ids)
 	loaded, err := sample(pid, window)
 	if err != nil {
 		return err
 	}
-	guests := guestCPU() - guestsBefore
+	guests := guestCPU(ids) - guestsBefore
 	perMinute := func(d time.Duration) float64 {
 		return float64(d) / float64(time.Millisecond) * float64(time.Minute) / float64(window)
 	}
@@ -141,10 +141,14 @@ func processCPU(pid int) (time.Duration, error) {
 	return time.Duration(utime+stime) * time.Second / clockTicks, nil
 }
 
-// guestCPU sums the CPU time of every workspace cgroup (cgroup v1
+// guestCPU sums the CPU time of the workspaces' cgroups (cgroup v1
 // cpuacct, where the OCI driver puts them).
-func guestCPU() time.Duration {
-	files, _ := filepath.Glob("/sys/fs/cgroup/cpuacct/kibotos/*/cpuacct.usage")
+func guestCPU(ids []string) time.Duration {
+	var files []string
+	for _, id := range ids {
+		f, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/cpuacct/kibotos", id+"-*", "cpuacct.usage"))
+		files = append(files, f...)
+	}
 	var total time.Duration
 	for _, f := range files {
 		b, err := os.ReadFile(f)
