@@ -12,11 +12,13 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/kibotos/kibotos/internal/cli"
 	"github.com/kibotos/kibotos/internal/daemon"
+	"github.com/kibotos/kibotos/internal/host/agent"
 	"github.com/kibotos/kibotos/internal/host/runtime/oci"
 	"github.com/kibotos/kibotos/internal/netcheck"
 )
@@ -81,6 +83,7 @@ func upCommand() *cobra.Command {
 		volumeSize string
 		tmpfsPct   int
 		layerSize  string
+		probeEvery time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -92,8 +95,11 @@ func upCommand() *cobra.Command {
 			if tmpfsPct < 1 || tmpfsPct > 100 {
 				return fmt.Errorf("--guest-tmpfs-percent %d: want 1 to 100", tmpfsPct)
 			}
+			if probeEvery < 100*time.Millisecond {
+				return fmt.Errorf("--guest-probe-interval %s: want at least 100ms", probeEvery)
+			}
 			o, err := flags.options(daemon.Options{Home: home, Host: true, GuestAgent: guest, Runtime: runtime,
-				GuestTmpfsPercent: tmpfsPct})
+				GuestTmpfsPercent: tmpfsPct, GuestProbeInterval: probeEvery})
 			if err != nil {
 				return err
 			}
@@ -119,6 +125,8 @@ func upCommand() *cobra.Command {
 	cmd.Flags().StringVar(&runtime, "runtime", "runc", "OCI runtime of workspaces: runc, crun or runsc")
 	cmd.Flags().IntVar(&tmpfsPct, "guest-tmpfs-percent", oci.DefaultGuestTmpfsPercent,
 		"size of a workspace's /tmp and of its /run, each, in percent of its memory limit (1 to 100)")
+	cmd.Flags().DurationVar(&probeEvery, "guest-probe-interval", agent.DefaultGuestProbeInterval,
+		"how often the host probes the guest agent of each running workspace (each probe gives up after 1s)")
 	cmd.Flags().StringVar(&resolvers, "resolvers", os.Getenv("KIBOTOS_RESOLVERS"),
 		"comma-separated IP[:port] deployment DNS resolvers workspaces use under PUBLIC_INTERNET (default: the nameservers of /etc/resolv.conf; env KIBOTOS_RESOLVERS)")
 	cmd.Flags().StringArrayVar(&pools, "storage-pool", envList("KIBOTOS_STORAGE_POOLS"),

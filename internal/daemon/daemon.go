@@ -80,6 +80,9 @@ type Options struct {
 	// GuestTmpfsPercent sizes a workspace's /tmp and /run, each, in
 	// percent of its memory limit; zero is oci.DefaultGuestTmpfsPercent.
 	GuestTmpfsPercent int
+	// GuestProbeInterval is how often the host agent probes each running
+	// guest; zero is agent.DefaultGuestProbeInterval.
+	GuestProbeInterval time.Duration
 	// DeploymentResolvers answer workspaces' DNS under PUBLIC_INTERNET when
 	// their policy names no Resolver; nil reads /etc/resolv.conf.
 	DeploymentResolvers []netip.AddrPort

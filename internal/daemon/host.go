@@ -71,7 +71,7 @@ func newHostAgent(o Options, images *imagestore.Store, ctrlURL, token string) (*
 		Runtimes: oci.Detect(), DataPlaneEndpoint: ctrlURL,
 		Network: agent.NetworkConfig{Dir: filepath.Join(o.stateDir(), "netns"),
 			DeploymentResolvers: resolvers, UnsafeExemptRanges: o.UnsafeExemptRanges},
-		StoragePools: pools,
+		StoragePools: pools, GuestProbeInterval: o.GuestProbeInterval,
 	})
 }
 

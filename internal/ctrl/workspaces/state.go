@@ -73,7 +73,7 @@ func (s *Service) apply(ctx context.Context, tx store.Tx, r *record, rep *hostv1
 		if r.book.Desired == DesiredRunning && r.ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE {
 			// The guest ended on its own: release the execution as a
 			// forced stop so that the caller can start it again.
-			s.beginStop(r, ctrlv1.StopCause_STOP_CAUSE_GUEST_SHUTDOWN, ctrlv1.StopMode_STOP_MODE_FORCE, "")
+			s.beginStop(r, exitCause(rep.OomKilled), ctrlv1.StopMode_STOP_MODE_FORCE, "")
 		}
 	case hostv1.ObservedState_OBSERVED_STATE_DELETED:
 		if r.book.Desired == DesiredDeleted {
@@ -91,6 +91,7 @@ func (s *Service) apply(ctx context.Context, tx store.Tx, r *record, rep *hostv1
 	case ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPING:
 	default:
 		clearNetwork(r.ws) // no current execution
+		r.ws.GuestObservation = nil
 	}
 	return nil
 }
@@ -118,13 +119,14 @@ func delivering(r *record, rep *hostv1.ExecutionReport, now time.Time) {
 	r.ws.Delivery = d
 }
 
-// running records a running execution's network, and makes a workspace
+// running records a running execution's network and guest, and makes a workspace
 // that waited for it AVAILABLE at the execution's generation.
 func running(r *record, rep *hostv1.ExecutionReport, now time.Time) {
 	if r.book.Desired != DesiredRunning {
 		return
 	}
 	applyNetwork(r.ws, rep.Network, now)
+	applyGuest(r.ws, rep.Guest, now)
 	if !starting(r.ws.State) && r.ws.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_UNKNOWN {
 		return
 	}

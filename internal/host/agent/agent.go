@@ -7,6 +7,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -63,6 +64,9 @@ type Config struct {
 	Network NetworkConfig
 	// StoragePools are the storage pools the host reaches.
 	StoragePools []StoragePool
+	// GuestProbeInterval is how often the guest of each running execution
+	// is probed; zero is DefaultGuestProbeInterval.
+	GuestProbeInterval time.Duration
 }
 
 // Agent converges a host's executions to ctrl's assignments.
@@ -86,6 +90,8 @@ type Agent struct {
 	registeredOnce sync.Once
 	// readyTimeout is defaultReadyTimeout; tests shorten it.
 	readyTimeout time.Duration
+	// probeEvery is how often running guests are probed.
+	probeEvery time.Duration
 }
 
 // Registered is closed once the host is registered with ctrl, so that
@@ -98,7 +104,8 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, execs: map[string]*execution{}, reports: make(chan *hostv1.ExecutionReport, 256),
-		volumeReports: make(chan *hostv1.VolumeReport, 256), registered: make(chan struct{}), readyTimeout: defaultReadyTimeout}
+		volumeReports: make(chan *hostv1.VolumeReport, 256), registered: make(chan struct{}), readyTimeout: defaultReadyTimeout,
+		probeEvery: cmp.Or(cfg.GuestProbeInterval, DefaultGuestProbeInterval)}
 	vols, err := newVolumes(a, cfg.StoragePools)
 	if err != nil {
 		return nil, err

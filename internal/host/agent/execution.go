@@ -24,6 +24,7 @@ type execution struct {
 	known   bool // desired has been set at least once
 	last    *hostv1.ExecutionReport
 	slot    *netslot.Slot // the network slot while the execution runs
+	health  guestHealth   // the periodic probe's view of the running guest
 
 	// reportMu orders reports: a slot's change never re-sends RUNNING
 	// after the execution reported something else.
@@ -34,8 +35,12 @@ type execution struct {
 
 	// Owned by run.
 	running bool
-	// stopWaiting ends the exit watch of the running execution.
+	// stopWaiting ends the exit watch and the probes of the running
+	// execution; runningCtx is their context.
 	stopWaiting context.CancelFunc
+	runningCtx  context.Context
+	// watching is true once the running execution's guest is probed.
+	watching bool
 	// pendingExit holds an exit seen before any assignment named the
 	// execution.
 	pendingExit *runtime.Status
@@ -46,18 +51,21 @@ type execution struct {
 
 // setRunning records whether the execution runs and, while it does,
 // watches for its init to end (the driver waits on a pidfd: no polling of
-// the runtime).
+// the runtime). Each run starts without an observation of its guest.
 func (e *execution) setRunning(ctx context.Context, running bool) {
 	if e.stopWaiting != nil {
 		e.stopWaiting()
-		e.stopWaiting = nil
+		e.stopWaiting, e.runningCtx = nil, nil
 	}
-	e.running = running
+	e.running, e.watching = running, false
+	e.mu.Lock()
+	e.health = guestHealth{}
+	e.mu.Unlock()
 	if !running {
 		return
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	e.stopWaiting = cancel
+	e.stopWaiting, e.runningCtx = cancel, wctx
 	go func() {
 		st, err := e.agent.cfg.Driver.Wait(wctx, e.id)
 		if err != nil || wctx.Err() != nil {
@@ -163,6 +171,7 @@ func (e *execution) observe(ctx context.Context, as *hostv1.Assignment) {
 		return
 	}
 	if e.agent.cfg.Driver.Probe(ctx, e.id) == nil {
+		e.watchGuest()
 		capacity, _ := e.agent.cfg.Layers.LayerCapacity(e.agent.layerPath(as.LayerId))
 		e.report(as, e.withNetwork(&hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_RUNNING,
 			LayerCapacityBytes: &capacity, LayerContinued: true}))

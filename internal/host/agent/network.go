@@ -107,7 +107,7 @@ func (a *Agent) netnsPath(executionID string) string {
 func (e *execution) slotConfig() netslot.Config {
 	return netslot.Config{
 		Path: e.agent.netnsPath(e.id), HardDeny: e.agent.hardDeny(), CheckEndpoint: e.agent.checkEndpoint,
-		DeploymentResolvers: e.agent.cfg.Network.DeploymentResolvers, Changed: e.networkChanged,
+		DeploymentResolvers: e.agent.cfg.Network.DeploymentResolvers, Changed: e.resendRunning,
 	}
 }
 
@@ -177,9 +177,9 @@ func (e *execution) applyNetwork(as *hostv1.Assignment) {
 	}
 }
 
-// networkChanged re-sends the running execution's report with what its
-// slot now has in force.
-func (e *execution) networkChanged() {
+// resendRunning re-sends the running execution's report with what its
+// slot now has in force (send adds the latest observation of the guest).
+func (e *execution) resendRunning() {
 	e.reportMu.Lock()
 	defer e.reportMu.Unlock()
 	as, _ := e.get()

@@ -146,11 +146,18 @@ func (h *hostAPI) mark() int {
 // first from reports.
 func (h *hostAPI) await(t *testing.T, from int, id string, state hostv1.ObservedState) *hostv1.ExecutionReport {
 	t.Helper()
+	return h.awaitReport(t, from, id, state.String(), func(r *hostv1.ExecutionReport) bool { return r.State == state })
+}
+
+// awaitReport returns the first report of id, from the from-th on, that
+// match accepts; what names it in the failure.
+func (h *hostAPI) awaitReport(t *testing.T, from int, id, what string, match func(*hostv1.ExecutionReport) bool) *hostv1.ExecutionReport {
+	t.Helper()
 	deadline := time.After(waitBound)
 	for {
 		h.mu.Lock()
 		for _, r := range h.reports[from:] {
-			if r.ExecutionId == id && r.State == state {
+			if r.ExecutionId == id && match(r) {
 				h.mu.Unlock()
 				return r
 			}
@@ -160,7 +167,7 @@ func (h *hostAPI) await(t *testing.T, from int, id string, state hostv1.Observed
 		select {
 		case <-changed:
 		case <-deadline:
-			t.Fatalf("no %v report of %s within %s; reports: %v", state, id, waitBound, h.states(id))
+			t.Fatalf("no %s report of %s within %s; reports: %v", what, id, waitBound, h.states(id))
 		}
 	}
 }
@@ -276,6 +283,7 @@ func (e *reconcilerEnv) runAgent(t *testing.T, driver *fake.Driver) (a *Agent, e
 		t.Fatal(err)
 	}
 	a.readyTimeout = 200 * time.Millisecond
+	a.probeEvery = 20 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -485,7 +493,7 @@ func TestReconcilerExit(t *testing.T) {
 	as := e.assignment("ws_oom", 1, "lay_oom")
 	e.running(t, as)
 	mark := e.api.mark()
-	if !e.driver.Exit(as.ExecutionId, runtime.Status{ExitCode: 137, Signal: "KILL", OOMKilled: true}) {
+	if !e.driver.Exit(as.ExecutionId, runtime.Status{ExitCode: 137, Signal: "KILL", OOMKilled: true, OOMKills: 1}) {
 		t.Fatal("the execution does not run")
 	}
 	if r := e.api.await(t, mark, as.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_EXITED); !r.OomKilled {
@@ -580,7 +588,7 @@ func TestReconcilerAdoptedExit(t *testing.T) {
 		defer a2.mu.Unlock()
 		return a2.execs[as.ExecutionId] != nil
 	})
-	e.driver.Exit(as.ExecutionId, runtime.Status{ExitCode: 137, Signal: "KILL", OOMKilled: true})
+	e.driver.Exit(as.ExecutionId, runtime.Status{ExitCode: 137, Signal: "KILL", OOMKilled: true, OOMKills: 1})
 	close(held)
 	if r := e.api.await(t, mark, as.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_EXITED); !r.OomKilled || r.Generation != 1 {
 		t.Errorf("EXITED report: %v", r)

@@ -116,6 +116,9 @@ func (e *execution) report(as *hostv1.Assignment, r *hostv1.ExecutionReport) {
 // send records and sends a report; reportMu is held.
 func (e *execution) send(as *hostv1.Assignment, r *hostv1.ExecutionReport) {
 	r.ExecutionId, r.WorkspaceId, r.Generation = e.id, as.WorkspaceId, as.Generation
+	if r.State == hostv1.ObservedState_OBSERVED_STATE_RUNNING {
+		r.Guest = e.guestObservation()
+	}
 	e.mu.Lock()
 	e.last = proto.CloneOf(r)
 	e.mu.Unlock()

@@ -100,6 +100,7 @@ func (e *execution) start(ctx context.Context, as *hostv1.Assignment) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	e.watchGuest()
 	capacity, _ := e.agent.cfg.Layers.LayerCapacity(path)
 	e.report(as, e.withNetwork(&hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_RUNNING,
 		LayerCapacityBytes: &capacity, LayerContinued: continued}))

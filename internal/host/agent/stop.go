@@ -11,10 +11,11 @@ import (
 
 // exit releases an execution whose init ended on its own and tells ctrl.
 func (e *execution) exit(ctx context.Context, as *hostv1.Assignment, st runtime.Status) {
+	oom := e.endedByOOM(st)
 	e.agent.cfg.Driver.Stop(ctx, e.id, runtime.StopForce, 0)
 	e.releaseSlot()
 	e.setRunning(ctx, false)
-	e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_EXITED, OomKilled: st.OOMKilled})
+	e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_EXITED, OomKilled: oom})
 }
 
 // stop ends the execution and reports true once nothing of it runs.

@@ -72,8 +72,22 @@ type Status struct {
 	ExitCode int
 	Signal   string
 	// OOMKilled reports that the memory limit killed a process of the
-	// execution at least once.
+	// execution at least once, and OOMKills how many it killed.
 	OOMKilled bool
+	OOMKills  uint64
+}
+
+// GuestCheck is one periodic look at a running execution's guest: a probe
+// of its agent and the kernel's counters of the execution.
+type GuestCheck struct {
+	// ProbeErr is why the guest agent did not answer; nil when it did.
+	ProbeErr error
+	// BootID identifies the run of the guest agent that answered; empty
+	// when it did not.
+	BootID string
+	// OOMKills is how many processes of the execution the memory limit
+	// has killed so far.
+	OOMKills uint64
 }
 
 // StopMode selects how Stop ends an execution.
@@ -114,6 +128,12 @@ type Driver interface {
 	// ErrNotFound if the driver has no such execution; an error once its
 	// init has ended.
 	Probe(ctx context.Context, id string) error
+	// CheckGuest probes the guest agent of a running execution (giving up
+	// when ctx ends) and reads its counters; ErrNotFound if the driver has
+	// no such execution. A guest that does not answer is no error: it is
+	// GuestCheck.ProbeErr. It is cheap enough to call every few seconds
+	// for every execution of a host.
+	CheckGuest(ctx context.Context, id string) (GuestCheck, error)
 	// Status observes an execution; ErrNotFound if the driver has none
 	// (never started, or stopped).
 	Status(ctx context.Context, id string) (Status, error)

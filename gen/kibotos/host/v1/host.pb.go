@@ -1694,16 +1694,21 @@ type ExecutionReport struct {
 	// stop_command_id is the StopRequest.command_id of the stop that completed,
 	// so ctrl knows which stop the durability belongs to.
 	StopCommandId string `protobuf:"bytes,13,opt,name=stop_command_id,json=stopCommandId,proto3" json:"stop_command_id,omitempty"`
-	// oom_killed says the memory limit killed a process of the execution at
-	// least once. With EXITED it tells an out-of-memory end from a guest
-	// shutdown.
+	// oom_killed, with EXITED, says the kernel's OOM killer ended the
+	// execution: it killed a process of the execution after the guest last
+	// answered a probe, and the execution's init ended. A process killed
+	// inside a guest that went on answering does not set it.
 	OomKilled bool `protobuf:"varint,14,opt,name=oom_killed,json=oomKilled,proto3" json:"oom_killed,omitempty"`
 	// observed_at is when the host made this observation, on the host's clock.
 	// ctrl stamps what it stores with its own clock.
 	ObservedAt *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=observed_at,json=observedAt,proto3" json:"observed_at,omitempty"`
 	// network is what the execution's network slot has in force, sent with
 	// RUNNING; absent before the slot first applied a policy.
-	Network       *NetworkReport `protobuf:"bytes,16,opt,name=network,proto3" json:"network,omitempty"`
+	Network *NetworkReport `protobuf:"bytes,16,opt,name=network,proto3" json:"network,omitempty"`
+	// guest is the latest periodic probe of the execution's guest, sent with
+	// RUNNING; absent before the first. Its times are on the host's clock
+	// and observed_at is unset: ctrl stamps it.
+	Guest         *v1.GuestObservation `protobuf:"bytes,17,opt,name=guest,proto3" json:"guest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1846,6 +1851,13 @@ func (x *ExecutionReport) GetObservedAt() *timestamppb.Timestamp {
 func (x *ExecutionReport) GetNetwork() *NetworkReport {
 	if x != nil {
 		return x.Network
+	}
+	return nil
+}
+
+func (x *ExecutionReport) GetGuest() *v1.GuestObservation {
+	if x != nil {
+		return x.Guest
 	}
 	return nil
 }
@@ -2148,7 +2160,7 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\vobserved_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"observedAt\"\x1a\n" +
-	"\x18ReportExecutionsResponse\"\xce\x06\n" +
+	"\x18ReportExecutionsResponse\"\x87\a\n" +
 	"\x0fExecutionReport\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12!\n" +
 	"\fworkspace_id\x18\x02 \x01(\tR\vworkspaceId\x12\x1e\n" +
@@ -2170,7 +2182,8 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"oom_killed\x18\x0e \x01(\bR\toomKilled\x12;\n" +
 	"\vobserved_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"observedAt\x128\n" +
-	"\anetwork\x18\x10 \x01(\v2\x1e.kibotos.host.v1.NetworkReportR\anetworkB\x17\n" +
+	"\anetwork\x18\x10 \x01(\v2\x1e.kibotos.host.v1.NetworkReportR\anetwork\x127\n" +
+	"\x05guest\x18\x11 \x01(\v2!.kibotos.ctrl.v1.GuestObservationR\x05guestB\x17\n" +
 	"\x15_layer_capacity_bytes\"\xa6\x02\n" +
 	"\rNetworkReport\x12<\n" +
 	"\x06status\x18\x01 \x01(\v2$.kibotos.ctrl.v1.NetworkPolicyStatusR\x06status\x12'\n" +
@@ -2261,9 +2274,10 @@ var file_kibotos_host_v1_host_proto_goTypes = []any{
 	(*timestamppb.Timestamp)(nil),    // 33: google.protobuf.Timestamp
 	(v1.FailureReason)(0),            // 34: kibotos.ctrl.v1.FailureReason
 	(v1.StopDurability)(0),           // 35: kibotos.ctrl.v1.StopDurability
-	(*v1.NetworkPolicyStatus)(nil),   // 36: kibotos.ctrl.v1.NetworkPolicyStatus
-	(*v1.EgressObservation)(nil),     // 37: kibotos.ctrl.v1.EgressObservation
-	(*v1.ResolverObservation)(nil),   // 38: kibotos.ctrl.v1.ResolverObservation
+	(*v1.GuestObservation)(nil),      // 36: kibotos.ctrl.v1.GuestObservation
+	(*v1.NetworkPolicyStatus)(nil),   // 37: kibotos.ctrl.v1.NetworkPolicyStatus
+	(*v1.EgressObservation)(nil),     // 38: kibotos.ctrl.v1.EgressObservation
+	(*v1.ResolverObservation)(nil),   // 39: kibotos.ctrl.v1.ResolverObservation
 }
 var file_kibotos_host_v1_host_proto_depIdxs = []int32{
 	5,  // 0: kibotos.host.v1.RegisterHostRequest.capacity:type_name -> kibotos.host.v1.HostCapacity
@@ -2296,22 +2310,23 @@ var file_kibotos_host_v1_host_proto_depIdxs = []int32{
 	35, // 27: kibotos.host.v1.ExecutionReport.stop_durability:type_name -> kibotos.ctrl.v1.StopDurability
 	33, // 28: kibotos.host.v1.ExecutionReport.observed_at:type_name -> google.protobuf.Timestamp
 	23, // 29: kibotos.host.v1.ExecutionReport.network:type_name -> kibotos.host.v1.NetworkReport
-	36, // 30: kibotos.host.v1.NetworkReport.status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
-	37, // 31: kibotos.host.v1.NetworkReport.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
-	38, // 32: kibotos.host.v1.NetworkReport.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
-	3,  // 33: kibotos.host.v1.HostService.RegisterHost:input_type -> kibotos.host.v1.RegisterHostRequest
-	7,  // 34: kibotos.host.v1.HostService.WatchAssignments:input_type -> kibotos.host.v1.WatchAssignmentsRequest
-	19, // 35: kibotos.host.v1.HostService.ReportExecutions:input_type -> kibotos.host.v1.ReportExecutionsRequest
-	24, // 36: kibotos.host.v1.HostService.GetTemplateBlob:input_type -> kibotos.host.v1.GetTemplateBlobRequest
-	6,  // 37: kibotos.host.v1.HostService.RegisterHost:output_type -> kibotos.host.v1.RegisterHostResponse
-	8,  // 38: kibotos.host.v1.HostService.WatchAssignments:output_type -> kibotos.host.v1.WatchAssignmentsResponse
-	21, // 39: kibotos.host.v1.HostService.ReportExecutions:output_type -> kibotos.host.v1.ReportExecutionsResponse
-	25, // 40: kibotos.host.v1.HostService.GetTemplateBlob:output_type -> kibotos.host.v1.GetTemplateBlobResponse
-	37, // [37:41] is the sub-list for method output_type
-	33, // [33:37] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	36, // 30: kibotos.host.v1.ExecutionReport.guest:type_name -> kibotos.ctrl.v1.GuestObservation
+	37, // 31: kibotos.host.v1.NetworkReport.status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
+	38, // 32: kibotos.host.v1.NetworkReport.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
+	39, // 33: kibotos.host.v1.NetworkReport.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
+	3,  // 34: kibotos.host.v1.HostService.RegisterHost:input_type -> kibotos.host.v1.RegisterHostRequest
+	7,  // 35: kibotos.host.v1.HostService.WatchAssignments:input_type -> kibotos.host.v1.WatchAssignmentsRequest
+	19, // 36: kibotos.host.v1.HostService.ReportExecutions:input_type -> kibotos.host.v1.ReportExecutionsRequest
+	24, // 37: kibotos.host.v1.HostService.GetTemplateBlob:input_type -> kibotos.host.v1.GetTemplateBlobRequest
+	6,  // 38: kibotos.host.v1.HostService.RegisterHost:output_type -> kibotos.host.v1.RegisterHostResponse
+	8,  // 39: kibotos.host.v1.HostService.WatchAssignments:output_type -> kibotos.host.v1.WatchAssignmentsResponse
+	21, // 40: kibotos.host.v1.HostService.ReportExecutions:output_type -> kibotos.host.v1.ReportExecutionsResponse
+	25, // 41: kibotos.host.v1.HostService.GetTemplateBlob:output_type -> kibotos.host.v1.GetTemplateBlobResponse
+	38, // [38:42] is the sub-list for method output_type
+	34, // [34:38] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_host_v1_host_proto_init() }

@@ -121,6 +121,9 @@ func wantGone(t *testing.T, d runtime.Driver, id string) {
 	if err := d.Probe(ctx, id); !errors.Is(err, runtime.ErrNotFound) {
 		t.Errorf("Probe(%s): %v, want ErrNotFound", id, err)
 	}
+	if _, err := d.CheckGuest(ctx, id); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("CheckGuest(%s): %v, want ErrNotFound", id, err)
+	}
 }
 
 // testStartProbeStopNormal: a started execution runs and becomes ready; a
@@ -133,6 +136,10 @@ func testStartProbeStopNormal(t *testing.T, m Machine) {
 	st, err := d.Status(ctxOf(t), spec.ID)
 	if err != nil || !st.Running || !st.Ready || st.OOMKilled {
 		t.Errorf("Status of a ready execution = %+v, %v", st, err)
+	}
+	c, err := d.CheckGuest(ctxOf(t), spec.ID)
+	if err != nil || c.ProbeErr != nil || c.BootID == "" || c.OOMKills != 0 {
+		t.Errorf("CheckGuest of a ready execution = %+v, %v", c, err)
 	}
 	if res := stop(t, m, d, spec, runtime.StopNormal); !res.Confirmed {
 		t.Error("NORMAL stop not confirmed")

@@ -71,6 +71,8 @@ type execution struct {
 	// ended is closed when init ends; status is then its final status.
 	ended  chan struct{}
 	status runtime.Status
+	// oomKills counts the processes OOMKill killed.
+	oomKills uint64
 }
 
 func (e *execution) running() bool {
@@ -111,6 +113,27 @@ func (d *Driver) NeverReady(id string) {
 	d.m.neverReady[id] = true
 }
 
+// Answer undoes NeverReady: Probe of id answers again.
+func (d *Driver) Answer(id string) {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	delete(d.m.neverReady, id)
+}
+
+// OOMKill counts a process of a running execution as killed by its memory
+// limit, as the kernel's counter would; it reports false when id does not
+// run.
+func (d *Driver) OOMKill(id string) bool {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	e := d.m.execs[id]
+	if e == nil || !e.running() {
+		return false
+	}
+	e.oomKills++
+	return true
+}
+
 // SetStopOutcome makes the next Stop of id return res and err; with a nil
 // err the execution is released as usual.
 func (d *Driver) SetStopOutcome(id string, res runtime.StopResult, err error) {
@@ -139,6 +162,8 @@ func (d *Driver) Exit(id string, st runtime.Status) bool {
 		return false
 	}
 	st.Running, st.Ready = false, false
+	st.OOMKills = max(st.OOMKills, e.oomKills)
+	st.OOMKilled = st.OOMKilled || st.OOMKills > 0
 	e.status = st
 	close(e.ended)
 	return true
@@ -319,6 +344,26 @@ func (d *Driver) Probe(ctx context.Context, id string) error {
 	return nil
 }
 
+// CheckGuest probes like Probe and reads the execution's OOM kill count
+// (see OOMKill); the boot ID is the execution's start count. See
+// runtime.Driver.
+func (d *Driver) CheckGuest(ctx context.Context, id string) (runtime.GuestCheck, error) {
+	err := d.Probe(ctx, id)
+	if errors.Is(err, runtime.ErrNotFound) {
+		return runtime.GuestCheck{}, err
+	}
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	c := runtime.GuestCheck{ProbeErr: err}
+	if e := d.m.execs[id]; e != nil {
+		c.OOMKills = e.oomKills
+	}
+	if err == nil {
+		c.BootID = fmt.Sprint(d.m.starts[id])
+	}
+	return c, nil
+}
+
 // Status observes an execution; see runtime.Driver.
 func (d *Driver) Status(ctx context.Context, id string) (runtime.Status, error) {
 	if err := ctx.Err(); err != nil {
@@ -338,7 +383,7 @@ func (m *machine) status(id string) (runtime.Status, error) {
 	if !e.running() {
 		return e.status, nil
 	}
-	return runtime.Status{Running: true, Ready: !m.neverReady[id]}, nil
+	return runtime.Status{Running: true, Ready: !m.neverReady[id], OOMKilled: e.oomKills > 0, OOMKills: e.oomKills}, nil
 }
 
 // Wait blocks until the execution's init ends or ctx ends; see

@@ -38,21 +38,23 @@ func (d *Driver) Probe(ctx context.Context, id string) error {
 		ctx, cancel = context.WithTimeout(ctx, probeTimeout)
 		defer cancel()
 	}
-	return d.agentCommand(ctx, id, guestabi.CommandPing, guestabi.AnswerReady)
+	_, err := d.agentCommand(ctx, id, guestabi.CommandPing, guestabi.AnswerReady)
+	return err
 }
 
 // stopAgent asks the guest agent to end every process within grace, sync
 // and exit (STOP → STOPPED).
 func (d *Driver) stopAgent(ctx context.Context, id string, grace time.Duration) error {
-	return d.agentCommand(ctx, id, guestabi.StopLine(grace), guestabi.AnswerStopped)
+	_, err := d.agentCommand(ctx, id, guestabi.StopLine(grace), guestabi.AnswerStopped)
+	return err
 }
 
 // agentCommand sends one command line of the probe protocol to the guest
-// agent and checks that the answer is want.
-func (d *Driver) agentCommand(ctx context.Context, id, command, want string) error {
+// agent, checks that the answer is want and returns the answer's argument.
+func (d *Driver) agentCommand(ctx context.Context, id, command, want string) (string, error) {
 	c, err := d.dialAgent(ctx, id)
 	if err != nil {
-		return fmt.Errorf("oci: guest agent of %s: %w", id, err)
+		return "", fmt.Errorf("oci: guest agent of %s: %w", id, err)
 	}
 	defer c.Close()
 	if dl, ok := ctx.Deadline(); ok {
@@ -61,16 +63,17 @@ func (d *Driver) agentCommand(ctx context.Context, id, command, want string) err
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	if err := guestabi.WriteProbeLine(c, command); err != nil {
-		return fmt.Errorf("oci: guest agent of %s: %w", id, ctxErr(ctx, err))
+		return "", fmt.Errorf("oci: guest agent of %s: %w", id, ctxErr(ctx, err))
 	}
 	line, err := guestabi.NewProbeReader(c).ReadLine()
 	if err != nil {
-		return fmt.Errorf("oci: guest agent of %s: %w", id, ctxErr(ctx, err))
+		return "", fmt.Errorf("oci: guest agent of %s: %w", id, ctxErr(ctx, err))
 	}
-	if _, ok := guestabi.ProbeAnswer(line, want); !ok {
-		return fmt.Errorf("oci: guest agent of %s answered %q to %s", id, line, command)
+	arg, ok := guestabi.ProbeAnswer(line, want)
+	if !ok {
+		return "", fmt.Errorf("oci: guest agent of %s answered %q to %s", id, line, command)
 	}
-	return nil
+	return arg, nil
 }
 
 // dialAgent connects to the agent's control socket.
@@ -139,9 +142,8 @@ func (d *Driver) Status(ctx context.Context, id string) (runtime.Status, error) 
 		return runtime.Status{}, err
 	}
 	s := runtime.Status{Running: st.alive()}
-	if n, _ := oomKills(id); n > 0 {
-		s.OOMKilled = true
-	}
+	s.OOMKills, _ = oomKills(id)
+	s.OOMKilled = s.OOMKills > 0
 	if s.Running {
 		pctx, cancel := context.WithTimeout(ctx, statusProbe)
 		s.Ready = d.Probe(pctx, id) == nil

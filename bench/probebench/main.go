@@ -1,0 +1,162 @@
+// Command probebench measures, against a running `kibotos up` (as root),
+// what idle workspaces cost in CPU: it samples the CPU time of the
+// deployment's process (the control plane and the host agent, which
+// probes every guest every 2 s and reports every 5 s) over a window with
+// no workspace, creates -n idle ones, samples the same window again, and
+// reports the difference per idle workspace per minute. It also reports
+// the CPU the guests themselves spent (their cgroups' cpuacct), which is
+// mostly answering the probes. It deletes what it created.
+//
+//	go run ./bench/probebench -addr 127.0.0.1:8870 -home /var/lib/kibotos -pid $(pgrep -o -x kibotos) -n 50
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/google/uuid"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/bearer"
+)
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's CPU times.
+const clockTicks = 100
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:8870", "address of kibotos up")
+	home := flag.String("home", "/var/lib/kibotos", "its home directory (admin token)")
+	pid := flag.Int("pid", 0, "PID of the kibotos up process")
+	n := flag.Int("n", 50, "idle workspaces")
+	window := flag.Duration("window", time.Minute, "how long each sample lasts")
+	flag.Parse()
+	if err := run(*addr, *home, *pid, *n, *window); err != nil {
+		fmt.Fprintln(os.Stderr, "probebench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(addr, home string, pid, n int, window time.Duration) error {
+	if pid == 0 {
+		return errors.New("-pid is required")
+	}
+	token, err := os.ReadFile(filepath.Join(home, "admin-token"))
+	if err != nil {
+		return err
+	}
+	client := ctrlv1connect.NewWorkspaceServiceClient(http.DefaultClient, "http://"+addr, connect.WithInterceptors(bearer.Token(strings.TrimSpace(string(token)))))
+	ctx := context.Background()
+
+	idle, err := sample(pid, window)
+	if err != nil {
+		return err
+	}
+	var ids []string
+	defer func() {
+		for _, id := range ids {
+			client.DeleteWorkspace(ctx, connect.NewRequest(&ctrlv1.DeleteWorkspaceRequest{
+				Command: &ctrlv1.CommandMetadata{CommandId: uuid.NewString()}, WorkspaceId: id}))
+		}
+	}()
+	for range n {
+		resp, err := client.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
+			Command: &ctrlv1.CommandMetadata{CommandId: uuid.NewString()},
+			Spec: &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{
+				CpuMillis: 100, MemoryBytes: 128 << 20, WritableLayerBytes: 64 << 20}},
+		}))
+		if err != nil {
+			return err
+		}
+		ids = append(ids, resp.Msg.Workspace.WorkspaceId)
+	}
+	for _, id := range ids {
+		for {
+			got, err := client.GetWorkspace(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id}))
+			if err != nil {
+				return err
+			}
+			ws := got.Msg.Workspace
+			if ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED {
+				return fmt.Errorf("workspace %s failed: %v", id, ws.Failure)
+			}
+			if ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE &&
+				ws.GuestObservation.GetCondition() == ctrlv1.GuestCondition_GUEST_CONDITION_RESPONDING {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	time.Sleep(5 * time.Second) // let the starts' work settle
+	guestsBefore := guestCPU(ids)
+	loaded, err := sample(pid, window)
+	if err != nil {
+		return err
+	}
+	guests := guestCPU(ids) - guestsBefore
+	perMinute := func(d time.Duration) float64 {
+		return float64(d) / float64(time.Millisecond) * float64(time.Minute) / float64(window)
+	}
+	fmt.Printf("kibotos up CPU: %.0f ms/min with no workspace, %.0f ms/min with %d idle workspaces\n", perMinute(idle), perMinute(loaded), n)
+	fmt.Printf("per idle workspace: %.2f ms of kibotos up CPU per minute (ctrl + host agent), %.2f ms of its guest's CPU per minute\n",
+		perMinute(loaded-idle)/float64(n), perMinute(guests)/float64(n))
+	return nil
+}
+
+// sample returns the CPU time (user + system) the process spends over
+// window.
+func sample(pid int, window time.Duration) (time.Duration, error) {
+	before, err := processCPU(pid)
+	if err != nil {
+		return 0, err
+	}
+	time.Sleep(window)
+	after, err := processCPU(pid)
+	return after - before, err
+}
+
+// processCPU reads the user and system time of a process (all threads).
+func processCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	// After the command: state is field 3, utime 14 and stime 15.
+	utime, err1 := strconv.ParseUint(fields[11], 10, 64)
+	stime, err2 := strconv.ParseUint(fields[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	return time.Duration(utime+stime) * time.Second / clockTicks, nil
+}
+
+// guestCPU sums the CPU time of the workspaces' cgroups (cgroup v1
+// cpuacct, where the OCI driver puts them).
+func guestCPU(ids []string) time.Duration {
+	var files []string
+	for _, id := range ids {
+		f, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/cpuacct/kibotos", id+"-*", "cpuacct.usage"))
+		files = append(files, f...)
+	}
+	var total time.Duration
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		v, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		total += time.Duration(v)
+	}
+	return total
+}

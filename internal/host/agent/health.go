@@ -1,0 +1,122 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/host/runtime"
+)
+
+// The periodic probe of running guests.
+const (
+	// DefaultGuestProbeInterval is how often each running execution's
+	// guest is probed unless Config.GuestProbeInterval says otherwise.
+	DefaultGuestProbeInterval = 2 * time.Second
+	// probeTimeout bounds one periodic probe: a guest that takes longer is
+	// UNRESPONSIVE.
+	probeTimeout = time.Second
+)
+
+// guestHealth is what the periodic probe knows of the guest of the running
+// execution; execution.mu guards it.
+type guestHealth struct {
+	// obs is the latest observation; nil before the first probe.
+	obs *ctrlv1.GuestObservation
+	// bootID is the boot that answered the first probe of the execution.
+	bootID string
+	// oomKillsAtAnswer is the execution's OOM kill count read right after
+	// the guest last answered.
+	oomKillsAtAnswer uint64
+}
+
+// watchGuest probes the guest of the running execution now and then every
+// probeEvery until the execution no longer runs (setRunning ends the
+// watch); each change of what the probe sees is reported at once. Call it
+// once the execution is reported RUNNING; later calls are no-ops.
+func (e *execution) watchGuest() {
+	if e.watching {
+		return
+	}
+	e.watching = true
+	ctx := e.runningCtx
+	e.checkGuest(ctx)
+	go func() {
+		t := time.NewTicker(e.agent.probeEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			e.checkGuest(ctx)
+		}
+	}()
+}
+
+// checkGuest probes the guest once and reports a change.
+func (e *execution) checkGuest(ctx context.Context) {
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	c, err := e.agent.cfg.Driver.CheckGuest(pctx, e.id)
+	cancel()
+	// An execution the driver no longer knows has ended: the exit watch
+	// reports it.
+	if err != nil || ctx.Err() != nil {
+		return
+	}
+	if e.guestChecked(c, time.Now()) {
+		e.resendRunning()
+	}
+}
+
+// guestChecked records one probe made at now and reports whether the
+// observation changed (condition, error or boot).
+func (e *execution) guestChecked(c runtime.GuestCheck, now time.Time) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	prev := e.health.obs
+	obs := &ctrlv1.GuestObservation{}
+	if c.ProbeErr == nil {
+		obs.Condition = ctrlv1.GuestCondition_GUEST_CONDITION_RESPONDING
+		if e.health.bootID == "" {
+			e.health.bootID = c.BootID
+		}
+		obs.Rebooted = c.BootID != e.health.bootID
+		e.health.oomKillsAtAnswer = c.OOMKills
+	} else {
+		obs.Condition = ctrlv1.GuestCondition_GUEST_CONDITION_UNRESPONSIVE
+		obs.Error = c.ProbeErr.Error()
+		obs.UnresponsiveSince = timestamppb.New(now)
+		if prev.GetCondition() == ctrlv1.GuestCondition_GUEST_CONDITION_UNRESPONSIVE {
+			obs.UnresponsiveSince = prev.UnresponsiveSince
+		}
+		obs.Rebooted = prev.GetRebooted()
+	}
+	e.health.obs = obs
+	return prev == nil || prev.Condition != obs.Condition || prev.Error != obs.Error || prev.Rebooted != obs.Rebooted
+}
+
+// guestObservation returns a copy of the latest observation of the guest;
+// nil before the first probe.
+func (e *execution) guestObservation() *ctrlv1.GuestObservation {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.health.obs == nil {
+		return nil
+	}
+	return proto.CloneOf(e.health.obs)
+}
+
+// endedByOOM tells, from the status of an init that ended, whether the
+// kernel's OOM killer ended it: it killed a process after the guest last
+// answered. A process killed inside a guest that answered afterwards does
+// not count.
+func (e *execution) endedByOOM(st runtime.Status) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return st.OOMKills > e.health.oomKillsAtAnswer
+}

@@ -1,0 +1,54 @@
+package agent
+
+import (
+	"testing"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/host/runtime"
+)
+
+// TestGuestProbe: a running guest is reported RESPONDING; once it stops
+// answering, UNRESPONSIVE with when and why, while the execution stays
+// RUNNING; RESPONDING again once it answers. A process the OOM killer
+// killed in a guest that answered afterwards does not make its later
+// shutdown an OOM end.
+func TestGuestProbe(t *testing.T) {
+	e := newReconcilerEnv(t)
+	e.runAgent(t, e.driver)
+	as := e.assignment("ws_probe", 1, "lay_probe")
+	mark := e.api.mark()
+	e.api.assign(as.ExecutionId, as)
+	r := e.api.await(t, mark, as.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_RUNNING)
+	if g := r.Guest; g.GetCondition() != ctrlv1.GuestCondition_GUEST_CONDITION_RESPONDING || g.Rebooted || g.Error != "" || g.UnresponsiveSince != nil {
+		t.Errorf("first RUNNING report's guest: %v", g)
+	}
+
+	mark = e.api.mark()
+	e.driver.NeverReady(as.ExecutionId)
+	r = e.api.awaitReport(t, mark, as.ExecutionId, "UNRESPONSIVE", func(r *hostv1.ExecutionReport) bool {
+		return r.Guest.GetCondition() == ctrlv1.GuestCondition_GUEST_CONDITION_UNRESPONSIVE
+	})
+	if g := r.Guest; r.State != hostv1.ObservedState_OBSERVED_STATE_RUNNING || g.UnresponsiveSince == nil || g.Error == "" {
+		t.Errorf("UNRESPONSIVE report: %v", r)
+	}
+
+	if !e.driver.OOMKill(as.ExecutionId) {
+		t.Fatal("the execution does not run")
+	}
+	mark = e.api.mark()
+	e.driver.Answer(as.ExecutionId)
+	r = e.api.awaitReport(t, mark, as.ExecutionId, "RESPONDING", func(r *hostv1.ExecutionReport) bool {
+		return r.Guest.GetCondition() == ctrlv1.GuestCondition_GUEST_CONDITION_RESPONDING
+	})
+	if g := r.Guest; g.Error != "" || g.UnresponsiveSince != nil {
+		t.Errorf("RESPONDING again: %v", g)
+	}
+
+	mark = e.api.mark()
+	e.driver.Exit(as.ExecutionId, runtime.Status{ExitCode: -1})
+	if r := e.api.await(t, mark, as.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_EXITED); r.OomKilled {
+		t.Errorf("a shutdown after a survived OOM kill is reported as an OOM end: %v", r)
+	}
+	e.released(t, as.ExecutionId)
+}
