@@ -122,33 +122,11 @@ func Main(m *testing.M) int {
 	return code
 }
 
-// stop deletes every workspace and volume of every project, so that no
-// container, mount or loop device outlives the deployment, and stops it.
+// stop stops the deployment. Each test deleted what it created.
 func (d *Deployment) stop() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	admin := adminv1connect.NewAdminServiceClient(http.DefaultClient, d.URL, connect.WithInterceptors(bearer.Token(d.AdminToken)))
-	projects, err := admin.ListProjects(ctx, connect.NewRequest(&adminv1.ListProjectsRequest{}))
-	var errs []error
-	if err != nil {
-		errs = append(errs, err)
-	}
-	for _, p := range projects.Msg.GetProjects() {
-		token, err := admin.CreateToken(ctx, connect.NewRequest(&adminv1.CreateTokenRequest{ProjectId: p.GetProjectId(), Role: adminv1.Role_ROLE_ADMIN, Name: "uptest cleanup"}))
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if err := d.clean(ctx, token.Msg.GetSecret()); err != nil {
-			errs = append(errs, err)
-		}
-	}
 	d.cancel()
 	if err := <-d.done; err != nil {
-		errs = append(errs, err)
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("stopping the deployment: %v", errs)
+		return fmt.Errorf("kibotos up: %w", err)
 	}
 	return nil
 }
@@ -215,7 +193,9 @@ func command() *ctrlv1.CommandMetadata {
 }
 
 // Project creates a project of its own for one test and returns an admin
-// token of it.
+// token of it. When the test ends, every workspace and volume of the
+// project is deleted, so that no container, mount or loop device outlives
+// it.
 func (d *Deployment) Project(t testing.TB) string {
 	t.Helper()
 	admin := adminv1connect.NewAdminServiceClient(http.DefaultClient, d.URL, connect.WithInterceptors(bearer.Token(d.AdminToken)))
@@ -228,5 +208,13 @@ func (d *Deployment) Project(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return token.Msg.GetSecret()
+	secret := token.Msg.GetSecret()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := d.clean(ctx, secret); err != nil {
+			t.Errorf("cleaning up the test's project: %v", err)
+		}
+	})
+	return secret
 }
