@@ -20,7 +20,12 @@ import (
 var created = timestamppb.New(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC))
 
 // ctrlFake serves the WorkspaceService and TemplateService methods the tests
-// call, records the requests, and answers from what a test put in it.
+// call, records the requests, and answers from what a test put in it. Tests
+// use it for what the real server does not produce on demand: a start that
+// FAILED, a watch cut short, workspaces with network faults and volume
+// failures of every kind, an import of an archive that is no image, and a
+// registry import (the real server would fetch from the registry, and tests
+// reach no address but loopback).
 type ctrlFake struct {
 	ctrlv1connect.UnimplementedWorkspaceServiceHandler
 	ctrlv1connect.UnimplementedTemplateServiceHandler
@@ -31,9 +36,8 @@ type ctrlFake struct {
 	proto map[string]int    // HTTP major version, by procedure
 	auth  map[string]string // Authorization header, by procedure
 
-	ws       *ctrlv1.Workspace   // returned by the lifecycle calls
-	watch    []*ctrlv1.Workspace // sent by WatchWorkspace, in order
-	template *ctrlv1.Template
+	ws    *ctrlv1.Workspace   // returned by the lifecycle calls
+	watch []*ctrlv1.Workspace // sent by WatchWorkspace, in order
 
 	imported []byte // the chunks of the last import, concatenated
 	chunks   int
