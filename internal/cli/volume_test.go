@@ -367,6 +367,7 @@ func TestWorkspaceCreateVolume(t *testing.T) {
 		fresh = ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW
 		bound = ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND
 	)
+	e := newPlacedEnv(t)
 	for _, tc := range []struct {
 		args []string
 		want *ctrlv1.WorkspaceVolumeBinding
@@ -380,9 +381,13 @@ func TestWorkspaceCreateVolume(t *testing.T) {
 		{nil, nil},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			e, f := newCtrlEnv(t)
-			e.call(t, "", append([]string{"ws", "create"}, tc.args...)...)
-			_, reqs := f.got()
+			// What the server answers (a volume it does not hold is
+			// not_found) does not matter here: what the CLI sent does.
+			e.run(t, "", append([]string{"ws", "create", "--addr", e.addr, "--token", e.token}, tc.args...)...)
+			calls, _, reqs := e.got()
+			if strings.Join(calls, ",") != "CreateWorkspace" {
+				t.Fatalf("calls = %v", calls)
+			}
 			got := reqs[0].(*ctrlv1.CreateWorkspaceRequest).GetSpec().GetVolume()
 			if !proto.Equal(got, tc.want) {
 				t.Errorf("spec.volume = %v, want %v", got, tc.want)
@@ -444,6 +449,7 @@ func TestWorkspaceVolume(t *testing.T) {
 }
 
 func TestVolumeBindingRejectsBadInput(t *testing.T) {
+	e := newEnv(t)
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -464,12 +470,11 @@ func TestVolumeBindingRejectsBadInput(t *testing.T) {
 		{[]string{"ws", "volume", "ws_1", "vol_x", "vol_y"}, "accepts between 1 and 2"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			e, f := newCtrlEnv(t)
-			_, _, err := e.run(t, "", append(tc.args, "--addr", e.addr, "--token", "t")...)
+			_, _, err := e.run(t, "", append(tc.args, "--addr", e.addr, "--token", e.token)...)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
 			}
-			if calls, _ := f.got(); len(calls) != 0 {
+			if calls, _, _ := e.got(); len(calls) != 0 {
 				t.Errorf("calls = %v, want none", calls)
 			}
 		})
