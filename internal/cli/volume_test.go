@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -78,14 +79,6 @@ func (f *volumeFake) ListVolumes(_ context.Context, r *connect.Request[ctrlv1.Li
 func (f *volumeFake) ResizeVolume(_ context.Context, r *connect.Request[ctrlv1.ResizeVolumeRequest]) (*connect.Response[ctrlv1.ResizeVolumeResponse], error) {
 	f.record(r)
 	return connect.NewResponse(&ctrlv1.ResizeVolumeResponse{Volume: f.vol}), nil
-}
-
-// UpdateWorkspaceVolumeBinding stores the binding in the fake's Workspace.
-func (f *ctrlFake) UpdateWorkspaceVolumeBinding(_ context.Context, r *connect.Request[ctrlv1.UpdateWorkspaceVolumeBindingRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceVolumeBindingResponse], error) {
-	f.record(r)
-	ws := proto.CloneOf(f.ws)
-	ws.Spec.Volume, ws.Spec.BindingRevision = r.Msg.GetVolume(), ws.GetSpec().GetBindingRevision()+1
-	return connect.NewResponse(&ctrlv1.UpdateWorkspaceVolumeBindingResponse{Workspace: ws}), nil
 }
 
 func (f *volumeFake) ListStoragePools(_ context.Context, r *connect.Request[adminv1.ListStoragePoolsRequest]) (*connect.Response[adminv1.ListStoragePoolsResponse], error) {
@@ -382,53 +375,45 @@ func TestWorkspaceCreateVolume(t *testing.T) {
 }
 
 func TestWorkspaceVolume(t *testing.T) {
-	e, f := newCtrlEnv(t)
-	f.ws.Spec.BindingRevision = 5
-	f.ws.Spec.Volume = &ctrlv1.WorkspaceVolumeBinding{
-		Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND, VolumeId: "vol_1", MountPath: "/data", DeleteWithWorkspace: proto.Bool(true),
-	}
-	f.ws.PersistentPaths = []string{"/data"}
+	e := newUpEnv(t)
+	vol := e.createVolume(t, "--size", "64Mi", "--wait").GetVolumeId()
+	ws := e.createWorkspace(t, append([]string{"--wait", "--volume", vol + ":/data", "--delete-volume"}, smallWorkspace...)...)
+	id := ws.GetWorkspaceId()
+	rev := e.workspace(t, id).GetSpec().GetBindingRevision()
 
 	// ID alone shows the binding; ws get has it in its table.
-	stdout, _ := e.call(t, "", "ws", "volume", "ws_1")
-	for _, want := range []string{"MODE BOUND", "VOLUME vol_1", "MOUNT_PATH /data", "DELETE_WITH_WORKSPACE true", "BINDING_REVISION 5", "PERSISTENT_PATHS /data"} {
+	stdout, _ := e.call(t, "", "ws", "volume", id)
+	for _, want := range []string{"MODE BOUND", "VOLUME " + vol, "MOUNT_PATH /data", "DELETE_WITH_WORKSPACE true", fmt.Sprint("BINDING_REVISION ", rev)} {
 		if !strings.Contains(strings.Join(fields(stdout), "\n"), want) {
-			t.Errorf("ws volume ws_1 lacks %q:\n%s", want, stdout)
+			t.Errorf("ws volume %s lacks %q:\n%s", id, want, stdout)
 		}
 	}
-	stdout, _ = e.call(t, "", "ws", "get", "ws_1")
-	if row := fields(stdout)[1]; !strings.Contains(row, " vol_1:/data ") {
+	stdout, _ = e.call(t, "", "ws", "get", id)
+	if row := fields(stdout)[1]; !strings.Contains(row, " "+vol+":/data ") {
 		t.Errorf("ws get row %q lacks the binding", row)
 	}
 
-	e.call(t, "", "ws", "volume", "ws_1", "none")
-	calls, reqs := f.got()
-	if strings.Join(calls, ",") != "GetWorkspace,GetWorkspace,GetWorkspace,UpdateWorkspaceVolumeBinding" {
-		t.Fatalf("calls = %v", calls)
-	}
-	want := &ctrlv1.UpdateWorkspaceVolumeBindingRequest{
-		Command:                 reqs[3].(*ctrlv1.UpdateWorkspaceVolumeBindingRequest).GetCommand(),
-		WorkspaceId:             "ws_1",
-		ExpectedBindingRevision: 5,
-		Volume:                  &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE},
-	}
-	if !proto.Equal(reqs[3], want) || want.GetCommand().GetCommandId() == "" {
-		t.Errorf("request = %v, want %v", reqs[3], want)
+	// A binding changes while the workspace is stopped, at the revision read.
+	e.call(t, "", "ws", "stop", id, "--wait")
+	e.call(t, "", "ws", "volume", id, "none")
+	got := e.workspace(t, id).GetSpec()
+	if got.GetVolume().GetMode() != ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE || got.GetBindingRevision() <= rev {
+		t.Errorf("after ws volume none: %v", got)
 	}
 
-	stdout, _ = e.call(t, "", "ws", "volume", "ws_1", "vol_2:/work", "--delete-with-workspace", "--expected-binding-revision", "9")
-	calls, reqs = f.got()
-	if len(calls) != 5 || calls[4] != "UpdateWorkspaceVolumeBinding" {
-		t.Fatalf("calls = %v, want UpdateWorkspaceVolumeBinding alone", calls)
+	other := e.createVolume(t, "--size", "64Mi", "--wait").GetVolumeId()
+	stale := fmt.Sprint(rev)
+	if _, _, err := e.run(t, "", "ws", "volume", id, other+":/work", "--expected-binding-revision", stale, "--addr", e.addr, "--token", e.token); err == nil {
+		t.Error("a stale --expected-binding-revision succeeded")
 	}
-	r := reqs[4].(*ctrlv1.UpdateWorkspaceVolumeBindingRequest)
-	wantBinding := &ctrlv1.WorkspaceVolumeBinding{
-		Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND, VolumeId: "vol_2", MountPath: "/work", DeleteWithWorkspace: proto.Bool(true),
+	stdout, _ = e.call(t, "", "ws", "volume", id, other+":/work", "--delete-with-workspace", "--expected-binding-revision", fmt.Sprint(got.GetBindingRevision()))
+	want := &ctrlv1.WorkspaceVolumeBinding{
+		Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND, VolumeId: other, MountPath: "/work", DeleteWithWorkspace: proto.Bool(true),
 	}
-	if r.GetExpectedBindingRevision() != 9 || !proto.Equal(r.GetVolume(), wantBinding) {
-		t.Errorf("request = %v", r)
+	if b := e.workspace(t, id).GetSpec().GetVolume(); !proto.Equal(b, want) {
+		t.Errorf("binding = %v, want %v", b, want)
 	}
-	if !strings.Contains(stdout, "vol_2") || !strings.Contains(stdout, "/work") {
+	if !strings.Contains(stdout, other) || !strings.Contains(stdout, "/work") {
 		t.Errorf("output lacks the new binding:\n%s", stdout)
 	}
 }
