@@ -137,6 +137,7 @@ func TestNetworkSetSendsPolicy(t *testing.T) {
 }
 
 func TestNetworkSetRejectsBadInput(t *testing.T) {
+	e := newEnv(t)
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -153,12 +154,11 @@ func TestNetworkSetRejectsBadInput(t *testing.T) {
 		{[]string{"--mode", "deny-all", "--drain", "1m", "--drain-seconds", "60"}, "drain"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			e, f := newCtrlEnv(t)
-			_, _, err := e.run(t, "", append([]string{"ws", "network", "set", "ws_1", "--addr", e.addr, "--token", "t"}, tc.args...)...)
+			_, _, err := e.run(t, "", append([]string{"ws", "network", "set", "ws_1", "--addr", e.addr, "--token", e.token}, tc.args...)...)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
 			}
-			if calls, _ := f.got(); len(calls) != 0 {
+			if calls, _, _ := e.got(); len(calls) != 0 {
 				t.Errorf("calls = %v, want none", calls)
 			}
 		})

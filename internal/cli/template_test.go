@@ -6,11 +6,13 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -48,21 +50,6 @@ func (f *ctrlFake) ImportTemplateRevision(_ context.Context, s *connect.ClientSt
 	rev := &ctrlv1.TemplateRevision{Revision: "sha256-0123456789abcdef", SizeBytes: uint64(len(data)), Source: "archive"}
 	t := &ctrlv1.Template{TemplateId: start.GetTemplateId(), DefaultRevision: rev.Revision, Revisions: []*ctrlv1.TemplateRevision{rev}, Revision: 2}
 	return connect.NewResponse(&ctrlv1.ImportTemplateRevisionResponse{Template: t, Revision: rev}), nil
-}
-
-func (f *ctrlFake) GetTemplate(_ context.Context, r *connect.Request[ctrlv1.GetTemplateRequest]) (*connect.Response[ctrlv1.GetTemplateResponse], error) {
-	f.record(r)
-	return connect.NewResponse(&ctrlv1.GetTemplateResponse{Template: f.template}), nil
-}
-
-func (f *ctrlFake) SetTemplateDefault(_ context.Context, r *connect.Request[ctrlv1.SetTemplateDefaultRequest]) (*connect.Response[ctrlv1.SetTemplateDefaultResponse], error) {
-	f.record(r)
-	return connect.NewResponse(&ctrlv1.SetTemplateDefaultResponse{Template: f.template}), nil
-}
-
-func (f *ctrlFake) CreateTemplate(_ context.Context, r *connect.Request[ctrlv1.CreateTemplateRequest]) (*connect.Response[ctrlv1.CreateTemplateResponse], error) {
-	f.record(r)
-	return connect.NewResponse(&ctrlv1.CreateTemplateResponse{Template: &ctrlv1.Template{TemplateId: r.Msg.GetTemplateId(), Labels: r.Msg.GetLabels(), Revision: 1}}), nil
 }
 
 // writeTar writes a tar of the named files, in order, and returns its path.
@@ -225,23 +212,25 @@ func TestDetectFormatRewinds(t *testing.T) {
 }
 
 func TestTemplateGetShowsRevisions(t *testing.T) {
-	e, f := newCtrlEnv(t)
-	f.template = &ctrlv1.Template{
-		TemplateId:      "base",
-		DefaultRevision: "sha256-bbbb",
-		Revision:        3,
-		Revisions: []*ctrlv1.TemplateRevision{
-			{Revision: "sha256-aaaa", SizeBytes: 12900000, UnpackedBytes: 40 << 20, Source: "builtin"},
-			{Revision: "sha256-bbbb", SizeBytes: 1 << 30, Source: "registry:debian:12"},
-		},
-		CreatedAt: created,
+	e := newEnv(t)
+	e.srv.AddBuiltinTemplate(t)
+	stdout, _ := e.call(t, "", "template", "get", "base", "-o", "json")
+	var resp ctrlv1.GetTemplateResponse
+	if err := protojson.Unmarshal([]byte(stdout), &resp); err != nil {
+		t.Fatalf("json = %v\n%s", err, stdout)
 	}
-	stdout, _ := e.call(t, "", "template", "get", "base")
+	tpl := resp.GetTemplate()
+	if tpl.GetTemplateId() != "base" || len(tpl.GetRevisions()) != 1 || tpl.GetDefaultRevision() != tpl.GetRevisions()[0].GetRevision() {
+		t.Fatalf("template = %v", tpl)
+	}
+	rev := tpl.GetRevisions()[0]
+
+	stdout, _ = e.call(t, "", "template", "get", "base")
 	for _, want := range []string{
-		"base sha256-bbbb 2 3 - 2025-03-01T12:00:00Z",
+		fmt.Sprintf("base %s 1 %d - %s", rev.GetRevision(), tpl.GetRevision(), tpl.GetCreatedAt().AsTime().UTC().Format(time.RFC3339)),
 		"REVISION DEFAULT SIZE UNPACKED SOURCE CREATED",
-		"sha256-aaaa false 12.3Mi 40.0Mi builtin -",
-		"sha256-bbbb true 1.0Gi 0 registry:debian:12 -",
+		fmt.Sprintf("%s true %s %s %s %s", rev.GetRevision(), approxSize(rev.GetSizeBytes()), approxSize(rev.GetUnpackedBytes()), rev.GetSource(),
+			timestamp(rev.GetCreatedAt())),
 	} {
 		found := false
 		for _, l := range strings.Split(stdout, "\n") {
@@ -251,36 +240,51 @@ func TestTemplateGetShowsRevisions(t *testing.T) {
 			t.Errorf("output lacks the line %q:\n%s", want, stdout)
 		}
 	}
-
-	stdout, _ = e.call(t, "", "template", "get", "base", "-o", "json")
-	var resp ctrlv1.GetTemplateResponse
-	if err := protojson.Unmarshal([]byte(stdout), &resp); err != nil || !proto.Equal(resp.GetTemplate(), f.template) {
-		t.Errorf("json = %v, %v", &resp, err)
-	}
-}
-
-func TestTemplateDefaultReadsRevision(t *testing.T) {
-	e, f := newCtrlEnv(t)
-	f.template = &ctrlv1.Template{TemplateId: "base", Revision: 3}
-	e.call(t, "", "template", "default", "base", "sha256-aaaa")
-	e.call(t, "", "template", "default", "base", "sha256-aaaa", "--expected-revision", "7")
-	calls, reqs := f.got()
-	if strings.Join(calls, ",") != "GetTemplate,SetTemplateDefault,SetTemplateDefault" {
-		t.Fatalf("calls = %v", calls)
-	}
-	for i, want := range map[int]uint64{1: 3, 2: 7} {
-		r := reqs[i].(*ctrlv1.SetTemplateDefaultRequest)
-		if r.GetExpectedRevision() != want || r.GetDefaultRevision() != "sha256-aaaa" || r.GetTemplateId() != "base" {
-			t.Errorf("request %d = %v, want expected_revision %d", i, r, want)
+	for n, want := range map[uint64]string{12900000: "12.3Mi", 40 << 20: "40.0Mi", 1 << 30: "1.0Gi", 0: "0"} {
+		if got := approxSize(n); got != want {
+			t.Errorf("approxSize(%d) = %q, want %q", n, got, want)
 		}
 	}
 }
 
+func TestTemplateDefaultReadsRevision(t *testing.T) {
+	e := newEnv(t)
+	e.srv.AddBuiltinTemplate(t)
+	stdout, _ := e.call(t, "", "template", "get", "base", "-o", "json")
+	var resp ctrlv1.GetTemplateResponse
+	if err := protojson.Unmarshal([]byte(stdout), &resp); err != nil {
+		t.Fatal(err)
+	}
+	tpl := resp.GetTemplate()
+	rev := tpl.GetDefaultRevision()
+	e.call(t, "", "template", "default", "base", rev)
+	calls, _, reqs := e.got()
+	if strings.Join(calls, ",") != "GetTemplate,SetTemplateDefault" {
+		t.Fatalf("calls = %v", calls)
+	}
+	if r := reqs[1].(*ctrlv1.SetTemplateDefaultRequest); r.GetExpectedRevision() != tpl.GetRevision() || r.GetDefaultRevision() != rev || r.GetTemplateId() != "base" {
+		t.Errorf("request = %v, want expected_revision %d", r, tpl.GetRevision())
+	}
+	// A stale --expected-revision is sent as given, and refused.
+	if _, _, err := e.run(t, "", "template", "default", "base", rev, "--expected-revision", "999", "--addr", e.addr, "--token", e.token); err == nil {
+		t.Error("a stale --expected-revision succeeded")
+	}
+	calls, _, reqs = e.got()
+	if strings.Join(calls, ",") != "SetTemplateDefault" || reqs[0].(*ctrlv1.SetTemplateDefaultRequest).GetExpectedRevision() != 999 {
+		t.Errorf("calls = %v, requests = %v", calls, reqs)
+	}
+}
+
 func TestTemplateCreate(t *testing.T) {
-	e, f := newCtrlEnv(t)
+	e := newEnv(t)
 	e.call(t, "", "template", "create", "mine", "--label", "team=ml")
-	_, reqs := f.got()
+	_, _, reqs := e.got()
 	if r := reqs[0].(*ctrlv1.CreateTemplateRequest); r.GetTemplateId() != "mine" || r.GetLabels()["team"] != "ml" || r.GetCommand().GetCommandId() == "" {
 		t.Errorf("request = %v", r)
+	}
+	stdout, _ := e.call(t, "", "template", "get", "mine", "-o", "json")
+	var resp ctrlv1.GetTemplateResponse
+	if err := protojson.Unmarshal([]byte(stdout), &resp); err != nil || resp.GetTemplate().GetLabels()["team"] != "ml" {
+		t.Errorf("stored = %v, %v", &resp, err)
 	}
 }

@@ -2,153 +2,104 @@ package cli
 
 import (
 	"context"
+	"net"
 	"net/http"
-	"net/http/httptest"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/bearer"
+	"github.com/kibotos/kibotos/internal/daemon"
+	"github.com/kibotos/kibotos/internal/testutil/uptest"
 )
 
-var created = timestamppb.New(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC))
+func TestMain(m *testing.M) { os.Exit(uptest.Main(m)) }
 
-// ctrlFake serves the WorkspaceService and TemplateService methods the tests
-// call, records the requests, and answers from what a test put in it.
-type ctrlFake struct {
-	ctrlv1connect.UnimplementedWorkspaceServiceHandler
-	ctrlv1connect.UnimplementedTemplateServiceHandler
-
-	mu    sync.Mutex
-	calls []string
-	reqs  []proto.Message
-	proto map[string]int    // HTTP major version, by procedure
-	auth  map[string]string // Authorization header, by procedure
-
-	ws       *ctrlv1.Workspace   // returned by the lifecycle calls
-	watch    []*ctrlv1.Workspace // sent by WatchWorkspace, in order
-	template *ctrlv1.Template
-
-	imported []byte // the chunks of the last import, concatenated
-	chunks   int
+// runDeployment runs `kibotos up` for uptest.
+func runDeployment(ctx context.Context, home, guestAgent string, ready func(net.Addr)) error {
+	return daemon.Run(ctx, daemon.Options{Home: home, Listen: "127.0.0.1:0", Host: true, GuestAgent: guestAgent, Ready: ready})
 }
 
-func (f *ctrlFake) record(r connect.AnyRequest) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls = append(f.calls, r.Spec().Procedure[strings.LastIndex(r.Spec().Procedure, "/")+1:])
-	f.reqs = append(f.reqs, r.Any().(proto.Message))
-}
-
-func (f *ctrlFake) got() ([]string, []proto.Message) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.calls, f.reqs
-}
-
-func (f *ctrlFake) CreateWorkspace(_ context.Context, r *connect.Request[ctrlv1.CreateWorkspaceRequest]) (*connect.Response[ctrlv1.CreateWorkspaceResponse], error) {
-	f.record(r)
-	return connect.NewResponse(&ctrlv1.CreateWorkspaceResponse{Workspace: f.ws}), nil
-}
-
-func (f *ctrlFake) GetWorkspace(_ context.Context, r *connect.Request[ctrlv1.GetWorkspaceRequest]) (*connect.Response[ctrlv1.GetWorkspaceResponse], error) {
-	f.record(r)
-	return connect.NewResponse(&ctrlv1.GetWorkspaceResponse{Workspace: f.ws}), nil
-}
-
-func (f *ctrlFake) StopWorkspace(_ context.Context, r *connect.Request[ctrlv1.StopWorkspaceRequest]) (*connect.Response[ctrlv1.StopWorkspaceResponse], error) {
-	f.record(r)
-	return connect.NewResponse(&ctrlv1.StopWorkspaceResponse{Workspace: f.ws}), nil
-}
-
-func (f *ctrlFake) UpdateWorkspaceLabels(_ context.Context, r *connect.Request[ctrlv1.UpdateWorkspaceLabelsRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceLabelsResponse], error) {
-	f.record(r)
-	return connect.NewResponse(&ctrlv1.UpdateWorkspaceLabelsResponse{Workspace: f.ws}), nil
-}
-
-func (f *ctrlFake) UpdateWorkspaceMemory(_ context.Context, r *connect.Request[ctrlv1.UpdateWorkspaceMemoryRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceMemoryResponse], error) {
-	f.record(r)
-	return connect.NewResponse(&ctrlv1.UpdateWorkspaceMemoryResponse{Workspace: f.ws}), nil
-}
-
-func (f *ctrlFake) ResizeWorkspaceWritableLayer(_ context.Context, r *connect.Request[ctrlv1.ResizeWorkspaceWritableLayerRequest]) (*connect.Response[ctrlv1.ResizeWorkspaceWritableLayerResponse], error) {
-	f.record(r)
-	return connect.NewResponse(&ctrlv1.ResizeWorkspaceWritableLayerResponse{Workspace: f.ws}), nil
-}
-
-func (f *ctrlFake) UpdateWorkspaceExpiration(_ context.Context, r *connect.Request[ctrlv1.UpdateWorkspaceExpirationRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceExpirationResponse], error) {
-	f.record(r)
-	return connect.NewResponse(&ctrlv1.UpdateWorkspaceExpirationResponse{Workspace: f.ws}), nil
-}
-
-func (f *ctrlFake) WatchWorkspace(_ context.Context, r *connect.Request[ctrlv1.WatchWorkspaceRequest], s *connect.ServerStream[ctrlv1.WatchWorkspaceResponse]) error {
-	f.record(r)
-	for _, ws := range f.watch {
-		if err := s.Send(&ctrlv1.WatchWorkspaceResponse{Workspace: ws}); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// env is one test's fake on an h2c server, as internal/server serves.
-func newCtrlEnv(t *testing.T) (*env, *ctrlFake) {
+// newUpEnv returns an env on the package's deployment, which runs
+// workspaces on runc, in a project of the test's own. Its calls are not
+// recorded: tests read what a command did from the server.
+func newUpEnv(t *testing.T) *env {
 	t.Helper()
-	f := &ctrlFake{proto: map[string]int{}, auth: map[string]string{}, ws: testWorkspace(ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING)}
-	mux := http.NewServeMux()
-	mux.Handle(ctrlv1connect.NewWorkspaceServiceHandler(f))
-	mux.Handle(ctrlv1connect.NewTemplateServiceHandler(f))
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		f.mu.Lock()
-		method := r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
-		f.proto[method] = r.ProtoMajor
-		f.auth[method] = r.Header.Get("Authorization")
-		f.mu.Unlock()
-		mux.ServeHTTP(w, r)
-	}))
-	srv.Config.Protocols = new(http.Protocols)
-	srv.Config.Protocols.SetHTTP1(true)
-	srv.Config.Protocols.SetUnencryptedHTTP2(true)
-	srv.Start()
-	t.Cleanup(srv.Close)
-
+	d := uptest.Shared(t, runDeployment)
 	home := t.TempDir()
 	t.Setenv(envAddr, "")
 	t.Setenv(envToken, "")
 	t.Setenv(envHome, home)
-	return &env{addr: srv.URL, home: home, token: "tok"}, f
+	return &env{addr: d.URL, home: home, token: d.Project(t)}
 }
 
-func testWorkspace(state ctrlv1.WorkspaceState) *ctrlv1.Workspace {
-	return &ctrlv1.Workspace{
-		WorkspaceId: "ws_1",
-		State:       state,
-		Spec: &ctrlv1.WorkspaceSpec{
-			Template:          &ctrlv1.TemplateRef{TemplateId: "base", Revision: "sha256-abc"},
-			Resources:         &ctrlv1.ResourceRequest{CpuMillis: 500, MemoryBytes: 1 << 30},
-			ResourcesRevision: 3,
-		},
-		LabelsRevision: 4,
-		Labels:         map[string]string{"team": "ml"},
-		CreatedAt:      created,
-	}
+// newPlacedEnv is newEnv with the built-in template and a registered host
+// that never reports: workspaces are placed and stored, and stay as they
+// were created.
+func newPlacedEnv(t *testing.T) *env {
+	t.Helper()
+	e := newEnv(t)
+	e.srv.AddBuiltinTemplate(t)
+	e.srv.RegisterHost(t, "h1")
+	return e
 }
+
+// workspace reads a workspace from the server.
+func (e *env) workspace(t *testing.T, id string) *ctrlv1.Workspace {
+	t.Helper()
+	cl := ctrlv1connect.NewWorkspaceServiceClient(http.DefaultClient, e.addr, connect.WithInterceptors(bearer.Token(e.token)))
+	resp, err := cl.GetWorkspace(t.Context(), connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Msg.GetWorkspace()
+}
+
+// createWorkspace runs `ws create -o json args...` and returns the
+// Workspace it printed.
+func (e *env) createWorkspace(t *testing.T, args ...string) *ctrlv1.Workspace {
+	t.Helper()
+	stdout, _ := e.call(t, "", append([]string{"ws", "create", "-o", "json"}, args...)...)
+	var resp ctrlv1.CreateWorkspaceResponse
+	if err := protojson.Unmarshal([]byte(stdout), &resp); err != nil {
+		t.Fatalf("stdout is not a CreateWorkspaceResponse: %v\n%s", err, stdout)
+	}
+	return resp.GetWorkspace()
+}
+
+// baseRevision is the revision of the built-in template base.
+func (e *env) baseRevision(t *testing.T) string {
+	t.Helper()
+	cl := ctrlv1connect.NewTemplateServiceClient(http.DefaultClient, e.addr, connect.WithInterceptors(bearer.Token(e.token)))
+	resp, err := cl.GetTemplate(t.Context(), connect.NewRequest(&ctrlv1.GetTemplateRequest{TemplateId: "base"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Msg.GetTemplate().GetDefaultRevision()
+}
+
+// smallWorkspace are the flags of a workspace the deployment starts quickly.
+var smallWorkspace = []string{"--cpu", "500", "--memory", "128Mi", "--disk", "64Mi"}
 
 func TestWorkspaceCreateSendsSpec(t *testing.T) {
-	e, f := newCtrlEnv(t)
+	e := newPlacedEnv(t)
+	rev := e.baseRevision(t)
 	before := time.Now()
-	stdout, _ := e.call(t, "", "ws", "create", "--template", "base@sha256-abc", "--cpu", "500", "--memory", "1Gi", "--disk", "10Gi",
+	stdout, _ := e.call(t, "", "ws", "create", "--template", "base@"+rev, "--cpu", "500", "--memory", "1Gi", "--disk", "10Gi",
 		"--network", "public-internet", "--expire-in", "2h", "--expire-action", "delete",
 		"--label", "team=ml", "--annotation", "note=x", "--command-id", "c1")
 
-	calls, reqs := f.got()
+	calls, _, reqs := e.got()
 	if strings.Join(calls, ",") != "CreateWorkspace" {
 		t.Fatalf("calls = %v", calls)
 	}
@@ -160,7 +111,7 @@ func TestWorkspaceCreateSendsSpec(t *testing.T) {
 	want := &ctrlv1.CreateWorkspaceRequest{
 		Command: &ctrlv1.CommandMetadata{CommandId: "c1"},
 		Spec: &ctrlv1.WorkspaceCreateSpec{
-			Template:      &ctrlv1.TemplateSelector{TemplateId: "base", Revision: "sha256-abc"},
+			Template:      &ctrlv1.TemplateSelector{TemplateId: "base", Revision: rev},
 			Resources:     &ctrlv1.ResourceRequest{CpuMillis: 500, MemoryBytes: 1073741824, WritableLayerBytes: 10 << 30},
 			NetworkPolicy: &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET},
 			Expiration: &ctrlv1.WorkspaceExpirationPolicy{
@@ -179,15 +130,18 @@ func TestWorkspaceCreateSendsSpec(t *testing.T) {
 	if got := strings.Join(strings.Fields(lines[0]), " "); got != "ID STATE GEN TEMPLATE CPU MEMORY DISK VOLUME LABELS CREATED" {
 		t.Errorf("header = %q", got)
 	}
-	if got, want := strings.Join(strings.Fields(lines[1]), " "), "ws_1 CREATING 0 base@sha256-abc 500m 1Gi - - team=ml 2025-03-01T12:00:00Z"; got != want {
+	row := strings.Fields(lines[1])
+	ws := e.workspace(t, row[0])
+	created := ws.GetCreatedAt().AsTime().UTC().Format(time.RFC3339)
+	if got, want := strings.Join(row, " "), ws.GetWorkspaceId()+" CREATING 0 base@"+rev+" 500m 1Gi 10Gi - team=ml "+created; got != want {
 		t.Errorf("row = %q, want %q", got, want)
 	}
 }
 
 func TestWorkspaceCreateDefaults(t *testing.T) {
-	e, f := newCtrlEnv(t)
+	e := newPlacedEnv(t)
 	e.call(t, "", "ws", "create")
-	_, reqs := f.got()
+	_, _, reqs := e.got()
 	want := &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{MemoryBytes: 512 << 20}}
 	if got := reqs[0].(*ctrlv1.CreateWorkspaceRequest).GetSpec(); !proto.Equal(got, want) {
 		t.Errorf("spec = %v, want %v", got, want)
@@ -195,6 +149,7 @@ func TestWorkspaceCreateDefaults(t *testing.T) {
 }
 
 func TestWorkspaceCreateRejectsBadInput(t *testing.T) {
+	e := newEnv(t)
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -208,59 +163,47 @@ func TestWorkspaceCreateRejectsBadInput(t *testing.T) {
 		{[]string{"--expire-in", "1h", "--expire-action", "pause"}, "stop or delete"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			e, f := newCtrlEnv(t)
-			_, _, err := e.run(t, "", append([]string{"ws", "create", "--addr", e.addr, "--token", "t"}, tc.args...)...)
+			_, _, err := e.run(t, "", append([]string{"ws", "create", "--addr", e.addr, "--token", e.token}, tc.args...)...)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
 			}
-			if calls, _ := f.got(); len(calls) != 0 {
+			if calls, _, _ := e.got(); len(calls) != 0 {
 				t.Errorf("calls = %v, want none", calls)
 			}
 		})
 	}
 }
 
-func TestWorkspaceCreateWaitFollowsDelivery(t *testing.T) {
-	e, f := newCtrlEnv(t)
-	delivering := func(done uint64) *ctrlv1.Workspace {
-		ws := testWorkspace(ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING)
-		ws.Delivery = &ctrlv1.TemplateDeliveryObservation{
-			State:          ctrlv1.TemplateDeliveryState_TEMPLATE_DELIVERY_STATE_NOT_READY,
-			Reason:         ctrlv1.TemplateDeliveryReason_TEMPLATE_DELIVERY_REASON_DISTRIBUTING,
-			BytesTotal:     40 << 20,
-			BytesDelivered: done,
-		}
-		return ws
-	}
-	available := testWorkspace(ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
-	available.Generation = 1
-	f.watch = []*ctrlv1.Workspace{delivering(0), delivering(12900000), available}
+// deliveryProgress is what a line of template delivery progress looks like
+// where stderr is no terminal.
+var deliveryProgress = regexp.MustCompile(`^delivering template: \d+\.\d MiB / \d+\.\d MiB \(\d+%\)$`)
 
-	_, stderr := e.call(t, "", "ws", "create", "--wait")
-	calls, reqs := f.got()
-	if strings.Join(calls, ",") != "CreateWorkspace,WatchWorkspace" {
-		t.Fatalf("calls = %v", calls)
+func TestWorkspaceCreateWaitFollowsDelivery(t *testing.T) {
+	e := newUpEnv(t)
+	_, stderr := e.call(t, "", append([]string{"ws", "create", "--wait", "--label", "test=wait"}, smallWorkspace...)...)
+	if !strings.Contains(stderr, "CREATING → AVAILABLE in ") {
+		t.Errorf("stderr lacks the transition to AVAILABLE:\n%s", stderr)
 	}
-	if id := reqs[1].(*ctrlv1.WatchWorkspaceRequest).GetWorkspaceId(); id != "ws_1" {
-		t.Errorf("watched %q, want ws_1", id)
-	}
-	if got := f.auth["WatchWorkspace"]; got != "Bearer tok" {
-		t.Errorf("WatchWorkspace Authorization = %q, want Bearer tok", got)
-	}
-	for _, want := range []string{
-		"delivering template: 0.0 MiB / 40.0 MiB (0%)\n",
-		"delivering template: 12.3 MiB / 40.0 MiB (30%)\n",
-		"CREATING → AVAILABLE in ",
-	} {
-		if !strings.Contains(stderr, want) {
-			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+	for _, l := range strings.Split(strings.TrimRight(stderr, "\n"), "\n") {
+		if strings.HasPrefix(l, "delivering") && !deliveryProgress.MatchString(l) {
+			t.Errorf("delivery line %q", l)
 		}
 	}
 	if strings.Contains(stderr, "\r") {
 		t.Errorf("stderr is no terminal but has \\r:\n%q", stderr)
 	}
+	stdout, _ := e.call(t, "", "ws", "list", "-o", "json")
+	var list ctrlv1.ListWorkspacesResponse
+	if err := protojson.Unmarshal([]byte(stdout), &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.GetWorkspaces()) != 1 || list.GetWorkspaces()[0].GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE {
+		t.Errorf("after create --wait: %v", list.GetWorkspaces())
+	}
 }
 
+// The real server fails a start only when the host does; this fake
+// stands in for a host whose guest never answered.
 func TestWorkspaceWaitReportsFailure(t *testing.T) {
 	e, f := newCtrlEnv(t)
 	failed := testWorkspace(ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED)
@@ -284,6 +227,8 @@ func TestWorkspaceWaitReportsFailure(t *testing.T) {
 	}
 }
 
+// The real server ends a watch only with an error or at DELETED; this
+// fake ends one early, as a server cut off would.
 func TestWorkspaceWaitStreamEndsEarly(t *testing.T) {
 	e, f := newCtrlEnv(t)
 	f.watch = []*ctrlv1.Workspace{testWorkspace(ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING)}
@@ -293,116 +238,146 @@ func TestWorkspaceWaitStreamEndsEarly(t *testing.T) {
 	}
 }
 
+func TestWorkspaceStopModes(t *testing.T) {
+	e := newPlacedEnv(t)
+	ws := e.createWorkspace(t)
+	e.call(t, "", "ws", "stop", ws.GetWorkspaceId())
+	e.call(t, "", "ws", "stop", ws.GetWorkspaceId(), "--force")
+	var modes []ctrlv1.StopMode
+	for _, c := range e.srv.Calls() {
+		for _, r := range c.Requests {
+			if r, ok := r.(*ctrlv1.StopWorkspaceRequest); ok && r.GetWorkspaceId() == ws.GetWorkspaceId() {
+				modes = append(modes, r.GetMode())
+			}
+		}
+	}
+	if want := []ctrlv1.StopMode{ctrlv1.StopMode_STOP_MODE_NORMAL, ctrlv1.StopMode_STOP_MODE_FORCE}; !slices.Equal(modes, want) {
+		t.Errorf("stop modes sent = %v, want %v (no flag, then --force)", modes, want)
+	}
+}
+
 func TestWorkspaceStopForceWaits(t *testing.T) {
-	e, f := newCtrlEnv(t)
-	f.ws = testWorkspace(ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPING)
-	f.watch = []*ctrlv1.Workspace{f.ws, testWorkspace(ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)}
-	_, stderr := e.call(t, "", "ws", "stop", "ws_1", "--force", "--wait")
-	calls, reqs := f.got()
-	if strings.Join(calls, ",") != "StopWorkspace,WatchWorkspace" {
-		t.Fatalf("calls = %v", calls)
-	}
-	if r := reqs[0].(*ctrlv1.StopWorkspaceRequest); r.GetMode() != ctrlv1.StopMode_STOP_MODE_FORCE || r.GetWorkspaceId() != "ws_1" {
-		t.Errorf("request = %v, want a FORCE stop of ws_1", r)
-	}
-	if !strings.Contains(stderr, "STOPPING → STOPPED") {
+	e := newUpEnv(t)
+	ws := e.createWorkspace(t, append([]string{"--wait"}, smallWorkspace...)...)
+	_, stderr := e.call(t, "", "ws", "stop", ws.GetWorkspaceId(), "--force", "--wait")
+	if !strings.Contains(stderr, "→ STOPPED in ") {
 		t.Errorf("stderr = %q", stderr)
 	}
-
-	e.call(t, "", "ws", "stop", "ws_1")
-	if _, reqs := f.got(); reqs[2].(*ctrlv1.StopWorkspaceRequest).GetMode() != ctrlv1.StopMode_STOP_MODE_NORMAL {
-		t.Errorf("stop without --force = %v, want NORMAL", reqs[2])
+	if got := e.workspace(t, ws.GetWorkspaceId()).GetState(); got != ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED {
+		t.Errorf("after stop --wait: %v", got)
 	}
 }
 
 func TestWorkspaceLabelReadsRevision(t *testing.T) {
-	e, f := newCtrlEnv(t)
-	e.call(t, "", "ws", "label", "ws_1", "team=infra")
-	calls, reqs := f.got()
+	e := newPlacedEnv(t)
+	ws := e.createWorkspace(t, "--label", "team=ml")
+	e.call(t, "", "ws", "label", ws.GetWorkspaceId(), "team=infra")
+	calls, _, reqs := e.got()
 	if strings.Join(calls, ",") != "GetWorkspace,UpdateWorkspaceLabels" {
 		t.Fatalf("calls = %v", calls)
 	}
-	if r := reqs[1].(*ctrlv1.UpdateWorkspaceLabelsRequest); r.GetExpectedLabelsRevision() != 4 || r.GetLabels()["team"] != "infra" {
-		t.Errorf("request = %v", r)
+	if r := reqs[1].(*ctrlv1.UpdateWorkspaceLabelsRequest); r.GetExpectedLabelsRevision() != ws.GetLabelsRevision() || r.GetLabels()["team"] != "infra" {
+		t.Errorf("request = %v, want labels revision %d", r, ws.GetLabelsRevision())
+	}
+	if got := e.workspace(t, ws.GetWorkspaceId()).GetLabels(); got["team"] != "infra" {
+		t.Errorf("labels = %v", got)
 	}
 }
 
+// Resources change only while a workspace is STOPPED, so this test needs
+// a host that stops it.
 func TestWorkspaceMemoryAndDisk(t *testing.T) {
-	e, f := newCtrlEnv(t)
-	e.call(t, "", "ws", "memory", "ws_1", "2Gi")
-	e.call(t, "", "ws", "disk", "ws_1", "10Gi", "--expected-resources-revision", "7")
-	calls, reqs := f.got()
-	if strings.Join(calls, ",") != "GetWorkspace,UpdateWorkspaceMemory,ResizeWorkspaceWritableLayer" {
-		t.Fatalf("calls = %v", calls)
+	e := newUpEnv(t)
+	ws := e.createWorkspace(t, append([]string{"--wait"}, smallWorkspace...)...)
+	id := ws.GetWorkspaceId()
+	e.call(t, "", "ws", "stop", id, "--wait")
+	before := e.workspace(t, id).GetSpec().GetResourcesRevision()
+	e.call(t, "", "ws", "memory", id, "256Mi") // reads the revision first
+	after := e.workspace(t, id).GetSpec()
+	if after.GetResources().GetMemoryBytes() != 256<<20 || after.GetResourcesRevision() <= before {
+		t.Errorf("after ws memory: %v", after)
 	}
-	if r := reqs[1].(*ctrlv1.UpdateWorkspaceMemoryRequest); r.GetExpectedResourcesRevision() != 3 || r.GetMemoryBytes() != 2<<30 || r.GetCommand().GetCommandId() == "" {
-		t.Errorf("memory request = %v", r)
+	stale := strconv.FormatUint(before, 10)
+	if _, _, err := e.run(t, "", "ws", "disk", id, "128Mi", "--expected-resources-revision", stale, "--addr", e.addr, "--token", e.token); err == nil {
+		t.Error("ws disk with a stale --expected-resources-revision succeeded")
 	}
-	if r := reqs[2].(*ctrlv1.ResizeWorkspaceWritableLayerRequest); r.GetExpectedResourcesRevision() != 7 || r.GetWritableLayerBytes() != 10<<30 {
-		t.Errorf("disk request = %v", r)
+	e.call(t, "", "ws", "disk", id, "128Mi", "--expected-resources-revision", strconv.FormatUint(after.GetResourcesRevision(), 10))
+	if got := e.workspace(t, id).GetSpec().GetResources().GetWritableLayerBytes(); got != 128<<20 {
+		t.Errorf("writable layer = %d bytes, want 128Mi", got)
 	}
 }
 
 func TestWorkspaceExpire(t *testing.T) {
-	e, f := newCtrlEnv(t)
-	e.call(t, "", "ws", "expire", "ws_1", "--at", "2030-01-02T03:04:05Z", "--action", "delete")
-	e.call(t, "", "ws", "expire", "ws_1", "--clear")
-	_, reqs := f.got()
+	e := newPlacedEnv(t)
+	id := e.createWorkspace(t).GetWorkspaceId()
+	e.call(t, "", "ws", "expire", id, "--at", "2030-01-02T03:04:05Z", "--action", "delete")
+	_, _, reqs := e.got()
 	set := reqs[0].(*ctrlv1.UpdateWorkspaceExpirationRequest).GetChange().GetSet()
 	if got := set.GetDeadline().AsTime(); !got.Equal(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)) ||
 		set.GetAction() != ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_DELETE {
 		t.Errorf("set = %v", set)
 	}
-	if reqs[1].(*ctrlv1.UpdateWorkspaceExpirationRequest).GetChange().GetClear() == nil {
-		t.Errorf("--clear sent %v", reqs[1])
+	if got := e.workspace(t, id).GetExpiration().GetPolicy().GetDeadline().AsTime(); !got.Equal(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)) {
+		t.Errorf("stored deadline = %v", got)
+	}
+	e.call(t, "", "ws", "expire", id, "--clear")
+	_, _, reqs = e.got()
+	if reqs[0].(*ctrlv1.UpdateWorkspaceExpirationRequest).GetChange().GetClear() == nil {
+		t.Errorf("--clear sent %v", reqs[0])
 	}
 	for _, args := range [][]string{{}, {"--clear", "--action", "stop"}, {"--in", "1h", "--clear"}} {
-		if _, _, err := e.run(t, "", append([]string{"ws", "expire", "ws_1", "--addr", e.addr, "--token", "t"}, args...)...); err == nil {
+		if _, _, err := e.run(t, "", append([]string{"ws", "expire", id, "--addr", e.addr, "--token", e.token}, args...)...); err == nil {
 			t.Errorf("expire %v succeeded", args)
+		}
+		if calls, _, _ := e.got(); len(calls) != 0 {
+			t.Errorf("expire %v sent %v", args, calls)
 		}
 	}
 }
 
 func TestWorkspaceWatchJSONLines(t *testing.T) {
-	e, f := newCtrlEnv(t)
-	failed := testWorkspace(ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED)
-	failed.Failure = &ctrlv1.WorkspaceFailure{Reason: ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED}
-	f.watch = []*ctrlv1.Workspace{testWorkspace(ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING), failed}
+	e := newUpEnv(t)
+	ws := e.createWorkspace(t, append([]string{"--wait"}, smallWorkspace...)...)
+	id := ws.GetWorkspaceId()
+	e.call(t, "", "ws", "delete", id, "--wait")
 
-	stdout, _ := e.call(t, "", "ws", "watch", "ws_1", "-o", "json")
+	// A deleted Workspace is sent once, and the watch ends.
+	stdout, _ := e.call(t, "", "ws", "watch", id, "-o", "json")
 	lines := strings.Split(strings.TrimRight(stdout, "\n"), "\n")
-	if len(lines) != 2 {
-		t.Fatalf("%d lines, want 2:\n%s", len(lines), stdout)
+	if len(lines) != 1 {
+		t.Fatalf("%d lines, want 1:\n%s", len(lines), stdout)
 	}
-	for i, l := range lines {
-		var m ctrlv1.WatchWorkspaceResponse
-		if err := protojson.Unmarshal([]byte(l), &m); err != nil {
-			t.Fatalf("line %d: %v", i, err)
-		}
-		if !proto.Equal(m.GetWorkspace(), f.watch[i]) {
-			t.Errorf("line %d = %v, want %v", i, &m, f.watch[i])
-		}
+	var m ctrlv1.WatchWorkspaceResponse
+	if err := protojson.Unmarshal([]byte(lines[0]), &m); err != nil {
+		t.Fatal(err)
+	}
+	if want := e.workspace(t, id); !proto.Equal(m.GetWorkspace(), want) {
+		t.Errorf("line = %v, want %v", &m, want)
 	}
 
-	stdout, _ = e.call(t, "", "ws", "watch", "ws_1")
+	stdout, _ = e.call(t, "", "ws", "watch", id)
 	lines = strings.Split(strings.TrimRight(stdout, "\n"), "\n")
-	if len(lines) != 3 || !strings.HasPrefix(lines[0], "ID ") || strings.Fields(lines[2])[1] != "FAILED(RESOURCE_EXHAUSTED)" {
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "ID ") || strings.Fields(lines[1])[1] != "DELETED" {
 		t.Errorf("table watch:\n%s", stdout)
 	}
-	if strings.Index(lines[0], "STATE") != strings.Index(lines[1], "CREATING") {
+	if strings.Index(lines[0], "STATE") != strings.Index(lines[1], "DELETED") {
 		t.Errorf("rows are not aligned with the header:\n%s", stdout)
 	}
 }
 
-func TestWorkspaceCreateJSON(t *testing.T) {
-	e, _ := newCtrlEnv(t)
-	stdout, _ := e.call(t, "", "ws", "create", "-o", "json")
-	var resp ctrlv1.CreateWorkspaceResponse
-	if err := protojson.Unmarshal([]byte(stdout), &resp); err != nil {
-		t.Fatalf("stdout is not a CreateWorkspaceResponse: %v\n%s", err, stdout)
+func TestWorkspaceStateCell(t *testing.T) {
+	failed := testWorkspace(ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED)
+	failed.Failure = &ctrlv1.WorkspaceFailure{Reason: ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED}
+	if got := stateCell(failed); got != "FAILED(RESOURCE_EXHAUSTED)" {
+		t.Errorf("state cell = %q", got)
 	}
-	if !proto.Equal(resp.GetWorkspace(), testWorkspace(ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING)) {
-		t.Errorf("workspace = %v", resp.GetWorkspace())
+}
+
+func TestWorkspaceCreateJSON(t *testing.T) {
+	e := newPlacedEnv(t)
+	ws := e.createWorkspace(t)
+	if want := e.workspace(t, ws.GetWorkspaceId()); !proto.Equal(ws, want) {
+		t.Errorf("workspace = %v, want %v", ws, want)
 	}
 }
 

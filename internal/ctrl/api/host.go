@@ -88,6 +88,10 @@ func (s *HostService) RegisterHost(ctx context.Context, req *connect.Request[hos
 // WatchAssignments sends the host's complete desired set now and after
 // every change.
 func (s *HostService) WatchAssignments(ctx context.Context, req *connect.Request[hostv1.WatchAssignmentsRequest], stream *connect.ServerStream[hostv1.WatchAssignmentsResponse]) error {
+	if err := s.svc.CheckRegistered(ctx, req.Msg.GetHostId()); err != nil {
+		_, err = Respond[hostv1.WatchAssignmentsResponse](nil, err)
+		return err
+	}
 	var (
 		last    *hostv1.WatchAssignmentsResponse
 		version uint64
@@ -117,6 +121,9 @@ func (s *HostService) WatchAssignments(ctx context.Context, req *connect.Request
 }
 
 func (s *HostService) ReportExecutions(ctx context.Context, req *connect.Request[hostv1.ReportExecutionsRequest]) (*connect.Response[hostv1.ReportExecutionsResponse], error) {
+	if err := s.svc.CheckRegistered(ctx, req.Msg.GetHostId()); err != nil {
+		return Respond[hostv1.ReportExecutionsResponse](nil, err)
+	}
 	return Respond(&hostv1.ReportExecutionsResponse{}, s.svc.Report(ctx, req.Msg.GetHostId(), req.Msg.GetReports(), req.Msg.GetVolumes()))
 }
 

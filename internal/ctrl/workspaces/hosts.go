@@ -6,7 +6,9 @@ package workspaces
 import (
 	"context"
 	"fmt"
+	"regexp"
 
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
@@ -21,10 +23,43 @@ func decodeHost(h store.Host) (*hostv1.RegisterHostRequest, error) {
 	return reg, nil
 }
 
+// hostIDPattern is what a host may call itself: a DNS label, as the
+// host ID appears in paths, listings and log lines.
+var hostIDPattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// checkHostID validates a host ID a host sent.
+func checkHostID(id string) error {
+	if !hostIDPattern.MatchString(id) {
+		return invalid("host_id must be 1 to 63 lowercase letters, digits and '-', starting and ending with a letter or digit")
+	}
+	return nil
+}
+
+// CheckRegistered refuses a host ID that is malformed (invalid_argument)
+// or that no host registered (not_found): only a registered host reports
+// and watches its assignments.
+func (s *Service) CheckRegistered(ctx context.Context, hostID string) error {
+	if err := checkHostID(hostID); err != nil {
+		return err
+	}
+	return s.Store.View(ctx, func(tx store.Tx) error {
+		hosts, err := tx.Hosts(ctx)
+		if err != nil {
+			return err
+		}
+		for _, h := range hosts {
+			if h.ID == hostID {
+				return nil
+			}
+		}
+		return connect.NewError(connect.CodeNotFound, fmt.Errorf("host %q is not registered", hostID))
+	})
+}
+
 // RegisterHost stores a host's registration and capacity.
 func (s *Service) RegisterHost(ctx context.Context, reg *hostv1.RegisterHostRequest) error {
-	if reg.HostId == "" {
-		return invalid("host_id is required")
+	if err := checkHostID(reg.HostId); err != nil {
+		return err
 	}
 	body, err := proto.Marshal(reg)
 	if err != nil {

@@ -23,13 +23,20 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
+	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
+	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/server"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/store/sqlite"
+	"github.com/kibotos/kibotos/internal/ctrl/templates"
 	"github.com/kibotos/kibotos/internal/imagestore"
 	"github.com/kibotos/kibotos/internal/netcheck"
 	"github.com/kibotos/kibotos/internal/testutil/fakeresolver"
+	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
 
 // HostToken is the secret the server's host API accepts.
@@ -60,6 +67,7 @@ type Server struct {
 	HTTP *http.Client
 
 	dbPath string
+	images *imagestore.Store
 	calls  *recorder
 }
 
@@ -116,6 +124,7 @@ func Start(t testing.TB) *Server {
 		Control:    control,
 		HTTP:       client,
 		dbPath:     dbPath,
+		images:     images,
 		calls:      rec,
 	}
 }
@@ -202,4 +211,28 @@ func tableRows(t testing.TB, db *sql.DB, table string) []string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// RegisterHost registers a host that never reports, with room for every
+// workspace a test creates: workspaces are placed on it and stay in the
+// state they were created in.
+func (s *Server) RegisterHost(t testing.TB, id string) {
+	t.Helper()
+	hosts := hostv1connect.NewHostServiceClient(s.HTTP, s.URL, connect.WithInterceptors(bearer.Token(HostToken)))
+	if _, err := hosts.RegisterHost(t.Context(), connect.NewRequest(&hostv1.RegisterHostRequest{HostId: id, Capacity: &hostv1.HostCapacity{
+		CpuMillis: 64000, MemoryBytes: 256 << 30, LayerBytes: 4 << 40, DefaultLayerBytes: 1 << 30,
+	}})); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// AddBuiltinTemplate stores the built-in template base, made of the
+// machine's busybox, as `kibotos up` does. It skips the test when busybox
+// is missing.
+func (s *Server) AddBuiltinTemplate(t testing.TB) {
+	t.Helper()
+	hosttest.RequireBusybox(t)
+	if err := templates.EnsureBuiltin(t.Context(), s.Store, s.images, hosttest.Busybox); err != nil {
+		t.Fatal(err)
+	}
 }

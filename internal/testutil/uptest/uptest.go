@@ -1,0 +1,220 @@
+// Package uptest runs one whole deployment (`kibotos up`: the control
+// plane and a host agent on runc) in the test process, shared by the tests
+// of a package, for clients whose tests need workspaces and volumes to
+// change state. Each test works in a project of its own, so tests see only
+// their own objects.
+//
+// This package may not import the deployment's wiring (internal/daemon),
+// so the test package passes in the function that runs it; TestMain calls
+// Main so that the deployment is stopped, and everything it ran removed,
+// after the last test.
+package uptest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/google/uuid"
+
+	adminv1 "github.com/kibotos/kibotos/gen/kibotos/admin/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/admin/v1/adminv1connect"
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/bearer"
+	"github.com/kibotos/kibotos/internal/testutil"
+	"github.com/kibotos/kibotos/internal/testutil/hosttest"
+)
+
+// Runner runs a deployment on home with the given guest agent binary until
+// ctx ends, calling ready with its listening address once it serves:
+// internal/daemon.Run with those options and a host agent.
+type Runner func(ctx context.Context, home, guestAgent string, ready func(net.Addr)) error
+
+// Deployment is the running deployment.
+type Deployment struct {
+	// URL is its base URL, http://127.0.0.1:port.
+	URL string
+	// Home is its home directory.
+	Home string
+	// AdminToken is the bootstrap admin token of the operator project.
+	AdminToken string
+
+	cancel context.CancelFunc
+	done   chan error
+}
+
+var (
+	once     sync.Once
+	shared   *Deployment
+	startErr error
+	tempDir  string
+)
+
+// Shared returns the package's deployment, started by run at the first
+// call. It skips the test unless it runs as root with runc.
+func Shared(t testing.TB, run Runner) *Deployment {
+	t.Helper()
+	hosttest.RequireContainers(t)
+	once.Do(func() { shared, startErr = start(run) })
+	if startErr != nil {
+		t.Fatal(startErr)
+	}
+	return shared
+}
+
+func start(run Runner) (*Deployment, error) {
+	dir, err := os.MkdirTemp("", "kibotos-uptest")
+	if err != nil {
+		return nil, err
+	}
+	tempDir = dir
+	guest := filepath.Join(dir, "kibotos-guest")
+	if err := testutil.Build(guest, testutil.GuestAgentPackage); err != nil {
+		return nil, err
+	}
+	home := filepath.Join(dir, "home")
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &Deployment{Home: home, cancel: cancel, done: make(chan error, 1)}
+	ready := make(chan net.Addr, 1)
+	go func() { d.done <- run(ctx, home, guest, func(a net.Addr) { ready <- a }) }()
+	select {
+	case a := <-ready:
+		d.URL = "http://" + a.String()
+	case err := <-d.done:
+		cancel()
+		return nil, fmt.Errorf("kibotos up: %w", err)
+	case <-time.After(60 * time.Second):
+		cancel()
+		return nil, fmt.Errorf("kibotos up did not start in 60s")
+	}
+	// The admin token file is written before the listener is ready.
+	token, err := os.ReadFile(filepath.Join(home, "admin-token"))
+	if err != nil {
+		d.stop()
+		return nil, err
+	}
+	d.AdminToken = strings.TrimSpace(string(token))
+	return d, nil
+}
+
+// Main runs the tests, then stops the deployment if one was started and
+// removes its files, and returns the exit code for os.Exit.
+func Main(m *testing.M) int {
+	code := m.Run()
+	if shared != nil {
+		if err := shared.stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "uptest:", err)
+			code = 1
+		}
+	}
+	if tempDir != "" {
+		os.RemoveAll(tempDir)
+	}
+	return code
+}
+
+// stop stops the deployment. Each test deleted what it created.
+func (d *Deployment) stop() error {
+	d.cancel()
+	if err := <-d.done; err != nil {
+		return fmt.Errorf("kibotos up: %w", err)
+	}
+	return nil
+}
+
+// clean deletes a project's workspaces, then its volumes, and waits until
+// each is DELETED.
+func (d *Deployment) clean(ctx context.Context, token string) error {
+	opt := connect.WithInterceptors(bearer.Token(token))
+	wss := ctrlv1connect.NewWorkspaceServiceClient(http.DefaultClient, d.URL, opt)
+	vols := ctrlv1connect.NewVolumeServiceClient(http.DefaultClient, d.URL, opt)
+	list, err := wss.ListWorkspaces(ctx, connect.NewRequest(&ctrlv1.ListWorkspacesRequest{PageSize: 1000}))
+	if err != nil {
+		return err
+	}
+	for _, ws := range list.Msg.GetWorkspaces() {
+		wss.DeleteWorkspace(ctx, connect.NewRequest(&ctrlv1.DeleteWorkspaceRequest{Command: command(), WorkspaceId: ws.GetWorkspaceId()}))
+	}
+	if err := until(ctx, func() (bool, error) {
+		list, err := wss.ListWorkspaces(ctx, connect.NewRequest(&ctrlv1.ListWorkspacesRequest{PageSize: 1000}))
+		for _, ws := range list.Msg.GetWorkspaces() {
+			if ws.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED {
+				return false, err
+			}
+		}
+		return true, err
+	}); err != nil {
+		return fmt.Errorf("deleting workspaces: %w", err)
+	}
+	vl, err := vols.ListVolumes(ctx, connect.NewRequest(&ctrlv1.ListVolumesRequest{PageSize: 1000}))
+	if err != nil {
+		return err
+	}
+	for _, v := range vl.Msg.GetVolumes() {
+		vols.DeleteVolume(ctx, connect.NewRequest(&ctrlv1.DeleteVolumeRequest{Command: command(), VolumeId: v.GetVolumeId()}))
+	}
+	return until(ctx, func() (bool, error) {
+		vl, err := vols.ListVolumes(ctx, connect.NewRequest(&ctrlv1.ListVolumesRequest{PageSize: 1000}))
+		for _, v := range vl.Msg.GetVolumes() {
+			if v.GetState() != ctrlv1.VolumeState_VOLUME_STATE_DELETED {
+				return false, err
+			}
+		}
+		return true, err
+	})
+}
+
+// until polls done every 100 ms until it holds or ctx ends.
+func until(ctx context.Context, done func() (bool, error)) error {
+	for {
+		ok, err := done()
+		if err != nil || ok {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func command() *ctrlv1.CommandMetadata {
+	return &ctrlv1.CommandMetadata{CommandId: uuid.NewString()}
+}
+
+// Project creates a project of its own for one test and returns an admin
+// token of it. When the test ends, every workspace and volume of the
+// project is deleted, so that no container, mount or loop device outlives
+// it.
+func (d *Deployment) Project(t testing.TB) string {
+	t.Helper()
+	admin := adminv1connect.NewAdminServiceClient(http.DefaultClient, d.URL, connect.WithInterceptors(bearer.Token(d.AdminToken)))
+	p, err := admin.CreateProject(t.Context(), connect.NewRequest(&adminv1.CreateProjectRequest{Name: "t-" + uuid.NewString()[:8]}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := admin.CreateToken(t.Context(), connect.NewRequest(&adminv1.CreateTokenRequest{
+		ProjectId: p.Msg.GetProject().GetProjectId(), Role: adminv1.Role_ROLE_ADMIN, Name: t.Name()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := token.Msg.GetSecret()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := d.clean(ctx, secret); err != nil {
+			t.Errorf("cleaning up the test's project: %v", err)
+		}
+	})
+	return secret
+}

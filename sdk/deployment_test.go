@@ -1,0 +1,218 @@
+package sdk
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/daemon"
+	"github.com/kibotos/kibotos/internal/testutil/uptest"
+)
+
+func TestMain(m *testing.M) { os.Exit(uptest.Main(m)) }
+
+// runDeployment runs `kibotos up` for uptest.
+func runDeployment(ctx context.Context, home, guestAgent string, ready func(net.Addr)) error {
+	return daemon.Run(ctx, daemon.Options{Home: home, Listen: "127.0.0.1:0", Host: true, GuestAgent: guestAgent, Ready: ready})
+}
+
+// newClient returns a client of the package's deployment, which runs
+// workspaces on runc, in a project of the test's own.
+func newClient(t *testing.T) *Client {
+	t.Helper()
+	d := uptest.Shared(t, runDeployment)
+	c := New(d.URL+"/", d.Project(t))
+	t.Cleanup(c.Close)
+	return c
+}
+
+// small are the resources of a workspace the deployment starts quickly.
+var small = CreateOptions{CPUMillis: 500, MemoryBytes: 128 << 20, DiskBytes: 64 << 20}
+
+// newWorkspace returns an AVAILABLE workspace of the test's own.
+func newWorkspace(t *testing.T) *Workspace {
+	t.Helper()
+	ws, err := newClient(t).CreateWorkspace(t.Context(), small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ws
+}
+
+// sh runs a shell command in the workspace and returns its stdout.
+func sh(t *testing.T, ws *Workspace, script string) string {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	st, err := ws.Exec(t.Context(), []string{"sh", "-c", script}, ExecOptions{Stdout: &out, Stderr: &errOut})
+	if err != nil || !st.Success() {
+		t.Fatalf("sh -c %q: %v, %v\nstderr: %s", script, st, err, errOut.String())
+	}
+	return out.String()
+}
+
+func TestCreateWorkspaceWaitsUntilAvailable(t *testing.T) {
+	opts := small
+	opts.Template = "base"
+	opts.Labels = map[string]string{"team": "ml"}
+	ws, err := newClient(t).CreateWorkspace(t.Context(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := ws.Info()
+	if info.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || info.GetGeneration() != 1 {
+		t.Errorf("workspace = %v, want AVAILABLE at generation 1", info)
+	}
+	want := &ctrlv1.ResourceRequest{CpuMillis: 500, MemoryBytes: 128 << 20, WritableLayerBytes: 64 << 20}
+	if got := info.GetSpec().GetResources(); !proto.Equal(got, want) {
+		t.Errorf("resources = %v, want %v", got, want)
+	}
+	if info.GetSpec().GetTemplate().GetTemplateId() != "base" || info.GetLabels()["team"] != "ml" {
+		t.Errorf("template %v, labels %v", info.GetSpec().GetTemplate(), info.GetLabels())
+	}
+}
+
+func TestWorkspaceNotFound(t *testing.T) {
+	_, err := newClient(t).Workspace(t.Context(), "ws_06h38fjb8dr6d00n3d7fkxjf2m")
+	if connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("err = %v, want not_found", err)
+	}
+}
+
+// syncBuffer is a buffer several goroutines write.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func TestExecStreamsOutput(t *testing.T) {
+	ws := newWorkspace(t)
+	var out, errOut syncBuffer
+	status, err := ws.Exec(t.Context(), []string{"sh", "-c", `printf "out1 $A "; printf err1 >&2; pwd; id -u; exit 3`}, ExecOptions{
+		Env: map[string]string{"A": "1"}, Cwd: "/tmp", User: "root", Tag: "t",
+		Stdout: &out, Stderr: &errOut,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status != (ExitStatus{Code: 3}) || status.Success() {
+		t.Errorf("status = %v, want exit status 3", status)
+	}
+	if got, want := out.String(), "out1 1 /tmp\n0\n"; got != want {
+		t.Errorf("stdout = %q, want %q", got, want)
+	}
+	if got := errOut.String(); got != "err1" {
+		t.Errorf("stderr = %q, want err1", got)
+	}
+	procs, err := ws.Processes(t.Context())
+	if err != nil || len(procs) != 1 || procs[0].GetTag() != "t" {
+		t.Errorf("processes = %v, %v; want one tagged t", procs, err)
+	}
+
+	// With a terminal, of the size asked for.
+	var tty bytes.Buffer
+	if _, err := ws.Exec(t.Context(), []string{"stty", "size"}, ExecOptions{Stdout: &tty, PTY: &PTYSize{Cols: 80, Rows: 24}}); err != nil || tty.String() != "24 80\r\n" {
+		t.Errorf("stty size in a PTY = %q, %v", tty.String(), err)
+	}
+}
+
+func TestExecSendsStdinThenCloses(t *testing.T) {
+	ws := newWorkspace(t)
+	// More than one SendInput's worth.
+	in := strings.Repeat("x", inputChunk) + "tail"
+	var out bytes.Buffer
+	status, err := ws.Exec(t.Context(), []string{"cat"}, ExecOptions{Stdin: strings.NewReader(in), Stdout: &out})
+	if err != nil || !status.Success() {
+		t.Fatalf("Exec = %v, %v (cat ends only when its input is closed)", status, err)
+	}
+	if out.String() != in {
+		t.Errorf("stdout has %d bytes, want the %d of the input", out.Len(), len(in))
+	}
+}
+
+func TestStartAndConnect(t *testing.T) {
+	ws := newWorkspace(t)
+	p, err := ws.Start(t.Context(), []string{"sh", "-c", "exit 3"}, ExecOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Pid() <= 1 {
+		t.Errorf("pid = %d", p.Pid())
+	}
+	if st, err := p.Wait(); err != nil || st.Code != 3 {
+		t.Errorf("Wait = %v, %v", st, err)
+	}
+
+	p, err = ws.Start(t.Context(), []string{"sh", "-c", "printf buffered; kill -KILL $$"}, ExecOptions{Tag: "build"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	p, err = ws.Connect(t.Context(), Tag("build"), &out, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := p.Wait()
+	if err != nil || st.Signal != "SIGKILL" || out.String() != "buffered" {
+		t.Errorf("Connect: %v, %v, output %q", st, err, out.String())
+	}
+
+	p, _ = ws.Connect(t.Context(), Tag("nope"), nil, nil)
+	if _, err := p.Wait(); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("Connect to an unknown process: %v, want not_found", err)
+	}
+}
+
+func TestUploadAndDownload(t *testing.T) {
+	ws := newWorkspace(t)
+	data := make([]byte, 2*ChunkSize+ChunkSize/2)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	var progress []int64
+	info, err := ws.Upload(t.Context(), bytes.NewReader(data), "/tmp/data", 0o600, AsUser("root"),
+		WithProgress(func(n int64) { progress = append(progress, n) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.GetSize() != uint64(len(data)) {
+		t.Errorf("size = %d", info.GetSize())
+	}
+	if fmt.Sprint(progress) != fmt.Sprint([]int64{ChunkSize, 2 * ChunkSize, int64(len(data))}) {
+		t.Errorf("progress = %v, want one step a chunk", progress)
+	}
+	if got := sh(t, ws, "stat -c '%a %U' /tmp/data"); got != "600 root\n" {
+		t.Errorf("stat = %q", got)
+	}
+	var back bytes.Buffer
+	n, err := ws.Download(t.Context(), "/tmp/data", &back)
+	if err != nil || n != int64(len(data)) || !bytes.Equal(back.Bytes(), data) {
+		t.Errorf("Download = %d, %v; the bytes differ: %v", n, err, !bytes.Equal(back.Bytes(), data))
+	}
+	if _, err := ws.ReadFile(t.Context(), "/nope"); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("ReadFile of a missing file: %v, want not_found", err)
+	}
+}
