@@ -159,6 +159,59 @@ func (e *netEnv) setPolicyDrain(p *ctrlv1.NetworkPolicy, drain uint32) *ctrlv1.W
 	return e.awaitApplied(up.Msg.Workspace.Spec.NetworkPolicy.Revision)
 }
 
+// createEgress creates an Egress and returns its ID.
+func (e *netEnv) createEgress(spec *ctrlv1.EgressSpec) string {
+	e.t.Helper()
+	return mustUnary(e.t, e.egresses.CreateEgress, &ctrlv1.CreateEgressRequest{Command: cmd(), Spec: spec}).Egress.EgressId
+}
+
+// replaceEgress updates the spec of the Egress at revision 1 and waits
+// until the host applied revision 2.
+func (e *netEnv) replaceEgress(egressID string, spec *ctrlv1.EgressSpec) {
+	e.t.Helper()
+	mustUnary(e.t, e.egresses.UpdateEgress, &ctrlv1.UpdateEgressRequest{Command: cmd(), EgressId: egressID, ExpectedRevision: 1, Spec: spec})
+	e.awaitWorkspace("the Egress's revision 2 applied", func(ws *ctrlv1.Workspace) bool {
+		st := ws.NetworkPolicyStatus.GetEgresses()
+		return len(st) == 1 && st[0].AppliedRevision == 2
+	})
+}
+
+// createResolver creates a Resolver.
+func (e *netEnv) createResolver(spec *ctrlv1.ResolverSpec) *ctrlv1.Resolver {
+	e.t.Helper()
+	return mustUnary(e.t, e.resolvers.CreateResolver, &ctrlv1.CreateResolverRequest{Command: cmd(), Spec: spec}).Resolver
+}
+
+// forwardThrough sets a public policy that forwards destinations through
+// the Egress and sends the Resolver's queries through it as well.
+func (e *netEnv) forwardThrough(egressID string, destinations []string, resolverID string) {
+	e.t.Helper()
+	e.setPolicy(public(func(p *ctrlv1.NetworkPolicy) {
+		p.Egresses = []*ctrlv1.NetworkPolicyEgress{{EgressId: egressID, Destinations: destinations}}
+		p.Resolvers = []*ctrlv1.NetworkPolicyResolver{{ResolverId: resolverID,
+			Path: &ctrlv1.ResolverPath{Kind: &ctrlv1.ResolverPath_EgressId{EgressId: egressID}}}}
+	}))
+}
+
+// resolveDirect sets a public policy that sends the Resolver's queries
+// straight to its upstream.
+func (e *netEnv) resolveDirect(resolverID string) {
+	e.t.Helper()
+	e.setPolicy(public(func(p *ctrlv1.NetworkPolicy) {
+		p.Resolvers = []*ctrlv1.NetworkPolicyResolver{{ResolverId: resolverID,
+			Path: &ctrlv1.ResolverPath{Kind: &ctrlv1.ResolverPath_Direct{Direct: &ctrlv1.ResolverDirectPath{}}}}}
+	}))
+}
+
+// udpResolver and tcpResolver are the specs of plain DNS upstreams.
+func udpResolver(addr string) *ctrlv1.ResolverSpec {
+	return &ctrlv1.ResolverSpec{Protocol: &ctrlv1.ResolverSpec_Udp{Udp: &ctrlv1.UdpResolver{Address: addr}}}
+}
+
+func tcpResolver(addr string) *ctrlv1.ResolverSpec {
+	return &ctrlv1.ResolverSpec{Protocol: &ctrlv1.ResolverSpec_Tcp{Tcp: &ctrlv1.TcpResolver{Address: addr}}}
+}
+
 // talk sends a line from the guest to addr and reports whether it came
 // back.
 func (e *netEnv) talk(addr string) bool {
@@ -263,13 +316,8 @@ func TestNetworkPolicyDirect(t *testing.T) {
 func TestNetworkPolicyEgress(t *testing.T) {
 	e := newNetEnv(t)
 	proxy := socks5test.Start(t, "127.0.0.1:0", socks5test.Options{Username: "user", Password: "secret"})
-	eg, err := e.egresses.CreateEgress(context.Background(), connect.NewRequest(&ctrlv1.CreateEgressRequest{Command: cmd(),
-		Spec: &ctrlv1.EgressSpec{Protocol: &ctrlv1.EgressSpec_Socks5{Socks5: &ctrlv1.Socks5Egress{
-			Address: proxy.Addr(), Username: "user", Password: "secret"}}}}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	egressID := eg.Msg.Egress.EgressId
+	egressID := e.createEgress(&ctrlv1.EgressSpec{Protocol: &ctrlv1.EgressSpec_Socks5{Socks5: &ctrlv1.Socks5Egress{
+		Address: proxy.Addr(), Username: "user", Password: "secret"}}})
 	v4 := net.JoinHostPort(nettest.HostIPv4.String(), fmt.Sprint(e.v4.port))
 	ws := e.setPolicy(public(func(p *ctrlv1.NetworkPolicy) {
 		p.Egresses = []*ctrlv1.NetworkPolicyEgress{{EgressId: egressID, Destinations: []string{nettest.HostIPv4.String(), "10.77.0.0/16"}}}
@@ -316,20 +364,9 @@ func TestNetworkPolicyEgress(t *testing.T) {
 func TestNetworkPolicyResolvers(t *testing.T) {
 	e := newNetEnv(t)
 	ctx := context.Background()
-	udp := func(addr string) *ctrlv1.ResolverSpec {
-		return &ctrlv1.ResolverSpec{Protocol: &ctrlv1.ResolverSpec_Udp{Udp: &ctrlv1.UdpResolver{Address: addr}}}
-	}
 	// Nothing answers on port 5353: the upstream is unreachable.
-	created, err := e.resolvers.CreateResolver(ctx, connect.NewRequest(&ctrlv1.CreateResolverRequest{Command: cmd(),
-		Spec: udp(nettest.HostIPv4.String() + ":5353")}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := created.Msg.Resolver
-	direct := &ctrlv1.ResolverPath{Kind: &ctrlv1.ResolverPath_Direct{Direct: &ctrlv1.ResolverDirectPath{}}}
-	e.setPolicy(public(func(p *ctrlv1.NetworkPolicy) {
-		p.Resolvers = []*ctrlv1.NetworkPolicyResolver{{ResolverId: res.ResolverId, Path: direct}}
-	}))
+	res := e.createResolver(udpResolver(nettest.HostIPv4.String() + ":5353"))
+	e.resolveDirect(res.ResolverId)
 	if out, err := e.exec(e.ws, "nslookup", "internet.test"); err == nil || strings.Contains(out, nettest.HostIPv4.String()) {
 		t.Fatalf("an unavailable Resolver answered (or fell back): %q", out)
 	}
@@ -342,7 +379,7 @@ func TestNetworkPolicyResolvers(t *testing.T) {
 	}
 
 	if _, err := e.resolvers.UpdateResolver(ctx, connect.NewRequest(&ctrlv1.UpdateResolverRequest{Command: cmd(),
-		ResolverId: res.ResolverId, ExpectedRevision: res.Revision, Spec: udp(nettest.HostIPv4.String() + ":53")})); err != nil {
+		ResolverId: res.ResolverId, ExpectedRevision: res.Revision, Spec: udpResolver(nettest.HostIPv4.String() + ":53")})); err != nil {
 		t.Fatal(err)
 	}
 	e.awaitWorkspace("the Resolver's revision 2 applied", func(ws *ctrlv1.Workspace) bool {
@@ -364,22 +401,8 @@ func TestNetworkPolicyResolvers(t *testing.T) {
 
 	// Through an Egress: the proxy carries the upstream's TCP connection.
 	proxy := socks5test.Start(t, "127.0.0.1:0", socks5test.Options{})
-	eg, err := e.egresses.CreateEgress(ctx, connect.NewRequest(&ctrlv1.CreateEgressRequest{Command: cmd(),
-		Spec: &ctrlv1.EgressSpec{Protocol: &ctrlv1.EgressSpec_Socks5{Socks5: &ctrlv1.Socks5Egress{Address: proxy.Addr()}}}}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tcp, err := e.resolvers.CreateResolver(ctx, connect.NewRequest(&ctrlv1.CreateResolverRequest{Command: cmd(),
-		Spec: &ctrlv1.ResolverSpec{Protocol: &ctrlv1.ResolverSpec_Tcp{Tcp: &ctrlv1.TcpResolver{Address: nettest.HostIPv4.String() + ":53"}}}}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	egressID := eg.Msg.Egress.EgressId
-	e.setPolicy(public(func(p *ctrlv1.NetworkPolicy) {
-		p.Egresses = []*ctrlv1.NetworkPolicyEgress{{EgressId: egressID, Destinations: []string{"203.0.113.0/24"}}}
-		p.Resolvers = []*ctrlv1.NetworkPolicyResolver{{ResolverId: tcp.Msg.Resolver.ResolverId,
-			Path: &ctrlv1.ResolverPath{Kind: &ctrlv1.ResolverPath_EgressId{EgressId: egressID}}}}
-	}))
+	egressID := e.createEgress(&ctrlv1.EgressSpec{Protocol: &ctrlv1.EgressSpec_Socks5{Socks5: &ctrlv1.Socks5Egress{Address: proxy.Addr()}}})
+	e.forwardThrough(egressID, []string{"203.0.113.0/24"}, e.createResolver(tcpResolver(nettest.HostIPv4.String()+":53")).ResolverId)
 	if out, err := e.exec(e.ws, "nslookup", "internet.test"); err != nil || !strings.Contains(out, nettest.HostIPv4.String()) {
 		t.Fatalf("DNS through the Egress: %q, %v", out, err)
 	}
@@ -393,7 +416,6 @@ func TestNetworkPolicyResolvers(t *testing.T) {
 // a certificate it cannot trust reported as TLS_VERIFICATION_FAILED.
 func TestNetworkPolicyEgressTLS(t *testing.T) {
 	e := newNetEnv(t)
-	ctx := context.Background()
 	serverTLS, caPEM := testtls.New(t, "proxy.test")
 	// On the host's side of the test link: its UDP relay sends from there.
 	proxy := socks5test.Start(t, nettest.UplinkIPv4.String()+":0", socks5test.Options{TLS: serverTLS, UDP: true})
@@ -401,21 +423,8 @@ func TestNetworkPolicyEgressTLS(t *testing.T) {
 		return &ctrlv1.EgressSpec{UdpEnabled: true, Protocol: &ctrlv1.EgressSpec_Socks5{Socks5: &ctrlv1.Socks5Egress{
 			Address: proxy.Addr(), Tls: &ctrlv1.EgressTls{ServerName: "proxy.test", CaCert: ca}}}}
 	}
-	eg, err := e.egresses.CreateEgress(ctx, connect.NewRequest(&ctrlv1.CreateEgressRequest{Command: cmd(), Spec: spec(caPEM)}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := e.resolvers.CreateResolver(ctx, connect.NewRequest(&ctrlv1.CreateResolverRequest{Command: cmd(),
-		Spec: &ctrlv1.ResolverSpec{Protocol: &ctrlv1.ResolverSpec_Udp{Udp: &ctrlv1.UdpResolver{Address: nettest.HostIPv4.String() + ":53"}}}}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	egressID := eg.Msg.Egress.EgressId
-	e.setPolicy(public(func(p *ctrlv1.NetworkPolicy) {
-		p.Egresses = []*ctrlv1.NetworkPolicyEgress{{EgressId: egressID, Destinations: []string{"198.51.100.0/24"}}}
-		p.Resolvers = []*ctrlv1.NetworkPolicyResolver{{ResolverId: res.Msg.Resolver.ResolverId,
-			Path: &ctrlv1.ResolverPath{Kind: &ctrlv1.ResolverPath_EgressId{EgressId: egressID}}}}
-	}))
+	egressID := e.createEgress(spec(caPEM))
+	e.forwardThrough(egressID, []string{"198.51.100.0/24"}, e.createResolver(udpResolver(nettest.HostIPv4.String()+":53")).ResolverId)
 	if !e.talk(net.JoinHostPort(nettest.HostIPv4.String(), fmt.Sprint(e.v4.port))) {
 		t.Fatal("no connection through the TLS Egress")
 	}
@@ -427,14 +436,7 @@ func TestNetworkPolicyEgressTLS(t *testing.T) {
 	}
 
 	_, otherCA := testtls.New(t, "proxy.test")
-	if _, err := e.egresses.UpdateEgress(ctx, connect.NewRequest(&ctrlv1.UpdateEgressRequest{Command: cmd(),
-		EgressId: egressID, ExpectedRevision: 1, Spec: spec(otherCA)})); err != nil {
-		t.Fatal(err)
-	}
-	e.awaitWorkspace("the Egress's revision 2 applied", func(ws *ctrlv1.Workspace) bool {
-		st := ws.NetworkPolicyStatus.GetEgresses()
-		return len(st) == 1 && st[0].AppliedRevision == 2
-	})
+	e.replaceEgress(egressID, spec(otherCA))
 	if e.talk(net.JoinHostPort(nettest.HostIPv4.String(), fmt.Sprint(e.v4.port))) {
 		t.Fatal("a connection went through an Egress whose certificate is not trusted")
 	}
@@ -498,27 +500,13 @@ func TestNetworkPolicyDrain(t *testing.T) {
 // kind and clears with the next success.
 func TestNetworkPolicyEgressFaults(t *testing.T) {
 	e := newNetEnv(t)
-	ctx := context.Background()
 	// On the host's side of the test link: its UDP relay sends from there.
 	proxy := socks5test.Start(t, nettest.UplinkIPv4.String()+":0", socks5test.Options{UDP: true})
 	spec := func(addr string) *ctrlv1.EgressSpec {
 		return &ctrlv1.EgressSpec{UdpEnabled: true, Protocol: &ctrlv1.EgressSpec_Socks5{Socks5: &ctrlv1.Socks5Egress{Address: addr}}}
 	}
-	eg, err := e.egresses.CreateEgress(ctx, connect.NewRequest(&ctrlv1.CreateEgressRequest{Command: cmd(), Spec: spec(proxy.Addr())}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := e.resolvers.CreateResolver(ctx, connect.NewRequest(&ctrlv1.CreateResolverRequest{Command: cmd(),
-		Spec: &ctrlv1.ResolverSpec{Protocol: &ctrlv1.ResolverSpec_Udp{Udp: &ctrlv1.UdpResolver{Address: nettest.HostIPv4.String() + ":53"}}}}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	egressID := eg.Msg.Egress.EgressId
-	e.setPolicy(public(func(p *ctrlv1.NetworkPolicy) {
-		p.Egresses = []*ctrlv1.NetworkPolicyEgress{{EgressId: egressID, Destinations: []string{nettest.HostIPv4.String()}}}
-		p.Resolvers = []*ctrlv1.NetworkPolicyResolver{{ResolverId: res.Msg.Resolver.ResolverId,
-			Path: &ctrlv1.ResolverPath{Kind: &ctrlv1.ResolverPath_EgressId{EgressId: egressID}}}}
-	}))
+	egressID := e.createEgress(spec(proxy.Addr()))
+	e.forwardThrough(egressID, []string{nettest.HostIPv4.String()}, e.createResolver(udpResolver(nettest.HostIPv4.String()+":53")).ResolverId)
 	v4 := net.JoinHostPort(nettest.HostIPv4.String(), fmt.Sprint(e.v4.port))
 	lookup := func() bool {
 		out, err := e.exec(e.ws, "nslookup", "internet.test")
@@ -564,14 +552,7 @@ func TestNetworkPolicyEgressFaults(t *testing.T) {
 	}
 	closed := l.Addr().String()
 	l.Close()
-	if _, err := e.egresses.UpdateEgress(ctx, connect.NewRequest(&ctrlv1.UpdateEgressRequest{Command: cmd(),
-		EgressId: egressID, ExpectedRevision: 1, Spec: spec(closed)})); err != nil {
-		t.Fatal(err)
-	}
-	e.awaitWorkspace("the Egress's revision 2 applied", func(ws *ctrlv1.Workspace) bool {
-		st := ws.NetworkPolicyStatus.GetEgresses()
-		return len(st) == 1 && st[0].AppliedRevision == 2
-	})
+	e.replaceEgress(egressID, spec(closed))
 	if e.talk(v4) {
 		t.Fatal("a connection went through an unreachable Egress")
 	}
@@ -584,7 +565,6 @@ func TestNetworkPolicyEgressFaults(t *testing.T) {
 // the old one's run.
 func TestNetworkPolicyResolverFaults(t *testing.T) {
 	e := newNetEnv(t)
-	ctx := context.Background()
 	silent := e.inet.ListenPacket(t, "udp4", nettest.HostIPv4.String()+":0") // reads nothing, answers nothing
 	serverTLS, caPEM := testtls.New(t, "dns.test")
 	_, otherCA := testtls.New(t, "dns.test")
@@ -610,15 +590,8 @@ func TestNetworkPolicyResolverFaults(t *testing.T) {
 			Address: tlsAddr, ServerName: "dns.test", CaCert: otherCA}}},
 			ctrlv1.ResolverObservationKind_RESOLVER_OBSERVATION_KIND_TLS_VERIFICATION_FAILED},
 	} {
-		res, err := e.resolvers.CreateResolver(ctx, connect.NewRequest(&ctrlv1.CreateResolverRequest{Command: cmd(), Spec: c.spec}))
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		id := res.Msg.Resolver.ResolverId
-		e.setPolicy(public(func(p *ctrlv1.NetworkPolicy) {
-			p.Resolvers = []*ctrlv1.NetworkPolicyResolver{{ResolverId: id,
-				Path: &ctrlv1.ResolverPath{Kind: &ctrlv1.ResolverPath_Direct{Direct: &ctrlv1.ResolverDirectPath{}}}}}
-		}))
+		id := e.createResolver(c.spec).ResolverId
+		e.resolveDirect(id)
 		if out, err := e.exec(e.ws, "nslookup", "internet.test"); err == nil || strings.Contains(out, nettest.HostIPv4.String()) {
 			t.Fatalf("%s answered (or fell back): %q", c.name, out)
 		}

@@ -45,11 +45,8 @@ func newVolumeEnv(t *testing.T) *volumeEnv {
 }
 
 func (e *volumeEnv) getVolume(id string) (*ctrlv1.Volume, error) {
-	resp, err := e.volumes.GetVolume(e.ctx, connect.NewRequest(&ctrlv1.GetVolumeRequest{VolumeId: id}))
-	if err != nil {
-		return nil, err
-	}
-	return resp.Msg.Volume, nil
+	resp, err := unary(e.ctx, e.volumes.GetVolume, &ctrlv1.GetVolumeRequest{VolumeId: id})
+	return resp.GetVolume(), err
 }
 
 func (e *volumeEnv) volume(id string) *ctrlv1.Volume {
@@ -68,36 +65,24 @@ func (e *volumeEnv) awaitVolume(id, what string, cond func(*ctrlv1.Volume) bool)
 }
 
 func (e *volumeEnv) createVolume(spec *ctrlv1.VolumeSpec, labels map[string]string) (*ctrlv1.Volume, error) {
-	resp, err := e.volumes.CreateVolume(e.ctx, connect.NewRequest(&ctrlv1.CreateVolumeRequest{Command: cmd(), Spec: spec, Labels: labels}))
-	if err != nil {
-		return nil, err
-	}
-	return resp.Msg.Volume, nil
+	resp, err := unary(e.ctx, e.volumes.CreateVolume, &ctrlv1.CreateVolumeRequest{Command: cmd(), Spec: spec, Labels: labels})
+	return resp.GetVolume(), err
 }
 
 func (e *volumeEnv) resize(id string, bytes uint64) (*ctrlv1.Volume, error) {
-	resp, err := e.volumes.ResizeVolume(e.ctx, connect.NewRequest(&ctrlv1.ResizeVolumeRequest{Command: cmd(), VolumeId: id, CapacityBytes: bytes}))
-	if err != nil {
-		return nil, err
-	}
-	return resp.Msg.Volume, nil
+	resp, err := unary(e.ctx, e.volumes.ResizeVolume, &ctrlv1.ResizeVolumeRequest{Command: cmd(), VolumeId: id, CapacityBytes: bytes})
+	return resp.GetVolume(), err
 }
 
 func (e *volumeEnv) bind(ws *ctrlv1.Workspace, b *ctrlv1.WorkspaceVolumeBinding) (*ctrlv1.Workspace, error) {
-	resp, err := e.client.UpdateWorkspaceVolumeBinding(e.ctx, connect.NewRequest(&ctrlv1.UpdateWorkspaceVolumeBindingRequest{
-		Command: cmd(), WorkspaceId: ws.WorkspaceId, ExpectedBindingRevision: ws.Spec.BindingRevision, Volume: b}))
-	if err != nil {
-		return nil, err
-	}
-	return resp.Msg.Workspace, nil
+	resp, err := unary(e.ctx, e.client.UpdateWorkspaceVolumeBinding, &ctrlv1.UpdateWorkspaceVolumeBindingRequest{
+		Command: cmd(), WorkspaceId: ws.WorkspaceId, ExpectedBindingRevision: ws.Spec.BindingRevision, Volume: b})
+	return resp.GetWorkspace(), err
 }
 
 func (e *volumeEnv) start(id string) (*ctrlv1.Workspace, error) {
-	resp, err := e.client.StartWorkspace(e.ctx, connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: cmd(), WorkspaceId: id}))
-	if err != nil {
-		return nil, err
-	}
-	return resp.Msg.Workspace, nil
+	resp, err := unary(e.ctx, e.client.StartWorkspace, &ctrlv1.StartWorkspaceRequest{Command: cmd(), WorkspaceId: id})
+	return resp.GetWorkspace(), err
 }
 
 func (e *volumeEnv) deleteWorkspace(id string) {

@@ -120,11 +120,7 @@ const mib = 1 << 20
 
 func (d *deployment) create(spec *ctrlv1.WorkspaceCreateSpec) *ctrlv1.Workspace {
 	d.t.Helper()
-	resp, err := d.client.CreateWorkspace(context.Background(), connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: spec}))
-	if err != nil {
-		d.t.Fatalf("CreateWorkspace: %v", err)
-	}
-	return resp.Msg.Workspace
+	return mustUnary(d.t, d.client.CreateWorkspace, &ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: spec}).Workspace
 }
 
 func small() *ctrlv1.WorkspaceCreateSpec {
@@ -152,13 +148,30 @@ func eventually[T any](t *testing.T, timeout time.Duration, what string, read fu
 	}
 }
 
-// get reads a workspace.
-func (d *deployment) get(id string) (*ctrlv1.Workspace, error) {
-	resp, err := d.client.GetWorkspace(context.Background(), connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id}))
+// unary runs one unary call of a Connect client and returns the message of
+// its response.
+func unary[Req, Resp any](ctx context.Context, method func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error), req *Req) (*Resp, error) {
+	resp, err := method(ctx, connect.NewRequest(req))
 	if err != nil {
 		return nil, err
 	}
-	return resp.Msg.Workspace, nil
+	return resp.Msg, nil
+}
+
+// mustUnary is unary that fails the test on an error.
+func mustUnary[Req, Resp any](t testing.TB, method func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error), req *Req) *Resp {
+	t.Helper()
+	resp, err := unary(context.Background(), method, req)
+	if err != nil {
+		t.Fatalf("%T: %v", req, err)
+	}
+	return resp
+}
+
+// get reads a workspace.
+func (d *deployment) get(id string) (*ctrlv1.Workspace, error) {
+	resp, err := unary(context.Background(), d.client.GetWorkspace, &ctrlv1.GetWorkspaceRequest{WorkspaceId: id})
+	return resp.GetWorkspace(), err
 }
 
 // awaitWorkspace polls a workspace until cond holds of it.
@@ -519,20 +532,14 @@ func TestMemoryAndDiskGrow(t *testing.T) {
 		t.Fatalf("%v %s", err, out)
 	}
 	memory := func(rev, bytes uint64) (*ctrlv1.Workspace, error) {
-		resp, err := d.client.UpdateWorkspaceMemory(ctx, connect.NewRequest(&ctrlv1.UpdateWorkspaceMemoryRequest{
-			Command: cmd(), WorkspaceId: ws.WorkspaceId, ExpectedResourcesRevision: rev, MemoryBytes: bytes}))
-		if err != nil {
-			return nil, err
-		}
-		return resp.Msg.Workspace, nil
+		resp, err := unary(ctx, d.client.UpdateWorkspaceMemory, &ctrlv1.UpdateWorkspaceMemoryRequest{
+			Command: cmd(), WorkspaceId: ws.WorkspaceId, ExpectedResourcesRevision: rev, MemoryBytes: bytes})
+		return resp.GetWorkspace(), err
 	}
 	disk := func(rev, bytes uint64) (*ctrlv1.Workspace, error) {
-		resp, err := d.client.ResizeWorkspaceWritableLayer(ctx, connect.NewRequest(&ctrlv1.ResizeWorkspaceWritableLayerRequest{
-			Command: cmd(), WorkspaceId: ws.WorkspaceId, ExpectedResourcesRevision: rev, WritableLayerBytes: bytes}))
-		if err != nil {
-			return nil, err
-		}
-		return resp.Msg.Workspace, nil
+		resp, err := unary(ctx, d.client.ResizeWorkspaceWritableLayer, &ctrlv1.ResizeWorkspaceWritableLayerRequest{
+			Command: cmd(), WorkspaceId: ws.WorkspaceId, ExpectedResourcesRevision: rev, WritableLayerBytes: bytes})
+		return resp.GetWorkspace(), err
 	}
 	// A raise reaches the running execution at once; its cgroup says so.
 	running := func() string {
