@@ -72,6 +72,19 @@ func unpackReply(t *testing.T, q *dns.Msg, reply []byte, rcode int) *dns.Msg {
 	return &r
 }
 
+// answerEach queries example.test. through each upstream, in a subtest of
+// its name, and wants the rcode and the one report.
+func answerEach(t *testing.T, ups map[string]Upstream, rcode int, report any) {
+	for name, up := range ups {
+		t.Run(name, func(t *testing.T) {
+			f, r := newForwarder(up, direct)
+			q, b := query(t, "example.test.")
+			unpackReply(t, q, f.Answer(t.Context(), b), rcode)
+			wantReports(t, r, report)
+		})
+	}
+}
+
 // wantReports checks the reports: nil for a success, a Kind for a *Error.
 func wantReports(t *testing.T, r *reports, want ...any) {
 	t.Helper()
@@ -139,20 +152,10 @@ func TestAnswerTLSServerName(t *testing.T) {
 	serverTLS, caPEM := testtls.New(t, "127.0.0.1", "dns.test")
 	address := tcpUpstream(t, serverTLS)
 	url := httpsUpstream(t, serverTLS) + "/dns-query"
-	for _, tc := range []struct {
-		name string
-		up   Upstream
-	}{
-		{"tls", Upstream{Protocol: TLS, Address: address, ServerName: "dns.test", CACertPEM: caPEM}},
-		{"https", Upstream{Protocol: HTTPS, URL: url, ServerName: "dns.test", CACertPEM: caPEM}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			f, r := newForwarder(tc.up, direct)
-			q, b := query(t, "example.test.")
-			unpackReply(t, q, f.Answer(t.Context(), b), dns.RcodeSuccess)
-			wantReports(t, r, nil)
-		})
-	}
+	answerEach(t, map[string]Upstream{
+		"tls":   {Protocol: TLS, Address: address, ServerName: "dns.test", CACertPEM: caPEM},
+		"https": {Protocol: HTTPS, URL: url, ServerName: "dns.test", CACertPEM: caPEM},
+	}, dns.RcodeSuccess, nil)
 }
 
 func TestAnswerTLSVerificationFailed(t *testing.T) {
@@ -160,24 +163,14 @@ func TestAnswerTLSVerificationFailed(t *testing.T) {
 	_, otherCA := testtls.New(t, "127.0.0.1", "dns.test")
 	address := tcpUpstream(t, serverTLS)
 	url := httpsUpstream(t, serverTLS) + "/dns-query"
-	for _, tc := range []struct {
-		name string
-		up   Upstream
-	}{
-		{"tls wrong CA", Upstream{Protocol: TLS, Address: address, CACertPEM: otherCA}},
-		{"tls wrong name", Upstream{Protocol: TLS, Address: address, ServerName: "other.test", CACertPEM: caPEM}},
-		{"tls system roots", Upstream{Protocol: TLS, Address: address}},
-		{"tls CA not PEM", Upstream{Protocol: TLS, Address: address, CACertPEM: "not a certificate"}},
-		{"https wrong CA", Upstream{Protocol: HTTPS, URL: url, CACertPEM: otherCA}},
-		{"https wrong name", Upstream{Protocol: HTTPS, URL: url, ServerName: "other.test", CACertPEM: caPEM}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			f, r := newForwarder(tc.up, direct)
-			q, b := query(t, "example.test.")
-			unpackReply(t, q, f.Answer(t.Context(), b), dns.RcodeServerFailure)
-			wantReports(t, r, TLSVerificationFailed)
-		})
-	}
+	answerEach(t, map[string]Upstream{
+		"tls wrong CA":     {Protocol: TLS, Address: address, CACertPEM: otherCA},
+		"tls wrong name":   {Protocol: TLS, Address: address, ServerName: "other.test", CACertPEM: caPEM},
+		"tls system roots": {Protocol: TLS, Address: address},
+		"tls CA not PEM":   {Protocol: TLS, Address: address, CACertPEM: "not a certificate"},
+		"https wrong CA":   {Protocol: HTTPS, URL: url, CACertPEM: otherCA},
+		"https wrong name": {Protocol: HTTPS, URL: url, ServerName: "other.test", CACertPEM: caPEM},
+	}, dns.RcodeServerFailure, TLSVerificationFailed)
 }
 
 func TestAnswerHTTPErrorStatus(t *testing.T) {
