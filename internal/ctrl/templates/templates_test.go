@@ -66,6 +66,20 @@ func forEachStore(t *testing.T, fn func(t *testing.T, e *env)) {
 	t.Run("postgres", func(t *testing.T) { fn(t, newEnv(t, testutil.PostgresStore(t))) })
 }
 
+// forEachStoreWithBuiltin is forEachStore on stores that hold the builtin
+// template, made from the host's busybox; it skips without one.
+func forEachStoreWithBuiltin(t *testing.T, fn func(t *testing.T, e *env)) {
+	if _, err := os.Stat(imagestore.DefaultBusybox); err != nil {
+		t.Skipf("no busybox: %v", err)
+	}
+	forEachStore(t, func(t *testing.T, e *env) {
+		if err := templates.EnsureBuiltin(context.Background(), e.st, e.images, imagestore.DefaultBusybox); err != nil {
+			t.Fatal(err)
+		}
+		fn(t, e)
+	})
+}
+
 // newEnv serves the TemplateService over cleartext HTTP/2 (Connect client
 // streaming needs it) on a store with three projects.
 func newEnv(t *testing.T, st store.Store) *env {
@@ -325,14 +339,8 @@ func (e *env) checkRevision(r *ctrlv1.TemplateRevision, source string) {
 }
 
 func TestBuiltin(t *testing.T) {
-	if _, err := os.Stat(imagestore.DefaultBusybox); err != nil {
-		t.Skipf("no busybox: %v", err)
-	}
-	forEachStore(t, func(t *testing.T, e *env) {
+	forEachStoreWithBuiltin(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		if err := templates.EnsureBuiltin(ctx, e.st, e.images, imagestore.DefaultBusybox); err != nil {
-			t.Fatal(err)
-		}
 		a := e.client(projectA)
 		base := must(e.get(a, "base"))(t, "get base")
 		if len(base.Revisions) != 1 || base.DefaultRevision != base.Revisions[0].Revision || base.Revision != 2 {
@@ -719,14 +727,8 @@ func TestArchiveLimit(t *testing.T) {
 }
 
 func TestList(t *testing.T) {
-	if _, err := os.Stat(imagestore.DefaultBusybox); err != nil {
-		t.Skipf("no busybox: %v", err)
-	}
-	forEachStore(t, func(t *testing.T, e *env) {
+	forEachStoreWithBuiltin(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		if err := templates.EnsureBuiltin(ctx, e.st, e.images, imagestore.DefaultBusybox); err != nil {
-			t.Fatal(err)
-		}
 		a := e.client(projectA)
 		// Created in an order unlike the IDs' order.
 		ids := []string{"zeta", "alpha", "mid", "beta", "omega"}
