@@ -62,11 +62,7 @@ func TestUDPHostnameDestination(t *testing.T) {
 	echo := echoUDP(t, "127.0.0.1:0")
 	_, port, _ := net.SplitHostPort(echo)
 	srv := socks5test.Start(t, "127.0.0.1:0", socks5test.Options{UDP: true})
-	c, err := dialer(srv).DialContext(t.Context(), "udp", net.JoinHostPort("localhost", port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialUDP(t, dialer(srv), net.JoinHostPort("localhost", port))
 	datagramTrip(t, c, "by name")
 }
 
@@ -86,12 +82,7 @@ func TestUDPDatagrams(t *testing.T) {
 		_, _ = io.Copy(io.Discard, c)
 		return nil
 	})
-	d := &socks5.Dialer{Endpoint: socks5.Endpoint{Address: addr}}
-	c, err := d.DialContext(t.Context(), "udp", "192.0.2.1:53")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialUDP(t, &socks5.Dialer{Endpoint: socks5.Endpoint{Address: addr}}, "192.0.2.1:53")
 	c.SetDeadline(time.Now().Add(ioTimeout))
 	if _, err := c.Write([]byte("query")); err != nil {
 		t.Fatal(err)
@@ -131,12 +122,7 @@ func TestUDPUnspecifiedRelay(t *testing.T) {
 	rec := &checkRecorder{}
 	d := dialer(srv)
 	d.Check = rec.check
-	c, err := d.DialContext(t.Context(), "udp", echo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	datagramTrip(t, c, "substituted")
+	datagramTrip(t, dialUDP(t, d, echo), "substituted")
 	lo := netip.MustParseAddr("127.0.0.1")
 	if got, want := rec.addrs(), []netip.Addr{lo, lo}; !slices.Equal(got, want) {
 		t.Errorf("checked %v, want the endpoint and the relay, %v", got, want)
@@ -182,12 +168,7 @@ func TestUDPAssociationEnded(t *testing.T) {
 		<-closeCtrl
 		return nil
 	})
-	d := &socks5.Dialer{Endpoint: socks5.Endpoint{Address: addr}}
-	c, err := d.DialContext(t.Context(), "udp", "192.0.2.1:53")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialUDP(t, &socks5.Dialer{Endpoint: socks5.Endpoint{Address: addr}}, "192.0.2.1:53")
 	c.SetReadDeadline(time.Now().Add(ioTimeout))
 	close(closeCtrl)
 	if _, err := c.Read(make([]byte, 64)); !errors.Is(err, socks5.ErrAssociationEnded) {
@@ -196,4 +177,16 @@ func TestUDPAssociationEnded(t *testing.T) {
 	if _, err := c.Write([]byte("late")); !errors.Is(err, socks5.ErrAssociationEnded) {
 		t.Errorf("Write = %v, want ErrAssociationEnded", err)
 	}
+}
+
+// dialUDP opens a UDP association through the dialer to addr, closed when
+// the test ends.
+func dialUDP(t *testing.T, d *socks5.Dialer, addr string) net.Conn {
+	t.Helper()
+	c, err := d.DialContext(t.Context(), "udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
