@@ -40,11 +40,7 @@ func projectCommand() *cobra.Command {
 			Short: "Create an empty project; then create its first admin token with `token create --project`",
 			Args:  cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				cl, err := dial(cmd, c, adminv1connect.NewAdminServiceClient)
-				if err != nil {
-					return err
-				}
-				resp, err := call(cmd.Context(), cl.CreateProject, &adminv1.CreateProjectRequest{Name: args[0]})
+				resp, err := dialCall(cmd, c, adminv1connect.NewAdminServiceClient, adminv1connect.AdminServiceClient.CreateProject, &adminv1.CreateProjectRequest{Name: args[0]})
 				if err != nil {
 					return err
 				}
@@ -56,11 +52,7 @@ func projectCommand() *cobra.Command {
 			Short: "List the projects the token can see",
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				cl, err := dial(cmd, c, adminv1connect.NewAdminServiceClient)
-				if err != nil {
-					return err
-				}
-				resp, err := call(cmd.Context(), cl.ListProjects, &adminv1.ListProjectsRequest{})
+				resp, err := dialCall(cmd, c, adminv1connect.NewAdminServiceClient, adminv1connect.AdminServiceClient.ListProjects, &adminv1.ListProjectsRequest{})
 				if err != nil {
 					return err
 				}
@@ -89,11 +81,7 @@ func tokenCreateCommand(c *conn) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cl, err := dial(cmd, c, adminv1connect.NewAdminServiceClient)
-			if err != nil {
-				return err
-			}
-			resp, err := call(cmd.Context(), cl.CreateToken, &adminv1.CreateTokenRequest{ProjectId: project, Role: r, Name: name})
+			resp, err := dialCall(cmd, c, adminv1connect.NewAdminServiceClient, adminv1connect.AdminServiceClient.CreateToken, &adminv1.CreateTokenRequest{ProjectId: project, Role: r, Name: name})
 			if err != nil {
 				return err
 			}
@@ -121,11 +109,7 @@ func tokenListCommand(c *conn) *cobra.Command {
 		Short: "List the tokens of a project, revoked ones included",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := dial(cmd, c, adminv1connect.NewAdminServiceClient)
-			if err != nil {
-				return err
-			}
-			resp, err := call(cmd.Context(), cl.ListTokens, &adminv1.ListTokensRequest{ProjectId: project})
+			resp, err := dialCall(cmd, c, adminv1connect.NewAdminServiceClient, adminv1connect.AdminServiceClient.ListTokens, &adminv1.ListTokensRequest{ProjectId: project})
 			if err != nil {
 				return err
 			}
@@ -142,11 +126,7 @@ func tokenRevokeCommand(c *conn) *cobra.Command {
 		Short: "Revoke a token at once",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := dial(cmd, c, adminv1connect.NewAdminServiceClient)
-			if err != nil {
-				return err
-			}
-			resp, err := call(cmd.Context(), cl.RevokeToken, &adminv1.RevokeTokenRequest{TokenId: args[0]})
+			resp, err := dialCall(cmd, c, adminv1connect.NewAdminServiceClient, adminv1connect.AdminServiceClient.RevokeToken, &adminv1.RevokeTokenRequest{TokenId: args[0]})
 			if err != nil {
 				return err
 			}
@@ -198,11 +178,7 @@ func poolListCommand(c *conn) *cobra.Command {
 			"Volume created in the pool without a size; DEFAULT marks the pool a Volume gets without --pool.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := dial(cmd, c, adminv1connect.NewAdminServiceClient)
-			if err != nil {
-				return err
-			}
-			resp, err := call(cmd.Context(), cl.ListStoragePools, &adminv1.ListStoragePoolsRequest{})
+			resp, err := dialCall(cmd, c, adminv1connect.NewAdminServiceClient, adminv1connect.AdminServiceClient.ListStoragePools, &adminv1.ListStoragePoolsRequest{})
 			if err != nil {
 				return err
 			}
@@ -223,11 +199,7 @@ func poolLostCommand(c *conn) *cobra.Command {
 			"The IDs of the Volumes this call made LOST go to stdout, one a line, and a summary to stderr.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := dial(cmd, c, adminv1connect.NewAdminServiceClient)
-			if err != nil {
-				return err
-			}
-			resp, err := call(cmd.Context(), cl.DeclareStoragePoolLost, &adminv1.DeclareStoragePoolLostRequest{StoragePool: args[0]})
+			resp, err := dialCall(cmd, c, adminv1connect.NewAdminServiceClient, adminv1connect.AdminServiceClient.DeclareStoragePoolLost, &adminv1.DeclareStoragePoolLostRequest{StoragePool: args[0]})
 			if err != nil {
 				return err
 			}

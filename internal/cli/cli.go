@@ -257,6 +257,19 @@ func timeout(d time.Duration) connect.UnaryInterceptorFunc {
 	}
 }
 
+// dialCall dials the server with a new client and runs one unary method of
+// it, named by its method expression (adminv1connect.AdminServiceClient.ListTokens).
+func dialCall[C, Req, Resp any](cmd *cobra.Command, c *conn, newClient func(connect.HTTPClient, string, ...connect.ClientOption) C,
+	method func(C, context.Context, *connect.Request[Req]) (*connect.Response[Resp], error), req *Req) (*Resp, error) {
+	cl, err := dial(cmd, c, newClient)
+	if err != nil {
+		return nil, err
+	}
+	return call(cmd.Context(), func(ctx context.Context, r *connect.Request[Req]) (*connect.Response[Resp], error) {
+		return method(cl, ctx, r)
+	}, req)
+}
+
 // call runs one unary method of a generated client and unwraps the Connect
 // envelope. Its errors are *connect.Error, whose text is "<code>: <message>".
 func call[Req, Resp any](ctx context.Context, method func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error), req *Req) (*Resp, error) {

@@ -49,11 +49,7 @@ func wsNetworkGetCommand(c *conn) *cobra.Command {
 			"faults of the Egresses and Resolvers it uses. -o json prints the whole GetWorkspaceResponse.\n\n" + networkHelp,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := dial(cmd, c, ctrlv1connect.NewWorkspaceServiceClient)
-			if err != nil {
-				return err
-			}
-			resp, err := call(cmd.Context(), cl.GetWorkspace, &ctrlv1.GetWorkspaceRequest{WorkspaceId: args[0]})
+			resp, err := dialCall(cmd, c, ctrlv1connect.NewWorkspaceServiceClient, ctrlv1connect.WorkspaceServiceClient.GetWorkspace, &ctrlv1.GetWorkspaceRequest{WorkspaceId: args[0]})
 			if err != nil {
 				return err
 			}

@@ -96,11 +96,7 @@ func templateCreateCommand(c *conn) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		cl, err := dial(cmd, c, ctrlv1connect.NewTemplateServiceClient)
-		if err != nil {
-			return err
-		}
-		resp, err := call(cmd.Context(), cl.CreateTemplate, &ctrlv1.CreateTemplateRequest{
+		resp, err := dialCall(cmd, c, ctrlv1connect.NewTemplateServiceClient, ctrlv1connect.TemplateServiceClient.CreateTemplate, &ctrlv1.CreateTemplateRequest{
 			Command: c.command(cmd, *commandID), TemplateId: args[0], Labels: labels, Annotations: annotations,
 		})
 		if err != nil {
@@ -176,11 +172,7 @@ func templateDeleteCommand(c *conn) *cobra.Command {
 	}
 	commandID := commandFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		cl, err := dial(cmd, c, ctrlv1connect.NewTemplateServiceClient)
-		if err != nil {
-			return err
-		}
-		resp, err := call(cmd.Context(), cl.DeleteTemplate, &ctrlv1.DeleteTemplateRequest{Command: c.command(cmd, *commandID), TemplateId: args[0]})
+		resp, err := dialCall(cmd, c, ctrlv1connect.NewTemplateServiceClient, ctrlv1connect.TemplateServiceClient.DeleteTemplate, &ctrlv1.DeleteTemplateRequest{Command: c.command(cmd, *commandID), TemplateId: args[0]})
 		if err != nil {
 			return err
 		}

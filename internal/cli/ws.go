@@ -394,11 +394,7 @@ func wsExpireCommand(c *conn) *cobra.Command {
 			}
 			change.Change = &ctrlv1.WorkspaceExpirationChange_Set{Set: p}
 		}
-		cl, err := dial(cmd, c, ctrlv1connect.NewWorkspaceServiceClient)
-		if err != nil {
-			return err
-		}
-		resp, err := call(cmd.Context(), cl.UpdateWorkspaceExpiration, &ctrlv1.UpdateWorkspaceExpirationRequest{
+		resp, err := dialCall(cmd, c, ctrlv1connect.NewWorkspaceServiceClient, ctrlv1connect.WorkspaceServiceClient.UpdateWorkspaceExpiration, &ctrlv1.UpdateWorkspaceExpirationRequest{
 			Command: c.command(cmd, *commandID), WorkspaceId: args[0], Change: change,
 		})
 		if err != nil {
