@@ -97,11 +97,7 @@ func (c *Client) CreateWorkspace(ctx context.Context, o CreateOptions) (*Workspa
 	if err != nil {
 		return nil, err
 	}
-	ws, err := c.waitFor(ctx, resp.Msg.GetWorkspace(), untilAvailable)
-	if err != nil {
-		return nil, err
-	}
-	return c.handle(ws), nil
+	return c.awaitHandle(ctx, resp.Msg.GetWorkspace(), untilAvailable)
 }
 
 // Workspace returns a handle on the Workspace id as it is now, in whatever
@@ -122,11 +118,7 @@ func (c *Client) StartWorkspace(ctx context.Context, id string) (*Workspace, err
 	if err != nil {
 		return nil, err
 	}
-	ws, err := c.waitFor(ctx, resp.Msg.GetWorkspace(), untilAvailable)
-	if err != nil {
-		return nil, err
-	}
-	return c.handle(ws), nil
+	return c.awaitHandle(ctx, resp.Msg.GetWorkspace(), untilAvailable)
 }
 
 // StopOptions describe a stop.
@@ -147,11 +139,7 @@ func (c *Client) StopWorkspace(ctx context.Context, id string, o StopOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	ws, err := c.waitFor(ctx, resp.Msg.GetWorkspace(), untilStopped)
-	if err != nil {
-		return nil, err
-	}
-	return c.handle(ws), nil
+	return c.awaitHandle(ctx, resp.Msg.GetWorkspace(), untilStopped)
 }
 
 // DeleteWorkspace deletes a Workspace and waits until it is DELETED.
@@ -162,6 +150,16 @@ func (c *Client) DeleteWorkspace(ctx context.Context, id string) error {
 	}
 	_, err = c.waitFor(ctx, resp.Msg.GetWorkspace(), untilDeleted)
 	return err
+}
+
+// awaitHandle waits until ws, as a lifecycle call returned it, reaches g and
+// returns a handle on it.
+func (c *Client) awaitHandle(ctx context.Context, ws *ctrlv1.Workspace, g goal) (*Workspace, error) {
+	ws, err := c.waitFor(ctx, ws, g)
+	if err != nil {
+		return nil, err
+	}
+	return c.handle(ws), nil
 }
 
 // goal is a state a call waits for, and the states on the way to it.

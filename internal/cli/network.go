@@ -8,9 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
@@ -300,41 +298,16 @@ func wsNetworkWatchCommand(c *conn) *cobra.Command {
 			"With -o json each such line is the WatchWorkspaceResponse.\n\n" + networkHelp,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := dial(cmd, c, ctrlv1connect.NewWorkspaceServiceClient)
-			if err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			stream, err := cl.WatchWorkspace(ctx, connect.NewRequest(&ctrlv1.WatchWorkspaceRequest{WorkspaceId: args[0]}))
-			if err != nil {
-				return err
-			}
-			defer stream.Close()
-			rows := &rowWriter{w: cmd.OutOrStdout(), header: watchedNetworkHeader}
 			var last []string
-			for stream.Receive() {
-				cells := watchedNetwork(stream.Msg().GetWorkspace())
+			return watchRows(cmd, c, args[0], watchedNetworkHeader, func(ws *ctrlv1.Workspace) []string {
+				cells := watchedNetwork(ws)
 				// The time alone changes with every report of the host.
 				if last != nil && slices.Equal(cells[1:], last[1:]) {
-					continue
+					return nil
 				}
 				last = cells
-				if c.output == outputJSON {
-					b, err := protojson.Marshal(stream.Msg())
-					if err != nil {
-						return err
-					}
-					if _, err := fmt.Fprintf(cmd.OutOrStdout(), "%s\n", b); err != nil {
-						return err
-					}
-				} else if err := rows.write(cells); err != nil {
-					return err
-				}
-			}
-			if ctx.Err() != nil { // Ctrl-C
-				return nil
-			}
-			return stream.Err()
+				return cells
+			})
 		},
 	}
 }

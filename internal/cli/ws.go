@@ -414,36 +414,48 @@ func wsWatchCommand(c *conn) *cobra.Command {
 			"coalesced by the server: the latest state is shown, not every intermediate one.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := dial(cmd, c, ctrlv1connect.NewWorkspaceServiceClient)
-			if err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			stream, err := cl.WatchWorkspace(ctx, connect.NewRequest(&ctrlv1.WatchWorkspaceRequest{WorkspaceId: args[0]}))
-			if err != nil {
-				return err
-			}
-			defer stream.Close()
-			rows := &rowWriter{w: cmd.OutOrStdout(), header: workspaceTable.header}
-			for stream.Receive() {
-				if c.output == outputJSON {
-					b, err := protojson.Marshal(stream.Msg())
-					if err != nil {
-						return err
-					}
-					if _, err := fmt.Fprintf(cmd.OutOrStdout(), "%s\n", b); err != nil {
-						return err
-					}
-				} else if err := rows.write(workspaceTable.row(stream.Msg().GetWorkspace())); err != nil {
-					return err
-				}
-			}
-			if ctx.Err() != nil { // Ctrl-C
-				return nil
-			}
-			return stream.Err()
+			return watchRows(cmd, c, args[0], workspaceTable.header, workspaceTable.row)
 		},
 	}
+}
+
+// watchRows follows WatchWorkspace on the Workspace id until the stream
+// ends or Ctrl-C, and prints each response for which row returns cells:
+// with -o json the response as one line, else the cells as a table row
+// under header.
+func watchRows(cmd *cobra.Command, c *conn, id string, header []string, row func(*ctrlv1.Workspace) []string) error {
+	cl, err := dial(cmd, c, ctrlv1connect.NewWorkspaceServiceClient)
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	stream, err := cl.WatchWorkspace(ctx, connect.NewRequest(&ctrlv1.WatchWorkspaceRequest{WorkspaceId: id}))
+	if err != nil {
+		return err
+	}
+	defer stream.Close()
+	rows := &rowWriter{w: cmd.OutOrStdout(), header: header}
+	for stream.Receive() {
+		cells := row(stream.Msg().GetWorkspace())
+		if cells == nil {
+			continue
+		}
+		if c.output == outputJSON {
+			b, err := protojson.Marshal(stream.Msg())
+			if err != nil {
+				return err
+			}
+			if _, err := fmt.Fprintf(cmd.OutOrStdout(), "%s\n", b); err != nil {
+				return err
+			}
+		} else if err := rows.write(cells); err != nil {
+			return err
+		}
+	}
+	if ctx.Err() != nil { // Ctrl-C
+		return nil
+	}
+	return stream.Err()
 }
 
 var workspaces = kind[wsClient, *ctrlv1.WorkspaceCreateSpec, *ctrlv1.Workspace]{
