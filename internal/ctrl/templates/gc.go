@@ -39,19 +39,13 @@ func CollectBlobs(ctx context.Context, st store.Store, images *imagestore.Store,
 		for _, p := range projects {
 			ids = append(ids, p.ID)
 		}
-		for _, p := range ids {
-			objs, err := allObjects(ctx, tx, p, nil)
-			if err != nil {
-				return err
-			}
-			for _, o := range objs {
-				t, err := load(o)
-				if err != nil {
-					return err
-				}
-				for _, r := range t.spec.GetRevisions() {
-					manifests = append(manifests, r.GetImageDigest())
-				}
+		all, err := allTemplates(ctx, tx, ids, nil)
+		if err != nil {
+			return err
+		}
+		for _, t := range all {
+			for _, r := range t.spec.GetRevisions() {
+				manifests = append(manifests, r.GetImageDigest())
 			}
 		}
 		return nil

@@ -123,19 +123,9 @@ func (s *Service) ListTemplates(ctx context.Context, pageSize uint32, token stri
 	)
 	err = s.Store.View(ctx, func(tx store.Tx) error {
 		out = nil
-		var all []*tmpl
-		for _, project := range []string{BuiltinProject, c.ProjectID} {
-			objs, err := allObjects(ctx, tx, project, selector)
-			if err != nil {
-				return err
-			}
-			for _, o := range objs {
-				t, err := load(o)
-				if err != nil {
-					return err
-				}
-				all = append(all, t)
-			}
+		all, err := allTemplates(ctx, tx, []string{BuiltinProject, c.ProjectID}, selector)
+		if err != nil {
+			return err
 		}
 		slices.SortFunc(all, func(a, b *tmpl) int { return strings.Compare(a.position(), b.position()) })
 		start := slices.IndexFunc(all, func(t *tmpl) bool { return t.position() > p.After })
@@ -163,22 +153,32 @@ func (t *tmpl) position() string {
 	return fmt.Sprintf("%020d/%s/%s", uint64(t.createdAt().UnixNano())^(1<<63), kind, t.obj.ID)
 }
 
-// allObjects returns every live Template of a project matching selector.
-func allObjects(ctx context.Context, tx store.Tx, project string, selector map[string]string) ([]store.Object, error) {
-	var out []store.Object
-	after := ""
-	for {
-		objs, err := tx.Objects(ctx, store.ObjectQuery{Kind: store.KindTemplate, ProjectID: project,
-			After: after, Selector: selector, Limit: resource.MaxPageSize})
-		if err != nil {
-			return nil, err
+// allTemplates returns every live Template of the projects matching
+// selector.
+func allTemplates(ctx context.Context, tx store.Tx, projects []string, selector map[string]string) ([]*tmpl, error) {
+	var out []*tmpl
+	for _, project := range projects {
+		after := ""
+		for {
+			objs, err := tx.Objects(ctx, store.ObjectQuery{Kind: store.KindTemplate, ProjectID: project,
+				After: after, Selector: selector, Limit: resource.MaxPageSize})
+			if err != nil {
+				return nil, err
+			}
+			for _, o := range objs {
+				t, err := load(o)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, t)
+			}
+			if len(objs) < resource.MaxPageSize {
+				break
+			}
+			after = objs[len(objs)-1].ID
 		}
-		out = append(out, objs...)
-		if len(objs) < resource.MaxPageSize {
-			return out, nil
-		}
-		after = objs[len(objs)-1].ID
 	}
+	return out, nil
 }
 
 // SetTemplateDefault points the default at one of the Template's revisions
