@@ -233,33 +233,38 @@ func dial(dialer *net.Dialer, addr string) (*net.TCPConn, error) {
 // send writes for d, then waits for the server's close, which comes once
 // everything written has arrived.
 func send(dialer *net.Dialer, addr string, d time.Duration) (result, error) {
-	c, err := dial(dialer, addr)
-	if err != nil {
-		return result{}, err
-	}
-	defer c.Close()
-	start := time.Now()
-	c.SetDeadline(start.Add(d + slack))
-	buf := make([]byte, chunk)
-	var n int64
-	for end := start.Add(d); time.Now().Before(end); {
-		w, err := c.Write(buf)
-		n += int64(w)
-		if err != nil {
-			return result{}, err
+	return timed(dialer, addr, d, func(c *net.TCPConn, start time.Time) (int64, error) {
+		buf := make([]byte, chunk)
+		var n int64
+		for end := start.Add(d); time.Now().Before(end); {
+			w, err := c.Write(buf)
+			n += int64(w)
+			if err != nil {
+				return n, err
+			}
 		}
-	}
-	if err := c.CloseWrite(); err != nil {
-		return result{}, err
-	}
-	if _, err := drain(c); err != nil {
-		return result{}, err
-	}
-	return result{Bytes: n, Seconds: time.Since(start).Seconds()}, nil
+		if err := c.CloseWrite(); err != nil {
+			return n, err
+		}
+		_, err := drain(c)
+		return n, err
+	})
 }
 
 // receive reads until the server, sending for d, closes.
 func receive(dialer *net.Dialer, addr string, d time.Duration) (result, error) {
+	return timed(dialer, addr, d, func(c *net.TCPConn, _ time.Time) (int64, error) {
+		n, err := drain(c)
+		if err == nil && n == 0 {
+			err = errors.New("received nothing")
+		}
+		return n, err
+	})
+}
+
+// timed runs a transfer of d on one connection to addr, bounded by d and
+// some slack, and returns the bytes it moved and how long it took.
+func timed(dialer *net.Dialer, addr string, d time.Duration, transfer func(c *net.TCPConn, start time.Time) (int64, error)) (result, error) {
 	c, err := dial(dialer, addr)
 	if err != nil {
 		return result{}, err
@@ -267,12 +272,9 @@ func receive(dialer *net.Dialer, addr string, d time.Duration) (result, error) {
 	defer c.Close()
 	start := time.Now()
 	c.SetDeadline(start.Add(d + slack))
-	n, err := drain(c)
+	n, err := transfer(c, start)
 	if err != nil {
 		return result{}, err
-	}
-	if n == 0 {
-		return result{}, errors.New("received nothing")
 	}
 	return result{Bytes: n, Seconds: time.Since(start).Seconds()}, nil
 }
