@@ -33,20 +33,7 @@ import (
 // guestAgent is the kibotos-guest binary TestMain builds.
 var guestAgent string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "kibotos-guest")
-	if err != nil {
-		panic(err)
-	}
-	guestAgent = filepath.Join(dir, "kibotos-guest")
-	if err := testutil.Build(guestAgent, testutil.GuestAgentPackage); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testutil.RunWithGuestAgent(m, &guestAgent) }
 
 // deployment is one `kibotos up` run in this process, on the real runtime.
 type deployment struct {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"testing"
 )
 
 // Build builds a package of this module (an import path such as
@@ -19,3 +21,23 @@ func Build(out, pkg string) error {
 
 // GuestAgentPackage is the import path of the guest agent.
 const GuestAgentPackage = "github.com/kibotos/kibotos/cmd/kibotos-guest"
+
+// RunWithGuestAgent is a TestMain: it builds the guest agent into a
+// temporary directory, sets *agent to its path, runs the tests, removes
+// the directory and exits with the tests' code.
+func RunWithGuestAgent(m *testing.M, agent *string) {
+	dir, err := os.MkdirTemp("", "kibotos-guest-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	*agent = filepath.Join(dir, "kibotos-guest")
+	if err := Build(*agent, GuestAgentPackage); err != nil {
+		os.RemoveAll(dir)
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}

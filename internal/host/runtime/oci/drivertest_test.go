@@ -46,17 +46,7 @@ func newSuiteMachine(t *testing.T, name string) *suiteMachine {
 	m.Driver(t)
 	// Whatever a failed test left: force-stop every execution of the
 	// state directory before it goes (cleanups run last-in first-out).
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		ids, _ := m.d.knownIDs()
-		listed, _ := m.d.list(ctx)
-		for _, id := range append(ids, listed...) {
-			if _, err := m.d.Stop(ctx, id, runtime.StopForce, 0); err != nil {
-				t.Errorf("cleanup: %v", err)
-			}
-		}
-	})
+	t.Cleanup(func() { forceStopAll(t, m.d) })
 	return m
 }
 

@@ -228,15 +228,7 @@ func TestOOMSparesAgent(t *testing.T) {
 		}
 	}
 	// tail keeps a line of /dev/zero, which has none, in memory.
-	_, err := e.d.Exec(ctx, "oomagent", "tail", "/dev/zero")
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 137 {
-		t.Fatalf("tail /dev/zero: %v, want it killed", err)
-	}
-	st, err := e.d.Status(ctx, "oomagent")
-	if err != nil || !st.OOMKilled || !st.Running || !st.Ready {
-		t.Fatalf("Status after the OOM kill = %+v, %v", st, err)
-	}
+	e.wantOOMKilled(ctx, t, "oomagent", "tail", "/dev/zero")
 }
 
 // TestConsoleLogBounded: what the guest writes to PID 1's standard

@@ -20,20 +20,7 @@ import (
 // guestAgent is the kibotos-guest binary TestMain builds.
 var guestAgent string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "oci-test-agent-")
-	if err != nil {
-		panic(err)
-	}
-	guestAgent = filepath.Join(dir, "kibotos-guest")
-	if err := testutil.Build(guestAgent, testutil.GuestAgentPackage); err != nil {
-		os.RemoveAll(dir)
-		panic(err)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testutil.RunWithGuestAgent(m, &guestAgent) }
 
 // env is one test's driver over its own state directory.
 type env struct {
@@ -50,21 +37,23 @@ func newEnv(t testing.TB) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{d: d, state: state, layers: []string{hosttest.BusyboxRoot(t), topLayer(t)}}
-	// Whatever a failed test left: force-stop every execution of the
-	// state dir before the temp dir goes (cleanups run last-in first-out).
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		ids, _ := e.d.knownIDs()
-		listed, _ := e.d.list(ctx)
-		for _, id := range append(ids, listed...) {
-			if _, err := e.d.Stop(ctx, id, runtime.StopForce, 0); err != nil {
-				t.Errorf("cleanup: %v", err)
-			}
+	// Whatever a failed test left goes before the temp dir (cleanups run
+	// last-in first-out).
+	t.Cleanup(func() { forceStopAll(t, d) })
+	return &env{d: d, state: state, layers: []string{hosttest.BusyboxRoot(t), topLayer(t)}}
+}
+
+// forceStopAll force-stops every execution of the driver's state directory.
+func forceStopAll(t testing.TB, d *Driver) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ids, _ := d.knownIDs()
+	listed, _ := d.list(ctx)
+	for _, id := range append(ids, listed...) {
+		if _, err := d.Stop(ctx, id, runtime.StopForce, 0); err != nil {
+			t.Errorf("cleanup: %v", err)
 		}
-	})
-	return e
+	}
 }
 
 // topLayer overrides /etc/motd of the base layer.
@@ -304,6 +293,22 @@ func TestPersistence(t *testing.T) {
 	}
 }
 
+// wantOOMKilled runs args in the execution id and wants the kernel to kill
+// them past the memory limit (exit 137) while the execution runs on and
+// reports OOMKilled.
+func (e *env) wantOOMKilled(ctx context.Context, t *testing.T, id string, args ...string) {
+	t.Helper()
+	_, err := e.d.Exec(ctx, id, args...)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 137 {
+		t.Fatalf("%s: %v, want it killed (exit 137)", strings.Join(args, " "), err)
+	}
+	st, err := e.d.Status(ctx, id)
+	if err != nil || !st.OOMKilled || !st.Running || !st.Ready {
+		t.Fatalf("Status after the OOM kill = %+v, %v", st, err)
+	}
+}
+
 // TestMemoryLimit: a process that allocates past the limit is killed;
 // the execution runs on and reports OOMKilled.
 func TestMemoryLimit(t *testing.T) {
@@ -316,15 +321,7 @@ func TestMemoryLimit(t *testing.T) {
 	if st, err := e.d.Status(ctx, "oom"); err != nil || st.OOMKilled {
 		t.Fatalf("Status before = %+v, %v", st, err)
 	}
-	_, err := e.d.Exec(ctx, "oom", "dd", "if=/dev/zero", "of=/dev/null", "bs=300M", "count=1")
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 137 {
-		t.Fatalf("dd past the limit: %v, want exit 137", err)
-	}
-	st, err := e.d.Status(ctx, "oom")
-	if err != nil || !st.OOMKilled || !st.Running || !st.Ready {
-		t.Fatalf("Status after = %+v, %v", st, err)
-	}
+	e.wantOOMKilled(ctx, t, "oom", "dd", "if=/dev/zero", "of=/dev/null", "bs=300M", "count=1")
 	if err := e.d.Probe(ctx, "oom"); err != nil {
 		t.Fatalf("Probe after OOM: %v", err)
 	}
