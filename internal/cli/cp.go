@@ -119,15 +119,11 @@ func (cp *copier) upload(src cpOperand, dst string) error {
 		mode fs.FileMode
 	)
 	if !src.stdio() {
-		f, err := os.Open(src.path)
+		f, st, err := openFile(src.path)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
-		st, err := f.Stat()
-		if err != nil {
-			return err
-		}
 		if st.IsDir() {
 			return fmt.Errorf("%s is a directory: cp copies one file", src.path)
 		}

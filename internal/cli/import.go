@@ -61,15 +61,11 @@ func templateImportCommand(c *conn) *cobra.Command {
 		case registry != "":
 			start.Source = &ctrlv1.ImportTemplateRevisionStart_RegistryReference{RegistryReference: registry}
 		case len(args) == 2:
-			f, err := os.Open(args[1])
+			f, st, err := openFile(args[1])
 			if err != nil {
 				return err
 			}
 			defer f.Close()
-			st, err := f.Stat()
-			if err != nil {
-				return err
-			}
 			af, err := archiveFormat(f, format)
 			if err != nil {
 				return err

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strings"
 
@@ -131,4 +132,18 @@ func parseEnum[E ~int32](flag, s, prefix string, values map[string]int32, want s
 // is "AVAILABLE".
 func enumName(e fmt.Stringer, prefix string) string {
 	return strings.TrimPrefix(e.String(), prefix)
+}
+
+// openFile opens a local file and returns it with what Stat says of it.
+func openFile(path string) (*os.File, fs.FileInfo, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, st, nil
 }

@@ -146,14 +146,37 @@ func (f *changeFlags) drainSeconds(cmd *cobra.Command) (*uint32, error) {
 	return &s, nil
 }
 
-// update sends the policy as the replacement of the one at revision
-// current, unless --expected-revision names another, and shows the result.
-func (f *changeFlags) update(cmd *cobra.Command, c *conn, cl wsClient, id string, current uint64, p *ctrlv1.NetworkPolicy, drain *uint32) error {
-	if cmd.Flags().Changed("expected-revision") {
-		current = f.expected
+// replace builds the new policy of the Workspace id with edit and sends it
+// as the replacement of the current one, unless --expected-revision names
+// another, then shows the result. It reads the current policy first when
+// edit needs it (read) or for its revision; edit gets nil when it did not.
+func (f *changeFlags) replace(cmd *cobra.Command, c *conn, id string, read bool, edit func(current *ctrlv1.NetworkPolicy) (*ctrlv1.NetworkPolicy, error)) error {
+	drain, err := f.drainSeconds(cmd)
+	if err != nil {
+		return err
+	}
+	cl, err := dial(cmd, c, ctrlv1connect.NewWorkspaceServiceClient)
+	if err != nil {
+		return err
+	}
+	var current *ctrlv1.NetworkPolicy
+	expected := f.expected
+	if read || !cmd.Flags().Changed("expected-revision") {
+		got, err := call(cmd.Context(), cl.GetWorkspace, &ctrlv1.GetWorkspaceRequest{WorkspaceId: id})
+		if err != nil {
+			return err
+		}
+		current = got.GetWorkspace().GetSpec().GetNetworkPolicy()
+		if !cmd.Flags().Changed("expected-revision") {
+			expected = current.GetRevision()
+		}
+	}
+	p, err := edit(current)
+	if err != nil {
+		return err
 	}
 	resp, err := call(cmd.Context(), cl.UpdateWorkspaceNetworkPolicy, &ctrlv1.UpdateWorkspaceNetworkPolicyRequest{
-		Command: c.command(cmd, *f.commandID), WorkspaceId: id, ExpectedRevision: current, Policy: p, DrainSeconds: drain,
+		Command: c.command(cmd, *f.commandID), WorkspaceId: id, ExpectedRevision: expected, Policy: p, DrainSeconds: drain,
 	})
 	if err != nil {
 		return err
@@ -188,23 +211,7 @@ func wsNetworkSetCommand(c *conn) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		drain, err := change.drainSeconds(cmd)
-		if err != nil {
-			return err
-		}
-		cl, err := dial(cmd, c, ctrlv1connect.NewWorkspaceServiceClient)
-		if err != nil {
-			return err
-		}
-		var current uint64
-		if !cmd.Flags().Changed("expected-revision") {
-			got, err := call(cmd.Context(), cl.GetWorkspace, &ctrlv1.GetWorkspaceRequest{WorkspaceId: args[0]})
-			if err != nil {
-				return err
-			}
-			current = got.GetWorkspace().GetSpec().GetNetworkPolicy().GetRevision()
-		}
-		return change.update(cmd, c, cl, args[0], current, p, drain)
+		return change.replace(cmd, c, args[0], false, func(*ctrlv1.NetworkPolicy) (*ctrlv1.NetworkPolicy, error) { return p, nil })
 	}
 	return cmd
 }
@@ -229,33 +236,22 @@ func wsNetworkListCommand(c *conn, verb string, list func(*ctrlv1.NetworkPolicy)
 	cmd.Flags().BoolVar(&remove, "remove", false, "take the entries out instead")
 	change.register(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		drain, err := change.drainSeconds(cmd)
-		if err != nil {
-			return err
-		}
-		cl, err := dial(cmd, c, ctrlv1connect.NewWorkspaceServiceClient)
-		if err != nil {
-			return err
-		}
-		got, err := call(cmd.Context(), cl.GetWorkspace, &ctrlv1.GetWorkspaceRequest{WorkspaceId: args[0]})
-		if err != nil {
-			return err
-		}
-		p := got.GetWorkspace().GetSpec().GetNetworkPolicy()
-		if p == nil {
-			return fmt.Errorf("workspace %s has no network policy", args[0])
-		}
-		entries, l := args[1:], list(p)
-		if remove {
-			*l = slices.DeleteFunc(*l, func(e string) bool { return slices.Contains(entries, e) })
-		} else {
-			for _, e := range entries {
-				if !slices.Contains(*l, e) {
-					*l = append(*l, e)
+		return change.replace(cmd, c, args[0], true, func(p *ctrlv1.NetworkPolicy) (*ctrlv1.NetworkPolicy, error) {
+			if p == nil {
+				return nil, fmt.Errorf("workspace %s has no network policy", args[0])
+			}
+			entries, l := args[1:], list(p)
+			if remove {
+				*l = slices.DeleteFunc(*l, func(e string) bool { return slices.Contains(entries, e) })
+			} else {
+				for _, e := range entries {
+					if !slices.Contains(*l, e) {
+						*l = append(*l, e)
+					}
 				}
 			}
-		}
-		return change.update(cmd, c, cl, args[0], p.GetRevision(), p, drain)
+			return p, nil
+		})
 	}
 	return cmd
 }
