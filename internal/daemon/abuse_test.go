@@ -16,7 +16,6 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/daemon"
 	"github.com/kibotos/kibotos/internal/testutil/ctrltest"
-	"github.com/kibotos/kibotos/sdk"
 )
 
 // storedTables are the tables a data-plane call must never change; the
@@ -36,11 +35,7 @@ func TestDataPlaneAbuse(t *testing.T) {
 	d := up(t, t.TempDir())
 	defer d.stop()
 	ctx := context.Background()
-	client := d.sdkClient()
-	ws, err := client.CreateWorkspace(ctx, sdk.CreateOptions{MemoryBytes: 128 << 20, DiskBytes: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ws := d.sdkWorkspace(128<<20, 64<<20)
 	token, err := os.ReadFile(filepath.Join(d.home, daemon.AdminTokenFile))
 	if err != nil {
 		t.Fatal(err)

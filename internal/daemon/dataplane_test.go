@@ -45,16 +45,24 @@ func (d *deployment) sdkClient() *sdk.Client {
 	return c
 }
 
+// sdkWorkspace creates a workspace through the SDK and waits until it is
+// AVAILABLE.
+func (d *deployment) sdkWorkspace(memory, disk uint64) *sdk.Workspace {
+	d.t.Helper()
+	ws, err := d.sdkClient().CreateWorkspace(context.Background(), sdk.CreateOptions{MemoryBytes: memory, DiskBytes: disk})
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return ws
+}
+
 // TestDataPlaneProcesses runs processes through the gateway and the guest
 // agent of a real workspace.
 func TestDataPlaneProcesses(t *testing.T) {
 	d := up(t, t.TempDir())
 	defer d.stop()
 	ctx := context.Background()
-	ws, err := d.sdkClient().CreateWorkspace(ctx, sdk.CreateOptions{MemoryBytes: 256 << 20, DiskBytes: 256 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ws := d.sdkWorkspace(256<<20, 256<<20)
 
 	var out, errOut bytes.Buffer
 	st, err := ws.Exec(ctx, []string{"sh", "-c", "echo out; echo err >&2; exit 3"}, sdk.ExecOptions{Stdout: &out, Stderr: &errOut})
@@ -121,10 +129,7 @@ func TestDataPlaneFiles(t *testing.T) {
 	d := up(t, t.TempDir())
 	defer d.stop()
 	ctx := context.Background()
-	ws, err := d.sdkClient().CreateWorkspace(ctx, sdk.CreateOptions{MemoryBytes: 256 << 20, DiskBytes: 128 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ws := d.sdkWorkspace(256<<20, 128<<20)
 	data := make([]byte, 32<<20)
 	rand.Read(data)
 	if _, err := ws.Upload(ctx, bytes.NewReader(data), "/root/blob", 0o600); err != nil {
@@ -144,7 +149,7 @@ func TestDataPlaneFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	big := io.LimitReader(zeroReader{}, 200<<20)
-	_, err = ws.Upload(ctx, big, "/root/keep", 0o644)
+	_, err := ws.Upload(ctx, big, "/root/keep", 0o644)
 	if connect.CodeOf(err) != connect.CodeResourceExhausted {
 		t.Errorf("write past the layer: %v, want resource_exhausted", err)
 	}
@@ -166,14 +171,8 @@ func TestDataPlaneSessions(t *testing.T) {
 	defer d.stop()
 	ctx := context.Background()
 	client := d.sdkClient()
-	a, err := client.CreateWorkspace(ctx, sdk.CreateOptions{MemoryBytes: 128 << 20, DiskBytes: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := client.CreateWorkspace(ctx, sdk.CreateOptions{MemoryBytes: 128 << 20, DiskBytes: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := d.sdkWorkspace(128<<20, 64<<20)
+	b := d.sdkWorkspace(128<<20, 64<<20)
 	token, _ := os.ReadFile(filepath.Join(d.home, daemon.AdminTokenFile))
 	sessions := ctrlv1connectSessions(d, strings.TrimSpace(string(token)))
 	issue := func(id string, ttl uint32) *ctrlv1.IssueSessionResponse {
@@ -322,10 +321,7 @@ func TestDataPlaneLargeFile(t *testing.T) {
 	d := up(t, t.TempDir())
 	defer d.stop()
 	ctx := context.Background()
-	ws, err := d.sdkClient().CreateWorkspace(ctx, sdk.CreateOptions{MemoryBytes: 256 << 20, DiskBytes: 1280 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ws := d.sdkWorkspace(256<<20, 1280<<20)
 	const size = 1 << 30
 	peak := sampleHeap(t)
 	sent := sha256.New()
@@ -402,10 +398,7 @@ func TestDataPlaneWatch(t *testing.T) {
 	defer d.stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ws, err := d.sdkClient().CreateWorkspace(ctx, sdk.CreateOptions{MemoryBytes: 128 << 20, DiskBytes: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ws := d.sdkWorkspace(128<<20, 64<<20)
 	if err := ws.Mkdir(ctx, "/root/watched", 0o755); err != nil {
 		t.Fatal(err)
 	}
