@@ -11,7 +11,6 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/reflect/protoregistry"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/daemon"
@@ -47,33 +46,18 @@ func TestDataPlaneAbuse(t *testing.T) {
 	db := filepath.Join(d.home, "kibotos.db")
 	before := stored(ctrltest.SnapshotSQLite(t, db))
 
-	methods, sent, library, refused := 0, 0, 0, map[string]int{}
-	protoregistry.GlobalFiles.RangeFilesByPackage("kibotos.data.v1", func(fd protoreflect.FileDescriptor) bool {
-		for i := 0; i < fd.Services().Len(); i++ {
-			sd := fd.Services().Get(i)
-			for j := 0; j < sd.Methods().Len(); j++ {
-				md := sd.Methods().Get(j)
-				procedure := "/" + string(sd.FullName()) + "/" + string(md.Name())
-				methods++
-				for _, bad := range ctrltest.BadRequests(md) {
-					sent++
-					code, err := ctrltest.Send(ctx, httpClient(), session.Msg.GetEndpoint(), procedure, session.Msg.GetToken(), md, bad, 10*time.Second)
-					refused[code]++
-					if bad.LibraryCode != 0 {
-						library++
-					}
-					if err != nil {
-						t.Errorf("%s, %s: %v", procedure, bad.Name, err)
-					}
-				}
-			}
+	var tally ctrltest.Tally
+	ctrltest.Abuse("kibotos.data.v1", &tally, func(md protoreflect.MethodDescriptor, procedure string, bad ctrltest.BadRequest) (string, error) {
+		return ctrltest.Send(ctx, httpClient(), session.Msg.GetEndpoint(), procedure, session.Msg.GetToken(), md, bad, 10*time.Second)
+	}, func(procedure string, bad ctrltest.BadRequest, err error) {
+		if err != nil {
+			t.Errorf("%s, %s: %v", procedure, bad.Name, err)
 		}
-		return true
 	})
-	if methods < 10 {
-		t.Fatalf("only %d data-plane methods found in the descriptors", methods)
+	if tally.Methods < 10 {
+		t.Fatalf("only %d data-plane methods found in the descriptors", tally.Methods)
 	}
-	t.Logf("%d bad requests to %d data-plane methods (%d answered by connect-go itself); answers by code: %v", sent, methods, library, refused)
+	t.Log("data plane:", tally)
 
 	after := stored(ctrltest.SnapshotSQLite(t, db))
 	if !reflect.DeepEqual(before, after) {

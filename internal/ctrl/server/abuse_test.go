@@ -9,7 +9,6 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/reflect/protoregistry"
 
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
@@ -35,46 +34,32 @@ func TestAbuse(t *testing.T) {
 	srv := ctrltest.Start(t)
 	before := srv.Snapshot(t)
 	ctx := context.Background()
-	methods, sent, library, refused, seen := 0, 0, 0, map[string]int{}, map[string]bool{}
+	var tally ctrltest.Tally
+	seen := map[string]bool{}
 	for _, pkg := range abusedPackages {
-		protoregistry.GlobalFiles.RangeFilesByPackage(pkg, func(fd protoreflect.FileDescriptor) bool {
-			for i := 0; i < fd.Services().Len(); i++ {
-				sd := fd.Services().Get(i)
-				token := srv.AdminToken
-				if pkg == "kibotos.host.v1" {
-					token = ctrltest.HostToken
-				}
-				for j := 0; j < sd.Methods().Len(); j++ {
-					md := sd.Methods().Get(j)
-					procedure := "/" + string(sd.FullName()) + "/" + string(md.Name())
-					methods++
-					for _, bad := range ctrltest.BadRequests(md) {
-						sent++
-						code, err := ctrltest.Send(ctx, srv.HTTP, srv.URL, procedure, token, md, bad, 10*time.Second)
-						refused[code]++
-						if bad.LibraryCode != 0 {
-							library++
-						}
-						known := knownDefects[procedure+", "+bad.Name]
-						switch {
-						case known != "" && err == nil:
-							t.Errorf("%s, %s: now refused as it should be; remove it from knownDefects", procedure, bad.Name)
-						case known != "":
-							seen[procedure+", "+bad.Name] = true
-							t.Logf("known defect: %s, %s: %v (%s)", procedure, bad.Name, err, known)
-						case err != nil:
-							t.Errorf("%s, %s: %v", procedure, bad.Name, err)
-						}
-					}
-				}
+		token := srv.AdminToken
+		if pkg == "kibotos.host.v1" {
+			token = ctrltest.HostToken
+		}
+		ctrltest.Abuse(pkg, &tally, func(md protoreflect.MethodDescriptor, procedure string, bad ctrltest.BadRequest) (string, error) {
+			return ctrltest.Send(ctx, srv.HTTP, srv.URL, procedure, token, md, bad, 10*time.Second)
+		}, func(procedure string, bad ctrltest.BadRequest, err error) {
+			known := knownDefects[procedure+", "+bad.Name]
+			switch {
+			case known != "" && err == nil:
+				t.Errorf("%s, %s: now refused as it should be; remove it from knownDefects", procedure, bad.Name)
+			case known != "":
+				seen[procedure+", "+bad.Name] = true
+				t.Logf("known defect: %s, %s: %v (%s)", procedure, bad.Name, err, known)
+			case err != nil:
+				t.Errorf("%s, %s: %v", procedure, bad.Name, err)
 			}
-			return true
 		})
 	}
-	if methods < 50 {
-		t.Fatalf("only %d methods found in the descriptors", methods)
+	if tally.Methods < 50 {
+		t.Fatalf("only %d methods found in the descriptors", tally.Methods)
 	}
-	t.Logf("%d bad requests to %d methods (%d answered by connect-go itself); answers by code: %v", sent, methods, library, refused)
+	t.Log(tally)
 	after := srv.Snapshot(t)
 	for k := range knownDefects {
 		if !seen[k] {

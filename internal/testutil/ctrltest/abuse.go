@@ -190,6 +190,50 @@ func unknownEnums(r protoreflect.Message, f protoreflect.FieldDescriptor) bool {
 	return true
 }
 
+// Tally counts what Abuse sent: the methods, the bad requests, those
+// connect-go answers itself (BadRequest.LibraryCode), and the answers by
+// code.
+type Tally struct {
+	Methods, Sent, Library int
+	Codes                  map[string]int
+}
+
+func (t Tally) String() string {
+	return fmt.Sprintf("%d bad requests to %d methods (%d answered by connect-go itself); answers by code: %v",
+		t.Sent, t.Methods, t.Library, t.Codes)
+}
+
+// Abuse sends every BadRequest of every method of the services of the
+// proto package pkg with send, which returns the answer's code and verdict
+// (Send's), hands each verdict to check and counts into tally.
+func Abuse(pkg protoreflect.FullName, tally *Tally,
+	send func(md protoreflect.MethodDescriptor, procedure string, bad BadRequest) (string, error),
+	check func(procedure string, bad BadRequest, err error)) {
+	if tally.Codes == nil {
+		tally.Codes = map[string]int{}
+	}
+	protoregistry.GlobalFiles.RangeFilesByPackage(pkg, func(fd protoreflect.FileDescriptor) bool {
+		for i := 0; i < fd.Services().Len(); i++ {
+			sd := fd.Services().Get(i)
+			for j := 0; j < sd.Methods().Len(); j++ {
+				md := sd.Methods().Get(j)
+				procedure := "/" + string(sd.FullName()) + "/" + string(md.Name())
+				tally.Methods++
+				for _, bad := range BadRequests(md) {
+					tally.Sent++
+					code, err := send(md, procedure, bad)
+					tally.Codes[code]++
+					if bad.LibraryCode != 0 {
+						tally.Library++
+					}
+					check(procedure, bad, err)
+				}
+			}
+		}
+		return true
+	})
+}
+
 // Send sends a bad request of procedure to baseURL with token (unless the
 // request names its own), bounded by timeout, and checks the answer: a
 // canonical Connect error that blames the request. It returns the code
