@@ -3,6 +3,8 @@ package netcheck
 import (
 	"strings"
 	"testing"
+
+	"github.com/kibotos/kibotos/internal/testutil/dnsname"
 )
 
 func TestParseHostPort(t *testing.T) {
@@ -24,7 +26,7 @@ func TestParseHostPort(t *testing.T) {
 		{"[2001:DB8:0::1]:53", "2001:DB8:0::1", 53},
 		{"[::ffff:1.2.3.4]:53", "::ffff:1.2.3.4", 53},
 		{strings.Repeat("a", 63) + ".example:80", strings.Repeat("a", 63) + ".example", 80},
-		{longHost(253) + ":80", longHost(253), 80},
+		{dnsname.Long(253) + ":80", dnsname.Long(253), 80},
 	}
 	for _, tt := range valid {
 		host, port, err := ParseHostPort(tt.in)
@@ -71,7 +73,7 @@ func TestParseHostPort(t *testing.T) {
 		"0x7f.1:80",
 		"example.0x1F:80",
 		strings.Repeat("a", 64) + ".example:80",
-		longHost(254) + ":80",
+		dnsname.Long(254) + ":80",
 		"user@example.com:80",
 	}
 	for _, in := range invalid {
@@ -79,16 +81,4 @@ func TestParseHostPort(t *testing.T) {
 			t.Errorf("ParseHostPort(%q) = %q, %d; want an error", in, host, port)
 		}
 	}
-}
-
-// longHost returns a valid hostname of n characters.
-func longHost(n int) string {
-	var b strings.Builder
-	for b.Len() < n {
-		if b.Len() > 0 {
-			b.WriteByte('.')
-		}
-		b.WriteString(strings.Repeat("a", min(63, n-b.Len())))
-	}
-	return b.String()
 }

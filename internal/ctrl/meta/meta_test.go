@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/kibotos/kibotos/internal/testutil/dnsname"
 )
 
 func TestValidateLabels(t *testing.T) {
@@ -20,13 +22,13 @@ func TestValidateLabels(t *testing.T) {
 		{"empty value", map[string]string{"app": ""}, ""},
 		{"name 63 chars", map[string]string{strings.Repeat("k", 63): "v"}, ""},
 		{"value 63 chars", map[string]string{"k": strings.Repeat("v", 63)}, ""},
-		{"prefix 253 chars", map[string]string{longDomain(253) + "/k": "v"}, ""},
+		{"prefix 253 chars", map[string]string{dnsname.Long(253) + "/k": "v"}, ""},
 		{"mixed case", map[string]string{"App.Name": "Web_1.A"}, ""},
 
 		{"empty key", map[string]string{"": "v"}, `label "": name part must be non-empty`},
 		{"space in key", map[string]string{"Bad Key": "v"}, `label "Bad Key": name part must consist of`},
 		{"name 64 chars", map[string]string{strings.Repeat("k", 64): "v"}, "name part must be no more than 63 bytes"},
-		{"prefix 254 chars", map[string]string{longDomain(254) + "/k": "v"}, "prefix part must be no more than 253 bytes"},
+		{"prefix 254 chars", map[string]string{dnsname.Long(254) + "/k": "v"}, "prefix part must be no more than 253 bytes"},
 		{"empty prefix", map[string]string{"/k": "v"}, `label "/k": prefix part must be non-empty`},
 		{"empty name", map[string]string{"example.com/": "v"}, "name part must be non-empty"},
 		{"uppercase prefix", map[string]string{"Example.com/k": "v"}, "prefix part a lowercase RFC 1123 subdomain"},
@@ -144,18 +146,6 @@ func check(t *testing.T, err error, want string) {
 	case want != "" && !strings.Contains(err.Error(), want):
 		t.Errorf("got %v, want it to contain %q", err, want)
 	}
-}
-
-// longDomain returns a valid lowercase DNS subdomain of n characters.
-func longDomain(n int) string {
-	var b strings.Builder
-	for b.Len() < n {
-		if b.Len() > 0 {
-			b.WriteByte('.')
-		}
-		b.WriteString(strings.Repeat("a", min(63, n-b.Len())))
-	}
-	return b.String()
 }
 
 func TestLabelCount(t *testing.T) {
