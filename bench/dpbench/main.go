@@ -14,8 +14,6 @@ import (
 	"io"
 	mathrand "math/rand/v2"
 	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/kibotos/kibotos/bench/internal/benchutil"
@@ -23,8 +21,7 @@ import (
 )
 
 func main() {
-	addr := flag.String("addr", "127.0.0.1:8870", "address of kibotos up")
-	home := flag.String("home", "/var/lib/kibotos", "its home directory (admin token, template layers)")
+	addr, home := benchutil.DeploymentFlags()
 	execs := flag.Int("execs", 200, "exec round trips to time")
 	fileMiB := flag.Int("file-mib", 512, "size of the file written and read, in MiB")
 	creates := flag.Int("creates", 20, "workspaces to create for create→first output")
@@ -36,11 +33,11 @@ func main() {
 }
 
 func run(addr, home string, execs, fileMiB, creates int) error {
-	token, err := os.ReadFile(filepath.Join(home, "admin-token"))
+	token, err := benchutil.AdminToken(home)
 	if err != nil {
 		return err
 	}
-	client := sdk.New("http://"+addr, strings.TrimSpace(string(token)))
+	client := sdk.New("http://"+addr, token)
 	defer client.Close()
 	ctx := context.Background()
 

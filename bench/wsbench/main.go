@@ -27,8 +27,7 @@ import (
 )
 
 func main() {
-	addr := flag.String("addr", "127.0.0.1:8870", "address of kibotos up")
-	home := flag.String("home", "/var/lib/kibotos", "its home directory (admin token, template layers)")
+	addr, home := benchutil.DeploymentFlags()
 	n := flag.Int("n", 50, "workspaces to create")
 	flag.Parse()
 	if err := run(*addr, *home, *n); err != nil {
@@ -38,11 +37,11 @@ func main() {
 }
 
 func run(addr, home string, n int) error {
-	token, err := os.ReadFile(filepath.Join(home, "admin-token"))
+	token, err := benchutil.AdminToken(home)
 	if err != nil {
 		return err
 	}
-	client := ctrlv1connect.NewWorkspaceServiceClient(http.DefaultClient, "http://"+addr, connect.WithInterceptors(bearer.Token(strings.TrimSpace(string(token)))))
+	client := ctrlv1connect.NewWorkspaceServiceClient(http.DefaultClient, "http://"+addr, connect.WithInterceptors(bearer.Token(token)))
 	ctx := context.Background()
 
 	before, err := memAvailable()

@@ -1,16 +1,32 @@
-// Package benchutil holds what the benchmark programs share: percentile
-// reports and the bare-runc baseline they compare against.
+// Package benchutil holds what the benchmark programs share: the flags that
+// find the deployment, percentile reports and the bare-runc baseline they
+// compare against.
 package benchutil
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 )
+
+// DeploymentFlags registers -addr and -home, where a benchmark finds the
+// `kibotos up` it measures.
+func DeploymentFlags() (addr, home *string) {
+	return flag.String("addr", "127.0.0.1:8870", "address of kibotos up"),
+		flag.String("home", "/var/lib/kibotos", "its home directory (admin token, template layers)")
+}
+
+// AdminToken reads the admin token of the deployment whose home is home.
+func AdminToken(home string) (string, error) {
+	token, err := os.ReadFile(filepath.Join(home, "admin-token"))
+	return strings.TrimSpace(string(token)), err
+}
 
 // Report prints the p50 and p99 of durations.
 func Report(name string, d []time.Duration) {
