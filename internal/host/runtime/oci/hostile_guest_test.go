@@ -325,7 +325,7 @@ func TestErrorsNameNoHostPath(t *testing.T) {
 	bad := []runtime.Spec{e.spec("busy2", img)} // the image is in use
 	missing := e.spec("nolayer", filepath.Join(e.state, "missing.img"))
 	bad = append(bad, missing)
-	withVol := e.spec("vol", e.image2(t))
+	withVol := e.spec("vol", e.namedImage(t, "ws2.img"))
 	withVol.Volume = &runtime.VolumeMount{Image: img, Path: "/data"} // in use as a layer
 	bad = append(bad, withVol)
 	for _, spec := range bad {
@@ -340,16 +340,6 @@ func TestErrorsNameNoHostPath(t *testing.T) {
 	if _, err := e.d.DialGuest(ctx, "busy", "nosuch"); err == nil || strings.Contains(err.Error(), e.state) {
 		t.Errorf("DialGuest of a missing socket: %v", err)
 	}
-}
-
-// image2 creates a second writable-layer image.
-func (e *env) image2(t testing.TB) string {
-	t.Helper()
-	img := filepath.Join(e.state, "layers", "ws2.img")
-	if err := e.d.CreateLayer(context.Background(), img, 64<<20); err != nil {
-		t.Fatal(err)
-	}
-	return img
 }
 
 // TestNoDescriptorLeak: start and stop cycles leave the driver's process

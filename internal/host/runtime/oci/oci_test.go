@@ -77,7 +77,13 @@ func writeFile(t testing.TB, path, s string) {
 // image creates a writable-layer image of 64 MiB.
 func (e *env) image(t testing.TB) string {
 	t.Helper()
-	img := filepath.Join(e.state, "layers", "ws.img")
+	return e.namedImage(t, "ws.img")
+}
+
+// namedImage creates a writable-layer image of 64 MiB named name.
+func (e *env) namedImage(t testing.TB, name string) string {
+	t.Helper()
+	img := filepath.Join(e.state, "layers", name)
 	if err := e.d.CreateLayer(context.Background(), img, 64<<20); err != nil {
 		t.Fatal(err)
 	}
