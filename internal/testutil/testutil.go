@@ -1,8 +1,9 @@
 // Package testutil opens real stores for tests: a fresh SQLite file, or a
-// fresh database on the PostgreSQL server that scripts/test-postgres starts.
+// fresh database on the PostgreSQL server that scripts/test-postgres starts;
+// and it builds binaries of this module, the guest agent for a TestMain.
 // Its sub-packages hold the other helpers every package's tests share (the
 // in-process control plane, host skips and root filesystems, a fake
-// resolver, test certificates, a test "internet").
+// resolver, test certificates, a test "internet", long DNS names).
 package testutil
 
 import (
