@@ -760,18 +760,31 @@ func writeImageArchive(t *testing.T) string {
 // returns its stdout; a failure fails the test.
 func runCLI(t *testing.T, bin, home, addr string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "KIBOTOS_HOME="+home, "KIBOTOS_ADDR="+addr)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		var exit *exec.ExitError
-		if errors.As(err, &exit) {
-			t.Fatalf("kibotos %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	// A restarted deployment answers the data plane of a workspace it adopts
+	// with unavailable ("retry shortly") until its host agent has reported
+	// the execution again; a process start refused so started nothing, and
+	// is retried as a caller would.
+	retryUnavailable := len(args) > 1 && args[0] == "ws" && args[1] == "exec"
+	deadline := time.Now().Add(time.Minute)
+	for {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), "KIBOTOS_HOME="+home, "KIBOTOS_ADDR="+addr)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		if err == nil {
+			return stdout.String()
 		}
-		t.Fatal(err)
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) {
+			t.Fatal(err)
+		}
+		if retryUnavailable && strings.HasPrefix(stderr.String(), "kibotos: unavailable:") && time.Now().Before(deadline) {
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		t.Fatalf("kibotos %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
 	}
-	return stdout.String()
 }
 
 // formatMiB is a size as the CLI takes it.
