@@ -1,6 +1,7 @@
 package sessions_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net/http"
@@ -231,8 +232,11 @@ func detail(err error) *ctrlv1.ErrorDetail {
 func TestIssueSession(t *testing.T) {
 	e := newEnv(t)
 	id := e.create(false)
-	if a := e.assignment(id); a.DataPlane != nil {
-		t.Errorf("a CREATING workspace's assignment carries a data plane: %v", a.DataPlane)
+	// The key rides on the first assignment: the host holds it before the
+	// workspace is AVAILABLE, so a session issued at once is accepted.
+	first := e.assignment(id).GetDataPlane().GetKey()
+	if len(first) != sessiontoken.KeySize {
+		t.Errorf("a CREATING workspace's assignment carries key %x", first)
 	}
 	_, err := e.client.IssueSession(context.Background(), connect.NewRequest(&ctrlv1.IssueSessionRequest{WorkspaceId: id}))
 	wantCode(t, "issue for CREATING", err, connect.CodeFailedPrecondition)
@@ -242,8 +246,8 @@ func TestIssueSession(t *testing.T) {
 	}
 
 	e.report(id, hostv1.ObservedState_OBSERVED_STATE_RUNNING)
-	if k := e.assignment(id).GetDataPlane().GetKey(); len(k) != sessiontoken.KeySize {
-		t.Fatalf("an AVAILABLE workspace's assignment carries key %x", k)
+	if k := e.assignment(id).GetDataPlane().GetKey(); !bytes.Equal(k, first) {
+		t.Fatalf("the key changed when the workspace became AVAILABLE: %x, was %x", k, first)
 	}
 	s := e.issue(id, 0)
 	if !strings.HasPrefix(s.SessionId, "ses_") || s.Endpoint != endpoint ||

@@ -128,7 +128,10 @@ func (s *Service) create(ctx context.Context, tx store.Tx, projectID string, req
 		AnnotationsRevision: 1,
 		RetentionTiers:      retentionTiers(nil, 0, false),
 	}
-	r := &record{ws: ws, book: bookkeeping{Desired: DesiredRunning, Target: 1, Image: image}}
+	// The data-plane key rides on the first assignment, so the host knows it
+	// before the workspace is AVAILABLE and a session issued at once works.
+	r := &record{ws: ws, book: bookkeeping{Desired: DesiredRunning, Target: 1, Image: image,
+		DataPlane: DataPlane{Key: NewDataPlaneKey()}}}
 	r.row = store.Workspace{ProjectID: projectID, ID: id, TemplateID: ref.TemplateId, HostID: host,
 		CPUMillis: req.resources.CpuMillis, MemoryBytes: req.resources.MemoryBytes, LayerBytes: layerBytes,
 		CreatedAt: now, UpdatedAt: now}

@@ -79,7 +79,8 @@ type bookkeeping struct {
 // (package sessions/token) without calling ctrl.
 type DataPlane struct {
 	// Key is the HMAC key of the workspace's session tokens. A workspace
-	// gets one when it first becomes AVAILABLE; RotateDataPlane replaces it.
+	// gets one when it is created (one stored before that gets it when it
+	// becomes AVAILABLE); RotateDataPlane replaces it.
 	Key []byte `json:"key,omitempty"`
 	// Revoked lists the revoked sessions until RevokedGrace after they
 	// expire.

@@ -142,7 +142,7 @@ func running(r *record, rep *hostv1.ExecutionReport, now time.Time) {
 		// Tokens of earlier generations fail by their generation.
 		r.book.DataPlane.Revoked = nil
 	}
-	if len(r.book.DataPlane.Key) == 0 {
+	if len(r.book.DataPlane.Key) == 0 { // stored before keys came with creation
 		r.book.DataPlane.Key = NewDataPlaneKey()
 	}
 	r.ws.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE
