@@ -16,7 +16,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
 	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
-	"github.com/kibotos/kibotos/internal/ctrl/templates"
+	"github.com/kibotos/kibotos/internal/ctrl/templates/templatetest"
 	"github.com/kibotos/kibotos/internal/netcheck"
 	"github.com/kibotos/kibotos/internal/testutil"
 )
@@ -30,21 +30,11 @@ func newService(t *testing.T) (*Service, context.Context) {
 	t.Helper()
 	st := testutil.SQLiteStore(t)
 	ctx := context.Background()
-	spec, _ := proto.Marshal(&ctrlv1.Template{DefaultRevision: "sha256-1", Revisions: []*ctrlv1.TemplateRevision{{Revision: "sha256-1"}}})
-	rev, err := templates.EncodeRevision(&ctrlv1.TemplateRevision{Revision: "sha256-1"}, templates.Image{TemplateID: templates.DefaultTemplate, Revision: "sha256-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = st.Update(ctx, func(tx store.Tx) error {
+	err := st.Update(ctx, func(tx store.Tx) error {
 		if err := tx.CreateProject(ctx, store.Project{ID: "p1", Name: "p1", CreatedAt: time.Now()}); err != nil {
 			return err
 		}
-		if err := tx.CreateObject(ctx, store.Object{Kind: store.KindTemplate, ProjectID: templates.BuiltinProject, ID: templates.DefaultTemplate,
-			Spec: spec, Revision: 1, LabelsRevision: 1, AnnotationsRevision: 1, CreatedAt: time.Now(), UpdatedAt: time.Now()}); err != nil {
-			return err
-		}
-		return tx.PutTemplateRevision(ctx, store.TemplateRevision{ProjectID: templates.BuiltinProject, TemplateID: templates.DefaultTemplate,
-			Revision: "sha256-1", Body: rev, CreatedAt: time.Now()})
+		return templatetest.PutDefault(ctx, tx, time.Now())
 	})
 	if err != nil {
 		t.Fatal(err)
