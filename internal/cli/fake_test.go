@@ -30,9 +30,7 @@ type ctrlFake struct {
 	ctrlv1connect.UnimplementedWorkspaceServiceHandler
 	ctrlv1connect.UnimplementedTemplateServiceHandler
 
-	mu    sync.Mutex
-	calls []string
-	reqs  []proto.Message
+	recorder
 	proto map[string]int    // HTTP major version, by procedure
 	auth  map[string]string // Authorization header, by procedure
 
@@ -43,14 +41,22 @@ type ctrlFake struct {
 	chunks   int
 }
 
-func (f *ctrlFake) record(r connect.AnyRequest) {
+// recorder keeps the method names and requests a fake is sent, in order;
+// its mutex also guards the rest of the fake it is part of.
+type recorder struct {
+	mu    sync.Mutex
+	calls []string
+	reqs  []proto.Message
+}
+
+func (f *recorder) record(r connect.AnyRequest) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, r.Spec().Procedure[strings.LastIndex(r.Spec().Procedure, "/")+1:])
 	f.reqs = append(f.reqs, r.Any().(proto.Message))
 }
 
-func (f *ctrlFake) got() ([]string, []proto.Message) {
+func (f *recorder) got() ([]string, []proto.Message) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.calls, f.reqs

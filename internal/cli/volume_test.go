@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -30,26 +29,11 @@ type volumeFake struct {
 	ctrlv1connect.UnimplementedVolumeServiceHandler
 	adminv1connect.UnimplementedAdminServiceHandler
 
-	mu    sync.Mutex
-	calls []string
-	reqs  []proto.Message
+	recorder
 
 	vol   *ctrlv1.Volume                         // returned by the writes
 	polls []*ctrlv1.Volume                       // returned by GetVolume in turn, the last one again; not_found when empty
 	pages map[string]*ctrlv1.ListVolumesResponse // by page token
-}
-
-func (f *volumeFake) record(r connect.AnyRequest) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls = append(f.calls, r.Spec().Procedure[strings.LastIndex(r.Spec().Procedure, "/")+1:])
-	f.reqs = append(f.reqs, r.Any().(proto.Message))
-}
-
-func (f *volumeFake) got() ([]string, []proto.Message) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.calls, f.reqs
 }
 
 func (f *volumeFake) CreateVolume(_ context.Context, r *connect.Request[ctrlv1.CreateVolumeRequest]) (*connect.Response[ctrlv1.CreateVolumeResponse], error) {
