@@ -128,10 +128,7 @@ func newCtrlEnv(t *testing.T) (*env, *ctrlFake) {
 	srv.Start()
 	t.Cleanup(srv.Close)
 
-	home := t.TempDir()
-	t.Setenv(envAddr, "")
-	t.Setenv(envToken, "")
-	t.Setenv(envHome, home)
+	home := cleanHome(t)
 	return &env{addr: srv.URL, home: home, token: "tok"}, f
 }
 

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	adminv1 "github.com/kibotos/kibotos/gen/kibotos/admin/v1"
@@ -87,10 +86,7 @@ func newVolumeEnv(t *testing.T) (*env, *volumeFake) {
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 
-	home := t.TempDir()
-	t.Setenv(envAddr, "")
-	t.Setenv(envToken, "")
-	t.Setenv(envHome, home)
+	home := cleanHome(t)
 	return &env{addr: srv.URL, home: home, token: "tok"}, f
 }
 
@@ -120,11 +116,8 @@ func (e *env) volume(t *testing.T, id string) *ctrlv1.Volume {
 // it printed.
 func (e *env) createVolume(t *testing.T, args ...string) *ctrlv1.Volume {
 	t.Helper()
-	stdout, _ := e.call(t, "", append([]string{"volume", "create", "-o", "json"}, args...)...)
 	var resp ctrlv1.CreateVolumeResponse
-	if err := protojson.Unmarshal([]byte(stdout), &resp); err != nil {
-		t.Fatalf("stdout is not a CreateVolumeResponse: %v\n%s", err, stdout)
-	}
+	e.callJSON(t, &resp, append([]string{"volume", "create", "-o", "json"}, args...)...)
 	return resp.GetVolume()
 }
 
