@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +14,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/testutil"
 )
 
 var created = timestamppb.New(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC))
@@ -114,7 +114,7 @@ func newCtrlEnv(t *testing.T) (*env, *ctrlFake) {
 	mux := http.NewServeMux()
 	mux.Handle(ctrlv1connect.NewWorkspaceServiceHandler(f))
 	mux.Handle(ctrlv1connect.NewTemplateServiceHandler(f))
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := testutil.H2CServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		method := r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
 		f.proto[method] = r.ProtoMajor
@@ -122,11 +122,6 @@ func newCtrlEnv(t *testing.T) (*env, *ctrlFake) {
 		f.mu.Unlock()
 		mux.ServeHTTP(w, r)
 	}))
-	srv.Config.Protocols = new(http.Protocols)
-	srv.Config.Protocols.SetHTTP1(true)
-	srv.Config.Protocols.SetUnencryptedHTTP2(true)
-	srv.Start()
-	t.Cleanup(srv.Close)
 
 	home := cleanHome(t)
 	return &env{addr: srv.URL, home: home, token: "tok"}, f
