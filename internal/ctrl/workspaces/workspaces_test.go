@@ -47,6 +47,26 @@ func newService(t *testing.T) (*Service, context.Context) {
 	return s, auth.WithCaller(ctx, auth.Caller{ProjectID: "p1", Role: auth.Admin})
 }
 
+// watch watches workspace id until the test ends and returns a function
+// that waits for its next update.
+func watch(t *testing.T, s *Service, ctx context.Context, id string) func() *ctrlv1.Workspace {
+	t.Helper()
+	wctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	updates := make(chan *ctrlv1.Workspace, 10)
+	go s.Watch(wctx, id, time.Hour, func(ws *ctrlv1.Workspace) error { updates <- ws; return nil })
+	next := func() *ctrlv1.Workspace {
+		select {
+		case ws := <-updates:
+			return ws
+		case <-time.After(5 * time.Second):
+			t.Fatal("no watch update")
+			return nil
+		}
+	}
+	return next
+}
+
 func write[R proto.Message](method string, newR func() R) Write[R] {
 	return Write[R]{Method: method, Command: &ctrlv1.CommandMetadata{CommandId: uuid.NewString()},
 		Input: &ctrlv1.CommandMetadata{CommandId: uuid.NewString()}, New: newR}
@@ -228,19 +248,7 @@ func TestLabelsSelectorsAndWatch(t *testing.T) {
 		t.Errorf("selected: %v, %v", list, err)
 	}
 
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	updates := make(chan *ctrlv1.Workspace, 10)
-	go s.Watch(wctx, a.WorkspaceId, time.Hour, func(ws *ctrlv1.Workspace) error { updates <- ws; return nil })
-	next := func() *ctrlv1.Workspace {
-		select {
-		case ws := <-updates:
-			return ws
-		case <-time.After(5 * time.Second):
-			t.Fatal("no watch update")
-			return nil
-		}
-	}
+	next := watch(t, s, ctx, a.WorkspaceId)
 	if first := next(); first.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING {
 		t.Errorf("first watch message: %v", first.State)
 	}
