@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 	"testing"
 
@@ -13,6 +12,7 @@ import (
 
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
+	"github.com/kibotos/kibotos/internal/testutil"
 )
 
 // endlessProcess starts a process that prints one line and never exits.
@@ -85,14 +85,9 @@ func (c *cutter) cut(reset bool) {
 // invalid_argument protocol error. A caller that cancels still reads
 // canceled.
 func TestCutStreamIsUnavailable(t *testing.T) {
-	srv := httptest.NewUnstartedServer(http.NewServeMux())
-	mux := srv.Config.Handler.(*http.ServeMux)
+	mux := http.NewServeMux()
 	mux.Handle(datav1connect.NewProcessServiceHandler(endlessProcess{}))
-	srv.Config.Protocols = new(http.Protocols)
-	srv.Config.Protocols.SetHTTP1(true)
-	srv.Config.Protocols.SetUnencryptedHTTP2(true)
-	srv.Start()
-	t.Cleanup(srv.Close)
+	srv := testutil.H2CServer(t, mux)
 
 	for _, tc := range []struct {
 		name   string

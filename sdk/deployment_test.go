@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -15,6 +14,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/daemon"
+	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/internal/testutil/uptest"
 )
 
@@ -87,27 +87,9 @@ func TestWorkspaceNotFound(t *testing.T) {
 	}
 }
 
-// syncBuffer is a buffer several goroutines write.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 func TestExecStreamsOutput(t *testing.T) {
 	ws := newWorkspace(t)
-	var out, errOut syncBuffer
+	var out, errOut testutil.SyncBuffer
 	status, err := ws.Exec(t.Context(), []string{"sh", "-c", `printf "out1 $A "; printf err1 >&2; pwd; id -u; exit 3`}, ExecOptions{
 		Env: map[string]string{"A": "1"}, Cwd: "/tmp", User: "root", Tag: "t",
 		Stdout: &out, Stderr: &errOut,

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
+	"github.com/kibotos/kibotos/internal/testutil"
 )
 
 // fake is a control plane and a data plane on one server: the sessions it
@@ -61,18 +61,13 @@ func newFake(t *testing.T) (*fake, *Client) {
 	mux.Handle(ctrlv1connect.NewSessionServiceHandler(f))
 	mux.Handle(datav1connect.NewProcessServiceHandler(f))
 	mux.Handle(datav1connect.NewFileServiceHandler(f))
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := testutil.H2CServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		method := r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
 		f.mu.Lock()
 		f.auth[method] = r.Header.Get("Authorization")
 		f.mu.Unlock()
 		mux.ServeHTTP(w, r)
 	}))
-	srv.Config.Protocols = new(http.Protocols)
-	srv.Config.Protocols.SetHTTP1(true)
-	srv.Config.Protocols.SetUnencryptedHTTP2(true)
-	srv.Start()
-	t.Cleanup(srv.Close)
 	f.endpoint = srv.URL
 	c := New(srv.URL+"/", "api-token")
 	t.Cleanup(c.Close)

@@ -49,10 +49,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	home := t.TempDir()
-	t.Setenv(envAddr, "")
-	t.Setenv(envToken, "")
-	t.Setenv(envHome, home)
+	home := cleanHome(t)
 	return &env{srv: srv, addr: srv.URL, home: home, token: srv.AdminToken, egress: resp.Msg.GetEgress(), mark: len(srv.Calls())}
 }
 
@@ -130,6 +127,27 @@ func (e *env) call(t *testing.T, stdin string, args ...string) (stdout, stderr s
 		t.Fatalf("kibotos %s: %v\nstderr: %s", strings.Join(args, " "), err, stderr)
 	}
 	return stdout, stderr
+}
+
+// cleanHome empties the variables that name the CLI's server and token,
+// and points its home at a fresh directory, which it returns.
+func cleanHome(t *testing.T) string {
+	home := t.TempDir()
+	t.Setenv(envAddr, "")
+	t.Setenv(envToken, "")
+	t.Setenv(envHome, home)
+	return home
+}
+
+// callJSON runs call with args and decodes what it printed into resp,
+// failing the test if that is not a resp.
+func (e *env) callJSON(t *testing.T, resp proto.Message, args ...string) (stderr string) {
+	t.Helper()
+	stdout, stderr := e.call(t, "", args...)
+	if err := protojson.Unmarshal([]byte(stdout), resp); err != nil {
+		t.Fatalf("stdout is not a %s: %v\n%s", resp.ProtoReflect().Descriptor().Name(), err, stdout)
+	}
+	return stderr
 }
 
 func writeFile(t *testing.T, name, content string) string {
@@ -337,11 +355,8 @@ func TestTableOutput(t *testing.T) {
 
 func TestJSONOutputParses(t *testing.T) {
 	e := newEnv(t)
-	stdout, stderr := e.call(t, "", "egress", "create", "--address", "proxy.example:1080", "-o", "json")
 	var resp ctrlv1.CreateEgressResponse
-	if err := protojson.Unmarshal([]byte(stdout), &resp); err != nil {
-		t.Fatalf("stdout is not a CreateEgressResponse: %v\n%s", err, stdout)
-	}
+	stderr := e.callJSON(t, &resp, "egress", "create", "--address", "proxy.example:1080", "-o", "json")
 	if got := resp.GetEgress().GetSpec().GetSocks5().GetAddress(); got != "proxy.example:1080" {
 		t.Errorf("address = %q", got)
 	}
@@ -368,11 +383,8 @@ func TestListAllFollowsPages(t *testing.T) {
 	if len(all) != 3 {
 		t.Fatalf("%d Egresses with team=net, want 3", len(all))
 	}
-	stdout, _ := e.call(t, "", "egress", "list", "--all", "--page-size", "2", "--selector", "team=net", "-o", "json")
 	var resp ctrlv1.ListEgressesResponse
-	if err := protojson.Unmarshal([]byte(stdout), &resp); err != nil {
-		t.Fatal(err)
-	}
+	e.callJSON(t, &resp, "egress", "list", "--all", "--page-size", "2", "--selector", "team=net", "-o", "json")
 	if want := (&ctrlv1.ListEgressesResponse{Egresses: all}); !proto.Equal(&resp, want) {
 		t.Errorf("list --all = %v, want %v", &resp, want)
 	}

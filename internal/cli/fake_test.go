@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +14,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/testutil"
 )
 
 var created = timestamppb.New(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC))
@@ -30,9 +30,7 @@ type ctrlFake struct {
 	ctrlv1connect.UnimplementedWorkspaceServiceHandler
 	ctrlv1connect.UnimplementedTemplateServiceHandler
 
-	mu    sync.Mutex
-	calls []string
-	reqs  []proto.Message
+	recorder
 	proto map[string]int    // HTTP major version, by procedure
 	auth  map[string]string // Authorization header, by procedure
 
@@ -43,14 +41,22 @@ type ctrlFake struct {
 	chunks   int
 }
 
-func (f *ctrlFake) record(r connect.AnyRequest) {
+// recorder keeps the method names and requests a fake is sent, in order;
+// its mutex also guards the rest of the fake it is part of.
+type recorder struct {
+	mu    sync.Mutex
+	calls []string
+	reqs  []proto.Message
+}
+
+func (f *recorder) record(r connect.AnyRequest) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, r.Spec().Procedure[strings.LastIndex(r.Spec().Procedure, "/")+1:])
 	f.reqs = append(f.reqs, r.Any().(proto.Message))
 }
 
-func (f *ctrlFake) got() ([]string, []proto.Message) {
+func (f *recorder) got() ([]string, []proto.Message) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.calls, f.reqs
@@ -108,7 +114,7 @@ func newCtrlEnv(t *testing.T) (*env, *ctrlFake) {
 	mux := http.NewServeMux()
 	mux.Handle(ctrlv1connect.NewWorkspaceServiceHandler(f))
 	mux.Handle(ctrlv1connect.NewTemplateServiceHandler(f))
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := testutil.H2CServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		method := r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
 		f.proto[method] = r.ProtoMajor
@@ -116,16 +122,8 @@ func newCtrlEnv(t *testing.T) (*env, *ctrlFake) {
 		f.mu.Unlock()
 		mux.ServeHTTP(w, r)
 	}))
-	srv.Config.Protocols = new(http.Protocols)
-	srv.Config.Protocols.SetHTTP1(true)
-	srv.Config.Protocols.SetUnencryptedHTTP2(true)
-	srv.Start()
-	t.Cleanup(srv.Close)
 
-	home := t.TempDir()
-	t.Setenv(envAddr, "")
-	t.Setenv(envToken, "")
-	t.Setenv(envHome, home)
+	home := cleanHome(t)
 	return &env{addr: srv.URL, home: home, token: "tok"}, f
 }
 

@@ -211,21 +211,25 @@ func TestDetectFormatRewinds(t *testing.T) {
 	}
 }
 
+// template runs `template get id -o json` and returns the Template it
+// printed.
+func (e *env) template(t *testing.T, id string) *ctrlv1.Template {
+	t.Helper()
+	var resp ctrlv1.GetTemplateResponse
+	e.callJSON(t, &resp, "template", "get", id, "-o", "json")
+	return resp.GetTemplate()
+}
+
 func TestTemplateGetShowsRevisions(t *testing.T) {
 	e := newEnv(t)
 	e.srv.AddBuiltinTemplate(t)
-	stdout, _ := e.call(t, "", "template", "get", "base", "-o", "json")
-	var resp ctrlv1.GetTemplateResponse
-	if err := protojson.Unmarshal([]byte(stdout), &resp); err != nil {
-		t.Fatalf("json = %v\n%s", err, stdout)
-	}
-	tpl := resp.GetTemplate()
+	tpl := e.template(t, "base")
 	if tpl.GetTemplateId() != "base" || len(tpl.GetRevisions()) != 1 || tpl.GetDefaultRevision() != tpl.GetRevisions()[0].GetRevision() {
 		t.Fatalf("template = %v", tpl)
 	}
 	rev := tpl.GetRevisions()[0]
 
-	stdout, _ = e.call(t, "", "template", "get", "base")
+	stdout, _ := e.call(t, "", "template", "get", "base")
 	for _, want := range []string{
 		fmt.Sprintf("base %s 1 %d - %s", rev.GetRevision(), tpl.GetRevision(), tpl.GetCreatedAt().AsTime().UTC().Format(time.RFC3339)),
 		"REVISION DEFAULT SIZE UNPACKED SOURCE CREATED",
@@ -250,12 +254,7 @@ func TestTemplateGetShowsRevisions(t *testing.T) {
 func TestTemplateDefaultReadsRevision(t *testing.T) {
 	e := newEnv(t)
 	e.srv.AddBuiltinTemplate(t)
-	stdout, _ := e.call(t, "", "template", "get", "base", "-o", "json")
-	var resp ctrlv1.GetTemplateResponse
-	if err := protojson.Unmarshal([]byte(stdout), &resp); err != nil {
-		t.Fatal(err)
-	}
-	tpl := resp.GetTemplate()
+	tpl := e.template(t, "base")
 	rev := tpl.GetDefaultRevision()
 	e.call(t, "", "template", "default", "base", rev)
 	calls, _, reqs := e.got()
@@ -282,9 +281,7 @@ func TestTemplateCreate(t *testing.T) {
 	if r := reqs[0].(*ctrlv1.CreateTemplateRequest); r.GetTemplateId() != "mine" || r.GetLabels()["team"] != "ml" || r.GetCommand().GetCommandId() == "" {
 		t.Errorf("request = %v", r)
 	}
-	stdout, _ := e.call(t, "", "template", "get", "mine", "-o", "json")
-	var resp ctrlv1.GetTemplateResponse
-	if err := protojson.Unmarshal([]byte(stdout), &resp); err != nil || resp.GetTemplate().GetLabels()["team"] != "ml" {
-		t.Errorf("stored = %v, %v", &resp, err)
+	if tpl := e.template(t, "mine"); tpl.GetLabels()["team"] != "ml" {
+		t.Errorf("stored = %v", tpl)
 	}
 }

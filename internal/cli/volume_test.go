@@ -7,11 +7,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	adminv1 "github.com/kibotos/kibotos/gen/kibotos/admin/v1"
@@ -30,26 +28,11 @@ type volumeFake struct {
 	ctrlv1connect.UnimplementedVolumeServiceHandler
 	adminv1connect.UnimplementedAdminServiceHandler
 
-	mu    sync.Mutex
-	calls []string
-	reqs  []proto.Message
+	recorder
 
 	vol   *ctrlv1.Volume                         // returned by the writes
 	polls []*ctrlv1.Volume                       // returned by GetVolume in turn, the last one again; not_found when empty
 	pages map[string]*ctrlv1.ListVolumesResponse // by page token
-}
-
-func (f *volumeFake) record(r connect.AnyRequest) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls = append(f.calls, r.Spec().Procedure[strings.LastIndex(r.Spec().Procedure, "/")+1:])
-	f.reqs = append(f.reqs, r.Any().(proto.Message))
-}
-
-func (f *volumeFake) got() ([]string, []proto.Message) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.calls, f.reqs
 }
 
 func (f *volumeFake) CreateVolume(_ context.Context, r *connect.Request[ctrlv1.CreateVolumeRequest]) (*connect.Response[ctrlv1.CreateVolumeResponse], error) {
@@ -103,10 +86,7 @@ func newVolumeEnv(t *testing.T) (*env, *volumeFake) {
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 
-	home := t.TempDir()
-	t.Setenv(envAddr, "")
-	t.Setenv(envToken, "")
-	t.Setenv(envHome, home)
+	home := cleanHome(t)
 	return &env{addr: srv.URL, home: home, token: "tok"}, f
 }
 
@@ -136,11 +116,8 @@ func (e *env) volume(t *testing.T, id string) *ctrlv1.Volume {
 // it printed.
 func (e *env) createVolume(t *testing.T, args ...string) *ctrlv1.Volume {
 	t.Helper()
-	stdout, _ := e.call(t, "", append([]string{"volume", "create", "-o", "json"}, args...)...)
 	var resp ctrlv1.CreateVolumeResponse
-	if err := protojson.Unmarshal([]byte(stdout), &resp); err != nil {
-		t.Fatalf("stdout is not a CreateVolumeResponse: %v\n%s", err, stdout)
-	}
+	e.callJSON(t, &resp, append([]string{"volume", "create", "-o", "json"}, args...)...)
 	return resp.GetVolume()
 }
 

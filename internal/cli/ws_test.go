@@ -36,10 +36,7 @@ func runDeployment(ctx context.Context, home, guestAgent string, ready func(net.
 func newUpEnv(t *testing.T) *env {
 	t.Helper()
 	d := uptest.Shared(t, runDeployment)
-	home := t.TempDir()
-	t.Setenv(envAddr, "")
-	t.Setenv(envToken, "")
-	t.Setenv(envHome, home)
+	home := cleanHome(t)
 	return &env{addr: d.URL, home: home, token: d.Project(t)}
 }
 
@@ -69,11 +66,8 @@ func (e *env) workspace(t *testing.T, id string) *ctrlv1.Workspace {
 // Workspace it printed.
 func (e *env) createWorkspace(t *testing.T, args ...string) *ctrlv1.Workspace {
 	t.Helper()
-	stdout, _ := e.call(t, "", append([]string{"ws", "create", "-o", "json"}, args...)...)
 	var resp ctrlv1.CreateWorkspaceResponse
-	if err := protojson.Unmarshal([]byte(stdout), &resp); err != nil {
-		t.Fatalf("stdout is not a CreateWorkspaceResponse: %v\n%s", err, stdout)
-	}
+	e.callJSON(t, &resp, append([]string{"ws", "create", "-o", "json"}, args...)...)
 	return resp.GetWorkspace()
 }
 
@@ -192,11 +186,8 @@ func TestWorkspaceCreateWaitFollowsDelivery(t *testing.T) {
 	if strings.Contains(stderr, "\r") {
 		t.Errorf("stderr is no terminal but has \\r:\n%q", stderr)
 	}
-	stdout, _ := e.call(t, "", "ws", "list", "-o", "json")
 	var list ctrlv1.ListWorkspacesResponse
-	if err := protojson.Unmarshal([]byte(stdout), &list); err != nil {
-		t.Fatal(err)
-	}
+	e.callJSON(t, &list, "ws", "list", "-o", "json")
 	if len(list.GetWorkspaces()) != 1 || list.GetWorkspaces()[0].GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE {
 		t.Errorf("after create --wait: %v", list.GetWorkspaces())
 	}

@@ -17,7 +17,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -30,6 +29,7 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
 	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/daemon"
+	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/sdk"
 )
 
@@ -94,7 +94,7 @@ func TestDataPlaneProcesses(t *testing.T) {
 	}
 
 	// A PTY shell answers.
-	var term syncBuffer
+	var term testutil.SyncBuffer
 	sh, err := ws.Start(ctx, []string{"sh", "-i"}, sdk.ExecOptions{PTY: &sdk.PTYSize{Cols: 80, Rows: 24}, Stdout: &term})
 	if err != nil {
 		t.Fatal(err)
@@ -284,24 +284,6 @@ func (zeroReader) Read(p []byte) (int, error) {
 func waitFor(t *testing.T, cond func() bool, what string) {
 	t.Helper()
 	eventually(t, 10*time.Second, what, func() (bool, error) { return cond(), nil }, func(ok bool) bool { return ok })
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // httpClient speaks cleartext HTTP/2, as streaming Connect calls need.

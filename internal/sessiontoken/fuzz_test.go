@@ -11,9 +11,8 @@ import (
 // may present: Parse accepts only the canonical five-field shape, and only
 // a token signed under the key verifies.
 func FuzzParse(f *testing.F) {
-	key := []byte(strings.Repeat("k", KeySize))
-	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	f.Add(Sign(key, Claims{SessionID: "ses_1", WorkspaceID: "ws_a", Generation: 2, ExpiresAt: now.Add(time.Hour)}))
+	key, now := testKey, testNow
+	f.Add(Sign(key, testClaims))
 	f.Add(Sign(key, Claims{SessionID: "ses_2", WorkspaceID: "ws_a", Generation: 0, ExpiresAt: now.Add(-time.Hour)}))
 	f.Add("ses_1.ws_a.02.1700000000.AAAA")
 	f.Add("ses_1.ws_a.2.-1." + strings.Repeat("A", 43))

@@ -8,10 +8,15 @@ import (
 	"time"
 )
 
+// The key, clock and claims the tests sign and verify under.
+var (
+	testKey    = []byte(strings.Repeat("k", KeySize))
+	testNow    = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	testClaims = Claims{SessionID: "ses_1", WorkspaceID: "ws_a", Generation: 2, ExpiresAt: testNow.Add(time.Hour)}
+)
+
 func TestVerify(t *testing.T) {
-	key := []byte(strings.Repeat("k", KeySize))
-	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	claims := Claims{SessionID: "ses_1", WorkspaceID: "ws_a", Generation: 2, ExpiresAt: now.Add(time.Hour)}
+	key, now, claims := testKey, testNow, testClaims
 	good := Sign(key, claims)
 	auth := Authority{WorkspaceID: "ws_a", Generation: 2, Key: key, Revoked: []string{"ses_0"}}
 

@@ -1,6 +1,8 @@
 // Package testutil opens real stores for tests: a fresh SQLite file, or a
 // fresh database on the PostgreSQL server that scripts/test-postgres starts;
-// and it builds binaries of this module, the guest agent for a TestMain.
+// it builds binaries of this module (the guest agent for a TestMain);
+// SyncBuffer collects a stream's output while a test reads it; H2CServer
+// serves a handler over HTTP/1.1 and cleartext HTTP/2.
 // Its sub-packages hold the other helpers every package's tests share (the
 // in-process control plane, host skips and root filesystems, a fake
 // resolver, test certificates, a test "internet", long DNS names).

@@ -17,7 +17,7 @@ import (
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
-	"github.com/kibotos/kibotos/internal/ctrl/templates"
+	"github.com/kibotos/kibotos/internal/ctrl/templates/templatetest"
 	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
 )
 
@@ -34,25 +34,11 @@ func (e *env) workspaces() ctrlv1connect.WorkspaceServiceClient {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	tpl, err := proto.Marshal(&ctrlv1.Template{DefaultRevision: "sha256-1", Revisions: []*ctrlv1.TemplateRevision{{Revision: "sha256-1"}}})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	rev, err := templates.EncodeRevision(&ctrlv1.TemplateRevision{Revision: "sha256-1"},
-		templates.Image{TemplateID: templates.DefaultTemplate, Revision: "sha256-1"})
-	if err != nil {
-		e.t.Fatal(err)
-	}
 	err = e.store.Update(ctx, func(tx store.Tx) error {
 		if err := tx.PutHost(ctx, store.Host{ID: "h1", Body: reg, CPUMillis: 4000, MemoryBytes: 4 << 30, LayerBytes: 10 << 30, SeenAt: now}); err != nil {
 			return err
 		}
-		if err := tx.CreateObject(ctx, store.Object{Kind: store.KindTemplate, ProjectID: templates.BuiltinProject, ID: templates.DefaultTemplate,
-			Spec: tpl, Revision: 1, LabelsRevision: 1, AnnotationsRevision: 1, CreatedAt: now, UpdatedAt: now}); err != nil {
-			return err
-		}
-		return tx.PutTemplateRevision(ctx, store.TemplateRevision{ProjectID: templates.BuiltinProject, TemplateID: templates.DefaultTemplate,
-			Revision: "sha256-1", Body: rev, CreatedAt: now})
+		return templatetest.PutDefault(ctx, tx, now)
 	})
 	if err != nil {
 		e.t.Fatal(err)

@@ -24,7 +24,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
 	"github.com/kibotos/kibotos/internal/ctrl/sessions"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
-	"github.com/kibotos/kibotos/internal/ctrl/templates"
+	"github.com/kibotos/kibotos/internal/ctrl/templates/templatetest"
 	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
 	"github.com/kibotos/kibotos/internal/netcheck"
 	"github.com/kibotos/kibotos/internal/sessiontoken"
@@ -73,23 +73,13 @@ func newEnv(t *testing.T) *env {
 	st := testutil.SQLiteStore(t)
 	ctx := context.Background()
 	clk := &clock{now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
-	spec, _ := proto.Marshal(&ctrlv1.Template{DefaultRevision: "sha256-1", Revisions: []*ctrlv1.TemplateRevision{{Revision: "sha256-1"}}})
-	rev, err := templates.EncodeRevision(&ctrlv1.TemplateRevision{Revision: "sha256-1"}, templates.Image{TemplateID: templates.DefaultTemplate, Revision: "sha256-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = st.Update(ctx, func(tx store.Tx) error {
+	err := st.Update(ctx, func(tx store.Tx) error {
 		for _, p := range []string{"p1", "p2"} {
 			if err := tx.CreateProject(ctx, store.Project{ID: p, Name: p, CreatedAt: clk.Now()}); err != nil {
 				return err
 			}
 		}
-		if err := tx.CreateObject(ctx, store.Object{Kind: store.KindTemplate, ProjectID: templates.BuiltinProject, ID: templates.DefaultTemplate,
-			Spec: spec, Revision: 1, LabelsRevision: 1, AnnotationsRevision: 1, CreatedAt: clk.Now(), UpdatedAt: clk.Now()}); err != nil {
-			return err
-		}
-		return tx.PutTemplateRevision(ctx, store.TemplateRevision{ProjectID: templates.BuiltinProject, TemplateID: templates.DefaultTemplate,
-			Revision: "sha256-1", Body: rev, CreatedAt: clk.Now()})
+		return templatetest.PutDefault(ctx, tx, clk.Now())
 	})
 	if err != nil {
 		t.Fatal(err)

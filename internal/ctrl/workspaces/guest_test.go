@@ -1,7 +1,6 @@
 package workspaces
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -20,19 +19,7 @@ import (
 func TestGuestObservation(t *testing.T) {
 	s, ctx := newService(t)
 	id := create(t, s, ctx, 128<<20).WorkspaceId
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	updates := make(chan *ctrlv1.Workspace, 10)
-	go s.Watch(wctx, id, time.Hour, func(ws *ctrlv1.Workspace) error { updates <- ws; return nil })
-	next := func() *ctrlv1.Workspace {
-		select {
-		case ws := <-updates:
-			return ws
-		case <-time.After(5 * time.Second):
-			t.Fatal("no watch update")
-			return nil
-		}
-	}
+	next := watch(t, s, ctx, id)
 	next() // CREATING
 
 	ws := report(t, s, ctx, id, hostv1.ObservedState_OBSERVED_STATE_RUNNING, nil)

@@ -16,7 +16,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
 	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
-	"github.com/kibotos/kibotos/internal/ctrl/templates"
+	"github.com/kibotos/kibotos/internal/ctrl/templates/templatetest"
 	"github.com/kibotos/kibotos/internal/netcheck"
 	"github.com/kibotos/kibotos/internal/testutil"
 )
@@ -30,21 +30,11 @@ func newService(t *testing.T) (*Service, context.Context) {
 	t.Helper()
 	st := testutil.SQLiteStore(t)
 	ctx := context.Background()
-	spec, _ := proto.Marshal(&ctrlv1.Template{DefaultRevision: "sha256-1", Revisions: []*ctrlv1.TemplateRevision{{Revision: "sha256-1"}}})
-	rev, err := templates.EncodeRevision(&ctrlv1.TemplateRevision{Revision: "sha256-1"}, templates.Image{TemplateID: templates.DefaultTemplate, Revision: "sha256-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = st.Update(ctx, func(tx store.Tx) error {
+	err := st.Update(ctx, func(tx store.Tx) error {
 		if err := tx.CreateProject(ctx, store.Project{ID: "p1", Name: "p1", CreatedAt: time.Now()}); err != nil {
 			return err
 		}
-		if err := tx.CreateObject(ctx, store.Object{Kind: store.KindTemplate, ProjectID: templates.BuiltinProject, ID: templates.DefaultTemplate,
-			Spec: spec, Revision: 1, LabelsRevision: 1, AnnotationsRevision: 1, CreatedAt: time.Now(), UpdatedAt: time.Now()}); err != nil {
-			return err
-		}
-		return tx.PutTemplateRevision(ctx, store.TemplateRevision{ProjectID: templates.BuiltinProject, TemplateID: templates.DefaultTemplate,
-			Revision: "sha256-1", Body: rev, CreatedAt: time.Now()})
+		return templatetest.PutDefault(ctx, tx, time.Now())
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -55,6 +45,26 @@ func newService(t *testing.T) (*Service, context.Context) {
 		t.Fatal(err)
 	}
 	return s, auth.WithCaller(ctx, auth.Caller{ProjectID: "p1", Role: auth.Admin})
+}
+
+// watch watches workspace id until the test ends and returns a function
+// that waits for its next update.
+func watch(t *testing.T, s *Service, ctx context.Context, id string) func() *ctrlv1.Workspace {
+	t.Helper()
+	wctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	updates := make(chan *ctrlv1.Workspace, 10)
+	go s.Watch(wctx, id, time.Hour, func(ws *ctrlv1.Workspace) error { updates <- ws; return nil })
+	next := func() *ctrlv1.Workspace {
+		select {
+		case ws := <-updates:
+			return ws
+		case <-time.After(5 * time.Second):
+			t.Fatal("no watch update")
+			return nil
+		}
+	}
+	return next
 }
 
 func write[R proto.Message](method string, newR func() R) Write[R] {
@@ -238,19 +248,7 @@ func TestLabelsSelectorsAndWatch(t *testing.T) {
 		t.Errorf("selected: %v, %v", list, err)
 	}
 
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	updates := make(chan *ctrlv1.Workspace, 10)
-	go s.Watch(wctx, a.WorkspaceId, time.Hour, func(ws *ctrlv1.Workspace) error { updates <- ws; return nil })
-	next := func() *ctrlv1.Workspace {
-		select {
-		case ws := <-updates:
-			return ws
-		case <-time.After(5 * time.Second):
-			t.Fatal("no watch update")
-			return nil
-		}
-	}
+	next := watch(t, s, ctx, a.WorkspaceId)
 	if first := next(); first.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING {
 		t.Errorf("first watch message: %v", first.State)
 	}

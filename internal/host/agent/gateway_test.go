@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -21,6 +20,7 @@ import (
 	"github.com/kibotos/kibotos/internal/host/runtime"
 	"github.com/kibotos/kibotos/internal/host/runtime/fake"
 	"github.com/kibotos/kibotos/internal/sessiontoken"
+	"github.com/kibotos/kibotos/internal/testutil"
 )
 
 // guest is an in-process stand-in for a guest agent's data plane: a tiny
@@ -93,18 +93,6 @@ func h2c() *http.Client {
 	return &http.Client{Transport: &http.Transport{Protocols: &p}}
 }
 
-// serveH2C starts h on loopback with HTTP/1.1 and cleartext HTTP/2.
-func serveH2C(t *testing.T, h http.Handler) *httptest.Server {
-	t.Helper()
-	srv := httptest.NewUnstartedServer(h)
-	srv.Config.Protocols = new(http.Protocols)
-	srv.Config.Protocols.SetHTTP1(true)
-	srv.Config.Protocols.SetUnencryptedHTTP2(true)
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return srv
-}
-
 type gatewayEnv struct {
 	agent *Agent
 	guest *guest
@@ -128,7 +116,7 @@ func newGatewayEnv(t *testing.T) *gatewayEnv {
 		t.Fatal(err)
 	}
 	a := &Agent{cfg: Config{Driver: drv}, execs: map[string]*execution{}}
-	gw := serveH2C(t, a.Gateway())
+	gw := testutil.H2CServer(t, a.Gateway())
 	return &gatewayEnv{agent: a, guest: g, url: gw.URL}
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/kibotos/kibotos/internal/host/runtime"
 	"github.com/kibotos/kibotos/internal/host/runtime/fake"
 	"github.com/kibotos/kibotos/internal/imagestore"
+	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
 
@@ -213,7 +214,7 @@ func newReconcilerEnv(t *testing.T) *reconcilerEnv {
 	api := newHostAPI()
 	mux := http.NewServeMux()
 	mux.Handle(hostv1connect.NewHostServiceHandler(api))
-	srv := serveH2C(t, mux)
+	srv := testutil.H2CServer(t, mux)
 	dir := t.TempDir()
 	images, err := imagestore.Open(filepath.Join(dir, "templates"))
 	if err != nil {

@@ -24,42 +24,30 @@ type closeWriter interface {
 // serveAfterEOF answers each connection on l as an HTTP/1.0 server does:
 // it reads the request to its end, then writes the answer and closes.
 func serveAfterEOF(l net.Listener) {
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			return
+	serve(l, func(c net.Conn) {
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		req, err := io.ReadAll(c)
+		if err == nil {
+			io.WriteString(c, "answer to "+string(req))
 		}
-		go func() {
-			defer c.Close()
-			c.SetDeadline(time.Now().Add(5 * time.Second))
-			req, err := io.ReadAll(c)
-			if err == nil {
-				io.WriteString(c, "answer to "+string(req))
-			}
-		}()
-	}
+	})
 }
 
 // serveFirst writes a greeting on each connection on l and half-closes,
 // then reads to the end and sends what it read on got.
 func serveFirst(l net.Listener, got chan<- string) {
-	for {
-		c, err := l.Accept()
+	serve(l, func(c net.Conn) {
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		io.WriteString(c, "greeting")
+		c.(closeWriter).CloseWrite()
+		b, err := io.ReadAll(c)
 		if err != nil {
-			return
+			b = []byte(err.Error())
 		}
-		go func() {
-			defer c.Close()
-			c.SetDeadline(time.Now().Add(5 * time.Second))
-			io.WriteString(c, "greeting")
-			c.(closeWriter).CloseWrite()
-			b, err := io.ReadAll(c)
-			if err != nil {
-				b = []byte(err.Error())
-			}
-			got <- string(b)
-		}()
-	}
+		got <- string(b)
+	})
 }
 
 // egressPolicy forwards the test host's IPv4 range through a SOCKS5 Egress

@@ -27,18 +27,33 @@ import (
 	"github.com/kibotos/kibotos/internal/testutil/nettest"
 )
 
-// echo serves lines back on l until it closes.
-func echo(l net.Listener) {
+// serve runs handle on each connection l accepts, until l closes.
+func serve(l net.Listener, handle func(c net.Conn)) {
 	for {
 		c, err := l.Accept()
 		if err != nil {
 			return
 		}
-		go func() {
-			defer c.Close()
-			io.Copy(c, c)
-		}()
+		go handle(c)
 	}
+}
+
+// echo serves lines back on l until it closes.
+func echo(l net.Listener) {
+	serve(l, func(c net.Conn) {
+		defer c.Close()
+		io.Copy(c, c)
+	})
+}
+
+// echoOnTestHost starts an echo server on the test host's IPv4 address in
+// a fresh test internet and returns its address.
+func echoOnTestHost(t *testing.T) netip.AddrPort {
+	t.Helper()
+	inet := nettest.NewInternet(t)
+	l := inet.Listen(t, "tcp4", nettest.HostIPv4.String()+":0")
+	go echo(l)
+	return netip.AddrPortFrom(nettest.HostIPv4, uint16(l.Addr().(*net.TCPAddr).Port))
 }
 
 func newSlot(t *testing.T, resolvers ...netip.AddrPort) *netslot.Slot {
@@ -144,10 +159,7 @@ func TestSlotDecidesEachConnection(t *testing.T) {
 }
 
 func TestSlotHostAddressesChange(t *testing.T) {
-	inet := nettest.NewInternet(t)
-	l := inet.Listen(t, "tcp4", nettest.HostIPv4.String()+":0")
-	go echo(l)
-	dst := netip.AddrPortFrom(nettest.HostIPv4, uint16(l.Addr().(*net.TCPAddr).Port))
+	dst := echoOnTestHost(t)
 	s := newSlot(t)
 	s.Apply(policy(1, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, 0))
 	c, err := dial(t, s, dst)
@@ -162,10 +174,7 @@ func TestSlotHostAddressesChange(t *testing.T) {
 }
 
 func TestSlotDrainsMovedConnections(t *testing.T) {
-	inet := nettest.NewInternet(t)
-	l := inet.Listen(t, "tcp4", nettest.HostIPv4.String()+":0")
-	go echo(l)
-	dst := netip.AddrPortFrom(nettest.HostIPv4, uint16(l.Addr().(*net.TCPAddr).Port))
+	dst := echoOnTestHost(t)
 	s := newSlot(t)
 	s.Apply(policy(1, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, 600))
 	c, err := dial(t, s, dst)
