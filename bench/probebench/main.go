@@ -25,6 +25,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
 
+	"github.com/kibotos/kibotos/bench/internal/benchutil"
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/internal/bearer"
@@ -34,8 +35,7 @@ import (
 const clockTicks = 100
 
 func main() {
-	addr := flag.String("addr", "127.0.0.1:8870", "address of kibotos up")
-	home := flag.String("home", "/var/lib/kibotos", "its home directory (admin token)")
+	addr, home := benchutil.DeploymentFlags()
 	pid := flag.Int("pid", 0, "PID of the kibotos up process")
 	n := flag.Int("n", 50, "idle workspaces")
 	window := flag.Duration("window", time.Minute, "how long each sample lasts")
@@ -50,11 +50,11 @@ func run(addr, home string, pid, n int, window time.Duration) error {
 	if pid == 0 {
 		return errors.New("-pid is required")
 	}
-	token, err := os.ReadFile(filepath.Join(home, "admin-token"))
+	token, err := benchutil.AdminToken(home)
 	if err != nil {
 		return err
 	}
-	client := ctrlv1connect.NewWorkspaceServiceClient(http.DefaultClient, "http://"+addr, connect.WithInterceptors(bearer.Token(strings.TrimSpace(string(token)))))
+	client := ctrlv1connect.NewWorkspaceServiceClient(http.DefaultClient, "http://"+addr, connect.WithInterceptors(bearer.Token(token)))
 	ctx := context.Background()
 
 	idle, err := sample(pid, window)
