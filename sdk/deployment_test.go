@@ -2,9 +2,7 @@ package sdk
 
 import (
 	"bytes"
-	"context"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 	"testing"
@@ -13,23 +11,17 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
-	"github.com/kibotos/kibotos/internal/daemon"
+	"github.com/kibotos/kibotos/internal/daemon/uptest"
 	"github.com/kibotos/kibotos/internal/testutil"
-	"github.com/kibotos/kibotos/internal/testutil/uptest"
 )
 
 func TestMain(m *testing.M) { os.Exit(uptest.Main(m)) }
-
-// runDeployment runs `kibotos up` for uptest.
-func runDeployment(ctx context.Context, home, guestAgent string, ready func(net.Addr)) error {
-	return daemon.Run(ctx, daemon.Options{Home: home, Listen: "127.0.0.1:0", Host: true, GuestAgent: guestAgent, Ready: ready})
-}
 
 // newClient returns a client of the package's deployment, which runs
 // workspaces on runc, in a project of the test's own.
 func newClient(t *testing.T) *Client {
 	t.Helper()
-	d := uptest.Shared(t, runDeployment)
+	d := uptest.Shared(t)
 	c := New(d.URL+"/", d.Project(t))
 	t.Cleanup(c.Close)
 	return c

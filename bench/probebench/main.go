@@ -15,20 +15,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
-	"connectrpc.com/connect"
-	"github.com/google/uuid"
-
 	"github.com/kibotos/kibotos/bench/internal/benchutil"
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
-	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
-	"github.com/kibotos/kibotos/internal/bearer"
 )
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat's CPU times.
@@ -50,59 +44,37 @@ func run(addr, home string, pid, n int, window time.Duration) error {
 	if pid == 0 {
 		return errors.New("-pid is required")
 	}
-	token, err := benchutil.AdminToken(home)
+	w, err := benchutil.Connect(addr, home)
 	if err != nil {
 		return err
 	}
-	client := ctrlv1connect.NewWorkspaceServiceClient(http.DefaultClient, "http://"+addr, connect.WithInterceptors(bearer.Token(token)))
 	ctx := context.Background()
 
 	idle, err := sample(pid, window)
 	if err != nil {
 		return err
 	}
-	var ids []string
-	defer func() {
-		for _, id := range ids {
-			client.DeleteWorkspace(ctx, connect.NewRequest(&ctrlv1.DeleteWorkspaceRequest{
-				Command: &ctrlv1.CommandMetadata{CommandId: uuid.NewString()}, WorkspaceId: id}))
-		}
-	}()
+	defer w.DeleteAll(ctx)
 	for range n {
-		resp, err := client.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
-			Command: &ctrlv1.CommandMetadata{CommandId: uuid.NewString()},
-			Spec: &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{
-				CpuMillis: 100, MemoryBytes: 128 << 20, WritableLayerBytes: 64 << 20}},
-		}))
+		if _, err := w.Create(ctx); err != nil {
+			return err
+		}
+	}
+	for _, id := range w.IDs {
+		err := w.Await(ctx, id, 50*time.Millisecond, func(ws *ctrlv1.Workspace) bool {
+			return benchutil.Available(ws) && ws.GuestObservation.GetCondition() == ctrlv1.GuestCondition_GUEST_CONDITION_RESPONDING
+		})
 		if err != nil {
 			return err
 		}
-		ids = append(ids, resp.Msg.Workspace.WorkspaceId)
-	}
-	for _, id := range ids {
-		for {
-			got, err := client.GetWorkspace(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id}))
-			if err != nil {
-				return err
-			}
-			ws := got.Msg.Workspace
-			if ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED {
-				return fmt.Errorf("workspace %s failed: %v", id, ws.Failure)
-			}
-			if ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE &&
-				ws.GuestObservation.GetCondition() == ctrlv1.GuestCondition_GUEST_CONDITION_RESPONDING {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
 	}
 	time.Sleep(5 * time.Second) // let the starts' work settle
-	guestsBefore := guestCPU(ids)
+	guestsBefore := guestCPU(w.IDs)
 	loaded, err := sample(pid, window)
 	if err != nil {
 		return err
 	}
-	guests := guestCPU(ids) - guestsBefore
+	guests := guestCPU(w.IDs) - guestsBefore
 	perMinute := func(d time.Duration) float64 {
 		return float64(d) / float64(time.Millisecond) * float64(time.Minute) / float64(window)
 	}

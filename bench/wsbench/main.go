@@ -10,20 +10,13 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
-	"connectrpc.com/connect"
-	"github.com/google/uuid"
-
 	"github.com/kibotos/kibotos/bench/internal/benchutil"
-	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
-	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
-	"github.com/kibotos/kibotos/internal/bearer"
 )
 
 func main() {
@@ -37,11 +30,10 @@ func main() {
 }
 
 func run(addr, home string, n int) error {
-	token, err := benchutil.AdminToken(home)
+	w, err := benchutil.Connect(addr, home)
 	if err != nil {
 		return err
 	}
-	client := ctrlv1connect.NewWorkspaceServiceClient(http.DefaultClient, "http://"+addr, connect.WithInterceptors(bearer.Token(token)))
 	ctx := context.Background()
 
 	before, err := memAvailable()
@@ -49,36 +41,15 @@ func run(addr, home string, n int) error {
 		return err
 	}
 	var latencies []time.Duration
-	var ids []string
-	defer func() {
-		for _, id := range ids {
-			client.DeleteWorkspace(ctx, connect.NewRequest(&ctrlv1.DeleteWorkspaceRequest{
-				Command: &ctrlv1.CommandMetadata{CommandId: uuid.NewString()}, WorkspaceId: id}))
-		}
-	}()
+	defer w.DeleteAll(ctx)
 	for range n {
 		start := time.Now()
-		resp, err := client.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
-			Command: &ctrlv1.CommandMetadata{CommandId: uuid.NewString()},
-			Spec: &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{
-				CpuMillis: 100, MemoryBytes: 128 << 20, WritableLayerBytes: 64 << 20}},
-		}))
+		id, err := w.Create(ctx)
 		if err != nil {
 			return err
 		}
-		id := resp.Msg.Workspace.WorkspaceId
-		ids = append(ids, id)
-		for {
-			got, err := client.GetWorkspace(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id}))
-			if err != nil {
-				return err
-			}
-			if s := got.Msg.Workspace.State; s == ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE {
-				break
-			} else if s == ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED {
-				return fmt.Errorf("workspace %s failed: %v", id, got.Msg.Workspace.Failure)
-			}
-			time.Sleep(2 * time.Millisecond)
+		if err := w.Await(ctx, id, 2*time.Millisecond, benchutil.Available); err != nil {
+			return err
 		}
 		latencies = append(latencies, time.Since(start))
 	}
@@ -87,7 +58,7 @@ func run(addr, home string, n int) error {
 	if err != nil {
 		return err
 	}
-	charged := cgroupCharge(ids)
+	charged := cgroupCharge(w.IDs)
 
 	rootfs, err := benchutil.BaseRootfs(home)
 	if err != nil {

@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"context"
-	"net"
 	"net/http"
 	"os"
 	"regexp"
@@ -19,23 +17,17 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/internal/bearer"
-	"github.com/kibotos/kibotos/internal/daemon"
-	"github.com/kibotos/kibotos/internal/testutil/uptest"
+	"github.com/kibotos/kibotos/internal/daemon/uptest"
 )
 
 func TestMain(m *testing.M) { os.Exit(uptest.Main(m)) }
-
-// runDeployment runs `kibotos up` for uptest.
-func runDeployment(ctx context.Context, home, guestAgent string, ready func(net.Addr)) error {
-	return daemon.Run(ctx, daemon.Options{Home: home, Listen: "127.0.0.1:0", Host: true, GuestAgent: guestAgent, Ready: ready})
-}
 
 // newUpEnv returns an env on the package's deployment, which runs
 // workspaces on runc, in a project of the test's own. Its calls are not
 // recorded: tests read what a command did from the server.
 func newUpEnv(t *testing.T) *env {
 	t.Helper()
-	d := uptest.Shared(t, runDeployment)
+	d := uptest.Shared(t)
 	home := cleanHome(t)
 	return &env{addr: d.URL, home: home, token: d.Project(t)}
 }

@@ -4,10 +4,8 @@
 // change state. Each test works in a project of its own, so tests see only
 // their own objects.
 //
-// This package may not import the deployment's wiring (internal/daemon),
-// so the test package passes in the function that runs it; TestMain calls
-// Main so that the deployment is stopped, and everything it ran removed,
-// after the last test.
+// TestMain calls Main so that the deployment is stopped, and everything it
+// ran removed, after the last test.
 package uptest
 
 import (
@@ -30,14 +28,10 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/internal/bearer"
+	"github.com/kibotos/kibotos/internal/daemon"
 	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
-
-// Runner runs a deployment on home with the given guest agent binary until
-// ctx ends, calling ready with its listening address once it serves:
-// internal/daemon.Run with those options and a host agent.
-type Runner func(ctx context.Context, home, guestAgent string, ready func(net.Addr)) error
 
 // Deployment is the running deployment.
 type Deployment struct {
@@ -59,19 +53,19 @@ var (
 	tempDir  string
 )
 
-// Shared returns the package's deployment, started by run at the first
-// call. It skips the test unless it runs as root with runc.
-func Shared(t testing.TB, run Runner) *Deployment {
+// Shared returns the package's deployment, started at the first call. It
+// skips the test unless it runs as root with runc.
+func Shared(t testing.TB) *Deployment {
 	t.Helper()
 	hosttest.RequireContainers(t)
-	once.Do(func() { shared, startErr = start(run) })
+	once.Do(func() { shared, startErr = start() })
 	if startErr != nil {
 		t.Fatal(startErr)
 	}
 	return shared
 }
 
-func start(run Runner) (*Deployment, error) {
+func start() (*Deployment, error) {
 	dir, err := os.MkdirTemp("", "kibotos-uptest")
 	if err != nil {
 		return nil, err
@@ -85,7 +79,10 @@ func start(run Runner) (*Deployment, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Deployment{Home: home, cancel: cancel, done: make(chan error, 1)}
 	ready := make(chan net.Addr, 1)
-	go func() { d.done <- run(ctx, home, guest, func(a net.Addr) { ready <- a }) }()
+	go func() {
+		d.done <- daemon.Run(ctx, daemon.Options{Home: home, Listen: "127.0.0.1:0", Host: true, GuestAgent: guest,
+			Ready: func(a net.Addr) { ready <- a }})
+	}()
 	select {
 	case a := <-ready:
 		d.URL = "http://" + a.String()

@@ -1,0 +1,82 @@
+package benchutil
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/google/uuid"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/bearer"
+)
+
+// Workspaces creates the small idle workspaces a benchmark measures, as
+// the deployment's operator admin, and deletes them all at the end.
+type Workspaces struct {
+	client ctrlv1connect.WorkspaceServiceClient
+	// IDs are the workspaces created so far, in order.
+	IDs []string
+}
+
+// Connect returns Workspaces of the deployment at addr whose home is home.
+func Connect(addr, home string) (*Workspaces, error) {
+	token, err := AdminToken(home)
+	if err != nil {
+		return nil, err
+	}
+	return &Workspaces{client: ctrlv1connect.NewWorkspaceServiceClient(http.DefaultClient, "http://"+addr,
+		connect.WithInterceptors(bearer.Token(token)))}, nil
+}
+
+// Create creates one workspace of 0.1 CPU, 128 MiB of memory and a 64 MiB
+// writable layer, and returns its ID without waiting for it.
+func (w *Workspaces) Create(ctx context.Context) (string, error) {
+	resp, err := w.client.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
+		Command: &ctrlv1.CommandMetadata{CommandId: uuid.NewString()},
+		Spec: &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{
+			CpuMillis: 100, MemoryBytes: 128 << 20, WritableLayerBytes: 64 << 20}},
+	}))
+	if err != nil {
+		return "", err
+	}
+	id := resp.Msg.Workspace.WorkspaceId
+	w.IDs = append(w.IDs, id)
+	return id, nil
+}
+
+// Await polls the workspace every poll until done says it is ready; a
+// FAILED workspace is an error.
+func (w *Workspaces) Await(ctx context.Context, id string, poll time.Duration, done func(*ctrlv1.Workspace) bool) error {
+	for {
+		got, err := w.client.GetWorkspace(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id}))
+		if err != nil {
+			return err
+		}
+		ws := got.Msg.Workspace
+		if ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED {
+			return fmt.Errorf("workspace %s failed: %v", id, ws.Failure)
+		}
+		if done(ws) {
+			return nil
+		}
+		time.Sleep(poll)
+	}
+}
+
+// Available reports whether a workspace is AVAILABLE.
+func Available(ws *ctrlv1.Workspace) bool {
+	return ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE
+}
+
+// DeleteAll deletes every workspace created, ignoring errors: it is the
+// benchmark's cleanup.
+func (w *Workspaces) DeleteAll(ctx context.Context) {
+	for _, id := range w.IDs {
+		w.client.DeleteWorkspace(ctx, connect.NewRequest(&ctrlv1.DeleteWorkspaceRequest{
+			Command: &ctrlv1.CommandMetadata{CommandId: uuid.NewString()}, WorkspaceId: id}))
+	}
+}
