@@ -16,7 +16,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -69,12 +68,12 @@ func run(addr, home string, pid, n int, window time.Duration) error {
 		}
 	}
 	time.Sleep(5 * time.Second) // let the starts' work settle
-	guestsBefore := guestCPU(w.IDs)
+	guestsBefore := time.Duration(benchutil.CgroupSum(w.IDs, "cpuacct", "cpuacct.usage"))
 	loaded, err := sample(pid, window)
 	if err != nil {
 		return err
 	}
-	guests := guestCPU(w.IDs) - guestsBefore
+	guests := time.Duration(benchutil.CgroupSum(w.IDs, "cpuacct", "cpuacct.usage")) - guestsBefore
 	perMinute := func(d time.Duration) float64 {
 		return float64(d) / float64(time.Millisecond) * float64(time.Minute) / float64(window)
 	}
@@ -111,24 +110,4 @@ func processCPU(pid int) (time.Duration, error) {
 		return 0, err
 	}
 	return time.Duration(utime+stime) * time.Second / clockTicks, nil
-}
-
-// guestCPU sums the CPU time of the workspaces' cgroups (cgroup v1
-// cpuacct, where the OCI driver puts them).
-func guestCPU(ids []string) time.Duration {
-	var files []string
-	for _, id := range ids {
-		f, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/cpuacct/kibotos", id+"-*", "cpuacct.usage"))
-		files = append(files, f...)
-	}
-	var total time.Duration
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		v, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-		total += time.Duration(v)
-	}
-	return total
 }

@@ -11,7 +11,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -58,7 +57,7 @@ func run(addr, home string, n int) error {
 	if err != nil {
 		return err
 	}
-	charged := cgroupCharge(w.IDs)
+	charged := benchutil.CgroupSum(w.IDs, "memory", "memory.usage_in_bytes")
 
 	rootfs, err := benchutil.BaseRootfs(home)
 	if err != nil {
@@ -73,24 +72,6 @@ func run(addr, home string, n int) error {
 	fmt.Printf("idle density: %.2f MiB charged to each idle workspace's memory cgroup; host MemAvailable fell %.2f MiB per workspace (%d workspaces, %d → %d MiB)\n",
 		float64(charged)/float64(n)/(1<<20), float64(int64(before)-int64(after))/float64(n)/(1<<20), n, before>>20, after>>20)
 	return nil
-}
-
-// cgroupCharge sums the memory charged to the workspaces' cgroups (cgroup
-// v1 memory controller, where the OCI driver puts them).
-func cgroupCharge(ids []string) uint64 {
-	var total uint64
-	for _, id := range ids {
-		files, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/memory/kibotos", id+"-*", "memory.usage_in_bytes"))
-		for _, f := range files {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				continue
-			}
-			v, _ := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-			total += v
-		}
-	}
-	return total
 }
 
 func memAvailable() (uint64, error) {

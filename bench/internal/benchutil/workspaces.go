@@ -4,6 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -79,4 +83,25 @@ func (w *Workspaces) DeleteAll(ctx context.Context) {
 		w.client.DeleteWorkspace(ctx, connect.NewRequest(&ctrlv1.DeleteWorkspaceRequest{
 			Command: &ctrlv1.CommandMetadata{CommandId: uuid.NewString()}, WorkspaceId: id}))
 	}
+}
+
+// CgroupSum sums one counter file of the workspaces' cgroups in a cgroup
+// v1 controller, where the OCI driver puts them: ("memory",
+// "memory.usage_in_bytes") is the memory charged to them, ("cpuacct",
+// "cpuacct.usage") the nanoseconds of CPU they spent. A file that cannot
+// be read counts as zero.
+func CgroupSum(ids []string, controller, file string) uint64 {
+	var total uint64
+	for _, id := range ids {
+		paths, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", controller, "kibotos", id+"-*", file))
+		for _, p := range paths {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				continue
+			}
+			v, _ := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+			total += v
+		}
+	}
+	return total
 }
