@@ -9,7 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"connectrpc.com/connect"
+
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/internal/testutil/nettest"
 	"github.com/kibotos/kibotos/sdk"
 )
@@ -20,6 +23,8 @@ import (
 // last_reset_at, rebooted), a file written in / is kept, the guest is in
 // the same network namespace with its policy still applied, a new PID 1
 // runs without the processes of the old one, and the data plane works.
+// The host holds as many mounts for it as before, and nothing of it once
+// it is deleted.
 func TestGuestReboot(t *testing.T) {
 	e := newNetEnv(t)
 	ctx := context.Background()
@@ -50,6 +55,7 @@ func TestGuestReboot(t *testing.T) {
 	if _, err := e.exec(ws, "sh", "-c", "echo kept > /kept"); err != nil {
 		t.Fatal(err)
 	}
+	mounts := mountsOf(t, ws.WorkspaceId)
 
 	e.exec(ws, "reboot") // its process ends with the guest's
 	ws = e.awaitWorkspace("restart_count 1", func(ws *ctrlv1.Workspace) bool {
@@ -82,4 +88,29 @@ func TestGuestReboot(t *testing.T) {
 	if !e.talk(v4) {
 		t.Error("the guest does not reach the test host after the reboot")
 	}
+	if n := mountsOf(t, ws.WorkspaceId); n != mounts {
+		t.Errorf("the host holds %d mounts of the workspace after the reboot, %d before", n, mounts)
+	}
+
+	if _, err := e.client.DeleteWorkspace(ctx, connect.NewRequest(&ctrlv1.DeleteWorkspaceRequest{Command: cmd(), WorkspaceId: ws.WorkspaceId})); err != nil {
+		t.Fatal(err)
+	}
+	e.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED)
+	testutil.AssertNothingLeft(t, e.home, ws.WorkspaceId)
+}
+
+// mountsOf counts the host's mounts whose line names the workspace.
+func mountsOf(t *testing.T, workspaceID string) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, workspaceID) {
+			n++
+		}
+	}
+	return n
 }
