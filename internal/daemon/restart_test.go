@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -57,10 +58,12 @@ func TestGuestReboot(t *testing.T) {
 	}
 	mounts := mountsOf(t, ws.WorkspaceId)
 
+	rebootAt := time.Now()
 	e.exec(ws, "reboot") // its process ends with the guest's
 	ws = e.awaitWorkspace("restart_count 1", func(ws *ctrlv1.Workspace) bool {
 		return ws.GuestObservation.GetRestartCount() == 1 && condition(ws) == ctrlv1.GuestCondition_GUEST_CONDITION_RESPONDING
 	})
+	t.Logf("from reboot to the guest observed back: %v", time.Since(rebootAt).Round(time.Millisecond))
 	if g := ws.GuestObservation; ws.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || ws.Generation != e.ws.Generation ||
 		!g.Rebooted || g.LastResetAt == nil || ws.LastStop != nil || ws.NetworkPolicyStatus.GetAppliedRevision() != 2 {
 		t.Errorf("after the reboot: state %v, generation %d (was %d), last_stop %v, policy %v, guest %v",
