@@ -1,8 +1,9 @@
 // Command kibotos-guest is the guest agent: PID 1 of every execution. It
 // reaps orphans, answers the host's probes on /run/kibotos/agent.sock,
 // serves the data plane (kibotos.data.v1 processes and files, Connect over
-// h2c) on /run/kibotos/data.sock, and ends the guest cleanly on STOP or
-// SIGTERM. It is not dumpable, out of the reach of ptrace; started as
+// h2c) on /run/kibotos/data.sock, and ends the guest cleanly on the host's
+// STOP, or as the guest asks its init (SIGTERM, SIGINT: a reset; SIGUSR1,
+// SIGUSR2: a shutdown; see guestabi's EndFile). It is not dumpable, out of the reach of ptrace; started as
 // kibotos-exec it is the exec shim of the data plane (package
 // internal/guest/execshim). It is static; imports_test.go fences what it
 // may link.
@@ -24,11 +25,12 @@ import (
 
 	"github.com/kibotos/kibotos/internal/guest/dataplane"
 	"github.com/kibotos/kibotos/internal/guest/pid1"
+	"github.com/kibotos/kibotos/internal/guestabi"
 )
 
 const (
-	// sigtermGrace is the grace of a stop requested by SIGTERM.
-	sigtermGrace = 5 * time.Second
+	// endGrace is the grace of a reset or shutdown the guest asks for.
+	endGrace = 5 * time.Second
 	// flushTimeout bounds how long a stop waits, once the processes are
 	// gone, for the data plane to report their exits to its streams.
 	flushTimeout = 3 * time.Second
@@ -56,10 +58,12 @@ func run() int {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	// Register SIGTERM before anything else: as PID 1 an unhandled SIGTERM
-	// is ignored, and we want it to mean "stop".
-	term := make(chan os.Signal, 1)
-	signal.Notify(term, unix.SIGTERM, unix.SIGINT)
+	// Register init's signals before anything else: as PID 1 a signal
+	// without a handler never arrives.
+	reset := make(chan os.Signal, 1)
+	signal.Notify(reset, unix.SIGTERM, unix.SIGINT)
+	shutdown := make(chan os.Signal, 1)
+	signal.Notify(shutdown, unix.SIGUSR1, unix.SIGUSR2)
 
 	// One owner of waiting for children: as PID 1 the Reaper (which also
 	// reaps orphans), else a wait per child.
@@ -109,12 +113,21 @@ func run() int {
 		}
 	}()
 
+	// end ends the guest as it asked and records how, for the host.
+	end := func(how string) {
+		if err := srv.StopNow(endGrace); err != nil {
+			logf("%s: %v", how, err)
+		}
+		if err := pid1.RecordEnd(filepath.Dir(*socket), how); err != nil {
+			logf("%s: recording it: %v", how, err)
+		}
+	}
 	select {
 	case <-srv.Done():
-	case <-term:
-		if err := srv.StopNow(sigtermGrace); err != nil {
-			logf("stop: %v", err)
-		}
+	case <-reset:
+		end(guestabi.EndReset)
+	case <-shutdown:
+		end(guestabi.EndShutdown)
 	case err := <-serveErr:
 		logf("serve: %v", err)
 		return 1

@@ -411,23 +411,26 @@ func TestEgressInUseByAPolicy(t *testing.T) {
 	}
 }
 
-// TestGuestShutdownStops checks that a guest ending on its own is released
-// as a forced stop that the caller can start again.
+// TestGuestShutdownStops: `poweroff` and `halt` inside the guest end its
+// execution, released as a forced stop with cause GUEST_SHUTDOWN that the
+// caller can start again.
 func TestGuestShutdownStops(t *testing.T) {
 	d := up(t, t.TempDir())
 	defer d.stop()
-	ws := d.create(small())
-	ws = d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
-	d.exec(ws, "kill", "-TERM", "1") // the guest agent ends the guest
-	ws = d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
-	if ws.LastStop.GetCause() != ctrlv1.StopCause_STOP_CAUSE_GUEST_SHUTDOWN || ws.LastStop.GetMode() != ctrlv1.StopMode_STOP_MODE_FORCE {
-		t.Errorf("last_stop after the guest shut down: %v", ws.LastStop)
-	}
-	if _, err := d.client.StartWorkspace(context.Background(), connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: cmd(), WorkspaceId: ws.WorkspaceId})); err != nil {
-		t.Fatal(err)
-	}
-	if ws = d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE); ws.Generation != 2 {
-		t.Errorf("generation after restart = %d", ws.Generation)
+	for _, command := range []string{"poweroff", "halt"} {
+		ws := d.create(small())
+		ws = d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+		d.exec(ws, command) // its process ends with the guest's
+		ws = d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+		if ws.LastStop.GetCause() != ctrlv1.StopCause_STOP_CAUSE_GUEST_SHUTDOWN || ws.LastStop.GetMode() != ctrlv1.StopMode_STOP_MODE_FORCE {
+			t.Errorf("last_stop after %s: %v", command, ws.LastStop)
+		}
+		if _, err := d.client.StartWorkspace(context.Background(), connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: cmd(), WorkspaceId: ws.WorkspaceId})); err != nil {
+			t.Fatal(err)
+		}
+		if ws = d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE); ws.Generation != 2 {
+			t.Errorf("generation after %s and a start = %d", command, ws.Generation)
+		}
 	}
 }
 

@@ -25,6 +25,7 @@ type execution struct {
 	last    *hostv1.ExecutionReport
 	slot    *netslot.Slot // the network slot while the execution runs
 	health  guestHealth   // the periodic probe's view of the running guest
+	resets  guestResets   // the guest's resets since the execution started
 
 	// reportMu orders reports: a slot's change never re-sends RUNNING
 	// after the execution reported something else.
@@ -109,7 +110,7 @@ func (e *execution) run(ctx context.Context) {
 		if as != nil && e.pendingExit != nil {
 			st := *e.pendingExit
 			e.pendingExit = nil
-			e.exit(ctx, as, st)
+			e.ended(ctx, as, st)
 		}
 		if as != nil {
 			e.step(ctx, as)
@@ -121,7 +122,7 @@ func (e *execution) run(ctx context.Context) {
 		case st := <-e.exited:
 			switch {
 			case e.running && as != nil:
-				e.exit(ctx, as, st)
+				e.ended(ctx, as, st)
 			case e.running:
 				// Adopted after a restart, before ctrl's first assignment:
 				// report the exit once it is known what it served.

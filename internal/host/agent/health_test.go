@@ -46,7 +46,7 @@ func TestGuestProbe(t *testing.T) {
 	}
 
 	mark = e.api.mark()
-	e.driver.Exit(as.ExecutionId, runtime.Status{ExitCode: -1})
+	e.driver.Exit(as.ExecutionId, runtime.Status{ExitCode: -1, Shutdown: true})
 	if r := e.api.await(t, mark, as.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_EXITED); r.OomKilled {
 		t.Errorf("a shutdown after a survived OOM kill is reported as an OOM end: %v", r)
 	}

@@ -117,7 +117,7 @@ func (e *execution) report(as *hostv1.Assignment, r *hostv1.ExecutionReport) {
 func (e *execution) send(as *hostv1.Assignment, r *hostv1.ExecutionReport) {
 	r.ExecutionId, r.WorkspaceId, r.Generation = e.id, as.WorkspaceId, as.Generation
 	if r.State == hostv1.ObservedState_OBSERVED_STATE_RUNNING {
-		r.Guest = e.guestObservation()
+		r.Guest = e.withResets(e.guestObservation())
 	}
 	e.mu.Lock()
 	e.last = proto.CloneOf(r)

@@ -16,19 +16,14 @@ import (
 )
 
 // start takes an execution from nothing to RUNNING: deliver the template's
-// layers, create (or grow) the writable layer, open the Volume, create the
-// network slot, start it through the driver and probe until the guest
-// answers. A failure is reported FAILED with the stage it failed at, and
+// layers, create (or grow) the writable layer, create the network slot,
+// and boot. A failure is reported FAILED with the stage it failed at, and
 // releases what the attempt set up.
 func (e *execution) start(ctx context.Context, as *hostv1.Assignment) {
 	lock := e.agent.layerLock(as.LayerId)
 	lock.Lock()
 	defer lock.Unlock()
-	fail := func(stage ctrlv1.FailureStage, err error) {
-		slog.Error("execution failed to start", "execution", e.id, "err", err)
-		e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_FAILED,
-			FailureStage: stage, FailureReason: reasonOf(err), FailureMessage: err.Error()})
-	}
+	fail := func(stage ctrlv1.FailureStage, err error) { e.fail(as, stage, err) }
 	delivering := &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_DELIVERING}
 	lastSent := time.Time{}
 	layers, err := e.agent.deliver(ctx, as, func(done, total uint64) {
@@ -55,6 +50,24 @@ func (e *execution) start(ctx context.Context, as *hostv1.Assignment) {
 		fail(ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_WRITABLE_LAYER, fmt.Errorf("growing the writable layer: %w", err))
 		return
 	}
+	if _, err := e.createSlot(as); err != nil {
+		fail(ctrlv1.FailureStage_FAILURE_STAGE_APPLYING_NETWORK, err)
+		return
+	}
+	e.boot(ctx, as, layers, continued, "")
+}
+
+// boot starts the execution through the driver, in its network slot, on
+// the template's layers, the writable layer and the Volume, and probes
+// until the guest answers; it reports RUNNING, or FAILED once it has
+// released what it set up, the slot included. bootID, when set, is the
+// boot that started the execution (a restart: see restart.go). The
+// layer's lock is held.
+func (e *execution) boot(ctx context.Context, as *hostv1.Assignment, layers []string, continued bool, bootID string) {
+	fail := func(stage ctrlv1.FailureStage, err error) {
+		e.releaseSlot()
+		e.fail(as, stage, err)
+	}
 	var volume *runtime.VolumeMount
 	if as.Volume != nil {
 		image, unlock, stage, err := e.agent.vols.open(ctx, as.Volume)
@@ -65,24 +78,20 @@ func (e *execution) start(ctx context.Context, as *hostv1.Assignment) {
 		defer unlock() // once the execution has it mounted, nothing else can
 		volume = &runtime.VolumeMount{Image: image, Path: as.Volume.MountPath}
 	}
-	slot, err := e.createSlot(as)
-	if err != nil {
-		fail(ctrlv1.FailureStage_FAILURE_STAGE_APPLYING_NETWORK, err)
-		return
-	}
+	path := e.agent.layerPath(as.LayerId)
 	spec := runtime.Spec{
 		ID: e.id, Layers: layers, LayerImage: path,
 		CPUMillis: as.Resources.GetCpuMillis(), MemoryBytes: as.Resources.GetMemoryBytes(), PidsLimit: pidsLimit,
 		GuestAgent: e.agent.cfg.GuestAgent, Hostname: as.WorkspaceId, Env: as.Template.GetEnv(),
-		NetNS: slot.Path(), ResolvConf: netslot.ResolvConf(e.agent.cfg.Network.DeploymentResolvers),
+		NetNS: e.agent.netnsPath(e.id), ResolvConf: netslot.ResolvConf(e.agent.cfg.Network.DeploymentResolvers),
 		Volume: volume,
 	}
 	if err := e.agent.cfg.Driver.Start(ctx, spec); err != nil {
-		e.releaseSlot()
 		fail(ctrlv1.FailureStage_FAILURE_STAGE_STARTING, err)
 		return
 	}
 	e.setRunning(ctx, true)
+	e.keepBoot(bootID)
 	e.memory = spec.MemoryBytes
 	probeCtx, cancel := context.WithTimeout(ctx, e.agent.readyTimeout)
 	defer cancel()
@@ -94,7 +103,6 @@ func (e *execution) start(ctx context.Context, as *hostv1.Assignment) {
 		if probeCtx.Err() != nil {
 			e.setRunning(ctx, false)
 			e.agent.cfg.Driver.Stop(ctx, e.id, runtime.StopForce, 0)
-			e.releaseSlot()
 			fail(ctrlv1.FailureStage_FAILURE_STAGE_WAITING_FOR_READINESS, fmt.Errorf("guest agent did not answer within %s: %w", e.agent.readyTimeout, err))
 			return
 		}
@@ -104,4 +112,11 @@ func (e *execution) start(ctx context.Context, as *hostv1.Assignment) {
 	capacity, _ := e.agent.cfg.Layers.LayerCapacity(path)
 	e.report(as, e.withNetwork(&hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_RUNNING,
 		LayerCapacityBytes: &capacity, LayerContinued: continued}))
+}
+
+// fail reports that the execution failed at stage.
+func (e *execution) fail(as *hostv1.Assignment, stage ctrlv1.FailureStage, err error) {
+	slog.Error("execution failed to start", "execution", e.id, "err", err)
+	e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_FAILED,
+		FailureStage: stage, FailureReason: reasonOf(err), FailureMessage: err.Error()})
 }

@@ -9,7 +9,8 @@ import (
 	"github.com/kibotos/kibotos/internal/host/runtime"
 )
 
-// exit releases an execution whose init ended on its own and tells ctrl.
+// exit releases an execution whose init ended on its own and that does
+// not come back (see ended), and tells ctrl.
 func (e *execution) exit(ctx context.Context, as *hostv1.Assignment, st runtime.Status) {
 	oom := e.endedByOOM(st)
 	e.agent.cfg.Driver.Stop(ctx, e.id, runtime.StopForce, 0)

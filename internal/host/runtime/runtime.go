@@ -75,6 +75,11 @@ type Status struct {
 	// execution at least once, and OOMKills how many it killed.
 	OOMKilled bool
 	OOMKills  uint64
+	// Shutdown reports, once init has ended, that the guest shut its
+	// machine down (poweroff, halt) rather than reset it: its agent
+	// recorded guestabi.EndShutdown. An init that ended any other way (a
+	// reset, a kill, a crash) leaves it false.
+	Shutdown bool
 }
 
 // GuestCheck is one periodic look at a running execution's guest: a probe

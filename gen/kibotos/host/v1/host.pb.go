@@ -165,8 +165,11 @@ const (
 	// FAILED: the execution could not be delivered, started or stopped; the
 	// failure fields say why. The layer is kept.
 	ObservedState_OBSERVED_STATE_FAILED ObservedState = 7
-	// EXITED: the execution's init ended on its own, not because ctrl asked.
-	// The layer is kept; ctrl releases the execution as a forced stop.
+	// EXITED: the execution's init ended on its own, not because ctrl asked,
+	// and does not come back: the guest shut down, the OOM killer ended it
+	// (oom_killed), or it reset too often. A guest that reset comes back
+	// within the execution instead, which stays RUNNING. The layer is kept;
+	// ctrl releases the execution as a forced stop.
 	ObservedState_OBSERVED_STATE_EXITED ObservedState = 8
 )
 
@@ -1706,7 +1709,10 @@ type ExecutionReport struct {
 	// RUNNING; absent before the slot first applied a policy.
 	Network *NetworkReport `protobuf:"bytes,16,opt,name=network,proto3" json:"network,omitempty"`
 	// guest is the latest periodic probe of the execution's guest, sent with
-	// RUNNING; absent before the first. Its times are on the host's clock
+	// RUNNING; absent before the first, and again while a guest that reset
+	// comes back within the execution (the host starts it again; the
+	// execution stays RUNNING). restart_count and last_reset_at count the
+	// resets since the execution started. Its times are on the host's clock
 	// and observed_at is unset: ctrl stamps it.
 	Guest         *v1.GuestObservation `protobuf:"bytes,17,opt,name=guest,proto3" json:"guest,omitempty"`
 	unknownFields protoimpl.UnknownFields

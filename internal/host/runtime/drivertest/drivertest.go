@@ -32,6 +32,10 @@ type Machine interface {
 	// Crash ends the init of a running execution behind the driver's back
 	// and returns once it has ended.
 	Crash(t *testing.T, id string)
+	// EndGuest makes the guest of a running execution end its machine as
+	// its own init does when asked from inside (guestabi: a reset, or with
+	// shutdown a shutdown) and returns once init has ended.
+	EndGuest(t *testing.T, id string, shutdown bool)
 	// AssertReleased fails t if anything of the execution of spec is still
 	// held on the machine, its layer and volume images included.
 	AssertReleased(t *testing.T, spec runtime.Spec)
@@ -55,6 +59,7 @@ func Run(t *testing.T, newMachine func(t *testing.T) Machine) {
 		{"StartTwice", testStartTwice},
 		{"LayerInUse", testLayerInUse},
 		{"InitEnds", testInitEnds},
+		{"GuestEnds", testGuestEnds},
 		{"WaitHonoursContext", testWaitHonoursContext},
 		{"RecoverAfterRestart", testRecoverAfterRestart},
 		{"SetMemory", testSetMemory},
@@ -298,8 +303,8 @@ func testInitEnds(t *testing.T, m Machine) {
 	}()
 	m.Crash(t, spec.ID)
 	r := <-waited
-	if r.err != nil || r.st.Running || r.st.Ready {
-		t.Errorf("Wait = %+v, %v; want an ended execution", r.st, r.err)
+	if r.err != nil || r.st.Running || r.st.Ready || r.st.Shutdown {
+		t.Errorf("Wait = %+v, %v; want an ended execution, not shut down", r.st, r.err)
 	}
 	ctx := ctxOf(t)
 	if st, err := d.Status(ctx, spec.ID); err != nil || st.Running || st.Ready {
@@ -320,6 +325,35 @@ func testInitEnds(t *testing.T, m Machine) {
 	m.Crash(t, spec.ID)
 	start(t, d, spec)
 	stop(t, m, d, spec, runtime.StopForce)
+}
+
+// testGuestEnds: a guest that resets or shuts down its machine ends init,
+// and Wait and Status tell which; the same spec starts again over the
+// ended execution once it is stopped (as a host bringing back a guest
+// that reset does), and nothing of either run is left.
+func testGuestEnds(t *testing.T, m Machine) {
+	d := m.Driver(t)
+	spec := m.Spec(t, "guestends")
+	for _, shutdown := range []bool{false, true} {
+		start(t, d, spec)
+		waited := make(chan runtime.Status, 1)
+		go func() {
+			st, err := d.Wait(ctxOf(t), spec.ID)
+			if err != nil {
+				t.Errorf("Wait: %v", err)
+			}
+			waited <- st
+		}()
+		m.EndGuest(t, spec.ID, shutdown)
+		if st := <-waited; st.Running || st.Shutdown != shutdown {
+			t.Errorf("Wait after the guest ended (shutdown %v) = %+v", shutdown, st)
+		}
+		if st, err := d.Status(ctxOf(t), spec.ID); err != nil || st.Running || st.Shutdown != shutdown {
+			t.Errorf("Status after the guest ended (shutdown %v) = %+v, %v", shutdown, st, err)
+		}
+		stop(t, m, d, spec, runtime.StopNormal)
+		wantGone(t, d, spec.ID)
+	}
 }
 
 // testWaitHonoursContext: Wait of a running execution returns the

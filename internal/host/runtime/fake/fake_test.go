@@ -53,6 +53,12 @@ func (m *machine) Crash(t *testing.T, id string) {
 	}
 }
 
+func (m *machine) EndGuest(t *testing.T, id string, shutdown bool) {
+	if !m.d.Exit(id, runtime.Status{ExitCode: -1, Shutdown: shutdown}) {
+		t.Fatalf("EndGuest: %s does not run", id)
+	}
+}
+
 func (m *machine) AssertReleased(t *testing.T, spec runtime.Spec) {
 	t.Helper()
 	if slices.Contains(m.d.IDs(), spec.ID) {

@@ -90,6 +90,24 @@ func (m *suiteMachine) Crash(t *testing.T, id string) {
 	}
 }
 
+// EndGuest signals the guest agent as busybox's reboot (SIGTERM) or
+// poweroff (SIGUSR2) does from inside the guest, and waits until init has
+// ended.
+func (m *suiteMachine) EndGuest(t *testing.T, id string, shutdown bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	signal := "TERM"
+	if shutdown {
+		signal = "USR2"
+	}
+	if err := m.d.kill(ctx, id, signal); err != nil {
+		t.Fatalf("kill %s %s: %v", signal, id, err)
+	}
+	if err := m.d.waitStopped(ctx, id); err != nil {
+		t.Fatalf("waiting for %s to end: %v", id, err)
+	}
+}
+
 // AssertReleased checks that nothing of the execution is left: container,
 // mounts, loop devices of its images, cgroups, directory.
 func (m *suiteMachine) AssertReleased(t *testing.T, spec runtime.Spec) {

@@ -229,7 +229,7 @@ func (d *Driver) mountLayers(rec *record) error {
 
 // Stop ends an execution and releases it; see runtime.Driver. StopNormal
 // asks the guest agent to stop (STOP <grace-ms>: TERM, grace, KILL, sync),
-// falling back to SIGTERM for the agent and SIGKILL after grace plus a
+// falling back to SIGUSR2 for the agent and SIGKILL after grace plus a
 // margin; then it syncs and unmounts the volume and the layer plainly:
 // Confirmed is true when all of that succeeded. StopForce kills at once
 // and may unmount lazily; Confirmed is false. Stopping an unknown execution succeeds with
@@ -270,14 +270,15 @@ func (d *Driver) Stop(ctx context.Context, id string, mode runtime.StopMode, gra
 }
 
 // stopGuest asks the guest agent to end the guest within grace and waits
-// for its init to exit; if the agent does not answer, it sends SIGTERM
-// (which the agent treats as a stop) and waits. It returns once init has
-// ended or the wait timed out; the caller kills what is left.
+// for its init to exit; if the agent does not answer, it sends SIGUSR2
+// (which the agent takes as the guest's poweroff: never as a reset) and
+// waits. It returns once init has ended or the wait timed out; the caller
+// kills what is left.
 func (d *Driver) stopGuest(ctx context.Context, id string, grace time.Duration) {
 	wctx, cancel := context.WithTimeout(ctx, grace+stopMargin)
 	defer cancel()
 	if err := d.stopAgent(wctx, id, grace); err != nil {
-		if d.kill(wctx, id, "TERM") != nil {
+		if d.kill(wctx, id, "USR2") != nil {
 			return
 		}
 	}

@@ -417,34 +417,6 @@ func TestZombiesReaped(t *testing.T) {
 	t.Fatalf("zombies or orphans remain after 2 s:\n%s", out)
 }
 
-// TestWaitNormalExit: Wait returns when the guest stops.
-func TestWaitNormalExit(t *testing.T) {
-	e := newEnv(t)
-	e.start(t, e.spec("wait", e.image(t)))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	done := make(chan runtime.Status, 1)
-	go func() {
-		st, err := e.d.Wait(ctx, "wait")
-		if err != nil {
-			t.Errorf("Wait: %v", err)
-		}
-		done <- st
-	}()
-	// SIGTERM to the agent means STOP with a 5 s grace.
-	if err := e.d.kill(ctx, "wait", "TERM"); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case st := <-done:
-		if st.Running {
-			t.Errorf("Wait returned a running status: %+v", st)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Wait did not return after SIGTERM")
-	}
-}
-
 // TestRecoverPartialStart: the leftovers of a start that crashed after
 // mounting (record, loop device, mounts, no container) are released by
 // Recover and by the next Start.

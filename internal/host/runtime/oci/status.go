@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -91,7 +92,7 @@ func (d *Driver) DialGuest(ctx context.Context, id, name string) (net.Conn, erro
 	if name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
 		return nil, fmt.Errorf("oci: invalid guest socket name %q", name)
 	}
-	dir, err := unix.Open(filepath.Join(d.dir(id), "sock"), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	dir, err := d.openSocketDir(id)
 	if err != nil {
 		return nil, err
 	}
@@ -113,6 +114,37 @@ func (d *Driver) DialGuest(ctx context.Context, id, name string) (net.Conn, erro
 	}
 	var dialer net.Dialer
 	return dialer.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d", fd))
+}
+
+// openSocketDir returns an O_PATH descriptor of the execution's socket
+// directory, which the guest writes in: open names below it with
+// O_NOFOLLOW.
+func (d *Driver) openSocketDir(id string) (int, error) {
+	return unix.Open(filepath.Join(d.dir(id), "sock"), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+}
+
+// guestShutdown reports whether the guest agent of an ended execution
+// recorded a shutdown (guestabi.EndFile). The guest could have left
+// anything at the name: only a regular file is read, and only its first
+// bytes.
+func (d *Driver) guestShutdown(id string) bool {
+	dir, err := d.openSocketDir(id)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(dir)
+	fd, err := unix.Openat(dir, guestabi.EndFile, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	f := os.NewFile(uintptr(fd), guestabi.EndFile)
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return false
+	}
+	b := make([]byte, guestabi.MaxEndFile)
+	n, _ := io.ReadFull(f, b)
+	return guestabi.Shutdown(b[:n])
 }
 
 func ctxErr(ctx context.Context, err error) error {
@@ -150,6 +182,7 @@ func (d *Driver) Status(ctx context.Context, id string) (runtime.Status, error) 
 		cancel()
 	} else {
 		s.ExitCode = -1
+		s.Shutdown = d.guestShutdown(id)
 	}
 	return s, nil
 }
