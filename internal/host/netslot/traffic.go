@@ -13,13 +13,14 @@ type Traffic struct {
 	ReceivedBytes, SentBytes uint64
 }
 
-// Traffic reads the byte counters of the guest's link, as the guest's
-// kernel counts them on its interface (what /proc/net/dev shows inside):
-// every packet since the slot's namespace was created, those this process
-// writes around the stack (ICMP answers) included, across restarts of the
-// host agent.
-func (s *Slot) Traffic() (Traffic, error) {
-	ns, err := netns.GetFromPath(s.cfg.Path)
+// ReadTraffic reads the byte counters of the guest's link in the slot
+// namespace bound at path, as the guest's kernel counts them on its
+// interface (what /proc/net/dev shows inside): every packet since the
+// namespace was created, those a slot writes around its stack (ICMP
+// answers) included, whether or not a Slot serves it now (after a restart
+// of the host agent, say).
+func ReadTraffic(path string) (Traffic, error) {
+	ns, err := netns.GetFromPath(path)
 	if err != nil {
 		return Traffic{}, fmt.Errorf("network slot: %w", err)
 	}

@@ -29,7 +29,7 @@ func guestBytes(t *testing.T, s *netslot.Slot) (received, sent uint64) {
 
 func traffic(t *testing.T, s *netslot.Slot) netslot.Traffic {
 	t.Helper()
-	tr, err := s.Traffic()
+	tr, err := netslot.ReadTraffic(s.Path())
 	if err != nil {
 		t.Fatal(err)
 	}

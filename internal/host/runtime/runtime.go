@@ -179,8 +179,9 @@ type Driver interface {
 	// has no such execution or it has no volume mounted.
 	VolumeUsage(ctx context.Context, id string) (used, capacity uint64, err error)
 	// Metrics reads what a running execution uses; ErrNotFound if the
-	// driver has no such execution, another error once its init has ended
-	// or a figure cannot be read. It is cheap enough to call every second.
+	// driver has no such execution or its init has ended, another error
+	// when a figure cannot be read. It is cheap enough to call every
+	// second.
 	Metrics(ctx context.Context, id string) (Metrics, error)
 	// DialGuest connects to the unix socket the guest agent of a running
 	// execution serves under the name (e.g. "data.sock", in the guest's

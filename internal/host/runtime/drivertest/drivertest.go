@@ -313,8 +313,8 @@ func testInitEnds(t *testing.T, m Machine) {
 	if err := d.Probe(ctx, spec.ID); err == nil {
 		t.Error("Probe of an ended execution succeeded")
 	}
-	if m, err := d.Metrics(ctx, spec.ID); err == nil {
-		t.Errorf("Metrics of an ended execution = %+v", m)
+	if m, err := d.Metrics(ctx, spec.ID); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("Metrics of an ended execution = %+v, %v; want ErrNotFound", m, err)
 	}
 	if st, err := d.Wait(ctx, spec.ID); err != nil || st.Running {
 		t.Errorf("Wait of an ended execution = %+v, %v", st, err)

@@ -508,7 +508,7 @@ func (d *Driver) Metrics(ctx context.Context, id string) (runtime.Metrics, error
 	case err != nil:
 		return runtime.Metrics{}, err
 	case !e.running():
-		return runtime.Metrics{}, fmt.Errorf("fake: execution %s does not run", id)
+		return runtime.Metrics{}, fmt.Errorf("%w: execution %s does not run", runtime.ErrNotFound, id)
 	case e.metrics != nil:
 		return e.metrics.m, e.metrics.err
 	}

@@ -71,9 +71,6 @@ func mountedUsage(dir string) (used, capacity uint64, mounted bool, err error) {
 	return used, capacity, true, nil
 }
 
-// errNotRunning is the error of Metrics once the execution's init ended.
-var errNotRunning = errors.New("it does not run")
-
 // readCgroupMetrics reads the cgroup figures of execution id: from the
 // cgroup v1 controllers where the host mounts them (the memory, cpuacct
 // and pids hierarchies, and for pressure the cgroup2 tree of a hybrid
@@ -94,14 +91,14 @@ func readCgroupMetrics(id string) (runtime.Metrics, error) {
 	}
 	procs, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 	if errors.Is(err, os.ErrNotExist) {
-		return m, fmt.Errorf("oci: execution %s: %w", id, errNotRunning)
+		return m, fmt.Errorf("%w: execution %s does not run", runtime.ErrNotFound, id)
 	}
 	if err != nil {
 		return m, err
 	}
 	m.Processes = uint32(bytes.Count(procs, []byte("\n")))
 	if m.Processes == 0 {
-		return m, fmt.Errorf("oci: execution %s: %w", id, errNotRunning)
+		return m, fmt.Errorf("%w: execution %s does not run", runtime.ErrNotFound, id)
 	}
 	if unified {
 		var usec uint64
