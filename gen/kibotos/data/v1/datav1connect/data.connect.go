@@ -627,10 +627,12 @@ func (UnimplementedFileServiceHandler) WatchDirectory(context.Context, *connect.
 
 // MetricsServiceClient is a client for the kibotos.data.v1.MetricsService service.
 type MetricsServiceClient interface {
-	// ReadMetrics reads every figure once, at the moment of the call. A
-	// Workspace that does not run is unavailable (stage
-	// AUTHORIZING_DATA_PLANE); a figure the host cannot read fails the call
-	// with internal and stage READING_METRICS.
+	// ReadMetrics reads every figure once, at the moment of the call. The
+	// gateway refuses it as any call of the data plane (the session of an
+	// execution that was stopped is unauthenticated; an execution that does
+	// not run yet, or ended before the host reported it, is unavailable,
+	// with stage AUTHORIZING_DATA_PLANE); a figure the host cannot read fails
+	// the call with internal and stage READING_METRICS.
 	ReadMetrics(context.Context, *connect.Request[v1.ReadMetricsRequest]) (*connect.Response[v1.ReadMetricsResponse], error)
 }
 
@@ -666,10 +668,12 @@ func (c *metricsServiceClient) ReadMetrics(ctx context.Context, req *connect.Req
 
 // MetricsServiceHandler is an implementation of the kibotos.data.v1.MetricsService service.
 type MetricsServiceHandler interface {
-	// ReadMetrics reads every figure once, at the moment of the call. A
-	// Workspace that does not run is unavailable (stage
-	// AUTHORIZING_DATA_PLANE); a figure the host cannot read fails the call
-	// with internal and stage READING_METRICS.
+	// ReadMetrics reads every figure once, at the moment of the call. The
+	// gateway refuses it as any call of the data plane (the session of an
+	// execution that was stopped is unauthenticated; an execution that does
+	// not run yet, or ended before the host reported it, is unavailable,
+	// with stage AUTHORIZING_DATA_PLANE); a figure the host cannot read fails
+	// the call with internal and stage READING_METRICS.
 	ReadMetrics(context.Context, *connect.Request[v1.ReadMetricsRequest]) (*connect.Response[v1.ReadMetricsResponse], error)
 }
 
