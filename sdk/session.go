@@ -28,6 +28,7 @@ type dataPlane struct {
 	session *Session
 	proc    datav1connect.ProcessServiceClient
 	files   datav1connect.FileServiceClient
+	metrics datav1connect.MetricsServiceClient
 }
 
 // Session returns the handle's session, issuing one when it has none or
@@ -60,6 +61,7 @@ func (w *Workspace) dataPlane(ctx context.Context) (*dataPlane, error) {
 		session: s,
 		proc:    datav1connect.NewProcessServiceClient(w.c.hc, s.Endpoint, opts...),
 		files:   datav1connect.NewFileServiceClient(w.c.hc, s.Endpoint, opts...),
+		metrics: datav1connect.NewMetricsServiceClient(w.c.hc, s.Endpoint, opts...),
 	}
 	return w.dp, nil
 }

@@ -1,7 +1,7 @@
 // Package cli is the client half of the kibotos command: the verbs that call
 // a running control plane (ws, template, egress, resolver, volume, project,
 // token, admin) over the Connect protocol, and the data-plane verbs of ws
-// (exec, cp, ps, logs), which go through the sdk package. cmd/kibotos adds
+// (exec, cp, ps, logs, top), which go through the sdk package. cmd/kibotos adds
 // Commands to its root next to the daemon verbs.
 //
 // Every verb returns its error from RunE without a prefix; the root prints it

@@ -17,13 +17,15 @@ import (
 	"connectrpc.com/connect"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/internal/sessiontoken"
 )
 
 // This file is the data-plane gateway: it checks session tokens against
 // the assignments ctrl sent and streams each call to the guest agent of the
-// workspace's running execution.
+// workspace's running execution, but for MetricsService, which it serves
+// itself (metrics.go).
 
 // DataPlanePrefix is the path prefix of every kibotos.data.v1 call, the
 // pattern to mount Gateway at.
@@ -38,6 +40,8 @@ const guestDialTimeout = 5 * time.Second
 // assignment of the execution that serves the token's workspace and
 // generation (no call to ctrl), then proxies the call, streaming both ways
 // and without the Authorization header, to that execution's guest agent.
+// MetricsService it answers itself from the host's counters of the
+// execution (see metricsService).
 //
 // A refused call is a Connect (or gRPC, gRPC-Web) error with an
 // ErrorDetail of stage AUTHORIZING_DATA_PLANE: unauthenticated with reason
@@ -52,6 +56,7 @@ const guestDialTimeout = 5 * time.Second
 // call it once.
 func (a *Agent) Gateway() http.Handler {
 	g := &gateway{agent: a, errors: connect.NewErrorWriter(), now: time.Now}
+	_, g.metrics = datav1connect.NewMetricsServiceHandler(&metricsService{agent: a, now: time.Now})
 	var protocols http.Protocols
 	protocols.SetUnencryptedHTTP2(true)
 	transport := &http.Transport{
@@ -78,10 +83,12 @@ func (a *Agent) Gateway() http.Handler {
 }
 
 type gateway struct {
-	agent  *Agent
-	proxy  *httputil.ReverseProxy
-	errors *connect.ErrorWriter
-	now    func() time.Time
+	agent *Agent
+	proxy *httputil.ReverseProxy
+	// metrics serves MetricsService on the host.
+	metrics http.Handler
+	errors  *connect.ErrorWriter
+	now     func() time.Time
 }
 
 // executionKey carries the execution a verified call goes to.
@@ -125,7 +132,11 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}()
-	g.proxy.ServeHTTP(w, r.WithContext(context.WithValue(ctx, executionKey{}, id)))
+	var next http.Handler = g.proxy
+	if strings.HasPrefix(r.URL.Path, "/"+datav1connect.MetricsServiceName+"/") {
+		next = g.metrics
+	}
+	next.ServeHTTP(w, r.WithContext(context.WithValue(ctx, executionKey{}, id)))
 }
 
 // reauthorizeEvery is how often a running call's session is checked again.

@@ -94,9 +94,10 @@ func h2c() *http.Client {
 }
 
 type gatewayEnv struct {
-	agent *Agent
-	guest *guest
-	url   string
+	agent  *Agent
+	driver *fake.Driver
+	guest  *guest
+	url    string
 }
 
 func newGatewayEnv(t *testing.T) *gatewayEnv {
@@ -115,9 +116,9 @@ func newGatewayEnv(t *testing.T) *gatewayEnv {
 	if err := drv.Start(context.Background(), runtime.Spec{ID: "ws_a-2", Layers: []string{"/layers/base"}, LayerImage: layer, GuestAgent: "/bin/kibotos-guest"}); err != nil {
 		t.Fatal(err)
 	}
-	a := &Agent{cfg: Config{Driver: drv}, execs: map[string]*execution{}}
+	a := &Agent{cfg: Config{Driver: drv, Network: NetworkConfig{Dir: t.TempDir()}}, execs: map[string]*execution{}}
 	gw := testutil.H2CServer(t, a.Gateway())
-	return &gatewayEnv{agent: a, guest: g, url: gw.URL}
+	return &gatewayEnv{agent: a, driver: drv, guest: g, url: gw.URL}
 }
 
 // set makes the agent hold an execution with this assignment, observed in

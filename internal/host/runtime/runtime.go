@@ -95,6 +95,28 @@ type GuestCheck struct {
 	OOMKills uint64
 }
 
+// Metrics is what a running execution uses, as the host counts it.
+type Metrics struct {
+	// CPU is the CPU time its processes have used since it started.
+	CPU time.Duration
+	// MemoryBytes is the memory it uses now as its limit counts it (page
+	// cache and tmpfs included); MemoryLimitBytes is that limit.
+	MemoryBytes, MemoryLimitBytes uint64
+	// MemorySomeAvg10 and MemoryFullAvg10 are its memory pressure stall
+	// information: the percentage of the last 10 seconds in which some (or
+	// all) of its processes waited for memory. Zero where the kernel keeps
+	// none per execution.
+	MemorySomeAvg10, MemoryFullAvg10 float64
+	// LayerUsedBytes and LayerCapacityBytes are the bytes in use and the
+	// size of the writable layer's filesystem.
+	LayerUsedBytes, LayerCapacityBytes uint64
+	// VolumeUsedBytes and VolumeCapacityBytes are those of the volume's
+	// filesystem; zero without a volume.
+	VolumeUsedBytes, VolumeCapacityBytes uint64
+	// Processes counts its processes, the guest agent included.
+	Processes uint32
+}
+
 // StopMode selects how Stop ends an execution.
 type StopMode int
 
@@ -161,6 +183,11 @@ type Driver interface {
 	// so capacity is below the image's size); ErrNotFound if the driver
 	// has no such execution or it has no volume mounted.
 	VolumeUsage(ctx context.Context, id string) (used, capacity uint64, err error)
+	// Metrics reads what a running execution uses; ErrNotFound if the
+	// driver has no such execution or its init has ended, another error
+	// when a figure cannot be read. It is cheap enough to call every
+	// second.
+	Metrics(ctx context.Context, id string) (Metrics, error)
 	// DialGuest connects to the unix socket the guest agent of a running
 	// execution serves under the name (e.g. "data.sock", in the guest's
 	// /run/kibotos); an error for an execution that does not run or a

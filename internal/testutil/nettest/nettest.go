@@ -10,10 +10,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/vishvananda/netlink"
@@ -197,4 +200,25 @@ func Start(dir string) (in *Internet, stop func(), err error) {
 		return nil, nil, err
 	}
 	return &Internet{Path: path, HostLink: hostSide}, stop, nil
+}
+
+// InterfaceBytes reads the bytes received and sent on the interface iface
+// from the text of /proc/net/dev, as a guest sees its own link.
+func InterfaceBytes(procNetDev, iface string) (received, sent uint64, err error) {
+	for _, line := range strings.Split(procNetDev, "\n") {
+		name, counters, ok := strings.Cut(line, ":")
+		if !ok || strings.TrimSpace(name) != iface {
+			continue
+		}
+		// Eight receive columns (bytes first), then the transmit ones.
+		f := strings.Fields(counters)
+		if len(f) < 16 {
+			break
+		}
+		if received, err = strconv.ParseUint(f[0], 10, 64); err == nil {
+			sent, err = strconv.ParseUint(f[8], 10, 64)
+		}
+		return received, sent, err
+	}
+	return 0, 0, fmt.Errorf("no counters of %s in %q", iface, procNetDev)
 }

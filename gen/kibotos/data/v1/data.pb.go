@@ -1,9 +1,9 @@
 // kibotos.data.v1 is the data plane of a Workspace: processes and files
-// inside its guest. Callers reach it at the endpoint of a session that
-// SessionService.IssueSession returned, sending the session token as
-// Authorization: Bearer <token>; the host's gateway checks the token and
-// streams each call to the guest agent of that Workspace's current
-// execution.
+// inside its guest, and what it uses. Callers reach it at the endpoint of a
+// session that SessionService.IssueSession returned, sending the session
+// token as Authorization: Bearer <token>; the host's gateway checks the
+// token and streams each call to the guest agent of that Workspace's
+// current execution, except MetricsService, which the host answers itself.
 //
 // Errors are canonical Connect errors with a kibotos.ctrl.v1.ErrorDetail
 // naming the failure's stage (READING_FILE, STARTING_PROCESS, ...); file
@@ -2138,6 +2138,211 @@ func (x *WatchDirectoryResponse) GetType() FileEventType {
 	return FileEventType_FILE_EVENT_TYPE_UNSPECIFIED
 }
 
+// ReadMetricsRequest is the input of ReadMetrics.
+type ReadMetricsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadMetricsRequest) Reset() {
+	*x = ReadMetricsRequest{}
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadMetricsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadMetricsRequest) ProtoMessage() {}
+
+func (x *ReadMetricsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadMetricsRequest.ProtoReflect.Descriptor instead.
+func (*ReadMetricsRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{34}
+}
+
+// ReadMetricsResponse carries the figures of the current execution. Counters
+// (CPU time, network bytes) start from zero when the execution starts.
+type ReadMetricsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// cpu_usage_seconds is the CPU time the execution's processes have used,
+	// user and system, on all cores together.
+	CpuUsageSeconds float64 `protobuf:"fixed64,1,opt,name=cpu_usage_seconds,json=cpuUsageSeconds,proto3" json:"cpu_usage_seconds,omitempty"`
+	// memory_bytes is the memory the execution uses now as its limit counts
+	// it: the processes' memory, page cache and tmpfs (/tmp, /run) included.
+	MemoryBytes uint64 `protobuf:"varint,2,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	// memory_limit_bytes is the hard memory limit in force.
+	MemoryLimitBytes uint64 `protobuf:"varint,3,opt,name=memory_limit_bytes,json=memoryLimitBytes,proto3" json:"memory_limit_bytes,omitempty"`
+	// memory_some_avg10 is the share of the last 10 seconds, in percent, in
+	// which at least one of the execution's processes waited for memory
+	// (pressure stall information); 0 where the host's kernel keeps none per
+	// execution.
+	MemorySomeAvg10 float64 `protobuf:"fixed64,4,opt,name=memory_some_avg10,json=memorySomeAvg10,proto3" json:"memory_some_avg10,omitempty"`
+	// memory_full_avg10 is the share of the last 10 seconds, in percent, in
+	// which all of the execution's runnable processes waited for memory.
+	MemoryFullAvg10 float64 `protobuf:"fixed64,5,opt,name=memory_full_avg10,json=memoryFullAvg10,proto3" json:"memory_full_avg10,omitempty"`
+	// writable_layer_used_bytes is what the writable layer's filesystem holds
+	// (its own metadata included), as df counts "Used" of the guest's /.
+	WritableLayerUsedBytes uint64 `protobuf:"varint,6,opt,name=writable_layer_used_bytes,json=writableLayerUsedBytes,proto3" json:"writable_layer_used_bytes,omitempty"`
+	// writable_layer_capacity_bytes is the size of the writable layer's
+	// filesystem (below the layer's size by the metadata ext4 reserves).
+	WritableLayerCapacityBytes uint64 `protobuf:"varint,7,opt,name=writable_layer_capacity_bytes,json=writableLayerCapacityBytes,proto3" json:"writable_layer_capacity_bytes,omitempty"`
+	// volume_used_bytes is what the bound Volume's filesystem holds; 0 without
+	// a Volume.
+	VolumeUsedBytes uint64 `protobuf:"varint,8,opt,name=volume_used_bytes,json=volumeUsedBytes,proto3" json:"volume_used_bytes,omitempty"`
+	// volume_capacity_bytes is the size of the bound Volume's filesystem; 0
+	// without a Volume.
+	VolumeCapacityBytes uint64 `protobuf:"varint,9,opt,name=volume_capacity_bytes,json=volumeCapacityBytes,proto3" json:"volume_capacity_bytes,omitempty"`
+	// network_rx_bytes is what the guest's network link delivered to the
+	// guest.
+	NetworkRxBytes uint64 `protobuf:"varint,10,opt,name=network_rx_bytes,json=networkRxBytes,proto3" json:"network_rx_bytes,omitempty"`
+	// network_tx_bytes is what the guest sent on its network link.
+	NetworkTxBytes uint64 `protobuf:"varint,11,opt,name=network_tx_bytes,json=networkTxBytes,proto3" json:"network_tx_bytes,omitempty"`
+	// processes is how many processes the execution has, the guest agent
+	// included.
+	Processes uint32 `protobuf:"varint,12,opt,name=processes,proto3" json:"processes,omitempty"`
+	// read_at is when the host read the figures: rates such as CPU use are
+	// the difference of two reads over the difference of their read_at.
+	ReadAt        *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=read_at,json=readAt,proto3" json:"read_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadMetricsResponse) Reset() {
+	*x = ReadMetricsResponse{}
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadMetricsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadMetricsResponse) ProtoMessage() {}
+
+func (x *ReadMetricsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadMetricsResponse.ProtoReflect.Descriptor instead.
+func (*ReadMetricsResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ReadMetricsResponse) GetCpuUsageSeconds() float64 {
+	if x != nil {
+		return x.CpuUsageSeconds
+	}
+	return 0
+}
+
+func (x *ReadMetricsResponse) GetMemoryBytes() uint64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *ReadMetricsResponse) GetMemoryLimitBytes() uint64 {
+	if x != nil {
+		return x.MemoryLimitBytes
+	}
+	return 0
+}
+
+func (x *ReadMetricsResponse) GetMemorySomeAvg10() float64 {
+	if x != nil {
+		return x.MemorySomeAvg10
+	}
+	return 0
+}
+
+func (x *ReadMetricsResponse) GetMemoryFullAvg10() float64 {
+	if x != nil {
+		return x.MemoryFullAvg10
+	}
+	return 0
+}
+
+func (x *ReadMetricsResponse) GetWritableLayerUsedBytes() uint64 {
+	if x != nil {
+		return x.WritableLayerUsedBytes
+	}
+	return 0
+}
+
+func (x *ReadMetricsResponse) GetWritableLayerCapacityBytes() uint64 {
+	if x != nil {
+		return x.WritableLayerCapacityBytes
+	}
+	return 0
+}
+
+func (x *ReadMetricsResponse) GetVolumeUsedBytes() uint64 {
+	if x != nil {
+		return x.VolumeUsedBytes
+	}
+	return 0
+}
+
+func (x *ReadMetricsResponse) GetVolumeCapacityBytes() uint64 {
+	if x != nil {
+		return x.VolumeCapacityBytes
+	}
+	return 0
+}
+
+func (x *ReadMetricsResponse) GetNetworkRxBytes() uint64 {
+	if x != nil {
+		return x.NetworkRxBytes
+	}
+	return 0
+}
+
+func (x *ReadMetricsResponse) GetNetworkTxBytes() uint64 {
+	if x != nil {
+		return x.NetworkTxBytes
+	}
+	return 0
+}
+
+func (x *ReadMetricsResponse) GetProcesses() uint32 {
+	if x != nil {
+		return x.Processes
+	}
+	return 0
+}
+
+func (x *ReadMetricsResponse) GetReadAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReadAt
+	}
+	return nil
+}
+
 // Started is the first event.
 type ProcessEvent_Started struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2148,7 +2353,7 @@ type ProcessEvent_Started struct {
 
 func (x *ProcessEvent_Started) Reset() {
 	*x = ProcessEvent_Started{}
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[35]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2160,7 +2365,7 @@ func (x *ProcessEvent_Started) String() string {
 func (*ProcessEvent_Started) ProtoMessage() {}
 
 func (x *ProcessEvent_Started) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[35]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2195,7 +2400,7 @@ type ProcessEvent_Exited struct {
 
 func (x *ProcessEvent_Exited) Reset() {
 	*x = ProcessEvent_Exited{}
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[36]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2207,7 +2412,7 @@ func (x *ProcessEvent_Exited) String() string {
 func (*ProcessEvent_Exited) ProtoMessage() {}
 
 func (x *ProcessEvent_Exited) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[36]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2364,7 +2569,23 @@ const file_kibotos_data_v1_data_proto_rawDesc = "" +
 	"\trecursive\x18\x03 \x01(\bR\trecursive\"`\n" +
 	"\x16WatchDirectoryResponse\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x122\n" +
-	"\x04type\x18\x02 \x01(\x0e2\x1e.kibotos.data.v1.FileEventTypeR\x04type*~\n" +
+	"\x04type\x18\x02 \x01(\x0e2\x1e.kibotos.data.v1.FileEventTypeR\x04type\"\x14\n" +
+	"\x12ReadMetricsRequest\"\xef\x04\n" +
+	"\x13ReadMetricsResponse\x12*\n" +
+	"\x11cpu_usage_seconds\x18\x01 \x01(\x01R\x0fcpuUsageSeconds\x12!\n" +
+	"\fmemory_bytes\x18\x02 \x01(\x04R\vmemoryBytes\x12,\n" +
+	"\x12memory_limit_bytes\x18\x03 \x01(\x04R\x10memoryLimitBytes\x12*\n" +
+	"\x11memory_some_avg10\x18\x04 \x01(\x01R\x0fmemorySomeAvg10\x12*\n" +
+	"\x11memory_full_avg10\x18\x05 \x01(\x01R\x0fmemoryFullAvg10\x129\n" +
+	"\x19writable_layer_used_bytes\x18\x06 \x01(\x04R\x16writableLayerUsedBytes\x12A\n" +
+	"\x1dwritable_layer_capacity_bytes\x18\a \x01(\x04R\x1awritableLayerCapacityBytes\x12*\n" +
+	"\x11volume_used_bytes\x18\b \x01(\x04R\x0fvolumeUsedBytes\x122\n" +
+	"\x15volume_capacity_bytes\x18\t \x01(\x04R\x13volumeCapacityBytes\x12(\n" +
+	"\x10network_rx_bytes\x18\n" +
+	" \x01(\x04R\x0enetworkRxBytes\x12(\n" +
+	"\x10network_tx_bytes\x18\v \x01(\x04R\x0enetworkTxBytes\x12\x1c\n" +
+	"\tprocesses\x18\f \x01(\rR\tprocesses\x123\n" +
+	"\aread_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\x06readAt*~\n" +
 	"\bFileType\x12\x19\n" +
 	"\x15FILE_TYPE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eFILE_TYPE_FILE\x10\x01\x12\x17\n" +
@@ -2396,7 +2617,9 @@ const file_kibotos_data_v1_data_proto_rawDesc = "" +
 	"\bMoveFile\x12 .kibotos.data.v1.MoveFileRequest\x1a!.kibotos.data.v1.MoveFileResponse\x12d\n" +
 	"\x0fCreateDirectory\x12'.kibotos.data.v1.CreateDirectoryRequest\x1a(.kibotos.data.v1.CreateDirectoryResponse\x12^\n" +
 	"\rListDirectory\x12%.kibotos.data.v1.ListDirectoryRequest\x1a&.kibotos.data.v1.ListDirectoryResponse\x12c\n" +
-	"\x0eWatchDirectory\x12&.kibotos.data.v1.WatchDirectoryRequest\x1a'.kibotos.data.v1.WatchDirectoryResponse0\x01B\xb5\x01\n" +
+	"\x0eWatchDirectory\x12&.kibotos.data.v1.WatchDirectoryRequest\x1a'.kibotos.data.v1.WatchDirectoryResponse0\x012j\n" +
+	"\x0eMetricsService\x12X\n" +
+	"\vReadMetrics\x12#.kibotos.data.v1.ReadMetricsRequest\x1a$.kibotos.data.v1.ReadMetricsResponseB\xb5\x01\n" +
 	"\x13com.kibotos.data.v1B\tDataProtoP\x01Z5github.com/kibotos/kibotos/gen/kibotos/data/v1;datav1\xa2\x02\x03KDX\xaa\x02\x0fKibotos.Data.V1\xca\x02\x0fKibotos\\Data\\V1\xe2\x02\x1bKibotos\\Data\\V1\\GPBMetadata\xea\x02\x11Kibotos::Data::V1b\x06proto3"
 
 var (
@@ -2412,7 +2635,7 @@ func file_kibotos_data_v1_data_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_data_v1_data_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_kibotos_data_v1_data_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_kibotos_data_v1_data_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_kibotos_data_v1_data_proto_goTypes = []any{
 	(FileType)(0),                   // 0: kibotos.data.v1.FileType
 	(FileEventType)(0),              // 1: kibotos.data.v1.FileEventType
@@ -2450,19 +2673,21 @@ var file_kibotos_data_v1_data_proto_goTypes = []any{
 	(*ListDirectoryResponse)(nil),   // 33: kibotos.data.v1.ListDirectoryResponse
 	(*WatchDirectoryRequest)(nil),   // 34: kibotos.data.v1.WatchDirectoryRequest
 	(*WatchDirectoryResponse)(nil),  // 35: kibotos.data.v1.WatchDirectoryResponse
-	nil,                             // 36: kibotos.data.v1.StartProcessRequest.EnvEntry
-	(*ProcessEvent_Started)(nil),    // 37: kibotos.data.v1.ProcessEvent.Started
-	(*ProcessEvent_Exited)(nil),     // 38: kibotos.data.v1.ProcessEvent.Exited
-	(*timestamppb.Timestamp)(nil),   // 39: google.protobuf.Timestamp
+	(*ReadMetricsRequest)(nil),      // 36: kibotos.data.v1.ReadMetricsRequest
+	(*ReadMetricsResponse)(nil),     // 37: kibotos.data.v1.ReadMetricsResponse
+	nil,                             // 38: kibotos.data.v1.StartProcessRequest.EnvEntry
+	(*ProcessEvent_Started)(nil),    // 39: kibotos.data.v1.ProcessEvent.Started
+	(*ProcessEvent_Exited)(nil),     // 40: kibotos.data.v1.ProcessEvent.Exited
+	(*timestamppb.Timestamp)(nil),   // 41: google.protobuf.Timestamp
 }
 var file_kibotos_data_v1_data_proto_depIdxs = []int32{
-	36, // 0: kibotos.data.v1.StartProcessRequest.env:type_name -> kibotos.data.v1.StartProcessRequest.EnvEntry
+	38, // 0: kibotos.data.v1.StartProcessRequest.env:type_name -> kibotos.data.v1.StartProcessRequest.EnvEntry
 	2,  // 1: kibotos.data.v1.StartProcessRequest.pty:type_name -> kibotos.data.v1.Pty
-	37, // 2: kibotos.data.v1.ProcessEvent.started:type_name -> kibotos.data.v1.ProcessEvent.Started
-	38, // 3: kibotos.data.v1.ProcessEvent.exited:type_name -> kibotos.data.v1.ProcessEvent.Exited
+	39, // 2: kibotos.data.v1.ProcessEvent.started:type_name -> kibotos.data.v1.ProcessEvent.Started
+	40, // 3: kibotos.data.v1.ProcessEvent.exited:type_name -> kibotos.data.v1.ProcessEvent.Exited
 	5,  // 4: kibotos.data.v1.ConnectProcessRequest.process:type_name -> kibotos.data.v1.ProcessSelector
-	39, // 5: kibotos.data.v1.ProcessInfo.started_at:type_name -> google.protobuf.Timestamp
-	38, // 6: kibotos.data.v1.ProcessInfo.exited:type_name -> kibotos.data.v1.ProcessEvent.Exited
+	41, // 5: kibotos.data.v1.ProcessInfo.started_at:type_name -> google.protobuf.Timestamp
+	40, // 6: kibotos.data.v1.ProcessInfo.exited:type_name -> kibotos.data.v1.ProcessEvent.Exited
 	8,  // 7: kibotos.data.v1.ListProcessesResponse.processes:type_name -> kibotos.data.v1.ProcessInfo
 	5,  // 8: kibotos.data.v1.SendInputRequest.process:type_name -> kibotos.data.v1.ProcessSelector
 	5,  // 9: kibotos.data.v1.CloseInputRequest.process:type_name -> kibotos.data.v1.ProcessSelector
@@ -2470,7 +2695,7 @@ var file_kibotos_data_v1_data_proto_depIdxs = []int32{
 	5,  // 11: kibotos.data.v1.ResizeTerminalRequest.process:type_name -> kibotos.data.v1.ProcessSelector
 	2,  // 12: kibotos.data.v1.ResizeTerminalRequest.size:type_name -> kibotos.data.v1.Pty
 	0,  // 13: kibotos.data.v1.FileInfo.type:type_name -> kibotos.data.v1.FileType
-	39, // 14: kibotos.data.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	41, // 14: kibotos.data.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
 	18, // 15: kibotos.data.v1.ReadFileResponse.file:type_name -> kibotos.data.v1.FileInfo
 	21, // 16: kibotos.data.v1.WriteFileRequest.start:type_name -> kibotos.data.v1.WriteFileStart
 	18, // 17: kibotos.data.v1.WriteFileResponse.file:type_name -> kibotos.data.v1.FileInfo
@@ -2479,41 +2704,44 @@ var file_kibotos_data_v1_data_proto_depIdxs = []int32{
 	18, // 20: kibotos.data.v1.CreateDirectoryResponse.directory:type_name -> kibotos.data.v1.FileInfo
 	18, // 21: kibotos.data.v1.ListDirectoryResponse.entries:type_name -> kibotos.data.v1.FileInfo
 	1,  // 22: kibotos.data.v1.WatchDirectoryResponse.type:type_name -> kibotos.data.v1.FileEventType
-	3,  // 23: kibotos.data.v1.ProcessService.StartProcess:input_type -> kibotos.data.v1.StartProcessRequest
-	6,  // 24: kibotos.data.v1.ProcessService.ConnectProcess:input_type -> kibotos.data.v1.ConnectProcessRequest
-	7,  // 25: kibotos.data.v1.ProcessService.ListProcesses:input_type -> kibotos.data.v1.ListProcessesRequest
-	10, // 26: kibotos.data.v1.ProcessService.SendInput:input_type -> kibotos.data.v1.SendInputRequest
-	12, // 27: kibotos.data.v1.ProcessService.CloseInput:input_type -> kibotos.data.v1.CloseInputRequest
-	14, // 28: kibotos.data.v1.ProcessService.SignalProcess:input_type -> kibotos.data.v1.SignalProcessRequest
-	16, // 29: kibotos.data.v1.ProcessService.ResizeTerminal:input_type -> kibotos.data.v1.ResizeTerminalRequest
-	19, // 30: kibotos.data.v1.FileService.ReadFile:input_type -> kibotos.data.v1.ReadFileRequest
-	22, // 31: kibotos.data.v1.FileService.WriteFile:input_type -> kibotos.data.v1.WriteFileRequest
-	24, // 32: kibotos.data.v1.FileService.DeleteFile:input_type -> kibotos.data.v1.DeleteFileRequest
-	26, // 33: kibotos.data.v1.FileService.InspectFile:input_type -> kibotos.data.v1.InspectFileRequest
-	28, // 34: kibotos.data.v1.FileService.MoveFile:input_type -> kibotos.data.v1.MoveFileRequest
-	30, // 35: kibotos.data.v1.FileService.CreateDirectory:input_type -> kibotos.data.v1.CreateDirectoryRequest
-	32, // 36: kibotos.data.v1.FileService.ListDirectory:input_type -> kibotos.data.v1.ListDirectoryRequest
-	34, // 37: kibotos.data.v1.FileService.WatchDirectory:input_type -> kibotos.data.v1.WatchDirectoryRequest
-	4,  // 38: kibotos.data.v1.ProcessService.StartProcess:output_type -> kibotos.data.v1.ProcessEvent
-	4,  // 39: kibotos.data.v1.ProcessService.ConnectProcess:output_type -> kibotos.data.v1.ProcessEvent
-	9,  // 40: kibotos.data.v1.ProcessService.ListProcesses:output_type -> kibotos.data.v1.ListProcessesResponse
-	11, // 41: kibotos.data.v1.ProcessService.SendInput:output_type -> kibotos.data.v1.SendInputResponse
-	13, // 42: kibotos.data.v1.ProcessService.CloseInput:output_type -> kibotos.data.v1.CloseInputResponse
-	15, // 43: kibotos.data.v1.ProcessService.SignalProcess:output_type -> kibotos.data.v1.SignalProcessResponse
-	17, // 44: kibotos.data.v1.ProcessService.ResizeTerminal:output_type -> kibotos.data.v1.ResizeTerminalResponse
-	20, // 45: kibotos.data.v1.FileService.ReadFile:output_type -> kibotos.data.v1.ReadFileResponse
-	23, // 46: kibotos.data.v1.FileService.WriteFile:output_type -> kibotos.data.v1.WriteFileResponse
-	25, // 47: kibotos.data.v1.FileService.DeleteFile:output_type -> kibotos.data.v1.DeleteFileResponse
-	27, // 48: kibotos.data.v1.FileService.InspectFile:output_type -> kibotos.data.v1.InspectFileResponse
-	29, // 49: kibotos.data.v1.FileService.MoveFile:output_type -> kibotos.data.v1.MoveFileResponse
-	31, // 50: kibotos.data.v1.FileService.CreateDirectory:output_type -> kibotos.data.v1.CreateDirectoryResponse
-	33, // 51: kibotos.data.v1.FileService.ListDirectory:output_type -> kibotos.data.v1.ListDirectoryResponse
-	35, // 52: kibotos.data.v1.FileService.WatchDirectory:output_type -> kibotos.data.v1.WatchDirectoryResponse
-	38, // [38:53] is the sub-list for method output_type
-	23, // [23:38] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	41, // 23: kibotos.data.v1.ReadMetricsResponse.read_at:type_name -> google.protobuf.Timestamp
+	3,  // 24: kibotos.data.v1.ProcessService.StartProcess:input_type -> kibotos.data.v1.StartProcessRequest
+	6,  // 25: kibotos.data.v1.ProcessService.ConnectProcess:input_type -> kibotos.data.v1.ConnectProcessRequest
+	7,  // 26: kibotos.data.v1.ProcessService.ListProcesses:input_type -> kibotos.data.v1.ListProcessesRequest
+	10, // 27: kibotos.data.v1.ProcessService.SendInput:input_type -> kibotos.data.v1.SendInputRequest
+	12, // 28: kibotos.data.v1.ProcessService.CloseInput:input_type -> kibotos.data.v1.CloseInputRequest
+	14, // 29: kibotos.data.v1.ProcessService.SignalProcess:input_type -> kibotos.data.v1.SignalProcessRequest
+	16, // 30: kibotos.data.v1.ProcessService.ResizeTerminal:input_type -> kibotos.data.v1.ResizeTerminalRequest
+	19, // 31: kibotos.data.v1.FileService.ReadFile:input_type -> kibotos.data.v1.ReadFileRequest
+	22, // 32: kibotos.data.v1.FileService.WriteFile:input_type -> kibotos.data.v1.WriteFileRequest
+	24, // 33: kibotos.data.v1.FileService.DeleteFile:input_type -> kibotos.data.v1.DeleteFileRequest
+	26, // 34: kibotos.data.v1.FileService.InspectFile:input_type -> kibotos.data.v1.InspectFileRequest
+	28, // 35: kibotos.data.v1.FileService.MoveFile:input_type -> kibotos.data.v1.MoveFileRequest
+	30, // 36: kibotos.data.v1.FileService.CreateDirectory:input_type -> kibotos.data.v1.CreateDirectoryRequest
+	32, // 37: kibotos.data.v1.FileService.ListDirectory:input_type -> kibotos.data.v1.ListDirectoryRequest
+	34, // 38: kibotos.data.v1.FileService.WatchDirectory:input_type -> kibotos.data.v1.WatchDirectoryRequest
+	36, // 39: kibotos.data.v1.MetricsService.ReadMetrics:input_type -> kibotos.data.v1.ReadMetricsRequest
+	4,  // 40: kibotos.data.v1.ProcessService.StartProcess:output_type -> kibotos.data.v1.ProcessEvent
+	4,  // 41: kibotos.data.v1.ProcessService.ConnectProcess:output_type -> kibotos.data.v1.ProcessEvent
+	9,  // 42: kibotos.data.v1.ProcessService.ListProcesses:output_type -> kibotos.data.v1.ListProcessesResponse
+	11, // 43: kibotos.data.v1.ProcessService.SendInput:output_type -> kibotos.data.v1.SendInputResponse
+	13, // 44: kibotos.data.v1.ProcessService.CloseInput:output_type -> kibotos.data.v1.CloseInputResponse
+	15, // 45: kibotos.data.v1.ProcessService.SignalProcess:output_type -> kibotos.data.v1.SignalProcessResponse
+	17, // 46: kibotos.data.v1.ProcessService.ResizeTerminal:output_type -> kibotos.data.v1.ResizeTerminalResponse
+	20, // 47: kibotos.data.v1.FileService.ReadFile:output_type -> kibotos.data.v1.ReadFileResponse
+	23, // 48: kibotos.data.v1.FileService.WriteFile:output_type -> kibotos.data.v1.WriteFileResponse
+	25, // 49: kibotos.data.v1.FileService.DeleteFile:output_type -> kibotos.data.v1.DeleteFileResponse
+	27, // 50: kibotos.data.v1.FileService.InspectFile:output_type -> kibotos.data.v1.InspectFileResponse
+	29, // 51: kibotos.data.v1.FileService.MoveFile:output_type -> kibotos.data.v1.MoveFileResponse
+	31, // 52: kibotos.data.v1.FileService.CreateDirectory:output_type -> kibotos.data.v1.CreateDirectoryResponse
+	33, // 53: kibotos.data.v1.FileService.ListDirectory:output_type -> kibotos.data.v1.ListDirectoryResponse
+	35, // 54: kibotos.data.v1.FileService.WatchDirectory:output_type -> kibotos.data.v1.WatchDirectoryResponse
+	37, // 55: kibotos.data.v1.MetricsService.ReadMetrics:output_type -> kibotos.data.v1.ReadMetricsResponse
+	40, // [40:56] is the sub-list for method output_type
+	24, // [24:40] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_data_v1_data_proto_init() }
@@ -2542,9 +2770,9 @@ func file_kibotos_data_v1_data_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_data_v1_data_proto_rawDesc), len(file_kibotos_data_v1_data_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   37,
+			NumMessages:   39,
 			NumExtensions: 0,
-			NumServices:   2,
+			NumServices:   3,
 		},
 		GoTypes:           file_kibotos_data_v1_data_proto_goTypes,
 		DependencyIndexes: file_kibotos_data_v1_data_proto_depIdxs,

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -64,6 +65,7 @@ func Run(t *testing.T, newMachine func(t *testing.T) Machine) {
 		{"RecoverAfterRestart", testRecoverAfterRestart},
 		{"SetMemory", testSetMemory},
 		{"Volume", testVolume},
+		{"Metrics", testMetrics},
 		{"DialGuest", testDialGuest},
 		{"Concurrent", testConcurrent},
 	} {
@@ -128,6 +130,9 @@ func wantGone(t *testing.T, d runtime.Driver, id string) {
 	}
 	if _, err := d.CheckGuest(ctx, id); !errors.Is(err, runtime.ErrNotFound) {
 		t.Errorf("CheckGuest(%s): %v, want ErrNotFound", id, err)
+	}
+	if _, err := d.Metrics(ctx, id); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("Metrics(%s): %v, want ErrNotFound", id, err)
 	}
 }
 
@@ -313,6 +318,9 @@ func testInitEnds(t *testing.T, m Machine) {
 	if err := d.Probe(ctx, spec.ID); err == nil {
 		t.Error("Probe of an ended execution succeeded")
 	}
+	if m, err := d.Metrics(ctx, spec.ID); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("Metrics of an ended execution = %+v, %v; want ErrNotFound", m, err)
+	}
 	if st, err := d.Wait(ctx, spec.ID); err != nil || st.Running {
 		t.Errorf("Wait of an ended execution = %+v, %v", st, err)
 	}
@@ -464,6 +472,62 @@ func testVolume(t *testing.T, m Machine) {
 	start(t, d, plain)
 	if _, _, err := d.VolumeUsage(ctx, plain.ID); !errors.Is(err, runtime.ErrNotFound) {
 		t.Errorf("VolumeUsage of an execution without a volume: %v, want ErrNotFound", err)
+	}
+	stop(t, m, d, plain, runtime.StopForce)
+}
+
+// testMetrics: a running execution's figures are consistent with its
+// spec: its memory limit (and the one SetMemory sets), at least one
+// process, filesystems no larger than their images, the volume's as
+// VolumeUsage measures it, no volume figures without one, and a CPU time
+// that never goes back.
+func testMetrics(t *testing.T, m Machine) {
+	d := m.Driver(t)
+	ctx := ctxOf(t)
+	spec := m.Spec(t, "metrics")
+	vol := m.Volume(t, "v")
+	spec.Volume = &runtime.VolumeMount{Image: vol, Path: "/data"}
+	start(t, d, spec)
+	first, err := d.Metrics(ctx, spec.ID)
+	if err != nil {
+		t.Fatalf("Metrics: %v", err)
+	}
+	if first.MemoryLimitBytes != spec.MemoryBytes || first.Processes < 1 {
+		t.Errorf("Metrics = %+v; want the limit %d and a process", first, spec.MemoryBytes)
+	}
+	if first.MemoryBytes > first.MemoryLimitBytes || first.MemorySomeAvg10 < 0 || first.MemoryFullAvg10 > first.MemorySomeAvg10 {
+		t.Errorf("memory figures of %+v are inconsistent", first)
+	}
+	within := func(what string, used, capacity uint64, image string) {
+		t.Helper()
+		fi, err := os.Stat(image)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if capacity == 0 || used > capacity || capacity > uint64(fi.Size()) {
+			t.Errorf("%s: %d used of %d, on an image of %d bytes", what, used, capacity, fi.Size())
+		}
+	}
+	within("writable layer", first.LayerUsedBytes, first.LayerCapacityBytes, spec.LayerImage)
+	within("volume", first.VolumeUsedBytes, first.VolumeCapacityBytes, vol)
+	used, capacity, err := d.VolumeUsage(ctx, spec.ID)
+	if err != nil || used != first.VolumeUsedBytes || capacity != first.VolumeCapacityBytes {
+		t.Errorf("VolumeUsage = %d of %d, %v; Metrics said %d of %d", used, capacity, err, first.VolumeUsedBytes, first.VolumeCapacityBytes)
+	}
+	raised := spec.MemoryBytes + 128<<20
+	if err := d.SetMemory(ctx, spec.ID, raised); err != nil {
+		t.Fatal(err)
+	}
+	second, err := d.Metrics(ctx, spec.ID)
+	if err != nil || second.MemoryLimitBytes != raised || second.CPU < first.CPU {
+		t.Errorf("after SetMemory: %+v, %v; want the limit %d and a CPU time from %s up", second, err, raised, first.CPU)
+	}
+	stop(t, m, d, spec, runtime.StopNormal)
+
+	plain := m.Spec(t, "metrics-novol")
+	start(t, d, plain)
+	if got, err := d.Metrics(ctx, plain.ID); err != nil || got.VolumeUsedBytes != 0 || got.VolumeCapacityBytes != 0 || got.LayerCapacityBytes == 0 {
+		t.Errorf("Metrics without a volume = %+v, %v", got, err)
 	}
 	stop(t, m, d, plain, runtime.StopForce)
 }

@@ -73,6 +73,13 @@ type execution struct {
 	status runtime.Status
 	// oomKills counts the processes OOMKill killed.
 	oomKills uint64
+	// metrics, when set, is what Metrics returns (SetMetrics).
+	metrics *metricsOutcome
+}
+
+type metricsOutcome struct {
+	m   runtime.Metrics
+	err error
 }
 
 func (e *execution) running() bool {
@@ -140,6 +147,19 @@ func (d *Driver) SetStopOutcome(id string, res runtime.StopResult, err error) {
 	d.m.mu.Lock()
 	defer d.m.mu.Unlock()
 	d.m.stops[id] = stopOutcome{res, err}
+}
+
+// SetMetrics makes Metrics of a running execution return m, or err when
+// it is not nil, until it stops; it reports false when id does not run.
+func (d *Driver) SetMetrics(id string, m runtime.Metrics, err error) bool {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	e := d.m.execs[id]
+	if e == nil || !e.running() {
+		return false
+	}
+	e.metrics = &metricsOutcome{m, err}
+	return true
 }
 
 // ServeDataPlane makes h the data plane of every running guest: DialGuest
@@ -470,11 +490,46 @@ func (d *Driver) VolumeUsage(ctx context.Context, id string) (used, capacity uin
 	if e.spec.Volume == nil {
 		return 0, 0, fmt.Errorf("%w: execution %s has no volume", runtime.ErrNotFound, id)
 	}
-	fi, err := os.Stat(e.spec.Volume.Image)
-	if err != nil {
-		return 0, 0, err
+	capacity, err = imageSize(e.spec.Volume.Image)
+	return 0, capacity, err
+}
+
+// Metrics returns what SetMetrics set, else figures of an idle guest: one
+// process, nothing used, the memory limit in force and the images' sizes
+// as capacities; see runtime.Driver.
+func (d *Driver) Metrics(ctx context.Context, id string) (runtime.Metrics, error) {
+	if err := ctx.Err(); err != nil {
+		return runtime.Metrics{}, err
 	}
-	return 0, uint64(fi.Size()), nil
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	e, err := d.m.get(id)
+	switch {
+	case err != nil:
+		return runtime.Metrics{}, err
+	case !e.running():
+		return runtime.Metrics{}, fmt.Errorf("%w: execution %s does not run", runtime.ErrNotFound, id)
+	case e.metrics != nil:
+		return e.metrics.m, e.metrics.err
+	}
+	m := runtime.Metrics{MemoryLimitBytes: e.memory, Processes: 1}
+	if m.LayerCapacityBytes, err = imageSize(e.spec.LayerImage); err != nil {
+		return runtime.Metrics{}, err
+	}
+	if v := e.spec.Volume; v != nil {
+		if m.VolumeCapacityBytes, err = imageSize(v.Image); err != nil {
+			return runtime.Metrics{}, err
+		}
+	}
+	return m, nil
+}
+
+func imageSize(path string) (uint64, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, err
+	}
+	return uint64(fi.Size()), nil
 }
 
 // DialGuest connects to a socket of a running guest: only

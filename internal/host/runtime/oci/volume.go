@@ -90,15 +90,12 @@ func (d *Driver) VolumeUsage(ctx context.Context, id string) (used, capacity uin
 	if rec.VolumeImage == "" {
 		return 0, 0, fmt.Errorf("%w: execution %s has no volume", runtime.ErrNotFound, id)
 	}
-	// Mounted before and after the statfs: the numbers are the volume's,
-	// not those of the directory under it.
-	if !isMountPoint(rec.VolumeMount) {
+	used, capacity, mounted, err := mountedUsage(rec.VolumeMount)
+	if err != nil {
+		return 0, 0, d.public(err, id, nil)
+	}
+	if !mounted {
 		return 0, 0, fmt.Errorf("%w: the volume of %s is not mounted", runtime.ErrNotFound, id)
 	}
-	used, capacity, err = diskimage.Usage(rec.VolumeMount)
-	err = d.public(err, id, nil)
-	if err == nil && !isMountPoint(rec.VolumeMount) {
-		return 0, 0, fmt.Errorf("%w: the volume of %s is not mounted", runtime.ErrNotFound, id)
-	}
-	return used, capacity, err
+	return used, capacity, nil
 }

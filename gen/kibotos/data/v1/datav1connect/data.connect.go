@@ -1,9 +1,9 @@
 // kibotos.data.v1 is the data plane of a Workspace: processes and files
-// inside its guest. Callers reach it at the endpoint of a session that
-// SessionService.IssueSession returned, sending the session token as
-// Authorization: Bearer <token>; the host's gateway checks the token and
-// streams each call to the guest agent of that Workspace's current
-// execution.
+// inside its guest, and what it uses. Callers reach it at the endpoint of a
+// session that SessionService.IssueSession returned, sending the session
+// token as Authorization: Bearer <token>; the host's gateway checks the
+// token and streams each call to the guest agent of that Workspace's
+// current execution, except MetricsService, which the host answers itself.
 //
 // Errors are canonical Connect errors with a kibotos.ctrl.v1.ErrorDetail
 // naming the failure's stage (READING_FILE, STARTING_PROCESS, ...); file
@@ -38,6 +38,8 @@ const (
 	ProcessServiceName = "kibotos.data.v1.ProcessService"
 	// FileServiceName is the fully-qualified name of the FileService service.
 	FileServiceName = "kibotos.data.v1.FileService"
+	// MetricsServiceName is the fully-qualified name of the MetricsService service.
+	MetricsServiceName = "kibotos.data.v1.MetricsService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -88,6 +90,9 @@ const (
 	// FileServiceWatchDirectoryProcedure is the fully-qualified name of the FileService's
 	// WatchDirectory RPC.
 	FileServiceWatchDirectoryProcedure = "/kibotos.data.v1.FileService/WatchDirectory"
+	// MetricsServiceReadMetricsProcedure is the fully-qualified name of the MetricsService's
+	// ReadMetrics RPC.
+	MetricsServiceReadMetricsProcedure = "/kibotos.data.v1.MetricsService/ReadMetrics"
 )
 
 // ProcessServiceClient is a client for the kibotos.data.v1.ProcessService service.
@@ -618,4 +623,86 @@ func (UnimplementedFileServiceHandler) ListDirectory(context.Context, *connect.R
 
 func (UnimplementedFileServiceHandler) WatchDirectory(context.Context, *connect.Request[v1.WatchDirectoryRequest], *connect.ServerStream[v1.WatchDirectoryResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.data.v1.FileService.WatchDirectory is not implemented"))
+}
+
+// MetricsServiceClient is a client for the kibotos.data.v1.MetricsService service.
+type MetricsServiceClient interface {
+	// ReadMetrics reads every figure once, at the moment of the call. The
+	// gateway refuses it as any call of the data plane (the session of an
+	// execution that was stopped is unauthenticated; an execution that does
+	// not run yet, or ended before the host reported it, is unavailable,
+	// with stage AUTHORIZING_DATA_PLANE); a figure the host cannot read fails
+	// the call with internal and stage READING_METRICS.
+	ReadMetrics(context.Context, *connect.Request[v1.ReadMetricsRequest]) (*connect.Response[v1.ReadMetricsResponse], error)
+}
+
+// NewMetricsServiceClient constructs a client for the kibotos.data.v1.MetricsService service. By
+// default, it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses,
+// and sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the
+// connect.WithGRPC() or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewMetricsServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) MetricsServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	metricsServiceMethods := v1.File_kibotos_data_v1_data_proto.Services().ByName("MetricsService").Methods()
+	return &metricsServiceClient{
+		readMetrics: connect.NewClient[v1.ReadMetricsRequest, v1.ReadMetricsResponse](
+			httpClient,
+			baseURL+MetricsServiceReadMetricsProcedure,
+			connect.WithSchema(metricsServiceMethods.ByName("ReadMetrics")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// metricsServiceClient implements MetricsServiceClient.
+type metricsServiceClient struct {
+	readMetrics *connect.Client[v1.ReadMetricsRequest, v1.ReadMetricsResponse]
+}
+
+// ReadMetrics calls kibotos.data.v1.MetricsService.ReadMetrics.
+func (c *metricsServiceClient) ReadMetrics(ctx context.Context, req *connect.Request[v1.ReadMetricsRequest]) (*connect.Response[v1.ReadMetricsResponse], error) {
+	return c.readMetrics.CallUnary(ctx, req)
+}
+
+// MetricsServiceHandler is an implementation of the kibotos.data.v1.MetricsService service.
+type MetricsServiceHandler interface {
+	// ReadMetrics reads every figure once, at the moment of the call. The
+	// gateway refuses it as any call of the data plane (the session of an
+	// execution that was stopped is unauthenticated; an execution that does
+	// not run yet, or ended before the host reported it, is unavailable,
+	// with stage AUTHORIZING_DATA_PLANE); a figure the host cannot read fails
+	// the call with internal and stage READING_METRICS.
+	ReadMetrics(context.Context, *connect.Request[v1.ReadMetricsRequest]) (*connect.Response[v1.ReadMetricsResponse], error)
+}
+
+// NewMetricsServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewMetricsServiceHandler(svc MetricsServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	metricsServiceMethods := v1.File_kibotos_data_v1_data_proto.Services().ByName("MetricsService").Methods()
+	metricsServiceReadMetricsHandler := connect.NewUnaryHandler(
+		MetricsServiceReadMetricsProcedure,
+		svc.ReadMetrics,
+		connect.WithSchema(metricsServiceMethods.ByName("ReadMetrics")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/kibotos.data.v1.MetricsService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case MetricsServiceReadMetricsProcedure:
+			metricsServiceReadMetricsHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedMetricsServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedMetricsServiceHandler struct{}
+
+func (UnimplementedMetricsServiceHandler) ReadMetrics(context.Context, *connect.Request[v1.ReadMetricsRequest]) (*connect.Response[v1.ReadMetricsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.data.v1.MetricsService.ReadMetrics is not implemented"))
 }
