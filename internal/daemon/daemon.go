@@ -106,6 +106,10 @@ type Options struct {
 
 // Run serves until ctx ends.
 func Run(ctx context.Context, o Options) error {
+	metricsToken, err := readMetricsToken(o.MetricsTokenFile)
+	if err != nil {
+		return err
+	}
 	st, err := openStore(ctx, o)
 	if err != nil {
 		return err
@@ -127,10 +131,6 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("built-in template: %w", err)
 	}
 	hostToken, err := secretSetting(ctx, st, hostTokenSetting)
-	if err != nil {
-		return err
-	}
-	metricsToken, err := readMetricsToken(o.MetricsTokenFile)
 	if err != nil {
 		return err
 	}

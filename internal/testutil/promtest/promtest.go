@@ -3,7 +3,6 @@
 package promtest
 
 import (
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -97,15 +96,6 @@ func (f Families) Must(t testing.TB, name string, labels ...string) float64 {
 		t.Fatalf("no series %s%v in the scrape", name, labels)
 	}
 	return v
-}
-
-// Type returns the type of family name.
-func (f Families) Type(name string) (dto.MetricType, error) {
-	fam := f[name]
-	if fam == nil {
-		return 0, fmt.Errorf("no family %s", name)
-	}
-	return fam.GetType(), nil
 }
 
 // has reports whether m carries every label of pairs (name, value, ...).
