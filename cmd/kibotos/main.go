@@ -53,14 +53,17 @@ func rootCommand() *cobra.Command {
 
 // serveFlags are the flags `up` and `ctrl` share.
 type serveFlags struct {
-	listen string
-	exempt string
+	listen       string
+	exempt       string
+	metricsToken string
 }
 
 func (f *serveFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.listen, "listen", daemon.DefaultListen, "address to serve the API on")
 	cmd.Flags().StringVar(&f.exempt, "unsafe-exempt-ranges", os.Getenv("KIBOTOS_UNSAFE_EXEMPT_RANGES"),
 		"UNSAFE, for local testing only: comma-separated CIDRs exempt from the special-purpose and hard-deny checks (env KIBOTOS_UNSAFE_EXEMPT_RANGES)")
+	cmd.Flags().StringVar(&f.metricsToken, "metrics-token-file", os.Getenv("KIBOTOS_METRICS_TOKEN_FILE"),
+		"a file holding the bearer token GET /metrics requires (default: none, the metrics are open to whoever reaches --listen; env KIBOTOS_METRICS_TOKEN_FILE)")
 }
 
 func (f *serveFlags) options(o daemon.Options) (daemon.Options, error) {
@@ -68,7 +71,7 @@ func (f *serveFlags) options(o daemon.Options) (daemon.Options, error) {
 	if err != nil {
 		return o, fmt.Errorf("--unsafe-exempt-ranges: %w", err)
 	}
-	o.Listen, o.UnsafeExemptRanges, o.Out = f.listen, exempt, os.Stdout
+	o.Listen, o.UnsafeExemptRanges, o.Out, o.MetricsTokenFile = f.listen, exempt, os.Stdout, f.metricsToken
 	return o, nil
 }
 

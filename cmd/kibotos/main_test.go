@@ -80,3 +80,25 @@ func TestUpRefusesTmpfsShare(t *testing.T) {
 		}
 	}
 }
+
+// TestUpRefusesMetricsTokenFile: a metrics token file that is missing or
+// holds no token is refused before anything is set up.
+func TestUpRefusesMetricsTokenFile(t *testing.T) {
+	empty := filepath.Join(t.TempDir(), "empty")
+	if err := os.WriteFile(empty, []byte(" \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, file := range []string{empty, filepath.Join(t.TempDir(), "missing")} {
+		home := filepath.Join(t.TempDir(), "home")
+		cmd := upCommand()
+		cmd.SetArgs([]string{"--home", home, "--metrics-token-file", file})
+		cmd.SetOut(new(strings.Builder))
+		cmd.SetErr(new(strings.Builder))
+		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "metrics token") {
+			t.Errorf("up --metrics-token-file %s: %v", file, err)
+		}
+		if _, err := os.Stat(home); !os.IsNotExist(err) {
+			t.Errorf("up --metrics-token-file %s created its home: %v", file, err)
+		}
+	}
+}

@@ -20,6 +20,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
@@ -96,10 +98,18 @@ type Options struct {
 	// MaxLayerBytes bounds the file content of one template layer the host
 	// unpacks; zero is imagestore.DefaultMaxLayerBytes.
 	MaxLayerBytes uint64
+	// MetricsTokenFile, when set, names a file whose content (surrounding
+	// white space removed) is the bearer token GET /metrics requires;
+	// empty serves the metrics to anyone who reaches the listener.
+	MetricsTokenFile string
 }
 
 // Run serves until ctx ends.
 func Run(ctx context.Context, o Options) error {
+	metricsToken, err := readMetricsToken(o.MetricsTokenFile)
+	if err != nil {
+		return err
+	}
 	st, err := openStore(ctx, o)
 	if err != nil {
 		return err
@@ -124,6 +134,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	reg := newRegistry()
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return err
@@ -133,7 +144,7 @@ func Run(ctx context.Context, o Options) error {
 	if o.Host {
 		// The in-process host agent reaches ctrl through the host API on
 		// this same listener, and serves its data-plane gateway on it.
-		if hostAgent, err = newHostAgent(o, images, url, hostToken); err != nil {
+		if hostAgent, err = newHostAgent(o, images, url, hostToken, reg); err != nil {
 			ln.Close()
 			return err
 		}
@@ -146,6 +157,8 @@ func Run(ctx context.Context, o Options) error {
 		// With a host agent here, its pools name the deployment's default;
 		// a lone ctrl keeps the built-in name.
 		DefaultStoragePool: defaultPool(o),
+		Metrics:            reg,
+		MetricsToken:       metricsToken,
 	})
 	if err != nil {
 		ln.Close()
@@ -186,6 +199,31 @@ func Run(ctx context.Context, o Options) error {
 	err = g.Wait()
 	slog.Info("control plane stopped")
 	return err
+}
+
+// newRegistry returns the deployment's metrics registry with the Go
+// runtime's and the process's own metrics on it.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// readMetricsToken reads the token of GET /metrics from path; an empty
+// path gives none (the metrics are open), an empty file is an error.
+func readMetricsToken(path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("metrics token: %w", err)
+	}
+	token := strings.TrimSpace(string(b))
+	if token == "" {
+		return "", fmt.Errorf("metrics token file %s is empty", path)
+	}
+	return token, nil
 }
 
 // expireLoop applies expiration policies once a second and forgets

@@ -14,6 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
@@ -41,7 +42,7 @@ const localHostID = "local"
 
 // newHostAgent builds the in-process host agent, which reaches ctrl through
 // the host API on ctrlURL exactly as a separate `kibotos host` would.
-func newHostAgent(o Options, images *imagestore.Store, ctrlURL, token string) (*agent.Agent, error) {
+func newHostAgent(o Options, images *imagestore.Store, ctrlURL, token string, metrics prometheus.Registerer) (*agent.Agent, error) {
 	driver, err := oci.New(oci.Config{StateDir: filepath.Join(o.stateDir(), "runtime"), Runtime: o.Runtime,
 		GuestTmpfsPercent: o.GuestTmpfsPercent})
 	if err != nil {
@@ -71,7 +72,7 @@ func newHostAgent(o Options, images *imagestore.Store, ctrlURL, token string) (*
 		Runtimes: oci.Detect(), DataPlaneEndpoint: ctrlURL,
 		Network: agent.NetworkConfig{Dir: filepath.Join(o.stateDir(), "netns"),
 			DeploymentResolvers: resolvers, UnsafeExemptRanges: o.UnsafeExemptRanges},
-		StoragePools: pools, GuestProbeInterval: o.GuestProbeInterval,
+		StoragePools: pools, GuestProbeInterval: o.GuestProbeInterval, Metrics: metrics,
 	})
 }
 

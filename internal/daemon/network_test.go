@@ -97,6 +97,12 @@ func newNetEnv(t *testing.T) *netEnv {
 // newNetEnvResolving is newNetEnv with the test host's DNS server at
 // resolver as the deployment resolver.
 func newNetEnvResolving(t *testing.T, resolver netip.AddrPort) *netEnv {
+	return newNetEnvWith(t, daemon.Options{DeploymentResolvers: []netip.AddrPort{resolver}})
+}
+
+// newNetEnvWith is newNetEnv with o's deployment resolvers and metrics
+// token file.
+func newNetEnvWith(t *testing.T, o daemon.Options) *netEnv {
 	hosttest.RequireRoot(t)
 	inet := nettest.NewInternet(t)
 	v4 := serveLines(inet.Listen(t, "tcp4", nettest.HostIPv4.String()+":0"))
@@ -106,7 +112,7 @@ func newNetEnvResolving(t *testing.T, resolver netip.AddrPort) *netEnv {
 	serveDNS(t, inet.ListenPacket(t, "udp6", "["+nettest.HostIPv6.String()+"]:53"), nil)
 	exempt := append([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, nettest.ExemptRanges...)
 	d := upWith(t, t.TempDir(), daemon.Options{UnsafeExemptRanges: exempt,
-		DeploymentResolvers: []netip.AddrPort{resolver}})
+		DeploymentResolvers: o.DeploymentResolvers, MetricsTokenFile: o.MetricsTokenFile})
 	t.Cleanup(d.stop)
 	token, err := os.ReadFile(filepath.Join(d.home, daemon.AdminTokenFile))
 	if err != nil {

@@ -1,6 +1,6 @@
 // Package server assembles ctrl's HTTP surface: the Connect handlers of
 // every service behind the auth interceptor, gRPC health and reflection,
-// on one listener that speaks HTTP/1.1 and cleartext HTTP/2, so Connect
+// and the deployment's metrics at GET /metrics, on one listener that speaks HTTP/1.1 and cleartext HTTP/2, so Connect
 // (JSON and binary), gRPC and gRPC-Web all work on one port.
 package server
 
@@ -17,6 +17,7 @@ import (
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kibotos/kibotos/gen/kibotos/admin/v1/adminv1connect"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
@@ -24,6 +25,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/api"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/changes"
+	"github.com/kibotos/kibotos/internal/ctrl/metrics"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
 	"github.com/kibotos/kibotos/internal/ctrl/projects"
 	"github.com/kibotos/kibotos/internal/ctrl/sessions"
@@ -58,6 +60,13 @@ type Config struct {
 	// DefaultStoragePool is the pool a Volume request without one
 	// selects; empty is DefaultStoragePool.
 	DefaultStoragePool string
+	// Metrics is the deployment's registry: the control plane puts its
+	// metrics on it and serves everything on it at GET /metrics. Nil makes
+	// one for the control plane alone.
+	Metrics *prometheus.Registry
+	// MetricsToken, when set, is the bearer token GET /metrics requires;
+	// empty serves the metrics to anyone who reaches the listener.
+	MetricsToken string
 }
 
 // DefaultStoragePool is the name of the default storage pool when the
@@ -96,8 +105,21 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 	if defaultPool == "" {
 		defaultPool = DefaultStoragePool
 	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = prometheus.NewRegistry()
+	}
+	calls, err := metrics.NewCalls(cfg.Metrics)
+	if err != nil {
+		return nil, err
+	}
 	vols := &volumes.Service{Store: cfg.Store, Pages: pages, DefaultPool: defaultPool, InUse: workspaces.InUse, Changes: cfg.Changes}
 	ws := &workspaces.Service{Store: cfg.Store, Pages: pages, Checker: cfg.Checker, Changes: cfg.Changes, Volumes: vols}
+	if err := metrics.RegisterCensus(cfg.Metrics, ws.Census); err != nil {
+		return nil, err
+	}
+	// Every call is counted, those the interceptors after Calls refuse
+	// included.
+	counted := connect.WithInterceptors(calls)
 	common := []connect.HandlerOption{
 		connect.WithCodec(deterministicCodec{}),
 		connect.WithReadMaxBytes(MaxRequestBytes),
@@ -108,9 +130,10 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 	}
 	// Callers authenticate with project tokens, host agents with the host
 	// token.
-	opts := append([]connect.HandlerOption{connect.WithInterceptors(&auth.Interceptor{Store: cfg.Store})}, common...)
-	hostOpts := append([]connect.HandlerOption{connect.WithInterceptors(api.HostAuth(cfg.HostToken))}, common...)
+	opts := append([]connect.HandlerOption{counted, connect.WithInterceptors(&auth.Interceptor{Store: cfg.Store})}, common...)
+	hostOpts := append([]connect.HandlerOption{counted, connect.WithInterceptors(api.HostAuth(cfg.HostToken))}, common...)
 	mux := http.NewServeMux()
+	mux.Handle("GET "+metrics.Path, metrics.Handler(cfg.Metrics, cfg.MetricsToken))
 	mux.Handle(ctrlv1connect.NewEgressServiceHandler(api.NewEgressService(upstreams.NewEgresses(cfg.Store, pages, cfg.Checker, cfg.Changes)), opts...))
 	mux.Handle(ctrlv1connect.NewResolverServiceHandler(api.NewResolverService(upstreams.NewResolvers(cfg.Store, pages, cfg.Changes)), opts...))
 	mux.Handle(adminv1connect.NewAdminServiceHandler(api.NewAdminService(&projects.Service{Store: cfg.Store}, vols), opts...))
@@ -133,10 +156,10 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 			ctrlv1connect.SessionServiceName)
 		control.Sessions = sess
 	}
-	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(services...)))
+	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(services...), counted))
 	reflector := grpcreflect.NewStaticReflector(services...)
-	mux.Handle(grpcreflect.NewHandlerV1(reflector))
-	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	mux.Handle(grpcreflect.NewHandlerV1(reflector, counted))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, counted))
 	return control, nil
 }
 

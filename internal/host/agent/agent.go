@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
@@ -67,6 +68,9 @@ type Config struct {
 	// GuestProbeInterval is how often the guest of each running execution
 	// is probed; zero is DefaultGuestProbeInterval.
 	GuestProbeInterval time.Duration
+	// Metrics, when set, is where the host's counters are registered,
+	// labeled with HostID.
+	Metrics prometheus.Registerer
 }
 
 // Agent converges a host's executions to ctrl's assignments.
@@ -92,6 +96,8 @@ type Agent struct {
 	readyTimeout time.Duration
 	// probeEvery is how often running guests are probed.
 	probeEvery time.Duration
+	// counters are what the host counts for its metrics.
+	counters counters
 }
 
 // Registered is closed once the host is registered with ctrl, so that
@@ -111,6 +117,11 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a.vols = vols
+	if cfg.Metrics != nil {
+		if err := a.registerMetrics(cfg.Metrics); err != nil {
+			return nil, err
+		}
+	}
 	return a, nil
 }
 

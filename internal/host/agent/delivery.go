@@ -11,7 +11,8 @@ import (
 )
 
 // deliver makes the template's layers locally usable, fetching missing
-// blobs from ctrl, and reports progress.
+// blobs from ctrl, and reports progress, which the host's delivery bytes
+// count.
 func (a *Agent) deliver(ctx context.Context, as *hostv1.Assignment, progress func(done, total uint64)) ([]string, error) {
 	img := imagestore.Image{ManifestDigest: as.Template.ImageDigest}
 	for _, l := range as.Template.Layers {
@@ -22,7 +23,12 @@ func (a *Agent) deliver(ctx context.Context, as *hostv1.Assignment, progress fun
 			}
 		}
 	}
-	return a.cfg.Template.Unpack(ctx, img, progress)
+	var counted uint64 // Unpack reports one call at a time, done growing
+	return a.cfg.Template.Unpack(ctx, img, func(done, total uint64) {
+		a.counters.deliveredBytes.Add(done - counted)
+		counted = done
+		progress(done, total)
+	})
 }
 
 func (a *Agent) fetchBlob(ctx context.Context, digest string) error {

@@ -108,6 +108,7 @@ func (e *execution) slotConfig() netslot.Config {
 	return netslot.Config{
 		Path: e.agent.netnsPath(e.id), HardDeny: e.agent.hardDeny(), CheckEndpoint: e.agent.checkEndpoint,
 		DeploymentResolvers: e.agent.cfg.Network.DeploymentResolvers, Changed: e.resendRunning,
+		Counters: &e.agent.counters.slots,
 	}
 }
 

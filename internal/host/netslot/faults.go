@@ -63,6 +63,7 @@ func (s *Slot) egressResult(id string, err error) {
 			return
 		}
 		kind = egressKind(se.Kind)
+		s.cfg.Counters.EgressFaults.Add(kind)
 	}
 	s.mu.Lock()
 	old := s.faults.egress[id]
@@ -93,6 +94,7 @@ func (s *Slot) resolverResult(key string, entry *ctrlv1.NetworkPolicyResolver, e
 			return
 		}
 		kind = resolverKind(de.Kind)
+		s.cfg.Counters.ResolverFaults.Add(kind)
 	}
 	s.mu.Lock()
 	old := s.faults.resolver[key]

@@ -65,6 +65,9 @@ type Config struct {
 	// Changed is called (without locks held) whenever Report would return
 	// something new: a confirmation, a drain ending, an observation.
 	Changed func()
+	// Counters counts the slot's connections and faults; nil counts them
+	// in the slot alone.
+	Counters *Counters
 }
 
 // Slot is one execution's network slot.
@@ -149,6 +152,9 @@ func serve(cfg Config, tun *os.File) (*Slot, error) {
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
 	})
+	if cfg.Counters == nil {
+		cfg.Counters = new(Counters)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Slot{cfg: cfg, tun: tun, stack: st, ctx: ctx, cancel: cancel, conns: map[*flow]struct{}{},
 		dnsStreams: map[*dnsStream]struct{}{},

@@ -58,19 +58,24 @@ func echoOnTestHost(t *testing.T) netip.AddrPort {
 
 func newSlot(t *testing.T, resolvers ...netip.AddrPort) *netslot.Slot {
 	t.Helper()
+	return newSlotWith(t, netslot.Config{DeploymentResolvers: resolvers})
+}
+
+// newSlotWith creates a slot of cfg with a namespace of the test's, the
+// test internet's hard deny and a Changed that never blocks.
+func newSlotWith(t *testing.T, cfg netslot.Config) *netslot.Slot {
+	t.Helper()
 	hosttest.RequireRoot(t)
 	changed := make(chan struct{}, 100)
-	s, err := netslot.Create(netslot.Config{
-		Path:                filepath.Join(t.TempDir(), "slot"),
-		HardDeny:            netpolicy.HardDeny{Exempt: nettest.ExemptRanges, Platform: []netip.Prefix{netip.PrefixFrom(nettest.UplinkIPv4, 32), netip.PrefixFrom(nettest.UplinkIPv6, 128)}},
-		DeploymentResolvers: resolvers,
-		Changed: func() {
-			select {
-			case changed <- struct{}{}:
-			default:
-			}
-		},
-	})
+	cfg.Path = filepath.Join(t.TempDir(), "slot")
+	cfg.HardDeny = netpolicy.HardDeny{Exempt: nettest.ExemptRanges, Platform: []netip.Prefix{netip.PrefixFrom(nettest.UplinkIPv4, 32), netip.PrefixFrom(nettest.UplinkIPv6, 128)}}
+	cfg.Changed = func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	s, err := netslot.Create(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

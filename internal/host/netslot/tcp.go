@@ -88,6 +88,7 @@ func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
 	if dst.Addr() == s.linkDNS() && dst.Port() == dnsPort {
 		guest, err := accept(r)
 		if err == nil {
+			s.cfg.Counters.DNS.Add(1)
 			s.wg.Go(func() { s.serveDNSStream(guest) })
 		}
 		return
@@ -109,10 +110,12 @@ func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
 		f.out, err = e.dialer.DialContext(s.ctx, "tcp", dst.String())
 		s.egressResult(e.id, err)
 	default:
+		s.cfg.Counters.Refused.Add(1)
 		r.Complete(true)
 		return
 	}
 	if err != nil {
+		s.cfg.Counters.Unreachable.Add(1)
 		r.Complete(true)
 		return
 	}
@@ -128,6 +131,7 @@ func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
 	// applied from then on finds the connection open.
 	f.policy, f.policyRevision = a.policy, a.revision
 	if !s.track(f, a) {
+		s.cfg.Counters.Refused.Add(1) // a change applied meanwhile moved it
 		r.Complete(true)
 		f.out.Close()
 		return
@@ -140,6 +144,11 @@ func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
 	if err != nil || closed {
 		s.closeFlow(f)
 		return
+	}
+	if d.Action == netpolicy.Forward {
+		s.cfg.Counters.Egress.Add(1)
+	} else {
+		s.cfg.Counters.Direct.Add(1)
 	}
 	s.wg.Go(func() {
 		splice(guest, out)
