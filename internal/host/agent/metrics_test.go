@@ -85,6 +85,16 @@ func TestGatewayServesMetrics(t *testing.T) {
 
 	_, sentFirst := slotBytes(t, slot.Path(), false)
 	slotBytes(t, slot.Path(), true)
+	// The link counts the datagram once its queue hands it to the device,
+	// which may be a moment after the send returned.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, sent := slotBytes(t, slot.Path(), false); sent >= sentFirst+uint64(len("kibotos")) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the guest's link never counted the datagram sent")
+		}
+	}
 	before := time.Now()
 	for name, opts := range map[string][]connect.ClientOption{"connect": nil, "grpc": {connect.WithGRPC()}, "json": {connect.WithProtoJSON()}} {
 		// The slot answers the datagram (port unreachable) when it will:
