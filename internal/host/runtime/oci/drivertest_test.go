@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -114,4 +116,25 @@ func (m *suiteMachine) AssertReleased(t *testing.T, spec runtime.Spec) {
 	if spec.Volume != nil {
 		assertNotAttached(t, spec.Volume.Image)
 	}
+}
+
+// Hog runs a shell in the guest that fills a variable with bytes and then
+// blocks opening a fifo nobody writes; the shell that starts it returns
+// once the variable is full, with the hog's PID.
+func (m *suiteMachine) Hog(t *testing.T, id string, bytes uint64) runtime.GuestProcess {
+	m.next++
+	h := fmt.Sprintf("/tmp/hog%d", m.next)
+	script := fmt.Sprintf(`mkfifo %[1]s && sh -c 'echo $$ >%[1]s.pid; x=$(head -c %[2]d /dev/zero | tr "\0" x); touch %[1]s.held; read y <%[1]s' </dev/null >/dev/null 2>&1 &
+while [ ! -e %[1]s.held ]; do sleep 0.05; done; cat %[1]s.pid`, h, bytes)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := m.d.Exec(ctx, id, "sh", "-c", script)
+	if err != nil {
+		t.Fatalf("Hog: %v", err)
+	}
+	pid, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 32)
+	if err != nil {
+		t.Fatalf("Hog: %q: %v", out, err)
+	}
+	return runtime.GuestProcess{PID: int32(pid), Command: "sh"}
 }
