@@ -20,6 +20,7 @@ import (
 
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
+	"github.com/kibotos/kibotos/internal/host/psi"
 	"github.com/kibotos/kibotos/internal/host/runtime"
 	"github.com/kibotos/kibotos/internal/imagestore"
 )
@@ -67,6 +68,10 @@ type Config struct {
 	// GuestProbeInterval is how often the guest of each running execution
 	// is probed; zero is DefaultGuestProbeInterval.
 	GuestProbeInterval time.Duration
+	// GuestMemory says when the memory pressure each probe reads saturates
+	// a guest and when its largest process is killed; zero fields are
+	// psi.DefaultThresholds'.
+	GuestMemory psi.Thresholds
 }
 
 // Agent converges a host's executions to ctrl's assignments.
