@@ -71,7 +71,7 @@ func newHostAgent(o Options, images *imagestore.Store, ctrlURL, token string) (*
 		Runtimes: oci.Detect(), DataPlaneEndpoint: ctrlURL,
 		Network: agent.NetworkConfig{Dir: filepath.Join(o.stateDir(), "netns"),
 			DeploymentResolvers: resolvers, UnsafeExemptRanges: o.UnsafeExemptRanges},
-		StoragePools: pools, GuestProbeInterval: o.GuestProbeInterval,
+		StoragePools: pools, GuestProbeInterval: o.GuestProbeInterval, GuestMemory: o.GuestMemory,
 	})
 }
 

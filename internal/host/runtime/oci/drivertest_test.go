@@ -120,15 +120,17 @@ func (m *suiteMachine) AssertReleased(t *testing.T, spec runtime.Spec) {
 
 // Hog runs a shell in the guest that fills a variable with bytes and then
 // blocks opening a fifo nobody writes; the shell that starts it returns
-// once the variable is full, with the hog's PID.
+// the hog's PID once the variable is full (or fails once the hog ended).
 func (m *suiteMachine) Hog(t *testing.T, id string, bytes uint64) runtime.GuestProcess {
 	m.next++
 	h := fmt.Sprintf("/tmp/hog%d", m.next)
-	script := fmt.Sprintf(`mkfifo %[1]s && sh -c 'echo $$ >%[1]s.pid; x=$(head -c %[2]d /dev/zero | tr "\0" x); touch %[1]s.held; read y <%[1]s' </dev/null >/dev/null 2>&1 &
-while [ ! -e %[1]s.held ]; do sleep 0.05; done; cat %[1]s.pid`, h, bytes)
+	hog := fmt.Sprintf(`x=$(head -c %d /dev/zero | tr '\0' x); touch %s.held; read y <%[2]s`, bytes, h)
+	launch := fmt.Sprintf(`mkfifo %[1]s || exit 1
+sh -c "$1" </dev/null >/dev/null 2>&1 & hog=$!
+while [ ! -e %[1]s.held ]; do kill -0 $hog || exit 1; sleep 0.05; done; echo $hog`, h)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := m.d.Exec(ctx, id, "sh", "-c", script)
+	out, err := m.d.Exec(ctx, id, "sh", "-c", launch, "sh", hog)
 	if err != nil {
 		t.Fatalf("Hog: %v", err)
 	}
