@@ -19,6 +19,7 @@ import (
 	"github.com/kibotos/kibotos/internal/cli"
 	"github.com/kibotos/kibotos/internal/daemon"
 	"github.com/kibotos/kibotos/internal/host/agent"
+	"github.com/kibotos/kibotos/internal/host/psi"
 	"github.com/kibotos/kibotos/internal/host/runtime/oci"
 	"github.com/kibotos/kibotos/internal/netcheck"
 )
@@ -87,6 +88,7 @@ func upCommand() *cobra.Command {
 		tmpfsPct   int
 		layerSize  string
 		probeEvery time.Duration
+		memory     guestMemoryFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -101,8 +103,12 @@ func upCommand() *cobra.Command {
 			if probeEvery < 100*time.Millisecond {
 				return fmt.Errorf("--guest-probe-interval %s: want at least 100ms", probeEvery)
 			}
+			th, err := memory.thresholds()
+			if err != nil {
+				return err
+			}
 			o, err := flags.options(daemon.Options{Home: home, Host: true, GuestAgent: guest, Runtime: runtime,
-				GuestTmpfsPercent: tmpfsPct, GuestProbeInterval: probeEvery})
+				GuestTmpfsPercent: tmpfsPct, GuestProbeInterval: probeEvery, GuestMemory: th})
 			if err != nil {
 				return err
 			}
@@ -130,6 +136,7 @@ func upCommand() *cobra.Command {
 		"size of a workspace's /tmp and of its /run, each, in percent of its memory limit (1 to 100)")
 	cmd.Flags().DurationVar(&probeEvery, "guest-probe-interval", agent.DefaultGuestProbeInterval,
 		"how often the host probes the guest agent of each running workspace (each probe gives up after 1s)")
+	memory.register(cmd)
 	cmd.Flags().StringVar(&resolvers, "resolvers", os.Getenv("KIBOTOS_RESOLVERS"),
 		"comma-separated IP[:port] deployment DNS resolvers workspaces use under PUBLIC_INTERNET (default: the nameservers of /etc/resolv.conf; env KIBOTOS_RESOLVERS)")
 	cmd.Flags().StringArrayVar(&pools, "storage-pool", envList("KIBOTOS_STORAGE_POOLS"),
@@ -140,6 +147,37 @@ func upCommand() *cobra.Command {
 		"most file content one template layer may unpack to, sparse files at full size, such as 16GiB; larger layers are refused (default 16GiB; env KIBOTOS_MAX_LAYER_SIZE)")
 	flags.register(cmd)
 	return cmd
+}
+
+// guestMemoryFlags are the flags of `kibotos up` that say when a guest's
+// memory is saturated and when its largest process is killed.
+type guestMemoryFlags struct {
+	window    time.Duration
+	percent   int
+	killAfter time.Duration
+}
+
+func (f *guestMemoryFlags) register(cmd *cobra.Command) {
+	d := psi.DefaultThresholds
+	cmd.Flags().DurationVar(&f.window, "guest-memory-window", d.Window,
+		"span over which the host measures how long every process of a workspace was stalled waiting for memory (PSI full stall of its cgroup)")
+	cmd.Flags().IntVar(&f.percent, "guest-memory-stall-percent", int(d.SaturatedPermille/10),
+		"share of --guest-memory-window, in percent (1 to 100), at or above which a workspace's memory is SATURATED")
+	cmd.Flags().DurationVar(&f.killAfter, "guest-memory-kill-after", d.KillAfter,
+		"how long a workspace stays SATURATED before the host kills its process with the largest resident set (never the guest agent)")
+}
+
+// thresholds checks the flags and returns them as thresholds.
+func (f *guestMemoryFlags) thresholds() (psi.Thresholds, error) {
+	switch {
+	case f.window < 100*time.Millisecond:
+		return psi.Thresholds{}, fmt.Errorf("--guest-memory-window %s: want at least 100ms", f.window)
+	case f.percent < 1 || f.percent > 100:
+		return psi.Thresholds{}, fmt.Errorf("--guest-memory-stall-percent %d: want 1 to 100", f.percent)
+	case f.killAfter <= 0:
+		return psi.Thresholds{}, fmt.Errorf("--guest-memory-kill-after %s: want more than 0", f.killAfter)
+	}
+	return psi.Thresholds{Window: f.window, SaturatedPermille: uint32(f.percent) * 10, KillAfter: f.killAfter}, nil
 }
 
 // envList is a comma-separated environment variable as a list; nil when

@@ -102,3 +102,28 @@ func TestUpRefusesMetricsTokenFile(t *testing.T) {
 		}
 	}
 }
+
+// TestUpRefusesGuestMemoryThresholds: a window under 100ms, a stall share
+// outside 1 to 100 percent and a kill delay that is not positive are
+// refused before anything is set up.
+func TestUpRefusesGuestMemoryThresholds(t *testing.T) {
+	for _, c := range [][2]string{
+		{"--guest-memory-window", "50ms"},
+		{"--guest-memory-stall-percent", "0"},
+		{"--guest-memory-stall-percent", "101"},
+		{"--guest-memory-kill-after", "0s"},
+		{"--guest-memory-kill-after", "-1s"},
+	} {
+		home := filepath.Join(t.TempDir(), "home")
+		cmd := upCommand()
+		cmd.SetArgs([]string{"--home", home, c[0], c[1]})
+		cmd.SetOut(new(strings.Builder))
+		cmd.SetErr(new(strings.Builder))
+		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), c[0]) {
+			t.Errorf("up %s %s: %v", c[0], c[1], err)
+		}
+		if _, err := os.Stat(home); !os.IsNotExist(err) {
+			t.Errorf("up %s %s created its home: %v", c[0], c[1], err)
+		}
+	}
+}

@@ -31,6 +31,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/store/sqlite"
 	"github.com/kibotos/kibotos/internal/ctrl/templates"
 	"github.com/kibotos/kibotos/internal/host/agent"
+	"github.com/kibotos/kibotos/internal/host/psi"
 	"github.com/kibotos/kibotos/internal/imagestore"
 	"github.com/kibotos/kibotos/internal/netcheck"
 )
@@ -85,6 +86,9 @@ type Options struct {
 	// GuestProbeInterval is how often the host agent probes each running
 	// guest; zero is agent.DefaultGuestProbeInterval.
 	GuestProbeInterval time.Duration
+	// GuestMemory says when a guest's memory is saturated and when its
+	// largest process is killed; zero fields are psi.DefaultThresholds'.
+	GuestMemory psi.Thresholds
 	// DeploymentResolvers answer workspaces' DNS under PUBLIC_INTERNET when
 	// their policy names no Resolver; nil reads /etc/resolv.conf.
 	DeploymentResolvers []netip.AddrPort

@@ -72,7 +72,7 @@ func newHostAgent(o Options, images *imagestore.Store, ctrlURL, token string, me
 		Runtimes: oci.Detect(), DataPlaneEndpoint: ctrlURL,
 		Network: agent.NetworkConfig{Dir: filepath.Join(o.stateDir(), "netns"),
 			DeploymentResolvers: resolvers, UnsafeExemptRanges: o.UnsafeExemptRanges},
-		StoragePools: pools, GuestProbeInterval: o.GuestProbeInterval, Metrics: metrics,
+		StoragePools: pools, GuestProbeInterval: o.GuestProbeInterval, GuestMemory: o.GuestMemory, Metrics: metrics,
 	})
 }
 

@@ -21,6 +21,7 @@ import (
 
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
+	"github.com/kibotos/kibotos/internal/host/psi"
 	"github.com/kibotos/kibotos/internal/host/runtime"
 	"github.com/kibotos/kibotos/internal/imagestore"
 )
@@ -71,6 +72,10 @@ type Config struct {
 	// Metrics, when set, is where the host's counters are registered,
 	// labeled with HostID.
 	Metrics prometheus.Registerer
+	// GuestMemory says when the memory pressure each probe reads saturates
+	// a guest and when its largest process is killed; zero fields are
+	// psi.DefaultThresholds'.
+	GuestMemory psi.Thresholds
 }
 
 // Agent converges a host's executions to ctrl's assignments.

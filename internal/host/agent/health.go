@@ -31,6 +31,8 @@ type guestHealth struct {
 	// oomKillsAtAnswer is the execution's OOM kill count read right after
 	// the guest last answered.
 	oomKillsAtAnswer uint64
+	// memory judges the guest's memory pressure (memory.go).
+	memory memoryWatch
 }
 
 // watchGuest probes the guest of the running execution now and then every
@@ -71,10 +73,13 @@ func (e *execution) checkGuest(ctx context.Context) {
 	if e.guestChecked(c, time.Now()) {
 		e.resendRunning()
 	}
+	if e.killIfSaturated(ctx) {
+		e.resendRunning()
+	}
 }
 
 // guestChecked records one probe made at now and reports whether the
-// observation changed (condition, error or boot).
+// observation changed (condition, error, boot or memory).
 func (e *execution) guestChecked(c runtime.GuestCheck, now time.Time) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -96,8 +101,9 @@ func (e *execution) guestChecked(c runtime.GuestCheck, now time.Time) bool {
 		}
 		obs.Rebooted = prev.GetRebooted()
 	}
+	e.observeMemory(obs, c, now)
 	e.health.obs = obs
-	return prev == nil || prev.Condition != obs.Condition || prev.Error != obs.Error || prev.Rebooted != obs.Rebooted
+	return prev == nil || !proto.Equal(prev, obs)
 }
 
 // guestObservation returns a copy of the latest observation of the guest;

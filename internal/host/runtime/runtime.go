@@ -5,14 +5,21 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net"
 	"time"
+
+	"github.com/kibotos/kibotos/internal/host/psi"
 )
 
 // ErrNotFound is returned for an execution the driver does not know.
 var ErrNotFound = errors.New("runtime: execution not found")
+
+// ErrNoProcess is what KillLargestProcess returns when nothing but the
+// guest agent runs in the guest.
+var ErrNoProcess = errors.New("runtime: no process to kill but the guest agent")
 
 // Spec is everything a driver needs to start one execution.
 type Spec struct {
@@ -93,6 +100,36 @@ type GuestCheck struct {
 	// OOMKills is how many processes of the execution the memory limit
 	// has killed so far.
 	OOMKills uint64
+	// MemoryPressure is the kernel's pressure stall information of the
+	// execution's memory (its cgroup's memory.pressure), read after the
+	// probe; nil when the kernel does not account it for the execution.
+	MemoryPressure *psi.Pressure
+}
+
+// GuestProcess is a process running in a guest.
+type GuestProcess struct {
+	// PID is its process ID in the guest.
+	PID int32
+	// Command is its name as the kernel keeps it (comm: at most 15 bytes,
+	// without arguments).
+	Command string
+	// RSSBytes is its resident set.
+	RSSBytes uint64
+}
+
+// LargestProcess returns the process a memory kill chooses among procs:
+// the one with the largest resident set, never the guest agent (PID 1);
+// of equal ones, the lowest PID. ok is false when there is none.
+func LargestProcess(procs []GuestProcess) (p GuestProcess, ok bool) {
+	for _, q := range procs {
+		if q.PID == 1 {
+			continue
+		}
+		if !ok || cmp.Or(cmp.Compare(q.RSSBytes, p.RSSBytes), cmp.Compare(p.PID, q.PID)) > 0 {
+			p, ok = q, true
+		}
+	}
+	return p, ok
 }
 
 // Metrics is what a running execution uses, as the host counts it.
@@ -161,6 +198,11 @@ type Driver interface {
 	// GuestCheck.ProbeErr. It is cheap enough to call every few seconds
 	// for every execution of a host.
 	CheckGuest(ctx context.Context, id string) (GuestCheck, error)
+	// KillLargestProcess sends SIGKILL to the process of a running
+	// execution's guest that LargestProcess chooses and returns it as it
+	// was when killed. It never kills the guest agent: ErrNoProcess when
+	// nothing else runs; ErrNotFound if the driver has no such execution.
+	KillLargestProcess(ctx context.Context, id string) (GuestProcess, error)
 	// Status observes an execution; ErrNotFound if the driver has none
 	// (never started, or stopped).
 	Status(ctx context.Context, id string) (Status, error)

@@ -37,6 +37,10 @@ type Machine interface {
 	// its own init does when asked from inside (guestabi: a reset, or with
 	// shutdown a shutdown) and returns once init has ended.
 	EndGuest(t *testing.T, id string, shutdown bool)
+	// Hog starts a process in a running execution's guest that holds at
+	// least bytes of memory until it is killed, and returns it (its PID and
+	// command) once it holds them.
+	Hog(t *testing.T, id string, bytes uint64) runtime.GuestProcess
 	// AssertReleased fails t if anything of the execution of spec is still
 	// held on the machine, its layer and volume images included.
 	AssertReleased(t *testing.T, spec runtime.Spec)
@@ -67,6 +71,7 @@ func Run(t *testing.T, newMachine func(t *testing.T) Machine) {
 		{"Volume", testVolume},
 		{"Metrics", testMetrics},
 		{"DialGuest", testDialGuest},
+		{"KillLargestProcess", testKillLargestProcess},
 		{"Concurrent", testConcurrent},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, newMachine(t)) })
@@ -134,6 +139,9 @@ func wantGone(t *testing.T, d runtime.Driver, id string) {
 	if _, err := d.Metrics(ctx, id); !errors.Is(err, runtime.ErrNotFound) {
 		t.Errorf("Metrics(%s): %v, want ErrNotFound", id, err)
 	}
+	if p, err := d.KillLargestProcess(ctx, id); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("KillLargestProcess(%s) = %+v, %v; want ErrNotFound", id, p, err)
+	}
 }
 
 // testStartProbeStopNormal: a started execution runs and becomes ready; a
@@ -150,6 +158,9 @@ func testStartProbeStopNormal(t *testing.T, m Machine) {
 	c, err := d.CheckGuest(ctxOf(t), spec.ID)
 	if err != nil || c.ProbeErr != nil || c.BootID == "" || c.OOMKills != 0 {
 		t.Errorf("CheckGuest of a ready execution = %+v, %v", c, err)
+	}
+	if p := c.MemoryPressure; p != nil && p.Full.Total > p.Some.Total {
+		t.Errorf("memory pressure of a ready execution: full stall %s exceeds some %s", p.Full.Total, p.Some.Total)
 	}
 	if res := stop(t, m, d, spec, runtime.StopNormal); !res.Confirmed {
 		t.Error("NORMAL stop not confirmed")
@@ -625,4 +636,35 @@ func testConcurrent(t *testing.T, m Machine) {
 		}
 		m.AssertReleased(t, spec)
 	}
+}
+
+// testKillLargestProcess: with only the guest agent running there is
+// nothing to kill; of two processes the one with the larger resident set
+// is killed first and described; the guest agent survives every kill.
+func testKillLargestProcess(t *testing.T, m Machine) {
+	d := m.Driver(t)
+	spec := m.Spec(t, "kill")
+	start(t, d, spec)
+	ctx := ctxOf(t)
+	if p, err := d.KillLargestProcess(ctx, spec.ID); !errors.Is(err, runtime.ErrNoProcess) {
+		t.Errorf("KillLargestProcess with only the guest agent = %+v, %v; want ErrNoProcess", p, err)
+	}
+	small := m.Hog(t, spec.ID, 4<<20)
+	large := m.Hog(t, spec.ID, 16<<20)
+	for _, want := range []struct {
+		p     runtime.GuestProcess
+		bytes uint64
+	}{{large, 16 << 20}, {small, 4 << 20}} {
+		p, err := d.KillLargestProcess(ctx, spec.ID)
+		if err != nil || p.PID != want.p.PID || p.Command != want.p.Command || p.RSSBytes < want.bytes {
+			t.Errorf("KillLargestProcess = %+v, %v; want %+v holding at least %d bytes", p, err, want.p, want.bytes)
+		}
+		if err := d.Probe(ctx, spec.ID); err != nil {
+			t.Errorf("the guest agent after a kill: %v", err)
+		}
+	}
+	if p, err := d.KillLargestProcess(ctx, spec.ID); !errors.Is(err, runtime.ErrNoProcess) {
+		t.Errorf("KillLargestProcess after both kills = %+v, %v; want ErrNoProcess", p, err)
+	}
+	stop(t, m, d, spec, runtime.StopNormal)
 }

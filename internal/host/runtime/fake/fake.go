@@ -2,7 +2,8 @@
 // tests of what sits above a driver (the host agent's reconciler): an
 // execution is an entry in a map, its init a channel, and knobs inject what
 // a real driver meets (a start that fails, an init that exits, a guest that
-// never answers, a stop that is not confirmed or fails). It passes the same
+// never answers, a stop that is not confirmed or fails, memory that stays
+// saturated). It passes the same
 // suite as the real drivers (runtime/drivertest).
 //
 // Layer and volume images are real (sparse) files, so that callers which
@@ -23,6 +24,7 @@ import (
 	"time"
 
 	"github.com/kibotos/kibotos/internal/guestabi"
+	"github.com/kibotos/kibotos/internal/host/psi"
 	"github.com/kibotos/kibotos/internal/host/runtime"
 )
 
@@ -75,11 +77,32 @@ type execution struct {
 	oomKills uint64
 	// metrics, when set, is what Metrics returns (SetMetrics).
 	metrics *metricsOutcome
+	// procs are the guest's processes besides its agent (SetProcesses).
+	procs []runtime.GuestProcess
+	// stalled is the memory stall total before saturatedFrom; the total
+	// grows with the clock from saturatedFrom while it is not zero.
+	stalled       time.Duration
+	saturatedFrom time.Time
+	// noPressure hides the memory pressure (WithoutPressure).
+	noPressure bool
 }
 
 type metricsOutcome struct {
 	m   runtime.Metrics
 	err error
+}
+
+// memoryPressure is the execution's memory pressure at now: every task
+// stalled all the time while saturated, none otherwise; nil when hidden.
+func (e *execution) memoryPressure(now time.Time) *psi.Pressure {
+	if e.noPressure {
+		return nil
+	}
+	total := e.stalled
+	if !e.saturatedFrom.IsZero() {
+		total += now.Sub(e.saturatedFrom)
+	}
+	return &psi.Pressure{Some: psi.Line{Total: total}, Full: psi.Line{Total: total}}
 }
 
 func (e *execution) running() bool {
@@ -138,6 +161,87 @@ func (d *Driver) OOMKill(id string) bool {
 		return false
 	}
 	e.oomKills++
+	return true
+}
+
+// running returns execution id if it runs; mu is held.
+func (m *machine) running(id string) *execution {
+	if e := m.execs[id]; e != nil && e.running() {
+		return e
+	}
+	return nil
+}
+
+// SetProcesses makes procs the processes of a running execution's guest
+// besides its agent, as KillLargestProcess sees them; it reports false
+// when id does not run.
+func (d *Driver) SetProcesses(id string, procs []runtime.GuestProcess) bool {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	e := d.m.running(id)
+	if e == nil {
+		return false
+	}
+	e.procs = slices.Clone(procs)
+	return true
+}
+
+// Processes returns the processes of a running execution's guest besides
+// its agent: those of SetProcesses that KillLargestProcess left.
+func (d *Driver) Processes(id string) []runtime.GuestProcess {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	if e := d.m.running(id); e != nil {
+		return slices.Clone(e.procs)
+	}
+	return nil
+}
+
+// Saturate holds a running execution's memory at its limit: from now on
+// its memory stall total grows with the clock (every task stalled all the
+// time), until KillLargestProcess kills a process or Relieve. It reports
+// false when id does not run.
+func (d *Driver) Saturate(id string) bool {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	e := d.m.running(id)
+	if e == nil {
+		return false
+	}
+	if e.saturatedFrom.IsZero() {
+		e.saturatedFrom = time.Now()
+	}
+	return true
+}
+
+// Relieve ends the saturation of Saturate: the stall total stops growing.
+func (d *Driver) Relieve(id string) {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	if e := d.m.execs[id]; e != nil {
+		e.relieve(time.Now())
+	}
+}
+
+// relieve stops the growth of the stall total at now; mu is held.
+func (e *execution) relieve(now time.Time) {
+	if !e.saturatedFrom.IsZero() {
+		e.stalled += now.Sub(e.saturatedFrom)
+		e.saturatedFrom = time.Time{}
+	}
+}
+
+// WithoutPressure makes CheckGuest of a running execution report no
+// memory pressure, as on a kernel that does not account it; it reports
+// false when id does not run.
+func (d *Driver) WithoutPressure(id string) bool {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	e := d.m.running(id)
+	if e == nil {
+		return false
+	}
+	e.noPressure = true
 	return true
 }
 
@@ -365,8 +469,8 @@ func (d *Driver) Probe(ctx context.Context, id string) error {
 }
 
 // CheckGuest probes like Probe and reads the execution's OOM kill count
-// (see OOMKill); the boot ID is the execution's start count. See
-// runtime.Driver.
+// (see OOMKill) and memory pressure (see Saturate); the boot ID is the
+// execution's start count. See runtime.Driver.
 func (d *Driver) CheckGuest(ctx context.Context, id string) (runtime.GuestCheck, error) {
 	err := d.Probe(ctx, id)
 	if errors.Is(err, runtime.ErrNotFound) {
@@ -377,11 +481,37 @@ func (d *Driver) CheckGuest(ctx context.Context, id string) (runtime.GuestCheck,
 	c := runtime.GuestCheck{ProbeErr: err}
 	if e := d.m.execs[id]; e != nil {
 		c.OOMKills = e.oomKills
+		c.MemoryPressure = e.memoryPressure(time.Now())
 	}
 	if err == nil {
 		c.BootID = fmt.Sprint(d.m.starts[id])
 	}
 	return c, nil
+}
+
+// KillLargestProcess removes the process of SetProcesses that
+// runtime.LargestProcess chooses and ends a saturation (the memory it
+// held is free); see runtime.Driver.
+func (d *Driver) KillLargestProcess(ctx context.Context, id string) (runtime.GuestProcess, error) {
+	if err := ctx.Err(); err != nil {
+		return runtime.GuestProcess{}, err
+	}
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	e, err := d.m.get(id)
+	if err != nil {
+		return runtime.GuestProcess{}, err
+	}
+	if !e.running() {
+		return runtime.GuestProcess{}, fmt.Errorf("fake: execution %s does not run", id)
+	}
+	p, ok := runtime.LargestProcess(e.procs)
+	if !ok {
+		return runtime.GuestProcess{}, runtime.ErrNoProcess
+	}
+	e.procs = slices.DeleteFunc(e.procs, func(q runtime.GuestProcess) bool { return q.PID == p.PID })
+	e.relieve(time.Now())
+	return p, nil
 }
 
 // Status observes an execution; see runtime.Driver.

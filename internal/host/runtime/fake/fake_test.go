@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/kibotos/kibotos/internal/host/runtime"
 	"github.com/kibotos/kibotos/internal/host/runtime/drivertest"
@@ -57,6 +58,16 @@ func (m *machine) EndGuest(t *testing.T, id string, shutdown bool) {
 	if !m.d.Exit(id, runtime.Status{ExitCode: -1, Shutdown: shutdown}) {
 		t.Fatalf("EndGuest: %s does not run", id)
 	}
+}
+
+// Hog adds a process to the guest's processes.
+func (m *machine) Hog(t *testing.T, id string, bytes uint64) runtime.GuestProcess {
+	m.next++
+	p := runtime.GuestProcess{PID: int32(100 + m.next), Command: "hog", RSSBytes: bytes}
+	if !m.d.SetProcesses(id, append(m.d.Processes(id), p)) {
+		t.Fatalf("Hog: %s does not run", id)
+	}
+	return p
 }
 
 func (m *machine) AssertReleased(t *testing.T, spec runtime.Spec) {
@@ -122,5 +133,55 @@ func TestFaults(t *testing.T) {
 	}
 	if res, err := d.Stop(ctx, "x", runtime.StopNormal, 0); err != nil || !res.Confirmed {
 		t.Errorf("the next Stop = %+v, %v", res, err)
+	}
+}
+
+// TestMemoryKnobs: Saturate makes the memory stall total grow until
+// Relieve or a kill, and WithoutPressure hides it.
+func TestMemoryKnobs(t *testing.T) {
+	m := newMachine(t).(*machine)
+	d, ctx := m.d, context.Background()
+	if d.Saturate("x") || d.SetProcesses("x", nil) || d.WithoutPressure("x") {
+		t.Error("a knob took an execution that does not run")
+	}
+	if err := d.Start(ctx, m.Spec(t, "x")); err != nil {
+		t.Fatal(err)
+	}
+	full := func() time.Duration {
+		t.Helper()
+		c, err := d.CheckGuest(ctx, "x")
+		if err != nil || c.MemoryPressure == nil || c.MemoryPressure.Some != c.MemoryPressure.Full {
+			t.Fatalf("CheckGuest = %+v, %v", c, err)
+		}
+		return c.MemoryPressure.Full.Total
+	}
+	if got := full(); got != 0 {
+		t.Errorf("stall before Saturate: %s", got)
+	}
+	d.Saturate("x")
+	time.Sleep(time.Millisecond)
+	d.Relieve("x")
+	relieved := full()
+	if relieved < time.Millisecond || full() != relieved {
+		t.Errorf("stall after a saturated millisecond: %s, then %s", relieved, full())
+	}
+
+	d.SetProcesses("x", []runtime.GuestProcess{{PID: 1, Command: "kibotos-guest", RSSBytes: 1 << 30}, {PID: 7, Command: "sh", RSSBytes: 1 << 20}})
+	d.Saturate("x")
+	time.Sleep(time.Millisecond)
+	if p, err := d.KillLargestProcess(ctx, "x"); err != nil || p.PID != 7 {
+		t.Errorf("KillLargestProcess = %+v, %v", p, err)
+	}
+	killed := full()
+	if killed < relieved+time.Millisecond || full() != killed {
+		t.Errorf("stall after a kill: %s, then %s", killed, full())
+	}
+	if procs := d.Processes("x"); len(procs) != 1 || procs[0].PID != 1 {
+		t.Errorf("processes after the kill: %+v", procs)
+	}
+
+	d.WithoutPressure("x")
+	if c, err := d.CheckGuest(ctx, "x"); err != nil || c.MemoryPressure != nil {
+		t.Errorf("CheckGuest WithoutPressure = %+v, %v", c, err)
 	}
 }

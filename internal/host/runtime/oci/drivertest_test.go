@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -132,4 +134,27 @@ func (m *suiteMachine) AssertReleased(t *testing.T, spec runtime.Spec) {
 	if spec.Volume != nil {
 		assertNotAttached(t, spec.Volume.Image)
 	}
+}
+
+// Hog runs a shell in the guest that fills a variable with bytes and then
+// blocks opening a fifo nobody writes; the shell that starts it returns
+// the hog's PID once the variable is full (or fails once the hog ended).
+func (m *suiteMachine) Hog(t *testing.T, id string, bytes uint64) runtime.GuestProcess {
+	m.next++
+	h := fmt.Sprintf("/tmp/hog%d", m.next)
+	hog := fmt.Sprintf(`x=$(head -c %d /dev/zero | tr '\0' x); touch %s.held; read y <%[2]s`, bytes, h)
+	launch := fmt.Sprintf(`mkfifo %[1]s || exit 1
+sh -c "$1" </dev/null >/dev/null 2>&1 & hog=$!
+while [ ! -e %[1]s.held ]; do kill -0 $hog || exit 1; sleep 0.05; done; echo $hog`, h)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := m.d.Exec(ctx, id, "sh", "-c", launch, "sh", hog)
+	if err != nil {
+		t.Fatalf("Hog: %v", err)
+	}
+	pid, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 32)
+	if err != nil {
+		t.Fatalf("Hog: %q: %v", out, err)
+	}
+	return runtime.GuestProcess{PID: int32(pid), Command: "sh"}
 }

@@ -1,7 +1,6 @@
 package oci
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -84,10 +83,8 @@ func readCgroupMetrics(id string) (runtime.Metrics, error) {
 	}
 	unified := st.Type == unix.CGROUP2_SUPER_MAGIC
 	dir := filepath.Join(cgroupRoot, "memory", cg)
-	pressure := filepath.Join(cgroupRoot, "unified", cg, "memory.pressure")
 	if unified {
 		dir = filepath.Join(cgroupRoot, cg)
-		pressure = filepath.Join(dir, "memory.pressure")
 	}
 	procs, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 	if errors.Is(err, os.ErrNotExist) {
@@ -119,8 +116,9 @@ func readCgroupMetrics(id string) (runtime.Metrics, error) {
 			m.MemoryLimitBytes, err = readValue(filepath.Join(dir, "memory.limit_in_bytes"))
 		}
 	}
-	if err == nil {
-		m.MemorySomeAvg10, m.MemoryFullAvg10, err = readPressure(pressure)
+	// A kernel that keeps no pressure per cgroup has none: zero.
+	if p := memoryPressure(id); p != nil {
+		m.MemorySomeAvg10, m.MemoryFullAvg10 = p.Some.Avg10, p.Full.Avg10
 	}
 	return m, err
 }
@@ -154,48 +152,4 @@ func readKeyed(path, key string) (uint64, error) {
 		return 0, fmt.Errorf("%s: no %s", path, key)
 	}
 	return n, nil
-}
-
-// readPressure reads the avg10 of the "some" and "full" lines of a
-// pressure stall information file ("some avg10=0.12 avg60=... total=...").
-// A missing file (a kernel without PSI, or a cgroup layout without a
-// cgroup2 tree) is no pressure information: zero.
-func readPressure(path string) (some, full float64, err error) {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return 0, 0, nil
-	}
-	if err != nil {
-		return 0, 0, err
-	}
-	defer f.Close()
-	var seen int
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		kind, rest, _ := strings.Cut(sc.Text(), " ")
-		var dst *float64
-		switch kind {
-		case "some":
-			dst = &some
-		case "full":
-			dst = &full
-		default:
-			continue
-		}
-		for _, field := range strings.Fields(rest) {
-			if v, ok := strings.CutPrefix(field, "avg10="); ok {
-				if *dst, err = strconv.ParseFloat(v, 64); err != nil {
-					return 0, 0, fmt.Errorf("%s: %s avg10 %q is not a number", path, kind, v)
-				}
-				seen++
-			}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return 0, 0, err
-	}
-	if seen != 2 {
-		return 0, 0, fmt.Errorf("%s: no some and full avg10", path)
-	}
-	return some, full, nil
 }
