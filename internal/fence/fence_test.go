@@ -35,6 +35,7 @@ var parts = map[string]string{
 	"internal/netcheck":     leaf,
 	"internal/sessiontoken": leaf,
 	"internal/bearer":       leaf,
+	"internal/serviceconn":  leaf,
 	"internal/fence":        leaf,
 	"sdk":                   client,
 	"internal/cli":          client,
