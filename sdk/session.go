@@ -25,9 +25,10 @@ type Session struct {
 
 // dataPlane is one session and the data-plane clients that use it.
 type dataPlane struct {
-	session *Session
-	proc    datav1connect.ProcessServiceClient
-	files   datav1connect.FileServiceClient
+	session  *Session
+	proc     datav1connect.ProcessServiceClient
+	files    datav1connect.FileServiceClient
+	services datav1connect.ServiceServiceClient
 }
 
 // Session returns the handle's session, issuing one when it has none or
@@ -57,9 +58,10 @@ func (w *Workspace) dataPlane(ctx context.Context) (*dataPlane, error) {
 	}
 	opts := w.c.clientOptions(s.Token)
 	w.dp = &dataPlane{
-		session: s,
-		proc:    datav1connect.NewProcessServiceClient(w.c.hc, s.Endpoint, opts...),
-		files:   datav1connect.NewFileServiceClient(w.c.hc, s.Endpoint, opts...),
+		session:  s,
+		proc:     datav1connect.NewProcessServiceClient(w.c.hc, s.Endpoint, opts...),
+		files:    datav1connect.NewFileServiceClient(w.c.hc, s.Endpoint, opts...),
+		services: datav1connect.NewServiceServiceClient(w.c.hc, s.Endpoint, opts...),
 	}
 	return w.dp, nil
 }

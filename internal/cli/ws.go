@@ -50,6 +50,7 @@ func wsCommand() *cobra.Command {
 		wsCpCommand(c),
 		wsPsCommand(c),
 		wsLogsCommand(c),
+		wsPortForwardCommand(c),
 	)
 	return cmd
 }

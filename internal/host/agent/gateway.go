@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -53,10 +54,11 @@ const guestDialTimeout = 5 * time.Second
 func (a *Agent) Gateway() http.Handler {
 	g := &gateway{agent: a, errors: connect.NewErrorWriter(), now: time.Now}
 	g.proxy = &httputil.ReverseProxy{
-		Rewrite:       rewrite,
-		Transport:     a.guestTransport(),
-		FlushInterval: -1, // stream every write at once
-		ErrorHandler:  g.proxyError,
+		Rewrite:        rewrite,
+		Transport:      a.guestTransport(),
+		FlushInterval:  -1, // stream every write at once
+		ErrorHandler:   g.proxyError,
+		ModifyResponse: endRequestWithResponse,
 	}
 	return g
 }
@@ -90,6 +92,36 @@ type gateway struct {
 
 // executionKey carries the execution a verified call goes to.
 type executionKey struct{}
+
+// callerBodyKey carries the caller's request body.
+type callerBodyKey struct{}
+
+// endRequestWithResponse closes the caller's request body once the
+// guest's response has ended. A guest that ends a stream early (an error
+// while the caller still streams its request, as a ConnectService to a
+// closed port) reads no more of it; but the proxy waits, before it sends
+// the caller the end of the response, for the request body it forwards
+// to end, which a caller waiting for that response never does.
+func endRequestWithResponse(res *http.Response) error {
+	if body, ok := res.Request.Context().Value(callerBodyKey{}).(io.Closer); ok {
+		res.Body = &endsRequest{ReadCloser: res.Body, request: body}
+	}
+	return nil
+}
+
+// endsRequest is a response body that closes the request body at its end.
+type endsRequest struct {
+	io.ReadCloser
+	request io.Closer
+}
+
+func (b *endsRequest) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.request.Close()
+	}
+	return n, err
+}
 
 // rewrite addresses the outbound request to the execution and drops the
 // session token: the guest trusts the gateway, and the token is nobody
@@ -129,7 +161,8 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}()
-	g.proxy.ServeHTTP(w, r.WithContext(context.WithValue(ctx, executionKey{}, id)))
+	call := context.WithValue(context.WithValue(ctx, executionKey{}, id), callerBodyKey{}, r.Body)
+	g.proxy.ServeHTTP(w, r.WithContext(call))
 }
 
 // reauthorizeEvery is how often a running call's session is checked again.

@@ -193,6 +193,13 @@ func TestGatewayConnectService(t *testing.T) {
 		t.Errorf("the stream did not end: %v", err)
 	}
 
+	// The guest's error ends the call while the request stream is open.
+	ln.Close()
+	closed := services.ConnectService(ctx)
+	closed.Send(&datav1.ConnectServiceRequest{Port: port})
+	_, err = closed.Receive()
+	wantServiceError(t, "a closed port", err, connect.CodeUnavailable, ctrlv1.FailureStage_FAILURE_STAGE_CONNECTING_SERVICE)
+
 	other := datav1connect.NewServiceServiceClient(h2c(), e.url, bearer(retarget(sign(key(2), "ses_2", "ws_b", 1, time.Hour), "ws_a")))
 	refused := other.ConnectService(ctx)
 	refused.Send(&datav1.ConnectServiceRequest{Port: port})
