@@ -25,10 +25,11 @@ type Session struct {
 
 // dataPlane is one session and the data-plane clients that use it.
 type dataPlane struct {
-	session *Session
-	proc    datav1connect.ProcessServiceClient
-	files   datav1connect.FileServiceClient
-	metrics datav1connect.MetricsServiceClient
+	session  *Session
+	proc     datav1connect.ProcessServiceClient
+	files    datav1connect.FileServiceClient
+	metrics  datav1connect.MetricsServiceClient
+	services datav1connect.ServiceServiceClient
 }
 
 // Session returns the handle's session, issuing one when it has none or
@@ -58,10 +59,11 @@ func (w *Workspace) dataPlane(ctx context.Context) (*dataPlane, error) {
 	}
 	opts := w.c.clientOptions(s.Token)
 	w.dp = &dataPlane{
-		session: s,
-		proc:    datav1connect.NewProcessServiceClient(w.c.hc, s.Endpoint, opts...),
-		files:   datav1connect.NewFileServiceClient(w.c.hc, s.Endpoint, opts...),
-		metrics: datav1connect.NewMetricsServiceClient(w.c.hc, s.Endpoint, opts...),
+		session:  s,
+		proc:     datav1connect.NewProcessServiceClient(w.c.hc, s.Endpoint, opts...),
+		files:    datav1connect.NewFileServiceClient(w.c.hc, s.Endpoint, opts...),
+		metrics:  datav1connect.NewMetricsServiceClient(w.c.hc, s.Endpoint, opts...),
+		services: datav1connect.NewServiceServiceClient(w.c.hc, s.Endpoint, opts...),
 	}
 	return w.dp, nil
 }

@@ -36,6 +36,7 @@ var parts = map[string]string{
 	"internal/sessiontoken": leaf,
 	"internal/bearer":       leaf,
 	"internal/enumlabel":    leaf,
+	"internal/serviceconn":  leaf,
 	"internal/fence":        leaf,
 	"sdk":                   client,
 	"internal/cli":          client,

@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -103,6 +104,9 @@ type Agent struct {
 	probeEvery time.Duration
 	// counters are what the host counts for its metrics.
 	counters counters
+	// guestClient carries DialGuestPort's calls to the guest agents.
+	guestClient     *http.Client
+	guestClientOnce sync.Once
 }
 
 // Registered is closed once the host is registered with ctrl, so that

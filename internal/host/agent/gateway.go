@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -24,8 +25,7 @@ import (
 
 // This file is the data-plane gateway: it checks session tokens against
 // the assignments ctrl sent and streams each call to the guest agent of the
-// workspace's running execution, but for MetricsService, which it serves
-// itself (metrics.go).
+// workspace's running execution.
 
 // DataPlanePrefix is the path prefix of every kibotos.data.v1 call, the
 // pattern to mount Gateway at.
@@ -57,11 +57,23 @@ const guestDialTimeout = 5 * time.Second
 func (a *Agent) Gateway() http.Handler {
 	g := &gateway{agent: a, errors: connect.NewErrorWriter(), now: time.Now}
 	_, g.metrics = datav1connect.NewMetricsServiceHandler(&metricsService{agent: a, now: time.Now})
+	g.proxy = &httputil.ReverseProxy{
+		Rewrite:        rewrite,
+		Transport:      a.guestTransport(),
+		FlushInterval:  -1, // stream every write at once
+		ErrorHandler:   g.proxyError,
+		ModifyResponse: endRequestWithResponse,
+	}
+	return g
+}
+
+// guestTransport returns a transport that speaks cleartext HTTP/2 to the
+// guest agents' data sockets: a request's URL host is the execution ID.
+func (a *Agent) guestTransport() *http.Transport {
 	var protocols http.Protocols
 	protocols.SetUnencryptedHTTP2(true)
-	transport := &http.Transport{
+	return &http.Transport{
 		Protocols: &protocols,
-		// The proxy's URL host is the execution ID (see rewrite).
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
 			id, _, err := net.SplitHostPort(addr)
 			if err != nil {
@@ -73,13 +85,6 @@ func (a *Agent) Gateway() http.Handler {
 		},
 		IdleConnTimeout: 90 * time.Second,
 	}
-	g.proxy = &httputil.ReverseProxy{
-		Rewrite:       rewrite,
-		Transport:     transport,
-		FlushInterval: -1, // stream every write at once
-		ErrorHandler:  g.proxyError,
-	}
-	return g
 }
 
 type gateway struct {
@@ -93,6 +98,36 @@ type gateway struct {
 
 // executionKey carries the execution a verified call goes to.
 type executionKey struct{}
+
+// callerBodyKey carries the caller's request body.
+type callerBodyKey struct{}
+
+// endRequestWithResponse closes the caller's request body once the
+// guest's response has ended. A guest that ends a stream early (an error
+// while the caller still streams its request, as a ConnectService to a
+// closed port) reads no more of it; but the proxy waits, before it sends
+// the caller the end of the response, for the request body it forwards
+// to end, which a caller waiting for that response never does.
+func endRequestWithResponse(res *http.Response) error {
+	if body, ok := res.Request.Context().Value(callerBodyKey{}).(io.Closer); ok {
+		res.Body = &endsRequest{ReadCloser: res.Body, request: body}
+	}
+	return nil
+}
+
+// endsRequest is a response body that closes the request body at its end.
+type endsRequest struct {
+	io.ReadCloser
+	request io.Closer
+}
+
+func (b *endsRequest) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.request.Close()
+	}
+	return n, err
+}
 
 // rewrite addresses the outbound request to the execution and drops the
 // session token: the guest trusts the gateway, and the token is nobody
@@ -132,11 +167,12 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}()
+	call := context.WithValue(context.WithValue(ctx, executionKey{}, id), callerBodyKey{}, r.Body)
 	var next http.Handler = g.proxy
 	if strings.HasPrefix(r.URL.Path, "/"+datav1connect.MetricsServiceName+"/") {
 		next = g.metrics
 	}
-	next.ServeHTTP(w, r.WithContext(context.WithValue(ctx, executionKey{}, id)))
+	next.ServeHTTP(w, r.WithContext(call))
 }
 
 // reauthorizeEvery is how often a running call's session is checked again.

@@ -1,0 +1,204 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kibotos/kibotos/internal/testutil"
+)
+
+func TestParsePortPairs(t *testing.T) {
+	pairs, err := parsePortPairs([]string{"8080:80", ":5432", "0:22", "3000"})
+	want := []portPair{{8080, 80}, {0, 5432}, {0, 22}, {3000, 3000}}
+	if err != nil || fmt.Sprint(pairs) != fmt.Sprint(want) {
+		t.Errorf("parsePortPairs = %v, %v; want %v", pairs, err, want)
+	}
+	for _, bad := range []string{"0", "80:0", "80:", "70000:80", "80:70000", "a:80", "80:b", "1:2:3", "-1:80"} {
+		if _, err := parsePortPairs([]string{bad}); err == nil {
+			t.Errorf("parsePortPairs(%q) accepted", bad)
+		}
+	}
+}
+
+// forwarding is a `ws port-forward` running in-process.
+type forwarding struct {
+	stop   context.CancelFunc
+	done   chan error
+	stderr *testutil.SyncBuffer
+	// local maps each remote port to the local address forwarded to it.
+	local map[string]string
+}
+
+var forwardingLine = regexp.MustCompile(`Forwarding from (\S+) -> (\d+)\n`)
+
+// portForward runs `kibotos ws port-forward ID pairs...` until the test
+// ends, once it has printed a line for each pair.
+func (e *env) portForward(t *testing.T, id string, pairs ...string) *forwarding {
+	t.Helper()
+	root := &cobra.Command{Use: "kibotos", SilenceErrors: true, SilenceUsage: true}
+	root.AddCommand(Commands()...)
+	var stdout testutil.SyncBuffer
+	f := &forwarding{done: make(chan error, 1), stderr: new(testutil.SyncBuffer), local: map[string]string{}}
+	root.SetArgs(append([]string{"ws", "port-forward", "--addr", e.addr, "--token", e.token, id}, pairs...))
+	root.SetOut(&stdout)
+	root.SetErr(f.stderr)
+	ctx, cancel := context.WithCancel(context.Background())
+	f.stop = cancel
+	go func() { f.done <- root.ExecuteContext(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-f.done; err != nil {
+			t.Errorf("port-forward ended with %v", err)
+		}
+	})
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		lines := forwardingLine.FindAllStringSubmatch(stdout.String(), -1)
+		if len(lines) == len(pairs) {
+			for _, l := range lines {
+				f.local[l[2]] = l[1]
+			}
+			return f
+		}
+		select {
+		case err := <-f.done:
+			t.Fatalf("port-forward ended: %v\nstderr: %s", err, f.stderr.String())
+		default:
+		}
+	}
+	t.Fatalf("port-forward printed %q", stdout.String())
+	return nil
+}
+
+// serveInGuest starts a server in the workspace and waits until it
+// listens on port (looked up in /proc/net, not by connecting).
+func (e *env) serveInGuest(t *testing.T, id string, port int, script string) {
+	t.Helper()
+	if _, stderr, err := e.runData(t, "", "ws", "exec", id, "--", "sh", "-c", script+" >/dev/null 2>&1 &"); err != nil {
+		t.Fatalf("%q: %v\n%s", script, err, stderr)
+	}
+	listening := fmt.Sprintf(`awk '$4 == "0A" && $2 ~ /:%04X$/ { found = 1 } END { exit !found }' /proc/net/tcp /proc/net/tcp6`, port)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, _, err := e.runData(t, "", "ws", "exec", id, "--", "sh", "-c", listening); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%q never listened on port %d", script, port)
+		}
+	}
+}
+
+// get fetches a URL and returns its body.
+func get(t *testing.T, url string) []byte {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s, %v", url, resp.Status, err)
+	}
+	return body
+}
+
+// TestPortForward forwards a picked local port to a web server on the
+// guest's loopback, and a second one to a closed port: that connection
+// fails and is reported, the forwarding goes on.
+func TestPortForward(t *testing.T) {
+	e, id := newDataEnv(t)
+	e.sh(t, id, "mkdir -p /tmp/www && echo 'hello through the tunnel' > /tmp/www/index.html")
+	e.serveInGuest(t, id, 8000, "httpd -f -p 127.0.0.1:8000 -h /tmp/www")
+	f := e.portForward(t, id, ":8000", "0:9999")
+	url := "http://" + f.local["8000"] + "/index.html"
+	if body := get(t, url); string(body) != "hello through the tunnel\n" {
+		t.Errorf("body %q", body)
+	}
+
+	c, err := net.Dial("tcp", f.local["9999"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Read(make([]byte, 1)); n != 0 || err == nil {
+		t.Errorf("a connection to a closed guest port read %d bytes, %v", n, err)
+	}
+	c.Close()
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(f.stderr.String(), "port 9999"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no error reported: stderr %q", f.stderr.String())
+		}
+	}
+	if !strings.Contains(f.stderr.String(), "unavailable") {
+		t.Errorf("stderr %q", f.stderr.String())
+	}
+	if body := get(t, url); string(body) != "hello through the tunnel\n" {
+		t.Errorf("after a failed connection: body %q", body)
+	}
+}
+
+// TestPortForwardConcurrent sends 200 connections at once through one
+// forwarded port, each a download that must arrive whole.
+func TestPortForwardConcurrent(t *testing.T) {
+	e, id := newDataEnv(t)
+	// 256 KiB of pseudo-random bytes.
+	e.sh(t, id, "mkdir -p /tmp/www && head -c 262144 /dev/urandom > /tmp/www/blob")
+	want := sha256.Sum256(e.download(t, id, "/tmp/www/blob"))
+	e.serveInGuest(t, id, 8000, "httpd -f -p 127.0.0.1:8000 -h /tmp/www")
+	f := e.portForward(t, id, ":8000")
+	url := "http://" + f.local["8000"] + "/blob"
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	const conns = 200
+	var wg sync.WaitGroup
+	errs := make(chan error, conns)
+	start := make(chan struct{})
+	for range conns {
+		wg.Go(func() {
+			<-start
+			resp, err := client.Get(url)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer resp.Body.Close()
+			h := sha256.New()
+			if _, err := io.Copy(h, resp.Body); err != nil {
+				errs <- err
+				return
+			}
+			if !bytes.Equal(h.Sum(nil), want[:]) {
+				errs <- fmt.Errorf("a download's bytes differ")
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if s := f.stderr.String(); s != "" {
+		t.Errorf("port-forward reported: %s", s)
+	}
+}
+
+// download reads a guest file with `ws exec cat`.
+func (e *env) download(t *testing.T, id, path string) []byte {
+	t.Helper()
+	out, stderr, err := e.runData(t, "", "ws", "exec", id, "--", "cat", path)
+	if err != nil {
+		t.Fatalf("cat %s: %v\n%s", path, err, stderr)
+	}
+	return []byte(out)
+}
