@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"os"
 	"testing"
 	"time"
 
@@ -32,31 +31,24 @@ func (e *gatewayEnv) readMetrics(tok string, opts ...connect.ClientOption) (*dat
 }
 
 // slotBytes returns what the guest's link in the slot namespace at path
-// counts (its /proc/net/dev), after sending a datagram from there as a
-// guest would when send is set.
+// counts, after sending a datagram from there as a guest would when send
+// is set.
 func slotBytes(t *testing.T, path string, send bool) (received, sent uint64) {
 	t.Helper()
-	var dev []byte
-	if err := netnsfile.Do(path, func() error {
-		if send {
+	if send {
+		if err := netnsfile.Do(path, func() error {
 			c, err := net.Dial("udp4", "10.211.0.1:9")
 			if err != nil {
 				return err
 			}
-			c.Write([]byte("kibotos"))
-			c.Close()
+			defer c.Close()
+			_, err = c.Write([]byte("kibotos"))
+			return err
+		}); err != nil {
+			t.Fatal(err)
 		}
-		var err error
-		dev, err = os.ReadFile("/proc/thread-self/net/dev")
-		return err
-	}); err != nil {
-		t.Fatal(err)
 	}
-	received, sent, err := nettest.InterfaceBytes(string(dev), "eth0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return received, sent
+	return nettest.LinkBytes(t, path)
 }
 
 // TestGatewayServesMetrics: the gateway answers ReadMetrics itself, after

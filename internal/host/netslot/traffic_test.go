@@ -1,31 +1,11 @@
 package netslot_test
 
 import (
-	"os"
 	"testing"
 
-	"github.com/kibotos/kibotos/internal/host/netnsfile"
 	"github.com/kibotos/kibotos/internal/host/netslot"
 	"github.com/kibotos/kibotos/internal/testutil/nettest"
 )
-
-// guestBytes reads the bytes the guest's link received and sent, as a
-// guest reads them: /proc/net/dev inside the slot's namespace.
-func guestBytes(t *testing.T, s *netslot.Slot) (received, sent uint64) {
-	t.Helper()
-	var dev []byte
-	if err := netnsfile.Do(s.Path(), func() (err error) {
-		dev, err = os.ReadFile("/proc/thread-self/net/dev")
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	received, sent, err := nettest.InterfaceBytes(string(dev), "eth0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return received, sent
-}
 
 func traffic(t *testing.T, s *netslot.Slot) netslot.Traffic {
 	t.Helper()
@@ -43,7 +23,7 @@ func TestSlotTraffic(t *testing.T) {
 	s := newSlot(t)
 	before := traffic(t, s)
 	dnsRefused(t, s, "10.211.0.1:53")
-	received, sent := guestBytes(t, s)
+	received, sent := nettest.LinkBytes(t, s.Path())
 	after := traffic(t, s)
 	if received <= before.ReceivedBytes || received > after.ReceivedBytes {
 		t.Errorf("the guest received %d bytes; the slot counted %d before the exchange, %d after", received, before.ReceivedBytes, after.ReceivedBytes)

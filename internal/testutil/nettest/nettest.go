@@ -222,3 +222,22 @@ func InterfaceBytes(procNetDev, iface string) (received, sent uint64, err error)
 	}
 	return 0, 0, fmt.Errorf("no counters of %s in %q", iface, procNetDev)
 }
+
+// LinkBytes returns the bytes the guest's link (eth0) in the network
+// namespace bound at path received and sent, as the guest reads them: its
+// /proc/net/dev.
+func LinkBytes(t testing.TB, path string) (received, sent uint64) {
+	t.Helper()
+	var dev []byte
+	if err := netnsfile.Do(path, func() (err error) {
+		dev, err = os.ReadFile("/proc/thread-self/net/dev")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	received, sent, err := InterfaceBytes(string(dev), "eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return received, sent
+}
