@@ -974,7 +974,7 @@ type ExposureAssignment struct {
 	ExposureId string                 `protobuf:"bytes,1,opt,name=exposure_id,json=exposureId,proto3" json:"exposure_id,omitempty"`
 	Port       uint32                 `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
 	Auth       v1.ExposureAuth        `protobuf:"varint,3,opt,name=auth,proto3,enum=kibotos.ctrl.v1.ExposureAuth" json:"auth,omitempty"`
-	// token_sha256 is the SHA-256 of the secret part of the exposure's token
+	// token_sha256 is the SHA-256 of the exposure's token
 	// (<exposure_id>.<secret>) under TOKEN; the host never learns the token.
 	TokenSha256   []byte `protobuf:"bytes,4,opt,name=token_sha256,json=tokenSha256,proto3" json:"token_sha256,omitempty"`
 	unknownFields protoimpl.UnknownFields
