@@ -1,11 +1,11 @@
 // Command kibotos-guest is the guest agent: PID 1 of every execution. It
 // reaps orphans, answers the host's probes on /run/kibotos/agent.sock,
-// serves the data plane (kibotos.data.v1 processes and files, Connect over
-// h2c) on /run/kibotos/data.sock, and ends the guest cleanly on STOP or
-// SIGTERM. It is not dumpable, out of the reach of ptrace; started as
-// kibotos-exec it is the exec shim of the data plane (package
-// internal/guest/execshim). It is static; imports_test.go fences what it
-// may link.
+// serves the data plane (kibotos.data.v1 processes, files and TCP
+// services, Connect over h2c) on /run/kibotos/data.sock, and ends the
+// guest cleanly on STOP or SIGTERM. It is not dumpable, out of the reach
+// of ptrace; started as kibotos-exec it is the exec shim of the data plane
+// (package internal/guest/execshim). It is static; imports_test.go fences
+// what it may link.
 package main
 
 import (
@@ -71,7 +71,7 @@ func run() int {
 	}
 	procs := dataplane.NewProcessService(dataplane.ProcessConfig{Waiter: waiter, Logf: logf})
 	files := dataplane.NewFileService(dataplane.FileConfig{Logf: logf})
-	dataSrv := dataplane.NewServer(dataplane.NewHandler(procs, files))
+	dataSrv := dataplane.NewServer(dataplane.NewHandler(procs, files, dataplane.NewServiceService()))
 
 	ln, err := listen(*socket)
 	if err != nil {

@@ -36,6 +36,7 @@ var parts = map[string]string{
 	"internal/sessiontoken": leaf,
 	"internal/exposureabi":  leaf,
 	"internal/bearer":       leaf,
+	"internal/serviceconn":  leaf,
 	"internal/fence":        leaf,
 	"sdk":                   client,
 	"internal/cli":          client,

@@ -26,6 +26,7 @@ type testEnv struct {
 	files *FileService
 	pc    datav1connect.ProcessServiceClient
 	fc    datav1connect.FileServiceClient
+	sc    datav1connect.ServiceServiceClient
 }
 
 func newTestEnv(t *testing.T) *testEnv {
@@ -41,7 +42,7 @@ func newTestEnv(t *testing.T) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(NewHandler(e.procs, e.files))
+	srv := NewServer(NewHandler(e.procs, e.files, NewServiceService()))
 	go srv.Serve(ln)
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -54,6 +55,7 @@ func newTestEnv(t *testing.T) *testEnv {
 	hc := &http.Client{Transport: tr}
 	e.pc = datav1connect.NewProcessServiceClient(hc, "http://guest")
 	e.fc = datav1connect.NewFileServiceClient(hc, "http://guest")
+	e.sc = datav1connect.NewServiceServiceClient(hc, "http://guest")
 	t.Cleanup(func() {
 		// End what the test started, then the server.
 		if err := e.procs.Terminate(time.Second); err != nil {

@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -92,6 +93,9 @@ type Agent struct {
 	readyTimeout time.Duration
 	// probeEvery is how often running guests are probed.
 	probeEvery time.Duration
+	// guestClient carries DialGuestPort's calls to the guest agents.
+	guestClient     *http.Client
+	guestClientOnce sync.Once
 }
 
 // Registered is closed once the host is registered with ctrl, so that

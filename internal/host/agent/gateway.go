@@ -52,11 +52,22 @@ const guestDialTimeout = 5 * time.Second
 // call it once.
 func (a *Agent) Gateway() http.Handler {
 	g := &gateway{agent: a, errors: connect.NewErrorWriter(), now: time.Now}
+	g.proxy = &httputil.ReverseProxy{
+		Rewrite:       rewrite,
+		Transport:     a.guestTransport(),
+		FlushInterval: -1, // stream every write at once
+		ErrorHandler:  g.proxyError,
+	}
+	return g
+}
+
+// guestTransport returns a transport that speaks cleartext HTTP/2 to the
+// guest agents' data sockets: a request's URL host is the execution ID.
+func (a *Agent) guestTransport() *http.Transport {
 	var protocols http.Protocols
 	protocols.SetUnencryptedHTTP2(true)
-	transport := &http.Transport{
+	return &http.Transport{
 		Protocols: &protocols,
-		// The proxy's URL host is the execution ID (see rewrite).
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
 			id, _, err := net.SplitHostPort(addr)
 			if err != nil {
@@ -68,13 +79,6 @@ func (a *Agent) Gateway() http.Handler {
 		},
 		IdleConnTimeout: 90 * time.Second,
 	}
-	g.proxy = &httputil.ReverseProxy{
-		Rewrite:       rewrite,
-		Transport:     transport,
-		FlushInterval: -1, // stream every write at once
-		ErrorHandler:  g.proxyError,
-	}
-	return g
 }
 
 type gateway struct {

@@ -17,6 +17,7 @@ import (
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/guest/dataplane"
 	"github.com/kibotos/kibotos/internal/host/runtime"
 	"github.com/kibotos/kibotos/internal/host/runtime/fake"
 	"github.com/kibotos/kibotos/internal/sessiontoken"
@@ -105,6 +106,8 @@ func newGatewayEnv(t *testing.T) *gatewayEnv {
 	mux := http.NewServeMux()
 	mux.Handle(datav1connect.NewFileServiceHandler(g))
 	mux.Handle(datav1connect.NewProcessServiceHandler(g))
+	// The guest agent's own ServiceService: it dials the test's loopback.
+	mux.Handle(datav1connect.NewServiceServiceHandler(dataplane.NewServiceService()))
 	drv := fake.New()
 	drv.ServeDataPlane(mux)
 	// Only ws_a-2 runs; the driver has no guest for the others.

@@ -1091,6 +1091,129 @@ func (*ResizeTerminalResponse) Descriptor() ([]byte, []int) {
 	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{15}
 }
 
+// ConnectServiceRequest is one message of ConnectService's request stream.
+type ConnectServiceRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// port is the guest TCP port, 1-65535, in the first message and only
+	// there (a later message naming one is invalid_argument).
+	Port uint32 `protobuf:"varint,1,opt,name=port,proto3" json:"port,omitempty"`
+	// data are bytes to write to the connection.
+	Data          []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConnectServiceRequest) Reset() {
+	*x = ConnectServiceRequest{}
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConnectServiceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConnectServiceRequest) ProtoMessage() {}
+
+func (x *ConnectServiceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConnectServiceRequest.ProtoReflect.Descriptor instead.
+func (*ConnectServiceRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ConnectServiceRequest) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *ConnectServiceRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// ConnectServiceResponse is one message of ConnectService's response
+// stream.
+type ConnectServiceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// connected is set on the first message only: the guest connected to
+	// the port.
+	Connected bool `protobuf:"varint,1,opt,name=connected,proto3" json:"connected,omitempty"`
+	// data are bytes the service sent, in order.
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	// eof says the service shut the connection down for writing: no data
+	// follows.
+	Eof           bool `protobuf:"varint,3,opt,name=eof,proto3" json:"eof,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConnectServiceResponse) Reset() {
+	*x = ConnectServiceResponse{}
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConnectServiceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConnectServiceResponse) ProtoMessage() {}
+
+func (x *ConnectServiceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConnectServiceResponse.ProtoReflect.Descriptor instead.
+func (*ConnectServiceResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ConnectServiceResponse) GetConnected() bool {
+	if x != nil {
+		return x.Connected
+	}
+	return false
+}
+
+func (x *ConnectServiceResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ConnectServiceResponse) GetEof() bool {
+	if x != nil {
+		return x.Eof
+	}
+	return false
+}
+
 // FileInfo is a file's metadata.
 type FileInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1111,7 +1234,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[16]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1123,7 +1246,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[16]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1136,7 +1259,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{16}
+	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *FileInfo) GetPath() string {
@@ -1213,7 +1336,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[17]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1225,7 +1348,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[17]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1238,7 +1361,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{17}
+	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReadFileRequest) GetPath() string {
@@ -1268,7 +1391,7 @@ type ReadFileResponse struct {
 
 func (x *ReadFileResponse) Reset() {
 	*x = ReadFileResponse{}
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[18]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1280,7 +1403,7 @@ func (x *ReadFileResponse) String() string {
 func (*ReadFileResponse) ProtoMessage() {}
 
 func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[18]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1293,7 +1416,7 @@ func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadFileResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{18}
+	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReadFileResponse) GetData() []byte {
@@ -1323,7 +1446,7 @@ type WriteFileStart struct {
 
 func (x *WriteFileStart) Reset() {
 	*x = WriteFileStart{}
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[19]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1335,7 +1458,7 @@ func (x *WriteFileStart) String() string {
 func (*WriteFileStart) ProtoMessage() {}
 
 func (x *WriteFileStart) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[19]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1348,7 +1471,7 @@ func (x *WriteFileStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileStart.ProtoReflect.Descriptor instead.
 func (*WriteFileStart) Descriptor() ([]byte, []int) {
-	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{19}
+	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WriteFileStart) GetPath() string {
@@ -1386,7 +1509,7 @@ type WriteFileRequest struct {
 
 func (x *WriteFileRequest) Reset() {
 	*x = WriteFileRequest{}
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[20]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1398,7 +1521,7 @@ func (x *WriteFileRequest) String() string {
 func (*WriteFileRequest) ProtoMessage() {}
 
 func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[20]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1411,7 +1534,7 @@ func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
 func (*WriteFileRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{20}
+	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WriteFileRequest) GetPart() isWriteFileRequest_Part {
@@ -1465,7 +1588,7 @@ type WriteFileResponse struct {
 
 func (x *WriteFileResponse) Reset() {
 	*x = WriteFileResponse{}
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[21]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1477,7 +1600,7 @@ func (x *WriteFileResponse) String() string {
 func (*WriteFileResponse) ProtoMessage() {}
 
 func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[21]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1490,7 +1613,7 @@ func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileResponse.ProtoReflect.Descriptor instead.
 func (*WriteFileResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{21}
+	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WriteFileResponse) GetFile() *FileInfo {
@@ -1512,7 +1635,7 @@ type DeleteFileRequest struct {
 
 func (x *DeleteFileRequest) Reset() {
 	*x = DeleteFileRequest{}
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[22]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1524,7 +1647,7 @@ func (x *DeleteFileRequest) String() string {
 func (*DeleteFileRequest) ProtoMessage() {}
 
 func (x *DeleteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[22]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1537,7 +1660,7 @@ func (x *DeleteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFileRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFileRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{22}
+	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeleteFileRequest) GetPath() string {
@@ -1570,7 +1693,7 @@ type DeleteFileResponse struct {
 
 func (x *DeleteFileResponse) Reset() {
 	*x = DeleteFileResponse{}
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[23]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1582,7 +1705,7 @@ func (x *DeleteFileResponse) String() string {
 func (*DeleteFileResponse) ProtoMessage() {}
 
 func (x *DeleteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[23]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1595,7 +1718,7 @@ func (x *DeleteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFileResponse.ProtoReflect.Descriptor instead.
 func (*DeleteFileResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{23}
+	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{25}
 }
 
 // InspectFileRequest is the input of InspectFile.
@@ -1609,7 +1732,7 @@ type InspectFileRequest struct {
 
 func (x *InspectFileRequest) Reset() {
 	*x = InspectFileRequest{}
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[24]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1621,7 +1744,7 @@ func (x *InspectFileRequest) String() string {
 func (*InspectFileRequest) ProtoMessage() {}
 
 func (x *InspectFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[24]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1634,7 +1757,7 @@ func (x *InspectFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectFileRequest.ProtoReflect.Descriptor instead.
 func (*InspectFileRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{24}
+	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *InspectFileRequest) GetPath() string {
@@ -1661,7 +1784,7 @@ type InspectFileResponse struct {
 
 func (x *InspectFileResponse) Reset() {
 	*x = InspectFileResponse{}
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[25]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1673,7 +1796,7 @@ func (x *InspectFileResponse) String() string {
 func (*InspectFileResponse) ProtoMessage() {}
 
 func (x *InspectFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[25]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1686,7 +1809,7 @@ func (x *InspectFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectFileResponse.ProtoReflect.Descriptor instead.
 func (*InspectFileResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{25}
+	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *InspectFileResponse) GetFile() *FileInfo {
@@ -1708,7 +1831,7 @@ type MoveFileRequest struct {
 
 func (x *MoveFileRequest) Reset() {
 	*x = MoveFileRequest{}
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[26]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1720,7 +1843,7 @@ func (x *MoveFileRequest) String() string {
 func (*MoveFileRequest) ProtoMessage() {}
 
 func (x *MoveFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[26]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1733,7 +1856,7 @@ func (x *MoveFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveFileRequest.ProtoReflect.Descriptor instead.
 func (*MoveFileRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{26}
+	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *MoveFileRequest) GetSource() string {
@@ -1767,7 +1890,7 @@ type MoveFileResponse struct {
 
 func (x *MoveFileResponse) Reset() {
 	*x = MoveFileResponse{}
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[27]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1779,7 +1902,7 @@ func (x *MoveFileResponse) String() string {
 func (*MoveFileResponse) ProtoMessage() {}
 
 func (x *MoveFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[27]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1792,7 +1915,7 @@ func (x *MoveFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveFileResponse.ProtoReflect.Descriptor instead.
 func (*MoveFileResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{27}
+	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *MoveFileResponse) GetFile() *FileInfo {
@@ -1816,7 +1939,7 @@ type CreateDirectoryRequest struct {
 
 func (x *CreateDirectoryRequest) Reset() {
 	*x = CreateDirectoryRequest{}
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[28]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1828,7 +1951,7 @@ func (x *CreateDirectoryRequest) String() string {
 func (*CreateDirectoryRequest) ProtoMessage() {}
 
 func (x *CreateDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[28]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1841,7 +1964,7 @@ func (x *CreateDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*CreateDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{28}
+	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CreateDirectoryRequest) GetPath() string {
@@ -1882,7 +2005,7 @@ type CreateDirectoryResponse struct {
 
 func (x *CreateDirectoryResponse) Reset() {
 	*x = CreateDirectoryResponse{}
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[29]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1894,7 +2017,7 @@ func (x *CreateDirectoryResponse) String() string {
 func (*CreateDirectoryResponse) ProtoMessage() {}
 
 func (x *CreateDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[29]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1907,7 +2030,7 @@ func (x *CreateDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*CreateDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{29}
+	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CreateDirectoryResponse) GetDirectory() *FileInfo {
@@ -1930,7 +2053,7 @@ type ListDirectoryRequest struct {
 
 func (x *ListDirectoryRequest) Reset() {
 	*x = ListDirectoryRequest{}
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[30]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1942,7 +2065,7 @@ func (x *ListDirectoryRequest) String() string {
 func (*ListDirectoryRequest) ProtoMessage() {}
 
 func (x *ListDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[30]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1955,7 +2078,7 @@ func (x *ListDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*ListDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{30}
+	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListDirectoryRequest) GetPath() string {
@@ -1989,7 +2112,7 @@ type ListDirectoryResponse struct {
 
 func (x *ListDirectoryResponse) Reset() {
 	*x = ListDirectoryResponse{}
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[31]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2001,7 +2124,7 @@ func (x *ListDirectoryResponse) String() string {
 func (*ListDirectoryResponse) ProtoMessage() {}
 
 func (x *ListDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[31]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2014,7 +2137,7 @@ func (x *ListDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*ListDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{31}
+	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListDirectoryResponse) GetEntries() []*FileInfo {
@@ -2036,7 +2159,7 @@ type WatchDirectoryRequest struct {
 
 func (x *WatchDirectoryRequest) Reset() {
 	*x = WatchDirectoryRequest{}
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[32]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2048,7 +2171,7 @@ func (x *WatchDirectoryRequest) String() string {
 func (*WatchDirectoryRequest) ProtoMessage() {}
 
 func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[32]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2061,7 +2184,7 @@ func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*WatchDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{32}
+	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WatchDirectoryRequest) GetPath() string {
@@ -2096,7 +2219,7 @@ type WatchDirectoryResponse struct {
 
 func (x *WatchDirectoryResponse) Reset() {
 	*x = WatchDirectoryResponse{}
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[33]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2108,7 +2231,7 @@ func (x *WatchDirectoryResponse) String() string {
 func (*WatchDirectoryResponse) ProtoMessage() {}
 
 func (x *WatchDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[33]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2121,7 +2244,7 @@ func (x *WatchDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*WatchDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{33}
+	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WatchDirectoryResponse) GetPath() string {
@@ -2148,7 +2271,7 @@ type ProcessEvent_Started struct {
 
 func (x *ProcessEvent_Started) Reset() {
 	*x = ProcessEvent_Started{}
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[35]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2160,7 +2283,7 @@ func (x *ProcessEvent_Started) String() string {
 func (*ProcessEvent_Started) ProtoMessage() {}
 
 func (x *ProcessEvent_Started) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[35]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2195,7 +2318,7 @@ type ProcessEvent_Exited struct {
 
 func (x *ProcessEvent_Exited) Reset() {
 	*x = ProcessEvent_Exited{}
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[36]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2207,7 +2330,7 @@ func (x *ProcessEvent_Exited) String() string {
 func (*ProcessEvent_Exited) ProtoMessage() {}
 
 func (x *ProcessEvent_Exited) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[36]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2301,7 +2424,14 @@ const file_kibotos_data_v1_data_proto_rawDesc = "" +
 	"\x15ResizeTerminalRequest\x12:\n" +
 	"\aprocess\x18\x01 \x01(\v2 .kibotos.data.v1.ProcessSelectorR\aprocess\x12(\n" +
 	"\x04size\x18\x02 \x01(\v2\x14.kibotos.data.v1.PtyR\x04size\"\x18\n" +
-	"\x16ResizeTerminalResponse\"\x99\x02\n" +
+	"\x16ResizeTerminalResponse\"?\n" +
+	"\x15ConnectServiceRequest\x12\x12\n" +
+	"\x04port\x18\x01 \x01(\rR\x04port\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"\\\n" +
+	"\x16ConnectServiceResponse\x12\x1c\n" +
+	"\tconnected\x18\x01 \x01(\bR\tconnected\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x10\n" +
+	"\x03eof\x18\x03 \x01(\bR\x03eof\"\x99\x02\n" +
 	"\bFileInfo\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12-\n" +
@@ -2386,7 +2516,9 @@ const file_kibotos_data_v1_data_proto_rawDesc = "" +
 	"\n" +
 	"CloseInput\x12\".kibotos.data.v1.CloseInputRequest\x1a#.kibotos.data.v1.CloseInputResponse\x12^\n" +
 	"\rSignalProcess\x12%.kibotos.data.v1.SignalProcessRequest\x1a&.kibotos.data.v1.SignalProcessResponse\x12a\n" +
-	"\x0eResizeTerminal\x12&.kibotos.data.v1.ResizeTerminalRequest\x1a'.kibotos.data.v1.ResizeTerminalResponse2\xe3\x05\n" +
+	"\x0eResizeTerminal\x12&.kibotos.data.v1.ResizeTerminalRequest\x1a'.kibotos.data.v1.ResizeTerminalResponse2w\n" +
+	"\x0eServiceService\x12e\n" +
+	"\x0eConnectService\x12&.kibotos.data.v1.ConnectServiceRequest\x1a'.kibotos.data.v1.ConnectServiceResponse(\x010\x012\xe3\x05\n" +
 	"\vFileService\x12Q\n" +
 	"\bReadFile\x12 .kibotos.data.v1.ReadFileRequest\x1a!.kibotos.data.v1.ReadFileResponse0\x01\x12T\n" +
 	"\tWriteFile\x12!.kibotos.data.v1.WriteFileRequest\x1a\".kibotos.data.v1.WriteFileResponse(\x01\x12U\n" +
@@ -2412,7 +2544,7 @@ func file_kibotos_data_v1_data_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_data_v1_data_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_kibotos_data_v1_data_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_kibotos_data_v1_data_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_kibotos_data_v1_data_proto_goTypes = []any{
 	(FileType)(0),                   // 0: kibotos.data.v1.FileType
 	(FileEventType)(0),              // 1: kibotos.data.v1.FileEventType
@@ -2432,37 +2564,39 @@ var file_kibotos_data_v1_data_proto_goTypes = []any{
 	(*SignalProcessResponse)(nil),   // 15: kibotos.data.v1.SignalProcessResponse
 	(*ResizeTerminalRequest)(nil),   // 16: kibotos.data.v1.ResizeTerminalRequest
 	(*ResizeTerminalResponse)(nil),  // 17: kibotos.data.v1.ResizeTerminalResponse
-	(*FileInfo)(nil),                // 18: kibotos.data.v1.FileInfo
-	(*ReadFileRequest)(nil),         // 19: kibotos.data.v1.ReadFileRequest
-	(*ReadFileResponse)(nil),        // 20: kibotos.data.v1.ReadFileResponse
-	(*WriteFileStart)(nil),          // 21: kibotos.data.v1.WriteFileStart
-	(*WriteFileRequest)(nil),        // 22: kibotos.data.v1.WriteFileRequest
-	(*WriteFileResponse)(nil),       // 23: kibotos.data.v1.WriteFileResponse
-	(*DeleteFileRequest)(nil),       // 24: kibotos.data.v1.DeleteFileRequest
-	(*DeleteFileResponse)(nil),      // 25: kibotos.data.v1.DeleteFileResponse
-	(*InspectFileRequest)(nil),      // 26: kibotos.data.v1.InspectFileRequest
-	(*InspectFileResponse)(nil),     // 27: kibotos.data.v1.InspectFileResponse
-	(*MoveFileRequest)(nil),         // 28: kibotos.data.v1.MoveFileRequest
-	(*MoveFileResponse)(nil),        // 29: kibotos.data.v1.MoveFileResponse
-	(*CreateDirectoryRequest)(nil),  // 30: kibotos.data.v1.CreateDirectoryRequest
-	(*CreateDirectoryResponse)(nil), // 31: kibotos.data.v1.CreateDirectoryResponse
-	(*ListDirectoryRequest)(nil),    // 32: kibotos.data.v1.ListDirectoryRequest
-	(*ListDirectoryResponse)(nil),   // 33: kibotos.data.v1.ListDirectoryResponse
-	(*WatchDirectoryRequest)(nil),   // 34: kibotos.data.v1.WatchDirectoryRequest
-	(*WatchDirectoryResponse)(nil),  // 35: kibotos.data.v1.WatchDirectoryResponse
-	nil,                             // 36: kibotos.data.v1.StartProcessRequest.EnvEntry
-	(*ProcessEvent_Started)(nil),    // 37: kibotos.data.v1.ProcessEvent.Started
-	(*ProcessEvent_Exited)(nil),     // 38: kibotos.data.v1.ProcessEvent.Exited
-	(*timestamppb.Timestamp)(nil),   // 39: google.protobuf.Timestamp
+	(*ConnectServiceRequest)(nil),   // 18: kibotos.data.v1.ConnectServiceRequest
+	(*ConnectServiceResponse)(nil),  // 19: kibotos.data.v1.ConnectServiceResponse
+	(*FileInfo)(nil),                // 20: kibotos.data.v1.FileInfo
+	(*ReadFileRequest)(nil),         // 21: kibotos.data.v1.ReadFileRequest
+	(*ReadFileResponse)(nil),        // 22: kibotos.data.v1.ReadFileResponse
+	(*WriteFileStart)(nil),          // 23: kibotos.data.v1.WriteFileStart
+	(*WriteFileRequest)(nil),        // 24: kibotos.data.v1.WriteFileRequest
+	(*WriteFileResponse)(nil),       // 25: kibotos.data.v1.WriteFileResponse
+	(*DeleteFileRequest)(nil),       // 26: kibotos.data.v1.DeleteFileRequest
+	(*DeleteFileResponse)(nil),      // 27: kibotos.data.v1.DeleteFileResponse
+	(*InspectFileRequest)(nil),      // 28: kibotos.data.v1.InspectFileRequest
+	(*InspectFileResponse)(nil),     // 29: kibotos.data.v1.InspectFileResponse
+	(*MoveFileRequest)(nil),         // 30: kibotos.data.v1.MoveFileRequest
+	(*MoveFileResponse)(nil),        // 31: kibotos.data.v1.MoveFileResponse
+	(*CreateDirectoryRequest)(nil),  // 32: kibotos.data.v1.CreateDirectoryRequest
+	(*CreateDirectoryResponse)(nil), // 33: kibotos.data.v1.CreateDirectoryResponse
+	(*ListDirectoryRequest)(nil),    // 34: kibotos.data.v1.ListDirectoryRequest
+	(*ListDirectoryResponse)(nil),   // 35: kibotos.data.v1.ListDirectoryResponse
+	(*WatchDirectoryRequest)(nil),   // 36: kibotos.data.v1.WatchDirectoryRequest
+	(*WatchDirectoryResponse)(nil),  // 37: kibotos.data.v1.WatchDirectoryResponse
+	nil,                             // 38: kibotos.data.v1.StartProcessRequest.EnvEntry
+	(*ProcessEvent_Started)(nil),    // 39: kibotos.data.v1.ProcessEvent.Started
+	(*ProcessEvent_Exited)(nil),     // 40: kibotos.data.v1.ProcessEvent.Exited
+	(*timestamppb.Timestamp)(nil),   // 41: google.protobuf.Timestamp
 }
 var file_kibotos_data_v1_data_proto_depIdxs = []int32{
-	36, // 0: kibotos.data.v1.StartProcessRequest.env:type_name -> kibotos.data.v1.StartProcessRequest.EnvEntry
+	38, // 0: kibotos.data.v1.StartProcessRequest.env:type_name -> kibotos.data.v1.StartProcessRequest.EnvEntry
 	2,  // 1: kibotos.data.v1.StartProcessRequest.pty:type_name -> kibotos.data.v1.Pty
-	37, // 2: kibotos.data.v1.ProcessEvent.started:type_name -> kibotos.data.v1.ProcessEvent.Started
-	38, // 3: kibotos.data.v1.ProcessEvent.exited:type_name -> kibotos.data.v1.ProcessEvent.Exited
+	39, // 2: kibotos.data.v1.ProcessEvent.started:type_name -> kibotos.data.v1.ProcessEvent.Started
+	40, // 3: kibotos.data.v1.ProcessEvent.exited:type_name -> kibotos.data.v1.ProcessEvent.Exited
 	5,  // 4: kibotos.data.v1.ConnectProcessRequest.process:type_name -> kibotos.data.v1.ProcessSelector
-	39, // 5: kibotos.data.v1.ProcessInfo.started_at:type_name -> google.protobuf.Timestamp
-	38, // 6: kibotos.data.v1.ProcessInfo.exited:type_name -> kibotos.data.v1.ProcessEvent.Exited
+	41, // 5: kibotos.data.v1.ProcessInfo.started_at:type_name -> google.protobuf.Timestamp
+	40, // 6: kibotos.data.v1.ProcessInfo.exited:type_name -> kibotos.data.v1.ProcessEvent.Exited
 	8,  // 7: kibotos.data.v1.ListProcessesResponse.processes:type_name -> kibotos.data.v1.ProcessInfo
 	5,  // 8: kibotos.data.v1.SendInputRequest.process:type_name -> kibotos.data.v1.ProcessSelector
 	5,  // 9: kibotos.data.v1.CloseInputRequest.process:type_name -> kibotos.data.v1.ProcessSelector
@@ -2470,14 +2604,14 @@ var file_kibotos_data_v1_data_proto_depIdxs = []int32{
 	5,  // 11: kibotos.data.v1.ResizeTerminalRequest.process:type_name -> kibotos.data.v1.ProcessSelector
 	2,  // 12: kibotos.data.v1.ResizeTerminalRequest.size:type_name -> kibotos.data.v1.Pty
 	0,  // 13: kibotos.data.v1.FileInfo.type:type_name -> kibotos.data.v1.FileType
-	39, // 14: kibotos.data.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
-	18, // 15: kibotos.data.v1.ReadFileResponse.file:type_name -> kibotos.data.v1.FileInfo
-	21, // 16: kibotos.data.v1.WriteFileRequest.start:type_name -> kibotos.data.v1.WriteFileStart
-	18, // 17: kibotos.data.v1.WriteFileResponse.file:type_name -> kibotos.data.v1.FileInfo
-	18, // 18: kibotos.data.v1.InspectFileResponse.file:type_name -> kibotos.data.v1.FileInfo
-	18, // 19: kibotos.data.v1.MoveFileResponse.file:type_name -> kibotos.data.v1.FileInfo
-	18, // 20: kibotos.data.v1.CreateDirectoryResponse.directory:type_name -> kibotos.data.v1.FileInfo
-	18, // 21: kibotos.data.v1.ListDirectoryResponse.entries:type_name -> kibotos.data.v1.FileInfo
+	41, // 14: kibotos.data.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	20, // 15: kibotos.data.v1.ReadFileResponse.file:type_name -> kibotos.data.v1.FileInfo
+	23, // 16: kibotos.data.v1.WriteFileRequest.start:type_name -> kibotos.data.v1.WriteFileStart
+	20, // 17: kibotos.data.v1.WriteFileResponse.file:type_name -> kibotos.data.v1.FileInfo
+	20, // 18: kibotos.data.v1.InspectFileResponse.file:type_name -> kibotos.data.v1.FileInfo
+	20, // 19: kibotos.data.v1.MoveFileResponse.file:type_name -> kibotos.data.v1.FileInfo
+	20, // 20: kibotos.data.v1.CreateDirectoryResponse.directory:type_name -> kibotos.data.v1.FileInfo
+	20, // 21: kibotos.data.v1.ListDirectoryResponse.entries:type_name -> kibotos.data.v1.FileInfo
 	1,  // 22: kibotos.data.v1.WatchDirectoryResponse.type:type_name -> kibotos.data.v1.FileEventType
 	3,  // 23: kibotos.data.v1.ProcessService.StartProcess:input_type -> kibotos.data.v1.StartProcessRequest
 	6,  // 24: kibotos.data.v1.ProcessService.ConnectProcess:input_type -> kibotos.data.v1.ConnectProcessRequest
@@ -2486,31 +2620,33 @@ var file_kibotos_data_v1_data_proto_depIdxs = []int32{
 	12, // 27: kibotos.data.v1.ProcessService.CloseInput:input_type -> kibotos.data.v1.CloseInputRequest
 	14, // 28: kibotos.data.v1.ProcessService.SignalProcess:input_type -> kibotos.data.v1.SignalProcessRequest
 	16, // 29: kibotos.data.v1.ProcessService.ResizeTerminal:input_type -> kibotos.data.v1.ResizeTerminalRequest
-	19, // 30: kibotos.data.v1.FileService.ReadFile:input_type -> kibotos.data.v1.ReadFileRequest
-	22, // 31: kibotos.data.v1.FileService.WriteFile:input_type -> kibotos.data.v1.WriteFileRequest
-	24, // 32: kibotos.data.v1.FileService.DeleteFile:input_type -> kibotos.data.v1.DeleteFileRequest
-	26, // 33: kibotos.data.v1.FileService.InspectFile:input_type -> kibotos.data.v1.InspectFileRequest
-	28, // 34: kibotos.data.v1.FileService.MoveFile:input_type -> kibotos.data.v1.MoveFileRequest
-	30, // 35: kibotos.data.v1.FileService.CreateDirectory:input_type -> kibotos.data.v1.CreateDirectoryRequest
-	32, // 36: kibotos.data.v1.FileService.ListDirectory:input_type -> kibotos.data.v1.ListDirectoryRequest
-	34, // 37: kibotos.data.v1.FileService.WatchDirectory:input_type -> kibotos.data.v1.WatchDirectoryRequest
-	4,  // 38: kibotos.data.v1.ProcessService.StartProcess:output_type -> kibotos.data.v1.ProcessEvent
-	4,  // 39: kibotos.data.v1.ProcessService.ConnectProcess:output_type -> kibotos.data.v1.ProcessEvent
-	9,  // 40: kibotos.data.v1.ProcessService.ListProcesses:output_type -> kibotos.data.v1.ListProcessesResponse
-	11, // 41: kibotos.data.v1.ProcessService.SendInput:output_type -> kibotos.data.v1.SendInputResponse
-	13, // 42: kibotos.data.v1.ProcessService.CloseInput:output_type -> kibotos.data.v1.CloseInputResponse
-	15, // 43: kibotos.data.v1.ProcessService.SignalProcess:output_type -> kibotos.data.v1.SignalProcessResponse
-	17, // 44: kibotos.data.v1.ProcessService.ResizeTerminal:output_type -> kibotos.data.v1.ResizeTerminalResponse
-	20, // 45: kibotos.data.v1.FileService.ReadFile:output_type -> kibotos.data.v1.ReadFileResponse
-	23, // 46: kibotos.data.v1.FileService.WriteFile:output_type -> kibotos.data.v1.WriteFileResponse
-	25, // 47: kibotos.data.v1.FileService.DeleteFile:output_type -> kibotos.data.v1.DeleteFileResponse
-	27, // 48: kibotos.data.v1.FileService.InspectFile:output_type -> kibotos.data.v1.InspectFileResponse
-	29, // 49: kibotos.data.v1.FileService.MoveFile:output_type -> kibotos.data.v1.MoveFileResponse
-	31, // 50: kibotos.data.v1.FileService.CreateDirectory:output_type -> kibotos.data.v1.CreateDirectoryResponse
-	33, // 51: kibotos.data.v1.FileService.ListDirectory:output_type -> kibotos.data.v1.ListDirectoryResponse
-	35, // 52: kibotos.data.v1.FileService.WatchDirectory:output_type -> kibotos.data.v1.WatchDirectoryResponse
-	38, // [38:53] is the sub-list for method output_type
-	23, // [23:38] is the sub-list for method input_type
+	18, // 30: kibotos.data.v1.ServiceService.ConnectService:input_type -> kibotos.data.v1.ConnectServiceRequest
+	21, // 31: kibotos.data.v1.FileService.ReadFile:input_type -> kibotos.data.v1.ReadFileRequest
+	24, // 32: kibotos.data.v1.FileService.WriteFile:input_type -> kibotos.data.v1.WriteFileRequest
+	26, // 33: kibotos.data.v1.FileService.DeleteFile:input_type -> kibotos.data.v1.DeleteFileRequest
+	28, // 34: kibotos.data.v1.FileService.InspectFile:input_type -> kibotos.data.v1.InspectFileRequest
+	30, // 35: kibotos.data.v1.FileService.MoveFile:input_type -> kibotos.data.v1.MoveFileRequest
+	32, // 36: kibotos.data.v1.FileService.CreateDirectory:input_type -> kibotos.data.v1.CreateDirectoryRequest
+	34, // 37: kibotos.data.v1.FileService.ListDirectory:input_type -> kibotos.data.v1.ListDirectoryRequest
+	36, // 38: kibotos.data.v1.FileService.WatchDirectory:input_type -> kibotos.data.v1.WatchDirectoryRequest
+	4,  // 39: kibotos.data.v1.ProcessService.StartProcess:output_type -> kibotos.data.v1.ProcessEvent
+	4,  // 40: kibotos.data.v1.ProcessService.ConnectProcess:output_type -> kibotos.data.v1.ProcessEvent
+	9,  // 41: kibotos.data.v1.ProcessService.ListProcesses:output_type -> kibotos.data.v1.ListProcessesResponse
+	11, // 42: kibotos.data.v1.ProcessService.SendInput:output_type -> kibotos.data.v1.SendInputResponse
+	13, // 43: kibotos.data.v1.ProcessService.CloseInput:output_type -> kibotos.data.v1.CloseInputResponse
+	15, // 44: kibotos.data.v1.ProcessService.SignalProcess:output_type -> kibotos.data.v1.SignalProcessResponse
+	17, // 45: kibotos.data.v1.ProcessService.ResizeTerminal:output_type -> kibotos.data.v1.ResizeTerminalResponse
+	19, // 46: kibotos.data.v1.ServiceService.ConnectService:output_type -> kibotos.data.v1.ConnectServiceResponse
+	22, // 47: kibotos.data.v1.FileService.ReadFile:output_type -> kibotos.data.v1.ReadFileResponse
+	25, // 48: kibotos.data.v1.FileService.WriteFile:output_type -> kibotos.data.v1.WriteFileResponse
+	27, // 49: kibotos.data.v1.FileService.DeleteFile:output_type -> kibotos.data.v1.DeleteFileResponse
+	29, // 50: kibotos.data.v1.FileService.InspectFile:output_type -> kibotos.data.v1.InspectFileResponse
+	31, // 51: kibotos.data.v1.FileService.MoveFile:output_type -> kibotos.data.v1.MoveFileResponse
+	33, // 52: kibotos.data.v1.FileService.CreateDirectory:output_type -> kibotos.data.v1.CreateDirectoryResponse
+	35, // 53: kibotos.data.v1.FileService.ListDirectory:output_type -> kibotos.data.v1.ListDirectoryResponse
+	37, // 54: kibotos.data.v1.FileService.WatchDirectory:output_type -> kibotos.data.v1.WatchDirectoryResponse
+	39, // [39:55] is the sub-list for method output_type
+	23, // [23:39] is the sub-list for method input_type
 	23, // [23:23] is the sub-list for extension type_name
 	23, // [23:23] is the sub-list for extension extendee
 	0,  // [0:23] is the sub-list for field type_name
@@ -2532,7 +2668,7 @@ func file_kibotos_data_v1_data_proto_init() {
 		(*ProcessSelector_Pid)(nil),
 		(*ProcessSelector_Tag)(nil),
 	}
-	file_kibotos_data_v1_data_proto_msgTypes[20].OneofWrappers = []any{
+	file_kibotos_data_v1_data_proto_msgTypes[22].OneofWrappers = []any{
 		(*WriteFileRequest_Start)(nil),
 		(*WriteFileRequest_Data)(nil),
 	}
@@ -2542,9 +2678,9 @@ func file_kibotos_data_v1_data_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_data_v1_data_proto_rawDesc), len(file_kibotos_data_v1_data_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   37,
+			NumMessages:   39,
 			NumExtensions: 0,
-			NumServices:   2,
+			NumServices:   3,
 		},
 		GoTypes:           file_kibotos_data_v1_data_proto_goTypes,
 		DependencyIndexes: file_kibotos_data_v1_data_proto_depIdxs,

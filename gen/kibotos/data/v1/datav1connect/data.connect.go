@@ -36,6 +36,8 @@ const _ = connect.IsAtLeastVersion1_13_0
 const (
 	// ProcessServiceName is the fully-qualified name of the ProcessService service.
 	ProcessServiceName = "kibotos.data.v1.ProcessService"
+	// ServiceServiceName is the fully-qualified name of the ServiceService service.
+	ServiceServiceName = "kibotos.data.v1.ServiceService"
 	// FileServiceName is the fully-qualified name of the FileService service.
 	FileServiceName = "kibotos.data.v1.FileService"
 )
@@ -69,6 +71,9 @@ const (
 	// ProcessServiceResizeTerminalProcedure is the fully-qualified name of the ProcessService's
 	// ResizeTerminal RPC.
 	ProcessServiceResizeTerminalProcedure = "/kibotos.data.v1.ProcessService/ResizeTerminal"
+	// ServiceServiceConnectServiceProcedure is the fully-qualified name of the ServiceService's
+	// ConnectService RPC.
+	ServiceServiceConnectServiceProcedure = "/kibotos.data.v1.ServiceService/ConnectService"
 	// FileServiceReadFileProcedure is the fully-qualified name of the FileService's ReadFile RPC.
 	FileServiceReadFileProcedure = "/kibotos.data.v1.FileService/ReadFile"
 	// FileServiceWriteFileProcedure is the fully-qualified name of the FileService's WriteFile RPC.
@@ -338,6 +343,138 @@ func (UnimplementedProcessServiceHandler) SignalProcess(context.Context, *connec
 
 func (UnimplementedProcessServiceHandler) ResizeTerminal(context.Context, *connect.Request[v1.ResizeTerminalRequest]) (*connect.Response[v1.ResizeTerminalResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.data.v1.ProcessService.ResizeTerminal is not implemented"))
+}
+
+// ServiceServiceClient is a client for the kibotos.data.v1.ServiceService service.
+type ServiceServiceClient interface {
+	// ConnectService is a byte stream, both ways, to a TCP port inside the
+	// guest. The guest agent connects from inside the guest's own network
+	// namespace, so a port bound only to the guest's loopback is reached
+	// too: it tries 127.0.0.1, then ::1, then each address of the guest's
+	// other interfaces, and keeps the first that accepts.
+	//
+	// The first request message names the port; it and every later one may
+	// carry data, written to the connection in order. The first response
+	// message has connected set and no data: the connection is established
+	// (nothing listening ends the call instead, unavailable with stage
+	// CONNECTING_SERVICE). Later responses carry the bytes the service
+	// sends, in order.
+	//
+	// Half-closes pass both ways, as on a TCP connection:
+	//   - The caller ending its request stream shuts the connection down for
+	//     writing: the service reads EOF, and responses keep coming.
+	//   - The service shutting its side down for writing (or closing the
+	//     connection) gives a response with eof set after the last data; the
+	//     caller may go on sending until it ends its request stream.
+	//
+	// The response stream ends, without error, once both directions have
+	// ended: the response with eof was sent and the request stream ended.
+	// (It cannot end at the service's EOF alone: once an HTTP/2 server has
+	// ended its response, the client may send no more.) Canceling the call
+	// closes the connection. A failure of the connection in the middle (the
+	// service resets it, or the caller writes after the service closed it)
+	// ends the call with unavailable, stage USING_SERVICE.
+	//
+	// Flow control holds both ways: the guest reads from the connection only
+	// as the caller takes the responses, and takes requests only as the
+	// service reads, so neither side buffers more than a few messages.
+	ConnectService(context.Context) *connect.BidiStreamForClient[v1.ConnectServiceRequest, v1.ConnectServiceResponse]
+}
+
+// NewServiceServiceClient constructs a client for the kibotos.data.v1.ServiceService service. By
+// default, it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses,
+// and sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the
+// connect.WithGRPC() or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewServiceServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) ServiceServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	serviceServiceMethods := v1.File_kibotos_data_v1_data_proto.Services().ByName("ServiceService").Methods()
+	return &serviceServiceClient{
+		connectService: connect.NewClient[v1.ConnectServiceRequest, v1.ConnectServiceResponse](
+			httpClient,
+			baseURL+ServiceServiceConnectServiceProcedure,
+			connect.WithSchema(serviceServiceMethods.ByName("ConnectService")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// serviceServiceClient implements ServiceServiceClient.
+type serviceServiceClient struct {
+	connectService *connect.Client[v1.ConnectServiceRequest, v1.ConnectServiceResponse]
+}
+
+// ConnectService calls kibotos.data.v1.ServiceService.ConnectService.
+func (c *serviceServiceClient) ConnectService(ctx context.Context) *connect.BidiStreamForClient[v1.ConnectServiceRequest, v1.ConnectServiceResponse] {
+	return c.connectService.CallBidiStream(ctx)
+}
+
+// ServiceServiceHandler is an implementation of the kibotos.data.v1.ServiceService service.
+type ServiceServiceHandler interface {
+	// ConnectService is a byte stream, both ways, to a TCP port inside the
+	// guest. The guest agent connects from inside the guest's own network
+	// namespace, so a port bound only to the guest's loopback is reached
+	// too: it tries 127.0.0.1, then ::1, then each address of the guest's
+	// other interfaces, and keeps the first that accepts.
+	//
+	// The first request message names the port; it and every later one may
+	// carry data, written to the connection in order. The first response
+	// message has connected set and no data: the connection is established
+	// (nothing listening ends the call instead, unavailable with stage
+	// CONNECTING_SERVICE). Later responses carry the bytes the service
+	// sends, in order.
+	//
+	// Half-closes pass both ways, as on a TCP connection:
+	//   - The caller ending its request stream shuts the connection down for
+	//     writing: the service reads EOF, and responses keep coming.
+	//   - The service shutting its side down for writing (or closing the
+	//     connection) gives a response with eof set after the last data; the
+	//     caller may go on sending until it ends its request stream.
+	//
+	// The response stream ends, without error, once both directions have
+	// ended: the response with eof was sent and the request stream ended.
+	// (It cannot end at the service's EOF alone: once an HTTP/2 server has
+	// ended its response, the client may send no more.) Canceling the call
+	// closes the connection. A failure of the connection in the middle (the
+	// service resets it, or the caller writes after the service closed it)
+	// ends the call with unavailable, stage USING_SERVICE.
+	//
+	// Flow control holds both ways: the guest reads from the connection only
+	// as the caller takes the responses, and takes requests only as the
+	// service reads, so neither side buffers more than a few messages.
+	ConnectService(context.Context, *connect.BidiStream[v1.ConnectServiceRequest, v1.ConnectServiceResponse]) error
+}
+
+// NewServiceServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewServiceServiceHandler(svc ServiceServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	serviceServiceMethods := v1.File_kibotos_data_v1_data_proto.Services().ByName("ServiceService").Methods()
+	serviceServiceConnectServiceHandler := connect.NewBidiStreamHandler(
+		ServiceServiceConnectServiceProcedure,
+		svc.ConnectService,
+		connect.WithSchema(serviceServiceMethods.ByName("ConnectService")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/kibotos.data.v1.ServiceService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case ServiceServiceConnectServiceProcedure:
+			serviceServiceConnectServiceHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedServiceServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedServiceServiceHandler struct{}
+
+func (UnimplementedServiceServiceHandler) ConnectService(context.Context, *connect.BidiStream[v1.ConnectServiceRequest, v1.ConnectServiceResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.data.v1.ServiceService.ConnectService is not implemented"))
 }
 
 // FileServiceClient is a client for the kibotos.data.v1.FileService service.

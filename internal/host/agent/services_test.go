@@ -1,0 +1,201 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
+	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+)
+
+// echoOnce serves one connection of a new loopback listener: it reads
+// until the caller's half-close, then answers "got " and what it read and
+// closes. It returns the port.
+func echoOnce(t *testing.T) uint32 {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		in, _ := io.ReadAll(c)
+		c.Write(append([]byte("got "), in...))
+	}()
+	return uint32(ln.Addr().(*net.TCPAddr).Port)
+}
+
+// wantServiceError checks an error's code and the stage of its
+// ErrorDetail.
+func wantServiceError(t *testing.T, name string, err error, code connect.Code, stage ctrlv1.FailureStage) {
+	t.Helper()
+	var ce *connect.Error
+	if !errors.As(err, &ce) || ce.Code() != code {
+		t.Errorf("%s: %v, want %v", name, err, code)
+		return
+	}
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if detail, ok := v.(*ctrlv1.ErrorDetail); ok && detail.Stage == stage {
+				return
+			}
+		}
+	}
+	t.Errorf("%s: %v carries no ErrorDetail of stage %v", name, err, stage)
+}
+
+func TestDialGuestPort(t *testing.T) {
+	e := newGatewayEnv(t)
+	e.set(assignment("ws_a", 2, key(1)), hostv1.ObservedState_OBSERVED_STATE_RUNNING)
+	e.set(assignment("ws_b", 1, key(2)), hostv1.ObservedState_OBSERVED_STATE_RUNNING)
+	e.set(assignment("ws_c", 4, key(3)), hostv1.ObservedState_OBSERVED_STATE_STARTING)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	// Half-closes both ways.
+	conn, err := e.agent.DialGuestPort(ctx, "ws_a", echoOnce(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write([]byte("request")); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.(interface{ CloseWrite() error }).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := io.ReadAll(conn); err != nil || string(got) != "got request" {
+		t.Errorf("answer %q, %v", got, err)
+	}
+	conn.Close()
+
+	// An HTTP client dials through it.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "hello from "+r.URL.Path)
+	})}
+	go srv.Serve(ln)
+	defer srv.Close()
+	port := uint32(ln.Addr().(*net.TCPAddr).Port)
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return e.agent.DialGuestPort(ctx, "ws_a", port)
+	}}}
+	defer hc.CloseIdleConnections()
+	for range 3 { // the second and third reuse the connection
+		resp, err := hc.Get("http://workspace/path")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(body) != "hello from /path" {
+			t.Errorf("body %q", body)
+		}
+	}
+
+	closed, _ := net.Listen("tcp", "127.0.0.1:0")
+	closedPort := uint32(closed.Addr().(*net.TCPAddr).Port)
+	closed.Close()
+	for _, c := range []struct {
+		name      string
+		workspace string
+		port      uint32
+		code      connect.Code
+		stage     ctrlv1.FailureStage
+	}{
+		{"closed port", "ws_a", closedPort, connect.CodeUnavailable, ctrlv1.FailureStage_FAILURE_STAGE_CONNECTING_SERVICE},
+		{"port 0", "ws_a", 0, connect.CodeInvalidArgument, ctrlv1.FailureStage_FAILURE_STAGE_CONNECTING_SERVICE},
+		{"port 70000", "ws_a", 70000, connect.CodeInvalidArgument, ctrlv1.FailureStage_FAILURE_STAGE_CONNECTING_SERVICE},
+		{"unknown workspace", "ws_zzz", port, connect.CodeUnavailable, ctrlv1.FailureStage_FAILURE_STAGE_CONNECTING_SERVICE},
+		{"not running yet", "ws_c", port, connect.CodeUnavailable, ctrlv1.FailureStage_FAILURE_STAGE_CONNECTING_SERVICE},
+		{"guest does not answer", "ws_b", port, connect.CodeUnavailable, ctrlv1.FailureStage_FAILURE_STAGE_CONNECTING_SERVICE},
+	} {
+		conn, err := e.agent.DialGuestPort(ctx, c.workspace, c.port)
+		if err == nil {
+			conn.Close()
+		}
+		wantServiceError(t, c.name, err, c.code, c.stage)
+	}
+}
+
+// TestGatewayConnectService: a ConnectService stream passes the gateway
+// full-duplex (an echo comes back before the request stream ends) and
+// half-closes pass through it; a token for another workspace is refused.
+func TestGatewayConnectService(t *testing.T) {
+	e := newGatewayEnv(t)
+	k := key(1)
+	e.set(assignment("ws_a", 2, k), hostv1.ObservedState_OBSERVED_STATE_RUNNING)
+	e.set(assignment("ws_b", 1, key(2)), hostv1.ObservedState_OBSERVED_STATE_RUNNING)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		io.Copy(c, c) // echo, until the caller's half-close
+		c.(*net.TCPConn).CloseWrite()
+	}()
+	port := uint32(ln.Addr().(*net.TCPAddr).Port)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	services := datav1connect.NewServiceServiceClient(h2c(), e.url, bearer(sign(k, "ses_1", "ws_a", 2, time.Hour)))
+	stream := services.ConnectService(ctx)
+	if err := stream.Send(&datav1.ConnectServiceRequest{Port: port}); err != nil {
+		t.Fatal(err)
+	}
+	if msg, err := stream.Receive(); err != nil || !msg.GetConnected() {
+		t.Fatalf("first message %v, %v", msg, err)
+	}
+	for _, word := range []string{"one", "two"} {
+		if err := stream.Send(&datav1.ConnectServiceRequest{Data: []byte(word)}); err != nil {
+			t.Fatal(err)
+		}
+		var echo []byte
+		for len(echo) < len(word) {
+			msg, err := stream.Receive()
+			if err != nil {
+				t.Fatalf("echo of %q: %v", word, err)
+			}
+			echo = append(echo, msg.GetData()...)
+		}
+		if string(echo) != word {
+			t.Errorf("echo %q, want %q", echo, word)
+		}
+	}
+	stream.CloseRequest()
+	msg, err := stream.Receive()
+	if err != nil || !msg.GetEof() {
+		t.Errorf("after the half-close: %v, %v; want eof", msg, err)
+	}
+	if _, err := stream.Receive(); !errors.Is(err, io.EOF) {
+		t.Errorf("the stream did not end: %v", err)
+	}
+
+	other := datav1connect.NewServiceServiceClient(h2c(), e.url, bearer(retarget(sign(key(2), "ses_2", "ws_b", 1, time.Hour), "ws_a")))
+	refused := other.ConnectService(ctx)
+	refused.Send(&datav1.ConnectServiceRequest{Port: port})
+	_, err = refused.Receive()
+	wantRefused(t, "another workspace's token", err, connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_UNAUTHENTICATED)
+}
