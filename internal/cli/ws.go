@@ -50,6 +50,8 @@ func wsCommand() *cobra.Command {
 		wsCpCommand(c),
 		wsPsCommand(c),
 		wsLogsCommand(c),
+		wsExposeCommand(c),
+		wsExposuresCommand(c),
 	)
 	return cmd
 }
