@@ -64,7 +64,7 @@ func upWith(t *testing.T, home string, o daemon.Options) *deployment {
 		d.done <- daemon.Run(ctx, daemon.Options{Home: home, Listen: "127.0.0.1:0", Host: true,
 			GuestAgent: guestAgent, Ready: func(a net.Addr) { ready <- a },
 			UnsafeExemptRanges: o.UnsafeExemptRanges, DeploymentResolvers: o.DeploymentResolvers,
-			StoragePools: o.StoragePools, VolumeBytes: o.VolumeBytes})
+			StoragePools: o.StoragePools, VolumeBytes: o.VolumeBytes, ExposureDomain: o.ExposureDomain})
 	}()
 	select {
 	case a := <-ready:

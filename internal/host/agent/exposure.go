@@ -86,8 +86,9 @@ func (a *Agent) exposureHost(hostport string) (port uint32, workspaceID string, 
 // The guest receives the request over HTTP/1.1 with X-Forwarded-For,
 // X-Forwarded-Host, X-Forwarded-Proto (and X-Forwarded-Prefix under a path
 // URL), without hop-by-hop headers, Forwarded or X-Real-Ip, and without the
-// token: under TOKEN the Authorization header, the kibotos_token parameter
-// and the exposure cookie are removed. Bodies stream both ways; WebSocket
+// token: under TOKEN the Authorization header is removed, and the
+// kibotos_token parameter (from the URL and the Referer) and the exposure
+// cookie always are. Bodies stream both ways; WebSocket
 // upgrades pass through. A request in flight ends within a second of its
 // exposure being revoked or its execution stopping.
 //
@@ -202,6 +203,7 @@ func (p *exposureProxy) authorize(w http.ResponseWriter, r *http.Request, route 
 		http.SetCookie(w, &http.Cookie{Name: exposureabi.CookieName, Value: tok, Path: path,
 			HttpOnly: true, Secure: p.https || r.TLS != nil, SameSite: http.SameSiteLaxMode})
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			w.Header().Set("Referrer-Policy", "no-referrer")
 			u := *r.URL
 			u.RawQuery = withoutParameter(u.RawQuery, exposureabi.TokenParameter)
 			http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
@@ -240,6 +242,12 @@ func (p *exposureProxy) rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.Header.Set("X-Forwarded-Proto", "https")
 	}
 	pr.Out.URL.RawQuery = withoutParameter(pr.Out.URL.RawQuery, exposureabi.TokenParameter)
+	if ref, err := url.Parse(pr.Out.Header.Get("Referer")); err == nil && ref.RawQuery != "" {
+		// A client that followed the token's redirect names it as the
+		// referrer.
+		ref.RawQuery = withoutParameter(ref.RawQuery, exposureabi.TokenParameter)
+		pr.Out.Header.Set("Referer", ref.String())
+	}
 	dropCookie(pr.Out.Header, exposureabi.CookieName)
 	if route.exposure.Auth != ctrlv1.ExposureAuth_EXPOSURE_AUTH_PUBLIC {
 		pr.Out.Header.Del("Authorization")

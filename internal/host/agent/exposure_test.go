@@ -154,12 +154,19 @@ func TestExposureProxy(t *testing.T) {
 		!cookies[0].HttpOnly || cookies[0].Secure || cookies[0].SameSite != http.SameSiteLaxMode {
 		t.Fatalf("query token: %d to %q, cookies %v", resp.StatusCode, resp.Header.Get("Location"), cookies)
 	}
-	resp, body = do("GET", "/x/exp_t/page?a=1&b=2", http.Header{"Cookie": {"app=1; kibotos_exposure=" + token + "; theme=dark"}}, "")
+	if resp.Header.Get("Referrer-Policy") != "no-referrer" {
+		t.Errorf("the token's redirect lets the browser send it as the referrer")
+	}
+	resp, body = do("GET", "/x/exp_t/page?a=1&b=2", http.Header{"Cookie": {"app=1; kibotos_exposure=" + token + "; theme=dark"},
+		"Referer": {srv.URL + "/x/exp_t/page?a=1&kibotos_token=" + token}}, "")
 	if resp.StatusCode != http.StatusOK || body != "GET /page?a=1&b=2 " {
 		t.Fatalf("with the cookie: %d %q", resp.StatusCode, body)
 	}
 	if got := app.requests()[1].Header.Get("Cookie"); got != "app=1; theme=dark" {
 		t.Errorf("the guest saw cookies %q", got)
+	}
+	if got := app.requests()[1].Header.Get("Referer"); got != srv.URL+"/x/exp_t/page?a=1" {
+		t.Errorf("the guest saw the referrer %q", got)
 	}
 	// A POST carrying the parameter goes through, without it.
 	if resp, body := do("POST", "/x/exp_t/form?kibotos_token="+token, nil, "x"); resp.StatusCode != http.StatusOK || body != "POST /form? x" {
