@@ -468,3 +468,35 @@ func TestExposureByHostName(t *testing.T) {
 		t.Errorf("the data plane beside host-named exposures: %v", err)
 	}
 }
+
+// TestExposurePublicURL pins how the public URL that session endpoints
+// and exposure URLs are built from is derived.
+func TestExposurePublicURL(t *testing.T) {
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ configured, listen, want string }{
+		{"", "127.0.0.1:8870", "http://127.0.0.1:8870"},
+		{"", "[::1]:8870", "http://[::1]:8870"},
+		{"", "0.0.0.0:8870", "http://" + host + ":8870"},
+		{"", "[::]:8870", "http://" + host + ":8870"},
+		{"https://kibotos.example.com/", "0.0.0.0:8870", "https://kibotos.example.com"},
+		{"http://10.0.0.5:9000/base", "[::]:8870", "http://10.0.0.5:9000/base"},
+	} {
+		got, err := daemon.PublicURL(c.configured, tcpAddr(c.listen))
+		if err != nil || got != c.want {
+			t.Errorf("PublicURL(%q, %s) = %q, %v; want %q", c.configured, c.listen, got, err, c.want)
+		}
+	}
+	for _, bad := range []string{"kibotos.example.com", "ftp://x", "http://", "http://u:p@x", "http://x/?a=1", "http://x/#f"} {
+		if got, err := daemon.PublicURL(bad, tcpAddr("127.0.0.1:1")); err == nil {
+			t.Errorf("PublicURL(%q) = %q", bad, got)
+		}
+	}
+}
+
+type tcpAddr string
+
+func (a tcpAddr) Network() string { return "tcp" }
+func (a tcpAddr) String() string  { return string(a) }

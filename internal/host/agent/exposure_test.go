@@ -216,6 +216,38 @@ func TestExposureProxy(t *testing.T) {
 	}
 }
 
+// TestExposureProxyHTTPS checks what an https public URL changes: the
+// exposure cookie is Secure and the guest sees X-Forwarded-Proto https.
+func TestExposureProxyHTTPS(t *testing.T) {
+	e := newGatewayEnv(t)
+	e.agent.cfg.DataPlaneEndpoint = "https://kibotos.example.test"
+	app := newGuestApp(t)
+	token, sum := exposureabi.NewToken("exp_t")
+	e.set(exposed(assignment("ws_a", 2, key(1)), &hostv1.ExposureAssignment{ExposureId: "exp_t", Port: app.port,
+		Auth: ctrlv1.ExposureAuth_EXPOSURE_AUTH_TOKEN, TokenSha256: sum}), hostv1.ObservedState_OBSERVED_STATE_RUNNING)
+	srv := testutil.H2CServer(t, e.agent.Exposures())
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noRedirect.Get(srv.URL + "/x/exp_t/?kibotos_token=" + token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if c := resp.Cookies(); resp.StatusCode != http.StatusSeeOther || len(c) != 1 || !c[0].Secure {
+		t.Errorf("query token under https: %d, cookies %v", resp.StatusCode, c)
+	}
+	req, _ := http.NewRequest("GET", srv.URL+"/x/exp_t/", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("X-Forwarded-Proto", "gopher")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if seen := app.requests(); resp.StatusCode != http.StatusOK || len(seen) != 1 || seen[0].Header.Get("X-Forwarded-Proto") != "https" {
+		t.Errorf("under https: %d, the guest saw %v", resp.StatusCode, seen)
+	}
+}
+
 func TestServesExposure(t *testing.T) {
 	a := &Agent{cfg: Config{ExposureDomain: "apps.example.test"}}
 	for target, want := range map[string]bool{
