@@ -5055,7 +5055,7 @@ type Exposure struct {
 	Auth        ExposureAuth           `protobuf:"varint,4,opt,name=auth,proto3,enum=kibotos.ctrl.v1.ExposureAuth" json:"auth,omitempty"`
 	// url is the absolute http(s) URL that reaches the guest port: http(s)://<port>-<workspace>.<domain>/ when the host running the Workspace has an exposure domain (the Workspace ID written as a DNS label, its '_' as '-'), else <host URL>/x/<exposure_id>/, where the guest sees the path after the prefix.
 	Url string `protobuf:"bytes,5,opt,name=url,proto3" json:"url,omitempty"`
-	// token is returned only in the CreateExposure response that created the exposure, and only under TOKEN. A request sends it as Authorization: Bearer <token>, or once as the query parameter kibotos_token, which answers with a redirect to the same URL without it and sets an HttpOnly, SameSite=Lax cookie (Secure under https) scoped to this exposure.
+	// token is returned only in the CreateExposure response that created the exposure, and only under TOKEN. A request sends it as Authorization: Bearer <token>, or once as the query parameter kibotos_token, which sets an HttpOnly, SameSite=Lax cookie (Secure under https) scoped to this exposure and, on a GET or HEAD, answers with a redirect to the same URL without the parameter.
 	Token     string                 `protobuf:"bytes,6,opt,name=token,proto3" json:"token,omitempty"`
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// persistent is the request's persistent.
