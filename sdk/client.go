@@ -38,6 +38,7 @@ type Client struct {
 	sessionTTL time.Duration
 	workspaces ctrlv1connect.WorkspaceServiceClient
 	sessions   ctrlv1connect.SessionServiceClient
+	exposures  ctrlv1connect.ExposureServiceClient
 }
 
 // Option configures a Client.
@@ -83,6 +84,7 @@ func New(baseURL, token string, opts ...Option) *Client {
 	ctrlOpts := c.clientOptions(token)
 	c.workspaces = ctrlv1connect.NewWorkspaceServiceClient(c.hc, baseURL, ctrlOpts...)
 	c.sessions = ctrlv1connect.NewSessionServiceClient(c.hc, baseURL, ctrlOpts...)
+	c.exposures = ctrlv1connect.NewExposureServiceClient(c.hc, baseURL, ctrlOpts...)
 	return c
 }
 

@@ -55,12 +55,15 @@ func rootCommand() *cobra.Command {
 // serveFlags are the flags `up` and `ctrl` share.
 type serveFlags struct {
 	listen       string
+	publicURL    string
 	exempt       string
 	metricsToken string
 }
 
 func (f *serveFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.listen, "listen", daemon.DefaultListen, "address to serve the API on")
+	cmd.Flags().StringVar(&f.publicURL, "public-url", os.Getenv("KIBOTOS_PUBLIC_URL"),
+		"the URL callers use to reach this listener, such as https://kibotos.example.com (default: http:// and the --listen address, an unspecified one replaced by the host name; env KIBOTOS_PUBLIC_URL)")
 	cmd.Flags().StringVar(&f.exempt, "unsafe-exempt-ranges", os.Getenv("KIBOTOS_UNSAFE_EXEMPT_RANGES"),
 		"UNSAFE, for local testing only: comma-separated CIDRs exempt from the special-purpose and hard-deny checks (env KIBOTOS_UNSAFE_EXEMPT_RANGES)")
 	cmd.Flags().StringVar(&f.metricsToken, "metrics-token-file", os.Getenv("KIBOTOS_METRICS_TOKEN_FILE"),
@@ -72,7 +75,7 @@ func (f *serveFlags) options(o daemon.Options) (daemon.Options, error) {
 	if err != nil {
 		return o, fmt.Errorf("--unsafe-exempt-ranges: %w", err)
 	}
-	o.Listen, o.UnsafeExemptRanges, o.Out, o.MetricsTokenFile = f.listen, exempt, os.Stdout, f.metricsToken
+	o.Listen, o.PublicURL, o.UnsafeExemptRanges, o.Out, o.MetricsTokenFile = f.listen, f.publicURL, exempt, os.Stdout, f.metricsToken
 	return o, nil
 }
 
@@ -89,6 +92,7 @@ func upCommand() *cobra.Command {
 		layerSize  string
 		probeEvery time.Duration
 		memory     guestMemoryFlags
+		domain     string
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -115,7 +119,7 @@ func upCommand() *cobra.Command {
 			if o.DeploymentResolvers, err = daemon.ParseResolvers(resolvers); err != nil {
 				return fmt.Errorf("--resolvers: %w", err)
 			}
-			o.StoragePools = pools
+			o.StoragePools, o.ExposureDomain = pools, domain
 			if volumeSize != "" {
 				if o.VolumeBytes, err = cli.ParseMiB("volume-size", volumeSize); err != nil {
 					return err
@@ -145,6 +149,8 @@ func upCommand() *cobra.Command {
 		"capacity of a Volume created without one, such as 1GiB (default 1GiB; env KIBOTOS_VOLUME_SIZE)")
 	cmd.Flags().StringVar(&layerSize, "max-layer-size", os.Getenv("KIBOTOS_MAX_LAYER_SIZE"),
 		"most file content one template layer may unpack to, sparse files at full size, such as 16GiB; larger layers are refused (default 16GiB; env KIBOTOS_MAX_LAYER_SIZE)")
+	cmd.Flags().StringVar(&domain, "exposure-domain", os.Getenv("KIBOTOS_EXPOSURE_DOMAIN"),
+		"serve exposures by host name, <port>-<workspace>.DOMAIN, at the scheme and port of --public-url; needs a wildcard DNS name (and certificate) for *.DOMAIN (default: by path, PUBLIC_URL/x/<exposure>/; env KIBOTOS_EXPOSURE_DOMAIN)")
 	flags.register(cmd)
 	return cmd
 }

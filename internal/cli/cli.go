@@ -56,6 +56,7 @@ func Commands() []*cobra.Command {
 		egressCommand(),
 		resolverCommand(),
 		volumeCommand(),
+		exposureCommand(),
 		projectCommand(),
 		tokenCommand(),
 		adminCommand(),

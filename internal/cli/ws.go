@@ -52,6 +52,8 @@ func wsCommand() *cobra.Command {
 		wsLogsCommand(c),
 		wsTopCommand(c),
 		wsPortForwardCommand(c),
+		wsExposeCommand(c),
+		wsExposuresCommand(c),
 	)
 	return cmd
 }

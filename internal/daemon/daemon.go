@@ -15,8 +15,11 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	neturl "net/url"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -60,6 +63,13 @@ type Options struct {
 	StoreURL string
 	// Listen is the TCP address to serve on.
 	Listen string
+	// PublicURL is the URL callers reach the listener at; empty derives
+	// it from the listening address (see PublicURL).
+	PublicURL string
+	// ExposureDomain, with a host agent here, serves exposures by host
+	// name under this DNS name (a wildcard name and certificate are the
+	// operator's); empty serves them by path under PublicURL.
+	ExposureDomain string
 	// UnsafeExemptRanges exempts addresses from the special-purpose check
 	// of Egress endpoints. Only for local testing.
 	UnsafeExemptRanges []netip.Prefix
@@ -124,6 +134,9 @@ func Run(ctx context.Context, o Options) error {
 		slog.Warn("UNSAFE: Egress endpoints in these ranges are exempt from the special-purpose check; never use this in production",
 			"ranges", fmt.Sprint(o.UnsafeExemptRanges))
 	}
+	if err := checkExposureDomain(o.ExposureDomain); err != nil {
+		return err
+	}
 	if err := bootstrap(ctx, st, o); err != nil {
 		return err
 	}
@@ -144,11 +157,17 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	url := "http://" + ln.Addr().String()
+	public, err := PublicURL(o.PublicURL, ln.Addr())
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	var hostAgent *agent.Agent
 	if o.Host {
 		// The in-process host agent reaches ctrl through the host API on
-		// this same listener, and serves its data-plane gateway on it.
-		if hostAgent, err = newHostAgent(o, images, url, hostToken, reg); err != nil {
+		// this same listener, and serves its data-plane gateway and
+		// exposures on it, at the public URL.
+		if hostAgent, err = newHostAgent(o, images, url, public, hostToken, reg); err != nil {
 			ln.Close()
 			return err
 		}
@@ -168,22 +187,27 @@ func Run(ctx context.Context, o Options) error {
 		ln.Close()
 		return err
 	}
-	slog.Info("control plane serving", "addr", ln.Addr().String(), "store", storeKind(o))
+	slog.Info("control plane serving", "addr", ln.Addr().String(), "public_url", public, "store", storeKind(o))
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	g, ctx := errgroup.WithContext(ctx)
 	handler := ctl.Handler
 	if hostAgent != nil {
-		// The data-plane gateway authenticates with session tokens, not
-		// with the control plane's interceptor.
-		gateway := hostAgent.Gateway()
+		// The data-plane gateway authenticates with session tokens and the
+		// exposures with theirs, not with the control plane's interceptor.
+		// Exposures come first: a host name under the exposure domain is
+		// the guest's whatever the path.
+		gateway, exposures := hostAgent.Gateway(), hostAgent.Exposures()
 		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if strings.HasPrefix(r.URL.Path, agent.DataPlanePrefix) {
+			switch {
+			case hostAgent.ServesExposure(r):
+				exposures.ServeHTTP(w, r)
+			case strings.HasPrefix(r.URL.Path, agent.DataPlanePrefix):
 				gateway.ServeHTTP(w, r)
-				return
+			default:
+				ctl.Handler.ServeHTTP(w, r)
 			}
-			ctl.Handler.ServeHTTP(w, r)
 		})
 	}
 	g.Go(func() error { return server.Serve(ctx, ln, handler, shutdownGrace) })
@@ -250,6 +274,53 @@ func expireLoop(ctx context.Context, ctl *server.Control) error {
 			}
 		}
 	}
+}
+
+// PublicURL returns the URL callers reach a listener at: configured when
+// set (an absolute http or https URL without query or fragment; a trailing
+// slash is dropped), else http://ADDR of the listening address, where an
+// unspecified address (0.0.0.0, ::) becomes the machine's host name.
+func PublicURL(configured string, addr net.Addr) (string, error) {
+	if configured != "" {
+		u, err := neturl.Parse(configured)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+			u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+			return "", fmt.Errorf("public URL %q: want an absolute http:// or https:// URL without user, query or fragment", configured)
+		}
+		return strings.TrimSuffix(configured, "/"), nil
+	}
+	ap, err := netip.ParseAddrPort(addr.String())
+	if err != nil {
+		return "", fmt.Errorf("listening address %s: %w", addr, err)
+	}
+	if !ap.Addr().IsUnspecified() {
+		return "http://" + ap.String(), nil
+	}
+	name, err := os.Hostname()
+	if err != nil || name == "" {
+		return "", fmt.Errorf("listening on %s: set a public URL, the host name is unknown: %v", addr, err)
+	}
+	return "http://" + net.JoinHostPort(name, strconv.Itoa(int(ap.Port()))), nil
+}
+
+// dnsLabel is one label of an exposure domain.
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// checkExposureDomain refuses an exposure domain that is not a lowercase
+// DNS name of at least two labels.
+func checkExposureDomain(domain string) error {
+	if domain == "" {
+		return nil
+	}
+	labels := strings.Split(domain, ".")
+	ok := len(labels) >= 2 && len(domain) <= 253-64
+	for _, l := range labels {
+		ok = ok && dnsLabel.MatchString(l)
+	}
+	if !ok {
+		return fmt.Errorf("exposure domain %q: want a lowercase DNS name of two labels or more, such as apps.example.com", domain)
+	}
+	return nil
 }
 
 // stateDir is where files other than the database live.

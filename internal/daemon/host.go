@@ -41,8 +41,9 @@ const DefaultLayerBytes = 1 << 30
 const localHostID = "local"
 
 // newHostAgent builds the in-process host agent, which reaches ctrl through
-// the host API on ctrlURL exactly as a separate `kibotos host` would.
-func newHostAgent(o Options, images *imagestore.Store, ctrlURL, token string, metrics prometheus.Registerer) (*agent.Agent, error) {
+// the host API on ctrlURL exactly as a separate `kibotos host` would, and
+// serves its data plane and exposures at publicURL.
+func newHostAgent(o Options, images *imagestore.Store, ctrlURL, publicURL, token string, metrics prometheus.Registerer) (*agent.Agent, error) {
 	driver, err := oci.New(oci.Config{StateDir: filepath.Join(o.stateDir(), "runtime"), Runtime: o.Runtime,
 		GuestTmpfsPercent: o.GuestTmpfsPercent})
 	if err != nil {
@@ -69,7 +70,7 @@ func newHostAgent(o Options, images *imagestore.Store, ctrlURL, token string, me
 	return agent.New(agent.Config{
 		HostID: localHostID, Client: client, Driver: driver, Layers: driver, Template: images,
 		LayerDir: filepath.Join(o.stateDir(), "layers"), GuestAgent: guest, Capacity: capacity,
-		Runtimes: oci.Detect(), DataPlaneEndpoint: ctrlURL,
+		Runtimes: oci.Detect(), DataPlaneEndpoint: publicURL, ExposureDomain: o.ExposureDomain,
 		Network: agent.NetworkConfig{Dir: filepath.Join(o.stateDir(), "netns"),
 			DeploymentResolvers: resolvers, UnsafeExemptRanges: o.UnsafeExemptRanges},
 		StoragePools: pools, GuestProbeInterval: o.GuestProbeInterval, GuestMemory: o.GuestMemory, Metrics: metrics,

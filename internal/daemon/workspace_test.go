@@ -65,7 +65,7 @@ func upWith(t *testing.T, home string, o daemon.Options) *deployment {
 			GuestAgent: guestAgent, Ready: func(a net.Addr) { ready <- a },
 			UnsafeExemptRanges: o.UnsafeExemptRanges, DeploymentResolvers: o.DeploymentResolvers,
 			StoragePools: o.StoragePools, VolumeBytes: o.VolumeBytes, MetricsTokenFile: o.MetricsTokenFile,
-			GuestProbeInterval: o.GuestProbeInterval, GuestMemory: o.GuestMemory})
+			GuestProbeInterval: o.GuestProbeInterval, GuestMemory: o.GuestMemory, ExposureDomain: o.ExposureDomain})
 	}()
 	select {
 	case a := <-ready:

@@ -34,6 +34,7 @@ var parts = map[string]string{
 	"internal/imagestore":   leaf,
 	"internal/netcheck":     leaf,
 	"internal/sessiontoken": leaf,
+	"internal/exposureabi":  leaf,
 	"internal/bearer":       leaf,
 	"internal/enumlabel":    leaf,
 	"internal/serviceconn":  leaf,

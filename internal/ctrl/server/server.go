@@ -25,6 +25,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/api"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/changes"
+	"github.com/kibotos/kibotos/internal/ctrl/exposures"
 	"github.com/kibotos/kibotos/internal/ctrl/metrics"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
 	"github.com/kibotos/kibotos/internal/ctrl/projects"
@@ -152,8 +153,11 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 		mux.Handle(hostv1connect.NewHostServiceHandler(api.NewHostService(ws, cfg.Images), hostOpts...))
 		sess := &sessions.Service{Store: cfg.Store, Workspaces: ws}
 		mux.Handle(ctrlv1connect.NewSessionServiceHandler(api.NewSessionService(sess), opts...))
+		exps := &exposures.Service{Store: cfg.Store, Workspaces: ws, Pages: pages}
+		ws.Exposures = exps
+		mux.Handle(ctrlv1connect.NewExposureServiceHandler(api.NewExposureService(exps), opts...))
 		services = append(services, ctrlv1connect.WorkspaceServiceName, ctrlv1connect.VolumeServiceName, ctrlv1connect.TemplateServiceName,
-			ctrlv1connect.SessionServiceName)
+			ctrlv1connect.SessionServiceName, ctrlv1connect.ExposureServiceName)
 		control.Sessions = sess
 	}
 	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(services...), counted))

@@ -93,6 +93,7 @@ type Tx interface {
 	WorkspaceTx
 	VolumeTx
 	SessionTx
+	ExposureTx
 }
 
 // Project is a tenant: every resource and token belongs to exactly one.
@@ -341,4 +342,43 @@ type Session struct {
 	Generation uint64
 	ExpiresAt  time.Time
 	CreatedAt  time.Time
+}
+
+// ExposureTx is the part of a transaction that keeps the exposures of
+// guest ports. An exposure is live until it ends (revoked, or ended with
+// its workspace's execution); ended rows stay as tombstones.
+type ExposureTx interface {
+	// CreateExposure stores a new live exposure; ErrExists if the ID is
+	// taken or a live exposure of the workspace already has the port.
+	CreateExposure(ctx context.Context, e Exposure) error
+	// Exposure returns an exposure of the project, ended ones included, or
+	// ErrNotFound.
+	Exposure(ctx context.Context, projectID, id string) (Exposure, error)
+	// EndExposure marks a live exposure of the project ended at the given
+	// time; ErrNotFound if it does not exist, nothing when it already ended.
+	EndExposure(ctx context.Context, projectID, id string, at time.Time) error
+	// WorkspaceExposures returns the live exposures of a workspace of the
+	// project whose ID sorts after after, in ID order, at most limit of
+	// them (0: all).
+	WorkspaceExposures(ctx context.Context, projectID, workspaceID, after string, limit int) ([]Exposure, error)
+	// EndWorkspaceExposures ends the live exposures of a workspace of the
+	// project that are not persistent, and the persistent ones too when
+	// persistent is true, and returns how many it ended.
+	EndWorkspaceExposures(ctx context.Context, projectID, workspaceID string, persistent bool, at time.Time) (int, error)
+}
+
+// Exposure is one exposure's row. Body is the serialized exposure (the
+// API resource and its token's hash), which the store never reads; the
+// other fields are what queries select.
+type Exposure struct {
+	ProjectID   string
+	ID          string
+	WorkspaceID string
+	Port        uint32
+	// Persistent exposures outlive a stop of their workspace.
+	Persistent bool
+	Body       []byte
+	CreatedAt  time.Time
+	// EndedAt is zero while the exposure is live.
+	EndedAt time.Time
 }

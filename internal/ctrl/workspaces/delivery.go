@@ -44,6 +44,9 @@ func (s *Service) Assignments(ctx context.Context, hostID string) (*hostv1.Watch
 				if a.Network, err = networkAssignment(ctx, tx, r); err != nil {
 					return err
 				}
+				if a.Exposures, err = s.exposureAssignments(ctx, tx, r); err != nil {
+					return err
+				}
 			}
 			if a.Volume, err = executionVolume(ctx, tx, r); err != nil {
 				return err

@@ -75,19 +75,21 @@ func (s *Service) RegisterHost(ctx context.Context, reg *hostv1.RegisterHostRequ
 // DataPlaneEndpoint returns the data-plane endpoint a host registered;
 // empty when it registered none, or when no host has the ID.
 func DataPlaneEndpoint(ctx context.Context, tx store.Tx, hostID string) (string, error) {
+	reg, err := HostRegistration(ctx, tx, hostID)
+	return reg.GetDataPlaneEndpoint(), err
+}
+
+// HostRegistration returns what a host registered; nil when no host has
+// the ID.
+func HostRegistration(ctx context.Context, tx store.Tx, hostID string) (*hostv1.RegisterHostRequest, error) {
 	hosts, err := tx.Hosts(ctx)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	for _, h := range hosts {
-		if h.ID != hostID {
-			continue
+		if h.ID == hostID {
+			return decodeHost(h)
 		}
-		reg, err := decodeHost(h)
-		if err != nil {
-			return "", err
-		}
-		return reg.DataPlaneEndpoint, nil
 	}
-	return "", nil
+	return nil, nil
 }

@@ -27,6 +27,9 @@ type Service struct {
 	Checker *netcheck.Checker
 	// Volumes keeps the Volumes workspaces bind.
 	Volumes *volumes.Service
+	// Exposures keeps the exposures of workspaces' guest ports; nil when
+	// the control plane serves none.
+	Exposures Exposures
 	// Changes is told about every committed change of a workspace, so that
 	// watchers and host streams wake up.
 	Changes *changes.Broker
@@ -87,6 +90,9 @@ func (s *Service) save(ctx context.Context, tx store.Tx, r *record) error {
 		return err
 	}
 	r.row = row // so that a later change in the same transaction builds on this one
+	if err := s.endExposures(ctx, tx, r); err != nil {
+		return err
+	}
 	return s.syncVolume(ctx, tx, r)
 }
 

@@ -63,6 +63,10 @@ type Config struct {
 	// DataPlaneEndpoint is the base URL callers reach this host's
 	// data-plane gateway at.
 	DataPlaneEndpoint string
+	// ExposureDomain, when set, is the DNS name under which the host serves
+	// exposures by host name (<port>-<workspace>.<domain>, see
+	// exposureabi); empty serves them by path only.
+	ExposureDomain string
 	// Network configures the executions' network slots.
 	Network NetworkConfig
 	// StoragePools are the storage pools the host reaches.
@@ -168,7 +172,7 @@ func (a *Agent) Run(ctx context.Context) error {
 
 func (a *Agent) watch(ctx context.Context) error {
 	reg := &hostv1.RegisterHostRequest{HostId: a.cfg.HostID, Capacity: a.cfg.Capacity, Runtimes: a.cfg.Runtimes,
-		DataPlaneEndpoint: a.cfg.DataPlaneEndpoint, StoragePools: a.vols.registration()}
+		DataPlaneEndpoint: a.cfg.DataPlaneEndpoint, ExposureDomain: a.cfg.ExposureDomain, StoragePools: a.vols.registration()}
 	if len(reg.StoragePools) > 0 {
 		reg.Capabilities = append(reg.Capabilities, "volume.storage_pool")
 	}

@@ -84,6 +84,58 @@ func (ImageArchiveFormat) EnumDescriptor() ([]byte, []int) {
 	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{0}
 }
 
+// ExposureAuth is who may use an exposure's URL.
+type ExposureAuth int32
+
+const (
+	ExposureAuth_EXPOSURE_AUTH_UNSPECIFIED ExposureAuth = 0
+	// TOKEN admits requests that carry the exposure's token (header or cookie); others are 401 and never reach the guest.
+	ExposureAuth_EXPOSURE_AUTH_TOKEN ExposureAuth = 1
+	// PUBLIC admits every request.
+	ExposureAuth_EXPOSURE_AUTH_PUBLIC ExposureAuth = 2
+)
+
+// Enum value maps for ExposureAuth.
+var (
+	ExposureAuth_name = map[int32]string{
+		0: "EXPOSURE_AUTH_UNSPECIFIED",
+		1: "EXPOSURE_AUTH_TOKEN",
+		2: "EXPOSURE_AUTH_PUBLIC",
+	}
+	ExposureAuth_value = map[string]int32{
+		"EXPOSURE_AUTH_UNSPECIFIED": 0,
+		"EXPOSURE_AUTH_TOKEN":       1,
+		"EXPOSURE_AUTH_PUBLIC":      2,
+	}
+)
+
+func (x ExposureAuth) Enum() *ExposureAuth {
+	p := new(ExposureAuth)
+	*p = x
+	return p
+}
+
+func (x ExposureAuth) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ExposureAuth) Descriptor() protoreflect.EnumDescriptor {
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[1].Descriptor()
+}
+
+func (ExposureAuth) Type() protoreflect.EnumType {
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[1]
+}
+
+func (x ExposureAuth) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ExposureAuth.Descriptor instead.
+func (ExposureAuth) EnumDescriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{1}
+}
+
 // WorkspaceState is the lifecycle state of a Workspace.
 type WorkspaceState int32
 
@@ -140,11 +192,11 @@ func (x WorkspaceState) String() string {
 }
 
 func (WorkspaceState) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[1].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[2].Descriptor()
 }
 
 func (WorkspaceState) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[1]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[2]
 }
 
 func (x WorkspaceState) Number() protoreflect.EnumNumber {
@@ -153,7 +205,7 @@ func (x WorkspaceState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WorkspaceState.Descriptor instead.
 func (WorkspaceState) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{1}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{2}
 }
 
 // GuestCondition says whether the guest of the current execution still answers the periodic probe of the host that runs it.
@@ -190,11 +242,11 @@ func (x GuestCondition) String() string {
 }
 
 func (GuestCondition) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[2].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[3].Descriptor()
 }
 
 func (GuestCondition) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[2]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[3]
 }
 
 func (x GuestCondition) Number() protoreflect.EnumNumber {
@@ -203,7 +255,7 @@ func (x GuestCondition) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use GuestCondition.Descriptor instead.
 func (GuestCondition) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{2}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{3}
 }
 
 // GuestMemoryCondition says whether the processes running in the guest of the current execution are held at their memory limit. The guest has no swap: at the limit the kernel keeps reclaiming the processes' own file pages, which they read straight back, so nothing is killed and the guest still answers while the processes make almost no progress.
@@ -243,11 +295,11 @@ func (x GuestMemoryCondition) String() string {
 }
 
 func (GuestMemoryCondition) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[3].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[4].Descriptor()
 }
 
 func (GuestMemoryCondition) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[3]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[4]
 }
 
 func (x GuestMemoryCondition) Number() protoreflect.EnumNumber {
@@ -256,7 +308,7 @@ func (x GuestMemoryCondition) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use GuestMemoryCondition.Descriptor instead.
 func (GuestMemoryCondition) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{3}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{4}
 }
 
 // VolumeCondition is the holder's verdict on a Volume's data. DAMAGED means the holder could not open it as the Volume that was created.
@@ -293,11 +345,11 @@ func (x VolumeCondition) String() string {
 }
 
 func (VolumeCondition) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[4].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[5].Descriptor()
 }
 
 func (VolumeCondition) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[4]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[5]
 }
 
 func (x VolumeCondition) Number() protoreflect.EnumNumber {
@@ -306,7 +358,7 @@ func (x VolumeCondition) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use VolumeCondition.Descriptor instead.
 func (VolumeCondition) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{4}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{5}
 }
 
 // VolumeState is the lifecycle state of a Volume.
@@ -366,11 +418,11 @@ func (x VolumeState) String() string {
 }
 
 func (VolumeState) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[5].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[6].Descriptor()
 }
 
 func (VolumeState) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[5]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[6]
 }
 
 func (x VolumeState) Number() protoreflect.EnumNumber {
@@ -379,7 +431,7 @@ func (x VolumeState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use VolumeState.Descriptor instead.
 func (VolumeState) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{5}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{6}
 }
 
 // Completeness says whether a result covers everything it was asked about.
@@ -419,11 +471,11 @@ func (x Completeness) String() string {
 }
 
 func (Completeness) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[6].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[7].Descriptor()
 }
 
 func (Completeness) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[6]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[7]
 }
 
 func (x Completeness) Number() protoreflect.EnumNumber {
@@ -432,7 +484,7 @@ func (x Completeness) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Completeness.Descriptor instead.
 func (Completeness) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{6}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{7}
 }
 
 // TemplateDeliveryState is whether a Workspace's Template artifacts are usable where it will run.
@@ -472,11 +524,11 @@ func (x TemplateDeliveryState) String() string {
 }
 
 func (TemplateDeliveryState) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[7].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[8].Descriptor()
 }
 
 func (TemplateDeliveryState) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[7]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[8]
 }
 
 func (x TemplateDeliveryState) Number() protoreflect.EnumNumber {
@@ -485,7 +537,7 @@ func (x TemplateDeliveryState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TemplateDeliveryState.Descriptor instead.
 func (TemplateDeliveryState) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{7}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{8}
 }
 
 // TemplateDeliveryReason is why a Workspace's Template artifacts are not usable yet.
@@ -531,11 +583,11 @@ func (x TemplateDeliveryReason) String() string {
 }
 
 func (TemplateDeliveryReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[8].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[9].Descriptor()
 }
 
 func (TemplateDeliveryReason) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[8]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[9]
 }
 
 func (x TemplateDeliveryReason) Number() protoreflect.EnumNumber {
@@ -544,7 +596,7 @@ func (x TemplateDeliveryReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TemplateDeliveryReason.Descriptor instead.
 func (TemplateDeliveryReason) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{8}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{9}
 }
 
 // TransferState is the lifecycle state of a Transfer.
@@ -608,11 +660,11 @@ func (x TransferState) String() string {
 }
 
 func (TransferState) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[9].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[10].Descriptor()
 }
 
 func (TransferState) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[9]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[10]
 }
 
 func (x TransferState) Number() protoreflect.EnumNumber {
@@ -621,7 +673,7 @@ func (x TransferState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TransferState.Descriptor instead.
 func (TransferState) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{9}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{10}
 }
 
 // StopDurability reports whether a completed stop confirmed writeback. It is a fact about that stop command only; it does not change retention tiers. The zero value means the stop has not completed yet, or that it completed on a release earlier than v0.1.0, where every stop was a normal stop.
@@ -658,11 +710,11 @@ func (x StopDurability) String() string {
 }
 
 func (StopDurability) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[10].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[11].Descriptor()
 }
 
 func (StopDurability) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[10]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[11]
 }
 
 func (x StopDurability) Number() protoreflect.EnumNumber {
@@ -671,7 +723,7 @@ func (x StopDurability) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StopDurability.Descriptor instead.
 func (StopDurability) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{10}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{11}
 }
 
 // StopCause is who or what stopped a Workspace.
@@ -719,11 +771,11 @@ func (x StopCause) String() string {
 }
 
 func (StopCause) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[11].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[12].Descriptor()
 }
 
 func (StopCause) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[11]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[12]
 }
 
 func (x StopCause) Number() protoreflect.EnumNumber {
@@ -732,7 +784,7 @@ func (x StopCause) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StopCause.Descriptor instead.
 func (StopCause) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{11}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{12}
 }
 
 // StopMode is how a stop ends the execution.
@@ -772,11 +824,11 @@ func (x StopMode) String() string {
 }
 
 func (StopMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[12].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[13].Descriptor()
 }
 
 func (StopMode) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[12]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[13]
 }
 
 func (x StopMode) Number() protoreflect.EnumNumber {
@@ -785,7 +837,7 @@ func (x StopMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StopMode.Descriptor instead.
 func (StopMode) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{12}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{13}
 }
 
 // RetentionTierKind names one retention tier of a Workspace.
@@ -825,11 +877,11 @@ func (x RetentionTierKind) String() string {
 }
 
 func (RetentionTierKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[13].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[14].Descriptor()
 }
 
 func (RetentionTierKind) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[13]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[14]
 }
 
 func (x RetentionTierKind) Number() protoreflect.EnumNumber {
@@ -838,7 +890,7 @@ func (x RetentionTierKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RetentionTierKind.Descriptor instead.
 func (RetentionTierKind) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{13}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{14}
 }
 
 // RetentionAvailability is whether a retention tier's storage can be used now.
@@ -879,11 +931,11 @@ func (x RetentionAvailability) String() string {
 }
 
 func (RetentionAvailability) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[14].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[15].Descriptor()
 }
 
 func (RetentionAvailability) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[14]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[15]
 }
 
 func (x RetentionAvailability) Number() protoreflect.EnumNumber {
@@ -892,7 +944,7 @@ func (x RetentionAvailability) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RetentionAvailability.Descriptor instead.
 func (RetentionAvailability) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{14}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{15}
 }
 
 // RetentionContinuity is whether a retention tier's data survived the last start.
@@ -932,11 +984,11 @@ func (x RetentionContinuity) String() string {
 }
 
 func (RetentionContinuity) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[15].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[16].Descriptor()
 }
 
 func (RetentionContinuity) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[15]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[16]
 }
 
 func (x RetentionContinuity) Number() protoreflect.EnumNumber {
@@ -945,7 +997,7 @@ func (x RetentionContinuity) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RetentionContinuity.Descriptor instead.
 func (RetentionContinuity) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{15}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{16}
 }
 
 // RetentionResetReason is why a retention tier's data was reset.
@@ -985,11 +1037,11 @@ func (x RetentionResetReason) String() string {
 }
 
 func (RetentionResetReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[16].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[17].Descriptor()
 }
 
 func (RetentionResetReason) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[16]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[17]
 }
 
 func (x RetentionResetReason) Number() protoreflect.EnumNumber {
@@ -998,7 +1050,7 @@ func (x RetentionResetReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RetentionResetReason.Descriptor instead.
 func (RetentionResetReason) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{16}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{17}
 }
 
 // ReestablishRequirement is one thing the caller must redo after a start.
@@ -1041,11 +1093,11 @@ func (x ReestablishRequirement) String() string {
 }
 
 func (ReestablishRequirement) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[17].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[18].Descriptor()
 }
 
 func (ReestablishRequirement) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[17]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[18]
 }
 
 func (x ReestablishRequirement) Number() protoreflect.EnumNumber {
@@ -1054,7 +1106,7 @@ func (x ReestablishRequirement) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ReestablishRequirement.Descriptor instead.
 func (ReestablishRequirement) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{17}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{18}
 }
 
 // FailureReason is the canonical reason of a failure.
@@ -1134,11 +1186,11 @@ func (x FailureReason) String() string {
 }
 
 func (FailureReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[18].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[19].Descriptor()
 }
 
 func (FailureReason) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[18]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[19]
 }
 
 func (x FailureReason) Number() protoreflect.EnumNumber {
@@ -1147,7 +1199,7 @@ func (x FailureReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FailureReason.Descriptor instead.
 func (FailureReason) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{18}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{19}
 }
 
 // FailureStage is the step of an operation that failed.
@@ -1289,11 +1341,11 @@ func (x FailureStage) String() string {
 }
 
 func (FailureStage) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[19].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[20].Descriptor()
 }
 
 func (FailureStage) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[19]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[20]
 }
 
 func (x FailureStage) Number() protoreflect.EnumNumber {
@@ -1302,7 +1354,7 @@ func (x FailureStage) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FailureStage.Descriptor instead.
 func (FailureStage) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{19}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{20}
 }
 
 // WorkspaceVolumeMode names where a Workspace's promised persistent Volume comes from. NEW is a request-only source: a stored binding is BOUND or NONE.
@@ -1346,11 +1398,11 @@ func (x WorkspaceVolumeMode) String() string {
 }
 
 func (WorkspaceVolumeMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[20].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[21].Descriptor()
 }
 
 func (WorkspaceVolumeMode) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[20]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[21]
 }
 
 func (x WorkspaceVolumeMode) Number() protoreflect.EnumNumber {
@@ -1359,7 +1411,7 @@ func (x WorkspaceVolumeMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WorkspaceVolumeMode.Descriptor instead.
 func (WorkspaceVolumeMode) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{20}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{21}
 }
 
 // NetworkPolicyMode is the Workspace's egress posture. DENY_ALL is the default and is not changed by deployment configuration. PUBLIC_INTERNET allows guest-initiated TCP and ICMP echo requests to public destinations over IPv4 and IPv6, and the replies to them; the hard deny of private, local, and platform address ranges applies under both to traffic that leaves directly. Connections forwarded through an Egress leave from the caller's network and are not subject to it.
@@ -1398,11 +1450,11 @@ func (x NetworkPolicyMode) String() string {
 }
 
 func (NetworkPolicyMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[21].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[22].Descriptor()
 }
 
 func (NetworkPolicyMode) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[21]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[22]
 }
 
 func (x NetworkPolicyMode) Number() protoreflect.EnumNumber {
@@ -1411,7 +1463,7 @@ func (x NetworkPolicyMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NetworkPolicyMode.Descriptor instead.
 func (NetworkPolicyMode) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{21}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{22}
 }
 
 // EgressObservationKind is why connections through an Egress fail before they reach a destination. Values will be added: a caller treats a value it does not know as a fault of the Egress, never as no fault.
@@ -1462,11 +1514,11 @@ func (x EgressObservationKind) String() string {
 }
 
 func (EgressObservationKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[22].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[23].Descriptor()
 }
 
 func (EgressObservationKind) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[22]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[23]
 }
 
 func (x EgressObservationKind) Number() protoreflect.EnumNumber {
@@ -1475,7 +1527,7 @@ func (x EgressObservationKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EgressObservationKind.Descriptor instead.
 func (EgressObservationKind) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{22}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{23}
 }
 
 // ResolverObservationKind is why queries to an upstream fail. Values will be added: a caller treats a value it does not know as a fault of the upstream, never as no fault.
@@ -1522,11 +1574,11 @@ func (x ResolverObservationKind) String() string {
 }
 
 func (ResolverObservationKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[23].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[24].Descriptor()
 }
 
 func (ResolverObservationKind) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[23]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[24]
 }
 
 func (x ResolverObservationKind) Number() protoreflect.EnumNumber {
@@ -1535,7 +1587,7 @@ func (x ResolverObservationKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ResolverObservationKind.Descriptor instead.
 func (ResolverObservationKind) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{23}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{24}
 }
 
 // Expiration is a ctrl-owned absolute deadline, independent of execution generation.
@@ -1572,11 +1624,11 @@ func (x WorkspaceExpirationAction) String() string {
 }
 
 func (WorkspaceExpirationAction) Descriptor() protoreflect.EnumDescriptor {
-	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[24].Descriptor()
+	return file_kibotos_ctrl_v1_ctrl_proto_enumTypes[25].Descriptor()
 }
 
 func (WorkspaceExpirationAction) Type() protoreflect.EnumType {
-	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[24]
+	return &file_kibotos_ctrl_v1_ctrl_proto_enumTypes[25]
 }
 
 func (x WorkspaceExpirationAction) Number() protoreflect.EnumNumber {
@@ -1585,7 +1637,7 @@ func (x WorkspaceExpirationAction) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WorkspaceExpirationAction.Descriptor instead.
 func (WorkspaceExpirationAction) EnumDescriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{24}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{25}
 }
 
 // CreateWorkspaceRequest is the input of CreateWorkspace.
@@ -4661,6 +4713,443 @@ func (x *RotateDataPlaneResponse) GetWorkspace() *Workspace {
 	return nil
 }
 
+// CreateExposureRequest is the input of CreateExposure.
+type CreateExposureRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Command     *CommandMetadata       `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	WorkspaceId string                 `protobuf:"bytes,2,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	// port is a TCP port of the guest, 1 to 65535, on the guest's loopback or any guest address.
+	Port uint32 `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
+	// auth is who may use the URL; unspecified selects TOKEN.
+	Auth ExposureAuth `protobuf:"varint,4,opt,name=auth,proto3,enum=kibotos.ctrl.v1.ExposureAuth" json:"auth,omitempty"`
+	// persistent keeps the exposure across stops: after a start, the URL reaches the new execution again. Off, the exposure ends when the Workspace's execution does. Either way it ends when the Workspace is deleted.
+	Persistent    bool `protobuf:"varint,5,opt,name=persistent,proto3" json:"persistent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateExposureRequest) Reset() {
+	*x = CreateExposureRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateExposureRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateExposureRequest) ProtoMessage() {}
+
+func (x *CreateExposureRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateExposureRequest.ProtoReflect.Descriptor instead.
+func (*CreateExposureRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *CreateExposureRequest) GetCommand() *CommandMetadata {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *CreateExposureRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *CreateExposureRequest) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *CreateExposureRequest) GetAuth() ExposureAuth {
+	if x != nil {
+		return x.Auth
+	}
+	return ExposureAuth_EXPOSURE_AUTH_UNSPECIFIED
+}
+
+func (x *CreateExposureRequest) GetPersistent() bool {
+	if x != nil {
+		return x.Persistent
+	}
+	return false
+}
+
+// CreateExposureResponse carries the created exposure, with its token under TOKEN.
+type CreateExposureResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Exposure      *Exposure              `protobuf:"bytes,1,opt,name=exposure,proto3" json:"exposure,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateExposureResponse) Reset() {
+	*x = CreateExposureResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateExposureResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateExposureResponse) ProtoMessage() {}
+
+func (x *CreateExposureResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateExposureResponse.ProtoReflect.Descriptor instead.
+func (*CreateExposureResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *CreateExposureResponse) GetExposure() *Exposure {
+	if x != nil {
+		return x.Exposure
+	}
+	return nil
+}
+
+// RevokeExposureRequest is the input of RevokeExposure.
+type RevokeExposureRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Command       *CommandMetadata       `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	ExposureId    string                 `protobuf:"bytes,2,opt,name=exposure_id,json=exposureId,proto3" json:"exposure_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeExposureRequest) Reset() {
+	*x = RevokeExposureRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeExposureRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeExposureRequest) ProtoMessage() {}
+
+func (x *RevokeExposureRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeExposureRequest.ProtoReflect.Descriptor instead.
+func (*RevokeExposureRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *RevokeExposureRequest) GetCommand() *CommandMetadata {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *RevokeExposureRequest) GetExposureId() string {
+	if x != nil {
+		return x.ExposureId
+	}
+	return ""
+}
+
+// RevokeExposureResponse is the output of RevokeExposure.
+type RevokeExposureResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeExposureResponse) Reset() {
+	*x = RevokeExposureResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeExposureResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeExposureResponse) ProtoMessage() {}
+
+func (x *RevokeExposureResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeExposureResponse.ProtoReflect.Descriptor instead.
+func (*RevokeExposureResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{56}
+}
+
+// ListExposuresRequest is the input of ListExposures.
+type ListExposuresRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// workspace_id is required; another project's or an unknown Workspace is not_found.
+	WorkspaceId string `protobuf:"bytes,1,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	// Zero selects the server default. Values above the server maximum are rejected rather than silently changed.
+	PageSize uint32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Opaque cursor returned by the preceding page.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListExposuresRequest) Reset() {
+	*x = ListExposuresRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListExposuresRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListExposuresRequest) ProtoMessage() {}
+
+func (x *ListExposuresRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListExposuresRequest.ProtoReflect.Descriptor instead.
+func (*ListExposuresRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *ListExposuresRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *ListExposuresRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListExposuresRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListExposuresResponse is one page of exposures.
+type ListExposuresResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Exposures []*Exposure            `protobuf:"bytes,1,rep,name=exposures,proto3" json:"exposures,omitempty"`
+	// next_page_token is empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListExposuresResponse) Reset() {
+	*x = ListExposuresResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListExposuresResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListExposuresResponse) ProtoMessage() {}
+
+func (x *ListExposuresResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListExposuresResponse.ProtoReflect.Descriptor instead.
+func (*ListExposuresResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *ListExposuresResponse) GetExposures() []*Exposure {
+	if x != nil {
+		return x.Exposures
+	}
+	return nil
+}
+
+func (x *ListExposuresResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// Exposure is a public URL that reaches a guest port.
+type Exposure struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ExposureId  string                 `protobuf:"bytes,1,opt,name=exposure_id,json=exposureId,proto3" json:"exposure_id,omitempty"`
+	WorkspaceId string                 `protobuf:"bytes,2,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	Port        uint32                 `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
+	Auth        ExposureAuth           `protobuf:"varint,4,opt,name=auth,proto3,enum=kibotos.ctrl.v1.ExposureAuth" json:"auth,omitempty"`
+	// url is the absolute http(s) URL that reaches the guest port: http(s)://<port>-<workspace>.<domain>/ when the host running the Workspace has an exposure domain (the Workspace ID written as a DNS label, its '_' as '-'), else <host URL>/x/<exposure_id>/, where the guest sees the path after the prefix.
+	Url string `protobuf:"bytes,5,opt,name=url,proto3" json:"url,omitempty"`
+	// token is returned only in the CreateExposure response that created the exposure, and only under TOKEN. A request sends it as Authorization: Bearer <token>, or once as the query parameter kibotos_token, which sets an HttpOnly, SameSite=Lax cookie (Secure under https) scoped to this exposure and, on a GET or HEAD, answers with a redirect to the same URL without the parameter.
+	Token     string                 `protobuf:"bytes,6,opt,name=token,proto3" json:"token,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// persistent is the request's persistent.
+	Persistent    bool `protobuf:"varint,8,opt,name=persistent,proto3" json:"persistent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Exposure) Reset() {
+	*x = Exposure{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Exposure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Exposure) ProtoMessage() {}
+
+func (x *Exposure) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Exposure.ProtoReflect.Descriptor instead.
+func (*Exposure) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *Exposure) GetExposureId() string {
+	if x != nil {
+		return x.ExposureId
+	}
+	return ""
+}
+
+func (x *Exposure) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *Exposure) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *Exposure) GetAuth() ExposureAuth {
+	if x != nil {
+		return x.Auth
+	}
+	return ExposureAuth_EXPOSURE_AUTH_UNSPECIFIED
+}
+
+func (x *Exposure) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *Exposure) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *Exposure) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Exposure) GetPersistent() bool {
+	if x != nil {
+		return x.Persistent
+	}
+	return false
+}
+
 // CreateVolumeRequest is the input of CreateVolume.
 type CreateVolumeRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -4676,7 +5165,7 @@ type CreateVolumeRequest struct {
 
 func (x *CreateVolumeRequest) Reset() {
 	*x = CreateVolumeRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[53]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4688,7 +5177,7 @@ func (x *CreateVolumeRequest) String() string {
 func (*CreateVolumeRequest) ProtoMessage() {}
 
 func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[53]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4701,7 +5190,7 @@ func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolumeRequest.ProtoReflect.Descriptor instead.
 func (*CreateVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{53}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *CreateVolumeRequest) GetCommand() *CommandMetadata {
@@ -4742,7 +5231,7 @@ type CreateVolumeResponse struct {
 
 func (x *CreateVolumeResponse) Reset() {
 	*x = CreateVolumeResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[54]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4754,7 +5243,7 @@ func (x *CreateVolumeResponse) String() string {
 func (*CreateVolumeResponse) ProtoMessage() {}
 
 func (x *CreateVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[54]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4767,7 +5256,7 @@ func (x *CreateVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolumeResponse.ProtoReflect.Descriptor instead.
 func (*CreateVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{54}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *CreateVolumeResponse) GetVolume() *Volume {
@@ -4787,7 +5276,7 @@ type GetVolumeRequest struct {
 
 func (x *GetVolumeRequest) Reset() {
 	*x = GetVolumeRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[55]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4799,7 +5288,7 @@ func (x *GetVolumeRequest) String() string {
 func (*GetVolumeRequest) ProtoMessage() {}
 
 func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[55]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4812,7 +5301,7 @@ func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeRequest.ProtoReflect.Descriptor instead.
 func (*GetVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{55}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *GetVolumeRequest) GetVolumeId() string {
@@ -4832,7 +5321,7 @@ type GetVolumeResponse struct {
 
 func (x *GetVolumeResponse) Reset() {
 	*x = GetVolumeResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[56]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4844,7 +5333,7 @@ func (x *GetVolumeResponse) String() string {
 func (*GetVolumeResponse) ProtoMessage() {}
 
 func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[56]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4857,7 +5346,7 @@ func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeResponse.ProtoReflect.Descriptor instead.
 func (*GetVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{56}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *GetVolumeResponse) GetVolume() *Volume {
@@ -4882,7 +5371,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[57]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4894,7 +5383,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[57]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4907,7 +5396,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{57}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ListVolumesRequest) GetPageSize() uint32 {
@@ -4943,7 +5432,7 @@ type ListVolumesResponse struct {
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[58]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4955,7 +5444,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[58]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4968,7 +5457,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{58}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*Volume {
@@ -4998,7 +5487,7 @@ type ResizeVolumeRequest struct {
 
 func (x *ResizeVolumeRequest) Reset() {
 	*x = ResizeVolumeRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[59]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5010,7 +5499,7 @@ func (x *ResizeVolumeRequest) String() string {
 func (*ResizeVolumeRequest) ProtoMessage() {}
 
 func (x *ResizeVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[59]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5023,7 +5512,7 @@ func (x *ResizeVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ResizeVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{59}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ResizeVolumeRequest) GetCommand() *CommandMetadata {
@@ -5057,7 +5546,7 @@ type ResizeVolumeResponse struct {
 
 func (x *ResizeVolumeResponse) Reset() {
 	*x = ResizeVolumeResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[60]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5069,7 +5558,7 @@ func (x *ResizeVolumeResponse) String() string {
 func (*ResizeVolumeResponse) ProtoMessage() {}
 
 func (x *ResizeVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[60]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5082,7 +5571,7 @@ func (x *ResizeVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ResizeVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{60}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ResizeVolumeResponse) GetVolume() *Volume {
@@ -5103,7 +5592,7 @@ type DeleteVolumeRequest struct {
 
 func (x *DeleteVolumeRequest) Reset() {
 	*x = DeleteVolumeRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[61]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5115,7 +5604,7 @@ func (x *DeleteVolumeRequest) String() string {
 func (*DeleteVolumeRequest) ProtoMessage() {}
 
 func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[61]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5128,7 +5617,7 @@ func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeRequest.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{61}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *DeleteVolumeRequest) GetCommand() *CommandMetadata {
@@ -5155,7 +5644,7 @@ type DeleteVolumeResponse struct {
 
 func (x *DeleteVolumeResponse) Reset() {
 	*x = DeleteVolumeResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[62]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5167,7 +5656,7 @@ func (x *DeleteVolumeResponse) String() string {
 func (*DeleteVolumeResponse) ProtoMessage() {}
 
 func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[62]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5180,7 +5669,7 @@ func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{62}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *DeleteVolumeResponse) GetVolume() *Volume {
@@ -5205,7 +5694,7 @@ type UpdateVolumeLabelsRequest struct {
 
 func (x *UpdateVolumeLabelsRequest) Reset() {
 	*x = UpdateVolumeLabelsRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[63]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5217,7 +5706,7 @@ func (x *UpdateVolumeLabelsRequest) String() string {
 func (*UpdateVolumeLabelsRequest) ProtoMessage() {}
 
 func (x *UpdateVolumeLabelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[63]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5230,7 +5719,7 @@ func (x *UpdateVolumeLabelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateVolumeLabelsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateVolumeLabelsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{63}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *UpdateVolumeLabelsRequest) GetCommand() *CommandMetadata {
@@ -5271,7 +5760,7 @@ type UpdateVolumeLabelsResponse struct {
 
 func (x *UpdateVolumeLabelsResponse) Reset() {
 	*x = UpdateVolumeLabelsResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[64]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5283,7 +5772,7 @@ func (x *UpdateVolumeLabelsResponse) String() string {
 func (*UpdateVolumeLabelsResponse) ProtoMessage() {}
 
 func (x *UpdateVolumeLabelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[64]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5296,7 +5785,7 @@ func (x *UpdateVolumeLabelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateVolumeLabelsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateVolumeLabelsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{64}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *UpdateVolumeLabelsResponse) GetVolume() *Volume {
@@ -5321,7 +5810,7 @@ type UpdateVolumeAnnotationsRequest struct {
 
 func (x *UpdateVolumeAnnotationsRequest) Reset() {
 	*x = UpdateVolumeAnnotationsRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[65]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5333,7 +5822,7 @@ func (x *UpdateVolumeAnnotationsRequest) String() string {
 func (*UpdateVolumeAnnotationsRequest) ProtoMessage() {}
 
 func (x *UpdateVolumeAnnotationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[65]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5346,7 +5835,7 @@ func (x *UpdateVolumeAnnotationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateVolumeAnnotationsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateVolumeAnnotationsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{65}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *UpdateVolumeAnnotationsRequest) GetCommand() *CommandMetadata {
@@ -5387,7 +5876,7 @@ type UpdateVolumeAnnotationsResponse struct {
 
 func (x *UpdateVolumeAnnotationsResponse) Reset() {
 	*x = UpdateVolumeAnnotationsResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[66]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5399,7 +5888,7 @@ func (x *UpdateVolumeAnnotationsResponse) String() string {
 func (*UpdateVolumeAnnotationsResponse) ProtoMessage() {}
 
 func (x *UpdateVolumeAnnotationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[66]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5412,7 +5901,7 @@ func (x *UpdateVolumeAnnotationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateVolumeAnnotationsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateVolumeAnnotationsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{66}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *UpdateVolumeAnnotationsResponse) GetVolume() *Volume {
@@ -5437,7 +5926,7 @@ type CreateEgressRequest struct {
 
 func (x *CreateEgressRequest) Reset() {
 	*x = CreateEgressRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[67]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5449,7 +5938,7 @@ func (x *CreateEgressRequest) String() string {
 func (*CreateEgressRequest) ProtoMessage() {}
 
 func (x *CreateEgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[67]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5462,7 +5951,7 @@ func (x *CreateEgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEgressRequest.ProtoReflect.Descriptor instead.
 func (*CreateEgressRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{67}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *CreateEgressRequest) GetCommand() *CommandMetadata {
@@ -5503,7 +5992,7 @@ type CreateEgressResponse struct {
 
 func (x *CreateEgressResponse) Reset() {
 	*x = CreateEgressResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[68]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5515,7 +6004,7 @@ func (x *CreateEgressResponse) String() string {
 func (*CreateEgressResponse) ProtoMessage() {}
 
 func (x *CreateEgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[68]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5528,7 +6017,7 @@ func (x *CreateEgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEgressResponse.ProtoReflect.Descriptor instead.
 func (*CreateEgressResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{68}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *CreateEgressResponse) GetEgress() *Egress {
@@ -5548,7 +6037,7 @@ type GetEgressRequest struct {
 
 func (x *GetEgressRequest) Reset() {
 	*x = GetEgressRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[69]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5560,7 +6049,7 @@ func (x *GetEgressRequest) String() string {
 func (*GetEgressRequest) ProtoMessage() {}
 
 func (x *GetEgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[69]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5573,7 +6062,7 @@ func (x *GetEgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEgressRequest.ProtoReflect.Descriptor instead.
 func (*GetEgressRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{69}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *GetEgressRequest) GetEgressId() string {
@@ -5593,7 +6082,7 @@ type GetEgressResponse struct {
 
 func (x *GetEgressResponse) Reset() {
 	*x = GetEgressResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[70]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5605,7 +6094,7 @@ func (x *GetEgressResponse) String() string {
 func (*GetEgressResponse) ProtoMessage() {}
 
 func (x *GetEgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[70]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5618,7 +6107,7 @@ func (x *GetEgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEgressResponse.ProtoReflect.Descriptor instead.
 func (*GetEgressResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{70}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *GetEgressResponse) GetEgress() *Egress {
@@ -5643,7 +6132,7 @@ type ListEgressesRequest struct {
 
 func (x *ListEgressesRequest) Reset() {
 	*x = ListEgressesRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[71]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5655,7 +6144,7 @@ func (x *ListEgressesRequest) String() string {
 func (*ListEgressesRequest) ProtoMessage() {}
 
 func (x *ListEgressesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[71]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5668,7 +6157,7 @@ func (x *ListEgressesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEgressesRequest.ProtoReflect.Descriptor instead.
 func (*ListEgressesRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{71}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ListEgressesRequest) GetPageSize() uint32 {
@@ -5704,7 +6193,7 @@ type ListEgressesResponse struct {
 
 func (x *ListEgressesResponse) Reset() {
 	*x = ListEgressesResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[72]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5716,7 +6205,7 @@ func (x *ListEgressesResponse) String() string {
 func (*ListEgressesResponse) ProtoMessage() {}
 
 func (x *ListEgressesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[72]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5729,7 +6218,7 @@ func (x *ListEgressesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEgressesResponse.ProtoReflect.Descriptor instead.
 func (*ListEgressesResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{72}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ListEgressesResponse) GetEgresses() []*Egress {
@@ -5763,7 +6252,7 @@ type UpdateEgressRequest struct {
 
 func (x *UpdateEgressRequest) Reset() {
 	*x = UpdateEgressRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[73]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5775,7 +6264,7 @@ func (x *UpdateEgressRequest) String() string {
 func (*UpdateEgressRequest) ProtoMessage() {}
 
 func (x *UpdateEgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[73]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5788,7 +6277,7 @@ func (x *UpdateEgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEgressRequest.ProtoReflect.Descriptor instead.
 func (*UpdateEgressRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{73}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *UpdateEgressRequest) GetCommand() *CommandMetadata {
@@ -5836,7 +6325,7 @@ type UpdateEgressResponse struct {
 
 func (x *UpdateEgressResponse) Reset() {
 	*x = UpdateEgressResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[74]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5848,7 +6337,7 @@ func (x *UpdateEgressResponse) String() string {
 func (*UpdateEgressResponse) ProtoMessage() {}
 
 func (x *UpdateEgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[74]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5861,7 +6350,7 @@ func (x *UpdateEgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEgressResponse.ProtoReflect.Descriptor instead.
 func (*UpdateEgressResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{74}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *UpdateEgressResponse) GetEgress() *Egress {
@@ -5882,7 +6371,7 @@ type DeleteEgressRequest struct {
 
 func (x *DeleteEgressRequest) Reset() {
 	*x = DeleteEgressRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[75]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5894,7 +6383,7 @@ func (x *DeleteEgressRequest) String() string {
 func (*DeleteEgressRequest) ProtoMessage() {}
 
 func (x *DeleteEgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[75]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5907,7 +6396,7 @@ func (x *DeleteEgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEgressRequest.ProtoReflect.Descriptor instead.
 func (*DeleteEgressRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{75}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *DeleteEgressRequest) GetCommand() *CommandMetadata {
@@ -5933,7 +6422,7 @@ type DeleteEgressResponse struct {
 
 func (x *DeleteEgressResponse) Reset() {
 	*x = DeleteEgressResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[76]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5945,7 +6434,7 @@ func (x *DeleteEgressResponse) String() string {
 func (*DeleteEgressResponse) ProtoMessage() {}
 
 func (x *DeleteEgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[76]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5958,7 +6447,7 @@ func (x *DeleteEgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEgressResponse.ProtoReflect.Descriptor instead.
 func (*DeleteEgressResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{76}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{83}
 }
 
 // UpdateEgressLabelsRequest is the input of UpdateEgressLabels.
@@ -5976,7 +6465,7 @@ type UpdateEgressLabelsRequest struct {
 
 func (x *UpdateEgressLabelsRequest) Reset() {
 	*x = UpdateEgressLabelsRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[77]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5988,7 +6477,7 @@ func (x *UpdateEgressLabelsRequest) String() string {
 func (*UpdateEgressLabelsRequest) ProtoMessage() {}
 
 func (x *UpdateEgressLabelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[77]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6001,7 +6490,7 @@ func (x *UpdateEgressLabelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEgressLabelsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateEgressLabelsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{77}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *UpdateEgressLabelsRequest) GetCommand() *CommandMetadata {
@@ -6042,7 +6531,7 @@ type UpdateEgressLabelsResponse struct {
 
 func (x *UpdateEgressLabelsResponse) Reset() {
 	*x = UpdateEgressLabelsResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[78]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6054,7 +6543,7 @@ func (x *UpdateEgressLabelsResponse) String() string {
 func (*UpdateEgressLabelsResponse) ProtoMessage() {}
 
 func (x *UpdateEgressLabelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[78]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6067,7 +6556,7 @@ func (x *UpdateEgressLabelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEgressLabelsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateEgressLabelsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{78}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *UpdateEgressLabelsResponse) GetEgress() *Egress {
@@ -6092,7 +6581,7 @@ type UpdateEgressAnnotationsRequest struct {
 
 func (x *UpdateEgressAnnotationsRequest) Reset() {
 	*x = UpdateEgressAnnotationsRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[79]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6104,7 +6593,7 @@ func (x *UpdateEgressAnnotationsRequest) String() string {
 func (*UpdateEgressAnnotationsRequest) ProtoMessage() {}
 
 func (x *UpdateEgressAnnotationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[79]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6117,7 +6606,7 @@ func (x *UpdateEgressAnnotationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEgressAnnotationsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateEgressAnnotationsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{79}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *UpdateEgressAnnotationsRequest) GetCommand() *CommandMetadata {
@@ -6158,7 +6647,7 @@ type UpdateEgressAnnotationsResponse struct {
 
 func (x *UpdateEgressAnnotationsResponse) Reset() {
 	*x = UpdateEgressAnnotationsResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[80]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6170,7 +6659,7 @@ func (x *UpdateEgressAnnotationsResponse) String() string {
 func (*UpdateEgressAnnotationsResponse) ProtoMessage() {}
 
 func (x *UpdateEgressAnnotationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[80]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6183,7 +6672,7 @@ func (x *UpdateEgressAnnotationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEgressAnnotationsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateEgressAnnotationsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{80}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *UpdateEgressAnnotationsResponse) GetEgress() *Egress {
@@ -6208,7 +6697,7 @@ type EgressSpec struct {
 
 func (x *EgressSpec) Reset() {
 	*x = EgressSpec{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[81]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6220,7 +6709,7 @@ func (x *EgressSpec) String() string {
 func (*EgressSpec) ProtoMessage() {}
 
 func (x *EgressSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[81]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6233,7 +6722,7 @@ func (x *EgressSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressSpec.ProtoReflect.Descriptor instead.
 func (*EgressSpec) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{81}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *EgressSpec) GetProtocol() isEgressSpec_Protocol {
@@ -6286,7 +6775,7 @@ type Socks5Egress struct {
 
 func (x *Socks5Egress) Reset() {
 	*x = Socks5Egress{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[82]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6298,7 +6787,7 @@ func (x *Socks5Egress) String() string {
 func (*Socks5Egress) ProtoMessage() {}
 
 func (x *Socks5Egress) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[82]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6311,7 +6800,7 @@ func (x *Socks5Egress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Socks5Egress.ProtoReflect.Descriptor instead.
 func (*Socks5Egress) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{82}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *Socks5Egress) GetAddress() string {
@@ -6355,7 +6844,7 @@ type EgressTls struct {
 
 func (x *EgressTls) Reset() {
 	*x = EgressTls{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[83]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6367,7 +6856,7 @@ func (x *EgressTls) String() string {
 func (*EgressTls) ProtoMessage() {}
 
 func (x *EgressTls) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[83]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6380,7 +6869,7 @@ func (x *EgressTls) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressTls.ProtoReflect.Descriptor instead.
 func (*EgressTls) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{83}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *EgressTls) GetServerName() string {
@@ -6419,7 +6908,7 @@ type Egress struct {
 
 func (x *Egress) Reset() {
 	*x = Egress{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[84]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6431,7 +6920,7 @@ func (x *Egress) String() string {
 func (*Egress) ProtoMessage() {}
 
 func (x *Egress) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[84]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6444,7 +6933,7 @@ func (x *Egress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Egress.ProtoReflect.Descriptor instead.
 func (*Egress) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{84}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *Egress) GetEgressId() string {
@@ -6525,7 +7014,7 @@ type CreateResolverRequest struct {
 
 func (x *CreateResolverRequest) Reset() {
 	*x = CreateResolverRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[85]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6537,7 +7026,7 @@ func (x *CreateResolverRequest) String() string {
 func (*CreateResolverRequest) ProtoMessage() {}
 
 func (x *CreateResolverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[85]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6550,7 +7039,7 @@ func (x *CreateResolverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResolverRequest.ProtoReflect.Descriptor instead.
 func (*CreateResolverRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{85}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *CreateResolverRequest) GetCommand() *CommandMetadata {
@@ -6591,7 +7080,7 @@ type CreateResolverResponse struct {
 
 func (x *CreateResolverResponse) Reset() {
 	*x = CreateResolverResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[86]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6603,7 +7092,7 @@ func (x *CreateResolverResponse) String() string {
 func (*CreateResolverResponse) ProtoMessage() {}
 
 func (x *CreateResolverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[86]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6616,7 +7105,7 @@ func (x *CreateResolverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResolverResponse.ProtoReflect.Descriptor instead.
 func (*CreateResolverResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{86}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *CreateResolverResponse) GetResolver() *Resolver {
@@ -6636,7 +7125,7 @@ type GetResolverRequest struct {
 
 func (x *GetResolverRequest) Reset() {
 	*x = GetResolverRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[87]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6648,7 +7137,7 @@ func (x *GetResolverRequest) String() string {
 func (*GetResolverRequest) ProtoMessage() {}
 
 func (x *GetResolverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[87]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6661,7 +7150,7 @@ func (x *GetResolverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResolverRequest.ProtoReflect.Descriptor instead.
 func (*GetResolverRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{87}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *GetResolverRequest) GetResolverId() string {
@@ -6681,7 +7170,7 @@ type GetResolverResponse struct {
 
 func (x *GetResolverResponse) Reset() {
 	*x = GetResolverResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[88]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6693,7 +7182,7 @@ func (x *GetResolverResponse) String() string {
 func (*GetResolverResponse) ProtoMessage() {}
 
 func (x *GetResolverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[88]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6706,7 +7195,7 @@ func (x *GetResolverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResolverResponse.ProtoReflect.Descriptor instead.
 func (*GetResolverResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{88}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *GetResolverResponse) GetResolver() *Resolver {
@@ -6731,7 +7220,7 @@ type ListResolversRequest struct {
 
 func (x *ListResolversRequest) Reset() {
 	*x = ListResolversRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[89]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6743,7 +7232,7 @@ func (x *ListResolversRequest) String() string {
 func (*ListResolversRequest) ProtoMessage() {}
 
 func (x *ListResolversRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[89]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6756,7 +7245,7 @@ func (x *ListResolversRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResolversRequest.ProtoReflect.Descriptor instead.
 func (*ListResolversRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{89}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *ListResolversRequest) GetPageSize() uint32 {
@@ -6792,7 +7281,7 @@ type ListResolversResponse struct {
 
 func (x *ListResolversResponse) Reset() {
 	*x = ListResolversResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[90]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6804,7 +7293,7 @@ func (x *ListResolversResponse) String() string {
 func (*ListResolversResponse) ProtoMessage() {}
 
 func (x *ListResolversResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[90]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6817,7 +7306,7 @@ func (x *ListResolversResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResolversResponse.ProtoReflect.Descriptor instead.
 func (*ListResolversResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{90}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *ListResolversResponse) GetResolvers() []*Resolver {
@@ -6851,7 +7340,7 @@ type UpdateResolverRequest struct {
 
 func (x *UpdateResolverRequest) Reset() {
 	*x = UpdateResolverRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[91]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6863,7 +7352,7 @@ func (x *UpdateResolverRequest) String() string {
 func (*UpdateResolverRequest) ProtoMessage() {}
 
 func (x *UpdateResolverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[91]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6876,7 +7365,7 @@ func (x *UpdateResolverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateResolverRequest.ProtoReflect.Descriptor instead.
 func (*UpdateResolverRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{91}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *UpdateResolverRequest) GetCommand() *CommandMetadata {
@@ -6924,7 +7413,7 @@ type UpdateResolverResponse struct {
 
 func (x *UpdateResolverResponse) Reset() {
 	*x = UpdateResolverResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[92]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6936,7 +7425,7 @@ func (x *UpdateResolverResponse) String() string {
 func (*UpdateResolverResponse) ProtoMessage() {}
 
 func (x *UpdateResolverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[92]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6949,7 +7438,7 @@ func (x *UpdateResolverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateResolverResponse.ProtoReflect.Descriptor instead.
 func (*UpdateResolverResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{92}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *UpdateResolverResponse) GetResolver() *Resolver {
@@ -6970,7 +7459,7 @@ type DeleteResolverRequest struct {
 
 func (x *DeleteResolverRequest) Reset() {
 	*x = DeleteResolverRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[93]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6982,7 +7471,7 @@ func (x *DeleteResolverRequest) String() string {
 func (*DeleteResolverRequest) ProtoMessage() {}
 
 func (x *DeleteResolverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[93]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6995,7 +7484,7 @@ func (x *DeleteResolverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResolverRequest.ProtoReflect.Descriptor instead.
 func (*DeleteResolverRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{93}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *DeleteResolverRequest) GetCommand() *CommandMetadata {
@@ -7021,7 +7510,7 @@ type DeleteResolverResponse struct {
 
 func (x *DeleteResolverResponse) Reset() {
 	*x = DeleteResolverResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[94]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7033,7 +7522,7 @@ func (x *DeleteResolverResponse) String() string {
 func (*DeleteResolverResponse) ProtoMessage() {}
 
 func (x *DeleteResolverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[94]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7046,7 +7535,7 @@ func (x *DeleteResolverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResolverResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResolverResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{94}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{101}
 }
 
 // UpdateResolverLabelsRequest is the input of UpdateResolverLabels.
@@ -7064,7 +7553,7 @@ type UpdateResolverLabelsRequest struct {
 
 func (x *UpdateResolverLabelsRequest) Reset() {
 	*x = UpdateResolverLabelsRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[95]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7076,7 +7565,7 @@ func (x *UpdateResolverLabelsRequest) String() string {
 func (*UpdateResolverLabelsRequest) ProtoMessage() {}
 
 func (x *UpdateResolverLabelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[95]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7089,7 +7578,7 @@ func (x *UpdateResolverLabelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateResolverLabelsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateResolverLabelsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{95}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *UpdateResolverLabelsRequest) GetCommand() *CommandMetadata {
@@ -7130,7 +7619,7 @@ type UpdateResolverLabelsResponse struct {
 
 func (x *UpdateResolverLabelsResponse) Reset() {
 	*x = UpdateResolverLabelsResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[96]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7142,7 +7631,7 @@ func (x *UpdateResolverLabelsResponse) String() string {
 func (*UpdateResolverLabelsResponse) ProtoMessage() {}
 
 func (x *UpdateResolverLabelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[96]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7155,7 +7644,7 @@ func (x *UpdateResolverLabelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateResolverLabelsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateResolverLabelsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{96}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *UpdateResolverLabelsResponse) GetResolver() *Resolver {
@@ -7180,7 +7669,7 @@ type UpdateResolverAnnotationsRequest struct {
 
 func (x *UpdateResolverAnnotationsRequest) Reset() {
 	*x = UpdateResolverAnnotationsRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[97]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7192,7 +7681,7 @@ func (x *UpdateResolverAnnotationsRequest) String() string {
 func (*UpdateResolverAnnotationsRequest) ProtoMessage() {}
 
 func (x *UpdateResolverAnnotationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[97]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7205,7 +7694,7 @@ func (x *UpdateResolverAnnotationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateResolverAnnotationsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateResolverAnnotationsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{97}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *UpdateResolverAnnotationsRequest) GetCommand() *CommandMetadata {
@@ -7246,7 +7735,7 @@ type UpdateResolverAnnotationsResponse struct {
 
 func (x *UpdateResolverAnnotationsResponse) Reset() {
 	*x = UpdateResolverAnnotationsResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[98]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7258,7 +7747,7 @@ func (x *UpdateResolverAnnotationsResponse) String() string {
 func (*UpdateResolverAnnotationsResponse) ProtoMessage() {}
 
 func (x *UpdateResolverAnnotationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[98]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7271,7 +7760,7 @@ func (x *UpdateResolverAnnotationsResponse) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use UpdateResolverAnnotationsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateResolverAnnotationsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{98}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *UpdateResolverAnnotationsResponse) GetResolver() *Resolver {
@@ -7297,7 +7786,7 @@ type ResolverSpec struct {
 
 func (x *ResolverSpec) Reset() {
 	*x = ResolverSpec{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[99]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7309,7 +7798,7 @@ func (x *ResolverSpec) String() string {
 func (*ResolverSpec) ProtoMessage() {}
 
 func (x *ResolverSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[99]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7322,7 +7811,7 @@ func (x *ResolverSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolverSpec.ProtoReflect.Descriptor instead.
 func (*ResolverSpec) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{99}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *ResolverSpec) GetProtocol() isResolverSpec_Protocol {
@@ -7411,7 +7900,7 @@ type UdpResolver struct {
 
 func (x *UdpResolver) Reset() {
 	*x = UdpResolver{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[100]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7423,7 +7912,7 @@ func (x *UdpResolver) String() string {
 func (*UdpResolver) ProtoMessage() {}
 
 func (x *UdpResolver) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[100]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7436,7 +7925,7 @@ func (x *UdpResolver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UdpResolver.ProtoReflect.Descriptor instead.
 func (*UdpResolver) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{100}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *UdpResolver) GetAddress() string {
@@ -7457,7 +7946,7 @@ type TcpResolver struct {
 
 func (x *TcpResolver) Reset() {
 	*x = TcpResolver{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[101]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7469,7 +7958,7 @@ func (x *TcpResolver) String() string {
 func (*TcpResolver) ProtoMessage() {}
 
 func (x *TcpResolver) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[101]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7482,7 +7971,7 @@ func (x *TcpResolver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TcpResolver.ProtoReflect.Descriptor instead.
 func (*TcpResolver) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{101}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *TcpResolver) GetAddress() string {
@@ -7507,7 +7996,7 @@ type TlsResolver struct {
 
 func (x *TlsResolver) Reset() {
 	*x = TlsResolver{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[102]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7519,7 +8008,7 @@ func (x *TlsResolver) String() string {
 func (*TlsResolver) ProtoMessage() {}
 
 func (x *TlsResolver) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[102]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7532,7 +8021,7 @@ func (x *TlsResolver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TlsResolver.ProtoReflect.Descriptor instead.
 func (*TlsResolver) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{102}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *TlsResolver) GetAddress() string {
@@ -7571,7 +8060,7 @@ type HttpsResolver struct {
 
 func (x *HttpsResolver) Reset() {
 	*x = HttpsResolver{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[103]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7583,7 +8072,7 @@ func (x *HttpsResolver) String() string {
 func (*HttpsResolver) ProtoMessage() {}
 
 func (x *HttpsResolver) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[103]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7596,7 +8085,7 @@ func (x *HttpsResolver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HttpsResolver.ProtoReflect.Descriptor instead.
 func (*HttpsResolver) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{103}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *HttpsResolver) GetUrl() string {
@@ -7642,7 +8131,7 @@ type Resolver struct {
 
 func (x *Resolver) Reset() {
 	*x = Resolver{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[104]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7654,7 +8143,7 @@ func (x *Resolver) String() string {
 func (*Resolver) ProtoMessage() {}
 
 func (x *Resolver) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[104]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7667,7 +8156,7 @@ func (x *Resolver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resolver.ProtoReflect.Descriptor instead.
 func (*Resolver) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{104}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *Resolver) GetResolverId() string {
@@ -7754,7 +8243,7 @@ type WorkspaceStop struct {
 
 func (x *WorkspaceStop) Reset() {
 	*x = WorkspaceStop{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[105]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7766,7 +8255,7 @@ func (x *WorkspaceStop) String() string {
 func (*WorkspaceStop) ProtoMessage() {}
 
 func (x *WorkspaceStop) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[105]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7779,7 +8268,7 @@ func (x *WorkspaceStop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceStop.ProtoReflect.Descriptor instead.
 func (*WorkspaceStop) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{105}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *WorkspaceStop) GetCause() StopCause {
@@ -7835,7 +8324,7 @@ type CommandMetadata struct {
 
 func (x *CommandMetadata) Reset() {
 	*x = CommandMetadata{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[106]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7847,7 +8336,7 @@ func (x *CommandMetadata) String() string {
 func (*CommandMetadata) ProtoMessage() {}
 
 func (x *CommandMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[106]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7860,7 +8349,7 @@ func (x *CommandMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandMetadata.ProtoReflect.Descriptor instead.
 func (*CommandMetadata) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{106}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *CommandMetadata) GetCommandId() string {
@@ -7883,7 +8372,7 @@ type TemplateRef struct {
 
 func (x *TemplateRef) Reset() {
 	*x = TemplateRef{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[107]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7895,7 +8384,7 @@ func (x *TemplateRef) String() string {
 func (*TemplateRef) ProtoMessage() {}
 
 func (x *TemplateRef) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[107]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7908,7 +8397,7 @@ func (x *TemplateRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateRef.ProtoReflect.Descriptor instead.
 func (*TemplateRef) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{107}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *TemplateRef) GetTemplateId() string {
@@ -7938,7 +8427,7 @@ type TemplateSelector struct {
 
 func (x *TemplateSelector) Reset() {
 	*x = TemplateSelector{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[108]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7950,7 +8439,7 @@ func (x *TemplateSelector) String() string {
 func (*TemplateSelector) ProtoMessage() {}
 
 func (x *TemplateSelector) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[108]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7963,7 +8452,7 @@ func (x *TemplateSelector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateSelector.ProtoReflect.Descriptor instead.
 func (*TemplateSelector) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{108}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *TemplateSelector) GetTemplateId() string {
@@ -8003,7 +8492,7 @@ type TemplateDeliveryObservation struct {
 
 func (x *TemplateDeliveryObservation) Reset() {
 	*x = TemplateDeliveryObservation{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[109]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8015,7 +8504,7 @@ func (x *TemplateDeliveryObservation) String() string {
 func (*TemplateDeliveryObservation) ProtoMessage() {}
 
 func (x *TemplateDeliveryObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[109]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8028,7 +8517,7 @@ func (x *TemplateDeliveryObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateDeliveryObservation.ProtoReflect.Descriptor instead.
 func (*TemplateDeliveryObservation) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{109}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *TemplateDeliveryObservation) GetState() TemplateDeliveryState {
@@ -8095,7 +8584,7 @@ type ResourceRequest struct {
 
 func (x *ResourceRequest) Reset() {
 	*x = ResourceRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[110]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8107,7 +8596,7 @@ func (x *ResourceRequest) String() string {
 func (*ResourceRequest) ProtoMessage() {}
 
 func (x *ResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[110]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8120,7 +8609,7 @@ func (x *ResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceRequest.ProtoReflect.Descriptor instead.
 func (*ResourceRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{110}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *ResourceRequest) GetCpuMillis() uint32 {
@@ -8155,7 +8644,7 @@ type CapabilityRequirements struct {
 
 func (x *CapabilityRequirements) Reset() {
 	*x = CapabilityRequirements{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[111]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8167,7 +8656,7 @@ func (x *CapabilityRequirements) String() string {
 func (*CapabilityRequirements) ProtoMessage() {}
 
 func (x *CapabilityRequirements) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[111]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8180,7 +8669,7 @@ func (x *CapabilityRequirements) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilityRequirements.ProtoReflect.Descriptor instead.
 func (*CapabilityRequirements) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{111}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *CapabilityRequirements) GetRequired() []string {
@@ -8207,7 +8696,7 @@ type WorkspaceVolumeBinding struct {
 
 func (x *WorkspaceVolumeBinding) Reset() {
 	*x = WorkspaceVolumeBinding{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[112]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8219,7 +8708,7 @@ func (x *WorkspaceVolumeBinding) String() string {
 func (*WorkspaceVolumeBinding) ProtoMessage() {}
 
 func (x *WorkspaceVolumeBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[112]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8232,7 +8721,7 @@ func (x *WorkspaceVolumeBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceVolumeBinding.ProtoReflect.Descriptor instead.
 func (*WorkspaceVolumeBinding) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{112}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *WorkspaceVolumeBinding) GetVolumeId() string {
@@ -8284,7 +8773,7 @@ type NetworkPolicy struct {
 
 func (x *NetworkPolicy) Reset() {
 	*x = NetworkPolicy{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[113]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8296,7 +8785,7 @@ func (x *NetworkPolicy) String() string {
 func (*NetworkPolicy) ProtoMessage() {}
 
 func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[113]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8309,7 +8798,7 @@ func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicy.ProtoReflect.Descriptor instead.
 func (*NetworkPolicy) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{113}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *NetworkPolicy) GetMode() NetworkPolicyMode {
@@ -8367,7 +8856,7 @@ type NetworkPolicyResolver struct {
 
 func (x *NetworkPolicyResolver) Reset() {
 	*x = NetworkPolicyResolver{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[114]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8379,7 +8868,7 @@ func (x *NetworkPolicyResolver) String() string {
 func (*NetworkPolicyResolver) ProtoMessage() {}
 
 func (x *NetworkPolicyResolver) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[114]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8392,7 +8881,7 @@ func (x *NetworkPolicyResolver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicyResolver.ProtoReflect.Descriptor instead.
 func (*NetworkPolicyResolver) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{114}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *NetworkPolicyResolver) GetResolverId() string {
@@ -8423,7 +8912,7 @@ type ResolverPath struct {
 
 func (x *ResolverPath) Reset() {
 	*x = ResolverPath{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[115]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8435,7 +8924,7 @@ func (x *ResolverPath) String() string {
 func (*ResolverPath) ProtoMessage() {}
 
 func (x *ResolverPath) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[115]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8448,7 +8937,7 @@ func (x *ResolverPath) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolverPath.ProtoReflect.Descriptor instead.
 func (*ResolverPath) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{115}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *ResolverPath) GetKind() isResolverPath_Kind {
@@ -8503,7 +8992,7 @@ type ResolverDirectPath struct {
 
 func (x *ResolverDirectPath) Reset() {
 	*x = ResolverDirectPath{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[116]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8515,7 +9004,7 @@ func (x *ResolverDirectPath) String() string {
 func (*ResolverDirectPath) ProtoMessage() {}
 
 func (x *ResolverDirectPath) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[116]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8528,7 +9017,7 @@ func (x *ResolverDirectPath) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolverDirectPath.ProtoReflect.Descriptor instead.
 func (*ResolverDirectPath) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{116}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{123}
 }
 
 // NetworkPolicyEgress names one Egress and the destinations that leave through it.
@@ -8544,7 +9033,7 @@ type NetworkPolicyEgress struct {
 
 func (x *NetworkPolicyEgress) Reset() {
 	*x = NetworkPolicyEgress{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[117]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8556,7 +9045,7 @@ func (x *NetworkPolicyEgress) String() string {
 func (*NetworkPolicyEgress) ProtoMessage() {}
 
 func (x *NetworkPolicyEgress) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[117]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8569,7 +9058,7 @@ func (x *NetworkPolicyEgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicyEgress.ProtoReflect.Descriptor instead.
 func (*NetworkPolicyEgress) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{117}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *NetworkPolicyEgress) GetEgressId() string {
@@ -8605,7 +9094,7 @@ type NetworkPolicyStatus struct {
 
 func (x *NetworkPolicyStatus) Reset() {
 	*x = NetworkPolicyStatus{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[118]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8617,7 +9106,7 @@ func (x *NetworkPolicyStatus) String() string {
 func (*NetworkPolicyStatus) ProtoMessage() {}
 
 func (x *NetworkPolicyStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[118]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8630,7 +9119,7 @@ func (x *NetworkPolicyStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicyStatus.ProtoReflect.Descriptor instead.
 func (*NetworkPolicyStatus) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{118}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *NetworkPolicyStatus) GetAppliedRevision() uint64 {
@@ -8682,7 +9171,7 @@ type NetworkPolicyEgressStatus struct {
 
 func (x *NetworkPolicyEgressStatus) Reset() {
 	*x = NetworkPolicyEgressStatus{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[119]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8694,7 +9183,7 @@ func (x *NetworkPolicyEgressStatus) String() string {
 func (*NetworkPolicyEgressStatus) ProtoMessage() {}
 
 func (x *NetworkPolicyEgressStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[119]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8707,7 +9196,7 @@ func (x *NetworkPolicyEgressStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicyEgressStatus.ProtoReflect.Descriptor instead.
 func (*NetworkPolicyEgressStatus) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{119}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *NetworkPolicyEgressStatus) GetEgressId() string {
@@ -8746,7 +9235,7 @@ type NetworkPolicyResolverStatus struct {
 
 func (x *NetworkPolicyResolverStatus) Reset() {
 	*x = NetworkPolicyResolverStatus{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[120]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8758,7 +9247,7 @@ func (x *NetworkPolicyResolverStatus) String() string {
 func (*NetworkPolicyResolverStatus) ProtoMessage() {}
 
 func (x *NetworkPolicyResolverStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[120]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8771,7 +9260,7 @@ func (x *NetworkPolicyResolverStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicyResolverStatus.ProtoReflect.Descriptor instead.
 func (*NetworkPolicyResolverStatus) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{120}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *NetworkPolicyResolverStatus) GetResolverId() string {
@@ -8829,7 +9318,7 @@ type WorkspaceSpec struct {
 
 func (x *WorkspaceSpec) Reset() {
 	*x = WorkspaceSpec{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[121]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8841,7 +9330,7 @@ func (x *WorkspaceSpec) String() string {
 func (*WorkspaceSpec) ProtoMessage() {}
 
 func (x *WorkspaceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[121]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8854,7 +9343,7 @@ func (x *WorkspaceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceSpec.ProtoReflect.Descriptor instead.
 func (*WorkspaceSpec) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{121}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *WorkspaceSpec) GetTemplate() *TemplateRef {
@@ -8941,7 +9430,7 @@ type WorkspaceCreateSpec struct {
 
 func (x *WorkspaceCreateSpec) Reset() {
 	*x = WorkspaceCreateSpec{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[122]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8953,7 +9442,7 @@ func (x *WorkspaceCreateSpec) String() string {
 func (*WorkspaceCreateSpec) ProtoMessage() {}
 
 func (x *WorkspaceCreateSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[122]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8966,7 +9455,7 @@ func (x *WorkspaceCreateSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceCreateSpec.ProtoReflect.Descriptor instead.
 func (*WorkspaceCreateSpec) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{122}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{129}
 }
 
 func (x *WorkspaceCreateSpec) GetTemplate() *TemplateSelector {
@@ -9025,7 +9514,7 @@ type WorkspaceFailure struct {
 
 func (x *WorkspaceFailure) Reset() {
 	*x = WorkspaceFailure{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[123]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[130]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9037,7 +9526,7 @@ func (x *WorkspaceFailure) String() string {
 func (*WorkspaceFailure) ProtoMessage() {}
 
 func (x *WorkspaceFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[123]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[130]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9050,7 +9539,7 @@ func (x *WorkspaceFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceFailure.ProtoReflect.Descriptor instead.
 func (*WorkspaceFailure) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{123}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{130}
 }
 
 func (x *WorkspaceFailure) GetReason() FailureReason {
@@ -9100,7 +9589,7 @@ type RetentionTier struct {
 
 func (x *RetentionTier) Reset() {
 	*x = RetentionTier{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[124]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[131]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9112,7 +9601,7 @@ func (x *RetentionTier) String() string {
 func (*RetentionTier) ProtoMessage() {}
 
 func (x *RetentionTier) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[124]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[131]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9125,7 +9614,7 @@ func (x *RetentionTier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetentionTier.ProtoReflect.Descriptor instead.
 func (*RetentionTier) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{124}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{131}
 }
 
 func (x *RetentionTier) GetKind() RetentionTierKind {
@@ -9215,7 +9704,7 @@ type Workspace struct {
 
 func (x *Workspace) Reset() {
 	*x = Workspace{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[125]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[132]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9227,7 +9716,7 @@ func (x *Workspace) String() string {
 func (*Workspace) ProtoMessage() {}
 
 func (x *Workspace) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[125]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[132]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9240,7 +9729,7 @@ func (x *Workspace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Workspace.ProtoReflect.Descriptor instead.
 func (*Workspace) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{125}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{132}
 }
 
 func (x *Workspace) GetWorkspaceId() string {
@@ -9408,7 +9897,7 @@ type EgressObservation struct {
 
 func (x *EgressObservation) Reset() {
 	*x = EgressObservation{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[126]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[133]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9420,7 +9909,7 @@ func (x *EgressObservation) String() string {
 func (*EgressObservation) ProtoMessage() {}
 
 func (x *EgressObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[126]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[133]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9433,7 +9922,7 @@ func (x *EgressObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressObservation.ProtoReflect.Descriptor instead.
 func (*EgressObservation) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{126}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{133}
 }
 
 func (x *EgressObservation) GetEgressId() string {
@@ -9490,7 +9979,7 @@ type ResolverObservation struct {
 
 func (x *ResolverObservation) Reset() {
 	*x = ResolverObservation{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[127]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[134]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9502,7 +9991,7 @@ func (x *ResolverObservation) String() string {
 func (*ResolverObservation) ProtoMessage() {}
 
 func (x *ResolverObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[127]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[134]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9515,7 +10004,7 @@ func (x *ResolverObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolverObservation.ProtoReflect.Descriptor instead.
 func (*ResolverObservation) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{127}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{134}
 }
 
 func (x *ResolverObservation) GetResolverId() string {
@@ -9591,7 +10080,7 @@ type GuestObservation struct {
 
 func (x *GuestObservation) Reset() {
 	*x = GuestObservation{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[128]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[135]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9603,7 +10092,7 @@ func (x *GuestObservation) String() string {
 func (*GuestObservation) ProtoMessage() {}
 
 func (x *GuestObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[128]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[135]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9616,7 +10105,7 @@ func (x *GuestObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestObservation.ProtoReflect.Descriptor instead.
 func (*GuestObservation) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{128}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{135}
 }
 
 func (x *GuestObservation) GetObservedAt() *timestamppb.Timestamp {
@@ -9719,7 +10208,7 @@ type GuestMemoryKill struct {
 
 func (x *GuestMemoryKill) Reset() {
 	*x = GuestMemoryKill{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[129]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[136]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9731,7 +10220,7 @@ func (x *GuestMemoryKill) String() string {
 func (*GuestMemoryKill) ProtoMessage() {}
 
 func (x *GuestMemoryKill) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[129]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[136]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9744,7 +10233,7 @@ func (x *GuestMemoryKill) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestMemoryKill.ProtoReflect.Descriptor instead.
 func (*GuestMemoryKill) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{129}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{136}
 }
 
 func (x *GuestMemoryKill) GetKilledAt() *timestamppb.Timestamp {
@@ -9809,7 +10298,7 @@ type VolumeSpec struct {
 
 func (x *VolumeSpec) Reset() {
 	*x = VolumeSpec{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[130]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[137]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9821,7 +10310,7 @@ func (x *VolumeSpec) String() string {
 func (*VolumeSpec) ProtoMessage() {}
 
 func (x *VolumeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[130]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[137]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9834,7 +10323,7 @@ func (x *VolumeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSpec.ProtoReflect.Descriptor instead.
 func (*VolumeSpec) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{130}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{137}
 }
 
 func (x *VolumeSpec) GetCapacityBytes() uint64 {
@@ -9865,7 +10354,7 @@ type VolumeFailure struct {
 
 func (x *VolumeFailure) Reset() {
 	*x = VolumeFailure{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[131]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[138]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9877,7 +10366,7 @@ func (x *VolumeFailure) String() string {
 func (*VolumeFailure) ProtoMessage() {}
 
 func (x *VolumeFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[131]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[138]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9890,7 +10379,7 @@ func (x *VolumeFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeFailure.ProtoReflect.Descriptor instead.
 func (*VolumeFailure) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{131}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{138}
 }
 
 func (x *VolumeFailure) GetReason() FailureReason {
@@ -9948,7 +10437,7 @@ type Volume struct {
 
 func (x *Volume) Reset() {
 	*x = Volume{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[132]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[139]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9960,7 +10449,7 @@ func (x *Volume) String() string {
 func (*Volume) ProtoMessage() {}
 
 func (x *Volume) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[132]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[139]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9973,7 +10462,7 @@ func (x *Volume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Volume.ProtoReflect.Descriptor instead.
 func (*Volume) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{132}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{139}
 }
 
 func (x *Volume) GetVolumeId() string {
@@ -10076,7 +10565,7 @@ type VolumeObservation struct {
 
 func (x *VolumeObservation) Reset() {
 	*x = VolumeObservation{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[133]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[140]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10088,7 +10577,7 @@ func (x *VolumeObservation) String() string {
 func (*VolumeObservation) ProtoMessage() {}
 
 func (x *VolumeObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[133]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[140]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10101,7 +10590,7 @@ func (x *VolumeObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeObservation.ProtoReflect.Descriptor instead.
 func (*VolumeObservation) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{133}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{140}
 }
 
 func (x *VolumeObservation) GetCondition() VolumeCondition {
@@ -10146,7 +10635,7 @@ type TransferFailure struct {
 
 func (x *TransferFailure) Reset() {
 	*x = TransferFailure{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[134]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[141]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10158,7 +10647,7 @@ func (x *TransferFailure) String() string {
 func (*TransferFailure) ProtoMessage() {}
 
 func (x *TransferFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[134]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[141]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10171,7 +10660,7 @@ func (x *TransferFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferFailure.ProtoReflect.Descriptor instead.
 func (*TransferFailure) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{134}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{141}
 }
 
 func (x *TransferFailure) GetReason() FailureReason {
@@ -10226,7 +10715,7 @@ type TransferManifest struct {
 
 func (x *TransferManifest) Reset() {
 	*x = TransferManifest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[135]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[142]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10238,7 +10727,7 @@ func (x *TransferManifest) String() string {
 func (*TransferManifest) ProtoMessage() {}
 
 func (x *TransferManifest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[135]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[142]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10251,7 +10740,7 @@ func (x *TransferManifest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferManifest.ProtoReflect.Descriptor instead.
 func (*TransferManifest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{135}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{142}
 }
 
 func (x *TransferManifest) GetTemplate() *TemplateRef {
@@ -10335,7 +10824,7 @@ type Transfer struct {
 
 func (x *Transfer) Reset() {
 	*x = Transfer{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[136]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[143]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10347,7 +10836,7 @@ func (x *Transfer) String() string {
 func (*Transfer) ProtoMessage() {}
 
 func (x *Transfer) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[136]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[143]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10360,7 +10849,7 @@ func (x *Transfer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transfer.ProtoReflect.Descriptor instead.
 func (*Transfer) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{136}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{143}
 }
 
 func (x *Transfer) GetTransferId() string {
@@ -10452,7 +10941,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[137]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[144]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10464,7 +10953,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[137]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[144]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10477,7 +10966,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{137}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{144}
 }
 
 func (x *ErrorDetail) GetObservedWorkspace() *Workspace {
@@ -10512,7 +11001,7 @@ type WorkspaceExpirationPolicy struct {
 
 func (x *WorkspaceExpirationPolicy) Reset() {
 	*x = WorkspaceExpirationPolicy{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[138]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[145]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10524,7 +11013,7 @@ func (x *WorkspaceExpirationPolicy) String() string {
 func (*WorkspaceExpirationPolicy) ProtoMessage() {}
 
 func (x *WorkspaceExpirationPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[138]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[145]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10537,7 +11026,7 @@ func (x *WorkspaceExpirationPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceExpirationPolicy.ProtoReflect.Descriptor instead.
 func (*WorkspaceExpirationPolicy) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{138}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{145}
 }
 
 func (x *WorkspaceExpirationPolicy) GetDeadline() *timestamppb.Timestamp {
@@ -10567,7 +11056,7 @@ type WorkspaceExpiration struct {
 
 func (x *WorkspaceExpiration) Reset() {
 	*x = WorkspaceExpiration{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[139]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[146]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10579,7 +11068,7 @@ func (x *WorkspaceExpiration) String() string {
 func (*WorkspaceExpiration) ProtoMessage() {}
 
 func (x *WorkspaceExpiration) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[139]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[146]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10592,7 +11081,7 @@ func (x *WorkspaceExpiration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceExpiration.ProtoReflect.Descriptor instead.
 func (*WorkspaceExpiration) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{139}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{146}
 }
 
 func (x *WorkspaceExpiration) GetPolicy() *WorkspaceExpirationPolicy {
@@ -10623,7 +11112,7 @@ type WorkspaceExpirationChange struct {
 
 func (x *WorkspaceExpirationChange) Reset() {
 	*x = WorkspaceExpirationChange{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[140]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[147]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10635,7 +11124,7 @@ func (x *WorkspaceExpirationChange) String() string {
 func (*WorkspaceExpirationChange) ProtoMessage() {}
 
 func (x *WorkspaceExpirationChange) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[140]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[147]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10648,7 +11137,7 @@ func (x *WorkspaceExpirationChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceExpirationChange.ProtoReflect.Descriptor instead.
 func (*WorkspaceExpirationChange) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{140}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{147}
 }
 
 func (x *WorkspaceExpirationChange) GetChange() isWorkspaceExpirationChange_Change {
@@ -10936,7 +11425,43 @@ const file_kibotos_ctrl_v1_ctrl_proto_rawDesc = "" +
 	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x12!\n" +
 	"\fworkspace_id\x18\x02 \x01(\tR\vworkspaceId\"S\n" +
 	"\x17RotateDataPlaneResponse\x128\n" +
-	"\tworkspace\x18\x01 \x01(\v2\x1a.kibotos.ctrl.v1.WorkspaceR\tworkspace\"\xa0\x03\n" +
+	"\tworkspace\x18\x01 \x01(\v2\x1a.kibotos.ctrl.v1.WorkspaceR\tworkspace\"\xdd\x01\n" +
+	"\x15CreateExposureRequest\x12:\n" +
+	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x12!\n" +
+	"\fworkspace_id\x18\x02 \x01(\tR\vworkspaceId\x12\x12\n" +
+	"\x04port\x18\x03 \x01(\rR\x04port\x121\n" +
+	"\x04auth\x18\x04 \x01(\x0e2\x1d.kibotos.ctrl.v1.ExposureAuthR\x04auth\x12\x1e\n" +
+	"\n" +
+	"persistent\x18\x05 \x01(\bR\n" +
+	"persistent\"O\n" +
+	"\x16CreateExposureResponse\x125\n" +
+	"\bexposure\x18\x01 \x01(\v2\x19.kibotos.ctrl.v1.ExposureR\bexposure\"t\n" +
+	"\x15RevokeExposureRequest\x12:\n" +
+	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x12\x1f\n" +
+	"\vexposure_id\x18\x02 \x01(\tR\n" +
+	"exposureId\"\x18\n" +
+	"\x16RevokeExposureResponse\"u\n" +
+	"\x14ListExposuresRequest\x12!\n" +
+	"\fworkspace_id\x18\x01 \x01(\tR\vworkspaceId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"x\n" +
+	"\x15ListExposuresResponse\x127\n" +
+	"\texposures\x18\x01 \x03(\v2\x19.kibotos.ctrl.v1.ExposureR\texposures\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x98\x02\n" +
+	"\bExposure\x12\x1f\n" +
+	"\vexposure_id\x18\x01 \x01(\tR\n" +
+	"exposureId\x12!\n" +
+	"\fworkspace_id\x18\x02 \x01(\tR\vworkspaceId\x12\x12\n" +
+	"\x04port\x18\x03 \x01(\rR\x04port\x121\n" +
+	"\x04auth\x18\x04 \x01(\x0e2\x1d.kibotos.ctrl.v1.ExposureAuthR\x04auth\x12\x10\n" +
+	"\x03url\x18\x05 \x01(\tR\x03url\x12\x14\n" +
+	"\x05token\x18\x06 \x01(\tR\x05token\x129\n" +
+	"\n" +
+	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x1e\n" +
+	"\n" +
+	"persistent\x18\b \x01(\bR\n" +
+	"persistent\"\xa0\x03\n" +
 	"\x13CreateVolumeRequest\x12:\n" +
 	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x12/\n" +
 	"\x04spec\x18\x02 \x01(\v2\x1b.kibotos.ctrl.v1.VolumeSpecR\x04spec\x12H\n" +
@@ -11481,7 +12006,11 @@ const file_kibotos_ctrl_v1_ctrl_proto_rawDesc = "" +
 	"\x12ImageArchiveFormat\x12$\n" +
 	" IMAGE_ARCHIVE_FORMAT_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cIMAGE_ARCHIVE_FORMAT_TARBALL\x10\x01\x12'\n" +
-	"#IMAGE_ARCHIVE_FORMAT_OCI_LAYOUT_TAR\x10\x02*\xbb\x02\n" +
+	"#IMAGE_ARCHIVE_FORMAT_OCI_LAYOUT_TAR\x10\x02*`\n" +
+	"\fExposureAuth\x12\x1d\n" +
+	"\x19EXPOSURE_AUTH_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13EXPOSURE_AUTH_TOKEN\x10\x01\x12\x18\n" +
+	"\x14EXPOSURE_AUTH_PUBLIC\x10\x02*\xbb\x02\n" +
 	"\x0eWorkspaceState\x12\x1f\n" +
 	"\x1bWORKSPACE_STATE_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18WORKSPACE_STATE_CREATING\x10\x01\x12\x1d\n" +
@@ -11700,7 +12229,11 @@ const file_kibotos_ctrl_v1_ctrl_proto_rawDesc = "" +
 	"\x0eSessionService\x12[\n" +
 	"\fIssueSession\x12$.kibotos.ctrl.v1.IssueSessionRequest\x1a%.kibotos.ctrl.v1.IssueSessionResponse\x12^\n" +
 	"\rRevokeSession\x12%.kibotos.ctrl.v1.RevokeSessionRequest\x1a&.kibotos.ctrl.v1.RevokeSessionResponse\x12d\n" +
-	"\x0fRotateDataPlane\x12'.kibotos.ctrl.v1.RotateDataPlaneRequest\x1a(.kibotos.ctrl.v1.RotateDataPlaneResponse2\xc1\x05\n" +
+	"\x0fRotateDataPlane\x12'.kibotos.ctrl.v1.RotateDataPlaneRequest\x1a(.kibotos.ctrl.v1.RotateDataPlaneResponse2\xb7\x02\n" +
+	"\x0fExposureService\x12a\n" +
+	"\x0eCreateExposure\x12&.kibotos.ctrl.v1.CreateExposureRequest\x1a'.kibotos.ctrl.v1.CreateExposureResponse\x12a\n" +
+	"\x0eRevokeExposure\x12&.kibotos.ctrl.v1.RevokeExposureRequest\x1a'.kibotos.ctrl.v1.RevokeExposureResponse\x12^\n" +
+	"\rListExposures\x12%.kibotos.ctrl.v1.ListExposuresRequest\x1a&.kibotos.ctrl.v1.ListExposuresResponse2\xc1\x05\n" +
 	"\rVolumeService\x12[\n" +
 	"\fCreateVolume\x12$.kibotos.ctrl.v1.CreateVolumeRequest\x1a%.kibotos.ctrl.v1.CreateVolumeResponse\x12R\n" +
 	"\tGetVolume\x12!.kibotos.ctrl.v1.GetVolumeRequest\x1a\".kibotos.ctrl.v1.GetVolumeResponse\x12X\n" +
@@ -11739,555 +12272,576 @@ func file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP() []byte {
 	return file_kibotos_ctrl_v1_ctrl_proto_rawDescData
 }
 
-var file_kibotos_ctrl_v1_ctrl_proto_enumTypes = make([]protoimpl.EnumInfo, 25)
-var file_kibotos_ctrl_v1_ctrl_proto_msgTypes = make([]protoimpl.MessageInfo, 178)
+var file_kibotos_ctrl_v1_ctrl_proto_enumTypes = make([]protoimpl.EnumInfo, 26)
+var file_kibotos_ctrl_v1_ctrl_proto_msgTypes = make([]protoimpl.MessageInfo, 185)
 var file_kibotos_ctrl_v1_ctrl_proto_goTypes = []any{
 	(ImageArchiveFormat)(0),                      // 0: kibotos.ctrl.v1.ImageArchiveFormat
-	(WorkspaceState)(0),                          // 1: kibotos.ctrl.v1.WorkspaceState
-	(GuestCondition)(0),                          // 2: kibotos.ctrl.v1.GuestCondition
-	(GuestMemoryCondition)(0),                    // 3: kibotos.ctrl.v1.GuestMemoryCondition
-	(VolumeCondition)(0),                         // 4: kibotos.ctrl.v1.VolumeCondition
-	(VolumeState)(0),                             // 5: kibotos.ctrl.v1.VolumeState
-	(Completeness)(0),                            // 6: kibotos.ctrl.v1.Completeness
-	(TemplateDeliveryState)(0),                   // 7: kibotos.ctrl.v1.TemplateDeliveryState
-	(TemplateDeliveryReason)(0),                  // 8: kibotos.ctrl.v1.TemplateDeliveryReason
-	(TransferState)(0),                           // 9: kibotos.ctrl.v1.TransferState
-	(StopDurability)(0),                          // 10: kibotos.ctrl.v1.StopDurability
-	(StopCause)(0),                               // 11: kibotos.ctrl.v1.StopCause
-	(StopMode)(0),                                // 12: kibotos.ctrl.v1.StopMode
-	(RetentionTierKind)(0),                       // 13: kibotos.ctrl.v1.RetentionTierKind
-	(RetentionAvailability)(0),                   // 14: kibotos.ctrl.v1.RetentionAvailability
-	(RetentionContinuity)(0),                     // 15: kibotos.ctrl.v1.RetentionContinuity
-	(RetentionResetReason)(0),                    // 16: kibotos.ctrl.v1.RetentionResetReason
-	(ReestablishRequirement)(0),                  // 17: kibotos.ctrl.v1.ReestablishRequirement
-	(FailureReason)(0),                           // 18: kibotos.ctrl.v1.FailureReason
-	(FailureStage)(0),                            // 19: kibotos.ctrl.v1.FailureStage
-	(WorkspaceVolumeMode)(0),                     // 20: kibotos.ctrl.v1.WorkspaceVolumeMode
-	(NetworkPolicyMode)(0),                       // 21: kibotos.ctrl.v1.NetworkPolicyMode
-	(EgressObservationKind)(0),                   // 22: kibotos.ctrl.v1.EgressObservationKind
-	(ResolverObservationKind)(0),                 // 23: kibotos.ctrl.v1.ResolverObservationKind
-	(WorkspaceExpirationAction)(0),               // 24: kibotos.ctrl.v1.WorkspaceExpirationAction
-	(*CreateWorkspaceRequest)(nil),               // 25: kibotos.ctrl.v1.CreateWorkspaceRequest
-	(*CreateWorkspaceResponse)(nil),              // 26: kibotos.ctrl.v1.CreateWorkspaceResponse
-	(*GetWorkspaceRequest)(nil),                  // 27: kibotos.ctrl.v1.GetWorkspaceRequest
-	(*GetWorkspaceResponse)(nil),                 // 28: kibotos.ctrl.v1.GetWorkspaceResponse
-	(*ListWorkspacesRequest)(nil),                // 29: kibotos.ctrl.v1.ListWorkspacesRequest
-	(*ListWorkspacesResponse)(nil),               // 30: kibotos.ctrl.v1.ListWorkspacesResponse
-	(*WatchWorkspaceRequest)(nil),                // 31: kibotos.ctrl.v1.WatchWorkspaceRequest
-	(*WatchWorkspaceResponse)(nil),               // 32: kibotos.ctrl.v1.WatchWorkspaceResponse
-	(*StartWorkspaceRequest)(nil),                // 33: kibotos.ctrl.v1.StartWorkspaceRequest
-	(*StartWorkspaceResponse)(nil),               // 34: kibotos.ctrl.v1.StartWorkspaceResponse
-	(*StopWorkspaceRequest)(nil),                 // 35: kibotos.ctrl.v1.StopWorkspaceRequest
-	(*StopWorkspaceResponse)(nil),                // 36: kibotos.ctrl.v1.StopWorkspaceResponse
-	(*DeleteWorkspaceRequest)(nil),               // 37: kibotos.ctrl.v1.DeleteWorkspaceRequest
-	(*DeleteWorkspaceResponse)(nil),              // 38: kibotos.ctrl.v1.DeleteWorkspaceResponse
-	(*UpdateWorkspaceMemoryRequest)(nil),         // 39: kibotos.ctrl.v1.UpdateWorkspaceMemoryRequest
-	(*UpdateWorkspaceMemoryResponse)(nil),        // 40: kibotos.ctrl.v1.UpdateWorkspaceMemoryResponse
-	(*ResizeWorkspaceWritableLayerRequest)(nil),  // 41: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerRequest
-	(*ResizeWorkspaceWritableLayerResponse)(nil), // 42: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerResponse
-	(*UpdateWorkspaceVolumeBindingRequest)(nil),  // 43: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest
-	(*UpdateWorkspaceVolumeBindingResponse)(nil), // 44: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingResponse
-	(*UpdateWorkspaceNetworkPolicyRequest)(nil),  // 45: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest
-	(*UpdateWorkspaceNetworkPolicyResponse)(nil), // 46: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyResponse
-	(*UpdateWorkspaceExpirationRequest)(nil),     // 47: kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest
-	(*UpdateWorkspaceExpirationResponse)(nil),    // 48: kibotos.ctrl.v1.UpdateWorkspaceExpirationResponse
-	(*UpdateWorkspaceLabelsRequest)(nil),         // 49: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest
-	(*UpdateWorkspaceLabelsResponse)(nil),        // 50: kibotos.ctrl.v1.UpdateWorkspaceLabelsResponse
-	(*UpdateWorkspaceAnnotationsRequest)(nil),    // 51: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest
-	(*UpdateWorkspaceAnnotationsResponse)(nil),   // 52: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsResponse
-	(*CreateTemplateRequest)(nil),                // 53: kibotos.ctrl.v1.CreateTemplateRequest
-	(*CreateTemplateResponse)(nil),               // 54: kibotos.ctrl.v1.CreateTemplateResponse
-	(*GetTemplateRequest)(nil),                   // 55: kibotos.ctrl.v1.GetTemplateRequest
-	(*GetTemplateResponse)(nil),                  // 56: kibotos.ctrl.v1.GetTemplateResponse
-	(*ListTemplatesRequest)(nil),                 // 57: kibotos.ctrl.v1.ListTemplatesRequest
-	(*ListTemplatesResponse)(nil),                // 58: kibotos.ctrl.v1.ListTemplatesResponse
-	(*ImportTemplateRevisionRequest)(nil),        // 59: kibotos.ctrl.v1.ImportTemplateRevisionRequest
-	(*ImportTemplateRevisionStart)(nil),          // 60: kibotos.ctrl.v1.ImportTemplateRevisionStart
-	(*ImportTemplateRevisionResponse)(nil),       // 61: kibotos.ctrl.v1.ImportTemplateRevisionResponse
-	(*SetTemplateDefaultRequest)(nil),            // 62: kibotos.ctrl.v1.SetTemplateDefaultRequest
-	(*SetTemplateDefaultResponse)(nil),           // 63: kibotos.ctrl.v1.SetTemplateDefaultResponse
-	(*DeleteTemplateRequest)(nil),                // 64: kibotos.ctrl.v1.DeleteTemplateRequest
-	(*DeleteTemplateResponse)(nil),               // 65: kibotos.ctrl.v1.DeleteTemplateResponse
-	(*UpdateTemplateLabelsRequest)(nil),          // 66: kibotos.ctrl.v1.UpdateTemplateLabelsRequest
-	(*UpdateTemplateLabelsResponse)(nil),         // 67: kibotos.ctrl.v1.UpdateTemplateLabelsResponse
-	(*UpdateTemplateAnnotationsRequest)(nil),     // 68: kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest
-	(*UpdateTemplateAnnotationsResponse)(nil),    // 69: kibotos.ctrl.v1.UpdateTemplateAnnotationsResponse
-	(*Template)(nil),                             // 70: kibotos.ctrl.v1.Template
-	(*TemplateRevision)(nil),                     // 71: kibotos.ctrl.v1.TemplateRevision
-	(*IssueSessionRequest)(nil),                  // 72: kibotos.ctrl.v1.IssueSessionRequest
-	(*IssueSessionResponse)(nil),                 // 73: kibotos.ctrl.v1.IssueSessionResponse
-	(*RevokeSessionRequest)(nil),                 // 74: kibotos.ctrl.v1.RevokeSessionRequest
-	(*RevokeSessionResponse)(nil),                // 75: kibotos.ctrl.v1.RevokeSessionResponse
-	(*RotateDataPlaneRequest)(nil),               // 76: kibotos.ctrl.v1.RotateDataPlaneRequest
-	(*RotateDataPlaneResponse)(nil),              // 77: kibotos.ctrl.v1.RotateDataPlaneResponse
-	(*CreateVolumeRequest)(nil),                  // 78: kibotos.ctrl.v1.CreateVolumeRequest
-	(*CreateVolumeResponse)(nil),                 // 79: kibotos.ctrl.v1.CreateVolumeResponse
-	(*GetVolumeRequest)(nil),                     // 80: kibotos.ctrl.v1.GetVolumeRequest
-	(*GetVolumeResponse)(nil),                    // 81: kibotos.ctrl.v1.GetVolumeResponse
-	(*ListVolumesRequest)(nil),                   // 82: kibotos.ctrl.v1.ListVolumesRequest
-	(*ListVolumesResponse)(nil),                  // 83: kibotos.ctrl.v1.ListVolumesResponse
-	(*ResizeVolumeRequest)(nil),                  // 84: kibotos.ctrl.v1.ResizeVolumeRequest
-	(*ResizeVolumeResponse)(nil),                 // 85: kibotos.ctrl.v1.ResizeVolumeResponse
-	(*DeleteVolumeRequest)(nil),                  // 86: kibotos.ctrl.v1.DeleteVolumeRequest
-	(*DeleteVolumeResponse)(nil),                 // 87: kibotos.ctrl.v1.DeleteVolumeResponse
-	(*UpdateVolumeLabelsRequest)(nil),            // 88: kibotos.ctrl.v1.UpdateVolumeLabelsRequest
-	(*UpdateVolumeLabelsResponse)(nil),           // 89: kibotos.ctrl.v1.UpdateVolumeLabelsResponse
-	(*UpdateVolumeAnnotationsRequest)(nil),       // 90: kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest
-	(*UpdateVolumeAnnotationsResponse)(nil),      // 91: kibotos.ctrl.v1.UpdateVolumeAnnotationsResponse
-	(*CreateEgressRequest)(nil),                  // 92: kibotos.ctrl.v1.CreateEgressRequest
-	(*CreateEgressResponse)(nil),                 // 93: kibotos.ctrl.v1.CreateEgressResponse
-	(*GetEgressRequest)(nil),                     // 94: kibotos.ctrl.v1.GetEgressRequest
-	(*GetEgressResponse)(nil),                    // 95: kibotos.ctrl.v1.GetEgressResponse
-	(*ListEgressesRequest)(nil),                  // 96: kibotos.ctrl.v1.ListEgressesRequest
-	(*ListEgressesResponse)(nil),                 // 97: kibotos.ctrl.v1.ListEgressesResponse
-	(*UpdateEgressRequest)(nil),                  // 98: kibotos.ctrl.v1.UpdateEgressRequest
-	(*UpdateEgressResponse)(nil),                 // 99: kibotos.ctrl.v1.UpdateEgressResponse
-	(*DeleteEgressRequest)(nil),                  // 100: kibotos.ctrl.v1.DeleteEgressRequest
-	(*DeleteEgressResponse)(nil),                 // 101: kibotos.ctrl.v1.DeleteEgressResponse
-	(*UpdateEgressLabelsRequest)(nil),            // 102: kibotos.ctrl.v1.UpdateEgressLabelsRequest
-	(*UpdateEgressLabelsResponse)(nil),           // 103: kibotos.ctrl.v1.UpdateEgressLabelsResponse
-	(*UpdateEgressAnnotationsRequest)(nil),       // 104: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest
-	(*UpdateEgressAnnotationsResponse)(nil),      // 105: kibotos.ctrl.v1.UpdateEgressAnnotationsResponse
-	(*EgressSpec)(nil),                           // 106: kibotos.ctrl.v1.EgressSpec
-	(*Socks5Egress)(nil),                         // 107: kibotos.ctrl.v1.Socks5Egress
-	(*EgressTls)(nil),                            // 108: kibotos.ctrl.v1.EgressTls
-	(*Egress)(nil),                               // 109: kibotos.ctrl.v1.Egress
-	(*CreateResolverRequest)(nil),                // 110: kibotos.ctrl.v1.CreateResolverRequest
-	(*CreateResolverResponse)(nil),               // 111: kibotos.ctrl.v1.CreateResolverResponse
-	(*GetResolverRequest)(nil),                   // 112: kibotos.ctrl.v1.GetResolverRequest
-	(*GetResolverResponse)(nil),                  // 113: kibotos.ctrl.v1.GetResolverResponse
-	(*ListResolversRequest)(nil),                 // 114: kibotos.ctrl.v1.ListResolversRequest
-	(*ListResolversResponse)(nil),                // 115: kibotos.ctrl.v1.ListResolversResponse
-	(*UpdateResolverRequest)(nil),                // 116: kibotos.ctrl.v1.UpdateResolverRequest
-	(*UpdateResolverResponse)(nil),               // 117: kibotos.ctrl.v1.UpdateResolverResponse
-	(*DeleteResolverRequest)(nil),                // 118: kibotos.ctrl.v1.DeleteResolverRequest
-	(*DeleteResolverResponse)(nil),               // 119: kibotos.ctrl.v1.DeleteResolverResponse
-	(*UpdateResolverLabelsRequest)(nil),          // 120: kibotos.ctrl.v1.UpdateResolverLabelsRequest
-	(*UpdateResolverLabelsResponse)(nil),         // 121: kibotos.ctrl.v1.UpdateResolverLabelsResponse
-	(*UpdateResolverAnnotationsRequest)(nil),     // 122: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest
-	(*UpdateResolverAnnotationsResponse)(nil),    // 123: kibotos.ctrl.v1.UpdateResolverAnnotationsResponse
-	(*ResolverSpec)(nil),                         // 124: kibotos.ctrl.v1.ResolverSpec
-	(*UdpResolver)(nil),                          // 125: kibotos.ctrl.v1.UdpResolver
-	(*TcpResolver)(nil),                          // 126: kibotos.ctrl.v1.TcpResolver
-	(*TlsResolver)(nil),                          // 127: kibotos.ctrl.v1.TlsResolver
-	(*HttpsResolver)(nil),                        // 128: kibotos.ctrl.v1.HttpsResolver
-	(*Resolver)(nil),                             // 129: kibotos.ctrl.v1.Resolver
-	(*WorkspaceStop)(nil),                        // 130: kibotos.ctrl.v1.WorkspaceStop
-	(*CommandMetadata)(nil),                      // 131: kibotos.ctrl.v1.CommandMetadata
-	(*TemplateRef)(nil),                          // 132: kibotos.ctrl.v1.TemplateRef
-	(*TemplateSelector)(nil),                     // 133: kibotos.ctrl.v1.TemplateSelector
-	(*TemplateDeliveryObservation)(nil),          // 134: kibotos.ctrl.v1.TemplateDeliveryObservation
-	(*ResourceRequest)(nil),                      // 135: kibotos.ctrl.v1.ResourceRequest
-	(*CapabilityRequirements)(nil),               // 136: kibotos.ctrl.v1.CapabilityRequirements
-	(*WorkspaceVolumeBinding)(nil),               // 137: kibotos.ctrl.v1.WorkspaceVolumeBinding
-	(*NetworkPolicy)(nil),                        // 138: kibotos.ctrl.v1.NetworkPolicy
-	(*NetworkPolicyResolver)(nil),                // 139: kibotos.ctrl.v1.NetworkPolicyResolver
-	(*ResolverPath)(nil),                         // 140: kibotos.ctrl.v1.ResolverPath
-	(*ResolverDirectPath)(nil),                   // 141: kibotos.ctrl.v1.ResolverDirectPath
-	(*NetworkPolicyEgress)(nil),                  // 142: kibotos.ctrl.v1.NetworkPolicyEgress
-	(*NetworkPolicyStatus)(nil),                  // 143: kibotos.ctrl.v1.NetworkPolicyStatus
-	(*NetworkPolicyEgressStatus)(nil),            // 144: kibotos.ctrl.v1.NetworkPolicyEgressStatus
-	(*NetworkPolicyResolverStatus)(nil),          // 145: kibotos.ctrl.v1.NetworkPolicyResolverStatus
-	(*WorkspaceSpec)(nil),                        // 146: kibotos.ctrl.v1.WorkspaceSpec
-	(*WorkspaceCreateSpec)(nil),                  // 147: kibotos.ctrl.v1.WorkspaceCreateSpec
-	(*WorkspaceFailure)(nil),                     // 148: kibotos.ctrl.v1.WorkspaceFailure
-	(*RetentionTier)(nil),                        // 149: kibotos.ctrl.v1.RetentionTier
-	(*Workspace)(nil),                            // 150: kibotos.ctrl.v1.Workspace
-	(*EgressObservation)(nil),                    // 151: kibotos.ctrl.v1.EgressObservation
-	(*ResolverObservation)(nil),                  // 152: kibotos.ctrl.v1.ResolverObservation
-	(*GuestObservation)(nil),                     // 153: kibotos.ctrl.v1.GuestObservation
-	(*GuestMemoryKill)(nil),                      // 154: kibotos.ctrl.v1.GuestMemoryKill
-	(*VolumeSpec)(nil),                           // 155: kibotos.ctrl.v1.VolumeSpec
-	(*VolumeFailure)(nil),                        // 156: kibotos.ctrl.v1.VolumeFailure
-	(*Volume)(nil),                               // 157: kibotos.ctrl.v1.Volume
-	(*VolumeObservation)(nil),                    // 158: kibotos.ctrl.v1.VolumeObservation
-	(*TransferFailure)(nil),                      // 159: kibotos.ctrl.v1.TransferFailure
-	(*TransferManifest)(nil),                     // 160: kibotos.ctrl.v1.TransferManifest
-	(*Transfer)(nil),                             // 161: kibotos.ctrl.v1.Transfer
-	(*ErrorDetail)(nil),                          // 162: kibotos.ctrl.v1.ErrorDetail
-	(*WorkspaceExpirationPolicy)(nil),            // 163: kibotos.ctrl.v1.WorkspaceExpirationPolicy
-	(*WorkspaceExpiration)(nil),                  // 164: kibotos.ctrl.v1.WorkspaceExpiration
-	(*WorkspaceExpirationChange)(nil),            // 165: kibotos.ctrl.v1.WorkspaceExpirationChange
-	nil,                                          // 166: kibotos.ctrl.v1.CreateWorkspaceRequest.LabelsEntry
-	nil,                                          // 167: kibotos.ctrl.v1.CreateWorkspaceRequest.AnnotationsEntry
-	nil,                                          // 168: kibotos.ctrl.v1.ListWorkspacesRequest.LabelSelectorEntry
-	nil,                                          // 169: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.LabelsEntry
-	nil,                                          // 170: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.AnnotationsEntry
-	nil,                                          // 171: kibotos.ctrl.v1.CreateTemplateRequest.LabelsEntry
-	nil,                                          // 172: kibotos.ctrl.v1.CreateTemplateRequest.AnnotationsEntry
-	nil,                                          // 173: kibotos.ctrl.v1.ListTemplatesRequest.LabelSelectorEntry
-	nil,                                          // 174: kibotos.ctrl.v1.UpdateTemplateLabelsRequest.LabelsEntry
-	nil,                                          // 175: kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.AnnotationsEntry
-	nil,                                          // 176: kibotos.ctrl.v1.Template.LabelsEntry
-	nil,                                          // 177: kibotos.ctrl.v1.Template.AnnotationsEntry
-	nil,                                          // 178: kibotos.ctrl.v1.CreateVolumeRequest.LabelsEntry
-	nil,                                          // 179: kibotos.ctrl.v1.CreateVolumeRequest.AnnotationsEntry
-	nil,                                          // 180: kibotos.ctrl.v1.ListVolumesRequest.LabelSelectorEntry
-	nil,                                          // 181: kibotos.ctrl.v1.UpdateVolumeLabelsRequest.LabelsEntry
-	nil,                                          // 182: kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest.AnnotationsEntry
-	nil,                                          // 183: kibotos.ctrl.v1.CreateEgressRequest.LabelsEntry
-	nil,                                          // 184: kibotos.ctrl.v1.CreateEgressRequest.AnnotationsEntry
-	nil,                                          // 185: kibotos.ctrl.v1.ListEgressesRequest.LabelSelectorEntry
-	nil,                                          // 186: kibotos.ctrl.v1.UpdateEgressLabelsRequest.LabelsEntry
-	nil,                                          // 187: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.AnnotationsEntry
-	nil,                                          // 188: kibotos.ctrl.v1.Egress.LabelsEntry
-	nil,                                          // 189: kibotos.ctrl.v1.Egress.AnnotationsEntry
-	nil,                                          // 190: kibotos.ctrl.v1.CreateResolverRequest.LabelsEntry
-	nil,                                          // 191: kibotos.ctrl.v1.CreateResolverRequest.AnnotationsEntry
-	nil,                                          // 192: kibotos.ctrl.v1.ListResolversRequest.LabelSelectorEntry
-	nil,                                          // 193: kibotos.ctrl.v1.UpdateResolverLabelsRequest.LabelsEntry
-	nil,                                          // 194: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.AnnotationsEntry
-	nil,                                          // 195: kibotos.ctrl.v1.Resolver.LabelsEntry
-	nil,                                          // 196: kibotos.ctrl.v1.Resolver.AnnotationsEntry
-	nil,                                          // 197: kibotos.ctrl.v1.Workspace.AnnotationsEntry
-	nil,                                          // 198: kibotos.ctrl.v1.Workspace.LabelsEntry
-	nil,                                          // 199: kibotos.ctrl.v1.Volume.AnnotationsEntry
-	nil,                                          // 200: kibotos.ctrl.v1.Volume.LabelsEntry
-	nil,                                          // 201: kibotos.ctrl.v1.Transfer.LabelsEntry
-	nil,                                          // 202: kibotos.ctrl.v1.Transfer.AnnotationsEntry
-	(*timestamppb.Timestamp)(nil),                // 203: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),                  // 204: google.protobuf.Duration
-	(*emptypb.Empty)(nil),                        // 205: google.protobuf.Empty
+	(ExposureAuth)(0),                            // 1: kibotos.ctrl.v1.ExposureAuth
+	(WorkspaceState)(0),                          // 2: kibotos.ctrl.v1.WorkspaceState
+	(GuestCondition)(0),                          // 3: kibotos.ctrl.v1.GuestCondition
+	(GuestMemoryCondition)(0),                    // 4: kibotos.ctrl.v1.GuestMemoryCondition
+	(VolumeCondition)(0),                         // 5: kibotos.ctrl.v1.VolumeCondition
+	(VolumeState)(0),                             // 6: kibotos.ctrl.v1.VolumeState
+	(Completeness)(0),                            // 7: kibotos.ctrl.v1.Completeness
+	(TemplateDeliveryState)(0),                   // 8: kibotos.ctrl.v1.TemplateDeliveryState
+	(TemplateDeliveryReason)(0),                  // 9: kibotos.ctrl.v1.TemplateDeliveryReason
+	(TransferState)(0),                           // 10: kibotos.ctrl.v1.TransferState
+	(StopDurability)(0),                          // 11: kibotos.ctrl.v1.StopDurability
+	(StopCause)(0),                               // 12: kibotos.ctrl.v1.StopCause
+	(StopMode)(0),                                // 13: kibotos.ctrl.v1.StopMode
+	(RetentionTierKind)(0),                       // 14: kibotos.ctrl.v1.RetentionTierKind
+	(RetentionAvailability)(0),                   // 15: kibotos.ctrl.v1.RetentionAvailability
+	(RetentionContinuity)(0),                     // 16: kibotos.ctrl.v1.RetentionContinuity
+	(RetentionResetReason)(0),                    // 17: kibotos.ctrl.v1.RetentionResetReason
+	(ReestablishRequirement)(0),                  // 18: kibotos.ctrl.v1.ReestablishRequirement
+	(FailureReason)(0),                           // 19: kibotos.ctrl.v1.FailureReason
+	(FailureStage)(0),                            // 20: kibotos.ctrl.v1.FailureStage
+	(WorkspaceVolumeMode)(0),                     // 21: kibotos.ctrl.v1.WorkspaceVolumeMode
+	(NetworkPolicyMode)(0),                       // 22: kibotos.ctrl.v1.NetworkPolicyMode
+	(EgressObservationKind)(0),                   // 23: kibotos.ctrl.v1.EgressObservationKind
+	(ResolverObservationKind)(0),                 // 24: kibotos.ctrl.v1.ResolverObservationKind
+	(WorkspaceExpirationAction)(0),               // 25: kibotos.ctrl.v1.WorkspaceExpirationAction
+	(*CreateWorkspaceRequest)(nil),               // 26: kibotos.ctrl.v1.CreateWorkspaceRequest
+	(*CreateWorkspaceResponse)(nil),              // 27: kibotos.ctrl.v1.CreateWorkspaceResponse
+	(*GetWorkspaceRequest)(nil),                  // 28: kibotos.ctrl.v1.GetWorkspaceRequest
+	(*GetWorkspaceResponse)(nil),                 // 29: kibotos.ctrl.v1.GetWorkspaceResponse
+	(*ListWorkspacesRequest)(nil),                // 30: kibotos.ctrl.v1.ListWorkspacesRequest
+	(*ListWorkspacesResponse)(nil),               // 31: kibotos.ctrl.v1.ListWorkspacesResponse
+	(*WatchWorkspaceRequest)(nil),                // 32: kibotos.ctrl.v1.WatchWorkspaceRequest
+	(*WatchWorkspaceResponse)(nil),               // 33: kibotos.ctrl.v1.WatchWorkspaceResponse
+	(*StartWorkspaceRequest)(nil),                // 34: kibotos.ctrl.v1.StartWorkspaceRequest
+	(*StartWorkspaceResponse)(nil),               // 35: kibotos.ctrl.v1.StartWorkspaceResponse
+	(*StopWorkspaceRequest)(nil),                 // 36: kibotos.ctrl.v1.StopWorkspaceRequest
+	(*StopWorkspaceResponse)(nil),                // 37: kibotos.ctrl.v1.StopWorkspaceResponse
+	(*DeleteWorkspaceRequest)(nil),               // 38: kibotos.ctrl.v1.DeleteWorkspaceRequest
+	(*DeleteWorkspaceResponse)(nil),              // 39: kibotos.ctrl.v1.DeleteWorkspaceResponse
+	(*UpdateWorkspaceMemoryRequest)(nil),         // 40: kibotos.ctrl.v1.UpdateWorkspaceMemoryRequest
+	(*UpdateWorkspaceMemoryResponse)(nil),        // 41: kibotos.ctrl.v1.UpdateWorkspaceMemoryResponse
+	(*ResizeWorkspaceWritableLayerRequest)(nil),  // 42: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerRequest
+	(*ResizeWorkspaceWritableLayerResponse)(nil), // 43: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerResponse
+	(*UpdateWorkspaceVolumeBindingRequest)(nil),  // 44: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest
+	(*UpdateWorkspaceVolumeBindingResponse)(nil), // 45: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingResponse
+	(*UpdateWorkspaceNetworkPolicyRequest)(nil),  // 46: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest
+	(*UpdateWorkspaceNetworkPolicyResponse)(nil), // 47: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyResponse
+	(*UpdateWorkspaceExpirationRequest)(nil),     // 48: kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest
+	(*UpdateWorkspaceExpirationResponse)(nil),    // 49: kibotos.ctrl.v1.UpdateWorkspaceExpirationResponse
+	(*UpdateWorkspaceLabelsRequest)(nil),         // 50: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest
+	(*UpdateWorkspaceLabelsResponse)(nil),        // 51: kibotos.ctrl.v1.UpdateWorkspaceLabelsResponse
+	(*UpdateWorkspaceAnnotationsRequest)(nil),    // 52: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest
+	(*UpdateWorkspaceAnnotationsResponse)(nil),   // 53: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsResponse
+	(*CreateTemplateRequest)(nil),                // 54: kibotos.ctrl.v1.CreateTemplateRequest
+	(*CreateTemplateResponse)(nil),               // 55: kibotos.ctrl.v1.CreateTemplateResponse
+	(*GetTemplateRequest)(nil),                   // 56: kibotos.ctrl.v1.GetTemplateRequest
+	(*GetTemplateResponse)(nil),                  // 57: kibotos.ctrl.v1.GetTemplateResponse
+	(*ListTemplatesRequest)(nil),                 // 58: kibotos.ctrl.v1.ListTemplatesRequest
+	(*ListTemplatesResponse)(nil),                // 59: kibotos.ctrl.v1.ListTemplatesResponse
+	(*ImportTemplateRevisionRequest)(nil),        // 60: kibotos.ctrl.v1.ImportTemplateRevisionRequest
+	(*ImportTemplateRevisionStart)(nil),          // 61: kibotos.ctrl.v1.ImportTemplateRevisionStart
+	(*ImportTemplateRevisionResponse)(nil),       // 62: kibotos.ctrl.v1.ImportTemplateRevisionResponse
+	(*SetTemplateDefaultRequest)(nil),            // 63: kibotos.ctrl.v1.SetTemplateDefaultRequest
+	(*SetTemplateDefaultResponse)(nil),           // 64: kibotos.ctrl.v1.SetTemplateDefaultResponse
+	(*DeleteTemplateRequest)(nil),                // 65: kibotos.ctrl.v1.DeleteTemplateRequest
+	(*DeleteTemplateResponse)(nil),               // 66: kibotos.ctrl.v1.DeleteTemplateResponse
+	(*UpdateTemplateLabelsRequest)(nil),          // 67: kibotos.ctrl.v1.UpdateTemplateLabelsRequest
+	(*UpdateTemplateLabelsResponse)(nil),         // 68: kibotos.ctrl.v1.UpdateTemplateLabelsResponse
+	(*UpdateTemplateAnnotationsRequest)(nil),     // 69: kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest
+	(*UpdateTemplateAnnotationsResponse)(nil),    // 70: kibotos.ctrl.v1.UpdateTemplateAnnotationsResponse
+	(*Template)(nil),                             // 71: kibotos.ctrl.v1.Template
+	(*TemplateRevision)(nil),                     // 72: kibotos.ctrl.v1.TemplateRevision
+	(*IssueSessionRequest)(nil),                  // 73: kibotos.ctrl.v1.IssueSessionRequest
+	(*IssueSessionResponse)(nil),                 // 74: kibotos.ctrl.v1.IssueSessionResponse
+	(*RevokeSessionRequest)(nil),                 // 75: kibotos.ctrl.v1.RevokeSessionRequest
+	(*RevokeSessionResponse)(nil),                // 76: kibotos.ctrl.v1.RevokeSessionResponse
+	(*RotateDataPlaneRequest)(nil),               // 77: kibotos.ctrl.v1.RotateDataPlaneRequest
+	(*RotateDataPlaneResponse)(nil),              // 78: kibotos.ctrl.v1.RotateDataPlaneResponse
+	(*CreateExposureRequest)(nil),                // 79: kibotos.ctrl.v1.CreateExposureRequest
+	(*CreateExposureResponse)(nil),               // 80: kibotos.ctrl.v1.CreateExposureResponse
+	(*RevokeExposureRequest)(nil),                // 81: kibotos.ctrl.v1.RevokeExposureRequest
+	(*RevokeExposureResponse)(nil),               // 82: kibotos.ctrl.v1.RevokeExposureResponse
+	(*ListExposuresRequest)(nil),                 // 83: kibotos.ctrl.v1.ListExposuresRequest
+	(*ListExposuresResponse)(nil),                // 84: kibotos.ctrl.v1.ListExposuresResponse
+	(*Exposure)(nil),                             // 85: kibotos.ctrl.v1.Exposure
+	(*CreateVolumeRequest)(nil),                  // 86: kibotos.ctrl.v1.CreateVolumeRequest
+	(*CreateVolumeResponse)(nil),                 // 87: kibotos.ctrl.v1.CreateVolumeResponse
+	(*GetVolumeRequest)(nil),                     // 88: kibotos.ctrl.v1.GetVolumeRequest
+	(*GetVolumeResponse)(nil),                    // 89: kibotos.ctrl.v1.GetVolumeResponse
+	(*ListVolumesRequest)(nil),                   // 90: kibotos.ctrl.v1.ListVolumesRequest
+	(*ListVolumesResponse)(nil),                  // 91: kibotos.ctrl.v1.ListVolumesResponse
+	(*ResizeVolumeRequest)(nil),                  // 92: kibotos.ctrl.v1.ResizeVolumeRequest
+	(*ResizeVolumeResponse)(nil),                 // 93: kibotos.ctrl.v1.ResizeVolumeResponse
+	(*DeleteVolumeRequest)(nil),                  // 94: kibotos.ctrl.v1.DeleteVolumeRequest
+	(*DeleteVolumeResponse)(nil),                 // 95: kibotos.ctrl.v1.DeleteVolumeResponse
+	(*UpdateVolumeLabelsRequest)(nil),            // 96: kibotos.ctrl.v1.UpdateVolumeLabelsRequest
+	(*UpdateVolumeLabelsResponse)(nil),           // 97: kibotos.ctrl.v1.UpdateVolumeLabelsResponse
+	(*UpdateVolumeAnnotationsRequest)(nil),       // 98: kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest
+	(*UpdateVolumeAnnotationsResponse)(nil),      // 99: kibotos.ctrl.v1.UpdateVolumeAnnotationsResponse
+	(*CreateEgressRequest)(nil),                  // 100: kibotos.ctrl.v1.CreateEgressRequest
+	(*CreateEgressResponse)(nil),                 // 101: kibotos.ctrl.v1.CreateEgressResponse
+	(*GetEgressRequest)(nil),                     // 102: kibotos.ctrl.v1.GetEgressRequest
+	(*GetEgressResponse)(nil),                    // 103: kibotos.ctrl.v1.GetEgressResponse
+	(*ListEgressesRequest)(nil),                  // 104: kibotos.ctrl.v1.ListEgressesRequest
+	(*ListEgressesResponse)(nil),                 // 105: kibotos.ctrl.v1.ListEgressesResponse
+	(*UpdateEgressRequest)(nil),                  // 106: kibotos.ctrl.v1.UpdateEgressRequest
+	(*UpdateEgressResponse)(nil),                 // 107: kibotos.ctrl.v1.UpdateEgressResponse
+	(*DeleteEgressRequest)(nil),                  // 108: kibotos.ctrl.v1.DeleteEgressRequest
+	(*DeleteEgressResponse)(nil),                 // 109: kibotos.ctrl.v1.DeleteEgressResponse
+	(*UpdateEgressLabelsRequest)(nil),            // 110: kibotos.ctrl.v1.UpdateEgressLabelsRequest
+	(*UpdateEgressLabelsResponse)(nil),           // 111: kibotos.ctrl.v1.UpdateEgressLabelsResponse
+	(*UpdateEgressAnnotationsRequest)(nil),       // 112: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest
+	(*UpdateEgressAnnotationsResponse)(nil),      // 113: kibotos.ctrl.v1.UpdateEgressAnnotationsResponse
+	(*EgressSpec)(nil),                           // 114: kibotos.ctrl.v1.EgressSpec
+	(*Socks5Egress)(nil),                         // 115: kibotos.ctrl.v1.Socks5Egress
+	(*EgressTls)(nil),                            // 116: kibotos.ctrl.v1.EgressTls
+	(*Egress)(nil),                               // 117: kibotos.ctrl.v1.Egress
+	(*CreateResolverRequest)(nil),                // 118: kibotos.ctrl.v1.CreateResolverRequest
+	(*CreateResolverResponse)(nil),               // 119: kibotos.ctrl.v1.CreateResolverResponse
+	(*GetResolverRequest)(nil),                   // 120: kibotos.ctrl.v1.GetResolverRequest
+	(*GetResolverResponse)(nil),                  // 121: kibotos.ctrl.v1.GetResolverResponse
+	(*ListResolversRequest)(nil),                 // 122: kibotos.ctrl.v1.ListResolversRequest
+	(*ListResolversResponse)(nil),                // 123: kibotos.ctrl.v1.ListResolversResponse
+	(*UpdateResolverRequest)(nil),                // 124: kibotos.ctrl.v1.UpdateResolverRequest
+	(*UpdateResolverResponse)(nil),               // 125: kibotos.ctrl.v1.UpdateResolverResponse
+	(*DeleteResolverRequest)(nil),                // 126: kibotos.ctrl.v1.DeleteResolverRequest
+	(*DeleteResolverResponse)(nil),               // 127: kibotos.ctrl.v1.DeleteResolverResponse
+	(*UpdateResolverLabelsRequest)(nil),          // 128: kibotos.ctrl.v1.UpdateResolverLabelsRequest
+	(*UpdateResolverLabelsResponse)(nil),         // 129: kibotos.ctrl.v1.UpdateResolverLabelsResponse
+	(*UpdateResolverAnnotationsRequest)(nil),     // 130: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest
+	(*UpdateResolverAnnotationsResponse)(nil),    // 131: kibotos.ctrl.v1.UpdateResolverAnnotationsResponse
+	(*ResolverSpec)(nil),                         // 132: kibotos.ctrl.v1.ResolverSpec
+	(*UdpResolver)(nil),                          // 133: kibotos.ctrl.v1.UdpResolver
+	(*TcpResolver)(nil),                          // 134: kibotos.ctrl.v1.TcpResolver
+	(*TlsResolver)(nil),                          // 135: kibotos.ctrl.v1.TlsResolver
+	(*HttpsResolver)(nil),                        // 136: kibotos.ctrl.v1.HttpsResolver
+	(*Resolver)(nil),                             // 137: kibotos.ctrl.v1.Resolver
+	(*WorkspaceStop)(nil),                        // 138: kibotos.ctrl.v1.WorkspaceStop
+	(*CommandMetadata)(nil),                      // 139: kibotos.ctrl.v1.CommandMetadata
+	(*TemplateRef)(nil),                          // 140: kibotos.ctrl.v1.TemplateRef
+	(*TemplateSelector)(nil),                     // 141: kibotos.ctrl.v1.TemplateSelector
+	(*TemplateDeliveryObservation)(nil),          // 142: kibotos.ctrl.v1.TemplateDeliveryObservation
+	(*ResourceRequest)(nil),                      // 143: kibotos.ctrl.v1.ResourceRequest
+	(*CapabilityRequirements)(nil),               // 144: kibotos.ctrl.v1.CapabilityRequirements
+	(*WorkspaceVolumeBinding)(nil),               // 145: kibotos.ctrl.v1.WorkspaceVolumeBinding
+	(*NetworkPolicy)(nil),                        // 146: kibotos.ctrl.v1.NetworkPolicy
+	(*NetworkPolicyResolver)(nil),                // 147: kibotos.ctrl.v1.NetworkPolicyResolver
+	(*ResolverPath)(nil),                         // 148: kibotos.ctrl.v1.ResolverPath
+	(*ResolverDirectPath)(nil),                   // 149: kibotos.ctrl.v1.ResolverDirectPath
+	(*NetworkPolicyEgress)(nil),                  // 150: kibotos.ctrl.v1.NetworkPolicyEgress
+	(*NetworkPolicyStatus)(nil),                  // 151: kibotos.ctrl.v1.NetworkPolicyStatus
+	(*NetworkPolicyEgressStatus)(nil),            // 152: kibotos.ctrl.v1.NetworkPolicyEgressStatus
+	(*NetworkPolicyResolverStatus)(nil),          // 153: kibotos.ctrl.v1.NetworkPolicyResolverStatus
+	(*WorkspaceSpec)(nil),                        // 154: kibotos.ctrl.v1.WorkspaceSpec
+	(*WorkspaceCreateSpec)(nil),                  // 155: kibotos.ctrl.v1.WorkspaceCreateSpec
+	(*WorkspaceFailure)(nil),                     // 156: kibotos.ctrl.v1.WorkspaceFailure
+	(*RetentionTier)(nil),                        // 157: kibotos.ctrl.v1.RetentionTier
+	(*Workspace)(nil),                            // 158: kibotos.ctrl.v1.Workspace
+	(*EgressObservation)(nil),                    // 159: kibotos.ctrl.v1.EgressObservation
+	(*ResolverObservation)(nil),                  // 160: kibotos.ctrl.v1.ResolverObservation
+	(*GuestObservation)(nil),                     // 161: kibotos.ctrl.v1.GuestObservation
+	(*GuestMemoryKill)(nil),                      // 162: kibotos.ctrl.v1.GuestMemoryKill
+	(*VolumeSpec)(nil),                           // 163: kibotos.ctrl.v1.VolumeSpec
+	(*VolumeFailure)(nil),                        // 164: kibotos.ctrl.v1.VolumeFailure
+	(*Volume)(nil),                               // 165: kibotos.ctrl.v1.Volume
+	(*VolumeObservation)(nil),                    // 166: kibotos.ctrl.v1.VolumeObservation
+	(*TransferFailure)(nil),                      // 167: kibotos.ctrl.v1.TransferFailure
+	(*TransferManifest)(nil),                     // 168: kibotos.ctrl.v1.TransferManifest
+	(*Transfer)(nil),                             // 169: kibotos.ctrl.v1.Transfer
+	(*ErrorDetail)(nil),                          // 170: kibotos.ctrl.v1.ErrorDetail
+	(*WorkspaceExpirationPolicy)(nil),            // 171: kibotos.ctrl.v1.WorkspaceExpirationPolicy
+	(*WorkspaceExpiration)(nil),                  // 172: kibotos.ctrl.v1.WorkspaceExpiration
+	(*WorkspaceExpirationChange)(nil),            // 173: kibotos.ctrl.v1.WorkspaceExpirationChange
+	nil,                                          // 174: kibotos.ctrl.v1.CreateWorkspaceRequest.LabelsEntry
+	nil,                                          // 175: kibotos.ctrl.v1.CreateWorkspaceRequest.AnnotationsEntry
+	nil,                                          // 176: kibotos.ctrl.v1.ListWorkspacesRequest.LabelSelectorEntry
+	nil,                                          // 177: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.LabelsEntry
+	nil,                                          // 178: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.AnnotationsEntry
+	nil,                                          // 179: kibotos.ctrl.v1.CreateTemplateRequest.LabelsEntry
+	nil,                                          // 180: kibotos.ctrl.v1.CreateTemplateRequest.AnnotationsEntry
+	nil,                                          // 181: kibotos.ctrl.v1.ListTemplatesRequest.LabelSelectorEntry
+	nil,                                          // 182: kibotos.ctrl.v1.UpdateTemplateLabelsRequest.LabelsEntry
+	nil,                                          // 183: kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.AnnotationsEntry
+	nil,                                          // 184: kibotos.ctrl.v1.Template.LabelsEntry
+	nil,                                          // 185: kibotos.ctrl.v1.Template.AnnotationsEntry
+	nil,                                          // 186: kibotos.ctrl.v1.CreateVolumeRequest.LabelsEntry
+	nil,                                          // 187: kibotos.ctrl.v1.CreateVolumeRequest.AnnotationsEntry
+	nil,                                          // 188: kibotos.ctrl.v1.ListVolumesRequest.LabelSelectorEntry
+	nil,                                          // 189: kibotos.ctrl.v1.UpdateVolumeLabelsRequest.LabelsEntry
+	nil,                                          // 190: kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest.AnnotationsEntry
+	nil,                                          // 191: kibotos.ctrl.v1.CreateEgressRequest.LabelsEntry
+	nil,                                          // 192: kibotos.ctrl.v1.CreateEgressRequest.AnnotationsEntry
+	nil,                                          // 193: kibotos.ctrl.v1.ListEgressesRequest.LabelSelectorEntry
+	nil,                                          // 194: kibotos.ctrl.v1.UpdateEgressLabelsRequest.LabelsEntry
+	nil,                                          // 195: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.AnnotationsEntry
+	nil,                                          // 196: kibotos.ctrl.v1.Egress.LabelsEntry
+	nil,                                          // 197: kibotos.ctrl.v1.Egress.AnnotationsEntry
+	nil,                                          // 198: kibotos.ctrl.v1.CreateResolverRequest.LabelsEntry
+	nil,                                          // 199: kibotos.ctrl.v1.CreateResolverRequest.AnnotationsEntry
+	nil,                                          // 200: kibotos.ctrl.v1.ListResolversRequest.LabelSelectorEntry
+	nil,                                          // 201: kibotos.ctrl.v1.UpdateResolverLabelsRequest.LabelsEntry
+	nil,                                          // 202: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.AnnotationsEntry
+	nil,                                          // 203: kibotos.ctrl.v1.Resolver.LabelsEntry
+	nil,                                          // 204: kibotos.ctrl.v1.Resolver.AnnotationsEntry
+	nil,                                          // 205: kibotos.ctrl.v1.Workspace.AnnotationsEntry
+	nil,                                          // 206: kibotos.ctrl.v1.Workspace.LabelsEntry
+	nil,                                          // 207: kibotos.ctrl.v1.Volume.AnnotationsEntry
+	nil,                                          // 208: kibotos.ctrl.v1.Volume.LabelsEntry
+	nil,                                          // 209: kibotos.ctrl.v1.Transfer.LabelsEntry
+	nil,                                          // 210: kibotos.ctrl.v1.Transfer.AnnotationsEntry
+	(*timestamppb.Timestamp)(nil),                // 211: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),                  // 212: google.protobuf.Duration
+	(*emptypb.Empty)(nil),                        // 213: google.protobuf.Empty
 }
 var file_kibotos_ctrl_v1_ctrl_proto_depIdxs = []int32{
-	131, // 0: kibotos.ctrl.v1.CreateWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	147, // 1: kibotos.ctrl.v1.CreateWorkspaceRequest.spec:type_name -> kibotos.ctrl.v1.WorkspaceCreateSpec
-	166, // 2: kibotos.ctrl.v1.CreateWorkspaceRequest.labels:type_name -> kibotos.ctrl.v1.CreateWorkspaceRequest.LabelsEntry
-	167, // 3: kibotos.ctrl.v1.CreateWorkspaceRequest.annotations:type_name -> kibotos.ctrl.v1.CreateWorkspaceRequest.AnnotationsEntry
-	150, // 4: kibotos.ctrl.v1.CreateWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	150, // 5: kibotos.ctrl.v1.GetWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	168, // 6: kibotos.ctrl.v1.ListWorkspacesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListWorkspacesRequest.LabelSelectorEntry
-	150, // 7: kibotos.ctrl.v1.ListWorkspacesResponse.workspaces:type_name -> kibotos.ctrl.v1.Workspace
-	150, // 8: kibotos.ctrl.v1.WatchWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	131, // 9: kibotos.ctrl.v1.StartWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	150, // 10: kibotos.ctrl.v1.StartWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	131, // 11: kibotos.ctrl.v1.StopWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	12,  // 12: kibotos.ctrl.v1.StopWorkspaceRequest.mode:type_name -> kibotos.ctrl.v1.StopMode
-	150, // 13: kibotos.ctrl.v1.StopWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	131, // 14: kibotos.ctrl.v1.DeleteWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	150, // 15: kibotos.ctrl.v1.DeleteWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	131, // 16: kibotos.ctrl.v1.UpdateWorkspaceMemoryRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	150, // 17: kibotos.ctrl.v1.UpdateWorkspaceMemoryResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	131, // 18: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	150, // 19: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	131, // 20: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	137, // 21: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest.volume:type_name -> kibotos.ctrl.v1.WorkspaceVolumeBinding
-	150, // 22: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	131, // 23: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	138, // 24: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest.policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
-	150, // 25: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	131, // 26: kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	165, // 27: kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest.change:type_name -> kibotos.ctrl.v1.WorkspaceExpirationChange
-	150, // 28: kibotos.ctrl.v1.UpdateWorkspaceExpirationResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	131, // 29: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	169, // 30: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.LabelsEntry
-	150, // 31: kibotos.ctrl.v1.UpdateWorkspaceLabelsResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	131, // 32: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	170, // 33: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.AnnotationsEntry
-	150, // 34: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	131, // 35: kibotos.ctrl.v1.CreateTemplateRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	171, // 36: kibotos.ctrl.v1.CreateTemplateRequest.labels:type_name -> kibotos.ctrl.v1.CreateTemplateRequest.LabelsEntry
-	172, // 37: kibotos.ctrl.v1.CreateTemplateRequest.annotations:type_name -> kibotos.ctrl.v1.CreateTemplateRequest.AnnotationsEntry
-	70,  // 38: kibotos.ctrl.v1.CreateTemplateResponse.template:type_name -> kibotos.ctrl.v1.Template
-	70,  // 39: kibotos.ctrl.v1.GetTemplateResponse.template:type_name -> kibotos.ctrl.v1.Template
-	173, // 40: kibotos.ctrl.v1.ListTemplatesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListTemplatesRequest.LabelSelectorEntry
-	70,  // 41: kibotos.ctrl.v1.ListTemplatesResponse.templates:type_name -> kibotos.ctrl.v1.Template
-	60,  // 42: kibotos.ctrl.v1.ImportTemplateRevisionRequest.start:type_name -> kibotos.ctrl.v1.ImportTemplateRevisionStart
-	131, // 43: kibotos.ctrl.v1.ImportTemplateRevisionStart.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	139, // 0: kibotos.ctrl.v1.CreateWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	155, // 1: kibotos.ctrl.v1.CreateWorkspaceRequest.spec:type_name -> kibotos.ctrl.v1.WorkspaceCreateSpec
+	174, // 2: kibotos.ctrl.v1.CreateWorkspaceRequest.labels:type_name -> kibotos.ctrl.v1.CreateWorkspaceRequest.LabelsEntry
+	175, // 3: kibotos.ctrl.v1.CreateWorkspaceRequest.annotations:type_name -> kibotos.ctrl.v1.CreateWorkspaceRequest.AnnotationsEntry
+	158, // 4: kibotos.ctrl.v1.CreateWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	158, // 5: kibotos.ctrl.v1.GetWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	176, // 6: kibotos.ctrl.v1.ListWorkspacesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListWorkspacesRequest.LabelSelectorEntry
+	158, // 7: kibotos.ctrl.v1.ListWorkspacesResponse.workspaces:type_name -> kibotos.ctrl.v1.Workspace
+	158, // 8: kibotos.ctrl.v1.WatchWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	139, // 9: kibotos.ctrl.v1.StartWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	158, // 10: kibotos.ctrl.v1.StartWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	139, // 11: kibotos.ctrl.v1.StopWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	13,  // 12: kibotos.ctrl.v1.StopWorkspaceRequest.mode:type_name -> kibotos.ctrl.v1.StopMode
+	158, // 13: kibotos.ctrl.v1.StopWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	139, // 14: kibotos.ctrl.v1.DeleteWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	158, // 15: kibotos.ctrl.v1.DeleteWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	139, // 16: kibotos.ctrl.v1.UpdateWorkspaceMemoryRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	158, // 17: kibotos.ctrl.v1.UpdateWorkspaceMemoryResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	139, // 18: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	158, // 19: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	139, // 20: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	145, // 21: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest.volume:type_name -> kibotos.ctrl.v1.WorkspaceVolumeBinding
+	158, // 22: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	139, // 23: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	146, // 24: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest.policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	158, // 25: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	139, // 26: kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	173, // 27: kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest.change:type_name -> kibotos.ctrl.v1.WorkspaceExpirationChange
+	158, // 28: kibotos.ctrl.v1.UpdateWorkspaceExpirationResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	139, // 29: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	177, // 30: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.LabelsEntry
+	158, // 31: kibotos.ctrl.v1.UpdateWorkspaceLabelsResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	139, // 32: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	178, // 33: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.AnnotationsEntry
+	158, // 34: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	139, // 35: kibotos.ctrl.v1.CreateTemplateRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	179, // 36: kibotos.ctrl.v1.CreateTemplateRequest.labels:type_name -> kibotos.ctrl.v1.CreateTemplateRequest.LabelsEntry
+	180, // 37: kibotos.ctrl.v1.CreateTemplateRequest.annotations:type_name -> kibotos.ctrl.v1.CreateTemplateRequest.AnnotationsEntry
+	71,  // 38: kibotos.ctrl.v1.CreateTemplateResponse.template:type_name -> kibotos.ctrl.v1.Template
+	71,  // 39: kibotos.ctrl.v1.GetTemplateResponse.template:type_name -> kibotos.ctrl.v1.Template
+	181, // 40: kibotos.ctrl.v1.ListTemplatesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListTemplatesRequest.LabelSelectorEntry
+	71,  // 41: kibotos.ctrl.v1.ListTemplatesResponse.templates:type_name -> kibotos.ctrl.v1.Template
+	61,  // 42: kibotos.ctrl.v1.ImportTemplateRevisionRequest.start:type_name -> kibotos.ctrl.v1.ImportTemplateRevisionStart
+	139, // 43: kibotos.ctrl.v1.ImportTemplateRevisionStart.command:type_name -> kibotos.ctrl.v1.CommandMetadata
 	0,   // 44: kibotos.ctrl.v1.ImportTemplateRevisionStart.archive:type_name -> kibotos.ctrl.v1.ImageArchiveFormat
-	70,  // 45: kibotos.ctrl.v1.ImportTemplateRevisionResponse.template:type_name -> kibotos.ctrl.v1.Template
-	71,  // 46: kibotos.ctrl.v1.ImportTemplateRevisionResponse.revision:type_name -> kibotos.ctrl.v1.TemplateRevision
-	131, // 47: kibotos.ctrl.v1.SetTemplateDefaultRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	70,  // 48: kibotos.ctrl.v1.SetTemplateDefaultResponse.template:type_name -> kibotos.ctrl.v1.Template
-	131, // 49: kibotos.ctrl.v1.DeleteTemplateRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	131, // 50: kibotos.ctrl.v1.UpdateTemplateLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	174, // 51: kibotos.ctrl.v1.UpdateTemplateLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateTemplateLabelsRequest.LabelsEntry
-	70,  // 52: kibotos.ctrl.v1.UpdateTemplateLabelsResponse.template:type_name -> kibotos.ctrl.v1.Template
-	131, // 53: kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	175, // 54: kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.AnnotationsEntry
-	70,  // 55: kibotos.ctrl.v1.UpdateTemplateAnnotationsResponse.template:type_name -> kibotos.ctrl.v1.Template
-	71,  // 56: kibotos.ctrl.v1.Template.revisions:type_name -> kibotos.ctrl.v1.TemplateRevision
-	203, // 57: kibotos.ctrl.v1.Template.created_at:type_name -> google.protobuf.Timestamp
-	203, // 58: kibotos.ctrl.v1.Template.updated_at:type_name -> google.protobuf.Timestamp
-	176, // 59: kibotos.ctrl.v1.Template.labels:type_name -> kibotos.ctrl.v1.Template.LabelsEntry
-	177, // 60: kibotos.ctrl.v1.Template.annotations:type_name -> kibotos.ctrl.v1.Template.AnnotationsEntry
-	203, // 61: kibotos.ctrl.v1.TemplateRevision.created_at:type_name -> google.protobuf.Timestamp
-	203, // 62: kibotos.ctrl.v1.IssueSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
-	131, // 63: kibotos.ctrl.v1.RevokeSessionRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	131, // 64: kibotos.ctrl.v1.RotateDataPlaneRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	150, // 65: kibotos.ctrl.v1.RotateDataPlaneResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	131, // 66: kibotos.ctrl.v1.CreateVolumeRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	155, // 67: kibotos.ctrl.v1.CreateVolumeRequest.spec:type_name -> kibotos.ctrl.v1.VolumeSpec
-	178, // 68: kibotos.ctrl.v1.CreateVolumeRequest.labels:type_name -> kibotos.ctrl.v1.CreateVolumeRequest.LabelsEntry
-	179, // 69: kibotos.ctrl.v1.CreateVolumeRequest.annotations:type_name -> kibotos.ctrl.v1.CreateVolumeRequest.AnnotationsEntry
-	157, // 70: kibotos.ctrl.v1.CreateVolumeResponse.volume:type_name -> kibotos.ctrl.v1.Volume
-	157, // 71: kibotos.ctrl.v1.GetVolumeResponse.volume:type_name -> kibotos.ctrl.v1.Volume
-	180, // 72: kibotos.ctrl.v1.ListVolumesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListVolumesRequest.LabelSelectorEntry
-	157, // 73: kibotos.ctrl.v1.ListVolumesResponse.volumes:type_name -> kibotos.ctrl.v1.Volume
-	131, // 74: kibotos.ctrl.v1.ResizeVolumeRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	157, // 75: kibotos.ctrl.v1.ResizeVolumeResponse.volume:type_name -> kibotos.ctrl.v1.Volume
-	131, // 76: kibotos.ctrl.v1.DeleteVolumeRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	157, // 77: kibotos.ctrl.v1.DeleteVolumeResponse.volume:type_name -> kibotos.ctrl.v1.Volume
-	131, // 78: kibotos.ctrl.v1.UpdateVolumeLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	181, // 79: kibotos.ctrl.v1.UpdateVolumeLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateVolumeLabelsRequest.LabelsEntry
-	157, // 80: kibotos.ctrl.v1.UpdateVolumeLabelsResponse.volume:type_name -> kibotos.ctrl.v1.Volume
-	131, // 81: kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	182, // 82: kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest.AnnotationsEntry
-	157, // 83: kibotos.ctrl.v1.UpdateVolumeAnnotationsResponse.volume:type_name -> kibotos.ctrl.v1.Volume
-	131, // 84: kibotos.ctrl.v1.CreateEgressRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	106, // 85: kibotos.ctrl.v1.CreateEgressRequest.spec:type_name -> kibotos.ctrl.v1.EgressSpec
-	183, // 86: kibotos.ctrl.v1.CreateEgressRequest.labels:type_name -> kibotos.ctrl.v1.CreateEgressRequest.LabelsEntry
-	184, // 87: kibotos.ctrl.v1.CreateEgressRequest.annotations:type_name -> kibotos.ctrl.v1.CreateEgressRequest.AnnotationsEntry
-	109, // 88: kibotos.ctrl.v1.CreateEgressResponse.egress:type_name -> kibotos.ctrl.v1.Egress
-	109, // 89: kibotos.ctrl.v1.GetEgressResponse.egress:type_name -> kibotos.ctrl.v1.Egress
-	185, // 90: kibotos.ctrl.v1.ListEgressesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListEgressesRequest.LabelSelectorEntry
-	109, // 91: kibotos.ctrl.v1.ListEgressesResponse.egresses:type_name -> kibotos.ctrl.v1.Egress
-	131, // 92: kibotos.ctrl.v1.UpdateEgressRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	106, // 93: kibotos.ctrl.v1.UpdateEgressRequest.spec:type_name -> kibotos.ctrl.v1.EgressSpec
-	109, // 94: kibotos.ctrl.v1.UpdateEgressResponse.egress:type_name -> kibotos.ctrl.v1.Egress
-	131, // 95: kibotos.ctrl.v1.DeleteEgressRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	131, // 96: kibotos.ctrl.v1.UpdateEgressLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	186, // 97: kibotos.ctrl.v1.UpdateEgressLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateEgressLabelsRequest.LabelsEntry
-	109, // 98: kibotos.ctrl.v1.UpdateEgressLabelsResponse.egress:type_name -> kibotos.ctrl.v1.Egress
-	131, // 99: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	187, // 100: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.AnnotationsEntry
-	109, // 101: kibotos.ctrl.v1.UpdateEgressAnnotationsResponse.egress:type_name -> kibotos.ctrl.v1.Egress
-	107, // 102: kibotos.ctrl.v1.EgressSpec.socks5:type_name -> kibotos.ctrl.v1.Socks5Egress
-	108, // 103: kibotos.ctrl.v1.Socks5Egress.tls:type_name -> kibotos.ctrl.v1.EgressTls
-	106, // 104: kibotos.ctrl.v1.Egress.spec:type_name -> kibotos.ctrl.v1.EgressSpec
-	203, // 105: kibotos.ctrl.v1.Egress.created_at:type_name -> google.protobuf.Timestamp
-	203, // 106: kibotos.ctrl.v1.Egress.updated_at:type_name -> google.protobuf.Timestamp
-	188, // 107: kibotos.ctrl.v1.Egress.labels:type_name -> kibotos.ctrl.v1.Egress.LabelsEntry
-	189, // 108: kibotos.ctrl.v1.Egress.annotations:type_name -> kibotos.ctrl.v1.Egress.AnnotationsEntry
-	131, // 109: kibotos.ctrl.v1.CreateResolverRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	124, // 110: kibotos.ctrl.v1.CreateResolverRequest.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
-	190, // 111: kibotos.ctrl.v1.CreateResolverRequest.labels:type_name -> kibotos.ctrl.v1.CreateResolverRequest.LabelsEntry
-	191, // 112: kibotos.ctrl.v1.CreateResolverRequest.annotations:type_name -> kibotos.ctrl.v1.CreateResolverRequest.AnnotationsEntry
-	129, // 113: kibotos.ctrl.v1.CreateResolverResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
-	129, // 114: kibotos.ctrl.v1.GetResolverResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
-	192, // 115: kibotos.ctrl.v1.ListResolversRequest.label_selector:type_name -> kibotos.ctrl.v1.ListResolversRequest.LabelSelectorEntry
-	129, // 116: kibotos.ctrl.v1.ListResolversResponse.resolvers:type_name -> kibotos.ctrl.v1.Resolver
-	131, // 117: kibotos.ctrl.v1.UpdateResolverRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	124, // 118: kibotos.ctrl.v1.UpdateResolverRequest.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
-	129, // 119: kibotos.ctrl.v1.UpdateResolverResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
-	131, // 120: kibotos.ctrl.v1.DeleteResolverRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	131, // 121: kibotos.ctrl.v1.UpdateResolverLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	193, // 122: kibotos.ctrl.v1.UpdateResolverLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateResolverLabelsRequest.LabelsEntry
-	129, // 123: kibotos.ctrl.v1.UpdateResolverLabelsResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
-	131, // 124: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	194, // 125: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.AnnotationsEntry
-	129, // 126: kibotos.ctrl.v1.UpdateResolverAnnotationsResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
-	125, // 127: kibotos.ctrl.v1.ResolverSpec.udp:type_name -> kibotos.ctrl.v1.UdpResolver
-	126, // 128: kibotos.ctrl.v1.ResolverSpec.tcp:type_name -> kibotos.ctrl.v1.TcpResolver
-	127, // 129: kibotos.ctrl.v1.ResolverSpec.tls:type_name -> kibotos.ctrl.v1.TlsResolver
-	128, // 130: kibotos.ctrl.v1.ResolverSpec.https:type_name -> kibotos.ctrl.v1.HttpsResolver
-	124, // 131: kibotos.ctrl.v1.Resolver.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
-	203, // 132: kibotos.ctrl.v1.Resolver.created_at:type_name -> google.protobuf.Timestamp
-	203, // 133: kibotos.ctrl.v1.Resolver.updated_at:type_name -> google.protobuf.Timestamp
-	195, // 134: kibotos.ctrl.v1.Resolver.labels:type_name -> kibotos.ctrl.v1.Resolver.LabelsEntry
-	196, // 135: kibotos.ctrl.v1.Resolver.annotations:type_name -> kibotos.ctrl.v1.Resolver.AnnotationsEntry
-	11,  // 136: kibotos.ctrl.v1.WorkspaceStop.cause:type_name -> kibotos.ctrl.v1.StopCause
-	12,  // 137: kibotos.ctrl.v1.WorkspaceStop.mode:type_name -> kibotos.ctrl.v1.StopMode
-	10,  // 138: kibotos.ctrl.v1.WorkspaceStop.durability:type_name -> kibotos.ctrl.v1.StopDurability
-	203, // 139: kibotos.ctrl.v1.WorkspaceStop.requested_at:type_name -> google.protobuf.Timestamp
-	203, // 140: kibotos.ctrl.v1.WorkspaceStop.completed_at:type_name -> google.protobuf.Timestamp
-	7,   // 141: kibotos.ctrl.v1.TemplateDeliveryObservation.state:type_name -> kibotos.ctrl.v1.TemplateDeliveryState
-	8,   // 142: kibotos.ctrl.v1.TemplateDeliveryObservation.reason:type_name -> kibotos.ctrl.v1.TemplateDeliveryReason
-	203, // 143: kibotos.ctrl.v1.TemplateDeliveryObservation.started_at:type_name -> google.protobuf.Timestamp
-	203, // 144: kibotos.ctrl.v1.TemplateDeliveryObservation.observed_at:type_name -> google.protobuf.Timestamp
-	20,  // 145: kibotos.ctrl.v1.WorkspaceVolumeBinding.mode:type_name -> kibotos.ctrl.v1.WorkspaceVolumeMode
-	21,  // 146: kibotos.ctrl.v1.NetworkPolicy.mode:type_name -> kibotos.ctrl.v1.NetworkPolicyMode
-	142, // 147: kibotos.ctrl.v1.NetworkPolicy.egresses:type_name -> kibotos.ctrl.v1.NetworkPolicyEgress
-	139, // 148: kibotos.ctrl.v1.NetworkPolicy.resolvers:type_name -> kibotos.ctrl.v1.NetworkPolicyResolver
-	140, // 149: kibotos.ctrl.v1.NetworkPolicyResolver.path:type_name -> kibotos.ctrl.v1.ResolverPath
-	141, // 150: kibotos.ctrl.v1.ResolverPath.direct:type_name -> kibotos.ctrl.v1.ResolverDirectPath
-	203, // 151: kibotos.ctrl.v1.NetworkPolicyStatus.applied_at:type_name -> google.protobuf.Timestamp
-	144, // 152: kibotos.ctrl.v1.NetworkPolicyStatus.egresses:type_name -> kibotos.ctrl.v1.NetworkPolicyEgressStatus
-	145, // 153: kibotos.ctrl.v1.NetworkPolicyStatus.resolvers:type_name -> kibotos.ctrl.v1.NetworkPolicyResolverStatus
-	140, // 154: kibotos.ctrl.v1.NetworkPolicyResolverStatus.path:type_name -> kibotos.ctrl.v1.ResolverPath
-	132, // 155: kibotos.ctrl.v1.WorkspaceSpec.template:type_name -> kibotos.ctrl.v1.TemplateRef
-	135, // 156: kibotos.ctrl.v1.WorkspaceSpec.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
-	136, // 157: kibotos.ctrl.v1.WorkspaceSpec.capabilities:type_name -> kibotos.ctrl.v1.CapabilityRequirements
-	137, // 158: kibotos.ctrl.v1.WorkspaceSpec.volume:type_name -> kibotos.ctrl.v1.WorkspaceVolumeBinding
-	138, // 159: kibotos.ctrl.v1.WorkspaceSpec.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
-	133, // 160: kibotos.ctrl.v1.WorkspaceCreateSpec.template:type_name -> kibotos.ctrl.v1.TemplateSelector
-	135, // 161: kibotos.ctrl.v1.WorkspaceCreateSpec.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
-	136, // 162: kibotos.ctrl.v1.WorkspaceCreateSpec.capabilities:type_name -> kibotos.ctrl.v1.CapabilityRequirements
-	137, // 163: kibotos.ctrl.v1.WorkspaceCreateSpec.volume:type_name -> kibotos.ctrl.v1.WorkspaceVolumeBinding
-	138, // 164: kibotos.ctrl.v1.WorkspaceCreateSpec.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
-	163, // 165: kibotos.ctrl.v1.WorkspaceCreateSpec.expiration:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
-	18,  // 166: kibotos.ctrl.v1.WorkspaceFailure.reason:type_name -> kibotos.ctrl.v1.FailureReason
-	19,  // 167: kibotos.ctrl.v1.WorkspaceFailure.stage:type_name -> kibotos.ctrl.v1.FailureStage
-	203, // 168: kibotos.ctrl.v1.WorkspaceFailure.failed_at:type_name -> google.protobuf.Timestamp
-	13,  // 169: kibotos.ctrl.v1.RetentionTier.kind:type_name -> kibotos.ctrl.v1.RetentionTierKind
-	14,  // 170: kibotos.ctrl.v1.RetentionTier.availability:type_name -> kibotos.ctrl.v1.RetentionAvailability
-	15,  // 171: kibotos.ctrl.v1.RetentionTier.continuity:type_name -> kibotos.ctrl.v1.RetentionContinuity
-	16,  // 172: kibotos.ctrl.v1.RetentionTier.reset_reason:type_name -> kibotos.ctrl.v1.RetentionResetReason
-	146, // 173: kibotos.ctrl.v1.Workspace.spec:type_name -> kibotos.ctrl.v1.WorkspaceSpec
-	1,   // 174: kibotos.ctrl.v1.Workspace.state:type_name -> kibotos.ctrl.v1.WorkspaceState
-	148, // 175: kibotos.ctrl.v1.Workspace.failure:type_name -> kibotos.ctrl.v1.WorkspaceFailure
-	203, // 176: kibotos.ctrl.v1.Workspace.created_at:type_name -> google.protobuf.Timestamp
-	203, // 177: kibotos.ctrl.v1.Workspace.updated_at:type_name -> google.protobuf.Timestamp
-	149, // 178: kibotos.ctrl.v1.Workspace.retention_tiers:type_name -> kibotos.ctrl.v1.RetentionTier
-	134, // 179: kibotos.ctrl.v1.Workspace.delivery:type_name -> kibotos.ctrl.v1.TemplateDeliveryObservation
-	143, // 180: kibotos.ctrl.v1.Workspace.network_policy_status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
-	17,  // 181: kibotos.ctrl.v1.Workspace.reestablish:type_name -> kibotos.ctrl.v1.ReestablishRequirement
-	197, // 182: kibotos.ctrl.v1.Workspace.annotations:type_name -> kibotos.ctrl.v1.Workspace.AnnotationsEntry
-	198, // 183: kibotos.ctrl.v1.Workspace.labels:type_name -> kibotos.ctrl.v1.Workspace.LabelsEntry
-	153, // 184: kibotos.ctrl.v1.Workspace.guest_observation:type_name -> kibotos.ctrl.v1.GuestObservation
-	130, // 185: kibotos.ctrl.v1.Workspace.last_stop:type_name -> kibotos.ctrl.v1.WorkspaceStop
-	151, // 186: kibotos.ctrl.v1.Workspace.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
-	152, // 187: kibotos.ctrl.v1.Workspace.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
-	164, // 188: kibotos.ctrl.v1.Workspace.expiration:type_name -> kibotos.ctrl.v1.WorkspaceExpiration
-	22,  // 189: kibotos.ctrl.v1.EgressObservation.kind:type_name -> kibotos.ctrl.v1.EgressObservationKind
-	203, // 190: kibotos.ctrl.v1.EgressObservation.failing_since:type_name -> google.protobuf.Timestamp
-	203, // 191: kibotos.ctrl.v1.EgressObservation.observed_at:type_name -> google.protobuf.Timestamp
-	140, // 192: kibotos.ctrl.v1.ResolverObservation.path:type_name -> kibotos.ctrl.v1.ResolverPath
-	23,  // 193: kibotos.ctrl.v1.ResolverObservation.kind:type_name -> kibotos.ctrl.v1.ResolverObservationKind
-	203, // 194: kibotos.ctrl.v1.ResolverObservation.failing_since:type_name -> google.protobuf.Timestamp
-	203, // 195: kibotos.ctrl.v1.ResolverObservation.observed_at:type_name -> google.protobuf.Timestamp
-	203, // 196: kibotos.ctrl.v1.GuestObservation.observed_at:type_name -> google.protobuf.Timestamp
-	2,   // 197: kibotos.ctrl.v1.GuestObservation.condition:type_name -> kibotos.ctrl.v1.GuestCondition
-	203, // 198: kibotos.ctrl.v1.GuestObservation.unresponsive_since:type_name -> google.protobuf.Timestamp
-	3,   // 199: kibotos.ctrl.v1.GuestObservation.memory_condition:type_name -> kibotos.ctrl.v1.GuestMemoryCondition
-	203, // 200: kibotos.ctrl.v1.GuestObservation.memory_saturated_since:type_name -> google.protobuf.Timestamp
-	154, // 201: kibotos.ctrl.v1.GuestObservation.latest_memory_kill:type_name -> kibotos.ctrl.v1.GuestMemoryKill
-	203, // 202: kibotos.ctrl.v1.GuestObservation.last_reset_at:type_name -> google.protobuf.Timestamp
-	203, // 203: kibotos.ctrl.v1.GuestMemoryKill.killed_at:type_name -> google.protobuf.Timestamp
-	204, // 204: kibotos.ctrl.v1.GuestMemoryKill.window:type_name -> google.protobuf.Duration
-	204, // 205: kibotos.ctrl.v1.GuestMemoryKill.saturated_for:type_name -> google.protobuf.Duration
-	18,  // 206: kibotos.ctrl.v1.VolumeFailure.reason:type_name -> kibotos.ctrl.v1.FailureReason
-	19,  // 207: kibotos.ctrl.v1.VolumeFailure.stage:type_name -> kibotos.ctrl.v1.FailureStage
-	203, // 208: kibotos.ctrl.v1.VolumeFailure.failed_at:type_name -> google.protobuf.Timestamp
-	155, // 209: kibotos.ctrl.v1.Volume.spec:type_name -> kibotos.ctrl.v1.VolumeSpec
-	5,   // 210: kibotos.ctrl.v1.Volume.state:type_name -> kibotos.ctrl.v1.VolumeState
-	156, // 211: kibotos.ctrl.v1.Volume.failure:type_name -> kibotos.ctrl.v1.VolumeFailure
-	203, // 212: kibotos.ctrl.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	203, // 213: kibotos.ctrl.v1.Volume.updated_at:type_name -> google.protobuf.Timestamp
-	199, // 214: kibotos.ctrl.v1.Volume.annotations:type_name -> kibotos.ctrl.v1.Volume.AnnotationsEntry
-	200, // 215: kibotos.ctrl.v1.Volume.labels:type_name -> kibotos.ctrl.v1.Volume.LabelsEntry
-	158, // 216: kibotos.ctrl.v1.Volume.observation:type_name -> kibotos.ctrl.v1.VolumeObservation
-	4,   // 217: kibotos.ctrl.v1.VolumeObservation.condition:type_name -> kibotos.ctrl.v1.VolumeCondition
-	203, // 218: kibotos.ctrl.v1.VolumeObservation.observed_at:type_name -> google.protobuf.Timestamp
-	18,  // 219: kibotos.ctrl.v1.TransferFailure.reason:type_name -> kibotos.ctrl.v1.FailureReason
-	19,  // 220: kibotos.ctrl.v1.TransferFailure.stage:type_name -> kibotos.ctrl.v1.FailureStage
-	203, // 221: kibotos.ctrl.v1.TransferFailure.failed_at:type_name -> google.protobuf.Timestamp
-	132, // 222: kibotos.ctrl.v1.TransferManifest.template:type_name -> kibotos.ctrl.v1.TemplateRef
-	135, // 223: kibotos.ctrl.v1.TransferManifest.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
-	203, // 224: kibotos.ctrl.v1.TransferManifest.created_at:type_name -> google.protobuf.Timestamp
-	9,   // 225: kibotos.ctrl.v1.Transfer.state:type_name -> kibotos.ctrl.v1.TransferState
-	160, // 226: kibotos.ctrl.v1.Transfer.manifest:type_name -> kibotos.ctrl.v1.TransferManifest
-	159, // 227: kibotos.ctrl.v1.Transfer.failure:type_name -> kibotos.ctrl.v1.TransferFailure
-	203, // 228: kibotos.ctrl.v1.Transfer.created_at:type_name -> google.protobuf.Timestamp
-	203, // 229: kibotos.ctrl.v1.Transfer.updated_at:type_name -> google.protobuf.Timestamp
-	203, // 230: kibotos.ctrl.v1.Transfer.expires_at:type_name -> google.protobuf.Timestamp
-	201, // 231: kibotos.ctrl.v1.Transfer.labels:type_name -> kibotos.ctrl.v1.Transfer.LabelsEntry
-	202, // 232: kibotos.ctrl.v1.Transfer.annotations:type_name -> kibotos.ctrl.v1.Transfer.AnnotationsEntry
-	150, // 233: kibotos.ctrl.v1.ErrorDetail.observed_workspace:type_name -> kibotos.ctrl.v1.Workspace
-	18,  // 234: kibotos.ctrl.v1.ErrorDetail.reason:type_name -> kibotos.ctrl.v1.FailureReason
-	19,  // 235: kibotos.ctrl.v1.ErrorDetail.stage:type_name -> kibotos.ctrl.v1.FailureStage
-	203, // 236: kibotos.ctrl.v1.WorkspaceExpirationPolicy.deadline:type_name -> google.protobuf.Timestamp
-	24,  // 237: kibotos.ctrl.v1.WorkspaceExpirationPolicy.action:type_name -> kibotos.ctrl.v1.WorkspaceExpirationAction
-	163, // 238: kibotos.ctrl.v1.WorkspaceExpiration.policy:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
-	163, // 239: kibotos.ctrl.v1.WorkspaceExpirationChange.set:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
-	205, // 240: kibotos.ctrl.v1.WorkspaceExpirationChange.clear:type_name -> google.protobuf.Empty
-	25,  // 241: kibotos.ctrl.v1.WorkspaceService.CreateWorkspace:input_type -> kibotos.ctrl.v1.CreateWorkspaceRequest
-	27,  // 242: kibotos.ctrl.v1.WorkspaceService.GetWorkspace:input_type -> kibotos.ctrl.v1.GetWorkspaceRequest
-	29,  // 243: kibotos.ctrl.v1.WorkspaceService.ListWorkspaces:input_type -> kibotos.ctrl.v1.ListWorkspacesRequest
-	31,  // 244: kibotos.ctrl.v1.WorkspaceService.WatchWorkspace:input_type -> kibotos.ctrl.v1.WatchWorkspaceRequest
-	33,  // 245: kibotos.ctrl.v1.WorkspaceService.StartWorkspace:input_type -> kibotos.ctrl.v1.StartWorkspaceRequest
-	35,  // 246: kibotos.ctrl.v1.WorkspaceService.StopWorkspace:input_type -> kibotos.ctrl.v1.StopWorkspaceRequest
-	37,  // 247: kibotos.ctrl.v1.WorkspaceService.DeleteWorkspace:input_type -> kibotos.ctrl.v1.DeleteWorkspaceRequest
-	39,  // 248: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceMemory:input_type -> kibotos.ctrl.v1.UpdateWorkspaceMemoryRequest
-	41,  // 249: kibotos.ctrl.v1.WorkspaceService.ResizeWorkspaceWritableLayer:input_type -> kibotos.ctrl.v1.ResizeWorkspaceWritableLayerRequest
-	43,  // 250: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceVolumeBinding:input_type -> kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest
-	45,  // 251: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceNetworkPolicy:input_type -> kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest
-	47,  // 252: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceExpiration:input_type -> kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest
-	49,  // 253: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceLabels:input_type -> kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest
-	51,  // 254: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceAnnotations:input_type -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest
-	53,  // 255: kibotos.ctrl.v1.TemplateService.CreateTemplate:input_type -> kibotos.ctrl.v1.CreateTemplateRequest
-	55,  // 256: kibotos.ctrl.v1.TemplateService.GetTemplate:input_type -> kibotos.ctrl.v1.GetTemplateRequest
-	57,  // 257: kibotos.ctrl.v1.TemplateService.ListTemplates:input_type -> kibotos.ctrl.v1.ListTemplatesRequest
-	59,  // 258: kibotos.ctrl.v1.TemplateService.ImportTemplateRevision:input_type -> kibotos.ctrl.v1.ImportTemplateRevisionRequest
-	62,  // 259: kibotos.ctrl.v1.TemplateService.SetTemplateDefault:input_type -> kibotos.ctrl.v1.SetTemplateDefaultRequest
-	64,  // 260: kibotos.ctrl.v1.TemplateService.DeleteTemplate:input_type -> kibotos.ctrl.v1.DeleteTemplateRequest
-	66,  // 261: kibotos.ctrl.v1.TemplateService.UpdateTemplateLabels:input_type -> kibotos.ctrl.v1.UpdateTemplateLabelsRequest
-	68,  // 262: kibotos.ctrl.v1.TemplateService.UpdateTemplateAnnotations:input_type -> kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest
-	72,  // 263: kibotos.ctrl.v1.SessionService.IssueSession:input_type -> kibotos.ctrl.v1.IssueSessionRequest
-	74,  // 264: kibotos.ctrl.v1.SessionService.RevokeSession:input_type -> kibotos.ctrl.v1.RevokeSessionRequest
-	76,  // 265: kibotos.ctrl.v1.SessionService.RotateDataPlane:input_type -> kibotos.ctrl.v1.RotateDataPlaneRequest
-	78,  // 266: kibotos.ctrl.v1.VolumeService.CreateVolume:input_type -> kibotos.ctrl.v1.CreateVolumeRequest
-	80,  // 267: kibotos.ctrl.v1.VolumeService.GetVolume:input_type -> kibotos.ctrl.v1.GetVolumeRequest
-	82,  // 268: kibotos.ctrl.v1.VolumeService.ListVolumes:input_type -> kibotos.ctrl.v1.ListVolumesRequest
-	84,  // 269: kibotos.ctrl.v1.VolumeService.ResizeVolume:input_type -> kibotos.ctrl.v1.ResizeVolumeRequest
-	86,  // 270: kibotos.ctrl.v1.VolumeService.DeleteVolume:input_type -> kibotos.ctrl.v1.DeleteVolumeRequest
-	88,  // 271: kibotos.ctrl.v1.VolumeService.UpdateVolumeLabels:input_type -> kibotos.ctrl.v1.UpdateVolumeLabelsRequest
-	90,  // 272: kibotos.ctrl.v1.VolumeService.UpdateVolumeAnnotations:input_type -> kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest
-	92,  // 273: kibotos.ctrl.v1.EgressService.CreateEgress:input_type -> kibotos.ctrl.v1.CreateEgressRequest
-	94,  // 274: kibotos.ctrl.v1.EgressService.GetEgress:input_type -> kibotos.ctrl.v1.GetEgressRequest
-	96,  // 275: kibotos.ctrl.v1.EgressService.ListEgresses:input_type -> kibotos.ctrl.v1.ListEgressesRequest
-	98,  // 276: kibotos.ctrl.v1.EgressService.UpdateEgress:input_type -> kibotos.ctrl.v1.UpdateEgressRequest
-	100, // 277: kibotos.ctrl.v1.EgressService.DeleteEgress:input_type -> kibotos.ctrl.v1.DeleteEgressRequest
-	102, // 278: kibotos.ctrl.v1.EgressService.UpdateEgressLabels:input_type -> kibotos.ctrl.v1.UpdateEgressLabelsRequest
-	104, // 279: kibotos.ctrl.v1.EgressService.UpdateEgressAnnotations:input_type -> kibotos.ctrl.v1.UpdateEgressAnnotationsRequest
-	110, // 280: kibotos.ctrl.v1.ResolverService.CreateResolver:input_type -> kibotos.ctrl.v1.CreateResolverRequest
-	112, // 281: kibotos.ctrl.v1.ResolverService.GetResolver:input_type -> kibotos.ctrl.v1.GetResolverRequest
-	114, // 282: kibotos.ctrl.v1.ResolverService.ListResolvers:input_type -> kibotos.ctrl.v1.ListResolversRequest
-	116, // 283: kibotos.ctrl.v1.ResolverService.UpdateResolver:input_type -> kibotos.ctrl.v1.UpdateResolverRequest
-	118, // 284: kibotos.ctrl.v1.ResolverService.DeleteResolver:input_type -> kibotos.ctrl.v1.DeleteResolverRequest
-	120, // 285: kibotos.ctrl.v1.ResolverService.UpdateResolverLabels:input_type -> kibotos.ctrl.v1.UpdateResolverLabelsRequest
-	122, // 286: kibotos.ctrl.v1.ResolverService.UpdateResolverAnnotations:input_type -> kibotos.ctrl.v1.UpdateResolverAnnotationsRequest
-	26,  // 287: kibotos.ctrl.v1.WorkspaceService.CreateWorkspace:output_type -> kibotos.ctrl.v1.CreateWorkspaceResponse
-	28,  // 288: kibotos.ctrl.v1.WorkspaceService.GetWorkspace:output_type -> kibotos.ctrl.v1.GetWorkspaceResponse
-	30,  // 289: kibotos.ctrl.v1.WorkspaceService.ListWorkspaces:output_type -> kibotos.ctrl.v1.ListWorkspacesResponse
-	32,  // 290: kibotos.ctrl.v1.WorkspaceService.WatchWorkspace:output_type -> kibotos.ctrl.v1.WatchWorkspaceResponse
-	34,  // 291: kibotos.ctrl.v1.WorkspaceService.StartWorkspace:output_type -> kibotos.ctrl.v1.StartWorkspaceResponse
-	36,  // 292: kibotos.ctrl.v1.WorkspaceService.StopWorkspace:output_type -> kibotos.ctrl.v1.StopWorkspaceResponse
-	38,  // 293: kibotos.ctrl.v1.WorkspaceService.DeleteWorkspace:output_type -> kibotos.ctrl.v1.DeleteWorkspaceResponse
-	40,  // 294: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceMemory:output_type -> kibotos.ctrl.v1.UpdateWorkspaceMemoryResponse
-	42,  // 295: kibotos.ctrl.v1.WorkspaceService.ResizeWorkspaceWritableLayer:output_type -> kibotos.ctrl.v1.ResizeWorkspaceWritableLayerResponse
-	44,  // 296: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceVolumeBinding:output_type -> kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingResponse
-	46,  // 297: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceNetworkPolicy:output_type -> kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyResponse
-	48,  // 298: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceExpiration:output_type -> kibotos.ctrl.v1.UpdateWorkspaceExpirationResponse
-	50,  // 299: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceLabels:output_type -> kibotos.ctrl.v1.UpdateWorkspaceLabelsResponse
-	52,  // 300: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceAnnotations:output_type -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsResponse
-	54,  // 301: kibotos.ctrl.v1.TemplateService.CreateTemplate:output_type -> kibotos.ctrl.v1.CreateTemplateResponse
-	56,  // 302: kibotos.ctrl.v1.TemplateService.GetTemplate:output_type -> kibotos.ctrl.v1.GetTemplateResponse
-	58,  // 303: kibotos.ctrl.v1.TemplateService.ListTemplates:output_type -> kibotos.ctrl.v1.ListTemplatesResponse
-	61,  // 304: kibotos.ctrl.v1.TemplateService.ImportTemplateRevision:output_type -> kibotos.ctrl.v1.ImportTemplateRevisionResponse
-	63,  // 305: kibotos.ctrl.v1.TemplateService.SetTemplateDefault:output_type -> kibotos.ctrl.v1.SetTemplateDefaultResponse
-	65,  // 306: kibotos.ctrl.v1.TemplateService.DeleteTemplate:output_type -> kibotos.ctrl.v1.DeleteTemplateResponse
-	67,  // 307: kibotos.ctrl.v1.TemplateService.UpdateTemplateLabels:output_type -> kibotos.ctrl.v1.UpdateTemplateLabelsResponse
-	69,  // 308: kibotos.ctrl.v1.TemplateService.UpdateTemplateAnnotations:output_type -> kibotos.ctrl.v1.UpdateTemplateAnnotationsResponse
-	73,  // 309: kibotos.ctrl.v1.SessionService.IssueSession:output_type -> kibotos.ctrl.v1.IssueSessionResponse
-	75,  // 310: kibotos.ctrl.v1.SessionService.RevokeSession:output_type -> kibotos.ctrl.v1.RevokeSessionResponse
-	77,  // 311: kibotos.ctrl.v1.SessionService.RotateDataPlane:output_type -> kibotos.ctrl.v1.RotateDataPlaneResponse
-	79,  // 312: kibotos.ctrl.v1.VolumeService.CreateVolume:output_type -> kibotos.ctrl.v1.CreateVolumeResponse
-	81,  // 313: kibotos.ctrl.v1.VolumeService.GetVolume:output_type -> kibotos.ctrl.v1.GetVolumeResponse
-	83,  // 314: kibotos.ctrl.v1.VolumeService.ListVolumes:output_type -> kibotos.ctrl.v1.ListVolumesResponse
-	85,  // 315: kibotos.ctrl.v1.VolumeService.ResizeVolume:output_type -> kibotos.ctrl.v1.ResizeVolumeResponse
-	87,  // 316: kibotos.ctrl.v1.VolumeService.DeleteVolume:output_type -> kibotos.ctrl.v1.DeleteVolumeResponse
-	89,  // 317: kibotos.ctrl.v1.VolumeService.UpdateVolumeLabels:output_type -> kibotos.ctrl.v1.UpdateVolumeLabelsResponse
-	91,  // 318: kibotos.ctrl.v1.VolumeService.UpdateVolumeAnnotations:output_type -> kibotos.ctrl.v1.UpdateVolumeAnnotationsResponse
-	93,  // 319: kibotos.ctrl.v1.EgressService.CreateEgress:output_type -> kibotos.ctrl.v1.CreateEgressResponse
-	95,  // 320: kibotos.ctrl.v1.EgressService.GetEgress:output_type -> kibotos.ctrl.v1.GetEgressResponse
-	97,  // 321: kibotos.ctrl.v1.EgressService.ListEgresses:output_type -> kibotos.ctrl.v1.ListEgressesResponse
-	99,  // 322: kibotos.ctrl.v1.EgressService.UpdateEgress:output_type -> kibotos.ctrl.v1.UpdateEgressResponse
-	101, // 323: kibotos.ctrl.v1.EgressService.DeleteEgress:output_type -> kibotos.ctrl.v1.DeleteEgressResponse
-	103, // 324: kibotos.ctrl.v1.EgressService.UpdateEgressLabels:output_type -> kibotos.ctrl.v1.UpdateEgressLabelsResponse
-	105, // 325: kibotos.ctrl.v1.EgressService.UpdateEgressAnnotations:output_type -> kibotos.ctrl.v1.UpdateEgressAnnotationsResponse
-	111, // 326: kibotos.ctrl.v1.ResolverService.CreateResolver:output_type -> kibotos.ctrl.v1.CreateResolverResponse
-	113, // 327: kibotos.ctrl.v1.ResolverService.GetResolver:output_type -> kibotos.ctrl.v1.GetResolverResponse
-	115, // 328: kibotos.ctrl.v1.ResolverService.ListResolvers:output_type -> kibotos.ctrl.v1.ListResolversResponse
-	117, // 329: kibotos.ctrl.v1.ResolverService.UpdateResolver:output_type -> kibotos.ctrl.v1.UpdateResolverResponse
-	119, // 330: kibotos.ctrl.v1.ResolverService.DeleteResolver:output_type -> kibotos.ctrl.v1.DeleteResolverResponse
-	121, // 331: kibotos.ctrl.v1.ResolverService.UpdateResolverLabels:output_type -> kibotos.ctrl.v1.UpdateResolverLabelsResponse
-	123, // 332: kibotos.ctrl.v1.ResolverService.UpdateResolverAnnotations:output_type -> kibotos.ctrl.v1.UpdateResolverAnnotationsResponse
-	287, // [287:333] is the sub-list for method output_type
-	241, // [241:287] is the sub-list for method input_type
-	241, // [241:241] is the sub-list for extension type_name
-	241, // [241:241] is the sub-list for extension extendee
-	0,   // [0:241] is the sub-list for field type_name
+	71,  // 45: kibotos.ctrl.v1.ImportTemplateRevisionResponse.template:type_name -> kibotos.ctrl.v1.Template
+	72,  // 46: kibotos.ctrl.v1.ImportTemplateRevisionResponse.revision:type_name -> kibotos.ctrl.v1.TemplateRevision
+	139, // 47: kibotos.ctrl.v1.SetTemplateDefaultRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	71,  // 48: kibotos.ctrl.v1.SetTemplateDefaultResponse.template:type_name -> kibotos.ctrl.v1.Template
+	139, // 49: kibotos.ctrl.v1.DeleteTemplateRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	139, // 50: kibotos.ctrl.v1.UpdateTemplateLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	182, // 51: kibotos.ctrl.v1.UpdateTemplateLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateTemplateLabelsRequest.LabelsEntry
+	71,  // 52: kibotos.ctrl.v1.UpdateTemplateLabelsResponse.template:type_name -> kibotos.ctrl.v1.Template
+	139, // 53: kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	183, // 54: kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.AnnotationsEntry
+	71,  // 55: kibotos.ctrl.v1.UpdateTemplateAnnotationsResponse.template:type_name -> kibotos.ctrl.v1.Template
+	72,  // 56: kibotos.ctrl.v1.Template.revisions:type_name -> kibotos.ctrl.v1.TemplateRevision
+	211, // 57: kibotos.ctrl.v1.Template.created_at:type_name -> google.protobuf.Timestamp
+	211, // 58: kibotos.ctrl.v1.Template.updated_at:type_name -> google.protobuf.Timestamp
+	184, // 59: kibotos.ctrl.v1.Template.labels:type_name -> kibotos.ctrl.v1.Template.LabelsEntry
+	185, // 60: kibotos.ctrl.v1.Template.annotations:type_name -> kibotos.ctrl.v1.Template.AnnotationsEntry
+	211, // 61: kibotos.ctrl.v1.TemplateRevision.created_at:type_name -> google.protobuf.Timestamp
+	211, // 62: kibotos.ctrl.v1.IssueSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
+	139, // 63: kibotos.ctrl.v1.RevokeSessionRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	139, // 64: kibotos.ctrl.v1.RotateDataPlaneRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	158, // 65: kibotos.ctrl.v1.RotateDataPlaneResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	139, // 66: kibotos.ctrl.v1.CreateExposureRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	1,   // 67: kibotos.ctrl.v1.CreateExposureRequest.auth:type_name -> kibotos.ctrl.v1.ExposureAuth
+	85,  // 68: kibotos.ctrl.v1.CreateExposureResponse.exposure:type_name -> kibotos.ctrl.v1.Exposure
+	139, // 69: kibotos.ctrl.v1.RevokeExposureRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	85,  // 70: kibotos.ctrl.v1.ListExposuresResponse.exposures:type_name -> kibotos.ctrl.v1.Exposure
+	1,   // 71: kibotos.ctrl.v1.Exposure.auth:type_name -> kibotos.ctrl.v1.ExposureAuth
+	211, // 72: kibotos.ctrl.v1.Exposure.created_at:type_name -> google.protobuf.Timestamp
+	139, // 73: kibotos.ctrl.v1.CreateVolumeRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	163, // 74: kibotos.ctrl.v1.CreateVolumeRequest.spec:type_name -> kibotos.ctrl.v1.VolumeSpec
+	186, // 75: kibotos.ctrl.v1.CreateVolumeRequest.labels:type_name -> kibotos.ctrl.v1.CreateVolumeRequest.LabelsEntry
+	187, // 76: kibotos.ctrl.v1.CreateVolumeRequest.annotations:type_name -> kibotos.ctrl.v1.CreateVolumeRequest.AnnotationsEntry
+	165, // 77: kibotos.ctrl.v1.CreateVolumeResponse.volume:type_name -> kibotos.ctrl.v1.Volume
+	165, // 78: kibotos.ctrl.v1.GetVolumeResponse.volume:type_name -> kibotos.ctrl.v1.Volume
+	188, // 79: kibotos.ctrl.v1.ListVolumesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListVolumesRequest.LabelSelectorEntry
+	165, // 80: kibotos.ctrl.v1.ListVolumesResponse.volumes:type_name -> kibotos.ctrl.v1.Volume
+	139, // 81: kibotos.ctrl.v1.ResizeVolumeRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	165, // 82: kibotos.ctrl.v1.ResizeVolumeResponse.volume:type_name -> kibotos.ctrl.v1.Volume
+	139, // 83: kibotos.ctrl.v1.DeleteVolumeRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	165, // 84: kibotos.ctrl.v1.DeleteVolumeResponse.volume:type_name -> kibotos.ctrl.v1.Volume
+	139, // 85: kibotos.ctrl.v1.UpdateVolumeLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	189, // 86: kibotos.ctrl.v1.UpdateVolumeLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateVolumeLabelsRequest.LabelsEntry
+	165, // 87: kibotos.ctrl.v1.UpdateVolumeLabelsResponse.volume:type_name -> kibotos.ctrl.v1.Volume
+	139, // 88: kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	190, // 89: kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest.AnnotationsEntry
+	165, // 90: kibotos.ctrl.v1.UpdateVolumeAnnotationsResponse.volume:type_name -> kibotos.ctrl.v1.Volume
+	139, // 91: kibotos.ctrl.v1.CreateEgressRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	114, // 92: kibotos.ctrl.v1.CreateEgressRequest.spec:type_name -> kibotos.ctrl.v1.EgressSpec
+	191, // 93: kibotos.ctrl.v1.CreateEgressRequest.labels:type_name -> kibotos.ctrl.v1.CreateEgressRequest.LabelsEntry
+	192, // 94: kibotos.ctrl.v1.CreateEgressRequest.annotations:type_name -> kibotos.ctrl.v1.CreateEgressRequest.AnnotationsEntry
+	117, // 95: kibotos.ctrl.v1.CreateEgressResponse.egress:type_name -> kibotos.ctrl.v1.Egress
+	117, // 96: kibotos.ctrl.v1.GetEgressResponse.egress:type_name -> kibotos.ctrl.v1.Egress
+	193, // 97: kibotos.ctrl.v1.ListEgressesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListEgressesRequest.LabelSelectorEntry
+	117, // 98: kibotos.ctrl.v1.ListEgressesResponse.egresses:type_name -> kibotos.ctrl.v1.Egress
+	139, // 99: kibotos.ctrl.v1.UpdateEgressRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	114, // 100: kibotos.ctrl.v1.UpdateEgressRequest.spec:type_name -> kibotos.ctrl.v1.EgressSpec
+	117, // 101: kibotos.ctrl.v1.UpdateEgressResponse.egress:type_name -> kibotos.ctrl.v1.Egress
+	139, // 102: kibotos.ctrl.v1.DeleteEgressRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	139, // 103: kibotos.ctrl.v1.UpdateEgressLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	194, // 104: kibotos.ctrl.v1.UpdateEgressLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateEgressLabelsRequest.LabelsEntry
+	117, // 105: kibotos.ctrl.v1.UpdateEgressLabelsResponse.egress:type_name -> kibotos.ctrl.v1.Egress
+	139, // 106: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	195, // 107: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.AnnotationsEntry
+	117, // 108: kibotos.ctrl.v1.UpdateEgressAnnotationsResponse.egress:type_name -> kibotos.ctrl.v1.Egress
+	115, // 109: kibotos.ctrl.v1.EgressSpec.socks5:type_name -> kibotos.ctrl.v1.Socks5Egress
+	116, // 110: kibotos.ctrl.v1.Socks5Egress.tls:type_name -> kibotos.ctrl.v1.EgressTls
+	114, // 111: kibotos.ctrl.v1.Egress.spec:type_name -> kibotos.ctrl.v1.EgressSpec
+	211, // 112: kibotos.ctrl.v1.Egress.created_at:type_name -> google.protobuf.Timestamp
+	211, // 113: kibotos.ctrl.v1.Egress.updated_at:type_name -> google.protobuf.Timestamp
+	196, // 114: kibotos.ctrl.v1.Egress.labels:type_name -> kibotos.ctrl.v1.Egress.LabelsEntry
+	197, // 115: kibotos.ctrl.v1.Egress.annotations:type_name -> kibotos.ctrl.v1.Egress.AnnotationsEntry
+	139, // 116: kibotos.ctrl.v1.CreateResolverRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	132, // 117: kibotos.ctrl.v1.CreateResolverRequest.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
+	198, // 118: kibotos.ctrl.v1.CreateResolverRequest.labels:type_name -> kibotos.ctrl.v1.CreateResolverRequest.LabelsEntry
+	199, // 119: kibotos.ctrl.v1.CreateResolverRequest.annotations:type_name -> kibotos.ctrl.v1.CreateResolverRequest.AnnotationsEntry
+	137, // 120: kibotos.ctrl.v1.CreateResolverResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
+	137, // 121: kibotos.ctrl.v1.GetResolverResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
+	200, // 122: kibotos.ctrl.v1.ListResolversRequest.label_selector:type_name -> kibotos.ctrl.v1.ListResolversRequest.LabelSelectorEntry
+	137, // 123: kibotos.ctrl.v1.ListResolversResponse.resolvers:type_name -> kibotos.ctrl.v1.Resolver
+	139, // 124: kibotos.ctrl.v1.UpdateResolverRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	132, // 125: kibotos.ctrl.v1.UpdateResolverRequest.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
+	137, // 126: kibotos.ctrl.v1.UpdateResolverResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
+	139, // 127: kibotos.ctrl.v1.DeleteResolverRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	139, // 128: kibotos.ctrl.v1.UpdateResolverLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	201, // 129: kibotos.ctrl.v1.UpdateResolverLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateResolverLabelsRequest.LabelsEntry
+	137, // 130: kibotos.ctrl.v1.UpdateResolverLabelsResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
+	139, // 131: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	202, // 132: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.AnnotationsEntry
+	137, // 133: kibotos.ctrl.v1.UpdateResolverAnnotationsResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
+	133, // 134: kibotos.ctrl.v1.ResolverSpec.udp:type_name -> kibotos.ctrl.v1.UdpResolver
+	134, // 135: kibotos.ctrl.v1.ResolverSpec.tcp:type_name -> kibotos.ctrl.v1.TcpResolver
+	135, // 136: kibotos.ctrl.v1.ResolverSpec.tls:type_name -> kibotos.ctrl.v1.TlsResolver
+	136, // 137: kibotos.ctrl.v1.ResolverSpec.https:type_name -> kibotos.ctrl.v1.HttpsResolver
+	132, // 138: kibotos.ctrl.v1.Resolver.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
+	211, // 139: kibotos.ctrl.v1.Resolver.created_at:type_name -> google.protobuf.Timestamp
+	211, // 140: kibotos.ctrl.v1.Resolver.updated_at:type_name -> google.protobuf.Timestamp
+	203, // 141: kibotos.ctrl.v1.Resolver.labels:type_name -> kibotos.ctrl.v1.Resolver.LabelsEntry
+	204, // 142: kibotos.ctrl.v1.Resolver.annotations:type_name -> kibotos.ctrl.v1.Resolver.AnnotationsEntry
+	12,  // 143: kibotos.ctrl.v1.WorkspaceStop.cause:type_name -> kibotos.ctrl.v1.StopCause
+	13,  // 144: kibotos.ctrl.v1.WorkspaceStop.mode:type_name -> kibotos.ctrl.v1.StopMode
+	11,  // 145: kibotos.ctrl.v1.WorkspaceStop.durability:type_name -> kibotos.ctrl.v1.StopDurability
+	211, // 146: kibotos.ctrl.v1.WorkspaceStop.requested_at:type_name -> google.protobuf.Timestamp
+	211, // 147: kibotos.ctrl.v1.WorkspaceStop.completed_at:type_name -> google.protobuf.Timestamp
+	8,   // 148: kibotos.ctrl.v1.TemplateDeliveryObservation.state:type_name -> kibotos.ctrl.v1.TemplateDeliveryState
+	9,   // 149: kibotos.ctrl.v1.TemplateDeliveryObservation.reason:type_name -> kibotos.ctrl.v1.TemplateDeliveryReason
+	211, // 150: kibotos.ctrl.v1.TemplateDeliveryObservation.started_at:type_name -> google.protobuf.Timestamp
+	211, // 151: kibotos.ctrl.v1.TemplateDeliveryObservation.observed_at:type_name -> google.protobuf.Timestamp
+	21,  // 152: kibotos.ctrl.v1.WorkspaceVolumeBinding.mode:type_name -> kibotos.ctrl.v1.WorkspaceVolumeMode
+	22,  // 153: kibotos.ctrl.v1.NetworkPolicy.mode:type_name -> kibotos.ctrl.v1.NetworkPolicyMode
+	150, // 154: kibotos.ctrl.v1.NetworkPolicy.egresses:type_name -> kibotos.ctrl.v1.NetworkPolicyEgress
+	147, // 155: kibotos.ctrl.v1.NetworkPolicy.resolvers:type_name -> kibotos.ctrl.v1.NetworkPolicyResolver
+	148, // 156: kibotos.ctrl.v1.NetworkPolicyResolver.path:type_name -> kibotos.ctrl.v1.ResolverPath
+	149, // 157: kibotos.ctrl.v1.ResolverPath.direct:type_name -> kibotos.ctrl.v1.ResolverDirectPath
+	211, // 158: kibotos.ctrl.v1.NetworkPolicyStatus.applied_at:type_name -> google.protobuf.Timestamp
+	152, // 159: kibotos.ctrl.v1.NetworkPolicyStatus.egresses:type_name -> kibotos.ctrl.v1.NetworkPolicyEgressStatus
+	153, // 160: kibotos.ctrl.v1.NetworkPolicyStatus.resolvers:type_name -> kibotos.ctrl.v1.NetworkPolicyResolverStatus
+	148, // 161: kibotos.ctrl.v1.NetworkPolicyResolverStatus.path:type_name -> kibotos.ctrl.v1.ResolverPath
+	140, // 162: kibotos.ctrl.v1.WorkspaceSpec.template:type_name -> kibotos.ctrl.v1.TemplateRef
+	143, // 163: kibotos.ctrl.v1.WorkspaceSpec.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
+	144, // 164: kibotos.ctrl.v1.WorkspaceSpec.capabilities:type_name -> kibotos.ctrl.v1.CapabilityRequirements
+	145, // 165: kibotos.ctrl.v1.WorkspaceSpec.volume:type_name -> kibotos.ctrl.v1.WorkspaceVolumeBinding
+	146, // 166: kibotos.ctrl.v1.WorkspaceSpec.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	141, // 167: kibotos.ctrl.v1.WorkspaceCreateSpec.template:type_name -> kibotos.ctrl.v1.TemplateSelector
+	143, // 168: kibotos.ctrl.v1.WorkspaceCreateSpec.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
+	144, // 169: kibotos.ctrl.v1.WorkspaceCreateSpec.capabilities:type_name -> kibotos.ctrl.v1.CapabilityRequirements
+	145, // 170: kibotos.ctrl.v1.WorkspaceCreateSpec.volume:type_name -> kibotos.ctrl.v1.WorkspaceVolumeBinding
+	146, // 171: kibotos.ctrl.v1.WorkspaceCreateSpec.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	171, // 172: kibotos.ctrl.v1.WorkspaceCreateSpec.expiration:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
+	19,  // 173: kibotos.ctrl.v1.WorkspaceFailure.reason:type_name -> kibotos.ctrl.v1.FailureReason
+	20,  // 174: kibotos.ctrl.v1.WorkspaceFailure.stage:type_name -> kibotos.ctrl.v1.FailureStage
+	211, // 175: kibotos.ctrl.v1.WorkspaceFailure.failed_at:type_name -> google.protobuf.Timestamp
+	14,  // 176: kibotos.ctrl.v1.RetentionTier.kind:type_name -> kibotos.ctrl.v1.RetentionTierKind
+	15,  // 177: kibotos.ctrl.v1.RetentionTier.availability:type_name -> kibotos.ctrl.v1.RetentionAvailability
+	16,  // 178: kibotos.ctrl.v1.RetentionTier.continuity:type_name -> kibotos.ctrl.v1.RetentionContinuity
+	17,  // 179: kibotos.ctrl.v1.RetentionTier.reset_reason:type_name -> kibotos.ctrl.v1.RetentionResetReason
+	154, // 180: kibotos.ctrl.v1.Workspace.spec:type_name -> kibotos.ctrl.v1.WorkspaceSpec
+	2,   // 181: kibotos.ctrl.v1.Workspace.state:type_name -> kibotos.ctrl.v1.WorkspaceState
+	156, // 182: kibotos.ctrl.v1.Workspace.failure:type_name -> kibotos.ctrl.v1.WorkspaceFailure
+	211, // 183: kibotos.ctrl.v1.Workspace.created_at:type_name -> google.protobuf.Timestamp
+	211, // 184: kibotos.ctrl.v1.Workspace.updated_at:type_name -> google.protobuf.Timestamp
+	157, // 185: kibotos.ctrl.v1.Workspace.retention_tiers:type_name -> kibotos.ctrl.v1.RetentionTier
+	142, // 186: kibotos.ctrl.v1.Workspace.delivery:type_name -> kibotos.ctrl.v1.TemplateDeliveryObservation
+	151, // 187: kibotos.ctrl.v1.Workspace.network_policy_status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
+	18,  // 188: kibotos.ctrl.v1.Workspace.reestablish:type_name -> kibotos.ctrl.v1.ReestablishRequirement
+	205, // 189: kibotos.ctrl.v1.Workspace.annotations:type_name -> kibotos.ctrl.v1.Workspace.AnnotationsEntry
+	206, // 190: kibotos.ctrl.v1.Workspace.labels:type_name -> kibotos.ctrl.v1.Workspace.LabelsEntry
+	161, // 191: kibotos.ctrl.v1.Workspace.guest_observation:type_name -> kibotos.ctrl.v1.GuestObservation
+	138, // 192: kibotos.ctrl.v1.Workspace.last_stop:type_name -> kibotos.ctrl.v1.WorkspaceStop
+	159, // 193: kibotos.ctrl.v1.Workspace.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
+	160, // 194: kibotos.ctrl.v1.Workspace.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
+	172, // 195: kibotos.ctrl.v1.Workspace.expiration:type_name -> kibotos.ctrl.v1.WorkspaceExpiration
+	23,  // 196: kibotos.ctrl.v1.EgressObservation.kind:type_name -> kibotos.ctrl.v1.EgressObservationKind
+	211, // 197: kibotos.ctrl.v1.EgressObservation.failing_since:type_name -> google.protobuf.Timestamp
+	211, // 198: kibotos.ctrl.v1.EgressObservation.observed_at:type_name -> google.protobuf.Timestamp
+	148, // 199: kibotos.ctrl.v1.ResolverObservation.path:type_name -> kibotos.ctrl.v1.ResolverPath
+	24,  // 200: kibotos.ctrl.v1.ResolverObservation.kind:type_name -> kibotos.ctrl.v1.ResolverObservationKind
+	211, // 201: kibotos.ctrl.v1.ResolverObservation.failing_since:type_name -> google.protobuf.Timestamp
+	211, // 202: kibotos.ctrl.v1.ResolverObservation.observed_at:type_name -> google.protobuf.Timestamp
+	211, // 203: kibotos.ctrl.v1.GuestObservation.observed_at:type_name -> google.protobuf.Timestamp
+	3,   // 204: kibotos.ctrl.v1.GuestObservation.condition:type_name -> kibotos.ctrl.v1.GuestCondition
+	211, // 205: kibotos.ctrl.v1.GuestObservation.unresponsive_since:type_name -> google.protobuf.Timestamp
+	4,   // 206: kibotos.ctrl.v1.GuestObservation.memory_condition:type_name -> kibotos.ctrl.v1.GuestMemoryCondition
+	211, // 207: kibotos.ctrl.v1.GuestObservation.memory_saturated_since:type_name -> google.protobuf.Timestamp
+	162, // 208: kibotos.ctrl.v1.GuestObservation.latest_memory_kill:type_name -> kibotos.ctrl.v1.GuestMemoryKill
+	211, // 209: kibotos.ctrl.v1.GuestObservation.last_reset_at:type_name -> google.protobuf.Timestamp
+	211, // 210: kibotos.ctrl.v1.GuestMemoryKill.killed_at:type_name -> google.protobuf.Timestamp
+	212, // 211: kibotos.ctrl.v1.GuestMemoryKill.window:type_name -> google.protobuf.Duration
+	212, // 212: kibotos.ctrl.v1.GuestMemoryKill.saturated_for:type_name -> google.protobuf.Duration
+	19,  // 213: kibotos.ctrl.v1.VolumeFailure.reason:type_name -> kibotos.ctrl.v1.FailureReason
+	20,  // 214: kibotos.ctrl.v1.VolumeFailure.stage:type_name -> kibotos.ctrl.v1.FailureStage
+	211, // 215: kibotos.ctrl.v1.VolumeFailure.failed_at:type_name -> google.protobuf.Timestamp
+	163, // 216: kibotos.ctrl.v1.Volume.spec:type_name -> kibotos.ctrl.v1.VolumeSpec
+	6,   // 217: kibotos.ctrl.v1.Volume.state:type_name -> kibotos.ctrl.v1.VolumeState
+	164, // 218: kibotos.ctrl.v1.Volume.failure:type_name -> kibotos.ctrl.v1.VolumeFailure
+	211, // 219: kibotos.ctrl.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	211, // 220: kibotos.ctrl.v1.Volume.updated_at:type_name -> google.protobuf.Timestamp
+	207, // 221: kibotos.ctrl.v1.Volume.annotations:type_name -> kibotos.ctrl.v1.Volume.AnnotationsEntry
+	208, // 222: kibotos.ctrl.v1.Volume.labels:type_name -> kibotos.ctrl.v1.Volume.LabelsEntry
+	166, // 223: kibotos.ctrl.v1.Volume.observation:type_name -> kibotos.ctrl.v1.VolumeObservation
+	5,   // 224: kibotos.ctrl.v1.VolumeObservation.condition:type_name -> kibotos.ctrl.v1.VolumeCondition
+	211, // 225: kibotos.ctrl.v1.VolumeObservation.observed_at:type_name -> google.protobuf.Timestamp
+	19,  // 226: kibotos.ctrl.v1.TransferFailure.reason:type_name -> kibotos.ctrl.v1.FailureReason
+	20,  // 227: kibotos.ctrl.v1.TransferFailure.stage:type_name -> kibotos.ctrl.v1.FailureStage
+	211, // 228: kibotos.ctrl.v1.TransferFailure.failed_at:type_name -> google.protobuf.Timestamp
+	140, // 229: kibotos.ctrl.v1.TransferManifest.template:type_name -> kibotos.ctrl.v1.TemplateRef
+	143, // 230: kibotos.ctrl.v1.TransferManifest.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
+	211, // 231: kibotos.ctrl.v1.TransferManifest.created_at:type_name -> google.protobuf.Timestamp
+	10,  // 232: kibotos.ctrl.v1.Transfer.state:type_name -> kibotos.ctrl.v1.TransferState
+	168, // 233: kibotos.ctrl.v1.Transfer.manifest:type_name -> kibotos.ctrl.v1.TransferManifest
+	167, // 234: kibotos.ctrl.v1.Transfer.failure:type_name -> kibotos.ctrl.v1.TransferFailure
+	211, // 235: kibotos.ctrl.v1.Transfer.created_at:type_name -> google.protobuf.Timestamp
+	211, // 236: kibotos.ctrl.v1.Transfer.updated_at:type_name -> google.protobuf.Timestamp
+	211, // 237: kibotos.ctrl.v1.Transfer.expires_at:type_name -> google.protobuf.Timestamp
+	209, // 238: kibotos.ctrl.v1.Transfer.labels:type_name -> kibotos.ctrl.v1.Transfer.LabelsEntry
+	210, // 239: kibotos.ctrl.v1.Transfer.annotations:type_name -> kibotos.ctrl.v1.Transfer.AnnotationsEntry
+	158, // 240: kibotos.ctrl.v1.ErrorDetail.observed_workspace:type_name -> kibotos.ctrl.v1.Workspace
+	19,  // 241: kibotos.ctrl.v1.ErrorDetail.reason:type_name -> kibotos.ctrl.v1.FailureReason
+	20,  // 242: kibotos.ctrl.v1.ErrorDetail.stage:type_name -> kibotos.ctrl.v1.FailureStage
+	211, // 243: kibotos.ctrl.v1.WorkspaceExpirationPolicy.deadline:type_name -> google.protobuf.Timestamp
+	25,  // 244: kibotos.ctrl.v1.WorkspaceExpirationPolicy.action:type_name -> kibotos.ctrl.v1.WorkspaceExpirationAction
+	171, // 245: kibotos.ctrl.v1.WorkspaceExpiration.policy:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
+	171, // 246: kibotos.ctrl.v1.WorkspaceExpirationChange.set:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
+	213, // 247: kibotos.ctrl.v1.WorkspaceExpirationChange.clear:type_name -> google.protobuf.Empty
+	26,  // 248: kibotos.ctrl.v1.WorkspaceService.CreateWorkspace:input_type -> kibotos.ctrl.v1.CreateWorkspaceRequest
+	28,  // 249: kibotos.ctrl.v1.WorkspaceService.GetWorkspace:input_type -> kibotos.ctrl.v1.GetWorkspaceRequest
+	30,  // 250: kibotos.ctrl.v1.WorkspaceService.ListWorkspaces:input_type -> kibotos.ctrl.v1.ListWorkspacesRequest
+	32,  // 251: kibotos.ctrl.v1.WorkspaceService.WatchWorkspace:input_type -> kibotos.ctrl.v1.WatchWorkspaceRequest
+	34,  // 252: kibotos.ctrl.v1.WorkspaceService.StartWorkspace:input_type -> kibotos.ctrl.v1.StartWorkspaceRequest
+	36,  // 253: kibotos.ctrl.v1.WorkspaceService.StopWorkspace:input_type -> kibotos.ctrl.v1.StopWorkspaceRequest
+	38,  // 254: kibotos.ctrl.v1.WorkspaceService.DeleteWorkspace:input_type -> kibotos.ctrl.v1.DeleteWorkspaceRequest
+	40,  // 255: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceMemory:input_type -> kibotos.ctrl.v1.UpdateWorkspaceMemoryRequest
+	42,  // 256: kibotos.ctrl.v1.WorkspaceService.ResizeWorkspaceWritableLayer:input_type -> kibotos.ctrl.v1.ResizeWorkspaceWritableLayerRequest
+	44,  // 257: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceVolumeBinding:input_type -> kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest
+	46,  // 258: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceNetworkPolicy:input_type -> kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest
+	48,  // 259: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceExpiration:input_type -> kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest
+	50,  // 260: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceLabels:input_type -> kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest
+	52,  // 261: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceAnnotations:input_type -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest
+	54,  // 262: kibotos.ctrl.v1.TemplateService.CreateTemplate:input_type -> kibotos.ctrl.v1.CreateTemplateRequest
+	56,  // 263: kibotos.ctrl.v1.TemplateService.GetTemplate:input_type -> kibotos.ctrl.v1.GetTemplateRequest
+	58,  // 264: kibotos.ctrl.v1.TemplateService.ListTemplates:input_type -> kibotos.ctrl.v1.ListTemplatesRequest
+	60,  // 265: kibotos.ctrl.v1.TemplateService.ImportTemplateRevision:input_type -> kibotos.ctrl.v1.ImportTemplateRevisionRequest
+	63,  // 266: kibotos.ctrl.v1.TemplateService.SetTemplateDefault:input_type -> kibotos.ctrl.v1.SetTemplateDefaultRequest
+	65,  // 267: kibotos.ctrl.v1.TemplateService.DeleteTemplate:input_type -> kibotos.ctrl.v1.DeleteTemplateRequest
+	67,  // 268: kibotos.ctrl.v1.TemplateService.UpdateTemplateLabels:input_type -> kibotos.ctrl.v1.UpdateTemplateLabelsRequest
+	69,  // 269: kibotos.ctrl.v1.TemplateService.UpdateTemplateAnnotations:input_type -> kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest
+	73,  // 270: kibotos.ctrl.v1.SessionService.IssueSession:input_type -> kibotos.ctrl.v1.IssueSessionRequest
+	75,  // 271: kibotos.ctrl.v1.SessionService.RevokeSession:input_type -> kibotos.ctrl.v1.RevokeSessionRequest
+	77,  // 272: kibotos.ctrl.v1.SessionService.RotateDataPlane:input_type -> kibotos.ctrl.v1.RotateDataPlaneRequest
+	79,  // 273: kibotos.ctrl.v1.ExposureService.CreateExposure:input_type -> kibotos.ctrl.v1.CreateExposureRequest
+	81,  // 274: kibotos.ctrl.v1.ExposureService.RevokeExposure:input_type -> kibotos.ctrl.v1.RevokeExposureRequest
+	83,  // 275: kibotos.ctrl.v1.ExposureService.ListExposures:input_type -> kibotos.ctrl.v1.ListExposuresRequest
+	86,  // 276: kibotos.ctrl.v1.VolumeService.CreateVolume:input_type -> kibotos.ctrl.v1.CreateVolumeRequest
+	88,  // 277: kibotos.ctrl.v1.VolumeService.GetVolume:input_type -> kibotos.ctrl.v1.GetVolumeRequest
+	90,  // 278: kibotos.ctrl.v1.VolumeService.ListVolumes:input_type -> kibotos.ctrl.v1.ListVolumesRequest
+	92,  // 279: kibotos.ctrl.v1.VolumeService.ResizeVolume:input_type -> kibotos.ctrl.v1.ResizeVolumeRequest
+	94,  // 280: kibotos.ctrl.v1.VolumeService.DeleteVolume:input_type -> kibotos.ctrl.v1.DeleteVolumeRequest
+	96,  // 281: kibotos.ctrl.v1.VolumeService.UpdateVolumeLabels:input_type -> kibotos.ctrl.v1.UpdateVolumeLabelsRequest
+	98,  // 282: kibotos.ctrl.v1.VolumeService.UpdateVolumeAnnotations:input_type -> kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest
+	100, // 283: kibotos.ctrl.v1.EgressService.CreateEgress:input_type -> kibotos.ctrl.v1.CreateEgressRequest
+	102, // 284: kibotos.ctrl.v1.EgressService.GetEgress:input_type -> kibotos.ctrl.v1.GetEgressRequest
+	104, // 285: kibotos.ctrl.v1.EgressService.ListEgresses:input_type -> kibotos.ctrl.v1.ListEgressesRequest
+	106, // 286: kibotos.ctrl.v1.EgressService.UpdateEgress:input_type -> kibotos.ctrl.v1.UpdateEgressRequest
+	108, // 287: kibotos.ctrl.v1.EgressService.DeleteEgress:input_type -> kibotos.ctrl.v1.DeleteEgressRequest
+	110, // 288: kibotos.ctrl.v1.EgressService.UpdateEgressLabels:input_type -> kibotos.ctrl.v1.UpdateEgressLabelsRequest
+	112, // 289: kibotos.ctrl.v1.EgressService.UpdateEgressAnnotations:input_type -> kibotos.ctrl.v1.UpdateEgressAnnotationsRequest
+	118, // 290: kibotos.ctrl.v1.ResolverService.CreateResolver:input_type -> kibotos.ctrl.v1.CreateResolverRequest
+	120, // 291: kibotos.ctrl.v1.ResolverService.GetResolver:input_type -> kibotos.ctrl.v1.GetResolverRequest
+	122, // 292: kibotos.ctrl.v1.ResolverService.ListResolvers:input_type -> kibotos.ctrl.v1.ListResolversRequest
+	124, // 293: kibotos.ctrl.v1.ResolverService.UpdateResolver:input_type -> kibotos.ctrl.v1.UpdateResolverRequest
+	126, // 294: kibotos.ctrl.v1.ResolverService.DeleteResolver:input_type -> kibotos.ctrl.v1.DeleteResolverRequest
+	128, // 295: kibotos.ctrl.v1.ResolverService.UpdateResolverLabels:input_type -> kibotos.ctrl.v1.UpdateResolverLabelsRequest
+	130, // 296: kibotos.ctrl.v1.ResolverService.UpdateResolverAnnotations:input_type -> kibotos.ctrl.v1.UpdateResolverAnnotationsRequest
+	27,  // 297: kibotos.ctrl.v1.WorkspaceService.CreateWorkspace:output_type -> kibotos.ctrl.v1.CreateWorkspaceResponse
+	29,  // 298: kibotos.ctrl.v1.WorkspaceService.GetWorkspace:output_type -> kibotos.ctrl.v1.GetWorkspaceResponse
+	31,  // 299: kibotos.ctrl.v1.WorkspaceService.ListWorkspaces:output_type -> kibotos.ctrl.v1.ListWorkspacesResponse
+	33,  // 300: kibotos.ctrl.v1.WorkspaceService.WatchWorkspace:output_type -> kibotos.ctrl.v1.WatchWorkspaceResponse
+	35,  // 301: kibotos.ctrl.v1.WorkspaceService.StartWorkspace:output_type -> kibotos.ctrl.v1.StartWorkspaceResponse
+	37,  // 302: kibotos.ctrl.v1.WorkspaceService.StopWorkspace:output_type -> kibotos.ctrl.v1.StopWorkspaceResponse
+	39,  // 303: kibotos.ctrl.v1.WorkspaceService.DeleteWorkspace:output_type -> kibotos.ctrl.v1.DeleteWorkspaceResponse
+	41,  // 304: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceMemory:output_type -> kibotos.ctrl.v1.UpdateWorkspaceMemoryResponse
+	43,  // 305: kibotos.ctrl.v1.WorkspaceService.ResizeWorkspaceWritableLayer:output_type -> kibotos.ctrl.v1.ResizeWorkspaceWritableLayerResponse
+	45,  // 306: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceVolumeBinding:output_type -> kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingResponse
+	47,  // 307: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceNetworkPolicy:output_type -> kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyResponse
+	49,  // 308: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceExpiration:output_type -> kibotos.ctrl.v1.UpdateWorkspaceExpirationResponse
+	51,  // 309: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceLabels:output_type -> kibotos.ctrl.v1.UpdateWorkspaceLabelsResponse
+	53,  // 310: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceAnnotations:output_type -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsResponse
+	55,  // 311: kibotos.ctrl.v1.TemplateService.CreateTemplate:output_type -> kibotos.ctrl.v1.CreateTemplateResponse
+	57,  // 312: kibotos.ctrl.v1.TemplateService.GetTemplate:output_type -> kibotos.ctrl.v1.GetTemplateResponse
+	59,  // 313: kibotos.ctrl.v1.TemplateService.ListTemplates:output_type -> kibotos.ctrl.v1.ListTemplatesResponse
+	62,  // 314: kibotos.ctrl.v1.TemplateService.ImportTemplateRevision:output_type -> kibotos.ctrl.v1.ImportTemplateRevisionResponse
+	64,  // 315: kibotos.ctrl.v1.TemplateService.SetTemplateDefault:output_type -> kibotos.ctrl.v1.SetTemplateDefaultResponse
+	66,  // 316: kibotos.ctrl.v1.TemplateService.DeleteTemplate:output_type -> kibotos.ctrl.v1.DeleteTemplateResponse
+	68,  // 317: kibotos.ctrl.v1.TemplateService.UpdateTemplateLabels:output_type -> kibotos.ctrl.v1.UpdateTemplateLabelsResponse
+	70,  // 318: kibotos.ctrl.v1.TemplateService.UpdateTemplateAnnotations:output_type -> kibotos.ctrl.v1.UpdateTemplateAnnotationsResponse
+	74,  // 319: kibotos.ctrl.v1.SessionService.IssueSession:output_type -> kibotos.ctrl.v1.IssueSessionResponse
+	76,  // 320: kibotos.ctrl.v1.SessionService.RevokeSession:output_type -> kibotos.ctrl.v1.RevokeSessionResponse
+	78,  // 321: kibotos.ctrl.v1.SessionService.RotateDataPlane:output_type -> kibotos.ctrl.v1.RotateDataPlaneResponse
+	80,  // 322: kibotos.ctrl.v1.ExposureService.CreateExposure:output_type -> kibotos.ctrl.v1.CreateExposureResponse
+	82,  // 323: kibotos.ctrl.v1.ExposureService.RevokeExposure:output_type -> kibotos.ctrl.v1.RevokeExposureResponse
+	84,  // 324: kibotos.ctrl.v1.ExposureService.ListExposures:output_type -> kibotos.ctrl.v1.ListExposuresResponse
+	87,  // 325: kibotos.ctrl.v1.VolumeService.CreateVolume:output_type -> kibotos.ctrl.v1.CreateVolumeResponse
+	89,  // 326: kibotos.ctrl.v1.VolumeService.GetVolume:output_type -> kibotos.ctrl.v1.GetVolumeResponse
+	91,  // 327: kibotos.ctrl.v1.VolumeService.ListVolumes:output_type -> kibotos.ctrl.v1.ListVolumesResponse
+	93,  // 328: kibotos.ctrl.v1.VolumeService.ResizeVolume:output_type -> kibotos.ctrl.v1.ResizeVolumeResponse
+	95,  // 329: kibotos.ctrl.v1.VolumeService.DeleteVolume:output_type -> kibotos.ctrl.v1.DeleteVolumeResponse
+	97,  // 330: kibotos.ctrl.v1.VolumeService.UpdateVolumeLabels:output_type -> kibotos.ctrl.v1.UpdateVolumeLabelsResponse
+	99,  // 331: kibotos.ctrl.v1.VolumeService.UpdateVolumeAnnotations:output_type -> kibotos.ctrl.v1.UpdateVolumeAnnotationsResponse
+	101, // 332: kibotos.ctrl.v1.EgressService.CreateEgress:output_type -> kibotos.ctrl.v1.CreateEgressResponse
+	103, // 333: kibotos.ctrl.v1.EgressService.GetEgress:output_type -> kibotos.ctrl.v1.GetEgressResponse
+	105, // 334: kibotos.ctrl.v1.EgressService.ListEgresses:output_type -> kibotos.ctrl.v1.ListEgressesResponse
+	107, // 335: kibotos.ctrl.v1.EgressService.UpdateEgress:output_type -> kibotos.ctrl.v1.UpdateEgressResponse
+	109, // 336: kibotos.ctrl.v1.EgressService.DeleteEgress:output_type -> kibotos.ctrl.v1.DeleteEgressResponse
+	111, // 337: kibotos.ctrl.v1.EgressService.UpdateEgressLabels:output_type -> kibotos.ctrl.v1.UpdateEgressLabelsResponse
+	113, // 338: kibotos.ctrl.v1.EgressService.UpdateEgressAnnotations:output_type -> kibotos.ctrl.v1.UpdateEgressAnnotationsResponse
+	119, // 339: kibotos.ctrl.v1.ResolverService.CreateResolver:output_type -> kibotos.ctrl.v1.CreateResolverResponse
+	121, // 340: kibotos.ctrl.v1.ResolverService.GetResolver:output_type -> kibotos.ctrl.v1.GetResolverResponse
+	123, // 341: kibotos.ctrl.v1.ResolverService.ListResolvers:output_type -> kibotos.ctrl.v1.ListResolversResponse
+	125, // 342: kibotos.ctrl.v1.ResolverService.UpdateResolver:output_type -> kibotos.ctrl.v1.UpdateResolverResponse
+	127, // 343: kibotos.ctrl.v1.ResolverService.DeleteResolver:output_type -> kibotos.ctrl.v1.DeleteResolverResponse
+	129, // 344: kibotos.ctrl.v1.ResolverService.UpdateResolverLabels:output_type -> kibotos.ctrl.v1.UpdateResolverLabelsResponse
+	131, // 345: kibotos.ctrl.v1.ResolverService.UpdateResolverAnnotations:output_type -> kibotos.ctrl.v1.UpdateResolverAnnotationsResponse
+	297, // [297:346] is the sub-list for method output_type
+	248, // [248:297] is the sub-list for method input_type
+	248, // [248:248] is the sub-list for extension type_name
+	248, // [248:248] is the sub-list for extension extendee
+	0,   // [0:248] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_ctrl_v1_ctrl_proto_init() }
@@ -12304,24 +12858,24 @@ func file_kibotos_ctrl_v1_ctrl_proto_init() {
 		(*ImportTemplateRevisionStart_Archive)(nil),
 		(*ImportTemplateRevisionStart_RegistryReference)(nil),
 	}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[73].OneofWrappers = []any{}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[81].OneofWrappers = []any{
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[80].OneofWrappers = []any{}
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[88].OneofWrappers = []any{
 		(*EgressSpec_Socks5)(nil),
 	}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[91].OneofWrappers = []any{}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[99].OneofWrappers = []any{
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[98].OneofWrappers = []any{}
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[106].OneofWrappers = []any{
 		(*ResolverSpec_Udp)(nil),
 		(*ResolverSpec_Tcp)(nil),
 		(*ResolverSpec_Tls)(nil),
 		(*ResolverSpec_Https)(nil),
 	}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[112].OneofWrappers = []any{}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[115].OneofWrappers = []any{
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[119].OneofWrappers = []any{}
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[122].OneofWrappers = []any{
 		(*ResolverPath_Direct)(nil),
 		(*ResolverPath_EgressId)(nil),
 	}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[124].OneofWrappers = []any{}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[140].OneofWrappers = []any{
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[131].OneofWrappers = []any{}
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[147].OneofWrappers = []any{
 		(*WorkspaceExpirationChange_Set)(nil),
 		(*WorkspaceExpirationChange_Clear)(nil),
 	}
@@ -12330,10 +12884,10 @@ func file_kibotos_ctrl_v1_ctrl_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_ctrl_v1_ctrl_proto_rawDesc), len(file_kibotos_ctrl_v1_ctrl_proto_rawDesc)),
-			NumEnums:      25,
-			NumMessages:   178,
+			NumEnums:      26,
+			NumMessages:   185,
 			NumExtensions: 0,
-			NumServices:   6,
+			NumServices:   7,
 		},
 		GoTypes:           file_kibotos_ctrl_v1_ctrl_proto_goTypes,
 		DependencyIndexes: file_kibotos_ctrl_v1_ctrl_proto_depIdxs,

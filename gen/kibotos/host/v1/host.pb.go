@@ -249,9 +249,15 @@ type RegisterHostRequest struct {
 	// storage_pools are the storage pools the host reaches: directories where
 	// it keeps Volume images. ctrl places a Workspace bound to a Volume only on
 	// a host that reaches the Volume's pool.
-	StoragePools  []*StoragePool `protobuf:"bytes,6,rep,name=storage_pools,json=storagePools,proto3" json:"storage_pools,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	StoragePools []*StoragePool `protobuf:"bytes,6,rep,name=storage_pools,json=storagePools,proto3" json:"storage_pools,omitempty"`
+	// exposure_domain, when set, is the DNS name under which the host serves
+	// exposures by host name: <port>-<workspace>.<exposure_domain>, at the
+	// scheme and port of data_plane_endpoint (a wildcard DNS name and
+	// certificate are the operator's). Empty, exposure URLs are paths under
+	// data_plane_endpoint.
+	ExposureDomain string `protobuf:"bytes,7,opt,name=exposure_domain,json=exposureDomain,proto3" json:"exposure_domain,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RegisterHostRequest) Reset() {
@@ -324,6 +330,13 @@ func (x *RegisterHostRequest) GetStoragePools() []*StoragePool {
 		return x.StoragePools
 	}
 	return nil
+}
+
+func (x *RegisterHostRequest) GetExposureDomain() string {
+	if x != nil {
+		return x.ExposureDomain
+	}
+	return ""
 }
 
 // StoragePool is one storage pool as a host reaches it.
@@ -833,7 +846,12 @@ type Assignment struct {
 	// volume is the Volume the execution mounts; absent without one. The
 	// host starts the execution only once the image is present (see
 	// WatchAssignmentsResponse.volumes) and opens as that Volume.
-	Volume        *ExecutionVolume `protobuf:"bytes,11,opt,name=volume,proto3" json:"volume,omitempty"`
+	Volume *ExecutionVolume `protobuf:"bytes,11,opt,name=volume,proto3" json:"volume,omitempty"`
+	// exposures are the Workspace's live exposures, which the host routes to
+	// this execution. Present only with desired RUNNING; the host routes them
+	// only while the execution runs, and stops routing one as soon as an
+	// assignment no longer lists it.
+	Exposures     []*ExposureAssignment `protobuf:"bytes,12,rep,name=exposures,proto3" json:"exposures,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -945,6 +963,85 @@ func (x *Assignment) GetVolume() *ExecutionVolume {
 	return nil
 }
 
+func (x *Assignment) GetExposures() []*ExposureAssignment {
+	if x != nil {
+		return x.Exposures
+	}
+	return nil
+}
+
+// ExposureAssignment is one exposure of a guest port as the host checks
+// and routes it.
+type ExposureAssignment struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ExposureId string                 `protobuf:"bytes,1,opt,name=exposure_id,json=exposureId,proto3" json:"exposure_id,omitempty"`
+	Port       uint32                 `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	Auth       v1.ExposureAuth        `protobuf:"varint,3,opt,name=auth,proto3,enum=kibotos.ctrl.v1.ExposureAuth" json:"auth,omitempty"`
+	// token_sha256 is the SHA-256 of the exposure's token
+	// (<exposure_id>.<secret>) under TOKEN; the host never learns the token.
+	TokenSha256   []byte `protobuf:"bytes,4,opt,name=token_sha256,json=tokenSha256,proto3" json:"token_sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExposureAssignment) Reset() {
+	*x = ExposureAssignment{}
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExposureAssignment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExposureAssignment) ProtoMessage() {}
+
+func (x *ExposureAssignment) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExposureAssignment.ProtoReflect.Descriptor instead.
+func (*ExposureAssignment) Descriptor() ([]byte, []int) {
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ExposureAssignment) GetExposureId() string {
+	if x != nil {
+		return x.ExposureId
+	}
+	return ""
+}
+
+func (x *ExposureAssignment) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *ExposureAssignment) GetAuth() v1.ExposureAuth {
+	if x != nil {
+		return x.Auth
+	}
+	return v1.ExposureAuth(0)
+}
+
+func (x *ExposureAssignment) GetTokenSha256() []byte {
+	if x != nil {
+		return x.TokenSha256
+	}
+	return nil
+}
+
 // NetworkAssignment is one Workspace's expected network, resolved by ctrl
 // into everything the host needs without asking again.
 type NetworkAssignment struct {
@@ -965,7 +1062,7 @@ type NetworkAssignment struct {
 
 func (x *NetworkAssignment) Reset() {
 	*x = NetworkAssignment{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[9]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -977,7 +1074,7 @@ func (x *NetworkAssignment) String() string {
 func (*NetworkAssignment) ProtoMessage() {}
 
 func (x *NetworkAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[9]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -990,7 +1087,7 @@ func (x *NetworkAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkAssignment.ProtoReflect.Descriptor instead.
 func (*NetworkAssignment) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{9}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NetworkAssignment) GetPolicy() *v1.NetworkPolicy {
@@ -1036,7 +1133,7 @@ type EgressAssignment struct {
 
 func (x *EgressAssignment) Reset() {
 	*x = EgressAssignment{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[10]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1048,7 +1145,7 @@ func (x *EgressAssignment) String() string {
 func (*EgressAssignment) ProtoMessage() {}
 
 func (x *EgressAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[10]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1061,7 +1158,7 @@ func (x *EgressAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressAssignment.ProtoReflect.Descriptor instead.
 func (*EgressAssignment) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{10}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *EgressAssignment) GetEgressId() string {
@@ -1106,7 +1203,7 @@ type ResolverAssignment struct {
 
 func (x *ResolverAssignment) Reset() {
 	*x = ResolverAssignment{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[11]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1118,7 +1215,7 @@ func (x *ResolverAssignment) String() string {
 func (*ResolverAssignment) ProtoMessage() {}
 
 func (x *ResolverAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[11]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1131,7 +1228,7 @@ func (x *ResolverAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolverAssignment.ProtoReflect.Descriptor instead.
 func (*ResolverAssignment) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{11}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ResolverAssignment) GetResolverId() string {
@@ -1181,7 +1278,7 @@ type DataPlane struct {
 
 func (x *DataPlane) Reset() {
 	*x = DataPlane{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[12]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1193,7 +1290,7 @@ func (x *DataPlane) String() string {
 func (*DataPlane) ProtoMessage() {}
 
 func (x *DataPlane) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[12]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1206,7 +1303,7 @@ func (x *DataPlane) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataPlane.ProtoReflect.Descriptor instead.
 func (*DataPlane) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{12}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DataPlane) GetKey() []byte {
@@ -1240,7 +1337,7 @@ type StopRequest struct {
 
 func (x *StopRequest) Reset() {
 	*x = StopRequest{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[13]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1252,7 +1349,7 @@ func (x *StopRequest) String() string {
 func (*StopRequest) ProtoMessage() {}
 
 func (x *StopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[13]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1265,7 +1362,7 @@ func (x *StopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopRequest.ProtoReflect.Descriptor instead.
 func (*StopRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{13}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StopRequest) GetMode() v1.StopMode {
@@ -1303,7 +1400,7 @@ type ExecutionTemplate struct {
 
 func (x *ExecutionTemplate) Reset() {
 	*x = ExecutionTemplate{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[14]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1315,7 +1412,7 @@ func (x *ExecutionTemplate) String() string {
 func (*ExecutionTemplate) ProtoMessage() {}
 
 func (x *ExecutionTemplate) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[14]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1328,7 +1425,7 @@ func (x *ExecutionTemplate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionTemplate.ProtoReflect.Descriptor instead.
 func (*ExecutionTemplate) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{14}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExecutionTemplate) GetTemplateId() string {
@@ -1382,7 +1479,7 @@ type TemplateLayer struct {
 
 func (x *TemplateLayer) Reset() {
 	*x = TemplateLayer{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[15]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1394,7 +1491,7 @@ func (x *TemplateLayer) String() string {
 func (*TemplateLayer) ProtoMessage() {}
 
 func (x *TemplateLayer) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[15]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1407,7 +1504,7 @@ func (x *TemplateLayer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateLayer.ProtoReflect.Descriptor instead.
 func (*TemplateLayer) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{15}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TemplateLayer) GetDigest() string {
@@ -1446,7 +1543,7 @@ type ReportExecutionsRequest struct {
 
 func (x *ReportExecutionsRequest) Reset() {
 	*x = ReportExecutionsRequest{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[16]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1555,7 @@ func (x *ReportExecutionsRequest) String() string {
 func (*ReportExecutionsRequest) ProtoMessage() {}
 
 func (x *ReportExecutionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[16]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1568,7 @@ func (x *ReportExecutionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportExecutionsRequest.ProtoReflect.Descriptor instead.
 func (*ReportExecutionsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{16}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReportExecutionsRequest) GetHostId() string {
@@ -1527,7 +1624,7 @@ type VolumeReport struct {
 
 func (x *VolumeReport) Reset() {
 	*x = VolumeReport{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[17]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1539,7 +1636,7 @@ func (x *VolumeReport) String() string {
 func (*VolumeReport) ProtoMessage() {}
 
 func (x *VolumeReport) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[17]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1552,7 +1649,7 @@ func (x *VolumeReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeReport.ProtoReflect.Descriptor instead.
 func (*VolumeReport) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{17}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *VolumeReport) GetVolumeId() string {
@@ -1634,7 +1731,7 @@ type ReportExecutionsResponse struct {
 
 func (x *ReportExecutionsResponse) Reset() {
 	*x = ReportExecutionsResponse{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[18]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1646,7 +1743,7 @@ func (x *ReportExecutionsResponse) String() string {
 func (*ReportExecutionsResponse) ProtoMessage() {}
 
 func (x *ReportExecutionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[18]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1659,7 +1756,7 @@ func (x *ReportExecutionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportExecutionsResponse.ProtoReflect.Descriptor instead.
 func (*ReportExecutionsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{18}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{19}
 }
 
 // ExecutionReport is the complete latest observation of one execution, set
@@ -1721,7 +1818,7 @@ type ExecutionReport struct {
 
 func (x *ExecutionReport) Reset() {
 	*x = ExecutionReport{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[19]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1733,7 +1830,7 @@ func (x *ExecutionReport) String() string {
 func (*ExecutionReport) ProtoMessage() {}
 
 func (x *ExecutionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[19]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1746,7 +1843,7 @@ func (x *ExecutionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionReport.ProtoReflect.Descriptor instead.
 func (*ExecutionReport) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{19}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ExecutionReport) GetExecutionId() string {
@@ -1885,7 +1982,7 @@ type NetworkReport struct {
 
 func (x *NetworkReport) Reset() {
 	*x = NetworkReport{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[20]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1897,7 +1994,7 @@ func (x *NetworkReport) String() string {
 func (*NetworkReport) ProtoMessage() {}
 
 func (x *NetworkReport) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[20]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1910,7 +2007,7 @@ func (x *NetworkReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkReport.ProtoReflect.Descriptor instead.
 func (*NetworkReport) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{20}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *NetworkReport) GetStatus() *v1.NetworkPolicyStatus {
@@ -1954,7 +2051,7 @@ type GetTemplateBlobRequest struct {
 
 func (x *GetTemplateBlobRequest) Reset() {
 	*x = GetTemplateBlobRequest{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[21]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1966,7 +2063,7 @@ func (x *GetTemplateBlobRequest) String() string {
 func (*GetTemplateBlobRequest) ProtoMessage() {}
 
 func (x *GetTemplateBlobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[21]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1979,7 +2076,7 @@ func (x *GetTemplateBlobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTemplateBlobRequest.ProtoReflect.Descriptor instead.
 func (*GetTemplateBlobRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{21}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetTemplateBlobRequest) GetDigest() string {
@@ -2010,7 +2107,7 @@ type GetTemplateBlobResponse struct {
 
 func (x *GetTemplateBlobResponse) Reset() {
 	*x = GetTemplateBlobResponse{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[22]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2022,7 +2119,7 @@ func (x *GetTemplateBlobResponse) String() string {
 func (*GetTemplateBlobResponse) ProtoMessage() {}
 
 func (x *GetTemplateBlobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[22]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2035,7 +2132,7 @@ func (x *GetTemplateBlobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTemplateBlobResponse.ProtoReflect.Descriptor instead.
 func (*GetTemplateBlobResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{22}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetTemplateBlobResponse) GetData() []byte {
@@ -2056,14 +2153,15 @@ var File_kibotos_host_v1_host_proto protoreflect.FileDescriptor
 
 const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\n" +
-	"\x1akibotos/host/v1/host.proto\x12\x0fkibotos.host.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1akibotos/ctrl/v1/ctrl.proto\"\x9c\x02\n" +
+	"\x1akibotos/host/v1/host.proto\x12\x0fkibotos.host.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1akibotos/ctrl/v1/ctrl.proto\"\xc5\x02\n" +
 	"\x13RegisterHostRequest\x12\x17\n" +
 	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x129\n" +
 	"\bcapacity\x18\x02 \x01(\v2\x1d.kibotos.host.v1.HostCapacityR\bcapacity\x12\"\n" +
 	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\x12\x1a\n" +
 	"\bruntimes\x18\x04 \x03(\tR\bruntimes\x12.\n" +
 	"\x13data_plane_endpoint\x18\x05 \x01(\tR\x11dataPlaneEndpoint\x12A\n" +
-	"\rstorage_pools\x18\x06 \x03(\v2\x1c.kibotos.host.v1.StoragePoolR\fstoragePools\"\xa4\x01\n" +
+	"\rstorage_pools\x18\x06 \x03(\v2\x1c.kibotos.host.v1.StoragePoolR\fstoragePools\x12'\n" +
+	"\x0fexposure_domain\x18\a \x01(\tR\x0eexposureDomain\"\xa4\x01\n" +
 	"\vStoragePool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
 	"\x14default_volume_bytes\x18\x02 \x01(\x04R\x12defaultVolumeBytes\x12\x1f\n" +
@@ -2095,7 +2193,7 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12!\n" +
 	"\fstorage_pool\x18\x02 \x01(\tR\vstoragePool\x12\x1d\n" +
 	"\n" +
-	"mount_path\x18\x03 \x01(\tR\tmountPath\"\xab\x04\n" +
+	"mount_path\x18\x03 \x01(\tR\tmountPath\"\xee\x04\n" +
 	"\n" +
 	"Assignment\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12!\n" +
@@ -2112,7 +2210,14 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"data_plane\x18\t \x01(\v2\x1a.kibotos.host.v1.DataPlaneR\tdataPlane\x12<\n" +
 	"\anetwork\x18\n" +
 	" \x01(\v2\".kibotos.host.v1.NetworkAssignmentR\anetwork\x128\n" +
-	"\x06volume\x18\v \x01(\v2 .kibotos.host.v1.ExecutionVolumeR\x06volume\"\xf2\x01\n" +
+	"\x06volume\x18\v \x01(\v2 .kibotos.host.v1.ExecutionVolumeR\x06volume\x12A\n" +
+	"\texposures\x18\f \x03(\v2#.kibotos.host.v1.ExposureAssignmentR\texposures\"\x9f\x01\n" +
+	"\x12ExposureAssignment\x12\x1f\n" +
+	"\vexposure_id\x18\x01 \x01(\tR\n" +
+	"exposureId\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\rR\x04port\x121\n" +
+	"\x04auth\x18\x03 \x01(\x0e2\x1d.kibotos.ctrl.v1.ExposureAuthR\x04auth\x12!\n" +
+	"\ftoken_sha256\x18\x04 \x01(\fR\vtokenSha256\"\xf2\x01\n" +
 	"\x11NetworkAssignment\x126\n" +
 	"\x06policy\x18\x01 \x01(\v2\x1e.kibotos.ctrl.v1.NetworkPolicyR\x06policy\x12#\n" +
 	"\rdrain_seconds\x18\x02 \x01(\rR\fdrainSeconds\x12=\n" +
@@ -2242,7 +2347,7 @@ func file_kibotos_host_v1_host_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_host_v1_host_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_kibotos_host_v1_host_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_kibotos_host_v1_host_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_kibotos_host_v1_host_proto_goTypes = []any{
 	(VolumeDesired)(0),               // 0: kibotos.host.v1.VolumeDesired
 	(DesiredState)(0),                // 1: kibotos.host.v1.DesiredState
@@ -2256,34 +2361,36 @@ var file_kibotos_host_v1_host_proto_goTypes = []any{
 	(*VolumeAssignment)(nil),         // 9: kibotos.host.v1.VolumeAssignment
 	(*ExecutionVolume)(nil),          // 10: kibotos.host.v1.ExecutionVolume
 	(*Assignment)(nil),               // 11: kibotos.host.v1.Assignment
-	(*NetworkAssignment)(nil),        // 12: kibotos.host.v1.NetworkAssignment
-	(*EgressAssignment)(nil),         // 13: kibotos.host.v1.EgressAssignment
-	(*ResolverAssignment)(nil),       // 14: kibotos.host.v1.ResolverAssignment
-	(*DataPlane)(nil),                // 15: kibotos.host.v1.DataPlane
-	(*StopRequest)(nil),              // 16: kibotos.host.v1.StopRequest
-	(*ExecutionTemplate)(nil),        // 17: kibotos.host.v1.ExecutionTemplate
-	(*TemplateLayer)(nil),            // 18: kibotos.host.v1.TemplateLayer
-	(*ReportExecutionsRequest)(nil),  // 19: kibotos.host.v1.ReportExecutionsRequest
-	(*VolumeReport)(nil),             // 20: kibotos.host.v1.VolumeReport
-	(*ReportExecutionsResponse)(nil), // 21: kibotos.host.v1.ReportExecutionsResponse
-	(*ExecutionReport)(nil),          // 22: kibotos.host.v1.ExecutionReport
-	(*NetworkReport)(nil),            // 23: kibotos.host.v1.NetworkReport
-	(*GetTemplateBlobRequest)(nil),   // 24: kibotos.host.v1.GetTemplateBlobRequest
-	(*GetTemplateBlobResponse)(nil),  // 25: kibotos.host.v1.GetTemplateBlobResponse
-	(*v1.ResourceRequest)(nil),       // 26: kibotos.ctrl.v1.ResourceRequest
-	(*v1.NetworkPolicy)(nil),         // 27: kibotos.ctrl.v1.NetworkPolicy
-	(*v1.EgressSpec)(nil),            // 28: kibotos.ctrl.v1.EgressSpec
-	(*v1.ResolverSpec)(nil),          // 29: kibotos.ctrl.v1.ResolverSpec
-	(v1.StopMode)(0),                 // 30: kibotos.ctrl.v1.StopMode
-	(v1.VolumeCondition)(0),          // 31: kibotos.ctrl.v1.VolumeCondition
-	(v1.FailureStage)(0),             // 32: kibotos.ctrl.v1.FailureStage
-	(*timestamppb.Timestamp)(nil),    // 33: google.protobuf.Timestamp
-	(v1.FailureReason)(0),            // 34: kibotos.ctrl.v1.FailureReason
-	(v1.StopDurability)(0),           // 35: kibotos.ctrl.v1.StopDurability
-	(*v1.GuestObservation)(nil),      // 36: kibotos.ctrl.v1.GuestObservation
-	(*v1.NetworkPolicyStatus)(nil),   // 37: kibotos.ctrl.v1.NetworkPolicyStatus
-	(*v1.EgressObservation)(nil),     // 38: kibotos.ctrl.v1.EgressObservation
-	(*v1.ResolverObservation)(nil),   // 39: kibotos.ctrl.v1.ResolverObservation
+	(*ExposureAssignment)(nil),       // 12: kibotos.host.v1.ExposureAssignment
+	(*NetworkAssignment)(nil),        // 13: kibotos.host.v1.NetworkAssignment
+	(*EgressAssignment)(nil),         // 14: kibotos.host.v1.EgressAssignment
+	(*ResolverAssignment)(nil),       // 15: kibotos.host.v1.ResolverAssignment
+	(*DataPlane)(nil),                // 16: kibotos.host.v1.DataPlane
+	(*StopRequest)(nil),              // 17: kibotos.host.v1.StopRequest
+	(*ExecutionTemplate)(nil),        // 18: kibotos.host.v1.ExecutionTemplate
+	(*TemplateLayer)(nil),            // 19: kibotos.host.v1.TemplateLayer
+	(*ReportExecutionsRequest)(nil),  // 20: kibotos.host.v1.ReportExecutionsRequest
+	(*VolumeReport)(nil),             // 21: kibotos.host.v1.VolumeReport
+	(*ReportExecutionsResponse)(nil), // 22: kibotos.host.v1.ReportExecutionsResponse
+	(*ExecutionReport)(nil),          // 23: kibotos.host.v1.ExecutionReport
+	(*NetworkReport)(nil),            // 24: kibotos.host.v1.NetworkReport
+	(*GetTemplateBlobRequest)(nil),   // 25: kibotos.host.v1.GetTemplateBlobRequest
+	(*GetTemplateBlobResponse)(nil),  // 26: kibotos.host.v1.GetTemplateBlobResponse
+	(*v1.ResourceRequest)(nil),       // 27: kibotos.ctrl.v1.ResourceRequest
+	(v1.ExposureAuth)(0),             // 28: kibotos.ctrl.v1.ExposureAuth
+	(*v1.NetworkPolicy)(nil),         // 29: kibotos.ctrl.v1.NetworkPolicy
+	(*v1.EgressSpec)(nil),            // 30: kibotos.ctrl.v1.EgressSpec
+	(*v1.ResolverSpec)(nil),          // 31: kibotos.ctrl.v1.ResolverSpec
+	(v1.StopMode)(0),                 // 32: kibotos.ctrl.v1.StopMode
+	(v1.VolumeCondition)(0),          // 33: kibotos.ctrl.v1.VolumeCondition
+	(v1.FailureStage)(0),             // 34: kibotos.ctrl.v1.FailureStage
+	(*timestamppb.Timestamp)(nil),    // 35: google.protobuf.Timestamp
+	(v1.FailureReason)(0),            // 36: kibotos.ctrl.v1.FailureReason
+	(v1.StopDurability)(0),           // 37: kibotos.ctrl.v1.StopDurability
+	(*v1.GuestObservation)(nil),      // 38: kibotos.ctrl.v1.GuestObservation
+	(*v1.NetworkPolicyStatus)(nil),   // 39: kibotos.ctrl.v1.NetworkPolicyStatus
+	(*v1.EgressObservation)(nil),     // 40: kibotos.ctrl.v1.EgressObservation
+	(*v1.ResolverObservation)(nil),   // 41: kibotos.ctrl.v1.ResolverObservation
 }
 var file_kibotos_host_v1_host_proto_depIdxs = []int32{
 	5,  // 0: kibotos.host.v1.RegisterHostRequest.capacity:type_name -> kibotos.host.v1.HostCapacity
@@ -2292,47 +2399,49 @@ var file_kibotos_host_v1_host_proto_depIdxs = []int32{
 	9,  // 3: kibotos.host.v1.WatchAssignmentsResponse.volumes:type_name -> kibotos.host.v1.VolumeAssignment
 	0,  // 4: kibotos.host.v1.VolumeAssignment.desired:type_name -> kibotos.host.v1.VolumeDesired
 	1,  // 5: kibotos.host.v1.Assignment.desired:type_name -> kibotos.host.v1.DesiredState
-	17, // 6: kibotos.host.v1.Assignment.template:type_name -> kibotos.host.v1.ExecutionTemplate
-	26, // 7: kibotos.host.v1.Assignment.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
-	16, // 8: kibotos.host.v1.Assignment.stop:type_name -> kibotos.host.v1.StopRequest
-	15, // 9: kibotos.host.v1.Assignment.data_plane:type_name -> kibotos.host.v1.DataPlane
-	12, // 10: kibotos.host.v1.Assignment.network:type_name -> kibotos.host.v1.NetworkAssignment
+	18, // 6: kibotos.host.v1.Assignment.template:type_name -> kibotos.host.v1.ExecutionTemplate
+	27, // 7: kibotos.host.v1.Assignment.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
+	17, // 8: kibotos.host.v1.Assignment.stop:type_name -> kibotos.host.v1.StopRequest
+	16, // 9: kibotos.host.v1.Assignment.data_plane:type_name -> kibotos.host.v1.DataPlane
+	13, // 10: kibotos.host.v1.Assignment.network:type_name -> kibotos.host.v1.NetworkAssignment
 	10, // 11: kibotos.host.v1.Assignment.volume:type_name -> kibotos.host.v1.ExecutionVolume
-	27, // 12: kibotos.host.v1.NetworkAssignment.policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
-	13, // 13: kibotos.host.v1.NetworkAssignment.egresses:type_name -> kibotos.host.v1.EgressAssignment
-	14, // 14: kibotos.host.v1.NetworkAssignment.resolvers:type_name -> kibotos.host.v1.ResolverAssignment
-	28, // 15: kibotos.host.v1.EgressAssignment.spec:type_name -> kibotos.ctrl.v1.EgressSpec
-	29, // 16: kibotos.host.v1.ResolverAssignment.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
-	30, // 17: kibotos.host.v1.StopRequest.mode:type_name -> kibotos.ctrl.v1.StopMode
-	18, // 18: kibotos.host.v1.ExecutionTemplate.layers:type_name -> kibotos.host.v1.TemplateLayer
-	22, // 19: kibotos.host.v1.ReportExecutionsRequest.reports:type_name -> kibotos.host.v1.ExecutionReport
-	20, // 20: kibotos.host.v1.ReportExecutionsRequest.volumes:type_name -> kibotos.host.v1.VolumeReport
-	31, // 21: kibotos.host.v1.VolumeReport.condition:type_name -> kibotos.ctrl.v1.VolumeCondition
-	32, // 22: kibotos.host.v1.VolumeReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
-	33, // 23: kibotos.host.v1.VolumeReport.observed_at:type_name -> google.protobuf.Timestamp
-	2,  // 24: kibotos.host.v1.ExecutionReport.state:type_name -> kibotos.host.v1.ObservedState
-	34, // 25: kibotos.host.v1.ExecutionReport.failure_reason:type_name -> kibotos.ctrl.v1.FailureReason
-	32, // 26: kibotos.host.v1.ExecutionReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
-	35, // 27: kibotos.host.v1.ExecutionReport.stop_durability:type_name -> kibotos.ctrl.v1.StopDurability
-	33, // 28: kibotos.host.v1.ExecutionReport.observed_at:type_name -> google.protobuf.Timestamp
-	23, // 29: kibotos.host.v1.ExecutionReport.network:type_name -> kibotos.host.v1.NetworkReport
-	36, // 30: kibotos.host.v1.ExecutionReport.guest:type_name -> kibotos.ctrl.v1.GuestObservation
-	37, // 31: kibotos.host.v1.NetworkReport.status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
-	38, // 32: kibotos.host.v1.NetworkReport.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
-	39, // 33: kibotos.host.v1.NetworkReport.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
-	3,  // 34: kibotos.host.v1.HostService.RegisterHost:input_type -> kibotos.host.v1.RegisterHostRequest
-	7,  // 35: kibotos.host.v1.HostService.WatchAssignments:input_type -> kibotos.host.v1.WatchAssignmentsRequest
-	19, // 36: kibotos.host.v1.HostService.ReportExecutions:input_type -> kibotos.host.v1.ReportExecutionsRequest
-	24, // 37: kibotos.host.v1.HostService.GetTemplateBlob:input_type -> kibotos.host.v1.GetTemplateBlobRequest
-	6,  // 38: kibotos.host.v1.HostService.RegisterHost:output_type -> kibotos.host.v1.RegisterHostResponse
-	8,  // 39: kibotos.host.v1.HostService.WatchAssignments:output_type -> kibotos.host.v1.WatchAssignmentsResponse
-	21, // 40: kibotos.host.v1.HostService.ReportExecutions:output_type -> kibotos.host.v1.ReportExecutionsResponse
-	25, // 41: kibotos.host.v1.HostService.GetTemplateBlob:output_type -> kibotos.host.v1.GetTemplateBlobResponse
-	38, // [38:42] is the sub-list for method output_type
-	34, // [34:38] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	12, // 12: kibotos.host.v1.Assignment.exposures:type_name -> kibotos.host.v1.ExposureAssignment
+	28, // 13: kibotos.host.v1.ExposureAssignment.auth:type_name -> kibotos.ctrl.v1.ExposureAuth
+	29, // 14: kibotos.host.v1.NetworkAssignment.policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	14, // 15: kibotos.host.v1.NetworkAssignment.egresses:type_name -> kibotos.host.v1.EgressAssignment
+	15, // 16: kibotos.host.v1.NetworkAssignment.resolvers:type_name -> kibotos.host.v1.ResolverAssignment
+	30, // 17: kibotos.host.v1.EgressAssignment.spec:type_name -> kibotos.ctrl.v1.EgressSpec
+	31, // 18: kibotos.host.v1.ResolverAssignment.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
+	32, // 19: kibotos.host.v1.StopRequest.mode:type_name -> kibotos.ctrl.v1.StopMode
+	19, // 20: kibotos.host.v1.ExecutionTemplate.layers:type_name -> kibotos.host.v1.TemplateLayer
+	23, // 21: kibotos.host.v1.ReportExecutionsRequest.reports:type_name -> kibotos.host.v1.ExecutionReport
+	21, // 22: kibotos.host.v1.ReportExecutionsRequest.volumes:type_name -> kibotos.host.v1.VolumeReport
+	33, // 23: kibotos.host.v1.VolumeReport.condition:type_name -> kibotos.ctrl.v1.VolumeCondition
+	34, // 24: kibotos.host.v1.VolumeReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
+	35, // 25: kibotos.host.v1.VolumeReport.observed_at:type_name -> google.protobuf.Timestamp
+	2,  // 26: kibotos.host.v1.ExecutionReport.state:type_name -> kibotos.host.v1.ObservedState
+	36, // 27: kibotos.host.v1.ExecutionReport.failure_reason:type_name -> kibotos.ctrl.v1.FailureReason
+	34, // 28: kibotos.host.v1.ExecutionReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
+	37, // 29: kibotos.host.v1.ExecutionReport.stop_durability:type_name -> kibotos.ctrl.v1.StopDurability
+	35, // 30: kibotos.host.v1.ExecutionReport.observed_at:type_name -> google.protobuf.Timestamp
+	24, // 31: kibotos.host.v1.ExecutionReport.network:type_name -> kibotos.host.v1.NetworkReport
+	38, // 32: kibotos.host.v1.ExecutionReport.guest:type_name -> kibotos.ctrl.v1.GuestObservation
+	39, // 33: kibotos.host.v1.NetworkReport.status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
+	40, // 34: kibotos.host.v1.NetworkReport.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
+	41, // 35: kibotos.host.v1.NetworkReport.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
+	3,  // 36: kibotos.host.v1.HostService.RegisterHost:input_type -> kibotos.host.v1.RegisterHostRequest
+	7,  // 37: kibotos.host.v1.HostService.WatchAssignments:input_type -> kibotos.host.v1.WatchAssignmentsRequest
+	20, // 38: kibotos.host.v1.HostService.ReportExecutions:input_type -> kibotos.host.v1.ReportExecutionsRequest
+	25, // 39: kibotos.host.v1.HostService.GetTemplateBlob:input_type -> kibotos.host.v1.GetTemplateBlobRequest
+	6,  // 40: kibotos.host.v1.HostService.RegisterHost:output_type -> kibotos.host.v1.RegisterHostResponse
+	8,  // 41: kibotos.host.v1.HostService.WatchAssignments:output_type -> kibotos.host.v1.WatchAssignmentsResponse
+	22, // 42: kibotos.host.v1.HostService.ReportExecutions:output_type -> kibotos.host.v1.ReportExecutionsResponse
+	26, // 43: kibotos.host.v1.HostService.GetTemplateBlob:output_type -> kibotos.host.v1.GetTemplateBlobResponse
+	40, // [40:44] is the sub-list for method output_type
+	36, // [36:40] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_host_v1_host_proto_init() }
@@ -2340,14 +2449,14 @@ func file_kibotos_host_v1_host_proto_init() {
 	if File_kibotos_host_v1_host_proto != nil {
 		return
 	}
-	file_kibotos_host_v1_host_proto_msgTypes[19].OneofWrappers = []any{}
+	file_kibotos_host_v1_host_proto_msgTypes[20].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_host_v1_host_proto_rawDesc), len(file_kibotos_host_v1_host_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   23,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

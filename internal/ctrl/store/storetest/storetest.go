@@ -43,6 +43,7 @@ func Run(t *testing.T, open Open) {
 		{"VolumeLifecycle", testVolumeLifecycle},
 		{"VolumeLists", testVolumeLists},
 		{"FailedVolumeUpdateChangesNothing", testVolumeRollback},
+		{"Exposures", testExposures},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
@@ -829,6 +830,108 @@ func testVolumeRollback(t *testing.T, s store.Store) {
 		}
 		if got, err := tx.PoolVolumes(ctx, "fast"); err != nil || !slices.Equal(volumeIDs(got), []string{"v1"}) {
 			t.Errorf("volumes of pool fast after rollback = %v, %v", volumeIDs(got), err)
+		}
+		return nil
+	})
+}
+
+func exposureIDs(es []store.Exposure) []string {
+	var ids []string
+	for _, e := range es {
+		ids = append(ids, e.ID)
+	}
+	return ids
+}
+
+func testExposures(t *testing.T, s store.Store) {
+	mustProject(t, s, "p1")
+	mustProject(t, s, "p2")
+	exp := func(project, id, workspace string, port uint32, persistent bool) store.Exposure {
+		return store.Exposure{ProjectID: project, ID: id, WorkspaceID: workspace, Port: port, Persistent: persistent,
+			Body: []byte("body-" + id), CreatedAt: now}
+	}
+	a := exp("p1", "e1", "w1", 8080, false)
+	update(t, s, func(tx store.Tx) error {
+		return errors.Join(tx.CreateExposure(ctx, a), tx.CreateExposure(ctx, exp("p1", "e2", "w1", 3000, true)),
+			tx.CreateExposure(ctx, exp("p1", "e3", "w1", 22, false)), tx.CreateExposure(ctx, exp("p1", "e4", "w2", 8080, false)),
+			tx.CreateExposure(ctx, exp("p2", "e5", "w3", 8080, false)))
+	})
+	for name, dup := range map[string]store.Exposure{
+		"same ID":                exp("p1", "e1", "w9", 1, false),
+		"live port of workspace": exp("p1", "e6", "w1", 8080, true),
+	} {
+		if err := s.Update(ctx, func(tx store.Tx) error { return tx.CreateExposure(ctx, dup) }); !errors.Is(err, store.ErrExists) {
+			t.Errorf("%s: %v, want ErrExists", name, err)
+		}
+	}
+	view(t, s, func(tx store.Tx) error {
+		got, err := tx.Exposure(ctx, "p1", "e1")
+		if err != nil || got.ID != a.ID || got.WorkspaceID != a.WorkspaceID || got.Port != a.Port || got.Persistent ||
+			string(got.Body) != string(a.Body) || !got.CreatedAt.Equal(now) || !got.EndedAt.IsZero() {
+			t.Errorf("exposure = %+v, %v; want %+v", got, err, a)
+		}
+		if _, err := tx.Exposure(ctx, "p2", "e1"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("exposure of another project: %v", err)
+		}
+		all, err := tx.WorkspaceExposures(ctx, "p1", "w1", "", 0)
+		if got := exposureIDs(all); err != nil || !slices.Equal(got, []string{"e1", "e2", "e3"}) {
+			t.Errorf("workspace exposures = %v, %v", got, err)
+		}
+		page, err := tx.WorkspaceExposures(ctx, "p1", "w1", "e1", 1)
+		if got := exposureIDs(page); err != nil || !slices.Equal(got, []string{"e2"}) {
+			t.Errorf("page after e1 = %v, %v", got, err)
+		}
+		if other, err := tx.WorkspaceExposures(ctx, "p2", "w1", "", 0); err != nil || len(other) != 0 {
+			t.Errorf("workspace exposures in another project = %v, %v", exposureIDs(other), err)
+		}
+		return nil
+	})
+	// Ending one frees its port for a new exposure; ending again keeps the
+	// first time.
+	update(t, s, func(tx store.Tx) error {
+		return errors.Join(tx.EndExposure(ctx, "p1", "e1", now), tx.EndExposure(ctx, "p1", "e1", now.Add(time.Hour)),
+			tx.CreateExposure(ctx, exp("p1", "e6", "w1", 8080, false)))
+	})
+	if err := s.Update(ctx, func(tx store.Tx) error { return tx.EndExposure(ctx, "p2", "e1", now) }); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("ending another project's exposure: %v", err)
+	}
+	view(t, s, func(tx store.Tx) error {
+		got, err := tx.Exposure(ctx, "p1", "e1")
+		if err != nil || !got.EndedAt.Equal(now) {
+			t.Errorf("ended exposure = %+v, %v", got, err)
+		}
+		return nil
+	})
+	// The execution ends: the persistent exposure stays; then the workspace
+	// goes: it ends too. Other workspaces keep theirs.
+	var n int
+	update(t, s, func(tx store.Tx) (err error) {
+		n, err = tx.EndWorkspaceExposures(ctx, "p1", "w1", false, now)
+		return err
+	})
+	if n != 2 {
+		t.Errorf("ended %d exposures with the execution, want 2", n)
+	}
+	view(t, s, func(tx store.Tx) error {
+		live, err := tx.WorkspaceExposures(ctx, "p1", "w1", "", 0)
+		if got := exposureIDs(live); err != nil || !slices.Equal(got, []string{"e2"}) {
+			t.Errorf("live after the execution ended = %v, %v", got, err)
+		}
+		return nil
+	})
+	update(t, s, func(tx store.Tx) (err error) {
+		n, err = tx.EndWorkspaceExposures(ctx, "p1", "w1", true, now)
+		return err
+	})
+	if n != 1 {
+		t.Errorf("ended %d exposures with the workspace, want 1", n)
+	}
+	view(t, s, func(tx store.Tx) error {
+		for _, k := range []struct{ project, workspace string }{{"p1", "w1"}, {"p1", "w2"}, {"p2", "w3"}} {
+			live, err := tx.WorkspaceExposures(ctx, k.project, k.workspace, "", 0)
+			if want := k.workspace != "w1"; err != nil || (len(live) == 1) != want {
+				t.Errorf("live exposures of %s/%s = %v, %v", k.project, k.workspace, exposureIDs(live), err)
+			}
 		}
 		return nil
 	})

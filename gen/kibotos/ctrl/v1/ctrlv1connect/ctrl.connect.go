@@ -35,6 +35,8 @@ const (
 	TemplateServiceName = "kibotos.ctrl.v1.TemplateService"
 	// SessionServiceName is the fully-qualified name of the SessionService service.
 	SessionServiceName = "kibotos.ctrl.v1.SessionService"
+	// ExposureServiceName is the fully-qualified name of the ExposureService service.
+	ExposureServiceName = "kibotos.ctrl.v1.ExposureService"
 	// VolumeServiceName is the fully-qualified name of the VolumeService service.
 	VolumeServiceName = "kibotos.ctrl.v1.VolumeService"
 	// EgressServiceName is the fully-qualified name of the EgressService service.
@@ -126,6 +128,15 @@ const (
 	// SessionServiceRotateDataPlaneProcedure is the fully-qualified name of the SessionService's
 	// RotateDataPlane RPC.
 	SessionServiceRotateDataPlaneProcedure = "/kibotos.ctrl.v1.SessionService/RotateDataPlane"
+	// ExposureServiceCreateExposureProcedure is the fully-qualified name of the ExposureService's
+	// CreateExposure RPC.
+	ExposureServiceCreateExposureProcedure = "/kibotos.ctrl.v1.ExposureService/CreateExposure"
+	// ExposureServiceRevokeExposureProcedure is the fully-qualified name of the ExposureService's
+	// RevokeExposure RPC.
+	ExposureServiceRevokeExposureProcedure = "/kibotos.ctrl.v1.ExposureService/RevokeExposure"
+	// ExposureServiceListExposuresProcedure is the fully-qualified name of the ExposureService's
+	// ListExposures RPC.
+	ExposureServiceListExposuresProcedure = "/kibotos.ctrl.v1.ExposureService/ListExposures"
 	// VolumeServiceCreateVolumeProcedure is the fully-qualified name of the VolumeService's
 	// CreateVolume RPC.
 	VolumeServiceCreateVolumeProcedure = "/kibotos.ctrl.v1.VolumeService/CreateVolume"
@@ -1019,6 +1030,134 @@ func (UnimplementedSessionServiceHandler) RevokeSession(context.Context, *connec
 
 func (UnimplementedSessionServiceHandler) RotateDataPlane(context.Context, *connect.Request[v1.RotateDataPlaneRequest]) (*connect.Response[v1.RotateDataPlaneResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.SessionService.RotateDataPlane is not implemented"))
+}
+
+// ExposureServiceClient is a client for the kibotos.ctrl.v1.ExposureService service.
+type ExposureServiceClient interface {
+	// CreateExposure exposes a port of an AVAILABLE Workspace and returns the exposure with its url and, under TOKEN, its token. A Workspace in another state is failed_precondition (stage CREATING_EXPOSURE) with ErrorDetail.observed_workspace; another project's or an unknown Workspace is not_found; a port outside 1 to 65535 or an unknown auth is invalid_argument. A port of the Workspace that a live exposure already serves is already_exists. The token is returned only by the call that created the exposure: a replay of the command returns the exposure without it.
+	CreateExposure(context.Context, *connect.Request[v1.CreateExposureRequest]) (*connect.Response[v1.CreateExposureResponse], error)
+	// RevokeExposure ends an exposure; within a second its URL stops reaching the guest. Revoking an exposure that already ended succeeds; an unknown one is not_found.
+	RevokeExposure(context.Context, *connect.Request[v1.RevokeExposureRequest]) (*connect.Response[v1.RevokeExposureResponse], error)
+	// ListExposures returns the live exposures of one Workspace, one page at a time, oldest first, without tokens.
+	ListExposures(context.Context, *connect.Request[v1.ListExposuresRequest]) (*connect.Response[v1.ListExposuresResponse], error)
+}
+
+// NewExposureServiceClient constructs a client for the kibotos.ctrl.v1.ExposureService service. By
+// default, it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses,
+// and sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the
+// connect.WithGRPC() or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewExposureServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) ExposureServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	exposureServiceMethods := v1.File_kibotos_ctrl_v1_ctrl_proto.Services().ByName("ExposureService").Methods()
+	return &exposureServiceClient{
+		createExposure: connect.NewClient[v1.CreateExposureRequest, v1.CreateExposureResponse](
+			httpClient,
+			baseURL+ExposureServiceCreateExposureProcedure,
+			connect.WithSchema(exposureServiceMethods.ByName("CreateExposure")),
+			connect.WithClientOptions(opts...),
+		),
+		revokeExposure: connect.NewClient[v1.RevokeExposureRequest, v1.RevokeExposureResponse](
+			httpClient,
+			baseURL+ExposureServiceRevokeExposureProcedure,
+			connect.WithSchema(exposureServiceMethods.ByName("RevokeExposure")),
+			connect.WithClientOptions(opts...),
+		),
+		listExposures: connect.NewClient[v1.ListExposuresRequest, v1.ListExposuresResponse](
+			httpClient,
+			baseURL+ExposureServiceListExposuresProcedure,
+			connect.WithSchema(exposureServiceMethods.ByName("ListExposures")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// exposureServiceClient implements ExposureServiceClient.
+type exposureServiceClient struct {
+	createExposure *connect.Client[v1.CreateExposureRequest, v1.CreateExposureResponse]
+	revokeExposure *connect.Client[v1.RevokeExposureRequest, v1.RevokeExposureResponse]
+	listExposures  *connect.Client[v1.ListExposuresRequest, v1.ListExposuresResponse]
+}
+
+// CreateExposure calls kibotos.ctrl.v1.ExposureService.CreateExposure.
+func (c *exposureServiceClient) CreateExposure(ctx context.Context, req *connect.Request[v1.CreateExposureRequest]) (*connect.Response[v1.CreateExposureResponse], error) {
+	return c.createExposure.CallUnary(ctx, req)
+}
+
+// RevokeExposure calls kibotos.ctrl.v1.ExposureService.RevokeExposure.
+func (c *exposureServiceClient) RevokeExposure(ctx context.Context, req *connect.Request[v1.RevokeExposureRequest]) (*connect.Response[v1.RevokeExposureResponse], error) {
+	return c.revokeExposure.CallUnary(ctx, req)
+}
+
+// ListExposures calls kibotos.ctrl.v1.ExposureService.ListExposures.
+func (c *exposureServiceClient) ListExposures(ctx context.Context, req *connect.Request[v1.ListExposuresRequest]) (*connect.Response[v1.ListExposuresResponse], error) {
+	return c.listExposures.CallUnary(ctx, req)
+}
+
+// ExposureServiceHandler is an implementation of the kibotos.ctrl.v1.ExposureService service.
+type ExposureServiceHandler interface {
+	// CreateExposure exposes a port of an AVAILABLE Workspace and returns the exposure with its url and, under TOKEN, its token. A Workspace in another state is failed_precondition (stage CREATING_EXPOSURE) with ErrorDetail.observed_workspace; another project's or an unknown Workspace is not_found; a port outside 1 to 65535 or an unknown auth is invalid_argument. A port of the Workspace that a live exposure already serves is already_exists. The token is returned only by the call that created the exposure: a replay of the command returns the exposure without it.
+	CreateExposure(context.Context, *connect.Request[v1.CreateExposureRequest]) (*connect.Response[v1.CreateExposureResponse], error)
+	// RevokeExposure ends an exposure; within a second its URL stops reaching the guest. Revoking an exposure that already ended succeeds; an unknown one is not_found.
+	RevokeExposure(context.Context, *connect.Request[v1.RevokeExposureRequest]) (*connect.Response[v1.RevokeExposureResponse], error)
+	// ListExposures returns the live exposures of one Workspace, one page at a time, oldest first, without tokens.
+	ListExposures(context.Context, *connect.Request[v1.ListExposuresRequest]) (*connect.Response[v1.ListExposuresResponse], error)
+}
+
+// NewExposureServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewExposureServiceHandler(svc ExposureServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	exposureServiceMethods := v1.File_kibotos_ctrl_v1_ctrl_proto.Services().ByName("ExposureService").Methods()
+	exposureServiceCreateExposureHandler := connect.NewUnaryHandler(
+		ExposureServiceCreateExposureProcedure,
+		svc.CreateExposure,
+		connect.WithSchema(exposureServiceMethods.ByName("CreateExposure")),
+		connect.WithHandlerOptions(opts...),
+	)
+	exposureServiceRevokeExposureHandler := connect.NewUnaryHandler(
+		ExposureServiceRevokeExposureProcedure,
+		svc.RevokeExposure,
+		connect.WithSchema(exposureServiceMethods.ByName("RevokeExposure")),
+		connect.WithHandlerOptions(opts...),
+	)
+	exposureServiceListExposuresHandler := connect.NewUnaryHandler(
+		ExposureServiceListExposuresProcedure,
+		svc.ListExposures,
+		connect.WithSchema(exposureServiceMethods.ByName("ListExposures")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/kibotos.ctrl.v1.ExposureService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case ExposureServiceCreateExposureProcedure:
+			exposureServiceCreateExposureHandler.ServeHTTP(w, r)
+		case ExposureServiceRevokeExposureProcedure:
+			exposureServiceRevokeExposureHandler.ServeHTTP(w, r)
+		case ExposureServiceListExposuresProcedure:
+			exposureServiceListExposuresHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedExposureServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedExposureServiceHandler struct{}
+
+func (UnimplementedExposureServiceHandler) CreateExposure(context.Context, *connect.Request[v1.CreateExposureRequest]) (*connect.Response[v1.CreateExposureResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.ExposureService.CreateExposure is not implemented"))
+}
+
+func (UnimplementedExposureServiceHandler) RevokeExposure(context.Context, *connect.Request[v1.RevokeExposureRequest]) (*connect.Response[v1.RevokeExposureResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.ExposureService.RevokeExposure is not implemented"))
+}
+
+func (UnimplementedExposureServiceHandler) ListExposures(context.Context, *connect.Request[v1.ListExposuresRequest]) (*connect.Response[v1.ListExposuresResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.ExposureService.ListExposures is not implemented"))
 }
 
 // VolumeServiceClient is a client for the kibotos.ctrl.v1.VolumeService service.
