@@ -5422,6 +5422,793 @@ func (x *UpdateVolumeAnnotationsResponse) GetVolume() *Volume {
 	return nil
 }
 
+// ExportWorkspaceRequest is the input of ExportWorkspace.
+type ExportWorkspaceRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Command     *CommandMetadata       `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	WorkspaceId string                 `protobuf:"bytes,2,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	// labels and annotations are the Transfer's.
+	Labels      map[string]string `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Annotations map[string]string `protobuf:"bytes,4,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// with_template carries the Template revision's image inside the artifact.
+	WithTemplate  bool `protobuf:"varint,5,opt,name=with_template,json=withTemplate,proto3" json:"with_template,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportWorkspaceRequest) Reset() {
+	*x = ExportWorkspaceRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportWorkspaceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportWorkspaceRequest) ProtoMessage() {}
+
+func (x *ExportWorkspaceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportWorkspaceRequest.ProtoReflect.Descriptor instead.
+func (*ExportWorkspaceRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *ExportWorkspaceRequest) GetCommand() *CommandMetadata {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *ExportWorkspaceRequest) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *ExportWorkspaceRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *ExportWorkspaceRequest) GetAnnotations() map[string]string {
+	if x != nil {
+		return x.Annotations
+	}
+	return nil
+}
+
+func (x *ExportWorkspaceRequest) GetWithTemplate() bool {
+	if x != nil {
+		return x.WithTemplate
+	}
+	return false
+}
+
+// ExportWorkspaceResponse carries the Transfer in EXPORTING.
+type ExportWorkspaceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Transfer      *Transfer              `protobuf:"bytes,1,opt,name=transfer,proto3" json:"transfer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportWorkspaceResponse) Reset() {
+	*x = ExportWorkspaceResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportWorkspaceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportWorkspaceResponse) ProtoMessage() {}
+
+func (x *ExportWorkspaceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportWorkspaceResponse.ProtoReflect.Descriptor instead.
+func (*ExportWorkspaceResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *ExportWorkspaceResponse) GetTransfer() *Transfer {
+	if x != nil {
+		return x.Transfer
+	}
+	return nil
+}
+
+// ReadTransferArtifactRequest is the input of ReadTransferArtifact.
+type ReadTransferArtifactRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	TransferId string                 `protobuf:"bytes,1,opt,name=transfer_id,json=transferId,proto3" json:"transfer_id,omitempty"`
+	// offset is the first byte to send; zero starts at the beginning.
+	Offset        uint64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadTransferArtifactRequest) Reset() {
+	*x = ReadTransferArtifactRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadTransferArtifactRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadTransferArtifactRequest) ProtoMessage() {}
+
+func (x *ReadTransferArtifactRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadTransferArtifactRequest.ProtoReflect.Descriptor instead.
+func (*ReadTransferArtifactRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *ReadTransferArtifactRequest) GetTransferId() string {
+	if x != nil {
+		return x.TransferId
+	}
+	return ""
+}
+
+func (x *ReadTransferArtifactRequest) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+// ReadTransferArtifactResponse is the next slice of the artifact.
+type ReadTransferArtifactResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// data follows the previous message's data; chunk boundaries carry no meaning.
+	Data []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// total_bytes is the size of the whole artifact, in every message.
+	TotalBytes    uint64 `protobuf:"varint,2,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadTransferArtifactResponse) Reset() {
+	*x = ReadTransferArtifactResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadTransferArtifactResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadTransferArtifactResponse) ProtoMessage() {}
+
+func (x *ReadTransferArtifactResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadTransferArtifactResponse.ProtoReflect.Descriptor instead.
+func (*ReadTransferArtifactResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *ReadTransferArtifactResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ReadTransferArtifactResponse) GetTotalBytes() uint64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
+// ImportTransferRequest is one message of an ImportTransfer upload.
+type ImportTransferRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// command, labels, annotations and digest are read from the first message only.
+	Command *CommandMetadata  `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	Labels  map[string]string `protobuf:"bytes,2,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// digest is sha256:<hex> of the whole artifact.
+	Digest string `protobuf:"bytes,3,opt,name=digest,proto3" json:"digest,omitempty"`
+	// data is the next slice of the artifact, in order.
+	Data          []byte            `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	Annotations   map[string]string `protobuf:"bytes,5,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportTransferRequest) Reset() {
+	*x = ImportTransferRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportTransferRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportTransferRequest) ProtoMessage() {}
+
+func (x *ImportTransferRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportTransferRequest.ProtoReflect.Descriptor instead.
+func (*ImportTransferRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *ImportTransferRequest) GetCommand() *CommandMetadata {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *ImportTransferRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *ImportTransferRequest) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *ImportTransferRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ImportTransferRequest) GetAnnotations() map[string]string {
+	if x != nil {
+		return x.Annotations
+	}
+	return nil
+}
+
+// ImportTransferResponse carries the Transfer, IMPORTED or FAILED.
+type ImportTransferResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Transfer      *Transfer              `protobuf:"bytes,1,opt,name=transfer,proto3" json:"transfer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportTransferResponse) Reset() {
+	*x = ImportTransferResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportTransferResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportTransferResponse) ProtoMessage() {}
+
+func (x *ImportTransferResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportTransferResponse.ProtoReflect.Descriptor instead.
+func (*ImportTransferResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *ImportTransferResponse) GetTransfer() *Transfer {
+	if x != nil {
+		return x.Transfer
+	}
+	return nil
+}
+
+// RestoreWorkspaceRequest is the input of RestoreWorkspace.
+type RestoreWorkspaceRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Command    *CommandMetadata       `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	TransferId string                 `protobuf:"bytes,2,opt,name=transfer_id,json=transferId,proto3" json:"transfer_id,omitempty"`
+	// labels and annotations are the new Workspace's.
+	Labels        map[string]string `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Annotations   map[string]string `protobuf:"bytes,4,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreWorkspaceRequest) Reset() {
+	*x = RestoreWorkspaceRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreWorkspaceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreWorkspaceRequest) ProtoMessage() {}
+
+func (x *RestoreWorkspaceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreWorkspaceRequest.ProtoReflect.Descriptor instead.
+func (*RestoreWorkspaceRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *RestoreWorkspaceRequest) GetCommand() *CommandMetadata {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *RestoreWorkspaceRequest) GetTransferId() string {
+	if x != nil {
+		return x.TransferId
+	}
+	return ""
+}
+
+func (x *RestoreWorkspaceRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *RestoreWorkspaceRequest) GetAnnotations() map[string]string {
+	if x != nil {
+		return x.Annotations
+	}
+	return nil
+}
+
+// RestoreWorkspaceResponse carries the new Workspace and the Transfer.
+type RestoreWorkspaceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Workspace     *Workspace             `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	Transfer      *Transfer              `protobuf:"bytes,2,opt,name=transfer,proto3" json:"transfer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreWorkspaceResponse) Reset() {
+	*x = RestoreWorkspaceResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreWorkspaceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreWorkspaceResponse) ProtoMessage() {}
+
+func (x *RestoreWorkspaceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreWorkspaceResponse.ProtoReflect.Descriptor instead.
+func (*RestoreWorkspaceResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *RestoreWorkspaceResponse) GetWorkspace() *Workspace {
+	if x != nil {
+		return x.Workspace
+	}
+	return nil
+}
+
+func (x *RestoreWorkspaceResponse) GetTransfer() *Transfer {
+	if x != nil {
+		return x.Transfer
+	}
+	return nil
+}
+
+// GetTransferRequest is the input of GetTransfer.
+type GetTransferRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TransferId    string                 `protobuf:"bytes,1,opt,name=transfer_id,json=transferId,proto3" json:"transfer_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTransferRequest) Reset() {
+	*x = GetTransferRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTransferRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTransferRequest) ProtoMessage() {}
+
+func (x *GetTransferRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTransferRequest.ProtoReflect.Descriptor instead.
+func (*GetTransferRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *GetTransferRequest) GetTransferId() string {
+	if x != nil {
+		return x.TransferId
+	}
+	return ""
+}
+
+// GetTransferResponse carries the Transfer.
+type GetTransferResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Transfer      *Transfer              `protobuf:"bytes,1,opt,name=transfer,proto3" json:"transfer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTransferResponse) Reset() {
+	*x = GetTransferResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTransferResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTransferResponse) ProtoMessage() {}
+
+func (x *GetTransferResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTransferResponse.ProtoReflect.Descriptor instead.
+func (*GetTransferResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *GetTransferResponse) GetTransfer() *Transfer {
+	if x != nil {
+		return x.Transfer
+	}
+	return nil
+}
+
+// ListTransfersRequest is the input of ListTransfers.
+type ListTransfersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Zero selects the server default. Values above the server maximum are rejected rather than silently changed.
+	PageSize uint32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Opaque cursor returned by the preceding page.
+	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// When non-empty, return only Transfers that carry every entry as a label with exactly that value. Keys and values must satisfy the label rules. A page token is only valid with the selector it was issued for.
+	LabelSelector map[string]string `protobuf:"bytes,3,rep,name=label_selector,json=labelSelector,proto3" json:"label_selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTransfersRequest) Reset() {
+	*x = ListTransfersRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[77]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTransfersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTransfersRequest) ProtoMessage() {}
+
+func (x *ListTransfersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[77]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTransfersRequest.ProtoReflect.Descriptor instead.
+func (*ListTransfersRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{77}
+}
+
+func (x *ListTransfersRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListTransfersRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListTransfersRequest) GetLabelSelector() map[string]string {
+	if x != nil {
+		return x.LabelSelector
+	}
+	return nil
+}
+
+// ListTransfersResponse is one page of Transfers.
+type ListTransfersResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Transfers []*Transfer            `protobuf:"bytes,1,rep,name=transfers,proto3" json:"transfers,omitempty"`
+	// next_page_token is empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTransfersResponse) Reset() {
+	*x = ListTransfersResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[78]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTransfersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTransfersResponse) ProtoMessage() {}
+
+func (x *ListTransfersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[78]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTransfersResponse.ProtoReflect.Descriptor instead.
+func (*ListTransfersResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{78}
+}
+
+func (x *ListTransfersResponse) GetTransfers() []*Transfer {
+	if x != nil {
+		return x.Transfers
+	}
+	return nil
+}
+
+func (x *ListTransfersResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// DeleteTransferRequest is the input of DeleteTransfer.
+type DeleteTransferRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Command       *CommandMetadata       `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	TransferId    string                 `protobuf:"bytes,2,opt,name=transfer_id,json=transferId,proto3" json:"transfer_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteTransferRequest) Reset() {
+	*x = DeleteTransferRequest{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[79]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteTransferRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteTransferRequest) ProtoMessage() {}
+
+func (x *DeleteTransferRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[79]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteTransferRequest.ProtoReflect.Descriptor instead.
+func (*DeleteTransferRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{79}
+}
+
+func (x *DeleteTransferRequest) GetCommand() *CommandMetadata {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *DeleteTransferRequest) GetTransferId() string {
+	if x != nil {
+		return x.TransferId
+	}
+	return ""
+}
+
+// DeleteTransferResponse carries the Transfer.
+type DeleteTransferResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Transfer      *Transfer              `protobuf:"bytes,1,opt,name=transfer,proto3" json:"transfer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteTransferResponse) Reset() {
+	*x = DeleteTransferResponse{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[80]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteTransferResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteTransferResponse) ProtoMessage() {}
+
+func (x *DeleteTransferResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[80]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteTransferResponse.ProtoReflect.Descriptor instead.
+func (*DeleteTransferResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{80}
+}
+
+func (x *DeleteTransferResponse) GetTransfer() *Transfer {
+	if x != nil {
+		return x.Transfer
+	}
+	return nil
+}
+
 // CreateEgressRequest is the input of CreateEgress.
 type CreateEgressRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -5437,7 +6224,7 @@ type CreateEgressRequest struct {
 
 func (x *CreateEgressRequest) Reset() {
 	*x = CreateEgressRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[67]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5449,7 +6236,7 @@ func (x *CreateEgressRequest) String() string {
 func (*CreateEgressRequest) ProtoMessage() {}
 
 func (x *CreateEgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[67]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5462,7 +6249,7 @@ func (x *CreateEgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEgressRequest.ProtoReflect.Descriptor instead.
 func (*CreateEgressRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{67}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *CreateEgressRequest) GetCommand() *CommandMetadata {
@@ -5503,7 +6290,7 @@ type CreateEgressResponse struct {
 
 func (x *CreateEgressResponse) Reset() {
 	*x = CreateEgressResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[68]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5515,7 +6302,7 @@ func (x *CreateEgressResponse) String() string {
 func (*CreateEgressResponse) ProtoMessage() {}
 
 func (x *CreateEgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[68]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5528,7 +6315,7 @@ func (x *CreateEgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEgressResponse.ProtoReflect.Descriptor instead.
 func (*CreateEgressResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{68}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *CreateEgressResponse) GetEgress() *Egress {
@@ -5548,7 +6335,7 @@ type GetEgressRequest struct {
 
 func (x *GetEgressRequest) Reset() {
 	*x = GetEgressRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[69]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5560,7 +6347,7 @@ func (x *GetEgressRequest) String() string {
 func (*GetEgressRequest) ProtoMessage() {}
 
 func (x *GetEgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[69]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5573,7 +6360,7 @@ func (x *GetEgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEgressRequest.ProtoReflect.Descriptor instead.
 func (*GetEgressRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{69}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *GetEgressRequest) GetEgressId() string {
@@ -5593,7 +6380,7 @@ type GetEgressResponse struct {
 
 func (x *GetEgressResponse) Reset() {
 	*x = GetEgressResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[70]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5605,7 +6392,7 @@ func (x *GetEgressResponse) String() string {
 func (*GetEgressResponse) ProtoMessage() {}
 
 func (x *GetEgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[70]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5618,7 +6405,7 @@ func (x *GetEgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEgressResponse.ProtoReflect.Descriptor instead.
 func (*GetEgressResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{70}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *GetEgressResponse) GetEgress() *Egress {
@@ -5643,7 +6430,7 @@ type ListEgressesRequest struct {
 
 func (x *ListEgressesRequest) Reset() {
 	*x = ListEgressesRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[71]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5655,7 +6442,7 @@ func (x *ListEgressesRequest) String() string {
 func (*ListEgressesRequest) ProtoMessage() {}
 
 func (x *ListEgressesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[71]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5668,7 +6455,7 @@ func (x *ListEgressesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEgressesRequest.ProtoReflect.Descriptor instead.
 func (*ListEgressesRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{71}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *ListEgressesRequest) GetPageSize() uint32 {
@@ -5704,7 +6491,7 @@ type ListEgressesResponse struct {
 
 func (x *ListEgressesResponse) Reset() {
 	*x = ListEgressesResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[72]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5716,7 +6503,7 @@ func (x *ListEgressesResponse) String() string {
 func (*ListEgressesResponse) ProtoMessage() {}
 
 func (x *ListEgressesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[72]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5729,7 +6516,7 @@ func (x *ListEgressesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEgressesResponse.ProtoReflect.Descriptor instead.
 func (*ListEgressesResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{72}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ListEgressesResponse) GetEgresses() []*Egress {
@@ -5763,7 +6550,7 @@ type UpdateEgressRequest struct {
 
 func (x *UpdateEgressRequest) Reset() {
 	*x = UpdateEgressRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[73]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5775,7 +6562,7 @@ func (x *UpdateEgressRequest) String() string {
 func (*UpdateEgressRequest) ProtoMessage() {}
 
 func (x *UpdateEgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[73]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5788,7 +6575,7 @@ func (x *UpdateEgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEgressRequest.ProtoReflect.Descriptor instead.
 func (*UpdateEgressRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{73}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *UpdateEgressRequest) GetCommand() *CommandMetadata {
@@ -5836,7 +6623,7 @@ type UpdateEgressResponse struct {
 
 func (x *UpdateEgressResponse) Reset() {
 	*x = UpdateEgressResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[74]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5848,7 +6635,7 @@ func (x *UpdateEgressResponse) String() string {
 func (*UpdateEgressResponse) ProtoMessage() {}
 
 func (x *UpdateEgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[74]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5861,7 +6648,7 @@ func (x *UpdateEgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEgressResponse.ProtoReflect.Descriptor instead.
 func (*UpdateEgressResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{74}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *UpdateEgressResponse) GetEgress() *Egress {
@@ -5882,7 +6669,7 @@ type DeleteEgressRequest struct {
 
 func (x *DeleteEgressRequest) Reset() {
 	*x = DeleteEgressRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[75]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5894,7 +6681,7 @@ func (x *DeleteEgressRequest) String() string {
 func (*DeleteEgressRequest) ProtoMessage() {}
 
 func (x *DeleteEgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[75]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5907,7 +6694,7 @@ func (x *DeleteEgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEgressRequest.ProtoReflect.Descriptor instead.
 func (*DeleteEgressRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{75}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *DeleteEgressRequest) GetCommand() *CommandMetadata {
@@ -5933,7 +6720,7 @@ type DeleteEgressResponse struct {
 
 func (x *DeleteEgressResponse) Reset() {
 	*x = DeleteEgressResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[76]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5945,7 +6732,7 @@ func (x *DeleteEgressResponse) String() string {
 func (*DeleteEgressResponse) ProtoMessage() {}
 
 func (x *DeleteEgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[76]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5958,7 +6745,7 @@ func (x *DeleteEgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEgressResponse.ProtoReflect.Descriptor instead.
 func (*DeleteEgressResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{76}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{90}
 }
 
 // UpdateEgressLabelsRequest is the input of UpdateEgressLabels.
@@ -5976,7 +6763,7 @@ type UpdateEgressLabelsRequest struct {
 
 func (x *UpdateEgressLabelsRequest) Reset() {
 	*x = UpdateEgressLabelsRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[77]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5988,7 +6775,7 @@ func (x *UpdateEgressLabelsRequest) String() string {
 func (*UpdateEgressLabelsRequest) ProtoMessage() {}
 
 func (x *UpdateEgressLabelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[77]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6001,7 +6788,7 @@ func (x *UpdateEgressLabelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEgressLabelsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateEgressLabelsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{77}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *UpdateEgressLabelsRequest) GetCommand() *CommandMetadata {
@@ -6042,7 +6829,7 @@ type UpdateEgressLabelsResponse struct {
 
 func (x *UpdateEgressLabelsResponse) Reset() {
 	*x = UpdateEgressLabelsResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[78]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6054,7 +6841,7 @@ func (x *UpdateEgressLabelsResponse) String() string {
 func (*UpdateEgressLabelsResponse) ProtoMessage() {}
 
 func (x *UpdateEgressLabelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[78]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6067,7 +6854,7 @@ func (x *UpdateEgressLabelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEgressLabelsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateEgressLabelsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{78}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *UpdateEgressLabelsResponse) GetEgress() *Egress {
@@ -6092,7 +6879,7 @@ type UpdateEgressAnnotationsRequest struct {
 
 func (x *UpdateEgressAnnotationsRequest) Reset() {
 	*x = UpdateEgressAnnotationsRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[79]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6104,7 +6891,7 @@ func (x *UpdateEgressAnnotationsRequest) String() string {
 func (*UpdateEgressAnnotationsRequest) ProtoMessage() {}
 
 func (x *UpdateEgressAnnotationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[79]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6117,7 +6904,7 @@ func (x *UpdateEgressAnnotationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEgressAnnotationsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateEgressAnnotationsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{79}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *UpdateEgressAnnotationsRequest) GetCommand() *CommandMetadata {
@@ -6158,7 +6945,7 @@ type UpdateEgressAnnotationsResponse struct {
 
 func (x *UpdateEgressAnnotationsResponse) Reset() {
 	*x = UpdateEgressAnnotationsResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[80]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6170,7 +6957,7 @@ func (x *UpdateEgressAnnotationsResponse) String() string {
 func (*UpdateEgressAnnotationsResponse) ProtoMessage() {}
 
 func (x *UpdateEgressAnnotationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[80]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6183,7 +6970,7 @@ func (x *UpdateEgressAnnotationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEgressAnnotationsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateEgressAnnotationsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{80}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *UpdateEgressAnnotationsResponse) GetEgress() *Egress {
@@ -6208,7 +6995,7 @@ type EgressSpec struct {
 
 func (x *EgressSpec) Reset() {
 	*x = EgressSpec{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[81]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6220,7 +7007,7 @@ func (x *EgressSpec) String() string {
 func (*EgressSpec) ProtoMessage() {}
 
 func (x *EgressSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[81]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6233,7 +7020,7 @@ func (x *EgressSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressSpec.ProtoReflect.Descriptor instead.
 func (*EgressSpec) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{81}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *EgressSpec) GetProtocol() isEgressSpec_Protocol {
@@ -6286,7 +7073,7 @@ type Socks5Egress struct {
 
 func (x *Socks5Egress) Reset() {
 	*x = Socks5Egress{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[82]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6298,7 +7085,7 @@ func (x *Socks5Egress) String() string {
 func (*Socks5Egress) ProtoMessage() {}
 
 func (x *Socks5Egress) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[82]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6311,7 +7098,7 @@ func (x *Socks5Egress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Socks5Egress.ProtoReflect.Descriptor instead.
 func (*Socks5Egress) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{82}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *Socks5Egress) GetAddress() string {
@@ -6355,7 +7142,7 @@ type EgressTls struct {
 
 func (x *EgressTls) Reset() {
 	*x = EgressTls{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[83]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6367,7 +7154,7 @@ func (x *EgressTls) String() string {
 func (*EgressTls) ProtoMessage() {}
 
 func (x *EgressTls) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[83]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6380,7 +7167,7 @@ func (x *EgressTls) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressTls.ProtoReflect.Descriptor instead.
 func (*EgressTls) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{83}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *EgressTls) GetServerName() string {
@@ -6419,7 +7206,7 @@ type Egress struct {
 
 func (x *Egress) Reset() {
 	*x = Egress{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[84]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6431,7 +7218,7 @@ func (x *Egress) String() string {
 func (*Egress) ProtoMessage() {}
 
 func (x *Egress) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[84]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6444,7 +7231,7 @@ func (x *Egress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Egress.ProtoReflect.Descriptor instead.
 func (*Egress) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{84}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *Egress) GetEgressId() string {
@@ -6525,7 +7312,7 @@ type CreateResolverRequest struct {
 
 func (x *CreateResolverRequest) Reset() {
 	*x = CreateResolverRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[85]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6537,7 +7324,7 @@ func (x *CreateResolverRequest) String() string {
 func (*CreateResolverRequest) ProtoMessage() {}
 
 func (x *CreateResolverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[85]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6550,7 +7337,7 @@ func (x *CreateResolverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResolverRequest.ProtoReflect.Descriptor instead.
 func (*CreateResolverRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{85}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *CreateResolverRequest) GetCommand() *CommandMetadata {
@@ -6591,7 +7378,7 @@ type CreateResolverResponse struct {
 
 func (x *CreateResolverResponse) Reset() {
 	*x = CreateResolverResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[86]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6603,7 +7390,7 @@ func (x *CreateResolverResponse) String() string {
 func (*CreateResolverResponse) ProtoMessage() {}
 
 func (x *CreateResolverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[86]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6616,7 +7403,7 @@ func (x *CreateResolverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResolverResponse.ProtoReflect.Descriptor instead.
 func (*CreateResolverResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{86}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *CreateResolverResponse) GetResolver() *Resolver {
@@ -6636,7 +7423,7 @@ type GetResolverRequest struct {
 
 func (x *GetResolverRequest) Reset() {
 	*x = GetResolverRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[87]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6648,7 +7435,7 @@ func (x *GetResolverRequest) String() string {
 func (*GetResolverRequest) ProtoMessage() {}
 
 func (x *GetResolverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[87]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6661,7 +7448,7 @@ func (x *GetResolverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResolverRequest.ProtoReflect.Descriptor instead.
 func (*GetResolverRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{87}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *GetResolverRequest) GetResolverId() string {
@@ -6681,7 +7468,7 @@ type GetResolverResponse struct {
 
 func (x *GetResolverResponse) Reset() {
 	*x = GetResolverResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[88]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6693,7 +7480,7 @@ func (x *GetResolverResponse) String() string {
 func (*GetResolverResponse) ProtoMessage() {}
 
 func (x *GetResolverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[88]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6706,7 +7493,7 @@ func (x *GetResolverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResolverResponse.ProtoReflect.Descriptor instead.
 func (*GetResolverResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{88}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *GetResolverResponse) GetResolver() *Resolver {
@@ -6731,7 +7518,7 @@ type ListResolversRequest struct {
 
 func (x *ListResolversRequest) Reset() {
 	*x = ListResolversRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[89]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6743,7 +7530,7 @@ func (x *ListResolversRequest) String() string {
 func (*ListResolversRequest) ProtoMessage() {}
 
 func (x *ListResolversRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[89]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6756,7 +7543,7 @@ func (x *ListResolversRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResolversRequest.ProtoReflect.Descriptor instead.
 func (*ListResolversRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{89}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *ListResolversRequest) GetPageSize() uint32 {
@@ -6792,7 +7579,7 @@ type ListResolversResponse struct {
 
 func (x *ListResolversResponse) Reset() {
 	*x = ListResolversResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[90]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6804,7 +7591,7 @@ func (x *ListResolversResponse) String() string {
 func (*ListResolversResponse) ProtoMessage() {}
 
 func (x *ListResolversResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[90]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6817,7 +7604,7 @@ func (x *ListResolversResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResolversResponse.ProtoReflect.Descriptor instead.
 func (*ListResolversResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{90}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *ListResolversResponse) GetResolvers() []*Resolver {
@@ -6851,7 +7638,7 @@ type UpdateResolverRequest struct {
 
 func (x *UpdateResolverRequest) Reset() {
 	*x = UpdateResolverRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[91]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6863,7 +7650,7 @@ func (x *UpdateResolverRequest) String() string {
 func (*UpdateResolverRequest) ProtoMessage() {}
 
 func (x *UpdateResolverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[91]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6876,7 +7663,7 @@ func (x *UpdateResolverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateResolverRequest.ProtoReflect.Descriptor instead.
 func (*UpdateResolverRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{91}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *UpdateResolverRequest) GetCommand() *CommandMetadata {
@@ -6924,7 +7711,7 @@ type UpdateResolverResponse struct {
 
 func (x *UpdateResolverResponse) Reset() {
 	*x = UpdateResolverResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[92]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6936,7 +7723,7 @@ func (x *UpdateResolverResponse) String() string {
 func (*UpdateResolverResponse) ProtoMessage() {}
 
 func (x *UpdateResolverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[92]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6949,7 +7736,7 @@ func (x *UpdateResolverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateResolverResponse.ProtoReflect.Descriptor instead.
 func (*UpdateResolverResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{92}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *UpdateResolverResponse) GetResolver() *Resolver {
@@ -6970,7 +7757,7 @@ type DeleteResolverRequest struct {
 
 func (x *DeleteResolverRequest) Reset() {
 	*x = DeleteResolverRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[93]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6982,7 +7769,7 @@ func (x *DeleteResolverRequest) String() string {
 func (*DeleteResolverRequest) ProtoMessage() {}
 
 func (x *DeleteResolverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[93]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6995,7 +7782,7 @@ func (x *DeleteResolverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResolverRequest.ProtoReflect.Descriptor instead.
 func (*DeleteResolverRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{93}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *DeleteResolverRequest) GetCommand() *CommandMetadata {
@@ -7021,7 +7808,7 @@ type DeleteResolverResponse struct {
 
 func (x *DeleteResolverResponse) Reset() {
 	*x = DeleteResolverResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[94]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7033,7 +7820,7 @@ func (x *DeleteResolverResponse) String() string {
 func (*DeleteResolverResponse) ProtoMessage() {}
 
 func (x *DeleteResolverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[94]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7046,7 +7833,7 @@ func (x *DeleteResolverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResolverResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResolverResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{94}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{108}
 }
 
 // UpdateResolverLabelsRequest is the input of UpdateResolverLabels.
@@ -7064,7 +7851,7 @@ type UpdateResolverLabelsRequest struct {
 
 func (x *UpdateResolverLabelsRequest) Reset() {
 	*x = UpdateResolverLabelsRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[95]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7076,7 +7863,7 @@ func (x *UpdateResolverLabelsRequest) String() string {
 func (*UpdateResolverLabelsRequest) ProtoMessage() {}
 
 func (x *UpdateResolverLabelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[95]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7089,7 +7876,7 @@ func (x *UpdateResolverLabelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateResolverLabelsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateResolverLabelsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{95}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *UpdateResolverLabelsRequest) GetCommand() *CommandMetadata {
@@ -7130,7 +7917,7 @@ type UpdateResolverLabelsResponse struct {
 
 func (x *UpdateResolverLabelsResponse) Reset() {
 	*x = UpdateResolverLabelsResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[96]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7142,7 +7929,7 @@ func (x *UpdateResolverLabelsResponse) String() string {
 func (*UpdateResolverLabelsResponse) ProtoMessage() {}
 
 func (x *UpdateResolverLabelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[96]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7155,7 +7942,7 @@ func (x *UpdateResolverLabelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateResolverLabelsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateResolverLabelsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{96}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *UpdateResolverLabelsResponse) GetResolver() *Resolver {
@@ -7180,7 +7967,7 @@ type UpdateResolverAnnotationsRequest struct {
 
 func (x *UpdateResolverAnnotationsRequest) Reset() {
 	*x = UpdateResolverAnnotationsRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[97]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7192,7 +7979,7 @@ func (x *UpdateResolverAnnotationsRequest) String() string {
 func (*UpdateResolverAnnotationsRequest) ProtoMessage() {}
 
 func (x *UpdateResolverAnnotationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[97]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7205,7 +7992,7 @@ func (x *UpdateResolverAnnotationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateResolverAnnotationsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateResolverAnnotationsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{97}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *UpdateResolverAnnotationsRequest) GetCommand() *CommandMetadata {
@@ -7246,7 +8033,7 @@ type UpdateResolverAnnotationsResponse struct {
 
 func (x *UpdateResolverAnnotationsResponse) Reset() {
 	*x = UpdateResolverAnnotationsResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[98]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7258,7 +8045,7 @@ func (x *UpdateResolverAnnotationsResponse) String() string {
 func (*UpdateResolverAnnotationsResponse) ProtoMessage() {}
 
 func (x *UpdateResolverAnnotationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[98]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7271,7 +8058,7 @@ func (x *UpdateResolverAnnotationsResponse) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use UpdateResolverAnnotationsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateResolverAnnotationsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{98}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *UpdateResolverAnnotationsResponse) GetResolver() *Resolver {
@@ -7297,7 +8084,7 @@ type ResolverSpec struct {
 
 func (x *ResolverSpec) Reset() {
 	*x = ResolverSpec{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[99]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7309,7 +8096,7 @@ func (x *ResolverSpec) String() string {
 func (*ResolverSpec) ProtoMessage() {}
 
 func (x *ResolverSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[99]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7322,7 +8109,7 @@ func (x *ResolverSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolverSpec.ProtoReflect.Descriptor instead.
 func (*ResolverSpec) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{99}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *ResolverSpec) GetProtocol() isResolverSpec_Protocol {
@@ -7411,7 +8198,7 @@ type UdpResolver struct {
 
 func (x *UdpResolver) Reset() {
 	*x = UdpResolver{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[100]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7423,7 +8210,7 @@ func (x *UdpResolver) String() string {
 func (*UdpResolver) ProtoMessage() {}
 
 func (x *UdpResolver) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[100]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7436,7 +8223,7 @@ func (x *UdpResolver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UdpResolver.ProtoReflect.Descriptor instead.
 func (*UdpResolver) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{100}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *UdpResolver) GetAddress() string {
@@ -7457,7 +8244,7 @@ type TcpResolver struct {
 
 func (x *TcpResolver) Reset() {
 	*x = TcpResolver{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[101]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7469,7 +8256,7 @@ func (x *TcpResolver) String() string {
 func (*TcpResolver) ProtoMessage() {}
 
 func (x *TcpResolver) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[101]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7482,7 +8269,7 @@ func (x *TcpResolver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TcpResolver.ProtoReflect.Descriptor instead.
 func (*TcpResolver) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{101}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *TcpResolver) GetAddress() string {
@@ -7507,7 +8294,7 @@ type TlsResolver struct {
 
 func (x *TlsResolver) Reset() {
 	*x = TlsResolver{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[102]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7519,7 +8306,7 @@ func (x *TlsResolver) String() string {
 func (*TlsResolver) ProtoMessage() {}
 
 func (x *TlsResolver) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[102]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7532,7 +8319,7 @@ func (x *TlsResolver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TlsResolver.ProtoReflect.Descriptor instead.
 func (*TlsResolver) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{102}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *TlsResolver) GetAddress() string {
@@ -7571,7 +8358,7 @@ type HttpsResolver struct {
 
 func (x *HttpsResolver) Reset() {
 	*x = HttpsResolver{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[103]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7583,7 +8370,7 @@ func (x *HttpsResolver) String() string {
 func (*HttpsResolver) ProtoMessage() {}
 
 func (x *HttpsResolver) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[103]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7596,7 +8383,7 @@ func (x *HttpsResolver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HttpsResolver.ProtoReflect.Descriptor instead.
 func (*HttpsResolver) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{103}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *HttpsResolver) GetUrl() string {
@@ -7642,7 +8429,7 @@ type Resolver struct {
 
 func (x *Resolver) Reset() {
 	*x = Resolver{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[104]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7654,7 +8441,7 @@ func (x *Resolver) String() string {
 func (*Resolver) ProtoMessage() {}
 
 func (x *Resolver) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[104]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7667,7 +8454,7 @@ func (x *Resolver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resolver.ProtoReflect.Descriptor instead.
 func (*Resolver) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{104}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *Resolver) GetResolverId() string {
@@ -7754,7 +8541,7 @@ type WorkspaceStop struct {
 
 func (x *WorkspaceStop) Reset() {
 	*x = WorkspaceStop{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[105]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7766,7 +8553,7 @@ func (x *WorkspaceStop) String() string {
 func (*WorkspaceStop) ProtoMessage() {}
 
 func (x *WorkspaceStop) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[105]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7779,7 +8566,7 @@ func (x *WorkspaceStop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceStop.ProtoReflect.Descriptor instead.
 func (*WorkspaceStop) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{105}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *WorkspaceStop) GetCause() StopCause {
@@ -7835,7 +8622,7 @@ type CommandMetadata struct {
 
 func (x *CommandMetadata) Reset() {
 	*x = CommandMetadata{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[106]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7847,7 +8634,7 @@ func (x *CommandMetadata) String() string {
 func (*CommandMetadata) ProtoMessage() {}
 
 func (x *CommandMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[106]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7860,7 +8647,7 @@ func (x *CommandMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandMetadata.ProtoReflect.Descriptor instead.
 func (*CommandMetadata) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{106}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *CommandMetadata) GetCommandId() string {
@@ -7883,7 +8670,7 @@ type TemplateRef struct {
 
 func (x *TemplateRef) Reset() {
 	*x = TemplateRef{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[107]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7895,7 +8682,7 @@ func (x *TemplateRef) String() string {
 func (*TemplateRef) ProtoMessage() {}
 
 func (x *TemplateRef) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[107]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7908,7 +8695,7 @@ func (x *TemplateRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateRef.ProtoReflect.Descriptor instead.
 func (*TemplateRef) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{107}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *TemplateRef) GetTemplateId() string {
@@ -7938,7 +8725,7 @@ type TemplateSelector struct {
 
 func (x *TemplateSelector) Reset() {
 	*x = TemplateSelector{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[108]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7950,7 +8737,7 @@ func (x *TemplateSelector) String() string {
 func (*TemplateSelector) ProtoMessage() {}
 
 func (x *TemplateSelector) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[108]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7963,7 +8750,7 @@ func (x *TemplateSelector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateSelector.ProtoReflect.Descriptor instead.
 func (*TemplateSelector) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{108}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *TemplateSelector) GetTemplateId() string {
@@ -8003,7 +8790,7 @@ type TemplateDeliveryObservation struct {
 
 func (x *TemplateDeliveryObservation) Reset() {
 	*x = TemplateDeliveryObservation{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[109]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8015,7 +8802,7 @@ func (x *TemplateDeliveryObservation) String() string {
 func (*TemplateDeliveryObservation) ProtoMessage() {}
 
 func (x *TemplateDeliveryObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[109]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8028,7 +8815,7 @@ func (x *TemplateDeliveryObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateDeliveryObservation.ProtoReflect.Descriptor instead.
 func (*TemplateDeliveryObservation) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{109}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *TemplateDeliveryObservation) GetState() TemplateDeliveryState {
@@ -8095,7 +8882,7 @@ type ResourceRequest struct {
 
 func (x *ResourceRequest) Reset() {
 	*x = ResourceRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[110]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8107,7 +8894,7 @@ func (x *ResourceRequest) String() string {
 func (*ResourceRequest) ProtoMessage() {}
 
 func (x *ResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[110]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8120,7 +8907,7 @@ func (x *ResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceRequest.ProtoReflect.Descriptor instead.
 func (*ResourceRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{110}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *ResourceRequest) GetCpuMillis() uint32 {
@@ -8155,7 +8942,7 @@ type CapabilityRequirements struct {
 
 func (x *CapabilityRequirements) Reset() {
 	*x = CapabilityRequirements{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[111]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8167,7 +8954,7 @@ func (x *CapabilityRequirements) String() string {
 func (*CapabilityRequirements) ProtoMessage() {}
 
 func (x *CapabilityRequirements) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[111]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8180,7 +8967,7 @@ func (x *CapabilityRequirements) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilityRequirements.ProtoReflect.Descriptor instead.
 func (*CapabilityRequirements) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{111}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *CapabilityRequirements) GetRequired() []string {
@@ -8207,7 +8994,7 @@ type WorkspaceVolumeBinding struct {
 
 func (x *WorkspaceVolumeBinding) Reset() {
 	*x = WorkspaceVolumeBinding{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[112]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8219,7 +9006,7 @@ func (x *WorkspaceVolumeBinding) String() string {
 func (*WorkspaceVolumeBinding) ProtoMessage() {}
 
 func (x *WorkspaceVolumeBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[112]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8232,7 +9019,7 @@ func (x *WorkspaceVolumeBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceVolumeBinding.ProtoReflect.Descriptor instead.
 func (*WorkspaceVolumeBinding) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{112}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *WorkspaceVolumeBinding) GetVolumeId() string {
@@ -8284,7 +9071,7 @@ type NetworkPolicy struct {
 
 func (x *NetworkPolicy) Reset() {
 	*x = NetworkPolicy{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[113]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8296,7 +9083,7 @@ func (x *NetworkPolicy) String() string {
 func (*NetworkPolicy) ProtoMessage() {}
 
 func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[113]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8309,7 +9096,7 @@ func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicy.ProtoReflect.Descriptor instead.
 func (*NetworkPolicy) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{113}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *NetworkPolicy) GetMode() NetworkPolicyMode {
@@ -8367,7 +9154,7 @@ type NetworkPolicyResolver struct {
 
 func (x *NetworkPolicyResolver) Reset() {
 	*x = NetworkPolicyResolver{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[114]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8379,7 +9166,7 @@ func (x *NetworkPolicyResolver) String() string {
 func (*NetworkPolicyResolver) ProtoMessage() {}
 
 func (x *NetworkPolicyResolver) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[114]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8392,7 +9179,7 @@ func (x *NetworkPolicyResolver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicyResolver.ProtoReflect.Descriptor instead.
 func (*NetworkPolicyResolver) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{114}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *NetworkPolicyResolver) GetResolverId() string {
@@ -8423,7 +9210,7 @@ type ResolverPath struct {
 
 func (x *ResolverPath) Reset() {
 	*x = ResolverPath{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[115]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8435,7 +9222,7 @@ func (x *ResolverPath) String() string {
 func (*ResolverPath) ProtoMessage() {}
 
 func (x *ResolverPath) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[115]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8448,7 +9235,7 @@ func (x *ResolverPath) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolverPath.ProtoReflect.Descriptor instead.
 func (*ResolverPath) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{115}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{129}
 }
 
 func (x *ResolverPath) GetKind() isResolverPath_Kind {
@@ -8503,7 +9290,7 @@ type ResolverDirectPath struct {
 
 func (x *ResolverDirectPath) Reset() {
 	*x = ResolverDirectPath{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[116]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[130]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8515,7 +9302,7 @@ func (x *ResolverDirectPath) String() string {
 func (*ResolverDirectPath) ProtoMessage() {}
 
 func (x *ResolverDirectPath) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[116]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[130]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8528,7 +9315,7 @@ func (x *ResolverDirectPath) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolverDirectPath.ProtoReflect.Descriptor instead.
 func (*ResolverDirectPath) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{116}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{130}
 }
 
 // NetworkPolicyEgress names one Egress and the destinations that leave through it.
@@ -8544,7 +9331,7 @@ type NetworkPolicyEgress struct {
 
 func (x *NetworkPolicyEgress) Reset() {
 	*x = NetworkPolicyEgress{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[117]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[131]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8556,7 +9343,7 @@ func (x *NetworkPolicyEgress) String() string {
 func (*NetworkPolicyEgress) ProtoMessage() {}
 
 func (x *NetworkPolicyEgress) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[117]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[131]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8569,7 +9356,7 @@ func (x *NetworkPolicyEgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicyEgress.ProtoReflect.Descriptor instead.
 func (*NetworkPolicyEgress) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{117}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{131}
 }
 
 func (x *NetworkPolicyEgress) GetEgressId() string {
@@ -8605,7 +9392,7 @@ type NetworkPolicyStatus struct {
 
 func (x *NetworkPolicyStatus) Reset() {
 	*x = NetworkPolicyStatus{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[118]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[132]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8617,7 +9404,7 @@ func (x *NetworkPolicyStatus) String() string {
 func (*NetworkPolicyStatus) ProtoMessage() {}
 
 func (x *NetworkPolicyStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[118]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[132]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8630,7 +9417,7 @@ func (x *NetworkPolicyStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicyStatus.ProtoReflect.Descriptor instead.
 func (*NetworkPolicyStatus) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{118}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{132}
 }
 
 func (x *NetworkPolicyStatus) GetAppliedRevision() uint64 {
@@ -8682,7 +9469,7 @@ type NetworkPolicyEgressStatus struct {
 
 func (x *NetworkPolicyEgressStatus) Reset() {
 	*x = NetworkPolicyEgressStatus{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[119]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[133]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8694,7 +9481,7 @@ func (x *NetworkPolicyEgressStatus) String() string {
 func (*NetworkPolicyEgressStatus) ProtoMessage() {}
 
 func (x *NetworkPolicyEgressStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[119]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[133]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8707,7 +9494,7 @@ func (x *NetworkPolicyEgressStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicyEgressStatus.ProtoReflect.Descriptor instead.
 func (*NetworkPolicyEgressStatus) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{119}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{133}
 }
 
 func (x *NetworkPolicyEgressStatus) GetEgressId() string {
@@ -8746,7 +9533,7 @@ type NetworkPolicyResolverStatus struct {
 
 func (x *NetworkPolicyResolverStatus) Reset() {
 	*x = NetworkPolicyResolverStatus{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[120]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[134]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8758,7 +9545,7 @@ func (x *NetworkPolicyResolverStatus) String() string {
 func (*NetworkPolicyResolverStatus) ProtoMessage() {}
 
 func (x *NetworkPolicyResolverStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[120]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[134]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8771,7 +9558,7 @@ func (x *NetworkPolicyResolverStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicyResolverStatus.ProtoReflect.Descriptor instead.
 func (*NetworkPolicyResolverStatus) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{120}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{134}
 }
 
 func (x *NetworkPolicyResolverStatus) GetResolverId() string {
@@ -8829,7 +9616,7 @@ type WorkspaceSpec struct {
 
 func (x *WorkspaceSpec) Reset() {
 	*x = WorkspaceSpec{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[121]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[135]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8841,7 +9628,7 @@ func (x *WorkspaceSpec) String() string {
 func (*WorkspaceSpec) ProtoMessage() {}
 
 func (x *WorkspaceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[121]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[135]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8854,7 +9641,7 @@ func (x *WorkspaceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceSpec.ProtoReflect.Descriptor instead.
 func (*WorkspaceSpec) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{121}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{135}
 }
 
 func (x *WorkspaceSpec) GetTemplate() *TemplateRef {
@@ -8941,7 +9728,7 @@ type WorkspaceCreateSpec struct {
 
 func (x *WorkspaceCreateSpec) Reset() {
 	*x = WorkspaceCreateSpec{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[122]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[136]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8953,7 +9740,7 @@ func (x *WorkspaceCreateSpec) String() string {
 func (*WorkspaceCreateSpec) ProtoMessage() {}
 
 func (x *WorkspaceCreateSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[122]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[136]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8966,7 +9753,7 @@ func (x *WorkspaceCreateSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceCreateSpec.ProtoReflect.Descriptor instead.
 func (*WorkspaceCreateSpec) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{122}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{136}
 }
 
 func (x *WorkspaceCreateSpec) GetTemplate() *TemplateSelector {
@@ -9025,7 +9812,7 @@ type WorkspaceFailure struct {
 
 func (x *WorkspaceFailure) Reset() {
 	*x = WorkspaceFailure{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[123]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[137]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9037,7 +9824,7 @@ func (x *WorkspaceFailure) String() string {
 func (*WorkspaceFailure) ProtoMessage() {}
 
 func (x *WorkspaceFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[123]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[137]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9050,7 +9837,7 @@ func (x *WorkspaceFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceFailure.ProtoReflect.Descriptor instead.
 func (*WorkspaceFailure) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{123}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{137}
 }
 
 func (x *WorkspaceFailure) GetReason() FailureReason {
@@ -9100,7 +9887,7 @@ type RetentionTier struct {
 
 func (x *RetentionTier) Reset() {
 	*x = RetentionTier{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[124]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[138]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9112,7 +9899,7 @@ func (x *RetentionTier) String() string {
 func (*RetentionTier) ProtoMessage() {}
 
 func (x *RetentionTier) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[124]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[138]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9125,7 +9912,7 @@ func (x *RetentionTier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetentionTier.ProtoReflect.Descriptor instead.
 func (*RetentionTier) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{124}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{138}
 }
 
 func (x *RetentionTier) GetKind() RetentionTierKind {
@@ -9215,7 +10002,7 @@ type Workspace struct {
 
 func (x *Workspace) Reset() {
 	*x = Workspace{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[125]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[139]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9227,7 +10014,7 @@ func (x *Workspace) String() string {
 func (*Workspace) ProtoMessage() {}
 
 func (x *Workspace) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[125]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[139]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9240,7 +10027,7 @@ func (x *Workspace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Workspace.ProtoReflect.Descriptor instead.
 func (*Workspace) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{125}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{139}
 }
 
 func (x *Workspace) GetWorkspaceId() string {
@@ -9408,7 +10195,7 @@ type EgressObservation struct {
 
 func (x *EgressObservation) Reset() {
 	*x = EgressObservation{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[126]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[140]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9420,7 +10207,7 @@ func (x *EgressObservation) String() string {
 func (*EgressObservation) ProtoMessage() {}
 
 func (x *EgressObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[126]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[140]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9433,7 +10220,7 @@ func (x *EgressObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressObservation.ProtoReflect.Descriptor instead.
 func (*EgressObservation) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{126}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{140}
 }
 
 func (x *EgressObservation) GetEgressId() string {
@@ -9490,7 +10277,7 @@ type ResolverObservation struct {
 
 func (x *ResolverObservation) Reset() {
 	*x = ResolverObservation{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[127]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[141]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9502,7 +10289,7 @@ func (x *ResolverObservation) String() string {
 func (*ResolverObservation) ProtoMessage() {}
 
 func (x *ResolverObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[127]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[141]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9515,7 +10302,7 @@ func (x *ResolverObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolverObservation.ProtoReflect.Descriptor instead.
 func (*ResolverObservation) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{127}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{141}
 }
 
 func (x *ResolverObservation) GetResolverId() string {
@@ -9591,7 +10378,7 @@ type GuestObservation struct {
 
 func (x *GuestObservation) Reset() {
 	*x = GuestObservation{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[128]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[142]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9603,7 +10390,7 @@ func (x *GuestObservation) String() string {
 func (*GuestObservation) ProtoMessage() {}
 
 func (x *GuestObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[128]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[142]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9616,7 +10403,7 @@ func (x *GuestObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestObservation.ProtoReflect.Descriptor instead.
 func (*GuestObservation) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{128}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{142}
 }
 
 func (x *GuestObservation) GetObservedAt() *timestamppb.Timestamp {
@@ -9719,7 +10506,7 @@ type GuestMemoryKill struct {
 
 func (x *GuestMemoryKill) Reset() {
 	*x = GuestMemoryKill{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[129]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[143]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9731,7 +10518,7 @@ func (x *GuestMemoryKill) String() string {
 func (*GuestMemoryKill) ProtoMessage() {}
 
 func (x *GuestMemoryKill) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[129]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[143]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9744,7 +10531,7 @@ func (x *GuestMemoryKill) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestMemoryKill.ProtoReflect.Descriptor instead.
 func (*GuestMemoryKill) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{129}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{143}
 }
 
 func (x *GuestMemoryKill) GetKilledAt() *timestamppb.Timestamp {
@@ -9809,7 +10596,7 @@ type VolumeSpec struct {
 
 func (x *VolumeSpec) Reset() {
 	*x = VolumeSpec{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[130]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[144]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9821,7 +10608,7 @@ func (x *VolumeSpec) String() string {
 func (*VolumeSpec) ProtoMessage() {}
 
 func (x *VolumeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[130]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[144]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9834,7 +10621,7 @@ func (x *VolumeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSpec.ProtoReflect.Descriptor instead.
 func (*VolumeSpec) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{130}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{144}
 }
 
 func (x *VolumeSpec) GetCapacityBytes() uint64 {
@@ -9865,7 +10652,7 @@ type VolumeFailure struct {
 
 func (x *VolumeFailure) Reset() {
 	*x = VolumeFailure{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[131]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[145]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9877,7 +10664,7 @@ func (x *VolumeFailure) String() string {
 func (*VolumeFailure) ProtoMessage() {}
 
 func (x *VolumeFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[131]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[145]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9890,7 +10677,7 @@ func (x *VolumeFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeFailure.ProtoReflect.Descriptor instead.
 func (*VolumeFailure) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{131}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{145}
 }
 
 func (x *VolumeFailure) GetReason() FailureReason {
@@ -9948,7 +10735,7 @@ type Volume struct {
 
 func (x *Volume) Reset() {
 	*x = Volume{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[132]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[146]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9960,7 +10747,7 @@ func (x *Volume) String() string {
 func (*Volume) ProtoMessage() {}
 
 func (x *Volume) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[132]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[146]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9973,7 +10760,7 @@ func (x *Volume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Volume.ProtoReflect.Descriptor instead.
 func (*Volume) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{132}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{146}
 }
 
 func (x *Volume) GetVolumeId() string {
@@ -10076,7 +10863,7 @@ type VolumeObservation struct {
 
 func (x *VolumeObservation) Reset() {
 	*x = VolumeObservation{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[133]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[147]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10088,7 +10875,7 @@ func (x *VolumeObservation) String() string {
 func (*VolumeObservation) ProtoMessage() {}
 
 func (x *VolumeObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[133]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[147]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10101,7 +10888,7 @@ func (x *VolumeObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeObservation.ProtoReflect.Descriptor instead.
 func (*VolumeObservation) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{133}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{147}
 }
 
 func (x *VolumeObservation) GetCondition() VolumeCondition {
@@ -10146,7 +10933,7 @@ type TransferFailure struct {
 
 func (x *TransferFailure) Reset() {
 	*x = TransferFailure{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[134]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[148]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10158,7 +10945,7 @@ func (x *TransferFailure) String() string {
 func (*TransferFailure) ProtoMessage() {}
 
 func (x *TransferFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[134]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[148]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10171,7 +10958,7 @@ func (x *TransferFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferFailure.ProtoReflect.Descriptor instead.
 func (*TransferFailure) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{134}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{148}
 }
 
 func (x *TransferFailure) GetReason() FailureReason {
@@ -10220,13 +11007,19 @@ type TransferManifest struct {
 	// source_generation is the exported Workspace's generation.
 	SourceGeneration uint64                 `protobuf:"varint,7,opt,name=source_generation,json=sourceGeneration,proto3" json:"source_generation,omitempty"`
 	CreatedAt        *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// template_image_digest is sha256:<hex> of the Template revision's image manifest: RestoreWorkspace finds the revision by it.
+	TemplateImageDigest string `protobuf:"bytes,9,opt,name=template_image_digest,json=templateImageDigest,proto3" json:"template_image_digest,omitempty"`
+	// network_policy is the exported policy. RestoreWorkspace applies its mode, allow and deny; its Egresses and Resolvers are named here but not carried, and the restored Workspace's policy references none.
+	NetworkPolicy *NetworkPolicy `protobuf:"bytes,10,opt,name=network_policy,json=networkPolicy,proto3" json:"network_policy,omitempty"`
+	// carries_template is true when the artifact holds the Template revision's image.
+	CarriesTemplate bool `protobuf:"varint,11,opt,name=carries_template,json=carriesTemplate,proto3" json:"carries_template,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *TransferManifest) Reset() {
 	*x = TransferManifest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[135]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[149]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10238,7 +11031,7 @@ func (x *TransferManifest) String() string {
 func (*TransferManifest) ProtoMessage() {}
 
 func (x *TransferManifest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[135]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[149]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10251,7 +11044,7 @@ func (x *TransferManifest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferManifest.ProtoReflect.Descriptor instead.
 func (*TransferManifest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{135}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{149}
 }
 
 func (x *TransferManifest) GetTemplate() *TemplateRef {
@@ -10310,6 +11103,91 @@ func (x *TransferManifest) GetCreatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *TransferManifest) GetTemplateImageDigest() string {
+	if x != nil {
+		return x.TemplateImageDigest
+	}
+	return ""
+}
+
+func (x *TransferManifest) GetNetworkPolicy() *NetworkPolicy {
+	if x != nil {
+		return x.NetworkPolicy
+	}
+	return nil
+}
+
+func (x *TransferManifest) GetCarriesTemplate() bool {
+	if x != nil {
+		return x.CarriesTemplate
+	}
+	return false
+}
+
+// TransferProgress is how far the work of a Transfer in EXPORTING, IMPORTING or RESTORING has come.
+type TransferProgress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// bytes_done is how many bytes the work has read or written: workspace data read for an export, artifact bytes received for an import, artifact bytes restored for a restore.
+	BytesDone uint64 `protobuf:"varint,1,opt,name=bytes_done,json=bytesDone,proto3" json:"bytes_done,omitempty"`
+	// bytes_total is how many it will handle in all; zero while unknown (an import's upload).
+	BytesTotal uint64 `protobuf:"varint,2,opt,name=bytes_total,json=bytesTotal,proto3" json:"bytes_total,omitempty"`
+	// updated_at is when ctrl recorded it.
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferProgress) Reset() {
+	*x = TransferProgress{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[150]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferProgress) ProtoMessage() {}
+
+func (x *TransferProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[150]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferProgress.ProtoReflect.Descriptor instead.
+func (*TransferProgress) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{150}
+}
+
+func (x *TransferProgress) GetBytesDone() uint64 {
+	if x != nil {
+		return x.BytesDone
+	}
+	return 0
+}
+
+func (x *TransferProgress) GetBytesTotal() uint64 {
+	if x != nil {
+		return x.BytesTotal
+	}
+	return 0
+}
+
+func (x *TransferProgress) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
 // Transfer is a Workspace exported as a portable artifact, or one imported to be restored.
 type Transfer struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -10327,15 +11205,17 @@ type Transfer struct {
 	// restored_workspace_id is the Workspace RestoreWorkspace created from this Transfer; empty until then.
 	RestoredWorkspaceId string `protobuf:"bytes,9,opt,name=restored_workspace_id,json=restoredWorkspaceId,proto3" json:"restored_workspace_id,omitempty"`
 	// labels and annotations have the same meaning, rules, and limits as on Workspace.
-	Labels        map[string]string `protobuf:"bytes,10,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Annotations   map[string]string `protobuf:"bytes,11,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels      map[string]string `protobuf:"bytes,10,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Annotations map[string]string `protobuf:"bytes,11,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// progress is present while the Transfer is EXPORTING, IMPORTING or RESTORING.
+	Progress      *TransferProgress `protobuf:"bytes,12,opt,name=progress,proto3" json:"progress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Transfer) Reset() {
 	*x = Transfer{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[136]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[151]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10347,7 +11227,7 @@ func (x *Transfer) String() string {
 func (*Transfer) ProtoMessage() {}
 
 func (x *Transfer) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[136]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[151]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10360,7 +11240,7 @@ func (x *Transfer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transfer.ProtoReflect.Descriptor instead.
 func (*Transfer) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{136}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{151}
 }
 
 func (x *Transfer) GetTransferId() string {
@@ -10440,6 +11320,13 @@ func (x *Transfer) GetAnnotations() map[string]string {
 	return nil
 }
 
+func (x *Transfer) GetProgress() *TransferProgress {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
+}
+
 // ErrorDetail is attached to a canonical Connect error. observed_workspace reports durable state after a mutation or a failed expiration precondition.
 type ErrorDetail struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
@@ -10452,7 +11339,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[137]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[152]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10464,7 +11351,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[137]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[152]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10477,7 +11364,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{137}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{152}
 }
 
 func (x *ErrorDetail) GetObservedWorkspace() *Workspace {
@@ -10512,7 +11399,7 @@ type WorkspaceExpirationPolicy struct {
 
 func (x *WorkspaceExpirationPolicy) Reset() {
 	*x = WorkspaceExpirationPolicy{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[138]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[153]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10524,7 +11411,7 @@ func (x *WorkspaceExpirationPolicy) String() string {
 func (*WorkspaceExpirationPolicy) ProtoMessage() {}
 
 func (x *WorkspaceExpirationPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[138]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[153]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10537,7 +11424,7 @@ func (x *WorkspaceExpirationPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceExpirationPolicy.ProtoReflect.Descriptor instead.
 func (*WorkspaceExpirationPolicy) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{138}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{153}
 }
 
 func (x *WorkspaceExpirationPolicy) GetDeadline() *timestamppb.Timestamp {
@@ -10567,7 +11454,7 @@ type WorkspaceExpiration struct {
 
 func (x *WorkspaceExpiration) Reset() {
 	*x = WorkspaceExpiration{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[139]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[154]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10579,7 +11466,7 @@ func (x *WorkspaceExpiration) String() string {
 func (*WorkspaceExpiration) ProtoMessage() {}
 
 func (x *WorkspaceExpiration) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[139]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[154]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10592,7 +11479,7 @@ func (x *WorkspaceExpiration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceExpiration.ProtoReflect.Descriptor instead.
 func (*WorkspaceExpiration) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{139}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{154}
 }
 
 func (x *WorkspaceExpiration) GetPolicy() *WorkspaceExpirationPolicy {
@@ -10623,7 +11510,7 @@ type WorkspaceExpirationChange struct {
 
 func (x *WorkspaceExpirationChange) Reset() {
 	*x = WorkspaceExpirationChange{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[140]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[155]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10635,7 +11522,7 @@ func (x *WorkspaceExpirationChange) String() string {
 func (*WorkspaceExpirationChange) ProtoMessage() {}
 
 func (x *WorkspaceExpirationChange) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[140]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[155]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10648,7 +11535,7 @@ func (x *WorkspaceExpirationChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceExpirationChange.ProtoReflect.Descriptor instead.
 func (*WorkspaceExpirationChange) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{140}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{155}
 }
 
 func (x *WorkspaceExpirationChange) GetChange() isWorkspaceExpirationChange_Change {
@@ -10995,7 +11882,80 @@ const file_kibotos_ctrl_v1_ctrl_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"R\n" +
 	"\x1fUpdateVolumeAnnotationsResponse\x12/\n" +
-	"\x06volume\x18\x01 \x01(\v2\x17.kibotos.ctrl.v1.VolumeR\x06volume\"\xa0\x03\n" +
+	"\x06volume\x18\x01 \x01(\v2\x17.kibotos.ctrl.v1.VolumeR\x06volume\"\xc0\x03\n" +
+	"\x16ExportWorkspaceRequest\x12:\n" +
+	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x12!\n" +
+	"\fworkspace_id\x18\x02 \x01(\tR\vworkspaceId\x12K\n" +
+	"\x06labels\x18\x03 \x03(\v23.kibotos.ctrl.v1.ExportWorkspaceRequest.LabelsEntryR\x06labels\x12Z\n" +
+	"\vannotations\x18\x04 \x03(\v28.kibotos.ctrl.v1.ExportWorkspaceRequest.AnnotationsEntryR\vannotations\x12#\n" +
+	"\rwith_template\x18\x05 \x01(\bR\fwithTemplate\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
+	"\x10AnnotationsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"P\n" +
+	"\x17ExportWorkspaceResponse\x125\n" +
+	"\btransfer\x18\x01 \x01(\v2\x19.kibotos.ctrl.v1.TransferR\btransfer\"V\n" +
+	"\x1bReadTransferArtifactRequest\x12\x1f\n" +
+	"\vtransfer_id\x18\x01 \x01(\tR\n" +
+	"transferId\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\"S\n" +
+	"\x1cReadTransferArtifactResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x1f\n" +
+	"\vtotal_bytes\x18\x02 \x01(\x04R\n" +
+	"totalBytes\"\xa1\x03\n" +
+	"\x15ImportTransferRequest\x12:\n" +
+	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x12J\n" +
+	"\x06labels\x18\x02 \x03(\v22.kibotos.ctrl.v1.ImportTransferRequest.LabelsEntryR\x06labels\x12\x16\n" +
+	"\x06digest\x18\x03 \x01(\tR\x06digest\x12\x12\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\x12Y\n" +
+	"\vannotations\x18\x05 \x03(\v27.kibotos.ctrl.v1.ImportTransferRequest.AnnotationsEntryR\vannotations\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
+	"\x10AnnotationsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"O\n" +
+	"\x16ImportTransferResponse\x125\n" +
+	"\btransfer\x18\x01 \x01(\v2\x19.kibotos.ctrl.v1.TransferR\btransfer\"\x9c\x03\n" +
+	"\x17RestoreWorkspaceRequest\x12:\n" +
+	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x12\x1f\n" +
+	"\vtransfer_id\x18\x02 \x01(\tR\n" +
+	"transferId\x12L\n" +
+	"\x06labels\x18\x03 \x03(\v24.kibotos.ctrl.v1.RestoreWorkspaceRequest.LabelsEntryR\x06labels\x12[\n" +
+	"\vannotations\x18\x04 \x03(\v29.kibotos.ctrl.v1.RestoreWorkspaceRequest.AnnotationsEntryR\vannotations\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
+	"\x10AnnotationsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8b\x01\n" +
+	"\x18RestoreWorkspaceResponse\x128\n" +
+	"\tworkspace\x18\x01 \x01(\v2\x1a.kibotos.ctrl.v1.WorkspaceR\tworkspace\x125\n" +
+	"\btransfer\x18\x02 \x01(\v2\x19.kibotos.ctrl.v1.TransferR\btransfer\"5\n" +
+	"\x12GetTransferRequest\x12\x1f\n" +
+	"\vtransfer_id\x18\x01 \x01(\tR\n" +
+	"transferId\"L\n" +
+	"\x13GetTransferResponse\x125\n" +
+	"\btransfer\x18\x01 \x01(\v2\x19.kibotos.ctrl.v1.TransferR\btransfer\"\xf5\x01\n" +
+	"\x14ListTransfersRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\x12_\n" +
+	"\x0elabel_selector\x18\x03 \x03(\v28.kibotos.ctrl.v1.ListTransfersRequest.LabelSelectorEntryR\rlabelSelector\x1a@\n" +
+	"\x12LabelSelectorEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"x\n" +
+	"\x15ListTransfersResponse\x127\n" +
+	"\ttransfers\x18\x01 \x03(\v2\x19.kibotos.ctrl.v1.TransferR\ttransfers\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"t\n" +
+	"\x15DeleteTransferRequest\x12:\n" +
+	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x12\x1f\n" +
+	"\vtransfer_id\x18\x02 \x01(\tR\n" +
+	"transferId\"O\n" +
+	"\x16DeleteTransferResponse\x125\n" +
+	"\btransfer\x18\x01 \x01(\v2\x19.kibotos.ctrl.v1.TransferR\btransfer\"\xa0\x03\n" +
 	"\x13CreateEgressRequest\x12:\n" +
 	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x12/\n" +
 	"\x04spec\x18\x02 \x01(\v2\x1b.kibotos.ctrl.v1.EgressSpecR\x04spec\x12H\n" +
@@ -11429,7 +12389,7 @@ const file_kibotos_ctrl_v1_ctrl_proto_rawDesc = "" +
 	"\x06reason\x18\x01 \x01(\x0e2\x1e.kibotos.ctrl.v1.FailureReasonR\x06reason\x123\n" +
 	"\x05stage\x18\x02 \x01(\x0e2\x1d.kibotos.ctrl.v1.FailureStageR\x05stage\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x127\n" +
-	"\tfailed_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\bfailedAt\"\x8b\x03\n" +
+	"\tfailed_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\bfailedAt\"\xb1\x04\n" +
 	"\x10TransferManifest\x128\n" +
 	"\btemplate\x18\x01 \x01(\v2\x1c.kibotos.ctrl.v1.TemplateRefR\btemplate\x12>\n" +
 	"\tresources\x18\x02 \x01(\v2 .kibotos.ctrl.v1.ResourceRequestR\tresources\x122\n" +
@@ -11440,7 +12400,18 @@ const file_kibotos_ctrl_v1_ctrl_proto_rawDesc = "" +
 	"\x06digest\x18\x06 \x01(\tR\x06digest\x12+\n" +
 	"\x11source_generation\x18\a \x01(\x04R\x10sourceGeneration\x129\n" +
 	"\n" +
-	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xf9\x05\n" +
+	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x122\n" +
+	"\x15template_image_digest\x18\t \x01(\tR\x13templateImageDigest\x12E\n" +
+	"\x0enetwork_policy\x18\n" +
+	" \x01(\v2\x1e.kibotos.ctrl.v1.NetworkPolicyR\rnetworkPolicy\x12)\n" +
+	"\x10carries_template\x18\v \x01(\bR\x0fcarriesTemplate\"\x8d\x01\n" +
+	"\x10TransferProgress\x12\x1d\n" +
+	"\n" +
+	"bytes_done\x18\x01 \x01(\x04R\tbytesDone\x12\x1f\n" +
+	"\vbytes_total\x18\x02 \x01(\x04R\n" +
+	"bytesTotal\x129\n" +
+	"\n" +
+	"updated_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\xb8\x06\n" +
 	"\bTransfer\x12\x1f\n" +
 	"\vtransfer_id\x18\x01 \x01(\tR\n" +
 	"transferId\x124\n" +
@@ -11457,7 +12428,8 @@ const file_kibotos_ctrl_v1_ctrl_proto_rawDesc = "" +
 	"\x15restored_workspace_id\x18\t \x01(\tR\x13restoredWorkspaceId\x12=\n" +
 	"\x06labels\x18\n" +
 	" \x03(\v2%.kibotos.ctrl.v1.Transfer.LabelsEntryR\x06labels\x12L\n" +
-	"\vannotations\x18\v \x03(\v2*.kibotos.ctrl.v1.Transfer.AnnotationsEntryR\vannotations\x1a9\n" +
+	"\vannotations\x18\v \x03(\v2*.kibotos.ctrl.v1.Transfer.AnnotationsEntryR\vannotations\x12=\n" +
+	"\bprogress\x18\f \x01(\v2!.kibotos.ctrl.v1.TransferProgressR\bprogress\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
@@ -11708,7 +12680,15 @@ const file_kibotos_ctrl_v1_ctrl_proto_rawDesc = "" +
 	"\fResizeVolume\x12$.kibotos.ctrl.v1.ResizeVolumeRequest\x1a%.kibotos.ctrl.v1.ResizeVolumeResponse\x12[\n" +
 	"\fDeleteVolume\x12$.kibotos.ctrl.v1.DeleteVolumeRequest\x1a%.kibotos.ctrl.v1.DeleteVolumeResponse\x12m\n" +
 	"\x12UpdateVolumeLabels\x12*.kibotos.ctrl.v1.UpdateVolumeLabelsRequest\x1a+.kibotos.ctrl.v1.UpdateVolumeLabelsResponse\x12|\n" +
-	"\x17UpdateVolumeAnnotations\x12/.kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest\x1a0.kibotos.ctrl.v1.UpdateVolumeAnnotationsResponse2\xc4\x05\n" +
+	"\x17UpdateVolumeAnnotations\x12/.kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest\x1a0.kibotos.ctrl.v1.UpdateVolumeAnnotationsResponse2\xd9\x05\n" +
+	"\x0fTransferService\x12d\n" +
+	"\x0fExportWorkspace\x12'.kibotos.ctrl.v1.ExportWorkspaceRequest\x1a(.kibotos.ctrl.v1.ExportWorkspaceResponse\x12u\n" +
+	"\x14ReadTransferArtifact\x12,.kibotos.ctrl.v1.ReadTransferArtifactRequest\x1a-.kibotos.ctrl.v1.ReadTransferArtifactResponse0\x01\x12c\n" +
+	"\x0eImportTransfer\x12&.kibotos.ctrl.v1.ImportTransferRequest\x1a'.kibotos.ctrl.v1.ImportTransferResponse(\x01\x12g\n" +
+	"\x10RestoreWorkspace\x12(.kibotos.ctrl.v1.RestoreWorkspaceRequest\x1a).kibotos.ctrl.v1.RestoreWorkspaceResponse\x12X\n" +
+	"\vGetTransfer\x12#.kibotos.ctrl.v1.GetTransferRequest\x1a$.kibotos.ctrl.v1.GetTransferResponse\x12^\n" +
+	"\rListTransfers\x12%.kibotos.ctrl.v1.ListTransfersRequest\x1a&.kibotos.ctrl.v1.ListTransfersResponse\x12a\n" +
+	"\x0eDeleteTransfer\x12&.kibotos.ctrl.v1.DeleteTransferRequest\x1a'.kibotos.ctrl.v1.DeleteTransferResponse2\xc4\x05\n" +
 	"\rEgressService\x12[\n" +
 	"\fCreateEgress\x12$.kibotos.ctrl.v1.CreateEgressRequest\x1a%.kibotos.ctrl.v1.CreateEgressResponse\x12R\n" +
 	"\tGetEgress\x12!.kibotos.ctrl.v1.GetEgressRequest\x1a\".kibotos.ctrl.v1.GetEgressResponse\x12[\n" +
@@ -11740,7 +12720,7 @@ func file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_ctrl_v1_ctrl_proto_enumTypes = make([]protoimpl.EnumInfo, 25)
-var file_kibotos_ctrl_v1_ctrl_proto_msgTypes = make([]protoimpl.MessageInfo, 178)
+var file_kibotos_ctrl_v1_ctrl_proto_msgTypes = make([]protoimpl.MessageInfo, 200)
 var file_kibotos_ctrl_v1_ctrl_proto_goTypes = []any{
 	(ImageArchiveFormat)(0),                      // 0: kibotos.ctrl.v1.ImageArchiveFormat
 	(WorkspaceState)(0),                          // 1: kibotos.ctrl.v1.WorkspaceState
@@ -11834,460 +12814,517 @@ var file_kibotos_ctrl_v1_ctrl_proto_goTypes = []any{
 	(*UpdateVolumeLabelsResponse)(nil),           // 89: kibotos.ctrl.v1.UpdateVolumeLabelsResponse
 	(*UpdateVolumeAnnotationsRequest)(nil),       // 90: kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest
 	(*UpdateVolumeAnnotationsResponse)(nil),      // 91: kibotos.ctrl.v1.UpdateVolumeAnnotationsResponse
-	(*CreateEgressRequest)(nil),                  // 92: kibotos.ctrl.v1.CreateEgressRequest
-	(*CreateEgressResponse)(nil),                 // 93: kibotos.ctrl.v1.CreateEgressResponse
-	(*GetEgressRequest)(nil),                     // 94: kibotos.ctrl.v1.GetEgressRequest
-	(*GetEgressResponse)(nil),                    // 95: kibotos.ctrl.v1.GetEgressResponse
-	(*ListEgressesRequest)(nil),                  // 96: kibotos.ctrl.v1.ListEgressesRequest
-	(*ListEgressesResponse)(nil),                 // 97: kibotos.ctrl.v1.ListEgressesResponse
-	(*UpdateEgressRequest)(nil),                  // 98: kibotos.ctrl.v1.UpdateEgressRequest
-	(*UpdateEgressResponse)(nil),                 // 99: kibotos.ctrl.v1.UpdateEgressResponse
-	(*DeleteEgressRequest)(nil),                  // 100: kibotos.ctrl.v1.DeleteEgressRequest
-	(*DeleteEgressResponse)(nil),                 // 101: kibotos.ctrl.v1.DeleteEgressResponse
-	(*UpdateEgressLabelsRequest)(nil),            // 102: kibotos.ctrl.v1.UpdateEgressLabelsRequest
-	(*UpdateEgressLabelsResponse)(nil),           // 103: kibotos.ctrl.v1.UpdateEgressLabelsResponse
-	(*UpdateEgressAnnotationsRequest)(nil),       // 104: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest
-	(*UpdateEgressAnnotationsResponse)(nil),      // 105: kibotos.ctrl.v1.UpdateEgressAnnotationsResponse
-	(*EgressSpec)(nil),                           // 106: kibotos.ctrl.v1.EgressSpec
-	(*Socks5Egress)(nil),                         // 107: kibotos.ctrl.v1.Socks5Egress
-	(*EgressTls)(nil),                            // 108: kibotos.ctrl.v1.EgressTls
-	(*Egress)(nil),                               // 109: kibotos.ctrl.v1.Egress
-	(*CreateResolverRequest)(nil),                // 110: kibotos.ctrl.v1.CreateResolverRequest
-	(*CreateResolverResponse)(nil),               // 111: kibotos.ctrl.v1.CreateResolverResponse
-	(*GetResolverRequest)(nil),                   // 112: kibotos.ctrl.v1.GetResolverRequest
-	(*GetResolverResponse)(nil),                  // 113: kibotos.ctrl.v1.GetResolverResponse
-	(*ListResolversRequest)(nil),                 // 114: kibotos.ctrl.v1.ListResolversRequest
-	(*ListResolversResponse)(nil),                // 115: kibotos.ctrl.v1.ListResolversResponse
-	(*UpdateResolverRequest)(nil),                // 116: kibotos.ctrl.v1.UpdateResolverRequest
-	(*UpdateResolverResponse)(nil),               // 117: kibotos.ctrl.v1.UpdateResolverResponse
-	(*DeleteResolverRequest)(nil),                // 118: kibotos.ctrl.v1.DeleteResolverRequest
-	(*DeleteResolverResponse)(nil),               // 119: kibotos.ctrl.v1.DeleteResolverResponse
-	(*UpdateResolverLabelsRequest)(nil),          // 120: kibotos.ctrl.v1.UpdateResolverLabelsRequest
-	(*UpdateResolverLabelsResponse)(nil),         // 121: kibotos.ctrl.v1.UpdateResolverLabelsResponse
-	(*UpdateResolverAnnotationsRequest)(nil),     // 122: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest
-	(*UpdateResolverAnnotationsResponse)(nil),    // 123: kibotos.ctrl.v1.UpdateResolverAnnotationsResponse
-	(*ResolverSpec)(nil),                         // 124: kibotos.ctrl.v1.ResolverSpec
-	(*UdpResolver)(nil),                          // 125: kibotos.ctrl.v1.UdpResolver
-	(*TcpResolver)(nil),                          // 126: kibotos.ctrl.v1.TcpResolver
-	(*TlsResolver)(nil),                          // 127: kibotos.ctrl.v1.TlsResolver
-	(*HttpsResolver)(nil),                        // 128: kibotos.ctrl.v1.HttpsResolver
-	(*Resolver)(nil),                             // 129: kibotos.ctrl.v1.Resolver
-	(*WorkspaceStop)(nil),                        // 130: kibotos.ctrl.v1.WorkspaceStop
-	(*CommandMetadata)(nil),                      // 131: kibotos.ctrl.v1.CommandMetadata
-	(*TemplateRef)(nil),                          // 132: kibotos.ctrl.v1.TemplateRef
-	(*TemplateSelector)(nil),                     // 133: kibotos.ctrl.v1.TemplateSelector
-	(*TemplateDeliveryObservation)(nil),          // 134: kibotos.ctrl.v1.TemplateDeliveryObservation
-	(*ResourceRequest)(nil),                      // 135: kibotos.ctrl.v1.ResourceRequest
-	(*CapabilityRequirements)(nil),               // 136: kibotos.ctrl.v1.CapabilityRequirements
-	(*WorkspaceVolumeBinding)(nil),               // 137: kibotos.ctrl.v1.WorkspaceVolumeBinding
-	(*NetworkPolicy)(nil),                        // 138: kibotos.ctrl.v1.NetworkPolicy
-	(*NetworkPolicyResolver)(nil),                // 139: kibotos.ctrl.v1.NetworkPolicyResolver
-	(*ResolverPath)(nil),                         // 140: kibotos.ctrl.v1.ResolverPath
-	(*ResolverDirectPath)(nil),                   // 141: kibotos.ctrl.v1.ResolverDirectPath
-	(*NetworkPolicyEgress)(nil),                  // 142: kibotos.ctrl.v1.NetworkPolicyEgress
-	(*NetworkPolicyStatus)(nil),                  // 143: kibotos.ctrl.v1.NetworkPolicyStatus
-	(*NetworkPolicyEgressStatus)(nil),            // 144: kibotos.ctrl.v1.NetworkPolicyEgressStatus
-	(*NetworkPolicyResolverStatus)(nil),          // 145: kibotos.ctrl.v1.NetworkPolicyResolverStatus
-	(*WorkspaceSpec)(nil),                        // 146: kibotos.ctrl.v1.WorkspaceSpec
-	(*WorkspaceCreateSpec)(nil),                  // 147: kibotos.ctrl.v1.WorkspaceCreateSpec
-	(*WorkspaceFailure)(nil),                     // 148: kibotos.ctrl.v1.WorkspaceFailure
-	(*RetentionTier)(nil),                        // 149: kibotos.ctrl.v1.RetentionTier
-	(*Workspace)(nil),                            // 150: kibotos.ctrl.v1.Workspace
-	(*EgressObservation)(nil),                    // 151: kibotos.ctrl.v1.EgressObservation
-	(*ResolverObservation)(nil),                  // 152: kibotos.ctrl.v1.ResolverObservation
-	(*GuestObservation)(nil),                     // 153: kibotos.ctrl.v1.GuestObservation
-	(*GuestMemoryKill)(nil),                      // 154: kibotos.ctrl.v1.GuestMemoryKill
-	(*VolumeSpec)(nil),                           // 155: kibotos.ctrl.v1.VolumeSpec
-	(*VolumeFailure)(nil),                        // 156: kibotos.ctrl.v1.VolumeFailure
-	(*Volume)(nil),                               // 157: kibotos.ctrl.v1.Volume
-	(*VolumeObservation)(nil),                    // 158: kibotos.ctrl.v1.VolumeObservation
-	(*TransferFailure)(nil),                      // 159: kibotos.ctrl.v1.TransferFailure
-	(*TransferManifest)(nil),                     // 160: kibotos.ctrl.v1.TransferManifest
-	(*Transfer)(nil),                             // 161: kibotos.ctrl.v1.Transfer
-	(*ErrorDetail)(nil),                          // 162: kibotos.ctrl.v1.ErrorDetail
-	(*WorkspaceExpirationPolicy)(nil),            // 163: kibotos.ctrl.v1.WorkspaceExpirationPolicy
-	(*WorkspaceExpiration)(nil),                  // 164: kibotos.ctrl.v1.WorkspaceExpiration
-	(*WorkspaceExpirationChange)(nil),            // 165: kibotos.ctrl.v1.WorkspaceExpirationChange
-	nil,                                          // 166: kibotos.ctrl.v1.CreateWorkspaceRequest.LabelsEntry
-	nil,                                          // 167: kibotos.ctrl.v1.CreateWorkspaceRequest.AnnotationsEntry
-	nil,                                          // 168: kibotos.ctrl.v1.ListWorkspacesRequest.LabelSelectorEntry
-	nil,                                          // 169: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.LabelsEntry
-	nil,                                          // 170: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.AnnotationsEntry
-	nil,                                          // 171: kibotos.ctrl.v1.CreateTemplateRequest.LabelsEntry
-	nil,                                          // 172: kibotos.ctrl.v1.CreateTemplateRequest.AnnotationsEntry
-	nil,                                          // 173: kibotos.ctrl.v1.ListTemplatesRequest.LabelSelectorEntry
-	nil,                                          // 174: kibotos.ctrl.v1.UpdateTemplateLabelsRequest.LabelsEntry
-	nil,                                          // 175: kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.AnnotationsEntry
-	nil,                                          // 176: kibotos.ctrl.v1.Template.LabelsEntry
-	nil,                                          // 177: kibotos.ctrl.v1.Template.AnnotationsEntry
-	nil,                                          // 178: kibotos.ctrl.v1.CreateVolumeRequest.LabelsEntry
-	nil,                                          // 179: kibotos.ctrl.v1.CreateVolumeRequest.AnnotationsEntry
-	nil,                                          // 180: kibotos.ctrl.v1.ListVolumesRequest.LabelSelectorEntry
-	nil,                                          // 181: kibotos.ctrl.v1.UpdateVolumeLabelsRequest.LabelsEntry
-	nil,                                          // 182: kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest.AnnotationsEntry
-	nil,                                          // 183: kibotos.ctrl.v1.CreateEgressRequest.LabelsEntry
-	nil,                                          // 184: kibotos.ctrl.v1.CreateEgressRequest.AnnotationsEntry
-	nil,                                          // 185: kibotos.ctrl.v1.ListEgressesRequest.LabelSelectorEntry
-	nil,                                          // 186: kibotos.ctrl.v1.UpdateEgressLabelsRequest.LabelsEntry
-	nil,                                          // 187: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.AnnotationsEntry
-	nil,                                          // 188: kibotos.ctrl.v1.Egress.LabelsEntry
-	nil,                                          // 189: kibotos.ctrl.v1.Egress.AnnotationsEntry
-	nil,                                          // 190: kibotos.ctrl.v1.CreateResolverRequest.LabelsEntry
-	nil,                                          // 191: kibotos.ctrl.v1.CreateResolverRequest.AnnotationsEntry
-	nil,                                          // 192: kibotos.ctrl.v1.ListResolversRequest.LabelSelectorEntry
-	nil,                                          // 193: kibotos.ctrl.v1.UpdateResolverLabelsRequest.LabelsEntry
-	nil,                                          // 194: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.AnnotationsEntry
-	nil,                                          // 195: kibotos.ctrl.v1.Resolver.LabelsEntry
-	nil,                                          // 196: kibotos.ctrl.v1.Resolver.AnnotationsEntry
-	nil,                                          // 197: kibotos.ctrl.v1.Workspace.AnnotationsEntry
-	nil,                                          // 198: kibotos.ctrl.v1.Workspace.LabelsEntry
-	nil,                                          // 199: kibotos.ctrl.v1.Volume.AnnotationsEntry
-	nil,                                          // 200: kibotos.ctrl.v1.Volume.LabelsEntry
-	nil,                                          // 201: kibotos.ctrl.v1.Transfer.LabelsEntry
-	nil,                                          // 202: kibotos.ctrl.v1.Transfer.AnnotationsEntry
-	(*timestamppb.Timestamp)(nil),                // 203: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),                  // 204: google.protobuf.Duration
-	(*emptypb.Empty)(nil),                        // 205: google.protobuf.Empty
+	(*ExportWorkspaceRequest)(nil),               // 92: kibotos.ctrl.v1.ExportWorkspaceRequest
+	(*ExportWorkspaceResponse)(nil),              // 93: kibotos.ctrl.v1.ExportWorkspaceResponse
+	(*ReadTransferArtifactRequest)(nil),          // 94: kibotos.ctrl.v1.ReadTransferArtifactRequest
+	(*ReadTransferArtifactResponse)(nil),         // 95: kibotos.ctrl.v1.ReadTransferArtifactResponse
+	(*ImportTransferRequest)(nil),                // 96: kibotos.ctrl.v1.ImportTransferRequest
+	(*ImportTransferResponse)(nil),               // 97: kibotos.ctrl.v1.ImportTransferResponse
+	(*RestoreWorkspaceRequest)(nil),              // 98: kibotos.ctrl.v1.RestoreWorkspaceRequest
+	(*RestoreWorkspaceResponse)(nil),             // 99: kibotos.ctrl.v1.RestoreWorkspaceResponse
+	(*GetTransferRequest)(nil),                   // 100: kibotos.ctrl.v1.GetTransferRequest
+	(*GetTransferResponse)(nil),                  // 101: kibotos.ctrl.v1.GetTransferResponse
+	(*ListTransfersRequest)(nil),                 // 102: kibotos.ctrl.v1.ListTransfersRequest
+	(*ListTransfersResponse)(nil),                // 103: kibotos.ctrl.v1.ListTransfersResponse
+	(*DeleteTransferRequest)(nil),                // 104: kibotos.ctrl.v1.DeleteTransferRequest
+	(*DeleteTransferResponse)(nil),               // 105: kibotos.ctrl.v1.DeleteTransferResponse
+	(*CreateEgressRequest)(nil),                  // 106: kibotos.ctrl.v1.CreateEgressRequest
+	(*CreateEgressResponse)(nil),                 // 107: kibotos.ctrl.v1.CreateEgressResponse
+	(*GetEgressRequest)(nil),                     // 108: kibotos.ctrl.v1.GetEgressRequest
+	(*GetEgressResponse)(nil),                    // 109: kibotos.ctrl.v1.GetEgressResponse
+	(*ListEgressesRequest)(nil),                  // 110: kibotos.ctrl.v1.ListEgressesRequest
+	(*ListEgressesResponse)(nil),                 // 111: kibotos.ctrl.v1.ListEgressesResponse
+	(*UpdateEgressRequest)(nil),                  // 112: kibotos.ctrl.v1.UpdateEgressRequest
+	(*UpdateEgressResponse)(nil),                 // 113: kibotos.ctrl.v1.UpdateEgressResponse
+	(*DeleteEgressRequest)(nil),                  // 114: kibotos.ctrl.v1.DeleteEgressRequest
+	(*DeleteEgressResponse)(nil),                 // 115: kibotos.ctrl.v1.DeleteEgressResponse
+	(*UpdateEgressLabelsRequest)(nil),            // 116: kibotos.ctrl.v1.UpdateEgressLabelsRequest
+	(*UpdateEgressLabelsResponse)(nil),           // 117: kibotos.ctrl.v1.UpdateEgressLabelsResponse
+	(*UpdateEgressAnnotationsRequest)(nil),       // 118: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest
+	(*UpdateEgressAnnotationsResponse)(nil),      // 119: kibotos.ctrl.v1.UpdateEgressAnnotationsResponse
+	(*EgressSpec)(nil),                           // 120: kibotos.ctrl.v1.EgressSpec
+	(*Socks5Egress)(nil),                         // 121: kibotos.ctrl.v1.Socks5Egress
+	(*EgressTls)(nil),                            // 122: kibotos.ctrl.v1.EgressTls
+	(*Egress)(nil),                               // 123: kibotos.ctrl.v1.Egress
+	(*CreateResolverRequest)(nil),                // 124: kibotos.ctrl.v1.CreateResolverRequest
+	(*CreateResolverResponse)(nil),               // 125: kibotos.ctrl.v1.CreateResolverResponse
+	(*GetResolverRequest)(nil),                   // 126: kibotos.ctrl.v1.GetResolverRequest
+	(*GetResolverResponse)(nil),                  // 127: kibotos.ctrl.v1.GetResolverResponse
+	(*ListResolversRequest)(nil),                 // 128: kibotos.ctrl.v1.ListResolversRequest
+	(*ListResolversResponse)(nil),                // 129: kibotos.ctrl.v1.ListResolversResponse
+	(*UpdateResolverRequest)(nil),                // 130: kibotos.ctrl.v1.UpdateResolverRequest
+	(*UpdateResolverResponse)(nil),               // 131: kibotos.ctrl.v1.UpdateResolverResponse
+	(*DeleteResolverRequest)(nil),                // 132: kibotos.ctrl.v1.DeleteResolverRequest
+	(*DeleteResolverResponse)(nil),               // 133: kibotos.ctrl.v1.DeleteResolverResponse
+	(*UpdateResolverLabelsRequest)(nil),          // 134: kibotos.ctrl.v1.UpdateResolverLabelsRequest
+	(*UpdateResolverLabelsResponse)(nil),         // 135: kibotos.ctrl.v1.UpdateResolverLabelsResponse
+	(*UpdateResolverAnnotationsRequest)(nil),     // 136: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest
+	(*UpdateResolverAnnotationsResponse)(nil),    // 137: kibotos.ctrl.v1.UpdateResolverAnnotationsResponse
+	(*ResolverSpec)(nil),                         // 138: kibotos.ctrl.v1.ResolverSpec
+	(*UdpResolver)(nil),                          // 139: kibotos.ctrl.v1.UdpResolver
+	(*TcpResolver)(nil),                          // 140: kibotos.ctrl.v1.TcpResolver
+	(*TlsResolver)(nil),                          // 141: kibotos.ctrl.v1.TlsResolver
+	(*HttpsResolver)(nil),                        // 142: kibotos.ctrl.v1.HttpsResolver
+	(*Resolver)(nil),                             // 143: kibotos.ctrl.v1.Resolver
+	(*WorkspaceStop)(nil),                        // 144: kibotos.ctrl.v1.WorkspaceStop
+	(*CommandMetadata)(nil),                      // 145: kibotos.ctrl.v1.CommandMetadata
+	(*TemplateRef)(nil),                          // 146: kibotos.ctrl.v1.TemplateRef
+	(*TemplateSelector)(nil),                     // 147: kibotos.ctrl.v1.TemplateSelector
+	(*TemplateDeliveryObservation)(nil),          // 148: kibotos.ctrl.v1.TemplateDeliveryObservation
+	(*ResourceRequest)(nil),                      // 149: kibotos.ctrl.v1.ResourceRequest
+	(*CapabilityRequirements)(nil),               // 150: kibotos.ctrl.v1.CapabilityRequirements
+	(*WorkspaceVolumeBinding)(nil),               // 151: kibotos.ctrl.v1.WorkspaceVolumeBinding
+	(*NetworkPolicy)(nil),                        // 152: kibotos.ctrl.v1.NetworkPolicy
+	(*NetworkPolicyResolver)(nil),                // 153: kibotos.ctrl.v1.NetworkPolicyResolver
+	(*ResolverPath)(nil),                         // 154: kibotos.ctrl.v1.ResolverPath
+	(*ResolverDirectPath)(nil),                   // 155: kibotos.ctrl.v1.ResolverDirectPath
+	(*NetworkPolicyEgress)(nil),                  // 156: kibotos.ctrl.v1.NetworkPolicyEgress
+	(*NetworkPolicyStatus)(nil),                  // 157: kibotos.ctrl.v1.NetworkPolicyStatus
+	(*NetworkPolicyEgressStatus)(nil),            // 158: kibotos.ctrl.v1.NetworkPolicyEgressStatus
+	(*NetworkPolicyResolverStatus)(nil),          // 159: kibotos.ctrl.v1.NetworkPolicyResolverStatus
+	(*WorkspaceSpec)(nil),                        // 160: kibotos.ctrl.v1.WorkspaceSpec
+	(*WorkspaceCreateSpec)(nil),                  // 161: kibotos.ctrl.v1.WorkspaceCreateSpec
+	(*WorkspaceFailure)(nil),                     // 162: kibotos.ctrl.v1.WorkspaceFailure
+	(*RetentionTier)(nil),                        // 163: kibotos.ctrl.v1.RetentionTier
+	(*Workspace)(nil),                            // 164: kibotos.ctrl.v1.Workspace
+	(*EgressObservation)(nil),                    // 165: kibotos.ctrl.v1.EgressObservation
+	(*ResolverObservation)(nil),                  // 166: kibotos.ctrl.v1.ResolverObservation
+	(*GuestObservation)(nil),                     // 167: kibotos.ctrl.v1.GuestObservation
+	(*GuestMemoryKill)(nil),                      // 168: kibotos.ctrl.v1.GuestMemoryKill
+	(*VolumeSpec)(nil),                           // 169: kibotos.ctrl.v1.VolumeSpec
+	(*VolumeFailure)(nil),                        // 170: kibotos.ctrl.v1.VolumeFailure
+	(*Volume)(nil),                               // 171: kibotos.ctrl.v1.Volume
+	(*VolumeObservation)(nil),                    // 172: kibotos.ctrl.v1.VolumeObservation
+	(*TransferFailure)(nil),                      // 173: kibotos.ctrl.v1.TransferFailure
+	(*TransferManifest)(nil),                     // 174: kibotos.ctrl.v1.TransferManifest
+	(*TransferProgress)(nil),                     // 175: kibotos.ctrl.v1.TransferProgress
+	(*Transfer)(nil),                             // 176: kibotos.ctrl.v1.Transfer
+	(*ErrorDetail)(nil),                          // 177: kibotos.ctrl.v1.ErrorDetail
+	(*WorkspaceExpirationPolicy)(nil),            // 178: kibotos.ctrl.v1.WorkspaceExpirationPolicy
+	(*WorkspaceExpiration)(nil),                  // 179: kibotos.ctrl.v1.WorkspaceExpiration
+	(*WorkspaceExpirationChange)(nil),            // 180: kibotos.ctrl.v1.WorkspaceExpirationChange
+	nil,                                          // 181: kibotos.ctrl.v1.CreateWorkspaceRequest.LabelsEntry
+	nil,                                          // 182: kibotos.ctrl.v1.CreateWorkspaceRequest.AnnotationsEntry
+	nil,                                          // 183: kibotos.ctrl.v1.ListWorkspacesRequest.LabelSelectorEntry
+	nil,                                          // 184: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.LabelsEntry
+	nil,                                          // 185: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.AnnotationsEntry
+	nil,                                          // 186: kibotos.ctrl.v1.CreateTemplateRequest.LabelsEntry
+	nil,                                          // 187: kibotos.ctrl.v1.CreateTemplateRequest.AnnotationsEntry
+	nil,                                          // 188: kibotos.ctrl.v1.ListTemplatesRequest.LabelSelectorEntry
+	nil,                                          // 189: kibotos.ctrl.v1.UpdateTemplateLabelsRequest.LabelsEntry
+	nil,                                          // 190: kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.AnnotationsEntry
+	nil,                                          // 191: kibotos.ctrl.v1.Template.LabelsEntry
+	nil,                                          // 192: kibotos.ctrl.v1.Template.AnnotationsEntry
+	nil,                                          // 193: kibotos.ctrl.v1.CreateVolumeRequest.LabelsEntry
+	nil,                                          // 194: kibotos.ctrl.v1.CreateVolumeRequest.AnnotationsEntry
+	nil,                                          // 195: kibotos.ctrl.v1.ListVolumesRequest.LabelSelectorEntry
+	nil,                                          // 196: kibotos.ctrl.v1.UpdateVolumeLabelsRequest.LabelsEntry
+	nil,                                          // 197: kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest.AnnotationsEntry
+	nil,                                          // 198: kibotos.ctrl.v1.ExportWorkspaceRequest.LabelsEntry
+	nil,                                          // 199: kibotos.ctrl.v1.ExportWorkspaceRequest.AnnotationsEntry
+	nil,                                          // 200: kibotos.ctrl.v1.ImportTransferRequest.LabelsEntry
+	nil,                                          // 201: kibotos.ctrl.v1.ImportTransferRequest.AnnotationsEntry
+	nil,                                          // 202: kibotos.ctrl.v1.RestoreWorkspaceRequest.LabelsEntry
+	nil,                                          // 203: kibotos.ctrl.v1.RestoreWorkspaceRequest.AnnotationsEntry
+	nil,                                          // 204: kibotos.ctrl.v1.ListTransfersRequest.LabelSelectorEntry
+	nil,                                          // 205: kibotos.ctrl.v1.CreateEgressRequest.LabelsEntry
+	nil,                                          // 206: kibotos.ctrl.v1.CreateEgressRequest.AnnotationsEntry
+	nil,                                          // 207: kibotos.ctrl.v1.ListEgressesRequest.LabelSelectorEntry
+	nil,                                          // 208: kibotos.ctrl.v1.UpdateEgressLabelsRequest.LabelsEntry
+	nil,                                          // 209: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.AnnotationsEntry
+	nil,                                          // 210: kibotos.ctrl.v1.Egress.LabelsEntry
+	nil,                                          // 211: kibotos.ctrl.v1.Egress.AnnotationsEntry
+	nil,                                          // 212: kibotos.ctrl.v1.CreateResolverRequest.LabelsEntry
+	nil,                                          // 213: kibotos.ctrl.v1.CreateResolverRequest.AnnotationsEntry
+	nil,                                          // 214: kibotos.ctrl.v1.ListResolversRequest.LabelSelectorEntry
+	nil,                                          // 215: kibotos.ctrl.v1.UpdateResolverLabelsRequest.LabelsEntry
+	nil,                                          // 216: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.AnnotationsEntry
+	nil,                                          // 217: kibotos.ctrl.v1.Resolver.LabelsEntry
+	nil,                                          // 218: kibotos.ctrl.v1.Resolver.AnnotationsEntry
+	nil,                                          // 219: kibotos.ctrl.v1.Workspace.AnnotationsEntry
+	nil,                                          // 220: kibotos.ctrl.v1.Workspace.LabelsEntry
+	nil,                                          // 221: kibotos.ctrl.v1.Volume.AnnotationsEntry
+	nil,                                          // 222: kibotos.ctrl.v1.Volume.LabelsEntry
+	nil,                                          // 223: kibotos.ctrl.v1.Transfer.LabelsEntry
+	nil,                                          // 224: kibotos.ctrl.v1.Transfer.AnnotationsEntry
+	(*timestamppb.Timestamp)(nil),                // 225: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),                  // 226: google.protobuf.Duration
+	(*emptypb.Empty)(nil),                        // 227: google.protobuf.Empty
 }
 var file_kibotos_ctrl_v1_ctrl_proto_depIdxs = []int32{
-	131, // 0: kibotos.ctrl.v1.CreateWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	147, // 1: kibotos.ctrl.v1.CreateWorkspaceRequest.spec:type_name -> kibotos.ctrl.v1.WorkspaceCreateSpec
-	166, // 2: kibotos.ctrl.v1.CreateWorkspaceRequest.labels:type_name -> kibotos.ctrl.v1.CreateWorkspaceRequest.LabelsEntry
-	167, // 3: kibotos.ctrl.v1.CreateWorkspaceRequest.annotations:type_name -> kibotos.ctrl.v1.CreateWorkspaceRequest.AnnotationsEntry
-	150, // 4: kibotos.ctrl.v1.CreateWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	150, // 5: kibotos.ctrl.v1.GetWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	168, // 6: kibotos.ctrl.v1.ListWorkspacesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListWorkspacesRequest.LabelSelectorEntry
-	150, // 7: kibotos.ctrl.v1.ListWorkspacesResponse.workspaces:type_name -> kibotos.ctrl.v1.Workspace
-	150, // 8: kibotos.ctrl.v1.WatchWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	131, // 9: kibotos.ctrl.v1.StartWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	150, // 10: kibotos.ctrl.v1.StartWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	131, // 11: kibotos.ctrl.v1.StopWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	145, // 0: kibotos.ctrl.v1.CreateWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	161, // 1: kibotos.ctrl.v1.CreateWorkspaceRequest.spec:type_name -> kibotos.ctrl.v1.WorkspaceCreateSpec
+	181, // 2: kibotos.ctrl.v1.CreateWorkspaceRequest.labels:type_name -> kibotos.ctrl.v1.CreateWorkspaceRequest.LabelsEntry
+	182, // 3: kibotos.ctrl.v1.CreateWorkspaceRequest.annotations:type_name -> kibotos.ctrl.v1.CreateWorkspaceRequest.AnnotationsEntry
+	164, // 4: kibotos.ctrl.v1.CreateWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	164, // 5: kibotos.ctrl.v1.GetWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	183, // 6: kibotos.ctrl.v1.ListWorkspacesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListWorkspacesRequest.LabelSelectorEntry
+	164, // 7: kibotos.ctrl.v1.ListWorkspacesResponse.workspaces:type_name -> kibotos.ctrl.v1.Workspace
+	164, // 8: kibotos.ctrl.v1.WatchWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	145, // 9: kibotos.ctrl.v1.StartWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	164, // 10: kibotos.ctrl.v1.StartWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	145, // 11: kibotos.ctrl.v1.StopWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
 	12,  // 12: kibotos.ctrl.v1.StopWorkspaceRequest.mode:type_name -> kibotos.ctrl.v1.StopMode
-	150, // 13: kibotos.ctrl.v1.StopWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	131, // 14: kibotos.ctrl.v1.DeleteWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	150, // 15: kibotos.ctrl.v1.DeleteWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	131, // 16: kibotos.ctrl.v1.UpdateWorkspaceMemoryRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	150, // 17: kibotos.ctrl.v1.UpdateWorkspaceMemoryResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	131, // 18: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	150, // 19: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	131, // 20: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	137, // 21: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest.volume:type_name -> kibotos.ctrl.v1.WorkspaceVolumeBinding
-	150, // 22: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	131, // 23: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	138, // 24: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest.policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
-	150, // 25: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	131, // 26: kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	165, // 27: kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest.change:type_name -> kibotos.ctrl.v1.WorkspaceExpirationChange
-	150, // 28: kibotos.ctrl.v1.UpdateWorkspaceExpirationResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	131, // 29: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	169, // 30: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.LabelsEntry
-	150, // 31: kibotos.ctrl.v1.UpdateWorkspaceLabelsResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	131, // 32: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	170, // 33: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.AnnotationsEntry
-	150, // 34: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	131, // 35: kibotos.ctrl.v1.CreateTemplateRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	171, // 36: kibotos.ctrl.v1.CreateTemplateRequest.labels:type_name -> kibotos.ctrl.v1.CreateTemplateRequest.LabelsEntry
-	172, // 37: kibotos.ctrl.v1.CreateTemplateRequest.annotations:type_name -> kibotos.ctrl.v1.CreateTemplateRequest.AnnotationsEntry
+	164, // 13: kibotos.ctrl.v1.StopWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	145, // 14: kibotos.ctrl.v1.DeleteWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	164, // 15: kibotos.ctrl.v1.DeleteWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	145, // 16: kibotos.ctrl.v1.UpdateWorkspaceMemoryRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	164, // 17: kibotos.ctrl.v1.UpdateWorkspaceMemoryResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	145, // 18: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	164, // 19: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	145, // 20: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	151, // 21: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest.volume:type_name -> kibotos.ctrl.v1.WorkspaceVolumeBinding
+	164, // 22: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	145, // 23: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	152, // 24: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest.policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	164, // 25: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	145, // 26: kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	180, // 27: kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest.change:type_name -> kibotos.ctrl.v1.WorkspaceExpirationChange
+	164, // 28: kibotos.ctrl.v1.UpdateWorkspaceExpirationResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	145, // 29: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	184, // 30: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.LabelsEntry
+	164, // 31: kibotos.ctrl.v1.UpdateWorkspaceLabelsResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	145, // 32: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	185, // 33: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.AnnotationsEntry
+	164, // 34: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	145, // 35: kibotos.ctrl.v1.CreateTemplateRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	186, // 36: kibotos.ctrl.v1.CreateTemplateRequest.labels:type_name -> kibotos.ctrl.v1.CreateTemplateRequest.LabelsEntry
+	187, // 37: kibotos.ctrl.v1.CreateTemplateRequest.annotations:type_name -> kibotos.ctrl.v1.CreateTemplateRequest.AnnotationsEntry
 	70,  // 38: kibotos.ctrl.v1.CreateTemplateResponse.template:type_name -> kibotos.ctrl.v1.Template
 	70,  // 39: kibotos.ctrl.v1.GetTemplateResponse.template:type_name -> kibotos.ctrl.v1.Template
-	173, // 40: kibotos.ctrl.v1.ListTemplatesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListTemplatesRequest.LabelSelectorEntry
+	188, // 40: kibotos.ctrl.v1.ListTemplatesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListTemplatesRequest.LabelSelectorEntry
 	70,  // 41: kibotos.ctrl.v1.ListTemplatesResponse.templates:type_name -> kibotos.ctrl.v1.Template
 	60,  // 42: kibotos.ctrl.v1.ImportTemplateRevisionRequest.start:type_name -> kibotos.ctrl.v1.ImportTemplateRevisionStart
-	131, // 43: kibotos.ctrl.v1.ImportTemplateRevisionStart.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	145, // 43: kibotos.ctrl.v1.ImportTemplateRevisionStart.command:type_name -> kibotos.ctrl.v1.CommandMetadata
 	0,   // 44: kibotos.ctrl.v1.ImportTemplateRevisionStart.archive:type_name -> kibotos.ctrl.v1.ImageArchiveFormat
 	70,  // 45: kibotos.ctrl.v1.ImportTemplateRevisionResponse.template:type_name -> kibotos.ctrl.v1.Template
 	71,  // 46: kibotos.ctrl.v1.ImportTemplateRevisionResponse.revision:type_name -> kibotos.ctrl.v1.TemplateRevision
-	131, // 47: kibotos.ctrl.v1.SetTemplateDefaultRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	145, // 47: kibotos.ctrl.v1.SetTemplateDefaultRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
 	70,  // 48: kibotos.ctrl.v1.SetTemplateDefaultResponse.template:type_name -> kibotos.ctrl.v1.Template
-	131, // 49: kibotos.ctrl.v1.DeleteTemplateRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	131, // 50: kibotos.ctrl.v1.UpdateTemplateLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	174, // 51: kibotos.ctrl.v1.UpdateTemplateLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateTemplateLabelsRequest.LabelsEntry
+	145, // 49: kibotos.ctrl.v1.DeleteTemplateRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	145, // 50: kibotos.ctrl.v1.UpdateTemplateLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	189, // 51: kibotos.ctrl.v1.UpdateTemplateLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateTemplateLabelsRequest.LabelsEntry
 	70,  // 52: kibotos.ctrl.v1.UpdateTemplateLabelsResponse.template:type_name -> kibotos.ctrl.v1.Template
-	131, // 53: kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	175, // 54: kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.AnnotationsEntry
+	145, // 53: kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	190, // 54: kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.AnnotationsEntry
 	70,  // 55: kibotos.ctrl.v1.UpdateTemplateAnnotationsResponse.template:type_name -> kibotos.ctrl.v1.Template
 	71,  // 56: kibotos.ctrl.v1.Template.revisions:type_name -> kibotos.ctrl.v1.TemplateRevision
-	203, // 57: kibotos.ctrl.v1.Template.created_at:type_name -> google.protobuf.Timestamp
-	203, // 58: kibotos.ctrl.v1.Template.updated_at:type_name -> google.protobuf.Timestamp
-	176, // 59: kibotos.ctrl.v1.Template.labels:type_name -> kibotos.ctrl.v1.Template.LabelsEntry
-	177, // 60: kibotos.ctrl.v1.Template.annotations:type_name -> kibotos.ctrl.v1.Template.AnnotationsEntry
-	203, // 61: kibotos.ctrl.v1.TemplateRevision.created_at:type_name -> google.protobuf.Timestamp
-	203, // 62: kibotos.ctrl.v1.IssueSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
-	131, // 63: kibotos.ctrl.v1.RevokeSessionRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	131, // 64: kibotos.ctrl.v1.RotateDataPlaneRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	150, // 65: kibotos.ctrl.v1.RotateDataPlaneResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	131, // 66: kibotos.ctrl.v1.CreateVolumeRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	155, // 67: kibotos.ctrl.v1.CreateVolumeRequest.spec:type_name -> kibotos.ctrl.v1.VolumeSpec
-	178, // 68: kibotos.ctrl.v1.CreateVolumeRequest.labels:type_name -> kibotos.ctrl.v1.CreateVolumeRequest.LabelsEntry
-	179, // 69: kibotos.ctrl.v1.CreateVolumeRequest.annotations:type_name -> kibotos.ctrl.v1.CreateVolumeRequest.AnnotationsEntry
-	157, // 70: kibotos.ctrl.v1.CreateVolumeResponse.volume:type_name -> kibotos.ctrl.v1.Volume
-	157, // 71: kibotos.ctrl.v1.GetVolumeResponse.volume:type_name -> kibotos.ctrl.v1.Volume
-	180, // 72: kibotos.ctrl.v1.ListVolumesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListVolumesRequest.LabelSelectorEntry
-	157, // 73: kibotos.ctrl.v1.ListVolumesResponse.volumes:type_name -> kibotos.ctrl.v1.Volume
-	131, // 74: kibotos.ctrl.v1.ResizeVolumeRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	157, // 75: kibotos.ctrl.v1.ResizeVolumeResponse.volume:type_name -> kibotos.ctrl.v1.Volume
-	131, // 76: kibotos.ctrl.v1.DeleteVolumeRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	157, // 77: kibotos.ctrl.v1.DeleteVolumeResponse.volume:type_name -> kibotos.ctrl.v1.Volume
-	131, // 78: kibotos.ctrl.v1.UpdateVolumeLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	181, // 79: kibotos.ctrl.v1.UpdateVolumeLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateVolumeLabelsRequest.LabelsEntry
-	157, // 80: kibotos.ctrl.v1.UpdateVolumeLabelsResponse.volume:type_name -> kibotos.ctrl.v1.Volume
-	131, // 81: kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	182, // 82: kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest.AnnotationsEntry
-	157, // 83: kibotos.ctrl.v1.UpdateVolumeAnnotationsResponse.volume:type_name -> kibotos.ctrl.v1.Volume
-	131, // 84: kibotos.ctrl.v1.CreateEgressRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	106, // 85: kibotos.ctrl.v1.CreateEgressRequest.spec:type_name -> kibotos.ctrl.v1.EgressSpec
-	183, // 86: kibotos.ctrl.v1.CreateEgressRequest.labels:type_name -> kibotos.ctrl.v1.CreateEgressRequest.LabelsEntry
-	184, // 87: kibotos.ctrl.v1.CreateEgressRequest.annotations:type_name -> kibotos.ctrl.v1.CreateEgressRequest.AnnotationsEntry
-	109, // 88: kibotos.ctrl.v1.CreateEgressResponse.egress:type_name -> kibotos.ctrl.v1.Egress
-	109, // 89: kibotos.ctrl.v1.GetEgressResponse.egress:type_name -> kibotos.ctrl.v1.Egress
-	185, // 90: kibotos.ctrl.v1.ListEgressesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListEgressesRequest.LabelSelectorEntry
-	109, // 91: kibotos.ctrl.v1.ListEgressesResponse.egresses:type_name -> kibotos.ctrl.v1.Egress
-	131, // 92: kibotos.ctrl.v1.UpdateEgressRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	106, // 93: kibotos.ctrl.v1.UpdateEgressRequest.spec:type_name -> kibotos.ctrl.v1.EgressSpec
-	109, // 94: kibotos.ctrl.v1.UpdateEgressResponse.egress:type_name -> kibotos.ctrl.v1.Egress
-	131, // 95: kibotos.ctrl.v1.DeleteEgressRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	131, // 96: kibotos.ctrl.v1.UpdateEgressLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	186, // 97: kibotos.ctrl.v1.UpdateEgressLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateEgressLabelsRequest.LabelsEntry
-	109, // 98: kibotos.ctrl.v1.UpdateEgressLabelsResponse.egress:type_name -> kibotos.ctrl.v1.Egress
-	131, // 99: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	187, // 100: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.AnnotationsEntry
-	109, // 101: kibotos.ctrl.v1.UpdateEgressAnnotationsResponse.egress:type_name -> kibotos.ctrl.v1.Egress
-	107, // 102: kibotos.ctrl.v1.EgressSpec.socks5:type_name -> kibotos.ctrl.v1.Socks5Egress
-	108, // 103: kibotos.ctrl.v1.Socks5Egress.tls:type_name -> kibotos.ctrl.v1.EgressTls
-	106, // 104: kibotos.ctrl.v1.Egress.spec:type_name -> kibotos.ctrl.v1.EgressSpec
-	203, // 105: kibotos.ctrl.v1.Egress.created_at:type_name -> google.protobuf.Timestamp
-	203, // 106: kibotos.ctrl.v1.Egress.updated_at:type_name -> google.protobuf.Timestamp
-	188, // 107: kibotos.ctrl.v1.Egress.labels:type_name -> kibotos.ctrl.v1.Egress.LabelsEntry
-	189, // 108: kibotos.ctrl.v1.Egress.annotations:type_name -> kibotos.ctrl.v1.Egress.AnnotationsEntry
-	131, // 109: kibotos.ctrl.v1.CreateResolverRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	124, // 110: kibotos.ctrl.v1.CreateResolverRequest.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
-	190, // 111: kibotos.ctrl.v1.CreateResolverRequest.labels:type_name -> kibotos.ctrl.v1.CreateResolverRequest.LabelsEntry
-	191, // 112: kibotos.ctrl.v1.CreateResolverRequest.annotations:type_name -> kibotos.ctrl.v1.CreateResolverRequest.AnnotationsEntry
-	129, // 113: kibotos.ctrl.v1.CreateResolverResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
-	129, // 114: kibotos.ctrl.v1.GetResolverResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
-	192, // 115: kibotos.ctrl.v1.ListResolversRequest.label_selector:type_name -> kibotos.ctrl.v1.ListResolversRequest.LabelSelectorEntry
-	129, // 116: kibotos.ctrl.v1.ListResolversResponse.resolvers:type_name -> kibotos.ctrl.v1.Resolver
-	131, // 117: kibotos.ctrl.v1.UpdateResolverRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	124, // 118: kibotos.ctrl.v1.UpdateResolverRequest.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
-	129, // 119: kibotos.ctrl.v1.UpdateResolverResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
-	131, // 120: kibotos.ctrl.v1.DeleteResolverRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	131, // 121: kibotos.ctrl.v1.UpdateResolverLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	193, // 122: kibotos.ctrl.v1.UpdateResolverLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateResolverLabelsRequest.LabelsEntry
-	129, // 123: kibotos.ctrl.v1.UpdateResolverLabelsResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
-	131, // 124: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	194, // 125: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.AnnotationsEntry
-	129, // 126: kibotos.ctrl.v1.UpdateResolverAnnotationsResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
-	125, // 127: kibotos.ctrl.v1.ResolverSpec.udp:type_name -> kibotos.ctrl.v1.UdpResolver
-	126, // 128: kibotos.ctrl.v1.ResolverSpec.tcp:type_name -> kibotos.ctrl.v1.TcpResolver
-	127, // 129: kibotos.ctrl.v1.ResolverSpec.tls:type_name -> kibotos.ctrl.v1.TlsResolver
-	128, // 130: kibotos.ctrl.v1.ResolverSpec.https:type_name -> kibotos.ctrl.v1.HttpsResolver
-	124, // 131: kibotos.ctrl.v1.Resolver.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
-	203, // 132: kibotos.ctrl.v1.Resolver.created_at:type_name -> google.protobuf.Timestamp
-	203, // 133: kibotos.ctrl.v1.Resolver.updated_at:type_name -> google.protobuf.Timestamp
-	195, // 134: kibotos.ctrl.v1.Resolver.labels:type_name -> kibotos.ctrl.v1.Resolver.LabelsEntry
-	196, // 135: kibotos.ctrl.v1.Resolver.annotations:type_name -> kibotos.ctrl.v1.Resolver.AnnotationsEntry
-	11,  // 136: kibotos.ctrl.v1.WorkspaceStop.cause:type_name -> kibotos.ctrl.v1.StopCause
-	12,  // 137: kibotos.ctrl.v1.WorkspaceStop.mode:type_name -> kibotos.ctrl.v1.StopMode
-	10,  // 138: kibotos.ctrl.v1.WorkspaceStop.durability:type_name -> kibotos.ctrl.v1.StopDurability
-	203, // 139: kibotos.ctrl.v1.WorkspaceStop.requested_at:type_name -> google.protobuf.Timestamp
-	203, // 140: kibotos.ctrl.v1.WorkspaceStop.completed_at:type_name -> google.protobuf.Timestamp
-	7,   // 141: kibotos.ctrl.v1.TemplateDeliveryObservation.state:type_name -> kibotos.ctrl.v1.TemplateDeliveryState
-	8,   // 142: kibotos.ctrl.v1.TemplateDeliveryObservation.reason:type_name -> kibotos.ctrl.v1.TemplateDeliveryReason
-	203, // 143: kibotos.ctrl.v1.TemplateDeliveryObservation.started_at:type_name -> google.protobuf.Timestamp
-	203, // 144: kibotos.ctrl.v1.TemplateDeliveryObservation.observed_at:type_name -> google.protobuf.Timestamp
-	20,  // 145: kibotos.ctrl.v1.WorkspaceVolumeBinding.mode:type_name -> kibotos.ctrl.v1.WorkspaceVolumeMode
-	21,  // 146: kibotos.ctrl.v1.NetworkPolicy.mode:type_name -> kibotos.ctrl.v1.NetworkPolicyMode
-	142, // 147: kibotos.ctrl.v1.NetworkPolicy.egresses:type_name -> kibotos.ctrl.v1.NetworkPolicyEgress
-	139, // 148: kibotos.ctrl.v1.NetworkPolicy.resolvers:type_name -> kibotos.ctrl.v1.NetworkPolicyResolver
-	140, // 149: kibotos.ctrl.v1.NetworkPolicyResolver.path:type_name -> kibotos.ctrl.v1.ResolverPath
-	141, // 150: kibotos.ctrl.v1.ResolverPath.direct:type_name -> kibotos.ctrl.v1.ResolverDirectPath
-	203, // 151: kibotos.ctrl.v1.NetworkPolicyStatus.applied_at:type_name -> google.protobuf.Timestamp
-	144, // 152: kibotos.ctrl.v1.NetworkPolicyStatus.egresses:type_name -> kibotos.ctrl.v1.NetworkPolicyEgressStatus
-	145, // 153: kibotos.ctrl.v1.NetworkPolicyStatus.resolvers:type_name -> kibotos.ctrl.v1.NetworkPolicyResolverStatus
-	140, // 154: kibotos.ctrl.v1.NetworkPolicyResolverStatus.path:type_name -> kibotos.ctrl.v1.ResolverPath
-	132, // 155: kibotos.ctrl.v1.WorkspaceSpec.template:type_name -> kibotos.ctrl.v1.TemplateRef
-	135, // 156: kibotos.ctrl.v1.WorkspaceSpec.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
-	136, // 157: kibotos.ctrl.v1.WorkspaceSpec.capabilities:type_name -> kibotos.ctrl.v1.CapabilityRequirements
-	137, // 158: kibotos.ctrl.v1.WorkspaceSpec.volume:type_name -> kibotos.ctrl.v1.WorkspaceVolumeBinding
-	138, // 159: kibotos.ctrl.v1.WorkspaceSpec.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
-	133, // 160: kibotos.ctrl.v1.WorkspaceCreateSpec.template:type_name -> kibotos.ctrl.v1.TemplateSelector
-	135, // 161: kibotos.ctrl.v1.WorkspaceCreateSpec.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
-	136, // 162: kibotos.ctrl.v1.WorkspaceCreateSpec.capabilities:type_name -> kibotos.ctrl.v1.CapabilityRequirements
-	137, // 163: kibotos.ctrl.v1.WorkspaceCreateSpec.volume:type_name -> kibotos.ctrl.v1.WorkspaceVolumeBinding
-	138, // 164: kibotos.ctrl.v1.WorkspaceCreateSpec.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
-	163, // 165: kibotos.ctrl.v1.WorkspaceCreateSpec.expiration:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
-	18,  // 166: kibotos.ctrl.v1.WorkspaceFailure.reason:type_name -> kibotos.ctrl.v1.FailureReason
-	19,  // 167: kibotos.ctrl.v1.WorkspaceFailure.stage:type_name -> kibotos.ctrl.v1.FailureStage
-	203, // 168: kibotos.ctrl.v1.WorkspaceFailure.failed_at:type_name -> google.protobuf.Timestamp
-	13,  // 169: kibotos.ctrl.v1.RetentionTier.kind:type_name -> kibotos.ctrl.v1.RetentionTierKind
-	14,  // 170: kibotos.ctrl.v1.RetentionTier.availability:type_name -> kibotos.ctrl.v1.RetentionAvailability
-	15,  // 171: kibotos.ctrl.v1.RetentionTier.continuity:type_name -> kibotos.ctrl.v1.RetentionContinuity
-	16,  // 172: kibotos.ctrl.v1.RetentionTier.reset_reason:type_name -> kibotos.ctrl.v1.RetentionResetReason
-	146, // 173: kibotos.ctrl.v1.Workspace.spec:type_name -> kibotos.ctrl.v1.WorkspaceSpec
-	1,   // 174: kibotos.ctrl.v1.Workspace.state:type_name -> kibotos.ctrl.v1.WorkspaceState
-	148, // 175: kibotos.ctrl.v1.Workspace.failure:type_name -> kibotos.ctrl.v1.WorkspaceFailure
-	203, // 176: kibotos.ctrl.v1.Workspace.created_at:type_name -> google.protobuf.Timestamp
-	203, // 177: kibotos.ctrl.v1.Workspace.updated_at:type_name -> google.protobuf.Timestamp
-	149, // 178: kibotos.ctrl.v1.Workspace.retention_tiers:type_name -> kibotos.ctrl.v1.RetentionTier
-	134, // 179: kibotos.ctrl.v1.Workspace.delivery:type_name -> kibotos.ctrl.v1.TemplateDeliveryObservation
-	143, // 180: kibotos.ctrl.v1.Workspace.network_policy_status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
-	17,  // 181: kibotos.ctrl.v1.Workspace.reestablish:type_name -> kibotos.ctrl.v1.ReestablishRequirement
-	197, // 182: kibotos.ctrl.v1.Workspace.annotations:type_name -> kibotos.ctrl.v1.Workspace.AnnotationsEntry
-	198, // 183: kibotos.ctrl.v1.Workspace.labels:type_name -> kibotos.ctrl.v1.Workspace.LabelsEntry
-	153, // 184: kibotos.ctrl.v1.Workspace.guest_observation:type_name -> kibotos.ctrl.v1.GuestObservation
-	130, // 185: kibotos.ctrl.v1.Workspace.last_stop:type_name -> kibotos.ctrl.v1.WorkspaceStop
-	151, // 186: kibotos.ctrl.v1.Workspace.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
-	152, // 187: kibotos.ctrl.v1.Workspace.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
-	164, // 188: kibotos.ctrl.v1.Workspace.expiration:type_name -> kibotos.ctrl.v1.WorkspaceExpiration
-	22,  // 189: kibotos.ctrl.v1.EgressObservation.kind:type_name -> kibotos.ctrl.v1.EgressObservationKind
-	203, // 190: kibotos.ctrl.v1.EgressObservation.failing_since:type_name -> google.protobuf.Timestamp
-	203, // 191: kibotos.ctrl.v1.EgressObservation.observed_at:type_name -> google.protobuf.Timestamp
-	140, // 192: kibotos.ctrl.v1.ResolverObservation.path:type_name -> kibotos.ctrl.v1.ResolverPath
-	23,  // 193: kibotos.ctrl.v1.ResolverObservation.kind:type_name -> kibotos.ctrl.v1.ResolverObservationKind
-	203, // 194: kibotos.ctrl.v1.ResolverObservation.failing_since:type_name -> google.protobuf.Timestamp
-	203, // 195: kibotos.ctrl.v1.ResolverObservation.observed_at:type_name -> google.protobuf.Timestamp
-	203, // 196: kibotos.ctrl.v1.GuestObservation.observed_at:type_name -> google.protobuf.Timestamp
-	2,   // 197: kibotos.ctrl.v1.GuestObservation.condition:type_name -> kibotos.ctrl.v1.GuestCondition
-	203, // 198: kibotos.ctrl.v1.GuestObservation.unresponsive_since:type_name -> google.protobuf.Timestamp
-	3,   // 199: kibotos.ctrl.v1.GuestObservation.memory_condition:type_name -> kibotos.ctrl.v1.GuestMemoryCondition
-	203, // 200: kibotos.ctrl.v1.GuestObservation.memory_saturated_since:type_name -> google.protobuf.Timestamp
-	154, // 201: kibotos.ctrl.v1.GuestObservation.latest_memory_kill:type_name -> kibotos.ctrl.v1.GuestMemoryKill
-	203, // 202: kibotos.ctrl.v1.GuestObservation.last_reset_at:type_name -> google.protobuf.Timestamp
-	203, // 203: kibotos.ctrl.v1.GuestMemoryKill.killed_at:type_name -> google.protobuf.Timestamp
-	204, // 204: kibotos.ctrl.v1.GuestMemoryKill.window:type_name -> google.protobuf.Duration
-	204, // 205: kibotos.ctrl.v1.GuestMemoryKill.saturated_for:type_name -> google.protobuf.Duration
-	18,  // 206: kibotos.ctrl.v1.VolumeFailure.reason:type_name -> kibotos.ctrl.v1.FailureReason
-	19,  // 207: kibotos.ctrl.v1.VolumeFailure.stage:type_name -> kibotos.ctrl.v1.FailureStage
-	203, // 208: kibotos.ctrl.v1.VolumeFailure.failed_at:type_name -> google.protobuf.Timestamp
-	155, // 209: kibotos.ctrl.v1.Volume.spec:type_name -> kibotos.ctrl.v1.VolumeSpec
-	5,   // 210: kibotos.ctrl.v1.Volume.state:type_name -> kibotos.ctrl.v1.VolumeState
-	156, // 211: kibotos.ctrl.v1.Volume.failure:type_name -> kibotos.ctrl.v1.VolumeFailure
-	203, // 212: kibotos.ctrl.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	203, // 213: kibotos.ctrl.v1.Volume.updated_at:type_name -> google.protobuf.Timestamp
-	199, // 214: kibotos.ctrl.v1.Volume.annotations:type_name -> kibotos.ctrl.v1.Volume.AnnotationsEntry
-	200, // 215: kibotos.ctrl.v1.Volume.labels:type_name -> kibotos.ctrl.v1.Volume.LabelsEntry
-	158, // 216: kibotos.ctrl.v1.Volume.observation:type_name -> kibotos.ctrl.v1.VolumeObservation
-	4,   // 217: kibotos.ctrl.v1.VolumeObservation.condition:type_name -> kibotos.ctrl.v1.VolumeCondition
-	203, // 218: kibotos.ctrl.v1.VolumeObservation.observed_at:type_name -> google.protobuf.Timestamp
-	18,  // 219: kibotos.ctrl.v1.TransferFailure.reason:type_name -> kibotos.ctrl.v1.FailureReason
-	19,  // 220: kibotos.ctrl.v1.TransferFailure.stage:type_name -> kibotos.ctrl.v1.FailureStage
-	203, // 221: kibotos.ctrl.v1.TransferFailure.failed_at:type_name -> google.protobuf.Timestamp
-	132, // 222: kibotos.ctrl.v1.TransferManifest.template:type_name -> kibotos.ctrl.v1.TemplateRef
-	135, // 223: kibotos.ctrl.v1.TransferManifest.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
-	203, // 224: kibotos.ctrl.v1.TransferManifest.created_at:type_name -> google.protobuf.Timestamp
-	9,   // 225: kibotos.ctrl.v1.Transfer.state:type_name -> kibotos.ctrl.v1.TransferState
-	160, // 226: kibotos.ctrl.v1.Transfer.manifest:type_name -> kibotos.ctrl.v1.TransferManifest
-	159, // 227: kibotos.ctrl.v1.Transfer.failure:type_name -> kibotos.ctrl.v1.TransferFailure
-	203, // 228: kibotos.ctrl.v1.Transfer.created_at:type_name -> google.protobuf.Timestamp
-	203, // 229: kibotos.ctrl.v1.Transfer.updated_at:type_name -> google.protobuf.Timestamp
-	203, // 230: kibotos.ctrl.v1.Transfer.expires_at:type_name -> google.protobuf.Timestamp
-	201, // 231: kibotos.ctrl.v1.Transfer.labels:type_name -> kibotos.ctrl.v1.Transfer.LabelsEntry
-	202, // 232: kibotos.ctrl.v1.Transfer.annotations:type_name -> kibotos.ctrl.v1.Transfer.AnnotationsEntry
-	150, // 233: kibotos.ctrl.v1.ErrorDetail.observed_workspace:type_name -> kibotos.ctrl.v1.Workspace
-	18,  // 234: kibotos.ctrl.v1.ErrorDetail.reason:type_name -> kibotos.ctrl.v1.FailureReason
-	19,  // 235: kibotos.ctrl.v1.ErrorDetail.stage:type_name -> kibotos.ctrl.v1.FailureStage
-	203, // 236: kibotos.ctrl.v1.WorkspaceExpirationPolicy.deadline:type_name -> google.protobuf.Timestamp
-	24,  // 237: kibotos.ctrl.v1.WorkspaceExpirationPolicy.action:type_name -> kibotos.ctrl.v1.WorkspaceExpirationAction
-	163, // 238: kibotos.ctrl.v1.WorkspaceExpiration.policy:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
-	163, // 239: kibotos.ctrl.v1.WorkspaceExpirationChange.set:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
-	205, // 240: kibotos.ctrl.v1.WorkspaceExpirationChange.clear:type_name -> google.protobuf.Empty
-	25,  // 241: kibotos.ctrl.v1.WorkspaceService.CreateWorkspace:input_type -> kibotos.ctrl.v1.CreateWorkspaceRequest
-	27,  // 242: kibotos.ctrl.v1.WorkspaceService.GetWorkspace:input_type -> kibotos.ctrl.v1.GetWorkspaceRequest
-	29,  // 243: kibotos.ctrl.v1.WorkspaceService.ListWorkspaces:input_type -> kibotos.ctrl.v1.ListWorkspacesRequest
-	31,  // 244: kibotos.ctrl.v1.WorkspaceService.WatchWorkspace:input_type -> kibotos.ctrl.v1.WatchWorkspaceRequest
-	33,  // 245: kibotos.ctrl.v1.WorkspaceService.StartWorkspace:input_type -> kibotos.ctrl.v1.StartWorkspaceRequest
-	35,  // 246: kibotos.ctrl.v1.WorkspaceService.StopWorkspace:input_type -> kibotos.ctrl.v1.StopWorkspaceRequest
-	37,  // 247: kibotos.ctrl.v1.WorkspaceService.DeleteWorkspace:input_type -> kibotos.ctrl.v1.DeleteWorkspaceRequest
-	39,  // 248: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceMemory:input_type -> kibotos.ctrl.v1.UpdateWorkspaceMemoryRequest
-	41,  // 249: kibotos.ctrl.v1.WorkspaceService.ResizeWorkspaceWritableLayer:input_type -> kibotos.ctrl.v1.ResizeWorkspaceWritableLayerRequest
-	43,  // 250: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceVolumeBinding:input_type -> kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest
-	45,  // 251: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceNetworkPolicy:input_type -> kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest
-	47,  // 252: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceExpiration:input_type -> kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest
-	49,  // 253: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceLabels:input_type -> kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest
-	51,  // 254: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceAnnotations:input_type -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest
-	53,  // 255: kibotos.ctrl.v1.TemplateService.CreateTemplate:input_type -> kibotos.ctrl.v1.CreateTemplateRequest
-	55,  // 256: kibotos.ctrl.v1.TemplateService.GetTemplate:input_type -> kibotos.ctrl.v1.GetTemplateRequest
-	57,  // 257: kibotos.ctrl.v1.TemplateService.ListTemplates:input_type -> kibotos.ctrl.v1.ListTemplatesRequest
-	59,  // 258: kibotos.ctrl.v1.TemplateService.ImportTemplateRevision:input_type -> kibotos.ctrl.v1.ImportTemplateRevisionRequest
-	62,  // 259: kibotos.ctrl.v1.TemplateService.SetTemplateDefault:input_type -> kibotos.ctrl.v1.SetTemplateDefaultRequest
-	64,  // 260: kibotos.ctrl.v1.TemplateService.DeleteTemplate:input_type -> kibotos.ctrl.v1.DeleteTemplateRequest
-	66,  // 261: kibotos.ctrl.v1.TemplateService.UpdateTemplateLabels:input_type -> kibotos.ctrl.v1.UpdateTemplateLabelsRequest
-	68,  // 262: kibotos.ctrl.v1.TemplateService.UpdateTemplateAnnotations:input_type -> kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest
-	72,  // 263: kibotos.ctrl.v1.SessionService.IssueSession:input_type -> kibotos.ctrl.v1.IssueSessionRequest
-	74,  // 264: kibotos.ctrl.v1.SessionService.RevokeSession:input_type -> kibotos.ctrl.v1.RevokeSessionRequest
-	76,  // 265: kibotos.ctrl.v1.SessionService.RotateDataPlane:input_type -> kibotos.ctrl.v1.RotateDataPlaneRequest
-	78,  // 266: kibotos.ctrl.v1.VolumeService.CreateVolume:input_type -> kibotos.ctrl.v1.CreateVolumeRequest
-	80,  // 267: kibotos.ctrl.v1.VolumeService.GetVolume:input_type -> kibotos.ctrl.v1.GetVolumeRequest
-	82,  // 268: kibotos.ctrl.v1.VolumeService.ListVolumes:input_type -> kibotos.ctrl.v1.ListVolumesRequest
-	84,  // 269: kibotos.ctrl.v1.VolumeService.ResizeVolume:input_type -> kibotos.ctrl.v1.ResizeVolumeRequest
-	86,  // 270: kibotos.ctrl.v1.VolumeService.DeleteVolume:input_type -> kibotos.ctrl.v1.DeleteVolumeRequest
-	88,  // 271: kibotos.ctrl.v1.VolumeService.UpdateVolumeLabels:input_type -> kibotos.ctrl.v1.UpdateVolumeLabelsRequest
-	90,  // 272: kibotos.ctrl.v1.VolumeService.UpdateVolumeAnnotations:input_type -> kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest
-	92,  // 273: kibotos.ctrl.v1.EgressService.CreateEgress:input_type -> kibotos.ctrl.v1.CreateEgressRequest
-	94,  // 274: kibotos.ctrl.v1.EgressService.GetEgress:input_type -> kibotos.ctrl.v1.GetEgressRequest
-	96,  // 275: kibotos.ctrl.v1.EgressService.ListEgresses:input_type -> kibotos.ctrl.v1.ListEgressesRequest
-	98,  // 276: kibotos.ctrl.v1.EgressService.UpdateEgress:input_type -> kibotos.ctrl.v1.UpdateEgressRequest
-	100, // 277: kibotos.ctrl.v1.EgressService.DeleteEgress:input_type -> kibotos.ctrl.v1.DeleteEgressRequest
-	102, // 278: kibotos.ctrl.v1.EgressService.UpdateEgressLabels:input_type -> kibotos.ctrl.v1.UpdateEgressLabelsRequest
-	104, // 279: kibotos.ctrl.v1.EgressService.UpdateEgressAnnotations:input_type -> kibotos.ctrl.v1.UpdateEgressAnnotationsRequest
-	110, // 280: kibotos.ctrl.v1.ResolverService.CreateResolver:input_type -> kibotos.ctrl.v1.CreateResolverRequest
-	112, // 281: kibotos.ctrl.v1.ResolverService.GetResolver:input_type -> kibotos.ctrl.v1.GetResolverRequest
-	114, // 282: kibotos.ctrl.v1.ResolverService.ListResolvers:input_type -> kibotos.ctrl.v1.ListResolversRequest
-	116, // 283: kibotos.ctrl.v1.ResolverService.UpdateResolver:input_type -> kibotos.ctrl.v1.UpdateResolverRequest
-	118, // 284: kibotos.ctrl.v1.ResolverService.DeleteResolver:input_type -> kibotos.ctrl.v1.DeleteResolverRequest
-	120, // 285: kibotos.ctrl.v1.ResolverService.UpdateResolverLabels:input_type -> kibotos.ctrl.v1.UpdateResolverLabelsRequest
-	122, // 286: kibotos.ctrl.v1.ResolverService.UpdateResolverAnnotations:input_type -> kibotos.ctrl.v1.UpdateResolverAnnotationsRequest
-	26,  // 287: kibotos.ctrl.v1.WorkspaceService.CreateWorkspace:output_type -> kibotos.ctrl.v1.CreateWorkspaceResponse
-	28,  // 288: kibotos.ctrl.v1.WorkspaceService.GetWorkspace:output_type -> kibotos.ctrl.v1.GetWorkspaceResponse
-	30,  // 289: kibotos.ctrl.v1.WorkspaceService.ListWorkspaces:output_type -> kibotos.ctrl.v1.ListWorkspacesResponse
-	32,  // 290: kibotos.ctrl.v1.WorkspaceService.WatchWorkspace:output_type -> kibotos.ctrl.v1.WatchWorkspaceResponse
-	34,  // 291: kibotos.ctrl.v1.WorkspaceService.StartWorkspace:output_type -> kibotos.ctrl.v1.StartWorkspaceResponse
-	36,  // 292: kibotos.ctrl.v1.WorkspaceService.StopWorkspace:output_type -> kibotos.ctrl.v1.StopWorkspaceResponse
-	38,  // 293: kibotos.ctrl.v1.WorkspaceService.DeleteWorkspace:output_type -> kibotos.ctrl.v1.DeleteWorkspaceResponse
-	40,  // 294: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceMemory:output_type -> kibotos.ctrl.v1.UpdateWorkspaceMemoryResponse
-	42,  // 295: kibotos.ctrl.v1.WorkspaceService.ResizeWorkspaceWritableLayer:output_type -> kibotos.ctrl.v1.ResizeWorkspaceWritableLayerResponse
-	44,  // 296: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceVolumeBinding:output_type -> kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingResponse
-	46,  // 297: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceNetworkPolicy:output_type -> kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyResponse
-	48,  // 298: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceExpiration:output_type -> kibotos.ctrl.v1.UpdateWorkspaceExpirationResponse
-	50,  // 299: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceLabels:output_type -> kibotos.ctrl.v1.UpdateWorkspaceLabelsResponse
-	52,  // 300: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceAnnotations:output_type -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsResponse
-	54,  // 301: kibotos.ctrl.v1.TemplateService.CreateTemplate:output_type -> kibotos.ctrl.v1.CreateTemplateResponse
-	56,  // 302: kibotos.ctrl.v1.TemplateService.GetTemplate:output_type -> kibotos.ctrl.v1.GetTemplateResponse
-	58,  // 303: kibotos.ctrl.v1.TemplateService.ListTemplates:output_type -> kibotos.ctrl.v1.ListTemplatesResponse
-	61,  // 304: kibotos.ctrl.v1.TemplateService.ImportTemplateRevision:output_type -> kibotos.ctrl.v1.ImportTemplateRevisionResponse
-	63,  // 305: kibotos.ctrl.v1.TemplateService.SetTemplateDefault:output_type -> kibotos.ctrl.v1.SetTemplateDefaultResponse
-	65,  // 306: kibotos.ctrl.v1.TemplateService.DeleteTemplate:output_type -> kibotos.ctrl.v1.DeleteTemplateResponse
-	67,  // 307: kibotos.ctrl.v1.TemplateService.UpdateTemplateLabels:output_type -> kibotos.ctrl.v1.UpdateTemplateLabelsResponse
-	69,  // 308: kibotos.ctrl.v1.TemplateService.UpdateTemplateAnnotations:output_type -> kibotos.ctrl.v1.UpdateTemplateAnnotationsResponse
-	73,  // 309: kibotos.ctrl.v1.SessionService.IssueSession:output_type -> kibotos.ctrl.v1.IssueSessionResponse
-	75,  // 310: kibotos.ctrl.v1.SessionService.RevokeSession:output_type -> kibotos.ctrl.v1.RevokeSessionResponse
-	77,  // 311: kibotos.ctrl.v1.SessionService.RotateDataPlane:output_type -> kibotos.ctrl.v1.RotateDataPlaneResponse
-	79,  // 312: kibotos.ctrl.v1.VolumeService.CreateVolume:output_type -> kibotos.ctrl.v1.CreateVolumeResponse
-	81,  // 313: kibotos.ctrl.v1.VolumeService.GetVolume:output_type -> kibotos.ctrl.v1.GetVolumeResponse
-	83,  // 314: kibotos.ctrl.v1.VolumeService.ListVolumes:output_type -> kibotos.ctrl.v1.ListVolumesResponse
-	85,  // 315: kibotos.ctrl.v1.VolumeService.ResizeVolume:output_type -> kibotos.ctrl.v1.ResizeVolumeResponse
-	87,  // 316: kibotos.ctrl.v1.VolumeService.DeleteVolume:output_type -> kibotos.ctrl.v1.DeleteVolumeResponse
-	89,  // 317: kibotos.ctrl.v1.VolumeService.UpdateVolumeLabels:output_type -> kibotos.ctrl.v1.UpdateVolumeLabelsResponse
-	91,  // 318: kibotos.ctrl.v1.VolumeService.UpdateVolumeAnnotations:output_type -> kibotos.ctrl.v1.UpdateVolumeAnnotationsResponse
-	93,  // 319: kibotos.ctrl.v1.EgressService.CreateEgress:output_type -> kibotos.ctrl.v1.CreateEgressResponse
-	95,  // 320: kibotos.ctrl.v1.EgressService.GetEgress:output_type -> kibotos.ctrl.v1.GetEgressResponse
-	97,  // 321: kibotos.ctrl.v1.EgressService.ListEgresses:output_type -> kibotos.ctrl.v1.ListEgressesResponse
-	99,  // 322: kibotos.ctrl.v1.EgressService.UpdateEgress:output_type -> kibotos.ctrl.v1.UpdateEgressResponse
-	101, // 323: kibotos.ctrl.v1.EgressService.DeleteEgress:output_type -> kibotos.ctrl.v1.DeleteEgressResponse
-	103, // 324: kibotos.ctrl.v1.EgressService.UpdateEgressLabels:output_type -> kibotos.ctrl.v1.UpdateEgressLabelsResponse
-	105, // 325: kibotos.ctrl.v1.EgressService.UpdateEgressAnnotations:output_type -> kibotos.ctrl.v1.UpdateEgressAnnotationsResponse
-	111, // 326: kibotos.ctrl.v1.ResolverService.CreateResolver:output_type -> kibotos.ctrl.v1.CreateResolverResponse
-	113, // 327: kibotos.ctrl.v1.ResolverService.GetResolver:output_type -> kibotos.ctrl.v1.GetResolverResponse
-	115, // 328: kibotos.ctrl.v1.ResolverService.ListResolvers:output_type -> kibotos.ctrl.v1.ListResolversResponse
-	117, // 329: kibotos.ctrl.v1.ResolverService.UpdateResolver:output_type -> kibotos.ctrl.v1.UpdateResolverResponse
-	119, // 330: kibotos.ctrl.v1.ResolverService.DeleteResolver:output_type -> kibotos.ctrl.v1.DeleteResolverResponse
-	121, // 331: kibotos.ctrl.v1.ResolverService.UpdateResolverLabels:output_type -> kibotos.ctrl.v1.UpdateResolverLabelsResponse
-	123, // 332: kibotos.ctrl.v1.ResolverService.UpdateResolverAnnotations:output_type -> kibotos.ctrl.v1.UpdateResolverAnnotationsResponse
-	287, // [287:333] is the sub-list for method output_type
-	241, // [241:287] is the sub-list for method input_type
-	241, // [241:241] is the sub-list for extension type_name
-	241, // [241:241] is the sub-list for extension extendee
-	0,   // [0:241] is the sub-list for field type_name
+	225, // 57: kibotos.ctrl.v1.Template.created_at:type_name -> google.protobuf.Timestamp
+	225, // 58: kibotos.ctrl.v1.Template.updated_at:type_name -> google.protobuf.Timestamp
+	191, // 59: kibotos.ctrl.v1.Template.labels:type_name -> kibotos.ctrl.v1.Template.LabelsEntry
+	192, // 60: kibotos.ctrl.v1.Template.annotations:type_name -> kibotos.ctrl.v1.Template.AnnotationsEntry
+	225, // 61: kibotos.ctrl.v1.TemplateRevision.created_at:type_name -> google.protobuf.Timestamp
+	225, // 62: kibotos.ctrl.v1.IssueSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
+	145, // 63: kibotos.ctrl.v1.RevokeSessionRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	145, // 64: kibotos.ctrl.v1.RotateDataPlaneRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	164, // 65: kibotos.ctrl.v1.RotateDataPlaneResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	145, // 66: kibotos.ctrl.v1.CreateVolumeRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	169, // 67: kibotos.ctrl.v1.CreateVolumeRequest.spec:type_name -> kibotos.ctrl.v1.VolumeSpec
+	193, // 68: kibotos.ctrl.v1.CreateVolumeRequest.labels:type_name -> kibotos.ctrl.v1.CreateVolumeRequest.LabelsEntry
+	194, // 69: kibotos.ctrl.v1.CreateVolumeRequest.annotations:type_name -> kibotos.ctrl.v1.CreateVolumeRequest.AnnotationsEntry
+	171, // 70: kibotos.ctrl.v1.CreateVolumeResponse.volume:type_name -> kibotos.ctrl.v1.Volume
+	171, // 71: kibotos.ctrl.v1.GetVolumeResponse.volume:type_name -> kibotos.ctrl.v1.Volume
+	195, // 72: kibotos.ctrl.v1.ListVolumesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListVolumesRequest.LabelSelectorEntry
+	171, // 73: kibotos.ctrl.v1.ListVolumesResponse.volumes:type_name -> kibotos.ctrl.v1.Volume
+	145, // 74: kibotos.ctrl.v1.ResizeVolumeRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	171, // 75: kibotos.ctrl.v1.ResizeVolumeResponse.volume:type_name -> kibotos.ctrl.v1.Volume
+	145, // 76: kibotos.ctrl.v1.DeleteVolumeRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	171, // 77: kibotos.ctrl.v1.DeleteVolumeResponse.volume:type_name -> kibotos.ctrl.v1.Volume
+	145, // 78: kibotos.ctrl.v1.UpdateVolumeLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	196, // 79: kibotos.ctrl.v1.UpdateVolumeLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateVolumeLabelsRequest.LabelsEntry
+	171, // 80: kibotos.ctrl.v1.UpdateVolumeLabelsResponse.volume:type_name -> kibotos.ctrl.v1.Volume
+	145, // 81: kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	197, // 82: kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest.AnnotationsEntry
+	171, // 83: kibotos.ctrl.v1.UpdateVolumeAnnotationsResponse.volume:type_name -> kibotos.ctrl.v1.Volume
+	145, // 84: kibotos.ctrl.v1.ExportWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	198, // 85: kibotos.ctrl.v1.ExportWorkspaceRequest.labels:type_name -> kibotos.ctrl.v1.ExportWorkspaceRequest.LabelsEntry
+	199, // 86: kibotos.ctrl.v1.ExportWorkspaceRequest.annotations:type_name -> kibotos.ctrl.v1.ExportWorkspaceRequest.AnnotationsEntry
+	176, // 87: kibotos.ctrl.v1.ExportWorkspaceResponse.transfer:type_name -> kibotos.ctrl.v1.Transfer
+	145, // 88: kibotos.ctrl.v1.ImportTransferRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	200, // 89: kibotos.ctrl.v1.ImportTransferRequest.labels:type_name -> kibotos.ctrl.v1.ImportTransferRequest.LabelsEntry
+	201, // 90: kibotos.ctrl.v1.ImportTransferRequest.annotations:type_name -> kibotos.ctrl.v1.ImportTransferRequest.AnnotationsEntry
+	176, // 91: kibotos.ctrl.v1.ImportTransferResponse.transfer:type_name -> kibotos.ctrl.v1.Transfer
+	145, // 92: kibotos.ctrl.v1.RestoreWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	202, // 93: kibotos.ctrl.v1.RestoreWorkspaceRequest.labels:type_name -> kibotos.ctrl.v1.RestoreWorkspaceRequest.LabelsEntry
+	203, // 94: kibotos.ctrl.v1.RestoreWorkspaceRequest.annotations:type_name -> kibotos.ctrl.v1.RestoreWorkspaceRequest.AnnotationsEntry
+	164, // 95: kibotos.ctrl.v1.RestoreWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	176, // 96: kibotos.ctrl.v1.RestoreWorkspaceResponse.transfer:type_name -> kibotos.ctrl.v1.Transfer
+	176, // 97: kibotos.ctrl.v1.GetTransferResponse.transfer:type_name -> kibotos.ctrl.v1.Transfer
+	204, // 98: kibotos.ctrl.v1.ListTransfersRequest.label_selector:type_name -> kibotos.ctrl.v1.ListTransfersRequest.LabelSelectorEntry
+	176, // 99: kibotos.ctrl.v1.ListTransfersResponse.transfers:type_name -> kibotos.ctrl.v1.Transfer
+	145, // 100: kibotos.ctrl.v1.DeleteTransferRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	176, // 101: kibotos.ctrl.v1.DeleteTransferResponse.transfer:type_name -> kibotos.ctrl.v1.Transfer
+	145, // 102: kibotos.ctrl.v1.CreateEgressRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	120, // 103: kibotos.ctrl.v1.CreateEgressRequest.spec:type_name -> kibotos.ctrl.v1.EgressSpec
+	205, // 104: kibotos.ctrl.v1.CreateEgressRequest.labels:type_name -> kibotos.ctrl.v1.CreateEgressRequest.LabelsEntry
+	206, // 105: kibotos.ctrl.v1.CreateEgressRequest.annotations:type_name -> kibotos.ctrl.v1.CreateEgressRequest.AnnotationsEntry
+	123, // 106: kibotos.ctrl.v1.CreateEgressResponse.egress:type_name -> kibotos.ctrl.v1.Egress
+	123, // 107: kibotos.ctrl.v1.GetEgressResponse.egress:type_name -> kibotos.ctrl.v1.Egress
+	207, // 108: kibotos.ctrl.v1.ListEgressesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListEgressesRequest.LabelSelectorEntry
+	123, // 109: kibotos.ctrl.v1.ListEgressesResponse.egresses:type_name -> kibotos.ctrl.v1.Egress
+	145, // 110: kibotos.ctrl.v1.UpdateEgressRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	120, // 111: kibotos.ctrl.v1.UpdateEgressRequest.spec:type_name -> kibotos.ctrl.v1.EgressSpec
+	123, // 112: kibotos.ctrl.v1.UpdateEgressResponse.egress:type_name -> kibotos.ctrl.v1.Egress
+	145, // 113: kibotos.ctrl.v1.DeleteEgressRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	145, // 114: kibotos.ctrl.v1.UpdateEgressLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	208, // 115: kibotos.ctrl.v1.UpdateEgressLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateEgressLabelsRequest.LabelsEntry
+	123, // 116: kibotos.ctrl.v1.UpdateEgressLabelsResponse.egress:type_name -> kibotos.ctrl.v1.Egress
+	145, // 117: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	209, // 118: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.AnnotationsEntry
+	123, // 119: kibotos.ctrl.v1.UpdateEgressAnnotationsResponse.egress:type_name -> kibotos.ctrl.v1.Egress
+	121, // 120: kibotos.ctrl.v1.EgressSpec.socks5:type_name -> kibotos.ctrl.v1.Socks5Egress
+	122, // 121: kibotos.ctrl.v1.Socks5Egress.tls:type_name -> kibotos.ctrl.v1.EgressTls
+	120, // 122: kibotos.ctrl.v1.Egress.spec:type_name -> kibotos.ctrl.v1.EgressSpec
+	225, // 123: kibotos.ctrl.v1.Egress.created_at:type_name -> google.protobuf.Timestamp
+	225, // 124: kibotos.ctrl.v1.Egress.updated_at:type_name -> google.protobuf.Timestamp
+	210, // 125: kibotos.ctrl.v1.Egress.labels:type_name -> kibotos.ctrl.v1.Egress.LabelsEntry
+	211, // 126: kibotos.ctrl.v1.Egress.annotations:type_name -> kibotos.ctrl.v1.Egress.AnnotationsEntry
+	145, // 127: kibotos.ctrl.v1.CreateResolverRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	138, // 128: kibotos.ctrl.v1.CreateResolverRequest.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
+	212, // 129: kibotos.ctrl.v1.CreateResolverRequest.labels:type_name -> kibotos.ctrl.v1.CreateResolverRequest.LabelsEntry
+	213, // 130: kibotos.ctrl.v1.CreateResolverRequest.annotations:type_name -> kibotos.ctrl.v1.CreateResolverRequest.AnnotationsEntry
+	143, // 131: kibotos.ctrl.v1.CreateResolverResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
+	143, // 132: kibotos.ctrl.v1.GetResolverResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
+	214, // 133: kibotos.ctrl.v1.ListResolversRequest.label_selector:type_name -> kibotos.ctrl.v1.ListResolversRequest.LabelSelectorEntry
+	143, // 134: kibotos.ctrl.v1.ListResolversResponse.resolvers:type_name -> kibotos.ctrl.v1.Resolver
+	145, // 135: kibotos.ctrl.v1.UpdateResolverRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	138, // 136: kibotos.ctrl.v1.UpdateResolverRequest.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
+	143, // 137: kibotos.ctrl.v1.UpdateResolverResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
+	145, // 138: kibotos.ctrl.v1.DeleteResolverRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	145, // 139: kibotos.ctrl.v1.UpdateResolverLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	215, // 140: kibotos.ctrl.v1.UpdateResolverLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateResolverLabelsRequest.LabelsEntry
+	143, // 141: kibotos.ctrl.v1.UpdateResolverLabelsResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
+	145, // 142: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	216, // 143: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.AnnotationsEntry
+	143, // 144: kibotos.ctrl.v1.UpdateResolverAnnotationsResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
+	139, // 145: kibotos.ctrl.v1.ResolverSpec.udp:type_name -> kibotos.ctrl.v1.UdpResolver
+	140, // 146: kibotos.ctrl.v1.ResolverSpec.tcp:type_name -> kibotos.ctrl.v1.TcpResolver
+	141, // 147: kibotos.ctrl.v1.ResolverSpec.tls:type_name -> kibotos.ctrl.v1.TlsResolver
+	142, // 148: kibotos.ctrl.v1.ResolverSpec.https:type_name -> kibotos.ctrl.v1.HttpsResolver
+	138, // 149: kibotos.ctrl.v1.Resolver.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
+	225, // 150: kibotos.ctrl.v1.Resolver.created_at:type_name -> google.protobuf.Timestamp
+	225, // 151: kibotos.ctrl.v1.Resolver.updated_at:type_name -> google.protobuf.Timestamp
+	217, // 152: kibotos.ctrl.v1.Resolver.labels:type_name -> kibotos.ctrl.v1.Resolver.LabelsEntry
+	218, // 153: kibotos.ctrl.v1.Resolver.annotations:type_name -> kibotos.ctrl.v1.Resolver.AnnotationsEntry
+	11,  // 154: kibotos.ctrl.v1.WorkspaceStop.cause:type_name -> kibotos.ctrl.v1.StopCause
+	12,  // 155: kibotos.ctrl.v1.WorkspaceStop.mode:type_name -> kibotos.ctrl.v1.StopMode
+	10,  // 156: kibotos.ctrl.v1.WorkspaceStop.durability:type_name -> kibotos.ctrl.v1.StopDurability
+	225, // 157: kibotos.ctrl.v1.WorkspaceStop.requested_at:type_name -> google.protobuf.Timestamp
+	225, // 158: kibotos.ctrl.v1.WorkspaceStop.completed_at:type_name -> google.protobuf.Timestamp
+	7,   // 159: kibotos.ctrl.v1.TemplateDeliveryObservation.state:type_name -> kibotos.ctrl.v1.TemplateDeliveryState
+	8,   // 160: kibotos.ctrl.v1.TemplateDeliveryObservation.reason:type_name -> kibotos.ctrl.v1.TemplateDeliveryReason
+	225, // 161: kibotos.ctrl.v1.TemplateDeliveryObservation.started_at:type_name -> google.protobuf.Timestamp
+	225, // 162: kibotos.ctrl.v1.TemplateDeliveryObservation.observed_at:type_name -> google.protobuf.Timestamp
+	20,  // 163: kibotos.ctrl.v1.WorkspaceVolumeBinding.mode:type_name -> kibotos.ctrl.v1.WorkspaceVolumeMode
+	21,  // 164: kibotos.ctrl.v1.NetworkPolicy.mode:type_name -> kibotos.ctrl.v1.NetworkPolicyMode
+	156, // 165: kibotos.ctrl.v1.NetworkPolicy.egresses:type_name -> kibotos.ctrl.v1.NetworkPolicyEgress
+	153, // 166: kibotos.ctrl.v1.NetworkPolicy.resolvers:type_name -> kibotos.ctrl.v1.NetworkPolicyResolver
+	154, // 167: kibotos.ctrl.v1.NetworkPolicyResolver.path:type_name -> kibotos.ctrl.v1.ResolverPath
+	155, // 168: kibotos.ctrl.v1.ResolverPath.direct:type_name -> kibotos.ctrl.v1.ResolverDirectPath
+	225, // 169: kibotos.ctrl.v1.NetworkPolicyStatus.applied_at:type_name -> google.protobuf.Timestamp
+	158, // 170: kibotos.ctrl.v1.NetworkPolicyStatus.egresses:type_name -> kibotos.ctrl.v1.NetworkPolicyEgressStatus
+	159, // 171: kibotos.ctrl.v1.NetworkPolicyStatus.resolvers:type_name -> kibotos.ctrl.v1.NetworkPolicyResolverStatus
+	154, // 172: kibotos.ctrl.v1.NetworkPolicyResolverStatus.path:type_name -> kibotos.ctrl.v1.ResolverPath
+	146, // 173: kibotos.ctrl.v1.WorkspaceSpec.template:type_name -> kibotos.ctrl.v1.TemplateRef
+	149, // 174: kibotos.ctrl.v1.WorkspaceSpec.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
+	150, // 175: kibotos.ctrl.v1.WorkspaceSpec.capabilities:type_name -> kibotos.ctrl.v1.CapabilityRequirements
+	151, // 176: kibotos.ctrl.v1.WorkspaceSpec.volume:type_name -> kibotos.ctrl.v1.WorkspaceVolumeBinding
+	152, // 177: kibotos.ctrl.v1.WorkspaceSpec.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	147, // 178: kibotos.ctrl.v1.WorkspaceCreateSpec.template:type_name -> kibotos.ctrl.v1.TemplateSelector
+	149, // 179: kibotos.ctrl.v1.WorkspaceCreateSpec.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
+	150, // 180: kibotos.ctrl.v1.WorkspaceCreateSpec.capabilities:type_name -> kibotos.ctrl.v1.CapabilityRequirements
+	151, // 181: kibotos.ctrl.v1.WorkspaceCreateSpec.volume:type_name -> kibotos.ctrl.v1.WorkspaceVolumeBinding
+	152, // 182: kibotos.ctrl.v1.WorkspaceCreateSpec.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	178, // 183: kibotos.ctrl.v1.WorkspaceCreateSpec.expiration:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
+	18,  // 184: kibotos.ctrl.v1.WorkspaceFailure.reason:type_name -> kibotos.ctrl.v1.FailureReason
+	19,  // 185: kibotos.ctrl.v1.WorkspaceFailure.stage:type_name -> kibotos.ctrl.v1.FailureStage
+	225, // 186: kibotos.ctrl.v1.WorkspaceFailure.failed_at:type_name -> google.protobuf.Timestamp
+	13,  // 187: kibotos.ctrl.v1.RetentionTier.kind:type_name -> kibotos.ctrl.v1.RetentionTierKind
+	14,  // 188: kibotos.ctrl.v1.RetentionTier.availability:type_name -> kibotos.ctrl.v1.RetentionAvailability
+	15,  // 189: kibotos.ctrl.v1.RetentionTier.continuity:type_name -> kibotos.ctrl.v1.RetentionContinuity
+	16,  // 190: kibotos.ctrl.v1.RetentionTier.reset_reason:type_name -> kibotos.ctrl.v1.RetentionResetReason
+	160, // 191: kibotos.ctrl.v1.Workspace.spec:type_name -> kibotos.ctrl.v1.WorkspaceSpec
+	1,   // 192: kibotos.ctrl.v1.Workspace.state:type_name -> kibotos.ctrl.v1.WorkspaceState
+	162, // 193: kibotos.ctrl.v1.Workspace.failure:type_name -> kibotos.ctrl.v1.WorkspaceFailure
+	225, // 194: kibotos.ctrl.v1.Workspace.created_at:type_name -> google.protobuf.Timestamp
+	225, // 195: kibotos.ctrl.v1.Workspace.updated_at:type_name -> google.protobuf.Timestamp
+	163, // 196: kibotos.ctrl.v1.Workspace.retention_tiers:type_name -> kibotos.ctrl.v1.RetentionTier
+	148, // 197: kibotos.ctrl.v1.Workspace.delivery:type_name -> kibotos.ctrl.v1.TemplateDeliveryObservation
+	157, // 198: kibotos.ctrl.v1.Workspace.network_policy_status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
+	17,  // 199: kibotos.ctrl.v1.Workspace.reestablish:type_name -> kibotos.ctrl.v1.ReestablishRequirement
+	219, // 200: kibotos.ctrl.v1.Workspace.annotations:type_name -> kibotos.ctrl.v1.Workspace.AnnotationsEntry
+	220, // 201: kibotos.ctrl.v1.Workspace.labels:type_name -> kibotos.ctrl.v1.Workspace.LabelsEntry
+	167, // 202: kibotos.ctrl.v1.Workspace.guest_observation:type_name -> kibotos.ctrl.v1.GuestObservation
+	144, // 203: kibotos.ctrl.v1.Workspace.last_stop:type_name -> kibotos.ctrl.v1.WorkspaceStop
+	165, // 204: kibotos.ctrl.v1.Workspace.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
+	166, // 205: kibotos.ctrl.v1.Workspace.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
+	179, // 206: kibotos.ctrl.v1.Workspace.expiration:type_name -> kibotos.ctrl.v1.WorkspaceExpiration
+	22,  // 207: kibotos.ctrl.v1.EgressObservation.kind:type_name -> kibotos.ctrl.v1.EgressObservationKind
+	225, // 208: kibotos.ctrl.v1.EgressObservation.failing_since:type_name -> google.protobuf.Timestamp
+	225, // 209: kibotos.ctrl.v1.EgressObservation.observed_at:type_name -> google.protobuf.Timestamp
+	154, // 210: kibotos.ctrl.v1.ResolverObservation.path:type_name -> kibotos.ctrl.v1.ResolverPath
+	23,  // 211: kibotos.ctrl.v1.ResolverObservation.kind:type_name -> kibotos.ctrl.v1.ResolverObservationKind
+	225, // 212: kibotos.ctrl.v1.ResolverObservation.failing_since:type_name -> google.protobuf.Timestamp
+	225, // 213: kibotos.ctrl.v1.ResolverObservation.observed_at:type_name -> google.protobuf.Timestamp
+	225, // 214: kibotos.ctrl.v1.GuestObservation.observed_at:type_name -> google.protobuf.Timestamp
+	2,   // 215: kibotos.ctrl.v1.GuestObservation.condition:type_name -> kibotos.ctrl.v1.GuestCondition
+	225, // 216: kibotos.ctrl.v1.GuestObservation.unresponsive_since:type_name -> google.protobuf.Timestamp
+	3,   // 217: kibotos.ctrl.v1.GuestObservation.memory_condition:type_name -> kibotos.ctrl.v1.GuestMemoryCondition
+	225, // 218: kibotos.ctrl.v1.GuestObservation.memory_saturated_since:type_name -> google.protobuf.Timestamp
+	168, // 219: kibotos.ctrl.v1.GuestObservation.latest_memory_kill:type_name -> kibotos.ctrl.v1.GuestMemoryKill
+	225, // 220: kibotos.ctrl.v1.GuestObservation.last_reset_at:type_name -> google.protobuf.Timestamp
+	225, // 221: kibotos.ctrl.v1.GuestMemoryKill.killed_at:type_name -> google.protobuf.Timestamp
+	226, // 222: kibotos.ctrl.v1.GuestMemoryKill.window:type_name -> google.protobuf.Duration
+	226, // 223: kibotos.ctrl.v1.GuestMemoryKill.saturated_for:type_name -> google.protobuf.Duration
+	18,  // 224: kibotos.ctrl.v1.VolumeFailure.reason:type_name -> kibotos.ctrl.v1.FailureReason
+	19,  // 225: kibotos.ctrl.v1.VolumeFailure.stage:type_name -> kibotos.ctrl.v1.FailureStage
+	225, // 226: kibotos.ctrl.v1.VolumeFailure.failed_at:type_name -> google.protobuf.Timestamp
+	169, // 227: kibotos.ctrl.v1.Volume.spec:type_name -> kibotos.ctrl.v1.VolumeSpec
+	5,   // 228: kibotos.ctrl.v1.Volume.state:type_name -> kibotos.ctrl.v1.VolumeState
+	170, // 229: kibotos.ctrl.v1.Volume.failure:type_name -> kibotos.ctrl.v1.VolumeFailure
+	225, // 230: kibotos.ctrl.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	225, // 231: kibotos.ctrl.v1.Volume.updated_at:type_name -> google.protobuf.Timestamp
+	221, // 232: kibotos.ctrl.v1.Volume.annotations:type_name -> kibotos.ctrl.v1.Volume.AnnotationsEntry
+	222, // 233: kibotos.ctrl.v1.Volume.labels:type_name -> kibotos.ctrl.v1.Volume.LabelsEntry
+	172, // 234: kibotos.ctrl.v1.Volume.observation:type_name -> kibotos.ctrl.v1.VolumeObservation
+	4,   // 235: kibotos.ctrl.v1.VolumeObservation.condition:type_name -> kibotos.ctrl.v1.VolumeCondition
+	225, // 236: kibotos.ctrl.v1.VolumeObservation.observed_at:type_name -> google.protobuf.Timestamp
+	18,  // 237: kibotos.ctrl.v1.TransferFailure.reason:type_name -> kibotos.ctrl.v1.FailureReason
+	19,  // 238: kibotos.ctrl.v1.TransferFailure.stage:type_name -> kibotos.ctrl.v1.FailureStage
+	225, // 239: kibotos.ctrl.v1.TransferFailure.failed_at:type_name -> google.protobuf.Timestamp
+	146, // 240: kibotos.ctrl.v1.TransferManifest.template:type_name -> kibotos.ctrl.v1.TemplateRef
+	149, // 241: kibotos.ctrl.v1.TransferManifest.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
+	225, // 242: kibotos.ctrl.v1.TransferManifest.created_at:type_name -> google.protobuf.Timestamp
+	152, // 243: kibotos.ctrl.v1.TransferManifest.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	225, // 244: kibotos.ctrl.v1.TransferProgress.updated_at:type_name -> google.protobuf.Timestamp
+	9,   // 245: kibotos.ctrl.v1.Transfer.state:type_name -> kibotos.ctrl.v1.TransferState
+	174, // 246: kibotos.ctrl.v1.Transfer.manifest:type_name -> kibotos.ctrl.v1.TransferManifest
+	173, // 247: kibotos.ctrl.v1.Transfer.failure:type_name -> kibotos.ctrl.v1.TransferFailure
+	225, // 248: kibotos.ctrl.v1.Transfer.created_at:type_name -> google.protobuf.Timestamp
+	225, // 249: kibotos.ctrl.v1.Transfer.updated_at:type_name -> google.protobuf.Timestamp
+	225, // 250: kibotos.ctrl.v1.Transfer.expires_at:type_name -> google.protobuf.Timestamp
+	223, // 251: kibotos.ctrl.v1.Transfer.labels:type_name -> kibotos.ctrl.v1.Transfer.LabelsEntry
+	224, // 252: kibotos.ctrl.v1.Transfer.annotations:type_name -> kibotos.ctrl.v1.Transfer.AnnotationsEntry
+	175, // 253: kibotos.ctrl.v1.Transfer.progress:type_name -> kibotos.ctrl.v1.TransferProgress
+	164, // 254: kibotos.ctrl.v1.ErrorDetail.observed_workspace:type_name -> kibotos.ctrl.v1.Workspace
+	18,  // 255: kibotos.ctrl.v1.ErrorDetail.reason:type_name -> kibotos.ctrl.v1.FailureReason
+	19,  // 256: kibotos.ctrl.v1.ErrorDetail.stage:type_name -> kibotos.ctrl.v1.FailureStage
+	225, // 257: kibotos.ctrl.v1.WorkspaceExpirationPolicy.deadline:type_name -> google.protobuf.Timestamp
+	24,  // 258: kibotos.ctrl.v1.WorkspaceExpirationPolicy.action:type_name -> kibotos.ctrl.v1.WorkspaceExpirationAction
+	178, // 259: kibotos.ctrl.v1.WorkspaceExpiration.policy:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
+	178, // 260: kibotos.ctrl.v1.WorkspaceExpirationChange.set:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
+	227, // 261: kibotos.ctrl.v1.WorkspaceExpirationChange.clear:type_name -> google.protobuf.Empty
+	25,  // 262: kibotos.ctrl.v1.WorkspaceService.CreateWorkspace:input_type -> kibotos.ctrl.v1.CreateWorkspaceRequest
+	27,  // 263: kibotos.ctrl.v1.WorkspaceService.GetWorkspace:input_type -> kibotos.ctrl.v1.GetWorkspaceRequest
+	29,  // 264: kibotos.ctrl.v1.WorkspaceService.ListWorkspaces:input_type -> kibotos.ctrl.v1.ListWorkspacesRequest
+	31,  // 265: kibotos.ctrl.v1.WorkspaceService.WatchWorkspace:input_type -> kibotos.ctrl.v1.WatchWorkspaceRequest
+	33,  // 266: kibotos.ctrl.v1.WorkspaceService.StartWorkspace:input_type -> kibotos.ctrl.v1.StartWorkspaceRequest
+	35,  // 267: kibotos.ctrl.v1.WorkspaceService.StopWorkspace:input_type -> kibotos.ctrl.v1.StopWorkspaceRequest
+	37,  // 268: kibotos.ctrl.v1.WorkspaceService.DeleteWorkspace:input_type -> kibotos.ctrl.v1.DeleteWorkspaceRequest
+	39,  // 269: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceMemory:input_type -> kibotos.ctrl.v1.UpdateWorkspaceMemoryRequest
+	41,  // 270: kibotos.ctrl.v1.WorkspaceService.ResizeWorkspaceWritableLayer:input_type -> kibotos.ctrl.v1.ResizeWorkspaceWritableLayerRequest
+	43,  // 271: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceVolumeBinding:input_type -> kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest
+	45,  // 272: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceNetworkPolicy:input_type -> kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest
+	47,  // 273: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceExpiration:input_type -> kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest
+	49,  // 274: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceLabels:input_type -> kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest
+	51,  // 275: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceAnnotations:input_type -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest
+	53,  // 276: kibotos.ctrl.v1.TemplateService.CreateTemplate:input_type -> kibotos.ctrl.v1.CreateTemplateRequest
+	55,  // 277: kibotos.ctrl.v1.TemplateService.GetTemplate:input_type -> kibotos.ctrl.v1.GetTemplateRequest
+	57,  // 278: kibotos.ctrl.v1.TemplateService.ListTemplates:input_type -> kibotos.ctrl.v1.ListTemplatesRequest
+	59,  // 279: kibotos.ctrl.v1.TemplateService.ImportTemplateRevision:input_type -> kibotos.ctrl.v1.ImportTemplateRevisionRequest
+	62,  // 280: kibotos.ctrl.v1.TemplateService.SetTemplateDefault:input_type -> kibotos.ctrl.v1.SetTemplateDefaultRequest
+	64,  // 281: kibotos.ctrl.v1.TemplateService.DeleteTemplate:input_type -> kibotos.ctrl.v1.DeleteTemplateRequest
+	66,  // 282: kibotos.ctrl.v1.TemplateService.UpdateTemplateLabels:input_type -> kibotos.ctrl.v1.UpdateTemplateLabelsRequest
+	68,  // 283: kibotos.ctrl.v1.TemplateService.UpdateTemplateAnnotations:input_type -> kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest
+	72,  // 284: kibotos.ctrl.v1.SessionService.IssueSession:input_type -> kibotos.ctrl.v1.IssueSessionRequest
+	74,  // 285: kibotos.ctrl.v1.SessionService.RevokeSession:input_type -> kibotos.ctrl.v1.RevokeSessionRequest
+	76,  // 286: kibotos.ctrl.v1.SessionService.RotateDataPlane:input_type -> kibotos.ctrl.v1.RotateDataPlaneRequest
+	78,  // 287: kibotos.ctrl.v1.VolumeService.CreateVolume:input_type -> kibotos.ctrl.v1.CreateVolumeRequest
+	80,  // 288: kibotos.ctrl.v1.VolumeService.GetVolume:input_type -> kibotos.ctrl.v1.GetVolumeRequest
+	82,  // 289: kibotos.ctrl.v1.VolumeService.ListVolumes:input_type -> kibotos.ctrl.v1.ListVolumesRequest
+	84,  // 290: kibotos.ctrl.v1.VolumeService.ResizeVolume:input_type -> kibotos.ctrl.v1.ResizeVolumeRequest
+	86,  // 291: kibotos.ctrl.v1.VolumeService.DeleteVolume:input_type -> kibotos.ctrl.v1.DeleteVolumeRequest
+	88,  // 292: kibotos.ctrl.v1.VolumeService.UpdateVolumeLabels:input_type -> kibotos.ctrl.v1.UpdateVolumeLabelsRequest
+	90,  // 293: kibotos.ctrl.v1.VolumeService.UpdateVolumeAnnotations:input_type -> kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest
+	92,  // 294: kibotos.ctrl.v1.TransferService.ExportWorkspace:input_type -> kibotos.ctrl.v1.ExportWorkspaceRequest
+	94,  // 295: kibotos.ctrl.v1.TransferService.ReadTransferArtifact:input_type -> kibotos.ctrl.v1.ReadTransferArtifactRequest
+	96,  // 296: kibotos.ctrl.v1.TransferService.ImportTransfer:input_type -> kibotos.ctrl.v1.ImportTransferRequest
+	98,  // 297: kibotos.ctrl.v1.TransferService.RestoreWorkspace:input_type -> kibotos.ctrl.v1.RestoreWorkspaceRequest
+	100, // 298: kibotos.ctrl.v1.TransferService.GetTransfer:input_type -> kibotos.ctrl.v1.GetTransferRequest
+	102, // 299: kibotos.ctrl.v1.TransferService.ListTransfers:input_type -> kibotos.ctrl.v1.ListTransfersRequest
+	104, // 300: kibotos.ctrl.v1.TransferService.DeleteTransfer:input_type -> kibotos.ctrl.v1.DeleteTransferRequest
+	106, // 301: kibotos.ctrl.v1.EgressService.CreateEgress:input_type -> kibotos.ctrl.v1.CreateEgressRequest
+	108, // 302: kibotos.ctrl.v1.EgressService.GetEgress:input_type -> kibotos.ctrl.v1.GetEgressRequest
+	110, // 303: kibotos.ctrl.v1.EgressService.ListEgresses:input_type -> kibotos.ctrl.v1.ListEgressesRequest
+	112, // 304: kibotos.ctrl.v1.EgressService.UpdateEgress:input_type -> kibotos.ctrl.v1.UpdateEgressRequest
+	114, // 305: kibotos.ctrl.v1.EgressService.DeleteEgress:input_type -> kibotos.ctrl.v1.DeleteEgressRequest
+	116, // 306: kibotos.ctrl.v1.EgressService.UpdateEgressLabels:input_type -> kibotos.ctrl.v1.UpdateEgressLabelsRequest
+	118, // 307: kibotos.ctrl.v1.EgressService.UpdateEgressAnnotations:input_type -> kibotos.ctrl.v1.UpdateEgressAnnotationsRequest
+	124, // 308: kibotos.ctrl.v1.ResolverService.CreateResolver:input_type -> kibotos.ctrl.v1.CreateResolverRequest
+	126, // 309: kibotos.ctrl.v1.ResolverService.GetResolver:input_type -> kibotos.ctrl.v1.GetResolverRequest
+	128, // 310: kibotos.ctrl.v1.ResolverService.ListResolvers:input_type -> kibotos.ctrl.v1.ListResolversRequest
+	130, // 311: kibotos.ctrl.v1.ResolverService.UpdateResolver:input_type -> kibotos.ctrl.v1.UpdateResolverRequest
+	132, // 312: kibotos.ctrl.v1.ResolverService.DeleteResolver:input_type -> kibotos.ctrl.v1.DeleteResolverRequest
+	134, // 313: kibotos.ctrl.v1.ResolverService.UpdateResolverLabels:input_type -> kibotos.ctrl.v1.UpdateResolverLabelsRequest
+	136, // 314: kibotos.ctrl.v1.ResolverService.UpdateResolverAnnotations:input_type -> kibotos.ctrl.v1.UpdateResolverAnnotationsRequest
+	26,  // 315: kibotos.ctrl.v1.WorkspaceService.CreateWorkspace:output_type -> kibotos.ctrl.v1.CreateWorkspaceResponse
+	28,  // 316: kibotos.ctrl.v1.WorkspaceService.GetWorkspace:output_type -> kibotos.ctrl.v1.GetWorkspaceResponse
+	30,  // 317: kibotos.ctrl.v1.WorkspaceService.ListWorkspaces:output_type -> kibotos.ctrl.v1.ListWorkspacesResponse
+	32,  // 318: kibotos.ctrl.v1.WorkspaceService.WatchWorkspace:output_type -> kibotos.ctrl.v1.WatchWorkspaceResponse
+	34,  // 319: kibotos.ctrl.v1.WorkspaceService.StartWorkspace:output_type -> kibotos.ctrl.v1.StartWorkspaceResponse
+	36,  // 320: kibotos.ctrl.v1.WorkspaceService.StopWorkspace:output_type -> kibotos.ctrl.v1.StopWorkspaceResponse
+	38,  // 321: kibotos.ctrl.v1.WorkspaceService.DeleteWorkspace:output_type -> kibotos.ctrl.v1.DeleteWorkspaceResponse
+	40,  // 322: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceMemory:output_type -> kibotos.ctrl.v1.UpdateWorkspaceMemoryResponse
+	42,  // 323: kibotos.ctrl.v1.WorkspaceService.ResizeWorkspaceWritableLayer:output_type -> kibotos.ctrl.v1.ResizeWorkspaceWritableLayerResponse
+	44,  // 324: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceVolumeBinding:output_type -> kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingResponse
+	46,  // 325: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceNetworkPolicy:output_type -> kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyResponse
+	48,  // 326: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceExpiration:output_type -> kibotos.ctrl.v1.UpdateWorkspaceExpirationResponse
+	50,  // 327: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceLabels:output_type -> kibotos.ctrl.v1.UpdateWorkspaceLabelsResponse
+	52,  // 328: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceAnnotations:output_type -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsResponse
+	54,  // 329: kibotos.ctrl.v1.TemplateService.CreateTemplate:output_type -> kibotos.ctrl.v1.CreateTemplateResponse
+	56,  // 330: kibotos.ctrl.v1.TemplateService.GetTemplate:output_type -> kibotos.ctrl.v1.GetTemplateResponse
+	58,  // 331: kibotos.ctrl.v1.TemplateService.ListTemplates:output_type -> kibotos.ctrl.v1.ListTemplatesResponse
+	61,  // 332: kibotos.ctrl.v1.TemplateService.ImportTemplateRevision:output_type -> kibotos.ctrl.v1.ImportTemplateRevisionResponse
+	63,  // 333: kibotos.ctrl.v1.TemplateService.SetTemplateDefault:output_type -> kibotos.ctrl.v1.SetTemplateDefaultResponse
+	65,  // 334: kibotos.ctrl.v1.TemplateService.DeleteTemplate:output_type -> kibotos.ctrl.v1.DeleteTemplateResponse
+	67,  // 335: kibotos.ctrl.v1.TemplateService.UpdateTemplateLabels:output_type -> kibotos.ctrl.v1.UpdateTemplateLabelsResponse
+	69,  // 336: kibotos.ctrl.v1.TemplateService.UpdateTemplateAnnotations:output_type -> kibotos.ctrl.v1.UpdateTemplateAnnotationsResponse
+	73,  // 337: kibotos.ctrl.v1.SessionService.IssueSession:output_type -> kibotos.ctrl.v1.IssueSessionResponse
+	75,  // 338: kibotos.ctrl.v1.SessionService.RevokeSession:output_type -> kibotos.ctrl.v1.RevokeSessionResponse
+	77,  // 339: kibotos.ctrl.v1.SessionService.RotateDataPlane:output_type -> kibotos.ctrl.v1.RotateDataPlaneResponse
+	79,  // 340: kibotos.ctrl.v1.VolumeService.CreateVolume:output_type -> kibotos.ctrl.v1.CreateVolumeResponse
+	81,  // 341: kibotos.ctrl.v1.VolumeService.GetVolume:output_type -> kibotos.ctrl.v1.GetVolumeResponse
+	83,  // 342: kibotos.ctrl.v1.VolumeService.ListVolumes:output_type -> kibotos.ctrl.v1.ListVolumesResponse
+	85,  // 343: kibotos.ctrl.v1.VolumeService.ResizeVolume:output_type -> kibotos.ctrl.v1.ResizeVolumeResponse
+	87,  // 344: kibotos.ctrl.v1.VolumeService.DeleteVolume:output_type -> kibotos.ctrl.v1.DeleteVolumeResponse
+	89,  // 345: kibotos.ctrl.v1.VolumeService.UpdateVolumeLabels:output_type -> kibotos.ctrl.v1.UpdateVolumeLabelsResponse
+	91,  // 346: kibotos.ctrl.v1.VolumeService.UpdateVolumeAnnotations:output_type -> kibotos.ctrl.v1.UpdateVolumeAnnotationsResponse
+	93,  // 347: kibotos.ctrl.v1.TransferService.ExportWorkspace:output_type -> kibotos.ctrl.v1.ExportWorkspaceResponse
+	95,  // 348: kibotos.ctrl.v1.TransferService.ReadTransferArtifact:output_type -> kibotos.ctrl.v1.ReadTransferArtifactResponse
+	97,  // 349: kibotos.ctrl.v1.TransferService.ImportTransfer:output_type -> kibotos.ctrl.v1.ImportTransferResponse
+	99,  // 350: kibotos.ctrl.v1.TransferService.RestoreWorkspace:output_type -> kibotos.ctrl.v1.RestoreWorkspaceResponse
+	101, // 351: kibotos.ctrl.v1.TransferService.GetTransfer:output_type -> kibotos.ctrl.v1.GetTransferResponse
+	103, // 352: kibotos.ctrl.v1.TransferService.ListTransfers:output_type -> kibotos.ctrl.v1.ListTransfersResponse
+	105, // 353: kibotos.ctrl.v1.TransferService.DeleteTransfer:output_type -> kibotos.ctrl.v1.DeleteTransferResponse
+	107, // 354: kibotos.ctrl.v1.EgressService.CreateEgress:output_type -> kibotos.ctrl.v1.CreateEgressResponse
+	109, // 355: kibotos.ctrl.v1.EgressService.GetEgress:output_type -> kibotos.ctrl.v1.GetEgressResponse
+	111, // 356: kibotos.ctrl.v1.EgressService.ListEgresses:output_type -> kibotos.ctrl.v1.ListEgressesResponse
+	113, // 357: kibotos.ctrl.v1.EgressService.UpdateEgress:output_type -> kibotos.ctrl.v1.UpdateEgressResponse
+	115, // 358: kibotos.ctrl.v1.EgressService.DeleteEgress:output_type -> kibotos.ctrl.v1.DeleteEgressResponse
+	117, // 359: kibotos.ctrl.v1.EgressService.UpdateEgressLabels:output_type -> kibotos.ctrl.v1.UpdateEgressLabelsResponse
+	119, // 360: kibotos.ctrl.v1.EgressService.UpdateEgressAnnotations:output_type -> kibotos.ctrl.v1.UpdateEgressAnnotationsResponse
+	125, // 361: kibotos.ctrl.v1.ResolverService.CreateResolver:output_type -> kibotos.ctrl.v1.CreateResolverResponse
+	127, // 362: kibotos.ctrl.v1.ResolverService.GetResolver:output_type -> kibotos.ctrl.v1.GetResolverResponse
+	129, // 363: kibotos.ctrl.v1.ResolverService.ListResolvers:output_type -> kibotos.ctrl.v1.ListResolversResponse
+	131, // 364: kibotos.ctrl.v1.ResolverService.UpdateResolver:output_type -> kibotos.ctrl.v1.UpdateResolverResponse
+	133, // 365: kibotos.ctrl.v1.ResolverService.DeleteResolver:output_type -> kibotos.ctrl.v1.DeleteResolverResponse
+	135, // 366: kibotos.ctrl.v1.ResolverService.UpdateResolverLabels:output_type -> kibotos.ctrl.v1.UpdateResolverLabelsResponse
+	137, // 367: kibotos.ctrl.v1.ResolverService.UpdateResolverAnnotations:output_type -> kibotos.ctrl.v1.UpdateResolverAnnotationsResponse
+	315, // [315:368] is the sub-list for method output_type
+	262, // [262:315] is the sub-list for method input_type
+	262, // [262:262] is the sub-list for extension type_name
+	262, // [262:262] is the sub-list for extension extendee
+	0,   // [0:262] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_ctrl_v1_ctrl_proto_init() }
@@ -12304,24 +13341,24 @@ func file_kibotos_ctrl_v1_ctrl_proto_init() {
 		(*ImportTemplateRevisionStart_Archive)(nil),
 		(*ImportTemplateRevisionStart_RegistryReference)(nil),
 	}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[73].OneofWrappers = []any{}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[81].OneofWrappers = []any{
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[87].OneofWrappers = []any{}
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[95].OneofWrappers = []any{
 		(*EgressSpec_Socks5)(nil),
 	}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[91].OneofWrappers = []any{}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[99].OneofWrappers = []any{
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[105].OneofWrappers = []any{}
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[113].OneofWrappers = []any{
 		(*ResolverSpec_Udp)(nil),
 		(*ResolverSpec_Tcp)(nil),
 		(*ResolverSpec_Tls)(nil),
 		(*ResolverSpec_Https)(nil),
 	}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[112].OneofWrappers = []any{}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[115].OneofWrappers = []any{
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[126].OneofWrappers = []any{}
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[129].OneofWrappers = []any{
 		(*ResolverPath_Direct)(nil),
 		(*ResolverPath_EgressId)(nil),
 	}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[124].OneofWrappers = []any{}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[140].OneofWrappers = []any{
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[138].OneofWrappers = []any{}
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[155].OneofWrappers = []any{
 		(*WorkspaceExpirationChange_Set)(nil),
 		(*WorkspaceExpirationChange_Clear)(nil),
 	}
@@ -12331,9 +13368,9 @@ func file_kibotos_ctrl_v1_ctrl_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_ctrl_v1_ctrl_proto_rawDesc), len(file_kibotos_ctrl_v1_ctrl_proto_rawDesc)),
 			NumEnums:      25,
-			NumMessages:   178,
+			NumMessages:   200,
 			NumExtensions: 0,
-			NumServices:   6,
+			NumServices:   7,
 		},
 		GoTypes:           file_kibotos_ctrl_v1_ctrl_proto_goTypes,
 		DependencyIndexes: file_kibotos_ctrl_v1_ctrl_proto_depIdxs,

@@ -574,7 +574,10 @@ type WatchAssignmentsResponse struct {
 	// volumes is every Volume ctrl wants something of on this host. A Volume
 	// image the host keeps that no entry names is left alone: images are
 	// deleted only when an entry with VOLUME_DESIRED_DELETED names them.
-	Volumes       []*VolumeAssignment `protobuf:"bytes,3,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	Volumes []*VolumeAssignment `protobuf:"bytes,3,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	// transfers is every export ctrl wants of this host: one for each
+	// Transfer in EXPORTING whose Workspace's layer the host keeps.
+	Transfers     []*TransferAssignment `protobuf:"bytes,4,rep,name=transfers,proto3" json:"transfers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -630,6 +633,195 @@ func (x *WatchAssignmentsResponse) GetVolumes() []*VolumeAssignment {
 	return nil
 }
 
+func (x *WatchAssignmentsResponse) GetTransfers() []*TransferAssignment {
+	if x != nil {
+		return x.Transfers
+	}
+	return nil
+}
+
+// TransferAssignment asks the host to export one stopped Workspace: read
+// its writable layer image and its Volume image (each mounted read-only),
+// write the artifact (see internal/transfer/artifact) and upload it with
+// PutTransferArtifact, reporting progress in TransferReport. The host holds
+// the layer's lock meanwhile, so no execution mounts the layer. A host that
+// restarts or loses its upload starts the export again.
+type TransferAssignment struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	TransferId  string                 `protobuf:"bytes,1,opt,name=transfer_id,json=transferId,proto3" json:"transfer_id,omitempty"`
+	WorkspaceId string                 `protobuf:"bytes,2,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	// layer_id names the writable layer image, as in Assignment.layer_id.
+	LayerId string `protobuf:"bytes,3,opt,name=layer_id,json=layerId,proto3" json:"layer_id,omitempty"`
+	// volume is the Workspace's Volume; absent without one.
+	Volume *ExecutionVolume `protobuf:"bytes,4,opt,name=volume,proto3" json:"volume,omitempty"`
+	// manifest is the artifact's manifest, composed by ctrl; the host writes
+	// it into the artifact as it is.
+	Manifest []byte `protobuf:"bytes,5,opt,name=manifest,proto3" json:"manifest,omitempty"`
+	// template_blobs are the blobs of the Template revision's image (the
+	// image manifest first, then its config and layers) when the export
+	// carries the Template; the host fetches them with GetTemplateBlob.
+	TemplateBlobs []string `protobuf:"bytes,6,rep,name=template_blobs,json=templateBlobs,proto3" json:"template_blobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferAssignment) Reset() {
+	*x = TransferAssignment{}
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferAssignment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferAssignment) ProtoMessage() {}
+
+func (x *TransferAssignment) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferAssignment.ProtoReflect.Descriptor instead.
+func (*TransferAssignment) Descriptor() ([]byte, []int) {
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *TransferAssignment) GetTransferId() string {
+	if x != nil {
+		return x.TransferId
+	}
+	return ""
+}
+
+func (x *TransferAssignment) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *TransferAssignment) GetLayerId() string {
+	if x != nil {
+		return x.LayerId
+	}
+	return ""
+}
+
+func (x *TransferAssignment) GetVolume() *ExecutionVolume {
+	if x != nil {
+		return x.Volume
+	}
+	return nil
+}
+
+func (x *TransferAssignment) GetManifest() []byte {
+	if x != nil {
+		return x.Manifest
+	}
+	return nil
+}
+
+func (x *TransferAssignment) GetTemplateBlobs() []string {
+	if x != nil {
+		return x.TemplateBlobs
+	}
+	return nil
+}
+
+// ExecutionRestore asks the host to make an execution's writable layer and
+// Volume from a Transfer's artifact before the first start: each image is
+// built under a temporary name, filled from the artifact (fetched with
+// GetTransferArtifact, every checksum verified) and renamed into place, so
+// a crash never leaves a half-restored image.
+type ExecutionRestore struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	TransferId string                 `protobuf:"bytes,1,opt,name=transfer_id,json=transferId,proto3" json:"transfer_id,omitempty"`
+	// digest is sha256:<hex> of the artifact.
+	Digest    string `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	SizeBytes uint64 `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// volume_bytes and volume_uuid are the capacity and filesystem UUID of
+	// the Volume image to make (Assignment.volume names it); zero without a
+	// Volume.
+	VolumeBytes   uint64 `protobuf:"varint,4,opt,name=volume_bytes,json=volumeBytes,proto3" json:"volume_bytes,omitempty"`
+	VolumeUuid    string `protobuf:"bytes,5,opt,name=volume_uuid,json=volumeUuid,proto3" json:"volume_uuid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecutionRestore) Reset() {
+	*x = ExecutionRestore{}
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecutionRestore) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecutionRestore) ProtoMessage() {}
+
+func (x *ExecutionRestore) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecutionRestore.ProtoReflect.Descriptor instead.
+func (*ExecutionRestore) Descriptor() ([]byte, []int) {
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ExecutionRestore) GetTransferId() string {
+	if x != nil {
+		return x.TransferId
+	}
+	return ""
+}
+
+func (x *ExecutionRestore) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *ExecutionRestore) GetSizeBytes() uint64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *ExecutionRestore) GetVolumeBytes() uint64 {
+	if x != nil {
+		return x.VolumeBytes
+	}
+	return 0
+}
+
+func (x *ExecutionRestore) GetVolumeUuid() string {
+	if x != nil {
+		return x.VolumeUuid
+	}
+	return ""
+}
+
 // VolumeAssignment is what ctrl wants of one Volume image on the host.
 type VolumeAssignment struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -648,13 +840,17 @@ type VolumeAssignment struct {
 	// filesystem_uuid is the UUID the filesystem is created with. An image
 	// whose filesystem carries another is not this Volume: DAMAGED.
 	FilesystemUuid string `protobuf:"bytes,6,opt,name=filesystem_uuid,json=filesystemUuid,proto3" json:"filesystem_uuid,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// restoring is true while the Volume is being restored from a Transfer:
+	// the host then never creates an empty image for it; the execution's
+	// ExecutionRestore makes it.
+	Restoring     bool `protobuf:"varint,7,opt,name=restoring,proto3" json:"restoring,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *VolumeAssignment) Reset() {
 	*x = VolumeAssignment{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[6]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -666,7 +862,7 @@ func (x *VolumeAssignment) String() string {
 func (*VolumeAssignment) ProtoMessage() {}
 
 func (x *VolumeAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[6]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -679,7 +875,7 @@ func (x *VolumeAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeAssignment.ProtoReflect.Descriptor instead.
 func (*VolumeAssignment) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{6}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *VolumeAssignment) GetVolumeId() string {
@@ -724,6 +920,13 @@ func (x *VolumeAssignment) GetFilesystemUuid() string {
 	return ""
 }
 
+func (x *VolumeAssignment) GetRestoring() bool {
+	if x != nil {
+		return x.Restoring
+	}
+	return false
+}
+
 // ExecutionVolume is the Volume an execution mounts.
 type ExecutionVolume struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -737,7 +940,7 @@ type ExecutionVolume struct {
 
 func (x *ExecutionVolume) Reset() {
 	*x = ExecutionVolume{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[7]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -749,7 +952,7 @@ func (x *ExecutionVolume) String() string {
 func (*ExecutionVolume) ProtoMessage() {}
 
 func (x *ExecutionVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[7]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -762,7 +965,7 @@ func (x *ExecutionVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionVolume.ProtoReflect.Descriptor instead.
 func (*ExecutionVolume) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{7}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ExecutionVolume) GetVolumeId() string {
@@ -833,14 +1036,18 @@ type Assignment struct {
 	// volume is the Volume the execution mounts; absent without one. The
 	// host starts the execution only once the image is present (see
 	// WatchAssignmentsResponse.volumes) and opens as that Volume.
-	Volume        *ExecutionVolume `protobuf:"bytes,11,opt,name=volume,proto3" json:"volume,omitempty"`
+	Volume *ExecutionVolume `protobuf:"bytes,11,opt,name=volume,proto3" json:"volume,omitempty"`
+	// restore is present while the Workspace, restored from a Transfer, has
+	// not yet run: the host makes a missing layer and Volume from the
+	// artifact instead of empty ones.
+	Restore       *ExecutionRestore `protobuf:"bytes,12,opt,name=restore,proto3" json:"restore,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Assignment) Reset() {
 	*x = Assignment{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[8]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -852,7 +1059,7 @@ func (x *Assignment) String() string {
 func (*Assignment) ProtoMessage() {}
 
 func (x *Assignment) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[8]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -865,7 +1072,7 @@ func (x *Assignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
 func (*Assignment) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{8}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Assignment) GetExecutionId() string {
@@ -945,6 +1152,13 @@ func (x *Assignment) GetVolume() *ExecutionVolume {
 	return nil
 }
 
+func (x *Assignment) GetRestore() *ExecutionRestore {
+	if x != nil {
+		return x.Restore
+	}
+	return nil
+}
+
 // NetworkAssignment is one Workspace's expected network, resolved by ctrl
 // into everything the host needs without asking again.
 type NetworkAssignment struct {
@@ -965,7 +1179,7 @@ type NetworkAssignment struct {
 
 func (x *NetworkAssignment) Reset() {
 	*x = NetworkAssignment{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[9]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -977,7 +1191,7 @@ func (x *NetworkAssignment) String() string {
 func (*NetworkAssignment) ProtoMessage() {}
 
 func (x *NetworkAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[9]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -990,7 +1204,7 @@ func (x *NetworkAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkAssignment.ProtoReflect.Descriptor instead.
 func (*NetworkAssignment) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{9}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NetworkAssignment) GetPolicy() *v1.NetworkPolicy {
@@ -1036,7 +1250,7 @@ type EgressAssignment struct {
 
 func (x *EgressAssignment) Reset() {
 	*x = EgressAssignment{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[10]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1048,7 +1262,7 @@ func (x *EgressAssignment) String() string {
 func (*EgressAssignment) ProtoMessage() {}
 
 func (x *EgressAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[10]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1061,7 +1275,7 @@ func (x *EgressAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressAssignment.ProtoReflect.Descriptor instead.
 func (*EgressAssignment) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{10}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *EgressAssignment) GetEgressId() string {
@@ -1106,7 +1320,7 @@ type ResolverAssignment struct {
 
 func (x *ResolverAssignment) Reset() {
 	*x = ResolverAssignment{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[11]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1118,7 +1332,7 @@ func (x *ResolverAssignment) String() string {
 func (*ResolverAssignment) ProtoMessage() {}
 
 func (x *ResolverAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[11]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1131,7 +1345,7 @@ func (x *ResolverAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolverAssignment.ProtoReflect.Descriptor instead.
 func (*ResolverAssignment) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{11}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ResolverAssignment) GetResolverId() string {
@@ -1181,7 +1395,7 @@ type DataPlane struct {
 
 func (x *DataPlane) Reset() {
 	*x = DataPlane{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[12]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1193,7 +1407,7 @@ func (x *DataPlane) String() string {
 func (*DataPlane) ProtoMessage() {}
 
 func (x *DataPlane) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[12]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1206,7 +1420,7 @@ func (x *DataPlane) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataPlane.ProtoReflect.Descriptor instead.
 func (*DataPlane) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{12}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DataPlane) GetKey() []byte {
@@ -1240,7 +1454,7 @@ type StopRequest struct {
 
 func (x *StopRequest) Reset() {
 	*x = StopRequest{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[13]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1252,7 +1466,7 @@ func (x *StopRequest) String() string {
 func (*StopRequest) ProtoMessage() {}
 
 func (x *StopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[13]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1265,7 +1479,7 @@ func (x *StopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopRequest.ProtoReflect.Descriptor instead.
 func (*StopRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{13}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StopRequest) GetMode() v1.StopMode {
@@ -1303,7 +1517,7 @@ type ExecutionTemplate struct {
 
 func (x *ExecutionTemplate) Reset() {
 	*x = ExecutionTemplate{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[14]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1315,7 +1529,7 @@ func (x *ExecutionTemplate) String() string {
 func (*ExecutionTemplate) ProtoMessage() {}
 
 func (x *ExecutionTemplate) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[14]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1328,7 +1542,7 @@ func (x *ExecutionTemplate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionTemplate.ProtoReflect.Descriptor instead.
 func (*ExecutionTemplate) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{14}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ExecutionTemplate) GetTemplateId() string {
@@ -1382,7 +1596,7 @@ type TemplateLayer struct {
 
 func (x *TemplateLayer) Reset() {
 	*x = TemplateLayer{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[15]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1394,7 +1608,7 @@ func (x *TemplateLayer) String() string {
 func (*TemplateLayer) ProtoMessage() {}
 
 func (x *TemplateLayer) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[15]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1407,7 +1621,7 @@ func (x *TemplateLayer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateLayer.ProtoReflect.Descriptor instead.
 func (*TemplateLayer) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{15}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TemplateLayer) GetDigest() string {
@@ -1439,14 +1653,17 @@ type ReportExecutionsRequest struct {
 	Reports []*ExecutionReport `protobuf:"bytes,2,rep,name=reports,proto3" json:"reports,omitempty"`
 	// volumes holds the latest observation of some or all of the Volumes the
 	// host is assigned, at most one each, sent like reports.
-	Volumes       []*VolumeReport `protobuf:"bytes,3,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	Volumes []*VolumeReport `protobuf:"bytes,3,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	// transfers holds the progress of the exports and restores the host is
+	// working on, at most one each.
+	Transfers     []*TransferReport `protobuf:"bytes,4,rep,name=transfers,proto3" json:"transfers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReportExecutionsRequest) Reset() {
 	*x = ReportExecutionsRequest{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[16]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1675,7 @@ func (x *ReportExecutionsRequest) String() string {
 func (*ReportExecutionsRequest) ProtoMessage() {}
 
 func (x *ReportExecutionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[16]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1688,7 @@ func (x *ReportExecutionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportExecutionsRequest.ProtoReflect.Descriptor instead.
 func (*ReportExecutionsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{16}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReportExecutionsRequest) GetHostId() string {
@@ -1491,6 +1708,92 @@ func (x *ReportExecutionsRequest) GetReports() []*ExecutionReport {
 func (x *ReportExecutionsRequest) GetVolumes() []*VolumeReport {
 	if x != nil {
 		return x.Volumes
+	}
+	return nil
+}
+
+func (x *ReportExecutionsRequest) GetTransfers() []*TransferReport {
+	if x != nil {
+		return x.Transfers
+	}
+	return nil
+}
+
+// TransferReport is the progress of one export or restore on the host.
+type TransferReport struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	TransferId string                 `protobuf:"bytes,1,opt,name=transfer_id,json=transferId,proto3" json:"transfer_id,omitempty"`
+	BytesDone  uint64                 `protobuf:"varint,2,opt,name=bytes_done,json=bytesDone,proto3" json:"bytes_done,omitempty"`
+	BytesTotal uint64                 `protobuf:"varint,3,opt,name=bytes_total,json=bytesTotal,proto3" json:"bytes_total,omitempty"`
+	// failure_message says why the latest attempt of an export failed; the
+	// host tries again. Empty while it works.
+	FailureMessage string                 `protobuf:"bytes,4,opt,name=failure_message,json=failureMessage,proto3" json:"failure_message,omitempty"`
+	ObservedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=observed_at,json=observedAt,proto3" json:"observed_at,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *TransferReport) Reset() {
+	*x = TransferReport{}
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferReport) ProtoMessage() {}
+
+func (x *TransferReport) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferReport.ProtoReflect.Descriptor instead.
+func (*TransferReport) Descriptor() ([]byte, []int) {
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *TransferReport) GetTransferId() string {
+	if x != nil {
+		return x.TransferId
+	}
+	return ""
+}
+
+func (x *TransferReport) GetBytesDone() uint64 {
+	if x != nil {
+		return x.BytesDone
+	}
+	return 0
+}
+
+func (x *TransferReport) GetBytesTotal() uint64 {
+	if x != nil {
+		return x.BytesTotal
+	}
+	return 0
+}
+
+func (x *TransferReport) GetFailureMessage() string {
+	if x != nil {
+		return x.FailureMessage
+	}
+	return ""
+}
+
+func (x *TransferReport) GetObservedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ObservedAt
 	}
 	return nil
 }
@@ -1527,7 +1830,7 @@ type VolumeReport struct {
 
 func (x *VolumeReport) Reset() {
 	*x = VolumeReport{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[17]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1539,7 +1842,7 @@ func (x *VolumeReport) String() string {
 func (*VolumeReport) ProtoMessage() {}
 
 func (x *VolumeReport) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[17]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1552,7 +1855,7 @@ func (x *VolumeReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeReport.ProtoReflect.Descriptor instead.
 func (*VolumeReport) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{17}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *VolumeReport) GetVolumeId() string {
@@ -1634,7 +1937,7 @@ type ReportExecutionsResponse struct {
 
 func (x *ReportExecutionsResponse) Reset() {
 	*x = ReportExecutionsResponse{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[18]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1646,7 +1949,7 @@ func (x *ReportExecutionsResponse) String() string {
 func (*ReportExecutionsResponse) ProtoMessage() {}
 
 func (x *ReportExecutionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[18]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1659,7 +1962,7 @@ func (x *ReportExecutionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportExecutionsResponse.ProtoReflect.Descriptor instead.
 func (*ReportExecutionsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{18}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{21}
 }
 
 // ExecutionReport is the complete latest observation of one execution, set
@@ -1721,7 +2024,7 @@ type ExecutionReport struct {
 
 func (x *ExecutionReport) Reset() {
 	*x = ExecutionReport{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[19]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1733,7 +2036,7 @@ func (x *ExecutionReport) String() string {
 func (*ExecutionReport) ProtoMessage() {}
 
 func (x *ExecutionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[19]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1746,7 +2049,7 @@ func (x *ExecutionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionReport.ProtoReflect.Descriptor instead.
 func (*ExecutionReport) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{19}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ExecutionReport) GetExecutionId() string {
@@ -1885,7 +2188,7 @@ type NetworkReport struct {
 
 func (x *NetworkReport) Reset() {
 	*x = NetworkReport{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[20]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1897,7 +2200,7 @@ func (x *NetworkReport) String() string {
 func (*NetworkReport) ProtoMessage() {}
 
 func (x *NetworkReport) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[20]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1910,7 +2213,7 @@ func (x *NetworkReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkReport.ProtoReflect.Descriptor instead.
 func (*NetworkReport) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{20}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *NetworkReport) GetStatus() *v1.NetworkPolicyStatus {
@@ -1954,7 +2257,7 @@ type GetTemplateBlobRequest struct {
 
 func (x *GetTemplateBlobRequest) Reset() {
 	*x = GetTemplateBlobRequest{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[21]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1966,7 +2269,7 @@ func (x *GetTemplateBlobRequest) String() string {
 func (*GetTemplateBlobRequest) ProtoMessage() {}
 
 func (x *GetTemplateBlobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[21]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1979,7 +2282,7 @@ func (x *GetTemplateBlobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTemplateBlobRequest.ProtoReflect.Descriptor instead.
 func (*GetTemplateBlobRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{21}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetTemplateBlobRequest) GetDigest() string {
@@ -2010,7 +2313,7 @@ type GetTemplateBlobResponse struct {
 
 func (x *GetTemplateBlobResponse) Reset() {
 	*x = GetTemplateBlobResponse{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[22]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2022,7 +2325,7 @@ func (x *GetTemplateBlobResponse) String() string {
 func (*GetTemplateBlobResponse) ProtoMessage() {}
 
 func (x *GetTemplateBlobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[22]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2035,7 +2338,7 @@ func (x *GetTemplateBlobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTemplateBlobResponse.ProtoReflect.Descriptor instead.
 func (*GetTemplateBlobResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{22}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetTemplateBlobResponse) GetData() []byte {
@@ -2046,6 +2349,223 @@ func (x *GetTemplateBlobResponse) GetData() []byte {
 }
 
 func (x *GetTemplateBlobResponse) GetTotalBytes() uint64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
+// PutTransferArtifactRequest is one message of a PutTransferArtifact upload.
+type PutTransferArtifactRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// host_id and transfer_id are read from the first message only.
+	HostId     string `protobuf:"bytes,1,opt,name=host_id,json=hostId,proto3" json:"host_id,omitempty"`
+	TransferId string `protobuf:"bytes,2,opt,name=transfer_id,json=transferId,proto3" json:"transfer_id,omitempty"`
+	// data is the next slice of the artifact.
+	Data []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	// digest, in the last message, is sha256:<hex> of all the data.
+	Digest        string `protobuf:"bytes,4,opt,name=digest,proto3" json:"digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutTransferArtifactRequest) Reset() {
+	*x = PutTransferArtifactRequest{}
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutTransferArtifactRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutTransferArtifactRequest) ProtoMessage() {}
+
+func (x *PutTransferArtifactRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutTransferArtifactRequest.ProtoReflect.Descriptor instead.
+func (*PutTransferArtifactRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *PutTransferArtifactRequest) GetHostId() string {
+	if x != nil {
+		return x.HostId
+	}
+	return ""
+}
+
+func (x *PutTransferArtifactRequest) GetTransferId() string {
+	if x != nil {
+		return x.TransferId
+	}
+	return ""
+}
+
+func (x *PutTransferArtifactRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *PutTransferArtifactRequest) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+// PutTransferArtifactResponse is empty.
+type PutTransferArtifactResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutTransferArtifactResponse) Reset() {
+	*x = PutTransferArtifactResponse{}
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutTransferArtifactResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutTransferArtifactResponse) ProtoMessage() {}
+
+func (x *PutTransferArtifactResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutTransferArtifactResponse.ProtoReflect.Descriptor instead.
+func (*PutTransferArtifactResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{27}
+}
+
+// GetTransferArtifactRequest is the input of GetTransferArtifact.
+type GetTransferArtifactRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	TransferId string                 `protobuf:"bytes,1,opt,name=transfer_id,json=transferId,proto3" json:"transfer_id,omitempty"`
+	// offset is the first byte to send; zero starts at the beginning.
+	Offset        uint64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTransferArtifactRequest) Reset() {
+	*x = GetTransferArtifactRequest{}
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTransferArtifactRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTransferArtifactRequest) ProtoMessage() {}
+
+func (x *GetTransferArtifactRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTransferArtifactRequest.ProtoReflect.Descriptor instead.
+func (*GetTransferArtifactRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *GetTransferArtifactRequest) GetTransferId() string {
+	if x != nil {
+		return x.TransferId
+	}
+	return ""
+}
+
+func (x *GetTransferArtifactRequest) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+// GetTransferArtifactResponse is the next slice of the artifact.
+type GetTransferArtifactResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Data  []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// total_bytes is the size of the whole artifact, in every message.
+	TotalBytes    uint64 `protobuf:"varint,2,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTransferArtifactResponse) Reset() {
+	*x = GetTransferArtifactResponse{}
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTransferArtifactResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTransferArtifactResponse) ProtoMessage() {}
+
+func (x *GetTransferArtifactResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTransferArtifactResponse.ProtoReflect.Descriptor instead.
+func (*GetTransferArtifactResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *GetTransferArtifactResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *GetTransferArtifactResponse) GetTotalBytes() uint64 {
 	if x != nil {
 		return x.TotalBytes
 	}
@@ -2079,23 +2599,42 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\x13default_layer_bytes\x18\x04 \x01(\x04R\x11defaultLayerBytes\"\x16\n" +
 	"\x14RegisterHostResponse\"2\n" +
 	"\x17WatchAssignmentsRequest\x12\x17\n" +
-	"\ahost_id\x18\x01 \x01(\tR\x06hostId\"\xb0\x01\n" +
+	"\ahost_id\x18\x01 \x01(\tR\x06hostId\"\xf3\x01\n" +
 	"\x18WatchAssignmentsResponse\x12=\n" +
 	"\vassignments\x18\x01 \x03(\v2\x1b.kibotos.host.v1.AssignmentR\vassignments\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12;\n" +
-	"\avolumes\x18\x03 \x03(\v2!.kibotos.host.v1.VolumeAssignmentR\avolumes\"\xf4\x01\n" +
+	"\avolumes\x18\x03 \x03(\v2!.kibotos.host.v1.VolumeAssignmentR\avolumes\x12A\n" +
+	"\ttransfers\x18\x04 \x03(\v2#.kibotos.host.v1.TransferAssignmentR\ttransfers\"\xf0\x01\n" +
+	"\x12TransferAssignment\x12\x1f\n" +
+	"\vtransfer_id\x18\x01 \x01(\tR\n" +
+	"transferId\x12!\n" +
+	"\fworkspace_id\x18\x02 \x01(\tR\vworkspaceId\x12\x19\n" +
+	"\blayer_id\x18\x03 \x01(\tR\alayerId\x128\n" +
+	"\x06volume\x18\x04 \x01(\v2 .kibotos.host.v1.ExecutionVolumeR\x06volume\x12\x1a\n" +
+	"\bmanifest\x18\x05 \x01(\fR\bmanifest\x12%\n" +
+	"\x0etemplate_blobs\x18\x06 \x03(\tR\rtemplateBlobs\"\xae\x01\n" +
+	"\x10ExecutionRestore\x12\x1f\n" +
+	"\vtransfer_id\x18\x01 \x01(\tR\n" +
+	"transferId\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x03 \x01(\x04R\tsizeBytes\x12!\n" +
+	"\fvolume_bytes\x18\x04 \x01(\x04R\vvolumeBytes\x12\x1f\n" +
+	"\vvolume_uuid\x18\x05 \x01(\tR\n" +
+	"volumeUuid\"\x92\x02\n" +
 	"\x10VolumeAssignment\x12\x1b\n" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12!\n" +
 	"\fstorage_pool\x18\x02 \x01(\tR\vstoragePool\x12%\n" +
 	"\x0ecapacity_bytes\x18\x03 \x01(\x04R\rcapacityBytes\x128\n" +
 	"\adesired\x18\x04 \x01(\x0e2\x1e.kibotos.host.v1.VolumeDesiredR\adesired\x12\x16\n" +
 	"\x06create\x18\x05 \x01(\bR\x06create\x12'\n" +
-	"\x0ffilesystem_uuid\x18\x06 \x01(\tR\x0efilesystemUuid\"p\n" +
+	"\x0ffilesystem_uuid\x18\x06 \x01(\tR\x0efilesystemUuid\x12\x1c\n" +
+	"\trestoring\x18\a \x01(\bR\trestoring\"p\n" +
 	"\x0fExecutionVolume\x12\x1b\n" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12!\n" +
 	"\fstorage_pool\x18\x02 \x01(\tR\vstoragePool\x12\x1d\n" +
 	"\n" +
-	"mount_path\x18\x03 \x01(\tR\tmountPath\"\xab\x04\n" +
+	"mount_path\x18\x03 \x01(\tR\tmountPath\"\xe8\x04\n" +
 	"\n" +
 	"Assignment\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12!\n" +
@@ -2112,7 +2651,8 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"data_plane\x18\t \x01(\v2\x1a.kibotos.host.v1.DataPlaneR\tdataPlane\x12<\n" +
 	"\anetwork\x18\n" +
 	" \x01(\v2\".kibotos.host.v1.NetworkAssignmentR\anetwork\x128\n" +
-	"\x06volume\x18\v \x01(\v2 .kibotos.host.v1.ExecutionVolumeR\x06volume\"\xf2\x01\n" +
+	"\x06volume\x18\v \x01(\v2 .kibotos.host.v1.ExecutionVolumeR\x06volume\x12;\n" +
+	"\arestore\x18\f \x01(\v2!.kibotos.host.v1.ExecutionRestoreR\arestore\"\xf2\x01\n" +
 	"\x11NetworkAssignment\x126\n" +
 	"\x06policy\x18\x01 \x01(\v2\x1e.kibotos.ctrl.v1.NetworkPolicyR\x06policy\x12#\n" +
 	"\rdrain_seconds\x18\x02 \x01(\rR\fdrainSeconds\x12=\n" +
@@ -2147,11 +2687,22 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\x06digest\x18\x01 \x01(\tR\x06digest\x12\x17\n" +
 	"\adiff_id\x18\x02 \x01(\tR\x06diffId\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\x03 \x01(\x04R\tsizeBytes\"\xa7\x01\n" +
+	"size_bytes\x18\x03 \x01(\x04R\tsizeBytes\"\xe6\x01\n" +
 	"\x17ReportExecutionsRequest\x12\x17\n" +
 	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x12:\n" +
 	"\areports\x18\x02 \x03(\v2 .kibotos.host.v1.ExecutionReportR\areports\x127\n" +
-	"\avolumes\x18\x03 \x03(\v2\x1d.kibotos.host.v1.VolumeReportR\avolumes\"\xa7\x03\n" +
+	"\avolumes\x18\x03 \x03(\v2\x1d.kibotos.host.v1.VolumeReportR\avolumes\x12=\n" +
+	"\ttransfers\x18\x04 \x03(\v2\x1f.kibotos.host.v1.TransferReportR\ttransfers\"\xd7\x01\n" +
+	"\x0eTransferReport\x12\x1f\n" +
+	"\vtransfer_id\x18\x01 \x01(\tR\n" +
+	"transferId\x12\x1d\n" +
+	"\n" +
+	"bytes_done\x18\x02 \x01(\x04R\tbytesDone\x12\x1f\n" +
+	"\vbytes_total\x18\x03 \x01(\x04R\n" +
+	"bytesTotal\x12'\n" +
+	"\x0ffailure_message\x18\x04 \x01(\tR\x0efailureMessage\x12;\n" +
+	"\vobserved_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"observedAt\"\xa7\x03\n" +
 	"\fVolumeReport\x12\x1b\n" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12%\n" +
 	"\x0ecapacity_bytes\x18\x02 \x01(\x04R\rcapacityBytes\x12\x18\n" +
@@ -2202,6 +2753,21 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\x17GetTemplateBlobResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x1f\n" +
 	"\vtotal_bytes\x18\x02 \x01(\x04R\n" +
+	"totalBytes\"\x82\x01\n" +
+	"\x1aPutTransferArtifactRequest\x12\x17\n" +
+	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x12\x1f\n" +
+	"\vtransfer_id\x18\x02 \x01(\tR\n" +
+	"transferId\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\x12\x16\n" +
+	"\x06digest\x18\x04 \x01(\tR\x06digest\"\x1d\n" +
+	"\x1bPutTransferArtifactResponse\"U\n" +
+	"\x1aGetTransferArtifactRequest\x12\x1f\n" +
+	"\vtransfer_id\x18\x01 \x01(\tR\n" +
+	"transferId\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\"R\n" +
+	"\x1bGetTransferArtifactResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x1f\n" +
+	"\vtotal_bytes\x18\x02 \x01(\x04R\n" +
 	"totalBytes*g\n" +
 	"\rVolumeDesired\x12\x1e\n" +
 	"\x1aVOLUME_DESIRED_UNSPECIFIED\x10\x00\x12\x1a\n" +
@@ -2221,12 +2787,14 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\x16OBSERVED_STATE_STOPPED\x10\x05\x12\x1a\n" +
 	"\x16OBSERVED_STATE_DELETED\x10\x06\x12\x19\n" +
 	"\x15OBSERVED_STATE_FAILED\x10\a\x12\x19\n" +
-	"\x15OBSERVED_STATE_EXITED\x10\b2\xa6\x03\n" +
+	"\x15OBSERVED_STATE_EXITED\x10\b2\x8e\x05\n" +
 	"\vHostService\x12[\n" +
 	"\fRegisterHost\x12$.kibotos.host.v1.RegisterHostRequest\x1a%.kibotos.host.v1.RegisterHostResponse\x12i\n" +
 	"\x10WatchAssignments\x12(.kibotos.host.v1.WatchAssignmentsRequest\x1a).kibotos.host.v1.WatchAssignmentsResponse0\x01\x12g\n" +
 	"\x10ReportExecutions\x12(.kibotos.host.v1.ReportExecutionsRequest\x1a).kibotos.host.v1.ReportExecutionsResponse\x12f\n" +
-	"\x0fGetTemplateBlob\x12'.kibotos.host.v1.GetTemplateBlobRequest\x1a(.kibotos.host.v1.GetTemplateBlobResponse0\x01B\xb5\x01\n" +
+	"\x0fGetTemplateBlob\x12'.kibotos.host.v1.GetTemplateBlobRequest\x1a(.kibotos.host.v1.GetTemplateBlobResponse0\x01\x12r\n" +
+	"\x13PutTransferArtifact\x12+.kibotos.host.v1.PutTransferArtifactRequest\x1a,.kibotos.host.v1.PutTransferArtifactResponse(\x01\x12r\n" +
+	"\x13GetTransferArtifact\x12+.kibotos.host.v1.GetTransferArtifactRequest\x1a,.kibotos.host.v1.GetTransferArtifactResponse0\x01B\xb5\x01\n" +
 	"\x13com.kibotos.host.v1B\tHostProtoP\x01Z5github.com/kibotos/kibotos/gen/kibotos/host/v1;hostv1\xa2\x02\x03KHX\xaa\x02\x0fKibotos.Host.V1\xca\x02\x0fKibotos\\Host\\V1\xe2\x02\x1bKibotos\\Host\\V1\\GPBMetadata\xea\x02\x11Kibotos::Host::V1b\x06proto3"
 
 var (
@@ -2242,97 +2810,113 @@ func file_kibotos_host_v1_host_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_host_v1_host_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_kibotos_host_v1_host_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_kibotos_host_v1_host_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_kibotos_host_v1_host_proto_goTypes = []any{
-	(VolumeDesired)(0),               // 0: kibotos.host.v1.VolumeDesired
-	(DesiredState)(0),                // 1: kibotos.host.v1.DesiredState
-	(ObservedState)(0),               // 2: kibotos.host.v1.ObservedState
-	(*RegisterHostRequest)(nil),      // 3: kibotos.host.v1.RegisterHostRequest
-	(*StoragePool)(nil),              // 4: kibotos.host.v1.StoragePool
-	(*HostCapacity)(nil),             // 5: kibotos.host.v1.HostCapacity
-	(*RegisterHostResponse)(nil),     // 6: kibotos.host.v1.RegisterHostResponse
-	(*WatchAssignmentsRequest)(nil),  // 7: kibotos.host.v1.WatchAssignmentsRequest
-	(*WatchAssignmentsResponse)(nil), // 8: kibotos.host.v1.WatchAssignmentsResponse
-	(*VolumeAssignment)(nil),         // 9: kibotos.host.v1.VolumeAssignment
-	(*ExecutionVolume)(nil),          // 10: kibotos.host.v1.ExecutionVolume
-	(*Assignment)(nil),               // 11: kibotos.host.v1.Assignment
-	(*NetworkAssignment)(nil),        // 12: kibotos.host.v1.NetworkAssignment
-	(*EgressAssignment)(nil),         // 13: kibotos.host.v1.EgressAssignment
-	(*ResolverAssignment)(nil),       // 14: kibotos.host.v1.ResolverAssignment
-	(*DataPlane)(nil),                // 15: kibotos.host.v1.DataPlane
-	(*StopRequest)(nil),              // 16: kibotos.host.v1.StopRequest
-	(*ExecutionTemplate)(nil),        // 17: kibotos.host.v1.ExecutionTemplate
-	(*TemplateLayer)(nil),            // 18: kibotos.host.v1.TemplateLayer
-	(*ReportExecutionsRequest)(nil),  // 19: kibotos.host.v1.ReportExecutionsRequest
-	(*VolumeReport)(nil),             // 20: kibotos.host.v1.VolumeReport
-	(*ReportExecutionsResponse)(nil), // 21: kibotos.host.v1.ReportExecutionsResponse
-	(*ExecutionReport)(nil),          // 22: kibotos.host.v1.ExecutionReport
-	(*NetworkReport)(nil),            // 23: kibotos.host.v1.NetworkReport
-	(*GetTemplateBlobRequest)(nil),   // 24: kibotos.host.v1.GetTemplateBlobRequest
-	(*GetTemplateBlobResponse)(nil),  // 25: kibotos.host.v1.GetTemplateBlobResponse
-	(*v1.ResourceRequest)(nil),       // 26: kibotos.ctrl.v1.ResourceRequest
-	(*v1.NetworkPolicy)(nil),         // 27: kibotos.ctrl.v1.NetworkPolicy
-	(*v1.EgressSpec)(nil),            // 28: kibotos.ctrl.v1.EgressSpec
-	(*v1.ResolverSpec)(nil),          // 29: kibotos.ctrl.v1.ResolverSpec
-	(v1.StopMode)(0),                 // 30: kibotos.ctrl.v1.StopMode
-	(v1.VolumeCondition)(0),          // 31: kibotos.ctrl.v1.VolumeCondition
-	(v1.FailureStage)(0),             // 32: kibotos.ctrl.v1.FailureStage
-	(*timestamppb.Timestamp)(nil),    // 33: google.protobuf.Timestamp
-	(v1.FailureReason)(0),            // 34: kibotos.ctrl.v1.FailureReason
-	(v1.StopDurability)(0),           // 35: kibotos.ctrl.v1.StopDurability
-	(*v1.GuestObservation)(nil),      // 36: kibotos.ctrl.v1.GuestObservation
-	(*v1.NetworkPolicyStatus)(nil),   // 37: kibotos.ctrl.v1.NetworkPolicyStatus
-	(*v1.EgressObservation)(nil),     // 38: kibotos.ctrl.v1.EgressObservation
-	(*v1.ResolverObservation)(nil),   // 39: kibotos.ctrl.v1.ResolverObservation
+	(VolumeDesired)(0),                  // 0: kibotos.host.v1.VolumeDesired
+	(DesiredState)(0),                   // 1: kibotos.host.v1.DesiredState
+	(ObservedState)(0),                  // 2: kibotos.host.v1.ObservedState
+	(*RegisterHostRequest)(nil),         // 3: kibotos.host.v1.RegisterHostRequest
+	(*StoragePool)(nil),                 // 4: kibotos.host.v1.StoragePool
+	(*HostCapacity)(nil),                // 5: kibotos.host.v1.HostCapacity
+	(*RegisterHostResponse)(nil),        // 6: kibotos.host.v1.RegisterHostResponse
+	(*WatchAssignmentsRequest)(nil),     // 7: kibotos.host.v1.WatchAssignmentsRequest
+	(*WatchAssignmentsResponse)(nil),    // 8: kibotos.host.v1.WatchAssignmentsResponse
+	(*TransferAssignment)(nil),          // 9: kibotos.host.v1.TransferAssignment
+	(*ExecutionRestore)(nil),            // 10: kibotos.host.v1.ExecutionRestore
+	(*VolumeAssignment)(nil),            // 11: kibotos.host.v1.VolumeAssignment
+	(*ExecutionVolume)(nil),             // 12: kibotos.host.v1.ExecutionVolume
+	(*Assignment)(nil),                  // 13: kibotos.host.v1.Assignment
+	(*NetworkAssignment)(nil),           // 14: kibotos.host.v1.NetworkAssignment
+	(*EgressAssignment)(nil),            // 15: kibotos.host.v1.EgressAssignment
+	(*ResolverAssignment)(nil),          // 16: kibotos.host.v1.ResolverAssignment
+	(*DataPlane)(nil),                   // 17: kibotos.host.v1.DataPlane
+	(*StopRequest)(nil),                 // 18: kibotos.host.v1.StopRequest
+	(*ExecutionTemplate)(nil),           // 19: kibotos.host.v1.ExecutionTemplate
+	(*TemplateLayer)(nil),               // 20: kibotos.host.v1.TemplateLayer
+	(*ReportExecutionsRequest)(nil),     // 21: kibotos.host.v1.ReportExecutionsRequest
+	(*TransferReport)(nil),              // 22: kibotos.host.v1.TransferReport
+	(*VolumeReport)(nil),                // 23: kibotos.host.v1.VolumeReport
+	(*ReportExecutionsResponse)(nil),    // 24: kibotos.host.v1.ReportExecutionsResponse
+	(*ExecutionReport)(nil),             // 25: kibotos.host.v1.ExecutionReport
+	(*NetworkReport)(nil),               // 26: kibotos.host.v1.NetworkReport
+	(*GetTemplateBlobRequest)(nil),      // 27: kibotos.host.v1.GetTemplateBlobRequest
+	(*GetTemplateBlobResponse)(nil),     // 28: kibotos.host.v1.GetTemplateBlobResponse
+	(*PutTransferArtifactRequest)(nil),  // 29: kibotos.host.v1.PutTransferArtifactRequest
+	(*PutTransferArtifactResponse)(nil), // 30: kibotos.host.v1.PutTransferArtifactResponse
+	(*GetTransferArtifactRequest)(nil),  // 31: kibotos.host.v1.GetTransferArtifactRequest
+	(*GetTransferArtifactResponse)(nil), // 32: kibotos.host.v1.GetTransferArtifactResponse
+	(*v1.ResourceRequest)(nil),          // 33: kibotos.ctrl.v1.ResourceRequest
+	(*v1.NetworkPolicy)(nil),            // 34: kibotos.ctrl.v1.NetworkPolicy
+	(*v1.EgressSpec)(nil),               // 35: kibotos.ctrl.v1.EgressSpec
+	(*v1.ResolverSpec)(nil),             // 36: kibotos.ctrl.v1.ResolverSpec
+	(v1.StopMode)(0),                    // 37: kibotos.ctrl.v1.StopMode
+	(*timestamppb.Timestamp)(nil),       // 38: google.protobuf.Timestamp
+	(v1.VolumeCondition)(0),             // 39: kibotos.ctrl.v1.VolumeCondition
+	(v1.FailureStage)(0),                // 40: kibotos.ctrl.v1.FailureStage
+	(v1.FailureReason)(0),               // 41: kibotos.ctrl.v1.FailureReason
+	(v1.StopDurability)(0),              // 42: kibotos.ctrl.v1.StopDurability
+	(*v1.GuestObservation)(nil),         // 43: kibotos.ctrl.v1.GuestObservation
+	(*v1.NetworkPolicyStatus)(nil),      // 44: kibotos.ctrl.v1.NetworkPolicyStatus
+	(*v1.EgressObservation)(nil),        // 45: kibotos.ctrl.v1.EgressObservation
+	(*v1.ResolverObservation)(nil),      // 46: kibotos.ctrl.v1.ResolverObservation
 }
 var file_kibotos_host_v1_host_proto_depIdxs = []int32{
 	5,  // 0: kibotos.host.v1.RegisterHostRequest.capacity:type_name -> kibotos.host.v1.HostCapacity
 	4,  // 1: kibotos.host.v1.RegisterHostRequest.storage_pools:type_name -> kibotos.host.v1.StoragePool
-	11, // 2: kibotos.host.v1.WatchAssignmentsResponse.assignments:type_name -> kibotos.host.v1.Assignment
-	9,  // 3: kibotos.host.v1.WatchAssignmentsResponse.volumes:type_name -> kibotos.host.v1.VolumeAssignment
-	0,  // 4: kibotos.host.v1.VolumeAssignment.desired:type_name -> kibotos.host.v1.VolumeDesired
-	1,  // 5: kibotos.host.v1.Assignment.desired:type_name -> kibotos.host.v1.DesiredState
-	17, // 6: kibotos.host.v1.Assignment.template:type_name -> kibotos.host.v1.ExecutionTemplate
-	26, // 7: kibotos.host.v1.Assignment.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
-	16, // 8: kibotos.host.v1.Assignment.stop:type_name -> kibotos.host.v1.StopRequest
-	15, // 9: kibotos.host.v1.Assignment.data_plane:type_name -> kibotos.host.v1.DataPlane
-	12, // 10: kibotos.host.v1.Assignment.network:type_name -> kibotos.host.v1.NetworkAssignment
-	10, // 11: kibotos.host.v1.Assignment.volume:type_name -> kibotos.host.v1.ExecutionVolume
-	27, // 12: kibotos.host.v1.NetworkAssignment.policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
-	13, // 13: kibotos.host.v1.NetworkAssignment.egresses:type_name -> kibotos.host.v1.EgressAssignment
-	14, // 14: kibotos.host.v1.NetworkAssignment.resolvers:type_name -> kibotos.host.v1.ResolverAssignment
-	28, // 15: kibotos.host.v1.EgressAssignment.spec:type_name -> kibotos.ctrl.v1.EgressSpec
-	29, // 16: kibotos.host.v1.ResolverAssignment.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
-	30, // 17: kibotos.host.v1.StopRequest.mode:type_name -> kibotos.ctrl.v1.StopMode
-	18, // 18: kibotos.host.v1.ExecutionTemplate.layers:type_name -> kibotos.host.v1.TemplateLayer
-	22, // 19: kibotos.host.v1.ReportExecutionsRequest.reports:type_name -> kibotos.host.v1.ExecutionReport
-	20, // 20: kibotos.host.v1.ReportExecutionsRequest.volumes:type_name -> kibotos.host.v1.VolumeReport
-	31, // 21: kibotos.host.v1.VolumeReport.condition:type_name -> kibotos.ctrl.v1.VolumeCondition
-	32, // 22: kibotos.host.v1.VolumeReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
-	33, // 23: kibotos.host.v1.VolumeReport.observed_at:type_name -> google.protobuf.Timestamp
-	2,  // 24: kibotos.host.v1.ExecutionReport.state:type_name -> kibotos.host.v1.ObservedState
-	34, // 25: kibotos.host.v1.ExecutionReport.failure_reason:type_name -> kibotos.ctrl.v1.FailureReason
-	32, // 26: kibotos.host.v1.ExecutionReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
-	35, // 27: kibotos.host.v1.ExecutionReport.stop_durability:type_name -> kibotos.ctrl.v1.StopDurability
-	33, // 28: kibotos.host.v1.ExecutionReport.observed_at:type_name -> google.protobuf.Timestamp
-	23, // 29: kibotos.host.v1.ExecutionReport.network:type_name -> kibotos.host.v1.NetworkReport
-	36, // 30: kibotos.host.v1.ExecutionReport.guest:type_name -> kibotos.ctrl.v1.GuestObservation
-	37, // 31: kibotos.host.v1.NetworkReport.status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
-	38, // 32: kibotos.host.v1.NetworkReport.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
-	39, // 33: kibotos.host.v1.NetworkReport.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
-	3,  // 34: kibotos.host.v1.HostService.RegisterHost:input_type -> kibotos.host.v1.RegisterHostRequest
-	7,  // 35: kibotos.host.v1.HostService.WatchAssignments:input_type -> kibotos.host.v1.WatchAssignmentsRequest
-	19, // 36: kibotos.host.v1.HostService.ReportExecutions:input_type -> kibotos.host.v1.ReportExecutionsRequest
-	24, // 37: kibotos.host.v1.HostService.GetTemplateBlob:input_type -> kibotos.host.v1.GetTemplateBlobRequest
-	6,  // 38: kibotos.host.v1.HostService.RegisterHost:output_type -> kibotos.host.v1.RegisterHostResponse
-	8,  // 39: kibotos.host.v1.HostService.WatchAssignments:output_type -> kibotos.host.v1.WatchAssignmentsResponse
-	21, // 40: kibotos.host.v1.HostService.ReportExecutions:output_type -> kibotos.host.v1.ReportExecutionsResponse
-	25, // 41: kibotos.host.v1.HostService.GetTemplateBlob:output_type -> kibotos.host.v1.GetTemplateBlobResponse
-	38, // [38:42] is the sub-list for method output_type
-	34, // [34:38] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	13, // 2: kibotos.host.v1.WatchAssignmentsResponse.assignments:type_name -> kibotos.host.v1.Assignment
+	11, // 3: kibotos.host.v1.WatchAssignmentsResponse.volumes:type_name -> kibotos.host.v1.VolumeAssignment
+	9,  // 4: kibotos.host.v1.WatchAssignmentsResponse.transfers:type_name -> kibotos.host.v1.TransferAssignment
+	12, // 5: kibotos.host.v1.TransferAssignment.volume:type_name -> kibotos.host.v1.ExecutionVolume
+	0,  // 6: kibotos.host.v1.VolumeAssignment.desired:type_name -> kibotos.host.v1.VolumeDesired
+	1,  // 7: kibotos.host.v1.Assignment.desired:type_name -> kibotos.host.v1.DesiredState
+	19, // 8: kibotos.host.v1.Assignment.template:type_name -> kibotos.host.v1.ExecutionTemplate
+	33, // 9: kibotos.host.v1.Assignment.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
+	18, // 10: kibotos.host.v1.Assignment.stop:type_name -> kibotos.host.v1.StopRequest
+	17, // 11: kibotos.host.v1.Assignment.data_plane:type_name -> kibotos.host.v1.DataPlane
+	14, // 12: kibotos.host.v1.Assignment.network:type_name -> kibotos.host.v1.NetworkAssignment
+	12, // 13: kibotos.host.v1.Assignment.volume:type_name -> kibotos.host.v1.ExecutionVolume
+	10, // 14: kibotos.host.v1.Assignment.restore:type_name -> kibotos.host.v1.ExecutionRestore
+	34, // 15: kibotos.host.v1.NetworkAssignment.policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	15, // 16: kibotos.host.v1.NetworkAssignment.egresses:type_name -> kibotos.host.v1.EgressAssignment
+	16, // 17: kibotos.host.v1.NetworkAssignment.resolvers:type_name -> kibotos.host.v1.ResolverAssignment
+	35, // 18: kibotos.host.v1.EgressAssignment.spec:type_name -> kibotos.ctrl.v1.EgressSpec
+	36, // 19: kibotos.host.v1.ResolverAssignment.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
+	37, // 20: kibotos.host.v1.StopRequest.mode:type_name -> kibotos.ctrl.v1.StopMode
+	20, // 21: kibotos.host.v1.ExecutionTemplate.layers:type_name -> kibotos.host.v1.TemplateLayer
+	25, // 22: kibotos.host.v1.ReportExecutionsRequest.reports:type_name -> kibotos.host.v1.ExecutionReport
+	23, // 23: kibotos.host.v1.ReportExecutionsRequest.volumes:type_name -> kibotos.host.v1.VolumeReport
+	22, // 24: kibotos.host.v1.ReportExecutionsRequest.transfers:type_name -> kibotos.host.v1.TransferReport
+	38, // 25: kibotos.host.v1.TransferReport.observed_at:type_name -> google.protobuf.Timestamp
+	39, // 26: kibotos.host.v1.VolumeReport.condition:type_name -> kibotos.ctrl.v1.VolumeCondition
+	40, // 27: kibotos.host.v1.VolumeReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
+	38, // 28: kibotos.host.v1.VolumeReport.observed_at:type_name -> google.protobuf.Timestamp
+	2,  // 29: kibotos.host.v1.ExecutionReport.state:type_name -> kibotos.host.v1.ObservedState
+	41, // 30: kibotos.host.v1.ExecutionReport.failure_reason:type_name -> kibotos.ctrl.v1.FailureReason
+	40, // 31: kibotos.host.v1.ExecutionReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
+	42, // 32: kibotos.host.v1.ExecutionReport.stop_durability:type_name -> kibotos.ctrl.v1.StopDurability
+	38, // 33: kibotos.host.v1.ExecutionReport.observed_at:type_name -> google.protobuf.Timestamp
+	26, // 34: kibotos.host.v1.ExecutionReport.network:type_name -> kibotos.host.v1.NetworkReport
+	43, // 35: kibotos.host.v1.ExecutionReport.guest:type_name -> kibotos.ctrl.v1.GuestObservation
+	44, // 36: kibotos.host.v1.NetworkReport.status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
+	45, // 37: kibotos.host.v1.NetworkReport.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
+	46, // 38: kibotos.host.v1.NetworkReport.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
+	3,  // 39: kibotos.host.v1.HostService.RegisterHost:input_type -> kibotos.host.v1.RegisterHostRequest
+	7,  // 40: kibotos.host.v1.HostService.WatchAssignments:input_type -> kibotos.host.v1.WatchAssignmentsRequest
+	21, // 41: kibotos.host.v1.HostService.ReportExecutions:input_type -> kibotos.host.v1.ReportExecutionsRequest
+	27, // 42: kibotos.host.v1.HostService.GetTemplateBlob:input_type -> kibotos.host.v1.GetTemplateBlobRequest
+	29, // 43: kibotos.host.v1.HostService.PutTransferArtifact:input_type -> kibotos.host.v1.PutTransferArtifactRequest
+	31, // 44: kibotos.host.v1.HostService.GetTransferArtifact:input_type -> kibotos.host.v1.GetTransferArtifactRequest
+	6,  // 45: kibotos.host.v1.HostService.RegisterHost:output_type -> kibotos.host.v1.RegisterHostResponse
+	8,  // 46: kibotos.host.v1.HostService.WatchAssignments:output_type -> kibotos.host.v1.WatchAssignmentsResponse
+	24, // 47: kibotos.host.v1.HostService.ReportExecutions:output_type -> kibotos.host.v1.ReportExecutionsResponse
+	28, // 48: kibotos.host.v1.HostService.GetTemplateBlob:output_type -> kibotos.host.v1.GetTemplateBlobResponse
+	30, // 49: kibotos.host.v1.HostService.PutTransferArtifact:output_type -> kibotos.host.v1.PutTransferArtifactResponse
+	32, // 50: kibotos.host.v1.HostService.GetTransferArtifact:output_type -> kibotos.host.v1.GetTransferArtifactResponse
+	45, // [45:51] is the sub-list for method output_type
+	39, // [39:45] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_host_v1_host_proto_init() }
@@ -2340,14 +2924,14 @@ func file_kibotos_host_v1_host_proto_init() {
 	if File_kibotos_host_v1_host_proto != nil {
 		return
 	}
-	file_kibotos_host_v1_host_proto_msgTypes[19].OneofWrappers = []any{}
+	file_kibotos_host_v1_host_proto_msgTypes[22].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_host_v1_host_proto_rawDesc), len(file_kibotos_host_v1_host_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   23,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

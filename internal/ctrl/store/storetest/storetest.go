@@ -43,6 +43,7 @@ func Run(t *testing.T, open Open) {
 		{"VolumeLifecycle", testVolumeLifecycle},
 		{"VolumeLists", testVolumeLists},
 		{"FailedVolumeUpdateChangesNothing", testVolumeRollback},
+		{"Transfers", testTransfers},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
