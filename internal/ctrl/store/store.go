@@ -351,6 +351,10 @@ type TransferTx interface {
 	// Transfer returns a transfer of the project, deleted ones included
 	// (with their labels), or ErrNotFound.
 	Transfer(ctx context.Context, projectID, id string) (Transfer, error)
+	// TransferByID returns a transfer of any project by its ID, deleted
+	// ones included, or ErrNotFound; for the collection of artifacts,
+	// which are stored by transfer ID.
+	TransferByID(ctx context.Context, id string) (Transfer, error)
 	// UpdateTransfer replaces every mutable field (body, labels, host,
 	// pending, expires_at, updated_at, deleted_at); ErrNotFound if missing.
 	UpdateTransfer(ctx context.Context, t Transfer) error

@@ -738,21 +738,17 @@ func (x *TransferAssignment) GetTemplateBlobs() []string {
 }
 
 // ExecutionRestore asks the host to make an execution's writable layer and
-// Volume from a Transfer's artifact before the first start: each image is
-// built under a temporary name, filled from the artifact (fetched with
-// GetTransferArtifact, every checksum verified) and renamed into place, so
-// a crash never leaves a half-restored image.
+// Volume (Assignment.volume, whose VolumeAssignment gives its capacity and
+// filesystem UUID) from a Transfer's artifact before the first start: each
+// image is built under a temporary name, filled from the artifact (fetched
+// with GetTransferArtifact, every checksum verified) and renamed into
+// place, so a crash never leaves a half-restored image.
 type ExecutionRestore struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	TransferId string                 `protobuf:"bytes,1,opt,name=transfer_id,json=transferId,proto3" json:"transfer_id,omitempty"`
 	// digest is sha256:<hex> of the artifact.
-	Digest    string `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
-	SizeBytes uint64 `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
-	// volume_bytes and volume_uuid are the capacity and filesystem UUID of
-	// the Volume image to make (Assignment.volume names it); zero without a
-	// Volume.
-	VolumeBytes   uint64 `protobuf:"varint,4,opt,name=volume_bytes,json=volumeBytes,proto3" json:"volume_bytes,omitempty"`
-	VolumeUuid    string `protobuf:"bytes,5,opt,name=volume_uuid,json=volumeUuid,proto3" json:"volume_uuid,omitempty"`
+	Digest        string `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	SizeBytes     uint64 `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -806,20 +802,6 @@ func (x *ExecutionRestore) GetSizeBytes() uint64 {
 		return x.SizeBytes
 	}
 	return 0
-}
-
-func (x *ExecutionRestore) GetVolumeBytes() uint64 {
-	if x != nil {
-		return x.VolumeBytes
-	}
-	return 0
-}
-
-func (x *ExecutionRestore) GetVolumeUuid() string {
-	if x != nil {
-		return x.VolumeUuid
-	}
-	return ""
 }
 
 // VolumeAssignment is what ctrl wants of one Volume image on the host.
@@ -2612,16 +2594,13 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\blayer_id\x18\x03 \x01(\tR\alayerId\x128\n" +
 	"\x06volume\x18\x04 \x01(\v2 .kibotos.host.v1.ExecutionVolumeR\x06volume\x12\x1a\n" +
 	"\bmanifest\x18\x05 \x01(\fR\bmanifest\x12%\n" +
-	"\x0etemplate_blobs\x18\x06 \x03(\tR\rtemplateBlobs\"\xae\x01\n" +
+	"\x0etemplate_blobs\x18\x06 \x03(\tR\rtemplateBlobs\"j\n" +
 	"\x10ExecutionRestore\x12\x1f\n" +
 	"\vtransfer_id\x18\x01 \x01(\tR\n" +
 	"transferId\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\x03 \x01(\x04R\tsizeBytes\x12!\n" +
-	"\fvolume_bytes\x18\x04 \x01(\x04R\vvolumeBytes\x12\x1f\n" +
-	"\vvolume_uuid\x18\x05 \x01(\tR\n" +
-	"volumeUuid\"\x92\x02\n" +
+	"size_bytes\x18\x03 \x01(\x04R\tsizeBytes\"\x92\x02\n" +
 	"\x10VolumeAssignment\x12\x1b\n" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12!\n" +
 	"\fstorage_pool\x18\x02 \x01(\tR\vstoragePool\x12%\n" +

@@ -42,6 +42,15 @@ func (t *tx) Transfer(ctx context.Context, projectID, id string) (store.Transfer
 	return tr, err
 }
 
+func (t *tx) TransferByID(ctx context.Context, id string) (store.Transfer, error) {
+	tr, err := scanTransfer(t.queryRow(ctx, `SELECT `+transferColumns+` FROM transfers WHERE id = ?`, id))
+	if err != nil {
+		return tr, err
+	}
+	tr.Labels, err = t.loadLabels(ctx, tr.ProjectID, tr.ID)
+	return tr, err
+}
+
 func (t *tx) Transfers(ctx context.Context, q store.ObjectQuery) ([]store.Transfer, error) {
 	query, args := livePage("transfers", transferColumns, q)
 	return t.transfers(ctx, query, args...)

@@ -64,6 +64,12 @@ func testTransfers(t *testing.T, s store.Store) {
 		if _, err := tx.Transfer(ctx, "p2", "t1"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("transfer of another project: %v", err)
 		}
+		if got, err := tx.TransferByID(ctx, "t3"); err != nil || !sameTransfer(got, c) {
+			t.Errorf("transfer by ID = %+v, %v; want %+v", got, err, c)
+		}
+		if _, err := tx.TransferByID(ctx, "nope"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("unknown transfer by ID: %v", err)
+		}
 		if list, err := tx.HostTransfers(ctx, "h1"); err != nil || !slices.Equal(transferIDs(list), []string{"t1"}) {
 			t.Errorf("host transfers = %v, %v", transferIDs(list), err)
 		}
