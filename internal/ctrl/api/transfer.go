@@ -23,7 +23,9 @@ func (s *TransferService) ExportWorkspace(ctx context.Context, req *connect.Requ
 	m := req.Msg
 	return Respond(transfers.Export(ctx, s.svc, Mutation[*ctrlv1.ExportWorkspaceResponse](req, m.GetCommand()),
 		m.GetWorkspaceId(), m.GetLabels(), m.GetAnnotations(), m.GetWithTemplate(),
-		func(t *ctrlv1.Transfer) *ctrlv1.ExportWorkspaceResponse { return &ctrlv1.ExportWorkspaceResponse{Transfer: t} }))
+		func(t *ctrlv1.Transfer) *ctrlv1.ExportWorkspaceResponse {
+			return &ctrlv1.ExportWorkspaceResponse{Transfer: t}
+		}))
 }
 
 func (s *TransferService) ReadTransferArtifact(ctx context.Context, req *connect.Request[ctrlv1.ReadTransferArtifactRequest], stream *connect.ServerStream[ctrlv1.ReadTransferArtifactResponse]) error {
@@ -61,5 +63,7 @@ func (s *TransferService) ListTransfers(ctx context.Context, req *connect.Reques
 func (s *TransferService) DeleteTransfer(ctx context.Context, req *connect.Request[ctrlv1.DeleteTransferRequest]) (*connect.Response[ctrlv1.DeleteTransferResponse], error) {
 	m := req.Msg
 	return Respond(transfers.Delete(ctx, s.svc, Mutation[*ctrlv1.DeleteTransferResponse](req, m.GetCommand()), m.GetTransferId(),
-		func(t *ctrlv1.Transfer) *ctrlv1.DeleteTransferResponse { return &ctrlv1.DeleteTransferResponse{Transfer: t} }))
+		func(t *ctrlv1.Transfer) *ctrlv1.DeleteTransferResponse {
+			return &ctrlv1.DeleteTransferResponse{Transfer: t}
+		}))
 }

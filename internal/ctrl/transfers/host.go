@@ -132,4 +132,3 @@ func (s *Service) OpenArtifact(ctx context.Context, id string, offset uint64, se
 // before the loop takes its upload as gone: a live upload stores its
 // progress every progressEvery.
 const uploadIdle = 30 * time.Second
-

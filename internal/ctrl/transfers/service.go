@@ -238,7 +238,9 @@ func Delete[R proto.Message](ctx context.Context, s *Service, w Write[R], id str
 	}
 	var deleting string
 	resp, changed, err := resource.Edit(ctx, s.Store, w,
-		func(ctx context.Context, tx store.Tx, projectID string) (*Record, error) { return load(ctx, tx, projectID, id) },
+		func(ctx context.Context, tx store.Tx, projectID string) (*Record, error) {
+			return load(ctx, tx, projectID, id)
+		},
 		(*Record).encode,
 		func(ctx context.Context, tx store.Tx, r *Record) error {
 			switch r.T.State {
