@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"connectrpc.com/connect"
@@ -46,6 +47,10 @@ func (s *Service) HostAssignments(ctx context.Context, hostID string) ([]*hostv1
 // Report records the progress a host reports of its exports and restores.
 func (s *Service) Report(ctx context.Context, hostID string, reports []*hostv1.TransferReport) {
 	for _, rep := range reports {
+		if rep.FailureMessage != "" {
+			slog.Warn("transfers: an attempt failed on a host, which tries again", "transfer", rep.TransferId, "host", hostID, "err", rep.FailureMessage)
+			continue
+		}
 		s.setProgress(ctx, rep.TransferId, rep.BytesDone, rep.BytesTotal)
 	}
 }
