@@ -21,8 +21,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"gocloud.dev/blob"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"gocloud.dev/blob"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
