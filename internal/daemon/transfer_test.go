@@ -208,6 +208,35 @@ func TestTransferAcrossDeployments(t *testing.T) {
 		t.Errorf("manifest = %v", m)
 	}
 
+	// A flipped byte, a cut file and a file of another format each fail
+	// with a message, leave nothing restorable and nothing stored.
+	flipped := bytes.Clone(art)
+	flipped[len(flipped)/2] ^= 0x40
+	for _, c := range []struct {
+		name, says string
+		data       []byte
+		digest     string
+	}{
+		{"one byte flipped", "damaged", flipped, digestOf(flipped)},
+		{"one byte flipped, the digest of the original", "", flipped, m.Digest},
+		{"truncated", "truncated", art[:len(art)*2/3], digestOf(art[:len(art)*2/3])},
+		{"another format", "not a Kibotos transfer artifact", []byte("PK\x03\x04 a zip file, say"), digestOf([]byte("PK\x03\x04 a zip file, say"))},
+	} {
+		bad := upload(t, tb, c.data, c.digest)
+		if bad.State != ctrlv1.TransferState_TRANSFER_STATE_FAILED || bad.Failure.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_IMPORTING_TRANSFER ||
+			!strings.Contains(bad.Failure.GetMessage(), c.says) {
+			t.Errorf("%s: imported as %v: %v", c.name, bad.State, bad.Failure)
+		}
+		t.Logf("%s: %s", c.name, bad.Failure.GetMessage())
+		_, err := unary(context.Background(), tb.RestoreWorkspace, &ctrlv1.RestoreWorkspaceRequest{Command: cmd(), TransferId: bad.TransferId})
+		if connect.CodeOf(err) != connect.CodeFailedPrecondition {
+			t.Errorf("%s: restore of the failed import: %v", c.name, err)
+		}
+		if files := blobFiles(t, b.home); len(files) != 0 {
+			t.Errorf("%s: blobs left after a failed import: %v", c.name, files)
+		}
+	}
+
 	imp := upload(t, tb, art, m.Digest)
 	if imp.State != ctrlv1.TransferState_TRANSFER_STATE_IMPORTED || imp.Manifest.Digest != m.Digest || imp.Labels["from"] != "a" {
 		t.Fatalf("import: %v", imp)
