@@ -56,6 +56,7 @@ func Commands() []*cobra.Command {
 		egressCommand(),
 		resolverCommand(),
 		volumeCommand(),
+		transferCommand(),
 		projectCommand(),
 		tokenCommand(),
 		adminCommand(),

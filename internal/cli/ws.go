@@ -51,6 +51,7 @@ func wsCommand() *cobra.Command {
 		wsPsCommand(c),
 		wsLogsCommand(c),
 		wsTopCommand(c),
+		wsExportCommand(c),
 	)
 	return cmd
 }
