@@ -52,7 +52,15 @@ func Mount(image, parent string, readOnly bool) (dir string, unmount func() erro
 // unmountDir unmounts a directory Mount made, waits for the image's loop
 // device to go, and removes the directory.
 func unmountDir(dir, image string) error {
-	unix.Sync()
+	// This filesystem's writes only: a sync of every filesystem would
+	// wait for the whole host's.
+	if fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
+		err = unix.Syncfs(fd)
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("diskimage: syncing %s: %w", dir, err)
+		}
+	}
 	if err := unix.Unmount(dir, 0); err != nil && !errors.Is(err, unix.EINVAL) {
 		return fmt.Errorf("diskimage: unmounting %s: %w", dir, err)
 	}
