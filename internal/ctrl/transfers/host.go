@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"time"
 
@@ -60,6 +61,9 @@ func (s *Service) Report(ctx context.Context, hostID string, reports []*hostv1.T
 // the digest the host computed, committed, and the Transfer COMPLETE.
 func (s *Service) PutArtifact(ctx context.Context, recv func() (*hostv1.PutTransferArtifactRequest, error)) error {
 	first, err := recv()
+	if errors.Is(err, io.EOF) {
+		return invalid("the upload is empty: the first message names host_id and transfer_id")
+	}
 	if err != nil {
 		return err
 	}
