@@ -20,6 +20,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/artifact"
 	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/daemon"
 )
@@ -137,6 +138,43 @@ func upload(t *testing.T, c ctrlv1connect.TransferServiceClient, data []byte, di
 	return resp.Msg.Transfer
 }
 
+// artifactOf writes an artifact of manifest m holding the layer dir.
+func artifactOf(t *testing.T, m *ctrlv1.TransferManifest, dir string) []byte {
+	t.Helper()
+	body, err := artifact.EncodeManifest(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	w, err := artifact.NewWriter(&buf, body, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.AddTree(context.Background(), artifact.Layer, dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// detailReason is the reason of the ErrorDetail an error carries.
+func detailReason(err error) ctrlv1.FailureReason {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return 0
+	}
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if detail, ok := v.(*ctrlv1.ErrorDetail); ok {
+				return detail.Reason
+			}
+		}
+	}
+	return 0
+}
+
 func digestOf(b []byte) string {
 	s := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(s[:])
@@ -236,6 +274,18 @@ func TestTransferAcrossDeployments(t *testing.T) {
 			t.Errorf("%s: blobs left after a failed import: %v", c.name, files)
 		}
 	}
+
+	// An artifact of a template revision B lacks is refused at restore,
+	// saying why.
+	foreign := proto.CloneOf(m)
+	foreign.TemplateImageDigest = "sha256:" + strings.Repeat("0", 64)
+	foreignArt := artifactOf(t, foreign, t.TempDir())
+	orphan := upload(t, tb, foreignArt, digestOf(foreignArt))
+	_, err = unary(context.Background(), tb.RestoreWorkspace, &ctrlv1.RestoreWorkspaceRequest{Command: cmd(), TransferId: orphan.TransferId})
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), foreign.TemplateImageDigest) || detailReason(err) != ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND {
+		t.Errorf("restore without the template: %v", err)
+	}
+	mustUnary(t, tb.DeleteTransfer, &ctrlv1.DeleteTransferRequest{Command: cmd(), TransferId: orphan.TransferId})
 
 	imp := upload(t, tb, art, m.Digest)
 	if imp.State != ctrlv1.TransferState_TRANSFER_STATE_IMPORTED || imp.Manifest.Digest != m.Digest || imp.Labels["from"] != "a" {
