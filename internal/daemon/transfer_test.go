@@ -119,23 +119,35 @@ func download(t *testing.T, c ctrlv1connect.TransferServiceClient, id string) []
 // upload imports an artifact declaring digest.
 func upload(t *testing.T, c ctrlv1connect.TransferServiceClient, data []byte, digest string) *ctrlv1.Transfer {
 	t.Helper()
-	stream := c.ImportTransfer(context.Background())
-	first := &ctrlv1.ImportTransferRequest{Command: cmd(), Digest: digest, Labels: map[string]string{"from": "a"}}
-	if err := stream.Send(first); err != nil {
+	tr, err := uploadAs(c, cmd(), data, digest)
+	if err != nil {
 		t.Fatal(err)
+	}
+	return tr
+}
+
+// uploadAs imports an artifact declaring digest as the command command.
+func uploadAs(c ctrlv1connect.TransferServiceClient, command *ctrlv1.CommandMetadata, data []byte, digest string) (*ctrlv1.Transfer, error) {
+	stream := c.ImportTransfer(context.Background())
+	first := &ctrlv1.ImportTransferRequest{Command: command, Digest: digest, Labels: map[string]string{"from": "a"}}
+	if err := stream.Send(first); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
 	}
 	for len(data) > 0 {
 		n := min(len(data), 1<<20)
-		if err := stream.Send(&ctrlv1.ImportTransferRequest{Data: data[:n]}); err != nil && !errors.Is(err, io.EOF) {
-			t.Fatal(err)
+		if err := stream.Send(&ctrlv1.ImportTransferRequest{Data: data[:n]}); err != nil {
+			if errors.Is(err, io.EOF) {
+				break // the server answered: CloseAndReceive has it
+			}
+			return nil, err
 		}
 		data = data[n:]
 	}
 	resp, err := stream.CloseAndReceive()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	return resp.Msg.Transfer
+	return resp.Msg.Transfer, nil
 }
 
 // artifactOf writes an artifact of manifest m holding the layer dir.
@@ -280,7 +292,19 @@ func TestTransferAcrossDeployments(t *testing.T) {
 	foreign := proto.CloneOf(m)
 	foreign.TemplateImageDigest = "sha256:" + strings.Repeat("0", 64)
 	foreignArt := artifactOf(t, foreign, t.TempDir())
-	orphan := upload(t, tb, foreignArt, digestOf(foreignArt))
+	importCmd := cmd()
+	orphan, err := uploadAs(tb, importCmd, foreignArt, digestOf(foreignArt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same command again is the first result; with other input, a
+	// conflict.
+	if again, err := uploadAs(tb, importCmd, foreignArt, digestOf(foreignArt)); err != nil || again.TransferId != orphan.TransferId {
+		t.Errorf("the same import command again: %v, %v; want transfer %s", again, err, orphan.TransferId)
+	}
+	if _, err := uploadAs(tb, importCmd, art, m.Digest); connect.CodeOf(err) != connect.CodeAlreadyExists {
+		t.Errorf("the import command with another digest: %v", err)
+	}
 	_, err = unary(context.Background(), tb.RestoreWorkspace, &ctrlv1.RestoreWorkspaceRequest{Command: cmd(), TransferId: orphan.TransferId})
 	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), foreign.TemplateImageDigest) || detailReason(err) != ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND {
 		t.Errorf("restore without the template: %v", err)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"time"
 
 	"connectrpc.com/connect"
 
@@ -136,8 +135,3 @@ func (s *Service) PutArtifact(ctx context.Context, recv func() (*hostv1.PutTrans
 func (s *Service) OpenArtifact(ctx context.Context, id string, offset uint64, send func(data []byte, total uint64) error) error {
 	return s.stream(ctx, id, offset, send)
 }
-
-// uploadIdle is how long an IMPORTING Transfer may go without progress
-// before the loop takes its upload as gone: a live upload stores its
-// progress every progressEvery.
-const uploadIdle = 30 * time.Second

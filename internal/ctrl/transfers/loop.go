@@ -17,6 +17,11 @@ import (
 // calls: restores follow their workspace, artifacts expire, deletions
 // finish, uploads that went away fail, and blobs no Transfer holds go.
 
+// uploadIdle is how long an IMPORTING Transfer may go without progress
+// before the loop takes its upload as gone: a live upload stores its
+// progress every progressEvery.
+const uploadIdle = 30 * time.Second
+
 // Run sweeps every period and whenever a change is published, until ctx
 // ends.
 func (s *Service) Run(ctx context.Context, every time.Duration) {
