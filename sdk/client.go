@@ -37,6 +37,7 @@ type Client struct {
 	opts       []connect.ClientOption // from WithClientOptions; data-plane clients share them
 	sessionTTL time.Duration
 	workspaces ctrlv1connect.WorkspaceServiceClient
+	transfers  ctrlv1connect.TransferServiceClient
 	sessions   ctrlv1connect.SessionServiceClient
 	exposures  ctrlv1connect.ExposureServiceClient
 }
@@ -83,6 +84,7 @@ func New(baseURL, token string, opts ...Option) *Client {
 	baseURL = strings.TrimRight(baseURL, "/")
 	ctrlOpts := c.clientOptions(token)
 	c.workspaces = ctrlv1connect.NewWorkspaceServiceClient(c.hc, baseURL, ctrlOpts...)
+	c.transfers = ctrlv1connect.NewTransferServiceClient(c.hc, baseURL, ctrlOpts...)
 	c.sessions = ctrlv1connect.NewSessionServiceClient(c.hc, baseURL, ctrlOpts...)
 	c.exposures = ctrlv1connect.NewExposureServiceClient(c.hc, baseURL, ctrlOpts...)
 	return c

@@ -63,6 +63,7 @@ type seeded struct {
 	uploaded          string // its sha256sum output in the guest
 	archive           string // local image archive `template import` sends
 	layerKiB          uint64 // size of the root filesystem, before growth
+	artifact          string // local transfer artifact `transfer import` sends
 }
 
 // TestCrashTable kills `kibotos up` with SIGKILL during each operation that
@@ -72,11 +73,15 @@ type seeded struct {
 // object is deleted and the deployment stopped, the host holds nothing of
 // them: no container, mount, loop device, cgroup, network namespace,
 // process, file, or layer no template references.
-func TestCrashTable(t *testing.T) {
+func TestCrashTable(t *testing.T) { runCrashTable(t, crashTable()) }
+
+// runCrashTable runs the rows of a crash table, each on a deployment of
+// its own.
+func runCrashTable(t *testing.T, rows []crashPoint) {
 	hosttest.RequireRoot(t)
 	bin := build(t)
 	killPoints := 0
-	for _, row := range crashTable() {
+	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
 			d := newDeployment(t, bin)
 			s := row.seed(d)

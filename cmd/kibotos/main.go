@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kibotos/kibotos/internal/cli"
+	"github.com/kibotos/kibotos/internal/ctrl/transfers"
 	"github.com/kibotos/kibotos/internal/daemon"
 	"github.com/kibotos/kibotos/internal/host/agent"
 	"github.com/kibotos/kibotos/internal/host/psi"
@@ -58,6 +59,8 @@ type serveFlags struct {
 	publicURL    string
 	exempt       string
 	metricsToken string
+	blobs        string
+	transferTTL  time.Duration
 }
 
 func (f *serveFlags) register(cmd *cobra.Command) {
@@ -68,6 +71,9 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 		"UNSAFE, for local testing only: comma-separated CIDRs exempt from the special-purpose and hard-deny checks (env KIBOTOS_UNSAFE_EXEMPT_RANGES)")
 	cmd.Flags().StringVar(&f.metricsToken, "metrics-token-file", os.Getenv("KIBOTOS_METRICS_TOKEN_FILE"),
 		"a file holding the bearer token GET /metrics requires (default: none, the metrics are open to whoever reaches --listen; env KIBOTOS_METRICS_TOKEN_FILE)")
+	cmd.Flags().StringVar(&f.blobs, "blobs", os.Getenv("KIBOTOS_BLOBS"),
+		"blob store of transfer artifacts: s3://BUCKET?region=...&endpoint=..., file:///DIR (default: HOME/blobs; env KIBOTOS_BLOBS)")
+	cmd.Flags().DurationVar(&f.transferTTL, "transfer-ttl", transfers.DefaultTTL, "how long a transfer's artifact is kept before it EXPIRES")
 }
 
 func (f *serveFlags) options(o daemon.Options) (daemon.Options, error) {
@@ -76,6 +82,10 @@ func (f *serveFlags) options(o daemon.Options) (daemon.Options, error) {
 		return o, fmt.Errorf("--unsafe-exempt-ranges: %w", err)
 	}
 	o.Listen, o.PublicURL, o.UnsafeExemptRanges, o.Out, o.MetricsTokenFile = f.listen, f.publicURL, exempt, os.Stdout, f.metricsToken
+	if f.transferTTL <= 0 {
+		return o, fmt.Errorf("--transfer-ttl %s must be positive", f.transferTTL)
+	}
+	o.BlobsURL, o.TransferTTL = f.blobs, f.transferTTL
 	return o, nil
 }
 

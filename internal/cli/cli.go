@@ -57,6 +57,7 @@ func Commands() []*cobra.Command {
 		resolverCommand(),
 		volumeCommand(),
 		exposureCommand(),
+		transferCommand(),
 		projectCommand(),
 		tokenCommand(),
 		adminCommand(),

@@ -54,6 +54,7 @@ func wsCommand() *cobra.Command {
 		wsPortForwardCommand(c),
 		wsExposeCommand(c),
 		wsExposuresCommand(c),
+		wsExportCommand(c),
 	)
 	return cmd
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"gocloud.dev/blob"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
@@ -48,6 +49,10 @@ const (
 // AdminTokenFile is the file under the home directory that holds the
 // bootstrap admin token, one line, mode 0600.
 const AdminTokenFile = "admin-token"
+
+// transferSweepEvery is how often the transfers' loop looks at every
+// pending Transfer when no change wakes it.
+const transferSweepEvery = 5 * time.Second
 
 // shutdownGrace is how long calls in flight may finish after SIGTERM.
 const shutdownGrace = 10 * time.Second
@@ -116,6 +121,13 @@ type Options struct {
 	// white space removed) is the bearer token GET /metrics requires;
 	// empty serves the metrics to anyone who reaches the listener.
 	MetricsTokenFile string
+	// BlobsURL is the blob store of transfer artifacts (see openBlobs);
+	// empty is HOME/blobs, or, for a control plane without a home, no
+	// transfers.
+	BlobsURL string
+	// TransferTTL is how long a transfer's artifact is kept; zero is
+	// transfers.DefaultTTL.
+	TransferTTL time.Duration
 }
 
 // Run serves until ctx ends.
@@ -151,6 +163,14 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	var blobs *blob.Bucket
+	if o.BlobsURL != "" || o.Home != "" || o.StoreURL == "" {
+		if blobs, err = openBlobs(ctx, o); err != nil {
+			return fmt.Errorf("blob store: %w", err)
+		}
+		defer blobs.Close()
+	}
+	started := time.Now()
 	reg := newRegistry()
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
@@ -182,6 +202,8 @@ func Run(ctx context.Context, o Options) error {
 		DefaultStoragePool: defaultPool(o),
 		Metrics:            reg,
 		MetricsToken:       metricsToken,
+		Blobs:              blobs,
+		TransferTTL:        o.TransferTTL,
 	})
 	if err != nil {
 		ln.Close()
@@ -213,6 +235,20 @@ func Run(ctx context.Context, o Options) error {
 	g.Go(func() error { return server.Serve(ctx, ln, handler, shutdownGrace) })
 	g.Go(func() error { return expireLoop(ctx, ctl) })
 	g.Go(func() error { return templates.CollectLoop(ctx, st, images) })
+	if ctl.Transfers != nil {
+		g.Go(func() error {
+			// With SQLite this process is the deployment's only ctrl: an
+			// import stored before it started lost its upload with the
+			// process before.
+			if o.StoreURL == "" {
+				if err := ctl.Transfers.Sweep(ctx, started); err != nil {
+					slog.Error("transfers: first sweep", "err", err)
+				}
+			}
+			ctl.Transfers.Run(ctx, transferSweepEvery)
+			return nil
+		})
+	}
 	if hostAgent != nil {
 		g.Go(func() error { return hostAgent.Run(ctx) })
 		select {

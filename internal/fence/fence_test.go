@@ -31,6 +31,7 @@ var parts = map[string]string{
 	"internal/guest":        guest,
 	"cmd/kibotos-guest":     guest,
 	"internal/guestabi":     leaf,
+	"internal/artifact":     leaf,
 	"internal/imagestore":   leaf,
 	"internal/netcheck":     leaf,
 	"internal/sessiontoken": leaf,

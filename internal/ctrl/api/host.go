@@ -14,6 +14,7 @@ import (
 
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
+	"github.com/kibotos/kibotos/internal/ctrl/transfers"
 	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
 )
 
@@ -35,11 +36,13 @@ type HostService struct {
 	hostv1connect.UnimplementedHostServiceHandler
 	svc   *workspaces.Service
 	blobs Blobs
+	// transfers is nil in a deployment without a blob store.
+	transfers *transfers.Service
 }
 
-// NewHostService returns the HostService handler.
-func NewHostService(svc *workspaces.Service, blobs Blobs) *HostService {
-	return &HostService{svc: svc, blobs: blobs}
+// NewHostService returns the HostService handler; transfers may be nil.
+func NewHostService(svc *workspaces.Service, blobs Blobs, transfers *transfers.Service) *HostService {
+	return &HostService{svc: svc, blobs: blobs, transfers: transfers}
 }
 
 // HostAuth is the interceptor of HostService: every call must carry the
@@ -99,11 +102,14 @@ func (s *HostService) WatchAssignments(ctx context.Context, req *connect.Request
 	for {
 		changed := s.svc.Changes.Changed()
 		msg, err := s.svc.Assignments(ctx, req.Msg.GetHostId())
+		if err == nil && s.transfers != nil {
+			msg.Transfers, err = s.transfers.HostAssignments(ctx, req.Msg.GetHostId())
+		}
 		if err != nil {
 			_, err = Respond(last, err)
 			return err
 		}
-		if last == nil || !proto.Equal(&hostv1.WatchAssignmentsResponse{Assignments: last.Assignments, Volumes: last.Volumes}, msg) {
+		if last == nil || !proto.Equal(&hostv1.WatchAssignmentsResponse{Assignments: last.Assignments, Volumes: last.Volumes, Transfers: last.Transfers}, msg) {
 			version++
 			msg.Version = version
 			if err := stream.Send(msg); err != nil {
@@ -124,7 +130,30 @@ func (s *HostService) ReportExecutions(ctx context.Context, req *connect.Request
 	if err := s.svc.CheckRegistered(ctx, req.Msg.GetHostId()); err != nil {
 		return Respond[hostv1.ReportExecutionsResponse](nil, err)
 	}
+	if s.transfers != nil {
+		s.transfers.Report(ctx, req.Msg.GetHostId(), req.Msg.GetTransfers())
+	}
 	return Respond(&hostv1.ReportExecutionsResponse{}, s.svc.Report(ctx, req.Msg.GetHostId(), req.Msg.GetReports(), req.Msg.GetVolumes()))
+}
+
+// PutTransferArtifact receives the artifact of an export the host ran.
+func (s *HostService) PutTransferArtifact(ctx context.Context, stream *connect.ClientStream[hostv1.PutTransferArtifactRequest]) (*connect.Response[hostv1.PutTransferArtifactResponse], error) {
+	if s.transfers == nil {
+		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("this deployment keeps no transfers"))
+	}
+	return Respond(&hostv1.PutTransferArtifactResponse{}, s.transfers.PutArtifact(ctx, receiver(stream)))
+}
+
+// GetTransferArtifact streams an artifact a host restores from.
+func (s *HostService) GetTransferArtifact(ctx context.Context, req *connect.Request[hostv1.GetTransferArtifactRequest], stream *connect.ServerStream[hostv1.GetTransferArtifactResponse]) error {
+	if s.transfers == nil {
+		return connect.NewError(connect.CodeUnimplemented, errors.New("this deployment keeps no transfers"))
+	}
+	err := s.transfers.OpenArtifact(ctx, req.Msg.GetTransferId(), req.Msg.GetOffset(), func(data []byte, total uint64) error {
+		return stream.Send(&hostv1.GetTransferArtifactResponse{Data: data, TotalBytes: total})
+	})
+	_, err = Respond[hostv1.GetTransferArtifactResponse](nil, err)
+	return err
 }
 
 func (s *HostService) GetTemplateBlob(ctx context.Context, req *connect.Request[hostv1.GetTemplateBlobRequest], stream *connect.ServerStream[hostv1.GetTemplateBlobResponse]) error {

@@ -5,6 +5,7 @@ package api
 
 import (
 	"errors"
+	"io"
 	"log/slog"
 
 	"connectrpc.com/connect"
@@ -36,4 +37,22 @@ func Mutation[R proto.Message, Q any, PQ interface {
 	proto.Message
 }](req *connect.Request[Q], cmd *ctrlv1.CommandMetadata) resource.Mutation[R] {
 	return resource.Mutation[R]{Method: req.Spec().Procedure, Command: cmd, Input: PQ(req.Msg), New: resource.NewMessage[R]}
+}
+
+// receiver returns the next message of a client stream on each call, and
+// io.EOF once the client closed its side.
+func receiver[T any](stream interface {
+	Receive() bool
+	Msg() *T
+	Err() error
+}) func() (*T, error) {
+	return func() (*T, error) {
+		if stream.Receive() {
+			return stream.Msg(), nil
+		}
+		if err := stream.Err(); err != nil {
+			return nil, err
+		}
+		return nil, io.EOF
+	}
 }

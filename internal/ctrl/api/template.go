@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"io"
 
 	"connectrpc.com/connect"
 
@@ -41,15 +40,7 @@ func (h *TemplateService) ListTemplates(ctx context.Context, req *connect.Reques
 }
 
 func (h *TemplateService) ImportTemplateRevision(ctx context.Context, stream *connect.ClientStream[ctrlv1.ImportTemplateRevisionRequest]) (*connect.Response[ctrlv1.ImportTemplateRevisionResponse], error) {
-	return Respond(h.svc.ImportTemplateRevision(ctx, func() (*ctrlv1.ImportTemplateRevisionRequest, error) {
-		if stream.Receive() {
-			return stream.Msg(), nil
-		}
-		if err := stream.Err(); err != nil {
-			return nil, err
-		}
-		return nil, io.EOF
-	}))
+	return Respond(h.svc.ImportTemplateRevision(ctx, receiver(stream)))
 }
 
 func (h *TemplateService) SetTemplateDefault(ctx context.Context, req *connect.Request[ctrlv1.SetTemplateDefaultRequest]) (*connect.Response[ctrlv1.SetTemplateDefaultResponse], error) {

@@ -11,7 +11,7 @@ import (
 )
 
 // Interceptor authenticates every call and enforces the role a method
-// needs: methods named Get*, List* or Watch* read, every other method
+// needs: methods named Get*, List*, Watch* or Read* read, every other method
 // writes. Finer checks (admin-only methods, tenancy) are the handlers'.
 type Interceptor struct {
 	Store store.Store
@@ -71,7 +71,7 @@ func (i *Interceptor) authorize(ctx context.Context, procedure, header string) (
 // RoleFor returns the least role a procedure (/pkg.Service/Method) needs.
 func RoleFor(procedure string) Role {
 	method := procedure[strings.LastIndexByte(procedure, '/')+1:]
-	for _, read := range []string{"Get", "List", "Watch"} {
+	for _, read := range []string{"Get", "List", "Watch", "Read"} {
 		if strings.HasPrefix(method, read) {
 			return Viewer
 		}

@@ -18,6 +18,7 @@ import (
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
 	"github.com/prometheus/client_golang/prometheus"
+	"gocloud.dev/blob"
 
 	"github.com/kibotos/kibotos/gen/kibotos/admin/v1/adminv1connect"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
@@ -32,6 +33,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/sessions"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/templates"
+	"github.com/kibotos/kibotos/internal/ctrl/transfers"
 	"github.com/kibotos/kibotos/internal/ctrl/upstreams"
 	"github.com/kibotos/kibotos/internal/ctrl/volumes"
 	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
@@ -68,6 +70,12 @@ type Config struct {
 	// MetricsToken, when set, is the bearer token GET /metrics requires;
 	// empty serves the metrics to anyone who reaches the listener.
 	MetricsToken string
+	// Blobs is the blob store of transfer artifacts; nil serves no
+	// transfers.
+	Blobs *blob.Bucket
+	// TransferTTL is how long an artifact is kept; zero is
+	// transfers.DefaultTTL.
+	TransferTTL time.Duration
 }
 
 // DefaultStoragePool is the name of the default storage pool when the
@@ -80,6 +88,9 @@ type Control struct {
 	Workspaces *workspaces.Service
 	// Sessions is nil when the control plane serves no workspaces.
 	Sessions *sessions.Service
+	// Transfers is nil when the control plane serves no transfers; its
+	// loop (Run) is the caller's to run.
+	Transfers *transfers.Service
 }
 
 // Handler returns the HTTP handler of the whole control plane. It creates
@@ -150,7 +161,14 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 		mux.Handle(ctrlv1connect.NewWorkspaceServiceHandler(api.NewWorkspaceService(ws), opts...))
 		mux.Handle(ctrlv1connect.NewVolumeServiceHandler(api.NewVolumeService(vols), opts...))
 		mux.Handle(ctrlv1connect.NewTemplateServiceHandler(api.NewTemplateService(tpl), opts...))
-		mux.Handle(hostv1connect.NewHostServiceHandler(api.NewHostService(ws, cfg.Images), hostOpts...))
+		if cfg.Blobs != nil {
+			tr := &transfers.Service{Store: cfg.Store, Pages: pages, Bucket: cfg.Blobs, Workspaces: ws, Changes: cfg.Changes, TTL: cfg.TransferTTL}
+			ws.Exporting = transfers.Exporting
+			mux.Handle(ctrlv1connect.NewTransferServiceHandler(api.NewTransferService(tr), opts...))
+			services = append(services, ctrlv1connect.TransferServiceName)
+			control.Transfers = tr
+		}
+		mux.Handle(hostv1connect.NewHostServiceHandler(api.NewHostService(ws, cfg.Images, control.Transfers), hostOpts...))
 		sess := &sessions.Service{Store: cfg.Store, Workspaces: ws}
 		mux.Handle(ctrlv1connect.NewSessionServiceHandler(api.NewSessionService(sess), opts...))
 		exps := &exposures.Service{Store: cfg.Store, Workspaces: ws, Pages: pages}

@@ -94,6 +94,7 @@ type Tx interface {
 	VolumeTx
 	SessionTx
 	ExposureTx
+	TransferTx
 }
 
 // Project is a tenant: every resource and token belongs to exactly one.
@@ -381,4 +382,52 @@ type Exposure struct {
 	CreatedAt  time.Time
 	// EndedAt is zero while the exposure is live.
 	EndedAt time.Time
+}
+
+// TransferTx is the part of a transaction that keeps Transfers.
+type TransferTx interface {
+	// CreateTransfer stores a new transfer; ErrExists if the ID is taken.
+	CreateTransfer(ctx context.Context, t Transfer) error
+	// Transfer returns a transfer of the project, deleted ones included
+	// (with their labels), or ErrNotFound.
+	Transfer(ctx context.Context, projectID, id string) (Transfer, error)
+	// TransferByID returns a transfer of any project by its ID, deleted
+	// ones included, or ErrNotFound; for the collection of artifacts,
+	// which are stored by transfer ID.
+	TransferByID(ctx context.Context, id string) (Transfer, error)
+	// UpdateTransfer replaces every mutable field (body, labels, host,
+	// pending, expires_at, updated_at, deleted_at); ErrNotFound if missing.
+	UpdateTransfer(ctx context.Context, t Transfer) error
+	// Transfers returns one page of live transfers, like Objects.
+	Transfers(ctx context.Context, q ObjectQuery) ([]Transfer, error)
+	// HostTransfers returns every live transfer (any project) assigned to a
+	// host, in ID order.
+	HostTransfers(ctx context.Context, hostID string) ([]Transfer, error)
+	// PendingTransfers returns up to limit live transfers (any project)
+	// that wait for work, in ID order.
+	PendingTransfers(ctx context.Context, limit int) ([]Transfer, error)
+	// ExpiredTransfers returns up to limit live transfers (any project)
+	// whose expires_at is at or before now.
+	ExpiredTransfers(ctx context.Context, now time.Time, limit int) ([]Transfer, error)
+}
+
+// Transfer is one Transfer's row. Body is the serialized API resource and
+// ctrl's bookkeeping, which the store never reads; the other fields are
+// what queries select.
+type Transfer struct {
+	ProjectID string
+	ID        string
+	Body      []byte
+	Labels    map[string]string
+	// HostID is the host an export is assigned to; empty otherwise.
+	HostID string
+	// Pending is true while the transfer waits for work.
+	Pending bool
+	// ExpiresAt is when the artifact is deleted; zero when it never is
+	// (or no longer needs to be).
+	ExpiresAt time.Time
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	// DeletedAt is zero until the transfer is DELETED.
+	DeletedAt time.Time
 }

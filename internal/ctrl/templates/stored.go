@@ -125,3 +125,47 @@ func Resolve(ctx context.Context, tx store.Tx, projectID string, sel *ctrlv1.Tem
 	}
 	return nil, Image{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("template %q has no revision %q", id, revision))
 }
+
+// FindByDigest returns a live revision, of a template of the project or
+// a built-in one, whose image manifest digest is digest; the template ID
+// preferred is looked at first. found is false when no template has it.
+func FindByDigest(ctx context.Context, tx store.Tx, projectID, preferred, digest string) (ref *ctrlv1.TemplateRef, found bool, err error) {
+	var candidates []store.Object
+	if o, err := FindTemplate(ctx, tx, projectID, preferred); err == nil {
+		candidates = append(candidates, o)
+	}
+	for _, p := range []string{projectID, BuiltinProject} {
+		for after := ""; ; {
+			page, err := tx.Objects(ctx, store.ObjectQuery{Kind: store.KindTemplate, ProjectID: p, After: after, Limit: 100})
+			if err != nil {
+				return nil, false, err
+			}
+			candidates = append(candidates, page...)
+			if len(page) < 100 {
+				break
+			}
+			after = page[len(page)-1].ID
+		}
+	}
+	for _, o := range candidates {
+		spec := new(ctrlv1.Template)
+		if err := proto.Unmarshal(o.Spec, spec); err != nil {
+			return nil, false, err
+		}
+		revs, err := tx.TemplateRevisions(ctx, o.ProjectID, o.ID)
+		if err != nil {
+			return nil, false, err
+		}
+		for _, r := range revs {
+			if !slices.ContainsFunc(spec.Revisions, func(l *ctrlv1.TemplateRevision) bool { return l.Revision == r.Revision }) {
+				continue // a row of a deleted template of the same ID
+			}
+			if _, img, err := DecodeRevision(r); err != nil {
+				return nil, false, err
+			} else if img.Digest == digest {
+				return &ctrlv1.TemplateRef{TemplateId: o.ID, Revision: r.Revision}, true, nil
+			}
+		}
+	}
+	return nil, false, nil
+}

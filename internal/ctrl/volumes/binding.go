@@ -12,16 +12,19 @@ import (
 
 // CreateForWorkspace creates the Volume a NEW binding asks for: in the
 // default pool with the profile's capacity, held by the workspace's host
-// and bound to the workspace, whose launch is about to use it.
-func (s *Service) CreateForWorkspace(ctx context.Context, tx store.Tx, projectID, hostID, workspaceID string) (*Record, error) {
+// and bound to the workspace, whose launch is about to use it. restore,
+// when not zero, is the capacity of a Volume the launch restores from a
+// Transfer: the host makes its image from the artifact, never empty.
+func (s *Service) CreateForWorkspace(ctx context.Context, tx store.Tx, projectID, hostID, workspaceID string, restore uint64) (*Record, error) {
 	pool, err := s.resolvePool(ctx, tx, "")
 	if err != nil {
 		return nil, err
 	}
-	r, err := s.create(ctx, tx, projectID, pool, hostID, 0, nil, nil)
+	r, err := s.create(ctx, tx, projectID, pool, hostID, restore, nil, nil)
 	if err != nil {
 		return nil, err
 	}
+	r.Book.Restoring = restore > 0
 	r.V.BoundWorkspaceId = workspaceID
 	r.Book.Attached = true
 	r.Book.NewFor = workspaceID

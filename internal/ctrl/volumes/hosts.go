@@ -38,6 +38,7 @@ func HostAssignments(ctx context.Context, tx store.Tx, hostID string) ([]*hostv1
 		switch r.V.State {
 		case ctrlv1.VolumeState_VOLUME_STATE_CREATING:
 			a.Create = true
+			a.Restoring = r.Book.Restoring
 		case ctrlv1.VolumeState_VOLUME_STATE_DELETING:
 			a.Desired = hostv1.VolumeDesired_VOLUME_DESIRED_DELETED
 		case ctrlv1.VolumeState_VOLUME_STATE_FAILED, ctrlv1.VolumeState_VOLUME_STATE_LOST:

@@ -55,6 +55,9 @@ type Bookkeeping struct {
 	// NewFor is the workspace whose NEW binding asked for the Volume;
 	// empty for one CreateVolume made.
 	NewFor string `json:"new_for,omitempty"`
+	// Restoring is true for a Volume a restored workspace's launch makes
+	// from a Transfer's artifact: the host never creates it empty.
+	Restoring bool `json:"restoring,omitempty"`
 }
 
 type envelope struct {

@@ -69,6 +69,8 @@ type createRequest struct {
 	volume      *ctrlv1.WorkspaceVolumeBinding
 	labels      map[string]string
 	annotations map[string]string
+	// restore is the Transfer a restored workspace comes from.
+	restore *Restore
 }
 
 // checkCreate runs the static checks of a creation request.
@@ -131,7 +133,7 @@ func (s *Service) create(ctx context.Context, tx store.Tx, projectID string, req
 	// The data-plane key rides on the first assignment, so the host knows it
 	// before the workspace is AVAILABLE and a session issued at once works.
 	r := &record{ws: ws, book: bookkeeping{Desired: DesiredRunning, Target: 1, Image: image,
-		DataPlane: DataPlane{Key: NewDataPlaneKey()}}}
+		DataPlane: DataPlane{Key: NewDataPlaneKey()}, Restore: req.restore}}
 	r.row = store.Workspace{ProjectID: projectID, ID: id, TemplateID: ref.TemplateId, HostID: host,
 		CPUMillis: req.resources.CpuMillis, MemoryBytes: req.resources.MemoryBytes, LayerBytes: layerBytes,
 		CreatedAt: now, UpdatedAt: now}
@@ -175,7 +177,11 @@ func (s *Service) placeNew(ctx context.Context, tx store.Tx, projectID, id strin
 	case ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND:
 		err = s.Volumes.Bind(ctx, tx, bound, id, true)
 	case ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW:
-		bound, err = s.Volumes.CreateForWorkspace(ctx, tx, projectID, host, id)
+		var restoreBytes uint64
+		if req.restore != nil {
+			restoreBytes = req.restore.VolumeBytes
+		}
+		bound, err = s.Volumes.CreateForWorkspace(ctx, tx, projectID, host, id, restoreBytes)
 		if err == nil {
 			volume.Mode, volume.VolumeId = ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND, bound.V.VolumeId
 		}

@@ -72,6 +72,7 @@ func (r *record) assignment(now time.Time) *hostv1.Assignment {
 			ImageDigest: r.book.Image.Digest, Env: r.book.Image.Env,
 		},
 	}
+	a.Restore = r.restoreAssignment()
 	for _, l := range r.book.Image.Layers {
 		a.Template.Layers = append(a.Template.Layers, &hostv1.TemplateLayer{Digest: l.Digest, DiffId: l.DiffID, SizeBytes: uint64(l.Size)})
 	}

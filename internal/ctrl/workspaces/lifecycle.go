@@ -24,6 +24,9 @@ func Start[R proto.Message](ctx context.Context, s *Service, w Write[R], id stri
 		if err := s.volumeStartable(ctx, tx, r); err != nil {
 			return err
 		}
+		if err := s.notExporting(ctx, tx, r); err != nil {
+			return err
+		}
 		if err := s.fitsOnItsHost(ctx, tx, r); err != nil {
 			return err
 		}
@@ -74,6 +77,9 @@ func Delete[R proto.Message](ctx context.Context, s *Service, w Write[R], id str
 		switch r.ws.State {
 		case ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETING, ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED:
 			return nil // already going: returned unchanged
+		}
+		if err := s.notExporting(ctx, tx, r); err != nil {
+			return err
 		}
 		return s.beginDelete(ctx, tx, r, ctrlv1.StopCause_STOP_CAUSE_REQUESTED)
 	}, respond)

@@ -71,6 +71,9 @@ type bookkeeping struct {
 	// keep running on it. The policy does not carry it, so ctrl keeps it
 	// here for the host; zero at revision 1, which moves nothing.
 	NetworkDrainSeconds uint32 `json:"network_drain_seconds,omitempty"`
+	// Restore is the Transfer the workspace was restored from; nil for
+	// one CreateWorkspace made.
+	Restore *Restore `json:"restore,omitempty"`
 }
 
 // DataPlane is a workspace's data-plane authorization state. ctrl keeps it

@@ -35,6 +35,9 @@ type Service struct {
 	Changes *changes.Broker
 	// Now is the clock; nil is time.Now.
 	Now resource.Clock
+	// Exporting, when set, returns the Transfer exporting a workspace
+	// placed on hostID; empty when none is (see transfers).
+	Exporting func(ctx context.Context, tx store.Tx, projectID, workspaceID, hostID string) (string, error)
 }
 
 // Write describes a write request.

@@ -46,7 +46,7 @@ func (s *Service) finishDelete(ctx context.Context, tx store.Tx, r *record) erro
 	r.ws.Delivery, r.ws.GuestObservation, r.ws.NetworkPolicyStatus = nil, nil, nil
 	r.row.DeletedAt = now
 	r.row.HostID = ""
-	if err := s.releaseVolume(ctx, tx, r, r.ws.Spec.GetVolume().GetDeleteWithWorkspace()); err != nil {
+	if err := s.releaseVolume(ctx, tx, r, r.ws.Spec.GetVolume().GetDeleteWithWorkspace() && !r.failedRestore()); err != nil {
 		return err
 	}
 	return tx.SetPolicyReferences(ctx, r.row.ProjectID, r.row.ID, nil)
@@ -133,6 +133,8 @@ func running(r *record, rep *hostv1.ExecutionReport, now time.Time) {
 	first := r.book.Target == 1
 	cont := &continuity{kind: ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_CONTINUED}
 	switch {
+	case first && r.book.Restore != nil:
+		// A restored layer holds the exported workspace's files.
 	case first:
 		cont = &continuity{kind: ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_RESET, reason: ctrlv1.RetentionResetReason_RETENTION_RESET_REASON_FIRST_START}
 	case !rep.LayerContinued:

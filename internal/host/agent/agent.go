@@ -99,6 +99,10 @@ type Agent struct {
 	// vols keeps the Volume images; volumeReports carries their reports.
 	vols          *volumes
 	volumeReports chan *hostv1.VolumeReport
+	// exports runs the assigned exports; transferReports carries the
+	// progress of exports and restores.
+	exports         *exports
+	transferReports chan *hostv1.TransferReport
 	// registered is closed once ctrl has accepted the registration.
 	registered     chan struct{}
 	registeredOnce sync.Once
@@ -130,6 +134,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a.vols = vols
+	a.exports, a.transferReports = newExports(a), make(chan *hostv1.TransferReport, 64)
 	if cfg.Metrics != nil {
 		if err := a.registerMetrics(cfg.Metrics); err != nil {
 			return nil, err
@@ -142,9 +147,11 @@ func New(cfg Config) (*Agent, error) {
 // restarts by reconnecting.
 func (a *Agent) Run(ctx context.Context) error {
 	a.recoverExecutions(ctx)
+	a.releaseTransferMounts()
 	a.vols.probe(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	defer a.exports.wg.Wait()
 	wg.Go(func() { a.sendReports(ctx) })
 	wg.Go(func() { a.vols.run(ctx) })
 	wg.Go(func() { a.watchHostAddresses(ctx) })
@@ -189,6 +196,7 @@ func (a *Agent) watch(ctx context.Context) error {
 		// Volumes first: a starting execution opens its Volume by them.
 		a.vols.set(stream.Msg().GetVolumes())
 		a.converge(ctx, stream.Msg().GetAssignments())
+		a.exports.set(ctx, stream.Msg().GetTransfers())
 	}
 	return stream.Err()
 }

@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"log/slog"
+
+	"github.com/kibotos/kibotos/internal/host/diskimage"
 )
 
 // recoverExecutions adopts the executions an earlier process of this host
@@ -19,6 +21,22 @@ func (a *Agent) recoverExecutions(ctx context.Context) {
 		a.adopt(ctx, id)
 	}
 	a.releaseSlotsExcept(running)
+}
+
+// releaseTransferMounts releases the mounts of exports and restores that
+// an earlier process left: the images they mounted are whole (an export
+// only reads, a restore renames its image into place once it is
+// complete), so nothing else is lost.
+func (a *Agent) releaseTransferMounts() {
+	dirs := []string{a.cfg.LayerDir}
+	for _, p := range a.vols.pools {
+		dirs = append(dirs, p.Dir)
+	}
+	for _, dir := range dirs {
+		if err := diskimage.ReleaseMounts(dir); err != nil {
+			slog.Error("releasing the mounts of an interrupted transfer", "dir", dir, "err", err)
+		}
+	}
 }
 
 // adopt tracks an execution found running at start.

@@ -35,6 +35,8 @@ func (a *Agent) sendReports(ctx context.Context) {
 	// pendingVolumes keeps only the latest report of each Volume: each is
 	// complete.
 	pendingVolumes := map[string]*hostv1.VolumeReport{}
+	// pendingTransfers keeps the latest progress of each transfer.
+	pendingTransfers := map[string]*hostv1.TransferReport{}
 	for {
 		heartbeatDue := false
 		select {
@@ -44,6 +46,8 @@ func (a *Agent) sendReports(ctx context.Context) {
 			pending = append(pending, r)
 		case r := <-a.volumeReports:
 			pendingVolumes[r.VolumeId] = r
+		case r := <-a.transferReports:
+			pendingTransfers[r.TransferId] = r
 		case <-ticker.C:
 			heartbeatDue = true
 		}
@@ -54,6 +58,8 @@ func (a *Agent) sendReports(ctx context.Context) {
 				pending = append(pending, r)
 			case r := <-a.volumeReports:
 				pendingVolumes[r.VolumeId] = r
+			case r := <-a.transferReports:
+				pendingTransfers[r.TransferId] = r
 			default:
 				break drain
 			}
@@ -71,12 +77,15 @@ func (a *Agent) sendReports(ctx context.Context) {
 				pendingVolumes[r.VolumeId] = r
 			}
 		}
-		if len(pending) == 0 && len(pendingVolumes) == 0 {
+		if len(pending) == 0 && len(pendingVolumes) == 0 && len(pendingTransfers) == 0 {
 			continue
 		}
 		req := &hostv1.ReportExecutionsRequest{HostId: a.cfg.HostID, Reports: pending}
 		for _, r := range pendingVolumes {
 			req.Volumes = append(req.Volumes, r)
+		}
+		for _, r := range pendingTransfers {
+			req.Transfers = append(req.Transfers, r)
 		}
 		callCtx, cancel := context.WithTimeout(ctx, reportTimeout)
 		_, err := a.cfg.Client.ReportExecutions(callCtx, connect.NewRequest(req))
@@ -92,6 +101,7 @@ func (a *Agent) sendReports(ctx context.Context) {
 		}
 		pending = nil
 		clear(pendingVolumes)
+		clear(pendingTransfers)
 	}
 }
 

@@ -38,6 +38,12 @@ func (e *execution) start(ctx context.Context, as *hostv1.Assignment) {
 		return
 	}
 	e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_STARTING})
+	if as.Restore != nil {
+		if err := e.restore(ctx, as); err != nil {
+			fail(ctrlv1.FailureStage_FAILURE_STAGE_CREATING, err)
+			return
+		}
+	}
 	path := e.agent.layerPath(as.LayerId)
 	_, statErr := os.Stat(path)
 	continued := statErr == nil

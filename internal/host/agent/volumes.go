@@ -188,6 +188,9 @@ func (v *volumes) converge(ctx context.Context, a *hostv1.VolumeAssignment) (str
 		return "", nil
 	}
 	info, err := diskimage.Inspect(path)
+	if errors.Is(err, os.ErrNotExist) && a.Restoring {
+		return "", errors.New("the volume is being restored from a transfer") // by its execution's start
+	}
 	if errors.Is(err, os.ErrNotExist) && a.Create {
 		if err := diskimage.Create(ctx, path, a.CapacityBytes, a.FilesystemUuid); err != nil {
 			rep.FailureStage, rep.FailureMessage = ctrlv1.FailureStage_FAILURE_STAGE_CREATING_VOLUME, err.Error()

@@ -42,6 +42,15 @@ func checkSize(bytes uint64) error {
 // and renamed into place, so a crash never leaves a half-made image at
 // path.
 func Create(ctx context.Context, path string, bytes uint64, uuid string) error {
+	return CreateFilled(ctx, path, bytes, uuid, nil)
+}
+
+// CreateFilled is Create, and fill, when not nil, writes the new
+// filesystem's content before the image is renamed into place: it is
+// called with the temporary image mounted read-write at a directory of
+// its own, which is unmounted after it returns. An error of fill leaves
+// no image at path.
+func CreateFilled(ctx context.Context, path string, bytes uint64, uuid string, fill func(dir string) error) error {
 	if err := checkSize(bytes); err != nil {
 		return err
 	}
@@ -78,6 +87,11 @@ func Create(ctx context.Context, path string, bytes uint64, uuid string) error {
 	}
 	if err := run(ctx, "mkfs.ext4", append(args, tmp)...); err != nil {
 		return err
+	}
+	if fill != nil {
+		if err := fillImage(tmp, fill); err != nil {
+			return err
+		}
 	}
 	if err := f.Sync(); err != nil {
 		return err

@@ -26,6 +26,8 @@ import (
 	"connectrpc.com/connect"
 
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"gocloud.dev/blob/memblob"
+
 	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
 	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
@@ -89,11 +91,14 @@ func Start(t testing.TB) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
+	blobs := memblob.OpenBucket(nil)
+	t.Cleanup(func() { blobs.Close() })
 	control, err := server.New(ctx, server.Config{
 		Store:     st,
 		Checker:   &netcheck.Checker{Resolver: fakeresolver.New(Hosts)},
 		Images:    images,
 		HostToken: HostToken,
+		Blobs:     blobs,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -587,7 +587,10 @@ type WatchAssignmentsResponse struct {
 	// volumes is every Volume ctrl wants something of on this host. A Volume
 	// image the host keeps that no entry names is left alone: images are
 	// deleted only when an entry with VOLUME_DESIRED_DELETED names them.
-	Volumes       []*VolumeAssignment `protobuf:"bytes,3,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	Volumes []*VolumeAssignment `protobuf:"bytes,3,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	// transfers is every export ctrl wants of this host: one for each
+	// Transfer in EXPORTING whose Workspace's layer the host keeps.
+	Transfers     []*TransferAssignment `protobuf:"bytes,4,rep,name=transfers,proto3" json:"transfers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -643,6 +646,177 @@ func (x *WatchAssignmentsResponse) GetVolumes() []*VolumeAssignment {
 	return nil
 }
 
+func (x *WatchAssignmentsResponse) GetTransfers() []*TransferAssignment {
+	if x != nil {
+		return x.Transfers
+	}
+	return nil
+}
+
+// TransferAssignment asks the host to export one stopped Workspace: read
+// its writable layer image and its Volume image (each mounted read-only),
+// write the artifact (see internal/transfer/artifact) and upload it with
+// PutTransferArtifact, reporting progress in TransferReport. The host holds
+// the layer's lock meanwhile, so no execution mounts the layer. A host that
+// restarts or loses its upload starts the export again.
+type TransferAssignment struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	TransferId  string                 `protobuf:"bytes,1,opt,name=transfer_id,json=transferId,proto3" json:"transfer_id,omitempty"`
+	WorkspaceId string                 `protobuf:"bytes,2,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
+	// layer_id names the writable layer image, as in Assignment.layer_id.
+	LayerId string `protobuf:"bytes,3,opt,name=layer_id,json=layerId,proto3" json:"layer_id,omitempty"`
+	// volume is the Workspace's Volume; absent without one.
+	Volume *ExecutionVolume `protobuf:"bytes,4,opt,name=volume,proto3" json:"volume,omitempty"`
+	// manifest is the artifact's manifest, composed by ctrl; the host writes
+	// it into the artifact as it is.
+	Manifest []byte `protobuf:"bytes,5,opt,name=manifest,proto3" json:"manifest,omitempty"`
+	// template_blobs are the blobs of the Template revision's image (the
+	// image manifest first, then its config and layers) when the export
+	// carries the Template; the host fetches them with GetTemplateBlob.
+	TemplateBlobs []string `protobuf:"bytes,6,rep,name=template_blobs,json=templateBlobs,proto3" json:"template_blobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferAssignment) Reset() {
+	*x = TransferAssignment{}
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferAssignment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferAssignment) ProtoMessage() {}
+
+func (x *TransferAssignment) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferAssignment.ProtoReflect.Descriptor instead.
+func (*TransferAssignment) Descriptor() ([]byte, []int) {
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *TransferAssignment) GetTransferId() string {
+	if x != nil {
+		return x.TransferId
+	}
+	return ""
+}
+
+func (x *TransferAssignment) GetWorkspaceId() string {
+	if x != nil {
+		return x.WorkspaceId
+	}
+	return ""
+}
+
+func (x *TransferAssignment) GetLayerId() string {
+	if x != nil {
+		return x.LayerId
+	}
+	return ""
+}
+
+func (x *TransferAssignment) GetVolume() *ExecutionVolume {
+	if x != nil {
+		return x.Volume
+	}
+	return nil
+}
+
+func (x *TransferAssignment) GetManifest() []byte {
+	if x != nil {
+		return x.Manifest
+	}
+	return nil
+}
+
+func (x *TransferAssignment) GetTemplateBlobs() []string {
+	if x != nil {
+		return x.TemplateBlobs
+	}
+	return nil
+}
+
+// ExecutionRestore asks the host to make an execution's writable layer and
+// Volume (Assignment.volume, whose VolumeAssignment gives its capacity and
+// filesystem UUID) from a Transfer's artifact before the first start: each
+// image is built under a temporary name, filled from the artifact (fetched
+// with GetTransferArtifact, every checksum verified) and renamed into
+// place, so a crash never leaves a half-restored image.
+type ExecutionRestore struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	TransferId string                 `protobuf:"bytes,1,opt,name=transfer_id,json=transferId,proto3" json:"transfer_id,omitempty"`
+	// digest is sha256:<hex> of the artifact.
+	Digest        string `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	SizeBytes     uint64 `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecutionRestore) Reset() {
+	*x = ExecutionRestore{}
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecutionRestore) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecutionRestore) ProtoMessage() {}
+
+func (x *ExecutionRestore) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecutionRestore.ProtoReflect.Descriptor instead.
+func (*ExecutionRestore) Descriptor() ([]byte, []int) {
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ExecutionRestore) GetTransferId() string {
+	if x != nil {
+		return x.TransferId
+	}
+	return ""
+}
+
+func (x *ExecutionRestore) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *ExecutionRestore) GetSizeBytes() uint64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
 // VolumeAssignment is what ctrl wants of one Volume image on the host.
 type VolumeAssignment struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -661,13 +835,17 @@ type VolumeAssignment struct {
 	// filesystem_uuid is the UUID the filesystem is created with. An image
 	// whose filesystem carries another is not this Volume: DAMAGED.
 	FilesystemUuid string `protobuf:"bytes,6,opt,name=filesystem_uuid,json=filesystemUuid,proto3" json:"filesystem_uuid,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// restoring is true while the Volume is being restored from a Transfer:
+	// the host then never creates an empty image for it; the execution's
+	// ExecutionRestore makes it.
+	Restoring     bool `protobuf:"varint,7,opt,name=restoring,proto3" json:"restoring,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *VolumeAssignment) Reset() {
 	*x = VolumeAssignment{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[6]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -679,7 +857,7 @@ func (x *VolumeAssignment) String() string {
 func (*VolumeAssignment) ProtoMessage() {}
 
 func (x *VolumeAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[6]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -692,7 +870,7 @@ func (x *VolumeAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeAssignment.ProtoReflect.Descriptor instead.
 func (*VolumeAssignment) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{6}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *VolumeAssignment) GetVolumeId() string {
@@ -737,6 +915,13 @@ func (x *VolumeAssignment) GetFilesystemUuid() string {
 	return ""
 }
 
+func (x *VolumeAssignment) GetRestoring() bool {
+	if x != nil {
+		return x.Restoring
+	}
+	return false
+}
+
 // ExecutionVolume is the Volume an execution mounts.
 type ExecutionVolume struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -750,7 +935,7 @@ type ExecutionVolume struct {
 
 func (x *ExecutionVolume) Reset() {
 	*x = ExecutionVolume{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[7]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -762,7 +947,7 @@ func (x *ExecutionVolume) String() string {
 func (*ExecutionVolume) ProtoMessage() {}
 
 func (x *ExecutionVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[7]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -775,7 +960,7 @@ func (x *ExecutionVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionVolume.ProtoReflect.Descriptor instead.
 func (*ExecutionVolume) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{7}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ExecutionVolume) GetVolumeId() string {
@@ -851,14 +1036,18 @@ type Assignment struct {
 	// this execution. Present only with desired RUNNING; the host routes them
 	// only while the execution runs, and stops routing one as soon as an
 	// assignment no longer lists it.
-	Exposures     []*ExposureAssignment `protobuf:"bytes,12,rep,name=exposures,proto3" json:"exposures,omitempty"`
+	Exposures []*ExposureAssignment `protobuf:"bytes,12,rep,name=exposures,proto3" json:"exposures,omitempty"`
+	// restore is present while the Workspace, restored from a Transfer, has
+	// not yet run: the host makes a missing layer and Volume from the
+	// artifact instead of empty ones.
+	Restore       *ExecutionRestore `protobuf:"bytes,13,opt,name=restore,proto3" json:"restore,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Assignment) Reset() {
 	*x = Assignment{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[8]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -870,7 +1059,7 @@ func (x *Assignment) String() string {
 func (*Assignment) ProtoMessage() {}
 
 func (x *Assignment) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[8]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -883,7 +1072,7 @@ func (x *Assignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
 func (*Assignment) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{8}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Assignment) GetExecutionId() string {
@@ -970,6 +1159,13 @@ func (x *Assignment) GetExposures() []*ExposureAssignment {
 	return nil
 }
 
+func (x *Assignment) GetRestore() *ExecutionRestore {
+	if x != nil {
+		return x.Restore
+	}
+	return nil
+}
+
 // ExposureAssignment is one exposure of a guest port as the host checks
 // and routes it.
 type ExposureAssignment struct {
@@ -986,7 +1182,7 @@ type ExposureAssignment struct {
 
 func (x *ExposureAssignment) Reset() {
 	*x = ExposureAssignment{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[9]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -998,7 +1194,7 @@ func (x *ExposureAssignment) String() string {
 func (*ExposureAssignment) ProtoMessage() {}
 
 func (x *ExposureAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[9]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1011,7 +1207,7 @@ func (x *ExposureAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExposureAssignment.ProtoReflect.Descriptor instead.
 func (*ExposureAssignment) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{9}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ExposureAssignment) GetExposureId() string {
@@ -1062,7 +1258,7 @@ type NetworkAssignment struct {
 
 func (x *NetworkAssignment) Reset() {
 	*x = NetworkAssignment{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[10]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1074,7 +1270,7 @@ func (x *NetworkAssignment) String() string {
 func (*NetworkAssignment) ProtoMessage() {}
 
 func (x *NetworkAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[10]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1087,7 +1283,7 @@ func (x *NetworkAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkAssignment.ProtoReflect.Descriptor instead.
 func (*NetworkAssignment) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{10}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *NetworkAssignment) GetPolicy() *v1.NetworkPolicy {
@@ -1133,7 +1329,7 @@ type EgressAssignment struct {
 
 func (x *EgressAssignment) Reset() {
 	*x = EgressAssignment{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[11]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1145,7 +1341,7 @@ func (x *EgressAssignment) String() string {
 func (*EgressAssignment) ProtoMessage() {}
 
 func (x *EgressAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[11]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1158,7 +1354,7 @@ func (x *EgressAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressAssignment.ProtoReflect.Descriptor instead.
 func (*EgressAssignment) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{11}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *EgressAssignment) GetEgressId() string {
@@ -1203,7 +1399,7 @@ type ResolverAssignment struct {
 
 func (x *ResolverAssignment) Reset() {
 	*x = ResolverAssignment{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[12]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1215,7 +1411,7 @@ func (x *ResolverAssignment) String() string {
 func (*ResolverAssignment) ProtoMessage() {}
 
 func (x *ResolverAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[12]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1228,7 +1424,7 @@ func (x *ResolverAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolverAssignment.ProtoReflect.Descriptor instead.
 func (*ResolverAssignment) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{12}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ResolverAssignment) GetResolverId() string {
@@ -1278,7 +1474,7 @@ type DataPlane struct {
 
 func (x *DataPlane) Reset() {
 	*x = DataPlane{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[13]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1290,7 +1486,7 @@ func (x *DataPlane) String() string {
 func (*DataPlane) ProtoMessage() {}
 
 func (x *DataPlane) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[13]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1303,7 +1499,7 @@ func (x *DataPlane) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataPlane.ProtoReflect.Descriptor instead.
 func (*DataPlane) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{13}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DataPlane) GetKey() []byte {
@@ -1337,7 +1533,7 @@ type StopRequest struct {
 
 func (x *StopRequest) Reset() {
 	*x = StopRequest{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[14]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1349,7 +1545,7 @@ func (x *StopRequest) String() string {
 func (*StopRequest) ProtoMessage() {}
 
 func (x *StopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[14]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1362,7 +1558,7 @@ func (x *StopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopRequest.ProtoReflect.Descriptor instead.
 func (*StopRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{14}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StopRequest) GetMode() v1.StopMode {
@@ -1400,7 +1596,7 @@ type ExecutionTemplate struct {
 
 func (x *ExecutionTemplate) Reset() {
 	*x = ExecutionTemplate{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[15]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1412,7 +1608,7 @@ func (x *ExecutionTemplate) String() string {
 func (*ExecutionTemplate) ProtoMessage() {}
 
 func (x *ExecutionTemplate) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[15]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1425,7 +1621,7 @@ func (x *ExecutionTemplate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionTemplate.ProtoReflect.Descriptor instead.
 func (*ExecutionTemplate) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{15}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ExecutionTemplate) GetTemplateId() string {
@@ -1479,7 +1675,7 @@ type TemplateLayer struct {
 
 func (x *TemplateLayer) Reset() {
 	*x = TemplateLayer{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[16]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1491,7 +1687,7 @@ func (x *TemplateLayer) String() string {
 func (*TemplateLayer) ProtoMessage() {}
 
 func (x *TemplateLayer) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[16]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1504,7 +1700,7 @@ func (x *TemplateLayer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateLayer.ProtoReflect.Descriptor instead.
 func (*TemplateLayer) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{16}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TemplateLayer) GetDigest() string {
@@ -1536,14 +1732,17 @@ type ReportExecutionsRequest struct {
 	Reports []*ExecutionReport `protobuf:"bytes,2,rep,name=reports,proto3" json:"reports,omitempty"`
 	// volumes holds the latest observation of some or all of the Volumes the
 	// host is assigned, at most one each, sent like reports.
-	Volumes       []*VolumeReport `protobuf:"bytes,3,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	Volumes []*VolumeReport `protobuf:"bytes,3,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	// transfers holds the progress of the exports and restores the host is
+	// working on, at most one each.
+	Transfers     []*TransferReport `protobuf:"bytes,4,rep,name=transfers,proto3" json:"transfers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReportExecutionsRequest) Reset() {
 	*x = ReportExecutionsRequest{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[17]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1555,7 +1754,7 @@ func (x *ReportExecutionsRequest) String() string {
 func (*ReportExecutionsRequest) ProtoMessage() {}
 
 func (x *ReportExecutionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[17]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1568,7 +1767,7 @@ func (x *ReportExecutionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportExecutionsRequest.ProtoReflect.Descriptor instead.
 func (*ReportExecutionsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{17}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReportExecutionsRequest) GetHostId() string {
@@ -1588,6 +1787,92 @@ func (x *ReportExecutionsRequest) GetReports() []*ExecutionReport {
 func (x *ReportExecutionsRequest) GetVolumes() []*VolumeReport {
 	if x != nil {
 		return x.Volumes
+	}
+	return nil
+}
+
+func (x *ReportExecutionsRequest) GetTransfers() []*TransferReport {
+	if x != nil {
+		return x.Transfers
+	}
+	return nil
+}
+
+// TransferReport is the progress of one export or restore on the host.
+type TransferReport struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	TransferId string                 `protobuf:"bytes,1,opt,name=transfer_id,json=transferId,proto3" json:"transfer_id,omitempty"`
+	BytesDone  uint64                 `protobuf:"varint,2,opt,name=bytes_done,json=bytesDone,proto3" json:"bytes_done,omitempty"`
+	BytesTotal uint64                 `protobuf:"varint,3,opt,name=bytes_total,json=bytesTotal,proto3" json:"bytes_total,omitempty"`
+	// failure_message says why the latest attempt of an export failed; the
+	// host tries again. Empty while it works.
+	FailureMessage string                 `protobuf:"bytes,4,opt,name=failure_message,json=failureMessage,proto3" json:"failure_message,omitempty"`
+	ObservedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=observed_at,json=observedAt,proto3" json:"observed_at,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *TransferReport) Reset() {
+	*x = TransferReport{}
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferReport) ProtoMessage() {}
+
+func (x *TransferReport) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferReport.ProtoReflect.Descriptor instead.
+func (*TransferReport) Descriptor() ([]byte, []int) {
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *TransferReport) GetTransferId() string {
+	if x != nil {
+		return x.TransferId
+	}
+	return ""
+}
+
+func (x *TransferReport) GetBytesDone() uint64 {
+	if x != nil {
+		return x.BytesDone
+	}
+	return 0
+}
+
+func (x *TransferReport) GetBytesTotal() uint64 {
+	if x != nil {
+		return x.BytesTotal
+	}
+	return 0
+}
+
+func (x *TransferReport) GetFailureMessage() string {
+	if x != nil {
+		return x.FailureMessage
+	}
+	return ""
+}
+
+func (x *TransferReport) GetObservedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ObservedAt
 	}
 	return nil
 }
@@ -1624,7 +1909,7 @@ type VolumeReport struct {
 
 func (x *VolumeReport) Reset() {
 	*x = VolumeReport{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[18]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1636,7 +1921,7 @@ func (x *VolumeReport) String() string {
 func (*VolumeReport) ProtoMessage() {}
 
 func (x *VolumeReport) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[18]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1649,7 +1934,7 @@ func (x *VolumeReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeReport.ProtoReflect.Descriptor instead.
 func (*VolumeReport) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{18}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *VolumeReport) GetVolumeId() string {
@@ -1731,7 +2016,7 @@ type ReportExecutionsResponse struct {
 
 func (x *ReportExecutionsResponse) Reset() {
 	*x = ReportExecutionsResponse{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[19]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1743,7 +2028,7 @@ func (x *ReportExecutionsResponse) String() string {
 func (*ReportExecutionsResponse) ProtoMessage() {}
 
 func (x *ReportExecutionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[19]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1756,7 +2041,7 @@ func (x *ReportExecutionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportExecutionsResponse.ProtoReflect.Descriptor instead.
 func (*ReportExecutionsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{19}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{22}
 }
 
 // ExecutionReport is the complete latest observation of one execution, set
@@ -1818,7 +2103,7 @@ type ExecutionReport struct {
 
 func (x *ExecutionReport) Reset() {
 	*x = ExecutionReport{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[20]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1830,7 +2115,7 @@ func (x *ExecutionReport) String() string {
 func (*ExecutionReport) ProtoMessage() {}
 
 func (x *ExecutionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[20]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1843,7 +2128,7 @@ func (x *ExecutionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionReport.ProtoReflect.Descriptor instead.
 func (*ExecutionReport) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{20}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ExecutionReport) GetExecutionId() string {
@@ -1982,7 +2267,7 @@ type NetworkReport struct {
 
 func (x *NetworkReport) Reset() {
 	*x = NetworkReport{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[21]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1994,7 +2279,7 @@ func (x *NetworkReport) String() string {
 func (*NetworkReport) ProtoMessage() {}
 
 func (x *NetworkReport) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[21]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2007,7 +2292,7 @@ func (x *NetworkReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkReport.ProtoReflect.Descriptor instead.
 func (*NetworkReport) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{21}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *NetworkReport) GetStatus() *v1.NetworkPolicyStatus {
@@ -2051,7 +2336,7 @@ type GetTemplateBlobRequest struct {
 
 func (x *GetTemplateBlobRequest) Reset() {
 	*x = GetTemplateBlobRequest{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[22]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2063,7 +2348,7 @@ func (x *GetTemplateBlobRequest) String() string {
 func (*GetTemplateBlobRequest) ProtoMessage() {}
 
 func (x *GetTemplateBlobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[22]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2076,7 +2361,7 @@ func (x *GetTemplateBlobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTemplateBlobRequest.ProtoReflect.Descriptor instead.
 func (*GetTemplateBlobRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{22}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetTemplateBlobRequest) GetDigest() string {
@@ -2107,7 +2392,7 @@ type GetTemplateBlobResponse struct {
 
 func (x *GetTemplateBlobResponse) Reset() {
 	*x = GetTemplateBlobResponse{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[23]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2119,7 +2404,7 @@ func (x *GetTemplateBlobResponse) String() string {
 func (*GetTemplateBlobResponse) ProtoMessage() {}
 
 func (x *GetTemplateBlobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[23]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2132,7 +2417,7 @@ func (x *GetTemplateBlobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTemplateBlobResponse.ProtoReflect.Descriptor instead.
 func (*GetTemplateBlobResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{23}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetTemplateBlobResponse) GetData() []byte {
@@ -2143,6 +2428,223 @@ func (x *GetTemplateBlobResponse) GetData() []byte {
 }
 
 func (x *GetTemplateBlobResponse) GetTotalBytes() uint64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
+// PutTransferArtifactRequest is one message of a PutTransferArtifact upload.
+type PutTransferArtifactRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// host_id and transfer_id are read from the first message only.
+	HostId     string `protobuf:"bytes,1,opt,name=host_id,json=hostId,proto3" json:"host_id,omitempty"`
+	TransferId string `protobuf:"bytes,2,opt,name=transfer_id,json=transferId,proto3" json:"transfer_id,omitempty"`
+	// data is the next slice of the artifact.
+	Data []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	// digest, in the last message, is sha256:<hex> of all the data.
+	Digest        string `protobuf:"bytes,4,opt,name=digest,proto3" json:"digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutTransferArtifactRequest) Reset() {
+	*x = PutTransferArtifactRequest{}
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutTransferArtifactRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutTransferArtifactRequest) ProtoMessage() {}
+
+func (x *PutTransferArtifactRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutTransferArtifactRequest.ProtoReflect.Descriptor instead.
+func (*PutTransferArtifactRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *PutTransferArtifactRequest) GetHostId() string {
+	if x != nil {
+		return x.HostId
+	}
+	return ""
+}
+
+func (x *PutTransferArtifactRequest) GetTransferId() string {
+	if x != nil {
+		return x.TransferId
+	}
+	return ""
+}
+
+func (x *PutTransferArtifactRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *PutTransferArtifactRequest) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+// PutTransferArtifactResponse is empty.
+type PutTransferArtifactResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutTransferArtifactResponse) Reset() {
+	*x = PutTransferArtifactResponse{}
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutTransferArtifactResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutTransferArtifactResponse) ProtoMessage() {}
+
+func (x *PutTransferArtifactResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutTransferArtifactResponse.ProtoReflect.Descriptor instead.
+func (*PutTransferArtifactResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{28}
+}
+
+// GetTransferArtifactRequest is the input of GetTransferArtifact.
+type GetTransferArtifactRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	TransferId string                 `protobuf:"bytes,1,opt,name=transfer_id,json=transferId,proto3" json:"transfer_id,omitempty"`
+	// offset is the first byte to send; zero starts at the beginning.
+	Offset        uint64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTransferArtifactRequest) Reset() {
+	*x = GetTransferArtifactRequest{}
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTransferArtifactRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTransferArtifactRequest) ProtoMessage() {}
+
+func (x *GetTransferArtifactRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTransferArtifactRequest.ProtoReflect.Descriptor instead.
+func (*GetTransferArtifactRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *GetTransferArtifactRequest) GetTransferId() string {
+	if x != nil {
+		return x.TransferId
+	}
+	return ""
+}
+
+func (x *GetTransferArtifactRequest) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+// GetTransferArtifactResponse is the next slice of the artifact.
+type GetTransferArtifactResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Data  []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// total_bytes is the size of the whole artifact, in every message.
+	TotalBytes    uint64 `protobuf:"varint,2,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTransferArtifactResponse) Reset() {
+	*x = GetTransferArtifactResponse{}
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTransferArtifactResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTransferArtifactResponse) ProtoMessage() {}
+
+func (x *GetTransferArtifactResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTransferArtifactResponse.ProtoReflect.Descriptor instead.
+func (*GetTransferArtifactResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *GetTransferArtifactResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *GetTransferArtifactResponse) GetTotalBytes() uint64 {
 	if x != nil {
 		return x.TotalBytes
 	}
@@ -2177,23 +2679,39 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\x13default_layer_bytes\x18\x04 \x01(\x04R\x11defaultLayerBytes\"\x16\n" +
 	"\x14RegisterHostResponse\"2\n" +
 	"\x17WatchAssignmentsRequest\x12\x17\n" +
-	"\ahost_id\x18\x01 \x01(\tR\x06hostId\"\xb0\x01\n" +
+	"\ahost_id\x18\x01 \x01(\tR\x06hostId\"\xf3\x01\n" +
 	"\x18WatchAssignmentsResponse\x12=\n" +
 	"\vassignments\x18\x01 \x03(\v2\x1b.kibotos.host.v1.AssignmentR\vassignments\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12;\n" +
-	"\avolumes\x18\x03 \x03(\v2!.kibotos.host.v1.VolumeAssignmentR\avolumes\"\xf4\x01\n" +
+	"\avolumes\x18\x03 \x03(\v2!.kibotos.host.v1.VolumeAssignmentR\avolumes\x12A\n" +
+	"\ttransfers\x18\x04 \x03(\v2#.kibotos.host.v1.TransferAssignmentR\ttransfers\"\xf0\x01\n" +
+	"\x12TransferAssignment\x12\x1f\n" +
+	"\vtransfer_id\x18\x01 \x01(\tR\n" +
+	"transferId\x12!\n" +
+	"\fworkspace_id\x18\x02 \x01(\tR\vworkspaceId\x12\x19\n" +
+	"\blayer_id\x18\x03 \x01(\tR\alayerId\x128\n" +
+	"\x06volume\x18\x04 \x01(\v2 .kibotos.host.v1.ExecutionVolumeR\x06volume\x12\x1a\n" +
+	"\bmanifest\x18\x05 \x01(\fR\bmanifest\x12%\n" +
+	"\x0etemplate_blobs\x18\x06 \x03(\tR\rtemplateBlobs\"j\n" +
+	"\x10ExecutionRestore\x12\x1f\n" +
+	"\vtransfer_id\x18\x01 \x01(\tR\n" +
+	"transferId\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x03 \x01(\x04R\tsizeBytes\"\x92\x02\n" +
 	"\x10VolumeAssignment\x12\x1b\n" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12!\n" +
 	"\fstorage_pool\x18\x02 \x01(\tR\vstoragePool\x12%\n" +
 	"\x0ecapacity_bytes\x18\x03 \x01(\x04R\rcapacityBytes\x128\n" +
 	"\adesired\x18\x04 \x01(\x0e2\x1e.kibotos.host.v1.VolumeDesiredR\adesired\x12\x16\n" +
 	"\x06create\x18\x05 \x01(\bR\x06create\x12'\n" +
-	"\x0ffilesystem_uuid\x18\x06 \x01(\tR\x0efilesystemUuid\"p\n" +
+	"\x0ffilesystem_uuid\x18\x06 \x01(\tR\x0efilesystemUuid\x12\x1c\n" +
+	"\trestoring\x18\a \x01(\bR\trestoring\"p\n" +
 	"\x0fExecutionVolume\x12\x1b\n" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12!\n" +
 	"\fstorage_pool\x18\x02 \x01(\tR\vstoragePool\x12\x1d\n" +
 	"\n" +
-	"mount_path\x18\x03 \x01(\tR\tmountPath\"\xee\x04\n" +
+	"mount_path\x18\x03 \x01(\tR\tmountPath\"\xab\x05\n" +
 	"\n" +
 	"Assignment\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12!\n" +
@@ -2211,7 +2729,8 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\anetwork\x18\n" +
 	" \x01(\v2\".kibotos.host.v1.NetworkAssignmentR\anetwork\x128\n" +
 	"\x06volume\x18\v \x01(\v2 .kibotos.host.v1.ExecutionVolumeR\x06volume\x12A\n" +
-	"\texposures\x18\f \x03(\v2#.kibotos.host.v1.ExposureAssignmentR\texposures\"\x9f\x01\n" +
+	"\texposures\x18\f \x03(\v2#.kibotos.host.v1.ExposureAssignmentR\texposures\x12;\n" +
+	"\arestore\x18\r \x01(\v2!.kibotos.host.v1.ExecutionRestoreR\arestore\"\x9f\x01\n" +
 	"\x12ExposureAssignment\x12\x1f\n" +
 	"\vexposure_id\x18\x01 \x01(\tR\n" +
 	"exposureId\x12\x12\n" +
@@ -2252,11 +2771,22 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\x06digest\x18\x01 \x01(\tR\x06digest\x12\x17\n" +
 	"\adiff_id\x18\x02 \x01(\tR\x06diffId\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\x03 \x01(\x04R\tsizeBytes\"\xa7\x01\n" +
+	"size_bytes\x18\x03 \x01(\x04R\tsizeBytes\"\xe6\x01\n" +
 	"\x17ReportExecutionsRequest\x12\x17\n" +
 	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x12:\n" +
 	"\areports\x18\x02 \x03(\v2 .kibotos.host.v1.ExecutionReportR\areports\x127\n" +
-	"\avolumes\x18\x03 \x03(\v2\x1d.kibotos.host.v1.VolumeReportR\avolumes\"\xa7\x03\n" +
+	"\avolumes\x18\x03 \x03(\v2\x1d.kibotos.host.v1.VolumeReportR\avolumes\x12=\n" +
+	"\ttransfers\x18\x04 \x03(\v2\x1f.kibotos.host.v1.TransferReportR\ttransfers\"\xd7\x01\n" +
+	"\x0eTransferReport\x12\x1f\n" +
+	"\vtransfer_id\x18\x01 \x01(\tR\n" +
+	"transferId\x12\x1d\n" +
+	"\n" +
+	"bytes_done\x18\x02 \x01(\x04R\tbytesDone\x12\x1f\n" +
+	"\vbytes_total\x18\x03 \x01(\x04R\n" +
+	"bytesTotal\x12'\n" +
+	"\x0ffailure_message\x18\x04 \x01(\tR\x0efailureMessage\x12;\n" +
+	"\vobserved_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"observedAt\"\xa7\x03\n" +
 	"\fVolumeReport\x12\x1b\n" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12%\n" +
 	"\x0ecapacity_bytes\x18\x02 \x01(\x04R\rcapacityBytes\x12\x18\n" +
@@ -2307,6 +2837,21 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\x17GetTemplateBlobResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x1f\n" +
 	"\vtotal_bytes\x18\x02 \x01(\x04R\n" +
+	"totalBytes\"\x82\x01\n" +
+	"\x1aPutTransferArtifactRequest\x12\x17\n" +
+	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x12\x1f\n" +
+	"\vtransfer_id\x18\x02 \x01(\tR\n" +
+	"transferId\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\x12\x16\n" +
+	"\x06digest\x18\x04 \x01(\tR\x06digest\"\x1d\n" +
+	"\x1bPutTransferArtifactResponse\"U\n" +
+	"\x1aGetTransferArtifactRequest\x12\x1f\n" +
+	"\vtransfer_id\x18\x01 \x01(\tR\n" +
+	"transferId\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\"R\n" +
+	"\x1bGetTransferArtifactResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x1f\n" +
+	"\vtotal_bytes\x18\x02 \x01(\x04R\n" +
 	"totalBytes*g\n" +
 	"\rVolumeDesired\x12\x1e\n" +
 	"\x1aVOLUME_DESIRED_UNSPECIFIED\x10\x00\x12\x1a\n" +
@@ -2326,12 +2871,14 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\x16OBSERVED_STATE_STOPPED\x10\x05\x12\x1a\n" +
 	"\x16OBSERVED_STATE_DELETED\x10\x06\x12\x19\n" +
 	"\x15OBSERVED_STATE_FAILED\x10\a\x12\x19\n" +
-	"\x15OBSERVED_STATE_EXITED\x10\b2\xa6\x03\n" +
+	"\x15OBSERVED_STATE_EXITED\x10\b2\x8e\x05\n" +
 	"\vHostService\x12[\n" +
 	"\fRegisterHost\x12$.kibotos.host.v1.RegisterHostRequest\x1a%.kibotos.host.v1.RegisterHostResponse\x12i\n" +
 	"\x10WatchAssignments\x12(.kibotos.host.v1.WatchAssignmentsRequest\x1a).kibotos.host.v1.WatchAssignmentsResponse0\x01\x12g\n" +
 	"\x10ReportExecutions\x12(.kibotos.host.v1.ReportExecutionsRequest\x1a).kibotos.host.v1.ReportExecutionsResponse\x12f\n" +
-	"\x0fGetTemplateBlob\x12'.kibotos.host.v1.GetTemplateBlobRequest\x1a(.kibotos.host.v1.GetTemplateBlobResponse0\x01B\xb5\x01\n" +
+	"\x0fGetTemplateBlob\x12'.kibotos.host.v1.GetTemplateBlobRequest\x1a(.kibotos.host.v1.GetTemplateBlobResponse0\x01\x12r\n" +
+	"\x13PutTransferArtifact\x12+.kibotos.host.v1.PutTransferArtifactRequest\x1a,.kibotos.host.v1.PutTransferArtifactResponse(\x01\x12r\n" +
+	"\x13GetTransferArtifact\x12+.kibotos.host.v1.GetTransferArtifactRequest\x1a,.kibotos.host.v1.GetTransferArtifactResponse0\x01B\xb5\x01\n" +
 	"\x13com.kibotos.host.v1B\tHostProtoP\x01Z5github.com/kibotos/kibotos/gen/kibotos/host/v1;hostv1\xa2\x02\x03KHX\xaa\x02\x0fKibotos.Host.V1\xca\x02\x0fKibotos\\Host\\V1\xe2\x02\x1bKibotos\\Host\\V1\\GPBMetadata\xea\x02\x11Kibotos::Host::V1b\x06proto3"
 
 var (
@@ -2347,101 +2894,117 @@ func file_kibotos_host_v1_host_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_host_v1_host_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_kibotos_host_v1_host_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_kibotos_host_v1_host_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_kibotos_host_v1_host_proto_goTypes = []any{
-	(VolumeDesired)(0),               // 0: kibotos.host.v1.VolumeDesired
-	(DesiredState)(0),                // 1: kibotos.host.v1.DesiredState
-	(ObservedState)(0),               // 2: kibotos.host.v1.ObservedState
-	(*RegisterHostRequest)(nil),      // 3: kibotos.host.v1.RegisterHostRequest
-	(*StoragePool)(nil),              // 4: kibotos.host.v1.StoragePool
-	(*HostCapacity)(nil),             // 5: kibotos.host.v1.HostCapacity
-	(*RegisterHostResponse)(nil),     // 6: kibotos.host.v1.RegisterHostResponse
-	(*WatchAssignmentsRequest)(nil),  // 7: kibotos.host.v1.WatchAssignmentsRequest
-	(*WatchAssignmentsResponse)(nil), // 8: kibotos.host.v1.WatchAssignmentsResponse
-	(*VolumeAssignment)(nil),         // 9: kibotos.host.v1.VolumeAssignment
-	(*ExecutionVolume)(nil),          // 10: kibotos.host.v1.ExecutionVolume
-	(*Assignment)(nil),               // 11: kibotos.host.v1.Assignment
-	(*ExposureAssignment)(nil),       // 12: kibotos.host.v1.ExposureAssignment
-	(*NetworkAssignment)(nil),        // 13: kibotos.host.v1.NetworkAssignment
-	(*EgressAssignment)(nil),         // 14: kibotos.host.v1.EgressAssignment
-	(*ResolverAssignment)(nil),       // 15: kibotos.host.v1.ResolverAssignment
-	(*DataPlane)(nil),                // 16: kibotos.host.v1.DataPlane
-	(*StopRequest)(nil),              // 17: kibotos.host.v1.StopRequest
-	(*ExecutionTemplate)(nil),        // 18: kibotos.host.v1.ExecutionTemplate
-	(*TemplateLayer)(nil),            // 19: kibotos.host.v1.TemplateLayer
-	(*ReportExecutionsRequest)(nil),  // 20: kibotos.host.v1.ReportExecutionsRequest
-	(*VolumeReport)(nil),             // 21: kibotos.host.v1.VolumeReport
-	(*ReportExecutionsResponse)(nil), // 22: kibotos.host.v1.ReportExecutionsResponse
-	(*ExecutionReport)(nil),          // 23: kibotos.host.v1.ExecutionReport
-	(*NetworkReport)(nil),            // 24: kibotos.host.v1.NetworkReport
-	(*GetTemplateBlobRequest)(nil),   // 25: kibotos.host.v1.GetTemplateBlobRequest
-	(*GetTemplateBlobResponse)(nil),  // 26: kibotos.host.v1.GetTemplateBlobResponse
-	(*v1.ResourceRequest)(nil),       // 27: kibotos.ctrl.v1.ResourceRequest
-	(v1.ExposureAuth)(0),             // 28: kibotos.ctrl.v1.ExposureAuth
-	(*v1.NetworkPolicy)(nil),         // 29: kibotos.ctrl.v1.NetworkPolicy
-	(*v1.EgressSpec)(nil),            // 30: kibotos.ctrl.v1.EgressSpec
-	(*v1.ResolverSpec)(nil),          // 31: kibotos.ctrl.v1.ResolverSpec
-	(v1.StopMode)(0),                 // 32: kibotos.ctrl.v1.StopMode
-	(v1.VolumeCondition)(0),          // 33: kibotos.ctrl.v1.VolumeCondition
-	(v1.FailureStage)(0),             // 34: kibotos.ctrl.v1.FailureStage
-	(*timestamppb.Timestamp)(nil),    // 35: google.protobuf.Timestamp
-	(v1.FailureReason)(0),            // 36: kibotos.ctrl.v1.FailureReason
-	(v1.StopDurability)(0),           // 37: kibotos.ctrl.v1.StopDurability
-	(*v1.GuestObservation)(nil),      // 38: kibotos.ctrl.v1.GuestObservation
-	(*v1.NetworkPolicyStatus)(nil),   // 39: kibotos.ctrl.v1.NetworkPolicyStatus
-	(*v1.EgressObservation)(nil),     // 40: kibotos.ctrl.v1.EgressObservation
-	(*v1.ResolverObservation)(nil),   // 41: kibotos.ctrl.v1.ResolverObservation
+	(VolumeDesired)(0),                  // 0: kibotos.host.v1.VolumeDesired
+	(DesiredState)(0),                   // 1: kibotos.host.v1.DesiredState
+	(ObservedState)(0),                  // 2: kibotos.host.v1.ObservedState
+	(*RegisterHostRequest)(nil),         // 3: kibotos.host.v1.RegisterHostRequest
+	(*StoragePool)(nil),                 // 4: kibotos.host.v1.StoragePool
+	(*HostCapacity)(nil),                // 5: kibotos.host.v1.HostCapacity
+	(*RegisterHostResponse)(nil),        // 6: kibotos.host.v1.RegisterHostResponse
+	(*WatchAssignmentsRequest)(nil),     // 7: kibotos.host.v1.WatchAssignmentsRequest
+	(*WatchAssignmentsResponse)(nil),    // 8: kibotos.host.v1.WatchAssignmentsResponse
+	(*TransferAssignment)(nil),          // 9: kibotos.host.v1.TransferAssignment
+	(*ExecutionRestore)(nil),            // 10: kibotos.host.v1.ExecutionRestore
+	(*VolumeAssignment)(nil),            // 11: kibotos.host.v1.VolumeAssignment
+	(*ExecutionVolume)(nil),             // 12: kibotos.host.v1.ExecutionVolume
+	(*Assignment)(nil),                  // 13: kibotos.host.v1.Assignment
+	(*ExposureAssignment)(nil),          // 14: kibotos.host.v1.ExposureAssignment
+	(*NetworkAssignment)(nil),           // 15: kibotos.host.v1.NetworkAssignment
+	(*EgressAssignment)(nil),            // 16: kibotos.host.v1.EgressAssignment
+	(*ResolverAssignment)(nil),          // 17: kibotos.host.v1.ResolverAssignment
+	(*DataPlane)(nil),                   // 18: kibotos.host.v1.DataPlane
+	(*StopRequest)(nil),                 // 19: kibotos.host.v1.StopRequest
+	(*ExecutionTemplate)(nil),           // 20: kibotos.host.v1.ExecutionTemplate
+	(*TemplateLayer)(nil),               // 21: kibotos.host.v1.TemplateLayer
+	(*ReportExecutionsRequest)(nil),     // 22: kibotos.host.v1.ReportExecutionsRequest
+	(*TransferReport)(nil),              // 23: kibotos.host.v1.TransferReport
+	(*VolumeReport)(nil),                // 24: kibotos.host.v1.VolumeReport
+	(*ReportExecutionsResponse)(nil),    // 25: kibotos.host.v1.ReportExecutionsResponse
+	(*ExecutionReport)(nil),             // 26: kibotos.host.v1.ExecutionReport
+	(*NetworkReport)(nil),               // 27: kibotos.host.v1.NetworkReport
+	(*GetTemplateBlobRequest)(nil),      // 28: kibotos.host.v1.GetTemplateBlobRequest
+	(*GetTemplateBlobResponse)(nil),     // 29: kibotos.host.v1.GetTemplateBlobResponse
+	(*PutTransferArtifactRequest)(nil),  // 30: kibotos.host.v1.PutTransferArtifactRequest
+	(*PutTransferArtifactResponse)(nil), // 31: kibotos.host.v1.PutTransferArtifactResponse
+	(*GetTransferArtifactRequest)(nil),  // 32: kibotos.host.v1.GetTransferArtifactRequest
+	(*GetTransferArtifactResponse)(nil), // 33: kibotos.host.v1.GetTransferArtifactResponse
+	(*v1.ResourceRequest)(nil),          // 34: kibotos.ctrl.v1.ResourceRequest
+	(v1.ExposureAuth)(0),                // 35: kibotos.ctrl.v1.ExposureAuth
+	(*v1.NetworkPolicy)(nil),            // 36: kibotos.ctrl.v1.NetworkPolicy
+	(*v1.EgressSpec)(nil),               // 37: kibotos.ctrl.v1.EgressSpec
+	(*v1.ResolverSpec)(nil),             // 38: kibotos.ctrl.v1.ResolverSpec
+	(v1.StopMode)(0),                    // 39: kibotos.ctrl.v1.StopMode
+	(*timestamppb.Timestamp)(nil),       // 40: google.protobuf.Timestamp
+	(v1.VolumeCondition)(0),             // 41: kibotos.ctrl.v1.VolumeCondition
+	(v1.FailureStage)(0),                // 42: kibotos.ctrl.v1.FailureStage
+	(v1.FailureReason)(0),               // 43: kibotos.ctrl.v1.FailureReason
+	(v1.StopDurability)(0),              // 44: kibotos.ctrl.v1.StopDurability
+	(*v1.GuestObservation)(nil),         // 45: kibotos.ctrl.v1.GuestObservation
+	(*v1.NetworkPolicyStatus)(nil),      // 46: kibotos.ctrl.v1.NetworkPolicyStatus
+	(*v1.EgressObservation)(nil),        // 47: kibotos.ctrl.v1.EgressObservation
+	(*v1.ResolverObservation)(nil),      // 48: kibotos.ctrl.v1.ResolverObservation
 }
 var file_kibotos_host_v1_host_proto_depIdxs = []int32{
 	5,  // 0: kibotos.host.v1.RegisterHostRequest.capacity:type_name -> kibotos.host.v1.HostCapacity
 	4,  // 1: kibotos.host.v1.RegisterHostRequest.storage_pools:type_name -> kibotos.host.v1.StoragePool
-	11, // 2: kibotos.host.v1.WatchAssignmentsResponse.assignments:type_name -> kibotos.host.v1.Assignment
-	9,  // 3: kibotos.host.v1.WatchAssignmentsResponse.volumes:type_name -> kibotos.host.v1.VolumeAssignment
-	0,  // 4: kibotos.host.v1.VolumeAssignment.desired:type_name -> kibotos.host.v1.VolumeDesired
-	1,  // 5: kibotos.host.v1.Assignment.desired:type_name -> kibotos.host.v1.DesiredState
-	18, // 6: kibotos.host.v1.Assignment.template:type_name -> kibotos.host.v1.ExecutionTemplate
-	27, // 7: kibotos.host.v1.Assignment.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
-	17, // 8: kibotos.host.v1.Assignment.stop:type_name -> kibotos.host.v1.StopRequest
-	16, // 9: kibotos.host.v1.Assignment.data_plane:type_name -> kibotos.host.v1.DataPlane
-	13, // 10: kibotos.host.v1.Assignment.network:type_name -> kibotos.host.v1.NetworkAssignment
-	10, // 11: kibotos.host.v1.Assignment.volume:type_name -> kibotos.host.v1.ExecutionVolume
-	12, // 12: kibotos.host.v1.Assignment.exposures:type_name -> kibotos.host.v1.ExposureAssignment
-	28, // 13: kibotos.host.v1.ExposureAssignment.auth:type_name -> kibotos.ctrl.v1.ExposureAuth
-	29, // 14: kibotos.host.v1.NetworkAssignment.policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
-	14, // 15: kibotos.host.v1.NetworkAssignment.egresses:type_name -> kibotos.host.v1.EgressAssignment
-	15, // 16: kibotos.host.v1.NetworkAssignment.resolvers:type_name -> kibotos.host.v1.ResolverAssignment
-	30, // 17: kibotos.host.v1.EgressAssignment.spec:type_name -> kibotos.ctrl.v1.EgressSpec
-	31, // 18: kibotos.host.v1.ResolverAssignment.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
-	32, // 19: kibotos.host.v1.StopRequest.mode:type_name -> kibotos.ctrl.v1.StopMode
-	19, // 20: kibotos.host.v1.ExecutionTemplate.layers:type_name -> kibotos.host.v1.TemplateLayer
-	23, // 21: kibotos.host.v1.ReportExecutionsRequest.reports:type_name -> kibotos.host.v1.ExecutionReport
-	21, // 22: kibotos.host.v1.ReportExecutionsRequest.volumes:type_name -> kibotos.host.v1.VolumeReport
-	33, // 23: kibotos.host.v1.VolumeReport.condition:type_name -> kibotos.ctrl.v1.VolumeCondition
-	34, // 24: kibotos.host.v1.VolumeReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
-	35, // 25: kibotos.host.v1.VolumeReport.observed_at:type_name -> google.protobuf.Timestamp
-	2,  // 26: kibotos.host.v1.ExecutionReport.state:type_name -> kibotos.host.v1.ObservedState
-	36, // 27: kibotos.host.v1.ExecutionReport.failure_reason:type_name -> kibotos.ctrl.v1.FailureReason
-	34, // 28: kibotos.host.v1.ExecutionReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
-	37, // 29: kibotos.host.v1.ExecutionReport.stop_durability:type_name -> kibotos.ctrl.v1.StopDurability
-	35, // 30: kibotos.host.v1.ExecutionReport.observed_at:type_name -> google.protobuf.Timestamp
-	24, // 31: kibotos.host.v1.ExecutionReport.network:type_name -> kibotos.host.v1.NetworkReport
-	38, // 32: kibotos.host.v1.ExecutionReport.guest:type_name -> kibotos.ctrl.v1.GuestObservation
-	39, // 33: kibotos.host.v1.NetworkReport.status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
-	40, // 34: kibotos.host.v1.NetworkReport.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
-	41, // 35: kibotos.host.v1.NetworkReport.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
-	3,  // 36: kibotos.host.v1.HostService.RegisterHost:input_type -> kibotos.host.v1.RegisterHostRequest
-	7,  // 37: kibotos.host.v1.HostService.WatchAssignments:input_type -> kibotos.host.v1.WatchAssignmentsRequest
-	20, // 38: kibotos.host.v1.HostService.ReportExecutions:input_type -> kibotos.host.v1.ReportExecutionsRequest
-	25, // 39: kibotos.host.v1.HostService.GetTemplateBlob:input_type -> kibotos.host.v1.GetTemplateBlobRequest
-	6,  // 40: kibotos.host.v1.HostService.RegisterHost:output_type -> kibotos.host.v1.RegisterHostResponse
-	8,  // 41: kibotos.host.v1.HostService.WatchAssignments:output_type -> kibotos.host.v1.WatchAssignmentsResponse
-	22, // 42: kibotos.host.v1.HostService.ReportExecutions:output_type -> kibotos.host.v1.ReportExecutionsResponse
-	26, // 43: kibotos.host.v1.HostService.GetTemplateBlob:output_type -> kibotos.host.v1.GetTemplateBlobResponse
-	40, // [40:44] is the sub-list for method output_type
-	36, // [36:40] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	13, // 2: kibotos.host.v1.WatchAssignmentsResponse.assignments:type_name -> kibotos.host.v1.Assignment
+	11, // 3: kibotos.host.v1.WatchAssignmentsResponse.volumes:type_name -> kibotos.host.v1.VolumeAssignment
+	9,  // 4: kibotos.host.v1.WatchAssignmentsResponse.transfers:type_name -> kibotos.host.v1.TransferAssignment
+	12, // 5: kibotos.host.v1.TransferAssignment.volume:type_name -> kibotos.host.v1.ExecutionVolume
+	0,  // 6: kibotos.host.v1.VolumeAssignment.desired:type_name -> kibotos.host.v1.VolumeDesired
+	1,  // 7: kibotos.host.v1.Assignment.desired:type_name -> kibotos.host.v1.DesiredState
+	20, // 8: kibotos.host.v1.Assignment.template:type_name -> kibotos.host.v1.ExecutionTemplate
+	34, // 9: kibotos.host.v1.Assignment.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
+	19, // 10: kibotos.host.v1.Assignment.stop:type_name -> kibotos.host.v1.StopRequest
+	18, // 11: kibotos.host.v1.Assignment.data_plane:type_name -> kibotos.host.v1.DataPlane
+	15, // 12: kibotos.host.v1.Assignment.network:type_name -> kibotos.host.v1.NetworkAssignment
+	12, // 13: kibotos.host.v1.Assignment.volume:type_name -> kibotos.host.v1.ExecutionVolume
+	14, // 14: kibotos.host.v1.Assignment.exposures:type_name -> kibotos.host.v1.ExposureAssignment
+	10, // 15: kibotos.host.v1.Assignment.restore:type_name -> kibotos.host.v1.ExecutionRestore
+	35, // 16: kibotos.host.v1.ExposureAssignment.auth:type_name -> kibotos.ctrl.v1.ExposureAuth
+	36, // 17: kibotos.host.v1.NetworkAssignment.policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	16, // 18: kibotos.host.v1.NetworkAssignment.egresses:type_name -> kibotos.host.v1.EgressAssignment
+	17, // 19: kibotos.host.v1.NetworkAssignment.resolvers:type_name -> kibotos.host.v1.ResolverAssignment
+	37, // 20: kibotos.host.v1.EgressAssignment.spec:type_name -> kibotos.ctrl.v1.EgressSpec
+	38, // 21: kibotos.host.v1.ResolverAssignment.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
+	39, // 22: kibotos.host.v1.StopRequest.mode:type_name -> kibotos.ctrl.v1.StopMode
+	21, // 23: kibotos.host.v1.ExecutionTemplate.layers:type_name -> kibotos.host.v1.TemplateLayer
+	26, // 24: kibotos.host.v1.ReportExecutionsRequest.reports:type_name -> kibotos.host.v1.ExecutionReport
+	24, // 25: kibotos.host.v1.ReportExecutionsRequest.volumes:type_name -> kibotos.host.v1.VolumeReport
+	23, // 26: kibotos.host.v1.ReportExecutionsRequest.transfers:type_name -> kibotos.host.v1.TransferReport
+	40, // 27: kibotos.host.v1.TransferReport.observed_at:type_name -> google.protobuf.Timestamp
+	41, // 28: kibotos.host.v1.VolumeReport.condition:type_name -> kibotos.ctrl.v1.VolumeCondition
+	42, // 29: kibotos.host.v1.VolumeReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
+	40, // 30: kibotos.host.v1.VolumeReport.observed_at:type_name -> google.protobuf.Timestamp
+	2,  // 31: kibotos.host.v1.ExecutionReport.state:type_name -> kibotos.host.v1.ObservedState
+	43, // 32: kibotos.host.v1.ExecutionReport.failure_reason:type_name -> kibotos.ctrl.v1.FailureReason
+	42, // 33: kibotos.host.v1.ExecutionReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
+	44, // 34: kibotos.host.v1.ExecutionReport.stop_durability:type_name -> kibotos.ctrl.v1.StopDurability
+	40, // 35: kibotos.host.v1.ExecutionReport.observed_at:type_name -> google.protobuf.Timestamp
+	27, // 36: kibotos.host.v1.ExecutionReport.network:type_name -> kibotos.host.v1.NetworkReport
+	45, // 37: kibotos.host.v1.ExecutionReport.guest:type_name -> kibotos.ctrl.v1.GuestObservation
+	46, // 38: kibotos.host.v1.NetworkReport.status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
+	47, // 39: kibotos.host.v1.NetworkReport.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
+	48, // 40: kibotos.host.v1.NetworkReport.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
+	3,  // 41: kibotos.host.v1.HostService.RegisterHost:input_type -> kibotos.host.v1.RegisterHostRequest
+	7,  // 42: kibotos.host.v1.HostService.WatchAssignments:input_type -> kibotos.host.v1.WatchAssignmentsRequest
+	22, // 43: kibotos.host.v1.HostService.ReportExecutions:input_type -> kibotos.host.v1.ReportExecutionsRequest
+	28, // 44: kibotos.host.v1.HostService.GetTemplateBlob:input_type -> kibotos.host.v1.GetTemplateBlobRequest
+	30, // 45: kibotos.host.v1.HostService.PutTransferArtifact:input_type -> kibotos.host.v1.PutTransferArtifactRequest
+	32, // 46: kibotos.host.v1.HostService.GetTransferArtifact:input_type -> kibotos.host.v1.GetTransferArtifactRequest
+	6,  // 47: kibotos.host.v1.HostService.RegisterHost:output_type -> kibotos.host.v1.RegisterHostResponse
+	8,  // 48: kibotos.host.v1.HostService.WatchAssignments:output_type -> kibotos.host.v1.WatchAssignmentsResponse
+	25, // 49: kibotos.host.v1.HostService.ReportExecutions:output_type -> kibotos.host.v1.ReportExecutionsResponse
+	29, // 50: kibotos.host.v1.HostService.GetTemplateBlob:output_type -> kibotos.host.v1.GetTemplateBlobResponse
+	31, // 51: kibotos.host.v1.HostService.PutTransferArtifact:output_type -> kibotos.host.v1.PutTransferArtifactResponse
+	33, // 52: kibotos.host.v1.HostService.GetTransferArtifact:output_type -> kibotos.host.v1.GetTransferArtifactResponse
+	47, // [47:53] is the sub-list for method output_type
+	41, // [41:47] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_host_v1_host_proto_init() }
@@ -2449,14 +3012,14 @@ func file_kibotos_host_v1_host_proto_init() {
 	if File_kibotos_host_v1_host_proto != nil {
 		return
 	}
-	file_kibotos_host_v1_host_proto_msgTypes[20].OneofWrappers = []any{}
+	file_kibotos_host_v1_host_proto_msgTypes[23].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_host_v1_host_proto_rawDesc), len(file_kibotos_host_v1_host_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   24,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

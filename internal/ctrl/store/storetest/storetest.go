@@ -44,6 +44,7 @@ func Run(t *testing.T, open Open) {
 		{"VolumeLists", testVolumeLists},
 		{"FailedVolumeUpdateChangesNothing", testVolumeRollback},
 		{"Exposures", testExposures},
+		{"Transfers", testTransfers},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })

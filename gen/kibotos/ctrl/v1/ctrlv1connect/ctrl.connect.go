@@ -39,6 +39,8 @@ const (
 	ExposureServiceName = "kibotos.ctrl.v1.ExposureService"
 	// VolumeServiceName is the fully-qualified name of the VolumeService service.
 	VolumeServiceName = "kibotos.ctrl.v1.VolumeService"
+	// TransferServiceName is the fully-qualified name of the TransferService service.
+	TransferServiceName = "kibotos.ctrl.v1.TransferService"
 	// EgressServiceName is the fully-qualified name of the EgressService service.
 	EgressServiceName = "kibotos.ctrl.v1.EgressService"
 	// ResolverServiceName is the fully-qualified name of the ResolverService service.
@@ -157,6 +159,27 @@ const (
 	// VolumeServiceUpdateVolumeAnnotationsProcedure is the fully-qualified name of the VolumeService's
 	// UpdateVolumeAnnotations RPC.
 	VolumeServiceUpdateVolumeAnnotationsProcedure = "/kibotos.ctrl.v1.VolumeService/UpdateVolumeAnnotations"
+	// TransferServiceExportWorkspaceProcedure is the fully-qualified name of the TransferService's
+	// ExportWorkspace RPC.
+	TransferServiceExportWorkspaceProcedure = "/kibotos.ctrl.v1.TransferService/ExportWorkspace"
+	// TransferServiceReadTransferArtifactProcedure is the fully-qualified name of the TransferService's
+	// ReadTransferArtifact RPC.
+	TransferServiceReadTransferArtifactProcedure = "/kibotos.ctrl.v1.TransferService/ReadTransferArtifact"
+	// TransferServiceImportTransferProcedure is the fully-qualified name of the TransferService's
+	// ImportTransfer RPC.
+	TransferServiceImportTransferProcedure = "/kibotos.ctrl.v1.TransferService/ImportTransfer"
+	// TransferServiceRestoreWorkspaceProcedure is the fully-qualified name of the TransferService's
+	// RestoreWorkspace RPC.
+	TransferServiceRestoreWorkspaceProcedure = "/kibotos.ctrl.v1.TransferService/RestoreWorkspace"
+	// TransferServiceGetTransferProcedure is the fully-qualified name of the TransferService's
+	// GetTransfer RPC.
+	TransferServiceGetTransferProcedure = "/kibotos.ctrl.v1.TransferService/GetTransfer"
+	// TransferServiceListTransfersProcedure is the fully-qualified name of the TransferService's
+	// ListTransfers RPC.
+	TransferServiceListTransfersProcedure = "/kibotos.ctrl.v1.TransferService/ListTransfers"
+	// TransferServiceDeleteTransferProcedure is the fully-qualified name of the TransferService's
+	// DeleteTransfer RPC.
+	TransferServiceDeleteTransferProcedure = "/kibotos.ctrl.v1.TransferService/DeleteTransfer"
 	// EgressServiceCreateEgressProcedure is the fully-qualified name of the EgressService's
 	// CreateEgress RPC.
 	EgressServiceCreateEgressProcedure = "/kibotos.ctrl.v1.EgressService/CreateEgress"
@@ -1398,6 +1421,246 @@ func (UnimplementedVolumeServiceHandler) UpdateVolumeLabels(context.Context, *co
 
 func (UnimplementedVolumeServiceHandler) UpdateVolumeAnnotations(context.Context, *connect.Request[v1.UpdateVolumeAnnotationsRequest]) (*connect.Response[v1.UpdateVolumeAnnotationsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.VolumeService.UpdateVolumeAnnotations is not implemented"))
+}
+
+// TransferServiceClient is a client for the kibotos.ctrl.v1.TransferService service.
+type TransferServiceClient interface {
+	// ExportWorkspace starts the export of a STOPPED Workspace and returns the Transfer in EXPORTING. A Workspace in any other state is failed_precondition, naming its state, with ErrorDetail.observed_workspace. While the export runs the Workspace cannot be started or deleted (failed_precondition). The host that keeps the Workspace's layer writes the artifact; the Transfer is COMPLETE only once the whole artifact is stored and verified, and manifest.size_bytes and manifest.digest describe it. with_template is refused as unimplemented: this release does not carry the Template revision's image in the artifact.
+	ExportWorkspace(context.Context, *connect.Request[v1.ExportWorkspaceRequest]) (*connect.Response[v1.ExportWorkspaceResponse], error)
+	// ReadTransferArtifact streams the artifact of a COMPLETE, IMPORTED, RESTORING or RESTORED Transfer from offset to its end, in order. A Transfer in any other state holds no artifact: failed_precondition. An offset beyond the artifact is out_of_range.
+	ReadTransferArtifact(context.Context, *connect.Request[v1.ReadTransferArtifactRequest]) (*connect.ServerStreamForClient[v1.ReadTransferArtifactResponse], error)
+	// ImportTransfer uploads an artifact. The first message carries command, labels, annotations and digest (sha256:<hex> of the whole artifact), and may carry data; every later message carries only data, in order, until the client closes its side. The Transfer is IMPORTING while the bytes arrive and IMPORTED once the digest and every checksum inside the artifact verified; a truncated, corrupted or foreign artifact makes it FAILED with stage IMPORTING_TRANSFER and a message saying what was wrong, and nothing of it stays stored. The response carries the Transfer as the upload left it. The command's input is the first message without its data: a retry with the same command_id returns the first result once that import finished.
+	ImportTransfer(context.Context) *connect.ClientStreamForClient[v1.ImportTransferRequest, v1.ImportTransferResponse]
+	// RestoreWorkspace creates a new Workspace from a COMPLETE or IMPORTED Transfer and returns it in CREATING with the Transfer in RESTORING. The new Workspace has a new ID, the manifest's resources, the network policy's mode, allow and deny (its Egresses and Resolvers are not carried), and a new Volume of the manifest's capacity at its mount path, bound with delete_with_workspace on, holding the exported Volume's files; its writable layer holds the exported layer's files. The Template revision must exist in this deployment with the manifest's image digest (under any template ID), else failed_precondition with ErrorDetail.reason NOT_FOUND. The Transfer becomes RESTORED, naming restored_workspace_id, once the Workspace is first AVAILABLE; if it fails first the Transfer is FAILED with stage RESTORING_WORKSPACE. labels and annotations are the new Workspace's.
+	RestoreWorkspace(context.Context, *connect.Request[v1.RestoreWorkspaceRequest]) (*connect.Response[v1.RestoreWorkspaceResponse], error)
+	// GetTransfer returns one Transfer, a DELETED or EXPIRED one included. An unknown Transfer is not_found.
+	GetTransfer(context.Context, *connect.Request[v1.GetTransferRequest]) (*connect.Response[v1.GetTransferResponse], error)
+	// ListTransfers returns the caller's Transfers that are not DELETED, one page at a time.
+	ListTransfers(context.Context, *connect.Request[v1.ListTransfersRequest]) (*connect.Response[v1.ListTransfersResponse], error)
+	// DeleteTransfer deletes a Transfer and its artifact: DELETED once the artifact is gone. An export or restore in progress is failed_precondition; deleting a DELETED Transfer returns it unchanged.
+	DeleteTransfer(context.Context, *connect.Request[v1.DeleteTransferRequest]) (*connect.Response[v1.DeleteTransferResponse], error)
+}
+
+// NewTransferServiceClient constructs a client for the kibotos.ctrl.v1.TransferService service. By
+// default, it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses,
+// and sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the
+// connect.WithGRPC() or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewTransferServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) TransferServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	transferServiceMethods := v1.File_kibotos_ctrl_v1_ctrl_proto.Services().ByName("TransferService").Methods()
+	return &transferServiceClient{
+		exportWorkspace: connect.NewClient[v1.ExportWorkspaceRequest, v1.ExportWorkspaceResponse](
+			httpClient,
+			baseURL+TransferServiceExportWorkspaceProcedure,
+			connect.WithSchema(transferServiceMethods.ByName("ExportWorkspace")),
+			connect.WithClientOptions(opts...),
+		),
+		readTransferArtifact: connect.NewClient[v1.ReadTransferArtifactRequest, v1.ReadTransferArtifactResponse](
+			httpClient,
+			baseURL+TransferServiceReadTransferArtifactProcedure,
+			connect.WithSchema(transferServiceMethods.ByName("ReadTransferArtifact")),
+			connect.WithClientOptions(opts...),
+		),
+		importTransfer: connect.NewClient[v1.ImportTransferRequest, v1.ImportTransferResponse](
+			httpClient,
+			baseURL+TransferServiceImportTransferProcedure,
+			connect.WithSchema(transferServiceMethods.ByName("ImportTransfer")),
+			connect.WithClientOptions(opts...),
+		),
+		restoreWorkspace: connect.NewClient[v1.RestoreWorkspaceRequest, v1.RestoreWorkspaceResponse](
+			httpClient,
+			baseURL+TransferServiceRestoreWorkspaceProcedure,
+			connect.WithSchema(transferServiceMethods.ByName("RestoreWorkspace")),
+			connect.WithClientOptions(opts...),
+		),
+		getTransfer: connect.NewClient[v1.GetTransferRequest, v1.GetTransferResponse](
+			httpClient,
+			baseURL+TransferServiceGetTransferProcedure,
+			connect.WithSchema(transferServiceMethods.ByName("GetTransfer")),
+			connect.WithClientOptions(opts...),
+		),
+		listTransfers: connect.NewClient[v1.ListTransfersRequest, v1.ListTransfersResponse](
+			httpClient,
+			baseURL+TransferServiceListTransfersProcedure,
+			connect.WithSchema(transferServiceMethods.ByName("ListTransfers")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteTransfer: connect.NewClient[v1.DeleteTransferRequest, v1.DeleteTransferResponse](
+			httpClient,
+			baseURL+TransferServiceDeleteTransferProcedure,
+			connect.WithSchema(transferServiceMethods.ByName("DeleteTransfer")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// transferServiceClient implements TransferServiceClient.
+type transferServiceClient struct {
+	exportWorkspace      *connect.Client[v1.ExportWorkspaceRequest, v1.ExportWorkspaceResponse]
+	readTransferArtifact *connect.Client[v1.ReadTransferArtifactRequest, v1.ReadTransferArtifactResponse]
+	importTransfer       *connect.Client[v1.ImportTransferRequest, v1.ImportTransferResponse]
+	restoreWorkspace     *connect.Client[v1.RestoreWorkspaceRequest, v1.RestoreWorkspaceResponse]
+	getTransfer          *connect.Client[v1.GetTransferRequest, v1.GetTransferResponse]
+	listTransfers        *connect.Client[v1.ListTransfersRequest, v1.ListTransfersResponse]
+	deleteTransfer       *connect.Client[v1.DeleteTransferRequest, v1.DeleteTransferResponse]
+}
+
+// ExportWorkspace calls kibotos.ctrl.v1.TransferService.ExportWorkspace.
+func (c *transferServiceClient) ExportWorkspace(ctx context.Context, req *connect.Request[v1.ExportWorkspaceRequest]) (*connect.Response[v1.ExportWorkspaceResponse], error) {
+	return c.exportWorkspace.CallUnary(ctx, req)
+}
+
+// ReadTransferArtifact calls kibotos.ctrl.v1.TransferService.ReadTransferArtifact.
+func (c *transferServiceClient) ReadTransferArtifact(ctx context.Context, req *connect.Request[v1.ReadTransferArtifactRequest]) (*connect.ServerStreamForClient[v1.ReadTransferArtifactResponse], error) {
+	return c.readTransferArtifact.CallServerStream(ctx, req)
+}
+
+// ImportTransfer calls kibotos.ctrl.v1.TransferService.ImportTransfer.
+func (c *transferServiceClient) ImportTransfer(ctx context.Context) *connect.ClientStreamForClient[v1.ImportTransferRequest, v1.ImportTransferResponse] {
+	return c.importTransfer.CallClientStream(ctx)
+}
+
+// RestoreWorkspace calls kibotos.ctrl.v1.TransferService.RestoreWorkspace.
+func (c *transferServiceClient) RestoreWorkspace(ctx context.Context, req *connect.Request[v1.RestoreWorkspaceRequest]) (*connect.Response[v1.RestoreWorkspaceResponse], error) {
+	return c.restoreWorkspace.CallUnary(ctx, req)
+}
+
+// GetTransfer calls kibotos.ctrl.v1.TransferService.GetTransfer.
+func (c *transferServiceClient) GetTransfer(ctx context.Context, req *connect.Request[v1.GetTransferRequest]) (*connect.Response[v1.GetTransferResponse], error) {
+	return c.getTransfer.CallUnary(ctx, req)
+}
+
+// ListTransfers calls kibotos.ctrl.v1.TransferService.ListTransfers.
+func (c *transferServiceClient) ListTransfers(ctx context.Context, req *connect.Request[v1.ListTransfersRequest]) (*connect.Response[v1.ListTransfersResponse], error) {
+	return c.listTransfers.CallUnary(ctx, req)
+}
+
+// DeleteTransfer calls kibotos.ctrl.v1.TransferService.DeleteTransfer.
+func (c *transferServiceClient) DeleteTransfer(ctx context.Context, req *connect.Request[v1.DeleteTransferRequest]) (*connect.Response[v1.DeleteTransferResponse], error) {
+	return c.deleteTransfer.CallUnary(ctx, req)
+}
+
+// TransferServiceHandler is an implementation of the kibotos.ctrl.v1.TransferService service.
+type TransferServiceHandler interface {
+	// ExportWorkspace starts the export of a STOPPED Workspace and returns the Transfer in EXPORTING. A Workspace in any other state is failed_precondition, naming its state, with ErrorDetail.observed_workspace. While the export runs the Workspace cannot be started or deleted (failed_precondition). The host that keeps the Workspace's layer writes the artifact; the Transfer is COMPLETE only once the whole artifact is stored and verified, and manifest.size_bytes and manifest.digest describe it. with_template is refused as unimplemented: this release does not carry the Template revision's image in the artifact.
+	ExportWorkspace(context.Context, *connect.Request[v1.ExportWorkspaceRequest]) (*connect.Response[v1.ExportWorkspaceResponse], error)
+	// ReadTransferArtifact streams the artifact of a COMPLETE, IMPORTED, RESTORING or RESTORED Transfer from offset to its end, in order. A Transfer in any other state holds no artifact: failed_precondition. An offset beyond the artifact is out_of_range.
+	ReadTransferArtifact(context.Context, *connect.Request[v1.ReadTransferArtifactRequest], *connect.ServerStream[v1.ReadTransferArtifactResponse]) error
+	// ImportTransfer uploads an artifact. The first message carries command, labels, annotations and digest (sha256:<hex> of the whole artifact), and may carry data; every later message carries only data, in order, until the client closes its side. The Transfer is IMPORTING while the bytes arrive and IMPORTED once the digest and every checksum inside the artifact verified; a truncated, corrupted or foreign artifact makes it FAILED with stage IMPORTING_TRANSFER and a message saying what was wrong, and nothing of it stays stored. The response carries the Transfer as the upload left it. The command's input is the first message without its data: a retry with the same command_id returns the first result once that import finished.
+	ImportTransfer(context.Context, *connect.ClientStream[v1.ImportTransferRequest]) (*connect.Response[v1.ImportTransferResponse], error)
+	// RestoreWorkspace creates a new Workspace from a COMPLETE or IMPORTED Transfer and returns it in CREATING with the Transfer in RESTORING. The new Workspace has a new ID, the manifest's resources, the network policy's mode, allow and deny (its Egresses and Resolvers are not carried), and a new Volume of the manifest's capacity at its mount path, bound with delete_with_workspace on, holding the exported Volume's files; its writable layer holds the exported layer's files. The Template revision must exist in this deployment with the manifest's image digest (under any template ID), else failed_precondition with ErrorDetail.reason NOT_FOUND. The Transfer becomes RESTORED, naming restored_workspace_id, once the Workspace is first AVAILABLE; if it fails first the Transfer is FAILED with stage RESTORING_WORKSPACE. labels and annotations are the new Workspace's.
+	RestoreWorkspace(context.Context, *connect.Request[v1.RestoreWorkspaceRequest]) (*connect.Response[v1.RestoreWorkspaceResponse], error)
+	// GetTransfer returns one Transfer, a DELETED or EXPIRED one included. An unknown Transfer is not_found.
+	GetTransfer(context.Context, *connect.Request[v1.GetTransferRequest]) (*connect.Response[v1.GetTransferResponse], error)
+	// ListTransfers returns the caller's Transfers that are not DELETED, one page at a time.
+	ListTransfers(context.Context, *connect.Request[v1.ListTransfersRequest]) (*connect.Response[v1.ListTransfersResponse], error)
+	// DeleteTransfer deletes a Transfer and its artifact: DELETED once the artifact is gone. An export or restore in progress is failed_precondition; deleting a DELETED Transfer returns it unchanged.
+	DeleteTransfer(context.Context, *connect.Request[v1.DeleteTransferRequest]) (*connect.Response[v1.DeleteTransferResponse], error)
+}
+
+// NewTransferServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewTransferServiceHandler(svc TransferServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	transferServiceMethods := v1.File_kibotos_ctrl_v1_ctrl_proto.Services().ByName("TransferService").Methods()
+	transferServiceExportWorkspaceHandler := connect.NewUnaryHandler(
+		TransferServiceExportWorkspaceProcedure,
+		svc.ExportWorkspace,
+		connect.WithSchema(transferServiceMethods.ByName("ExportWorkspace")),
+		connect.WithHandlerOptions(opts...),
+	)
+	transferServiceReadTransferArtifactHandler := connect.NewServerStreamHandler(
+		TransferServiceReadTransferArtifactProcedure,
+		svc.ReadTransferArtifact,
+		connect.WithSchema(transferServiceMethods.ByName("ReadTransferArtifact")),
+		connect.WithHandlerOptions(opts...),
+	)
+	transferServiceImportTransferHandler := connect.NewClientStreamHandler(
+		TransferServiceImportTransferProcedure,
+		svc.ImportTransfer,
+		connect.WithSchema(transferServiceMethods.ByName("ImportTransfer")),
+		connect.WithHandlerOptions(opts...),
+	)
+	transferServiceRestoreWorkspaceHandler := connect.NewUnaryHandler(
+		TransferServiceRestoreWorkspaceProcedure,
+		svc.RestoreWorkspace,
+		connect.WithSchema(transferServiceMethods.ByName("RestoreWorkspace")),
+		connect.WithHandlerOptions(opts...),
+	)
+	transferServiceGetTransferHandler := connect.NewUnaryHandler(
+		TransferServiceGetTransferProcedure,
+		svc.GetTransfer,
+		connect.WithSchema(transferServiceMethods.ByName("GetTransfer")),
+		connect.WithHandlerOptions(opts...),
+	)
+	transferServiceListTransfersHandler := connect.NewUnaryHandler(
+		TransferServiceListTransfersProcedure,
+		svc.ListTransfers,
+		connect.WithSchema(transferServiceMethods.ByName("ListTransfers")),
+		connect.WithHandlerOptions(opts...),
+	)
+	transferServiceDeleteTransferHandler := connect.NewUnaryHandler(
+		TransferServiceDeleteTransferProcedure,
+		svc.DeleteTransfer,
+		connect.WithSchema(transferServiceMethods.ByName("DeleteTransfer")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/kibotos.ctrl.v1.TransferService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case TransferServiceExportWorkspaceProcedure:
+			transferServiceExportWorkspaceHandler.ServeHTTP(w, r)
+		case TransferServiceReadTransferArtifactProcedure:
+			transferServiceReadTransferArtifactHandler.ServeHTTP(w, r)
+		case TransferServiceImportTransferProcedure:
+			transferServiceImportTransferHandler.ServeHTTP(w, r)
+		case TransferServiceRestoreWorkspaceProcedure:
+			transferServiceRestoreWorkspaceHandler.ServeHTTP(w, r)
+		case TransferServiceGetTransferProcedure:
+			transferServiceGetTransferHandler.ServeHTTP(w, r)
+		case TransferServiceListTransfersProcedure:
+			transferServiceListTransfersHandler.ServeHTTP(w, r)
+		case TransferServiceDeleteTransferProcedure:
+			transferServiceDeleteTransferHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedTransferServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedTransferServiceHandler struct{}
+
+func (UnimplementedTransferServiceHandler) ExportWorkspace(context.Context, *connect.Request[v1.ExportWorkspaceRequest]) (*connect.Response[v1.ExportWorkspaceResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.TransferService.ExportWorkspace is not implemented"))
+}
+
+func (UnimplementedTransferServiceHandler) ReadTransferArtifact(context.Context, *connect.Request[v1.ReadTransferArtifactRequest], *connect.ServerStream[v1.ReadTransferArtifactResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.TransferService.ReadTransferArtifact is not implemented"))
+}
+
+func (UnimplementedTransferServiceHandler) ImportTransfer(context.Context, *connect.ClientStream[v1.ImportTransferRequest]) (*connect.Response[v1.ImportTransferResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.TransferService.ImportTransfer is not implemented"))
+}
+
+func (UnimplementedTransferServiceHandler) RestoreWorkspace(context.Context, *connect.Request[v1.RestoreWorkspaceRequest]) (*connect.Response[v1.RestoreWorkspaceResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.TransferService.RestoreWorkspace is not implemented"))
+}
+
+func (UnimplementedTransferServiceHandler) GetTransfer(context.Context, *connect.Request[v1.GetTransferRequest]) (*connect.Response[v1.GetTransferResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.TransferService.GetTransfer is not implemented"))
+}
+
+func (UnimplementedTransferServiceHandler) ListTransfers(context.Context, *connect.Request[v1.ListTransfersRequest]) (*connect.Response[v1.ListTransfersResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.TransferService.ListTransfers is not implemented"))
+}
+
+func (UnimplementedTransferServiceHandler) DeleteTransfer(context.Context, *connect.Request[v1.DeleteTransferRequest]) (*connect.Response[v1.DeleteTransferResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.ctrl.v1.TransferService.DeleteTransfer is not implemented"))
 }
 
 // EgressServiceClient is a client for the kibotos.ctrl.v1.EgressService service.

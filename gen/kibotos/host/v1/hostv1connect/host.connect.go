@@ -58,6 +58,12 @@ const (
 	// HostServiceGetTemplateBlobProcedure is the fully-qualified name of the HostService's
 	// GetTemplateBlob RPC.
 	HostServiceGetTemplateBlobProcedure = "/kibotos.host.v1.HostService/GetTemplateBlob"
+	// HostServicePutTransferArtifactProcedure is the fully-qualified name of the HostService's
+	// PutTransferArtifact RPC.
+	HostServicePutTransferArtifactProcedure = "/kibotos.host.v1.HostService/PutTransferArtifact"
+	// HostServiceGetTransferArtifactProcedure is the fully-qualified name of the HostService's
+	// GetTransferArtifact RPC.
+	HostServiceGetTransferArtifactProcedure = "/kibotos.host.v1.HostService/GetTransferArtifact"
 )
 
 // HostServiceClient is a client for the kibotos.host.v1.HostService service.
@@ -93,6 +99,18 @@ type HostServiceClient interface {
 	// diff_id, before it uses either. A digest ctrl does not store is not_found;
 	// an offset beyond the blob's size is out_of_range.
 	GetTemplateBlob(context.Context, *connect.Request[v1.GetTemplateBlobRequest]) (*connect.ServerStreamForClient[v1.GetTemplateBlobResponse], error)
+	// PutTransferArtifact uploads the artifact a TransferAssignment asked the
+	// host to export. The first message names host_id and transfer_id; data
+	// follows in order; the last message carries digest, sha256:<hex> of all
+	// the data. ctrl stores the bytes under a temporary name, checks the
+	// digest and the size stored, and only then commits the artifact and
+	// makes the Transfer COMPLETE. A Transfer no longer assigned to the host
+	// for export is failed_precondition; a digest that does not match is
+	// data_loss, and nothing is committed.
+	PutTransferArtifact(context.Context) *connect.ClientStreamForClient[v1.PutTransferArtifactRequest, v1.PutTransferArtifactResponse]
+	// GetTransferArtifact streams the artifact an ExecutionRestore names,
+	// from offset to its end, like GetTemplateBlob.
+	GetTransferArtifact(context.Context, *connect.Request[v1.GetTransferArtifactRequest]) (*connect.ServerStreamForClient[v1.GetTransferArtifactResponse], error)
 }
 
 // NewHostServiceClient constructs a client for the kibotos.host.v1.HostService service. By default,
@@ -130,15 +148,29 @@ func NewHostServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(hostServiceMethods.ByName("GetTemplateBlob")),
 			connect.WithClientOptions(opts...),
 		),
+		putTransferArtifact: connect.NewClient[v1.PutTransferArtifactRequest, v1.PutTransferArtifactResponse](
+			httpClient,
+			baseURL+HostServicePutTransferArtifactProcedure,
+			connect.WithSchema(hostServiceMethods.ByName("PutTransferArtifact")),
+			connect.WithClientOptions(opts...),
+		),
+		getTransferArtifact: connect.NewClient[v1.GetTransferArtifactRequest, v1.GetTransferArtifactResponse](
+			httpClient,
+			baseURL+HostServiceGetTransferArtifactProcedure,
+			connect.WithSchema(hostServiceMethods.ByName("GetTransferArtifact")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // hostServiceClient implements HostServiceClient.
 type hostServiceClient struct {
-	registerHost     *connect.Client[v1.RegisterHostRequest, v1.RegisterHostResponse]
-	watchAssignments *connect.Client[v1.WatchAssignmentsRequest, v1.WatchAssignmentsResponse]
-	reportExecutions *connect.Client[v1.ReportExecutionsRequest, v1.ReportExecutionsResponse]
-	getTemplateBlob  *connect.Client[v1.GetTemplateBlobRequest, v1.GetTemplateBlobResponse]
+	registerHost        *connect.Client[v1.RegisterHostRequest, v1.RegisterHostResponse]
+	watchAssignments    *connect.Client[v1.WatchAssignmentsRequest, v1.WatchAssignmentsResponse]
+	reportExecutions    *connect.Client[v1.ReportExecutionsRequest, v1.ReportExecutionsResponse]
+	getTemplateBlob     *connect.Client[v1.GetTemplateBlobRequest, v1.GetTemplateBlobResponse]
+	putTransferArtifact *connect.Client[v1.PutTransferArtifactRequest, v1.PutTransferArtifactResponse]
+	getTransferArtifact *connect.Client[v1.GetTransferArtifactRequest, v1.GetTransferArtifactResponse]
 }
 
 // RegisterHost calls kibotos.host.v1.HostService.RegisterHost.
@@ -159,6 +191,16 @@ func (c *hostServiceClient) ReportExecutions(ctx context.Context, req *connect.R
 // GetTemplateBlob calls kibotos.host.v1.HostService.GetTemplateBlob.
 func (c *hostServiceClient) GetTemplateBlob(ctx context.Context, req *connect.Request[v1.GetTemplateBlobRequest]) (*connect.ServerStreamForClient[v1.GetTemplateBlobResponse], error) {
 	return c.getTemplateBlob.CallServerStream(ctx, req)
+}
+
+// PutTransferArtifact calls kibotos.host.v1.HostService.PutTransferArtifact.
+func (c *hostServiceClient) PutTransferArtifact(ctx context.Context) *connect.ClientStreamForClient[v1.PutTransferArtifactRequest, v1.PutTransferArtifactResponse] {
+	return c.putTransferArtifact.CallClientStream(ctx)
+}
+
+// GetTransferArtifact calls kibotos.host.v1.HostService.GetTransferArtifact.
+func (c *hostServiceClient) GetTransferArtifact(ctx context.Context, req *connect.Request[v1.GetTransferArtifactRequest]) (*connect.ServerStreamForClient[v1.GetTransferArtifactResponse], error) {
+	return c.getTransferArtifact.CallServerStream(ctx, req)
 }
 
 // HostServiceHandler is an implementation of the kibotos.host.v1.HostService service.
@@ -194,6 +236,18 @@ type HostServiceHandler interface {
 	// diff_id, before it uses either. A digest ctrl does not store is not_found;
 	// an offset beyond the blob's size is out_of_range.
 	GetTemplateBlob(context.Context, *connect.Request[v1.GetTemplateBlobRequest], *connect.ServerStream[v1.GetTemplateBlobResponse]) error
+	// PutTransferArtifact uploads the artifact a TransferAssignment asked the
+	// host to export. The first message names host_id and transfer_id; data
+	// follows in order; the last message carries digest, sha256:<hex> of all
+	// the data. ctrl stores the bytes under a temporary name, checks the
+	// digest and the size stored, and only then commits the artifact and
+	// makes the Transfer COMPLETE. A Transfer no longer assigned to the host
+	// for export is failed_precondition; a digest that does not match is
+	// data_loss, and nothing is committed.
+	PutTransferArtifact(context.Context, *connect.ClientStream[v1.PutTransferArtifactRequest]) (*connect.Response[v1.PutTransferArtifactResponse], error)
+	// GetTransferArtifact streams the artifact an ExecutionRestore names,
+	// from offset to its end, like GetTemplateBlob.
+	GetTransferArtifact(context.Context, *connect.Request[v1.GetTransferArtifactRequest], *connect.ServerStream[v1.GetTransferArtifactResponse]) error
 }
 
 // NewHostServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -227,6 +281,18 @@ func NewHostServiceHandler(svc HostServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(hostServiceMethods.ByName("GetTemplateBlob")),
 		connect.WithHandlerOptions(opts...),
 	)
+	hostServicePutTransferArtifactHandler := connect.NewClientStreamHandler(
+		HostServicePutTransferArtifactProcedure,
+		svc.PutTransferArtifact,
+		connect.WithSchema(hostServiceMethods.ByName("PutTransferArtifact")),
+		connect.WithHandlerOptions(opts...),
+	)
+	hostServiceGetTransferArtifactHandler := connect.NewServerStreamHandler(
+		HostServiceGetTransferArtifactProcedure,
+		svc.GetTransferArtifact,
+		connect.WithSchema(hostServiceMethods.ByName("GetTransferArtifact")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/kibotos.host.v1.HostService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case HostServiceRegisterHostProcedure:
@@ -237,6 +303,10 @@ func NewHostServiceHandler(svc HostServiceHandler, opts ...connect.HandlerOption
 			hostServiceReportExecutionsHandler.ServeHTTP(w, r)
 		case HostServiceGetTemplateBlobProcedure:
 			hostServiceGetTemplateBlobHandler.ServeHTTP(w, r)
+		case HostServicePutTransferArtifactProcedure:
+			hostServicePutTransferArtifactHandler.ServeHTTP(w, r)
+		case HostServiceGetTransferArtifactProcedure:
+			hostServiceGetTransferArtifactHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -260,4 +330,12 @@ func (UnimplementedHostServiceHandler) ReportExecutions(context.Context, *connec
 
 func (UnimplementedHostServiceHandler) GetTemplateBlob(context.Context, *connect.Request[v1.GetTemplateBlobRequest], *connect.ServerStream[v1.GetTemplateBlobResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.host.v1.HostService.GetTemplateBlob is not implemented"))
+}
+
+func (UnimplementedHostServiceHandler) PutTransferArtifact(context.Context, *connect.ClientStream[v1.PutTransferArtifactRequest]) (*connect.Response[v1.PutTransferArtifactResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.host.v1.HostService.PutTransferArtifact is not implemented"))
+}
+
+func (UnimplementedHostServiceHandler) GetTransferArtifact(context.Context, *connect.Request[v1.GetTransferArtifactRequest], *connect.ServerStream[v1.GetTransferArtifactResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.host.v1.HostService.GetTransferArtifact is not implemented"))
 }

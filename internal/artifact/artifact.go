@@ -1,0 +1,115 @@
+// Package artifact is the format of a transfer artifact: one file that
+// carries a stopped Workspace's writable layer, its Volume and a manifest
+// (and, on request, its Template revision's image) between deployments.
+// The host agent writes and extracts it, ctrl verifies it and reads its
+// manifest; both use this package and nothing else knows the format.
+//
+// # Format (kibotos.transfer.v1)
+//
+// An artifact is a zstd stream (RFC 8878, with frame checksums) of one tar
+// archive in the POSIX.1-2001 (PAX) format, entries in this order:
+//
+//  1. kibotos-transfer.json: the manifest, {"format": "kibotos.transfer.v1",
+//     "manifest": <the TransferManifest in protobuf JSON>}.
+//  2. layer, layer/...: the writable layer's overlay upper directory, the
+//     guest's "/" as written over the Template; then volume, volume/...:
+//     the Volume's root; then, when the Template is carried, template/...:
+//     an OCI image layout (oci-layout, index.json, blobs/sha256/<hex>).
+//     Directories precede what they hold; sockets are not carried.
+//  3. kibotos-transfer.sums: the trailer, one line "<sha256 hex> <name>"
+//     per regular file in entry order, then "entries <n>" counting every
+//     entry before it. An archive without it, or whose sums or count
+//     disagree with what precedes it, is refused; nothing may follow it.
+//
+// Each entry keeps its type (directory, regular file, symbolic link, hard
+// link to an earlier entry of the same section, character or block device,
+// fifo), permission and set-id/sticky bits, numeric owner and group, and
+// modification time to the nanosecond; device numbers for devices (overlay
+// whiteouts are character devices 0/0). Extended attributes travel as PAX
+// records SCHILY.xattr.<name> with their raw values (trusted.overlay.opaque
+// marks an opaque directory), except trusted.overlay.origin and
+// trusted.overlay.impure, which name inodes of the exporting host.
+//
+// A regular file with holes (found with SEEK_DATA/SEEK_HOLE) stores only
+// its data: the entry's content is the data extents concatenated, its size
+// their total, and the PAX record KIBOTOS.sparse holds
+// "<logical size>:<offset>,<length>,<offset>,<length>,..." (possibly with
+// no extent). Extraction truncates the file to its logical size and writes
+// each extent at its offset, so holes stay holes. archive/tar reads GNU
+// sparse files but writes none, hence this record.
+//
+// Entry names are slash-separated, relative, clean, without "..": the
+// extractor refuses anything else and creates every entry through
+// openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS), so no link in the archive
+// can make it write outside the directory it extracts into.
+package artifact
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+)
+
+// Format names this version of the format.
+const Format = "kibotos.transfer.v1"
+
+// Names of the archive's fixed entries and sections.
+const (
+	ManifestName = "kibotos-transfer.json"
+	TrailerName  = "kibotos-transfer.sums"
+	// Layer, Volume and Template are the sections.
+	Layer    = "layer"
+	Volume   = "volume"
+	Template = "template"
+)
+
+// PAX record keys of the format.
+const (
+	paxSparse = "KIBOTOS.sparse"
+	paxXattr  = "SCHILY.xattr."
+)
+
+// ErrInvalid marks every error about the artifact's content (as opposed
+// to an error reading it or writing where it goes): a truncated,
+// corrupted or foreign file.
+var ErrInvalid = errors.New("invalid transfer artifact")
+
+// invalid returns an error wrapping ErrInvalid.
+func invalid(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, a...))
+}
+
+// envelope is the manifest entry's JSON.
+type envelope struct {
+	Format   string          `json:"format"`
+	Manifest json.RawMessage `json:"manifest"`
+}
+
+// EncodeManifest returns the manifest entry's content for m.
+func EncodeManifest(m *ctrlv1.TransferManifest) ([]byte, error) {
+	inner, err := protojson.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(envelope{Format: Format, Manifest: inner})
+}
+
+// DecodeManifest reads the manifest entry's content.
+func DecodeManifest(b []byte) (*ctrlv1.TransferManifest, error) {
+	var env envelope
+	if err := json.Unmarshal(b, &env); err != nil {
+		return nil, invalid("its manifest is not JSON: %v", err)
+	}
+	if env.Format != Format {
+		return nil, invalid("its format is %q, not %q", env.Format, Format)
+	}
+	m := new(ctrlv1.TransferManifest)
+	if err := protojson.Unmarshal(env.Manifest, m); err != nil {
+		return nil, invalid("its manifest does not parse: %v", err)
+	}
+	return m, nil
+}

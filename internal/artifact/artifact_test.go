@@ -1,0 +1,310 @@
+package artifact
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/klauspost/compress/zstd"
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+)
+
+var manifest = &ctrlv1.TransferManifest{
+	Template:         &ctrlv1.TemplateRef{TemplateId: "base", Revision: "r1"},
+	Resources:        &ctrlv1.ResourceRequest{CpuMillis: 500, MemoryBytes: 256 << 20, WritableLayerBytes: 512 << 20},
+	SourceGeneration: 2,
+}
+
+func needRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: owners, devices and trusted.* attributes")
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// makeTree builds a tree with every kind of entry the format carries.
+func makeTree(t *testing.T, root string) {
+	t.Helper()
+	w := func(name, content string, mode os.FileMode) {
+		must(t, os.WriteFile(filepath.Join(root, name), []byte(content), mode))
+		must(t, os.Chmod(filepath.Join(root, name), mode))
+	}
+	must(t, os.MkdirAll(filepath.Join(root, "etc/deep/er"), 0o755))
+	w("etc/hostname", "box\n", 0o644)
+	w("etc/deep/er/secret", "s3cret", 0o600)
+	w("empty", "", 0o640)
+	w("setuid", "#!/bin/sh\n", 0o4755)
+	must(t, os.Chown(filepath.Join(root, "etc/deep/er/secret"), 1000, 1001))
+	must(t, os.Chown(filepath.Join(root, "setuid"), 0, 50))
+	must(t, os.Chmod(filepath.Join(root, "setuid"), 0o4755))
+	must(t, os.Symlink("../etc/hostname", filepath.Join(root, "etc/deep/link")))
+	must(t, os.Symlink("/does/not/exist", filepath.Join(root, "dangling")))
+	must(t, os.Link(filepath.Join(root, "etc/hostname"), filepath.Join(root, "hardlink")))
+	must(t, unix.Mkfifo(filepath.Join(root, "fifo"), 0o620))
+	// An overlay whiteout and an opaque directory.
+	must(t, unix.Mknod(filepath.Join(root, "etc/whiteout"), unix.S_IFCHR|0o000, 0))
+	must(t, os.Mkdir(filepath.Join(root, "opaque"), 0o711))
+	must(t, unix.Setxattr(filepath.Join(root, "opaque"), "trusted.overlay.opaque", []byte("y"), 0))
+	must(t, unix.Setxattr(filepath.Join(root, "etc/hostname"), "user.note", []byte("bin\x00ary"), 0))
+	must(t, unix.Setxattr(filepath.Join(root, "etc/hostname"), "trusted.overlay.origin", []byte("host-private"), 0))
+	// A 1 GiB sparse file with data at its start, middle and end.
+	f, err := os.Create(filepath.Join(root, "sparse"))
+	must(t, err)
+	must(t, f.Truncate(1<<30))
+	for _, off := range []int64{0, 300 << 20, 1<<30 - 5} {
+		_, err := f.WriteAt([]byte("data!"), off)
+		must(t, err)
+	}
+	must(t, f.Close())
+	// A file that is all hole.
+	f, err = os.Create(filepath.Join(root, "hole"))
+	must(t, err)
+	must(t, f.Truncate(64<<20))
+	must(t, f.Close())
+	must(t, os.Chown(filepath.Join(root, "etc"), 7, 8))
+}
+
+// describe returns one line per path of the tree: type, mode, owner,
+// size, content hash, link target, attributes (trusted.overlay.origin
+// dropped, as the format does), modification time, and the first path of
+// its hard-link group.
+func describe(t *testing.T, root string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	inodes := map[uint64]string{}
+	must(t, filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		var st unix.Stat_t
+		must(t, unix.Lstat(p, &st))
+		line := fmt.Sprintf("%o %d:%d %d mtime=%d", st.Mode, st.Uid, st.Gid, st.Size, st.Mtim.Nano())
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			if first, ok := inodes[st.Ino]; ok {
+				line += " link=" + first
+			} else {
+				inodes[st.Ino] = rel
+			}
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+			line += " sha=" + contentHash(t, p, st.Size)
+		case unix.S_IFLNK:
+			target, _ := os.Readlink(p)
+			line += " -> " + target
+		case unix.S_IFCHR:
+			line += fmt.Sprintf(" dev=%d", st.Rdev)
+		}
+		buf := make([]byte, 4096)
+		n, _ := unix.Llistxattr(p, buf)
+		names := strings.Split(strings.TrimRight(string(buf[:n]), "\x00"), "\x00")
+		slices.Sort(names)
+		for _, name := range names {
+			if name == "" || skippedXattrs[name] {
+				continue
+			}
+			v := make([]byte, 4096)
+			m, _ := unix.Lgetxattr(p, name, v)
+			line += fmt.Sprintf(" %s=%q", name, v[:m])
+		}
+		out[rel] = line
+		return nil
+	}))
+	return out
+}
+
+func write(t *testing.T, sections map[string]string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	m, err := EncodeManifest(manifest)
+	must(t, err)
+	w, err := NewWriter(&buf, m, nil)
+	must(t, err)
+	for _, s := range slices.Sorted(maps.Keys(sections)) {
+		must(t, w.AddTree(context.Background(), s, sections[s]))
+	}
+	must(t, w.Close())
+	return buf.Bytes()
+}
+
+func TestRoundTrip(t *testing.T) {
+	needRoot(t)
+	src, vol := t.TempDir(), t.TempDir()
+	makeTree(t, src)
+	must(t, os.WriteFile(filepath.Join(vol, "data.bin"), bytes.Repeat([]byte("v"), 3<<20), 0o644))
+	art := write(t, map[string]string{Layer: src, Volume: vol})
+	if len(art) > 1<<20 {
+		t.Errorf("artifact of a tree with a 1 GiB sparse file and 3 MiB of repeated bytes is %d bytes", len(art))
+	}
+	dstLayer, dstVol := t.TempDir(), t.TempDir()
+	m, err := Extract(context.Background(), bytes.NewReader(art), map[string]string{Layer: dstLayer, Volume: dstVol})
+	must(t, err)
+	if !proto.Equal(m, manifest) {
+		t.Errorf("manifest = %v, want %v", m, manifest)
+	}
+	for _, pair := range [][2]string{{src, dstLayer}, {vol, dstVol}} {
+		want, got := describe(t, pair[0]), describe(t, pair[1])
+		for _, k := range slices.Sorted(maps.Keys(want)) {
+			if got[k] != want[k] {
+				t.Errorf("%s:\n got  %s\n want %s", k, got[k], want[k])
+			}
+		}
+		for k := range got {
+			if _, ok := want[k]; !ok {
+				t.Errorf("extra %s", k)
+			}
+		}
+	}
+	var st unix.Stat_t
+	must(t, unix.Stat(filepath.Join(dstLayer, "sparse"), &st))
+	if st.Blocks*512 > 1<<20 {
+		t.Errorf("restored sparse file allocates %d bytes: its holes were filled", st.Blocks*512)
+	}
+	if v := make([]byte, 64); true {
+		if _, err := unix.Lgetxattr(filepath.Join(dstLayer, "etc/hostname"), "trusted.overlay.origin", v); !errors.Is(err, unix.ENODATA) {
+			t.Errorf("trusted.overlay.origin was carried: %v", err)
+		}
+	}
+}
+
+// TestExtractOnlyNamedSections leaves out the sections roots does not
+// name, but still verifies them.
+func TestExtractOnlyNamedSections(t *testing.T) {
+	needRoot(t)
+	src := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(src, "f"), []byte("x"), 0o644))
+	art := write(t, map[string]string{Layer: src, Volume: src})
+	dst := t.TempDir()
+	_, err := Extract(context.Background(), bytes.NewReader(art), map[string]string{Volume: dst})
+	must(t, err)
+	if _, err := os.Stat(filepath.Join(dst, "f")); err != nil {
+		t.Error(err)
+	}
+	art[len(art)/2] ^= 0xff
+	if _, err := Extract(context.Background(), bytes.NewReader(art), map[string]string{Volume: t.TempDir()}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("corrupted section left out: %v", err)
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	needRoot(t)
+	src := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(src, "big"), bytes.Repeat([]byte("0123456789abcdef"), 1<<16), 0o644))
+	good := write(t, map[string]string{Layer: src})
+	zstdOf := func(b []byte) []byte {
+		var buf bytes.Buffer
+		zw, _ := zstd.NewWriter(&buf)
+		zw.Write(b)
+		zw.Close()
+		return buf.Bytes()
+	}
+	var gz bytes.Buffer
+	gw := gzip.NewWriter(&gz)
+	gw.Write([]byte("hello"))
+	gw.Close()
+	flip := func(at int) []byte {
+		b := slices.Clone(good)
+		b[at] ^= 0x01
+		return b
+	}
+	// A flipped byte in a block's size reads as a cut: either is right.
+	foreign, truncated, damaged := "not a Kibotos transfer artifact", "truncated", "damaged|truncated"
+	cases := []struct {
+		name string
+		b    []byte
+		says string
+	}{
+		{"empty", nil, foreign},
+		{"gzip", gz.Bytes(), foreign},
+		{"zstd of text", zstdOf([]byte("not a tar archive at all, just words")), foreign},
+		{"truncated at half", good[:len(good)/2], truncated},
+		{"truncated by one byte", good[:len(good)-1], truncated},
+		{"one byte flipped", flip(len(good) / 2), damaged},
+		{"first frame flipped", flip(40), damaged},
+		{"data after the end", append(slices.Clone(good), zstdOf([]byte("more"))...), "follows its end"},
+	}
+	for _, c := range cases {
+		_, err := Walk(bytes.NewReader(c.b), nil)
+		if !errors.Is(err, ErrInvalid) || !slices.ContainsFunc(strings.Split(c.says, "|"), func(s string) bool { return strings.Contains(err.Error(), s) }) {
+			t.Errorf("%s: %v, want an invalid artifact saying %q", c.name, err, c.says)
+			continue
+		}
+		t.Logf("%s: %v", c.name, err)
+	}
+	if _, err := Walk(bytes.NewReader(good), nil); err != nil {
+		t.Errorf("good artifact: %v", err)
+	}
+	// An error of the source is the source's, not the artifact's.
+	boom := errors.New("connection reset")
+	if _, err := Walk(io.MultiReader(bytes.NewReader(good[:100]), iotestErr{boom}), nil); !errors.Is(err, boom) {
+		t.Errorf("source error: %v", err)
+	}
+}
+
+type iotestErr struct{ err error }
+
+func (e iotestErr) Read([]byte) (int, error) { return 0, e.err }
+
+// TestEscapes refuses archives whose entries would land outside the
+// directory they are extracted into.
+func TestEscapes(t *testing.T) {
+	needRoot(t)
+	outside := t.TempDir()
+	src := t.TempDir()
+	// A symbolic link to outside, then a file through it: built by hand,
+	// since a real tree cannot hold both.
+	must(t, os.Symlink(outside, filepath.Join(src, "escape")))
+	var buf bytes.Buffer
+	m, _ := EncodeManifest(manifest)
+	w, err := NewWriter(&buf, m, nil)
+	must(t, err)
+	must(t, w.AddTree(context.Background(), Layer, src))
+	must(t, w.AddFile(Layer+"/escape/pwned", strings.NewReader("x"), 1))
+	must(t, w.Close())
+	evil := buf.Bytes()
+	_, err = Extract(context.Background(), bytes.NewReader(evil), map[string]string{Layer: t.TempDir()})
+	if err == nil {
+		t.Fatal("an entry through a symbolic link was extracted")
+	}
+	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+		t.Errorf("written outside: %v", ents)
+	}
+}
+
+// contentHash hashes a file's content by its data extents and their
+// offsets: equal for equal content and holes, without reading holes.
+func contentHash(t *testing.T, p string, size int64) string {
+	f, err := os.Open(p)
+	must(t, err)
+	defer f.Close()
+	extents, err := dataExtents(f, size)
+	must(t, err)
+	h := sha256.New()
+	for _, e := range extents {
+		fmt.Fprintf(h, "%d,%d:", e[0], e[1])
+		_, err := io.Copy(h, io.NewSectionReader(f, e[0], e[1]))
+		must(t, err)
+	}
+	return fmt.Sprintf("%x", h.Sum(nil))
+}

@@ -1,0 +1,335 @@
+package artifact
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/klauspost/compress/zstd"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+)
+
+// Limits of what a reader accepts.
+const (
+	maxManifestBytes = 1 << 20
+	maxTrailerBytes  = 1 << 30
+)
+
+// zstdMagic starts every zstd frame.
+var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
+
+// Entry is one entry of a section.
+type Entry struct {
+	Header *tar.Header
+	// Section is Layer, Volume or Template; Rel is the path inside it,
+	// "" for the section's root directory.
+	Section, Rel string
+	// Size is a regular file's logical size; Extents its data extents
+	// (offset, length), whose concatenation is the entry's content.
+	Size    int64
+	Extents [][2]int64
+	// Xattrs are the extended attributes by name.
+	Xattrs map[string]string
+}
+
+// sourceReader remembers an error of the artifact's source, so that it is
+// reported as such rather than as invalid content.
+type sourceReader struct {
+	r   io.Reader
+	err error
+}
+
+func (s *sourceReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		s.err = err
+	}
+	return n, err
+}
+
+// Walk reads an artifact from r, checks it whole, and returns its
+// manifest. fn, when not nil, is called for each entry of a section with
+// a reader of its content (for a regular file, its data extents
+// concatenated), which fn may read in part or not at all. Walk verifies
+// every checksum and the trailer only once it reached the end, so a
+// caller must not trust what fn saw before Walk returned nil. An error
+// about the content wraps ErrInvalid; one fn or r returned is returned as
+// it is.
+func Walk(r io.Reader, fn func(e *Entry, content io.Reader) error) (*ctrlv1.TransferManifest, error) {
+	src := &sourceReader{r: r}
+	br := bufio.NewReaderSize(src, 64<<10)
+	magic, err := br.Peek(len(zstdMagic))
+	if src.err != nil {
+		return nil, src.err
+	}
+	if err != nil || !bytes.Equal(magic, zstdMagic) {
+		return nil, invalid("it is not zstd-compressed, so not a Kibotos transfer artifact (%s)", Format)
+	}
+	zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1))
+	if err != nil {
+		return nil, err
+	}
+	defer zr.Close()
+	z := &sourceReader{r: zr}
+	w := &walker{tr: tar.NewReader(z), src: src, z: z, fn: fn}
+	m, err := w.walk()
+	if err != nil {
+		return nil, err
+	}
+	// Nothing may follow the archive.
+	if n, err := io.Copy(io.Discard, z); err != nil {
+		return nil, w.contentErr(err, "after its end")
+	} else if n != 0 {
+		return nil, invalid("data follows its end")
+	}
+	return m, nil
+}
+
+type walker struct {
+	tr *tar.Reader
+	// src is the artifact as read, z the archive as decompressed.
+	src, z  *sourceReader
+	fn      func(*Entry, io.Reader) error
+	sums    bytes.Buffer
+	entries int
+}
+
+// contentErr turns a read error into the source's error, or an invalid
+// artifact saying what.
+func (w *walker) contentErr(err error, what string) error {
+	switch {
+	case w.src.err != nil:
+		return w.src.err
+	case w.z.err != nil && !errors.Is(w.z.err, io.ErrUnexpectedEOF):
+		return invalid("it is damaged: its compressed data does not decode (%s): %v", what, w.z.err)
+	case err == nil || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		return invalid("it is truncated: it ends inside its data (%s)", what)
+	}
+	return invalid("it is damaged: %s: %v", what, err)
+}
+
+func (w *walker) next(what string) (*tar.Header, error) {
+	hdr, err := w.tr.Next()
+	if errors.Is(err, io.EOF) {
+		return nil, invalid("it is truncated: it ends before %s", what)
+	}
+	if err != nil {
+		return nil, w.contentErr(err, "reading "+what)
+	}
+	return hdr, nil
+}
+
+// readAll reads a whole small entry, hashing it into the sums.
+func (w *walker) readAll(hdr *tar.Header, limit int64) ([]byte, error) {
+	if hdr.Typeflag != tar.TypeReg || hdr.Size > limit {
+		return nil, invalid("entry %s is not a regular file of at most %d bytes", hdr.Name, limit)
+	}
+	b := make([]byte, hdr.Size)
+	if _, err := io.ReadFull(w.tr, b); err != nil {
+		return nil, w.contentErr(err, "reading "+hdr.Name)
+	}
+	return b, nil
+}
+
+func (w *walker) sum(content []byte, name string) {
+	s := sha256.Sum256(content)
+	w.addSum(s[:], name)
+}
+
+func (w *walker) addSum(s []byte, name string) {
+	w.entries++
+	w.sums.WriteString(hex.EncodeToString(s) + " " + name + "\n")
+}
+
+func (w *walker) walk() (*ctrlv1.TransferManifest, error) {
+	hdr, err := w.tr.Next()
+	if err != nil {
+		if w.src.err != nil || w.z.err != nil {
+			return nil, w.contentErr(err, "reading its first entry")
+		}
+		return nil, invalid("it holds no tar archive, so it is not a Kibotos transfer artifact (%s): %v", Format, err)
+	}
+	if hdr.Name != ManifestName {
+		return nil, invalid("its first entry is %q, not %s: not a Kibotos transfer artifact", hdr.Name, ManifestName)
+	}
+	b, err := w.readAll(hdr, maxManifestBytes)
+	if err != nil {
+		return nil, err
+	}
+	m, err := DecodeManifest(b)
+	if err != nil {
+		return nil, err
+	}
+	w.sum(b, ManifestName)
+	for {
+		hdr, err := w.next("its trailer")
+		if err != nil {
+			return nil, err
+		}
+		if hdr.Name == TrailerName {
+			return m, w.checkTrailer(hdr)
+		}
+		if err := w.entry(hdr); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// entry checks one entry, hands it to fn, and sums its content.
+func (w *walker) entry(hdr *tar.Header) error {
+	e, err := parseEntry(hdr)
+	if err != nil {
+		return err
+	}
+	if hdr.Typeflag != tar.TypeReg {
+		w.entries++
+		if w.fn != nil {
+			return w.fn(e, bytes.NewReader(nil))
+		}
+		return nil
+	}
+	h := sha256.New()
+	content := &readErr{r: io.TeeReader(w.tr, h)}
+	if w.fn != nil {
+		if err := w.fn(e, content); err != nil {
+			if content.err != nil {
+				return w.contentErr(content.err, "reading "+hdr.Name)
+			}
+			return err
+		}
+	}
+	if _, err := io.Copy(io.Discard, content); err != nil {
+		return w.contentErr(err, "reading "+hdr.Name)
+	}
+	w.addSum(h.Sum(nil), hdr.Name)
+	return nil
+}
+
+// readErr remembers the error of the entry's content, which is the
+// archive's, not fn's.
+type readErr struct {
+	r   io.Reader
+	err error
+}
+
+func (c *readErr) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		c.err = err
+	}
+	return n, err
+}
+
+// checkTrailer compares the trailer with the sums of what preceded it.
+func (w *walker) checkTrailer(hdr *tar.Header) error {
+	got, err := w.readAll(hdr, maxTrailerBytes)
+	if err != nil {
+		return err
+	}
+	want := append(w.sums.Bytes(), "entries "+strconv.Itoa(w.entries)+"\n"...)
+	if !bytes.Equal(got, want) {
+		return invalid("%s", trailerMismatch(got, want))
+	}
+	if _, err := w.tr.Next(); !errors.Is(err, io.EOF) {
+		return w.contentErr(err, "an entry follows the trailer")
+	}
+	return nil
+}
+
+// trailerMismatch says where the trailer and the computed sums part.
+func trailerMismatch(got, want []byte) string {
+	g, wl := strings.Split(string(got), "\n"), strings.Split(string(want), "\n")
+	for i := 0; i < min(len(g), len(wl)); i++ {
+		if g[i] == wl[i] {
+			continue
+		}
+		if _, name, ok := strings.Cut(wl[i], " "); ok && !strings.HasPrefix(wl[i], "entries ") {
+			return "the checksum of " + name + " does not match the one recorded in its trailer"
+		}
+		return "its trailer does not list the entries it holds"
+	}
+	return "its trailer does not list the entries it holds"
+}
+
+// parseEntry checks an entry of a section and decodes its records.
+func parseEntry(hdr *tar.Header) (*Entry, error) {
+	name := hdr.Name
+	if name == "" || path.Clean(name) != name || path.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
+		return nil, invalid("entry name %q is not a clean relative path", name)
+	}
+	section, rel, _ := strings.Cut(name, "/")
+	switch section {
+	case Layer, Volume, Template:
+	default:
+		return nil, invalid("entry %q is outside the layer, volume and template sections", name)
+	}
+	e := &Entry{Header: hdr, Section: section, Rel: rel, Xattrs: map[string]string{}}
+	for k, v := range hdr.PAXRecords {
+		if x, ok := strings.CutPrefix(k, paxXattr); ok {
+			e.Xattrs[x] = v
+		}
+	}
+	switch hdr.Typeflag {
+	case tar.TypeDir, tar.TypeSymlink, tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+	case tar.TypeLink:
+		ls, lr, _ := strings.Cut(hdr.Linkname, "/")
+		if ls != section || lr == "" || path.Clean(hdr.Linkname) != hdr.Linkname {
+			return nil, invalid("hard link %s points at %q, outside its section", name, hdr.Linkname)
+		}
+	case tar.TypeReg:
+		e.Size, e.Extents = hdr.Size, [][2]int64{{0, hdr.Size}}
+		if rec, ok := hdr.PAXRecords[paxSparse]; ok {
+			var err error
+			if e.Size, e.Extents, err = parseSparse(rec, hdr.Size); err != nil {
+				return nil, invalid("entry %s: %v", name, err)
+			}
+		}
+	default:
+		return nil, invalid("entry %s has type %q, which the format does not carry", name, hdr.Typeflag)
+	}
+	if rel == "" && hdr.Typeflag != tar.TypeDir {
+		return nil, invalid("section %s is not a directory", section)
+	}
+	return e, nil
+}
+
+// parseSparse decodes a KIBOTOS.sparse record of an entry holding stored
+// bytes of content.
+func parseSparse(rec string, stored int64) (int64, [][2]int64, error) {
+	sizeText, list, ok := strings.Cut(rec, ":")
+	size, err := strconv.ParseInt(sizeText, 10, 64)
+	if !ok || err != nil || size < 0 {
+		return 0, nil, errors.New("its sparse map has no size")
+	}
+	var extents [][2]int64
+	if list != "" {
+		fields := strings.Split(list, ",")
+		if len(fields)%2 != 0 {
+			return 0, nil, errors.New("its sparse map has an odd number of fields")
+		}
+		var end, total int64
+		for i := 0; i < len(fields); i += 2 {
+			off, err1 := strconv.ParseInt(fields[i], 10, 64)
+			n, err2 := strconv.ParseInt(fields[i+1], 10, 64)
+			if err1 != nil || err2 != nil || off < end || n <= 0 || off > size-n {
+				return 0, nil, errors.New("its sparse map is not ordered extents within its size")
+			}
+			extents = append(extents, [2]int64{off, n})
+			end, total = off+n, total+n
+		}
+		if total != stored {
+			return 0, nil, errors.New("its sparse map does not add up to its content")
+		}
+	} else if stored != 0 {
+		return 0, nil, errors.New("its sparse map has no extent but it has content")
+	}
+	return size, extents, nil
+}

@@ -1,0 +1,291 @@
+package transfers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+	"gocloud.dev/blob"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/artifact"
+	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/ctrl/changes"
+	"github.com/kibotos/kibotos/internal/ctrl/ids"
+	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
+	"github.com/kibotos/kibotos/internal/ctrl/resource"
+	"github.com/kibotos/kibotos/internal/ctrl/store"
+	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
+)
+
+// DefaultTTL is how long an artifact is kept when the deployment says
+// nothing else.
+const DefaultTTL = 7 * 24 * time.Hour
+
+// Service implements the transfer methods over a store and a blob store.
+type Service struct {
+	Store store.Store
+	Pages *pagetoken.Codec
+	// Bucket holds the artifacts.
+	Bucket     *blob.Bucket
+	Workspaces *workspaces.Service
+	// Changes wakes the hosts' assignment streams and the restore fold.
+	Changes *changes.Broker
+	// TTL is how long an artifact is kept; zero is DefaultTTL.
+	TTL time.Duration
+	// Now is the clock; nil is time.Now.
+	Now resource.Clock
+}
+
+// Write describes a write request.
+type Write[R proto.Message] = resource.Mutation[R]
+
+func (s *Service) changed() {
+	if s.Changes != nil {
+		s.Changes.Publish("")
+	}
+}
+
+func (s *Service) ttl() time.Duration {
+	if s.TTL > 0 {
+		return s.TTL
+	}
+	return DefaultTTL
+}
+
+func invalid(format string, a ...any) error {
+	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(format, a...))
+}
+
+func precondition(format string, a ...any) error {
+	return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(format, a...))
+}
+
+// load reads a Transfer of the project, DELETED included; an unknown one
+// is not_found.
+func load(ctx context.Context, tx store.Tx, projectID, id string) (*Record, error) {
+	row, err := tx.Transfer(ctx, projectID, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("transfer %q not found", id))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return decode(row)
+}
+
+// save stores a record, stamping updated_at.
+func (s *Service) save(ctx context.Context, tx store.Tx, r *Record) error {
+	now := s.Now.UTC()
+	r.T.UpdatedAt = timestamppb.New(now)
+	r.Row.UpdatedAt = now
+	row, err := r.encode()
+	if err != nil {
+		return err
+	}
+	if err := tx.UpdateTransfer(ctx, row); err != nil {
+		return err
+	}
+	r.Row = row
+	return nil
+}
+
+// create stores a new Transfer in state.
+func (s *Service) create(ctx context.Context, tx store.Tx, projectID string, state ctrlv1.TransferState,
+	labels, annotations map[string]string, book Bookkeeping) (*Record, error) {
+	now := s.Now.UTC()
+	r := &Record{
+		T: &ctrlv1.Transfer{TransferId: ids.New("tr"), State: state, CreatedAt: timestamppb.New(now), UpdatedAt: timestamppb.New(now),
+			ExpiresAt: timestamppb.New(now.Add(s.ttl())), Labels: labels, Annotations: annotations,
+			Progress: &ctrlv1.TransferProgress{UpdatedAt: timestamppb.New(now)}},
+		Book: book,
+	}
+	r.Row = store.Transfer{ProjectID: projectID, ID: r.T.TransferId, CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(s.ttl())}
+	row, err := r.encode()
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.CreateTransfer(ctx, row); err != nil {
+		return nil, err
+	}
+	r.Row = row
+	return r, nil
+}
+
+// fail makes a Transfer FAILED at stage; it holds no artifact from then
+// on (Collect deletes what is left).
+func (s *Service) fail(r *Record, reason ctrlv1.FailureReason, stage ctrlv1.FailureStage, message string) {
+	r.T.State = ctrlv1.TransferState_TRANSFER_STATE_FAILED
+	r.T.Failure = &ctrlv1.TransferFailure{Reason: reason, Stage: stage, Message: message, FailedAt: timestamppb.New(s.Now.UTC())}
+	r.T.Progress = nil
+	r.Book.Export, r.Book.Stored = nil, false
+	r.Row.HostID, r.Row.ExpiresAt = "", time.Time{}
+}
+
+// Export starts the export of a STOPPED workspace: the Transfer is
+// EXPORTING and assigned to the host that keeps the layer.
+func Export[R proto.Message](ctx context.Context, s *Service, w Write[R], workspaceID string, labels, annotations map[string]string,
+	withTemplate bool, respond func(*ctrlv1.Transfer) R) (R, error) {
+	var zero R
+	if workspaceID == "" {
+		return zero, invalid("workspace_id is required")
+	}
+	if err := resource.CheckMaps(labels, annotations); err != nil {
+		return zero, err
+	}
+	if withTemplate {
+		return zero, connect.NewError(connect.CodeUnimplemented, errors.New("with_template: carrying the Template in the artifact is not supported yet"))
+	}
+	resp, err := resource.Run(ctx, s.Store, w, func(ctx context.Context, tx store.Tx, projectID string) (R, error) {
+		src, err := s.Workspaces.ExportSource(ctx, tx, projectID, workspaceID)
+		if err != nil {
+			return zero, err
+		}
+		ws := src.Workspace
+		m := &ctrlv1.TransferManifest{
+			Template: ws.Spec.Template, Resources: ws.Spec.Resources, SourceGeneration: ws.Generation,
+			CreatedAt: timestamppb.New(s.Now.UTC()), TemplateImageDigest: src.Image.Digest,
+			NetworkPolicy: ws.Spec.NetworkPolicy, CarriesTemplate: withTemplate,
+		}
+		if src.Volume != nil {
+			m.VolumeCapacityBytes, m.VolumeMountPath = src.VolumeBytes, src.Volume.MountPath
+		}
+		body, err := artifact.EncodeManifest(m)
+		if err != nil {
+			return zero, err
+		}
+		exp := &ExportWork{LayerID: src.LayerID, Volume: src.Volume, Manifest: body}
+		r, err := s.create(ctx, tx, projectID, ctrlv1.TransferState_TRANSFER_STATE_EXPORTING, labels, annotations,
+			Bookkeeping{Export: exp, ReadyState: ctrlv1.TransferState_TRANSFER_STATE_COMPLETE})
+		if err != nil {
+			return zero, err
+		}
+		r.T.SourceWorkspaceId, r.T.Manifest = workspaceID, m
+		r.Row.HostID = src.HostID
+		if err := s.save(ctx, tx, r); err != nil {
+			return zero, err
+		}
+		return respond(r.View()), nil
+	})
+	if err == nil {
+		s.changed()
+	}
+	return resp, err
+}
+
+// Exporting returns the Transfer exporting a workspace placed on hostID;
+// empty when none is. It is the workspaces service's Exporting hook.
+func Exporting(ctx context.Context, tx store.Tx, projectID, workspaceID, hostID string) (string, error) {
+	rows, err := tx.HostTransfers(ctx, hostID)
+	if err != nil {
+		return "", err
+	}
+	for _, row := range rows {
+		r, err := decode(row)
+		if err != nil {
+			return "", err
+		}
+		if row.ProjectID == projectID && r.T.State == ctrlv1.TransferState_TRANSFER_STATE_EXPORTING && r.T.SourceWorkspaceId == workspaceID {
+			return r.T.TransferId, nil
+		}
+	}
+	return "", nil
+}
+
+// Get returns a Transfer, a DELETED one included.
+func (s *Service) Get(ctx context.Context, id string) (*ctrlv1.Transfer, error) {
+	if id == "" {
+		return nil, invalid("transfer_id is required")
+	}
+	c, _ := auth.CallerFrom(ctx)
+	var t *ctrlv1.Transfer
+	err := s.Store.View(ctx, func(tx store.Tx) error {
+		r, err := load(ctx, tx, c.ProjectID, id)
+		if err == nil {
+			t = r.View()
+		}
+		return err
+	})
+	return t, err
+}
+
+// List returns one page of the Transfers that are not DELETED.
+func (s *Service) List(ctx context.Context, pageSize uint32, token string, selector map[string]string) ([]*ctrlv1.Transfer, string, error) {
+	return resource.ListPage(ctx, s.Store, s.Pages, "transfer", pageSize, token, selector,
+		func(ctx context.Context, tx store.Tx, q store.ObjectQuery) ([]store.Transfer, error) {
+			return tx.Transfers(ctx, q)
+		},
+		func(t store.Transfer) string { return t.ID },
+		func(_ context.Context, _ store.Tx, row store.Transfer) (*ctrlv1.Transfer, error) {
+			r, err := decode(row)
+			if err != nil {
+				return nil, err
+			}
+			return r.View(), nil
+		})
+}
+
+// Delete deletes a Transfer and its artifact: DELETING until the artifact
+// is gone, then DELETED. An export or a restore in progress is refused.
+func Delete[R proto.Message](ctx context.Context, s *Service, w Write[R], id string, respond func(*ctrlv1.Transfer) R) (R, error) {
+	var zero R
+	if id == "" {
+		return zero, invalid("transfer_id is required")
+	}
+	var deleting string
+	resp, changed, err := resource.Edit(ctx, s.Store, w,
+		func(ctx context.Context, tx store.Tx, projectID string) (*Record, error) {
+			return load(ctx, tx, projectID, id)
+		},
+		(*Record).encode,
+		func(ctx context.Context, tx store.Tx, r *Record) error {
+			switch r.T.State {
+			case ctrlv1.TransferState_TRANSFER_STATE_DELETING, ctrlv1.TransferState_TRANSFER_STATE_DELETED:
+				return nil
+			case ctrlv1.TransferState_TRANSFER_STATE_EXPORTING, ctrlv1.TransferState_TRANSFER_STATE_RESTORING:
+				return precondition("transfer %s is %s; delete it once that ends", id, StateName(r.T.State))
+			}
+			r.T.State = ctrlv1.TransferState_TRANSFER_STATE_DELETING
+			r.T.Progress = nil
+			r.Row.ExpiresAt = time.Time{}
+			deleting = r.T.TransferId
+			return nil
+		},
+		s.save, func(_ context.Context, _ store.Tx, r *Record) (*ctrlv1.Transfer, error) { return r.View(), nil }, respond)
+	if changed {
+		s.changed()
+	}
+	if err == nil && deleting != "" {
+		// The loop finishes a deletion this call could not.
+		if err := s.finishDelete(ctx, deleting); err != nil {
+			return resp, nil
+		}
+	}
+	return resp, err
+}
+
+// finishDelete removes the artifact of a DELETING Transfer and makes it
+// DELETED.
+func (s *Service) finishDelete(ctx context.Context, id string) error {
+	if err := deleteBlob(ctx, s.Bucket, artifactKey(id)); err != nil {
+		return err
+	}
+	return s.Store.Update(ctx, func(tx store.Tx) error {
+		row, err := tx.TransferByID(ctx, id)
+		if err != nil {
+			return err
+		}
+		r, err := decode(row)
+		if err != nil || r.T.State != ctrlv1.TransferState_TRANSFER_STATE_DELETING {
+			return err
+		}
+		r.T.State = ctrlv1.TransferState_TRANSFER_STATE_DELETED
+		r.Book.Stored = false
+		r.Row.DeletedAt = s.Now.UTC()
+		return s.save(ctx, tx, r)
+	})
+}

@@ -1,0 +1,364 @@
+package daemon_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/artifact"
+	"github.com/kibotos/kibotos/internal/bearer"
+	"github.com/kibotos/kibotos/internal/daemon"
+)
+
+// writeTree writes, in a guest, what a transfer must carry: files in the
+// writable layer (a changed and a removed file of the template, an opaque
+// directory, owners, modes, set-id bits, symbolic and hard links, a fifo,
+// random data) and in the Volume (a 1 GiB sparse file, the same kinds).
+const writeTree = `set -e
+echo changed > /etc/hostname
+rm /usr/bin/wget
+rm -rf /etc/ssl && mkdir /etc/ssl && echo only > /etc/ssl/only
+mkdir -p /root/t/sub && cd /root/t
+dd if=/dev/urandom of=rand bs=1M count=4 2>/dev/null
+echo secret > sub/secret && chown 1000:1001 sub/secret && chmod 0640 sub/secret
+echo tool > tool && chmod 4755 tool
+ln -s ../etc/hostname link && ln -s /nowhere dangling
+ln rand rand.hard
+mkfifo fifo && chmod 0620 fifo
+touch -d '2001-02-03 04:05:06' sub
+cd /data
+dd if=/dev/urandom of=blob bs=1M count=8 2>/dev/null
+truncate -s 1G sparse
+echo middle | dd of=sparse bs=1 seek=536870912 conv=notrunc 2>/dev/null
+echo end | dd of=sparse bs=1 seek=1073741820 conv=notrunc 2>/dev/null
+mkdir -p owned && chown 123:456 owned && chmod 0750 owned && ln blob owned/blob.hard
+ln -s blob owned/blob.link
+sync`
+
+// treeSum prints, for every path of the trees a transfer carries, its
+// type and mode, owner, size, link count, modification time, link target
+// and content hash, then a line saying whether /usr/bin/wget exists, all
+// computed inside the guest.
+const treeSum = `for root in /root/t /data /etc/ssl; do
+  find "$root" -xdev ! -name lost+found | sort | while read -r p; do
+    printf '%s ' "$(stat -c '%n %f %u:%g %s %h %Y' "$p")"
+    if [ -L "$p" ]; then readlink "$p"
+    elif [ -f "$p" ]; then sha256sum < "$p" | cut -d' ' -f1
+    else echo; fi
+  done
+done
+cat /etc/hostname
+[ -e /usr/bin/wget ] && echo wget || echo no-wget`
+
+// transferClient is a TransferService client of a deployment.
+func (d *deployment) transfers() ctrlv1connect.TransferServiceClient {
+	token, err := os.ReadFile(filepath.Join(d.home, daemon.AdminTokenFile))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return ctrlv1connect.NewTransferServiceClient(http.DefaultClient, d.url, connect.WithInterceptors(bearer.Token(strings.TrimSpace(string(token)))))
+}
+
+func (d *deployment) volumes() ctrlv1connect.VolumeServiceClient {
+	token, err := os.ReadFile(filepath.Join(d.home, daemon.AdminTokenFile))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return ctrlv1connect.NewVolumeServiceClient(http.DefaultClient, d.url, connect.WithInterceptors(bearer.Token(strings.TrimSpace(string(token)))))
+}
+
+// awaitTransfer polls a Transfer until it leaves the states of work.
+func awaitTransfer(t *testing.T, c ctrlv1connect.TransferServiceClient, id string) *ctrlv1.Transfer {
+	t.Helper()
+	return eventually(t, 3*time.Minute, "transfer "+id, func() (*ctrlv1.Transfer, error) {
+		r, err := unary(context.Background(), c.GetTransfer, &ctrlv1.GetTransferRequest{TransferId: id})
+		return r.GetTransfer(), err
+	}, func(tr *ctrlv1.Transfer) bool {
+		switch tr.State {
+		case ctrlv1.TransferState_TRANSFER_STATE_EXPORTING, ctrlv1.TransferState_TRANSFER_STATE_IMPORTING,
+			ctrlv1.TransferState_TRANSFER_STATE_RESTORING, ctrlv1.TransferState_TRANSFER_STATE_DELETING:
+			return false
+		}
+		return true
+	})
+}
+
+// download reads a Transfer's artifact.
+func download(t *testing.T, c ctrlv1connect.TransferServiceClient, id string) []byte {
+	t.Helper()
+	stream, err := c.ReadTransferArtifact(context.Background(), connect.NewRequest(&ctrlv1.ReadTransferArtifactRequest{TransferId: id}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	var buf bytes.Buffer
+	for stream.Receive() {
+		buf.Write(stream.Msg().Data)
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// upload imports an artifact declaring digest.
+func upload(t *testing.T, c ctrlv1connect.TransferServiceClient, data []byte, digest string) *ctrlv1.Transfer {
+	t.Helper()
+	tr, err := uploadAs(c, cmd(), data, digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+// uploadAs imports an artifact declaring digest as the command command.
+func uploadAs(c ctrlv1connect.TransferServiceClient, command *ctrlv1.CommandMetadata, data []byte, digest string) (*ctrlv1.Transfer, error) {
+	stream := c.ImportTransfer(context.Background())
+	first := &ctrlv1.ImportTransferRequest{Command: command, Digest: digest, Labels: map[string]string{"from": "a"}}
+	if err := stream.Send(first); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	for len(data) > 0 {
+		n := min(len(data), 1<<20)
+		if err := stream.Send(&ctrlv1.ImportTransferRequest{Data: data[:n]}); err != nil {
+			if errors.Is(err, io.EOF) {
+				break // the server answered: CloseAndReceive has it
+			}
+			return nil, err
+		}
+		data = data[n:]
+	}
+	resp, err := stream.CloseAndReceive()
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg.Transfer, nil
+}
+
+// artifactOf writes an artifact of manifest m holding the layer dir.
+func artifactOf(t *testing.T, m *ctrlv1.TransferManifest, dir string) []byte {
+	t.Helper()
+	body, err := artifact.EncodeManifest(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	w, err := artifact.NewWriter(&buf, body, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.AddTree(context.Background(), artifact.Layer, dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// detailReason is the reason of the ErrorDetail an error carries.
+func detailReason(err error) ctrlv1.FailureReason {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return 0
+	}
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if detail, ok := v.(*ctrlv1.ErrorDetail); ok {
+				return detail.Reason
+			}
+		}
+	}
+	return 0
+}
+
+func digestOf(b []byte) string {
+	s := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(s[:])
+}
+
+// blobFiles lists the files of a deployment's blob store.
+func blobFiles(t *testing.T, home string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(filepath.Join(home, "blobs"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			out = append(out, p)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestTransferAcrossDeployments(t *testing.T) {
+	a := up(t, t.TempDir())
+	defer a.stop()
+	b := up(t, t.TempDir())
+	defer b.stop()
+	ta, tb := a.transfers(), b.transfers()
+
+	spec := &ctrlv1.WorkspaceCreateSpec{
+		Resources: &ctrlv1.ResourceRequest{CpuMillis: 700, MemoryBytes: 192 * mib, WritableLayerBytes: 96 * mib},
+		Volume:    &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW, MountPath: "/data"},
+		NetworkPolicy: &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET,
+			Deny: []string{"203.0.113.0/24"}},
+	}
+	src := a.await(a.create(spec).WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	if out, err := a.exec(src, "sh", "-c", writeTree); err != nil {
+		t.Fatalf("writing the tree: %v: %s", err, out)
+	}
+	want, err := a.exec(src, "sh", "-c", treeSum)
+	if err != nil {
+		t.Fatalf("%v: %s", err, want)
+	}
+
+	// A running workspace is refused, naming its state.
+	_, err = unary(context.Background(), ta.ExportWorkspace, &ctrlv1.ExportWorkspaceRequest{Command: cmd(), WorkspaceId: src.WorkspaceId})
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "AVAILABLE") {
+		t.Fatalf("export of a running workspace: %v", err)
+	}
+	a.stopWorkspace(src.WorkspaceId, ctrlv1.StopMode_STOP_MODE_NORMAL)
+	a.await(src.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+
+	exp := mustUnary(t, ta.ExportWorkspace, &ctrlv1.ExportWorkspaceRequest{Command: cmd(), WorkspaceId: src.WorkspaceId,
+		Labels: map[string]string{"app": "t"}}).Transfer
+	if exp.State != ctrlv1.TransferState_TRANSFER_STATE_EXPORTING {
+		t.Fatalf("export returned %v", exp.State)
+	}
+	done := awaitTransfer(t, ta, exp.TransferId)
+	if done.State != ctrlv1.TransferState_TRANSFER_STATE_COMPLETE {
+		t.Fatalf("export ended %v: %v", done.State, done.Failure)
+	}
+	m := done.Manifest
+	art := download(t, ta, exp.TransferId)
+	if digestOf(art) != m.Digest || uint64(len(art)) != m.SizeBytes {
+		t.Fatalf("downloaded %d bytes %s; manifest says %d bytes %s", len(art), digestOf(art), m.SizeBytes, m.Digest)
+	}
+	t.Logf("artifact: %d bytes for a layer and a volume holding 12 MiB of random data and a 1 GiB sparse file", len(art))
+	if !proto.Equal(m.Resources, src.Spec.Resources) || m.VolumeCapacityBytes == 0 || m.VolumeMountPath != "/data" ||
+		m.SourceGeneration != 1 || m.NetworkPolicy.GetDeny()[0] != "203.0.113.0/24" {
+		t.Errorf("manifest = %v", m)
+	}
+
+	// A flipped byte, a cut file and a file of another format each fail
+	// with a message, leave nothing restorable and nothing stored.
+	flipped := bytes.Clone(art)
+	flipped[len(flipped)/2] ^= 0x40
+	for _, c := range []struct {
+		name, says string
+		data       []byte
+		digest     string
+	}{
+		{"one byte flipped", "damaged", flipped, digestOf(flipped)},
+		{"one byte flipped, the digest of the original", "", flipped, m.Digest},
+		{"truncated", "truncated", art[:len(art)*2/3], digestOf(art[:len(art)*2/3])},
+		{"another format", "not a Kibotos transfer artifact", []byte("PK\x03\x04 a zip file, say"), digestOf([]byte("PK\x03\x04 a zip file, say"))},
+	} {
+		bad := upload(t, tb, c.data, c.digest)
+		if bad.State != ctrlv1.TransferState_TRANSFER_STATE_FAILED || bad.Failure.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_IMPORTING_TRANSFER ||
+			!strings.Contains(bad.Failure.GetMessage(), c.says) {
+			t.Errorf("%s: imported as %v: %v", c.name, bad.State, bad.Failure)
+		}
+		t.Logf("%s: %s", c.name, bad.Failure.GetMessage())
+		_, err := unary(context.Background(), tb.RestoreWorkspace, &ctrlv1.RestoreWorkspaceRequest{Command: cmd(), TransferId: bad.TransferId})
+		if connect.CodeOf(err) != connect.CodeFailedPrecondition {
+			t.Errorf("%s: restore of the failed import: %v", c.name, err)
+		}
+		if files := blobFiles(t, b.home); len(files) != 0 {
+			t.Errorf("%s: blobs left after a failed import: %v", c.name, files)
+		}
+	}
+
+	// An artifact of a template revision B lacks is refused at restore,
+	// saying why.
+	foreign := proto.CloneOf(m)
+	foreign.TemplateImageDigest = "sha256:" + strings.Repeat("0", 64)
+	foreignArt := artifactOf(t, foreign, t.TempDir())
+	importCmd := cmd()
+	orphan, err := uploadAs(tb, importCmd, foreignArt, digestOf(foreignArt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same command again is the first result; with other input, a
+	// conflict.
+	if again, err := uploadAs(tb, importCmd, foreignArt, digestOf(foreignArt)); err != nil || again.TransferId != orphan.TransferId {
+		t.Errorf("the same import command again: %v, %v; want transfer %s", again, err, orphan.TransferId)
+	}
+	if _, err := uploadAs(tb, importCmd, art, m.Digest); connect.CodeOf(err) != connect.CodeAlreadyExists {
+		t.Errorf("the import command with another digest: %v", err)
+	}
+	_, err = unary(context.Background(), tb.RestoreWorkspace, &ctrlv1.RestoreWorkspaceRequest{Command: cmd(), TransferId: orphan.TransferId})
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), foreign.TemplateImageDigest) || detailReason(err) != ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND {
+		t.Errorf("restore without the template: %v", err)
+	}
+	mustUnary(t, tb.DeleteTransfer, &ctrlv1.DeleteTransferRequest{Command: cmd(), TransferId: orphan.TransferId})
+
+	imp := upload(t, tb, art, m.Digest)
+	if imp.State != ctrlv1.TransferState_TRANSFER_STATE_IMPORTED || imp.Manifest.Digest != m.Digest || imp.Labels["from"] != "a" {
+		t.Fatalf("import: %v", imp)
+	}
+	rr := mustUnary(t, tb.RestoreWorkspace, &ctrlv1.RestoreWorkspaceRequest{Command: cmd(), TransferId: imp.TransferId,
+		Labels: map[string]string{"restored": "yes"}})
+	if rr.Transfer.State != ctrlv1.TransferState_TRANSFER_STATE_RESTORING || rr.Workspace.WorkspaceId == src.WorkspaceId {
+		t.Fatalf("restore: %v", rr)
+	}
+	restored := b.await(rr.Workspace.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	if fin := awaitTransfer(t, tb, imp.TransferId); fin.State != ctrlv1.TransferState_TRANSFER_STATE_RESTORED ||
+		fin.RestoredWorkspaceId != restored.WorkspaceId {
+		t.Fatalf("transfer after the restore: %v", fin)
+	}
+	got, err := b.exec(restored, "sh", "-c", treeSum)
+	if err != nil {
+		t.Fatalf("%v: %s", err, got)
+	}
+	if got != want {
+		t.Errorf("restored tree differs:\n--- exported\n%s\n--- restored\n%s", want, got)
+	}
+	if du, err := b.exec(restored, "du", "-k", "/data/sparse"); err != nil || !strings.HasPrefix(du, "8\t") && !strings.HasPrefix(du, "12\t") {
+		t.Errorf("restored sparse file uses %q KiB (%v): its holes were filled", du, err)
+	}
+	if restored.Generation != 1 || !proto.Equal(restored.Spec.Resources, src.Spec.Resources) ||
+		restored.Spec.NetworkPolicy.Mode != spec.NetworkPolicy.Mode || restored.Labels["restored"] != "yes" {
+		t.Errorf("restored workspace = %v", restored)
+	}
+	if be := tier(restored, ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_BEST_EFFORT); be.Continuity != ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_CONTINUED {
+		t.Errorf("restored layer continuity = %v", be)
+	}
+	vol := mustUnary(t, b.volumes().GetVolume, &ctrlv1.GetVolumeRequest{VolumeId: restored.Spec.Volume.VolumeId}).Volume
+	if vol.Spec.CapacityBytes != m.VolumeCapacityBytes || vol.BoundWorkspaceId != restored.WorkspaceId {
+		t.Errorf("restored volume = %v; want %d bytes", vol, m.VolumeCapacityBytes)
+	}
+
+	// Deleting the transfers leaves nothing in either blob store.
+	for _, d := range []struct {
+		dep *deployment
+		c   ctrlv1connect.TransferServiceClient
+		id  string
+	}{{a, ta, exp.TransferId}, {b, tb, imp.TransferId}} {
+		mustUnary(t, d.c.DeleteTransfer, &ctrlv1.DeleteTransferRequest{Command: cmd(), TransferId: d.id})
+		if tr := awaitTransfer(t, d.c, d.id); tr.State != ctrlv1.TransferState_TRANSFER_STATE_DELETED {
+			t.Errorf("deleted transfer is %v", tr.State)
+		}
+		if files := blobFiles(t, d.dep.home); len(files) != 0 {
+			t.Errorf("blobs left after DeleteTransfer: %v", files)
+		}
+	}
+}
