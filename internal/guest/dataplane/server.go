@@ -16,11 +16,12 @@ import (
 // so a caller cannot make the agent buffer more.
 const maxMessage = 16 << 20
 
-// NewHandler serves the ProcessService and the FileService with Connect
-// (and gRPC, gRPC-Web). A panic in a handler becomes an internal error
-// instead of ending the agent, the guest's PID 1. A request message may
-// be up to 16 MiB.
-func NewHandler(procs *ProcessService, files *FileService, opts ...connect.HandlerOption) http.Handler {
+// NewHandler serves the ProcessService, the FileService, and the
+// ScreenService and InputService of display with Connect (and gRPC,
+// gRPC-Web). A panic in a handler becomes an internal error instead of
+// ending the agent, the guest's PID 1. A request message may be up to 16
+// MiB.
+func NewHandler(procs *ProcessService, files *FileService, display *DisplayService, opts ...connect.HandlerOption) http.Handler {
 	logf := procs.logf
 	recovering := connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
 		logf("panic in %s: %v\n%s", spec.Procedure, p, debug.Stack())
@@ -30,6 +31,8 @@ func NewHandler(procs *ProcessService, files *FileService, opts ...connect.Handl
 	mux := http.NewServeMux()
 	mux.Handle(datav1connect.NewProcessServiceHandler(procs, opts...))
 	mux.Handle(datav1connect.NewFileServiceHandler(files, opts...))
+	mux.Handle(datav1connect.NewScreenServiceHandler(display, opts...))
+	mux.Handle(datav1connect.NewInputServiceHandler(display, opts...))
 	return mux
 }
 

@@ -1296,7 +1296,10 @@ type ExecutionTemplate struct {
 	Layers []*TemplateLayer `protobuf:"bytes,4,rep,name=layers,proto3" json:"layers,omitempty"`
 	// env is the image's environment, KEY=value, which the execution's
 	// processes start with.
-	Env           []string `protobuf:"bytes,5,rep,name=env,proto3" json:"env,omitempty"`
+	Env []string `protobuf:"bytes,5,rep,name=env,proto3" json:"env,omitempty"`
+	// display is the screen the execution's guest agent runs (see
+	// kibotos.ctrl.v1.TemplateRevision.display); absent for none.
+	Display       *v1.TemplateDisplay `protobuf:"bytes,6,opt,name=display,proto3" json:"display,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1362,6 +1365,13 @@ func (x *ExecutionTemplate) GetLayers() []*TemplateLayer {
 func (x *ExecutionTemplate) GetEnv() []string {
 	if x != nil {
 		return x.Env
+	}
+	return nil
+}
+
+func (x *ExecutionTemplate) GetDisplay() *v1.TemplateDisplay {
+	if x != nil {
+		return x.Display
 	}
 	return nil
 }
@@ -2135,14 +2145,15 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\vStopRequest\x12-\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x19.kibotos.ctrl.v1.StopModeR\x04mode\x12\x1d\n" +
 	"\n" +
-	"command_id\x18\x02 \x01(\tR\tcommandId\"\xbd\x01\n" +
+	"command_id\x18\x02 \x01(\tR\tcommandId\"\xf9\x01\n" +
 	"\x11ExecutionTemplate\x12\x1f\n" +
 	"\vtemplate_id\x18\x01 \x01(\tR\n" +
 	"templateId\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\tR\brevision\x12!\n" +
 	"\fimage_digest\x18\x03 \x01(\tR\vimageDigest\x126\n" +
 	"\x06layers\x18\x04 \x03(\v2\x1e.kibotos.host.v1.TemplateLayerR\x06layers\x12\x10\n" +
-	"\x03env\x18\x05 \x03(\tR\x03env\"_\n" +
+	"\x03env\x18\x05 \x03(\tR\x03env\x12:\n" +
+	"\adisplay\x18\x06 \x01(\v2 .kibotos.ctrl.v1.TemplateDisplayR\adisplay\"_\n" +
 	"\rTemplateLayer\x12\x16\n" +
 	"\x06digest\x18\x01 \x01(\tR\x06digest\x12\x17\n" +
 	"\adiff_id\x18\x02 \x01(\tR\x06diffId\x12\x1d\n" +
@@ -2275,15 +2286,16 @@ var file_kibotos_host_v1_host_proto_goTypes = []any{
 	(*v1.EgressSpec)(nil),            // 28: kibotos.ctrl.v1.EgressSpec
 	(*v1.ResolverSpec)(nil),          // 29: kibotos.ctrl.v1.ResolverSpec
 	(v1.StopMode)(0),                 // 30: kibotos.ctrl.v1.StopMode
-	(v1.VolumeCondition)(0),          // 31: kibotos.ctrl.v1.VolumeCondition
-	(v1.FailureStage)(0),             // 32: kibotos.ctrl.v1.FailureStage
-	(*timestamppb.Timestamp)(nil),    // 33: google.protobuf.Timestamp
-	(v1.FailureReason)(0),            // 34: kibotos.ctrl.v1.FailureReason
-	(v1.StopDurability)(0),           // 35: kibotos.ctrl.v1.StopDurability
-	(*v1.GuestObservation)(nil),      // 36: kibotos.ctrl.v1.GuestObservation
-	(*v1.NetworkPolicyStatus)(nil),   // 37: kibotos.ctrl.v1.NetworkPolicyStatus
-	(*v1.EgressObservation)(nil),     // 38: kibotos.ctrl.v1.EgressObservation
-	(*v1.ResolverObservation)(nil),   // 39: kibotos.ctrl.v1.ResolverObservation
+	(*v1.TemplateDisplay)(nil),       // 31: kibotos.ctrl.v1.TemplateDisplay
+	(v1.VolumeCondition)(0),          // 32: kibotos.ctrl.v1.VolumeCondition
+	(v1.FailureStage)(0),             // 33: kibotos.ctrl.v1.FailureStage
+	(*timestamppb.Timestamp)(nil),    // 34: google.protobuf.Timestamp
+	(v1.FailureReason)(0),            // 35: kibotos.ctrl.v1.FailureReason
+	(v1.StopDurability)(0),           // 36: kibotos.ctrl.v1.StopDurability
+	(*v1.GuestObservation)(nil),      // 37: kibotos.ctrl.v1.GuestObservation
+	(*v1.NetworkPolicyStatus)(nil),   // 38: kibotos.ctrl.v1.NetworkPolicyStatus
+	(*v1.EgressObservation)(nil),     // 39: kibotos.ctrl.v1.EgressObservation
+	(*v1.ResolverObservation)(nil),   // 40: kibotos.ctrl.v1.ResolverObservation
 }
 var file_kibotos_host_v1_host_proto_depIdxs = []int32{
 	5,  // 0: kibotos.host.v1.RegisterHostRequest.capacity:type_name -> kibotos.host.v1.HostCapacity
@@ -2305,34 +2317,35 @@ var file_kibotos_host_v1_host_proto_depIdxs = []int32{
 	29, // 16: kibotos.host.v1.ResolverAssignment.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
 	30, // 17: kibotos.host.v1.StopRequest.mode:type_name -> kibotos.ctrl.v1.StopMode
 	18, // 18: kibotos.host.v1.ExecutionTemplate.layers:type_name -> kibotos.host.v1.TemplateLayer
-	22, // 19: kibotos.host.v1.ReportExecutionsRequest.reports:type_name -> kibotos.host.v1.ExecutionReport
-	20, // 20: kibotos.host.v1.ReportExecutionsRequest.volumes:type_name -> kibotos.host.v1.VolumeReport
-	31, // 21: kibotos.host.v1.VolumeReport.condition:type_name -> kibotos.ctrl.v1.VolumeCondition
-	32, // 22: kibotos.host.v1.VolumeReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
-	33, // 23: kibotos.host.v1.VolumeReport.observed_at:type_name -> google.protobuf.Timestamp
-	2,  // 24: kibotos.host.v1.ExecutionReport.state:type_name -> kibotos.host.v1.ObservedState
-	34, // 25: kibotos.host.v1.ExecutionReport.failure_reason:type_name -> kibotos.ctrl.v1.FailureReason
-	32, // 26: kibotos.host.v1.ExecutionReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
-	35, // 27: kibotos.host.v1.ExecutionReport.stop_durability:type_name -> kibotos.ctrl.v1.StopDurability
-	33, // 28: kibotos.host.v1.ExecutionReport.observed_at:type_name -> google.protobuf.Timestamp
-	23, // 29: kibotos.host.v1.ExecutionReport.network:type_name -> kibotos.host.v1.NetworkReport
-	36, // 30: kibotos.host.v1.ExecutionReport.guest:type_name -> kibotos.ctrl.v1.GuestObservation
-	37, // 31: kibotos.host.v1.NetworkReport.status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
-	38, // 32: kibotos.host.v1.NetworkReport.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
-	39, // 33: kibotos.host.v1.NetworkReport.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
-	3,  // 34: kibotos.host.v1.HostService.RegisterHost:input_type -> kibotos.host.v1.RegisterHostRequest
-	7,  // 35: kibotos.host.v1.HostService.WatchAssignments:input_type -> kibotos.host.v1.WatchAssignmentsRequest
-	19, // 36: kibotos.host.v1.HostService.ReportExecutions:input_type -> kibotos.host.v1.ReportExecutionsRequest
-	24, // 37: kibotos.host.v1.HostService.GetTemplateBlob:input_type -> kibotos.host.v1.GetTemplateBlobRequest
-	6,  // 38: kibotos.host.v1.HostService.RegisterHost:output_type -> kibotos.host.v1.RegisterHostResponse
-	8,  // 39: kibotos.host.v1.HostService.WatchAssignments:output_type -> kibotos.host.v1.WatchAssignmentsResponse
-	21, // 40: kibotos.host.v1.HostService.ReportExecutions:output_type -> kibotos.host.v1.ReportExecutionsResponse
-	25, // 41: kibotos.host.v1.HostService.GetTemplateBlob:output_type -> kibotos.host.v1.GetTemplateBlobResponse
-	38, // [38:42] is the sub-list for method output_type
-	34, // [34:38] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	31, // 19: kibotos.host.v1.ExecutionTemplate.display:type_name -> kibotos.ctrl.v1.TemplateDisplay
+	22, // 20: kibotos.host.v1.ReportExecutionsRequest.reports:type_name -> kibotos.host.v1.ExecutionReport
+	20, // 21: kibotos.host.v1.ReportExecutionsRequest.volumes:type_name -> kibotos.host.v1.VolumeReport
+	32, // 22: kibotos.host.v1.VolumeReport.condition:type_name -> kibotos.ctrl.v1.VolumeCondition
+	33, // 23: kibotos.host.v1.VolumeReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
+	34, // 24: kibotos.host.v1.VolumeReport.observed_at:type_name -> google.protobuf.Timestamp
+	2,  // 25: kibotos.host.v1.ExecutionReport.state:type_name -> kibotos.host.v1.ObservedState
+	35, // 26: kibotos.host.v1.ExecutionReport.failure_reason:type_name -> kibotos.ctrl.v1.FailureReason
+	33, // 27: kibotos.host.v1.ExecutionReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
+	36, // 28: kibotos.host.v1.ExecutionReport.stop_durability:type_name -> kibotos.ctrl.v1.StopDurability
+	34, // 29: kibotos.host.v1.ExecutionReport.observed_at:type_name -> google.protobuf.Timestamp
+	23, // 30: kibotos.host.v1.ExecutionReport.network:type_name -> kibotos.host.v1.NetworkReport
+	37, // 31: kibotos.host.v1.ExecutionReport.guest:type_name -> kibotos.ctrl.v1.GuestObservation
+	38, // 32: kibotos.host.v1.NetworkReport.status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
+	39, // 33: kibotos.host.v1.NetworkReport.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
+	40, // 34: kibotos.host.v1.NetworkReport.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
+	3,  // 35: kibotos.host.v1.HostService.RegisterHost:input_type -> kibotos.host.v1.RegisterHostRequest
+	7,  // 36: kibotos.host.v1.HostService.WatchAssignments:input_type -> kibotos.host.v1.WatchAssignmentsRequest
+	19, // 37: kibotos.host.v1.HostService.ReportExecutions:input_type -> kibotos.host.v1.ReportExecutionsRequest
+	24, // 38: kibotos.host.v1.HostService.GetTemplateBlob:input_type -> kibotos.host.v1.GetTemplateBlobRequest
+	6,  // 39: kibotos.host.v1.HostService.RegisterHost:output_type -> kibotos.host.v1.RegisterHostResponse
+	8,  // 40: kibotos.host.v1.HostService.WatchAssignments:output_type -> kibotos.host.v1.WatchAssignmentsResponse
+	21, // 41: kibotos.host.v1.HostService.ReportExecutions:output_type -> kibotos.host.v1.ReportExecutionsResponse
+	25, // 42: kibotos.host.v1.HostService.GetTemplateBlob:output_type -> kibotos.host.v1.GetTemplateBlobResponse
+	39, // [39:43] is the sub-list for method output_type
+	35, // [35:39] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_host_v1_host_proto_init() }
