@@ -20,6 +20,13 @@ const (
 	MaxDisplaySide = 8192
 )
 
+// The capabilities a host offers for a template that carries a display:
+// its guest agent serves kibotos.data.v1 ScreenService and InputService.
+const (
+	CapabilityScreen = "screen"
+	CapabilityInput  = "input"
+)
+
 // DisplaySize is the size of a display's screen in pixels.
 type DisplaySize struct {
 	Width, Height uint32

@@ -69,6 +69,9 @@ func (r *record) assignment(now time.Time) *hostv1.Assignment {
 			ImageDigest: r.book.Image.Digest, Env: r.book.Image.Env,
 		},
 	}
+	if d := r.book.Image.Display; d != nil {
+		a.Template.Display = &ctrlv1.TemplateDisplay{Width: d.Width, Height: d.Height}
+	}
 	for _, l := range r.book.Image.Layers {
 		a.Template.Layers = append(a.Template.Layers, &hostv1.TemplateLayer{Digest: l.Digest, DiffId: l.DiffID, SizeBytes: uint64(l.Size)})
 	}

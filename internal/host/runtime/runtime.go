@@ -9,6 +9,8 @@ import (
 	"errors"
 	"net"
 	"time"
+
+	"github.com/kibotos/kibotos/internal/guestabi"
 )
 
 // ErrNotFound is returned for an execution the driver does not know.
@@ -48,6 +50,9 @@ type Spec struct {
 	ResolvConf []byte
 	// Volume, when set, is mounted into the guest.
 	Volume *VolumeMount
+	// Display, when set, has the guest agent run an X display of this
+	// size (guestabi.DisplayName) before it answers the readiness probe.
+	Display *guestabi.DisplaySize
 }
 
 // VolumeMount is a volume of an execution: an ext4 image that outlives
