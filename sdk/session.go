@@ -29,6 +29,8 @@ type dataPlane struct {
 	proc    datav1connect.ProcessServiceClient
 	files   datav1connect.FileServiceClient
 	metrics datav1connect.MetricsServiceClient
+	screen  datav1connect.ScreenServiceClient
+	input   datav1connect.InputServiceClient
 }
 
 // Session returns the handle's session, issuing one when it has none or
@@ -62,6 +64,8 @@ func (w *Workspace) dataPlane(ctx context.Context) (*dataPlane, error) {
 		proc:    datav1connect.NewProcessServiceClient(w.c.hc, s.Endpoint, opts...),
 		files:   datav1connect.NewFileServiceClient(w.c.hc, s.Endpoint, opts...),
 		metrics: datav1connect.NewMetricsServiceClient(w.c.hc, s.Endpoint, opts...),
+		screen:  datav1connect.NewScreenServiceClient(w.c.hc, s.Endpoint, opts...),
+		input:   datav1connect.NewInputServiceClient(w.c.hc, s.Endpoint, opts...),
 	}
 	return w.dp, nil
 }

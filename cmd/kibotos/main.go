@@ -20,6 +20,7 @@ import (
 	"github.com/kibotos/kibotos/internal/daemon"
 	"github.com/kibotos/kibotos/internal/host/agent"
 	"github.com/kibotos/kibotos/internal/host/runtime/oci"
+	"github.com/kibotos/kibotos/internal/imagestore"
 	"github.com/kibotos/kibotos/internal/netcheck"
 )
 
@@ -56,12 +57,19 @@ type serveFlags struct {
 	listen       string
 	exempt       string
 	metricsToken string
+	desktopCache string
 }
 
 func (f *serveFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.listen, "listen", daemon.DefaultListen, "address to serve the API on")
 	cmd.Flags().StringVar(&f.exempt, "unsafe-exempt-ranges", os.Getenv("KIBOTOS_UNSAFE_EXEMPT_RANGES"),
 		"UNSAFE, for local testing only: comma-separated CIDRs exempt from the special-purpose and hard-deny checks (env KIBOTOS_UNSAFE_EXEMPT_RANGES)")
+	desktopCache, set := os.LookupEnv("KIBOTOS_DESKTOP_CACHE")
+	if !set {
+		desktopCache = imagestore.DesktopCacheDir
+	}
+	cmd.Flags().StringVar(&f.desktopCache, "desktop-cache", desktopCache,
+		"directory of the built-in template desktop's image, built there on the first start (minutes) and kept; empty: no desktop template (env KIBOTOS_DESKTOP_CACHE)")
 	cmd.Flags().StringVar(&f.metricsToken, "metrics-token-file", os.Getenv("KIBOTOS_METRICS_TOKEN_FILE"),
 		"a file holding the bearer token GET /metrics requires (default: none, the metrics are open to whoever reaches --listen; env KIBOTOS_METRICS_TOKEN_FILE)")
 }
@@ -71,7 +79,7 @@ func (f *serveFlags) options(o daemon.Options) (daemon.Options, error) {
 	if err != nil {
 		return o, fmt.Errorf("--unsafe-exempt-ranges: %w", err)
 	}
-	o.Listen, o.UnsafeExemptRanges, o.Out, o.MetricsTokenFile = f.listen, exempt, os.Stdout, f.metricsToken
+	o.Listen, o.UnsafeExemptRanges, o.Out, o.MetricsTokenFile, o.DesktopCache = f.listen, exempt, os.Stdout, f.metricsToken, f.desktopCache
 	return o, nil
 }
 
