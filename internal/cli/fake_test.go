@@ -47,7 +47,7 @@ type ctrlFake struct {
 	imported []byte // the chunks of the last import, concatenated
 	chunks   int
 
-	endpoint string                         // the server's URL, which sessions name
+	endpoint string                        // the server's URL, which sessions name
 	screen   *datav1.CaptureScreenResponse // answered by CaptureScreen
 }
 
