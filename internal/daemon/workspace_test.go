@@ -52,8 +52,8 @@ func up(t *testing.T, home string) *deployment {
 	return upWith(t, home, daemon.Options{})
 }
 
-// upWith starts a deployment on home with o's network, storage and
-// metrics settings.
+// upWith starts a deployment on home with o's network, storage, metrics
+// and desktop settings.
 func upWith(t *testing.T, home string, o daemon.Options) *deployment {
 	t.Helper()
 	hosttest.RequireRoot(t)
@@ -64,7 +64,8 @@ func upWith(t *testing.T, home string, o daemon.Options) *deployment {
 		d.done <- daemon.Run(ctx, daemon.Options{Home: home, Listen: "127.0.0.1:0", Host: true,
 			GuestAgent: guestAgent, Ready: func(a net.Addr) { ready <- a },
 			UnsafeExemptRanges: o.UnsafeExemptRanges, DeploymentResolvers: o.DeploymentResolvers,
-			StoragePools: o.StoragePools, VolumeBytes: o.VolumeBytes, MetricsTokenFile: o.MetricsTokenFile})
+			StoragePools: o.StoragePools, VolumeBytes: o.VolumeBytes, MetricsTokenFile: o.MetricsTokenFile,
+			DesktopCache: o.DesktopCache})
 	}()
 	select {
 	case a := <-ready:

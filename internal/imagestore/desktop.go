@@ -34,17 +34,22 @@ const DesktopCacheDir = "/var/cache/kibotos"
 var DesktopDisplay = guestabi.DisplaySize{Width: 1280, Height: 800}
 
 // desktopPackages are the Debian packages of the desktop image beyond
-// minbase: the X server, a window manager, a terminal, a browser and the
-// fonts they draw with.
-var desktopPackages = []string{"xvfb", "openbox", "xterm", "chromium", "xfonts-base", "fonts-dejavu-core"}
+// minbase: the X server, a window manager (openbox, whose session is the
+// image's x-session-manager) with a panel, a terminal, a browser, the
+// fonts they draw with, and the X utilities (xwininfo, xprop, xsetroot,
+// xrandr, ...).
+var desktopPackages = []string{"xvfb", "openbox", "tint2", "xterm", "chromium", "xfonts-base", "fonts-dejavu-core",
+	"x11-utils", "x11-xserver-utils"}
 
 // desktopHooks adjust the installed system (mmdebstrap's customize hooks,
 // run with the root directory as $1): Ctrl+Alt+T opens a terminal in
-// openbox, and chromium runs as root without its sandbox, which needs
-// user namespaces that guests do not have.
+// openbox, the session paints the background and starts the panel, and
+// chromium runs as root without its sandbox, which needs user namespaces
+// that guests do not have.
 var desktopHooks = []string{
 	`sed -i 's|<keyboard>|<keyboard><keybind key="C-A-t"><action name="Execute"><command>x-terminal-emulator</command></action></keybind>|' "$1/etc/xdg/openbox/rc.xml"`,
 	`grep -q 'key="C-A-t"' "$1/etc/xdg/openbox/rc.xml"`,
+	`printf '%s\n' "xsetroot -solid '#30475e'" 'tint2 &' >> "$1/etc/xdg/openbox/autostart"`,
 	`echo 'export CHROMIUM_FLAGS="$CHROMIUM_FLAGS --no-sandbox --no-first-run"' > "$1/etc/chromium.d/kibotos"`,
 }
 

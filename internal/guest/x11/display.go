@@ -14,7 +14,9 @@ import (
 	"log"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,9 +35,11 @@ const (
 	WindowManagerTag = "window-manager"
 )
 
-// windowManager is the Debian alternative that names an image's window
-// manager.
-const windowManager = "x-window-manager"
+// sessions are the Debian alternatives that name an image's desktop
+// session (its window manager with what the session starts, such as
+// openbox-session) and its bare window manager, in the order Start
+// prefers them.
+var sessions = []string{"x-session-manager", "x-window-manager"}
 
 // DefaultTimeout bounds how long Start waits for the X server and for the
 // window manager.
@@ -82,10 +86,11 @@ type Display struct {
 
 // Start runs the display cfg names: Xvfb at cfg's size with 24-bit color,
 // listening on its unix socket only, then, when the image has one, its
-// x-window-manager; it returns once the X server accepts connections and
-// the window manager has taken the screen (owns the ICCCM selection
-// WM_S<n>). A window manager that ends or does not take the screen in
-// time is logged, not an error: the display works without one.
+// x-session-manager, else its x-window-manager; it returns once the X
+// server accepts connections and the window manager has taken the screen
+// (owns the ICCCM selection WM_S<n>). A window manager that ends or does
+// not take the screen in time is logged, not an error: the display works
+// without one.
 func Start(ctx context.Context, cfg Config) (*Display, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
@@ -116,32 +121,96 @@ func Start(ctx context.Context, cfg Config) (*Display, error) {
 	if err != nil {
 		return nil, fmt.Errorf("Xvfb on %s: %w", name, err)
 	}
-	if _, err := exec.LookPath(windowManager); err != nil {
-		cfg.Logf("display %s: the image has no %s; running without a window manager", name, windowManager)
+	i := slices.IndexFunc(sessions, func(s string) bool { _, err := exec.LookPath(s); return err == nil })
+	if i < 0 {
+		cfg.Logf("display %s: the image has neither %s; running without a window manager", name, strings.Join(sessions, " nor "))
 		return d, nil
 	}
-	wmEnded, err := cfg.Launch([]string{windowManager}, WindowManagerTag)
+	wmEnded, err := cfg.Launch([]string{sessions[i]}, WindowManagerTag)
 	if err != nil {
-		cfg.Logf("display %s: starting %s: %v", name, windowManager, err)
+		cfg.Logf("display %s: starting %s: %v", name, sessions[i], err)
 		return d, nil
 	}
 	if err := d.awaitWindowManager(ctx, cfg.Number, wmEnded); err != nil {
-		cfg.Logf("display %s: %s did not take the screen: %v", name, windowManager, err)
+		cfg.Logf("display %s: %s did not take the screen: %v", name, sessions[i], err)
 	}
 	return d, nil
 }
 
 // awaitWindowManager waits until a client owns the selection WM_S<n>,
-// which an ICCCM window manager takes once it manages the screen.
+// which an ICCCM window manager takes once it manages the screen, and then,
+// when it says it supports _NET_REQUEST_FRAME_EXTENTS (EWMH), until it
+// answers such a request: it takes the selection early in its start, and
+// reads requests only once it has started (key bindings and all).
 func (d *Display) awaitWindowManager(ctx context.Context, number int, ended <-chan struct{}) error {
-	atom, err := xproto.InternAtom(d.conn, false, uint16(len("WM_S")+len(strconv.Itoa(number))), "WM_S"+strconv.Itoa(number)).Reply()
+	selection, err := d.atom("WM_S" + strconv.Itoa(number))
 	if err != nil {
 		return err
 	}
-	return poll(ctx, ended, func() bool {
-		owner, err := xproto.GetSelectionOwner(d.conn, atom.Atom).Reply()
+	err = poll(ctx, ended, func() bool {
+		owner, err := xproto.GetSelectionOwner(d.conn, selection).Reply()
 		return err == nil && owner.Owner != xproto.WindowNone
 	})
+	if err != nil {
+		return err
+	}
+	return d.awaitFrameExtents(ctx, ended)
+}
+
+// awaitFrameExtents asks the window manager for the frame extents of a
+// window of its own (never mapped) and waits for its answer, the window's
+// property _NET_FRAME_EXTENTS; without support for the request it returns
+// at once.
+func (d *Display) awaitFrameExtents(ctx context.Context, ended <-chan struct{}) error {
+	var atoms [3]xproto.Atom
+	for i, name := range []string{"_NET_SUPPORTED", "_NET_REQUEST_FRAME_EXTENTS", "_NET_FRAME_EXTENTS"} {
+		a, err := d.atom(name)
+		if err != nil {
+			return err
+		}
+		atoms[i] = a
+	}
+	supported, request, extents := atoms[0], atoms[1], atoms[2]
+	var listed bool
+	err := poll(ctx, ended, func() bool {
+		p, err := xproto.GetProperty(d.conn, false, d.root, supported, xproto.AtomAtom, 0, 4096).Reply()
+		if err != nil || p.Format != 32 {
+			return false // not set yet
+		}
+		for i := 0; i+4 <= len(p.Value); i += 4 {
+			listed = listed || xproto.Atom(xgb.Get32(p.Value[i:])) == request
+		}
+		return true
+	})
+	if err != nil || !listed {
+		return err
+	}
+	win, err := xproto.NewWindowId(d.conn)
+	if err != nil {
+		return err
+	}
+	if err := xproto.CreateWindowChecked(d.conn, 0, win, d.root, 0, 0, 1, 1, 0, xproto.WindowClassInputOutput, 0, 0, nil).Check(); err != nil {
+		return err
+	}
+	defer xproto.DestroyWindow(d.conn, win)
+	ev := xproto.ClientMessageEvent{Format: 32, Window: win, Type: request, Data: xproto.ClientMessageDataUnionData32New(make([]uint32, 5))}
+	mask := uint32(xproto.EventMaskSubstructureNotify | xproto.EventMaskSubstructureRedirect)
+	if err := xproto.SendEventChecked(d.conn, false, d.root, mask, string(ev.Bytes())).Check(); err != nil {
+		return err
+	}
+	return poll(ctx, ended, func() bool {
+		p, err := xproto.GetProperty(d.conn, false, win, extents, xproto.GetPropertyTypeAny, 0, 4).Reply()
+		return err == nil && p.Format != 0
+	})
+}
+
+// atom returns the atom of name, interning it.
+func (d *Display) atom(name string) (xproto.Atom, error) {
+	r, err := xproto.InternAtom(d.conn, false, uint16(len(name)), name).Reply()
+	if err != nil {
+		return 0, err
+	}
+	return r.Atom, nil
 }
 
 // poll calls ready every 10 ms until it reports true, ended is closed (the

@@ -355,3 +355,47 @@ func TestParseKeysym(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkCapture times one capture of a 1280x800 screen holding 200
+// overlapping rectangles of as many colors: the pixels' transfer and the
+// PNG encoding, which is most of it.
+func BenchmarkCapture(b *testing.B) {
+	hosttest.RequireXvfb(b)
+	number := hosttest.FreeDisplay(b)
+	cmd := exec.Command("Xvfb", fmt.Sprintf(":%d", number), "-screen", "0", "1280x800x24", "-nolisten", "tcp")
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	var d *Display
+	err := poll(context.Background(), nil, func() bool {
+		var err error
+		d, err = Connect(fmt.Sprintf(":%d", number))
+		return err == nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	gc, err := xproto.NewGcontextId(d.conn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	xproto.CreateGC(d.conn, gc, xproto.Drawable(d.root), 0, nil)
+	for i := range 200 {
+		xproto.ChangeGC(d.conn, gc, xproto.GcForeground, []uint32{uint32(i*9973) & 0xffffff})
+		xproto.PolyFillRectangle(d.conn, xproto.Drawable(d.root), gc, []xproto.Rectangle{{X: int16(i * 6), Y: int16(i * 4), Width: 100, Height: 60}})
+	}
+	if err := d.sync(); err != nil {
+		b.Fatal(err)
+	}
+	size := 0
+	for b.Loop() {
+		shot, err := d.Capture()
+		if err != nil {
+			b.Fatal(err)
+		}
+		size = len(shot.PNG)
+	}
+	b.ReportMetric(float64(size), "png-bytes")
+}

@@ -4272,7 +4272,7 @@ type TemplateRevision struct {
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// source is what the revision was imported from, for people to read: "archive", "oci-layout", "registry:<reference>" or "builtin".
 	Source string `protobuf:"bytes,6,opt,name=source,proto3" json:"source,omitempty"`
-	// display is the screen the revision's Workspaces carry, from the image config's label io.kibotos.display ("WIDTHxHEIGHT", each 64 to 8192 pixels; any other value is invalid_argument at import). Absent for an image without the label. The guest agent of such a Workspace runs an X display :0 of this size (Xvfb, 24-bit color) and the image's x-window-manager on it before the Workspace is ready, sets DISPLAY=:0 for the processes it starts, and serves kibotos.data.v1 ScreenService and InputService; the capabilities screen and input require a revision with a display.
+	// display is the screen the revision's Workspaces carry, from the image config's label io.kibotos.display ("WIDTHxHEIGHT", each 64 to 8192 pixels; any other value is invalid_argument at import). Absent for an image without the label. The guest agent of such a Workspace runs an X display :0 of this size (Xvfb, 24-bit color) and on it the image's x-session-manager, else its x-window-manager (Debian's alternatives), before the Workspace is ready, sets DISPLAY=:0 for the processes it starts, and serves kibotos.data.v1 ScreenService and InputService; the capabilities screen and input require a revision with a display.
 	Display       *TemplateDisplay `protobuf:"bytes,7,opt,name=display,proto3" json:"display,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
