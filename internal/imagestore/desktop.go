@@ -154,7 +154,20 @@ func BuildDesktopImage(ctx context.Context, cacheDir string, log io.Writer) (str
 	if err := os.Rename(filepath.Join(tmp, "layout"), dir); err != nil {
 		return "", err
 	}
+	removeStaleDesktops(cacheDir, dir)
 	return dir, nil
+}
+
+// removeStaleDesktops removes the desktop images of earlier recipes from
+// cacheDir, with their lock files, keeping current.
+func removeStaleDesktops(cacheDir, current string) {
+	old, _ := filepath.Glob(filepath.Join(cacheDir, "desktop-????????????????"))
+	for _, d := range old {
+		if d != current && built(d) {
+			os.RemoveAll(d)
+			os.Remove(d + ".lock")
+		}
+	}
 }
 
 // built reports whether dir holds a finished image layout (it appears by
