@@ -87,10 +87,9 @@ type Display struct {
 // Start runs the display cfg names: Xvfb at cfg's size with 24-bit color,
 // listening on its unix socket only, then, when the image has one, its
 // x-session-manager, else its x-window-manager; it returns once the X
-// server accepts connections and the window manager has taken the screen
-// (owns the ICCCM selection WM_S<n>). A window manager that ends or does
-// not take the screen in time is logged, not an error: the display works
-// without one.
+// server accepts connections and the window manager has started (see
+// awaitWindowManager). A window manager that ends or does not start in
+// time is logged, not an error: the display works without one.
 func Start(ctx context.Context, cfg Config) (*Display, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
