@@ -1,13 +1,14 @@
 // Package sdk is the Go client of Kibotos: it creates Workspaces on a
-// control plane, and runs processes, moves files, reads metrics and
-// connects to TCP ports in them through their data plane.
+// control plane, and runs processes, moves files, reads metrics, connects
+// to TCP ports, captures the screen and sends keyboard and pointer input in
+// them through their data plane.
 //
 // A Client holds the control plane's address and an API token. Its
 // lifecycle calls (CreateWorkspace, StartWorkspace, StopWorkspace,
 // DeleteWorkspace) return once the Workspace has reached the state the call
 // asks for, following WatchWorkspace until then; the context bounds the
 // wait. A Workspace is a handle on one Workspace: its Exec, Start, Upload,
-// Download, DialPort, file and Metrics methods call the Workspace's data plane with a session
+// Download, DialPort, file, Metrics, Screenshot and Input methods call the Workspace's data plane with a session
 // the handle issues and caches, and renews when it is about to expire or
 // the data plane reports it expired.
 //

@@ -30,6 +30,8 @@ type dataPlane struct {
 	files    datav1connect.FileServiceClient
 	metrics  datav1connect.MetricsServiceClient
 	services datav1connect.ServiceServiceClient
+	screen   datav1connect.ScreenServiceClient
+	input    datav1connect.InputServiceClient
 }
 
 // Session returns the handle's session, issuing one when it has none or
@@ -64,6 +66,8 @@ func (w *Workspace) dataPlane(ctx context.Context) (*dataPlane, error) {
 		files:    datav1connect.NewFileServiceClient(w.c.hc, s.Endpoint, opts...),
 		metrics:  datav1connect.NewMetricsServiceClient(w.c.hc, s.Endpoint, opts...),
 		services: datav1connect.NewServiceServiceClient(w.c.hc, s.Endpoint, opts...),
+		screen:   datav1connect.NewScreenServiceClient(w.c.hc, s.Endpoint, opts...),
+		input:    datav1connect.NewInputServiceClient(w.c.hc, s.Endpoint, opts...),
 	}
 	return w.dp, nil
 }

@@ -25,7 +25,9 @@ func allowedImport(p string) bool {
 		under("connectrpc.com/connect"),
 		under("google.golang.org/protobuf"),
 		under("github.com/creack/pty"),
-		under("github.com/fsnotify/fsnotify"):
+		under("github.com/fsnotify/fsnotify"),
+		// The X11 protocol, for the display's screen and input.
+		under("github.com/jezek/xgb"):
 		return true
 	}
 	return false
@@ -65,6 +67,8 @@ func TestAllowedImport(t *testing.T) {
 		"google.golang.org/protobuf/proto",
 		"github.com/creack/pty",
 		"github.com/fsnotify/fsnotify/internal",
+		"github.com/jezek/xgb",
+		"github.com/jezek/xgb/xproto",
 	} {
 		if !allowedImport(p) {
 			t.Errorf("%s refused", p)
@@ -87,6 +91,7 @@ func TestAllowedImport(t *testing.T) {
 		module + "internal/host/runtime/oci",
 		module + "cmd/kibotos",
 		"github.com/creack/ptyx",
+		"github.com/jezek/xgbutil",
 	} {
 		if allowedImport(p) {
 			t.Errorf("%s allowed", p)

@@ -1,10 +1,11 @@
 // Command kibotos-guest is the guest agent: PID 1 of every execution. It
 // reaps orphans, answers the host's probes on /run/kibotos/agent.sock,
-// serves the data plane (kibotos.data.v1 processes, files and TCP
-// services, Connect over h2c) on /run/kibotos/data.sock, and ends the
-// guest cleanly on the host's STOP, or as the guest asks its init
-// (SIGTERM, SIGINT: a reset; SIGUSR1, SIGUSR2: a shutdown; see guestabi's
-// EndFile). It is not dumpable, out of the reach of ptrace; started as
+// serves the data plane (kibotos.data.v1 processes, files, TCP services,
+// screen and input, Connect over h2c) on /run/kibotos/data.sock, runs the
+// X display of a template that carries one (--display, before it answers
+// probes), and ends the guest cleanly on the host's STOP, or as the guest
+// asks its init (SIGTERM, SIGINT: a reset; SIGUSR1, SIGUSR2: a shutdown;
+// see guestabi's EndFile). It is not dumpable, out of the reach of ptrace; started as
 // kibotos-exec it is the exec shim of the data plane (package
 // internal/guest/execshim). It is static; imports_test.go fences what it
 // may link.
@@ -24,8 +25,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
 	"github.com/kibotos/kibotos/internal/guest/dataplane"
 	"github.com/kibotos/kibotos/internal/guest/pid1"
+	"github.com/kibotos/kibotos/internal/guest/x11"
 	"github.com/kibotos/kibotos/internal/guestabi"
 )
 
@@ -51,6 +54,7 @@ func main() {
 func run() int {
 	socket := flag.String("socket", pid1.SocketPath, "unix socket to serve the probe protocol on")
 	dataSocket := flag.String("data-socket", pid1.DataSocketPath, "unix socket to serve the data plane on")
+	displaySize := flag.String(guestabi.DisplayFlag, "", "run the X display "+guestabi.DisplayName+" of this size (WIDTHxHEIGHT) before answering probes")
 	flag.Parse()
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "kibotos-guest: "+format+"\n", args...)
@@ -74,9 +78,16 @@ func run() int {
 		go reaper.Run(ctx)
 		waiter = reaper
 	}
-	procs := dataplane.NewProcessService(dataplane.ProcessConfig{Waiter: waiter, Logf: logf})
+	env := os.Environ()
+	if *displaySize != "" {
+		env = append(env, "DISPLAY="+guestabi.DisplayName)
+	}
+	procs := dataplane.NewProcessService(dataplane.ProcessConfig{Waiter: waiter, Env: env, Logf: logf})
 	files := dataplane.NewFileService(dataplane.FileConfig{Logf: logf})
-	dataSrv := dataplane.NewServer(dataplane.NewHandler(procs, files, dataplane.NewServiceService()))
+	// The display is up before the probe socket exists: the host's
+	// readiness probe waits for it.
+	display := startDisplay(ctx, *displaySize, procs, logf)
+	dataSrv := dataplane.NewServer(dataplane.NewHandler(procs, files, dataplane.NewServiceService(), display))
 
 	ln, err := listen(*socket)
 	if err != nil {
@@ -136,6 +147,28 @@ func run() int {
 	cancel()
 	dataSrv.Close()
 	return 0
+}
+
+// startDisplay runs the X display of size (none when empty) and returns
+// the services of its screen and input. A display that fails to start is
+// logged, and its services say why.
+func startDisplay(ctx context.Context, size string, procs *dataplane.ProcessService, logf func(string, ...any)) *dataplane.DisplayService {
+	if size == "" {
+		return dataplane.NewDisplayService(nil, dataplane.NoDisplay)
+	}
+	d, err := guestabi.ParseDisplaySize(size)
+	if err == nil {
+		var display *x11.Display
+		display, err = x11.Start(ctx, x11.Config{Width: int(d.Width), Height: int(d.Height), Logf: logf,
+			Launch: func(args []string, tag string) (<-chan struct{}, error) {
+				return procs.Launch(&datav1.StartProcessRequest{Args: args, Tag: tag})
+			}})
+		if err == nil {
+			return dataplane.NewDisplayService(display, "")
+		}
+	}
+	logf("display: %v", err)
+	return dataplane.NewDisplayService(nil, fmt.Sprintf("the display did not start: %v", err))
 }
 
 // listen listens on a fresh unix socket at path that only root may use:

@@ -22,6 +22,7 @@ import (
 	"github.com/kibotos/kibotos/internal/host/agent"
 	"github.com/kibotos/kibotos/internal/host/psi"
 	"github.com/kibotos/kibotos/internal/host/runtime/oci"
+	"github.com/kibotos/kibotos/internal/imagestore"
 	"github.com/kibotos/kibotos/internal/netcheck"
 )
 
@@ -61,6 +62,7 @@ type serveFlags struct {
 	metricsToken string
 	blobs        string
 	transferTTL  time.Duration
+	desktopCache string
 }
 
 func (f *serveFlags) register(cmd *cobra.Command) {
@@ -69,6 +71,12 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 		"the URL callers use to reach this listener, such as https://kibotos.example.com (default: http:// and the --listen address, an unspecified one replaced by the host name; env KIBOTOS_PUBLIC_URL)")
 	cmd.Flags().StringVar(&f.exempt, "unsafe-exempt-ranges", os.Getenv("KIBOTOS_UNSAFE_EXEMPT_RANGES"),
 		"UNSAFE, for local testing only: comma-separated CIDRs exempt from the special-purpose and hard-deny checks (env KIBOTOS_UNSAFE_EXEMPT_RANGES)")
+	desktopCache, set := os.LookupEnv("KIBOTOS_DESKTOP_CACHE")
+	if !set {
+		desktopCache = imagestore.DesktopCacheDir
+	}
+	cmd.Flags().StringVar(&f.desktopCache, "desktop-cache", desktopCache,
+		"directory of the built-in template desktop's image, built there on the first start (minutes) and kept; empty: no desktop template (env KIBOTOS_DESKTOP_CACHE)")
 	cmd.Flags().StringVar(&f.metricsToken, "metrics-token-file", os.Getenv("KIBOTOS_METRICS_TOKEN_FILE"),
 		"a file holding the bearer token GET /metrics requires (default: none, the metrics are open to whoever reaches --listen; env KIBOTOS_METRICS_TOKEN_FILE)")
 	cmd.Flags().StringVar(&f.blobs, "blobs", os.Getenv("KIBOTOS_BLOBS"),
@@ -86,6 +94,7 @@ func (f *serveFlags) options(o daemon.Options) (daemon.Options, error) {
 		return o, fmt.Errorf("--transfer-ttl %s must be positive", f.transferTTL)
 	}
 	o.BlobsURL, o.TransferTTL = f.blobs, f.transferTTL
+	o.DesktopCache = f.desktopCache
 	return o, nil
 }
 

@@ -43,7 +43,9 @@ type upProcess struct {
 func startUp(t *testing.T, bin, home string, flags ...string) *upProcess {
 	t.Helper()
 	dir := t.TempDir()
-	args := append([]string{"up", "--home", home, "--listen", "127.0.0.1:0"}, flags...)
+	// No desktop template: building or importing it is not what these
+	// tests are about.
+	args := append([]string{"up", "--home", home, "--listen", "127.0.0.1:0", "--desktop-cache="}, flags...)
 	p := &upProcess{t: t, cmd: exec.Command(bin, args...),
 		stdout: filepath.Join(dir, "stdout"), log: filepath.Join(dir, "log")}
 	stdout, err := os.Create(p.stdout)

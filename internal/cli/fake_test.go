@@ -14,6 +14,8 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
 	"github.com/kibotos/kibotos/internal/testutil"
 )
 
@@ -25,10 +27,15 @@ var created = timestamppb.New(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC))
 // FAILED, a watch cut short, workspaces with network faults and volume
 // failures of every kind, an import of an archive that is no image, and a
 // registry import (the real server would fetch from the registry, and tests
-// reach no address but loopback).
+// reach no address but loopback). Its sessions name itself as the data
+// plane, which serves a screen and records input: a deployment with a
+// display needs the desktop template's image.
 type ctrlFake struct {
 	ctrlv1connect.UnimplementedWorkspaceServiceHandler
 	ctrlv1connect.UnimplementedTemplateServiceHandler
+	ctrlv1connect.UnimplementedSessionServiceHandler
+	datav1connect.UnimplementedScreenServiceHandler
+	datav1connect.UnimplementedInputServiceHandler
 
 	recorder
 	proto map[string]int    // HTTP major version, by procedure
@@ -39,6 +46,9 @@ type ctrlFake struct {
 
 	imported []byte // the chunks of the last import, concatenated
 	chunks   int
+
+	endpoint string                        // the server's URL, which sessions name
+	screen   *datav1.CaptureScreenResponse // answered by CaptureScreen
 }
 
 // recorder keeps the method names and requests a fake is sent, in order;
@@ -107,6 +117,21 @@ func (f *ctrlFake) WatchWorkspace(_ context.Context, r *connect.Request[ctrlv1.W
 	return nil
 }
 
+func (f *ctrlFake) IssueSession(_ context.Context, r *connect.Request[ctrlv1.IssueSessionRequest]) (*connect.Response[ctrlv1.IssueSessionResponse], error) {
+	f.record(r)
+	return connect.NewResponse(&ctrlv1.IssueSessionResponse{SessionId: "s1", Token: "session-token", Endpoint: f.endpoint}), nil
+}
+
+func (f *ctrlFake) CaptureScreen(_ context.Context, r *connect.Request[datav1.CaptureScreenRequest]) (*connect.Response[datav1.CaptureScreenResponse], error) {
+	f.record(r)
+	return connect.NewResponse(f.screen), nil
+}
+
+func (f *ctrlFake) DeliverInput(_ context.Context, r *connect.Request[datav1.DeliverInputRequest]) (*connect.Response[datav1.DeliverInputResponse], error) {
+	f.record(r)
+	return connect.NewResponse(&datav1.DeliverInputResponse{}), nil
+}
+
 // env is one test's fake on an h2c server, as internal/server serves.
 func newCtrlEnv(t *testing.T) (*env, *ctrlFake) {
 	t.Helper()
@@ -114,6 +139,9 @@ func newCtrlEnv(t *testing.T) (*env, *ctrlFake) {
 	mux := http.NewServeMux()
 	mux.Handle(ctrlv1connect.NewWorkspaceServiceHandler(f))
 	mux.Handle(ctrlv1connect.NewTemplateServiceHandler(f))
+	mux.Handle(ctrlv1connect.NewSessionServiceHandler(f))
+	mux.Handle(datav1connect.NewScreenServiceHandler(f))
+	mux.Handle(datav1connect.NewInputServiceHandler(f))
 	srv := testutil.H2CServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		method := r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
@@ -122,6 +150,7 @@ func newCtrlEnv(t *testing.T) (*env, *ctrlFake) {
 		f.mu.Unlock()
 		mux.ServeHTTP(w, r)
 	}))
+	f.endpoint = srv.URL
 
 	home := cleanHome(t)
 	return &env{addr: srv.URL, home: home, token: "tok"}, f

@@ -55,6 +55,8 @@ func wsCommand() *cobra.Command {
 		wsExposeCommand(c),
 		wsExposuresCommand(c),
 		wsExportCommand(c),
+		wsScreenshotCommand(c),
+		wsInputCommand(c),
 	)
 	return cmd
 }
@@ -120,6 +122,7 @@ type wsCreateFlags struct {
 	keepVolume   bool
 	deleteVolume bool
 	expire       expireFlags
+	require      []string
 }
 
 func (f *wsCreateFlags) register(cmd *cobra.Command) {
@@ -137,6 +140,7 @@ func (f *wsCreateFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.expire.at, "expire-at", "", "expire at this RFC 3339 time, such as 2025-03-01T12:00:00Z")
 	fl.StringVar(&f.expire.action, "expire-action", "", "what expiring does: stop or delete (default: stop)")
 	cmd.MarkFlagsMutuallyExclusive("expire-in", "expire-at")
+	fl.StringSliceVar(&f.require, "require", nil, "capabilities the host must offer, comma-separated or repeated: screen and input (with a template that carries a display, such as desktop), volume.storage_pool, runtime.gvisor")
 }
 
 func (f *wsCreateFlags) spec() (*ctrlv1.WorkspaceCreateSpec, error) {
@@ -167,6 +171,9 @@ func (f *wsCreateFlags) spec() (*ctrlv1.WorkspaceCreateSpec, error) {
 	}
 	if spec.Expiration, err = f.expire.policy("expire-"); err != nil {
 		return nil, err
+	}
+	if len(f.require) > 0 {
+		spec.Capabilities = &ctrlv1.CapabilityRequirements{Required: f.require}
 	}
 	return spec, nil
 }

@@ -117,6 +117,12 @@ type Options struct {
 	// MaxLayerBytes bounds the file content of one template layer the host
 	// unpacks; zero is imagestore.DefaultMaxLayerBytes.
 	MaxLayerBytes uint64
+	// DesktopCache, when set, is the directory of the desktop template's
+	// image (imagestore.DesktopCacheDir for `kibotos up`): once serving,
+	// the deployment builds it there unless it is built (minutes, once per
+	// machine), then makes sure of the built-in template desktop. Empty:
+	// no desktop template.
+	DesktopCache string
 	// MetricsTokenFile, when set, names a file whose content (surrounding
 	// white space removed) is the bearer token GET /metrics requires;
 	// empty serves the metrics to anyone who reaches the listener.
@@ -246,6 +252,12 @@ func Run(ctx context.Context, o Options) error {
 				}
 			}
 			ctl.Transfers.Run(ctx, transferSweepEvery)
+			return nil
+		})
+	}
+	if o.DesktopCache != "" {
+		g.Go(func() error {
+			provideDesktop(ctx, st, images, o.DesktopCache)
 			return nil
 		})
 	}
@@ -452,4 +464,24 @@ func bootstrap(ctx context.Context, st store.Store, o Options) error {
 	}
 	slog.Info("admin token kept for the CLI", "file", path)
 	return nil
+}
+
+// provideDesktop makes sure of the built-in template desktop, building its
+// image in cacheDir first when none is built there. Failures are logged:
+// the deployment serves without the template.
+func provideDesktop(ctx context.Context, st store.Store, images *imagestore.Store, cacheDir string) {
+	err := templates.EnsureDesktop(ctx, st, images, cacheDir)
+	if errors.Is(err, os.ErrNotExist) {
+		slog.Info("building the desktop template's image; the first build takes about 8 minutes", "dir", imagestore.DesktopImageDir(cacheDir))
+		if _, err = imagestore.BuildDesktopImage(ctx, cacheDir, os.Stderr); err == nil {
+			err = templates.EnsureDesktop(ctx, st, images, cacheDir)
+		}
+	}
+	switch {
+	case ctx.Err() != nil:
+	case err != nil:
+		slog.Warn("no desktop template", "err", err)
+	default:
+		slog.Info("the built-in template desktop is ready")
+	}
 }

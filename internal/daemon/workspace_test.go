@@ -53,7 +53,7 @@ func up(t *testing.T, home string) *deployment {
 }
 
 // upWith starts a deployment on home with o's network, storage, guest
-// health and metrics settings.
+// health, metrics and desktop settings.
 func upWith(t *testing.T, home string, o daemon.Options) *deployment {
 	t.Helper()
 	hosttest.RequireRoot(t)
@@ -65,7 +65,8 @@ func upWith(t *testing.T, home string, o daemon.Options) *deployment {
 			GuestAgent: guestAgent, Ready: func(a net.Addr) { ready <- a },
 			UnsafeExemptRanges: o.UnsafeExemptRanges, DeploymentResolvers: o.DeploymentResolvers,
 			StoragePools: o.StoragePools, VolumeBytes: o.VolumeBytes, MetricsTokenFile: o.MetricsTokenFile,
-			GuestProbeInterval: o.GuestProbeInterval, GuestMemory: o.GuestMemory, ExposureDomain: o.ExposureDomain})
+			GuestProbeInterval: o.GuestProbeInterval, GuestMemory: o.GuestMemory, ExposureDomain: o.ExposureDomain,
+			DesktopCache: o.DesktopCache})
 	}()
 	select {
 	case a := <-ready:
@@ -336,7 +337,8 @@ func TestBadWorkspaceInputsStoreNothing(t *testing.T) {
 		"unknown template":        {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: res(128*mib, 0), Template: &ctrlv1.TemplateSelector{TemplateId: "nope"}}}, connect.CodeNotFound},
 		"unknown revision":        {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: res(128*mib, 0), Template: &ctrlv1.TemplateSelector{TemplateId: "base", Revision: "sha256-0000000000000000"}}}, connect.CodeNotFound},
 		"unknown capability":      {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: res(128*mib, 0), Capabilities: &ctrlv1.CapabilityRequirements{Required: []string{"teleport"}}}}, connect.CodeInvalidArgument},
-		"absent capability":       {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: res(128*mib, 0), Capabilities: &ctrlv1.CapabilityRequirements{Required: []string{"screen"}}}}, connect.CodeFailedPrecondition},
+		"absent capability":       {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: res(128*mib, 0), Capabilities: &ctrlv1.CapabilityRequirements{Required: []string{"runtime.gvisor"}}}}, connect.CodeFailedPrecondition},
+		"screen without display":  {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: res(128*mib, 0), Capabilities: &ctrlv1.CapabilityRequirements{Required: []string{"screen"}}}}, connect.CodeFailedPrecondition},
 		"memory beyond the host":  {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: res(1<<50, 0)}}, connect.CodeResourceExhausted},
 		"expiration in the past":  {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: res(128*mib, 0), Expiration: &ctrlv1.WorkspaceExpirationPolicy{Deadline: past, Action: ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_STOP}}}, connect.CodeInvalidArgument},
 		"expiration no action":    {&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: &ctrlv1.WorkspaceCreateSpec{Resources: res(128*mib, 0), Expiration: &ctrlv1.WorkspaceExpirationPolicy{Deadline: timestamppb.New(time.Now().Add(time.Hour))}}}, connect.CodeInvalidArgument},

@@ -15,6 +15,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/kibotos/kibotos/internal/guestabi"
 )
 
 // Image is a template image held in a Store.
@@ -39,6 +41,9 @@ type ImageConfig struct {
 	Cmd        []string
 	WorkingDir string
 	User       string
+	// Display is the screen the image's workspaces carry, from its label
+	// guestabi.DisplayLabel; nil without the label.
+	Display *guestabi.DisplaySize
 }
 
 // Blobs returns the digests of every blob the image consists of (manifest, config,
@@ -108,6 +113,9 @@ func (s *Store) importImage(ctx context.Context, img v1.Image) (Image, error) {
 	}
 	if len(cf.RootFS.DiffIDs) != len(m.Layers) {
 		return Image{}, fmt.Errorf("%w: manifest has %d layers, config %d diff_ids", ErrInvalidImage, len(m.Layers), len(cf.RootFS.DiffIDs))
+	}
+	if _, err := displayOf(cf.Config.Labels); err != nil {
+		return Image{}, err
 	}
 
 	stage, err := os.MkdirTemp(s.tmpDir(), "import-*")
@@ -251,6 +259,10 @@ func (s *Store) Image(manifestDigest string) (Image, error) {
 	if len(cf.RootFS.DiffIDs) != len(m.Layers) {
 		return Image{}, fmt.Errorf("image %s: %w: %d layers, %d diff_ids", manifestDigest, ErrInvalidImage, len(m.Layers), len(cf.RootFS.DiffIDs))
 	}
+	display, err := displayOf(cf.Config.Labels)
+	if err != nil {
+		return Image{}, fmt.Errorf("image %s: %w", manifestDigest, err)
+	}
 	img := Image{
 		ManifestDigest: manifestDigest,
 		ConfigDigest:   m.Config.Digest.String(),
@@ -260,6 +272,7 @@ func (s *Store) Image(manifestDigest string) (Image, error) {
 			Cmd:        cf.Config.Cmd,
 			WorkingDir: cf.Config.WorkingDir,
 			User:       cf.Config.User,
+			Display:    display,
 		},
 	}
 	for i, desc := range m.Layers {
@@ -270,6 +283,20 @@ func (s *Store) Image(manifestDigest string) (Image, error) {
 		})
 	}
 	return img, nil
+}
+
+// displayOf reads the display label of an image config's labels: nil
+// without one, ErrInvalidImage when it is not a display size.
+func displayOf(labels map[string]string) (*guestabi.DisplaySize, error) {
+	v, ok := labels[guestabi.DisplayLabel]
+	if !ok {
+		return nil, nil
+	}
+	d, err := guestabi.ParseDisplaySize(v)
+	if err != nil {
+		return nil, fmt.Errorf("%w: label %s: %v", ErrInvalidImage, guestabi.DisplayLabel, err)
+	}
+	return &d, nil
 }
 
 // readBlob returns a small blob's content (a manifest or config).

@@ -345,9 +345,13 @@ func describe(ctx context.Context, images *imagestore.Store, img imagestore.Imag
 	if err != nil {
 		return nil, importError(ctx, err, connect.CodeInvalidArgument)
 	}
-	return &ctrlv1.TemplateRevision{
+	out := &ctrlv1.TemplateRevision{
 		Revision: rev, ImageDigest: img.ManifestDigest, SizeBytes: size, UnpackedBytes: unpacked, Source: source,
-	}, nil
+	}
+	if d := img.Config.Display; d != nil {
+		out.Display = &ctrlv1.TemplateDisplay{Width: d.Width, Height: d.Height}
+	}
+	return out, nil
 }
 
 // addRevision adds an imported image to t as revision rev (whose
@@ -406,7 +410,7 @@ func addRevision(ctx context.Context, tx store.Tx, t *tmpl, img imagestore.Image
 
 // storedImage is the image of a revision as hosts need it.
 func storedImage(templateID, revision string, img imagestore.Image) Image {
-	out := Image{TemplateID: templateID, Revision: revision, Digest: img.ManifestDigest, Env: img.Config.Env}
+	out := Image{TemplateID: templateID, Revision: revision, Digest: img.ManifestDigest, Env: img.Config.Env, Display: img.Config.Display}
 	for _, l := range img.Layers {
 		out.Layers = append(out.Layers, Layer{Digest: l.Digest, DiffID: l.DiffID, Size: l.Size})
 	}

@@ -15,6 +15,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
+	"github.com/kibotos/kibotos/internal/guestabi"
 )
 
 // BuiltinProject is the project that holds the deployment's built-in
@@ -32,6 +33,8 @@ type Image struct {
 	Digest     string   `json:"digest"`
 	Layers     []Layer  `json:"layers"`
 	Env        []string `json:"env,omitempty"`
+	// Display is the screen the revision's workspaces carry; nil for none.
+	Display *guestabi.DisplaySize `json:"display,omitempty"`
 }
 
 // Layer is one compressed layer blob of an Image.

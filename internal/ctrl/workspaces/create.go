@@ -104,6 +104,9 @@ func (s *Service) create(ctx context.Context, tx store.Tx, projectID string, req
 	if err != nil {
 		return nil, err
 	}
+	if err := checkDisplayCapabilities(spec.Capabilities, ref, image); err != nil {
+		return nil, err
+	}
 	policy, refs, err := checkPolicy(ctx, tx, projectID, spec.NetworkPolicy)
 	if err != nil {
 		return nil, err

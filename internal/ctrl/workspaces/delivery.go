@@ -73,6 +73,9 @@ func (r *record) assignment(now time.Time) *hostv1.Assignment {
 		},
 	}
 	a.Restore = r.restoreAssignment()
+	if d := r.book.Image.Display; d != nil {
+		a.Template.Display = &ctrlv1.TemplateDisplay{Width: d.Width, Height: d.Height}
+	}
 	for _, l := range r.book.Image.Layers {
 		a.Template.Layers = append(a.Template.Layers, &hostv1.TemplateLayer{Digest: l.Digest, DiffId: l.DiffID, SizeBytes: uint64(l.Size)})
 	}

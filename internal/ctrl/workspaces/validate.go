@@ -13,6 +13,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
+	"github.com/kibotos/kibotos/internal/ctrl/templates"
 	"github.com/kibotos/kibotos/internal/netcheck"
 )
 
@@ -35,7 +36,7 @@ const (
 // knownCapabilities are the capability names the API defines. A host
 // offers volume.storage_pool when it reaches a storage pool.
 var knownCapabilities = map[string]bool{
-	"volume.storage_pool": true, "screen": true, "input": true, "runtime.gvisor": true,
+	"volume.storage_pool": true, guestabi.CapabilityScreen: true, guestabi.CapabilityInput: true, "runtime.gvisor": true,
 }
 
 func invalid(format string, a ...any) error {
@@ -75,10 +76,31 @@ func checkCapabilities(c *ctrlv1.CapabilityRequirements) error {
 	return nil
 }
 
+// checkDisplayCapabilities refuses the capabilities screen and input for
+// a template revision that carries no display: hosts offer them only for
+// one that does.
+func checkDisplayCapabilities(c *ctrlv1.CapabilityRequirements, ref *ctrlv1.TemplateRef, img templates.Image) error {
+	if img.Display != nil {
+		return nil
+	}
+	for _, name := range c.GetRequired() {
+		if name == guestabi.CapabilityScreen || name == guestabi.CapabilityInput {
+			return capabilityError(fmt.Errorf("capability %q needs a template that carries a display; template %q revision %s carries none (the built-in template desktop does)",
+				name, ref.GetTemplateId(), ref.GetRevision()))
+		}
+	}
+	return nil
+}
+
 // capabilityUnavailable is the refusal of a known capability that no
 // host of the deployment offers.
 func capabilityUnavailable(name string) error {
-	err := connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("capability %q is not offered by any host of this deployment", name))
+	return capabilityError(fmt.Errorf("capability %q is not offered by any host of this deployment", name))
+}
+
+// capabilityError is failed_precondition with reason CAPABILITY_UNAVAILABLE.
+func capabilityError(cause error) error {
+	err := connect.NewError(connect.CodeFailedPrecondition, cause)
 	if d, derr := connect.NewErrorDetail(&ctrlv1.ErrorDetail{
 		Reason: ctrlv1.FailureReason_FAILURE_REASON_CAPABILITY_UNAVAILABLE,
 		Stage:  ctrlv1.FailureStage_FAILURE_STAGE_VALIDATING,

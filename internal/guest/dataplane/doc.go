@@ -1,7 +1,8 @@
 // Package dataplane is the data plane inside a guest: the Connect handlers of
-// kibotos.data.v1's ProcessService, FileService and ServiceService that the
-// guest agent (cmd/kibotos-guest) serves on /run/kibotos/data.sock, behind
-// the host's gateway.
+// kibotos.data.v1's ProcessService, FileService, ServiceService, and
+// ScreenService and InputService (display.go, over the display of package
+// internal/guest/x11) that the guest agent (cmd/kibotos-guest) serves on
+// /run/kibotos/data.sock, behind the host's gateway.
 //
 // # Processes and the reaper
 //

@@ -22,14 +22,24 @@ import (
 // testEnv is the data plane served in-process over HTTP/2 on a unix
 // socket, with generated clients.
 type testEnv struct {
-	procs *ProcessService
-	files *FileService
-	pc    datav1connect.ProcessServiceClient
-	fc    datav1connect.FileServiceClient
-	sc    datav1connect.ServiceServiceClient
+	procs  *ProcessService
+	files  *FileService
+	pc     datav1connect.ProcessServiceClient
+	fc     datav1connect.FileServiceClient
+	sc     datav1connect.ServiceServiceClient
+	screen datav1connect.ScreenServiceClient
+	input  datav1connect.InputServiceClient
 }
 
+// newTestEnv serves a data plane without a display.
 func newTestEnv(t *testing.T) *testEnv {
+	t.Helper()
+	return newDisplayEnv(t, func(*ProcessService) *DisplayService { return NewDisplayService(nil, NoDisplay) })
+}
+
+// newDisplayEnv serves a data plane whose display services display
+// returns, given the process service.
+func newDisplayEnv(t *testing.T, display func(*ProcessService) *DisplayService) *testEnv {
 	t.Helper()
 	// Processes and files run as other users.
 	hosttest.RequireRoot(t)
@@ -42,7 +52,7 @@ func newTestEnv(t *testing.T) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(NewHandler(e.procs, e.files, NewServiceService()))
+	srv := NewServer(NewHandler(e.procs, e.files, NewServiceService(), display(e.procs)))
 	go srv.Serve(ln)
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -56,6 +66,8 @@ func newTestEnv(t *testing.T) *testEnv {
 	e.pc = datav1connect.NewProcessServiceClient(hc, "http://guest")
 	e.fc = datav1connect.NewFileServiceClient(hc, "http://guest")
 	e.sc = datav1connect.NewServiceServiceClient(hc, "http://guest")
+	e.screen = datav1connect.NewScreenServiceClient(hc, "http://guest")
+	e.input = datav1connect.NewInputServiceClient(hc, "http://guest")
 	t.Cleanup(func() {
 		// End what the test started, then the server.
 		if err := e.procs.Terminate(time.Second); err != nil {

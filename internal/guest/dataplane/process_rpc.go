@@ -34,6 +34,18 @@ func (s *ProcessService) StartProcess(ctx context.Context, req *connect.Request[
 	return follow(ctx, p.out, cur, stream)
 }
 
+// Launch starts a process as StartProcess does, for the agent itself:
+// no caller follows its output, which it keeps for ConnectProcess. ended
+// is closed once the process has ended. Errors are Connect errors.
+func (s *ProcessService) Launch(req *datav1.StartProcessRequest) (ended <-chan struct{}, err error) {
+	p, cur, err := s.start(req)
+	if err != nil {
+		return nil, err
+	}
+	p.out.detach(cur)
+	return p.done, nil
+}
+
 // ConnectProcess implements ProcessService.ConnectProcess: the buffered
 // output first, then new output and the exit.
 func (s *ProcessService) ConnectProcess(ctx context.Context, req *connect.Request[datav1.ConnectProcessRequest], stream *connect.ServerStream[datav1.ProcessEvent]) error {

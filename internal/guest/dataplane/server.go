@@ -16,11 +16,12 @@ import (
 // so a caller cannot make the agent buffer more.
 const maxMessage = 16 << 20
 
-// NewHandler serves the ProcessService, the FileService and the
-// ServiceService with Connect (and gRPC, gRPC-Web). A panic in a handler becomes an internal error
-// instead of ending the agent, the guest's PID 1. A request message may
-// be up to 16 MiB.
-func NewHandler(procs *ProcessService, files *FileService, services *ServiceService, opts ...connect.HandlerOption) http.Handler {
+// NewHandler serves the ProcessService, the FileService, the
+// ServiceService, and the ScreenService and InputService of display with
+// Connect (and gRPC, gRPC-Web). A panic in a handler becomes an internal
+// error instead of ending the agent, the guest's PID 1. A request message
+// may be up to 16 MiB.
+func NewHandler(procs *ProcessService, files *FileService, services *ServiceService, display *DisplayService, opts ...connect.HandlerOption) http.Handler {
 	logf := procs.logf
 	recovering := connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
 		logf("panic in %s: %v\n%s", spec.Procedure, p, debug.Stack())
@@ -33,6 +34,8 @@ func NewHandler(procs *ProcessService, files *FileService, services *ServiceServ
 	// A service's bytes are sent as they come: compressing them would cost
 	// the guest's CPU on data that is often compressed already.
 	mux.Handle(datav1connect.NewServiceServiceHandler(services, append(opts, connect.WithCompression("gzip", nil, nil))...))
+	mux.Handle(datav1connect.NewScreenServiceHandler(display, opts...))
+	mux.Handle(datav1connect.NewInputServiceHandler(display, opts...))
 	return mux
 }
 

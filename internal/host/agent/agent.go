@@ -22,6 +22,7 @@ import (
 
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
+	"github.com/kibotos/kibotos/internal/guestabi"
 	"github.com/kibotos/kibotos/internal/host/psi"
 	"github.com/kibotos/kibotos/internal/host/runtime"
 	"github.com/kibotos/kibotos/internal/imagestore"
@@ -178,8 +179,11 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 func (a *Agent) watch(ctx context.Context) error {
+	// Every runtime runs the display of a template that carries one, and
+	// the guest agent serves its screen and input.
 	reg := &hostv1.RegisterHostRequest{HostId: a.cfg.HostID, Capacity: a.cfg.Capacity, Runtimes: a.cfg.Runtimes,
-		DataPlaneEndpoint: a.cfg.DataPlaneEndpoint, ExposureDomain: a.cfg.ExposureDomain, StoragePools: a.vols.registration()}
+		DataPlaneEndpoint: a.cfg.DataPlaneEndpoint, ExposureDomain: a.cfg.ExposureDomain, StoragePools: a.vols.registration(),
+		Capabilities: []string{guestabi.CapabilityScreen, guestabi.CapabilityInput}}
 	if len(reg.StoragePools) > 0 {
 		reg.Capabilities = append(reg.Capabilities, "volume.storage_pool")
 	}

@@ -11,6 +11,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/guestabi"
 	"github.com/kibotos/kibotos/internal/host/netslot"
 	"github.com/kibotos/kibotos/internal/host/runtime"
 )
@@ -91,6 +92,9 @@ func (e *execution) boot(ctx context.Context, as *hostv1.Assignment, layers []st
 		GuestAgent: e.agent.cfg.GuestAgent, Hostname: as.WorkspaceId, Env: as.Template.GetEnv(),
 		NetNS: e.agent.netnsPath(e.id), ResolvConf: netslot.ResolvConf(e.agent.cfg.Network.DeploymentResolvers),
 		Volume: volume,
+	}
+	if d := as.Template.GetDisplay(); d != nil {
+		spec.Display = &guestabi.DisplaySize{Width: d.GetWidth(), Height: d.GetHeight()}
 	}
 	if err := e.agent.cfg.Driver.Start(ctx, spec); err != nil {
 		fail(ctrlv1.FailureStage_FAILURE_STAGE_STARTING, err)

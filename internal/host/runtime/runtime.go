@@ -11,6 +11,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/kibotos/kibotos/internal/guestabi"
 	"github.com/kibotos/kibotos/internal/host/psi"
 )
 
@@ -55,6 +56,9 @@ type Spec struct {
 	ResolvConf []byte
 	// Volume, when set, is mounted into the guest.
 	Volume *VolumeMount
+	// Display, when set, has the guest agent run an X display of this
+	// size (guestabi.DisplayName) before it answers the readiness probe.
+	Display *guestabi.DisplaySize
 }
 
 // VolumeMount is a volume of an execution: an ext4 image that outlives

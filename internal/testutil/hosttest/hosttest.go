@@ -1,9 +1,12 @@
 // Package hosttest gives tests what they need of the host: skips for tests
-// that need root or runc, and a busybox root filesystem for containers. It
+// that need root, runc or Xvfb, free X display numbers, and a busybox root
+// filesystem for containers. It
 // imports nothing of the module, so that every package's tests may use it.
 package hosttest
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -92,4 +95,29 @@ func BusyboxRoot(t testing.TB) string {
 		}
 	}
 	return root
+}
+
+// RequireXvfb skips the test unless the X server Xvfb is installed
+// (scripts/install-deps installs it).
+func RequireXvfb(t testing.TB) {
+	t.Helper()
+	if _, err := exec.LookPath("Xvfb"); err != nil {
+		t.Skip("Xvfb is not installed (scripts/install-deps installs it)")
+	}
+}
+
+// FreeDisplay returns an X display number that no server of this machine
+// uses (neither its lock file nor its socket exists), picked from a range
+// that differs between test processes.
+func FreeDisplay(t testing.TB) int {
+	t.Helper()
+	for n := 100 + os.Getpid()%500; n < 1000; n++ {
+		_, lockErr := os.Stat(fmt.Sprintf("/tmp/.X%d-lock", n))
+		_, sockErr := os.Stat(fmt.Sprintf("/tmp/.X11-unix/X%d", n))
+		if errors.Is(lockErr, os.ErrNotExist) && errors.Is(sockErr, os.ErrNotExist) {
+			return n
+		}
+	}
+	t.Fatal("no free X display number")
+	return 0
 }

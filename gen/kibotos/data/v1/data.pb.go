@@ -1,5 +1,5 @@
 // kibotos.data.v1 is the data plane of a Workspace: processes and files
-// inside its guest, and what it uses. Callers reach it at the endpoint of a
+// inside its guest, its screen and input, and what it uses. Callers reach it at the endpoint of a
 // session that SessionService.IssueSession returned, sending the session
 // token as Authorization: Bearer <token>; the host's gateway checks the
 // token and streams each call to the guest agent of that Workspace's
@@ -2466,6 +2466,597 @@ func (x *ReadMetricsResponse) GetReadAt() *timestamppb.Timestamp {
 	return nil
 }
 
+// CaptureScreenRequest is the input of CaptureScreen.
+type CaptureScreenRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CaptureScreenRequest) Reset() {
+	*x = CaptureScreenRequest{}
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CaptureScreenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CaptureScreenRequest) ProtoMessage() {}
+
+func (x *CaptureScreenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CaptureScreenRequest.ProtoReflect.Descriptor instead.
+func (*CaptureScreenRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{38}
+}
+
+// CaptureScreenResponse carries one capture of the screen.
+type CaptureScreenResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// png is the screen as a PNG image (8-bit RGB).
+	Png []byte `protobuf:"bytes,1,opt,name=png,proto3" json:"png,omitempty"`
+	// width and height are the screen's size in pixels.
+	Width         uint32 `protobuf:"varint,2,opt,name=width,proto3" json:"width,omitempty"`
+	Height        uint32 `protobuf:"varint,3,opt,name=height,proto3" json:"height,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CaptureScreenResponse) Reset() {
+	*x = CaptureScreenResponse{}
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CaptureScreenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CaptureScreenResponse) ProtoMessage() {}
+
+func (x *CaptureScreenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CaptureScreenResponse.ProtoReflect.Descriptor instead.
+func (*CaptureScreenResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *CaptureScreenResponse) GetPng() []byte {
+	if x != nil {
+		return x.Png
+	}
+	return nil
+}
+
+func (x *CaptureScreenResponse) GetWidth() uint32 {
+	if x != nil {
+		return x.Width
+	}
+	return 0
+}
+
+func (x *CaptureScreenResponse) GetHeight() uint32 {
+	if x != nil {
+		return x.Height
+	}
+	return 0
+}
+
+// DeliverInputRequest is the input of DeliverInput.
+type DeliverInputRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// events are delivered in order; 1 to 1000 of them.
+	Events        []*InputEvent `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeliverInputRequest) Reset() {
+	*x = DeliverInputRequest{}
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeliverInputRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeliverInputRequest) ProtoMessage() {}
+
+func (x *DeliverInputRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeliverInputRequest.ProtoReflect.Descriptor instead.
+func (*DeliverInputRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *DeliverInputRequest) GetEvents() []*InputEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+// DeliverInputResponse is empty: the events were delivered.
+type DeliverInputResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeliverInputResponse) Reset() {
+	*x = DeliverInputResponse{}
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeliverInputResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeliverInputResponse) ProtoMessage() {}
+
+func (x *DeliverInputResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeliverInputResponse.ProtoReflect.Descriptor instead.
+func (*DeliverInputResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{41}
+}
+
+// InputEvent is one keyboard or pointer action.
+type InputEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Event:
+	//
+	//	*InputEvent_Key
+	//	*InputEvent_Text
+	//	*InputEvent_PointerMove
+	//	*InputEvent_Button
+	//	*InputEvent_Scroll
+	Event         isInputEvent_Event `protobuf_oneof:"event"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InputEvent) Reset() {
+	*x = InputEvent{}
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InputEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InputEvent) ProtoMessage() {}
+
+func (x *InputEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InputEvent.ProtoReflect.Descriptor instead.
+func (*InputEvent) Descriptor() ([]byte, []int) {
+	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *InputEvent) GetEvent() isInputEvent_Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *InputEvent) GetKey() *KeyInput {
+	if x != nil {
+		if x, ok := x.Event.(*InputEvent_Key); ok {
+			return x.Key
+		}
+	}
+	return nil
+}
+
+func (x *InputEvent) GetText() *TextInput {
+	if x != nil {
+		if x, ok := x.Event.(*InputEvent_Text); ok {
+			return x.Text
+		}
+	}
+	return nil
+}
+
+func (x *InputEvent) GetPointerMove() *PointerMoveInput {
+	if x != nil {
+		if x, ok := x.Event.(*InputEvent_PointerMove); ok {
+			return x.PointerMove
+		}
+	}
+	return nil
+}
+
+func (x *InputEvent) GetButton() *ButtonInput {
+	if x != nil {
+		if x, ok := x.Event.(*InputEvent_Button); ok {
+			return x.Button
+		}
+	}
+	return nil
+}
+
+func (x *InputEvent) GetScroll() *ScrollInput {
+	if x != nil {
+		if x, ok := x.Event.(*InputEvent_Scroll); ok {
+			return x.Scroll
+		}
+	}
+	return nil
+}
+
+type isInputEvent_Event interface {
+	isInputEvent_Event()
+}
+
+type InputEvent_Key struct {
+	Key *KeyInput `protobuf:"bytes,1,opt,name=key,proto3,oneof"`
+}
+
+type InputEvent_Text struct {
+	Text *TextInput `protobuf:"bytes,2,opt,name=text,proto3,oneof"`
+}
+
+type InputEvent_PointerMove struct {
+	PointerMove *PointerMoveInput `protobuf:"bytes,3,opt,name=pointer_move,json=pointerMove,proto3,oneof"`
+}
+
+type InputEvent_Button struct {
+	Button *ButtonInput `protobuf:"bytes,4,opt,name=button,proto3,oneof"`
+}
+
+type InputEvent_Scroll struct {
+	Scroll *ScrollInput `protobuf:"bytes,5,opt,name=scroll,proto3,oneof"`
+}
+
+func (*InputEvent_Key) isInputEvent_Event() {}
+
+func (*InputEvent_Text) isInputEvent_Event() {}
+
+func (*InputEvent_PointerMove) isInputEvent_Event() {}
+
+func (*InputEvent_Button) isInputEvent_Event() {}
+
+func (*InputEvent_Scroll) isInputEvent_Event() {}
+
+// KeyInput presses or releases one key, named by the X keysym it produces.
+type KeyInput struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// keysym is an X keysym name ("Return", "a", "A", "Control_L", "F5",
+	// "Left", "KP_Enter", "exclam", ...), a single character ("é", "€"), or a
+	// code point as "U+20AC". A keysym the keyboard map lacks is given a
+	// spare key for the time it is needed; one that needs Shift on its key
+	// is sent with Shift.
+	Keysym string `protobuf:"bytes,1,opt,name=keysym,proto3" json:"keysym,omitempty"`
+	// down presses the key (true) or releases it (false); absent does both:
+	// one keystroke.
+	Down          *bool `protobuf:"varint,2,opt,name=down,proto3,oneof" json:"down,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyInput) Reset() {
+	*x = KeyInput{}
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyInput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyInput) ProtoMessage() {}
+
+func (x *KeyInput) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyInput.ProtoReflect.Descriptor instead.
+func (*KeyInput) Descriptor() ([]byte, []int) {
+	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *KeyInput) GetKeysym() string {
+	if x != nil {
+		return x.Keysym
+	}
+	return ""
+}
+
+func (x *KeyInput) GetDown() bool {
+	if x != nil && x.Down != nil {
+		return *x.Down
+	}
+	return false
+}
+
+// TextInput types a text, one keystroke per character, as if no modifier
+// were held: "\n" is Return and "\t" Tab. Any Unicode character can be
+// typed (one the keyboard map lacks is given a spare key). At most 4096
+// characters.
+type TextInput struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Text          string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TextInput) Reset() {
+	*x = TextInput{}
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TextInput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TextInput) ProtoMessage() {}
+
+func (x *TextInput) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TextInput.ProtoReflect.Descriptor instead.
+func (*TextInput) Descriptor() ([]byte, []int) {
+	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *TextInput) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+// PointerMoveInput moves the pointer to a point of the screen.
+type PointerMoveInput struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// x and y are pixels from the screen's top-left corner, within the
+	// screen.
+	X             uint32 `protobuf:"varint,1,opt,name=x,proto3" json:"x,omitempty"`
+	Y             uint32 `protobuf:"varint,2,opt,name=y,proto3" json:"y,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PointerMoveInput) Reset() {
+	*x = PointerMoveInput{}
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PointerMoveInput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PointerMoveInput) ProtoMessage() {}
+
+func (x *PointerMoveInput) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PointerMoveInput.ProtoReflect.Descriptor instead.
+func (*PointerMoveInput) Descriptor() ([]byte, []int) {
+	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *PointerMoveInput) GetX() uint32 {
+	if x != nil {
+		return x.X
+	}
+	return 0
+}
+
+func (x *PointerMoveInput) GetY() uint32 {
+	if x != nil {
+		return x.Y
+	}
+	return 0
+}
+
+// ButtonInput presses or releases a pointer button where the pointer is.
+type ButtonInput struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// button is 1 (left), 2 (middle), 3 (right), 4 to 7 (scroll up, down,
+	// left, right) or another button the display's pointer has (8, 9: back,
+	// forward).
+	Button uint32 `protobuf:"varint,1,opt,name=button,proto3" json:"button,omitempty"`
+	// down presses the button (true) or releases it (false); absent does
+	// both: one click.
+	Down          *bool `protobuf:"varint,2,opt,name=down,proto3,oneof" json:"down,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ButtonInput) Reset() {
+	*x = ButtonInput{}
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ButtonInput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ButtonInput) ProtoMessage() {}
+
+func (x *ButtonInput) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ButtonInput.ProtoReflect.Descriptor instead.
+func (*ButtonInput) Descriptor() ([]byte, []int) {
+	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ButtonInput) GetButton() uint32 {
+	if x != nil {
+		return x.Button
+	}
+	return 0
+}
+
+func (x *ButtonInput) GetDown() bool {
+	if x != nil && x.Down != nil {
+		return *x.Down
+	}
+	return false
+}
+
+// ScrollInput scrolls where the pointer is, in steps of the scroll wheel:
+// each step is a click of button 4 (up), 5 (down), 6 (left) or 7 (right).
+type ScrollInput struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// dx scrolls right when positive, left when negative; dy down when
+	// positive, up when negative. At most 100 steps each way.
+	Dx            int32 `protobuf:"varint,1,opt,name=dx,proto3" json:"dx,omitempty"`
+	Dy            int32 `protobuf:"varint,2,opt,name=dy,proto3" json:"dy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScrollInput) Reset() {
+	*x = ScrollInput{}
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScrollInput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScrollInput) ProtoMessage() {}
+
+func (x *ScrollInput) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScrollInput.ProtoReflect.Descriptor instead.
+func (*ScrollInput) Descriptor() ([]byte, []int) {
+	return file_kibotos_data_v1_data_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ScrollInput) GetDx() int32 {
+	if x != nil {
+		return x.Dx
+	}
+	return 0
+}
+
+func (x *ScrollInput) GetDy() int32 {
+	if x != nil {
+		return x.Dy
+	}
+	return 0
+}
+
 // Started is the first event.
 type ProcessEvent_Started struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2476,7 +3067,7 @@ type ProcessEvent_Started struct {
 
 func (x *ProcessEvent_Started) Reset() {
 	*x = ProcessEvent_Started{}
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[39]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2488,7 +3079,7 @@ func (x *ProcessEvent_Started) String() string {
 func (*ProcessEvent_Started) ProtoMessage() {}
 
 func (x *ProcessEvent_Started) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[39]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2523,7 +3114,7 @@ type ProcessEvent_Exited struct {
 
 func (x *ProcessEvent_Exited) Reset() {
 	*x = ProcessEvent_Exited{}
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[40]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2535,7 +3126,7 @@ func (x *ProcessEvent_Exited) String() string {
 func (*ProcessEvent_Exited) ProtoMessage() {}
 
 func (x *ProcessEvent_Exited) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_data_v1_data_proto_msgTypes[40]
+	mi := &file_kibotos_data_v1_data_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2715,7 +3306,39 @@ const file_kibotos_data_v1_data_proto_rawDesc = "" +
 	" \x01(\x04R\x0enetworkRxBytes\x12(\n" +
 	"\x10network_tx_bytes\x18\v \x01(\x04R\x0enetworkTxBytes\x12\x1c\n" +
 	"\tprocesses\x18\f \x01(\rR\tprocesses\x123\n" +
-	"\aread_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\x06readAt*~\n" +
+	"\aread_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\x06readAt\"\x16\n" +
+	"\x14CaptureScreenRequest\"W\n" +
+	"\x15CaptureScreenResponse\x12\x10\n" +
+	"\x03png\x18\x01 \x01(\fR\x03png\x12\x14\n" +
+	"\x05width\x18\x02 \x01(\rR\x05width\x12\x16\n" +
+	"\x06height\x18\x03 \x01(\rR\x06height\"J\n" +
+	"\x13DeliverInputRequest\x123\n" +
+	"\x06events\x18\x01 \x03(\v2\x1b.kibotos.data.v1.InputEventR\x06events\"\x16\n" +
+	"\x14DeliverInputResponse\"\xae\x02\n" +
+	"\n" +
+	"InputEvent\x12-\n" +
+	"\x03key\x18\x01 \x01(\v2\x19.kibotos.data.v1.KeyInputH\x00R\x03key\x120\n" +
+	"\x04text\x18\x02 \x01(\v2\x1a.kibotos.data.v1.TextInputH\x00R\x04text\x12F\n" +
+	"\fpointer_move\x18\x03 \x01(\v2!.kibotos.data.v1.PointerMoveInputH\x00R\vpointerMove\x126\n" +
+	"\x06button\x18\x04 \x01(\v2\x1c.kibotos.data.v1.ButtonInputH\x00R\x06button\x126\n" +
+	"\x06scroll\x18\x05 \x01(\v2\x1c.kibotos.data.v1.ScrollInputH\x00R\x06scrollB\a\n" +
+	"\x05event\"D\n" +
+	"\bKeyInput\x12\x16\n" +
+	"\x06keysym\x18\x01 \x01(\tR\x06keysym\x12\x17\n" +
+	"\x04down\x18\x02 \x01(\bH\x00R\x04down\x88\x01\x01B\a\n" +
+	"\x05_down\"\x1f\n" +
+	"\tTextInput\x12\x12\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\".\n" +
+	"\x10PointerMoveInput\x12\f\n" +
+	"\x01x\x18\x01 \x01(\rR\x01x\x12\f\n" +
+	"\x01y\x18\x02 \x01(\rR\x01y\"G\n" +
+	"\vButtonInput\x12\x16\n" +
+	"\x06button\x18\x01 \x01(\rR\x06button\x12\x17\n" +
+	"\x04down\x18\x02 \x01(\bH\x00R\x04down\x88\x01\x01B\a\n" +
+	"\x05_down\"-\n" +
+	"\vScrollInput\x12\x0e\n" +
+	"\x02dx\x18\x01 \x01(\x05R\x02dx\x12\x0e\n" +
+	"\x02dy\x18\x02 \x01(\x05R\x02dy*~\n" +
 	"\bFileType\x12\x19\n" +
 	"\x15FILE_TYPE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eFILE_TYPE_FILE\x10\x01\x12\x17\n" +
@@ -2751,7 +3374,11 @@ const file_kibotos_data_v1_data_proto_rawDesc = "" +
 	"\rListDirectory\x12%.kibotos.data.v1.ListDirectoryRequest\x1a&.kibotos.data.v1.ListDirectoryResponse\x12c\n" +
 	"\x0eWatchDirectory\x12&.kibotos.data.v1.WatchDirectoryRequest\x1a'.kibotos.data.v1.WatchDirectoryResponse0\x012j\n" +
 	"\x0eMetricsService\x12X\n" +
-	"\vReadMetrics\x12#.kibotos.data.v1.ReadMetricsRequest\x1a$.kibotos.data.v1.ReadMetricsResponseB\xb5\x01\n" +
+	"\vReadMetrics\x12#.kibotos.data.v1.ReadMetricsRequest\x1a$.kibotos.data.v1.ReadMetricsResponse2o\n" +
+	"\rScreenService\x12^\n" +
+	"\rCaptureScreen\x12%.kibotos.data.v1.CaptureScreenRequest\x1a&.kibotos.data.v1.CaptureScreenResponse2k\n" +
+	"\fInputService\x12[\n" +
+	"\fDeliverInput\x12$.kibotos.data.v1.DeliverInputRequest\x1a%.kibotos.data.v1.DeliverInputResponseB\xb5\x01\n" +
 	"\x13com.kibotos.data.v1B\tDataProtoP\x01Z5github.com/kibotos/kibotos/gen/kibotos/data/v1;datav1\xa2\x02\x03KDX\xaa\x02\x0fKibotos.Data.V1\xca\x02\x0fKibotos\\Data\\V1\xe2\x02\x1bKibotos\\Data\\V1\\GPBMetadata\xea\x02\x11Kibotos::Data::V1b\x06proto3"
 
 var (
@@ -2767,7 +3394,7 @@ func file_kibotos_data_v1_data_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_data_v1_data_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_kibotos_data_v1_data_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_kibotos_data_v1_data_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_kibotos_data_v1_data_proto_goTypes = []any{
 	(FileType)(0),                   // 0: kibotos.data.v1.FileType
 	(FileEventType)(0),              // 1: kibotos.data.v1.FileEventType
@@ -2809,19 +3436,29 @@ var file_kibotos_data_v1_data_proto_goTypes = []any{
 	(*WatchDirectoryResponse)(nil),  // 37: kibotos.data.v1.WatchDirectoryResponse
 	(*ReadMetricsRequest)(nil),      // 38: kibotos.data.v1.ReadMetricsRequest
 	(*ReadMetricsResponse)(nil),     // 39: kibotos.data.v1.ReadMetricsResponse
-	nil,                             // 40: kibotos.data.v1.StartProcessRequest.EnvEntry
-	(*ProcessEvent_Started)(nil),    // 41: kibotos.data.v1.ProcessEvent.Started
-	(*ProcessEvent_Exited)(nil),     // 42: kibotos.data.v1.ProcessEvent.Exited
-	(*timestamppb.Timestamp)(nil),   // 43: google.protobuf.Timestamp
+	(*CaptureScreenRequest)(nil),    // 40: kibotos.data.v1.CaptureScreenRequest
+	(*CaptureScreenResponse)(nil),   // 41: kibotos.data.v1.CaptureScreenResponse
+	(*DeliverInputRequest)(nil),     // 42: kibotos.data.v1.DeliverInputRequest
+	(*DeliverInputResponse)(nil),    // 43: kibotos.data.v1.DeliverInputResponse
+	(*InputEvent)(nil),              // 44: kibotos.data.v1.InputEvent
+	(*KeyInput)(nil),                // 45: kibotos.data.v1.KeyInput
+	(*TextInput)(nil),               // 46: kibotos.data.v1.TextInput
+	(*PointerMoveInput)(nil),        // 47: kibotos.data.v1.PointerMoveInput
+	(*ButtonInput)(nil),             // 48: kibotos.data.v1.ButtonInput
+	(*ScrollInput)(nil),             // 49: kibotos.data.v1.ScrollInput
+	nil,                             // 50: kibotos.data.v1.StartProcessRequest.EnvEntry
+	(*ProcessEvent_Started)(nil),    // 51: kibotos.data.v1.ProcessEvent.Started
+	(*ProcessEvent_Exited)(nil),     // 52: kibotos.data.v1.ProcessEvent.Exited
+	(*timestamppb.Timestamp)(nil),   // 53: google.protobuf.Timestamp
 }
 var file_kibotos_data_v1_data_proto_depIdxs = []int32{
-	40, // 0: kibotos.data.v1.StartProcessRequest.env:type_name -> kibotos.data.v1.StartProcessRequest.EnvEntry
+	50, // 0: kibotos.data.v1.StartProcessRequest.env:type_name -> kibotos.data.v1.StartProcessRequest.EnvEntry
 	2,  // 1: kibotos.data.v1.StartProcessRequest.pty:type_name -> kibotos.data.v1.Pty
-	41, // 2: kibotos.data.v1.ProcessEvent.started:type_name -> kibotos.data.v1.ProcessEvent.Started
-	42, // 3: kibotos.data.v1.ProcessEvent.exited:type_name -> kibotos.data.v1.ProcessEvent.Exited
+	51, // 2: kibotos.data.v1.ProcessEvent.started:type_name -> kibotos.data.v1.ProcessEvent.Started
+	52, // 3: kibotos.data.v1.ProcessEvent.exited:type_name -> kibotos.data.v1.ProcessEvent.Exited
 	5,  // 4: kibotos.data.v1.ConnectProcessRequest.process:type_name -> kibotos.data.v1.ProcessSelector
-	43, // 5: kibotos.data.v1.ProcessInfo.started_at:type_name -> google.protobuf.Timestamp
-	42, // 6: kibotos.data.v1.ProcessInfo.exited:type_name -> kibotos.data.v1.ProcessEvent.Exited
+	53, // 5: kibotos.data.v1.ProcessInfo.started_at:type_name -> google.protobuf.Timestamp
+	52, // 6: kibotos.data.v1.ProcessInfo.exited:type_name -> kibotos.data.v1.ProcessEvent.Exited
 	8,  // 7: kibotos.data.v1.ListProcessesResponse.processes:type_name -> kibotos.data.v1.ProcessInfo
 	5,  // 8: kibotos.data.v1.SendInputRequest.process:type_name -> kibotos.data.v1.ProcessSelector
 	5,  // 9: kibotos.data.v1.CloseInputRequest.process:type_name -> kibotos.data.v1.ProcessSelector
@@ -2829,7 +3466,7 @@ var file_kibotos_data_v1_data_proto_depIdxs = []int32{
 	5,  // 11: kibotos.data.v1.ResizeTerminalRequest.process:type_name -> kibotos.data.v1.ProcessSelector
 	2,  // 12: kibotos.data.v1.ResizeTerminalRequest.size:type_name -> kibotos.data.v1.Pty
 	0,  // 13: kibotos.data.v1.FileInfo.type:type_name -> kibotos.data.v1.FileType
-	43, // 14: kibotos.data.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	53, // 14: kibotos.data.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
 	20, // 15: kibotos.data.v1.ReadFileResponse.file:type_name -> kibotos.data.v1.FileInfo
 	23, // 16: kibotos.data.v1.WriteFileRequest.start:type_name -> kibotos.data.v1.WriteFileStart
 	20, // 17: kibotos.data.v1.WriteFileResponse.file:type_name -> kibotos.data.v1.FileInfo
@@ -2838,46 +3475,56 @@ var file_kibotos_data_v1_data_proto_depIdxs = []int32{
 	20, // 20: kibotos.data.v1.CreateDirectoryResponse.directory:type_name -> kibotos.data.v1.FileInfo
 	20, // 21: kibotos.data.v1.ListDirectoryResponse.entries:type_name -> kibotos.data.v1.FileInfo
 	1,  // 22: kibotos.data.v1.WatchDirectoryResponse.type:type_name -> kibotos.data.v1.FileEventType
-	43, // 23: kibotos.data.v1.ReadMetricsResponse.read_at:type_name -> google.protobuf.Timestamp
-	3,  // 24: kibotos.data.v1.ProcessService.StartProcess:input_type -> kibotos.data.v1.StartProcessRequest
-	6,  // 25: kibotos.data.v1.ProcessService.ConnectProcess:input_type -> kibotos.data.v1.ConnectProcessRequest
-	7,  // 26: kibotos.data.v1.ProcessService.ListProcesses:input_type -> kibotos.data.v1.ListProcessesRequest
-	10, // 27: kibotos.data.v1.ProcessService.SendInput:input_type -> kibotos.data.v1.SendInputRequest
-	12, // 28: kibotos.data.v1.ProcessService.CloseInput:input_type -> kibotos.data.v1.CloseInputRequest
-	14, // 29: kibotos.data.v1.ProcessService.SignalProcess:input_type -> kibotos.data.v1.SignalProcessRequest
-	16, // 30: kibotos.data.v1.ProcessService.ResizeTerminal:input_type -> kibotos.data.v1.ResizeTerminalRequest
-	18, // 31: kibotos.data.v1.ServiceService.ConnectService:input_type -> kibotos.data.v1.ConnectServiceRequest
-	21, // 32: kibotos.data.v1.FileService.ReadFile:input_type -> kibotos.data.v1.ReadFileRequest
-	24, // 33: kibotos.data.v1.FileService.WriteFile:input_type -> kibotos.data.v1.WriteFileRequest
-	26, // 34: kibotos.data.v1.FileService.DeleteFile:input_type -> kibotos.data.v1.DeleteFileRequest
-	28, // 35: kibotos.data.v1.FileService.InspectFile:input_type -> kibotos.data.v1.InspectFileRequest
-	30, // 36: kibotos.data.v1.FileService.MoveFile:input_type -> kibotos.data.v1.MoveFileRequest
-	32, // 37: kibotos.data.v1.FileService.CreateDirectory:input_type -> kibotos.data.v1.CreateDirectoryRequest
-	34, // 38: kibotos.data.v1.FileService.ListDirectory:input_type -> kibotos.data.v1.ListDirectoryRequest
-	36, // 39: kibotos.data.v1.FileService.WatchDirectory:input_type -> kibotos.data.v1.WatchDirectoryRequest
-	38, // 40: kibotos.data.v1.MetricsService.ReadMetrics:input_type -> kibotos.data.v1.ReadMetricsRequest
-	4,  // 41: kibotos.data.v1.ProcessService.StartProcess:output_type -> kibotos.data.v1.ProcessEvent
-	4,  // 42: kibotos.data.v1.ProcessService.ConnectProcess:output_type -> kibotos.data.v1.ProcessEvent
-	9,  // 43: kibotos.data.v1.ProcessService.ListProcesses:output_type -> kibotos.data.v1.ListProcessesResponse
-	11, // 44: kibotos.data.v1.ProcessService.SendInput:output_type -> kibotos.data.v1.SendInputResponse
-	13, // 45: kibotos.data.v1.ProcessService.CloseInput:output_type -> kibotos.data.v1.CloseInputResponse
-	15, // 46: kibotos.data.v1.ProcessService.SignalProcess:output_type -> kibotos.data.v1.SignalProcessResponse
-	17, // 47: kibotos.data.v1.ProcessService.ResizeTerminal:output_type -> kibotos.data.v1.ResizeTerminalResponse
-	19, // 48: kibotos.data.v1.ServiceService.ConnectService:output_type -> kibotos.data.v1.ConnectServiceResponse
-	22, // 49: kibotos.data.v1.FileService.ReadFile:output_type -> kibotos.data.v1.ReadFileResponse
-	25, // 50: kibotos.data.v1.FileService.WriteFile:output_type -> kibotos.data.v1.WriteFileResponse
-	27, // 51: kibotos.data.v1.FileService.DeleteFile:output_type -> kibotos.data.v1.DeleteFileResponse
-	29, // 52: kibotos.data.v1.FileService.InspectFile:output_type -> kibotos.data.v1.InspectFileResponse
-	31, // 53: kibotos.data.v1.FileService.MoveFile:output_type -> kibotos.data.v1.MoveFileResponse
-	33, // 54: kibotos.data.v1.FileService.CreateDirectory:output_type -> kibotos.data.v1.CreateDirectoryResponse
-	35, // 55: kibotos.data.v1.FileService.ListDirectory:output_type -> kibotos.data.v1.ListDirectoryResponse
-	37, // 56: kibotos.data.v1.FileService.WatchDirectory:output_type -> kibotos.data.v1.WatchDirectoryResponse
-	39, // 57: kibotos.data.v1.MetricsService.ReadMetrics:output_type -> kibotos.data.v1.ReadMetricsResponse
-	41, // [41:58] is the sub-list for method output_type
-	24, // [24:41] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	53, // 23: kibotos.data.v1.ReadMetricsResponse.read_at:type_name -> google.protobuf.Timestamp
+	44, // 24: kibotos.data.v1.DeliverInputRequest.events:type_name -> kibotos.data.v1.InputEvent
+	45, // 25: kibotos.data.v1.InputEvent.key:type_name -> kibotos.data.v1.KeyInput
+	46, // 26: kibotos.data.v1.InputEvent.text:type_name -> kibotos.data.v1.TextInput
+	47, // 27: kibotos.data.v1.InputEvent.pointer_move:type_name -> kibotos.data.v1.PointerMoveInput
+	48, // 28: kibotos.data.v1.InputEvent.button:type_name -> kibotos.data.v1.ButtonInput
+	49, // 29: kibotos.data.v1.InputEvent.scroll:type_name -> kibotos.data.v1.ScrollInput
+	3,  // 30: kibotos.data.v1.ProcessService.StartProcess:input_type -> kibotos.data.v1.StartProcessRequest
+	6,  // 31: kibotos.data.v1.ProcessService.ConnectProcess:input_type -> kibotos.data.v1.ConnectProcessRequest
+	7,  // 32: kibotos.data.v1.ProcessService.ListProcesses:input_type -> kibotos.data.v1.ListProcessesRequest
+	10, // 33: kibotos.data.v1.ProcessService.SendInput:input_type -> kibotos.data.v1.SendInputRequest
+	12, // 34: kibotos.data.v1.ProcessService.CloseInput:input_type -> kibotos.data.v1.CloseInputRequest
+	14, // 35: kibotos.data.v1.ProcessService.SignalProcess:input_type -> kibotos.data.v1.SignalProcessRequest
+	16, // 36: kibotos.data.v1.ProcessService.ResizeTerminal:input_type -> kibotos.data.v1.ResizeTerminalRequest
+	18, // 37: kibotos.data.v1.ServiceService.ConnectService:input_type -> kibotos.data.v1.ConnectServiceRequest
+	21, // 38: kibotos.data.v1.FileService.ReadFile:input_type -> kibotos.data.v1.ReadFileRequest
+	24, // 39: kibotos.data.v1.FileService.WriteFile:input_type -> kibotos.data.v1.WriteFileRequest
+	26, // 40: kibotos.data.v1.FileService.DeleteFile:input_type -> kibotos.data.v1.DeleteFileRequest
+	28, // 41: kibotos.data.v1.FileService.InspectFile:input_type -> kibotos.data.v1.InspectFileRequest
+	30, // 42: kibotos.data.v1.FileService.MoveFile:input_type -> kibotos.data.v1.MoveFileRequest
+	32, // 43: kibotos.data.v1.FileService.CreateDirectory:input_type -> kibotos.data.v1.CreateDirectoryRequest
+	34, // 44: kibotos.data.v1.FileService.ListDirectory:input_type -> kibotos.data.v1.ListDirectoryRequest
+	36, // 45: kibotos.data.v1.FileService.WatchDirectory:input_type -> kibotos.data.v1.WatchDirectoryRequest
+	38, // 46: kibotos.data.v1.MetricsService.ReadMetrics:input_type -> kibotos.data.v1.ReadMetricsRequest
+	40, // 47: kibotos.data.v1.ScreenService.CaptureScreen:input_type -> kibotos.data.v1.CaptureScreenRequest
+	42, // 48: kibotos.data.v1.InputService.DeliverInput:input_type -> kibotos.data.v1.DeliverInputRequest
+	4,  // 49: kibotos.data.v1.ProcessService.StartProcess:output_type -> kibotos.data.v1.ProcessEvent
+	4,  // 50: kibotos.data.v1.ProcessService.ConnectProcess:output_type -> kibotos.data.v1.ProcessEvent
+	9,  // 51: kibotos.data.v1.ProcessService.ListProcesses:output_type -> kibotos.data.v1.ListProcessesResponse
+	11, // 52: kibotos.data.v1.ProcessService.SendInput:output_type -> kibotos.data.v1.SendInputResponse
+	13, // 53: kibotos.data.v1.ProcessService.CloseInput:output_type -> kibotos.data.v1.CloseInputResponse
+	15, // 54: kibotos.data.v1.ProcessService.SignalProcess:output_type -> kibotos.data.v1.SignalProcessResponse
+	17, // 55: kibotos.data.v1.ProcessService.ResizeTerminal:output_type -> kibotos.data.v1.ResizeTerminalResponse
+	19, // 56: kibotos.data.v1.ServiceService.ConnectService:output_type -> kibotos.data.v1.ConnectServiceResponse
+	22, // 57: kibotos.data.v1.FileService.ReadFile:output_type -> kibotos.data.v1.ReadFileResponse
+	25, // 58: kibotos.data.v1.FileService.WriteFile:output_type -> kibotos.data.v1.WriteFileResponse
+	27, // 59: kibotos.data.v1.FileService.DeleteFile:output_type -> kibotos.data.v1.DeleteFileResponse
+	29, // 60: kibotos.data.v1.FileService.InspectFile:output_type -> kibotos.data.v1.InspectFileResponse
+	31, // 61: kibotos.data.v1.FileService.MoveFile:output_type -> kibotos.data.v1.MoveFileResponse
+	33, // 62: kibotos.data.v1.FileService.CreateDirectory:output_type -> kibotos.data.v1.CreateDirectoryResponse
+	35, // 63: kibotos.data.v1.FileService.ListDirectory:output_type -> kibotos.data.v1.ListDirectoryResponse
+	37, // 64: kibotos.data.v1.FileService.WatchDirectory:output_type -> kibotos.data.v1.WatchDirectoryResponse
+	39, // 65: kibotos.data.v1.MetricsService.ReadMetrics:output_type -> kibotos.data.v1.ReadMetricsResponse
+	41, // 66: kibotos.data.v1.ScreenService.CaptureScreen:output_type -> kibotos.data.v1.CaptureScreenResponse
+	43, // 67: kibotos.data.v1.InputService.DeliverInput:output_type -> kibotos.data.v1.DeliverInputResponse
+	49, // [49:68] is the sub-list for method output_type
+	30, // [30:49] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_data_v1_data_proto_init() }
@@ -2900,15 +3547,24 @@ func file_kibotos_data_v1_data_proto_init() {
 		(*WriteFileRequest_Start)(nil),
 		(*WriteFileRequest_Data)(nil),
 	}
+	file_kibotos_data_v1_data_proto_msgTypes[42].OneofWrappers = []any{
+		(*InputEvent_Key)(nil),
+		(*InputEvent_Text)(nil),
+		(*InputEvent_PointerMove)(nil),
+		(*InputEvent_Button)(nil),
+		(*InputEvent_Scroll)(nil),
+	}
+	file_kibotos_data_v1_data_proto_msgTypes[43].OneofWrappers = []any{}
+	file_kibotos_data_v1_data_proto_msgTypes[46].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_data_v1_data_proto_rawDesc), len(file_kibotos_data_v1_data_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   41,
+			NumMessages:   51,
 			NumExtensions: 0,
-			NumServices:   4,
+			NumServices:   6,
 		},
 		GoTypes:           file_kibotos_data_v1_data_proto_goTypes,
 		DependencyIndexes: file_kibotos_data_v1_data_proto_depIdxs,

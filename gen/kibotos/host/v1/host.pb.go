@@ -1589,7 +1589,10 @@ type ExecutionTemplate struct {
 	Layers []*TemplateLayer `protobuf:"bytes,4,rep,name=layers,proto3" json:"layers,omitempty"`
 	// env is the image's environment, KEY=value, which the execution's
 	// processes start with.
-	Env           []string `protobuf:"bytes,5,rep,name=env,proto3" json:"env,omitempty"`
+	Env []string `protobuf:"bytes,5,rep,name=env,proto3" json:"env,omitempty"`
+	// display is the screen the execution's guest agent runs (see
+	// kibotos.ctrl.v1.TemplateRevision.display); absent for none.
+	Display       *v1.TemplateDisplay `protobuf:"bytes,6,opt,name=display,proto3" json:"display,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1655,6 +1658,13 @@ func (x *ExecutionTemplate) GetLayers() []*TemplateLayer {
 func (x *ExecutionTemplate) GetEnv() []string {
 	if x != nil {
 		return x.Env
+	}
+	return nil
+}
+
+func (x *ExecutionTemplate) GetDisplay() *v1.TemplateDisplay {
+	if x != nil {
+		return x.Display
 	}
 	return nil
 }
@@ -2759,14 +2769,15 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\vStopRequest\x12-\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x19.kibotos.ctrl.v1.StopModeR\x04mode\x12\x1d\n" +
 	"\n" +
-	"command_id\x18\x02 \x01(\tR\tcommandId\"\xbd\x01\n" +
+	"command_id\x18\x02 \x01(\tR\tcommandId\"\xf9\x01\n" +
 	"\x11ExecutionTemplate\x12\x1f\n" +
 	"\vtemplate_id\x18\x01 \x01(\tR\n" +
 	"templateId\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\tR\brevision\x12!\n" +
 	"\fimage_digest\x18\x03 \x01(\tR\vimageDigest\x126\n" +
 	"\x06layers\x18\x04 \x03(\v2\x1e.kibotos.host.v1.TemplateLayerR\x06layers\x12\x10\n" +
-	"\x03env\x18\x05 \x03(\tR\x03env\"_\n" +
+	"\x03env\x18\x05 \x03(\tR\x03env\x12:\n" +
+	"\adisplay\x18\x06 \x01(\v2 .kibotos.ctrl.v1.TemplateDisplayR\adisplay\"_\n" +
 	"\rTemplateLayer\x12\x16\n" +
 	"\x06digest\x18\x01 \x01(\tR\x06digest\x12\x17\n" +
 	"\adiff_id\x18\x02 \x01(\tR\x06diffId\x12\x1d\n" +
@@ -2936,15 +2947,16 @@ var file_kibotos_host_v1_host_proto_goTypes = []any{
 	(*v1.EgressSpec)(nil),               // 37: kibotos.ctrl.v1.EgressSpec
 	(*v1.ResolverSpec)(nil),             // 38: kibotos.ctrl.v1.ResolverSpec
 	(v1.StopMode)(0),                    // 39: kibotos.ctrl.v1.StopMode
-	(*timestamppb.Timestamp)(nil),       // 40: google.protobuf.Timestamp
-	(v1.VolumeCondition)(0),             // 41: kibotos.ctrl.v1.VolumeCondition
-	(v1.FailureStage)(0),                // 42: kibotos.ctrl.v1.FailureStage
-	(v1.FailureReason)(0),               // 43: kibotos.ctrl.v1.FailureReason
-	(v1.StopDurability)(0),              // 44: kibotos.ctrl.v1.StopDurability
-	(*v1.GuestObservation)(nil),         // 45: kibotos.ctrl.v1.GuestObservation
-	(*v1.NetworkPolicyStatus)(nil),      // 46: kibotos.ctrl.v1.NetworkPolicyStatus
-	(*v1.EgressObservation)(nil),        // 47: kibotos.ctrl.v1.EgressObservation
-	(*v1.ResolverObservation)(nil),      // 48: kibotos.ctrl.v1.ResolverObservation
+	(*v1.TemplateDisplay)(nil),          // 40: kibotos.ctrl.v1.TemplateDisplay
+	(*timestamppb.Timestamp)(nil),       // 41: google.protobuf.Timestamp
+	(v1.VolumeCondition)(0),             // 42: kibotos.ctrl.v1.VolumeCondition
+	(v1.FailureStage)(0),                // 43: kibotos.ctrl.v1.FailureStage
+	(v1.FailureReason)(0),               // 44: kibotos.ctrl.v1.FailureReason
+	(v1.StopDurability)(0),              // 45: kibotos.ctrl.v1.StopDurability
+	(*v1.GuestObservation)(nil),         // 46: kibotos.ctrl.v1.GuestObservation
+	(*v1.NetworkPolicyStatus)(nil),      // 47: kibotos.ctrl.v1.NetworkPolicyStatus
+	(*v1.EgressObservation)(nil),        // 48: kibotos.ctrl.v1.EgressObservation
+	(*v1.ResolverObservation)(nil),      // 49: kibotos.ctrl.v1.ResolverObservation
 }
 var file_kibotos_host_v1_host_proto_depIdxs = []int32{
 	5,  // 0: kibotos.host.v1.RegisterHostRequest.capacity:type_name -> kibotos.host.v1.HostCapacity
@@ -2971,40 +2983,41 @@ var file_kibotos_host_v1_host_proto_depIdxs = []int32{
 	38, // 21: kibotos.host.v1.ResolverAssignment.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
 	39, // 22: kibotos.host.v1.StopRequest.mode:type_name -> kibotos.ctrl.v1.StopMode
 	21, // 23: kibotos.host.v1.ExecutionTemplate.layers:type_name -> kibotos.host.v1.TemplateLayer
-	26, // 24: kibotos.host.v1.ReportExecutionsRequest.reports:type_name -> kibotos.host.v1.ExecutionReport
-	24, // 25: kibotos.host.v1.ReportExecutionsRequest.volumes:type_name -> kibotos.host.v1.VolumeReport
-	23, // 26: kibotos.host.v1.ReportExecutionsRequest.transfers:type_name -> kibotos.host.v1.TransferReport
-	40, // 27: kibotos.host.v1.TransferReport.observed_at:type_name -> google.protobuf.Timestamp
-	41, // 28: kibotos.host.v1.VolumeReport.condition:type_name -> kibotos.ctrl.v1.VolumeCondition
-	42, // 29: kibotos.host.v1.VolumeReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
-	40, // 30: kibotos.host.v1.VolumeReport.observed_at:type_name -> google.protobuf.Timestamp
-	2,  // 31: kibotos.host.v1.ExecutionReport.state:type_name -> kibotos.host.v1.ObservedState
-	43, // 32: kibotos.host.v1.ExecutionReport.failure_reason:type_name -> kibotos.ctrl.v1.FailureReason
-	42, // 33: kibotos.host.v1.ExecutionReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
-	44, // 34: kibotos.host.v1.ExecutionReport.stop_durability:type_name -> kibotos.ctrl.v1.StopDurability
-	40, // 35: kibotos.host.v1.ExecutionReport.observed_at:type_name -> google.protobuf.Timestamp
-	27, // 36: kibotos.host.v1.ExecutionReport.network:type_name -> kibotos.host.v1.NetworkReport
-	45, // 37: kibotos.host.v1.ExecutionReport.guest:type_name -> kibotos.ctrl.v1.GuestObservation
-	46, // 38: kibotos.host.v1.NetworkReport.status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
-	47, // 39: kibotos.host.v1.NetworkReport.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
-	48, // 40: kibotos.host.v1.NetworkReport.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
-	3,  // 41: kibotos.host.v1.HostService.RegisterHost:input_type -> kibotos.host.v1.RegisterHostRequest
-	7,  // 42: kibotos.host.v1.HostService.WatchAssignments:input_type -> kibotos.host.v1.WatchAssignmentsRequest
-	22, // 43: kibotos.host.v1.HostService.ReportExecutions:input_type -> kibotos.host.v1.ReportExecutionsRequest
-	28, // 44: kibotos.host.v1.HostService.GetTemplateBlob:input_type -> kibotos.host.v1.GetTemplateBlobRequest
-	30, // 45: kibotos.host.v1.HostService.PutTransferArtifact:input_type -> kibotos.host.v1.PutTransferArtifactRequest
-	32, // 46: kibotos.host.v1.HostService.GetTransferArtifact:input_type -> kibotos.host.v1.GetTransferArtifactRequest
-	6,  // 47: kibotos.host.v1.HostService.RegisterHost:output_type -> kibotos.host.v1.RegisterHostResponse
-	8,  // 48: kibotos.host.v1.HostService.WatchAssignments:output_type -> kibotos.host.v1.WatchAssignmentsResponse
-	25, // 49: kibotos.host.v1.HostService.ReportExecutions:output_type -> kibotos.host.v1.ReportExecutionsResponse
-	29, // 50: kibotos.host.v1.HostService.GetTemplateBlob:output_type -> kibotos.host.v1.GetTemplateBlobResponse
-	31, // 51: kibotos.host.v1.HostService.PutTransferArtifact:output_type -> kibotos.host.v1.PutTransferArtifactResponse
-	33, // 52: kibotos.host.v1.HostService.GetTransferArtifact:output_type -> kibotos.host.v1.GetTransferArtifactResponse
-	47, // [47:53] is the sub-list for method output_type
-	41, // [41:47] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	40, // 24: kibotos.host.v1.ExecutionTemplate.display:type_name -> kibotos.ctrl.v1.TemplateDisplay
+	26, // 25: kibotos.host.v1.ReportExecutionsRequest.reports:type_name -> kibotos.host.v1.ExecutionReport
+	24, // 26: kibotos.host.v1.ReportExecutionsRequest.volumes:type_name -> kibotos.host.v1.VolumeReport
+	23, // 27: kibotos.host.v1.ReportExecutionsRequest.transfers:type_name -> kibotos.host.v1.TransferReport
+	41, // 28: kibotos.host.v1.TransferReport.observed_at:type_name -> google.protobuf.Timestamp
+	42, // 29: kibotos.host.v1.VolumeReport.condition:type_name -> kibotos.ctrl.v1.VolumeCondition
+	43, // 30: kibotos.host.v1.VolumeReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
+	41, // 31: kibotos.host.v1.VolumeReport.observed_at:type_name -> google.protobuf.Timestamp
+	2,  // 32: kibotos.host.v1.ExecutionReport.state:type_name -> kibotos.host.v1.ObservedState
+	44, // 33: kibotos.host.v1.ExecutionReport.failure_reason:type_name -> kibotos.ctrl.v1.FailureReason
+	43, // 34: kibotos.host.v1.ExecutionReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
+	45, // 35: kibotos.host.v1.ExecutionReport.stop_durability:type_name -> kibotos.ctrl.v1.StopDurability
+	41, // 36: kibotos.host.v1.ExecutionReport.observed_at:type_name -> google.protobuf.Timestamp
+	27, // 37: kibotos.host.v1.ExecutionReport.network:type_name -> kibotos.host.v1.NetworkReport
+	46, // 38: kibotos.host.v1.ExecutionReport.guest:type_name -> kibotos.ctrl.v1.GuestObservation
+	47, // 39: kibotos.host.v1.NetworkReport.status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
+	48, // 40: kibotos.host.v1.NetworkReport.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
+	49, // 41: kibotos.host.v1.NetworkReport.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
+	3,  // 42: kibotos.host.v1.HostService.RegisterHost:input_type -> kibotos.host.v1.RegisterHostRequest
+	7,  // 43: kibotos.host.v1.HostService.WatchAssignments:input_type -> kibotos.host.v1.WatchAssignmentsRequest
+	22, // 44: kibotos.host.v1.HostService.ReportExecutions:input_type -> kibotos.host.v1.ReportExecutionsRequest
+	28, // 45: kibotos.host.v1.HostService.GetTemplateBlob:input_type -> kibotos.host.v1.GetTemplateBlobRequest
+	30, // 46: kibotos.host.v1.HostService.PutTransferArtifact:input_type -> kibotos.host.v1.PutTransferArtifactRequest
+	32, // 47: kibotos.host.v1.HostService.GetTransferArtifact:input_type -> kibotos.host.v1.GetTransferArtifactRequest
+	6,  // 48: kibotos.host.v1.HostService.RegisterHost:output_type -> kibotos.host.v1.RegisterHostResponse
+	8,  // 49: kibotos.host.v1.HostService.WatchAssignments:output_type -> kibotos.host.v1.WatchAssignmentsResponse
+	25, // 50: kibotos.host.v1.HostService.ReportExecutions:output_type -> kibotos.host.v1.ReportExecutionsResponse
+	29, // 51: kibotos.host.v1.HostService.GetTemplateBlob:output_type -> kibotos.host.v1.GetTemplateBlobResponse
+	31, // 52: kibotos.host.v1.HostService.PutTransferArtifact:output_type -> kibotos.host.v1.PutTransferArtifactResponse
+	33, // 53: kibotos.host.v1.HostService.GetTransferArtifact:output_type -> kibotos.host.v1.GetTransferArtifactResponse
+	48, // [48:54] is the sub-list for method output_type
+	42, // [42:48] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_host_v1_host_proto_init() }

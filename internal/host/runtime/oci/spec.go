@@ -126,11 +126,15 @@ func ociSpec(spec runtime.Spec, rootfs, sockDir, volume string, tmpfsBytes uint6
 			Source: volume, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
 	}
 	netns := specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: spec.NetNS} // no path: loopback only
+	args := []string{guestAgentPath}
+	if spec.Display != nil {
+		args = append(args, spec.Display.Arg())
+	}
 	return &specs.Spec{
 		Version: ociVersion,
 		Process: &specs.Process{
 			User: specs.User{UID: 0, GID: 0},
-			Args: []string{guestAgentPath},
+			Args: args,
 			Env:  guestEnv(spec.Env),
 			Cwd:  "/",
 			Capabilities: &specs.LinuxCapabilities{

@@ -1,5 +1,5 @@
 // kibotos.data.v1 is the data plane of a Workspace: processes and files
-// inside its guest, and what it uses. Callers reach it at the endpoint of a
+// inside its guest, its screen and input, and what it uses. Callers reach it at the endpoint of a
 // session that SessionService.IssueSession returned, sending the session
 // token as Authorization: Bearer <token>; the host's gateway checks the
 // token and streams each call to the guest agent of that Workspace's
@@ -42,6 +42,10 @@ const (
 	FileServiceName = "kibotos.data.v1.FileService"
 	// MetricsServiceName is the fully-qualified name of the MetricsService service.
 	MetricsServiceName = "kibotos.data.v1.MetricsService"
+	// ScreenServiceName is the fully-qualified name of the ScreenService service.
+	ScreenServiceName = "kibotos.data.v1.ScreenService"
+	// InputServiceName is the fully-qualified name of the InputService service.
+	InputServiceName = "kibotos.data.v1.InputService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -98,6 +102,12 @@ const (
 	// MetricsServiceReadMetricsProcedure is the fully-qualified name of the MetricsService's
 	// ReadMetrics RPC.
 	MetricsServiceReadMetricsProcedure = "/kibotos.data.v1.MetricsService/ReadMetrics"
+	// ScreenServiceCaptureScreenProcedure is the fully-qualified name of the ScreenService's
+	// CaptureScreen RPC.
+	ScreenServiceCaptureScreenProcedure = "/kibotos.data.v1.ScreenService/CaptureScreen"
+	// InputServiceDeliverInputProcedure is the fully-qualified name of the InputService's DeliverInput
+	// RPC.
+	InputServiceDeliverInputProcedure = "/kibotos.data.v1.InputService/DeliverInput"
 )
 
 // ProcessServiceClient is a client for the kibotos.data.v1.ProcessService service.
@@ -842,4 +852,166 @@ type UnimplementedMetricsServiceHandler struct{}
 
 func (UnimplementedMetricsServiceHandler) ReadMetrics(context.Context, *connect.Request[v1.ReadMetricsRequest]) (*connect.Response[v1.ReadMetricsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.data.v1.MetricsService.ReadMetrics is not implemented"))
+}
+
+// ScreenServiceClient is a client for the kibotos.data.v1.ScreenService service.
+type ScreenServiceClient interface {
+	// CaptureScreen returns the whole screen as it is at the call. A
+	// Workspace without a display is failed_precondition with stage
+	// CAPTURING_SCREEN; a display that stopped answering is unavailable with
+	// that stage.
+	CaptureScreen(context.Context, *connect.Request[v1.CaptureScreenRequest]) (*connect.Response[v1.CaptureScreenResponse], error)
+}
+
+// NewScreenServiceClient constructs a client for the kibotos.data.v1.ScreenService service. By
+// default, it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses,
+// and sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the
+// connect.WithGRPC() or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewScreenServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) ScreenServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	screenServiceMethods := v1.File_kibotos_data_v1_data_proto.Services().ByName("ScreenService").Methods()
+	return &screenServiceClient{
+		captureScreen: connect.NewClient[v1.CaptureScreenRequest, v1.CaptureScreenResponse](
+			httpClient,
+			baseURL+ScreenServiceCaptureScreenProcedure,
+			connect.WithSchema(screenServiceMethods.ByName("CaptureScreen")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// screenServiceClient implements ScreenServiceClient.
+type screenServiceClient struct {
+	captureScreen *connect.Client[v1.CaptureScreenRequest, v1.CaptureScreenResponse]
+}
+
+// CaptureScreen calls kibotos.data.v1.ScreenService.CaptureScreen.
+func (c *screenServiceClient) CaptureScreen(ctx context.Context, req *connect.Request[v1.CaptureScreenRequest]) (*connect.Response[v1.CaptureScreenResponse], error) {
+	return c.captureScreen.CallUnary(ctx, req)
+}
+
+// ScreenServiceHandler is an implementation of the kibotos.data.v1.ScreenService service.
+type ScreenServiceHandler interface {
+	// CaptureScreen returns the whole screen as it is at the call. A
+	// Workspace without a display is failed_precondition with stage
+	// CAPTURING_SCREEN; a display that stopped answering is unavailable with
+	// that stage.
+	CaptureScreen(context.Context, *connect.Request[v1.CaptureScreenRequest]) (*connect.Response[v1.CaptureScreenResponse], error)
+}
+
+// NewScreenServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewScreenServiceHandler(svc ScreenServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	screenServiceMethods := v1.File_kibotos_data_v1_data_proto.Services().ByName("ScreenService").Methods()
+	screenServiceCaptureScreenHandler := connect.NewUnaryHandler(
+		ScreenServiceCaptureScreenProcedure,
+		svc.CaptureScreen,
+		connect.WithSchema(screenServiceMethods.ByName("CaptureScreen")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/kibotos.data.v1.ScreenService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case ScreenServiceCaptureScreenProcedure:
+			screenServiceCaptureScreenHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedScreenServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedScreenServiceHandler struct{}
+
+func (UnimplementedScreenServiceHandler) CaptureScreen(context.Context, *connect.Request[v1.CaptureScreenRequest]) (*connect.Response[v1.CaptureScreenResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.data.v1.ScreenService.CaptureScreen is not implemented"))
+}
+
+// InputServiceClient is a client for the kibotos.data.v1.InputService service.
+type InputServiceClient interface {
+	// DeliverInput delivers the events in order, as one batch: every event is
+	// checked before any is delivered (a bad one is invalid_argument and
+	// nothing is delivered), and the call returns once the display has
+	// processed them all. Keys and buttons held down stay down until an
+	// event releases them. A Workspace without a display is
+	// failed_precondition with stage DELIVERING_INPUT; a display that stopped
+	// answering is unavailable with that stage.
+	DeliverInput(context.Context, *connect.Request[v1.DeliverInputRequest]) (*connect.Response[v1.DeliverInputResponse], error)
+}
+
+// NewInputServiceClient constructs a client for the kibotos.data.v1.InputService service. By
+// default, it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses,
+// and sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the
+// connect.WithGRPC() or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewInputServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) InputServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	inputServiceMethods := v1.File_kibotos_data_v1_data_proto.Services().ByName("InputService").Methods()
+	return &inputServiceClient{
+		deliverInput: connect.NewClient[v1.DeliverInputRequest, v1.DeliverInputResponse](
+			httpClient,
+			baseURL+InputServiceDeliverInputProcedure,
+			connect.WithSchema(inputServiceMethods.ByName("DeliverInput")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// inputServiceClient implements InputServiceClient.
+type inputServiceClient struct {
+	deliverInput *connect.Client[v1.DeliverInputRequest, v1.DeliverInputResponse]
+}
+
+// DeliverInput calls kibotos.data.v1.InputService.DeliverInput.
+func (c *inputServiceClient) DeliverInput(ctx context.Context, req *connect.Request[v1.DeliverInputRequest]) (*connect.Response[v1.DeliverInputResponse], error) {
+	return c.deliverInput.CallUnary(ctx, req)
+}
+
+// InputServiceHandler is an implementation of the kibotos.data.v1.InputService service.
+type InputServiceHandler interface {
+	// DeliverInput delivers the events in order, as one batch: every event is
+	// checked before any is delivered (a bad one is invalid_argument and
+	// nothing is delivered), and the call returns once the display has
+	// processed them all. Keys and buttons held down stay down until an
+	// event releases them. A Workspace without a display is
+	// failed_precondition with stage DELIVERING_INPUT; a display that stopped
+	// answering is unavailable with that stage.
+	DeliverInput(context.Context, *connect.Request[v1.DeliverInputRequest]) (*connect.Response[v1.DeliverInputResponse], error)
+}
+
+// NewInputServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewInputServiceHandler(svc InputServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	inputServiceMethods := v1.File_kibotos_data_v1_data_proto.Services().ByName("InputService").Methods()
+	inputServiceDeliverInputHandler := connect.NewUnaryHandler(
+		InputServiceDeliverInputProcedure,
+		svc.DeliverInput,
+		connect.WithSchema(inputServiceMethods.ByName("DeliverInput")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/kibotos.data.v1.InputService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case InputServiceDeliverInputProcedure:
+			inputServiceDeliverInputHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedInputServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedInputServiceHandler struct{}
+
+func (UnimplementedInputServiceHandler) DeliverInput(context.Context, *connect.Request[v1.DeliverInputRequest]) (*connect.Response[v1.DeliverInputResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.data.v1.InputService.DeliverInput is not implemented"))
 }
