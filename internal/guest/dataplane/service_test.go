@@ -181,10 +181,13 @@ func TestServiceRefusals(t *testing.T) {
 
 	ln, port = listenLoopback(t)
 	acceptOne(t, ln, func(c *net.TCPConn) {
+		// The caller's first byte comes once its dial has returned: a
+		// reset before that would fail the dial instead of the stream.
+		io.ReadFull(c, make([]byte, 1))
 		c.Write([]byte("partial"))
 		c.SetLinger(0) // close with a reset
 	})
-	s = e.connected(t, port, nil)
+	s = e.connected(t, port, []byte("x"))
 	data, eof, err := receiveAll(s)
 	if eof {
 		t.Errorf("a reset connection gave eof (data %q)", data)
