@@ -2,7 +2,6 @@ package exposures_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -29,6 +28,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
 	"github.com/kibotos/kibotos/internal/exposureabi"
 	"github.com/kibotos/kibotos/internal/netcheck"
+	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/internal/testutil/ctrltest"
 )
 
@@ -224,28 +224,6 @@ func (e *env) revoke(client ctrlv1connect.ExposureServiceClient, id string) erro
 	return err
 }
 
-func wantCode(t *testing.T, name string, err error, code connect.Code) {
-	t.Helper()
-	if connect.CodeOf(err) != code {
-		t.Errorf("%s: %v, want %v", name, err, code)
-	}
-}
-
-func detail(err error) *ctrlv1.ErrorDetail {
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return nil
-	}
-	for _, d := range ce.Details() {
-		if v, err := d.Value(); err == nil {
-			if ed, ok := v.(*ctrlv1.ErrorDetail); ok {
-				return ed
-			}
-		}
-	}
-	return nil
-}
-
 func TestCreateExposure(t *testing.T) {
 	e := newEnv(t, "")
 	id := e.create()
@@ -274,7 +252,7 @@ func TestCreateExposure(t *testing.T) {
 		t.Errorf("replay returned %v", again)
 	}
 	_, err := e.expose(&ctrlv1.CreateExposureRequest{Command: cmd, WorkspaceId: id, Port: 8081})
-	wantCode(t, "same command, another port", err, connect.CodeAlreadyExists)
+	testutil.WantCode(t, "same command, another port", err, connect.CodeAlreadyExists)
 
 	// PUBLIC has no token, and nothing for the host to check.
 	pub := e.mustExpose(&ctrlv1.CreateExposureRequest{WorkspaceId: id, Port: 3000, Auth: ctrlv1.ExposureAuth_EXPOSURE_AUTH_PUBLIC})
@@ -319,9 +297,9 @@ func TestCreateExposureRefusals(t *testing.T) {
 		{"port already exposed", &ctrlv1.CreateExposureRequest{WorkspaceId: id, Port: 8080, Auth: ctrlv1.ExposureAuth_EXPOSURE_AUTH_PUBLIC}, connect.CodeAlreadyExists},
 	} {
 		_, err := e.expose(c.req)
-		wantCode(t, c.name, err, c.code)
+		testutil.WantCode(t, c.name, err, c.code)
 		if c.code == connect.CodeFailedPrecondition {
-			if d := detail(err); d.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_CREATING_EXPOSURE ||
+			if d := testutil.ErrorDetail(err); d.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_CREATING_EXPOSURE ||
 				d.GetObservedWorkspace().GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED {
 				t.Errorf("%s: detail %v", c.name, d)
 			}
@@ -331,7 +309,7 @@ func TestCreateExposureRefusals(t *testing.T) {
 		t.Error("a refused CreateExposure stored something")
 	}
 	_, err = e.client.ListExposures(context.Background(), connect.NewRequest(&ctrlv1.ListExposuresRequest{WorkspaceId: theirs.WorkspaceId}))
-	wantCode(t, "list another project's workspace", err, connect.CodeNotFound)
+	testutil.WantCode(t, "list another project's workspace", err, connect.CodeNotFound)
 }
 
 func TestExposuresEndWithTheExecution(t *testing.T) {
@@ -367,7 +345,7 @@ func TestRevokeExposure(t *testing.T) {
 	e := newEnv(t, "")
 	id := e.create()
 	x := e.mustExpose(&ctrlv1.CreateExposureRequest{WorkspaceId: id, Port: 8080})
-	wantCode(t, "revoke by another project", e.revoke(e.other, x.ExposureId), connect.CodeNotFound)
+	testutil.WantCode(t, "revoke by another project", e.revoke(e.other, x.ExposureId), connect.CodeNotFound)
 	if got := e.routed(id); len(got) != 1 {
 		t.Fatalf("another project's revoke changed the routes: %v", got)
 	}
@@ -389,8 +367,8 @@ func TestRevokeExposure(t *testing.T) {
 	if err := e.revoke(e.client, x.ExposureId); err != nil {
 		t.Errorf("revoking again: %v", err)
 	}
-	wantCode(t, "revoke unknown", e.revoke(e.client, "exp_nope"), connect.CodeNotFound)
-	wantCode(t, "revoke without ID", e.revoke(e.client, ""), connect.CodeInvalidArgument)
+	testutil.WantCode(t, "revoke unknown", e.revoke(e.client, "exp_nope"), connect.CodeNotFound)
+	testutil.WantCode(t, "revoke without ID", e.revoke(e.client, ""), connect.CodeInvalidArgument)
 }
 
 func TestListExposuresPages(t *testing.T) {
@@ -421,7 +399,7 @@ func TestListExposuresPages(t *testing.T) {
 		// A token is only valid for its workspace.
 		_, err = e.client.ListExposures(context.Background(), connect.NewRequest(&ctrlv1.ListExposuresRequest{
 			WorkspaceId: other, PageSize: 2, PageToken: token}))
-		wantCode(t, "page token of another workspace", err, connect.CodeInvalidArgument)
+		testutil.WantCode(t, "page token of another workspace", err, connect.CodeInvalidArgument)
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("pages gave %v, want %v", got, want)
@@ -431,6 +409,6 @@ func TestListExposuresPages(t *testing.T) {
 		"page size too large": {WorkspaceId: id, PageSize: 1001},
 	} {
 		_, err := e.client.ListExposures(context.Background(), connect.NewRequest(req))
-		wantCode(t, name, err, connect.CodeInvalidArgument)
+		testutil.WantCode(t, name, err, connect.CodeInvalidArgument)
 	}
 }

@@ -197,28 +197,6 @@ func (e *env) revoke(sessionID string) error {
 	return err
 }
 
-func wantCode(t *testing.T, name string, err error, code connect.Code) {
-	t.Helper()
-	if connect.CodeOf(err) != code {
-		t.Errorf("%s: %v, want %v", name, err, code)
-	}
-}
-
-func detail(err error) *ctrlv1.ErrorDetail {
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return nil
-	}
-	for _, d := range ce.Details() {
-		if v, err := d.Value(); err == nil {
-			if ed, ok := v.(*ctrlv1.ErrorDetail); ok {
-				return ed
-			}
-		}
-	}
-	return nil
-}
-
 func TestIssueSession(t *testing.T) {
 	e := newEnv(t)
 	id := e.create(false)
@@ -229,8 +207,8 @@ func TestIssueSession(t *testing.T) {
 		t.Errorf("a CREATING workspace's assignment carries key %x", first)
 	}
 	_, err := e.client.IssueSession(context.Background(), connect.NewRequest(&ctrlv1.IssueSessionRequest{WorkspaceId: id}))
-	wantCode(t, "issue for CREATING", err, connect.CodeFailedPrecondition)
-	if d := detail(err); d.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_ISSUING_SESSION ||
+	testutil.WantCode(t, "issue for CREATING", err, connect.CodeFailedPrecondition)
+	if d := testutil.ErrorDetail(err); d.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_ISSUING_SESSION ||
 		d.GetObservedWorkspace().GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING {
 		t.Errorf("issue for CREATING: detail %v", d)
 	}
@@ -260,18 +238,18 @@ func TestIssueSession(t *testing.T) {
 		"no workspace":          {},
 	} {
 		_, err := e.client.IssueSession(context.Background(), connect.NewRequest(req))
-		wantCode(t, name, err, connect.CodeInvalidArgument)
+		testutil.WantCode(t, name, err, connect.CodeInvalidArgument)
 	}
 	_, err = e.client.IssueSession(context.Background(), connect.NewRequest(&ctrlv1.IssueSessionRequest{WorkspaceId: "ws_unknown"}))
-	wantCode(t, "unknown workspace", err, connect.CodeNotFound)
+	testutil.WantCode(t, "unknown workspace", err, connect.CodeNotFound)
 	_, err = e.other.IssueSession(context.Background(), connect.NewRequest(&ctrlv1.IssueSessionRequest{WorkspaceId: id}))
-	wantCode(t, "another project's workspace", err, connect.CodeNotFound)
+	testutil.WantCode(t, "another project's workspace", err, connect.CodeNotFound)
 
 	if _, err := workspaces.Stop(e.ctx, e.ws, write("stop", newWS), id, ctrlv1.StopMode_STOP_MODE_NORMAL, identity); err != nil {
 		t.Fatal(err)
 	}
 	_, err = e.client.IssueSession(context.Background(), connect.NewRequest(&ctrlv1.IssueSessionRequest{WorkspaceId: id}))
-	wantCode(t, "issue for STOPPING", err, connect.CodeFailedPrecondition)
+	testutil.WantCode(t, "issue for STOPPING", err, connect.CodeFailedPrecondition)
 	if a := e.assignment(id); a.DataPlane != nil {
 		t.Errorf("a stopping execution's assignment carries a data plane: %v", a.DataPlane)
 	}
@@ -315,14 +293,14 @@ func TestRevokeSession(t *testing.T) {
 		}
 	}
 	_, err := e.client.RevokeSession(context.Background(), connect.NewRequest(&ctrlv1.RevokeSessionRequest{Command: cmd, SessionId: s1.SessionId}))
-	wantCode(t, "command reused", err, connect.CodeAlreadyExists)
+	testutil.WantCode(t, "command reused", err, connect.CodeAlreadyExists)
 	_, err = e.client.RevokeSession(context.Background(), connect.NewRequest(&ctrlv1.RevokeSessionRequest{SessionId: s1.SessionId}))
-	wantCode(t, "no command", err, connect.CodeInvalidArgument)
-	wantCode(t, "no session", e.revoke(""), connect.CodeInvalidArgument)
-	wantCode(t, "unknown session", e.revoke("ses_unknown"), connect.CodeNotFound)
+	testutil.WantCode(t, "no command", err, connect.CodeInvalidArgument)
+	testutil.WantCode(t, "no session", e.revoke(""), connect.CodeInvalidArgument)
+	testutil.WantCode(t, "unknown session", e.revoke("ses_unknown"), connect.CodeNotFound)
 	_, err = e.other.RevokeSession(context.Background(), connect.NewRequest(&ctrlv1.RevokeSessionRequest{
 		Command: &ctrlv1.CommandMetadata{CommandId: uuid.NewString()}, SessionId: s1.SessionId}))
-	wantCode(t, "another project's session", err, connect.CodeNotFound)
+	testutil.WantCode(t, "another project's session", err, connect.CodeNotFound)
 
 	// Expired sessions: revoking one succeeds and lists nothing once its
 	// expiry is past a grace for the hosts' clock skew; a listed one
@@ -345,7 +323,7 @@ func TestRevokeSession(t *testing.T) {
 	if n, err := e.svc.Prune(context.Background()); err != nil || n != 3 {
 		t.Errorf("Prune = %d, %v; want 3", n, err)
 	}
-	wantCode(t, "revoking a forgotten session", e.revoke(s1.SessionId), connect.CodeNotFound)
+	testutil.WantCode(t, "revoking a forgotten session", e.revoke(s1.SessionId), connect.CodeNotFound)
 }
 
 func TestRotateDataPlane(t *testing.T) {
@@ -383,9 +361,9 @@ func TestRotateDataPlane(t *testing.T) {
 	}
 
 	_, err = rotate(e.other, id)
-	wantCode(t, "another project's workspace", err, connect.CodeNotFound)
+	testutil.WantCode(t, "another project's workspace", err, connect.CodeNotFound)
 	_, err = rotate(e.client, "")
-	wantCode(t, "no workspace", err, connect.CodeInvalidArgument)
+	testutil.WantCode(t, "no workspace", err, connect.CodeInvalidArgument)
 
 	// A stopped workspace can rotate; a deleting one cannot.
 	other := e.create(false)
@@ -396,8 +374,8 @@ func TestRotateDataPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = rotate(e.client, other)
-	wantCode(t, "rotate a DELETING workspace", err, connect.CodeFailedPrecondition)
-	if d := detail(err); d.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_ROTATING_DATA_PLANE {
+	testutil.WantCode(t, "rotate a DELETING workspace", err, connect.CodeFailedPrecondition)
+	if d := testutil.ErrorDetail(err); d.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_ROTATING_DATA_PLANE {
 		t.Errorf("rotate a DELETING workspace: detail %v", d)
 	}
 }
