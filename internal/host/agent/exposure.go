@@ -136,23 +136,11 @@ func (p *exposureProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if route.exposure.Auth != ctrlv1.ExposureAuth_EXPOSURE_AUTH_PUBLIC && !p.authorize(w, r, route) {
 		return
 	}
-	ctx, cancel := context.WithCancel(context.WithValue(r.Context(), routeKey{}, route))
+	ctx, cancel := whileValid(context.WithValue(r.Context(), routeKey{}, route), recheckExposureEvery, func() bool {
+		now := p.agent.exposureByID(route.exposure.ExposureId)
+		return now != nil && now.execution == route.execution
+	})
 	defer cancel()
-	go func() {
-		tick := time.NewTicker(recheckExposureEvery)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				if now := p.agent.exposureByID(route.exposure.ExposureId); now == nil || now.execution != route.execution {
-					cancel()
-					return
-				}
-			}
-		}
-	}()
 	p.proxy.ServeHTTP(w, r.WithContext(ctx))
 }
 

@@ -150,29 +150,40 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// A call lives no longer than its session: a stream is cut once the
 	// token expires, is revoked, or the data plane is rotated.
-	ctx, cancel := context.WithCancel(r.Context())
+	ctx, cancel := whileValid(r.Context(), reauthorizeEvery, func() bool {
+		_, err := g.authorize(r)
+		return err == nil
+	})
 	defer cancel()
-	go func() {
-		tick := time.NewTicker(reauthorizeEvery)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				if _, err := g.authorize(r); err != nil {
-					cancel()
-					return
-				}
-			}
-		}
-	}()
 	call := context.WithValue(context.WithValue(ctx, executionKey{}, id), callerBodyKey{}, r.Body)
 	var next http.Handler = g.proxy
 	if strings.HasPrefix(r.URL.Path, "/"+datav1connect.MetricsServiceName+"/") {
 		next = g.metrics
 	}
 	next.ServeHTTP(w, r.WithContext(call))
+}
+
+// whileValid returns a context that ends with parent or as soon as valid,
+// checked every period, reports false: a request in flight lives no longer
+// than what admitted it.
+func whileValid(parent context.Context, every time.Duration, valid func() bool) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	go func() {
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if !valid() {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	return ctx, cancel
 }
 
 // reauthorizeEvery is how often a running call's session is checked again.
