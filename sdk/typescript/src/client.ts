@@ -160,6 +160,21 @@ export class Kibotos {
   }
 
   /**
+   * listWorkspaces lists the project's Workspaces, every page, those that
+   * carry every label of labelSelector when it is given.
+   */
+  async listWorkspaces(opts: { labelSelector?: Record<string, string> } = {}): Promise<WorkspaceInfo[]> {
+    const all: WorkspaceInfo[] = [];
+    let pageToken = "";
+    do {
+      const resp = await wrap(this.workspaces.listWorkspaces({ labelSelector: opts.labelSelector, pageToken }));
+      all.push(...resp.workspaces);
+      pageToken = resp.nextPageToken;
+    } while (pageToken !== "");
+    return all;
+  }
+
+  /**
    * startWorkspace starts a STOPPED Workspace, or retries the launch of a
    * FAILED one, and resolves once it is AVAILABLE.
    */
