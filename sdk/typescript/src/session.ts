@@ -31,7 +31,8 @@ export interface DataPlane {
  * or the data plane reports it expired.
  */
 export class Sessions {
-  private current?: Promise<DataPlane>;
+  private current?: Promise<DataPlane>; // the session in use, or being issued
+  private latest?: DataPlane; // what current resolved to
 
   constructor(
     private readonly client: Kibotos,
@@ -43,9 +44,9 @@ export class Sessions {
     const pending = this.current;
     if (pending !== undefined) {
       const d = await pending.catch(() => undefined);
+      if (this.current !== pending) return this.get(); // another call replaced or forgot it meanwhile
       const exp = d?.session.expiresAt;
       if (d !== undefined && (exp === undefined || exp.getTime() - Date.now() > RENEW_BEFORE_MS)) return d;
-      if (this.current !== pending) return this.get(); // another call replaced it meanwhile
     }
     const issued = this.issue();
     this.current = issued;
@@ -54,13 +55,19 @@ export class Sessions {
 
   /** forget drops d, whose session the data plane reported expired, unless another call replaced it. */
   forget(d: DataPlane): void {
-    const pending = this.current;
-    pending?.then((cur) => {
-      if (cur === d && this.current === pending) this.current = undefined;
-    }, () => undefined);
+    if (this.latest === d) {
+      this.current = undefined;
+      this.latest = undefined;
+    }
   }
 
   private async issue(): Promise<DataPlane> {
+    const d = await this.issueOne();
+    this.latest = d;
+    return d;
+  }
+
+  private async issueOne(): Promise<DataPlane> {
     const resp = await wrap(
       this.client.sessions.issueSession({ workspaceId: this.workspaceId, ttlSeconds: this.client.sessionTtlSeconds }),
     );
