@@ -154,6 +154,18 @@ describe("a workspace", () => {
     }
   });
 
+  test("an upload whose source fails is abandoned and leaves the old file", async () => {
+    await ws.files.write("/root/kept", "old");
+    async function* failing() {
+      yield randomBytes(2 * MIB);
+      throw new Error("the disk went away");
+    }
+    await assert.rejects(ws.files.upload("/root/kept", failing()), /the disk went away/);
+    await assert.rejects(ws.files.upload("/root/fresh", failing()), /the disk went away/);
+    assert.equal(await ws.files.readText("/root/kept"), "old");
+    await assert.rejects(ws.files.stat("/root/fresh"), isKibotosError(Code.NotFound));
+  });
+
   test("files: mkdir, write, list, stat, rename, read, remove", async () => {
     const dir = await ws.files.mkdir("/root/a/b", { parents: true });
     assert.equal(dir.type, FileType.DIRECTORY);
@@ -200,6 +212,10 @@ describe("a workspace", () => {
   test("a data-plane error carries its code and stage", async () => {
     await assert.rejects(ws.files.read("/root/missing"), isKibotosError(Code.NotFound, undefined, FailureStage.READING_FILE));
     await assert.rejects(ws.exec([]), isKibotosError(Code.InvalidArgument, undefined, FailureStage.STARTING_PROCESS));
+    await assert.rejects(
+      ws.files.watch("/root/missing").next(),
+      isKibotosError(Code.NotFound, undefined, FailureStage.WATCHING_DIRECTORY),
+    );
   });
 
   test("a revoked session is unauthenticated with reason SESSION_REVOKED", async () => {
