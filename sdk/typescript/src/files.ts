@@ -203,10 +203,19 @@ async function* requests(
   }
 }
 
-/** linked returns an AbortController that also aborts when parent does. */
-export function linked(parent?: AbortSignal): AbortController {
+/**
+ * linked returns an AbortController that also aborts when parent does; its
+ * abort, which ends the call it bounds, detaches it from parent.
+ */
+function linked(parent?: AbortSignal): AbortController {
   const c = new AbortController();
-  if (parent?.aborted) c.abort(parent.reason);
-  else parent?.addEventListener("abort", () => c.abort(parent.reason), { once: true });
+  if (parent === undefined) return c;
+  if (parent.aborted) {
+    c.abort(parent.reason);
+    return c;
+  }
+  const follow = () => c.abort(parent.reason);
+  parent.addEventListener("abort", follow, { once: true });
+  c.signal.addEventListener("abort", () => parent.removeEventListener("abort", follow), { once: true });
   return c;
 }
