@@ -7,7 +7,8 @@ import {
   WriteFileRequestSchema,
 } from "../gen/kibotos/data/v1/data_pb.js";
 import { chunks, type Source } from "./bytes.js";
-import { sessionExpired, toKibotosError } from "./errors.js";
+import { Code } from "@connectrpc/connect";
+import { KibotosError, sessionExpired, toKibotosError } from "./errors.js";
 import type { Sessions } from "./session.js";
 
 /** CHUNK_SIZE is the size of the chunks upload sends. */
@@ -68,7 +69,8 @@ export class Files {
    * upload writes the bytes of src to path in chunks of CHUNK_SIZE: a
    * Node.js Readable such as fs.createReadStream(localPath), any
    * (async) iterable of byte arrays, a byte array or a string. A src that
-   * fails abandons the upload.
+   * fails, or opts.signal aborting, abandons the upload, which then writes
+   * nothing.
    */
   async upload(path: string, src: Source, opts: WriteOptions = {}): Promise<FileInfo> {
     const start = { path, user: opts.user ?? "", mode: opts.mode ?? 0 };
@@ -76,13 +78,18 @@ export class Files {
     const replayable = typeof src === "string" || src instanceof Uint8Array;
     for (let retried = false; ; retried = true) {
       const d = await this.sessions.get();
+      const sending = new Upload(start, src, opts);
       try {
-        const resp = await d.files.writeFile(requests(start, src, opts.onProgress), { signal: opts.signal });
+        const resp = await d.files.writeFile(sending.messages());
+        if (sending.abandoned !== undefined) throw sending.abandoned; // a guard: the guest refuses an abandoned write
         return resp.file!;
       } catch (e) {
+        if (sending.abandoned !== undefined) throw sending.abandoned;
         const err = toKibotosError(e);
         if (retried || !replayable || !sessionExpired(err)) throw err;
         this.sessions.forget(d);
+      } finally {
+        sending.done();
       }
     }
   }
@@ -188,19 +195,76 @@ export class Files {
   }
 }
 
-/** requests are the messages of one WriteFile call: start, then the data in chunks. */
-async function* requests(
-  start: { path: string; user: string; mode: number },
-  src: Source,
-  onProgress?: (sent: number) => void,
-): AsyncGenerator<WriteFileRequest> {
-  yield create(WriteFileRequestSchema, { part: { case: "start", value: start } });
-  let sent = 0;
-  for await (const chunk of chunks(src, CHUNK_SIZE)) {
-    yield create(WriteFileRequestSchema, { part: { case: "data", value: chunk } });
-    sent += chunk.length;
-    onProgress?.(sent);
+/**
+ * Upload is the request stream of one WriteFile call: start, then the
+ * data in chunks. The protocol has no message that abandons a write, and
+ * a stream that ends, even one cut short, commits the bytes sent so far;
+ * resetting the stream is not enough either, as Node.js's HTTP/2 ends a
+ * stream's request side before it resets it. So when src fails or the
+ * caller aborts, the stream sends start a second time, which the guest
+ * refuses (invalid_argument) without writing the file, and abandoned holds
+ * the error the call reports.
+ */
+class Upload {
+  abandoned?: KibotosError;
+  private readonly stopWaiting = new AbortController(); // the call ended: stop watching opts.signal
+
+  constructor(
+    private readonly start: { path: string; user: string; mode: number },
+    private readonly src: Source,
+    private readonly opts: WriteOptions,
+  ) {}
+
+  async *messages(): AsyncGenerator<WriteFileRequest> {
+    const start = create(WriteFileRequestSchema, { part: { case: "start", value: this.start } });
+    yield start;
+    const aborted = abortion(this.opts.signal, this.stopWaiting.signal);
+    const it = chunks(this.src, CHUNK_SIZE)[Symbol.asyncIterator]();
+    let sent = 0;
+    for (;;) {
+      let r: IteratorResult<Uint8Array> | "aborted";
+      try {
+        r = await Promise.race([it.next(), aborted]);
+      } catch (e) {
+        const why = e instanceof Error ? e.message : String(e);
+        this.abandoned = new KibotosError(`reading the upload: ${why}`, Code.Unknown, { cause: e });
+        yield start;
+        return;
+      }
+      if (r === "aborted") {
+        this.abandoned = new KibotosError("the upload was aborted", Code.Canceled, { cause: this.opts.signal?.reason });
+        void it.return?.(undefined).catch(() => undefined);
+        yield start;
+        return;
+      }
+      if (r.done) return;
+      yield create(WriteFileRequestSchema, { part: { case: "data", value: r.value } });
+      sent += r.value.length;
+      this.opts.onProgress?.(sent);
+    }
   }
+
+  /** done ends the watch of opts.signal once the call has ended. */
+  done(): void {
+    this.stopWaiting.abort();
+  }
+}
+
+/**
+ * abortion resolves to "aborted" when signal aborts, and never when it has
+ * none or until aborts first.
+ */
+function abortion(signal: AbortSignal | undefined, until: AbortSignal): Promise<"aborted"> {
+  return new Promise((resolve) => {
+    if (signal === undefined) return;
+    if (signal.aborted) {
+      resolve("aborted");
+      return;
+    }
+    const onAbort = () => resolve("aborted");
+    signal.addEventListener("abort", onAbort, { once: true });
+    until.addEventListener("abort", () => signal.removeEventListener("abort", onAbort), { once: true });
+  });
 }
 
 /**

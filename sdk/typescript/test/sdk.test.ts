@@ -154,7 +154,7 @@ describe("a workspace", () => {
     }
   });
 
-  test("an upload whose source fails is abandoned and leaves the old file", async () => {
+  test("an upload whose source fails, or that is aborted, writes nothing", async () => {
     await ws.files.write("/root/kept", "old");
     async function* failing() {
       yield randomBytes(2 * MIB);
@@ -162,6 +162,16 @@ describe("a workspace", () => {
     }
     await assert.rejects(ws.files.upload("/root/kept", failing()), /the disk went away/);
     await assert.rejects(ws.files.upload("/root/fresh", failing()), /the disk went away/);
+    // An abort while the source has nothing to give.
+    const stop = new AbortController();
+    async function* stalled() {
+      yield randomBytes(MIB);
+      await new Promise(() => undefined);
+    }
+    await assert.rejects(
+      ws.files.upload("/root/kept", stalled(), { signal: stop.signal, onProgress: () => stop.abort() }),
+      isKibotosError(Code.Canceled),
+    );
     assert.equal(await ws.files.readText("/root/kept"), "old");
     await assert.rejects(ws.files.stat("/root/fresh"), isKibotosError(Code.NotFound));
   });
