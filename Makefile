@@ -53,10 +53,17 @@ tools: .bin/buf-$(BUF_VERSION) .bin/protoc-gen-go-$(PROTOC_GEN_GO_VERSION) .bin/
 	GOBIN=$(CURDIR)/.bin go install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_GO_VERSION)
 	touch $@
 
-# generate rewrites gen/ from proto/; `make test` fails when they differ.
-generate: tools
+# generate rewrites gen/ and sdk/typescript/gen/ from proto/; `make test`
+# fails when they differ.
+generate: tools sdk/typescript/node_modules
 	buf lint
 	buf generate
+	buf generate --template sdk/typescript/buf.gen.yaml
+
+# The TypeScript SDK's packages, protoc-gen-es among them, as pinned.
+sdk/typescript/node_modules: sdk/typescript/package-lock.json
+	cd sdk/typescript && npm ci --no-audit --no-fund
+	touch $@
 
 lint: tools
 	buf lint

@@ -1,0 +1,117 @@
+// Errors of the SDK: every call rejects with a KibotosError, which carries
+// the Connect code of the failure and, when the server sent one, the
+// reason and stage of its kibotos.ctrl.v1.ErrorDetail.
+import { Code, ConnectError } from "@connectrpc/connect";
+import {
+  ErrorDetailSchema,
+  FailureReason,
+  FailureStage,
+  WorkspaceState,
+  type Workspace as WorkspaceInfo,
+} from "../gen/kibotos/ctrl/v1/ctrl_pb.js";
+
+/**
+ * KibotosError is what every call of the SDK rejects with. `code` is the
+ * canonical Connect code (compare with `Code.NotFound`, ...); `reason` and
+ * `stage` come from the ErrorDetail the server attached, and are
+ * UNSPECIFIED when it attached none. `observedWorkspace` is the Workspace
+ * as the server saw it when a precondition failed.
+ */
+export class KibotosError extends Error {
+  override name = "KibotosError";
+  readonly code: Code;
+  readonly reason: FailureReason;
+  readonly stage: FailureStage;
+  readonly observedWorkspace?: WorkspaceInfo;
+
+  constructor(
+    message: string,
+    code: Code,
+    opts: { reason?: FailureReason; stage?: FailureStage; observedWorkspace?: WorkspaceInfo; cause?: unknown } = {},
+  ) {
+    super(message, { cause: opts.cause });
+    this.code = code;
+    this.reason = opts.reason ?? FailureReason.UNSPECIFIED;
+    this.stage = opts.stage ?? FailureStage.UNSPECIFIED;
+    this.observedWorkspace = opts.observedWorkspace;
+  }
+
+  /** codeName is the code as the Connect protocol spells it, e.g. "not_found". */
+  get codeName(): string {
+    return codeName(this.code);
+  }
+
+  /** reasonName is the reason without its prefix, e.g. "NOT_FOUND". */
+  get reasonName(): string {
+    return FailureReason[this.reason];
+  }
+
+  /** stageName is the stage without its prefix, e.g. "READING_FILE". */
+  get stageName(): string {
+    return FailureStage[this.stage];
+  }
+}
+
+/**
+ * WorkspaceStateError reports that a Workspace a call waited for reached a
+ * state from which it will not get to the one the call wanted: FAILED, whose
+ * reason and stage it carries, or another, such as STOPPED while waiting
+ * for AVAILABLE. Its code is failed_precondition.
+ */
+export class WorkspaceStateError extends KibotosError {
+  override name = "WorkspaceStateError";
+  /** workspace is the Workspace as last observed. */
+  readonly workspace: WorkspaceInfo;
+  /** want is the state the call waited for. */
+  readonly want: WorkspaceState;
+
+  constructor(workspace: WorkspaceInfo, want: WorkspaceState) {
+    const f = workspace.failure;
+    let msg: string;
+    if (workspace.state !== WorkspaceState.FAILED) {
+      msg = `workspace ${workspace.workspaceId} is ${WorkspaceState[workspace.state]} and will not become ${WorkspaceState[want]}`;
+    } else {
+      msg = `workspace ${workspace.workspaceId} FAILED: ${FailureReason[f?.reason ?? 0]}`;
+      if (f?.stage) msg += ` at stage ${FailureStage[f.stage]}`;
+      if (f?.message) msg += `: ${f.message}`;
+    }
+    super(msg, Code.FailedPrecondition, { reason: f?.reason, stage: f?.stage, observedWorkspace: workspace });
+    this.workspace = workspace;
+    this.want = want;
+  }
+}
+
+/**
+ * toKibotosError turns what a Connect call threw into a KibotosError,
+ * reading the ErrorDetail among the error's details. A KibotosError is
+ * returned as it is; anything else becomes one with code unknown.
+ */
+export function toKibotosError(err: unknown): KibotosError {
+  if (err instanceof KibotosError) return err;
+  const ce = ConnectError.from(err);
+  const [detail] = ce.findDetails(ErrorDetailSchema);
+  return new KibotosError(ce.message, ce.code, {
+    reason: detail?.reason,
+    stage: detail?.stage,
+    observedWorkspace: detail?.observedWorkspace,
+    cause: err,
+  });
+}
+
+/** wrap awaits p and rethrows its failure as a KibotosError. */
+export async function wrap<T>(p: Promise<T>): Promise<T> {
+  try {
+    return await p;
+  } catch (err) {
+    throw toKibotosError(err);
+  }
+}
+
+/** sessionExpired reports whether err means a new session would cure it. */
+export function sessionExpired(err: KibotosError): boolean {
+  return err.reason === FailureReason.SESSION_EXPIRED;
+}
+
+function codeName(code: Code): string {
+  return (Code[code] ?? "unknown").replace(/[A-Z]/g, (c, i: number) => (i > 0 ? "_" : "") + c.toLowerCase());
+}

@@ -1,0 +1,285 @@
+// Files of a Workspace: read, write, stream, list, inspect, move, watch.
+import { create } from "@bufbuild/protobuf";
+import {
+  type FileInfo,
+  type WatchDirectoryResponse,
+  type WriteFileRequest,
+  WriteFileRequestSchema,
+} from "../gen/kibotos/data/v1/data_pb.js";
+import { chunks, type Source } from "./bytes.js";
+import { Code } from "@connectrpc/connect";
+import { KibotosError, sessionExpired, toKibotosError } from "./errors.js";
+import type { Sessions } from "./session.js";
+
+/** CHUNK_SIZE is the size of the chunks upload sends. */
+export const CHUNK_SIZE = 1024 * 1024;
+
+/** FileOptions apply to every file call. */
+export interface FileOptions {
+  /** user makes the call as this user of the guest; absent is root. */
+  user?: string;
+  /** signal abandons the call. */
+  signal?: AbortSignal;
+}
+
+/** WriteOptions describe a file write or upload. */
+export interface WriteOptions extends FileOptions {
+  /** mode's permission bits apply to a new file; 0 is 0o644. */
+  mode?: number;
+  /** onProgress is called with the number of bytes sent so far, after each chunk. */
+  onProgress?: (sent: number) => void;
+}
+
+/** DownloadOptions describe a download. */
+export interface DownloadOptions extends FileOptions {
+  /** onInfo is called, before the first byte, with the metadata of the file read (a symlink's target's). */
+  onInfo?: (info: FileInfo) => void;
+}
+
+/** FileEvent is one change under a watched directory; its type is a FileEventType. */
+export type FileEvent = WatchDirectoryResponse;
+
+/**
+ * Files are the file calls of a Workspace (ws.files). Writes go to a
+ * temporary file renamed into place, so a failed write leaves an existing
+ * file intact.
+ */
+export class Files {
+  /** @internal */
+  constructor(private readonly sessions: Sessions) {}
+
+  /** read returns the contents of path. */
+  async read(path: string, opts: FileOptions = {}): Promise<Uint8Array> {
+    const parts: Uint8Array[] = [];
+    for await (const b of this.download(path, opts)) parts.push(b);
+    return Buffer.concat(parts);
+  }
+
+  /** readText returns the contents of path decoded as UTF-8. */
+  async readText(path: string, opts: FileOptions = {}): Promise<string> {
+    return new TextDecoder().decode(await this.read(path, opts));
+  }
+
+  /** write writes data (a string is written as UTF-8) to path and returns the written file's metadata. */
+  write(path: string, data: string | Uint8Array, opts: WriteOptions = {}): Promise<FileInfo> {
+    return this.upload(path, data, opts);
+  }
+
+  /**
+   * upload writes the bytes of src to path in chunks of CHUNK_SIZE: a
+   * Node.js Readable such as fs.createReadStream(localPath), any
+   * (async) iterable of byte arrays, a byte array or a string. A src that
+   * fails, or opts.signal aborting, abandons the upload, which then writes
+   * nothing.
+   */
+  async upload(path: string, src: Source, opts: WriteOptions = {}): Promise<FileInfo> {
+    const start = { path, user: opts.user ?? "", mode: opts.mode ?? 0 };
+    // Only bytes in memory can be sent again with a new session.
+    const replayable = typeof src === "string" || src instanceof Uint8Array;
+    for (let retried = false; ; retried = true) {
+      const d = await this.sessions.get();
+      const sending = new Upload(start, src, opts);
+      try {
+        const resp = await d.files.writeFile(sending.messages());
+        if (sending.abandoned !== undefined) throw sending.abandoned; // a guard: the guest refuses an abandoned write
+        return resp.file!;
+      } catch (e) {
+        if (sending.abandoned !== undefined) throw sending.abandoned;
+        const err = toKibotosError(e);
+        if (retried || !replayable || !sessionExpired(err)) throw err;
+        this.sessions.forget(d);
+      } finally {
+        sending.done();
+      }
+    }
+  }
+
+  /**
+   * download yields the bytes of path in order. Breaking out of the loop
+   * ends the call.
+   */
+  async *download(path: string, opts: DownloadOptions = {}): AsyncGenerator<Uint8Array> {
+    const stop = linked(opts.signal);
+    try {
+      const { first, rest } = await this.sessions.stream((d) =>
+        d.files.readFile({ path, user: opts.user ?? "" }, { signal: stop.signal }),
+      );
+      if (first === undefined) return;
+      if (first.file && opts.onInfo) opts.onInfo(first.file);
+      if (first.data.length > 0) yield first.data;
+      try {
+        for (let r = await rest.next(); !r.done; r = await rest.next()) yield r.value.data;
+      } catch (e) {
+        throw toKibotosError(e);
+      }
+    } finally {
+      stop.abort();
+    }
+  }
+
+  /** stat returns the metadata of path, without following a final symlink. */
+  async stat(path: string, opts: FileOptions = {}): Promise<FileInfo> {
+    const resp = await this.sessions.unary((d) =>
+      d.files.inspectFile({ path, user: opts.user ?? "" }, { signal: opts.signal }),
+    );
+    return resp.file!;
+  }
+
+  /**
+   * list returns the entries of the directory path, descending depth levels
+   * (0 and 1 list the directory only), depth-first in name order.
+   */
+  async list(path: string, opts: FileOptions & { depth?: number } = {}): Promise<FileInfo[]> {
+    const resp = await this.sessions.unary((d) =>
+      d.files.listDirectory({ path, user: opts.user ?? "", depth: Math.max(opts.depth ?? 0, 0) }, { signal: opts.signal }),
+    );
+    return resp.entries;
+  }
+
+  /**
+   * mkdir creates the directory path, and with parents any missing parent
+   * (otherwise the parent must exist). mode's permission bits apply; 0 is 0o755.
+   */
+  async mkdir(path: string, opts: FileOptions & { parents?: boolean; mode?: number } = {}): Promise<FileInfo> {
+    const resp = await this.sessions.unary((d) =>
+      d.files.createDirectory(
+        { path, user: opts.user ?? "", parents: opts.parents ?? false, mode: opts.mode ?? 0 },
+        { signal: opts.signal },
+      ),
+    );
+    return resp.directory!;
+  }
+
+  /** remove deletes a file or an empty directory, or with recursive a directory and everything in it. */
+  async remove(path: string, opts: FileOptions & { recursive?: boolean } = {}): Promise<void> {
+    await this.sessions.unary((d) =>
+      d.files.deleteFile({ path, user: opts.user ?? "", recursive: opts.recursive ?? false }, { signal: opts.signal }),
+    );
+  }
+
+  /** rename moves a file or directory from source to destination and returns its new metadata. */
+  async rename(source: string, destination: string, opts: FileOptions = {}): Promise<FileInfo> {
+    const resp = await this.sessions.unary((d) =>
+      d.files.moveFile({ source, destination, user: opts.user ?? "" }, { signal: opts.signal }),
+    );
+    return resp.file!;
+  }
+
+  /**
+   * watch yields the changes under the directory path in the order they
+   * happen, recursively when asked, until signal aborts or the loop breaks.
+   */
+  async *watch(path: string, opts: FileOptions & { recursive?: boolean } = {}): AsyncGenerator<FileEvent> {
+    const stop = linked(opts.signal);
+    try {
+      const { first, rest } = await this.sessions.stream((d) =>
+        d.files.watchDirectory(
+          { path, user: opts.user ?? "", recursive: opts.recursive ?? false },
+          { signal: stop.signal },
+        ),
+      );
+      if (first === undefined) return;
+      yield first;
+      try {
+        for (let r = await rest.next(); !r.done; r = await rest.next()) yield r.value;
+      } catch (e) {
+        if (opts.signal?.aborted) return;
+        throw toKibotosError(e);
+      }
+    } catch (e) {
+      if (opts.signal?.aborted) return;
+      throw e;
+    } finally {
+      stop.abort();
+    }
+  }
+}
+
+/**
+ * Upload is the request stream of one WriteFile call: start, then the
+ * data in chunks. The protocol has no message that abandons a write, and
+ * a stream that ends, even one cut short, commits the bytes sent so far;
+ * resetting the stream is not enough either, as Node.js's HTTP/2 ends a
+ * stream's request side before it resets it. So when src fails or the
+ * caller aborts, the stream sends start a second time, which the guest
+ * refuses (invalid_argument) without writing the file, and abandoned holds
+ * the error the call reports.
+ */
+class Upload {
+  abandoned?: KibotosError;
+  private readonly stopWaiting = new AbortController(); // the call ended: stop watching opts.signal
+
+  constructor(
+    private readonly start: { path: string; user: string; mode: number },
+    private readonly src: Source,
+    private readonly opts: WriteOptions,
+  ) {}
+
+  async *messages(): AsyncGenerator<WriteFileRequest> {
+    const start = create(WriteFileRequestSchema, { part: { case: "start", value: this.start } });
+    yield start;
+    const aborted = abortion(this.opts.signal, this.stopWaiting.signal);
+    const it = chunks(this.src, CHUNK_SIZE)[Symbol.asyncIterator]();
+    let sent = 0;
+    for (;;) {
+      let r: IteratorResult<Uint8Array> | "aborted";
+      try {
+        r = await Promise.race([it.next(), aborted]);
+      } catch (e) {
+        const why = e instanceof Error ? e.message : String(e);
+        this.abandoned = new KibotosError(`reading the upload: ${why}`, Code.Unknown, { cause: e });
+        yield start;
+        return;
+      }
+      if (r === "aborted") {
+        this.abandoned = new KibotosError("the upload was aborted", Code.Canceled, { cause: this.opts.signal?.reason });
+        void it.return?.(undefined).catch(() => undefined);
+        yield start;
+        return;
+      }
+      if (r.done) return;
+      yield create(WriteFileRequestSchema, { part: { case: "data", value: r.value } });
+      sent += r.value.length;
+      this.opts.onProgress?.(sent);
+    }
+  }
+
+  /** done ends the watch of opts.signal once the call has ended. */
+  done(): void {
+    this.stopWaiting.abort();
+  }
+}
+
+/**
+ * abortion resolves to "aborted" when signal aborts, and never when it has
+ * none or until aborts first.
+ */
+function abortion(signal: AbortSignal | undefined, until: AbortSignal): Promise<"aborted"> {
+  return new Promise((resolve) => {
+    if (signal === undefined) return;
+    if (signal.aborted) {
+      resolve("aborted");
+      return;
+    }
+    const onAbort = () => resolve("aborted");
+    signal.addEventListener("abort", onAbort, { once: true });
+    until.addEventListener("abort", () => signal.removeEventListener("abort", onAbort), { once: true });
+  });
+}
+
+/**
+ * linked returns an AbortController that also aborts when parent does; its
+ * abort, which ends the call it bounds, detaches it from parent.
+ */
+function linked(parent?: AbortSignal): AbortController {
+  const c = new AbortController();
+  if (parent === undefined) return c;
+  if (parent.aborted) {
+    c.abort(parent.reason);
+    return c;
+  }
+  const follow = () => c.abort(parent.reason);
+  parent.addEventListener("abort", follow, { once: true });
+  c.signal.addEventListener("abort", () => parent.removeEventListener("abort", follow), { once: true });
+  return c;
+}

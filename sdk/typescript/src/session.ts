@@ -1,0 +1,121 @@
+// Data-plane sessions: issued on the control plane, cached per Workspace
+// handle, renewed before they expire or when the data plane says they did.
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { createClient, type Client } from "@connectrpc/connect";
+import { FileService, ProcessService } from "../gen/kibotos/data/v1/data_pb.js";
+import type { Kibotos } from "./client.js";
+import { sessionExpired, toKibotosError, wrap } from "./errors.js";
+
+/** RENEW_BEFORE_MS is how long before its expiry a cached session is replaced. */
+const RENEW_BEFORE_MS = 30_000;
+
+/** Session is a data-plane session: a bearer token for the kibotos.data.v1 services at endpoint. */
+export interface Session {
+  id: string;
+  token: string;
+  endpoint: string;
+  /** expiresAt is undefined when the server did not say. */
+  expiresAt?: Date;
+}
+
+/** DataPlane is one session and the data-plane clients that use it. */
+export interface DataPlane {
+  session: Session;
+  proc: Client<typeof ProcessService>;
+  files: Client<typeof FileService>;
+}
+
+/**
+ * Sessions issues the sessions of one Workspace: one at a time, shared by
+ * every call of the handle, replaced when it is within 30 seconds of expiry
+ * or the data plane reports it expired.
+ */
+export class Sessions {
+  private current?: Promise<DataPlane>; // the session in use, or being issued
+  private latest?: DataPlane; // what current resolved to
+
+  constructor(
+    private readonly client: Kibotos,
+    private readonly workspaceId: string,
+  ) {}
+
+  /** get returns the current data plane, issuing a session when there is none or it is about to expire. */
+  async get(): Promise<DataPlane> {
+    const pending = this.current;
+    if (pending !== undefined) {
+      const d = await pending.catch(() => undefined);
+      if (this.current !== pending) return this.get(); // another call replaced or forgot it meanwhile
+      const exp = d?.session.expiresAt;
+      if (d !== undefined && (exp === undefined || exp.getTime() - Date.now() > RENEW_BEFORE_MS)) return d;
+    }
+    const issued = this.issue();
+    this.current = issued;
+    return issued;
+  }
+
+  /** forget drops d, whose session the data plane reported expired, unless another call replaced it. */
+  forget(d: DataPlane): void {
+    if (this.latest === d) {
+      this.current = undefined;
+      this.latest = undefined;
+    }
+  }
+
+  private async issue(): Promise<DataPlane> {
+    const d = await this.issueOne();
+    this.latest = d;
+    return d;
+  }
+
+  private async issueOne(): Promise<DataPlane> {
+    const resp = await wrap(
+      this.client.sessions.issueSession({ workspaceId: this.workspaceId, ttlSeconds: this.client.sessionTtlSeconds }),
+    );
+    const session: Session = {
+      id: resp.sessionId,
+      token: resp.token,
+      endpoint: resp.endpoint,
+      expiresAt: resp.expiresAt ? timestampDate(resp.expiresAt) : undefined,
+    };
+    const transport = this.client.connections.transport(session.endpoint, session.token);
+    return { session, proc: createClient(ProcessService, transport), files: createClient(FileService, transport) };
+  }
+
+  /**
+   * unary makes a unary data-plane call, with a new session once more when
+   * the data plane reports the session expired.
+   */
+  async unary<T>(call: (d: DataPlane) => Promise<T>): Promise<T> {
+    for (let retried = false; ; retried = true) {
+      const d = await this.get();
+      try {
+        return await call(d);
+      } catch (e) {
+        const err = toKibotosError(e);
+        if (retried || !sessionExpired(err)) throw err;
+        this.forget(d);
+      }
+    }
+  }
+
+  /**
+   * stream opens a server stream and reads its first message, with a new
+   * session once more when that fails because the session expired. It
+   * returns the first message (undefined when the stream ended without
+   * one) and the iterator that goes on with the rest.
+   */
+  async stream<T>(open: (d: DataPlane) => AsyncIterable<T>): Promise<{ first?: T; rest: AsyncIterator<T> }> {
+    for (let retried = false; ; retried = true) {
+      const d = await this.get();
+      const rest = open(d)[Symbol.asyncIterator]();
+      try {
+        const r = await rest.next();
+        return { first: r.done ? undefined : r.value, rest };
+      } catch (e) {
+        const err = toKibotosError(e);
+        if (retried || !sessionExpired(err)) throw err;
+        this.forget(d);
+      }
+    }
+  }
+}

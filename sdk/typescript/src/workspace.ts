@@ -1,0 +1,94 @@
+// A handle on one Workspace: its processes and files, through the data
+// plane, with a session the handle issues and renews.
+import { Code } from "@connectrpc/connect";
+import type { Workspace as WorkspaceInfo } from "../gen/kibotos/ctrl/v1/ctrl_pb.js";
+import type { ProcessInfo } from "../gen/kibotos/data/v1/data_pb.js";
+import type { Kibotos, WaitOptions } from "./client.js";
+import { KibotosError } from "./errors.js";
+import { Files } from "./files.js";
+import { type ExecOptions, type ExecResult, Process } from "./process.js";
+import { type Session, Sessions } from "./session.js";
+
+/**
+ * Workspace is a handle on one Workspace. Its data-plane calls (exec,
+ * start, files) need the Workspace AVAILABLE; they share one session, which
+ * the handle issues on first use and issues again when it is within 30
+ * seconds of expiry or the data plane reports it expired.
+ */
+export class Workspace {
+  /** id is the Workspace's ID. */
+  readonly id: string;
+  /** info is the Workspace as it was when the handle was made. */
+  readonly info: WorkspaceInfo;
+  /** files are the Workspace's file calls. */
+  readonly files: Files;
+  private readonly sessions: Sessions;
+
+  /** @internal */
+  constructor(
+    private readonly client: Kibotos,
+    info: WorkspaceInfo,
+  ) {
+    this.id = info.workspaceId;
+    this.info = info;
+    this.sessions = new Sessions(client, this.id);
+    this.files = new Files(this.sessions);
+  }
+
+  /** session returns the handle's session, issuing one when it has none or it is about to expire. */
+  async session(): Promise<Session> {
+    return (await this.sessions.get()).session;
+  }
+
+  /**
+   * exec runs args in the Workspace and resolves once it ends: args[0] is
+   * the program, looked up in PATH. Output goes to onStdout and onStderr as
+   * it arrives. A process that exited non-zero, or that a signal ended, is
+   * not an error: the result says so.
+   */
+  async exec(args: string[], opts: ExecOptions = {}): Promise<ExecResult> {
+    const p = await this.start(args, opts);
+    return p.wait();
+  }
+
+  /**
+   * start starts args in the Workspace and resolves once the process runs;
+   * the returned Process's wait resolves when it exits.
+   */
+  async start(args: string[], opts: ExecOptions = {}): Promise<Process> {
+    const pty = opts.pty === true ? { cols: 80, rows: 24 } : opts.pty;
+    const req = {
+      args,
+      env: opts.env,
+      cwd: opts.cwd ?? "",
+      user: opts.user ?? "",
+      tag: opts.tag ?? "",
+      pty,
+      stdin: opts.stdin !== undefined,
+    };
+    // stop ends the stream; opts.signal kills the process instead (see Process).
+    const stop = new AbortController();
+    const { first, rest } = await this.sessions.stream((d) => d.proc.startProcess(req, { signal: stop.signal }));
+    if (first?.event.case !== "started") {
+      stop.abort();
+      throw new KibotosError("StartProcess: the stream did not begin with the started event", Code.Internal);
+    }
+    return new Process(this.sessions, first.event.value.pid, rest, opts, stop);
+  }
+
+  /** processes lists the processes started in the Workspace that run, and those that ended recently. */
+  async processes(): Promise<ProcessInfo[]> {
+    const resp = await this.sessions.unary((d) => d.proc.listProcesses({}));
+    return resp.processes;
+  }
+
+  /** stop stops the Workspace and resolves once it is STOPPED. */
+  stop(opts: WaitOptions & { force?: boolean } = {}): Promise<Workspace> {
+    return this.client.stopWorkspace(this.id, opts);
+  }
+
+  /** delete deletes the Workspace and resolves once it is DELETED. */
+  delete(opts: WaitOptions = {}): Promise<void> {
+    return this.client.deleteWorkspace(this.id, opts);
+  }
+}

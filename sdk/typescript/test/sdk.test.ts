@@ -1,0 +1,290 @@
+// End-to-end tests of the SDK against a real deployment: one workspace,
+// created by the first test, serves the others, and is deleted at the end.
+import assert from "node:assert/strict";
+import { createHash, randomBytes } from "node:crypto";
+import { createReadStream, createWriteStream } from "node:fs";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, describe, test } from "node:test";
+import { Readable } from "node:stream";
+import { pipeline } from "node:stream/promises";
+import { setTimeout as sleep } from "node:timers/promises";
+import {
+  Code,
+  FailureReason,
+  FailureStage,
+  FileEventType,
+  FileType,
+  Kibotos,
+  KibotosError,
+  type Workspace,
+  WorkspaceState,
+} from "../src/index.js";
+import { connect, deployment, MIB } from "./env.js";
+
+const text = (b: Uint8Array) => new TextDecoder().decode(b);
+
+/** isKibotosError returns a predicate for assert.rejects matching code, reason and stage. */
+function isKibotosError(code: Code, reason?: FailureReason, stage?: FailureStage) {
+  return (err: unknown) => {
+    assert.ok(err instanceof KibotosError, `want a KibotosError, got ${String(err)}`);
+    assert.equal(err.codeName, new KibotosError("", code).codeName, err.message);
+    if (reason !== undefined) assert.equal(err.reasonName, FailureReason[reason], err.message);
+    if (stage !== undefined) assert.equal(err.stageName, FailureStage[stage], err.message);
+    return true;
+  };
+}
+
+/** sha256 returns the hex SHA-256 of a local file. */
+async function sha256(path: string): Promise<string> {
+  const h = createHash("sha256");
+  await pipeline(createReadStream(path), h);
+  return h.digest("hex");
+}
+
+describe("a workspace", () => {
+  const kb = connect();
+  let ws: Workspace;
+  after(async () => {
+    await ws?.delete();
+    kb.close();
+  });
+
+  test("createWorkspace resolves once the workspace is AVAILABLE", async () => {
+    ws = await kb.createWorkspace({ memoryBytes: 256 * MIB, diskBytes: 512 * MIB, labels: { suite: "typescript" } });
+    assert.equal(ws.info.state, WorkspaceState.AVAILABLE);
+    const again = await kb.getWorkspace(ws.id);
+    assert.equal(again.info.state, WorkspaceState.AVAILABLE);
+    assert.equal(again.info.labels.suite, "typescript");
+  });
+
+  test("exec streams stdout and stderr and resolves to the exit code", async () => {
+    let out = "";
+    let errOut = "";
+    const r = await ws.exec(["sh", "-c", "echo one; echo two >&2; echo three; exit 7"], {
+      onStdout: (b) => (out += text(b)),
+      onStderr: (b) => (errOut += text(b)),
+    });
+    assert.equal(r.exitCode, 7);
+    assert.equal(r.signal, "");
+    assert.equal(out, "one\nthree\n");
+    assert.equal(errOut, "two\n");
+  });
+
+  test("output arrives while the process runs", async () => {
+    let out = "";
+    let seen!: () => void;
+    const ready = new Promise<void>((resolve) => (seen = resolve));
+    const p = await ws.start(["sh", "-c", "echo ready; read line; echo got $line"], {
+      stdin: true,
+      onStdout: (b) => {
+        out += text(b);
+        if (out.includes("ready")) seen();
+      },
+    });
+    assert.ok(p.pid > 0);
+    await ready; // the process is blocked reading its input: its first line came while it ran
+    await p.sendInput("hi\n");
+    await p.closeInput();
+    const r = await p.wait();
+    assert.equal(r.exitCode, 0);
+    assert.equal(out, "ready\ngot hi\n");
+  });
+
+  test("exec collects the output when no callback takes it, with env and cwd", async () => {
+    const r = await ws.exec(["sh", "-c", "echo $GREETING; pwd; echo oops >&2"], { env: { GREETING: "hi" }, cwd: "/tmp" });
+    assert.deepEqual([r.exitCode, r.stdout, r.stderr], [0, "hi\n/tmp\n", "oops\n"]);
+  });
+
+  test("stdin is sent to the process and closed at its end", async () => {
+    const small = await ws.exec(["cat"], { stdin: "hello\nworld\n" });
+    assert.equal(small.stdout, "hello\nworld\n");
+    // 1 MiB from a stream, in many SendInput calls.
+    const big = randomBytes(MIB);
+    const r = await ws.exec(["sh", "-c", "wc -c; echo done >&2"], { stdin: Readable.from([big.subarray(0, 1000), big.subarray(1000)]) });
+    assert.equal(r.stdout.trim(), String(MIB));
+    assert.equal(r.stderr, "done\n");
+  });
+
+  test("a PTY runs the process on a terminal of the size asked for", async () => {
+    const r = await ws.exec(["sh", "-c", "tty; stty size"], { pty: { cols: 100, rows: 30 } });
+    assert.equal(r.exitCode, 0);
+    assert.match(r.stdout, /^\/dev\/pts\/\d+\r\n30 100\r\n$/);
+    assert.equal(r.stderr, "");
+  });
+
+  test("a background process is killed and its wait says by which signal", async () => {
+    const p = await ws.start(["sleep", "600"]);
+    const listed = await ws.processes();
+    assert.ok(listed.some((i) => i.pid === p.pid && i.exited === undefined), "the process runs");
+    await p.kill();
+    const r = await p.wait();
+    assert.equal(r.signal, "SIGKILL");
+  });
+
+  test("timeoutMs kills a process that runs too long", async () => {
+    await assert.rejects(ws.exec(["sleep", "600"], { tag: "too-long", timeoutMs: 200 }), isKibotosError(Code.DeadlineExceeded));
+    const listed = await ws.processes();
+    const info = listed.find((i) => i.tag === "too-long");
+    assert.equal(info?.exited?.signal, "SIGKILL");
+  });
+
+  test("a 64 MiB file goes up and comes back unchanged", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "kibotos-sdk-"));
+    try {
+      const src = join(dir, "up");
+      const back = join(dir, "back");
+      const size = 64 * MIB;
+      await writeFile(src, randomBytes(size));
+      let progress = 0;
+      const info = await ws.files.upload("/root/big", createReadStream(src), { mode: 0o600, onProgress: (n) => (progress = n) });
+      assert.equal(info.size, BigInt(size));
+      assert.equal(info.mode, 0o600);
+      assert.equal(progress, size);
+      const want = await sha256(src);
+      const inGuest = await ws.exec(["sha256sum", "/root/big"]);
+      assert.equal(inGuest.stdout.split(" ")[0], want);
+      let seen: bigint | undefined;
+      await pipeline(Readable.from(ws.files.download("/root/big", { onInfo: (i) => (seen = i.size) })), createWriteStream(back));
+      assert.equal(seen, BigInt(size));
+      assert.equal(await sha256(back), want);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  test("an upload whose source fails, or that is aborted, writes nothing", async () => {
+    await ws.files.write("/root/kept", "old");
+    async function* failing() {
+      yield randomBytes(2 * MIB);
+      throw new Error("the disk went away");
+    }
+    await assert.rejects(ws.files.upload("/root/kept", failing()), /the disk went away/);
+    await assert.rejects(ws.files.upload("/root/fresh", failing()), /the disk went away/);
+    // An abort while the source has nothing to give.
+    const stop = new AbortController();
+    async function* stalled() {
+      yield randomBytes(MIB);
+      await new Promise(() => undefined);
+    }
+    await assert.rejects(
+      ws.files.upload("/root/kept", stalled(), { signal: stop.signal, onProgress: () => stop.abort() }),
+      isKibotosError(Code.Canceled),
+    );
+    assert.equal(await ws.files.readText("/root/kept"), "old");
+    await assert.rejects(ws.files.stat("/root/fresh"), isKibotosError(Code.NotFound));
+  });
+
+  test("files: mkdir, write, list, stat, rename, read, remove", async () => {
+    const dir = await ws.files.mkdir("/root/a/b", { parents: true });
+    assert.equal(dir.type, FileType.DIRECTORY);
+    await ws.files.write("/root/a/b/one.txt", "one");
+    await ws.files.write("/root/a/two.txt", new Uint8Array([1, 2, 3]), { mode: 0o640 });
+    const names = (await ws.files.list("/root/a", { depth: 2 })).map((e) => e.path);
+    assert.deepEqual(names, ["/root/a/b", "/root/a/b/one.txt", "/root/a/two.txt"]);
+    const st = await ws.files.stat("/root/a/two.txt");
+    assert.deepEqual([st.type, st.size, st.mode], [FileType.FILE, 3n, 0o640]);
+    await ws.files.rename("/root/a/b/one.txt", "/root/a/three.txt");
+    assert.equal(await ws.files.readText("/root/a/three.txt"), "one");
+    assert.deepEqual(await ws.files.read("/root/a/two.txt"), Buffer.from([1, 2, 3]));
+    await assert.rejects(ws.files.remove("/root/a"), isKibotosError(Code.FailedPrecondition)); // not empty
+    await ws.files.remove("/root/a", { recursive: true });
+    await assert.rejects(ws.files.stat("/root/a"), isKibotosError(Code.NotFound, undefined, FailureStage.INSPECTING_FILE));
+  });
+
+  test("watch yields the changes under a directory as an async iterator", async () => {
+    await ws.files.mkdir("/root/watched");
+    const stop = new AbortController();
+    const events = ws.files.watch("/root/watched", { signal: stop.signal });
+    const first = events.next(); // opens the watch
+    // The watch is in place at some point after the call: write until it reports.
+    let got: IteratorResult<{ path: string; type: FileEventType }> | undefined;
+    for (let i = 0; got === undefined; i++) {
+      await ws.files.write(`/root/watched/f${i}`, "x");
+      got = await Promise.race([first, sleep(200).then(() => undefined)]);
+    }
+    // A write goes to a temporary file renamed into place: its events come
+    // first, then the file's own.
+    while (!got.done && !/^\/root\/watched\/f\d+$/.test(got.value.path)) {
+      assert.match(got.value.path, /^\/root\/watched\//);
+      got = await events.next();
+    }
+    assert.equal(got.done, false);
+    assert.ok(
+      [FileEventType.CREATE, FileEventType.RENAME, FileEventType.WRITE].includes(got.value.type),
+      FileEventType[got.value.type],
+    );
+    stop.abort();
+    assert.equal((await events.next()).done, true);
+  });
+
+  test("a data-plane error carries its code and stage", async () => {
+    await assert.rejects(ws.files.read("/root/missing"), isKibotosError(Code.NotFound, undefined, FailureStage.READING_FILE));
+    await assert.rejects(ws.exec([]), isKibotosError(Code.InvalidArgument, undefined, FailureStage.STARTING_PROCESS));
+    await assert.rejects(
+      ws.files.watch("/root/missing").next(),
+      isKibotosError(Code.NotFound, undefined, FailureStage.WATCHING_DIRECTORY),
+    );
+  });
+
+  test("a revoked session is unauthenticated with reason SESSION_REVOKED", async () => {
+    const h = await kb.getWorkspace(ws.id);
+    const s = await h.session();
+    await kb.sessions.revokeSession({ command: { commandId: `revoke-${s.id}` }, sessionId: s.id });
+    // Revocation takes effect within a second.
+    await assert.rejects(async () => {
+      for (;;) {
+        await h.files.stat("/root");
+        await sleep(100);
+      }
+    }, isKibotosError(Code.Unauthenticated, FailureReason.SESSION_REVOKED, FailureStage.AUTHORIZING_DATA_PLANE));
+  });
+
+  test("sessions are renewed before they expire", async () => {
+    // A session of 31 seconds is within 30 seconds of its expiry a second
+    // after it is issued, so the next call issues a new one.
+    const short = Kibotos.connect({ ...deployment(), sessionTtlSeconds: 31 });
+    try {
+      const h = await short.getWorkspace(ws.id);
+      const first = await h.session();
+      assert.equal((await h.exec(["true"])).exitCode, 0);
+      await sleep(1100);
+      assert.equal((await h.exec(["true"])).exitCode, 0);
+      const second = await h.session();
+      assert.notEqual(second.id, first.id);
+      assert.notEqual(second.token, first.token);
+    } finally {
+      short.close();
+    }
+  });
+});
+
+describe("control-plane errors", () => {
+  const kb = connect();
+  after(() => kb.close());
+
+  test("an unknown workspace is not_found", async () => {
+    await assert.rejects(kb.getWorkspace("ws_doesnotexist"), isKibotosError(Code.NotFound));
+  });
+
+  test("a bad request is invalid_argument and creates nothing", async () => {
+    await assert.rejects(
+      kb.createWorkspace({ memoryBytes: 100 * MIB + 1, labels: { suite: "typescript-invalid" } }),
+      isKibotosError(Code.InvalidArgument),
+    );
+    assert.deepEqual(await kb.listWorkspaces({ labelSelector: { suite: "typescript-invalid" } }), []);
+  });
+
+  test("a capability the template lacks is failed_precondition with reason CAPABILITY_UNAVAILABLE", async () => {
+    await assert.rejects(
+      kb.createWorkspace({ capabilities: ["screen"], labels: { suite: "typescript-invalid" } }),
+      isKibotosError(Code.FailedPrecondition, FailureReason.CAPABILITY_UNAVAILABLE, FailureStage.VALIDATING),
+    );
+    assert.deepEqual(await kb.listWorkspaces({ labelSelector: { suite: "typescript-invalid" } }), []);
+  });
+
+  test("a bad template reference is refused before any call", async () => {
+    await assert.rejects(kb.createWorkspace({ template: "base@" }), isKibotosError(Code.InvalidArgument));
+  });
+});
