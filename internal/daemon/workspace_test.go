@@ -1,8 +1,6 @@
 package daemon_test
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -15,9 +13,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -26,7 +21,6 @@ import (
 	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/daemon"
 	"github.com/kibotos/kibotos/internal/host/runtime/oci"
-	"github.com/kibotos/kibotos/internal/imagestore"
 	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
@@ -466,35 +460,15 @@ func TestImportedTemplateRuns(t *testing.T) {
 	}
 }
 
-// importTemplate creates the Template id and imports into it, as an
-// archive `docker save` writes, the built-in image with a layer holding
+// importTemplate creates the Template id and imports into it
+// testutil.HelloImageArchive: the built-in image with a layer holding
 // /hello.txt with content. It returns a TemplateService client and the
 // import's response.
 func (d *deployment) importTemplate(id, content string) (ctrlv1connect.TemplateServiceClient, *ctrlv1.ImportTemplateRevisionResponse) {
 	t := d.t
 	t.Helper()
 	ctx := context.Background()
-	base, err := imagestore.BuiltinImage(imagestore.DefaultBusybox)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var layerTar bytes.Buffer
-	tw := tar.NewWriter(&layerTar)
-	tw.WriteHeader(&tar.Header{Name: "hello.txt", Mode: 0o644, Size: int64(len(content)), Typeflag: tar.TypeReg})
-	tw.Write([]byte(content))
-	tw.Close()
-	layer, err := tarball.LayerFromReader(bytes.NewReader(layerTar.Bytes()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := mutate.AppendLayers(base, layer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	archive := filepath.Join(t.TempDir(), "image.tar")
-	if err := tarball.WriteToFile(archive, name.MustParseReference("example.com/hello:1"), img); err != nil {
-		t.Fatal(err)
-	}
+	archive := testutil.HelloImageArchive(t, content)
 
 	token, _ := os.ReadFile(filepath.Join(d.home, daemon.AdminTokenFile))
 	var protocols http.Protocols
