@@ -54,8 +54,22 @@ func TestTransferWithTemplate(t *testing.T) {
 	art := download(t, ta, exp.TransferId)
 	t.Logf("artifact with the template: %d bytes", len(art))
 
-	// Without the template B refuses the plain export's artifact; this one
-	// it imports and restores.
+	// The same workspace exported without its template: B, lacking it,
+	// refuses to restore it, saying why.
+	plain := mustUnary(t, ta.ExportWorkspace, &ctrlv1.ExportWorkspaceRequest{Command: cmd(), WorkspaceId: src.WorkspaceId}).Transfer
+	if plain = awaitTransfer(t, ta, plain.TransferId); plain.State != ctrlv1.TransferState_TRANSFER_STATE_COMPLETE || plain.Manifest.CarriesTemplate {
+		t.Fatalf("export without the template: %v", plain)
+	}
+	plainArt := download(t, ta, plain.TransferId)
+	plainImp := upload(t, tb, plainArt, plain.Manifest.Digest)
+	_, err := unary(context.Background(), tb.RestoreWorkspace, &ctrlv1.RestoreWorkspaceRequest{Command: cmd(), TransferId: plainImp.TransferId})
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || detailReason(err) != ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND ||
+		!strings.Contains(err.Error(), m.TemplateImageDigest) {
+		t.Errorf("restore without the template in B: %v", err)
+	}
+	t.Logf("artifact without the template: %d bytes", len(plainArt))
+
+	// With the template B imports and restores it.
 	imp := upload(t, tb, art, m.Digest)
 	if imp.State != ctrlv1.TransferState_TRANSFER_STATE_IMPORTED || !imp.Manifest.CarriesTemplate {
 		t.Fatalf("import: %v", imp)
