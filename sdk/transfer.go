@@ -21,8 +21,20 @@ const transferPoll = 250 * time.Millisecond
 // artifact is COMPLETE, and writes it to w, checked against its digest.
 // It returns the Transfer, whose manifest describes the artifact.
 func (w *Workspace) Export(ctx context.Context, out io.Writer) (*ctrlv1.Transfer, error) {
+	return w.export(ctx, out, false)
+}
+
+// ExportWithTemplate is Export with the Template revision's image carried
+// in the artifact, so that a deployment lacking that revision restores
+// it.
+func (w *Workspace) ExportWithTemplate(ctx context.Context, out io.Writer) (*ctrlv1.Transfer, error) {
+	return w.export(ctx, out, true)
+}
+
+func (w *Workspace) export(ctx context.Context, out io.Writer, withTemplate bool) (*ctrlv1.Transfer, error) {
 	c := w.c
-	resp, err := c.transfers.ExportWorkspace(ctx, connect.NewRequest(&ctrlv1.ExportWorkspaceRequest{Command: commandMetadata(""), WorkspaceId: w.id}))
+	resp, err := c.transfers.ExportWorkspace(ctx, connect.NewRequest(&ctrlv1.ExportWorkspaceRequest{Command: commandMetadata(""),
+		WorkspaceId: w.id, WithTemplate: withTemplate}))
 	if err != nil {
 		return nil, err
 	}

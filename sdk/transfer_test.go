@@ -29,6 +29,15 @@ func TestExportImportRestore(t *testing.T) {
 	if uint64(art.Len()) != exported.GetManifest().GetSizeBytes() {
 		t.Errorf("wrote %d bytes of a %d-byte artifact", art.Len(), exported.GetManifest().GetSizeBytes())
 	}
+	// With the template the artifact carries its image too.
+	var withTemplate bytes.Buffer
+	carried, err := ws.ExportWithTemplate(t.Context(), &withTemplate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !carried.GetManifest().GetCarriesTemplate() || withTemplate.Len() <= art.Len() {
+		t.Errorf("export with the template: %d bytes (%d without), manifest %v", withTemplate.Len(), art.Len(), carried.GetManifest())
+	}
 	imported, err := c.ImportTransfer(t.Context(), bytes.NewReader(art.Bytes()))
 	if err != nil {
 		t.Fatal(err)

@@ -13,8 +13,10 @@
 //     "manifest": <the TransferManifest in protobuf JSON>}.
 //  2. layer, layer/...: the writable layer's overlay upper directory, the
 //     guest's "/" as written over the Template; then volume, volume/...:
-//     the Volume's root; then, when the Template is carried, template/...:
-//     an OCI image layout (oci-layout, index.json, blobs/sha256/<hex>).
+//     the Volume's root; then, when the manifest says carries_template,
+//     template/...: an OCI image layout of the Template revision's image
+//     (oci-layout, blobs/sha256/<hex>, index.json), checked blob by blob
+//     against its digests (template.go).
 //     Directories precede what they hold; sockets are not carried.
 //  3. kibotos-transfer.sums: the trailer, one line "<sha256 hex> <name>"
 //     per regular file in entry order, then "entries <n>" counting every

@@ -100,6 +100,9 @@ type walker struct {
 	fn      func(*Entry, io.Reader) error
 	sums    bytes.Buffer
 	entries int
+	// tpl checks the template section; nil when the manifest carries no
+	// template.
+	tpl *templateCheck
 }
 
 // contentErr turns a read error into the source's error, or an invalid
@@ -169,13 +172,17 @@ func (w *walker) walk() (*ctrlv1.TransferManifest, error) {
 		return nil, err
 	}
 	w.sum(b, ManifestName)
+	w.tpl = newTemplateCheck(m)
 	for {
 		hdr, err := w.next("its trailer")
 		if err != nil {
 			return nil, err
 		}
 		if hdr.Name == TrailerName {
-			return m, w.checkTrailer(hdr)
+			if err := w.checkTrailer(hdr); err != nil {
+				return nil, err
+			}
+			return m, w.tpl.finish()
 		}
 		if err := w.entry(hdr); err != nil {
 			return nil, err
@@ -189,6 +196,12 @@ func (w *walker) entry(hdr *tar.Header) error {
 	if err != nil {
 		return err
 	}
+	var kept *bytes.Buffer
+	if e.Section == Template {
+		if kept, err = w.tpl.admit(e); err != nil {
+			return err
+		}
+	}
 	if hdr.Typeflag != tar.TypeReg {
 		w.entries++
 		if w.fn != nil {
@@ -197,7 +210,11 @@ func (w *walker) entry(hdr *tar.Header) error {
 		return nil
 	}
 	h := sha256.New()
-	content := &readErr{r: io.TeeReader(w.tr, h)}
+	var sink io.Writer = h
+	if kept != nil {
+		sink = io.MultiWriter(h, kept)
+	}
+	content := &readErr{r: io.TeeReader(w.tr, sink)}
 	if w.fn != nil {
 		if err := w.fn(e, content); err != nil {
 			if content.err != nil {
@@ -210,6 +227,9 @@ func (w *walker) entry(hdr *tar.Header) error {
 		return w.contentErr(err, "reading "+hdr.Name)
 	}
 	w.addSum(h.Sum(nil), hdr.Name)
+	if e.Section == Template {
+		return w.tpl.done(e, h.Sum(nil), kept)
+	}
 	return nil
 }
 

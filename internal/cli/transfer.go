@@ -77,21 +77,26 @@ var transfers = kind[transferClient, *ctrlv1.TransferManifest, *ctrlv1.Transfer]
 // wsExportCommand is `ws export WS -o FILE`.
 func wsExportCommand(c *conn) *cobra.Command {
 	var (
-		file string
-		meta metaFlags
+		file         string
+		withTemplate bool
+		meta         metaFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "export WS -o FILE [--label k=v]",
+		Use:   "export WS -o FILE [--with-template] [--label k=v]",
 		Short: "Export a STOPPED Workspace (its writable layer and Volume) and download the artifact to FILE",
 		Long: "Export a STOPPED Workspace: its host writes the writable layer's files, the Volume's files\n" +
 			"and a manifest into one artifact in the deployment's blob store (a progress bar shows it on a\n" +
 			"terminal), then the artifact is downloaded to FILE and checked against its digest. Carry FILE\n" +
 			"to any deployment and `kibotos transfer import FILE` there; `kibotos transfer restore` makes a\n" +
-			"new Workspace of it. The Transfer stays in this deployment until it expires or is deleted.",
+			"new Workspace of it. The Transfer stays in this deployment until it expires or is deleted.\n" +
+			"The restoring deployment needs the Workspace's Template revision (found by image digest);\n" +
+			"--with-template carries its image in the artifact too, so that a deployment lacking it\n" +
+			"imports it as a Template revision when it restores.",
 		Args: cobra.ExactArgs(1),
 	}
 	// -o names the file here, in place of the output format of other verbs.
 	cmd.Flags().StringVarP(&file, "output", "o", "", "the file to write the artifact to (required)")
+	cmd.Flags().BoolVar(&withTemplate, "with-template", false, "carry the Template revision's image in the artifact")
 	meta.register(cmd)
 	commandID := commandFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -108,7 +113,7 @@ func wsExportCommand(c *conn) *cobra.Command {
 		}
 		defer closeIdle()
 		resp, err := call(cmd.Context(), cl.ExportWorkspace, &ctrlv1.ExportWorkspaceRequest{Command: c.command(cmd, *commandID),
-			WorkspaceId: args[0], Labels: labels, Annotations: annotations})
+			WorkspaceId: args[0], Labels: labels, Annotations: annotations, WithTemplate: withTemplate})
 		if err != nil {
 			return err
 		}

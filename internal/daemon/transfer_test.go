@@ -74,6 +74,14 @@ func (d *deployment) transfers() ctrlv1connect.TransferServiceClient {
 	return ctrlv1connect.NewTransferServiceClient(http.DefaultClient, d.url, connect.WithInterceptors(bearer.Token(strings.TrimSpace(string(token)))))
 }
 
+func (d *deployment) templates() ctrlv1connect.TemplateServiceClient {
+	token, err := os.ReadFile(filepath.Join(d.home, daemon.AdminTokenFile))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return ctrlv1connect.NewTemplateServiceClient(http.DefaultClient, d.url, connect.WithInterceptors(bearer.Token(strings.TrimSpace(string(token)))))
+}
+
 func (d *deployment) volumes() ctrlv1connect.VolumeServiceClient {
 	token, err := os.ReadFile(filepath.Join(d.home, daemon.AdminTokenFile))
 	if err != nil {

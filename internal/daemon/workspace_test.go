@@ -1,8 +1,6 @@
 package daemon_test
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -15,9 +13,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -26,7 +21,6 @@ import (
 	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/daemon"
 	"github.com/kibotos/kibotos/internal/host/runtime/oci"
-	"github.com/kibotos/kibotos/internal/imagestore"
 	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
@@ -443,42 +437,51 @@ func TestImportedTemplateRuns(t *testing.T) {
 	d := up(t, t.TempDir())
 	defer d.stop()
 	ctx := context.Background()
+	const content = "from an imported image\n"
+	templates, imported := d.importTemplate("hello", content)
+	if imported.Template.DefaultRevision != imported.Revision.Revision {
+		t.Errorf("first revision is not the default: %v", imported.Template)
+	}
 
-	base, err := imagestore.BuiltinImage(imagestore.DefaultBusybox)
-	if err != nil {
-		t.Fatal(err)
+	spec := small()
+	spec.Template = &ctrlv1.TemplateSelector{TemplateId: "hello"}
+	ws := d.create(spec)
+	if ws.Spec.Template.Revision != imported.Revision.Revision {
+		t.Errorf("resolved revision %q, want %q", ws.Spec.Template.Revision, imported.Revision.Revision)
 	}
-	var layerTar bytes.Buffer
-	tw := tar.NewWriter(&layerTar)
-	content := []byte("from an imported image\n")
-	tw.WriteHeader(&tar.Header{Name: "hello.txt", Mode: 0o644, Size: int64(len(content)), Typeflag: tar.TypeReg})
-	tw.Write(content)
-	tw.Close()
-	layer, err := tarball.LayerFromReader(bytes.NewReader(layerTar.Bytes()))
-	if err != nil {
-		t.Fatal(err)
+	ws = d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	if out, err := d.exec(ws, "cat", "/hello.txt"); err != nil || out != content {
+		t.Errorf("file of the imported layer: %q, %v", out, err)
 	}
-	img, err := mutate.AppendLayers(base, layer)
-	if err != nil {
-		t.Fatal(err)
+	// A template a workspace uses cannot be deleted.
+	_, err := templates.DeleteTemplate(ctx, connect.NewRequest(&ctrlv1.DeleteTemplateRequest{Command: cmd(), TemplateId: "hello"}))
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("delete of a template in use: %v", err)
 	}
-	archive := filepath.Join(t.TempDir(), "image.tar")
-	if err := tarball.WriteToFile(archive, name.MustParseReference("example.com/hello:1"), img); err != nil {
-		t.Fatal(err)
-	}
+}
+
+// importTemplate creates the Template id and imports into it
+// testutil.HelloImageArchive: the built-in image with a layer holding
+// /hello.txt with content. It returns a TemplateService client and the
+// import's response.
+func (d *deployment) importTemplate(id, content string) (ctrlv1connect.TemplateServiceClient, *ctrlv1.ImportTemplateRevisionResponse) {
+	t := d.t
+	t.Helper()
+	ctx := context.Background()
+	archive := testutil.HelloImageArchive(t, content)
 
 	token, _ := os.ReadFile(filepath.Join(d.home, daemon.AdminTokenFile))
 	var protocols http.Protocols
 	protocols.SetUnencryptedHTTP2(true)
 	h2c := &http.Client{Transport: &http.Transport{Protocols: &protocols}}
-	defer h2c.CloseIdleConnections()
+	t.Cleanup(h2c.CloseIdleConnections)
 	templates := ctrlv1connect.NewTemplateServiceClient(h2c, d.url, connect.WithInterceptors(bearer.Token(strings.TrimSpace(string(token)))))
-	if _, err := templates.CreateTemplate(ctx, connect.NewRequest(&ctrlv1.CreateTemplateRequest{Command: cmd(), TemplateId: "hello"})); err != nil {
+	if _, err := templates.CreateTemplate(ctx, connect.NewRequest(&ctrlv1.CreateTemplateRequest{Command: cmd(), TemplateId: id})); err != nil {
 		t.Fatal(err)
 	}
 	stream := templates.ImportTemplateRevision(ctx)
 	if err := stream.Send(&ctrlv1.ImportTemplateRevisionRequest{Part: &ctrlv1.ImportTemplateRevisionRequest_Start{Start: &ctrlv1.ImportTemplateRevisionStart{
-		Command: cmd(), TemplateId: "hello", Source: &ctrlv1.ImportTemplateRevisionStart_Archive{Archive: ctrlv1.ImageArchiveFormat_IMAGE_ARCHIVE_FORMAT_TARBALL}}}}); err != nil {
+		Command: cmd(), TemplateId: id, Source: &ctrlv1.ImportTemplateRevisionStart_Archive{Archive: ctrlv1.ImageArchiveFormat_IMAGE_ARCHIVE_FORMAT_TARBALL}}}}); err != nil {
 		t.Fatal(err)
 	}
 	data, err := os.ReadFile(archive)
@@ -494,25 +497,7 @@ func TestImportedTemplateRuns(t *testing.T) {
 	if err != nil {
 		t.Fatalf("import: %v", err)
 	}
-	if imported.Msg.Template.DefaultRevision != imported.Msg.Revision.Revision {
-		t.Errorf("first revision is not the default: %v", imported.Msg.Template)
-	}
-
-	spec := small()
-	spec.Template = &ctrlv1.TemplateSelector{TemplateId: "hello"}
-	ws := d.create(spec)
-	if ws.Spec.Template.Revision != imported.Msg.Revision.Revision {
-		t.Errorf("resolved revision %q, want %q", ws.Spec.Template.Revision, imported.Msg.Revision.Revision)
-	}
-	ws = d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
-	if out, err := d.exec(ws, "cat", "/hello.txt"); err != nil || out != string(content) {
-		t.Errorf("file of the imported layer: %q, %v", out, err)
-	}
-	// A template a workspace uses cannot be deleted.
-	_, err = templates.DeleteTemplate(ctx, connect.NewRequest(&ctrlv1.DeleteTemplateRequest{Command: cmd(), TemplateId: "hello"}))
-	if connect.CodeOf(err) != connect.CodeFailedPrecondition {
-		t.Errorf("delete of a template in use: %v", err)
-	}
+	return templates, imported.Msg
 }
 
 // TestMemoryAndDiskGrowWhileStopped changes a stopped workspace's memory

@@ -162,7 +162,7 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 		mux.Handle(ctrlv1connect.NewVolumeServiceHandler(api.NewVolumeService(vols), opts...))
 		mux.Handle(ctrlv1connect.NewTemplateServiceHandler(api.NewTemplateService(tpl), opts...))
 		if cfg.Blobs != nil {
-			tr := &transfers.Service{Store: cfg.Store, Pages: pages, Bucket: cfg.Blobs, Workspaces: ws, Changes: cfg.Changes, TTL: cfg.TransferTTL}
+			tr := &transfers.Service{Store: cfg.Store, Pages: pages, Bucket: cfg.Blobs, Workspaces: ws, Templates: tpl, Changes: cfg.Changes, TTL: cfg.TransferTTL}
 			ws.Exporting = transfers.Exporting
 			mux.Handle(ctrlv1connect.NewTransferServiceHandler(api.NewTransferService(tr), opts...))
 			services = append(services, ctrlv1connect.TransferServiceName)

@@ -11,6 +11,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/artifact"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 )
 
@@ -39,20 +40,84 @@ func (s *Service) HostAssignments(ctx context.Context, hostID string) ([]*hostv1
 		}
 		e := r.Book.Export
 		out = append(out, &hostv1.TransferAssignment{TransferId: r.T.TransferId, WorkspaceId: r.T.SourceWorkspaceId,
-			LayerId: e.LayerID, Volume: e.Volume, Manifest: e.Manifest})
+			LayerId: e.LayerID, Volume: e.Volume, Manifest: e.Manifest, TemplateBlobs: e.TemplateBlobs})
 	}
 	return out, nil
 }
 
-// Report records the progress a host reports of its exports and restores.
+// MaxExportAttempts is how many failed attempts of an export make its
+// Transfer FAILED.
+const MaxExportAttempts = 3
+
+// Report records the progress a host reports of its exports and restores,
+// and the failed attempts of its exports.
 func (s *Service) Report(ctx context.Context, hostID string, reports []*hostv1.TransferReport) {
 	for _, rep := range reports {
 		if rep.FailureMessage != "" {
-			slog.Warn("transfers: an attempt failed on a host, which tries again", "transfer", rep.TransferId, "host", hostID, "err", rep.FailureMessage)
+			slog.Warn("transfers: an export attempt failed on a host", "transfer", rep.TransferId, "host", hostID,
+				"permanent", rep.Permanent, "err", rep.FailureMessage)
+			s.exportFailed(ctx, rep.TransferId, hostID, rep.FailureMessage, rep.Permanent)
 			continue
 		}
 		s.setProgress(ctx, rep.TransferId, rep.BytesDone, rep.BytesTotal)
 	}
+}
+
+// exportFailed counts a failed attempt of the export id on hostID: the
+// Transfer is FAILED at stage EXPORTING_WORKSPACE with message once
+// MaxExportAttempts failed, or at once when the failure is permanent.
+// The host, no longer assigned the export, stops trying.
+func (s *Service) exportFailed(ctx context.Context, id, hostID, message string, permanent bool) {
+	failed := false
+	err := s.Store.Update(ctx, func(tx store.Tx) error {
+		row, err := tx.TransferByID(ctx, id)
+		if err != nil {
+			return err
+		}
+		r, err := decode(row)
+		if err != nil || r.T.State != ctrlv1.TransferState_TRANSFER_STATE_EXPORTING || row.HostID != hostID || r.Book.Export == nil {
+			return err
+		}
+		r.Book.Export.Failures++
+		if n := r.Book.Export.Failures; permanent || n >= MaxExportAttempts {
+			reason := ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE
+			if permanent {
+				reason = ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND
+			} else {
+				message = fmt.Sprintf("%d attempts failed; the last: %s", n, message)
+			}
+			s.fail(r, reason, ctrlv1.FailureStage_FAILURE_STAGE_EXPORTING_WORKSPACE, message)
+			failed = true
+		}
+		return s.save(ctx, tx, r)
+	})
+	if err != nil {
+		slog.Warn("transfers: recording a failed export attempt", "transfer", id, "err", err)
+	}
+	if failed {
+		s.changed()
+	}
+}
+
+// failExport makes an EXPORTING Transfer FAILED at once, for an artifact
+// that no attempt can make whole.
+func (s *Service) failExport(ctx context.Context, id string, reason ctrlv1.FailureReason, message string) error {
+	err := s.Store.Update(ctx, func(tx store.Tx) error {
+		row, err := tx.TransferByID(ctx, id)
+		if err != nil {
+			return err
+		}
+		r, err := decode(row)
+		if err != nil || r.T.State != ctrlv1.TransferState_TRANSFER_STATE_EXPORTING {
+			return err
+		}
+		s.fail(r, reason, ctrlv1.FailureStage_FAILURE_STAGE_EXPORTING_WORKSPACE, message)
+		return s.save(ctx, tx, r)
+	})
+	if err == nil {
+		s.changed()
+	}
+	return err
 }
 
 // PutArtifact receives the artifact a host exported for an EXPORTING
@@ -95,6 +160,15 @@ func (s *Service) PutArtifact(ctx context.Context, recv func() (*hostv1.PutTrans
 		return m.GetData(), err
 	}}
 	rec, err := receive(ctx, s.Bucket, id, src, nil)
+	if errors.Is(err, artifact.ErrInvalid) {
+		// What the host wrote does not verify: writing it again would not
+		// either.
+		msg := "the artifact the host wrote does not verify: " + err.Error()
+		if ferr := s.failExport(context.WithoutCancel(ctx), id, ctrlv1.FailureReason_FAILURE_REASON_INVALID_REQUEST, msg); ferr != nil {
+			slog.Warn("transfers: failing an export", "transfer", id, "err", ferr)
+		}
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("artifact of transfer %s: %w", id, err))
+	}
 	if err != nil {
 		return connect.NewError(connect.CodeDataLoss, fmt.Errorf("artifact of transfer %s: %w", id, err))
 	}

@@ -51,6 +51,12 @@ type ExportWork struct {
 	Volume  *hostv1.ExecutionVolume `json:"volume,omitempty"`
 	// Manifest is the artifact's manifest entry.
 	Manifest []byte `json:"manifest"`
+	// TemplateBlobs are the blobs of the Template revision's image the
+	// artifact carries (the image manifest first); none without
+	// with_template.
+	TemplateBlobs []string `json:"template_blobs,omitempty"`
+	// Failures counts the attempts the host reported failed.
+	Failures int `json:"failures,omitempty"`
 }
 
 type envelope struct {

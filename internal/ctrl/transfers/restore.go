@@ -3,11 +3,15 @@ package transfers
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/artifact"
+	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/templates"
@@ -23,6 +27,9 @@ func Restore[R proto.Message](ctx context.Context, s *Service, w Write[R], id st
 		return zero, invalid("transfer_id is required")
 	}
 	if err := resource.CheckMaps(labels, annotations); err != nil {
+		return zero, err
+	}
+	if err := s.carryTemplate(ctx, id); err != nil {
 		return zero, err
 	}
 	var wsID string
@@ -75,6 +82,52 @@ func Restore[R proto.Message](ctx context.Context, s *Service, w Write[R], id st
 		s.Workspaces.Changes.Publish(wsID)
 	}
 	return resp, err
+}
+
+// carryTemplate imports the Template revision the artifact of a COMPLETE
+// or IMPORTED Transfer carries when this deployment has no revision of its
+// image (templates.ImportCarried), outside the restore's transaction: the
+// image store verifies every blob of it as a template import does. It does
+// nothing for a Transfer that carries none, or whose revision exists, or
+// that this caller cannot restore (the restore says why).
+func (s *Service) carryTemplate(ctx context.Context, id string) error {
+	c, _ := auth.CallerFrom(ctx)
+	var m *ctrlv1.TransferManifest
+	err := s.Store.View(ctx, func(tx store.Tx) error {
+		r, err := load(ctx, tx, c.ProjectID, id)
+		if err != nil || !r.T.GetManifest().GetCarriesTemplate() {
+			return nil
+		}
+		switch r.T.State {
+		case ctrlv1.TransferState_TRANSFER_STATE_COMPLETE, ctrlv1.TransferState_TRANSFER_STATE_IMPORTED:
+		default:
+			return nil
+		}
+		_, found, err := templates.FindByDigest(ctx, tx, c.ProjectID, r.T.Manifest.GetTemplate().GetTemplateId(), r.T.Manifest.GetTemplateImageDigest())
+		if err == nil && !found {
+			m = r.T.Manifest
+		}
+		return err
+	})
+	if err != nil || m == nil || s.Templates == nil {
+		return err
+	}
+	dir, err := os.MkdirTemp(filepath.Join(s.Templates.Images.Dir(), "tmp"), "carried-*")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	rd, err := s.Bucket.NewReader(ctx, artifactKey(id), nil)
+	if err != nil {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("reading the artifact of transfer %s: %w", id, err))
+	}
+	defer rd.Close()
+	if _, err := artifact.Extract(ctx, rd, map[string]string{artifact.Template: dir}); err != nil {
+		return connect.NewError(connect.CodeDataLoss, fmt.Errorf("the template transfer %s carries: %w", id, err))
+	}
+	_, err = s.Templates.ImportCarried(ctx, c.ProjectID, m.GetTemplate().GetTemplateId(), m.GetTemplateImageDigest(), dir,
+		templates.SourceTransfer+id)
+	return err
 }
 
 // missingTemplate is the failed_precondition of a restore whose Template

@@ -19,6 +19,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
 	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
+	"github.com/kibotos/kibotos/internal/ctrl/templates"
 	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
 )
 
@@ -33,6 +34,9 @@ type Service struct {
 	// Bucket holds the artifacts.
 	Bucket     *blob.Bucket
 	Workspaces *workspaces.Service
+	// Templates holds the image store an export with the Template reads
+	// and a restore imports a carried Template into.
+	Templates *templates.Service
 	// Changes wakes the hosts' assignment streams and the restore fold.
 	Changes *changes.Broker
 	// TTL is how long an artifact is kept; zero is DefaultTTL.
@@ -137,9 +141,6 @@ func Export[R proto.Message](ctx context.Context, s *Service, w Write[R], worksp
 	if err := resource.CheckMaps(labels, annotations); err != nil {
 		return zero, err
 	}
-	if withTemplate {
-		return zero, connect.NewError(connect.CodeUnimplemented, errors.New("with_template: carrying the Template in the artifact is not supported yet"))
-	}
 	resp, err := resource.Run(ctx, s.Store, w, func(ctx context.Context, tx store.Tx, projectID string) (R, error) {
 		src, err := s.Workspaces.ExportSource(ctx, tx, projectID, workspaceID)
 		if err != nil {
@@ -159,6 +160,11 @@ func Export[R proto.Message](ctx context.Context, s *Service, w Write[R], worksp
 			return zero, err
 		}
 		exp := &ExportWork{LayerID: src.LayerID, Volume: src.Volume, Manifest: body}
+		if withTemplate {
+			if exp.TemplateBlobs, err = s.templateBlobs(src.Image.Digest); err != nil {
+				return zero, err
+			}
+		}
 		r, err := s.create(ctx, tx, projectID, ctrlv1.TransferState_TRANSFER_STATE_EXPORTING, labels, annotations,
 			Bookkeeping{Export: exp, ReadyState: ctrlv1.TransferState_TRANSFER_STATE_COMPLETE})
 		if err != nil {
@@ -175,6 +181,19 @@ func Export[R proto.Message](ctx context.Context, s *Service, w Write[R], worksp
 		s.changed()
 	}
 	return resp, err
+}
+
+// templateBlobs lists the blobs of the image digest as an export
+// carries them: the image manifest, its config, its layers.
+func (s *Service) templateBlobs(digest string) ([]string, error) {
+	if s.Templates == nil {
+		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("with_template: this deployment keeps no template images"))
+	}
+	img, err := s.Templates.Images.Image(digest)
+	if err != nil {
+		return nil, precondition("with_template: the image %s of the workspace's template revision is not in this deployment's image store: %v", digest, err)
+	}
+	return img.Blobs(), nil
 }
 
 // Exporting returns the Transfer exporting a workspace placed on hostID;

@@ -80,8 +80,9 @@ func (x *exports) run(ctx context.Context, as *hostv1.TransferAssignment) {
 		if err == nil || ctx.Err() != nil {
 			return
 		}
-		slog.Warn("export failed; trying again", "transfer", as.TransferId, "in", wait, "err", err)
-		x.agent.reportTransfer(&hostv1.TransferReport{TransferId: as.TransferId, FailureMessage: err.Error()})
+		permanent := errors.Is(err, errGone)
+		slog.Warn("export failed; trying again unless ctrl withdraws it", "transfer", as.TransferId, "in", wait, "permanent", permanent, "err", err)
+		x.agent.reportTransfer(&hostv1.TransferReport{TransferId: as.TransferId, FailureMessage: err.Error(), Permanent: permanent})
 		select {
 		case <-ctx.Done():
 			return
@@ -90,13 +91,29 @@ func (x *exports) run(ctx context.Context, as *hostv1.TransferAssignment) {
 	}
 }
 
-// export reads the workspace's layer and Volume into an artifact that it
+// errGone marks an export's failure that trying again cannot help: an
+// image it reads is not on the host.
+var errGone = errors.New("not on this host")
+
+// gone wraps the error of an image that does not exist with errGone.
+func gone(what, path string) error {
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%s %s is %w", what, path, errGone)
+	}
+	return nil
+}
+
+// export reads the workspace's layer and Volume (and, when asked, the
+// Template revision's image, fetched from ctrl) into an artifact that it
 // uploads to ctrl, holding the layer's lock (no execution starts
 // meanwhile) and the Volume's.
 func (a *Agent) export(ctx context.Context, as *hostv1.TransferAssignment) (err error) {
 	lock := a.layerLock(as.LayerId)
 	lock.Lock()
 	defer lock.Unlock()
+	if err := gone("the writable layer image", a.layerPath(as.LayerId)); err != nil {
+		return err
+	}
 	layerDir, unmountLayer, err := diskimage.Mount(a.layerPath(as.LayerId), a.cfg.LayerDir, true)
 	if err != nil {
 		return fmt.Errorf("mounting the writable layer: %w", err)
@@ -109,6 +126,9 @@ func (a *Agent) export(ctx context.Context, as *hostv1.TransferAssignment) (err 
 		defer vlock.Unlock()
 		image, err := a.vols.path(v.StoragePool, v.VolumeId)
 		if err != nil {
+			return err
+		}
+		if err := gone("the image of volume "+v.VolumeId, image); err != nil {
 			return err
 		}
 		dir, unmountVolume, err := diskimage.Mount(image, filepath.Dir(image), true)
@@ -145,6 +165,11 @@ func (a *Agent) export(ctx context.Context, as *hostv1.TransferAssignment) (err 
 			return err
 		}
 	}
+	if len(as.TemplateBlobs) > 0 {
+		if err := w.AddTemplate(as.TemplateBlobs, a.templateBlob(ctx)); err != nil {
+			return fmt.Errorf("carrying the template: %w", err)
+		}
+	}
 	if err := w.Close(); err != nil {
 		return err
 	}
@@ -157,6 +182,43 @@ func (a *Agent) export(ctx context.Context, as *hostv1.TransferAssignment) (err 
 	_, err = stream.CloseAndReceive()
 	return err
 }
+
+// templateBlob opens a blob of a Template revision's image from ctrl.
+func (a *Agent) templateBlob(ctx context.Context) artifact.OpenBlob {
+	return func(digest string) (io.ReadCloser, int64, error) {
+		stream, err := a.cfg.Client.GetTemplateBlob(ctx, connect.NewRequest(&hostv1.GetTemplateBlobRequest{Digest: digest}))
+		if err != nil {
+			return nil, 0, err
+		}
+		if !stream.Receive() {
+			err := stream.Err()
+			stream.Close()
+			if err == nil {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, 0, err
+		}
+		first := stream.Msg()
+		src := &streamReader{pending: first.Data, next: func() ([]byte, error) {
+			if stream.Receive() {
+				return stream.Msg().Data, nil
+			}
+			if err := stream.Err(); err != nil {
+				return nil, err
+			}
+			return nil, io.EOF
+		}}
+		return readCloser{Reader: src, close: stream.Close}, int64(first.TotalBytes), nil
+	}
+}
+
+// readCloser closes what it reads with close.
+type readCloser struct {
+	io.Reader
+	close func() error
+}
+
+func (r readCloser) Close() error { return r.close() }
 
 // sendWriter is an io.Writer that sends each write as one message.
 type sendWriter func([]byte) error

@@ -5982,7 +5982,7 @@ type ExportWorkspaceRequest struct {
 	// labels and annotations are the Transfer's.
 	Labels      map[string]string `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	Annotations map[string]string `protobuf:"bytes,4,rep,name=annotations,proto3" json:"annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// with_template asks for the Template revision's image inside the artifact; this release refuses it as unimplemented.
+	// with_template asks for the Template revision's image inside the artifact, so that RestoreWorkspace in a deployment lacking it can import it.
 	WithTemplate  bool `protobuf:"varint,5,opt,name=with_template,json=withTemplate,proto3" json:"with_template,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -11563,7 +11563,7 @@ type TransferManifest struct {
 	TemplateImageDigest string `protobuf:"bytes,9,opt,name=template_image_digest,json=templateImageDigest,proto3" json:"template_image_digest,omitempty"`
 	// network_policy is the exported policy. RestoreWorkspace applies its mode, allow and deny; its Egresses and Resolvers are named here but not carried, and the restored Workspace's policy references none.
 	NetworkPolicy *NetworkPolicy `protobuf:"bytes,10,opt,name=network_policy,json=networkPolicy,proto3" json:"network_policy,omitempty"`
-	// carries_template is true when the artifact holds the Template revision's image; always false in this release.
+	// carries_template is true when the artifact holds the Template revision's image (the export asked with_template).
 	CarriesTemplate bool `protobuf:"varint,11,opt,name=carries_template,json=carriesTemplate,proto3" json:"carries_template,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache

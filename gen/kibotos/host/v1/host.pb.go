@@ -1815,11 +1815,15 @@ type TransferReport struct {
 	BytesDone  uint64                 `protobuf:"varint,2,opt,name=bytes_done,json=bytesDone,proto3" json:"bytes_done,omitempty"`
 	BytesTotal uint64                 `protobuf:"varint,3,opt,name=bytes_total,json=bytesTotal,proto3" json:"bytes_total,omitempty"`
 	// failure_message says why the latest attempt of an export failed; the
-	// host tries again. Empty while it works.
+	// host tries again until ctrl withdraws the assignment (it makes the
+	// Transfer FAILED after a few failed attempts). Empty while it works.
 	FailureMessage string                 `protobuf:"bytes,4,opt,name=failure_message,json=failureMessage,proto3" json:"failure_message,omitempty"`
 	ObservedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=observed_at,json=observedAt,proto3" json:"observed_at,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// permanent is true when trying the export again cannot help (the
+	// layer or Volume image is gone): ctrl fails the Transfer at once.
+	Permanent     bool `protobuf:"varint,6,opt,name=permanent,proto3" json:"permanent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TransferReport) Reset() {
@@ -1885,6 +1889,13 @@ func (x *TransferReport) GetObservedAt() *timestamppb.Timestamp {
 		return x.ObservedAt
 	}
 	return nil
+}
+
+func (x *TransferReport) GetPermanent() bool {
+	if x != nil {
+		return x.Permanent
+	}
+	return false
 }
 
 // VolumeReport is the complete latest observation of one Volume image.
@@ -2787,7 +2798,7 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x12:\n" +
 	"\areports\x18\x02 \x03(\v2 .kibotos.host.v1.ExecutionReportR\areports\x127\n" +
 	"\avolumes\x18\x03 \x03(\v2\x1d.kibotos.host.v1.VolumeReportR\avolumes\x12=\n" +
-	"\ttransfers\x18\x04 \x03(\v2\x1f.kibotos.host.v1.TransferReportR\ttransfers\"\xd7\x01\n" +
+	"\ttransfers\x18\x04 \x03(\v2\x1f.kibotos.host.v1.TransferReportR\ttransfers\"\xf5\x01\n" +
 	"\x0eTransferReport\x12\x1f\n" +
 	"\vtransfer_id\x18\x01 \x01(\tR\n" +
 	"transferId\x12\x1d\n" +
@@ -2797,7 +2808,8 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"bytesTotal\x12'\n" +
 	"\x0ffailure_message\x18\x04 \x01(\tR\x0efailureMessage\x12;\n" +
 	"\vobserved_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"observedAt\"\xa7\x03\n" +
+	"observedAt\x12\x1c\n" +
+	"\tpermanent\x18\x06 \x01(\bR\tpermanent\"\xa7\x03\n" +
 	"\fVolumeReport\x12\x1b\n" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12%\n" +
 	"\x0ecapacity_bytes\x18\x02 \x01(\x04R\rcapacityBytes\x12\x18\n" +
