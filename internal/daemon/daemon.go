@@ -28,7 +28,9 @@ import (
 	"gocloud.dev/blob"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/kibotos/kibotos/internal/buildinfo"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/ctrl/registry"
 	"github.com/kibotos/kibotos/internal/ctrl/server"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/store/postgres"
@@ -134,6 +136,9 @@ type Options struct {
 	// TransferTTL is how long a transfer's artifact is kept; zero is
 	// transfers.DefaultTTL.
 	TransferTTL time.Duration
+	// InsecureRegistries lists the registries (host:port) template pulls
+	// reach over plain HTTP; every other registry is reached over HTTPS.
+	InsecureRegistries []string
 }
 
 // Run serves until ctx ends.
@@ -198,9 +203,14 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 	}
+	checker := &netcheck.Checker{Resolver: o.Resolver, Exempt: o.UnsafeExemptRanges}
 	ctl, err := server.New(ctx, server.Config{
 		Store:     st,
-		Checker:   &netcheck.Checker{Resolver: o.Resolver, Exempt: o.UnsafeExemptRanges},
+		Checker:   checker,
+		// Registries are dialed under the range check of every endpoint
+		// the deployment reaches.
+		Registry: &registry.Puller{Check: checker.CheckAddr, Resolver: o.Resolver, Insecure: o.InsecureRegistries,
+			UserAgent: "kibotos/" + buildinfo.Version()},
 		Images:    images,
 		HostToken: hostToken,
 		// With a host agent here, its pools name the deployment's default;

@@ -76,6 +76,9 @@ type Config struct {
 	// TransferTTL is how long an artifact is kept; zero is
 	// transfers.DefaultTTL.
 	TransferTTL time.Duration
+	// Registry pulls template images by reference; nil refuses registry
+	// imports (unavailable).
+	Registry templates.Puller
 }
 
 // DefaultStoragePool is the name of the default storage pool when the
@@ -157,7 +160,7 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 	}
 	control := &Control{Handler: mux, Workspaces: ws}
 	if cfg.Images != nil {
-		tpl := &templates.Service{Store: cfg.Store, Images: cfg.Images, Pages: pages, InUse: workspaces.InUse}
+		tpl := &templates.Service{Store: cfg.Store, Images: cfg.Images, Pages: pages, InUse: workspaces.InUse, Registry: cfg.Registry}
 		mux.Handle(ctrlv1connect.NewWorkspaceServiceHandler(api.NewWorkspaceService(ws), opts...))
 		mux.Handle(ctrlv1connect.NewVolumeServiceHandler(api.NewVolumeService(vols), opts...))
 		mux.Handle(ctrlv1connect.NewTemplateServiceHandler(api.NewTemplateService(tpl), opts...))

@@ -33,6 +33,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
+	"github.com/kibotos/kibotos/internal/ctrl/registry"
 	"github.com/kibotos/kibotos/internal/ctrl/templates"
 	"github.com/kibotos/kibotos/internal/imagestore"
 	"github.com/kibotos/kibotos/internal/testutil"
@@ -781,16 +782,16 @@ func TestRegistry(t *testing.T) {
 	forEachStore(t, func(t *testing.T, e *env) {
 		img := randomImage(t)
 		var pulled []string
-		e.svc.Registry = func(ctx context.Context, ref string) (v1.Image, error) {
+		e.svc.Registry = pullerFunc(func(ctx context.Context, ref string, _ v1.Platform, _ registry.Credentials) (v1.Image, error) {
 			pulled = append(pulled, ref)
 			switch ref {
 			case "kibotos.test/img:1":
 				return img, nil
 			case "kibotos.test/missing:1":
-				return nil, fmt.Errorf("manifest unknown: %w", templates.ErrImageNotFound)
+				return nil, fmt.Errorf("manifest unknown: %w", registry.ErrNotFound)
 			}
 			return nil, errors.New("dial tcp: connection refused")
-		}
+		})
 		a := e.client(projectA)
 		e.create(a, "py", nil)
 		pull := func(command, ref string) (*ctrlv1.ImportTemplateRevisionResponse, error) {
@@ -810,6 +811,12 @@ func TestRegistry(t *testing.T) {
 		_, err = pull("p3", "unreachable.test/img:1")
 		wantCode(t, "unreachable registry", err, connect.CodeUnavailable)
 	})
+}
+
+type pullerFunc func(ctx context.Context, ref string, p v1.Platform, c registry.Credentials) (v1.Image, error)
+
+func (f pullerFunc) Pull(ctx context.Context, ref string, p v1.Platform, c registry.Credentials) (v1.Image, error) {
+	return f(ctx, ref, p, c)
 }
 
 // The image store's temporary files never outlive an upload.
