@@ -205,8 +205,8 @@ func Run(ctx context.Context, o Options) error {
 	}
 	checker := &netcheck.Checker{Resolver: o.Resolver, Exempt: o.UnsafeExemptRanges}
 	ctl, err := server.New(ctx, server.Config{
-		Store:     st,
-		Checker:   checker,
+		Store:   st,
+		Checker: checker,
 		// Registries are dialed under the range check of every endpoint
 		// the deployment reaches.
 		Registry: &registry.Puller{Check: checker.CheckAddr, Resolver: o.Resolver, Insecure: o.InsecureRegistries,
