@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/spf13/cobra"
 
 	"github.com/kibotos/kibotos/internal/cli"
@@ -63,6 +64,7 @@ type serveFlags struct {
 	blobs        string
 	transferTTL  time.Duration
 	desktopCache string
+	insecure     []string
 }
 
 func (f *serveFlags) register(cmd *cobra.Command) {
@@ -82,6 +84,8 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.blobs, "blobs", os.Getenv("KIBOTOS_BLOBS"),
 		"blob store of transfer artifacts: s3://BUCKET?region=...&endpoint=..., file:///DIR (default: HOME/blobs; env KIBOTOS_BLOBS)")
 	cmd.Flags().DurationVar(&f.transferTTL, "transfer-ttl", transfers.DefaultTTL, "how long a transfer's artifact is kept before it EXPIRES")
+	cmd.Flags().StringArrayVar(&f.insecure, "insecure-registry", envList("KIBOTOS_INSECURE_REGISTRIES"),
+		"a registry, HOST[:PORT] as image references name it, that template imports reach over plain HTTP; repeatable (default: none, every registry over HTTPS; env KIBOTOS_INSECURE_REGISTRIES, comma-separated)")
 }
 
 func (f *serveFlags) options(o daemon.Options) (daemon.Options, error) {
@@ -95,6 +99,12 @@ func (f *serveFlags) options(o daemon.Options) (daemon.Options, error) {
 	}
 	o.BlobsURL, o.TransferTTL = f.blobs, f.transferTTL
 	o.DesktopCache = f.desktopCache
+	for _, r := range f.insecure {
+		if _, err := name.NewRegistry(r, name.StrictValidation); err != nil || strings.ContainsAny(r, "/@") {
+			return o, fmt.Errorf("--insecure-registry %q: want HOST[:PORT], such as 127.0.0.1:5000", r)
+		}
+	}
+	o.InsecureRegistries = f.insecure
 	return o, nil
 }
 
