@@ -30,6 +30,7 @@ import (
 
 	"github.com/kibotos/kibotos/internal/buildinfo"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/ctrl/health"
 	"github.com/kibotos/kibotos/internal/ctrl/registry"
 	"github.com/kibotos/kibotos/internal/ctrl/server"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
@@ -139,13 +140,25 @@ type Options struct {
 	// InsecureRegistries lists the registries (host:port) template pulls
 	// reach over plain HTTP; every other registry is reached over HTTPS.
 	InsecureRegistries []string
+	// PprofListen, when set, serves net/http/pprof on this address, which
+	// must be a loopback one: the profiles show the process's internals.
+	PprofListen string
 }
 
 // Run serves until ctx ends.
 func Run(ctx context.Context, o Options) error {
+	b := buildinfo.Get()
+	slog.Info("kibotos starting", "version", b.Version, "commit", b.Commit, "go_version", b.GoVersion, "store", storeKind(o))
 	metricsToken, err := readMetricsToken(o.MetricsTokenFile)
 	if err != nil {
 		return err
+	}
+	pprofLn, err := listenPprof(o.PprofListen)
+	if err != nil {
+		return err
+	}
+	if pprofLn != nil {
+		defer pprofLn.Close()
 	}
 	st, err := openStore(ctx, o)
 	if err != nil {
@@ -220,6 +233,7 @@ func Run(ctx context.Context, o Options) error {
 		MetricsToken:       metricsToken,
 		Blobs:              blobs,
 		TransferTTL:        o.TransferTTL,
+		Ready:              readiness(hostAgent),
 	})
 	if err != nil {
 		ln.Close()
@@ -249,6 +263,10 @@ func Run(ctx context.Context, o Options) error {
 		})
 	}
 	g.Go(func() error { return server.Serve(ctx, ln, handler, shutdownGrace) })
+	if pprofLn != nil {
+		slog.Info("serving pprof", "addr", pprofLn.Addr().String())
+		g.Go(func() error { return server.Serve(ctx, pprofLn, pprofHandler(), shutdownGrace) })
+	}
 	g.Go(func() error { return expireLoop(ctx, ctl) })
 	g.Go(func() error { return templates.CollectLoop(ctx, st, images) })
 	if ctl.Transfers != nil {
@@ -285,6 +303,22 @@ func Run(ctx context.Context, o Options) error {
 	err = g.Wait()
 	slog.Info("control plane stopped")
 	return err
+}
+
+// readiness returns the readiness checks of the process beyond the
+// store's: with a host agent here, that it has registered.
+func readiness(h *agent.Agent) []health.Check {
+	if h == nil {
+		return nil
+	}
+	return []health.Check{{Name: "host", Func: func(context.Context) error {
+		select {
+		case <-h.Registered():
+			return nil
+		default:
+			return errors.New("the host agent has not registered with the control plane yet")
+		}
+	}}}
 }
 
 // newRegistry returns the deployment's metrics registry with the Go
