@@ -81,6 +81,9 @@ type Config struct {
 	// Registry pulls template images by reference; nil refuses registry
 	// imports (unavailable).
 	Registry templates.Puller
+	// Logger receives the access log and internal errors; nil is
+	// slog.Default().
+	Logger *slog.Logger
 	// Ready are readiness checks of GET /readyz besides the store's (a
 	// host agent in this process has registered, ...).
 	Ready []health.Check
@@ -152,9 +155,9 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 	}
 	// Callers authenticate with project tokens, host agents with the host
 	// token. Each call is logged once, host agents' (frequent) at debug.
-	opts := append([]connect.HandlerOption{counted, connect.WithInterceptors(&accesslog.Interceptor{Level: slog.LevelInfo},
+	opts := append([]connect.HandlerOption{counted, connect.WithInterceptors(&accesslog.Interceptor{Logger: cfg.Logger, Level: slog.LevelInfo},
 		&auth.Interceptor{Store: cfg.Store}, accesslog.Project())}, common...)
-	hostOpts := append([]connect.HandlerOption{counted, connect.WithInterceptors(&accesslog.Interceptor{Level: slog.LevelDebug},
+	hostOpts := append([]connect.HandlerOption{counted, connect.WithInterceptors(&accesslog.Interceptor{Logger: cfg.Logger, Level: slog.LevelDebug},
 		api.HostAuth(cfg.HostToken))}, common...)
 	mux := http.NewServeMux()
 	mux.Handle("GET "+metrics.Path, metrics.Handler(cfg.Metrics, cfg.MetricsToken))
