@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/kibotos/kibotos/internal/buildinfo"
+	"github.com/kibotos/kibotos/internal/config"
 	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
@@ -162,6 +165,16 @@ func TestOperations(t *testing.T) {
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatal("no access line for the call")
+		}
+	}
+}
+
+// The sample configuration that `make install` puts in /etc/kibotos is
+// one that up and ctrl take.
+func TestSampleConfig(t *testing.T) {
+	for _, cmd := range []*cobra.Command{upCommand(), ctrlCommand()} {
+		if err := config.Apply(cmd.Flags(), "../../deploy/config.yaml"); err != nil {
+			t.Errorf("%s: %v", cmd.Name(), err)
 		}
 	}
 }
