@@ -72,6 +72,7 @@ type serveFlags struct {
 	logFormat    string
 	logLevel     string
 	pprofListen  string
+	otlp         string
 	config       string
 }
 
@@ -96,6 +97,8 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.logLevel, "log-level", envOr("KIBOTOS_LOG_LEVEL", "info"), "least level logged: debug, info, warn or error; debug adds a line per host-agent call (env KIBOTOS_LOG_LEVEL)")
 	cmd.Flags().StringVar(&f.pprofListen, "pprof-listen", os.Getenv("KIBOTOS_PPROF_LISTEN"),
 		"serve Go's profiles (net/http/pprof, /debug/pprof/) on this loopback address, such as 127.0.0.1:6060 (default: off; env KIBOTOS_PPROF_LISTEN)")
+	cmd.Flags().StringVar(&f.otlp, "otlp-endpoint", os.Getenv("KIBOTOS_OTLP_ENDPOINT"),
+		"export a trace span of every API call over OTLP/HTTP to this collector, such as http://127.0.0.1:4318 (path /v1/traces unless the URL has one; default: off; env KIBOTOS_OTLP_ENDPOINT)")
 	cmd.Flags().StringVar(&f.config, config.FlagName, os.Getenv("KIBOTOS_CONFIG"),
 		"YAML file of settings, keyed by flag name (listen: ..., log-format: json); flags given here override it (env KIBOTOS_CONFIG)")
 	// The file is read before the command runs, so that its settings reach
@@ -116,7 +119,7 @@ func (f *serveFlags) options(o daemon.Options) (daemon.Options, error) {
 		return o, err
 	}
 	slog.SetDefault(logger)
-	o.PprofListen = f.pprofListen
+	o.PprofListen, o.OTLPEndpoint = f.pprofListen, f.otlp
 	exempt, err := netcheck.ParseExemptRanges(f.exempt)
 	if err != nil {
 		return o, fmt.Errorf("--unsafe-exempt-ranges: %w", err)

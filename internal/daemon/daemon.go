@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"gocloud.dev/blob"
@@ -41,6 +42,7 @@ import (
 	"github.com/kibotos/kibotos/internal/host/psi"
 	"github.com/kibotos/kibotos/internal/imagestore"
 	"github.com/kibotos/kibotos/internal/netcheck"
+	"github.com/kibotos/kibotos/internal/tracing"
 )
 
 // Defaults of `kibotos up`.
@@ -140,6 +142,9 @@ type Options struct {
 	// InsecureRegistries lists the registries (host:port) template pulls
 	// reach over plain HTTP; every other registry is reached over HTTPS.
 	InsecureRegistries []string
+	// OTLPEndpoint, when set, is the OTLP/HTTP collector the control
+	// plane's traces are exported to (see tracing.New).
+	OTLPEndpoint string
 	// PprofListen, when set, serves net/http/pprof on this address, which
 	// must be a loopback one: the profiles show the process's internals.
 	PprofListen string
@@ -152,6 +157,24 @@ func Run(ctx context.Context, o Options) error {
 	metricsToken, err := readMetricsToken(o.MetricsTokenFile)
 	if err != nil {
 		return err
+	}
+	var tracer connect.Interceptor
+	if o.OTLPEndpoint != "" {
+		tp, err := tracing.New(o.OTLPEndpoint)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tp.Shutdown(ctx); err != nil {
+				slog.Warn("exporting the last traces", "err", err)
+			}
+		}()
+		if tracer, err = tp.Interceptor(); err != nil {
+			return err
+		}
+		slog.Info("exporting traces", "otlp_endpoint", o.OTLPEndpoint)
 	}
 	pprofLn, err := listenPprof(o.PprofListen)
 	if err != nil {
@@ -234,6 +257,7 @@ func Run(ctx context.Context, o Options) error {
 		Blobs:              blobs,
 		TransferTTL:        o.TransferTTL,
 		Ready:              readiness(hostAgent),
+		Tracing:            tracer,
 	})
 	if err != nil {
 		ln.Close()

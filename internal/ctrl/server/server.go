@@ -84,6 +84,9 @@ type Config struct {
 	// Logger receives the access log and internal errors; nil is
 	// slog.Default().
 	Logger *slog.Logger
+	// Tracing, when set, is the first interceptor of every API call
+	// (tracing.Provider's: a span per call).
+	Tracing connect.Interceptor
 	// Ready are readiness checks of GET /readyz besides the store's (a
 	// host agent in this process has registered, ...).
 	Ready []health.Check
@@ -143,9 +146,12 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 	if err := metrics.RegisterCensus(cfg.Metrics, ws.Census); err != nil {
 		return nil, err
 	}
-	// Every call is counted, those the interceptors after Calls refuse
-	// included.
+	// Every call is counted (and traced), those the interceptors after
+	// Calls refuse included.
 	counted := connect.WithInterceptors(calls)
+	if cfg.Tracing != nil {
+		counted = connect.WithInterceptors(cfg.Tracing, calls)
+	}
 	common := []connect.HandlerOption{
 		connect.WithCodec(deterministicCodec{}),
 		connect.WithReadMaxBytes(MaxRequestBytes),
