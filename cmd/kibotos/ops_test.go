@@ -178,3 +178,31 @@ func TestSampleConfig(t *testing.T) {
 		}
 	}
 }
+
+// Operations settings that cannot work are refused before anything is set
+// up.
+func TestUpRefusesOpsFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--log-format", "xml"}, "log format"},
+		{[]string{"--log-level", "loud"}, "log level"},
+		{[]string{"--pprof-listen", "0.0.0.0:6060"}, "loopback"},
+		{[]string{"--otlp-endpoint", "collector:4318"}, "OTLP endpoint"},
+		{[]string{"--insecure-registry", "http://registry.lan"}, "--insecure-registry"},
+		{[]string{"--config", "/nonexistent/config.yaml"}, "config"},
+	} {
+		home := filepath.Join(t.TempDir(), "home")
+		cmd := upCommand()
+		cmd.SetArgs(append([]string{"--home", home}, c.args...))
+		cmd.SetOut(new(strings.Builder))
+		cmd.SetErr(new(strings.Builder))
+		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("up %v: %v, want %q", c.args, err, c.want)
+		}
+		if _, err := os.Stat(home); !os.IsNotExist(err) {
+			t.Errorf("up %v created its home: %v", c.args, err)
+		}
+	}
+}
