@@ -196,7 +196,8 @@ func classify(reg, ref string, err error) error {
 		switch {
 		case terr.StatusCode == http.StatusUnauthorized || terr.StatusCode == http.StatusForbidden ||
 			hasCode(terr, transport.UnauthorizedErrorCode, transport.DeniedErrorCode):
-			return fmt.Errorf("%s: %w (HTTP %d): check the credentials (--username, --password-stdin, or docker login)", ref, ErrDenied, terr.StatusCode)
+			return fmt.Errorf("%s: %w (HTTP %d): the credentials are wrong, or the image needs some (--username and --password-stdin, or docker login), or the repository does not exist",
+				ref, ErrDenied, terr.StatusCode)
 		case terr.StatusCode == http.StatusNotFound ||
 			hasCode(terr, transport.ManifestUnknownErrorCode, transport.NameUnknownErrorCode, transport.BlobUnknownErrorCode):
 			return fmt.Errorf("%s: %w: %v", ref, ErrNotFound, terr)
