@@ -29,9 +29,9 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/registry"
 	"github.com/kibotos/kibotos/internal/ctrl/server"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
-	"github.com/kibotos/kibotos/internal/ctrl/store/sqlite"
 	"github.com/kibotos/kibotos/internal/imagestore"
 	"github.com/kibotos/kibotos/internal/netcheck"
+	"github.com/kibotos/kibotos/internal/testutil"
 )
 
 // syncBuffer is a buffer the server's log writes to while the test reads.
@@ -82,13 +82,14 @@ func (panicPuller) Pull(context.Context, string, v1.Platform, registry.Credentia
 // startOps runs a control plane on a SQLite store with a JSON logger.
 func startOps(t *testing.T) *opsServer {
 	t.Helper()
+	return startOpsOn(t, testutil.SQLiteStore(t))
+}
+
+// startOpsOn runs a control plane on st with a JSON logger.
+func startOpsOn(t *testing.T, st store.Store) *opsServer {
+	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "kibotos.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
 	token, err := auth.Bootstrap(ctx, st, time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +123,12 @@ func get(t *testing.T, url string) (int, string) {
 // /healthz answers while the process serves; /readyz only while the store
 // answers, with the reason otherwise; neither needs a token.
 func TestHealthAndReadiness(t *testing.T) {
-	s := startOps(t)
+	for name, open := range map[string]func(testing.TB) store.Store{"sqlite": testutil.SQLiteStore, "postgres": testutil.PostgresStore} {
+		t.Run(name, func(t *testing.T) { testHealthAndReadiness(t, startOpsOn(t, open(t))) })
+	}
+}
+
+func testHealthAndReadiness(t *testing.T, s *opsServer) {
 	if code, body := get(t, s.url+"/healthz"); code != http.StatusOK || body != "ok\n" {
 		t.Errorf("/healthz = %d %q", code, body)
 	}
@@ -141,11 +147,7 @@ func TestHealthAndReadiness(t *testing.T) {
 // A readiness check of the process's own fails /readyz with its name.
 func TestReadinessChecks(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "kibotos.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := testutil.SQLiteStore(t)
 	var registered atomic.Bool
 	ctl, err := server.New(ctx, server.Config{Store: st, Checker: &netcheck.Checker{}, Ready: []health.Check{{Name: "host",
 		Func: func(context.Context) error {
