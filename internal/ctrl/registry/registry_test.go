@@ -28,7 +28,7 @@ const user, password = "alice", "s3cret"
 
 // testRegistry is go-containerregistry's registry on loopback, over plain
 // HTTP, requiring basic auth when auth is set.
-func testRegistry(t *testing.T, auth bool) string {
+func testRegistry(t testing.TB, auth bool) string {
 	t.Helper()
 	h := gcrregistry.New(gcrregistry.Logger(log.New(io.Discard, "", 0)))
 	if auth {
@@ -47,7 +47,7 @@ func testRegistry(t *testing.T, auth bool) string {
 	return strings.TrimPrefix(srv.URL, "http://")
 }
 
-func push(t *testing.T, ref string, img v1.Image) {
+func push(t testing.TB, ref string, img v1.Image) {
 	t.Helper()
 	r, err := name.ParseReference(ref, name.Insecure)
 	if err != nil {
@@ -58,12 +58,23 @@ func push(t *testing.T, ref string, img v1.Image) {
 	}
 }
 
-func randomImage(t *testing.T, platform v1.Platform) v1.Image {
+func randomImage(t testing.TB, platform v1.Platform) v1.Image {
 	t.Helper()
-	img, err := random.Image(1024, 2)
+	return withPlatform(t, randomImageOf(t, 1024, 2), platform)
+}
+
+// randomImageOf is an image of n random layers of size bytes each, for
+// the hosts' platform.
+func randomImageOf(t testing.TB, size int64, n int64) v1.Image {
+	t.Helper()
+	img, err := random.Image(size, n)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return withPlatform(t, img, registry.DefaultPlatform)
+}
+
+func withPlatform(t testing.TB, img v1.Image, platform v1.Platform) v1.Image {
 	cf, err := img.ConfigFile()
 	if err != nil {
 		t.Fatal(err)
