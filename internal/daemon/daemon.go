@@ -41,6 +41,7 @@ import (
 	"github.com/kibotos/kibotos/internal/host/agent"
 	"github.com/kibotos/kibotos/internal/host/psi"
 	"github.com/kibotos/kibotos/internal/imagestore"
+	"github.com/kibotos/kibotos/internal/logging"
 	"github.com/kibotos/kibotos/internal/netcheck"
 	"github.com/kibotos/kibotos/internal/tracing"
 )
@@ -541,7 +542,12 @@ func provideDesktop(ctx context.Context, st store.Store, images *imagestore.Stor
 	err := templates.EnsureDesktop(ctx, st, images, cacheDir)
 	if errors.Is(err, os.ErrNotExist) {
 		slog.Info("building the desktop template's image; the first build takes about 8 minutes", "dir", imagestore.DesktopImageDir(cacheDir))
-		if _, err = imagestore.BuildDesktopImage(ctx, cacheDir, os.Stderr); err == nil {
+		// The builder's output becomes log records, so that JSON logs stay
+		// one object per line.
+		out := &logging.LineWriter{Level: slog.LevelInfo, Msg: "desktop build"}
+		_, err = imagestore.BuildDesktopImage(ctx, cacheDir, out)
+		out.Close()
+		if err == nil {
 			err = templates.EnsureDesktop(ctx, st, images, cacheDir)
 		}
 	}

@@ -3,6 +3,7 @@ package logging_test
 import (
 	"bytes"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -49,5 +50,30 @@ func TestRefusals(t *testing.T) {
 		if _, err := logging.New(&bytes.Buffer{}, c[0], c[1]); err == nil {
 			t.Errorf("New(%q, %q) took it", c[0], c[1])
 		}
+	}
+}
+
+// A tool's output becomes one record per line, however it is written.
+func TestLineWriter(t *testing.T) {
+	var buf bytes.Buffer
+	l, err := logging.New(&buf, "json", "info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &logging.LineWriter{Logger: l, Level: slog.LevelInfo, Msg: "tool"}
+	for _, part := range []string{"fir", "st\nsecond\r\nthi", "rd"} {
+		w.Write([]byte(part))
+	}
+	w.Close()
+	var got []string
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil || m["msg"] != "tool" {
+			t.Fatalf("record %q: %v", line, err)
+		}
+		got = append(got, m["line"].(string))
+	}
+	if strings.Join(got, "|") != "first|second|third" {
+		t.Errorf("lines = %q", got)
 	}
 }
