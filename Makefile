@@ -16,7 +16,17 @@ BUF_VERSION := v1.75.0
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_CONNECT_GO_VERSION := v1.19.1
 
-.PHONY: all deps build up down test fuzz generate tools lint
+.PHONY: all deps build install up down test fuzz generate tools lint
+
+# The version and commit `kibotos version`, /metrics and the logs report.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -X github.com/kibotos/kibotos/internal/buildinfo.version=$(VERSION) -X github.com/kibotos/kibotos/internal/buildinfo.commit=$(COMMIT)
+
+# Where `make install` puts things; DESTDIR stages them elsewhere.
+PREFIX ?= /usr/local
+SYSTEMD_DIR ?= /etc/systemd/system
+CONFIG_DIR ?= /etc/kibotos
 
 all: build
 
@@ -24,8 +34,19 @@ deps:
 	scripts/install-deps
 
 build:
-	go build -trimpath -o bin/kibotos ./cmd/kibotos
+	go build -trimpath -ldflags '$(LDFLAGS)' -o bin/kibotos ./cmd/kibotos
 	go build -trimpath -ldflags=-s -o bin/kibotos-guest ./cmd/kibotos-guest
+
+# install puts the binaries in PREFIX/bin, the systemd unit in SYSTEMD_DIR
+# and, unless one is there, the sample config in CONFIG_DIR/config.yaml.
+install: build
+	install -D -m 0755 bin/kibotos $(DESTDIR)$(PREFIX)/bin/kibotos
+	install -D -m 0755 bin/kibotos-guest $(DESTDIR)$(PREFIX)/bin/kibotos-guest
+	sed 's|/usr/local/bin/kibotos|$(PREFIX)/bin/kibotos|; s|/etc/kibotos/|$(CONFIG_DIR)/|' deploy/kibotos.service >deploy/.kibotos.service
+	install -D -m 0644 deploy/.kibotos.service $(DESTDIR)$(SYSTEMD_DIR)/kibotos.service
+	rm -f deploy/.kibotos.service
+	install -d -m 0755 $(DESTDIR)$(CONFIG_DIR)
+	[ -e $(DESTDIR)$(CONFIG_DIR)/config.yaml ] || install -m 0600 deploy/config.yaml $(DESTDIR)$(CONFIG_DIR)/config.yaml
 
 up: deps build
 	scripts/up

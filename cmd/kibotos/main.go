@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,15 +15,19 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/spf13/cobra"
 
+	"github.com/kibotos/kibotos/internal/buildinfo"
 	"github.com/kibotos/kibotos/internal/cli"
+	"github.com/kibotos/kibotos/internal/config"
 	"github.com/kibotos/kibotos/internal/ctrl/transfers"
 	"github.com/kibotos/kibotos/internal/daemon"
 	"github.com/kibotos/kibotos/internal/host/agent"
 	"github.com/kibotos/kibotos/internal/host/psi"
 	"github.com/kibotos/kibotos/internal/host/runtime/oci"
 	"github.com/kibotos/kibotos/internal/imagestore"
+	"github.com/kibotos/kibotos/internal/logging"
 	"github.com/kibotos/kibotos/internal/netcheck"
 )
 
@@ -49,7 +54,7 @@ func rootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(upCommand(), ctrlCommand())
+	root.AddCommand(upCommand(), ctrlCommand(), versionCommand())
 	root.AddCommand(cli.Commands()...)
 	return root
 }
@@ -63,6 +68,12 @@ type serveFlags struct {
 	blobs        string
 	transferTTL  time.Duration
 	desktopCache string
+	insecure     []string
+	logFormat    string
+	logLevel     string
+	pprofListen  string
+	otlp         string
+	config       string
 }
 
 func (f *serveFlags) register(cmd *cobra.Command) {
@@ -82,9 +93,33 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.blobs, "blobs", os.Getenv("KIBOTOS_BLOBS"),
 		"blob store of transfer artifacts: s3://BUCKET?region=...&endpoint=..., file:///DIR (default: HOME/blobs; env KIBOTOS_BLOBS)")
 	cmd.Flags().DurationVar(&f.transferTTL, "transfer-ttl", transfers.DefaultTTL, "how long a transfer's artifact is kept before it EXPIRES")
+	cmd.Flags().StringVar(&f.logFormat, "log-format", envOr("KIBOTOS_LOG_FORMAT", logging.FormatText), "log format on stderr: text or json (env KIBOTOS_LOG_FORMAT)")
+	cmd.Flags().StringVar(&f.logLevel, "log-level", envOr("KIBOTOS_LOG_LEVEL", "info"), "least level logged: debug, info, warn or error; debug adds a line per host-agent call (env KIBOTOS_LOG_LEVEL)")
+	cmd.Flags().StringVar(&f.pprofListen, "pprof-listen", os.Getenv("KIBOTOS_PPROF_LISTEN"),
+		"serve Go's profiles (net/http/pprof, /debug/pprof/) on this loopback address, such as 127.0.0.1:6060 (default: off; env KIBOTOS_PPROF_LISTEN)")
+	cmd.Flags().StringVar(&f.otlp, "otlp-endpoint", os.Getenv("KIBOTOS_OTLP_ENDPOINT"),
+		"export a trace span of every API call over OTLP/HTTP to this collector, such as http://127.0.0.1:4318 (path /v1/traces unless the URL has one; default: off; env KIBOTOS_OTLP_ENDPOINT)")
+	cmd.Flags().StringVar(&f.config, config.FlagName, os.Getenv("KIBOTOS_CONFIG"),
+		"YAML file of settings, keyed by flag name (listen: ..., log-format: json); flags given here override it (env KIBOTOS_CONFIG)")
+	// The file is read before the command runs, so that its settings reach
+	// every flag.
+	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
+		if f.config == "" {
+			return nil
+		}
+		return config.Apply(cmd.Flags(), f.config)
+	}
+	cmd.Flags().StringArrayVar(&f.insecure, "insecure-registry", envList("KIBOTOS_INSECURE_REGISTRIES"),
+		"a registry, HOST[:PORT] as image references name it, that template imports reach over plain HTTP; repeatable (default: none, every registry over HTTPS; env KIBOTOS_INSECURE_REGISTRIES, comma-separated)")
 }
 
 func (f *serveFlags) options(o daemon.Options) (daemon.Options, error) {
+	logger, err := logging.New(os.Stderr, f.logFormat, f.logLevel)
+	if err != nil {
+		return o, err
+	}
+	slog.SetDefault(logger)
+	o.PprofListen, o.OTLPEndpoint = f.pprofListen, f.otlp
 	exempt, err := netcheck.ParseExemptRanges(f.exempt)
 	if err != nil {
 		return o, fmt.Errorf("--unsafe-exempt-ranges: %w", err)
@@ -95,6 +130,12 @@ func (f *serveFlags) options(o daemon.Options) (daemon.Options, error) {
 	}
 	o.BlobsURL, o.TransferTTL = f.blobs, f.transferTTL
 	o.DesktopCache = f.desktopCache
+	for _, r := range f.insecure {
+		if _, err := name.NewRegistry(r, name.StrictValidation); err != nil || strings.ContainsAny(r, "/@") {
+			return o, fmt.Errorf("--insecure-registry %q: want HOST[:PORT], such as 127.0.0.1:5000", r)
+		}
+	}
+	o.InsecureRegistries = f.insecure
 	return o, nil
 }
 
@@ -246,4 +287,28 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
+}
+
+func versionCommand() *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "version [-o json]",
+		Short: "Print the version, commit and Go version of this binary",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			b := buildinfo.Get()
+			switch output {
+			case "json":
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(b)
+			case "", "table":
+				_, err := fmt.Fprintf(cmd.OutOrStdout(), "kibotos %s\ncommit: %s\ngo: %s\n", b.Version, b.Commit, b.GoVersion)
+				return err
+			}
+			return fmt.Errorf("-o %q: want json or table", output)
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: table or json")
+	return cmd
 }

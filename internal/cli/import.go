@@ -27,25 +27,38 @@ var archiveFormats = map[string]ctrlv1.ImageArchiveFormat{
 
 func templateImportCommand(c *conn) *cobra.Command {
 	var (
-		format, registry string
-		setDefault       bool
+		format, registry, platform string
+		setDefault                 bool
+		creds                      registryFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "import ID (FILE [--format docker-archive|oci-archive] | --registry REF) [--set-default]",
+		Use:   "import ID (FILE [--format docker-archive|oci-archive] | REF) [--set-default]",
 		Short: "Add an OCI image to a Template as a new revision, from an archive or a registry",
 		Long: "Add an OCI image to a Template as a new revision: upload FILE, an uncompressed image tar,\n" +
-			"or have the server pull REF, such as docker.io/library/debian:12, from a registry it reaches.\n\n" +
+			"or have the server pull REF, such as docker.io/library/debian:12 or registry.example.com/app@sha256:...,\n" +
+			"from a registry it reaches.\n\n" +
 			"FILE is a docker archive (docker save, crane save, skopeo copy to docker-archive:) or the tar\n" +
 			"of an OCI image layout (skopeo copy to oci-archive:). Without --format the command reads the\n" +
 			"tar's entries: manifest.json at the root means docker-archive, else oci-layout at the root\n" +
-			"(or in its only top-level directory) means oci-archive.\n\n" +
+			"(or in its only top-level directory) means oci-archive. The second argument is a FILE when\n" +
+			"such a file exists or it ends in .tar or starts with . or /; else it is a REF (--registry REF\n" +
+			"says so explicitly).\n\n" +
+			"A REF is pulled by the server. An image index resolves to the image of --platform (default:\n" +
+			"the platform the deployment's hosts run, linux/amd64). The registry credentials are\n" +
+			"--username with --password-stdin, else those of `docker login` (the docker config file and\n" +
+			"its credential helpers) for the REF's registry, else none. They are sent to the server for\n" +
+			"this pull only and never stored. Refused credentials are permission_denied, a missing\n" +
+			"repository, tag or platform not_found, a registry the server may not reach\n" +
+			"failed_precondition; none of them stores anything.\n\n" +
 			"Importing an image the Template already has returns that revision. The first revision\n" +
 			"becomes the default; --set-default makes any later one the default.",
 		Args: cobra.RangeArgs(1, 2),
 	}
 	cmd.Flags().StringVar(&format, "format", "", "format of FILE: docker-archive or oci-archive (default: detected)")
 	cmd.Flags().StringVar(&registry, "registry", "", "image reference for the server to pull instead of a FILE")
+	cmd.Flags().StringVar(&platform, "platform", "", "os/arch[/variant] of the image to pull from an image index (default: the hosts' platform, linux/amd64)")
 	cmd.Flags().BoolVar(&setDefault, "set-default", false, "make the imported revision the Template's default")
+	creds.register(cmd)
 	commandID := commandFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		start := &ctrlv1.ImportTemplateRevisionStart{TemplateId: args[0], SetDefault: setDefault}
@@ -53,13 +66,24 @@ func templateImportCommand(c *conn) *cobra.Command {
 			file *os.File
 			size int64
 		)
+		if registry == "" && len(args) == 2 && !isFileArg(args[1]) {
+			registry = args[1]
+			args = args[:1]
+		}
 		switch {
 		case registry != "" && len(args) == 2:
 			return errors.New("give the image as FILE or as --registry REF, not both")
 		case registry != "" && format != "":
-			return errors.New("--format describes a FILE; a --registry image has none")
+			return errors.New("--format describes a FILE; a registry image has none")
 		case registry != "":
+			rc, err := creds.credentials(cmd, registry)
+			if err != nil {
+				return err
+			}
 			start.Source = &ctrlv1.ImportTemplateRevisionStart_RegistryReference{RegistryReference: registry}
+			start.RegistryCredentials, start.Platform = rc, platform
+		case creds.set() || platform != "":
+			return errors.New("--platform, --username and --password-stdin describe a registry pull, not a FILE")
 		case len(args) == 2:
 			f, st, err := openFile(args[1])
 			if err != nil {
@@ -73,7 +97,7 @@ func templateImportCommand(c *conn) *cobra.Command {
 			file, size = f, st.Size()
 			start.Source = &ctrlv1.ImportTemplateRevisionStart_Archive{Archive: af}
 		default:
-			return errors.New("give the image as FILE or as --registry REF")
+			return errors.New("give the image as FILE or REF")
 		}
 		cl, closeIdle, err := dialStreaming(cmd, c, ctrlv1connect.NewTemplateServiceClient)
 		if err != nil {
@@ -84,6 +108,8 @@ func templateImportCommand(c *conn) *cobra.Command {
 		u := &upload{out: newStatusLine(cmd.ErrOrStderr()), size: size}
 		if file != nil {
 			u.body = file
+		} else {
+			u.out.update(fmt.Sprintf("the server is pulling %s and verifying every layer", registry))
 		}
 		resp, err := u.run(cmd.Context(), cl, start)
 		if err != nil {
@@ -93,6 +119,16 @@ func templateImportCommand(c *conn) *cobra.Command {
 		return show(cmd, c, resp, revisionTable, row)
 	}
 	return cmd
+}
+
+// isFileArg reports whether the image argument of template import names a
+// file rather than a registry reference: an existing file, or a path that
+// ends in .tar or starts with . or /.
+func isFileArg(arg string) bool {
+	if _, err := os.Stat(arg); err == nil {
+		return true
+	}
+	return strings.HasSuffix(arg, ".tar") || strings.HasPrefix(arg, ".") || strings.HasPrefix(arg, "/")
 }
 
 // archiveFormat returns the format --format names or, when it is empty, the

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -167,7 +168,9 @@ func TestTemplateImportFormatFlagAndErrors(t *testing.T) {
 		{[]string{plain, "--format", "zip"}, "docker-archive or oci-archive"},
 		{[]string{plain, "--registry", "debian:12"}, "not both"},
 		{[]string{"--registry", "debian:12", "--format", "oci-archive"}, "--format"},
-		{[]string{}, "FILE or as --registry"},
+		{[]string{}, "FILE or REF"},
+		{[]string{plain, "--platform", "linux/amd64"}, "registry pull, not a FILE"},
+		{[]string{"debian:12", "--password-stdin"}, "username"},
 		{[]string{filepath.Join(t.TempDir(), "missing.tar")}, "no such file"},
 	} {
 		_, _, err := e.run(t, "", append([]string{"template", "import", "mine", "--addr", e.addr, "--token", "t"}, tc.args...)...)
@@ -182,10 +185,13 @@ func TestTemplateImportFormatFlagAndErrors(t *testing.T) {
 
 func TestTemplateImportRegistry(t *testing.T) {
 	e, f := newCtrlEnv(t)
+	// No docker credentials: an anonymous pull.
+	t.Setenv("DOCKER_CONFIG", t.TempDir())
 	stdout, _ := e.call(t, "", "template", "import", "mine", "--registry", "docker.io/library/debian:12", "-o", "json")
 	_, reqs := f.got()
 	start := reqs[0].(*ctrlv1.ImportTemplateRevisionStart)
-	if start.GetRegistryReference() != "docker.io/library/debian:12" || start.GetSetDefault() || f.chunks != 0 {
+	if start.GetRegistryReference() != "docker.io/library/debian:12" || start.GetSetDefault() || f.chunks != 0 ||
+		start.GetRegistryCredentials() != nil || start.GetPlatform() != "" {
 		t.Errorf("start = %v with %d chunks", start, f.chunks)
 	}
 	var resp ctrlv1.ImportTemplateRevisionResponse
@@ -194,6 +200,49 @@ func TestTemplateImportRegistry(t *testing.T) {
 	}
 	if resp.GetRevision().GetRevision() != "sha256-0123456789abcdef" {
 		t.Errorf("response = %v", &resp)
+	}
+}
+
+// REF as the second argument, with credentials from the flags or from the
+// docker config.
+func TestTemplateImportRegistryCredentials(t *testing.T) {
+	e, f := newCtrlEnv(t)
+	docker := t.TempDir()
+	t.Setenv("DOCKER_CONFIG", docker)
+	auth := base64.StdEncoding.EncodeToString([]byte("bob:from-config"))
+	writeFileAt(t, filepath.Join(docker, "config.json"), `{"auths":{"127.0.0.1:5000":{"auth":"`+auth+`"}}}`)
+
+	e.call(t, "s3cret\n", "template", "import", "mine", "127.0.0.1:5000/app:1", "--username", "alice", "--password-stdin",
+		"--platform", "linux/arm64/v8")
+	e.call(t, "", "template", "import", "mine", "127.0.0.1:5000/app@sha256:"+strings.Repeat("a", 64))
+	e.call(t, "", "template", "import", "mine", "registry.example.com/app:1")
+	_, reqs := f.got()
+	want := []string{
+		`127.0.0.1:5000/app:1 linux/arm64/v8 alice:s3cret`,
+		`127.0.0.1:5000/app@sha256:` + strings.Repeat("a", 64) + ` bob:from-config`,
+		`registry.example.com/app:1 -`,
+	}
+	for i, r := range reqs {
+		s := r.(*ctrlv1.ImportTemplateRevisionStart)
+		got := s.GetRegistryReference()
+		if s.GetPlatform() != "" {
+			got += " " + s.GetPlatform()
+		}
+		if c := s.GetRegistryCredentials(); c != nil {
+			got += " " + c.GetUsername() + ":" + c.GetPassword()
+		} else {
+			got += " -"
+		}
+		if got != want[i] {
+			t.Errorf("import %d: %s, want %s", i, got, want[i])
+		}
+	}
+}
+
+func writeFileAt(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -23,12 +23,16 @@ import (
 	"strings"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"gocloud.dev/blob"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/kibotos/kibotos/internal/buildinfo"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/ctrl/health"
+	"github.com/kibotos/kibotos/internal/ctrl/registry"
 	"github.com/kibotos/kibotos/internal/ctrl/server"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/store/postgres"
@@ -37,7 +41,9 @@ import (
 	"github.com/kibotos/kibotos/internal/host/agent"
 	"github.com/kibotos/kibotos/internal/host/psi"
 	"github.com/kibotos/kibotos/internal/imagestore"
+	"github.com/kibotos/kibotos/internal/logging"
 	"github.com/kibotos/kibotos/internal/netcheck"
+	"github.com/kibotos/kibotos/internal/tracing"
 )
 
 // Defaults of `kibotos up`.
@@ -134,13 +140,49 @@ type Options struct {
 	// TransferTTL is how long a transfer's artifact is kept; zero is
 	// transfers.DefaultTTL.
 	TransferTTL time.Duration
+	// InsecureRegistries lists the registries (host:port) template pulls
+	// reach over plain HTTP; every other registry is reached over HTTPS.
+	InsecureRegistries []string
+	// OTLPEndpoint, when set, is the OTLP/HTTP collector the control
+	// plane's traces are exported to (see tracing.New).
+	OTLPEndpoint string
+	// PprofListen, when set, serves net/http/pprof on this address, which
+	// must be a loopback one: the profiles show the process's internals.
+	PprofListen string
 }
 
 // Run serves until ctx ends.
 func Run(ctx context.Context, o Options) error {
+	b := buildinfo.Get()
+	slog.Info("kibotos starting", "version", b.Version, "commit", b.Commit, "go_version", b.GoVersion, "store", storeKind(o))
 	metricsToken, err := readMetricsToken(o.MetricsTokenFile)
 	if err != nil {
 		return err
+	}
+	var tracer connect.Interceptor
+	if o.OTLPEndpoint != "" {
+		tp, err := tracing.New(o.OTLPEndpoint)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tp.Shutdown(ctx); err != nil {
+				slog.Warn("exporting the last traces", "err", err)
+			}
+		}()
+		if tracer, err = tp.Interceptor(); err != nil {
+			return err
+		}
+		slog.Info("exporting traces", "otlp_endpoint", o.OTLPEndpoint)
+	}
+	pprofLn, err := listenPprof(o.PprofListen)
+	if err != nil {
+		return err
+	}
+	if pprofLn != nil {
+		defer pprofLn.Close()
 	}
 	st, err := openStore(ctx, o)
 	if err != nil {
@@ -198,9 +240,14 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 	}
+	checker := &netcheck.Checker{Resolver: o.Resolver, Exempt: o.UnsafeExemptRanges}
 	ctl, err := server.New(ctx, server.Config{
-		Store:     st,
-		Checker:   &netcheck.Checker{Resolver: o.Resolver, Exempt: o.UnsafeExemptRanges},
+		Store:   st,
+		Checker: checker,
+		// Registries are dialed under the range check of every endpoint
+		// the deployment reaches.
+		Registry: &registry.Puller{Check: checker.CheckAddr, Resolver: o.Resolver, Insecure: o.InsecureRegistries,
+			UserAgent: "kibotos/" + buildinfo.Version()},
 		Images:    images,
 		HostToken: hostToken,
 		// With a host agent here, its pools name the deployment's default;
@@ -210,6 +257,8 @@ func Run(ctx context.Context, o Options) error {
 		MetricsToken:       metricsToken,
 		Blobs:              blobs,
 		TransferTTL:        o.TransferTTL,
+		Ready:              readiness(hostAgent),
+		Tracing:            tracer,
 	})
 	if err != nil {
 		ln.Close()
@@ -239,6 +288,10 @@ func Run(ctx context.Context, o Options) error {
 		})
 	}
 	g.Go(func() error { return server.Serve(ctx, ln, handler, shutdownGrace) })
+	if pprofLn != nil {
+		slog.Info("serving pprof", "addr", pprofLn.Addr().String())
+		g.Go(func() error { return server.Serve(ctx, pprofLn, pprofHandler(), shutdownGrace) })
+	}
 	g.Go(func() error { return expireLoop(ctx, ctl) })
 	g.Go(func() error { return templates.CollectLoop(ctx, st, images) })
 	if ctl.Transfers != nil {
@@ -275,6 +328,22 @@ func Run(ctx context.Context, o Options) error {
 	err = g.Wait()
 	slog.Info("control plane stopped")
 	return err
+}
+
+// readiness returns the readiness checks of the process beyond the
+// store's: with a host agent here, that it has registered.
+func readiness(h *agent.Agent) []health.Check {
+	if h == nil {
+		return nil
+	}
+	return []health.Check{{Name: "host", Func: func(context.Context) error {
+		select {
+		case <-h.Registered():
+			return nil
+		default:
+			return errors.New("the host agent has not registered with the control plane yet")
+		}
+	}}}
 }
 
 // newRegistry returns the deployment's metrics registry with the Go
@@ -473,7 +542,12 @@ func provideDesktop(ctx context.Context, st store.Store, images *imagestore.Stor
 	err := templates.EnsureDesktop(ctx, st, images, cacheDir)
 	if errors.Is(err, os.ErrNotExist) {
 		slog.Info("building the desktop template's image; the first build takes about 8 minutes", "dir", imagestore.DesktopImageDir(cacheDir))
-		if _, err = imagestore.BuildDesktopImage(ctx, cacheDir, os.Stderr); err == nil {
+		// The builder's output becomes log records, so that JSON logs stay
+		// one object per line.
+		out := &logging.LineWriter{Level: slog.LevelInfo, Msg: "desktop build"}
+		_, err = imagestore.BuildDesktopImage(ctx, cacheDir, out)
+		out.Close()
+		if err == nil {
 			err = templates.EnsureDesktop(ctx, st, images, cacheDir)
 		}
 	}

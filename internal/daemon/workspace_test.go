@@ -60,7 +60,7 @@ func upWith(t *testing.T, home string, o daemon.Options) *deployment {
 			UnsafeExemptRanges: o.UnsafeExemptRanges, DeploymentResolvers: o.DeploymentResolvers,
 			StoragePools: o.StoragePools, VolumeBytes: o.VolumeBytes, MetricsTokenFile: o.MetricsTokenFile,
 			GuestProbeInterval: o.GuestProbeInterval, GuestMemory: o.GuestMemory, ExposureDomain: o.ExposureDomain,
-			DesktopCache: o.DesktopCache})
+			DesktopCache: o.DesktopCache, InsecureRegistries: o.InsecureRegistries})
 	}()
 	select {
 	case a := <-ready:

@@ -101,6 +101,11 @@ func (c *Checker) lookup(addr netip.Addr) (Range, bool) {
 	return lookup(addr)
 }
 
+// CheckAddr returns a *RangeError when addr is in a special-purpose range
+// that is not exempt, else nil: the check of every address a dial to an
+// endpoint the deployment reaches on its own behalf (a registry) makes.
+func (c *Checker) CheckAddr(addr netip.Addr) error { return c.check("", addr) }
+
 func (c *Checker) check(host string, addr netip.Addr) error {
 	if e, ok := c.lookup(addr); ok {
 		return &RangeError{Host: host, Addr: addr.WithZone("").Unmap(), Range: e}

@@ -6,26 +6,26 @@ package api
 import (
 	"errors"
 	"io"
-	"log/slog"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/accesslog"
 	"github.com/kibotos/kibotos/internal/ctrl/resource"
 )
 
 // Respond wraps a result. Canonical Connect errors pass through; any other
 // error is reported as internal without its text, which may name database
-// or file system details, and logged.
+// or file system details: the access log's interceptor logs it with the
+// request id it gives the caller.
 func Respond[R any](msg *R, err error) (*connect.Response[R], error) {
 	if err != nil {
 		var ce *connect.Error
 		if errors.As(err, &ce) {
 			return nil, ce
 		}
-		slog.Error("internal error", "err", err)
-		return nil, connect.NewError(connect.CodeInternal, errors.New("internal error; see the server log"))
+		return nil, accesslog.Internal(err)
 	}
 	return connect.NewResponse(msg), nil
 }

@@ -23,10 +23,12 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/admin/v1/adminv1connect"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
+	"github.com/kibotos/kibotos/internal/ctrl/accesslog"
 	"github.com/kibotos/kibotos/internal/ctrl/api"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/changes"
 	"github.com/kibotos/kibotos/internal/ctrl/exposures"
+	"github.com/kibotos/kibotos/internal/ctrl/health"
 	"github.com/kibotos/kibotos/internal/ctrl/metrics"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
 	"github.com/kibotos/kibotos/internal/ctrl/projects"
@@ -76,6 +78,18 @@ type Config struct {
 	// TransferTTL is how long an artifact is kept; zero is
 	// transfers.DefaultTTL.
 	TransferTTL time.Duration
+	// Registry pulls template images by reference; nil refuses registry
+	// imports (unavailable).
+	Registry templates.Puller
+	// Logger receives the access log and internal errors; nil is
+	// slog.Default().
+	Logger *slog.Logger
+	// Tracing, when set, is the first interceptor of every API call
+	// (tracing.Provider's: a span per call).
+	Tracing connect.Interceptor
+	// Ready are readiness checks of GET /readyz besides the store's (a
+	// host agent in this process has registered, ...).
+	Ready []health.Check
 }
 
 // DefaultStoragePool is the name of the default storage pool when the
@@ -124,28 +138,42 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := metrics.RegisterBuildInfo(cfg.Metrics); err != nil {
+		return nil, err
+	}
 	vols := &volumes.Service{Store: cfg.Store, Pages: pages, DefaultPool: defaultPool, InUse: workspaces.InUse, Changes: cfg.Changes}
 	ws := &workspaces.Service{Store: cfg.Store, Pages: pages, Checker: cfg.Checker, Changes: cfg.Changes, Volumes: vols}
 	if err := metrics.RegisterCensus(cfg.Metrics, ws.Census); err != nil {
 		return nil, err
 	}
-	// Every call is counted, those the interceptors after Calls refuse
-	// included.
+	// Every call is counted (and traced), those the interceptors after
+	// Calls refuse included.
 	counted := connect.WithInterceptors(calls)
+	if cfg.Tracing != nil {
+		counted = connect.WithInterceptors(cfg.Tracing, calls)
+	}
 	common := []connect.HandlerOption{
 		connect.WithCodec(deterministicCodec{}),
 		connect.WithReadMaxBytes(MaxRequestBytes),
-		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, r any) error {
-			slog.Error("handler panic", "procedure", spec.Procedure, "panic", r)
-			return connect.NewError(connect.CodeInternal, errors.New("internal error; see the server log"))
+		connect.WithRecover(func(_ context.Context, _ connect.Spec, _ http.Header, r any) error {
+			return accesslog.Internal(fmt.Errorf("handler panic: %v", r))
 		}),
 	}
 	// Callers authenticate with project tokens, host agents with the host
-	// token.
-	opts := append([]connect.HandlerOption{counted, connect.WithInterceptors(&auth.Interceptor{Store: cfg.Store})}, common...)
-	hostOpts := append([]connect.HandlerOption{counted, connect.WithInterceptors(api.HostAuth(cfg.HostToken))}, common...)
+	// token. Each call is logged once, host agents' (frequent) at debug.
+	opts := append([]connect.HandlerOption{counted, connect.WithInterceptors(&accesslog.Interceptor{Logger: cfg.Logger, Level: slog.LevelInfo},
+		&auth.Interceptor{Store: cfg.Store}, accesslog.Project())}, common...)
+	hostOpts := append([]connect.HandlerOption{counted, connect.WithInterceptors(&accesslog.Interceptor{Logger: cfg.Logger, Level: slog.LevelDebug},
+		api.HostAuth(cfg.HostToken))}, common...)
 	mux := http.NewServeMux()
 	mux.Handle("GET "+metrics.Path, metrics.Handler(cfg.Metrics, cfg.MetricsToken))
+	health.Register(mux, append([]health.Check{{Name: "store", Func: func(ctx context.Context) error {
+		// The page-token key is read from the migrated schema.
+		return cfg.Store.View(ctx, func(tx store.Tx) error {
+			_, err := tx.Setting(ctx, pageTokenKeySetting)
+			return err
+		})
+	}}}, cfg.Ready...))
 	mux.Handle(ctrlv1connect.NewEgressServiceHandler(api.NewEgressService(upstreams.NewEgresses(cfg.Store, pages, cfg.Checker, cfg.Changes)), opts...))
 	mux.Handle(ctrlv1connect.NewResolverServiceHandler(api.NewResolverService(upstreams.NewResolvers(cfg.Store, pages, cfg.Changes)), opts...))
 	mux.Handle(adminv1connect.NewAdminServiceHandler(api.NewAdminService(&projects.Service{Store: cfg.Store}, vols), opts...))
@@ -155,9 +183,9 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 		ctrlv1connect.ResolverServiceName,
 		adminv1connect.AdminServiceName,
 	}
-	control := &Control{Handler: mux, Workspaces: ws}
+	control := &Control{Handler: accesslog.Middleware(mux), Workspaces: ws}
 	if cfg.Images != nil {
-		tpl := &templates.Service{Store: cfg.Store, Images: cfg.Images, Pages: pages, InUse: workspaces.InUse}
+		tpl := &templates.Service{Store: cfg.Store, Images: cfg.Images, Pages: pages, InUse: workspaces.InUse, Registry: cfg.Registry}
 		mux.Handle(ctrlv1connect.NewWorkspaceServiceHandler(api.NewWorkspaceService(ws), opts...))
 		mux.Handle(ctrlv1connect.NewVolumeServiceHandler(api.NewVolumeService(vols), opts...))
 		mux.Handle(ctrlv1connect.NewTemplateServiceHandler(api.NewTemplateService(tpl), opts...))

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +15,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -22,6 +24,7 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
+	"github.com/kibotos/kibotos/internal/ctrl/registry"
 	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/imagestore"
@@ -86,9 +89,8 @@ func (s *Service) ImportTemplateRevision(ctx context.Context,
 		return nil, err
 	}
 
-	startHash := sha256.Sum256(mustMarshal(start))
 	cm, err := resource.CommandOf(ctx, Write[*ctrlv1.ImportTemplateRevisionResponse]{Method: importMethod, Command: start.GetCommand(),
-		Input: &wrapperspb.BytesValue{Value: append(startHash[:], sum...)}, New: resource.NewMessage[*ctrlv1.ImportTemplateRevisionResponse]})
+		Input: &wrapperspb.BytesValue{Value: commandInput(start, sum)}, New: resource.NewMessage[*ctrlv1.ImportTemplateRevisionResponse]})
 	if err != nil {
 		return nil, err
 	}
@@ -142,10 +144,30 @@ func checkStart(start *ctrlv1.ImportTemplateRevisionStart) error {
 		if _, err := name.ParseReference(src.RegistryReference); err != nil {
 			return invalid("start.registry_reference: %v", err)
 		}
+		if _, err := registry.ParsePlatform(start.GetPlatform()); err != nil {
+			return invalid("start.platform: %v", err)
+		}
+		return nil
 	default:
 		return invalid("start needs a source: an archive format or a registry_reference")
 	}
+	switch {
+	case start.GetRegistryCredentials() != nil:
+		return invalid("start.registry_credentials go with a registry_reference, not an archive")
+	case start.GetPlatform() != "":
+		return invalid("start.platform goes with a registry_reference, not an archive")
+	}
 	return nil
+}
+
+// commandInput is what a retry of the import must repeat: start without
+// the registry credentials, which may be renewed between attempts, and
+// the archive's SHA-256.
+func commandInput(start *ctrlv1.ImportTemplateRevisionStart, archiveSum []byte) []byte {
+	start = proto.CloneOf(start)
+	start.RegistryCredentials = nil
+	h := sha256.Sum256(mustMarshal(start))
+	return append(h[:], archiveSum...)
 }
 
 // precheck refuses, before any byte is read, an upload into a Template the
@@ -258,9 +280,18 @@ func (s *Service) pull(ctx context.Context, start *ctrlv1.ImportTemplateRevision
 			return imagestore.Image{}, "", connect.NewError(connect.CodeUnavailable,
 				errors.New("this deployment does not pull from registries: upload an image archive instead"))
 		}
-		remote, err := s.Registry(ctx, ref)
+		platform, err := registry.ParsePlatform(start.GetPlatform())
 		if err != nil {
-			return imagestore.Image{}, "", registryError(ctx, ref, err)
+			return imagestore.Image{}, "", invalid("start.platform: %v", err)
+		}
+		c := start.GetRegistryCredentials()
+		remote, err := s.Registry.Pull(ctx, ref, platform,
+			registry.Credentials{Username: c.GetUsername(), Password: c.GetPassword(), IdentityToken: c.GetIdentityToken()})
+		if err != nil {
+			return imagestore.Image{}, "", registryError(ctx, err)
+		}
+		if err := s.checkPullSize(remote); err != nil {
+			return imagestore.Image{}, "", registryError(ctx, err)
 		}
 		img, err := s.Images.ImportImage(ctx, remote)
 		if err != nil {
@@ -310,20 +341,46 @@ func localFailure(errno syscall.Errno) bool {
 	return false
 }
 
-// registryError maps an error of the Registry function.
-func registryError(ctx context.Context, ref string, err error) error {
+// registryError maps an error of a pull (see Puller).
+func registryError(ctx context.Context, err error) error {
 	var ce *connect.Error
 	switch {
 	case ctx.Err() != nil:
 		return contextError(ctx.Err())
 	case errors.As(err, &ce):
 		return ce
-	case errors.Is(err, ErrImageNotFound):
-		return connect.NewError(connect.CodeNotFound, fmt.Errorf("registry_reference %q: %w", ref, err))
-	case errors.Is(err, ErrBadReference):
-		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("registry_reference %q: %w", ref, err))
+	case errors.Is(err, registry.ErrNotFound):
+		return connect.NewError(connect.CodeNotFound, err)
+	case errors.Is(err, registry.ErrDenied):
+		return connect.NewError(connect.CodePermissionDenied, err)
+	case errors.Is(err, registry.ErrRefused):
+		return connect.NewError(connect.CodeFailedPrecondition, err)
+	case errors.Is(err, registry.ErrBadReference):
+		return connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("registry_reference %q: %w", ref, err))
+	return connect.NewError(connect.CodeUnavailable, err)
+}
+
+// checkPullSize refuses, before any blob is read, an image whose manifest
+// declares more bytes than an uploaded archive may have: the registry's
+// blobs are then read up to their declared sizes and digests.
+func (s *Service) checkPullSize(img v1.Image) error {
+	m, err := img.Manifest()
+	if err != nil {
+		return err
+	}
+	total := m.Config.Size
+	for _, l := range m.Layers {
+		if l.Size < 0 || total > math.MaxInt64-l.Size {
+			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("the image's manifest declares a layer of %d bytes", l.Size))
+		}
+		total += l.Size
+	}
+	if limit := s.maxArchiveBytes(); total > limit {
+		return connect.NewError(connect.CodeResourceExhausted,
+			fmt.Errorf("the image is %d bytes, more than the limit of %d bytes", total, limit))
+	}
+	return nil
 }
 
 // describe returns the API view of an imported image as a revision, all

@@ -43,6 +43,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
+	"github.com/kibotos/kibotos/internal/ctrl/registry"
 	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/imagestore"
@@ -51,28 +52,24 @@ import (
 // DefaultMaxArchiveBytes bounds one uploaded image archive.
 const DefaultMaxArchiveBytes int64 = 8 << 30
 
-// Errors a Registry function returns, matched with errors.Is. Any other
-// error of a Registry is taken as the registry being unreachable
-// (unavailable); a *connect.Error passes through with its code.
-var (
-	// ErrImageNotFound: the registry has no image under the reference
-	// (not_found).
-	ErrImageNotFound = errors.New("image not found in the registry")
-	// ErrBadReference: the reference cannot be pulled as written
-	// (invalid_argument).
-	ErrBadReference = errors.New("invalid image reference")
-)
+// Puller pulls an image from a registry: *registry.Puller. Its errors
+// wrap registry.ErrNotFound (not_found), registry.ErrDenied
+// (permission_denied), registry.ErrRefused (failed_precondition) or
+// registry.ErrBadReference (invalid_argument); any other error is taken as
+// the registry being unreachable (unavailable), and a *connect.Error
+// passes through with its code.
+type Puller interface {
+	Pull(ctx context.Context, ref string, platform v1.Platform, creds registry.Credentials) (v1.Image, error)
+}
 
 // Service implements the TemplateService on a store and an image store.
 type Service struct {
 	Store  store.Store
 	Images *imagestore.Store
 	Pages  *pagetoken.Codec
-	// Registry pulls an image by reference; for an image index it selects
-	// the linux/amd64 image. Nil means this deployment cannot pull, and
-	// registry imports are unavailable. See ErrImageNotFound and
-	// ErrBadReference for how its errors map to codes.
-	Registry func(ctx context.Context, ref string) (v1.Image, error)
+	// Registry pulls images by reference. Nil means this deployment cannot
+	// pull, and registry imports are unavailable.
+	Registry Puller
 	// MaxArchiveBytes bounds one uploaded archive; 0 is
 	// DefaultMaxArchiveBytes. A larger upload is resource_exhausted.
 	MaxArchiveBytes int64

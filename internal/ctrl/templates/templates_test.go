@@ -32,6 +32,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/api"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
+	"github.com/kibotos/kibotos/internal/ctrl/registry"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/templates"
 	"github.com/kibotos/kibotos/internal/imagestore"
@@ -780,17 +781,22 @@ func TestList(t *testing.T) {
 func TestRegistry(t *testing.T) {
 	forEachStore(t, func(t *testing.T, e *env) {
 		img := randomImage(t)
-		var pulled []string
-		e.svc.Registry = func(ctx context.Context, ref string) (v1.Image, error) {
+		var (
+			pulled    []string
+			platforms []v1.Platform
+			creds     []registry.Credentials
+		)
+		e.svc.Registry = pullerFunc(func(ctx context.Context, ref string, p v1.Platform, c registry.Credentials) (v1.Image, error) {
 			pulled = append(pulled, ref)
+			platforms, creds = append(platforms, p), append(creds, c)
 			switch ref {
 			case "kibotos.test/img:1":
 				return img, nil
 			case "kibotos.test/missing:1":
-				return nil, fmt.Errorf("manifest unknown: %w", templates.ErrImageNotFound)
+				return nil, fmt.Errorf("manifest unknown: %w", registry.ErrNotFound)
 			}
 			return nil, errors.New("dial tcp: connection refused")
-		}
+		})
 		a := e.client(projectA)
 		e.create(a, "py", nil)
 		pull := func(command, ref string) (*ctrlv1.ImportTemplateRevisionResponse, error) {
@@ -809,7 +815,49 @@ func TestRegistry(t *testing.T) {
 		wantCode(t, "missing image", err, connect.CodeNotFound)
 		_, err = pull("p3", "unreachable.test/img:1")
 		wantCode(t, "unreachable registry", err, connect.CodeUnavailable)
+		if !platforms[0].Equals(registry.DefaultPlatform) || creds[0] != (registry.Credentials{}) {
+			t.Errorf("pulled for %v with %v, want the default platform, anonymously", platforms[0], creds[0])
+		}
+
+		// Credentials and the platform reach the puller; a retry with other
+		// credentials replays.
+		withCreds := func(password string) (*ctrlv1.ImportTemplateRevisionResponse, error) {
+			return send(a, startMsg(&ctrlv1.ImportTemplateRevisionStart{Command: cmd("p4"), TemplateId: "py", Platform: "linux/amd64",
+				Source:              &ctrlv1.ImportTemplateRevisionStart_RegistryReference{RegistryReference: "kibotos.test/img:1"},
+				RegistryCredentials: &ctrlv1.RegistryCredentials{Username: "u", Password: password}}))
+		}
+		first := must(withCreds("one"))(t, "pull with credentials")
+		n := len(pulled)
+		if c := creds[n-1]; c != (registry.Credentials{Username: "u", Password: "one"}) {
+			t.Errorf("credentials %v", c)
+		}
+		if again := must(withCreds("two"))(t, "retry with other credentials"); !proto.Equal(again, first) || len(pulled) != n {
+			t.Errorf("retry with other credentials pulled again (%d pulls) or answered %v", len(pulled), again)
+		}
+
+		// Registry fields with an archive, and a bad platform, store nothing.
+		for what, start := range map[string]*ctrlv1.ImportTemplateRevisionStart{
+			"credentials with an archive": {Command: cmd("p5"), TemplateId: "py",
+				Source:              &ctrlv1.ImportTemplateRevisionStart_Archive{Archive: tarballFormat},
+				RegistryCredentials: &ctrlv1.RegistryCredentials{Username: "u"}},
+			"platform with an archive": {Command: cmd("p6"), TemplateId: "py", Platform: "linux/amd64",
+				Source: &ctrlv1.ImportTemplateRevisionStart_Archive{Archive: tarballFormat}},
+			"bad platform": {Command: cmd("p7"), TemplateId: "py", Platform: "amd64",
+				Source: &ctrlv1.ImportTemplateRevisionStart_RegistryReference{RegistryReference: "kibotos.test/img:1"}},
+		} {
+			_, err := send(a, startMsg(start))
+			wantCode(t, what, err, connect.CodeInvalidArgument)
+		}
+		if len(pulled) != n {
+			t.Errorf("refused imports pulled")
+		}
 	})
+}
+
+type pullerFunc func(ctx context.Context, ref string, p v1.Platform, c registry.Credentials) (v1.Image, error)
+
+func (f pullerFunc) Pull(ctx context.Context, ref string, p v1.Platform, c registry.Credentials) (v1.Image, error) {
+	return f(ctx, ref, p, c)
 }
 
 // The image store's temporary files never outlive an upload.

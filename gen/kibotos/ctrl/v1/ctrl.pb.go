@@ -3595,7 +3595,11 @@ type ImportTemplateRevisionStart struct {
 	//	*ImportTemplateRevisionStart_RegistryReference
 	Source isImportTemplateRevisionStart_Source `protobuf_oneof:"source"`
 	// set_default makes the imported revision the Template's default. The first revision of a Template becomes its default regardless.
-	SetDefault    bool `protobuf:"varint,5,opt,name=set_default,json=setDefault,proto3" json:"set_default,omitempty"`
+	SetDefault bool `protobuf:"varint,5,opt,name=set_default,json=setDefault,proto3" json:"set_default,omitempty"`
+	// registry_credentials authenticate a registry_reference pull; unset pulls anonymously. They are used for this pull only, never stored, and not part of the command's input: a retry may send fresh ones. With an archive they are invalid_argument.
+	RegistryCredentials *RegistryCredentials `protobuf:"bytes,6,opt,name=registry_credentials,json=registryCredentials,proto3" json:"registry_credentials,omitempty"`
+	// platform selects the image of a registry_reference that names an image index, as os/arch[/variant] (linux/amd64); empty is the platform the deployment's hosts run (linux/amd64). With an archive it is invalid_argument.
+	Platform      string `protobuf:"bytes,7,opt,name=platform,proto3" json:"platform,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3676,6 +3680,20 @@ func (x *ImportTemplateRevisionStart) GetSetDefault() bool {
 	return false
 }
 
+func (x *ImportTemplateRevisionStart) GetRegistryCredentials() *RegistryCredentials {
+	if x != nil {
+		return x.RegistryCredentials
+	}
+	return nil
+}
+
+func (x *ImportTemplateRevisionStart) GetPlatform() string {
+	if x != nil {
+		return x.Platform
+	}
+	return ""
+}
+
 type isImportTemplateRevisionStart_Source interface {
 	isImportTemplateRevisionStart_Source()
 }
@@ -3694,6 +3712,67 @@ func (*ImportTemplateRevisionStart_Archive) isImportTemplateRevisionStart_Source
 
 func (*ImportTemplateRevisionStart_RegistryReference) isImportTemplateRevisionStart_Source() {}
 
+// RegistryCredentials are what a registry pull authenticates with: a username and a password (or token), or an identity token (an OAuth2 refresh token, as docker login stores for some registries).
+type RegistryCredentials struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Username      string                 `protobuf:"bytes,1,opt,name=username,proto3" json:"username,omitempty"`
+	Password      string                 `protobuf:"bytes,2,opt,name=password,proto3" json:"password,omitempty"`
+	IdentityToken string                 `protobuf:"bytes,3,opt,name=identity_token,json=identityToken,proto3" json:"identity_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegistryCredentials) Reset() {
+	*x = RegistryCredentials{}
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegistryCredentials) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegistryCredentials) ProtoMessage() {}
+
+func (x *RegistryCredentials) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegistryCredentials.ProtoReflect.Descriptor instead.
+func (*RegistryCredentials) Descriptor() ([]byte, []int) {
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *RegistryCredentials) GetUsername() string {
+	if x != nil {
+		return x.Username
+	}
+	return ""
+}
+
+func (x *RegistryCredentials) GetPassword() string {
+	if x != nil {
+		return x.Password
+	}
+	return ""
+}
+
+func (x *RegistryCredentials) GetIdentityToken() string {
+	if x != nil {
+		return x.IdentityToken
+	}
+	return ""
+}
+
 // ImportTemplateRevisionResponse carries the Template and the revision the upload produced.
 type ImportTemplateRevisionResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -3706,7 +3785,7 @@ type ImportTemplateRevisionResponse struct {
 
 func (x *ImportTemplateRevisionResponse) Reset() {
 	*x = ImportTemplateRevisionResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[36]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3718,7 +3797,7 @@ func (x *ImportTemplateRevisionResponse) String() string {
 func (*ImportTemplateRevisionResponse) ProtoMessage() {}
 
 func (x *ImportTemplateRevisionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[36]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3731,7 +3810,7 @@ func (x *ImportTemplateRevisionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportTemplateRevisionResponse.ProtoReflect.Descriptor instead.
 func (*ImportTemplateRevisionResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{36}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ImportTemplateRevisionResponse) GetTemplate() *Template {
@@ -3763,7 +3842,7 @@ type SetTemplateDefaultRequest struct {
 
 func (x *SetTemplateDefaultRequest) Reset() {
 	*x = SetTemplateDefaultRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[37]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3775,7 +3854,7 @@ func (x *SetTemplateDefaultRequest) String() string {
 func (*SetTemplateDefaultRequest) ProtoMessage() {}
 
 func (x *SetTemplateDefaultRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[37]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3788,7 +3867,7 @@ func (x *SetTemplateDefaultRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTemplateDefaultRequest.ProtoReflect.Descriptor instead.
 func (*SetTemplateDefaultRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{37}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetTemplateDefaultRequest) GetCommand() *CommandMetadata {
@@ -3829,7 +3908,7 @@ type SetTemplateDefaultResponse struct {
 
 func (x *SetTemplateDefaultResponse) Reset() {
 	*x = SetTemplateDefaultResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[38]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3841,7 +3920,7 @@ func (x *SetTemplateDefaultResponse) String() string {
 func (*SetTemplateDefaultResponse) ProtoMessage() {}
 
 func (x *SetTemplateDefaultResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[38]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3854,7 +3933,7 @@ func (x *SetTemplateDefaultResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTemplateDefaultResponse.ProtoReflect.Descriptor instead.
 func (*SetTemplateDefaultResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{38}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SetTemplateDefaultResponse) GetTemplate() *Template {
@@ -3875,7 +3954,7 @@ type DeleteTemplateRequest struct {
 
 func (x *DeleteTemplateRequest) Reset() {
 	*x = DeleteTemplateRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[39]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3887,7 +3966,7 @@ func (x *DeleteTemplateRequest) String() string {
 func (*DeleteTemplateRequest) ProtoMessage() {}
 
 func (x *DeleteTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[39]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3900,7 +3979,7 @@ func (x *DeleteTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTemplateRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{39}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeleteTemplateRequest) GetCommand() *CommandMetadata {
@@ -3926,7 +4005,7 @@ type DeleteTemplateResponse struct {
 
 func (x *DeleteTemplateResponse) Reset() {
 	*x = DeleteTemplateResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[40]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3938,7 +4017,7 @@ func (x *DeleteTemplateResponse) String() string {
 func (*DeleteTemplateResponse) ProtoMessage() {}
 
 func (x *DeleteTemplateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[40]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3951,7 +4030,7 @@ func (x *DeleteTemplateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTemplateResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTemplateResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{40}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{41}
 }
 
 // UpdateTemplateLabelsRequest is the input of UpdateTemplateLabels.
@@ -3969,7 +4048,7 @@ type UpdateTemplateLabelsRequest struct {
 
 func (x *UpdateTemplateLabelsRequest) Reset() {
 	*x = UpdateTemplateLabelsRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[41]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3981,7 +4060,7 @@ func (x *UpdateTemplateLabelsRequest) String() string {
 func (*UpdateTemplateLabelsRequest) ProtoMessage() {}
 
 func (x *UpdateTemplateLabelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[41]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3994,7 +4073,7 @@ func (x *UpdateTemplateLabelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTemplateLabelsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTemplateLabelsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{41}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *UpdateTemplateLabelsRequest) GetCommand() *CommandMetadata {
@@ -4035,7 +4114,7 @@ type UpdateTemplateLabelsResponse struct {
 
 func (x *UpdateTemplateLabelsResponse) Reset() {
 	*x = UpdateTemplateLabelsResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[42]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4047,7 +4126,7 @@ func (x *UpdateTemplateLabelsResponse) String() string {
 func (*UpdateTemplateLabelsResponse) ProtoMessage() {}
 
 func (x *UpdateTemplateLabelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[42]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4060,7 +4139,7 @@ func (x *UpdateTemplateLabelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTemplateLabelsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateTemplateLabelsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{42}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *UpdateTemplateLabelsResponse) GetTemplate() *Template {
@@ -4085,7 +4164,7 @@ type UpdateTemplateAnnotationsRequest struct {
 
 func (x *UpdateTemplateAnnotationsRequest) Reset() {
 	*x = UpdateTemplateAnnotationsRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[43]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4097,7 +4176,7 @@ func (x *UpdateTemplateAnnotationsRequest) String() string {
 func (*UpdateTemplateAnnotationsRequest) ProtoMessage() {}
 
 func (x *UpdateTemplateAnnotationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[43]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4110,7 +4189,7 @@ func (x *UpdateTemplateAnnotationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTemplateAnnotationsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateTemplateAnnotationsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{43}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *UpdateTemplateAnnotationsRequest) GetCommand() *CommandMetadata {
@@ -4151,7 +4230,7 @@ type UpdateTemplateAnnotationsResponse struct {
 
 func (x *UpdateTemplateAnnotationsResponse) Reset() {
 	*x = UpdateTemplateAnnotationsResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[44]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4163,7 +4242,7 @@ func (x *UpdateTemplateAnnotationsResponse) String() string {
 func (*UpdateTemplateAnnotationsResponse) ProtoMessage() {}
 
 func (x *UpdateTemplateAnnotationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[44]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4176,7 +4255,7 @@ func (x *UpdateTemplateAnnotationsResponse) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use UpdateTemplateAnnotationsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateTemplateAnnotationsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{44}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *UpdateTemplateAnnotationsResponse) GetTemplate() *Template {
@@ -4211,7 +4290,7 @@ type Template struct {
 
 func (x *Template) Reset() {
 	*x = Template{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[45]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4223,7 +4302,7 @@ func (x *Template) String() string {
 func (*Template) ProtoMessage() {}
 
 func (x *Template) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[45]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4236,7 +4315,7 @@ func (x *Template) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Template.ProtoReflect.Descriptor instead.
 func (*Template) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{45}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Template) GetTemplateId() string {
@@ -4332,7 +4411,7 @@ type TemplateRevision struct {
 
 func (x *TemplateRevision) Reset() {
 	*x = TemplateRevision{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[46]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4344,7 +4423,7 @@ func (x *TemplateRevision) String() string {
 func (*TemplateRevision) ProtoMessage() {}
 
 func (x *TemplateRevision) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[46]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4357,7 +4436,7 @@ func (x *TemplateRevision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateRevision.ProtoReflect.Descriptor instead.
 func (*TemplateRevision) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{46}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TemplateRevision) GetRevision() string {
@@ -4421,7 +4500,7 @@ type TemplateDisplay struct {
 
 func (x *TemplateDisplay) Reset() {
 	*x = TemplateDisplay{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[47]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4433,7 +4512,7 @@ func (x *TemplateDisplay) String() string {
 func (*TemplateDisplay) ProtoMessage() {}
 
 func (x *TemplateDisplay) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[47]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4446,7 +4525,7 @@ func (x *TemplateDisplay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateDisplay.ProtoReflect.Descriptor instead.
 func (*TemplateDisplay) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{47}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TemplateDisplay) GetWidth() uint32 {
@@ -4475,7 +4554,7 @@ type IssueSessionRequest struct {
 
 func (x *IssueSessionRequest) Reset() {
 	*x = IssueSessionRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[48]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4487,7 +4566,7 @@ func (x *IssueSessionRequest) String() string {
 func (*IssueSessionRequest) ProtoMessage() {}
 
 func (x *IssueSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[48]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4500,7 +4579,7 @@ func (x *IssueSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueSessionRequest.ProtoReflect.Descriptor instead.
 func (*IssueSessionRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{48}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *IssueSessionRequest) GetWorkspaceId() string {
@@ -4532,7 +4611,7 @@ type IssueSessionResponse struct {
 
 func (x *IssueSessionResponse) Reset() {
 	*x = IssueSessionResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[49]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4544,7 +4623,7 @@ func (x *IssueSessionResponse) String() string {
 func (*IssueSessionResponse) ProtoMessage() {}
 
 func (x *IssueSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[49]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4557,7 +4636,7 @@ func (x *IssueSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueSessionResponse.ProtoReflect.Descriptor instead.
 func (*IssueSessionResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{49}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *IssueSessionResponse) GetSessionId() string {
@@ -4599,7 +4678,7 @@ type RevokeSessionRequest struct {
 
 func (x *RevokeSessionRequest) Reset() {
 	*x = RevokeSessionRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[50]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4611,7 +4690,7 @@ func (x *RevokeSessionRequest) String() string {
 func (*RevokeSessionRequest) ProtoMessage() {}
 
 func (x *RevokeSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[50]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4624,7 +4703,7 @@ func (x *RevokeSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSessionRequest.ProtoReflect.Descriptor instead.
 func (*RevokeSessionRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{50}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RevokeSessionRequest) GetCommand() *CommandMetadata {
@@ -4650,7 +4729,7 @@ type RevokeSessionResponse struct {
 
 func (x *RevokeSessionResponse) Reset() {
 	*x = RevokeSessionResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[51]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4662,7 +4741,7 @@ func (x *RevokeSessionResponse) String() string {
 func (*RevokeSessionResponse) ProtoMessage() {}
 
 func (x *RevokeSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[51]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4675,7 +4754,7 @@ func (x *RevokeSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSessionResponse.ProtoReflect.Descriptor instead.
 func (*RevokeSessionResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{51}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{52}
 }
 
 // RotateDataPlaneRequest is the input of RotateDataPlane.
@@ -4689,7 +4768,7 @@ type RotateDataPlaneRequest struct {
 
 func (x *RotateDataPlaneRequest) Reset() {
 	*x = RotateDataPlaneRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[52]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4701,7 +4780,7 @@ func (x *RotateDataPlaneRequest) String() string {
 func (*RotateDataPlaneRequest) ProtoMessage() {}
 
 func (x *RotateDataPlaneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[52]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4714,7 +4793,7 @@ func (x *RotateDataPlaneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateDataPlaneRequest.ProtoReflect.Descriptor instead.
 func (*RotateDataPlaneRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{52}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RotateDataPlaneRequest) GetCommand() *CommandMetadata {
@@ -4741,7 +4820,7 @@ type RotateDataPlaneResponse struct {
 
 func (x *RotateDataPlaneResponse) Reset() {
 	*x = RotateDataPlaneResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[53]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4753,7 +4832,7 @@ func (x *RotateDataPlaneResponse) String() string {
 func (*RotateDataPlaneResponse) ProtoMessage() {}
 
 func (x *RotateDataPlaneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[53]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4766,7 +4845,7 @@ func (x *RotateDataPlaneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateDataPlaneResponse.ProtoReflect.Descriptor instead.
 func (*RotateDataPlaneResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{53}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RotateDataPlaneResponse) GetWorkspace() *Workspace {
@@ -4793,7 +4872,7 @@ type CreateExposureRequest struct {
 
 func (x *CreateExposureRequest) Reset() {
 	*x = CreateExposureRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[54]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4805,7 +4884,7 @@ func (x *CreateExposureRequest) String() string {
 func (*CreateExposureRequest) ProtoMessage() {}
 
 func (x *CreateExposureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[54]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4818,7 +4897,7 @@ func (x *CreateExposureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateExposureRequest.ProtoReflect.Descriptor instead.
 func (*CreateExposureRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{54}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *CreateExposureRequest) GetCommand() *CommandMetadata {
@@ -4866,7 +4945,7 @@ type CreateExposureResponse struct {
 
 func (x *CreateExposureResponse) Reset() {
 	*x = CreateExposureResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[55]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4878,7 +4957,7 @@ func (x *CreateExposureResponse) String() string {
 func (*CreateExposureResponse) ProtoMessage() {}
 
 func (x *CreateExposureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[55]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4891,7 +4970,7 @@ func (x *CreateExposureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateExposureResponse.ProtoReflect.Descriptor instead.
 func (*CreateExposureResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{55}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *CreateExposureResponse) GetExposure() *Exposure {
@@ -4912,7 +4991,7 @@ type RevokeExposureRequest struct {
 
 func (x *RevokeExposureRequest) Reset() {
 	*x = RevokeExposureRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[56]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4924,7 +5003,7 @@ func (x *RevokeExposureRequest) String() string {
 func (*RevokeExposureRequest) ProtoMessage() {}
 
 func (x *RevokeExposureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[56]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4937,7 +5016,7 @@ func (x *RevokeExposureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeExposureRequest.ProtoReflect.Descriptor instead.
 func (*RevokeExposureRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{56}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RevokeExposureRequest) GetCommand() *CommandMetadata {
@@ -4963,7 +5042,7 @@ type RevokeExposureResponse struct {
 
 func (x *RevokeExposureResponse) Reset() {
 	*x = RevokeExposureResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[57]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4975,7 +5054,7 @@ func (x *RevokeExposureResponse) String() string {
 func (*RevokeExposureResponse) ProtoMessage() {}
 
 func (x *RevokeExposureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[57]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4988,7 +5067,7 @@ func (x *RevokeExposureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeExposureResponse.ProtoReflect.Descriptor instead.
 func (*RevokeExposureResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{57}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{58}
 }
 
 // ListExposuresRequest is the input of ListExposures.
@@ -5006,7 +5085,7 @@ type ListExposuresRequest struct {
 
 func (x *ListExposuresRequest) Reset() {
 	*x = ListExposuresRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[58]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5018,7 +5097,7 @@ func (x *ListExposuresRequest) String() string {
 func (*ListExposuresRequest) ProtoMessage() {}
 
 func (x *ListExposuresRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[58]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5031,7 +5110,7 @@ func (x *ListExposuresRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExposuresRequest.ProtoReflect.Descriptor instead.
 func (*ListExposuresRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{58}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListExposuresRequest) GetWorkspaceId() string {
@@ -5067,7 +5146,7 @@ type ListExposuresResponse struct {
 
 func (x *ListExposuresResponse) Reset() {
 	*x = ListExposuresResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[59]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5079,7 +5158,7 @@ func (x *ListExposuresResponse) String() string {
 func (*ListExposuresResponse) ProtoMessage() {}
 
 func (x *ListExposuresResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[59]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5092,7 +5171,7 @@ func (x *ListExposuresResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExposuresResponse.ProtoReflect.Descriptor instead.
 func (*ListExposuresResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{59}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListExposuresResponse) GetExposures() []*Exposure {
@@ -5129,7 +5208,7 @@ type Exposure struct {
 
 func (x *Exposure) Reset() {
 	*x = Exposure{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[60]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5141,7 +5220,7 @@ func (x *Exposure) String() string {
 func (*Exposure) ProtoMessage() {}
 
 func (x *Exposure) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[60]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5154,7 +5233,7 @@ func (x *Exposure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Exposure.ProtoReflect.Descriptor instead.
 func (*Exposure) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{60}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *Exposure) GetExposureId() string {
@@ -5228,7 +5307,7 @@ type CreateVolumeRequest struct {
 
 func (x *CreateVolumeRequest) Reset() {
 	*x = CreateVolumeRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[61]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5240,7 +5319,7 @@ func (x *CreateVolumeRequest) String() string {
 func (*CreateVolumeRequest) ProtoMessage() {}
 
 func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[61]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5253,7 +5332,7 @@ func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolumeRequest.ProtoReflect.Descriptor instead.
 func (*CreateVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{61}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *CreateVolumeRequest) GetCommand() *CommandMetadata {
@@ -5294,7 +5373,7 @@ type CreateVolumeResponse struct {
 
 func (x *CreateVolumeResponse) Reset() {
 	*x = CreateVolumeResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[62]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5306,7 +5385,7 @@ func (x *CreateVolumeResponse) String() string {
 func (*CreateVolumeResponse) ProtoMessage() {}
 
 func (x *CreateVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[62]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5319,7 +5398,7 @@ func (x *CreateVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolumeResponse.ProtoReflect.Descriptor instead.
 func (*CreateVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{62}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *CreateVolumeResponse) GetVolume() *Volume {
@@ -5339,7 +5418,7 @@ type GetVolumeRequest struct {
 
 func (x *GetVolumeRequest) Reset() {
 	*x = GetVolumeRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[63]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5351,7 +5430,7 @@ func (x *GetVolumeRequest) String() string {
 func (*GetVolumeRequest) ProtoMessage() {}
 
 func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[63]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5364,7 +5443,7 @@ func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeRequest.ProtoReflect.Descriptor instead.
 func (*GetVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{63}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *GetVolumeRequest) GetVolumeId() string {
@@ -5384,7 +5463,7 @@ type GetVolumeResponse struct {
 
 func (x *GetVolumeResponse) Reset() {
 	*x = GetVolumeResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[64]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5396,7 +5475,7 @@ func (x *GetVolumeResponse) String() string {
 func (*GetVolumeResponse) ProtoMessage() {}
 
 func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[64]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5409,7 +5488,7 @@ func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeResponse.ProtoReflect.Descriptor instead.
 func (*GetVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{64}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *GetVolumeResponse) GetVolume() *Volume {
@@ -5434,7 +5513,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[65]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5446,7 +5525,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[65]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5459,7 +5538,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{65}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ListVolumesRequest) GetPageSize() uint32 {
@@ -5495,7 +5574,7 @@ type ListVolumesResponse struct {
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[66]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5507,7 +5586,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[66]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5520,7 +5599,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{66}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*Volume {
@@ -5550,7 +5629,7 @@ type ResizeVolumeRequest struct {
 
 func (x *ResizeVolumeRequest) Reset() {
 	*x = ResizeVolumeRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[67]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5562,7 +5641,7 @@ func (x *ResizeVolumeRequest) String() string {
 func (*ResizeVolumeRequest) ProtoMessage() {}
 
 func (x *ResizeVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[67]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5575,7 +5654,7 @@ func (x *ResizeVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ResizeVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{67}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ResizeVolumeRequest) GetCommand() *CommandMetadata {
@@ -5609,7 +5688,7 @@ type ResizeVolumeResponse struct {
 
 func (x *ResizeVolumeResponse) Reset() {
 	*x = ResizeVolumeResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[68]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5621,7 +5700,7 @@ func (x *ResizeVolumeResponse) String() string {
 func (*ResizeVolumeResponse) ProtoMessage() {}
 
 func (x *ResizeVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[68]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5634,7 +5713,7 @@ func (x *ResizeVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ResizeVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{68}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ResizeVolumeResponse) GetVolume() *Volume {
@@ -5655,7 +5734,7 @@ type DeleteVolumeRequest struct {
 
 func (x *DeleteVolumeRequest) Reset() {
 	*x = DeleteVolumeRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[69]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5667,7 +5746,7 @@ func (x *DeleteVolumeRequest) String() string {
 func (*DeleteVolumeRequest) ProtoMessage() {}
 
 func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[69]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5680,7 +5759,7 @@ func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeRequest.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{69}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *DeleteVolumeRequest) GetCommand() *CommandMetadata {
@@ -5707,7 +5786,7 @@ type DeleteVolumeResponse struct {
 
 func (x *DeleteVolumeResponse) Reset() {
 	*x = DeleteVolumeResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[70]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5719,7 +5798,7 @@ func (x *DeleteVolumeResponse) String() string {
 func (*DeleteVolumeResponse) ProtoMessage() {}
 
 func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[70]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5732,7 +5811,7 @@ func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{70}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *DeleteVolumeResponse) GetVolume() *Volume {
@@ -5757,7 +5836,7 @@ type UpdateVolumeLabelsRequest struct {
 
 func (x *UpdateVolumeLabelsRequest) Reset() {
 	*x = UpdateVolumeLabelsRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[71]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5769,7 +5848,7 @@ func (x *UpdateVolumeLabelsRequest) String() string {
 func (*UpdateVolumeLabelsRequest) ProtoMessage() {}
 
 func (x *UpdateVolumeLabelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[71]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5782,7 +5861,7 @@ func (x *UpdateVolumeLabelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateVolumeLabelsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateVolumeLabelsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{71}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *UpdateVolumeLabelsRequest) GetCommand() *CommandMetadata {
@@ -5823,7 +5902,7 @@ type UpdateVolumeLabelsResponse struct {
 
 func (x *UpdateVolumeLabelsResponse) Reset() {
 	*x = UpdateVolumeLabelsResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[72]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5835,7 +5914,7 @@ func (x *UpdateVolumeLabelsResponse) String() string {
 func (*UpdateVolumeLabelsResponse) ProtoMessage() {}
 
 func (x *UpdateVolumeLabelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[72]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5848,7 +5927,7 @@ func (x *UpdateVolumeLabelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateVolumeLabelsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateVolumeLabelsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{72}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *UpdateVolumeLabelsResponse) GetVolume() *Volume {
@@ -5873,7 +5952,7 @@ type UpdateVolumeAnnotationsRequest struct {
 
 func (x *UpdateVolumeAnnotationsRequest) Reset() {
 	*x = UpdateVolumeAnnotationsRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[73]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5885,7 +5964,7 @@ func (x *UpdateVolumeAnnotationsRequest) String() string {
 func (*UpdateVolumeAnnotationsRequest) ProtoMessage() {}
 
 func (x *UpdateVolumeAnnotationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[73]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5898,7 +5977,7 @@ func (x *UpdateVolumeAnnotationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateVolumeAnnotationsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateVolumeAnnotationsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{73}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *UpdateVolumeAnnotationsRequest) GetCommand() *CommandMetadata {
@@ -5939,7 +6018,7 @@ type UpdateVolumeAnnotationsResponse struct {
 
 func (x *UpdateVolumeAnnotationsResponse) Reset() {
 	*x = UpdateVolumeAnnotationsResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[74]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5951,7 +6030,7 @@ func (x *UpdateVolumeAnnotationsResponse) String() string {
 func (*UpdateVolumeAnnotationsResponse) ProtoMessage() {}
 
 func (x *UpdateVolumeAnnotationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[74]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5964,7 +6043,7 @@ func (x *UpdateVolumeAnnotationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateVolumeAnnotationsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateVolumeAnnotationsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{74}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *UpdateVolumeAnnotationsResponse) GetVolume() *Volume {
@@ -5990,7 +6069,7 @@ type ExportWorkspaceRequest struct {
 
 func (x *ExportWorkspaceRequest) Reset() {
 	*x = ExportWorkspaceRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[75]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6002,7 +6081,7 @@ func (x *ExportWorkspaceRequest) String() string {
 func (*ExportWorkspaceRequest) ProtoMessage() {}
 
 func (x *ExportWorkspaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[75]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6015,7 +6094,7 @@ func (x *ExportWorkspaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportWorkspaceRequest.ProtoReflect.Descriptor instead.
 func (*ExportWorkspaceRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{75}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ExportWorkspaceRequest) GetCommand() *CommandMetadata {
@@ -6063,7 +6142,7 @@ type ExportWorkspaceResponse struct {
 
 func (x *ExportWorkspaceResponse) Reset() {
 	*x = ExportWorkspaceResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[76]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6075,7 +6154,7 @@ func (x *ExportWorkspaceResponse) String() string {
 func (*ExportWorkspaceResponse) ProtoMessage() {}
 
 func (x *ExportWorkspaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[76]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6088,7 +6167,7 @@ func (x *ExportWorkspaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportWorkspaceResponse.ProtoReflect.Descriptor instead.
 func (*ExportWorkspaceResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{76}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ExportWorkspaceResponse) GetTransfer() *Transfer {
@@ -6110,7 +6189,7 @@ type ReadTransferArtifactRequest struct {
 
 func (x *ReadTransferArtifactRequest) Reset() {
 	*x = ReadTransferArtifactRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[77]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6122,7 +6201,7 @@ func (x *ReadTransferArtifactRequest) String() string {
 func (*ReadTransferArtifactRequest) ProtoMessage() {}
 
 func (x *ReadTransferArtifactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[77]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6135,7 +6214,7 @@ func (x *ReadTransferArtifactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadTransferArtifactRequest.ProtoReflect.Descriptor instead.
 func (*ReadTransferArtifactRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{77}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ReadTransferArtifactRequest) GetTransferId() string {
@@ -6165,7 +6244,7 @@ type ReadTransferArtifactResponse struct {
 
 func (x *ReadTransferArtifactResponse) Reset() {
 	*x = ReadTransferArtifactResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[78]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6177,7 +6256,7 @@ func (x *ReadTransferArtifactResponse) String() string {
 func (*ReadTransferArtifactResponse) ProtoMessage() {}
 
 func (x *ReadTransferArtifactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[78]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6190,7 +6269,7 @@ func (x *ReadTransferArtifactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadTransferArtifactResponse.ProtoReflect.Descriptor instead.
 func (*ReadTransferArtifactResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{78}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ReadTransferArtifactResponse) GetData() []byte {
@@ -6224,7 +6303,7 @@ type ImportTransferRequest struct {
 
 func (x *ImportTransferRequest) Reset() {
 	*x = ImportTransferRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[79]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6236,7 +6315,7 @@ func (x *ImportTransferRequest) String() string {
 func (*ImportTransferRequest) ProtoMessage() {}
 
 func (x *ImportTransferRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[79]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6249,7 +6328,7 @@ func (x *ImportTransferRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportTransferRequest.ProtoReflect.Descriptor instead.
 func (*ImportTransferRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{79}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ImportTransferRequest) GetCommand() *CommandMetadata {
@@ -6297,7 +6376,7 @@ type ImportTransferResponse struct {
 
 func (x *ImportTransferResponse) Reset() {
 	*x = ImportTransferResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[80]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6309,7 +6388,7 @@ func (x *ImportTransferResponse) String() string {
 func (*ImportTransferResponse) ProtoMessage() {}
 
 func (x *ImportTransferResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[80]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6322,7 +6401,7 @@ func (x *ImportTransferResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportTransferResponse.ProtoReflect.Descriptor instead.
 func (*ImportTransferResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{80}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ImportTransferResponse) GetTransfer() *Transfer {
@@ -6346,7 +6425,7 @@ type RestoreWorkspaceRequest struct {
 
 func (x *RestoreWorkspaceRequest) Reset() {
 	*x = RestoreWorkspaceRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[81]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6358,7 +6437,7 @@ func (x *RestoreWorkspaceRequest) String() string {
 func (*RestoreWorkspaceRequest) ProtoMessage() {}
 
 func (x *RestoreWorkspaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[81]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6371,7 +6450,7 @@ func (x *RestoreWorkspaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreWorkspaceRequest.ProtoReflect.Descriptor instead.
 func (*RestoreWorkspaceRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{81}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *RestoreWorkspaceRequest) GetCommand() *CommandMetadata {
@@ -6413,7 +6492,7 @@ type RestoreWorkspaceResponse struct {
 
 func (x *RestoreWorkspaceResponse) Reset() {
 	*x = RestoreWorkspaceResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[82]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6425,7 +6504,7 @@ func (x *RestoreWorkspaceResponse) String() string {
 func (*RestoreWorkspaceResponse) ProtoMessage() {}
 
 func (x *RestoreWorkspaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[82]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6438,7 +6517,7 @@ func (x *RestoreWorkspaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreWorkspaceResponse.ProtoReflect.Descriptor instead.
 func (*RestoreWorkspaceResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{82}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *RestoreWorkspaceResponse) GetWorkspace() *Workspace {
@@ -6465,7 +6544,7 @@ type GetTransferRequest struct {
 
 func (x *GetTransferRequest) Reset() {
 	*x = GetTransferRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[83]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6477,7 +6556,7 @@ func (x *GetTransferRequest) String() string {
 func (*GetTransferRequest) ProtoMessage() {}
 
 func (x *GetTransferRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[83]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6490,7 +6569,7 @@ func (x *GetTransferRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTransferRequest.ProtoReflect.Descriptor instead.
 func (*GetTransferRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{83}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *GetTransferRequest) GetTransferId() string {
@@ -6510,7 +6589,7 @@ type GetTransferResponse struct {
 
 func (x *GetTransferResponse) Reset() {
 	*x = GetTransferResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[84]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6522,7 +6601,7 @@ func (x *GetTransferResponse) String() string {
 func (*GetTransferResponse) ProtoMessage() {}
 
 func (x *GetTransferResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[84]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6535,7 +6614,7 @@ func (x *GetTransferResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTransferResponse.ProtoReflect.Descriptor instead.
 func (*GetTransferResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{84}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *GetTransferResponse) GetTransfer() *Transfer {
@@ -6560,7 +6639,7 @@ type ListTransfersRequest struct {
 
 func (x *ListTransfersRequest) Reset() {
 	*x = ListTransfersRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[85]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6572,7 +6651,7 @@ func (x *ListTransfersRequest) String() string {
 func (*ListTransfersRequest) ProtoMessage() {}
 
 func (x *ListTransfersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[85]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6585,7 +6664,7 @@ func (x *ListTransfersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTransfersRequest.ProtoReflect.Descriptor instead.
 func (*ListTransfersRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{85}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ListTransfersRequest) GetPageSize() uint32 {
@@ -6621,7 +6700,7 @@ type ListTransfersResponse struct {
 
 func (x *ListTransfersResponse) Reset() {
 	*x = ListTransfersResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[86]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6633,7 +6712,7 @@ func (x *ListTransfersResponse) String() string {
 func (*ListTransfersResponse) ProtoMessage() {}
 
 func (x *ListTransfersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[86]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6646,7 +6725,7 @@ func (x *ListTransfersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTransfersResponse.ProtoReflect.Descriptor instead.
 func (*ListTransfersResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{86}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ListTransfersResponse) GetTransfers() []*Transfer {
@@ -6674,7 +6753,7 @@ type DeleteTransferRequest struct {
 
 func (x *DeleteTransferRequest) Reset() {
 	*x = DeleteTransferRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[87]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6686,7 +6765,7 @@ func (x *DeleteTransferRequest) String() string {
 func (*DeleteTransferRequest) ProtoMessage() {}
 
 func (x *DeleteTransferRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[87]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6699,7 +6778,7 @@ func (x *DeleteTransferRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTransferRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTransferRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{87}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *DeleteTransferRequest) GetCommand() *CommandMetadata {
@@ -6726,7 +6805,7 @@ type DeleteTransferResponse struct {
 
 func (x *DeleteTransferResponse) Reset() {
 	*x = DeleteTransferResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[88]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6738,7 +6817,7 @@ func (x *DeleteTransferResponse) String() string {
 func (*DeleteTransferResponse) ProtoMessage() {}
 
 func (x *DeleteTransferResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[88]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6751,7 +6830,7 @@ func (x *DeleteTransferResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTransferResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTransferResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{88}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *DeleteTransferResponse) GetTransfer() *Transfer {
@@ -6776,7 +6855,7 @@ type CreateEgressRequest struct {
 
 func (x *CreateEgressRequest) Reset() {
 	*x = CreateEgressRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[89]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6788,7 +6867,7 @@ func (x *CreateEgressRequest) String() string {
 func (*CreateEgressRequest) ProtoMessage() {}
 
 func (x *CreateEgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[89]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6801,7 +6880,7 @@ func (x *CreateEgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEgressRequest.ProtoReflect.Descriptor instead.
 func (*CreateEgressRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{89}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *CreateEgressRequest) GetCommand() *CommandMetadata {
@@ -6842,7 +6921,7 @@ type CreateEgressResponse struct {
 
 func (x *CreateEgressResponse) Reset() {
 	*x = CreateEgressResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[90]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6854,7 +6933,7 @@ func (x *CreateEgressResponse) String() string {
 func (*CreateEgressResponse) ProtoMessage() {}
 
 func (x *CreateEgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[90]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6867,7 +6946,7 @@ func (x *CreateEgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEgressResponse.ProtoReflect.Descriptor instead.
 func (*CreateEgressResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{90}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *CreateEgressResponse) GetEgress() *Egress {
@@ -6887,7 +6966,7 @@ type GetEgressRequest struct {
 
 func (x *GetEgressRequest) Reset() {
 	*x = GetEgressRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[91]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6899,7 +6978,7 @@ func (x *GetEgressRequest) String() string {
 func (*GetEgressRequest) ProtoMessage() {}
 
 func (x *GetEgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[91]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6912,7 +6991,7 @@ func (x *GetEgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEgressRequest.ProtoReflect.Descriptor instead.
 func (*GetEgressRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{91}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *GetEgressRequest) GetEgressId() string {
@@ -6932,7 +7011,7 @@ type GetEgressResponse struct {
 
 func (x *GetEgressResponse) Reset() {
 	*x = GetEgressResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[92]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6944,7 +7023,7 @@ func (x *GetEgressResponse) String() string {
 func (*GetEgressResponse) ProtoMessage() {}
 
 func (x *GetEgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[92]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6957,7 +7036,7 @@ func (x *GetEgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEgressResponse.ProtoReflect.Descriptor instead.
 func (*GetEgressResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{92}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *GetEgressResponse) GetEgress() *Egress {
@@ -6982,7 +7061,7 @@ type ListEgressesRequest struct {
 
 func (x *ListEgressesRequest) Reset() {
 	*x = ListEgressesRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[93]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6994,7 +7073,7 @@ func (x *ListEgressesRequest) String() string {
 func (*ListEgressesRequest) ProtoMessage() {}
 
 func (x *ListEgressesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[93]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7007,7 +7086,7 @@ func (x *ListEgressesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEgressesRequest.ProtoReflect.Descriptor instead.
 func (*ListEgressesRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{93}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *ListEgressesRequest) GetPageSize() uint32 {
@@ -7043,7 +7122,7 @@ type ListEgressesResponse struct {
 
 func (x *ListEgressesResponse) Reset() {
 	*x = ListEgressesResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[94]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7055,7 +7134,7 @@ func (x *ListEgressesResponse) String() string {
 func (*ListEgressesResponse) ProtoMessage() {}
 
 func (x *ListEgressesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[94]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7068,7 +7147,7 @@ func (x *ListEgressesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEgressesResponse.ProtoReflect.Descriptor instead.
 func (*ListEgressesResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{94}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *ListEgressesResponse) GetEgresses() []*Egress {
@@ -7102,7 +7181,7 @@ type UpdateEgressRequest struct {
 
 func (x *UpdateEgressRequest) Reset() {
 	*x = UpdateEgressRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[95]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7114,7 +7193,7 @@ func (x *UpdateEgressRequest) String() string {
 func (*UpdateEgressRequest) ProtoMessage() {}
 
 func (x *UpdateEgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[95]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7127,7 +7206,7 @@ func (x *UpdateEgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEgressRequest.ProtoReflect.Descriptor instead.
 func (*UpdateEgressRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{95}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *UpdateEgressRequest) GetCommand() *CommandMetadata {
@@ -7175,7 +7254,7 @@ type UpdateEgressResponse struct {
 
 func (x *UpdateEgressResponse) Reset() {
 	*x = UpdateEgressResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[96]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7187,7 +7266,7 @@ func (x *UpdateEgressResponse) String() string {
 func (*UpdateEgressResponse) ProtoMessage() {}
 
 func (x *UpdateEgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[96]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7200,7 +7279,7 @@ func (x *UpdateEgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEgressResponse.ProtoReflect.Descriptor instead.
 func (*UpdateEgressResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{96}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *UpdateEgressResponse) GetEgress() *Egress {
@@ -7221,7 +7300,7 @@ type DeleteEgressRequest struct {
 
 func (x *DeleteEgressRequest) Reset() {
 	*x = DeleteEgressRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[97]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7233,7 +7312,7 @@ func (x *DeleteEgressRequest) String() string {
 func (*DeleteEgressRequest) ProtoMessage() {}
 
 func (x *DeleteEgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[97]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7246,7 +7325,7 @@ func (x *DeleteEgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEgressRequest.ProtoReflect.Descriptor instead.
 func (*DeleteEgressRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{97}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *DeleteEgressRequest) GetCommand() *CommandMetadata {
@@ -7272,7 +7351,7 @@ type DeleteEgressResponse struct {
 
 func (x *DeleteEgressResponse) Reset() {
 	*x = DeleteEgressResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[98]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7284,7 +7363,7 @@ func (x *DeleteEgressResponse) String() string {
 func (*DeleteEgressResponse) ProtoMessage() {}
 
 func (x *DeleteEgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[98]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7297,7 +7376,7 @@ func (x *DeleteEgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEgressResponse.ProtoReflect.Descriptor instead.
 func (*DeleteEgressResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{98}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{99}
 }
 
 // UpdateEgressLabelsRequest is the input of UpdateEgressLabels.
@@ -7315,7 +7394,7 @@ type UpdateEgressLabelsRequest struct {
 
 func (x *UpdateEgressLabelsRequest) Reset() {
 	*x = UpdateEgressLabelsRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[99]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7327,7 +7406,7 @@ func (x *UpdateEgressLabelsRequest) String() string {
 func (*UpdateEgressLabelsRequest) ProtoMessage() {}
 
 func (x *UpdateEgressLabelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[99]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7340,7 +7419,7 @@ func (x *UpdateEgressLabelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEgressLabelsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateEgressLabelsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{99}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *UpdateEgressLabelsRequest) GetCommand() *CommandMetadata {
@@ -7381,7 +7460,7 @@ type UpdateEgressLabelsResponse struct {
 
 func (x *UpdateEgressLabelsResponse) Reset() {
 	*x = UpdateEgressLabelsResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[100]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7393,7 +7472,7 @@ func (x *UpdateEgressLabelsResponse) String() string {
 func (*UpdateEgressLabelsResponse) ProtoMessage() {}
 
 func (x *UpdateEgressLabelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[100]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7406,7 +7485,7 @@ func (x *UpdateEgressLabelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEgressLabelsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateEgressLabelsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{100}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *UpdateEgressLabelsResponse) GetEgress() *Egress {
@@ -7431,7 +7510,7 @@ type UpdateEgressAnnotationsRequest struct {
 
 func (x *UpdateEgressAnnotationsRequest) Reset() {
 	*x = UpdateEgressAnnotationsRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[101]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7443,7 +7522,7 @@ func (x *UpdateEgressAnnotationsRequest) String() string {
 func (*UpdateEgressAnnotationsRequest) ProtoMessage() {}
 
 func (x *UpdateEgressAnnotationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[101]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7456,7 +7535,7 @@ func (x *UpdateEgressAnnotationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEgressAnnotationsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateEgressAnnotationsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{101}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *UpdateEgressAnnotationsRequest) GetCommand() *CommandMetadata {
@@ -7497,7 +7576,7 @@ type UpdateEgressAnnotationsResponse struct {
 
 func (x *UpdateEgressAnnotationsResponse) Reset() {
 	*x = UpdateEgressAnnotationsResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[102]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7509,7 +7588,7 @@ func (x *UpdateEgressAnnotationsResponse) String() string {
 func (*UpdateEgressAnnotationsResponse) ProtoMessage() {}
 
 func (x *UpdateEgressAnnotationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[102]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7522,7 +7601,7 @@ func (x *UpdateEgressAnnotationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateEgressAnnotationsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateEgressAnnotationsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{102}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *UpdateEgressAnnotationsResponse) GetEgress() *Egress {
@@ -7547,7 +7626,7 @@ type EgressSpec struct {
 
 func (x *EgressSpec) Reset() {
 	*x = EgressSpec{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[103]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7559,7 +7638,7 @@ func (x *EgressSpec) String() string {
 func (*EgressSpec) ProtoMessage() {}
 
 func (x *EgressSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[103]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7572,7 +7651,7 @@ func (x *EgressSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressSpec.ProtoReflect.Descriptor instead.
 func (*EgressSpec) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{103}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *EgressSpec) GetProtocol() isEgressSpec_Protocol {
@@ -7625,7 +7704,7 @@ type Socks5Egress struct {
 
 func (x *Socks5Egress) Reset() {
 	*x = Socks5Egress{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[104]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7637,7 +7716,7 @@ func (x *Socks5Egress) String() string {
 func (*Socks5Egress) ProtoMessage() {}
 
 func (x *Socks5Egress) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[104]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7650,7 +7729,7 @@ func (x *Socks5Egress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Socks5Egress.ProtoReflect.Descriptor instead.
 func (*Socks5Egress) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{104}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *Socks5Egress) GetAddress() string {
@@ -7694,7 +7773,7 @@ type EgressTls struct {
 
 func (x *EgressTls) Reset() {
 	*x = EgressTls{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[105]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7706,7 +7785,7 @@ func (x *EgressTls) String() string {
 func (*EgressTls) ProtoMessage() {}
 
 func (x *EgressTls) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[105]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7719,7 +7798,7 @@ func (x *EgressTls) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressTls.ProtoReflect.Descriptor instead.
 func (*EgressTls) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{105}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *EgressTls) GetServerName() string {
@@ -7758,7 +7837,7 @@ type Egress struct {
 
 func (x *Egress) Reset() {
 	*x = Egress{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[106]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7770,7 +7849,7 @@ func (x *Egress) String() string {
 func (*Egress) ProtoMessage() {}
 
 func (x *Egress) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[106]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7783,7 +7862,7 @@ func (x *Egress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Egress.ProtoReflect.Descriptor instead.
 func (*Egress) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{106}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *Egress) GetEgressId() string {
@@ -7864,7 +7943,7 @@ type CreateResolverRequest struct {
 
 func (x *CreateResolverRequest) Reset() {
 	*x = CreateResolverRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[107]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7876,7 +7955,7 @@ func (x *CreateResolverRequest) String() string {
 func (*CreateResolverRequest) ProtoMessage() {}
 
 func (x *CreateResolverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[107]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7889,7 +7968,7 @@ func (x *CreateResolverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResolverRequest.ProtoReflect.Descriptor instead.
 func (*CreateResolverRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{107}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *CreateResolverRequest) GetCommand() *CommandMetadata {
@@ -7930,7 +8009,7 @@ type CreateResolverResponse struct {
 
 func (x *CreateResolverResponse) Reset() {
 	*x = CreateResolverResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[108]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7942,7 +8021,7 @@ func (x *CreateResolverResponse) String() string {
 func (*CreateResolverResponse) ProtoMessage() {}
 
 func (x *CreateResolverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[108]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7955,7 +8034,7 @@ func (x *CreateResolverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResolverResponse.ProtoReflect.Descriptor instead.
 func (*CreateResolverResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{108}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *CreateResolverResponse) GetResolver() *Resolver {
@@ -7975,7 +8054,7 @@ type GetResolverRequest struct {
 
 func (x *GetResolverRequest) Reset() {
 	*x = GetResolverRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[109]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7987,7 +8066,7 @@ func (x *GetResolverRequest) String() string {
 func (*GetResolverRequest) ProtoMessage() {}
 
 func (x *GetResolverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[109]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8000,7 +8079,7 @@ func (x *GetResolverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResolverRequest.ProtoReflect.Descriptor instead.
 func (*GetResolverRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{109}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *GetResolverRequest) GetResolverId() string {
@@ -8020,7 +8099,7 @@ type GetResolverResponse struct {
 
 func (x *GetResolverResponse) Reset() {
 	*x = GetResolverResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[110]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8032,7 +8111,7 @@ func (x *GetResolverResponse) String() string {
 func (*GetResolverResponse) ProtoMessage() {}
 
 func (x *GetResolverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[110]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8045,7 +8124,7 @@ func (x *GetResolverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResolverResponse.ProtoReflect.Descriptor instead.
 func (*GetResolverResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{110}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *GetResolverResponse) GetResolver() *Resolver {
@@ -8070,7 +8149,7 @@ type ListResolversRequest struct {
 
 func (x *ListResolversRequest) Reset() {
 	*x = ListResolversRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[111]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8082,7 +8161,7 @@ func (x *ListResolversRequest) String() string {
 func (*ListResolversRequest) ProtoMessage() {}
 
 func (x *ListResolversRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[111]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8095,7 +8174,7 @@ func (x *ListResolversRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResolversRequest.ProtoReflect.Descriptor instead.
 func (*ListResolversRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{111}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *ListResolversRequest) GetPageSize() uint32 {
@@ -8131,7 +8210,7 @@ type ListResolversResponse struct {
 
 func (x *ListResolversResponse) Reset() {
 	*x = ListResolversResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[112]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8143,7 +8222,7 @@ func (x *ListResolversResponse) String() string {
 func (*ListResolversResponse) ProtoMessage() {}
 
 func (x *ListResolversResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[112]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8156,7 +8235,7 @@ func (x *ListResolversResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResolversResponse.ProtoReflect.Descriptor instead.
 func (*ListResolversResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{112}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *ListResolversResponse) GetResolvers() []*Resolver {
@@ -8190,7 +8269,7 @@ type UpdateResolverRequest struct {
 
 func (x *UpdateResolverRequest) Reset() {
 	*x = UpdateResolverRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[113]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8202,7 +8281,7 @@ func (x *UpdateResolverRequest) String() string {
 func (*UpdateResolverRequest) ProtoMessage() {}
 
 func (x *UpdateResolverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[113]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8215,7 +8294,7 @@ func (x *UpdateResolverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateResolverRequest.ProtoReflect.Descriptor instead.
 func (*UpdateResolverRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{113}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *UpdateResolverRequest) GetCommand() *CommandMetadata {
@@ -8263,7 +8342,7 @@ type UpdateResolverResponse struct {
 
 func (x *UpdateResolverResponse) Reset() {
 	*x = UpdateResolverResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[114]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8275,7 +8354,7 @@ func (x *UpdateResolverResponse) String() string {
 func (*UpdateResolverResponse) ProtoMessage() {}
 
 func (x *UpdateResolverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[114]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8288,7 +8367,7 @@ func (x *UpdateResolverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateResolverResponse.ProtoReflect.Descriptor instead.
 func (*UpdateResolverResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{114}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *UpdateResolverResponse) GetResolver() *Resolver {
@@ -8309,7 +8388,7 @@ type DeleteResolverRequest struct {
 
 func (x *DeleteResolverRequest) Reset() {
 	*x = DeleteResolverRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[115]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8321,7 +8400,7 @@ func (x *DeleteResolverRequest) String() string {
 func (*DeleteResolverRequest) ProtoMessage() {}
 
 func (x *DeleteResolverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[115]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8334,7 +8413,7 @@ func (x *DeleteResolverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResolverRequest.ProtoReflect.Descriptor instead.
 func (*DeleteResolverRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{115}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *DeleteResolverRequest) GetCommand() *CommandMetadata {
@@ -8360,7 +8439,7 @@ type DeleteResolverResponse struct {
 
 func (x *DeleteResolverResponse) Reset() {
 	*x = DeleteResolverResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[116]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8372,7 +8451,7 @@ func (x *DeleteResolverResponse) String() string {
 func (*DeleteResolverResponse) ProtoMessage() {}
 
 func (x *DeleteResolverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[116]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8385,7 +8464,7 @@ func (x *DeleteResolverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResolverResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResolverResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{116}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{117}
 }
 
 // UpdateResolverLabelsRequest is the input of UpdateResolverLabels.
@@ -8403,7 +8482,7 @@ type UpdateResolverLabelsRequest struct {
 
 func (x *UpdateResolverLabelsRequest) Reset() {
 	*x = UpdateResolverLabelsRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[117]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8415,7 +8494,7 @@ func (x *UpdateResolverLabelsRequest) String() string {
 func (*UpdateResolverLabelsRequest) ProtoMessage() {}
 
 func (x *UpdateResolverLabelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[117]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8428,7 +8507,7 @@ func (x *UpdateResolverLabelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateResolverLabelsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateResolverLabelsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{117}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *UpdateResolverLabelsRequest) GetCommand() *CommandMetadata {
@@ -8469,7 +8548,7 @@ type UpdateResolverLabelsResponse struct {
 
 func (x *UpdateResolverLabelsResponse) Reset() {
 	*x = UpdateResolverLabelsResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[118]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8481,7 +8560,7 @@ func (x *UpdateResolverLabelsResponse) String() string {
 func (*UpdateResolverLabelsResponse) ProtoMessage() {}
 
 func (x *UpdateResolverLabelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[118]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8494,7 +8573,7 @@ func (x *UpdateResolverLabelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateResolverLabelsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateResolverLabelsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{118}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *UpdateResolverLabelsResponse) GetResolver() *Resolver {
@@ -8519,7 +8598,7 @@ type UpdateResolverAnnotationsRequest struct {
 
 func (x *UpdateResolverAnnotationsRequest) Reset() {
 	*x = UpdateResolverAnnotationsRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[119]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8531,7 +8610,7 @@ func (x *UpdateResolverAnnotationsRequest) String() string {
 func (*UpdateResolverAnnotationsRequest) ProtoMessage() {}
 
 func (x *UpdateResolverAnnotationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[119]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8544,7 +8623,7 @@ func (x *UpdateResolverAnnotationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateResolverAnnotationsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateResolverAnnotationsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{119}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *UpdateResolverAnnotationsRequest) GetCommand() *CommandMetadata {
@@ -8585,7 +8664,7 @@ type UpdateResolverAnnotationsResponse struct {
 
 func (x *UpdateResolverAnnotationsResponse) Reset() {
 	*x = UpdateResolverAnnotationsResponse{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[120]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8597,7 +8676,7 @@ func (x *UpdateResolverAnnotationsResponse) String() string {
 func (*UpdateResolverAnnotationsResponse) ProtoMessage() {}
 
 func (x *UpdateResolverAnnotationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[120]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8610,7 +8689,7 @@ func (x *UpdateResolverAnnotationsResponse) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use UpdateResolverAnnotationsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateResolverAnnotationsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{120}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *UpdateResolverAnnotationsResponse) GetResolver() *Resolver {
@@ -8636,7 +8715,7 @@ type ResolverSpec struct {
 
 func (x *ResolverSpec) Reset() {
 	*x = ResolverSpec{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[121]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8648,7 +8727,7 @@ func (x *ResolverSpec) String() string {
 func (*ResolverSpec) ProtoMessage() {}
 
 func (x *ResolverSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[121]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8661,7 +8740,7 @@ func (x *ResolverSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolverSpec.ProtoReflect.Descriptor instead.
 func (*ResolverSpec) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{121}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *ResolverSpec) GetProtocol() isResolverSpec_Protocol {
@@ -8750,7 +8829,7 @@ type UdpResolver struct {
 
 func (x *UdpResolver) Reset() {
 	*x = UdpResolver{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[122]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8762,7 +8841,7 @@ func (x *UdpResolver) String() string {
 func (*UdpResolver) ProtoMessage() {}
 
 func (x *UdpResolver) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[122]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8775,7 +8854,7 @@ func (x *UdpResolver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UdpResolver.ProtoReflect.Descriptor instead.
 func (*UdpResolver) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{122}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *UdpResolver) GetAddress() string {
@@ -8796,7 +8875,7 @@ type TcpResolver struct {
 
 func (x *TcpResolver) Reset() {
 	*x = TcpResolver{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[123]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8808,7 +8887,7 @@ func (x *TcpResolver) String() string {
 func (*TcpResolver) ProtoMessage() {}
 
 func (x *TcpResolver) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[123]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8821,7 +8900,7 @@ func (x *TcpResolver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TcpResolver.ProtoReflect.Descriptor instead.
 func (*TcpResolver) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{123}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *TcpResolver) GetAddress() string {
@@ -8846,7 +8925,7 @@ type TlsResolver struct {
 
 func (x *TlsResolver) Reset() {
 	*x = TlsResolver{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[124]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8858,7 +8937,7 @@ func (x *TlsResolver) String() string {
 func (*TlsResolver) ProtoMessage() {}
 
 func (x *TlsResolver) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[124]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8871,7 +8950,7 @@ func (x *TlsResolver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TlsResolver.ProtoReflect.Descriptor instead.
 func (*TlsResolver) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{124}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *TlsResolver) GetAddress() string {
@@ -8910,7 +8989,7 @@ type HttpsResolver struct {
 
 func (x *HttpsResolver) Reset() {
 	*x = HttpsResolver{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[125]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8922,7 +9001,7 @@ func (x *HttpsResolver) String() string {
 func (*HttpsResolver) ProtoMessage() {}
 
 func (x *HttpsResolver) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[125]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8935,7 +9014,7 @@ func (x *HttpsResolver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HttpsResolver.ProtoReflect.Descriptor instead.
 func (*HttpsResolver) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{125}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *HttpsResolver) GetUrl() string {
@@ -8981,7 +9060,7 @@ type Resolver struct {
 
 func (x *Resolver) Reset() {
 	*x = Resolver{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[126]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8993,7 +9072,7 @@ func (x *Resolver) String() string {
 func (*Resolver) ProtoMessage() {}
 
 func (x *Resolver) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[126]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9006,7 +9085,7 @@ func (x *Resolver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resolver.ProtoReflect.Descriptor instead.
 func (*Resolver) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{126}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *Resolver) GetResolverId() string {
@@ -9093,7 +9172,7 @@ type WorkspaceStop struct {
 
 func (x *WorkspaceStop) Reset() {
 	*x = WorkspaceStop{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[127]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9105,7 +9184,7 @@ func (x *WorkspaceStop) String() string {
 func (*WorkspaceStop) ProtoMessage() {}
 
 func (x *WorkspaceStop) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[127]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9118,7 +9197,7 @@ func (x *WorkspaceStop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceStop.ProtoReflect.Descriptor instead.
 func (*WorkspaceStop) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{127}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *WorkspaceStop) GetCause() StopCause {
@@ -9174,7 +9253,7 @@ type CommandMetadata struct {
 
 func (x *CommandMetadata) Reset() {
 	*x = CommandMetadata{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[128]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9186,7 +9265,7 @@ func (x *CommandMetadata) String() string {
 func (*CommandMetadata) ProtoMessage() {}
 
 func (x *CommandMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[128]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9199,7 +9278,7 @@ func (x *CommandMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandMetadata.ProtoReflect.Descriptor instead.
 func (*CommandMetadata) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{128}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{129}
 }
 
 func (x *CommandMetadata) GetCommandId() string {
@@ -9222,7 +9301,7 @@ type TemplateRef struct {
 
 func (x *TemplateRef) Reset() {
 	*x = TemplateRef{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[129]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[130]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9234,7 +9313,7 @@ func (x *TemplateRef) String() string {
 func (*TemplateRef) ProtoMessage() {}
 
 func (x *TemplateRef) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[129]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[130]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9247,7 +9326,7 @@ func (x *TemplateRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateRef.ProtoReflect.Descriptor instead.
 func (*TemplateRef) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{129}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{130}
 }
 
 func (x *TemplateRef) GetTemplateId() string {
@@ -9277,7 +9356,7 @@ type TemplateSelector struct {
 
 func (x *TemplateSelector) Reset() {
 	*x = TemplateSelector{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[130]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[131]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9289,7 +9368,7 @@ func (x *TemplateSelector) String() string {
 func (*TemplateSelector) ProtoMessage() {}
 
 func (x *TemplateSelector) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[130]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[131]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9302,7 +9381,7 @@ func (x *TemplateSelector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateSelector.ProtoReflect.Descriptor instead.
 func (*TemplateSelector) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{130}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{131}
 }
 
 func (x *TemplateSelector) GetTemplateId() string {
@@ -9342,7 +9421,7 @@ type TemplateDeliveryObservation struct {
 
 func (x *TemplateDeliveryObservation) Reset() {
 	*x = TemplateDeliveryObservation{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[131]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[132]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9354,7 +9433,7 @@ func (x *TemplateDeliveryObservation) String() string {
 func (*TemplateDeliveryObservation) ProtoMessage() {}
 
 func (x *TemplateDeliveryObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[131]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[132]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9367,7 +9446,7 @@ func (x *TemplateDeliveryObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateDeliveryObservation.ProtoReflect.Descriptor instead.
 func (*TemplateDeliveryObservation) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{131}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{132}
 }
 
 func (x *TemplateDeliveryObservation) GetState() TemplateDeliveryState {
@@ -9434,7 +9513,7 @@ type ResourceRequest struct {
 
 func (x *ResourceRequest) Reset() {
 	*x = ResourceRequest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[132]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[133]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9446,7 +9525,7 @@ func (x *ResourceRequest) String() string {
 func (*ResourceRequest) ProtoMessage() {}
 
 func (x *ResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[132]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[133]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9459,7 +9538,7 @@ func (x *ResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceRequest.ProtoReflect.Descriptor instead.
 func (*ResourceRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{132}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{133}
 }
 
 func (x *ResourceRequest) GetCpuMillis() uint32 {
@@ -9494,7 +9573,7 @@ type CapabilityRequirements struct {
 
 func (x *CapabilityRequirements) Reset() {
 	*x = CapabilityRequirements{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[133]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[134]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9506,7 +9585,7 @@ func (x *CapabilityRequirements) String() string {
 func (*CapabilityRequirements) ProtoMessage() {}
 
 func (x *CapabilityRequirements) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[133]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[134]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9519,7 +9598,7 @@ func (x *CapabilityRequirements) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilityRequirements.ProtoReflect.Descriptor instead.
 func (*CapabilityRequirements) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{133}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{134}
 }
 
 func (x *CapabilityRequirements) GetRequired() []string {
@@ -9546,7 +9625,7 @@ type WorkspaceVolumeBinding struct {
 
 func (x *WorkspaceVolumeBinding) Reset() {
 	*x = WorkspaceVolumeBinding{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[134]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[135]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9558,7 +9637,7 @@ func (x *WorkspaceVolumeBinding) String() string {
 func (*WorkspaceVolumeBinding) ProtoMessage() {}
 
 func (x *WorkspaceVolumeBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[134]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[135]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9571,7 +9650,7 @@ func (x *WorkspaceVolumeBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceVolumeBinding.ProtoReflect.Descriptor instead.
 func (*WorkspaceVolumeBinding) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{134}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{135}
 }
 
 func (x *WorkspaceVolumeBinding) GetVolumeId() string {
@@ -9623,7 +9702,7 @@ type NetworkPolicy struct {
 
 func (x *NetworkPolicy) Reset() {
 	*x = NetworkPolicy{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[135]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[136]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9635,7 +9714,7 @@ func (x *NetworkPolicy) String() string {
 func (*NetworkPolicy) ProtoMessage() {}
 
 func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[135]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[136]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9648,7 +9727,7 @@ func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicy.ProtoReflect.Descriptor instead.
 func (*NetworkPolicy) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{135}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{136}
 }
 
 func (x *NetworkPolicy) GetMode() NetworkPolicyMode {
@@ -9706,7 +9785,7 @@ type NetworkPolicyResolver struct {
 
 func (x *NetworkPolicyResolver) Reset() {
 	*x = NetworkPolicyResolver{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[136]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[137]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9718,7 +9797,7 @@ func (x *NetworkPolicyResolver) String() string {
 func (*NetworkPolicyResolver) ProtoMessage() {}
 
 func (x *NetworkPolicyResolver) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[136]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[137]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9731,7 +9810,7 @@ func (x *NetworkPolicyResolver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicyResolver.ProtoReflect.Descriptor instead.
 func (*NetworkPolicyResolver) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{136}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{137}
 }
 
 func (x *NetworkPolicyResolver) GetResolverId() string {
@@ -9762,7 +9841,7 @@ type ResolverPath struct {
 
 func (x *ResolverPath) Reset() {
 	*x = ResolverPath{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[137]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[138]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9774,7 +9853,7 @@ func (x *ResolverPath) String() string {
 func (*ResolverPath) ProtoMessage() {}
 
 func (x *ResolverPath) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[137]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[138]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9787,7 +9866,7 @@ func (x *ResolverPath) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolverPath.ProtoReflect.Descriptor instead.
 func (*ResolverPath) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{137}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{138}
 }
 
 func (x *ResolverPath) GetKind() isResolverPath_Kind {
@@ -9842,7 +9921,7 @@ type ResolverDirectPath struct {
 
 func (x *ResolverDirectPath) Reset() {
 	*x = ResolverDirectPath{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[138]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[139]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9854,7 +9933,7 @@ func (x *ResolverDirectPath) String() string {
 func (*ResolverDirectPath) ProtoMessage() {}
 
 func (x *ResolverDirectPath) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[138]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[139]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9867,7 +9946,7 @@ func (x *ResolverDirectPath) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolverDirectPath.ProtoReflect.Descriptor instead.
 func (*ResolverDirectPath) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{138}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{139}
 }
 
 // NetworkPolicyEgress names one Egress and the destinations that leave through it.
@@ -9883,7 +9962,7 @@ type NetworkPolicyEgress struct {
 
 func (x *NetworkPolicyEgress) Reset() {
 	*x = NetworkPolicyEgress{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[139]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[140]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9895,7 +9974,7 @@ func (x *NetworkPolicyEgress) String() string {
 func (*NetworkPolicyEgress) ProtoMessage() {}
 
 func (x *NetworkPolicyEgress) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[139]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[140]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9908,7 +9987,7 @@ func (x *NetworkPolicyEgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicyEgress.ProtoReflect.Descriptor instead.
 func (*NetworkPolicyEgress) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{139}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{140}
 }
 
 func (x *NetworkPolicyEgress) GetEgressId() string {
@@ -9944,7 +10023,7 @@ type NetworkPolicyStatus struct {
 
 func (x *NetworkPolicyStatus) Reset() {
 	*x = NetworkPolicyStatus{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[140]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[141]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9956,7 +10035,7 @@ func (x *NetworkPolicyStatus) String() string {
 func (*NetworkPolicyStatus) ProtoMessage() {}
 
 func (x *NetworkPolicyStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[140]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[141]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9969,7 +10048,7 @@ func (x *NetworkPolicyStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicyStatus.ProtoReflect.Descriptor instead.
 func (*NetworkPolicyStatus) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{140}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{141}
 }
 
 func (x *NetworkPolicyStatus) GetAppliedRevision() uint64 {
@@ -10021,7 +10100,7 @@ type NetworkPolicyEgressStatus struct {
 
 func (x *NetworkPolicyEgressStatus) Reset() {
 	*x = NetworkPolicyEgressStatus{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[141]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[142]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10033,7 +10112,7 @@ func (x *NetworkPolicyEgressStatus) String() string {
 func (*NetworkPolicyEgressStatus) ProtoMessage() {}
 
 func (x *NetworkPolicyEgressStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[141]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[142]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10046,7 +10125,7 @@ func (x *NetworkPolicyEgressStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicyEgressStatus.ProtoReflect.Descriptor instead.
 func (*NetworkPolicyEgressStatus) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{141}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{142}
 }
 
 func (x *NetworkPolicyEgressStatus) GetEgressId() string {
@@ -10085,7 +10164,7 @@ type NetworkPolicyResolverStatus struct {
 
 func (x *NetworkPolicyResolverStatus) Reset() {
 	*x = NetworkPolicyResolverStatus{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[142]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[143]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10097,7 +10176,7 @@ func (x *NetworkPolicyResolverStatus) String() string {
 func (*NetworkPolicyResolverStatus) ProtoMessage() {}
 
 func (x *NetworkPolicyResolverStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[142]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[143]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10110,7 +10189,7 @@ func (x *NetworkPolicyResolverStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicyResolverStatus.ProtoReflect.Descriptor instead.
 func (*NetworkPolicyResolverStatus) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{142}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{143}
 }
 
 func (x *NetworkPolicyResolverStatus) GetResolverId() string {
@@ -10168,7 +10247,7 @@ type WorkspaceSpec struct {
 
 func (x *WorkspaceSpec) Reset() {
 	*x = WorkspaceSpec{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[143]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[144]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10180,7 +10259,7 @@ func (x *WorkspaceSpec) String() string {
 func (*WorkspaceSpec) ProtoMessage() {}
 
 func (x *WorkspaceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[143]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[144]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10193,7 +10272,7 @@ func (x *WorkspaceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceSpec.ProtoReflect.Descriptor instead.
 func (*WorkspaceSpec) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{143}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{144}
 }
 
 func (x *WorkspaceSpec) GetTemplate() *TemplateRef {
@@ -10280,7 +10359,7 @@ type WorkspaceCreateSpec struct {
 
 func (x *WorkspaceCreateSpec) Reset() {
 	*x = WorkspaceCreateSpec{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[144]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[145]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10292,7 +10371,7 @@ func (x *WorkspaceCreateSpec) String() string {
 func (*WorkspaceCreateSpec) ProtoMessage() {}
 
 func (x *WorkspaceCreateSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[144]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[145]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10305,7 +10384,7 @@ func (x *WorkspaceCreateSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceCreateSpec.ProtoReflect.Descriptor instead.
 func (*WorkspaceCreateSpec) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{144}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{145}
 }
 
 func (x *WorkspaceCreateSpec) GetTemplate() *TemplateSelector {
@@ -10364,7 +10443,7 @@ type WorkspaceFailure struct {
 
 func (x *WorkspaceFailure) Reset() {
 	*x = WorkspaceFailure{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[145]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[146]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10376,7 +10455,7 @@ func (x *WorkspaceFailure) String() string {
 func (*WorkspaceFailure) ProtoMessage() {}
 
 func (x *WorkspaceFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[145]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[146]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10389,7 +10468,7 @@ func (x *WorkspaceFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceFailure.ProtoReflect.Descriptor instead.
 func (*WorkspaceFailure) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{145}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{146}
 }
 
 func (x *WorkspaceFailure) GetReason() FailureReason {
@@ -10439,7 +10518,7 @@ type RetentionTier struct {
 
 func (x *RetentionTier) Reset() {
 	*x = RetentionTier{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[146]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[147]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10451,7 +10530,7 @@ func (x *RetentionTier) String() string {
 func (*RetentionTier) ProtoMessage() {}
 
 func (x *RetentionTier) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[146]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[147]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10464,7 +10543,7 @@ func (x *RetentionTier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetentionTier.ProtoReflect.Descriptor instead.
 func (*RetentionTier) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{146}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{147}
 }
 
 func (x *RetentionTier) GetKind() RetentionTierKind {
@@ -10554,7 +10633,7 @@ type Workspace struct {
 
 func (x *Workspace) Reset() {
 	*x = Workspace{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[147]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[148]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10566,7 +10645,7 @@ func (x *Workspace) String() string {
 func (*Workspace) ProtoMessage() {}
 
 func (x *Workspace) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[147]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[148]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10579,7 +10658,7 @@ func (x *Workspace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Workspace.ProtoReflect.Descriptor instead.
 func (*Workspace) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{147}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{148}
 }
 
 func (x *Workspace) GetWorkspaceId() string {
@@ -10747,7 +10826,7 @@ type EgressObservation struct {
 
 func (x *EgressObservation) Reset() {
 	*x = EgressObservation{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[148]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[149]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10759,7 +10838,7 @@ func (x *EgressObservation) String() string {
 func (*EgressObservation) ProtoMessage() {}
 
 func (x *EgressObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[148]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[149]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10772,7 +10851,7 @@ func (x *EgressObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressObservation.ProtoReflect.Descriptor instead.
 func (*EgressObservation) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{148}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{149}
 }
 
 func (x *EgressObservation) GetEgressId() string {
@@ -10829,7 +10908,7 @@ type ResolverObservation struct {
 
 func (x *ResolverObservation) Reset() {
 	*x = ResolverObservation{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[149]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[150]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10841,7 +10920,7 @@ func (x *ResolverObservation) String() string {
 func (*ResolverObservation) ProtoMessage() {}
 
 func (x *ResolverObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[149]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[150]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10854,7 +10933,7 @@ func (x *ResolverObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolverObservation.ProtoReflect.Descriptor instead.
 func (*ResolverObservation) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{149}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{150}
 }
 
 func (x *ResolverObservation) GetResolverId() string {
@@ -10930,7 +11009,7 @@ type GuestObservation struct {
 
 func (x *GuestObservation) Reset() {
 	*x = GuestObservation{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[150]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[151]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10942,7 +11021,7 @@ func (x *GuestObservation) String() string {
 func (*GuestObservation) ProtoMessage() {}
 
 func (x *GuestObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[150]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[151]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10955,7 +11034,7 @@ func (x *GuestObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestObservation.ProtoReflect.Descriptor instead.
 func (*GuestObservation) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{150}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{151}
 }
 
 func (x *GuestObservation) GetObservedAt() *timestamppb.Timestamp {
@@ -11058,7 +11137,7 @@ type GuestMemoryKill struct {
 
 func (x *GuestMemoryKill) Reset() {
 	*x = GuestMemoryKill{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[151]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[152]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11070,7 +11149,7 @@ func (x *GuestMemoryKill) String() string {
 func (*GuestMemoryKill) ProtoMessage() {}
 
 func (x *GuestMemoryKill) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[151]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[152]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11083,7 +11162,7 @@ func (x *GuestMemoryKill) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestMemoryKill.ProtoReflect.Descriptor instead.
 func (*GuestMemoryKill) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{151}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{152}
 }
 
 func (x *GuestMemoryKill) GetKilledAt() *timestamppb.Timestamp {
@@ -11148,7 +11227,7 @@ type VolumeSpec struct {
 
 func (x *VolumeSpec) Reset() {
 	*x = VolumeSpec{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[152]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[153]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11160,7 +11239,7 @@ func (x *VolumeSpec) String() string {
 func (*VolumeSpec) ProtoMessage() {}
 
 func (x *VolumeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[152]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[153]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11173,7 +11252,7 @@ func (x *VolumeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSpec.ProtoReflect.Descriptor instead.
 func (*VolumeSpec) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{152}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{153}
 }
 
 func (x *VolumeSpec) GetCapacityBytes() uint64 {
@@ -11204,7 +11283,7 @@ type VolumeFailure struct {
 
 func (x *VolumeFailure) Reset() {
 	*x = VolumeFailure{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[153]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[154]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11216,7 +11295,7 @@ func (x *VolumeFailure) String() string {
 func (*VolumeFailure) ProtoMessage() {}
 
 func (x *VolumeFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[153]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[154]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11229,7 +11308,7 @@ func (x *VolumeFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeFailure.ProtoReflect.Descriptor instead.
 func (*VolumeFailure) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{153}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{154}
 }
 
 func (x *VolumeFailure) GetReason() FailureReason {
@@ -11287,7 +11366,7 @@ type Volume struct {
 
 func (x *Volume) Reset() {
 	*x = Volume{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[154]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[155]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11299,7 +11378,7 @@ func (x *Volume) String() string {
 func (*Volume) ProtoMessage() {}
 
 func (x *Volume) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[154]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[155]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11312,7 +11391,7 @@ func (x *Volume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Volume.ProtoReflect.Descriptor instead.
 func (*Volume) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{154}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{155}
 }
 
 func (x *Volume) GetVolumeId() string {
@@ -11415,7 +11494,7 @@ type VolumeObservation struct {
 
 func (x *VolumeObservation) Reset() {
 	*x = VolumeObservation{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[155]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[156]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11427,7 +11506,7 @@ func (x *VolumeObservation) String() string {
 func (*VolumeObservation) ProtoMessage() {}
 
 func (x *VolumeObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[155]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[156]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11440,7 +11519,7 @@ func (x *VolumeObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeObservation.ProtoReflect.Descriptor instead.
 func (*VolumeObservation) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{155}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{156}
 }
 
 func (x *VolumeObservation) GetCondition() VolumeCondition {
@@ -11485,7 +11564,7 @@ type TransferFailure struct {
 
 func (x *TransferFailure) Reset() {
 	*x = TransferFailure{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[156]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[157]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11497,7 +11576,7 @@ func (x *TransferFailure) String() string {
 func (*TransferFailure) ProtoMessage() {}
 
 func (x *TransferFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[156]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[157]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11510,7 +11589,7 @@ func (x *TransferFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferFailure.ProtoReflect.Descriptor instead.
 func (*TransferFailure) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{156}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{157}
 }
 
 func (x *TransferFailure) GetReason() FailureReason {
@@ -11571,7 +11650,7 @@ type TransferManifest struct {
 
 func (x *TransferManifest) Reset() {
 	*x = TransferManifest{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[157]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[158]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11583,7 +11662,7 @@ func (x *TransferManifest) String() string {
 func (*TransferManifest) ProtoMessage() {}
 
 func (x *TransferManifest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[157]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[158]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11596,7 +11675,7 @@ func (x *TransferManifest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferManifest.ProtoReflect.Descriptor instead.
 func (*TransferManifest) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{157}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{158}
 }
 
 func (x *TransferManifest) GetTemplate() *TemplateRef {
@@ -11691,7 +11770,7 @@ type TransferProgress struct {
 
 func (x *TransferProgress) Reset() {
 	*x = TransferProgress{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[158]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[159]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11703,7 +11782,7 @@ func (x *TransferProgress) String() string {
 func (*TransferProgress) ProtoMessage() {}
 
 func (x *TransferProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[158]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[159]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11716,7 +11795,7 @@ func (x *TransferProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferProgress.ProtoReflect.Descriptor instead.
 func (*TransferProgress) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{158}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{159}
 }
 
 func (x *TransferProgress) GetBytesDone() uint64 {
@@ -11767,7 +11846,7 @@ type Transfer struct {
 
 func (x *Transfer) Reset() {
 	*x = Transfer{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[159]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[160]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11779,7 +11858,7 @@ func (x *Transfer) String() string {
 func (*Transfer) ProtoMessage() {}
 
 func (x *Transfer) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[159]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[160]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11792,7 +11871,7 @@ func (x *Transfer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transfer.ProtoReflect.Descriptor instead.
 func (*Transfer) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{159}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{160}
 }
 
 func (x *Transfer) GetTransferId() string {
@@ -11891,7 +11970,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[160]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[161]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11903,7 +11982,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[160]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[161]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11916,7 +11995,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{160}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{161}
 }
 
 func (x *ErrorDetail) GetObservedWorkspace() *Workspace {
@@ -11951,7 +12030,7 @@ type WorkspaceExpirationPolicy struct {
 
 func (x *WorkspaceExpirationPolicy) Reset() {
 	*x = WorkspaceExpirationPolicy{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[161]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[162]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11963,7 +12042,7 @@ func (x *WorkspaceExpirationPolicy) String() string {
 func (*WorkspaceExpirationPolicy) ProtoMessage() {}
 
 func (x *WorkspaceExpirationPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[161]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[162]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11976,7 +12055,7 @@ func (x *WorkspaceExpirationPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceExpirationPolicy.ProtoReflect.Descriptor instead.
 func (*WorkspaceExpirationPolicy) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{161}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{162}
 }
 
 func (x *WorkspaceExpirationPolicy) GetDeadline() *timestamppb.Timestamp {
@@ -12006,7 +12085,7 @@ type WorkspaceExpiration struct {
 
 func (x *WorkspaceExpiration) Reset() {
 	*x = WorkspaceExpiration{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[162]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[163]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12018,7 +12097,7 @@ func (x *WorkspaceExpiration) String() string {
 func (*WorkspaceExpiration) ProtoMessage() {}
 
 func (x *WorkspaceExpiration) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[162]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[163]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12031,7 +12110,7 @@ func (x *WorkspaceExpiration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceExpiration.ProtoReflect.Descriptor instead.
 func (*WorkspaceExpiration) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{162}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{163}
 }
 
 func (x *WorkspaceExpiration) GetPolicy() *WorkspaceExpirationPolicy {
@@ -12062,7 +12141,7 @@ type WorkspaceExpirationChange struct {
 
 func (x *WorkspaceExpirationChange) Reset() {
 	*x = WorkspaceExpirationChange{}
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[163]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[164]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12074,7 +12153,7 @@ func (x *WorkspaceExpirationChange) String() string {
 func (*WorkspaceExpirationChange) ProtoMessage() {}
 
 func (x *WorkspaceExpirationChange) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[163]
+	mi := &file_kibotos_ctrl_v1_ctrl_proto_msgTypes[164]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12087,7 +12166,7 @@ func (x *WorkspaceExpirationChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkspaceExpirationChange.ProtoReflect.Descriptor instead.
 func (*WorkspaceExpirationChange) Descriptor() ([]byte, []int) {
-	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{163}
+	return file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP(), []int{164}
 }
 
 func (x *WorkspaceExpirationChange) GetChange() isWorkspaceExpirationChange_Change {
@@ -12277,7 +12356,7 @@ const file_kibotos_ctrl_v1_ctrl_proto_rawDesc = "" +
 	"\x1dImportTemplateRevisionRequest\x12D\n" +
 	"\x05start\x18\x01 \x01(\v2,.kibotos.ctrl.v1.ImportTemplateRevisionStartH\x00R\x05start\x12\x16\n" +
 	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunkB\x06\n" +
-	"\x04part\"\x97\x02\n" +
+	"\x04part\"\x8c\x03\n" +
 	"\x1bImportTemplateRevisionStart\x12:\n" +
 	"\acommand\x18\x01 \x01(\v2 .kibotos.ctrl.v1.CommandMetadataR\acommand\x12\x1f\n" +
 	"\vtemplate_id\x18\x02 \x01(\tR\n" +
@@ -12285,8 +12364,14 @@ const file_kibotos_ctrl_v1_ctrl_proto_rawDesc = "" +
 	"\aarchive\x18\x03 \x01(\x0e2#.kibotos.ctrl.v1.ImageArchiveFormatH\x00R\aarchive\x12/\n" +
 	"\x12registry_reference\x18\x04 \x01(\tH\x00R\x11registryReference\x12\x1f\n" +
 	"\vset_default\x18\x05 \x01(\bR\n" +
-	"setDefaultB\b\n" +
-	"\x06source\"\x96\x01\n" +
+	"setDefault\x12W\n" +
+	"\x14registry_credentials\x18\x06 \x01(\v2$.kibotos.ctrl.v1.RegistryCredentialsR\x13registryCredentials\x12\x1a\n" +
+	"\bplatform\x18\a \x01(\tR\bplatformB\b\n" +
+	"\x06source\"t\n" +
+	"\x13RegistryCredentials\x12\x1a\n" +
+	"\busername\x18\x01 \x01(\tR\busername\x12\x1a\n" +
+	"\bpassword\x18\x02 \x01(\tR\bpassword\x12%\n" +
+	"\x0eidentity_token\x18\x03 \x01(\tR\ridentityToken\"\x96\x01\n" +
 	"\x1eImportTemplateRevisionResponse\x125\n" +
 	"\btemplate\x18\x01 \x01(\v2\x19.kibotos.ctrl.v1.TemplateR\btemplate\x12=\n" +
 	"\brevision\x18\x02 \x01(\v2!.kibotos.ctrl.v1.TemplateRevisionR\brevision\"\xd0\x01\n" +
@@ -13320,7 +13405,7 @@ func file_kibotos_ctrl_v1_ctrl_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_ctrl_v1_ctrl_proto_enumTypes = make([]protoimpl.EnumInfo, 26)
-var file_kibotos_ctrl_v1_ctrl_proto_msgTypes = make([]protoimpl.MessageInfo, 208)
+var file_kibotos_ctrl_v1_ctrl_proto_msgTypes = make([]protoimpl.MessageInfo, 209)
 var file_kibotos_ctrl_v1_ctrl_proto_goTypes = []any{
 	(ImageArchiveFormat)(0),                      // 0: kibotos.ctrl.v1.ImageArchiveFormat
 	(ExposureAuth)(0),                            // 1: kibotos.ctrl.v1.ExposureAuth
@@ -13384,570 +13469,572 @@ var file_kibotos_ctrl_v1_ctrl_proto_goTypes = []any{
 	(*ListTemplatesResponse)(nil),                // 59: kibotos.ctrl.v1.ListTemplatesResponse
 	(*ImportTemplateRevisionRequest)(nil),        // 60: kibotos.ctrl.v1.ImportTemplateRevisionRequest
 	(*ImportTemplateRevisionStart)(nil),          // 61: kibotos.ctrl.v1.ImportTemplateRevisionStart
-	(*ImportTemplateRevisionResponse)(nil),       // 62: kibotos.ctrl.v1.ImportTemplateRevisionResponse
-	(*SetTemplateDefaultRequest)(nil),            // 63: kibotos.ctrl.v1.SetTemplateDefaultRequest
-	(*SetTemplateDefaultResponse)(nil),           // 64: kibotos.ctrl.v1.SetTemplateDefaultResponse
-	(*DeleteTemplateRequest)(nil),                // 65: kibotos.ctrl.v1.DeleteTemplateRequest
-	(*DeleteTemplateResponse)(nil),               // 66: kibotos.ctrl.v1.DeleteTemplateResponse
-	(*UpdateTemplateLabelsRequest)(nil),          // 67: kibotos.ctrl.v1.UpdateTemplateLabelsRequest
-	(*UpdateTemplateLabelsResponse)(nil),         // 68: kibotos.ctrl.v1.UpdateTemplateLabelsResponse
-	(*UpdateTemplateAnnotationsRequest)(nil),     // 69: kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest
-	(*UpdateTemplateAnnotationsResponse)(nil),    // 70: kibotos.ctrl.v1.UpdateTemplateAnnotationsResponse
-	(*Template)(nil),                             // 71: kibotos.ctrl.v1.Template
-	(*TemplateRevision)(nil),                     // 72: kibotos.ctrl.v1.TemplateRevision
-	(*TemplateDisplay)(nil),                      // 73: kibotos.ctrl.v1.TemplateDisplay
-	(*IssueSessionRequest)(nil),                  // 74: kibotos.ctrl.v1.IssueSessionRequest
-	(*IssueSessionResponse)(nil),                 // 75: kibotos.ctrl.v1.IssueSessionResponse
-	(*RevokeSessionRequest)(nil),                 // 76: kibotos.ctrl.v1.RevokeSessionRequest
-	(*RevokeSessionResponse)(nil),                // 77: kibotos.ctrl.v1.RevokeSessionResponse
-	(*RotateDataPlaneRequest)(nil),               // 78: kibotos.ctrl.v1.RotateDataPlaneRequest
-	(*RotateDataPlaneResponse)(nil),              // 79: kibotos.ctrl.v1.RotateDataPlaneResponse
-	(*CreateExposureRequest)(nil),                // 80: kibotos.ctrl.v1.CreateExposureRequest
-	(*CreateExposureResponse)(nil),               // 81: kibotos.ctrl.v1.CreateExposureResponse
-	(*RevokeExposureRequest)(nil),                // 82: kibotos.ctrl.v1.RevokeExposureRequest
-	(*RevokeExposureResponse)(nil),               // 83: kibotos.ctrl.v1.RevokeExposureResponse
-	(*ListExposuresRequest)(nil),                 // 84: kibotos.ctrl.v1.ListExposuresRequest
-	(*ListExposuresResponse)(nil),                // 85: kibotos.ctrl.v1.ListExposuresResponse
-	(*Exposure)(nil),                             // 86: kibotos.ctrl.v1.Exposure
-	(*CreateVolumeRequest)(nil),                  // 87: kibotos.ctrl.v1.CreateVolumeRequest
-	(*CreateVolumeResponse)(nil),                 // 88: kibotos.ctrl.v1.CreateVolumeResponse
-	(*GetVolumeRequest)(nil),                     // 89: kibotos.ctrl.v1.GetVolumeRequest
-	(*GetVolumeResponse)(nil),                    // 90: kibotos.ctrl.v1.GetVolumeResponse
-	(*ListVolumesRequest)(nil),                   // 91: kibotos.ctrl.v1.ListVolumesRequest
-	(*ListVolumesResponse)(nil),                  // 92: kibotos.ctrl.v1.ListVolumesResponse
-	(*ResizeVolumeRequest)(nil),                  // 93: kibotos.ctrl.v1.ResizeVolumeRequest
-	(*ResizeVolumeResponse)(nil),                 // 94: kibotos.ctrl.v1.ResizeVolumeResponse
-	(*DeleteVolumeRequest)(nil),                  // 95: kibotos.ctrl.v1.DeleteVolumeRequest
-	(*DeleteVolumeResponse)(nil),                 // 96: kibotos.ctrl.v1.DeleteVolumeResponse
-	(*UpdateVolumeLabelsRequest)(nil),            // 97: kibotos.ctrl.v1.UpdateVolumeLabelsRequest
-	(*UpdateVolumeLabelsResponse)(nil),           // 98: kibotos.ctrl.v1.UpdateVolumeLabelsResponse
-	(*UpdateVolumeAnnotationsRequest)(nil),       // 99: kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest
-	(*UpdateVolumeAnnotationsResponse)(nil),      // 100: kibotos.ctrl.v1.UpdateVolumeAnnotationsResponse
-	(*ExportWorkspaceRequest)(nil),               // 101: kibotos.ctrl.v1.ExportWorkspaceRequest
-	(*ExportWorkspaceResponse)(nil),              // 102: kibotos.ctrl.v1.ExportWorkspaceResponse
-	(*ReadTransferArtifactRequest)(nil),          // 103: kibotos.ctrl.v1.ReadTransferArtifactRequest
-	(*ReadTransferArtifactResponse)(nil),         // 104: kibotos.ctrl.v1.ReadTransferArtifactResponse
-	(*ImportTransferRequest)(nil),                // 105: kibotos.ctrl.v1.ImportTransferRequest
-	(*ImportTransferResponse)(nil),               // 106: kibotos.ctrl.v1.ImportTransferResponse
-	(*RestoreWorkspaceRequest)(nil),              // 107: kibotos.ctrl.v1.RestoreWorkspaceRequest
-	(*RestoreWorkspaceResponse)(nil),             // 108: kibotos.ctrl.v1.RestoreWorkspaceResponse
-	(*GetTransferRequest)(nil),                   // 109: kibotos.ctrl.v1.GetTransferRequest
-	(*GetTransferResponse)(nil),                  // 110: kibotos.ctrl.v1.GetTransferResponse
-	(*ListTransfersRequest)(nil),                 // 111: kibotos.ctrl.v1.ListTransfersRequest
-	(*ListTransfersResponse)(nil),                // 112: kibotos.ctrl.v1.ListTransfersResponse
-	(*DeleteTransferRequest)(nil),                // 113: kibotos.ctrl.v1.DeleteTransferRequest
-	(*DeleteTransferResponse)(nil),               // 114: kibotos.ctrl.v1.DeleteTransferResponse
-	(*CreateEgressRequest)(nil),                  // 115: kibotos.ctrl.v1.CreateEgressRequest
-	(*CreateEgressResponse)(nil),                 // 116: kibotos.ctrl.v1.CreateEgressResponse
-	(*GetEgressRequest)(nil),                     // 117: kibotos.ctrl.v1.GetEgressRequest
-	(*GetEgressResponse)(nil),                    // 118: kibotos.ctrl.v1.GetEgressResponse
-	(*ListEgressesRequest)(nil),                  // 119: kibotos.ctrl.v1.ListEgressesRequest
-	(*ListEgressesResponse)(nil),                 // 120: kibotos.ctrl.v1.ListEgressesResponse
-	(*UpdateEgressRequest)(nil),                  // 121: kibotos.ctrl.v1.UpdateEgressRequest
-	(*UpdateEgressResponse)(nil),                 // 122: kibotos.ctrl.v1.UpdateEgressResponse
-	(*DeleteEgressRequest)(nil),                  // 123: kibotos.ctrl.v1.DeleteEgressRequest
-	(*DeleteEgressResponse)(nil),                 // 124: kibotos.ctrl.v1.DeleteEgressResponse
-	(*UpdateEgressLabelsRequest)(nil),            // 125: kibotos.ctrl.v1.UpdateEgressLabelsRequest
-	(*UpdateEgressLabelsResponse)(nil),           // 126: kibotos.ctrl.v1.UpdateEgressLabelsResponse
-	(*UpdateEgressAnnotationsRequest)(nil),       // 127: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest
-	(*UpdateEgressAnnotationsResponse)(nil),      // 128: kibotos.ctrl.v1.UpdateEgressAnnotationsResponse
-	(*EgressSpec)(nil),                           // 129: kibotos.ctrl.v1.EgressSpec
-	(*Socks5Egress)(nil),                         // 130: kibotos.ctrl.v1.Socks5Egress
-	(*EgressTls)(nil),                            // 131: kibotos.ctrl.v1.EgressTls
-	(*Egress)(nil),                               // 132: kibotos.ctrl.v1.Egress
-	(*CreateResolverRequest)(nil),                // 133: kibotos.ctrl.v1.CreateResolverRequest
-	(*CreateResolverResponse)(nil),               // 134: kibotos.ctrl.v1.CreateResolverResponse
-	(*GetResolverRequest)(nil),                   // 135: kibotos.ctrl.v1.GetResolverRequest
-	(*GetResolverResponse)(nil),                  // 136: kibotos.ctrl.v1.GetResolverResponse
-	(*ListResolversRequest)(nil),                 // 137: kibotos.ctrl.v1.ListResolversRequest
-	(*ListResolversResponse)(nil),                // 138: kibotos.ctrl.v1.ListResolversResponse
-	(*UpdateResolverRequest)(nil),                // 139: kibotos.ctrl.v1.UpdateResolverRequest
-	(*UpdateResolverResponse)(nil),               // 140: kibotos.ctrl.v1.UpdateResolverResponse
-	(*DeleteResolverRequest)(nil),                // 141: kibotos.ctrl.v1.DeleteResolverRequest
-	(*DeleteResolverResponse)(nil),               // 142: kibotos.ctrl.v1.DeleteResolverResponse
-	(*UpdateResolverLabelsRequest)(nil),          // 143: kibotos.ctrl.v1.UpdateResolverLabelsRequest
-	(*UpdateResolverLabelsResponse)(nil),         // 144: kibotos.ctrl.v1.UpdateResolverLabelsResponse
-	(*UpdateResolverAnnotationsRequest)(nil),     // 145: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest
-	(*UpdateResolverAnnotationsResponse)(nil),    // 146: kibotos.ctrl.v1.UpdateResolverAnnotationsResponse
-	(*ResolverSpec)(nil),                         // 147: kibotos.ctrl.v1.ResolverSpec
-	(*UdpResolver)(nil),                          // 148: kibotos.ctrl.v1.UdpResolver
-	(*TcpResolver)(nil),                          // 149: kibotos.ctrl.v1.TcpResolver
-	(*TlsResolver)(nil),                          // 150: kibotos.ctrl.v1.TlsResolver
-	(*HttpsResolver)(nil),                        // 151: kibotos.ctrl.v1.HttpsResolver
-	(*Resolver)(nil),                             // 152: kibotos.ctrl.v1.Resolver
-	(*WorkspaceStop)(nil),                        // 153: kibotos.ctrl.v1.WorkspaceStop
-	(*CommandMetadata)(nil),                      // 154: kibotos.ctrl.v1.CommandMetadata
-	(*TemplateRef)(nil),                          // 155: kibotos.ctrl.v1.TemplateRef
-	(*TemplateSelector)(nil),                     // 156: kibotos.ctrl.v1.TemplateSelector
-	(*TemplateDeliveryObservation)(nil),          // 157: kibotos.ctrl.v1.TemplateDeliveryObservation
-	(*ResourceRequest)(nil),                      // 158: kibotos.ctrl.v1.ResourceRequest
-	(*CapabilityRequirements)(nil),               // 159: kibotos.ctrl.v1.CapabilityRequirements
-	(*WorkspaceVolumeBinding)(nil),               // 160: kibotos.ctrl.v1.WorkspaceVolumeBinding
-	(*NetworkPolicy)(nil),                        // 161: kibotos.ctrl.v1.NetworkPolicy
-	(*NetworkPolicyResolver)(nil),                // 162: kibotos.ctrl.v1.NetworkPolicyResolver
-	(*ResolverPath)(nil),                         // 163: kibotos.ctrl.v1.ResolverPath
-	(*ResolverDirectPath)(nil),                   // 164: kibotos.ctrl.v1.ResolverDirectPath
-	(*NetworkPolicyEgress)(nil),                  // 165: kibotos.ctrl.v1.NetworkPolicyEgress
-	(*NetworkPolicyStatus)(nil),                  // 166: kibotos.ctrl.v1.NetworkPolicyStatus
-	(*NetworkPolicyEgressStatus)(nil),            // 167: kibotos.ctrl.v1.NetworkPolicyEgressStatus
-	(*NetworkPolicyResolverStatus)(nil),          // 168: kibotos.ctrl.v1.NetworkPolicyResolverStatus
-	(*WorkspaceSpec)(nil),                        // 169: kibotos.ctrl.v1.WorkspaceSpec
-	(*WorkspaceCreateSpec)(nil),                  // 170: kibotos.ctrl.v1.WorkspaceCreateSpec
-	(*WorkspaceFailure)(nil),                     // 171: kibotos.ctrl.v1.WorkspaceFailure
-	(*RetentionTier)(nil),                        // 172: kibotos.ctrl.v1.RetentionTier
-	(*Workspace)(nil),                            // 173: kibotos.ctrl.v1.Workspace
-	(*EgressObservation)(nil),                    // 174: kibotos.ctrl.v1.EgressObservation
-	(*ResolverObservation)(nil),                  // 175: kibotos.ctrl.v1.ResolverObservation
-	(*GuestObservation)(nil),                     // 176: kibotos.ctrl.v1.GuestObservation
-	(*GuestMemoryKill)(nil),                      // 177: kibotos.ctrl.v1.GuestMemoryKill
-	(*VolumeSpec)(nil),                           // 178: kibotos.ctrl.v1.VolumeSpec
-	(*VolumeFailure)(nil),                        // 179: kibotos.ctrl.v1.VolumeFailure
-	(*Volume)(nil),                               // 180: kibotos.ctrl.v1.Volume
-	(*VolumeObservation)(nil),                    // 181: kibotos.ctrl.v1.VolumeObservation
-	(*TransferFailure)(nil),                      // 182: kibotos.ctrl.v1.TransferFailure
-	(*TransferManifest)(nil),                     // 183: kibotos.ctrl.v1.TransferManifest
-	(*TransferProgress)(nil),                     // 184: kibotos.ctrl.v1.TransferProgress
-	(*Transfer)(nil),                             // 185: kibotos.ctrl.v1.Transfer
-	(*ErrorDetail)(nil),                          // 186: kibotos.ctrl.v1.ErrorDetail
-	(*WorkspaceExpirationPolicy)(nil),            // 187: kibotos.ctrl.v1.WorkspaceExpirationPolicy
-	(*WorkspaceExpiration)(nil),                  // 188: kibotos.ctrl.v1.WorkspaceExpiration
-	(*WorkspaceExpirationChange)(nil),            // 189: kibotos.ctrl.v1.WorkspaceExpirationChange
-	nil,                                          // 190: kibotos.ctrl.v1.CreateWorkspaceRequest.LabelsEntry
-	nil,                                          // 191: kibotos.ctrl.v1.CreateWorkspaceRequest.AnnotationsEntry
-	nil,                                          // 192: kibotos.ctrl.v1.ListWorkspacesRequest.LabelSelectorEntry
-	nil,                                          // 193: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.LabelsEntry
-	nil,                                          // 194: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.AnnotationsEntry
-	nil,                                          // 195: kibotos.ctrl.v1.CreateTemplateRequest.LabelsEntry
-	nil,                                          // 196: kibotos.ctrl.v1.CreateTemplateRequest.AnnotationsEntry
-	nil,                                          // 197: kibotos.ctrl.v1.ListTemplatesRequest.LabelSelectorEntry
-	nil,                                          // 198: kibotos.ctrl.v1.UpdateTemplateLabelsRequest.LabelsEntry
-	nil,                                          // 199: kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.AnnotationsEntry
-	nil,                                          // 200: kibotos.ctrl.v1.Template.LabelsEntry
-	nil,                                          // 201: kibotos.ctrl.v1.Template.AnnotationsEntry
-	nil,                                          // 202: kibotos.ctrl.v1.CreateVolumeRequest.LabelsEntry
-	nil,                                          // 203: kibotos.ctrl.v1.CreateVolumeRequest.AnnotationsEntry
-	nil,                                          // 204: kibotos.ctrl.v1.ListVolumesRequest.LabelSelectorEntry
-	nil,                                          // 205: kibotos.ctrl.v1.UpdateVolumeLabelsRequest.LabelsEntry
-	nil,                                          // 206: kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest.AnnotationsEntry
-	nil,                                          // 207: kibotos.ctrl.v1.ExportWorkspaceRequest.LabelsEntry
-	nil,                                          // 208: kibotos.ctrl.v1.ExportWorkspaceRequest.AnnotationsEntry
-	nil,                                          // 209: kibotos.ctrl.v1.ImportTransferRequest.LabelsEntry
-	nil,                                          // 210: kibotos.ctrl.v1.ImportTransferRequest.AnnotationsEntry
-	nil,                                          // 211: kibotos.ctrl.v1.RestoreWorkspaceRequest.LabelsEntry
-	nil,                                          // 212: kibotos.ctrl.v1.RestoreWorkspaceRequest.AnnotationsEntry
-	nil,                                          // 213: kibotos.ctrl.v1.ListTransfersRequest.LabelSelectorEntry
-	nil,                                          // 214: kibotos.ctrl.v1.CreateEgressRequest.LabelsEntry
-	nil,                                          // 215: kibotos.ctrl.v1.CreateEgressRequest.AnnotationsEntry
-	nil,                                          // 216: kibotos.ctrl.v1.ListEgressesRequest.LabelSelectorEntry
-	nil,                                          // 217: kibotos.ctrl.v1.UpdateEgressLabelsRequest.LabelsEntry
-	nil,                                          // 218: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.AnnotationsEntry
-	nil,                                          // 219: kibotos.ctrl.v1.Egress.LabelsEntry
-	nil,                                          // 220: kibotos.ctrl.v1.Egress.AnnotationsEntry
-	nil,                                          // 221: kibotos.ctrl.v1.CreateResolverRequest.LabelsEntry
-	nil,                                          // 222: kibotos.ctrl.v1.CreateResolverRequest.AnnotationsEntry
-	nil,                                          // 223: kibotos.ctrl.v1.ListResolversRequest.LabelSelectorEntry
-	nil,                                          // 224: kibotos.ctrl.v1.UpdateResolverLabelsRequest.LabelsEntry
-	nil,                                          // 225: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.AnnotationsEntry
-	nil,                                          // 226: kibotos.ctrl.v1.Resolver.LabelsEntry
-	nil,                                          // 227: kibotos.ctrl.v1.Resolver.AnnotationsEntry
-	nil,                                          // 228: kibotos.ctrl.v1.Workspace.AnnotationsEntry
-	nil,                                          // 229: kibotos.ctrl.v1.Workspace.LabelsEntry
-	nil,                                          // 230: kibotos.ctrl.v1.Volume.AnnotationsEntry
-	nil,                                          // 231: kibotos.ctrl.v1.Volume.LabelsEntry
-	nil,                                          // 232: kibotos.ctrl.v1.Transfer.LabelsEntry
-	nil,                                          // 233: kibotos.ctrl.v1.Transfer.AnnotationsEntry
-	(*timestamppb.Timestamp)(nil),                // 234: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),                  // 235: google.protobuf.Duration
-	(*emptypb.Empty)(nil),                        // 236: google.protobuf.Empty
+	(*RegistryCredentials)(nil),                  // 62: kibotos.ctrl.v1.RegistryCredentials
+	(*ImportTemplateRevisionResponse)(nil),       // 63: kibotos.ctrl.v1.ImportTemplateRevisionResponse
+	(*SetTemplateDefaultRequest)(nil),            // 64: kibotos.ctrl.v1.SetTemplateDefaultRequest
+	(*SetTemplateDefaultResponse)(nil),           // 65: kibotos.ctrl.v1.SetTemplateDefaultResponse
+	(*DeleteTemplateRequest)(nil),                // 66: kibotos.ctrl.v1.DeleteTemplateRequest
+	(*DeleteTemplateResponse)(nil),               // 67: kibotos.ctrl.v1.DeleteTemplateResponse
+	(*UpdateTemplateLabelsRequest)(nil),          // 68: kibotos.ctrl.v1.UpdateTemplateLabelsRequest
+	(*UpdateTemplateLabelsResponse)(nil),         // 69: kibotos.ctrl.v1.UpdateTemplateLabelsResponse
+	(*UpdateTemplateAnnotationsRequest)(nil),     // 70: kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest
+	(*UpdateTemplateAnnotationsResponse)(nil),    // 71: kibotos.ctrl.v1.UpdateTemplateAnnotationsResponse
+	(*Template)(nil),                             // 72: kibotos.ctrl.v1.Template
+	(*TemplateRevision)(nil),                     // 73: kibotos.ctrl.v1.TemplateRevision
+	(*TemplateDisplay)(nil),                      // 74: kibotos.ctrl.v1.TemplateDisplay
+	(*IssueSessionRequest)(nil),                  // 75: kibotos.ctrl.v1.IssueSessionRequest
+	(*IssueSessionResponse)(nil),                 // 76: kibotos.ctrl.v1.IssueSessionResponse
+	(*RevokeSessionRequest)(nil),                 // 77: kibotos.ctrl.v1.RevokeSessionRequest
+	(*RevokeSessionResponse)(nil),                // 78: kibotos.ctrl.v1.RevokeSessionResponse
+	(*RotateDataPlaneRequest)(nil),               // 79: kibotos.ctrl.v1.RotateDataPlaneRequest
+	(*RotateDataPlaneResponse)(nil),              // 80: kibotos.ctrl.v1.RotateDataPlaneResponse
+	(*CreateExposureRequest)(nil),                // 81: kibotos.ctrl.v1.CreateExposureRequest
+	(*CreateExposureResponse)(nil),               // 82: kibotos.ctrl.v1.CreateExposureResponse
+	(*RevokeExposureRequest)(nil),                // 83: kibotos.ctrl.v1.RevokeExposureRequest
+	(*RevokeExposureResponse)(nil),               // 84: kibotos.ctrl.v1.RevokeExposureResponse
+	(*ListExposuresRequest)(nil),                 // 85: kibotos.ctrl.v1.ListExposuresRequest
+	(*ListExposuresResponse)(nil),                // 86: kibotos.ctrl.v1.ListExposuresResponse
+	(*Exposure)(nil),                             // 87: kibotos.ctrl.v1.Exposure
+	(*CreateVolumeRequest)(nil),                  // 88: kibotos.ctrl.v1.CreateVolumeRequest
+	(*CreateVolumeResponse)(nil),                 // 89: kibotos.ctrl.v1.CreateVolumeResponse
+	(*GetVolumeRequest)(nil),                     // 90: kibotos.ctrl.v1.GetVolumeRequest
+	(*GetVolumeResponse)(nil),                    // 91: kibotos.ctrl.v1.GetVolumeResponse
+	(*ListVolumesRequest)(nil),                   // 92: kibotos.ctrl.v1.ListVolumesRequest
+	(*ListVolumesResponse)(nil),                  // 93: kibotos.ctrl.v1.ListVolumesResponse
+	(*ResizeVolumeRequest)(nil),                  // 94: kibotos.ctrl.v1.ResizeVolumeRequest
+	(*ResizeVolumeResponse)(nil),                 // 95: kibotos.ctrl.v1.ResizeVolumeResponse
+	(*DeleteVolumeRequest)(nil),                  // 96: kibotos.ctrl.v1.DeleteVolumeRequest
+	(*DeleteVolumeResponse)(nil),                 // 97: kibotos.ctrl.v1.DeleteVolumeResponse
+	(*UpdateVolumeLabelsRequest)(nil),            // 98: kibotos.ctrl.v1.UpdateVolumeLabelsRequest
+	(*UpdateVolumeLabelsResponse)(nil),           // 99: kibotos.ctrl.v1.UpdateVolumeLabelsResponse
+	(*UpdateVolumeAnnotationsRequest)(nil),       // 100: kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest
+	(*UpdateVolumeAnnotationsResponse)(nil),      // 101: kibotos.ctrl.v1.UpdateVolumeAnnotationsResponse
+	(*ExportWorkspaceRequest)(nil),               // 102: kibotos.ctrl.v1.ExportWorkspaceRequest
+	(*ExportWorkspaceResponse)(nil),              // 103: kibotos.ctrl.v1.ExportWorkspaceResponse
+	(*ReadTransferArtifactRequest)(nil),          // 104: kibotos.ctrl.v1.ReadTransferArtifactRequest
+	(*ReadTransferArtifactResponse)(nil),         // 105: kibotos.ctrl.v1.ReadTransferArtifactResponse
+	(*ImportTransferRequest)(nil),                // 106: kibotos.ctrl.v1.ImportTransferRequest
+	(*ImportTransferResponse)(nil),               // 107: kibotos.ctrl.v1.ImportTransferResponse
+	(*RestoreWorkspaceRequest)(nil),              // 108: kibotos.ctrl.v1.RestoreWorkspaceRequest
+	(*RestoreWorkspaceResponse)(nil),             // 109: kibotos.ctrl.v1.RestoreWorkspaceResponse
+	(*GetTransferRequest)(nil),                   // 110: kibotos.ctrl.v1.GetTransferRequest
+	(*GetTransferResponse)(nil),                  // 111: kibotos.ctrl.v1.GetTransferResponse
+	(*ListTransfersRequest)(nil),                 // 112: kibotos.ctrl.v1.ListTransfersRequest
+	(*ListTransfersResponse)(nil),                // 113: kibotos.ctrl.v1.ListTransfersResponse
+	(*DeleteTransferRequest)(nil),                // 114: kibotos.ctrl.v1.DeleteTransferRequest
+	(*DeleteTransferResponse)(nil),               // 115: kibotos.ctrl.v1.DeleteTransferResponse
+	(*CreateEgressRequest)(nil),                  // 116: kibotos.ctrl.v1.CreateEgressRequest
+	(*CreateEgressResponse)(nil),                 // 117: kibotos.ctrl.v1.CreateEgressResponse
+	(*GetEgressRequest)(nil),                     // 118: kibotos.ctrl.v1.GetEgressRequest
+	(*GetEgressResponse)(nil),                    // 119: kibotos.ctrl.v1.GetEgressResponse
+	(*ListEgressesRequest)(nil),                  // 120: kibotos.ctrl.v1.ListEgressesRequest
+	(*ListEgressesResponse)(nil),                 // 121: kibotos.ctrl.v1.ListEgressesResponse
+	(*UpdateEgressRequest)(nil),                  // 122: kibotos.ctrl.v1.UpdateEgressRequest
+	(*UpdateEgressResponse)(nil),                 // 123: kibotos.ctrl.v1.UpdateEgressResponse
+	(*DeleteEgressRequest)(nil),                  // 124: kibotos.ctrl.v1.DeleteEgressRequest
+	(*DeleteEgressResponse)(nil),                 // 125: kibotos.ctrl.v1.DeleteEgressResponse
+	(*UpdateEgressLabelsRequest)(nil),            // 126: kibotos.ctrl.v1.UpdateEgressLabelsRequest
+	(*UpdateEgressLabelsResponse)(nil),           // 127: kibotos.ctrl.v1.UpdateEgressLabelsResponse
+	(*UpdateEgressAnnotationsRequest)(nil),       // 128: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest
+	(*UpdateEgressAnnotationsResponse)(nil),      // 129: kibotos.ctrl.v1.UpdateEgressAnnotationsResponse
+	(*EgressSpec)(nil),                           // 130: kibotos.ctrl.v1.EgressSpec
+	(*Socks5Egress)(nil),                         // 131: kibotos.ctrl.v1.Socks5Egress
+	(*EgressTls)(nil),                            // 132: kibotos.ctrl.v1.EgressTls
+	(*Egress)(nil),                               // 133: kibotos.ctrl.v1.Egress
+	(*CreateResolverRequest)(nil),                // 134: kibotos.ctrl.v1.CreateResolverRequest
+	(*CreateResolverResponse)(nil),               // 135: kibotos.ctrl.v1.CreateResolverResponse
+	(*GetResolverRequest)(nil),                   // 136: kibotos.ctrl.v1.GetResolverRequest
+	(*GetResolverResponse)(nil),                  // 137: kibotos.ctrl.v1.GetResolverResponse
+	(*ListResolversRequest)(nil),                 // 138: kibotos.ctrl.v1.ListResolversRequest
+	(*ListResolversResponse)(nil),                // 139: kibotos.ctrl.v1.ListResolversResponse
+	(*UpdateResolverRequest)(nil),                // 140: kibotos.ctrl.v1.UpdateResolverRequest
+	(*UpdateResolverResponse)(nil),               // 141: kibotos.ctrl.v1.UpdateResolverResponse
+	(*DeleteResolverRequest)(nil),                // 142: kibotos.ctrl.v1.DeleteResolverRequest
+	(*DeleteResolverResponse)(nil),               // 143: kibotos.ctrl.v1.DeleteResolverResponse
+	(*UpdateResolverLabelsRequest)(nil),          // 144: kibotos.ctrl.v1.UpdateResolverLabelsRequest
+	(*UpdateResolverLabelsResponse)(nil),         // 145: kibotos.ctrl.v1.UpdateResolverLabelsResponse
+	(*UpdateResolverAnnotationsRequest)(nil),     // 146: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest
+	(*UpdateResolverAnnotationsResponse)(nil),    // 147: kibotos.ctrl.v1.UpdateResolverAnnotationsResponse
+	(*ResolverSpec)(nil),                         // 148: kibotos.ctrl.v1.ResolverSpec
+	(*UdpResolver)(nil),                          // 149: kibotos.ctrl.v1.UdpResolver
+	(*TcpResolver)(nil),                          // 150: kibotos.ctrl.v1.TcpResolver
+	(*TlsResolver)(nil),                          // 151: kibotos.ctrl.v1.TlsResolver
+	(*HttpsResolver)(nil),                        // 152: kibotos.ctrl.v1.HttpsResolver
+	(*Resolver)(nil),                             // 153: kibotos.ctrl.v1.Resolver
+	(*WorkspaceStop)(nil),                        // 154: kibotos.ctrl.v1.WorkspaceStop
+	(*CommandMetadata)(nil),                      // 155: kibotos.ctrl.v1.CommandMetadata
+	(*TemplateRef)(nil),                          // 156: kibotos.ctrl.v1.TemplateRef
+	(*TemplateSelector)(nil),                     // 157: kibotos.ctrl.v1.TemplateSelector
+	(*TemplateDeliveryObservation)(nil),          // 158: kibotos.ctrl.v1.TemplateDeliveryObservation
+	(*ResourceRequest)(nil),                      // 159: kibotos.ctrl.v1.ResourceRequest
+	(*CapabilityRequirements)(nil),               // 160: kibotos.ctrl.v1.CapabilityRequirements
+	(*WorkspaceVolumeBinding)(nil),               // 161: kibotos.ctrl.v1.WorkspaceVolumeBinding
+	(*NetworkPolicy)(nil),                        // 162: kibotos.ctrl.v1.NetworkPolicy
+	(*NetworkPolicyResolver)(nil),                // 163: kibotos.ctrl.v1.NetworkPolicyResolver
+	(*ResolverPath)(nil),                         // 164: kibotos.ctrl.v1.ResolverPath
+	(*ResolverDirectPath)(nil),                   // 165: kibotos.ctrl.v1.ResolverDirectPath
+	(*NetworkPolicyEgress)(nil),                  // 166: kibotos.ctrl.v1.NetworkPolicyEgress
+	(*NetworkPolicyStatus)(nil),                  // 167: kibotos.ctrl.v1.NetworkPolicyStatus
+	(*NetworkPolicyEgressStatus)(nil),            // 168: kibotos.ctrl.v1.NetworkPolicyEgressStatus
+	(*NetworkPolicyResolverStatus)(nil),          // 169: kibotos.ctrl.v1.NetworkPolicyResolverStatus
+	(*WorkspaceSpec)(nil),                        // 170: kibotos.ctrl.v1.WorkspaceSpec
+	(*WorkspaceCreateSpec)(nil),                  // 171: kibotos.ctrl.v1.WorkspaceCreateSpec
+	(*WorkspaceFailure)(nil),                     // 172: kibotos.ctrl.v1.WorkspaceFailure
+	(*RetentionTier)(nil),                        // 173: kibotos.ctrl.v1.RetentionTier
+	(*Workspace)(nil),                            // 174: kibotos.ctrl.v1.Workspace
+	(*EgressObservation)(nil),                    // 175: kibotos.ctrl.v1.EgressObservation
+	(*ResolverObservation)(nil),                  // 176: kibotos.ctrl.v1.ResolverObservation
+	(*GuestObservation)(nil),                     // 177: kibotos.ctrl.v1.GuestObservation
+	(*GuestMemoryKill)(nil),                      // 178: kibotos.ctrl.v1.GuestMemoryKill
+	(*VolumeSpec)(nil),                           // 179: kibotos.ctrl.v1.VolumeSpec
+	(*VolumeFailure)(nil),                        // 180: kibotos.ctrl.v1.VolumeFailure
+	(*Volume)(nil),                               // 181: kibotos.ctrl.v1.Volume
+	(*VolumeObservation)(nil),                    // 182: kibotos.ctrl.v1.VolumeObservation
+	(*TransferFailure)(nil),                      // 183: kibotos.ctrl.v1.TransferFailure
+	(*TransferManifest)(nil),                     // 184: kibotos.ctrl.v1.TransferManifest
+	(*TransferProgress)(nil),                     // 185: kibotos.ctrl.v1.TransferProgress
+	(*Transfer)(nil),                             // 186: kibotos.ctrl.v1.Transfer
+	(*ErrorDetail)(nil),                          // 187: kibotos.ctrl.v1.ErrorDetail
+	(*WorkspaceExpirationPolicy)(nil),            // 188: kibotos.ctrl.v1.WorkspaceExpirationPolicy
+	(*WorkspaceExpiration)(nil),                  // 189: kibotos.ctrl.v1.WorkspaceExpiration
+	(*WorkspaceExpirationChange)(nil),            // 190: kibotos.ctrl.v1.WorkspaceExpirationChange
+	nil,                                          // 191: kibotos.ctrl.v1.CreateWorkspaceRequest.LabelsEntry
+	nil,                                          // 192: kibotos.ctrl.v1.CreateWorkspaceRequest.AnnotationsEntry
+	nil,                                          // 193: kibotos.ctrl.v1.ListWorkspacesRequest.LabelSelectorEntry
+	nil,                                          // 194: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.LabelsEntry
+	nil,                                          // 195: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.AnnotationsEntry
+	nil,                                          // 196: kibotos.ctrl.v1.CreateTemplateRequest.LabelsEntry
+	nil,                                          // 197: kibotos.ctrl.v1.CreateTemplateRequest.AnnotationsEntry
+	nil,                                          // 198: kibotos.ctrl.v1.ListTemplatesRequest.LabelSelectorEntry
+	nil,                                          // 199: kibotos.ctrl.v1.UpdateTemplateLabelsRequest.LabelsEntry
+	nil,                                          // 200: kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.AnnotationsEntry
+	nil,                                          // 201: kibotos.ctrl.v1.Template.LabelsEntry
+	nil,                                          // 202: kibotos.ctrl.v1.Template.AnnotationsEntry
+	nil,                                          // 203: kibotos.ctrl.v1.CreateVolumeRequest.LabelsEntry
+	nil,                                          // 204: kibotos.ctrl.v1.CreateVolumeRequest.AnnotationsEntry
+	nil,                                          // 205: kibotos.ctrl.v1.ListVolumesRequest.LabelSelectorEntry
+	nil,                                          // 206: kibotos.ctrl.v1.UpdateVolumeLabelsRequest.LabelsEntry
+	nil,                                          // 207: kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest.AnnotationsEntry
+	nil,                                          // 208: kibotos.ctrl.v1.ExportWorkspaceRequest.LabelsEntry
+	nil,                                          // 209: kibotos.ctrl.v1.ExportWorkspaceRequest.AnnotationsEntry
+	nil,                                          // 210: kibotos.ctrl.v1.ImportTransferRequest.LabelsEntry
+	nil,                                          // 211: kibotos.ctrl.v1.ImportTransferRequest.AnnotationsEntry
+	nil,                                          // 212: kibotos.ctrl.v1.RestoreWorkspaceRequest.LabelsEntry
+	nil,                                          // 213: kibotos.ctrl.v1.RestoreWorkspaceRequest.AnnotationsEntry
+	nil,                                          // 214: kibotos.ctrl.v1.ListTransfersRequest.LabelSelectorEntry
+	nil,                                          // 215: kibotos.ctrl.v1.CreateEgressRequest.LabelsEntry
+	nil,                                          // 216: kibotos.ctrl.v1.CreateEgressRequest.AnnotationsEntry
+	nil,                                          // 217: kibotos.ctrl.v1.ListEgressesRequest.LabelSelectorEntry
+	nil,                                          // 218: kibotos.ctrl.v1.UpdateEgressLabelsRequest.LabelsEntry
+	nil,                                          // 219: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.AnnotationsEntry
+	nil,                                          // 220: kibotos.ctrl.v1.Egress.LabelsEntry
+	nil,                                          // 221: kibotos.ctrl.v1.Egress.AnnotationsEntry
+	nil,                                          // 222: kibotos.ctrl.v1.CreateResolverRequest.LabelsEntry
+	nil,                                          // 223: kibotos.ctrl.v1.CreateResolverRequest.AnnotationsEntry
+	nil,                                          // 224: kibotos.ctrl.v1.ListResolversRequest.LabelSelectorEntry
+	nil,                                          // 225: kibotos.ctrl.v1.UpdateResolverLabelsRequest.LabelsEntry
+	nil,                                          // 226: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.AnnotationsEntry
+	nil,                                          // 227: kibotos.ctrl.v1.Resolver.LabelsEntry
+	nil,                                          // 228: kibotos.ctrl.v1.Resolver.AnnotationsEntry
+	nil,                                          // 229: kibotos.ctrl.v1.Workspace.AnnotationsEntry
+	nil,                                          // 230: kibotos.ctrl.v1.Workspace.LabelsEntry
+	nil,                                          // 231: kibotos.ctrl.v1.Volume.AnnotationsEntry
+	nil,                                          // 232: kibotos.ctrl.v1.Volume.LabelsEntry
+	nil,                                          // 233: kibotos.ctrl.v1.Transfer.LabelsEntry
+	nil,                                          // 234: kibotos.ctrl.v1.Transfer.AnnotationsEntry
+	(*timestamppb.Timestamp)(nil),                // 235: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),                  // 236: google.protobuf.Duration
+	(*emptypb.Empty)(nil),                        // 237: google.protobuf.Empty
 }
 var file_kibotos_ctrl_v1_ctrl_proto_depIdxs = []int32{
-	154, // 0: kibotos.ctrl.v1.CreateWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	170, // 1: kibotos.ctrl.v1.CreateWorkspaceRequest.spec:type_name -> kibotos.ctrl.v1.WorkspaceCreateSpec
-	190, // 2: kibotos.ctrl.v1.CreateWorkspaceRequest.labels:type_name -> kibotos.ctrl.v1.CreateWorkspaceRequest.LabelsEntry
-	191, // 3: kibotos.ctrl.v1.CreateWorkspaceRequest.annotations:type_name -> kibotos.ctrl.v1.CreateWorkspaceRequest.AnnotationsEntry
-	173, // 4: kibotos.ctrl.v1.CreateWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	173, // 5: kibotos.ctrl.v1.GetWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	192, // 6: kibotos.ctrl.v1.ListWorkspacesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListWorkspacesRequest.LabelSelectorEntry
-	173, // 7: kibotos.ctrl.v1.ListWorkspacesResponse.workspaces:type_name -> kibotos.ctrl.v1.Workspace
-	173, // 8: kibotos.ctrl.v1.WatchWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	154, // 9: kibotos.ctrl.v1.StartWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	173, // 10: kibotos.ctrl.v1.StartWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	154, // 11: kibotos.ctrl.v1.StopWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	155, // 0: kibotos.ctrl.v1.CreateWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	171, // 1: kibotos.ctrl.v1.CreateWorkspaceRequest.spec:type_name -> kibotos.ctrl.v1.WorkspaceCreateSpec
+	191, // 2: kibotos.ctrl.v1.CreateWorkspaceRequest.labels:type_name -> kibotos.ctrl.v1.CreateWorkspaceRequest.LabelsEntry
+	192, // 3: kibotos.ctrl.v1.CreateWorkspaceRequest.annotations:type_name -> kibotos.ctrl.v1.CreateWorkspaceRequest.AnnotationsEntry
+	174, // 4: kibotos.ctrl.v1.CreateWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	174, // 5: kibotos.ctrl.v1.GetWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	193, // 6: kibotos.ctrl.v1.ListWorkspacesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListWorkspacesRequest.LabelSelectorEntry
+	174, // 7: kibotos.ctrl.v1.ListWorkspacesResponse.workspaces:type_name -> kibotos.ctrl.v1.Workspace
+	174, // 8: kibotos.ctrl.v1.WatchWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	155, // 9: kibotos.ctrl.v1.StartWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	174, // 10: kibotos.ctrl.v1.StartWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	155, // 11: kibotos.ctrl.v1.StopWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
 	13,  // 12: kibotos.ctrl.v1.StopWorkspaceRequest.mode:type_name -> kibotos.ctrl.v1.StopMode
-	173, // 13: kibotos.ctrl.v1.StopWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	154, // 14: kibotos.ctrl.v1.DeleteWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	173, // 15: kibotos.ctrl.v1.DeleteWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	154, // 16: kibotos.ctrl.v1.UpdateWorkspaceMemoryRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	173, // 17: kibotos.ctrl.v1.UpdateWorkspaceMemoryResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	154, // 18: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	173, // 19: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	154, // 20: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	160, // 21: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest.volume:type_name -> kibotos.ctrl.v1.WorkspaceVolumeBinding
-	173, // 22: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	154, // 23: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	161, // 24: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest.policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
-	173, // 25: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	154, // 26: kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	189, // 27: kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest.change:type_name -> kibotos.ctrl.v1.WorkspaceExpirationChange
-	173, // 28: kibotos.ctrl.v1.UpdateWorkspaceExpirationResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	154, // 29: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	193, // 30: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.LabelsEntry
-	173, // 31: kibotos.ctrl.v1.UpdateWorkspaceLabelsResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	154, // 32: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	194, // 33: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.AnnotationsEntry
-	173, // 34: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	154, // 35: kibotos.ctrl.v1.CreateTemplateRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	195, // 36: kibotos.ctrl.v1.CreateTemplateRequest.labels:type_name -> kibotos.ctrl.v1.CreateTemplateRequest.LabelsEntry
-	196, // 37: kibotos.ctrl.v1.CreateTemplateRequest.annotations:type_name -> kibotos.ctrl.v1.CreateTemplateRequest.AnnotationsEntry
-	71,  // 38: kibotos.ctrl.v1.CreateTemplateResponse.template:type_name -> kibotos.ctrl.v1.Template
-	71,  // 39: kibotos.ctrl.v1.GetTemplateResponse.template:type_name -> kibotos.ctrl.v1.Template
-	197, // 40: kibotos.ctrl.v1.ListTemplatesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListTemplatesRequest.LabelSelectorEntry
-	71,  // 41: kibotos.ctrl.v1.ListTemplatesResponse.templates:type_name -> kibotos.ctrl.v1.Template
+	174, // 13: kibotos.ctrl.v1.StopWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	155, // 14: kibotos.ctrl.v1.DeleteWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	174, // 15: kibotos.ctrl.v1.DeleteWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	155, // 16: kibotos.ctrl.v1.UpdateWorkspaceMemoryRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	174, // 17: kibotos.ctrl.v1.UpdateWorkspaceMemoryResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	155, // 18: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	174, // 19: kibotos.ctrl.v1.ResizeWorkspaceWritableLayerResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	155, // 20: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	161, // 21: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest.volume:type_name -> kibotos.ctrl.v1.WorkspaceVolumeBinding
+	174, // 22: kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	155, // 23: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	162, // 24: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest.policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	174, // 25: kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	155, // 26: kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	190, // 27: kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest.change:type_name -> kibotos.ctrl.v1.WorkspaceExpirationChange
+	174, // 28: kibotos.ctrl.v1.UpdateWorkspaceExpirationResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	155, // 29: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	194, // 30: kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest.LabelsEntry
+	174, // 31: kibotos.ctrl.v1.UpdateWorkspaceLabelsResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	155, // 32: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	195, // 33: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest.AnnotationsEntry
+	174, // 34: kibotos.ctrl.v1.UpdateWorkspaceAnnotationsResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	155, // 35: kibotos.ctrl.v1.CreateTemplateRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	196, // 36: kibotos.ctrl.v1.CreateTemplateRequest.labels:type_name -> kibotos.ctrl.v1.CreateTemplateRequest.LabelsEntry
+	197, // 37: kibotos.ctrl.v1.CreateTemplateRequest.annotations:type_name -> kibotos.ctrl.v1.CreateTemplateRequest.AnnotationsEntry
+	72,  // 38: kibotos.ctrl.v1.CreateTemplateResponse.template:type_name -> kibotos.ctrl.v1.Template
+	72,  // 39: kibotos.ctrl.v1.GetTemplateResponse.template:type_name -> kibotos.ctrl.v1.Template
+	198, // 40: kibotos.ctrl.v1.ListTemplatesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListTemplatesRequest.LabelSelectorEntry
+	72,  // 41: kibotos.ctrl.v1.ListTemplatesResponse.templates:type_name -> kibotos.ctrl.v1.Template
 	61,  // 42: kibotos.ctrl.v1.ImportTemplateRevisionRequest.start:type_name -> kibotos.ctrl.v1.ImportTemplateRevisionStart
-	154, // 43: kibotos.ctrl.v1.ImportTemplateRevisionStart.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	155, // 43: kibotos.ctrl.v1.ImportTemplateRevisionStart.command:type_name -> kibotos.ctrl.v1.CommandMetadata
 	0,   // 44: kibotos.ctrl.v1.ImportTemplateRevisionStart.archive:type_name -> kibotos.ctrl.v1.ImageArchiveFormat
-	71,  // 45: kibotos.ctrl.v1.ImportTemplateRevisionResponse.template:type_name -> kibotos.ctrl.v1.Template
-	72,  // 46: kibotos.ctrl.v1.ImportTemplateRevisionResponse.revision:type_name -> kibotos.ctrl.v1.TemplateRevision
-	154, // 47: kibotos.ctrl.v1.SetTemplateDefaultRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	71,  // 48: kibotos.ctrl.v1.SetTemplateDefaultResponse.template:type_name -> kibotos.ctrl.v1.Template
-	154, // 49: kibotos.ctrl.v1.DeleteTemplateRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	154, // 50: kibotos.ctrl.v1.UpdateTemplateLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	198, // 51: kibotos.ctrl.v1.UpdateTemplateLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateTemplateLabelsRequest.LabelsEntry
-	71,  // 52: kibotos.ctrl.v1.UpdateTemplateLabelsResponse.template:type_name -> kibotos.ctrl.v1.Template
-	154, // 53: kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	199, // 54: kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.AnnotationsEntry
-	71,  // 55: kibotos.ctrl.v1.UpdateTemplateAnnotationsResponse.template:type_name -> kibotos.ctrl.v1.Template
-	72,  // 56: kibotos.ctrl.v1.Template.revisions:type_name -> kibotos.ctrl.v1.TemplateRevision
-	234, // 57: kibotos.ctrl.v1.Template.created_at:type_name -> google.protobuf.Timestamp
-	234, // 58: kibotos.ctrl.v1.Template.updated_at:type_name -> google.protobuf.Timestamp
-	200, // 59: kibotos.ctrl.v1.Template.labels:type_name -> kibotos.ctrl.v1.Template.LabelsEntry
-	201, // 60: kibotos.ctrl.v1.Template.annotations:type_name -> kibotos.ctrl.v1.Template.AnnotationsEntry
-	234, // 61: kibotos.ctrl.v1.TemplateRevision.created_at:type_name -> google.protobuf.Timestamp
-	73,  // 62: kibotos.ctrl.v1.TemplateRevision.display:type_name -> kibotos.ctrl.v1.TemplateDisplay
-	234, // 63: kibotos.ctrl.v1.IssueSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
-	154, // 64: kibotos.ctrl.v1.RevokeSessionRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	154, // 65: kibotos.ctrl.v1.RotateDataPlaneRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	173, // 66: kibotos.ctrl.v1.RotateDataPlaneResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	154, // 67: kibotos.ctrl.v1.CreateExposureRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	1,   // 68: kibotos.ctrl.v1.CreateExposureRequest.auth:type_name -> kibotos.ctrl.v1.ExposureAuth
-	86,  // 69: kibotos.ctrl.v1.CreateExposureResponse.exposure:type_name -> kibotos.ctrl.v1.Exposure
-	154, // 70: kibotos.ctrl.v1.RevokeExposureRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	86,  // 71: kibotos.ctrl.v1.ListExposuresResponse.exposures:type_name -> kibotos.ctrl.v1.Exposure
-	1,   // 72: kibotos.ctrl.v1.Exposure.auth:type_name -> kibotos.ctrl.v1.ExposureAuth
-	234, // 73: kibotos.ctrl.v1.Exposure.created_at:type_name -> google.protobuf.Timestamp
-	154, // 74: kibotos.ctrl.v1.CreateVolumeRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	178, // 75: kibotos.ctrl.v1.CreateVolumeRequest.spec:type_name -> kibotos.ctrl.v1.VolumeSpec
-	202, // 76: kibotos.ctrl.v1.CreateVolumeRequest.labels:type_name -> kibotos.ctrl.v1.CreateVolumeRequest.LabelsEntry
-	203, // 77: kibotos.ctrl.v1.CreateVolumeRequest.annotations:type_name -> kibotos.ctrl.v1.CreateVolumeRequest.AnnotationsEntry
-	180, // 78: kibotos.ctrl.v1.CreateVolumeResponse.volume:type_name -> kibotos.ctrl.v1.Volume
-	180, // 79: kibotos.ctrl.v1.GetVolumeResponse.volume:type_name -> kibotos.ctrl.v1.Volume
-	204, // 80: kibotos.ctrl.v1.ListVolumesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListVolumesRequest.LabelSelectorEntry
-	180, // 81: kibotos.ctrl.v1.ListVolumesResponse.volumes:type_name -> kibotos.ctrl.v1.Volume
-	154, // 82: kibotos.ctrl.v1.ResizeVolumeRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	180, // 83: kibotos.ctrl.v1.ResizeVolumeResponse.volume:type_name -> kibotos.ctrl.v1.Volume
-	154, // 84: kibotos.ctrl.v1.DeleteVolumeRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	180, // 85: kibotos.ctrl.v1.DeleteVolumeResponse.volume:type_name -> kibotos.ctrl.v1.Volume
-	154, // 86: kibotos.ctrl.v1.UpdateVolumeLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	205, // 87: kibotos.ctrl.v1.UpdateVolumeLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateVolumeLabelsRequest.LabelsEntry
-	180, // 88: kibotos.ctrl.v1.UpdateVolumeLabelsResponse.volume:type_name -> kibotos.ctrl.v1.Volume
-	154, // 89: kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	206, // 90: kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest.AnnotationsEntry
-	180, // 91: kibotos.ctrl.v1.UpdateVolumeAnnotationsResponse.volume:type_name -> kibotos.ctrl.v1.Volume
-	154, // 92: kibotos.ctrl.v1.ExportWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	207, // 93: kibotos.ctrl.v1.ExportWorkspaceRequest.labels:type_name -> kibotos.ctrl.v1.ExportWorkspaceRequest.LabelsEntry
-	208, // 94: kibotos.ctrl.v1.ExportWorkspaceRequest.annotations:type_name -> kibotos.ctrl.v1.ExportWorkspaceRequest.AnnotationsEntry
-	185, // 95: kibotos.ctrl.v1.ExportWorkspaceResponse.transfer:type_name -> kibotos.ctrl.v1.Transfer
-	154, // 96: kibotos.ctrl.v1.ImportTransferRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	209, // 97: kibotos.ctrl.v1.ImportTransferRequest.labels:type_name -> kibotos.ctrl.v1.ImportTransferRequest.LabelsEntry
-	210, // 98: kibotos.ctrl.v1.ImportTransferRequest.annotations:type_name -> kibotos.ctrl.v1.ImportTransferRequest.AnnotationsEntry
-	185, // 99: kibotos.ctrl.v1.ImportTransferResponse.transfer:type_name -> kibotos.ctrl.v1.Transfer
-	154, // 100: kibotos.ctrl.v1.RestoreWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	211, // 101: kibotos.ctrl.v1.RestoreWorkspaceRequest.labels:type_name -> kibotos.ctrl.v1.RestoreWorkspaceRequest.LabelsEntry
-	212, // 102: kibotos.ctrl.v1.RestoreWorkspaceRequest.annotations:type_name -> kibotos.ctrl.v1.RestoreWorkspaceRequest.AnnotationsEntry
-	173, // 103: kibotos.ctrl.v1.RestoreWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
-	185, // 104: kibotos.ctrl.v1.RestoreWorkspaceResponse.transfer:type_name -> kibotos.ctrl.v1.Transfer
-	185, // 105: kibotos.ctrl.v1.GetTransferResponse.transfer:type_name -> kibotos.ctrl.v1.Transfer
-	213, // 106: kibotos.ctrl.v1.ListTransfersRequest.label_selector:type_name -> kibotos.ctrl.v1.ListTransfersRequest.LabelSelectorEntry
-	185, // 107: kibotos.ctrl.v1.ListTransfersResponse.transfers:type_name -> kibotos.ctrl.v1.Transfer
-	154, // 108: kibotos.ctrl.v1.DeleteTransferRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	185, // 109: kibotos.ctrl.v1.DeleteTransferResponse.transfer:type_name -> kibotos.ctrl.v1.Transfer
-	154, // 110: kibotos.ctrl.v1.CreateEgressRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	129, // 111: kibotos.ctrl.v1.CreateEgressRequest.spec:type_name -> kibotos.ctrl.v1.EgressSpec
-	214, // 112: kibotos.ctrl.v1.CreateEgressRequest.labels:type_name -> kibotos.ctrl.v1.CreateEgressRequest.LabelsEntry
-	215, // 113: kibotos.ctrl.v1.CreateEgressRequest.annotations:type_name -> kibotos.ctrl.v1.CreateEgressRequest.AnnotationsEntry
-	132, // 114: kibotos.ctrl.v1.CreateEgressResponse.egress:type_name -> kibotos.ctrl.v1.Egress
-	132, // 115: kibotos.ctrl.v1.GetEgressResponse.egress:type_name -> kibotos.ctrl.v1.Egress
-	216, // 116: kibotos.ctrl.v1.ListEgressesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListEgressesRequest.LabelSelectorEntry
-	132, // 117: kibotos.ctrl.v1.ListEgressesResponse.egresses:type_name -> kibotos.ctrl.v1.Egress
-	154, // 118: kibotos.ctrl.v1.UpdateEgressRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	129, // 119: kibotos.ctrl.v1.UpdateEgressRequest.spec:type_name -> kibotos.ctrl.v1.EgressSpec
-	132, // 120: kibotos.ctrl.v1.UpdateEgressResponse.egress:type_name -> kibotos.ctrl.v1.Egress
-	154, // 121: kibotos.ctrl.v1.DeleteEgressRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	154, // 122: kibotos.ctrl.v1.UpdateEgressLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	217, // 123: kibotos.ctrl.v1.UpdateEgressLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateEgressLabelsRequest.LabelsEntry
-	132, // 124: kibotos.ctrl.v1.UpdateEgressLabelsResponse.egress:type_name -> kibotos.ctrl.v1.Egress
-	154, // 125: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	218, // 126: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.AnnotationsEntry
-	132, // 127: kibotos.ctrl.v1.UpdateEgressAnnotationsResponse.egress:type_name -> kibotos.ctrl.v1.Egress
-	130, // 128: kibotos.ctrl.v1.EgressSpec.socks5:type_name -> kibotos.ctrl.v1.Socks5Egress
-	131, // 129: kibotos.ctrl.v1.Socks5Egress.tls:type_name -> kibotos.ctrl.v1.EgressTls
-	129, // 130: kibotos.ctrl.v1.Egress.spec:type_name -> kibotos.ctrl.v1.EgressSpec
-	234, // 131: kibotos.ctrl.v1.Egress.created_at:type_name -> google.protobuf.Timestamp
-	234, // 132: kibotos.ctrl.v1.Egress.updated_at:type_name -> google.protobuf.Timestamp
-	219, // 133: kibotos.ctrl.v1.Egress.labels:type_name -> kibotos.ctrl.v1.Egress.LabelsEntry
-	220, // 134: kibotos.ctrl.v1.Egress.annotations:type_name -> kibotos.ctrl.v1.Egress.AnnotationsEntry
-	154, // 135: kibotos.ctrl.v1.CreateResolverRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	147, // 136: kibotos.ctrl.v1.CreateResolverRequest.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
-	221, // 137: kibotos.ctrl.v1.CreateResolverRequest.labels:type_name -> kibotos.ctrl.v1.CreateResolverRequest.LabelsEntry
-	222, // 138: kibotos.ctrl.v1.CreateResolverRequest.annotations:type_name -> kibotos.ctrl.v1.CreateResolverRequest.AnnotationsEntry
-	152, // 139: kibotos.ctrl.v1.CreateResolverResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
-	152, // 140: kibotos.ctrl.v1.GetResolverResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
-	223, // 141: kibotos.ctrl.v1.ListResolversRequest.label_selector:type_name -> kibotos.ctrl.v1.ListResolversRequest.LabelSelectorEntry
-	152, // 142: kibotos.ctrl.v1.ListResolversResponse.resolvers:type_name -> kibotos.ctrl.v1.Resolver
-	154, // 143: kibotos.ctrl.v1.UpdateResolverRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	147, // 144: kibotos.ctrl.v1.UpdateResolverRequest.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
-	152, // 145: kibotos.ctrl.v1.UpdateResolverResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
-	154, // 146: kibotos.ctrl.v1.DeleteResolverRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	154, // 147: kibotos.ctrl.v1.UpdateResolverLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	224, // 148: kibotos.ctrl.v1.UpdateResolverLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateResolverLabelsRequest.LabelsEntry
-	152, // 149: kibotos.ctrl.v1.UpdateResolverLabelsResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
-	154, // 150: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
-	225, // 151: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.AnnotationsEntry
-	152, // 152: kibotos.ctrl.v1.UpdateResolverAnnotationsResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
-	148, // 153: kibotos.ctrl.v1.ResolverSpec.udp:type_name -> kibotos.ctrl.v1.UdpResolver
-	149, // 154: kibotos.ctrl.v1.ResolverSpec.tcp:type_name -> kibotos.ctrl.v1.TcpResolver
-	150, // 155: kibotos.ctrl.v1.ResolverSpec.tls:type_name -> kibotos.ctrl.v1.TlsResolver
-	151, // 156: kibotos.ctrl.v1.ResolverSpec.https:type_name -> kibotos.ctrl.v1.HttpsResolver
-	147, // 157: kibotos.ctrl.v1.Resolver.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
-	234, // 158: kibotos.ctrl.v1.Resolver.created_at:type_name -> google.protobuf.Timestamp
-	234, // 159: kibotos.ctrl.v1.Resolver.updated_at:type_name -> google.protobuf.Timestamp
-	226, // 160: kibotos.ctrl.v1.Resolver.labels:type_name -> kibotos.ctrl.v1.Resolver.LabelsEntry
-	227, // 161: kibotos.ctrl.v1.Resolver.annotations:type_name -> kibotos.ctrl.v1.Resolver.AnnotationsEntry
-	12,  // 162: kibotos.ctrl.v1.WorkspaceStop.cause:type_name -> kibotos.ctrl.v1.StopCause
-	13,  // 163: kibotos.ctrl.v1.WorkspaceStop.mode:type_name -> kibotos.ctrl.v1.StopMode
-	11,  // 164: kibotos.ctrl.v1.WorkspaceStop.durability:type_name -> kibotos.ctrl.v1.StopDurability
-	234, // 165: kibotos.ctrl.v1.WorkspaceStop.requested_at:type_name -> google.protobuf.Timestamp
-	234, // 166: kibotos.ctrl.v1.WorkspaceStop.completed_at:type_name -> google.protobuf.Timestamp
-	8,   // 167: kibotos.ctrl.v1.TemplateDeliveryObservation.state:type_name -> kibotos.ctrl.v1.TemplateDeliveryState
-	9,   // 168: kibotos.ctrl.v1.TemplateDeliveryObservation.reason:type_name -> kibotos.ctrl.v1.TemplateDeliveryReason
-	234, // 169: kibotos.ctrl.v1.TemplateDeliveryObservation.started_at:type_name -> google.protobuf.Timestamp
-	234, // 170: kibotos.ctrl.v1.TemplateDeliveryObservation.observed_at:type_name -> google.protobuf.Timestamp
-	21,  // 171: kibotos.ctrl.v1.WorkspaceVolumeBinding.mode:type_name -> kibotos.ctrl.v1.WorkspaceVolumeMode
-	22,  // 172: kibotos.ctrl.v1.NetworkPolicy.mode:type_name -> kibotos.ctrl.v1.NetworkPolicyMode
-	165, // 173: kibotos.ctrl.v1.NetworkPolicy.egresses:type_name -> kibotos.ctrl.v1.NetworkPolicyEgress
-	162, // 174: kibotos.ctrl.v1.NetworkPolicy.resolvers:type_name -> kibotos.ctrl.v1.NetworkPolicyResolver
-	163, // 175: kibotos.ctrl.v1.NetworkPolicyResolver.path:type_name -> kibotos.ctrl.v1.ResolverPath
-	164, // 176: kibotos.ctrl.v1.ResolverPath.direct:type_name -> kibotos.ctrl.v1.ResolverDirectPath
-	234, // 177: kibotos.ctrl.v1.NetworkPolicyStatus.applied_at:type_name -> google.protobuf.Timestamp
-	167, // 178: kibotos.ctrl.v1.NetworkPolicyStatus.egresses:type_name -> kibotos.ctrl.v1.NetworkPolicyEgressStatus
-	168, // 179: kibotos.ctrl.v1.NetworkPolicyStatus.resolvers:type_name -> kibotos.ctrl.v1.NetworkPolicyResolverStatus
-	163, // 180: kibotos.ctrl.v1.NetworkPolicyResolverStatus.path:type_name -> kibotos.ctrl.v1.ResolverPath
-	155, // 181: kibotos.ctrl.v1.WorkspaceSpec.template:type_name -> kibotos.ctrl.v1.TemplateRef
-	158, // 182: kibotos.ctrl.v1.WorkspaceSpec.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
-	159, // 183: kibotos.ctrl.v1.WorkspaceSpec.capabilities:type_name -> kibotos.ctrl.v1.CapabilityRequirements
-	160, // 184: kibotos.ctrl.v1.WorkspaceSpec.volume:type_name -> kibotos.ctrl.v1.WorkspaceVolumeBinding
-	161, // 185: kibotos.ctrl.v1.WorkspaceSpec.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
-	156, // 186: kibotos.ctrl.v1.WorkspaceCreateSpec.template:type_name -> kibotos.ctrl.v1.TemplateSelector
-	158, // 187: kibotos.ctrl.v1.WorkspaceCreateSpec.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
-	159, // 188: kibotos.ctrl.v1.WorkspaceCreateSpec.capabilities:type_name -> kibotos.ctrl.v1.CapabilityRequirements
-	160, // 189: kibotos.ctrl.v1.WorkspaceCreateSpec.volume:type_name -> kibotos.ctrl.v1.WorkspaceVolumeBinding
-	161, // 190: kibotos.ctrl.v1.WorkspaceCreateSpec.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
-	187, // 191: kibotos.ctrl.v1.WorkspaceCreateSpec.expiration:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
-	19,  // 192: kibotos.ctrl.v1.WorkspaceFailure.reason:type_name -> kibotos.ctrl.v1.FailureReason
-	20,  // 193: kibotos.ctrl.v1.WorkspaceFailure.stage:type_name -> kibotos.ctrl.v1.FailureStage
-	234, // 194: kibotos.ctrl.v1.WorkspaceFailure.failed_at:type_name -> google.protobuf.Timestamp
-	14,  // 195: kibotos.ctrl.v1.RetentionTier.kind:type_name -> kibotos.ctrl.v1.RetentionTierKind
-	15,  // 196: kibotos.ctrl.v1.RetentionTier.availability:type_name -> kibotos.ctrl.v1.RetentionAvailability
-	16,  // 197: kibotos.ctrl.v1.RetentionTier.continuity:type_name -> kibotos.ctrl.v1.RetentionContinuity
-	17,  // 198: kibotos.ctrl.v1.RetentionTier.reset_reason:type_name -> kibotos.ctrl.v1.RetentionResetReason
-	169, // 199: kibotos.ctrl.v1.Workspace.spec:type_name -> kibotos.ctrl.v1.WorkspaceSpec
-	2,   // 200: kibotos.ctrl.v1.Workspace.state:type_name -> kibotos.ctrl.v1.WorkspaceState
-	171, // 201: kibotos.ctrl.v1.Workspace.failure:type_name -> kibotos.ctrl.v1.WorkspaceFailure
-	234, // 202: kibotos.ctrl.v1.Workspace.created_at:type_name -> google.protobuf.Timestamp
-	234, // 203: kibotos.ctrl.v1.Workspace.updated_at:type_name -> google.protobuf.Timestamp
-	172, // 204: kibotos.ctrl.v1.Workspace.retention_tiers:type_name -> kibotos.ctrl.v1.RetentionTier
-	157, // 205: kibotos.ctrl.v1.Workspace.delivery:type_name -> kibotos.ctrl.v1.TemplateDeliveryObservation
-	166, // 206: kibotos.ctrl.v1.Workspace.network_policy_status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
-	18,  // 207: kibotos.ctrl.v1.Workspace.reestablish:type_name -> kibotos.ctrl.v1.ReestablishRequirement
-	228, // 208: kibotos.ctrl.v1.Workspace.annotations:type_name -> kibotos.ctrl.v1.Workspace.AnnotationsEntry
-	229, // 209: kibotos.ctrl.v1.Workspace.labels:type_name -> kibotos.ctrl.v1.Workspace.LabelsEntry
-	176, // 210: kibotos.ctrl.v1.Workspace.guest_observation:type_name -> kibotos.ctrl.v1.GuestObservation
-	153, // 211: kibotos.ctrl.v1.Workspace.last_stop:type_name -> kibotos.ctrl.v1.WorkspaceStop
-	174, // 212: kibotos.ctrl.v1.Workspace.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
-	175, // 213: kibotos.ctrl.v1.Workspace.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
-	188, // 214: kibotos.ctrl.v1.Workspace.expiration:type_name -> kibotos.ctrl.v1.WorkspaceExpiration
-	23,  // 215: kibotos.ctrl.v1.EgressObservation.kind:type_name -> kibotos.ctrl.v1.EgressObservationKind
-	234, // 216: kibotos.ctrl.v1.EgressObservation.failing_since:type_name -> google.protobuf.Timestamp
-	234, // 217: kibotos.ctrl.v1.EgressObservation.observed_at:type_name -> google.protobuf.Timestamp
-	163, // 218: kibotos.ctrl.v1.ResolverObservation.path:type_name -> kibotos.ctrl.v1.ResolverPath
-	24,  // 219: kibotos.ctrl.v1.ResolverObservation.kind:type_name -> kibotos.ctrl.v1.ResolverObservationKind
-	234, // 220: kibotos.ctrl.v1.ResolverObservation.failing_since:type_name -> google.protobuf.Timestamp
-	234, // 221: kibotos.ctrl.v1.ResolverObservation.observed_at:type_name -> google.protobuf.Timestamp
-	234, // 222: kibotos.ctrl.v1.GuestObservation.observed_at:type_name -> google.protobuf.Timestamp
-	3,   // 223: kibotos.ctrl.v1.GuestObservation.condition:type_name -> kibotos.ctrl.v1.GuestCondition
-	234, // 224: kibotos.ctrl.v1.GuestObservation.unresponsive_since:type_name -> google.protobuf.Timestamp
-	4,   // 225: kibotos.ctrl.v1.GuestObservation.memory_condition:type_name -> kibotos.ctrl.v1.GuestMemoryCondition
-	234, // 226: kibotos.ctrl.v1.GuestObservation.memory_saturated_since:type_name -> google.protobuf.Timestamp
-	177, // 227: kibotos.ctrl.v1.GuestObservation.latest_memory_kill:type_name -> kibotos.ctrl.v1.GuestMemoryKill
-	234, // 228: kibotos.ctrl.v1.GuestObservation.last_reset_at:type_name -> google.protobuf.Timestamp
-	234, // 229: kibotos.ctrl.v1.GuestMemoryKill.killed_at:type_name -> google.protobuf.Timestamp
-	235, // 230: kibotos.ctrl.v1.GuestMemoryKill.window:type_name -> google.protobuf.Duration
-	235, // 231: kibotos.ctrl.v1.GuestMemoryKill.saturated_for:type_name -> google.protobuf.Duration
-	19,  // 232: kibotos.ctrl.v1.VolumeFailure.reason:type_name -> kibotos.ctrl.v1.FailureReason
-	20,  // 233: kibotos.ctrl.v1.VolumeFailure.stage:type_name -> kibotos.ctrl.v1.FailureStage
-	234, // 234: kibotos.ctrl.v1.VolumeFailure.failed_at:type_name -> google.protobuf.Timestamp
-	178, // 235: kibotos.ctrl.v1.Volume.spec:type_name -> kibotos.ctrl.v1.VolumeSpec
-	6,   // 236: kibotos.ctrl.v1.Volume.state:type_name -> kibotos.ctrl.v1.VolumeState
-	179, // 237: kibotos.ctrl.v1.Volume.failure:type_name -> kibotos.ctrl.v1.VolumeFailure
-	234, // 238: kibotos.ctrl.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	234, // 239: kibotos.ctrl.v1.Volume.updated_at:type_name -> google.protobuf.Timestamp
-	230, // 240: kibotos.ctrl.v1.Volume.annotations:type_name -> kibotos.ctrl.v1.Volume.AnnotationsEntry
-	231, // 241: kibotos.ctrl.v1.Volume.labels:type_name -> kibotos.ctrl.v1.Volume.LabelsEntry
-	181, // 242: kibotos.ctrl.v1.Volume.observation:type_name -> kibotos.ctrl.v1.VolumeObservation
-	5,   // 243: kibotos.ctrl.v1.VolumeObservation.condition:type_name -> kibotos.ctrl.v1.VolumeCondition
-	234, // 244: kibotos.ctrl.v1.VolumeObservation.observed_at:type_name -> google.protobuf.Timestamp
-	19,  // 245: kibotos.ctrl.v1.TransferFailure.reason:type_name -> kibotos.ctrl.v1.FailureReason
-	20,  // 246: kibotos.ctrl.v1.TransferFailure.stage:type_name -> kibotos.ctrl.v1.FailureStage
-	234, // 247: kibotos.ctrl.v1.TransferFailure.failed_at:type_name -> google.protobuf.Timestamp
-	155, // 248: kibotos.ctrl.v1.TransferManifest.template:type_name -> kibotos.ctrl.v1.TemplateRef
-	158, // 249: kibotos.ctrl.v1.TransferManifest.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
-	234, // 250: kibotos.ctrl.v1.TransferManifest.created_at:type_name -> google.protobuf.Timestamp
-	161, // 251: kibotos.ctrl.v1.TransferManifest.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
-	234, // 252: kibotos.ctrl.v1.TransferProgress.updated_at:type_name -> google.protobuf.Timestamp
-	10,  // 253: kibotos.ctrl.v1.Transfer.state:type_name -> kibotos.ctrl.v1.TransferState
-	183, // 254: kibotos.ctrl.v1.Transfer.manifest:type_name -> kibotos.ctrl.v1.TransferManifest
-	182, // 255: kibotos.ctrl.v1.Transfer.failure:type_name -> kibotos.ctrl.v1.TransferFailure
-	234, // 256: kibotos.ctrl.v1.Transfer.created_at:type_name -> google.protobuf.Timestamp
-	234, // 257: kibotos.ctrl.v1.Transfer.updated_at:type_name -> google.protobuf.Timestamp
-	234, // 258: kibotos.ctrl.v1.Transfer.expires_at:type_name -> google.protobuf.Timestamp
-	232, // 259: kibotos.ctrl.v1.Transfer.labels:type_name -> kibotos.ctrl.v1.Transfer.LabelsEntry
-	233, // 260: kibotos.ctrl.v1.Transfer.annotations:type_name -> kibotos.ctrl.v1.Transfer.AnnotationsEntry
-	184, // 261: kibotos.ctrl.v1.Transfer.progress:type_name -> kibotos.ctrl.v1.TransferProgress
-	173, // 262: kibotos.ctrl.v1.ErrorDetail.observed_workspace:type_name -> kibotos.ctrl.v1.Workspace
-	19,  // 263: kibotos.ctrl.v1.ErrorDetail.reason:type_name -> kibotos.ctrl.v1.FailureReason
-	20,  // 264: kibotos.ctrl.v1.ErrorDetail.stage:type_name -> kibotos.ctrl.v1.FailureStage
-	234, // 265: kibotos.ctrl.v1.WorkspaceExpirationPolicy.deadline:type_name -> google.protobuf.Timestamp
-	25,  // 266: kibotos.ctrl.v1.WorkspaceExpirationPolicy.action:type_name -> kibotos.ctrl.v1.WorkspaceExpirationAction
-	187, // 267: kibotos.ctrl.v1.WorkspaceExpiration.policy:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
-	187, // 268: kibotos.ctrl.v1.WorkspaceExpirationChange.set:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
-	236, // 269: kibotos.ctrl.v1.WorkspaceExpirationChange.clear:type_name -> google.protobuf.Empty
-	26,  // 270: kibotos.ctrl.v1.WorkspaceService.CreateWorkspace:input_type -> kibotos.ctrl.v1.CreateWorkspaceRequest
-	28,  // 271: kibotos.ctrl.v1.WorkspaceService.GetWorkspace:input_type -> kibotos.ctrl.v1.GetWorkspaceRequest
-	30,  // 272: kibotos.ctrl.v1.WorkspaceService.ListWorkspaces:input_type -> kibotos.ctrl.v1.ListWorkspacesRequest
-	32,  // 273: kibotos.ctrl.v1.WorkspaceService.WatchWorkspace:input_type -> kibotos.ctrl.v1.WatchWorkspaceRequest
-	34,  // 274: kibotos.ctrl.v1.WorkspaceService.StartWorkspace:input_type -> kibotos.ctrl.v1.StartWorkspaceRequest
-	36,  // 275: kibotos.ctrl.v1.WorkspaceService.StopWorkspace:input_type -> kibotos.ctrl.v1.StopWorkspaceRequest
-	38,  // 276: kibotos.ctrl.v1.WorkspaceService.DeleteWorkspace:input_type -> kibotos.ctrl.v1.DeleteWorkspaceRequest
-	40,  // 277: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceMemory:input_type -> kibotos.ctrl.v1.UpdateWorkspaceMemoryRequest
-	42,  // 278: kibotos.ctrl.v1.WorkspaceService.ResizeWorkspaceWritableLayer:input_type -> kibotos.ctrl.v1.ResizeWorkspaceWritableLayerRequest
-	44,  // 279: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceVolumeBinding:input_type -> kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest
-	46,  // 280: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceNetworkPolicy:input_type -> kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest
-	48,  // 281: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceExpiration:input_type -> kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest
-	50,  // 282: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceLabels:input_type -> kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest
-	52,  // 283: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceAnnotations:input_type -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest
-	54,  // 284: kibotos.ctrl.v1.TemplateService.CreateTemplate:input_type -> kibotos.ctrl.v1.CreateTemplateRequest
-	56,  // 285: kibotos.ctrl.v1.TemplateService.GetTemplate:input_type -> kibotos.ctrl.v1.GetTemplateRequest
-	58,  // 286: kibotos.ctrl.v1.TemplateService.ListTemplates:input_type -> kibotos.ctrl.v1.ListTemplatesRequest
-	60,  // 287: kibotos.ctrl.v1.TemplateService.ImportTemplateRevision:input_type -> kibotos.ctrl.v1.ImportTemplateRevisionRequest
-	63,  // 288: kibotos.ctrl.v1.TemplateService.SetTemplateDefault:input_type -> kibotos.ctrl.v1.SetTemplateDefaultRequest
-	65,  // 289: kibotos.ctrl.v1.TemplateService.DeleteTemplate:input_type -> kibotos.ctrl.v1.DeleteTemplateRequest
-	67,  // 290: kibotos.ctrl.v1.TemplateService.UpdateTemplateLabels:input_type -> kibotos.ctrl.v1.UpdateTemplateLabelsRequest
-	69,  // 291: kibotos.ctrl.v1.TemplateService.UpdateTemplateAnnotations:input_type -> kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest
-	74,  // 292: kibotos.ctrl.v1.SessionService.IssueSession:input_type -> kibotos.ctrl.v1.IssueSessionRequest
-	76,  // 293: kibotos.ctrl.v1.SessionService.RevokeSession:input_type -> kibotos.ctrl.v1.RevokeSessionRequest
-	78,  // 294: kibotos.ctrl.v1.SessionService.RotateDataPlane:input_type -> kibotos.ctrl.v1.RotateDataPlaneRequest
-	80,  // 295: kibotos.ctrl.v1.ExposureService.CreateExposure:input_type -> kibotos.ctrl.v1.CreateExposureRequest
-	82,  // 296: kibotos.ctrl.v1.ExposureService.RevokeExposure:input_type -> kibotos.ctrl.v1.RevokeExposureRequest
-	84,  // 297: kibotos.ctrl.v1.ExposureService.ListExposures:input_type -> kibotos.ctrl.v1.ListExposuresRequest
-	87,  // 298: kibotos.ctrl.v1.VolumeService.CreateVolume:input_type -> kibotos.ctrl.v1.CreateVolumeRequest
-	89,  // 299: kibotos.ctrl.v1.VolumeService.GetVolume:input_type -> kibotos.ctrl.v1.GetVolumeRequest
-	91,  // 300: kibotos.ctrl.v1.VolumeService.ListVolumes:input_type -> kibotos.ctrl.v1.ListVolumesRequest
-	93,  // 301: kibotos.ctrl.v1.VolumeService.ResizeVolume:input_type -> kibotos.ctrl.v1.ResizeVolumeRequest
-	95,  // 302: kibotos.ctrl.v1.VolumeService.DeleteVolume:input_type -> kibotos.ctrl.v1.DeleteVolumeRequest
-	97,  // 303: kibotos.ctrl.v1.VolumeService.UpdateVolumeLabels:input_type -> kibotos.ctrl.v1.UpdateVolumeLabelsRequest
-	99,  // 304: kibotos.ctrl.v1.VolumeService.UpdateVolumeAnnotations:input_type -> kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest
-	101, // 305: kibotos.ctrl.v1.TransferService.ExportWorkspace:input_type -> kibotos.ctrl.v1.ExportWorkspaceRequest
-	103, // 306: kibotos.ctrl.v1.TransferService.ReadTransferArtifact:input_type -> kibotos.ctrl.v1.ReadTransferArtifactRequest
-	105, // 307: kibotos.ctrl.v1.TransferService.ImportTransfer:input_type -> kibotos.ctrl.v1.ImportTransferRequest
-	107, // 308: kibotos.ctrl.v1.TransferService.RestoreWorkspace:input_type -> kibotos.ctrl.v1.RestoreWorkspaceRequest
-	109, // 309: kibotos.ctrl.v1.TransferService.GetTransfer:input_type -> kibotos.ctrl.v1.GetTransferRequest
-	111, // 310: kibotos.ctrl.v1.TransferService.ListTransfers:input_type -> kibotos.ctrl.v1.ListTransfersRequest
-	113, // 311: kibotos.ctrl.v1.TransferService.DeleteTransfer:input_type -> kibotos.ctrl.v1.DeleteTransferRequest
-	115, // 312: kibotos.ctrl.v1.EgressService.CreateEgress:input_type -> kibotos.ctrl.v1.CreateEgressRequest
-	117, // 313: kibotos.ctrl.v1.EgressService.GetEgress:input_type -> kibotos.ctrl.v1.GetEgressRequest
-	119, // 314: kibotos.ctrl.v1.EgressService.ListEgresses:input_type -> kibotos.ctrl.v1.ListEgressesRequest
-	121, // 315: kibotos.ctrl.v1.EgressService.UpdateEgress:input_type -> kibotos.ctrl.v1.UpdateEgressRequest
-	123, // 316: kibotos.ctrl.v1.EgressService.DeleteEgress:input_type -> kibotos.ctrl.v1.DeleteEgressRequest
-	125, // 317: kibotos.ctrl.v1.EgressService.UpdateEgressLabels:input_type -> kibotos.ctrl.v1.UpdateEgressLabelsRequest
-	127, // 318: kibotos.ctrl.v1.EgressService.UpdateEgressAnnotations:input_type -> kibotos.ctrl.v1.UpdateEgressAnnotationsRequest
-	133, // 319: kibotos.ctrl.v1.ResolverService.CreateResolver:input_type -> kibotos.ctrl.v1.CreateResolverRequest
-	135, // 320: kibotos.ctrl.v1.ResolverService.GetResolver:input_type -> kibotos.ctrl.v1.GetResolverRequest
-	137, // 321: kibotos.ctrl.v1.ResolverService.ListResolvers:input_type -> kibotos.ctrl.v1.ListResolversRequest
-	139, // 322: kibotos.ctrl.v1.ResolverService.UpdateResolver:input_type -> kibotos.ctrl.v1.UpdateResolverRequest
-	141, // 323: kibotos.ctrl.v1.ResolverService.DeleteResolver:input_type -> kibotos.ctrl.v1.DeleteResolverRequest
-	143, // 324: kibotos.ctrl.v1.ResolverService.UpdateResolverLabels:input_type -> kibotos.ctrl.v1.UpdateResolverLabelsRequest
-	145, // 325: kibotos.ctrl.v1.ResolverService.UpdateResolverAnnotations:input_type -> kibotos.ctrl.v1.UpdateResolverAnnotationsRequest
-	27,  // 326: kibotos.ctrl.v1.WorkspaceService.CreateWorkspace:output_type -> kibotos.ctrl.v1.CreateWorkspaceResponse
-	29,  // 327: kibotos.ctrl.v1.WorkspaceService.GetWorkspace:output_type -> kibotos.ctrl.v1.GetWorkspaceResponse
-	31,  // 328: kibotos.ctrl.v1.WorkspaceService.ListWorkspaces:output_type -> kibotos.ctrl.v1.ListWorkspacesResponse
-	33,  // 329: kibotos.ctrl.v1.WorkspaceService.WatchWorkspace:output_type -> kibotos.ctrl.v1.WatchWorkspaceResponse
-	35,  // 330: kibotos.ctrl.v1.WorkspaceService.StartWorkspace:output_type -> kibotos.ctrl.v1.StartWorkspaceResponse
-	37,  // 331: kibotos.ctrl.v1.WorkspaceService.StopWorkspace:output_type -> kibotos.ctrl.v1.StopWorkspaceResponse
-	39,  // 332: kibotos.ctrl.v1.WorkspaceService.DeleteWorkspace:output_type -> kibotos.ctrl.v1.DeleteWorkspaceResponse
-	41,  // 333: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceMemory:output_type -> kibotos.ctrl.v1.UpdateWorkspaceMemoryResponse
-	43,  // 334: kibotos.ctrl.v1.WorkspaceService.ResizeWorkspaceWritableLayer:output_type -> kibotos.ctrl.v1.ResizeWorkspaceWritableLayerResponse
-	45,  // 335: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceVolumeBinding:output_type -> kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingResponse
-	47,  // 336: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceNetworkPolicy:output_type -> kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyResponse
-	49,  // 337: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceExpiration:output_type -> kibotos.ctrl.v1.UpdateWorkspaceExpirationResponse
-	51,  // 338: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceLabels:output_type -> kibotos.ctrl.v1.UpdateWorkspaceLabelsResponse
-	53,  // 339: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceAnnotations:output_type -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsResponse
-	55,  // 340: kibotos.ctrl.v1.TemplateService.CreateTemplate:output_type -> kibotos.ctrl.v1.CreateTemplateResponse
-	57,  // 341: kibotos.ctrl.v1.TemplateService.GetTemplate:output_type -> kibotos.ctrl.v1.GetTemplateResponse
-	59,  // 342: kibotos.ctrl.v1.TemplateService.ListTemplates:output_type -> kibotos.ctrl.v1.ListTemplatesResponse
-	62,  // 343: kibotos.ctrl.v1.TemplateService.ImportTemplateRevision:output_type -> kibotos.ctrl.v1.ImportTemplateRevisionResponse
-	64,  // 344: kibotos.ctrl.v1.TemplateService.SetTemplateDefault:output_type -> kibotos.ctrl.v1.SetTemplateDefaultResponse
-	66,  // 345: kibotos.ctrl.v1.TemplateService.DeleteTemplate:output_type -> kibotos.ctrl.v1.DeleteTemplateResponse
-	68,  // 346: kibotos.ctrl.v1.TemplateService.UpdateTemplateLabels:output_type -> kibotos.ctrl.v1.UpdateTemplateLabelsResponse
-	70,  // 347: kibotos.ctrl.v1.TemplateService.UpdateTemplateAnnotations:output_type -> kibotos.ctrl.v1.UpdateTemplateAnnotationsResponse
-	75,  // 348: kibotos.ctrl.v1.SessionService.IssueSession:output_type -> kibotos.ctrl.v1.IssueSessionResponse
-	77,  // 349: kibotos.ctrl.v1.SessionService.RevokeSession:output_type -> kibotos.ctrl.v1.RevokeSessionResponse
-	79,  // 350: kibotos.ctrl.v1.SessionService.RotateDataPlane:output_type -> kibotos.ctrl.v1.RotateDataPlaneResponse
-	81,  // 351: kibotos.ctrl.v1.ExposureService.CreateExposure:output_type -> kibotos.ctrl.v1.CreateExposureResponse
-	83,  // 352: kibotos.ctrl.v1.ExposureService.RevokeExposure:output_type -> kibotos.ctrl.v1.RevokeExposureResponse
-	85,  // 353: kibotos.ctrl.v1.ExposureService.ListExposures:output_type -> kibotos.ctrl.v1.ListExposuresResponse
-	88,  // 354: kibotos.ctrl.v1.VolumeService.CreateVolume:output_type -> kibotos.ctrl.v1.CreateVolumeResponse
-	90,  // 355: kibotos.ctrl.v1.VolumeService.GetVolume:output_type -> kibotos.ctrl.v1.GetVolumeResponse
-	92,  // 356: kibotos.ctrl.v1.VolumeService.ListVolumes:output_type -> kibotos.ctrl.v1.ListVolumesResponse
-	94,  // 357: kibotos.ctrl.v1.VolumeService.ResizeVolume:output_type -> kibotos.ctrl.v1.ResizeVolumeResponse
-	96,  // 358: kibotos.ctrl.v1.VolumeService.DeleteVolume:output_type -> kibotos.ctrl.v1.DeleteVolumeResponse
-	98,  // 359: kibotos.ctrl.v1.VolumeService.UpdateVolumeLabels:output_type -> kibotos.ctrl.v1.UpdateVolumeLabelsResponse
-	100, // 360: kibotos.ctrl.v1.VolumeService.UpdateVolumeAnnotations:output_type -> kibotos.ctrl.v1.UpdateVolumeAnnotationsResponse
-	102, // 361: kibotos.ctrl.v1.TransferService.ExportWorkspace:output_type -> kibotos.ctrl.v1.ExportWorkspaceResponse
-	104, // 362: kibotos.ctrl.v1.TransferService.ReadTransferArtifact:output_type -> kibotos.ctrl.v1.ReadTransferArtifactResponse
-	106, // 363: kibotos.ctrl.v1.TransferService.ImportTransfer:output_type -> kibotos.ctrl.v1.ImportTransferResponse
-	108, // 364: kibotos.ctrl.v1.TransferService.RestoreWorkspace:output_type -> kibotos.ctrl.v1.RestoreWorkspaceResponse
-	110, // 365: kibotos.ctrl.v1.TransferService.GetTransfer:output_type -> kibotos.ctrl.v1.GetTransferResponse
-	112, // 366: kibotos.ctrl.v1.TransferService.ListTransfers:output_type -> kibotos.ctrl.v1.ListTransfersResponse
-	114, // 367: kibotos.ctrl.v1.TransferService.DeleteTransfer:output_type -> kibotos.ctrl.v1.DeleteTransferResponse
-	116, // 368: kibotos.ctrl.v1.EgressService.CreateEgress:output_type -> kibotos.ctrl.v1.CreateEgressResponse
-	118, // 369: kibotos.ctrl.v1.EgressService.GetEgress:output_type -> kibotos.ctrl.v1.GetEgressResponse
-	120, // 370: kibotos.ctrl.v1.EgressService.ListEgresses:output_type -> kibotos.ctrl.v1.ListEgressesResponse
-	122, // 371: kibotos.ctrl.v1.EgressService.UpdateEgress:output_type -> kibotos.ctrl.v1.UpdateEgressResponse
-	124, // 372: kibotos.ctrl.v1.EgressService.DeleteEgress:output_type -> kibotos.ctrl.v1.DeleteEgressResponse
-	126, // 373: kibotos.ctrl.v1.EgressService.UpdateEgressLabels:output_type -> kibotos.ctrl.v1.UpdateEgressLabelsResponse
-	128, // 374: kibotos.ctrl.v1.EgressService.UpdateEgressAnnotations:output_type -> kibotos.ctrl.v1.UpdateEgressAnnotationsResponse
-	134, // 375: kibotos.ctrl.v1.ResolverService.CreateResolver:output_type -> kibotos.ctrl.v1.CreateResolverResponse
-	136, // 376: kibotos.ctrl.v1.ResolverService.GetResolver:output_type -> kibotos.ctrl.v1.GetResolverResponse
-	138, // 377: kibotos.ctrl.v1.ResolverService.ListResolvers:output_type -> kibotos.ctrl.v1.ListResolversResponse
-	140, // 378: kibotos.ctrl.v1.ResolverService.UpdateResolver:output_type -> kibotos.ctrl.v1.UpdateResolverResponse
-	142, // 379: kibotos.ctrl.v1.ResolverService.DeleteResolver:output_type -> kibotos.ctrl.v1.DeleteResolverResponse
-	144, // 380: kibotos.ctrl.v1.ResolverService.UpdateResolverLabels:output_type -> kibotos.ctrl.v1.UpdateResolverLabelsResponse
-	146, // 381: kibotos.ctrl.v1.ResolverService.UpdateResolverAnnotations:output_type -> kibotos.ctrl.v1.UpdateResolverAnnotationsResponse
-	326, // [326:382] is the sub-list for method output_type
-	270, // [270:326] is the sub-list for method input_type
-	270, // [270:270] is the sub-list for extension type_name
-	270, // [270:270] is the sub-list for extension extendee
-	0,   // [0:270] is the sub-list for field type_name
+	62,  // 45: kibotos.ctrl.v1.ImportTemplateRevisionStart.registry_credentials:type_name -> kibotos.ctrl.v1.RegistryCredentials
+	72,  // 46: kibotos.ctrl.v1.ImportTemplateRevisionResponse.template:type_name -> kibotos.ctrl.v1.Template
+	73,  // 47: kibotos.ctrl.v1.ImportTemplateRevisionResponse.revision:type_name -> kibotos.ctrl.v1.TemplateRevision
+	155, // 48: kibotos.ctrl.v1.SetTemplateDefaultRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	72,  // 49: kibotos.ctrl.v1.SetTemplateDefaultResponse.template:type_name -> kibotos.ctrl.v1.Template
+	155, // 50: kibotos.ctrl.v1.DeleteTemplateRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	155, // 51: kibotos.ctrl.v1.UpdateTemplateLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	199, // 52: kibotos.ctrl.v1.UpdateTemplateLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateTemplateLabelsRequest.LabelsEntry
+	72,  // 53: kibotos.ctrl.v1.UpdateTemplateLabelsResponse.template:type_name -> kibotos.ctrl.v1.Template
+	155, // 54: kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	200, // 55: kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest.AnnotationsEntry
+	72,  // 56: kibotos.ctrl.v1.UpdateTemplateAnnotationsResponse.template:type_name -> kibotos.ctrl.v1.Template
+	73,  // 57: kibotos.ctrl.v1.Template.revisions:type_name -> kibotos.ctrl.v1.TemplateRevision
+	235, // 58: kibotos.ctrl.v1.Template.created_at:type_name -> google.protobuf.Timestamp
+	235, // 59: kibotos.ctrl.v1.Template.updated_at:type_name -> google.protobuf.Timestamp
+	201, // 60: kibotos.ctrl.v1.Template.labels:type_name -> kibotos.ctrl.v1.Template.LabelsEntry
+	202, // 61: kibotos.ctrl.v1.Template.annotations:type_name -> kibotos.ctrl.v1.Template.AnnotationsEntry
+	235, // 62: kibotos.ctrl.v1.TemplateRevision.created_at:type_name -> google.protobuf.Timestamp
+	74,  // 63: kibotos.ctrl.v1.TemplateRevision.display:type_name -> kibotos.ctrl.v1.TemplateDisplay
+	235, // 64: kibotos.ctrl.v1.IssueSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
+	155, // 65: kibotos.ctrl.v1.RevokeSessionRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	155, // 66: kibotos.ctrl.v1.RotateDataPlaneRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	174, // 67: kibotos.ctrl.v1.RotateDataPlaneResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	155, // 68: kibotos.ctrl.v1.CreateExposureRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	1,   // 69: kibotos.ctrl.v1.CreateExposureRequest.auth:type_name -> kibotos.ctrl.v1.ExposureAuth
+	87,  // 70: kibotos.ctrl.v1.CreateExposureResponse.exposure:type_name -> kibotos.ctrl.v1.Exposure
+	155, // 71: kibotos.ctrl.v1.RevokeExposureRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	87,  // 72: kibotos.ctrl.v1.ListExposuresResponse.exposures:type_name -> kibotos.ctrl.v1.Exposure
+	1,   // 73: kibotos.ctrl.v1.Exposure.auth:type_name -> kibotos.ctrl.v1.ExposureAuth
+	235, // 74: kibotos.ctrl.v1.Exposure.created_at:type_name -> google.protobuf.Timestamp
+	155, // 75: kibotos.ctrl.v1.CreateVolumeRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	179, // 76: kibotos.ctrl.v1.CreateVolumeRequest.spec:type_name -> kibotos.ctrl.v1.VolumeSpec
+	203, // 77: kibotos.ctrl.v1.CreateVolumeRequest.labels:type_name -> kibotos.ctrl.v1.CreateVolumeRequest.LabelsEntry
+	204, // 78: kibotos.ctrl.v1.CreateVolumeRequest.annotations:type_name -> kibotos.ctrl.v1.CreateVolumeRequest.AnnotationsEntry
+	181, // 79: kibotos.ctrl.v1.CreateVolumeResponse.volume:type_name -> kibotos.ctrl.v1.Volume
+	181, // 80: kibotos.ctrl.v1.GetVolumeResponse.volume:type_name -> kibotos.ctrl.v1.Volume
+	205, // 81: kibotos.ctrl.v1.ListVolumesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListVolumesRequest.LabelSelectorEntry
+	181, // 82: kibotos.ctrl.v1.ListVolumesResponse.volumes:type_name -> kibotos.ctrl.v1.Volume
+	155, // 83: kibotos.ctrl.v1.ResizeVolumeRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	181, // 84: kibotos.ctrl.v1.ResizeVolumeResponse.volume:type_name -> kibotos.ctrl.v1.Volume
+	155, // 85: kibotos.ctrl.v1.DeleteVolumeRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	181, // 86: kibotos.ctrl.v1.DeleteVolumeResponse.volume:type_name -> kibotos.ctrl.v1.Volume
+	155, // 87: kibotos.ctrl.v1.UpdateVolumeLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	206, // 88: kibotos.ctrl.v1.UpdateVolumeLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateVolumeLabelsRequest.LabelsEntry
+	181, // 89: kibotos.ctrl.v1.UpdateVolumeLabelsResponse.volume:type_name -> kibotos.ctrl.v1.Volume
+	155, // 90: kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	207, // 91: kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest.AnnotationsEntry
+	181, // 92: kibotos.ctrl.v1.UpdateVolumeAnnotationsResponse.volume:type_name -> kibotos.ctrl.v1.Volume
+	155, // 93: kibotos.ctrl.v1.ExportWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	208, // 94: kibotos.ctrl.v1.ExportWorkspaceRequest.labels:type_name -> kibotos.ctrl.v1.ExportWorkspaceRequest.LabelsEntry
+	209, // 95: kibotos.ctrl.v1.ExportWorkspaceRequest.annotations:type_name -> kibotos.ctrl.v1.ExportWorkspaceRequest.AnnotationsEntry
+	186, // 96: kibotos.ctrl.v1.ExportWorkspaceResponse.transfer:type_name -> kibotos.ctrl.v1.Transfer
+	155, // 97: kibotos.ctrl.v1.ImportTransferRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	210, // 98: kibotos.ctrl.v1.ImportTransferRequest.labels:type_name -> kibotos.ctrl.v1.ImportTransferRequest.LabelsEntry
+	211, // 99: kibotos.ctrl.v1.ImportTransferRequest.annotations:type_name -> kibotos.ctrl.v1.ImportTransferRequest.AnnotationsEntry
+	186, // 100: kibotos.ctrl.v1.ImportTransferResponse.transfer:type_name -> kibotos.ctrl.v1.Transfer
+	155, // 101: kibotos.ctrl.v1.RestoreWorkspaceRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	212, // 102: kibotos.ctrl.v1.RestoreWorkspaceRequest.labels:type_name -> kibotos.ctrl.v1.RestoreWorkspaceRequest.LabelsEntry
+	213, // 103: kibotos.ctrl.v1.RestoreWorkspaceRequest.annotations:type_name -> kibotos.ctrl.v1.RestoreWorkspaceRequest.AnnotationsEntry
+	174, // 104: kibotos.ctrl.v1.RestoreWorkspaceResponse.workspace:type_name -> kibotos.ctrl.v1.Workspace
+	186, // 105: kibotos.ctrl.v1.RestoreWorkspaceResponse.transfer:type_name -> kibotos.ctrl.v1.Transfer
+	186, // 106: kibotos.ctrl.v1.GetTransferResponse.transfer:type_name -> kibotos.ctrl.v1.Transfer
+	214, // 107: kibotos.ctrl.v1.ListTransfersRequest.label_selector:type_name -> kibotos.ctrl.v1.ListTransfersRequest.LabelSelectorEntry
+	186, // 108: kibotos.ctrl.v1.ListTransfersResponse.transfers:type_name -> kibotos.ctrl.v1.Transfer
+	155, // 109: kibotos.ctrl.v1.DeleteTransferRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	186, // 110: kibotos.ctrl.v1.DeleteTransferResponse.transfer:type_name -> kibotos.ctrl.v1.Transfer
+	155, // 111: kibotos.ctrl.v1.CreateEgressRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	130, // 112: kibotos.ctrl.v1.CreateEgressRequest.spec:type_name -> kibotos.ctrl.v1.EgressSpec
+	215, // 113: kibotos.ctrl.v1.CreateEgressRequest.labels:type_name -> kibotos.ctrl.v1.CreateEgressRequest.LabelsEntry
+	216, // 114: kibotos.ctrl.v1.CreateEgressRequest.annotations:type_name -> kibotos.ctrl.v1.CreateEgressRequest.AnnotationsEntry
+	133, // 115: kibotos.ctrl.v1.CreateEgressResponse.egress:type_name -> kibotos.ctrl.v1.Egress
+	133, // 116: kibotos.ctrl.v1.GetEgressResponse.egress:type_name -> kibotos.ctrl.v1.Egress
+	217, // 117: kibotos.ctrl.v1.ListEgressesRequest.label_selector:type_name -> kibotos.ctrl.v1.ListEgressesRequest.LabelSelectorEntry
+	133, // 118: kibotos.ctrl.v1.ListEgressesResponse.egresses:type_name -> kibotos.ctrl.v1.Egress
+	155, // 119: kibotos.ctrl.v1.UpdateEgressRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	130, // 120: kibotos.ctrl.v1.UpdateEgressRequest.spec:type_name -> kibotos.ctrl.v1.EgressSpec
+	133, // 121: kibotos.ctrl.v1.UpdateEgressResponse.egress:type_name -> kibotos.ctrl.v1.Egress
+	155, // 122: kibotos.ctrl.v1.DeleteEgressRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	155, // 123: kibotos.ctrl.v1.UpdateEgressLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	218, // 124: kibotos.ctrl.v1.UpdateEgressLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateEgressLabelsRequest.LabelsEntry
+	133, // 125: kibotos.ctrl.v1.UpdateEgressLabelsResponse.egress:type_name -> kibotos.ctrl.v1.Egress
+	155, // 126: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	219, // 127: kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateEgressAnnotationsRequest.AnnotationsEntry
+	133, // 128: kibotos.ctrl.v1.UpdateEgressAnnotationsResponse.egress:type_name -> kibotos.ctrl.v1.Egress
+	131, // 129: kibotos.ctrl.v1.EgressSpec.socks5:type_name -> kibotos.ctrl.v1.Socks5Egress
+	132, // 130: kibotos.ctrl.v1.Socks5Egress.tls:type_name -> kibotos.ctrl.v1.EgressTls
+	130, // 131: kibotos.ctrl.v1.Egress.spec:type_name -> kibotos.ctrl.v1.EgressSpec
+	235, // 132: kibotos.ctrl.v1.Egress.created_at:type_name -> google.protobuf.Timestamp
+	235, // 133: kibotos.ctrl.v1.Egress.updated_at:type_name -> google.protobuf.Timestamp
+	220, // 134: kibotos.ctrl.v1.Egress.labels:type_name -> kibotos.ctrl.v1.Egress.LabelsEntry
+	221, // 135: kibotos.ctrl.v1.Egress.annotations:type_name -> kibotos.ctrl.v1.Egress.AnnotationsEntry
+	155, // 136: kibotos.ctrl.v1.CreateResolverRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	148, // 137: kibotos.ctrl.v1.CreateResolverRequest.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
+	222, // 138: kibotos.ctrl.v1.CreateResolverRequest.labels:type_name -> kibotos.ctrl.v1.CreateResolverRequest.LabelsEntry
+	223, // 139: kibotos.ctrl.v1.CreateResolverRequest.annotations:type_name -> kibotos.ctrl.v1.CreateResolverRequest.AnnotationsEntry
+	153, // 140: kibotos.ctrl.v1.CreateResolverResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
+	153, // 141: kibotos.ctrl.v1.GetResolverResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
+	224, // 142: kibotos.ctrl.v1.ListResolversRequest.label_selector:type_name -> kibotos.ctrl.v1.ListResolversRequest.LabelSelectorEntry
+	153, // 143: kibotos.ctrl.v1.ListResolversResponse.resolvers:type_name -> kibotos.ctrl.v1.Resolver
+	155, // 144: kibotos.ctrl.v1.UpdateResolverRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	148, // 145: kibotos.ctrl.v1.UpdateResolverRequest.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
+	153, // 146: kibotos.ctrl.v1.UpdateResolverResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
+	155, // 147: kibotos.ctrl.v1.DeleteResolverRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	155, // 148: kibotos.ctrl.v1.UpdateResolverLabelsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	225, // 149: kibotos.ctrl.v1.UpdateResolverLabelsRequest.labels:type_name -> kibotos.ctrl.v1.UpdateResolverLabelsRequest.LabelsEntry
+	153, // 150: kibotos.ctrl.v1.UpdateResolverLabelsResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
+	155, // 151: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.command:type_name -> kibotos.ctrl.v1.CommandMetadata
+	226, // 152: kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.annotations:type_name -> kibotos.ctrl.v1.UpdateResolverAnnotationsRequest.AnnotationsEntry
+	153, // 153: kibotos.ctrl.v1.UpdateResolverAnnotationsResponse.resolver:type_name -> kibotos.ctrl.v1.Resolver
+	149, // 154: kibotos.ctrl.v1.ResolverSpec.udp:type_name -> kibotos.ctrl.v1.UdpResolver
+	150, // 155: kibotos.ctrl.v1.ResolverSpec.tcp:type_name -> kibotos.ctrl.v1.TcpResolver
+	151, // 156: kibotos.ctrl.v1.ResolverSpec.tls:type_name -> kibotos.ctrl.v1.TlsResolver
+	152, // 157: kibotos.ctrl.v1.ResolverSpec.https:type_name -> kibotos.ctrl.v1.HttpsResolver
+	148, // 158: kibotos.ctrl.v1.Resolver.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
+	235, // 159: kibotos.ctrl.v1.Resolver.created_at:type_name -> google.protobuf.Timestamp
+	235, // 160: kibotos.ctrl.v1.Resolver.updated_at:type_name -> google.protobuf.Timestamp
+	227, // 161: kibotos.ctrl.v1.Resolver.labels:type_name -> kibotos.ctrl.v1.Resolver.LabelsEntry
+	228, // 162: kibotos.ctrl.v1.Resolver.annotations:type_name -> kibotos.ctrl.v1.Resolver.AnnotationsEntry
+	12,  // 163: kibotos.ctrl.v1.WorkspaceStop.cause:type_name -> kibotos.ctrl.v1.StopCause
+	13,  // 164: kibotos.ctrl.v1.WorkspaceStop.mode:type_name -> kibotos.ctrl.v1.StopMode
+	11,  // 165: kibotos.ctrl.v1.WorkspaceStop.durability:type_name -> kibotos.ctrl.v1.StopDurability
+	235, // 166: kibotos.ctrl.v1.WorkspaceStop.requested_at:type_name -> google.protobuf.Timestamp
+	235, // 167: kibotos.ctrl.v1.WorkspaceStop.completed_at:type_name -> google.protobuf.Timestamp
+	8,   // 168: kibotos.ctrl.v1.TemplateDeliveryObservation.state:type_name -> kibotos.ctrl.v1.TemplateDeliveryState
+	9,   // 169: kibotos.ctrl.v1.TemplateDeliveryObservation.reason:type_name -> kibotos.ctrl.v1.TemplateDeliveryReason
+	235, // 170: kibotos.ctrl.v1.TemplateDeliveryObservation.started_at:type_name -> google.protobuf.Timestamp
+	235, // 171: kibotos.ctrl.v1.TemplateDeliveryObservation.observed_at:type_name -> google.protobuf.Timestamp
+	21,  // 172: kibotos.ctrl.v1.WorkspaceVolumeBinding.mode:type_name -> kibotos.ctrl.v1.WorkspaceVolumeMode
+	22,  // 173: kibotos.ctrl.v1.NetworkPolicy.mode:type_name -> kibotos.ctrl.v1.NetworkPolicyMode
+	166, // 174: kibotos.ctrl.v1.NetworkPolicy.egresses:type_name -> kibotos.ctrl.v1.NetworkPolicyEgress
+	163, // 175: kibotos.ctrl.v1.NetworkPolicy.resolvers:type_name -> kibotos.ctrl.v1.NetworkPolicyResolver
+	164, // 176: kibotos.ctrl.v1.NetworkPolicyResolver.path:type_name -> kibotos.ctrl.v1.ResolverPath
+	165, // 177: kibotos.ctrl.v1.ResolverPath.direct:type_name -> kibotos.ctrl.v1.ResolverDirectPath
+	235, // 178: kibotos.ctrl.v1.NetworkPolicyStatus.applied_at:type_name -> google.protobuf.Timestamp
+	168, // 179: kibotos.ctrl.v1.NetworkPolicyStatus.egresses:type_name -> kibotos.ctrl.v1.NetworkPolicyEgressStatus
+	169, // 180: kibotos.ctrl.v1.NetworkPolicyStatus.resolvers:type_name -> kibotos.ctrl.v1.NetworkPolicyResolverStatus
+	164, // 181: kibotos.ctrl.v1.NetworkPolicyResolverStatus.path:type_name -> kibotos.ctrl.v1.ResolverPath
+	156, // 182: kibotos.ctrl.v1.WorkspaceSpec.template:type_name -> kibotos.ctrl.v1.TemplateRef
+	159, // 183: kibotos.ctrl.v1.WorkspaceSpec.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
+	160, // 184: kibotos.ctrl.v1.WorkspaceSpec.capabilities:type_name -> kibotos.ctrl.v1.CapabilityRequirements
+	161, // 185: kibotos.ctrl.v1.WorkspaceSpec.volume:type_name -> kibotos.ctrl.v1.WorkspaceVolumeBinding
+	162, // 186: kibotos.ctrl.v1.WorkspaceSpec.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	157, // 187: kibotos.ctrl.v1.WorkspaceCreateSpec.template:type_name -> kibotos.ctrl.v1.TemplateSelector
+	159, // 188: kibotos.ctrl.v1.WorkspaceCreateSpec.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
+	160, // 189: kibotos.ctrl.v1.WorkspaceCreateSpec.capabilities:type_name -> kibotos.ctrl.v1.CapabilityRequirements
+	161, // 190: kibotos.ctrl.v1.WorkspaceCreateSpec.volume:type_name -> kibotos.ctrl.v1.WorkspaceVolumeBinding
+	162, // 191: kibotos.ctrl.v1.WorkspaceCreateSpec.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	188, // 192: kibotos.ctrl.v1.WorkspaceCreateSpec.expiration:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
+	19,  // 193: kibotos.ctrl.v1.WorkspaceFailure.reason:type_name -> kibotos.ctrl.v1.FailureReason
+	20,  // 194: kibotos.ctrl.v1.WorkspaceFailure.stage:type_name -> kibotos.ctrl.v1.FailureStage
+	235, // 195: kibotos.ctrl.v1.WorkspaceFailure.failed_at:type_name -> google.protobuf.Timestamp
+	14,  // 196: kibotos.ctrl.v1.RetentionTier.kind:type_name -> kibotos.ctrl.v1.RetentionTierKind
+	15,  // 197: kibotos.ctrl.v1.RetentionTier.availability:type_name -> kibotos.ctrl.v1.RetentionAvailability
+	16,  // 198: kibotos.ctrl.v1.RetentionTier.continuity:type_name -> kibotos.ctrl.v1.RetentionContinuity
+	17,  // 199: kibotos.ctrl.v1.RetentionTier.reset_reason:type_name -> kibotos.ctrl.v1.RetentionResetReason
+	170, // 200: kibotos.ctrl.v1.Workspace.spec:type_name -> kibotos.ctrl.v1.WorkspaceSpec
+	2,   // 201: kibotos.ctrl.v1.Workspace.state:type_name -> kibotos.ctrl.v1.WorkspaceState
+	172, // 202: kibotos.ctrl.v1.Workspace.failure:type_name -> kibotos.ctrl.v1.WorkspaceFailure
+	235, // 203: kibotos.ctrl.v1.Workspace.created_at:type_name -> google.protobuf.Timestamp
+	235, // 204: kibotos.ctrl.v1.Workspace.updated_at:type_name -> google.protobuf.Timestamp
+	173, // 205: kibotos.ctrl.v1.Workspace.retention_tiers:type_name -> kibotos.ctrl.v1.RetentionTier
+	158, // 206: kibotos.ctrl.v1.Workspace.delivery:type_name -> kibotos.ctrl.v1.TemplateDeliveryObservation
+	167, // 207: kibotos.ctrl.v1.Workspace.network_policy_status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
+	18,  // 208: kibotos.ctrl.v1.Workspace.reestablish:type_name -> kibotos.ctrl.v1.ReestablishRequirement
+	229, // 209: kibotos.ctrl.v1.Workspace.annotations:type_name -> kibotos.ctrl.v1.Workspace.AnnotationsEntry
+	230, // 210: kibotos.ctrl.v1.Workspace.labels:type_name -> kibotos.ctrl.v1.Workspace.LabelsEntry
+	177, // 211: kibotos.ctrl.v1.Workspace.guest_observation:type_name -> kibotos.ctrl.v1.GuestObservation
+	154, // 212: kibotos.ctrl.v1.Workspace.last_stop:type_name -> kibotos.ctrl.v1.WorkspaceStop
+	175, // 213: kibotos.ctrl.v1.Workspace.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
+	176, // 214: kibotos.ctrl.v1.Workspace.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
+	189, // 215: kibotos.ctrl.v1.Workspace.expiration:type_name -> kibotos.ctrl.v1.WorkspaceExpiration
+	23,  // 216: kibotos.ctrl.v1.EgressObservation.kind:type_name -> kibotos.ctrl.v1.EgressObservationKind
+	235, // 217: kibotos.ctrl.v1.EgressObservation.failing_since:type_name -> google.protobuf.Timestamp
+	235, // 218: kibotos.ctrl.v1.EgressObservation.observed_at:type_name -> google.protobuf.Timestamp
+	164, // 219: kibotos.ctrl.v1.ResolverObservation.path:type_name -> kibotos.ctrl.v1.ResolverPath
+	24,  // 220: kibotos.ctrl.v1.ResolverObservation.kind:type_name -> kibotos.ctrl.v1.ResolverObservationKind
+	235, // 221: kibotos.ctrl.v1.ResolverObservation.failing_since:type_name -> google.protobuf.Timestamp
+	235, // 222: kibotos.ctrl.v1.ResolverObservation.observed_at:type_name -> google.protobuf.Timestamp
+	235, // 223: kibotos.ctrl.v1.GuestObservation.observed_at:type_name -> google.protobuf.Timestamp
+	3,   // 224: kibotos.ctrl.v1.GuestObservation.condition:type_name -> kibotos.ctrl.v1.GuestCondition
+	235, // 225: kibotos.ctrl.v1.GuestObservation.unresponsive_since:type_name -> google.protobuf.Timestamp
+	4,   // 226: kibotos.ctrl.v1.GuestObservation.memory_condition:type_name -> kibotos.ctrl.v1.GuestMemoryCondition
+	235, // 227: kibotos.ctrl.v1.GuestObservation.memory_saturated_since:type_name -> google.protobuf.Timestamp
+	178, // 228: kibotos.ctrl.v1.GuestObservation.latest_memory_kill:type_name -> kibotos.ctrl.v1.GuestMemoryKill
+	235, // 229: kibotos.ctrl.v1.GuestObservation.last_reset_at:type_name -> google.protobuf.Timestamp
+	235, // 230: kibotos.ctrl.v1.GuestMemoryKill.killed_at:type_name -> google.protobuf.Timestamp
+	236, // 231: kibotos.ctrl.v1.GuestMemoryKill.window:type_name -> google.protobuf.Duration
+	236, // 232: kibotos.ctrl.v1.GuestMemoryKill.saturated_for:type_name -> google.protobuf.Duration
+	19,  // 233: kibotos.ctrl.v1.VolumeFailure.reason:type_name -> kibotos.ctrl.v1.FailureReason
+	20,  // 234: kibotos.ctrl.v1.VolumeFailure.stage:type_name -> kibotos.ctrl.v1.FailureStage
+	235, // 235: kibotos.ctrl.v1.VolumeFailure.failed_at:type_name -> google.protobuf.Timestamp
+	179, // 236: kibotos.ctrl.v1.Volume.spec:type_name -> kibotos.ctrl.v1.VolumeSpec
+	6,   // 237: kibotos.ctrl.v1.Volume.state:type_name -> kibotos.ctrl.v1.VolumeState
+	180, // 238: kibotos.ctrl.v1.Volume.failure:type_name -> kibotos.ctrl.v1.VolumeFailure
+	235, // 239: kibotos.ctrl.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	235, // 240: kibotos.ctrl.v1.Volume.updated_at:type_name -> google.protobuf.Timestamp
+	231, // 241: kibotos.ctrl.v1.Volume.annotations:type_name -> kibotos.ctrl.v1.Volume.AnnotationsEntry
+	232, // 242: kibotos.ctrl.v1.Volume.labels:type_name -> kibotos.ctrl.v1.Volume.LabelsEntry
+	182, // 243: kibotos.ctrl.v1.Volume.observation:type_name -> kibotos.ctrl.v1.VolumeObservation
+	5,   // 244: kibotos.ctrl.v1.VolumeObservation.condition:type_name -> kibotos.ctrl.v1.VolumeCondition
+	235, // 245: kibotos.ctrl.v1.VolumeObservation.observed_at:type_name -> google.protobuf.Timestamp
+	19,  // 246: kibotos.ctrl.v1.TransferFailure.reason:type_name -> kibotos.ctrl.v1.FailureReason
+	20,  // 247: kibotos.ctrl.v1.TransferFailure.stage:type_name -> kibotos.ctrl.v1.FailureStage
+	235, // 248: kibotos.ctrl.v1.TransferFailure.failed_at:type_name -> google.protobuf.Timestamp
+	156, // 249: kibotos.ctrl.v1.TransferManifest.template:type_name -> kibotos.ctrl.v1.TemplateRef
+	159, // 250: kibotos.ctrl.v1.TransferManifest.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
+	235, // 251: kibotos.ctrl.v1.TransferManifest.created_at:type_name -> google.protobuf.Timestamp
+	162, // 252: kibotos.ctrl.v1.TransferManifest.network_policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	235, // 253: kibotos.ctrl.v1.TransferProgress.updated_at:type_name -> google.protobuf.Timestamp
+	10,  // 254: kibotos.ctrl.v1.Transfer.state:type_name -> kibotos.ctrl.v1.TransferState
+	184, // 255: kibotos.ctrl.v1.Transfer.manifest:type_name -> kibotos.ctrl.v1.TransferManifest
+	183, // 256: kibotos.ctrl.v1.Transfer.failure:type_name -> kibotos.ctrl.v1.TransferFailure
+	235, // 257: kibotos.ctrl.v1.Transfer.created_at:type_name -> google.protobuf.Timestamp
+	235, // 258: kibotos.ctrl.v1.Transfer.updated_at:type_name -> google.protobuf.Timestamp
+	235, // 259: kibotos.ctrl.v1.Transfer.expires_at:type_name -> google.protobuf.Timestamp
+	233, // 260: kibotos.ctrl.v1.Transfer.labels:type_name -> kibotos.ctrl.v1.Transfer.LabelsEntry
+	234, // 261: kibotos.ctrl.v1.Transfer.annotations:type_name -> kibotos.ctrl.v1.Transfer.AnnotationsEntry
+	185, // 262: kibotos.ctrl.v1.Transfer.progress:type_name -> kibotos.ctrl.v1.TransferProgress
+	174, // 263: kibotos.ctrl.v1.ErrorDetail.observed_workspace:type_name -> kibotos.ctrl.v1.Workspace
+	19,  // 264: kibotos.ctrl.v1.ErrorDetail.reason:type_name -> kibotos.ctrl.v1.FailureReason
+	20,  // 265: kibotos.ctrl.v1.ErrorDetail.stage:type_name -> kibotos.ctrl.v1.FailureStage
+	235, // 266: kibotos.ctrl.v1.WorkspaceExpirationPolicy.deadline:type_name -> google.protobuf.Timestamp
+	25,  // 267: kibotos.ctrl.v1.WorkspaceExpirationPolicy.action:type_name -> kibotos.ctrl.v1.WorkspaceExpirationAction
+	188, // 268: kibotos.ctrl.v1.WorkspaceExpiration.policy:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
+	188, // 269: kibotos.ctrl.v1.WorkspaceExpirationChange.set:type_name -> kibotos.ctrl.v1.WorkspaceExpirationPolicy
+	237, // 270: kibotos.ctrl.v1.WorkspaceExpirationChange.clear:type_name -> google.protobuf.Empty
+	26,  // 271: kibotos.ctrl.v1.WorkspaceService.CreateWorkspace:input_type -> kibotos.ctrl.v1.CreateWorkspaceRequest
+	28,  // 272: kibotos.ctrl.v1.WorkspaceService.GetWorkspace:input_type -> kibotos.ctrl.v1.GetWorkspaceRequest
+	30,  // 273: kibotos.ctrl.v1.WorkspaceService.ListWorkspaces:input_type -> kibotos.ctrl.v1.ListWorkspacesRequest
+	32,  // 274: kibotos.ctrl.v1.WorkspaceService.WatchWorkspace:input_type -> kibotos.ctrl.v1.WatchWorkspaceRequest
+	34,  // 275: kibotos.ctrl.v1.WorkspaceService.StartWorkspace:input_type -> kibotos.ctrl.v1.StartWorkspaceRequest
+	36,  // 276: kibotos.ctrl.v1.WorkspaceService.StopWorkspace:input_type -> kibotos.ctrl.v1.StopWorkspaceRequest
+	38,  // 277: kibotos.ctrl.v1.WorkspaceService.DeleteWorkspace:input_type -> kibotos.ctrl.v1.DeleteWorkspaceRequest
+	40,  // 278: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceMemory:input_type -> kibotos.ctrl.v1.UpdateWorkspaceMemoryRequest
+	42,  // 279: kibotos.ctrl.v1.WorkspaceService.ResizeWorkspaceWritableLayer:input_type -> kibotos.ctrl.v1.ResizeWorkspaceWritableLayerRequest
+	44,  // 280: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceVolumeBinding:input_type -> kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingRequest
+	46,  // 281: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceNetworkPolicy:input_type -> kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyRequest
+	48,  // 282: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceExpiration:input_type -> kibotos.ctrl.v1.UpdateWorkspaceExpirationRequest
+	50,  // 283: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceLabels:input_type -> kibotos.ctrl.v1.UpdateWorkspaceLabelsRequest
+	52,  // 284: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceAnnotations:input_type -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsRequest
+	54,  // 285: kibotos.ctrl.v1.TemplateService.CreateTemplate:input_type -> kibotos.ctrl.v1.CreateTemplateRequest
+	56,  // 286: kibotos.ctrl.v1.TemplateService.GetTemplate:input_type -> kibotos.ctrl.v1.GetTemplateRequest
+	58,  // 287: kibotos.ctrl.v1.TemplateService.ListTemplates:input_type -> kibotos.ctrl.v1.ListTemplatesRequest
+	60,  // 288: kibotos.ctrl.v1.TemplateService.ImportTemplateRevision:input_type -> kibotos.ctrl.v1.ImportTemplateRevisionRequest
+	64,  // 289: kibotos.ctrl.v1.TemplateService.SetTemplateDefault:input_type -> kibotos.ctrl.v1.SetTemplateDefaultRequest
+	66,  // 290: kibotos.ctrl.v1.TemplateService.DeleteTemplate:input_type -> kibotos.ctrl.v1.DeleteTemplateRequest
+	68,  // 291: kibotos.ctrl.v1.TemplateService.UpdateTemplateLabels:input_type -> kibotos.ctrl.v1.UpdateTemplateLabelsRequest
+	70,  // 292: kibotos.ctrl.v1.TemplateService.UpdateTemplateAnnotations:input_type -> kibotos.ctrl.v1.UpdateTemplateAnnotationsRequest
+	75,  // 293: kibotos.ctrl.v1.SessionService.IssueSession:input_type -> kibotos.ctrl.v1.IssueSessionRequest
+	77,  // 294: kibotos.ctrl.v1.SessionService.RevokeSession:input_type -> kibotos.ctrl.v1.RevokeSessionRequest
+	79,  // 295: kibotos.ctrl.v1.SessionService.RotateDataPlane:input_type -> kibotos.ctrl.v1.RotateDataPlaneRequest
+	81,  // 296: kibotos.ctrl.v1.ExposureService.CreateExposure:input_type -> kibotos.ctrl.v1.CreateExposureRequest
+	83,  // 297: kibotos.ctrl.v1.ExposureService.RevokeExposure:input_type -> kibotos.ctrl.v1.RevokeExposureRequest
+	85,  // 298: kibotos.ctrl.v1.ExposureService.ListExposures:input_type -> kibotos.ctrl.v1.ListExposuresRequest
+	88,  // 299: kibotos.ctrl.v1.VolumeService.CreateVolume:input_type -> kibotos.ctrl.v1.CreateVolumeRequest
+	90,  // 300: kibotos.ctrl.v1.VolumeService.GetVolume:input_type -> kibotos.ctrl.v1.GetVolumeRequest
+	92,  // 301: kibotos.ctrl.v1.VolumeService.ListVolumes:input_type -> kibotos.ctrl.v1.ListVolumesRequest
+	94,  // 302: kibotos.ctrl.v1.VolumeService.ResizeVolume:input_type -> kibotos.ctrl.v1.ResizeVolumeRequest
+	96,  // 303: kibotos.ctrl.v1.VolumeService.DeleteVolume:input_type -> kibotos.ctrl.v1.DeleteVolumeRequest
+	98,  // 304: kibotos.ctrl.v1.VolumeService.UpdateVolumeLabels:input_type -> kibotos.ctrl.v1.UpdateVolumeLabelsRequest
+	100, // 305: kibotos.ctrl.v1.VolumeService.UpdateVolumeAnnotations:input_type -> kibotos.ctrl.v1.UpdateVolumeAnnotationsRequest
+	102, // 306: kibotos.ctrl.v1.TransferService.ExportWorkspace:input_type -> kibotos.ctrl.v1.ExportWorkspaceRequest
+	104, // 307: kibotos.ctrl.v1.TransferService.ReadTransferArtifact:input_type -> kibotos.ctrl.v1.ReadTransferArtifactRequest
+	106, // 308: kibotos.ctrl.v1.TransferService.ImportTransfer:input_type -> kibotos.ctrl.v1.ImportTransferRequest
+	108, // 309: kibotos.ctrl.v1.TransferService.RestoreWorkspace:input_type -> kibotos.ctrl.v1.RestoreWorkspaceRequest
+	110, // 310: kibotos.ctrl.v1.TransferService.GetTransfer:input_type -> kibotos.ctrl.v1.GetTransferRequest
+	112, // 311: kibotos.ctrl.v1.TransferService.ListTransfers:input_type -> kibotos.ctrl.v1.ListTransfersRequest
+	114, // 312: kibotos.ctrl.v1.TransferService.DeleteTransfer:input_type -> kibotos.ctrl.v1.DeleteTransferRequest
+	116, // 313: kibotos.ctrl.v1.EgressService.CreateEgress:input_type -> kibotos.ctrl.v1.CreateEgressRequest
+	118, // 314: kibotos.ctrl.v1.EgressService.GetEgress:input_type -> kibotos.ctrl.v1.GetEgressRequest
+	120, // 315: kibotos.ctrl.v1.EgressService.ListEgresses:input_type -> kibotos.ctrl.v1.ListEgressesRequest
+	122, // 316: kibotos.ctrl.v1.EgressService.UpdateEgress:input_type -> kibotos.ctrl.v1.UpdateEgressRequest
+	124, // 317: kibotos.ctrl.v1.EgressService.DeleteEgress:input_type -> kibotos.ctrl.v1.DeleteEgressRequest
+	126, // 318: kibotos.ctrl.v1.EgressService.UpdateEgressLabels:input_type -> kibotos.ctrl.v1.UpdateEgressLabelsRequest
+	128, // 319: kibotos.ctrl.v1.EgressService.UpdateEgressAnnotations:input_type -> kibotos.ctrl.v1.UpdateEgressAnnotationsRequest
+	134, // 320: kibotos.ctrl.v1.ResolverService.CreateResolver:input_type -> kibotos.ctrl.v1.CreateResolverRequest
+	136, // 321: kibotos.ctrl.v1.ResolverService.GetResolver:input_type -> kibotos.ctrl.v1.GetResolverRequest
+	138, // 322: kibotos.ctrl.v1.ResolverService.ListResolvers:input_type -> kibotos.ctrl.v1.ListResolversRequest
+	140, // 323: kibotos.ctrl.v1.ResolverService.UpdateResolver:input_type -> kibotos.ctrl.v1.UpdateResolverRequest
+	142, // 324: kibotos.ctrl.v1.ResolverService.DeleteResolver:input_type -> kibotos.ctrl.v1.DeleteResolverRequest
+	144, // 325: kibotos.ctrl.v1.ResolverService.UpdateResolverLabels:input_type -> kibotos.ctrl.v1.UpdateResolverLabelsRequest
+	146, // 326: kibotos.ctrl.v1.ResolverService.UpdateResolverAnnotations:input_type -> kibotos.ctrl.v1.UpdateResolverAnnotationsRequest
+	27,  // 327: kibotos.ctrl.v1.WorkspaceService.CreateWorkspace:output_type -> kibotos.ctrl.v1.CreateWorkspaceResponse
+	29,  // 328: kibotos.ctrl.v1.WorkspaceService.GetWorkspace:output_type -> kibotos.ctrl.v1.GetWorkspaceResponse
+	31,  // 329: kibotos.ctrl.v1.WorkspaceService.ListWorkspaces:output_type -> kibotos.ctrl.v1.ListWorkspacesResponse
+	33,  // 330: kibotos.ctrl.v1.WorkspaceService.WatchWorkspace:output_type -> kibotos.ctrl.v1.WatchWorkspaceResponse
+	35,  // 331: kibotos.ctrl.v1.WorkspaceService.StartWorkspace:output_type -> kibotos.ctrl.v1.StartWorkspaceResponse
+	37,  // 332: kibotos.ctrl.v1.WorkspaceService.StopWorkspace:output_type -> kibotos.ctrl.v1.StopWorkspaceResponse
+	39,  // 333: kibotos.ctrl.v1.WorkspaceService.DeleteWorkspace:output_type -> kibotos.ctrl.v1.DeleteWorkspaceResponse
+	41,  // 334: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceMemory:output_type -> kibotos.ctrl.v1.UpdateWorkspaceMemoryResponse
+	43,  // 335: kibotos.ctrl.v1.WorkspaceService.ResizeWorkspaceWritableLayer:output_type -> kibotos.ctrl.v1.ResizeWorkspaceWritableLayerResponse
+	45,  // 336: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceVolumeBinding:output_type -> kibotos.ctrl.v1.UpdateWorkspaceVolumeBindingResponse
+	47,  // 337: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceNetworkPolicy:output_type -> kibotos.ctrl.v1.UpdateWorkspaceNetworkPolicyResponse
+	49,  // 338: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceExpiration:output_type -> kibotos.ctrl.v1.UpdateWorkspaceExpirationResponse
+	51,  // 339: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceLabels:output_type -> kibotos.ctrl.v1.UpdateWorkspaceLabelsResponse
+	53,  // 340: kibotos.ctrl.v1.WorkspaceService.UpdateWorkspaceAnnotations:output_type -> kibotos.ctrl.v1.UpdateWorkspaceAnnotationsResponse
+	55,  // 341: kibotos.ctrl.v1.TemplateService.CreateTemplate:output_type -> kibotos.ctrl.v1.CreateTemplateResponse
+	57,  // 342: kibotos.ctrl.v1.TemplateService.GetTemplate:output_type -> kibotos.ctrl.v1.GetTemplateResponse
+	59,  // 343: kibotos.ctrl.v1.TemplateService.ListTemplates:output_type -> kibotos.ctrl.v1.ListTemplatesResponse
+	63,  // 344: kibotos.ctrl.v1.TemplateService.ImportTemplateRevision:output_type -> kibotos.ctrl.v1.ImportTemplateRevisionResponse
+	65,  // 345: kibotos.ctrl.v1.TemplateService.SetTemplateDefault:output_type -> kibotos.ctrl.v1.SetTemplateDefaultResponse
+	67,  // 346: kibotos.ctrl.v1.TemplateService.DeleteTemplate:output_type -> kibotos.ctrl.v1.DeleteTemplateResponse
+	69,  // 347: kibotos.ctrl.v1.TemplateService.UpdateTemplateLabels:output_type -> kibotos.ctrl.v1.UpdateTemplateLabelsResponse
+	71,  // 348: kibotos.ctrl.v1.TemplateService.UpdateTemplateAnnotations:output_type -> kibotos.ctrl.v1.UpdateTemplateAnnotationsResponse
+	76,  // 349: kibotos.ctrl.v1.SessionService.IssueSession:output_type -> kibotos.ctrl.v1.IssueSessionResponse
+	78,  // 350: kibotos.ctrl.v1.SessionService.RevokeSession:output_type -> kibotos.ctrl.v1.RevokeSessionResponse
+	80,  // 351: kibotos.ctrl.v1.SessionService.RotateDataPlane:output_type -> kibotos.ctrl.v1.RotateDataPlaneResponse
+	82,  // 352: kibotos.ctrl.v1.ExposureService.CreateExposure:output_type -> kibotos.ctrl.v1.CreateExposureResponse
+	84,  // 353: kibotos.ctrl.v1.ExposureService.RevokeExposure:output_type -> kibotos.ctrl.v1.RevokeExposureResponse
+	86,  // 354: kibotos.ctrl.v1.ExposureService.ListExposures:output_type -> kibotos.ctrl.v1.ListExposuresResponse
+	89,  // 355: kibotos.ctrl.v1.VolumeService.CreateVolume:output_type -> kibotos.ctrl.v1.CreateVolumeResponse
+	91,  // 356: kibotos.ctrl.v1.VolumeService.GetVolume:output_type -> kibotos.ctrl.v1.GetVolumeResponse
+	93,  // 357: kibotos.ctrl.v1.VolumeService.ListVolumes:output_type -> kibotos.ctrl.v1.ListVolumesResponse
+	95,  // 358: kibotos.ctrl.v1.VolumeService.ResizeVolume:output_type -> kibotos.ctrl.v1.ResizeVolumeResponse
+	97,  // 359: kibotos.ctrl.v1.VolumeService.DeleteVolume:output_type -> kibotos.ctrl.v1.DeleteVolumeResponse
+	99,  // 360: kibotos.ctrl.v1.VolumeService.UpdateVolumeLabels:output_type -> kibotos.ctrl.v1.UpdateVolumeLabelsResponse
+	101, // 361: kibotos.ctrl.v1.VolumeService.UpdateVolumeAnnotations:output_type -> kibotos.ctrl.v1.UpdateVolumeAnnotationsResponse
+	103, // 362: kibotos.ctrl.v1.TransferService.ExportWorkspace:output_type -> kibotos.ctrl.v1.ExportWorkspaceResponse
+	105, // 363: kibotos.ctrl.v1.TransferService.ReadTransferArtifact:output_type -> kibotos.ctrl.v1.ReadTransferArtifactResponse
+	107, // 364: kibotos.ctrl.v1.TransferService.ImportTransfer:output_type -> kibotos.ctrl.v1.ImportTransferResponse
+	109, // 365: kibotos.ctrl.v1.TransferService.RestoreWorkspace:output_type -> kibotos.ctrl.v1.RestoreWorkspaceResponse
+	111, // 366: kibotos.ctrl.v1.TransferService.GetTransfer:output_type -> kibotos.ctrl.v1.GetTransferResponse
+	113, // 367: kibotos.ctrl.v1.TransferService.ListTransfers:output_type -> kibotos.ctrl.v1.ListTransfersResponse
+	115, // 368: kibotos.ctrl.v1.TransferService.DeleteTransfer:output_type -> kibotos.ctrl.v1.DeleteTransferResponse
+	117, // 369: kibotos.ctrl.v1.EgressService.CreateEgress:output_type -> kibotos.ctrl.v1.CreateEgressResponse
+	119, // 370: kibotos.ctrl.v1.EgressService.GetEgress:output_type -> kibotos.ctrl.v1.GetEgressResponse
+	121, // 371: kibotos.ctrl.v1.EgressService.ListEgresses:output_type -> kibotos.ctrl.v1.ListEgressesResponse
+	123, // 372: kibotos.ctrl.v1.EgressService.UpdateEgress:output_type -> kibotos.ctrl.v1.UpdateEgressResponse
+	125, // 373: kibotos.ctrl.v1.EgressService.DeleteEgress:output_type -> kibotos.ctrl.v1.DeleteEgressResponse
+	127, // 374: kibotos.ctrl.v1.EgressService.UpdateEgressLabels:output_type -> kibotos.ctrl.v1.UpdateEgressLabelsResponse
+	129, // 375: kibotos.ctrl.v1.EgressService.UpdateEgressAnnotations:output_type -> kibotos.ctrl.v1.UpdateEgressAnnotationsResponse
+	135, // 376: kibotos.ctrl.v1.ResolverService.CreateResolver:output_type -> kibotos.ctrl.v1.CreateResolverResponse
+	137, // 377: kibotos.ctrl.v1.ResolverService.GetResolver:output_type -> kibotos.ctrl.v1.GetResolverResponse
+	139, // 378: kibotos.ctrl.v1.ResolverService.ListResolvers:output_type -> kibotos.ctrl.v1.ListResolversResponse
+	141, // 379: kibotos.ctrl.v1.ResolverService.UpdateResolver:output_type -> kibotos.ctrl.v1.UpdateResolverResponse
+	143, // 380: kibotos.ctrl.v1.ResolverService.DeleteResolver:output_type -> kibotos.ctrl.v1.DeleteResolverResponse
+	145, // 381: kibotos.ctrl.v1.ResolverService.UpdateResolverLabels:output_type -> kibotos.ctrl.v1.UpdateResolverLabelsResponse
+	147, // 382: kibotos.ctrl.v1.ResolverService.UpdateResolverAnnotations:output_type -> kibotos.ctrl.v1.UpdateResolverAnnotationsResponse
+	327, // [327:383] is the sub-list for method output_type
+	271, // [271:327] is the sub-list for method input_type
+	271, // [271:271] is the sub-list for extension type_name
+	271, // [271:271] is the sub-list for extension extendee
+	0,   // [0:271] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_ctrl_v1_ctrl_proto_init() }
@@ -13964,24 +14051,24 @@ func file_kibotos_ctrl_v1_ctrl_proto_init() {
 		(*ImportTemplateRevisionStart_Archive)(nil),
 		(*ImportTemplateRevisionStart_RegistryReference)(nil),
 	}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[95].OneofWrappers = []any{}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[103].OneofWrappers = []any{
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[96].OneofWrappers = []any{}
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[104].OneofWrappers = []any{
 		(*EgressSpec_Socks5)(nil),
 	}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[113].OneofWrappers = []any{}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[121].OneofWrappers = []any{
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[114].OneofWrappers = []any{}
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[122].OneofWrappers = []any{
 		(*ResolverSpec_Udp)(nil),
 		(*ResolverSpec_Tcp)(nil),
 		(*ResolverSpec_Tls)(nil),
 		(*ResolverSpec_Https)(nil),
 	}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[134].OneofWrappers = []any{}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[137].OneofWrappers = []any{
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[135].OneofWrappers = []any{}
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[138].OneofWrappers = []any{
 		(*ResolverPath_Direct)(nil),
 		(*ResolverPath_EgressId)(nil),
 	}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[146].OneofWrappers = []any{}
-	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[163].OneofWrappers = []any{
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[147].OneofWrappers = []any{}
+	file_kibotos_ctrl_v1_ctrl_proto_msgTypes[164].OneofWrappers = []any{
 		(*WorkspaceExpirationChange_Set)(nil),
 		(*WorkspaceExpirationChange_Clear)(nil),
 	}
@@ -13991,7 +14078,7 @@ func file_kibotos_ctrl_v1_ctrl_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_ctrl_v1_ctrl_proto_rawDesc), len(file_kibotos_ctrl_v1_ctrl_proto_rawDesc)),
 			NumEnums:      26,
-			NumMessages:   208,
+			NumMessages:   209,
 			NumExtensions: 0,
 			NumServices:   8,
 		},

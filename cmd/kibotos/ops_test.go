@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kibotos/kibotos/internal/buildinfo"
+	"github.com/kibotos/kibotos/internal/config"
+	"github.com/kibotos/kibotos/internal/testutil"
+	"github.com/kibotos/kibotos/internal/testutil/hosttest"
+)
+
+// version prints what the build recorded.
+func TestVersionCommand(t *testing.T) {
+	cmd := rootCommand()
+	var out strings.Builder
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"version", "-o", "json"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	var got buildinfo.Info
+	if err := json.Unmarshal([]byte(out.String()), &got); err != nil {
+		t.Fatalf("version -o json: %v: %s", err, out.String())
+	}
+	if got != buildinfo.Get() || got.GoVersion == "" || got.Version == "" {
+		t.Errorf("version = %+v, want %+v", got, buildinfo.Get())
+	}
+}
+
+// TestOperations runs a binary linked with a version: `kibotos version`
+// prints it; `kibotos up --config FILE` reads its settings from the file
+// (JSON logs, pprof on loopback), logs the version at start and one JSON
+// access line per call, and serves /healthz, /readyz, the build in
+// /metrics and the profiles.
+func TestOperations(t *testing.T) {
+	hosttest.RequireRoot(t)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "kibotos")
+	build := exec.Command("go", "build", "-o", bin, "-ldflags",
+		"-X github.com/kibotos/kibotos/internal/buildinfo.version=v9.8.7 -X github.com/kibotos/kibotos/internal/buildinfo.commit=0123abc",
+		"github.com/kibotos/kibotos/cmd/kibotos")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	if err := testutil.Build(filepath.Join(dir, "kibotos-guest"), testutil.GuestAgentPackage); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil || !strings.HasPrefix(string(out), "kibotos v9.8.7\ncommit: 0123abc\ngo: go1.") {
+		t.Fatalf("kibotos version: %v\n%s", err, out)
+	}
+
+	config := filepath.Join(dir, "config.yaml")
+	home := filepath.Join(dir, "home")
+	if err := os.WriteFile(config, []byte("home: "+home+"\nlisten: 127.0.0.1:0\ndesktop-cache: \"\"\nlog-format: json\nlog-level: debug\npprof-listen: 127.0.0.1:0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	up := exec.Command(bin, "up", "--config", config, "--log-level", "info")
+	stderr, err := up.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := up.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan map[string]any, 1000)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			var m map[string]any
+			if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+				t.Errorf("log line is not JSON: %s", sc.Text())
+				continue
+			}
+			lines <- m
+		}
+	}()
+	defer func() {
+		up.Process.Signal(syscall.SIGTERM)
+		for range lines {
+		}
+		up.Wait()
+	}()
+	var addr, pprofAddr string
+	var started map[string]any
+	for addr == "" {
+		select {
+		case m, ok := <-lines:
+			if !ok {
+				t.Fatal("kibotos up ended before it was ready")
+			}
+			switch m["msg"] {
+			case "kibotos starting":
+				started = m
+			case "serving pprof":
+				pprofAddr, _ = m["addr"].(string)
+			case "ready":
+				addr, _ = m["addr"].(string)
+			}
+			if m["level"] == "DEBUG" {
+				t.Errorf("a debug line with --log-level info on the command line over the file's debug: %v", m)
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatal("kibotos up did not become ready")
+		}
+	}
+	if started["version"] != "v9.8.7" || started["commit"] != "0123abc" {
+		t.Errorf("start line = %v", started)
+	}
+	base := "http://" + addr
+	for path, want := range map[string]string{
+		"/healthz": "ok\n",
+		"/readyz":  "ready\n",
+		"/metrics": `kibotos_build_info{commit="0123abc",go_version="`,
+	} {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), want) {
+			t.Errorf("GET %s = %d, want %q in it", path, resp.StatusCode, want)
+		}
+	}
+	if pprofAddr == "" {
+		t.Fatal("pprof is not served")
+	}
+	resp, err := http.Get("http://" + pprofAddr + "/debug/pprof/cmdline")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("pprof: %v %v", resp, err)
+	}
+	resp.Body.Close()
+
+	token, err := os.ReadFile(filepath.Join(home, "admin-token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := exec.Command(bin, "template", "get", "base", "--addr", addr, "--token", strings.TrimSpace(string(token)))
+	if out, err := cli.CombinedOutput(); err != nil {
+		t.Fatalf("template get: %v\n%s", err, out)
+	}
+	for {
+		select {
+		case m := <-lines:
+			if m["msg"] == "call" && m["method"] == "/kibotos.ctrl.v1.TemplateService/GetTemplate" {
+				if m["code"] != "ok" || m["project"] == "" || len(m["request_id"].(string)) != 16 || m["latency"] == nil {
+					t.Errorf("access line = %v", m)
+				}
+				return
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no access line for the call")
+		}
+	}
+}
+
+// The sample configuration that `make install` puts in /etc/kibotos is
+// one that up and ctrl take.
+func TestSampleConfig(t *testing.T) {
+	for _, cmd := range []*cobra.Command{upCommand(), ctrlCommand()} {
+		if err := config.Apply(cmd.Flags(), "../../deploy/config.yaml"); err != nil {
+			t.Errorf("%s: %v", cmd.Name(), err)
+		}
+	}
+}
+
+// Operations settings that cannot work are refused before anything is set
+// up.
+func TestUpRefusesOpsFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--log-format", "xml"}, "log format"},
+		{[]string{"--log-level", "loud"}, "log level"},
+		{[]string{"--pprof-listen", "0.0.0.0:6060"}, "loopback"},
+		{[]string{"--otlp-endpoint", "collector:4318"}, "OTLP endpoint"},
+		{[]string{"--insecure-registry", "http://registry.lan"}, "--insecure-registry"},
+		{[]string{"--config", "/nonexistent/config.yaml"}, "config"},
+	} {
+		home := filepath.Join(t.TempDir(), "home")
+		cmd := upCommand()
+		cmd.SetArgs(append([]string{"--home", home}, c.args...))
+		cmd.SetOut(new(strings.Builder))
+		cmd.SetErr(new(strings.Builder))
+		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("up %v: %v, want %q", c.args, err, c.want)
+		}
+		if _, err := os.Stat(home); !os.IsNotExist(err) {
+			t.Errorf("up %v created its home: %v", c.args, err)
+		}
+	}
+}

@@ -1,0 +1,168 @@
+// Package accesslog gives every HTTP request to the control plane a
+// request id, returned in the X-Request-Id response header, and writes one
+// log line per Connect call: procedure, code, latency, project and request
+// id. An internal error is logged with its cause and the request id, and
+// the caller gets only "internal error; see the server log" with the id,
+// so that an operator finds the cause from what the caller reports.
+//
+// Wiring: Middleware wraps the whole handler; Interceptor comes first among
+// a handler's interceptors and its Project interceptor after the one that
+// authenticates the caller.
+package accesslog
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/kibotos/kibotos/internal/ctrl/auth"
+)
+
+// Header is the response header that carries the request id.
+const Header = "X-Request-Id"
+
+// internalMessage is what a caller learns of an internal error.
+const internalMessage = "internal error; see the server log"
+
+// call is what the log line of one request gathers.
+type call struct {
+	id      string
+	project string
+}
+
+type callKey struct{}
+
+// Middleware gives each request a new request id: in its context (see
+// RequestID) and in the X-Request-Id header of its response.
+func Middleware(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := &call{id: newID()}
+		w.Header().Set(Header, c.id)
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callKey{}, c)))
+	})
+}
+
+// newID returns 16 random characters of lower-case base32.
+func newID() string {
+	var b [10]byte
+	rand.Read(b[:])
+	return base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").EncodeToString(b[:])
+}
+
+// RequestID returns the request id of ctx, or "" outside Middleware.
+func RequestID(ctx context.Context) string {
+	if c, ok := ctx.Value(callKey{}).(*call); ok {
+		return c.id
+	}
+	return ""
+}
+
+// internalError is an error whose cause the caller does not see.
+type internalError struct{ cause error }
+
+func (e *internalError) Error() string { return internalMessage }
+func (e *internalError) Unwrap() error { return e.cause }
+
+// Internal returns the internal error of cause: its message is "internal
+// error; see the server log", and the Interceptor logs cause with the
+// request id and adds the id to the message.
+func Internal(cause error) *connect.Error {
+	return connect.NewError(connect.CodeInternal, &internalError{cause: cause})
+}
+
+// Interceptor logs each call once it ends, at level (host agents' calls
+// are frequent: the server logs them at debug).
+type Interceptor struct {
+	Logger *slog.Logger // nil is slog.Default()
+	Level  slog.Level
+}
+
+func (i *Interceptor) logger() *slog.Logger {
+	if i.Logger != nil {
+		return i.Logger
+	}
+	return slog.Default()
+}
+
+// WrapUnary implements connect.Interceptor.
+func (i *Interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		start := time.Now()
+		resp, err := next(ctx, req)
+		return resp, i.end(ctx, req.Spec().Procedure, start, err)
+	}
+}
+
+// WrapStreamingClient implements connect.Interceptor; clients are not
+// logged.
+func (i *Interceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+// WrapStreamingHandler implements connect.Interceptor.
+func (i *Interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		start := time.Now()
+		return i.end(ctx, conn.Spec().Procedure, start, next(ctx, conn))
+	}
+}
+
+// end logs the call and returns its error, an internal one with the
+// request id.
+func (i *Interceptor) end(ctx context.Context, procedure string, start time.Time, err error) error {
+	c, _ := ctx.Value(callKey{}).(*call)
+	if c == nil {
+		c = &call{}
+	}
+	code := "ok"
+	if err != nil {
+		code = connect.CodeOf(err).String()
+	}
+	var ie *internalError
+	if errors.As(err, &ie) {
+		i.logger().ErrorContext(ctx, "internal error", "method", procedure, "request_id", c.id, "err", ie.cause)
+		err = connect.NewError(connect.CodeInternal, fmt.Errorf("%s (request id %s)", internalMessage, c.id))
+	}
+	i.logger().Log(ctx, i.Level, "call", "method", procedure, "code", code,
+		"latency", time.Since(start), "project", c.project, "request_id", c.id)
+	return err
+}
+
+// Project returns the interceptor that notes the authenticated caller's
+// project for the log line; it goes after the one that authenticates.
+func Project() connect.Interceptor { return projectInterceptor{} }
+
+type projectInterceptor struct{}
+
+func note(ctx context.Context) {
+	if c, ok := ctx.Value(callKey{}).(*call); ok {
+		if caller, ok := auth.CallerFrom(ctx); ok {
+			c.project = caller.ProjectID
+		}
+	}
+}
+
+func (projectInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		note(ctx)
+		return next(ctx, req)
+	}
+}
+
+func (projectInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (projectInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		note(ctx)
+		return next(ctx, conn)
+	}
+}

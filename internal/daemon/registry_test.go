@@ -1,0 +1,169 @@
+package daemon_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	gcrregistry "github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/spf13/cobra"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/cli"
+	"github.com/kibotos/kibotos/internal/daemon"
+	"github.com/kibotos/kibotos/internal/imagestore"
+)
+
+const registryUser, registryPassword = "alice", "s3cret"
+
+// authRegistry is go-containerregistry's registry on loopback over plain
+// HTTP, behind basic auth; it returns host:port.
+func authRegistry(t *testing.T) string {
+	t.Helper()
+	inner := gcrregistry.New(gcrregistry.Logger(log.New(io.Discard, "", 0)))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); !ok || u != registryUser || p != registryPassword {
+			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
+			http.Error(w, `{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`, http.StatusUnauthorized)
+			return
+		}
+		inner.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+// helloImage is the built-in image with /hello.txt added.
+func helloImage(t *testing.T, content string) v1.Image {
+	t.Helper()
+	base, err := imagestore.BuiltinImage(imagestore.DefaultBusybox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var layerTar bytes.Buffer
+	tw := tar.NewWriter(&layerTar)
+	tw.WriteHeader(&tar.Header{Name: "hello.txt", Mode: 0o644, Size: int64(len(content)), Typeflag: tar.TypeReg})
+	tw.Write([]byte(content))
+	tw.Close()
+	layer, err := tarball.LayerFromReader(bytes.NewReader(layerTar.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(base, layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// kibotos runs the CLI against d with stdin and returns its stdout.
+func (d *deployment) kibotos(stdin string, args ...string) (string, error) {
+	token, err := os.ReadFile(filepath.Join(d.home, daemon.AdminTokenFile))
+	if err != nil {
+		return "", err
+	}
+	root := &cobra.Command{Use: "kibotos", SilenceUsage: true, SilenceErrors: true}
+	root.AddCommand(cli.Commands()...)
+	var stdout, stderr bytes.Buffer
+	root.SetIn(strings.NewReader(stdin))
+	root.SetOut(&stdout)
+	root.SetErr(&stderr)
+	// The connection flags go before a "--" that ends the flags.
+	i := slices.Index(args, "--")
+	if i < 0 {
+		i = len(args)
+	}
+	conn := []string{"--addr", d.url, "--token", strings.TrimSpace(string(token))}
+	root.SetArgs(slices.Concat(args[:i], conn, args[i:]))
+	err = root.Execute()
+	return stdout.String(), err
+}
+
+// An image pushed to a registry with auth is imported by reference through
+// the CLI and runs; refused credentials and a missing tag fail with their
+// codes and store nothing.
+func TestRegistryImportRuns(t *testing.T) {
+	host := authRegistry(t)
+	content := "pulled from a registry\n"
+	img := helloImage(t, content)
+	ref, err := name.ParseReference(host+"/app:1", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(ref, img, remote.WithAuth(&authn.Basic{Username: registryUser, Password: registryPassword})); err != nil {
+		t.Fatal(err)
+	}
+	layers, _ := img.Layers()
+	added, _ := layers[len(layers)-1].Digest()
+	manifest, _ := img.Digest()
+
+	t.Setenv("DOCKER_CONFIG", t.TempDir()) // no docker credentials
+	d := upWith(t, t.TempDir(), daemon.Options{
+		UnsafeExemptRanges: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		InsecureRegistries: []string{host},
+	})
+	defer d.stop()
+	if _, err := d.kibotos("", "template", "create", "app"); err != nil {
+		t.Fatal(err)
+	}
+	blobs := filepath.Join(d.home, "templates", "blobs", "sha256")
+	for _, c := range []struct {
+		what, stdin string
+		args        []string
+		want        string
+	}{
+		{"wrong password", "wrong\n", []string{host + "/app:1", "--username", registryUser, "--password-stdin"}, "permission_denied"},
+		{"no credentials", "", []string{host + "/app:1"}, "permission_denied"},
+		{"missing tag", registryPassword + "\n", []string{host + "/app:2", "--username", registryUser, "--password-stdin"}, "not_found"},
+	} {
+		_, err := d.kibotos(c.stdin, append([]string{"template", "import", "app"}, c.args...)...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %s", c.what, err, c.want)
+		}
+		t.Logf("%s: %v", c.what, err)
+		out, err := d.kibotos("", "template", "get", "app", "-o", "json")
+		if err != nil || strings.Contains(out, "revisions") {
+			t.Errorf("%s: the template has revisions: %s (%v)", c.what, out, err)
+		}
+		for _, dg := range []v1.Hash{added, manifest} {
+			if _, err := os.Stat(filepath.Join(blobs, dg.Hex)); !os.IsNotExist(err) {
+				t.Errorf("%s: blob %s is stored (%v)", c.what, dg, err)
+			}
+		}
+	}
+
+	out, err := d.kibotos(registryPassword+"\n", "template", "import", "app", host+"/app:1",
+		"--username", registryUser, "--password-stdin", "-o", "json")
+	if err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	if !strings.Contains(out, manifest.String()) || !strings.Contains(out, `"registry:`+host+`/app:1"`) {
+		t.Errorf("import printed %s, want image %s from the registry", out, manifest)
+	}
+	if _, err := os.Stat(filepath.Join(blobs, added.Hex)); err != nil {
+		t.Errorf("the pulled layer is not stored: %v", err)
+	}
+
+	spec := small()
+	spec.Template = &ctrlv1.TemplateSelector{TemplateId: "app"}
+	ws := d.await(d.create(spec).WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	got, err := d.kibotos("", "ws", "exec", ws.WorkspaceId, "--", "cat", "/hello.txt")
+	if err != nil || got != content {
+		t.Errorf("exec in the pulled image: %q, %v", got, err)
+	}
+}
