@@ -59,7 +59,9 @@ func (w *Workspace) dataPlane(ctx context.Context) (*dataPlane, error) {
 	if t := resp.Msg.GetExpiresAt(); t != nil {
 		s.ExpiresAt = t.AsTime()
 	}
-	opts := w.c.clientOptions(s.Token)
+	// Data-plane messages go uncompressed: gzip would cost both ends CPU on
+	// every message, and file and port bytes are often compressed already.
+	opts := append(w.c.clientOptions(s.Token), connect.WithAcceptCompression("gzip", nil, nil))
 	w.dp = &dataPlane{
 		session:  s,
 		proc:     datav1connect.NewProcessServiceClient(w.c.hc, s.Endpoint, opts...),
