@@ -193,8 +193,8 @@ func TestUploadAndDownload(t *testing.T) {
 
 // TestWorkspaceWithSession makes handles from a session issued before:
 // one still valid serves their calls as it is, one the data plane refuses
-// is replaced by a session the handle issues, and a workspace that does
-// not exist is NotFound.
+// is replaced by a session the handle issues, and one of another workspace
+// is not used: a workspace that does not exist is NotFound.
 func TestWorkspaceWithSession(t *testing.T) {
 	ws := newWorkspace(t)
 	c := ws.c
@@ -213,9 +213,13 @@ func TestWorkspaceWithSession(t *testing.T) {
 		t.Errorf("after a call the handle holds session %s, want the given %s", got.ID, s.ID)
 	}
 
+	// A MAC that does not verify: the gateway refuses the token.
 	bogus := *s
-	bogus.Token = "ses_bogus.AAAA"
+	bogus.Token = tamper(s.Token)
 	h = c.WorkspaceWithSession(ws.ID(), &bogus)
+	if h.CurrentSession() == nil {
+		t.Fatal("the handle dropped a session token of its workspace")
+	}
 	if out := sh(t, h, "echo renewed"); out != "renewed\n" {
 		t.Fatalf("exec with a refused session: %q", out)
 	}
@@ -227,4 +231,15 @@ func TestWorkspaceWithSession(t *testing.T) {
 	if connect.CodeOf(err) != connect.CodeNotFound {
 		t.Errorf("exec in a workspace that does not exist: %v, want not_found", err)
 	}
+}
+
+// tamper returns a session token whose MAC does not verify: its first
+// character, which carries six bits of the MAC, changed.
+func tamper(token string) string {
+	i := strings.LastIndexByte(token, '.') + 1
+	c := byte('A')
+	if token[i] == c {
+		c = 'B'
+	}
+	return token[:i] + string(c) + token[i+1:]
 }

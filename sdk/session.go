@@ -8,6 +8,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
+	"github.com/kibotos/kibotos/internal/sessiontoken"
 )
 
 // renewBefore is how long before its expiry a cached session is replaced.
@@ -88,11 +89,15 @@ func (c *Client) newDataPlane(s *Session) *dataPlane {
 // about to expire or the data plane refuses it (expired, revoked, or of an
 // earlier start of the Workspace), then a session the handle issues, as any
 // handle does. A refused call is made once more with the new session. The
-// handle's Info is nil. A Workspace that does not exist shows as the
-// refusal's unauthenticated error, then the NotFound of issuing a session.
+// handle's Info is nil. A session whose token does not name the Workspace
+// id is not used: the handle issues its own, and for a Workspace that does
+// not exist its calls fail with the NotFound of issuing it.
 func (c *Client) WorkspaceWithSession(id string, s *Session) *Workspace {
 	w := &Workspace{c: c, id: id}
-	if s != nil && s.Token != "" && s.Endpoint != "" {
+	if s == nil || s.Endpoint == "" {
+		return w
+	}
+	if tok, err := sessiontoken.Parse(s.Token); err == nil && tok.WorkspaceID == id {
 		w.dp = c.newDataPlane(s)
 		w.dp.given = true
 	}
