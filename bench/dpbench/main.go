@@ -43,6 +43,7 @@ type config struct {
 	fileMiB         int
 	memoryMiB       int
 	creates         int
+	pid             int
 }
 
 func main() {
@@ -56,6 +57,7 @@ func main() {
 	flag.IntVar(&c.fileMiB, "file-mib", 1024, "size of the file written and read, in MiB; 0 skips it")
 	flag.IntVar(&c.memoryMiB, "memory-mib", 512, "memory of the workspace the file is written in, in MiB")
 	flag.IntVar(&c.creates, "creates", 20, "workspaces to create for create→first output; 0 skips it")
+	flag.IntVar(&c.pid, "pid", 0, "pid of kibotos up, whose CPU per exec is reported; 0 leaves it out")
 	flag.Parse()
 	c.addr, c.home = *addr, *home
 	if err := run(c); err != nil {
@@ -108,16 +110,18 @@ func run(c config) error {
 	row("exec true round trip p50 (ms)", ms(pct(rtt, 0.5)), ms(pct(unary, 0.5)), "ms")
 	row("exec true round trip p99 (ms)", ms(pct(rtt, 0.99)), ms(pct(unary, 0.99)), "ms")
 
-	one, err := execRate(ctx, ws, 1, c.window)
+	one, _, err := execRate(ctx, ws, 1, c.window, c.pid)
 	if err != nil {
 		return err
 	}
-	many, err := execRate(ctx, ws, c.callers, c.window)
+	many, cpu, err := execRate(ctx, ws, c.callers, c.window, c.pid)
 	if err != nil {
 		return err
 	}
 	row("exec true/s, 1 caller", one, one, "/s")
 	row(fmt.Sprintf("exec true/s, %d callers", c.callers), many, one, "/s")
+	fmt.Printf("CPU per exec with %d callers: kibotos up %.2f ms, guest (agent and true) %.2f ms, SDK client %.2f ms\n",
+		c.callers, ms(cpu.host), ms(cpu.guest), ms(cpu.client))
 
 	if c.cli != "" {
 		cli, err := timeCLI(c, ws.ID())
@@ -183,9 +187,27 @@ func loopbackUnary(ctx context.Context, n int) ([]time.Duration, error) {
 	return out, nil
 }
 
+// execCPU is the CPU time per exec: of kibotos up (0 without its pid),
+// of the workspace's cgroup, and of this process.
+type execCPU struct {
+	host, guest, client time.Duration
+}
+
+// cpuNow reads the CPU times execCPU is made of, so far.
+func cpuNow(ws *sdk.Workspace, pid int) execCPU {
+	var c execCPU
+	if pid > 0 {
+		c.host, _ = benchutil.ProcessCPU(pid)
+	}
+	c.guest = time.Duration(benchutil.CgroupSum([]string{ws.ID()}, "cpuacct", "cpuacct.usage"))
+	c.client, _ = benchutil.ProcessCPU(os.Getpid())
+	return c
+}
+
 // execRate runs exec `true` from callers goroutines for window and
-// returns the completed execs per second.
-func execRate(ctx context.Context, ws *sdk.Workspace, callers int, window time.Duration) (float64, error) {
+// returns the completed execs per second and the CPU each cost.
+func execRate(ctx context.Context, ws *sdk.Workspace, callers int, window time.Duration, pid int) (float64, execCPU, error) {
+	before := cpuNow(ws, pid)
 	var done atomic.Int64
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -210,7 +232,10 @@ func execRate(ctx context.Context, ws *sdk.Workspace, callers int, window time.D
 		})
 	}
 	wg.Wait()
-	return float64(done.Load()) / time.Since(start).Seconds(), first
+	rate := float64(done.Load()) / time.Since(start).Seconds()
+	after := cpuNow(ws, pid)
+	n := time.Duration(max(done.Load(), 1))
+	return rate, execCPU{(after.host - before.host) / n, (after.guest - before.guest) / n, (after.client - before.client) / n}, first
 }
 
 func cmpOr(a, b error) error {

@@ -52,6 +52,7 @@ func NewServer(h http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		Protocols:         &protocols,
+		HTTP2:             &http.HTTP2Config{MaxReceiveBufferPerConnection: 16 << 20, MaxReceiveBufferPerStream: 8 << 20},
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 }
