@@ -5,8 +5,10 @@
 // X display of a template that carries one (--display, before it answers
 // probes), and ends the guest cleanly on the host's STOP, or as the guest
 // asks its init (SIGTERM, SIGINT: a reset; SIGUSR1, SIGUSR2: a shutdown;
-// see guestabi's EndFile). It is not dumpable, out of the reach of ptrace.
-// It is static; imports_test.go fences what it may link.
+// see guestabi's EndFile). It is not dumpable, out of the reach of ptrace; started as
+// kibotos-exec it is the exec shim of the data plane (package
+// internal/guest/execshim). It is static; imports_test.go fences what it
+// may link.
 package main
 
 import (

@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
-	"github.com/kibotos/kibotos/internal/guest/forkexec"
+	"github.com/kibotos/kibotos/internal/guest/execshim"
 )
 
 // start validates req, starts the process and returns it with a reader
@@ -57,7 +57,7 @@ func (s *ProcessService) start(req *datav1.StartProcessRequest) (*process, *curs
 
 	cur := p.out.attach()
 	pid, err := s.waiter.Spawn(func() (int, error) {
-		return forkexec.ForkExec(prog.path, prog.args, attr)
+		return execshim.ForkExec(prog.path, prog.args, attr)
 	}, func(ws unix.WaitStatus) {
 		p.status = ws
 		close(p.exitCh)
