@@ -130,6 +130,11 @@ func run(c config) error {
 		}
 		row("ws exec -- true p50 (ms), vs SDK p50", ms(pct(cli, 0.5)), ms(pct(rtt, 0.5)), "ms")
 		row("ws exec -- true p99 (ms), vs SDK p99", ms(pct(cli, 0.99)), ms(pct(rtt, 0.99)), "ms")
+		saved, err := timeNewSession(ctx, client, ws.ID(), c.cliRuns)
+		if err != nil {
+			return err
+		}
+		row("GetWorkspace+IssueSession p50 (ms), vs SDK", ms(pct(saved, 0.5)), ms(pct(rtt, 0.5)), "ms")
 	}
 
 	if c.fileMiB > 0 {
@@ -243,6 +248,24 @@ func cmpOr(a, b error) error {
 		return a
 	}
 	return b
+}
+
+// timeNewSession times what a `ws exec` without a cached session does
+// before its exec: GetWorkspace, then IssueSession.
+func timeNewSession(ctx context.Context, client *sdk.Client, id string, n int) ([]time.Duration, error) {
+	var out []time.Duration
+	for range n {
+		start := time.Now()
+		w, err := client.Workspace(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := w.Session(ctx); err != nil {
+			return nil, err
+		}
+		out = append(out, time.Since(start))
+	}
+	return out, nil
 }
 
 // timeCLI times `kibotos ws exec ID -- true` from a new process, after
