@@ -190,3 +190,56 @@ func TestUploadAndDownload(t *testing.T) {
 		t.Errorf("ReadFile of a missing file: %v, want not_found", err)
 	}
 }
+
+// TestWorkspaceWithSession makes handles from a session issued before:
+// one still valid serves their calls as it is, one the data plane refuses
+// is replaced by a session the handle issues, and one of another workspace
+// is not used: a workspace that does not exist is NotFound.
+func TestWorkspaceWithSession(t *testing.T) {
+	ws := newWorkspace(t)
+	c := ws.c
+	s, err := ws.Session(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := c.WorkspaceWithSession(ws.ID(), s)
+	if h.CurrentSession() != s || h.Info() != nil {
+		t.Fatalf("handle holds %v (info %v), want the session given", h.CurrentSession(), h.Info())
+	}
+	if out := sh(t, h, "echo given"); out != "given\n" {
+		t.Fatalf("exec with the given session: %q", out)
+	}
+	if got := h.CurrentSession(); got.ID != s.ID {
+		t.Errorf("after a call the handle holds session %s, want the given %s", got.ID, s.ID)
+	}
+
+	// A MAC that does not verify: the gateway refuses the token.
+	bogus := *s
+	bogus.Token = tamper(s.Token)
+	h = c.WorkspaceWithSession(ws.ID(), &bogus)
+	if h.CurrentSession() == nil {
+		t.Fatal("the handle dropped a session token of its workspace")
+	}
+	if out := sh(t, h, "echo renewed"); out != "renewed\n" {
+		t.Fatalf("exec with a refused session: %q", out)
+	}
+	if got := h.CurrentSession(); got == nil || got.Token == bogus.Token || got.ID == s.ID {
+		t.Errorf("after a refusal the handle holds %+v, want a session of its own", got)
+	}
+
+	_, err = c.WorkspaceWithSession("ws_06h38fjb8dr6d00n3d7fkxjf2m", s).Exec(t.Context(), []string{"true"}, ExecOptions{})
+	if connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("exec in a workspace that does not exist: %v, want not_found", err)
+	}
+}
+
+// tamper returns a session token whose MAC does not verify: its first
+// character, which carries six bits of the MAC, changed.
+func tamper(token string) string {
+	i := strings.LastIndexByte(token, '.') + 1
+	c := byte('A')
+	if token[i] == c {
+		c = 'B'
+	}
+	return token[:i] + string(c) + token[i+1:]
+}

@@ -77,7 +77,7 @@ func (w *Workspace) Upload(ctx context.Context, r io.Reader, remotePath string, 
 		if err == nil {
 			return info, nil
 		}
-		if retried || !sessionExpired(err) {
+		if retried || !refused(d, err) {
 			return nil, err
 		}
 		if read > 0 {

@@ -37,7 +37,7 @@ func (w *Workspace) DialPort(ctx context.Context, port uint32) (net.Conn, error)
 		if err == nil {
 			return conn, nil
 		}
-		if retried || !sessionExpired(err) {
+		if retried || !refused(d, err) {
 			return nil, err
 		}
 		w.forget(d)

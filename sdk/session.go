@@ -8,6 +8,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
+	"github.com/kibotos/kibotos/internal/sessiontoken"
 )
 
 // renewBefore is how long before its expiry a cached session is replaced.
@@ -25,7 +26,10 @@ type Session struct {
 
 // dataPlane is one session and the data-plane clients that use it.
 type dataPlane struct {
-	session  *Session
+	session *Session
+	// given is set on a session the handle was made with
+	// (WorkspaceWithSession), not one it issued.
+	given    bool
 	proc     datav1connect.ProcessServiceClient
 	files    datav1connect.FileServiceClient
 	metrics  datav1connect.MetricsServiceClient
@@ -59,17 +63,69 @@ func (w *Workspace) dataPlane(ctx context.Context) (*dataPlane, error) {
 	if t := resp.Msg.GetExpiresAt(); t != nil {
 		s.ExpiresAt = t.AsTime()
 	}
-	opts := w.c.clientOptions(s.Token)
-	w.dp = &dataPlane{
-		session:  s,
-		proc:     datav1connect.NewProcessServiceClient(w.c.hc, s.Endpoint, opts...),
-		files:    datav1connect.NewFileServiceClient(w.c.hc, s.Endpoint, opts...),
-		metrics:  datav1connect.NewMetricsServiceClient(w.c.hc, s.Endpoint, opts...),
-		services: datav1connect.NewServiceServiceClient(w.c.hc, s.Endpoint, opts...),
-		screen:   datav1connect.NewScreenServiceClient(w.c.hc, s.Endpoint, opts...),
-		input:    datav1connect.NewInputServiceClient(w.c.hc, s.Endpoint, opts...),
-	}
+	w.dp = w.c.newDataPlane(s)
 	return w.dp, nil
+}
+
+// newDataPlane returns the data-plane clients of s.
+func (c *Client) newDataPlane(s *Session) *dataPlane {
+	// Data-plane messages go uncompressed: gzip would cost both ends CPU on
+	// every message, and file and port bytes are often compressed already.
+	opts := append(c.clientOptions(s.Token), connect.WithAcceptCompression("gzip", nil, nil))
+	return &dataPlane{
+		session:  s,
+		proc:     datav1connect.NewProcessServiceClient(c.hc, s.Endpoint, opts...),
+		files:    datav1connect.NewFileServiceClient(c.hc, s.Endpoint, opts...),
+		metrics:  datav1connect.NewMetricsServiceClient(c.hc, s.Endpoint, opts...),
+		services: datav1connect.NewServiceServiceClient(c.hc, s.Endpoint, opts...),
+		screen:   datav1connect.NewScreenServiceClient(c.hc, s.Endpoint, opts...),
+		input:    datav1connect.NewInputServiceClient(c.hc, s.Endpoint, opts...),
+	}
+}
+
+// WorkspaceWithSession returns a handle on the Workspace id, without a call
+// to the control plane, whose data-plane calls use s, a session issued
+// before (by another handle, or another process that kept it): until s is
+// about to expire or the data plane refuses it (expired, revoked, or of an
+// earlier start of the Workspace), then a session the handle issues, as any
+// handle does. A refused call is made once more with the new session. The
+// handle's Info is nil. A session whose token does not name the Workspace
+// id is not used: the handle issues its own, and for a Workspace that does
+// not exist its calls fail with the NotFound of issuing it.
+func (c *Client) WorkspaceWithSession(id string, s *Session) *Workspace {
+	w := &Workspace{c: c, id: id}
+	if s == nil || s.Endpoint == "" {
+		return w
+	}
+	if tok, err := sessiontoken.Parse(s.Token); err == nil && tok.WorkspaceID == id {
+		w.dp = c.newDataPlane(s)
+		w.dp.given = true
+	}
+	return w
+}
+
+// CurrentSession returns the session the handle holds, without issuing
+// one: nil before its first data-plane call, or after the data plane
+// refused its session and no new one was issued.
+func (w *Workspace) CurrentSession() *Session {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.dp == nil {
+		return nil
+	}
+	return w.dp.session
+}
+
+// refused reports whether a call through d failed because the data plane
+// refused d's session so that a new one may succeed: it expired, or, for
+// a session the handle was given, any refusal of it.
+func refused(d *dataPlane, err error) bool {
+	if sessionExpired(err) {
+		return true
+	}
+	f, ok := FailureOf(err)
+	return d.given && ok && connect.CodeOf(err) == connect.CodeUnauthenticated &&
+		f.GetStage() == ctrlv1.FailureStage_FAILURE_STAGE_AUTHORIZING_DATA_PLANE
 }
 
 // forget drops d, whose session the data plane reported expired, unless
@@ -95,7 +151,7 @@ func unary[Req, Resp any](ctx context.Context, w *Workspace, method func(*dataPl
 		if err == nil {
 			return resp.Msg, nil
 		}
-		if retried || !sessionExpired(err) {
+		if retried || !refused(d, err) {
 			return nil, err
 		}
 		w.forget(d)
@@ -122,7 +178,7 @@ func serverStream[Req, Msg any](ctx context.Context, w *Workspace, method func(*
 			}
 			stream.Close()
 		}
-		if retried || !sessionExpired(err) {
+		if retried || !refused(d, err) {
 			return nil, false, err
 		}
 		w.forget(d)

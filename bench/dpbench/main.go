@@ -1,47 +1,95 @@
 // Command dpbench measures the data plane of a running `kibotos up`
-// through the Go SDK: the round trip of exec `true` (p50, p99), file write
-// and read throughput, and create→first exec output side by side with a
-// bare `runc run` of the same rootfs printing the same line.
+// through the Go SDK, each figure beside a baseline measured in the same
+// run: the round trip of exec `true` (p50, p99) beside a Connect unary
+// call on loopback; exec `true` per second with 1 and with -callers
+// parallel callers on one workspace; `kibotos ws exec WS -- true` end to
+// end beside the SDK's round trip; file write and read throughput beside
+// `dd` of the same size on the host's disk; and create→first exec output
+// beside a bare `runc run` of the same rootfs printing the same line.
 //
-//	go run ./bench/dpbench -addr 127.0.0.1:8870 -home /var/lib/kibotos
+//	go run ./bench/dpbench -addr 127.0.0.1:8870 -home /var/lib/kibotos -cli bin/kibotos
 package main
 
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	mathrand "math/rand/v2"
+	"net"
+	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
+
+	"connectrpc.com/grpchealth"
 
 	"github.com/kibotos/kibotos/bench/internal/benchutil"
 	"github.com/kibotos/kibotos/sdk"
 )
 
+type config struct {
+	addr, home, cli string
+	execs, callers  int
+	window          time.Duration
+	cliRuns         int
+	fileMiB         int
+	memoryMiB       int
+	creates         int
+	pid             int
+}
+
 func main() {
+	var c config
 	addr, home := benchutil.DeploymentFlags()
-	execs := flag.Int("execs", 200, "exec round trips to time")
-	fileMiB := flag.Int("file-mib", 512, "size of the file written and read, in MiB")
-	creates := flag.Int("creates", 20, "workspaces to create for create→first output")
+	flag.IntVar(&c.execs, "execs", 200, "exec round trips to time")
+	flag.IntVar(&c.callers, "callers", 20, "parallel callers for the exec throughput")
+	flag.DurationVar(&c.window, "window", 5*time.Second, "how long each exec throughput runs")
+	flag.StringVar(&c.cli, "cli", "bin/kibotos", "the kibotos binary whose `ws exec` is timed; empty skips it")
+	flag.IntVar(&c.cliRuns, "cli-runs", 30, "`ws exec` runs to time")
+	flag.IntVar(&c.fileMiB, "file-mib", 1024, "size of the file written and read, in MiB; 0 skips it")
+	flag.IntVar(&c.memoryMiB, "memory-mib", 512, "memory of the workspace the file is written in, in MiB")
+	flag.IntVar(&c.creates, "creates", 20, "workspaces to create for create→first output; 0 skips it")
+	flag.IntVar(&c.pid, "pid", 0, "pid of kibotos up, whose CPU per exec is reported; 0 leaves it out")
 	flag.Parse()
-	if err := run(*addr, *home, *execs, *fileMiB, *creates); err != nil {
+	c.addr, c.home = *addr, *home
+	if err := run(c); err != nil {
 		fmt.Fprintln(os.Stderr, "dpbench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr, home string, execs, fileMiB, creates int) error {
-	token, err := benchutil.AdminToken(home)
+// row prints a figure beside its baseline and their ratio.
+func row(name string, v, base float64, unit string) {
+	fmt.Printf("%-40s %10.2f %-6s baseline %10.2f %-6s ratio %.2f\n", name, v, unit, base, unit, v/base)
+}
+
+// pct returns the p-th quantile of d.
+func pct(d []time.Duration, p float64) time.Duration {
+	d = slices.Clone(d)
+	slices.Sort(d)
+	return d[min(len(d)-1, int(float64(len(d))*p))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func run(c config) error {
+	token, err := benchutil.AdminToken(c.home)
 	if err != nil {
 		return err
 	}
-	client := sdk.New("http://"+addr, token)
+	client := sdk.New("http://"+c.addr, token)
 	defer client.Close()
 	ctx := context.Background()
 
-	ws, err := client.CreateWorkspace(ctx, sdk.CreateOptions{MemoryBytes: 512 << 20, DiskBytes: uint64(fileMiB+256) << 20})
+	ws, err := client.CreateWorkspace(ctx, sdk.CreateOptions{MemoryBytes: uint64(c.memoryMiB) << 20, DiskBytes: uint64(c.fileMiB+256) << 20})
 	if err != nil {
 		return err
 	}
@@ -51,33 +99,257 @@ func run(addr, home string, execs, fileMiB, creates int) error {
 	if _, err := ws.Exec(ctx, []string{"true"}, sdk.ExecOptions{}); err != nil {
 		return err
 	}
+	rtt, err := timeExecs(ctx, ws, c.execs)
+	if err != nil {
+		return err
+	}
+	unary, err := loopbackUnary(ctx, c.execs)
+	if err != nil {
+		return err
+	}
+	row("exec true round trip p50 (ms)", ms(pct(rtt, 0.5)), ms(pct(unary, 0.5)), "ms")
+	row("exec true round trip p99 (ms)", ms(pct(rtt, 0.99)), ms(pct(unary, 0.99)), "ms")
+
+	one, _, err := execRate(ctx, ws, 1, c.window, c.pid)
+	if err != nil {
+		return err
+	}
+	many, cpu, err := execRate(ctx, ws, c.callers, c.window, c.pid)
+	if err != nil {
+		return err
+	}
+	row("exec true/s, 1 caller", one, one, "/s")
+	row(fmt.Sprintf("exec true/s, %d callers", c.callers), many, one, "/s")
+	fmt.Printf("CPU per exec with %d callers: kibotos up %.2f ms, guest (agent and true) %.2f ms, SDK client %.2f ms\n",
+		c.callers, ms(cpu.host), ms(cpu.guest), ms(cpu.client))
+
+	if c.cli != "" {
+		cli, err := timeCLI(c, ws.ID())
+		if err != nil {
+			return err
+		}
+		row("ws exec -- true p50 (ms), vs SDK p50", ms(pct(cli, 0.5)), ms(pct(rtt, 0.5)), "ms")
+		row("ws exec -- true p99 (ms), vs SDK p99", ms(pct(cli, 0.99)), ms(pct(rtt, 0.99)), "ms")
+		saved, err := timeNewSession(ctx, client, ws.ID(), c.cliRuns)
+		if err != nil {
+			return err
+		}
+		row("GetWorkspace+IssueSession p50 (ms), vs SDK", ms(pct(saved, 0.5)), ms(pct(rtt, 0.5)), "ms")
+	}
+
+	if c.fileMiB > 0 {
+		if err := files(ctx, ws, c); err != nil {
+			return err
+		}
+	}
+	if c.creates > 0 {
+		return createToFirstOutput(ctx, client, c)
+	}
+	return nil
+}
+
+// timeExecs times n sequential exec `true`.
+func timeExecs(ctx context.Context, ws *sdk.Workspace, n int) ([]time.Duration, error) {
 	var rtt []time.Duration
-	for range execs {
+	for range n {
 		start := time.Now()
 		st, err := ws.Exec(ctx, []string{"true"}, sdk.ExecOptions{})
 		if err != nil || !st.Success() {
-			return fmt.Errorf("exec true: %v %v", st, err)
+			return nil, fmt.Errorf("exec true: %v %v", st, err)
 		}
 		rtt = append(rtt, time.Since(start))
 	}
-	benchutil.Report("exec true round trip", rtt)
+	return rtt, nil
+}
 
-	size := int64(fileMiB) << 20
+// loopbackUnary times n Connect unary calls (grpc.health.v1 Check) to a
+// server in this process on loopback, over h2c as the SDK speaks.
+func loopbackUnary(ctx context.Context, n int) ([]time.Duration, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker()))
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Handler: mux, Protocols: &protocols}
+	go srv.Serve(ln)
+	defer srv.Close()
+	hc := sdk.NewHTTPClient(nil)
+	defer hc.CloseIdleConnections()
+	health := grpchealth.NewClient(hc, "http://"+ln.Addr().String())
+	var out []time.Duration
+	for i := range n + 1 {
+		start := time.Now()
+		if _, err := health.Check(ctx, &grpchealth.CheckRequest{}); err != nil {
+			return nil, err
+		}
+		if i > 0 { // the first dials
+			out = append(out, time.Since(start))
+		}
+	}
+	return out, nil
+}
+
+// execCPU is the CPU time per exec: of kibotos up (0 without its pid),
+// of the workspace's cgroup, and of this process.
+type execCPU struct {
+	host, guest, client time.Duration
+}
+
+// cpuNow reads the CPU times execCPU is made of, so far.
+func cpuNow(ws *sdk.Workspace, pid int) execCPU {
+	var c execCPU
+	if pid > 0 {
+		c.host, _ = benchutil.ProcessCPU(pid)
+	}
+	c.guest = time.Duration(benchutil.CgroupSum([]string{ws.ID()}, "cpuacct", "cpuacct.usage"))
+	c.client, _ = benchutil.ProcessCPU(os.Getpid())
+	return c
+}
+
+// execRate runs exec `true` from callers goroutines for window and
+// returns the completed execs per second and the CPU each cost.
+func execRate(ctx context.Context, ws *sdk.Workspace, callers int, window time.Duration, pid int) (float64, execCPU, error) {
+	before := cpuNow(ws, pid)
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	deadline := time.Now().Add(window)
 	start := time.Now()
-	if _, err := ws.Upload(ctx, io.LimitReader(mathrand.NewChaCha8([32]byte{7}), size), "/root/bench", 0o644); err != nil {
+	for range callers {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				st, err := ws.Exec(ctx, []string{"true"}, sdk.ExecOptions{})
+				if err == nil && !st.Success() {
+					err = fmt.Errorf("exec true: %v", st)
+				}
+				if err != nil {
+					mu.Lock()
+					first = cmpOr(first, err)
+					mu.Unlock()
+					return
+				}
+				done.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	rate := float64(done.Load()) / time.Since(start).Seconds()
+	after := cpuNow(ws, pid)
+	n := time.Duration(max(done.Load(), 1))
+	return rate, execCPU{(after.host - before.host) / n, (after.guest - before.guest) / n, (after.client - before.client) / n}, first
+}
+
+func cmpOr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// timeNewSession times what a `ws exec` without a cached session does
+// before its exec: GetWorkspace, then IssueSession.
+func timeNewSession(ctx context.Context, client *sdk.Client, id string, n int) ([]time.Duration, error) {
+	var out []time.Duration
+	for range n {
+		start := time.Now()
+		w, err := client.Workspace(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := w.Session(ctx); err != nil {
+			return nil, err
+		}
+		out = append(out, time.Since(start))
+	}
+	return out, nil
+}
+
+// timeCLI times `kibotos ws exec ID -- true` from a new process, after
+// one warm-up run.
+func timeCLI(c config, id string) ([]time.Duration, error) {
+	var out []time.Duration
+	for i := range c.cliRuns + 1 {
+		cmd := exec.Command(c.cli, "ws", "exec", "--addr", c.addr, "--home", c.home, id, "--", "true")
+		start := time.Now()
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("%s: %v %s", strings.Join(cmd.Args, " "), err, b)
+		}
+		if i > 0 {
+			out = append(out, time.Since(start))
+		}
+	}
+	return out, nil
+}
+
+// files writes and reads a file of c.fileMiB through the data plane, and
+// the same size with dd on the host's disk (in c.home) with its data synced
+// at the end, as WriteFile syncs its file before renaming it into place.
+func files(ctx context.Context, ws *sdk.Workspace, c config) error {
+	size := int64(c.fileMiB) << 20
+	block := make([]byte, 64<<20)
+	rng := mathrand.NewChaCha8([32]byte{7})
+	rng.Read(block)
+	start := time.Now()
+	if _, err := ws.Upload(ctx, io.LimitReader(&repeat{block: block}, size), "/root/bench", 0o644); err != nil {
 		return err
 	}
 	write := time.Since(start)
 	start = time.Now()
-	if _, err := ws.Download(ctx, "/root/bench", io.Discard); err != nil {
+	n, err := ws.Download(ctx, "/root/bench", io.Discard)
+	if err != nil {
 		return err
 	}
+	if n != size {
+		return fmt.Errorf("download: %d bytes, want %d", n, size)
+	}
 	read := time.Since(start)
-	fmt.Printf("file write %d MiB: %.0f MiB/s; read: %.0f MiB/s\n", fileMiB,
-		float64(fileMiB)/write.Seconds(), float64(fileMiB)/read.Seconds())
 
+	ddFile := filepath.Join(c.home, "dpbench-dd")
+	defer os.Remove(ddFile)
+	ddWrite, err := dd("if=/dev/zero", "of="+ddFile, "bs=1M", fmt.Sprintf("count=%d", c.fileMiB), "conv=fsync")
+	if err != nil {
+		return err
+	}
+	ddRead, err := dd("if="+ddFile, "of=/dev/null", "bs=1M")
+	if err != nil {
+		return err
+	}
+	mib := float64(c.fileMiB)
+	row(fmt.Sprintf("file write %d MiB (MiB/s), vs dd", c.fileMiB), mib/write.Seconds(), mib/ddWrite.Seconds(), "MiB/s")
+	row(fmt.Sprintf("file read %d MiB (MiB/s), vs dd", c.fileMiB), mib/read.Seconds(), mib/ddRead.Seconds(), "MiB/s")
+	return nil
+}
+
+// dd runs dd with args and returns how long it took.
+func dd(args ...string) (time.Duration, error) {
+	start := time.Now()
+	if b, err := exec.Command("dd", args...).CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("dd %s: %v %s", strings.Join(args, " "), err, b)
+	}
+	return time.Since(start), nil
+}
+
+// repeat reads block over and over.
+type repeat struct {
+	block []byte
+	off   int
+}
+
+func (r *repeat) Read(p []byte) (int, error) {
+	n := copy(p, r.block[r.off:])
+	r.off = (r.off + n) % len(r.block)
+	return n, nil
+}
+
+// createToFirstOutput times CreateWorkspace to the first output of `echo
+// ready`, beside a bare `runc run /bin/echo ready` of the same rootfs.
+func createToFirstOutput(ctx context.Context, client *sdk.Client, c config) error {
 	var first []time.Duration
-	for range creates {
+	for range c.creates {
 		start := time.Now()
 		w, err := client.CreateWorkspace(ctx, sdk.CreateOptions{MemoryBytes: 128 << 20, DiskBytes: 64 << 20})
 		if err != nil {
@@ -85,22 +357,22 @@ func run(addr, home string, execs, fileMiB, creates int) error {
 		}
 		var out bytes.Buffer
 		if _, err := w.Exec(ctx, []string{"echo", "ready"}, sdk.ExecOptions{Stdout: &out}); err != nil || out.String() != "ready\n" {
-			return fmt.Errorf("first exec: %q %v", out.String(), err)
+			return errors.Join(fmt.Errorf("first exec: %q", out.String()), err)
 		}
 		first = append(first, time.Since(start))
 		if err := client.DeleteWorkspace(ctx, w.ID()); err != nil {
 			return err
 		}
 	}
-	rootfs, err := benchutil.BaseRootfs(home)
+	rootfs, err := benchutil.BaseRootfs(c.home)
 	if err != nil {
 		return err
 	}
-	bare, err := benchutil.BareRunc(rootfs, creates, "/bin/echo", "ready")
+	bare, err := benchutil.BareRunc(rootfs, c.creates, "/bin/echo", "ready")
 	if err != nil {
 		return err
 	}
-	benchutil.Report("create→first exec output", first)
-	benchutil.Report("bare runc run echo", bare)
+	row("create→first exec output p50 (ms)", ms(pct(first, 0.5)), ms(pct(bare, 0.5)), "ms")
+	row("create→first exec output p99 (ms)", ms(pct(first, 0.99)), ms(pct(bare, 0.99)), "ms")
 	return nil
 }

@@ -16,16 +16,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/kibotos/kibotos/bench/internal/benchutil"
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 )
-
-// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's CPU times.
-const clockTicks = 100
 
 func main() {
 	addr, home := benchutil.DeploymentFlags()
@@ -86,28 +81,11 @@ func run(addr, home string, pid, n int, window time.Duration) error {
 // sample returns the CPU time (user + system) the process spends over
 // window.
 func sample(pid int, window time.Duration) (time.Duration, error) {
-	before, err := processCPU(pid)
+	before, err := benchutil.ProcessCPU(pid)
 	if err != nil {
 		return 0, err
 	}
 	time.Sleep(window)
-	after, err := processCPU(pid)
+	after, err := benchutil.ProcessCPU(pid)
 	return after - before, err
-}
-
-// processCPU reads the user and system time of a process (all threads).
-func processCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	s := string(b)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	// After the command: state is field 3, utime 14 and stime 15.
-	utime, err1 := strconv.ParseUint(fields[11], 10, 64)
-	stime, err2 := strconv.ParseUint(fields[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, err
-	}
-	return time.Duration(utime+stime) * time.Second / clockTicks, nil
 }

@@ -230,21 +230,28 @@ func dialStreaming[C any](cmd *cobra.Command, c *conn, newClient func(connect.HT
 }
 
 // openWorkspace resolves the connection flags and returns a handle on the
-// Workspace id, whose data-plane calls the SDK makes with a session it
-// issues. Unary calls keep callTimeout; streams run until the command's
-// context ends. closeIdle releases the connections.
+// Workspace id, whose data-plane calls the SDK makes with the session the
+// session cache holds for it (sessioncache.go), else with one it issues.
+// Unary calls keep callTimeout; streams run until the command's context
+// ends. closeIdle keeps the handle's session in the cache and releases the
+// connections.
 func openWorkspace(cmd *cobra.Command, c *conn, id string) (ws *sdk.Workspace, closeIdle func(), err error) {
 	s, err := c.resolve(cmd)
 	if err != nil {
 		return nil, nil, err
 	}
 	cl := sdk.New(s.baseURL, s.token, sdk.WithClientOptions(connect.WithInterceptors(timeout(callTimeout))))
-	ws, err = cl.Workspace(cmd.Context(), id)
-	if err != nil {
+	cache := openSessionCache()
+	if cached := cache.load(s.baseURL, s.token, id); cached != nil {
+		ws = cl.WorkspaceWithSession(id, cached)
+	} else if ws, err = cl.Workspace(cmd.Context(), id); err != nil {
 		cl.Close()
 		return nil, nil, err
 	}
-	return ws, cl.Close, nil
+	return ws, func() {
+		cache.store(s.baseURL, s.token, id, ws.CurrentSession())
+		cl.Close()
+	}, nil
 }
 
 // timeout bounds every unary call; the Connect protocol also tells the

@@ -136,6 +136,7 @@ func cleanHome(t *testing.T) string {
 	t.Setenv(envAddr, "")
 	t.Setenv(envToken, "")
 	t.Setenv(envHome, home)
+	t.Setenv(envSessionCache, filepath.Join(home, "sessions"))
 	return home
 }
 

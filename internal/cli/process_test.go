@@ -2,6 +2,7 @@ package cli
 
 import (
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
+	"github.com/kibotos/kibotos/internal/daemon/uptest"
 	"github.com/kibotos/kibotos/sdk"
 )
 
@@ -253,5 +255,78 @@ func TestExitCode(t *testing.T) {
 		if got := exitCode(tc.s); got != tc.want {
 			t.Errorf("exitCode(%v) = %d, want %d", tc.s, got, tc.want)
 		}
+	}
+}
+
+// TestExecReusesCachedSession runs ws exec again and again: the first
+// keeps its session in the cache (0600), the next ones use it as it is, a
+// session the data plane refuses is replaced in the file, another
+// project's token does not get to use it, and with the cache off nothing
+// is written.
+func TestExecReusesCachedSession(t *testing.T) {
+	e, id := newDataEnv(t)
+	dir := os.Getenv(envSessionCache)
+	cached := func() (string, cachedSession) {
+		t.Helper()
+		files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+		if len(files) != 1 {
+			t.Fatalf("session cache holds %v, want one file", files)
+		}
+		fi, err := os.Stat(files[0])
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("cache file %s: %v, %v; want mode 0600", files[0], fi.Mode(), err)
+		}
+		b, err := os.ReadFile(files[0])
+		var s cachedSession
+		if err == nil {
+			err = json.Unmarshal(b, &s)
+		}
+		if err != nil || s.Token == "" {
+			t.Fatalf("cache file %s: %q %v", files[0], b, err)
+		}
+		return files[0], s
+	}
+	e.sh(t, id, "true")
+	path, first := cached()
+	if out := e.sh(t, id, "echo again"); out != "again\n" {
+		t.Fatalf("second exec: %q", out)
+	}
+	if _, s := cached(); s.ID != first.ID {
+		t.Errorf("second exec left session %s, want the cached %s", s.ID, first.ID)
+	}
+
+	// A session the data plane refuses gives way to a new one.
+	bogus := first
+	mac := strings.LastIndexByte(first.Token, '.') + 1 // a MAC that does not verify
+	c := "A"
+	if first.Token[mac] == 'A' {
+		c = "B"
+	}
+	bogus.Token = first.Token[:mac] + c + first.Token[mac+1:]
+	b, _ := json.Marshal(bogus)
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out := e.sh(t, id, "echo renewed"); out != "renewed\n" {
+		t.Fatalf("exec with a refused session: %q", out)
+	}
+	if _, s := cached(); s.ID == first.ID || s.Token == bogus.Token {
+		t.Errorf("after a refusal the cache holds session %s, want a new one", s.ID)
+	}
+
+	// The token of another project, which may not reach the workspace,
+	// gets nothing from the cached session.
+	other := uptest.Shared(t).Project(t)
+	_, _, err := e.run(t, "", "ws", "exec", "--addr", e.addr, "--token", other, id, "--", "true")
+	if connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("exec with another project's token: %v, want not_found", err)
+	}
+	cached()
+
+	t.Setenv(envSessionCache, "off")
+	os.RemoveAll(dir)
+	e.sh(t, id, "true")
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("with the cache off, %s: %v", dir, err)
 	}
 }

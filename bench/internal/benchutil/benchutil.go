@@ -5,12 +5,14 @@ package benchutil
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -84,4 +86,24 @@ func BareRunc(rootfs string, n int, args ...string) ([]time.Duration, error) {
 		out = append(out, time.Since(start))
 	}
 	return out, nil
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's CPU times.
+const clockTicks = 100
+
+// ProcessCPU reads the user and system time of a process (all threads).
+func ProcessCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	// After the command: state is field 3, utime 14 and stime 15.
+	utime, err1 := strconv.ParseUint(fields[11], 10, 64)
+	stime, err2 := strconv.ParseUint(fields[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	return time.Duration(utime+stime) * time.Second / clockTicks, nil
 }

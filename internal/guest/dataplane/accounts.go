@@ -141,7 +141,9 @@ func scanColon(path string, min int, fn func([]string) bool) error {
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	// Lines are short: start small (a lookup runs on every process start)
+	// and grow up to 1 MiB for an odd long line.
+	sc.Buffer(make([]byte, 0, 4<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
 		if line == "" || line[0] == '#' {

@@ -22,8 +22,9 @@ import (
 )
 
 const (
-	// readChunk is the size of one ReadFile message.
-	readChunk = 64 << 10
+	// readChunk is the size of one ReadFile message: large, so that a
+	// file's bytes cost few messages, reads and writes on their way.
+	readChunk = 1 << 20
 	// maxListEntries bounds one ListDirectory answer.
 	maxListEntries = 100_000
 )
@@ -91,7 +92,7 @@ func cleanPath(u *User, path string, stage stageT) (string, error) {
 }
 
 // ReadFile implements FileService.ReadFile: the file's bytes in messages
-// of up to 64 KiB, read as they are sent, the first with the file's
+// of up to 1 MiB, read as they are sent, the first with the file's
 // metadata. A final symlink is followed: the bytes and the metadata are
 // those of the file it leads to.
 func (s *FileService) ReadFile(ctx context.Context, req *connect.Request[datav1.ReadFileRequest], stream *connect.ServerStream[datav1.ReadFileResponse]) error {

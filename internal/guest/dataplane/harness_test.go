@@ -32,14 +32,14 @@ type testEnv struct {
 }
 
 // newTestEnv serves a data plane without a display.
-func newTestEnv(t *testing.T) *testEnv {
+func newTestEnv(t testing.TB) *testEnv {
 	t.Helper()
 	return newDisplayEnv(t, func(*ProcessService) *DisplayService { return NewDisplayService(nil, NoDisplay) })
 }
 
 // newDisplayEnv serves a data plane whose display services display
 // returns, given the process service.
-func newDisplayEnv(t *testing.T, display func(*ProcessService) *DisplayService) *testEnv {
+func newDisplayEnv(t testing.TB, display func(*ProcessService) *DisplayService) *testEnv {
 	t.Helper()
 	// Processes and files run as other users.
 	hosttest.RequireRoot(t)

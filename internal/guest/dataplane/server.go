@@ -18,7 +18,7 @@ const maxMessage = 16 << 20
 
 // NewHandler serves the ProcessService, the FileService, the
 // ServiceService, and the ScreenService and InputService of display with
-// Connect (and gRPC, gRPC-Web). A panic in a handler becomes an internal
+// Connect (and gRPC, gRPC-Web), uncompressed. A panic in a handler becomes an internal
 // error instead of ending the agent, the guest's PID 1. A request message
 // may be up to 16 MiB.
 func NewHandler(procs *ProcessService, files *FileService, services *ServiceService, display *DisplayService, opts ...connect.HandlerOption) http.Handler {
@@ -27,13 +27,16 @@ func NewHandler(procs *ProcessService, files *FileService, services *ServiceServ
 		logf("panic in %s: %v\n%s", spec.Procedure, p, debug.Stack())
 		return connect.NewError(connect.CodeInternal, fmt.Errorf("internal error"))
 	})
-	opts = append([]connect.HandlerOption{recovering, connect.WithReadMaxBytes(maxMessage)}, opts...)
+	// Nothing is compressed: the gateway and the caller are a unix socket
+	// and a network hop away, and gzip would cost the guest's CPU on every
+	// message (a compressor's reset alone on each small process event), on
+	// data that is often compressed already.
+	opts = append([]connect.HandlerOption{recovering, connect.WithReadMaxBytes(maxMessage),
+		connect.WithCompression("gzip", nil, nil)}, opts...)
 	mux := http.NewServeMux()
 	mux.Handle(datav1connect.NewProcessServiceHandler(procs, opts...))
 	mux.Handle(datav1connect.NewFileServiceHandler(files, opts...))
-	// A service's bytes are sent as they come: compressing them would cost
-	// the guest's CPU on data that is often compressed already.
-	mux.Handle(datav1connect.NewServiceServiceHandler(services, append(opts, connect.WithCompression("gzip", nil, nil))...))
+	mux.Handle(datav1connect.NewServiceServiceHandler(services, opts...))
 	mux.Handle(datav1connect.NewScreenServiceHandler(display, opts...))
 	mux.Handle(datav1connect.NewInputServiceHandler(display, opts...))
 	return mux
@@ -49,6 +52,7 @@ func NewServer(h http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		Protocols:         &protocols,
+		HTTP2:             &http.HTTP2Config{MaxReceiveBufferPerConnection: 16 << 20, MaxReceiveBufferPerStream: 8 << 20},
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 }

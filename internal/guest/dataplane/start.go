@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -173,7 +174,7 @@ func (s *ProcessService) releaseTag(p *process) {
 // ends and the agent's.
 type stdio struct {
 	child     [3]*os.File // stdin, stdout, stderr of the child
-	childEnds []*os.File  // the distinct files of child, which the agent closes once the child has them
+	childEnds []*os.File  // the distinct files of child but the shared /dev/null, which the agent closes once the child has them
 	master    *os.File    // the PTY master; nil on pipes
 	in        *os.File    // stdin's write end or the master; nil without input
 	outputs   []*os.File  // stdout's and stderr's read ends, or the master
@@ -226,10 +227,12 @@ func openPipes(input bool) (_ *stdio, err error) {
 			return nil, err
 		}
 		std.child[0], std.in = r, w
-	} else if std.child[0], err = os.Open(os.DevNull); err != nil {
+	} else if std.child[0], err = devNull(); err != nil {
 		return nil, err
 	}
-	std.childEnds = append(std.childEnds, std.child[0])
+	if input {
+		std.childEnds = append(std.childEnds, std.child[0])
+	}
 	for i := 1; i <= 2; i++ {
 		r, w, err := os.Pipe()
 		if err != nil {
@@ -241,6 +244,10 @@ func openPipes(input bool) (_ *stdio, err error) {
 	}
 	return std, nil
 }
+
+// devNull is /dev/null, opened once, the stdin of every process started
+// without input: each child gets its own copy of the descriptor.
+var devNull = sync.OnceValues(func() (*os.File, error) { return os.Open(os.DevNull) })
 
 // childFds returns the child's descriptors. Fd puts them in blocking
 // mode, as a child expects.
