@@ -17,6 +17,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kibotos/kibotos/internal/cli"
+	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/transfers"
 	"github.com/kibotos/kibotos/internal/daemon"
 	"github.com/kibotos/kibotos/internal/host/agent"
@@ -63,6 +65,8 @@ type serveFlags struct {
 	blobs        string
 	transferTTL  time.Duration
 	desktopCache string
+	authCache    time.Duration
+	retention    time.Duration
 }
 
 func (f *serveFlags) register(cmd *cobra.Command) {
@@ -82,6 +86,10 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.blobs, "blobs", os.Getenv("KIBOTOS_BLOBS"),
 		"blob store of transfer artifacts: s3://BUCKET?region=...&endpoint=..., file:///DIR (default: HOME/blobs; env KIBOTOS_BLOBS)")
 	cmd.Flags().DurationVar(&f.transferTTL, "transfer-ttl", transfers.DefaultTTL, "how long a transfer's artifact is kept before it EXPIRES")
+	cmd.Flags().DurationVar(&f.authCache, "auth-cache-ttl", auth.DefaultCacheTTL,
+		"how long an authenticated API token is trusted without reading the store again: a revoked token is refused by every call that starts this long after the revocation (0: read the store on every call)")
+	cmd.Flags().DurationVar(&f.retention, "command-retention", command.DefaultRetention,
+		"how long a command's record is kept: a retry within it replays the first answer, after it the same command_id runs as a new command")
 }
 
 func (f *serveFlags) options(o daemon.Options) (daemon.Options, error) {
@@ -95,6 +103,19 @@ func (f *serveFlags) options(o daemon.Options) (daemon.Options, error) {
 	}
 	o.BlobsURL, o.TransferTTL = f.blobs, f.transferTTL
 	o.DesktopCache = f.desktopCache
+	if f.retention <= 0 {
+		return o, fmt.Errorf("--command-retention %s must be positive", f.retention)
+	}
+	o.CommandRetention = f.retention
+	if f.authCache < 0 {
+		return o, fmt.Errorf("--auth-cache-ttl %s must not be negative", f.authCache)
+	}
+	// Zero on the command line means no cache, which the server spells
+	// as a negative TTL.
+	o.AuthCacheTTL = f.authCache
+	if o.AuthCacheTTL == 0 {
+		o.AuthCacheTTL = -1
+	}
 	return o, nil
 }
 

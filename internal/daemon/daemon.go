@@ -29,6 +29,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/server"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/store/postgres"
@@ -134,6 +135,12 @@ type Options struct {
 	// TransferTTL is how long a transfer's artifact is kept; zero is
 	// transfers.DefaultTTL.
 	TransferTTL time.Duration
+	// AuthCacheTTL is how long an authenticated API token is trusted
+	// without reading the store again (see server.Config).
+	AuthCacheTTL time.Duration
+	// CommandRetention is how long a command's idempotency record is
+	// kept; zero is command.DefaultRetention.
+	CommandRetention time.Duration
 }
 
 // Run serves until ctx ends.
@@ -210,6 +217,7 @@ func Run(ctx context.Context, o Options) error {
 		MetricsToken:       metricsToken,
 		Blobs:              blobs,
 		TransferTTL:        o.TransferTTL,
+		AuthCacheTTL:       o.AuthCacheTTL,
 	})
 	if err != nil {
 		ln.Close()
@@ -241,6 +249,14 @@ func Run(ctx context.Context, o Options) error {
 	g.Go(func() error { return server.Serve(ctx, ln, handler, shutdownGrace) })
 	g.Go(func() error { return expireLoop(ctx, ctl) })
 	g.Go(func() error { return templates.CollectLoop(ctx, st, images) })
+	g.Go(func() error {
+		retention := o.CommandRetention
+		if retention <= 0 {
+			retention = command.DefaultRetention
+		}
+		command.PruneLoop(ctx, st, retention)
+		return nil
+	})
 	if ctl.Transfers != nil {
 		g.Go(func() error {
 			// With SQLite this process is the deployment's only ctrl: an

@@ -76,6 +76,11 @@ type Config struct {
 	// TransferTTL is how long an artifact is kept; zero is
 	// transfers.DefaultTTL.
 	TransferTTL time.Duration
+	// AuthCacheTTL is how long an authenticated token is trusted without
+	// reading the store again, and so how long a revoked token may still
+	// be accepted; zero is auth.DefaultCacheTTL, negative reads the store
+	// on every call.
+	AuthCacheTTL time.Duration
 }
 
 // DefaultStoragePool is the name of the default storage pool when the
@@ -142,7 +147,11 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 	}
 	// Callers authenticate with project tokens, host agents with the host
 	// token.
-	opts := append([]connect.HandlerOption{counted, connect.WithInterceptors(&auth.Interceptor{Store: cfg.Store})}, common...)
+	authTTL := cfg.AuthCacheTTL
+	if authTTL == 0 {
+		authTTL = auth.DefaultCacheTTL
+	}
+	opts := append([]connect.HandlerOption{counted, connect.WithInterceptors(&auth.Interceptor{Tokens: auth.NewCache(cfg.Store, authTTL)})}, common...)
 	hostOpts := append([]connect.HandlerOption{counted, connect.WithInterceptors(api.HostAuth(cfg.HostToken))}, common...)
 	mux := http.NewServeMux()
 	mux.Handle("GET "+metrics.Path, metrics.Handler(cfg.Metrics, cfg.MetricsToken))

@@ -26,7 +26,8 @@ import (
 var migrations embed.FS
 
 var dialect = sqlstore.Dialect{
-	Name: "sqlite",
+	Name:        "sqlite",
+	GroupCommit: true,
 	Retryable: func(err error) bool {
 		var e *sqlite.Error
 		return errors.As(err, &e) && (e.Code()&0xff == sqlite3.SQLITE_BUSY || e.Code()&0xff == sqlite3.SQLITE_LOCKED)
@@ -37,6 +38,9 @@ var dialect = sqlstore.Dialect{
 			(e.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || e.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
 	},
 }
+
+// maxIdleReaders is how many read connections stay open between reads.
+const maxIdleReaders = 64
 
 // Open opens (creating if needed) the database at path and applies pending
 // migrations.
@@ -56,6 +60,10 @@ func Open(ctx context.Context, path string) (store.Store, error) {
 		write.Close()
 		return nil, err
 	}
+	// Opening a connection runs the pragmas and reads the schema, which
+	// costs more than most reads: keep as many idle as there are readers.
+	// The pool is not capped, so a View inside a View never waits.
+	read.SetMaxIdleConns(maxIdleReaders)
 	s := sqlstore.New(read, write, dialect)
 	sub, err := fs.Sub(migrations, "migrations")
 	if err != nil {
