@@ -29,6 +29,9 @@ type Cache struct {
 
 	mu      sync.Mutex
 	entries map[[sha256.Size]byte]cached
+	// forgotten counts Forget calls: an answer read before one is not
+	// stored, as it may predate the revocation.
+	forgotten uint64
 }
 
 type cached struct {
@@ -53,6 +56,7 @@ func (c *Cache) Authenticate(ctx context.Context, bearer string) (Caller, error)
 	start := c.now()
 	c.mu.Lock()
 	e, ok := c.entries[key]
+	forgotten := c.forgotten
 	c.mu.Unlock()
 	if ok && start.Before(e.expires) {
 		return e.caller, nil
@@ -63,6 +67,9 @@ func (c *Cache) Authenticate(ctx context.Context, bearer string) (Caller, error)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.forgotten != forgotten {
+		return caller, nil
+	}
 	if len(c.entries) >= maxCached {
 		clear(c.entries)
 	}
@@ -70,4 +77,17 @@ func (c *Cache) Authenticate(ctx context.Context, bearer string) (Caller, error)
 	// revocation by more than ttl.
 	c.entries[key] = cached{caller: caller, expires: start.Add(c.ttl)}
 	return caller, nil
+}
+
+// Forget drops a token from the cache, for a revocation made through this
+// process: its next call here reads the store.
+func (c *Cache) Forget(tokenID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.forgotten++
+	for k, e := range c.entries {
+		if e.caller.TokenID == tokenID {
+			delete(c.entries, k)
+		}
+	}
 }

@@ -151,13 +151,14 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 	if authTTL == 0 {
 		authTTL = auth.DefaultCacheTTL
 	}
-	opts := append([]connect.HandlerOption{counted, connect.WithInterceptors(&auth.Interceptor{Tokens: auth.NewCache(cfg.Store, authTTL)})}, common...)
+	tokens := auth.NewCache(cfg.Store, authTTL)
+	opts := append([]connect.HandlerOption{counted, connect.WithInterceptors(&auth.Interceptor{Tokens: tokens})}, common...)
 	hostOpts := append([]connect.HandlerOption{counted, connect.WithInterceptors(api.HostAuth(cfg.HostToken))}, common...)
 	mux := http.NewServeMux()
 	mux.Handle("GET "+metrics.Path, metrics.Handler(cfg.Metrics, cfg.MetricsToken))
 	mux.Handle(ctrlv1connect.NewEgressServiceHandler(api.NewEgressService(upstreams.NewEgresses(cfg.Store, pages, cfg.Checker, cfg.Changes)), opts...))
 	mux.Handle(ctrlv1connect.NewResolverServiceHandler(api.NewResolverService(upstreams.NewResolvers(cfg.Store, pages, cfg.Changes)), opts...))
-	mux.Handle(adminv1connect.NewAdminServiceHandler(api.NewAdminService(&projects.Service{Store: cfg.Store}, vols), opts...))
+	mux.Handle(adminv1connect.NewAdminServiceHandler(api.NewAdminService(&projects.Service{Store: cfg.Store, Tokens: tokens}, vols), opts...))
 
 	services := []string{
 		ctrlv1connect.EgressServiceName,
