@@ -38,7 +38,7 @@ func TestRevokedTokenUnderLoad(t *testing.T) {
 			cutoff time.Time // set before cut closes
 			cut    = make(chan struct{})
 			wg     sync.WaitGroup
-			calls = make([][]call, 64)
+			calls  = make([][]call, 64)
 		)
 		for i := range calls {
 			wg.Add(1)
