@@ -44,6 +44,10 @@ import (
 // MaxRequestBytes bounds one request message.
 const MaxRequestBytes = 8 << 20
 
+// compressMinBytes is the smallest answer sent compressed to a caller that
+// accepts compression.
+const compressMinBytes = 4 << 10
+
 // pageTokenKeySetting names the deployment key that signs page tokens.
 const pageTokenKeySetting = "page_token_key"
 
@@ -140,6 +144,8 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 	common := []connect.HandlerOption{
 		connect.WithCodec(deterministicCodec{}),
 		connect.WithReadMaxBytes(MaxRequestBytes),
+		// Compressing a small answer costs more CPU than the bytes it saves.
+		connect.WithCompressMinBytes(compressMinBytes),
 		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, r any) error {
 			slog.Error("handler panic", "procedure", spec.Procedure, "panic", r)
 			return connect.NewError(connect.CodeInternal, errors.New("internal error; see the server log"))
