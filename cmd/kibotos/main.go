@@ -21,6 +21,8 @@ import (
 	"github.com/kibotos/kibotos/internal/buildinfo"
 	"github.com/kibotos/kibotos/internal/cli"
 	"github.com/kibotos/kibotos/internal/config"
+	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/transfers"
 	"github.com/kibotos/kibotos/internal/daemon"
 	"github.com/kibotos/kibotos/internal/host/agent"
@@ -74,6 +76,8 @@ type serveFlags struct {
 	pprofListen  string
 	otlp         string
 	config       string
+	authCache    time.Duration
+	retention    time.Duration
 }
 
 func (f *serveFlags) register(cmd *cobra.Command) {
@@ -111,6 +115,10 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	}
 	cmd.Flags().StringArrayVar(&f.insecure, "insecure-registry", envList("KIBOTOS_INSECURE_REGISTRIES"),
 		"a registry, HOST[:PORT] as image references name it, that template imports reach over plain HTTP; repeatable (default: none, every registry over HTTPS; env KIBOTOS_INSECURE_REGISTRIES, comma-separated)")
+	cmd.Flags().DurationVar(&f.authCache, "auth-cache-ttl", auth.DefaultCacheTTL,
+		"how long an authenticated API token is trusted without reading the store again: a revoked token is refused by every call that starts this long after the revocation (0: read the store on every call)")
+	cmd.Flags().DurationVar(&f.retention, "command-retention", command.DefaultRetention,
+		"how long a command's record is kept: a retry within it replays the first answer, after it the same command_id runs as a new command")
 }
 
 func (f *serveFlags) options(o daemon.Options) (daemon.Options, error) {
@@ -136,6 +144,19 @@ func (f *serveFlags) options(o daemon.Options) (daemon.Options, error) {
 		}
 	}
 	o.InsecureRegistries = f.insecure
+	if f.retention <= 0 {
+		return o, fmt.Errorf("--command-retention %s must be positive", f.retention)
+	}
+	o.CommandRetention = f.retention
+	if f.authCache < 0 {
+		return o, fmt.Errorf("--auth-cache-ttl %s must not be negative", f.authCache)
+	}
+	// Zero on the command line means no cache, which the server spells
+	// as a negative TTL.
+	o.AuthCacheTTL = f.authCache
+	if o.AuthCacheTTL == 0 {
+		o.AuthCacheTTL = -1
+	}
 	return o, nil
 }
 

@@ -31,6 +31,7 @@ import (
 
 	"github.com/kibotos/kibotos/internal/buildinfo"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/health"
 	"github.com/kibotos/kibotos/internal/ctrl/registry"
 	"github.com/kibotos/kibotos/internal/ctrl/server"
@@ -149,6 +150,12 @@ type Options struct {
 	// PprofListen, when set, serves net/http/pprof on this address, which
 	// must be a loopback one: the profiles show the process's internals.
 	PprofListen string
+	// AuthCacheTTL is how long an authenticated API token is trusted
+	// without reading the store again (see server.Config).
+	AuthCacheTTL time.Duration
+	// CommandRetention is how long a command's idempotency record is
+	// kept; zero is command.DefaultRetention.
+	CommandRetention time.Duration
 }
 
 // Run serves until ctx ends.
@@ -259,6 +266,7 @@ func Run(ctx context.Context, o Options) error {
 		TransferTTL:        o.TransferTTL,
 		Ready:              readiness(hostAgent),
 		Tracing:            tracer,
+		AuthCacheTTL:       o.AuthCacheTTL,
 	})
 	if err != nil {
 		ln.Close()
@@ -294,6 +302,14 @@ func Run(ctx context.Context, o Options) error {
 	}
 	g.Go(func() error { return expireLoop(ctx, ctl) })
 	g.Go(func() error { return templates.CollectLoop(ctx, st, images) })
+	g.Go(func() error {
+		retention := o.CommandRetention
+		if retention <= 0 {
+			retention = command.DefaultRetention
+		}
+		command.PruneLoop(ctx, st, retention)
+		return nil
+	})
 	if ctl.Transfers != nil {
 		g.Go(func() error {
 			// With SQLite this process is the deployment's only ctrl: an

@@ -6,15 +6,13 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
-
-	"github.com/kibotos/kibotos/internal/ctrl/store"
 )
 
 // Interceptor authenticates every call and enforces the role a method
 // needs: methods named Get*, List*, Watch* or Read* read, every other method
 // writes. Finer checks (admin-only methods, tenancy) are the handlers'.
 type Interceptor struct {
-	Store store.Store
+	Tokens *Cache
 }
 
 var _ connect.Interceptor = (*Interceptor)(nil)
@@ -54,7 +52,7 @@ func (i *Interceptor) authorize(ctx context.Context, procedure, header string) (
 	if !ok {
 		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("an API token is required: send Authorization: Bearer <token>"))
 	}
-	c, err := Authenticate(ctx, i.Store, strings.TrimSpace(bearer))
+	c, err := i.Tokens.Authenticate(ctx, strings.TrimSpace(bearer))
 	if errors.Is(err, ErrUnauthenticated) {
 		return nil, connect.NewError(connect.CodeUnauthenticated, err)
 	}

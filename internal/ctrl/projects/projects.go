@@ -33,6 +33,9 @@ var projectName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 // Service implements the project and token methods over a store.
 type Service struct {
 	Store store.Store
+	// Tokens, when set, forgets a token as soon as it is revoked here;
+	// other replicas' caches let it go within their TTL.
+	Tokens *auth.Cache
 }
 
 // Admin returns the caller when it holds the admin role.
@@ -180,6 +183,9 @@ func (s *Service) RevokeToken(ctx context.Context, id string) (store.Token, erro
 		}
 		return nil
 	})
+	if err == nil && s.Tokens != nil {
+		s.Tokens.Forget(id)
+	}
 	return tok, err
 }
 

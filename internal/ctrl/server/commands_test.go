@@ -8,12 +8,14 @@ import (
 	"net/http"
 	"sync"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
 	adminv1 "github.com/kibotos/kibotos/gen/kibotos/admin/v1"
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 )
 
@@ -341,4 +343,41 @@ func (e *env) adminProject() string {
 		e.t.Fatalf("ListTokens: %v", err)
 	}
 	return resp.Msg.Tokens[0].ProjectId
+}
+
+// TestPrunedCommandRunsAgain prunes the records past the retention
+// window: a command within it replays, and the same command_id after it is
+// a new command.
+func TestPrunedCommandRunsAgain(t *testing.T) {
+	backends(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		req := &ctrlv1.CreateEgressRequest{Command: cmd(), Spec: socks5("93.184.216.34:1080")}
+		first, err := e.egress.CreateEgress(ctx, connect.NewRequest(req))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Within the retention window nothing is pruned and a retry replays.
+		if n, err := command.Prune(ctx, e.store, time.Now().Add(-command.DefaultRetention)); err != nil || n != 0 {
+			t.Fatalf("prune within retention: %d, %v", n, err)
+		}
+		again, err := e.egress.CreateEgress(ctx, connect.NewRequest(req))
+		if err != nil || again.Msg.Egress.EgressId != first.Msg.Egress.EgressId {
+			t.Fatalf("replay within retention: %v, %v", again, err)
+		}
+		// Once the record is past retention it is pruned...
+		if n, err := command.Prune(ctx, e.store, time.Now().Add(time.Second)); err != nil || n == 0 {
+			t.Fatalf("prune past retention: %d, %v", n, err)
+		}
+		// ...and the same command_id creates a second Egress.
+		later, err := e.egress.CreateEgress(ctx, connect.NewRequest(req))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if later.Msg.Egress.EgressId == first.Msg.Egress.EgressId {
+			t.Error("a command after its record was pruned replayed")
+		}
+		if n := e.countEgresses(); n != 2 {
+			t.Errorf("egresses = %d, want 2", n)
+		}
+	})
 }

@@ -46,6 +46,10 @@ import (
 // MaxRequestBytes bounds one request message.
 const MaxRequestBytes = 8 << 20
 
+// compressMinBytes is the smallest answer sent compressed to a caller that
+// accepts compression.
+const compressMinBytes = 4 << 10
+
 // pageTokenKeySetting names the deployment key that signs page tokens.
 const pageTokenKeySetting = "page_token_key"
 
@@ -90,6 +94,11 @@ type Config struct {
 	// Ready are readiness checks of GET /readyz besides the store's (a
 	// host agent in this process has registered, ...).
 	Ready []health.Check
+	// AuthCacheTTL is how long an authenticated token is trusted without
+	// reading the store again, and so how long a revoked token may still
+	// be accepted; zero is auth.DefaultCacheTTL, negative reads the store
+	// on every call.
+	AuthCacheTTL time.Duration
 }
 
 // DefaultStoragePool is the name of the default storage pool when the
@@ -155,14 +164,21 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 	common := []connect.HandlerOption{
 		connect.WithCodec(deterministicCodec{}),
 		connect.WithReadMaxBytes(MaxRequestBytes),
+		// Compressing a small answer costs more CPU than the bytes it saves.
+		connect.WithCompressMinBytes(compressMinBytes),
 		connect.WithRecover(func(_ context.Context, _ connect.Spec, _ http.Header, r any) error {
 			return accesslog.Internal(fmt.Errorf("handler panic: %v", r))
 		}),
 	}
 	// Callers authenticate with project tokens, host agents with the host
 	// token. Each call is logged once, host agents' (frequent) at debug.
+	authTTL := cfg.AuthCacheTTL
+	if authTTL == 0 {
+		authTTL = auth.DefaultCacheTTL
+	}
+	tokens := auth.NewCache(cfg.Store, authTTL)
 	opts := append([]connect.HandlerOption{counted, connect.WithInterceptors(&accesslog.Interceptor{Logger: cfg.Logger, Level: slog.LevelInfo},
-		&auth.Interceptor{Store: cfg.Store}, accesslog.Project())}, common...)
+		&auth.Interceptor{Tokens: tokens}, accesslog.Project())}, common...)
 	hostOpts := append([]connect.HandlerOption{counted, connect.WithInterceptors(&accesslog.Interceptor{Logger: cfg.Logger, Level: slog.LevelDebug},
 		api.HostAuth(cfg.HostToken))}, common...)
 	mux := http.NewServeMux()
@@ -176,7 +192,7 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 	}}}, cfg.Ready...))
 	mux.Handle(ctrlv1connect.NewEgressServiceHandler(api.NewEgressService(upstreams.NewEgresses(cfg.Store, pages, cfg.Checker, cfg.Changes)), opts...))
 	mux.Handle(ctrlv1connect.NewResolverServiceHandler(api.NewResolverService(upstreams.NewResolvers(cfg.Store, pages, cfg.Changes)), opts...))
-	mux.Handle(adminv1connect.NewAdminServiceHandler(api.NewAdminService(&projects.Service{Store: cfg.Store}, vols), opts...))
+	mux.Handle(adminv1connect.NewAdminServiceHandler(api.NewAdminService(&projects.Service{Store: cfg.Store, Tokens: tokens}, vols), opts...))
 
 	services := []string{
 		ctrlv1connect.EgressServiceName,

@@ -25,7 +25,9 @@ var (
 // Store is the control plane's database.
 type Store interface {
 	// Update runs fn in a read-write transaction and commits when fn returns
-	// nil. Transactions are serializable: when one loses a race with a
+	// nil; it returns once the commit is durable. A backend may run
+	// concurrent Updates in one transaction, each in a savepoint (group
+	// commit): an fn that fails rolls back its own work alone. Transactions are serializable: when one loses a race with a
 	// concurrent one (a serialization failure, or ErrExists from a key that
 	// a concurrent transaction inserted first), fn runs again from the start
 	// on fresh state, a bounded number of times. fn must therefore keep its
@@ -67,6 +69,9 @@ type Tx interface {
 	// PutCommand records an executed command; ErrExists if the project
 	// already has a command with this ID.
 	PutCommand(ctx context.Context, c Command) error
+	// PruneCommands deletes up to limit command records created before
+	// the given time, oldest first, and returns how many it deleted.
+	PruneCommands(ctx context.Context, before time.Time, limit int) (int, error)
 
 	// CreateObject stores a new object; ErrExists if the ID is taken.
 	CreateObject(ctx context.Context, o Object) error

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -38,6 +37,8 @@ type Service struct {
 	// Exporting, when set, returns the Transfer exporting a workspace
 	// placed on hostID; empty when none is (see transfers).
 	Exporting func(ctx context.Context, tx store.Tx, projectID, workspaceID, hostID string) (string, error)
+
+	watches watches
 }
 
 // Write describes a write request.
@@ -195,33 +196,4 @@ func StateName(s ctrlv1.WorkspaceState) string {
 		return name[len(prefix):]
 	}
 	return name
-}
-
-// Watch calls send with the workspace now and after every change, until
-// ctx ends, send fails, or the workspace is DELETED. poll bounds how long
-// a change made by another ctrl replica can go unseen.
-func (s *Service) Watch(ctx context.Context, id string, poll time.Duration, send func(*ctrlv1.Workspace) error) error {
-	var last *ctrlv1.Workspace
-	for {
-		changed := s.Changes.Changed()
-		ws, err := s.Get(ctx, id)
-		if err != nil {
-			return err
-		}
-		if last == nil || !proto.Equal(last, ws) {
-			if err := send(ws); err != nil {
-				return err
-			}
-			last = ws
-		}
-		if ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-changed:
-		case <-time.After(poll):
-		}
-	}
 }

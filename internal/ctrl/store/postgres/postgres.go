@@ -43,6 +43,9 @@ func pgCode(err error) string {
 	return ""
 }
 
+// maxIdleConns is how many connections stay open between transactions.
+const maxIdleConns = 64
+
 // Open connects to the database at url (postgres://...) and applies pending
 // migrations.
 func Open(ctx context.Context, url string) (store.Store, error) {
@@ -50,6 +53,9 @@ func Open(ctx context.Context, url string) (store.Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A new connection costs a round trip of authentication and a backend
+	// process: keep as many idle as busy callers use.
+	db.SetMaxIdleConns(maxIdleConns)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("postgres: %w", err)

@@ -26,7 +26,8 @@ import (
 var migrations embed.FS
 
 var dialect = sqlstore.Dialect{
-	Name: "sqlite",
+	Name:        "sqlite",
+	GroupCommit: true,
 	Retryable: func(err error) bool {
 		var e *sqlite.Error
 		return errors.As(err, &e) && (e.Code()&0xff == sqlite3.SQLITE_BUSY || e.Code()&0xff == sqlite3.SQLITE_LOCKED)
@@ -38,6 +39,9 @@ var dialect = sqlstore.Dialect{
 	},
 }
 
+// maxIdleReaders is how many read connections stay open between reads.
+const maxIdleReaders = 64
+
 // Open opens (creating if needed) the database at path and applies pending
 // migrations.
 func Open(ctx context.Context, path string) (store.Store, error) {
@@ -46,16 +50,13 @@ func Open(ctx context.Context, path string) (store.Store, error) {
 			"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)" +
 			"&_pragma=synchronous(FULL)" + extra
 	}
-	write, err := sql.Open("sqlite", dsn("&_txlock=immediate"))
-	if err != nil {
-		return nil, err
-	}
+	write := sql.OpenDB(connector{dsn("&_txlock=immediate")})
 	write.SetMaxOpenConns(1)
-	read, err := sql.Open("sqlite", dsn("&_pragma=query_only(1)"))
-	if err != nil {
-		write.Close()
-		return nil, err
-	}
+	read := sql.OpenDB(connector{dsn("&_pragma=query_only(1)")})
+	// Opening a connection runs the pragmas and reads the schema, which
+	// costs more than most reads: keep as many idle as there are readers.
+	// The pool is not capped, so a View inside a View never waits.
+	read.SetMaxIdleConns(maxIdleReaders)
 	s := sqlstore.New(read, write, dialect)
 	sub, err := fs.Sub(migrations, "migrations")
 	if err != nil {

@@ -30,6 +30,10 @@ type Dialect struct {
 	Retryable func(err error) bool
 	// UniqueViolation reports whether err is a unique-key violation.
 	UniqueViolation func(err error) bool
+	// GroupCommit runs concurrent Updates in one transaction, each in a
+	// savepoint, committed once (see committer). It suits a backend with
+	// one writer connection, where Updates run one at a time anyway.
+	GroupCommit bool
 }
 
 // maxAttempts bounds how often Update runs a transaction that keeps losing
@@ -41,16 +45,24 @@ const maxAttempts = 20
 type Store struct {
 	read, write *sql.DB
 	dialect     Dialect
+	group       *committer // with Dialect.GroupCommit
 }
 
 // New returns a Store. The caller has migrated the schema; Close closes both
 // pools.
 func New(read, write *sql.DB, d Dialect) *Store {
-	return &Store{read: read, write: write, dialect: d}
+	s := &Store{read: read, write: write, dialect: d}
+	if d.GroupCommit {
+		s.group = newCommitter(s)
+	}
+	return s
 }
 
 // Update implements store.Store.
 func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
+	if s.group != nil {
+		return s.group.update(ctx, fn)
+	}
 	var err error
 	existsRetried := false
 	for attempt := range maxAttempts {
@@ -99,6 +111,9 @@ func (s *Store) run(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn fun
 
 // Close implements store.Store.
 func (s *Store) Close() error {
+	if s.group != nil {
+		s.group.close()
+	}
 	err := s.write.Close()
 	if s.read != s.write {
 		err = errors.Join(err, s.read.Close())
@@ -110,6 +125,18 @@ func (s *Store) Close() error {
 type tx struct {
 	tx *sql.Tx
 	d  *Dialect
+	// detached runs statements to completion even when the caller's ctx
+	// ends: in a group transaction an interrupted statement could roll
+	// back the other members' work.
+	detached bool
+}
+
+// ctx is the context a statement runs under.
+func (t *tx) ctx(ctx context.Context) context.Context {
+	if t.detached {
+		return context.WithoutCancel(ctx)
+	}
+	return ctx
 }
 
 // q rewrites ? placeholders for the dialect. Queries here never contain a
@@ -133,7 +160,7 @@ func (t *tx) q(query string) string {
 }
 
 func (t *tx) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	res, err := t.tx.ExecContext(ctx, t.q(query), args...)
+	res, err := t.tx.ExecContext(t.ctx(ctx), t.q(query), args...)
 	if err != nil && t.d.UniqueViolation(err) {
 		return nil, fmt.Errorf("%w: %v", store.ErrExists, err)
 	}
@@ -141,11 +168,11 @@ func (t *tx) exec(ctx context.Context, query string, args ...any) (sql.Result, e
 }
 
 func (t *tx) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
-	return t.tx.QueryRowContext(ctx, t.q(query), args...)
+	return t.tx.QueryRowContext(t.ctx(ctx), t.q(query), args...)
 }
 
 func (t *tx) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	return t.tx.QueryContext(ctx, t.q(query), args...)
+	return t.tx.QueryContext(t.ctx(ctx), t.q(query), args...)
 }
 
 // notFound maps sql.ErrNoRows to store.ErrNotFound.

@@ -30,6 +30,8 @@ func Run(t *testing.T, open Open) {
 		{"Settings", testSettings},
 		{"ProjectsAndTokens", testProjectsAndTokens},
 		{"Commands", testCommands},
+		{"PruneCommands", testPruneCommands},
+		{"ConcurrentUpdatesFailAlone", testConcurrentUpdatesFailAlone},
 		{"ObjectLifecycle", testObjectLifecycle},
 		{"ObjectsAreScopedByKindAndProject", testObjectScoping},
 		{"ListSelectorAndPages", testListSelectorAndPages},
@@ -162,6 +164,86 @@ func testCommands(t *testing.T, s store.Store) {
 		}
 		if _, err := tx.Command(ctx, "p1", "c2"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("missing command: %v", err)
+		}
+		return nil
+	})
+}
+
+func testPruneCommands(t *testing.T, s store.Store) {
+	mustProject(t, s, "p1")
+	for i := range 5 {
+		update(t, s, func(tx store.Tx) error {
+			return tx.PutCommand(ctx, store.Command{ProjectID: "p1", CommandID: fmt.Sprint("c", i), Method: "M",
+				CreatedAt: now.Add(time.Duration(i) * time.Hour)})
+		})
+	}
+	prune := func(before time.Time, limit int) int {
+		var n int
+		update(t, s, func(tx store.Tx) error {
+			var err error
+			n, err = tx.PruneCommands(ctx, before, limit)
+			return err
+		})
+		return n
+	}
+	// Older than c3: c0, c1 and c2, oldest first, two at a time.
+	if n := prune(now.Add(3*time.Hour), 2); n != 2 {
+		t.Errorf("first prune deleted %d, want 2", n)
+	}
+	if n := prune(now.Add(3*time.Hour), 2); n != 1 {
+		t.Errorf("second prune deleted %d, want 1", n)
+	}
+	view(t, s, func(tx store.Tx) error {
+		for i := range 5 {
+			_, err := tx.Command(ctx, "p1", fmt.Sprint("c", i))
+			if kept := err == nil; kept != (i >= 3) {
+				t.Errorf("command c%d kept = %v (%v)", i, kept, err)
+			}
+		}
+		return nil
+	})
+}
+
+// testConcurrentUpdatesFailAlone runs many Updates at once, every third
+// of which writes and then fails: the failures leave nothing behind and
+// take nothing of the others with them (a backend with group commit runs
+// them in one transaction).
+func testConcurrentUpdatesFailAlone(t *testing.T, s store.Store) {
+	mustProject(t, s, "p1")
+	boom := errors.New("boom")
+	const n = 64
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.Update(ctx, func(tx store.Tx) error {
+				if err := tx.CreateObject(ctx, object(store.KindEgress, "p1", fmt.Sprint("e", i), nil)); err != nil {
+					return err
+				}
+				if err := tx.PutCommand(ctx, store.Command{ProjectID: "p1", CommandID: fmt.Sprint("c", i), Method: "M", CreatedAt: now}); err != nil {
+					return err
+				}
+				if i%3 == 0 {
+					return boom
+				}
+				return nil
+			})
+		}()
+	}
+	wg.Wait()
+	view(t, s, func(tx store.Tx) error {
+		for i := range n {
+			failed := i%3 == 0
+			if failed != errors.Is(errs[i], boom) || (!failed && errs[i] != nil) {
+				t.Errorf("update %d: %v", i, errs[i])
+			}
+			_, errObj := tx.Object(ctx, store.KindEgress, "p1", fmt.Sprint("e", i))
+			_, errCmd := tx.Command(ctx, "p1", fmt.Sprint("c", i))
+			if (errObj == nil) == failed || (errCmd == nil) == failed {
+				t.Errorf("update %d (failed %v): object %v, command %v", i, failed, errObj, errCmd)
+			}
 		}
 		return nil
 	})

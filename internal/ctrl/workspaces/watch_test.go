@@ -1,0 +1,83 @@
+package workspaces
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/resource"
+	"github.com/kibotos/kibotos/internal/ctrl/store"
+)
+
+// countingStore counts read transactions.
+type countingStore struct {
+	store.Store
+	views atomic.Int64
+}
+
+func (c *countingStore) View(ctx context.Context, fn func(store.Tx) error) error {
+	c.views.Add(1)
+	return c.Store.View(ctx, fn)
+}
+
+// TestWatchersShareOneRead: 100 watchers of one workspace all see its
+// change for one store read, and the watcher of another workspace is not
+// woken at all.
+func TestWatchersShareOneRead(t *testing.T) {
+	s, ctx := newService(t)
+	counted := &countingStore{Store: s.Store}
+	s.Store = counted
+	a, b, c := create(t, s, ctx, 128<<20), create(t, s, ctx, 128<<20), create(t, s, ctx, 128<<20)
+	relabel := func(ws *ctrlv1.Workspace) {
+		t.Helper()
+		if _, err := UpdateMap(ctx, s, write("labels", newWS), resource.Labels, ws.WorkspaceId, ws.LabelsRevision,
+			map[string]string{"seen": "yes"}, identity); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// What a relabel reads by itself, with nobody watching.
+	before := counted.views.Load()
+	relabel(c)
+	own := counted.views.Load() - before
+
+	var (
+		ready, seen sync.WaitGroup
+		otherWoken  atomic.Bool
+	)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for range 100 {
+		ready.Add(1)
+		seen.Add(1)
+		go s.Watch(wctx, a.WorkspaceId, 1<<62, func(ws *ctrlv1.Workspace) error {
+			if ws.LabelsRevision == a.LabelsRevision {
+				ready.Done()
+			} else {
+				seen.Done()
+			}
+			return nil
+		})
+	}
+	ready.Add(1)
+	go s.Watch(wctx, b.WorkspaceId, 1<<62, func(ws *ctrlv1.Workspace) error {
+		if ws.LabelsRevision == b.LabelsRevision {
+			ready.Done()
+		} else {
+			otherWoken.Store(true)
+		}
+		return nil
+	})
+	ready.Wait()
+
+	before = counted.views.Load()
+	relabel(a)
+	seen.Wait()
+	if reads := counted.views.Load() - before - own; reads != 1 {
+		t.Errorf("100 watchers cost %d store reads for one change, want 1", reads)
+	}
+	if otherWoken.Load() {
+		t.Error("the watcher of another workspace was sent a version")
+	}
+}
