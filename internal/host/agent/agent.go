@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -104,6 +105,9 @@ type Agent struct {
 	// progress of exports and restores.
 	exports         *exports
 	transferReports chan *hostv1.TransferReport
+	// reportInterval is how often ctrl asked to hear from the host (its
+	// lease); zero before the registration.
+	reportInterval atomic.Int64
 	// registered is closed once ctrl has accepted the registration.
 	registered     chan struct{}
 	registeredOnce sync.Once
@@ -187,9 +191,11 @@ func (a *Agent) watch(ctx context.Context) error {
 	if len(reg.StoragePools) > 0 {
 		reg.Capabilities = append(reg.Capabilities, "volume.storage_pool")
 	}
-	if _, err := a.cfg.Client.RegisterHost(ctx, connect.NewRequest(reg)); err != nil {
+	resp, err := a.cfg.Client.RegisterHost(ctx, connect.NewRequest(reg))
+	if err != nil {
 		return fmt.Errorf("register: %w", err)
 	}
+	a.reportInterval.Store(int64(resp.Msg.GetReportInterval().AsDuration()))
 	a.registeredOnce.Do(func() { close(a.registered) })
 	stream, err := a.cfg.Client.WatchAssignments(ctx, connect.NewRequest(&hostv1.WatchAssignmentsRequest{HostId: a.cfg.HostID}))
 	if err != nil {
