@@ -21,9 +21,11 @@ import (
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
 	"github.com/kibotos/kibotos/internal/bearer"
+	"github.com/kibotos/kibotos/internal/cafile"
 	"github.com/kibotos/kibotos/internal/host/runtime"
 	"github.com/kibotos/kibotos/internal/host/runtime/oci"
 	"github.com/kibotos/kibotos/internal/testutil/hosttest"
+	"github.com/kibotos/kibotos/internal/testutil/testtls"
 )
 
 // fleet is a control plane (`kibotos ctrl` on SQLite) and the `kibotos
@@ -35,6 +37,11 @@ type fleet struct {
 	ctrl      *upProcess
 	tokenFile string
 	hosts     map[string]*fleetHost
+	// Every listener serves TLS with cert and key, which ca signed; the
+	// CLI and the hosts trust it through KIBOTOS_CA_FILE, http this
+	// test's calls.
+	cert, key string
+	http      *http.Client
 }
 
 type fleetHost struct {
@@ -48,7 +55,16 @@ const fleetLease = "3s"
 
 func newFleet(t *testing.T, bin string) *fleet {
 	f := &fleet{t: t, bin: bin, home: filepath.Join(t.TempDir(), "ctrl"), hosts: map[string]*fleetHost{}}
-	f.ctrl = startProcess(t, bin, "ctrl", "--home", f.home, "--listen", "127.0.0.1:0", "--desktop-cache=", "--host-lease", fleetLease)
+	var ca string
+	f.cert, f.key, ca = testtls.Files(t, "127.0.0.1")
+	t.Setenv("KIBOTOS_CA_FILE", ca) // the CLI's and the hosts' (--ca-file)
+	cfg, err := cafile.Load(ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.http = &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: true}}
+	f.ctrl = startProcess(t, bin, "ctrl", "--home", f.home, "--listen", "127.0.0.1:0", "--desktop-cache=", "--host-lease", fleetLease,
+		"--tls-cert", f.cert, "--tls-key", f.key)
 	secret := lastLine(f.cli("admin", "host-token", "create", "--name", "fleet test"))
 	f.tokenFile = filepath.Join(t.TempDir(), "host-token")
 	if err := os.WriteFile(f.tokenFile, []byte(secret+"\n"), 0o600); err != nil {
@@ -67,14 +83,17 @@ func (f *fleet) startHost(name string) *fleetHost {
 		// whatever a failure left running is released.
 		f.t.Cleanup(func() { releaseContainers(h.home) })
 	}
-	h.proc = startProcess(f.t, f.bin, "host", "--ctrl", "http://"+f.ctrl.addr, "--token-file", f.tokenFile,
-		"--home", h.home, "--listen", "127.0.0.1:0", "--name", name, "--volume-size", "64Mi")
+	h.proc = startProcess(f.t, f.bin, "host", "--ctrl", f.url(), "--token-file", f.tokenFile,
+		"--home", h.home, "--listen", "127.0.0.1:0", "--name", name, "--volume-size", "64Mi", "--tls-cert", f.cert, "--tls-key", f.key)
 	return h
 }
 
+// url is the control plane's.
+func (f *fleet) url() string { return "https://" + f.ctrl.addr }
+
 func (f *fleet) cli(args ...string) string {
 	f.t.Helper()
-	return runCLI(f.t, f.bin, f.home, f.ctrl.addr, args...)
+	return runCLI(f.t, f.bin, f.home, f.url(), args...)
 }
 
 func (f *fleet) auth() connect.ClientOption {
@@ -87,7 +106,7 @@ func (f *fleet) auth() connect.ClientOption {
 
 func (f *fleet) workspace(id string) *ctrlv1.Workspace {
 	f.t.Helper()
-	c := ctrlv1connect.NewWorkspaceServiceClient(http.DefaultClient, "http://"+f.ctrl.addr, f.auth())
+	c := ctrlv1connect.NewWorkspaceServiceClient(f.http, f.url(), f.auth())
 	resp, err := c.GetWorkspace(context.Background(), connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id}))
 	if err != nil {
 		f.t.Fatalf("GetWorkspace %s: %v", id, err)
@@ -133,7 +152,7 @@ func (f *fleet) createWorkspace() string {
 }
 
 // TestFleet runs `kibotos ctrl` with two `kibotos host` processes on this
-// machine: placement on both (drain steers it), exec through each host's
+// machine, every listener on TLS: placement on both (drain steers it), exec through each host's
 // own listener, refusal of a revoked host token, a host SIGKILLed (its
 // workspace UNKNOWN within the lease, FORCE stop releases it, start moves
 // it to the other host with its layer RESET), and the killed host
@@ -147,9 +166,9 @@ func TestFleet(t *testing.T) {
 	hosts := f.hostList()
 	for name, h := range map[string]*fleetHost{"host-a": a, "host-b": b} {
 		got := hosts[name]
-		if got.GetState() != adminv1.HostState_HOST_STATE_READY || got.GetDataPlaneEndpoint() != "http://"+h.proc.addr ||
+		if got.GetState() != adminv1.HostState_HOST_STATE_READY || got.GetDataPlaneEndpoint() != "https://"+h.proc.addr ||
 			got.GetCapacity().GetMemoryBytes() == 0 || len(got.GetRuntimes()) == 0 || got.GetLastReportAt() == nil {
-			t.Fatalf("admin host list: %s is %v, want READY with its endpoint http://%s, capacity and runtimes", name, got, h.proc.addr)
+			t.Fatalf("admin host list: %s is %v, want READY with its endpoint https://%s, capacity and runtimes", name, got, h.proc.addr)
 		}
 	}
 
@@ -178,7 +197,7 @@ func TestFleet(t *testing.T) {
 	secret := lastLine(f.cli("admin", "host-token", "create", "--name", "revoked"))
 	id, _, _ := strings.Cut(secret, ".")
 	f.cli("admin", "host-token", "revoke", id)
-	hc := hostv1connect.NewHostServiceClient(http.DefaultClient, "http://"+f.ctrl.addr, connect.WithInterceptors(bearer.Token(secret)))
+	hc := hostv1connect.NewHostServiceClient(f.http, f.url(), connect.WithInterceptors(bearer.Token(secret)))
 	_, err := hc.RegisterHost(context.Background(), connect.NewRequest(&hostv1.RegisterHostRequest{HostId: "host-c"}))
 	if connect.CodeOf(err) != connect.CodeUnauthenticated {
 		t.Errorf("RegisterHost with a revoked host token: %v, want unauthenticated", err)
@@ -309,7 +328,7 @@ func releaseContainers(home string) {
 func runCLIErr(f *fleet, args ...string) string {
 	f.t.Helper()
 	cmd := exec.Command(f.bin, args...)
-	cmd.Env = append(os.Environ(), "KIBOTOS_HOME="+f.home, "KIBOTOS_ADDR="+f.ctrl.addr)
+	cmd.Env = append(os.Environ(), "KIBOTOS_HOME="+f.home, "KIBOTOS_ADDR="+f.url())
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) {
