@@ -157,7 +157,7 @@ func (f *fleet) createWorkspace() string {
 // workspace UNKNOWN within the lease, FORCE stop releases it, start moves
 // it to the other host with its layer RESET), and the killed host
 // restarted (the stale execution is stopped and everything of it
-// released, never resumed).
+// released, never resumed), and the hosts' token revoked (both LOST).
 func TestFleet(t *testing.T) {
 	hosttest.RequireContainers(t)
 	f := newFleet(t, build(t))
@@ -264,6 +264,32 @@ func TestFleet(t *testing.T) {
 	for _, ws := range []string{ws1, ws2} {
 		f.cli("ws", "delete", ws, "--wait")
 	}
+
+	// Revoking the hosts' token refuses their reports and ends their
+	// assignment streams: both are LOST once the lease runs out.
+	for _, tok := range f.hostTokens() {
+		if tok.GetName() == "fleet test" {
+			f.cli("admin", "host-token", "revoke", tok.GetHostTokenId())
+		}
+	}
+	for deadline := time.Now().Add(convergeWithin); ; time.Sleep(200 * time.Millisecond) {
+		hosts := f.hostList()
+		if hosts["host-a"].GetState() == adminv1.HostState_HOST_STATE_LOST && hosts["host-b"].GetState() == adminv1.HostState_HOST_STATE_LOST {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("hosts with a revoked token: %v, want both LOST", hosts)
+		}
+	}
+}
+
+func (f *fleet) hostTokens() []*adminv1.HostToken {
+	f.t.Helper()
+	var resp adminv1.ListHostTokensResponse
+	if err := protojson.Unmarshal([]byte(f.cli("admin", "host-token", "list", "-o", "json")), &resp); err != nil {
+		f.t.Fatal(err)
+	}
+	return resp.HostTokens
 }
 
 // checkContainers checks that exactly these executions run under home.
@@ -340,4 +366,27 @@ func runCLIErr(f *fleet, args ...string) string {
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// TestUpServesTLS: `kibotos up` with a certificate serves the API and the
+// data plane over TLS (its own host agent reaches the control plane on
+// the same listener), and the CLI trusts the private authority through
+// --ca-file.
+func TestUpServesTLS(t *testing.T) {
+	hosttest.RequireContainers(t)
+	bin := build(t)
+	cert, key, ca := testtls.Files(t, "127.0.0.1")
+	home := filepath.Join(t.TempDir(), "home")
+	up := startUp(t, bin, home, "--tls-cert", cert, "--tls-key", key)
+	addr := "https://" + up.addr
+	var created ctrlv1.CreateWorkspaceResponse
+	out := runCLI(t, bin, home, addr, "ws", "create", "--memory", "128Mi", "--disk", "64Mi", "--wait", "-o", "json", "--ca-file", ca)
+	if err := protojson.Unmarshal([]byte(out), &created); err != nil {
+		t.Fatal(err)
+	}
+	id := created.Workspace.WorkspaceId
+	if out := runCLI(t, bin, home, addr, "ws", "exec", id, "--ca-file", ca, "--", "echo", "over tls"); out != "over tls\n" {
+		t.Errorf("exec over TLS: %q", out)
+	}
+	runCLI(t, bin, home, addr, "ws", "delete", id, "--wait", "--ca-file", ca)
 }

@@ -91,12 +91,38 @@ func (h hostAuth) WrapStreamingClient(next connect.StreamingClientFunc) connect.
 	return next
 }
 
+// WrapStreamingHandler checks the token at the start of a stream and
+// again every assignmentsPoll while it lasts, so that a revoked token
+// also ends the streams it opened (WatchAssignments runs for as long as
+// the host does).
 func (h hostAuth) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		if err := h.check(ctx, conn.RequestHeader().Get("Authorization")); err != nil {
+		header := conn.RequestHeader().Get("Authorization")
+		if err := h.check(ctx, header); err != nil {
 			return err
 		}
-		return next(ctx, conn)
+		ctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		go func() {
+			tick := time.NewTicker(assignmentsPoll)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+				if err := h.check(ctx, header); connect.CodeOf(err) == connect.CodeUnauthenticated {
+					cancel(err)
+					return
+				}
+			}
+		}()
+		err := next(ctx, conn)
+		if cause := context.Cause(ctx); connect.CodeOf(cause) == connect.CodeUnauthenticated {
+			return cause
+		}
+		return err
 	}
 }
 

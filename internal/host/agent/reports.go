@@ -55,6 +55,8 @@ func (a *Agent) sendReports(ctx context.Context) {
 			pendingTransfers[r.TransferId] = r
 		case <-ticker.C:
 			heartbeatDue = true
+		case <-a.registeredNow:
+			heartbeatDue = true
 		}
 	drain:
 		for {
