@@ -1,6 +1,7 @@
 package workspaces
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -9,7 +10,14 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/ctrl/changes"
+	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
+	"github.com/kibotos/kibotos/internal/ctrl/store"
+	"github.com/kibotos/kibotos/internal/ctrl/templates/templatetest"
 	"github.com/kibotos/kibotos/internal/ctrl/volumes"
+	"github.com/kibotos/kibotos/internal/netcheck"
+	"github.com/kibotos/kibotos/internal/testutil"
 )
 
 // clock is a test clock that moves only when told.
@@ -194,5 +202,59 @@ func TestHostLeaseVolumes(t *testing.T) {
 	}
 	if v = volumeReport(t, s, ctx, healthy(v.VolumeId, 256*MiB)); v.State != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE {
 		t.Errorf("volume once its host reports: %v", v.State)
+	}
+}
+
+// TestHostLeaseReplicas: several control planes on one PostgreSQL store
+// run the lease pass at once; the host is LOST once, with no error, and
+// its workspace UNKNOWN.
+func TestHostLeaseReplicas(t *testing.T) {
+	st := testutil.PostgresStore(t)
+	ctx := context.Background()
+	err := st.Update(ctx, func(tx store.Tx) error {
+		if err := tx.CreateProject(ctx, store.Project{ID: "p1", Name: "p1", CreatedAt: time.Now()}); err != nil {
+			return err
+		}
+		return templatetest.PutDefault(ctx, tx, time.Now())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &clock{now: time.Now()}
+	replica := func() *Service {
+		return &Service{Store: st, Pages: pagetoken.New([]byte("k")), Checker: &netcheck.Checker{}, Changes: changes.NewBroker(), Now: c.get}
+	}
+	s := replica()
+	if err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h1", Capacity: &hostv1.HostCapacity{
+		CpuMillis: 4000, MemoryBytes: gib, LayerBytes: 10 * gib, DefaultLayerBytes: gib}}); err != nil {
+		t.Fatal(err)
+	}
+	actx := auth.WithCaller(ctx, auth.Caller{ProjectID: "p1", Role: auth.Admin})
+	id := create(t, s, actx, 512<<20).WorkspaceId
+	c.add(s.Lease())
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		r := replica()
+		wg.Go(func() { errs <- r.ExpireLeases(ctx) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("a replica's lease pass: %v", err)
+		}
+	}
+	h := s.hostState(t, "h1")
+	if ws, _ := s.Get(actx, id); !h.Lost || ws.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_UNKNOWN {
+		t.Fatalf("after the passes: host %+v, workspace %v", h, ws.GetState())
+	}
+	// The state it had is kept once, not overwritten by a later pass.
+	if err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h1", Capacity: &hostv1.HostCapacity{
+		CpuMillis: 4000, MemoryBytes: gib, LayerBytes: 10 * gib, DefaultLayerBytes: gib}}); err != nil {
+		t.Fatal(err)
+	}
+	if ws, _ := s.Get(actx, id); ws.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING {
+		t.Errorf("after the host came back: %v, want CREATING again", ws.GetState())
 	}
 }
