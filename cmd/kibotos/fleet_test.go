@@ -205,8 +205,10 @@ func TestFleet(t *testing.T) {
 
 	// host-a dies: its workspace is UNKNOWN once the lease runs out, the
 	// other host's stays AVAILABLE.
+	killed := time.Now()
 	a.proc.kill()
 	f.await(ws1, "UNKNOWN", func(ws *ctrlv1.Workspace) bool { return ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_UNKNOWN })
+	t.Logf("UNKNOWN %v after the SIGKILL (lease %s)", time.Since(killed).Round(10*time.Millisecond), fleetLease)
 	if st := f.hostList()["host-a"].GetState(); st != adminv1.HostState_HOST_STATE_LOST {
 		t.Errorf("host-a is %v, want LOST", st)
 	}
@@ -225,7 +227,9 @@ func TestFleet(t *testing.T) {
 	}
 
 	// It starts on host-b with a new layer.
+	started := time.Now()
 	f.cli("ws", "start", ws1, "--wait")
+	t.Logf("AVAILABLE on host-b %v after ws start", time.Since(started).Round(10*time.Millisecond))
 	moved := f.workspace(ws1)
 	if moved.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || moved.Generation != 2 {
 		t.Fatalf("workspace %s after start: %v", ws1, moved)
