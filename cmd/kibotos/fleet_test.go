@@ -193,6 +193,38 @@ func TestFleet(t *testing.T) {
 		}
 	}
 
+	// An exposure of a port of ws2 is a URL of host-b's listener.
+	server := exec.Command(f.bin, "ws", "exec", ws2, "--", "httpd", "-f", "-p", "8080", "-h", "/etc")
+	server.Env = append(os.Environ(), "KIBOTOS_HOME="+f.home, "KIBOTOS_ADDR="+f.url())
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { server.Process.Kill(); server.Wait() })
+	var exposed ctrlv1.CreateExposureResponse
+	if err := protojson.Unmarshal([]byte(f.cli("ws", "expose", ws2, "8080", "-o", "json")), &exposed); err != nil {
+		t.Fatal(err)
+	}
+	if url := exposed.Exposure.Url; !strings.HasPrefix(url, "https://"+b.proc.addr+"/") {
+		t.Errorf("exposure URL %s, want one of host-b's listener https://%s", url, b.proc.addr)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		req, _ := http.NewRequest(http.MethodGet, exposed.Exposure.Url+"passwd", nil)
+		req.Header.Set("Authorization", "Bearer "+exposed.Exposure.Token)
+		resp, err := f.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the exposure on host-b answers %d", resp.StatusCode)
+		}
+	}
+	server.Process.Kill()
+	server.Wait()
+
 	// A revoked host token is refused.
 	secret := lastLine(f.cli("admin", "host-token", "create", "--name", "revoked"))
 	id, _, _ := strings.Cut(secret, ".")
