@@ -152,8 +152,9 @@ func (f *fleet) createWorkspace() string {
 }
 
 // TestFleet runs `kibotos ctrl` with two `kibotos host` processes on this
-// machine, every listener on TLS: placement on both (drain steers it), exec through each host's
-// own listener, refusal of a revoked host token, a host SIGKILLed (its
+// machine, every listener on TLS: placement on both (drain steers it),
+// exec through each host's own listener, an exposure URL of its host,
+// refusal of a revoked host token, a host SIGKILLed (its
 // workspace UNKNOWN within the lease, FORCE stop releases it, start moves
 // it to the other host with its layer RESET), and the killed host
 // restarted (the stale execution is stopped and everything of it
