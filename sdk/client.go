@@ -22,6 +22,7 @@
 package sdk
 
 import (
+	"crypto/tls"
 	"net/http"
 	"strings"
 	"time"
@@ -111,9 +112,21 @@ func (c *Client) clientOptions(token string) []connect.ClientOption {
 // truncated stream.
 func NewHTTPClient(base http.RoundTripper) *http.Client {
 	if base == nil {
-		base = newTransport()
+		base = NewTransport(nil)
 	}
 	return &http.Client{Transport: cutAsUnavailable{base: base}}
+}
+
+// WithTLSConfig makes the Client trust what cfg says, such as a private
+// certificate authority in RootCAs, on https:// addresses (the control
+// plane's and the hosts' data-plane endpoints), still speaking h2c to
+// http:// ones. WithHTTPClient, when also given, wins.
+func WithTLSConfig(cfg *tls.Config) Option {
+	return func(c *Client) {
+		if c.hc == nil {
+			c.hc = &http.Client{Transport: NewTransport(cfg)}
+		}
+	}
 }
 
 // transport sends http:// requests as HTTP/2 with prior knowledge (h2c),
@@ -123,10 +136,16 @@ type transport struct {
 	h2c, tls *http.Transport
 }
 
-func newTransport() *transport {
+// NewTransport returns the transport New uses by default: HTTP/2 over
+// cleartext with prior knowledge (h2c) to http:// URLs, and HTTP/2 or
+// HTTP/1 by ALPN to https:// ones, with cfg (nil: the system's roots).
+func NewTransport(cfg *tls.Config) http.RoundTripper {
 	base := &http.Transport{}
 	if d, ok := http.DefaultTransport.(*http.Transport); ok {
 		base = d.Clone()
+	}
+	if cfg != nil {
+		base.TLSClientConfig = cfg.Clone()
 	}
 	h2c := base.Clone()
 	h2c.Protocols = new(http.Protocols)

@@ -24,6 +24,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/transfers"
+	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
 	"github.com/kibotos/kibotos/internal/daemon"
 	"github.com/kibotos/kibotos/internal/host/agent"
 	"github.com/kibotos/kibotos/internal/host/psi"
@@ -56,17 +57,15 @@ func rootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(upCommand(), ctrlCommand(), versionCommand())
+	root.AddCommand(upCommand(), ctrlCommand(), hostCommand(), versionCommand())
 	root.AddCommand(cli.Commands()...)
 	return root
 }
 
 // serveFlags are the flags `up` and `ctrl` share.
 type serveFlags struct {
-	listen       string
-	publicURL    string
+	listenFlags
 	exempt       string
-	metricsToken string
 	blobs        string
 	transferTTL  time.Duration
 	desktopCache string
@@ -78,22 +77,47 @@ type serveFlags struct {
 	config       string
 	authCache    time.Duration
 	retention    time.Duration
+	hostLease    time.Duration
+}
+
+// listenFlags are the flags of every process that serves a listener:
+// `up`, `ctrl` and `host`.
+type listenFlags struct {
+	listen       string
+	publicURL    string
+	tlsCert      string
+	tlsKey       string
+	metricsToken string
+}
+
+func (f *listenFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.listen, "listen", daemon.DefaultListen, "address to serve on")
+	cmd.Flags().StringVar(&f.publicURL, "public-url", os.Getenv("KIBOTOS_PUBLIC_URL"),
+		"the URL callers use to reach this listener, such as https://kibotos.example.com (default: http:// (https:// with --tls-cert) and the --listen address, an unspecified one replaced by the host name; env KIBOTOS_PUBLIC_URL)")
+	cmd.Flags().StringVar(&f.tlsCert, "tls-cert", os.Getenv("KIBOTOS_TLS_CERT"),
+		"PEM certificate (chain) the listener serves TLS with, with --tls-key (env KIBOTOS_TLS_CERT)")
+	cmd.Flags().StringVar(&f.tlsKey, "tls-key", os.Getenv("KIBOTOS_TLS_KEY"), "PEM private key of --tls-cert (env KIBOTOS_TLS_KEY)")
+	cmd.Flags().StringVar(&f.metricsToken, "metrics-token-file", os.Getenv("KIBOTOS_METRICS_TOKEN_FILE"),
+		"a file holding the bearer token GET /metrics requires (default: none, the metrics are open to whoever reaches --listen; env KIBOTOS_METRICS_TOKEN_FILE)")
+}
+
+func (f *listenFlags) options(o daemon.Options) daemon.Options {
+	o.Listen, o.PublicURL, o.TLSCert, o.TLSKey, o.MetricsTokenFile, o.Out = f.listen, f.publicURL, f.tlsCert, f.tlsKey, f.metricsToken, os.Stdout
+	return o
 }
 
 func (f *serveFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.listen, "listen", daemon.DefaultListen, "address to serve the API on")
-	cmd.Flags().StringVar(&f.publicURL, "public-url", os.Getenv("KIBOTOS_PUBLIC_URL"),
-		"the URL callers use to reach this listener, such as https://kibotos.example.com (default: http:// and the --listen address, an unspecified one replaced by the host name; env KIBOTOS_PUBLIC_URL)")
+	f.listenFlags.register(cmd)
 	cmd.Flags().StringVar(&f.exempt, "unsafe-exempt-ranges", os.Getenv("KIBOTOS_UNSAFE_EXEMPT_RANGES"),
 		"UNSAFE, for local testing only: comma-separated CIDRs exempt from the special-purpose and hard-deny checks (env KIBOTOS_UNSAFE_EXEMPT_RANGES)")
+	cmd.Flags().DurationVar(&f.hostLease, "host-lease", workspaces.DefaultHostLease,
+		"how long a host may stay silent before it is LOST and its workspaces and volumes UNKNOWN")
 	desktopCache, set := os.LookupEnv("KIBOTOS_DESKTOP_CACHE")
 	if !set {
 		desktopCache = imagestore.DesktopCacheDir
 	}
 	cmd.Flags().StringVar(&f.desktopCache, "desktop-cache", desktopCache,
 		"directory of the built-in template desktop's image, built there on the first start (minutes) and kept; empty: no desktop template (env KIBOTOS_DESKTOP_CACHE)")
-	cmd.Flags().StringVar(&f.metricsToken, "metrics-token-file", os.Getenv("KIBOTOS_METRICS_TOKEN_FILE"),
-		"a file holding the bearer token GET /metrics requires (default: none, the metrics are open to whoever reaches --listen; env KIBOTOS_METRICS_TOKEN_FILE)")
 	cmd.Flags().StringVar(&f.blobs, "blobs", os.Getenv("KIBOTOS_BLOBS"),
 		"blob store of transfer artifacts: s3://BUCKET?region=...&endpoint=..., file:///DIR (default: HOME/blobs; env KIBOTOS_BLOBS)")
 	cmd.Flags().DurationVar(&f.transferTTL, "transfer-ttl", transfers.DefaultTTL, "how long a transfer's artifact is kept before it EXPIRES")
@@ -132,10 +156,15 @@ func (f *serveFlags) options(o daemon.Options) (daemon.Options, error) {
 	if err != nil {
 		return o, fmt.Errorf("--unsafe-exempt-ranges: %w", err)
 	}
-	o.Listen, o.PublicURL, o.UnsafeExemptRanges, o.Out, o.MetricsTokenFile = f.listen, f.publicURL, exempt, os.Stdout, f.metricsToken
+	o = f.listenFlags.options(o)
+	o.UnsafeExemptRanges = exempt
 	if f.transferTTL <= 0 {
 		return o, fmt.Errorf("--transfer-ttl %s must be positive", f.transferTTL)
 	}
+	if f.hostLease < time.Second {
+		return o, fmt.Errorf("--host-lease %s: want at least 1s", f.hostLease)
+	}
+	o.HostLease = f.hostLease
 	o.BlobsURL, o.TransferTTL = f.blobs, f.transferTTL
 	o.DesktopCache = f.desktopCache
 	for _, r := range f.insecure {
@@ -162,18 +191,9 @@ func (f *serveFlags) options(o daemon.Options) (daemon.Options, error) {
 
 func upCommand() *cobra.Command {
 	var (
-		flags      serveFlags
-		home       string
-		guest      string
-		runtime    string
-		resolvers  string
-		pools      []string
-		volumeSize string
-		tmpfsPct   int
-		layerSize  string
-		probeEvery time.Duration
-		memory     guestMemoryFlags
-		domain     string
+		flags serveFlags
+		host  hostFlags
+		home  string
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -182,58 +202,132 @@ func upCommand() *cobra.Command {
 			"token, printed once and kept in HOME/admin-token (mode 0600), where the CLI finds it.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if tmpfsPct < 1 || tmpfsPct > 100 {
-				return fmt.Errorf("--guest-tmpfs-percent %d: want 1 to 100", tmpfsPct)
-			}
-			if probeEvery < 100*time.Millisecond {
-				return fmt.Errorf("--guest-probe-interval %s: want at least 100ms", probeEvery)
-			}
-			th, err := memory.thresholds()
+			o, err := flags.options(daemon.Options{Home: home, Host: true})
 			if err != nil {
 				return err
 			}
-			o, err := flags.options(daemon.Options{Home: home, Host: true, GuestAgent: guest, Runtime: runtime,
-				GuestTmpfsPercent: tmpfsPct, GuestProbeInterval: probeEvery, GuestMemory: th})
-			if err != nil {
+			if o, err = host.options(o); err != nil {
 				return err
-			}
-			if o.DeploymentResolvers, err = daemon.ParseResolvers(resolvers); err != nil {
-				return fmt.Errorf("--resolvers: %w", err)
-			}
-			o.StoragePools, o.ExposureDomain = pools, domain
-			if volumeSize != "" {
-				if o.VolumeBytes, err = cli.ParseMiB("volume-size", volumeSize); err != nil {
-					return err
-				}
-			}
-			if layerSize != "" {
-				if o.MaxLayerBytes, err = cli.ParseMiB("max-layer-size", layerSize); err != nil {
-					return err
-				}
 			}
 			return daemon.Run(cmd.Context(), o)
 		},
 	}
 	cmd.Flags().StringVar(&home, "home", envOr("KIBOTOS_HOME", daemon.DefaultHome), "state directory (env KIBOTOS_HOME)")
-	cmd.Flags().StringVar(&guest, "guest-agent", "", "the kibotos-guest binary (default: next to this executable)")
-	cmd.Flags().StringVar(&runtime, "runtime", "runc", "OCI runtime of workspaces: runc, crun or runsc")
-	cmd.Flags().IntVar(&tmpfsPct, "guest-tmpfs-percent", oci.DefaultGuestTmpfsPercent,
-		"size of a workspace's /tmp and of its /run, each, in percent of its memory limit (1 to 100)")
-	cmd.Flags().DurationVar(&probeEvery, "guest-probe-interval", agent.DefaultGuestProbeInterval,
-		"how often the host probes the guest agent of each running workspace (each probe gives up after 1s)")
-	memory.register(cmd)
-	cmd.Flags().StringVar(&resolvers, "resolvers", os.Getenv("KIBOTOS_RESOLVERS"),
-		"comma-separated IP[:port] deployment DNS resolvers workspaces use under PUBLIC_INTERNET (default: the nameservers of /etc/resolv.conf; env KIBOTOS_RESOLVERS)")
-	cmd.Flags().StringArrayVar(&pools, "storage-pool", envList("KIBOTOS_STORAGE_POOLS"),
-		"a storage pool for Volumes, NAME=DIR; repeatable (default: default=HOME/volumes; the pool named default, else the first, is the deployment's default; env KIBOTOS_STORAGE_POOLS, comma-separated)")
-	cmd.Flags().StringVar(&volumeSize, "volume-size", os.Getenv("KIBOTOS_VOLUME_SIZE"),
-		"capacity of a Volume created without one, such as 1GiB (default 1GiB; env KIBOTOS_VOLUME_SIZE)")
-	cmd.Flags().StringVar(&layerSize, "max-layer-size", os.Getenv("KIBOTOS_MAX_LAYER_SIZE"),
-		"most file content one template layer may unpack to, sparse files at full size, such as 16GiB; larger layers are refused (default 16GiB; env KIBOTOS_MAX_LAYER_SIZE)")
-	cmd.Flags().StringVar(&domain, "exposure-domain", os.Getenv("KIBOTOS_EXPOSURE_DOMAIN"),
-		"serve exposures by host name, <port>-<workspace>.DOMAIN, at the scheme and port of --public-url; needs a wildcard DNS name (and certificate) for *.DOMAIN (default: by path, PUBLIC_URL/x/<exposure>/; env KIBOTOS_EXPOSURE_DOMAIN)")
+	host.register(cmd)
 	flags.register(cmd)
 	return cmd
+}
+
+func hostCommand() *cobra.Command {
+	var (
+		flags     listenFlags
+		host      hostFlags
+		home      string
+		ctrlURL   string
+		tokenFile string
+		caFile    string
+		name      string
+		exempt    string
+	)
+	defaultName, _ := os.Hostname()
+	cmd := &cobra.Command{
+		Use:   "host",
+		Short: "Run a host agent alone against a control plane (kibotos ctrl), with its state under --home",
+		Long: "Run one host agent: it registers with the control plane at --ctrl as --name, authenticated by\n" +
+			"the host token in --token-file (kibotos admin host-token create), runs the workspaces placed on it,\n" +
+			"and serves their data plane and exposures on --listen at --public-url.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ranges, err := netcheck.ParseExemptRanges(exempt)
+			if err != nil {
+				return fmt.Errorf("--unsafe-exempt-ranges: %w", err)
+			}
+			o := flags.options(daemon.Options{Home: home, CtrlURL: ctrlURL, TokenFile: tokenFile, CAFile: caFile,
+				HostID: name, UnsafeExemptRanges: ranges})
+			if o, err = host.options(o); err != nil {
+				return err
+			}
+			return daemon.RunHost(cmd.Context(), o)
+		},
+	}
+	cmd.Flags().StringVar(&home, "home", envOr("KIBOTOS_HOME", daemon.DefaultHome), "state directory of this host (env KIBOTOS_HOME)")
+	cmd.Flags().StringVar(&ctrlURL, "ctrl", os.Getenv("KIBOTOS_CTRL"), "URL of the control plane, such as https://ctrl.example.com (env KIBOTOS_CTRL)")
+	cmd.Flags().StringVar(&tokenFile, "token-file", os.Getenv("KIBOTOS_HOST_TOKEN_FILE"),
+		"file holding the host token (kibotos admin host-token create; env KIBOTOS_HOST_TOKEN_FILE)")
+	cmd.Flags().StringVar(&caFile, "ca-file", os.Getenv("KIBOTOS_CA_FILE"),
+		"PEM certificate authorities trusted for an https --ctrl beside the system's (env KIBOTOS_CA_FILE)")
+	cmd.Flags().StringVar(&name, "name", envOr("KIBOTOS_HOST_NAME", strings.ToLower(defaultName)),
+		"the host's ID in the deployment: 1 to 63 of a-z, 0-9 and '-' (default: the machine's host name; env KIBOTOS_HOST_NAME)")
+	cmd.Flags().StringVar(&exempt, "unsafe-exempt-ranges", os.Getenv("KIBOTOS_UNSAFE_EXEMPT_RANGES"),
+		"UNSAFE, for local testing only: comma-separated CIDRs exempt from the hard deny of workspaces' connections (env KIBOTOS_UNSAFE_EXEMPT_RANGES)")
+	host.register(cmd)
+	flags.register(cmd)
+	return cmd
+}
+
+// hostFlags are the flags of a host agent, embedded (`up`) or alone
+// (`host`).
+type hostFlags struct {
+	guest      string
+	runtime    string
+	resolvers  string
+	pools      []string
+	volumeSize string
+	tmpfsPct   int
+	layerSize  string
+	probeEvery time.Duration
+	memory     guestMemoryFlags
+	domain     string
+}
+
+func (f *hostFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.guest, "guest-agent", "", "the kibotos-guest binary (default: next to this executable)")
+	cmd.Flags().StringVar(&f.runtime, "runtime", "runc", "OCI runtime of workspaces: runc, crun or runsc")
+	cmd.Flags().IntVar(&f.tmpfsPct, "guest-tmpfs-percent", oci.DefaultGuestTmpfsPercent,
+		"size of a workspace's /tmp and of its /run, each, in percent of its memory limit (1 to 100)")
+	cmd.Flags().DurationVar(&f.probeEvery, "guest-probe-interval", agent.DefaultGuestProbeInterval,
+		"how often the host probes the guest agent of each running workspace (each probe gives up after 1s)")
+	f.memory.register(cmd)
+	cmd.Flags().StringVar(&f.resolvers, "resolvers", os.Getenv("KIBOTOS_RESOLVERS"),
+		"comma-separated IP[:port] deployment DNS resolvers workspaces use under PUBLIC_INTERNET (default: the nameservers of /etc/resolv.conf; env KIBOTOS_RESOLVERS)")
+	cmd.Flags().StringArrayVar(&f.pools, "storage-pool", envList("KIBOTOS_STORAGE_POOLS"),
+		"a storage pool for Volumes, NAME=DIR; repeatable (default: default=HOME/volumes; the pool named default, else the first, is the deployment's default; env KIBOTOS_STORAGE_POOLS, comma-separated)")
+	cmd.Flags().StringVar(&f.volumeSize, "volume-size", os.Getenv("KIBOTOS_VOLUME_SIZE"),
+		"capacity of a Volume created without one, such as 1GiB (default 1GiB; env KIBOTOS_VOLUME_SIZE)")
+	cmd.Flags().StringVar(&f.layerSize, "max-layer-size", os.Getenv("KIBOTOS_MAX_LAYER_SIZE"),
+		"most file content one template layer may unpack to, sparse files at full size, such as 16GiB; larger layers are refused (default 16GiB; env KIBOTOS_MAX_LAYER_SIZE)")
+	cmd.Flags().StringVar(&f.domain, "exposure-domain", os.Getenv("KIBOTOS_EXPOSURE_DOMAIN"),
+		"serve exposures by host name, <port>-<workspace>.DOMAIN, at the scheme and port of --public-url; needs a wildcard DNS name (and certificate) for *.DOMAIN (default: by path, PUBLIC_URL/x/<exposure>/; env KIBOTOS_EXPOSURE_DOMAIN)")
+}
+
+// options checks the flags and sets them on o.
+func (f *hostFlags) options(o daemon.Options) (daemon.Options, error) {
+	if f.tmpfsPct < 1 || f.tmpfsPct > 100 {
+		return o, fmt.Errorf("--guest-tmpfs-percent %d: want 1 to 100", f.tmpfsPct)
+	}
+	if f.probeEvery < 100*time.Millisecond {
+		return o, fmt.Errorf("--guest-probe-interval %s: want at least 100ms", f.probeEvery)
+	}
+	th, err := f.memory.thresholds()
+	if err != nil {
+		return o, err
+	}
+	o.GuestAgent, o.Runtime, o.GuestTmpfsPercent, o.GuestProbeInterval, o.GuestMemory = f.guest, f.runtime, f.tmpfsPct, f.probeEvery, th
+	if o.DeploymentResolvers, err = daemon.ParseResolvers(f.resolvers); err != nil {
+		return o, fmt.Errorf("--resolvers: %w", err)
+	}
+	o.StoragePools, o.ExposureDomain = f.pools, f.domain
+	if f.volumeSize != "" {
+		if o.VolumeBytes, err = cli.ParseMiB("volume-size", f.volumeSize); err != nil {
+			return o, err
+		}
+	}
+	if f.layerSize != "" {
+		if o.MaxLayerBytes, err = cli.ParseMiB("max-layer-size", f.layerSize); err != nil {
+			return o, err
+		}
+	}
+	return o, nil
 }
 
 // guestMemoryFlags are the flags of `kibotos up` that say when a guest's
@@ -284,11 +378,13 @@ func ctrlCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "ctrl",
-		Short: "Run the control plane alone on a shared store (PostgreSQL)",
-		Args:  cobra.NoArgs,
+		Short: "Run the control plane alone, on PostgreSQL (--store) or on SQLite under --home (one replica)",
+		Long: "Run the control plane without a host agent: hosts attach with kibotos host. With --store postgres://...\n" +
+			"any number of replicas share the database; without it the SQLite database under --home serves one.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if storeURL == "" {
-				return fmt.Errorf("--store postgres://... is required (env KIBOTOS_STORE)")
+			if storeURL == "" && home == "" {
+				return fmt.Errorf("--store postgres://... (env KIBOTOS_STORE) or --home DIR (SQLite) is required")
 			}
 			o, err := flags.options(daemon.Options{StoreURL: storeURL, Home: home})
 			if err != nil {
@@ -298,7 +394,7 @@ func ctrlCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&storeURL, "store", os.Getenv("KIBOTOS_STORE"), "store URL, postgres://... (env KIBOTOS_STORE)")
-	cmd.Flags().StringVar(&home, "home", "", "when set, the bootstrap admin token is also written to HOME/admin-token")
+	cmd.Flags().StringVar(&home, "home", "", "state directory: the SQLite database without --store, and HOME/admin-token, the bootstrap admin token")
 	flags.register(cmd)
 	return cmd
 }

@@ -28,7 +28,7 @@ func build(t *testing.T) string {
 
 var readyAddr = regexp.MustCompile(`msg=ready addr=(\S+)`)
 
-// upProcess is one `kibotos up` a test runs.
+// upProcess is one `kibotos up` (or `ctrl`, or `host`) a test runs.
 type upProcess struct {
 	t    *testing.T
 	cmd  *exec.Cmd
@@ -42,10 +42,16 @@ type upProcess struct {
 // is ready. The test's cleanup stops it if the test has not.
 func startUp(t *testing.T, bin, home string, flags ...string) *upProcess {
 	t.Helper()
-	dir := t.TempDir()
 	// No desktop template: building or importing it is not what these
 	// tests are about.
-	args := append([]string{"up", "--home", home, "--listen", "127.0.0.1:0", "--desktop-cache="}, flags...)
+	return startProcess(t, bin, append([]string{"up", "--home", home, "--listen", "127.0.0.1:0", "--desktop-cache="}, flags...)...)
+}
+
+// startProcess runs kibotos with args and waits until it logs that it is
+// ready. The test's cleanup stops it if the test has not.
+func startProcess(t *testing.T, bin string, args ...string) *upProcess {
+	t.Helper()
+	dir := t.TempDir()
 	p := &upProcess{t: t, cmd: exec.Command(bin, args...),
 		stdout: filepath.Join(dir, "stdout"), log: filepath.Join(dir, "log")}
 	stdout, err := os.Create(p.stdout)
@@ -79,7 +85,8 @@ func startUp(t *testing.T, bin, home string, flags ...string) *upProcess {
 			break
 		}
 	}
-	t.Fatal("kibotos up did not become ready")
+	b, _ := os.ReadFile(p.log)
+	t.Fatalf("kibotos %s did not become ready:\n%s", args[0], b)
 	return nil
 }
 

@@ -167,6 +167,7 @@ func adminCommand() *cobra.Command {
 	pool := &cobra.Command{Use: "pool", Short: "Storage pools: the places Volumes live in"}
 	pool.AddCommand(poolListCommand(c), poolLostCommand(c))
 	cmd.AddCommand(pool)
+	cmd.AddCommand(hostCommands(c)...)
 	return cmd
 }
 

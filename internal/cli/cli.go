@@ -12,6 +12,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -26,6 +27,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kibotos/kibotos/internal/bearer"
+	"github.com/kibotos/kibotos/internal/cafile"
 	"github.com/kibotos/kibotos/sdk"
 )
 
@@ -35,9 +37,10 @@ const (
 	defaultAddr = "http://127.0.0.1:8870"
 	defaultHome = "/var/lib/kibotos"
 
-	envAddr  = "KIBOTOS_ADDR"
-	envToken = "KIBOTOS_TOKEN"
-	envHome  = "KIBOTOS_HOME"
+	envAddr   = "KIBOTOS_ADDR"
+	envToken  = "KIBOTOS_TOKEN"
+	envHome   = "KIBOTOS_HOME"
+	envCAFile = "KIBOTOS_CA_FILE"
 
 	// adminTokenFile is the file under the home directory where `kibotos up`
 	// writes the bootstrap admin token.
@@ -99,6 +102,7 @@ type conn struct {
 	addr   string
 	token  string
 	home   string
+	caFile string
 	output string
 }
 
@@ -115,6 +119,7 @@ func addConnFlags(cmd *cobra.Command) *conn {
 	f.StringVar(&c.addr, "addr", defaultAddr, "control plane address, URL or host:port (env "+envAddr+")")
 	f.StringVar(&c.token, "token", "", "API token (env "+envToken+"; default: the first line of HOME/admin-token)")
 	f.StringVar(&c.home, "home", defaultHome, "directory holding admin-token (env "+envHome+")")
+	f.StringVar(&c.caFile, "ca-file", "", "PEM certificate authorities trusted for https:// beside the system's, such as a private CA (env "+envCAFile+")")
 	f.StringVarP(&c.output, "output", "o", outputTable, "output format: table or json")
 	return c
 }
@@ -123,6 +128,8 @@ func addConnFlags(cmd *cobra.Command) *conn {
 type settings struct {
 	baseURL string
 	token   string
+	// tls trusts --ca-file; nil trusts the system's roots.
+	tls *tls.Config
 }
 
 // resolve applies the environment to the flags the user did not give and
@@ -139,7 +146,24 @@ func (c *conn) resolve(cmd *cobra.Command) (settings, error) {
 	if err != nil {
 		return settings{}, err
 	}
-	return settings{baseURL: base, token: token}, nil
+	var tlsConfig *tls.Config
+	if caFile := flagOrEnv(cmd, "ca-file", c.caFile, envCAFile); caFile != "" {
+		if tlsConfig, err = cafile.Load(caFile); err != nil {
+			return settings{}, fmt.Errorf("--ca-file: %w", err)
+		}
+	}
+	return settings{baseURL: base, token: token, tls: tlsConfig}, nil
+}
+
+// http1 is the transport of dial: HTTP/1 (HTTP/2 by ALPN over TLS),
+// trusting cfg.
+func http1(cfg *tls.Config) http.RoundTripper {
+	if cfg == nil {
+		return http.DefaultTransport
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = cfg
+	return t
 }
 
 // flagOrEnv returns the flag's value when the user gave it, else the
@@ -210,7 +234,7 @@ func dial[C any](cmd *cobra.Command, c *conn, newClient func(connect.HTTPClient,
 		var zero C
 		return zero, err
 	}
-	hc := sdk.NewHTTPClient(http.DefaultTransport)
+	hc := sdk.NewHTTPClient(http1(s.tls))
 	return newClient(hc, s.baseURL, connect.WithInterceptors(bearer.Token(s.token), timeout(callTimeout))), nil
 }
 
@@ -225,7 +249,7 @@ func dialStreaming[C any](cmd *cobra.Command, c *conn, newClient func(connect.HT
 	if err != nil {
 		return cl, nil, err
 	}
-	hc := sdk.NewHTTPClient(nil)
+	hc := sdk.NewHTTPClient(sdk.NewTransport(s.tls))
 	return newClient(hc, s.baseURL, connect.WithInterceptors(bearer.Token(s.token), timeout(callTimeout))), hc.CloseIdleConnections, nil
 }
 
@@ -240,7 +264,7 @@ func openWorkspace(cmd *cobra.Command, c *conn, id string) (ws *sdk.Workspace, c
 	if err != nil {
 		return nil, nil, err
 	}
-	cl := sdk.New(s.baseURL, s.token, sdk.WithClientOptions(connect.WithInterceptors(timeout(callTimeout))))
+	cl := sdk.New(s.baseURL, s.token, sdk.WithTLSConfig(s.tls), sdk.WithClientOptions(connect.WithInterceptors(timeout(callTimeout))))
 	cache := openSessionCache()
 	if cached := cache.load(s.baseURL, s.token, id); cached != nil {
 		ws = cl.WorkspaceWithSession(id, cached)

@@ -156,6 +156,20 @@ type Options struct {
 	// CommandRetention is how long a command's idempotency record is
 	// kept; zero is command.DefaultRetention.
 	CommandRetention time.Duration
+	// HostLease is how long a host may stay silent before it is LOST;
+	// zero is workspaces.DefaultHostLease.
+	HostLease time.Duration
+	// TLSCert and TLSKey, both set, make the listener serve TLS with this
+	// certificate (PEM files); the public URL's default scheme is then
+	// https.
+	TLSCert, TLSKey string
+	// HostID names this process's host agent; empty is "local" for
+	// `kibotos up`.
+	HostID string
+	// CtrlURL, TokenFile and CAFile are a lone host agent's (RunHost):
+	// the control plane's URL, the file holding its host token, and PEM
+	// certificate authorities it trusts beside the system's for https.
+	CtrlURL, TokenFile, CAFile string
 }
 
 // Run serves until ctx ends.
@@ -227,12 +241,12 @@ func Run(ctx context.Context, o Options) error {
 	}
 	started := time.Now()
 	reg := newRegistry()
-	ln, err := net.Listen("tcp", o.Listen)
+	ln, cert, err := listen(o)
 	if err != nil {
 		return err
 	}
-	url := "http://" + ln.Addr().String()
-	public, err := PublicURL(o.PublicURL, ln.Addr())
+	url := scheme(cert) + "://" + ln.Addr().String()
+	public, err := PublicURL(o.PublicURL, ln.Addr(), cert != nil)
 	if err != nil {
 		ln.Close()
 		return err
@@ -242,7 +256,7 @@ func Run(ctx context.Context, o Options) error {
 		// The in-process host agent reaches ctrl through the host API on
 		// this same listener, and serves its data-plane gateway and
 		// exposures on it, at the public URL.
-		if hostAgent, err = newHostAgent(o, images, url, public, hostToken, reg); err != nil {
+		if hostAgent, err = newHostAgent(o, images, selfClient(cert), url, public, hostToken, reg); err != nil {
 			ln.Close()
 			return err
 		}
@@ -267,6 +281,7 @@ func Run(ctx context.Context, o Options) error {
 		Ready:              readiness(hostAgent),
 		Tracing:            tracer,
 		AuthCacheTTL:       o.AuthCacheTTL,
+		HostLease:          o.HostLease,
 	})
 	if err != nil {
 		ln.Close()
@@ -376,19 +391,13 @@ func readMetricsToken(path string) (string, error) {
 	if path == "" {
 		return "", nil
 	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("metrics token: %w", err)
-	}
-	token := strings.TrimSpace(string(b))
-	if token == "" {
-		return "", fmt.Errorf("metrics token file %s is empty", path)
-	}
-	return token, nil
+	return readSecretFile("metrics token", path)
 }
 
-// expireLoop applies expiration policies once a second and forgets
-// expired data-plane sessions once a minute.
+// expireLoop makes hosts whose lease ran out LOST and applies expiration
+// policies once a second, and forgets expired data-plane sessions once a
+// minute. Every replica runs it: each pass is one transaction that
+// changes only what is still due.
 func expireLoop(ctx context.Context, ctl *server.Control) error {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -397,6 +406,9 @@ func expireLoop(ctx context.Context, ctl *server.Control) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
+		}
+		if err := ctl.Workspaces.ExpireLeases(ctx); err != nil && ctx.Err() == nil {
+			slog.Error("host leases", "err", err)
 		}
 		if err := ctl.Workspaces.Expire(ctx); err != nil && ctx.Err() == nil {
 			slog.Error("expiration", "err", err)
@@ -411,9 +423,10 @@ func expireLoop(ctx context.Context, ctl *server.Control) error {
 
 // PublicURL returns the URL callers reach a listener at: configured when
 // set (an absolute http or https URL without query or fragment; a trailing
-// slash is dropped), else http://ADDR of the listening address, where an
-// unspecified address (0.0.0.0, ::) becomes the machine's host name.
-func PublicURL(configured string, addr net.Addr) (string, error) {
+// slash is dropped), else http://ADDR (https:// when the listener serves
+// TLS) of the listening address, where an unspecified address (0.0.0.0,
+// ::) becomes the machine's host name.
+func PublicURL(configured string, addr net.Addr, tls bool) (string, error) {
 	if configured != "" {
 		u, err := neturl.Parse(configured)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
@@ -426,14 +439,18 @@ func PublicURL(configured string, addr net.Addr) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("listening address %s: %w", addr, err)
 	}
+	scheme := "http://"
+	if tls {
+		scheme = "https://"
+	}
 	if !ap.Addr().IsUnspecified() {
-		return "http://" + ap.String(), nil
+		return scheme + ap.String(), nil
 	}
 	name, err := os.Hostname()
 	if err != nil || name == "" {
 		return "", fmt.Errorf("listening on %s: set a public URL, the host name is unknown: %v", addr, err)
 	}
-	return "http://" + net.JoinHostPort(name, strconv.Itoa(int(ap.Port()))), nil
+	return scheme + net.JoinHostPort(name, strconv.Itoa(int(ap.Port()))), nil
 }
 
 // dnsLabel is one label of an exposure domain.

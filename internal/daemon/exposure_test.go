@@ -476,21 +476,26 @@ func TestExposurePublicURL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct{ configured, listen, want string }{
-		{"", "127.0.0.1:8870", "http://127.0.0.1:8870"},
-		{"", "[::1]:8870", "http://[::1]:8870"},
-		{"", "0.0.0.0:8870", "http://" + host + ":8870"},
-		{"", "[::]:8870", "http://" + host + ":8870"},
-		{"https://kibotos.example.com/", "0.0.0.0:8870", "https://kibotos.example.com"},
-		{"http://10.0.0.5:9000/base", "[::]:8870", "http://10.0.0.5:9000/base"},
+	for _, c := range []struct {
+		configured, listen, want string
+		tls                      bool
+	}{
+		{"", "127.0.0.1:8870", "https://127.0.0.1:8870", true},
+		{"", "0.0.0.0:8870", "https://" + host + ":8870", true},
+		{"", "127.0.0.1:8870", "http://127.0.0.1:8870", false},
+		{"", "[::1]:8870", "http://[::1]:8870", false},
+		{"", "0.0.0.0:8870", "http://" + host + ":8870", false},
+		{"", "[::]:8870", "http://" + host + ":8870", false},
+		{"https://kibotos.example.com/", "0.0.0.0:8870", "https://kibotos.example.com", false},
+		{"http://10.0.0.5:9000/base", "[::]:8870", "http://10.0.0.5:9000/base", false},
 	} {
-		got, err := daemon.PublicURL(c.configured, tcpAddr(c.listen))
+		got, err := daemon.PublicURL(c.configured, tcpAddr(c.listen), c.tls)
 		if err != nil || got != c.want {
 			t.Errorf("PublicURL(%q, %s) = %q, %v; want %q", c.configured, c.listen, got, err, c.want)
 		}
 	}
 	for _, bad := range []string{"kibotos.example.com", "ftp://x", "http://", "http://u:p@x", "http://x/?a=1", "http://x/#f"} {
-		if got, err := daemon.PublicURL(bad, tcpAddr("127.0.0.1:1")); err == nil {
+		if got, err := daemon.PublicURL(bad, tcpAddr("127.0.0.1:1"), false); err == nil {
 			t.Errorf("PublicURL(%q) = %q", bad, got)
 		}
 	}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -43,7 +44,7 @@ const localHostID = "local"
 // newHostAgent builds the in-process host agent, which reaches ctrl through
 // the host API on ctrlURL exactly as a separate `kibotos host` would, and
 // serves its data plane and exposures at publicURL.
-func newHostAgent(o Options, images *imagestore.Store, ctrlURL, publicURL, token string, metrics prometheus.Registerer) (*agent.Agent, error) {
+func newHostAgent(o Options, images *imagestore.Store, hc *http.Client, ctrlURL, publicURL, token string, metrics prometheus.Registerer) (*agent.Agent, error) {
 	driver, err := oci.New(oci.Config{StateDir: filepath.Join(o.stateDir(), "runtime"), Runtime: o.Runtime,
 		GuestTmpfsPercent: o.GuestTmpfsPercent})
 	if err != nil {
@@ -66,9 +67,9 @@ func newHostAgent(o Options, images *imagestore.Store, ctrlURL, publicURL, token
 		return nil, err
 	}
 	images.SetMaxLayerBytes(o.MaxLayerBytes)
-	client := hostv1connect.NewHostServiceClient(http.DefaultClient, ctrlURL, connect.WithInterceptors(bearer.Token(token)))
+	client := hostv1connect.NewHostServiceClient(hc, ctrlURL, connect.WithInterceptors(bearer.Token(token)))
 	return agent.New(agent.Config{
-		HostID: localHostID, Client: client, Driver: driver, Layers: driver, Template: images,
+		HostID: cmp.Or(o.HostID, localHostID), Client: client, Driver: driver, Layers: driver, Template: images,
 		LayerDir: filepath.Join(o.stateDir(), "layers"), GuestAgent: guest, Capacity: capacity,
 		Runtimes: oci.Detect(), DataPlaneEndpoint: publicURL, ExposureDomain: o.ExposureDomain,
 		Network: agent.NetworkConfig{Dir: filepath.Join(o.stateDir(), "netns"),

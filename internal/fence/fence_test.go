@@ -37,6 +37,7 @@ var parts = map[string]string{
 	"internal/sessiontoken": leaf,
 	"internal/exposureabi":  leaf,
 	"internal/bearer":       leaf,
+	"internal/cafile":       leaf,
 	"internal/enumlabel":    leaf,
 	"internal/serviceconn":  leaf,
 	"internal/fence":        leaf,

@@ -12,20 +12,23 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/projects"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/volumes"
+	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
 )
 
 // AdminService serves kibotos.admin.v1.AdminService: projects and tokens,
 // and the deployment's storage pools.
 type AdminService struct {
 	adminv1connect.UnimplementedAdminServiceHandler
-	projects *projects.Service
-	volumes  *volumes.Service
+	projects   *projects.Service
+	volumes    *volumes.Service
+	workspaces *workspaces.Service
 }
 
 // NewAdminService returns the AdminService handler. Without a volumes
-// service the storage-pool calls answer unimplemented.
-func NewAdminService(p *projects.Service, vols *volumes.Service) *AdminService {
-	return &AdminService{projects: p, volumes: vols}
+// service the storage-pool calls answer unimplemented, and without a
+// workspaces service the host calls.
+func NewAdminService(p *projects.Service, vols *volumes.Service, ws *workspaces.Service) *AdminService {
+	return &AdminService{projects: p, volumes: vols, workspaces: ws}
 }
 
 func (s *AdminService) ListStoragePools(ctx context.Context, req *connect.Request[adminv1.ListStoragePoolsRequest]) (*connect.Response[adminv1.ListStoragePoolsResponse], error) {

@@ -11,9 +11,12 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
+	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/transfers"
 	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
 )
@@ -46,24 +49,37 @@ func NewHostService(svc *workspaces.Service, blobs Blobs, transfers *transfers.S
 }
 
 // HostAuth is the interceptor of HostService: every call must carry the
-// deployment's host token.
-func HostAuth(token string) connect.Interceptor {
-	check := func(header string) error {
+// deployment's own host token (that of the host agent `kibotos up` embeds)
+// or a host token an operator issued and has not revoked.
+func HostAuth(token string, st store.Store) connect.Interceptor {
+	check := func(ctx context.Context, header string) error {
 		got, ok := strings.CutPrefix(header, "Bearer ")
-		if !ok || token == "" || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
-			return connect.NewError(connect.CodeUnauthenticated, errors.New("a host token is required"))
+		if ok && token != "" && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1 {
+			return nil
+		}
+		err := auth.ErrUnauthenticated
+		if ok {
+			err = auth.AuthenticateHost(ctx, st, got)
+		}
+		switch {
+		case errors.Is(err, auth.ErrUnauthenticated):
+			return connect.NewError(connect.CodeUnauthenticated, errors.New("a valid host token is required"))
+		case err != nil:
+			return err
 		}
 		return nil
 	}
 	return hostAuth{check: check}
 }
 
-type hostAuth struct{ check func(string) error }
+type hostAuth struct {
+	check func(context.Context, string) error
+}
 
 func (h hostAuth) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		if !req.Spec().IsClient {
-			if err := h.check(req.Header().Get("Authorization")); err != nil {
+			if err := h.check(ctx, req.Header().Get("Authorization")); err != nil {
 				return nil, err
 			}
 		}
@@ -75,17 +91,44 @@ func (h hostAuth) WrapStreamingClient(next connect.StreamingClientFunc) connect.
 	return next
 }
 
+// WrapStreamingHandler checks the token at the start of a stream and
+// again every assignmentsPoll while it lasts, so that a revoked token
+// also ends the streams it opened (WatchAssignments runs for as long as
+// the host does).
 func (h hostAuth) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		if err := h.check(conn.RequestHeader().Get("Authorization")); err != nil {
+		header := conn.RequestHeader().Get("Authorization")
+		if err := h.check(ctx, header); err != nil {
 			return err
 		}
-		return next(ctx, conn)
+		ctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		go func() {
+			tick := time.NewTicker(assignmentsPoll)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+				if err := h.check(ctx, header); connect.CodeOf(err) == connect.CodeUnauthenticated {
+					cancel(err)
+					return
+				}
+			}
+		}()
+		err := next(ctx, conn)
+		if cause := context.Cause(ctx); connect.CodeOf(cause) == connect.CodeUnauthenticated {
+			return cause
+		}
+		return err
 	}
 }
 
 func (s *HostService) RegisterHost(ctx context.Context, req *connect.Request[hostv1.RegisterHostRequest]) (*connect.Response[hostv1.RegisterHostResponse], error) {
-	return Respond(&hostv1.RegisterHostResponse{}, s.svc.RegisterHost(ctx, req.Msg))
+	return Respond(&hostv1.RegisterHostResponse{ReportInterval: durationpb.New(workspaces.ReportInterval(s.svc.Lease()))},
+		s.svc.RegisterHost(ctx, req.Msg))
 }
 
 // WatchAssignments sends the host's complete desired set now and after

@@ -67,16 +67,21 @@ var ErrUnauthenticated = errors.New("missing or invalid API token")
 // NewToken mints a token for a project and returns its record (to store)
 // and the bearer secret (to hand out once).
 func NewToken(projectID string, role Role, name string, now time.Time) (store.Token, string) {
-	var secret [32]byte
-	if _, err := rand.Read(secret[:]); err != nil {
-		panic(err) // crypto/rand never fails on Linux
-	}
-	s := base64.RawURLEncoding.EncodeToString(secret[:])
+	s := newSecret()
 	tok := store.Token{
 		ID: ids.New("tok"), ProjectID: projectID, Role: string(role), Name: name,
 		SecretHash: hash(s), CreatedAt: now,
 	}
 	return tok, tok.ID + "." + s
+}
+
+// newSecret returns 256 random bits, base64url.
+func newSecret() string {
+	var secret [32]byte
+	if _, err := rand.Read(secret[:]); err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	return base64.RawURLEncoding.EncodeToString(secret[:])
 }
 
 func hash(secret string) []byte {
@@ -156,4 +161,39 @@ func Bootstrap(ctx context.Context, s store.Store, now time.Time) (string, error
 		return tx.CreateToken(ctx, tok)
 	})
 	return secret, err
+}
+
+// NewHostToken mints a host token and returns its record (to store) and
+// the bearer secret "<id>.<secret>" (to hand out once).
+func NewHostToken(name string, now time.Time) (store.HostToken, string) {
+	s := newSecret()
+	tok := store.HostToken{ID: ids.New("htk"), Name: name, SecretHash: hash(s), CreatedAt: now}
+	return tok, tok.ID + "." + s
+}
+
+// AuthenticateHost checks a host agent's bearer token against the stored
+// host tokens: ErrUnauthenticated when it is malformed, unknown or
+// revoked.
+func AuthenticateHost(ctx context.Context, s store.Store, bearer string) error {
+	id, secret, ok := strings.Cut(bearer, ".")
+	if !ok || id == "" || secret == "" {
+		return ErrUnauthenticated
+	}
+	err := s.View(ctx, func(tx store.Tx) error {
+		tok, err := tx.HostToken(ctx, id)
+		if err != nil {
+			return err
+		}
+		if subtle.ConstantTimeCompare(tok.SecretHash, hash(secret)) != 1 || !tok.RevokedAt.IsZero() {
+			return ErrUnauthenticated
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, ErrUnauthenticated):
+		return ErrUnauthenticated
+	case err != nil:
+		return fmt.Errorf("authenticate host: %w", err)
+	}
+	return nil
 }

@@ -99,6 +99,9 @@ type Config struct {
 	// be accepted; zero is auth.DefaultCacheTTL, negative reads the store
 	// on every call.
 	AuthCacheTTL time.Duration
+	// HostLease is how long a host may stay silent before it is LOST;
+	// zero is workspaces.DefaultHostLease.
+	HostLease time.Duration
 }
 
 // DefaultStoragePool is the name of the default storage pool when the
@@ -151,7 +154,8 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 		return nil, err
 	}
 	vols := &volumes.Service{Store: cfg.Store, Pages: pages, DefaultPool: defaultPool, InUse: workspaces.InUse, Changes: cfg.Changes}
-	ws := &workspaces.Service{Store: cfg.Store, Pages: pages, Checker: cfg.Checker, Changes: cfg.Changes, Volumes: vols}
+	ws := &workspaces.Service{Store: cfg.Store, Pages: pages, Checker: cfg.Checker, Changes: cfg.Changes, Volumes: vols,
+		HostLease: cfg.HostLease}
 	if err := metrics.RegisterCensus(cfg.Metrics, ws.Census); err != nil {
 		return nil, err
 	}
@@ -180,7 +184,7 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 	opts := append([]connect.HandlerOption{counted, connect.WithInterceptors(&accesslog.Interceptor{Logger: cfg.Logger, Level: slog.LevelInfo},
 		&auth.Interceptor{Tokens: tokens}, accesslog.Project())}, common...)
 	hostOpts := append([]connect.HandlerOption{counted, connect.WithInterceptors(&accesslog.Interceptor{Logger: cfg.Logger, Level: slog.LevelDebug},
-		api.HostAuth(cfg.HostToken))}, common...)
+		api.HostAuth(cfg.HostToken, cfg.Store))}, common...)
 	mux := http.NewServeMux()
 	mux.Handle("GET "+metrics.Path, metrics.Handler(cfg.Metrics, cfg.MetricsToken))
 	health.Register(mux, append([]health.Check{{Name: "store", Func: func(ctx context.Context) error {
@@ -192,7 +196,7 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 	}}}, cfg.Ready...))
 	mux.Handle(ctrlv1connect.NewEgressServiceHandler(api.NewEgressService(upstreams.NewEgresses(cfg.Store, pages, cfg.Checker, cfg.Changes)), opts...))
 	mux.Handle(ctrlv1connect.NewResolverServiceHandler(api.NewResolverService(upstreams.NewResolvers(cfg.Store, pages, cfg.Changes)), opts...))
-	mux.Handle(adminv1connect.NewAdminServiceHandler(api.NewAdminService(&projects.Service{Store: cfg.Store, Tokens: tokens}, vols), opts...))
+	mux.Handle(adminv1connect.NewAdminServiceHandler(api.NewAdminService(&projects.Service{Store: cfg.Store, Tokens: tokens}, vols, ws), opts...))
 
 	services := []string{
 		ctrlv1connect.EgressServiceName,
@@ -249,12 +253,13 @@ func pageTokenKey(ctx context.Context, s store.Store) ([]byte, error) {
 	return key, nil
 }
 
-// Serve serves h on ln over HTTP/1.1 and cleartext HTTP/2 until ctx ends,
+// Serve serves h on ln over HTTP/1.1 and cleartext HTTP/2 (HTTP/2 by ALPN on a TLS listener) until ctx ends,
 // then stops accepting and lets calls in flight finish for up to grace.
 func Serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Duration) error {
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
+	protocols.SetHTTP2(true) // over a TLS listener, by ALPN
 	srv := &http.Server{
 		Handler:           h,
 		Protocols:         &protocols,

@@ -64,6 +64,16 @@ type Tx interface {
 	// it does not exist. Revoking a revoked token keeps the first time.
 	RevokeToken(ctx context.Context, id string, at time.Time) error
 
+	// CreateHostToken stores a new host token; ErrExists if the ID is taken.
+	CreateHostToken(ctx context.Context, t HostToken) error
+	// HostToken returns a host token, revoked ones included, or ErrNotFound.
+	HostToken(ctx context.Context, id string) (HostToken, error)
+	// HostTokens returns every host token ordered by ID.
+	HostTokens(ctx context.Context) ([]HostToken, error)
+	// RevokeHostToken marks a host token revoked at the given time;
+	// ErrNotFound if it does not exist. Revoking again keeps the first time.
+	RevokeHostToken(ctx context.Context, id string, at time.Time) error
+
 	// Command returns the record of an executed command, or ErrNotFound.
 	Command(ctx context.Context, projectID, commandID string) (Command, error)
 	// PutCommand records an executed command; ErrExists if the project
@@ -117,6 +127,17 @@ type Token struct {
 	ID         string
 	ProjectID  string
 	Role       string
+	Name       string
+	SecretHash []byte
+	CreatedAt  time.Time
+	// RevokedAt is zero while the token is valid.
+	RevokedAt time.Time
+}
+
+// HostToken is what a host agent authenticates with. Only a hash of its
+// secret is kept.
+type HostToken struct {
+	ID         string
 	Name       string
 	SecretHash []byte
 	CreatedAt  time.Time
@@ -225,8 +246,12 @@ type WorkspaceTx interface {
 	// TemplateRevisions returns a template's revisions, oldest first.
 	TemplateRevisions(ctx context.Context, projectID, templateID string) ([]TemplateRevision, error)
 
-	// PutHost stores or replaces a host's registration.
+	// PutHost stores or replaces a host's registration (body, capacity,
+	// SeenAt); a registered host keeps its LostAt and Drained.
 	PutHost(ctx context.Context, h Host) error
+	// UpdateHost replaces a registered host's SeenAt, LostAt and Drained;
+	// ErrNotFound if no host has the ID.
+	UpdateHost(ctx context.Context, h Host) error
 	// Hosts returns every registered host ordered by ID.
 	Hosts(ctx context.Context) ([]Host, error)
 }
@@ -279,7 +304,13 @@ type Host struct {
 	CPUMillis   uint32
 	MemoryBytes uint64
 	LayerBytes  uint64
-	SeenAt      time.Time
+	// SeenAt is when the host last registered or reported.
+	SeenAt time.Time
+	// LostAt is when ctrl found the host's lease run out; zero while the
+	// host reports.
+	LostAt time.Time
+	// Drained hosts take no new placements.
+	Drained bool
 }
 
 // VolumeTx is the part of a transaction that keeps Volumes.

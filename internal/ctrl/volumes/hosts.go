@@ -156,3 +156,57 @@ func (s *Service) apply(r *Record, rep *hostv1.VolumeReport) {
 		}
 	}
 }
+
+// HostLost makes every live Volume a host holds UNKNOWN, keeping the state
+// it had for HostBack; it returns the workspaces bound to those that
+// changed.
+func (s *Service) HostLost(ctx context.Context, tx store.Tx, hostID string) (changed []string, err error) {
+	return s.eachHeld(ctx, tx, hostID, func(r *Record) bool {
+		switch r.V.State {
+		case ctrlv1.VolumeState_VOLUME_STATE_UNKNOWN, ctrlv1.VolumeState_VOLUME_STATE_LOST, ctrlv1.VolumeState_VOLUME_STATE_FAILED:
+			return false
+		}
+		r.Book.Unknown, r.V.State = r.V.State, ctrlv1.VolumeState_VOLUME_STATE_UNKNOWN
+		return true
+	})
+}
+
+// HostBack gives every UNKNOWN Volume of a host that reports again the
+// state it had when the host was lost (settled by what happened to its
+// workspace meanwhile); the host's reports then move it as usual.
+func (s *Service) HostBack(ctx context.Context, tx store.Tx, hostID string) (changed []string, err error) {
+	return s.eachHeld(ctx, tx, hostID, func(r *Record) bool {
+		if r.V.State != ctrlv1.VolumeState_VOLUME_STATE_UNKNOWN || r.Book.Unknown == ctrlv1.VolumeState_VOLUME_STATE_UNSPECIFIED {
+			return false
+		}
+		r.V.State, r.Book.Unknown = r.Book.Unknown, ctrlv1.VolumeState_VOLUME_STATE_UNSPECIFIED
+		r.V.State = r.settledState()
+		return true
+	})
+}
+
+// eachHeld saves every live Volume of a host that edit changes and
+// returns the workspaces bound to them.
+func (s *Service) eachHeld(ctx context.Context, tx store.Tx, hostID string, edit func(*Record) bool) ([]string, error) {
+	rows, err := tx.HostVolumes(ctx, hostID)
+	if err != nil {
+		return nil, err
+	}
+	var changed []string
+	for _, row := range rows {
+		r, err := decode(row)
+		if err != nil {
+			return nil, err
+		}
+		if !edit(r) {
+			continue
+		}
+		if err := s.save(ctx, tx, r); err != nil {
+			return nil, err
+		}
+		if ws := r.V.BoundWorkspaceId; ws != "" {
+			changed = append(changed, ws)
+		}
+	}
+	return changed, nil
+}

@@ -58,6 +58,9 @@ type Bookkeeping struct {
 	// Restoring is true for a Volume a restored workspace's launch makes
 	// from a Transfer's artifact: the host never creates it empty.
 	Restoring bool `json:"restoring,omitempty"`
+	// Unknown is the state the Volume had when its host's lease ran out,
+	// while it is UNKNOWN.
+	Unknown ctrlv1.VolumeState `json:"unknown,omitempty"`
 }
 
 type envelope struct {

@@ -108,9 +108,14 @@ func (s *Service) Report(ctx context.Context, hostID string, reports []*hostv1.E
 	var changed []string
 	err := s.Store.Update(ctx, func(tx store.Tx) error {
 		var err error
-		if changed, err = s.Volumes.Report(ctx, tx, hostID, volumeReports); err != nil {
+		if changed, err = s.hostSeen(ctx, tx, hostID); err != nil {
 			return err
 		}
+		vols, err := s.Volumes.Report(ctx, tx, hostID, volumeReports)
+		if err != nil {
+			return err
+		}
+		changed = append(changed, vols...)
 		rows, err := tx.HostWorkspaces(ctx, hostID)
 		if err != nil {
 			return err

@@ -7,11 +7,13 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/scheduler"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 )
 
@@ -66,10 +68,20 @@ func (s *Service) RegisterHost(ctx context.Context, reg *hostv1.RegisterHostRequ
 		return err
 	}
 	c := reg.GetCapacity()
-	return s.Store.Update(ctx, func(tx store.Tx) error {
-		return tx.PutHost(ctx, store.Host{ID: reg.HostId, Body: body, CPUMillis: c.GetCpuMillis(),
+	var changed []string
+	err = s.Store.Update(ctx, func(tx store.Tx) error {
+		err := tx.PutHost(ctx, store.Host{ID: reg.HostId, Body: body, CPUMillis: c.GetCpuMillis(),
 			MemoryBytes: c.GetMemoryBytes(), LayerBytes: c.GetLayerBytes(), SeenAt: s.Now.UTC()})
+		if err != nil {
+			return err
+		}
+		changed, err = s.hostSeen(ctx, tx, reg.HostId)
+		return err
 	})
+	for _, id := range changed {
+		s.Changes.Publish(id)
+	}
+	return err
 }
 
 // DataPlaneEndpoint returns the data-plane endpoint a host registered;
@@ -92,4 +104,56 @@ func HostRegistration(ctx context.Context, tx store.Tx, hostID string) (*hostv1.
 		}
 	}
 	return nil, nil
+}
+
+// HostView is a registered host as operators read it.
+type HostView struct {
+	ID string
+	// Registration is what the host registered.
+	Registration *hostv1.RegisterHostRequest
+	// Capacity is what it offers, Reserved what its placed workspaces hold.
+	Capacity, Reserved scheduler.Resources
+	// SeenAt is when it last registered or reported.
+	SeenAt        time.Time
+	Lost, Drained bool
+	// Workspaces counts the live workspaces placed on it.
+	Workspaces int
+}
+
+func (c candidate) view() HostView {
+	return HostView{ID: c.ID, Registration: c.reg, Capacity: c.Capacity, Reserved: c.Reserved, SeenAt: c.row.SeenAt,
+		Lost: c.lost, Drained: c.drained, Workspaces: c.placed}
+}
+
+// ListHosts returns every registered host, ordered by ID.
+func (s *Service) ListHosts(ctx context.Context) ([]HostView, error) {
+	var out []HostView
+	err := s.Store.View(ctx, func(tx store.Tx) error {
+		hosts, err := s.hosts(ctx, tx, "")
+		for _, h := range hosts {
+			out = append(out, h.view())
+		}
+		return err
+	})
+	return out, err
+}
+
+// DrainHost stops (drained) or resumes new placements on a host; an
+// unknown host is not_found.
+func (s *Service) DrainHost(ctx context.Context, hostID string, drained bool) (HostView, error) {
+	var out HostView
+	err := s.Store.Update(ctx, func(tx store.Tx) error {
+		hosts, err := s.hosts(ctx, tx, hostID)
+		if err != nil {
+			return err
+		}
+		if len(hosts) == 0 {
+			return connect.NewError(connect.CodeNotFound, fmt.Errorf("host %q is not registered", hostID))
+		}
+		h := hosts[0]
+		h.row.Drained, h.drained = drained, drained
+		out = h.view()
+		return tx.UpdateHost(ctx, h.row)
+	})
+	return out, err
 }

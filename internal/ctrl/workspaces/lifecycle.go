@@ -27,7 +27,7 @@ func Start[R proto.Message](ctx context.Context, s *Service, w Write[R], id stri
 		if err := s.notExporting(ctx, tx, r); err != nil {
 			return err
 		}
-		if err := s.fitsOnItsHost(ctx, tx, r); err != nil {
+		if err := s.placeStart(ctx, tx, r); err != nil {
 			return err
 		}
 		r.ws.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING
@@ -65,7 +65,17 @@ func Stop[R proto.Message](ctx context.Context, s *Service, w Write[R], id strin
 		default:
 			return precondition(observed(ctx, tx, r), "workspace %s is %s; it is not running", id, StateName(r.ws.State))
 		}
+		unknown := r.ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_UNKNOWN
 		s.beginStop(r, ctrlv1.StopCause_STOP_CAUSE_REQUESTED, mode, w.Command.GetCommandId())
+		switch {
+		case unknown && mode == ctrlv1.StopMode_STOP_MODE_FORCE:
+			// Its host stopped reporting: a FORCE stop releases the
+			// execution without it.
+			s.releaseUnknown(r)
+		case unknown:
+			// A NORMAL stop waits for the host to stop it.
+			r.book.Unknown, r.ws.State = r.ws.State, ctrlv1.WorkspaceState_WORKSPACE_STATE_UNKNOWN
+		}
 		return nil
 	}, respond)
 }
@@ -134,6 +144,9 @@ func (s *Service) Expire(ctx context.Context) error {
 			return err
 		}
 		for _, r := range records {
+			if r.ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_UNKNOWN {
+				continue // its host is LOST: it expires once the host is back or it is released
+			}
 			r.row.ExpiresAt = time.Time{} // fired: never again for this policy
 			switch r.ws.GetExpiration().GetPolicy().GetAction() {
 			case ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_DELETE:

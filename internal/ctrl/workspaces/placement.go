@@ -12,8 +12,10 @@ import (
 	"slices"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/scheduler"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 )
@@ -52,6 +54,9 @@ func (s *Service) place(ctx context.Context, tx store.Tx, res *ctrlv1.ResourceRe
 	}
 	var hosts []scheduler.Host
 	for _, h := range all {
+		if h.lost || h.drained {
+			continue // no new placement on a LOST or drained host
+		}
 		if (need.host == "" || h.ID == need.host) && !slices.ContainsFunc(want, func(c string) bool { return !h.offers[c] }) {
 			hosts = append(hosts, h.Host)
 		}
@@ -66,6 +71,30 @@ func (s *Service) place(ctx context.Context, tx store.Tx, res *ctrlv1.ResourceRe
 		return "", 0, exhausted(err)
 	}
 	return id, layer, nil
+}
+
+// placeStart finds room for a workspace that starts: on the host that
+// keeps its layer, or, when that host is LOST, on another host with room
+// and the capabilities it requires, where it starts with a new layer
+// (continuity RESET, reason LAYER_UNAVAILABLE). A workspace whose Volume
+// the LOST host holds waits for it (its Volume is UNKNOWN).
+func (s *Service) placeStart(ctx context.Context, tx store.Tx, r *record) error {
+	lost, err := hostLost(ctx, tx, r.row.HostID)
+	if err != nil || !lost {
+		if err == nil {
+			err = s.fitsOnItsHost(ctx, tx, r)
+		}
+		return err
+	}
+	res := proto.CloneOf(r.ws.GetSpec().GetResources())
+	res.WritableLayerBytes = r.row.LayerBytes
+	host, layer, err := s.place(ctx, tx, res, placement{capabilities: r.ws.GetSpec().GetCapabilities().GetRequired()})
+	if err != nil {
+		return err
+	}
+	slog.Info("workspace moves off a lost host", "workspace", r.row.ID, "from", r.row.HostID, "to", host)
+	r.row.HostID, r.row.LayerBytes = host, layer
+	return nil
 }
 
 // fitsOnItsHost checks that a stopped workspace's CPU and memory fit on
@@ -137,7 +166,7 @@ func (s *Service) hosts(ctx context.Context, tx store.Tx, only string) ([]candid
 		for _, p := range reg.StoragePools {
 			offers["pool:"+p.Name] = true
 		}
-		out = append(out, candidate{Host: host, offers: offers})
+		out = append(out, candidate{Host: host, offers: offers, row: h, reg: reg, placed: len(placed), lost: !h.LostAt.IsZero(), drained: h.Drained})
 	}
 	return out, nil
 }
@@ -147,4 +176,10 @@ type candidate struct {
 	scheduler.Host
 	// offers holds its capabilities and, as "pool:NAME", its storage pools.
 	offers map[string]bool
+	// row is the host as stored, reg its registration.
+	row store.Host
+	reg *hostv1.RegisterHostRequest
+	// placed counts the live workspaces placed on it.
+	placed        int
+	lost, drained bool
 }

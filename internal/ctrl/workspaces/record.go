@@ -74,6 +74,9 @@ type bookkeeping struct {
 	// Restore is the Transfer the workspace was restored from; nil for
 	// one CreateWorkspace made.
 	Restore *Restore `json:"restore,omitempty"`
+	// Unknown is the state the workspace had when its host's lease ran
+	// out, while it is UNKNOWN.
+	Unknown ctrlv1.WorkspaceState `json:"unknown,omitempty"`
 }
 
 // DataPlane is a workspace's data-plane authorization state. ctrl keeps it

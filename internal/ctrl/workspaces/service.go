@@ -1,9 +1,11 @@
 package workspaces
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -37,9 +39,15 @@ type Service struct {
 	// Exporting, when set, returns the Transfer exporting a workspace
 	// placed on hostID; empty when none is (see transfers).
 	Exporting func(ctx context.Context, tx store.Tx, projectID, workspaceID, hostID string) (string, error)
+	// HostLease is how long a host may stay silent before it is LOST
+	// (ExpireLeases); zero is DefaultHostLease.
+	HostLease time.Duration
 
 	watches watches
 }
+
+// Lease is the host lease in force.
+func (s *Service) Lease() time.Duration { return cmp.Or(s.HostLease, DefaultHostLease) }
 
 // Write describes a write request.
 type Write[R proto.Message] = resource.Mutation[R]

@@ -35,7 +35,12 @@ func (s *Service) beginDelete(ctx context.Context, tx store.Tx, r *record, cause
 	if r.row.HostID == "" {
 		return s.finishDelete(ctx, tx, r)
 	}
-	return nil
+	if lost, err := hostLost(ctx, tx, r.row.HostID); err != nil || !lost {
+		return err
+	}
+	// Its host stopped reporting: nothing there can be waited for.
+	r.book.Unknown = 0
+	return s.finishDelete(ctx, tx, r)
 }
 
 // finishDelete marks a record DELETED, releasing its host reservation and

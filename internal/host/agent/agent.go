@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -104,6 +105,11 @@ type Agent struct {
 	// progress of exports and restores.
 	exports         *exports
 	transferReports chan *hostv1.TransferReport
+	// reportInterval is how often ctrl asked to hear from the host (its
+	// lease); zero before the registration.
+	reportInterval atomic.Int64
+	// registeredNow wakes the reports after each registration.
+	registeredNow chan struct{}
 	// registered is closed once ctrl has accepted the registration.
 	registered     chan struct{}
 	registeredOnce sync.Once
@@ -128,7 +134,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, execs: map[string]*execution{}, reports: make(chan *hostv1.ExecutionReport, 256),
-		volumeReports: make(chan *hostv1.VolumeReport, 256), registered: make(chan struct{}), readyTimeout: defaultReadyTimeout,
+		volumeReports: make(chan *hostv1.VolumeReport, 256), registered: make(chan struct{}), registeredNow: make(chan struct{}, 1), readyTimeout: defaultReadyTimeout,
 		probeEvery: cmp.Or(cfg.GuestProbeInterval, DefaultGuestProbeInterval)}
 	vols, err := newVolumes(a, cfg.StoragePools)
 	if err != nil {
@@ -187,8 +193,14 @@ func (a *Agent) watch(ctx context.Context) error {
 	if len(reg.StoragePools) > 0 {
 		reg.Capabilities = append(reg.Capabilities, "volume.storage_pool")
 	}
-	if _, err := a.cfg.Client.RegisterHost(ctx, connect.NewRequest(reg)); err != nil {
+	resp, err := a.cfg.Client.RegisterHost(ctx, connect.NewRequest(reg))
+	if err != nil {
 		return fmt.Errorf("register: %w", err)
+	}
+	a.reportInterval.Store(int64(resp.Msg.GetReportInterval().AsDuration()))
+	select { // report at once, and from now on as often as ctrl asks
+	case a.registeredNow <- struct{}{}:
+	default:
 	}
 	a.registeredOnce.Do(func() { close(a.registered) })
 	stream, err := a.cfg.Client.WatchAssignments(ctx, connect.NewRequest(&hostv1.WatchAssignmentsRequest{HostId: a.cfg.HostID}))

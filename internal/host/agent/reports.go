@@ -27,7 +27,8 @@ func (a *Agent) report(r *hostv1.ExecutionReport) {
 // sendReports sends queued reports and, every heartbeat, the last report
 // of every execution again, so a restarted ctrl learns everything.
 func (a *Agent) sendReports(ctx context.Context) {
-	ticker := time.NewTicker(heartbeat)
+	every := a.heartbeatEvery()
+	ticker := time.NewTicker(every)
 	defer ticker.Stop()
 	// pending keeps reports in the order they were made until ctrl has
 	// taken them; a failed call keeps them for the next attempt.
@@ -38,6 +39,10 @@ func (a *Agent) sendReports(ctx context.Context) {
 	// pendingTransfers keeps the latest progress of each transfer.
 	pendingTransfers := map[string]*hostv1.TransferReport{}
 	for {
+		if d := a.heartbeatEvery(); d != every {
+			every = d
+			ticker.Reset(every)
+		}
 		heartbeatDue := false
 		select {
 		case <-ctx.Done():
@@ -49,6 +54,8 @@ func (a *Agent) sendReports(ctx context.Context) {
 		case r := <-a.transferReports:
 			pendingTransfers[r.TransferId] = r
 		case <-ticker.C:
+			heartbeatDue = true
+		case <-a.registeredNow:
 			heartbeatDue = true
 		}
 	drain:
@@ -77,7 +84,9 @@ func (a *Agent) sendReports(ctx context.Context) {
 				pendingVolumes[r.VolumeId] = r
 			}
 		}
-		if len(pending) == 0 && len(pendingVolumes) == 0 && len(pendingTransfers) == 0 {
+		// A heartbeat is sent even with nothing to say: it renews the
+		// host's lease.
+		if !heartbeatDue && len(pending) == 0 && len(pendingVolumes) == 0 && len(pendingTransfers) == 0 {
 			continue
 		}
 		req := &hostv1.ReportExecutionsRequest{HostId: a.cfg.HostID, Reports: pending}
@@ -103,6 +112,15 @@ func (a *Agent) sendReports(ctx context.Context) {
 		clear(pendingVolumes)
 		clear(pendingTransfers)
 	}
+}
+
+// heartbeatEvery is how often every execution's state is reported again:
+// heartbeat, or more often when ctrl's lease asks for it.
+func (a *Agent) heartbeatEvery() time.Duration {
+	if d := time.Duration(a.reportInterval.Load()); d > 0 && d < heartbeat {
+		return d
+	}
+	return heartbeat
 }
 
 // lastReport returns a copy of the last report about this execution; nil

@@ -13,6 +13,8 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -84,4 +86,29 @@ func serial(t testing.TB) *big.Int {
 		t.Fatalf("testtls: serial number: %v", err)
 	}
 	return n
+}
+
+// Files writes a server certificate valid for names, its key and its new
+// authority's certificate as PEM files in a temporary directory, for
+// processes that take --tls-cert, --tls-key and --ca-file.
+func Files(t testing.TB, names ...string) (certFile, keyFile, caFile string) {
+	t.Helper()
+	server, caPEM := New(t, names...)
+	cert := server.Certificates[0]
+	key, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
+	if err != nil {
+		t.Fatalf("testtls: key: %v", err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile, caFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem"), filepath.Join(dir, "ca.pem")
+	for file, data := range map[string][]byte{
+		certFile: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}),
+		keyFile:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}),
+		caFile:   []byte(caPEM),
+	} {
+		if err := os.WriteFile(file, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return certFile, keyFile, caFile
 }

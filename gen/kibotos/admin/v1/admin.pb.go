@@ -87,6 +87,59 @@ func (Role) EnumDescriptor() ([]byte, []int) {
 	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{0}
 }
 
+// HostState is whether a host still reports.
+type HostState int32
+
+const (
+	HostState_HOST_STATE_UNSPECIFIED HostState = 0
+	// HOST_STATE_READY hosts reported within the deployment's host lease.
+	HostState_HOST_STATE_READY HostState = 1
+	// HOST_STATE_LOST hosts stopped reporting for a lease period: their
+	// Workspaces and Volumes are UNKNOWN until they report again.
+	HostState_HOST_STATE_LOST HostState = 2
+)
+
+// Enum value maps for HostState.
+var (
+	HostState_name = map[int32]string{
+		0: "HOST_STATE_UNSPECIFIED",
+		1: "HOST_STATE_READY",
+		2: "HOST_STATE_LOST",
+	}
+	HostState_value = map[string]int32{
+		"HOST_STATE_UNSPECIFIED": 0,
+		"HOST_STATE_READY":       1,
+		"HOST_STATE_LOST":        2,
+	}
+)
+
+func (x HostState) Enum() *HostState {
+	p := new(HostState)
+	*p = x
+	return p
+}
+
+func (x HostState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (HostState) Descriptor() protoreflect.EnumDescriptor {
+	return file_kibotos_admin_v1_admin_proto_enumTypes[1].Descriptor()
+}
+
+func (HostState) Type() protoreflect.EnumType {
+	return &file_kibotos_admin_v1_admin_proto_enumTypes[1]
+}
+
+func (x HostState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use HostState.Descriptor instead.
+func (HostState) EnumDescriptor() ([]byte, []int) {
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
 // Project is a tenant: every Workspace, Volume, Egress, Resolver, Template and
 // Transfer belongs to exactly one project, and only that project's tokens can
 // see it.
@@ -979,6 +1032,727 @@ func (x *DeclareStoragePoolLostResponse) GetLostVolumeIds() []string {
 	return nil
 }
 
+// HostToken is one host token, without its secret.
+type HostToken struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	HostTokenId string                 `protobuf:"bytes,1,opt,name=host_token_id,json=hostTokenId,proto3" json:"host_token_id,omitempty"`
+	// name is a human-readable label, such as the machine that uses it.
+	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// revoked_at is absent while the token is valid.
+	RevokedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=revoked_at,json=revokedAt,proto3" json:"revoked_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostToken) Reset() {
+	*x = HostToken{}
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostToken) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostToken) ProtoMessage() {}
+
+func (x *HostToken) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostToken.ProtoReflect.Descriptor instead.
+func (*HostToken) Descriptor() ([]byte, []int) {
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *HostToken) GetHostTokenId() string {
+	if x != nil {
+		return x.HostTokenId
+	}
+	return ""
+}
+
+func (x *HostToken) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *HostToken) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *HostToken) GetRevokedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RevokedAt
+	}
+	return nil
+}
+
+// CreateHostTokenRequest is the input of CreateHostToken.
+type CreateHostTokenRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is a human-readable label of at most 128 bytes of UTF-8.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateHostTokenRequest) Reset() {
+	*x = CreateHostTokenRequest{}
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateHostTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateHostTokenRequest) ProtoMessage() {}
+
+func (x *CreateHostTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateHostTokenRequest.ProtoReflect.Descriptor instead.
+func (*CreateHostTokenRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *CreateHostTokenRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// CreateHostTokenResponse carries the new host token and its secret.
+type CreateHostTokenResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	HostToken *HostToken             `protobuf:"bytes,1,opt,name=host_token,json=hostToken,proto3" json:"host_token,omitempty"`
+	// secret is what the host agent sends as Authorization: Bearer <secret>
+	// (`kibotos host --token-file`). It is returned only here, once.
+	Secret        string `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateHostTokenResponse) Reset() {
+	*x = CreateHostTokenResponse{}
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateHostTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateHostTokenResponse) ProtoMessage() {}
+
+func (x *CreateHostTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateHostTokenResponse.ProtoReflect.Descriptor instead.
+func (*CreateHostTokenResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *CreateHostTokenResponse) GetHostToken() *HostToken {
+	if x != nil {
+		return x.HostToken
+	}
+	return nil
+}
+
+func (x *CreateHostTokenResponse) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+// ListHostTokensRequest is the input of ListHostTokens. It has no fields.
+type ListHostTokensRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListHostTokensRequest) Reset() {
+	*x = ListHostTokensRequest{}
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListHostTokensRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListHostTokensRequest) ProtoMessage() {}
+
+func (x *ListHostTokensRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListHostTokensRequest.ProtoReflect.Descriptor instead.
+func (*ListHostTokensRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+}
+
+// ListHostTokensResponse carries every host token.
+type ListHostTokensResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	HostTokens    []*HostToken           `protobuf:"bytes,1,rep,name=host_tokens,json=hostTokens,proto3" json:"host_tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListHostTokensResponse) Reset() {
+	*x = ListHostTokensResponse{}
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListHostTokensResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListHostTokensResponse) ProtoMessage() {}
+
+func (x *ListHostTokensResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListHostTokensResponse.ProtoReflect.Descriptor instead.
+func (*ListHostTokensResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ListHostTokensResponse) GetHostTokens() []*HostToken {
+	if x != nil {
+		return x.HostTokens
+	}
+	return nil
+}
+
+// RevokeHostTokenRequest is the input of RevokeHostToken.
+type RevokeHostTokenRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	HostTokenId   string                 `protobuf:"bytes,1,opt,name=host_token_id,json=hostTokenId,proto3" json:"host_token_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeHostTokenRequest) Reset() {
+	*x = RevokeHostTokenRequest{}
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeHostTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeHostTokenRequest) ProtoMessage() {}
+
+func (x *RevokeHostTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeHostTokenRequest.ProtoReflect.Descriptor instead.
+func (*RevokeHostTokenRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *RevokeHostTokenRequest) GetHostTokenId() string {
+	if x != nil {
+		return x.HostTokenId
+	}
+	return ""
+}
+
+// RevokeHostTokenResponse carries the revoked host token.
+type RevokeHostTokenResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	HostToken     *HostToken             `protobuf:"bytes,1,opt,name=host_token,json=hostToken,proto3" json:"host_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeHostTokenResponse) Reset() {
+	*x = RevokeHostTokenResponse{}
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeHostTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeHostTokenResponse) ProtoMessage() {}
+
+func (x *RevokeHostTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeHostTokenResponse.ProtoReflect.Descriptor instead.
+func (*RevokeHostTokenResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *RevokeHostTokenResponse) GetHostToken() *HostToken {
+	if x != nil {
+		return x.HostToken
+	}
+	return nil
+}
+
+// HostResources are amounts of what a host offers.
+type HostResources struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CpuMillis     uint32                 `protobuf:"varint,1,opt,name=cpu_millis,json=cpuMillis,proto3" json:"cpu_millis,omitempty"`
+	MemoryBytes   uint64                 `protobuf:"varint,2,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	LayerBytes    uint64                 `protobuf:"varint,3,opt,name=layer_bytes,json=layerBytes,proto3" json:"layer_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostResources) Reset() {
+	*x = HostResources{}
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostResources) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostResources) ProtoMessage() {}
+
+func (x *HostResources) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostResources.ProtoReflect.Descriptor instead.
+func (*HostResources) Descriptor() ([]byte, []int) {
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *HostResources) GetCpuMillis() uint32 {
+	if x != nil {
+		return x.CpuMillis
+	}
+	return 0
+}
+
+func (x *HostResources) GetMemoryBytes() uint64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *HostResources) GetLayerBytes() uint64 {
+	if x != nil {
+		return x.LayerBytes
+	}
+	return 0
+}
+
+// Host is a registered host as the control plane sees it.
+type Host struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	HostId string                 `protobuf:"bytes,1,opt,name=host_id,json=hostId,proto3" json:"host_id,omitempty"`
+	State  HostState              `protobuf:"varint,2,opt,name=state,proto3,enum=kibotos.admin.v1.HostState" json:"state,omitempty"`
+	// drained hosts take no new placements (DrainHost).
+	Drained bool `protobuf:"varint,3,opt,name=drained,proto3" json:"drained,omitempty"`
+	// capacity is what the host offers.
+	Capacity *HostResources `protobuf:"bytes,4,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	// reserved is what its placed Workspaces hold: the writable layers of
+	// every one, the CPU and memory of those that run.
+	Reserved *HostResources `protobuf:"bytes,5,opt,name=reserved,proto3" json:"reserved,omitempty"`
+	// capabilities the host offers, such as volume.storage_pool.
+	Capabilities []string `protobuf:"bytes,6,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
+	// runtimes are the OCI runtimes the host found.
+	Runtimes []string `protobuf:"bytes,7,rep,name=runtimes,proto3" json:"runtimes,omitempty"`
+	// storage_pools are the names of the storage pools it reaches.
+	StoragePools []string `protobuf:"bytes,8,rep,name=storage_pools,json=storagePools,proto3" json:"storage_pools,omitempty"`
+	// data_plane_endpoint is the URL of its data-plane gateway.
+	DataPlaneEndpoint string `protobuf:"bytes,9,opt,name=data_plane_endpoint,json=dataPlaneEndpoint,proto3" json:"data_plane_endpoint,omitempty"`
+	// last_report_at is when it last registered or reported.
+	LastReportAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=last_report_at,json=lastReportAt,proto3" json:"last_report_at,omitempty"`
+	// workspaces counts the live Workspaces placed on it.
+	Workspaces    uint32 `protobuf:"varint,11,opt,name=workspaces,proto3" json:"workspaces,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Host) Reset() {
+	*x = Host{}
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Host) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Host) ProtoMessage() {}
+
+func (x *Host) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Host.ProtoReflect.Descriptor instead.
+func (*Host) Descriptor() ([]byte, []int) {
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *Host) GetHostId() string {
+	if x != nil {
+		return x.HostId
+	}
+	return ""
+}
+
+func (x *Host) GetState() HostState {
+	if x != nil {
+		return x.State
+	}
+	return HostState_HOST_STATE_UNSPECIFIED
+}
+
+func (x *Host) GetDrained() bool {
+	if x != nil {
+		return x.Drained
+	}
+	return false
+}
+
+func (x *Host) GetCapacity() *HostResources {
+	if x != nil {
+		return x.Capacity
+	}
+	return nil
+}
+
+func (x *Host) GetReserved() *HostResources {
+	if x != nil {
+		return x.Reserved
+	}
+	return nil
+}
+
+func (x *Host) GetCapabilities() []string {
+	if x != nil {
+		return x.Capabilities
+	}
+	return nil
+}
+
+func (x *Host) GetRuntimes() []string {
+	if x != nil {
+		return x.Runtimes
+	}
+	return nil
+}
+
+func (x *Host) GetStoragePools() []string {
+	if x != nil {
+		return x.StoragePools
+	}
+	return nil
+}
+
+func (x *Host) GetDataPlaneEndpoint() string {
+	if x != nil {
+		return x.DataPlaneEndpoint
+	}
+	return ""
+}
+
+func (x *Host) GetLastReportAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastReportAt
+	}
+	return nil
+}
+
+func (x *Host) GetWorkspaces() uint32 {
+	if x != nil {
+		return x.Workspaces
+	}
+	return 0
+}
+
+// ListHostsRequest is the input of ListHosts. It has no fields.
+type ListHostsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListHostsRequest) Reset() {
+	*x = ListHostsRequest{}
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListHostsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListHostsRequest) ProtoMessage() {}
+
+func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListHostsRequest.ProtoReflect.Descriptor instead.
+func (*ListHostsRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+}
+
+// ListHostsResponse carries every registered host.
+type ListHostsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Hosts         []*Host                `protobuf:"bytes,1,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListHostsResponse) Reset() {
+	*x = ListHostsResponse{}
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListHostsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListHostsResponse) ProtoMessage() {}
+
+func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListHostsResponse.ProtoReflect.Descriptor instead.
+func (*ListHostsResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ListHostsResponse) GetHosts() []*Host {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
+// DrainHostRequest is the input of DrainHost.
+type DrainHostRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	HostId string                 `protobuf:"bytes,1,opt,name=host_id,json=hostId,proto3" json:"host_id,omitempty"`
+	// drained true stops new placements on the host, false resumes them.
+	Drained       bool `protobuf:"varint,2,opt,name=drained,proto3" json:"drained,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainHostRequest) Reset() {
+	*x = DrainHostRequest{}
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainHostRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainHostRequest) ProtoMessage() {}
+
+func (x *DrainHostRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainHostRequest.ProtoReflect.Descriptor instead.
+func (*DrainHostRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *DrainHostRequest) GetHostId() string {
+	if x != nil {
+		return x.HostId
+	}
+	return ""
+}
+
+func (x *DrainHostRequest) GetDrained() bool {
+	if x != nil {
+		return x.Drained
+	}
+	return false
+}
+
+// DrainHostResponse carries the host.
+type DrainHostResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Host          *Host                  `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainHostResponse) Reset() {
+	*x = DrainHostResponse{}
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainHostResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainHostResponse) ProtoMessage() {}
+
+func (x *DrainHostResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainHostResponse.ProtoReflect.Descriptor instead.
+func (*DrainHostResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *DrainHostResponse) GetHost() *Host {
+	if x != nil {
+		return x.Host
+	}
+	return nil
+}
+
 var File_kibotos_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_kibotos_admin_v1_admin_proto_rawDesc = "" +
@@ -1036,13 +1810,68 @@ const file_kibotos_admin_v1_admin_proto_rawDesc = "" +
 	"\x1dDeclareStoragePoolLostRequest\x12!\n" +
 	"\fstorage_pool\x18\x01 \x01(\tR\vstoragePool\"H\n" +
 	"\x1eDeclareStoragePoolLostResponse\x12&\n" +
-	"\x0flost_volume_ids\x18\x01 \x03(\tR\rlostVolumeIds*N\n" +
+	"\x0flost_volume_ids\x18\x01 \x03(\tR\rlostVolumeIds\"\xb9\x01\n" +
+	"\tHostToken\x12\"\n" +
+	"\rhost_token_id\x18\x01 \x01(\tR\vhostTokenId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x129\n" +
+	"\n" +
+	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
+	"\n" +
+	"revoked_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\trevokedAt\",\n" +
+	"\x16CreateHostTokenRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"m\n" +
+	"\x17CreateHostTokenResponse\x12:\n" +
+	"\n" +
+	"host_token\x18\x01 \x01(\v2\x1b.kibotos.admin.v1.HostTokenR\thostToken\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\"\x17\n" +
+	"\x15ListHostTokensRequest\"V\n" +
+	"\x16ListHostTokensResponse\x12<\n" +
+	"\vhost_tokens\x18\x01 \x03(\v2\x1b.kibotos.admin.v1.HostTokenR\n" +
+	"hostTokens\"<\n" +
+	"\x16RevokeHostTokenRequest\x12\"\n" +
+	"\rhost_token_id\x18\x01 \x01(\tR\vhostTokenId\"U\n" +
+	"\x17RevokeHostTokenResponse\x12:\n" +
+	"\n" +
+	"host_token\x18\x01 \x01(\v2\x1b.kibotos.admin.v1.HostTokenR\thostToken\"r\n" +
+	"\rHostResources\x12\x1d\n" +
+	"\n" +
+	"cpu_millis\x18\x01 \x01(\rR\tcpuMillis\x12!\n" +
+	"\fmemory_bytes\x18\x02 \x01(\x04R\vmemoryBytes\x12\x1f\n" +
+	"\vlayer_bytes\x18\x03 \x01(\x04R\n" +
+	"layerBytes\"\xdd\x03\n" +
+	"\x04Host\x12\x17\n" +
+	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x121\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x1b.kibotos.admin.v1.HostStateR\x05state\x12\x18\n" +
+	"\adrained\x18\x03 \x01(\bR\adrained\x12;\n" +
+	"\bcapacity\x18\x04 \x01(\v2\x1f.kibotos.admin.v1.HostResourcesR\bcapacity\x12;\n" +
+	"\breserved\x18\x05 \x01(\v2\x1f.kibotos.admin.v1.HostResourcesR\breserved\x12\"\n" +
+	"\fcapabilities\x18\x06 \x03(\tR\fcapabilities\x12\x1a\n" +
+	"\bruntimes\x18\a \x03(\tR\bruntimes\x12#\n" +
+	"\rstorage_pools\x18\b \x03(\tR\fstoragePools\x12.\n" +
+	"\x13data_plane_endpoint\x18\t \x01(\tR\x11dataPlaneEndpoint\x12@\n" +
+	"\x0elast_report_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\flastReportAt\x12\x1e\n" +
+	"\n" +
+	"workspaces\x18\v \x01(\rR\n" +
+	"workspaces\"\x12\n" +
+	"\x10ListHostsRequest\"A\n" +
+	"\x11ListHostsResponse\x12,\n" +
+	"\x05hosts\x18\x01 \x03(\v2\x16.kibotos.admin.v1.HostR\x05hosts\"E\n" +
+	"\x10DrainHostRequest\x12\x17\n" +
+	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x12\x18\n" +
+	"\adrained\x18\x02 \x01(\bR\adrained\"?\n" +
+	"\x11DrainHostResponse\x12*\n" +
+	"\x04host\x18\x01 \x01(\v2\x16.kibotos.admin.v1.HostR\x04host*N\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_VIEWER\x10\x01\x12\x0f\n" +
 	"\vROLE_EDITOR\x10\x02\x12\x0e\n" +
 	"\n" +
-	"ROLE_ADMIN\x10\x032\xc8\x05\n" +
+	"ROLE_ADMIN\x10\x03*R\n" +
+	"\tHostState\x12\x1a\n" +
+	"\x16HOST_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10HOST_STATE_READY\x10\x01\x12\x13\n" +
+	"\x0fHOST_STATE_LOST\x10\x022\xa9\t\n" +
 	"\fAdminService\x12`\n" +
 	"\rCreateProject\x12&.kibotos.admin.v1.CreateProjectRequest\x1a'.kibotos.admin.v1.CreateProjectResponse\x12]\n" +
 	"\fListProjects\x12%.kibotos.admin.v1.ListProjectsRequest\x1a&.kibotos.admin.v1.ListProjectsResponse\x12Z\n" +
@@ -1051,7 +1880,12 @@ const file_kibotos_admin_v1_admin_proto_rawDesc = "" +
 	"ListTokens\x12#.kibotos.admin.v1.ListTokensRequest\x1a$.kibotos.admin.v1.ListTokensResponse\x12Z\n" +
 	"\vRevokeToken\x12$.kibotos.admin.v1.RevokeTokenRequest\x1a%.kibotos.admin.v1.RevokeTokenResponse\x12i\n" +
 	"\x10ListStoragePools\x12).kibotos.admin.v1.ListStoragePoolsRequest\x1a*.kibotos.admin.v1.ListStoragePoolsResponse\x12{\n" +
-	"\x16DeclareStoragePoolLost\x12/.kibotos.admin.v1.DeclareStoragePoolLostRequest\x1a0.kibotos.admin.v1.DeclareStoragePoolLostResponseB\xbd\x01\n" +
+	"\x16DeclareStoragePoolLost\x12/.kibotos.admin.v1.DeclareStoragePoolLostRequest\x1a0.kibotos.admin.v1.DeclareStoragePoolLostResponse\x12f\n" +
+	"\x0fCreateHostToken\x12(.kibotos.admin.v1.CreateHostTokenRequest\x1a).kibotos.admin.v1.CreateHostTokenResponse\x12c\n" +
+	"\x0eListHostTokens\x12'.kibotos.admin.v1.ListHostTokensRequest\x1a(.kibotos.admin.v1.ListHostTokensResponse\x12f\n" +
+	"\x0fRevokeHostToken\x12(.kibotos.admin.v1.RevokeHostTokenRequest\x1a).kibotos.admin.v1.RevokeHostTokenResponse\x12T\n" +
+	"\tListHosts\x12\".kibotos.admin.v1.ListHostsRequest\x1a#.kibotos.admin.v1.ListHostsResponse\x12T\n" +
+	"\tDrainHost\x12\".kibotos.admin.v1.DrainHostRequest\x1a#.kibotos.admin.v1.DrainHostResponseB\xbd\x01\n" +
 	"\x14com.kibotos.admin.v1B\n" +
 	"AdminProtoP\x01Z7github.com/kibotos/kibotos/gen/kibotos/admin/v1;adminv1\xa2\x02\x03KAX\xaa\x02\x10Kibotos.Admin.V1\xca\x02\x10Kibotos\\Admin\\V1\xe2\x02\x1cKibotos\\Admin\\V1\\GPBMetadata\xea\x02\x12Kibotos::Admin::V1b\x06proto3"
 
@@ -1067,60 +1901,95 @@ func file_kibotos_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_kibotos_admin_v1_admin_proto_rawDescData
 }
 
-var file_kibotos_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_kibotos_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_kibotos_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_kibotos_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_kibotos_admin_v1_admin_proto_goTypes = []any{
 	(Role)(0),                              // 0: kibotos.admin.v1.Role
-	(*Project)(nil),                        // 1: kibotos.admin.v1.Project
-	(*Token)(nil),                          // 2: kibotos.admin.v1.Token
-	(*CreateProjectRequest)(nil),           // 3: kibotos.admin.v1.CreateProjectRequest
-	(*CreateProjectResponse)(nil),          // 4: kibotos.admin.v1.CreateProjectResponse
-	(*ListProjectsRequest)(nil),            // 5: kibotos.admin.v1.ListProjectsRequest
-	(*ListProjectsResponse)(nil),           // 6: kibotos.admin.v1.ListProjectsResponse
-	(*CreateTokenRequest)(nil),             // 7: kibotos.admin.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),            // 8: kibotos.admin.v1.CreateTokenResponse
-	(*ListTokensRequest)(nil),              // 9: kibotos.admin.v1.ListTokensRequest
-	(*ListTokensResponse)(nil),             // 10: kibotos.admin.v1.ListTokensResponse
-	(*RevokeTokenRequest)(nil),             // 11: kibotos.admin.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),            // 12: kibotos.admin.v1.RevokeTokenResponse
-	(*StoragePool)(nil),                    // 13: kibotos.admin.v1.StoragePool
-	(*ListStoragePoolsRequest)(nil),        // 14: kibotos.admin.v1.ListStoragePoolsRequest
-	(*ListStoragePoolsResponse)(nil),       // 15: kibotos.admin.v1.ListStoragePoolsResponse
-	(*DeclareStoragePoolLostRequest)(nil),  // 16: kibotos.admin.v1.DeclareStoragePoolLostRequest
-	(*DeclareStoragePoolLostResponse)(nil), // 17: kibotos.admin.v1.DeclareStoragePoolLostResponse
-	(*timestamppb.Timestamp)(nil),          // 18: google.protobuf.Timestamp
+	(HostState)(0),                         // 1: kibotos.admin.v1.HostState
+	(*Project)(nil),                        // 2: kibotos.admin.v1.Project
+	(*Token)(nil),                          // 3: kibotos.admin.v1.Token
+	(*CreateProjectRequest)(nil),           // 4: kibotos.admin.v1.CreateProjectRequest
+	(*CreateProjectResponse)(nil),          // 5: kibotos.admin.v1.CreateProjectResponse
+	(*ListProjectsRequest)(nil),            // 6: kibotos.admin.v1.ListProjectsRequest
+	(*ListProjectsResponse)(nil),           // 7: kibotos.admin.v1.ListProjectsResponse
+	(*CreateTokenRequest)(nil),             // 8: kibotos.admin.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),            // 9: kibotos.admin.v1.CreateTokenResponse
+	(*ListTokensRequest)(nil),              // 10: kibotos.admin.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),             // 11: kibotos.admin.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),             // 12: kibotos.admin.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),            // 13: kibotos.admin.v1.RevokeTokenResponse
+	(*StoragePool)(nil),                    // 14: kibotos.admin.v1.StoragePool
+	(*ListStoragePoolsRequest)(nil),        // 15: kibotos.admin.v1.ListStoragePoolsRequest
+	(*ListStoragePoolsResponse)(nil),       // 16: kibotos.admin.v1.ListStoragePoolsResponse
+	(*DeclareStoragePoolLostRequest)(nil),  // 17: kibotos.admin.v1.DeclareStoragePoolLostRequest
+	(*DeclareStoragePoolLostResponse)(nil), // 18: kibotos.admin.v1.DeclareStoragePoolLostResponse
+	(*HostToken)(nil),                      // 19: kibotos.admin.v1.HostToken
+	(*CreateHostTokenRequest)(nil),         // 20: kibotos.admin.v1.CreateHostTokenRequest
+	(*CreateHostTokenResponse)(nil),        // 21: kibotos.admin.v1.CreateHostTokenResponse
+	(*ListHostTokensRequest)(nil),          // 22: kibotos.admin.v1.ListHostTokensRequest
+	(*ListHostTokensResponse)(nil),         // 23: kibotos.admin.v1.ListHostTokensResponse
+	(*RevokeHostTokenRequest)(nil),         // 24: kibotos.admin.v1.RevokeHostTokenRequest
+	(*RevokeHostTokenResponse)(nil),        // 25: kibotos.admin.v1.RevokeHostTokenResponse
+	(*HostResources)(nil),                  // 26: kibotos.admin.v1.HostResources
+	(*Host)(nil),                           // 27: kibotos.admin.v1.Host
+	(*ListHostsRequest)(nil),               // 28: kibotos.admin.v1.ListHostsRequest
+	(*ListHostsResponse)(nil),              // 29: kibotos.admin.v1.ListHostsResponse
+	(*DrainHostRequest)(nil),               // 30: kibotos.admin.v1.DrainHostRequest
+	(*DrainHostResponse)(nil),              // 31: kibotos.admin.v1.DrainHostResponse
+	(*timestamppb.Timestamp)(nil),          // 32: google.protobuf.Timestamp
 }
 var file_kibotos_admin_v1_admin_proto_depIdxs = []int32{
-	18, // 0: kibotos.admin.v1.Project.created_at:type_name -> google.protobuf.Timestamp
+	32, // 0: kibotos.admin.v1.Project.created_at:type_name -> google.protobuf.Timestamp
 	0,  // 1: kibotos.admin.v1.Token.role:type_name -> kibotos.admin.v1.Role
-	18, // 2: kibotos.admin.v1.Token.created_at:type_name -> google.protobuf.Timestamp
-	18, // 3: kibotos.admin.v1.Token.revoked_at:type_name -> google.protobuf.Timestamp
-	1,  // 4: kibotos.admin.v1.CreateProjectResponse.project:type_name -> kibotos.admin.v1.Project
-	1,  // 5: kibotos.admin.v1.ListProjectsResponse.projects:type_name -> kibotos.admin.v1.Project
+	32, // 2: kibotos.admin.v1.Token.created_at:type_name -> google.protobuf.Timestamp
+	32, // 3: kibotos.admin.v1.Token.revoked_at:type_name -> google.protobuf.Timestamp
+	2,  // 4: kibotos.admin.v1.CreateProjectResponse.project:type_name -> kibotos.admin.v1.Project
+	2,  // 5: kibotos.admin.v1.ListProjectsResponse.projects:type_name -> kibotos.admin.v1.Project
 	0,  // 6: kibotos.admin.v1.CreateTokenRequest.role:type_name -> kibotos.admin.v1.Role
-	2,  // 7: kibotos.admin.v1.CreateTokenResponse.token:type_name -> kibotos.admin.v1.Token
-	2,  // 8: kibotos.admin.v1.ListTokensResponse.tokens:type_name -> kibotos.admin.v1.Token
-	2,  // 9: kibotos.admin.v1.RevokeTokenResponse.token:type_name -> kibotos.admin.v1.Token
-	13, // 10: kibotos.admin.v1.ListStoragePoolsResponse.storage_pools:type_name -> kibotos.admin.v1.StoragePool
-	3,  // 11: kibotos.admin.v1.AdminService.CreateProject:input_type -> kibotos.admin.v1.CreateProjectRequest
-	5,  // 12: kibotos.admin.v1.AdminService.ListProjects:input_type -> kibotos.admin.v1.ListProjectsRequest
-	7,  // 13: kibotos.admin.v1.AdminService.CreateToken:input_type -> kibotos.admin.v1.CreateTokenRequest
-	9,  // 14: kibotos.admin.v1.AdminService.ListTokens:input_type -> kibotos.admin.v1.ListTokensRequest
-	11, // 15: kibotos.admin.v1.AdminService.RevokeToken:input_type -> kibotos.admin.v1.RevokeTokenRequest
-	14, // 16: kibotos.admin.v1.AdminService.ListStoragePools:input_type -> kibotos.admin.v1.ListStoragePoolsRequest
-	16, // 17: kibotos.admin.v1.AdminService.DeclareStoragePoolLost:input_type -> kibotos.admin.v1.DeclareStoragePoolLostRequest
-	4,  // 18: kibotos.admin.v1.AdminService.CreateProject:output_type -> kibotos.admin.v1.CreateProjectResponse
-	6,  // 19: kibotos.admin.v1.AdminService.ListProjects:output_type -> kibotos.admin.v1.ListProjectsResponse
-	8,  // 20: kibotos.admin.v1.AdminService.CreateToken:output_type -> kibotos.admin.v1.CreateTokenResponse
-	10, // 21: kibotos.admin.v1.AdminService.ListTokens:output_type -> kibotos.admin.v1.ListTokensResponse
-	12, // 22: kibotos.admin.v1.AdminService.RevokeToken:output_type -> kibotos.admin.v1.RevokeTokenResponse
-	15, // 23: kibotos.admin.v1.AdminService.ListStoragePools:output_type -> kibotos.admin.v1.ListStoragePoolsResponse
-	17, // 24: kibotos.admin.v1.AdminService.DeclareStoragePoolLost:output_type -> kibotos.admin.v1.DeclareStoragePoolLostResponse
-	18, // [18:25] is the sub-list for method output_type
-	11, // [11:18] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	3,  // 7: kibotos.admin.v1.CreateTokenResponse.token:type_name -> kibotos.admin.v1.Token
+	3,  // 8: kibotos.admin.v1.ListTokensResponse.tokens:type_name -> kibotos.admin.v1.Token
+	3,  // 9: kibotos.admin.v1.RevokeTokenResponse.token:type_name -> kibotos.admin.v1.Token
+	14, // 10: kibotos.admin.v1.ListStoragePoolsResponse.storage_pools:type_name -> kibotos.admin.v1.StoragePool
+	32, // 11: kibotos.admin.v1.HostToken.created_at:type_name -> google.protobuf.Timestamp
+	32, // 12: kibotos.admin.v1.HostToken.revoked_at:type_name -> google.protobuf.Timestamp
+	19, // 13: kibotos.admin.v1.CreateHostTokenResponse.host_token:type_name -> kibotos.admin.v1.HostToken
+	19, // 14: kibotos.admin.v1.ListHostTokensResponse.host_tokens:type_name -> kibotos.admin.v1.HostToken
+	19, // 15: kibotos.admin.v1.RevokeHostTokenResponse.host_token:type_name -> kibotos.admin.v1.HostToken
+	1,  // 16: kibotos.admin.v1.Host.state:type_name -> kibotos.admin.v1.HostState
+	26, // 17: kibotos.admin.v1.Host.capacity:type_name -> kibotos.admin.v1.HostResources
+	26, // 18: kibotos.admin.v1.Host.reserved:type_name -> kibotos.admin.v1.HostResources
+	32, // 19: kibotos.admin.v1.Host.last_report_at:type_name -> google.protobuf.Timestamp
+	27, // 20: kibotos.admin.v1.ListHostsResponse.hosts:type_name -> kibotos.admin.v1.Host
+	27, // 21: kibotos.admin.v1.DrainHostResponse.host:type_name -> kibotos.admin.v1.Host
+	4,  // 22: kibotos.admin.v1.AdminService.CreateProject:input_type -> kibotos.admin.v1.CreateProjectRequest
+	6,  // 23: kibotos.admin.v1.AdminService.ListProjects:input_type -> kibotos.admin.v1.ListProjectsRequest
+	8,  // 24: kibotos.admin.v1.AdminService.CreateToken:input_type -> kibotos.admin.v1.CreateTokenRequest
+	10, // 25: kibotos.admin.v1.AdminService.ListTokens:input_type -> kibotos.admin.v1.ListTokensRequest
+	12, // 26: kibotos.admin.v1.AdminService.RevokeToken:input_type -> kibotos.admin.v1.RevokeTokenRequest
+	15, // 27: kibotos.admin.v1.AdminService.ListStoragePools:input_type -> kibotos.admin.v1.ListStoragePoolsRequest
+	17, // 28: kibotos.admin.v1.AdminService.DeclareStoragePoolLost:input_type -> kibotos.admin.v1.DeclareStoragePoolLostRequest
+	20, // 29: kibotos.admin.v1.AdminService.CreateHostToken:input_type -> kibotos.admin.v1.CreateHostTokenRequest
+	22, // 30: kibotos.admin.v1.AdminService.ListHostTokens:input_type -> kibotos.admin.v1.ListHostTokensRequest
+	24, // 31: kibotos.admin.v1.AdminService.RevokeHostToken:input_type -> kibotos.admin.v1.RevokeHostTokenRequest
+	28, // 32: kibotos.admin.v1.AdminService.ListHosts:input_type -> kibotos.admin.v1.ListHostsRequest
+	30, // 33: kibotos.admin.v1.AdminService.DrainHost:input_type -> kibotos.admin.v1.DrainHostRequest
+	5,  // 34: kibotos.admin.v1.AdminService.CreateProject:output_type -> kibotos.admin.v1.CreateProjectResponse
+	7,  // 35: kibotos.admin.v1.AdminService.ListProjects:output_type -> kibotos.admin.v1.ListProjectsResponse
+	9,  // 36: kibotos.admin.v1.AdminService.CreateToken:output_type -> kibotos.admin.v1.CreateTokenResponse
+	11, // 37: kibotos.admin.v1.AdminService.ListTokens:output_type -> kibotos.admin.v1.ListTokensResponse
+	13, // 38: kibotos.admin.v1.AdminService.RevokeToken:output_type -> kibotos.admin.v1.RevokeTokenResponse
+	16, // 39: kibotos.admin.v1.AdminService.ListStoragePools:output_type -> kibotos.admin.v1.ListStoragePoolsResponse
+	18, // 40: kibotos.admin.v1.AdminService.DeclareStoragePoolLost:output_type -> kibotos.admin.v1.DeclareStoragePoolLostResponse
+	21, // 41: kibotos.admin.v1.AdminService.CreateHostToken:output_type -> kibotos.admin.v1.CreateHostTokenResponse
+	23, // 42: kibotos.admin.v1.AdminService.ListHostTokens:output_type -> kibotos.admin.v1.ListHostTokensResponse
+	25, // 43: kibotos.admin.v1.AdminService.RevokeHostToken:output_type -> kibotos.admin.v1.RevokeHostTokenResponse
+	29, // 44: kibotos.admin.v1.AdminService.ListHosts:output_type -> kibotos.admin.v1.ListHostsResponse
+	31, // 45: kibotos.admin.v1.AdminService.DrainHost:output_type -> kibotos.admin.v1.DrainHostResponse
+	34, // [34:46] is the sub-list for method output_type
+	22, // [22:34] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_admin_v1_admin_proto_init() }
@@ -1133,8 +2002,8 @@ func file_kibotos_admin_v1_admin_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_admin_v1_admin_proto_rawDesc), len(file_kibotos_admin_v1_admin_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   17,
+			NumEnums:      2,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

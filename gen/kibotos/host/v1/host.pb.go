@@ -23,6 +23,7 @@ import (
 	v1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -492,9 +493,12 @@ func (x *HostCapacity) GetDefaultLayerBytes() uint64 {
 
 // RegisterHostResponse is empty.
 type RegisterHostResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// report_interval is how often the host reports when nothing changes:
+	// a host that stays silent for the control plane's host lease is LOST.
+	ReportInterval *durationpb.Duration `protobuf:"bytes,1,opt,name=report_interval,json=reportInterval,proto3" json:"report_interval,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RegisterHostResponse) Reset() {
@@ -525,6 +529,13 @@ func (x *RegisterHostResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use RegisterHostResponse.ProtoReflect.Descriptor instead.
 func (*RegisterHostResponse) Descriptor() ([]byte, []int) {
 	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RegisterHostResponse) GetReportInterval() *durationpb.Duration {
+	if x != nil {
+		return x.ReportInterval
+	}
+	return nil
 }
 
 // WatchAssignmentsRequest is the input of WatchAssignments.
@@ -2676,7 +2687,7 @@ var File_kibotos_host_v1_host_proto protoreflect.FileDescriptor
 
 const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\n" +
-	"\x1akibotos/host/v1/host.proto\x12\x0fkibotos.host.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1akibotos/ctrl/v1/ctrl.proto\"\xc5\x02\n" +
+	"\x1akibotos/host/v1/host.proto\x12\x0fkibotos.host.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1akibotos/ctrl/v1/ctrl.proto\"\xc5\x02\n" +
 	"\x13RegisterHostRequest\x12\x17\n" +
 	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x129\n" +
 	"\bcapacity\x18\x02 \x01(\v2\x1d.kibotos.host.v1.HostCapacityR\bcapacity\x12\"\n" +
@@ -2697,8 +2708,9 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\fmemory_bytes\x18\x02 \x01(\x04R\vmemoryBytes\x12\x1f\n" +
 	"\vlayer_bytes\x18\x03 \x01(\x04R\n" +
 	"layerBytes\x12.\n" +
-	"\x13default_layer_bytes\x18\x04 \x01(\x04R\x11defaultLayerBytes\"\x16\n" +
-	"\x14RegisterHostResponse\"2\n" +
+	"\x13default_layer_bytes\x18\x04 \x01(\x04R\x11defaultLayerBytes\"Z\n" +
+	"\x14RegisterHostResponse\x12B\n" +
+	"\x0freport_interval\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x0ereportInterval\"2\n" +
 	"\x17WatchAssignmentsRequest\x12\x17\n" +
 	"\ahost_id\x18\x01 \x01(\tR\x06hostId\"\xf3\x01\n" +
 	"\x18WatchAssignmentsResponse\x12=\n" +
@@ -2953,83 +2965,85 @@ var file_kibotos_host_v1_host_proto_goTypes = []any{
 	(*PutTransferArtifactResponse)(nil), // 31: kibotos.host.v1.PutTransferArtifactResponse
 	(*GetTransferArtifactRequest)(nil),  // 32: kibotos.host.v1.GetTransferArtifactRequest
 	(*GetTransferArtifactResponse)(nil), // 33: kibotos.host.v1.GetTransferArtifactResponse
-	(*v1.ResourceRequest)(nil),          // 34: kibotos.ctrl.v1.ResourceRequest
-	(v1.ExposureAuth)(0),                // 35: kibotos.ctrl.v1.ExposureAuth
-	(*v1.NetworkPolicy)(nil),            // 36: kibotos.ctrl.v1.NetworkPolicy
-	(*v1.EgressSpec)(nil),               // 37: kibotos.ctrl.v1.EgressSpec
-	(*v1.ResolverSpec)(nil),             // 38: kibotos.ctrl.v1.ResolverSpec
-	(v1.StopMode)(0),                    // 39: kibotos.ctrl.v1.StopMode
-	(*v1.TemplateDisplay)(nil),          // 40: kibotos.ctrl.v1.TemplateDisplay
-	(*timestamppb.Timestamp)(nil),       // 41: google.protobuf.Timestamp
-	(v1.VolumeCondition)(0),             // 42: kibotos.ctrl.v1.VolumeCondition
-	(v1.FailureStage)(0),                // 43: kibotos.ctrl.v1.FailureStage
-	(v1.FailureReason)(0),               // 44: kibotos.ctrl.v1.FailureReason
-	(v1.StopDurability)(0),              // 45: kibotos.ctrl.v1.StopDurability
-	(*v1.GuestObservation)(nil),         // 46: kibotos.ctrl.v1.GuestObservation
-	(*v1.NetworkPolicyStatus)(nil),      // 47: kibotos.ctrl.v1.NetworkPolicyStatus
-	(*v1.EgressObservation)(nil),        // 48: kibotos.ctrl.v1.EgressObservation
-	(*v1.ResolverObservation)(nil),      // 49: kibotos.ctrl.v1.ResolverObservation
+	(*durationpb.Duration)(nil),         // 34: google.protobuf.Duration
+	(*v1.ResourceRequest)(nil),          // 35: kibotos.ctrl.v1.ResourceRequest
+	(v1.ExposureAuth)(0),                // 36: kibotos.ctrl.v1.ExposureAuth
+	(*v1.NetworkPolicy)(nil),            // 37: kibotos.ctrl.v1.NetworkPolicy
+	(*v1.EgressSpec)(nil),               // 38: kibotos.ctrl.v1.EgressSpec
+	(*v1.ResolverSpec)(nil),             // 39: kibotos.ctrl.v1.ResolverSpec
+	(v1.StopMode)(0),                    // 40: kibotos.ctrl.v1.StopMode
+	(*v1.TemplateDisplay)(nil),          // 41: kibotos.ctrl.v1.TemplateDisplay
+	(*timestamppb.Timestamp)(nil),       // 42: google.protobuf.Timestamp
+	(v1.VolumeCondition)(0),             // 43: kibotos.ctrl.v1.VolumeCondition
+	(v1.FailureStage)(0),                // 44: kibotos.ctrl.v1.FailureStage
+	(v1.FailureReason)(0),               // 45: kibotos.ctrl.v1.FailureReason
+	(v1.StopDurability)(0),              // 46: kibotos.ctrl.v1.StopDurability
+	(*v1.GuestObservation)(nil),         // 47: kibotos.ctrl.v1.GuestObservation
+	(*v1.NetworkPolicyStatus)(nil),      // 48: kibotos.ctrl.v1.NetworkPolicyStatus
+	(*v1.EgressObservation)(nil),        // 49: kibotos.ctrl.v1.EgressObservation
+	(*v1.ResolverObservation)(nil),      // 50: kibotos.ctrl.v1.ResolverObservation
 }
 var file_kibotos_host_v1_host_proto_depIdxs = []int32{
 	5,  // 0: kibotos.host.v1.RegisterHostRequest.capacity:type_name -> kibotos.host.v1.HostCapacity
 	4,  // 1: kibotos.host.v1.RegisterHostRequest.storage_pools:type_name -> kibotos.host.v1.StoragePool
-	13, // 2: kibotos.host.v1.WatchAssignmentsResponse.assignments:type_name -> kibotos.host.v1.Assignment
-	11, // 3: kibotos.host.v1.WatchAssignmentsResponse.volumes:type_name -> kibotos.host.v1.VolumeAssignment
-	9,  // 4: kibotos.host.v1.WatchAssignmentsResponse.transfers:type_name -> kibotos.host.v1.TransferAssignment
-	12, // 5: kibotos.host.v1.TransferAssignment.volume:type_name -> kibotos.host.v1.ExecutionVolume
-	0,  // 6: kibotos.host.v1.VolumeAssignment.desired:type_name -> kibotos.host.v1.VolumeDesired
-	1,  // 7: kibotos.host.v1.Assignment.desired:type_name -> kibotos.host.v1.DesiredState
-	20, // 8: kibotos.host.v1.Assignment.template:type_name -> kibotos.host.v1.ExecutionTemplate
-	34, // 9: kibotos.host.v1.Assignment.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
-	19, // 10: kibotos.host.v1.Assignment.stop:type_name -> kibotos.host.v1.StopRequest
-	18, // 11: kibotos.host.v1.Assignment.data_plane:type_name -> kibotos.host.v1.DataPlane
-	15, // 12: kibotos.host.v1.Assignment.network:type_name -> kibotos.host.v1.NetworkAssignment
-	12, // 13: kibotos.host.v1.Assignment.volume:type_name -> kibotos.host.v1.ExecutionVolume
-	14, // 14: kibotos.host.v1.Assignment.exposures:type_name -> kibotos.host.v1.ExposureAssignment
-	10, // 15: kibotos.host.v1.Assignment.restore:type_name -> kibotos.host.v1.ExecutionRestore
-	35, // 16: kibotos.host.v1.ExposureAssignment.auth:type_name -> kibotos.ctrl.v1.ExposureAuth
-	36, // 17: kibotos.host.v1.NetworkAssignment.policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
-	16, // 18: kibotos.host.v1.NetworkAssignment.egresses:type_name -> kibotos.host.v1.EgressAssignment
-	17, // 19: kibotos.host.v1.NetworkAssignment.resolvers:type_name -> kibotos.host.v1.ResolverAssignment
-	37, // 20: kibotos.host.v1.EgressAssignment.spec:type_name -> kibotos.ctrl.v1.EgressSpec
-	38, // 21: kibotos.host.v1.ResolverAssignment.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
-	39, // 22: kibotos.host.v1.StopRequest.mode:type_name -> kibotos.ctrl.v1.StopMode
-	21, // 23: kibotos.host.v1.ExecutionTemplate.layers:type_name -> kibotos.host.v1.TemplateLayer
-	40, // 24: kibotos.host.v1.ExecutionTemplate.display:type_name -> kibotos.ctrl.v1.TemplateDisplay
-	26, // 25: kibotos.host.v1.ReportExecutionsRequest.reports:type_name -> kibotos.host.v1.ExecutionReport
-	24, // 26: kibotos.host.v1.ReportExecutionsRequest.volumes:type_name -> kibotos.host.v1.VolumeReport
-	23, // 27: kibotos.host.v1.ReportExecutionsRequest.transfers:type_name -> kibotos.host.v1.TransferReport
-	41, // 28: kibotos.host.v1.TransferReport.observed_at:type_name -> google.protobuf.Timestamp
-	42, // 29: kibotos.host.v1.VolumeReport.condition:type_name -> kibotos.ctrl.v1.VolumeCondition
-	43, // 30: kibotos.host.v1.VolumeReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
-	41, // 31: kibotos.host.v1.VolumeReport.observed_at:type_name -> google.protobuf.Timestamp
-	2,  // 32: kibotos.host.v1.ExecutionReport.state:type_name -> kibotos.host.v1.ObservedState
-	44, // 33: kibotos.host.v1.ExecutionReport.failure_reason:type_name -> kibotos.ctrl.v1.FailureReason
-	43, // 34: kibotos.host.v1.ExecutionReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
-	45, // 35: kibotos.host.v1.ExecutionReport.stop_durability:type_name -> kibotos.ctrl.v1.StopDurability
-	41, // 36: kibotos.host.v1.ExecutionReport.observed_at:type_name -> google.protobuf.Timestamp
-	27, // 37: kibotos.host.v1.ExecutionReport.network:type_name -> kibotos.host.v1.NetworkReport
-	46, // 38: kibotos.host.v1.ExecutionReport.guest:type_name -> kibotos.ctrl.v1.GuestObservation
-	47, // 39: kibotos.host.v1.NetworkReport.status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
-	48, // 40: kibotos.host.v1.NetworkReport.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
-	49, // 41: kibotos.host.v1.NetworkReport.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
-	3,  // 42: kibotos.host.v1.HostService.RegisterHost:input_type -> kibotos.host.v1.RegisterHostRequest
-	7,  // 43: kibotos.host.v1.HostService.WatchAssignments:input_type -> kibotos.host.v1.WatchAssignmentsRequest
-	22, // 44: kibotos.host.v1.HostService.ReportExecutions:input_type -> kibotos.host.v1.ReportExecutionsRequest
-	28, // 45: kibotos.host.v1.HostService.GetTemplateBlob:input_type -> kibotos.host.v1.GetTemplateBlobRequest
-	30, // 46: kibotos.host.v1.HostService.PutTransferArtifact:input_type -> kibotos.host.v1.PutTransferArtifactRequest
-	32, // 47: kibotos.host.v1.HostService.GetTransferArtifact:input_type -> kibotos.host.v1.GetTransferArtifactRequest
-	6,  // 48: kibotos.host.v1.HostService.RegisterHost:output_type -> kibotos.host.v1.RegisterHostResponse
-	8,  // 49: kibotos.host.v1.HostService.WatchAssignments:output_type -> kibotos.host.v1.WatchAssignmentsResponse
-	25, // 50: kibotos.host.v1.HostService.ReportExecutions:output_type -> kibotos.host.v1.ReportExecutionsResponse
-	29, // 51: kibotos.host.v1.HostService.GetTemplateBlob:output_type -> kibotos.host.v1.GetTemplateBlobResponse
-	31, // 52: kibotos.host.v1.HostService.PutTransferArtifact:output_type -> kibotos.host.v1.PutTransferArtifactResponse
-	33, // 53: kibotos.host.v1.HostService.GetTransferArtifact:output_type -> kibotos.host.v1.GetTransferArtifactResponse
-	48, // [48:54] is the sub-list for method output_type
-	42, // [42:48] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	34, // 2: kibotos.host.v1.RegisterHostResponse.report_interval:type_name -> google.protobuf.Duration
+	13, // 3: kibotos.host.v1.WatchAssignmentsResponse.assignments:type_name -> kibotos.host.v1.Assignment
+	11, // 4: kibotos.host.v1.WatchAssignmentsResponse.volumes:type_name -> kibotos.host.v1.VolumeAssignment
+	9,  // 5: kibotos.host.v1.WatchAssignmentsResponse.transfers:type_name -> kibotos.host.v1.TransferAssignment
+	12, // 6: kibotos.host.v1.TransferAssignment.volume:type_name -> kibotos.host.v1.ExecutionVolume
+	0,  // 7: kibotos.host.v1.VolumeAssignment.desired:type_name -> kibotos.host.v1.VolumeDesired
+	1,  // 8: kibotos.host.v1.Assignment.desired:type_name -> kibotos.host.v1.DesiredState
+	20, // 9: kibotos.host.v1.Assignment.template:type_name -> kibotos.host.v1.ExecutionTemplate
+	35, // 10: kibotos.host.v1.Assignment.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
+	19, // 11: kibotos.host.v1.Assignment.stop:type_name -> kibotos.host.v1.StopRequest
+	18, // 12: kibotos.host.v1.Assignment.data_plane:type_name -> kibotos.host.v1.DataPlane
+	15, // 13: kibotos.host.v1.Assignment.network:type_name -> kibotos.host.v1.NetworkAssignment
+	12, // 14: kibotos.host.v1.Assignment.volume:type_name -> kibotos.host.v1.ExecutionVolume
+	14, // 15: kibotos.host.v1.Assignment.exposures:type_name -> kibotos.host.v1.ExposureAssignment
+	10, // 16: kibotos.host.v1.Assignment.restore:type_name -> kibotos.host.v1.ExecutionRestore
+	36, // 17: kibotos.host.v1.ExposureAssignment.auth:type_name -> kibotos.ctrl.v1.ExposureAuth
+	37, // 18: kibotos.host.v1.NetworkAssignment.policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	16, // 19: kibotos.host.v1.NetworkAssignment.egresses:type_name -> kibotos.host.v1.EgressAssignment
+	17, // 20: kibotos.host.v1.NetworkAssignment.resolvers:type_name -> kibotos.host.v1.ResolverAssignment
+	38, // 21: kibotos.host.v1.EgressAssignment.spec:type_name -> kibotos.ctrl.v1.EgressSpec
+	39, // 22: kibotos.host.v1.ResolverAssignment.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
+	40, // 23: kibotos.host.v1.StopRequest.mode:type_name -> kibotos.ctrl.v1.StopMode
+	21, // 24: kibotos.host.v1.ExecutionTemplate.layers:type_name -> kibotos.host.v1.TemplateLayer
+	41, // 25: kibotos.host.v1.ExecutionTemplate.display:type_name -> kibotos.ctrl.v1.TemplateDisplay
+	26, // 26: kibotos.host.v1.ReportExecutionsRequest.reports:type_name -> kibotos.host.v1.ExecutionReport
+	24, // 27: kibotos.host.v1.ReportExecutionsRequest.volumes:type_name -> kibotos.host.v1.VolumeReport
+	23, // 28: kibotos.host.v1.ReportExecutionsRequest.transfers:type_name -> kibotos.host.v1.TransferReport
+	42, // 29: kibotos.host.v1.TransferReport.observed_at:type_name -> google.protobuf.Timestamp
+	43, // 30: kibotos.host.v1.VolumeReport.condition:type_name -> kibotos.ctrl.v1.VolumeCondition
+	44, // 31: kibotos.host.v1.VolumeReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
+	42, // 32: kibotos.host.v1.VolumeReport.observed_at:type_name -> google.protobuf.Timestamp
+	2,  // 33: kibotos.host.v1.ExecutionReport.state:type_name -> kibotos.host.v1.ObservedState
+	45, // 34: kibotos.host.v1.ExecutionReport.failure_reason:type_name -> kibotos.ctrl.v1.FailureReason
+	44, // 35: kibotos.host.v1.ExecutionReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
+	46, // 36: kibotos.host.v1.ExecutionReport.stop_durability:type_name -> kibotos.ctrl.v1.StopDurability
+	42, // 37: kibotos.host.v1.ExecutionReport.observed_at:type_name -> google.protobuf.Timestamp
+	27, // 38: kibotos.host.v1.ExecutionReport.network:type_name -> kibotos.host.v1.NetworkReport
+	47, // 39: kibotos.host.v1.ExecutionReport.guest:type_name -> kibotos.ctrl.v1.GuestObservation
+	48, // 40: kibotos.host.v1.NetworkReport.status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
+	49, // 41: kibotos.host.v1.NetworkReport.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
+	50, // 42: kibotos.host.v1.NetworkReport.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
+	3,  // 43: kibotos.host.v1.HostService.RegisterHost:input_type -> kibotos.host.v1.RegisterHostRequest
+	7,  // 44: kibotos.host.v1.HostService.WatchAssignments:input_type -> kibotos.host.v1.WatchAssignmentsRequest
+	22, // 45: kibotos.host.v1.HostService.ReportExecutions:input_type -> kibotos.host.v1.ReportExecutionsRequest
+	28, // 46: kibotos.host.v1.HostService.GetTemplateBlob:input_type -> kibotos.host.v1.GetTemplateBlobRequest
+	30, // 47: kibotos.host.v1.HostService.PutTransferArtifact:input_type -> kibotos.host.v1.PutTransferArtifactRequest
+	32, // 48: kibotos.host.v1.HostService.GetTransferArtifact:input_type -> kibotos.host.v1.GetTransferArtifactRequest
+	6,  // 49: kibotos.host.v1.HostService.RegisterHost:output_type -> kibotos.host.v1.RegisterHostResponse
+	8,  // 50: kibotos.host.v1.HostService.WatchAssignments:output_type -> kibotos.host.v1.WatchAssignmentsResponse
+	25, // 51: kibotos.host.v1.HostService.ReportExecutions:output_type -> kibotos.host.v1.ReportExecutionsResponse
+	29, // 52: kibotos.host.v1.HostService.GetTemplateBlob:output_type -> kibotos.host.v1.GetTemplateBlobResponse
+	31, // 53: kibotos.host.v1.HostService.PutTransferArtifact:output_type -> kibotos.host.v1.PutTransferArtifactResponse
+	33, // 54: kibotos.host.v1.HostService.GetTransferArtifact:output_type -> kibotos.host.v1.GetTransferArtifactResponse
+	49, // [49:55] is the sub-list for method output_type
+	43, // [43:49] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_host_v1_host_proto_init() }

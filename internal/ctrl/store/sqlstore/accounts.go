@@ -87,6 +87,42 @@ func (t *tx) RevokeToken(ctx context.Context, id string, at time.Time) error {
 	return mustAffect(t.exec(ctx, `UPDATE tokens SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?`, toNanos(at), id))
 }
 
+func (t *tx) CreateHostToken(ctx context.Context, tok store.HostToken) error {
+	_, err := t.exec(ctx, `INSERT INTO host_tokens (id, name, secret_hash, created_at, revoked_at) VALUES (?, ?, ?, ?, ?)`,
+		tok.ID, tok.Name, blob(tok.SecretHash), toNanos(tok.CreatedAt), nullNanos(tok.RevokedAt))
+	return err
+}
+
+const hostTokenColumns = `id, name, secret_hash, created_at, revoked_at`
+
+func scanHostToken(row interface{ Scan(...any) error }) (store.HostToken, error) {
+	var tok store.HostToken
+	var created int64
+	var revoked sql.NullInt64
+	if err := row.Scan(&tok.ID, &tok.Name, &tok.SecretHash, &created, &revoked); err != nil {
+		return store.HostToken{}, notFound(err)
+	}
+	tok.CreatedAt = fromNanos(created)
+	tok.RevokedAt = fromNullNanos(revoked)
+	return tok, nil
+}
+
+func (t *tx) HostToken(ctx context.Context, id string) (store.HostToken, error) {
+	return scanHostToken(t.queryRow(ctx, `SELECT `+hostTokenColumns+` FROM host_tokens WHERE id = ?`, id))
+}
+
+func (t *tx) HostTokens(ctx context.Context) ([]store.HostToken, error) {
+	rows, err := t.query(ctx, `SELECT `+hostTokenColumns+` FROM host_tokens ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanHostToken)
+}
+
+func (t *tx) RevokeHostToken(ctx context.Context, id string, at time.Time) error {
+	return mustAffect(t.exec(ctx, `UPDATE host_tokens SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?`, toNanos(at), id))
+}
+
 func (t *tx) Command(ctx context.Context, projectID, commandID string) (store.Command, error) {
 	c := store.Command{ProjectID: projectID, CommandID: commandID}
 	var created int64

@@ -41,6 +41,7 @@ func Run(t *testing.T, open Open) {
 		{"ConcurrentSameCommand", testConcurrentSameCommand},
 		{"Workspaces", testWorkspaces},
 		{"TemplatesAndHosts", testTemplatesAndHosts},
+		{"HostTokens", testHostTokens},
 		{"Sessions", testSessions},
 		{"VolumeLifecycle", testVolumeLifecycle},
 		{"VolumeLists", testVolumeLists},
@@ -621,6 +622,51 @@ func testTemplatesAndHosts(t *testing.T, s store.Store) {
 		hosts, err := tx.Hosts(ctx)
 		if err != nil || len(hosts) != 1 || hosts[0].MemoryBytes != 16<<30 || hosts[0].CPUMillis != 2000 {
 			t.Errorf("hosts = %v, %v", hosts, err)
+		}
+		return nil
+	})
+	// A lease that ran out and a drain survive a new registration.
+	h.LostAt, h.Drained, h.SeenAt = now.Add(time.Minute), true, now.Add(time.Second)
+	update(t, s, func(tx store.Tx) error { return tx.UpdateHost(ctx, h) })
+	h.LostAt, h.Drained, h.SeenAt = time.Time{}, false, now.Add(2*time.Minute)
+	update(t, s, func(tx store.Tx) error { return tx.PutHost(ctx, h) })
+	if err := s.Update(ctx, func(tx store.Tx) error { return tx.UpdateHost(ctx, store.Host{ID: "nope"}) }); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("update of an unknown host: %v", err)
+	}
+	view(t, s, func(tx store.Tx) error {
+		hosts, err := tx.Hosts(ctx)
+		if err != nil || len(hosts) != 1 || !hosts[0].LostAt.Equal(now.Add(time.Minute)) || !hosts[0].Drained ||
+			!hosts[0].SeenAt.Equal(now.Add(2*time.Minute)) {
+			t.Errorf("hosts = %+v, %v", hosts, err)
+		}
+		return nil
+	})
+}
+
+func testHostTokens(t *testing.T, s store.Store) {
+	a := store.HostToken{ID: "ht1", Name: "rack 1", SecretHash: []byte("hash"), CreatedAt: now}
+	update(t, s, func(tx store.Tx) error {
+		return errors.Join(tx.CreateHostToken(ctx, store.HostToken{ID: "ht2", SecretHash: []byte("h2"), CreatedAt: now}), tx.CreateHostToken(ctx, a))
+	})
+	if err := s.Update(ctx, func(tx store.Tx) error { return tx.CreateHostToken(ctx, a) }); !errors.Is(err, store.ErrExists) {
+		t.Errorf("duplicate host token: %v", err)
+	}
+	update(t, s, func(tx store.Tx) error { return tx.RevokeHostToken(ctx, "ht1", now.Add(time.Hour)) })
+	update(t, s, func(tx store.Tx) error { return tx.RevokeHostToken(ctx, "ht1", now.Add(2*time.Hour)) })
+	if err := s.Update(ctx, func(tx store.Tx) error { return tx.RevokeHostToken(ctx, "nope", now) }); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("revoking an unknown host token: %v", err)
+	}
+	view(t, s, func(tx store.Tx) error {
+		got, err := tx.HostToken(ctx, "ht1")
+		if err != nil || got.Name != "rack 1" || string(got.SecretHash) != "hash" || !got.RevokedAt.Equal(now.Add(time.Hour)) {
+			t.Errorf("host token = %+v, %v", got, err)
+		}
+		if _, err := tx.HostToken(ctx, "nope"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("unknown host token: %v", err)
+		}
+		all, err := tx.HostTokens(ctx)
+		if err != nil || len(all) != 2 || all[0].ID != "ht1" || !all[1].RevokedAt.IsZero() {
+			t.Errorf("host tokens = %+v, %v", all, err)
 		}
 		return nil
 	})

@@ -60,6 +60,19 @@ const (
 	// AdminServiceDeclareStoragePoolLostProcedure is the fully-qualified name of the AdminService's
 	// DeclareStoragePoolLost RPC.
 	AdminServiceDeclareStoragePoolLostProcedure = "/kibotos.admin.v1.AdminService/DeclareStoragePoolLost"
+	// AdminServiceCreateHostTokenProcedure is the fully-qualified name of the AdminService's
+	// CreateHostToken RPC.
+	AdminServiceCreateHostTokenProcedure = "/kibotos.admin.v1.AdminService/CreateHostToken"
+	// AdminServiceListHostTokensProcedure is the fully-qualified name of the AdminService's
+	// ListHostTokens RPC.
+	AdminServiceListHostTokensProcedure = "/kibotos.admin.v1.AdminService/ListHostTokens"
+	// AdminServiceRevokeHostTokenProcedure is the fully-qualified name of the AdminService's
+	// RevokeHostToken RPC.
+	AdminServiceRevokeHostTokenProcedure = "/kibotos.admin.v1.AdminService/RevokeHostToken"
+	// AdminServiceListHostsProcedure is the fully-qualified name of the AdminService's ListHosts RPC.
+	AdminServiceListHostsProcedure = "/kibotos.admin.v1.AdminService/ListHosts"
+	// AdminServiceDrainHostProcedure is the fully-qualified name of the AdminService's DrainHost RPC.
+	AdminServiceDrainHostProcedure = "/kibotos.admin.v1.AdminService/DrainHost"
 )
 
 // AdminServiceClient is a client for the kibotos.admin.v1.AdminService service.
@@ -101,6 +114,26 @@ type AdminServiceClient interface {
 	// Declaring a pool lost again is harmless. A pool no host reaches and no
 	// Volume names is not_found.
 	DeclareStoragePoolLost(context.Context, *connect.Request[v1.DeclareStoragePoolLostRequest]) (*connect.Response[v1.DeclareStoragePoolLostResponse], error)
+	// CreateHostToken issues a token a host agent (`kibotos host`)
+	// authenticates with on the host API, and returns its secret, the only
+	// time it is ever returned. Only an admin token of the operator project
+	// may call it, or any of the host token methods.
+	CreateHostToken(context.Context, *connect.Request[v1.CreateHostTokenRequest]) (*connect.Response[v1.CreateHostTokenResponse], error)
+	// ListHostTokens returns every host token, revoked ones included,
+	// ordered by created_at, without secrets.
+	ListHostTokens(context.Context, *connect.Request[v1.ListHostTokensRequest]) (*connect.Response[v1.ListHostTokensResponse], error)
+	// RevokeHostToken revokes a host token at once: every later call of a
+	// host agent made with it is unauthenticated, so the host stops
+	// reporting and its lease runs out. Revoking a revoked token returns it
+	// unchanged; an unknown one is not_found.
+	RevokeHostToken(context.Context, *connect.Request[v1.RevokeHostTokenRequest]) (*connect.Response[v1.RevokeHostTokenResponse], error)
+	// ListHosts returns every registered host, ordered by host_id, to an
+	// admin token of the operator project.
+	ListHosts(context.Context, *connect.Request[v1.ListHostsRequest]) (*connect.Response[v1.ListHostsResponse], error)
+	// DrainHost stops (drained true) or resumes (false) new placements on a
+	// host: Workspaces already placed there stay, and start there again. An
+	// unknown host is not_found.
+	DrainHost(context.Context, *connect.Request[v1.DrainHostRequest]) (*connect.Response[v1.DrainHostResponse], error)
 }
 
 // NewAdminServiceClient constructs a client for the kibotos.admin.v1.AdminService service. By
@@ -156,6 +189,36 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("DeclareStoragePoolLost")),
 			connect.WithClientOptions(opts...),
 		),
+		createHostToken: connect.NewClient[v1.CreateHostTokenRequest, v1.CreateHostTokenResponse](
+			httpClient,
+			baseURL+AdminServiceCreateHostTokenProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("CreateHostToken")),
+			connect.WithClientOptions(opts...),
+		),
+		listHostTokens: connect.NewClient[v1.ListHostTokensRequest, v1.ListHostTokensResponse](
+			httpClient,
+			baseURL+AdminServiceListHostTokensProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListHostTokens")),
+			connect.WithClientOptions(opts...),
+		),
+		revokeHostToken: connect.NewClient[v1.RevokeHostTokenRequest, v1.RevokeHostTokenResponse](
+			httpClient,
+			baseURL+AdminServiceRevokeHostTokenProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("RevokeHostToken")),
+			connect.WithClientOptions(opts...),
+		),
+		listHosts: connect.NewClient[v1.ListHostsRequest, v1.ListHostsResponse](
+			httpClient,
+			baseURL+AdminServiceListHostsProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListHosts")),
+			connect.WithClientOptions(opts...),
+		),
+		drainHost: connect.NewClient[v1.DrainHostRequest, v1.DrainHostResponse](
+			httpClient,
+			baseURL+AdminServiceDrainHostProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("DrainHost")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -168,6 +231,11 @@ type adminServiceClient struct {
 	revokeToken            *connect.Client[v1.RevokeTokenRequest, v1.RevokeTokenResponse]
 	listStoragePools       *connect.Client[v1.ListStoragePoolsRequest, v1.ListStoragePoolsResponse]
 	declareStoragePoolLost *connect.Client[v1.DeclareStoragePoolLostRequest, v1.DeclareStoragePoolLostResponse]
+	createHostToken        *connect.Client[v1.CreateHostTokenRequest, v1.CreateHostTokenResponse]
+	listHostTokens         *connect.Client[v1.ListHostTokensRequest, v1.ListHostTokensResponse]
+	revokeHostToken        *connect.Client[v1.RevokeHostTokenRequest, v1.RevokeHostTokenResponse]
+	listHosts              *connect.Client[v1.ListHostsRequest, v1.ListHostsResponse]
+	drainHost              *connect.Client[v1.DrainHostRequest, v1.DrainHostResponse]
 }
 
 // CreateProject calls kibotos.admin.v1.AdminService.CreateProject.
@@ -203,6 +271,31 @@ func (c *adminServiceClient) ListStoragePools(ctx context.Context, req *connect.
 // DeclareStoragePoolLost calls kibotos.admin.v1.AdminService.DeclareStoragePoolLost.
 func (c *adminServiceClient) DeclareStoragePoolLost(ctx context.Context, req *connect.Request[v1.DeclareStoragePoolLostRequest]) (*connect.Response[v1.DeclareStoragePoolLostResponse], error) {
 	return c.declareStoragePoolLost.CallUnary(ctx, req)
+}
+
+// CreateHostToken calls kibotos.admin.v1.AdminService.CreateHostToken.
+func (c *adminServiceClient) CreateHostToken(ctx context.Context, req *connect.Request[v1.CreateHostTokenRequest]) (*connect.Response[v1.CreateHostTokenResponse], error) {
+	return c.createHostToken.CallUnary(ctx, req)
+}
+
+// ListHostTokens calls kibotos.admin.v1.AdminService.ListHostTokens.
+func (c *adminServiceClient) ListHostTokens(ctx context.Context, req *connect.Request[v1.ListHostTokensRequest]) (*connect.Response[v1.ListHostTokensResponse], error) {
+	return c.listHostTokens.CallUnary(ctx, req)
+}
+
+// RevokeHostToken calls kibotos.admin.v1.AdminService.RevokeHostToken.
+func (c *adminServiceClient) RevokeHostToken(ctx context.Context, req *connect.Request[v1.RevokeHostTokenRequest]) (*connect.Response[v1.RevokeHostTokenResponse], error) {
+	return c.revokeHostToken.CallUnary(ctx, req)
+}
+
+// ListHosts calls kibotos.admin.v1.AdminService.ListHosts.
+func (c *adminServiceClient) ListHosts(ctx context.Context, req *connect.Request[v1.ListHostsRequest]) (*connect.Response[v1.ListHostsResponse], error) {
+	return c.listHosts.CallUnary(ctx, req)
+}
+
+// DrainHost calls kibotos.admin.v1.AdminService.DrainHost.
+func (c *adminServiceClient) DrainHost(ctx context.Context, req *connect.Request[v1.DrainHostRequest]) (*connect.Response[v1.DrainHostResponse], error) {
+	return c.drainHost.CallUnary(ctx, req)
 }
 
 // AdminServiceHandler is an implementation of the kibotos.admin.v1.AdminService service.
@@ -244,6 +337,26 @@ type AdminServiceHandler interface {
 	// Declaring a pool lost again is harmless. A pool no host reaches and no
 	// Volume names is not_found.
 	DeclareStoragePoolLost(context.Context, *connect.Request[v1.DeclareStoragePoolLostRequest]) (*connect.Response[v1.DeclareStoragePoolLostResponse], error)
+	// CreateHostToken issues a token a host agent (`kibotos host`)
+	// authenticates with on the host API, and returns its secret, the only
+	// time it is ever returned. Only an admin token of the operator project
+	// may call it, or any of the host token methods.
+	CreateHostToken(context.Context, *connect.Request[v1.CreateHostTokenRequest]) (*connect.Response[v1.CreateHostTokenResponse], error)
+	// ListHostTokens returns every host token, revoked ones included,
+	// ordered by created_at, without secrets.
+	ListHostTokens(context.Context, *connect.Request[v1.ListHostTokensRequest]) (*connect.Response[v1.ListHostTokensResponse], error)
+	// RevokeHostToken revokes a host token at once: every later call of a
+	// host agent made with it is unauthenticated, so the host stops
+	// reporting and its lease runs out. Revoking a revoked token returns it
+	// unchanged; an unknown one is not_found.
+	RevokeHostToken(context.Context, *connect.Request[v1.RevokeHostTokenRequest]) (*connect.Response[v1.RevokeHostTokenResponse], error)
+	// ListHosts returns every registered host, ordered by host_id, to an
+	// admin token of the operator project.
+	ListHosts(context.Context, *connect.Request[v1.ListHostsRequest]) (*connect.Response[v1.ListHostsResponse], error)
+	// DrainHost stops (drained true) or resumes (false) new placements on a
+	// host: Workspaces already placed there stay, and start there again. An
+	// unknown host is not_found.
+	DrainHost(context.Context, *connect.Request[v1.DrainHostRequest]) (*connect.Response[v1.DrainHostResponse], error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -295,6 +408,36 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("DeclareStoragePoolLost")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceCreateHostTokenHandler := connect.NewUnaryHandler(
+		AdminServiceCreateHostTokenProcedure,
+		svc.CreateHostToken,
+		connect.WithSchema(adminServiceMethods.ByName("CreateHostToken")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceListHostTokensHandler := connect.NewUnaryHandler(
+		AdminServiceListHostTokensProcedure,
+		svc.ListHostTokens,
+		connect.WithSchema(adminServiceMethods.ByName("ListHostTokens")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceRevokeHostTokenHandler := connect.NewUnaryHandler(
+		AdminServiceRevokeHostTokenProcedure,
+		svc.RevokeHostToken,
+		connect.WithSchema(adminServiceMethods.ByName("RevokeHostToken")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceListHostsHandler := connect.NewUnaryHandler(
+		AdminServiceListHostsProcedure,
+		svc.ListHosts,
+		connect.WithSchema(adminServiceMethods.ByName("ListHosts")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceDrainHostHandler := connect.NewUnaryHandler(
+		AdminServiceDrainHostProcedure,
+		svc.DrainHost,
+		connect.WithSchema(adminServiceMethods.ByName("DrainHost")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/kibotos.admin.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceCreateProjectProcedure:
@@ -311,6 +454,16 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceListStoragePoolsHandler.ServeHTTP(w, r)
 		case AdminServiceDeclareStoragePoolLostProcedure:
 			adminServiceDeclareStoragePoolLostHandler.ServeHTTP(w, r)
+		case AdminServiceCreateHostTokenProcedure:
+			adminServiceCreateHostTokenHandler.ServeHTTP(w, r)
+		case AdminServiceListHostTokensProcedure:
+			adminServiceListHostTokensHandler.ServeHTTP(w, r)
+		case AdminServiceRevokeHostTokenProcedure:
+			adminServiceRevokeHostTokenHandler.ServeHTTP(w, r)
+		case AdminServiceListHostsProcedure:
+			adminServiceListHostsHandler.ServeHTTP(w, r)
+		case AdminServiceDrainHostProcedure:
+			adminServiceDrainHostHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -346,4 +499,24 @@ func (UnimplementedAdminServiceHandler) ListStoragePools(context.Context, *conne
 
 func (UnimplementedAdminServiceHandler) DeclareStoragePoolLost(context.Context, *connect.Request[v1.DeclareStoragePoolLostRequest]) (*connect.Response[v1.DeclareStoragePoolLostResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.admin.v1.AdminService.DeclareStoragePoolLost is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) CreateHostToken(context.Context, *connect.Request[v1.CreateHostTokenRequest]) (*connect.Response[v1.CreateHostTokenResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.admin.v1.AdminService.CreateHostToken is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListHostTokens(context.Context, *connect.Request[v1.ListHostTokensRequest]) (*connect.Response[v1.ListHostTokensResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.admin.v1.AdminService.ListHostTokens is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) RevokeHostToken(context.Context, *connect.Request[v1.RevokeHostTokenRequest]) (*connect.Response[v1.RevokeHostTokenResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.admin.v1.AdminService.RevokeHostToken is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListHosts(context.Context, *connect.Request[v1.ListHostsRequest]) (*connect.Response[v1.ListHostsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.admin.v1.AdminService.ListHosts is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) DrainHost(context.Context, *connect.Request[v1.DrainHostRequest]) (*connect.Response[v1.DrainHostResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.admin.v1.AdminService.DrainHost is not implemented"))
 }

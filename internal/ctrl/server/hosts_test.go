@@ -1,0 +1,85 @@
+package server_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	adminv1 "github.com/kibotos/kibotos/gen/kibotos/admin/v1"
+	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
+	"github.com/kibotos/kibotos/internal/bearer"
+)
+
+// TestHostTokens: only an operator admin issues, lists and revokes host
+// tokens and lists and drains hosts; a host token authenticates on the
+// host API and nowhere else, an API token never there; a revoked one is
+// refused at once.
+func TestHostTokens(t *testing.T) {
+	backends(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		hostAPI := func(token string) hostv1connect.HostServiceClient {
+			return hostv1connect.NewHostServiceClient(e.http, e.url, connect.WithInterceptors(bearer.Token(token)))
+		}
+		register := func(token string) error {
+			_, err := hostAPI(token).RegisterHost(ctx, connect.NewRequest(&hostv1.RegisterHostRequest{HostId: "h1",
+				Capacity: &hostv1.HostCapacity{CpuMillis: 1000, MemoryBytes: 1 << 30, LayerBytes: 1 << 30}}))
+			return err
+		}
+
+		_, tenant := e.project("tenant-b", adminv1.Role_ROLE_ADMIN)
+		_, _, tenantAdmin := e.clients(tenant)
+		_, err := tenantAdmin.CreateHostToken(ctx, connect.NewRequest(&adminv1.CreateHostTokenRequest{Name: "x"}))
+		wantCode(t, "tenant admin issuing a host token", err, connect.CodePermissionDenied)
+		_, err = tenantAdmin.ListHosts(ctx, connect.NewRequest(&adminv1.ListHostsRequest{}))
+		wantCode(t, "tenant admin listing hosts", err, connect.CodePermissionDenied)
+		_, err = tenantAdmin.DrainHost(ctx, connect.NewRequest(&adminv1.DrainHostRequest{HostId: "h1", Drained: true}))
+		wantCode(t, "tenant admin draining a host", err, connect.CodePermissionDenied)
+		_, err = e.admins.CreateHostToken(ctx, connect.NewRequest(&adminv1.CreateHostTokenRequest{Name: strings.Repeat("n", 129)}))
+		wantCode(t, "a host token name too long", err, connect.CodeInvalidArgument)
+
+		created, err := e.admins.CreateHostToken(ctx, connect.NewRequest(&adminv1.CreateHostTokenRequest{Name: "rack 1"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		secret, id := created.Msg.Secret, created.Msg.HostToken.GetHostTokenId()
+		if err := register(secret); err != nil {
+			t.Fatalf("RegisterHost with a host token: %v", err)
+		}
+		wantCode(t, "RegisterHost with an API token", register(e.admin), connect.CodeUnauthenticated)
+		wantCode(t, "RegisterHost with a tampered host token", register(secret+"x"), connect.CodeUnauthenticated)
+		_, _, asHost := e.clients(secret)
+		_, err = asHost.ListHosts(ctx, connect.NewRequest(&adminv1.ListHostsRequest{}))
+		wantCode(t, "the admin API with a host token", err, connect.CodeUnauthenticated)
+
+		hosts, err := e.admins.ListHosts(ctx, connect.NewRequest(&adminv1.ListHostsRequest{}))
+		if err != nil || len(hosts.Msg.Hosts) != 1 || hosts.Msg.Hosts[0].HostId != "h1" || hosts.Msg.Hosts[0].State != adminv1.HostState_HOST_STATE_READY ||
+			hosts.Msg.Hosts[0].Capacity.GetCpuMillis() != 1000 {
+			t.Fatalf("ListHosts: %v, %v", hosts, err)
+		}
+		drained, err := e.admins.DrainHost(ctx, connect.NewRequest(&adminv1.DrainHostRequest{HostId: "h1", Drained: true}))
+		if err != nil || !drained.Msg.Host.GetDrained() {
+			t.Errorf("DrainHost: %v, %v", drained, err)
+		}
+		_, err = e.admins.DrainHost(ctx, connect.NewRequest(&adminv1.DrainHostRequest{HostId: "nope", Drained: true}))
+		wantCode(t, "draining an unknown host", err, connect.CodeNotFound)
+
+		revoked, err := e.admins.RevokeHostToken(ctx, connect.NewRequest(&adminv1.RevokeHostTokenRequest{HostTokenId: id}))
+		if err != nil || revoked.Msg.HostToken.GetRevokedAt() == nil {
+			t.Fatalf("RevokeHostToken: %v, %v", revoked, err)
+		}
+		wantCode(t, "RegisterHost with a revoked host token", register(secret), connect.CodeUnauthenticated)
+		again, err := e.admins.RevokeHostToken(ctx, connect.NewRequest(&adminv1.RevokeHostTokenRequest{HostTokenId: id}))
+		if err != nil || !again.Msg.HostToken.GetRevokedAt().AsTime().Equal(revoked.Msg.HostToken.GetRevokedAt().AsTime()) {
+			t.Errorf("revoking again: %v, %v; want it unchanged", again, err)
+		}
+		_, err = e.admins.RevokeHostToken(ctx, connect.NewRequest(&adminv1.RevokeHostTokenRequest{HostTokenId: "htk_nope"}))
+		wantCode(t, "revoking an unknown host token", err, connect.CodeNotFound)
+		list, err := e.admins.ListHostTokens(ctx, connect.NewRequest(&adminv1.ListHostTokensRequest{}))
+		if err != nil || len(list.Msg.HostTokens) != 1 || list.Msg.HostTokens[0].Name != "rack 1" || list.Msg.HostTokens[0].RevokedAt == nil {
+			t.Errorf("ListHostTokens: %v, %v", list, err)
+		}
+	})
+}

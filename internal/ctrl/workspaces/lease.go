@@ -1,0 +1,149 @@
+package workspaces
+
+// This file is host leases: a host that stops reporting for a lease
+// period is LOST, and what it runs is UNKNOWN until it reports again.
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/store"
+)
+
+// DefaultHostLease is how long a host may stay silent before it is LOST.
+const DefaultHostLease = 30 * time.Second
+
+// ReportInterval is how often a host reports when nothing changes, for a
+// lease: a third of it, so that two missed reports do not lose a host.
+func ReportInterval(lease time.Duration) time.Duration { return lease / 3 }
+
+// ExpireLeases makes every host that has not reported since lease ago
+// LOST: its workspaces that hold or await an execution (CREATING,
+// STARTING, AVAILABLE, STOPPING) become UNKNOWN, keeping the state they
+// had, and so do its Volumes. Nothing on a LOST host expires, is placed
+// or completes as if it ran. It runs in one transaction and changes only
+// what is not LOST yet, so every ctrl replica may run it at once.
+func (s *Service) ExpireLeases(ctx context.Context) error {
+	lease := s.Lease()
+	var changed []string
+	err := s.Store.Update(ctx, func(tx store.Tx) error {
+		changed = changed[:0]
+		hosts, err := tx.Hosts(ctx)
+		if err != nil {
+			return err
+		}
+		now := s.Now.UTC()
+		for _, h := range hosts {
+			if !h.LostAt.IsZero() || now.Sub(h.SeenAt) < lease {
+				continue
+			}
+			h.LostAt = now
+			if err := tx.UpdateHost(ctx, h); err != nil {
+				return err
+			}
+			vols, err := s.Volumes.HostLost(ctx, tx, h.ID)
+			if err != nil {
+				return err
+			}
+			changed = append(changed, vols...)
+			records, err := decodeAll(tx.HostWorkspaces(ctx, h.ID))
+			if err != nil {
+				return err
+			}
+			for _, r := range records {
+				switch r.ws.State {
+				case ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING, ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING,
+					ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPING:
+				default:
+					continue
+				}
+				r.book.Unknown, r.ws.State = r.ws.State, ctrlv1.WorkspaceState_WORKSPACE_STATE_UNKNOWN
+				r.ws.GuestObservation = nil
+				if err := s.save(ctx, tx, r); err != nil {
+					return err
+				}
+				changed = append(changed, r.row.ID)
+			}
+		}
+		return nil
+	})
+	for _, id := range changed {
+		s.Changes.Publish(id)
+	}
+	return err
+}
+
+// hostSeen records, inside a host's registration or report, that the host
+// is alive. A host that was LOST is back: its UNKNOWN workspaces and
+// Volumes take the states they had again (what the host reports next
+// moves them on), except those released meanwhile, which stay released.
+// It returns the workspaces that changed.
+func (s *Service) hostSeen(ctx context.Context, tx store.Tx, hostID string) ([]string, error) {
+	hosts, err := tx.Hosts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range hosts {
+		if h.ID != hostID {
+			continue
+		}
+		wasLost := !h.LostAt.IsZero()
+		h.SeenAt, h.LostAt = s.Now.UTC(), time.Time{}
+		if err := tx.UpdateHost(ctx, h); err != nil || !wasLost {
+			return nil, err
+		}
+		changed, err := s.Volumes.HostBack(ctx, tx, hostID)
+		if err != nil {
+			return nil, err
+		}
+		records, err := decodeAll(tx.HostWorkspaces(ctx, hostID))
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range records {
+			if r.ws.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_UNKNOWN || r.book.Unknown == 0 {
+				continue
+			}
+			r.ws.State, r.book.Unknown = r.book.Unknown, 0
+			if err := s.save(ctx, tx, r); err != nil {
+				return nil, err
+			}
+			changed = append(changed, r.row.ID)
+		}
+		return changed, nil
+	}
+	return nil, nil
+}
+
+// hostLost reports whether the host a workspace is placed on is LOST (or
+// no longer registered).
+func hostLost(ctx context.Context, tx store.Tx, hostID string) (bool, error) {
+	hosts, err := tx.Hosts(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, h := range hosts {
+		if h.ID == hostID {
+			return !h.LostAt.IsZero(), nil
+		}
+	}
+	return true, nil
+}
+
+// releaseUnknown completes the stop of a workspace whose host is LOST: it
+// is STOPPED at once, its stop UNCONFIRMED (nothing synced the layer), and
+// its execution is no longer wanted. Should the host come back, its
+// assignment says to stop that execution, and reports of it move nothing.
+func (s *Service) releaseUnknown(r *record) {
+	r.book.Unknown = 0
+	r.ws.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED
+	if r.ws.LastStop != nil {
+		r.ws.LastStop.Durability = ctrlv1.StopDurability_STOP_DURABILITY_UNCONFIRMED
+		r.ws.LastStop.CompletedAt = timestamppb.New(s.Now.UTC())
+	}
+	clearNetwork(r.ws)
+	r.ws.GuestObservation = nil
+}

@@ -1,0 +1,260 @@
+package workspaces
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/ctrl/changes"
+	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
+	"github.com/kibotos/kibotos/internal/ctrl/store"
+	"github.com/kibotos/kibotos/internal/ctrl/templates/templatetest"
+	"github.com/kibotos/kibotos/internal/ctrl/volumes"
+	"github.com/kibotos/kibotos/internal/netcheck"
+	"github.com/kibotos/kibotos/internal/testutil"
+)
+
+// clock is a test clock that moves only when told.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) get() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func (s *Service) hostState(t *testing.T, id string) HostView {
+	t.Helper()
+	hosts, err := s.ListHosts(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hosts {
+		if h.ID == id {
+			return h
+		}
+	}
+	t.Fatalf("host %s is not listed", id)
+	return HostView{}
+}
+
+// TestHostLease: a host silent for the lease is LOST and its workspace
+// UNKNOWN; it is not started, expired or placed on; its return makes the
+// workspace AVAILABLE again; a NORMAL stop waits for it, a FORCE stop
+// releases the workspace (UNCONFIRMED) and a report of the released
+// execution moves nothing; a start on another host follows.
+func TestHostLease(t *testing.T) {
+	s, ctx := newService(t)
+	c := &clock{now: time.Now()}
+	s.Now = c.get
+	// h1 registered on the real clock; register it again on the test's.
+	if err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h1", Capacity: &hostv1.HostCapacity{
+		CpuMillis: 4000, MemoryBytes: gib, LayerBytes: 10 * gib, DefaultLayerBytes: gib}}); err != nil {
+		t.Fatal(err)
+	}
+	id := create(t, s, ctx, 512<<20).WorkspaceId
+	report(t, s, ctx, id, hostv1.ObservedState_OBSERVED_STATE_RUNNING, nil)
+
+	lose := func(want ctrlv1.WorkspaceState) {
+		t.Helper()
+		c.add(s.Lease())
+		if err := s.ExpireLeases(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if ws, _ := s.Get(ctx, id); ws.GetState() != want || !s.hostState(t, "h1").Lost {
+			t.Fatalf("after the lease: %v, host %+v; want %v on a LOST host", ws.GetState(), s.hostState(t, "h1"), want)
+		}
+	}
+	c.add(s.Lease() - time.Second)
+	if err := s.ExpireLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ws, _ := s.Get(ctx, id); ws.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE {
+		t.Fatalf("within the lease: %v", ws.GetState())
+	}
+	report(t, s, ctx, id, hostv1.ObservedState_OBSERVED_STATE_RUNNING, nil) // renews it
+	lose(ctrlv1.WorkspaceState_WORKSPACE_STATE_UNKNOWN)
+	if err := s.ExpireLeases(ctx); err != nil { // again: nothing more changes
+		t.Fatal(err)
+	}
+
+	// Nothing is admitted on a LOST host.
+	if _, err := Start(ctx, s, write("start", newWS), id, identity); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("start of an UNKNOWN workspace: %v", err)
+	}
+	if _, err := Create(ctx, s, write("create", newWS), &ctrlv1.WorkspaceCreateSpec{
+		Resources: &ctrlv1.ResourceRequest{MemoryBytes: 128 << 20}}, nil, nil, identity); connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Errorf("create with the only host LOST: %v, want resource_exhausted", err)
+	}
+
+	// The host reports again: the workspace is AVAILABLE as it was.
+	ws := report(t, s, ctx, id, hostv1.ObservedState_OBSERVED_STATE_RUNNING, nil)
+	if ws.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || ws.Generation != 1 || s.hostState(t, "h1").Lost {
+		t.Fatalf("after the host came back: %v, host %+v", ws, s.hostState(t, "h1"))
+	}
+
+	// A NORMAL stop of an UNKNOWN workspace waits for the host; a FORCE
+	// stop releases it.
+	lose(ctrlv1.WorkspaceState_WORKSPACE_STATE_UNKNOWN)
+	ws, err := Stop(ctx, s, write("stop", newWS), id, ctrlv1.StopMode_STOP_MODE_NORMAL, identity)
+	if err != nil || ws.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_UNKNOWN {
+		t.Fatalf("NORMAL stop of an UNKNOWN workspace: %v, %v; want UNKNOWN", ws.GetState(), err)
+	}
+	ws, err = Stop(ctx, s, write("stop", newWS), id, ctrlv1.StopMode_STOP_MODE_FORCE, identity)
+	if err != nil || ws.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED ||
+		ws.LastStop.GetDurability() != ctrlv1.StopDurability_STOP_DURABILITY_UNCONFIRMED || ws.LastStop.GetCompletedAt() == nil {
+		t.Fatalf("FORCE stop of an UNKNOWN workspace: %v, %v; want STOPPED, UNCONFIRMED", ws, err)
+	}
+	// The host comes back and reports the released execution running, then
+	// stopped: the workspace stays STOPPED.
+	for _, st := range []hostv1.ObservedState{hostv1.ObservedState_OBSERVED_STATE_RUNNING, hostv1.ObservedState_OBSERVED_STATE_STOPPED} {
+		if ws = report(t, s, ctx, id, st, nil); ws.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED || ws.Generation != 1 {
+			t.Fatalf("report %v of the released execution: %v", st, ws)
+		}
+	}
+
+	// Lost again, with a second host: a STOPPED workspace stays STOPPED,
+	// and its start moves it there.
+	lose(ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+	if err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h2", Capacity: &hostv1.HostCapacity{
+		CpuMillis: 4000, MemoryBytes: gib, LayerBytes: 10 * gib, DefaultLayerBytes: gib}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DrainHost(ctx, "h2", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Start(ctx, s, write("start", newWS), id, identity); connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Errorf("start with its host LOST and the other drained: %v, want resource_exhausted", err)
+	}
+	if _, err := s.DrainHost(ctx, "h2", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Start(ctx, s, write("start", newWS), id, identity); err != nil {
+		t.Fatal(err)
+	}
+	h1, err := s.Assignments(ctx, "h1")
+	if err != nil || len(h1.Assignments) != 0 {
+		t.Errorf("h1's assignments after the move: %v, %v", h1, err)
+	}
+	h2, err := s.Assignments(ctx, "h2")
+	if err != nil || len(h2.Assignments) != 1 || h2.Assignments[0].ExecutionId != id+"-2" {
+		t.Fatalf("h2's assignments after the move: %v, %v", h2, err)
+	}
+	if err := s.Report(ctx, "h2", []*hostv1.ExecutionReport{{ExecutionId: id + "-2", WorkspaceId: id, Generation: 2,
+		State: hostv1.ObservedState_OBSERVED_STATE_RUNNING}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ws, _ = s.Get(ctx, id)
+	var reset bool
+	for _, tier := range ws.GetRetentionTiers() {
+		reset = reset || tier.ResetReason == ctrlv1.RetentionResetReason_RETENTION_RESET_REASON_LAYER_UNAVAILABLE
+	}
+	if ws.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || ws.GetGeneration() != 2 || !reset {
+		t.Errorf("on h2: %v; want AVAILABLE at generation 2, RESET with LAYER_UNAVAILABLE", ws)
+	}
+	if _, err := s.DrainHost(ctx, "nope", true); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("drain of an unknown host: %v", err)
+	}
+}
+
+// TestHostLeaseVolumes: the Volumes of a LOST host are UNKNOWN and
+// refuse what needs their host; they take their states again when it
+// reports.
+func TestHostLeaseVolumes(t *testing.T) {
+	s, ctx := newVolumeService(t)
+	c := &clock{now: time.Now().Add(time.Hour)}
+	s.Now = c.get
+	v, err := volumes.Create(ctx, s.Volumes, write("create", newVol), &ctrlv1.VolumeSpec{}, nil, nil, volumeIdentity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v = volumeReport(t, s, ctx, healthy(v.VolumeId, 256*MiB)); v.State != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE {
+		t.Fatalf("created: %v", v)
+	}
+	// h2 reports on the test's clock too, so that only h1 is lost.
+	c.add(s.Lease())
+	if err := s.Report(ctx, "h2", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ExpireLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ = s.Volumes.Get(ctx, v.VolumeId); v.State != ctrlv1.VolumeState_VOLUME_STATE_UNKNOWN {
+		t.Fatalf("volume of a LOST host: %v", v.State)
+	}
+	if s.hostState(t, "h2").Lost {
+		t.Error("h2 reported within the lease and is LOST")
+	}
+	_, err = Create(ctx, s, write("create", newWS), &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{MemoryBytes: 128 << 20},
+		Volume: &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND, VolumeId: v.VolumeId, MountPath: "/data"}}, nil, nil, identity)
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("binding an UNKNOWN volume: %v, want failed_precondition", err)
+	}
+	if v = volumeReport(t, s, ctx, healthy(v.VolumeId, 256*MiB)); v.State != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE {
+		t.Errorf("volume once its host reports: %v", v.State)
+	}
+}
+
+// TestHostLeaseReplicas: several control planes on one PostgreSQL store
+// run the lease pass at once; the host is LOST once, with no error, and
+// its workspace UNKNOWN.
+func TestHostLeaseReplicas(t *testing.T) {
+	st := testutil.PostgresStore(t)
+	ctx := context.Background()
+	err := st.Update(ctx, func(tx store.Tx) error {
+		if err := tx.CreateProject(ctx, store.Project{ID: "p1", Name: "p1", CreatedAt: time.Now()}); err != nil {
+			return err
+		}
+		return templatetest.PutDefault(ctx, tx, time.Now())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &clock{now: time.Now()}
+	replica := func() *Service {
+		return &Service{Store: st, Pages: pagetoken.New([]byte("k")), Checker: &netcheck.Checker{}, Changes: changes.NewBroker(), Now: c.get}
+	}
+	s := replica()
+	if err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h1", Capacity: &hostv1.HostCapacity{
+		CpuMillis: 4000, MemoryBytes: gib, LayerBytes: 10 * gib, DefaultLayerBytes: gib}}); err != nil {
+		t.Fatal(err)
+	}
+	actx := auth.WithCaller(ctx, auth.Caller{ProjectID: "p1", Role: auth.Admin})
+	id := create(t, s, actx, 512<<20).WorkspaceId
+	c.add(s.Lease())
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		r := replica()
+		wg.Go(func() { errs <- r.ExpireLeases(ctx) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("a replica's lease pass: %v", err)
+		}
+	}
+	h := s.hostState(t, "h1")
+	if ws, _ := s.Get(actx, id); !h.Lost || ws.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_UNKNOWN {
+		t.Fatalf("after the passes: host %+v, workspace %v", h, ws.GetState())
+	}
+	// The state it had is kept once, not overwritten by a later pass.
+	if err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h1", Capacity: &hostv1.HostCapacity{
+		CpuMillis: 4000, MemoryBytes: gib, LayerBytes: 10 * gib, DefaultLayerBytes: gib}}); err != nil {
+		t.Fatal(err)
+	}
+	if ws, _ := s.Get(actx, id); ws.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING {
+		t.Errorf("after the host came back: %v, want CREATING again", ws.GetState())
+	}
+}
