@@ -3,6 +3,7 @@ package sdk
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -227,6 +228,18 @@ func TestWorkspaceWithSession(t *testing.T) {
 		t.Errorf("after a refusal the handle holds %+v, want a session of its own", got)
 	}
 
+	// An endpoint nothing answers on, as when the Workspace has moved to
+	// another host: the handle asks for a session naming where it runs now.
+	moved := *s
+	moved.Endpoint = closedEndpoint(t)
+	h = c.WorkspaceWithSession(ws.ID(), &moved)
+	if out := sh(t, h, "echo moved"); out != "moved\n" {
+		t.Fatalf("exec with a session of an endpoint that does not answer: %q", out)
+	}
+	if got := h.CurrentSession(); got == nil || got.Endpoint != s.Endpoint {
+		t.Errorf("after an unreachable endpoint the handle holds %+v, want a session of %s", got, s.Endpoint)
+	}
+
 	_, err = c.WorkspaceWithSession("ws_06h38fjb8dr6d00n3d7fkxjf2m", s).Exec(t.Context(), []string{"true"}, ExecOptions{})
 	if connect.CodeOf(err) != connect.CodeNotFound {
 		t.Errorf("exec in a workspace that does not exist: %v, want not_found", err)
@@ -242,4 +255,16 @@ func tamper(token string) string {
 		c = 'B'
 	}
 	return token[:i] + string(c) + token[i+1:]
+}
+
+// closedEndpoint returns the URL of a loopback port nothing listens on.
+func closedEndpoint(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return "http://" + addr
 }

@@ -88,7 +88,8 @@ func (c *Client) newDataPlane(s *Session) *dataPlane {
 // before (by another handle, or another process that kept it): until s is
 // about to expire or the data plane refuses it (expired, revoked, or of an
 // earlier start of the Workspace), then a session the handle issues, as any
-// handle does. A refused call is made once more with the new session. The
+// handle does. A refused call, or one whose endpoint does not answer, is
+// made once more with the new session. The
 // handle's Info is nil. A session whose token does not name the Workspace
 // id is not used: the handle issues its own, and for a Workspace that does
 // not exist its calls fail with the NotFound of issuing it.
@@ -118,13 +119,21 @@ func (w *Workspace) CurrentSession() *Session {
 
 // refused reports whether a call through d failed because the data plane
 // refused d's session so that a new one may succeed: it expired, or, for
-// a session the handle was given, any refusal of it.
+// a session the handle was given, any refusal of it, or an endpoint that
+// does not answer (the Workspace has moved to another host since the
+// session was issued, and a new session names that host).
 func refused(d *dataPlane, err error) bool {
 	if sessionExpired(err) {
 		return true
 	}
+	if !d.given {
+		return false
+	}
+	if connect.CodeOf(err) == connect.CodeUnavailable {
+		return true
+	}
 	f, ok := FailureOf(err)
-	return d.given && ok && connect.CodeOf(err) == connect.CodeUnauthenticated &&
+	return ok && connect.CodeOf(err) == connect.CodeUnauthenticated &&
 		f.GetStage() == ctrlv1.FailureStage_FAILURE_STAGE_AUTHORIZING_DATA_PLANE
 }
 
