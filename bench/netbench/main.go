@@ -56,6 +56,7 @@ func main() {
 		"networks to measure: kibotos, socks5 (the slot reaching the test host through a SOCKS5 Egress), pasta, slirp4netns, and host (no sandbox: the client in the host's namespace)")
 	cc := flag.String("cc", "cubic", "TCP congestion control of the client's and the server's sockets (empty: the kernel's default)")
 	serverCloses := flag.Bool("server-closes", false, "the server closes each connection of the connection rate first (as an HTTP/1.0 server does), not the guest")
+	only := flag.String("only", "", "measure only these workloads (comma-separated: up, down, up8, down8, conn, dns); empty: all")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (the slot and the server) to this file")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -75,7 +76,11 @@ func main() {
 	if *serverCloses {
 		connMode = modeConnServerCloses
 	}
-	if err := run(ctx, *d, *cc, *runs, strings.Split(*networks, ","), connMode); err != nil {
+	var filter []string
+	if *only != "" {
+		filter = strings.Split(*only, ",")
+	}
+	if err := run(ctx, *d, *cc, *runs, strings.Split(*networks, ","), connMode, filter); err != nil {
 		fmt.Fprintln(os.Stderr, "netbench:", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
@@ -121,7 +126,7 @@ func columns(conn workload) []column {
 	}
 }
 
-func run(ctx context.Context, d time.Duration, cc string, runs int, names []string, connMode string) error {
+func run(ctx context.Context, d time.Duration, cc string, runs int, names []string, connMode string, only []string) error {
 	if os.Geteuid() != 0 {
 		return errors.New("needs root (network namespaces, TUN, veth)")
 	}
@@ -188,6 +193,9 @@ func run(ctx context.Context, d time.Duration, cc string, runs int, names []stri
 			}
 			line := fmt.Sprintf("run %d/%d %-12s", i+1, runs, sb.name)
 			for _, w := range workloads(sb.name, workload{mode: connMode}) {
+				if only != nil && !slices.Contains(only, w.String()) {
+					continue
+				}
 				r, err := b.measure(ctx, sb, w)
 				if err != nil {
 					return fmt.Errorf("%s, %s: %w", sb.name, w, err)

@@ -80,7 +80,7 @@ type workload struct {
 
 func (w workload) String() string {
 	if w.streams > 1 {
-		return fmt.Sprintf("%s×%d", w.mode, w.streams)
+		return fmt.Sprintf("%s%d", w.mode, w.streams)
 	}
 	return w.mode
 }
