@@ -196,15 +196,23 @@ func run(ctx context.Context, d time.Duration, cc string, runs int, names []stri
 				if only != nil && !slices.Contains(only, w.String()) {
 					continue
 				}
+				cpu := cpuTime()
 				r, err := b.measure(ctx, sb, w)
 				if err != nil {
 					return fmt.Errorf("%s, %s: %w", sb.name, w, err)
 				}
+				cpu = cpuTime() - cpu
 				for _, c := range cols {
 					if c.w == w {
 						results[sb.name][w] = append(results[sb.name][w], c.value(r))
 						line += fmt.Sprintf("  %s %.2f %s", c.title, c.value(r), c.unit)
 					}
+				}
+				// This process's CPU: the slot's, the test host's servers'.
+				if r.Bytes > 0 {
+					line += fmt.Sprintf(" (%.2f cpu s/GB)", cpu.Seconds()/(float64(r.Bytes)/1e9))
+				} else if r.Conns > 0 {
+					line += fmt.Sprintf(" (%.0f cpu µs each)", float64(cpu.Microseconds())/float64(r.Conns))
 				}
 				if r.Lost > 0 {
 					line += fmt.Sprintf(" (%d lost)", r.Lost)
@@ -215,6 +223,13 @@ func run(ctx context.Context, d time.Duration, cc string, runs int, names []stri
 	}
 	report(names, cols, results)
 	return nil
+}
+
+// cpuTime is the CPU time this process has used.
+func cpuTime() time.Duration {
+	var u syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &u)
+	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
 }
 
 // startServers starts the test host's DNS server and SOCKS5 server.
