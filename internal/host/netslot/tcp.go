@@ -82,14 +82,21 @@ func (f *flow) close() {
 
 // handleTCP decides a guest's new TCP connection: the SYN is answered only
 // once the outbound leg is up, so a refused or failed connection is reset.
+// It runs in a goroutine of its own (the forwarder's), which then carries
+// the connection until it ends.
 func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
+	if !s.enter() {
+		r.Complete(true)
+		return
+	}
+	defer s.wg.Done()
 	id := r.ID()
 	dst := netip.AddrPortFrom(addrOf(id.LocalAddress), id.LocalPort)
 	if dst.Addr() == s.linkDNS() && dst.Port() == dnsPort {
 		guest, err := accept(r)
 		if err == nil {
 			s.cfg.Counters.DNS.Add(1)
-			s.wg.Go(func() { s.serveDNSStream(guest) })
+			s.serveDNSStream(guest)
 		}
 		return
 	}
@@ -150,10 +157,8 @@ func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
 	} else {
 		s.cfg.Counters.Direct.Add(1)
 	}
-	s.wg.Go(func() {
-		splice(guest, out)
-		s.closeFlow(f)
-	})
+	splice(guest, out)
+	s.closeFlow(f)
 }
 
 // halfCloser is a connection whose sending direction ends alone: the
@@ -185,7 +190,7 @@ func (s *Slot) track(f *flow, a *applied) bool {
 	if s.closed {
 		return false
 	}
-	if now := s.applied; now != a {
+	if now := s.applied.Load(); now != a {
 		if now == nil || netpolicy.Moved(f.policy, now.policy, netpolicy.TCP, f.dst.Addr(), s.hard.Load()) {
 			return false
 		}
@@ -215,33 +220,26 @@ func (s *Slot) closeFlow(f *flow) {
 // that ends its sending still gets what the other sends until that ends.
 func splice(guest, out halfCloser) {
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		// Toward the guest, large reads fill the link's 64 KiB segments;
-		// io.Copy's 32 KiB would halve them.
-		buf := guestBound.Get().(*[]byte)
-		defer guestBound.Put(buf)
-		copyHalf(guest, out, *buf)
-	})
-	copyHalf(out, guest, nil)
+	wg.Go(func() { copyHalf(guest, out) })
+	copyHalf(out, guest)
 	wg.Wait()
 }
 
-// guestBound pools the copy buffers of the host-to-guest direction.
-var guestBound = sync.Pool{New: func() any {
+// copyBuffers pools the copy buffers of both directions. Large reads fill
+// the link's 64 KiB segments toward the guest (io.Copy's 32 KiB would halve
+// them) and take several of the guest's segments per write to the host.
+var copyBuffers = sync.Pool{New: func() any {
 	b := make([]byte, 256<<10)
 	return &b
 }}
 
-// copyHalf copies src to dst (through buf when given) and then half-closes
-// dst.
-func copyHalf(dst halfCloser, src net.Conn, buf []byte) {
-	if buf != nil {
-		// Hidden behind a plain Reader, src cannot substitute its own
-		// WriteTo and its smaller buffer.
-		io.CopyBuffer(dst, struct{ io.Reader }{src}, buf)
-	} else {
-		io.Copy(dst, src)
-	}
+// copyHalf copies src to dst and then half-closes dst.
+func copyHalf(dst halfCloser, src net.Conn) {
+	buf := copyBuffers.Get().(*[]byte)
+	// Hidden behind plain Reader and Writer, neither side can substitute
+	// its own ReadFrom or WriteTo and a smaller buffer.
+	io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, *buf)
+	copyBuffers.Put(buf)
 	dst.CloseWrite()
 }
 
