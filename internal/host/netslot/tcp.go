@@ -3,7 +3,6 @@ package netslot
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"sync"
@@ -220,26 +219,43 @@ func (s *Slot) closeFlow(f *flow) {
 // that ends its sending still gets what the other sends until that ends.
 func splice(guest, out halfCloser) {
 	var wg sync.WaitGroup
-	wg.Go(func() { copyHalf(guest, out) })
-	copyHalf(out, guest)
+	wg.Go(func() { copyHalf(guest, out, &largeBuffers) })
+	copyHalf(out, guest, &hostBuffers)
 	wg.Wait()
 }
 
-// copyBuffers pools the copy buffers of both directions. Large reads fill
-// the link's 64 KiB segments toward the guest (io.Copy's 32 KiB would halve
-// them) and take several of the guest's segments per write to the host.
-var copyBuffers = sync.Pool{New: func() any {
-	b := make([]byte, 256<<10)
-	return &b
-}}
+// The copy buffers. A connection starts with a small one and moves to a
+// large one once a read fills the small one: a short exchange costs little
+// memory, and a transfer's large reads fill the link's 64 KiB segments
+// toward the guest (32 KiB reads would halve them) and take several of the
+// guest's segments per write to the host.
+var (
+	smallBuffers = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
+	largeBuffers = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
+	hostBuffers  = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+)
 
 // copyHalf copies src to dst and then half-closes dst.
-func copyHalf(dst halfCloser, src net.Conn) {
-	buf := copyBuffers.Get().(*[]byte)
-	// Hidden behind plain Reader and Writer, neither side can substitute
-	// its own ReadFrom or WriteTo and a smaller buffer.
-	io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, *buf)
-	copyBuffers.Put(buf)
+func copyHalf(dst halfCloser, src net.Conn, large *sync.Pool) {
+	pool := &smallBuffers
+	buf := pool.Get().(*[]byte)
+	defer func() { pool.Put(buf) }()
+	for {
+		n, err := src.Read(*buf)
+		if n > 0 {
+			if _, werr := dst.Write((*buf)[:n]); werr != nil {
+				break
+			}
+			if n == len(*buf) && pool == &smallBuffers {
+				pool.Put(buf)
+				pool = large
+				buf = pool.Get().(*[]byte)
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
 	dst.CloseWrite()
 }
 
