@@ -1,8 +1,11 @@
 // Command netbench measures a workspace's network slot beside the two
 // common user-mode sandbox networks, pasta and slirp4netns, in one run on
-// one machine: guest→host and host→guest TCP throughput, and the rate of
-// guest-initiated TCP connections (connect, a 64-byte request and its
-// response, close), one at a time. It needs root and the passt and
+// one machine: guest→host and host→guest TCP throughput on one connection
+// and on 8 parallel ones, and the rate of guest-initiated TCP connections
+// (connect, a 64-byte request and its response, close), one at a time. It
+// also measures the slot reaching the server through a SOCKS5 Egress
+// (network socks5) beside its direct path, and DNS queries to the slot's
+// link address beside the same resolver queried from the host. It needs root and the passt and
 // slirp4netns packages; bench/netbench/run installs them when missing.
 //
 // The server runs in a test host's network namespace joined to the host by
