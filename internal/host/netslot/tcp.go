@@ -219,23 +219,24 @@ func (s *Slot) closeFlow(f *flow) {
 // that ends its sending still gets what the other sends until that ends.
 func splice(guest, out halfCloser) {
 	var wg sync.WaitGroup
-	wg.Go(func() { copyHalf(guest, out, &largeBuffers) })
+	wg.Go(func() { copyHalf(guest, out, &guestBuffers) })
 	copyHalf(out, guest, &hostBuffers)
 	wg.Wait()
 }
 
 // The copy buffers. A connection starts with a small one and moves to a
-// large one once a read fills the small one: a short exchange costs little
-// memory, and a transfer's large reads fill the link's 64 KiB segments
-// toward the guest (32 KiB reads would halve them) and take several of the
-// guest's segments per write to the host.
+// large one once a read fills the small one, so a short exchange costs
+// little memory. Toward the guest the large one is 256 KiB, whose reads fill
+// the link's 64 KiB segments (32 KiB reads would halve them); toward the
+// host 32 KiB, as larger reads there cost more CPU per byte.
 var (
 	smallBuffers = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
-	largeBuffers = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
+	guestBuffers = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
 	hostBuffers  = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 )
 
-// copyHalf copies src to dst and then half-closes dst.
+// copyHalf copies src to dst, moving to the buffers of large once a read
+// fills a small one, and then half-closes dst.
 func copyHalf(dst halfCloser, src net.Conn, large *sync.Pool) {
 	pool := &smallBuffers
 	buf := pool.Get().(*[]byte)
