@@ -1,8 +1,11 @@
 // Command netbench measures a workspace's network slot beside the two
 // common user-mode sandbox networks, pasta and slirp4netns, in one run on
-// one machine: guest→host and host→guest TCP throughput, and the rate of
-// guest-initiated TCP connections (connect, a 64-byte request and its
-// response, close), one at a time. It needs root and the passt and
+// one machine: guest→host and host→guest TCP throughput on one connection
+// and on 8 parallel ones, and the rate of guest-initiated TCP connections
+// (connect, a 64-byte request and its response, close), one at a time. It
+// also measures the slot reaching the server through a SOCKS5 Egress
+// (network socks5) beside its direct path, and DNS queries to the slot's
+// link address beside the same resolver queried from the host. It needs root and the passt and
 // slirp4netns packages; bench/netbench/run installs them when missing.
 //
 // The server runs in a test host's network namespace joined to the host by
@@ -24,15 +27,18 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/kibotos/kibotos/internal/host/netnsfile"
 	"github.com/kibotos/kibotos/internal/testutil/nettest"
 )
 
@@ -49,10 +55,11 @@ func main() {
 	}
 	d := flag.Duration("d", 5*time.Second, "duration of one measurement")
 	runs := flag.Int("runs", 5, "measurements of each figure; the median is reported")
-	networks := flag.String("networks", "kibotos,pasta,slirp4netns,host",
-		"networks to measure: kibotos, pasta, slirp4netns, and host (no sandbox: the client in the host's namespace)")
+	networks := flag.String("networks", "kibotos,socks5,pasta,slirp4netns,host",
+		"networks to measure: kibotos, socks5 (the slot reaching the test host through a SOCKS5 Egress), pasta, slirp4netns, and host (no sandbox: the client in the host's namespace)")
 	cc := flag.String("cc", "cubic", "TCP congestion control of the client's and the server's sockets (empty: the kernel's default)")
 	serverCloses := flag.Bool("server-closes", false, "the server closes each connection of the connection rate first (as an HTTP/1.0 server does), not the guest")
+	only := flag.String("only", "", "measure only these workloads (comma-separated: up, down, up8, down8, conn, dns); empty: all")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (the slot and the server) to this file")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -72,19 +79,57 @@ func main() {
 	if *serverCloses {
 		connMode = modeConnServerCloses
 	}
-	if err := run(ctx, *d, *cc, *runs, strings.Split(*networks, ","), connMode); err != nil {
+	var filter []string
+	if *only != "" {
+		filter = strings.Split(*only, ",")
+	}
+	if err := run(ctx, *d, *cc, *runs, strings.Split(*networks, ","), connMode, filter); err != nil {
 		fmt.Fprintln(os.Stderr, "netbench:", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
 
-// figures are one network's measurements of each kind.
-type figures struct {
-	up, down, conns []float64 // Gbit/s, Gbit/s, connections/s
+// The workloads of each sandbox network.
+var (
+	up1, down1 = workload{mode: modeUp, streams: 1}, workload{mode: modeDown, streams: 1}
+	up8, down8 = workload{mode: modeUp, streams: 8}, workload{mode: modeDown, streams: 8}
+	dnsQueries = workload{mode: modeDNS}
+)
+
+// workloads are what is measured in the network name: the Egress row
+// (socks5) carries single streams and connections; the DNS row compares
+// the slot's link address with the test host's resolver queried from the
+// host, so only those two answer queries.
+func workloads(name string, conn workload) []workload {
+	switch name {
+	case "socks5":
+		return []workload{up1, down1, conn}
+	case "kibotos", "host":
+		return []workload{up1, down1, up8, down8, conn, dnsQueries}
+	}
+	return []workload{up1, down1, up8, down8, conn}
 }
 
-func run(ctx context.Context, d time.Duration, cc string, runs int, names []string, connMode string) error {
+// column is one figure of the report.
+type column struct {
+	title string
+	w     workload
+	value func(result) float64
+	unit  string
+}
+
+func columns(conn workload) []column {
+	gbits := func(r result) float64 { return r.gbits() }
+	rate := func(r result) float64 { return r.rate() }
+	return []column{
+		{"guest→host", up1, gbits, "Gbit/s"}, {"host→guest", down1, gbits, "Gbit/s"},
+		{"guest→host×8", up8, gbits, "Gbit/s"}, {"host→guest×8", down8, gbits, "Gbit/s"},
+		{"conn/s", conn, rate, ""}, {"DNS", dnsQueries, rate, "q/s"},
+	}
+}
+
+func run(ctx context.Context, d time.Duration, cc string, runs int, names []string, connMode string, only []string) error {
 	if os.Geteuid() != 0 {
 		return errors.New("needs root (network namespaces, TUN, veth)")
 	}
@@ -111,7 +156,12 @@ func run(ctx context.Context, d time.Duration, cc string, runs int, names []stri
 		return fmt.Errorf("test host: %w", err)
 	}
 	defer stopInet()
-	b := &bench{inet: inet, d: d, cc: cc}
+	up, stopServers, err := startServers(inet)
+	if err != nil {
+		return err
+	}
+	defer stopServers()
+	b := &bench{inet: inet, dns: up.dns, d: d, cc: cc}
 
 	var sandboxes []*sandbox
 	defer func() {
@@ -122,7 +172,7 @@ func run(ctx context.Context, d time.Duration, cc string, runs int, names []stri
 		}
 	}()
 	for _, name := range names {
-		sb, err := startSandbox(name, dir)
+		sb, err := startSandbox(name, dir, up)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -137,50 +187,137 @@ func run(ctx context.Context, d time.Duration, cc string, runs int, names []stri
 		fmt.Fprintf(os.Stderr, "%s: guest link %s, MTU %d\n", name, link, mtu)
 	}
 
-	results := map[string]*figures{}
+	cols := columns(workload{mode: connMode})
+	results := map[string]map[workload][]float64{}
 	for i := range runs {
 		for _, sb := range sandboxes {
-			var r [3]result
-			for j, mode := range []string{modeUp, modeDown, connMode} {
-				if r[j], err = b.measure(ctx, sb, mode); err != nil {
-					return fmt.Errorf("%s, %s: %w", sb.name, mode, err)
+			if results[sb.name] == nil {
+				results[sb.name] = map[workload][]float64{}
+			}
+			line := fmt.Sprintf("run %d/%d %-12s", i+1, runs, sb.name)
+			for _, w := range workloads(sb.name, workload{mode: connMode}) {
+				if only != nil && !slices.Contains(only, w.String()) {
+					continue
+				}
+				cpu := cpuTime()
+				r, err := b.measure(ctx, sb, w)
+				if err != nil {
+					return fmt.Errorf("%s, %s: %w", sb.name, w, err)
+				}
+				cpu = cpuTime() - cpu
+				for _, c := range cols {
+					if c.w == w {
+						results[sb.name][w] = append(results[sb.name][w], c.value(r))
+						line += fmt.Sprintf("  %s %.2f %s", c.title, c.value(r), c.unit)
+					}
+				}
+				// This process's CPU: the slot's, the test host's servers'.
+				if r.Bytes > 0 {
+					line += fmt.Sprintf(" (%.2f cpu s/GB)", cpu.Seconds()/(float64(r.Bytes)/1e9))
+				} else if r.Conns > 0 {
+					line += fmt.Sprintf(" (%.0f cpu µs each)", float64(cpu.Microseconds())/float64(r.Conns))
+				}
+				if r.Lost > 0 {
+					line += fmt.Sprintf(" (%d lost)", r.Lost)
 				}
 			}
-			f := results[sb.name]
-			if f == nil {
-				f = &figures{}
-				results[sb.name] = f
-			}
-			f.up = append(f.up, r[0].gbits())
-			f.down = append(f.down, r[1].gbits())
-			f.conns = append(f.conns, r[2].rate())
-			fmt.Fprintf(os.Stderr, "run %d/%d %-12s %6.2f Gbit/s up  %6.2f Gbit/s down  %7.0f conn/s\n",
-				i+1, runs, sb.name, r[0].gbits(), r[1].gbits(), r[2].rate())
+			fmt.Fprintln(os.Stderr, line)
 		}
 	}
-	report(names, results)
+	report(names, cols, results)
 	return nil
 }
 
-// report prints the medians and the slot's ratios to the other sandbox
-// networks.
-func report(names []string, results map[string]*figures) {
-	const row = "%-20s %17s %17s %8s\n"
-	fmt.Printf(row, "network", "guest→host Gbit/s", "host→guest Gbit/s", "conn/s")
-	for _, name := range names {
-		f := results[name]
-		label := name
-		if name == "host" {
-			label = "host (no sandbox)"
+// cpuTime is the CPU time this process has used.
+func cpuTime() time.Duration {
+	var u syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &u)
+	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
+}
+
+// startServers starts the test host's DNS server and SOCKS5 server.
+func startServers(inet *nettest.Internet) (upstreams, func(), error) {
+	var pc net.PacketConn
+	var l net.Listener
+	err := netnsfile.Do(inet.Path, func() (err error) {
+		if pc, err = net.ListenPacket("udp4", net.JoinHostPort(nettest.HostIPv4.String(), "0")); err != nil {
+			return err
 		}
-		fmt.Printf(row, label, fmt.Sprintf("%.2f", median(f.up)), fmt.Sprintf("%.2f", median(f.down)), fmt.Sprintf("%.0f", median(f.conns)))
+		l, err = net.Listen("tcp4", net.JoinHostPort(nettest.HostIPv4.String(), "0"))
+		return err
+	})
+	if err != nil {
+		if pc != nil {
+			pc.Close()
+		}
+		return upstreams{}, nil, fmt.Errorf("test host servers: %w", err)
 	}
-	k := results["kibotos"]
-	for _, name := range names {
-		if f := results[name]; k != nil && name != "kibotos" && name != "host" {
-			fmt.Printf(row, "kibotos/"+name, fmt.Sprintf("%.2f", median(k.up)/median(f.up)),
-				fmt.Sprintf("%.2f", median(k.down)/median(f.down)), fmt.Sprintf("%.2f", median(k.conns)/median(f.conns)))
+	var wg sync.WaitGroup
+	wg.Go(func() { serveDNS(pc) })
+	wg.Go(func() { serveSOCKS5(l) })
+	stop := func() {
+		pc.Close()
+		l.Close()
+		wg.Wait()
+	}
+	return upstreams{dns: pc.LocalAddr().(*net.UDPAddr).AddrPort(), socks5: l.Addr().(*net.TCPAddr).AddrPort()}, stop, nil
+}
+
+// report prints the medians and the ratios the targets are stated in: the
+// slot to each other sandbox network, the Egress to the slot's direct
+// path, and the slot's link DNS address to the resolver queried from the
+// host.
+func report(names []string, cols []column, results map[string]map[workload][]float64) {
+	fmt.Printf("%-22s", "network")
+	for _, c := range cols {
+		fmt.Printf(" %17s", c.title+" "+strings.TrimPrefix(c.unit, "/"))
+	}
+	fmt.Println()
+	row := func(label string, value func(c column) (float64, bool), format string) {
+		fmt.Printf("%-22s", label)
+		for _, c := range cols {
+			if v, ok := value(c); ok {
+				fmt.Printf(" %17s", fmt.Sprintf(format, v))
+			} else {
+				fmt.Printf(" %17s", "-")
+			}
 		}
+		fmt.Println()
+	}
+	med := func(name string, c column) (float64, bool) {
+		v := results[name][c.w]
+		if len(v) == 0 {
+			return 0, false
+		}
+		return median(v), true
+	}
+	for _, name := range names {
+		label := name
+		switch name {
+		case "host":
+			label = "host (no sandbox)"
+		case "socks5":
+			label = "kibotos via SOCKS5"
+		}
+		row(label, func(c column) (float64, bool) { return med(name, c) }, "%.2f")
+	}
+	ratio := func(a, b string, only func(c column) bool) func(c column) (float64, bool) {
+		return func(c column) (float64, bool) {
+			x, ok1 := med(a, c)
+			y, ok2 := med(b, c)
+			return x / y, ok1 && ok2 && y > 0 && (only == nil || only(c))
+		}
+	}
+	for _, name := range names {
+		if name == "pasta" || name == "slirp4netns" {
+			row("kibotos/"+name, ratio("kibotos", name, nil), "%.2f")
+		}
+	}
+	if slices.Contains(names, "socks5") {
+		row("SOCKS5/direct", ratio("socks5", "kibotos", nil), "%.2f")
+	}
+	if slices.Contains(names, "host") {
+		row("link DNS/from host", ratio("kibotos", "host", func(c column) bool { return c.w == dnsQueries }), "%.2f")
 	}
 }
 

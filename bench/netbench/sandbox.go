@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,6 +29,8 @@ import (
 type sandbox struct {
 	name string
 	path string // the namespace's bind mount; empty for the host's own
+	// dns is the resolver its guest queries; unset, the test host's.
+	dns  netip.AddrPort
 	stop func() error
 	// output is what the serving process printed, once it has exited.
 	output bytes.Buffer
@@ -42,11 +45,21 @@ func (sb *sandbox) failed(err error) error {
 	return err
 }
 
-func startSandbox(name, dir string) (*sandbox, error) {
+// upstreams are the test host's servers that the slots use.
+type upstreams struct {
+	dns    netip.AddrPort // the deployment resolver
+	socks5 netip.AddrPort // the Egress
+}
+
+func startSandbox(name, dir string, up upstreams) (*sandbox, error) {
 	path := filepath.Join(dir, name)
 	switch name {
 	case "kibotos":
-		return startSlot(path)
+		return startSlot(name, path, up.dns, nil)
+	case "socks5":
+		// Every connection to the test host goes through the Egress.
+		return startSlot(name, path, up.dns, &hostv1.EgressAssignment{EgressId: "bench", Revision: 1,
+			Spec: &ctrlv1.EgressSpec{Protocol: &ctrlv1.EgressSpec_Socks5{Socks5: &ctrlv1.Socks5Egress{Address: up.socks5.String()}}}})
 	case "pasta":
 		return startPasta(path)
 	case "slirp4netns":
@@ -54,23 +67,31 @@ func startSandbox(name, dir string) (*sandbox, error) {
 	case "host":
 		return &sandbox{name: "host", stop: func() error { return nil }}, nil
 	}
-	return nil, fmt.Errorf("unknown network %q (kibotos, pasta, slirp4netns, host)", name)
+	return nil, fmt.Errorf("unknown network %q (kibotos, socks5, pasta, slirp4netns, host)", name)
 }
 
 // startSlot creates a network slot whose policy lets the guest reach the
-// test host directly.
-func startSlot(path string) (*sandbox, error) {
-	s, err := netslot.Create(netslot.Config{Path: path, HardDeny: netpolicy.HardDeny{Exempt: nettest.ExemptRanges}})
+// test host directly, or through egress when it is set, and whose
+// deployment resolver is dns.
+func startSlot(name, path string, dns netip.AddrPort, egress *hostv1.EgressAssignment) (*sandbox, error) {
+	s, err := netslot.Create(netslot.Config{Path: path, HardDeny: netpolicy.HardDeny{Exempt: nettest.ExemptRanges},
+		DeploymentResolvers: []netip.AddrPort{dns}})
 	if err != nil {
 		return nil, err
 	}
-	s.Apply(&hostv1.NetworkAssignment{Policy: &ctrlv1.NetworkPolicy{
-		Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, Revision: 1}})
+	n := &hostv1.NetworkAssignment{Policy: &ctrlv1.NetworkPolicy{
+		Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, Revision: 1}}
+	if egress != nil {
+		n.Policy.Egresses = []*ctrlv1.NetworkPolicyEgress{{EgressId: egress.EgressId, Destinations: []string{"198.51.100.0/24"}}}
+		n.Egresses = []*hostv1.EgressAssignment{egress}
+	}
+	s.Apply(n)
 	if msg := s.Report().FailureMessage; msg != "" {
 		s.Destroy()
 		return nil, errors.New(msg)
 	}
-	return &sandbox{name: "kibotos", path: path, stop: s.Destroy}, nil
+	link := netip.AddrPortFrom(netslot.LinkDNS(nil), 53)
+	return &sandbox{name: name, path: path, dns: link, stop: s.Destroy}, nil
 }
 
 // startPasta attaches pasta to a new namespace. The guest gets the same

@@ -3,18 +3,22 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/miekg/dns"
 	"golang.org/x/sys/unix"
 
 	"github.com/kibotos/kibotos/internal/host/netnsfile"
@@ -34,6 +38,9 @@ const (
 	// modeConnServerCloses is modeConn with the server closing each
 	// connection first, as an HTTP/1.0 server does.
 	modeConnServerCloses = "conn-server-closes"
+	// modeDNS: the guest sends UDP queries, dnsWorkers at a time, each
+	// worker waiting for its answer before the next query.
+	modeDNS = "dns"
 )
 
 const (
@@ -47,22 +54,43 @@ const (
 	maxConns = 20000
 	// slack bounds how long a measurement may overrun its duration.
 	slack = 30 * time.Second
+	// dnsWorkers is the number of queries in flight in modeDNS.
+	dnsWorkers = 4
+	// dnsTimeout is how long a DNS worker waits for an answer before it
+	// counts the query lost and sends the next.
+	dnsTimeout = time.Second
 )
 
 // result is what the client measured.
 type result struct {
 	Bytes   int64   `json:"bytes"`
-	Conns   int     `json:"conns"`
+	Conns   int     `json:"conns"` // connections, or answered queries
+	Lost    int     `json:"lost"`  // queries left unanswered
 	Seconds float64 `json:"seconds"`
 }
 
 func (r result) gbits() float64 { return float64(r.Bytes) * 8 / r.Seconds / 1e9 }
 func (r result) rate() float64  { return float64(r.Conns) / r.Seconds }
 
+// workload is one measurement's kind.
+type workload struct {
+	mode    string
+	streams int // parallel connections of modeUp and modeDown
+}
+
+func (w workload) String() string {
+	if w.streams > 1 {
+		return fmt.Sprintf("%s%d", w.mode, w.streams)
+	}
+	return w.mode
+}
+
 // bench is what the measurements share.
 type bench struct {
 	inet *nettest.Internet
-	d    time.Duration
+	// dns is the test host's DNS server.
+	dns netip.AddrPort
+	d   time.Duration
 	// cc is the TCP congestion control of the client's and the server's
 	// sockets; empty, the kernel's default.
 	cc string
@@ -70,8 +98,16 @@ type bench struct {
 
 // measure serves one workload on the test host and runs the client inside
 // the sandbox's namespace. Each measurement has its own listening port, so
-// no connection meets a TIME_WAIT left by an earlier one.
-func (b *bench) measure(ctx context.Context, sb *sandbox, mode string) (r result, err error) {
+// no connection meets a TIME_WAIT left by an earlier one. DNS queries go to
+// the sandbox's resolver (sb.dns), else to the test host's DNS server.
+func (b *bench) measure(ctx context.Context, sb *sandbox, w workload) (r result, err error) {
+	if w.mode == modeDNS {
+		target := b.dns
+		if sb.dns.IsValid() {
+			target = sb.dns
+		}
+		return b.runClient(ctx, sb, w, target.String())
+	}
 	link, err := uplink()
 	if err != nil {
 		return result{}, err
@@ -95,18 +131,24 @@ func (b *bench) measure(ctx context.Context, sb *sandbox, mode string) (r result
 		return result{}, err
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() { serve(l, mode, b.d) })
+	wg.Go(func() { serve(l, w.mode, b.d) })
 	defer func() {
 		l.Close()
 		wg.Wait()
 	}()
+	return b.runClient(ctx, sb, w, l.Addr().String())
+}
 
+// runClient runs the client of w against addr inside the sandbox's
+// namespace and returns what it measured.
+func (b *bench) runClient(ctx context.Context, sb *sandbox, w workload, addr string) (r result, err error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return result{}, err
 	}
 	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, exe, clientCommand, "-mode", mode, "-addr", l.Addr().String(), "-d", b.d.String(), "-cc", b.cc)
+	cmd := exec.CommandContext(ctx, exe, clientCommand, "-mode", w.mode, "-streams", fmt.Sprint(max(w.streams, 1)),
+		"-addr", addr, "-d", b.d.String(), "-cc", b.cc)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = time.Second
@@ -180,6 +222,7 @@ func runClient(args []string) error {
 	addr := fs.String("addr", "", "the server's address")
 	d := fs.Duration("d", 5*time.Second, "duration")
 	cc := fs.String("cc", "", "TCP congestion control")
+	streams := fs.Int("streams", 1, "parallel connections of up and down")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -188,11 +231,13 @@ func runClient(args []string) error {
 	var err error
 	switch *mode {
 	case modeUp:
-		r, err = send(dialer, *addr, *d)
+		r, err = parallel(*streams, func() (result, error) { return send(dialer, *addr, *d) })
 	case modeDown:
-		r, err = receive(dialer, *addr, *d)
+		r, err = parallel(*streams, func() (result, error) { return receive(dialer, *addr, *d) })
 	case modeConn, modeConnServerCloses:
 		r, err = connect(dialer, *addr, *d, *mode == modeConnServerCloses)
+	case modeDNS:
+		r, err = query(*addr, *d)
 	default:
 		err = fmt.Errorf("unknown mode %q", *mode)
 	}
@@ -260,6 +305,88 @@ func receive(dialer *net.Dialer, addr string, d time.Duration) (result, error) {
 		}
 		return n, err
 	})
+}
+
+// parallel runs n transfers at once and adds up what they moved over the
+// longest one's time.
+func parallel(n int, transfer func() (result, error)) (result, error) {
+	results := make([]result, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { results[i], errs[i] = transfer() })
+	}
+	wg.Wait()
+	var sum result
+	for i, r := range results {
+		if errs[i] != nil {
+			return result{}, fmt.Errorf("stream %d: %w", i+1, errs[i])
+		}
+		sum.Bytes += r.Bytes
+		sum.Seconds = max(sum.Seconds, r.Seconds)
+	}
+	return sum, nil
+}
+
+// query sends DNS queries for an A record to the resolver at addr for d,
+// dnsWorkers at a time, each worker on its own UDP socket waiting for the
+// answer to its query before it sends the next.
+func query(addr string, d time.Duration) (result, error) {
+	var answered, lost atomic.Int64
+	start := time.Now()
+	end := start.Add(d)
+	errs := make(chan error, dnsWorkers)
+	for w := range dnsWorkers {
+		go func() {
+			errs <- func() error {
+				c, err := net.Dial("udp", addr)
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				m := new(dns.Msg).SetQuestion("bench.example.", dns.TypeA)
+				q, err := m.Pack()
+				if err != nil {
+					return err
+				}
+				buf := make([]byte, dns.MaxMsgSize)
+				for id := uint16(w) << 12; time.Now().Before(end); id++ {
+					binary.BigEndian.PutUint16(q, id)
+					if _, err := c.Write(q); err != nil {
+						return err
+					}
+					c.SetReadDeadline(time.Now().Add(dnsTimeout))
+					for {
+						n, err := c.Read(buf)
+						if errors.Is(err, os.ErrDeadlineExceeded) {
+							lost.Add(1)
+							break
+						}
+						if err != nil {
+							return err
+						}
+						var a dns.Msg
+						if n >= 2 && binary.BigEndian.Uint16(buf) == id {
+							if err := a.Unpack(buf[:n]); err != nil || a.Rcode != dns.RcodeSuccess || len(a.Answer) != 1 {
+								return fmt.Errorf("answer %v: %v", a.Answer, err)
+							}
+							answered.Add(1)
+							break
+						}
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	var err error
+	for range dnsWorkers {
+		err = errors.Join(err, <-errs)
+	}
+	if err == nil && answered.Load() == 0 {
+		err = errors.New("no query answered")
+	}
+	return result{Conns: int(answered.Load()), Lost: int(lost.Load()), Seconds: time.Since(start).Seconds()}, err
 }
 
 // timed runs a transfer of d on one connection to addr, bounded by d and

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/miekg/dns"
@@ -26,6 +27,13 @@ var errMismatch = errors.New("answer does not match the query")
 func closeOnDone(ctx context.Context, conn net.Conn) (stop func() bool) {
 	return context.AfterFunc(ctx, func() { conn.Close() })
 }
+
+// datagrams pools the receive buffers of exchangeUDP, each large enough for
+// any datagram: a query's own would cost an allocation and zeroing of 64 KiB.
+var datagrams = sync.Pool{New: func() any {
+	b := make([]byte, dns.MaxMsgSize)
+	return &b
+}}
 
 // exchangeUDP sends query as one datagram and waits for the matching
 // answer. A datagram may be lost, so when no answer has come by half of the
@@ -41,7 +49,9 @@ func exchangeUDP(ctx context.Context, dial DialFunc, address string, q *dns.Msg,
 
 	deadline, _ := ctx.Deadline()
 	resendAt := time.Now().Add(time.Until(deadline) / 2)
-	buf := make([]byte, dns.MaxMsgSize)
+	bufp := datagrams.Get().(*[]byte)
+	defer datagrams.Put(bufp)
+	buf := *bufp
 	for sent := 1; ; sent++ {
 		if _, err := conn.Write(query); err != nil {
 			return nil, err

@@ -55,7 +55,7 @@ type resolverPath struct {
 // a failure.
 func (s *Slot) Apply(n *hostv1.NetworkAssignment) {
 	s.mu.Lock()
-	if s.applied != nil && proto.Equal(s.applied.network, n) {
+	if a := s.applied.Load(); a != nil && proto.Equal(a.network, n) {
 		s.mu.Unlock()
 		return
 	}
@@ -63,7 +63,8 @@ func (s *Slot) Apply(n *hostv1.NetworkAssignment) {
 	a, err := s.build(n)
 	s.mu.Lock()
 	if err != nil {
-		s.applied, s.failure = nil, err.Error()
+		s.applied.Store(nil)
+		s.failure = err.Error()
 		s.mu.Unlock()
 		s.logger().Error("network policy not applied", "err", err)
 		s.changed()
@@ -97,7 +98,8 @@ func (s *Slot) Apply(n *hostv1.NetworkAssignment) {
 			closeStreams = append(closeStreams, st)
 		}
 	}
-	s.applied, s.failure, s.appliedAt = a, "", time.Now()
+	s.applied.Store(a)
+	s.failure, s.appliedAt = "", time.Now()
 	s.faults.keepOnly(a)
 	s.mu.Unlock()
 	for _, f := range closeNow {
@@ -228,11 +230,7 @@ func (s *Slot) dialChecked(ctx context.Context, network, address string) (net.Co
 func seconds(s uint32) time.Duration { return time.Duration(s) * time.Second }
 
 // current is the application in force, nil before the first.
-func (s *Slot) current() *applied {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.applied
-}
+func (s *Slot) current() *applied { return s.applied.Load() }
 
 // Report is what the slot has in force, for the execution's reports.
 func (s *Slot) Report() *hostv1.NetworkReport {
@@ -240,7 +238,7 @@ func (s *Slot) Report() *hostv1.NetworkReport {
 	defer s.mu.Unlock()
 	r := &hostv1.NetworkReport{FailureMessage: s.failure}
 	r.EgressObservations, r.ResolverObservations = s.faults.observations()
-	a := s.applied
+	a := s.applied.Load()
 	if a == nil {
 		return r
 	}

@@ -88,8 +88,8 @@ func (s *Slot) trackDNSStream(st *dnsStream) bool {
 	if s.closed {
 		return false
 	}
-	if s.applied != nil {
-		st.resolver = s.applied.resolver
+	if a := s.applied.Load(); a != nil {
+		st.resolver = a.resolver
 	}
 	s.dnsStreams[st] = struct{}{}
 	return true
@@ -161,12 +161,10 @@ func (s *Slot) answer(q []byte) []byte {
 	case a.resolver != nil:
 		return a.resolver.fwd.Answer(s.ctx, q)
 	}
-	up, ok := s.deploymentResolver()
-	if !ok {
+	if s.deployment == nil {
 		return dnsforward.Fail(q, dns.RcodeServerFailure)
 	}
-	fwd := dnsforward.Forwarder{Upstream: dnsforward.Upstream{Protocol: dnsforward.UDP, Address: up}, Dial: (&net.Dialer{}).DialContext}
-	return fwd.Answer(s.ctx, q)
+	return s.deployment.Answer(s.ctx, q)
 }
 
 // deploymentResolver is the first deployment resolver in the link DNS

@@ -32,6 +32,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 
+	"github.com/kibotos/kibotos/internal/host/dnsforward"
 	"github.com/kibotos/kibotos/internal/host/netpolicy"
 )
 
@@ -84,9 +85,17 @@ type Slot struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// applied is the application in force, nil until the first Apply
+	// succeeds: each new connection decides against one snapshot, read
+	// without a lock; it is replaced under mu.
+	applied atomic.Pointer[applied]
+	// deployment answers DNS at the link address under PUBLIC_INTERNET
+	// without a Resolver; nil when no deployment resolver is in the link
+	// address's family.
+	deployment *dnsforward.Forwarder
+
 	mu      sync.Mutex
-	applied *applied // nil until the first Apply succeeds
-	failure string   // why the last Apply failed; applied is then nil
+	failure string // why the last Apply failed; applied is then nil
 	conns   map[*flow]struct{}
 	// dnsStreams are the guest's TCP connections to the link DNS address.
 	dnsStreams map[*dnsStream]struct{}
@@ -160,6 +169,10 @@ func serve(cfg Config, tun *os.File) (*Slot, error) {
 		dnsStreams: map[*dnsStream]struct{}{},
 		echoes:     make(chan struct{}, maxEchoesInFlight)}
 	s.SetHostAddresses(cfg.HardDeny.Platform)
+	if up, ok := s.deploymentResolver(); ok {
+		s.deployment = &dnsforward.Forwarder{Upstream: dnsforward.Upstream{Protocol: dnsforward.UDP, Address: up},
+			Dial: (&net.Dialer{}).DialContext}
+	}
 	if err := s.setUp(); err != nil {
 		s.Close()
 		return nil, err

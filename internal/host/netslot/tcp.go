@@ -3,7 +3,6 @@ package netslot
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"sync"
@@ -82,14 +81,21 @@ func (f *flow) close() {
 
 // handleTCP decides a guest's new TCP connection: the SYN is answered only
 // once the outbound leg is up, so a refused or failed connection is reset.
+// It runs in a goroutine of its own (the forwarder's), which then carries
+// the connection until it ends.
 func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
+	if !s.enter() {
+		r.Complete(true)
+		return
+	}
+	defer s.wg.Done()
 	id := r.ID()
 	dst := netip.AddrPortFrom(addrOf(id.LocalAddress), id.LocalPort)
 	if dst.Addr() == s.linkDNS() && dst.Port() == dnsPort {
 		guest, err := accept(r)
 		if err == nil {
 			s.cfg.Counters.DNS.Add(1)
-			s.wg.Go(func() { s.serveDNSStream(guest) })
+			s.serveDNSStream(guest)
 		}
 		return
 	}
@@ -150,10 +156,8 @@ func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
 	} else {
 		s.cfg.Counters.Direct.Add(1)
 	}
-	s.wg.Go(func() {
-		splice(guest, out)
-		s.closeFlow(f)
-	})
+	splice(guest, out)
+	s.closeFlow(f)
 }
 
 // halfCloser is a connection whose sending direction ends alone: the
@@ -185,7 +189,7 @@ func (s *Slot) track(f *flow, a *applied) bool {
 	if s.closed {
 		return false
 	}
-	if now := s.applied; now != a {
+	if now := s.applied.Load(); now != a {
 		if now == nil || netpolicy.Moved(f.policy, now.policy, netpolicy.TCP, f.dst.Addr(), s.hard.Load()) {
 			return false
 		}
@@ -215,32 +219,43 @@ func (s *Slot) closeFlow(f *flow) {
 // that ends its sending still gets what the other sends until that ends.
 func splice(guest, out halfCloser) {
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		// Toward the guest, large reads fill the link's 64 KiB segments;
-		// io.Copy's 32 KiB would halve them.
-		buf := guestBound.Get().(*[]byte)
-		defer guestBound.Put(buf)
-		copyHalf(guest, out, *buf)
-	})
-	copyHalf(out, guest, nil)
+	wg.Go(func() { copyHalf(guest, out, &guestBuffers) })
+	copyHalf(out, guest, &hostBuffers)
 	wg.Wait()
 }
 
-// guestBound pools the copy buffers of the host-to-guest direction.
-var guestBound = sync.Pool{New: func() any {
-	b := make([]byte, 256<<10)
-	return &b
-}}
+// The copy buffers. A connection starts with a small one and moves to a
+// large one once a read fills the small one, so a short exchange costs
+// little memory. Toward the guest the large one is 256 KiB, whose reads fill
+// the link's 64 KiB segments (32 KiB reads would halve them); toward the
+// host 32 KiB, as larger reads there cost more CPU per byte.
+var (
+	smallBuffers = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
+	guestBuffers = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
+	hostBuffers  = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+)
 
-// copyHalf copies src to dst (through buf when given) and then half-closes
-// dst.
-func copyHalf(dst halfCloser, src net.Conn, buf []byte) {
-	if buf != nil {
-		// Hidden behind a plain Reader, src cannot substitute its own
-		// WriteTo and its smaller buffer.
-		io.CopyBuffer(dst, struct{ io.Reader }{src}, buf)
-	} else {
-		io.Copy(dst, src)
+// copyHalf copies src to dst, moving to the buffers of large once a read
+// fills a small one, and then half-closes dst.
+func copyHalf(dst halfCloser, src net.Conn, large *sync.Pool) {
+	pool := &smallBuffers
+	buf := pool.Get().(*[]byte)
+	defer func() { pool.Put(buf) }()
+	for {
+		n, err := src.Read(*buf)
+		if n > 0 {
+			if _, werr := dst.Write((*buf)[:n]); werr != nil {
+				break
+			}
+			if n == len(*buf) && pool == &smallBuffers {
+				pool.Put(buf)
+				pool = large
+				buf = pool.Get().(*[]byte)
+			}
+		}
+		if err != nil {
+			break
+		}
 	}
 	dst.CloseWrite()
 }

@@ -240,9 +240,6 @@ func (d *Dialer) handshake(c net.Conn, host string, cmd byte, dest addr) (net.Co
 		}
 		c = tc
 	}
-	if err := d.negotiate(c); err != nil {
-		return nil, addr{}, err
-	}
 	stage := "CONNECT request"
 	if cmd == cmdUDPAssociate {
 		stage = "UDP ASSOCIATE request"
@@ -250,8 +247,21 @@ func (d *Dialer) handshake(c net.Conn, host string, cmd byte, dest addr) (net.Co
 		// all zeros (RFC 1928 section 6).
 		dest = addr{ip: netip.IPv4Unspecified()}
 	}
-	if _, err := c.Write(dest.appendTo([]byte{socksVersion, cmd, 0x00})); err != nil {
-		return nil, addr{}, d.ioFailed(stage, err)
+	req := dest.appendTo([]byte{socksVersion, cmd, 0x00})
+	if d.Endpoint.Username == "" {
+		// Offered alone, "no authentication" is either selected or the
+		// endpoint closes: the request goes with the greeting, which
+		// saves a round trip per connection.
+		if err := d.negotiate(c, req); err != nil {
+			return nil, addr{}, err
+		}
+	} else {
+		if err := d.negotiate(c, nil); err != nil {
+			return nil, addr{}, err
+		}
+		if _, err := c.Write(req); err != nil {
+			return nil, addr{}, d.ioFailed(stage, err)
+		}
 	}
 	var hdr [3]byte // VER, REP, RSV
 	if _, err := io.ReadFull(c, hdr[:]); err != nil {
@@ -296,15 +306,16 @@ func (d *Dialer) tlsHandshake(c net.Conn, host string) (*tls.Conn, error) {
 	return tc, nil
 }
 
-// negotiate selects the method and authenticates.
-func (d *Dialer) negotiate(c net.Conn) error {
+// negotiate selects the method and authenticates; request, when given, is
+// sent in the same write as the greeting.
+func (d *Dialer) negotiate(c net.Conn, request []byte) error {
 	// With credentials both methods are offered: an endpoint that needs
 	// none may still choose none.
 	greeting := []byte{socksVersion, 1, methodNone}
 	if d.Endpoint.Username != "" {
 		greeting = []byte{socksVersion, 2, methodNone, methodPassword}
 	}
-	if _, err := c.Write(greeting); err != nil {
+	if _, err := c.Write(append(greeting, request...)); err != nil {
 		return d.ioFailed("greeting", err)
 	}
 	var sel [2]byte
