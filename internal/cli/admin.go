@@ -11,21 +11,21 @@ import (
 )
 
 var projectTable = table[*adminv1.Project]{
-	header: []string{"ID", "NAME", "OPERATOR", "CREATED"},
+	header: []string{"ID", "NAME", "OPERATOR", "AGE"},
 	row: func(p *adminv1.Project) []string {
-		return []string{p.GetProjectId(), p.GetName(), boolean(p.GetOperator()), timestamp(p.GetCreatedAt())}
+		return []string{p.GetProjectId(), p.GetName(), boolean(p.GetOperator()), age(p.GetCreatedAt())}
 	},
 }
 
 var tokenTable = table[*adminv1.Token]{
-	header: []string{"ID", "PROJECT", "ROLE", "NAME", "CREATED", "REVOKED"},
+	header: []string{"ID", "PROJECT", "ROLE", "NAME", "AGE", "REVOKED"},
 	row: func(t *adminv1.Token) []string {
 		return []string{
 			t.GetTokenId(),
 			t.GetProjectId(),
 			roleName(t.GetRole()),
 			orDash(t.GetName()),
-			timestamp(t.GetCreatedAt()),
+			age(t.GetCreatedAt()),
 			timestamp(t.GetRevokedAt()),
 		}
 	},

@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -64,8 +65,35 @@ func Commands() []*cobra.Command {
 	}
 	for _, cmd := range cmds {
 		rejectUnknownSubcommands(cmd)
+		hintUnreachable(cmd)
 	}
 	return cmds
+}
+
+// hintUnreachable makes every command under cmd that fails because
+// nothing listens at the server's address say so, and how to start one.
+func hintUnreachable(cmd *cobra.Command) {
+	for _, sub := range cmd.Commands() {
+		hintUnreachable(sub)
+	}
+	run := cmd.RunE
+	if run == nil {
+		return
+	}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		err := run(cmd, args)
+		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) {
+			return err
+		}
+		addr := defaultAddr
+		if f := cmd.Flags().Lookup("addr"); f != nil {
+			addr = flagOrEnv(cmd, "addr", f.Value.String(), envAddr)
+		}
+		if base, berr := baseURL(addr); berr == nil {
+			addr = base
+		}
+		return fmt.Errorf("cannot reach the Kibotos server at %s: is it running? (make up / kibotos up): %w", addr, err)
+	}
 }
 
 // rejectUnknownSubcommands makes every group under cmd (a command that only

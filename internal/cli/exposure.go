@@ -11,10 +11,10 @@ import (
 )
 
 var exposureTable = table[*ctrlv1.Exposure]{
-	header: []string{"ID", "WORKSPACE", "PORT", "AUTH", "PERSISTENT", "URL", "CREATED"},
+	header: []string{"ID", "WORKSPACE", "PORT", "AUTH", "PERSISTENT", "URL", "AGE"},
 	row: func(x *ctrlv1.Exposure) []string {
 		return []string{x.GetExposureId(), x.GetWorkspaceId(), decimal(uint64(x.GetPort())),
-			enumName(x.GetAuth(), "EXPOSURE_AUTH_"), fmt.Sprint(x.GetPersistent()), x.GetUrl(), timestamp(x.GetCreatedAt())}
+			enumName(x.GetAuth(), "EXPOSURE_AUTH_"), fmt.Sprint(x.GetPersistent()), x.GetUrl(), age(x.GetCreatedAt())}
 	},
 }
 

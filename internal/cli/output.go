@@ -82,6 +82,29 @@ func timestamp(ts *timestamppb.Timestamp) string {
 	return ts.AsTime().UTC().Format(time.RFC3339)
 }
 
+// clock is the time ages are counted to; tests stop it.
+var clock = time.Now
+
+// age formats how long ago ts was, as kubectl does: 45s, 12m, 5h, 3d, 2y;
+// "-" when absent.
+func age(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return "-"
+	}
+	d := max(clock().Sub(ts.AsTime()), 0)
+	switch {
+	case d < 2*time.Minute:
+		return strconv.Itoa(int(d.Seconds())) + "s"
+	case d < 2*time.Hour:
+		return strconv.Itoa(int(d.Minutes())) + "m"
+	case d < 48*time.Hour:
+		return strconv.Itoa(int(d.Hours())) + "h"
+	case d < 2*365*24*time.Hour:
+		return strconv.Itoa(int(d.Hours()/24)) + "d"
+	}
+	return strconv.Itoa(int(d.Hours()/24/365)) + "y"
+}
+
 func decimal(n uint64) string { return strconv.FormatUint(n, 10) }
 
 func boolean(b bool) string { return strconv.FormatBool(b) }

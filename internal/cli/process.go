@@ -192,14 +192,14 @@ func forwardResize(ctx context.Context, p *sdk.Process, fd int) (stop func()) {
 }
 
 var processTable = table[*datav1.ProcessInfo]{
-	header: []string{"PID", "TAG", "USER", "PTY", "STARTED", "EXIT", "COMMAND"},
+	header: []string{"PID", "TAG", "USER", "PTY", "AGE", "EXIT", "COMMAND"},
 	row: func(p *datav1.ProcessInfo) []string {
 		return []string{
 			strconv.Itoa(int(p.GetPid())),
 			orDash(p.GetTag()),
 			orDash(p.GetUser()),
 			boolean(p.GetPty()),
-			timestamp(p.GetStartedAt()),
+			age(p.GetStartedAt()),
 			exitCell(p.GetExited()),
 			strings.Join(p.GetArgs(), " "),
 		}

@@ -216,10 +216,10 @@ func TestPs(t *testing.T) {
 	for _, l := range strings.Split(strings.TrimRight(stdout, "\n"), "\n") {
 		rows = append(rows, strings.Join(strings.Fields(l), " "))
 	}
-	want := []string{"PID TAG USER PTY STARTED EXIT COMMAND"}
+	want := []string{"PID TAG USER PTY AGE EXIT COMMAND"}
 	for i, exit := range []string{"0", "2"} {
 		p := procs[i]
-		want = append(want, fmt.Sprintf("%d - %s false %s %s sh -c exit %s", p.GetPid(), cmp.Or(p.GetUser(), "-"), p.GetStartedAt().AsTime().UTC().Format("2006-01-02T15:04:05Z"), exit, exit))
+		want = append(want, fmt.Sprintf("%d - %s false %s %s sh -c exit %s", p.GetPid(), cmp.Or(p.GetUser(), "-"), age(p.GetStartedAt()), exit, exit))
 	}
 	if strings.Join(rows, "\n") != strings.Join(want, "\n") {
 		t.Errorf("ps:\n%s\nwant:\n%s", strings.Join(rows, "\n"), strings.Join(want, "\n"))

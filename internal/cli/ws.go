@@ -62,7 +62,7 @@ func wsCommand() *cobra.Command {
 }
 
 var workspaceTable = table[*ctrlv1.Workspace]{
-	header: []string{"ID", "STATE", "GEN", "TEMPLATE", "CPU", "MEMORY", "DISK", "VOLUME", "LABELS", "CREATED"},
+	header: []string{"ID", "STATE", "GEN", "TEMPLATE", "CPU", "MEMORY", "DISK", "VOLUME", "LABELS", "AGE"},
 	row: func(w *ctrlv1.Workspace) []string {
 		s := w.GetSpec()
 		r := s.GetResources()
@@ -76,7 +76,7 @@ var workspaceTable = table[*ctrlv1.Workspace]{
 			formatSize(r.GetWritableLayerBytes()),
 			bindingCell(s.GetVolume()),
 			pairs(w.GetLabels()),
-			timestamp(w.GetCreatedAt()),
+			age(w.GetCreatedAt()),
 		}
 	},
 }

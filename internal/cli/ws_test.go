@@ -113,12 +113,12 @@ func TestWorkspaceCreateSendsSpec(t *testing.T) {
 	}
 
 	lines := strings.Split(strings.TrimRight(stdout, "\n"), "\n")
-	if got := strings.Join(strings.Fields(lines[0]), " "); got != "ID STATE GEN TEMPLATE CPU MEMORY DISK VOLUME LABELS CREATED" {
+	if got := strings.Join(strings.Fields(lines[0]), " "); got != "ID STATE GEN TEMPLATE CPU MEMORY DISK VOLUME LABELS AGE" {
 		t.Errorf("header = %q", got)
 	}
 	row := strings.Fields(lines[1])
 	ws := e.workspace(t, row[0])
-	created := ws.GetCreatedAt().AsTime().UTC().Format(time.RFC3339)
+	created := age(ws.GetCreatedAt())
 	if got, want := strings.Join(row, " "), ws.GetWorkspaceId()+" CREATING 0 base@"+rev+" 500m 1Gi 10Gi - team=ml "+created; got != want {
 		t.Errorf("row = %q, want %q", got, want)
 	}
