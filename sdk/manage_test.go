@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,8 +89,9 @@ func TestUpdateWorkspace(t *testing.T) {
 	if err != nil || info.GetSpec().GetNetworkPolicy().GetMode() != policy.Mode {
 		t.Errorf("SetNetworkPolicy = %v, %v", info.GetSpec().GetNetworkPolicy(), err)
 	}
-	if _, err := ws.SetNetworkPolicy(t.Context(), &ctrlv1.NetworkPolicy{}); connect.CodeOf(err) != connect.CodeInvalidArgument {
-		t.Errorf("a policy without a mode: %v, want invalid_argument", err)
+	bad := &ctrlv1.NetworkPolicy{Mode: policy.Mode, Allow: []string{"not an address"}}
+	if _, err := ws.SetNetworkPolicy(t.Context(), bad); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Errorf("a policy with a bad rule: %v, want invalid_argument", err)
 	}
 
 	now := time.Now()
@@ -119,7 +121,7 @@ func TestExecContextKillsAndProcessKill(t *testing.T) {
 	}()
 	waitProcess(t, ws, "sleeper", func(p running) bool { return p.found && p.exited == "" })
 	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
+	if err := <-done; !errors.Is(err, context.Canceled) || strings.Contains(err.Error(), "killing") {
 		t.Errorf("Exec after its context ended: %v, want context.Canceled", err)
 	}
 	waitProcess(t, ws, "sleeper", func(p running) bool { return p.exited == "SIGKILL" })

@@ -85,7 +85,7 @@ func tokenCreateCommand(c *conn) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := show(cmd, c, resp, tokenTable, resp.GetToken()); err != nil || c.output == outputJSON {
+			if err := show(cmd, c, resp, tokenTable, resp.GetToken()); err != nil || c.structured() {
 				return err
 			}
 			// The table goes first and the secret last, on a line of its own,
@@ -203,8 +203,8 @@ func poolLostCommand(c *conn) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if c.output == outputJSON {
-				return writeJSON(cmd.OutOrStdout(), resp)
+			if c.structured() {
+				return c.writeMessage(cmd.OutOrStdout(), resp)
 			}
 			ids := resp.GetLostVolumeIds()
 			fmt.Fprintf(cmd.ErrOrStderr(), "storage pool %s declared lost; %d Volume(s) became LOST\n", args[0], len(ids))

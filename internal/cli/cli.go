@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -132,7 +133,9 @@ type conn struct {
 
 const (
 	outputTable = "table"
+	outputWide  = "wide" // the table with more columns, where it has them
 	outputJSON  = "json"
+	outputYAML  = "yaml"
 )
 
 // addConnFlags registers the connection flags on cmd as persistent flags, so
@@ -143,7 +146,7 @@ func addConnFlags(cmd *cobra.Command) *conn {
 	f.StringVar(&c.addr, "addr", defaultAddr, "control plane address, URL or host:port (env "+envAddr+")")
 	f.StringVar(&c.token, "token", "", "API token (env "+envToken+"; default: the first line of HOME/admin-token)")
 	f.StringVar(&c.home, "home", defaultHome, "directory holding admin-token (env "+envHome+")")
-	f.StringVarP(&c.output, "output", "o", outputTable, "output format: table or json")
+	f.StringVarP(&c.output, "output", "o", outputTable, "output format: table, wide, json or yaml")
 	return c
 }
 
@@ -156,8 +159,8 @@ type settings struct {
 // resolve applies the environment to the flags the user did not give and
 // checks them.
 func (c *conn) resolve(cmd *cobra.Command) (settings, error) {
-	if c.output != outputTable && c.output != outputJSON {
-		return settings{}, fmt.Errorf("--output %q: want table or json", c.output)
+	if !slices.Contains([]string{outputTable, outputWide, outputJSON, outputYAML}, c.output) {
+		return settings{}, fmt.Errorf("--output %q: want table, wide, json or yaml", c.output)
 	}
 	base, err := baseURL(flagOrEnv(cmd, "addr", c.addr, envAddr))
 	if err != nil {

@@ -121,11 +121,11 @@ func templateGetCommand(c *conn) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := show(cmd, c, resp, templateTable, t); err != nil || c.output == outputJSON || len(t.GetRevisions()) == 0 {
+			if err := show(cmd, c, resp, templateTable, t); err != nil || c.structured() || len(t.GetRevisions()) == 0 {
 				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout())
-			return revisionTable.write(cmd.OutOrStdout(), revisionsOf(t))
+			return revisionTable.write(cmd.OutOrStdout(), revisionsOf(t), false)
 		},
 	}
 }
@@ -176,8 +176,8 @@ func templateDeleteCommand(c *conn) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		if c.output == outputJSON {
-			return writeJSON(cmd.OutOrStdout(), resp)
+		if c.structured() {
+			return c.writeMessage(cmd.OutOrStdout(), resp)
 		}
 		_, err = fmt.Fprintf(cmd.OutOrStdout(), "deleted template %s\n", args[0])
 		return err

@@ -79,6 +79,20 @@ var workspaceTable = table[*ctrlv1.Workspace]{
 			age(w.GetCreatedAt()),
 		}
 	},
+	wideHeader: []string{"NETWORK", "EXPIRES", "ACTION", "ANNOTATIONS"},
+	wideRow: func(w *ctrlv1.Workspace) []string {
+		exp := w.GetExpiration().GetPolicy()
+		action := "-"
+		if exp != nil {
+			action = enumName(exp.GetAction(), "WORKSPACE_EXPIRATION_ACTION_")
+		}
+		return []string{
+			enumName(w.GetSpec().GetNetworkPolicy().GetMode(), "NETWORK_POLICY_MODE_"),
+			timestamp(exp.GetDeadline()),
+			action,
+			pairs(w.GetAnnotations()),
+		}
+	},
 }
 
 func stateName(s ctrlv1.WorkspaceState) string { return enumName(s, "WORKSPACE_STATE_") }
@@ -452,7 +466,7 @@ func watchRows(cmd *cobra.Command, c *conn, id string, header []string, row func
 		if cells == nil {
 			continue
 		}
-		if c.output == outputJSON {
+		if c.structured() {
 			b, err := protojson.Marshal(stream.Msg())
 			if err != nil {
 				return err

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -419,5 +420,39 @@ func TestReporterOnTerminalRewritesInPlace(t *testing.T) {
 		"CREATING → AVAILABLE in 0s\n"
 	if got != want {
 		t.Errorf("terminal output = %q\nwant %q", got, want)
+	}
+}
+
+// -o wide adds columns to the table; -o yaml prints the response as YAML,
+// its keys in the order of the JSON.
+func TestWideAndYAMLOutput(t *testing.T) {
+	e := newUpEnv(t)
+	ws := e.createWorkspace(t, append([]string{"--annotation", "note=x", "--expire-in", "2h"}, smallWorkspace...)...)
+	id := ws.GetWorkspaceId()
+	stdout, _ := e.call(t, "", "ws", "get", id, "-o", "wide")
+	lines := fields(stdout)
+	if len(lines) != 2 || !strings.HasSuffix(lines[0], " AGE NETWORK EXPIRES ACTION ANNOTATIONS") {
+		t.Fatalf("wide table:\n%s", stdout)
+	}
+	deadline := ws.GetExpiration().GetPolicy().GetDeadline().AsTime().UTC().Format(time.RFC3339)
+	if want := " DENY_ALL " + deadline + " DELETE note=x"; !strings.HasSuffix(lines[1], want) {
+		t.Errorf("wide row %q does not end with %q", lines[1], want)
+	}
+
+	stdout, _ = e.call(t, "", "ws", "get", id, "-o", "yaml")
+	var doc struct {
+		Workspace struct {
+			WorkspaceID string            `yaml:"workspaceId"`
+			Annotations map[string]string `yaml:"annotations"`
+		} `yaml:"workspace"`
+	}
+	if err := yaml.Unmarshal([]byte(stdout), &doc); err != nil || doc.Workspace.WorkspaceID != id || doc.Workspace.Annotations["note"] != "x" {
+		t.Fatalf("yaml: %+v, %v\n%s", doc, err, stdout)
+	}
+	if !strings.HasPrefix(stdout, "workspace:\n  workspaceId: "+id+"\n") {
+		t.Errorf("yaml is not in block style, in the order of the JSON:\n%s", stdout)
+	}
+	if _, _, err := e.run(t, "", "ws", "get", id, "-o", "xml", "--addr", e.addr, "--token", e.token); err == nil || !strings.Contains(err.Error(), "want table, wide, json or yaml") {
+		t.Errorf("-o xml: %v", err)
 	}
 }

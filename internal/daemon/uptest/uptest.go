@@ -53,7 +53,7 @@ type Deployment struct {
 
 	registry *httptest.Server
 	cancel   context.CancelFunc
-	done   chan error
+	done     chan error
 }
 
 var (
