@@ -84,11 +84,10 @@ func writeYAML(w io.Writer, m proto.Message) error {
 	return enc.Close()
 }
 
-// blockStyle turns the flow style of parsed JSON into YAML's block style.
+// blockStyle turns the flow style and quotes of parsed JSON into YAML's
+// block style; strings that need quotes (such as "1") keep them.
 func blockStyle(n *yaml.Node) {
-	if n.Kind == yaml.MappingNode || n.Kind == yaml.SequenceNode {
-		n.Style = 0
-	}
+	n.Style = 0
 	for _, c := range n.Content {
 		blockStyle(c)
 	}

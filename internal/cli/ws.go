@@ -46,6 +46,7 @@ func wsCommand() *cobra.Command {
 		wsDiskCommand(c),
 		wsVolumeCommand(c),
 		wsNetworkCommand(c),
+		wsDescribeCommand(c),
 		wsExecCommand(c),
 		wsCpCommand(c),
 		wsPsCommand(c),

@@ -435,7 +435,7 @@ func TestWideAndYAMLOutput(t *testing.T) {
 		t.Fatalf("wide table:\n%s", stdout)
 	}
 	deadline := ws.GetExpiration().GetPolicy().GetDeadline().AsTime().UTC().Format(time.RFC3339)
-	if want := " DENY_ALL " + deadline + " DELETE note=x"; !strings.HasSuffix(lines[1], want) {
+	if want := " DENY_ALL " + deadline + " STOP note=x"; !strings.HasSuffix(lines[1], want) {
 		t.Errorf("wide row %q does not end with %q", lines[1], want)
 	}
 
@@ -454,5 +454,31 @@ func TestWideAndYAMLOutput(t *testing.T) {
 	}
 	if _, _, err := e.run(t, "", "ws", "get", id, "-o", "xml", "--addr", e.addr, "--token", e.token); err == nil || !strings.Contains(err.Error(), "want table, wide, json or yaml") {
 		t.Errorf("-o xml: %v", err)
+	}
+}
+
+func TestDescribe(t *testing.T) {
+	e := newUpEnv(t)
+	ws := e.createWorkspace(t, append([]string{"--wait", "--label", "team=ml", "--annotation", "note=x", "--expire-in", "2h", "--expire-action", "stop"}, smallWorkspace...)...)
+	id := ws.GetWorkspaceId()
+	stdout, _ := e.call(t, "", "ws", "describe", id)
+	got := strings.Join(fields(stdout), "\n")
+	deadline := ws.GetExpiration().GetPolicy().GetDeadline().AsTime().UTC().Format(time.RFC3339)
+	for _, want := range []string{
+		"ID " + id, "STATE AVAILABLE", "LABELS team=ml", "ANNOTATIONS note=x",
+		"EXPIRES " + deadline + " (STOP)", "CREATED " + ws.GetCreatedAt().AsTime().UTC().Format(time.RFC3339) + " (",
+		"NETWORK", "MODE DENY_ALL",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("describe lacks %q:\n%s", want, got)
+		}
+	}
+	var resp ctrlv1.GetWorkspaceResponse
+	e.callJSON(t, &resp, "ws", "describe", id, "-o", "json")
+	if resp.GetWorkspace().GetWorkspaceId() != id {
+		t.Errorf("describe -o json: %v", &resp)
+	}
+	if _, _, err := e.run(t, "", "ws", "describe", "ws_06h38fjb8dr6d00n3d7fkxjf2m", "--addr", e.addr, "--token", e.token); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("describe of a missing workspace: %v", err)
 	}
 }
