@@ -126,7 +126,7 @@ func TestVolumeCreateSendsSpec(t *testing.T) {
 	stdout, _ := e.call(t, "", "volume", "create", "--size", "64Mi", "--pool", "default",
 		"--label", "team=ml", "--annotation", "note=x", "--command-id", "c1")
 	lines := fields(stdout)
-	if len(lines) != 2 || lines[0] != "ID STATE CAPACITY POOL WORKSPACE USED CONDITION LABELS CREATED" {
+	if len(lines) != 2 || lines[0] != "ID STATE CAPACITY POOL WORKSPACE USED CONDITION LABELS AGE" {
 		t.Fatalf("table:\n%s", stdout)
 	}
 	row := strings.Fields(lines[1])
