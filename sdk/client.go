@@ -7,7 +7,8 @@
 // lifecycle calls (CreateWorkspace, StartWorkspace, StopWorkspace,
 // DeleteWorkspace) return once the Workspace has reached the state the call
 // asks for, following WatchWorkspace until then; the context bounds the
-// wait. A Workspace is a handle on one Workspace: its Exec, Start, Upload,
+// wait. It also lists and watches Workspaces, and manages Volumes and
+// Templates (imported from an image archive or a registry). A Workspace is a handle on one Workspace: its Exec, Start, Upload,
 // Download, DialPort, file, Metrics, Screenshot and Input methods call the Workspace's data plane with a session
 // the handle issues and caches, and renews when it is about to expire or
 // the data plane reports it expired.
@@ -23,6 +24,7 @@ package sdk
 
 import (
 	"crypto/tls"
+	"maps"
 	"net/http"
 	"strings"
 	"time"
@@ -38,7 +40,10 @@ type Client struct {
 	hc         *http.Client
 	opts       []connect.ClientOption // from WithClientOptions; data-plane clients share them
 	sessionTTL time.Duration
+	env        map[string]string // WithEnv: the default environment of every process
 	workspaces ctrlv1connect.WorkspaceServiceClient
+	templates  ctrlv1connect.TemplateServiceClient
+	volumes    ctrlv1connect.VolumeServiceClient
 	transfers  ctrlv1connect.TransferServiceClient
 	sessions   ctrlv1connect.SessionServiceClient
 	exposures  ctrlv1connect.ExposureServiceClient
@@ -67,6 +72,13 @@ func WithSessionTTL(d time.Duration) Option {
 	return func(c *Client) { c.sessionTTL = d }
 }
 
+// WithEnv sets environment variables every process the Client's
+// Workspaces start gets: Workspace.SetEnv and ExecOptions.Env override
+// them, key by key.
+func WithEnv(env map[string]string) Option {
+	return func(c *Client) { c.env = maps.Clone(env) }
+}
+
 // New returns a Client of the control plane at baseURL, such as
 // http://127.0.0.1:8870, that authenticates with token. Without
 // WithHTTPClient it speaks HTTP/2 over cleartext (h2c) to http:// URLs and
@@ -86,6 +98,8 @@ func New(baseURL, token string, opts ...Option) *Client {
 	baseURL = strings.TrimRight(baseURL, "/")
 	ctrlOpts := c.clientOptions(token)
 	c.workspaces = ctrlv1connect.NewWorkspaceServiceClient(c.hc, baseURL, ctrlOpts...)
+	c.templates = ctrlv1connect.NewTemplateServiceClient(c.hc, baseURL, ctrlOpts...)
+	c.volumes = ctrlv1connect.NewVolumeServiceClient(c.hc, baseURL, ctrlOpts...)
 	c.transfers = ctrlv1connect.NewTransferServiceClient(c.hc, baseURL, ctrlOpts...)
 	c.sessions = ctrlv1connect.NewSessionServiceClient(c.hc, baseURL, ctrlOpts...)
 	c.exposures = ctrlv1connect.NewExposureServiceClient(c.hc, baseURL, ctrlOpts...)

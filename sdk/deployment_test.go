@@ -2,11 +2,14 @@ package sdk
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -189,6 +192,16 @@ func TestUploadAndDownload(t *testing.T) {
 	}
 	if _, err := ws.ReadFile(t.Context(), "/nope"); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Errorf("ReadFile of a missing file: %v, want not_found", err)
+	}
+
+	// An upload whose reader fails after a chunk is never committed: the
+	// file keeps its bytes.
+	broken := io.MultiReader(bytes.NewReader(make([]byte, ChunkSize+1)), iotest.ErrReader(errors.New("disk gone")))
+	if _, err := ws.Upload(t.Context(), broken, "/tmp/data", 0); err == nil || !strings.Contains(err.Error(), "disk gone") {
+		t.Errorf("Upload from a failing reader: %v", err)
+	}
+	if got := sh(t, ws, "stat -c %s /tmp/data; ls -a /tmp | grep -c kibotos || true"); got != fmt.Sprintf("%d\n0\n", len(data)) {
+		t.Errorf("after an abandoned upload: size and temp files %q", got)
 	}
 }
 

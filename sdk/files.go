@@ -53,8 +53,11 @@ func WithFileInfo(fn func(*datav1.FileInfo)) FileOption {
 }
 
 // Upload writes the bytes of r to remotePath, sending them in chunks of
-// ChunkSize. The guest writes a temporary file and renames it into place,
-// so a failed upload leaves an existing file intact. mode's permission bits
+// ChunkSize and then commit. The guest writes a temporary file and renames
+// it into place only after commit, so a failed or abandoned upload leaves
+// an existing file intact. When r tells its length (a bytes.Reader, a
+// strings.Reader, a bytes.Buffer), the guest also checks it received
+// exactly that many bytes. mode's permission bits
 // apply to a new file; 0 is 0644. An error reading r abandons the upload.
 func (w *Workspace) Upload(ctx context.Context, r io.Reader, remotePath string, mode fs.FileMode, opts ...FileOption) (*datav1.FileInfo, error) {
 	o := collect(opts)
@@ -96,7 +99,11 @@ func (w *Workspace) Upload(ctx context.Context, r io.Reader, remotePath string, 
 // not.
 func upload(ctx context.Context, d *dataPlane, r io.Reader, start *datav1.WriteFileStart, progress func(int64)) (_ *datav1.FileInfo, read int64, _ error) {
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel() // after a read error, abandons the call so nothing is written
+	defer cancel() // after a read error, abandons the call: without commit nothing is written
+	if l, ok := r.(interface{ Len() int }); ok {
+		size := uint64(l.Len())
+		start = &datav1.WriteFileStart{Path: start.Path, User: start.User, Mode: start.Mode, Size: &size}
+	}
 	stream := d.files.WriteFile(ctx)
 	// A Send that fails with io.EOF means the server ended the call:
 	// CloseAndReceive returns its error.
@@ -120,6 +127,9 @@ func upload(ctx context.Context, d *dataPlane, r io.Reader, start *datav1.WriteF
 		if rerr != nil {
 			return nil, read, fmt.Errorf("reading the upload: %w", rerr)
 		}
+	}
+	if err == nil {
+		err = stream.Send(&datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Commit{Commit: true}})
 	}
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, read, err

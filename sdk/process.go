@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -23,7 +24,8 @@ type PTYSize struct {
 
 // ExecOptions describe a process to run.
 type ExecOptions struct {
-	// Env is added to the guest's environment.
+	// Env is added to the guest's environment, over the defaults of WithEnv
+	// and Workspace.SetEnv.
 	Env map[string]string
 	// Cwd is the working directory; empty is the user's home directory.
 	Cwd string
@@ -89,22 +91,35 @@ func (r ProcessRef) selector() *datav1.ProcessSelector {
 // Exec runs args in the Workspace and waits for it to end: args[0] is the
 // program, looked up in PATH. Output streams to o.Stdout and o.Stderr as
 // it arrives. A process that ran and exited non-zero, or was killed, is
-// not an error: the ExitStatus says so. When ctx ends first the process
-// goes on running in the guest.
+// not an error: the ExitStatus says so. When ctx ends first, Exec kills the
+// process (SIGKILL to its process group) and returns ctx's error; use Start
+// for a process that outlives the call.
 func (w *Workspace) Exec(ctx context.Context, args []string, o ExecOptions) (ExitStatus, error) {
 	p, err := w.Start(ctx, args, o)
 	if err != nil {
 		return ExitStatus{}, err
 	}
 	defer p.Close()
-	return p.Wait()
+	st, err := p.Wait()
+	if err != nil && ctx.Err() != nil {
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killTimeout)
+		defer cancel()
+		if kerr := p.Kill(kctx); kerr != nil && connect.CodeOf(kerr) != connect.CodeNotFound {
+			return st, fmt.Errorf("%w (killing the process: %v)", ctx.Err(), kerr)
+		}
+		return st, ctx.Err()
+	}
+	return st, err
 }
+
+// killTimeout bounds the kill Exec sends when its context ends.
+const killTimeout = 10 * time.Second
 
 // Start starts args in the Workspace and returns once the process runs. Its
 // output streams to o.Stdout and o.Stderr, and o.Stdin to its input, until
 // it exits or ctx ends; Wait waits for the exit.
 func (w *Workspace) Start(ctx context.Context, args []string, o ExecOptions) (*Process, error) {
-	req := &datav1.StartProcessRequest{Args: args, Env: o.Env, Cwd: o.Cwd, User: o.User, Tag: o.Tag, Stdin: o.Stdin != nil}
+	req := &datav1.StartProcessRequest{Args: args, Env: w.env(o.Env), Cwd: o.Cwd, User: o.User, Tag: o.Tag, Stdin: o.Stdin != nil}
 	if o.PTY != nil {
 		req.Pty = &datav1.Pty{Cols: uint32(o.PTY.Cols), Rows: uint32(o.PTY.Rows)}
 	}
@@ -218,6 +233,11 @@ func (p *Process) Signal(ctx context.Context, signal string) error {
 		return d.proc.SignalProcess
 	}, &datav1.SignalProcessRequest{Process: p.ref.selector(), Signal: signal})
 	return err
+}
+
+// Kill kills the process and its process group with SIGKILL.
+func (p *Process) Kill(ctx context.Context) error {
+	return p.Signal(ctx, "SIGKILL")
 }
 
 // SendInput writes data to the process's input or PTY. A process started

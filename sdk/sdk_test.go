@@ -155,9 +155,10 @@ func (f *fake) WriteFile(_ context.Context, s *connect.ClientStream[datav1.Write
 		return nil, err
 	}
 	var (
-		start  *datav1.WriteFileStart
-		chunks [][]byte
-		size   int
+		start     *datav1.WriteFileStart
+		chunks    [][]byte
+		size      int
+		committed bool
 	)
 	for s.Receive() {
 		switch p := s.Msg().GetPart().(type) {
@@ -169,10 +170,18 @@ func (f *fake) WriteFile(_ context.Context, s *connect.ClientStream[datav1.Write
 		case *datav1.WriteFileRequest_Data:
 			chunks = append(chunks, p.Data)
 			size += len(p.Data)
+		case *datav1.WriteFileRequest_Commit:
+			committed = true
 		}
 	}
 	if err := s.Err(); err != nil {
 		return nil, err
+	}
+	if !committed {
+		return nil, connect.NewError(connect.CodeAborted, errors.New("no commit"))
+	}
+	if start.Size != nil && start.GetSize() != uint64(size) {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("size mismatch"))
 	}
 	f.mu.Lock()
 	f.chunks = chunks

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -46,6 +47,9 @@ type CreateOptions struct {
 	Expiration *ctrlv1.WorkspaceExpirationPolicy
 	// Labels and Annotations are stored with the Workspace.
 	Labels, Annotations map[string]string
+	// Volume binds a Volume: mode NEW creates one with the Workspace,
+	// BOUND binds the existing VolumeID; nil binds none.
+	Volume *ctrlv1.WorkspaceVolumeBinding
 	// CommandID is the idempotency key of the create; empty is a fresh one.
 	// Retrying with the same ID and options returns the first Workspace.
 	CommandID string
@@ -56,6 +60,7 @@ func (o CreateOptions) request() (*ctrlv1.CreateWorkspaceRequest, error) {
 		Resources:     &ctrlv1.ResourceRequest{CpuMillis: o.CPUMillis, MemoryBytes: o.MemoryBytes, WritableLayerBytes: o.DiskBytes},
 		NetworkPolicy: o.NetworkPolicy,
 		Expiration:    o.Expiration,
+		Volume:        o.Volume,
 	}
 	if spec.Resources.MemoryBytes == 0 {
 		spec.Resources.MemoryBytes = DefaultMemoryBytes
@@ -244,17 +249,48 @@ type Workspace struct {
 	id   string
 	info *ctrlv1.Workspace
 
-	mu sync.Mutex
-	dp *dataPlane // nil until the first data-plane call
+	mu  sync.Mutex
+	dp  *dataPlane        // nil until the first data-plane call
+	set map[string]string // SetEnv's
 }
 
 func (c *Client) handle(ws *ctrlv1.Workspace) *Workspace {
 	return &Workspace{c: c, id: ws.GetWorkspaceId(), info: ws}
 }
 
+// SetEnv sets environment variables every process the handle starts gets,
+// over the Client's WithEnv and under ExecOptions.Env, key by key. It
+// replaces the handle's earlier SetEnv.
+func (w *Workspace) SetEnv(env map[string]string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.set = maps.Clone(env)
+}
+
+// env merges the Client's, the handle's and a process's environment.
+func (w *Workspace) env(own map[string]string) map[string]string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.c.env) == 0 && len(w.set) == 0 {
+		return own
+	}
+	env := maps.Clone(w.c.env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	maps.Copy(env, w.set)
+	maps.Copy(env, own)
+	return env
+}
+
 // ID returns the Workspace's ID.
 func (w *Workspace) ID() string { return w.id }
 
-// Info returns the Workspace as it was when the handle was made. Callers
+// Info returns the Workspace as it was when the handle was made, or as the
+// handle's last update (SetLabels, SetTimeout, ...) returned it. Callers
 // must not modify it.
-func (w *Workspace) Info() *ctrlv1.Workspace { return w.info }
+func (w *Workspace) Info() *ctrlv1.Workspace {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.info
+}

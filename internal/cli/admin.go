@@ -11,21 +11,21 @@ import (
 )
 
 var projectTable = table[*adminv1.Project]{
-	header: []string{"ID", "NAME", "OPERATOR", "CREATED"},
+	header: []string{"ID", "NAME", "OPERATOR", "AGE"},
 	row: func(p *adminv1.Project) []string {
-		return []string{p.GetProjectId(), p.GetName(), boolean(p.GetOperator()), timestamp(p.GetCreatedAt())}
+		return []string{p.GetProjectId(), p.GetName(), boolean(p.GetOperator()), age(p.GetCreatedAt())}
 	},
 }
 
 var tokenTable = table[*adminv1.Token]{
-	header: []string{"ID", "PROJECT", "ROLE", "NAME", "CREATED", "REVOKED"},
+	header: []string{"ID", "PROJECT", "ROLE", "NAME", "AGE", "REVOKED"},
 	row: func(t *adminv1.Token) []string {
 		return []string{
 			t.GetTokenId(),
 			t.GetProjectId(),
 			roleName(t.GetRole()),
 			orDash(t.GetName()),
-			timestamp(t.GetCreatedAt()),
+			age(t.GetCreatedAt()),
 			timestamp(t.GetRevokedAt()),
 		}
 	},
@@ -85,7 +85,7 @@ func tokenCreateCommand(c *conn) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := show(cmd, c, resp, tokenTable, resp.GetToken()); err != nil || c.output == outputJSON {
+			if err := show(cmd, c, resp, tokenTable, resp.GetToken()); err != nil || c.structured() {
 				return err
 			}
 			// The table goes first and the secret last, on a line of its own,
@@ -204,8 +204,8 @@ func poolLostCommand(c *conn) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if c.output == outputJSON {
-				return writeJSON(cmd.OutOrStdout(), resp)
+			if c.structured() {
+				return c.writeMessage(cmd.OutOrStdout(), resp)
 			}
 			ids := resp.GetLostVolumeIds()
 			fmt.Fprintf(cmd.ErrOrStderr(), "storage pool %s declared lost; %d Volume(s) became LOST\n", args[0], len(ids))

@@ -78,8 +78,8 @@ func optionalBool(b *bool) string {
 // showBinding prints a response: with -o json the whole message, else the
 // Workspace's Volume binding as fields.
 func showBinding(cmd *cobra.Command, c *conn, resp proto.Message, ws *ctrlv1.Workspace) error {
-	if c.output == outputJSON {
-		return writeJSON(cmd.OutOrStdout(), resp)
+	if c.structured() {
+		return c.writeMessage(cmd.OutOrStdout(), resp)
 	}
 	b := ws.GetSpec().GetVolume()
 	return writeFields(cmd.OutOrStdout(), [][2]string{

@@ -20,7 +20,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -67,8 +69,35 @@ func Commands() []*cobra.Command {
 	}
 	for _, cmd := range cmds {
 		rejectUnknownSubcommands(cmd)
+		hintUnreachable(cmd)
 	}
 	return cmds
+}
+
+// hintUnreachable makes every command under cmd that fails because
+// nothing listens at the server's address say so, and how to start one.
+func hintUnreachable(cmd *cobra.Command) {
+	for _, sub := range cmd.Commands() {
+		hintUnreachable(sub)
+	}
+	run := cmd.RunE
+	if run == nil {
+		return
+	}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		err := run(cmd, args)
+		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) {
+			return err
+		}
+		addr := defaultAddr
+		if f := cmd.Flags().Lookup("addr"); f != nil {
+			addr = flagOrEnv(cmd, "addr", f.Value.String(), envAddr)
+		}
+		if base, berr := baseURL(addr); berr == nil {
+			addr = base
+		}
+		return fmt.Errorf("cannot reach the Kibotos server at %s: is it running? (make up / kibotos up): %w", addr, err)
+	}
 }
 
 // rejectUnknownSubcommands makes every group under cmd (a command that only
@@ -108,7 +137,9 @@ type conn struct {
 
 const (
 	outputTable = "table"
+	outputWide  = "wide" // the table with more columns, where it has them
 	outputJSON  = "json"
+	outputYAML  = "yaml"
 )
 
 // addConnFlags registers the connection flags on cmd as persistent flags, so
@@ -120,7 +151,7 @@ func addConnFlags(cmd *cobra.Command) *conn {
 	f.StringVar(&c.token, "token", "", "API token (env "+envToken+"; default: the first line of HOME/admin-token)")
 	f.StringVar(&c.home, "home", defaultHome, "directory holding admin-token (env "+envHome+")")
 	f.StringVar(&c.caFile, "ca-file", "", "PEM certificate authorities trusted for https:// beside the system's, such as a private CA (env "+envCAFile+")")
-	f.StringVarP(&c.output, "output", "o", outputTable, "output format: table or json")
+	f.StringVarP(&c.output, "output", "o", outputTable, "output format: table, wide, json or yaml")
 	return c
 }
 
@@ -135,8 +166,8 @@ type settings struct {
 // resolve applies the environment to the flags the user did not give and
 // checks them.
 func (c *conn) resolve(cmd *cobra.Command) (settings, error) {
-	if c.output != outputTable && c.output != outputJSON {
-		return settings{}, fmt.Errorf("--output %q: want table or json", c.output)
+	if !slices.Contains([]string{outputTable, outputWide, outputJSON, outputYAML}, c.output) {
+		return settings{}, fmt.Errorf("--output %q: want table, wide, json or yaml", c.output)
 	}
 	base, err := baseURL(flagOrEnv(cmd, "addr", c.addr, envAddr))
 	if err != nil {

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	adminv1 "github.com/kibotos/kibotos/gen/kibotos/admin/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/admin/v1/adminv1connect"
@@ -137,6 +139,10 @@ func cleanHome(t *testing.T) string {
 	t.Setenv(envToken, "")
 	t.Setenv(envHome, home)
 	t.Setenv(envSessionCache, filepath.Join(home, "sessions"))
+	// Ages in tables count to a stopped clock, so tests can predict them.
+	now := time.Now()
+	clock = func() time.Time { return now }
+	t.Cleanup(func() { clock = time.Now })
 	return home
 }
 
@@ -345,10 +351,10 @@ func TestTableOutput(t *testing.T) {
 	if len(lines) != 2 {
 		t.Fatalf("output has %d lines, want header and one row:\n%s", len(lines), stdout)
 	}
-	if got := strings.Fields(lines[0]); strings.Join(got, " ") != "ID ADDRESS TLS UDP REVISION LABELS CREATED" {
+	if got := strings.Fields(lines[0]); strings.Join(got, " ") != "ID ADDRESS TLS UDP REVISION LABELS AGE" {
 		t.Errorf("header = %q", lines[0])
 	}
-	want := id + " proxy.example:1080 false false 1 env=prod,team=net " + e.egress.GetCreatedAt().AsTime().UTC().Format(time.RFC3339)
+	want := id + " proxy.example:1080 false false 1 env=prod,team=net " + age(e.egress.GetCreatedAt())
 	if got := strings.Join(strings.Fields(lines[1]), " "); got != want {
 		t.Errorf("row = %q, want %q", got, want)
 	}
@@ -518,5 +524,43 @@ func TestTokenCreatePrintsSecretLast(t *testing.T) {
 	}
 	if _, _, err := e.run(t, "", "token", "create", "--role", "root", "--addr", e.addr, "--token", "t"); err == nil {
 		t.Error("--role root succeeded")
+	}
+}
+
+// A server that does not listen is named, with how to start one.
+func TestUnreachableServerHint(t *testing.T) {
+	cleanHome(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	_, _, err = (&env{}).run(t, "", "ws", "list", "--addr", addr, "--token", "t")
+	want := "cannot reach the Kibotos server at http://" + addr + ": is it running? (make up / kibotos up)"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("ws list against a closed port: %v, want %q", err, want)
+	}
+	// Other failures are left as they are.
+	e := newEnv(t)
+	if _, _, err := e.run(t, "", "ws", "get", "ws_06h38fjb8dr6d00n3d7fkxjf2m", "--addr", e.addr, "--token", e.token); err == nil || strings.Contains(err.Error(), "cannot reach") {
+		t.Fatalf("ws get of a missing workspace: %v", err)
+	}
+}
+
+func TestAge(t *testing.T) {
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	clock = func() time.Time { return now }
+	t.Cleanup(func() { clock = time.Now })
+	for ago, want := range map[time.Duration]string{
+		0: "0s", 90 * time.Second: "90s", 5 * time.Minute: "5m", 119 * time.Minute: "119m", 3 * time.Hour: "3h",
+		47 * time.Hour: "47h", 72 * time.Hour: "3d", 800 * 24 * time.Hour: "2y", -time.Hour: "0s",
+	} {
+		if got := age(timestamppb.New(now.Add(-ago))); got != want {
+			t.Errorf("age of %v ago = %q, want %q", ago, got, want)
+		}
+	}
+	if got := age(nil); got != "-" {
+		t.Errorf("age(nil) = %q", got)
 	}
 }

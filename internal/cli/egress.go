@@ -18,7 +18,7 @@ func egressCommand() *cobra.Command {
 }
 
 var egressTable = table[*ctrlv1.Egress]{
-	header: []string{"ID", "ADDRESS", "TLS", "UDP", "REVISION", "LABELS", "CREATED"},
+	header: []string{"ID", "ADDRESS", "TLS", "UDP", "REVISION", "LABELS", "AGE"},
 	row: func(e *ctrlv1.Egress) []string {
 		s := e.GetSpec()
 		return []string{
@@ -28,7 +28,7 @@ var egressTable = table[*ctrlv1.Egress]{
 			boolean(s.GetUdpEnabled()),
 			decimal(e.GetRevision()),
 			pairs(e.GetLabels()),
-			timestamp(e.GetCreatedAt()),
+			age(e.GetCreatedAt()),
 		}
 	},
 }

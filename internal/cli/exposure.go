@@ -11,10 +11,10 @@ import (
 )
 
 var exposureTable = table[*ctrlv1.Exposure]{
-	header: []string{"ID", "WORKSPACE", "PORT", "AUTH", "PERSISTENT", "URL", "CREATED"},
+	header: []string{"ID", "WORKSPACE", "PORT", "AUTH", "PERSISTENT", "URL", "AGE"},
 	row: func(x *ctrlv1.Exposure) []string {
 		return []string{x.GetExposureId(), x.GetWorkspaceId(), decimal(uint64(x.GetPort())),
-			enumName(x.GetAuth(), "EXPOSURE_AUTH_"), fmt.Sprint(x.GetPersistent()), x.GetUrl(), timestamp(x.GetCreatedAt())}
+			enumName(x.GetAuth(), "EXPOSURE_AUTH_"), fmt.Sprint(x.GetPersistent()), x.GetUrl(), age(x.GetCreatedAt())}
 	},
 }
 
@@ -49,7 +49,7 @@ func wsExposeCommand(c *conn) *cobra.Command {
 			return err
 		}
 		x := resp.GetExposure()
-		if err := show(cmd, c, resp, exposureTable, x); err != nil || c.output == outputJSON || x.GetToken() == "" {
+		if err := show(cmd, c, resp, exposureTable, x); err != nil || c.structured() || x.GetToken() == "" {
 			return err
 		}
 		// The token last, on a line of its own, so that `| tail -n 1`
@@ -103,8 +103,8 @@ func exposureCommand() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		if c.output == outputJSON {
-			return writeJSON(cmd.OutOrStdout(), resp)
+		if c.structured() {
+			return c.writeMessage(cmd.OutOrStdout(), resp)
 		}
 		_, err = fmt.Fprintf(cmd.OutOrStdout(), "revoked exposure %s\n", args[0])
 		return err

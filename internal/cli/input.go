@@ -69,7 +69,7 @@ func (c *conn) command(cmd *cobra.Command, id string) *ctrlv1.CommandMetadata {
 	if id == "" {
 		id = uuid.NewString()
 	}
-	if c.output == outputJSON {
+	if c.structured() {
 		fmt.Fprintf(cmd.ErrOrStderr(), "command_id: %s\n", id)
 	}
 	return &ctrlv1.CommandMetadata{CommandId: id}

@@ -311,8 +311,8 @@ func wsNetworkWatchCommand(c *conn) *cobra.Command {
 // showNetwork prints a response: with -o json the whole message, else the
 // Workspace's network policy, status and faults.
 func showNetwork(cmd *cobra.Command, c *conn, resp proto.Message, ws *ctrlv1.Workspace) error {
-	if c.output == outputJSON {
-		return writeJSON(cmd.OutOrStdout(), resp)
+	if c.structured() {
+		return c.writeMessage(cmd.OutOrStdout(), resp)
 	}
 	return writeNetwork(cmd.OutOrStdout(), ws)
 }
@@ -394,7 +394,7 @@ func section[R any](w io.Writer, t table[R], items []R) error {
 	if _, err := fmt.Fprintln(w); err != nil {
 		return err
 	}
-	return t.write(w, items)
+	return t.write(w, items, false)
 }
 
 // egressFault names the Egress an observation is about and its kind.

@@ -11,33 +11,86 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // table renders resources of type R as rows under a header in capitals.
+// With -o wide, the columns of wideHeader and wideRow follow, when set.
 type table[R any] struct {
-	header []string
-	row    func(R) []string
+	header     []string
+	row        func(R) []string
+	wideHeader []string
+	wideRow    func(R) []string
 }
 
-func (t table[R]) write(w io.Writer, items []R) error {
+func (t table[R]) write(w io.Writer, items []R, wide bool) error {
+	wide = wide && t.wideRow != nil
 	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
-	fmt.Fprintln(tw, strings.Join(t.header, "\t"))
+	header := t.header
+	if wide {
+		header = slices.Concat(header, t.wideHeader)
+	}
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
 	for _, it := range items {
-		fmt.Fprintln(tw, strings.Join(t.row(it), "\t"))
+		row := t.row(it)
+		if wide {
+			row = slices.Concat(row, t.wideRow(it))
+		}
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	return tw.Flush()
 }
 
-// show prints a response: with -o json the whole response message, else the
-// resources it carries as a table.
+// show prints a response: with -o json or -o yaml the whole response
+// message, else the resources it carries as a table.
 func show[R any](cmd *cobra.Command, c *conn, resp proto.Message, t table[R], items ...R) error {
-	if c.output == outputJSON {
-		return writeJSON(cmd.OutOrStdout(), resp)
+	if c.structured() {
+		return c.writeMessage(cmd.OutOrStdout(), resp)
 	}
-	return t.write(cmd.OutOrStdout(), items)
+	return t.write(cmd.OutOrStdout(), items, c.output == outputWide)
+}
+
+// structured reports whether -o asks for a whole message (json or yaml)
+// rather than a table.
+func (c *conn) structured() bool { return c.output == outputJSON || c.output == outputYAML }
+
+// writeMessage prints m as JSON, or with -o yaml as YAML.
+func (c *conn) writeMessage(w io.Writer, m proto.Message) error {
+	if c.output == outputYAML {
+		return writeYAML(w, m)
+	}
+	return writeJSON(w, m)
+}
+
+// writeYAML prints m as YAML: its protojson form, keys in the same order.
+func writeYAML(w io.Writer, m proto.Message) error {
+	b, err := protojson.Marshal(m)
+	if err != nil {
+		return err
+	}
+	var doc yaml.Node // JSON is YAML: parsing it keeps the order of the keys
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return err
+	}
+	blockStyle(&doc)
+	enc := yaml.NewEncoder(w)
+	enc.SetIndent(2)
+	if err := enc.Encode(&doc); err != nil {
+		return err
+	}
+	return enc.Close()
+}
+
+// blockStyle turns the flow style and quotes of parsed JSON into YAML's
+// block style; strings that need quotes (such as "1") keep them.
+func blockStyle(n *yaml.Node) {
+	n.Style = 0
+	for _, c := range n.Content {
+		blockStyle(c)
+	}
 }
 
 // writeFields prints one resource as NAME value lines, the values aligned.
@@ -80,6 +133,29 @@ func timestamp(ts *timestamppb.Timestamp) string {
 		return "-"
 	}
 	return ts.AsTime().UTC().Format(time.RFC3339)
+}
+
+// clock is the time ages are counted to; tests stop it.
+var clock = time.Now
+
+// age formats how long ago ts was, as kubectl does: 45s, 12m, 5h, 3d, 2y;
+// "-" when absent.
+func age(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return "-"
+	}
+	d := max(clock().Sub(ts.AsTime()), 0)
+	switch {
+	case d < 2*time.Minute:
+		return strconv.Itoa(int(d.Seconds())) + "s"
+	case d < 2*time.Hour:
+		return strconv.Itoa(int(d.Minutes())) + "m"
+	case d < 48*time.Hour:
+		return strconv.Itoa(int(d.Hours())) + "h"
+	case d < 2*365*24*time.Hour:
+		return strconv.Itoa(int(d.Hours()/24)) + "d"
+	}
+	return strconv.Itoa(int(d.Hours()/24/365)) + "y"
 }
 
 func decimal(n uint64) string { return strconv.FormatUint(n, 10) }

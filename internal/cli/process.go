@@ -59,9 +59,11 @@ func wsExecCommand(c *conn) *cobra.Command {
 		interactive, tty bool
 		user, cwd, tag   string
 		env              []string
+		detach           bool
+		timeout          time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "exec [-i] [-t] [--user NAME] [--cwd DIR] [--env K=V ...] ID -- COMMAND [ARG...]",
+		Use:   "exec [-i] [-t] [--detach] [--timeout D] [--user NAME] [--cwd DIR] [--env K=V ...] ID -- COMMAND [ARG...]",
 		Short: "Run a command in a Workspace and exit with its exit code",
 		Long: "Run COMMAND in the Workspace, looked up in its PATH, and stream its output here. The\n" +
 			"command exits with the remote command's exit code, or 128 plus the signal's number when a\n" +
@@ -69,7 +71,9 @@ func wsExecCommand(c *conn) *cobra.Command {
 			"-i forwards stdin to the command and closes its input at EOF. -t runs it on a\n" +
 			"pseudo-terminal the size of this one; with -i on a terminal, that terminal is put in raw\n" +
 			"mode, so keys such as Ctrl-C go to the remote command. Interrupting exec otherwise sends\n" +
-			"the command SIGTERM. Put -- before the command when it has flags of its own.",
+			"the command SIGTERM. --timeout kills the command (SIGKILL) when it runs longer. --detach\n" +
+			"starts the command, prints its pid and returns, leaving it running (see `ws ps`, `ws logs`).\n" +
+			"Put -- before the command when it has flags of its own.",
 		Args: cobra.MinimumNArgs(2),
 	}
 	f := cmd.Flags()
@@ -79,10 +83,18 @@ func wsExecCommand(c *conn) *cobra.Command {
 	f.StringVar(&cwd, "cwd", "", "working directory (default: the user's home directory)")
 	f.StringVar(&tag, "tag", "", "name the process for `ws logs`; unique among running processes")
 	f.StringArrayVar(&env, "env", nil, "environment variable K=V (repeatable)")
+	f.BoolVarP(&detach, "detach", "d", false, "start the command, print its pid and leave it running")
+	f.DurationVar(&timeout, "timeout", 0, "kill the command when it runs longer than this (0: no limit)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		vars, err := parsePairs("--env", env)
 		if err != nil {
 			return err
+		}
+		if detach && (interactive || tty || timeout != 0) {
+			return errors.New("--detach takes neither -i, -t nor --timeout")
+		}
+		if timeout < 0 {
+			return fmt.Errorf("--timeout %s: want a positive duration", timeout)
 		}
 		ws, closeIdle, err := openWorkspace(cmd, c, args[0])
 		if err != nil {
@@ -115,7 +127,23 @@ func wsExecCommand(c *conn) *cobra.Command {
 			}
 		}
 		ctx := cmd.Context()
-		p, err := ws.Start(ctx, args[1:], o)
+		if detach {
+			o.Stdout, o.Stderr = nil, nil
+			p, err := ws.Start(ctx, args[1:], o)
+			if err != nil {
+				return err
+			}
+			p.Close() // the process goes on
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), p.Pid())
+			return err
+		}
+		runCtx := ctx
+		if timeout > 0 {
+			var cancel context.CancelFunc
+			runCtx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
+		}
+		p, err := ws.Start(runCtx, args[1:], o)
 		if err != nil {
 			return err
 		}
@@ -124,6 +152,14 @@ func wsExecCommand(c *conn) *cobra.Command {
 		}
 		status, err := p.Wait()
 		if err != nil {
+			if runCtx.Err() != nil && ctx.Err() == nil {
+				kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), signalGrace)
+				defer cancel()
+				if kerr := p.Kill(kctx); kerr != nil {
+					return fmt.Errorf("timed out after %s; killing pid %d failed: %w", timeout, p.Pid(), kerr)
+				}
+				return fmt.Errorf("timed out after %s; killed pid %d", timeout, p.Pid())
+			}
 			if ctx.Err() != nil {
 				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), signalGrace)
 				defer cancel()
@@ -192,14 +228,14 @@ func forwardResize(ctx context.Context, p *sdk.Process, fd int) (stop func()) {
 }
 
 var processTable = table[*datav1.ProcessInfo]{
-	header: []string{"PID", "TAG", "USER", "PTY", "STARTED", "EXIT", "COMMAND"},
+	header: []string{"PID", "TAG", "USER", "PTY", "AGE", "EXIT", "COMMAND"},
 	row: func(p *datav1.ProcessInfo) []string {
 		return []string{
 			strconv.Itoa(int(p.GetPid())),
 			orDash(p.GetTag()),
 			orDash(p.GetUser()),
 			boolean(p.GetPty()),
-			timestamp(p.GetStartedAt()),
+			age(p.GetStartedAt()),
 			exitCell(p.GetExited()),
 			strings.Join(p.GetArgs(), " "),
 		}

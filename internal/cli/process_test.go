@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -216,10 +217,10 @@ func TestPs(t *testing.T) {
 	for _, l := range strings.Split(strings.TrimRight(stdout, "\n"), "\n") {
 		rows = append(rows, strings.Join(strings.Fields(l), " "))
 	}
-	want := []string{"PID TAG USER PTY STARTED EXIT COMMAND"}
+	want := []string{"PID TAG USER PTY AGE EXIT COMMAND"}
 	for i, exit := range []string{"0", "2"} {
 		p := procs[i]
-		want = append(want, fmt.Sprintf("%d - %s false %s %s sh -c exit %s", p.GetPid(), cmp.Or(p.GetUser(), "-"), p.GetStartedAt().AsTime().UTC().Format("2006-01-02T15:04:05Z"), exit, exit))
+		want = append(want, fmt.Sprintf("%d - %s false %s %s sh -c exit %s", p.GetPid(), cmp.Or(p.GetUser(), "-"), age(p.GetStartedAt()), exit, exit))
 	}
 	if strings.Join(rows, "\n") != strings.Join(want, "\n") {
 		t.Errorf("ps:\n%s\nwant:\n%s", strings.Join(rows, "\n"), strings.Join(want, "\n"))
@@ -328,5 +329,51 @@ func TestExecReusesCachedSession(t *testing.T) {
 	e.sh(t, id, "true")
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("with the cache off, %s: %v", dir, err)
+	}
+}
+
+// --detach leaves the command running and prints its pid; --timeout kills
+// a command that runs longer.
+func TestExecDetachAndTimeout(t *testing.T) {
+	e, id := newDataEnv(t)
+	stdout, stderr, err := e.runData(t, "", "ws", "exec", "--detach", "--tag", "bg", id, "--", "sleep", "1000")
+	if err != nil {
+		t.Fatalf("exec --detach: %v\n%s", err, stderr)
+	}
+	pid := strings.TrimSpace(stdout)
+	if got := e.sh(t, id, "cat /proc/"+pid+"/comm"); got != "sleep\n" {
+		t.Errorf("the detached process %s runs %q", pid, got)
+	}
+
+	_, _, err = e.runData(t, "", "ws", "exec", "--timeout", "1s", "--tag", "slow", id, "--", "sleep", "1000")
+	if err == nil || !strings.Contains(err.Error(), "timed out after 1s; killed pid") {
+		t.Fatalf("exec --timeout: %v", err)
+	}
+	// The kill is sent; the exit is reaped a moment later.
+	killed := false
+	var procs []*datav1.ProcessInfo
+	for try := 0; !killed && try < 100; try++ {
+		ps, _, err := e.runData(t, "", "ws", "ps", id, "-o", "json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resp datav1.ListProcessesResponse
+		if err := protojson.Unmarshal([]byte(ps), &resp); err != nil {
+			t.Fatal(err)
+		}
+		procs = resp.GetProcesses()
+		for _, p := range procs {
+			killed = killed || (p.GetTag() == "slow" && p.GetExited().GetSignal() == "SIGKILL")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !killed {
+		t.Errorf("no process tagged slow ended by SIGKILL: %v", procs)
+	}
+
+	for _, args := range [][]string{{"--detach", "-i"}, {"--detach", "--timeout", "1s"}, {"--timeout", "-1s"}} {
+		if _, _, err := e.runData(t, "", append(append([]string{"ws", "exec"}, args...), id, "--", "true")...); err == nil {
+			t.Errorf("exec %v succeeded", args)
+		}
 	}
 }

@@ -18,7 +18,7 @@ func resolverCommand() *cobra.Command {
 }
 
 var resolverTable = table[*ctrlv1.Resolver]{
-	header: []string{"ID", "PROTOCOL", "UPSTREAM", "REVISION", "LABELS", "CREATED"},
+	header: []string{"ID", "PROTOCOL", "UPSTREAM", "REVISION", "LABELS", "AGE"},
 	row: func(r *ctrlv1.Resolver) []string {
 		protocol, upstream := resolverUpstream(r.GetSpec())
 		return []string{
@@ -27,7 +27,7 @@ var resolverTable = table[*ctrlv1.Resolver]{
 			orDash(upstream),
 			decimal(r.GetRevision()),
 			pairs(r.GetLabels()),
-			timestamp(r.GetCreatedAt()),
+			age(r.GetCreatedAt()),
 		}
 	},
 }

@@ -37,7 +37,7 @@ func templateCommand() *cobra.Command {
 // templateTable shows REVISIONS, how many the Template has, and REVISION,
 // the CAS token `template default --expected-revision` takes.
 var templateTable = table[*ctrlv1.Template]{
-	header: []string{"ID", "DEFAULT", "REVISIONS", "REVISION", "LABELS", "CREATED"},
+	header: []string{"ID", "DEFAULT", "REVISIONS", "REVISION", "LABELS", "AGE"},
 	row: func(t *ctrlv1.Template) []string {
 		return []string{
 			t.GetTemplateId(),
@@ -45,7 +45,7 @@ var templateTable = table[*ctrlv1.Template]{
 			strconv.Itoa(len(t.GetRevisions())),
 			decimal(t.GetRevision()),
 			pairs(t.GetLabels()),
-			timestamp(t.GetCreatedAt()),
+			age(t.GetCreatedAt()),
 		}
 	},
 }
@@ -66,7 +66,7 @@ func revisionsOf(t *ctrlv1.Template) []templateRevision {
 }
 
 var revisionTable = table[templateRevision]{
-	header: []string{"REVISION", "DEFAULT", "SIZE", "UNPACKED", "SOURCE", "CREATED"},
+	header: []string{"REVISION", "DEFAULT", "SIZE", "UNPACKED", "SOURCE", "AGE"},
 	row: func(r templateRevision) []string {
 		return []string{
 			r.rev.GetRevision(),
@@ -74,7 +74,7 @@ var revisionTable = table[templateRevision]{
 			approxSize(r.rev.GetSizeBytes()),
 			approxSize(r.rev.GetUnpackedBytes()),
 			orDash(r.rev.GetSource()),
-			timestamp(r.rev.GetCreatedAt()),
+			age(r.rev.GetCreatedAt()),
 		}
 	},
 }
@@ -121,11 +121,11 @@ func templateGetCommand(c *conn) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := show(cmd, c, resp, templateTable, t); err != nil || c.output == outputJSON || len(t.GetRevisions()) == 0 {
+			if err := show(cmd, c, resp, templateTable, t); err != nil || c.structured() || len(t.GetRevisions()) == 0 {
 				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout())
-			return revisionTable.write(cmd.OutOrStdout(), revisionsOf(t))
+			return revisionTable.write(cmd.OutOrStdout(), revisionsOf(t), false)
 		},
 	}
 }
@@ -176,8 +176,8 @@ func templateDeleteCommand(c *conn) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		if c.output == outputJSON {
-			return writeJSON(cmd.OutOrStdout(), resp)
+		if c.structured() {
+			return c.writeMessage(cmd.OutOrStdout(), resp)
 		}
 		_, err = fmt.Fprintf(cmd.OutOrStdout(), "deleted template %s\n", args[0])
 		return err

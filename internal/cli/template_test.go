@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -280,10 +279,10 @@ func TestTemplateGetShowsRevisions(t *testing.T) {
 
 	stdout, _ := e.call(t, "", "template", "get", "base")
 	for _, want := range []string{
-		fmt.Sprintf("base %s 1 %d - %s", rev.GetRevision(), tpl.GetRevision(), tpl.GetCreatedAt().AsTime().UTC().Format(time.RFC3339)),
-		"REVISION DEFAULT SIZE UNPACKED SOURCE CREATED",
+		fmt.Sprintf("base %s 1 %d - %s", rev.GetRevision(), tpl.GetRevision(), age(tpl.GetCreatedAt())),
+		"REVISION DEFAULT SIZE UNPACKED SOURCE AGE",
 		fmt.Sprintf("%s true %s %s %s %s", rev.GetRevision(), approxSize(rev.GetSizeBytes()), approxSize(rev.GetUnpackedBytes()), rev.GetSource(),
-			timestamp(rev.GetCreatedAt())),
+			age(rev.GetCreatedAt())),
 	} {
 		found := false
 		for _, l := range strings.Split(stdout, "\n") {

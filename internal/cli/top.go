@@ -111,8 +111,8 @@ func wsTopCommand(c *conn) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		if c.output == outputJSON {
-			return writeJSON(out, m)
+		if c.structured() {
+			return c.writeMessage(out, m)
 		}
 		_, tty := terminalFd(out)
 		live := tty && !once
@@ -147,7 +147,7 @@ func wsTopCommand(c *conn) *cobra.Command {
 			}
 			prev, m = m, next
 			if !live {
-				return topTable.write(out, []topSample{{prev, m}})
+				return topTable.write(out, []topSample{{prev, m}}, false)
 			}
 		}
 	}
@@ -159,7 +159,7 @@ func drawTop(w io.Writer, id string, interval time.Duration, s topSample) error 
 	var frame bytes.Buffer
 	fmt.Fprintf(&frame, "%s   %s   every %s, Ctrl-C quits\n\n", id,
 		s.cur.GetReadAt().AsTime().Local().Format(time.TimeOnly), interval)
-	if err := topTable.write(&frame, []topSample{s}); err != nil {
+	if err := topTable.write(&frame, []topSample{s}, false); err != nil {
 		return err
 	}
 	text := strings.ReplaceAll(frame.String(), "\n", clearLineEnd+"\n")

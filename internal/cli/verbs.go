@@ -244,8 +244,8 @@ func (k kind[C, S, R]) deleteCommand(c *conn) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		if c.output == outputJSON {
-			return writeJSON(cmd.OutOrStdout(), resp)
+		if c.structured() {
+			return c.writeMessage(cmd.OutOrStdout(), resp)
 		}
 		_, err = fmt.Fprintf(cmd.OutOrStdout(), "deleted %s %s\n", k.name, args[0])
 		return err

@@ -37,7 +37,7 @@ func volumeCommand() *cobra.Command {
 }
 
 var volumeTable = table[*ctrlv1.Volume]{
-	header: []string{"ID", "STATE", "CAPACITY", "POOL", "WORKSPACE", "USED", "CONDITION", "LABELS", "CREATED"},
+	header: []string{"ID", "STATE", "CAPACITY", "POOL", "WORKSPACE", "USED", "CONDITION", "LABELS", "AGE"},
 	row: func(v *ctrlv1.Volume) []string {
 		used, condition := "-", "-"
 		if o := v.GetObservation(); o != nil {
@@ -55,7 +55,7 @@ var volumeTable = table[*ctrlv1.Volume]{
 			used,
 			condition,
 			pairs(v.GetLabels()),
-			timestamp(v.GetCreatedAt()),
+			age(v.GetCreatedAt()),
 		}
 	},
 }

@@ -126,12 +126,12 @@ func TestVolumeCreateSendsSpec(t *testing.T) {
 	stdout, _ := e.call(t, "", "volume", "create", "--size", "64Mi", "--pool", "default",
 		"--label", "team=ml", "--annotation", "note=x", "--command-id", "c1")
 	lines := fields(stdout)
-	if len(lines) != 2 || lines[0] != "ID STATE CAPACITY POOL WORKSPACE USED CONDITION LABELS CREATED" {
+	if len(lines) != 2 || lines[0] != "ID STATE CAPACITY POOL WORKSPACE USED CONDITION LABELS AGE" {
 		t.Fatalf("table:\n%s", stdout)
 	}
 	row := strings.Fields(lines[1])
 	v := e.volume(t, row[0])
-	if want := v.GetVolumeId() + " CREATING 64Mi default - - - team=ml " + timestamp(v.GetCreatedAt()); lines[1] != want {
+	if want := v.GetVolumeId() + " CREATING 64Mi default - - - team=ml " + age(v.GetCreatedAt()); lines[1] != want {
 		t.Errorf("row = %q, want %q", lines[1], want)
 	}
 	if v.GetSpec().GetCapacityBytes() != 64<<20 || v.GetSpec().GetStoragePool() != "default" || v.GetAnnotations()["note"] != "x" {
@@ -193,10 +193,10 @@ func TestVolumeListFollowsPages(t *testing.T) {
 	}
 	stdout, _ := e.call(t, "", "volume", "list", "--all", "--selector", "team=ml")
 	want := []string{
-		"ID STATE CAPACITY POOL WORKSPACE USED CONDITION LABELS CREATED",
-		"vol_1 ATTACHED 10Gi fast ws_1 1.5Gi HEALTHY team=ml 2025-03-01T12:00:00Z",
-		"vol_2 FAILED(INTERNAL) 10Gi fast - - - team=ml 2025-03-01T12:00:00Z",
-		"vol_3 AVAILABLE(RESIZE_FAILED) 10Gi fast - 0 DAMAGED team=ml 2025-03-01T12:00:00Z",
+		"ID STATE CAPACITY POOL WORKSPACE USED CONDITION LABELS AGE",
+		"vol_1 ATTACHED 10Gi fast ws_1 1.5Gi HEALTHY team=ml " + age(a.GetCreatedAt()),
+		"vol_2 FAILED(INTERNAL) 10Gi fast - - - team=ml " + age(b.GetCreatedAt()),
+		"vol_3 AVAILABLE(RESIZE_FAILED) 10Gi fast - 0 DAMAGED team=ml " + age(c.GetCreatedAt()),
 	}
 	if got := fields(stdout); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("table:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

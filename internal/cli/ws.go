@@ -46,6 +46,7 @@ func wsCommand() *cobra.Command {
 		wsDiskCommand(c),
 		wsVolumeCommand(c),
 		wsNetworkCommand(c),
+		wsDescribeCommand(c),
 		wsExecCommand(c),
 		wsCpCommand(c),
 		wsPsCommand(c),
@@ -62,7 +63,7 @@ func wsCommand() *cobra.Command {
 }
 
 var workspaceTable = table[*ctrlv1.Workspace]{
-	header: []string{"ID", "STATE", "GEN", "TEMPLATE", "CPU", "MEMORY", "DISK", "VOLUME", "LABELS", "CREATED"},
+	header: []string{"ID", "STATE", "GEN", "TEMPLATE", "CPU", "MEMORY", "DISK", "VOLUME", "LABELS", "AGE"},
 	row: func(w *ctrlv1.Workspace) []string {
 		s := w.GetSpec()
 		r := s.GetResources()
@@ -76,7 +77,21 @@ var workspaceTable = table[*ctrlv1.Workspace]{
 			formatSize(r.GetWritableLayerBytes()),
 			bindingCell(s.GetVolume()),
 			pairs(w.GetLabels()),
-			timestamp(w.GetCreatedAt()),
+			age(w.GetCreatedAt()),
+		}
+	},
+	wideHeader: []string{"NETWORK", "EXPIRES", "ACTION", "ANNOTATIONS"},
+	wideRow: func(w *ctrlv1.Workspace) []string {
+		exp := w.GetExpiration().GetPolicy()
+		action := "-"
+		if exp != nil {
+			action = enumName(exp.GetAction(), "WORKSPACE_EXPIRATION_ACTION_")
+		}
+		return []string{
+			enumName(w.GetSpec().GetNetworkPolicy().GetMode(), "NETWORK_POLICY_MODE_"),
+			timestamp(exp.GetDeadline()),
+			action,
+			pairs(w.GetAnnotations()),
 		}
 	},
 }
@@ -452,7 +467,7 @@ func watchRows(cmd *cobra.Command, c *conn, id string, header []string, row func
 		if cells == nil {
 			continue
 		}
-		if c.output == outputJSON {
+		if c.structured() {
 			b, err := protojson.Marshal(stream.Msg())
 			if err != nil {
 				return err

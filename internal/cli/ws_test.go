@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -113,12 +114,12 @@ func TestWorkspaceCreateSendsSpec(t *testing.T) {
 	}
 
 	lines := strings.Split(strings.TrimRight(stdout, "\n"), "\n")
-	if got := strings.Join(strings.Fields(lines[0]), " "); got != "ID STATE GEN TEMPLATE CPU MEMORY DISK VOLUME LABELS CREATED" {
+	if got := strings.Join(strings.Fields(lines[0]), " "); got != "ID STATE GEN TEMPLATE CPU MEMORY DISK VOLUME LABELS AGE" {
 		t.Errorf("header = %q", got)
 	}
 	row := strings.Fields(lines[1])
 	ws := e.workspace(t, row[0])
-	created := ws.GetCreatedAt().AsTime().UTC().Format(time.RFC3339)
+	created := age(ws.GetCreatedAt())
 	if got, want := strings.Join(row, " "), ws.GetWorkspaceId()+" CREATING 0 base@"+rev+" 500m 1Gi 10Gi - team=ml "+created; got != want {
 		t.Errorf("row = %q, want %q", got, want)
 	}
@@ -419,5 +420,65 @@ func TestReporterOnTerminalRewritesInPlace(t *testing.T) {
 		"CREATING → AVAILABLE in 0s\n"
 	if got != want {
 		t.Errorf("terminal output = %q\nwant %q", got, want)
+	}
+}
+
+// -o wide adds columns to the table; -o yaml prints the response as YAML,
+// its keys in the order of the JSON.
+func TestWideAndYAMLOutput(t *testing.T) {
+	e := newUpEnv(t)
+	ws := e.createWorkspace(t, append([]string{"--annotation", "note=x", "--expire-in", "2h"}, smallWorkspace...)...)
+	id := ws.GetWorkspaceId()
+	stdout, _ := e.call(t, "", "ws", "get", id, "-o", "wide")
+	lines := fields(stdout)
+	if len(lines) != 2 || !strings.HasSuffix(lines[0], " AGE NETWORK EXPIRES ACTION ANNOTATIONS") {
+		t.Fatalf("wide table:\n%s", stdout)
+	}
+	deadline := ws.GetExpiration().GetPolicy().GetDeadline().AsTime().UTC().Format(time.RFC3339)
+	if want := " DENY_ALL " + deadline + " STOP note=x"; !strings.HasSuffix(lines[1], want) {
+		t.Errorf("wide row %q does not end with %q", lines[1], want)
+	}
+
+	stdout, _ = e.call(t, "", "ws", "get", id, "-o", "yaml")
+	var doc struct {
+		Workspace struct {
+			WorkspaceID string            `yaml:"workspaceId"`
+			Annotations map[string]string `yaml:"annotations"`
+		} `yaml:"workspace"`
+	}
+	if err := yaml.Unmarshal([]byte(stdout), &doc); err != nil || doc.Workspace.WorkspaceID != id || doc.Workspace.Annotations["note"] != "x" {
+		t.Fatalf("yaml: %+v, %v\n%s", doc, err, stdout)
+	}
+	if !strings.HasPrefix(stdout, "workspace:\n  workspaceId: "+id+"\n") {
+		t.Errorf("yaml is not in block style, in the order of the JSON:\n%s", stdout)
+	}
+	if _, _, err := e.run(t, "", "ws", "get", id, "-o", "xml", "--addr", e.addr, "--token", e.token); err == nil || !strings.Contains(err.Error(), "want table, wide, json or yaml") {
+		t.Errorf("-o xml: %v", err)
+	}
+}
+
+func TestDescribe(t *testing.T) {
+	e := newUpEnv(t)
+	ws := e.createWorkspace(t, append([]string{"--wait", "--label", "team=ml", "--annotation", "note=x", "--expire-in", "2h", "--expire-action", "stop"}, smallWorkspace...)...)
+	id := ws.GetWorkspaceId()
+	stdout, _ := e.call(t, "", "ws", "describe", id)
+	got := strings.Join(fields(stdout), "\n")
+	deadline := ws.GetExpiration().GetPolicy().GetDeadline().AsTime().UTC().Format(time.RFC3339)
+	for _, want := range []string{
+		"ID " + id, "STATE AVAILABLE", "LABELS team=ml", "ANNOTATIONS note=x",
+		"EXPIRES " + deadline + " (STOP)", "CREATED " + ws.GetCreatedAt().AsTime().UTC().Format(time.RFC3339) + " (",
+		"NETWORK", "MODE DENY_ALL",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("describe lacks %q:\n%s", want, got)
+		}
+	}
+	var resp ctrlv1.GetWorkspaceResponse
+	e.callJSON(t, &resp, "ws", "describe", id, "-o", "json")
+	if resp.GetWorkspace().GetWorkspaceId() != id {
+		t.Errorf("describe -o json: %v", &resp)
+	}
+	if _, _, err := e.run(t, "", "ws", "describe", "ws_06h38fjb8dr6d00n3d7fkxjf2m", "--addr", e.addr, "--token", e.token); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("describe of a missing workspace: %v", err)
 	}
 }

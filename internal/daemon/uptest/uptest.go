@@ -11,8 +11,12 @@ package uptest
 import (
 	"context"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,6 +25,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/uuid"
 
 	adminv1 "github.com/kibotos/kibotos/gen/kibotos/admin/v1"
@@ -41,9 +46,14 @@ type Deployment struct {
 	Home string
 	// AdminToken is the bootstrap admin token of the operator project.
 	AdminToken string
+	// Registry is the host:port of an image registry on loopback, without
+	// auth, that the deployment pulls templates from over plain HTTP (its
+	// loopback address exempt from the check of special-purpose addresses).
+	Registry string
 
-	cancel context.CancelFunc
-	done   chan error
+	registry *httptest.Server
+	cancel   context.CancelFunc
+	done     chan error
 }
 
 var (
@@ -77,10 +87,12 @@ func start() (*Deployment, error) {
 	}
 	home := filepath.Join(dir, "home")
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &Deployment{Home: home, cancel: cancel, done: make(chan error, 1)}
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	d := &Deployment{Home: home, Registry: strings.TrimPrefix(reg.URL, "http://"), registry: reg, cancel: cancel, done: make(chan error, 1)}
 	ready := make(chan net.Addr, 1)
 	go func() {
 		d.done <- daemon.Run(ctx, daemon.Options{Home: home, Listen: "127.0.0.1:0", Host: true, GuestAgent: guest,
+			InsecureRegistries: []string{d.Registry}, UnsafeExemptRanges: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
 			Ready: func(a net.Addr) { ready <- a }})
 	}()
 	select {
@@ -88,9 +100,11 @@ func start() (*Deployment, error) {
 		d.URL = "http://" + a.String()
 	case err := <-d.done:
 		cancel()
+		reg.Close()
 		return nil, fmt.Errorf("kibotos up: %w", err)
 	case <-time.After(60 * time.Second):
 		cancel()
+		reg.Close()
 		return nil, fmt.Errorf("kibotos up did not start in 60s")
 	}
 	// The admin token file is written before the listener is ready.
@@ -122,6 +136,7 @@ func Main(m *testing.M) int {
 // stop stops the deployment. Each test deleted what it created.
 func (d *Deployment) stop() error {
 	d.cancel()
+	defer d.registry.Close()
 	if err := <-d.done; err != nil {
 		return fmt.Errorf("kibotos up: %w", err)
 	}

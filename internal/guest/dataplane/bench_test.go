@@ -83,6 +83,9 @@ func BenchmarkWriteFile(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+		if err := stream.Send(&datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Commit{Commit: true}}); err != nil {
+			b.Fatal(err)
+		}
 		if _, err := stream.CloseAndReceive(); err != nil {
 			b.Fatal(err)
 		}

@@ -141,8 +141,8 @@ func (s *FileService) ReadFile(ctx context.Context, req *connect.Request[datav1.
 }
 
 // WriteFile implements FileService.WriteFile. The data goes to a new
-// file beside the target, which is synced and renamed over it: a failed
-// write leaves the old file as it was. A final symlink is followed, so
+// file beside the target, which is synced and renamed over it once commit
+// arrives: a failed or unfinished write leaves the old file as it was. A final symlink is followed, so
 // the file it points to is replaced. Replacing a file keeps its mode and
 // owner (setuid and setgid are dropped when another user writes it); a
 // new file gets start.mode and belongs to the user.
@@ -166,7 +166,7 @@ func (s *FileService) WriteFile(ctx context.Context, stream *connect.ClientStrea
 			os.Remove(rep.tmp.Name()) // ours: the agent may remove it
 		}
 	}()
-	if err := receiveData(stream, rep.tmp); err != nil {
+	if err := receiveData(stream, start, rep.tmp); err != nil {
 		return nil, toConnect(stageWritingFile, err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -210,18 +210,42 @@ func receiveStart(stream *connect.ClientStream[datav1.WriteFileRequest]) (*datav
 	return start, nil
 }
 
-// receiveData writes the data of WriteFile's further messages to f.
-func receiveData(stream *connect.ClientStream[datav1.WriteFileRequest], f *os.File) error {
+// receiveData writes the data of WriteFile's further messages to f until
+// commit, which must be the last message and, when start.size is set, come
+// after exactly that many bytes. A stream that ends without commit was cut
+// short: aborted, so nothing is written.
+func receiveData(stream *connect.ClientStream[datav1.WriteFileRequest], start *datav1.WriteFileStart, f *os.File) error {
+	var received uint64
 	for stream.Receive() {
-		msg := stream.Msg()
-		if msg.GetStart() != nil {
+		switch part := stream.Msg().GetPart().(type) {
+		case *datav1.WriteFileRequest_Start:
 			return newError(connect.CodeInvalidArgument, stageWritingFile, "start sent twice")
-		}
-		if _, err := f.Write(msg.GetData()); err != nil {
-			return err
+		case *datav1.WriteFileRequest_Commit:
+			if !part.Commit {
+				return newError(connect.CodeInvalidArgument, stageWritingFile, "commit must be true")
+			}
+			if start.Size != nil && received != start.GetSize() {
+				return newError(connect.CodeInvalidArgument, stageWritingFile, "received %d bytes, start declared size %d", received, start.GetSize())
+			}
+			if stream.Receive() {
+				return newError(connect.CodeInvalidArgument, stageWritingFile, "a message after commit")
+			}
+			return stream.Err()
+		default:
+			data := stream.Msg().GetData()
+			received += uint64(len(data))
+			if start.Size != nil && received > start.GetSize() {
+				return newError(connect.CodeInvalidArgument, stageWritingFile, "more than the %d bytes start declared", start.GetSize())
+			}
+			if _, err := f.Write(data); err != nil {
+				return err
+			}
 		}
 	}
-	return stream.Err()
+	if err := stream.Err(); err != nil {
+		return err
+	}
+	return newError(connect.CodeAborted, stageWritingFile, "the stream ended without commit after %d bytes: nothing was written", received)
 }
 
 // replacement is a file being written: a new temporary file beside the

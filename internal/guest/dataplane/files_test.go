@@ -34,12 +34,21 @@ func (e *testEnv) readAll(ctx context.Context, path, user string) ([]byte, int, 
 	return buf.Bytes(), msgs, stream.Err()
 }
 
-// write writes a file through WriteFile.
+// write writes a file through WriteFile: start, chunks, commit.
 func (e *testEnv) write(ctx context.Context, start *datav1.WriteFileStart, chunks ...string) (*datav1.FileInfo, error) {
+	return e.writeMsgs(ctx, start, true, chunks...)
+}
+
+// writeMsgs sends start and chunks, then commit if commit is set, and
+// ends the stream normally.
+func (e *testEnv) writeMsgs(ctx context.Context, start *datav1.WriteFileStart, commit bool, chunks ...string) (*datav1.FileInfo, error) {
 	stream := e.fc.WriteFile(ctx)
 	msgs := []*datav1.WriteFileRequest{{Part: &datav1.WriteFileRequest_Start{Start: start}}}
 	for _, c := range chunks {
 		msgs = append(msgs, &datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Data{Data: []byte(c)}})
+	}
+	if commit {
+		msgs = append(msgs, &datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Commit{Commit: true}})
 	}
 	for _, m := range msgs {
 		if err := stream.Send(m); err != nil {
@@ -179,8 +188,7 @@ func TestWriteFileAtomic(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	// Cancelling resets the HTTP/2 stream. (CloseAndReceive first would
-	// end the request normally, and the server would commit.)
+	// Cancelling resets the HTTP/2 stream.
 	cancel()
 	for len(leftovers()) > 0 {
 		if time.Now().After(deadline) {
@@ -204,6 +212,45 @@ func TestWriteFileAtomic(t *testing.T) {
 	wantCode(t, err, connect.CodeInvalidArgument, stageWritingFile)
 	if b, _ := os.ReadFile(path); string(b) != "old" || len(leftovers()) > 0 {
 		t.Fatalf("after a bad stream: %q, left %v", b, leftovers())
+	}
+
+	// A stream that ends normally but without commit, as an aborted
+	// upload's can when its end arrives before its reset, writes nothing.
+	_, err = e.writeMsgs(ctx, &datav1.WriteFileStart{Path: path}, false, "cut ", "short")
+	wantCode(t, err, connect.CodeAborted, stageWritingFile)
+	if b, _ := os.ReadFile(path); string(b) != "old" || len(leftovers()) > 0 {
+		t.Fatalf("after a stream without commit: %q, left %v", b, leftovers())
+	}
+	// A declared size that the data misses, either way, is refused.
+	for _, chunks := range [][]string{{"four"}, {"four", "more"}} {
+		size := uint64(6)
+		_, err = e.write(ctx, &datav1.WriteFileStart{Path: path, Size: &size}, chunks...)
+		wantCode(t, err, connect.CodeInvalidArgument, stageWritingFile)
+		if b, _ := os.ReadFile(path); string(b) != "old" || len(leftovers()) > 0 {
+			t.Fatalf("after a wrong size (%q): %q, left %v", chunks, b, leftovers())
+		}
+	}
+	// Data after commit is refused.
+	_, err = e.writeMsgs(ctx, &datav1.WriteFileStart{Path: path}, true, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s3 := e.fc.WriteFile(ctx)
+	s3.Send(&datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Start{Start: &datav1.WriteFileStart{Path: path}}})
+	s3.Send(&datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Commit{Commit: true}})
+	s3.Send(&datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Data{Data: []byte("late")}})
+	_, err = s3.CloseAndReceive()
+	wantCode(t, err, connect.CodeInvalidArgument, stageWritingFile)
+	if b, _ := os.ReadFile(path); string(b) != "x" || len(leftovers()) > 0 {
+		t.Fatalf("after data past commit: %q, left %v", b, leftovers())
+	}
+	// The right size commits.
+	size := uint64(4)
+	if _, err := e.write(ctx, &datav1.WriteFileStart{Path: path, Size: &size}, "si", "ze"); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "size" {
+		t.Fatalf("after a sized write: %q", b)
 	}
 
 	// A good write replaces the content and keeps the mode.
@@ -239,9 +286,9 @@ func TestWriteFileAtomic(t *testing.T) {
 	wantCode(t, err, connect.CodeNotFound, stageWritingFile)
 	_, err = e.write(ctx, &datav1.WriteFileStart{Path: ""}, "x")
 	wantCode(t, err, connect.CodeInvalidArgument, stageWritingFile)
-	s3 := e.fc.WriteFile(ctx)
-	s3.Send(&datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Data{Data: []byte("x")}})
-	_, err = s3.CloseAndReceive()
+	s4 := e.fc.WriteFile(ctx)
+	s4.Send(&datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Data{Data: []byte("x")}})
+	_, err = s4.CloseAndReceive()
 	wantCode(t, err, connect.CodeInvalidArgument, stageWritingFile)
 }
 

@@ -144,6 +144,7 @@ func TestInGuest(t *testing.T) {
 	ws := fc.WriteFile(ctx)
 	ws.Send(&datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Start{Start: &datav1.WriteFileStart{Path: "notes", User: "app"}}})
 	ws.Send(&datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Data{Data: []byte("hello guest")}})
+	ws.Send(&datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Commit{Commit: true}})
 	resp, err := ws.CloseAndReceive()
 	if err != nil {
 		t.Fatal(err)

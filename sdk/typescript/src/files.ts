@@ -6,7 +6,7 @@ import {
   type WriteFileRequest,
   WriteFileRequestSchema,
 } from "../gen/kibotos/data/v1/data_pb.js";
-import { chunks, type Source } from "./bytes.js";
+import { bytesOf, chunks, type Source } from "./bytes.js";
 import { Code } from "@connectrpc/connect";
 import { KibotosError, sessionExpired, toKibotosError } from "./errors.js";
 import type { Sessions } from "./session.js";
@@ -73,15 +73,22 @@ export class Files {
    * nothing.
    */
   async upload(path: string, src: Source, opts: WriteOptions = {}): Promise<FileInfo> {
-    const start = { path, user: opts.user ?? "", mode: opts.mode ?? 0 };
-    // Only bytes in memory can be sent again with a new session.
+    // Only bytes in memory can be sent again with a new session; their
+    // size is known, and the guest checks it.
     const replayable = typeof src === "string" || src instanceof Uint8Array;
+    if (typeof src === "string") src = bytesOf(src);
+    const start = {
+      path,
+      user: opts.user ?? "",
+      mode: opts.mode ?? 0,
+      size: src instanceof Uint8Array ? BigInt(src.length) : undefined,
+    };
     for (let retried = false; ; retried = true) {
       const d = await this.sessions.get();
       const sending = new Upload(start, src, opts);
       try {
         const resp = await d.files.writeFile(sending.messages());
-        if (sending.abandoned !== undefined) throw sending.abandoned; // a guard: the guest refuses an abandoned write
+        if (sending.abandoned !== undefined) throw sending.abandoned; // a guard: the guest refuses a write without commit
         return resp.file!;
       } catch (e) {
         if (sending.abandoned !== undefined) throw sending.abandoned;
@@ -196,28 +203,24 @@ export class Files {
 }
 
 /**
- * Upload is the request stream of one WriteFile call: start, then the
- * data in chunks. The protocol has no message that abandons a write, and
- * a stream that ends, even one cut short, commits the bytes sent so far;
- * resetting the stream is not enough either, as Node.js's HTTP/2 ends a
- * stream's request side before it resets it. So when src fails or the
- * caller aborts, the stream sends start a second time, which the guest
- * refuses (invalid_argument) without writing the file, and abandoned holds
- * the error the call reports.
+ * Upload is the request stream of one WriteFile call: start, the data in
+ * chunks, then commit. The guest writes the file only after commit, so
+ * when src fails or the caller aborts, the stream just ends without it,
+ * however the HTTP/2 stream ends (Node.js's ends a stream's request side
+ * before it resets it), and abandoned holds the error the call reports.
  */
 class Upload {
   abandoned?: KibotosError;
   private readonly stopWaiting = new AbortController(); // the call ended: stop watching opts.signal
 
   constructor(
-    private readonly start: { path: string; user: string; mode: number },
+    private readonly start: { path: string; user: string; mode: number; size?: bigint },
     private readonly src: Source,
     private readonly opts: WriteOptions,
   ) {}
 
   async *messages(): AsyncGenerator<WriteFileRequest> {
-    const start = create(WriteFileRequestSchema, { part: { case: "start", value: this.start } });
-    yield start;
+    yield create(WriteFileRequestSchema, { part: { case: "start", value: this.start } });
     const aborted = abortion(this.opts.signal, this.stopWaiting.signal);
     const it = chunks(this.src, CHUNK_SIZE)[Symbol.asyncIterator]();
     let sent = 0;
@@ -228,16 +231,17 @@ class Upload {
       } catch (e) {
         const why = e instanceof Error ? e.message : String(e);
         this.abandoned = new KibotosError(`reading the upload: ${why}`, Code.Unknown, { cause: e });
-        yield start;
         return;
       }
       if (r === "aborted") {
         this.abandoned = new KibotosError("the upload was aborted", Code.Canceled, { cause: this.opts.signal?.reason });
         void it.return?.(undefined).catch(() => undefined);
-        yield start;
         return;
       }
-      if (r.done) return;
+      if (r.done) {
+        yield create(WriteFileRequestSchema, { part: { case: "commit", value: true } });
+        return;
+      }
       yield create(WriteFileRequestSchema, { part: { case: "data", value: r.value } });
       sent += r.value.length;
       this.opts.onProgress?.(sent);

@@ -1439,7 +1439,10 @@ type WriteFileStart struct {
 	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	User  string                 `protobuf:"bytes,2,opt,name=user,proto3" json:"user,omitempty"`
 	// mode of a new file; 0 is 0644.
-	Mode          uint32 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	Mode uint32 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	// size, when set, is the exact number of data bytes that follow: commit
+	// fails with invalid_argument when the guest received another number.
+	Size          *uint64 `protobuf:"varint,4,opt,name=size,proto3,oneof" json:"size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1495,13 +1498,22 @@ func (x *WriteFileStart) GetMode() uint32 {
 	return 0
 }
 
-// WriteFileRequest is one message of WriteFile: start first, then data.
+func (x *WriteFileStart) GetSize() uint64 {
+	if x != nil && x.Size != nil {
+		return *x.Size
+	}
+	return 0
+}
+
+// WriteFileRequest is one message of WriteFile: start first, then data,
+// then commit = true last. Without commit nothing is written.
 type WriteFileRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Part:
 	//
 	//	*WriteFileRequest_Start
 	//	*WriteFileRequest_Data
+	//	*WriteFileRequest_Commit
 	Part          isWriteFileRequest_Part `protobuf_oneof:"part"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1562,6 +1574,15 @@ func (x *WriteFileRequest) GetData() []byte {
 	return nil
 }
 
+func (x *WriteFileRequest) GetCommit() bool {
+	if x != nil {
+		if x, ok := x.Part.(*WriteFileRequest_Commit); ok {
+			return x.Commit
+		}
+	}
+	return false
+}
+
 type isWriteFileRequest_Part interface {
 	isWriteFileRequest_Part()
 }
@@ -1574,9 +1595,16 @@ type WriteFileRequest_Data struct {
 	Data []byte `protobuf:"bytes,2,opt,name=data,proto3,oneof"`
 }
 
+type WriteFileRequest_Commit struct {
+	// commit ends the upload: the data is complete, write the file.
+	Commit bool `protobuf:"varint,3,opt,name=commit,proto3,oneof"`
+}
+
 func (*WriteFileRequest_Start) isWriteFileRequest_Part() {}
 
 func (*WriteFileRequest_Data) isWriteFileRequest_Part() {}
+
+func (*WriteFileRequest_Commit) isWriteFileRequest_Part() {}
 
 // WriteFileResponse describes the written file.
 type WriteFileResponse struct {
@@ -3244,14 +3272,17 @@ const file_kibotos_data_v1_data_proto_rawDesc = "" +
 	"\x04user\x18\x02 \x01(\tR\x04user\"U\n" +
 	"\x10ReadFileResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12-\n" +
-	"\x04file\x18\x02 \x01(\v2\x19.kibotos.data.v1.FileInfoR\x04file\"L\n" +
+	"\x04file\x18\x02 \x01(\v2\x19.kibotos.data.v1.FileInfoR\x04file\"n\n" +
 	"\x0eWriteFileStart\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x12\n" +
-	"\x04mode\x18\x03 \x01(\rR\x04mode\"i\n" +
+	"\x04mode\x18\x03 \x01(\rR\x04mode\x12\x17\n" +
+	"\x04size\x18\x04 \x01(\x04H\x00R\x04size\x88\x01\x01B\a\n" +
+	"\x05_size\"\x83\x01\n" +
 	"\x10WriteFileRequest\x127\n" +
 	"\x05start\x18\x01 \x01(\v2\x1f.kibotos.data.v1.WriteFileStartH\x00R\x05start\x12\x14\n" +
-	"\x04data\x18\x02 \x01(\fH\x00R\x04dataB\x06\n" +
+	"\x04data\x18\x02 \x01(\fH\x00R\x04data\x12\x18\n" +
+	"\x06commit\x18\x03 \x01(\bH\x00R\x06commitB\x06\n" +
 	"\x04part\"B\n" +
 	"\x11WriteFileResponse\x12-\n" +
 	"\x04file\x18\x01 \x01(\v2\x19.kibotos.data.v1.FileInfoR\x04file\"Y\n" +
@@ -3543,9 +3574,11 @@ func file_kibotos_data_v1_data_proto_init() {
 		(*ProcessSelector_Pid)(nil),
 		(*ProcessSelector_Tag)(nil),
 	}
+	file_kibotos_data_v1_data_proto_msgTypes[21].OneofWrappers = []any{}
 	file_kibotos_data_v1_data_proto_msgTypes[22].OneofWrappers = []any{
 		(*WriteFileRequest_Start)(nil),
 		(*WriteFileRequest_Data)(nil),
+		(*WriteFileRequest_Commit)(nil),
 	}
 	file_kibotos_data_v1_data_proto_msgTypes[42].OneofWrappers = []any{
 		(*InputEvent_Key)(nil),

@@ -497,9 +497,13 @@ type FileServiceClient interface {
 	// ReadFile streams a file's bytes in order; a final symlink is followed.
 	ReadFile(context.Context, *connect.Request[v1.ReadFileRequest]) (*connect.ServerStreamForClient[v1.ReadFileResponse], error)
 	// WriteFile writes a whole file from a client stream: the first message
-	// names it, the rest carry data. The file is written to a temporary file
-	// in the same directory and renamed into place, so a failed write (no
-	// space, a dropped stream) leaves the old file intact.
+	// names it, the next carry data, and the last is commit. The file is
+	// written to a temporary file in the same directory and renamed into
+	// place only after commit (and only when start.size, if set, matches the
+	// bytes received), so a failed write (no space, a dropped or aborted
+	// stream) leaves the old file intact. A stream that ends without commit
+	// fails with aborted (stage WRITING_FILE) and changes nothing; a message
+	// after commit, or a size mismatch, is invalid_argument.
 	WriteFile(context.Context) *connect.ClientStreamForClient[v1.WriteFileRequest, v1.WriteFileResponse]
 	// DeleteFile deletes a file, or a directory when recursive is set (an
 	// empty directory without it).
@@ -637,9 +641,13 @@ type FileServiceHandler interface {
 	// ReadFile streams a file's bytes in order; a final symlink is followed.
 	ReadFile(context.Context, *connect.Request[v1.ReadFileRequest], *connect.ServerStream[v1.ReadFileResponse]) error
 	// WriteFile writes a whole file from a client stream: the first message
-	// names it, the rest carry data. The file is written to a temporary file
-	// in the same directory and renamed into place, so a failed write (no
-	// space, a dropped stream) leaves the old file intact.
+	// names it, the next carry data, and the last is commit. The file is
+	// written to a temporary file in the same directory and renamed into
+	// place only after commit (and only when start.size, if set, matches the
+	// bytes received), so a failed write (no space, a dropped or aborted
+	// stream) leaves the old file intact. A stream that ends without commit
+	// fails with aborted (stage WRITING_FILE) and changes nothing; a message
+	// after commit, or a size mismatch, is invalid_argument.
 	WriteFile(context.Context, *connect.ClientStream[v1.WriteFileRequest]) (*connect.Response[v1.WriteFileResponse], error)
 	// DeleteFile deletes a file, or a directory when recursive is set (an
 	// empty directory without it).
