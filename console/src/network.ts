@@ -92,14 +92,17 @@ export function networkView(body: HTMLElement, workspaceId: string, live: Live, 
       load(r.workspace?.spec?.networkPolicy);
       live.set(r.workspace!);
     } catch (e) {
+      // A stale edit: read the current policy first, so that the conflict
+      // and the policy show together.
+      const current = ConnectError.from(e).code === Code.Aborted
+        ? await api.workspaces.getWorkspace({ workspaceId }).then((r) => r.workspace?.spec?.networkPolicy, () => undefined)
+        : undefined;
       showError(e, fields, "net-form");
-      if (ConnectError.from(e).code === Code.Aborted) {
-        const r = await api.workspaces.getWorkspace({ workspaceId });
-        const current = r.workspace?.spec?.networkPolicy;
+      if (current) {
         const reload = h("button", { type: "button", class: "small", onclick: () => { load(current); conflict.replaceChildren(); setError("net-form", ""); } },
           "Edit the current policy");
         conflict.replaceChildren(
-          h("p", null, `Conflict: this edit was made on revision ${expected}, and the policy is now at revision ${current?.revision ?? 0}. Nothing was changed.`),
+          h("p", null, `Conflict: this edit was made on revision ${expected}, and the policy is now at revision ${current.revision}. Nothing was changed.`),
           h("pre", { id: "net-current" }, policyText(current)), reload);
       }
     }
