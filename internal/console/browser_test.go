@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 	"github.com/google/uuid"
@@ -21,6 +23,7 @@ import (
 	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/console"
 	"github.com/kibotos/kibotos/internal/daemon/uptest"
+	"github.com/kibotos/kibotos/sdk"
 )
 
 func TestMain(m *testing.M) { os.Exit(uptest.Main(m)) }
@@ -29,15 +32,15 @@ func TestMain(m *testing.M) { os.Exit(uptest.Main(m)) }
 // screenshots in; unset, they go to the test's temporary directory.
 const ScreenshotsEnv = "KIBOTOS_CONSOLE_SCREENSHOTS"
 
-// browser drives headless Chromium against the console of a deployment.
-type browser struct {
+// page drives headless Chromium against the console of a deployment.
+type page struct {
 	t    *testing.T
 	ctx  context.Context
 	shot string // screenshot directory
 	n    int
 }
 
-func newBrowser(t *testing.T) *browser {
+func newPage(t *testing.T) *page {
 	t.Helper()
 	chromium, err := exec.LookPath("chromium")
 	if err != nil {
@@ -60,10 +63,10 @@ func newBrowser(t *testing.T) *browser {
 	t.Cleanup(cancel)
 	ctx, cancel = context.WithTimeout(ctx, 5*time.Minute)
 	t.Cleanup(cancel)
-	return &browser{t: t, ctx: ctx, shot: dir}
+	return &page{t: t, ctx: ctx, shot: dir}
 }
 
-func (b *browser) do(steps ...chromedp.Action[chromedp.Void]) {
+func (b *page) do(steps ...chromedp.Action[chromedp.Void]) {
 	b.t.Helper()
 	if err := chromedp.Do(b.ctx, steps...); err != nil {
 		b.t.Fatal(err)
@@ -71,7 +74,7 @@ func (b *browser) do(steps ...chromedp.Action[chromedp.Void]) {
 }
 
 // wait polls a JavaScript expression until it is true.
-func (b *browser) wait(what, expr string) {
+func (b *page) wait(what, expr string) {
 	b.t.Helper()
 	if _, err := chromedp.Run(b.ctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(3*time.Minute))); err != nil {
 		b.screenshot("failed")
@@ -81,7 +84,7 @@ func (b *browser) wait(what, expr string) {
 }
 
 // text returns the text of the first element matching a CSS selector.
-func (b *browser) text(sel string) string {
+func (b *page) text(sel string) string {
 	b.t.Helper()
 	s, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](fmt.Sprintf(`document.querySelector(%q)?.textContent ?? ""`, sel)))
 	if err != nil {
@@ -91,7 +94,7 @@ func (b *browser) text(sel string) string {
 }
 
 // screenshot saves the page as NN-name.png.
-func (b *browser) screenshot(name string) {
+func (b *page) screenshot(name string) {
 	b.t.Helper()
 	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
 	if err != nil {
@@ -110,7 +113,7 @@ func (b *browser) screenshot(name string) {
 // input method does) and presses Enter as a raw key. chromedp's SendKeys
 // sends each character as a key down and a separate char event, which a
 // terminal reads as two presses.
-func (b *browser) typeLine(text string) {
+func (b *page) typeLine(text string) {
 	b.t.Helper()
 	steps := []func() error{
 		func() error {
@@ -148,7 +151,7 @@ func TestConsole(t *testing.T) {
 	}
 	d := uptest.Shared(t)
 	token := d.Project(t)
-	b := newBrowser(t)
+	b := newPage(t)
 	ctx := t.Context()
 	wss := ctrlv1connect.NewWorkspaceServiceClient(http.DefaultClient, d.URL, connect.WithInterceptors(bearer.Token(token)))
 	list := func() []*ctrlv1.Workspace {
@@ -225,6 +228,42 @@ func TestConsole(t *testing.T) {
 	b.wait("the uploaded file listed", `[...document.querySelectorAll("table[aria-label=Files] tbody td:first-child")].some(td => td.textContent === "hello-console.txt")`)
 	b.wait("the upload done", `document.querySelector(".progress li")?.textContent.includes("uploaded")`)
 	b.screenshot("files")
+	want, _ := os.ReadFile(upload)
+	ws, err := sdk.New(d.URL, token).Workspace(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ws.ReadFile(ctx, "/tmp/hello-console.txt"); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("the uploaded file holds %d bytes (%v), want the %d sent", len(got), err, len(want))
+	}
+	// Download, rename, delete.
+	downloads := t.TempDir()
+	if _, err := chromedp.CallBrowser(b.ctx, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{
+		Behavior: browser.SetDownloadBehaviorBehaviorAllow, DownloadPath: downloads}); err != nil {
+		t.Fatal(err)
+	}
+	b.do(chromedp.Click(chromedp.CSS(`button[aria-label="Download hello-console.txt"]`)))
+	deadline := time.Now().Add(time.Minute)
+	for {
+		got, err := os.ReadFile(filepath.Join(downloads, "hello-console.txt"))
+		if err == nil && bytes.Equal(got, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the download holds %d bytes (%v), want %d", len(got), err, len(want))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	names := `[...document.querySelectorAll("table[aria-label=Files] tbody td:first-child")].map(td => td.textContent)`
+	b.do(chromedp.Click(chromedp.CSS(`button[aria-label="Rename hello-console.txt"]`)),
+		chromedp.SetValue(chromedp.CSS("#rename-hello-console_txt"), "renamed.txt"),
+		chromedp.Click(chromedp.CSS(`form.inline button[type=submit]`)))
+	b.wait("the renamed file", names+`.includes("renamed.txt") && !`+names+`.includes("hello-console.txt")`)
+	b.do(chromedp.Click(chromedp.CSS(`button[aria-label="Delete renamed.txt"]`)))
+	b.wait("the file gone", `!`+names+`.includes("renamed.txt")`)
+	if _, err := ws.ReadFile(ctx, "/tmp/renamed.txt"); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("reading the deleted file: %v", err)
+	}
 
 	// Network: an invalid CIDR is refused next to its field and stores
 	// nothing; an edit on a stale revision shows the conflict and the
@@ -288,4 +327,8 @@ func TestConsole(t *testing.T) {
 	b.screenshot("deleted")
 	b.do(chromedp.Navigate(d.URL+"/#/resources"), chromedp.WaitVisible(chromedp.CSS("table[aria-label=Tokens]")))
 	b.screenshot("resources")
+	// A phone's width.
+	b.do(chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile), chromedp.Navigate(d.URL+"/#/workspaces"),
+		chromedp.WaitVisible(chromedp.CSS("form.create")))
+	b.screenshot("workspaces-phone")
 }
