@@ -321,8 +321,8 @@ func TestConsole(t *testing.T) {
 
 	// Delete, confirmed, from the workspace's page.
 	b.do(chromedp.Navigate(d.URL+"/#/workspaces/"+id), chromedp.WaitVisible(chromedp.CSS("#ws-state")))
-	b.do(chromedp.Click(chromedp.CSS(`button[aria-label="Delete `+id+`"]`)))
-	b.do(chromedp.Click(chromedp.CSS(`button[aria-label="Confirm delete `+id+`"]`)))
+	b.do(chromedp.Click(chromedp.CSS(`button[aria-label="Delete ` + id + `"]`)))
+	b.do(chromedp.Click(chromedp.CSS(`button[aria-label="Confirm delete ` + id + `"]`)))
 	b.wait("DELETED", `document.getElementById("ws-state").textContent === "DELETED"`)
 	b.screenshot("deleted")
 	b.do(chromedp.Navigate(d.URL+"/#/resources"), chromedp.WaitVisible(chromedp.CSS("table[aria-label=Tokens]")))
