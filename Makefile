@@ -23,7 +23,7 @@ all: build
 deps:
 	scripts/install-deps
 
-# build bundles the web console (console/, npm) into internal/console/dist,
+# build bundles the web console (console/, npm) into internal/ctrl/console/dist,
 # which the kibotos binary embeds, then builds the binaries.
 build: console
 	go build -trimpath -o bin/kibotos ./cmd/kibotos

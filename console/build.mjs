@@ -1,5 +1,5 @@
 // build.mjs bundles the console (src/main.ts, its CSS and xterm.js's) with
-// esbuild into ../internal/console/dist: index.html and assets/ named by
+// esbuild into ../internal/ctrl/console/dist: index.html and assets/ named by
 // content hash, which the kibotos binary embeds. The generated client is
 // the TypeScript SDK's (../sdk/typescript/gen); its imports resolve to
 // this package's pinned node_modules, so the bundle holds one copy of each
@@ -10,7 +10,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const out = path.join(here, "..", "internal", "console", "dist");
+const out = path.join(here, "..", "internal", "ctrl", "console", "dist");
 
 // Imports from the SDK's generated code resolve from here, not from
 // sdk/typescript/node_modules (which may not exist, or hold another copy).

@@ -1,7 +1,7 @@
 // Package server assembles ctrl's HTTP surface: the Connect handlers of
 // every service behind the auth interceptor, gRPC health and reflection,
 // the deployment's metrics at GET /metrics, and the web console at / and
-// /assets/ (internal/console), on one listener that speaks HTTP/1.1 and cleartext HTTP/2, so Connect
+// /assets/ (internal/ctrl/console), on one listener that speaks HTTP/1.1 and cleartext HTTP/2, so Connect
 // (JSON and binary), gRPC and gRPC-Web all work on one port.
 package server
 
@@ -24,10 +24,10 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/admin/v1/adminv1connect"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
-	"github.com/kibotos/kibotos/internal/console"
 	"github.com/kibotos/kibotos/internal/ctrl/api"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/changes"
+	"github.com/kibotos/kibotos/internal/ctrl/console"
 	"github.com/kibotos/kibotos/internal/ctrl/exposures"
 	"github.com/kibotos/kibotos/internal/ctrl/metrics"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
