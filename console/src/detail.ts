@@ -1,9 +1,10 @@
 // One workspace's page: its overview (kept live by WatchWorkspace), and
 // tabs for the terminal, files and network policy.
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import { StopMode, WorkspaceState, type Workspace } from "../../sdk/typescript/gen/kibotos/ctrl/v1/ctrl_pb.js";
+import { StopMode, WorkspaceExpirationAction, WorkspaceState, type Workspace } from "../../sdk/typescript/gen/kibotos/ctrl/v1/ctrl_pb.js";
 import { api, apiError, command, errorText } from "./api.js";
 import { age, h, labelsText } from "./dom.js";
+import { editForms } from "./edit.js";
 import { filesView } from "./files.js";
 import { networkView } from "./network.js";
 import { terminalView } from "./terminal.js";
@@ -86,7 +87,7 @@ export function workspaceView(main: HTMLElement, id: string, tab: string, signal
   watch(id, live, signal, (msg) => (error.textContent = msg));
   switch (t) {
     case "overview":
-      overview(body, live, signal);
+      overview(body, id, live, signal);
       break;
     case "terminal":
       whenAvailable(body, live, signal, () => terminalView(body, id, signal));
@@ -112,9 +113,10 @@ function whenAvailable(body: HTMLElement, live: Live, signal: AbortSignal, open:
   }, signal);
 }
 
-function overview(body: HTMLElement, live: Live, signal: AbortSignal) {
+function overview(body: HTMLElement, id: string, live: Live, signal: AbortSignal) {
   const dl = h("dl", { class: "facts" });
   body.replaceChildren(h("h2", null, "Overview"), dl);
+  editForms(body, id, live, signal);
   live.subscribe((w) => {
     const facts: [string, string][] = [
       ["State", stateName(w.state)],
@@ -125,6 +127,7 @@ function overview(body: HTMLElement, live: Live, signal: AbortSignal) {
       ["Labels", labelsText(w.labels)],
       ["Guest", guestText(w)],
       ["Generation", String(w.generation)],
+      ["Expiration", w.expiration?.policy?.deadline ? `${timestampDate(w.expiration.policy.deadline).toISOString()}, then ${WorkspaceExpirationAction[w.expiration.policy.action]}` : ""],
       ["Network policy", `revision ${w.spec?.networkPolicy?.revision ?? 0}, applied ${w.networkPolicyStatus?.appliedRevision ?? 0}`],
       ["Created", w.createdAt ? `${timestampDate(w.createdAt).toISOString()} (${age(timestampDate(w.createdAt))} ago)` : ""],
     ];

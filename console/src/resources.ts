@@ -1,12 +1,17 @@
 // The project's other resources: Volumes, Templates, Egresses, Resolvers
 // and tokens, each a list with its common actions.
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
-import { VolumeState } from "../../sdk/typescript/gen/kibotos/ctrl/v1/ctrl_pb.js";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import {
+  ImageArchiveFormat, ImportTemplateRevisionRequestSchema, ImportTemplateRevisionResponseSchema, VolumeState,
+} from "../../sdk/typescript/gen/kibotos/ctrl/v1/ctrl_pb.js";
 import { Role } from "../../sdk/typescript/gen/kibotos/admin/v1/admin_pb.js";
-import { api, apiError, command, errorText } from "./api.js";
+import { api, apiError, command, errorText, token } from "./api.js";
 import type { Caller } from "./auth.js";
 import { bytes, field, h, labelsText, setError } from "./dom.js";
 import { clearErrors, showError } from "./errors.js";
+import { chunks, upload } from "./upload.js";
 import { confirmed } from "./workspaces.js";
 
 const MiB = 1 << 20;
@@ -39,6 +44,51 @@ function remove(id: string, label: string, run: () => Promise<unknown>, reload: 
   return confirmed(label, id, async () => { await run(); reload(); }, (e) => setError(id, errorText(apiError(e))));
 }
 
+/**
+ * importForm imports an image archive as a template's revision (creating
+ * the template when it does not exist), with the upload's progress.
+ */
+function importForm(reload: () => void): HTMLElement {
+  const id = h("input", { id: "tpl-id", placeholder: "my-image" });
+  const file = h("input", { id: "tpl-file", type: "file", accept: ".tar" });
+  const format = h("select", { id: "tpl-format" },
+    h("option", { value: String(ImageArchiveFormat.TARBALL) }, "docker save tarball"),
+    h("option", { value: String(ImageArchiveFormat.OCI_LAYOUT_TAR) }, "OCI layout tar"));
+  const setDefault = h("input", { id: "tpl-default", type: "checkbox", checked: true });
+  const bar = h("progress", { id: "tpl-progress", max: "1", value: "0", hidden: true, "aria-label": "Import progress" });
+  const f = h("form", { class: "toolbar", "aria-label": "Import a template revision" },
+    field("Template", id), field("Image archive", file), field("Format", format),
+    h("label", null, setDefault, " make it the default"), h("button", { type: "submit" }, "Import"), bar);
+  f.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    clearErrors(["tpl-id", "tpl-file"]);
+    const archive = file.files?.[0];
+    if (!archive) {
+      setError("tpl-file", "choose an image archive");
+      return;
+    }
+    try {
+      await api.templates.createTemplate({ command: command(), templateId: id.value }).catch((e) => {
+        if (ConnectError.from(e).code !== Code.AlreadyExists) throw e;
+      });
+      const start = toBinary(ImportTemplateRevisionRequestSchema, create(ImportTemplateRevisionRequestSchema, {
+        part: { case: "start", value: { command: command(), templateId: id.value, source: { case: "archive", value: Number(format.value) }, setDefault: setDefault.checked } },
+      }));
+      bar.hidden = false;
+      bar.max = archive.size || 1;
+      await upload(`${location.origin}/kibotos.ctrl.v1.TemplateService/ImportTemplateRevision`, token() ?? "",
+        [start, ...chunks(archive, CHUNK_FIELD)], ImportTemplateRevisionResponseSchema, (sent) => (bar.value = sent));
+      reload();
+    } catch (e) {
+      showError(e, [[/template_id/, "tpl-id"]], "tpl-file");
+    }
+  });
+  return f;
+}
+
+/** CHUNK_FIELD is ImportTemplateRevisionRequest.chunk's field number. */
+const CHUNK_FIELD = 2;
+
 /** resourcesView renders the lists into main. */
 export function resourcesView(main: HTMLElement, caller: Caller, signal: AbortSignal): void {
   main.replaceChildren(h("h1", null, "Resources"));
@@ -68,7 +118,7 @@ export function resourcesView(main: HTMLElement, caller: Caller, signal: AbortSi
     return table("Templates", ["Template", "Default revision", "Revisions", "Updated", "Actions"],
       templates.map((t) => [t.templateId, t.defaultRevision, String(t.revisions.length), when(t.updatedAt),
         remove("templates", "Delete", () => api.templates.deleteTemplate({ command: command(), templateId: t.templateId }), reload)]));
-  });
+  }, importForm);
   section(main, "Egresses", "egresses", async (reload) => {
     const { egresses } = await api.egresses.listEgresses({ pageSize: 1000 }, { signal });
     return table("Egresses", ["Egress", "Revision", "Labels", "Updated", "Actions"],

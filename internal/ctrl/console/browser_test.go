@@ -16,6 +16,8 @@ import (
 	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/uuid"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
@@ -23,6 +25,7 @@ import (
 	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/ctrl/console"
 	"github.com/kibotos/kibotos/internal/daemon/uptest"
+	"github.com/kibotos/kibotos/internal/imagestore"
 	"github.com/kibotos/kibotos/sdk"
 )
 
@@ -201,6 +204,19 @@ func TestConsole(t *testing.T) {
 	b.wait("AVAILABLE", row+`?.children[1].textContent === "AVAILABLE"`)
 	b.screenshot("workspace-available")
 
+	// The overview's changes: labels, and a memory that is not a whole MiB
+	// refused next to its field.
+	b.do(chromedp.Navigate(d.URL+"/#/workspaces/"+id), chromedp.WaitVisible(chromedp.CSS("#edit-labels")))
+	b.wait("the labels in the form", `document.getElementById("edit-labels").value === "made-by=console"`)
+	b.do(chromedp.SetValue(chromedp.CSS("#edit-labels"), "made-by=console, tier=2"), chromedp.Click(chromedp.CSS(`form[aria-label="Set labels"] button`)))
+	b.wait("the new labels", `[...document.querySelectorAll(".facts dd")].some(dd => dd.textContent === "made-by=console, tier=2")`)
+	b.do(chromedp.SetValue(chromedp.CSS("#edit-memory"), "300.5"), chromedp.Click(chromedp.CSS(`form[aria-label="Set memory"] button`)))
+	b.wait("the memory error", `document.getElementById("edit-memory-error").textContent.includes("whole number of MiB")`)
+	b.screenshot("overview")
+	if w := list()[0]; w.GetLabels()["tier"] != "2" || w.GetSpec().GetResources().GetMemoryBytes() != 256<<20 {
+		t.Fatalf("after the overview's changes: labels %v, memory %d", w.GetLabels(), w.GetSpec().GetResources().GetMemoryBytes())
+	}
+
 	// The terminal: echo hi, and hi comes back; a reload attaches to the
 	// same shell, whose output the guest replays.
 	rows := `[...document.querySelectorAll(".xterm-rows > div")].map(r => r.textContent.trim())`
@@ -331,4 +347,43 @@ func TestConsole(t *testing.T) {
 	b.do(chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile), chromedp.Navigate(d.URL+"/#/workspaces"),
 		chromedp.WaitVisible(chromedp.CSS("form.create")))
 	b.screenshot("workspaces-phone")
+}
+
+// TestConsoleTemplateImport imports an image archive as a template's
+// revision from the console's resources page, through the client stream
+// the page sends with XMLHttpRequest.
+func TestConsoleTemplateImport(t *testing.T) {
+	if !console.New().Built() {
+		t.Skip("the console's bundle is not built: run make build (npm ci and the bundle in console/)")
+	}
+	d := uptest.Shared(t)
+	token := d.Project(t)
+	base, err := imagestore.BuiltinImage(imagestore.DefaultBusybox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(t.TempDir(), "image.tar")
+	if err := tarball.WriteToFile(archive, name.MustParseReference("example.com/console:1"), base); err != nil {
+		t.Fatal(err)
+	}
+	b := newPage(t)
+	b.do(chromedp.Navigate(d.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SetValue(chromedp.CSS("#token"), token), chromedp.Click(chromedp.CSS(`form.signin button[type=submit]`)))
+	b.wait("the role", `document.getElementById("who-role")?.textContent === "role admin"`)
+	b.do(chromedp.Navigate(d.URL+"/#/resources"), chromedp.WaitVisible(chromedp.CSS("#tpl-id")),
+		chromedp.SetValue(chromedp.CSS("#tpl-id"), "console-image"), chromedp.SetUploadFiles(chromedp.CSS("#tpl-file"), []string{archive}),
+		chromedp.Click(chromedp.CSS(`form[aria-label="Import a template revision"] button[type=submit]`)))
+	b.wait("the template listed", `[...document.querySelectorAll("table[aria-label=Templates] tbody td:first-child")].some(td => td.textContent === "console-image")`)
+	b.screenshot("template-imported")
+	templates := ctrlv1connect.NewTemplateServiceClient(http.DefaultClient, d.URL, connect.WithInterceptors(bearer.Token(token)))
+	r, err := templates.GetTemplate(t.Context(), connect.NewRequest(&ctrlv1.GetTemplateRequest{TemplateId: "console-image"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tpl := r.Msg.GetTemplate(); len(tpl.GetRevisions()) != 1 || tpl.GetDefaultRevision() == "" {
+		t.Errorf("the imported template: %v", tpl)
+	}
+	if v, _ := chromedp.Run(b.ctx, chromedp.Evaluate[float64](`document.getElementById("tpl-progress").value`)); v <= 0 {
+		t.Errorf("the progress bar reads %v", v)
+	}
 }
