@@ -96,7 +96,7 @@ func (b *page) text(sel string) string {
 	return s
 }
 
-// screenshot saves the page as NN-name.png.
+// screenshot saves the page as TEST-NN-name.png.
 func (b *page) screenshot(name string) {
 	b.t.Helper()
 	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
@@ -105,7 +105,7 @@ func (b *page) screenshot(name string) {
 		return
 	}
 	b.n++
-	path := filepath.Join(b.shot, fmt.Sprintf("%02d-%s.png", b.n, name))
+	path := filepath.Join(b.shot, fmt.Sprintf("%s-%02d-%s.png", b.t.Name(), b.n, name))
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		b.t.Fatal(err)
 	}
