@@ -11,6 +11,7 @@ package console
 
 import (
 	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
@@ -18,6 +19,7 @@ import (
 	"net/http"
 	"path"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -53,39 +55,48 @@ var securityHeaders = map[string]string{
 
 type file struct {
 	body        []byte
+	gzipped     []byte // body gzip-compressed, when that is smaller
 	contentType string
 	etag        string
 }
 
 // Handler serves the console. Mount it at "/{$}" and AssetsPrefix.
 type Handler struct {
+	*bundle
+}
+
+// bundle is the embedded page and assets, read (and compressed) once per
+// process however many handlers serve them.
+type bundle struct {
 	index  file
 	assets map[string]file // by name under dist/assets
 }
 
-// New reads the embedded bundle.
-func New() *Handler {
-	h := &Handler{assets: map[string]file{}}
+var read = sync.OnceValue(func() *bundle {
+	b := &bundle{assets: map[string]file{}}
 	index, err := dist.ReadFile("dist/index.html")
 	if err != nil {
 		index, _ = dist.ReadFile("dist/unbuilt.html")
 	}
-	h.index = newFile("index.html", index)
+	b.index = newFile("index.html", index)
 	sub, err := fs.Sub(dist, "dist/assets")
 	if err == nil {
 		fs.WalkDir(sub, ".", func(p string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() {
 				return err
 			}
-			b, err := fs.ReadFile(sub, p)
+			content, err := fs.ReadFile(sub, p)
 			if err == nil {
-				h.assets[p] = newFile(p, b)
+				b.assets[p] = newFile(p, content)
 			}
 			return err
 		})
 	}
-	return h
-}
+	return b
+})
+
+// New returns a handler of the embedded bundle.
+func New() *Handler { return &Handler{read()} }
 
 func newFile(name string, body []byte) file {
 	sum := sha256.Sum256(body)
@@ -93,7 +104,29 @@ func newFile(name string, body []byte) file {
 	if !ok {
 		ct = "application/octet-stream"
 	}
-	return file{body: body, contentType: ct, etag: `"` + hex.EncodeToString(sum[:16]) + `"`}
+	f := file{body: body, contentType: ct, etag: `"` + hex.EncodeToString(sum[:16]) + `"`}
+	var gz bytes.Buffer
+	w, _ := gzip.NewWriterLevel(&gz, gzip.BestCompression)
+	w.Write(body)
+	w.Close()
+	if gz.Len() < len(body) {
+		f.gzipped = gz.Bytes()
+	}
+	return f
+}
+
+// acceptsGzip reports whether a request's Accept-Encoding lists gzip
+// (without q=0).
+func acceptsGzip(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept-Encoding") {
+		for _, part := range strings.Split(v, ",") {
+			coding, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+			if strings.TrimSpace(coding) == "gzip" && strings.ReplaceAll(params, " ", "") != "q=0" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Built reports whether the bundle was built into the binary.
@@ -101,7 +134,8 @@ func (h *Handler) Built() bool { return len(h.assets) > 0 }
 
 // ServeHTTP serves / (the page, revalidated on every load) and the files
 // under AssetsPrefix (named by their content's hash, so cached for a
-// year). Other methods than GET and HEAD are 405; other paths 404.
+// year), gzip-compressed (once, when the bundle is read) for a client that
+// accepts it. Other methods than GET and HEAD are 405; other paths 404.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
@@ -129,6 +163,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", f.contentType)
 	w.Header().Set("Cache-Control", cache)
-	w.Header().Set("ETag", f.etag)
-	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(f.body))
+	body, etag := f.body, f.etag
+	if f.gzipped != nil {
+		w.Header().Set("Vary", "Accept-Encoding")
+		if acceptsGzip(r) {
+			// A representation of its own: its own ETag.
+			body, etag = f.gzipped, strings.TrimSuffix(f.etag, `"`)+`-gzip"`
+			w.Header().Set("Content-Encoding", "gzip")
+		}
+	}
+	w.Header().Set("ETag", etag)
+	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(body))
 }

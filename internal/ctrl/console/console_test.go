@@ -1,6 +1,9 @@
 package console
 
 import (
+	"bytes"
+	"compress/gzip"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -37,6 +40,25 @@ func TestHandler(t *testing.T) {
 		}
 		if !strings.Contains(page.Body.String(), AssetsPrefix+name) && !strings.HasSuffix(name, ".txt") {
 			t.Errorf("the page does not load %s", name)
+		}
+	}
+	for name, f := range h.assets {
+		if f.gzipped == nil {
+			continue
+		}
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("GET", AssetsPrefix+name, nil)
+		r.Header.Set("Accept-Encoding", "br, gzip")
+		h.ServeHTTP(w, r)
+		if w.Header().Get("Content-Encoding") != "gzip" || !bytes.Equal(w.Body.Bytes(), f.gzipped) || w.Header().Get("ETag") == f.etag {
+			t.Errorf("GET %s accepting gzip: %v", name, w.Header())
+		}
+		zr, err := gzip.NewReader(w.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plain, err := io.ReadAll(zr); err != nil || !bytes.Equal(plain, f.body) {
+			t.Errorf("%s gunzipped differs (%v)", name, err)
 		}
 	}
 	for _, c := range []struct {
