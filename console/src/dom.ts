@@ -83,6 +83,25 @@ export function parseLabels(text: string): Record<string, string> {
   return out;
 }
 
+/** MiB is a mebibyte. */
+export const MiB = 1 << 20;
+
+/**
+ * mib reads a field of MiB as bytes, decimals kept (the server judges
+ * whole MiB and says so); empty is 0, anything but a number ≥ 0 undefined.
+ */
+export function mib(text: string): bigint | undefined {
+  const n = Number(text.trim() || "0");
+  return Number.isFinite(n) && n >= 0 ? BigInt(Math.round(n * MiB)) : undefined;
+}
+
+/** mibBytes reads a field of MiB, or says next to it that it is not a number. */
+export function mibBytes(id: string, text: string): bigint | undefined {
+  const b = mib(text);
+  if (b === undefined) setError(id, "enter a number of MiB");
+  return b;
+}
+
 /** lines splits a textarea's text into its non-empty trimmed lines. */
 export function lines(text: string): string[] {
   return text.split("\n").map((l) => l.trim()).filter(Boolean);

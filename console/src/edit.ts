@@ -4,15 +4,9 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { WorkspaceExpirationAction, type Workspace } from "../../sdk/typescript/gen/kibotos/ctrl/v1/ctrl_pb.js";
 import { api, command } from "./api.js";
 import type { Live } from "./detail.js";
-import { field, h, labelsText, parseLabels, setError } from "./dom.js";
+import { field, h, labelsText, MiB, mibBytes, parseLabels, setError } from "./dom.js";
 import { showError } from "./errors.js";
 
-const MiB = 1 << 20;
-
-/** mib reads a field of MiB as bytes, decimals kept: the server judges whole MiB. */
-function mib(v: string): bigint {
-  return BigInt(Math.round(Number(v.trim() || "0") * MiB));
-}
 
 /**
  * editForms renders one small form per change into body; each is sent with
@@ -39,7 +33,7 @@ export function editForms(body: HTMLElement, id: string, live: Live, signal: Abo
     labels.value = labelsText(x.labels);
   }, signal);
 
-  const form = (title: string, controls: HTMLElement[], run: () => Promise<unknown>, fieldId: string) => {
+  const form = (title: string, controls: HTMLElement[], run: () => Promise<unknown> | undefined, fieldId: string) => {
     const f = h("form", { class: "toolbar", "aria-label": title }, ...controls, h("button", { type: "submit", class: "small" }, title));
     f.addEventListener("submit", async (ev) => {
       ev.preventDefault();
@@ -53,12 +47,18 @@ export function editForms(body: HTMLElement, id: string, live: Live, signal: Abo
     return f;
   };
   body.append(h("h2", null, "Change"),
-    form("Set memory", [field("Memory (MiB)", memory)], () => api.workspaces.updateWorkspaceMemory({
-      command: command(), workspaceId: id, expectedResourcesRevision: w?.spec?.resourcesRevision ?? 0n, memoryBytes: mib(memory.value),
-    }), "edit-memory"),
-    form("Grow disk", [field("Disk (MiB)", disk, "grows the writable layer while stopped")], () => api.workspaces.resizeWorkspaceWritableLayer({
-      command: command(), workspaceId: id, expectedResourcesRevision: w?.spec?.resourcesRevision ?? 0n, writableLayerBytes: mib(disk.value),
-    }), "edit-disk"),
+    form("Set memory", [field("Memory (MiB)", memory)], () => {
+      const memoryBytes = mibBytes("edit-memory", memory.value);
+      return memoryBytes === undefined ? undefined : api.workspaces.updateWorkspaceMemory({
+        command: command(), workspaceId: id, expectedResourcesRevision: w?.spec?.resourcesRevision ?? 0n, memoryBytes,
+      });
+    }, "edit-memory"),
+    form("Grow disk", [field("Disk (MiB)", disk, "grows the writable layer while stopped")], () => {
+      const writableLayerBytes = mibBytes("edit-disk", disk.value);
+      return writableLayerBytes === undefined ? undefined : api.workspaces.resizeWorkspaceWritableLayer({
+        command: command(), workspaceId: id, expectedResourcesRevision: w?.spec?.resourcesRevision ?? 0n, writableLayerBytes,
+      });
+    }, "edit-disk"),
     form("Set labels", [field("Labels", labels)], () => api.workspaces.updateWorkspaceLabels({
       command: command(), workspaceId: id, expectedLabelsRevision: w?.labelsRevision ?? 0n, labels: parseLabels(labels.value),
     }), "edit-labels"),

@@ -9,12 +9,10 @@ import {
 import { Role } from "../../sdk/typescript/gen/kibotos/admin/v1/admin_pb.js";
 import { api, apiError, command, errorText, token } from "./api.js";
 import type { Caller } from "./auth.js";
-import { bytes, field, h, labelsText, setError } from "./dom.js";
+import { bytes, field, h, labelsText, mibBytes, setError } from "./dom.js";
 import { clearErrors, showError } from "./errors.js";
 import { chunks, upload } from "./upload.js";
 import { confirmed } from "./workspaces.js";
-
-const MiB = 1 << 20;
 
 function when(t: Timestamp | undefined): string {
   return t ? timestampDate(t).toISOString().replace("T", " ").slice(0, 19) : "";
@@ -105,7 +103,9 @@ export function resourcesView(main: HTMLElement, caller: Caller, signal: AbortSi
       ev.preventDefault();
       clearErrors(["vol-capacity"]);
       try {
-        await api.volumes.createVolume({ command: command(), spec: { capacityBytes: BigInt(Math.round(Number(cap.value || "0") * MiB)) } });
+        const capacityBytes = mibBytes("vol-capacity", cap.value);
+        if (capacityBytes === undefined) return;
+        await api.volumes.createVolume({ command: command(), spec: { capacityBytes } });
         reload();
       } catch (e) {
         showError(e, [], "vol-capacity");

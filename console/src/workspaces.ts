@@ -6,7 +6,7 @@ import {
   FailureReason, FailureStage, GuestCondition, NetworkPolicyMode, StopMode, WorkspaceState, type Workspace,
 } from "../../sdk/typescript/gen/kibotos/ctrl/v1/ctrl_pb.js";
 import { api, apiError, command, errorText } from "./api.js";
-import { age, bytes, field, h, labelsText, parseLabels, setError } from "./dom.js";
+import { age, bytes, field, h, labelsText, mibBytes, parseLabels, setError } from "./dom.js";
 import { clearErrors, showError, type FieldMap } from "./errors.js";
 
 /** failureText is a failed workspace's failure: message, reason and stage. */
@@ -41,7 +41,6 @@ export function confirmed(label: string, id: string, run: () => Promise<unknown>
   return b;
 }
 
-const MiB = 1 << 20;
 const REFRESH_MS = 2000;
 
 /** listAll reads every workspace of the project, page by page. */
@@ -79,15 +78,6 @@ export function resourcesText(w: Workspace): string {
   return `${cpu}, ${bytes(r.memoryBytes)}, ${r.writableLayerBytes ? bytes(r.writableLayerBytes) : "default"} disk`;
 }
 
-/** mibBytes reads a field of MiB (decimals kept: the server judges whole MiB). */
-function mibBytes(id: string, v: string): bigint | undefined {
-  const n = Number(v.trim() || "0");
-  if (!Number.isFinite(n) || n < 0) {
-    setError(id, "enter a number of MiB");
-    return undefined;
-  }
-  return BigInt(Math.round(n * MiB));
-}
 
 const createFields: FieldMap = [
   [/memory_bytes/, "ws-memory"],
