@@ -80,7 +80,7 @@ export function networkView(body: HTMLElement, workspaceId: string, live: Live, 
     conflict.replaceChildren();
     const expected = loaded?.revision ?? 0n;
     try {
-      await api.workspaces.updateWorkspaceNetworkPolicy({
+      const r = await api.workspaces.updateWorkspaceNetworkPolicy({
         command: command(), workspaceId, expectedRevision: expected,
         policy: {
           mode: Number(mode.value), allow: lines(allow.value), deny: lines(deny.value),
@@ -88,9 +88,9 @@ export function networkView(body: HTMLElement, workspaceId: string, live: Live, 
         },
         drainSeconds: drain.value.trim() === "" ? undefined : Number(drain.value),
       });
-      const r = await api.workspaces.getWorkspace({ workspaceId });
+      // The form takes the stored revision; the status follows the watch,
+      // whose later states (the host applying it) a read here could undo.
       load(r.workspace?.spec?.networkPolicy);
-      live.set(r.workspace!);
     } catch (e) {
       // A stale edit: read the current policy first, so that the conflict
       // and the policy show together.

@@ -3,7 +3,8 @@
 // stay cheap), a label filter, the create form and the lifecycle actions.
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import {
-  FailureReason, FailureStage, GuestCondition, NetworkPolicyMode, StopMode, WorkspaceState, type Workspace,
+  FailureReason, FailureStage, GuestCondition, NetworkPolicyMode, StopMode, VolumeState, WorkspaceState, WorkspaceVolumeMode,
+  type Workspace,
 } from "../../sdk/typescript/gen/kibotos/ctrl/v1/ctrl_pb.js";
 import { api, apiError, command, errorText } from "./api.js";
 import { age, bytes, field, h, labelsText, mibBytes, parseLabels, setError } from "./dom.js";
@@ -86,6 +87,8 @@ const createFields: FieldMap = [
   [/network_policy/, "ws-network"],
   [/template/i, "ws-template"],
   [/label/, "ws-labels"],
+  [/mount_path/, "ws-mount"],
+  [/volume/i, "ws-volume"],
 ];
 
 /** workspacesView renders the list and the create form into main until signal aborts. */
@@ -98,7 +101,9 @@ export function workspacesView(main: HTMLElement, signal: AbortSignal): void {
     h("option", { value: String(NetworkPolicyMode.DENY_ALL) }, "deny all"),
     h("option", { value: String(NetworkPolicyMode.PUBLIC_INTERNET) }, "public internet"));
   const labels = h("input", { id: "ws-labels", placeholder: "team=a, env=dev" });
-  const ids = ["ws-template", "ws-cpu", "ws-memory", "ws-disk", "ws-network", "ws-labels", "ws-create"];
+  const volume = h("select", { id: "ws-volume" }, h("option", { value: "none" }, "none"), h("option", { value: "new" }, "a new volume"));
+  const mount = h("input", { id: "ws-mount", placeholder: "/data" });
+  const ids = ["ws-template", "ws-cpu", "ws-memory", "ws-disk", "ws-network", "ws-labels", "ws-volume", "ws-mount", "ws-create"];
   const form = h("form", { class: "card create", "aria-labelledby": "create-title" },
     h("h2", { id: "create-title" }, "Create a workspace"),
     h("div", { class: "grid" },
@@ -107,6 +112,8 @@ export function workspacesView(main: HTMLElement, signal: AbortSignal): void {
       field("Memory (MiB)", memory, "a whole number, at least 128"),
       field("Disk (MiB)", disk, "writable layer; 0 is the host's default"),
       field("Network", network),
+      field("Volume", volume),
+      field("Mounted at", mount, "empty is /data"),
       field("Labels", labels)),
     h("button", { type: "submit" }, "Create"),
     h("p", { id: "ws-create-error", class: "field-error", role: "alert" }));
@@ -123,6 +130,9 @@ export function workspacesView(main: HTMLElement, signal: AbortSignal): void {
           template: { templateId: template.value },
           resources: { cpuMillis: Number(cpu.value || "0"), memoryBytes, writableLayerBytes },
           networkPolicy: { mode: Number(network.value) },
+          volume: volume.value === "none" ? { mode: WorkspaceVolumeMode.NONE }
+            : volume.value === "new" ? { mode: WorkspaceVolumeMode.NEW, mountPath: mount.value }
+            : { mode: WorkspaceVolumeMode.BOUND, volumeId: volume.value, mountPath: mount.value },
         },
         labels: parseLabels(labels.value),
       });
@@ -134,6 +144,10 @@ export function workspacesView(main: HTMLElement, signal: AbortSignal): void {
   api.templates.listTemplates({ pageSize: 1000 }, { signal }).then((r) => {
     template.replaceChildren(...r.templates.map((t) => h("option", { value: t.templateId }, t.templateId)));
   }).catch((e) => setError("ws-template", errorText(apiError(e))));
+  api.volumes.listVolumes({ pageSize: 1000 }, { signal }).then((r) => {
+    volume.append(...r.volumes.filter((v) => v.state === VolumeState.AVAILABLE && !v.boundWorkspaceId)
+      .map((v) => h("option", { value: v.volumeId }, `bind ${v.volumeId} (${bytes(v.spec?.capacityBytes ?? 0n)})`)));
+  }).catch((e) => setError("ws-volume", errorText(apiError(e))));
 
   const filter = h("input", { id: "ws-filter", placeholder: "team=a" });
   const status = h("p", { class: "status", role: "status" });

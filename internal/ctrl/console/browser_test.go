@@ -191,6 +191,17 @@ func TestConsole(t *testing.T) {
 		t.Fatalf("a refused create stored %d workspaces", n)
 	}
 
+	// A new volume at a relative path: refused next to the path.
+	b.do(chromedp.SetValue(chromedp.CSS("#ws-memory"), "256"), chromedp.SetValue(chromedp.CSS("#ws-volume"), "new"),
+		chromedp.SetValue(chromedp.CSS("#ws-mount"), "data"), chromedp.Click(chromedp.CSS(`form.create button[type=submit]`)))
+	b.wait("the mount path error", `document.getElementById("ws-mount-error").textContent.startsWith("invalid_argument: volume.mount_path")`)
+	if n := len(list()); n != 0 {
+		t.Fatalf("a refused create stored %d workspaces", n)
+	}
+	if _, err := chromedp.Run(b.ctx, chromedp.Evaluate[bool](`document.getElementById("ws-volume").value = "none"; document.getElementById("ws-mount").value = ""; true`)); err != nil {
+		t.Fatal(err)
+	}
+
 	// A workspace, AVAILABLE in the live list.
 	b.do(chromedp.SetValue(chromedp.CSS("#ws-memory"), "256"), chromedp.SetValue(chromedp.CSS("#ws-labels"), "made-by=console"),
 		chromedp.Click(chromedp.CSS(`form.create button[type=submit]`)))
