@@ -26,13 +26,11 @@ function signedIn(c: Caller) {
   route();
 }
 
+/** signOut forgets the token and reloads, which drops every data-plane session the page held. */
 function signOut() {
   setToken(null);
-  caller = undefined;
-  view?.abort();
-  who.replaceChildren();
-  nav.hidden = true;
-  signInView(main, signedIn);
+  location.hash = "";
+  location.reload();
 }
 
 function route() {
@@ -52,5 +50,10 @@ function route() {
 
 window.addEventListener("hashchange", route);
 const saved = token();
-if (saved) whoami(saved).then(signedIn, () => signOut());
+if (saved) {
+  whoami(saved).then(signedIn, () => {
+    setToken(null);
+    signInView(main, signedIn);
+  });
+}
 else signInView(main, signedIn);

@@ -358,6 +358,8 @@ func TestConsole(t *testing.T) {
 	b.do(chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile), chromedp.Navigate(d.URL+"/#/workspaces"),
 		chromedp.WaitVisible(chromedp.CSS("form.create")))
 	b.screenshot("workspaces-phone")
+	b.do(chromedp.Click(chromedp.CSS(`#who button`)), chromedp.WaitVisible(chromedp.CSS("#token")))
+	b.wait("the token forgotten", `sessionStorage.getItem("kibotos.token") === null`)
 }
 
 // TestConsoleTemplateImport imports an image archive as a template's
