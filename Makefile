@@ -16,7 +16,7 @@ BUF_VERSION := v1.75.0
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_CONNECT_GO_VERSION := v1.19.1
 
-.PHONY: all deps build install up down test fuzz generate tools lint
+.PHONY: all deps build console install up down test fuzz generate tools lint
 
 # The version and commit `kibotos version`, /metrics and the logs report.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
@@ -33,7 +33,9 @@ all: build
 deps:
 	scripts/install-deps
 
-build:
+# build bundles the web console (console/, npm) into internal/ctrl/console/dist,
+# which the kibotos binary embeds, then builds the binaries.
+build: console
 	go build -trimpath -ldflags '$(LDFLAGS)' -o bin/kibotos ./cmd/kibotos
 	go build -trimpath -ldflags=-s -o bin/kibotos-guest ./cmd/kibotos-guest
 
@@ -54,7 +56,7 @@ up: deps build
 down:
 	scripts/down
 
-test: deps tools
+test: deps tools console
 	scripts/test
 
 # fuzz runs every fuzz target for FUZZTIME each (see DEVELOPERS.md).
@@ -80,6 +82,15 @@ generate: tools sdk/typescript/node_modules
 	buf lint
 	buf generate
 	buf generate --template sdk/typescript/buf.gen.yaml
+
+# console bundles the web console with the packages console/package-lock.json
+# pins (npm ci once per lockfile change).
+console: console/node_modules
+	cd console && npm run build
+
+console/node_modules: console/package-lock.json
+	cd console && npm ci --no-audit --no-fund
+	touch $@
 
 # The TypeScript SDK's packages, protoc-gen-es among them, as pinned.
 sdk/typescript/node_modules: sdk/typescript/package-lock.json

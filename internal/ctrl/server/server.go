@@ -1,6 +1,7 @@
 // Package server assembles ctrl's HTTP surface: the Connect handlers of
 // every service behind the auth interceptor, gRPC health and reflection,
-// and the deployment's metrics at GET /metrics, on one listener that speaks HTTP/1.1 and cleartext HTTP/2, so Connect
+// the deployment's metrics at GET /metrics, and the web console at / and
+// /assets/ (internal/ctrl/console), on one listener that speaks HTTP/1.1 and cleartext HTTP/2, so Connect
 // (JSON and binary), gRPC and gRPC-Web all work on one port.
 package server
 
@@ -27,6 +28,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/api"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/changes"
+	"github.com/kibotos/kibotos/internal/ctrl/console"
 	"github.com/kibotos/kibotos/internal/ctrl/exposures"
 	"github.com/kibotos/kibotos/internal/ctrl/health"
 	"github.com/kibotos/kibotos/internal/ctrl/metrics"
@@ -194,6 +196,10 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 			return err
 		})
 	}}}, cfg.Ready...))
+	// The web console: a page that calls this same API from the browser.
+	web := console.New()
+	mux.Handle("/{$}", web)
+	mux.Handle(console.AssetsPrefix, web)
 	mux.Handle(ctrlv1connect.NewEgressServiceHandler(api.NewEgressService(upstreams.NewEgresses(cfg.Store, pages, cfg.Checker, cfg.Changes)), opts...))
 	mux.Handle(ctrlv1connect.NewResolverServiceHandler(api.NewResolverService(upstreams.NewResolvers(cfg.Store, pages, cfg.Changes)), opts...))
 	mux.Handle(adminv1connect.NewAdminServiceHandler(api.NewAdminService(&projects.Service{Store: cfg.Store, Tokens: tokens}, vols, ws), opts...))

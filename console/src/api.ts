@@ -1,0 +1,124 @@
+// The API from the browser: Connect over fetch (connect-web) on this
+// page's origin, with the signed-in token as a bearer token; data-plane
+// clients at a session's endpoint; errors as the API gives them.
+import { createClient, ConnectError, Code, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-web";
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import {
+  ErrorDetailSchema, FailureReason, FailureStage, WorkspaceService, TemplateService, VolumeService, SessionService,
+  EgressService, ResolverService,
+} from "../../sdk/typescript/gen/kibotos/ctrl/v1/ctrl_pb.js";
+import { AdminService } from "../../sdk/typescript/gen/kibotos/admin/v1/admin_pb.js";
+import { FileService, ProcessService } from "../../sdk/typescript/gen/kibotos/data/v1/data_pb.js";
+
+const TOKEN_KEY = "kibotos.token";
+
+/** token is the signed-in API token, kept in this tab's session storage only. */
+export function token(): string | null {
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+
+export function setToken(t: string | null): void {
+  if (t === null) sessionStorage.removeItem(TOKEN_KEY);
+  else sessionStorage.setItem(TOKEN_KEY, t);
+}
+
+function bearer(get: () => string | null): Interceptor {
+  return (next) => (req) => {
+    const t = get();
+    if (t) req.header.set("Authorization", `Bearer ${t}`);
+    return next(req);
+  };
+}
+
+function transport(baseUrl: string, get: () => string | null): Transport {
+  return createConnectTransport({ baseUrl, useBinaryFormat: true, interceptors: [bearer(get)] });
+}
+
+const ctrl = transport(location.origin, token);
+
+/** The control plane's clients. */
+export const api = {
+  workspaces: createClient(WorkspaceService, ctrl),
+  templates: createClient(TemplateService, ctrl),
+  volumes: createClient(VolumeService, ctrl),
+  sessions: createClient(SessionService, ctrl),
+  egresses: createClient(EgressService, ctrl),
+  resolvers: createClient(ResolverService, ctrl),
+  admin: createClient(AdminService, ctrl),
+};
+
+/** command returns a new command ID (a random UUID; crypto.randomUUID needs a secure context). */
+export function command(): { commandId: string } {
+  const b = crypto.getRandomValues(new Uint8Array(16));
+  b[6] = (b[6] & 0x0f) | 0x40;
+  b[8] = (b[8] & 0x3f) | 0x80;
+  const x = [...b].map((v) => v.toString(16).padStart(2, "0")).join("");
+  return { commandId: `${x.slice(0, 8)}-${x.slice(8, 12)}-${x.slice(12, 16)}-${x.slice(16, 20)}-${x.slice(20)}` };
+}
+
+/** DataPlane is a session of one workspace and the clients that use it. */
+export interface DataPlane {
+  endpoint: string;
+  token: string;
+  proc: Client<typeof ProcessService>;
+  files: Client<typeof FileService>;
+}
+
+const planes = new Map<string, { plane: Promise<DataPlane>; expires: number }>();
+
+/** dataPlane returns a session of the workspace, issued once and renewed a minute before it expires. */
+export function dataPlane(workspaceId: string, fresh = false): Promise<DataPlane> {
+  const cached = planes.get(workspaceId);
+  if (!fresh && cached && cached.expires - Date.now() > 60_000) return cached.plane;
+  const entry = { expires: Date.now() + 3_600_000, plane: Promise.resolve(null as unknown as DataPlane) };
+  entry.plane = api.sessions.issueSession({ workspaceId }).then((s) => {
+    if (s.expiresAt) entry.expires = timestampDate(s.expiresAt).getTime();
+    const t = transport(s.endpoint, () => s.token);
+    return { endpoint: s.endpoint, token: s.token, proc: createClient(ProcessService, t), files: createClient(FileService, t) };
+  });
+  entry.plane.catch(() => planes.delete(workspaceId));
+  planes.set(workspaceId, entry);
+  return entry.plane;
+}
+
+/** withPlane runs a data-plane call, with a new session once more when the data plane refuses the session. */
+export async function withPlane<T>(workspaceId: string, call: (d: DataPlane) => Promise<T>): Promise<T> {
+  try {
+    return await call(await dataPlane(workspaceId));
+  } catch (e) {
+    if (ConnectError.from(e).code !== Code.Unauthenticated) throw e;
+    return call(await dataPlane(workspaceId, true));
+  }
+}
+
+/** ApiError is an error as the API gave it: canonical code, message, and the ErrorDetail's reason and stage. */
+export interface ApiError {
+  code: string;
+  message: string;
+  reason?: string;
+  stage?: string;
+}
+
+/** apiError reads any thrown value as an ApiError. */
+export function apiError(e: unknown): ApiError {
+  const ce = ConnectError.from(e);
+  const out: ApiError = { code: codeName(ce.code), message: ce.rawMessage };
+  const d = ce.findDetails(ErrorDetailSchema)[0];
+  if (d) {
+    if (d.reason) out.reason = FailureReason[d.reason];
+    if (d.stage) out.stage = FailureStage[d.stage];
+  }
+  return out;
+}
+
+/** errorText formats an ApiError in one line: code, message, reason and stage. */
+export function errorText(e: ApiError): string {
+  const extra = [e.reason && `reason ${e.reason}`, e.stage && `stage ${e.stage}`].filter(Boolean).join(", ");
+  return `${e.code}: ${e.message}${extra ? ` (${extra})` : ""}`;
+}
+
+/** codeName is the canonical name of a Connect code, as in the protocol (invalid_argument). */
+export function codeName(c: Code): string {
+  return Code[c].replace(/[A-Z]/g, (m, i) => (i ? "_" : "") + m.toLowerCase());
+}

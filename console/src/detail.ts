@@ -1,0 +1,136 @@
+// One workspace's page: its overview (kept live by WatchWorkspace), and
+// tabs for the terminal, files and network policy.
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { StopMode, WorkspaceExpirationAction, WorkspaceState, type Workspace } from "../../sdk/typescript/gen/kibotos/ctrl/v1/ctrl_pb.js";
+import { api, apiError, command, errorText } from "./api.js";
+import { age, h, labelsText } from "./dom.js";
+import { editForms } from "./edit.js";
+import { filesView } from "./files.js";
+import { networkView } from "./network.js";
+import { terminalView } from "./terminal.js";
+import { confirmed, failureText, guestText, resourcesText, stateName } from "./workspaces.js";
+
+const TABS = ["overview", "terminal", "files", "network"] as const;
+type Tab = (typeof TABS)[number];
+
+/** Live is the latest state of a watched workspace; views subscribe to it. */
+export class Live {
+  current?: Workspace;
+  private readonly subs = new Set<(w: Workspace) => void>();
+  subscribe(f: (w: Workspace) => void, signal: AbortSignal): void {
+    this.subs.add(f);
+    signal.addEventListener("abort", () => this.subs.delete(f));
+    if (this.current) f(this.current);
+  }
+  set(w: Workspace): void {
+    this.current = w;
+    for (const f of this.subs) f(w);
+  }
+}
+
+/** watch keeps live up to date: WatchWorkspace, reopened after a break, polling GetWorkspace meanwhile. */
+async function watch(id: string, live: Live, signal: AbortSignal, onError: (msg: string) => void) {
+  while (!signal.aborted) {
+    try {
+      for await (const r of api.workspaces.watchWorkspace({ workspaceId: id }, { signal })) {
+        if (r.workspace) live.set(r.workspace);
+        onError("");
+      }
+    } catch (e) {
+      if (signal.aborted) return;
+      onError(errorText(apiError(e)));
+      try {
+        const r = await api.workspaces.getWorkspace({ workspaceId: id }, { signal });
+        if (r.workspace) live.set(r.workspace);
+      } catch {
+        // the next round says why
+      }
+    }
+    await new Promise((r) => setTimeout(r, 2000));
+  }
+}
+
+/** workspaceView renders workspace id's page with the tab shown until signal aborts. */
+export function workspaceView(main: HTMLElement, id: string, tab: string, signal: AbortSignal): void {
+  const t: Tab = (TABS as readonly string[]).includes(tab) ? (tab as Tab) : "overview";
+  const live = new Live();
+  const state = h("span", { id: "ws-state", class: "state", "aria-live": "polite" });
+  const error = h("p", { id: "ws-error", class: "field-error", role: "alert" });
+  const tabs = h("nav", { class: "tabs", "aria-label": "Workspace" },
+    ...TABS.map((name) => h("a", { href: `#/workspaces/${id}/${name}`, "aria-current": name === t ? "page" : undefined }, name)));
+  const body = h("section", { id: `tab-${t}`, class: "card", "aria-label": t });
+  const act = (label: string, run: () => Promise<unknown>) =>
+    h("button", {
+      type: "button", class: "small",
+      onclick: async () => {
+        error.textContent = "";
+        try {
+          await run();
+        } catch (e) {
+          error.textContent = errorText(apiError(e));
+        }
+      },
+    }, label);
+  main.replaceChildren(
+    h("h1", null, h("a", { href: "#/workspaces" }, "Workspaces"), " / ", id, " ", state),
+    h("div", { class: "toolbar" },
+      act("Start", () => api.workspaces.startWorkspace({ command: command(), workspaceId: id })),
+      act("Stop", () => api.workspaces.stopWorkspace({ command: command(), workspaceId: id, mode: StopMode.NORMAL })),
+      act("Force stop", () => api.workspaces.stopWorkspace({ command: command(), workspaceId: id, mode: StopMode.FORCE })),
+      confirmed("Delete", id, () => api.workspaces.deleteWorkspace({ command: command(), workspaceId: id }),
+        (e) => (error.textContent = errorText(apiError(e))))),
+    error, tabs, body);
+  live.subscribe((w) => {
+    state.textContent = stateName(w.state);
+    state.className = `state ${stateName(w.state).toLowerCase()}`;
+  }, signal);
+  watch(id, live, signal, (msg) => (error.textContent = msg));
+  switch (t) {
+    case "overview":
+      overview(body, id, live, signal);
+      break;
+    case "terminal":
+      whenAvailable(body, live, signal, () => terminalView(body, id, signal));
+      break;
+    case "files":
+      whenAvailable(body, live, signal, () => filesView(body, id, signal));
+      break;
+    case "network":
+      networkView(body, id, live, signal);
+      break;
+  }
+}
+
+/** whenAvailable runs open once the workspace is AVAILABLE (the data plane needs an execution). */
+function whenAvailable(body: HTMLElement, live: Live, signal: AbortSignal, open: () => void) {
+  let opened = false;
+  body.replaceChildren(h("p", { role: "status" }, "Waiting for the workspace to be AVAILABLE…"));
+  live.subscribe((w) => {
+    if (!opened && w.state === WorkspaceState.AVAILABLE) {
+      opened = true;
+      open();
+    }
+  }, signal);
+}
+
+function overview(body: HTMLElement, id: string, live: Live, signal: AbortSignal) {
+  const dl = h("dl", { class: "facts" });
+  body.replaceChildren(h("h2", null, "Overview"), dl);
+  editForms(body, id, live, signal);
+  live.subscribe((w) => {
+    const facts: [string, string][] = [
+      ["State", stateName(w.state)],
+      ["Failure", failureText(w)],
+      ["Template", `${w.spec?.template?.templateId ?? ""} ${w.spec?.template?.revision ?? ""}`],
+      ["Resources", resourcesText(w)],
+      ["Volume", w.spec?.volume?.volumeId ? `${w.spec.volume.volumeId} at ${w.spec.volume.mountPath}` : "none"],
+      ["Labels", labelsText(w.labels)],
+      ["Guest", guestText(w)],
+      ["Generation", String(w.generation)],
+      ["Expiration", w.expiration?.policy?.deadline ? `${timestampDate(w.expiration.policy.deadline).toISOString()}, then ${WorkspaceExpirationAction[w.expiration.policy.action]}` : ""],
+      ["Network policy", `revision ${w.spec?.networkPolicy?.revision ?? 0}, applied ${w.networkPolicyStatus?.appliedRevision ?? 0}`],
+      ["Created", w.createdAt ? `${timestampDate(w.createdAt).toISOString()} (${age(timestampDate(w.createdAt))} ago)` : ""],
+    ];
+    dl.replaceChildren(...facts.filter(([, v]) => v).flatMap(([k, v]) => [h("dt", null, k), h("dd", null, v)]));
+  }, signal);
+}

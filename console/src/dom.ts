@@ -1,0 +1,108 @@
+// Small DOM helpers: element construction, field errors, formatting.
+
+type Child = Node | string | number | null | undefined | false;
+type Attrs = Record<string, string | number | boolean | EventListener | undefined>;
+
+/** h creates an element: attributes ("on…" are listeners, booleans toggle) and children. */
+export function h<K extends keyof HTMLElementTagNameMap>(tag: K, attrs?: Attrs | null, ...children: Child[]): HTMLElementTagNameMap[K] {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs ?? {})) {
+    if (v === undefined || v === false) continue;
+    if (typeof v === "function") el.addEventListener(k.slice(2), v);
+    else if (v === true) el.setAttribute(k, "");
+    else el.setAttribute(k, String(v));
+  }
+  append(el, ...children);
+  return el;
+}
+
+/** append adds children, skipping empty ones. */
+export function append(el: Node, ...children: Child[]): void {
+  for (const c of children) {
+    if (c === null || c === undefined || c === false) continue;
+    el.appendChild(typeof c === "object" ? c : document.createTextNode(String(c)));
+  }
+}
+
+/** field is a labelled input (or select/textarea) with an error slot after it, described by it. */
+export function field(label: string, control: HTMLInputElement | HTMLSelectElement | HTMLTextAreaElement, hint?: string): HTMLElement {
+  const id = control.id;
+  const err = h("p", { id: `${id}-error`, class: "field-error", role: "alert" });
+  const described = [hint ? `${id}-hint` : "", `${id}-error`].filter(Boolean).join(" ");
+  control.setAttribute("aria-describedby", described);
+  return h("div", { class: "field" },
+    h("label", { for: id }, label), control,
+    hint ? h("small", { id: `${id}-hint` }, hint) : null, err);
+}
+
+/** setError shows msg in the error slot of the control with this id (clears it when empty). */
+export function setError(id: string, msg: string): void {
+  const slot = document.getElementById(`${id}-error`);
+  const control = document.getElementById(id);
+  if (slot) slot.textContent = msg;
+  if (control) {
+    if (msg) control.setAttribute("aria-invalid", "true");
+    else control.removeAttribute("aria-invalid");
+  }
+}
+
+/** bytes formats a byte count with binary units. */
+export function bytes(n: bigint | number): string {
+  let v = Number(n);
+  for (const u of ["B", "KiB", "MiB", "GiB"]) {
+    if (v < 1024 || u === "GiB") return `${Number.isInteger(v) ? v : v.toFixed(1)} ${u}`;
+    v /= 1024;
+  }
+  return `${v} B`;
+}
+
+/** age formats how long ago a date was, coarsely. */
+export function age(d: Date | undefined, now = Date.now()): string {
+  if (!d) return "";
+  const s = Math.max(0, Math.floor((now - d.getTime()) / 1000));
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m`;
+  if (s < 86400) return `${Math.floor(s / 3600)}h`;
+  return `${Math.floor(s / 86400)}d`;
+}
+
+/** labelsText formats labels as k=v, comma separated. */
+export function labelsText(labels: Record<string, string>): string {
+  return Object.entries(labels).map(([k, v]) => `${k}=${v}`).join(", ");
+}
+
+/** parseLabels reads "k=v, k2=v2" (empty gives none); the server checks the rules. */
+export function parseLabels(text: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const part of text.split(",")) {
+    const p = part.trim();
+    if (!p) continue;
+    const i = p.indexOf("=");
+    out[i < 0 ? p : p.slice(0, i).trim()] = i < 0 ? "" : p.slice(i + 1).trim();
+  }
+  return out;
+}
+
+/** MiB is a mebibyte. */
+export const MiB = 1 << 20;
+
+/**
+ * mib reads a field of MiB as bytes, decimals kept (the server judges
+ * whole MiB and says so); empty is 0, anything but a number ≥ 0 undefined.
+ */
+export function mib(text: string): bigint | undefined {
+  const n = Number(text.trim() || "0");
+  return Number.isFinite(n) && n >= 0 ? BigInt(Math.round(n * MiB)) : undefined;
+}
+
+/** mibBytes reads a field of MiB, or says next to it that it is not a number. */
+export function mibBytes(id: string, text: string): bigint | undefined {
+  const b = mib(text);
+  if (b === undefined) setError(id, "enter a number of MiB");
+  return b;
+}
+
+/** lines splits a textarea's text into its non-empty trimmed lines. */
+export function lines(text: string): string[] {
+  return text.split("\n").map((l) => l.trim()).filter(Boolean);
+}

@@ -1,0 +1,159 @@
+// Files of a workspace through the data plane: browse a directory, upload
+// (a picker or drag and drop, with progress), download, rename, delete.
+import { create, toBinary } from "@bufbuild/protobuf";
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import {
+  FileType, WriteFileRequestSchema, WriteFileResponseSchema, type FileInfo,
+} from "../../sdk/typescript/gen/kibotos/data/v1/data_pb.js";
+import { apiError, errorText, withPlane } from "./api.js";
+import { bytes, field, h, setError } from "./dom.js";
+import { chunks, upload } from "./upload.js";
+
+/** DATA_FIELD is WriteFileRequest.data's field number. */
+const DATA_FIELD = 2;
+
+function join(dir: string, name: string): string {
+  return dir.endsWith("/") ? dir + name : `${dir}/${name}`;
+}
+
+function parent(dir: string): string {
+  const p = dir.replace(/\/+$/, "").replace(/\/[^/]*$/, "");
+  return p || "/";
+}
+
+/** filesView renders the file browser of the workspace into body. */
+export function filesView(body: HTMLElement, workspaceId: string, signal: AbortSignal): void {
+  const dir = h("input", { id: "files-dir", value: sessionStorage.getItem(`kibotos.dir.${workspaceId}`) ?? "/tmp" });
+  const picker = h("input", { id: "files-upload", type: "file", multiple: true });
+  const drop = h("div", { class: "drop", tabindex: "0", role: "button", "aria-describedby": "files-upload-hint" },
+    "Drop files here to upload them into the directory, or ", h("label", { for: "files-upload", class: "link" }, "choose files"), picker);
+  const progress = h("ul", { class: "progress", "aria-live": "polite" });
+  const tbody = h("tbody");
+  const form = h("form", { class: "toolbar", "aria-label": "Directory" }, field("Directory", dir), h("button", { type: "submit" }, "Open"),
+    h("button", { type: "button", onclick: () => open(parent(dir.value)) }, "Up"));
+  body.replaceChildren(h("h2", null, "Files"), form,
+    h("small", { id: "files-upload-hint" }, "Uploads replace a file of the same name."), drop, progress,
+    h("p", { id: "files-error", class: "field-error", role: "alert" }),
+    h("div", { class: "scroll" }, h("table", { class: "list", "aria-label": "Files" },
+      h("thead", null, h("tr", null, ...["Name", "Size", "Mode", "Owner", "Modified", "Actions"].map((c) => h("th", { scope: "col" }, c)))), tbody)));
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    open(dir.value);
+  });
+
+  async function open(path: string) {
+    setError("files-dir", "");
+    try {
+      const { entries } = await withPlane(workspaceId, (p) => p.files.listDirectory({ path, depth: 1 }, { signal }));
+      dir.value = path;
+      sessionStorage.setItem(`kibotos.dir.${workspaceId}`, path);
+      tbody.replaceChildren(...entries.map(row));
+    } catch (e) {
+      if (!signal.aborted) setError("files-dir", errorText(apiError(e)));
+    }
+  }
+  const reload = () => open(dir.value);
+
+  function row(f: FileInfo): HTMLTableRowElement {
+    const isDir = f.type === FileType.DIRECTORY;
+    const name = isDir
+      ? h("a", { href: "#", onclick: (ev: Event) => { ev.preventDefault(); open(join(dir.value, f.name)); } }, `${f.name}/`)
+      : h("span", null, f.type === FileType.SYMLINK ? `${f.name} → ${f.symlinkTarget}` : f.name);
+    const acts = h("td", { class: "actions" });
+    const run = (label: string, call: () => Promise<unknown>) =>
+      h("button", {
+        type: "button", class: "small", "aria-label": `${label} ${f.name}`,
+        onclick: async () => {
+          setError("files", "");
+          try {
+            await call();
+          } catch (e) {
+            setError("files", `${label} ${f.name}: ${errorText(apiError(e))}`);
+          }
+        },
+      }, label);
+    if (!isDir) acts.append(run("Download", () => download(f)));
+    acts.append(run("Rename", async () => renameForm(acts, f)));
+    acts.append(run("Delete", async () => {
+      await withPlane(workspaceId, (p) => p.files.deleteFile({ path: join(dir.value, f.name), recursive: isDir }));
+      await reload();
+    }));
+    return h("tr", null, h("td", null, name), h("td", null, isDir ? "" : bytes(f.size)),
+      h("td", null, `0${f.mode.toString(8)}`), h("td", null, `${f.owner}:${f.group}`),
+      h("td", null, f.modifiedAt ? timestampDate(f.modifiedAt).toISOString().replace("T", " ").slice(0, 19) : ""), acts);
+  }
+
+  function renameForm(cell: HTMLElement, f: FileInfo) {
+    const id = `rename-${f.name.replace(/[^A-Za-z0-9_-]/g, "_")}`;
+    const input = h("input", { id, value: f.name });
+    const form = h("form", { class: "inline" }, field(`New name of ${f.name}`, input), h("button", { type: "submit", class: "small" }, "Save"));
+    form.addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      try {
+        await withPlane(workspaceId, (p) => p.files.moveFile({ source: join(dir.value, f.name), destination: join(dir.value, input.value) }));
+        await reload();
+      } catch (e) {
+        setError(id, errorText(apiError(e)));
+      }
+    });
+    cell.replaceChildren(form);
+    input.focus();
+    input.select();
+  }
+
+  async function download(f: FileInfo) {
+    const parts: BlobPart[] = [];
+    await withPlane(workspaceId, async (p) => {
+      parts.length = 0;
+      for await (const r of p.files.readFile({ path: join(dir.value, f.name) }, { signal })) parts.push(r.data as BlobPart);
+    });
+    const url = URL.createObjectURL(new Blob(parts));
+    const a = h("a", { href: url, download: f.name });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10_000);
+  }
+
+  async function send(files: FileList | File[]) {
+    for (const file of Array.from(files)) {
+      const bar = h("progress", { max: String(file.size || 1), value: "0", "aria-label": `Uploading ${file.name}` });
+      const item = h("li", null, `${file.name} `, bar);
+      progress.append(item);
+      const path = join(dir.value, file.name);
+      // The guest writes the file only on commit, and only when the size
+      // start declares arrived: a cut upload changes nothing.
+      const start = toBinary(WriteFileRequestSchema,
+        create(WriteFileRequestSchema, { part: { case: "start", value: { path, size: BigInt(file.size) } } }));
+      const commit = toBinary(WriteFileRequestSchema, create(WriteFileRequestSchema, { part: { case: "commit", value: true } }));
+      try {
+        await withPlane(workspaceId, (p) =>
+          upload(`${p.endpoint}/kibotos.data.v1.FileService/WriteFile`, p.token, [start, ...chunks(file, DATA_FIELD), commit],
+            WriteFileResponseSchema, (sent) => (bar.value = Math.min(sent, file.size)), signal));
+        bar.value = file.size || 1;
+        item.append(" uploaded");
+      } catch (e) {
+        item.append(` failed: ${errorText(apiError(e))}`);
+      }
+    }
+    await reload();
+  }
+  picker.addEventListener("change", () => picker.files && send(picker.files));
+  drop.addEventListener("keydown", (ev) => {
+    if (ev.key === "Enter" || ev.key === " ") {
+      ev.preventDefault();
+      picker.click();
+    }
+  });
+  drop.addEventListener("dragover", (ev) => {
+    ev.preventDefault();
+    drop.classList.add("over");
+  });
+  drop.addEventListener("dragleave", () => drop.classList.remove("over"));
+  drop.addEventListener("drop", (ev) => {
+    ev.preventDefault();
+    drop.classList.remove("over");
+    if (ev.dataTransfer?.files.length) send(ev.dataTransfer.files);
+  });
+  open(dir.value);
+}

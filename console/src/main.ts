@@ -1,0 +1,59 @@
+// The console's entry: sign-in, the header, and a router over the hash
+// (#/workspaces, #/workspaces/ID/TAB, #/resources). The token never goes
+// into a URL.
+import "./style.css";
+import { setToken, token } from "./api.js";
+import { signInView, whoami, type Caller } from "./auth.js";
+import { workspaceView } from "./detail.js";
+import { h } from "./dom.js";
+import { resourcesView } from "./resources.js";
+import { workspacesView } from "./workspaces.js";
+
+const main = document.getElementById("main")!;
+const nav = document.getElementById("nav")!;
+const who = document.getElementById("who")!;
+let caller: Caller | undefined;
+let view: AbortController | undefined;
+
+function signedIn(c: Caller) {
+  caller = c;
+  who.replaceChildren(
+    h("span", { id: "who-project" }, `project ${c.projectName}${c.operator ? " (operator)" : ""}`), " · ",
+    h("span", { id: "who-role" }, `role ${c.role}`), " ",
+    h("button", { type: "button", class: "small", onclick: signOut }, "Sign out"));
+  nav.hidden = false;
+  nav.replaceChildren(h("a", { href: "#/workspaces" }, "Workspaces"), h("a", { href: "#/resources" }, "Resources"));
+  route();
+}
+
+/** signOut forgets the token and reloads, which drops every data-plane session the page held. */
+function signOut() {
+  setToken(null);
+  location.hash = "";
+  location.reload();
+}
+
+function route() {
+  if (!caller) return;
+  view?.abort();
+  view = new AbortController();
+  const parts = location.hash.replace(/^#\/?/, "").split("/").filter(Boolean);
+  for (const a of nav.querySelectorAll("a")) {
+    if (a.getAttribute("href") === `#/${parts[0] ?? "workspaces"}`) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  }
+  if (parts[0] === "resources") resourcesView(main, caller, view.signal);
+  else if (parts[0] === "workspaces" && parts[1]) workspaceView(main, decodeURIComponent(parts[1]), parts[2] ?? "overview", view.signal);
+  else workspacesView(main, view.signal);
+  main.focus({ preventScroll: true });
+}
+
+window.addEventListener("hashchange", route);
+const saved = token();
+if (saved) {
+  whoami(saved).then(signedIn, () => {
+    setToken(null);
+    signInView(main, signedIn);
+  });
+}
+else signInView(main, signedIn);

@@ -1,0 +1,158 @@
+// The project's other resources: Volumes, Templates, Egresses, Resolvers
+// and tokens, each a list with its common actions.
+import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import {
+  ImageArchiveFormat, ImportTemplateRevisionRequestSchema, ImportTemplateRevisionResponseSchema, VolumeState,
+} from "../../sdk/typescript/gen/kibotos/ctrl/v1/ctrl_pb.js";
+import { Role } from "../../sdk/typescript/gen/kibotos/admin/v1/admin_pb.js";
+import { api, apiError, command, errorText, token } from "./api.js";
+import type { Caller } from "./auth.js";
+import { bytes, field, h, labelsText, mibBytes, setError } from "./dom.js";
+import { clearErrors, showError } from "./errors.js";
+import { chunks, upload } from "./upload.js";
+import { confirmed } from "./workspaces.js";
+
+function when(t: Timestamp | undefined): string {
+  return t ? timestampDate(t).toISOString().replace("T", " ").slice(0, 19) : "";
+}
+
+/** table renders rows of cells under headers; the last cell of a row is its actions. */
+function table(label: string, headers: string[], rows: (string | Node)[][]): HTMLElement {
+  return h("div", { class: "scroll" }, h("table", { class: "list", "aria-label": label },
+    h("thead", null, h("tr", null, ...headers.map((c) => h("th", { scope: "col" }, c)))),
+    h("tbody", null, ...rows.map((r) => h("tr", null, ...r.map((c) => h("td", null, c)))))));
+}
+
+/** section renders a titled card whose list is loaded by load and reloaded after each action. */
+function section(main: HTMLElement, title: string, id: string, load: (reload: () => void) => Promise<HTMLElement>, form?: (reload: () => void) => HTMLElement) {
+  const slot = h("div");
+  const card = h("section", { class: "card", "aria-labelledby": `${id}-title` }, h("h2", { id: `${id}-title` }, title),
+    h("p", { id: `${id}-error`, class: "field-error", role: "alert" }), slot);
+  const reload = () => {
+    load(reload).then((el) => slot.replaceChildren(el)).catch((e) => setError(id, errorText(apiError(e))));
+  };
+  if (form) card.insertBefore(form(reload), slot);
+  main.append(card);
+  reload();
+}
+
+function remove(id: string, label: string, run: () => Promise<unknown>, reload: () => void): HTMLElement {
+  return confirmed(label, id, async () => { await run(); reload(); }, (e) => setError(id, errorText(apiError(e))));
+}
+
+/**
+ * importForm imports an image archive as a template's revision (creating
+ * the template when it does not exist), with the upload's progress.
+ */
+function importForm(reload: () => void): HTMLElement {
+  const id = h("input", { id: "tpl-id", placeholder: "my-image" });
+  const file = h("input", { id: "tpl-file", type: "file", accept: ".tar" });
+  const format = h("select", { id: "tpl-format" },
+    h("option", { value: String(ImageArchiveFormat.TARBALL) }, "docker save tarball"),
+    h("option", { value: String(ImageArchiveFormat.OCI_LAYOUT_TAR) }, "OCI layout tar"));
+  const setDefault = h("input", { id: "tpl-default", type: "checkbox", checked: true });
+  const bar = h("progress", { id: "tpl-progress", max: "1", value: "0", hidden: true, "aria-label": "Import progress" });
+  const f = h("form", { class: "toolbar", "aria-label": "Import a template revision" },
+    field("Template", id), field("Image archive", file), field("Format", format),
+    h("label", null, setDefault, " make it the default"), h("button", { type: "submit" }, "Import"), bar);
+  f.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    clearErrors(["tpl-id", "tpl-file"]);
+    const archive = file.files?.[0];
+    if (!archive) {
+      setError("tpl-file", "choose an image archive");
+      return;
+    }
+    try {
+      await api.templates.createTemplate({ command: command(), templateId: id.value }).catch((e) => {
+        if (ConnectError.from(e).code !== Code.AlreadyExists) throw e;
+      });
+      const start = toBinary(ImportTemplateRevisionRequestSchema, create(ImportTemplateRevisionRequestSchema, {
+        part: { case: "start", value: { command: command(), templateId: id.value, source: { case: "archive", value: Number(format.value) }, setDefault: setDefault.checked } },
+      }));
+      bar.hidden = false;
+      bar.max = archive.size || 1;
+      await upload(`${location.origin}/kibotos.ctrl.v1.TemplateService/ImportTemplateRevision`, token() ?? "",
+        [start, ...chunks(archive, CHUNK_FIELD)], ImportTemplateRevisionResponseSchema, (sent) => (bar.value = sent));
+      reload();
+    } catch (e) {
+      showError(e, [[/template_id/, "tpl-id"]], "tpl-file");
+    }
+  });
+  return f;
+}
+
+/** CHUNK_FIELD is ImportTemplateRevisionRequest.chunk's field number. */
+const CHUNK_FIELD = 2;
+
+/** resourcesView renders the lists into main. */
+export function resourcesView(main: HTMLElement, caller: Caller, signal: AbortSignal): void {
+  main.replaceChildren(h("h1", null, "Resources"));
+  section(main, "Volumes", "volumes", async (reload) => {
+    const { volumes } = await api.volumes.listVolumes({ pageSize: 1000 }, { signal });
+    return table("Volumes", ["Volume", "State", "Capacity", "Pool", "Bound to", "Labels", "Actions"],
+      volumes.filter((v) => v.state !== VolumeState.DELETED).map((v) => [v.volumeId, VolumeState[v.state], bytes(v.spec?.capacityBytes ?? 0n),
+        v.spec?.storagePool ?? "", v.boundWorkspaceId, labelsText(v.labels),
+        remove("volumes", "Delete", () => api.volumes.deleteVolume({ command: command(), volumeId: v.volumeId }), reload)]));
+  }, (reload) => {
+    const cap = h("input", { id: "vol-capacity", inputmode: "decimal", placeholder: "1024" });
+    const f = h("form", { class: "toolbar" }, field("Capacity (MiB; empty is the pool's profile)", cap), h("button", { type: "submit" }, "Create a volume"));
+    f.addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      clearErrors(["vol-capacity"]);
+      try {
+        const capacityBytes = mibBytes("vol-capacity", cap.value);
+        if (capacityBytes === undefined) return;
+        await api.volumes.createVolume({ command: command(), spec: { capacityBytes } });
+        reload();
+      } catch (e) {
+        showError(e, [], "vol-capacity");
+      }
+    });
+    return f;
+  });
+  section(main, "Templates", "templates", async (reload) => {
+    const { templates } = await api.templates.listTemplates({ pageSize: 1000 }, { signal });
+    return table("Templates", ["Template", "Default revision", "Revisions", "Updated", "Actions"],
+      templates.map((t) => [t.templateId, t.defaultRevision, String(t.revisions.length), when(t.updatedAt),
+        remove("templates", "Delete", () => api.templates.deleteTemplate({ command: command(), templateId: t.templateId }), reload)]));
+  }, importForm);
+  section(main, "Egresses", "egresses", async (reload) => {
+    const { egresses } = await api.egresses.listEgresses({ pageSize: 1000 }, { signal });
+    return table("Egresses", ["Egress", "Revision", "Labels", "Updated", "Actions"],
+      egresses.map((e) => [e.egressId, String(e.revision), labelsText(e.labels), when(e.updatedAt),
+        remove("egresses", "Delete", () => api.egresses.deleteEgress({ command: command(), egressId: e.egressId }), reload)]));
+  });
+  section(main, "Resolvers", "resolvers", async (reload) => {
+    const { resolvers } = await api.resolvers.listResolvers({ pageSize: 1000 }, { signal });
+    return table("Resolvers", ["Resolver", "Revision", "Labels", "Updated", "Actions"],
+      resolvers.map((r) => [r.resolverId, String(r.revision), labelsText(r.labels), when(r.updatedAt),
+        remove("resolvers", "Delete", () => api.resolvers.deleteResolver({ command: command(), resolverId: r.resolverId }), reload)]));
+  });
+  if (caller.role !== "admin") return;
+  section(main, "Tokens", "tokens", async (reload) => {
+    const { tokens } = await api.admin.listTokens({ projectId: caller.projectId }, { signal });
+    return table("Tokens", ["Token", "Name", "Role", "Created", "Revoked", "Actions"],
+      tokens.map((t) => [t.tokenId, t.name, Role[t.role].toLowerCase(), when(t.createdAt), when(t.revokedAt),
+        t.revokedAt ? "" : remove("tokens", "Revoke", () => api.admin.revokeToken({ tokenId: t.tokenId }), reload)]));
+  }, (reload) => {
+    const name = h("input", { id: "tok-name" });
+    const role = h("select", { id: "tok-role" }, ...[Role.VIEWER, Role.EDITOR, Role.ADMIN].map((r) => h("option", { value: String(r) }, Role[r].toLowerCase())));
+    const secret = h("output", { id: "tok-secret", "aria-live": "polite" });
+    const f = h("form", { class: "toolbar" }, field("Name", name), field("Role", role), h("button", { type: "submit" }, "Create a token"), secret);
+    f.addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      clearErrors(["tok-name"]);
+      try {
+        const r = await api.admin.createToken({ projectId: caller.projectId, role: Number(role.value), name: name.value });
+        secret.textContent = `Secret (shown once): ${r.secret}`;
+        reload();
+      } catch (e) {
+        showError(e, [], "tok-name");
+      }
+    });
+    return f;
+  });
+}

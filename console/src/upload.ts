@@ -1,0 +1,111 @@
+// Client-streaming calls from the browser with progress. fetch cannot
+// stream a request body, and connect-web refuses client streams, but the
+// Connect protocol lets a client stream arrive as one body of enveloped
+// messages: upload builds that body as a Blob (file slices are not read
+// into memory) and sends it with XMLHttpRequest, whose upload events give
+// the progress. The response (one message, then the end of the stream) is
+// read with connect's own protocol functions.
+import { fromBinary, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { codeFromHttpStatus, endStreamFromJson, errorFromJsonBytes } from "@connectrpc/connect/protocol-connect";
+
+/** CHUNK is the size of one data message. */
+export const CHUNK = 1 << 20;
+
+/** envelope frames one message: flags, 4-byte big-endian length, bytes. */
+function envelope(data: Uint8Array, flags = 0): Uint8Array {
+  const out = new Uint8Array(5 + data.length);
+  out[0] = flags;
+  new DataView(out.buffer).setUint32(1, data.length);
+  out.set(data, 5);
+  return out;
+}
+
+/** header is the envelope header of a message of n bytes. */
+function header(n: number): Uint8Array {
+  const out = new Uint8Array(5);
+  new DataView(out.buffer).setUint32(1, n);
+  return out;
+}
+
+/**
+ * Part is one request message: encoded bytes, or a slice of a Blob that is
+ * the only field of a message (dataField, length-delimited) whose framing
+ * is written around it.
+ */
+export type Part = Uint8Array | { blob: Blob; fieldNumber: number };
+
+/** varint encodes n as a protobuf varint. */
+function varint(n: number): number[] {
+  const out: number[] = [];
+  while (n > 127) {
+    out.push((n & 127) | 128);
+    n = Math.floor(n / 128);
+  }
+  out.push(n);
+  return out;
+}
+
+/** body builds the request body of a client stream from its parts. */
+function body(parts: Part[]): Blob {
+  const blobs: BlobPart[] = [];
+  for (const p of parts) {
+    if (p instanceof Uint8Array) {
+      blobs.push(envelope(p) as BlobPart);
+      continue;
+    }
+    // field tag (wire type 2), length, then the bytes themselves
+    const prefix = new Uint8Array([...varint((p.fieldNumber << 3) | 2), ...varint(p.blob.size)]);
+    blobs.push(header(prefix.length + p.blob.size) as BlobPart, prefix as BlobPart, p.blob);
+  }
+  return new Blob(blobs);
+}
+
+/** chunks splits a blob into data parts of CHUNK bytes for field fieldNumber. */
+export function chunks(blob: Blob, fieldNumber: number): Part[] {
+  const out: Part[] = [];
+  for (let off = 0; off < blob.size; off += CHUNK) out.push({ blob: blob.slice(off, off + CHUNK), fieldNumber });
+  return out;
+}
+
+/** upload calls a client-streaming method at baseUrl/service/method and returns its response. */
+export function upload<O extends DescMessage>(
+  url: string, token: string, parts: Part[], output: O, onProgress: (sent: number, total: number) => void, signal?: AbortSignal,
+): Promise<MessageShape<O>> {
+  return new Promise((resolve, reject) => {
+    const xhr = new XMLHttpRequest();
+    xhr.open("POST", url);
+    xhr.responseType = "arraybuffer";
+    xhr.setRequestHeader("Content-Type", "application/connect+proto");
+    xhr.setRequestHeader("Connect-Protocol-Version", "1");
+    xhr.setRequestHeader("Authorization", `Bearer ${token}`);
+    xhr.upload.onprogress = (e) => onProgress(e.loaded, e.total);
+    xhr.onerror = () => reject(new ConnectError("the upload failed on the network", Code.Unavailable));
+    xhr.onabort = () => reject(new ConnectError("the upload was canceled", Code.Canceled));
+    signal?.addEventListener("abort", () => xhr.abort());
+    xhr.onload = () => {
+      const buf = new Uint8Array(xhr.response as ArrayBuffer);
+      if (xhr.status !== 200) {
+        reject(errorFromJsonBytes(buf, undefined, new ConnectError(`HTTP ${xhr.status}`, codeFromHttpStatus(xhr.status))));
+        return;
+      }
+      let msg: MessageShape<O> | undefined;
+      for (let off = 0; off + 5 <= buf.length;) {
+        const flags = buf[off];
+        const n = new DataView(buf.buffer, buf.byteOffset + off + 1, 4).getUint32(0);
+        const data = buf.subarray(off + 5, off + 5 + n);
+        off += 5 + n;
+        if (flags & 2) {
+          const end = endStreamFromJson(data);
+          if (end.error) reject(end.error);
+          else if (msg) resolve(msg);
+          else reject(new ConnectError("the response had no message", Code.Internal));
+          return;
+        }
+        msg = fromBinary(output, data);
+      }
+      reject(new ConnectError("the response ended without its end", Code.Internal));
+    };
+    xhr.send(body(parts));
+  });
+}

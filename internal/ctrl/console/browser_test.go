@@ -1,0 +1,402 @@
+package console_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/input"
+	"github.com/chromedp/chromedp"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/uuid"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/bearer"
+	"github.com/kibotos/kibotos/internal/ctrl/console"
+	"github.com/kibotos/kibotos/internal/daemon/uptest"
+	"github.com/kibotos/kibotos/internal/imagestore"
+	"github.com/kibotos/kibotos/sdk"
+)
+
+func TestMain(m *testing.M) { os.Exit(uptest.Main(m)) }
+
+// ScreenshotsEnv names the directory the browser test saves its
+// screenshots in; unset, they go to the test's temporary directory.
+const ScreenshotsEnv = "KIBOTOS_CONSOLE_SCREENSHOTS"
+
+// page drives headless Chromium against the console of a deployment.
+type page struct {
+	t    *testing.T
+	ctx  context.Context
+	shot string // screenshot directory
+	n    int
+}
+
+func newPage(t *testing.T) *page {
+	t.Helper()
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Skip("needs chromium (Debian package chromium; scripts/install-deps installs it)")
+	}
+	dir := os.Getenv(ScreenshotsEnv)
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	alloc, cancel := chromedp.NewExecAllocator(context.Background(), chromedp.ExecPath(chromium),
+		chromedp.Flag("headless", true), chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("no-first-run", true), chromedp.Flag("disable-sync", true), chromedp.Flag("disable-default-apps", true),
+		chromedp.WindowSize(1280, 900))
+	t.Cleanup(cancel)
+	ctx, cancel := chromedp.NewContext(alloc)
+	t.Cleanup(cancel)
+	ctx, cancel = context.WithTimeout(ctx, 5*time.Minute)
+	t.Cleanup(cancel)
+	return &page{t: t, ctx: ctx, shot: dir}
+}
+
+func (b *page) do(steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	if err := chromedp.Do(b.ctx, steps...); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// wait polls a JavaScript expression until it is true.
+func (b *page) wait(what, expr string) {
+	b.t.Helper()
+	if _, err := chromedp.Run(b.ctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(3*time.Minute))); err != nil {
+		b.screenshot("failed")
+		page, _ := chromedp.Run(b.ctx, chromedp.Evaluate[string](`document.body.innerHTML`))
+		b.t.Fatalf("waiting for %s (%s): %v; the page:\n%s", what, expr, err, page)
+	}
+}
+
+// text returns the text of the first element matching a CSS selector.
+func (b *page) text(sel string) string {
+	b.t.Helper()
+	s, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](fmt.Sprintf(`document.querySelector(%q)?.textContent ?? ""`, sel)))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return s
+}
+
+// screenshot saves the page as TEST-NN-name.png.
+func (b *page) screenshot(name string) {
+	b.t.Helper()
+	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		b.t.Logf("screenshot %s: %v", name, err)
+		return
+	}
+	b.n++
+	path := filepath.Join(b.shot, fmt.Sprintf("%s-%02d-%s.png", b.t.Name(), b.n, name))
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Logf("screenshot: %s", path)
+}
+
+// typeLine types text into the focused element as one insertion (as an
+// input method does) and presses Enter as a raw key. chromedp's SendKeys
+// sends each character as a key down and a separate char event, which a
+// terminal reads as two presses.
+func (b *page) typeLine(text string) {
+	b.t.Helper()
+	steps := []func() error{
+		func() error {
+			_, err := chromedp.Call(b.ctx, input.InsertText, input.InsertTextParams{Text: text})
+			return err
+		},
+		func() error {
+			_, err := chromedp.Call(b.ctx, input.DispatchKeyEvent, input.DispatchKeyEventParams{
+				Type: input.DispatchKeyEventTypeRawKeyDown, Key: "Enter", Code: "Enter", WindowsVirtualKeyCode: 13, NativeVirtualKeyCode: 13})
+			return err
+		},
+		func() error {
+			_, err := chromedp.Call(b.ctx, input.DispatchKeyEvent, input.DispatchKeyEventParams{
+				Type: input.DispatchKeyEventTypeKeyUp, Key: "Enter", Code: "Enter", WindowsVirtualKeyCode: 13, NativeVirtualKeyCode: 13})
+			return err
+		},
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			b.t.Fatal(err)
+		}
+	}
+}
+
+func js(s string) string { return fmt.Sprintf("%q", s) }
+
+// TestConsole uses the console as a person would, in headless Chromium
+// against a real deployment: sign in, a refused and an accepted workspace,
+// a shell that answers and survives a reload, an upload, network policy
+// edits refused, stale and applied, and deletion. Every action is checked
+// against the API.
+func TestConsole(t *testing.T) {
+	if !console.New().Built() {
+		t.Skip("the console's bundle is not built: run make build (npm ci and the bundle in console/)")
+	}
+	d := uptest.Shared(t)
+	token := d.Project(t)
+	b := newPage(t)
+	ctx := t.Context()
+	wss := ctrlv1connect.NewWorkspaceServiceClient(http.DefaultClient, d.URL, connect.WithInterceptors(bearer.Token(token)))
+	list := func() []*ctrlv1.Workspace {
+		t.Helper()
+		r, err := wss.ListWorkspaces(ctx, connect.NewRequest(&ctrlv1.ListWorkspacesRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Msg.GetWorkspaces()
+	}
+
+	// Sign in: the token goes to session storage, never the URL.
+	b.do(chromedp.Navigate(d.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#token")))
+	b.screenshot("sign-in")
+	b.do(chromedp.SetValue(chromedp.CSS("#token"), "not-a-token"), chromedp.Click(chromedp.CSS(`form.signin button[type=submit]`)))
+	b.wait("a refused token", `document.getElementById("token-error").textContent.includes("unauthenticated")`)
+	b.do(chromedp.SetValue(chromedp.CSS("#token"), token), chromedp.Click(chromedp.CSS(`form.signin button[type=submit]`)))
+	b.wait("the role", `document.getElementById("who-role")?.textContent === "role admin"`)
+	if p := b.text("#who-project"); !strings.HasPrefix(p, "project t-") {
+		t.Errorf("the project shown is %q", p)
+	}
+	b.wait("the templates", `document.querySelector("#ws-template option[value=base]") !== null`)
+	b.screenshot("workspaces")
+
+	// Memory that is not a whole MiB: the server's error next to the
+	// field, nothing stored.
+	b.do(chromedp.SetValue(chromedp.CSS("#ws-memory"), "256.5"), chromedp.Click(chromedp.CSS(`form.create button[type=submit]`)))
+	b.wait("the memory error", `document.getElementById("ws-memory-error").textContent.includes("whole number of MiB")`)
+	if e := b.text("#ws-memory-error"); !strings.HasPrefix(e, "invalid_argument: spec.resources.memory_bytes") {
+		t.Errorf("the memory error reads %q", e)
+	}
+	b.screenshot("create-refused")
+	if n := len(list()); n != 0 {
+		t.Fatalf("a refused create stored %d workspaces", n)
+	}
+
+	// A new volume at a relative path: refused next to the path.
+	b.do(chromedp.SetValue(chromedp.CSS("#ws-memory"), "256"), chromedp.SetValue(chromedp.CSS("#ws-volume"), "new"),
+		chromedp.SetValue(chromedp.CSS("#ws-mount"), "data"), chromedp.Click(chromedp.CSS(`form.create button[type=submit]`)))
+	b.wait("the mount path error", `document.getElementById("ws-mount-error").textContent.startsWith("invalid_argument: volume.mount_path")`)
+	if n := len(list()); n != 0 {
+		t.Fatalf("a refused create stored %d workspaces", n)
+	}
+	if _, err := chromedp.Run(b.ctx, chromedp.Evaluate[bool](`document.getElementById("ws-volume").value = "none"; document.getElementById("ws-mount").value = ""; true`)); err != nil {
+		t.Fatal(err)
+	}
+
+	// A workspace, AVAILABLE in the live list.
+	b.do(chromedp.SetValue(chromedp.CSS("#ws-memory"), "256"), chromedp.SetValue(chromedp.CSS("#ws-labels"), "made-by=console"),
+		chromedp.Click(chromedp.CSS(`form.create button[type=submit]`)))
+	b.wait("the workspace in the list", `document.querySelector("table.list tbody tr") !== null`)
+	wss0 := list()
+	if len(wss0) != 1 || wss0[0].GetLabels()["made-by"] != "console" || wss0[0].GetSpec().GetResources().GetMemoryBytes() != 256<<20 {
+		t.Fatalf("workspaces after the create: %v", wss0)
+	}
+	id := wss0[0].GetWorkspaceId()
+	row := fmt.Sprintf(`document.querySelector('tr[data-id=%s]')`, js(id))
+	b.wait("AVAILABLE", row+`?.children[1].textContent === "AVAILABLE"`)
+	b.screenshot("workspace-available")
+
+	// The overview's changes: labels, and a memory that is not a whole MiB
+	// refused next to its field.
+	b.do(chromedp.Navigate(d.URL+"/#/workspaces/"+id), chromedp.WaitVisible(chromedp.CSS("#edit-labels")))
+	b.wait("the labels in the form", `document.getElementById("edit-labels").value === "made-by=console"`)
+	b.do(chromedp.SetValue(chromedp.CSS("#edit-labels"), "made-by=console, tier=2"), chromedp.Click(chromedp.CSS(`form[aria-label="Set labels"] button`)))
+	b.wait("the new labels", `[...document.querySelectorAll(".facts dd")].some(dd => dd.textContent === "made-by=console, tier=2")`)
+	b.do(chromedp.SetValue(chromedp.CSS("#edit-memory"), "300.5"), chromedp.Click(chromedp.CSS(`form[aria-label="Set memory"] button`)))
+	b.wait("the memory error", `document.getElementById("edit-memory-error").textContent.includes("whole number of MiB")`)
+	b.screenshot("overview")
+	if w := list()[0]; w.GetLabels()["tier"] != "2" || w.GetSpec().GetResources().GetMemoryBytes() != 256<<20 {
+		t.Fatalf("after the overview's changes: labels %v, memory %d", w.GetLabels(), w.GetSpec().GetResources().GetMemoryBytes())
+	}
+
+	// The terminal: echo hi, and hi comes back; a reload attaches to the
+	// same shell, whose output the guest replays.
+	rows := `[...document.querySelectorAll(".xterm-rows > div")].map(r => r.textContent.trim())`
+	b.do(chromedp.Navigate(d.URL + "/#/workspaces/" + id + "/terminal"))
+	b.wait("the shell", `document.getElementById("term-status")?.textContent.startsWith("shell pid")`)
+	b.do(chromedp.Click(chromedp.CSS(".xterm")))
+	b.typeLine("echo hi")
+	b.wait("hi in the terminal", rows+`.includes("hi")`)
+	b.screenshot("terminal")
+	b.do(chromedp.Reload())
+	b.wait("the shell again", `document.getElementById("term-status")?.textContent.startsWith("attached to the running shell")`)
+	b.wait("hi replayed", rows+`.includes("hi")`)
+	if loc, err := chromedp.Run(b.ctx, chromedp.Location()); err != nil || strings.Contains(loc, token) {
+		t.Errorf("the URL is %q (%v)", loc, err)
+	}
+
+	// Files: an upload, listed.
+	upload := filepath.Join(t.TempDir(), "hello-console.txt")
+	if err := os.WriteFile(upload, []byte(strings.Repeat("hello from the console\n", 100000)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b.do(chromedp.Navigate(d.URL+"/#/workspaces/"+id+"/files"), chromedp.WaitVisible(chromedp.CSS("#files-dir")))
+	b.wait("the directory", `document.querySelector("table[aria-label=Files] tbody") !== null`)
+	b.do(chromedp.SetUploadFiles(chromedp.CSS("#files-upload"), []string{upload}))
+	b.wait("the uploaded file listed", `[...document.querySelectorAll("table[aria-label=Files] tbody td:first-child")].some(td => td.textContent === "hello-console.txt")`)
+	b.wait("the upload done", `document.querySelector(".progress li")?.textContent.includes("uploaded")`)
+	b.screenshot("files")
+	want, _ := os.ReadFile(upload)
+	ws, err := sdk.New(d.URL, token).Workspace(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ws.ReadFile(ctx, "/tmp/hello-console.txt"); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("the uploaded file holds %d bytes (%v), want the %d sent", len(got), err, len(want))
+	}
+	// Download, rename, delete.
+	downloads := t.TempDir()
+	if _, err := chromedp.CallBrowser(b.ctx, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{
+		Behavior: browser.SetDownloadBehaviorBehaviorAllow, DownloadPath: downloads}); err != nil {
+		t.Fatal(err)
+	}
+	b.do(chromedp.Click(chromedp.CSS(`button[aria-label="Download hello-console.txt"]`)))
+	deadline := time.Now().Add(time.Minute)
+	for {
+		got, err := os.ReadFile(filepath.Join(downloads, "hello-console.txt"))
+		if err == nil && bytes.Equal(got, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the download holds %d bytes (%v), want %d", len(got), err, len(want))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	names := `[...document.querySelectorAll("table[aria-label=Files] tbody td:first-child")].map(td => td.textContent)`
+	b.do(chromedp.Click(chromedp.CSS(`button[aria-label="Rename hello-console.txt"]`)),
+		chromedp.SetValue(chromedp.CSS("#rename-hello-console_txt"), "renamed.txt"),
+		chromedp.Click(chromedp.CSS(`form.inline button[type=submit]`)))
+	b.wait("the renamed file", names+`.includes("renamed.txt") && !`+names+`.includes("hello-console.txt")`)
+	b.do(chromedp.Click(chromedp.CSS(`button[aria-label="Delete renamed.txt"]`)))
+	b.wait("the file gone", `!`+names+`.includes("renamed.txt")`)
+	if _, err := ws.ReadFile(ctx, "/tmp/renamed.txt"); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("reading the deleted file: %v", err)
+	}
+
+	// Network: an invalid CIDR is refused next to its field and stores
+	// nothing; an edit on a stale revision shows the conflict and the
+	// current policy; an edit on the current one is applied.
+	policy := func() (*ctrlv1.NetworkPolicy, uint64) {
+		t.Helper()
+		r, err := wss.GetWorkspace(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := r.Msg.GetWorkspace()
+		return w.GetSpec().GetNetworkPolicy(), w.GetNetworkPolicyStatus().GetAppliedRevision()
+	}
+	before, _ := policy()
+	b.do(chromedp.Navigate(d.URL+"/#/workspaces/"+id+"/network"), chromedp.WaitVisible(chromedp.CSS("#net-mode")))
+	b.wait("the form", `document.querySelector("form.edit").dataset.revision === `+js(fmt.Sprint(before.GetRevision())))
+	public := fmt.Sprint(int32(ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET))
+	b.do(chromedp.SetValue(chromedp.CSS("#net-mode"), public), chromedp.SetValue(chromedp.CSS("#net-allow"), "203.0.113.0/33"),
+		chromedp.Click(chromedp.CSS(`form.edit button[type=submit]`)))
+	b.wait("the CIDR error", `document.getElementById("net-allow-error").textContent.startsWith("invalid_argument: network_policy.allow[0]")`)
+	b.screenshot("network-refused")
+	if p, _ := policy(); p.GetRevision() != before.GetRevision() || len(p.GetAllow()) != 0 {
+		t.Fatalf("a refused edit changed the policy: %v", p)
+	}
+	// Another client changes the policy; the page's edit is now stale.
+	other, err := wss.UpdateWorkspaceNetworkPolicy(ctx, connect.NewRequest(&ctrlv1.UpdateWorkspaceNetworkPolicyRequest{
+		Command: &ctrlv1.CommandMetadata{CommandId: uuid.NewString()}, WorkspaceId: id, ExpectedRevision: before.GetRevision(),
+		Policy: &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, Deny: []string{"192.0.2.0/24"}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	current := other.Msg.GetWorkspace().GetSpec().GetNetworkPolicy()
+	b.do(chromedp.SetValue(chromedp.CSS("#net-allow"), "203.0.113.0/24"), chromedp.Click(chromedp.CSS(`form.edit button[type=submit]`)))
+	b.wait("the conflict", `document.getElementById("net-form-error").textContent.startsWith("aborted:")`)
+	if c := b.text("#net-current"); !strings.Contains(c, fmt.Sprintf("revision %d: PUBLIC_INTERNET", current.GetRevision())) || !strings.Contains(c, "deny 192.0.2.0/24") {
+		t.Errorf("the current policy shown is %q", c)
+	}
+	b.screenshot("network-conflict")
+	if p, _ := policy(); p.GetRevision() != current.GetRevision() || len(p.GetAllow()) != 0 {
+		t.Fatalf("a stale edit changed the policy: %v", p)
+	}
+	b.do(chromedp.Click(chromedp.CSS(`#net-conflict button`)))
+	b.wait("the current policy in the form", `document.querySelector("form.edit").dataset.revision === `+js(fmt.Sprint(current.GetRevision())))
+	b.do(chromedp.SetValue(chromedp.CSS("#net-allow"), "203.0.113.0/24"), chromedp.Click(chromedp.CSS(`form.edit button[type=submit]`)))
+	b.wait("the new revision in the form", `document.querySelector("form.edit").dataset.revision !== `+js(fmt.Sprint(current.GetRevision())))
+	after, _ := policy()
+	if after.GetRevision() <= current.GetRevision() || strings.Join(after.GetAllow(), ",") != "203.0.113.0/24" || strings.Join(after.GetDeny(), ",") != "192.0.2.0/24" {
+		t.Fatalf("the policy after the edit: %v", after)
+	}
+	b.wait("the applied revision", fmt.Sprintf(`document.querySelector('[data-fact="Applied revision"]')?.textContent === "%d"`, after.GetRevision()))
+	if _, applied := policy(); applied != after.GetRevision() {
+		t.Errorf("the API says applied revision %d, want %d", applied, after.GetRevision())
+	}
+	b.screenshot("network-applied")
+
+	// Delete, confirmed, from the workspace's page.
+	b.do(chromedp.Navigate(d.URL+"/#/workspaces/"+id), chromedp.WaitVisible(chromedp.CSS("#ws-state")))
+	b.do(chromedp.Click(chromedp.CSS(`button[aria-label="Delete ` + id + `"]`)))
+	b.do(chromedp.Click(chromedp.CSS(`button[aria-label="Confirm delete ` + id + `"]`)))
+	b.wait("DELETED", `document.getElementById("ws-state").textContent === "DELETED"`)
+	b.screenshot("deleted")
+	b.do(chromedp.Navigate(d.URL+"/#/resources"), chromedp.WaitVisible(chromedp.CSS("table[aria-label=Tokens]")))
+	b.screenshot("resources")
+	// A phone's width.
+	b.do(chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile), chromedp.Navigate(d.URL+"/#/workspaces"),
+		chromedp.WaitVisible(chromedp.CSS("form.create")))
+	b.screenshot("workspaces-phone")
+	b.do(chromedp.Click(chromedp.CSS(`#who button`)), chromedp.WaitVisible(chromedp.CSS("#token")))
+	b.wait("the token forgotten", `sessionStorage.getItem("kibotos.token") === null`)
+}
+
+// TestConsoleTemplateImport imports an image archive as a template's
+// revision from the console's resources page, through the client stream
+// the page sends with XMLHttpRequest.
+func TestConsoleTemplateImport(t *testing.T) {
+	if !console.New().Built() {
+		t.Skip("the console's bundle is not built: run make build (npm ci and the bundle in console/)")
+	}
+	d := uptest.Shared(t)
+	token := d.Project(t)
+	base, err := imagestore.BuiltinImage(imagestore.DefaultBusybox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(t.TempDir(), "image.tar")
+	if err := tarball.WriteToFile(archive, name.MustParseReference("example.com/console:1"), base); err != nil {
+		t.Fatal(err)
+	}
+	b := newPage(t)
+	b.do(chromedp.Navigate(d.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SetValue(chromedp.CSS("#token"), token), chromedp.Click(chromedp.CSS(`form.signin button[type=submit]`)))
+	b.wait("the role", `document.getElementById("who-role")?.textContent === "role admin"`)
+	b.do(chromedp.Navigate(d.URL+"/#/resources"), chromedp.WaitVisible(chromedp.CSS("#tpl-id")),
+		chromedp.SetValue(chromedp.CSS("#tpl-id"), "console-image"), chromedp.SetUploadFiles(chromedp.CSS("#tpl-file"), []string{archive}),
+		chromedp.Click(chromedp.CSS(`form[aria-label="Import a template revision"] button[type=submit]`)))
+	b.wait("the template listed", `[...document.querySelectorAll("table[aria-label=Templates] tbody td:first-child")].some(td => td.textContent === "console-image")`)
+	b.screenshot("template-imported")
+	templates := ctrlv1connect.NewTemplateServiceClient(http.DefaultClient, d.URL, connect.WithInterceptors(bearer.Token(token)))
+	r, err := templates.GetTemplate(t.Context(), connect.NewRequest(&ctrlv1.GetTemplateRequest{TemplateId: "console-image"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tpl := r.Msg.GetTemplate(); len(tpl.GetRevisions()) != 1 || tpl.GetDefaultRevision() == "" {
+		t.Errorf("the imported template: %v", tpl)
+	}
+	if v, _ := chromedp.Run(b.ctx, chromedp.Evaluate[float64](`document.getElementById("tpl-progress").value`)); v <= 0 {
+		t.Errorf("the progress bar reads %v", v)
+	}
+}
