@@ -3,6 +3,7 @@ package daemon
 import (
 	"bufio"
 	"cmp"
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -54,6 +55,10 @@ func newHostAgent(o Options, images *imagestore.Store, hc *http.Client, ctrlURL,
 	if err != nil {
 		return nil, err
 	}
+	launch, err := hostLaunch(context.Background(), driver, guest)
+	if err != nil {
+		return nil, err
+	}
 	capacity, err := hostCapacity(o.stateDir())
 	if err != nil {
 		return nil, err
@@ -71,6 +76,7 @@ func newHostAgent(o Options, images *imagestore.Store, hc *http.Client, ctrlURL,
 	return agent.New(agent.Config{
 		HostID: cmp.Or(o.HostID, localHostID), Client: client, Driver: driver, Layers: driver, Template: images,
 		LayerDir: filepath.Join(o.stateDir(), "layers"), GuestAgent: guest, Capacity: capacity,
+		Launches: []*hostv1.Launch{launch},
 		Runtimes: oci.Detect(), DataPlaneEndpoint: publicURL, ExposureDomain: o.ExposureDomain,
 		Network: agent.NetworkConfig{Dir: filepath.Join(o.stateDir(), "netns"),
 			DeploymentResolvers: resolvers, UnsafeExemptRanges: o.UnsafeExemptRanges},

@@ -1,0 +1,44 @@
+package oci
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	goruntime "runtime"
+	"strings"
+	"time"
+)
+
+// Platform is the driver's platform key, oci-<runtime>/<arch>, such as
+// oci-runc/amd64.
+func (d *Driver) Platform() string { return "oci-" + d.name + "/" + goruntime.GOARCH }
+
+// RuntimeVersion returns the first line the runtime prints for --version,
+// such as "runc version 1.1.12".
+func (d *Driver) RuntimeVersion(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, d.bin, "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("oci: %s --version: %w", d.name, err)
+	}
+	line, _, _ := strings.Cut(string(out), "\n")
+	if line = strings.TrimSpace(line); line == "" {
+		return "", fmt.Errorf("oci: %s --version printed nothing", d.name)
+	}
+	return line, nil
+}
+
+// SeccompDigest is sha256:<hex> of the seccomp profile executions run
+// under on this architecture, as the runtime receives it.
+func SeccompDigest() string {
+	b, err := json.Marshal(seccompProfile(goruntime.GOARCH))
+	if err != nil {
+		panic(err) // a static value of plain fields
+	}
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
