@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	goruntime "runtime"
 	"strings"
@@ -41,4 +42,24 @@ func SeccompDigest() string {
 	}
 	sum := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// ProbeGvisor checks that the driver runs gVisor sandboxes: it is runsc,
+// and runsc runs /bin/true in a sandbox of its own. A host offers
+// runtime.gvisor only when it passes.
+func (d *Driver) ProbeGvisor(ctx context.Context) error {
+	if d.name != Runsc {
+		return fmt.Errorf("oci: the runtime is %s, not runsc", d.name)
+	}
+	root, err := os.MkdirTemp(d.stateDir, "probe-")
+	if err != nil {
+		return fmt.Errorf("oci: %w", err)
+	}
+	defer os.RemoveAll(root)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, d.bin, "--root", root, "--network=none", "do", "/bin/true").CombinedOutput(); err != nil {
+		return fmt.Errorf("oci: runsc do /bin/true: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }
