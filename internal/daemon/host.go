@@ -3,6 +3,7 @@ package daemon
 import (
 	"bufio"
 	"cmp"
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -23,6 +24,7 @@ import (
 	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/ctrl/server"
 	"github.com/kibotos/kibotos/internal/ctrl/volumes"
+	"github.com/kibotos/kibotos/internal/guestabi"
 	"github.com/kibotos/kibotos/internal/host/agent"
 	"github.com/kibotos/kibotos/internal/host/runtime/oci"
 	"github.com/kibotos/kibotos/internal/imagestore"
@@ -54,6 +56,16 @@ func newHostAgent(o Options, images *imagestore.Store, hc *http.Client, ctrlURL,
 	if err != nil {
 		return nil, err
 	}
+	launch, err := hostLaunch(context.Background(), driver, guest)
+	if err != nil {
+		return nil, err
+	}
+	var capabilities []string
+	if err := driver.ProbeGvisor(context.Background()); err == nil {
+		capabilities = append(capabilities, guestabi.CapabilityGvisor)
+	} else if o.Runtime == oci.Runsc {
+		slog.Warn("runsc does not run sandboxes here: this host does not offer runtime.gvisor", "err", err)
+	}
 	capacity, err := hostCapacity(o.stateDir())
 	if err != nil {
 		return nil, err
@@ -71,6 +83,7 @@ func newHostAgent(o Options, images *imagestore.Store, hc *http.Client, ctrlURL,
 	return agent.New(agent.Config{
 		HostID: cmp.Or(o.HostID, localHostID), Client: client, Driver: driver, Layers: driver, Template: images,
 		LayerDir: filepath.Join(o.stateDir(), "layers"), GuestAgent: guest, Capacity: capacity,
+		Launches: []*hostv1.Launch{launch}, Capabilities: capabilities,
 		Runtimes: oci.Detect(), DataPlaneEndpoint: publicURL, ExposureDomain: o.ExposureDomain,
 		Network: agent.NetworkConfig{Dir: filepath.Join(o.stateDir(), "netns"),
 			DeploymentResolvers: resolvers, UnsafeExemptRanges: o.UnsafeExemptRanges},

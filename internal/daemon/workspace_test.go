@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -56,7 +57,7 @@ func upWith(t *testing.T, home string, o daemon.Options) *deployment {
 	d := &deployment{t: t, home: home, cancel: cancel, done: make(chan error, 1)}
 	go func() {
 		d.done <- daemon.Run(ctx, daemon.Options{Home: home, Listen: "127.0.0.1:0", Host: true,
-			GuestAgent: guestAgent, Ready: func(a net.Addr) { ready <- a },
+			GuestAgent: cmp.Or(o.GuestAgent, guestAgent), Runtime: o.Runtime, Ready: func(a net.Addr) { ready <- a },
 			UnsafeExemptRanges: o.UnsafeExemptRanges, DeploymentResolvers: o.DeploymentResolvers,
 			StoragePools: o.StoragePools, VolumeBytes: o.VolumeBytes, MetricsTokenFile: o.MetricsTokenFile,
 			GuestProbeInterval: o.GuestProbeInterval, GuestMemory: o.GuestMemory, ExposureDomain: o.ExposureDomain,

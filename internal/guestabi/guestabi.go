@@ -44,3 +44,12 @@ func CheckVolumePath(p string) error {
 	}
 	return nil
 }
+
+// The capabilities a host offers beyond the display's.
+const (
+	// CapabilityGvisor: the host runs executions in gVisor sandboxes (its
+	// runtime is runsc, and runsc works there).
+	CapabilityGvisor = "runtime.gvisor"
+	// CapabilityStoragePool: the host keeps Volumes of a storage pool.
+	CapabilityStoragePool = "volume.storage_pool"
+)

@@ -254,6 +254,15 @@ type WorkspaceTx interface {
 	UpdateHost(ctx context.Context, h Host) error
 	// Hosts returns every registered host ordered by ID.
 	Hosts(ctx context.Context) ([]Host, error)
+
+	// PutLaunchRevision stores a launch revision unless one with its ID
+	// exists, and reports whether it stored it: a revision is immutable.
+	PutLaunchRevision(ctx context.Context, l LaunchRevision) (bool, error)
+	// LaunchRevision returns a launch revision or ErrNotFound.
+	LaunchRevision(ctx context.Context, id string) (LaunchRevision, error)
+	// DefaultLaunchRevision returns the launch revision of the platform
+	// stored last, or ErrNotFound when the platform has none.
+	DefaultLaunchRevision(ctx context.Context, platform string) (LaunchRevision, error)
 }
 
 // Workspace is one workspace's row. Body is the serialized API resource,
@@ -292,6 +301,17 @@ type TemplateRevision struct {
 	TemplateID string
 	Revision   string
 	// Body is the serialized revision (image, layers), opaque here.
+	Body      []byte
+	CreatedAt time.Time
+}
+
+// LaunchRevision is one exact, immutable launch a host registered.
+type LaunchRevision struct {
+	// ID is derived from the launch's content.
+	ID string
+	// Platform is the platform key, such as oci-runc/amd64.
+	Platform string
+	// Body is the serialized launch, opaque here.
 	Body      []byte
 	CreatedAt time.Time
 }

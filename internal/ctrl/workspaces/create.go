@@ -144,6 +144,9 @@ func (s *Service) create(ctx context.Context, tx store.Tx, projectID string, req
 		ws.Expiration = &ctrlv1.WorkspaceExpiration{Policy: spec.Expiration, Revision: 1}
 		r.row.ExpiresAt = spec.Expiration.Deadline.AsTime()
 	}
+	if err := s.bindLaunch(ctx, tx, r); err != nil {
+		return nil, err
+	}
 	row, err := r.encode()
 	if err != nil {
 		return nil, err

@@ -38,8 +38,17 @@ func (s *Service) Assignments(ctx context.Context, hostID string) (*hostv1.Watch
 		if err != nil {
 			return err
 		}
+		launches := map[string]*hostv1.Launch{}
 		for _, r := range records {
 			a := r.assignment(now)
+			if ref := r.ws.Spec.GetLaunchRef(); ref != "" {
+				if launches[ref] == nil {
+					if launches[ref], err = launchOf(ctx, tx, ref); err != nil {
+						return err
+					}
+				}
+				a.Launch = launches[ref]
+			}
 			if a.Desired == hostv1.DesiredState_DESIRED_STATE_RUNNING {
 				if a.Network, err = networkAssignment(ctx, tx, r); err != nil {
 					return err

@@ -63,6 +63,9 @@ func (s *Service) RegisterHost(ctx context.Context, reg *hostv1.RegisterHostRequ
 	if err := checkHostID(reg.HostId); err != nil {
 		return err
 	}
+	if err := checkLaunches(reg.Launches); err != nil {
+		return err
+	}
 	body, err := proto.Marshal(reg)
 	if err != nil {
 		return err
@@ -73,6 +76,9 @@ func (s *Service) RegisterHost(ctx context.Context, reg *hostv1.RegisterHostRequ
 		err := tx.PutHost(ctx, store.Host{ID: reg.HostId, Body: body, CPUMillis: c.GetCpuMillis(),
 			MemoryBytes: c.GetMemoryBytes(), LayerBytes: c.GetLayerBytes(), SeenAt: s.Now.UTC()})
 		if err != nil {
+			return err
+		}
+		if err := s.registerLaunches(ctx, tx, reg.HostId, reg.Launches); err != nil {
 			return err
 		}
 		changed, err = s.hostSeen(ctx, tx, reg.HostId)

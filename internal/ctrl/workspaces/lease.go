@@ -62,6 +62,7 @@ func (s *Service) ExpireLeases(ctx context.Context) error {
 				}
 				r.book.Unknown, r.ws.State = r.ws.State, ctrlv1.WorkspaceState_WORKSPACE_STATE_UNKNOWN
 				r.ws.GuestObservation = nil
+				deliveryStale(r)
 				if err := s.save(ctx, tx, r); err != nil {
 					return err
 				}

@@ -30,8 +30,11 @@ func Start[R proto.Message](ctx context.Context, s *Service, w Write[R], id stri
 		if err := s.placeStart(ctx, tx, r); err != nil {
 			return err
 		}
+		if err := s.bindLaunch(ctx, tx, r); err != nil {
+			return err
+		}
 		r.ws.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING
-		r.ws.LastStop, r.ws.Failure = nil, nil
+		r.ws.LastStop, r.ws.Failure, r.ws.Delivery = nil, nil, nil
 		r.book.Desired = DesiredRunning
 		if r.book.Target == r.ws.Generation+1 {
 			r.book.Attempt++ // a retry of a start that failed

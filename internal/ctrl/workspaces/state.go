@@ -64,9 +64,7 @@ func (s *Service) apply(ctx context.Context, tx store.Tx, r *record, rep *hostv1
 	case hostv1.ObservedState_OBSERVED_STATE_DELIVERING:
 		delivering(r, rep, now)
 	case hostv1.ObservedState_OBSERVED_STATE_STARTING:
-		if starting(r.ws.State) {
-			r.ws.Delivery = nil
-		}
+		delivered(r, now)
 	case hostv1.ObservedState_OBSERVED_STATE_RUNNING:
 		running(r, rep, now)
 		return nil // the network stays: this execution is current
@@ -113,15 +111,66 @@ func delivering(r *record, rep *hostv1.ExecutionReport, now time.Time) {
 	if !starting(r.ws.State) {
 		return
 	}
-	d := r.ws.Delivery
-	if d == nil {
-		d = &ctrlv1.TemplateDeliveryObservation{StartedAt: timestamppb.New(now)}
-	}
+	d := observeDelivery(r, now)
 	d.State = ctrlv1.TemplateDeliveryState_TEMPLATE_DELIVERY_STATE_NOT_READY
 	d.Reason = ctrlv1.TemplateDeliveryReason_TEMPLATE_DELIVERY_REASON_DISTRIBUTING
 	d.BytesTotal, d.BytesDelivered = rep.DeliveryBytesTotal, rep.DeliveryBytesDelivered
+}
+
+// delivered records that a starting workspace's template is usable on its
+// host: the host has gone on to start the execution.
+func delivered(r *record, now time.Time) {
+	if !starting(r.ws.State) {
+		return
+	}
+	d := observeDelivery(r, now)
+	d.State, d.Reason, d.Message = ctrlv1.TemplateDeliveryState_TEMPLATE_DELIVERY_STATE_READY, 0, ""
+	d.BytesDelivered = d.BytesTotal
+}
+
+// observeDelivery returns the workspace's delivery observation, a new one
+// when it has none, observed now.
+func observeDelivery(r *record, now time.Time) *ctrlv1.TemplateDeliveryObservation {
+	d := r.ws.Delivery
+	if d == nil {
+		d = &ctrlv1.TemplateDeliveryObservation{StartedAt: timestamppb.New(now)}
+		r.ws.Delivery = d
+	}
 	d.ObservedAt = timestamppb.New(now)
-	r.ws.Delivery = d
+	return d
+}
+
+// deliveryFailed keeps the delivery observation of a start that failed
+// before its template was usable, saying why: the host lacks what the
+// workspace is bound to (CAPABILITY_MISMATCH), cannot take the template
+// at all (NO_SUPPORTED_PATH), or failed preparing it (PREPARATION_FAILED,
+// with the host's message). A start that failed later has none.
+func deliveryFailed(r *record, rep *hostv1.ExecutionReport, reason ctrlv1.FailureReason, now time.Time) {
+	d := r.ws.Delivery
+	if d.GetState() == ctrlv1.TemplateDeliveryState_TEMPLATE_DELIVERY_STATE_READY ||
+		d == nil && reason != ctrlv1.FailureReason_FAILURE_REASON_CAPABILITY_UNAVAILABLE {
+		r.ws.Delivery = nil
+		return
+	}
+	d = observeDelivery(r, now)
+	d.State, d.Message = ctrlv1.TemplateDeliveryState_TEMPLATE_DELIVERY_STATE_NOT_READY, rep.FailureMessage
+	switch reason {
+	case ctrlv1.FailureReason_FAILURE_REASON_CAPABILITY_UNAVAILABLE:
+		d.Reason = ctrlv1.TemplateDeliveryReason_TEMPLATE_DELIVERY_REASON_CAPABILITY_MISMATCH
+	case ctrlv1.FailureReason_FAILURE_REASON_UNSUPPORTED:
+		d.Reason = ctrlv1.TemplateDeliveryReason_TEMPLATE_DELIVERY_REASON_NO_SUPPORTED_PATH
+	default:
+		d.Reason = ctrlv1.TemplateDeliveryReason_TEMPLATE_DELIVERY_REASON_PREPARATION_FAILED
+	}
+}
+
+// deliveryStale marks the delivery observation of a workspace whose host
+// stopped reporting: UNKNOWN, OBSERVATION_STALE, as of the host's last
+// report.
+func deliveryStale(r *record) {
+	if d := r.ws.Delivery; d != nil {
+		d.State, d.Reason = ctrlv1.TemplateDeliveryState_TEMPLATE_DELIVERY_STATE_UNKNOWN, ctrlv1.TemplateDeliveryReason_TEMPLATE_DELIVERY_REASON_OBSERVATION_STALE
+	}
 }
 
 // running records a running execution's network and guest, and makes a workspace
@@ -196,7 +245,7 @@ func failed(ctx context.Context, tx store.Tx, r *record, rep *hostv1.ExecutionRe
 	}
 	r.ws.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED
 	r.ws.Failure = &ctrlv1.WorkspaceFailure{Reason: reason, Stage: stage, Message: rep.FailureMessage, FailedAt: timestamppb.New(now)}
-	r.ws.Delivery = nil
+	deliveryFailed(r, rep, reason, now)
 	r.book.Desired = DesiredStopped
 	return nil
 }

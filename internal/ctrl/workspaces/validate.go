@@ -36,7 +36,7 @@ const (
 // knownCapabilities are the capability names the API defines. A host
 // offers volume.storage_pool when it reaches a storage pool.
 var knownCapabilities = map[string]bool{
-	"volume.storage_pool": true, guestabi.CapabilityScreen: true, guestabi.CapabilityInput: true, "runtime.gvisor": true,
+	guestabi.CapabilityStoragePool: true, guestabi.CapabilityScreen: true, guestabi.CapabilityInput: true, guestabi.CapabilityGvisor: true,
 }
 
 func invalid(format string, a ...any) error {

@@ -62,6 +62,14 @@ type Config struct {
 	GuestAgent string
 	Capacity   *hostv1.HostCapacity
 	Runtimes   []string
+	// Capabilities are what the host offers beyond screen, input and
+	// volume.storage_pool (which it offers with a storage pool), such as
+	// runtime.gvisor.
+	Capabilities []string
+	// Launches are the exact launches the host runs executions with, the
+	// one it prefers first; it runs an execution bound to another launch
+	// not at all. Empty registers none, and any binding runs.
+	Launches []*hostv1.Launch
 	// DataPlaneEndpoint is the base URL callers reach this host's
 	// data-plane gateway at.
 	DataPlaneEndpoint string
@@ -189,9 +197,9 @@ func (a *Agent) watch(ctx context.Context) error {
 	// the guest agent serves its screen and input.
 	reg := &hostv1.RegisterHostRequest{HostId: a.cfg.HostID, Capacity: a.cfg.Capacity, Runtimes: a.cfg.Runtimes,
 		DataPlaneEndpoint: a.cfg.DataPlaneEndpoint, ExposureDomain: a.cfg.ExposureDomain, StoragePools: a.vols.registration(),
-		Capabilities: []string{guestabi.CapabilityScreen, guestabi.CapabilityInput}}
+		Capabilities: append([]string{guestabi.CapabilityScreen, guestabi.CapabilityInput}, a.cfg.Capabilities...), Launches: a.cfg.Launches}
 	if len(reg.StoragePools) > 0 {
-		reg.Capabilities = append(reg.Capabilities, "volume.storage_pool")
+		reg.Capabilities = append(reg.Capabilities, guestabi.CapabilityStoragePool)
 	}
 	resp, err := a.cfg.Client.RegisterHost(ctx, connect.NewRequest(reg))
 	if err != nil {

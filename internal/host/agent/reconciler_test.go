@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -593,6 +594,34 @@ func TestReconcilerAdoptedExit(t *testing.T) {
 	close(held)
 	if r := e.api.await(t, mark, as.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_EXITED); !r.OomKilled || r.Generation != 1 {
 		t.Errorf("EXITED report: %v", r)
+	}
+	e.released(t, as.ExecutionId)
+}
+
+// TestReconcilerLaunch: the host runs an execution bound to a launch it
+// offers, and fails one bound to another launch as
+// CAPABILITY_UNAVAILABLE without starting it.
+func TestReconcilerLaunch(t *testing.T) {
+	e := newReconcilerEnv(t)
+	offered := &hostv1.Launch{Platform: "oci-fake/amd64", RuntimeVersion: "fake 1", GuestBuild: fmt.Sprintf("sha256:%064x", 1),
+		SeccompProfile: fmt.Sprintf("sha256:%064x", 2)}
+	e.cfg.Launches = []*hostv1.Launch{offered}
+	e.runAgent(t, e.driver)
+	as := e.assignment("ws_offered", 1, "lay_offered")
+	as.Launch = proto.CloneOf(offered)
+	e.running(t, as)
+
+	other := proto.CloneOf(offered)
+	other.GuestBuild = fmt.Sprintf("sha256:%064x", 3)
+	as = e.assignment("ws_other", 1, "lay_other")
+	as.Launch = other
+	r := e.api.await(t, e.api.assign(as.ExecutionId, as), as.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_FAILED)
+	if r.FailureReason != ctrlv1.FailureReason_FAILURE_REASON_CAPABILITY_UNAVAILABLE ||
+		r.FailureStage != ctrlv1.FailureStage_FAILURE_STAGE_STARTING || !strings.Contains(r.FailureMessage, "launch") {
+		t.Errorf("FAILED report %v; want CAPABILITY_UNAVAILABLE at STARTING naming the launch", r)
+	}
+	if n := e.driver.Starts(as.ExecutionId); n != 0 {
+		t.Errorf("an execution bound to a launch the host does not offer started %d times", n)
 	}
 	e.released(t, as.ExecutionId)
 }

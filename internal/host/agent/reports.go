@@ -12,6 +12,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/imagestore"
 )
 
 // report queues a report for ctrl.
@@ -160,6 +161,9 @@ func reasonOf(err error) ctrlv1.FailureReason {
 		return ctrlv1.FailureReason_FAILURE_REASON_TIMED_OUT
 	case errors.Is(err, context.Canceled):
 		return ctrlv1.FailureReason_FAILURE_REASON_CANCELLED
+	case errors.Is(err, imagestore.ErrUnsupportedPlatform), errors.Is(err, imagestore.ErrLayerTooLarge):
+		// No way to make this template usable on this host.
+		return ctrlv1.FailureReason_FAILURE_REASON_UNSUPPORTED
 	}
 	return ctrlv1.FailureReason_FAILURE_REASON_INTERNAL
 }

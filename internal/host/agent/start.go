@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -25,6 +26,13 @@ func (e *execution) start(ctx context.Context, as *hostv1.Assignment) {
 	lock.Lock()
 	defer lock.Unlock()
 	fail := func(stage ctrlv1.FailureStage, err error) { e.fail(as, stage, err) }
+	if !e.agent.offers(as.Launch) {
+		e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_FAILED,
+			FailureStage: ctrlv1.FailureStage_FAILURE_STAGE_STARTING, FailureReason: ctrlv1.FailureReason_FAILURE_REASON_CAPABILITY_UNAVAILABLE,
+			FailureMessage: fmt.Sprintf("this host does not offer the launch the workspace is bound to (%s, guest %s); "+
+				"an explicit start binds it to its platform's current default", as.Launch.Platform, as.Launch.GuestBuild)})
+		return
+	}
 	delivering := &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_DELIVERING}
 	lastSent := time.Time{}
 	layers, err := e.agent.deliver(ctx, as, func(done, total uint64) {
@@ -129,4 +137,10 @@ func (e *execution) fail(as *hostv1.Assignment, stage ctrlv1.FailureStage, err e
 	slog.Error("execution failed to start", "execution", e.id, "err", err)
 	e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_FAILED,
 		FailureStage: stage, FailureReason: reasonOf(err), FailureMessage: err.Error()})
+}
+
+// offers reports whether the host runs executions with launch: one of its
+// launches equals it. An assignment without a launch runs with any.
+func (a *Agent) offers(launch *hostv1.Launch) bool {
+	return launch == nil || slices.ContainsFunc(a.cfg.Launches, func(l *hostv1.Launch) bool { return proto.Equal(l, launch) })
 }

@@ -257,8 +257,13 @@ type RegisterHostRequest struct {
 	// certificate are the operator's). Empty, exposure URLs are paths under
 	// data_plane_endpoint.
 	ExposureDomain string `protobuf:"bytes,7,opt,name=exposure_domain,json=exposureDomain,proto3" json:"exposure_domain,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// launches are the exact launches the host can run executions with,
+	// the one it prefers first. ctrl keeps each as an immutable Launch
+	// revision; one it has not seen before becomes the default of its
+	// platform, which the next explicit start of a Workspace binds to.
+	Launches      []*Launch `protobuf:"bytes,8,rep,name=launches,proto3" json:"launches,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterHostRequest) Reset() {
@@ -340,6 +345,90 @@ func (x *RegisterHostRequest) GetExposureDomain() string {
 	return ""
 }
 
+func (x *RegisterHostRequest) GetLaunches() []*Launch {
+	if x != nil {
+		return x.Launches
+	}
+	return nil
+}
+
+// Launch is one exact way a host runs an execution. Two launches with the
+// same fields are the same launch.
+type Launch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// platform is the platform key, <driver>-<runtime>/<arch>, such as
+	// oci-runc/amd64. A Workspace stays on the platform it was created on.
+	Platform string `protobuf:"bytes,1,opt,name=platform,proto3" json:"platform,omitempty"`
+	// runtime_version is the runtime's own version line, such as
+	// "runc version 1.1.12".
+	RuntimeVersion string `protobuf:"bytes,2,opt,name=runtime_version,json=runtimeVersion,proto3" json:"runtime_version,omitempty"`
+	// guest_build is sha256:<hex> of the kibotos-guest binary.
+	GuestBuild string `protobuf:"bytes,3,opt,name=guest_build,json=guestBuild,proto3" json:"guest_build,omitempty"`
+	// seccomp_profile is sha256:<hex> of the seccomp profile executions
+	// run under.
+	SeccompProfile string `protobuf:"bytes,4,opt,name=seccomp_profile,json=seccompProfile,proto3" json:"seccomp_profile,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Launch) Reset() {
+	*x = Launch{}
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Launch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Launch) ProtoMessage() {}
+
+func (x *Launch) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Launch.ProtoReflect.Descriptor instead.
+func (*Launch) Descriptor() ([]byte, []int) {
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Launch) GetPlatform() string {
+	if x != nil {
+		return x.Platform
+	}
+	return ""
+}
+
+func (x *Launch) GetRuntimeVersion() string {
+	if x != nil {
+		return x.RuntimeVersion
+	}
+	return ""
+}
+
+func (x *Launch) GetGuestBuild() string {
+	if x != nil {
+		return x.GuestBuild
+	}
+	return ""
+}
+
+func (x *Launch) GetSeccompProfile() string {
+	if x != nil {
+		return x.SeccompProfile
+	}
+	return ""
+}
+
 // StoragePool is one storage pool as a host reaches it.
 type StoragePool struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -359,7 +448,7 @@ type StoragePool struct {
 
 func (x *StoragePool) Reset() {
 	*x = StoragePool{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[1]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -371,7 +460,7 @@ func (x *StoragePool) String() string {
 func (*StoragePool) ProtoMessage() {}
 
 func (x *StoragePool) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[1]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -384,7 +473,7 @@ func (x *StoragePool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoragePool.ProtoReflect.Descriptor instead.
 func (*StoragePool) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{1}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *StoragePool) GetName() string {
@@ -435,7 +524,7 @@ type HostCapacity struct {
 
 func (x *HostCapacity) Reset() {
 	*x = HostCapacity{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[2]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -447,7 +536,7 @@ func (x *HostCapacity) String() string {
 func (*HostCapacity) ProtoMessage() {}
 
 func (x *HostCapacity) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[2]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -460,7 +549,7 @@ func (x *HostCapacity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostCapacity.ProtoReflect.Descriptor instead.
 func (*HostCapacity) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{2}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *HostCapacity) GetCpuMillis() uint32 {
@@ -503,7 +592,7 @@ type RegisterHostResponse struct {
 
 func (x *RegisterHostResponse) Reset() {
 	*x = RegisterHostResponse{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[3]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -515,7 +604,7 @@ func (x *RegisterHostResponse) String() string {
 func (*RegisterHostResponse) ProtoMessage() {}
 
 func (x *RegisterHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[3]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -528,7 +617,7 @@ func (x *RegisterHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterHostResponse.ProtoReflect.Descriptor instead.
 func (*RegisterHostResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{3}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RegisterHostResponse) GetReportInterval() *durationpb.Duration {
@@ -548,7 +637,7 @@ type WatchAssignmentsRequest struct {
 
 func (x *WatchAssignmentsRequest) Reset() {
 	*x = WatchAssignmentsRequest{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[4]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -560,7 +649,7 @@ func (x *WatchAssignmentsRequest) String() string {
 func (*WatchAssignmentsRequest) ProtoMessage() {}
 
 func (x *WatchAssignmentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[4]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -573,7 +662,7 @@ func (x *WatchAssignmentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAssignmentsRequest.ProtoReflect.Descriptor instead.
 func (*WatchAssignmentsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{4}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *WatchAssignmentsRequest) GetHostId() string {
@@ -608,7 +697,7 @@ type WatchAssignmentsResponse struct {
 
 func (x *WatchAssignmentsResponse) Reset() {
 	*x = WatchAssignmentsResponse{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[5]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -620,7 +709,7 @@ func (x *WatchAssignmentsResponse) String() string {
 func (*WatchAssignmentsResponse) ProtoMessage() {}
 
 func (x *WatchAssignmentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[5]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -633,7 +722,7 @@ func (x *WatchAssignmentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAssignmentsResponse.ProtoReflect.Descriptor instead.
 func (*WatchAssignmentsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{5}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WatchAssignmentsResponse) GetAssignments() []*Assignment {
@@ -691,7 +780,7 @@ type TransferAssignment struct {
 
 func (x *TransferAssignment) Reset() {
 	*x = TransferAssignment{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[6]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -703,7 +792,7 @@ func (x *TransferAssignment) String() string {
 func (*TransferAssignment) ProtoMessage() {}
 
 func (x *TransferAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[6]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -716,7 +805,7 @@ func (x *TransferAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferAssignment.ProtoReflect.Descriptor instead.
 func (*TransferAssignment) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{6}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TransferAssignment) GetTransferId() string {
@@ -779,7 +868,7 @@ type ExecutionRestore struct {
 
 func (x *ExecutionRestore) Reset() {
 	*x = ExecutionRestore{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[7]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -791,7 +880,7 @@ func (x *ExecutionRestore) String() string {
 func (*ExecutionRestore) ProtoMessage() {}
 
 func (x *ExecutionRestore) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[7]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -804,7 +893,7 @@ func (x *ExecutionRestore) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionRestore.ProtoReflect.Descriptor instead.
 func (*ExecutionRestore) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{7}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ExecutionRestore) GetTransferId() string {
@@ -856,7 +945,7 @@ type VolumeAssignment struct {
 
 func (x *VolumeAssignment) Reset() {
 	*x = VolumeAssignment{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[8]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -868,7 +957,7 @@ func (x *VolumeAssignment) String() string {
 func (*VolumeAssignment) ProtoMessage() {}
 
 func (x *VolumeAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[8]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -881,7 +970,7 @@ func (x *VolumeAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeAssignment.ProtoReflect.Descriptor instead.
 func (*VolumeAssignment) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{8}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *VolumeAssignment) GetVolumeId() string {
@@ -946,7 +1035,7 @@ type ExecutionVolume struct {
 
 func (x *ExecutionVolume) Reset() {
 	*x = ExecutionVolume{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[9]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -958,7 +1047,7 @@ func (x *ExecutionVolume) String() string {
 func (*ExecutionVolume) ProtoMessage() {}
 
 func (x *ExecutionVolume) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[9]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -971,7 +1060,7 @@ func (x *ExecutionVolume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionVolume.ProtoReflect.Descriptor instead.
 func (*ExecutionVolume) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{9}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ExecutionVolume) GetVolumeId() string {
@@ -1051,14 +1140,20 @@ type Assignment struct {
 	// restore is present while the Workspace, restored from a Transfer, has
 	// not yet run: the host makes a missing layer and Volume from the
 	// artifact instead of empty ones.
-	Restore       *ExecutionRestore `protobuf:"bytes,13,opt,name=restore,proto3" json:"restore,omitempty"`
+	Restore *ExecutionRestore `protobuf:"bytes,13,opt,name=restore,proto3" json:"restore,omitempty"`
+	// launch is the Launch revision the Workspace is bound to. The host runs
+	// the execution only with a launch it offers that equals it, and fails
+	// it with FAILURE_REASON_CAPABILITY_UNAVAILABLE otherwise; an explicit
+	// start binds the Workspace to its platform's current default. Absent
+	// for a Workspace stored before launches were recorded: any launch.
+	Launch        *Launch `protobuf:"bytes,14,opt,name=launch,proto3" json:"launch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Assignment) Reset() {
 	*x = Assignment{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[10]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1070,7 +1165,7 @@ func (x *Assignment) String() string {
 func (*Assignment) ProtoMessage() {}
 
 func (x *Assignment) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[10]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1083,7 +1178,7 @@ func (x *Assignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
 func (*Assignment) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{10}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Assignment) GetExecutionId() string {
@@ -1177,6 +1272,13 @@ func (x *Assignment) GetRestore() *ExecutionRestore {
 	return nil
 }
 
+func (x *Assignment) GetLaunch() *Launch {
+	if x != nil {
+		return x.Launch
+	}
+	return nil
+}
+
 // ExposureAssignment is one exposure of a guest port as the host checks
 // and routes it.
 type ExposureAssignment struct {
@@ -1193,7 +1295,7 @@ type ExposureAssignment struct {
 
 func (x *ExposureAssignment) Reset() {
 	*x = ExposureAssignment{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[11]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1205,7 +1307,7 @@ func (x *ExposureAssignment) String() string {
 func (*ExposureAssignment) ProtoMessage() {}
 
 func (x *ExposureAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[11]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1218,7 +1320,7 @@ func (x *ExposureAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExposureAssignment.ProtoReflect.Descriptor instead.
 func (*ExposureAssignment) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{11}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ExposureAssignment) GetExposureId() string {
@@ -1269,7 +1371,7 @@ type NetworkAssignment struct {
 
 func (x *NetworkAssignment) Reset() {
 	*x = NetworkAssignment{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[12]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1281,7 +1383,7 @@ func (x *NetworkAssignment) String() string {
 func (*NetworkAssignment) ProtoMessage() {}
 
 func (x *NetworkAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[12]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1294,7 +1396,7 @@ func (x *NetworkAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkAssignment.ProtoReflect.Descriptor instead.
 func (*NetworkAssignment) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{12}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *NetworkAssignment) GetPolicy() *v1.NetworkPolicy {
@@ -1340,7 +1442,7 @@ type EgressAssignment struct {
 
 func (x *EgressAssignment) Reset() {
 	*x = EgressAssignment{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[13]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1352,7 +1454,7 @@ func (x *EgressAssignment) String() string {
 func (*EgressAssignment) ProtoMessage() {}
 
 func (x *EgressAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[13]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1365,7 +1467,7 @@ func (x *EgressAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressAssignment.ProtoReflect.Descriptor instead.
 func (*EgressAssignment) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{13}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *EgressAssignment) GetEgressId() string {
@@ -1410,7 +1512,7 @@ type ResolverAssignment struct {
 
 func (x *ResolverAssignment) Reset() {
 	*x = ResolverAssignment{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[14]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1422,7 +1524,7 @@ func (x *ResolverAssignment) String() string {
 func (*ResolverAssignment) ProtoMessage() {}
 
 func (x *ResolverAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[14]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1435,7 +1537,7 @@ func (x *ResolverAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolverAssignment.ProtoReflect.Descriptor instead.
 func (*ResolverAssignment) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{14}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ResolverAssignment) GetResolverId() string {
@@ -1485,7 +1587,7 @@ type DataPlane struct {
 
 func (x *DataPlane) Reset() {
 	*x = DataPlane{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[15]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1497,7 +1599,7 @@ func (x *DataPlane) String() string {
 func (*DataPlane) ProtoMessage() {}
 
 func (x *DataPlane) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[15]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1510,7 +1612,7 @@ func (x *DataPlane) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataPlane.ProtoReflect.Descriptor instead.
 func (*DataPlane) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{15}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DataPlane) GetKey() []byte {
@@ -1544,7 +1646,7 @@ type StopRequest struct {
 
 func (x *StopRequest) Reset() {
 	*x = StopRequest{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[16]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1556,7 +1658,7 @@ func (x *StopRequest) String() string {
 func (*StopRequest) ProtoMessage() {}
 
 func (x *StopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[16]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1569,7 +1671,7 @@ func (x *StopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopRequest.ProtoReflect.Descriptor instead.
 func (*StopRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{16}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StopRequest) GetMode() v1.StopMode {
@@ -1610,7 +1712,7 @@ type ExecutionTemplate struct {
 
 func (x *ExecutionTemplate) Reset() {
 	*x = ExecutionTemplate{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[17]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1622,7 +1724,7 @@ func (x *ExecutionTemplate) String() string {
 func (*ExecutionTemplate) ProtoMessage() {}
 
 func (x *ExecutionTemplate) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[17]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1635,7 +1737,7 @@ func (x *ExecutionTemplate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionTemplate.ProtoReflect.Descriptor instead.
 func (*ExecutionTemplate) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{17}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ExecutionTemplate) GetTemplateId() string {
@@ -1696,7 +1798,7 @@ type TemplateLayer struct {
 
 func (x *TemplateLayer) Reset() {
 	*x = TemplateLayer{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[18]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1708,7 +1810,7 @@ func (x *TemplateLayer) String() string {
 func (*TemplateLayer) ProtoMessage() {}
 
 func (x *TemplateLayer) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[18]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1721,7 +1823,7 @@ func (x *TemplateLayer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateLayer.ProtoReflect.Descriptor instead.
 func (*TemplateLayer) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{18}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TemplateLayer) GetDigest() string {
@@ -1763,7 +1865,7 @@ type ReportExecutionsRequest struct {
 
 func (x *ReportExecutionsRequest) Reset() {
 	*x = ReportExecutionsRequest{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[19]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1775,7 +1877,7 @@ func (x *ReportExecutionsRequest) String() string {
 func (*ReportExecutionsRequest) ProtoMessage() {}
 
 func (x *ReportExecutionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[19]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1788,7 +1890,7 @@ func (x *ReportExecutionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportExecutionsRequest.ProtoReflect.Descriptor instead.
 func (*ReportExecutionsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{19}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReportExecutionsRequest) GetHostId() string {
@@ -1839,7 +1941,7 @@ type TransferReport struct {
 
 func (x *TransferReport) Reset() {
 	*x = TransferReport{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[20]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1851,7 +1953,7 @@ func (x *TransferReport) String() string {
 func (*TransferReport) ProtoMessage() {}
 
 func (x *TransferReport) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[20]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1864,7 +1966,7 @@ func (x *TransferReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferReport.ProtoReflect.Descriptor instead.
 func (*TransferReport) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{20}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TransferReport) GetTransferId() string {
@@ -1941,7 +2043,7 @@ type VolumeReport struct {
 
 func (x *VolumeReport) Reset() {
 	*x = VolumeReport{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[21]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1953,7 +2055,7 @@ func (x *VolumeReport) String() string {
 func (*VolumeReport) ProtoMessage() {}
 
 func (x *VolumeReport) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[21]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1966,7 +2068,7 @@ func (x *VolumeReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeReport.ProtoReflect.Descriptor instead.
 func (*VolumeReport) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{21}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *VolumeReport) GetVolumeId() string {
@@ -2048,7 +2150,7 @@ type ReportExecutionsResponse struct {
 
 func (x *ReportExecutionsResponse) Reset() {
 	*x = ReportExecutionsResponse{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[22]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2060,7 +2162,7 @@ func (x *ReportExecutionsResponse) String() string {
 func (*ReportExecutionsResponse) ProtoMessage() {}
 
 func (x *ReportExecutionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[22]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2073,7 +2175,7 @@ func (x *ReportExecutionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportExecutionsResponse.ProtoReflect.Descriptor instead.
 func (*ReportExecutionsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{22}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{23}
 }
 
 // ExecutionReport is the complete latest observation of one execution, set
@@ -2135,7 +2237,7 @@ type ExecutionReport struct {
 
 func (x *ExecutionReport) Reset() {
 	*x = ExecutionReport{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[23]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2147,7 +2249,7 @@ func (x *ExecutionReport) String() string {
 func (*ExecutionReport) ProtoMessage() {}
 
 func (x *ExecutionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[23]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2160,7 +2262,7 @@ func (x *ExecutionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionReport.ProtoReflect.Descriptor instead.
 func (*ExecutionReport) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{23}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ExecutionReport) GetExecutionId() string {
@@ -2299,7 +2401,7 @@ type NetworkReport struct {
 
 func (x *NetworkReport) Reset() {
 	*x = NetworkReport{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[24]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2311,7 +2413,7 @@ func (x *NetworkReport) String() string {
 func (*NetworkReport) ProtoMessage() {}
 
 func (x *NetworkReport) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[24]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2324,7 +2426,7 @@ func (x *NetworkReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkReport.ProtoReflect.Descriptor instead.
 func (*NetworkReport) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{24}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *NetworkReport) GetStatus() *v1.NetworkPolicyStatus {
@@ -2368,7 +2470,7 @@ type GetTemplateBlobRequest struct {
 
 func (x *GetTemplateBlobRequest) Reset() {
 	*x = GetTemplateBlobRequest{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[25]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2380,7 +2482,7 @@ func (x *GetTemplateBlobRequest) String() string {
 func (*GetTemplateBlobRequest) ProtoMessage() {}
 
 func (x *GetTemplateBlobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[25]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2393,7 +2495,7 @@ func (x *GetTemplateBlobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTemplateBlobRequest.ProtoReflect.Descriptor instead.
 func (*GetTemplateBlobRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{25}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetTemplateBlobRequest) GetDigest() string {
@@ -2424,7 +2526,7 @@ type GetTemplateBlobResponse struct {
 
 func (x *GetTemplateBlobResponse) Reset() {
 	*x = GetTemplateBlobResponse{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[26]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2436,7 +2538,7 @@ func (x *GetTemplateBlobResponse) String() string {
 func (*GetTemplateBlobResponse) ProtoMessage() {}
 
 func (x *GetTemplateBlobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[26]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2449,7 +2551,7 @@ func (x *GetTemplateBlobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTemplateBlobResponse.ProtoReflect.Descriptor instead.
 func (*GetTemplateBlobResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{26}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetTemplateBlobResponse) GetData() []byte {
@@ -2482,7 +2584,7 @@ type PutTransferArtifactRequest struct {
 
 func (x *PutTransferArtifactRequest) Reset() {
 	*x = PutTransferArtifactRequest{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[27]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2494,7 +2596,7 @@ func (x *PutTransferArtifactRequest) String() string {
 func (*PutTransferArtifactRequest) ProtoMessage() {}
 
 func (x *PutTransferArtifactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[27]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2507,7 +2609,7 @@ func (x *PutTransferArtifactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutTransferArtifactRequest.ProtoReflect.Descriptor instead.
 func (*PutTransferArtifactRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{27}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PutTransferArtifactRequest) GetHostId() string {
@@ -2547,7 +2649,7 @@ type PutTransferArtifactResponse struct {
 
 func (x *PutTransferArtifactResponse) Reset() {
 	*x = PutTransferArtifactResponse{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[28]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2559,7 +2661,7 @@ func (x *PutTransferArtifactResponse) String() string {
 func (*PutTransferArtifactResponse) ProtoMessage() {}
 
 func (x *PutTransferArtifactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[28]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2572,7 +2674,7 @@ func (x *PutTransferArtifactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutTransferArtifactResponse.ProtoReflect.Descriptor instead.
 func (*PutTransferArtifactResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{28}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{29}
 }
 
 // GetTransferArtifactRequest is the input of GetTransferArtifact.
@@ -2587,7 +2689,7 @@ type GetTransferArtifactRequest struct {
 
 func (x *GetTransferArtifactRequest) Reset() {
 	*x = GetTransferArtifactRequest{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[29]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2599,7 +2701,7 @@ func (x *GetTransferArtifactRequest) String() string {
 func (*GetTransferArtifactRequest) ProtoMessage() {}
 
 func (x *GetTransferArtifactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[29]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2612,7 +2714,7 @@ func (x *GetTransferArtifactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTransferArtifactRequest.ProtoReflect.Descriptor instead.
 func (*GetTransferArtifactRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{29}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetTransferArtifactRequest) GetTransferId() string {
@@ -2641,7 +2743,7 @@ type GetTransferArtifactResponse struct {
 
 func (x *GetTransferArtifactResponse) Reset() {
 	*x = GetTransferArtifactResponse{}
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[30]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2653,7 +2755,7 @@ func (x *GetTransferArtifactResponse) String() string {
 func (*GetTransferArtifactResponse) ProtoMessage() {}
 
 func (x *GetTransferArtifactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_host_v1_host_proto_msgTypes[30]
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2666,7 +2768,7 @@ func (x *GetTransferArtifactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTransferArtifactResponse.ProtoReflect.Descriptor instead.
 func (*GetTransferArtifactResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{30}
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetTransferArtifactResponse) GetData() []byte {
@@ -2687,7 +2789,7 @@ var File_kibotos_host_v1_host_proto protoreflect.FileDescriptor
 
 const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\n" +
-	"\x1akibotos/host/v1/host.proto\x12\x0fkibotos.host.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1akibotos/ctrl/v1/ctrl.proto\"\xc5\x02\n" +
+	"\x1akibotos/host/v1/host.proto\x12\x0fkibotos.host.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1akibotos/ctrl/v1/ctrl.proto\"\xfa\x02\n" +
 	"\x13RegisterHostRequest\x12\x17\n" +
 	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x129\n" +
 	"\bcapacity\x18\x02 \x01(\v2\x1d.kibotos.host.v1.HostCapacityR\bcapacity\x12\"\n" +
@@ -2695,7 +2797,14 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\bruntimes\x18\x04 \x03(\tR\bruntimes\x12.\n" +
 	"\x13data_plane_endpoint\x18\x05 \x01(\tR\x11dataPlaneEndpoint\x12A\n" +
 	"\rstorage_pools\x18\x06 \x03(\v2\x1c.kibotos.host.v1.StoragePoolR\fstoragePools\x12'\n" +
-	"\x0fexposure_domain\x18\a \x01(\tR\x0eexposureDomain\"\xa4\x01\n" +
+	"\x0fexposure_domain\x18\a \x01(\tR\x0eexposureDomain\x123\n" +
+	"\blaunches\x18\b \x03(\v2\x17.kibotos.host.v1.LaunchR\blaunches\"\x97\x01\n" +
+	"\x06Launch\x12\x1a\n" +
+	"\bplatform\x18\x01 \x01(\tR\bplatform\x12'\n" +
+	"\x0fruntime_version\x18\x02 \x01(\tR\x0eruntimeVersion\x12\x1f\n" +
+	"\vguest_build\x18\x03 \x01(\tR\n" +
+	"guestBuild\x12'\n" +
+	"\x0fseccomp_profile\x18\x04 \x01(\tR\x0eseccompProfile\"\xa4\x01\n" +
 	"\vStoragePool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
 	"\x14default_volume_bytes\x18\x02 \x01(\x04R\x12defaultVolumeBytes\x12\x1f\n" +
@@ -2744,7 +2853,7 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12!\n" +
 	"\fstorage_pool\x18\x02 \x01(\tR\vstoragePool\x12\x1d\n" +
 	"\n" +
-	"mount_path\x18\x03 \x01(\tR\tmountPath\"\xab\x05\n" +
+	"mount_path\x18\x03 \x01(\tR\tmountPath\"\xdc\x05\n" +
 	"\n" +
 	"Assignment\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12!\n" +
@@ -2763,7 +2872,8 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	" \x01(\v2\".kibotos.host.v1.NetworkAssignmentR\anetwork\x128\n" +
 	"\x06volume\x18\v \x01(\v2 .kibotos.host.v1.ExecutionVolumeR\x06volume\x12A\n" +
 	"\texposures\x18\f \x03(\v2#.kibotos.host.v1.ExposureAssignmentR\texposures\x12;\n" +
-	"\arestore\x18\r \x01(\v2!.kibotos.host.v1.ExecutionRestoreR\arestore\"\x9f\x01\n" +
+	"\arestore\x18\r \x01(\v2!.kibotos.host.v1.ExecutionRestoreR\arestore\x12/\n" +
+	"\x06launch\x18\x0e \x01(\v2\x17.kibotos.host.v1.LaunchR\x06launch\"\x9f\x01\n" +
 	"\x12ExposureAssignment\x12\x1f\n" +
 	"\vexposure_id\x18\x01 \x01(\tR\n" +
 	"exposureId\x12\x12\n" +
@@ -2929,121 +3039,124 @@ func file_kibotos_host_v1_host_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_host_v1_host_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_kibotos_host_v1_host_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_kibotos_host_v1_host_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_kibotos_host_v1_host_proto_goTypes = []any{
 	(VolumeDesired)(0),                  // 0: kibotos.host.v1.VolumeDesired
 	(DesiredState)(0),                   // 1: kibotos.host.v1.DesiredState
 	(ObservedState)(0),                  // 2: kibotos.host.v1.ObservedState
 	(*RegisterHostRequest)(nil),         // 3: kibotos.host.v1.RegisterHostRequest
-	(*StoragePool)(nil),                 // 4: kibotos.host.v1.StoragePool
-	(*HostCapacity)(nil),                // 5: kibotos.host.v1.HostCapacity
-	(*RegisterHostResponse)(nil),        // 6: kibotos.host.v1.RegisterHostResponse
-	(*WatchAssignmentsRequest)(nil),     // 7: kibotos.host.v1.WatchAssignmentsRequest
-	(*WatchAssignmentsResponse)(nil),    // 8: kibotos.host.v1.WatchAssignmentsResponse
-	(*TransferAssignment)(nil),          // 9: kibotos.host.v1.TransferAssignment
-	(*ExecutionRestore)(nil),            // 10: kibotos.host.v1.ExecutionRestore
-	(*VolumeAssignment)(nil),            // 11: kibotos.host.v1.VolumeAssignment
-	(*ExecutionVolume)(nil),             // 12: kibotos.host.v1.ExecutionVolume
-	(*Assignment)(nil),                  // 13: kibotos.host.v1.Assignment
-	(*ExposureAssignment)(nil),          // 14: kibotos.host.v1.ExposureAssignment
-	(*NetworkAssignment)(nil),           // 15: kibotos.host.v1.NetworkAssignment
-	(*EgressAssignment)(nil),            // 16: kibotos.host.v1.EgressAssignment
-	(*ResolverAssignment)(nil),          // 17: kibotos.host.v1.ResolverAssignment
-	(*DataPlane)(nil),                   // 18: kibotos.host.v1.DataPlane
-	(*StopRequest)(nil),                 // 19: kibotos.host.v1.StopRequest
-	(*ExecutionTemplate)(nil),           // 20: kibotos.host.v1.ExecutionTemplate
-	(*TemplateLayer)(nil),               // 21: kibotos.host.v1.TemplateLayer
-	(*ReportExecutionsRequest)(nil),     // 22: kibotos.host.v1.ReportExecutionsRequest
-	(*TransferReport)(nil),              // 23: kibotos.host.v1.TransferReport
-	(*VolumeReport)(nil),                // 24: kibotos.host.v1.VolumeReport
-	(*ReportExecutionsResponse)(nil),    // 25: kibotos.host.v1.ReportExecutionsResponse
-	(*ExecutionReport)(nil),             // 26: kibotos.host.v1.ExecutionReport
-	(*NetworkReport)(nil),               // 27: kibotos.host.v1.NetworkReport
-	(*GetTemplateBlobRequest)(nil),      // 28: kibotos.host.v1.GetTemplateBlobRequest
-	(*GetTemplateBlobResponse)(nil),     // 29: kibotos.host.v1.GetTemplateBlobResponse
-	(*PutTransferArtifactRequest)(nil),  // 30: kibotos.host.v1.PutTransferArtifactRequest
-	(*PutTransferArtifactResponse)(nil), // 31: kibotos.host.v1.PutTransferArtifactResponse
-	(*GetTransferArtifactRequest)(nil),  // 32: kibotos.host.v1.GetTransferArtifactRequest
-	(*GetTransferArtifactResponse)(nil), // 33: kibotos.host.v1.GetTransferArtifactResponse
-	(*durationpb.Duration)(nil),         // 34: google.protobuf.Duration
-	(*v1.ResourceRequest)(nil),          // 35: kibotos.ctrl.v1.ResourceRequest
-	(v1.ExposureAuth)(0),                // 36: kibotos.ctrl.v1.ExposureAuth
-	(*v1.NetworkPolicy)(nil),            // 37: kibotos.ctrl.v1.NetworkPolicy
-	(*v1.EgressSpec)(nil),               // 38: kibotos.ctrl.v1.EgressSpec
-	(*v1.ResolverSpec)(nil),             // 39: kibotos.ctrl.v1.ResolverSpec
-	(v1.StopMode)(0),                    // 40: kibotos.ctrl.v1.StopMode
-	(*v1.TemplateDisplay)(nil),          // 41: kibotos.ctrl.v1.TemplateDisplay
-	(*timestamppb.Timestamp)(nil),       // 42: google.protobuf.Timestamp
-	(v1.VolumeCondition)(0),             // 43: kibotos.ctrl.v1.VolumeCondition
-	(v1.FailureStage)(0),                // 44: kibotos.ctrl.v1.FailureStage
-	(v1.FailureReason)(0),               // 45: kibotos.ctrl.v1.FailureReason
-	(v1.StopDurability)(0),              // 46: kibotos.ctrl.v1.StopDurability
-	(*v1.GuestObservation)(nil),         // 47: kibotos.ctrl.v1.GuestObservation
-	(*v1.NetworkPolicyStatus)(nil),      // 48: kibotos.ctrl.v1.NetworkPolicyStatus
-	(*v1.EgressObservation)(nil),        // 49: kibotos.ctrl.v1.EgressObservation
-	(*v1.ResolverObservation)(nil),      // 50: kibotos.ctrl.v1.ResolverObservation
+	(*Launch)(nil),                      // 4: kibotos.host.v1.Launch
+	(*StoragePool)(nil),                 // 5: kibotos.host.v1.StoragePool
+	(*HostCapacity)(nil),                // 6: kibotos.host.v1.HostCapacity
+	(*RegisterHostResponse)(nil),        // 7: kibotos.host.v1.RegisterHostResponse
+	(*WatchAssignmentsRequest)(nil),     // 8: kibotos.host.v1.WatchAssignmentsRequest
+	(*WatchAssignmentsResponse)(nil),    // 9: kibotos.host.v1.WatchAssignmentsResponse
+	(*TransferAssignment)(nil),          // 10: kibotos.host.v1.TransferAssignment
+	(*ExecutionRestore)(nil),            // 11: kibotos.host.v1.ExecutionRestore
+	(*VolumeAssignment)(nil),            // 12: kibotos.host.v1.VolumeAssignment
+	(*ExecutionVolume)(nil),             // 13: kibotos.host.v1.ExecutionVolume
+	(*Assignment)(nil),                  // 14: kibotos.host.v1.Assignment
+	(*ExposureAssignment)(nil),          // 15: kibotos.host.v1.ExposureAssignment
+	(*NetworkAssignment)(nil),           // 16: kibotos.host.v1.NetworkAssignment
+	(*EgressAssignment)(nil),            // 17: kibotos.host.v1.EgressAssignment
+	(*ResolverAssignment)(nil),          // 18: kibotos.host.v1.ResolverAssignment
+	(*DataPlane)(nil),                   // 19: kibotos.host.v1.DataPlane
+	(*StopRequest)(nil),                 // 20: kibotos.host.v1.StopRequest
+	(*ExecutionTemplate)(nil),           // 21: kibotos.host.v1.ExecutionTemplate
+	(*TemplateLayer)(nil),               // 22: kibotos.host.v1.TemplateLayer
+	(*ReportExecutionsRequest)(nil),     // 23: kibotos.host.v1.ReportExecutionsRequest
+	(*TransferReport)(nil),              // 24: kibotos.host.v1.TransferReport
+	(*VolumeReport)(nil),                // 25: kibotos.host.v1.VolumeReport
+	(*ReportExecutionsResponse)(nil),    // 26: kibotos.host.v1.ReportExecutionsResponse
+	(*ExecutionReport)(nil),             // 27: kibotos.host.v1.ExecutionReport
+	(*NetworkReport)(nil),               // 28: kibotos.host.v1.NetworkReport
+	(*GetTemplateBlobRequest)(nil),      // 29: kibotos.host.v1.GetTemplateBlobRequest
+	(*GetTemplateBlobResponse)(nil),     // 30: kibotos.host.v1.GetTemplateBlobResponse
+	(*PutTransferArtifactRequest)(nil),  // 31: kibotos.host.v1.PutTransferArtifactRequest
+	(*PutTransferArtifactResponse)(nil), // 32: kibotos.host.v1.PutTransferArtifactResponse
+	(*GetTransferArtifactRequest)(nil),  // 33: kibotos.host.v1.GetTransferArtifactRequest
+	(*GetTransferArtifactResponse)(nil), // 34: kibotos.host.v1.GetTransferArtifactResponse
+	(*durationpb.Duration)(nil),         // 35: google.protobuf.Duration
+	(*v1.ResourceRequest)(nil),          // 36: kibotos.ctrl.v1.ResourceRequest
+	(v1.ExposureAuth)(0),                // 37: kibotos.ctrl.v1.ExposureAuth
+	(*v1.NetworkPolicy)(nil),            // 38: kibotos.ctrl.v1.NetworkPolicy
+	(*v1.EgressSpec)(nil),               // 39: kibotos.ctrl.v1.EgressSpec
+	(*v1.ResolverSpec)(nil),             // 40: kibotos.ctrl.v1.ResolverSpec
+	(v1.StopMode)(0),                    // 41: kibotos.ctrl.v1.StopMode
+	(*v1.TemplateDisplay)(nil),          // 42: kibotos.ctrl.v1.TemplateDisplay
+	(*timestamppb.Timestamp)(nil),       // 43: google.protobuf.Timestamp
+	(v1.VolumeCondition)(0),             // 44: kibotos.ctrl.v1.VolumeCondition
+	(v1.FailureStage)(0),                // 45: kibotos.ctrl.v1.FailureStage
+	(v1.FailureReason)(0),               // 46: kibotos.ctrl.v1.FailureReason
+	(v1.StopDurability)(0),              // 47: kibotos.ctrl.v1.StopDurability
+	(*v1.GuestObservation)(nil),         // 48: kibotos.ctrl.v1.GuestObservation
+	(*v1.NetworkPolicyStatus)(nil),      // 49: kibotos.ctrl.v1.NetworkPolicyStatus
+	(*v1.EgressObservation)(nil),        // 50: kibotos.ctrl.v1.EgressObservation
+	(*v1.ResolverObservation)(nil),      // 51: kibotos.ctrl.v1.ResolverObservation
 }
 var file_kibotos_host_v1_host_proto_depIdxs = []int32{
-	5,  // 0: kibotos.host.v1.RegisterHostRequest.capacity:type_name -> kibotos.host.v1.HostCapacity
-	4,  // 1: kibotos.host.v1.RegisterHostRequest.storage_pools:type_name -> kibotos.host.v1.StoragePool
-	34, // 2: kibotos.host.v1.RegisterHostResponse.report_interval:type_name -> google.protobuf.Duration
-	13, // 3: kibotos.host.v1.WatchAssignmentsResponse.assignments:type_name -> kibotos.host.v1.Assignment
-	11, // 4: kibotos.host.v1.WatchAssignmentsResponse.volumes:type_name -> kibotos.host.v1.VolumeAssignment
-	9,  // 5: kibotos.host.v1.WatchAssignmentsResponse.transfers:type_name -> kibotos.host.v1.TransferAssignment
-	12, // 6: kibotos.host.v1.TransferAssignment.volume:type_name -> kibotos.host.v1.ExecutionVolume
-	0,  // 7: kibotos.host.v1.VolumeAssignment.desired:type_name -> kibotos.host.v1.VolumeDesired
-	1,  // 8: kibotos.host.v1.Assignment.desired:type_name -> kibotos.host.v1.DesiredState
-	20, // 9: kibotos.host.v1.Assignment.template:type_name -> kibotos.host.v1.ExecutionTemplate
-	35, // 10: kibotos.host.v1.Assignment.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
-	19, // 11: kibotos.host.v1.Assignment.stop:type_name -> kibotos.host.v1.StopRequest
-	18, // 12: kibotos.host.v1.Assignment.data_plane:type_name -> kibotos.host.v1.DataPlane
-	15, // 13: kibotos.host.v1.Assignment.network:type_name -> kibotos.host.v1.NetworkAssignment
-	12, // 14: kibotos.host.v1.Assignment.volume:type_name -> kibotos.host.v1.ExecutionVolume
-	14, // 15: kibotos.host.v1.Assignment.exposures:type_name -> kibotos.host.v1.ExposureAssignment
-	10, // 16: kibotos.host.v1.Assignment.restore:type_name -> kibotos.host.v1.ExecutionRestore
-	36, // 17: kibotos.host.v1.ExposureAssignment.auth:type_name -> kibotos.ctrl.v1.ExposureAuth
-	37, // 18: kibotos.host.v1.NetworkAssignment.policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
-	16, // 19: kibotos.host.v1.NetworkAssignment.egresses:type_name -> kibotos.host.v1.EgressAssignment
-	17, // 20: kibotos.host.v1.NetworkAssignment.resolvers:type_name -> kibotos.host.v1.ResolverAssignment
-	38, // 21: kibotos.host.v1.EgressAssignment.spec:type_name -> kibotos.ctrl.v1.EgressSpec
-	39, // 22: kibotos.host.v1.ResolverAssignment.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
-	40, // 23: kibotos.host.v1.StopRequest.mode:type_name -> kibotos.ctrl.v1.StopMode
-	21, // 24: kibotos.host.v1.ExecutionTemplate.layers:type_name -> kibotos.host.v1.TemplateLayer
-	41, // 25: kibotos.host.v1.ExecutionTemplate.display:type_name -> kibotos.ctrl.v1.TemplateDisplay
-	26, // 26: kibotos.host.v1.ReportExecutionsRequest.reports:type_name -> kibotos.host.v1.ExecutionReport
-	24, // 27: kibotos.host.v1.ReportExecutionsRequest.volumes:type_name -> kibotos.host.v1.VolumeReport
-	23, // 28: kibotos.host.v1.ReportExecutionsRequest.transfers:type_name -> kibotos.host.v1.TransferReport
-	42, // 29: kibotos.host.v1.TransferReport.observed_at:type_name -> google.protobuf.Timestamp
-	43, // 30: kibotos.host.v1.VolumeReport.condition:type_name -> kibotos.ctrl.v1.VolumeCondition
-	44, // 31: kibotos.host.v1.VolumeReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
-	42, // 32: kibotos.host.v1.VolumeReport.observed_at:type_name -> google.protobuf.Timestamp
-	2,  // 33: kibotos.host.v1.ExecutionReport.state:type_name -> kibotos.host.v1.ObservedState
-	45, // 34: kibotos.host.v1.ExecutionReport.failure_reason:type_name -> kibotos.ctrl.v1.FailureReason
-	44, // 35: kibotos.host.v1.ExecutionReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
-	46, // 36: kibotos.host.v1.ExecutionReport.stop_durability:type_name -> kibotos.ctrl.v1.StopDurability
-	42, // 37: kibotos.host.v1.ExecutionReport.observed_at:type_name -> google.protobuf.Timestamp
-	27, // 38: kibotos.host.v1.ExecutionReport.network:type_name -> kibotos.host.v1.NetworkReport
-	47, // 39: kibotos.host.v1.ExecutionReport.guest:type_name -> kibotos.ctrl.v1.GuestObservation
-	48, // 40: kibotos.host.v1.NetworkReport.status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
-	49, // 41: kibotos.host.v1.NetworkReport.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
-	50, // 42: kibotos.host.v1.NetworkReport.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
-	3,  // 43: kibotos.host.v1.HostService.RegisterHost:input_type -> kibotos.host.v1.RegisterHostRequest
-	7,  // 44: kibotos.host.v1.HostService.WatchAssignments:input_type -> kibotos.host.v1.WatchAssignmentsRequest
-	22, // 45: kibotos.host.v1.HostService.ReportExecutions:input_type -> kibotos.host.v1.ReportExecutionsRequest
-	28, // 46: kibotos.host.v1.HostService.GetTemplateBlob:input_type -> kibotos.host.v1.GetTemplateBlobRequest
-	30, // 47: kibotos.host.v1.HostService.PutTransferArtifact:input_type -> kibotos.host.v1.PutTransferArtifactRequest
-	32, // 48: kibotos.host.v1.HostService.GetTransferArtifact:input_type -> kibotos.host.v1.GetTransferArtifactRequest
-	6,  // 49: kibotos.host.v1.HostService.RegisterHost:output_type -> kibotos.host.v1.RegisterHostResponse
-	8,  // 50: kibotos.host.v1.HostService.WatchAssignments:output_type -> kibotos.host.v1.WatchAssignmentsResponse
-	25, // 51: kibotos.host.v1.HostService.ReportExecutions:output_type -> kibotos.host.v1.ReportExecutionsResponse
-	29, // 52: kibotos.host.v1.HostService.GetTemplateBlob:output_type -> kibotos.host.v1.GetTemplateBlobResponse
-	31, // 53: kibotos.host.v1.HostService.PutTransferArtifact:output_type -> kibotos.host.v1.PutTransferArtifactResponse
-	33, // 54: kibotos.host.v1.HostService.GetTransferArtifact:output_type -> kibotos.host.v1.GetTransferArtifactResponse
-	49, // [49:55] is the sub-list for method output_type
-	43, // [43:49] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	6,  // 0: kibotos.host.v1.RegisterHostRequest.capacity:type_name -> kibotos.host.v1.HostCapacity
+	5,  // 1: kibotos.host.v1.RegisterHostRequest.storage_pools:type_name -> kibotos.host.v1.StoragePool
+	4,  // 2: kibotos.host.v1.RegisterHostRequest.launches:type_name -> kibotos.host.v1.Launch
+	35, // 3: kibotos.host.v1.RegisterHostResponse.report_interval:type_name -> google.protobuf.Duration
+	14, // 4: kibotos.host.v1.WatchAssignmentsResponse.assignments:type_name -> kibotos.host.v1.Assignment
+	12, // 5: kibotos.host.v1.WatchAssignmentsResponse.volumes:type_name -> kibotos.host.v1.VolumeAssignment
+	10, // 6: kibotos.host.v1.WatchAssignmentsResponse.transfers:type_name -> kibotos.host.v1.TransferAssignment
+	13, // 7: kibotos.host.v1.TransferAssignment.volume:type_name -> kibotos.host.v1.ExecutionVolume
+	0,  // 8: kibotos.host.v1.VolumeAssignment.desired:type_name -> kibotos.host.v1.VolumeDesired
+	1,  // 9: kibotos.host.v1.Assignment.desired:type_name -> kibotos.host.v1.DesiredState
+	21, // 10: kibotos.host.v1.Assignment.template:type_name -> kibotos.host.v1.ExecutionTemplate
+	36, // 11: kibotos.host.v1.Assignment.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
+	20, // 12: kibotos.host.v1.Assignment.stop:type_name -> kibotos.host.v1.StopRequest
+	19, // 13: kibotos.host.v1.Assignment.data_plane:type_name -> kibotos.host.v1.DataPlane
+	16, // 14: kibotos.host.v1.Assignment.network:type_name -> kibotos.host.v1.NetworkAssignment
+	13, // 15: kibotos.host.v1.Assignment.volume:type_name -> kibotos.host.v1.ExecutionVolume
+	15, // 16: kibotos.host.v1.Assignment.exposures:type_name -> kibotos.host.v1.ExposureAssignment
+	11, // 17: kibotos.host.v1.Assignment.restore:type_name -> kibotos.host.v1.ExecutionRestore
+	4,  // 18: kibotos.host.v1.Assignment.launch:type_name -> kibotos.host.v1.Launch
+	37, // 19: kibotos.host.v1.ExposureAssignment.auth:type_name -> kibotos.ctrl.v1.ExposureAuth
+	38, // 20: kibotos.host.v1.NetworkAssignment.policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	17, // 21: kibotos.host.v1.NetworkAssignment.egresses:type_name -> kibotos.host.v1.EgressAssignment
+	18, // 22: kibotos.host.v1.NetworkAssignment.resolvers:type_name -> kibotos.host.v1.ResolverAssignment
+	39, // 23: kibotos.host.v1.EgressAssignment.spec:type_name -> kibotos.ctrl.v1.EgressSpec
+	40, // 24: kibotos.host.v1.ResolverAssignment.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
+	41, // 25: kibotos.host.v1.StopRequest.mode:type_name -> kibotos.ctrl.v1.StopMode
+	22, // 26: kibotos.host.v1.ExecutionTemplate.layers:type_name -> kibotos.host.v1.TemplateLayer
+	42, // 27: kibotos.host.v1.ExecutionTemplate.display:type_name -> kibotos.ctrl.v1.TemplateDisplay
+	27, // 28: kibotos.host.v1.ReportExecutionsRequest.reports:type_name -> kibotos.host.v1.ExecutionReport
+	25, // 29: kibotos.host.v1.ReportExecutionsRequest.volumes:type_name -> kibotos.host.v1.VolumeReport
+	24, // 30: kibotos.host.v1.ReportExecutionsRequest.transfers:type_name -> kibotos.host.v1.TransferReport
+	43, // 31: kibotos.host.v1.TransferReport.observed_at:type_name -> google.protobuf.Timestamp
+	44, // 32: kibotos.host.v1.VolumeReport.condition:type_name -> kibotos.ctrl.v1.VolumeCondition
+	45, // 33: kibotos.host.v1.VolumeReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
+	43, // 34: kibotos.host.v1.VolumeReport.observed_at:type_name -> google.protobuf.Timestamp
+	2,  // 35: kibotos.host.v1.ExecutionReport.state:type_name -> kibotos.host.v1.ObservedState
+	46, // 36: kibotos.host.v1.ExecutionReport.failure_reason:type_name -> kibotos.ctrl.v1.FailureReason
+	45, // 37: kibotos.host.v1.ExecutionReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
+	47, // 38: kibotos.host.v1.ExecutionReport.stop_durability:type_name -> kibotos.ctrl.v1.StopDurability
+	43, // 39: kibotos.host.v1.ExecutionReport.observed_at:type_name -> google.protobuf.Timestamp
+	28, // 40: kibotos.host.v1.ExecutionReport.network:type_name -> kibotos.host.v1.NetworkReport
+	48, // 41: kibotos.host.v1.ExecutionReport.guest:type_name -> kibotos.ctrl.v1.GuestObservation
+	49, // 42: kibotos.host.v1.NetworkReport.status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
+	50, // 43: kibotos.host.v1.NetworkReport.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
+	51, // 44: kibotos.host.v1.NetworkReport.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
+	3,  // 45: kibotos.host.v1.HostService.RegisterHost:input_type -> kibotos.host.v1.RegisterHostRequest
+	8,  // 46: kibotos.host.v1.HostService.WatchAssignments:input_type -> kibotos.host.v1.WatchAssignmentsRequest
+	23, // 47: kibotos.host.v1.HostService.ReportExecutions:input_type -> kibotos.host.v1.ReportExecutionsRequest
+	29, // 48: kibotos.host.v1.HostService.GetTemplateBlob:input_type -> kibotos.host.v1.GetTemplateBlobRequest
+	31, // 49: kibotos.host.v1.HostService.PutTransferArtifact:input_type -> kibotos.host.v1.PutTransferArtifactRequest
+	33, // 50: kibotos.host.v1.HostService.GetTransferArtifact:input_type -> kibotos.host.v1.GetTransferArtifactRequest
+	7,  // 51: kibotos.host.v1.HostService.RegisterHost:output_type -> kibotos.host.v1.RegisterHostResponse
+	9,  // 52: kibotos.host.v1.HostService.WatchAssignments:output_type -> kibotos.host.v1.WatchAssignmentsResponse
+	26, // 53: kibotos.host.v1.HostService.ReportExecutions:output_type -> kibotos.host.v1.ReportExecutionsResponse
+	30, // 54: kibotos.host.v1.HostService.GetTemplateBlob:output_type -> kibotos.host.v1.GetTemplateBlobResponse
+	32, // 55: kibotos.host.v1.HostService.PutTransferArtifact:output_type -> kibotos.host.v1.PutTransferArtifactResponse
+	34, // 56: kibotos.host.v1.HostService.GetTransferArtifact:output_type -> kibotos.host.v1.GetTransferArtifactResponse
+	51, // [51:57] is the sub-list for method output_type
+	45, // [45:51] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_host_v1_host_proto_init() }
@@ -3051,14 +3164,14 @@ func file_kibotos_host_v1_host_proto_init() {
 	if File_kibotos_host_v1_host_proto != nil {
 		return
 	}
-	file_kibotos_host_v1_host_proto_msgTypes[23].OneofWrappers = []any{}
+	file_kibotos_host_v1_host_proto_msgTypes[24].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_host_v1_host_proto_rawDesc), len(file_kibotos_host_v1_host_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

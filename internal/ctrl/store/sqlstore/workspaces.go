@@ -147,3 +147,30 @@ func (t *tx) Hosts(ctx context.Context) ([]store.Host, error) {
 		return h, err
 	})
 }
+
+func (t *tx) PutLaunchRevision(ctx context.Context, l store.LaunchRevision) (bool, error) {
+	res, err := t.exec(ctx, `INSERT INTO launch_revisions (id, platform, body, created_at) VALUES (?, ?, ?, ?)
+		ON CONFLICT (id) DO NOTHING`, l.ID, l.Platform, blob(l.Body), toNanos(l.CreatedAt))
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
+}
+
+func (t *tx) LaunchRevision(ctx context.Context, id string) (store.LaunchRevision, error) {
+	return scanLaunch(t.queryRow(ctx, `SELECT id, platform, body, created_at FROM launch_revisions WHERE id = ?`, id))
+}
+
+func (t *tx) DefaultLaunchRevision(ctx context.Context, platform string) (store.LaunchRevision, error) {
+	return scanLaunch(t.queryRow(ctx, `SELECT id, platform, body, created_at FROM launch_revisions
+		WHERE platform = ? ORDER BY seq DESC LIMIT 1`, platform))
+}
+
+func scanLaunch(row *sql.Row) (store.LaunchRevision, error) {
+	var l store.LaunchRevision
+	var created int64
+	err := row.Scan(&l.ID, &l.Platform, &l.Body, &created)
+	l.CreatedAt = fromNanos(created)
+	return l, notFound(err)
+}

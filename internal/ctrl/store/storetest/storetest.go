@@ -42,6 +42,7 @@ func Run(t *testing.T, open Open) {
 		{"Workspaces", testWorkspaces},
 		{"TemplatesAndHosts", testTemplatesAndHosts},
 		{"HostTokens", testHostTokens},
+		{"LaunchRevisions", testLaunchRevisions},
 		{"Sessions", testSessions},
 		{"VolumeLifecycle", testVolumeLifecycle},
 		{"VolumeLists", testVolumeLists},
@@ -638,6 +639,53 @@ func testTemplatesAndHosts(t *testing.T, s store.Store) {
 		if err != nil || len(hosts) != 1 || !hosts[0].LostAt.Equal(now.Add(time.Minute)) || !hosts[0].Drained ||
 			!hosts[0].SeenAt.Equal(now.Add(2*time.Minute)) {
 			t.Errorf("hosts = %+v, %v", hosts, err)
+		}
+		return nil
+	})
+}
+
+func testLaunchRevisions(t *testing.T, s store.Store) {
+	a := store.LaunchRevision{ID: "lr-a", Platform: "oci-runc/amd64", Body: []byte("a"), CreatedAt: now}
+	b := store.LaunchRevision{ID: "lr-b", Platform: "oci-runc/amd64", Body: []byte("b"), CreatedAt: now}
+	c := store.LaunchRevision{ID: "lr-c", Platform: "oci-crun/amd64", Body: []byte("c"), CreatedAt: now}
+	put := func(l store.LaunchRevision, want bool) {
+		t.Helper()
+		update(t, s, func(tx store.Tx) error {
+			created, err := tx.PutLaunchRevision(ctx, l)
+			if created != want {
+				t.Errorf("put %s: created %v, want %v", l.ID, created, want)
+			}
+			return err
+		})
+	}
+	def := func(platform, want string) {
+		t.Helper()
+		view(t, s, func(tx store.Tx) error {
+			l, err := tx.DefaultLaunchRevision(ctx, platform)
+			if want == "" && !errors.Is(err, store.ErrNotFound) || want != "" && (err != nil || l.ID != want) {
+				t.Errorf("default of %s = %+v, %v; want %q", platform, l, err, want)
+			}
+			return nil
+		})
+	}
+	def("oci-runc/amd64", "")
+	put(a, true)
+	put(c, true)
+	def("oci-runc/amd64", "lr-a")
+	put(b, true)
+	def("oci-runc/amd64", "lr-b")
+	// A revision stored again changes nothing: not its body, not the default.
+	a.Body = []byte("changed")
+	put(a, false)
+	def("oci-runc/amd64", "lr-b")
+	def("oci-crun/amd64", "lr-c")
+	view(t, s, func(tx store.Tx) error {
+		l, err := tx.LaunchRevision(ctx, "lr-a")
+		if err != nil || string(l.Body) != "a" || l.Platform != "oci-runc/amd64" || !l.CreatedAt.Equal(now) {
+			t.Errorf("lr-a = %+v, %v", l, err)
+		}
+		if _, err := tx.LaunchRevision(ctx, "lr-none"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("unknown revision: %v", err)
 		}
 		return nil
 	})

@@ -1,0 +1,130 @@
+package workspaces
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+)
+
+// testLaunch is a launch of oci-runc/amd64 whose guest build is
+// sha256:<guest repeated>.
+func testLaunch(guest string) *hostv1.Launch {
+	return &hostv1.Launch{Platform: "oci-runc/amd64", RuntimeVersion: "runc version 1.1.12",
+		GuestBuild: "sha256:" + strings.Repeat(guest, 64), SeccompProfile: "sha256:" + strings.Repeat("5", 64)}
+}
+
+// registerLaunch registers h1 again, offering launch.
+func registerLaunch(t *testing.T, s *Service, ctx context.Context, launch *hostv1.Launch) {
+	t.Helper()
+	if err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h1", Capacity: &hostv1.HostCapacity{
+		CpuMillis: 4000, MemoryBytes: gib, LayerBytes: 10 * gib, DefaultLayerBytes: gib},
+		Launches: []*hostv1.Launch{launch}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// assignedLaunch is the launch h1's assignment of workspace id carries.
+func assignedLaunch(t *testing.T, s *Service, ctx context.Context, id string) *hostv1.Launch {
+	t.Helper()
+	as, err := s.Assignments(ctx, "h1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range as.Assignments {
+		if a.WorkspaceId == id {
+			return a.Launch
+		}
+	}
+	t.Fatalf("no assignment of %s", id)
+	return nil
+}
+
+func TestLaunchBinding(t *testing.T) {
+	s, ctx := newService(t)
+	old, next := testLaunch("a"), testLaunch("b")
+	registerLaunch(t, s, ctx, old)
+	ws := create(t, s, ctx, 256<<20)
+	id := ws.WorkspaceId
+	if ws.Spec.LaunchRef != launchID(old) || ws.Spec.LaunchBindingVersion != 1 {
+		t.Fatalf("created bound to %q version %d, want %q version 1", ws.Spec.LaunchRef, ws.Spec.LaunchBindingVersion, launchID(old))
+	}
+	if got := assignedLaunch(t, s, ctx, id); !proto.Equal(got, old) {
+		t.Fatalf("assignment launch %v, want %v", got, old)
+	}
+	report(t, s, ctx, id, hostv1.ObservedState_OBSERVED_STATE_RUNNING, nil)
+
+	// A new guest build registered: the running workspace keeps its launch
+	// through a guest reset and a memory update.
+	registerLaunch(t, s, ctx, next)
+	ws = report(t, s, ctx, id, hostv1.ObservedState_OBSERVED_STATE_RUNNING, func(r *hostv1.ExecutionReport) {
+		r.Guest = &ctrlv1.GuestObservation{RestartCount: 1}
+	})
+	ws, err := UpdateMemory(ctx, s, write("memory", newWS), id, ws.Spec.ResourcesRevision, 512<<20, identity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ws.Spec.LaunchRef != launchID(old) || ws.Spec.LaunchBindingVersion != 1 || !proto.Equal(assignedLaunch(t, s, ctx, id), old) {
+		t.Fatalf("running workspace moved to %q version %d", ws.Spec.LaunchRef, ws.Spec.LaunchBindingVersion)
+	}
+	// A new workspace binds to the new default.
+	if other := create(t, s, ctx, 128<<20); other.Spec.LaunchRef != launchID(next) || other.Spec.LaunchBindingVersion != 1 {
+		t.Errorf("new workspace bound to %q version %d, want %q", other.Spec.LaunchRef, other.Spec.LaunchBindingVersion, launchID(next))
+	}
+
+	// An explicit start rebinds to the default and counts it.
+	stopAndStart := func() *ctrlv1.Workspace {
+		t.Helper()
+		if _, err := Stop(ctx, s, write("stop", newWS), id, ctrlv1.StopMode_STOP_MODE_NORMAL, identity); err != nil {
+			t.Fatal(err)
+		}
+		report(t, s, ctx, id, hostv1.ObservedState_OBSERVED_STATE_STOPPED, nil)
+		ws, err := Start(ctx, s, write("start", newWS), id, identity)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ws
+	}
+	ws = stopAndStart()
+	if ws.Spec.LaunchRef != launchID(next) || ws.Spec.LaunchBindingVersion != 2 || !proto.Equal(assignedLaunch(t, s, ctx, id), next) {
+		t.Fatalf("started bound to %q version %d, want %q version 2", ws.Spec.LaunchRef, ws.Spec.LaunchBindingVersion, launchID(next))
+	}
+	report(t, s, ctx, id, hostv1.ObservedState_OBSERVED_STATE_RUNNING, nil)
+
+	// The old launch registered again is no newer: the default stays, and
+	// a start that changes nothing does not count.
+	registerLaunch(t, s, ctx, old)
+	if ws = stopAndStart(); ws.Spec.LaunchRef != launchID(next) || ws.Spec.LaunchBindingVersion != 2 {
+		t.Fatalf("second start bound to %q version %d, want %q version 2", ws.Spec.LaunchRef, ws.Spec.LaunchBindingVersion, launchID(next))
+	}
+}
+
+func TestLaunchRegistrationRefused(t *testing.T) {
+	s, ctx := newService(t)
+	for name, edit := range map[string]func(*hostv1.Launch){
+		"platform":        func(l *hostv1.Launch) { l.Platform = "runc" },
+		"runtime version": func(l *hostv1.Launch) { l.RuntimeVersion = "" },
+		"guest build":     func(l *hostv1.Launch) { l.GuestBuild = "abc" },
+		"seccomp":         func(l *hostv1.Launch) { l.SeccompProfile = "" },
+	} {
+		l := testLaunch("c")
+		edit(l)
+		err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h9", Launches: []*hostv1.Launch{l}})
+		if connect.CodeOf(err) != connect.CodeInvalidArgument {
+			t.Errorf("%s: %v, want invalid_argument", name, err)
+		}
+	}
+	if err := s.CheckRegistered(ctx, "h9"); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("a refused registration registered the host: %v", err)
+	}
+	// A host that registers no launch runs workspaces bound to none.
+	ws := create(t, s, ctx, 128<<20)
+	if ws.Spec.LaunchRef != "" || ws.Spec.LaunchBindingVersion != 1 || assignedLaunch(t, s, ctx, ws.WorkspaceId) != nil {
+		t.Errorf("bound to %q version %d without launches", ws.Spec.LaunchRef, ws.Spec.LaunchBindingVersion)
+	}
+}
