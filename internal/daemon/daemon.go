@@ -288,6 +288,7 @@ func Run(ctx context.Context, o Options) error {
 		Metrics:            reg,
 		MetricsToken:       metricsToken,
 		Blobs:              blobs,
+		TemplateBlobs:      templateBlobs(o, blobs),
 		TransferTTL:        o.TransferTTL,
 		Ready:              readiness(hostAgent),
 		Tracing:            tracer,
