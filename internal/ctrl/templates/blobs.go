@@ -122,7 +122,6 @@ func blobKey(digest string) (string, error) {
 	return BlobPrefix + hex, nil
 }
 
-
 // Image returns the image of manifestDigest from the image store, fetched
 // from the deployment's blob store when only that holds it.
 func (s *Service) Image(ctx context.Context, manifestDigest string) (imagestore.Image, error) {
