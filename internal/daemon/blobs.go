@@ -13,7 +13,8 @@ import (
 	_ "gocloud.dev/blob/s3blob" // s3:// blob stores
 )
 
-// openBlobs opens the deployment's blob store of transfer artifacts: the
+// openBlobs opens the deployment's blob store of transfer artifacts (and,
+// when named, of template blobs): the
 // URL Options.BlobsURL names (s3://bucket?region=..., file:///dir, any
 // scheme gocloud.dev/blob opens), else the directory HOME/blobs. A
 // directory store writes each blob to a temporary file beside it and
@@ -31,6 +32,17 @@ func openBlobs(ctx context.Context, o Options) (*blob.Bucket, error) {
 		return nil, err
 	}
 	return fileblob.OpenBucket(dir, &fileblob.Options{NoTempDir: true, Metadata: fileblob.MetadataDontWrite})
+}
+
+// templateBlobs is the blob store ctrl keeps template blobs in beside its
+// image store: the one Options.BlobsURL names, which replicas share. The
+// default directory store of a lone deployment would only copy its image
+// store.
+func templateBlobs(o Options, blobs *blob.Bucket) *blob.Bucket {
+	if o.BlobsURL == "" {
+		return nil
+	}
+	return blobs
 }
 
 // removeStrandedTemps removes the temporary files of a directory blob

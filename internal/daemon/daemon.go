@@ -31,6 +31,8 @@ import (
 
 	"github.com/kibotos/kibotos/internal/buildinfo"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/ctrl/changes"
+	"github.com/kibotos/kibotos/internal/ctrl/changes/pgnotify"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/health"
 	"github.com/kibotos/kibotos/internal/ctrl/registry"
@@ -262,9 +264,18 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	checker := &netcheck.Checker{Resolver: o.Resolver, Exempt: o.UnsafeExemptRanges}
+	// On PostgreSQL other replicas may share the store: changes cross
+	// between them by LISTEN/NOTIFY.
+	var relay *pgnotify.Relay
+	broker := changes.NewBroker()
+	if o.StoreURL != "" {
+		relay = pgnotify.New(o.StoreURL)
+		broker = relay.Broker()
+	}
 	ctl, err := server.New(ctx, server.Config{
 		Store:   st,
 		Checker: checker,
+		Changes: broker,
 		// Registries are dialed under the range check of every endpoint
 		// the deployment reaches.
 		Registry: &registry.Puller{Check: checker.CheckAddr, Resolver: o.Resolver, Insecure: o.InsecureRegistries,
@@ -277,6 +288,7 @@ func Run(ctx context.Context, o Options) error {
 		Metrics:            reg,
 		MetricsToken:       metricsToken,
 		Blobs:              blobs,
+		TemplateBlobs:      templateBlobs(o, blobs),
 		TransferTTL:        o.TransferTTL,
 		Ready:              readiness(hostAgent),
 		Tracing:            tracer,
@@ -314,6 +326,12 @@ func Run(ctx context.Context, o Options) error {
 	if pprofLn != nil {
 		slog.Info("serving pprof", "addr", pprofLn.Addr().String())
 		g.Go(func() error { return server.Serve(ctx, pprofLn, pprofHandler(), shutdownGrace) })
+	}
+	if relay != nil {
+		g.Go(func() error {
+			relay.Run(ctx)
+			return nil
+		})
 	}
 	g.Go(func() error { return expireLoop(ctx, ctl) })
 	g.Go(func() error { return templates.CollectLoop(ctx, st, images) })

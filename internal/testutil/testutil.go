@@ -45,6 +45,27 @@ func SQLiteStore(t testing.TB) store.Store {
 // ends. Without the variable the test is skipped; `make test` sets it.
 func PostgresStore(t testing.TB) store.Store {
 	t.Helper()
+	return OpenPostgres(t, PostgresDatabase(t))
+}
+
+// OpenPostgres opens a store on the database at dbURL (as another ctrl
+// replica would) and closes it when the test ends.
+func OpenPostgres(t testing.TB, dbURL string) store.Store {
+	t.Helper()
+	s, err := postgres.Open(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// PostgresDatabase creates a database on the server named by
+// KIBOTOS_TEST_POSTGRES and returns its URL; the database is dropped when
+// the test ends, after the cleanups registered later (the stores on it).
+// Without the variable the test is skipped.
+func PostgresDatabase(t testing.TB) string {
+	t.Helper()
 	admin := os.Getenv(PostgresEnv)
 	if admin == "" {
 		t.Skipf("%s is not set; `make test` starts a server (scripts/test-postgres)", PostgresEnv)
@@ -64,12 +85,7 @@ func PostgresStore(t testing.TB) store.Store {
 		t.Fatal(err)
 	}
 	u.Path = "/" + name
-	s, err := postgres.Open(ctx, u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		s.Close()
 		db, err := sql.Open("pgx", admin)
 		if err != nil {
 			t.Error(err)
@@ -82,5 +98,5 @@ func PostgresStore(t testing.TB) store.Store {
 			t.Errorf("drop test database: %v", err)
 		}
 	})
-	return s
+	return u.String()
 }

@@ -30,7 +30,7 @@ const blobChunk = 1 << 20
 
 // Blobs opens template blobs by digest.
 type Blobs interface {
-	Blob(digest string) (io.ReadCloser, int64, error)
+	Blob(ctx context.Context, digest string) (io.ReadCloser, int64, error)
 }
 
 // HostService serves kibotos.host.v1.HostService to host agents. It is
@@ -200,7 +200,7 @@ func (s *HostService) GetTransferArtifact(ctx context.Context, req *connect.Requ
 }
 
 func (s *HostService) GetTemplateBlob(ctx context.Context, req *connect.Request[hostv1.GetTemplateBlobRequest], stream *connect.ServerStream[hostv1.GetTemplateBlobResponse]) error {
-	r, size, err := s.blobs.Blob(req.Msg.GetDigest())
+	r, size, err := s.blobs.Blob(ctx, req.Msg.GetDigest())
 	if err != nil {
 		return connect.NewError(connect.CodeNotFound, fmt.Errorf("blob %s: %w", req.Msg.GetDigest(), err))
 	}

@@ -81,6 +81,10 @@ type Config struct {
 	// Blobs is the blob store of transfer artifacts; nil serves no
 	// transfers.
 	Blobs *blob.Bucket
+	// TemplateBlobs, when set, is the deployment's blob store that every
+	// replica keeps template blobs in (templates.Blobs); nil keeps them in
+	// Images alone, for a deployment of one ctrl.
+	TemplateBlobs *blob.Bucket
 	// TransferTTL is how long an artifact is kept; zero is
 	// transfers.DefaultTTL.
 	TransferTTL time.Duration
@@ -211,7 +215,8 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 	}
 	control := &Control{Handler: accesslog.Middleware(mux), Workspaces: ws}
 	if cfg.Images != nil {
-		tpl := &templates.Service{Store: cfg.Store, Images: cfg.Images, Pages: pages, InUse: workspaces.InUse, Registry: cfg.Registry}
+		shared := &templates.Blobs{Images: cfg.Images, Bucket: cfg.TemplateBlobs}
+		tpl := &templates.Service{Store: cfg.Store, Images: cfg.Images, Shared: shared, Pages: pages, InUse: workspaces.InUse, Registry: cfg.Registry}
 		mux.Handle(ctrlv1connect.NewWorkspaceServiceHandler(api.NewWorkspaceService(ws), opts...))
 		mux.Handle(ctrlv1connect.NewVolumeServiceHandler(api.NewVolumeService(vols), opts...))
 		mux.Handle(ctrlv1connect.NewTemplateServiceHandler(api.NewTemplateService(tpl), opts...))
@@ -222,7 +227,7 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 			services = append(services, ctrlv1connect.TransferServiceName)
 			control.Transfers = tr
 		}
-		mux.Handle(hostv1connect.NewHostServiceHandler(api.NewHostService(ws, cfg.Images, control.Transfers), hostOpts...))
+		mux.Handle(hostv1connect.NewHostServiceHandler(api.NewHostService(ws, shared, control.Transfers), hostOpts...))
 		sess := &sessions.Service{Store: cfg.Store, Workspaces: ws}
 		mux.Handle(ctrlv1connect.NewSessionServiceHandler(api.NewSessionService(sess), opts...))
 		exps := &exposures.Service{Store: cfg.Store, Workspaces: ws, Pages: pages}

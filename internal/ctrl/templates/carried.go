@@ -37,6 +37,9 @@ func (s *Service) ImportCarried(ctx context.Context, projectID, templateID, dige
 	if err != nil {
 		return nil, err
 	}
+	if err := s.Shared.Share(ctx, img); err != nil {
+		return nil, importError(ctx, err, connect.CodeUnavailable)
+	}
 	var ref *ctrlv1.TemplateRef
 	err = s.Store.Update(ctx, func(tx store.Tx) error {
 		id, err := carriedID(ctx, tx, templateID, digest)

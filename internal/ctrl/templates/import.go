@@ -105,6 +105,9 @@ func (s *Service) ImportTemplateRevision(ctx context.Context,
 	if err != nil {
 		return nil, err
 	}
+	if err := s.Shared.Share(ctx, img); err != nil {
+		return nil, importError(ctx, err, connect.CodeUnavailable)
+	}
 	return command.Run(ctx, s.Store, cm, func(ctx context.Context, tx store.Tx) (*ctrlv1.ImportTemplateRevisionResponse, error) {
 		t, err := lookup(ctx, tx, c, start.GetTemplateId(), true)
 		if err != nil {

@@ -66,6 +66,10 @@ type Puller interface {
 type Service struct {
 	Store  store.Store
 	Images *imagestore.Store
+	// Shared, when set, puts every imported image's blobs in the
+	// deployment's blob store before its revision is recorded, so that
+	// every replica can deliver it; its Images is Images.
+	Shared *Blobs
 	Pages  *pagetoken.Codec
 	// Registry pulls images by reference. Nil means this deployment cannot
 	// pull, and registry imports are unavailable.

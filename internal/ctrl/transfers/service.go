@@ -161,7 +161,7 @@ func Export[R proto.Message](ctx context.Context, s *Service, w Write[R], worksp
 		}
 		exp := &ExportWork{LayerID: src.LayerID, Volume: src.Volume, Manifest: body}
 		if withTemplate {
-			if exp.TemplateBlobs, err = s.templateBlobs(src.Image.Digest); err != nil {
+			if exp.TemplateBlobs, err = s.templateBlobs(ctx, src.Image.Digest); err != nil {
 				return zero, err
 			}
 		}
@@ -185,11 +185,11 @@ func Export[R proto.Message](ctx context.Context, s *Service, w Write[R], worksp
 
 // templateBlobs lists the blobs of the image digest as an export
 // carries them: the image manifest, its config, its layers.
-func (s *Service) templateBlobs(digest string) ([]string, error) {
+func (s *Service) templateBlobs(ctx context.Context, digest string) ([]string, error) {
 	if s.Templates == nil {
 		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("with_template: this deployment keeps no template images"))
 	}
-	img, err := s.Templates.Images.Image(digest)
+	img, err := s.Templates.Image(ctx, digest)
 	if err != nil {
 		return nil, precondition("with_template: the image %s of the workspace's template revision is not in this deployment's image store: %v", digest, err)
 	}
