@@ -23,6 +23,7 @@ import (
 	"github.com/kibotos/kibotos/internal/artifact"
 	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/daemon"
+	"github.com/kibotos/kibotos/sdk"
 )
 
 // writeTree writes, in a guest, what a transfer must carry: files in the
@@ -65,13 +66,16 @@ done
 cat /etc/hostname
 [ -e /usr/bin/wget ] && echo wget || echo no-wget`
 
-// transferClient is a TransferService client of a deployment.
+// transferClient is a TransferService client of a deployment, over
+// HTTP/2 as the SDK's: over HTTP/1.1 an import the server refuses after its
+// first message races the rest of the upload, and the transport that fails
+// to write it closes the connection under the answer it was reading.
 func (d *deployment) transfers() ctrlv1connect.TransferServiceClient {
 	token, err := os.ReadFile(filepath.Join(d.home, daemon.AdminTokenFile))
 	if err != nil {
 		d.t.Fatal(err)
 	}
-	return ctrlv1connect.NewTransferServiceClient(http.DefaultClient, d.url, connect.WithInterceptors(bearer.Token(strings.TrimSpace(string(token)))))
+	return ctrlv1connect.NewTransferServiceClient(sdk.NewHTTPClient(nil), d.url, connect.WithInterceptors(bearer.Token(strings.TrimSpace(string(token)))))
 }
 
 func (d *deployment) templates() ctrlv1connect.TemplateServiceClient {
