@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,6 +38,9 @@ func RunWithGuestAgent(m *testing.M, agent *string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// The in-process deployments log every call at INFO; in a test's
+	// output those lines bury the failure that matters.
+	slog.SetLogLoggerLevel(slog.LevelWarn)
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
