@@ -144,19 +144,21 @@ func TestDesktop(t *testing.T) {
 	}
 	awaitFile(t, ws, "/tmp/b/typed-here", "")
 
-	// A click on A gives it the focus: what is typed next runs there, and
-	// the screen changes (the window manager draws A's frame as focused).
+	// A click on A gives it the focus: the screen changes (the window
+	// manager draws A's frame as focused), and what is typed next runs
+	// there. Keys typed before the window manager has handled the click
+	// would still reach B, so the typing waits for the redraw.
 	beforeClick := capture(t, ws)
 	if err := ws.Input(ctx, sdk.MoveTo(120, 100), sdk.Button(1)); err != nil {
 		t.Fatal(err)
 	}
+	awaitScreen(t, ws, "the focus to move to A", func(img image.Image) bool {
+		return differs(img, beforeClick, image.Rect(0, 0, 1280, 800))
+	})
 	if err := ws.Input(ctx, sdk.Type("touch typed-here\n")); err != nil {
 		t.Fatal(err)
 	}
 	awaitFile(t, ws, "/tmp/a/typed-here", "")
-	if !differs(capture(t, ws), beforeClick, image.Rect(0, 0, 1280, 800)) {
-		t.Error("the screen did not change when the focus moved")
-	}
 
 	// The browser draws a page from the guest's own files, its own traffic
 	// off (the workspace's policy refuses all of it anyway).
