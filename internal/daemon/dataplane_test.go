@@ -160,7 +160,8 @@ func TestDataPlaneFiles(t *testing.T) {
 	if connect.CodeOf(err) != connect.CodeNotFound {
 		t.Errorf("missing file: %v", err)
 	}
-	if detail, ok := sdk.FailureOf(err); !ok || detail.Stage != ctrlv1.FailureStage_FAILURE_STAGE_READING_FILE {
+	if detail, ok := sdk.FailureOf(err); !ok || detail.Stage != ctrlv1.FailureStage_FAILURE_STAGE_READING_FILE ||
+		detail.Reason != ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND {
 		t.Errorf("failure detail of a missing file: %v", detail)
 	}
 }

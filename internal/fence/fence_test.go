@@ -44,6 +44,7 @@ var parts = map[string]string{
 	"internal/buildinfo":    leaf,
 	"internal/logging":      leaf,
 	"internal/tracing":      leaf,
+	"internal/errdetail":    leaf,
 	"internal/config":       wiring,
 	"sdk":                   client,
 	"internal/cli":          client,
@@ -84,7 +85,7 @@ func partOf(pkg string) string {
 
 // guestLeaves are the only leaves the guest may import: the guest agent is
 // static and small, so it links nothing of the host's or ctrl's.
-var guestLeaves = []string{module + "/internal/guestabi"}
+var guestLeaves = []string{module + "/internal/guestabi", module + "/internal/errdetail"}
 
 // forbidden returns why from may not import to, or "".
 func forbidden(from, to string) string {

@@ -21,6 +21,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/server"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
+	"github.com/kibotos/kibotos/internal/errdetail"
 	"github.com/kibotos/kibotos/internal/imagestore"
 	"github.com/kibotos/kibotos/internal/netcheck"
 	"github.com/kibotos/kibotos/internal/testutil"
@@ -173,6 +174,12 @@ func wantCode(t *testing.T, what string, err error, code connect.Code) {
 	}
 	if ce.Code() != code {
 		t.Errorf("%s: code %v (%s), want %v", what, ce.Code(), ce.Message(), code)
+	}
+	// Every refusal names its reason, the one its code implies.
+	if want := errdetail.ReasonOf(code); want != ctrlv1.FailureReason_FAILURE_REASON_UNSPECIFIED {
+		if got := testutil.ErrorDetail(err).GetReason(); got != want {
+			t.Errorf("%s: FailureReason %v, want %v", what, got, want)
+		}
 	}
 }
 

@@ -41,6 +41,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/upstreams"
 	"github.com/kibotos/kibotos/internal/ctrl/volumes"
 	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
+	"github.com/kibotos/kibotos/internal/errdetail"
 	"github.com/kibotos/kibotos/internal/imagestore"
 	"github.com/kibotos/kibotos/internal/netcheck"
 )
@@ -181,15 +182,17 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 		}),
 	}
 	// Callers authenticate with project tokens, host agents with the host
-	// token. Each call is logged once, host agents' (frequent) at debug.
+	// token. Each call is logged once, host agents' (frequent) at debug;
+	// every refusal carries a FailureReason.
 	authTTL := cfg.AuthCacheTTL
 	if authTTL == 0 {
 		authTTL = auth.DefaultCacheTTL
 	}
 	tokens := auth.NewCache(cfg.Store, authTTL)
-	opts := append([]connect.HandlerOption{counted, connect.WithInterceptors(&accesslog.Interceptor{Logger: cfg.Logger, Level: slog.LevelInfo},
-		&auth.Interceptor{Tokens: tokens}, accesslog.Project())}, common...)
-	hostOpts := append([]connect.HandlerOption{counted, connect.WithInterceptors(&accesslog.Interceptor{Logger: cfg.Logger, Level: slog.LevelDebug},
+	opts := append([]connect.HandlerOption{counted, connect.WithInterceptors(errdetail.Interceptor(),
+		&accesslog.Interceptor{Logger: cfg.Logger, Level: slog.LevelInfo}, &auth.Interceptor{Tokens: tokens}, accesslog.Project())}, common...)
+	hostOpts := append([]connect.HandlerOption{counted, connect.WithInterceptors(errdetail.Interceptor(),
+		&accesslog.Interceptor{Logger: cfg.Logger, Level: slog.LevelDebug},
 		api.HostAuth(cfg.HostToken, cfg.Store))}, common...)
 	mux := http.NewServeMux()
 	mux.Handle("GET "+metrics.Path, metrics.Handler(cfg.Metrics, cfg.MetricsToken))

@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/errdetail"
 )
 
 // stageT is a failure stage of ErrorDetail.
@@ -34,9 +35,10 @@ func newError(code connect.Code, stage ctrlv1.FailureStage, format string, args 
 	return withStage(connect.NewError(code, fmt.Errorf(format, args...)), stage)
 }
 
-// withStage attaches an ErrorDetail naming stage to e.
+// withStage attaches an ErrorDetail naming stage, and the reason e's code
+// implies, to e.
 func withStage(e *connect.Error, stage ctrlv1.FailureStage) *connect.Error {
-	if d, err := connect.NewErrorDetail(&ctrlv1.ErrorDetail{Stage: stage}); err == nil {
+	if d, err := connect.NewErrorDetail(&ctrlv1.ErrorDetail{Reason: errdetail.ReasonOf(e.Code()), Stage: stage}); err == nil {
 		e.AddDetail(d)
 	}
 	return e
