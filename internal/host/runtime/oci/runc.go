@@ -33,9 +33,25 @@ func (s containerState) alive() bool {
 	return false
 }
 
+// runscFlags are the global flags of every runsc command. The guest
+// agent's socket is made inside the sandbox, in a directory bound from the
+// host, where the host agent connects to it: --host-uds=all makes it a
+// host socket (with create alone, runsc 0.0~20221219 binds it but the
+// host agent's dial times out). The sandbox joins the execution's own network namespace
+// and uses the host kernel's stack there (--network=host), as runc's
+// processes do: runsc's default, its own network stack built from the
+// namespace's interfaces, refuses every namespace on kernels that give each
+// namespace its own net.core.rmem_default (6.18 does), which runsc
+// 0.0~20221219 (Debian's) takes for the mark of the root namespace.
+var runscFlags = []string{"--host-uds=all", "--network=host"}
+
 // runtimeCmd builds a command of the runtime with the driver's root.
 func (d *Driver) runtimeCmd(ctx context.Context, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, d.bin, append([]string{"--root", d.rootDir}, args...)...)
+	global := []string{"--root", d.rootDir}
+	if d.name == Runsc {
+		global = append(global, runscFlags...)
+	}
+	cmd := exec.CommandContext(ctx, d.bin, append(global, args...)...)
 	cmd.WaitDelay = 5 * time.Second
 	return cmd
 }
