@@ -171,12 +171,20 @@ func tailFile(path string, from int64, n int64) string {
 }
 
 // SetMemory changes a running container's memory limit, swap included so
-// that it stays without swap; see runtime.Driver.
+// that it stays without swap; see runtime.Driver. runsc has no update
+// command: its sandbox's cgroup is written directly (the limit binds the
+// whole sandbox; the guest's MemTotal stays what it was at start).
 func (d *Driver) SetMemory(ctx context.Context, id string, bytes uint64) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
 	defer d.lock(id)()
+	if d.name == Runsc {
+		if _, err := d.state(ctx, id); err != nil {
+			return d.public(err, id, nil)
+		}
+		return d.public(setCgroupMemory(id, bytes), id, map[string]string{cgroupRoot: "<cgroups>"})
+	}
 	n := strconv.FormatUint(bytes, 10)
 	_, err := d.runtime(ctx, "update", "--memory", n, "--memory-swap", n, id)
 	return d.public(err, id, nil)
