@@ -54,6 +54,15 @@ type fleetHost struct {
 const fleetLease = "3s"
 
 func newFleet(t *testing.T, bin string) *fleet {
+	f := newTLSFleet(t, bin)
+	f.startCtrl()
+	f.createHostToken()
+	return f
+}
+
+// newTLSFleet is a fleet whose control plane has yet to start: its
+// certificate, trusted by the CLI, the hosts and the test's client.
+func newTLSFleet(t *testing.T, bin string) *fleet {
 	f := &fleet{t: t, bin: bin, home: filepath.Join(t.TempDir(), "ctrl"), hosts: map[string]*fleetHost{}}
 	var ca string
 	f.cert, f.key, ca = testtls.Files(t, "127.0.0.1")
@@ -63,14 +72,22 @@ func newFleet(t *testing.T, bin string) *fleet {
 		t.Fatal(err)
 	}
 	f.http = &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: true}}
-	f.ctrl = startProcess(t, bin, "ctrl", "--home", f.home, "--listen", "127.0.0.1:0", "--desktop-cache=", "--host-lease", fleetLease,
-		"--tls-cert", f.cert, "--tls-key", f.key)
-	secret := lastLine(f.cli("admin", "host-token", "create", "--name", "fleet test"))
-	f.tokenFile = filepath.Join(t.TempDir(), "host-token")
-	if err := os.WriteFile(f.tokenFile, []byte(secret+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	return f
+}
+
+// startCtrl runs `kibotos ctrl` on the fleet's home, with flags added.
+func (f *fleet) startCtrl(flags ...string) {
+	f.ctrl = startProcess(f.t, f.bin, append([]string{"ctrl", "--home", f.home, "--listen", "127.0.0.1:0", "--desktop-cache=",
+		"--host-lease", fleetLease, "--tls-cert", f.cert, "--tls-key", f.key}, flags...)...)
+}
+
+// createHostToken issues the token the fleet's hosts register with.
+func (f *fleet) createHostToken() {
+	secret := lastLine(f.cli("admin", "host-token", "create", "--name", "fleet test"))
+	f.tokenFile = filepath.Join(f.t.TempDir(), "host-token")
+	if err := os.WriteFile(f.tokenFile, []byte(secret+"\n"), 0o600); err != nil {
+		f.t.Fatal(err)
+	}
 }
 
 // startHost runs (or runs again) `kibotos host` NAME on its own home.

@@ -1,11 +1,13 @@
 package daemon_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -13,6 +15,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/daemon"
 	"github.com/kibotos/kibotos/internal/host/runtime/oci"
+	"github.com/kibotos/kibotos/sdk"
 )
 
 // TestLaunchKeptUntilExplicitStart: the host restarts with a new
@@ -89,6 +92,16 @@ func TestCapabilityGvisor(t *testing.T) {
 		ws := d.create(require())
 		if ws = d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE); ws.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE {
 			t.Fatalf("a workspace requiring runtime.gvisor on runsc: %v", ws)
+		}
+		// Its processes run on gVisor's kernel, through the data plane.
+		sws, err := d.sdkClient().Workspace(context.Background(), ws.WorkspaceId)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		if st, err := sws.Exec(context.Background(), []string{"dmesg"}, sdk.ExecOptions{Stdout: &out}); err != nil || !st.Success() ||
+			!strings.Contains(out.String(), "Starting gVisor") {
+			t.Errorf("dmesg in the workspace: %+v, %v, %q; want gVisor's", st, err, out.String())
 		}
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 
 	"google.golang.org/protobuf/proto"
 
@@ -112,6 +113,29 @@ func (s *Service) bindLaunch(ctx context.Context, tx store.Tx, r *record) error 
 		spec.LaunchBindingVersion++
 	}
 	return nil
+}
+
+// servesLaunch reports whether host h runs the launch a workspace placed
+// there binds to (see bindLaunch): the default of platform, or, for a new
+// workspace (platform empty), the default of h's preferred launch's
+// platform. A host that registers no launch runs only workspaces bound to
+// none.
+func servesLaunch(ctx context.Context, tx store.Tx, h candidate, platform string) (bool, error) {
+	launches := h.reg.GetLaunches()
+	if platform == "" {
+		if len(launches) == 0 {
+			return true, nil
+		}
+		platform = launches[0].Platform
+	}
+	def, err := tx.DefaultLaunchRevision(ctx, platform)
+	if errors.Is(err, store.ErrNotFound) {
+		return len(launches) == 0, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return slices.ContainsFunc(launches, func(l *hostv1.Launch) bool { return launchID(l) == def.ID }), nil
 }
 
 // launchPlatform is the platform a workspace is on: its bound launch's,

@@ -2,8 +2,10 @@ package workspaces
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -126,5 +128,76 @@ func TestLaunchRegistrationRefused(t *testing.T) {
 	ws := create(t, s, ctx, 128<<20)
 	if ws.Spec.LaunchRef != "" || ws.Spec.LaunchBindingVersion != 1 || assignedLaunch(t, s, ctx, ws.WorkspaceId) != nil {
 		t.Errorf("bound to %q version %d without launches", ws.Spec.LaunchRef, ws.Spec.LaunchBindingVersion)
+	}
+}
+
+// TestPlacementFollowsLaunches: placement skips a host that does not run
+// the launch the workspace would be bound to there. A new workspace
+// avoids a host whose build is not its platform's default; one moving
+// off a LOST host goes to none that lacks its platform's default (a host
+// of another runtime, or of an older build), and is CAPABILITY_UNAVAILABLE
+// while no host runs it.
+func TestPlacementFollowsLaunches(t *testing.T) {
+	s, ctx := newService(t)
+	c := &clock{now: time.Now()}
+	s.Now = c.get
+	old, next := testLaunch("a"), testLaunch("b")
+	runsc := &hostv1.Launch{Platform: "oci-runsc/amd64", RuntimeVersion: "runsc version 0.0~20221219.0",
+		GuestBuild: next.GuestBuild, SeccompProfile: next.SeccompProfile}
+	register := func(host string, memory uint64, launches ...*hostv1.Launch) {
+		t.Helper()
+		if err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: host, Capacity: &hostv1.HostCapacity{
+			CpuMillis: 4000, MemoryBytes: memory, LayerBytes: 10 * gib, DefaultLayerBytes: gib}, Launches: launches}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	assigned := func(host, id string) bool {
+		t.Helper()
+		as, err := s.Assignments(ctx, host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(as.Assignments, func(a *hostv1.Assignment) bool { return a.WorkspaceId == id })
+	}
+
+	// h1 (the most memory) runs the old build only; h2 registered the new
+	// one, the default: a new workspace goes to h2.
+	register("h1", 4*gib, old)
+	register("h2", gib, next)
+	ws := create(t, s, ctx, 256<<20)
+	id := ws.WorkspaceId
+	if !assigned("h2", id) || ws.Spec.LaunchRef != launchID(next) {
+		t.Fatalf("created bound to %q; want on h2 with %q", ws.Spec.LaunchRef, launchID(next))
+	}
+
+	// h2 is LOST; h3, of runsc, has the most memory. The workspace, FORCE
+	// stopped, starts on no host: h1 lacks the new build, h3 runs another
+	// platform.
+	c.add(s.Lease())
+	register("h1", 4*gib, old)
+	register("h3", 8*gib, runsc)
+	if err := s.ExpireLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ws, err := Stop(ctx, s, write("stop", newWS), id, ctrlv1.StopMode_STOP_MODE_FORCE, identity); err != nil ||
+		ws.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED {
+		t.Fatalf("FORCE stop on a LOST host: %v, %v", ws.GetState(), err)
+	}
+	_, err := Start(ctx, s, write("start", newWS), id, identity)
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "launch") {
+		t.Fatalf("start with no host running its launch: %v, want failed_precondition", err)
+	}
+	if got, _ := s.Get(ctx, id); got.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED {
+		t.Fatalf("after the refused start: %v", got.State)
+	}
+
+	// h1 upgraded: the workspace starts there, on its launch, not on h3.
+	register("h1", 4*gib, next)
+	ws, err = Start(ctx, s, write("start", newWS), id, identity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !assigned("h1", id) || assigned("h3", id) || ws.Spec.LaunchRef != launchID(next) || ws.Spec.LaunchBindingVersion != 1 {
+		t.Errorf("started bound to %q version %d; want on h1 with %q version 1", ws.Spec.LaunchRef, ws.Spec.LaunchBindingVersion, launchID(next))
 	}
 }

@@ -29,6 +29,9 @@ type placement struct {
 	pool string
 	// capabilities are the capabilities the host must offer.
 	capabilities []string
+	// platform is the platform of the launch the workspace is bound to
+	// (oci-runc/amd64); empty for a new one, which takes its host's.
+	platform string
 }
 
 // place picks a host with room for the workspace that meets need, and
@@ -53,13 +56,25 @@ func (s *Service) place(ctx context.Context, tx store.Tx, res *ctrlv1.ResourceRe
 		want = append(want, "pool:"+need.pool)
 	}
 	var hosts []scheduler.Host
+	var launchless bool // a host was left out only for its launches
 	for _, h := range all {
 		if h.lost || h.drained {
 			continue // no new placement on a LOST or drained host
 		}
 		if (need.host == "" || h.ID == need.host) && !slices.ContainsFunc(want, func(c string) bool { return !h.offers[c] }) {
+			serves, err := servesLaunch(ctx, tx, h, need.platform)
+			if err != nil {
+				return "", 0, err
+			}
+			if !serves {
+				launchless = true
+				continue
+			}
 			hosts = append(hosts, h.Host)
 		}
+	}
+	if launchless && len(hosts) == 0 {
+		return "", 0, capabilityError(errors.New("no host runs the current launch of this workspace's platform (its runtime, guest agent build and seccomp profile)"))
 	}
 	if need.pool != "" && len(hosts) == 0 {
 		return "", 0, connect.NewError(connect.CodeFailedPrecondition,
@@ -88,7 +103,11 @@ func (s *Service) placeStart(ctx context.Context, tx store.Tx, r *record) error 
 	}
 	res := proto.CloneOf(r.ws.GetSpec().GetResources())
 	res.WritableLayerBytes = r.row.LayerBytes
-	host, layer, err := s.place(ctx, tx, res, placement{capabilities: r.ws.GetSpec().GetCapabilities().GetRequired()})
+	platform, err := s.launchPlatform(ctx, tx, r)
+	if err != nil {
+		return err
+	}
+	host, layer, err := s.place(ctx, tx, res, placement{capabilities: r.ws.GetSpec().GetCapabilities().GetRequired(), platform: platform})
 	if err != nil {
 		return err
 	}

@@ -205,7 +205,9 @@ type Driver interface {
 	// KillLargestProcess sends SIGKILL to the process of a running
 	// execution's guest that LargestProcess chooses and returns it as it
 	// was when killed. It never kills the guest agent: ErrNoProcess when
-	// nothing else runs; ErrNotFound if the driver has no such execution.
+	// nothing else runs; ErrNotFound if the driver has no such execution;
+	// errors.ErrUnsupported if the driver cannot see the guest's processes
+	// (runsc, whose guest runs in gVisor's kernel).
 	KillLargestProcess(ctx context.Context, id string) (GuestProcess, error)
 	// Status observes an execution; ErrNotFound if the driver has none
 	// (never started, or stopped).

@@ -31,6 +31,37 @@ func oomKills(id string) (n uint64, ok bool) {
 	return 0, false
 }
 
+// setCgroupMemory sets the memory limit of the execution's cgroup to
+// bytes, swap included, as runc update --memory N --memory-swap N does:
+// the v1 memory controller's limits (memory+swap never below memory, so
+// the one that grows is written first), else cgroup2's memory.max with no
+// swap.
+func setCgroupMemory(id string, bytes uint64) error {
+	n := []byte(strconv.FormatUint(bytes, 10))
+	v1 := filepath.Join(cgroupRoot, "memory", cgroupPath(id))
+	if _, err := os.Stat(v1); err != nil {
+		v2 := filepath.Join(cgroupRoot, cgroupPath(id))
+		if err := os.WriteFile(filepath.Join(v2, "memory.max"), n, 0); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(v2, "memory.swap.max"), []byte("0"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	files := []string{"memory.limit_in_bytes", "memory.memsw.limit_in_bytes"}
+	if cur, err := readValue(filepath.Join(v1, files[0])); err == nil && bytes > cur {
+		files[0], files[1] = files[1], files[0]
+	}
+	for _, f := range files {
+		// Without swap accounting there is no memsw file.
+		if err := os.WriteFile(filepath.Join(v1, f), n, 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
 // readKey reads "key value" from a flat keyed cgroup file.
 func readKey(path, key string) (uint64, bool) {
 	f, err := os.Open(path)

@@ -25,7 +25,7 @@ func TestDriverSuite(t *testing.T) {
 			hosttest.RequireRoot(t)
 			hosttest.RequireBusybox(t)
 			if _, err := diskimage.LookPath(name); err != nil {
-				t.Skipf("%s is not installed (Debian package %s; scripts/install-deps installs only runc)", name, name)
+				t.Skipf("%s is not installed (Debian package %s; scripts/install-deps installs runc and runsc)", name, name)
 			}
 			drivertest.Run(t, func(t *testing.T) drivertest.Machine { return newSuiteMachine(t, name) })
 		})

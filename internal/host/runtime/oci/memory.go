@@ -50,13 +50,18 @@ const killAttempts = 3
 // of the execution's memory cgroup in the PID namespace of its init (the
 // guest agent) that still hold memory (not zombies). The chosen process
 // is pinned with a pidfd and read again before the signal, so that a PID
-// reused in between is never killed.
+// reused in between is never killed. Under runsc the cgroup holds the
+// sandbox, not the guest's processes (those live in gVisor's kernel):
+// errors.ErrUnsupported, rather than kill the sandbox whole.
 func (d *Driver) KillLargestProcess(ctx context.Context, id string) (runtime.GuestProcess, error) {
 	if err := checkID(id); err != nil {
 		return runtime.GuestProcess{}, err
 	}
 	if _, err := os.Stat(d.dir(id)); errors.Is(err, os.ErrNotExist) {
 		return runtime.GuestProcess{}, runtime.ErrNotFound
+	}
+	if d.name == Runsc {
+		return runtime.GuestProcess{}, fmt.Errorf("oci: runsc's guest processes are not host processes: %w", errors.ErrUnsupported)
 	}
 	st, err := d.state(ctx, id)
 	if err != nil {

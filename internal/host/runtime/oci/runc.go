@@ -33,9 +33,25 @@ func (s containerState) alive() bool {
 	return false
 }
 
+// runscFlags are the global flags of every runsc command. The guest
+// agent's socket is made inside the sandbox, in a directory bound from the
+// host, where the host agent connects to it: --host-uds=all makes it a
+// host socket (with create alone, runsc 0.0~20221219 binds it but the
+// host agent's dial times out). The sandbox joins the execution's own network namespace
+// and uses the host kernel's stack there (--network=host), as runc's
+// processes do: runsc's default, its own network stack built from the
+// namespace's interfaces, refuses every namespace on kernels that give each
+// namespace its own net.core.rmem_default (6.18 does), which runsc
+// 0.0~20221219 (Debian's) takes for the mark of the root namespace.
+var runscFlags = []string{"--host-uds=all", "--network=host"}
+
 // runtimeCmd builds a command of the runtime with the driver's root.
 func (d *Driver) runtimeCmd(ctx context.Context, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, d.bin, append([]string{"--root", d.rootDir}, args...)...)
+	global := []string{"--root", d.rootDir}
+	if d.name == Runsc {
+		global = append(global, runscFlags...)
+	}
+	cmd := exec.CommandContext(ctx, d.bin, append(global, args...)...)
 	cmd.WaitDelay = 5 * time.Second
 	return cmd
 }
@@ -155,12 +171,20 @@ func tailFile(path string, from int64, n int64) string {
 }
 
 // SetMemory changes a running container's memory limit, swap included so
-// that it stays without swap; see runtime.Driver.
+// that it stays without swap; see runtime.Driver. runsc has no update
+// command: its sandbox's cgroup is written directly (the limit binds the
+// whole sandbox; the guest's MemTotal stays what it was at start).
 func (d *Driver) SetMemory(ctx context.Context, id string, bytes uint64) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
 	defer d.lock(id)()
+	if d.name == Runsc {
+		if _, err := d.state(ctx, id); err != nil {
+			return d.public(err, id, nil)
+		}
+		return d.public(setCgroupMemory(id, bytes), id, map[string]string{cgroupRoot: "<cgroups>"})
+	}
 	n := strconv.FormatUint(bytes, 10)
 	_, err := d.runtime(ctx, "update", "--memory", n, "--memory-swap", n, id)
 	return d.public(err, id, nil)
