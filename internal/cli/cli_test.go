@@ -138,6 +138,8 @@ func cleanHome(t *testing.T) string {
 	t.Setenv(envAddr, "")
 	t.Setenv(envToken, "")
 	t.Setenv(envHome, home)
+	t.Setenv(envContext, "")
+	t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, "config"))
 	t.Setenv(envSessionCache, filepath.Join(home, "sessions"))
 	// Ages in tables count to a stopped clock, so tests can predict them.
 	now := time.Now()
