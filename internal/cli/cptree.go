@@ -68,7 +68,7 @@ func (cp *copier) uploadTree(src, dst string) error {
 	if err != nil {
 		return err
 	}
-	info, err := cp.ws.Stat(ctx, dst, cp.user)
+	info, err := cp.statTarget(dst)
 	isDir := err == nil && info.GetType() == datav1.FileType_FILE_TYPE_DIRECTORY
 	target := treeTarget(dst, isDir, filepath.Base(filepath.Clean(src)), path.Join)
 	if err := cp.ws.MkdirAll(ctx, target, 0o755, cp.user); err != nil {
@@ -144,7 +144,7 @@ func (cp *copier) scanLocalTree(src string) ([]localEntry, int64, error) {
 				return fmt.Errorf("%s: %w", p, err)
 			}
 		case !info.IsDir():
-			fmt.Fprintf(cp.cmd.ErrOrStderr(), "skipping %s: not a file, directory or symlink\n", p)
+			cp.out.println("skipping " + p + ": not a file, directory or symlink")
 			return nil
 		}
 		entries = append(entries, e)
@@ -204,6 +204,7 @@ func copyFile(w io.Writer, name string) error {
 
 // downloadTree copies the directory src of the Workspace to the local dst.
 func (cp *copier) downloadTree(src, dst string) error {
+	dst = filepath.Clean(dst)
 	st, err := os.Stat(dst)
 	isDir := err == nil && st.IsDir()
 	target := treeTarget(dst, isDir, path.Base(path.Clean(src)), filepath.Join)
@@ -230,13 +231,13 @@ func (cp *copier) downloadTree(src, dst string) error {
 		pw.CloseWithError(err)
 		done <- err
 	}()
-	xerr := extractTree(io.TeeReader(pr, cp.meter("downloading", -1)), tmp, cp.cmd.ErrOrStderr())
+	xerr := extractTree(io.TeeReader(pr, cp.meter("downloading", -1)), tmp, cp.out.println)
 	if xerr != nil {
 		cancel() // kills the guest's tar
 		pr.CloseWithError(xerr)
 	}
 	err = <-done
-	if xerr != nil {
+	if xerr != nil && (err != nil || status.Success()) { // else tar's own error explains a cut stream
 		return fmt.Errorf("%s:%s: %w", cp.ws.ID(), src, xerr)
 	}
 	if err := tarStatus(status, err, &stderr); err != nil {
@@ -250,8 +251,8 @@ func (cp *copier) downloadTree(src, dst string) error {
 // outside it, symlinks leading out of it, and entries beneath a symlink of
 // the stream. Directory modes are applied last, so that a read-only
 // directory still receives its files. Devices and FIFOs are skipped with
-// a warning on warn.
-func extractTree(r io.Reader, dir string, warn io.Writer) error {
+// a warning to warn.
+func extractTree(r io.Reader, dir string, warn func(string)) error {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return err
@@ -325,7 +326,7 @@ func extractTree(r io.Reader, dir string, warn io.Writer) error {
 				return err
 			}
 		default:
-			fmt.Fprintf(warn, "skipping %s: not a file, directory or symlink\n", hdr.Name)
+			warn("skipping " + hdr.Name + ": not a file, directory or symlink")
 		}
 		if (hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeLink) && !hdr.ModTime.IsZero() {
 			root.Chtimes(name, hdr.ModTime, hdr.ModTime) // best effort, as tar does

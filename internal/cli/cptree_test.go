@@ -3,7 +3,6 @@ package cli
 import (
 	"archive/tar"
 	"bytes"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -118,6 +117,21 @@ func TestCpRecursiveRoundTrip(t *testing.T) {
 	if entries, _ := os.ReadDir(into); len(entries) != 1 {
 		t.Errorf("%s holds %v, want proj alone (no temporary left)", into, entries)
 	}
+	// A trailing slash on a new DST changes nothing; -r of a file copies the file.
+	slash := filepath.Join(t.TempDir(), "slash")
+	if _, stderr, err := e.runData(t, "", "ws", "cp", "-r", id+":/work/proj", slash+"/"); err != nil {
+		t.Fatalf("cp -r to DST/: %v\n%s", err, stderr)
+	}
+	if got := describeTree(t, slash); got != want {
+		t.Errorf("to DST/:\n%s\nwant\n%s", got, want)
+	}
+	file := filepath.Join(t.TempDir(), "top.txt")
+	if _, stderr, err := e.runData(t, "", "ws", "cp", "-r", id+":/work/proj/top.txt", file); err != nil {
+		t.Fatalf("cp -r of a file: %v\n%s", err, stderr)
+	}
+	if got, _ := os.ReadFile(file); string(got) != "top\n" {
+		t.Errorf("cp -r of a file: %q", got)
+	}
 	// Into an existing remote directory, likewise.
 	if _, stderr, err := e.runData(t, "", "ws", "cp", "-r", src, id+":/work/proj"); err != nil {
 		t.Fatalf("cp -r up into a directory: %v\n%s", err, stderr)
@@ -196,7 +210,7 @@ func TestExtractTreeRefusesEscapingEntries(t *testing.T) {
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		err := extractTree(&buf, dir, io.Discard)
+		err := extractTree(&buf, dir, func(string) {})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want %q", tc.entries, err, tc.want)
 		}
