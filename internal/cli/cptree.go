@@ -2,7 +2,9 @@ package cli
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,6 +32,9 @@ import (
 // A download is extracted into a temporary directory beside its
 // destination and moved into place only when it is whole, so a refused or
 // failed copy leaves nothing behind.
+
+// stdinChunk is the most the SDK sends a process's stdin in one call.
+const stdinChunk = 32 << 10
 
 // errNeedsTar explains a guest without tar.
 const errNeedsTar = "cp -r runs tar in the workspace: does its image have one?"
@@ -76,7 +81,10 @@ func (cp *copier) uploadTree(src, dst string) error {
 	}
 	pr, pw := io.Pipe()
 	go func() {
-		pw.CloseWithError(writeTree(io.MultiWriter(pw, cp.meter("uploading", total)), src, entries))
+		// Every write to the pipe becomes one SendInput: fill them.
+		bw := bufio.NewWriterSize(io.MultiWriter(pw, cp.meter("uploading", total)), stdinChunk)
+		err := writeTree(bw, src, entries)
+		pw.CloseWithError(cmp.Or(err, bw.Flush()))
 	}()
 	var stderr bytes.Buffer
 	st, err := cp.ws.Exec(ctx, []string{"tar", "-x", "-o", "-f", "-", "-C", target}, sdk.ExecOptions{User: cp.userName, Stdin: pr, Stderr: &stderr})
