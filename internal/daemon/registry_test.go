@@ -212,3 +212,22 @@ func TestRegistryImportPrivateCA(t *testing.T) {
 		t.Errorf("import without the CA: %v, want a hint at --registry-ca-file", err)
 	}
 }
+
+// A registry CA file that holds no certificate stops the start, before
+// anything is opened.
+func TestRegistryCAFileRefused(t *testing.T) {
+	notPEM := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for file, want := range map[string]string{notPEM: "holds no PEM certificate", "/nonexistent/ca.pem": "no such file"} {
+		home := t.TempDir()
+		err := daemon.Run(t.Context(), daemon.Options{Home: home, Listen: "127.0.0.1:0", RegistryCAFile: file})
+		if err == nil || !strings.Contains(err.Error(), "registry CA file") || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want a refusal saying %q", file, err, want)
+		}
+		if entries, _ := os.ReadDir(home); len(entries) != 0 {
+			t.Errorf("%s: the refused start wrote %v", file, entries)
+		}
+	}
+}
