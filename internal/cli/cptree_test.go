@@ -114,9 +114,24 @@ func TestCpRecursiveRoundTrip(t *testing.T) {
 	if got := describeTree(t, filepath.Join(into, "proj")); got != want {
 		t.Errorf("into a directory:\n%s\nwant\n%s", got, want)
 	}
+	// Again, over the first copy: merged, changed files replaced, local
+	// additions kept.
+	e.sh(t, id, "echo changed > /work/proj/nested/secret")
+	if err := os.WriteFile(filepath.Join(into, "proj", "nested", "mine"), []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, err := e.runData(t, "", "ws", "cp", "-r", id+":/work/proj", into); err != nil {
+		t.Fatalf("cp -r over an earlier copy: %v\n%s", err, stderr)
+	}
+	for name, want := range map[string]string{"nested/secret": "changed\n", "nested/mine": "mine", "top.txt": "top\n"} {
+		if got, _ := os.ReadFile(filepath.Join(into, "proj", name)); string(got) != want {
+			t.Errorf("after the merge, %s = %q, want %q", name, got, want)
+		}
+	}
 	if entries, _ := os.ReadDir(into); len(entries) != 1 {
 		t.Errorf("%s holds %v, want proj alone (no temporary left)", into, entries)
 	}
+	e.sh(t, id, "printf s3cret > /work/proj/nested/secret")
 	// A trailing slash on a new DST changes nothing; -r of a file copies the file.
 	slash := filepath.Join(t.TempDir(), "slash")
 	if _, stderr, err := e.runData(t, "", "ws", "cp", "-r", id+":/work/proj", slash+"/"); err != nil {
