@@ -70,6 +70,7 @@ type serveFlags struct {
 	transferTTL  time.Duration
 	desktopCache string
 	insecure     []string
+	registryCA   string
 	logFormat    string
 	logLevel     string
 	pprofListen  string
@@ -139,6 +140,8 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	}
 	cmd.Flags().StringArrayVar(&f.insecure, "insecure-registry", envList("KIBOTOS_INSECURE_REGISTRIES"),
 		"a registry, HOST[:PORT] as image references name it, that template imports reach over plain HTTP; repeatable (default: none, every registry over HTTPS; env KIBOTOS_INSECURE_REGISTRIES, comma-separated)")
+	cmd.Flags().StringVar(&f.registryCA, "registry-ca-file", os.Getenv("KIBOTOS_REGISTRY_CA_FILE"),
+		"PEM certificate authorities that template imports trust, beside the system's, for registries whose certificates a private authority signed (env KIBOTOS_REGISTRY_CA_FILE)")
 	cmd.Flags().DurationVar(&f.authCache, "auth-cache-ttl", auth.DefaultCacheTTL,
 		"how long an authenticated API token is trusted without reading the store again: a revoked token is refused by every call that starts this long after the revocation (0: read the store on every call)")
 	cmd.Flags().DurationVar(&f.retention, "command-retention", command.DefaultRetention,
@@ -173,6 +176,7 @@ func (f *serveFlags) options(o daemon.Options) (daemon.Options, error) {
 		}
 	}
 	o.InsecureRegistries = f.insecure
+	o.RegistryCAFile = f.registryCA
 	if f.retention <= 0 {
 		return o, fmt.Errorf("--command-retention %s must be positive", f.retention)
 	}

@@ -103,6 +103,26 @@ func TestUpRefusesMetricsTokenFile(t *testing.T) {
 	}
 }
 
+// TestUpRefusesRegistryCAFile: --registry-ca-file reaches the deployment,
+// which refuses a file without a certificate before it sets anything up.
+func TestUpRefusesRegistryCAFile(t *testing.T) {
+	notPEM := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	home := filepath.Join(t.TempDir(), "home")
+	cmd := upCommand()
+	cmd.SetArgs([]string{"--home", home, "--listen", "127.0.0.1:0", "--registry-ca-file", notPEM})
+	cmd.SetOut(new(strings.Builder))
+	cmd.SetErr(new(strings.Builder))
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "registry CA file") {
+		t.Errorf("up --registry-ca-file %s: %v", notPEM, err)
+	}
+	if _, err := os.Stat(home); !os.IsNotExist(err) {
+		t.Errorf("up --registry-ca-file created its home: %v", err)
+	}
+}
+
 // TestUpRefusesGuestMemoryThresholds: a window under 100ms, a stall share
 // outside 1 to 100 percent and a kill delay that is not positive are
 // refused before anything is set up.

@@ -66,10 +66,12 @@ func Commands() []*cobra.Command {
 		projectCommand(),
 		tokenCommand(),
 		adminCommand(),
+		contextCommand(),
 	}
 	for _, cmd := range cmds {
 		rejectUnknownSubcommands(cmd)
 		hintUnreachable(cmd)
+		addCompletion(cmd)
 	}
 	return cmds
 }
@@ -90,8 +92,10 @@ func hintUnreachable(cmd *cobra.Command) {
 			return err
 		}
 		addr := defaultAddr
-		if f := cmd.Flags().Lookup("addr"); f != nil {
-			addr = flagOrEnv(cmd, "addr", f.Value.String(), envAddr)
+		if cmd.Flags().Lookup("addr") != nil {
+			c := connOf(cmd)
+			named, _ := c.chooseContext(cmd)
+			addr = named.setting(cmd, "addr", c.addr, envAddr, named.addr())
 		}
 		if base, berr := baseURL(addr); berr == nil {
 			addr = base
@@ -128,11 +132,12 @@ func rejectUnknownSubcommands(cmd *cobra.Command) {
 // the environment, the environment over the defaults; both are read when the
 // command runs, not when it is built.
 type conn struct {
-	addr   string
-	token  string
-	home   string
-	caFile string
-	output string
+	addr    string
+	token   string
+	home    string
+	caFile  string
+	context string // a context's name (context.go)
+	output  string
 }
 
 const (
@@ -152,6 +157,8 @@ func addConnFlags(cmd *cobra.Command) *conn {
 	f.StringVar(&c.home, "home", defaultHome, "directory holding admin-token (env "+envHome+")")
 	f.StringVar(&c.caFile, "ca-file", "", "PEM certificate authorities trusted for https:// beside the system's, such as a private CA (env "+envCAFile+")")
 	f.StringVarP(&c.output, "output", "o", outputTable, "output format: table, wide, json or yaml")
+	f.StringVar(&c.context, "context", "", "the context (kibotos context list) naming the server, token and CA file; their flags win over it (env "+envContext+")")
+	cmd.RegisterFlagCompletionFunc("context", completeContexts)
 	return c
 }
 
@@ -169,16 +176,20 @@ func (c *conn) resolve(cmd *cobra.Command) (settings, error) {
 	if !slices.Contains([]string{outputTable, outputWide, outputJSON, outputYAML}, c.output) {
 		return settings{}, fmt.Errorf("--output %q: want table, wide, json or yaml", c.output)
 	}
-	base, err := baseURL(flagOrEnv(cmd, "addr", c.addr, envAddr))
+	named, err := c.chooseContext(cmd)
 	if err != nil {
 		return settings{}, err
 	}
-	token, err := c.findToken(cmd)
+	base, err := baseURL(named.setting(cmd, "addr", c.addr, envAddr, named.addr()))
+	if err != nil {
+		return settings{}, err
+	}
+	token, err := c.findToken(cmd, named)
 	if err != nil {
 		return settings{}, err
 	}
 	var tlsConfig *tls.Config
-	if caFile := flagOrEnv(cmd, "ca-file", c.caFile, envCAFile); caFile != "" {
+	if caFile := named.setting(cmd, "ca-file", c.caFile, envCAFile, named.caFile()); caFile != "" {
 		if tlsConfig, err = cafile.Load(caFile); err != nil {
 			return settings{}, fmt.Errorf("--ca-file: %w", err)
 		}
@@ -225,16 +236,16 @@ func baseURL(addr string) (string, error) {
 	return strings.TrimRight(addr, "/"), nil
 }
 
-// findToken returns --token, else KIBOTOS_TOKEN, else the first line of
-// HOME/admin-token.
-func (c *conn) findToken(cmd *cobra.Command) (string, error) {
+// findToken returns --token, else the token of the named context or KIBOTOS_TOKEN (in
+// the order setting gives), else the first line of HOME/admin-token.
+func (c *conn) findToken(cmd *cobra.Command, named chosenContext) (string, error) {
 	if cmd.Flags().Changed("token") {
 		if t := strings.TrimSpace(c.token); t != "" {
 			return t, nil
 		}
 		return "", errors.New("--token is empty")
 	}
-	if t := strings.TrimSpace(os.Getenv(envToken)); t != "" {
+	if t := strings.TrimSpace(named.setting(cmd, "token", "", envToken, named.token())); t != "" {
 		return t, nil
 	}
 	path := filepath.Join(flagOrEnv(cmd, "home", c.home, envHome), adminTokenFile)

@@ -104,7 +104,7 @@ func (e *env) got() (calls, auth []string, reqs []proto.Message) {
 }
 
 // run executes `kibotos args...` as cmd/kibotos would, with stdin.
-func (e *env) run(t *testing.T, stdin string, args ...string) (stdout, stderr string, err error) {
+func (e *env) run(t testing.TB, stdin string, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	root := &cobra.Command{Use: "kibotos", SilenceErrors: true, SilenceUsage: true}
 	root.AddCommand(Commands()...)
@@ -121,7 +121,7 @@ func (e *env) run(t *testing.T, stdin string, args ...string) (stdout, stderr st
 }
 
 // call runs a command with the admin token and wants success.
-func (e *env) call(t *testing.T, stdin string, args ...string) (stdout, stderr string) {
+func (e *env) call(t testing.TB, stdin string, args ...string) (stdout, stderr string) {
 	t.Helper()
 	args = append(args, "--addr", e.addr, "--token", e.token)
 	stdout, stderr, err := e.run(t, stdin, args...)
@@ -133,11 +133,13 @@ func (e *env) call(t *testing.T, stdin string, args ...string) (stdout, stderr s
 
 // cleanHome empties the variables that name the CLI's server and token,
 // and points its home at a fresh directory, which it returns.
-func cleanHome(t *testing.T) string {
+func cleanHome(t testing.TB) string {
 	home := t.TempDir()
 	t.Setenv(envAddr, "")
 	t.Setenv(envToken, "")
 	t.Setenv(envHome, home)
+	t.Setenv(envContext, "")
+	t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, "config"))
 	t.Setenv(envSessionCache, filepath.Join(home, "sessions"))
 	// Ages in tables count to a stopped clock, so tests can predict them.
 	now := time.Now()
@@ -148,7 +150,7 @@ func cleanHome(t *testing.T) string {
 
 // callJSON runs call with args and decodes what it printed into resp,
 // failing the test if that is not a resp.
-func (e *env) callJSON(t *testing.T, resp proto.Message, args ...string) (stderr string) {
+func (e *env) callJSON(t testing.TB, resp proto.Message, args ...string) (stderr string) {
 	t.Helper()
 	stdout, stderr := e.call(t, "", args...)
 	if err := protojson.Unmarshal([]byte(stdout), resp); err != nil {

@@ -43,20 +43,28 @@ func parseCpOperand(s string) (cpOperand, error) {
 }
 
 func wsCpCommand(c *conn) *cobra.Command {
-	var user string
+	var (
+		user      string
+		recursive bool
+	)
 	cmd := &cobra.Command{
-		Use:   "cp [--user NAME] SRC DST",
-		Short: "Copy a file between here and a Workspace",
+		Use:   "cp [-r] [--user NAME] SRC DST",
+		Short: "Copy a file or directory between here and a Workspace",
 		Long: "Copy one file into or out of a Workspace. One of SRC and DST is WS:PATH, a path in\n" +
 			"Workspace WS; the other a local path, or - for stdin or stdout. A local path with a\n" +
 			"colon before any slash reads as WS:PATH: write it as ./NAME.\n\n" +
 			"When DST is a directory, or ends in /, the file keeps its name inside it. The file is\n" +
 			"written to a temporary file and renamed into place, so a failed copy leaves DST as it\n" +
 			"was. A new file gets the mode of SRC, or of the file it links to when SRC is a symlink.\n" +
-			"Copies of more than 8 MiB show their progress on stderr when it is a terminal.",
+			"Copies of more than 8 MiB show their progress on stderr when it is a terminal.\n\n" +
+			"With -r, SRC may be a directory: it is copied whole, as a tar stream through tar in the\n" +
+			"workspace, keeping modes, times and symlinks, into DST when DST is a directory, else as\n" +
+			"DST. An entry or symlink that would land or point outside DST (.., an absolute target)\n" +
+			"is refused; a download is assembled beside DST and moved into place once whole.",
 		Args: cobra.ExactArgs(2),
 	}
 	cmd.Flags().StringVar(&user, "user", "", "user of the guest that reads or writes the file (default: root)")
+	cmd.Flags().BoolVarP(&recursive, "recursive", "r", false, "copy directories too")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		src, err := parseCpOperand(args[0])
 		if err != nil {
@@ -82,8 +90,17 @@ func wsCpCommand(c *conn) *cobra.Command {
 			return err
 		}
 		defer closeIdle()
-		cp := &copier{cmd: cmd, ws: ws, user: sdk.AsUser(user), out: newStatusLine(cmd.ErrOrStderr())}
+		cp := &copier{cmd: cmd, ws: ws, user: sdk.AsUser(user), userName: user, out: newStatusLine(cmd.ErrOrStderr())}
 		defer cp.out.end()
+		if recursive && !src.stdio() && !dst.stdio() {
+			tree, err := cp.isTree(src)
+			if err != nil {
+				return err
+			}
+			if tree {
+				return cp.copyTree(src, dst)
+			}
+		}
 		if src.ws != "" {
 			return cp.download(src.path, dst)
 		}
@@ -94,10 +111,11 @@ func wsCpCommand(c *conn) *cobra.Command {
 
 // copier is one `ws cp`.
 type copier struct {
-	cmd  *cobra.Command
-	ws   *sdk.Workspace
-	user sdk.FileOption
-	out  *statusLine
+	cmd      *cobra.Command
+	ws       *sdk.Workspace
+	user     sdk.FileOption
+	userName string
+	out      *statusLine
 }
 
 // progress returns the option that draws a bar for a copy of size bytes,

@@ -29,7 +29,7 @@ func newDataEnv(t *testing.T) (*env, string) {
 }
 
 // runData runs `kibotos args...` with the env's address and token.
-func (e *env) runData(t *testing.T, stdin string, args ...string) (stdout, stderr string, err error) {
+func (e *env) runData(t testing.TB, stdin string, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	return e.run(t, stdin, append([]string{args[0], args[1], "--addr", e.addr, "--token", e.token}, args[2:]...)...)
 }

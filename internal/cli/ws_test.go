@@ -26,7 +26,7 @@ func TestMain(m *testing.M) { os.Exit(uptest.Main(m)) }
 // newUpEnv returns an env on the package's deployment, which runs
 // workspaces on runc, in a project of the test's own. Its calls are not
 // recorded: tests read what a command did from the server.
-func newUpEnv(t *testing.T) *env {
+func newUpEnv(t testing.TB) *env {
 	t.Helper()
 	d := uptest.Shared(t)
 	home := cleanHome(t)
@@ -57,7 +57,7 @@ func (e *env) workspace(t *testing.T, id string) *ctrlv1.Workspace {
 
 // createWorkspace runs `ws create -o json args...` and returns the
 // Workspace it printed.
-func (e *env) createWorkspace(t *testing.T, args ...string) *ctrlv1.Workspace {
+func (e *env) createWorkspace(t testing.TB, args ...string) *ctrlv1.Workspace {
 	t.Helper()
 	var resp ctrlv1.CreateWorkspaceResponse
 	e.callJSON(t, &resp, append([]string{"ws", "create", "-o", "json"}, args...)...)

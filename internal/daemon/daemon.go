@@ -7,6 +7,7 @@ package daemon
 import (
 	"context"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -30,6 +31,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/kibotos/kibotos/internal/buildinfo"
+	"github.com/kibotos/kibotos/internal/cafile"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/changes"
 	"github.com/kibotos/kibotos/internal/ctrl/changes/pgnotify"
@@ -146,6 +148,9 @@ type Options struct {
 	// InsecureRegistries lists the registries (host:port) template pulls
 	// reach over plain HTTP; every other registry is reached over HTTPS.
 	InsecureRegistries []string
+	// RegistryCAFile is a PEM file of certificate authorities trusted,
+	// beside the system's, for registries template pulls reach over HTTPS.
+	RegistryCAFile string
 	// OTLPEndpoint, when set, is the OTLP/HTTP collector the control
 	// plane's traces are exported to (see tracing.New).
 	OTLPEndpoint string
@@ -181,6 +186,14 @@ func Run(ctx context.Context, o Options) error {
 	metricsToken, err := readMetricsToken(o.MetricsTokenFile)
 	if err != nil {
 		return err
+	}
+	var registryCAs *x509.CertPool
+	if o.RegistryCAFile != "" {
+		cfg, err := cafile.Load(o.RegistryCAFile)
+		if err != nil {
+			return fmt.Errorf("registry CA file: %w", err)
+		}
+		registryCAs = cfg.RootCAs
 	}
 	var tracer connect.Interceptor
 	if o.OTLPEndpoint != "" {
@@ -278,7 +291,7 @@ func Run(ctx context.Context, o Options) error {
 		Changes: broker,
 		// Registries are dialed under the range check of every endpoint
 		// the deployment reaches.
-		Registry: &registry.Puller{Check: checker.CheckAddr, Resolver: o.Resolver, Insecure: o.InsecureRegistries,
+		Registry: &registry.Puller{Check: checker.CheckAddr, Resolver: o.Resolver, Insecure: o.InsecureRegistries, RootCAs: registryCAs,
 			UserAgent: "kibotos/" + buildinfo.Version()},
 		Images:    images,
 		HostToken: hostToken,

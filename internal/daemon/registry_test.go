@@ -27,6 +27,7 @@ import (
 	"github.com/kibotos/kibotos/internal/cli"
 	"github.com/kibotos/kibotos/internal/daemon"
 	"github.com/kibotos/kibotos/internal/imagestore"
+	"github.com/kibotos/kibotos/internal/testutil/testtls"
 )
 
 const registryUser, registryPassword = "alice", "s3cret"
@@ -165,5 +166,68 @@ func TestRegistryImportRuns(t *testing.T) {
 	got, err := d.kibotos("", "ws", "exec", ws.WorkspaceId, "--", "cat", "/hello.txt")
 	if err != nil || got != content {
 		t.Errorf("exec in the pulled image: %q, %v", got, err)
+	}
+}
+
+// A registry whose certificate a private authority signed is pulled from
+// over HTTPS by a deployment given that authority with RegistryCAFile
+// (kibotos up --registry-ca-file); one without it says what failed.
+func TestRegistryImportPrivateCA(t *testing.T) {
+	serverTLS, caPEM := testtls.New(t, "127.0.0.1")
+	srv := httptest.NewUnstartedServer(gcrregistry.New(gcrregistry.Logger(log.New(io.Discard, "", 0))))
+	srv.TLS = serverTLS
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "https://")
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, []byte(caPEM), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	img := helloImage(t, "over a private CA\n")
+	ref, err := name.ParseReference(host + "/app:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(ref, img, remote.WithTransport(srv.Client().Transport)); err != nil {
+		t.Fatal(err)
+	}
+	manifest, _ := img.Digest()
+
+	t.Setenv("DOCKER_CONFIG", t.TempDir())
+	exempt := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	importApp := func(o daemon.Options) (string, error) {
+		d := upWith(t, t.TempDir(), o)
+		defer d.stop()
+		if _, err := d.kibotos("", "template", "create", "app"); err != nil {
+			t.Fatal(err)
+		}
+		return d.kibotos("", "template", "import", "app", host+"/app:1", "-o", "json")
+	}
+	out, err := importApp(daemon.Options{UnsafeExemptRanges: exempt, RegistryCAFile: caFile})
+	if err != nil || !strings.Contains(out, manifest.String()) {
+		t.Fatalf("import over the private CA: %v\n%s", err, out)
+	}
+	_, err = importApp(daemon.Options{UnsafeExemptRanges: exempt})
+	if err == nil || !strings.Contains(err.Error(), "--registry-ca-file") {
+		t.Errorf("import without the CA: %v, want a hint at --registry-ca-file", err)
+	}
+}
+
+// A registry CA file that holds no certificate stops the start, before
+// anything is opened.
+func TestRegistryCAFileRefused(t *testing.T) {
+	notPEM := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for file, want := range map[string]string{notPEM: "holds no PEM certificate", "/nonexistent/ca.pem": "no such file"} {
+		home := t.TempDir()
+		err := daemon.Run(t.Context(), daemon.Options{Home: home, Listen: "127.0.0.1:0", RegistryCAFile: file})
+		if err == nil || !strings.Contains(err.Error(), "registry CA file") || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want a refusal saying %q", file, err, want)
+		}
+		if entries, _ := os.ReadDir(home); len(entries) != 0 {
+			t.Errorf("%s: the refused start wrote %v", file, entries)
+		}
 	}
 }

@@ -61,7 +61,7 @@ func upWith(t *testing.T, home string, o daemon.Options) *deployment {
 			UnsafeExemptRanges: o.UnsafeExemptRanges, DeploymentResolvers: o.DeploymentResolvers,
 			StoragePools: o.StoragePools, VolumeBytes: o.VolumeBytes, MetricsTokenFile: o.MetricsTokenFile,
 			GuestProbeInterval: o.GuestProbeInterval, GuestMemory: o.GuestMemory, ExposureDomain: o.ExposureDomain,
-			DesktopCache: o.DesktopCache, InsecureRegistries: o.InsecureRegistries})
+			DesktopCache: o.DesktopCache, InsecureRegistries: o.InsecureRegistries, RegistryCAFile: o.RegistryCAFile})
 	}()
 	select {
 	case a := <-ready:

@@ -1,7 +1,9 @@
 // Package registry pulls template images from OCI registries for the
 // control plane: go-containerregistry's remote client over a transport
-// that dials only addresses the deployment's check admits and speaks plain
-// HTTP only to registries the operator listed as insecure.
+// that dials only addresses the deployment's check admits, speaks plain
+// HTTP only to registries the operator listed as insecure, and trusts the
+// certificate authorities the operator gave for registries with private
+// certificates.
 //
 // The image it returns is lazy: its blobs are fetched while the image
 // store reads them, and the image store verifies every blob in full, as it
@@ -10,6 +12,8 @@ package registry
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -74,11 +78,19 @@ type Puller struct {
 	// Insecure lists the registries (host:port, as references name them)
 	// reached over plain HTTP; every other one is reached over HTTPS.
 	Insecure []string
+	// RootCAs are the certificate authorities HTTPS registries are
+	// verified against; nil is the system's.
+	RootCAs *x509.CertPool
 	// UserAgent names this client to registries.
 	UserAgent string
 
 	once sync.Once
 	rt   http.RoundTripper
+	// tlsFailed holds, by host, why its last HTTPS request failed the
+	// certificate check: go-containerregistry then tries plain HTTP to a
+	// registry on a loopback or private address, and the error of that
+	// attempt alone would hide the cause.
+	tlsFailed sync.Map
 }
 
 // DefaultPlatform is the platform an image index is resolved to when the
@@ -216,10 +228,16 @@ func hasCode(e *transport.Error, codes ...transport.ErrorCode) bool {
 }
 
 // insecureError is a plain-HTTP request to a registry not listed as
-// insecure.
-type insecureError struct{ host string }
+// insecure; tlsErr is why HTTPS failed before it, if it did.
+type insecureError struct {
+	host   string
+	tlsErr error
+}
 
 func (e *insecureError) Error() string {
+	if e.tlsErr != nil {
+		return fmt.Sprintf("registry %s: HTTPS failed (%v): start the server with --registry-ca-file if a private authority signed its certificate", e.host, e.tlsErr)
+	}
 	return fmt.Sprintf("registry %s would be reached over plain HTTP; the server reaches registries over HTTPS unless started with --insecure-registry %s", e.host, e.host)
 }
 
@@ -233,6 +251,9 @@ func (p *Puller) roundTripper() http.RoundTripper {
 func (p *Puller) transport() http.RoundTripper {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.Proxy = nil // a proxy would dial on our behalf, unchecked
+	if p.RootCAs != nil {
+		t.TLSClientConfig = &tls.Config{RootCAs: p.RootCAs, MinVersion: tls.VersionTLS12}
+	}
 	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		host, portStr, err := net.SplitHostPort(addr)
 		if err != nil {
@@ -249,9 +270,22 @@ func (p *Puller) transport() http.RoundTripper {
 	}
 	return roundTripper(func(req *http.Request) (*http.Response, error) {
 		if req.URL.Scheme == "http" && !p.insecure(req.URL.Host) {
-			return nil, &insecureError{host: req.URL.Host}
+			e := &insecureError{host: req.URL.Host}
+			if v, ok := p.tlsFailed.Load(req.URL.Host); ok {
+				e.tlsErr = v.(error)
+			}
+			return nil, e
 		}
-		return t.RoundTrip(req)
+		resp, err := t.RoundTrip(req)
+		var certErr *tls.CertificateVerificationError
+		switch {
+		case req.URL.Scheme != "https":
+		case errors.As(err, &certErr):
+			p.tlsFailed.Store(req.URL.Host, certErr)
+		case err == nil:
+			p.tlsFailed.Delete(req.URL.Host)
+		}
+		return resp, err
 	})
 }
 

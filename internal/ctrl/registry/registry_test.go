@@ -2,6 +2,8 @@ package registry_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
 	"log"
@@ -22,6 +24,7 @@ import (
 
 	"github.com/kibotos/kibotos/internal/ctrl/registry"
 	"github.com/kibotos/kibotos/internal/netcheck"
+	"github.com/kibotos/kibotos/internal/testutil/testtls"
 )
 
 const user, password = "alice", "s3cret"
@@ -224,5 +227,40 @@ func TestPullIndexByPlatform(t *testing.T) {
 		if _, err := registry.ParsePlatform(bad); !errors.Is(err, registry.ErrBadReference) {
 			t.Errorf("ParsePlatform(%q) = %v", bad, err)
 		}
+	}
+}
+
+// A registry whose certificate a private authority signed is reached with
+// that authority in RootCAs, and refused without it.
+func TestPullPrivateCA(t *testing.T) {
+	serverTLS, caPEM := testtls.New(t, "127.0.0.1")
+	srv := httptest.NewUnstartedServer(gcrregistry.New(gcrregistry.Logger(log.New(io.Discard, "", 0))))
+	srv.TLS = serverTLS
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "https://")
+	cas := x509.NewCertPool()
+	if !cas.AppendCertsFromPEM([]byte(caPEM)) {
+		t.Fatal("no CA")
+	}
+	img := randomImage(t, registry.DefaultPlatform)
+	ref, err := name.ParseReference(host + "/app:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushTransport := http.DefaultTransport.(*http.Transport).Clone()
+	pushTransport.TLSClientConfig = &tls.Config{RootCAs: cas}
+	if err := remote.Write(ref, img, remote.WithTransport(pushTransport)); err != nil {
+		t.Fatal(err)
+	}
+
+	p := &registry.Puller{Check: loopbackOnly, RootCAs: cas}
+	got, err := p.Pull(context.Background(), host+"/app:1", registry.DefaultPlatform, registry.Credentials{})
+	if err != nil || digest(t, got) != digest(t, img) {
+		t.Fatalf("pull with the CA: %v, %v", got, err)
+	}
+	_, err = (&registry.Puller{Check: loopbackOnly}).Pull(context.Background(), host+"/app:1", registry.DefaultPlatform, registry.Credentials{})
+	if !errors.Is(err, registry.ErrRefused) || !strings.Contains(err.Error(), "certificate signed by unknown authority") || !strings.Contains(err.Error(), "--registry-ca-file") {
+		t.Errorf("pull without the CA: %v, want a certificate error", err)
 	}
 }

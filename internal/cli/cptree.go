@@ -1,0 +1,409 @@
+package cli
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
+	"github.com/kibotos/kibotos/sdk"
+)
+
+// `ws cp -r` copies a directory as one tar stream through a tar process in
+// the guest (the file API writes no symlinks): `tar -c` in the directory
+// for a download, `tar -x` into it for an upload, so the image needs a tar
+// (busybox's or GNU's). The stream keeps permission bits, modification
+// times and symlinks; owners are those of the user who extracts. Either
+// side refuses what would land outside the destination: an entry named
+// with .. or an absolute path, a symlink whose target is absolute or
+// climbs out of the copy, an entry beneath a symlink of the copy.
+// A download is extracted into a temporary directory beside its
+// destination and moved into place only when it is whole, so a refused or
+// failed copy leaves nothing behind.
+
+// stdinChunk is the most the SDK sends a process's stdin in one call.
+const stdinChunk = 32 << 10
+
+// errNeedsTar explains a guest without tar.
+const errNeedsTar = "cp -r runs tar in the workspace: does its image have one?"
+
+// isTree reports whether src is a directory (or a symlink to one).
+func (cp *copier) isTree(src cpOperand) (bool, error) {
+	if src.ws == "" {
+		st, err := os.Stat(src.path)
+		return err == nil && st.IsDir(), err
+	}
+	info, err := cp.statTarget(src.path)
+	return err == nil && info.GetType() == datav1.FileType_FILE_TYPE_DIRECTORY, err
+}
+
+// copyTree copies the directory src to dst, one of them in the Workspace.
+func (cp *copier) copyTree(src, dst cpOperand) error {
+	if src.ws != "" {
+		return cp.downloadTree(src.path, dst.path)
+	}
+	return cp.uploadTree(src.path, dst.path)
+}
+
+// treeTarget returns where a copy of the directory named base lands for
+// DST: inside DST when DST is an existing directory, else DST itself.
+func treeTarget(dst string, dstIsDir bool, base string, join func(...string) string) string {
+	if dstIsDir {
+		return join(dst, base)
+	}
+	return dst
+}
+
+// uploadTree copies the local directory src to dst in the Workspace.
+func (cp *copier) uploadTree(src, dst string) error {
+	ctx := cp.cmd.Context()
+	entries, total, err := cp.scanLocalTree(src)
+	if err != nil {
+		return err
+	}
+	info, err := cp.statTarget(dst)
+	isDir := err == nil && info.GetType() == datav1.FileType_FILE_TYPE_DIRECTORY
+	target := treeTarget(dst, isDir, filepath.Base(filepath.Clean(src)), path.Join)
+	if err := cp.ws.MkdirAll(ctx, target, 0o755, cp.user); err != nil {
+		return err
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		// Every write to the pipe becomes one SendInput: fill them.
+		bw := bufio.NewWriterSize(io.MultiWriter(pw, cp.meter("uploading", total)), stdinChunk)
+		err := writeTree(bw, src, entries)
+		pw.CloseWithError(cmp.Or(err, bw.Flush()))
+	}()
+	var stderr bytes.Buffer
+	st, err := cp.ws.Exec(ctx, []string{"tar", "-x", "-o", "-f", "-", "-C", target}, sdk.ExecOptions{User: cp.userName, Stdin: pr, Stderr: &stderr})
+	pr.CloseWithError(errors.New("tar in the workspace ended")) // unblocks writeTree
+	return tarStatus(st, err, &stderr)
+}
+
+// tarStatus turns how the guest's tar ended into an error.
+func tarStatus(st sdk.ExitStatus, err error, stderr *bytes.Buffer) error {
+	if err != nil {
+		return fmt.Errorf("%w (%s)", err, errNeedsTar)
+	}
+	if !st.Success() {
+		msg := strings.TrimSpace(stderr.String())
+		if st.Code == 126 || st.Code == 127 {
+			msg += " (" + errNeedsTar + ")"
+		}
+		return fmt.Errorf("tar in the workspace: %s: %s", st, msg)
+	}
+	return nil
+}
+
+// localEntry is one file of a local tree, by its slash-separated path in
+// the tree.
+type localEntry struct {
+	rel  string
+	info fs.FileInfo
+	link string // a symlink's target
+}
+
+// scanLocalTree lists the tree at src and the size of its tar stream,
+// refusing symlinks that lead out of it before anything is sent. Sockets,
+// devices and FIFOs are skipped with a warning.
+func (cp *copier) scanLocalTree(src string) ([]localEntry, int64, error) {
+	var (
+		entries []localEntry
+		total   int64
+	)
+	src, err := filepath.EvalSymlinks(src) // a symlink to a directory copies the directory
+	if err != nil {
+		return nil, 0, err
+	}
+	err = filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		e := localEntry{rel: rel, info: info}
+		switch {
+		case info.Mode().IsRegular():
+			total += (info.Size() + 511) / 512 * 512
+		case info.Mode()&fs.ModeSymlink != 0:
+			if e.link, err = os.Readlink(p); err != nil {
+				return err
+			}
+			if err := checkLink(rel, filepath.ToSlash(e.link)); err != nil {
+				return fmt.Errorf("%s: %w", p, err)
+			}
+		case !info.IsDir():
+			cp.out.println("skipping " + p + ": not a file, directory or symlink")
+			return nil
+		}
+		entries = append(entries, e)
+		total += 512 // its header
+		return nil
+	})
+	return entries, total + 1024, err
+}
+
+// checkLink refuses a symlink at name (a path in the copy) whose target
+// is absolute or leads out of the copy.
+func checkLink(name, target string) error {
+	if path.IsAbs(target) {
+		return fmt.Errorf("symlink %s -> %s is absolute and would point outside the copy: refused", name, target)
+	}
+	if !filepath.IsLocal(path.Join(path.Dir(name), target)) {
+		return fmt.Errorf("symlink %s -> %s leads outside the copy: refused", name, target)
+	}
+	return nil
+}
+
+// writeTree writes the entries of the tree at src as a tar stream to w.
+// Owners are left out: the guest's tar extracts as its user.
+func writeTree(w io.Writer, src string, entries []localEntry) error {
+	tw := tar.NewWriter(w)
+	for _, e := range entries {
+		hdr, err := tar.FileInfoHeader(e.info, e.link)
+		if err != nil {
+			return err
+		}
+		hdr.Name = e.rel
+		if e.info.IsDir() {
+			hdr.Name += "/"
+		}
+		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if hdr.Typeflag == tar.TypeReg {
+			if err := copyFile(tw, filepath.Join(src, filepath.FromSlash(e.rel))); err != nil {
+				return err
+			}
+		}
+	}
+	return tw.Close()
+}
+
+func copyFile(w io.Writer, name string) error {
+	f, err := os.Open(name)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(w, f)
+	return err
+}
+
+// downloadTree copies the directory src of the Workspace to the local dst.
+func (cp *copier) downloadTree(src, dst string) error {
+	dst = filepath.Clean(dst)
+	st, err := os.Stat(dst)
+	isDir := err == nil && st.IsDir()
+	target := treeTarget(dst, isDir, path.Base(path.Clean(src)), filepath.Join)
+	if st, err := os.Lstat(target); err == nil && !st.IsDir() {
+		return fmt.Errorf("%s exists and is not a directory", target)
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(target), "."+filepath.Base(target)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+
+	ctx, cancel := context.WithCancel(cp.cmd.Context())
+	defer cancel()
+	pr, pw := io.Pipe()
+	var (
+		stderr bytes.Buffer
+		status sdk.ExitStatus
+		done   = make(chan error, 1)
+	)
+	go func() {
+		var err error
+		status, err = cp.ws.Exec(ctx, []string{"tar", "-c", "-f", "-", "-C", src, "."}, sdk.ExecOptions{User: cp.userName, Stdout: pw, Stderr: &stderr})
+		pw.CloseWithError(err)
+		done <- err
+	}()
+	xerr := extractTree(io.TeeReader(pr, cp.meter("downloading", -1)), tmp, cp.out.println)
+	if xerr != nil {
+		cancel() // kills the guest's tar
+		pr.CloseWithError(xerr)
+	}
+	err = <-done
+	if xerr != nil && (err != nil || status.Success()) { // else tar's own error explains a cut stream
+		return fmt.Errorf("%s:%s: %w", cp.ws.ID(), src, xerr)
+	}
+	if err := tarStatus(status, err, &stderr); err != nil {
+		return err
+	}
+	return placeTree(tmp, target)
+}
+
+// extractTree extracts the tar stream r into the directory dir, which it
+// does not leave: it opens dir as an os.Root, and refuses entries named
+// outside it, symlinks leading out of it, and entries beneath a symlink of
+// the stream. Directory modes are applied last, so that a read-only
+// directory still receives its files. Devices and FIFOs are skipped with
+// a warning to warn.
+func extractTree(r io.Reader, dir string, warn func(string)) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	type dirMode struct {
+		name  string
+		mode  fs.FileMode
+		mtime time.Time
+	}
+	var (
+		dirs  []dirMode
+		links = map[string]bool{}
+	)
+	tr := tar.NewReader(r)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		name := path.Clean(hdr.Name)
+		if name != "." && !filepath.IsLocal(name) {
+			return fmt.Errorf("entry %q lands outside the destination: refused", hdr.Name)
+		}
+		for p := path.Dir(name); p != "."; p = path.Dir(p) {
+			if links[p] {
+				return fmt.Errorf("entry %q is beneath the symlink %s: refused", hdr.Name, p)
+			}
+		}
+		mode := hdr.FileInfo().Mode().Perm()
+		if hdr.Typeflag != tar.TypeDir && name != "." {
+			if err := root.MkdirAll(path.Dir(name), 0o755); err != nil {
+				return err
+			}
+		}
+		switch hdr.Typeflag {
+		case tar.TypeDir:
+			if err := root.MkdirAll(name, 0o700); err != nil {
+				return err
+			}
+			dirs = append(dirs, dirMode{name, mode, hdr.ModTime})
+		case tar.TypeReg:
+			f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(f, tr)
+			if err = errors.Join(err, f.Close()); err != nil {
+				return err
+			}
+			if err := root.Chmod(name, mode); err != nil {
+				return err
+			}
+		case tar.TypeSymlink:
+			if err := checkLink(name, hdr.Linkname); err != nil {
+				return err
+			}
+			if err := root.Symlink(hdr.Linkname, name); err != nil {
+				return err
+			}
+			links[name] = true
+		case tar.TypeLink:
+			old := path.Clean(hdr.Linkname)
+			if !filepath.IsLocal(old) {
+				return fmt.Errorf("hard link %s -> %s lands outside the destination: refused", name, hdr.Linkname)
+			}
+			if err := root.Link(old, name); err != nil {
+				return err
+			}
+		default:
+			warn("skipping " + hdr.Name + ": not a file, directory or symlink")
+		}
+		if (hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeLink) && !hdr.ModTime.IsZero() {
+			root.Chtimes(name, hdr.ModTime, hdr.ModTime) // best effort, as tar does
+		}
+	}
+	// Deepest first, so that a read-only directory is closed last; times
+	// after their contents changed them.
+	slices.Reverse(dirs)
+	for _, d := range dirs {
+		if err := root.Chmod(d.name, d.mode); err != nil {
+			return err
+		}
+		if !d.mtime.IsZero() {
+			root.Chtimes(d.name, d.mtime, d.mtime)
+		}
+	}
+	return nil
+}
+
+// placeTree moves the extracted tree tmp to target: a rename when target
+// does not exist, else entry by entry into it, a directory of tmp merged
+// into a directory of target of the same name, anything else replacing
+// what target holds under that name (a symlink of target is replaced, not
+// followed).
+func placeTree(tmp, target string) error {
+	if _, err := os.Lstat(target); errors.Is(err, fs.ErrNotExist) {
+		return os.Rename(tmp, target)
+	}
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		from, to := filepath.Join(tmp, e.Name()), filepath.Join(target, e.Name())
+		if st, err := os.Lstat(to); err == nil && e.IsDir() && st.IsDir() {
+			if err := placeTree(from, to); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := os.Rename(from, to); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// meter counts the bytes of a copy and shows them on a terminal once
+// they pass progressThreshold: as a bar of total, or as a count when the
+// total is unknown (-1).
+type meter struct {
+	out   *statusLine
+	verb  string
+	total int64
+	n     int64
+}
+
+func (cp *copier) meter(verb string, total int64) *meter {
+	return &meter{out: cp.out, verb: verb, total: total}
+}
+
+func (m *meter) Write(p []byte) (int, error) {
+	m.n += int64(len(p))
+	switch {
+	case !m.out.tty || m.n <= progressThreshold:
+	case m.total >= 0:
+		m.out.update(progressBar(m.verb, uint64(m.n), uint64(m.total)))
+	default:
+		m.out.update(m.verb + " " + approxSize(uint64(m.n)) + "B")
+	}
+	return len(p), nil
+}

@@ -1,0 +1,236 @@
+package cli
+
+import (
+	"archive/tar"
+	"bytes"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// makeTree builds, under dir, a tree with a nested directory, an empty
+// directory, files of several modes and a relative symlink.
+func makeTree(t *testing.T, dir string) {
+	t.Helper()
+	for _, d := range []struct {
+		name string
+		mode fs.FileMode
+	}{{"nested/deeper", 0o755}, {"empty", 0o700}} {
+		if err := os.MkdirAll(filepath.Join(dir, d.name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(filepath.Join(dir, d.name), d.mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []struct {
+		name, data string
+		mode       fs.FileMode
+	}{
+		{"top.txt", "top\n", 0o644},
+		{"run.sh", "#!/bin/sh\necho hi\n", 0o755},
+		{"nested/secret", "s3cret", 0o600},
+		{"nested/deeper/big", strings.Repeat("0123456789", 100_000), 0o640},
+	} {
+		if err := os.WriteFile(filepath.Join(dir, f.name), []byte(f.data), f.mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(filepath.Join(dir, f.name), f.mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("../top.txt", filepath.Join(dir, "nested", "link")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// describeTree lists a local tree as lines "path mode [size|-> target]".
+func describeTree(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		b.WriteString(rel + " " + info.Mode().String())
+		switch {
+		case info.Mode()&fs.ModeSymlink != 0:
+			target, _ := os.Readlink(p)
+			b.WriteString(" -> " + target)
+		case info.Mode().IsRegular():
+			data, _ := os.ReadFile(p)
+			b.WriteString(" " + string(data[:min(len(data), 20)]))
+		}
+		b.WriteString("\n")
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// TestCpRecursiveRoundTrip copies a tree into a Workspace and back out:
+// contents, modes, the empty directory and the symlink survive both ways,
+// as the guest sees them too, and a tree copied into an existing
+// directory lands inside it.
+func TestCpRecursiveRoundTrip(t *testing.T) {
+	e, id := newDataEnv(t)
+	src := filepath.Join(t.TempDir(), "proj")
+	makeTree(t, src)
+	want := describeTree(t, src)
+
+	if _, stderr, err := e.runData(t, "", "ws", "cp", "-r", src, id+":/work/proj"); err != nil {
+		t.Fatalf("cp -r up: %v\n%s", err, stderr)
+	}
+	got := e.sh(t, id, `cd /work/proj && for p in . empty nested nested/deeper nested/link nested/secret run.sh top.txt; do
+		stat -c '%n %A' "$p"; done; readlink nested/link; cat nested/link; wc -c < nested/deeper/big`)
+	wantGuest := ". drwxr-xr-x\nempty drwx------\nnested drwxr-xr-x\nnested/deeper drwxr-xr-x\nnested/link lrwxrwxrwx\n" +
+		"nested/secret -rw-------\nrun.sh -rwxr-xr-x\ntop.txt -rw-r--r--\n../top.txt\ntop\n1000000\n"
+	if got != wantGuest {
+		t.Errorf("in the guest:\n%s\nwant\n%s", got, wantGuest)
+	}
+
+	// Out again: DST does not exist, so it becomes the copy.
+	back := filepath.Join(t.TempDir(), "back")
+	if _, stderr, err := e.runData(t, "", "ws", "cp", "-r", id+":/work/proj", back); err != nil {
+		t.Fatalf("cp -r down: %v\n%s", err, stderr)
+	}
+	if got := describeTree(t, back); got != want {
+		t.Errorf("round trip:\n%s\nwant\n%s", got, want)
+	}
+	// Into an existing directory: the copy lands inside it, under its name.
+	into := t.TempDir()
+	if _, stderr, err := e.runData(t, "", "ws", "cp", "-r", id+":/work/proj", into); err != nil {
+		t.Fatalf("cp -r into a directory: %v\n%s", err, stderr)
+	}
+	if got := describeTree(t, filepath.Join(into, "proj")); got != want {
+		t.Errorf("into a directory:\n%s\nwant\n%s", got, want)
+	}
+	// Again, over the first copy: merged, changed files replaced, local
+	// additions kept.
+	e.sh(t, id, "echo changed > /work/proj/nested/secret")
+	if err := os.WriteFile(filepath.Join(into, "proj", "nested", "mine"), []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, err := e.runData(t, "", "ws", "cp", "-r", id+":/work/proj", into); err != nil {
+		t.Fatalf("cp -r over an earlier copy: %v\n%s", err, stderr)
+	}
+	for name, want := range map[string]string{"nested/secret": "changed\n", "nested/mine": "mine", "top.txt": "top\n"} {
+		if got, _ := os.ReadFile(filepath.Join(into, "proj", name)); string(got) != want {
+			t.Errorf("after the merge, %s = %q, want %q", name, got, want)
+		}
+	}
+	if entries, _ := os.ReadDir(into); len(entries) != 1 {
+		t.Errorf("%s holds %v, want proj alone (no temporary left)", into, entries)
+	}
+	e.sh(t, id, "printf s3cret > /work/proj/nested/secret")
+	// A trailing slash on a new DST changes nothing; -r of a file copies the file.
+	slash := filepath.Join(t.TempDir(), "slash")
+	if _, stderr, err := e.runData(t, "", "ws", "cp", "-r", id+":/work/proj", slash+"/"); err != nil {
+		t.Fatalf("cp -r to DST/: %v\n%s", err, stderr)
+	}
+	if got := describeTree(t, slash); got != want {
+		t.Errorf("to DST/:\n%s\nwant\n%s", got, want)
+	}
+	file := filepath.Join(t.TempDir(), "top.txt")
+	if _, stderr, err := e.runData(t, "", "ws", "cp", "-r", id+":/work/proj/top.txt", file); err != nil {
+		t.Fatalf("cp -r of a file: %v\n%s", err, stderr)
+	}
+	if got, _ := os.ReadFile(file); string(got) != "top\n" {
+		t.Errorf("cp -r of a file: %q", got)
+	}
+	// Into an existing remote directory, likewise.
+	if _, stderr, err := e.runData(t, "", "ws", "cp", "-r", src, id+":/work/proj"); err != nil {
+		t.Fatalf("cp -r up into a directory: %v\n%s", err, stderr)
+	}
+	if got := e.sh(t, id, "cat /work/proj/proj/nested/secret"); got != "s3cret" {
+		t.Errorf("into a remote directory: %q", got)
+	}
+}
+
+// TestCpRecursiveRefusesEscapes copies trees holding symlinks that point
+// outside the copy, both ways: each is refused with an error that names
+// it, and nothing is written on the other side.
+func TestCpRecursiveRefusesEscapes(t *testing.T) {
+	e, id := newDataEnv(t)
+	e.sh(t, id, `mkdir -p /work/abs/sub /work/climb/sub && echo x > /work/abs/f && ln -s /etc/passwd /work/abs/sub/pw &&
+		ln -s ../../.. /work/climb/sub/up`)
+	dir := t.TempDir()
+	for _, tc := range []struct{ src, want string }{
+		{"/work/abs", "symlink sub/pw -> /etc/passwd is absolute and would point outside the copy: refused"},
+		{"/work/climb", "symlink sub/up -> ../../.. leads outside the copy: refused"},
+	} {
+		_, _, err := e.runData(t, "", "ws", "cp", "-r", id+":"+tc.src, filepath.Join(dir, "out"))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("cp -r %s: %v, want %q", tc.src, err, tc.want)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("refused downloads left %v", entries)
+	}
+
+	src := filepath.Join(t.TempDir(), "up")
+	makeTree(t, src)
+	if err := os.Symlink("/etc/hostname", filepath.Join(src, "nested", "host")); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := e.runData(t, "", "ws", "cp", "-r", src, id+":/work/up")
+	if err == nil || !strings.Contains(err.Error(), "symlink nested/host -> /etc/hostname is absolute") {
+		t.Errorf("cp -r up with an absolute link: %v", err)
+	}
+	if got := e.sh(t, id, "ls /work"); strings.Contains(got, "up") {
+		t.Errorf("a refused upload created /work/up: %s", got)
+	}
+}
+
+// TestExtractTreeRefusesEscapingEntries feeds extractTree streams a guest
+// could send: names with .., absolute names, entries beneath a symlink,
+// hard links out of the tree. Each is refused, and nothing is written
+// outside the directory.
+func TestExtractTreeRefusesEscapingEntries(t *testing.T) {
+	type entry struct {
+		name, link string
+		typ        byte
+	}
+	for _, tc := range []struct {
+		entries []entry
+		want    string
+	}{
+		{[]entry{{name: "../evil", typ: tar.TypeReg}}, `entry "../evil" lands outside the destination: refused`},
+		{[]entry{{name: "a/../../evil", typ: tar.TypeReg}}, `entry "a/../../evil" lands outside`},
+		{[]entry{{name: "/etc/evil", typ: tar.TypeReg}}, `entry "/etc/evil" lands outside`},
+		{[]entry{{name: "d", typ: tar.TypeDir}, {name: "d/l", link: ".", typ: tar.TypeSymlink}, {name: "d/l/x", typ: tar.TypeReg}},
+			`entry "d/l/x" is beneath the symlink d/l: refused`},
+		{[]entry{{name: "h", link: "../../etc/passwd", typ: tar.TypeLink}}, "hard link h -> ../../etc/passwd lands outside"},
+		{[]entry{{name: "l", link: "/", typ: tar.TypeSymlink}}, "symlink l -> / is absolute"},
+	} {
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		for _, e := range tc.entries {
+			if err := tw.WriteHeader(&tar.Header{Name: e.name, Linkname: e.link, Typeflag: e.typ, Mode: 0o644}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tw.Close()
+		parent := t.TempDir()
+		dir := filepath.Join(parent, "x")
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		err := extractTree(&buf, dir, func(string) {})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %q", tc.entries, err, tc.want)
+		}
+		if entries, _ := os.ReadDir(parent); len(entries) != 1 {
+			t.Errorf("%v wrote beside the directory: %v", tc.entries, entries)
+		}
+	}
+}
