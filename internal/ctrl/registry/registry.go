@@ -16,7 +16,6 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -234,18 +233,9 @@ func (p *Puller) transport() http.RoundTripper {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.Proxy = nil // a proxy would dial on our behalf, unchecked
 	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		host, portStr, err := net.SplitHostPort(addr)
-		if err != nil {
-			return nil, err
-		}
-		port, err := strconv.ParseUint(portStr, 10, 16)
-		if err != nil {
-			return nil, fmt.Errorf("port %q: %w", portStr, err)
-		}
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		c, _, err := netcheck.Dial(ctx, p.Resolver, p.Check, "tcp", host, uint16(port))
-		return c, err
+		return netcheck.DialAddress(ctx, p.Resolver, p.Check, "tcp", addr)
 	}
 	return roundTripper(func(req *http.Request) (*http.Response, error) {
 		if req.URL.Scheme == "http" && !p.insecure(req.URL.Host) {
