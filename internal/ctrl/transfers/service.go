@@ -72,14 +72,7 @@ func precondition(format string, a ...any) error {
 // load reads a Transfer of the project, DELETED included; an unknown one
 // is not_found.
 func load(ctx context.Context, tx store.Tx, projectID, id string) (*Record, error) {
-	row, err := tx.Transfer(ctx, projectID, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("transfer %q not found", id))
-	}
-	if err != nil {
-		return nil, err
-	}
-	return decode(row)
+	return resource.Load(ctx, tx.Transfer, decode, "transfer", projectID, id)
 }
 
 // save stores a record, stamping updated_at.
