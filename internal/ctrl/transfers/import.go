@@ -14,6 +14,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/artifact"
+	"github.com/kibotos/kibotos/internal/chunked"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/resource"
@@ -210,19 +211,9 @@ func (s *Service) stream(ctx context.Context, id string, offset uint64, send fun
 		return err
 	}
 	defer rd.Close()
-	buf := make([]byte, 1<<20)
-	for {
-		n, err := io.ReadFull(rd, buf)
-		if n > 0 {
-			if serr := send(buf[:n], total); serr != nil {
-				return serr
-			}
-		}
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+	_, rerr, serr := chunked.Send(rd, chunked.Size, func(chunk []byte) error { return send(chunk, total) })
+	if serr != nil {
+		return serr
 	}
+	return rerr
 }
