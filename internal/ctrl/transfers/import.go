@@ -158,11 +158,7 @@ func (u *uploadReader) Read(p []byte) (int, error) {
 // also tells the loop that the work is alive.
 func (s *Service) setProgress(ctx context.Context, id string, done, total uint64) {
 	err := s.Store.Update(ctx, func(tx store.Tx) error {
-		row, err := tx.TransferByID(ctx, id)
-		if err != nil {
-			return err
-		}
-		r, err := decode(row)
+		r, err := loadByID(ctx, tx, id)
 		if err != nil || !pending(r.T.State) || r.T.State == ctrlv1.TransferState_TRANSFER_STATE_DELETING {
 			return err
 		}

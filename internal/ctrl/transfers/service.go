@@ -75,6 +75,16 @@ func load(ctx context.Context, tx store.Tx, projectID, id string) (*Record, erro
 	return resource.Load(ctx, tx.Transfer, decode, "transfer", projectID, id)
 }
 
+// loadByID reads a Transfer of any project by its ID, DELETED included;
+// an unknown one is store.ErrNotFound.
+func loadByID(ctx context.Context, tx store.Tx, id string) (*Record, error) {
+	row, err := tx.TransferByID(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return decode(row)
+}
+
 // save stores a record, stamping updated_at.
 func (s *Service) save(ctx context.Context, tx store.Tx, r *Record) error {
 	now := s.Now.UTC()
@@ -287,11 +297,7 @@ func (s *Service) finishDelete(ctx context.Context, id string) error {
 		return err
 	}
 	return s.Store.Update(ctx, func(tx store.Tx) error {
-		row, err := tx.TransferByID(ctx, id)
-		if err != nil {
-			return err
-		}
-		r, err := decode(row)
+		r, err := loadByID(ctx, tx, id)
 		if err != nil || r.T.State != ctrlv1.TransferState_TRANSFER_STATE_DELETING {
 			return err
 		}
