@@ -1,9 +1,9 @@
 // Package resource holds, once, the mechanics every ctrl resource service
 // shares: describing a write to the command layer (Mutation, CommandOf,
-// Run), reading one stored resource (Load), the CAS edit of one stored
-// resource (Edit), the checks and CAS
-// replacement of labels and annotations (CheckMaps, CheckMapWrite,
-// ReplaceMap), and list pages (ParsePage, ListPage).
+// Run), reading one stored resource (Load) and its stored body
+// (EncodeBody, DecodeBody), the CAS edit of one stored resource (Edit),
+// the checks and CAS replacement of labels and annotations (CheckMaps,
+// CheckMapWrite, ReplaceMap), and list pages (ParsePage, ListPage).
 //
 // Every error this package returns is a *connect.Error with its canonical
 // code, or an internal error that the server reports as such.
