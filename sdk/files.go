@@ -3,7 +3,6 @@ package sdk
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -12,10 +11,11 @@ import (
 	"connectrpc.com/connect"
 
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
+	"github.com/kibotos/kibotos/internal/chunked"
 )
 
 // ChunkSize is the size of the chunks Upload sends.
-const ChunkSize = 1 << 20
+const ChunkSize = chunked.Size
 
 // FileOption adjusts a file call.
 type FileOption func(*fileOptions)
@@ -105,25 +105,21 @@ func upload(ctx context.Context, d *dataPlane, r io.Reader, start *datav1.WriteF
 		start = &datav1.WriteFileStart{Path: start.Path, User: start.User, Mode: start.Mode, Size: &size}
 	}
 	stream := d.files.WriteFile(ctx)
-	// A Send that fails with io.EOF means the server ended the call:
-	// CloseAndReceive returns its error.
 	err := stream.Send(&datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Start{Start: start}})
-	buf := make([]byte, ChunkSize)
-	for err == nil {
-		n, rerr := io.ReadFull(r, buf)
-		read += int64(n)
-		if n > 0 {
-			// Send marshals the message before it returns, so buf can be reused.
-			if err = stream.Send(&datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Data{Data: buf[:n]}}); err != nil {
-				break
+	if err == nil {
+		var rerr error
+		var sent int64
+		read, rerr, err = chunked.Send(r, ChunkSize, func(chunk []byte) error {
+			// Send marshals the message before it returns, so chunk can be reused.
+			if err := stream.Send(&datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Data{Data: chunk}}); err != nil {
+				return err
 			}
+			sent += int64(len(chunk))
 			if progress != nil {
-				progress(read)
+				progress(sent)
 			}
-		}
-		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
-			break
-		}
+			return nil
+		})
 		if rerr != nil {
 			return nil, read, fmt.Errorf("reading the upload: %w", rerr)
 		}
@@ -131,14 +127,11 @@ func upload(ctx context.Context, d *dataPlane, r io.Reader, start *datav1.WriteF
 	if err == nil {
 		err = stream.Send(&datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Commit{Commit: true}})
 	}
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, read, err
-	}
-	resp, err := stream.CloseAndReceive()
+	resp, err := chunked.Receive(stream, err)
 	if err != nil {
 		return nil, read, err
 	}
-	return resp.Msg.GetFile(), read, nil
+	return resp.GetFile(), read, nil
 }
 
 // Download writes the bytes of remotePath to dst in order and returns how

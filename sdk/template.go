@@ -2,13 +2,13 @@ package sdk
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 
 	"connectrpc.com/connect"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/chunked"
 )
 
 // CreateTemplate creates an empty Template id, with labels; its first
@@ -68,28 +68,15 @@ func (c *Client) importTemplate(ctx context.Context, start *ctrlv1.ImportTemplat
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream := c.templates.ImportTemplateRevision(ctx)
-	// A Send that fails with io.EOF means the server ended the call:
-	// CloseAndReceive returns its error.
 	err := stream.Send(&ctrlv1.ImportTemplateRevisionRequest{Part: &ctrlv1.ImportTemplateRevisionRequest_Start{Start: start}})
-	buf := make([]byte, ChunkSize)
-	for err == nil && r != nil {
-		n, rerr := io.ReadFull(r, buf)
-		if n > 0 {
-			err = stream.Send(&ctrlv1.ImportTemplateRevisionRequest{Part: &ctrlv1.ImportTemplateRevisionRequest_Chunk{Chunk: buf[:n]}})
-		}
-		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
-			break
-		}
+	if err == nil && r != nil {
+		var rerr error
+		_, rerr, err = chunked.Send(r, ChunkSize, func(chunk []byte) error {
+			return stream.Send(&ctrlv1.ImportTemplateRevisionRequest{Part: &ctrlv1.ImportTemplateRevisionRequest_Chunk{Chunk: chunk}})
+		})
 		if rerr != nil {
 			return nil, fmt.Errorf("reading the image archive: %w", rerr)
 		}
 	}
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
-	}
-	resp, err := stream.CloseAndReceive()
-	if err != nil {
-		return nil, err
-	}
-	return resp.Msg, nil
+	return chunked.Receive(stream, err)
 }

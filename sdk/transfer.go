@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/chunked"
 )
 
 // transferPoll is how often a Transfer in progress is read again.
@@ -77,27 +77,19 @@ func (c *Client) ImportTransfer(ctx context.Context, r io.ReadSeeker) (*ctrlv1.T
 	}
 	stream := c.transfers.ImportTransfer(ctx)
 	err := stream.Send(&ctrlv1.ImportTransferRequest{Command: commandMetadata(""), Digest: "sha256:" + hex.EncodeToString(h.Sum(nil))})
-	buf := make([]byte, 1<<20)
-	for err == nil {
-		n, rerr := io.ReadFull(r, buf)
-		if n > 0 {
-			err = stream.Send(&ctrlv1.ImportTransferRequest{Data: buf[:n]})
-		}
-		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
-			break
-		}
-		if rerr != nil {
+	if err == nil {
+		var rerr error
+		if _, rerr, err = chunked.Send(r, ChunkSize, func(chunk []byte) error {
+			return stream.Send(&ctrlv1.ImportTransferRequest{Data: chunk})
+		}); rerr != nil {
 			return nil, rerr
 		}
 	}
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
-	}
-	resp, err := stream.CloseAndReceive()
+	resp, err := chunked.Receive(stream, err)
 	if err != nil {
 		return nil, err
 	}
-	t := resp.Msg.GetTransfer()
+	t := resp.GetTransfer()
 	if f := t.GetFailure(); f != nil {
 		return t, fmt.Errorf("sdk: transfer %s FAILED: %s", t.GetTransferId(), f.GetMessage())
 	}

@@ -64,34 +64,35 @@ func rootCommand() *cobra.Command {
 
 // serveFlags are the flags `up` and `ctrl` share.
 type serveFlags struct {
-	listenFlags
-	exempt       string
+	commonFlags
 	blobs        string
 	transferTTL  time.Duration
 	desktopCache string
 	insecure     []string
 	registryCA   string
-	logFormat    string
-	logLevel     string
 	pprofListen  string
 	otlp         string
-	config       string
 	authCache    time.Duration
 	retention    time.Duration
 	hostLease    time.Duration
 }
 
-// listenFlags are the flags of every process that serves a listener:
-// `up`, `ctrl` and `host`.
-type listenFlags struct {
+// commonFlags are the flags of every server command, `up`, `ctrl` and
+// `host`: its listener, its logging, its unsafe exempt ranges and the
+// config file that may set all of its flags.
+type commonFlags struct {
 	listen       string
 	publicURL    string
 	tlsCert      string
 	tlsKey       string
 	metricsToken string
+	exempt       string
+	logFormat    string
+	logLevel     string
+	config       string
 }
 
-func (f *listenFlags) register(cmd *cobra.Command) {
+func (f *commonFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.listen, "listen", daemon.DefaultListen, "address to serve on")
 	cmd.Flags().StringVar(&f.publicURL, "public-url", os.Getenv("KIBOTOS_PUBLIC_URL"),
 		"the URL callers use to reach this listener, such as https://kibotos.example.com (default: http:// (https:// with --tls-cert) and the --listen address, an unspecified one replaced by the host name; env KIBOTOS_PUBLIC_URL)")
@@ -100,17 +101,41 @@ func (f *listenFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.tlsKey, "tls-key", os.Getenv("KIBOTOS_TLS_KEY"), "PEM private key of --tls-cert (env KIBOTOS_TLS_KEY)")
 	cmd.Flags().StringVar(&f.metricsToken, "metrics-token-file", os.Getenv("KIBOTOS_METRICS_TOKEN_FILE"),
 		"a file holding the bearer token GET /metrics requires (default: none, the metrics are open to whoever reaches --listen; env KIBOTOS_METRICS_TOKEN_FILE)")
+	cmd.Flags().StringVar(&f.exempt, "unsafe-exempt-ranges", os.Getenv("KIBOTOS_UNSAFE_EXEMPT_RANGES"),
+		"UNSAFE, for local testing only: comma-separated CIDRs exempt from the special-purpose and hard-deny checks (env KIBOTOS_UNSAFE_EXEMPT_RANGES)")
+	cmd.Flags().StringVar(&f.logFormat, "log-format", envOr("KIBOTOS_LOG_FORMAT", logging.FormatText), "log format on stderr: text or json (env KIBOTOS_LOG_FORMAT)")
+	cmd.Flags().StringVar(&f.logLevel, "log-level", envOr("KIBOTOS_LOG_LEVEL", "info"), "least level logged: debug, info, warn or error; debug adds a line per host-agent call (env KIBOTOS_LOG_LEVEL)")
+	cmd.Flags().StringVar(&f.config, config.FlagName, os.Getenv("KIBOTOS_CONFIG"),
+		"YAML file of settings, keyed by flag name (listen: ..., log-format: json); flags given here override it (env KIBOTOS_CONFIG)")
+	// The file is read before the command runs, so that its settings reach
+	// every flag.
+	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
+		if f.config == "" {
+			return nil
+		}
+		return config.Apply(cmd.Flags(), f.config)
+	}
 }
 
-func (f *listenFlags) options(o daemon.Options) daemon.Options {
+// options checks the flags, installs the logger they ask for and sets the
+// rest on o.
+func (f *commonFlags) options(o daemon.Options) (daemon.Options, error) {
+	logger, err := logging.New(os.Stderr, f.logFormat, f.logLevel)
+	if err != nil {
+		return o, err
+	}
+	slog.SetDefault(logger)
+	exempt, err := netcheck.ParseExemptRanges(f.exempt)
+	if err != nil {
+		return o, fmt.Errorf("--unsafe-exempt-ranges: %w", err)
+	}
+	o.UnsafeExemptRanges = exempt
 	o.Listen, o.PublicURL, o.TLSCert, o.TLSKey, o.MetricsTokenFile, o.Out = f.listen, f.publicURL, f.tlsCert, f.tlsKey, f.metricsToken, os.Stdout
-	return o
+	return o, nil
 }
 
 func (f *serveFlags) register(cmd *cobra.Command) {
-	f.listenFlags.register(cmd)
-	cmd.Flags().StringVar(&f.exempt, "unsafe-exempt-ranges", os.Getenv("KIBOTOS_UNSAFE_EXEMPT_RANGES"),
-		"UNSAFE, for local testing only: comma-separated CIDRs exempt from the special-purpose and hard-deny checks (env KIBOTOS_UNSAFE_EXEMPT_RANGES)")
+	f.commonFlags.register(cmd)
 	cmd.Flags().DurationVar(&f.hostLease, "host-lease", workspaces.DefaultHostLease,
 		"how long a host may stay silent before it is LOST and its workspaces and volumes UNKNOWN")
 	desktopCache, set := os.LookupEnv("KIBOTOS_DESKTOP_CACHE")
@@ -122,22 +147,10 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.blobs, "blobs", os.Getenv("KIBOTOS_BLOBS"),
 		"blob store of transfer artifacts: s3://BUCKET?region=...&endpoint=..., file:///DIR (default: HOME/blobs; env KIBOTOS_BLOBS)")
 	cmd.Flags().DurationVar(&f.transferTTL, "transfer-ttl", transfers.DefaultTTL, "how long a transfer's artifact is kept before it EXPIRES")
-	cmd.Flags().StringVar(&f.logFormat, "log-format", envOr("KIBOTOS_LOG_FORMAT", logging.FormatText), "log format on stderr: text or json (env KIBOTOS_LOG_FORMAT)")
-	cmd.Flags().StringVar(&f.logLevel, "log-level", envOr("KIBOTOS_LOG_LEVEL", "info"), "least level logged: debug, info, warn or error; debug adds a line per host-agent call (env KIBOTOS_LOG_LEVEL)")
 	cmd.Flags().StringVar(&f.pprofListen, "pprof-listen", os.Getenv("KIBOTOS_PPROF_LISTEN"),
 		"serve Go's profiles (net/http/pprof, /debug/pprof/) on this loopback address, such as 127.0.0.1:6060 (default: off; env KIBOTOS_PPROF_LISTEN)")
 	cmd.Flags().StringVar(&f.otlp, "otlp-endpoint", os.Getenv("KIBOTOS_OTLP_ENDPOINT"),
 		"export a trace span of every API call over OTLP/HTTP to this collector, such as http://127.0.0.1:4318 (path /v1/traces unless the URL has one; default: off; env KIBOTOS_OTLP_ENDPOINT)")
-	cmd.Flags().StringVar(&f.config, config.FlagName, os.Getenv("KIBOTOS_CONFIG"),
-		"YAML file of settings, keyed by flag name (listen: ..., log-format: json); flags given here override it (env KIBOTOS_CONFIG)")
-	// The file is read before the command runs, so that its settings reach
-	// every flag.
-	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
-		if f.config == "" {
-			return nil
-		}
-		return config.Apply(cmd.Flags(), f.config)
-	}
 	cmd.Flags().StringArrayVar(&f.insecure, "insecure-registry", envList("KIBOTOS_INSECURE_REGISTRIES"),
 		"a registry, HOST[:PORT] as image references name it, that template imports reach over plain HTTP; repeatable (default: none, every registry over HTTPS; env KIBOTOS_INSECURE_REGISTRIES, comma-separated)")
 	cmd.Flags().StringVar(&f.registryCA, "registry-ca-file", os.Getenv("KIBOTOS_REGISTRY_CA_FILE"),
@@ -149,18 +162,11 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 }
 
 func (f *serveFlags) options(o daemon.Options) (daemon.Options, error) {
-	logger, err := logging.New(os.Stderr, f.logFormat, f.logLevel)
+	o, err := f.commonFlags.options(o)
 	if err != nil {
 		return o, err
 	}
-	slog.SetDefault(logger)
 	o.PprofListen, o.OTLPEndpoint = f.pprofListen, f.otlp
-	exempt, err := netcheck.ParseExemptRanges(f.exempt)
-	if err != nil {
-		return o, fmt.Errorf("--unsafe-exempt-ranges: %w", err)
-	}
-	o = f.listenFlags.options(o)
-	o.UnsafeExemptRanges = exempt
 	if f.transferTTL <= 0 {
 		return o, fmt.Errorf("--transfer-ttl %s must be positive", f.transferTTL)
 	}
@@ -224,14 +230,13 @@ func upCommand() *cobra.Command {
 
 func hostCommand() *cobra.Command {
 	var (
-		flags     listenFlags
+		flags     commonFlags
 		host      hostFlags
 		home      string
 		ctrlURL   string
 		tokenFile string
 		caFile    string
 		name      string
-		exempt    string
 	)
 	defaultName, _ := os.Hostname()
 	cmd := &cobra.Command{
@@ -242,12 +247,10 @@ func hostCommand() *cobra.Command {
 			"and serves their data plane and exposures on --listen at --public-url.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ranges, err := netcheck.ParseExemptRanges(exempt)
+			o, err := flags.options(daemon.Options{Home: home, CtrlURL: ctrlURL, TokenFile: tokenFile, CAFile: caFile, HostID: name})
 			if err != nil {
-				return fmt.Errorf("--unsafe-exempt-ranges: %w", err)
+				return err
 			}
-			o := flags.options(daemon.Options{Home: home, CtrlURL: ctrlURL, TokenFile: tokenFile, CAFile: caFile,
-				HostID: name, UnsafeExemptRanges: ranges})
 			if o, err = host.options(o); err != nil {
 				return err
 			}
@@ -262,8 +265,6 @@ func hostCommand() *cobra.Command {
 		"PEM certificate authorities trusted for an https --ctrl beside the system's (env KIBOTOS_CA_FILE)")
 	cmd.Flags().StringVar(&name, "name", envOr("KIBOTOS_HOST_NAME", strings.ToLower(defaultName)),
 		"the host's ID in the deployment: 1 to 63 of a-z, 0-9 and '-' (default: the machine's host name; env KIBOTOS_HOST_NAME)")
-	cmd.Flags().StringVar(&exempt, "unsafe-exempt-ranges", os.Getenv("KIBOTOS_UNSAFE_EXEMPT_RANGES"),
-		"UNSAFE, for local testing only: comma-separated CIDRs exempt from the hard deny of workspaces' connections (env KIBOTOS_UNSAFE_EXEMPT_RANGES)")
 	host.register(cmd)
 	flags.register(cmd)
 	return cmd

@@ -1,10 +1,13 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
+	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
 
 	adminv1 "github.com/kibotos/kibotos/gen/kibotos/admin/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/admin/v1/adminv1connect"
@@ -40,11 +43,7 @@ func projectCommand() *cobra.Command {
 			Short: "Create an empty project; then create its first admin token with `token create --project`",
 			Args:  cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				resp, err := dialCall(cmd, c, adminv1connect.NewAdminServiceClient, adminv1connect.AdminServiceClient.CreateProject, &adminv1.CreateProjectRequest{Name: args[0]})
-				if err != nil {
-					return err
-				}
-				return show(cmd, c, resp, projectTable, resp.GetProject())
+				return adminShow(cmd, c, adminv1connect.AdminServiceClient.CreateProject, &adminv1.CreateProjectRequest{Name: args[0]}, projectTable, one((*adminv1.CreateProjectResponse).GetProject))
 			},
 		},
 		&cobra.Command{
@@ -52,11 +51,7 @@ func projectCommand() *cobra.Command {
 			Short: "List the projects the token can see",
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				resp, err := dialCall(cmd, c, adminv1connect.NewAdminServiceClient, adminv1connect.AdminServiceClient.ListProjects, &adminv1.ListProjectsRequest{})
-				if err != nil {
-					return err
-				}
-				return show(cmd, c, resp, projectTable, resp.GetProjects()...)
+				return adminShow(cmd, c, adminv1connect.AdminServiceClient.ListProjects, &adminv1.ListProjectsRequest{}, projectTable, (*adminv1.ListProjectsResponse).GetProjects)
 			},
 		},
 	)
@@ -85,14 +80,7 @@ func tokenCreateCommand(c *conn) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := show(cmd, c, resp, tokenTable, resp.GetToken()); err != nil || c.structured() {
-				return err
-			}
-			// The table goes first and the secret last, on a line of its own,
-			// so that `| tail -n 1` captures it; the note is for the reader.
-			fmt.Fprintln(cmd.ErrOrStderr(), "\nSecret, shown only this once (the server keeps only a hash):")
-			_, err = fmt.Fprintln(cmd.OutOrStdout(), resp.GetSecret())
-			return err
+			return showSecret(cmd, c, resp, tokenTable, resp.GetToken(), resp.GetSecret(), "")
 		},
 	}
 	cmd.Flags().StringVar(&role, "role", "", "viewer, editor or admin (required)")
@@ -109,11 +97,7 @@ func tokenListCommand(c *conn) *cobra.Command {
 		Short: "List the tokens of a project, revoked ones included",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			resp, err := dialCall(cmd, c, adminv1connect.NewAdminServiceClient, adminv1connect.AdminServiceClient.ListTokens, &adminv1.ListTokensRequest{ProjectId: project})
-			if err != nil {
-				return err
-			}
-			return show(cmd, c, resp, tokenTable, resp.GetTokens()...)
+			return adminShow(cmd, c, adminv1connect.AdminServiceClient.ListTokens, &adminv1.ListTokensRequest{ProjectId: project}, tokenTable, (*adminv1.ListTokensResponse).GetTokens)
 		},
 	}
 	cmd.Flags().StringVar(&project, "project", "", "project whose tokens to list (default: the caller's)")
@@ -126,13 +110,41 @@ func tokenRevokeCommand(c *conn) *cobra.Command {
 		Short: "Revoke a token at once",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			resp, err := dialCall(cmd, c, adminv1connect.NewAdminServiceClient, adminv1connect.AdminServiceClient.RevokeToken, &adminv1.RevokeTokenRequest{TokenId: args[0]})
-			if err != nil {
-				return err
-			}
-			return show(cmd, c, resp, tokenTable, resp.GetToken())
+			return adminShow(cmd, c, adminv1connect.AdminServiceClient.RevokeToken, &adminv1.RevokeTokenRequest{TokenId: args[0]}, tokenTable, one((*adminv1.RevokeTokenResponse).GetToken))
 		},
 	}
+}
+
+// adminShow calls one AdminService method and shows its response: the
+// rows pick takes from it in t, or with -o json|yaml the whole message.
+func adminShow[Req, Resp any, PResp interface {
+	*Resp
+	proto.Message
+}, T any](cmd *cobra.Command, c *conn, method func(adminv1connect.AdminServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Resp], error),
+	req *Req, t table[T], pick func(PResp) []T) error {
+	resp, err := dialCall(cmd, c, adminv1connect.NewAdminServiceClient, method, req)
+	if err != nil {
+		return err
+	}
+	return show(cmd, c, PResp(resp), t, pick(resp)...)
+}
+
+// one makes a getter of one row a pick of adminShow.
+func one[R, T any](get func(R) T) func(R) []T {
+	return func(r R) []T { return []T{get(r)} }
+}
+
+// showSecret shows a created credential in t and then its secret, which
+// the server never shows again: last, on a line of its own, so that
+// `| tail -n 1` captures it, after a note on stderr for the reader that
+// ends with hint. With -o json|yaml the secret is in the message alone.
+func showSecret[T any](cmd *cobra.Command, c *conn, resp proto.Message, t table[T], row T, secret, hint string) error {
+	if err := show(cmd, c, resp, t, row); err != nil || c.structured() {
+		return err
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "\nSecret, shown only this once (the server keeps only a hash)%s:\n", hint)
+	_, err := fmt.Fprintln(cmd.OutOrStdout(), secret)
+	return err
 }
 
 // parseRole accepts viewer, editor or admin, in any case.
@@ -179,11 +191,7 @@ func poolListCommand(c *conn) *cobra.Command {
 			"Volume created in the pool without a size; DEFAULT marks the pool a Volume gets without --pool.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			resp, err := dialCall(cmd, c, adminv1connect.NewAdminServiceClient, adminv1connect.AdminServiceClient.ListStoragePools, &adminv1.ListStoragePoolsRequest{})
-			if err != nil {
-				return err
-			}
-			return show(cmd, c, resp, poolTable, resp.GetStoragePools()...)
+			return adminShow(cmd, c, adminv1connect.AdminServiceClient.ListStoragePools, &adminv1.ListStoragePoolsRequest{}, poolTable, (*adminv1.ListStoragePoolsResponse).GetStoragePools)
 		},
 	}
 }

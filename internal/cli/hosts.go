@@ -58,11 +58,7 @@ func hostListCommand(c *conn) *cobra.Command {
 			"stopped reporting for the control plane's --host-lease; a drained one takes no new placements.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			resp, err := dialCall(cmd, c, adminv1connect.NewAdminServiceClient, adminv1connect.AdminServiceClient.ListHosts, &adminv1.ListHostsRequest{})
-			if err != nil {
-				return err
-			}
-			return show(cmd, c, resp, hostTable, resp.GetHosts()...)
+			return adminShow(cmd, c, adminv1connect.AdminServiceClient.ListHosts, &adminv1.ListHostsRequest{}, hostTable, (*adminv1.ListHostsResponse).GetHosts)
 		},
 	}
 }
@@ -77,11 +73,7 @@ func hostDrainCommand(c *conn, drain bool) *cobra.Command {
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			resp, err := dialCall(cmd, c, adminv1connect.NewAdminServiceClient, adminv1connect.AdminServiceClient.DrainHost, &adminv1.DrainHostRequest{HostId: args[0], Drained: drain})
-			if err != nil {
-				return err
-			}
-			return show(cmd, c, resp, hostTable, resp.GetHost())
+			return adminShow(cmd, c, adminv1connect.AdminServiceClient.DrainHost, &adminv1.DrainHostRequest{HostId: args[0], Drained: drain}, hostTable, one((*adminv1.DrainHostResponse).GetHost))
 		},
 	}
 }
@@ -97,13 +89,7 @@ func hostTokenCreateCommand(c *conn) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := show(cmd, c, resp, hostTokenTable, resp.GetHostToken()); err != nil || c.output == outputJSON {
-				return err
-			}
-			// The secret last, on a line of its own, for `| tail -n 1`.
-			fmt.Fprintln(cmd.ErrOrStderr(), "\nSecret, shown only this once (the server keeps only a hash); give it to kibotos host --token-file:")
-			_, err = fmt.Fprintln(cmd.OutOrStdout(), resp.GetSecret())
-			return err
+			return showSecret(cmd, c, resp, hostTokenTable, resp.GetHostToken(), resp.GetSecret(), "; give it to kibotos host --token-file")
 		},
 	}
 	cmd.Flags().StringVar(&name, "name", "", "which host or fleet uses the token")
@@ -116,11 +102,7 @@ func hostTokenListCommand(c *conn) *cobra.Command {
 		Short: "List the host tokens, revoked ones included",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			resp, err := dialCall(cmd, c, adminv1connect.NewAdminServiceClient, adminv1connect.AdminServiceClient.ListHostTokens, &adminv1.ListHostTokensRequest{})
-			if err != nil {
-				return err
-			}
-			return show(cmd, c, resp, hostTokenTable, resp.GetHostTokens()...)
+			return adminShow(cmd, c, adminv1connect.AdminServiceClient.ListHostTokens, &adminv1.ListHostTokensRequest{}, hostTokenTable, (*adminv1.ListHostTokensResponse).GetHostTokens)
 		},
 	}
 }
@@ -131,11 +113,7 @@ func hostTokenRevokeCommand(c *conn) *cobra.Command {
 		Short: "Revoke a host token at once: hosts using it are refused, stop reporting and become LOST",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			resp, err := dialCall(cmd, c, adminv1connect.NewAdminServiceClient, adminv1connect.AdminServiceClient.RevokeHostToken, &adminv1.RevokeHostTokenRequest{HostTokenId: args[0]})
-			if err != nil {
-				return err
-			}
-			return show(cmd, c, resp, hostTokenTable, resp.GetHostToken())
+			return adminShow(cmd, c, adminv1connect.AdminServiceClient.RevokeHostToken, &adminv1.RevokeHostTokenRequest{HostTokenId: args[0]}, hostTokenTable, one((*adminv1.RevokeHostTokenResponse).GetHostToken))
 		},
 	}
 }

@@ -14,10 +14,11 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/chunked"
 )
 
 // chunkSize is the size of the chunks an archive is uploaded in.
-const chunkSize = 1 << 20
+const chunkSize = chunked.Size
 
 // archiveFormats maps --format to the wire enum; the names are skopeo's.
 var archiveFormats = map[string]ctrlv1.ImageArchiveFormat{
@@ -216,45 +217,26 @@ func (u *upload) run(ctx context.Context, cl templateClient, start *ctrlv1.Impor
 	defer cancel() // on a read error, abandons the call
 	defer u.out.end()
 	stream := cl.ImportTemplateRevision(ctx)
-	// A Send that fails with io.EOF means the server ended the call:
-	// CloseAndReceive returns its error.
 	err := stream.Send(&ctrlv1.ImportTemplateRevisionRequest{Part: &ctrlv1.ImportTemplateRevisionRequest_Start{Start: start}})
 	if err == nil && u.body != nil {
-		err = u.chunks(stream.Send)
+		var rerr error
+		_, rerr, err = chunked.Send(u.body, chunkSize, func(chunk []byte) error {
+			// Send marshals the message before it returns, so chunk can be reused.
+			if err := stream.Send(&ctrlv1.ImportTemplateRevisionRequest{Part: &ctrlv1.ImportTemplateRevisionRequest_Chunk{Chunk: chunk}}); err != nil {
+				return err
+			}
+			u.sent += int64(len(chunk))
+			u.progress()
+			return nil
+		})
+		if rerr != nil {
+			return nil, fmt.Errorf("reading the archive: %w", rerr)
+		}
 		if err == nil {
 			u.out.update(fmt.Sprintf("uploaded %sB; the server is importing it", approxSize(uint64(u.sent))))
 		}
 	}
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
-	}
-	resp, err := stream.CloseAndReceive()
-	if err != nil {
-		return nil, err
-	}
-	return resp.Msg, nil
-}
-
-// chunks sends the body in chunks of chunkSize.
-func (u *upload) chunks(send func(*ctrlv1.ImportTemplateRevisionRequest) error) error {
-	buf := make([]byte, chunkSize)
-	for {
-		n, err := io.ReadFull(u.body, buf)
-		if n > 0 {
-			// Send marshals the message before it returns, so buf can be reused.
-			if err := send(&ctrlv1.ImportTemplateRevisionRequest{Part: &ctrlv1.ImportTemplateRevisionRequest_Chunk{Chunk: buf[:n]}}); err != nil {
-				return err
-			}
-			u.sent += int64(n)
-			u.progress()
-		}
-		switch {
-		case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
-			return nil
-		case err != nil:
-			return fmt.Errorf("reading the archive: %w", err)
-		}
-	}
+	return chunked.Receive(stream, err)
 }
 
 // progress draws the progress bar on a terminal.

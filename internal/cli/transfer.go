@@ -17,6 +17,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/chunked"
 )
 
 type transferClient = ctrlv1connect.TransferServiceClient
@@ -239,33 +240,27 @@ func transferImportCommand(c *conn) *cobra.Command {
 		stream := cl.ImportTransfer(cmd.Context())
 		err = stream.Send(&ctrlv1.ImportTransferRequest{Command: c.command(cmd, *commandID), Labels: labels, Annotations: annotations,
 			Digest: "sha256:" + hex.EncodeToString(h.Sum(nil))})
-		buf := make([]byte, chunkSize)
-		for sent := int64(0); err == nil; {
-			n, rerr := io.ReadFull(f, buf)
-			if n > 0 {
-				err = stream.Send(&ctrlv1.ImportTransferRequest{Data: buf[:n]})
-				sent += int64(n)
+		if err == nil {
+			var rerr error
+			sent := int64(0)
+			if _, rerr, err = chunked.Send(f, chunkSize, func(chunk []byte) error {
+				err := stream.Send(&ctrlv1.ImportTransferRequest{Data: chunk})
+				sent += int64(len(chunk))
 				if out.tty {
 					out.update(progressBar("uploading", uint64(sent), uint64(st.Size())))
 				}
-			}
-			if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
-				break
-			}
-			if rerr != nil {
+				return err
+			}); rerr != nil {
 				return rerr
 			}
 		}
 		out.end()
-		if err != nil && !errors.Is(err, io.EOF) {
-			return err
-		}
-		resp, err := stream.CloseAndReceive()
+		resp, err := chunked.Receive(stream, err)
 		if err != nil {
 			return err
 		}
-		t := resp.Msg.GetTransfer()
-		if err := show(cmd, c, resp.Msg, transferTable, t); err != nil {
+		t := resp.GetTransfer()
+		if err := show(cmd, c, resp, transferTable, t); err != nil {
 			return err
 		}
 		if f := t.GetFailure(); f != nil {

@@ -1,5 +1,5 @@
-// Package config reads the configuration file of `kibotos up` and
-// `kibotos ctrl` (--config FILE): a YAML mapping whose keys are the
+// Package config reads the configuration file of `kibotos up`, `kibotos
+// ctrl` and `kibotos host` (--config FILE): a YAML mapping whose keys are the
 // command's flag names, without the dashes in front, and whose values are
 // what the flag takes (a list for a repeatable flag). A flag given on the
 // command line overrides the file; the file overrides the environment

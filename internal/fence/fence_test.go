@@ -34,6 +34,7 @@ var parts = map[string]string{
 	"internal/artifact":     leaf,
 	"internal/imagestore":   leaf,
 	"internal/netcheck":     leaf,
+	"internal/chunked":      leaf,
 	"internal/sessiontoken": leaf,
 	"internal/exposureabi":  leaf,
 	"internal/bearer":       leaf,

@@ -74,6 +74,17 @@ func Dial(ctx context.Context, r Resolver, check func(netip.Addr) error, network
 	return nil, netip.Addr{}, &DialError{Step: DialConnect, Err: errors.Join(errs...)}
 }
 
+// DialAddress is Dial to an address written host:port, as ParseHostPort
+// reads it; it returns only the connection.
+func DialAddress(ctx context.Context, r Resolver, check func(netip.Addr) error, network, address string) (net.Conn, error) {
+	host, port, err := ParseHostPort(address)
+	if err != nil {
+		return nil, err
+	}
+	c, _, err := Dial(ctx, r, check, network, host, port)
+	return c, err
+}
+
 // Resolve returns the addresses of host: itself when it is an IP address,
 // else what r (nil: the system's resolver) finds, or a *ResolveError.
 func Resolve(ctx context.Context, r Resolver, host string) ([]netip.Addr, error) {

@@ -20,7 +20,6 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -255,18 +254,9 @@ func (p *Puller) transport() http.RoundTripper {
 		t.TLSClientConfig = &tls.Config{RootCAs: p.RootCAs, MinVersion: tls.VersionTLS12}
 	}
 	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		host, portStr, err := net.SplitHostPort(addr)
-		if err != nil {
-			return nil, err
-		}
-		port, err := strconv.ParseUint(portStr, 10, 16)
-		if err != nil {
-			return nil, fmt.Errorf("port %q: %w", portStr, err)
-		}
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		c, _, err := netcheck.Dial(ctx, p.Resolver, p.Check, "tcp", host, uint16(port))
-		return c, err
+		return netcheck.DialAddress(ctx, p.Resolver, p.Check, "tcp", addr)
 	}
 	return roundTripper(func(req *http.Request) (*http.Response, error) {
 		if req.URL.Scheme == "http" && !p.insecure(req.URL.Host) {

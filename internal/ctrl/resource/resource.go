@@ -1,8 +1,9 @@
 // Package resource holds, once, the mechanics every ctrl resource service
 // shares: describing a write to the command layer (Mutation, CommandOf,
-// Run), the CAS edit of one stored resource (Edit), the checks and CAS
-// replacement of labels and annotations (CheckMaps, CheckMapWrite,
-// ReplaceMap), and list pages (ParsePage, ListPage).
+// Run), reading one stored resource (Load) and its stored body
+// (EncodeBody, DecodeBody), the CAS edit of one stored resource (Edit),
+// the checks and CAS replacement of labels and annotations (CheckMaps,
+// CheckMapWrite, ReplaceMap), and list pages (ParsePage, ListPage).
 //
 // Every error this package returns is a *connect.Error with its canonical
 // code, or an internal error that the server reports as such.
@@ -10,6 +11,7 @@ package resource
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"time"
@@ -97,6 +99,22 @@ func Run[R proto.Message](ctx context.Context, st store.Store, m Mutation[R],
 		return zero, err
 	}
 	return command.Run(ctx, st, cmd, func(ctx context.Context, tx store.Tx) (R, error) { return exec(ctx, tx, cmd.ProjectID) })
+}
+
+// Load reads the row of one resource of the project with get, such as
+// tx.Volume, and decodes it; a missing row is not_found naming the kind
+// and the ID.
+func Load[Row, R any](ctx context.Context, get func(ctx context.Context, projectID, id string) (Row, error),
+	decode func(Row) (R, error), kind, projectID, id string) (R, error) {
+	row, err := get(ctx, projectID, id)
+	if errors.Is(err, store.ErrNotFound) {
+		err = connect.NewError(connect.CodeNotFound, fmt.Errorf("%s %q not found", kind, id))
+	}
+	if err != nil {
+		var zero R
+		return zero, err
+	}
+	return decode(row)
 }
 
 // Edit runs the write m as the change of one stored resource: inside the

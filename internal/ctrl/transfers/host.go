@@ -70,12 +70,8 @@ func (s *Service) Report(ctx context.Context, hostID string, reports []*hostv1.T
 func (s *Service) exportFailed(ctx context.Context, id, hostID, message string, permanent bool) {
 	failed := false
 	err := s.Store.Update(ctx, func(tx store.Tx) error {
-		row, err := tx.TransferByID(ctx, id)
-		if err != nil {
-			return err
-		}
-		r, err := decode(row)
-		if err != nil || r.T.State != ctrlv1.TransferState_TRANSFER_STATE_EXPORTING || row.HostID != hostID || r.Book.Export == nil {
+		r, err := loadByID(ctx, tx, id)
+		if err != nil || r.T.State != ctrlv1.TransferState_TRANSFER_STATE_EXPORTING || r.Row.HostID != hostID || r.Book.Export == nil {
 			return err
 		}
 		r.Book.Export.Failures++
@@ -103,11 +99,7 @@ func (s *Service) exportFailed(ctx context.Context, id, hostID, message string, 
 // that no attempt can make whole.
 func (s *Service) failExport(ctx context.Context, id string, reason ctrlv1.FailureReason, message string) error {
 	err := s.Store.Update(ctx, func(tx store.Tx) error {
-		row, err := tx.TransferByID(ctx, id)
-		if err != nil {
-			return err
-		}
-		r, err := decode(row)
+		r, err := loadByID(ctx, tx, id)
 		if err != nil || r.T.State != ctrlv1.TransferState_TRANSFER_STATE_EXPORTING {
 			return err
 		}
@@ -133,15 +125,11 @@ func (s *Service) PutArtifact(ctx context.Context, recv func() (*hostv1.PutTrans
 	}
 	id, hostID := first.TransferId, first.HostId
 	if err := s.Store.View(ctx, func(tx store.Tx) error {
-		row, err := tx.TransferByID(ctx, id)
+		r, err := loadByID(ctx, tx, id)
 		if err != nil {
 			return err
 		}
-		r, err := decode(row)
-		if err != nil {
-			return err
-		}
-		if r.T.State != ctrlv1.TransferState_TRANSFER_STATE_EXPORTING || row.HostID != hostID {
+		if r.T.State != ctrlv1.TransferState_TRANSFER_STATE_EXPORTING || r.Row.HostID != hostID {
 			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("transfer %s is not an export assigned to host %s", id, hostID))
 		}
 		return nil
@@ -180,11 +168,7 @@ func (s *Service) PutArtifact(ctx context.Context, recv func() (*hostv1.PutTrans
 		return err
 	}
 	err = s.Store.Update(ctx, func(tx store.Tx) error {
-		row, err := tx.TransferByID(ctx, id)
-		if err != nil {
-			return err
-		}
-		r, err := decode(row)
+		r, err := loadByID(ctx, tx, id)
 		if err != nil {
 			return err
 		}

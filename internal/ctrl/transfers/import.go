@@ -14,6 +14,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/artifact"
+	"github.com/kibotos/kibotos/internal/chunked"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/resource"
@@ -157,11 +158,7 @@ func (u *uploadReader) Read(p []byte) (int, error) {
 // also tells the loop that the work is alive.
 func (s *Service) setProgress(ctx context.Context, id string, done, total uint64) {
 	err := s.Store.Update(ctx, func(tx store.Tx) error {
-		row, err := tx.TransferByID(ctx, id)
-		if err != nil {
-			return err
-		}
-		r, err := decode(row)
+		r, err := loadByID(ctx, tx, id)
 		if err != nil || !pending(r.T.State) || r.T.State == ctrlv1.TransferState_TRANSFER_STATE_DELETING {
 			return err
 		}
@@ -210,19 +207,9 @@ func (s *Service) stream(ctx context.Context, id string, offset uint64, send fun
 		return err
 	}
 	defer rd.Close()
-	buf := make([]byte, 1<<20)
-	for {
-		n, err := io.ReadFull(rd, buf)
-		if n > 0 {
-			if serr := send(buf[:n], total); serr != nil {
-				return serr
-			}
-		}
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+	_, rerr, serr := chunked.Send(rd, chunked.Size, func(chunk []byte) error { return send(chunk, total) })
+	if serr != nil {
+		return serr
 	}
+	return rerr
 }

@@ -170,14 +170,10 @@ func (s *Service) Collect(ctx context.Context) error {
 func (s *Service) holds(ctx context.Context, id string, staging bool) (bool, error) {
 	keep := false
 	err := s.Store.View(ctx, func(tx store.Tx) error {
-		row, err := tx.TransferByID(ctx, id)
+		r, err := loadByID(ctx, tx, id)
 		if errors.Is(err, store.ErrNotFound) {
 			return nil
 		}
-		if err != nil {
-			return err
-		}
-		r, err := decode(row)
 		if err != nil {
 			return err
 		}

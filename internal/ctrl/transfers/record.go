@@ -16,13 +16,11 @@
 package transfers
 
 import (
-	"encoding/json"
-	"fmt"
-
 	"google.golang.org/protobuf/proto"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 )
 
@@ -59,35 +57,22 @@ type ExportWork struct {
 	Failures int `json:"failures,omitempty"`
 }
 
-type envelope struct {
-	Transfer []byte      `json:"transfer"`
-	Book     Bookkeeping `json:"book"`
-}
-
 func decode(row store.Transfer) (*Record, error) {
-	var env envelope
-	if err := json.Unmarshal(row.Body, &env); err != nil {
-		return nil, fmt.Errorf("transfer %s: %w", row.ID, err)
+	r := &Record{Row: row, T: new(ctrlv1.Transfer)}
+	if err := resource.DecodeBody("transfer", row.ID, row.Body, r.T, &r.Book); err != nil {
+		return nil, err
 	}
-	t := new(ctrlv1.Transfer)
-	if err := proto.Unmarshal(env.Transfer, t); err != nil {
-		return nil, fmt.Errorf("transfer %s: %w", row.ID, err)
-	}
-	return &Record{Row: row, T: t, Book: env.Book}, nil
+	return r, nil
 }
 
 // encode serializes the record into its row.
 func (r *Record) encode() (store.Transfer, error) {
-	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(r.T)
-	if err != nil {
-		return store.Transfer{}, err
-	}
-	env, err := json.Marshal(envelope{Transfer: body, Book: r.Book})
+	body, err := resource.EncodeBody("transfer", r.T, r.Book)
 	if err != nil {
 		return store.Transfer{}, err
 	}
 	row := r.Row
-	row.Body = env
+	row.Body = body
 	row.Labels = r.T.Labels
 	row.Pending = pending(r.T.State)
 	return row, nil

@@ -72,10 +72,13 @@ func precondition(format string, a ...any) error {
 // load reads a Transfer of the project, DELETED included; an unknown one
 // is not_found.
 func load(ctx context.Context, tx store.Tx, projectID, id string) (*Record, error) {
-	row, err := tx.Transfer(ctx, projectID, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("transfer %q not found", id))
-	}
+	return resource.Load(ctx, tx.Transfer, decode, "transfer", projectID, id)
+}
+
+// loadByID reads a Transfer of any project by its ID, DELETED included;
+// an unknown one is store.ErrNotFound.
+func loadByID(ctx context.Context, tx store.Tx, id string) (*Record, error) {
+	row, err := tx.TransferByID(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -294,11 +297,7 @@ func (s *Service) finishDelete(ctx context.Context, id string) error {
 		return err
 	}
 	return s.Store.Update(ctx, func(tx store.Tx) error {
-		row, err := tx.TransferByID(ctx, id)
-		if err != nil {
-			return err
-		}
-		r, err := decode(row)
+		r, err := loadByID(ctx, tx, id)
 		if err != nil || r.T.State != ctrlv1.TransferState_TRANSFER_STATE_DELETING {
 			return err
 		}

@@ -11,12 +11,10 @@
 package volumes
 
 import (
-	"encoding/json"
-	"fmt"
-
 	"google.golang.org/protobuf/proto"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 )
 
@@ -63,36 +61,23 @@ type Bookkeeping struct {
 	Unknown ctrlv1.VolumeState `json:"unknown,omitempty"`
 }
 
-type envelope struct {
-	Volume []byte      `json:"volume"`
-	Book   Bookkeeping `json:"book"`
-}
-
 // decode reads a row.
 func decode(row store.Volume) (*Record, error) {
-	var env envelope
-	if err := json.Unmarshal(row.Body, &env); err != nil {
-		return nil, fmt.Errorf("volume %s: %w", row.ID, err)
+	r := &Record{Row: row, V: new(ctrlv1.Volume)}
+	if err := resource.DecodeBody("volume", row.ID, row.Body, r.V, &r.Book); err != nil {
+		return nil, err
 	}
-	v := new(ctrlv1.Volume)
-	if err := proto.Unmarshal(env.Volume, v); err != nil {
-		return nil, fmt.Errorf("volume %s: %w", row.ID, err)
-	}
-	return &Record{Row: row, V: v, Book: env.Book}, nil
+	return r, nil
 }
 
 // encode serializes the record into its row.
 func (r *Record) encode() (store.Volume, error) {
-	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(r.V)
-	if err != nil {
-		return store.Volume{}, err
-	}
-	env, err := json.Marshal(envelope{Volume: body, Book: r.Book})
+	body, err := resource.EncodeBody("volume", r.V, r.Book)
 	if err != nil {
 		return store.Volume{}, err
 	}
 	row := r.Row
-	row.Body = env
+	row.Body = body
 	row.Labels = r.V.Labels
 	row.WorkspaceID = r.V.BoundWorkspaceId
 	row.Pool = r.V.GetSpec().GetStoragePool()

@@ -3,7 +3,6 @@ package volumes
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 
 	"connectrpc.com/connect"
@@ -72,14 +71,7 @@ func checkCapacity(field string, bytes uint64, zeroAllowed bool) error {
 // Load reads a Volume of the project, a DELETED one included; an unknown
 // one is not_found.
 func Load(ctx context.Context, tx store.Tx, projectID, id string) (*Record, error) {
-	row, err := tx.Volume(ctx, projectID, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("volume %q not found", id))
-	}
-	if err != nil {
-		return nil, err
-	}
-	return decode(row)
+	return resource.Load(ctx, tx.Volume, decode, "volume", projectID, id)
 }
 
 // save stores a record, stamping updated_at.

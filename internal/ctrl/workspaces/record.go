@@ -11,13 +11,12 @@ package workspaces
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
-	"fmt"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/templates"
 	"github.com/kibotos/kibotos/internal/sessiontoken"
@@ -150,22 +149,12 @@ func (s *Service) EditDataPlane(ctx context.Context, tx store.Tx, projectID, id 
 	return tx.UpdateWorkspace(ctx, row)
 }
 
-// envelope is the serialized form of a record's body.
-type envelope struct {
-	Workspace []byte      `json:"workspace"`
-	Book      bookkeeping `json:"book"`
-}
-
 func decode(row store.Workspace) (*record, error) {
-	var env envelope
-	if err := json.Unmarshal(row.Body, &env); err != nil {
-		return nil, fmt.Errorf("workspace %s: %w", row.ID, err)
+	r := &record{row: row, ws: new(ctrlv1.Workspace)}
+	if err := resource.DecodeBody("workspace", row.ID, row.Body, r.ws, &r.book); err != nil {
+		return nil, err
 	}
-	ws := new(ctrlv1.Workspace)
-	if err := proto.Unmarshal(env.Workspace, ws); err != nil {
-		return nil, fmt.Errorf("workspace %s: %w", row.ID, err)
-	}
-	return &record{row: row, ws: ws, book: env.Book}, nil
+	return r, nil
 }
 
 // decodeAll decodes the rows a store query returned.
@@ -186,17 +175,12 @@ func decodeAll(rows []store.Workspace, err error) ([]*record, error) {
 
 // encode serializes the record into its row.
 func (r *record) encode() (store.Workspace, error) {
-	ws := r.ws
-	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(ws)
-	if err != nil {
-		return store.Workspace{}, err
-	}
-	env, err := json.Marshal(envelope{Workspace: body, Book: r.book})
+	body, err := resource.EncodeBody("workspace", r.ws, r.book)
 	if err != nil {
 		return store.Workspace{}, err
 	}
 	row := r.row
-	row.Body = env
+	row.Body = body
 	row.Labels = r.ws.Labels
 	row.Running = r.book.Desired == DesiredRunning
 	return row, nil

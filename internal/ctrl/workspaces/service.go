@@ -3,7 +3,6 @@ package workspaces
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -79,14 +78,7 @@ func mutate[R proto.Message](ctx context.Context, s *Service, w Write[R], id str
 // load reads a live workspace of the project; deleted and other projects'
 // workspaces are not_found.
 func (s *Service) load(ctx context.Context, tx store.Tx, projectID, id string) (*record, error) {
-	row, err := tx.Workspace(ctx, projectID, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("workspace %q not found", id))
-	}
-	if err != nil {
-		return nil, err
-	}
-	return decode(row)
+	return resource.Load(ctx, tx.Workspace, decode, "workspace", projectID, id)
 }
 
 // save stores a record, stamping updated_at.

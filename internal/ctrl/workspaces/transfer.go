@@ -6,10 +6,6 @@ package workspaces
 
 import (
 	"context"
-	"errors"
-	"fmt"
-
-	"connectrpc.com/connect"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
@@ -91,14 +87,7 @@ func (s *Service) CreateRestored(ctx context.Context, tx store.Tx, projectID str
 // Restored returns a workspace restored from a Transfer, DELETED included,
 // as callers read it, so that the Transfer can follow it.
 func (s *Service) Restored(ctx context.Context, tx store.Tx, projectID, id string) (*ctrlv1.Workspace, error) {
-	row, err := tx.Workspace(ctx, projectID, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("workspace %q not found", id))
-	}
-	if err != nil {
-		return nil, err
-	}
-	r, err := decode(row)
+	r, err := s.load(ctx, tx, projectID, id)
 	if err != nil {
 		return nil, err
 	}

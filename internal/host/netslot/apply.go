@@ -213,18 +213,13 @@ func upstreamOf(spec *ctrlv1.ResolverSpec) (dnsforward.Upstream, error) {
 // dialChecked dials an upstream on the direct path: a hostname is resolved
 // here, and every address the hard deny covers is removed first.
 func (s *Slot) dialChecked(ctx context.Context, network, address string) (net.Conn, error) {
-	host, port, err := netcheck.ParseHostPort(address)
-	if err != nil {
-		return nil, err
-	}
 	hard := s.hard.Load()
-	c, _, err := netcheck.Dial(ctx, nil, func(a netip.Addr) error {
+	return netcheck.DialAddress(ctx, nil, func(a netip.Addr) error {
 		if deny, why := hard.Denies(a); deny {
 			return fmt.Errorf("refused by the dial check: %s", why)
 		}
 		return nil
-	}, network, host, port)
-	return c, err
+	}, network, address)
 }
 
 func seconds(s uint32) time.Duration { return time.Duration(s) * time.Second }

@@ -15,7 +15,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/kibotos/kibotos/internal/netcheck"
@@ -122,7 +121,7 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 	if len(d.Endpoint.Username) > 255 || len(d.Endpoint.Password) > 255 {
 		return nil, errors.New("socks5: a username or password is longer than 255 bytes")
 	}
-	host, port, err := splitEndpoint(d.Endpoint.Address)
+	host, port, err := netcheck.ParseHostPort(d.Endpoint.Address)
 	if err != nil {
 		return nil, err
 	}
@@ -177,18 +176,6 @@ func (s *TLSStream) CloseWrite() error {
 
 func gaveUp(ctx context.Context) error {
 	return fmt.Errorf("socks5: dial abandoned: %w", ctx.Err())
-}
-
-func splitEndpoint(address string) (host string, port uint16, err error) {
-	host, p, err := net.SplitHostPort(address)
-	if err != nil {
-		return "", 0, fmt.Errorf("socks5: endpoint: %w", err)
-	}
-	n, err := strconv.ParseUint(p, 10, 16)
-	if err != nil || n == 0 {
-		return "", 0, fmt.Errorf("socks5: endpoint %q: invalid port", address)
-	}
-	return host, uint16(n), nil
 }
 
 func (d *Dialer) handshakeTimeout() time.Duration {

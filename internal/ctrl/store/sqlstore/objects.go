@@ -110,6 +110,19 @@ func labeledRows[T any](ctx context.Context, t *tx, scan func(interface{ Scan(..
 	return list, nil
 }
 
+// only returns the one row a query by ID found, store.ErrNotFound when it
+// found none.
+func only[T any](rows []T, err error) (T, error) {
+	if err == nil && len(rows) == 0 {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return rows[0], nil
+}
+
 // livePage returns the query and arguments for one page of live rows of
 // table, like Objects: in q.ProjectID, after q.After, carrying q.Selector,
 // in ID order, at most q.Limit.

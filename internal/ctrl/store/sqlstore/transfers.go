@@ -33,22 +33,12 @@ func (t *tx) UpdateTransfer(ctx context.Context, tr store.Transfer) error {
 }
 
 func (t *tx) Transfer(ctx context.Context, projectID, id string) (store.Transfer, error) {
-	tr, err := scanTransfer(t.queryRow(ctx, `SELECT `+transferColumns+` FROM transfers
+	return only(t.transfers(ctx, `SELECT `+transferColumns+` FROM transfers
 		WHERE id = ? AND project_id = ?`, id, projectID))
-	if err != nil {
-		return tr, err
-	}
-	tr.Labels, err = t.loadLabels(ctx, tr.ProjectID, tr.ID)
-	return tr, err
 }
 
 func (t *tx) TransferByID(ctx context.Context, id string) (store.Transfer, error) {
-	tr, err := scanTransfer(t.queryRow(ctx, `SELECT `+transferColumns+` FROM transfers WHERE id = ?`, id))
-	if err != nil {
-		return tr, err
-	}
-	tr.Labels, err = t.loadLabels(ctx, tr.ProjectID, tr.ID)
-	return tr, err
+	return only(t.transfers(ctx, `SELECT `+transferColumns+` FROM transfers WHERE id = ?`, id))
 }
 
 func (t *tx) Transfers(ctx context.Context, q store.ObjectQuery) ([]store.Transfer, error) {

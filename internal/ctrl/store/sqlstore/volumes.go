@@ -32,13 +32,8 @@ func (t *tx) UpdateVolume(ctx context.Context, v store.Volume) error {
 }
 
 func (t *tx) Volume(ctx context.Context, projectID, id string) (store.Volume, error) {
-	v, err := scanVolume(t.queryRow(ctx, `SELECT `+volumeColumns+` FROM volumes
+	return only(t.volumes(ctx, `SELECT `+volumeColumns+` FROM volumes
 		WHERE id = ? AND project_id = ?`, id, projectID))
-	if err != nil {
-		return v, err
-	}
-	v.Labels, err = t.loadLabels(ctx, v.ProjectID, v.ID)
-	return v, err
 }
 
 func (t *tx) Volumes(ctx context.Context, q store.ObjectQuery) ([]store.Volume, error) {

@@ -35,13 +35,8 @@ func (t *tx) UpdateWorkspace(ctx context.Context, w store.Workspace) error {
 }
 
 func (t *tx) Workspace(ctx context.Context, projectID, id string) (store.Workspace, error) {
-	w, err := scanWorkspace(t.queryRow(ctx, `SELECT `+workspaceColumns+` FROM workspaces
+	return only(t.workspaces(ctx, `SELECT `+workspaceColumns+` FROM workspaces
 		WHERE id = ? AND project_id = ?`, id, projectID))
-	if err != nil {
-		return w, err
-	}
-	w.Labels, err = t.loadLabels(ctx, w.ProjectID, w.ID)
-	return w, err
 }
 
 func (t *tx) Workspaces(ctx context.Context, q store.ObjectQuery) ([]store.Workspace, error) {
