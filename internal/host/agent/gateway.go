@@ -20,7 +20,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
-	"github.com/kibotos/kibotos/internal/sessiontoken"
+	"github.com/kibotos/kibotos/sdk/sessiontoken"
 )
 
 // This file is the data-plane gateway: it checks session tokens against

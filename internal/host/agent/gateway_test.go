@@ -20,8 +20,8 @@ import (
 	"github.com/kibotos/kibotos/internal/guest/dataplane"
 	"github.com/kibotos/kibotos/internal/host/runtime"
 	"github.com/kibotos/kibotos/internal/host/runtime/fake"
-	"github.com/kibotos/kibotos/internal/sessiontoken"
 	"github.com/kibotos/kibotos/internal/testutil"
+	"github.com/kibotos/kibotos/sdk/sessiontoken"
 )
 
 // guest is an in-process stand-in for a guest agent's data plane: a tiny
