@@ -146,8 +146,9 @@ type Options struct {
 	// InsecureRegistries lists the registries (host:port) template pulls
 	// reach over plain HTTP; every other registry is reached over HTTPS.
 	InsecureRegistries []string
-	// OTLPEndpoint, when set, is the OTLP/HTTP collector the control
-	// plane's traces are exported to (see tracing.New).
+	// OTLPEndpoint, when set, is the OTLP/HTTP collector the traces of
+	// the control plane and of `kibotos up`'s data-plane gateway are
+	// exported to (see tracing.New).
 	OTLPEndpoint string
 	// PprofListen, when set, serves net/http/pprof on this address, which
 	// must be a loopback one: the profiles show the process's internals.
@@ -182,10 +183,12 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	var tracer connect.Interceptor
+	var (
+		tp     *tracing.Provider
+		tracer connect.Interceptor
+	)
 	if o.OTLPEndpoint != "" {
-		tp, err := tracing.New(o.OTLPEndpoint)
-		if err != nil {
+		if tp, err = tracing.New(o.OTLPEndpoint); err != nil {
 			return err
 		}
 		defer func() {
@@ -311,6 +314,9 @@ func Run(ctx context.Context, o Options) error {
 		// Exposures come first: a host name under the exposure domain is
 		// the guest's whatever the path.
 		gateway, exposures := hostAgent.Gateway(), hostAgent.Exposures()
+		if tp != nil {
+			gateway = tp.Handler(gateway)
+		}
 		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			switch {
 			case hostAgent.ServesExposure(r):

@@ -48,7 +48,7 @@ func up(t *testing.T, home string) *deployment {
 }
 
 // upWith starts a deployment on home with o's network, storage, guest
-// health, metrics and desktop settings.
+// health, metrics, desktop and tracing settings.
 func upWith(t *testing.T, home string, o daemon.Options) *deployment {
 	t.Helper()
 	hosttest.RequireRoot(t)
@@ -61,7 +61,7 @@ func upWith(t *testing.T, home string, o daemon.Options) *deployment {
 			UnsafeExemptRanges: o.UnsafeExemptRanges, DeploymentResolvers: o.DeploymentResolvers,
 			StoragePools: o.StoragePools, VolumeBytes: o.VolumeBytes, MetricsTokenFile: o.MetricsTokenFile,
 			GuestProbeInterval: o.GuestProbeInterval, GuestMemory: o.GuestMemory, ExposureDomain: o.ExposureDomain,
-			DesktopCache: o.DesktopCache, InsecureRegistries: o.InsecureRegistries})
+			DesktopCache: o.DesktopCache, InsecureRegistries: o.InsecureRegistries, OTLPEndpoint: o.OTLPEndpoint})
 	}()
 	select {
 	case a := <-ready:
