@@ -176,6 +176,9 @@ func TestForbidden(t *testing.T) {
 		{m + "internal/imagestore", m + "internal/ctrl/store", false},
 		{m + "internal/cli", m + "internal/ctrl/api", false},
 		{m + "sdk", m + "gen/kibotos/data/v1", true},
+		{m + "internal/host/agent", m + "sdk/sessiontoken", true},
+		{m + "internal/ctrl/sessions", m + "sdk", false},
+		{m + "sdk/serviceconn", m + "sdk", false},
 		{m + "internal/daemon", m + "internal/host/agent", true},
 		{m + "internal/ctrl/store", "modernc.org/sqlite", true},
 	} {
