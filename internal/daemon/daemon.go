@@ -147,8 +147,8 @@ type Options struct {
 	// reach over plain HTTP; every other registry is reached over HTTPS.
 	InsecureRegistries []string
 	// OTLPEndpoint, when set, is the OTLP/HTTP collector the traces of
-	// the control plane and of `kibotos up`'s data-plane gateway are
-	// exported to (see tracing.New).
+	// the control plane and of the data-plane gateway are exported to
+	// (see tracing.New).
 	OTLPEndpoint string
 	// PprofListen, when set, serves net/http/pprof on this address, which
 	// must be a loopback one: the profiles show the process's internals.
@@ -183,25 +183,16 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	var (
-		tp     *tracing.Provider
-		tracer connect.Interceptor
-	)
-	if o.OTLPEndpoint != "" {
-		if tp, err = tracing.New(o.OTLPEndpoint); err != nil {
-			return err
-		}
-		defer func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := tp.Shutdown(ctx); err != nil {
-				slog.Warn("exporting the last traces", "err", err)
-			}
-		}()
+	tp, stopTracing, err := startTracing(o.OTLPEndpoint)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	var tracer connect.Interceptor
+	if tp != nil {
 		if tracer, err = tp.Interceptor(); err != nil {
 			return err
 		}
-		slog.Info("exporting traces", "otlp_endpoint", o.OTLPEndpoint)
 	}
 	pprofLn, err := listenPprof(o.PprofListen)
 	if err != nil {
@@ -615,4 +606,24 @@ func provideDesktop(ctx context.Context, st store.Store, images *imagestore.Stor
 	default:
 		slog.Info("the built-in template desktop is ready")
 	}
+}
+
+// startTracing returns the provider exporting to endpoint, nil for none,
+// and the function that exports its last spans and stops it.
+func startTracing(endpoint string) (*tracing.Provider, func(), error) {
+	if endpoint == "" {
+		return nil, func() {}, nil
+	}
+	tp, err := tracing.New(endpoint)
+	if err != nil {
+		return nil, nil, err
+	}
+	slog.Info("exporting traces", "otlp_endpoint", endpoint)
+	return tp, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tp.Shutdown(ctx); err != nil {
+			slog.Warn("exporting the last traces", "err", err)
+		}
+	}, nil
 }
