@@ -76,10 +76,12 @@ tools: .bin/buf-$(BUF_VERSION) .bin/protoc-gen-go-$(PROTOC_GEN_GO_VERSION) .bin/
 	GOBIN=$(CURDIR)/.bin go install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_GO_VERSION)
 	touch $@
 
-# generate rewrites gen/ and sdk/typescript/gen/ from proto/; `make test`
-# fails when they differ.
+# generate rewrites gen/ (but its go.mod: gen/ is the module of the
+# generated API) and sdk/typescript/gen/ from proto/; `make test` fails
+# when they differ.
 generate: tools sdk/typescript/node_modules
 	buf lint
+	rm -rf gen/kibotos
 	buf generate
 	buf generate --template sdk/typescript/buf.gen.yaml
 

@@ -32,7 +32,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
-	"github.com/kibotos/kibotos/internal/bearer"
+	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
 // Client calls one Kibotos control plane with an API token.

@@ -12,7 +12,6 @@ import (
 
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
-	"github.com/kibotos/kibotos/internal/testutil"
 )
 
 // endlessProcess starts a process that prints one line and never exits.
@@ -87,7 +86,7 @@ func (c *cutter) cut(reset bool) {
 func TestCutStreamIsUnavailable(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.Handle(datav1connect.NewProcessServiceHandler(endlessProcess{}))
-	srv := testutil.H2CServer(t, mux)
+	srv := h2cServer(t, mux)
 
 	for _, tc := range []struct {
 		name   string

@@ -11,7 +11,7 @@ import (
 	"connectrpc.com/connect"
 
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
-	"github.com/kibotos/kibotos/internal/chunked"
+	"github.com/kibotos/kibotos/sdk/chunked"
 )
 
 // ChunkSize is the size of the chunks Upload sends.

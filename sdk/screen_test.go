@@ -3,10 +3,8 @@ package sdk
 import (
 	"testing"
 
-	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
-	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
 )
 
@@ -26,19 +24,5 @@ func TestChord(t *testing.T) {
 	}
 	if Chord() != nil {
 		t.Error("an empty chord has events")
-	}
-}
-
-// TestScreenAndInputWithoutDisplay: a Workspace of base has no display;
-// the data plane says so through the SDK's errors.
-func TestScreenAndInputWithoutDisplay(t *testing.T) {
-	ws := newWorkspace(t)
-	_, err := ws.Screenshot(t.Context())
-	if f, _ := FailureOf(err); connect.CodeOf(err) != connect.CodeFailedPrecondition || f.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_CAPTURING_SCREEN {
-		t.Errorf("Screenshot: %v, want failed_precondition at CAPTURING_SCREEN", err)
-	}
-	err = ws.Input(t.Context(), MoveTo(1, 1), Button(1), Type("x"), Scroll(0, 1))
-	if f, _ := FailureOf(err); connect.CodeOf(err) != connect.CodeFailedPrecondition || f.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_DELIVERING_INPUT {
-		t.Errorf("Input: %v, want failed_precondition at DELIVERING_INPUT", err)
 	}
 }

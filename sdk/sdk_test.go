@@ -18,7 +18,6 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
-	"github.com/kibotos/kibotos/internal/testutil"
 )
 
 // fake is a control plane and a data plane on one server: the sessions it
@@ -61,7 +60,7 @@ func newFake(t *testing.T) (*fake, *Client) {
 	mux.Handle(ctrlv1connect.NewSessionServiceHandler(f))
 	mux.Handle(datav1connect.NewProcessServiceHandler(f))
 	mux.Handle(datav1connect.NewFileServiceHandler(f))
-	srv := testutil.H2CServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		method := r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
 		f.mu.Lock()
 		f.auth[method] = r.Header.Get("Authorization")

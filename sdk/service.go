@@ -4,7 +4,7 @@ import (
 	"context"
 	"net"
 
-	"github.com/kibotos/kibotos/internal/serviceconn"
+	"github.com/kibotos/kibotos/sdk/serviceconn"
 )
 
 // DialPort connects to a TCP port inside the Workspace, as seen from the

@@ -8,7 +8,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
-	"github.com/kibotos/kibotos/internal/sessiontoken"
+	"github.com/kibotos/kibotos/sdk/sessiontoken"
 )
 
 // renewBefore is how long before its expiry a cached session is replaced.

@@ -8,7 +8,7 @@ import (
 	"connectrpc.com/connect"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
-	"github.com/kibotos/kibotos/internal/chunked"
+	"github.com/kibotos/kibotos/sdk/chunked"
 )
 
 // CreateTemplate creates an empty Template id, with labels; its first

@@ -11,7 +11,7 @@ import (
 	"connectrpc.com/connect"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
-	"github.com/kibotos/kibotos/internal/chunked"
+	"github.com/kibotos/kibotos/sdk/chunked"
 )
 
 // transferPoll is how often a Transfer in progress is read again.

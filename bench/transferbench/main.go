@@ -24,8 +24,8 @@ import (
 	"github.com/kibotos/kibotos/bench/internal/benchutil"
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
-	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/sdk"
+	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
 func main() {

@@ -237,6 +237,7 @@ func hostCommand() *cobra.Command {
 		tokenFile string
 		caFile    string
 		name      string
+		otlp      string
 	)
 	defaultName, _ := os.Hostname()
 	cmd := &cobra.Command{
@@ -247,7 +248,8 @@ func hostCommand() *cobra.Command {
 			"and serves their data plane and exposures on --listen at --public-url.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o, err := flags.options(daemon.Options{Home: home, CtrlURL: ctrlURL, TokenFile: tokenFile, CAFile: caFile, HostID: name})
+			o, err := flags.options(daemon.Options{Home: home, CtrlURL: ctrlURL, TokenFile: tokenFile, CAFile: caFile,
+				HostID: name, OTLPEndpoint: otlp})
 			if err != nil {
 				return err
 			}
@@ -259,6 +261,8 @@ func hostCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&home, "home", envOr("KIBOTOS_HOME", daemon.DefaultHome), "state directory of this host (env KIBOTOS_HOME)")
 	cmd.Flags().StringVar(&ctrlURL, "ctrl", os.Getenv("KIBOTOS_CTRL"), "URL of the control plane, such as https://ctrl.example.com (env KIBOTOS_CTRL)")
+	cmd.Flags().StringVar(&otlp, "otlp-endpoint", os.Getenv("KIBOTOS_OTLP_ENDPOINT"),
+		"export a trace span of every data-plane call over OTLP/HTTP to this collector, such as http://127.0.0.1:4318 (path /v1/traces unless the URL has one; default: off; env KIBOTOS_OTLP_ENDPOINT)")
 	cmd.Flags().StringVar(&tokenFile, "token-file", os.Getenv("KIBOTOS_HOST_TOKEN_FILE"),
 		"file holding the host token (kibotos admin host-token create; env KIBOTOS_HOST_TOKEN_FILE)")
 	cmd.Flags().StringVar(&caFile, "ca-file", os.Getenv("KIBOTOS_CA_FILE"),

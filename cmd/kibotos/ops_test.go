@@ -169,6 +169,23 @@ func TestOperations(t *testing.T) {
 	}
 }
 
+// A lone host agent refuses an OTLP endpoint it cannot export to before
+// anything is set up.
+func TestHostRefusesOTLPEndpoint(t *testing.T) {
+	home := filepath.Join(t.TempDir(), "home")
+	cmd := hostCommand()
+	cmd.SetArgs([]string{"--home", home, "--ctrl", "http://127.0.0.1:1", "--token-file", filepath.Join(home, "token"),
+		"--otlp-endpoint", "collector:4318"})
+	cmd.SetOut(new(strings.Builder))
+	cmd.SetErr(new(strings.Builder))
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "OTLP endpoint") {
+		t.Errorf("host --otlp-endpoint collector:4318: %v, want the endpoint refused", err)
+	}
+	if _, err := os.Stat(home); !os.IsNotExist(err) {
+		t.Errorf("host created its home: %v", err)
+	}
+}
+
 // The sample configuration that `make install` puts in /etc/kibotos is
 // one that up and ctrl take.
 func TestSampleConfig(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
-	"github.com/kibotos/kibotos/internal/chunked"
+	"github.com/kibotos/kibotos/sdk/chunked"
 )
 
 // chunkSize is the size of the chunks an archive is uploaded in.

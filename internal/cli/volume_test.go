@@ -16,7 +16,7 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/admin/v1/adminv1connect"
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
-	"github.com/kibotos/kibotos/internal/bearer"
+	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
 // volumeFake serves the VolumeService methods the tests call and records

@@ -17,8 +17,8 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
-	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/daemon/uptest"
+	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
 func TestMain(m *testing.M) { os.Exit(uptest.Main(m)) }

@@ -151,8 +151,9 @@ type Options struct {
 	// RegistryCAFile is a PEM file of certificate authorities trusted,
 	// beside the system's, for registries template pulls reach over HTTPS.
 	RegistryCAFile string
-	// OTLPEndpoint, when set, is the OTLP/HTTP collector the control
-	// plane's traces are exported to (see tracing.New).
+	// OTLPEndpoint, when set, is the OTLP/HTTP collector the traces of
+	// the control plane and of the data-plane gateway are exported to
+	// (see tracing.New).
 	OTLPEndpoint string
 	// PprofListen, when set, serves net/http/pprof on this address, which
 	// must be a loopback one: the profiles show the process's internals.
@@ -195,23 +196,16 @@ func Run(ctx context.Context, o Options) error {
 		}
 		registryCAs = cfg.RootCAs
 	}
+	tp, stopTracing, err := startTracing(o.OTLPEndpoint)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	var tracer connect.Interceptor
-	if o.OTLPEndpoint != "" {
-		tp, err := tracing.New(o.OTLPEndpoint)
-		if err != nil {
-			return err
-		}
-		defer func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := tp.Shutdown(ctx); err != nil {
-				slog.Warn("exporting the last traces", "err", err)
-			}
-		}()
+	if tp != nil {
 		if tracer, err = tp.Interceptor(); err != nil {
 			return err
 		}
-		slog.Info("exporting traces", "otlp_endpoint", o.OTLPEndpoint)
 	}
 	pprofLn, err := listenPprof(o.PprofListen)
 	if err != nil {
@@ -324,6 +318,9 @@ func Run(ctx context.Context, o Options) error {
 		// Exposures come first: a host name under the exposure domain is
 		// the guest's whatever the path.
 		gateway, exposures := hostAgent.Gateway(), hostAgent.Exposures()
+		if tp != nil {
+			gateway = tp.Handler(gateway)
+		}
 		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			switch {
 			case hostAgent.ServesExposure(r):
@@ -622,4 +619,24 @@ func provideDesktop(ctx context.Context, st store.Store, images *imagestore.Stor
 	default:
 		slog.Info("the built-in template desktop is ready")
 	}
+}
+
+// startTracing returns the provider exporting to endpoint, nil for none,
+// and the function that exports its last spans and stops it.
+func startTracing(endpoint string) (*tracing.Provider, func(), error) {
+	if endpoint == "" {
+		return nil, func() {}, nil
+	}
+	tp, err := tracing.New(endpoint)
+	if err != nil {
+		return nil, nil, err
+	}
+	slog.Info("exporting traces", "otlp_endpoint", endpoint)
+	return tp, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tp.Shutdown(ctx); err != nil {
+			slog.Warn("exporting the last traces", "err", err)
+		}
+	}, nil
 }

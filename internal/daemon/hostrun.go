@@ -28,7 +28,8 @@ import (
 // network namespaces: nothing another host on the same machine shares),
 // until ctx ends. Its listener (o.Listen, TLS with o.TLSCert) serves the
 // data-plane gateway and exposures at the public URL it registers, and the
-// host's metrics at GET /metrics.
+// host's metrics at GET /metrics. With o.OTLPEndpoint, the gateway's calls
+// are traced.
 func RunHost(ctx context.Context, o Options) error {
 	switch {
 	case o.CtrlURL == "":
@@ -38,6 +39,11 @@ func RunHost(ctx context.Context, o Options) error {
 	case o.HostID == "":
 		return errors.New("a host name is required (--name)")
 	}
+	tp, stopTracing, err := startTracing(o.OTLPEndpoint)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	token, err := readSecretFile("host token", o.TokenFile)
 	if err != nil {
 		return err
@@ -73,6 +79,9 @@ func RunHost(ctx context.Context, o Options) error {
 		return err
 	}
 	gateway, exposures, metricsHandler := hostAgent.Gateway(), hostAgent.Exposures(), metrics.Handler(reg, metricsToken)
+	if tp != nil {
+		gateway = tp.Handler(gateway)
+	}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case hostAgent.ServesExposure(r):

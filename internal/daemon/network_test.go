@@ -21,12 +21,12 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
-	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/daemon"
 	"github.com/kibotos/kibotos/internal/host/socks5/socks5test"
 	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 	"github.com/kibotos/kibotos/internal/testutil/nettest"
 	"github.com/kibotos/kibotos/internal/testutil/testtls"
+	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
 // lineServer answers one line per connection with the same line and

@@ -19,11 +19,11 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
-	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/daemon"
 	"github.com/kibotos/kibotos/internal/host/runtime/oci"
 	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/internal/testutil/hosttest"
+	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
 // guestAgent is the kibotos-guest binary TestMain builds.
@@ -48,7 +48,7 @@ func up(t *testing.T, home string) *deployment {
 }
 
 // upWith starts a deployment on home with o's network, storage, guest
-// health, metrics and desktop settings.
+// health, metrics, desktop and tracing settings.
 func upWith(t *testing.T, home string, o daemon.Options) *deployment {
 	t.Helper()
 	hosttest.RequireRoot(t)
@@ -61,7 +61,8 @@ func upWith(t *testing.T, home string, o daemon.Options) *deployment {
 			UnsafeExemptRanges: o.UnsafeExemptRanges, DeploymentResolvers: o.DeploymentResolvers,
 			StoragePools: o.StoragePools, VolumeBytes: o.VolumeBytes, MetricsTokenFile: o.MetricsTokenFile,
 			GuestProbeInterval: o.GuestProbeInterval, GuestMemory: o.GuestMemory, ExposureDomain: o.ExposureDomain,
-			DesktopCache: o.DesktopCache, InsecureRegistries: o.InsecureRegistries, RegistryCAFile: o.RegistryCAFile})
+			DesktopCache: o.DesktopCache, InsecureRegistries: o.InsecureRegistries, RegistryCAFile: o.RegistryCAFile,
+			OTLPEndpoint: o.OTLPEndpoint})
 	}()
 	select {
 	case a := <-ready:

@@ -1,19 +1,23 @@
-// Package tracing exports the control plane's traces over OTLP/HTTP
-// (protobuf) when an endpoint is configured (--otlp-endpoint): one span
-// per API call, made by connect's otelconnect interceptor, batched and
-// sent to a collector such as the OpenTelemetry Collector, Jaeger or
-// Tempo.
+// Package tracing exports traces over OTLP/HTTP (protobuf) when an
+// endpoint is configured (--otlp-endpoint): one span per API call of the
+// control plane, made by connect's otelconnect interceptor, and one per
+// data-plane call the host's gateway serves (Handler), batched and sent to
+// a collector such as the OpenTelemetry Collector, Jaeger or Tempo.
 package tracing
 
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/url"
+	"strings"
 
 	"connectrpc.com/connect"
 	"connectrpc.com/otelconnect"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -58,6 +62,24 @@ func New(endpoint string) (*Provider, error) {
 func (p *Provider) Interceptor() (connect.Interceptor, error) {
 	return otelconnect.NewInterceptor(otelconnect.WithTracerProvider(p.tp), otelconnect.WithoutMetrics(),
 		otelconnect.WithPropagator(propagation.TraceContext{}))
+}
+
+// Handler returns next with a server span around each request, named
+// after the Connect procedure its path names (as the interceptor's are):
+// the data-plane gateway's, which proxies calls rather than handling them,
+// so that no Connect interceptor sees them. As with the interceptor, a
+// trace the caller sends (W3C trace context) is linked, not continued.
+// The span is in the request's context, from which the gateway passes it
+// on to the guest agent.
+func (p *Provider) Handler(next http.Handler) http.Handler {
+	return otelhttp.NewHandler(next, "kibotos.data.v1",
+		otelhttp.WithTracerProvider(p.tp),
+		otelhttp.WithPropagators(propagation.TraceContext{}),
+		otelhttp.WithPublicEndpointFn(func(*http.Request) bool { return true }),
+		otelhttp.WithMeterProvider(noop.NewMeterProvider()),
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+			return strings.TrimPrefix(r.URL.Path, "/")
+		}))
 }
 
 // Flush exports every span ended so far.

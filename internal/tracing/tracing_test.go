@@ -1,98 +1,34 @@
 package tracing_test
 
 import (
-	"compress/gzip"
 	"context"
 	"encoding/hex"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
-	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/protobuf/proto"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
-	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/server"
 	"github.com/kibotos/kibotos/internal/ctrl/store/sqlite"
 	"github.com/kibotos/kibotos/internal/imagestore"
 	"github.com/kibotos/kibotos/internal/netcheck"
+	"github.com/kibotos/kibotos/internal/testutil/otlptest"
 	"github.com/kibotos/kibotos/internal/tracing"
+	"github.com/kibotos/kibotos/sdk/bearer"
 )
-
-// collector is an OTLP/HTTP trace receiver that keeps what it decodes.
-type collector struct {
-	mu       sync.Mutex
-	requests []*coltracepb.ExportTraceServiceRequest
-	paths    []string
-}
-
-func (c *collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	var body io.Reader = r.Body
-	if r.Header.Get("Content-Encoding") == "gzip" {
-		zr, err := gzip.NewReader(r.Body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		body = zr
-	}
-	b, err := io.ReadAll(body)
-	req := new(coltracepb.ExportTraceServiceRequest)
-	if err == nil {
-		err = proto.Unmarshal(b, req)
-	}
-	if err != nil || r.Header.Get("Content-Type") != "application/x-protobuf" {
-		http.Error(w, "not an OTLP protobuf export", http.StatusBadRequest)
-		return
-	}
-	c.mu.Lock()
-	c.requests = append(c.requests, req)
-	c.paths = append(c.paths, r.URL.Path)
-	c.mu.Unlock()
-	out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
-	w.Header().Set("Content-Type", "application/x-protobuf")
-	w.Write(out)
-}
-
-// spans returns every span received with its resource's service name.
-func (c *collector) spans() (spans []*tracepb.Span, services []string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, req := range c.requests {
-		for _, rs := range req.GetResourceSpans() {
-			var service string
-			for _, a := range rs.GetResource().GetAttributes() {
-				if a.GetKey() == "service.name" {
-					service = a.GetValue().GetStringValue()
-				}
-			}
-			for _, ss := range rs.GetScopeSpans() {
-				for _, s := range ss.GetSpans() {
-					spans = append(spans, s)
-					services = append(services, service)
-				}
-			}
-		}
-	}
-	return spans, services
-}
 
 // A control plane with tracing exports a span per call to the collector,
 // linked to the trace the caller sent.
 func TestTracesExported(t *testing.T) {
-	col := &collector{}
-	cs := httptest.NewServer(col)
-	defer cs.Close()
-	tp, err := tracing.New(cs.URL)
+	col := otlptest.Start(t)
+	tp, err := tracing.New(col.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +71,7 @@ func TestTracesExported(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	spans, services := col.spans()
+	spans, services := col.Spans()
 	if len(spans) != 1 {
 		t.Fatalf("%d spans exported, want 1: %v", len(spans), spans)
 	}
@@ -154,8 +90,8 @@ func TestTracesExported(t *testing.T) {
 	if len(s.GetLinks()) != 1 || hex.EncodeToString(s.GetLinks()[0].GetTraceId()) != callerTrace {
 		t.Errorf("span links %v, want the caller's trace %s", s.GetLinks(), callerTrace)
 	}
-	if col.paths[0] != tracing.TracesPath {
-		t.Errorf("exported to %s, want %s", col.paths[0], tracing.TracesPath)
+	if paths := col.Paths(); paths[0] != tracing.TracesPath {
+		t.Errorf("exported to %s, want %s", paths[0], tracing.TracesPath)
 	}
 }
 

@@ -15,7 +15,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
-	"github.com/kibotos/kibotos/internal/bearer"
+	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
 // Workspaces creates the small idle workspaces a benchmark measures, as

@@ -12,8 +12,8 @@ import (
 
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
-	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/testutil/ctrltest"
+	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
 // knownDefects are answers that break the rule, each with where it comes

@@ -21,8 +21,8 @@ import (
 	adminv1 "github.com/kibotos/kibotos/gen/kibotos/admin/v1"
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
-	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/testutil"
+	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
 // TestPaginationWalk walks 2,500 selected egresses in pages while other

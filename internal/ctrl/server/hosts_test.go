@@ -10,7 +10,7 @@ import (
 	adminv1 "github.com/kibotos/kibotos/gen/kibotos/admin/v1"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
-	"github.com/kibotos/kibotos/internal/bearer"
+	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
 // TestHostTokens: only an operator admin issues, lists and revokes host

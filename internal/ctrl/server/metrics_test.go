@@ -11,9 +11,9 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
-	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/testutil/ctrltest"
 	"github.com/kibotos/kibotos/internal/testutil/promtest"
+	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
 // TestMetricsCountCalls makes calls that end in several codes, unary and

@@ -11,7 +11,7 @@ import (
 	adminv1 "github.com/kibotos/kibotos/gen/kibotos/admin/v1"
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
-	"github.com/kibotos/kibotos/internal/bearer"
+	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
 // TestVolumeService covers the VolumeService calls that need no host on

@@ -25,7 +25,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
-	"github.com/kibotos/kibotos/internal/sessiontoken"
+	"github.com/kibotos/kibotos/sdk/sessiontoken"
 )
 
 // Limits of a session's lifetime.

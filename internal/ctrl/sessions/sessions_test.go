@@ -27,8 +27,8 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/templates/templatetest"
 	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
 	"github.com/kibotos/kibotos/internal/netcheck"
-	"github.com/kibotos/kibotos/internal/sessiontoken"
 	"github.com/kibotos/kibotos/internal/testutil"
+	"github.com/kibotos/kibotos/sdk/sessiontoken"
 )
 
 // These tests drive SessionService through Connect over a real SQLite

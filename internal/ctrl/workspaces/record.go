@@ -19,7 +19,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/templates"
-	"github.com/kibotos/kibotos/internal/sessiontoken"
+	"github.com/kibotos/kibotos/sdk/sessiontoken"
 )
 
 // Desired is what ctrl wants of a workspace's execution.

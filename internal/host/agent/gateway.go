@@ -16,11 +16,12 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/propagation"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
-	"github.com/kibotos/kibotos/internal/sessiontoken"
+	"github.com/kibotos/kibotos/sdk/sessiontoken"
 )
 
 // This file is the data-plane gateway: it checks session tokens against
@@ -131,11 +132,16 @@ func (b *endsRequest) Read(p []byte) (int, error) {
 
 // rewrite addresses the outbound request to the execution and drops the
 // session token: the guest trusts the gateway, and the token is nobody
-// else's business.
+// else's business. The trace context the guest gets is the gateway's span
+// of the call, when the gateway is traced (tracing.Provider.Handler), and
+// none of the caller's.
 func rewrite(pr *httputil.ProxyRequest) {
 	id, _ := pr.In.Context().Value(executionKey{}).(string)
 	pr.SetURL(&url.URL{Scheme: "http", Host: id})
 	pr.Out.Header.Del("Authorization")
+	pr.Out.Header.Del("traceparent")
+	pr.Out.Header.Del("tracestate")
+	propagation.TraceContext{}.Inject(pr.Out.Context(), propagation.HeaderCarrier(pr.Out.Header))
 }
 
 func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -20,8 +20,8 @@ import (
 	"github.com/kibotos/kibotos/internal/guest/dataplane"
 	"github.com/kibotos/kibotos/internal/host/runtime"
 	"github.com/kibotos/kibotos/internal/host/runtime/fake"
-	"github.com/kibotos/kibotos/internal/sessiontoken"
 	"github.com/kibotos/kibotos/internal/testutil"
+	"github.com/kibotos/kibotos/sdk/sessiontoken"
 )
 
 // guest is an in-process stand-in for a guest agent's data plane: a tiny
@@ -30,8 +30,9 @@ type guest struct {
 	datav1connect.UnimplementedFileServiceHandler
 	datav1connect.UnimplementedProcessServiceHandler
 
-	mu   sync.Mutex
-	auth []string // Authorization headers the guest saw
+	mu    sync.Mutex
+	auth  []string // Authorization headers the guest saw
+	trace []string // and traceparent headers
 	// release lets StartProcess go on after its first event.
 	release chan struct{}
 }
@@ -40,6 +41,7 @@ func (g *guest) saw(h http.Header) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.auth = append(g.auth, h.Get("Authorization"))
+	g.trace = append(g.trace, h.Get("traceparent"))
 }
 
 func (g *guest) InspectFile(_ context.Context, req *connect.Request[datav1.InspectFileRequest]) (*connect.Response[datav1.InspectFileResponse], error) {

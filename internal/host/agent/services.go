@@ -12,7 +12,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
-	"github.com/kibotos/kibotos/internal/serviceconn"
+	"github.com/kibotos/kibotos/sdk/serviceconn"
 )
 
 // DialGuestPort connects to a TCP port inside the guest of the

@@ -29,7 +29,6 @@ import (
 	"gocloud.dev/blob/memblob"
 
 	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
-	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/server"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
@@ -39,6 +38,7 @@ import (
 	"github.com/kibotos/kibotos/internal/netcheck"
 	"github.com/kibotos/kibotos/internal/testutil/fakeresolver"
 	"github.com/kibotos/kibotos/internal/testutil/hosttest"
+	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
 // HostToken is the secret the server's host API accepts.

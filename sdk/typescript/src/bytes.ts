@@ -30,7 +30,7 @@ export async function* chunks(src: Source, max: number): AsyncGenerator<Uint8Arr
     while (size + b.length >= max) {
       const take = max - size;
       pending.push(b.subarray(0, take));
-      yield Buffer.concat(pending);
+      yield concat(pending);
       b = b.subarray(take);
       pending = [];
       size = 0;
@@ -40,5 +40,16 @@ export async function* chunks(src: Source, max: number): AsyncGenerator<Uint8Arr
       size += b.length;
     }
   }
-  if (size > 0) yield Buffer.concat(pending);
+  if (size > 0) yield concat(pending);
+}
+
+/** concat returns the bytes of parts, one after the other. */
+export function concat(parts: Uint8Array[]): Uint8Array {
+  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.length;
+  }
+  return out;
 }

@@ -13,7 +13,7 @@ import {
 } from "../gen/kibotos/ctrl/v1/ctrl_pb.js";
 import { commandMetadata } from "./command.js";
 import { KibotosError, toKibotosError, WorkspaceStateError, wrap } from "./errors.js";
-import { Connections } from "./transport.js";
+import type { Transports } from "./transport.js";
 import { Workspace } from "./workspace.js";
 
 /** DEFAULT_MEMORY_BYTES is the guest RAM of a Workspace created without memoryBytes. */
@@ -85,14 +85,15 @@ const untilStopped: Goal = { state: WorkspaceState.STOPPED, via: [WorkspaceState
 const untilDeleted: Goal = { state: WorkspaceState.DELETED, via: [WorkspaceState.DELETING] };
 
 /**
- * Kibotos calls one control plane with an API token. Its lifecycle calls
- * (createWorkspace, startWorkspace, stopWorkspace, deleteWorkspace) resolve
- * once the Workspace has reached the state the call asks for, following
- * WatchWorkspace until then. Every call rejects with a KibotosError.
+ * KibotosBase is the client both entry points export as Kibotos, on the
+ * transports of each: HTTP/2 from Node.js (@kibotos/sdk), the fetch API
+ * in a browser (@kibotos/sdk/web). It calls one control plane with an API
+ * token. Its lifecycle calls (createWorkspace, startWorkspace,
+ * stopWorkspace, deleteWorkspace) resolve once the Workspace has reached
+ * the state the call asks for, following WatchWorkspace until then. Every
+ * call rejects with a KibotosError.
  */
-export class Kibotos {
-  /** @internal */
-  readonly connections = new Connections();
+export class KibotosBase {
   /** @internal */
   readonly workspaces: Client<typeof WorkspaceService>;
   /** @internal */
@@ -100,7 +101,12 @@ export class Kibotos {
   /** @internal */
   readonly sessionTtlSeconds: number;
 
-  constructor(opts: ConnectOptions) {
+  /** @internal */
+  constructor(
+    opts: ConnectOptions,
+    /** @internal */
+    readonly connections: Transports,
+  ) {
     if (!opts.url) throw new KibotosError("Kibotos: url is required", Code.InvalidArgument);
     const transport = this.connections.transport(opts.url, opts.token);
     this.workspaces = createClient(WorkspaceService, transport);
@@ -108,12 +114,7 @@ export class Kibotos {
     this.sessionTtlSeconds = opts.sessionTtlSeconds ?? 0;
   }
 
-  /** connect returns a client of the control plane at url that authenticates with token. */
-  static connect(opts: ConnectOptions): Kibotos {
-    return new Kibotos(opts);
-  }
-
-  /** close closes the client's connections; calls in flight fail. */
+  /** close closes the client's connections (Node.js: calls in flight fail). */
   close(): void {
     this.connections.close();
   }

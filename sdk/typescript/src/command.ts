@@ -1,6 +1,8 @@
-import { randomUUID } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 import { CommandMetadataSchema, type CommandMetadata } from "../gen/kibotos/ctrl/v1/ctrl_pb.js";
+
+/** webcrypto is the Web Crypto API, global in browsers and Node.js 19 and later. */
+const webcrypto = (globalThis as unknown as { crypto: { randomUUID(): string } }).crypto;
 
 /**
  * commandMetadata is the CommandMetadata of a mutating control-plane call:
@@ -8,5 +10,5 @@ import { CommandMetadataSchema, type CommandMetadata } from "../gen/kibotos/ctrl
  * same ID and input returns the first result again.
  */
 export function commandMetadata(id?: string): CommandMetadata {
-  return create(CommandMetadataSchema, { commandId: id || randomUUID() });
+  return create(CommandMetadataSchema, { commandId: id || webcrypto.randomUUID() });
 }

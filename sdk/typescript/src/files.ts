@@ -6,7 +6,7 @@ import {
   type WriteFileRequest,
   WriteFileRequestSchema,
 } from "../gen/kibotos/data/v1/data_pb.js";
-import { bytesOf, chunks, type Source } from "./bytes.js";
+import { bytesOf, chunks, concat, type Source } from "./bytes.js";
 import { Code } from "@connectrpc/connect";
 import { KibotosError, sessionExpired, toKibotosError } from "./errors.js";
 import type { Sessions } from "./session.js";
@@ -52,7 +52,7 @@ export class Files {
   async read(path: string, opts: FileOptions = {}): Promise<Uint8Array> {
     const parts: Uint8Array[] = [];
     for await (const b of this.download(path, opts)) parts.push(b);
-    return Buffer.concat(parts);
+    return concat(parts);
   }
 
   /** readText returns the contents of path decoded as UTF-8. */

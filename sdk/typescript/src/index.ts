@@ -1,7 +1,8 @@
 /**
  * @kibotos/sdk is the TypeScript client of Kibotos: it creates Workspaces
  * on a control plane, and runs processes and moves files in them through
- * their data plane.
+ * their data plane. This entry point is for Node.js (HTTP/2, every call);
+ * @kibotos/sdk/web is the browser's (the fetch API).
  *
  * ```ts
  * const kb = Kibotos.connect({ url: "http://127.0.0.1:8870", token });
@@ -11,21 +12,22 @@
  *
  * @module
  */
-export { Kibotos, DEFAULT_MEMORY_BYTES } from "./client.js";
-export type { ConnectOptions, CreateWorkspaceOptions, WaitOptions } from "./client.js";
-export { Workspace } from "./workspace.js";
-export { Process } from "./process.js";
-export type { ExecOptions, ExecResult, PtySize } from "./process.js";
-export { Files, CHUNK_SIZE } from "./files.js";
-export type { FileOptions, WriteOptions, DownloadOptions, FileEvent } from "./files.js";
-export type { Session } from "./session.js";
-export type { Source } from "./bytes.js";
-export { KibotosError, WorkspaceStateError } from "./errors.js";
-export { Code } from "@connectrpc/connect";
-export {
-  FailureReason,
-  FailureStage,
-  WorkspaceState,
-  type Workspace as WorkspaceInfo,
-} from "../gen/kibotos/ctrl/v1/ctrl_pb.js";
-export { FileType, FileEventType, type FileInfo, type ProcessInfo } from "../gen/kibotos/data/v1/data_pb.js";
+import { type ConnectOptions, KibotosBase } from "./client.js";
+import { NodeTransports } from "./transport-node.js";
+
+export * from "./common.js";
+
+/**
+ * Kibotos calls one control plane with an API token, over one HTTP/2
+ * connection per base URL (h2c for http://).
+ */
+export class Kibotos extends KibotosBase {
+  constructor(opts: ConnectOptions) {
+    super(opts, new NodeTransports());
+  }
+
+  /** connect returns a client of the control plane at url that authenticates with token. */
+  static connect(opts: ConnectOptions): Kibotos {
+    return new Kibotos(opts);
+  }
+}

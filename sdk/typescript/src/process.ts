@@ -3,7 +3,7 @@ import { Code } from "@connectrpc/connect";
 import type { ProcessEvent } from "../gen/kibotos/data/v1/data_pb.js";
 import { KibotosError, toKibotosError } from "./errors.js";
 import type { Sessions } from "./session.js";
-import { bytesOf, chunks, type Source } from "./bytes.js";
+import { bytesOf, chunks, concat, type Source } from "./bytes.js";
 
 /** INPUT_CHUNK bounds the bytes of one SendInput. */
 const INPUT_CHUNK = 32 * 1024;
@@ -187,8 +187,8 @@ export class Process {
             return {
               exitCode: ev.value.exitCode,
               signal: ev.value.signal,
-              stdout: out.length ? dec.decode(Buffer.concat(out)) : "",
-              stderr: errOut.length ? dec.decode(Buffer.concat(errOut)) : "",
+              stdout: out.length ? dec.decode(concat(out)) : "",
+              stderr: errOut.length ? dec.decode(concat(errOut)) : "",
             };
           }
         }

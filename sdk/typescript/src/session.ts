@@ -3,7 +3,7 @@
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { createClient, type Client } from "@connectrpc/connect";
 import { FileService, ProcessService } from "../gen/kibotos/data/v1/data_pb.js";
-import type { Kibotos } from "./client.js";
+import type { KibotosBase } from "./client.js";
 import { sessionExpired, toKibotosError, wrap } from "./errors.js";
 
 /** RENEW_BEFORE_MS is how long before its expiry a cached session is replaced. */
@@ -35,7 +35,7 @@ export class Sessions {
   private latest?: DataPlane; // what current resolved to
 
   constructor(
-    private readonly client: Kibotos,
+    private readonly client: KibotosBase,
     private readonly workspaceId: string,
   ) {}
 

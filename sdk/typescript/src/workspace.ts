@@ -3,7 +3,7 @@
 import { Code } from "@connectrpc/connect";
 import type { Workspace as WorkspaceInfo } from "../gen/kibotos/ctrl/v1/ctrl_pb.js";
 import type { ProcessInfo } from "../gen/kibotos/data/v1/data_pb.js";
-import type { Kibotos, WaitOptions } from "./client.js";
+import type { KibotosBase, WaitOptions } from "./client.js";
 import { KibotosError } from "./errors.js";
 import { Files } from "./files.js";
 import { type ExecOptions, type ExecResult, Process } from "./process.js";
@@ -26,7 +26,7 @@ export class Workspace {
 
   /** @internal */
   constructor(
-    private readonly client: Kibotos,
+    private readonly client: KibotosBase,
     info: WorkspaceInfo,
   ) {
     this.id = info.workspaceId;

@@ -187,7 +187,7 @@ describe("a workspace", () => {
     assert.deepEqual([st.type, st.size, st.mode], [FileType.FILE, 3n, 0o640]);
     await ws.files.rename("/root/a/b/one.txt", "/root/a/three.txt");
     assert.equal(await ws.files.readText("/root/a/three.txt"), "one");
-    assert.deepEqual(await ws.files.read("/root/a/two.txt"), Buffer.from([1, 2, 3]));
+    assert.deepEqual(await ws.files.read("/root/a/two.txt"), new Uint8Array([1, 2, 3]));
     await assert.rejects(ws.files.remove("/root/a"), isKibotosError(Code.FailedPrecondition)); // not empty
     await ws.files.remove("/root/a", { recursive: true });
     await assert.rejects(ws.files.stat("/root/a"), isKibotosError(Code.NotFound, undefined, FailureStage.INSPECTING_FILE));

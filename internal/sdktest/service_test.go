@@ -1,4 +1,4 @@
-package sdk
+package sdktest
 
 import (
 	"context"
@@ -14,19 +14,20 @@ import (
 	"connectrpc.com/connect"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/sdk"
 )
 
 // serve starts a server in the workspace and waits until it listens on
 // port. It looks in /proc/net rather than connecting, which would take a
 // one-shot server's only connection.
-func serve(t *testing.T, ws *Workspace, port uint32, args ...string) {
+func serve(t *testing.T, ws *sdk.Workspace, port uint32, args ...string) {
 	t.Helper()
-	if _, err := ws.Start(t.Context(), args, ExecOptions{}); err != nil {
+	if _, err := ws.Start(t.Context(), args, sdk.ExecOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	listening := fmt.Sprintf(`awk '$4 == "0A" && $2 ~ /:%04X$/ { found = 1 } END { exit !found }' /proc/net/tcp /proc/net/tcp6`, port)
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		st, err := ws.Exec(t.Context(), []string{"sh", "-c", listening}, ExecOptions{})
+		st, err := ws.Exec(t.Context(), []string{"sh", "-c", listening}, sdk.ExecOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,7 +43,7 @@ func serve(t *testing.T, ws *Workspace, port uint32, args ...string) {
 // wantStage checks an error's code and the stage of its ErrorDetail.
 func wantStage(t *testing.T, what string, err error, code connect.Code, stage ctrlv1.FailureStage) {
 	t.Helper()
-	d, _ := FailureOf(err)
+	d, _ := sdk.FailureOf(err)
 	if connect.CodeOf(err) != code || d.GetStage() != stage {
 		t.Errorf("%s: %v (stage %v), want %v with stage %v", what, err, d.GetStage(), code, stage)
 	}
@@ -120,7 +121,7 @@ func TestDialPortHalfClose(t *testing.T) {
 }
 
 // waitForFile waits until the guest file holds want.
-func waitForFile(t *testing.T, ws *Workspace, path, want string) {
+func waitForFile(t *testing.T, ws *sdk.Workspace, path, want string) {
 	t.Helper()
 	var got []byte
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {

@@ -1,4 +1,4 @@
-package sdk
+package sdktest
 
 import (
 	"bytes"
@@ -17,25 +17,26 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/daemon/uptest"
 	"github.com/kibotos/kibotos/internal/testutil"
+	"github.com/kibotos/kibotos/sdk"
 )
 
 func TestMain(m *testing.M) { os.Exit(uptest.Main(m)) }
 
 // newClient returns a client of the package's deployment, which runs
 // workspaces on runc, in a project of the test's own.
-func newClient(t *testing.T) *Client {
+func newClient(t *testing.T) *sdk.Client {
 	t.Helper()
 	d := uptest.Shared(t)
-	c := New(d.URL+"/", d.Project(t))
+	c := sdk.New(d.URL+"/", d.Project(t))
 	t.Cleanup(c.Close)
 	return c
 }
 
 // small are the resources of a workspace the deployment starts quickly.
-var small = CreateOptions{CPUMillis: 500, MemoryBytes: 128 << 20, DiskBytes: 64 << 20}
+var small = sdk.CreateOptions{CPUMillis: 500, MemoryBytes: 128 << 20, DiskBytes: 64 << 20}
 
 // newWorkspace returns an AVAILABLE workspace of the test's own.
-func newWorkspace(t *testing.T) *Workspace {
+func newWorkspace(t *testing.T) *sdk.Workspace {
 	t.Helper()
 	ws, err := newClient(t).CreateWorkspace(t.Context(), small)
 	if err != nil {
@@ -45,10 +46,10 @@ func newWorkspace(t *testing.T) *Workspace {
 }
 
 // sh runs a shell command in the workspace and returns its stdout.
-func sh(t *testing.T, ws *Workspace, script string) string {
+func sh(t *testing.T, ws *sdk.Workspace, script string) string {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	st, err := ws.Exec(t.Context(), []string{"sh", "-c", script}, ExecOptions{Stdout: &out, Stderr: &errOut})
+	st, err := ws.Exec(t.Context(), []string{"sh", "-c", script}, sdk.ExecOptions{Stdout: &out, Stderr: &errOut})
 	if err != nil || !st.Success() {
 		t.Fatalf("sh -c %q: %v, %v\nstderr: %s", script, st, err, errOut.String())
 	}
@@ -86,14 +87,14 @@ func TestWorkspaceNotFound(t *testing.T) {
 func TestExecStreamsOutput(t *testing.T) {
 	ws := newWorkspace(t)
 	var out, errOut testutil.SyncBuffer
-	status, err := ws.Exec(t.Context(), []string{"sh", "-c", `printf "out1 $A "; printf err1 >&2; pwd; id -u; exit 3`}, ExecOptions{
+	status, err := ws.Exec(t.Context(), []string{"sh", "-c", `printf "out1 $A "; printf err1 >&2; pwd; id -u; exit 3`}, sdk.ExecOptions{
 		Env: map[string]string{"A": "1"}, Cwd: "/tmp", User: "root", Tag: "t",
 		Stdout: &out, Stderr: &errOut,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if status != (ExitStatus{Code: 3}) || status.Success() {
+	if status != (sdk.ExitStatus{Code: 3}) || status.Success() {
 		t.Errorf("status = %v, want exit status 3", status)
 	}
 	if got, want := out.String(), "out1 1 /tmp\n0\n"; got != want {
@@ -109,17 +110,17 @@ func TestExecStreamsOutput(t *testing.T) {
 
 	// With a terminal, of the size asked for.
 	var tty bytes.Buffer
-	if _, err := ws.Exec(t.Context(), []string{"stty", "size"}, ExecOptions{Stdout: &tty, PTY: &PTYSize{Cols: 80, Rows: 24}}); err != nil || tty.String() != "24 80\r\n" {
+	if _, err := ws.Exec(t.Context(), []string{"stty", "size"}, sdk.ExecOptions{Stdout: &tty, PTY: &sdk.PTYSize{Cols: 80, Rows: 24}}); err != nil || tty.String() != "24 80\r\n" {
 		t.Errorf("stty size in a PTY = %q, %v", tty.String(), err)
 	}
 }
 
 func TestExecSendsStdinThenCloses(t *testing.T) {
 	ws := newWorkspace(t)
-	// More than one SendInput's worth.
-	in := strings.Repeat("x", inputChunk) + "tail"
+	// More than one SendInput's worth (the SDK sends 32 KiB at most).
+	in := strings.Repeat("x", 64<<10) + "tail"
 	var out bytes.Buffer
-	status, err := ws.Exec(t.Context(), []string{"cat"}, ExecOptions{Stdin: strings.NewReader(in), Stdout: &out})
+	status, err := ws.Exec(t.Context(), []string{"cat"}, sdk.ExecOptions{Stdin: strings.NewReader(in), Stdout: &out})
 	if err != nil || !status.Success() {
 		t.Fatalf("Exec = %v, %v (cat ends only when its input is closed)", status, err)
 	}
@@ -130,7 +131,7 @@ func TestExecSendsStdinThenCloses(t *testing.T) {
 
 func TestStartAndConnect(t *testing.T) {
 	ws := newWorkspace(t)
-	p, err := ws.Start(t.Context(), []string{"sh", "-c", "exit 3"}, ExecOptions{})
+	p, err := ws.Start(t.Context(), []string{"sh", "-c", "exit 3"}, sdk.ExecOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +142,7 @@ func TestStartAndConnect(t *testing.T) {
 		t.Errorf("Wait = %v, %v", st, err)
 	}
 
-	p, err = ws.Start(t.Context(), []string{"sh", "-c", "printf buffered; kill -KILL $$"}, ExecOptions{Tag: "build"})
+	p, err = ws.Start(t.Context(), []string{"sh", "-c", "printf buffered; kill -KILL $$"}, sdk.ExecOptions{Tag: "build"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +150,7 @@ func TestStartAndConnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	p, err = ws.Connect(t.Context(), Tag("build"), &out, nil)
+	p, err = ws.Connect(t.Context(), sdk.Tag("build"), &out, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +159,7 @@ func TestStartAndConnect(t *testing.T) {
 		t.Errorf("Connect: %v, %v, output %q", st, err, out.String())
 	}
 
-	p, _ = ws.Connect(t.Context(), Tag("nope"), nil, nil)
+	p, _ = ws.Connect(t.Context(), sdk.Tag("nope"), nil, nil)
 	if _, err := p.Wait(); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Errorf("Connect to an unknown process: %v, want not_found", err)
 	}
@@ -166,20 +167,20 @@ func TestStartAndConnect(t *testing.T) {
 
 func TestUploadAndDownload(t *testing.T) {
 	ws := newWorkspace(t)
-	data := make([]byte, 2*ChunkSize+ChunkSize/2)
+	data := make([]byte, 2*sdk.ChunkSize+sdk.ChunkSize/2)
 	for i := range data {
 		data[i] = byte(i * 7)
 	}
 	var progress []int64
-	info, err := ws.Upload(t.Context(), bytes.NewReader(data), "/tmp/data", 0o600, AsUser("root"),
-		WithProgress(func(n int64) { progress = append(progress, n) }))
+	info, err := ws.Upload(t.Context(), bytes.NewReader(data), "/tmp/data", 0o600, sdk.AsUser("root"),
+		sdk.WithProgress(func(n int64) { progress = append(progress, n) }))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if info.GetSize() != uint64(len(data)) {
 		t.Errorf("size = %d", info.GetSize())
 	}
-	if fmt.Sprint(progress) != fmt.Sprint([]int64{ChunkSize, 2 * ChunkSize, int64(len(data))}) {
+	if fmt.Sprint(progress) != fmt.Sprint([]int64{sdk.ChunkSize, 2 * sdk.ChunkSize, int64(len(data))}) {
 		t.Errorf("progress = %v, want one step a chunk", progress)
 	}
 	if got := sh(t, ws, "stat -c '%a %U' /tmp/data"); got != "600 root\n" {
@@ -196,7 +197,7 @@ func TestUploadAndDownload(t *testing.T) {
 
 	// An upload whose reader fails after a chunk is never committed: the
 	// file keeps its bytes.
-	broken := io.MultiReader(bytes.NewReader(make([]byte, ChunkSize+1)), iotest.ErrReader(errors.New("disk gone")))
+	broken := io.MultiReader(bytes.NewReader(make([]byte, sdk.ChunkSize+1)), iotest.ErrReader(errors.New("disk gone")))
 	if _, err := ws.Upload(t.Context(), broken, "/tmp/data", 0); err == nil || !strings.Contains(err.Error(), "disk gone") {
 		t.Errorf("Upload from a failing reader: %v", err)
 	}
@@ -210,8 +211,11 @@ func TestUploadAndDownload(t *testing.T) {
 // is replaced by a session the handle issues, and one of another workspace
 // is not used: a workspace that does not exist is NotFound.
 func TestWorkspaceWithSession(t *testing.T) {
-	ws := newWorkspace(t)
-	c := ws.c
+	c := newClient(t)
+	ws, err := c.CreateWorkspace(t.Context(), small)
+	if err != nil {
+		t.Fatal(err)
+	}
 	s, err := ws.Session(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -253,7 +257,7 @@ func TestWorkspaceWithSession(t *testing.T) {
 		t.Errorf("after an unreachable endpoint the handle holds %+v, want a session of %s", got, s.Endpoint)
 	}
 
-	_, err = c.WorkspaceWithSession("ws_06h38fjb8dr6d00n3d7fkxjf2m", s).Exec(t.Context(), []string{"true"}, ExecOptions{})
+	_, err = c.WorkspaceWithSession("ws_06h38fjb8dr6d00n3d7fkxjf2m", s).Exec(t.Context(), []string{"true"}, sdk.ExecOptions{})
 	if connect.CodeOf(err) != connect.CodeNotFound {
 		t.Errorf("exec in a workspace that does not exist: %v, want not_found", err)
 	}

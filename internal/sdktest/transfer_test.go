@@ -1,9 +1,11 @@
-package sdk
+package sdktest
 
 import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/kibotos/kibotos/sdk"
 )
 
 // TestExportImportRestore carries a file of a stopped workspace through an
@@ -18,7 +20,7 @@ func TestExportImportRestore(t *testing.T) {
 	if _, err := ws.Export(t.Context(), &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "AVAILABLE") {
 		t.Fatalf("export of a running workspace: %v", err)
 	}
-	if _, err := c.StopWorkspace(t.Context(), ws.ID(), StopOptions{}); err != nil {
+	if _, err := c.StopWorkspace(t.Context(), ws.ID(), sdk.StopOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var art bytes.Buffer

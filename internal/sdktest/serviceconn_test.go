@@ -1,4 +1,4 @@
-package serviceconn
+package sdktest
 
 import (
 	"context"
@@ -13,12 +13,13 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
 	"github.com/kibotos/kibotos/internal/guest/dataplane"
 	"github.com/kibotos/kibotos/internal/testutil"
+	"github.com/kibotos/kibotos/sdk/serviceconn"
 )
 
 // dialEcho serves the guest agent's ServiceService in-process and returns
 // a Conn to a loopback server that echoes until the caller's half-close,
 // then half-closes too.
-func dialEcho(t *testing.T) *Conn {
+func dialEcho(t *testing.T) *serviceconn.Conn {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -45,7 +46,7 @@ func dialEcho(t *testing.T) *Conn {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	port := uint32(ln.Addr().(*net.TCPAddr).Port)
-	c, err := Dial(ctx, client, Addr{Workspace: "ws_a", Port: port})
+	c, err := serviceconn.Dial(ctx, client, serviceconn.Addr{Workspace: "ws_a", Port: port})
 	if err != nil {
 		t.Fatal(err)
 	}

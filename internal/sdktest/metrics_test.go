@@ -1,4 +1,4 @@
-package sdk
+package sdktest
 
 import (
 	"strconv"
@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
+
+	"github.com/kibotos/kibotos/sdk"
 )
 
 // TestMetrics: a Workspace's figures through the SDK: its limit, its
@@ -44,7 +46,7 @@ func TestMetricsOfAStoppedWorkspace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.StopWorkspace(t.Context(), ws.ID(), StopOptions{}); err != nil {
+	if _, err := c.StopWorkspace(t.Context(), ws.ID(), sdk.StopOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// No session is issued for it.

@@ -1,4 +1,4 @@
-package sdk
+package sdktest
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/daemon/uptest"
 	"github.com/kibotos/kibotos/internal/imagestore"
+	"github.com/kibotos/kibotos/sdk"
 )
 
 func TestListAndWatchWorkspaces(t *testing.T) {
@@ -116,7 +117,7 @@ func TestExecContextKillsAndProcessKill(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
-		_, err := ws.Exec(ctx, []string{"sleep", "1000"}, ExecOptions{Tag: "sleeper"})
+		_, err := ws.Exec(ctx, []string{"sleep", "1000"}, sdk.ExecOptions{Tag: "sleeper"})
 		done <- err
 	}()
 	waitProcess(t, ws, "sleeper", func(p running) bool { return p.found && p.exited == "" })
@@ -126,7 +127,7 @@ func TestExecContextKillsAndProcessKill(t *testing.T) {
 	}
 	waitProcess(t, ws, "sleeper", func(p running) bool { return p.exited == "SIGKILL" })
 
-	p, err := ws.Start(t.Context(), []string{"sleep", "1000"}, ExecOptions{})
+	p, err := ws.Start(t.Context(), []string{"sleep", "1000"}, sdk.ExecOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +147,7 @@ type running struct {
 
 // waitProcess waits until the process tagged tag satisfies ok, and fails
 // the test after a minute.
-func waitProcess(t *testing.T, ws *Workspace, tag string, ok func(running) bool) {
+func waitProcess(t *testing.T, ws *sdk.Workspace, tag string, ok func(running) bool) {
 	t.Helper()
 	giveUp := time.After(time.Minute)
 	for {
@@ -173,7 +174,7 @@ func waitProcess(t *testing.T, ws *Workspace, tag string, ok func(running) bool)
 
 func TestDefaultEnv(t *testing.T) {
 	d := uptest.Shared(t)
-	c := New(d.URL+"/", d.Project(t), WithEnv(map[string]string{"A": "client", "B": "client"}))
+	c := sdk.New(d.URL+"/", d.Project(t), sdk.WithEnv(map[string]string{"A": "client", "B": "client"}))
 	t.Cleanup(c.Close)
 	ws, err := c.CreateWorkspace(t.Context(), small)
 	if err != nil {
@@ -181,7 +182,7 @@ func TestDefaultEnv(t *testing.T) {
 	}
 	ws.SetEnv(map[string]string{"B": "ws", "C": "ws"})
 	var out bytes.Buffer
-	if _, err := ws.Exec(t.Context(), []string{"sh", "-c", `echo $A $B $C $D`}, ExecOptions{Env: map[string]string{"C": "exec", "D": "exec"}, Stdout: &out}); err != nil {
+	if _, err := ws.Exec(t.Context(), []string{"sh", "-c", `echo $A $B $C $D`}, sdk.ExecOptions{Env: map[string]string{"C": "exec", "D": "exec"}, Stdout: &out}); err != nil {
 		t.Fatal(err)
 	}
 	if got := out.String(); got != "client ws exec exec\n" {
@@ -191,7 +192,7 @@ func TestDefaultEnv(t *testing.T) {
 
 func TestVolumes(t *testing.T) {
 	c := newClient(t)
-	v, err := c.CreateVolume(t.Context(), VolumeOptions{CapacityBytes: 64 << 20, Labels: map[string]string{"kind": "cache"}})
+	v, err := c.CreateVolume(t.Context(), sdk.VolumeOptions{CapacityBytes: 64 << 20, Labels: map[string]string{"kind": "cache"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +202,7 @@ func TestVolumes(t *testing.T) {
 	if list, err := c.ListVolumes(t.Context(), map[string]string{"kind": "cache"}); err != nil || len(list) != 1 {
 		t.Errorf("ListVolumes = %v, %v", list, err)
 	}
-	if _, err := c.CreateVolume(t.Context(), VolumeOptions{CapacityBytes: 1}); connect.CodeOf(err) != connect.CodeInvalidArgument {
+	if _, err := c.CreateVolume(t.Context(), sdk.VolumeOptions{CapacityBytes: 1}); connect.CodeOf(err) != connect.CodeInvalidArgument {
 		t.Errorf("a capacity not in MiB: %v, want invalid_argument", err)
 	}
 
@@ -248,11 +249,11 @@ func TestTemplates(t *testing.T) {
 	if _, err := c.CreateTemplate(t.Context(), "from-file", nil); err != nil {
 		t.Fatal(err)
 	}
-	got, err := c.ImportTemplate(t.Context(), "from-file", &archive, ImportOptions{})
+	got, err := c.ImportTemplate(t.Context(), "from-file", &archive, sdk.ImportOptions{})
 	if err != nil || got.GetTemplate().GetDefaultRevision() != got.GetRevision().GetRevision() {
 		t.Fatalf("ImportTemplate = %v, %v", got, err)
 	}
-	if _, err := c.ImportTemplate(t.Context(), "from-file", bytes.NewReader([]byte("not a tar")), ImportOptions{}); connect.CodeOf(err) != connect.CodeInvalidArgument {
+	if _, err := c.ImportTemplate(t.Context(), "from-file", bytes.NewReader([]byte("not a tar")), sdk.ImportOptions{}); connect.CodeOf(err) != connect.CodeInvalidArgument {
 		t.Errorf("importing garbage: %v, want invalid_argument", err)
 	}
 
@@ -267,11 +268,11 @@ func TestTemplates(t *testing.T) {
 	if _, err := c.CreateTemplate(t.Context(), "pulled", map[string]string{"src": "registry"}); err != nil {
 		t.Fatal(err)
 	}
-	got, err = c.ImportTemplateFromRegistry(t.Context(), "pulled", ref, ImportOptions{})
+	got, err = c.ImportTemplateFromRegistry(t.Context(), "pulled", ref, sdk.ImportOptions{})
 	if err != nil || got.GetRevision().GetSource() != "registry:"+ref {
 		t.Fatalf("ImportTemplateFromRegistry = %v, %v", got, err)
 	}
-	if _, err := c.ImportTemplateFromRegistry(t.Context(), "pulled", d.Registry+"/busybox:missing", ImportOptions{}); err == nil {
+	if _, err := c.ImportTemplateFromRegistry(t.Context(), "pulled", d.Registry+"/busybox:missing", sdk.ImportOptions{}); err == nil {
 		t.Error("a missing tag was imported")
 	}
 	opts := small

@@ -1,0 +1,34 @@
+// The browser transports: connect-web over the fetch API.
+import { Code, ConnectError, type Interceptor, type Transport } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-web";
+import { bearer, trimSlashes, type Transports } from "./transport.js";
+
+/**
+ * WebTransports calls over the fetch API (connect-web), as a browser does,
+ * or Node.js's own fetch. fetch streams responses but not requests: unary
+ * and server-streaming calls work, a client stream (files.write and
+ * files.upload, whose WriteFile is one) rejects with Code.Unimplemented.
+ * A call ends with its signal.
+ */
+export class WebTransports implements Transports {
+  transport(baseUrl: string, token: string): Transport {
+    return createConnectTransport({
+      baseUrl: trimSlashes(baseUrl),
+      interceptors: [requestStreamsRefused, bearer(token)],
+    });
+  }
+
+  /** close does nothing: fetch keeps no connection a client could close. */
+  close(): void {}
+}
+
+/** requestStreamsRefused rejects a call that streams its request, which fetch cannot send. */
+const requestStreamsRefused: Interceptor = (next) => (req) => {
+  if (req.stream && req.method.methodKind !== "server_streaming") {
+    throw new ConnectError(
+      `${req.method.name} streams its request, which the fetch API cannot: use the SDK's Node.js entry point (@kibotos/sdk)`,
+      Code.Unimplemented,
+    );
+  }
+  return next(req);
+};
