@@ -16,6 +16,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/artifact"
 	"github.com/kibotos/kibotos/internal/ctrl/templates"
+	"github.com/kibotos/kibotos/internal/testutil"
 )
 
 // TestTransferWithTemplate exports, with its Template, a workspace of a
@@ -63,7 +64,7 @@ func TestTransferWithTemplate(t *testing.T) {
 	plainArt := download(t, ta, plain.TransferId)
 	plainImp := upload(t, tb, plainArt, plain.Manifest.Digest)
 	_, err := unary(context.Background(), tb.RestoreWorkspace, &ctrlv1.RestoreWorkspaceRequest{Command: cmd(), TransferId: plainImp.TransferId})
-	if connect.CodeOf(err) != connect.CodeFailedPrecondition || detailReason(err) != ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND ||
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || testutil.ErrorDetail(err).GetReason() != ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND ||
 		!strings.Contains(err.Error(), m.TemplateImageDigest) {
 		t.Errorf("restore without the template in B: %v", err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/kibotos/kibotos/internal/artifact"
 	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/daemon"
+	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/sdk"
 )
 
@@ -183,22 +184,6 @@ func artifactOf(t *testing.T, m *ctrlv1.TransferManifest, dir string) []byte {
 	return buf.Bytes()
 }
 
-// detailReason is the reason of the ErrorDetail an error carries.
-func detailReason(err error) ctrlv1.FailureReason {
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return 0
-	}
-	for _, d := range ce.Details() {
-		if v, derr := d.Value(); derr == nil {
-			if detail, ok := v.(*ctrlv1.ErrorDetail); ok {
-				return detail.Reason
-			}
-		}
-	}
-	return 0
-}
-
 func digestOf(b []byte) string {
 	s := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(s[:])
@@ -318,7 +303,7 @@ func TestTransferAcrossDeployments(t *testing.T) {
 		t.Errorf("the import command with another digest: %v", err)
 	}
 	_, err = unary(context.Background(), tb.RestoreWorkspace, &ctrlv1.RestoreWorkspaceRequest{Command: cmd(), TransferId: orphan.TransferId})
-	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), foreign.TemplateImageDigest) || detailReason(err) != ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND {
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), foreign.TemplateImageDigest) || testutil.ErrorDetail(err).GetReason() != ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND {
 		t.Errorf("restore without the template: %v", err)
 	}
 	mustUnary(t, tb.DeleteTransfer, &ctrlv1.DeleteTransferRequest{Command: cmd(), TransferId: orphan.TransferId})

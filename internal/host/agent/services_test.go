@@ -15,6 +15,7 @@ import (
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/testutil"
 )
 
 // echoOnce serves one connection of a new loopback listener: it reads
@@ -48,14 +49,9 @@ func wantServiceError(t *testing.T, name string, err error, code connect.Code, s
 		t.Errorf("%s: %v, want %v", name, err, code)
 		return
 	}
-	for _, d := range ce.Details() {
-		if v, derr := d.Value(); derr == nil {
-			if detail, ok := v.(*ctrlv1.ErrorDetail); ok && detail.Stage == stage {
-				return
-			}
-		}
+	if detail := testutil.ErrorDetail(err); detail == nil || detail.Stage != stage {
+		t.Errorf("%s: %v carries no ErrorDetail of stage %v", name, err, stage)
 	}
-	t.Errorf("%s: %v carries no ErrorDetail of stage %v", name, err, stage)
 }
 
 func TestDialGuestPort(t *testing.T) {
