@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"testing"
@@ -24,6 +23,7 @@ import (
 	"github.com/kibotos/kibotos/internal/imagestore"
 	"github.com/kibotos/kibotos/internal/netcheck"
 	"github.com/kibotos/kibotos/internal/testutil"
+	"github.com/kibotos/kibotos/internal/testutil/ctrltest"
 	"github.com/kibotos/kibotos/internal/testutil/fakeresolver"
 )
 
@@ -68,21 +68,9 @@ func newEnv(t testing.TB, st store.Store) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- server.Serve(ctx, ln, h, 5*time.Second) }()
-	client := &http.Client{Transport: &http.Transport{}}
-	t.Cleanup(func() {
-		client.CloseIdleConnections()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	e := &env{t: t, store: st, url: "http://" + ln.Addr().String(), admin: secret, http: client}
+	t.Cleanup(cancel)
+	url, client := ctrltest.Serve(t, h)
+	e := &env{t: t, store: st, url: url, admin: secret, http: client}
 	e.egress, e.resolver, e.admins = e.clients(secret)
 	return e
 }

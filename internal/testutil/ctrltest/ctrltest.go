@@ -103,27 +103,14 @@ func Start(t testing.TB) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := &recorder{next: control.Handler}
-	done := make(chan error, 1)
-	go func() { done <- server.Serve(ctx, ln, rec, 5*time.Second) }()
-	var protocols http.Protocols
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
-	client := &http.Client{Transport: &http.Transport{Protocols: &protocols}}
 	t.Cleanup(func() {
-		client.CloseIdleConnections()
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
 		st.Close()
 	})
+	rec := &recorder{next: control.Handler}
+	url, client := Serve(t, rec)
 	return &Server{
-		URL:        "http://" + ln.Addr().String(),
+		URL:        url,
 		AdminToken: admin,
 		Store:      st,
 		Control:    control,
@@ -240,4 +227,31 @@ func (s *Server) AddBuiltinTemplate(t testing.TB) {
 	if err := templates.EnsureBuiltin(t.Context(), s.Store, s.images, hosttest.Busybox); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Serve serves h with server.Serve, as the ctrl process does, on a
+// loopback listener until the test ends, and returns its base URL
+// (http://127.0.0.1:port) and a client for it (HTTP/1.1 and cleartext
+// HTTP/2). It stops before the cleanups registered earlier run.
+func Serve(t testing.TB, h http.Handler) (string, *http.Client) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- server.Serve(ctx, ln, h, 5*time.Second) }()
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	client := &http.Client{Transport: &http.Transport{Protocols: &protocols}}
+	t.Cleanup(func() {
+		client.CloseIdleConnections()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return "http://" + ln.Addr().String(), client
 }
