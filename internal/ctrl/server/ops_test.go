@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,7 +10,6 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,25 +32,11 @@ import (
 	"github.com/kibotos/kibotos/internal/testutil"
 )
 
-// syncBuffer is a buffer the server's log writes to while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// lines returns the JSON log lines so far, each decoded.
-func (s *syncBuffer) lines(t *testing.T) []map[string]any {
+// logLines returns the JSON log lines written to log so far, each decoded.
+func logLines(t *testing.T, log *testutil.SyncBuffer) []map[string]any {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
+	for _, l := range strings.Split(strings.TrimSpace(log.String()), "\n") {
 		if l == "" {
 			continue
 		}
@@ -69,7 +53,7 @@ type opsServer struct {
 	url   string
 	token string
 	store store.Store
-	log   *syncBuffer
+	log   *testutil.SyncBuffer
 }
 
 // panicPuller fails every pull with a panic, the server's bug.
@@ -98,7 +82,7 @@ func startOpsOn(t *testing.T, st store.Store) *opsServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	buf := &syncBuffer{}
+	buf := &testutil.SyncBuffer{}
 	ctl, err := server.New(ctx, server.Config{Store: st, Checker: &netcheck.Checker{}, Images: images, HostToken: "host", Registry: panicPuller{},
 		Logger: slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
@@ -211,7 +195,7 @@ func TestAccessLog(t *testing.T) {
 	}
 
 	byID := map[string][]map[string]any{}
-	for _, l := range s.log.lines(t) {
+	for _, l := range logLines(t, s.log) {
 		if id, ok := l["request_id"].(string); ok {
 			byID[id] = append(byID[id], l)
 		}
