@@ -22,13 +22,13 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/changes"
 	"github.com/kibotos/kibotos/internal/ctrl/exposures"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
-	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/store/sqlite"
 	"github.com/kibotos/kibotos/internal/ctrl/templates/templatetest"
 	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
 	"github.com/kibotos/kibotos/internal/exposureabi"
 	"github.com/kibotos/kibotos/internal/netcheck"
 	"github.com/kibotos/kibotos/internal/testutil"
+	"github.com/kibotos/kibotos/internal/testutil/callertest"
 	"github.com/kibotos/kibotos/internal/testutil/ctrltest"
 )
 
@@ -48,10 +48,6 @@ type env struct {
 	other  ctrlv1connect.ExposureServiceClient // project p2
 }
 
-// projectHeader names the project a test call acts for; the interceptor
-// stands in for the auth interceptor.
-const projectHeader = "Test-Project"
-
 // newEnv serves ExposureService for a host h1 registered with domain as
 // its exposure domain.
 func newEnv(t *testing.T, domain string) *env {
@@ -64,17 +60,7 @@ func newEnv(t *testing.T, domain string) *env {
 	}
 	t.Cleanup(func() { st.Close() })
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	err = st.Update(ctx, func(tx store.Tx) error {
-		for _, p := range []string{"p1", "p2"} {
-			if err := tx.CreateProject(ctx, store.Project{ID: p, Name: p, CreatedAt: now}); err != nil {
-				return err
-			}
-		}
-		return templatetest.PutDefault(ctx, tx, now)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	templatetest.Seed(t, st, now, "p1", "p2")
 	pages := pagetoken.New([]byte("k"))
 	ws := &workspaces.Service{Store: st, Pages: pages, Checker: &netcheck.Checker{}, Changes: changes.NewBroker()}
 	if err := ws.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h1", DataPlaneEndpoint: endpoint, ExposureDomain: domain,
@@ -84,26 +70,12 @@ func newEnv(t *testing.T, domain string) *env {
 	svc := &exposures.Service{Store: st, Workspaces: ws, Pages: pages}
 	ws.Exposures = svc
 
-	caller := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			if !req.Spec().IsClient {
-				ctx = auth.WithCaller(ctx, auth.Caller{ProjectID: req.Header().Get(projectHeader), Role: auth.Editor})
-			}
-			return next(ctx, req)
-		}
-	})
 	mux := http.NewServeMux()
-	mux.Handle(ctrlv1connect.NewExposureServiceHandler(api.NewExposureService(svc), connect.WithInterceptors(caller)))
+	mux.Handle(ctrlv1connect.NewExposureServiceHandler(api.NewExposureService(svc), callertest.Handler()))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	client := func(project string) ctrlv1connect.ExposureServiceClient {
-		return ctrlv1connect.NewExposureServiceClient(srv.Client(), srv.URL, connect.WithInterceptors(
-			connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-				return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-					req.Header().Set(projectHeader, project)
-					return next(ctx, req)
-				}
-			})))
+		return ctrlv1connect.NewExposureServiceClient(srv.Client(), srv.URL, callertest.Client(project))
 	}
 	return &env{t: t, ctx: auth.WithCaller(ctx, auth.Caller{ProjectID: "p1", Role: auth.Editor}), dbPath: dbPath, ws: ws,
 		client: client("p1"), other: client("p2")}

@@ -23,12 +23,12 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/changes"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
 	"github.com/kibotos/kibotos/internal/ctrl/sessions"
-	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/templates/templatetest"
 	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
 	"github.com/kibotos/kibotos/internal/netcheck"
 	"github.com/kibotos/kibotos/internal/sessiontoken"
 	"github.com/kibotos/kibotos/internal/testutil"
+	"github.com/kibotos/kibotos/internal/testutil/callertest"
 )
 
 // These tests drive SessionService through Connect over a real SQLite
@@ -64,26 +64,12 @@ type env struct {
 	other  ctrlv1connect.SessionServiceClient // project p2
 }
 
-// projectHeader names the project a test call acts for; the interceptor
-// stands in for the auth interceptor.
-const projectHeader = "Test-Project"
-
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	st := testutil.SQLiteStore(t)
 	ctx := context.Background()
 	clk := &clock{now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
-	err := st.Update(ctx, func(tx store.Tx) error {
-		for _, p := range []string{"p1", "p2"} {
-			if err := tx.CreateProject(ctx, store.Project{ID: p, Name: p, CreatedAt: clk.Now()}); err != nil {
-				return err
-			}
-		}
-		return templatetest.PutDefault(ctx, tx, clk.Now())
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	templatetest.Seed(t, st, clk.Now(), "p1", "p2")
 	ws := &workspaces.Service{Store: st, Pages: pagetoken.New([]byte("k")), Checker: &netcheck.Checker{},
 		Changes: changes.NewBroker(), Now: clk.Now}
 	if err := ws.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h1", DataPlaneEndpoint: endpoint,
@@ -92,26 +78,12 @@ func newEnv(t *testing.T) *env {
 	}
 	svc := &sessions.Service{Store: st, Workspaces: ws, Now: clk.Now}
 
-	caller := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			if !req.Spec().IsClient {
-				ctx = auth.WithCaller(ctx, auth.Caller{ProjectID: req.Header().Get(projectHeader), Role: auth.Editor})
-			}
-			return next(ctx, req)
-		}
-	})
 	mux := http.NewServeMux()
-	mux.Handle(ctrlv1connect.NewSessionServiceHandler(api.NewSessionService(svc), connect.WithInterceptors(caller)))
+	mux.Handle(ctrlv1connect.NewSessionServiceHandler(api.NewSessionService(svc), callertest.Handler()))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	client := func(project string) ctrlv1connect.SessionServiceClient {
-		return ctrlv1connect.NewSessionServiceClient(srv.Client(), srv.URL, connect.WithInterceptors(
-			connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-				return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-					req.Header().Set(projectHeader, project)
-					return next(ctx, req)
-				}
-			})))
+		return ctrlv1connect.NewSessionServiceClient(srv.Client(), srv.URL, callertest.Client(project))
 	}
 	return &env{t: t, ctx: auth.WithCaller(ctx, auth.Caller{ProjectID: "p1", Role: auth.Editor}), ws: ws, svc: svc,
 		clock: clk, client: client("p1"), other: client("p2")}
