@@ -134,16 +134,25 @@ func describe(t *testing.T, root string) map[string]string {
 	return out
 }
 
+// write writes an artifact of manifest holding each section's tree.
 func write(t *testing.T, sections map[string]string) []byte {
 	t.Helper()
+	return writeWith(t, manifest, func(w *Writer) {
+		for _, s := range slices.Sorted(maps.Keys(sections)) {
+			must(t, w.AddTree(context.Background(), s, sections[s]))
+		}
+	})
+}
+
+// writeWith writes an artifact of manifest m whose entries add writes.
+func writeWith(t *testing.T, m *ctrlv1.TransferManifest, add func(*Writer)) []byte {
+	t.Helper()
+	body, err := EncodeManifest(m)
+	must(t, err)
 	var buf bytes.Buffer
-	m, err := EncodeManifest(manifest)
+	w, err := NewWriter(&buf, body, nil)
 	must(t, err)
-	w, err := NewWriter(&buf, m, nil)
-	must(t, err)
-	for _, s := range slices.Sorted(maps.Keys(sections)) {
-		must(t, w.AddTree(context.Background(), s, sections[s]))
-	}
+	add(w)
 	must(t, w.Close())
 	return buf.Bytes()
 }
@@ -275,15 +284,11 @@ func TestEscapes(t *testing.T) {
 	// A symbolic link to outside, then a file through it: built by hand,
 	// since a real tree cannot hold both.
 	must(t, os.Symlink(outside, filepath.Join(src, "escape")))
-	var buf bytes.Buffer
-	m, _ := EncodeManifest(manifest)
-	w, err := NewWriter(&buf, m, nil)
-	must(t, err)
-	must(t, w.AddTree(context.Background(), Layer, src))
-	must(t, w.AddFile(Layer+"/escape/pwned", strings.NewReader("x"), 1))
-	must(t, w.Close())
-	evil := buf.Bytes()
-	_, err = Extract(context.Background(), bytes.NewReader(evil), map[string]string{Layer: t.TempDir()})
+	evil := writeWith(t, manifest, func(w *Writer) {
+		must(t, w.AddTree(context.Background(), Layer, src))
+		must(t, w.AddFile(Layer+"/escape/pwned", strings.NewReader("x"), 1))
+	})
+	_, err := Extract(context.Background(), bytes.NewReader(evil), map[string]string{Layer: t.TempDir()})
 	if err == nil {
 		t.Fatal("an entry through a symbolic link was extracted")
 	}

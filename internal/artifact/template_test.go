@@ -39,16 +39,11 @@ func fakeImage() (order []string, blobs map[string][]byte) {
 // whose content open gives.
 func writeWithTemplate(t *testing.T, m *ctrlv1.TransferManifest, order []string, open OpenBlob) []byte {
 	t.Helper()
-	body, err := EncodeManifest(m)
-	must(t, err)
-	var buf bytes.Buffer
-	w, err := NewWriter(&buf, body, nil)
-	must(t, err)
-	if order != nil {
-		must(t, w.AddTemplate(order, open))
-	}
-	must(t, w.Close())
-	return buf.Bytes()
+	return writeWith(t, m, func(w *Writer) {
+		if order != nil {
+			must(t, w.AddTemplate(order, open))
+		}
+	})
 }
 
 func opener(blobs map[string][]byte) OpenBlob {

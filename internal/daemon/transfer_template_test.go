@@ -152,24 +152,11 @@ func forgeTemplateBlob(t *testing.T, art []byte) []byte {
 	slices.Sort(order[1:])
 	last := order[len(order)-1]
 	blobs[last] = bytes.Repeat([]byte("not the layer "), 100)
-	body, err := artifact.EncodeManifest(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	w, err := artifact.NewWriter(&buf, body, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.AddTemplate(order, func(d string) (io.ReadCloser, int64, error) {
-		return io.NopCloser(bytes.NewReader(blobs[d])), int64(len(blobs[d])), nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return writeArtifact(t, m, func(w *artifact.Writer) error {
+		return w.AddTemplate(order, func(d string) (io.ReadCloser, int64, error) {
+			return io.NopCloser(bytes.NewReader(blobs[d])), int64(len(blobs[d])), nil
+		})
+	})
 }
 
 // TestTransferFailures makes an export fail for real, on ctrl's side (its

@@ -166,6 +166,15 @@ func uploadAs(c ctrlv1connect.TransferServiceClient, command *ctrlv1.CommandMeta
 // artifactOf writes an artifact of manifest m holding the layer dir.
 func artifactOf(t *testing.T, m *ctrlv1.TransferManifest, dir string) []byte {
 	t.Helper()
+	return writeArtifact(t, m, func(w *artifact.Writer) error {
+		return w.AddTree(context.Background(), artifact.Layer, dir)
+	})
+}
+
+// writeArtifact writes an artifact of manifest m whose sections add
+// writes.
+func writeArtifact(t *testing.T, m *ctrlv1.TransferManifest, add func(*artifact.Writer) error) []byte {
+	t.Helper()
 	body, err := artifact.EncodeManifest(m)
 	if err != nil {
 		t.Fatal(err)
@@ -175,7 +184,7 @@ func artifactOf(t *testing.T, m *ctrlv1.TransferManifest, dir string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.AddTree(context.Background(), artifact.Layer, dir); err != nil {
+	if err := add(w); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Close(); err != nil {
