@@ -2,7 +2,8 @@
 // fresh database on the PostgreSQL server that scripts/test-postgres starts;
 // it builds binaries of this module (the guest agent for a TestMain);
 // SyncBuffer collects a stream's output while a test reads it; H2CServer
-// serves a handler over HTTP/1.1 and cleartext HTTP/2; WantCode and
+// serves a handler over HTTP/1.1 and cleartext HTTP/2, and ServeOnce one
+// loopback TCP connection; WantCode and
 // ErrorDetail read the Connect errors of the API; HelloImage builds, and
 // HelloImageArchive writes, an image a deployment can import and run.
 // Its sub-packages hold the other helpers every package's tests share (the

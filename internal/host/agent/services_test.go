@@ -23,21 +23,10 @@ import (
 // closes. It returns the port.
 func echoOnce(t *testing.T) uint32 {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
+	return uint32(testutil.ServeOnce(t, func(c net.Conn) {
 		in, _ := io.ReadAll(c)
 		c.Write(append([]byte("got "), in...))
-	}()
-	return uint32(ln.Addr().(*net.TCPAddr).Port)
+	}).Port)
 }
 
 // wantServiceError checks an error's code and the stage of its
