@@ -106,15 +106,7 @@ func get(t *testing.T, client *http.Client, url string, header http.Header) (int
 	if header != nil {
 		req.Header = header
 	}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp, b := testutil.Do(t, client, req)
 	return resp.StatusCode, string(b)
 }
 
