@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -93,14 +92,14 @@ func startOpsOn(t *testing.T, st store.Store) *opsServer {
 	return &opsServer{url: srv.URL, token: token, store: st, log: buf}
 }
 
+// get sends GET url and returns the status and the body.
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
-	resp, err := http.Get(url)
+	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	resp, b := testutil.Do(t, http.DefaultClient, req)
 	return resp.StatusCode, string(b)
 }
 
