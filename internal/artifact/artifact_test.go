@@ -21,18 +21,13 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
 
 var manifest = &ctrlv1.TransferManifest{
 	Template:         &ctrlv1.TemplateRef{TemplateId: "base", Revision: "r1"},
 	Resources:        &ctrlv1.ResourceRequest{CpuMillis: 500, MemoryBytes: 256 << 20, WritableLayerBytes: 512 << 20},
 	SourceGeneration: 2,
-}
-
-func needRoot(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: owners, devices and trusted.* attributes")
-	}
 }
 
 func must(t *testing.T, err error) {
@@ -158,7 +153,7 @@ func writeWith(t *testing.T, m *ctrlv1.TransferManifest, add func(*Writer)) []by
 }
 
 func TestRoundTrip(t *testing.T) {
-	needRoot(t)
+	hosttest.RequireRoot(t)
 	src, vol := t.TempDir(), t.TempDir()
 	makeTree(t, src)
 	must(t, os.WriteFile(filepath.Join(vol, "data.bin"), bytes.Repeat([]byte("v"), 3<<20), 0o644))
@@ -200,7 +195,7 @@ func TestRoundTrip(t *testing.T) {
 // TestExtractOnlyNamedSections leaves out the sections roots does not
 // name, but still verifies them.
 func TestExtractOnlyNamedSections(t *testing.T) {
-	needRoot(t)
+	hosttest.RequireRoot(t)
 	src := t.TempDir()
 	must(t, os.WriteFile(filepath.Join(src, "f"), []byte("x"), 0o644))
 	art := write(t, map[string]string{Layer: src, Volume: src})
@@ -217,7 +212,7 @@ func TestExtractOnlyNamedSections(t *testing.T) {
 }
 
 func TestRefusals(t *testing.T) {
-	needRoot(t)
+	hosttest.RequireRoot(t)
 	src := t.TempDir()
 	must(t, os.WriteFile(filepath.Join(src, "big"), bytes.Repeat([]byte("0123456789abcdef"), 1<<16), 0o644))
 	good := write(t, map[string]string{Layer: src})
@@ -278,7 +273,7 @@ func (e iotestErr) Read([]byte) (int, error) { return 0, e.err }
 // TestEscapes refuses archives whose entries would land outside the
 // directory they are extracted into.
 func TestEscapes(t *testing.T) {
-	needRoot(t)
+	hosttest.RequireRoot(t)
 	outside := t.TempDir()
 	src := t.TempDir()
 	// A symbolic link to outside, then a file through it: built by hand,

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
 
 func digest(b []byte) string {
@@ -60,7 +61,7 @@ func opener(blobs map[string][]byte) OpenBlob {
 // blob that is not what its digest names, a section the manifest does not
 // declare, and a declared one that is missing or incomplete.
 func TestTemplateSection(t *testing.T) {
-	needRoot(t)
+	hosttest.RequireRoot(t)
 	order, blobs := fakeImage()
 	m := proto.CloneOf(manifest)
 	m.CarriesTemplate, m.TemplateImageDigest = true, order[0]
