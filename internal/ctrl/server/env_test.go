@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/netip"
 	"testing"
-	"time"
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
@@ -17,10 +16,8 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/internal/bearer"
-	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/server"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
-	"github.com/kibotos/kibotos/internal/imagestore"
 	"github.com/kibotos/kibotos/internal/netcheck"
 	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/internal/testutil/ctrltest"
@@ -55,21 +52,8 @@ func backends(t *testing.T, fn func(t *testing.T, e *env)) {
 
 func newEnv(t testing.TB, st store.Store) *env {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	secret, err := auth.Bootstrap(ctx, st, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	images, err := imagestore.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := server.Handler(ctx, server.Config{Store: st, Checker: &netcheck.Checker{Resolver: fakeresolver.New(testHosts)}, Images: images})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cancel)
-	url, client := ctrltest.Serve(t, h)
+	ctl, secret := ctrltest.New(t, st, server.Config{Checker: &netcheck.Checker{Resolver: fakeresolver.New(testHosts)}})
+	url, client := ctrltest.Serve(t, ctl.Handler)
 	e := &env{t: t, store: st, url: url, admin: secret, http: client}
 	e.egress, e.resolver, e.admins = e.clients(secret)
 	return e

@@ -7,11 +7,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"connectrpc.com/connect"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -21,14 +19,13 @@ import (
 	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/buildinfo"
 	"github.com/kibotos/kibotos/internal/ctrl/accesslog"
-	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/health"
 	"github.com/kibotos/kibotos/internal/ctrl/registry"
 	"github.com/kibotos/kibotos/internal/ctrl/server"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
-	"github.com/kibotos/kibotos/internal/imagestore"
 	"github.com/kibotos/kibotos/internal/netcheck"
 	"github.com/kibotos/kibotos/internal/testutil"
+	"github.com/kibotos/kibotos/internal/testutil/ctrltest"
 )
 
 // logLines returns the JSON log lines written to log so far, each decoded.
@@ -71,22 +68,9 @@ func startOps(t *testing.T) *opsServer {
 // startOpsOn runs a control plane on st with a JSON logger.
 func startOpsOn(t *testing.T, st store.Store) *opsServer {
 	t.Helper()
-	ctx := context.Background()
-	dir := t.TempDir()
-	token, err := auth.Bootstrap(ctx, st, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	images, err := imagestore.Open(filepath.Join(dir, "images"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	buf := &testutil.SyncBuffer{}
-	ctl, err := server.New(ctx, server.Config{Store: st, Checker: &netcheck.Checker{}, Images: images, HostToken: "host", Registry: panicPuller{},
+	ctl, token := ctrltest.New(t, st, server.Config{Checker: &netcheck.Checker{}, HostToken: "host", Registry: panicPuller{},
 		Logger: slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv := httptest.NewServer(ctl.Handler)
 	t.Cleanup(srv.Close)
 	return &opsServer{url: srv.URL, token: token, store: st, log: buf}

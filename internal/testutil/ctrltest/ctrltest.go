@@ -76,36 +76,24 @@ type Server struct {
 // Start runs a control plane until the test ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
 	dir := t.TempDir()
 	dbPath := filepath.Join(dir, "kibotos.db")
-	st, err := sqlite.Open(ctx, dbPath)
+	st, err := sqlite.Open(context.Background(), dbPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin, err := auth.Bootstrap(ctx, st, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { st.Close() })
 	images, err := imagestore.Open(filepath.Join(dir, "images"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	blobs := memblob.OpenBucket(nil)
 	t.Cleanup(func() { blobs.Close() })
-	control, err := server.New(ctx, server.Config{
-		Store:     st,
+	control, admin := New(t, st, server.Config{
 		Checker:   &netcheck.Checker{Resolver: fakeresolver.New(Hosts)},
 		Images:    images,
 		HostToken: HostToken,
 		Blobs:     blobs,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		st.Close()
 	})
 	rec := &recorder{next: control.Handler}
 	url, client := Serve(t, rec)
@@ -227,6 +215,31 @@ func (s *Server) AddBuiltinTemplate(t testing.TB) {
 	if err := templates.EnsureBuiltin(t.Context(), s.Store, s.images, hosttest.Busybox); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// New bootstraps st as a deployment's first start does and assembles a
+// control plane on it with cfg, its Store set to st and, unless cfg names
+// one, a new image store; the plane's background work ends with the test.
+// It returns the plane and the bootstrap admin token.
+func New(t testing.TB, st store.Store, cfg server.Config) (*server.Control, string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	admin, err := auth.Bootstrap(ctx, st, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Images == nil {
+		if cfg.Images, err = imagestore.Open(t.TempDir()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg.Store = st
+	control, err := server.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return control, admin
 }
 
 // Serve serves h with server.Serve, as the ctrl process does, on a
