@@ -8,6 +8,10 @@
 // and decoded request messages) before the handlers see it, so a client's
 // test can check what the client sent, and Snapshot reads every row of the
 // store, so a test can check that a call changed nothing.
+//
+// New and Serve are its two halves for tests that need another store or
+// configuration: a control plane assembled on a bootstrapped store, and a
+// handler served on loopback as the ctrl process serves it.
 package ctrltest
 
 import (
