@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -28,11 +26,7 @@ func TestAnsweredCommandsSurviveKill(t *testing.T) {
 	bin := build(t)
 	home := filepath.Join(t.TempDir(), "home")
 	up := startUp(t, bin, home)
-	token, err := os.ReadFile(filepath.Join(home, "admin-token"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	secret := strings.TrimSpace(string(token))
+	secret := adminToken(t, home)
 	const procedure = "/kibotos.ctrl.v1.EgressService/CreateEgress"
 	post := func(addr string, body []byte) (int, []byte, error) {
 		req, err := http.NewRequest(http.MethodPost, "http://"+addr+procedure, bytes.NewReader(body))

@@ -418,11 +418,7 @@ func (d *deployment) templates() ctrlv1connect.TemplateServiceClient {
 }
 
 func (d *deployment) auth() connect.ClientOption {
-	token, err := os.ReadFile(filepath.Join(d.home, "admin-token"))
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	return connect.WithInterceptors(bearer.Token(strings.TrimSpace(string(token))))
+	return connect.WithInterceptors(bearer.Token(adminToken(d.t, d.home)))
 }
 
 func (d *deployment) template(id string) *ctrlv1.Template {

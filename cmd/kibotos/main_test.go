@@ -26,14 +26,10 @@ func TestUpBootstrapsServesAndStopsOnSIGTERM(t *testing.T) {
 
 	up := startUp(t, bin, home)
 	stdout, addr := up.printed(), up.addr
-	token, err := os.ReadFile(filepath.Join(home, "admin-token"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	secret := adminToken(t, home)
 	if fi, _ := os.Stat(filepath.Join(home, "admin-token")); fi.Mode().Perm() != 0o600 {
 		t.Errorf("admin-token mode %v, want 0600", fi.Mode().Perm())
 	}
-	secret := strings.TrimSpace(string(token))
 	if !strings.Contains(stdout, secret) {
 		t.Errorf("first start did not print the admin token; stdout:\n%s", stdout)
 	}

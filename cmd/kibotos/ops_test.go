@@ -146,11 +146,7 @@ func TestOperations(t *testing.T) {
 	}
 	resp.Body.Close()
 
-	token, err := os.ReadFile(filepath.Join(home, "admin-token"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cli := exec.Command(bin, "template", "get", "base", "--addr", addr, "--token", strings.TrimSpace(string(token)))
+	cli := exec.Command(bin, "template", "get", "base", "--addr", addr, "--token", adminToken(t, home))
 	if out, err := cli.CombinedOutput(); err != nil {
 		t.Fatalf("template get: %v\n%s", err, out)
 	}

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -24,6 +25,16 @@ func build(t *testing.T) string {
 		}
 	}
 	return filepath.Join(dir, "kibotos")
+}
+
+// adminToken reads the admin token `kibotos up` stored under home.
+func adminToken(t *testing.T, home string) string {
+	t.Helper()
+	token, err := os.ReadFile(filepath.Join(home, "admin-token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(token))
 }
 
 var readyAddr = regexp.MustCompile(`msg=ready addr=(\S+)`)

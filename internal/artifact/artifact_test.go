@@ -21,18 +21,13 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
 
 var manifest = &ctrlv1.TransferManifest{
 	Template:         &ctrlv1.TemplateRef{TemplateId: "base", Revision: "r1"},
 	Resources:        &ctrlv1.ResourceRequest{CpuMillis: 500, MemoryBytes: 256 << 20, WritableLayerBytes: 512 << 20},
 	SourceGeneration: 2,
-}
-
-func needRoot(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: owners, devices and trusted.* attributes")
-	}
 }
 
 func must(t *testing.T, err error) {
@@ -134,22 +129,31 @@ func describe(t *testing.T, root string) map[string]string {
 	return out
 }
 
+// write writes an artifact of manifest holding each section's tree.
 func write(t *testing.T, sections map[string]string) []byte {
 	t.Helper()
+	return writeWith(t, manifest, func(w *Writer) {
+		for _, s := range slices.Sorted(maps.Keys(sections)) {
+			must(t, w.AddTree(context.Background(), s, sections[s]))
+		}
+	})
+}
+
+// writeWith writes an artifact of manifest m whose entries add writes.
+func writeWith(t *testing.T, m *ctrlv1.TransferManifest, add func(*Writer)) []byte {
+	t.Helper()
+	body, err := EncodeManifest(m)
+	must(t, err)
 	var buf bytes.Buffer
-	m, err := EncodeManifest(manifest)
+	w, err := NewWriter(&buf, body, nil)
 	must(t, err)
-	w, err := NewWriter(&buf, m, nil)
-	must(t, err)
-	for _, s := range slices.Sorted(maps.Keys(sections)) {
-		must(t, w.AddTree(context.Background(), s, sections[s]))
-	}
+	add(w)
 	must(t, w.Close())
 	return buf.Bytes()
 }
 
 func TestRoundTrip(t *testing.T) {
-	needRoot(t)
+	hosttest.RequireRoot(t)
 	src, vol := t.TempDir(), t.TempDir()
 	makeTree(t, src)
 	must(t, os.WriteFile(filepath.Join(vol, "data.bin"), bytes.Repeat([]byte("v"), 3<<20), 0o644))
@@ -191,7 +195,7 @@ func TestRoundTrip(t *testing.T) {
 // TestExtractOnlyNamedSections leaves out the sections roots does not
 // name, but still verifies them.
 func TestExtractOnlyNamedSections(t *testing.T) {
-	needRoot(t)
+	hosttest.RequireRoot(t)
 	src := t.TempDir()
 	must(t, os.WriteFile(filepath.Join(src, "f"), []byte("x"), 0o644))
 	art := write(t, map[string]string{Layer: src, Volume: src})
@@ -208,7 +212,7 @@ func TestExtractOnlyNamedSections(t *testing.T) {
 }
 
 func TestRefusals(t *testing.T) {
-	needRoot(t)
+	hosttest.RequireRoot(t)
 	src := t.TempDir()
 	must(t, os.WriteFile(filepath.Join(src, "big"), bytes.Repeat([]byte("0123456789abcdef"), 1<<16), 0o644))
 	good := write(t, map[string]string{Layer: src})
@@ -269,21 +273,17 @@ func (e iotestErr) Read([]byte) (int, error) { return 0, e.err }
 // TestEscapes refuses archives whose entries would land outside the
 // directory they are extracted into.
 func TestEscapes(t *testing.T) {
-	needRoot(t)
+	hosttest.RequireRoot(t)
 	outside := t.TempDir()
 	src := t.TempDir()
 	// A symbolic link to outside, then a file through it: built by hand,
 	// since a real tree cannot hold both.
 	must(t, os.Symlink(outside, filepath.Join(src, "escape")))
-	var buf bytes.Buffer
-	m, _ := EncodeManifest(manifest)
-	w, err := NewWriter(&buf, m, nil)
-	must(t, err)
-	must(t, w.AddTree(context.Background(), Layer, src))
-	must(t, w.AddFile(Layer+"/escape/pwned", strings.NewReader("x"), 1))
-	must(t, w.Close())
-	evil := buf.Bytes()
-	_, err = Extract(context.Background(), bytes.NewReader(evil), map[string]string{Layer: t.TempDir()})
+	evil := writeWith(t, manifest, func(w *Writer) {
+		must(t, w.AddTree(context.Background(), Layer, src))
+		must(t, w.AddFile(Layer+"/escape/pwned", strings.NewReader("x"), 1))
+	})
+	_, err := Extract(context.Background(), bytes.NewReader(evil), map[string]string{Layer: t.TempDir()})
 	if err == nil {
 		t.Fatal("an entry through a symbolic link was extracted")
 	}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
 
 func digest(b []byte) string {
@@ -39,16 +40,11 @@ func fakeImage() (order []string, blobs map[string][]byte) {
 // whose content open gives.
 func writeWithTemplate(t *testing.T, m *ctrlv1.TransferManifest, order []string, open OpenBlob) []byte {
 	t.Helper()
-	body, err := EncodeManifest(m)
-	must(t, err)
-	var buf bytes.Buffer
-	w, err := NewWriter(&buf, body, nil)
-	must(t, err)
-	if order != nil {
-		must(t, w.AddTemplate(order, open))
-	}
-	must(t, w.Close())
-	return buf.Bytes()
+	return writeWith(t, m, func(w *Writer) {
+		if order != nil {
+			must(t, w.AddTemplate(order, open))
+		}
+	})
 }
 
 func opener(blobs map[string][]byte) OpenBlob {
@@ -65,7 +61,7 @@ func opener(blobs map[string][]byte) OpenBlob {
 // blob that is not what its digest names, a section the manifest does not
 // declare, and a declared one that is missing or incomplete.
 func TestTemplateSection(t *testing.T) {
-	needRoot(t)
+	hosttest.RequireRoot(t)
 	order, blobs := fakeImage()
 	m := proto.CloneOf(manifest)
 	m.CarriesTemplate, m.TemplateImageDigest = true, order[0]

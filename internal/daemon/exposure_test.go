@@ -57,6 +57,19 @@ func startWebapp(t *testing.T, ws *sdk.Workspace, ports ...int) {
 	runWebapp(t, ws, ports...)
 }
 
+// exposedWebapp runs the test web server on each port in a new workspace
+// of d and exposes the first port with the default options.
+func (d *deployment) exposedWebapp(t *testing.T, ports ...int) (*sdk.Workspace, *sdk.Exposure) {
+	t.Helper()
+	ws := d.sdkWorkspace(256<<20, 256<<20)
+	startWebapp(t, ws, ports...)
+	x, err := ws.Expose(context.Background(), uint32(ports[0]), sdk.ExposeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ws, x
+}
+
 // runWebapp starts the copied server on each port and waits until each
 // listens.
 func runWebapp(t *testing.T, ws *sdk.Workspace, ports ...int) {
@@ -106,15 +119,7 @@ func get(t *testing.T, client *http.Client, url string, header http.Header) (int
 	if header != nil {
 		req.Header = header
 	}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp, b := testutil.Do(t, client, req)
 	return resp.StatusCode, string(b)
 }
 
@@ -143,12 +148,7 @@ func TestExposureBrowser(t *testing.T) {
 	d := up(t, t.TempDir())
 	defer d.stop()
 	ctx := context.Background()
-	ws := d.sdkWorkspace(256<<20, 256<<20)
-	startWebapp(t, ws, 8080)
-	x, err := ws.Expose(ctx, 8080, sdk.ExposeOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ws, x := d.exposedWebapp(t, 8080)
 	if !strings.HasPrefix(x.URL, d.url+"/x/"+x.ID+"/") || x.Token == "" {
 		t.Fatalf("exposure %+v", x)
 	}
@@ -246,12 +246,7 @@ func TestExposureLifecycle(t *testing.T) {
 	defer d.stop()
 	ctx := context.Background()
 	client := d.sdkClient()
-	ws := d.sdkWorkspace(256<<20, 256<<20)
-	startWebapp(t, ws, 8080, 8081)
-	x, err := ws.Expose(ctx, 8080, sdk.ExposeOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ws, x := d.exposedWebapp(t, 8080, 8081)
 	kept, err := ws.Expose(ctx, 8081, sdk.ExposeOptions{Public: true, Persistent: true})
 	if err != nil {
 		t.Fatal(err)
@@ -434,12 +429,7 @@ func TestExposureByHostName(t *testing.T) {
 	d := upWith(t, t.TempDir(), daemon.Options{ExposureDomain: "apps.example.test"})
 	defer d.stop()
 	ctx := context.Background()
-	ws := d.sdkWorkspace(256<<20, 256<<20)
-	startWebapp(t, ws, 8080)
-	x, err := ws.Expose(ctx, 8080, sdk.ExposeOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ws, x := d.exposedWebapp(t, 8080)
 	port := d.url[strings.LastIndexByte(d.url, ':')+1:]
 	name := exposureabi.HostLabel(8080, ws.ID()) + ".apps.example.test:" + port
 	if x.URL != "http://"+name+"/" {
@@ -448,6 +438,7 @@ func TestExposureByHostName(t *testing.T) {
 	var (
 		resp *http.Response
 		body []byte
+		err  error
 	)
 	eventually(t, 10*time.Second, "the host to route "+name, func() (int, error) {
 		req, _ := http.NewRequest(http.MethodGet, d.url+"/request", nil)

@@ -3,7 +3,6 @@ package daemon_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/daemon"
 	"github.com/kibotos/kibotos/internal/host/runtime/oci"
+	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/sdk"
 )
 
@@ -79,7 +79,7 @@ func TestCapabilityGvisor(t *testing.T) {
 		d := up(t, t.TempDir())
 		defer d.stop()
 		_, err := d.client.CreateWorkspace(context.Background(), connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: require()}))
-		if connect.CodeOf(err) != connect.CodeFailedPrecondition || failureReason(err) != ctrlv1.FailureReason_FAILURE_REASON_CAPABILITY_UNAVAILABLE {
+		if connect.CodeOf(err) != connect.CodeFailedPrecondition || testutil.ErrorDetail(err).GetReason() != ctrlv1.FailureReason_FAILURE_REASON_CAPABILITY_UNAVAILABLE {
 			t.Fatalf("requiring runtime.gvisor on runc: %v, want failed_precondition CAPABILITY_UNAVAILABLE", err)
 		}
 	})
@@ -104,20 +104,4 @@ func TestCapabilityGvisor(t *testing.T) {
 			t.Errorf("dmesg in the workspace: %+v, %v, %q; want gVisor's", st, err, out.String())
 		}
 	})
-}
-
-// failureReason is the reason of err's ErrorDetail; UNSPECIFIED without one.
-func failureReason(err error) ctrlv1.FailureReason {
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return 0
-	}
-	for _, d := range ce.Details() {
-		if v, err := d.Value(); err == nil {
-			if e, ok := v.(*ctrlv1.ErrorDetail); ok {
-				return e.Reason
-			}
-		}
-	}
-	return 0
 }

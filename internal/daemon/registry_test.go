@@ -1,7 +1,6 @@
 package daemon_test
 
 import (
-	"archive/tar"
 	"bytes"
 	"io"
 	"log"
@@ -18,15 +17,13 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	gcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/spf13/cobra"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/cli"
 	"github.com/kibotos/kibotos/internal/daemon"
-	"github.com/kibotos/kibotos/internal/imagestore"
+	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/internal/testutil/testtls"
 )
 
@@ -47,29 +44,6 @@ func authRegistry(t *testing.T) string {
 	}))
 	t.Cleanup(srv.Close)
 	return strings.TrimPrefix(srv.URL, "http://")
-}
-
-// helloImage is the built-in image with /hello.txt added.
-func helloImage(t *testing.T, content string) v1.Image {
-	t.Helper()
-	base, err := imagestore.BuiltinImage(imagestore.DefaultBusybox)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var layerTar bytes.Buffer
-	tw := tar.NewWriter(&layerTar)
-	tw.WriteHeader(&tar.Header{Name: "hello.txt", Mode: 0o644, Size: int64(len(content)), Typeflag: tar.TypeReg})
-	tw.Write([]byte(content))
-	tw.Close()
-	layer, err := tarball.LayerFromReader(bytes.NewReader(layerTar.Bytes()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := mutate.AppendLayers(base, layer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return img
 }
 
 // kibotos runs the CLI against d with stdin and returns its stdout.
@@ -101,7 +75,7 @@ func (d *deployment) kibotos(stdin string, args ...string) (string, error) {
 func TestRegistryImportRuns(t *testing.T) {
 	host := authRegistry(t)
 	content := "pulled from a registry\n"
-	img := helloImage(t, content)
+	img := testutil.HelloImage(t, content)
 	ref, err := name.ParseReference(host+"/app:1", name.Insecure)
 	if err != nil {
 		t.Fatal(err)
@@ -183,7 +157,7 @@ func TestRegistryImportPrivateCA(t *testing.T) {
 	if err := os.WriteFile(caFile, []byte(caPEM), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	img := helloImage(t, "over a private CA\n")
+	img := testutil.HelloImage(t, "over a private CA\n")
 	ref, err := name.ParseReference(host + "/app:1")
 	if err != nil {
 		t.Fatal(err)

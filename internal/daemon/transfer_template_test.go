@@ -16,6 +16,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/artifact"
 	"github.com/kibotos/kibotos/internal/ctrl/templates"
+	"github.com/kibotos/kibotos/internal/testutil"
 )
 
 // TestTransferWithTemplate exports, with its Template, a workspace of a
@@ -63,7 +64,7 @@ func TestTransferWithTemplate(t *testing.T) {
 	plainArt := download(t, ta, plain.TransferId)
 	plainImp := upload(t, tb, plainArt, plain.Manifest.Digest)
 	_, err := unary(context.Background(), tb.RestoreWorkspace, &ctrlv1.RestoreWorkspaceRequest{Command: cmd(), TransferId: plainImp.TransferId})
-	if connect.CodeOf(err) != connect.CodeFailedPrecondition || detailReason(err) != ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND ||
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || testutil.ErrorDetail(err).GetReason() != ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND ||
 		!strings.Contains(err.Error(), m.TemplateImageDigest) {
 		t.Errorf("restore without the template in B: %v", err)
 	}
@@ -151,24 +152,11 @@ func forgeTemplateBlob(t *testing.T, art []byte) []byte {
 	slices.Sort(order[1:])
 	last := order[len(order)-1]
 	blobs[last] = bytes.Repeat([]byte("not the layer "), 100)
-	body, err := artifact.EncodeManifest(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	w, err := artifact.NewWriter(&buf, body, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.AddTemplate(order, func(d string) (io.ReadCloser, int64, error) {
-		return io.NopCloser(bytes.NewReader(blobs[d])), int64(len(blobs[d])), nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return writeArtifact(t, m, func(w *artifact.Writer) error {
+		return w.AddTemplate(order, func(d string) (io.ReadCloser, int64, error) {
+			return io.NopCloser(bytes.NewReader(blobs[d])), int64(len(blobs[d])), nil
+		})
+	})
 }
 
 // TestTransferFailures makes an export fail for real, on ctrl's side (its

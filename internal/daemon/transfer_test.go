@@ -22,6 +22,7 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/internal/artifact"
 	"github.com/kibotos/kibotos/internal/daemon"
+	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/sdk"
 	"github.com/kibotos/kibotos/sdk/bearer"
 )
@@ -165,6 +166,15 @@ func uploadAs(c ctrlv1connect.TransferServiceClient, command *ctrlv1.CommandMeta
 // artifactOf writes an artifact of manifest m holding the layer dir.
 func artifactOf(t *testing.T, m *ctrlv1.TransferManifest, dir string) []byte {
 	t.Helper()
+	return writeArtifact(t, m, func(w *artifact.Writer) error {
+		return w.AddTree(context.Background(), artifact.Layer, dir)
+	})
+}
+
+// writeArtifact writes an artifact of manifest m whose sections add
+// writes.
+func writeArtifact(t *testing.T, m *ctrlv1.TransferManifest, add func(*artifact.Writer) error) []byte {
+	t.Helper()
 	body, err := artifact.EncodeManifest(m)
 	if err != nil {
 		t.Fatal(err)
@@ -174,29 +184,13 @@ func artifactOf(t *testing.T, m *ctrlv1.TransferManifest, dir string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.AddTree(context.Background(), artifact.Layer, dir); err != nil {
+	if err := add(w); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
-}
-
-// detailReason is the reason of the ErrorDetail an error carries.
-func detailReason(err error) ctrlv1.FailureReason {
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return 0
-	}
-	for _, d := range ce.Details() {
-		if v, derr := d.Value(); derr == nil {
-			if detail, ok := v.(*ctrlv1.ErrorDetail); ok {
-				return detail.Reason
-			}
-		}
-	}
-	return 0
 }
 
 func digestOf(b []byte) string {
@@ -318,7 +312,7 @@ func TestTransferAcrossDeployments(t *testing.T) {
 		t.Errorf("the import command with another digest: %v", err)
 	}
 	_, err = unary(context.Background(), tb.RestoreWorkspace, &ctrlv1.RestoreWorkspaceRequest{Command: cmd(), TransferId: orphan.TransferId})
-	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), foreign.TemplateImageDigest) || detailReason(err) != ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND {
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), foreign.TemplateImageDigest) || testutil.ErrorDetail(err).GetReason() != ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND {
 		t.Errorf("restore without the template: %v", err)
 	}
 	mustUnary(t, tb.DeleteTransfer, &ctrlv1.DeleteTransferRequest{Command: cmd(), TransferId: orphan.TransferId})

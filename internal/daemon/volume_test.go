@@ -19,6 +19,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/internal/daemon"
+	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
@@ -115,36 +116,6 @@ func bound(id, path string) *ctrlv1.WorkspaceVolumeBinding {
 
 var none = &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NONE}
 
-// observedWorkspace is the workspace a refusal carries, or nil.
-func observedWorkspace(err error) *ctrlv1.Workspace {
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return nil
-	}
-	for _, d := range ce.Details() {
-		if m, derr := d.Value(); derr == nil {
-			if ed, ok := m.(*ctrlv1.ErrorDetail); ok {
-				return ed.ObservedWorkspace
-			}
-		}
-	}
-	return nil
-}
-
-func errorReason(err error) ctrlv1.FailureReason {
-	var ce *connect.Error
-	if errors.As(err, &ce) {
-		for _, d := range ce.Details() {
-			if m, derr := d.Value(); derr == nil {
-				if ed, ok := m.(*ctrlv1.ErrorDetail); ok {
-					return ed.Reason
-				}
-			}
-		}
-	}
-	return 0
-}
-
 // TestVolumeData follows one Volume's data through everything that must
 // keep it: stop and start, a FORCE stop, growth, the deletion of a
 // workspace that does not delete it, and a rebind to another workspace.
@@ -187,14 +158,14 @@ func TestVolumeData(t *testing.T) {
 
 	// A second binding of a bound volume is refused, naming the holder.
 	_, err = e.client.CreateWorkspace(e.ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: withVolume(bound(volID, ""))}))
-	if connect.CodeOf(err) != connect.CodeFailedPrecondition || observedWorkspace(err).GetWorkspaceId() != ws.WorkspaceId {
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || testutil.ErrorDetail(err).GetObservedWorkspace().GetWorkspaceId() != ws.WorkspaceId {
 		t.Errorf("binding a bound volume: %v", err)
 	}
 	// Growing it while mounted is refused here, with the reason.
 	if _, err := e.resize(volID, 96*mib); connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "stop the workspace") {
 		t.Errorf("online resize: %v", err)
 	}
-	if _, err := e.volumes.DeleteVolume(e.ctx, connect.NewRequest(&ctrlv1.DeleteVolumeRequest{Command: cmd(), VolumeId: volID})); connect.CodeOf(err) != connect.CodeFailedPrecondition || observedWorkspace(err) == nil {
+	if _, err := e.volumes.DeleteVolume(e.ctx, connect.NewRequest(&ctrlv1.DeleteVolumeRequest{Command: cmd(), VolumeId: volID})); connect.CodeOf(err) != connect.CodeFailedPrecondition || testutil.ErrorDetail(err).GetObservedWorkspace() == nil {
 		t.Errorf("deleting a bound volume: %v", err)
 	}
 
@@ -410,7 +381,7 @@ func TestVolumeLostAndDamaged(t *testing.T) {
 		t.Errorf("a volume of another pool is LOST")
 	}
 	_, err = e.start(holder.WorkspaceId)
-	if connect.CodeOf(err) != connect.CodeFailedPrecondition || errorReason(err) != ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST {
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || testutil.ErrorDetail(err).GetReason() != ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST {
 		t.Errorf("start bound to a LOST volume: %v", err)
 	}
 	if _, err := e.resize(lost.VolumeId, 64*mib); connect.CodeOf(err) != connect.CodeFailedPrecondition {

@@ -7,17 +7,28 @@ import (
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/kibotos/kibotos/internal/imagestore"
 )
 
-// HelloImageArchive writes, as `docker save` does, the built-in image (of
-// the host's busybox) with one more layer holding /hello.txt with
-// content, and returns the archive's path: an image a deployment lacks
-// until it imports it, on which a workspace runs.
+// HelloImageArchive writes, as `docker save` does, HelloImage(content)
+// and returns the archive's path: an image a deployment lacks until it
+// imports it, on which a workspace runs.
 func HelloImageArchive(t testing.TB, content string) string {
+	t.Helper()
+	archive := filepath.Join(t.TempDir(), "image.tar")
+	if err := tarball.WriteToFile(archive, name.MustParseReference("example.com/hello:1"), HelloImage(t, content)); err != nil {
+		t.Fatal(err)
+	}
+	return archive
+}
+
+// HelloImage is the built-in image (of the host's busybox) with one more
+// layer holding /hello.txt with content.
+func HelloImage(t testing.TB, content string) v1.Image {
 	t.Helper()
 	base, err := imagestore.BuiltinImage(imagestore.DefaultBusybox)
 	if err != nil {
@@ -36,9 +47,5 @@ func HelloImageArchive(t testing.TB, content string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	archive := filepath.Join(t.TempDir(), "image.tar")
-	if err := tarball.WriteToFile(archive, name.MustParseReference("example.com/hello:1"), img); err != nil {
-		t.Fatal(err)
-	}
-	return archive
+	return img
 }

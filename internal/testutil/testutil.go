@@ -2,9 +2,10 @@
 // fresh database on the PostgreSQL server that scripts/test-postgres starts;
 // it builds binaries of this module (the guest agent for a TestMain);
 // SyncBuffer collects a stream's output while a test reads it; H2CServer
-// serves a handler over HTTP/1.1 and cleartext HTTP/2; WantCode and
-// ErrorDetail read the Connect errors of the API; HelloImageArchive writes
-// an image archive a deployment can import and run.
+// serves a handler over HTTP/1.1 and cleartext HTTP/2, ServeOnce one
+// loopback TCP connection, and Do sends a request and reads its answer;
+// WantCode and ErrorDetail read the Connect errors of the API; HelloImage builds, and HelloImageArchive writes, an image a
+// deployment can import and run.
 // Its sub-packages hold the other helpers every package's tests share (the
 // in-process control plane, host skips and root filesystems, a fake
 // resolver, test certificates, a test "internet", long DNS names).

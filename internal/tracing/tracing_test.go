@@ -5,20 +5,17 @@ import (
 	"encoding/hex"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"connectrpc.com/connect"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
-	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/server"
-	"github.com/kibotos/kibotos/internal/ctrl/store/sqlite"
-	"github.com/kibotos/kibotos/internal/imagestore"
 	"github.com/kibotos/kibotos/internal/netcheck"
+	"github.com/kibotos/kibotos/internal/testutil"
+	"github.com/kibotos/kibotos/internal/testutil/ctrltest"
 	"github.com/kibotos/kibotos/internal/testutil/otlptest"
 	"github.com/kibotos/kibotos/internal/tracing"
 	"github.com/kibotos/kibotos/sdk/bearer"
@@ -39,24 +36,7 @@ func TestTracesExported(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "kibotos.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	token, err := auth.Bootstrap(ctx, st, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	images, err := imagestore.Open(filepath.Join(dir, "images"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctl, err := server.New(ctx, server.Config{Store: st, Checker: &netcheck.Checker{}, Images: images, Tracing: ic})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctl, token := ctrltest.New(t, testutil.SQLiteStore(t), server.Config{Checker: &netcheck.Checker{}, Tracing: ic})
 	srv := httptest.NewServer(ctl.Handler)
 	defer srv.Close()
 

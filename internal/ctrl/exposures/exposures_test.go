@@ -22,13 +22,14 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/changes"
 	"github.com/kibotos/kibotos/internal/ctrl/exposures"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
-	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/store/sqlite"
 	"github.com/kibotos/kibotos/internal/ctrl/templates/templatetest"
 	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
+	"github.com/kibotos/kibotos/internal/ctrl/workspaces/workspacestest"
 	"github.com/kibotos/kibotos/internal/exposureabi"
 	"github.com/kibotos/kibotos/internal/netcheck"
 	"github.com/kibotos/kibotos/internal/testutil"
+	"github.com/kibotos/kibotos/internal/testutil/callertest"
 	"github.com/kibotos/kibotos/internal/testutil/ctrltest"
 )
 
@@ -44,13 +45,10 @@ type env struct {
 	ctx    context.Context // the caller of project p1
 	dbPath string
 	ws     *workspaces.Service
+	host   *workspacestest.Host
 	client ctrlv1connect.ExposureServiceClient // project p1
 	other  ctrlv1connect.ExposureServiceClient // project p2
 }
-
-// projectHeader names the project a test call acts for; the interceptor
-// stands in for the auth interceptor.
-const projectHeader = "Test-Project"
 
 // newEnv serves ExposureService for a host h1 registered with domain as
 // its exposure domain.
@@ -64,48 +62,21 @@ func newEnv(t *testing.T, domain string) *env {
 	}
 	t.Cleanup(func() { st.Close() })
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	err = st.Update(ctx, func(tx store.Tx) error {
-		for _, p := range []string{"p1", "p2"} {
-			if err := tx.CreateProject(ctx, store.Project{ID: p, Name: p, CreatedAt: now}); err != nil {
-				return err
-			}
-		}
-		return templatetest.PutDefault(ctx, tx, now)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	templatetest.Seed(t, st, now, "p1", "p2")
 	pages := pagetoken.New([]byte("k"))
 	ws := &workspaces.Service{Store: st, Pages: pages, Checker: &netcheck.Checker{}, Changes: changes.NewBroker()}
-	if err := ws.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h1", DataPlaneEndpoint: endpoint, ExposureDomain: domain,
-		Capacity: &hostv1.HostCapacity{CpuMillis: 8000, MemoryBytes: 8 << 30, LayerBytes: 100 << 30, DefaultLayerBytes: 1 << 30}}); err != nil {
-		t.Fatal(err)
-	}
+	host := workspacestest.Register(t, ctx, ws, endpoint, domain)
 	svc := &exposures.Service{Store: st, Workspaces: ws, Pages: pages}
 	ws.Exposures = svc
 
-	caller := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			if !req.Spec().IsClient {
-				ctx = auth.WithCaller(ctx, auth.Caller{ProjectID: req.Header().Get(projectHeader), Role: auth.Editor})
-			}
-			return next(ctx, req)
-		}
-	})
 	mux := http.NewServeMux()
-	mux.Handle(ctrlv1connect.NewExposureServiceHandler(api.NewExposureService(svc), connect.WithInterceptors(caller)))
+	mux.Handle(ctrlv1connect.NewExposureServiceHandler(api.NewExposureService(svc), callertest.Handler()))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	client := func(project string) ctrlv1connect.ExposureServiceClient {
-		return ctrlv1connect.NewExposureServiceClient(srv.Client(), srv.URL, connect.WithInterceptors(
-			connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-				return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-					req.Header().Set(projectHeader, project)
-					return next(ctx, req)
-				}
-			})))
+		return ctrlv1connect.NewExposureServiceClient(srv.Client(), srv.URL, callertest.Client(project))
 	}
-	return &env{t: t, ctx: auth.WithCaller(ctx, auth.Caller{ProjectID: "p1", Role: auth.Editor}), dbPath: dbPath, ws: ws,
+	return &env{t: t, ctx: auth.WithCaller(ctx, auth.Caller{ProjectID: "p1", Role: auth.Editor}), dbPath: dbPath, ws: ws, host: host,
 		client: client("p1"), other: client("p2")}
 }
 
@@ -125,18 +96,8 @@ func (e *env) create() string {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.report(ws.WorkspaceId, hostv1.ObservedState_OBSERVED_STATE_RUNNING)
+	e.host.Report(ws.WorkspaceId, hostv1.ObservedState_OBSERVED_STATE_RUNNING)
 	return ws.WorkspaceId
-}
-
-// report sends a host report for the workspace's current execution.
-func (e *env) report(id string, state hostv1.ObservedState) {
-	e.t.Helper()
-	a := e.assignment(id)
-	if err := e.ws.Report(e.ctx, "h1", []*hostv1.ExecutionReport{{ExecutionId: a.ExecutionId, WorkspaceId: id,
-		Generation: a.Generation, State: state}}, nil); err != nil {
-		e.t.Fatal(err)
-	}
 }
 
 // stop stops a workspace until STOPPED; start starts it until AVAILABLE.
@@ -145,7 +106,7 @@ func (e *env) stop(id string) {
 	if _, err := workspaces.Stop(e.ctx, e.ws, write(newWS), id, ctrlv1.StopMode_STOP_MODE_NORMAL, identity); err != nil {
 		e.t.Fatal(err)
 	}
-	e.report(id, hostv1.ObservedState_OBSERVED_STATE_STOPPED)
+	e.host.Report(id, hostv1.ObservedState_OBSERVED_STATE_STOPPED)
 }
 
 func (e *env) start(id string) {
@@ -153,30 +114,14 @@ func (e *env) start(id string) {
 	if _, err := workspaces.Start(e.ctx, e.ws, write(newWS), id, identity); err != nil {
 		e.t.Fatal(err)
 	}
-	e.report(id, hostv1.ObservedState_OBSERVED_STATE_RUNNING)
-}
-
-// assignment returns what ctrl wants of the workspace's execution on h1.
-func (e *env) assignment(id string) *hostv1.Assignment {
-	e.t.Helper()
-	list, err := e.ws.Assignments(e.ctx, "h1")
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	for _, a := range list.Assignments {
-		if a.WorkspaceId == id {
-			return a
-		}
-	}
-	e.t.Fatalf("no assignment of %s", id)
-	return nil
+	e.host.Report(id, hostv1.ObservedState_OBSERVED_STATE_RUNNING)
 }
 
 // routed returns the IDs of the exposures the host routes to the
 // workspace's execution.
 func (e *env) routed(id string) []string {
 	var out []string
-	for _, x := range e.assignment(id).Exposures {
+	for _, x := range e.host.Assignment(id).Exposures {
 		out = append(out, x.ExposureId)
 	}
 	return out
@@ -236,7 +181,7 @@ func TestCreateExposure(t *testing.T) {
 	}
 	// The host gets the hash, which the token verifies against; the store
 	// keeps neither the token nor its secret.
-	routed := e.assignment(id).Exposures
+	routed := e.host.Assignment(id).Exposures
 	if len(routed) != 1 || routed[0].ExposureId != x.ExposureId || routed[0].Port != 8080 ||
 		!exposureabi.Verify(x.Token, x.ExposureId, routed[0].TokenSha256) {
 		t.Fatalf("assignment's exposures %v do not admit the token", routed)
@@ -259,7 +204,7 @@ func TestCreateExposure(t *testing.T) {
 	if pub.Token != "" || pub.Auth != ctrlv1.ExposureAuth_EXPOSURE_AUTH_PUBLIC {
 		t.Errorf("PUBLIC exposure %v", pub)
 	}
-	for _, a := range e.assignment(id).Exposures {
+	for _, a := range e.host.Assignment(id).Exposures {
 		if a.ExposureId == pub.ExposureId && (a.Auth != ctrlv1.ExposureAuth_EXPOSURE_AUTH_PUBLIC || len(a.TokenSha256) != 0) {
 			t.Errorf("PUBLIC assignment %v", a)
 		}

@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"testing"
-	"time"
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
@@ -17,13 +15,12 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/admin/v1/adminv1connect"
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
-	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/server"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/errdetail"
-	"github.com/kibotos/kibotos/internal/imagestore"
 	"github.com/kibotos/kibotos/internal/netcheck"
 	"github.com/kibotos/kibotos/internal/testutil"
+	"github.com/kibotos/kibotos/internal/testutil/ctrltest"
 	"github.com/kibotos/kibotos/internal/testutil/fakeresolver"
 	"github.com/kibotos/kibotos/sdk/bearer"
 )
@@ -56,34 +53,9 @@ func backends(t *testing.T, fn func(t *testing.T, e *env)) {
 
 func newEnv(t testing.TB, st store.Store) *env {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	secret, err := auth.Bootstrap(ctx, st, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	images, err := imagestore.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := server.Handler(ctx, server.Config{Store: st, Checker: &netcheck.Checker{Resolver: fakeresolver.New(testHosts)}, Images: images})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- server.Serve(ctx, ln, h, 5*time.Second) }()
-	client := &http.Client{Transport: &http.Transport{}}
-	t.Cleanup(func() {
-		client.CloseIdleConnections()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	e := &env{t: t, store: st, url: "http://" + ln.Addr().String(), admin: secret, http: client}
+	ctl, secret := ctrltest.New(t, st, server.Config{Checker: &netcheck.Checker{Resolver: fakeresolver.New(testHosts)}})
+	url, client := ctrltest.Serve(t, ctl.Handler)
+	e := &env{t: t, store: st, url: url, admin: secret, http: client}
 	e.egress, e.resolver, e.admins = e.clients(secret)
 	return e
 }

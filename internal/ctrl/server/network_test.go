@@ -3,7 +3,6 @@ package server_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/templates/templatetest"
 	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
+	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
@@ -112,7 +112,7 @@ func TestUpdateWorkspaceNetworkPolicy(t *testing.T) {
 		}
 		err = deleteEgress(egUDP)
 		wantCode(t, "delete the referenced egress", err, connect.CodeFailedPrecondition)
-		if got := observedWorkspace(t, err); got.GetWorkspaceId() != id {
+		if got := testutil.ErrorDetail(err).GetObservedWorkspace(); got.GetWorkspaceId() != id {
 			t.Errorf("the refusal's observed workspace is %v, want %s", got, id)
 		}
 
@@ -243,21 +243,4 @@ func TestUpdateWorkspaceNetworkPolicyReplay(t *testing.T) {
 			t.Errorf("policy after the replays: %v, want DENY_ALL at revision 3", p)
 		}
 	})
-}
-
-// observedWorkspace is the ErrorDetail.observed_workspace of err.
-func observedWorkspace(t *testing.T, err error) *ctrlv1.Workspace {
-	t.Helper()
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return nil
-	}
-	for _, d := range ce.Details() {
-		if v, derr := d.Value(); derr == nil {
-			if ed, ok := v.(*ctrlv1.ErrorDetail); ok {
-				return ed.ObservedWorkspace
-			}
-		}
-	}
-	return nil
 }

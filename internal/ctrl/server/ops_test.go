@@ -1,20 +1,15 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"connectrpc.com/connect"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -23,36 +18,21 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/internal/buildinfo"
 	"github.com/kibotos/kibotos/internal/ctrl/accesslog"
-	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/health"
 	"github.com/kibotos/kibotos/internal/ctrl/registry"
 	"github.com/kibotos/kibotos/internal/ctrl/server"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
-	"github.com/kibotos/kibotos/internal/imagestore"
 	"github.com/kibotos/kibotos/internal/netcheck"
 	"github.com/kibotos/kibotos/internal/testutil"
+	"github.com/kibotos/kibotos/internal/testutil/ctrltest"
 	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
-// syncBuffer is a buffer the server's log writes to while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// lines returns the JSON log lines so far, each decoded.
-func (s *syncBuffer) lines(t *testing.T) []map[string]any {
+// logLines returns the JSON log lines written to log so far, each decoded.
+func logLines(t *testing.T, log *testutil.SyncBuffer) []map[string]any {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
+	for _, l := range strings.Split(strings.TrimSpace(log.String()), "\n") {
 		if l == "" {
 			continue
 		}
@@ -69,7 +49,7 @@ type opsServer struct {
 	url   string
 	token string
 	store store.Store
-	log   *syncBuffer
+	log   *testutil.SyncBuffer
 }
 
 // panicPuller fails every pull with a panic, the server's bug.
@@ -88,35 +68,22 @@ func startOps(t *testing.T) *opsServer {
 // startOpsOn runs a control plane on st with a JSON logger.
 func startOpsOn(t *testing.T, st store.Store) *opsServer {
 	t.Helper()
-	ctx := context.Background()
-	dir := t.TempDir()
-	token, err := auth.Bootstrap(ctx, st, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	images, err := imagestore.Open(filepath.Join(dir, "images"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf := &syncBuffer{}
-	ctl, err := server.New(ctx, server.Config{Store: st, Checker: &netcheck.Checker{}, Images: images, HostToken: "host", Registry: panicPuller{},
+	buf := &testutil.SyncBuffer{}
+	ctl, token := ctrltest.New(t, st, server.Config{Checker: &netcheck.Checker{}, HostToken: "host", Registry: panicPuller{},
 		Logger: slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv := httptest.NewServer(ctl.Handler)
 	t.Cleanup(srv.Close)
 	return &opsServer{url: srv.URL, token: token, store: st, log: buf}
 }
 
+// get sends GET url and returns the status and the body.
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
-	resp, err := http.Get(url)
+	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	resp, b := testutil.Do(t, http.DefaultClient, req)
 	return resp.StatusCode, string(b)
 }
 
@@ -211,7 +178,7 @@ func TestAccessLog(t *testing.T) {
 	}
 
 	byID := map[string][]map[string]any{}
-	for _, l := range s.log.lines(t) {
+	for _, l := range logLines(t, s.log) {
 		if id, ok := l["request_id"].(string); ok {
 			byID[id] = append(byID[id], l)
 		}

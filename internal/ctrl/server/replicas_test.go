@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -28,6 +27,7 @@ import (
 	"github.com/kibotos/kibotos/internal/imagestore"
 	"github.com/kibotos/kibotos/internal/netcheck"
 	"github.com/kibotos/kibotos/internal/testutil"
+	"github.com/kibotos/kibotos/internal/testutil/ctrltest"
 	"github.com/kibotos/kibotos/internal/testutil/fakeresolver"
 	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 	"github.com/kibotos/kibotos/sdk/bearer"
@@ -67,25 +67,12 @@ func startReplica(t *testing.T, dbURL string, bucket *blob.Bucket) *replica {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- server.Serve(ctx, ln, ctl.Handler, 5*time.Second) }()
-	var protocols http.Protocols
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
-	client := &http.Client{Transport: &http.Transport{Protocols: &protocols}}
 	t.Cleanup(func() {
-		client.CloseIdleConnections()
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
 		<-relayDone
 	})
-	return &replica{url: "http://" + ln.Addr().String(), http: client, store: st, images: images}
+	url, client := ctrltest.Serve(t, ctl.Handler)
+	return &replica{url: url, http: client, store: st, images: images}
 }
 
 // TestReplicas: two ctrl replicas on one PostgreSQL database and one S3

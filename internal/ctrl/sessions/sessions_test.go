@@ -23,11 +23,12 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/changes"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
 	"github.com/kibotos/kibotos/internal/ctrl/sessions"
-	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/templates/templatetest"
 	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
+	"github.com/kibotos/kibotos/internal/ctrl/workspaces/workspacestest"
 	"github.com/kibotos/kibotos/internal/netcheck"
 	"github.com/kibotos/kibotos/internal/testutil"
+	"github.com/kibotos/kibotos/internal/testutil/callertest"
 	"github.com/kibotos/kibotos/sdk/sessiontoken"
 )
 
@@ -58,62 +59,32 @@ type env struct {
 	t      *testing.T
 	ctx    context.Context // the caller of project p1
 	ws     *workspaces.Service
+	host   *workspacestest.Host
 	svc    *sessions.Service
 	clock  *clock
 	client ctrlv1connect.SessionServiceClient // project p1
 	other  ctrlv1connect.SessionServiceClient // project p2
 }
 
-// projectHeader names the project a test call acts for; the interceptor
-// stands in for the auth interceptor.
-const projectHeader = "Test-Project"
-
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	st := testutil.SQLiteStore(t)
 	ctx := context.Background()
 	clk := &clock{now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
-	err := st.Update(ctx, func(tx store.Tx) error {
-		for _, p := range []string{"p1", "p2"} {
-			if err := tx.CreateProject(ctx, store.Project{ID: p, Name: p, CreatedAt: clk.Now()}); err != nil {
-				return err
-			}
-		}
-		return templatetest.PutDefault(ctx, tx, clk.Now())
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	templatetest.Seed(t, st, clk.Now(), "p1", "p2")
 	ws := &workspaces.Service{Store: st, Pages: pagetoken.New([]byte("k")), Checker: &netcheck.Checker{},
 		Changes: changes.NewBroker(), Now: clk.Now}
-	if err := ws.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h1", DataPlaneEndpoint: endpoint,
-		Capacity: &hostv1.HostCapacity{CpuMillis: 8000, MemoryBytes: 8 << 30, LayerBytes: 100 << 30, DefaultLayerBytes: 1 << 30}}); err != nil {
-		t.Fatal(err)
-	}
+	host := workspacestest.Register(t, ctx, ws, endpoint, "")
 	svc := &sessions.Service{Store: st, Workspaces: ws, Now: clk.Now}
 
-	caller := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			if !req.Spec().IsClient {
-				ctx = auth.WithCaller(ctx, auth.Caller{ProjectID: req.Header().Get(projectHeader), Role: auth.Editor})
-			}
-			return next(ctx, req)
-		}
-	})
 	mux := http.NewServeMux()
-	mux.Handle(ctrlv1connect.NewSessionServiceHandler(api.NewSessionService(svc), connect.WithInterceptors(caller)))
+	mux.Handle(ctrlv1connect.NewSessionServiceHandler(api.NewSessionService(svc), callertest.Handler()))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	client := func(project string) ctrlv1connect.SessionServiceClient {
-		return ctrlv1connect.NewSessionServiceClient(srv.Client(), srv.URL, connect.WithInterceptors(
-			connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-				return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-					req.Header().Set(projectHeader, project)
-					return next(ctx, req)
-				}
-			})))
+		return ctrlv1connect.NewSessionServiceClient(srv.Client(), srv.URL, callertest.Client(project))
 	}
-	return &env{t: t, ctx: auth.WithCaller(ctx, auth.Caller{ProjectID: "p1", Role: auth.Editor}), ws: ws, svc: svc,
+	return &env{t: t, ctx: auth.WithCaller(ctx, auth.Caller{ProjectID: "p1", Role: auth.Editor}), ws: ws, host: host, svc: svc,
 		clock: clk, client: client("p1"), other: client("p2")}
 }
 
@@ -142,32 +113,12 @@ func (e *env) create(running bool) string {
 // report sends a host report for the workspace's current execution.
 func (e *env) report(id string, state hostv1.ObservedState) *ctrlv1.Workspace {
 	e.t.Helper()
-	a := e.assignment(id)
-	if err := e.ws.Report(e.ctx, "h1", []*hostv1.ExecutionReport{{ExecutionId: a.ExecutionId, WorkspaceId: id,
-		Generation: a.Generation, State: state}}, nil); err != nil {
-		e.t.Fatal(err)
-	}
+	e.host.Report(id, state)
 	ws, err := e.ws.Get(e.ctx, id)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	return ws
-}
-
-// assignment returns what ctrl wants of the workspace's execution on h1.
-func (e *env) assignment(id string) *hostv1.Assignment {
-	e.t.Helper()
-	list, err := e.ws.Assignments(e.ctx, "h1")
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	for _, a := range list.Assignments {
-		if a.WorkspaceId == id {
-			return a
-		}
-	}
-	e.t.Fatalf("no assignment of %s", id)
-	return nil
 }
 
 // check verifies a token as the host running its workspace would.
@@ -177,7 +128,7 @@ func (e *env) check(id, tok string) error {
 	if err != nil {
 		return err
 	}
-	a := e.assignment(id)
+	a := e.host.Assignment(id)
 	return parsed.Verify(sessiontoken.Authority{WorkspaceID: a.WorkspaceId, Generation: a.Generation,
 		Key: a.GetDataPlane().GetKey(), Revoked: a.GetDataPlane().GetRevokedSessionIds()}, e.clock.Now())
 }
@@ -202,7 +153,7 @@ func TestIssueSession(t *testing.T) {
 	id := e.create(false)
 	// The key rides on the first assignment: the host holds it before the
 	// workspace is AVAILABLE, so a session issued at once is accepted.
-	first := e.assignment(id).GetDataPlane().GetKey()
+	first := e.host.Assignment(id).GetDataPlane().GetKey()
 	if len(first) != sessiontoken.KeySize {
 		t.Errorf("a CREATING workspace's assignment carries key %x", first)
 	}
@@ -214,7 +165,7 @@ func TestIssueSession(t *testing.T) {
 	}
 
 	e.report(id, hostv1.ObservedState_OBSERVED_STATE_RUNNING)
-	if k := e.assignment(id).GetDataPlane().GetKey(); !bytes.Equal(k, first) {
+	if k := e.host.Assignment(id).GetDataPlane().GetKey(); !bytes.Equal(k, first) {
 		t.Fatalf("the key changed when the workspace became AVAILABLE: %x, was %x", k, first)
 	}
 	s := e.issue(id, 0)
@@ -250,7 +201,7 @@ func TestIssueSession(t *testing.T) {
 	}
 	_, err = e.client.IssueSession(context.Background(), connect.NewRequest(&ctrlv1.IssueSessionRequest{WorkspaceId: id}))
 	testutil.WantCode(t, "issue for STOPPING", err, connect.CodeFailedPrecondition)
-	if a := e.assignment(id); a.DataPlane != nil {
+	if a := e.host.Assignment(id); a.DataPlane != nil {
 		t.Errorf("a stopping execution's assignment carries a data plane: %v", a.DataPlane)
 	}
 }
@@ -269,7 +220,7 @@ func TestRevokeSession(t *testing.T) {
 	default:
 		t.Error("a revocation did not wake the host streams")
 	}
-	if got := e.assignment(id).GetDataPlane().GetRevokedSessionIds(); len(got) != 1 || got[0] != s1.SessionId {
+	if got := e.host.Assignment(id).GetDataPlane().GetRevokedSessionIds(); len(got) != 1 || got[0] != s1.SessionId {
 		t.Errorf("revoked ids = %v", got)
 	}
 	if err := e.check(id, s1.Token); !errors.Is(err, sessiontoken.ErrRevoked) {
@@ -281,7 +232,7 @@ func TestRevokeSession(t *testing.T) {
 	if err := e.revoke(s1.SessionId); err != nil {
 		t.Errorf("revoking again: %v", err)
 	}
-	if got := e.assignment(id).GetDataPlane().GetRevokedSessionIds(); len(got) != 1 {
+	if got := e.host.Assignment(id).GetDataPlane().GetRevokedSessionIds(); len(got) != 1 {
 		t.Errorf("revoked ids after revoking again = %v", got)
 	}
 
@@ -310,11 +261,11 @@ func TestRevokeSession(t *testing.T) {
 	if err := e.revoke(short.SessionId); err != nil {
 		t.Errorf("revoking an expired session: %v", err)
 	}
-	if got := e.assignment(id).GetDataPlane().GetRevokedSessionIds(); len(got) != 2 {
+	if got := e.host.Assignment(id).GetDataPlane().GetRevokedSessionIds(); len(got) != 2 {
 		t.Errorf("revoked ids = %v, want s1 and s2", got)
 	}
 	e.clock.Advance(time.Hour)
-	if got := e.assignment(id).GetDataPlane().GetRevokedSessionIds(); len(got) != 0 {
+	if got := e.host.Assignment(id).GetDataPlane().GetRevokedSessionIds(); len(got) != 0 {
 		t.Errorf("expired sessions still listed: %v", got)
 	}
 
@@ -333,7 +284,7 @@ func TestRotateDataPlane(t *testing.T) {
 	if err := e.revoke(s1.SessionId); err != nil {
 		t.Fatal(err)
 	}
-	before := e.assignment(id).DataPlane
+	before := e.host.Assignment(id).DataPlane
 
 	rotate := func(client ctrlv1connect.SessionServiceClient, id string) (*ctrlv1.Workspace, error) {
 		resp, err := client.RotateDataPlane(context.Background(), connect.NewRequest(&ctrlv1.RotateDataPlaneRequest{
@@ -347,7 +298,7 @@ func TestRotateDataPlane(t *testing.T) {
 	if err != nil || ws.GetWorkspaceId() != id || ws.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE {
 		t.Fatalf("rotate: %v, %v", ws, err)
 	}
-	after := e.assignment(id).DataPlane
+	after := e.host.Assignment(id).DataPlane
 	if len(after.GetKey()) != sessiontoken.KeySize || proto.Equal(before, after) || len(after.RevokedSessionIds) != 0 {
 		t.Errorf("data plane %v after rotation, %v before", after, before)
 	}
@@ -401,7 +352,7 @@ func TestSessionsEndWithTheirGeneration(t *testing.T) {
 	if ws := e.report(id, hostv1.ObservedState_OBSERVED_STATE_RUNNING); ws.Generation != 2 {
 		t.Fatalf("generation %d after the second start", ws.Generation)
 	}
-	a := e.assignment(id)
+	a := e.host.Assignment(id)
 	if a.Generation != 2 || len(a.GetDataPlane().GetKey()) != sessiontoken.KeySize || len(a.GetDataPlane().GetRevokedSessionIds()) != 0 {
 		t.Errorf("assignment of generation 2: %v", a)
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/changes"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
-	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/templates/templatetest"
 	"github.com/kibotos/kibotos/internal/ctrl/volumes"
 	"github.com/kibotos/kibotos/internal/netcheck"
@@ -211,15 +210,7 @@ func TestHostLeaseVolumes(t *testing.T) {
 func TestHostLeaseReplicas(t *testing.T) {
 	st := testutil.PostgresStore(t)
 	ctx := context.Background()
-	err := st.Update(ctx, func(tx store.Tx) error {
-		if err := tx.CreateProject(ctx, store.Project{ID: "p1", Name: "p1", CreatedAt: time.Now()}); err != nil {
-			return err
-		}
-		return templatetest.PutDefault(ctx, tx, time.Now())
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	templatetest.Seed(t, st, time.Now(), "p1")
 	c := &clock{now: time.Now()}
 	replica := func() *Service {
 		return &Service{Store: st, Pages: pagetoken.New([]byte("k")), Checker: &netcheck.Checker{}, Changes: changes.NewBroker(), Now: c.get}

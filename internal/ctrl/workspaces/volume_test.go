@@ -2,7 +2,6 @@ package workspaces
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/changes"
 	"github.com/kibotos/kibotos/internal/ctrl/volumes"
+	"github.com/kibotos/kibotos/internal/testutil"
 )
 
 // newVolumeService is newService with Volumes: host h1 reaches pool
@@ -69,20 +69,6 @@ func volumeAssignment(t *testing.T, s *Service, ctx context.Context, id string) 
 
 func healthy(id string, capacity uint64) *hostv1.VolumeReport {
 	return &hostv1.VolumeReport{VolumeId: id, CapacityBytes: capacity, Condition: ctrlv1.VolumeCondition_VOLUME_CONDITION_HEALTHY, UsedBytes: MiB}
-}
-
-func detailOf(err error) *ctrlv1.ErrorDetail {
-	var ce *connect.Error
-	if errors.As(err, &ce) {
-		for _, d := range ce.Details() {
-			if m, derr := d.Value(); derr == nil {
-				if ed, ok := m.(*ctrlv1.ErrorDetail); ok {
-					return ed
-				}
-			}
-		}
-	}
-	return nil
 }
 
 func TestVolumeCreateResizeAndReports(t *testing.T) {
@@ -210,7 +196,7 @@ func TestVolumeBinding(t *testing.T) {
 
 	// While it runs: no online growth on this pool, no rebinding.
 	_, err = volumes.Resize(ctx, s.Volumes, write("resize", newVol), volID, 512*MiB, volumeIdentity)
-	if connect.CodeOf(err) != connect.CodeFailedPrecondition || detailOf(err).GetObservedWorkspace().GetWorkspaceId() != ws.WorkspaceId {
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || testutil.ErrorDetail(err).GetObservedWorkspace().GetWorkspaceId() != ws.WorkspaceId {
 		t.Errorf("online resize: %v", err)
 	}
 	rebind := func(ws *ctrlv1.Workspace, b *ctrlv1.WorkspaceVolumeBinding) (*ctrlv1.Workspace, error) {
@@ -232,7 +218,7 @@ func TestVolumeBinding(t *testing.T) {
 	bound := &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND, VolumeId: volID}
 	_, err = Create(ctx, s, write("create2", newWS), &ctrlv1.WorkspaceCreateSpec{
 		Resources: &ctrlv1.ResourceRequest{MemoryBytes: 128 * MiB}, Volume: bound}, nil, nil, identity)
-	if connect.CodeOf(err) != connect.CodeFailedPrecondition || detailOf(err).GetObservedWorkspace().GetWorkspaceId() != ws.WorkspaceId {
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || testutil.ErrorDetail(err).GetObservedWorkspace().GetWorkspaceId() != ws.WorkspaceId {
 		t.Errorf("second binding: %v", err)
 	}
 	if _, err := rebind(ws, &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND, VolumeId: volID, MountPath: "/srv/data", DeleteWithWorkspace: b.DeleteWithWorkspace}); err != nil {
@@ -277,7 +263,7 @@ func TestVolumeBinding(t *testing.T) {
 		t.Errorf("a LOST volume is assigned: %v", a)
 	}
 	_, err = Start(ctx, s, write("start", newWS), ws.WorkspaceId, identity)
-	if connect.CodeOf(err) != connect.CodeFailedPrecondition || detailOf(err).GetReason() != ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST {
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || testutil.ErrorDetail(err).GetReason() != ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST {
 		t.Errorf("start bound to a LOST volume: %v", err)
 	}
 	if _, err := s.Volumes.DeclarePoolLost(ctx, "nowhere"); connect.CodeOf(err) != connect.CodeNotFound {

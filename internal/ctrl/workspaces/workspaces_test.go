@@ -30,15 +30,7 @@ func newService(t *testing.T) (*Service, context.Context) {
 	t.Helper()
 	st := testutil.SQLiteStore(t)
 	ctx := context.Background()
-	err := st.Update(ctx, func(tx store.Tx) error {
-		if err := tx.CreateProject(ctx, store.Project{ID: "p1", Name: "p1", CreatedAt: time.Now()}); err != nil {
-			return err
-		}
-		return templatetest.PutDefault(ctx, tx, time.Now())
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	templatetest.Seed(t, st, time.Now(), "p1")
 	s := &Service{Store: st, Pages: pagetoken.New([]byte("k")), Checker: &netcheck.Checker{}, Changes: changes.NewBroker()}
 	if err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h1", Capacity: &hostv1.HostCapacity{
 		CpuMillis: 4000, MemoryBytes: gib, LayerBytes: 10 * gib, DefaultLayerBytes: gib}}); err != nil {

@@ -16,6 +16,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
+	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
 
@@ -105,19 +106,13 @@ func wantCode(t *testing.T, err error, code connect.Code, stage ctrlv1.FailureSt
 	if ce.Code() != code {
 		t.Fatalf("got %v, want code %v", err, code)
 	}
-	for _, d := range ce.Details() {
-		v, derr := d.Value()
-		if derr != nil {
-			continue
-		}
-		if ed, ok := v.(*ctrlv1.ErrorDetail); ok {
-			if ed.GetStage() != stage {
-				t.Fatalf("%v: stage %v, want %v", err, ed.GetStage(), stage)
-			}
-			return
-		}
+	ed := testutil.ErrorDetail(err)
+	if ed == nil {
+		t.Fatalf("%v: no ErrorDetail with a stage", err)
 	}
-	t.Fatalf("%v: no ErrorDetail with a stage", err)
+	if ed.GetStage() != stage {
+		t.Fatalf("%v: stage %v, want %v", err, ed.GetStage(), stage)
+	}
 }
 
 // sharedDir returns a new temp directory that every user may enter.

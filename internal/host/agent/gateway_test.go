@@ -203,21 +203,14 @@ func wantRefused(t *testing.T, name string, err error, code connect.Code, reason
 		t.Errorf("%s: %v, want %v", name, err, code)
 		return
 	}
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		t.Errorf("%s: %v is not a Connect error", name, err)
+	detail := testutil.ErrorDetail(err)
+	if detail == nil {
+		t.Errorf("%s: %v carries no ErrorDetail", name, err)
 		return
 	}
-	for _, d := range ce.Details() {
-		v, derr := d.Value()
-		if detail, ok := v.(*ctrlv1.ErrorDetail); derr == nil && ok {
-			if detail.Reason != reason || detail.Stage != ctrlv1.FailureStage_FAILURE_STAGE_AUTHORIZING_DATA_PLANE {
-				t.Errorf("%s: detail %v, want reason %v at AUTHORIZING_DATA_PLANE", name, detail, reason)
-			}
-			return
-		}
+	if detail.Reason != reason || detail.Stage != ctrlv1.FailureStage_FAILURE_STAGE_AUTHORIZING_DATA_PLANE {
+		t.Errorf("%s: detail %v, want reason %v at AUTHORIZING_DATA_PLANE", name, detail, reason)
 	}
-	t.Errorf("%s: %v carries no ErrorDetail", name, err)
 }
 
 func TestGatewayProxiesVerifiedCalls(t *testing.T) {

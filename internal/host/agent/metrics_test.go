@@ -17,6 +17,7 @@ import (
 	"github.com/kibotos/kibotos/internal/host/netnsfile"
 	"github.com/kibotos/kibotos/internal/host/netslot"
 	"github.com/kibotos/kibotos/internal/host/runtime"
+	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 	"github.com/kibotos/kibotos/internal/testutil/nettest"
 )
@@ -130,8 +131,8 @@ func TestGatewayServesMetrics(t *testing.T) {
 	// A read that fails.
 	e.driver.SetMetrics("ws_a-2", runtime.Metrics{}, errors.New("cpuacct.usage: input/output error"))
 	_, err = e.readMetrics(tok)
-	if connect.CodeOf(err) != connect.CodeInternal || stageOf(err) != ctrlv1.FailureStage_FAILURE_STAGE_READING_METRICS {
-		t.Errorf("failed read: %v (stage %v), want internal at READING_METRICS", err, stageOf(err))
+	if connect.CodeOf(err) != connect.CodeInternal || testutil.ErrorDetail(err).GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_READING_METRICS {
+		t.Errorf("failed read: %v (stage %v), want internal at READING_METRICS", err, testutil.ErrorDetail(err).GetStage())
 	}
 
 	// The execution ended before its report said so.
@@ -140,19 +141,4 @@ func TestGatewayServesMetrics(t *testing.T) {
 	}
 	_, err = e.readMetrics(tok)
 	wantRefused(t, "ended execution", err, connect.CodeUnavailable, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE)
-}
-
-// stageOf is the stage of an error's ErrorDetail.
-func stageOf(err error) ctrlv1.FailureStage {
-	var ce *connect.Error
-	if errors.As(err, &ce) {
-		for _, d := range ce.Details() {
-			if v, derr := d.Value(); derr == nil {
-				if detail, ok := v.(*ctrlv1.ErrorDetail); ok {
-					return detail.Stage
-				}
-			}
-		}
-	}
-	return ctrlv1.FailureStage_FAILURE_STAGE_UNSPECIFIED
 }

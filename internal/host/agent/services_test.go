@@ -15,6 +15,7 @@ import (
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/testutil"
 )
 
 // echoOnce serves one connection of a new loopback listener: it reads
@@ -22,21 +23,10 @@ import (
 // closes. It returns the port.
 func echoOnce(t *testing.T) uint32 {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
+	return uint32(testutil.ServeOnce(t, func(c net.Conn) {
 		in, _ := io.ReadAll(c)
 		c.Write(append([]byte("got "), in...))
-	}()
-	return uint32(ln.Addr().(*net.TCPAddr).Port)
+	}).Port)
 }
 
 // wantServiceError checks an error's code and the stage of its
@@ -48,14 +38,9 @@ func wantServiceError(t *testing.T, name string, err error, code connect.Code, s
 		t.Errorf("%s: %v, want %v", name, err, code)
 		return
 	}
-	for _, d := range ce.Details() {
-		if v, derr := d.Value(); derr == nil {
-			if detail, ok := v.(*ctrlv1.ErrorDetail); ok && detail.Stage == stage {
-				return
-			}
-		}
+	if detail := testutil.ErrorDetail(err); detail == nil || detail.Stage != stage {
+		t.Errorf("%s: %v carries no ErrorDetail of stage %v", name, err, stage)
 	}
-	t.Errorf("%s: %v carries no ErrorDetail of stage %v", name, err, stage)
 }
 
 func TestDialGuestPort(t *testing.T) {

@@ -62,17 +62,6 @@ func TestSlotCounters(t *testing.T) {
 			t.Fatalf("to %s: %v, want connection refused", dst, err)
 		}
 	}
-	carried := func(s *netslot.Slot, dst netip.AddrPort) {
-		t.Helper()
-		conn, err := dial(t, s, dst)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		if err := roundTrip(conn, "counted"); err != nil {
-			t.Fatal(err)
-		}
-	}
 
 	refused(s, open) // no policy yet
 	s.Apply(policy(1, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_DENY_ALL, 0))
@@ -82,13 +71,13 @@ func TestSlotCounters(t *testing.T) {
 	check("refused")
 
 	s.Apply(policy(2, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, 0))
-	carried(s, open)
+	carried(t, s, open, "counted")
 	refused(s, closed)
 	want.direct, want.unreachable = 1, 1
 	check("direct")
 
 	s.Apply(egressPolicy(proxy.Addr(), nil))
-	carried(s, open)
+	carried(t, s, open, "counted")
 	want.egress = 1
 	check("through the Egress")
 	proxy.SetFault(socks5test.Garbage)

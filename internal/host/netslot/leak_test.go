@@ -20,6 +20,7 @@ import (
 	"github.com/kibotos/kibotos/internal/host/netnsfile"
 	"github.com/kibotos/kibotos/internal/host/netpolicy"
 	"github.com/kibotos/kibotos/internal/host/netslot"
+	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 	"github.com/kibotos/kibotos/internal/testutil/nettest"
 )
 
@@ -133,9 +134,7 @@ func TestSlotCyclesReleaseEverything(t *testing.T) {
 // destination): an answer being injected must not meet the closing of the
 // TUN device. The race detector (go test -race) sees it when it does.
 func TestSlotClosesUnderEchoes(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	hosttest.RequireRoot(t)
 	n := policy(1, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, 0)
 	n.Policy.Egresses = []*ctrlv1.NetworkPolicyEgress{{EgressId: "eg", Destinations: []string{"198.51.100.0/24"}}}
 	n.Egresses = []*hostv1.EgressAssignment{{EgressId: "eg", Revision: 1, Spec: &ctrlv1.EgressSpec{

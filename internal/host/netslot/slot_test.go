@@ -110,6 +110,20 @@ func roundTrip(c net.Conn, line string) error {
 	return nil
 }
 
+// carried fails the test unless a connection from s's guest to dst
+// carries line there and back.
+func carried(t *testing.T, s *netslot.Slot, dst netip.AddrPort, line string) {
+	t.Helper()
+	c, err := dial(t, s, dst)
+	if err != nil {
+		t.Fatalf("to %s: %v", dst, err)
+	}
+	defer c.Close()
+	if err := roundTrip(c, line); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func dial(t *testing.T, s *netslot.Slot, addr netip.AddrPort) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -142,14 +156,7 @@ func TestSlotDecidesEachConnection(t *testing.T) {
 
 	s.Apply(policy(2, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, 600))
 	for _, dst := range []netip.AddrPort{dst4, dst6} {
-		c, err := dial(t, s, dst)
-		if err != nil {
-			t.Fatalf("PUBLIC_INTERNET to %s: %v", dst, err)
-		}
-		if err := roundTrip(c, "hello "+dst.String()); err != nil {
-			t.Fatal(err)
-		}
-		c.Close()
+		carried(t, s, dst, "hello "+dst.String())
 	}
 	// The host's own address and the slot's gateway are platform ranges.
 	for _, dst := range []netip.AddrPort{

@@ -8,6 +8,10 @@
 // and decoded request messages) before the handlers see it, so a client's
 // test can check what the client sent, and Snapshot reads every row of the
 // store, so a test can check that a call changed nothing.
+//
+// New and Serve are its two halves for tests that need another store or
+// configuration: a control plane assembled on a bootstrapped store, and a
+// handler served on loopback as the ctrl process serves it.
 package ctrltest
 
 import (
@@ -76,54 +80,29 @@ type Server struct {
 // Start runs a control plane until the test ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
 	dir := t.TempDir()
 	dbPath := filepath.Join(dir, "kibotos.db")
-	st, err := sqlite.Open(ctx, dbPath)
+	st, err := sqlite.Open(context.Background(), dbPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin, err := auth.Bootstrap(ctx, st, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { st.Close() })
 	images, err := imagestore.Open(filepath.Join(dir, "images"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	blobs := memblob.OpenBucket(nil)
 	t.Cleanup(func() { blobs.Close() })
-	control, err := server.New(ctx, server.Config{
-		Store:     st,
+	control, admin := New(t, st, server.Config{
 		Checker:   &netcheck.Checker{Resolver: fakeresolver.New(Hosts)},
 		Images:    images,
 		HostToken: HostToken,
 		Blobs:     blobs,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	rec := &recorder{next: control.Handler}
-	done := make(chan error, 1)
-	go func() { done <- server.Serve(ctx, ln, rec, 5*time.Second) }()
-	var protocols http.Protocols
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
-	client := &http.Client{Transport: &http.Transport{Protocols: &protocols}}
-	t.Cleanup(func() {
-		client.CloseIdleConnections()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-		st.Close()
-	})
+	url, client := Serve(t, rec)
 	return &Server{
-		URL:        "http://" + ln.Addr().String(),
+		URL:        url,
 		AdminToken: admin,
 		Store:      st,
 		Control:    control,
@@ -240,4 +219,56 @@ func (s *Server) AddBuiltinTemplate(t testing.TB) {
 	if err := templates.EnsureBuiltin(t.Context(), s.Store, s.images, hosttest.Busybox); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// New bootstraps st as a deployment's first start does and assembles a
+// control plane on it with cfg, its Store set to st and, unless cfg names
+// one, a new image store; the plane's background work ends with the test.
+// It returns the plane and the bootstrap admin token.
+func New(t testing.TB, st store.Store, cfg server.Config) (*server.Control, string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	admin, err := auth.Bootstrap(ctx, st, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Images == nil {
+		if cfg.Images, err = imagestore.Open(t.TempDir()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg.Store = st
+	control, err := server.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return control, admin
+}
+
+// Serve serves h with server.Serve, as the ctrl process does, on a
+// loopback listener until the test ends, and returns its base URL
+// (http://127.0.0.1:port) and a client for it (HTTP/1.1 and cleartext
+// HTTP/2). It stops before the cleanups registered earlier run.
+func Serve(t testing.TB, h http.Handler) (string, *http.Client) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- server.Serve(ctx, ln, h, 5*time.Second) }()
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	client := &http.Client{Transport: &http.Transport{Protocols: &protocols}}
+	t.Cleanup(func() {
+		client.CloseIdleConnections()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return "http://" + ln.Addr().String(), client
 }

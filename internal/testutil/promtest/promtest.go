@@ -3,11 +3,11 @@
 package promtest
 
 import (
-	"io"
 	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/kibotos/kibotos/internal/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -27,15 +27,7 @@ func Get(t testing.TB, client *http.Client, baseURL, token string) (int, string)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp, b := testutil.Do(t, client, req)
 	if resp.StatusCode == http.StatusOK && !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
 		t.Fatalf("GET /metrics answered %q, want the text format", resp.Header.Get("Content-Type"))
 	}

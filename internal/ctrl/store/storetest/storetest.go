@@ -788,12 +788,17 @@ func sameVolume(got, want store.Volume) bool {
 		got.UpdatedAt.Equal(want.UpdatedAt) && got.DeletedAt.Equal(want.DeletedAt)
 }
 
-func volumeIDs(vs []store.Volume) []string {
-	ids := make([]string, len(vs))
-	for i, v := range vs {
-		ids[i] = v.ID
+// idsOf returns id of each row, in order.
+func idsOf[T any](rows []T, id func(T) string) []string {
+	ids := make([]string, len(rows))
+	for i, r := range rows {
+		ids[i] = id(r)
 	}
 	return ids
+}
+
+func volumeIDs(vs []store.Volume) []string {
+	return idsOf(vs, func(v store.Volume) string { return v.ID })
 }
 
 func testVolumeLifecycle(t *testing.T, s store.Store) {
@@ -1013,11 +1018,7 @@ func testVolumeRollback(t *testing.T, s store.Store) {
 }
 
 func exposureIDs(es []store.Exposure) []string {
-	var ids []string
-	for _, e := range es {
-		ids = append(ids, e.ID)
-	}
-	return ids
+	return idsOf(es, func(e store.Exposure) string { return e.ID })
 }
 
 func testExposures(t *testing.T, s store.Store) {

@@ -26,11 +26,7 @@ func sameTransfer(got, want store.Transfer) bool {
 }
 
 func transferIDs(ts []store.Transfer) []string {
-	ids := make([]string, len(ts))
-	for i, tr := range ts {
-		ids[i] = tr.ID
-	}
-	return ids
+	return idsOf(ts, func(tr store.Transfer) string { return tr.ID })
 }
 
 // testTransfers covers a transfer's row through its life: create, read

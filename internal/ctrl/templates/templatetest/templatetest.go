@@ -1,10 +1,12 @@
 // Package templatetest seeds a control-plane store with the built-in
 // templates (the default one, and desktop, which carries a display), for
-// tests that create workspaces without importing an image.
+// tests that create workspaces without importing an image; Seed adds the
+// projects the tests' workspaces belong to.
 package templatetest
 
 import (
 	"context"
+	"testing"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -21,6 +23,25 @@ const Revision = "sha256-1"
 
 // DesktopDisplay is the display of the template PutDesktop stores.
 var DesktopDisplay = guestabi.DisplaySize{Width: 1280, Height: 800}
+
+// Seed stores, in st, a project of each ID in projects (named as its ID)
+// and the built-in default template, all created at now; the test fails
+// on an error.
+func Seed(t testing.TB, st store.Store, now time.Time, projects ...string) {
+	t.Helper()
+	ctx := context.Background()
+	err := st.Update(ctx, func(tx store.Tx) error {
+		for _, p := range projects {
+			if err := tx.CreateProject(ctx, store.Project{ID: p, Name: p, CreatedAt: now}); err != nil {
+				return err
+			}
+		}
+		return PutDefault(ctx, tx, now)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
 
 // PutDefault stores, in tx, the built-in default template with the one
 // revision Revision, created at now.

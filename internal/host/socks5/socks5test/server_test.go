@@ -9,6 +9,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/kibotos/kibotos/internal/testutil"
 )
 
 // These tests speak raw RFC 1928 bytes, so the server is checked apart from
@@ -40,18 +42,7 @@ func dial(t *testing.T, s *Server) net.Conn {
 }
 
 func TestConnectWire(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		if c, err := ln.Accept(); err == nil {
-			io.Copy(c, c)
-			c.Close()
-		}
-	}()
-	target := ln.Addr().(*net.TCPAddr).AddrPort()
+	target := testutil.ServeOnce(t, func(c net.Conn) { io.Copy(c, c) }).AddrPort()
 
 	s := Start(t, "127.0.0.1:0", Options{Username: "u", Password: "p"})
 	c := dial(t, s)
