@@ -8,6 +8,7 @@ import {
 } from "../../sdk/typescript/gen/kibotos/ctrl/v1/ctrl_pb.js";
 import { api, apiError, command, errorText } from "./api.js";
 import { age, bytes, field, h, labelsText, mibBytes, parseLabels, setError } from "./dom.js";
+import { canWrite, type Caller } from "./auth.js";
 import { clearErrors, showError, type FieldMap } from "./errors.js";
 
 /** failureText is a failed workspace's failure: message, reason and stage. */
@@ -91,8 +92,12 @@ const createFields: FieldMap = [
   [/volume/i, "ws-volume"],
 ];
 
-/** workspacesView renders the list and the create form into main until signal aborts. */
-export function workspacesView(main: HTMLElement, signal: AbortSignal): void {
+/**
+ * workspacesView renders the list and, for a caller who may write, the
+ * create form and the rows' actions into main until signal aborts.
+ */
+export function workspacesView(main: HTMLElement, caller: Caller, signal: AbortSignal): void {
+  const write = canWrite(caller);
   const template = h("select", { id: "ws-template" });
   const cpu = h("input", { id: "ws-cpu", inputmode: "numeric", value: "0" });
   const memory = h("input", { id: "ws-memory", inputmode: "decimal", value: "256" });
@@ -153,9 +158,9 @@ export function workspacesView(main: HTMLElement, signal: AbortSignal): void {
   const status = h("p", { class: "status", role: "status" });
   const tbody = h("tbody");
   const table = h("table", { class: "list", "aria-label": "Workspaces" },
-    h("thead", null, h("tr", null, ...["Workspace", "State", "Template", "Resources", "Volume", "Labels", "Guest", "Age", "Actions"]
+    h("thead", null, h("tr", null, ...["Workspace", "State", "Template", "Resources", "Volume", "Labels", "Guest", "Age", ...(write ? ["Actions"] : [])]
       .map((c) => h("th", { scope: "col" }, c)))), tbody);
-  main.replaceChildren(h("h1", null, "Workspaces"), form,
+  main.replaceChildren(h("h1", null, "Workspaces"), write ? form : h("p", { id: "ws-create-error", class: "field-error", role: "alert" }),
     h("section", { class: "card", "aria-labelledby": "list-title" },
       h("h2", { id: "list-title" }, "Workspaces"),
       field("Filter by labels", filter), status, h("div", { class: "scroll" }, table)));
@@ -187,7 +192,7 @@ export function workspacesView(main: HTMLElement, signal: AbortSignal): void {
       if (!row) {
         const cells = Array.from({ length: 8 }, () => h("td"));
         cells[0].append(h("a", { href: `#/workspaces/${w.workspaceId}` }, w.workspaceId));
-        const tr = h("tr", { "data-id": w.workspaceId }, ...cells, h("td", { class: "actions" }, ...actions(w.workspaceId)));
+        const tr = h("tr", { "data-id": w.workspaceId }, ...cells, write ? h("td", { class: "actions" }, ...actions(w.workspaceId)) : null);
         row = { tr, cells, state: w.state };
         rows.set(w.workspaceId, row);
       }
