@@ -103,13 +103,14 @@ function upstreamSection<S>(main: HTMLElement, k: Kind<S>, canWrite: boolean, si
         load(undefined);
         reload();
       } catch (e) {
+        // A stale edit: the current one read first, so that the conflict
+        // and it show together.
+        const current = u && ConnectError.from(e).code === Code.Aborted ? await k.get(u.id).catch(() => undefined) : undefined;
         showError(e, errors, `${p}-form`);
-        if (!u || ConnectError.from(e).code !== Code.Aborted) return;
-        // A stale edit: the current one next to the conflict.
-        const current = await k.get(u.id).catch(() => undefined);
         if (!current) return;
+        reload();
         conflict.replaceChildren(
-          h("p", null, `Conflict: this edit was made on revision ${u.revision}, and the ${k.noun} is now at revision ${current.revision}. Nothing was changed.`),
+          h("p", null, `Conflict: this edit was made on revision ${u!.revision}, and the ${k.noun} is now at revision ${current.revision}. Nothing was changed.`),
           h("pre", { id: `${p}-current` }, `revision ${current.revision}: ${k.describe(current.spec)}`),
           h("button", { type: "button", class: "small", onclick: () => load(current) }, `Edit the current ${k.noun}`));
       }
