@@ -84,6 +84,11 @@ type Options struct {
 	// name under this DNS name (a wildcard name and certificate are the
 	// operator's); empty serves them by path under PublicURL.
 	ExposureDomain string
+	// ConsoleOrigins, with a host agent here, are the origins whose pages
+	// may call the data-plane gateway from a browser (CORS); nil allows
+	// the control plane's public origin (PublicURL's for `up`, CtrlURL's
+	// for a host alone).
+	ConsoleOrigins []string
 	// UnsafeExemptRanges exempts addresses from the special-purpose check
 	// of Egress endpoints. Only for local testing.
 	UnsafeExemptRanges []netip.Prefix
@@ -310,7 +315,7 @@ func Run(ctx context.Context, o Options) error {
 		// exposures with theirs, not with the control plane's interceptor.
 		// Exposures come first: a host name under the exposure domain is
 		// the guest's whatever the path.
-		gateway, exposures := hostAgent.Gateway(), hostAgent.Exposures()
+		gateway, exposures := agent.AllowOrigins(hostAgent.Gateway(), consoleOrigins(o.ConsoleOrigins, public)), hostAgent.Exposures()
 		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			switch {
 			case hostAgent.ServesExposure(r):

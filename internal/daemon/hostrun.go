@@ -72,7 +72,8 @@ func RunHost(ctx context.Context, o Options) error {
 		ln.Close()
 		return err
 	}
-	gateway, exposures, metricsHandler := hostAgent.Gateway(), hostAgent.Exposures(), metrics.Handler(reg, metricsToken)
+	gateway := agent.AllowOrigins(hostAgent.Gateway(), consoleOrigins(o.ConsoleOrigins, o.CtrlURL))
+	exposures, metricsHandler := hostAgent.Exposures(), metrics.Handler(reg, metricsToken)
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case hostAgent.ServesExposure(r):

@@ -476,7 +476,7 @@ func TestConsoleUpstreams(t *testing.T) {
 
 	// Edit: the form loads the row at its revision; another client's update
 	// makes the edit stale, which shows the conflict and stores nothing.
-	b.do(chromedp.Click(chromedp.CSS(`button[aria-label="Edit `+eg.GetEgressId()+`"]`)))
+	b.do(chromedp.Click(chromedp.CSS(`button[aria-label="Edit ` + eg.GetEgressId() + `"]`)))
 	b.wait("the egress in the form", `document.getElementById("eg-address").value === "127.0.0.1:1080" && document.getElementById("eg-username").value === "me"`)
 	other, err := egresses.UpdateEgress(ctx, connect.NewRequest(&ctrlv1.UpdateEgressRequest{
 		Command: &ctrlv1.CommandMetadata{CommandId: uuid.NewString()}, EgressId: eg.GetEgressId(), ExpectedRevision: eg.GetRevision(),
@@ -522,7 +522,7 @@ func TestConsoleUpstreams(t *testing.T) {
 	if len(rs) != 1 || rs[0].GetSpec().GetUdp().GetAddress() != "192.0.2.53:53" {
 		t.Fatalf("resolvers after the create: %v", rs)
 	}
-	b.do(chromedp.Click(chromedp.CSS(`button[aria-label="Edit `+rs[0].GetResolverId()+`"]`)))
+	b.do(chromedp.Click(chromedp.CSS(`button[aria-label="Edit ` + rs[0].GetResolverId() + `"]`)))
 	b.wait("the resolver in the form", `document.getElementById("rs-address").value === "192.0.2.53:53"`)
 	b.do(chromedp.SetValue(chromedp.CSS("#rs-protocol"), "tls"), chromedp.SetValue(chromedp.CSS("#rs-address"), "192.0.2.53:853"),
 		chromedp.SetValue(chromedp.CSS("#rs-server-name"), "dns.example.com"), submitResolver)
