@@ -32,7 +32,7 @@ interface Kind<S> {
   updateLabels(id: string, expectedLabelsRevision: bigint, labels: Record<string, string>): Promise<unknown>;
   remove(id: string): Promise<unknown>;
   /** controls builds the spec's fields, which read and fill the spec. */
-  controls(): { fields: HTMLElement[]; read(): S; fill(s: S | undefined, editing: boolean): void; ids: string[] };
+  controls(): { fields: HTMLElement[]; read(): S; fill(s: S | undefined): void; ids: string[] };
   /** errors maps the server's messages to the spec's controls. */
   errors: FieldMap;
   describe(s: S | undefined): string;
@@ -76,7 +76,7 @@ function upstreamSection<S>(main: HTMLElement, k: Kind<S>, canWrite: boolean, si
       editing = u;
       clearErrors(ids);
       conflict.replaceChildren();
-      c.fill(u?.spec, u !== undefined);
+      c.fill(u?.spec);
       labels.value = u ? labelsText(u.labels) : "";
       drain.value = "";
       drainField.hidden = !u;
