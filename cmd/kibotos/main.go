@@ -287,6 +287,7 @@ type hostFlags struct {
 	probeEvery time.Duration
 	memory     guestMemoryFlags
 	domain     string
+	origins    string
 }
 
 func (f *hostFlags) register(cmd *cobra.Command) {
@@ -307,6 +308,8 @@ func (f *hostFlags) register(cmd *cobra.Command) {
 		"most file content one template layer may unpack to, sparse files at full size, such as 16GiB; larger layers are refused (default 16GiB; env KIBOTOS_MAX_LAYER_SIZE)")
 	cmd.Flags().StringVar(&f.domain, "exposure-domain", os.Getenv("KIBOTOS_EXPOSURE_DOMAIN"),
 		"serve exposures by host name, <port>-<workspace>.DOMAIN, at the scheme and port of --public-url; needs a wildcard DNS name (and certificate) for *.DOMAIN (default: by path, PUBLIC_URL/x/<exposure>/; env KIBOTOS_EXPOSURE_DOMAIN)")
+	cmd.Flags().StringVar(&f.origins, "console-origins", os.Getenv("KIBOTOS_CONSOLE_ORIGINS"),
+		"comma-separated origins (scheme://host[:port]) whose pages, the web console's, may call the data-plane gateway from a browser (CORS) (default: the control plane's public origin: --public-url for up, --ctrl for host; env KIBOTOS_CONSOLE_ORIGINS)")
 }
 
 // options checks the flags and sets them on o.
@@ -326,6 +329,9 @@ func (f *hostFlags) options(o daemon.Options) (daemon.Options, error) {
 		return o, fmt.Errorf("--resolvers: %w", err)
 	}
 	o.StoragePools, o.ExposureDomain = f.pools, f.domain
+	if o.ConsoleOrigins, err = daemon.ParseOrigins(f.origins); err != nil {
+		return o, fmt.Errorf("--console-origins: %w", err)
+	}
 	if f.volumeSize != "" {
 		if o.VolumeBytes, err = cli.ParseMiB("volume-size", f.volumeSize); err != nil {
 			return o, err

@@ -1,40 +1,37 @@
 // Sign-in: the token is checked with a call and kept in session storage;
-// the project and role come from AdminService, as any client reads them.
-import { ConnectError, Code } from "@connectrpc/connect";
+// the project and role come from AdminService.GetCaller, as any client reads them.
 import { Role } from "../../sdk/typescript/gen/kibotos/admin/v1/admin_pb.js";
 import { api, apiError, errorText, setToken } from "./api.js";
 import { field, h } from "./dom.js";
 
-/** Caller is who the token is: its project, and its role where the API says it. */
+/** Caller is who the token is: its project and role. */
 export interface Caller {
   projectId: string;
   projectName: string;
   operator: boolean;
-  /** role is "admin", "editor" or "viewer" when known, else "editor or viewer". */
+  /** role is "viewer", "editor" or "admin". */
   role: string;
   tokenId: string;
+  tokenName: string;
 }
 
 /**
- * whoami reads the caller: ListProjects gives every token its own project
- * (and an operator admin every project, the operator's among them);
- * ListTokens, which only admins may call, names the token's role. A token
- * is "<token id>.<secret>", so its ID is known without a call.
+ * canWrite reports whether the caller's role may call the API's writes
+ * (every method but Get, List, Watch and Read, and IssueSession, which the
+ * terminal and the files need, among them); a viewer's may not.
  */
-export async function whoami(token: string): Promise<Caller> {
-  const { projects } = await api.admin.listProjects({});
-  const p = projects.length === 1 ? projects[0] : projects.find((x) => x.operator);
-  if (!p) throw new Error("the API named no project for this token");
-  const tokenId = token.split(".")[0];
-  let role = "editor or viewer";
-  try {
-    const { tokens } = await api.admin.listTokens({ projectId: p.projectId });
-    const t = tokens.find((x) => x.tokenId === tokenId);
-    role = t ? Role[t.role].toLowerCase() : "admin";
-  } catch (e) {
-    if (ConnectError.from(e).code !== Code.PermissionDenied) throw e;
-  }
-  return { projectId: p.projectId, projectName: p.name, operator: p.operator, role, tokenId };
+export function canWrite(c: Caller): boolean {
+  return c.role === "editor" || c.role === "admin";
+}
+
+/** whoami reads the caller with GetCaller, which every role may call. */
+export async function whoami(): Promise<Caller> {
+  const { project, token } = await api.admin.getCaller({});
+  if (!project || !token) throw new Error("the API named no project or token for this token");
+  return {
+    projectId: project.projectId, projectName: project.name, operator: project.operator,
+    role: Role[token.role]?.toLowerCase() ?? String(token.role), tokenId: token.tokenId, tokenName: token.name,
+  };
 }
 
 /** signInView renders the sign-in form; onSignedIn runs once a token works. */
@@ -49,7 +46,7 @@ export function signInView(main: HTMLElement, onSignedIn: (c: Caller) => void): 
     const t = input.value.trim();
     setToken(t);
     try {
-      onSignedIn(await whoami(t));
+      onSignedIn(await whoami());
     } catch (e) {
       setToken(null);
       const err = document.getElementById("token-error");

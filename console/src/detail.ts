@@ -3,7 +3,8 @@
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { StopMode, WorkspaceExpirationAction, WorkspaceState, type Workspace } from "../../sdk/typescript/gen/kibotos/ctrl/v1/ctrl_pb.js";
 import { api, apiError, command, errorText } from "./api.js";
-import { age, h, labelsText } from "./dom.js";
+import { canWrite, type Caller } from "./auth.js";
+import { age, append, h, labelsText } from "./dom.js";
 import { editForms } from "./edit.js";
 import { filesView } from "./files.js";
 import { networkView } from "./network.js";
@@ -12,6 +13,7 @@ import { confirmed, failureText, guestText, resourcesText, stateName } from "./w
 
 const TABS = ["overview", "terminal", "files", "network"] as const;
 type Tab = (typeof TABS)[number];
+const READ_TABS: readonly Tab[] = ["overview", "network"];
 
 /** Live is the latest state of a watched workspace; views subscribe to it. */
 export class Live {
@@ -50,14 +52,20 @@ async function watch(id: string, live: Live, signal: AbortSignal, onError: (msg:
   }
 }
 
-/** workspaceView renders workspace id's page with the tab shown until signal aborts. */
-export function workspaceView(main: HTMLElement, id: string, tab: string, signal: AbortSignal): void {
-  const t: Tab = (TABS as readonly string[]).includes(tab) ? (tab as Tab) : "overview";
+/**
+ * workspaceView renders workspace id's page with the tab shown until
+ * signal aborts. A viewer sees no actions, and no terminal or files (a
+ * data-plane session is a write).
+ */
+export function workspaceView(main: HTMLElement, caller: Caller, id: string, tab: string, signal: AbortSignal): void {
+  const write = canWrite(caller);
+  const tabs = write ? TABS : READ_TABS;
+  const t: Tab = (tabs as readonly string[]).includes(tab) ? (tab as Tab) : "overview";
   const live = new Live();
   const state = h("span", { id: "ws-state", class: "state", "aria-live": "polite" });
   const error = h("p", { id: "ws-error", class: "field-error", role: "alert" });
-  const tabs = h("nav", { class: "tabs", "aria-label": "Workspace" },
-    ...TABS.map((name) => h("a", { href: `#/workspaces/${id}/${name}`, "aria-current": name === t ? "page" : undefined }, name)));
+  const nav = h("nav", { class: "tabs", "aria-label": "Workspace" },
+    ...tabs.map((name) => h("a", { href: `#/workspaces/${id}/${name}`, "aria-current": name === t ? "page" : undefined }, name)));
   const body = h("section", { id: `tab-${t}`, class: "card", "aria-label": t });
   const act = (label: string, run: () => Promise<unknown>) =>
     h("button", {
@@ -71,15 +79,16 @@ export function workspaceView(main: HTMLElement, id: string, tab: string, signal
         }
       },
     }, label);
-  main.replaceChildren(
+  main.replaceChildren();
+  append(main,
     h("h1", null, h("a", { href: "#/workspaces" }, "Workspaces"), " / ", id, " ", state),
-    h("div", { class: "toolbar" },
+    write && h("div", { class: "toolbar" },
       act("Start", () => api.workspaces.startWorkspace({ command: command(), workspaceId: id })),
       act("Stop", () => api.workspaces.stopWorkspace({ command: command(), workspaceId: id, mode: StopMode.NORMAL })),
       act("Force stop", () => api.workspaces.stopWorkspace({ command: command(), workspaceId: id, mode: StopMode.FORCE })),
       confirmed("Delete", id, () => api.workspaces.deleteWorkspace({ command: command(), workspaceId: id }),
         (e) => (error.textContent = errorText(apiError(e))))),
-    error, tabs, body);
+    error, nav, body);
   live.subscribe((w) => {
     state.textContent = stateName(w.state);
     state.className = `state ${stateName(w.state).toLowerCase()}`;
@@ -87,7 +96,7 @@ export function workspaceView(main: HTMLElement, id: string, tab: string, signal
   watch(id, live, signal, (msg) => (error.textContent = msg));
   switch (t) {
     case "overview":
-      overview(body, id, live, signal);
+      overview(body, id, live, write, signal);
       break;
     case "terminal":
       whenAvailable(body, live, signal, () => terminalView(body, id, signal));
@@ -96,7 +105,7 @@ export function workspaceView(main: HTMLElement, id: string, tab: string, signal
       whenAvailable(body, live, signal, () => filesView(body, id, signal));
       break;
     case "network":
-      networkView(body, id, live, signal);
+      networkView(body, id, live, write, signal);
       break;
   }
 }
@@ -113,10 +122,10 @@ function whenAvailable(body: HTMLElement, live: Live, signal: AbortSignal, open:
   }, signal);
 }
 
-function overview(body: HTMLElement, id: string, live: Live, signal: AbortSignal) {
+function overview(body: HTMLElement, id: string, live: Live, write: boolean, signal: AbortSignal) {
   const dl = h("dl", { class: "facts" });
   body.replaceChildren(h("h2", null, "Overview"), dl);
-  editForms(body, id, live, signal);
+  if (write) editForms(body, id, live, signal);
   live.subscribe((w) => {
     const facts: [string, string][] = [
       ["State", stateName(w.state)],

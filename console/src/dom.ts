@@ -1,4 +1,5 @@
 // Small DOM helpers: element construction, field errors, formatting.
+import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 
 type Child = Node | string | number | null | undefined | false;
 type Attrs = Record<string, string | number | boolean | EventListener | undefined>;
@@ -64,6 +65,11 @@ export function age(d: Date | undefined, now = Date.now()): string {
   if (s < 3600) return `${Math.floor(s / 60)}m`;
   if (s < 86400) return `${Math.floor(s / 3600)}h`;
   return `${Math.floor(s / 86400)}d`;
+}
+
+/** when formats a time as UTC "YYYY-MM-DD hh:mm:ss" (empty when absent). */
+export function when(t: Timestamp | undefined): string {
+  return t ? timestampDate(t).toISOString().replace("T", " ").slice(0, 19) : "";
 }
 
 /** labelsText formats labels as k=v, comma separated. */

@@ -43,15 +43,15 @@ function route() {
     else a.removeAttribute("aria-current");
   }
   if (parts[0] === "resources") resourcesView(main, caller, view.signal);
-  else if (parts[0] === "workspaces" && parts[1]) workspaceView(main, decodeURIComponent(parts[1]), parts[2] ?? "overview", view.signal);
-  else workspacesView(main, view.signal);
+  else if (parts[0] === "workspaces" && parts[1]) workspaceView(main, caller, decodeURIComponent(parts[1]), parts[2] ?? "overview", view.signal);
+  else workspacesView(main, caller, view.signal);
   main.focus({ preventScroll: true });
 }
 
 window.addEventListener("hashchange", route);
 const saved = token();
 if (saved) {
-  whoami(saved).then(signedIn, () => {
+  whoami().then(signedIn, () => {
     setToken(null);
     signInView(main, signedIn);
   });

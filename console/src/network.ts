@@ -30,8 +30,8 @@ export function policyText(p: NetworkPolicy | undefined): string {
   return out.join("\n");
 }
 
-/** networkView renders the policy view and editor of the workspace into body. */
-export function networkView(body: HTMLElement, workspaceId: string, live: Live, signal: AbortSignal): void {
+/** networkView renders the policy view and, when write, its editor of the workspace into body. */
+export function networkView(body: HTMLElement, workspaceId: string, live: Live, write: boolean, signal: AbortSignal): void {
   const status = h("dl", { id: "net-status", class: "facts", "aria-live": "polite" });
   const mode = h("select", { id: "net-mode" },
     h("option", { value: String(NetworkPolicyMode.DENY_ALL) }, "deny all"),
@@ -47,7 +47,7 @@ export function networkView(body: HTMLElement, workspaceId: string, live: Live, 
     field("Mode", mode), field("Allow (CIDRs)", allow), field("Deny (CIDRs)", deny),
     field("Drain seconds", drain, "how long connections moved off a path keep running; empty is 600"), upstreams,
     save, h("p", { id: "net-form-error", class: "field-error", role: "alert" }), conflict);
-  body.replaceChildren(h("h2", null, "Network policy"), status, form);
+  body.replaceChildren(h("h2", null, "Network policy"), status, write ? form : "");
 
   let loaded: NetworkPolicy | undefined;
   function load(p: NetworkPolicy | undefined) {

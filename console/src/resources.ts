@@ -1,6 +1,6 @@
 // The project's other resources: Volumes, Templates, Egresses, Resolvers
-// and tokens, each a list with its common actions.
-import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
+// and tokens, each a list with its common actions; the actions the
+// caller's role may not call are not shown.
 import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import {
@@ -8,18 +8,22 @@ import {
 } from "../../sdk/typescript/gen/kibotos/ctrl/v1/ctrl_pb.js";
 import { Role } from "../../sdk/typescript/gen/kibotos/admin/v1/admin_pb.js";
 import { api, apiError, command, errorText, token } from "./api.js";
-import type { Caller } from "./auth.js";
-import { bytes, field, h, labelsText, mibBytes, setError } from "./dom.js";
+import { canWrite, type Caller } from "./auth.js";
+import { bytes, field, h, labelsText, mibBytes, setError, when } from "./dom.js";
 import { clearErrors, showError } from "./errors.js";
 import { chunks, upload } from "./upload.js";
+import { upstreamsView } from "./upstreams.js";
 import { confirmed } from "./workspaces.js";
 
-function when(t: Timestamp | undefined): string {
-  return t ? timestampDate(t).toISOString().replace("T", " ").slice(0, 19) : "";
-}
-
-/** table renders rows of cells under headers; the last cell of a row is its actions. */
-function table(label: string, headers: string[], rows: (string | Node)[][]): HTMLElement {
+/**
+ * table renders rows of cells under headers; the last cell of a row is its
+ * actions, left out (with its header) when the caller may not act.
+ */
+function table(label: string, headers: string[], rows: (string | Node)[][], actions = true): HTMLElement {
+  if (!actions) {
+    headers = headers.slice(0, -1);
+    rows = rows.map((r) => r.slice(0, -1));
+  }
   return h("div", { class: "scroll" }, h("table", { class: "list", "aria-label": label },
     h("thead", null, h("tr", null, ...headers.map((c) => h("th", { scope: "col" }, c)))),
     h("tbody", null, ...rows.map((r) => h("tr", null, ...r.map((c) => h("td", null, c)))))));
@@ -89,14 +93,15 @@ const CHUNK_FIELD = 2;
 
 /** resourcesView renders the lists into main. */
 export function resourcesView(main: HTMLElement, caller: Caller, signal: AbortSignal): void {
+  const write = canWrite(caller);
   main.replaceChildren(h("h1", null, "Resources"));
   section(main, "Volumes", "volumes", async (reload) => {
     const { volumes } = await api.volumes.listVolumes({ pageSize: 1000 }, { signal });
     return table("Volumes", ["Volume", "State", "Capacity", "Pool", "Bound to", "Labels", "Actions"],
       volumes.filter((v) => v.state !== VolumeState.DELETED).map((v) => [v.volumeId, VolumeState[v.state], bytes(v.spec?.capacityBytes ?? 0n),
         v.spec?.storagePool ?? "", v.boundWorkspaceId, labelsText(v.labels),
-        remove("volumes", "Delete", () => api.volumes.deleteVolume({ command: command(), volumeId: v.volumeId }), reload)]));
-  }, (reload) => {
+        remove("volumes", "Delete", () => api.volumes.deleteVolume({ command: command(), volumeId: v.volumeId }), reload)]), write);
+  }, write ? (reload) => {
     const cap = h("input", { id: "vol-capacity", inputmode: "decimal", placeholder: "1024" });
     const f = h("form", { class: "toolbar" }, field("Capacity (MiB; empty is the pool's profile)", cap), h("button", { type: "submit" }, "Create a volume"));
     f.addEventListener("submit", async (ev) => {
@@ -112,25 +117,14 @@ export function resourcesView(main: HTMLElement, caller: Caller, signal: AbortSi
       }
     });
     return f;
-  });
+  } : undefined);
   section(main, "Templates", "templates", async (reload) => {
     const { templates } = await api.templates.listTemplates({ pageSize: 1000 }, { signal });
     return table("Templates", ["Template", "Default revision", "Revisions", "Updated", "Actions"],
       templates.map((t) => [t.templateId, t.defaultRevision, String(t.revisions.length), when(t.updatedAt),
-        remove("templates", "Delete", () => api.templates.deleteTemplate({ command: command(), templateId: t.templateId }), reload)]));
-  }, importForm);
-  section(main, "Egresses", "egresses", async (reload) => {
-    const { egresses } = await api.egresses.listEgresses({ pageSize: 1000 }, { signal });
-    return table("Egresses", ["Egress", "Revision", "Labels", "Updated", "Actions"],
-      egresses.map((e) => [e.egressId, String(e.revision), labelsText(e.labels), when(e.updatedAt),
-        remove("egresses", "Delete", () => api.egresses.deleteEgress({ command: command(), egressId: e.egressId }), reload)]));
-  });
-  section(main, "Resolvers", "resolvers", async (reload) => {
-    const { resolvers } = await api.resolvers.listResolvers({ pageSize: 1000 }, { signal });
-    return table("Resolvers", ["Resolver", "Revision", "Labels", "Updated", "Actions"],
-      resolvers.map((r) => [r.resolverId, String(r.revision), labelsText(r.labels), when(r.updatedAt),
-        remove("resolvers", "Delete", () => api.resolvers.deleteResolver({ command: command(), resolverId: r.resolverId }), reload)]));
-  });
+        remove("templates", "Delete", () => api.templates.deleteTemplate({ command: command(), templateId: t.templateId }), reload)]), write);
+  }, write ? importForm : undefined);
+  upstreamsView(main, write, signal);
   if (caller.role !== "admin") return;
   section(main, "Tokens", "tokens", async (reload) => {
     const { tokens } = await api.admin.listTokens({ projectId: caller.projectId }, { signal });

@@ -1,6 +1,6 @@
-// The workspace list: every workspace of the project, refreshed every two
-// seconds (keyed rows, only changed cells rewritten, so a thousand rows
-// stay cheap), a label filter, the create form and the lifecycle actions.
+// The workspace list: the project's workspaces a page of the API's list at
+// a time, refreshed every two seconds (keyed rows, only changed cells
+// rewritten), a label filter, the create form and the lifecycle actions.
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import {
   FailureReason, FailureStage, GuestCondition, NetworkPolicyMode, StopMode, VolumeState, WorkspaceState, WorkspaceVolumeMode,
@@ -8,6 +8,7 @@ import {
 } from "../../sdk/typescript/gen/kibotos/ctrl/v1/ctrl_pb.js";
 import { api, apiError, command, errorText } from "./api.js";
 import { age, bytes, field, h, labelsText, mibBytes, parseLabels, setError } from "./dom.js";
+import { canWrite, type Caller } from "./auth.js";
 import { clearErrors, showError, type FieldMap } from "./errors.js";
 
 /** failureText is a failed workspace's failure: message, reason and stage. */
@@ -44,17 +45,12 @@ export function confirmed(label: string, id: string, run: () => Promise<unknown>
 
 const REFRESH_MS = 2000;
 
-/** listAll reads every workspace of the project, page by page. */
-export async function listAll(selector: Record<string, string>, signal: AbortSignal): Promise<Workspace[]> {
-  const out: Workspace[] = [];
-  let pageToken = "";
-  do {
-    const r = await api.workspaces.listWorkspaces({ pageSize: 1000, pageToken, labelSelector: selector }, { signal });
-    out.push(...r.workspaces);
-    pageToken = r.nextPageToken;
-  } while (pageToken);
-  return out;
-}
+/**
+ * PAGE_SIZE is how many workspaces the list shows at once: a page of the
+ * API's list, so that a refresh reads, decodes and renders no more than
+ * that however many the project holds.
+ */
+export const PAGE_SIZE = 100;
 
 /** stateName is a workspace state without its prefix, e.g. AVAILABLE. */
 export function stateName(s: WorkspaceState): string {
@@ -91,8 +87,12 @@ const createFields: FieldMap = [
   [/volume/i, "ws-volume"],
 ];
 
-/** workspacesView renders the list and the create form into main until signal aborts. */
-export function workspacesView(main: HTMLElement, signal: AbortSignal): void {
+/**
+ * workspacesView renders the list and, for a caller who may write, the
+ * create form and the rows' actions into main until signal aborts.
+ */
+export function workspacesView(main: HTMLElement, caller: Caller, signal: AbortSignal): void {
+  const write = canWrite(caller);
   const template = h("select", { id: "ws-template" });
   const cpu = h("input", { id: "ws-cpu", inputmode: "numeric", value: "0" });
   const memory = h("input", { id: "ws-memory", inputmode: "decimal", value: "256" });
@@ -150,32 +150,53 @@ export function workspacesView(main: HTMLElement, signal: AbortSignal): void {
   }).catch((e) => setError("ws-volume", errorText(apiError(e))));
 
   const filter = h("input", { id: "ws-filter", placeholder: "team=a" });
-  const status = h("p", { class: "status", role: "status" });
+  const status = h("p", { id: "ws-status", class: "status", role: "status" });
+  // The page tokens of the pages up to the one shown ("" is the first),
+  // and the next page's.
+  let pages = [""];
+  let next = "";
+  const prev = h("button", { type: "button", class: "small", id: "ws-prev", disabled: true,
+    onclick: () => { pages.pop(); refresh(); } }, "Previous page");
+  const more = h("button", { type: "button", class: "small", id: "ws-next", disabled: true,
+    onclick: () => { if (next) { pages.push(next); refresh(); } } }, "Next page");
   const tbody = h("tbody");
   const table = h("table", { class: "list", "aria-label": "Workspaces" },
-    h("thead", null, h("tr", null, ...["Workspace", "State", "Template", "Resources", "Volume", "Labels", "Guest", "Age", "Actions"]
+    h("thead", null, h("tr", null, ...["Workspace", "State", "Template", "Resources", "Volume", "Labels", "Guest", "Age", ...(write ? ["Actions"] : [])]
       .map((c) => h("th", { scope: "col" }, c)))), tbody);
-  main.replaceChildren(h("h1", null, "Workspaces"), form,
+  main.replaceChildren(h("h1", null, "Workspaces"), write ? form : h("p", { id: "ws-create-error", class: "field-error", role: "alert" }),
     h("section", { class: "card", "aria-labelledby": "list-title" },
       h("h2", { id: "list-title" }, "Workspaces"),
-      field("Filter by labels", filter), status, h("div", { class: "scroll" }, table)));
+      field("Filter by labels", filter), h("div", { class: "toolbar" }, prev, more, status), h("div", { class: "scroll" }, table)));
 
   const rows = new Map<string, { tr: HTMLTableRowElement; cells: HTMLTableCellElement[]; state: WorkspaceState }>();
   let timer = 0;
+  let reads = 0; // the latest read's number: an earlier one that ends later is dropped
   async function refresh() {
     window.clearTimeout(timer);
+    const read = ++reads;
     try {
-      const list = (await listAll(parseLabels(filter.value), signal)).filter((w) => w.state !== WorkspaceState.DELETED);
+      const r = await api.workspaces.listWorkspaces(
+        { pageSize: PAGE_SIZE, pageToken: pages[pages.length - 1], labelSelector: parseLabels(filter.value) }, { signal });
+      if (read !== reads) return;
+      const list = r.workspaces.filter((w) => w.state !== WorkspaceState.DELETED);
+      next = r.nextPageToken;
       render(list);
-      status.textContent = `${list.length} workspaces`;
+      const first = (pages.length - 1) * PAGE_SIZE;
+      status.textContent = list.length ? `workspaces ${first + 1} to ${first + list.length}${next ? "; more on the next page" : ""}` : "no workspaces";
+      prev.disabled = pages.length === 1;
+      more.disabled = !next;
       setError("ws-filter", "");
     } catch (e) {
-      if (signal.aborted) return;
+      if (signal.aborted || read !== reads) return;
       setError("ws-filter", errorText(apiError(e)));
     }
     if (!signal.aborted) timer = window.setTimeout(refresh, REFRESH_MS);
   }
-  filter.addEventListener("change", refresh);
+  filter.addEventListener("change", () => {
+    // A page token holds only for the selector it was issued with.
+    pages = [""];
+    refresh();
+  });
   signal.addEventListener("abort", () => window.clearTimeout(timer));
 
   function render(list: Workspace[]) {
@@ -187,7 +208,7 @@ export function workspacesView(main: HTMLElement, signal: AbortSignal): void {
       if (!row) {
         const cells = Array.from({ length: 8 }, () => h("td"));
         cells[0].append(h("a", { href: `#/workspaces/${w.workspaceId}` }, w.workspaceId));
-        const tr = h("tr", { "data-id": w.workspaceId }, ...cells, h("td", { class: "actions" }, ...actions(w.workspaceId)));
+        const tr = h("tr", { "data-id": w.workspaceId }, ...cells, write ? h("td", { class: "actions" }, ...actions(w.workspaceId)) : null);
         row = { tr, cells, state: w.state };
         rows.set(w.workspaceId, row);
       }

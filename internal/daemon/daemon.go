@@ -86,6 +86,11 @@ type Options struct {
 	// name under this DNS name (a wildcard name and certificate are the
 	// operator's); empty serves them by path under PublicURL.
 	ExposureDomain string
+	// ConsoleOrigins, with a host agent here, are the origins whose pages
+	// may call the data-plane gateway from a browser (CORS); nil allows
+	// the control plane's public origin (PublicURL's for `up`, CtrlURL's
+	// for a host alone).
+	ConsoleOrigins []string
 	// UnsafeExemptRanges exempts addresses from the special-purpose check
 	// of Egress endpoints. Only for local testing.
 	UnsafeExemptRanges []netip.Prefix
@@ -321,6 +326,7 @@ func Run(ctx context.Context, o Options) error {
 		if tp != nil {
 			gateway = tp.Handler(gateway)
 		}
+		gateway = agent.AllowOrigins(gateway, consoleOrigins(o.ConsoleOrigins, public))
 		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			switch {
 			case hostAgent.ServesExposure(r):

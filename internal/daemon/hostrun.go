@@ -82,6 +82,7 @@ func RunHost(ctx context.Context, o Options) error {
 	if tp != nil {
 		gateway = tp.Handler(gateway)
 	}
+	gateway = agent.AllowOrigins(gateway, consoleOrigins(o.ConsoleOrigins, o.CtrlURL))
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case hostAgent.ServesExposure(r):

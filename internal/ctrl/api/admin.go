@@ -109,6 +109,11 @@ func (s *AdminService) ListProjects(ctx context.Context, req *connect.Request[ad
 	return Respond(resp, err)
 }
 
+func (s *AdminService) GetCaller(ctx context.Context, req *connect.Request[adminv1.GetCallerRequest]) (*connect.Response[adminv1.GetCallerResponse], error) {
+	p, tok, err := s.projects.Caller(ctx)
+	return Respond(&adminv1.GetCallerResponse{Project: toProject(p), Token: toToken(tok)}, err)
+}
+
 func (s *AdminService) CreateToken(ctx context.Context, req *connect.Request[adminv1.CreateTokenRequest]) (*connect.Response[adminv1.CreateTokenResponse], error) {
 	m := req.Msg
 	tok, secret, err := s.projects.CreateToken(ctx, m.GetProjectId(), fromRole(m.GetRole()), m.GetName())

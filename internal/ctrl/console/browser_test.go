@@ -20,6 +20,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/uuid"
 
+	adminv1 "github.com/kibotos/kibotos/gen/kibotos/admin/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/admin/v1/adminv1connect"
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/internal/ctrl/console"
@@ -398,5 +400,187 @@ func TestConsoleTemplateImport(t *testing.T) {
 	}
 	if v, _ := chromedp.Run(b.ctx, chromedp.Evaluate[float64](`document.getElementById("tpl-progress").value`)); v <= 0 {
 		t.Errorf("the progress bar reads %v", v)
+	}
+}
+
+// signIn signs in with token and waits for the role the header shows.
+func (b *page) signIn(url, token, role string) {
+	b.t.Helper()
+	b.do(chromedp.Navigate(url+"/"), chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SetValue(chromedp.CSS("#token"), token), chromedp.Click(chromedp.CSS(`form.signin button[type=submit]`)))
+	b.wait("the role", `document.getElementById("who-role")?.textContent === `+js("role "+role))
+}
+
+// TestConsoleUpstreams creates and edits an Egress and a Resolver from the
+// resources page: bad input refused next to its field with nothing
+// stored, an edit on a stale revision shown as a conflict with the
+// current spec and nothing changed, and edits stored as sent.
+func TestConsoleUpstreams(t *testing.T) {
+	if !console.New().Built() {
+		t.Skip("the console's bundle is not built: run make build (npm ci and the bundle in console/)")
+	}
+	d := uptest.Shared(t)
+	token := d.Project(t)
+	ctx := t.Context()
+	egresses := ctrlv1connect.NewEgressServiceClient(http.DefaultClient, d.URL, connect.WithInterceptors(bearer.Token(token)))
+	resolvers := ctrlv1connect.NewResolverServiceClient(http.DefaultClient, d.URL, connect.WithInterceptors(bearer.Token(token)))
+	listEgresses := func() []*ctrlv1.Egress {
+		t.Helper()
+		r, err := egresses.ListEgresses(ctx, connect.NewRequest(&ctrlv1.ListEgressesRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Msg.GetEgresses()
+	}
+	listResolvers := func() []*ctrlv1.Resolver {
+		t.Helper()
+		r, err := resolvers.ListResolvers(ctx, connect.NewRequest(&ctrlv1.ListResolversRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Msg.GetResolvers()
+	}
+	b := newPage(t)
+	b.signIn(d.URL, token, "admin")
+	b.do(chromedp.Navigate(d.URL+"/#/resources"), chromedp.WaitVisible(chromedp.CSS("#eg-address")))
+	b.wait("the egress list", `document.querySelector("table[aria-label=Egresses]") !== null`)
+	submitEgress := chromedp.Click(chromedp.CSS(`form[aria-labelledby=eg-form-title] button[type=submit]`))
+	submitResolver := chromedp.Click(chromedp.CSS(`form[aria-labelledby=rs-form-title] button[type=submit]`))
+
+	// An Egress address without a port, then one in a special-purpose
+	// range: each refused next to the address, nothing stored.
+	b.do(chromedp.SetValue(chromedp.CSS("#eg-address"), "127.0.0.1"), submitEgress)
+	b.wait("the address error", `document.getElementById("eg-address-error").textContent.startsWith("invalid_argument: spec.socks5.address")`)
+	b.do(chromedp.SetValue(chromedp.CSS("#eg-address"), "10.1.2.3:1080"), submitEgress)
+	b.wait("the range error", `document.getElementById("eg-address-error").textContent.includes("10.0.0.0/8")`)
+	b.screenshot("egress-refused")
+	// A username without its password: refused next to the username.
+	b.do(chromedp.SetValue(chromedp.CSS("#eg-address"), "127.0.0.1:1080"), chromedp.SetValue(chromedp.CSS("#eg-username"), "me"), submitEgress)
+	b.wait("the credentials error", `document.getElementById("eg-username-error").textContent.includes("username and password")`)
+	if n := len(listEgresses()); n != 0 {
+		t.Fatalf("refused creates stored %d egresses", n)
+	}
+
+	// Created with credentials, TLS and labels.
+	b.do(chromedp.SetValue(chromedp.CSS("#eg-password"), "secret"), chromedp.Click(chromedp.CSS("#eg-tls")),
+		chromedp.SetValue(chromedp.CSS("#eg-server-name"), "proxy.example.com"), chromedp.SetValue(chromedp.CSS("#eg-labels"), "made-by=console"),
+		submitEgress)
+	b.wait("the egress listed", `document.querySelector("table[aria-label=Egresses] tbody tr") !== null`)
+	es := listEgresses()
+	if len(es) != 1 || es[0].GetSpec().GetSocks5().GetAddress() != "127.0.0.1:1080" || es[0].GetSpec().GetSocks5().GetUsername() != "me" ||
+		es[0].GetSpec().GetSocks5().GetTls().GetServerName() != "proxy.example.com" || es[0].GetLabels()["made-by"] != "console" {
+		t.Fatalf("egresses after the create: %v", es)
+	}
+	eg := es[0]
+	b.screenshot("egress-created")
+
+	// Edit: the form loads the row at its revision; another client's update
+	// makes the edit stale, which shows the conflict and stores nothing.
+	b.do(chromedp.Click(chromedp.CSS(`button[aria-label="Edit ` + eg.GetEgressId() + `"]`)))
+	b.wait("the egress in the form", `document.getElementById("eg-address").value === "127.0.0.1:1080" && document.getElementById("eg-username").value === "me"`)
+	other, err := egresses.UpdateEgress(ctx, connect.NewRequest(&ctrlv1.UpdateEgressRequest{
+		Command: &ctrlv1.CommandMetadata{CommandId: uuid.NewString()}, EgressId: eg.GetEgressId(), ExpectedRevision: eg.GetRevision(),
+		Spec: &ctrlv1.EgressSpec{Protocol: &ctrlv1.EgressSpec_Socks5{Socks5: &ctrlv1.Socks5Egress{Address: "127.0.0.1:1082"}}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	current := other.Msg.GetEgress()
+	b.do(chromedp.SetValue(chromedp.CSS("#eg-address"), "127.0.0.1:1081"), chromedp.SetValue(chromedp.CSS("#eg-password"), "secret"), submitEgress)
+	b.wait("the conflict", `document.getElementById("eg-form-error").textContent.startsWith("aborted:")`)
+	if c := b.text("#eg-current"); c != fmt.Sprintf("revision %d: socks5 127.0.0.1:1082", current.GetRevision()) {
+		t.Errorf("the current egress shown is %q", c)
+	}
+	b.screenshot("egress-conflict")
+	if e := listEgresses()[0]; e.GetRevision() != current.GetRevision() || e.GetSpec().GetSocks5().GetAddress() != "127.0.0.1:1082" {
+		t.Fatalf("a stale edit changed the egress: %v", e)
+	}
+	// Edit the current one: address, UDP, labels.
+	b.do(chromedp.Click(chromedp.CSS(`#eg-conflict button`)))
+	b.wait("the current egress in the form", `document.querySelector("form[aria-labelledby=eg-form-title]").dataset.revision === `+js(fmt.Sprint(current.GetRevision())))
+	b.do(chromedp.SetValue(chromedp.CSS("#eg-address"), "127.0.0.1:1081"), chromedp.Click(chromedp.CSS("#eg-udp")),
+		chromedp.SetValue(chromedp.CSS("#eg-labels"), "made-by=console, tier=2"), chromedp.SetValue(chromedp.CSS("#eg-drain"), "0"), submitEgress)
+	b.wait("the form back to create", `document.querySelector("form[aria-labelledby=eg-form-title]").dataset.editing === ""`)
+	b.wait("the new revision listed", fmt.Sprintf(`document.querySelector("table[aria-label=Egresses] tbody tr td:nth-child(2)")?.textContent === "%d"`, current.GetRevision()+1))
+	if e := listEgresses()[0]; e.GetRevision() != current.GetRevision()+1 || e.GetSpec().GetSocks5().GetAddress() != "127.0.0.1:1081" ||
+		!e.GetSpec().GetUdpEnabled() || e.GetLabels()["tier"] != "2" {
+		t.Fatalf("the egress after the edit: %v", e)
+	}
+
+	// A Resolver: an https one with an http URL refused next to the URL,
+	// then a udp one created and edited into a tls one.
+	b.do(chromedp.SetValue(chromedp.CSS("#rs-protocol"), "https"), chromedp.SetValue(chromedp.CSS("#rs-url"), "http://dns.example.com/dns-query"), submitResolver)
+	b.wait("the URL error", `document.getElementById("rs-url-error").textContent.includes("must be an https:// URL")`)
+	b.screenshot("resolver-refused")
+	b.do(chromedp.SetValue(chromedp.CSS("#rs-protocol"), "udp"), chromedp.SetValue(chromedp.CSS("#rs-address"), "192.0.2.53"), submitResolver)
+	b.wait("the address error", `document.getElementById("rs-address-error").textContent.startsWith("invalid_argument: spec.udp.address")`)
+	if n := len(listResolvers()); n != 0 {
+		t.Fatalf("refused creates stored %d resolvers", n)
+	}
+	b.do(chromedp.SetValue(chromedp.CSS("#rs-address"), "192.0.2.53:53"), submitResolver)
+	b.wait("the resolver listed", `document.querySelector("table[aria-label=Resolvers] tbody tr") !== null`)
+	rs := listResolvers()
+	if len(rs) != 1 || rs[0].GetSpec().GetUdp().GetAddress() != "192.0.2.53:53" {
+		t.Fatalf("resolvers after the create: %v", rs)
+	}
+	b.do(chromedp.Click(chromedp.CSS(`button[aria-label="Edit ` + rs[0].GetResolverId() + `"]`)))
+	b.wait("the resolver in the form", `document.getElementById("rs-address").value === "192.0.2.53:53"`)
+	b.do(chromedp.SetValue(chromedp.CSS("#rs-protocol"), "tls"), chromedp.SetValue(chromedp.CSS("#rs-address"), "192.0.2.53:853"),
+		chromedp.SetValue(chromedp.CSS("#rs-server-name"), "dns.example.com"), submitResolver)
+	b.wait("the resolver's new revision", `document.querySelector("table[aria-label=Resolvers] tbody tr td:nth-child(2)")?.textContent === "2"`)
+	if r := listResolvers()[0]; r.GetSpec().GetTls().GetAddress() != "192.0.2.53:853" || r.GetSpec().GetTls().GetServerName() != "dns.example.com" {
+		t.Fatalf("the resolver after the edit: %v", r)
+	}
+	b.screenshot("upstreams")
+}
+
+// TestConsoleRoles signs in with a viewer's and an editor's token: the
+// header names each role as the API gives it, and the page offers only
+// what the role may call.
+func TestConsoleRoles(t *testing.T) {
+	if !console.New().Built() {
+		t.Skip("the console's bundle is not built: run make build (npm ci and the bundle in console/)")
+	}
+	d := uptest.Shared(t)
+	admin := adminv1connect.NewAdminServiceClient(http.DefaultClient, d.URL, connect.WithInterceptors(bearer.Token(d.Project(t))))
+	tokenOf := func(role adminv1.Role) string {
+		t.Helper()
+		r, err := admin.CreateToken(t.Context(), connect.NewRequest(&adminv1.CreateTokenRequest{Role: role, Name: role.String()}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Msg.GetSecret()
+	}
+	b := newPage(t)
+	count := func(sel string) int {
+		t.Helper()
+		n, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](fmt.Sprintf(`document.querySelectorAll(%q).length`, sel)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	b.signIn(d.URL, tokenOf(adminv1.Role_ROLE_VIEWER), "viewer")
+	b.wait("the list", `document.querySelector("table[aria-label=Workspaces]") !== null`)
+	actions, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](`[...document.querySelectorAll("th")].filter(th => th.textContent === "Actions").length`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := count("form.create") + actions; n != 0 {
+		t.Errorf("a viewer is offered the create form or actions (%d)", n)
+	}
+	b.screenshot("viewer-workspaces")
+	b.do(chromedp.Navigate(d.URL+"/#/resources"), chromedp.WaitVisible(chromedp.CSS("table[aria-label=Egresses]")))
+	if n := count("form") + count("button.danger") + count(`table[aria-label=Tokens]`); n != 0 {
+		t.Errorf("a viewer is offered %d forms, deletions or tokens on the resources page", n)
+	}
+	b.screenshot("viewer-resources")
+	b.do(chromedp.Click(chromedp.CSS(`#who button`)), chromedp.WaitVisible(chromedp.CSS("#token")))
+
+	b.signIn(d.URL, tokenOf(adminv1.Role_ROLE_EDITOR), "editor")
+	b.wait("the create form", `document.querySelector("form.create") !== null`)
+	b.do(chromedp.Navigate(d.URL+"/#/resources"), chromedp.WaitVisible(chromedp.CSS("#eg-address")))
+	if n := count(`table[aria-label=Tokens]`); n != 0 {
+		t.Errorf("an editor is shown the tokens")
 	}
 }

@@ -6,17 +6,24 @@
 // checkout), / serves dist/unbuilt.html, which says so.
 //
 // The console adds no server-side logic: the page calls the same Connect
-// API any client does, with the token the user signs in with.
+// API any client does, with the token the user signs in with, and the
+// data-plane gateways at the endpoints of the sessions it issues, which
+// may be other origins (a host's public URL): the page's
+// Content-Security-Policy lets it connect to its own origin and to those
+// the handler's DataPlaneOrigins names.
 package console
 
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
+	"fmt"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"path"
 	"strings"
 	"sync"
@@ -43,11 +50,14 @@ var contentTypes = map[string]string{
 	".txt":   "text/plain; charset=utf-8",
 }
 
-// securityHeaders go on every response: the page loads nothing but its
-// own origin's files and calls its own origin, and is never framed.
+// csp is the Content-Security-Policy of every response, %s the origins
+// the page may connect to beyond its own: the page loads nothing but its
+// own origin's files and is never framed.
+const csp = "default-src 'self'; connect-src 'self'%s; img-src 'self' data: blob:; " +
+	"style-src 'self' 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+
+// securityHeaders go on every response with the Content-Security-Policy.
 var securityHeaders = map[string]string{
-	"Content-Security-Policy": "default-src 'self'; connect-src 'self'; img-src 'self' data: blob:; " +
-		"style-src 'self' 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
 	"X-Content-Type-Options": "nosniff",
 	"Referrer-Policy":        "no-referrer",
 	"X-Frame-Options":        "DENY",
@@ -63,6 +73,10 @@ type file struct {
 // Handler serves the console. Mount it at "/{$}" and AssetsPrefix.
 type Handler struct {
 	*bundle
+	// DataPlaneOrigins, when set, returns the origins (scheme://host[:port])
+	// of the deployment's data-plane gateways, which the page may connect
+	// to; the page's own origin it may always.
+	DataPlaneOrigins func(context.Context) []string
 }
 
 // bundle is the embedded page and assets, read (and compressed) once per
@@ -96,7 +110,7 @@ var read = sync.OnceValue(func() *bundle {
 })
 
 // New returns a handler of the embedded bundle.
-func New() *Handler { return &Handler{read()} }
+func New() *Handler { return &Handler{bundle: read()} }
 
 func newFile(name string, body []byte) file {
 	sum := sha256.Sum256(body)
@@ -127,6 +141,29 @@ func acceptsGzip(r *http.Request) bool {
 		}
 	}
 	return false
+}
+
+// connectSources returns the data-plane origins as CSP sources, each
+// with a leading space; an origin that is not a plain http(s) origin (a
+// CSP source must not carry ';' or ',') is left out.
+func (h *Handler) connectSources(ctx context.Context) string {
+	if h.DataPlaneOrigins == nil {
+		return ""
+	}
+	var b strings.Builder
+	seen := map[string]bool{}
+	for _, o := range h.DataPlaneOrigins(ctx) {
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.ContainsAny(u.Host, " ;,'") {
+			continue
+		}
+		origin := u.Scheme + "://" + u.Host
+		if !seen[origin] {
+			seen[origin] = true
+			b.WriteString(" " + origin)
+		}
+	}
+	return b.String()
 }
 
 // Built reports whether the bundle was built into the binary.
@@ -161,6 +198,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for k, v := range securityHeaders {
 		w.Header().Set(k, v)
 	}
+	w.Header().Set("Content-Security-Policy", fmt.Sprintf(csp, h.connectSources(r.Context())))
 	w.Header().Set("Content-Type", f.contentType)
 	w.Header().Set("Cache-Control", cache)
 	body, etag := f.body, f.etag

@@ -3,6 +3,7 @@ package console
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -68,5 +69,20 @@ func TestHandler(t *testing.T) {
 		if got := get(c.method, c.path).Code; got != c.code {
 			t.Errorf("%s %s: %d, want %d", c.method, c.path, got, c.code)
 		}
+	}
+}
+
+// TestConnectSources checks that the page may connect to the data-plane
+// origins it is given, and to nothing a malformed one could smuggle in.
+func TestConnectSources(t *testing.T) {
+	h := New()
+	h.DataPlaneOrigins = func(context.Context) []string {
+		return []string{"https://host-1.example.com:8443/", "https://host-1.example.com:8443", "http://10.0.0.2:8870", "https://x; script-src *", "file:///etc"}
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+	got := w.Header().Get("Content-Security-Policy")
+	if !strings.Contains(got, "connect-src 'self' https://host-1.example.com:8443 http://10.0.0.2:8870; ") || strings.Contains(got, "script-src") || strings.Contains(got, "file:") {
+		t.Errorf("Content-Security-Policy: %s", got)
 	}
 }

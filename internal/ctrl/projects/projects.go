@@ -111,6 +111,24 @@ func (s *Service) ListProjects(ctx context.Context) ([]store.Project, error) {
 	return out, err
 }
 
+// Caller returns the caller's project and token, as stored.
+func (s *Service) Caller(ctx context.Context) (store.Project, store.Token, error) {
+	c, _ := auth.CallerFrom(ctx)
+	var (
+		p   store.Project
+		tok store.Token
+	)
+	err := s.Store.View(ctx, func(tx store.Tx) error {
+		var err error
+		if p, err = tx.Project(ctx, c.ProjectID); err != nil {
+			return err
+		}
+		tok, err = tx.Token(ctx, c.TokenID)
+		return err
+	})
+	return p, tok, err
+}
+
 // CreateToken creates a token of role in a project the caller manages,
 // and returns it with its secret.
 func (s *Service) CreateToken(ctx context.Context, projectID string, role auth.Role, name string) (store.Token, string, error) {

@@ -161,6 +161,10 @@ func TestAuthentication(t *testing.T) {
 		wantCode(t, "viewer delete", err, connect.CodePermissionDenied)
 		_, err = viewerAdmin.CreateToken(ctx, connect.NewRequest(&adminv1.CreateTokenRequest{Role: adminv1.Role_ROLE_ADMIN}))
 		wantCode(t, "viewer creating a token", err, connect.CodePermissionDenied)
+		if c, err := viewerAdmin.GetCaller(ctx, connect.NewRequest(&adminv1.GetCallerRequest{})); err != nil ||
+			c.Msg.GetToken().GetRole() != adminv1.Role_ROLE_VIEWER || c.Msg.GetProject().GetProjectId() != adminProject {
+			t.Errorf("a viewer's GetCaller: %v, %v", c, err)
+		}
 
 		// An editor writes but does not manage tokens or projects.
 		editor, _, editorAdmin := e.clients(e.token(adminProject, adminv1.Role_ROLE_EDITOR))
@@ -169,6 +173,9 @@ func TestAuthentication(t *testing.T) {
 		}
 		_, err = editorAdmin.CreateToken(ctx, connect.NewRequest(&adminv1.CreateTokenRequest{Role: adminv1.Role_ROLE_VIEWER}))
 		wantCode(t, "editor creating a token", err, connect.CodePermissionDenied)
+		if c, err := editorAdmin.GetCaller(ctx, connect.NewRequest(&adminv1.GetCallerRequest{})); err != nil || c.Msg.GetToken().GetRole() != adminv1.Role_ROLE_EDITOR {
+			t.Errorf("an editor's GetCaller: %v, %v", c, err)
+		}
 
 		// Another project's admin cannot see this project's resources at all.
 		otherProject, otherToken := e.project("tenant-b", adminv1.Role_ROLE_ADMIN)
@@ -189,6 +196,10 @@ func TestAuthentication(t *testing.T) {
 		wantCode(t, "tenant admin minting a token in another project", err, connect.CodeNotFound)
 		_, err = otherAdmin.CreateProject(ctx, connect.NewRequest(&adminv1.CreateProjectRequest{Name: "sneaky"}))
 		wantCode(t, "tenant admin creating a project", err, connect.CodePermissionDenied)
+		if c, err := otherAdmin.GetCaller(ctx, connect.NewRequest(&adminv1.GetCallerRequest{})); err != nil || c.Msg.GetToken().GetRole() != adminv1.Role_ROLE_ADMIN ||
+			c.Msg.GetProject().GetProjectId() != otherProject || c.Msg.GetProject().GetName() != "tenant-b" || c.Msg.GetToken().GetProjectId() != otherProject {
+			t.Errorf("a tenant admin's GetCaller: %v, %v", c, err)
+		}
 		projects, err := otherAdmin.ListProjects(ctx, connect.NewRequest(&adminv1.ListProjectsRequest{}))
 		if err != nil || len(projects.Msg.Projects) != 1 || projects.Msg.Projects[0].ProjectId != otherProject {
 			t.Errorf("tenant admin sees projects %v, %v", projects, err)
@@ -207,6 +218,8 @@ func TestAuthentication(t *testing.T) {
 		}
 		_, err = other.ListEgresses(ctx, connect.NewRequest(&ctrlv1.ListEgressesRequest{}))
 		wantCode(t, "revoked token", err, connect.CodeUnauthenticated)
+		_, err = otherAdmin.GetCaller(ctx, connect.NewRequest(&adminv1.GetCallerRequest{}))
+		wantCode(t, "revoked token's GetCaller", err, connect.CodeUnauthenticated)
 
 		// The operator project always keeps an admin.
 		mineTokens, err := e.admins.ListTokens(ctx, connect.NewRequest(&adminv1.ListTokensRequest{}))

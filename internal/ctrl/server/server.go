@@ -205,6 +205,7 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 	}}}, cfg.Ready...))
 	// The web console: a page that calls this same API from the browser.
 	web := console.New()
+	web.DataPlaneOrigins = ws.DataPlaneEndpoints
 	mux.Handle("/{$}", web)
 	mux.Handle(console.AssetsPrefix, web)
 	mux.Handle(ctrlv1connect.NewEgressServiceHandler(api.NewEgressService(upstreams.NewEgresses(cfg.Store, pages, cfg.Checker, cfg.Changes)), opts...))

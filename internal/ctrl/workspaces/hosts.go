@@ -144,6 +144,23 @@ func (s *Service) ListHosts(ctx context.Context) ([]HostView, error) {
 	return out, err
 }
 
+// DataPlaneEndpoints returns the data-plane endpoints the registered
+// hosts serve at, for the console's page to connect to; none when the
+// store does not answer.
+func (s *Service) DataPlaneEndpoints(ctx context.Context) []string {
+	hosts, err := s.ListHosts(ctx)
+	if err != nil {
+		return nil
+	}
+	out := make([]string, 0, len(hosts))
+	for _, h := range hosts {
+		if e := h.Registration.GetDataPlaneEndpoint(); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // DrainHost stops (drained) or resumes new placements on a host; an
 // unknown host is not_found.
 func (s *Service) DrainHost(ctx context.Context, hostID string, drained bool) (HostView, error) {

@@ -482,6 +482,96 @@ func (x *ListProjectsResponse) GetProjects() []*Project {
 }
 
 // CreateTokenRequest is the input of CreateToken.
+type GetCallerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCallerRequest) Reset() {
+	*x = GetCallerRequest{}
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCallerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCallerRequest) ProtoMessage() {}
+
+func (x *GetCallerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCallerRequest.ProtoReflect.Descriptor instead.
+func (*GetCallerRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{6}
+}
+
+type GetCallerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// project is the project the token acts in.
+	Project *Project `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	// token is the token the request was made with.
+	Token         *Token `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCallerResponse) Reset() {
+	*x = GetCallerResponse{}
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCallerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCallerResponse) ProtoMessage() {}
+
+func (x *GetCallerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCallerResponse.ProtoReflect.Descriptor instead.
+func (*GetCallerResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *GetCallerResponse) GetProject() *Project {
+	if x != nil {
+		return x.Project
+	}
+	return nil
+}
+
+func (x *GetCallerResponse) GetToken() *Token {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
 type CreateTokenRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// project_id is the project the token acts in; empty selects the caller's
@@ -497,7 +587,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[6]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -509,7 +599,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[6]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -522,7 +612,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreateTokenRequest) GetProjectId() string {
@@ -560,7 +650,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[7]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -572,7 +662,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[7]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -585,7 +675,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateTokenResponse) GetToken() *Token {
@@ -614,7 +704,7 @@ type ListTokensRequest struct {
 
 func (x *ListTokensRequest) Reset() {
 	*x = ListTokensRequest{}
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[8]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -626,7 +716,7 @@ func (x *ListTokensRequest) String() string {
 func (*ListTokensRequest) ProtoMessage() {}
 
 func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[8]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -639,7 +729,7 @@ func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensRequest.ProtoReflect.Descriptor instead.
 func (*ListTokensRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListTokensRequest) GetProjectId() string {
@@ -659,7 +749,7 @@ type ListTokensResponse struct {
 
 func (x *ListTokensResponse) Reset() {
 	*x = ListTokensResponse{}
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[9]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -671,7 +761,7 @@ func (x *ListTokensResponse) String() string {
 func (*ListTokensResponse) ProtoMessage() {}
 
 func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[9]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -684,7 +774,7 @@ func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensResponse.ProtoReflect.Descriptor instead.
 func (*ListTokensResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListTokensResponse) GetTokens() []*Token {
@@ -706,7 +796,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[10]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -718,7 +808,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[10]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -731,7 +821,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RevokeTokenRequest) GetTokenId() string {
@@ -751,7 +841,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[11]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +853,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[11]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +866,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RevokeTokenResponse) GetToken() *Token {
@@ -803,7 +893,7 @@ type StoragePool struct {
 
 func (x *StoragePool) Reset() {
 	*x = StoragePool{}
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[12]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -815,7 +905,7 @@ func (x *StoragePool) String() string {
 func (*StoragePool) ProtoMessage() {}
 
 func (x *StoragePool) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[12]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -828,7 +918,7 @@ func (x *StoragePool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoragePool.ProtoReflect.Descriptor instead.
 func (*StoragePool) Descriptor() ([]byte, []int) {
-	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StoragePool) GetName() string {
@@ -868,7 +958,7 @@ type ListStoragePoolsRequest struct {
 
 func (x *ListStoragePoolsRequest) Reset() {
 	*x = ListStoragePoolsRequest{}
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[13]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -880,7 +970,7 @@ func (x *ListStoragePoolsRequest) String() string {
 func (*ListStoragePoolsRequest) ProtoMessage() {}
 
 func (x *ListStoragePoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[13]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -893,7 +983,7 @@ func (x *ListStoragePoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStoragePoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListStoragePoolsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 // ListStoragePoolsResponse carries every storage pool.
@@ -906,7 +996,7 @@ type ListStoragePoolsResponse struct {
 
 func (x *ListStoragePoolsResponse) Reset() {
 	*x = ListStoragePoolsResponse{}
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -918,7 +1008,7 @@ func (x *ListStoragePoolsResponse) String() string {
 func (*ListStoragePoolsResponse) ProtoMessage() {}
 
 func (x *ListStoragePoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -931,7 +1021,7 @@ func (x *ListStoragePoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStoragePoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListStoragePoolsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListStoragePoolsResponse) GetStoragePools() []*StoragePool {
@@ -951,7 +1041,7 @@ type DeclareStoragePoolLostRequest struct {
 
 func (x *DeclareStoragePoolLostRequest) Reset() {
 	*x = DeclareStoragePoolLostRequest{}
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -963,7 +1053,7 @@ func (x *DeclareStoragePoolLostRequest) String() string {
 func (*DeclareStoragePoolLostRequest) ProtoMessage() {}
 
 func (x *DeclareStoragePoolLostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -976,7 +1066,7 @@ func (x *DeclareStoragePoolLostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeclareStoragePoolLostRequest.ProtoReflect.Descriptor instead.
 func (*DeclareStoragePoolLostRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeclareStoragePoolLostRequest) GetStoragePool() string {
@@ -997,7 +1087,7 @@ type DeclareStoragePoolLostResponse struct {
 
 func (x *DeclareStoragePoolLostResponse) Reset() {
 	*x = DeclareStoragePoolLostResponse{}
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1009,7 +1099,7 @@ func (x *DeclareStoragePoolLostResponse) String() string {
 func (*DeclareStoragePoolLostResponse) ProtoMessage() {}
 
 func (x *DeclareStoragePoolLostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1022,7 +1112,7 @@ func (x *DeclareStoragePoolLostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeclareStoragePoolLostResponse.ProtoReflect.Descriptor instead.
 func (*DeclareStoragePoolLostResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeclareStoragePoolLostResponse) GetLostVolumeIds() []string {
@@ -1047,7 +1137,7 @@ type HostToken struct {
 
 func (x *HostToken) Reset() {
 	*x = HostToken{}
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1059,7 +1149,7 @@ func (x *HostToken) String() string {
 func (*HostToken) ProtoMessage() {}
 
 func (x *HostToken) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1072,7 +1162,7 @@ func (x *HostToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostToken.ProtoReflect.Descriptor instead.
 func (*HostToken) Descriptor() ([]byte, []int) {
-	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *HostToken) GetHostTokenId() string {
@@ -1114,7 +1204,7 @@ type CreateHostTokenRequest struct {
 
 func (x *CreateHostTokenRequest) Reset() {
 	*x = CreateHostTokenRequest{}
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1126,7 +1216,7 @@ func (x *CreateHostTokenRequest) String() string {
 func (*CreateHostTokenRequest) ProtoMessage() {}
 
 func (x *CreateHostTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1139,7 +1229,7 @@ func (x *CreateHostTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateHostTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateHostTokenRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CreateHostTokenRequest) GetName() string {
@@ -1162,7 +1252,7 @@ type CreateHostTokenResponse struct {
 
 func (x *CreateHostTokenResponse) Reset() {
 	*x = CreateHostTokenResponse{}
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1174,7 +1264,7 @@ func (x *CreateHostTokenResponse) String() string {
 func (*CreateHostTokenResponse) ProtoMessage() {}
 
 func (x *CreateHostTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1187,7 +1277,7 @@ func (x *CreateHostTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateHostTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateHostTokenResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CreateHostTokenResponse) GetHostToken() *HostToken {
@@ -1213,7 +1303,7 @@ type ListHostTokensRequest struct {
 
 func (x *ListHostTokensRequest) Reset() {
 	*x = ListHostTokensRequest{}
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1225,7 +1315,7 @@ func (x *ListHostTokensRequest) String() string {
 func (*ListHostTokensRequest) ProtoMessage() {}
 
 func (x *ListHostTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1238,7 +1328,7 @@ func (x *ListHostTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostTokensRequest.ProtoReflect.Descriptor instead.
 func (*ListHostTokensRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 // ListHostTokensResponse carries every host token.
@@ -1251,7 +1341,7 @@ type ListHostTokensResponse struct {
 
 func (x *ListHostTokensResponse) Reset() {
 	*x = ListHostTokensResponse{}
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1263,7 +1353,7 @@ func (x *ListHostTokensResponse) String() string {
 func (*ListHostTokensResponse) ProtoMessage() {}
 
 func (x *ListHostTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1276,7 +1366,7 @@ func (x *ListHostTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostTokensResponse.ProtoReflect.Descriptor instead.
 func (*ListHostTokensResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListHostTokensResponse) GetHostTokens() []*HostToken {
@@ -1296,7 +1386,7 @@ type RevokeHostTokenRequest struct {
 
 func (x *RevokeHostTokenRequest) Reset() {
 	*x = RevokeHostTokenRequest{}
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1308,7 +1398,7 @@ func (x *RevokeHostTokenRequest) String() string {
 func (*RevokeHostTokenRequest) ProtoMessage() {}
 
 func (x *RevokeHostTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1321,7 +1411,7 @@ func (x *RevokeHostTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeHostTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeHostTokenRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RevokeHostTokenRequest) GetHostTokenId() string {
@@ -1341,7 +1431,7 @@ type RevokeHostTokenResponse struct {
 
 func (x *RevokeHostTokenResponse) Reset() {
 	*x = RevokeHostTokenResponse{}
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1353,7 +1443,7 @@ func (x *RevokeHostTokenResponse) String() string {
 func (*RevokeHostTokenResponse) ProtoMessage() {}
 
 func (x *RevokeHostTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1366,7 +1456,7 @@ func (x *RevokeHostTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeHostTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeHostTokenResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RevokeHostTokenResponse) GetHostToken() *HostToken {
@@ -1388,7 +1478,7 @@ type HostResources struct {
 
 func (x *HostResources) Reset() {
 	*x = HostResources{}
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1400,7 +1490,7 @@ func (x *HostResources) String() string {
 func (*HostResources) ProtoMessage() {}
 
 func (x *HostResources) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1413,7 +1503,7 @@ func (x *HostResources) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostResources.ProtoReflect.Descriptor instead.
 func (*HostResources) Descriptor() ([]byte, []int) {
-	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *HostResources) GetCpuMillis() uint32 {
@@ -1467,7 +1557,7 @@ type Host struct {
 
 func (x *Host) Reset() {
 	*x = Host{}
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1479,7 +1569,7 @@ func (x *Host) String() string {
 func (*Host) ProtoMessage() {}
 
 func (x *Host) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1492,7 +1582,7 @@ func (x *Host) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Host.ProtoReflect.Descriptor instead.
 func (*Host) Descriptor() ([]byte, []int) {
-	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Host) GetHostId() string {
@@ -1581,7 +1671,7 @@ type ListHostsRequest struct {
 
 func (x *ListHostsRequest) Reset() {
 	*x = ListHostsRequest{}
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +1683,7 @@ func (x *ListHostsRequest) String() string {
 func (*ListHostsRequest) ProtoMessage() {}
 
 func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +1696,7 @@ func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsRequest.ProtoReflect.Descriptor instead.
 func (*ListHostsRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 // ListHostsResponse carries every registered host.
@@ -1619,7 +1709,7 @@ type ListHostsResponse struct {
 
 func (x *ListHostsResponse) Reset() {
 	*x = ListHostsResponse{}
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1631,7 +1721,7 @@ func (x *ListHostsResponse) String() string {
 func (*ListHostsResponse) ProtoMessage() {}
 
 func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1644,7 +1734,7 @@ func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsResponse.ProtoReflect.Descriptor instead.
 func (*ListHostsResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListHostsResponse) GetHosts() []*Host {
@@ -1666,7 +1756,7 @@ type DrainHostRequest struct {
 
 func (x *DrainHostRequest) Reset() {
 	*x = DrainHostRequest{}
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1678,7 +1768,7 @@ func (x *DrainHostRequest) String() string {
 func (*DrainHostRequest) ProtoMessage() {}
 
 func (x *DrainHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1691,7 +1781,7 @@ func (x *DrainHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainHostRequest.ProtoReflect.Descriptor instead.
 func (*DrainHostRequest) Descriptor() ([]byte, []int) {
-	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DrainHostRequest) GetHostId() string {
@@ -1718,7 +1808,7 @@ type DrainHostResponse struct {
 
 func (x *DrainHostResponse) Reset() {
 	*x = DrainHostResponse{}
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1730,7 +1820,7 @@ func (x *DrainHostResponse) String() string {
 func (*DrainHostResponse) ProtoMessage() {}
 
 func (x *DrainHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_kibotos_admin_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1743,7 +1833,7 @@ func (x *DrainHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainHostResponse.ProtoReflect.Descriptor instead.
 func (*DrainHostResponse) Descriptor() ([]byte, []int) {
-	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_kibotos_admin_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DrainHostResponse) GetHost() *Host {
@@ -1781,7 +1871,11 @@ const file_kibotos_admin_v1_admin_proto_rawDesc = "" +
 	"\aproject\x18\x01 \x01(\v2\x19.kibotos.admin.v1.ProjectR\aproject\"\x15\n" +
 	"\x13ListProjectsRequest\"M\n" +
 	"\x14ListProjectsResponse\x125\n" +
-	"\bprojects\x18\x01 \x03(\v2\x19.kibotos.admin.v1.ProjectR\bprojects\"s\n" +
+	"\bprojects\x18\x01 \x03(\v2\x19.kibotos.admin.v1.ProjectR\bprojects\"\x12\n" +
+	"\x10GetCallerRequest\"w\n" +
+	"\x11GetCallerResponse\x123\n" +
+	"\aproject\x18\x01 \x01(\v2\x19.kibotos.admin.v1.ProjectR\aproject\x12-\n" +
+	"\x05token\x18\x02 \x01(\v2\x17.kibotos.admin.v1.TokenR\x05token\"s\n" +
 	"\x12CreateTokenRequest\x12\x1d\n" +
 	"\n" +
 	"project_id\x18\x01 \x01(\tR\tprojectId\x12*\n" +
@@ -1871,10 +1965,11 @@ const file_kibotos_admin_v1_admin_proto_rawDesc = "" +
 	"\tHostState\x12\x1a\n" +
 	"\x16HOST_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10HOST_STATE_READY\x10\x01\x12\x13\n" +
-	"\x0fHOST_STATE_LOST\x10\x022\xa9\t\n" +
+	"\x0fHOST_STATE_LOST\x10\x022\xff\t\n" +
 	"\fAdminService\x12`\n" +
 	"\rCreateProject\x12&.kibotos.admin.v1.CreateProjectRequest\x1a'.kibotos.admin.v1.CreateProjectResponse\x12]\n" +
-	"\fListProjects\x12%.kibotos.admin.v1.ListProjectsRequest\x1a&.kibotos.admin.v1.ListProjectsResponse\x12Z\n" +
+	"\fListProjects\x12%.kibotos.admin.v1.ListProjectsRequest\x1a&.kibotos.admin.v1.ListProjectsResponse\x12T\n" +
+	"\tGetCaller\x12\".kibotos.admin.v1.GetCallerRequest\x1a#.kibotos.admin.v1.GetCallerResponse\x12Z\n" +
 	"\vCreateToken\x12$.kibotos.admin.v1.CreateTokenRequest\x1a%.kibotos.admin.v1.CreateTokenResponse\x12W\n" +
 	"\n" +
 	"ListTokens\x12#.kibotos.admin.v1.ListTokensRequest\x1a$.kibotos.admin.v1.ListTokensResponse\x12Z\n" +
@@ -1902,7 +1997,7 @@ func file_kibotos_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_kibotos_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_kibotos_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_kibotos_admin_v1_admin_proto_goTypes = []any{
 	(Role)(0),                              // 0: kibotos.admin.v1.Role
 	(HostState)(0),                         // 1: kibotos.admin.v1.HostState
@@ -1912,84 +2007,90 @@ var file_kibotos_admin_v1_admin_proto_goTypes = []any{
 	(*CreateProjectResponse)(nil),          // 5: kibotos.admin.v1.CreateProjectResponse
 	(*ListProjectsRequest)(nil),            // 6: kibotos.admin.v1.ListProjectsRequest
 	(*ListProjectsResponse)(nil),           // 7: kibotos.admin.v1.ListProjectsResponse
-	(*CreateTokenRequest)(nil),             // 8: kibotos.admin.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),            // 9: kibotos.admin.v1.CreateTokenResponse
-	(*ListTokensRequest)(nil),              // 10: kibotos.admin.v1.ListTokensRequest
-	(*ListTokensResponse)(nil),             // 11: kibotos.admin.v1.ListTokensResponse
-	(*RevokeTokenRequest)(nil),             // 12: kibotos.admin.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),            // 13: kibotos.admin.v1.RevokeTokenResponse
-	(*StoragePool)(nil),                    // 14: kibotos.admin.v1.StoragePool
-	(*ListStoragePoolsRequest)(nil),        // 15: kibotos.admin.v1.ListStoragePoolsRequest
-	(*ListStoragePoolsResponse)(nil),       // 16: kibotos.admin.v1.ListStoragePoolsResponse
-	(*DeclareStoragePoolLostRequest)(nil),  // 17: kibotos.admin.v1.DeclareStoragePoolLostRequest
-	(*DeclareStoragePoolLostResponse)(nil), // 18: kibotos.admin.v1.DeclareStoragePoolLostResponse
-	(*HostToken)(nil),                      // 19: kibotos.admin.v1.HostToken
-	(*CreateHostTokenRequest)(nil),         // 20: kibotos.admin.v1.CreateHostTokenRequest
-	(*CreateHostTokenResponse)(nil),        // 21: kibotos.admin.v1.CreateHostTokenResponse
-	(*ListHostTokensRequest)(nil),          // 22: kibotos.admin.v1.ListHostTokensRequest
-	(*ListHostTokensResponse)(nil),         // 23: kibotos.admin.v1.ListHostTokensResponse
-	(*RevokeHostTokenRequest)(nil),         // 24: kibotos.admin.v1.RevokeHostTokenRequest
-	(*RevokeHostTokenResponse)(nil),        // 25: kibotos.admin.v1.RevokeHostTokenResponse
-	(*HostResources)(nil),                  // 26: kibotos.admin.v1.HostResources
-	(*Host)(nil),                           // 27: kibotos.admin.v1.Host
-	(*ListHostsRequest)(nil),               // 28: kibotos.admin.v1.ListHostsRequest
-	(*ListHostsResponse)(nil),              // 29: kibotos.admin.v1.ListHostsResponse
-	(*DrainHostRequest)(nil),               // 30: kibotos.admin.v1.DrainHostRequest
-	(*DrainHostResponse)(nil),              // 31: kibotos.admin.v1.DrainHostResponse
-	(*timestamppb.Timestamp)(nil),          // 32: google.protobuf.Timestamp
+	(*GetCallerRequest)(nil),               // 8: kibotos.admin.v1.GetCallerRequest
+	(*GetCallerResponse)(nil),              // 9: kibotos.admin.v1.GetCallerResponse
+	(*CreateTokenRequest)(nil),             // 10: kibotos.admin.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),            // 11: kibotos.admin.v1.CreateTokenResponse
+	(*ListTokensRequest)(nil),              // 12: kibotos.admin.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),             // 13: kibotos.admin.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),             // 14: kibotos.admin.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),            // 15: kibotos.admin.v1.RevokeTokenResponse
+	(*StoragePool)(nil),                    // 16: kibotos.admin.v1.StoragePool
+	(*ListStoragePoolsRequest)(nil),        // 17: kibotos.admin.v1.ListStoragePoolsRequest
+	(*ListStoragePoolsResponse)(nil),       // 18: kibotos.admin.v1.ListStoragePoolsResponse
+	(*DeclareStoragePoolLostRequest)(nil),  // 19: kibotos.admin.v1.DeclareStoragePoolLostRequest
+	(*DeclareStoragePoolLostResponse)(nil), // 20: kibotos.admin.v1.DeclareStoragePoolLostResponse
+	(*HostToken)(nil),                      // 21: kibotos.admin.v1.HostToken
+	(*CreateHostTokenRequest)(nil),         // 22: kibotos.admin.v1.CreateHostTokenRequest
+	(*CreateHostTokenResponse)(nil),        // 23: kibotos.admin.v1.CreateHostTokenResponse
+	(*ListHostTokensRequest)(nil),          // 24: kibotos.admin.v1.ListHostTokensRequest
+	(*ListHostTokensResponse)(nil),         // 25: kibotos.admin.v1.ListHostTokensResponse
+	(*RevokeHostTokenRequest)(nil),         // 26: kibotos.admin.v1.RevokeHostTokenRequest
+	(*RevokeHostTokenResponse)(nil),        // 27: kibotos.admin.v1.RevokeHostTokenResponse
+	(*HostResources)(nil),                  // 28: kibotos.admin.v1.HostResources
+	(*Host)(nil),                           // 29: kibotos.admin.v1.Host
+	(*ListHostsRequest)(nil),               // 30: kibotos.admin.v1.ListHostsRequest
+	(*ListHostsResponse)(nil),              // 31: kibotos.admin.v1.ListHostsResponse
+	(*DrainHostRequest)(nil),               // 32: kibotos.admin.v1.DrainHostRequest
+	(*DrainHostResponse)(nil),              // 33: kibotos.admin.v1.DrainHostResponse
+	(*timestamppb.Timestamp)(nil),          // 34: google.protobuf.Timestamp
 }
 var file_kibotos_admin_v1_admin_proto_depIdxs = []int32{
-	32, // 0: kibotos.admin.v1.Project.created_at:type_name -> google.protobuf.Timestamp
+	34, // 0: kibotos.admin.v1.Project.created_at:type_name -> google.protobuf.Timestamp
 	0,  // 1: kibotos.admin.v1.Token.role:type_name -> kibotos.admin.v1.Role
-	32, // 2: kibotos.admin.v1.Token.created_at:type_name -> google.protobuf.Timestamp
-	32, // 3: kibotos.admin.v1.Token.revoked_at:type_name -> google.protobuf.Timestamp
+	34, // 2: kibotos.admin.v1.Token.created_at:type_name -> google.protobuf.Timestamp
+	34, // 3: kibotos.admin.v1.Token.revoked_at:type_name -> google.protobuf.Timestamp
 	2,  // 4: kibotos.admin.v1.CreateProjectResponse.project:type_name -> kibotos.admin.v1.Project
 	2,  // 5: kibotos.admin.v1.ListProjectsResponse.projects:type_name -> kibotos.admin.v1.Project
-	0,  // 6: kibotos.admin.v1.CreateTokenRequest.role:type_name -> kibotos.admin.v1.Role
-	3,  // 7: kibotos.admin.v1.CreateTokenResponse.token:type_name -> kibotos.admin.v1.Token
-	3,  // 8: kibotos.admin.v1.ListTokensResponse.tokens:type_name -> kibotos.admin.v1.Token
-	3,  // 9: kibotos.admin.v1.RevokeTokenResponse.token:type_name -> kibotos.admin.v1.Token
-	14, // 10: kibotos.admin.v1.ListStoragePoolsResponse.storage_pools:type_name -> kibotos.admin.v1.StoragePool
-	32, // 11: kibotos.admin.v1.HostToken.created_at:type_name -> google.protobuf.Timestamp
-	32, // 12: kibotos.admin.v1.HostToken.revoked_at:type_name -> google.protobuf.Timestamp
-	19, // 13: kibotos.admin.v1.CreateHostTokenResponse.host_token:type_name -> kibotos.admin.v1.HostToken
-	19, // 14: kibotos.admin.v1.ListHostTokensResponse.host_tokens:type_name -> kibotos.admin.v1.HostToken
-	19, // 15: kibotos.admin.v1.RevokeHostTokenResponse.host_token:type_name -> kibotos.admin.v1.HostToken
-	1,  // 16: kibotos.admin.v1.Host.state:type_name -> kibotos.admin.v1.HostState
-	26, // 17: kibotos.admin.v1.Host.capacity:type_name -> kibotos.admin.v1.HostResources
-	26, // 18: kibotos.admin.v1.Host.reserved:type_name -> kibotos.admin.v1.HostResources
-	32, // 19: kibotos.admin.v1.Host.last_report_at:type_name -> google.protobuf.Timestamp
-	27, // 20: kibotos.admin.v1.ListHostsResponse.hosts:type_name -> kibotos.admin.v1.Host
-	27, // 21: kibotos.admin.v1.DrainHostResponse.host:type_name -> kibotos.admin.v1.Host
-	4,  // 22: kibotos.admin.v1.AdminService.CreateProject:input_type -> kibotos.admin.v1.CreateProjectRequest
-	6,  // 23: kibotos.admin.v1.AdminService.ListProjects:input_type -> kibotos.admin.v1.ListProjectsRequest
-	8,  // 24: kibotos.admin.v1.AdminService.CreateToken:input_type -> kibotos.admin.v1.CreateTokenRequest
-	10, // 25: kibotos.admin.v1.AdminService.ListTokens:input_type -> kibotos.admin.v1.ListTokensRequest
-	12, // 26: kibotos.admin.v1.AdminService.RevokeToken:input_type -> kibotos.admin.v1.RevokeTokenRequest
-	15, // 27: kibotos.admin.v1.AdminService.ListStoragePools:input_type -> kibotos.admin.v1.ListStoragePoolsRequest
-	17, // 28: kibotos.admin.v1.AdminService.DeclareStoragePoolLost:input_type -> kibotos.admin.v1.DeclareStoragePoolLostRequest
-	20, // 29: kibotos.admin.v1.AdminService.CreateHostToken:input_type -> kibotos.admin.v1.CreateHostTokenRequest
-	22, // 30: kibotos.admin.v1.AdminService.ListHostTokens:input_type -> kibotos.admin.v1.ListHostTokensRequest
-	24, // 31: kibotos.admin.v1.AdminService.RevokeHostToken:input_type -> kibotos.admin.v1.RevokeHostTokenRequest
-	28, // 32: kibotos.admin.v1.AdminService.ListHosts:input_type -> kibotos.admin.v1.ListHostsRequest
-	30, // 33: kibotos.admin.v1.AdminService.DrainHost:input_type -> kibotos.admin.v1.DrainHostRequest
-	5,  // 34: kibotos.admin.v1.AdminService.CreateProject:output_type -> kibotos.admin.v1.CreateProjectResponse
-	7,  // 35: kibotos.admin.v1.AdminService.ListProjects:output_type -> kibotos.admin.v1.ListProjectsResponse
-	9,  // 36: kibotos.admin.v1.AdminService.CreateToken:output_type -> kibotos.admin.v1.CreateTokenResponse
-	11, // 37: kibotos.admin.v1.AdminService.ListTokens:output_type -> kibotos.admin.v1.ListTokensResponse
-	13, // 38: kibotos.admin.v1.AdminService.RevokeToken:output_type -> kibotos.admin.v1.RevokeTokenResponse
-	16, // 39: kibotos.admin.v1.AdminService.ListStoragePools:output_type -> kibotos.admin.v1.ListStoragePoolsResponse
-	18, // 40: kibotos.admin.v1.AdminService.DeclareStoragePoolLost:output_type -> kibotos.admin.v1.DeclareStoragePoolLostResponse
-	21, // 41: kibotos.admin.v1.AdminService.CreateHostToken:output_type -> kibotos.admin.v1.CreateHostTokenResponse
-	23, // 42: kibotos.admin.v1.AdminService.ListHostTokens:output_type -> kibotos.admin.v1.ListHostTokensResponse
-	25, // 43: kibotos.admin.v1.AdminService.RevokeHostToken:output_type -> kibotos.admin.v1.RevokeHostTokenResponse
-	29, // 44: kibotos.admin.v1.AdminService.ListHosts:output_type -> kibotos.admin.v1.ListHostsResponse
-	31, // 45: kibotos.admin.v1.AdminService.DrainHost:output_type -> kibotos.admin.v1.DrainHostResponse
-	34, // [34:46] is the sub-list for method output_type
-	22, // [22:34] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	2,  // 6: kibotos.admin.v1.GetCallerResponse.project:type_name -> kibotos.admin.v1.Project
+	3,  // 7: kibotos.admin.v1.GetCallerResponse.token:type_name -> kibotos.admin.v1.Token
+	0,  // 8: kibotos.admin.v1.CreateTokenRequest.role:type_name -> kibotos.admin.v1.Role
+	3,  // 9: kibotos.admin.v1.CreateTokenResponse.token:type_name -> kibotos.admin.v1.Token
+	3,  // 10: kibotos.admin.v1.ListTokensResponse.tokens:type_name -> kibotos.admin.v1.Token
+	3,  // 11: kibotos.admin.v1.RevokeTokenResponse.token:type_name -> kibotos.admin.v1.Token
+	16, // 12: kibotos.admin.v1.ListStoragePoolsResponse.storage_pools:type_name -> kibotos.admin.v1.StoragePool
+	34, // 13: kibotos.admin.v1.HostToken.created_at:type_name -> google.protobuf.Timestamp
+	34, // 14: kibotos.admin.v1.HostToken.revoked_at:type_name -> google.protobuf.Timestamp
+	21, // 15: kibotos.admin.v1.CreateHostTokenResponse.host_token:type_name -> kibotos.admin.v1.HostToken
+	21, // 16: kibotos.admin.v1.ListHostTokensResponse.host_tokens:type_name -> kibotos.admin.v1.HostToken
+	21, // 17: kibotos.admin.v1.RevokeHostTokenResponse.host_token:type_name -> kibotos.admin.v1.HostToken
+	1,  // 18: kibotos.admin.v1.Host.state:type_name -> kibotos.admin.v1.HostState
+	28, // 19: kibotos.admin.v1.Host.capacity:type_name -> kibotos.admin.v1.HostResources
+	28, // 20: kibotos.admin.v1.Host.reserved:type_name -> kibotos.admin.v1.HostResources
+	34, // 21: kibotos.admin.v1.Host.last_report_at:type_name -> google.protobuf.Timestamp
+	29, // 22: kibotos.admin.v1.ListHostsResponse.hosts:type_name -> kibotos.admin.v1.Host
+	29, // 23: kibotos.admin.v1.DrainHostResponse.host:type_name -> kibotos.admin.v1.Host
+	4,  // 24: kibotos.admin.v1.AdminService.CreateProject:input_type -> kibotos.admin.v1.CreateProjectRequest
+	6,  // 25: kibotos.admin.v1.AdminService.ListProjects:input_type -> kibotos.admin.v1.ListProjectsRequest
+	8,  // 26: kibotos.admin.v1.AdminService.GetCaller:input_type -> kibotos.admin.v1.GetCallerRequest
+	10, // 27: kibotos.admin.v1.AdminService.CreateToken:input_type -> kibotos.admin.v1.CreateTokenRequest
+	12, // 28: kibotos.admin.v1.AdminService.ListTokens:input_type -> kibotos.admin.v1.ListTokensRequest
+	14, // 29: kibotos.admin.v1.AdminService.RevokeToken:input_type -> kibotos.admin.v1.RevokeTokenRequest
+	17, // 30: kibotos.admin.v1.AdminService.ListStoragePools:input_type -> kibotos.admin.v1.ListStoragePoolsRequest
+	19, // 31: kibotos.admin.v1.AdminService.DeclareStoragePoolLost:input_type -> kibotos.admin.v1.DeclareStoragePoolLostRequest
+	22, // 32: kibotos.admin.v1.AdminService.CreateHostToken:input_type -> kibotos.admin.v1.CreateHostTokenRequest
+	24, // 33: kibotos.admin.v1.AdminService.ListHostTokens:input_type -> kibotos.admin.v1.ListHostTokensRequest
+	26, // 34: kibotos.admin.v1.AdminService.RevokeHostToken:input_type -> kibotos.admin.v1.RevokeHostTokenRequest
+	30, // 35: kibotos.admin.v1.AdminService.ListHosts:input_type -> kibotos.admin.v1.ListHostsRequest
+	32, // 36: kibotos.admin.v1.AdminService.DrainHost:input_type -> kibotos.admin.v1.DrainHostRequest
+	5,  // 37: kibotos.admin.v1.AdminService.CreateProject:output_type -> kibotos.admin.v1.CreateProjectResponse
+	7,  // 38: kibotos.admin.v1.AdminService.ListProjects:output_type -> kibotos.admin.v1.ListProjectsResponse
+	9,  // 39: kibotos.admin.v1.AdminService.GetCaller:output_type -> kibotos.admin.v1.GetCallerResponse
+	11, // 40: kibotos.admin.v1.AdminService.CreateToken:output_type -> kibotos.admin.v1.CreateTokenResponse
+	13, // 41: kibotos.admin.v1.AdminService.ListTokens:output_type -> kibotos.admin.v1.ListTokensResponse
+	15, // 42: kibotos.admin.v1.AdminService.RevokeToken:output_type -> kibotos.admin.v1.RevokeTokenResponse
+	18, // 43: kibotos.admin.v1.AdminService.ListStoragePools:output_type -> kibotos.admin.v1.ListStoragePoolsResponse
+	20, // 44: kibotos.admin.v1.AdminService.DeclareStoragePoolLost:output_type -> kibotos.admin.v1.DeclareStoragePoolLostResponse
+	23, // 45: kibotos.admin.v1.AdminService.CreateHostToken:output_type -> kibotos.admin.v1.CreateHostTokenResponse
+	25, // 46: kibotos.admin.v1.AdminService.ListHostTokens:output_type -> kibotos.admin.v1.ListHostTokensResponse
+	27, // 47: kibotos.admin.v1.AdminService.RevokeHostToken:output_type -> kibotos.admin.v1.RevokeHostTokenResponse
+	31, // 48: kibotos.admin.v1.AdminService.ListHosts:output_type -> kibotos.admin.v1.ListHostsResponse
+	33, // 49: kibotos.admin.v1.AdminService.DrainHost:output_type -> kibotos.admin.v1.DrainHostResponse
+	37, // [37:50] is the sub-list for method output_type
+	24, // [24:37] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_admin_v1_admin_proto_init() }
@@ -2003,7 +2104,7 @@ func file_kibotos_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_admin_v1_admin_proto_rawDesc), len(file_kibotos_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   30,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

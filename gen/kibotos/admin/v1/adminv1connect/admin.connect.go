@@ -46,6 +46,8 @@ const (
 	// AdminServiceListProjectsProcedure is the fully-qualified name of the AdminService's ListProjects
 	// RPC.
 	AdminServiceListProjectsProcedure = "/kibotos.admin.v1.AdminService/ListProjects"
+	// AdminServiceGetCallerProcedure is the fully-qualified name of the AdminService's GetCaller RPC.
+	AdminServiceGetCallerProcedure = "/kibotos.admin.v1.AdminService/GetCaller"
 	// AdminServiceCreateTokenProcedure is the fully-qualified name of the AdminService's CreateToken
 	// RPC.
 	AdminServiceCreateTokenProcedure = "/kibotos.admin.v1.AdminService/CreateToken"
@@ -85,6 +87,10 @@ type AdminServiceClient interface {
 	// ListProjects returns every project, ordered by created_at, to an admin
 	// token of the operator project. Any other token sees only its own project.
 	ListProjects(context.Context, *connect.Request[v1.ListProjectsRequest]) (*connect.Response[v1.ListProjectsResponse], error)
+	// GetCaller returns who the request's token is: its project and the
+	// token itself (ID, name, role), never its secret. Every role may call it,
+	// so a client can show what a token may do without trying.
+	GetCaller(context.Context, *connect.Request[v1.GetCallerRequest]) (*connect.Response[v1.GetCallerResponse], error)
 	// CreateToken issues a new API token and returns its secret, the only time
 	// the secret is ever returned: the server stores only a hash of it. An admin
 	// token may create tokens of any role in its own project; creating one in
@@ -159,6 +165,12 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("ListProjects")),
 			connect.WithClientOptions(opts...),
 		),
+		getCaller: connect.NewClient[v1.GetCallerRequest, v1.GetCallerResponse](
+			httpClient,
+			baseURL+AdminServiceGetCallerProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("GetCaller")),
+			connect.WithClientOptions(opts...),
+		),
 		createToken: connect.NewClient[v1.CreateTokenRequest, v1.CreateTokenResponse](
 			httpClient,
 			baseURL+AdminServiceCreateTokenProcedure,
@@ -226,6 +238,7 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 type adminServiceClient struct {
 	createProject          *connect.Client[v1.CreateProjectRequest, v1.CreateProjectResponse]
 	listProjects           *connect.Client[v1.ListProjectsRequest, v1.ListProjectsResponse]
+	getCaller              *connect.Client[v1.GetCallerRequest, v1.GetCallerResponse]
 	createToken            *connect.Client[v1.CreateTokenRequest, v1.CreateTokenResponse]
 	listTokens             *connect.Client[v1.ListTokensRequest, v1.ListTokensResponse]
 	revokeToken            *connect.Client[v1.RevokeTokenRequest, v1.RevokeTokenResponse]
@@ -246,6 +259,11 @@ func (c *adminServiceClient) CreateProject(ctx context.Context, req *connect.Req
 // ListProjects calls kibotos.admin.v1.AdminService.ListProjects.
 func (c *adminServiceClient) ListProjects(ctx context.Context, req *connect.Request[v1.ListProjectsRequest]) (*connect.Response[v1.ListProjectsResponse], error) {
 	return c.listProjects.CallUnary(ctx, req)
+}
+
+// GetCaller calls kibotos.admin.v1.AdminService.GetCaller.
+func (c *adminServiceClient) GetCaller(ctx context.Context, req *connect.Request[v1.GetCallerRequest]) (*connect.Response[v1.GetCallerResponse], error) {
+	return c.getCaller.CallUnary(ctx, req)
 }
 
 // CreateToken calls kibotos.admin.v1.AdminService.CreateToken.
@@ -308,6 +326,10 @@ type AdminServiceHandler interface {
 	// ListProjects returns every project, ordered by created_at, to an admin
 	// token of the operator project. Any other token sees only its own project.
 	ListProjects(context.Context, *connect.Request[v1.ListProjectsRequest]) (*connect.Response[v1.ListProjectsResponse], error)
+	// GetCaller returns who the request's token is: its project and the
+	// token itself (ID, name, role), never its secret. Every role may call it,
+	// so a client can show what a token may do without trying.
+	GetCaller(context.Context, *connect.Request[v1.GetCallerRequest]) (*connect.Response[v1.GetCallerResponse], error)
 	// CreateToken issues a new API token and returns its secret, the only time
 	// the secret is ever returned: the server stores only a hash of it. An admin
 	// token may create tokens of any role in its own project; creating one in
@@ -378,6 +400,12 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("ListProjects")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceGetCallerHandler := connect.NewUnaryHandler(
+		AdminServiceGetCallerProcedure,
+		svc.GetCaller,
+		connect.WithSchema(adminServiceMethods.ByName("GetCaller")),
+		connect.WithHandlerOptions(opts...),
+	)
 	adminServiceCreateTokenHandler := connect.NewUnaryHandler(
 		AdminServiceCreateTokenProcedure,
 		svc.CreateToken,
@@ -444,6 +472,8 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceCreateProjectHandler.ServeHTTP(w, r)
 		case AdminServiceListProjectsProcedure:
 			adminServiceListProjectsHandler.ServeHTTP(w, r)
+		case AdminServiceGetCallerProcedure:
+			adminServiceGetCallerHandler.ServeHTTP(w, r)
 		case AdminServiceCreateTokenProcedure:
 			adminServiceCreateTokenHandler.ServeHTTP(w, r)
 		case AdminServiceListTokensProcedure:
@@ -479,6 +509,10 @@ func (UnimplementedAdminServiceHandler) CreateProject(context.Context, *connect.
 
 func (UnimplementedAdminServiceHandler) ListProjects(context.Context, *connect.Request[v1.ListProjectsRequest]) (*connect.Response[v1.ListProjectsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.admin.v1.AdminService.ListProjects is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) GetCaller(context.Context, *connect.Request[v1.GetCallerRequest]) (*connect.Response[v1.GetCallerResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.admin.v1.AdminService.GetCaller is not implemented"))
 }
 
 func (UnimplementedAdminServiceHandler) CreateToken(context.Context, *connect.Request[v1.CreateTokenRequest]) (*connect.Response[v1.CreateTokenResponse], error) {

@@ -19,7 +19,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file kibotos/admin/v1/admin.proto.
  */
 export const file_kibotos_admin_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("ChxraWJvdG9zL2FkbWluL3YxL2FkbWluLnByb3RvEhBraWJvdG9zLmFkbWluLnYxIm0KB1Byb2plY3QSEgoKcHJvamVjdF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEi4KCmNyZWF0ZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCG9wZXJhdG9yGAQgASgIIsEBCgVUb2tlbhIQCgh0b2tlbl9pZBgBIAEoCRISCgpwcm9qZWN0X2lkGAIgASgJEiQKBHJvbGUYAyABKA4yFi5raWJvdG9zLmFkbWluLnYxLlJvbGUSDAoEbmFtZRgEIAEoCRIuCgpjcmVhdGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpyZXZva2VkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIkChRDcmVhdGVQcm9qZWN0UmVxdWVzdBIMCgRuYW1lGAEgASgJIkMKFUNyZWF0ZVByb2plY3RSZXNwb25zZRIqCgdwcm9qZWN0GAEgASgLMhkua2lib3Rvcy5hZG1pbi52MS5Qcm9qZWN0IhUKE0xpc3RQcm9qZWN0c1JlcXVlc3QiQwoUTGlzdFByb2plY3RzUmVzcG9uc2USKwoIcHJvamVjdHMYASADKAsyGS5raWJvdG9zLmFkbWluLnYxLlByb2plY3QiXAoSQ3JlYXRlVG9rZW5SZXF1ZXN0EhIKCnByb2plY3RfaWQYASABKAkSJAoEcm9sZRgCIAEoDjIWLmtpYm90b3MuYWRtaW4udjEuUm9sZRIMCgRuYW1lGAMgASgJIk0KE0NyZWF0ZVRva2VuUmVzcG9uc2USJgoFdG9rZW4YASABKAsyFy5raWJvdG9zLmFkbWluLnYxLlRva2VuEg4KBnNlY3JldBgCIAEoCSInChFMaXN0VG9rZW5zUmVxdWVzdBISCgpwcm9qZWN0X2lkGAEgASgJIj0KEkxpc3RUb2tlbnNSZXNwb25zZRInCgZ0b2tlbnMYASADKAsyFy5raWJvdG9zLmFkbWluLnYxLlRva2VuIiYKElJldm9rZVRva2VuUmVxdWVzdBIQCgh0b2tlbl9pZBgBIAEoCSI9ChNSZXZva2VUb2tlblJlc3BvbnNlEiYKBXRva2VuGAEgASgLMhcua2lib3Rvcy5hZG1pbi52MS5Ub2tlbiJcCgtTdG9yYWdlUG9vbBIMCgRuYW1lGAEgASgJEhAKCGhvc3RfaWRzGAIgAygJEhwKFGRlZmF1bHRfdm9sdW1lX2J5dGVzGAMgASgEEg8KB2RlZmF1bHQYBCABKAgiGQoXTGlzdFN0b3JhZ2VQb29sc1JlcXVlc3QiUAoYTGlzdFN0b3JhZ2VQb29sc1Jlc3BvbnNlEjQKDXN0b3JhZ2VfcG9vbHMYASADKAsyHS5raWJvdG9zLmFkbWluLnYxLlN0b3JhZ2VQb29sIjUKHURlY2xhcmVTdG9yYWdlUG9vbExvc3RSZXF1ZXN0EhQKDHN0b3JhZ2VfcG9vbBgBIAEoCSI5Ch5EZWNsYXJlU3RvcmFnZVBvb2xMb3N0UmVzcG9uc2USFwoPbG9zdF92b2x1bWVfaWRzGAEgAygJIpABCglIb3N0VG9rZW4SFQoNaG9zdF90b2tlbl9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEi4KCmNyZWF0ZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnJldm9rZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIiYKFkNyZWF0ZUhvc3RUb2tlblJlcXVlc3QSDAoEbmFtZRgBIAEoCSJaChdDcmVhdGVIb3N0VG9rZW5SZXNwb25zZRIvCgpob3N0X3Rva2VuGAEgASgLMhsua2lib3Rvcy5hZG1pbi52MS5Ib3N0VG9rZW4SDgoGc2VjcmV0GAIgASgJIhcKFUxpc3RIb3N0VG9rZW5zUmVxdWVzdCJKChZMaXN0SG9zdFRva2Vuc1Jlc3BvbnNlEjAKC2hvc3RfdG9rZW5zGAEgAygLMhsua2lib3Rvcy5hZG1pbi52MS5Ib3N0VG9rZW4iLwoWUmV2b2tlSG9zdFRva2VuUmVxdWVzdBIVCg1ob3N0X3Rva2VuX2lkGAEgASgJIkoKF1Jldm9rZUhvc3RUb2tlblJlc3BvbnNlEi8KCmhvc3RfdG9rZW4YASABKAsyGy5raWJvdG9zLmFkbWluLnYxLkhvc3RUb2tlbiJOCg1Ib3N0UmVzb3VyY2VzEhIKCmNwdV9taWxsaXMYASABKA0SFAoMbWVtb3J5X2J5dGVzGAIgASgEEhMKC2xheWVyX2J5dGVzGAMgASgEIt4CCgRIb3N0Eg8KB2hvc3RfaWQYASABKAkSKgoFc3RhdGUYAiABKA4yGy5raWJvdG9zLmFkbWluLnYxLkhvc3RTdGF0ZRIPCgdkcmFpbmVkGAMgASgIEjEKCGNhcGFjaXR5GAQgASgLMh8ua2lib3Rvcy5hZG1pbi52MS5Ib3N0UmVzb3VyY2VzEjEKCHJlc2VydmVkGAUgASgLMh8ua2lib3Rvcy5hZG1pbi52MS5Ib3N0UmVzb3VyY2VzEhQKDGNhcGFiaWxpdGllcxgGIAMoCRIQCghydW50aW1lcxgHIAMoCRIVCg1zdG9yYWdlX3Bvb2xzGAggAygJEhsKE2RhdGFfcGxhbmVfZW5kcG9pbnQYCSABKAkSMgoObGFzdF9yZXBvcnRfYXQYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCndvcmtzcGFjZXMYCyABKA0iEgoQTGlzdEhvc3RzUmVxdWVzdCI6ChFMaXN0SG9zdHNSZXNwb25zZRIlCgVob3N0cxgBIAMoCzIWLmtpYm90b3MuYWRtaW4udjEuSG9zdCI0ChBEcmFpbkhvc3RSZXF1ZXN0Eg8KB2hvc3RfaWQYASABKAkSDwoHZHJhaW5lZBgCIAEoCCI5ChFEcmFpbkhvc3RSZXNwb25zZRIkCgRob3N0GAEgASgLMhYua2lib3Rvcy5hZG1pbi52MS5Ib3N0Kk4KBFJvbGUSFAoQUk9MRV9VTlNQRUNJRklFRBAAEg8KC1JPTEVfVklFV0VSEAESDwoLUk9MRV9FRElUT1IQAhIOCgpST0xFX0FETUlOEAMqUgoJSG9zdFN0YXRlEhoKFkhPU1RfU1RBVEVfVU5TUEVDSUZJRUQQABIUChBIT1NUX1NUQVRFX1JFQURZEAESEwoPSE9TVF9TVEFURV9MT1NUEAIyqQkKDEFkbWluU2VydmljZRJgCg1DcmVhdGVQcm9qZWN0EiYua2lib3Rvcy5hZG1pbi52MS5DcmVhdGVQcm9qZWN0UmVxdWVzdBonLmtpYm90b3MuYWRtaW4udjEuQ3JlYXRlUHJvamVjdFJlc3BvbnNlEl0KDExpc3RQcm9qZWN0cxIlLmtpYm90b3MuYWRtaW4udjEuTGlzdFByb2plY3RzUmVxdWVzdBomLmtpYm90b3MuYWRtaW4udjEuTGlzdFByb2plY3RzUmVzcG9uc2USWgoLQ3JlYXRlVG9rZW4SJC5raWJvdG9zLmFkbWluLnYxLkNyZWF0ZVRva2VuUmVxdWVzdBolLmtpYm90b3MuYWRtaW4udjEuQ3JlYXRlVG9rZW5SZXNwb25zZRJXCgpMaXN0VG9rZW5zEiMua2lib3Rvcy5hZG1pbi52MS5MaXN0VG9rZW5zUmVxdWVzdBokLmtpYm90b3MuYWRtaW4udjEuTGlzdFRva2Vuc1Jlc3BvbnNlEloKC1Jldm9rZVRva2VuEiQua2lib3Rvcy5hZG1pbi52MS5SZXZva2VUb2tlblJlcXVlc3QaJS5raWJvdG9zLmFkbWluLnYxLlJldm9rZVRva2VuUmVzcG9uc2USaQoQTGlzdFN0b3JhZ2VQb29scxIpLmtpYm90b3MuYWRtaW4udjEuTGlzdFN0b3JhZ2VQb29sc1JlcXVlc3QaKi5raWJvdG9zLmFkbWluLnYxLkxpc3RTdG9yYWdlUG9vbHNSZXNwb25zZRJ7ChZEZWNsYXJlU3RvcmFnZVBvb2xMb3N0Ei8ua2lib3Rvcy5hZG1pbi52MS5EZWNsYXJlU3RvcmFnZVBvb2xMb3N0UmVxdWVzdBowLmtpYm90b3MuYWRtaW4udjEuRGVjbGFyZVN0b3JhZ2VQb29sTG9zdFJlc3BvbnNlEmYKD0NyZWF0ZUhvc3RUb2tlbhIoLmtpYm90b3MuYWRtaW4udjEuQ3JlYXRlSG9zdFRva2VuUmVxdWVzdBopLmtpYm90b3MuYWRtaW4udjEuQ3JlYXRlSG9zdFRva2VuUmVzcG9uc2USYwoOTGlzdEhvc3RUb2tlbnMSJy5raWJvdG9zLmFkbWluLnYxLkxpc3RIb3N0VG9rZW5zUmVxdWVzdBooLmtpYm90b3MuYWRtaW4udjEuTGlzdEhvc3RUb2tlbnNSZXNwb25zZRJmCg9SZXZva2VIb3N0VG9rZW4SKC5raWJvdG9zLmFkbWluLnYxLlJldm9rZUhvc3RUb2tlblJlcXVlc3QaKS5raWJvdG9zLmFkbWluLnYxLlJldm9rZUhvc3RUb2tlblJlc3BvbnNlElQKCUxpc3RIb3N0cxIiLmtpYm90b3MuYWRtaW4udjEuTGlzdEhvc3RzUmVxdWVzdBojLmtpYm90b3MuYWRtaW4udjEuTGlzdEhvc3RzUmVzcG9uc2USVAoJRHJhaW5Ib3N0EiIua2lib3Rvcy5hZG1pbi52MS5EcmFpbkhvc3RSZXF1ZXN0GiMua2lib3Rvcy5hZG1pbi52MS5EcmFpbkhvc3RSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp]);
+  fileDesc("ChxraWJvdG9zL2FkbWluL3YxL2FkbWluLnByb3RvEhBraWJvdG9zLmFkbWluLnYxIm0KB1Byb2plY3QSEgoKcHJvamVjdF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEi4KCmNyZWF0ZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCG9wZXJhdG9yGAQgASgIIsEBCgVUb2tlbhIQCgh0b2tlbl9pZBgBIAEoCRISCgpwcm9qZWN0X2lkGAIgASgJEiQKBHJvbGUYAyABKA4yFi5raWJvdG9zLmFkbWluLnYxLlJvbGUSDAoEbmFtZRgEIAEoCRIuCgpjcmVhdGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpyZXZva2VkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIkChRDcmVhdGVQcm9qZWN0UmVxdWVzdBIMCgRuYW1lGAEgASgJIkMKFUNyZWF0ZVByb2plY3RSZXNwb25zZRIqCgdwcm9qZWN0GAEgASgLMhkua2lib3Rvcy5hZG1pbi52MS5Qcm9qZWN0IhUKE0xpc3RQcm9qZWN0c1JlcXVlc3QiQwoUTGlzdFByb2plY3RzUmVzcG9uc2USKwoIcHJvamVjdHMYASADKAsyGS5raWJvdG9zLmFkbWluLnYxLlByb2plY3QiEgoQR2V0Q2FsbGVyUmVxdWVzdCJnChFHZXRDYWxsZXJSZXNwb25zZRIqCgdwcm9qZWN0GAEgASgLMhkua2lib3Rvcy5hZG1pbi52MS5Qcm9qZWN0EiYKBXRva2VuGAIgASgLMhcua2lib3Rvcy5hZG1pbi52MS5Ub2tlbiJcChJDcmVhdGVUb2tlblJlcXVlc3QSEgoKcHJvamVjdF9pZBgBIAEoCRIkCgRyb2xlGAIgASgOMhYua2lib3Rvcy5hZG1pbi52MS5Sb2xlEgwKBG5hbWUYAyABKAkiTQoTQ3JlYXRlVG9rZW5SZXNwb25zZRImCgV0b2tlbhgBIAEoCzIXLmtpYm90b3MuYWRtaW4udjEuVG9rZW4SDgoGc2VjcmV0GAIgASgJIicKEUxpc3RUb2tlbnNSZXF1ZXN0EhIKCnByb2plY3RfaWQYASABKAkiPQoSTGlzdFRva2Vuc1Jlc3BvbnNlEicKBnRva2VucxgBIAMoCzIXLmtpYm90b3MuYWRtaW4udjEuVG9rZW4iJgoSUmV2b2tlVG9rZW5SZXF1ZXN0EhAKCHRva2VuX2lkGAEgASgJIj0KE1Jldm9rZVRva2VuUmVzcG9uc2USJgoFdG9rZW4YASABKAsyFy5raWJvdG9zLmFkbWluLnYxLlRva2VuIlwKC1N0b3JhZ2VQb29sEgwKBG5hbWUYASABKAkSEAoIaG9zdF9pZHMYAiADKAkSHAoUZGVmYXVsdF92b2x1bWVfYnl0ZXMYAyABKAQSDwoHZGVmYXVsdBgEIAEoCCIZChdMaXN0U3RvcmFnZVBvb2xzUmVxdWVzdCJQChhMaXN0U3RvcmFnZVBvb2xzUmVzcG9uc2USNAoNc3RvcmFnZV9wb29scxgBIAMoCzIdLmtpYm90b3MuYWRtaW4udjEuU3RvcmFnZVBvb2wiNQodRGVjbGFyZVN0b3JhZ2VQb29sTG9zdFJlcXVlc3QSFAoMc3RvcmFnZV9wb29sGAEgASgJIjkKHkRlY2xhcmVTdG9yYWdlUG9vbExvc3RSZXNwb25zZRIXCg9sb3N0X3ZvbHVtZV9pZHMYASADKAkikAEKCUhvc3RUb2tlbhIVCg1ob3N0X3Rva2VuX2lkGAEgASgJEgwKBG5hbWUYAiABKAkSLgoKY3JlYXRlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKcmV2b2tlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiJgoWQ3JlYXRlSG9zdFRva2VuUmVxdWVzdBIMCgRuYW1lGAEgASgJIloKF0NyZWF0ZUhvc3RUb2tlblJlc3BvbnNlEi8KCmhvc3RfdG9rZW4YASABKAsyGy5raWJvdG9zLmFkbWluLnYxLkhvc3RUb2tlbhIOCgZzZWNyZXQYAiABKAkiFwoVTGlzdEhvc3RUb2tlbnNSZXF1ZXN0IkoKFkxpc3RIb3N0VG9rZW5zUmVzcG9uc2USMAoLaG9zdF90b2tlbnMYASADKAsyGy5raWJvdG9zLmFkbWluLnYxLkhvc3RUb2tlbiIvChZSZXZva2VIb3N0VG9rZW5SZXF1ZXN0EhUKDWhvc3RfdG9rZW5faWQYASABKAkiSgoXUmV2b2tlSG9zdFRva2VuUmVzcG9uc2USLwoKaG9zdF90b2tlbhgBIAEoCzIbLmtpYm90b3MuYWRtaW4udjEuSG9zdFRva2VuIk4KDUhvc3RSZXNvdXJjZXMSEgoKY3B1X21pbGxpcxgBIAEoDRIUCgxtZW1vcnlfYnl0ZXMYAiABKAQSEwoLbGF5ZXJfYnl0ZXMYAyABKAQi3gIKBEhvc3QSDwoHaG9zdF9pZBgBIAEoCRIqCgVzdGF0ZRgCIAEoDjIbLmtpYm90b3MuYWRtaW4udjEuSG9zdFN0YXRlEg8KB2RyYWluZWQYAyABKAgSMQoIY2FwYWNpdHkYBCABKAsyHy5raWJvdG9zLmFkbWluLnYxLkhvc3RSZXNvdXJjZXMSMQoIcmVzZXJ2ZWQYBSABKAsyHy5raWJvdG9zLmFkbWluLnYxLkhvc3RSZXNvdXJjZXMSFAoMY2FwYWJpbGl0aWVzGAYgAygJEhAKCHJ1bnRpbWVzGAcgAygJEhUKDXN0b3JhZ2VfcG9vbHMYCCADKAkSGwoTZGF0YV9wbGFuZV9lbmRwb2ludBgJIAEoCRIyCg5sYXN0X3JlcG9ydF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKd29ya3NwYWNlcxgLIAEoDSISChBMaXN0SG9zdHNSZXF1ZXN0IjoKEUxpc3RIb3N0c1Jlc3BvbnNlEiUKBWhvc3RzGAEgAygLMhYua2lib3Rvcy5hZG1pbi52MS5Ib3N0IjQKEERyYWluSG9zdFJlcXVlc3QSDwoHaG9zdF9pZBgBIAEoCRIPCgdkcmFpbmVkGAIgASgIIjkKEURyYWluSG9zdFJlc3BvbnNlEiQKBGhvc3QYASABKAsyFi5raWJvdG9zLmFkbWluLnYxLkhvc3QqTgoEUm9sZRIUChBST0xFX1VOU1BFQ0lGSUVEEAASDwoLUk9MRV9WSUVXRVIQARIPCgtST0xFX0VESVRPUhACEg4KClJPTEVfQURNSU4QAypSCglIb3N0U3RhdGUSGgoWSE9TVF9TVEFURV9VTlNQRUNJRklFRBAAEhQKEEhPU1RfU1RBVEVfUkVBRFkQARITCg9IT1NUX1NUQVRFX0xPU1QQAjL/CQoMQWRtaW5TZXJ2aWNlEmAKDUNyZWF0ZVByb2plY3QSJi5raWJvdG9zLmFkbWluLnYxLkNyZWF0ZVByb2plY3RSZXF1ZXN0Gicua2lib3Rvcy5hZG1pbi52MS5DcmVhdGVQcm9qZWN0UmVzcG9uc2USXQoMTGlzdFByb2plY3RzEiUua2lib3Rvcy5hZG1pbi52MS5MaXN0UHJvamVjdHNSZXF1ZXN0GiYua2lib3Rvcy5hZG1pbi52MS5MaXN0UHJvamVjdHNSZXNwb25zZRJUCglHZXRDYWxsZXISIi5raWJvdG9zLmFkbWluLnYxLkdldENhbGxlclJlcXVlc3QaIy5raWJvdG9zLmFkbWluLnYxLkdldENhbGxlclJlc3BvbnNlEloKC0NyZWF0ZVRva2VuEiQua2lib3Rvcy5hZG1pbi52MS5DcmVhdGVUb2tlblJlcXVlc3QaJS5raWJvdG9zLmFkbWluLnYxLkNyZWF0ZVRva2VuUmVzcG9uc2USVwoKTGlzdFRva2VucxIjLmtpYm90b3MuYWRtaW4udjEuTGlzdFRva2Vuc1JlcXVlc3QaJC5raWJvdG9zLmFkbWluLnYxLkxpc3RUb2tlbnNSZXNwb25zZRJaCgtSZXZva2VUb2tlbhIkLmtpYm90b3MuYWRtaW4udjEuUmV2b2tlVG9rZW5SZXF1ZXN0GiUua2lib3Rvcy5hZG1pbi52MS5SZXZva2VUb2tlblJlc3BvbnNlEmkKEExpc3RTdG9yYWdlUG9vbHMSKS5raWJvdG9zLmFkbWluLnYxLkxpc3RTdG9yYWdlUG9vbHNSZXF1ZXN0Gioua2lib3Rvcy5hZG1pbi52MS5MaXN0U3RvcmFnZVBvb2xzUmVzcG9uc2USewoWRGVjbGFyZVN0b3JhZ2VQb29sTG9zdBIvLmtpYm90b3MuYWRtaW4udjEuRGVjbGFyZVN0b3JhZ2VQb29sTG9zdFJlcXVlc3QaMC5raWJvdG9zLmFkbWluLnYxLkRlY2xhcmVTdG9yYWdlUG9vbExvc3RSZXNwb25zZRJmCg9DcmVhdGVIb3N0VG9rZW4SKC5raWJvdG9zLmFkbWluLnYxLkNyZWF0ZUhvc3RUb2tlblJlcXVlc3QaKS5raWJvdG9zLmFkbWluLnYxLkNyZWF0ZUhvc3RUb2tlblJlc3BvbnNlEmMKDkxpc3RIb3N0VG9rZW5zEicua2lib3Rvcy5hZG1pbi52MS5MaXN0SG9zdFRva2Vuc1JlcXVlc3QaKC5raWJvdG9zLmFkbWluLnYxLkxpc3RIb3N0VG9rZW5zUmVzcG9uc2USZgoPUmV2b2tlSG9zdFRva2VuEigua2lib3Rvcy5hZG1pbi52MS5SZXZva2VIb3N0VG9rZW5SZXF1ZXN0Gikua2lib3Rvcy5hZG1pbi52MS5SZXZva2VIb3N0VG9rZW5SZXNwb25zZRJUCglMaXN0SG9zdHMSIi5raWJvdG9zLmFkbWluLnYxLkxpc3RIb3N0c1JlcXVlc3QaIy5raWJvdG9zLmFkbWluLnYxLkxpc3RIb3N0c1Jlc3BvbnNlElQKCURyYWluSG9zdBIiLmtpYm90b3MuYWRtaW4udjEuRHJhaW5Ib3N0UmVxdWVzdBojLmtpYm90b3MuYWRtaW4udjEuRHJhaW5Ib3N0UmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_timestamp]);
 
 /**
  * Project is a tenant: every Workspace, Volume, Egress, Resolver, Template and
@@ -198,6 +198,45 @@ export const ListProjectsResponseSchema: GenMessage<ListProjectsResponse> = /*@_
 /**
  * CreateTokenRequest is the input of CreateToken.
  *
+ * @generated from message kibotos.admin.v1.GetCallerRequest
+ */
+export type GetCallerRequest = Message<"kibotos.admin.v1.GetCallerRequest"> & {
+};
+
+/**
+ * Describes the message kibotos.admin.v1.GetCallerRequest.
+ * Use `create(GetCallerRequestSchema)` to create a new message.
+ */
+export const GetCallerRequestSchema: GenMessage<GetCallerRequest> = /*@__PURE__*/
+  messageDesc(file_kibotos_admin_v1_admin, 6);
+
+/**
+ * @generated from message kibotos.admin.v1.GetCallerResponse
+ */
+export type GetCallerResponse = Message<"kibotos.admin.v1.GetCallerResponse"> & {
+  /**
+   * project is the project the token acts in.
+   *
+   * @generated from field: kibotos.admin.v1.Project project = 1;
+   */
+  project?: Project;
+
+  /**
+   * token is the token the request was made with.
+   *
+   * @generated from field: kibotos.admin.v1.Token token = 2;
+   */
+  token?: Token;
+};
+
+/**
+ * Describes the message kibotos.admin.v1.GetCallerResponse.
+ * Use `create(GetCallerResponseSchema)` to create a new message.
+ */
+export const GetCallerResponseSchema: GenMessage<GetCallerResponse> = /*@__PURE__*/
+  messageDesc(file_kibotos_admin_v1_admin, 7);
+
+/**
  * @generated from message kibotos.admin.v1.CreateTokenRequest
  */
 export type CreateTokenRequest = Message<"kibotos.admin.v1.CreateTokenRequest"> & {
@@ -229,7 +268,7 @@ export type CreateTokenRequest = Message<"kibotos.admin.v1.CreateTokenRequest"> 
  * Use `create(CreateTokenRequestSchema)` to create a new message.
  */
 export const CreateTokenRequestSchema: GenMessage<CreateTokenRequest> = /*@__PURE__*/
-  messageDesc(file_kibotos_admin_v1_admin, 6);
+  messageDesc(file_kibotos_admin_v1_admin, 8);
 
 /**
  * CreateTokenResponse carries the new token and its secret.
@@ -257,7 +296,7 @@ export type CreateTokenResponse = Message<"kibotos.admin.v1.CreateTokenResponse"
  * Use `create(CreateTokenResponseSchema)` to create a new message.
  */
 export const CreateTokenResponseSchema: GenMessage<CreateTokenResponse> = /*@__PURE__*/
-  messageDesc(file_kibotos_admin_v1_admin, 7);
+  messageDesc(file_kibotos_admin_v1_admin, 9);
 
 /**
  * ListTokensRequest is the input of ListTokens.
@@ -279,7 +318,7 @@ export type ListTokensRequest = Message<"kibotos.admin.v1.ListTokensRequest"> & 
  * Use `create(ListTokensRequestSchema)` to create a new message.
  */
 export const ListTokensRequestSchema: GenMessage<ListTokensRequest> = /*@__PURE__*/
-  messageDesc(file_kibotos_admin_v1_admin, 8);
+  messageDesc(file_kibotos_admin_v1_admin, 10);
 
 /**
  * ListTokensResponse carries the tokens of one project.
@@ -298,7 +337,7 @@ export type ListTokensResponse = Message<"kibotos.admin.v1.ListTokensResponse"> 
  * Use `create(ListTokensResponseSchema)` to create a new message.
  */
 export const ListTokensResponseSchema: GenMessage<ListTokensResponse> = /*@__PURE__*/
-  messageDesc(file_kibotos_admin_v1_admin, 9);
+  messageDesc(file_kibotos_admin_v1_admin, 11);
 
 /**
  * RevokeTokenRequest is the input of RevokeToken.
@@ -320,7 +359,7 @@ export type RevokeTokenRequest = Message<"kibotos.admin.v1.RevokeTokenRequest"> 
  * Use `create(RevokeTokenRequestSchema)` to create a new message.
  */
 export const RevokeTokenRequestSchema: GenMessage<RevokeTokenRequest> = /*@__PURE__*/
-  messageDesc(file_kibotos_admin_v1_admin, 10);
+  messageDesc(file_kibotos_admin_v1_admin, 12);
 
 /**
  * RevokeTokenResponse carries the revoked token.
@@ -339,7 +378,7 @@ export type RevokeTokenResponse = Message<"kibotos.admin.v1.RevokeTokenResponse"
  * Use `create(RevokeTokenResponseSchema)` to create a new message.
  */
 export const RevokeTokenResponseSchema: GenMessage<RevokeTokenResponse> = /*@__PURE__*/
-  messageDesc(file_kibotos_admin_v1_admin, 11);
+  messageDesc(file_kibotos_admin_v1_admin, 13);
 
 /**
  * StoragePool is a named place where Volumes live.
@@ -380,7 +419,7 @@ export type StoragePool = Message<"kibotos.admin.v1.StoragePool"> & {
  * Use `create(StoragePoolSchema)` to create a new message.
  */
 export const StoragePoolSchema: GenMessage<StoragePool> = /*@__PURE__*/
-  messageDesc(file_kibotos_admin_v1_admin, 12);
+  messageDesc(file_kibotos_admin_v1_admin, 14);
 
 /**
  * ListStoragePoolsRequest is the input of ListStoragePools.
@@ -395,7 +434,7 @@ export type ListStoragePoolsRequest = Message<"kibotos.admin.v1.ListStoragePools
  * Use `create(ListStoragePoolsRequestSchema)` to create a new message.
  */
 export const ListStoragePoolsRequestSchema: GenMessage<ListStoragePoolsRequest> = /*@__PURE__*/
-  messageDesc(file_kibotos_admin_v1_admin, 13);
+  messageDesc(file_kibotos_admin_v1_admin, 15);
 
 /**
  * ListStoragePoolsResponse carries every storage pool.
@@ -414,7 +453,7 @@ export type ListStoragePoolsResponse = Message<"kibotos.admin.v1.ListStoragePool
  * Use `create(ListStoragePoolsResponseSchema)` to create a new message.
  */
 export const ListStoragePoolsResponseSchema: GenMessage<ListStoragePoolsResponse> = /*@__PURE__*/
-  messageDesc(file_kibotos_admin_v1_admin, 14);
+  messageDesc(file_kibotos_admin_v1_admin, 16);
 
 /**
  * DeclareStoragePoolLostRequest is the input of DeclareStoragePoolLost.
@@ -433,7 +472,7 @@ export type DeclareStoragePoolLostRequest = Message<"kibotos.admin.v1.DeclareSto
  * Use `create(DeclareStoragePoolLostRequestSchema)` to create a new message.
  */
 export const DeclareStoragePoolLostRequestSchema: GenMessage<DeclareStoragePoolLostRequest> = /*@__PURE__*/
-  messageDesc(file_kibotos_admin_v1_admin, 15);
+  messageDesc(file_kibotos_admin_v1_admin, 17);
 
 /**
  * DeclareStoragePoolLostResponse says what the declaration changed.
@@ -454,7 +493,7 @@ export type DeclareStoragePoolLostResponse = Message<"kibotos.admin.v1.DeclareSt
  * Use `create(DeclareStoragePoolLostResponseSchema)` to create a new message.
  */
 export const DeclareStoragePoolLostResponseSchema: GenMessage<DeclareStoragePoolLostResponse> = /*@__PURE__*/
-  messageDesc(file_kibotos_admin_v1_admin, 16);
+  messageDesc(file_kibotos_admin_v1_admin, 18);
 
 /**
  * HostToken is one host token, without its secret.
@@ -492,7 +531,7 @@ export type HostToken = Message<"kibotos.admin.v1.HostToken"> & {
  * Use `create(HostTokenSchema)` to create a new message.
  */
 export const HostTokenSchema: GenMessage<HostToken> = /*@__PURE__*/
-  messageDesc(file_kibotos_admin_v1_admin, 17);
+  messageDesc(file_kibotos_admin_v1_admin, 19);
 
 /**
  * CreateHostTokenRequest is the input of CreateHostToken.
@@ -513,7 +552,7 @@ export type CreateHostTokenRequest = Message<"kibotos.admin.v1.CreateHostTokenRe
  * Use `create(CreateHostTokenRequestSchema)` to create a new message.
  */
 export const CreateHostTokenRequestSchema: GenMessage<CreateHostTokenRequest> = /*@__PURE__*/
-  messageDesc(file_kibotos_admin_v1_admin, 18);
+  messageDesc(file_kibotos_admin_v1_admin, 20);
 
 /**
  * CreateHostTokenResponse carries the new host token and its secret.
@@ -540,7 +579,7 @@ export type CreateHostTokenResponse = Message<"kibotos.admin.v1.CreateHostTokenR
  * Use `create(CreateHostTokenResponseSchema)` to create a new message.
  */
 export const CreateHostTokenResponseSchema: GenMessage<CreateHostTokenResponse> = /*@__PURE__*/
-  messageDesc(file_kibotos_admin_v1_admin, 19);
+  messageDesc(file_kibotos_admin_v1_admin, 21);
 
 /**
  * ListHostTokensRequest is the input of ListHostTokens. It has no fields.
@@ -555,7 +594,7 @@ export type ListHostTokensRequest = Message<"kibotos.admin.v1.ListHostTokensRequ
  * Use `create(ListHostTokensRequestSchema)` to create a new message.
  */
 export const ListHostTokensRequestSchema: GenMessage<ListHostTokensRequest> = /*@__PURE__*/
-  messageDesc(file_kibotos_admin_v1_admin, 20);
+  messageDesc(file_kibotos_admin_v1_admin, 22);
 
 /**
  * ListHostTokensResponse carries every host token.
@@ -574,7 +613,7 @@ export type ListHostTokensResponse = Message<"kibotos.admin.v1.ListHostTokensRes
  * Use `create(ListHostTokensResponseSchema)` to create a new message.
  */
 export const ListHostTokensResponseSchema: GenMessage<ListHostTokensResponse> = /*@__PURE__*/
-  messageDesc(file_kibotos_admin_v1_admin, 21);
+  messageDesc(file_kibotos_admin_v1_admin, 23);
 
 /**
  * RevokeHostTokenRequest is the input of RevokeHostToken.
@@ -593,7 +632,7 @@ export type RevokeHostTokenRequest = Message<"kibotos.admin.v1.RevokeHostTokenRe
  * Use `create(RevokeHostTokenRequestSchema)` to create a new message.
  */
 export const RevokeHostTokenRequestSchema: GenMessage<RevokeHostTokenRequest> = /*@__PURE__*/
-  messageDesc(file_kibotos_admin_v1_admin, 22);
+  messageDesc(file_kibotos_admin_v1_admin, 24);
 
 /**
  * RevokeHostTokenResponse carries the revoked host token.
@@ -612,7 +651,7 @@ export type RevokeHostTokenResponse = Message<"kibotos.admin.v1.RevokeHostTokenR
  * Use `create(RevokeHostTokenResponseSchema)` to create a new message.
  */
 export const RevokeHostTokenResponseSchema: GenMessage<RevokeHostTokenResponse> = /*@__PURE__*/
-  messageDesc(file_kibotos_admin_v1_admin, 23);
+  messageDesc(file_kibotos_admin_v1_admin, 25);
 
 /**
  * HostResources are amounts of what a host offers.
@@ -641,7 +680,7 @@ export type HostResources = Message<"kibotos.admin.v1.HostResources"> & {
  * Use `create(HostResourcesSchema)` to create a new message.
  */
 export const HostResourcesSchema: GenMessage<HostResources> = /*@__PURE__*/
-  messageDesc(file_kibotos_admin_v1_admin, 24);
+  messageDesc(file_kibotos_admin_v1_admin, 26);
 
 /**
  * Host is a registered host as the control plane sees it.
@@ -729,7 +768,7 @@ export type Host = Message<"kibotos.admin.v1.Host"> & {
  * Use `create(HostSchema)` to create a new message.
  */
 export const HostSchema: GenMessage<Host> = /*@__PURE__*/
-  messageDesc(file_kibotos_admin_v1_admin, 25);
+  messageDesc(file_kibotos_admin_v1_admin, 27);
 
 /**
  * ListHostsRequest is the input of ListHosts. It has no fields.
@@ -744,7 +783,7 @@ export type ListHostsRequest = Message<"kibotos.admin.v1.ListHostsRequest"> & {
  * Use `create(ListHostsRequestSchema)` to create a new message.
  */
 export const ListHostsRequestSchema: GenMessage<ListHostsRequest> = /*@__PURE__*/
-  messageDesc(file_kibotos_admin_v1_admin, 26);
+  messageDesc(file_kibotos_admin_v1_admin, 28);
 
 /**
  * ListHostsResponse carries every registered host.
@@ -763,7 +802,7 @@ export type ListHostsResponse = Message<"kibotos.admin.v1.ListHostsResponse"> & 
  * Use `create(ListHostsResponseSchema)` to create a new message.
  */
 export const ListHostsResponseSchema: GenMessage<ListHostsResponse> = /*@__PURE__*/
-  messageDesc(file_kibotos_admin_v1_admin, 27);
+  messageDesc(file_kibotos_admin_v1_admin, 29);
 
 /**
  * DrainHostRequest is the input of DrainHost.
@@ -789,7 +828,7 @@ export type DrainHostRequest = Message<"kibotos.admin.v1.DrainHostRequest"> & {
  * Use `create(DrainHostRequestSchema)` to create a new message.
  */
 export const DrainHostRequestSchema: GenMessage<DrainHostRequest> = /*@__PURE__*/
-  messageDesc(file_kibotos_admin_v1_admin, 28);
+  messageDesc(file_kibotos_admin_v1_admin, 30);
 
 /**
  * DrainHostResponse carries the host.
@@ -808,7 +847,7 @@ export type DrainHostResponse = Message<"kibotos.admin.v1.DrainHostResponse"> & 
  * Use `create(DrainHostResponseSchema)` to create a new message.
  */
 export const DrainHostResponseSchema: GenMessage<DrainHostResponse> = /*@__PURE__*/
-  messageDesc(file_kibotos_admin_v1_admin, 29);
+  messageDesc(file_kibotos_admin_v1_admin, 31);
 
 /**
  * Role is what a token may do in its project.
@@ -919,6 +958,18 @@ export const AdminService: GenService<{
     methodKind: "unary";
     input: typeof ListProjectsRequestSchema;
     output: typeof ListProjectsResponseSchema;
+  },
+  /**
+   * GetCaller returns who the request's token is: its project and the
+   * token itself (ID, name, role), never its secret. Every role may call it,
+   * so a client can show what a token may do without trying.
+   *
+   * @generated from rpc kibotos.admin.v1.AdminService.GetCaller
+   */
+  getCaller: {
+    methodKind: "unary";
+    input: typeof GetCallerRequestSchema;
+    output: typeof GetCallerResponseSchema;
   },
   /**
    * CreateToken issues a new API token and returns its secret, the only time
