@@ -15,9 +15,9 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
-	"github.com/kibotos/kibotos/internal/bearer"
 	"github.com/kibotos/kibotos/internal/ctrl/console"
 	"github.com/kibotos/kibotos/internal/testutil/ctrltest"
+	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
 // ScaleEnv, set to a number of workspaces, runs TestConsoleScale.
