@@ -98,6 +98,20 @@ func (cfg *contextConfig) find(name string) *namedServer {
 	return &cfg.Contexts[i]
 }
 
+// editContexts applies edit to the contexts and saves them, provided the
+// context name exists.
+func editContexts(name string, edit func(cfg *contextConfig)) error {
+	cfg, path, err := loadContexts()
+	if err != nil {
+		return err
+	}
+	if cfg.find(name) == nil {
+		return fmt.Errorf("no context %q in %s (kibotos context list)", name, path)
+	}
+	edit(cfg)
+	return cfg.save(path)
+}
+
 // chosenContext is the context a command uses, if any.
 type chosenContext struct {
 	*namedServer
@@ -249,15 +263,7 @@ func contextUseCommand() *cobra.Command {
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeContexts,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, path, err := loadContexts()
-			if err != nil {
-				return err
-			}
-			if cfg.find(args[0]) == nil {
-				return fmt.Errorf("no context %q in %s (kibotos context list)", args[0], path)
-			}
-			cfg.Current = args[0]
-			return cfg.save(path)
+			return editContexts(args[0], func(cfg *contextConfig) { cfg.Current = args[0] })
 		},
 	}
 }
@@ -294,18 +300,12 @@ func contextRemoveCommand() *cobra.Command {
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeContexts,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, path, err := loadContexts()
-			if err != nil {
-				return err
-			}
-			if cfg.find(args[0]) == nil {
-				return fmt.Errorf("no context %q in %s", args[0], path)
-			}
-			cfg.Contexts = slices.DeleteFunc(cfg.Contexts, func(s namedServer) bool { return s.Name == args[0] })
-			if cfg.Current == args[0] {
-				cfg.Current = ""
-			}
-			return cfg.save(path)
+			return editContexts(args[0], func(cfg *contextConfig) {
+				cfg.Contexts = slices.DeleteFunc(cfg.Contexts, func(s namedServer) bool { return s.Name == args[0] })
+				if cfg.Current == args[0] {
+					cfg.Current = ""
+				}
+			})
 		},
 	}
 }

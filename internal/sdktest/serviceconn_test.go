@@ -21,21 +21,11 @@ import (
 // then half-closes too.
 func dialEcho(t *testing.T) *serviceconn.Conn {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
+	echo := testutil.ServeOnce(t, func(c net.Conn) {
 		io.Copy(c, c)
 		c.(*net.TCPConn).CloseWrite()
 		io.Copy(io.Discard, c)
-	}()
+	})
 	mux := http.NewServeMux()
 	mux.Handle(datav1connect.NewServiceServiceHandler(dataplane.NewServiceService()))
 	srv := testutil.H2CServer(t, mux)
@@ -45,7 +35,7 @@ func dialEcho(t *testing.T) *serviceconn.Conn {
 	client := datav1connect.NewServiceServiceClient(&http.Client{Transport: tr}, srv.URL)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	port := uint32(ln.Addr().(*net.TCPAddr).Port)
+	port := uint32(echo.Port)
 	c, err := serviceconn.Dial(ctx, client, serviceconn.Addr{Workspace: "ws_a", Port: port})
 	if err != nil {
 		t.Fatal(err)
