@@ -63,6 +63,9 @@ func TestTransferWithTemplate(t *testing.T) {
 	}
 	plainArt := download(t, ta, plain.TransferId)
 	plainImp := upload(t, tb, plainArt, plain.Manifest.Digest)
+	if plainImp.State != ctrlv1.TransferState_TRANSFER_STATE_IMPORTED {
+		t.Fatalf("import without the template: %v: %v", plainImp.State, plainImp.Failure)
+	}
 	_, err := unary(context.Background(), tb.RestoreWorkspace, &ctrlv1.RestoreWorkspaceRequest{Command: cmd(), TransferId: plainImp.TransferId})
 	if connect.CodeOf(err) != connect.CodeFailedPrecondition || testutil.ErrorDetail(err).GetReason() != ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND ||
 		!strings.Contains(err.Error(), m.TemplateImageDigest) {
