@@ -2,10 +2,6 @@ package daemon_test
 
 import (
 	"bytes"
-	"io"
-	"log"
-	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -15,7 +11,6 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
-	gcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/spf13/cobra"
@@ -24,27 +19,10 @@ import (
 	"github.com/kibotos/kibotos/internal/cli"
 	"github.com/kibotos/kibotos/internal/daemon"
 	"github.com/kibotos/kibotos/internal/testutil"
-	"github.com/kibotos/kibotos/internal/testutil/testtls"
+	"github.com/kibotos/kibotos/internal/testutil/registrytest"
 )
 
-const registryUser, registryPassword = "alice", "s3cret"
-
-// authRegistry is go-containerregistry's registry on loopback over plain
-// HTTP, behind basic auth; it returns host:port.
-func authRegistry(t *testing.T) string {
-	t.Helper()
-	inner := gcrregistry.New(gcrregistry.Logger(log.New(io.Discard, "", 0)))
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if u, p, ok := r.BasicAuth(); !ok || u != registryUser || p != registryPassword {
-			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
-			http.Error(w, `{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`, http.StatusUnauthorized)
-			return
-		}
-		inner.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	return strings.TrimPrefix(srv.URL, "http://")
-}
+const registryUser, registryPassword = registrytest.User, registrytest.Password
 
 // kibotos runs the CLI against d with stdin and returns its stdout.
 func (d *deployment) kibotos(stdin string, args ...string) (string, error) {
@@ -73,7 +51,7 @@ func (d *deployment) kibotos(stdin string, args ...string) (string, error) {
 // the CLI and runs; refused credentials and a missing tag fail with their
 // codes and store nothing.
 func TestRegistryImportRuns(t *testing.T) {
-	host := authRegistry(t)
+	host := registrytest.Start(t, true)
 	content := "pulled from a registry\n"
 	img := testutil.HelloImage(t, content)
 	ref, err := name.ParseReference(host+"/app:1", name.Insecure)
@@ -147,12 +125,7 @@ func TestRegistryImportRuns(t *testing.T) {
 // over HTTPS by a deployment given that authority with RegistryCAFile
 // (kibotos up --registry-ca-file); one without it says what failed.
 func TestRegistryImportPrivateCA(t *testing.T) {
-	serverTLS, caPEM := testtls.New(t, "127.0.0.1")
-	srv := httptest.NewUnstartedServer(gcrregistry.New(gcrregistry.Logger(log.New(io.Discard, "", 0))))
-	srv.TLS = serverTLS
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	host := strings.TrimPrefix(srv.URL, "https://")
+	host, caPEM, client := registrytest.StartTLS(t)
 	caFile := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(caFile, []byte(caPEM), 0o600); err != nil {
 		t.Fatal(err)
@@ -162,7 +135,7 @@ func TestRegistryImportPrivateCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := remote.Write(ref, img, remote.WithTransport(srv.Client().Transport)); err != nil {
+	if err := remote.Write(ref, img, remote.WithTransport(client.Transport)); err != nil {
 		t.Fatal(err)
 	}
 	manifest, _ := img.Digest()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kibotos/kibotos/internal/ctrl/registry"
 	"github.com/kibotos/kibotos/internal/imagestore"
+	"github.com/kibotos/kibotos/internal/testutil/registrytest"
 )
 
 // BenchmarkPullImport pulls a 64 MiB image (4 random layers of 16 MiB)
@@ -19,7 +20,7 @@ import (
 //
 //	go test -run - -bench PullImport -benchtime 5x ./internal/ctrl/registry
 func BenchmarkPullImport(b *testing.B) {
-	host := testRegistry(b, true)
+	host := registrytest.Start(b, true)
 	img := randomImageOf(b, 16<<20, 4)
 	push(b, host+"/big:1", img)
 	ctx := context.Background()

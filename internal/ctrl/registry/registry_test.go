@@ -2,20 +2,14 @@ package registry_test
 
 import (
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"io"
-	"log"
-	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
-	gcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
@@ -24,31 +18,10 @@ import (
 
 	"github.com/kibotos/kibotos/internal/ctrl/registry"
 	"github.com/kibotos/kibotos/internal/netcheck"
-	"github.com/kibotos/kibotos/internal/testutil/testtls"
+	"github.com/kibotos/kibotos/internal/testutil/registrytest"
 )
 
-const user, password = "alice", "s3cret"
-
-// testRegistry is go-containerregistry's registry on loopback, over plain
-// HTTP, requiring basic auth when auth is set.
-func testRegistry(t testing.TB, auth bool) string {
-	t.Helper()
-	h := gcrregistry.New(gcrregistry.Logger(log.New(io.Discard, "", 0)))
-	if auth {
-		inner := h
-		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if u, p, ok := r.BasicAuth(); !ok || u != user || p != password {
-				w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
-				http.Error(w, `{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`, http.StatusUnauthorized)
-				return
-			}
-			inner.ServeHTTP(w, r)
-		})
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	return strings.TrimPrefix(srv.URL, "http://")
-}
+const user, password = registrytest.User, registrytest.Password
 
 func push(t testing.TB, ref string, img v1.Image) {
 	t.Helper()
@@ -109,7 +82,7 @@ func loopbackOnly(a netip.Addr) error {
 }
 
 func TestPullWithCredentials(t *testing.T) {
-	host := testRegistry(t, true)
+	host := registrytest.Start(t, true)
 	img := randomImage(t, registry.DefaultPlatform)
 	push(t, host+"/app:1", img)
 	p := &registry.Puller{Check: loopbackOnly, Insecure: []string{host}}
@@ -152,7 +125,7 @@ func TestPullWithCredentials(t *testing.T) {
 }
 
 func TestPullAnonymous(t *testing.T) {
-	host := testRegistry(t, false)
+	host := registrytest.Start(t, false)
 	img := randomImage(t, registry.DefaultPlatform)
 	push(t, host+"/app:1", img)
 	p := &registry.Puller{Check: loopbackOnly, Insecure: []string{host}}
@@ -165,7 +138,7 @@ func TestPullAnonymous(t *testing.T) {
 // A registry is reached only where the deployment's range check admits
 // and, over plain HTTP, only when listed as insecure.
 func TestPullRefused(t *testing.T) {
-	host := testRegistry(t, false)
+	host := registrytest.Start(t, false)
 	push(t, host+"/app:1", randomImage(t, registry.DefaultPlatform))
 	ctx := context.Background()
 	checker := &netcheck.Checker{}
@@ -191,7 +164,7 @@ func TestPullRefused(t *testing.T) {
 
 // An image index resolves to the image of the platform asked for.
 func TestPullIndexByPlatform(t *testing.T) {
-	host := testRegistry(t, false)
+	host := registrytest.Start(t, false)
 	arm := v1.Platform{OS: "linux", Architecture: "arm64", Variant: "v8"}
 	amdImg, armImg := randomImage(t, registry.DefaultPlatform), randomImage(t, arm)
 	idx := mutate.AppendManifests(empty.Index,
@@ -233,12 +206,7 @@ func TestPullIndexByPlatform(t *testing.T) {
 // A registry whose certificate a private authority signed is reached with
 // that authority in RootCAs, and refused without it.
 func TestPullPrivateCA(t *testing.T) {
-	serverTLS, caPEM := testtls.New(t, "127.0.0.1")
-	srv := httptest.NewUnstartedServer(gcrregistry.New(gcrregistry.Logger(log.New(io.Discard, "", 0))))
-	srv.TLS = serverTLS
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	host := strings.TrimPrefix(srv.URL, "https://")
+	host, caPEM, client := registrytest.StartTLS(t)
 	cas := x509.NewCertPool()
 	if !cas.AppendCertsFromPEM([]byte(caPEM)) {
 		t.Fatal("no CA")
@@ -248,9 +216,7 @@ func TestPullPrivateCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pushTransport := http.DefaultTransport.(*http.Transport).Clone()
-	pushTransport.TLSClientConfig = &tls.Config{RootCAs: cas}
-	if err := remote.Write(ref, img, remote.WithTransport(pushTransport)); err != nil {
+	if err := remote.Write(ref, img, remote.WithTransport(client.Transport)); err != nil {
 		t.Fatal(err)
 	}
 

@@ -11,8 +11,6 @@ package uptest
 import (
 	"context"
 	"fmt"
-	"io"
-	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -24,8 +22,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kibotos/kibotos/internal/testutil/registrytest"
+
 	"connectrpc.com/connect"
-	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/uuid"
 
 	adminv1 "github.com/kibotos/kibotos/gen/kibotos/admin/v1"
@@ -87,7 +86,7 @@ func start() (*Deployment, error) {
 	}
 	home := filepath.Join(dir, "home")
 	ctx, cancel := context.WithCancel(context.Background())
-	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	reg := httptest.NewServer(registrytest.Handler(false))
 	d := &Deployment{Home: home, Registry: strings.TrimPrefix(reg.URL, "http://"), registry: reg, cancel: cancel, done: make(chan error, 1)}
 	ready := make(chan net.Addr, 1)
 	go func() {
