@@ -161,6 +161,9 @@ func NewTransport(cfg *tls.Config) http.RoundTripper {
 	if cfg != nil {
 		base.TLSClientConfig = cfg.Clone()
 	}
+	// A downloaded file comes in 1 MiB messages; frames of that size carry
+	// one in a frame instead of 64.
+	base.HTTP2 = &http.HTTP2Config{MaxReadFrameSize: 1 << 20}
 	h2c := base.Clone()
 	h2c.Protocols = new(http.Protocols)
 	h2c.Protocols.SetUnencryptedHTTP2(true)

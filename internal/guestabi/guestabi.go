@@ -7,6 +7,7 @@ package guestabi
 
 import (
 	"fmt"
+	"net/http"
 	"path"
 	"strings"
 )
@@ -25,6 +26,18 @@ const (
 	// kibotos.data.v1 (Connect over cleartext HTTP/2).
 	DataSocket = "data.sock"
 )
+
+// DataSocketHTTP2 is the HTTP/2 configuration of both ends of the data
+// socket. Frames of up to 1 MiB carry a file chunk (1 MiB) in one frame
+// instead of 64 of 16 KiB, each a write on one end and a read on the other;
+// the windows keep several chunks in flight on a stream and a connection.
+func DataSocketHTTP2() *http.HTTP2Config {
+	return &http.HTTP2Config{
+		MaxReadFrameSize:              1 << 20,
+		MaxReceiveBufferPerStream:     8 << 20,
+		MaxReceiveBufferPerConnection: 16 << 20,
+	}
+}
 
 // reservedPaths are the guest paths the platform mounts itself.
 var reservedPaths = []string{"/proc", "/sys", "/dev", SocketDir, AgentPath, "/etc/resolv.conf"}

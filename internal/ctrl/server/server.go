@@ -276,8 +276,12 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Dura
 	protocols.SetUnencryptedHTTP2(true)
 	protocols.SetHTTP2(true) // over a TLS listener, by ALPN
 	srv := &http.Server{
-		Handler:           h,
-		Protocols:         &protocols,
+		Handler:   h,
+		Protocols: &protocols,
+		// An uploaded file comes in 1 MiB messages (the data plane's
+		// gateway serves here too); frames of that size carry one in a
+		// frame instead of 64, and a stream may have a few in flight.
+		HTTP2:             &http.HTTP2Config{MaxReadFrameSize: 1 << 20, MaxReceiveBufferPerStream: 4 << 20, MaxReceiveBufferPerConnection: 8 << 20},
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 	}

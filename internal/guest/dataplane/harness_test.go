@@ -16,6 +16,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
+	"github.com/kibotos/kibotos/internal/guestabi"
 	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
@@ -61,6 +62,7 @@ func newDisplayEnv(t testing.TB, display func(*ProcessService) *DisplayService) 
 			return d.DialContext(ctx, "unix", sock)
 		},
 		Protocols: new(http.Protocols),
+		HTTP2:     guestabi.DataSocketHTTP2(),
 	}
 	tr.Protocols.SetUnencryptedHTTP2(true)
 	hc := &http.Client{Transport: tr}

@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
+	"github.com/kibotos/kibotos/internal/guestabi"
 )
 
 // maxMessage bounds one request message (a WriteFile data chunk, say),
@@ -52,7 +53,7 @@ func NewServer(h http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		Protocols:         &protocols,
-		HTTP2:             &http.HTTP2Config{MaxReceiveBufferPerConnection: 16 << 20, MaxReceiveBufferPerStream: 8 << 20},
+		HTTP2:             guestabi.DataSocketHTTP2(),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 }

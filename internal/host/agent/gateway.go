@@ -75,6 +75,7 @@ func (a *Agent) guestTransport() *http.Transport {
 	protocols.SetUnencryptedHTTP2(true)
 	return &http.Transport{
 		Protocols: &protocols,
+		HTTP2:     guestabi.DataSocketHTTP2(),
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
 			id, _, err := net.SplitHostPort(addr)
 			if err != nil {
