@@ -132,7 +132,7 @@ func run(c config) error {
 		}
 		row("ws exec -- true p50 (ms), vs SDK p50", ms(pct(cli, 0.5)), ms(pct(rtt, 0.5)), "ms")
 		row("ws exec -- true p99 (ms), vs SDK p99", ms(pct(cli, 0.99)), ms(pct(rtt, 0.99)), "ms")
-		row("ws exec -- true CPU (ms), vs SDK client per exec", ms(cliCPU), ms(cpu.client), "ms")
+		row("ws exec -- true CPU (ms), vs SDK per exec", ms(cliCPU), ms(cpu.client), "ms")
 		if err := startCPU(c); err != nil {
 			return err
 		}
@@ -320,7 +320,7 @@ func startCPU(c config) error {
 	if err != nil {
 		return err
 	}
-	row("CLI start CPU, kibotos version (ms), vs kibotos-server", ms(cli), ms(whole), "ms")
+	row("CLI start CPU (ms), vs kibotos-server", ms(cli), ms(whole), "ms")
 	return nil
 }
 
