@@ -120,10 +120,11 @@ func readOOMScoreAdj() (int, error) {
 // program runs at 0. An error means no child was left. Otherwise started
 // waits until the program runs and returns nil, or returns why it could
 // not be executed; then the child (the shim) exits at once, and the
-// caller, which owns waiting, reaps it as any other. started blocks for a
-// whole runtime start of the shim: calling it after the child's pid is
-// registered, outside any lock held over the fork, lets other starts and
-// the reaping of other children go on meanwhile.
+// caller, which owns waiting, reaps it as any other. started blocks for
+// the shim's run (a whole runtime start where the agent's binary is the
+// shim): calling it after the child's pid is registered, outside any lock
+// held over the fork, lets other starts and the reaping of other children
+// go on meanwhile.
 func ForkExec(path string, args []string, attr *syscall.ProcAttr) (pid int, started func() error, err error) {
 	if adj, err := readOOMScoreAdj(); err != nil || adj == 0 {
 		pid, err := syscall.ForkExec(path, args, attr)
