@@ -34,15 +34,18 @@ deps:
 	scripts/install-deps
 
 # build bundles the web console (console/, npm) into internal/ctrl/console/dist,
-# which the kibotos binary embeds, then builds the binaries.
+# which kibotos-server embeds, then builds the binaries: kibotos (the CLI),
+# kibotos-server (the server verbs, which `kibotos up` runs) and the guest agent.
 build: console
 	go build -trimpath -ldflags '$(LDFLAGS)' -o bin/kibotos ./cmd/kibotos
+	go build -trimpath -ldflags '$(LDFLAGS)' -o bin/kibotos-server ./cmd/kibotos-server
 	go build -trimpath -ldflags=-s -o bin/kibotos-guest ./cmd/kibotos-guest
 
 # install puts the binaries in PREFIX/bin, the systemd unit in SYSTEMD_DIR
 # and, unless one is there, the sample config in CONFIG_DIR/config.yaml.
 install: build
 	install -D -m 0755 bin/kibotos $(DESTDIR)$(PREFIX)/bin/kibotos
+	install -D -m 0755 bin/kibotos-server $(DESTDIR)$(PREFIX)/bin/kibotos-server
 	install -D -m 0755 bin/kibotos-guest $(DESTDIR)$(PREFIX)/bin/kibotos-guest
 	sed 's|/usr/local/bin/kibotos|$(PREFIX)/bin/kibotos|; s|/etc/kibotos/|$(CONFIG_DIR)/|' deploy/kibotos.service >deploy/.kibotos.service
 	install -D -m 0644 deploy/.kibotos.service $(DESTDIR)$(SYSTEMD_DIR)/kibotos.service

@@ -3,7 +3,9 @@
 // run: the round trip of exec `true` (p50, p99) beside a Connect unary
 // call on loopback; exec `true` per second with 1 and with -callers
 // parallel callers on one workspace; `kibotos ws exec WS -- true` end to
-// end beside the SDK's round trip; file write and read throughput beside
+// end beside the SDK's round trip, and its CPU beside the SDK client's
+// per exec; the CLI's start (`kibotos version`) beside that of
+// kibotos-server, the whole binary, when it lies next to -cli; file write and read throughput beside
 // `dd` of the same size on the host's disk; and create→first exec output
 // beside a bare `runc run` of the same rootfs printing the same line.
 //
@@ -124,12 +126,16 @@ func run(c config) error {
 		c.callers, ms(cpu.host), ms(cpu.guest), ms(cpu.client))
 
 	if c.cli != "" {
-		cli, err := timeCLI(c, ws.ID())
+		cli, cliCPU, err := timeCLI(c, ws.ID())
 		if err != nil {
 			return err
 		}
 		row("ws exec -- true p50 (ms), vs SDK p50", ms(pct(cli, 0.5)), ms(pct(rtt, 0.5)), "ms")
 		row("ws exec -- true p99 (ms), vs SDK p99", ms(pct(cli, 0.99)), ms(pct(rtt, 0.99)), "ms")
+		row("ws exec -- true CPU (ms), vs SDK per exec", ms(cliCPU), ms(cpu.client), "ms")
+		if err := startCPU(c); err != nil {
+			return err
+		}
 		saved, err := timeNewSession(ctx, client, ws.ID(), c.cliRuns)
 		if err != nil {
 			return err
@@ -269,20 +275,58 @@ func timeNewSession(ctx context.Context, client *sdk.Client, id string, n int) (
 }
 
 // timeCLI times `kibotos ws exec ID -- true` from a new process, after
-// one warm-up run.
-func timeCLI(c config, id string) ([]time.Duration, error) {
+// one warm-up run, and returns the CPU time a run took on average.
+func timeCLI(c config, id string) ([]time.Duration, time.Duration, error) {
 	var out []time.Duration
+	var cpu time.Duration
 	for i := range c.cliRuns + 1 {
 		cmd := exec.Command(c.cli, "ws", "exec", "--addr", c.addr, "--home", c.home, id, "--", "true")
 		start := time.Now()
 		if b, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("%s: %v %s", strings.Join(cmd.Args, " "), err, b)
+			return nil, 0, fmt.Errorf("%s: %v %s", strings.Join(cmd.Args, " "), err, b)
 		}
 		if i > 0 {
 			out = append(out, time.Since(start))
+			cpu += processCPU(cmd)
 		}
 	}
-	return out, nil
+	return out, cpu / time.Duration(c.cliRuns), nil
+}
+
+// startCPU prints the CPU time of starting the CLI (`kibotos version`)
+// beside that of the whole binary, kibotos-server next to it, whose
+// package initialisation includes the server's.
+func startCPU(c config) error {
+	server := filepath.Join(filepath.Dir(c.cli), "kibotos-server")
+	if _, err := os.Stat(server); err != nil {
+		return nil // a tree with one binary
+	}
+	mean := func(bin string) (time.Duration, error) {
+		var cpu time.Duration
+		for range c.cliRuns {
+			cmd := exec.Command(bin, "version")
+			if b, err := cmd.CombinedOutput(); err != nil {
+				return 0, fmt.Errorf("%s version: %v %s", bin, err, b)
+			}
+			cpu += processCPU(cmd)
+		}
+		return cpu / time.Duration(c.cliRuns), nil
+	}
+	cli, err := mean(c.cli)
+	if err != nil {
+		return err
+	}
+	whole, err := mean(server)
+	if err != nil {
+		return err
+	}
+	row("CLI start CPU (ms), vs kibotos-server", ms(cli), ms(whole), "ms")
+	return nil
+}
+
+// processCPU is the user and system time of cmd's process, which ended.
+func processCPU(cmd *exec.Cmd) time.Duration {
+	return cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 }
 
 // files writes and reads a file of c.fileMiB through the data plane, and

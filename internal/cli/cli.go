@@ -1,8 +1,9 @@
 // Package cli is the client half of the kibotos command: the verbs that call
 // a running control plane (ws, template, egress, resolver, volume, project,
 // token, admin) over the Connect protocol, and the data-plane verbs of ws
-// (exec, cp, ps, logs, top), which go through the sdk package. cmd/kibotos adds
-// Commands to its root next to the daemon verbs.
+// (exec, cp, ps, logs, top), which go through the sdk package. Root makes
+// the kibotos root of Commands, version and a main's own verbs: the server
+// verbs in cmd/kibotos-server, their stand-ins in cmd/kibotos.
 //
 // Every verb returns its error from RunE without a prefix; the root prints it
 // after "kibotos: ", so a call that fails reads "kibotos: <code>: <message>".

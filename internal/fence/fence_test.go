@@ -51,7 +51,8 @@ var parts = map[string]string{
 	"internal/cli":         client,
 	"internal/sdktest":     client,
 	"internal/daemon":      wiring,
-	"cmd/kibotos":          wiring,
+	"cmd/kibotos":          client, // the CLI: none of the server's packages and their initialisation
+	"cmd/kibotos-server":   wiring,
 	"bench":                wiring,
 	"gen":                  gen,
 	"internal/testutil":    test,

@@ -20,8 +20,9 @@
 //
 // The processes run at oom_score_adj 0 whatever the agent's own: while
 // the agent's is not 0 (the runtime protects it from the OOM killer), a
-// child execs the agent's binary as a shim that resets the score and then
-// execs the program (package internal/guest/execshim).
+// child execs a shim (a native program on amd64, else the agent's binary)
+// that resets the score and then execs the program (package
+// internal/guest/execshim).
 //
 // Every process runs in its own process group (its own session with a
 // PTY), so SignalProcess signals the whole group. Its output goes to a

@@ -56,12 +56,20 @@ func (s *ProcessService) start(req *datav1.StartProcessRequest) (*process, *curs
 	attr := &syscall.ProcAttr{Dir: prog.cwd, Env: prog.env, Files: std.childFds(), Sys: std.sys}
 
 	cur := p.out.attach()
+	var started func() error
 	pid, err := s.waiter.Spawn(func() (int, error) {
-		return execshim.ForkExec(prog.path, prog.args, attr)
+		pid, st, err := execshim.ForkExec(prog.path, prog.args, attr)
+		started = st
+		return pid, err
 	}, func(ws unix.WaitStatus) {
 		p.status = ws
 		close(p.exitCh)
 	})
+	if err == nil {
+		// Outside the waiter's lock; a child that could not exec its
+		// program exits, and its exit reaches p, which is dropped.
+		err = started()
+	}
 	if err != nil {
 		p.out.detach(cur)
 		std.closeAgentEnds()

@@ -14,15 +14,21 @@ import (
 	"github.com/kibotos/kibotos/internal/testutil"
 )
 
-// build builds kibotos and, next to it, kibotos-guest, and returns the
-// path of kibotos.
-func build(t *testing.T) string {
+// build builds kibotos, kibotos-server and kibotos-guest into one
+// directory, the first two linked with ldflags, and returns the path of
+// kibotos: its server verbs run the kibotos-server beside it.
+func build(t *testing.T, ldflags ...string) string {
 	t.Helper()
 	dir := t.TempDir()
-	for name, pkg := range map[string]string{"kibotos": "github.com/kibotos/kibotos/cmd/kibotos", "kibotos-guest": testutil.GuestAgentPackage} {
-		if err := testutil.Build(filepath.Join(dir, name), pkg); err != nil {
-			t.Fatal(err)
+	for name, pkg := range map[string]string{"kibotos": "github.com/kibotos/kibotos/cmd/kibotos", "kibotos-server": "github.com/kibotos/kibotos/cmd/kibotos-server"} {
+		cmd := exec.Command("go", append(append([]string{"build", "-o", filepath.Join(dir, name)}, ldflags...), pkg)...)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
 		}
+	}
+	if err := testutil.Build(filepath.Join(dir, "kibotos-guest"), testutil.GuestAgentPackage); err != nil {
+		t.Fatal(err)
 	}
 	return filepath.Join(dir, "kibotos")
 }

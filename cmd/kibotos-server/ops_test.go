@@ -17,7 +17,6 @@ import (
 
 	"github.com/kibotos/kibotos/internal/buildinfo"
 	"github.com/kibotos/kibotos/internal/config"
-	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
 
@@ -46,18 +45,8 @@ func TestVersionCommand(t *testing.T) {
 // /metrics and the profiles.
 func TestOperations(t *testing.T) {
 	hosttest.RequireRoot(t)
+	bin := build(t, "-ldflags", "-X github.com/kibotos/kibotos/internal/buildinfo.version=v9.8.7 -X github.com/kibotos/kibotos/internal/buildinfo.commit=0123abc")
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "kibotos")
-	build := exec.Command("go", "build", "-o", bin, "-ldflags",
-		"-X github.com/kibotos/kibotos/internal/buildinfo.version=v9.8.7 -X github.com/kibotos/kibotos/internal/buildinfo.commit=0123abc",
-		"github.com/kibotos/kibotos/cmd/kibotos")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	if err := testutil.Build(filepath.Join(dir, "kibotos-guest"), testutil.GuestAgentPackage); err != nil {
-		t.Fatal(err)
-	}
 	out, err := exec.Command(bin, "version").Output()
 	if err != nil || !strings.HasPrefix(string(out), "kibotos v9.8.7\ncommit: 0123abc\ngo: go1.") {
 		t.Fatalf("kibotos version: %v\n%s", err, out)

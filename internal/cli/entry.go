@@ -1,0 +1,75 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kibotos/kibotos/internal/buildinfo"
+)
+
+// Root returns the root of the kibotos command: the given verbs, version
+// and the CLI's Commands.
+func Root(verbs ...*cobra.Command) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "kibotos",
+		Short:         "Isolated Linux workspaces on demand",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(verbs...)
+	root.AddCommand(versionCommand())
+	root.AddCommand(Commands()...)
+	return root
+}
+
+// Main runs root on the process's arguments until SIGINT or SIGTERM and
+// exits: with the remote process's exit code after `ws exec`, else 0, or
+// 1 after printing the error.
+func Main(root *cobra.Command) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	err := root.ExecuteContext(ctx)
+	stop()
+	if err == nil {
+		return
+	}
+	var exit *ExitError
+	if errors.As(err, &exit) {
+		os.Exit(exit.Code)
+	}
+	fmt.Fprintln(os.Stderr, "kibotos:", err)
+	os.Exit(1)
+}
+
+// versionCommand prints the version, commit and Go version of the binary.
+func versionCommand() *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "version [-o json]",
+		Short: "Print the version, commit and Go version of this binary",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			b := buildinfo.Get()
+			switch output {
+			case "json":
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(b)
+			case "", "table":
+				_, err := fmt.Fprintf(cmd.OutOrStdout(), "kibotos %s\ncommit: %s\ngo: %s\n", b.Version, b.Commit, b.GoVersion)
+				return err
+			}
+			return fmt.Errorf("-o %q: want json or table", output)
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: table or json")
+	return cmd
+}
