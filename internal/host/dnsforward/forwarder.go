@@ -109,6 +109,11 @@ func (f *Forwarder) Answer(ctx context.Context, query []byte) []byte {
 	if q == nil {
 		return reply
 	}
+	return f.answer(ctx, q, query)
+}
+
+// answer forwards query, whose parsed form is q, as Answer does.
+func (f *Forwarder) answer(ctx context.Context, q *dns.Msg, query []byte) []byte {
 	timeout := f.Timeout
 	if timeout <= 0 {
 		timeout = defaultTimeout

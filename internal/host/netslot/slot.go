@@ -182,10 +182,16 @@ func serve(cfg Config, tun *os.File) (*Slot, error) {
 
 // SetHostAddresses replaces the host's own addresses among the ranges
 // direct traffic never reaches; the host agent calls it whenever they
-// change.
+// change. The DNS cache is cleared: a Resolver reached directly may now be
+// out of reach.
 func (s *Slot) SetHostAddresses(addrs []netip.Prefix) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.hard.Store(&netpolicy.HardDeny{Exempt: s.cfg.HardDeny.Exempt,
 		Platform: append(append([]netip.Prefix(nil), addrs...), slotPrefixes()...)})
+	if a := s.applied.Load(); a != nil {
+		a.cache.Clear()
+	}
 }
 
 // slotPrefixes are the link's own prefixes, which direct traffic never
