@@ -4,7 +4,8 @@
 // and is decided per connection by the workspace's policy (netpolicy): it is
 // refused, dialed directly from the host, or forwarded through a SOCKS5
 // Egress (socks5). The link DNS address is answered by a forwarder
-// (dnsforward) to the deployment resolvers or the policy's Resolver.
+// (dnsforward) to the deployment resolvers or the policy's Resolver,
+// through a cache that each applied assignment starts empty.
 //
 // Policies, Egresses and Resolvers change live (Apply): new connections
 // take the new path at once, and connections a change moves keep their old
