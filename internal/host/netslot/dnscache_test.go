@@ -71,7 +71,9 @@ func TestSlotDNSCache(t *testing.T) {
 	deployment := countingResolver(t, inet, "192.0.2.1", &deploymentQueries)
 	counters := new(netslot.Counters)
 	s := newSlotWith(t, netslot.Config{DeploymentResolvers: []netip.AddrPort{deployment}, Counters: counters})
-	public := func(rev uint64) { s.Apply(policy(rev, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, 0)) }
+	public := func(rev uint64) {
+		s.Apply(policy(rev, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, 0))
+	}
 
 	public(1)
 	answered(t, askUDP(t, s), "192.0.2.1")
