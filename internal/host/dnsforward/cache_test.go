@@ -310,3 +310,30 @@ func TestCacheMalformedQuery(t *testing.T) {
 		t.Fatal("Lookup answered a 3-byte query")
 	}
 }
+
+// Queries, Clear and expiry at once: every reply still answers its query.
+func TestCacheConcurrent(t *testing.T) {
+	e := newCacheEnv(t)
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 50 {
+				q := question(fmt.Sprintf("n%d.test.", (w+i)%5), dns.TypeA)
+				b, _ := q.Pack()
+				reply, _ := e.cache.Answer(t.Context(), e.fwd, b)
+				var r dns.Msg
+				if err := r.Unpack(reply); err != nil || r.Id != q.Id || r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+					t.Errorf("reply %v, %v to query %d", &r, err, q.Id)
+					return
+				}
+				switch i % 10 {
+				case 0:
+					e.cache.Clear()
+				case 5:
+					e.advance(100 * time.Second)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
