@@ -108,10 +108,7 @@ func (e *cacheEnv) ask(m *dns.Msg, rcode int, want Source) *dns.Msg {
 	return unpackReply(e.t, m, reply, rcode)
 }
 
-func question(name string, qtype uint16) *dns.Msg {
-	m := new(dns.Msg).SetQuestion(name, qtype)
-	return m
-}
+func question(name string, qtype uint16) *dns.Msg { return new(dns.Msg).SetQuestion(name, qtype) }
 
 func TestCacheServesUntilTheSmallestTTL(t *testing.T) {
 	e := newCacheEnv(t)
