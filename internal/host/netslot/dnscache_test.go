@@ -31,13 +31,13 @@ func countingResolver(t *testing.T, inet *nettest.Internet, addr string, queries
 	return netip.MustParseAddrPort(pc.LocalAddr().String())
 }
 
-// askUDP queries the slot's link DNS address over UDP for example.com's A
-// record and returns the answer.
-func askUDP(t *testing.T, s *netslot.Slot) *dns.Msg {
+// askUDP queries addr, the slot's link DNS address, over UDP for
+// example.com's A record and returns the answer.
+func askUDP(t *testing.T, s *netslot.Slot, addr string) *dns.Msg {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := nettest.Dial(ctx, s.Path(), "udp", "10.211.0.1:53")
+	c, err := nettest.Dial(ctx, s.Path(), "udp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,6 +52,8 @@ func askUDP(t *testing.T, s *netslot.Slot) *dns.Msg {
 	}
 	return r
 }
+
+const linkDNS = "10.211.0.1:53"
 
 // answered fails unless r answers with the one address want.
 func answered(t *testing.T, r *dns.Msg, want string) {
@@ -76,8 +78,8 @@ func TestSlotDNSCache(t *testing.T) {
 	}
 
 	public(1)
-	answered(t, askUDP(t, s), "192.0.2.1")
-	answered(t, askUDP(t, s), "192.0.2.1")
+	answered(t, askUDP(t, s, linkDNS), "192.0.2.1")
+	answered(t, askUDP(t, s, linkDNS), "192.0.2.1")
 	if n := deploymentQueries.Load(); n != 1 {
 		t.Fatalf("the upstream received %d queries, want 1", n)
 	}
@@ -91,7 +93,7 @@ func TestSlotDNSCache(t *testing.T) {
 
 	// DENY_ALL refuses what the cache holds.
 	s.Apply(policy(2, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_DENY_ALL, 0))
-	if r := askUDP(t, s); r.Rcode != dns.RcodeRefused {
+	if r := askUDP(t, s, linkDNS); r.Rcode != dns.RcodeRefused {
 		t.Fatalf("under DENY_ALL: %v, want REFUSED", r)
 	}
 	if n := counters.DNSLocal.Load(); n != 1 {
@@ -99,12 +101,12 @@ func TestSlotDNSCache(t *testing.T) {
 	}
 	// The same assignment again keeps the cache; a new one starts empty.
 	public(3)
-	answered(t, askUDP(t, s), "192.0.2.1")
+	answered(t, askUDP(t, s, linkDNS), "192.0.2.1")
 	if n := deploymentQueries.Load(); n != 2 {
 		t.Fatalf("after DENY_ALL and back the upstream received %d queries, want 2", n)
 	}
 	public(3)
-	answered(t, askUDP(t, s), "192.0.2.1")
+	answered(t, askUDP(t, s, linkDNS), "192.0.2.1")
 	if n := deploymentQueries.Load(); n != 2 {
 		t.Fatalf("an equal assignment cleared the cache: %d queries upstream, want 2", n)
 	}
@@ -112,8 +114,8 @@ func TestSlotDNSCache(t *testing.T) {
 	// A Resolver answers instead of the deployment resolver at once.
 	resolver := countingResolver(t, inet, "192.0.2.2", &resolverQueries)
 	s.Apply(resolverPolicy(1, 0, resolver.String()))
-	answered(t, askUDP(t, s), "192.0.2.2")
-	answered(t, askUDP(t, s), "192.0.2.2")
+	answered(t, askUDP(t, s, linkDNS), "192.0.2.2")
+	answered(t, askUDP(t, s, linkDNS), "192.0.2.2")
 	if n := resolverQueries.Load(); n != 1 {
 		t.Fatalf("the Resolver received %d queries, want 1", n)
 	}
@@ -121,7 +123,7 @@ func TestSlotDNSCache(t *testing.T) {
 	// The Resolver's address becomes the host's own: the dial check
 	// refuses it, and the cache no longer answers for it.
 	s.SetHostAddresses([]netip.Prefix{netip.PrefixFrom(resolver.Addr(), 32)})
-	if r := askUDP(t, s); r.Rcode != dns.RcodeServerFailure {
+	if r := askUDP(t, s, linkDNS); r.Rcode != dns.RcodeServerFailure {
 		t.Fatalf("a Resolver the hard deny covers: %v, want SERVFAIL", r)
 	}
 	if n := resolverQueries.Load(); n != 1 {
