@@ -443,9 +443,16 @@ func exchange(dialer *net.Dialer, addr string, req, resp []byte, serverCloses bo
 	return nil
 }
 
+// drainBuffers are drain's buffers: the server shares its process with
+// the slot, and a buffer allocated per connection would charge the slot
+// with the garbage collection of the server's.
+var drainBuffers = sync.Pool{New: func() any { b := make([]byte, chunk); return &b }}
+
 // drain reads c until EOF.
 func drain(c net.Conn) (int64, error) {
-	buf := make([]byte, chunk)
+	bufp := drainBuffers.Get().(*[]byte)
+	defer drainBuffers.Put(bufp)
+	buf := *bufp
 	var n int64
 	for {
 		r, err := c.Read(buf)

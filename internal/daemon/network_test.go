@@ -650,3 +650,40 @@ func TestNetworkPolicyNewHostAddress(t *testing.T) {
 		t.Fatal("the guest reached an address the host gained while it ran")
 	}
 }
+
+// TestNetworkPolicyDNSCache resolves the same name twice in a real
+// workspace through a Resolver that counts its queries: the slot answers
+// the second from its cache, and after a change to DENY_ALL it refuses
+// the name it holds, asking the Resolver nothing.
+func TestNetworkPolicyDNSCache(t *testing.T) {
+	e := newNetEnv(t)
+	var asked atomic.Int32
+	pc := e.inet.ListenPacket(t, "udp4", nettest.HostIPv4.String()+":0")
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
+		m := new(dns.Msg).SetReply(q)
+		if q.Question[0].Qtype == dns.TypeA {
+			asked.Add(1)
+			rr, _ := dns.NewRR(q.Question[0].Name + " 300 IN A " + nettest.HostIPv4.String())
+			m.Answer = append(m.Answer, rr)
+		}
+		w.WriteMsg(m)
+	})}
+	go srv.ActivateAndServe()
+	t.Cleanup(func() { srv.Shutdown() })
+	e.resolveDirect(e.createResolver(udpResolver(pc.LocalAddr().String())).ResolverId)
+	for range 2 {
+		if out, err := e.exec(e.ws, "nslookup", "-type=a", "cached.test"); err != nil || !strings.Contains(out, nettest.HostIPv4.String()) {
+			t.Fatalf("nslookup: %q, %v", out, err)
+		}
+	}
+	if n := asked.Load(); n != 1 {
+		t.Fatalf("the Resolver was asked %d times, want once", n)
+	}
+	e.setPolicy(&ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_DENY_ALL})
+	if out, err := e.exec(e.ws, "nslookup", "-type=a", "cached.test"); err == nil || strings.Contains(out, nettest.HostIPv4.String()) {
+		t.Fatalf("under DENY_ALL the cached name resolved: %q", out)
+	}
+	if n := asked.Load(); n != 1 {
+		t.Fatalf("under DENY_ALL the Resolver was asked (%d)", n)
+	}
+}

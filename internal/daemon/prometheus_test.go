@@ -26,7 +26,8 @@ import (
 // calls are made: a workspace created and running on the host (the census
 // and the host's capacity, reservations and template delivery), its guest
 // answering probes, an exec through the data plane, guest connections
-// refused by the policy, carried directly, and lost to a broken Egress, a
+// refused by the policy, carried directly, and lost to a broken Egress, DNS
+// queries answered upstream and from the slot's cache, a
 // Resolver that never answers, and calls refused with their codes.
 func TestDeploymentMetrics(t *testing.T) {
 	const token = "scrape-secret"
@@ -113,6 +114,19 @@ func TestDeploymentMetrics(t *testing.T) {
 		t.Fatal("no connection under PUBLIC_INTERNET")
 	}
 	want("direct connections", slot("connections", "path", "direct"), direct+1)
+
+	// DNS at the link address: the first lookup goes to the deployment
+	// resolver, the second comes from the slot's cache (as would a retry).
+	upstream, cached := slot("dns_queries", "answer", "upstream"), slot("dns_queries", "answer", "cache")
+	for range 2 {
+		if out, err := e.exec(e.ws, "nslookup", "-type=a", "internet.test"); err != nil {
+			t.Fatalf("nslookup: %q, %v", out, err)
+		}
+	}
+	want("DNS queries answered upstream", slot("dns_queries", "answer", "upstream"), upstream+1)
+	if v := slot("dns_queries", "answer", "cache"); v < cached+1 {
+		t.Errorf("DNS queries answered from the cache = %v, want at least %v", v, cached+1)
+	}
 
 	// An Egress whose endpoint nothing listens on.
 	l, err := net.Listen("tcp4", nettest.UplinkIPv4.String()+":0")

@@ -24,6 +24,8 @@ var (
 		"Bytes of template layer blobs the host unpacked to start executions (what the delivery progress of starting workspaces counts).", nil, nil)
 	slotConnectionsDesc = prometheus.NewDesc("kibotos_host_slot_connections_total",
 		"Guest TCP connections the network slots carried, by path: direct, egress (through an Egress), dns (to the link DNS address).", []string{"path"}, nil)
+	slotDNSQueriesDesc = prometheus.NewDesc("kibotos_host_slot_dns_queries_total",
+		"Guest queries to the link DNS address, by how each was answered: cache (the slot's cache), upstream (through the Resolver or deployment resolver, SERVFAIL when it failed), slot (by the slot alone: REFUSED under DENY_ALL, SERVFAIL without a resolver, FORMERR).", []string{"answer"}, nil)
 	slotRefusalsDesc = prometheus.NewDesc("kibotos_host_slot_refusals_total",
 		"Guest TCP connections the network slots reset, by cause: policy (the network policy refused it), unreachable (the outbound connection failed).", []string{"cause"}, nil)
 	egressFaultsDesc = prometheus.NewDesc("kibotos_host_egress_faults_total",
@@ -37,7 +39,7 @@ type collector struct{ c *counters }
 
 // Describe implements prometheus.Collector.
 func (collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{deliveredBytesDesc, slotConnectionsDesc, slotRefusalsDesc, egressFaultsDesc, resolverFaultsDesc} {
+	for _, d := range []*prometheus.Desc{deliveredBytesDesc, slotConnectionsDesc, slotDNSQueriesDesc, slotRefusalsDesc, egressFaultsDesc, resolverFaultsDesc} {
 		ch <- d
 	}
 }
@@ -52,6 +54,9 @@ func (col collector) Collect(ch chan<- prometheus.Metric) {
 	counter(slotConnectionsDesc, c.slots.Direct.Load(), "direct")
 	counter(slotConnectionsDesc, c.slots.Egress.Load(), "egress")
 	counter(slotConnectionsDesc, c.slots.DNS.Load(), "dns")
+	counter(slotDNSQueriesDesc, c.slots.DNSCached.Load(), "cache")
+	counter(slotDNSQueriesDesc, c.slots.DNSForwarded.Load(), "upstream")
+	counter(slotDNSQueriesDesc, c.slots.DNSLocal.Load(), "slot")
 	counter(slotRefusalsDesc, c.slots.Refused.Load(), "policy")
 	counter(slotRefusalsDesc, c.slots.Unreachable.Load(), "unreachable")
 	egress := ctrlv1.EgressObservationKind(0).Descriptor()

@@ -3,7 +3,8 @@
 // (RFC 7858) or HTTPS (RFC 8484), and classifies why an upstream fails.
 //
 // A query is never sent anywhere but the configured upstream: when the
-// upstream is unavailable the guest gets SERVFAIL.
+// upstream is unavailable the guest gets SERVFAIL. A Cache in front of a
+// Forwarder answers repeated questions for as long as their TTLs allow.
 package dnsforward
 
 import (
@@ -109,6 +110,11 @@ func (f *Forwarder) Answer(ctx context.Context, query []byte) []byte {
 	if q == nil {
 		return reply
 	}
+	return f.answer(ctx, q, query)
+}
+
+// answer forwards query, whose parsed form is q, as Answer does.
+func (f *Forwarder) answer(ctx context.Context, q *dns.Msg, query []byte) []byte {
 	timeout := f.Timeout
 	if timeout <= 0 {
 		timeout = defaultTimeout

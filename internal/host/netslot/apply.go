@@ -28,6 +28,10 @@ type applied struct {
 	policy   *netpolicy.Policy
 	egresses map[string]*egressPath
 	resolver *resolverPath // nil: the deployment resolvers answer
+	// cache holds the answers given at the link DNS address under this
+	// application: a change starts with an empty one, so no answer
+	// outlives the policy and Resolver that produced it.
+	cache *dnsforward.Cache
 }
 
 // egressPath is one Egress at one revision.
@@ -121,7 +125,7 @@ func (s *Slot) build(n *hostv1.NetworkAssignment) (*applied, error) {
 		return nil, err
 	}
 	a := &applied{network: proto.CloneOf(n), revision: n.Policy.Revision, drain: seconds(n.DrainSeconds),
-		policy: policy, egresses: map[string]*egressPath{}}
+		policy: policy, egresses: map[string]*egressPath{}, cache: dnsforward.NewCache()}
 	for _, e := range n.Egresses {
 		sp := e.GetSpec().GetSocks5()
 		if sp == nil {

@@ -13,6 +13,12 @@ type Counters struct {
 	// Direct, Egress and DNS count the guest TCP connections carried: left
 	// directly, forwarded through an Egress, or to the link DNS address.
 	Direct, Egress, DNS atomic.Uint64
+	// DNSCached, DNSForwarded and DNSLocal count the guest's queries to the
+	// link DNS address (over UDP and TCP) by how each was answered: from
+	// the slot's cache, through the upstream (SERVFAIL when it failed), or
+	// by the slot alone (REFUSED under DENY_ALL, SERVFAIL without a
+	// resolver, FORMERR).
+	DNSCached, DNSForwarded, DNSLocal atomic.Uint64
 	// Refused counts the guest TCP connections the policy refused (reset);
 	// Unreachable those the policy admitted whose outbound leg failed (reset
 	// too).

@@ -1,6 +1,7 @@
 package netslot
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"io"
@@ -42,14 +43,28 @@ func (s *Slot) serveDNS() error {
 			if err != nil {
 				return
 			}
-			q := append([]byte(nil), buf[:n]...)
-			s.wg.Go(func() {
-				if resp := s.answer(q); resp != nil {
+			q := buf[:n]
+			reply := func(resp []byte) {
+				if resp != nil {
 					// A TCP, TLS or HTTPS upstream's answer may not fit:
 					// the guest then retries over TCP.
 					conn.WriteTo(dnsforward.FitUDP(q, resp), from)
 				}
-			})
+			}
+			// What the slot answers without an exchange is answered here;
+			// the rest waits for the upstream in a goroutine of its own.
+			a, fwd, resp := s.dnsRoute(q)
+			if fwd == nil {
+				reply(resp)
+				continue
+			}
+			if resp, ok := a.cache.Lookup(q); ok {
+				s.cfg.Counters.DNSCached.Add(1)
+				reply(resp)
+				continue
+			}
+			q = bytes.Clone(q)
+			s.wg.Go(func() { reply(s.forward(a.cache, fwd, q)) })
 		}
 	})
 	return nil
@@ -138,33 +153,62 @@ func (s *Slot) serveDNSStream(c net.Conn) {
 }
 
 // answerOn answers one query of a DNS stream: through the replaced
-// Resolver revision while the stream drains on it, else as answer does.
+// Resolver revision, without the cache, while the stream drains on it, else
+// as answer does.
 func (s *Slot) answerOn(st *dnsStream, q []byte) []byte {
 	s.mu.Lock()
 	res := st.resolver
 	draining := st.draining()
 	s.mu.Unlock()
 	if draining {
-		return res.fwd.Answer(s.ctx, q)
+		return s.forward(nil, res.fwd, q)
 	}
 	return s.answer(q)
 }
 
-// answer answers one query as the policy in force says: refused at once
-// under DENY_ALL (nothing leaves the slot), the policy's Resolver when it
-// has one, else the first deployment resolver of the link's family.
+// answer answers one query as the policy in force says (dnsRoute).
 func (s *Slot) answer(q []byte) []byte {
+	a, fwd, resp := s.dnsRoute(q)
+	if fwd == nil {
+		return resp
+	}
+	return s.forward(a.cache, fwd, q)
+}
+
+// dnsRoute is how the application in force answers query: refused at once
+// under DENY_ALL (nothing leaves the slot), else from the application's
+// cache or through the policy's Resolver when it has one, else the first
+// deployment resolver of the link's family (SERVFAIL at once when there is
+// none). It returns the application and the forwarder, or a nil forwarder
+// and the reply given without an exchange, counted.
+func (s *Slot) dnsRoute(q []byte) (*applied, *dnsforward.Forwarder, []byte) {
 	a := s.current()
+	rcode := dns.RcodeRefused
 	switch {
 	case a == nil || a.policy.Mode != netpolicy.PublicInternet:
-		return dnsforward.Fail(q, dns.RcodeRefused)
 	case a.resolver != nil:
-		return a.resolver.fwd.Answer(s.ctx, q)
+		return a, a.resolver.fwd, nil
+	case s.deployment != nil:
+		return a, s.deployment, nil
+	default:
+		rcode = dns.RcodeServerFailure
 	}
-	if s.deployment == nil {
-		return dnsforward.Fail(q, dns.RcodeServerFailure)
+	s.cfg.Counters.DNSLocal.Add(1)
+	return a, nil, dnsforward.Fail(q, rcode)
+}
+
+// forward answers q from cache or through fwd, and counts how.
+func (s *Slot) forward(cache *dnsforward.Cache, fwd *dnsforward.Forwarder, q []byte) []byte {
+	resp, source := cache.Answer(s.ctx, fwd, q)
+	switch source {
+	case dnsforward.Cached:
+		s.cfg.Counters.DNSCached.Add(1)
+	case dnsforward.Forwarded:
+		s.cfg.Counters.DNSForwarded.Add(1)
+	default:
+		s.cfg.Counters.DNSLocal.Add(1)
 	}
-	return s.deployment.Answer(s.ctx, q)
+	return resp
 }
 
 // deploymentResolver is the first deployment resolver in the link DNS

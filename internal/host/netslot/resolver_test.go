@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,16 +19,7 @@ import (
 // answeringResolver serves DNS over UDP on the test host, answering every
 // A query with addr; it returns its address.
 func answeringResolver(t *testing.T, inet *nettest.Internet, addr string) string {
-	pc := inet.ListenPacket(t, "udp4", nettest.HostIPv4.String()+":0")
-	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
-		r := new(dns.Msg).SetReply(q)
-		rr, _ := dns.NewRR(q.Question[0].Name + " 60 IN A " + addr)
-		r.Answer = append(r.Answer, rr)
-		w.WriteMsg(r)
-	})}
-	go srv.ActivateAndServe()
-	t.Cleanup(func() { srv.Shutdown() })
-	return pc.LocalAddr().String()
+	return countingResolver(t, inet, addr, new(atomic.Int32)).String()
 }
 
 // resolverPolicy resolves through Resolver "r" at revision rev, whose

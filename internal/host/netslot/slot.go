@@ -4,7 +4,8 @@
 // and is decided per connection by the workspace's policy (netpolicy): it is
 // refused, dialed directly from the host, or forwarded through a SOCKS5
 // Egress (socks5). The link DNS address is answered by a forwarder
-// (dnsforward) to the deployment resolvers or the policy's Resolver.
+// (dnsforward) to the deployment resolvers or the policy's Resolver,
+// through a cache that each applied assignment starts empty.
 //
 // Policies, Egresses and Resolvers change live (Apply): new connections
 // take the new path at once, and connections a change moves keep their old
@@ -182,10 +183,16 @@ func serve(cfg Config, tun *os.File) (*Slot, error) {
 
 // SetHostAddresses replaces the host's own addresses among the ranges
 // direct traffic never reaches; the host agent calls it whenever they
-// change.
+// change. The DNS cache is cleared: a Resolver reached directly may now be
+// out of reach.
 func (s *Slot) SetHostAddresses(addrs []netip.Prefix) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.hard.Store(&netpolicy.HardDeny{Exempt: s.cfg.HardDeny.Exempt,
 		Platform: append(append([]netip.Prefix(nil), addrs...), slotPrefixes()...)})
+	if a := s.applied.Load(); a != nil {
+		a.cache.Clear()
+	}
 }
 
 // slotPrefixes are the link's own prefixes, which direct traffic never

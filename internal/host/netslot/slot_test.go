@@ -240,20 +240,7 @@ func TestSlotDNSUnderDenyAllFailsAtOnce(t *testing.T) {
 // dnsRefused checks that a query to addr in the slot is answered REFUSED.
 func dnsRefused(t *testing.T, s *netslot.Slot, addr string) {
 	s.Apply(policy(1, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_DENY_ALL, 600))
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	c, err := nettest.Dial(ctx, s.Path(), "udp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	q := new(dns.Msg)
-	q.SetQuestion("example.com.", dns.TypeA)
-	resp, _, err := (&dns.Client{Timeout: 2 * time.Second}).ExchangeWithConnContext(ctx, q, &dns.Conn{Conn: c})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.Rcode != dns.RcodeRefused || resp.Id != q.Id {
+	if resp := askUDP(t, s, addr); resp.Rcode != dns.RcodeRefused {
 		t.Fatalf("answer %v, want REFUSED for the query", resp)
 	}
 }

@@ -1,0 +1,132 @@
+package netslot_test
+
+import (
+	"context"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/host/netslot"
+	"github.com/kibotos/kibotos/internal/testutil/nettest"
+)
+
+// countingResolver serves DNS over UDP on the test host, answering every
+// A query with addr (TTL 60) and counting the queries; it returns its
+// address.
+func countingResolver(t *testing.T, inet *nettest.Internet, addr string, queries *atomic.Int32) netip.AddrPort {
+	pc := inet.ListenPacket(t, "udp4", nettest.HostIPv4.String()+":0")
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
+		queries.Add(1)
+		r := new(dns.Msg).SetReply(q)
+		rr, _ := dns.NewRR(q.Question[0].Name + " 60 IN A " + addr)
+		r.Answer = append(r.Answer, rr)
+		w.WriteMsg(r)
+	})}
+	go srv.ActivateAndServe()
+	t.Cleanup(func() { srv.Shutdown() })
+	return netip.MustParseAddrPort(pc.LocalAddr().String())
+}
+
+// askUDP queries addr, the slot's link DNS address, over UDP for
+// example.com's A record and returns the answer.
+func askUDP(t *testing.T, s *netslot.Slot, addr string) *dns.Msg {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := nettest.Dial(ctx, s.Path(), "udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	q := new(dns.Msg).SetQuestion("example.com.", dns.TypeA)
+	r, _, err := (&dns.Client{Timeout: 2 * time.Second}).ExchangeWithConnContext(ctx, q, &dns.Conn{Conn: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Id != q.Id {
+		t.Fatalf("answer %v to another query", r)
+	}
+	return r
+}
+
+const linkDNS = "10.211.0.1:53"
+
+// answered fails unless r answers with the one address want.
+func answered(t *testing.T, r *dns.Msg, want string) {
+	t.Helper()
+	if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 || r.Answer[0].(*dns.A).A.String() != want {
+		t.Fatalf("answer %v, want %s", r, want)
+	}
+}
+
+// TestSlotDNSCache answers repeated queries from the slot's cache and
+// never serves a cached answer that the assignment in force would not
+// give: a change of policy or Resolver, or of the host's addresses,
+// starts from an empty cache.
+func TestSlotDNSCache(t *testing.T) {
+	inet := nettest.NewInternet(t)
+	var deploymentQueries, resolverQueries atomic.Int32
+	deployment := countingResolver(t, inet, "192.0.2.1", &deploymentQueries)
+	counters := new(netslot.Counters)
+	s := newSlotWith(t, netslot.Config{DeploymentResolvers: []netip.AddrPort{deployment}, Counters: counters})
+	public := func(rev uint64) {
+		s.Apply(policy(rev, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, 0))
+	}
+
+	public(1)
+	answered(t, askUDP(t, s, linkDNS), "192.0.2.1")
+	answered(t, askUDP(t, s, linkDNS), "192.0.2.1")
+	if n := deploymentQueries.Load(); n != 1 {
+		t.Fatalf("the upstream received %d queries, want 1", n)
+	}
+	// Over TCP the cache answers too.
+	if got, err := lookup(dnsStream(t, s)); err != nil || got != "192.0.2.1" {
+		t.Fatalf("over TCP: %s, %v", got, err)
+	}
+	if c, f := counters.DNSCached.Load(), counters.DNSForwarded.Load(); c != 2 || f != 1 {
+		t.Fatalf("counted %d cached and %d forwarded, want 2 and 1", c, f)
+	}
+
+	// DENY_ALL refuses what the cache holds.
+	s.Apply(policy(2, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_DENY_ALL, 0))
+	if r := askUDP(t, s, linkDNS); r.Rcode != dns.RcodeRefused {
+		t.Fatalf("under DENY_ALL: %v, want REFUSED", r)
+	}
+	if n := counters.DNSLocal.Load(); n != 1 {
+		t.Fatalf("counted %d local answers, want 1", n)
+	}
+	// The same assignment again keeps the cache; a new one starts empty.
+	public(3)
+	answered(t, askUDP(t, s, linkDNS), "192.0.2.1")
+	if n := deploymentQueries.Load(); n != 2 {
+		t.Fatalf("after DENY_ALL and back the upstream received %d queries, want 2", n)
+	}
+	public(3)
+	answered(t, askUDP(t, s, linkDNS), "192.0.2.1")
+	if n := deploymentQueries.Load(); n != 2 {
+		t.Fatalf("an equal assignment cleared the cache: %d queries upstream, want 2", n)
+	}
+
+	// A Resolver answers instead of the deployment resolver at once.
+	resolver := countingResolver(t, inet, "192.0.2.2", &resolverQueries)
+	s.Apply(resolverPolicy(1, 0, resolver.String()))
+	answered(t, askUDP(t, s, linkDNS), "192.0.2.2")
+	answered(t, askUDP(t, s, linkDNS), "192.0.2.2")
+	if n := resolverQueries.Load(); n != 1 {
+		t.Fatalf("the Resolver received %d queries, want 1", n)
+	}
+
+	// The Resolver's address becomes the host's own: the dial check
+	// refuses it, and the cache no longer answers for it.
+	s.SetHostAddresses([]netip.Prefix{netip.PrefixFrom(resolver.Addr(), 32)})
+	if r := askUDP(t, s, linkDNS); r.Rcode != dns.RcodeServerFailure {
+		t.Fatalf("a Resolver the hard deny covers: %v, want SERVFAIL", r)
+	}
+	if n := resolverQueries.Load(); n != 1 {
+		t.Fatalf("the hard-denied Resolver received a query (%d)", n)
+	}
+}
