@@ -87,6 +87,7 @@ generate: tools sdk/typescript/node_modules
 	rm -rf gen/kibotos
 	buf generate
 	buf generate --template sdk/typescript/buf.gen.yaml
+	scripts/build-shim internal/guest/execshim/shim_linux_amd64.elf
 
 # console bundles the web console with the packages console/package-lock.json
 # pins (npm ci once per lockfile change).
