@@ -108,24 +108,12 @@ var egresses = kind[egressClient, *ctrlv1.EgressSpec, *ctrlv1.Egress]{
 		return carrying(ctx, cl.UpdateEgress, &ctrlv1.UpdateEgressRequest{Command: cmd, EgressId: id, ExpectedRevision: expected, Spec: spec, DrainSeconds: drain}, (*ctrlv1.UpdateEgressResponse).GetEgress)
 	},
 	del: func(ctx context.Context, cl egressClient, cmd *ctrlv1.CommandMetadata, id string) (proto.Message, error) {
-		resp, err := call(ctx, cl.DeleteEgress, &ctrlv1.DeleteEgressRequest{Command: cmd, EgressId: id})
-		if err != nil {
-			return nil, err
-		}
-		return resp, nil
+		return call(ctx, cl.DeleteEgress, &ctrlv1.DeleteEgressRequest{Command: cmd, EgressId: id})
 	},
-	labels: mapField[egressClient, *ctrlv1.Egress]{
-		verb: "label", noun: "labels",
-		revision: (*ctrlv1.Egress).GetLabelsRevision,
-		set: func(ctx context.Context, cl egressClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Egress, error) {
-			return carrying(ctx, cl.UpdateEgressLabels, &ctrlv1.UpdateEgressLabelsRequest{Command: cmd, EgressId: id, ExpectedLabelsRevision: expected, Labels: m}, (*ctrlv1.UpdateEgressLabelsResponse).GetEgress)
-		},
-	},
-	annotations: mapField[egressClient, *ctrlv1.Egress]{
-		verb: "annotate", noun: "annotations",
-		revision: (*ctrlv1.Egress).GetAnnotationsRevision,
-		set: func(ctx context.Context, cl egressClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Egress, error) {
-			return carrying(ctx, cl.UpdateEgressAnnotations, &ctrlv1.UpdateEgressAnnotationsRequest{Command: cmd, EgressId: id, ExpectedAnnotationsRevision: expected, Annotations: m}, (*ctrlv1.UpdateEgressAnnotationsResponse).GetEgress)
-		},
-	},
+	labels: labelField((*ctrlv1.Egress).GetLabelsRevision, func(ctx context.Context, cl egressClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Egress, error) {
+		return carrying(ctx, cl.UpdateEgressLabels, &ctrlv1.UpdateEgressLabelsRequest{Command: cmd, EgressId: id, ExpectedLabelsRevision: expected, Labels: m}, (*ctrlv1.UpdateEgressLabelsResponse).GetEgress)
+	}),
+	annotations: annotationField((*ctrlv1.Egress).GetAnnotationsRevision, func(ctx context.Context, cl egressClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Egress, error) {
+		return carrying(ctx, cl.UpdateEgressAnnotations, &ctrlv1.UpdateEgressAnnotationsRequest{Command: cmd, EgressId: id, ExpectedAnnotationsRevision: expected, Annotations: m}, (*ctrlv1.UpdateEgressAnnotationsResponse).GetEgress)
+	}),
 }

@@ -120,24 +120,12 @@ var resolvers = kind[resolverClient, *ctrlv1.ResolverSpec, *ctrlv1.Resolver]{
 		return carrying(ctx, cl.UpdateResolver, &ctrlv1.UpdateResolverRequest{Command: cmd, ResolverId: id, ExpectedRevision: expected, Spec: spec, DrainSeconds: drain}, (*ctrlv1.UpdateResolverResponse).GetResolver)
 	},
 	del: func(ctx context.Context, cl resolverClient, cmd *ctrlv1.CommandMetadata, id string) (proto.Message, error) {
-		resp, err := call(ctx, cl.DeleteResolver, &ctrlv1.DeleteResolverRequest{Command: cmd, ResolverId: id})
-		if err != nil {
-			return nil, err
-		}
-		return resp, nil
+		return call(ctx, cl.DeleteResolver, &ctrlv1.DeleteResolverRequest{Command: cmd, ResolverId: id})
 	},
-	labels: mapField[resolverClient, *ctrlv1.Resolver]{
-		verb: "label", noun: "labels",
-		revision: (*ctrlv1.Resolver).GetLabelsRevision,
-		set: func(ctx context.Context, cl resolverClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Resolver, error) {
-			return carrying(ctx, cl.UpdateResolverLabels, &ctrlv1.UpdateResolverLabelsRequest{Command: cmd, ResolverId: id, ExpectedLabelsRevision: expected, Labels: m}, (*ctrlv1.UpdateResolverLabelsResponse).GetResolver)
-		},
-	},
-	annotations: mapField[resolverClient, *ctrlv1.Resolver]{
-		verb: "annotate", noun: "annotations",
-		revision: (*ctrlv1.Resolver).GetAnnotationsRevision,
-		set: func(ctx context.Context, cl resolverClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Resolver, error) {
-			return carrying(ctx, cl.UpdateResolverAnnotations, &ctrlv1.UpdateResolverAnnotationsRequest{Command: cmd, ResolverId: id, ExpectedAnnotationsRevision: expected, Annotations: m}, (*ctrlv1.UpdateResolverAnnotationsResponse).GetResolver)
-		},
-	},
+	labels: labelField((*ctrlv1.Resolver).GetLabelsRevision, func(ctx context.Context, cl resolverClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Resolver, error) {
+		return carrying(ctx, cl.UpdateResolverLabels, &ctrlv1.UpdateResolverLabelsRequest{Command: cmd, ResolverId: id, ExpectedLabelsRevision: expected, Labels: m}, (*ctrlv1.UpdateResolverLabelsResponse).GetResolver)
+	}),
+	annotations: annotationField((*ctrlv1.Resolver).GetAnnotationsRevision, func(ctx context.Context, cl resolverClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Resolver, error) {
+		return carrying(ctx, cl.UpdateResolverAnnotations, &ctrlv1.UpdateResolverAnnotationsRequest{Command: cmd, ResolverId: id, ExpectedAnnotationsRevision: expected, Annotations: m}, (*ctrlv1.UpdateResolverAnnotationsResponse).GetResolver)
+	}),
 }

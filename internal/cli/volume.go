@@ -310,18 +310,10 @@ var volumes = kind[volumeClient, *ctrlv1.VolumeSpec, *ctrlv1.Volume]{
 	listResponse: func(items []*ctrlv1.Volume, next string) proto.Message {
 		return &ctrlv1.ListVolumesResponse{Volumes: items, NextPageToken: next}
 	},
-	labels: mapField[volumeClient, *ctrlv1.Volume]{
-		verb: "label", noun: "labels",
-		revision: (*ctrlv1.Volume).GetLabelsRevision,
-		set: func(ctx context.Context, cl volumeClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Volume, error) {
-			return carrying(ctx, cl.UpdateVolumeLabels, &ctrlv1.UpdateVolumeLabelsRequest{Command: cmd, VolumeId: id, ExpectedLabelsRevision: expected, Labels: m}, (*ctrlv1.UpdateVolumeLabelsResponse).GetVolume)
-		},
-	},
-	annotations: mapField[volumeClient, *ctrlv1.Volume]{
-		verb: "annotate", noun: "annotations",
-		revision: (*ctrlv1.Volume).GetAnnotationsRevision,
-		set: func(ctx context.Context, cl volumeClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Volume, error) {
-			return carrying(ctx, cl.UpdateVolumeAnnotations, &ctrlv1.UpdateVolumeAnnotationsRequest{Command: cmd, VolumeId: id, ExpectedAnnotationsRevision: expected, Annotations: m}, (*ctrlv1.UpdateVolumeAnnotationsResponse).GetVolume)
-		},
-	},
+	labels: labelField((*ctrlv1.Volume).GetLabelsRevision, func(ctx context.Context, cl volumeClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Volume, error) {
+		return carrying(ctx, cl.UpdateVolumeLabels, &ctrlv1.UpdateVolumeLabelsRequest{Command: cmd, VolumeId: id, ExpectedLabelsRevision: expected, Labels: m}, (*ctrlv1.UpdateVolumeLabelsResponse).GetVolume)
+	}),
+	annotations: annotationField((*ctrlv1.Volume).GetAnnotationsRevision, func(ctx context.Context, cl volumeClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Volume, error) {
+		return carrying(ctx, cl.UpdateVolumeAnnotations, &ctrlv1.UpdateVolumeAnnotationsRequest{Command: cmd, VolumeId: id, ExpectedAnnotationsRevision: expected, Annotations: m}, (*ctrlv1.UpdateVolumeAnnotationsResponse).GetVolume)
+	}),
 }

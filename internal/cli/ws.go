@@ -500,18 +500,10 @@ var workspaces = kind[wsClient, *ctrlv1.WorkspaceCreateSpec, *ctrlv1.Workspace]{
 	listResponse: func(items []*ctrlv1.Workspace, next string) proto.Message {
 		return &ctrlv1.ListWorkspacesResponse{Workspaces: items, NextPageToken: next}
 	},
-	labels: mapField[wsClient, *ctrlv1.Workspace]{
-		verb: "label", noun: "labels",
-		revision: (*ctrlv1.Workspace).GetLabelsRevision,
-		set: func(ctx context.Context, cl wsClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Workspace, error) {
-			return carrying(ctx, cl.UpdateWorkspaceLabels, &ctrlv1.UpdateWorkspaceLabelsRequest{Command: cmd, WorkspaceId: id, ExpectedLabelsRevision: expected, Labels: m}, (*ctrlv1.UpdateWorkspaceLabelsResponse).GetWorkspace)
-		},
-	},
-	annotations: mapField[wsClient, *ctrlv1.Workspace]{
-		verb: "annotate", noun: "annotations",
-		revision: (*ctrlv1.Workspace).GetAnnotationsRevision,
-		set: func(ctx context.Context, cl wsClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Workspace, error) {
-			return carrying(ctx, cl.UpdateWorkspaceAnnotations, &ctrlv1.UpdateWorkspaceAnnotationsRequest{Command: cmd, WorkspaceId: id, ExpectedAnnotationsRevision: expected, Annotations: m}, (*ctrlv1.UpdateWorkspaceAnnotationsResponse).GetWorkspace)
-		},
-	},
+	labels: labelField((*ctrlv1.Workspace).GetLabelsRevision, func(ctx context.Context, cl wsClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Workspace, error) {
+		return carrying(ctx, cl.UpdateWorkspaceLabels, &ctrlv1.UpdateWorkspaceLabelsRequest{Command: cmd, WorkspaceId: id, ExpectedLabelsRevision: expected, Labels: m}, (*ctrlv1.UpdateWorkspaceLabelsResponse).GetWorkspace)
+	}),
+	annotations: annotationField((*ctrlv1.Workspace).GetAnnotationsRevision, func(ctx context.Context, cl wsClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Workspace, error) {
+		return carrying(ctx, cl.UpdateWorkspaceAnnotations, &ctrlv1.UpdateWorkspaceAnnotationsRequest{Command: cmd, WorkspaceId: id, ExpectedAnnotationsRevision: expected, Annotations: m}, (*ctrlv1.UpdateWorkspaceAnnotationsResponse).GetWorkspace)
+	}),
 }
