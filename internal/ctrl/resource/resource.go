@@ -101,15 +101,20 @@ func Run[R proto.Message](ctx context.Context, st store.Store, m Mutation[R],
 	return command.Run(ctx, st, cmd, func(ctx context.Context, tx store.Tx) (R, error) { return exec(ctx, tx, cmd.ProjectID) })
 }
 
-// Load reads the row of one resource of the project with get, such as
-// tx.Volume, and decodes it; a missing row is not_found naming the kind
-// and the ID.
-func Load[Row, R any](ctx context.Context, get func(ctx context.Context, projectID, id string) (Row, error),
-	decode func(Row) (R, error), kind, projectID, id string) (R, error) {
+// Get reads the row of one resource of the project with get, such as
+// tx.Volume; a missing row is not_found naming the kind and the ID.
+func Get[Row any](ctx context.Context, get func(ctx context.Context, projectID, id string) (Row, error), kind, projectID, id string) (Row, error) {
 	row, err := get(ctx, projectID, id)
 	if errors.Is(err, store.ErrNotFound) {
 		err = connect.NewError(connect.CodeNotFound, fmt.Errorf("%s %q not found", kind, id))
 	}
+	return row, err
+}
+
+// Load reads the row of one resource like Get and decodes it.
+func Load[Row, R any](ctx context.Context, get func(ctx context.Context, projectID, id string) (Row, error),
+	decode func(Row) (R, error), kind, projectID, id string) (R, error) {
+	row, err := Get(ctx, get, kind, projectID, id)
 	if err != nil {
 		var zero R
 		return zero, err
