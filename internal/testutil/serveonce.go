@@ -33,7 +33,6 @@ func ClosedURL(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
-	return "http://" + addr
+	defer l.Close()
+	return "http://" + l.Addr().String()
 }
