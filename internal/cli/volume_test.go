@@ -235,13 +235,8 @@ func TestVolumeWaitReportsFailures(t *testing.T) {
 			args: []string{"resize", "vol_1", "20Gi"},
 			vol:  ctrlv1.VolumeState_VOLUME_STATE_RESIZING,
 			polls: func() []*ctrlv1.Volume {
-				v := testVolume(ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE)
-				v.Failure = &ctrlv1.VolumeFailure{
-					Reason:  ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED,
-					Stage:   ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_VOLUME,
-					Message: "pool full",
-				}
-				return []*ctrlv1.Volume{v}
+				return []*ctrlv1.Volume{failedVolume(ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE, ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED,
+					ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_VOLUME, "pool full")}
 			},
 			want: []string{"vol_1 did not grow", "RESOURCE_EXHAUSTED", "pool full", "AVAILABLE at 10Gi"},
 		},
@@ -250,13 +245,8 @@ func TestVolumeWaitReportsFailures(t *testing.T) {
 			args: []string{"create"},
 			vol:  ctrlv1.VolumeState_VOLUME_STATE_CREATING,
 			polls: func() []*ctrlv1.Volume {
-				v := testVolume(ctrlv1.VolumeState_VOLUME_STATE_FAILED)
-				v.Failure = &ctrlv1.VolumeFailure{
-					Reason:  ctrlv1.FailureReason_FAILURE_REASON_INTERNAL,
-					Stage:   ctrlv1.FailureStage_FAILURE_STAGE_CREATING_VOLUME,
-					Message: "mkfs failed",
-				}
-				return []*ctrlv1.Volume{testVolume(ctrlv1.VolumeState_VOLUME_STATE_CREATING), v}
+				return []*ctrlv1.Volume{testVolume(ctrlv1.VolumeState_VOLUME_STATE_CREATING), failedVolume(ctrlv1.VolumeState_VOLUME_STATE_FAILED,
+					ctrlv1.FailureReason_FAILURE_REASON_INTERNAL, ctrlv1.FailureStage_FAILURE_STAGE_CREATING_VOLUME, "mkfs failed")}
 			},
 			want: []string{"vol_1 FAILED", "INTERNAL", "CREATING_VOLUME", "mkfs failed"},
 		},
@@ -283,6 +273,14 @@ func TestVolumeWaitReportsFailures(t *testing.T) {
 			}
 		})
 	}
+}
+
+// failedVolume is testVolume in state with the failure reason, stage and
+// message.
+func failedVolume(state ctrlv1.VolumeState, reason ctrlv1.FailureReason, stage ctrlv1.FailureStage, message string) *ctrlv1.Volume {
+	v := testVolume(state)
+	v.Failure = &ctrlv1.VolumeFailure{Reason: reason, Stage: stage, Message: message}
+	return v
 }
 
 func TestVolumeWaitTimesOut(t *testing.T) {
