@@ -198,9 +198,7 @@ func TestVolumeListFollowsPages(t *testing.T) {
 		"vol_2 FAILED(INTERNAL) 10Gi fast - - - team=ml " + age(b.GetCreatedAt()),
 		"vol_3 AVAILABLE(RESIZE_FAILED) 10Gi fast - 0 DAMAGED team=ml " + age(c.GetCreatedAt()),
 	}
-	if got := fields(stdout); strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("table:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
+	wantFields(t, "table", stdout, want)
 	calls, reqs := f.got()
 	if strings.Join(calls, ",") != "ListVolumes,ListVolumes" {
 		t.Fatalf("calls = %v", calls)
@@ -442,9 +440,7 @@ func TestAdminPool(t *testing.T) {
 		"fast true 10Gi host_1,host_2",
 		"slow false 100Gi -",
 	}
-	if got := fields(stdout); strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("table:\n%s", stdout)
-	}
+	wantFields(t, "table", stdout, want)
 
 	calls, reqs := f.got()
 	if strings.Join(calls, ",") != "DeclareStoragePoolLost,ListStoragePools" {
