@@ -60,12 +60,10 @@ func main() {
 	flag.IntVar(&c.memoryMiB, "memory-mib", 512, "memory of the workspace the file is written in, in MiB")
 	flag.IntVar(&c.creates, "creates", 20, "workspaces to create for create→first output; 0 skips it")
 	flag.IntVar(&c.pid, "pid", 0, "pid of kibotos up, whose CPU per exec is reported; 0 leaves it out")
-	flag.Parse()
-	c.addr, c.home = *addr, *home
-	if err := run(c); err != nil {
-		fmt.Fprintln(os.Stderr, "dpbench:", err)
-		os.Exit(1)
-	}
+	benchutil.Main("dpbench", func() error {
+		c.addr, c.home = *addr, *home
+		return run(c)
+	})
 }
 
 // row prints a figure beside its baseline and their ratio.

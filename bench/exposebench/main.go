@@ -30,11 +30,7 @@ func main() {
 	addr, home := benchutil.DeploymentFlags()
 	mib := flag.Int64("mib", 1024, "size of each download, in MiB")
 	runs := flag.Int("runs", 3, "downloads of each kind; the best counts")
-	flag.Parse()
-	if err := run(*addr, *home, *mib<<20, *runs); err != nil {
-		fmt.Fprintln(os.Stderr, "exposebench:", err)
-		os.Exit(1)
-	}
+	benchutil.Main("exposebench", func() error { return run(*addr, *home, *mib<<20, *runs) })
 }
 
 func run(addr, home string, size int64, runs int) error {

@@ -15,6 +15,23 @@ import (
 // an IP address) for the Egress row: it serves l until l closes and
 // returns once its connections have ended.
 func serveSOCKS5(l net.Listener) {
+	serveEach(l, func(c net.Conn) {
+		out, err := socks5Connect(c)
+		if err != nil {
+			return
+		}
+		defer out.Close()
+		var pipes sync.WaitGroup
+		pipes.Go(func() { pipe(c.(*net.TCPConn), out) })
+		pipe(out, c.(*net.TCPConn))
+		pipes.Wait()
+	})
+}
+
+// serveEach runs handle on each connection l accepts, in its own goroutine,
+// and closes the connection after it; it returns once l closed and every
+// handle ended.
+func serveEach(l net.Listener, handle func(net.Conn)) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
@@ -24,15 +41,7 @@ func serveSOCKS5(l net.Listener) {
 		}
 		wg.Go(func() {
 			defer c.Close()
-			out, err := socks5Connect(c)
-			if err != nil {
-				return
-			}
-			defer out.Close()
-			var pipes sync.WaitGroup
-			pipes.Go(func() { pipe(c.(*net.TCPConn), out) })
-			pipe(out, c.(*net.TCPConn))
-			pipes.Wait()
+			handle(c)
 		})
 	}
 }

@@ -179,39 +179,30 @@ func (b *bench) runClient(ctx context.Context, sb *sandbox, w workload, addr str
 // serve answers the connections of one workload until l closes; it
 // returns once they have all ended.
 func serve(l net.Listener, mode string, d time.Duration) {
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		wg.Go(func() {
-			defer c.Close()
-			c.SetDeadline(time.Now().Add(d + slack))
-			switch mode {
-			case modeUp:
-				// Closing at EOF tells the client that all it sent arrived.
-				drain(c)
-			case modeDown:
-				buf := make([]byte, chunk)
-				for end := time.Now().Add(d); time.Now().Before(end); {
-					if _, err := c.Write(buf); err != nil {
-						return
-					}
-				}
-			case modeConn, modeConnServerCloses:
-				buf := make([]byte, message)
-				if _, err := io.ReadFull(c, buf); err != nil {
+	serveEach(l, func(c net.Conn) {
+		c.SetDeadline(time.Now().Add(d + slack))
+		switch mode {
+		case modeUp:
+			// Closing at EOF tells the client that all it sent arrived.
+			drain(c)
+		case modeDown:
+			buf := make([]byte, chunk)
+			for end := time.Now().Add(d); time.Now().Before(end); {
+				if _, err := c.Write(buf); err != nil {
 					return
 				}
-				if _, err := c.Write(buf); err != nil || mode == modeConnServerCloses {
-					return
-				}
-				drain(c)
 			}
-		})
-	}
+		case modeConn, modeConnServerCloses:
+			buf := make([]byte, message)
+			if _, err := io.ReadFull(c, buf); err != nil {
+				return
+			}
+			if _, err := c.Write(buf); err != nil || mode == modeConnServerCloses {
+				return
+			}
+			drain(c)
+		}
+	})
 }
 
 // runClient is the client's main: it runs one workload against the server

@@ -39,11 +39,7 @@ func main() {
 	addr, home := benchutil.DeploymentFlags()
 	mib := flag.Int("mib", 1024, "size of the download, in MiB (a multiple of 64)")
 	runs := flag.Int("runs", 3, "downloads of each kind; the best is reported")
-	flag.Parse()
-	if err := run(*addr, *home, *mib, *runs); err != nil {
-		fmt.Fprintln(os.Stderr, "pfbench:", err)
-		os.Exit(1)
-	}
+	benchutil.Main("pfbench", func() error { return run(*addr, *home, *mib, *runs) })
 }
 
 // payload is a download of n bytes: block random bytes again and again.

@@ -15,7 +15,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/kibotos/kibotos/bench/internal/benchutil"
@@ -27,11 +26,7 @@ func main() {
 	pid := flag.Int("pid", 0, "PID of the kibotos up process")
 	n := flag.Int("n", 50, "idle workspaces")
 	window := flag.Duration("window", time.Minute, "how long each sample lasts")
-	flag.Parse()
-	if err := run(*addr, *home, *pid, *n, *window); err != nil {
-		fmt.Fprintln(os.Stderr, "probebench:", err)
-		os.Exit(1)
-	}
+	benchutil.Main("probebench", func() error { return run(*addr, *home, *pid, *n, *window) })
 }
 
 func run(addr, home string, pid, n int, window time.Duration) error {

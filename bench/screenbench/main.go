@@ -11,7 +11,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/kibotos/kibotos/bench/internal/benchutil"
@@ -21,11 +20,7 @@ import (
 func main() {
 	addr, home := benchutil.DeploymentFlags()
 	n := flag.Int("n", 100, "calls of each kind to time")
-	flag.Parse()
-	if err := run(*addr, *home, *n); err != nil {
-		fmt.Fprintln(os.Stderr, "screenbench:", err)
-		os.Exit(1)
-	}
+	benchutil.Main("screenbench", func() error { return run(*addr, *home, *n) })
 }
 
 func run(addr, home string, n int) error {

@@ -33,11 +33,7 @@ func main() {
 	volumeMiB := flag.Int("volume-mib", 1024, "random data written to the Volume, in MiB")
 	layerMiB := flag.Int("layer-mib", 2048, "writable layer capacity of the second workspace, in MiB")
 	dataMiB := flag.Int("data-mib", 100, "random data written to that layer, in MiB")
-	flag.Parse()
-	if err := run(*addr, *home, *volumeMiB, *layerMiB, *dataMiB); err != nil {
-		fmt.Fprintln(os.Stderr, "transferbench:", err)
-		os.Exit(1)
-	}
+	benchutil.Main("transferbench", func() error { return run(*addr, *home, *volumeMiB, *layerMiB, *dataMiB) })
 }
 
 func run(addr, home string, volumeMiB, layerMiB, dataMiB int) error {

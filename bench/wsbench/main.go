@@ -21,11 +21,7 @@ import (
 func main() {
 	addr, home := benchutil.DeploymentFlags()
 	n := flag.Int("n", 50, "workspaces to create")
-	flag.Parse()
-	if err := run(*addr, *home, *n); err != nil {
-		fmt.Fprintln(os.Stderr, "wsbench:", err)
-		os.Exit(1)
-	}
+	benchutil.Main("wsbench", func() error { return run(*addr, *home, *n) })
 }
 
 func run(addr, home string, n int) error {

@@ -7,6 +7,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -177,6 +178,22 @@ func (f *serveFlags) options(o daemon.Options) (daemon.Options, error) {
 	return o, nil
 }
 
+// optionFlags are a set of flags that fill in part of daemon.Options.
+type optionFlags interface {
+	options(o daemon.Options) (daemon.Options, error)
+}
+
+// runWith fills in o from each set of flags in turn and runs run with it.
+func runWith(ctx context.Context, run func(context.Context, daemon.Options) error, o daemon.Options, flags ...optionFlags) error {
+	for _, f := range flags {
+		var err error
+		if o, err = f.options(o); err != nil {
+			return err
+		}
+	}
+	return run(ctx, o)
+}
+
 func upCommand() *cobra.Command {
 	var (
 		flags serveFlags
@@ -190,14 +207,7 @@ func upCommand() *cobra.Command {
 			"token, printed once and kept in HOME/admin-token (mode 0600), where the CLI finds it.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o, err := flags.options(daemon.Options{Home: home, Host: true})
-			if err != nil {
-				return err
-			}
-			if o, err = host.options(o); err != nil {
-				return err
-			}
-			return daemon.Run(cmd.Context(), o)
+			return runWith(cmd.Context(), daemon.Run, daemon.Options{Home: home, Host: true}, &flags, &host)
 		},
 	}
 	cmd.Flags().StringVar(&home, "home", envOr("KIBOTOS_HOME", daemon.DefaultHome), "state directory (env KIBOTOS_HOME)")
@@ -226,15 +236,8 @@ func hostCommand() *cobra.Command {
 			"and serves their data plane and exposures on --listen at --public-url.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o, err := flags.options(daemon.Options{Home: home, CtrlURL: ctrlURL, TokenFile: tokenFile, CAFile: caFile,
-				HostID: name, OTLPEndpoint: otlp})
-			if err != nil {
-				return err
-			}
-			if o, err = host.options(o); err != nil {
-				return err
-			}
-			return daemon.RunHost(cmd.Context(), o)
+			return runWith(cmd.Context(), daemon.RunHost, daemon.Options{Home: home, CtrlURL: ctrlURL, TokenFile: tokenFile, CAFile: caFile,
+				HostID: name, OTLPEndpoint: otlp}, &flags, &host)
 		},
 	}
 	cmd.Flags().StringVar(&home, "home", envOr("KIBOTOS_HOME", daemon.DefaultHome), "state directory of this host (env KIBOTOS_HOME)")
@@ -379,11 +382,7 @@ func ctrlCommand() *cobra.Command {
 			if storeURL == "" && home == "" {
 				return fmt.Errorf("--store postgres://... (env KIBOTOS_STORE) or --home DIR (SQLite) is required")
 			}
-			o, err := flags.options(daemon.Options{StoreURL: storeURL, Home: home})
-			if err != nil {
-				return err
-			}
-			return daemon.Run(cmd.Context(), o)
+			return runWith(cmd.Context(), daemon.Run, daemon.Options{StoreURL: storeURL, Home: home}, &flags)
 		},
 	}
 	cmd.Flags().StringVar(&storeURL, "store", os.Getenv("KIBOTOS_STORE"), "store URL, postgres://... (env KIBOTOS_STORE)")

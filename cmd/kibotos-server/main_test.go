@@ -14,6 +14,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/internal/testutil/hosttest"
+	"github.com/spf13/cobra"
 )
 
 // TestUpBootstrapsServesAndStopsOnSIGTERM runs the real binary: the first
@@ -63,17 +64,7 @@ func TestUpBootstrapsServesAndStopsOnSIGTERM(t *testing.T) {
 // /run outside 1 to 100 percent is refused before anything is set up.
 func TestUpRefusesTmpfsShare(t *testing.T) {
 	for _, pct := range []string{"0", "101", "-5"} {
-		home := filepath.Join(t.TempDir(), "home")
-		cmd := upCommand()
-		cmd.SetArgs([]string{"--home", home, "--guest-tmpfs-percent", pct})
-		cmd.SetOut(new(strings.Builder))
-		cmd.SetErr(new(strings.Builder))
-		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--guest-tmpfs-percent") {
-			t.Errorf("up --guest-tmpfs-percent %s: %v", pct, err)
-		}
-		if _, err := os.Stat(home); !os.IsNotExist(err) {
-			t.Errorf("up --guest-tmpfs-percent %s created its home: %v", pct, err)
-		}
+		expectRefused(t, upCommand, "--guest-tmpfs-percent", "--guest-tmpfs-percent", pct)
 	}
 }
 
@@ -85,17 +76,7 @@ func TestUpRefusesMetricsTokenFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, file := range []string{empty, filepath.Join(t.TempDir(), "missing")} {
-		home := filepath.Join(t.TempDir(), "home")
-		cmd := upCommand()
-		cmd.SetArgs([]string{"--home", home, "--metrics-token-file", file})
-		cmd.SetOut(new(strings.Builder))
-		cmd.SetErr(new(strings.Builder))
-		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "metrics token") {
-			t.Errorf("up --metrics-token-file %s: %v", file, err)
-		}
-		if _, err := os.Stat(home); !os.IsNotExist(err) {
-			t.Errorf("up --metrics-token-file %s created its home: %v", file, err)
-		}
+		expectRefused(t, upCommand, "metrics token", "--metrics-token-file", file)
 	}
 }
 
@@ -106,17 +87,7 @@ func TestUpRefusesRegistryCAFile(t *testing.T) {
 	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	home := filepath.Join(t.TempDir(), "home")
-	cmd := upCommand()
-	cmd.SetArgs([]string{"--home", home, "--listen", "127.0.0.1:0", "--registry-ca-file", notPEM})
-	cmd.SetOut(new(strings.Builder))
-	cmd.SetErr(new(strings.Builder))
-	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "registry CA file") {
-		t.Errorf("up --registry-ca-file %s: %v", notPEM, err)
-	}
-	if _, err := os.Stat(home); !os.IsNotExist(err) {
-		t.Errorf("up --registry-ca-file created its home: %v", err)
-	}
+	expectRefused(t, upCommand, "registry CA file", "--listen", "127.0.0.1:0", "--registry-ca-file", notPEM)
 }
 
 // TestUpRefusesGuestMemoryThresholds: a window under 100ms, a stall share
@@ -130,16 +101,24 @@ func TestUpRefusesGuestMemoryThresholds(t *testing.T) {
 		{"--guest-memory-kill-after", "0s"},
 		{"--guest-memory-kill-after", "-1s"},
 	} {
-		home := filepath.Join(t.TempDir(), "home")
-		cmd := upCommand()
-		cmd.SetArgs([]string{"--home", home, c[0], c[1]})
-		cmd.SetOut(new(strings.Builder))
-		cmd.SetErr(new(strings.Builder))
-		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), c[0]) {
-			t.Errorf("up %s %s: %v", c[0], c[1], err)
-		}
-		if _, err := os.Stat(home); !os.IsNotExist(err) {
-			t.Errorf("up %s %s created its home: %v", c[0], c[1], err)
-		}
+		expectRefused(t, upCommand, c[0], c[0], c[1])
+	}
+}
+
+// expectRefused runs the command newCmd returns with --home HOME and args,
+// and fails t unless it returns an error that contains want and leaves
+// HOME uncreated: a refusal before anything is set up.
+func expectRefused(t *testing.T, newCmd func() *cobra.Command, want string, args ...string) {
+	t.Helper()
+	home := filepath.Join(t.TempDir(), "home")
+	cmd := newCmd()
+	cmd.SetArgs(append([]string{"--home", home}, args...))
+	cmd.SetOut(new(strings.Builder))
+	cmd.SetErr(new(strings.Builder))
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("%s %v: %v, want an error with %q", cmd.Name(), args, err, want)
+	}
+	if _, err := os.Stat(home); !os.IsNotExist(err) {
+		t.Errorf("%s %v created its home: %v", cmd.Name(), args, err)
 	}
 }

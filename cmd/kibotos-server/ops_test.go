@@ -157,18 +157,8 @@ func TestOperations(t *testing.T) {
 // A lone host agent refuses an OTLP endpoint it cannot export to before
 // anything is set up.
 func TestHostRefusesOTLPEndpoint(t *testing.T) {
-	home := filepath.Join(t.TempDir(), "home")
-	cmd := hostCommand()
-	cmd.SetArgs([]string{"--home", home, "--ctrl", "http://127.0.0.1:1", "--token-file", filepath.Join(home, "token"),
-		"--otlp-endpoint", "collector:4318"})
-	cmd.SetOut(new(strings.Builder))
-	cmd.SetErr(new(strings.Builder))
-	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "OTLP endpoint") {
-		t.Errorf("host --otlp-endpoint collector:4318: %v, want the endpoint refused", err)
-	}
-	if _, err := os.Stat(home); !os.IsNotExist(err) {
-		t.Errorf("host created its home: %v", err)
-	}
+	expectRefused(t, hostCommand, "OTLP endpoint", "--ctrl", "http://127.0.0.1:1", "--token-file", filepath.Join(t.TempDir(), "token"),
+		"--otlp-endpoint", "collector:4318")
 }
 
 // The sample configuration that `make install` puts in /etc/kibotos is
@@ -195,16 +185,6 @@ func TestUpRefusesOpsFlags(t *testing.T) {
 		{[]string{"--insecure-registry", "http://registry.lan"}, "--insecure-registry"},
 		{[]string{"--config", "/nonexistent/config.yaml"}, "config"},
 	} {
-		home := filepath.Join(t.TempDir(), "home")
-		cmd := upCommand()
-		cmd.SetArgs(append([]string{"--home", home}, c.args...))
-		cmd.SetOut(new(strings.Builder))
-		cmd.SetErr(new(strings.Builder))
-		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("up %v: %v, want %q", c.args, err, c.want)
-		}
-		if _, err := os.Stat(home); !os.IsNotExist(err) {
-			t.Errorf("up %v created its home: %v", c.args, err)
-		}
+		expectRefused(t, upCommand, c.want, c.args...)
 	}
 }

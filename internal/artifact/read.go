@@ -40,14 +40,16 @@ type Entry struct {
 	Xattrs map[string]string
 }
 
-// sourceReader remembers an error of the artifact's source, so that it is
-// reported as such rather than as invalid content.
-type sourceReader struct {
+// errReader remembers the error, other than EOF, of the reader it wraps:
+// of the artifact's source, so that it is reported as such rather than as
+// invalid content, and of an entry's content, which is the archive's
+// error, not that of the fn reading it.
+type errReader struct {
 	r   io.Reader
 	err error
 }
 
-func (s *sourceReader) Read(p []byte) (int, error) {
+func (s *errReader) Read(p []byte) (int, error) {
 	n, err := s.r.Read(p)
 	if err != nil && !errors.Is(err, io.EOF) {
 		s.err = err
@@ -64,7 +66,7 @@ func (s *sourceReader) Read(p []byte) (int, error) {
 // about the content wraps ErrInvalid; one fn or r returned is returned as
 // it is.
 func Walk(r io.Reader, fn func(e *Entry, content io.Reader) error) (*ctrlv1.TransferManifest, error) {
-	src := &sourceReader{r: r}
+	src := &errReader{r: r}
 	br := bufio.NewReaderSize(src, 64<<10)
 	magic, err := br.Peek(len(zstdMagic))
 	if src.err != nil {
@@ -78,7 +80,7 @@ func Walk(r io.Reader, fn func(e *Entry, content io.Reader) error) (*ctrlv1.Tran
 		return nil, err
 	}
 	defer zr.Close()
-	z := &sourceReader{r: zr}
+	z := &errReader{r: zr}
 	w := &walker{tr: tar.NewReader(z), src: src, z: z, fn: fn}
 	m, err := w.walk()
 	if err != nil {
@@ -96,7 +98,7 @@ func Walk(r io.Reader, fn func(e *Entry, content io.Reader) error) (*ctrlv1.Tran
 type walker struct {
 	tr *tar.Reader
 	// src is the artifact as read, z the archive as decompressed.
-	src, z  *sourceReader
+	src, z  *errReader
 	fn      func(*Entry, io.Reader) error
 	sums    bytes.Buffer
 	entries int
@@ -214,7 +216,7 @@ func (w *walker) entry(hdr *tar.Header) error {
 	if kept != nil {
 		sink = io.MultiWriter(h, kept)
 	}
-	content := &readErr{r: io.TeeReader(w.tr, sink)}
+	content := &errReader{r: io.TeeReader(w.tr, sink)}
 	if w.fn != nil {
 		if err := w.fn(e, content); err != nil {
 			if content.err != nil {
@@ -231,21 +233,6 @@ func (w *walker) entry(hdr *tar.Header) error {
 		return w.tpl.done(e, h.Sum(nil), kept)
 	}
 	return nil
-}
-
-// readErr remembers the error of the entry's content, which is the
-// archive's, not fn's.
-type readErr struct {
-	r   io.Reader
-	err error
-}
-
-func (c *readErr) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	if err != nil && !errors.Is(err, io.EOF) {
-		c.err = err
-	}
-	return n, err
 }
 
 // checkTrailer compares the trailer with the sums of what preceded it.

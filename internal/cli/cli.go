@@ -28,6 +28,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kibotos/kibotos/internal/cafile"
 	"github.com/kibotos/kibotos/sdk"
@@ -354,4 +355,19 @@ func call[Req, Resp any](ctx context.Context, method func(context.Context, *conn
 		return nil, err
 	}
 	return resp.Msg, nil
+}
+
+// carrying runs one unary method like call and returns its response, which
+// -o json prints, with the resource that get picks out of it, which a table
+// prints.
+func carrying[Req, Resp any, PResp interface {
+	*Resp
+	proto.Message
+}, R any](ctx context.Context, method func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error), req *Req, get func(PResp) R) (proto.Message, R, error) {
+	resp, err := call(ctx, method, req)
+	if err != nil {
+		var none R
+		return nil, none, err
+	}
+	return PResp(resp), get(PResp(resp)), nil
 }

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kibotos/kibotos/internal/testutil"
 )
 
 // complete runs `kibotos __complete args...`, as a shell's completion
@@ -71,7 +73,7 @@ func TestCompletionOfIDs(t *testing.T) {
 func TestCompletionIsQuietOnErrors(t *testing.T) {
 	e := newEnv(t)
 	for _, conn := range [][]string{
-		{"--addr", closedAddr(t), "--token", "x"},
+		{"--addr", testutil.ClosedURL(t), "--token", "x"},
 		{"--addr", e.addr, "--token", "wrong"},
 		{"--addr", e.addr}, // no token at all
 	} {

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"net"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
@@ -10,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/internal/testutil/testtls"
 )
 
@@ -23,18 +23,6 @@ func (e *env) local(t *testing.T, args ...string) (stdout string) {
 	return stdout
 }
 
-// closedAddr returns the URL of a loopback port nothing listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return "http://" + addr
-}
-
 // TestContextsChooseTheServer adds two contexts, one of the test's server
 // and one of nowhere, and checks which one each way of choosing picks:
 // the current context, --context, KIBOTOS_CONTEXT, and the flags that win
@@ -43,7 +31,7 @@ func TestContextsChooseTheServer(t *testing.T) {
 	e := newEnv(t)
 	tokenFile := writeFile(t, "token", e.token+"\nsecond line\n")
 	badToken := writeFile(t, "bad-token", "not-a-token\n")
-	nowhere := closedAddr(t)
+	nowhere := testutil.ClosedURL(t)
 	get := func(args ...string) (string, error) {
 		stdout, stderr, err := e.run(t, "", append([]string{"egress", "get", e.egress.GetEgressId()}, args...)...)
 		if err != nil {

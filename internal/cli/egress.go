@@ -89,18 +89,10 @@ var egresses = kind[egressClient, *ctrlv1.EgressSpec, *ctrlv1.Egress]{
 	revision:     (*ctrlv1.Egress).GetRevision,
 
 	create: func(ctx context.Context, cl egressClient, cmd *ctrlv1.CommandMetadata, spec *ctrlv1.EgressSpec, labels, annotations map[string]string) (proto.Message, *ctrlv1.Egress, error) {
-		resp, err := call(ctx, cl.CreateEgress, &ctrlv1.CreateEgressRequest{Command: cmd, Spec: spec, Labels: labels, Annotations: annotations})
-		if err != nil {
-			return nil, nil, err
-		}
-		return resp, resp.GetEgress(), nil
+		return carrying(ctx, cl.CreateEgress, &ctrlv1.CreateEgressRequest{Command: cmd, Spec: spec, Labels: labels, Annotations: annotations}, (*ctrlv1.CreateEgressResponse).GetEgress)
 	},
 	get: func(ctx context.Context, cl egressClient, id string) (proto.Message, *ctrlv1.Egress, error) {
-		resp, err := call(ctx, cl.GetEgress, &ctrlv1.GetEgressRequest{EgressId: id})
-		if err != nil {
-			return nil, nil, err
-		}
-		return resp, resp.GetEgress(), nil
+		return carrying(ctx, cl.GetEgress, &ctrlv1.GetEgressRequest{EgressId: id}, (*ctrlv1.GetEgressResponse).GetEgress)
 	},
 	list: func(ctx context.Context, cl egressClient, q listQuery) ([]*ctrlv1.Egress, string, error) {
 		resp, err := call(ctx, cl.ListEgresses, &ctrlv1.ListEgressesRequest{PageSize: q.pageSize, PageToken: q.pageToken, LabelSelector: q.selector})
@@ -113,39 +105,15 @@ var egresses = kind[egressClient, *ctrlv1.EgressSpec, *ctrlv1.Egress]{
 		return &ctrlv1.ListEgressesResponse{Egresses: items, NextPageToken: next}
 	},
 	update: func(ctx context.Context, cl egressClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, spec *ctrlv1.EgressSpec, drain *uint32) (proto.Message, *ctrlv1.Egress, error) {
-		resp, err := call(ctx, cl.UpdateEgress, &ctrlv1.UpdateEgressRequest{Command: cmd, EgressId: id, ExpectedRevision: expected, Spec: spec, DrainSeconds: drain})
-		if err != nil {
-			return nil, nil, err
-		}
-		return resp, resp.GetEgress(), nil
+		return carrying(ctx, cl.UpdateEgress, &ctrlv1.UpdateEgressRequest{Command: cmd, EgressId: id, ExpectedRevision: expected, Spec: spec, DrainSeconds: drain}, (*ctrlv1.UpdateEgressResponse).GetEgress)
 	},
 	del: func(ctx context.Context, cl egressClient, cmd *ctrlv1.CommandMetadata, id string) (proto.Message, error) {
-		resp, err := call(ctx, cl.DeleteEgress, &ctrlv1.DeleteEgressRequest{Command: cmd, EgressId: id})
-		if err != nil {
-			return nil, err
-		}
-		return resp, nil
+		return call(ctx, cl.DeleteEgress, &ctrlv1.DeleteEgressRequest{Command: cmd, EgressId: id})
 	},
-	labels: mapField[egressClient, *ctrlv1.Egress]{
-		verb: "label", noun: "labels",
-		revision: (*ctrlv1.Egress).GetLabelsRevision,
-		set: func(ctx context.Context, cl egressClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Egress, error) {
-			resp, err := call(ctx, cl.UpdateEgressLabels, &ctrlv1.UpdateEgressLabelsRequest{Command: cmd, EgressId: id, ExpectedLabelsRevision: expected, Labels: m})
-			if err != nil {
-				return nil, nil, err
-			}
-			return resp, resp.GetEgress(), nil
-		},
-	},
-	annotations: mapField[egressClient, *ctrlv1.Egress]{
-		verb: "annotate", noun: "annotations",
-		revision: (*ctrlv1.Egress).GetAnnotationsRevision,
-		set: func(ctx context.Context, cl egressClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Egress, error) {
-			resp, err := call(ctx, cl.UpdateEgressAnnotations, &ctrlv1.UpdateEgressAnnotationsRequest{Command: cmd, EgressId: id, ExpectedAnnotationsRevision: expected, Annotations: m})
-			if err != nil {
-				return nil, nil, err
-			}
-			return resp, resp.GetEgress(), nil
-		},
-	},
+	labels: labelField((*ctrlv1.Egress).GetLabelsRevision, func(ctx context.Context, cl egressClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Egress, error) {
+		return carrying(ctx, cl.UpdateEgressLabels, &ctrlv1.UpdateEgressLabelsRequest{Command: cmd, EgressId: id, ExpectedLabelsRevision: expected, Labels: m}, (*ctrlv1.UpdateEgressLabelsResponse).GetEgress)
+	}),
+	annotations: annotationField((*ctrlv1.Egress).GetAnnotationsRevision, func(ctx context.Context, cl egressClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Egress, error) {
+		return carrying(ctx, cl.UpdateEgressAnnotations, &ctrlv1.UpdateEgressAnnotationsRequest{Command: cmd, EgressId: id, ExpectedAnnotationsRevision: expected, Annotations: m}, (*ctrlv1.UpdateEgressAnnotationsResponse).GetEgress)
+	}),
 }

@@ -58,6 +58,15 @@ func fields(out string) []string {
 	return lines
 }
 
+// wantFields fails t unless stdout, with its runs of blanks folded, is the
+// lines of want; name says what printed it.
+func wantFields(t *testing.T, name, stdout string, want []string) {
+	t.Helper()
+	if got := strings.Join(fields(stdout), "\n"); got != strings.Join(want, "\n") {
+		t.Errorf("%s:\n%s\nwant\n%s", name, got, strings.Join(want, "\n"))
+	}
+}
+
 func TestNetworkGet(t *testing.T) {
 	e, f := newCtrlEnv(t)
 	f.ws = networkWorkspace()
@@ -82,9 +91,7 @@ func TestNetworkGet(t *testing.T) {
 		"egress egr_1 AUTHENTICATION_FAILED 2025-03-01T12:00:00Z 2025-03-01T12:00:00Z bad password",
 		"resolver rsv_1@egress:egr_1 UPSTREAM_TIMEOUT 2025-03-01T12:00:00Z 2025-03-01T12:00:00Z -",
 	}
-	if got := fields(stdout); strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("get:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
+	wantFields(t, "get", stdout, want)
 
 	// Before the host confirms anything there is no status.
 	f.ws = testWorkspace(ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING)
@@ -212,9 +219,7 @@ func TestNetworkWatch(t *testing.T) {
 		"2025-03-01T12:00:01Z 5 5 4 - -",
 		"2025-03-01T12:00:02Z 5 4 3 egr_1:AUTHENTICATION_FAILED rsv_1@egress:egr_1:UPSTREAM_TIMEOUT",
 	}
-	if got := fields(stdout); strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("watch:\n%s\nwant\n%s", stdout, strings.Join(want, "\n"))
-	}
+	wantFields(t, "watch", stdout, want)
 
 	stdout, _ = e.call(t, "", "ws", "network", "watch", "ws_1", "-o", "json")
 	lines := strings.Split(strings.TrimRight(stdout, "\n"), "\n")

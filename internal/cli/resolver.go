@@ -101,18 +101,10 @@ var resolvers = kind[resolverClient, *ctrlv1.ResolverSpec, *ctrlv1.Resolver]{
 	revision:     (*ctrlv1.Resolver).GetRevision,
 
 	create: func(ctx context.Context, cl resolverClient, cmd *ctrlv1.CommandMetadata, spec *ctrlv1.ResolverSpec, labels, annotations map[string]string) (proto.Message, *ctrlv1.Resolver, error) {
-		resp, err := call(ctx, cl.CreateResolver, &ctrlv1.CreateResolverRequest{Command: cmd, Spec: spec, Labels: labels, Annotations: annotations})
-		if err != nil {
-			return nil, nil, err
-		}
-		return resp, resp.GetResolver(), nil
+		return carrying(ctx, cl.CreateResolver, &ctrlv1.CreateResolverRequest{Command: cmd, Spec: spec, Labels: labels, Annotations: annotations}, (*ctrlv1.CreateResolverResponse).GetResolver)
 	},
 	get: func(ctx context.Context, cl resolverClient, id string) (proto.Message, *ctrlv1.Resolver, error) {
-		resp, err := call(ctx, cl.GetResolver, &ctrlv1.GetResolverRequest{ResolverId: id})
-		if err != nil {
-			return nil, nil, err
-		}
-		return resp, resp.GetResolver(), nil
+		return carrying(ctx, cl.GetResolver, &ctrlv1.GetResolverRequest{ResolverId: id}, (*ctrlv1.GetResolverResponse).GetResolver)
 	},
 	list: func(ctx context.Context, cl resolverClient, q listQuery) ([]*ctrlv1.Resolver, string, error) {
 		resp, err := call(ctx, cl.ListResolvers, &ctrlv1.ListResolversRequest{PageSize: q.pageSize, PageToken: q.pageToken, LabelSelector: q.selector})
@@ -125,39 +117,15 @@ var resolvers = kind[resolverClient, *ctrlv1.ResolverSpec, *ctrlv1.Resolver]{
 		return &ctrlv1.ListResolversResponse{Resolvers: items, NextPageToken: next}
 	},
 	update: func(ctx context.Context, cl resolverClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, spec *ctrlv1.ResolverSpec, drain *uint32) (proto.Message, *ctrlv1.Resolver, error) {
-		resp, err := call(ctx, cl.UpdateResolver, &ctrlv1.UpdateResolverRequest{Command: cmd, ResolverId: id, ExpectedRevision: expected, Spec: spec, DrainSeconds: drain})
-		if err != nil {
-			return nil, nil, err
-		}
-		return resp, resp.GetResolver(), nil
+		return carrying(ctx, cl.UpdateResolver, &ctrlv1.UpdateResolverRequest{Command: cmd, ResolverId: id, ExpectedRevision: expected, Spec: spec, DrainSeconds: drain}, (*ctrlv1.UpdateResolverResponse).GetResolver)
 	},
 	del: func(ctx context.Context, cl resolverClient, cmd *ctrlv1.CommandMetadata, id string) (proto.Message, error) {
-		resp, err := call(ctx, cl.DeleteResolver, &ctrlv1.DeleteResolverRequest{Command: cmd, ResolverId: id})
-		if err != nil {
-			return nil, err
-		}
-		return resp, nil
+		return call(ctx, cl.DeleteResolver, &ctrlv1.DeleteResolverRequest{Command: cmd, ResolverId: id})
 	},
-	labels: mapField[resolverClient, *ctrlv1.Resolver]{
-		verb: "label", noun: "labels",
-		revision: (*ctrlv1.Resolver).GetLabelsRevision,
-		set: func(ctx context.Context, cl resolverClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Resolver, error) {
-			resp, err := call(ctx, cl.UpdateResolverLabels, &ctrlv1.UpdateResolverLabelsRequest{Command: cmd, ResolverId: id, ExpectedLabelsRevision: expected, Labels: m})
-			if err != nil {
-				return nil, nil, err
-			}
-			return resp, resp.GetResolver(), nil
-		},
-	},
-	annotations: mapField[resolverClient, *ctrlv1.Resolver]{
-		verb: "annotate", noun: "annotations",
-		revision: (*ctrlv1.Resolver).GetAnnotationsRevision,
-		set: func(ctx context.Context, cl resolverClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Resolver, error) {
-			resp, err := call(ctx, cl.UpdateResolverAnnotations, &ctrlv1.UpdateResolverAnnotationsRequest{Command: cmd, ResolverId: id, ExpectedAnnotationsRevision: expected, Annotations: m})
-			if err != nil {
-				return nil, nil, err
-			}
-			return resp, resp.GetResolver(), nil
-		},
-	},
+	labels: labelField((*ctrlv1.Resolver).GetLabelsRevision, func(ctx context.Context, cl resolverClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Resolver, error) {
+		return carrying(ctx, cl.UpdateResolverLabels, &ctrlv1.UpdateResolverLabelsRequest{Command: cmd, ResolverId: id, ExpectedLabelsRevision: expected, Labels: m}, (*ctrlv1.UpdateResolverLabelsResponse).GetResolver)
+	}),
+	annotations: annotationField((*ctrlv1.Resolver).GetAnnotationsRevision, func(ctx context.Context, cl resolverClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Resolver, error) {
+		return carrying(ctx, cl.UpdateResolverAnnotations, &ctrlv1.UpdateResolverAnnotationsRequest{Command: cmd, ResolverId: id, ExpectedAnnotationsRevision: expected, Annotations: m}, (*ctrlv1.UpdateResolverAnnotationsResponse).GetResolver)
+	}),
 }

@@ -54,9 +54,8 @@ func wsMemoryCommand(c *conn) *cobra.Command {
 	return wsResourceCommand(c, "memory", "Change the memory of a Workspace",
 		"A raise of an AVAILABLE\nWorkspace applies to it at once; any change of a STOPPED or FAILED one takes effect at its\nnext start.",
 		func(ctx context.Context, cl ctrlv1connect.WorkspaceServiceClient, meta *ctrlv1.CommandMetadata, id string, rev, size uint64) (proto.Message, *ctrlv1.Workspace, error) {
-			resp, err := call(ctx, cl.UpdateWorkspaceMemory, &ctrlv1.UpdateWorkspaceMemoryRequest{
-				Command: meta, WorkspaceId: id, ExpectedResourcesRevision: rev, MemoryBytes: size})
-			return resp, resp.GetWorkspace(), err
+			return carrying(ctx, cl.UpdateWorkspaceMemory, &ctrlv1.UpdateWorkspaceMemoryRequest{
+				Command: meta, WorkspaceId: id, ExpectedResourcesRevision: rev, MemoryBytes: size}, (*ctrlv1.UpdateWorkspaceMemoryResponse).GetWorkspace)
 		})
 }
 
@@ -64,8 +63,7 @@ func wsDiskCommand(c *conn) *cobra.Command {
 	return wsResourceCommand(c, "disk", "Grow the writable layer (disk) of a stopped Workspace",
 		"The Workspace must be\nSTOPPED or FAILED; the change takes effect at its next start.",
 		func(ctx context.Context, cl ctrlv1connect.WorkspaceServiceClient, meta *ctrlv1.CommandMetadata, id string, rev, size uint64) (proto.Message, *ctrlv1.Workspace, error) {
-			resp, err := call(ctx, cl.ResizeWorkspaceWritableLayer, &ctrlv1.ResizeWorkspaceWritableLayerRequest{
-				Command: meta, WorkspaceId: id, ExpectedResourcesRevision: rev, WritableLayerBytes: size})
-			return resp, resp.GetWorkspace(), err
+			return carrying(ctx, cl.ResizeWorkspaceWritableLayer, &ctrlv1.ResizeWorkspaceWritableLayerRequest{
+				Command: meta, WorkspaceId: id, ExpectedResourcesRevision: rev, WritableLayerBytes: size}, (*ctrlv1.ResizeWorkspaceWritableLayerResponse).GetWorkspace)
 		})
 }

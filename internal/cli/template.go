@@ -195,8 +195,7 @@ var templates = kind[templateClient, *emptypb.Empty, *ctrlv1.Template]{
 	revision:  (*ctrlv1.Template).GetRevision,
 
 	get: func(ctx context.Context, cl templateClient, id string) (proto.Message, *ctrlv1.Template, error) {
-		resp, err := call(ctx, cl.GetTemplate, &ctrlv1.GetTemplateRequest{TemplateId: id})
-		return resp, resp.GetTemplate(), err
+		return carrying(ctx, cl.GetTemplate, &ctrlv1.GetTemplateRequest{TemplateId: id}, (*ctrlv1.GetTemplateResponse).GetTemplate)
 	},
 	list: func(ctx context.Context, cl templateClient, q listQuery) ([]*ctrlv1.Template, string, error) {
 		resp, err := call(ctx, cl.ListTemplates, &ctrlv1.ListTemplatesRequest{PageSize: q.pageSize, PageToken: q.pageToken, LabelSelector: q.selector})
@@ -205,20 +204,10 @@ var templates = kind[templateClient, *emptypb.Empty, *ctrlv1.Template]{
 	listResponse: func(items []*ctrlv1.Template, next string) proto.Message {
 		return &ctrlv1.ListTemplatesResponse{Templates: items, NextPageToken: next}
 	},
-	labels: mapField[templateClient, *ctrlv1.Template]{
-		verb: "label", noun: "labels",
-		revision: (*ctrlv1.Template).GetLabelsRevision,
-		set: func(ctx context.Context, cl templateClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Template, error) {
-			resp, err := call(ctx, cl.UpdateTemplateLabels, &ctrlv1.UpdateTemplateLabelsRequest{Command: cmd, TemplateId: id, ExpectedLabelsRevision: expected, Labels: m})
-			return resp, resp.GetTemplate(), err
-		},
-	},
-	annotations: mapField[templateClient, *ctrlv1.Template]{
-		verb: "annotate", noun: "annotations",
-		revision: (*ctrlv1.Template).GetAnnotationsRevision,
-		set: func(ctx context.Context, cl templateClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Template, error) {
-			resp, err := call(ctx, cl.UpdateTemplateAnnotations, &ctrlv1.UpdateTemplateAnnotationsRequest{Command: cmd, TemplateId: id, ExpectedAnnotationsRevision: expected, Annotations: m})
-			return resp, resp.GetTemplate(), err
-		},
-	},
+	labels: labelField((*ctrlv1.Template).GetLabelsRevision, func(ctx context.Context, cl templateClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Template, error) {
+		return carrying(ctx, cl.UpdateTemplateLabels, &ctrlv1.UpdateTemplateLabelsRequest{Command: cmd, TemplateId: id, ExpectedLabelsRevision: expected, Labels: m}, (*ctrlv1.UpdateTemplateLabelsResponse).GetTemplate)
+	}),
+	annotations: annotationField((*ctrlv1.Template).GetAnnotationsRevision, func(ctx context.Context, cl templateClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Template, error) {
+		return carrying(ctx, cl.UpdateTemplateAnnotations, &ctrlv1.UpdateTemplateAnnotationsRequest{Command: cmd, TemplateId: id, ExpectedAnnotationsRevision: expected, Annotations: m}, (*ctrlv1.UpdateTemplateAnnotationsResponse).GetTemplate)
+	}),
 }

@@ -63,8 +63,7 @@ var transfers = kind[transferClient, *ctrlv1.TransferManifest, *ctrlv1.Transfer]
 	newClient: ctrlv1connect.NewTransferServiceClient,
 	table:     transferTable,
 	get: func(ctx context.Context, cl transferClient, id string) (proto.Message, *ctrlv1.Transfer, error) {
-		resp, err := call(ctx, cl.GetTransfer, &ctrlv1.GetTransferRequest{TransferId: id})
-		return resp, resp.GetTransfer(), err
+		return carrying(ctx, cl.GetTransfer, &ctrlv1.GetTransferRequest{TransferId: id}, (*ctrlv1.GetTransferResponse).GetTransfer)
 	},
 	list: func(ctx context.Context, cl transferClient, q listQuery) ([]*ctrlv1.Transfer, string, error) {
 		resp, err := call(ctx, cl.ListTransfers, &ctrlv1.ListTransfersRequest{PageSize: q.pageSize, PageToken: q.pageToken, LabelSelector: q.selector})

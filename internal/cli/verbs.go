@@ -58,7 +58,21 @@ type mapField[C any, R proto.Message] struct {
 	verb     string // "label"
 	noun     string // "labels"
 	revision func(R) uint64
-	set      func(ctx context.Context, cl C, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, R, error)
+	set      setMap[C, R]
+}
+
+// setMap replaces the labels or annotations of one resource under the
+// expected revision of that map.
+type setMap[C any, R proto.Message] func(ctx context.Context, cl C, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, R, error)
+
+// labelField is the mapField of the labels of a kind.
+func labelField[C any, R proto.Message](revision func(R) uint64, set setMap[C, R]) mapField[C, R] {
+	return mapField[C, R]{verb: "label", noun: "labels", revision: revision, set: set}
+}
+
+// annotationField is the mapField of the annotations of a kind.
+func annotationField[C any, R proto.Message](revision func(R) uint64, set setMap[C, R]) mapField[C, R] {
+	return mapField[C, R]{verb: "annotate", noun: "annotations", revision: revision, set: set}
 }
 
 // command returns the top-level command of the kind with all its verbs.

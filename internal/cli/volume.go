@@ -118,13 +118,12 @@ func volumeCreateCommand(c *conn) *cobra.Command {
 			return err
 		}
 		return volumeWrite(cmd, c, *commandID, wait, untilVolumeCreated, func(ctx context.Context, cl volumeClient, meta *ctrlv1.CommandMetadata) (proto.Message, *ctrlv1.Volume, error) {
-			resp, err := call(ctx, cl.CreateVolume, &ctrlv1.CreateVolumeRequest{
+			return carrying(ctx, cl.CreateVolume, &ctrlv1.CreateVolumeRequest{
 				Command:     meta,
 				Spec:        &ctrlv1.VolumeSpec{CapacityBytes: capacity, StoragePool: pool},
 				Labels:      labels,
 				Annotations: annotations,
-			})
-			return resp, resp.GetVolume(), err
+			}, (*ctrlv1.CreateVolumeResponse).GetVolume)
 		})
 	}
 	return cmd
@@ -150,8 +149,7 @@ func volumeResizeCommand(c *conn) *cobra.Command {
 			return err
 		}
 		return volumeWrite(cmd, c, *commandID, wait, untilVolumeGrown, func(ctx context.Context, cl volumeClient, meta *ctrlv1.CommandMetadata) (proto.Message, *ctrlv1.Volume, error) {
-			resp, err := call(ctx, cl.ResizeVolume, &ctrlv1.ResizeVolumeRequest{Command: meta, VolumeId: args[0], CapacityBytes: capacity})
-			return resp, resp.GetVolume(), err
+			return carrying(ctx, cl.ResizeVolume, &ctrlv1.ResizeVolumeRequest{Command: meta, VolumeId: args[0], CapacityBytes: capacity}, (*ctrlv1.ResizeVolumeResponse).GetVolume)
 		})
 	}
 	return cmd
@@ -172,8 +170,7 @@ func volumeDeleteCommand(c *conn) *cobra.Command {
 	commandID := commandFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		return volumeWrite(cmd, c, *commandID, wait, untilVolumeDeleted, func(ctx context.Context, cl volumeClient, meta *ctrlv1.CommandMetadata) (proto.Message, *ctrlv1.Volume, error) {
-			resp, err := call(ctx, cl.DeleteVolume, &ctrlv1.DeleteVolumeRequest{Command: meta, VolumeId: args[0]})
-			return resp, resp.GetVolume(), err
+			return carrying(ctx, cl.DeleteVolume, &ctrlv1.DeleteVolumeRequest{Command: meta, VolumeId: args[0]}, (*ctrlv1.DeleteVolumeResponse).GetVolume)
 		})
 	}
 	return cmd
@@ -304,8 +301,7 @@ var volumes = kind[volumeClient, *ctrlv1.VolumeSpec, *ctrlv1.Volume]{
 	// resize and delete take sizes and --wait.
 
 	get: func(ctx context.Context, cl volumeClient, id string) (proto.Message, *ctrlv1.Volume, error) {
-		resp, err := call(ctx, cl.GetVolume, &ctrlv1.GetVolumeRequest{VolumeId: id})
-		return resp, resp.GetVolume(), err
+		return carrying(ctx, cl.GetVolume, &ctrlv1.GetVolumeRequest{VolumeId: id}, (*ctrlv1.GetVolumeResponse).GetVolume)
 	},
 	list: func(ctx context.Context, cl volumeClient, q listQuery) ([]*ctrlv1.Volume, string, error) {
 		resp, err := call(ctx, cl.ListVolumes, &ctrlv1.ListVolumesRequest{PageSize: q.pageSize, PageToken: q.pageToken, LabelSelector: q.selector})
@@ -314,20 +310,10 @@ var volumes = kind[volumeClient, *ctrlv1.VolumeSpec, *ctrlv1.Volume]{
 	listResponse: func(items []*ctrlv1.Volume, next string) proto.Message {
 		return &ctrlv1.ListVolumesResponse{Volumes: items, NextPageToken: next}
 	},
-	labels: mapField[volumeClient, *ctrlv1.Volume]{
-		verb: "label", noun: "labels",
-		revision: (*ctrlv1.Volume).GetLabelsRevision,
-		set: func(ctx context.Context, cl volumeClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Volume, error) {
-			resp, err := call(ctx, cl.UpdateVolumeLabels, &ctrlv1.UpdateVolumeLabelsRequest{Command: cmd, VolumeId: id, ExpectedLabelsRevision: expected, Labels: m})
-			return resp, resp.GetVolume(), err
-		},
-	},
-	annotations: mapField[volumeClient, *ctrlv1.Volume]{
-		verb: "annotate", noun: "annotations",
-		revision: (*ctrlv1.Volume).GetAnnotationsRevision,
-		set: func(ctx context.Context, cl volumeClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Volume, error) {
-			resp, err := call(ctx, cl.UpdateVolumeAnnotations, &ctrlv1.UpdateVolumeAnnotationsRequest{Command: cmd, VolumeId: id, ExpectedAnnotationsRevision: expected, Annotations: m})
-			return resp, resp.GetVolume(), err
-		},
-	},
+	labels: labelField((*ctrlv1.Volume).GetLabelsRevision, func(ctx context.Context, cl volumeClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Volume, error) {
+		return carrying(ctx, cl.UpdateVolumeLabels, &ctrlv1.UpdateVolumeLabelsRequest{Command: cmd, VolumeId: id, ExpectedLabelsRevision: expected, Labels: m}, (*ctrlv1.UpdateVolumeLabelsResponse).GetVolume)
+	}),
+	annotations: annotationField((*ctrlv1.Volume).GetAnnotationsRevision, func(ctx context.Context, cl volumeClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Volume, error) {
+		return carrying(ctx, cl.UpdateVolumeAnnotations, &ctrlv1.UpdateVolumeAnnotationsRequest{Command: cmd, VolumeId: id, ExpectedAnnotationsRevision: expected, Annotations: m}, (*ctrlv1.UpdateVolumeAnnotationsResponse).GetVolume)
+	}),
 }

@@ -198,9 +198,7 @@ func TestVolumeListFollowsPages(t *testing.T) {
 		"vol_2 FAILED(INTERNAL) 10Gi fast - - - team=ml " + age(b.GetCreatedAt()),
 		"vol_3 AVAILABLE(RESIZE_FAILED) 10Gi fast - 0 DAMAGED team=ml " + age(c.GetCreatedAt()),
 	}
-	if got := fields(stdout); strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("table:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
+	wantFields(t, "table", stdout, want)
 	calls, reqs := f.got()
 	if strings.Join(calls, ",") != "ListVolumes,ListVolumes" {
 		t.Fatalf("calls = %v", calls)
@@ -235,13 +233,8 @@ func TestVolumeWaitReportsFailures(t *testing.T) {
 			args: []string{"resize", "vol_1", "20Gi"},
 			vol:  ctrlv1.VolumeState_VOLUME_STATE_RESIZING,
 			polls: func() []*ctrlv1.Volume {
-				v := testVolume(ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE)
-				v.Failure = &ctrlv1.VolumeFailure{
-					Reason:  ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED,
-					Stage:   ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_VOLUME,
-					Message: "pool full",
-				}
-				return []*ctrlv1.Volume{v}
+				return []*ctrlv1.Volume{failedVolume(ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE, ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED,
+					ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_VOLUME, "pool full")}
 			},
 			want: []string{"vol_1 did not grow", "RESOURCE_EXHAUSTED", "pool full", "AVAILABLE at 10Gi"},
 		},
@@ -250,13 +243,8 @@ func TestVolumeWaitReportsFailures(t *testing.T) {
 			args: []string{"create"},
 			vol:  ctrlv1.VolumeState_VOLUME_STATE_CREATING,
 			polls: func() []*ctrlv1.Volume {
-				v := testVolume(ctrlv1.VolumeState_VOLUME_STATE_FAILED)
-				v.Failure = &ctrlv1.VolumeFailure{
-					Reason:  ctrlv1.FailureReason_FAILURE_REASON_INTERNAL,
-					Stage:   ctrlv1.FailureStage_FAILURE_STAGE_CREATING_VOLUME,
-					Message: "mkfs failed",
-				}
-				return []*ctrlv1.Volume{testVolume(ctrlv1.VolumeState_VOLUME_STATE_CREATING), v}
+				return []*ctrlv1.Volume{testVolume(ctrlv1.VolumeState_VOLUME_STATE_CREATING), failedVolume(ctrlv1.VolumeState_VOLUME_STATE_FAILED,
+					ctrlv1.FailureReason_FAILURE_REASON_INTERNAL, ctrlv1.FailureStage_FAILURE_STAGE_CREATING_VOLUME, "mkfs failed")}
 			},
 			want: []string{"vol_1 FAILED", "INTERNAL", "CREATING_VOLUME", "mkfs failed"},
 		},
@@ -283,6 +271,14 @@ func TestVolumeWaitReportsFailures(t *testing.T) {
 			}
 		})
 	}
+}
+
+// failedVolume is testVolume in state with the failure reason, stage and
+// message.
+func failedVolume(state ctrlv1.VolumeState, reason ctrlv1.FailureReason, stage ctrlv1.FailureStage, message string) *ctrlv1.Volume {
+	v := testVolume(state)
+	v.Failure = &ctrlv1.VolumeFailure{Reason: reason, Stage: stage, Message: message}
+	return v
 }
 
 func TestVolumeWaitTimesOut(t *testing.T) {
@@ -444,9 +440,7 @@ func TestAdminPool(t *testing.T) {
 		"fast true 10Gi host_1,host_2",
 		"slow false 100Gi -",
 	}
-	if got := fields(stdout); strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("table:\n%s", stdout)
-	}
+	wantFields(t, "table", stdout, want)
 
 	calls, reqs := f.got()
 	if strings.Join(calls, ",") != "DeclareStoragePoolLost,ListStoragePools" {

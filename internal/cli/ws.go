@@ -353,8 +353,7 @@ func wsStartCommand(c *conn) *cobra.Command {
 		Short: "Start a STOPPED Workspace, or retry the launch of a FAILED one",
 	}
 	return wsLifecycle(c, cmd, untilAvailable, func(ctx context.Context, cl wsClient, meta *ctrlv1.CommandMetadata, id string) (proto.Message, *ctrlv1.Workspace, error) {
-		resp, err := call(ctx, cl.StartWorkspace, &ctrlv1.StartWorkspaceRequest{Command: meta, WorkspaceId: id})
-		return resp, resp.GetWorkspace(), err
+		return carrying(ctx, cl.StartWorkspace, &ctrlv1.StartWorkspaceRequest{Command: meta, WorkspaceId: id}, (*ctrlv1.StartWorkspaceResponse).GetWorkspace)
 	})
 }
 
@@ -372,8 +371,7 @@ func wsStopCommand(c *conn) *cobra.Command {
 		if *force {
 			mode = ctrlv1.StopMode_STOP_MODE_FORCE
 		}
-		resp, err := call(ctx, cl.StopWorkspace, &ctrlv1.StopWorkspaceRequest{Command: meta, WorkspaceId: id, Mode: mode})
-		return resp, resp.GetWorkspace(), err
+		return carrying(ctx, cl.StopWorkspace, &ctrlv1.StopWorkspaceRequest{Command: meta, WorkspaceId: id, Mode: mode}, (*ctrlv1.StopWorkspaceResponse).GetWorkspace)
 	})
 }
 
@@ -383,8 +381,7 @@ func wsDeleteCommand(c *conn) *cobra.Command {
 		Short: "Delete a Workspace, its writable layer and, when the binding says so, its Volume",
 	}
 	return wsLifecycle(c, cmd, untilDeleted, func(ctx context.Context, cl wsClient, meta *ctrlv1.CommandMetadata, id string) (proto.Message, *ctrlv1.Workspace, error) {
-		resp, err := call(ctx, cl.DeleteWorkspace, &ctrlv1.DeleteWorkspaceRequest{Command: meta, WorkspaceId: id})
-		return resp, resp.GetWorkspace(), err
+		return carrying(ctx, cl.DeleteWorkspace, &ctrlv1.DeleteWorkspaceRequest{Command: meta, WorkspaceId: id}, (*ctrlv1.DeleteWorkspaceResponse).GetWorkspace)
 	})
 }
 
@@ -494,8 +491,7 @@ var workspaces = kind[wsClient, *ctrlv1.WorkspaceCreateSpec, *ctrlv1.Workspace]{
 	// update and delete differ from those of egress and resolver.
 
 	get: func(ctx context.Context, cl wsClient, id string) (proto.Message, *ctrlv1.Workspace, error) {
-		resp, err := call(ctx, cl.GetWorkspace, &ctrlv1.GetWorkspaceRequest{WorkspaceId: id})
-		return resp, resp.GetWorkspace(), err
+		return carrying(ctx, cl.GetWorkspace, &ctrlv1.GetWorkspaceRequest{WorkspaceId: id}, (*ctrlv1.GetWorkspaceResponse).GetWorkspace)
 	},
 	list: func(ctx context.Context, cl wsClient, q listQuery) ([]*ctrlv1.Workspace, string, error) {
 		resp, err := call(ctx, cl.ListWorkspaces, &ctrlv1.ListWorkspacesRequest{PageSize: q.pageSize, PageToken: q.pageToken, LabelSelector: q.selector})
@@ -504,20 +500,10 @@ var workspaces = kind[wsClient, *ctrlv1.WorkspaceCreateSpec, *ctrlv1.Workspace]{
 	listResponse: func(items []*ctrlv1.Workspace, next string) proto.Message {
 		return &ctrlv1.ListWorkspacesResponse{Workspaces: items, NextPageToken: next}
 	},
-	labels: mapField[wsClient, *ctrlv1.Workspace]{
-		verb: "label", noun: "labels",
-		revision: (*ctrlv1.Workspace).GetLabelsRevision,
-		set: func(ctx context.Context, cl wsClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Workspace, error) {
-			resp, err := call(ctx, cl.UpdateWorkspaceLabels, &ctrlv1.UpdateWorkspaceLabelsRequest{Command: cmd, WorkspaceId: id, ExpectedLabelsRevision: expected, Labels: m})
-			return resp, resp.GetWorkspace(), err
-		},
-	},
-	annotations: mapField[wsClient, *ctrlv1.Workspace]{
-		verb: "annotate", noun: "annotations",
-		revision: (*ctrlv1.Workspace).GetAnnotationsRevision,
-		set: func(ctx context.Context, cl wsClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Workspace, error) {
-			resp, err := call(ctx, cl.UpdateWorkspaceAnnotations, &ctrlv1.UpdateWorkspaceAnnotationsRequest{Command: cmd, WorkspaceId: id, ExpectedAnnotationsRevision: expected, Annotations: m})
-			return resp, resp.GetWorkspace(), err
-		},
-	},
+	labels: labelField((*ctrlv1.Workspace).GetLabelsRevision, func(ctx context.Context, cl wsClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Workspace, error) {
+		return carrying(ctx, cl.UpdateWorkspaceLabels, &ctrlv1.UpdateWorkspaceLabelsRequest{Command: cmd, WorkspaceId: id, ExpectedLabelsRevision: expected, Labels: m}, (*ctrlv1.UpdateWorkspaceLabelsResponse).GetWorkspace)
+	}),
+	annotations: annotationField((*ctrlv1.Workspace).GetAnnotationsRevision, func(ctx context.Context, cl wsClient, cmd *ctrlv1.CommandMetadata, id string, expected uint64, m map[string]string) (proto.Message, *ctrlv1.Workspace, error) {
+		return carrying(ctx, cl.UpdateWorkspaceAnnotations, &ctrlv1.UpdateWorkspaceAnnotationsRequest{Command: cmd, WorkspaceId: id, ExpectedAnnotationsRevision: expected, Annotations: m}, (*ctrlv1.UpdateWorkspaceAnnotationsResponse).GetWorkspace)
+	}),
 }

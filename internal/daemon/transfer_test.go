@@ -345,7 +345,7 @@ func TestTransferAcrossDeployments(t *testing.T) {
 		restored.Spec.NetworkPolicy.Mode != spec.NetworkPolicy.Mode || restored.Labels["restored"] != "yes" {
 		t.Errorf("restored workspace = %v", restored)
 	}
-	if be := tier(restored, ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_BEST_EFFORT); be.Continuity != ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_CONTINUED {
+	if be := testutil.RetentionTier(restored, ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_BEST_EFFORT); be.Continuity != ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_CONTINUED {
 		t.Errorf("restored layer continuity = %v", be)
 	}
 	vol := mustUnary(t, b.volumes().GetVolume, &ctrlv1.GetVolumeRequest{VolumeId: restored.Spec.Volume.VolumeId}).Volume

@@ -139,7 +139,7 @@ func TestVolumeData(t *testing.T) {
 	if v.Spec.CapacityBytes != 64*mib || v.Spec.StoragePool != "default" || v.BoundWorkspaceId != ws.WorkspaceId {
 		t.Errorf("volume %v", v)
 	}
-	promised := tier(ws, ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_PROMISED)
+	promised := testutil.RetentionTier(ws, ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_PROMISED)
 	if promised.GetAvailability() != ctrlv1.RetentionAvailability_RETENTION_AVAILABILITY_AVAILABLE ||
 		len(promised.Paths) != 1 || promised.Paths[0] != "/data" || promised.GetCapacityBytes() != 64*mib {
 		t.Errorf("PROMISED tier %v", promised)
@@ -213,7 +213,7 @@ func TestVolumeData(t *testing.T) {
 	if blocks < 80*1024 || blocks > 96*1024 {
 		t.Errorf("the guest's /data has %d KiB, want about 96 MiB", blocks)
 	}
-	if p := tier(ws, ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_PROMISED); p.GetCapacityBytes() != 96*mib {
+	if p := testutil.RetentionTier(ws, ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_PROMISED); p.GetCapacityBytes() != 96*mib {
 		t.Errorf("PROMISED tier after growth: %v", p)
 	}
 
@@ -227,7 +227,7 @@ func TestVolumeData(t *testing.T) {
 	stale := proto.CloneOf(ws)
 	released, err := e.bind(ws, none)
 	if err != nil || released.Spec.BindingRevision != 2 || len(released.PersistentPaths) != 0 ||
-		tier(released, ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_PROMISED).GetAvailability() != ctrlv1.RetentionAvailability_RETENTION_AVAILABILITY_NOT_DECLARED {
+		testutil.RetentionTier(released, ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_PROMISED).GetAvailability() != ctrlv1.RetentionAvailability_RETENTION_AVAILABILITY_NOT_DECLARED {
 		t.Fatalf("release: %v, %v", released, err)
 	}
 	if _, err := e.bind(stale, bound(volID, "")); connect.CodeOf(err) != connect.CodeAborted {

@@ -201,15 +201,6 @@ func (d *deployment) stopWorkspace(id string, mode ctrlv1.StopMode) {
 	}
 }
 
-func tier(ws *ctrlv1.Workspace, kind ctrlv1.RetentionTierKind) *ctrlv1.RetentionTier {
-	for _, t := range ws.RetentionTiers {
-		if t.Kind == kind {
-			return t
-		}
-	}
-	return nil
-}
-
 func TestWorkspaceLifecycle(t *testing.T) {
 	d := up(t, t.TempDir())
 	defer d.stop()
@@ -220,12 +211,12 @@ func TestWorkspaceLifecycle(t *testing.T) {
 		t.Fatalf("created workspace: %v", ws)
 	}
 	ws = d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
-	best := tier(ws, ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_BEST_EFFORT)
+	best := testutil.RetentionTier(ws, ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_BEST_EFFORT)
 	if ws.Generation != 1 || best.GetCapacityBytes() != 64*mib || best.Continuity != ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_RESET ||
 		best.ResetReason != ctrlv1.RetentionResetReason_RETENTION_RESET_REASON_FIRST_START || ws.Delivery != nil {
 		t.Errorf("first start: generation %d, tier %v, delivery %v", ws.Generation, best, ws.Delivery)
 	}
-	if p := tier(ws, ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_PROMISED); p.Availability != ctrlv1.RetentionAvailability_RETENTION_AVAILABILITY_NOT_DECLARED || len(ws.PersistentPaths) != 0 {
+	if p := testutil.RetentionTier(ws, ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_PROMISED); p.Availability != ctrlv1.RetentionAvailability_RETENTION_AVAILABILITY_NOT_DECLARED || len(ws.PersistentPaths) != 0 {
 		t.Errorf("promised tier without a volume: %v", p)
 	}
 	if out, err := d.exec(ws, "sh", "-c", "echo kept > /root/marker && echo gone > /tmp/marker && sync"); err != nil {
@@ -247,7 +238,7 @@ func TestWorkspaceLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	ws = d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
-	best = tier(ws, ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_BEST_EFFORT)
+	best = testutil.RetentionTier(ws, ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_BEST_EFFORT)
 	if ws.Generation != 2 || best.Continuity != ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_CONTINUED || ws.LastStop != nil {
 		t.Errorf("second start: generation %d, tier %v, last_stop %v", ws.Generation, best, ws.LastStop)
 	}
@@ -570,7 +561,7 @@ func TestMemoryAndDiskGrow(t *testing.T) {
 		t.Fatal(err)
 	}
 	ws = d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
-	if c := tier(ws, ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_BEST_EFFORT).GetCapacityBytes(); c != 128*mib {
+	if c := testutil.RetentionTier(ws, ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_BEST_EFFORT).GetCapacityBytes(); c != 128*mib {
 		t.Errorf("layer capacity after the grow: %d", c)
 	}
 	if out, err := d.exec(ws, "cat", "/root/marker"); err != nil || strings.TrimSpace(out) != "kept" {

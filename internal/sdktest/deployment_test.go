@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"strings"
 	"testing"
@@ -248,7 +247,7 @@ func TestWorkspaceWithSession(t *testing.T) {
 	// An endpoint nothing answers on, as when the Workspace has moved to
 	// another host: the handle asks for a session naming where it runs now.
 	moved := *s
-	moved.Endpoint = closedEndpoint(t)
+	moved.Endpoint = testutil.ClosedURL(t)
 	h = c.WorkspaceWithSession(ws.ID(), &moved)
 	if out := sh(t, h, "echo moved"); out != "moved\n" {
 		t.Fatalf("exec with a session of an endpoint that does not answer: %q", out)
@@ -272,16 +271,4 @@ func tamper(token string) string {
 		c = 'B'
 	}
 	return token[:i] + string(c) + token[i+1:]
-}
-
-// closedEndpoint returns the URL of a loopback port nothing listens on.
-func closedEndpoint(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return "http://" + addr
 }

@@ -25,3 +25,14 @@ func ServeOnce(t testing.TB, serve func(c net.Conn)) *net.TCPAddr {
 	}()
 	return ln.Addr().(*net.TCPAddr)
 }
+
+// ClosedURL returns the http URL of a loopback port nothing listens on.
+func ClosedURL(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return "http://" + l.Addr().String()
+}

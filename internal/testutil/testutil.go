@@ -3,8 +3,10 @@
 // it builds binaries of this module (the guest agent for a TestMain);
 // SyncBuffer collects a stream's output while a test reads it; H2CServer
 // serves a handler over HTTP/1.1 and cleartext HTTP/2, ServeOnce one
-// loopback TCP connection, and Do sends a request and reads its answer;
-// WantCode and ErrorDetail read the Connect errors of the API; HelloImage builds, and HelloImageArchive writes, an image a
+// loopback TCP connection, ClosedURL names a loopback port nothing serves,
+// and Do sends a request and reads its answer;
+// WantCode and ErrorDetail read the Connect errors of the API, RetentionTier
+// a workspace's tier of one kind; HelloImage builds, and HelloImageArchive writes, an image a
 // deployment can import and run.
 // Its sub-packages hold the other helpers every package's tests share (the
 // in-process control plane, host skips and root filesystems, a fake

@@ -24,6 +24,16 @@ func DeploymentFlags() (addr, home *string) {
 		flag.String("home", "/var/lib/kibotos", "its home directory (admin token, template layers)")
 }
 
+// Main parses the flags and runs a benchmark; when run fails it prints the
+// error after the benchmark's name and exits 1.
+func Main(name string, run func() error) {
+	flag.Parse()
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, name+":", err)
+		os.Exit(1)
+	}
+}
+
 // AdminToken reads the admin token of the deployment whose home is home.
 func AdminToken(home string) (string, error) {
 	token, err := os.ReadFile(filepath.Join(home, "admin-token"))

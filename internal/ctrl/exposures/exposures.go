@@ -8,7 +8,6 @@ package exposures
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"connectrpc.com/connect"
@@ -133,10 +132,7 @@ func (s *Service) Revoke(ctx context.Context, w resource.Mutation[*ctrlv1.Revoke
 	var changed string
 	resp, err := resource.Run(ctx, s.Store, w, func(ctx context.Context, tx store.Tx, projectID string) (*ctrlv1.RevokeExposureResponse, error) {
 		changed = ""
-		e, err := tx.Exposure(ctx, projectID, exposureID)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("exposure %q not found", exposureID))
-		}
+		e, err := resource.Get(ctx, tx.Exposure, "exposure", projectID, exposureID)
 		if err != nil {
 			return nil, err
 		}

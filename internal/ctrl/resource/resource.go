@@ -101,15 +101,20 @@ func Run[R proto.Message](ctx context.Context, st store.Store, m Mutation[R],
 	return command.Run(ctx, st, cmd, func(ctx context.Context, tx store.Tx) (R, error) { return exec(ctx, tx, cmd.ProjectID) })
 }
 
-// Load reads the row of one resource of the project with get, such as
-// tx.Volume, and decodes it; a missing row is not_found naming the kind
-// and the ID.
-func Load[Row, R any](ctx context.Context, get func(ctx context.Context, projectID, id string) (Row, error),
-	decode func(Row) (R, error), kind, projectID, id string) (R, error) {
+// Get reads the row of one resource of the project with get, such as
+// tx.Volume; a missing row is not_found naming the kind and the ID.
+func Get[Row any](ctx context.Context, get func(ctx context.Context, projectID, id string) (Row, error), kind, projectID, id string) (Row, error) {
 	row, err := get(ctx, projectID, id)
 	if errors.Is(err, store.ErrNotFound) {
 		err = connect.NewError(connect.CodeNotFound, fmt.Errorf("%s %q not found", kind, id))
 	}
+	return row, err
+}
+
+// Load reads the row of one resource like Get and decodes it.
+func Load[Row, R any](ctx context.Context, get func(ctx context.Context, projectID, id string) (Row, error),
+	decode func(Row) (R, error), kind, projectID, id string) (R, error) {
+	row, err := Get(ctx, get, kind, projectID, id)
 	if err != nil {
 		var zero R
 		return zero, err
@@ -276,9 +281,10 @@ func Cut[T any](p PageRequest, rows []T, position func(T) string) ([]T, string) 
 // ListPage is the paging every List method of rows ordered by ID shares:
 // ParsePage, then in one read transaction it fetches the rows after the
 // token (one more than the page, to know whether another follows) and
-// turns each row of the page into what the caller returns.
+// turns each row of the page into what the caller returns. fetch is a
+// method expression of store.Tx, such as store.Tx.Volumes.
 func ListPage[T, V any](ctx context.Context, st store.Store, pages *pagetoken.Codec, kind string, pageSize uint32, token string,
-	selector map[string]string, fetch func(context.Context, store.Tx, store.ObjectQuery) ([]T, error),
+	selector map[string]string, fetch func(store.Tx, context.Context, store.ObjectQuery) ([]T, error),
 	id func(T) string, view func(context.Context, store.Tx, T) (V, error)) ([]V, string, error) {
 	p, err := ParsePage(ctx, pages, kind, pageSize, token, selector)
 	if err != nil {
@@ -291,7 +297,7 @@ func ListPage[T, V any](ctx context.Context, st store.Store, pages *pagetoken.Co
 	)
 	err = st.View(ctx, func(tx store.Tx) error {
 		out = nil
-		rows, err := fetch(ctx, tx, store.ObjectQuery{ProjectID: c.ProjectID, After: p.After, Selector: selector, Limit: p.Size + 1})
+		rows, err := fetch(tx, ctx, store.ObjectQuery{ProjectID: c.ProjectID, After: p.After, Selector: selector, Limit: p.Size + 1})
 		if err != nil {
 			return err
 		}
@@ -306,4 +312,13 @@ func ListPage[T, V any](ctx context.Context, st store.Store, pages *pagetoken.Co
 		return nil
 	})
 	return out, next, err
+}
+
+// ByID indexes rows by their ID.
+func ByID[T any](rows []T, id func(T) string) map[string]T {
+	m := make(map[string]T, len(rows))
+	for _, row := range rows {
+		m[id(row)] = row
+	}
+	return m
 }

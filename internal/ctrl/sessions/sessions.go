@@ -12,7 +12,6 @@ package sessions
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -133,10 +132,7 @@ func (s *Service) Revoke(ctx context.Context, w workspaces.Write[*ctrlv1.RevokeS
 	var changed string
 	resp, err := resource.Run(ctx, s.Store, w, func(ctx context.Context, tx store.Tx, projectID string) (*ctrlv1.RevokeSessionResponse, error) {
 		changed = ""
-		ses, err := tx.Session(ctx, projectID, sessionID)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("session %q not found", sessionID))
-		}
+		ses, err := resource.Get(ctx, tx.Session, "session", projectID, sessionID)
 		if err != nil {
 			return nil, err
 		}

@@ -238,9 +238,7 @@ func (s *Service) Get(ctx context.Context, id string) (*ctrlv1.Transfer, error) 
 // List returns one page of the Transfers that are not DELETED.
 func (s *Service) List(ctx context.Context, pageSize uint32, token string, selector map[string]string) ([]*ctrlv1.Transfer, string, error) {
 	return resource.ListPage(ctx, s.Store, s.Pages, "transfer", pageSize, token, selector,
-		func(ctx context.Context, tx store.Tx, q store.ObjectQuery) ([]store.Transfer, error) {
-			return tx.Transfers(ctx, q)
-		},
+		store.Tx.Transfers,
 		func(t store.Transfer) string { return t.ID },
 		func(_ context.Context, _ store.Tx, row store.Transfer) (*ctrlv1.Transfer, error) {
 			r, err := decode(row)

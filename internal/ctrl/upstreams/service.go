@@ -192,7 +192,7 @@ type Page[S proto.Message] struct {
 // List returns one page of live objects that carry every selector label.
 func (s *Service[S]) List(ctx context.Context, pageSize uint32, token string, selector map[string]string) (Page[S], error) {
 	objs, next, err := resource.ListPage(ctx, s.Store, s.Pages, string(s.Kind.Store), pageSize, token, selector,
-		func(ctx context.Context, tx store.Tx, q store.ObjectQuery) ([]store.Object, error) {
+		func(tx store.Tx, ctx context.Context, q store.ObjectQuery) ([]store.Object, error) {
 			q.Kind = s.Kind.Store
 			return tx.Objects(ctx, q)
 		},

@@ -9,6 +9,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 )
 
@@ -60,10 +61,7 @@ func (s *Service) Report(ctx context.Context, tx store.Tx, hostID string, report
 	if err != nil {
 		return nil, err
 	}
-	byID := map[string]store.Volume{}
-	for _, row := range rows {
-		byID[row.ID] = row
-	}
+	byID := resource.ByID(rows, func(row store.Volume) string { return row.ID })
 	for _, rep := range reports {
 		row, ok := byID[rep.VolumeId]
 		if !ok {

@@ -195,9 +195,7 @@ func (s *Service) Get(ctx context.Context, id string) (*ctrlv1.Volume, error) {
 // List returns one page of the Volumes that are not DELETED.
 func (s *Service) List(ctx context.Context, pageSize uint32, token string, selector map[string]string) ([]*ctrlv1.Volume, string, error) {
 	return resource.ListPage(ctx, s.Store, s.Pages, "volume", pageSize, token, selector,
-		func(ctx context.Context, tx store.Tx, q store.ObjectQuery) ([]store.Volume, error) {
-			return tx.Volumes(ctx, q)
-		},
+		store.Tx.Volumes,
 		func(v store.Volume) string { return v.ID },
 		func(_ context.Context, _ store.Tx, row store.Volume) (*ctrlv1.Volume, error) {
 			r, err := decode(row)

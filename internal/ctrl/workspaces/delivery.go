@@ -12,6 +12,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/volumes"
 )
@@ -129,10 +130,7 @@ func (s *Service) Report(ctx context.Context, hostID string, reports []*hostv1.E
 		if err != nil {
 			return err
 		}
-		byID := map[string]store.Workspace{}
-		for _, row := range rows {
-			byID[row.ID] = row
-		}
+		byID := resource.ByID(rows, func(row store.Workspace) string { return row.ID })
 		for _, rep := range reports {
 			row, ok := byID[rep.WorkspaceId]
 			if !ok {

@@ -150,9 +150,7 @@ func (s *Service) Get(ctx context.Context, id string) (*ctrlv1.Workspace, error)
 // List returns one page of live workspaces.
 func (s *Service) List(ctx context.Context, pageSize uint32, token string, selector map[string]string) ([]*ctrlv1.Workspace, string, error) {
 	return resource.ListPage(ctx, s.Store, s.Pages, "workspace", pageSize, token, selector,
-		func(ctx context.Context, tx store.Tx, q store.ObjectQuery) ([]store.Workspace, error) {
-			return tx.Workspaces(ctx, q)
-		},
+		store.Tx.Workspaces,
 		func(w store.Workspace) string { return w.ID },
 		func(ctx context.Context, tx store.Tx, row store.Workspace) (*ctrlv1.Workspace, error) {
 			r, err := decode(row)

@@ -185,7 +185,7 @@ func TestVolumeBinding(t *testing.T) {
 	if v.State != ctrlv1.VolumeState_VOLUME_STATE_CREATING || v.BoundWorkspaceId != ws.WorkspaceId {
 		t.Fatalf("NEW volume: %v", v)
 	}
-	if p := tierOf(ws, ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_PROMISED); p.Availability != ctrlv1.RetentionAvailability_RETENTION_AVAILABILITY_UNAVAILABLE || p.Paths[0] != "/srv/data" {
+	if p := testutil.RetentionTier(ws, ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_PROMISED); p.Availability != ctrlv1.RetentionAvailability_RETENTION_AVAILABILITY_UNAVAILABLE || p.Paths[0] != "/srv/data" {
 		t.Errorf("PROMISED tier while the volume is created: %v", p)
 	}
 	v = volumeReport(t, s, ctx, healthy(volID, 256*MiB))
@@ -290,15 +290,6 @@ func TestNewVolumeNeverCreated(t *testing.T) {
 	if v, _ := s.Volumes.Get(ctx, volID); v.State != ctrlv1.VolumeState_VOLUME_STATE_DELETING {
 		t.Errorf("uncreated NEW volume after its workspace's deletion: %v", v)
 	}
-}
-
-func tierOf(ws *ctrlv1.Workspace, kind ctrlv1.RetentionTierKind) *ctrlv1.RetentionTier {
-	for _, t := range ws.RetentionTiers {
-		if t.Kind == kind {
-			return t
-		}
-	}
-	return nil
 }
 
 // TestVolumeHolderAndStates: a volume is bound only when AVAILABLE, a

@@ -143,14 +143,9 @@ func (t *tx) PutCommand(ctx context.Context, c store.Command) error {
 }
 
 func (t *tx) PruneCommands(ctx context.Context, before time.Time, limit int) (int, error) {
-	res, err := t.exec(ctx, `DELETE FROM commands WHERE (project_id, command_id) IN (
+	return t.execCount(ctx, `DELETE FROM commands WHERE (project_id, command_id) IN (
 		SELECT project_id, command_id FROM commands WHERE created_at < ? ORDER BY created_at LIMIT ?)`,
 		toNanos(before), limit)
-	if err != nil {
-		return 0, err
-	}
-	n, err := res.RowsAffected()
-	return int(n), err
 }
 
 // collect scans every row and closes rows.

@@ -56,14 +56,9 @@ func (t *tx) WorkspaceExposures(ctx context.Context, projectID, workspaceID, aft
 }
 
 func (t *tx) EndWorkspaceExposures(ctx context.Context, projectID, workspaceID string, persistent bool, at time.Time) (int, error) {
-	res, err := t.exec(ctx, `UPDATE exposures SET ended_at = ?
+	return t.execCount(ctx, `UPDATE exposures SET ended_at = ?
 		WHERE project_id = ? AND workspace_id = ? AND ended_at IS NULL AND (persistent = ? OR ?)`,
 		toNanos(at), projectID, workspaceID, false, persistent)
-	if err != nil {
-		return 0, err
-	}
-	n, err := res.RowsAffected()
-	return int(n), err
 }
 
 func scanExposure(row interface{ Scan(...any) error }) (store.Exposure, error) {

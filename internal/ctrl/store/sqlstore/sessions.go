@@ -27,12 +27,7 @@ func (t *tx) Session(ctx context.Context, projectID, id string) (store.Session, 
 }
 
 func (t *tx) DeleteSessions(ctx context.Context, before time.Time, limit int) (int, error) {
-	res, err := t.exec(ctx, `DELETE FROM sessions WHERE (project_id, id) IN (
+	return t.execCount(ctx, `DELETE FROM sessions WHERE (project_id, id) IN (
 		SELECT project_id, id FROM sessions WHERE expires_at < ? ORDER BY expires_at LIMIT ?)`,
 		toNanos(before), limit)
-	if err != nil {
-		return 0, err
-	}
-	n, err := res.RowsAffected()
-	return int(n), err
 }

@@ -167,6 +167,16 @@ func (t *tx) exec(ctx context.Context, query string, args ...any) (sql.Result, e
 	return res, err
 }
 
+// execCount runs a statement and returns how many rows it changed.
+func (t *tx) execCount(ctx context.Context, query string, args ...any) (int, error) {
+	res, err := t.exec(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
+}
+
 func (t *tx) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
 	return t.tx.QueryRowContext(t.ctx(ctx), t.q(query), args...)
 }

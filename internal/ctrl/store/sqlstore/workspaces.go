@@ -144,12 +144,8 @@ func (t *tx) Hosts(ctx context.Context) ([]store.Host, error) {
 }
 
 func (t *tx) PutLaunchRevision(ctx context.Context, l store.LaunchRevision) (bool, error) {
-	res, err := t.exec(ctx, `INSERT INTO launch_revisions (id, platform, body, created_at) VALUES (?, ?, ?, ?)
+	n, err := t.execCount(ctx, `INSERT INTO launch_revisions (id, platform, body, created_at) VALUES (?, ?, ?, ?)
 		ON CONFLICT (id) DO NOTHING`, l.ID, l.Platform, blob(l.Body), toNanos(l.CreatedAt))
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
 	return n > 0, err
 }
 
