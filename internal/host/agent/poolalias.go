@@ -1,8 +1,8 @@
 package agent
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"net"
 	"time"
 
