@@ -32,14 +32,14 @@ func (f *firstByte) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// createToFirstByte creates a workspace (the default template, 128 MiB,
+// createToFirstByte creates a workspace (the default template, 0.1 CPU, 128 MiB,
 // a 64 MiB layer), runs `echo ready` in it as soon as it is AVAILABLE and
 // returns the time from the CreateWorkspace call to the first byte of its
 // output; pooled reports whether a warm pool entry serves it (home's
 // record of bound executions), read before it is deleted.
 func createToFirstByte(ctx context.Context, c *sdk.Client, home string) (d time.Duration, pooled bool, err error) {
 	start := time.Now()
-	w, err := c.CreateWorkspace(ctx, sdk.CreateOptions{MemoryBytes: 128 << 20, DiskBytes: 64 << 20})
+	w, err := c.CreateWorkspace(ctx, sdk.CreateOptions{CPUMillis: 100, MemoryBytes: 128 << 20, DiskBytes: 64 << 20})
 	if err != nil {
 		return 0, false, err
 	}

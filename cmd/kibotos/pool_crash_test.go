@@ -48,15 +48,21 @@ func TestCrashWarmPool(t *testing.T) {
 }
 
 // awaitPoolEntries waits until the warm pool has n entries whose guest
-// answers and returns their runtime IDs.
+// answers, not bound to a workspace, and returns their runtime IDs.
 func (d *deployment) awaitPoolEntries(n int) []string {
 	d.t.Helper()
 	drv := d.driver()
 	deadline := time.Now().Add(convergeWithin)
 	for {
+		bound := map[string]bool{}
+		aliases, _ := filepath.Glob(filepath.Join(d.home, "layers", ".pool", "bound", "*"))
+		for _, a := range aliases {
+			rid, _ := os.ReadFile(a)
+			bound[string(rid)] = true
+		}
 		var ready []string
 		for _, id := range d.containers() {
-			if strings.HasPrefix(id, "pool-") && drv.Probe(context.Background(), id) == nil {
+			if strings.HasPrefix(id, "pool-") && !bound[id] && drv.Probe(context.Background(), id) == nil {
 				ready = append(ready, id)
 			}
 		}

@@ -319,7 +319,7 @@ func (p *warmPool) evict(ctx context.Context) {
 		}
 		return false
 	})
-	keep := p.ready
+	keep := slices.Clone(p.ready) // take may change p.ready meanwhile
 	p.mu.Unlock()
 	for len(keep) > 0 && !p.fits(len(keep), keep[0].shape.spec.MemoryBytes) {
 		keep = keep[:len(keep)-1]
