@@ -1,9 +1,11 @@
 // Command wsbench measures, against a running `kibotos up`, how long a
 // workspace takes from CreateWorkspace to AVAILABLE (p50, p99 over -n
 // workspaces) side by side with a bare `runc run` of the same rootfs, and
-// how much host memory each idle workspace costs.
+// how much host memory each idle workspace costs; then (firstoutput.go)
+// CreateWorkspace to the first byte of `echo ready` in it, one after
+// another and -concurrent at once, beside a bare `runc run` printing it.
 //
-//	go run ./bench/wsbench -addr 127.0.0.1:8870 -home /var/lib/kibotos -n 50
+//	go run ./bench/wsbench -addr 127.0.0.1:8870 -home /var/lib/kibotos -n 50 -first-output 50 -concurrent 20
 package main
 
 import (
@@ -20,8 +22,20 @@ import (
 
 func main() {
 	addr, home := benchutil.DeploymentFlags()
-	n := flag.Int("n", 50, "workspaces to create")
-	benchutil.Main("wsbench", func() error { return run(*addr, *home, *n) })
+	n := flag.Int("n", 50, "workspaces to create for create→AVAILABLE and idle density; 0 skips them")
+	first := flag.Int("first-output", 50, "creates timed to the first output of `echo ready`, one after another; 0 skips them")
+	concurrent := flag.Int("concurrent", 20, "creates at once timed to all first outputs; 0 skips them")
+	benchutil.Main("wsbench", func() error {
+		if *n > 0 {
+			if err := run(*addr, *home, *n); err != nil {
+				return err
+			}
+		}
+		if *first > 0 {
+			return firstOutput(context.Background(), *addr, *home, *first, *concurrent)
+		}
+		return nil
+	})
 }
 
 func run(addr, home string, n int) error {

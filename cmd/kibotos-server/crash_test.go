@@ -522,7 +522,9 @@ func (d *deployment) containers() []string {
 }
 
 // checkContainers checks that exactly the workspaces that run have a
-// container, each of its current generation.
+// container, each of its current generation (under the runtime ID of the
+// warm pool entry it was bound to, if it was); the warm pool's other
+// entries are no workspace's.
 func (d *deployment) checkContainers() {
 	d.t.Helper()
 	want := map[string]bool{}
@@ -532,7 +534,11 @@ func (d *deployment) checkContainers() {
 		}
 		switch ws := d.workspace(id); ws.State {
 		case ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE:
-			want[fmt.Sprintf("%s-%d", id, ws.Generation)] = true
+			exec := fmt.Sprintf("%s-%d", id, ws.Generation)
+			if rid, err := os.ReadFile(filepath.Join(d.home, "layers", ".pool", "bound", exec)); err == nil {
+				exec = string(rid)
+			}
+			want[exec] = true
 		case ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED, ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED:
 		default:
 			d.t.Errorf("workspace %s is %v once the restarted deployment settled", id, ws.State)
@@ -540,7 +546,7 @@ func (d *deployment) checkContainers() {
 	}
 	have := d.containers()
 	for _, id := range have {
-		if !want[id] {
+		if !want[id] && !strings.HasPrefix(id, "pool-") {
 			d.t.Errorf("container %s runs, but no workspace wants it", id)
 		}
 		delete(want, id)

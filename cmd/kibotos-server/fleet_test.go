@@ -100,8 +100,10 @@ func (f *fleet) startHost(name string) *fleetHost {
 		// whatever a failure left running is released.
 		f.t.Cleanup(func() { releaseContainers(h.home) })
 	}
+	// No warm pool: these tests count the containers under a host's home.
 	h.proc = startProcess(f.t, f.bin, "host", "--ctrl", f.url(), "--token-file", f.tokenFile,
-		"--home", h.home, "--listen", "127.0.0.1:0", "--name", name, "--volume-size", "64Mi", "--tls-cert", f.cert, "--tls-key", f.key)
+		"--home", h.home, "--listen", "127.0.0.1:0", "--name", name, "--volume-size", "64Mi", "--tls-cert", f.cert, "--tls-key", f.key,
+		"--warm-pool", "0")
 	return h
 }
 

@@ -264,6 +264,7 @@ type hostFlags struct {
 	pools      []string
 	volumeSize string
 	tmpfsPct   int
+	warmPool   int
 	layerSize  string
 	probeEvery time.Duration
 	memory     guestMemoryFlags
@@ -276,6 +277,8 @@ func (f *hostFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.runtime, "runtime", "runc", "OCI runtime of workspaces: runc, crun or runsc")
 	cmd.Flags().IntVar(&f.tmpfsPct, "guest-tmpfs-percent", oci.DefaultGuestTmpfsPercent,
 		"size of a workspace's /tmp and of its /run, each, in percent of its memory limit (1 to 100)")
+	cmd.Flags().IntVar(&f.warmPool, "warm-pool", agent.DefaultWarmPool,
+		"workspaces the host keeps started ahead of time (slot, writable layer, guest agent) for the latest template and sizes it started fresh, handed out on create; 0 keeps none (0 to 256)")
 	cmd.Flags().DurationVar(&f.probeEvery, "guest-probe-interval", agent.DefaultGuestProbeInterval,
 		"how often the host probes the guest agent of each running workspace (each probe gives up after 1s)")
 	f.memory.register(cmd)
@@ -298,6 +301,10 @@ func (f *hostFlags) options(o daemon.Options) (daemon.Options, error) {
 	if f.tmpfsPct < 1 || f.tmpfsPct > 100 {
 		return o, fmt.Errorf("--guest-tmpfs-percent %d: want 1 to 100", f.tmpfsPct)
 	}
+	if f.warmPool < 0 || f.warmPool > agent.MaxWarmPool {
+		return o, fmt.Errorf("--warm-pool %d: want 0 to %d", f.warmPool, agent.MaxWarmPool)
+	}
+	o.WarmPool = f.warmPool
 	if f.probeEvery < 100*time.Millisecond {
 		return o, fmt.Errorf("--guest-probe-interval %s: want at least 100ms", f.probeEvery)
 	}

@@ -114,6 +114,9 @@ type Options struct {
 	// GuestTmpfsPercent sizes a workspace's /tmp and /run, each, in
 	// percent of its memory limit; zero is oci.DefaultGuestTmpfsPercent.
 	GuestTmpfsPercent int
+	// WarmPool is how many workspaces the host agent keeps started ahead
+	// of time (agent.Config.WarmPool); zero keeps none.
+	WarmPool int
 	// GuestProbeInterval is how often the host agent probes each running
 	// guest; zero is agent.DefaultGuestProbeInterval.
 	GuestProbeInterval time.Duration

@@ -100,8 +100,8 @@ func newNetEnvResolving(t *testing.T, resolver netip.AddrPort) *netEnv {
 	return newNetEnvWith(t, daemon.Options{DeploymentResolvers: []netip.AddrPort{resolver}})
 }
 
-// newNetEnvWith is newNetEnv with o's deployment resolvers and metrics
-// token file.
+// newNetEnvWith is newNetEnv with o's deployment resolvers, metrics
+// token file and warm pool.
 func newNetEnvWith(t *testing.T, o daemon.Options) *netEnv {
 	hosttest.RequireRoot(t)
 	inet := nettest.NewInternet(t)
@@ -112,7 +112,7 @@ func newNetEnvWith(t *testing.T, o daemon.Options) *netEnv {
 	serveDNS(t, inet.ListenPacket(t, "udp6", "["+nettest.HostIPv6.String()+"]:53"), nil)
 	exempt := append([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, nettest.ExemptRanges...)
 	d := upWith(t, t.TempDir(), daemon.Options{UnsafeExemptRanges: exempt,
-		DeploymentResolvers: o.DeploymentResolvers, MetricsTokenFile: o.MetricsTokenFile})
+		DeploymentResolvers: o.DeploymentResolvers, MetricsTokenFile: o.MetricsTokenFile, WarmPool: o.WarmPool})
 	t.Cleanup(d.stop)
 	token, err := os.ReadFile(filepath.Join(d.home, daemon.AdminTokenFile))
 	if err != nil {

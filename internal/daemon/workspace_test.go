@@ -62,7 +62,7 @@ func upWith(t *testing.T, home string, o daemon.Options) *deployment {
 			StoragePools: o.StoragePools, VolumeBytes: o.VolumeBytes, MetricsTokenFile: o.MetricsTokenFile,
 			GuestProbeInterval: o.GuestProbeInterval, GuestMemory: o.GuestMemory, ExposureDomain: o.ExposureDomain,
 			DesktopCache: o.DesktopCache, InsecureRegistries: o.InsecureRegistries, RegistryCAFile: o.RegistryCAFile,
-			OTLPEndpoint: o.OTLPEndpoint})
+			OTLPEndpoint: o.OTLPEndpoint, WarmPool: o.WarmPool})
 	}()
 	select {
 	case a := <-ready:
@@ -179,9 +179,14 @@ func (d *deployment) await(id string, state ctrlv1.WorkspaceState) *ctrlv1.Works
 }
 
 // exec runs a command in the workspace's current execution through the
-// runtime directly (the data plane arrives with a later issue).
+// runtime directly, by the runtime ID that serves it (a warm pool entry's
+// for an execution bound to one).
 func (d *deployment) exec(ws *ctrlv1.Workspace, args ...string) (string, error) {
-	out, err := d.driver().Exec(context.Background(), fmt.Sprintf("%s-%d", ws.WorkspaceId, ws.Generation), args...)
+	id := fmt.Sprintf("%s-%d", ws.WorkspaceId, ws.Generation)
+	if rid, ok := d.poolEntry(id); ok {
+		id = rid
+	}
+	out, err := d.driver().Exec(context.Background(), id, args...)
 	return string(out), err
 }
 

@@ -91,11 +91,19 @@ type Config struct {
 	// a guest and when its largest process is killed; zero fields are
 	// psi.DefaultThresholds'.
 	GuestMemory psi.Thresholds
+	// WarmPool is how many executions the host keeps started ahead of
+	// time for the latest shape of start it served (pool.go); zero keeps
+	// none. A driver that is no runtime.Binder keeps none either.
+	WarmPool int
 }
 
 // Agent converges a host's executions to ctrl's assignments.
 type Agent struct {
-	cfg Config
+	// cfg.Driver is the aliasDriver over driver, the host's own.
+	cfg    Config
+	driver runtime.Driver
+	// pool keeps executions started ahead of time.
+	pool *warmPool
 
 	mu    sync.Mutex
 	execs map[string]*execution
@@ -149,6 +157,11 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a.vols = vols
+	a.driver = cfg.Driver
+	if a.pool, err = newWarmPool(a, cfg.WarmPool, filepath.Join(cfg.LayerDir, ".pool"), cfg.Driver); err != nil {
+		return nil, err
+	}
+	a.cfg.Driver = aliasDriver{Driver: cfg.Driver, pool: a.pool}
 	a.exports, a.transferReports = newExports(a), make(chan *hostv1.TransferReport, 64)
 	if cfg.Metrics != nil {
 		if err := a.registerMetrics(cfg.Metrics); err != nil {
@@ -171,6 +184,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Go(func() { a.vols.run(ctx) })
 	wg.Go(func() { a.watchHostAddresses(ctx) })
 	wg.Go(func() { a.collectLayers(ctx) })
+	wg.Go(func() { a.pool.run(ctx) })
 	for backoff := 100 * time.Millisecond; ctx.Err() == nil; {
 		err := a.watch(ctx)
 		if ctx.Err() != nil {
@@ -244,6 +258,7 @@ func (a *Agent) converge(ctx context.Context, assignments []*hostv1.Assignment) 
 			e.set(nil)
 		}
 	}
+	a.pool.kick() // the room the pool may take changed
 }
 func (a *Agent) newExecution(ctx context.Context, id string, running bool) *execution {
 	ctx, cancel := context.WithCancel(ctx)

@@ -72,5 +72,8 @@ func (a *Agent) layersInUse() (map[string]bool, bool) {
 			inUse[l.GetDiffId()] = true
 		}
 	}
+	for _, id := range a.pool.layersInUse() {
+		inUse[id] = true
+	}
 	return inUse, true
 }

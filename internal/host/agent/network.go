@@ -99,8 +99,10 @@ func (a *Agent) checkEndpoint(addr netip.Addr) error {
 	return nil
 }
 
+// netnsPath is where the network namespace of an execution is bound:
+// named by the runtime ID that serves it (see pool.go).
 func (a *Agent) netnsPath(executionID string) string {
-	return filepath.Join(a.cfg.Network.Dir, executionID)
+	return filepath.Join(a.cfg.Network.Dir, a.pool.runtimeID(executionID))
 }
 
 // slotConfig configures the slot of one execution.
@@ -142,18 +144,21 @@ func (e *execution) reopenSlot() {
 }
 
 // releaseSlot ends the execution's slot and removes its namespace; call it
-// once nothing of the execution runs.
+// once nothing of the execution runs. The execution is then no longer
+// served by a pool entry's runtime ID.
 func (e *execution) releaseSlot() error {
 	e.mu.Lock()
 	s := e.slot
 	e.slot = nil
 	e.mu.Unlock()
+	var err error
 	if s != nil {
-		return s.Destroy()
+		err = s.Destroy()
+	} else if err = netslot.Release(e.agent.netnsPath(e.id)); errors.Is(err, os.ErrNotExist) {
+		err = nil
 	}
-	err := netslot.Release(e.agent.netnsPath(e.id))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
+	if err == nil {
+		e.agent.pool.dropAlias(e.id)
 	}
 	return err
 }
@@ -200,14 +205,14 @@ func (e *execution) withNetwork(r *hostv1.ExecutionReport) *hostv1.ExecutionRepo
 }
 
 // releaseSlotsExcept removes the namespaces of executions that did not
-// survive a restart.
+// survive a restart (and of pool entries).
 func (a *Agent) releaseSlotsExcept(running []string) {
 	entries, err := os.ReadDir(a.cfg.Network.Dir)
 	if err != nil {
 		return
 	}
 	for _, ent := range entries {
-		if slices.Contains(running, ent.Name()) {
+		if slices.ContainsFunc(running, func(id string) bool { return filepath.Base(a.netnsPath(id)) == ent.Name() }) {
 			continue
 		}
 		if err := netslot.Release(a.netnsPath(ent.Name())); err != nil {

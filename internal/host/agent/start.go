@@ -56,6 +56,9 @@ func (e *execution) start(ctx context.Context, as *hostv1.Assignment) {
 	path := e.agent.layerPath(as.LayerId)
 	_, statErr := os.Stat(path)
 	continued := statErr == nil
+	if !continued && as.Restore == nil && as.Volume == nil && e.bindPooled(ctx, as, layers) {
+		return
+	}
 	if err := e.agent.cfg.Layers.CreateLayer(ctx, path, as.Resources.GetWritableLayerBytes()); err != nil {
 		fail(ctrlv1.FailureStage_FAILURE_STAGE_CREATING, fmt.Errorf("writable layer: %w", err))
 		return
@@ -130,6 +133,34 @@ func (e *execution) boot(ctx context.Context, as *hostv1.Assignment, layers []st
 	capacity, _ := e.agent.cfg.Layers.LayerCapacity(path)
 	e.report(as, e.withNetwork(&hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_RUNNING,
 		LayerCapacityBytes: &capacity, LayerContinued: continued}))
+}
+
+// bindPooled starts a fresh execution without a Volume from a warm pool
+// entry of its shape, if the pool has one: the entry takes the
+// workspace's layer path, limits and hostname, and its slot the
+// assignment's network. It reports false, having changed nothing, when
+// the execution is to be built instead.
+func (e *execution) bindPooled(ctx context.Context, as *hostv1.Assignment, layers []string) bool {
+	ent := e.agent.pool.take(e.agent.pool.shapeOf(as, layers))
+	if ent == nil {
+		return false
+	}
+	b := runtime.Binding{LayerImage: e.agent.layerPath(as.LayerId), Hostname: as.WorkspaceId,
+		CPUMillis: as.Resources.GetCpuMillis(), MemoryBytes: as.Resources.GetMemoryBytes(), PidsLimit: pidsLimit}
+	if err := e.agent.pool.bind(ctx, e.id, ent, b); err != nil {
+		slog.Error("binding a warm pool entry; starting without it", "execution", e.id, "entry", ent.rid, "err", err)
+		return false
+	}
+	ent.owner.Store(e)
+	ent.slot.Apply(as.Network)
+	e.setSlot(ent.slot)
+	e.setRunning(ctx, true)
+	e.memory = b.MemoryBytes
+	e.watchGuest()
+	capacity, _ := e.agent.cfg.Layers.LayerCapacity(b.LayerImage)
+	e.report(as, e.withNetwork(&hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_RUNNING,
+		LayerCapacityBytes: &capacity}))
+	return true
 }
 
 // fail reports that the execution failed at stage.

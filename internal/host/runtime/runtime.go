@@ -264,3 +264,31 @@ type Layers interface {
 	// DeleteLayer removes the image at path; a missing one is fine.
 	DeleteLayer(path string) error
 }
+
+// Binding is what an execution started ahead of time (a warm pool's
+// entry, started with a placeholder identity and no workspace's limits)
+// takes on when a workspace claims it.
+type Binding struct {
+	// LayerImage is where the execution's writable layer image moves to
+	// (the workspace's own path); nothing may exist there yet.
+	LayerImage string
+	// Hostname replaces the placeholder hostname of the guest.
+	Hostname string
+	// CPUMillis, MemoryBytes and PidsLimit replace the execution's limits
+	// as Spec's fields of the same names set them; the guest's /tmp and
+	// /run keep the size they had at start, so a binding asks for the
+	// memory the execution started with.
+	CPUMillis   uint32
+	MemoryBytes uint64
+	PidsLimit   int64
+}
+
+// Binder is a Driver that can hand a running execution to a workspace.
+type Binder interface {
+	// Bind moves the layer image of the running execution id to
+	// b.LayerImage and gives the execution b's hostname and limits; ID,
+	// mounts and network namespace stay. ErrNotFound if the driver has
+	// no such execution. After an error the execution is fit only to be
+	// stopped.
+	Bind(ctx context.Context, id string, b Binding) error
+}

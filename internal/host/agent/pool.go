@@ -1,0 +1,447 @@
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/guestabi"
+	"github.com/kibotos/kibotos/internal/host/netslot"
+	"github.com/kibotos/kibotos/internal/host/runtime"
+)
+
+// The warm pool keeps executions started ahead of time for the latest
+// shape of start the host served (template layers, environment, display,
+// memory, layer size): each entry has its network slot (no policy: it
+// refuses every connection), a fresh writable layer image, its mounts and
+// its guest agent answering, under a runtime ID of its own ("pool-…") and
+// a placeholder hostname. A fresh start of that shape without a Volume or
+// a restore binds an entry instead of building one (runtime.Binder: the
+// layer image moves to the workspace's path, the limits and hostname are
+// set), applies the policy to the slot, and from then on the execution's
+// ID stands for the entry's runtime ID in every driver call and for its
+// network namespace (aliasDriver, netnsPath). The alias is kept in a file
+// per execution until its slot is released, so a restarted agent adopts a
+// bound execution under its ID; unbound entries it finds are released.
+//
+// Entries are not known to ctrl, whose placement counts them as free: the
+// pool fills only while the memory of the executions assigned here and of
+// its entries fits the host's capacity, and evicts entries as soon as it
+// does not (or when the wanted shape changes).
+
+// DefaultWarmPool is the pool size the host's flag defaults to: two
+// entries serve a caller creating workspaces one after another (one is
+// handed out while the next is made) at the cost of two idle guest agents
+// and two slots; bursts larger than the pool take the built path.
+const DefaultWarmPool = 2
+
+// MaxWarmPool bounds the pool size.
+const MaxWarmPool = 256
+
+// poolPrefix starts the runtime ID of every pool entry; ctrl's execution
+// IDs start with their workspace's ID ("ws_…"), never with it.
+const poolPrefix = "pool-"
+
+// poolRetry is how long a failed fill waits before it tries again.
+const poolRetry = 5 * time.Second
+
+// poolShape is what the entries of the pool are started with.
+type poolShape struct {
+	key        string
+	spec       runtime.Spec // without ID, LayerImage, Hostname, NetNS
+	layerBytes uint64
+	diffIDs    []string // the template's layers, kept from collection
+}
+
+// pooled is one entry of the pool.
+type pooled struct {
+	rid   string
+	shape *poolShape
+	image string // where its layer image is until it is bound
+	slot  *netslot.Slot
+	// owner is the execution bound to the entry; its slot's changes are
+	// reported through it.
+	owner atomic.Pointer[execution]
+}
+
+func (p *pooled) changed() {
+	if e := p.owner.Load(); e != nil {
+		e.resendRunning()
+	}
+}
+
+// warmPool is the host's pool of executions started ahead of time. A nil
+// pool (an Agent made without New) serves every execution by its own ID.
+type warmPool struct {
+	a      *Agent
+	size   int
+	binder runtime.Binder // nil: the driver cannot bind, the pool stays empty
+	// aliasDir holds one file per bound execution, named by its ID and
+	// holding the runtime ID; images holds the entries' layer images.
+	aliasDir, images string
+
+	mu      sync.Mutex
+	shape   *poolShape
+	ready   []*pooled
+	aliases map[string]string // execution ID → runtime ID
+	wake    chan struct{}
+}
+
+func newWarmPool(a *Agent, size int, dir string, inner runtime.Driver) (*warmPool, error) {
+	p := &warmPool{a: a, size: size, aliasDir: filepath.Join(dir, "bound"), images: filepath.Join(dir, "images"),
+		aliases: map[string]string{}, wake: make(chan struct{}, 1)}
+	p.binder, _ = inner.(runtime.Binder)
+	for _, d := range []string{p.aliasDir, p.images} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// enabled reports whether the pool may hold entries.
+func (p *warmPool) enabled() bool { return p.size > 0 && p.binder != nil }
+
+// kick wakes the fill loop.
+func (p *warmPool) kick() {
+	if p == nil {
+		return
+	}
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// runtimeID returns the runtime ID that serves an execution.
+func (p *warmPool) runtimeID(id string) string {
+	if p == nil {
+		return id
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if rid, ok := p.aliases[id]; ok {
+		return rid
+	}
+	return id
+}
+
+// shapeOf returns the shape of a fresh start of as on layers.
+func (p *warmPool) shapeOf(as *hostv1.Assignment, layers []string) *poolShape {
+	spec := runtime.Spec{
+		Layers: layers, CPUMillis: as.Resources.GetCpuMillis(), MemoryBytes: as.Resources.GetMemoryBytes(), PidsLimit: pidsLimit,
+		GuestAgent: p.a.cfg.GuestAgent, Env: as.Template.GetEnv(), ResolvConf: netslot.ResolvConf(p.a.cfg.Network.DeploymentResolvers),
+	}
+	if d := as.Template.GetDisplay(); d != nil {
+		spec.Display = &guestabi.DisplaySize{Width: d.GetWidth(), Height: d.GetHeight()}
+	}
+	s := &poolShape{spec: spec, layerBytes: as.Resources.GetWritableLayerBytes()}
+	for _, l := range as.GetTemplate().GetLayers() {
+		s.diffIDs = append(s.diffIDs, l.GetDiffId())
+	}
+	s.key = fmt.Sprintf("%q %q %v %d %d", layers, spec.Env, spec.Display, spec.MemoryBytes, s.layerBytes)
+	return s
+}
+
+// take returns a ready entry of the shape, making it the wanted one; nil
+// when there is none.
+func (p *warmPool) take(s *poolShape) *pooled {
+	if !p.enabled() {
+		return nil
+	}
+	defer p.kick()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.shape == nil || p.shape.key != s.key {
+		p.shape = s
+		return nil
+	}
+	i := slices.IndexFunc(p.ready, func(e *pooled) bool { return e.shape.key == s.key })
+	if i < 0 {
+		return nil
+	}
+	ent := p.ready[i]
+	p.ready = slices.Delete(p.ready, i, i+1)
+	return ent
+}
+
+// bind hands ent to the execution id with b; on error ent is released
+// and nothing of it is left at b.LayerImage.
+func (p *warmPool) bind(ctx context.Context, id string, ent *pooled, b runtime.Binding) error {
+	err := p.binder.Bind(ctx, ent.rid, b)
+	if err == nil {
+		err = p.setAlias(id, ent.rid)
+	}
+	if err != nil {
+		p.release(ctx, ent)
+		p.a.cfg.Layers.DeleteLayer(b.LayerImage)
+		return err
+	}
+	ent.slot.SetHostAddresses(hostAddresses())
+	return nil
+}
+
+// setAlias records that the runtime ID rid serves the execution id.
+func (p *warmPool) setAlias(id, rid string) error {
+	path := filepath.Join(p.aliasDir, id)
+	if err := os.WriteFile(path+".tmp", []byte(rid), 0o600); err != nil {
+		return err
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.aliases[id] = rid
+	p.mu.Unlock()
+	return nil
+}
+
+// dropAlias forgets the runtime ID of the execution id, once nothing of
+// the execution runs and its slot is released.
+func (p *warmPool) dropAlias(id string) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	_, ok := p.aliases[id]
+	delete(p.aliases, id)
+	p.mu.Unlock()
+	if ok {
+		if err := os.Remove(filepath.Join(p.aliasDir, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			slog.Error("removing the alias of a pooled execution", "execution", id, "err", err)
+		}
+	}
+}
+
+// layersInUse returns the DiffIDs of the layers the pool runs or fills
+// with.
+func (p *warmPool) layersInUse() []string {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var ids []string
+	if p.shape != nil {
+		ids = append(ids, p.shape.diffIDs...)
+	}
+	for _, e := range p.ready {
+		ids = append(ids, e.shape.diffIDs...)
+	}
+	return ids
+}
+
+// run fills the pool until ctx ends, then releases its entries.
+func (p *warmPool) run(ctx context.Context) {
+	defer p.drain()
+	for ctx.Err() == nil {
+		p.evict(ctx)
+		if s := p.next(); s != nil {
+			ent, err := p.create(ctx, s)
+			if err != nil {
+				if ctx.Err() == nil {
+					slog.Error("filling the warm pool", "err", err)
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(poolRetry):
+				}
+				continue
+			}
+			p.mu.Lock()
+			p.ready = append(p.ready, ent)
+			p.mu.Unlock()
+			continue
+		}
+		select {
+		case <-ctx.Done():
+		case <-p.wake:
+		case <-time.After(10 * time.Second):
+		}
+	}
+}
+
+// committedMemory is the memory of the executions assigned to run here.
+func (a *Agent) committedMemory() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var sum uint64
+	for _, e := range a.execs {
+		if as, _ := e.get(); as.GetDesired() == hostv1.DesiredState_DESIRED_STATE_RUNNING {
+			sum += as.Resources.GetMemoryBytes()
+		}
+	}
+	return sum
+}
+
+// fits reports whether n entries of memory bytes each fit beside the
+// executions assigned here.
+func (p *warmPool) fits(n int, memory uint64) bool {
+	capacity := p.a.cfg.Capacity.GetMemoryBytes()
+	return capacity == 0 || p.a.committedMemory()+uint64(n)*memory <= capacity
+}
+
+// next returns the shape to start one more entry of, nil when the pool
+// is full or has no room.
+func (p *warmPool) next() *poolShape {
+	if !p.enabled() {
+		return nil
+	}
+	p.mu.Lock()
+	s, n := p.shape, len(p.ready)
+	p.mu.Unlock()
+	if s == nil || n >= p.size || !p.fits(n+1, s.spec.MemoryBytes) {
+		return nil
+	}
+	return s
+}
+
+// evict releases the entries of a shape no longer wanted, and then the
+// newest entries until the rest fit beside the assigned executions.
+func (p *warmPool) evict(ctx context.Context) {
+	p.mu.Lock()
+	var out []*pooled
+	p.ready = slices.DeleteFunc(p.ready, func(e *pooled) bool {
+		if e.shape != p.shape {
+			out = append(out, e)
+			return true
+		}
+		return false
+	})
+	keep := slices.Clone(p.ready) // take may change p.ready meanwhile
+	p.mu.Unlock()
+	for len(keep) > 0 && !p.fits(len(keep), keep[0].shape.spec.MemoryBytes) {
+		keep = keep[:len(keep)-1]
+	}
+	p.mu.Lock()
+	for _, e := range p.ready {
+		if !slices.Contains(keep, e) {
+			out = append(out, e)
+		}
+	}
+	p.ready = slices.DeleteFunc(p.ready, func(e *pooled) bool { return slices.Contains(out, e) })
+	p.mu.Unlock()
+	for _, e := range out {
+		p.release(ctx, e)
+	}
+}
+
+// create starts one entry of s and waits until its guest answers.
+func (p *warmPool) create(ctx context.Context, s *poolShape) (_ *pooled, err error) {
+	var b [8]byte
+	rand.Read(b[:])
+	ent := &pooled{rid: poolPrefix + hex.EncodeToString(b[:]), shape: s}
+	ent.image = filepath.Join(p.images, ent.rid+".ext4")
+	a := p.a
+	defer func() {
+		if err != nil {
+			p.release(ctx, ent)
+		}
+	}()
+	if err := a.cfg.Layers.CreateLayer(ctx, ent.image, s.layerBytes); err != nil {
+		return nil, fmt.Errorf("writable layer: %w", err)
+	}
+	path := a.netnsPath(ent.rid)
+	if ent.slot, err = netslot.Create(netslot.Config{Path: path, HardDeny: a.hardDeny(), CheckEndpoint: a.checkEndpoint,
+		DeploymentResolvers: a.cfg.Network.DeploymentResolvers, Changed: ent.changed, Counters: &a.counters.slots}); err != nil {
+		return nil, err
+	}
+	spec := s.spec
+	spec.ID, spec.LayerImage, spec.Hostname, spec.NetNS = ent.rid, ent.image, ent.rid, path
+	if err := a.driver.Start(ctx, spec); err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, a.readyTimeout)
+	defer cancel()
+	for {
+		err := a.driver.Probe(pctx, ent.rid)
+		if err == nil {
+			return ent, nil
+		}
+		if pctx.Err() != nil {
+			return nil, fmt.Errorf("guest agent did not answer within %s: %w", a.readyTimeout, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// release stops an entry and removes its slot and (unbound) layer image.
+func (p *warmPool) release(ctx context.Context, ent *pooled) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	var errs []error
+	_, err := p.a.driver.Stop(ctx, ent.rid, runtime.StopForce, 0)
+	errs = append(errs, err)
+	if ent.slot != nil {
+		errs = append(errs, ent.slot.Destroy())
+	}
+	errs = append(errs, p.a.cfg.Layers.DeleteLayer(ent.image))
+	if err := errors.Join(errs...); err != nil {
+		slog.Error("releasing a warm pool entry", "entry", ent.rid, "err", err)
+	}
+}
+
+// drain releases every ready entry (the agent is ending).
+func (p *warmPool) drain() {
+	p.mu.Lock()
+	out := p.ready
+	p.ready = nil
+	p.mu.Unlock()
+	for _, e := range out {
+		p.release(context.Background(), e)
+	}
+}
+
+// recover adopts the aliases of bound executions that still run (running
+// lists runtime IDs), releases the entries no execution was bound to and
+// their images, and returns the execution IDs of the running ones.
+func (p *warmPool) recover(ctx context.Context, running []string) ([]string, error) {
+	ents, err := os.ReadDir(p.aliasDir)
+	if err != nil {
+		return running, err
+	}
+	byRID := map[string]string{}
+	for _, ent := range ents {
+		id := ent.Name()
+		b, err := os.ReadFile(filepath.Join(p.aliasDir, id))
+		rid := string(b)
+		if err != nil || strings.HasSuffix(id, ".tmp") || !slices.Contains(running, rid) {
+			os.Remove(filepath.Join(p.aliasDir, id))
+			continue
+		}
+		byRID[rid] = id
+		p.mu.Lock()
+		p.aliases[id] = rid
+		p.mu.Unlock()
+	}
+	var out []string
+	var errs []error
+	for _, rid := range running {
+		switch id, bound := byRID[rid]; {
+		case bound:
+			out = append(out, id)
+		case strings.HasPrefix(rid, poolPrefix):
+			if _, err := p.a.driver.Stop(ctx, rid, runtime.StopForce, 0); err != nil {
+				errs = append(errs, err)
+			}
+		default:
+			out = append(out, rid)
+		}
+	}
+	images, _ := os.ReadDir(p.images)
+	for _, img := range images {
+		errs = append(errs, p.a.cfg.Layers.DeleteLayer(filepath.Join(p.images, img.Name())))
+	}
+	return out, errors.Join(errs...)
+}

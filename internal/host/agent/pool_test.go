@@ -1,0 +1,194 @@
+package agent
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+)
+
+// poolIDs returns the pool entries the driver runs.
+func (e *reconcilerEnv) poolIDs() []string {
+	return slices.DeleteFunc(e.driver.IDs(), func(id string) bool { return !strings.HasPrefix(id, poolPrefix) })
+}
+
+// awaitPool waits until the driver runs n pool entries.
+func (e *reconcilerEnv) awaitPool(t *testing.T, n int) {
+	t.Helper()
+	eventually(t, "the warm pool holds the entries", func() bool { return len(e.poolIDs()) == n })
+}
+
+// TestWarmPoolBind: the first fresh start of a shape is built and makes
+// the pool fill with that shape; the next one binds an entry (the layer
+// image moves to the workspace's path, hostname, limits and policy are the
+// workspace's, the ID that stands for it is the execution's) and the pool
+// refills; a stop releases the entry's runtime ID and namespace and keeps
+// the layer, and the next start of the workspace is built on that layer.
+func TestWarmPoolBind(t *testing.T) {
+	e := newReconcilerEnv(t)
+	e.cfg.WarmPool = 2
+	a, _ := e.runAgent(t, e.driver)
+	first := e.assignment("ws_a", 1, "lay_a")
+	e.running(t, first)
+	if _, _, ok := e.driver.Spec(first.ExecutionId); !ok {
+		t.Fatal("the first start of a shape was not built under its own ID")
+	}
+	e.awaitPool(t, 2)
+	pooled := e.poolIDs()
+
+	as := e.assignment("ws_b", 1, "lay_b")
+	as.Resources.CpuMillis = 250
+	r := e.running(t, as)
+	if r.LayerContinued || r.GetLayerCapacityBytes() != 64<<20 || r.GetNetwork().GetStatus().GetAppliedRevision() != 1 {
+		t.Errorf("RUNNING report of the bound execution: %v", r)
+	}
+	rid := a.pool.runtimeID(as.ExecutionId)
+	if !slices.Contains(pooled, rid) {
+		t.Fatalf("the execution is served by %q, not by an entry of %v", rid, pooled)
+	}
+	spec, memory, _ := e.driver.Spec(rid)
+	layer := filepath.Join(e.cfg.LayerDir, "lay_b.ext4")
+	if spec.LayerImage != layer || spec.Hostname != "ws_b" || spec.CPUMillis != 250 || memory != 256<<20 || spec.PidsLimit != pidsLimit {
+		t.Errorf("bound with %+v, memory %d", spec, memory)
+	}
+	if s := a.execs[as.ExecutionId].getSlot(); s == nil || s.Report().GetStatus().GetAppliedRevision() != 1 {
+		t.Error("the entry's slot does not carry the workspace's policy")
+	}
+	if _, err := os.Stat(filepath.Join(e.cfg.Network.Dir, rid)); err != nil {
+		t.Errorf("the namespace of the bound execution: %v", err)
+	}
+	e.awaitPool(t, 3) // the bound one and two new
+	raised := proto.CloneOf(as)
+	raised.Resources.MemoryBytes = 512 << 20
+	e.api.assign(as.ExecutionId, raised)
+	eventually(t, "a raised memory reaches the bound execution", func() bool {
+		_, memory, _ := e.driver.Spec(rid)
+		return memory == 512<<20
+	})
+
+	mark := e.api.assign(as.ExecutionId, stopped(raised, ctrlv1.StopMode_STOP_MODE_NORMAL, "cmd_stop"))
+	e.api.await(t, mark, as.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_STOPPED)
+	e.released(t, rid)
+	if got := a.pool.runtimeID(as.ExecutionId); got != as.ExecutionId {
+		t.Errorf("a stopped execution is still served by %s", got)
+	}
+	if _, err := os.Stat(layer); err != nil {
+		t.Errorf("the layer went with the stop: %v", err)
+	}
+	e.api.assign(as.ExecutionId, nil)
+	next := e.assignment("ws_b", 2, "lay_b")
+	if r := e.running(t, next); !r.LayerContinued {
+		t.Errorf("the next start did not continue the layer: %v", r)
+	}
+	if _, _, ok := e.driver.Spec(next.ExecutionId); !ok {
+		t.Error("a start on an existing layer was not built")
+	}
+}
+
+// TestWarmPoolOtherShapes: a start with a Volume, another memory or
+// another layer size is built, never bound; a fresh start of a new shape
+// makes the pool evict the entries of the old one.
+func TestWarmPoolOtherShapes(t *testing.T) {
+	e := newReconcilerEnv(t)
+	e.cfg.WarmPool = 1
+	a, _ := e.runAgent(t, e.driver)
+	e.running(t, e.assignment("ws_a", 1, "lay_a"))
+	e.awaitPool(t, 1)
+	old := e.poolIDs()
+
+	memory := e.assignment("ws_m", 1, "lay_m")
+	memory.Resources.MemoryBytes = 384 << 20
+	layer := e.assignment("ws_l", 1, "lay_l")
+	layer.Resources.WritableLayerBytes = 128 << 20
+	for _, as := range []*hostv1.Assignment{memory, layer} {
+		e.running(t, as)
+		if a.pool.runtimeID(as.ExecutionId) != as.ExecutionId {
+			t.Errorf("%s was bound to an entry of another shape", as.ExecutionId)
+		}
+	}
+	e.awaitPool(t, 1)
+	if slices.Equal(e.poolIDs(), old) {
+		t.Error("the entry of the old shape was kept")
+	}
+	spec, _, _ := e.driver.Spec(e.poolIDs()[0])
+	if spec.MemoryBytes != 256<<20 {
+		t.Errorf("the pool holds memory %d, want the latest fresh start's", spec.MemoryBytes)
+	}
+}
+
+// TestWarmPoolRoom: the pool fills only while its entries and the
+// assigned executions fit the host's memory, and evicts entries when an
+// assignment needs the room.
+func TestWarmPoolRoom(t *testing.T) {
+	e := newReconcilerEnv(t)
+	e.cfg.WarmPool = 3
+	e.cfg.Capacity = &hostv1.HostCapacity{MemoryBytes: 1 << 30}
+	e.runAgent(t, e.driver)
+	e.running(t, e.assignment("ws_a", 1, "lay_a")) // 256 MiB
+	e.awaitPool(t, 3)                              // 4 × 256 MiB fill the host
+	// A start on a layer that exists is never bound, and leaves the
+	// wanted shape alone.
+	big := e.assignment("ws_big", 1, "lay_big")
+	big.Resources.MemoryBytes = 512 << 20
+	if err := e.driver.CreateLayer(t.Context(), filepath.Join(e.cfg.LayerDir, "lay_big.ext4"), 64<<20); err != nil {
+		t.Fatal(err)
+	}
+	e.running(t, big)
+	e.awaitPool(t, 1)
+}
+
+// TestWarmPoolRecovery: after the end of an agent that left its pool
+// (as a killed process does), the next agent adopts the bound execution
+// under its ID and releases the entries no execution was bound to: their
+// runtime IDs, namespaces and layer images.
+func TestWarmPoolRecovery(t *testing.T) {
+	e := newReconcilerEnv(t)
+	e.cfg.WarmPool = 2
+	a, end := e.runAgent(t, e.driver)
+	e.running(t, e.assignment("ws_a", 1, "lay_a"))
+	e.awaitPool(t, 2)
+	as := e.assignment("ws_b", 1, "lay_b")
+	e.running(t, as)
+	rid := a.pool.runtimeID(as.ExecutionId)
+	e.awaitPool(t, 3)
+	a.pool.mu.Lock()
+	a.pool.ready = nil // left behind, as by a killed process
+	a.pool.mu.Unlock()
+	end()
+
+	a, _ = e.runAgent(t, e.driver.Restart())
+	eventually(t, "the unbound entries are released", func() bool { return slices.Equal(e.poolIDs(), []string{rid}) })
+	if got := a.pool.runtimeID(as.ExecutionId); got != rid {
+		t.Errorf("the adopted execution is served by %q, want %q", got, rid)
+	}
+	mark := e.api.mark()
+	e.api.assign(as.ExecutionId, as)
+	if r := e.api.await(t, mark, as.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_RUNNING); r.GetNetwork().GetStatus().GetAppliedRevision() != 1 {
+		t.Errorf("the adopted execution's report: %v", r)
+	}
+	ents, _ := os.ReadDir(e.cfg.Network.Dir)
+	for _, ent := range ents {
+		if ent.Name() != rid && strings.HasPrefix(ent.Name(), poolPrefix) {
+			t.Errorf("the namespace of entry %s is left", ent.Name())
+		}
+	}
+	images, err := os.ReadDir(a.pool.images)
+	if err != nil || len(images) != 0 {
+		t.Errorf("layer images of entries are left: %v %v", images, err)
+	}
+	if _, err := os.Stat(filepath.Join(a.pool.aliasDir, as.ExecutionId)); err != nil {
+		t.Errorf("the alias of the adopted execution: %v", err)
+	}
+	e.api.assign(as.ExecutionId, nil)
+	eventually(t, "the unassigned execution is released with its alias", func() bool {
+		_, err := os.Stat(filepath.Join(a.pool.aliasDir, as.ExecutionId))
+		return !slices.Contains(e.driver.IDs(), rid) && errors.Is(err, os.ErrNotExist)
+	})
+}
