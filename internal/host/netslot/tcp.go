@@ -84,6 +84,7 @@ func (f *flow) close() {
 // It runs in a goroutine of its own (the forwarder's), which then carries
 // the connection until it ends.
 func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
+	growStack()
 	if !s.enter() {
 		r.Complete(true)
 		return
@@ -219,7 +220,10 @@ func (s *Slot) closeFlow(f *flow) {
 // that ends its sending still gets what the other sends until that ends.
 func splice(guest, out halfCloser) {
 	var wg sync.WaitGroup
-	wg.Go(func() { copyHalf(guest, out, &guestBuffers) })
+	wg.Go(func() {
+		growStack()
+		copyHalf(guest, out, &guestBuffers)
+	})
 	copyHalf(out, guest, &hostBuffers)
 	wg.Wait()
 }

@@ -72,26 +72,28 @@ func (a addr) appendTo(b []byte) []byte {
 	return binary.BigEndian.AppendUint16(b, a.port)
 }
 
-// readAddr reads ATYP, ADDR and PORT.
+// readAddr reads ATYP, ADDR and PORT. An IP address is read with its port
+// in one read: on a connection each read is a system call.
 func readAddr(r io.Reader) (addr, error) {
 	var atyp [1]byte
 	if _, err := io.ReadFull(r, atyp[:]); err != nil {
 		return addr{}, err
 	}
 	var a addr
+	var b [16 + 2]byte
 	switch atyp[0] {
 	case atypIPv4:
-		var ip [4]byte
-		if _, err := io.ReadFull(r, ip[:]); err != nil {
+		if _, err := io.ReadFull(r, b[:4+2]); err != nil {
 			return addr{}, err
 		}
-		a.ip = netip.AddrFrom4(ip)
+		a.ip = netip.AddrFrom4([4]byte(b[:4]))
+		a.port = binary.BigEndian.Uint16(b[4:])
 	case atypIPv6:
-		var ip [16]byte
-		if _, err := io.ReadFull(r, ip[:]); err != nil {
+		if _, err := io.ReadFull(r, b[:]); err != nil {
 			return addr{}, err
 		}
-		a.ip = netip.AddrFrom16(ip)
+		a.ip = netip.AddrFrom16([16]byte(b[:16]))
+		a.port = binary.BigEndian.Uint16(b[16:])
 	case atypDomain:
 		var n [1]byte
 		if _, err := io.ReadFull(r, n[:]); err != nil {
@@ -100,19 +102,15 @@ func readAddr(r io.Reader) (addr, error) {
 		if n[0] == 0 {
 			return addr{}, errors.New("empty hostname")
 		}
-		h := make([]byte, n[0])
+		h := make([]byte, int(n[0])+2)
 		if _, err := io.ReadFull(r, h); err != nil {
 			return addr{}, err
 		}
-		a.host = string(h)
+		a.host = string(h[:n[0]])
+		a.port = binary.BigEndian.Uint16(h[n[0]:])
 	default:
 		return addr{}, fmt.Errorf("unknown address type 0x%02x", atyp[0])
 	}
-	var p [2]byte
-	if _, err := io.ReadFull(r, p[:]); err != nil {
-		return addr{}, err
-	}
-	a.port = binary.BigEndian.Uint16(p[:])
 	return a, nil
 }
 
