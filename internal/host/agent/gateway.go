@@ -13,6 +13,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -58,15 +59,41 @@ const guestDialTimeout = 5 * time.Second
 func (a *Agent) Gateway() http.Handler {
 	g := &gateway{agent: a, errors: connect.NewErrorWriter(), now: time.Now}
 	_, g.metrics = datav1connect.NewMetricsServiceHandler(&metricsService{agent: a, now: time.Now})
-	g.proxy = &httputil.ReverseProxy{
-		Rewrite:        rewrite,
-		Transport:      a.guestTransport(),
-		FlushInterval:  -1, // stream every write at once
-		ErrorHandler:   g.proxyError,
-		ModifyResponse: endRequestWithResponse,
+	transport := a.guestTransport()
+	proxy := func(buffers httputil.BufferPool) *httputil.ReverseProxy {
+		return &httputil.ReverseProxy{
+			Rewrite:        rewrite,
+			Transport:      transport,
+			FlushInterval:  -1, // stream every write at once
+			BufferPool:     buffers,
+			ErrorHandler:   g.proxyError,
+			ModifyResponse: endRequestWithResponse,
+		}
 	}
+	g.proxy = proxy(nil)
+	g.readFileProxy = proxy(readFileBuffers{})
 	return g
 }
+
+// readFileBufferSize is the size of the buffer the proxy copies a
+// ReadFile response through: a file message (1 MiB). Each read of the
+// buffer is one write and flush to the caller, so with the default 32 KiB
+// a chunk of a file crossed the gateway as 32 HTTP/2 frames, writes and
+// hand-offs between goroutines. Other calls, streams that may live long
+// and carry little, keep the default and pin less memory each.
+const readFileBufferSize = 1 << 20
+
+// readFileBufferPool recycles those buffers between calls.
+var readFileBufferPool = sync.Pool{New: func() any { return new([readFileBufferSize]byte) }}
+
+// readFileBuffers is the ReadFile proxy's httputil.BufferPool.
+type readFileBuffers struct{}
+
+func (readFileBuffers) Get() []byte {
+	return readFileBufferPool.Get().(*[readFileBufferSize]byte)[:]
+}
+
+func (readFileBuffers) Put(b []byte) { readFileBufferPool.Put((*[readFileBufferSize]byte)(b)) }
 
 // guestTransport returns a transport that speaks cleartext HTTP/2 to the
 // guest agents' data sockets: a request's URL host is the execution ID.
@@ -92,6 +119,8 @@ func (a *Agent) guestTransport() *http.Transport {
 type gateway struct {
 	agent *Agent
 	proxy *httputil.ReverseProxy
+	// readFileProxy is proxy with buffers the size of a file message.
+	readFileProxy *httputil.ReverseProxy
 	// metrics serves MetricsService on the host.
 	metrics http.Handler
 	errors  *connect.ErrorWriter
@@ -164,8 +193,11 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	call := context.WithValue(context.WithValue(ctx, executionKey{}, id), callerBodyKey{}, r.Body)
 	var next http.Handler = g.proxy
-	if strings.HasPrefix(r.URL.Path, "/"+datav1connect.MetricsServiceName+"/") {
+	switch {
+	case strings.HasPrefix(r.URL.Path, "/"+datav1connect.MetricsServiceName+"/"):
 		next = g.metrics
+	case r.URL.Path == datav1connect.FileServiceReadFileProcedure:
+		next = g.readFileProxy
 	}
 	next.ServeHTTP(w, r.WithContext(call))
 }
