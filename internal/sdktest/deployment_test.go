@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -200,7 +201,15 @@ func TestUploadAndDownload(t *testing.T) {
 	if _, err := ws.Upload(t.Context(), broken, "/tmp/data", 0); err == nil || !strings.Contains(err.Error(), "disk gone") {
 		t.Errorf("Upload from a failing reader: %v", err)
 	}
-	if got := sh(t, ws, "stat -c %s /tmp/data; ls -a /tmp | grep -c kibotos || true"); got != fmt.Sprintf("%d\n0\n", len(data)) {
+	// The agent removes its temporary file once it sees the stream end,
+	// which may come after Upload has returned.
+	want := fmt.Sprintf("%d\n0\n", len(data))
+	got := sh(t, ws, "stat -c %s /tmp/data; ls -a /tmp | grep -c kibotos || true")
+	for deadline := time.Now().Add(10 * time.Second); got != want && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		got = sh(t, ws, "stat -c %s /tmp/data; ls -a /tmp | grep -c kibotos || true")
+	}
+	if got != want {
 		t.Errorf("after an abandoned upload: size and temp files %q", got)
 	}
 }
