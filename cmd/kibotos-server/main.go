@@ -202,7 +202,7 @@ func upCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
-		Short: "Run the embedded deployment: control plane, host agent and SQLite store under --home",
+		Short: cli.ServerVerbShort("up"),
 		Long: "Run the embedded deployment. On first start it creates the store under --home and an admin\n" +
 			"token, printed once and kept in HOME/admin-token (mode 0600), where the CLI finds it.",
 		Args: cobra.NoArgs,
@@ -230,7 +230,7 @@ func hostCommand() *cobra.Command {
 	defaultName, _ := os.Hostname()
 	cmd := &cobra.Command{
 		Use:   "host",
-		Short: "Run a host agent alone against a control plane (kibotos ctrl), with its state under --home",
+		Short: cli.ServerVerbShort("host"),
 		Long: "Run one host agent: it registers with the control plane at --ctrl as --name, authenticated by\n" +
 			"the host token in --token-file (kibotos admin host-token create), runs the workspaces placed on it,\n" +
 			"and serves their data plane and exposures on --listen at --public-url.",
@@ -381,7 +381,7 @@ func ctrlCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "ctrl",
-		Short: "Run the control plane alone, on PostgreSQL (--store) or on SQLite under --home (one replica)",
+		Short: cli.ServerVerbShort("ctrl"),
 		Long: "Run the control plane without a host agent: hosts attach with kibotos host. With --store postgres://...\n" +
 			"any number of replicas share the database; without it the SQLite database under --home serves one.",
 		Args: cobra.NoArgs,

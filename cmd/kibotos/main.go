@@ -23,19 +23,12 @@ import (
 // serverBinary is the binary of the server verbs.
 const serverBinary = "kibotos-server"
 
-// serverVerbs are kibotos-server's verbs, with their short help.
-var serverVerbs = []struct{ name, short string }{
-	{"up", "Run the embedded deployment: control plane, host agent and SQLite store under --home"},
-	{"ctrl", "Run the control plane alone, on PostgreSQL (--store) or on SQLite under --home (one replica)"},
-	{"host", "Run a host agent alone against a control plane (kibotos ctrl), with its state under --home"},
-}
-
 func main() {
-	verbs := make([]*cobra.Command, 0, len(serverVerbs))
-	for _, v := range serverVerbs {
+	verbs := make([]*cobra.Command, 0, len(cli.ServerVerbs))
+	for _, v := range cli.ServerVerbs {
 		verbs = append(verbs, &cobra.Command{
-			Use:                v.name,
-			Short:              v.short + " (" + serverBinary + ")",
+			Use:                v.Name,
+			Short:              v.Short + " (" + serverBinary + ")",
 			DisableFlagParsing: true, // kibotos-server parses them, --help too
 			RunE: func(*cobra.Command, []string) error {
 				return execServer(os.Args[1:])

@@ -15,6 +15,25 @@ import (
 	"github.com/kibotos/kibotos/internal/buildinfo"
 )
 
+// ServerVerbs are the verbs of kibotos-server, in the order of the help,
+// with their short help: kibotos-server defines them, and kibotos lists
+// them and hands them over.
+var ServerVerbs = []struct{ Name, Short string }{
+	{"up", "Run the embedded deployment: control plane, host agent and SQLite store under --home"},
+	{"ctrl", "Run the control plane alone, on PostgreSQL (--store) or on SQLite under --home (one replica)"},
+	{"host", "Run a host agent alone against a control plane (kibotos ctrl), with its state under --home"},
+}
+
+// ServerVerbShort returns the short help of the server verb name.
+func ServerVerbShort(name string) string {
+	for _, v := range ServerVerbs {
+		if v.Name == name {
+			return v.Short
+		}
+	}
+	panic("cli: no server verb " + name)
+}
+
 // Root returns the root of the kibotos command: the given verbs, version
 // and the CLI's Commands.
 func Root(verbs ...*cobra.Command) *cobra.Command {
