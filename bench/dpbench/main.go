@@ -5,17 +5,15 @@
 // parallel callers on one workspace; `kibotos ws exec WS -- true` end to
 // end beside the SDK's round trip, and its CPU beside the SDK client's
 // per exec; the CLI's start (`kibotos version`) beside that of
-// kibotos-server, the whole binary, when it lies next to -cli; file write and read throughput beside
-// `dd` of the same size on the host's disk; and create→first exec output
-// beside a bare `runc run` of the same rootfs printing the same line.
+// kibotos-server, the whole binary, when it lies next to -cli; and file write and read throughput
+// beside `dd` of the same size on the host's disk. Create→first output is
+// bench/wsbench's.
 //
 //	go run ./bench/dpbench -addr 127.0.0.1:8870 -home /var/lib/kibotos -cli bin/kibotos
 package main
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -25,7 +23,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,7 +41,6 @@ type config struct {
 	cliRuns         int
 	fileMiB         int
 	memoryMiB       int
-	creates         int
 	pid             int
 }
 
@@ -58,7 +54,6 @@ func main() {
 	flag.IntVar(&c.cliRuns, "cli-runs", 30, "`ws exec` runs to time")
 	flag.IntVar(&c.fileMiB, "file-mib", 1024, "size of the file written and read, in MiB; 0 skips it")
 	flag.IntVar(&c.memoryMiB, "memory-mib", 512, "memory of the workspace the file is written in, in MiB")
-	flag.IntVar(&c.creates, "creates", 20, "workspaces to create for create→first output; 0 skips it")
 	flag.IntVar(&c.pid, "pid", 0, "pid of kibotos up, whose CPU per exec is reported; 0 leaves it out")
 	benchutil.Main("dpbench", func() error {
 		c.addr, c.home = *addr, *home
@@ -70,15 +65,6 @@ func main() {
 func row(name string, v, base float64, unit string) {
 	fmt.Printf("%-40s %10.2f %-6s baseline %10.2f %-6s ratio %.2f\n", name, v, unit, base, unit, v/base)
 }
-
-// pct returns the p-th quantile of d.
-func pct(d []time.Duration, p float64) time.Duration {
-	d = slices.Clone(d)
-	slices.Sort(d)
-	return d[min(len(d)-1, int(float64(len(d))*p))]
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func run(c config) error {
 	token, err := benchutil.AdminToken(c.home)
@@ -107,8 +93,8 @@ func run(c config) error {
 	if err != nil {
 		return err
 	}
-	row("exec true round trip p50 (ms)", ms(pct(rtt, 0.5)), ms(pct(unary, 0.5)), "ms")
-	row("exec true round trip p99 (ms)", ms(pct(rtt, 0.99)), ms(pct(unary, 0.99)), "ms")
+	row("exec true round trip p50 (ms)", benchutil.Millis(benchutil.Quantile(rtt, 0.5)), benchutil.Millis(benchutil.Quantile(unary, 0.5)), "ms")
+	row("exec true round trip p99 (ms)", benchutil.Millis(benchutil.Quantile(rtt, 0.99)), benchutil.Millis(benchutil.Quantile(unary, 0.99)), "ms")
 
 	one, _, err := execRate(ctx, ws, 1, c.window, c.pid)
 	if err != nil {
@@ -121,16 +107,16 @@ func run(c config) error {
 	row("exec true/s, 1 caller", one, one, "/s")
 	row(fmt.Sprintf("exec true/s, %d callers", c.callers), many, one, "/s")
 	fmt.Printf("CPU per exec with %d callers: kibotos up %.2f ms, guest (agent and true) %.2f ms, SDK client %.2f ms\n",
-		c.callers, ms(cpu.host), ms(cpu.guest), ms(cpu.client))
+		c.callers, benchutil.Millis(cpu.host), benchutil.Millis(cpu.guest), benchutil.Millis(cpu.client))
 
 	if c.cli != "" {
 		cli, cliCPU, err := timeCLI(c, ws.ID())
 		if err != nil {
 			return err
 		}
-		row("ws exec -- true p50 (ms), vs SDK p50", ms(pct(cli, 0.5)), ms(pct(rtt, 0.5)), "ms")
-		row("ws exec -- true p99 (ms), vs SDK p99", ms(pct(cli, 0.99)), ms(pct(rtt, 0.99)), "ms")
-		row("ws exec -- true CPU (ms), vs SDK per exec", ms(cliCPU), ms(cpu.client), "ms")
+		row("ws exec -- true p50 (ms), vs SDK p50", benchutil.Millis(benchutil.Quantile(cli, 0.5)), benchutil.Millis(benchutil.Quantile(rtt, 0.5)), "ms")
+		row("ws exec -- true p99 (ms), vs SDK p99", benchutil.Millis(benchutil.Quantile(cli, 0.99)), benchutil.Millis(benchutil.Quantile(rtt, 0.99)), "ms")
+		row("ws exec -- true CPU (ms), vs SDK per exec", benchutil.Millis(cliCPU), benchutil.Millis(cpu.client), "ms")
 		if err := startCPU(c); err != nil {
 			return err
 		}
@@ -138,16 +124,13 @@ func run(c config) error {
 		if err != nil {
 			return err
 		}
-		row("GetWorkspace+IssueSession p50 (ms), vs SDK", ms(pct(saved, 0.5)), ms(pct(rtt, 0.5)), "ms")
+		row("GetWorkspace+IssueSession p50 (ms), vs SDK", benchutil.Millis(benchutil.Quantile(saved, 0.5)), benchutil.Millis(benchutil.Quantile(rtt, 0.5)), "ms")
 	}
 
 	if c.fileMiB > 0 {
 		if err := files(ctx, ws, c); err != nil {
 			return err
 		}
-	}
-	if c.creates > 0 {
-		return createToFirstOutput(ctx, client, c)
 	}
 	return nil
 }
@@ -318,7 +301,7 @@ func startCPU(c config) error {
 	if err != nil {
 		return err
 	}
-	row("CLI start CPU (ms), vs kibotos-server", ms(cli), ms(whole), "ms")
+	row("CLI start CPU (ms), vs kibotos-server", benchutil.Millis(cli), benchutil.Millis(whole), "ms")
 	return nil
 }
 
@@ -385,36 +368,4 @@ func (r *repeat) Read(p []byte) (int, error) {
 	n := copy(p, r.block[r.off:])
 	r.off = (r.off + n) % len(r.block)
 	return n, nil
-}
-
-// createToFirstOutput times CreateWorkspace to the first output of `echo
-// ready`, beside a bare `runc run /bin/echo ready` of the same rootfs.
-func createToFirstOutput(ctx context.Context, client *sdk.Client, c config) error {
-	var first []time.Duration
-	for range c.creates {
-		start := time.Now()
-		w, err := client.CreateWorkspace(ctx, sdk.CreateOptions{MemoryBytes: 128 << 20, DiskBytes: 64 << 20})
-		if err != nil {
-			return err
-		}
-		var out bytes.Buffer
-		if _, err := w.Exec(ctx, []string{"echo", "ready"}, sdk.ExecOptions{Stdout: &out}); err != nil || out.String() != "ready\n" {
-			return errors.Join(fmt.Errorf("first exec: %q", out.String()), err)
-		}
-		first = append(first, time.Since(start))
-		if err := client.DeleteWorkspace(ctx, w.ID()); err != nil {
-			return err
-		}
-	}
-	rootfs, err := benchutil.BaseRootfs(c.home)
-	if err != nil {
-		return err
-	}
-	bare, err := benchutil.BareRunc(rootfs, c.creates, "/bin/echo", "ready")
-	if err != nil {
-		return err
-	}
-	row("create→first exec output p50 (ms)", ms(pct(first, 0.5)), ms(pct(bare, 0.5)), "ms")
-	row("create→first exec output p99 (ms)", ms(pct(first, 0.99)), ms(pct(bare, 0.99)), "ms")
-	return nil
 }

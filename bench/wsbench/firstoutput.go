@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"time"
 
@@ -84,10 +83,10 @@ func firstOutput(ctx context.Context, addr, home string, n, concurrent int) erro
 	if err != nil {
 		return err
 	}
-	p50, p99 := pct(serial, 0.5), pct(serial, 0.99)
+	p50, p99 := benchutil.Quantile(serial, 0.5), benchutil.Quantile(serial, 0.99)
 	fmt.Printf("create→first byte of echo ready, n=%d one after another (%d from the warm pool):\n", n, hits)
-	fmt.Printf("  p50 %6.1f ms  bare runc run p50 %6.1f ms  ratio %.2f\n", ms(p50), ms(pct(bare, 0.5)), ms(p50)/ms(pct(bare, 0.5)))
-	fmt.Printf("  p99 %6.1f ms  bare runc run p99 %6.1f ms  ratio %.2f\n", ms(p99), ms(pct(bare, 0.99)), ms(p99)/ms(pct(bare, 0.99)))
+	fmt.Printf("  p50 %6.1f ms  bare runc run p50 %6.1f ms  ratio %.2f\n", benchutil.Millis(p50), benchutil.Millis(benchutil.Quantile(bare, 0.5)), benchutil.Millis(p50)/benchutil.Millis(benchutil.Quantile(bare, 0.5)))
+	fmt.Printf("  p99 %6.1f ms  bare runc run p99 %6.1f ms  ratio %.2f\n", benchutil.Millis(p99), benchutil.Millis(benchutil.Quantile(bare, 0.99)), benchutil.Millis(p99)/benchutil.Millis(benchutil.Quantile(bare, 0.99)))
 	if concurrent == 0 {
 		return nil
 	}
@@ -109,15 +108,6 @@ func firstOutput(ctx context.Context, addr, home string, n, concurrent int) erro
 		}
 	}
 	fmt.Printf("%d concurrent creates → all first outputs (%d from the warm pool): p50 %.1f ms, p99 %.1f ms; ratio p99 / serial p50 %.2f\n",
-		concurrent, hits, ms(pct(all, 0.5)), ms(pct(all, 0.99)), ms(pct(all, 0.99))/ms(p50))
+		concurrent, hits, benchutil.Millis(benchutil.Quantile(all, 0.5)), benchutil.Millis(benchutil.Quantile(all, 0.99)), benchutil.Millis(benchutil.Quantile(all, 0.99))/benchutil.Millis(p50))
 	return nil
 }
-
-// pct returns the p-th quantile of d.
-func pct(d []time.Duration, p float64) time.Duration {
-	d = slices.Clone(d)
-	slices.Sort(d)
-	return d[min(len(d)-1, int(float64(len(d))*p))]
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -42,10 +42,18 @@ func AdminToken(home string) (string, error) {
 
 // Report prints the p50 and p99 of durations.
 func Report(name string, d []time.Duration) {
-	slices.Sort(d)
-	pct := func(p float64) time.Duration { return d[min(len(d)-1, int(float64(len(d))*p))] }
-	fmt.Printf("%-28s n=%d p50=%v p99=%v\n", name, len(d), pct(0.50).Round(time.Millisecond), pct(0.99).Round(time.Millisecond))
+	fmt.Printf("%-28s n=%d p50=%v p99=%v\n", name, len(d), Quantile(d, 0.50).Round(time.Millisecond), Quantile(d, 0.99).Round(time.Millisecond))
 }
+
+// Quantile returns the p-th quantile (0 to 1) of d, which it leaves as it is.
+func Quantile(d []time.Duration, p float64) time.Duration {
+	d = slices.Clone(d)
+	slices.Sort(d)
+	return d[min(len(d)-1, int(float64(len(d))*p))]
+}
+
+// Millis returns d in milliseconds.
+func Millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // BaseRootfs finds the unpacked layer of the built-in template (one
 // layer, holding bin/busybox).
