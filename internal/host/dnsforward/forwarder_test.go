@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -528,5 +529,56 @@ func TestFitUDP(t *testing.T) {
 	_, small := query(t, "example.test.")
 	if answer := f.Answer(t.Context(), small); !bytes.Equal(FitUDP(small, answer), answer) {
 		t.Error("an answer within 512 bytes was changed")
+	}
+}
+
+// TestFitUDPUncuttable gives FitUDP answers that dns.Msg.Truncate leaves too
+// big: signed with TSIG, or carrying many questions. They are cut to the
+// header and question with the truncated bit.
+func TestFitUDPUncuttable(t *testing.T) {
+	q, plain := query(t, "many.test.")
+	answer := func(edit func(*dns.Msg)) []byte {
+		r := new(dns.Msg).SetReply(q)
+		for i := range 40 {
+			r.Answer = append(r.Answer, &dns.A{
+				Hdr: dns.RR_Header{Name: "many.test.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60},
+				A:   net.IPv4(192, 0, 2, byte(i)),
+			})
+		}
+		edit(r)
+		b, err := r.Pack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for name, edit := range map[string]func(*dns.Msg){
+		"tsig": func(r *dns.Msg) {
+			r.Extra = append(r.Extra, &dns.TSIG{
+				Hdr:       dns.RR_Header{Name: "key.", Rrtype: dns.TypeTSIG, Class: dns.ClassANY},
+				Algorithm: dns.HmacSHA256, TimeSigned: 1, Fudge: 300, OrigId: r.Id,
+			})
+		},
+		"questions": func(r *dns.Msg) {
+			for i := range 40 {
+				r.Question = append(r.Question, dns.Question{Name: fmt.Sprintf("q%d-%s.test.", i, strings.Repeat("x", 20)), Qtype: dns.TypeA, Qclass: dns.ClassINET})
+			}
+			r.Answer = nil
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			whole := answer(edit)
+			if len(whole) <= dns.MinMsgSize {
+				t.Fatalf("answer of %d bytes is too small to test with", len(whole))
+			}
+			cut := FitUDP(plain, whole)
+			if len(cut) > dns.MinMsgSize {
+				t.Fatalf("cut answer has %d bytes, want at most %d", len(cut), dns.MinMsgSize)
+			}
+			reply := unpackReply(t, q, cut, dns.RcodeSuccess)
+			if !reply.Truncated || len(reply.Answer) != 0 || len(reply.Question) != 1 {
+				t.Errorf("cut answer: TC=%v with %d records and %d questions, want TC, none and 1", reply.Truncated, len(reply.Answer), len(reply.Question))
+			}
+		})
 	}
 }

@@ -58,15 +58,24 @@ func FitUDP(query, answer []byte) []byte {
 		// parse (a TSIG whose lengths overflow): never send those.
 		err = new(dns.Msg).Unpack(cut)
 	}
-	if err != nil {
-		// Cut to the header and question instead: the guest, seeing the
-		// truncated bit, asks again over TCP.
-		head := new(dns.Msg)
-		head.SetReply(&q)
-		head.Rcode, head.Truncated = r.Rcode, true
-		if cut, err = head.Pack(); err != nil {
-			return answer
-		}
+	if err == nil && len(cut) <= size {
+		return cut
+	}
+	// Truncate keeps what it cannot cut (every question, the OPT record, an
+	// answer signed with TSIG), so the result may still be too big. Cut to
+	// the header and the query's first question instead: the guest, seeing
+	// the truncated bit, asks again over TCP. A name is at most 255 bytes,
+	// so this fits in 512.
+	head := new(dns.Msg).SetReply(&q)
+	head.Rcode, head.Truncated = r.Rcode, true
+	if opt := q.IsEdns0(); opt != nil {
+		head.SetEdns0(uint16(size), opt.Do())
+	} else if head.Rcode > 0xF {
+		// An extended code needs an OPT record the guest did not ask for.
+		head.Rcode = dns.RcodeServerFailure
+	}
+	if cut, err = head.Pack(); err != nil {
+		return answer
 	}
 	return cut
 }
