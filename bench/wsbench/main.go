@@ -1,7 +1,8 @@
 // Command wsbench measures, against a running `kibotos up`, how long a
 // workspace takes from CreateWorkspace to AVAILABLE (p50, p99 over -n
-// workspaces) side by side with a bare `runc run` of the same rootfs, and
-// how much host memory each idle workspace costs; then (firstoutput.go)
+// workspaces, -parallel at once) side by side with a bare `runc run` of the
+// same rootfs, how much host memory each idle workspace costs and where it
+// goes, and whether every one answers an exec; then (firstoutput.go)
 // CreateWorkspace to the first byte of `echo ready` in it, one after
 // another and -concurrent at once, beside a bare `runc run` printing it.
 //
@@ -15,19 +16,25 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/kibotos/kibotos/bench/internal/benchutil"
+	"github.com/kibotos/kibotos/sdk"
 )
 
 func main() {
 	addr, home := benchutil.DeploymentFlags()
 	n := flag.Int("n", 50, "workspaces to create for create→AVAILABLE and idle density; 0 skips them")
+	parallel := flag.Int("parallel", 1, "creates (and the execs that check the idle workspaces answer) in flight at once for -n; above 1 the create→AVAILABLE row measures a burst, not one create")
+	serverPID := flag.Int("server-pid", 0, "the kibotos-server process of the deployment: its resident memory is reported before and after (0: not reported)")
 	first := flag.Int("first-output", 50, "creates timed to the first output of `echo ready`, one after another; 0 skips them")
 	concurrent := flag.Int("concurrent", 20, "creates at once timed to all first outputs; 0 skips them")
 	benchutil.Main("wsbench", func() error {
 		if *n > 0 {
-			if err := run(*addr, *home, *n); err != nil {
+			if err := run(*addr, *home, *n, max(*parallel, 1), *serverPID); err != nil {
 				return err
 			}
 		}
@@ -38,62 +45,154 @@ func main() {
 	})
 }
 
-func run(addr, home string, n int) error {
+// bareRuns caps the bare `runc run`s timed beside -n creates: enough for
+// a p99, and a thousand would only add minutes.
+const bareRuns = 50
+
+func run(addr, home string, n, parallel, serverPID int) error {
 	w, err := benchutil.Connect(addr, home)
 	if err != nil {
 		return err
 	}
 	ctx := context.Background()
 
-	before, err := memAvailable()
+	before, err := meminfo()
 	if err != nil {
 		return err
 	}
-	var latencies []time.Duration
+	rssBefore := residentMemory(serverPID)
 	defer w.DeleteAll(ctx)
-	for range n {
+	latencies, err := inParallel(n, parallel, "created", func(int) (time.Duration, error) {
 		start := time.Now()
 		id, err := w.Create(ctx)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if err := w.Await(ctx, id, 2*time.Millisecond, benchutil.Available); err != nil {
-			return err
+			return 0, err
 		}
-		latencies = append(latencies, time.Since(start))
-	}
-	time.Sleep(2 * time.Second) // let idle guests settle
-	after, err := memAvailable()
+		return time.Since(start), nil
+	})
 	if err != nil {
 		return err
 	}
+	time.Sleep(2 * time.Second) // let idle guests settle
+	after, err := meminfo()
+	if err != nil {
+		return err
+	}
+	rssAfter := residentMemory(serverPID)
 	charged := benchutil.CgroupSum(w.IDs, "memory", "memory.usage_in_bytes")
 
 	rootfs, err := benchutil.BaseRootfs(home)
 	if err != nil {
 		return err
 	}
-	bare, err := benchutil.BareRunc(rootfs, n, "/bin/true")
+	bare, err := benchutil.BareRunc(rootfs, min(n, bareRuns), "/bin/true")
 	if err != nil {
 		return err
 	}
-	benchutil.Report("kibotos create→AVAILABLE", latencies)
+	execs, err := execEach(ctx, addr, home, w.IDs, parallel)
+	if err != nil {
+		return err
+	}
+	name := "kibotos create→AVAILABLE"
+	if parallel > 1 {
+		name = fmt.Sprintf("kibotos create→AVAILABLE (%d at once)", parallel)
+	}
+	benchutil.Report(name, latencies)
 	benchutil.Report("bare runc run /bin/true", bare)
+	benchutil.Report(fmt.Sprintf("exec true in each of the %d idle", n), execs)
+	perWorkspace := func(b, a uint64) float64 { return (float64(b) - float64(a)) / float64(n) / (1 << 20) }
 	fmt.Printf("idle density: %.2f MiB charged to each idle workspace's memory cgroup; host MemAvailable fell %.2f MiB per workspace (%d workspaces, %d → %d MiB)\n",
-		float64(charged)/float64(n)/(1<<20), float64(int64(before)-int64(after))/float64(n)/(1<<20), n, before>>20, after>>20)
+		float64(charged)/float64(n)/(1<<20), perWorkspace(before["MemAvailable"], after["MemAvailable"]), n, before["MemAvailable"]>>20, after["MemAvailable"]>>20)
+	fmt.Printf("  per workspace, of the kernel's counts: slab %.2f MiB (unreclaimable %.2f), kernel stacks %.2f, page tables %.2f, anonymous %.2f, shmem %.2f MiB\n",
+		perWorkspace(after["Slab"], before["Slab"]), perWorkspace(after["SUnreclaim"], before["SUnreclaim"]), perWorkspace(after["KernelStack"], before["KernelStack"]),
+		perWorkspace(after["PageTables"], before["PageTables"]), perWorkspace(after["AnonPages"], before["AnonPages"]), perWorkspace(after["Shmem"], before["Shmem"]))
+	if serverPID > 0 {
+		fmt.Printf("  kibotos-server resident memory %d → %d MiB: %.2f MiB per workspace\n", rssBefore>>20, rssAfter>>20, perWorkspace(rssAfter, rssBefore))
+	}
 	return nil
 }
 
-func memAvailable() (uint64, error) {
+// inParallel runs do(i) for i in [0, n), parallel at a time, and returns
+// the durations it gives; the first error stops it. what names the work in
+// the progress line printed to stderr every tenth of n.
+func inParallel(n, parallel int, what string, do func(int) (time.Duration, error)) ([]time.Duration, error) {
+	out := make([]time.Duration, n)
+	var g errgroup.Group
+	g.SetLimit(parallel)
+	var done atomic.Int64
+	for i := range n {
+		g.Go(func() (err error) {
+			out[i], err = do(i)
+			if d := done.Add(1); n >= 100 && d%int64(n/10) == 0 {
+				fmt.Fprintf(os.Stderr, "wsbench: %d of %d %s\n", d, n, what)
+			}
+			return err
+		})
+	}
+	return out, g.Wait()
+}
+
+// execEach runs `true` in each workspace through the SDK, parallel at a
+// time, and returns each round trip, session included; one that fails is
+// an error naming the workspace.
+func execEach(ctx context.Context, addr, home string, ids []string, parallel int) ([]time.Duration, error) {
+	token, err := benchutil.AdminToken(home)
+	if err != nil {
+		return nil, err
+	}
+	c := sdk.New("http://"+addr, token)
+	defer c.Close()
+	return inParallel(len(ids), parallel, "answered exec", func(i int) (time.Duration, error) {
+		start := time.Now()
+		ws, err := c.Workspace(ctx, ids[i])
+		if err == nil {
+			_, err = ws.Exec(ctx, []string{"true"}, sdk.ExecOptions{})
+		}
+		if err != nil {
+			return 0, fmt.Errorf("exec true in %s: %w", ids[i], err)
+		}
+		return time.Since(start), nil
+	})
+}
+
+// residentMemory is the resident memory of process pid (VmRSS), or zero
+// when pid is zero or cannot be read.
+func residentMemory(pid int) uint64 {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	_, rest, _ := strings.Cut(string(b), "VmRSS:")
+	line, _, _ := strings.Cut(rest, "\n")
+	return kibibytes(line)
+}
+
+// meminfo reads /proc/meminfo: bytes by field name.
+func meminfo() (map[string]uint64, error) {
 	b, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
+	fields := map[string]uint64{}
 	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
-			kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10, err
+		if name, rest, ok := strings.Cut(line, ":"); ok {
+			fields[name] = kibibytes(rest)
 		}
 	}
-	return 0, fmt.Errorf("no MemAvailable")
+	if _, ok := fields["MemAvailable"]; !ok {
+		return nil, fmt.Errorf("no MemAvailable in /proc/meminfo")
+	}
+	return fields, nil
+}
+
+// kibibytes reads the value " N kB" of a /proc line, in bytes.
+func kibibytes(value string) uint64 {
+	kb, _ := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(value), "kB")), 10, 64)
+	return kb << 10
 }

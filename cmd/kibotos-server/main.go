@@ -265,6 +265,7 @@ type hostFlags struct {
 	volumeSize string
 	tmpfsPct   int
 	warmPool   int
+	overcommit daemon.Overcommit
 	layerSize  string
 	probeEvery time.Duration
 	memory     guestMemoryFlags
@@ -279,6 +280,10 @@ func (f *hostFlags) register(cmd *cobra.Command) {
 		"size of a workspace's /tmp and of its /run, each, in percent of its memory limit (1 to 100)")
 	cmd.Flags().IntVar(&f.warmPool, "warm-pool", agent.DefaultWarmPool,
 		"workspaces the host keeps started ahead of time (slot, writable layer, guest agent) for the latest template and sizes it started fresh, handed out on create; 0 keeps none (0 to 256)")
+	cmd.Flags().Float64Var(&f.overcommit.CPU, "cpu-overcommit", daemon.DefaultOvercommit.CPU,
+		"how many times its cores the host offers as workspaces' CPU quotas: idle workspaces use none (1 to 64)")
+	cmd.Flags().Float64Var(&f.overcommit.Memory, "memory-overcommit", daemon.DefaultOvercommit.Memory,
+		"how many times its memory the host offers as workspaces' memory limits; above 1, for many idle workspaces: if they all use their memory at once the host reclaims and kills (1 to 64)")
 	cmd.Flags().DurationVar(&f.probeEvery, "guest-probe-interval", agent.DefaultGuestProbeInterval,
 		"how often the host probes the guest agent of each running workspace (each probe gives up after 1s)")
 	f.memory.register(cmd)
@@ -305,6 +310,10 @@ func (f *hostFlags) options(o daemon.Options) (daemon.Options, error) {
 		return o, fmt.Errorf("--warm-pool %d: want 0 to %d", f.warmPool, agent.MaxWarmPool)
 	}
 	o.WarmPool = f.warmPool
+	if err := f.overcommit.Check(); err != nil {
+		return o, err
+	}
+	o.Overcommit = f.overcommit
 	if f.probeEvery < 100*time.Millisecond {
 		return o, fmt.Errorf("--guest-probe-interval %s: want at least 100ms", f.probeEvery)
 	}

@@ -68,6 +68,17 @@ func TestUpRefusesTmpfsShare(t *testing.T) {
 	}
 }
 
+// TestUpRefusesOvercommit: an overcommit factor below 1 or above 64 is
+// refused before anything is set up.
+func TestUpRefusesOvercommit(t *testing.T) {
+	for _, c := range [][2]string{
+		{"--cpu-overcommit", "0.5"}, {"--cpu-overcommit", "65"},
+		{"--memory-overcommit", "0"}, {"--memory-overcommit", "-2"}, {"--memory-overcommit", "NaN"},
+	} {
+		expectRefused(t, upCommand, "overcommit "+c[1], c[0], c[1])
+	}
+}
+
 // TestUpRefusesMetricsTokenFile: a metrics token file that is missing or
 // holds no token is refused before anything is set up.
 func TestUpRefusesMetricsTokenFile(t *testing.T) {

@@ -117,6 +117,9 @@ type Options struct {
 	// WarmPool is how many workspaces the host agent keeps started ahead
 	// of time (agent.Config.WarmPool); zero keeps none.
 	WarmPool int
+	// Overcommit is how many times its cores and its memory the host
+	// offers to placement; zero fields are DefaultOvercommit's.
+	Overcommit Overcommit
 	// GuestProbeInterval is how often the host agent probes each running
 	// guest; zero is agent.DefaultGuestProbeInterval.
 	GuestProbeInterval time.Duration

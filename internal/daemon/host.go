@@ -30,11 +30,42 @@ import (
 	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
-// cpuOvercommit is how many times its cores a host offers as CPU quota.
-// CPU is compressible: each workspace's quota caps it, and idle ones use
-// none, so like shared-CPU machines elsewhere the sum may exceed the cores.
-// Memory and disk are never overcommitted.
-const cpuOvercommit = 4
+// Overcommit is how many times its cores and its memory a host offers to
+// placement. Each workspace's own limits still hold (its CPU quota, its
+// memory.max); what is overcommitted is their sum. CPU is compressible:
+// idle workspaces use none, so like shared-CPU machines elsewhere the sum
+// of quotas may exceed the cores. Memory is not: past 1, workspaces that
+// all use their memory at once push the host into reclaim and its OOM
+// killer, so it is for many idle workspaces (density), at the operator's
+// choice. Disk is never overcommitted.
+type Overcommit struct {
+	CPU, Memory float64
+}
+
+// DefaultOvercommit offers four times the cores and exactly the memory.
+var DefaultOvercommit = Overcommit{CPU: 4, Memory: 1}
+
+// MaxOvercommit bounds either factor: past it a host's figures no longer
+// mean anything.
+const MaxOvercommit = 64
+
+// Check refuses factors below 1 (a host offers at least what it has) or
+// above MaxOvercommit.
+func (o Overcommit) Check() error {
+	for _, f := range []struct {
+		name   string
+		factor float64
+	}{{"cpu", o.CPU}, {"memory", o.Memory}} {
+		if !(f.factor >= 1 && f.factor <= MaxOvercommit) {
+			return fmt.Errorf("%s overcommit %g: want 1 to %d", f.name, f.factor, MaxOvercommit)
+		}
+	}
+	return nil
+}
+
+func (o Overcommit) orDefault() Overcommit {
+	return Overcommit{CPU: cmp.Or(o.CPU, DefaultOvercommit.CPU), Memory: cmp.Or(o.Memory, DefaultOvercommit.Memory)}
+}
 
 // DefaultLayerBytes is the writable layer a workspace gets when it asks
 // for none: the host storage profile's default.
@@ -66,7 +97,11 @@ func newHostAgent(o Options, images *imagestore.Store, hc *http.Client, ctrlURL,
 	} else if o.Runtime == oci.Runsc {
 		slog.Warn("runsc does not run sandboxes here: this host does not offer runtime.gvisor", "err", err)
 	}
-	capacity, err := hostCapacity(o.stateDir())
+	over := o.Overcommit.orDefault()
+	if err := over.Check(); err != nil {
+		return nil, err
+	}
+	capacity, err := hostCapacity(o.stateDir(), over)
 	if err != nil {
 		return nil, err
 	}
@@ -197,10 +232,10 @@ func (o Options) guestAgent() (string, error) {
 	return path, nil
 }
 
-// hostCapacity measures what this machine offers: its cores (times
-// cpuOvercommit), the memory the kernel reports, and the free space of the
+// hostCapacity measures what this machine offers: its cores and the memory
+// the kernel reports, each times its overcommit, and the free space of the
 // state directory.
-func hostCapacity(dir string) (*hostv1.HostCapacity, error) {
+func hostCapacity(dir string, over Overcommit) (*hostv1.HostCapacity, error) {
 	mem, err := memTotal()
 	if err != nil {
 		return nil, err
@@ -213,8 +248,8 @@ func hostCapacity(dir string) (*hostv1.HostCapacity, error) {
 		return nil, err
 	}
 	return &hostv1.HostCapacity{
-		CpuMillis:         uint32(goruntime.NumCPU() * 1000 * cpuOvercommit),
-		MemoryBytes:       mem,
+		CpuMillis:         uint32(float64(goruntime.NumCPU()*1000) * over.CPU),
+		MemoryBytes:       uint64(float64(mem) * over.Memory),
 		LayerBytes:        fs.Bavail * uint64(fs.Bsize),
 		DefaultLayerBytes: DefaultLayerBytes,
 	}, nil

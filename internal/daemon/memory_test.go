@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
+
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/daemon"
 	"github.com/kibotos/kibotos/internal/host/psi"
@@ -120,5 +123,47 @@ while [ ! -e /tmp/hog.held ]; do kill -0 $hog || exit 1; sleep 0.1; done; echo $
 	if g := ws.GetGuestObservation(); err != nil || memoryCondition(ws) != ctrlv1.GuestMemoryCondition_GUEST_MEMORY_CONDITION_NORMAL ||
 		g.MemoryKillCount != 0 || g.LatestMemoryKill != nil || g.MemorySaturatedSince != nil {
 		t.Errorf("the workspace under no pressure: %v, %v", g, err)
+	}
+}
+
+// TestMemoryOvercommit: a host started with a memory overcommit of 2
+// places and runs a workspace whose memory limit is one and a half times
+// the machine's memory, with that limit on its cgroup, and refuses one of
+// two and a half times, storing nothing.
+func TestMemoryOvercommit(t *testing.T) {
+	var info unix.Sysinfo_t
+	if err := unix.Sysinfo(&info); err != nil {
+		t.Fatal(err)
+	}
+	total := info.Totalram * uint64(info.Unit)
+	roundMiB := func(n uint64) uint64 { return (n + mib - 1) / mib * mib }
+	d := upWith(t, t.TempDir(), daemon.Options{Overcommit: daemon.Overcommit{CPU: 4, Memory: 2}})
+	defer d.stop()
+
+	big := roundMiB(total * 3 / 2)
+	ws := d.create(&ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{CpuMillis: 100, MemoryBytes: big, WritableLayerBytes: 64 * mib}})
+	ws = d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	if limit := memoryCgroup(ws, "memory.limit_in_bytes"); limit != strconv.FormatUint(big, 10) {
+		t.Errorf("memory limit %s, want %d", limit, big)
+	}
+	if out, err := d.exec(ws, "echo", "ready"); err != nil || out != "ready\n" {
+		t.Errorf("echo ready: %q, %v", out, err)
+	}
+
+	before, err := d.client.ListWorkspaces(t.Context(), connect.NewRequest(&ctrlv1.ListWorkspacesRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.client.CreateWorkspace(t.Context(), connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{Command: cmd(),
+		Spec: &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{CpuMillis: 100, MemoryBytes: roundMiB(total * 5 / 2)}}}))
+	if connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Errorf("a workspace beyond twice the memory: %v, want resource_exhausted", err)
+	}
+	after, err := d.client.ListWorkspaces(t.Context(), connect.NewRequest(&ctrlv1.ListWorkspacesRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after.Msg.Workspaces) != len(before.Msg.Workspaces) {
+		t.Errorf("the refused create left %d workspaces, want %d", len(after.Msg.Workspaces), len(before.Msg.Workspaces))
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -22,7 +23,9 @@ import (
 // the deployment's operator admin, and deletes them all at the end.
 type Workspaces struct {
 	client ctrlv1connect.WorkspaceServiceClient
-	// IDs are the workspaces created so far, in order.
+	mu     sync.Mutex
+	// IDs are the workspaces created so far, in order; Create may be
+	// called from several goroutines, so read it once they are done.
 	IDs []string
 }
 
@@ -48,7 +51,9 @@ func (w *Workspaces) Create(ctx context.Context) (string, error) {
 		return "", err
 	}
 	id := resp.Msg.Workspace.WorkspaceId
+	w.mu.Lock()
 	w.IDs = append(w.IDs, id)
+	w.mu.Unlock()
 	return id, nil
 }
 
