@@ -1,6 +1,6 @@
 // Package resource holds, once, the mechanics every ctrl resource service
 // shares: describing a write to the command layer (Mutation, CommandOf,
-// Run), reading one stored resource (Load) and its stored body
+// Run), reading and storing one resource (Load, Read, Save) and its stored body
 // (EncodeBody, DecodeBody), the CAS edit of one stored resource (Edit),
 // the checks and CAS replacement of labels and annotations (CheckMaps,
 // CheckMapWrite, ReplaceMap), and list pages (ParsePage, ListPage).
@@ -120,6 +120,57 @@ func Load[Row, R any](ctx context.Context, get func(ctx context.Context, project
 		return zero, err
 	}
 	return decode(row)
+}
+
+// Viewer turns a decoded resource into what callers read.
+type Viewer[T, V any] func(ctx context.Context, tx store.Tx, r T) (V, error)
+
+// Read returns one resource of the caller's project as callers read it,
+// in a read-only transaction: load reads it and view presents it. An empty
+// id is invalid_argument naming its field, such as "volume_id".
+func Read[T, V any](ctx context.Context, st store.Store, field, id string,
+	load func(ctx context.Context, tx store.Tx, projectID, id string) (T, error), view Viewer[T, V]) (V, error) {
+	var v V
+	if id == "" {
+		return v, Invalid("%s is required", field)
+	}
+	c, _ := auth.CallerFrom(ctx)
+	err := st.View(ctx, func(tx store.Tx) error {
+		r, err := load(ctx, tx, c.ProjectID, id)
+		if err == nil {
+			v, err = view(ctx, tx, r)
+		}
+		return err
+	})
+	return v, err
+}
+
+// Decoded presents a stored row, as ListPage takes it: decode reads the
+// row and view presents the result.
+func Decoded[Row, T, V any](decode func(Row) (T, error), view Viewer[T, V]) func(context.Context, store.Tx, Row) (V, error) {
+	return func(ctx context.Context, tx store.Tx, row Row) (V, error) {
+		r, err := decode(row)
+		if err != nil {
+			var zero V
+			return zero, err
+		}
+		return view(ctx, tx, r)
+	}
+}
+
+// Save encodes a record with encode, stores the row with update, such as
+// tx.UpdateVolume, and then keeps it in *row, the record's own, so that a
+// later change in the same transaction builds on what is stored.
+func Save[Row any](ctx context.Context, encode func() (Row, error), update func(context.Context, Row) error, row *Row) error {
+	encoded, err := encode()
+	if err != nil {
+		return err
+	}
+	if err := update(ctx, encoded); err != nil {
+		return err
+	}
+	*row = encoded
+	return nil
 }
 
 // Edit runs the write m as the change of one stored resource: inside the
