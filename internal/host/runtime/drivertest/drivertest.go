@@ -84,6 +84,15 @@ func ctxOf(t *testing.T) context.Context {
 	return ctx
 }
 
+// running starts an execution of the spec named name on a new driver.
+func running(t *testing.T, m Machine, name string) (runtime.Driver, runtime.Spec) {
+	t.Helper()
+	d := m.Driver(t)
+	spec := m.Spec(t, name)
+	start(t, d, spec)
+	return d, spec
+}
+
 // start starts spec and waits until its guest answers the probe.
 func start(t *testing.T, d runtime.Driver, spec runtime.Spec) {
 	t.Helper()
@@ -148,9 +157,7 @@ func wantGone(t *testing.T, d runtime.Driver, id string) {
 // NORMAL stop is confirmed and releases it; a second stop succeeds with
 // nothing to confirm.
 func testStartProbeStopNormal(t *testing.T, m Machine) {
-	d := m.Driver(t)
-	spec := m.Spec(t, "normal")
-	start(t, d, spec)
+	d, spec := running(t, m, "normal")
 	st, err := d.Status(ctxOf(t), spec.ID)
 	if err != nil || !st.Running || !st.Ready || st.OOMKilled {
 		t.Errorf("Status of a ready execution = %+v, %v", st, err)
@@ -177,9 +184,7 @@ func testStartProbeStopNormal(t *testing.T, m Machine) {
 // testStopForce: a FORCE stop is never confirmed and releases everything;
 // the layer image starts again.
 func testStopForce(t *testing.T, m Machine) {
-	d := m.Driver(t)
-	spec := m.Spec(t, "force")
-	start(t, d, spec)
+	d, spec := running(t, m, "force")
 	if res := stop(t, m, d, spec, runtime.StopForce); res.Confirmed {
 		t.Error("FORCE stop confirmed")
 	}
@@ -267,9 +272,7 @@ func testCancelledStart(t *testing.T, m Machine) {
 // testStartTwice: a running ID cannot be started again, and the running
 // execution does not suffer.
 func testStartTwice(t *testing.T, m Machine) {
-	d := m.Driver(t)
-	spec := m.Spec(t, "twice")
-	start(t, d, spec)
+	d, spec := running(t, m, "twice")
 	again := m.Spec(t, "twice")
 	if err := d.Start(ctxOf(t), again); err == nil {
 		t.Error("started a running execution again")
@@ -305,9 +308,7 @@ func testLayerInUse(t *testing.T, m Machine) {
 // testInitEnds: Wait returns when init ends on its own; the driver then
 // reports it ended, and Stop, or the next Start of the ID, releases it.
 func testInitEnds(t *testing.T, m Machine) {
-	d := m.Driver(t)
-	spec := m.Spec(t, "ends")
-	start(t, d, spec)
+	d, spec := running(t, m, "ends")
 	type result struct {
 		st  runtime.Status
 		err error
@@ -378,9 +379,7 @@ func testGuestEnds(t *testing.T, m Machine) {
 // testWaitHonoursContext: Wait of a running execution returns the
 // context's error when it ends first.
 func testWaitHonoursContext(t *testing.T, m Machine) {
-	d := m.Driver(t)
-	spec := m.Spec(t, "waitctx")
-	start(t, d, spec)
+	d, spec := running(t, m, "waitctx")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := d.Wait(ctx, spec.ID); !errors.Is(err, context.Canceled) {
@@ -431,9 +430,7 @@ func testRecoverAfterRestart(t *testing.T, m Machine) {
 
 // testSetMemory: a running execution's memory limit changes at once.
 func testSetMemory(t *testing.T, m Machine) {
-	d := m.Driver(t)
-	spec := m.Spec(t, "memory")
-	start(t, d, spec)
+	d, spec := running(t, m, "memory")
 	if err := d.SetMemory(ctxOf(t), spec.ID, spec.MemoryBytes+128<<20); err != nil {
 		t.Errorf("SetMemory: %v", err)
 	}
@@ -642,9 +639,7 @@ func testConcurrent(t *testing.T, m Machine) {
 // nothing to kill; of two processes the one with the larger resident set
 // is killed first and described; the guest agent survives every kill.
 func testKillLargestProcess(t *testing.T, m Machine) {
-	d := m.Driver(t)
-	spec := m.Spec(t, "kill")
-	start(t, d, spec)
+	d, spec := running(t, m, "kill")
 	ctx := ctxOf(t)
 	p, err := d.KillLargestProcess(ctx, spec.ID)
 	if errors.Is(err, errors.ErrUnsupported) {
