@@ -1,9 +1,10 @@
 // Package resource holds, once, the mechanics every ctrl resource service
 // shares: describing a write to the command layer (Mutation, CommandOf,
-// Run), reading and storing one resource (Load, Read, Save) and its stored body
-// (EncodeBody, DecodeBody), the CAS edit of one stored resource (Edit),
-// the checks and CAS replacement of labels and annotations (CheckMaps,
-// CheckMapWrite, ReplaceMap), and list pages (ParsePage, ListPage).
+// Run), reading and storing one resource (Load, Read, Decoded, Save) and
+// its stored body (EncodeBody, DecodeBody), the CAS edit of one stored
+// resource (Edit, EditID), the checks and CAS replacement of labels and
+// annotations (CheckMaps, CheckMapWrite, ReplaceMap), and list pages
+// (ParsePage, ListPage).
 //
 // Every error this package returns is a *connect.Error with its canonical
 // code, or an internal error that the server reports as such.
@@ -211,6 +212,21 @@ func Edit[T any, E any, V any, R proto.Message](ctx context.Context, st store.St
 		return respond(v), nil
 	})
 	return resp, changed && err == nil, err
+}
+
+// EditID is Edit of the resource id, which load reads from the caller's
+// project; an empty id is invalid_argument naming its field, such as
+// "volume_id".
+func EditID[T any, E any, V any, R proto.Message](ctx context.Context, st store.Store, m Mutation[R], field, id string,
+	load func(ctx context.Context, tx store.Tx, projectID, id string) (T, error), encode func(T) (E, error),
+	change func(context.Context, store.Tx, T) error, save func(context.Context, store.Tx, T) error,
+	view Viewer[T, V], respond func(V) R) (resp R, changed bool, err error) {
+	if id == "" {
+		return resp, false, Invalid("%s is required", field)
+	}
+	return Edit(ctx, st, m, func(ctx context.Context, tx store.Tx, projectID string) (T, error) {
+		return load(ctx, tx, projectID, id)
+	}, encode, change, save, view, respond)
 }
 
 // CheckMaps checks the labels and annotations a resource is created with.

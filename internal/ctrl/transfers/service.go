@@ -228,16 +228,8 @@ func (s *Service) List(ctx context.Context, pageSize uint32, token string, selec
 // Delete deletes a Transfer and its artifact: DELETING until the artifact
 // is gone, then DELETED. An export or a restore in progress is refused.
 func Delete[R proto.Message](ctx context.Context, s *Service, w Write[R], id string, respond func(*ctrlv1.Transfer) R) (R, error) {
-	var zero R
-	if id == "" {
-		return zero, invalid("transfer_id is required")
-	}
 	var deleting string
-	resp, changed, err := resource.Edit(ctx, s.Store, w,
-		func(ctx context.Context, tx store.Tx, projectID string) (*Record, error) {
-			return load(ctx, tx, projectID, id)
-		},
-		(*Record).encode,
+	resp, changed, err := resource.EditID(ctx, s.Store, w, "transfer_id", id, load, (*Record).encode,
 		func(ctx context.Context, tx store.Tx, r *Record) error {
 			switch r.T.State {
 			case ctrlv1.TransferState_TRANSFER_STATE_DELETING, ctrlv1.TransferState_TRANSFER_STATE_DELETED:
@@ -251,7 +243,7 @@ func Delete[R proto.Message](ctx context.Context, s *Service, w Write[R], id str
 			deleting = r.T.TransferId
 			return nil
 		},
-		s.save, func(_ context.Context, _ store.Tx, r *Record) (*ctrlv1.Transfer, error) { return r.View(), nil }, respond)
+		s.save, view, respond)
 	if changed {
 		s.changed()
 	}

@@ -186,15 +186,7 @@ func (s *Service) List(ctx context.Context, pageSize uint32, token string, selec
 // edit the record, store it when it changed, and answer with the Volume.
 func mutate[R proto.Message](ctx context.Context, s *Service, w Write[R], id string,
 	change func(ctx context.Context, tx store.Tx, r *Record) error, respond func(*ctrlv1.Volume) R) (R, error) {
-	if id == "" {
-		var zero R
-		return zero, invalid("volume_id is required")
-	}
-	resp, changed, err := resource.Edit(ctx, s.Store, w,
-		func(ctx context.Context, tx store.Tx, projectID string) (*Record, error) {
-			return Load(ctx, tx, projectID, id)
-		},
-		(*Record).encode, change, s.save,
+	resp, changed, err := resource.EditID(ctx, s.Store, w, "volume_id", id, Load, (*Record).encode, change, s.save,
 		func(_ context.Context, _ store.Tx, r *Record) (*ctrlv1.Volume, error) { return r.commandView(), nil }, respond)
 	if changed {
 		s.changed()

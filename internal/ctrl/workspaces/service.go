@@ -60,15 +60,7 @@ func caller(ctx context.Context) auth.Caller {
 // edit the record, store it, and answer with the workspace.
 func mutate[R proto.Message](ctx context.Context, s *Service, w Write[R], id string,
 	change func(ctx context.Context, tx store.Tx, r *record) error, respond func(*ctrlv1.Workspace) R) (R, error) {
-	if id == "" {
-		var zero R
-		return zero, invalid("workspace_id is required")
-	}
-	resp, changed, err := resource.Edit(ctx, s.Store, w,
-		func(ctx context.Context, tx store.Tx, projectID string) (*record, error) {
-			return s.load(ctx, tx, projectID, id)
-		},
-		(*record).encode, change, s.save, present, respond)
+	resp, changed, err := resource.EditID(ctx, s.Store, w, "workspace_id", id, s.load, (*record).encode, change, s.save, present, respond)
 	if changed {
 		s.Changes.Publish(id)
 	}
