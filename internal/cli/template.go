@@ -176,11 +176,7 @@ func templateDeleteCommand(c *conn) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		if c.structured() {
-			return c.writeMessage(cmd.OutOrStdout(), resp)
-		}
-		_, err = fmt.Fprintf(cmd.OutOrStdout(), "deleted template %s\n", args[0])
-		return err
+		return confirm(cmd, c, resp, "deleted template %s", args[0])
 	}
 	return cmd
 }
