@@ -132,6 +132,15 @@ func stop(t *testing.T, m Machine, d runtime.Driver, spec runtime.Spec, mode run
 	return res
 }
 
+// wantAnswers checks that the execution id still answers its probe after
+// what the test did to it or beside it.
+func wantAnswers(t *testing.T, d runtime.Driver, id, after string) {
+	t.Helper()
+	if err := d.Probe(ctxOf(t), id); err != nil {
+		t.Errorf("Probe(%s) %s: %v", id, after, err)
+	}
+}
+
 // wantGone checks that the driver no longer knows id.
 func wantGone(t *testing.T, d runtime.Driver, id string) {
 	t.Helper()
@@ -277,9 +286,7 @@ func testStartTwice(t *testing.T, m Machine) {
 	if err := d.Start(ctxOf(t), again); err == nil {
 		t.Error("started a running execution again")
 	}
-	if err := d.Probe(ctxOf(t), spec.ID); err != nil {
-		t.Errorf("the running execution suffered: %v", err)
-	}
+	wantAnswers(t, d, spec.ID, "after a second Start")
 	stop(t, m, d, spec, runtime.StopNormal)
 	m.AssertReleased(t, again)
 }
@@ -296,9 +303,7 @@ func testLayerInUse(t *testing.T, m Machine) {
 		t.Error("started a second execution on a layer image in use")
 	}
 	wantGone(t, d, two.ID)
-	if err := d.Probe(ctxOf(t), one.ID); err != nil {
-		t.Errorf("the running execution suffered: %v", err)
-	}
+	wantAnswers(t, d, one.ID, "after a second Start on its layer image")
 	stop(t, m, d, one, runtime.StopNormal)
 	// Free once its execution stopped.
 	start(t, d, two)
@@ -385,9 +390,7 @@ func testWaitHonoursContext(t *testing.T, m Machine) {
 	if _, err := d.Wait(ctx, spec.ID); !errors.Is(err, context.Canceled) {
 		t.Errorf("Wait with an ended context: %v, want context.Canceled", err)
 	}
-	if err := d.Probe(ctxOf(t), spec.ID); err != nil {
-		t.Errorf("the execution suffered: %v", err)
-	}
+	wantAnswers(t, d, spec.ID, "after Wait with an ended context")
 	stop(t, m, d, spec, runtime.StopForce)
 }
 
@@ -434,9 +437,7 @@ func testSetMemory(t *testing.T, m Machine) {
 	if err := d.SetMemory(ctxOf(t), spec.ID, spec.MemoryBytes+128<<20); err != nil {
 		t.Errorf("SetMemory: %v", err)
 	}
-	if err := d.Probe(ctxOf(t), spec.ID); err != nil {
-		t.Errorf("after SetMemory: %v", err)
-	}
+	wantAnswers(t, d, spec.ID, "after SetMemory")
 	stop(t, m, d, spec, runtime.StopNormal)
 }
 
@@ -462,9 +463,7 @@ func testVolume(t *testing.T, m Machine) {
 		t.Error("started a second execution on a volume in use")
 	}
 	wantGone(t, d, second.ID)
-	if err := d.Probe(ctx, first.ID); err != nil {
-		t.Errorf("the running execution suffered: %v", err)
-	}
+	wantAnswers(t, d, first.ID, "after a second Start on its volume")
 	if res := stop(t, m, d, first, runtime.StopNormal); !res.Confirmed {
 		t.Error("NORMAL stop with a volume not confirmed")
 	}
@@ -659,9 +658,7 @@ func testKillLargestProcess(t *testing.T, m Machine) {
 		if err != nil || p.PID != want.p.PID || p.Command != want.p.Command || p.RSSBytes < want.bytes {
 			t.Errorf("KillLargestProcess = %+v, %v; want %+v holding at least %d bytes", p, err, want.p, want.bytes)
 		}
-		if err := d.Probe(ctx, spec.ID); err != nil {
-			t.Errorf("the guest agent after a kill: %v", err)
-		}
+		wantAnswers(t, d, spec.ID, "after a kill")
 	}
 	if p, err := d.KillLargestProcess(ctx, spec.ID); !errors.Is(err, runtime.ErrNoProcess) {
 		t.Errorf("KillLargestProcess after both kills = %+v, %v; want ErrNoProcess", p, err)
