@@ -371,3 +371,16 @@ func carrying[Req, Resp any, PResp interface {
 	}
 	return PResp(resp), get(PResp(resp)), nil
 }
+
+// listed runs one List method and returns the page's items and the token of
+// the next page.
+func listed[Req, Resp any, PResp interface {
+	*Resp
+	GetNextPageToken() string
+}, R any](ctx context.Context, method func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error), req *Req, items func(PResp) []R) ([]R, string, error) {
+	resp, err := call(ctx, method, req)
+	if err != nil {
+		return nil, "", err
+	}
+	return items(PResp(resp)), PResp(resp).GetNextPageToken(), nil
+}

@@ -95,11 +95,7 @@ var egresses = kind[egressClient, *ctrlv1.EgressSpec, *ctrlv1.Egress]{
 		return carrying(ctx, cl.GetEgress, &ctrlv1.GetEgressRequest{EgressId: id}, (*ctrlv1.GetEgressResponse).GetEgress)
 	},
 	list: func(ctx context.Context, cl egressClient, q listQuery) ([]*ctrlv1.Egress, string, error) {
-		resp, err := call(ctx, cl.ListEgresses, &ctrlv1.ListEgressesRequest{PageSize: q.pageSize, PageToken: q.pageToken, LabelSelector: q.selector})
-		if err != nil {
-			return nil, "", err
-		}
-		return resp.GetEgresses(), resp.GetNextPageToken(), nil
+		return listed(ctx, cl.ListEgresses, &ctrlv1.ListEgressesRequest{PageSize: q.pageSize, PageToken: q.pageToken, LabelSelector: q.selector}, (*ctrlv1.ListEgressesResponse).GetEgresses)
 	},
 	listResponse: func(items []*ctrlv1.Egress, next string) proto.Message {
 		return &ctrlv1.ListEgressesResponse{Egresses: items, NextPageToken: next}

@@ -103,11 +103,7 @@ func exposureCommand() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		if c.structured() {
-			return c.writeMessage(cmd.OutOrStdout(), resp)
-		}
-		_, err = fmt.Fprintf(cmd.OutOrStdout(), "revoked exposure %s\n", args[0])
-		return err
+		return confirm(cmd, c, resp, "revoked exposure %s", args[0])
 	}
 	cmd.AddCommand(revoke)
 	return cmd

@@ -53,6 +53,16 @@ func show[R any](cmd *cobra.Command, c *conn, resp proto.Message, t table[R], it
 	return t.write(cmd.OutOrStdout(), items, c.output == outputWide)
 }
 
+// confirm prints the response of a call that returns no resource: with -o
+// json or -o yaml the whole message, else one line, format, of what it did.
+func confirm(cmd *cobra.Command, c *conn, resp proto.Message, format string, a ...any) error {
+	if c.structured() {
+		return c.writeMessage(cmd.OutOrStdout(), resp)
+	}
+	_, err := fmt.Fprintf(cmd.OutOrStdout(), format+"\n", a...)
+	return err
+}
+
 // structured reports whether -o asks for a whole message (json or yaml)
 // rather than a table.
 func (c *conn) structured() bool { return c.output == outputJSON || c.output == outputYAML }

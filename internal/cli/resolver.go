@@ -107,11 +107,7 @@ var resolvers = kind[resolverClient, *ctrlv1.ResolverSpec, *ctrlv1.Resolver]{
 		return carrying(ctx, cl.GetResolver, &ctrlv1.GetResolverRequest{ResolverId: id}, (*ctrlv1.GetResolverResponse).GetResolver)
 	},
 	list: func(ctx context.Context, cl resolverClient, q listQuery) ([]*ctrlv1.Resolver, string, error) {
-		resp, err := call(ctx, cl.ListResolvers, &ctrlv1.ListResolversRequest{PageSize: q.pageSize, PageToken: q.pageToken, LabelSelector: q.selector})
-		if err != nil {
-			return nil, "", err
-		}
-		return resp.GetResolvers(), resp.GetNextPageToken(), nil
+		return listed(ctx, cl.ListResolvers, &ctrlv1.ListResolversRequest{PageSize: q.pageSize, PageToken: q.pageToken, LabelSelector: q.selector}, (*ctrlv1.ListResolversResponse).GetResolvers)
 	},
 	listResponse: func(items []*ctrlv1.Resolver, next string) proto.Message {
 		return &ctrlv1.ListResolversResponse{Resolvers: items, NextPageToken: next}

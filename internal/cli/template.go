@@ -176,11 +176,7 @@ func templateDeleteCommand(c *conn) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		if c.structured() {
-			return c.writeMessage(cmd.OutOrStdout(), resp)
-		}
-		_, err = fmt.Fprintf(cmd.OutOrStdout(), "deleted template %s\n", args[0])
-		return err
+		return confirm(cmd, c, resp, "deleted template %s", args[0])
 	}
 	return cmd
 }
@@ -198,8 +194,7 @@ var templates = kind[templateClient, *emptypb.Empty, *ctrlv1.Template]{
 		return carrying(ctx, cl.GetTemplate, &ctrlv1.GetTemplateRequest{TemplateId: id}, (*ctrlv1.GetTemplateResponse).GetTemplate)
 	},
 	list: func(ctx context.Context, cl templateClient, q listQuery) ([]*ctrlv1.Template, string, error) {
-		resp, err := call(ctx, cl.ListTemplates, &ctrlv1.ListTemplatesRequest{PageSize: q.pageSize, PageToken: q.pageToken, LabelSelector: q.selector})
-		return resp.GetTemplates(), resp.GetNextPageToken(), err
+		return listed(ctx, cl.ListTemplates, &ctrlv1.ListTemplatesRequest{PageSize: q.pageSize, PageToken: q.pageToken, LabelSelector: q.selector}, (*ctrlv1.ListTemplatesResponse).GetTemplates)
 	},
 	listResponse: func(items []*ctrlv1.Template, next string) proto.Message {
 		return &ctrlv1.ListTemplatesResponse{Templates: items, NextPageToken: next}

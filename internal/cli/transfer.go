@@ -66,8 +66,7 @@ var transfers = kind[transferClient, *ctrlv1.TransferManifest, *ctrlv1.Transfer]
 		return carrying(ctx, cl.GetTransfer, &ctrlv1.GetTransferRequest{TransferId: id}, (*ctrlv1.GetTransferResponse).GetTransfer)
 	},
 	list: func(ctx context.Context, cl transferClient, q listQuery) ([]*ctrlv1.Transfer, string, error) {
-		resp, err := call(ctx, cl.ListTransfers, &ctrlv1.ListTransfersRequest{PageSize: q.pageSize, PageToken: q.pageToken, LabelSelector: q.selector})
-		return resp.GetTransfers(), resp.GetNextPageToken(), err
+		return listed(ctx, cl.ListTransfers, &ctrlv1.ListTransfersRequest{PageSize: q.pageSize, PageToken: q.pageToken, LabelSelector: q.selector}, (*ctrlv1.ListTransfersResponse).GetTransfers)
 	},
 	listResponse: func(items []*ctrlv1.Transfer, next string) proto.Message {
 		return &ctrlv1.ListTransfersResponse{Transfers: items, NextPageToken: next}

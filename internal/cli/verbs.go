@@ -258,11 +258,7 @@ func (k kind[C, S, R]) deleteCommand(c *conn) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		if c.structured() {
-			return c.writeMessage(cmd.OutOrStdout(), resp)
-		}
-		_, err = fmt.Fprintf(cmd.OutOrStdout(), "deleted %s %s\n", k.name, args[0])
-		return err
+		return confirm(cmd, c, resp, "deleted %s %s", k.name, args[0])
 	}
 	return cmd
 }

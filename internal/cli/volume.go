@@ -304,8 +304,7 @@ var volumes = kind[volumeClient, *ctrlv1.VolumeSpec, *ctrlv1.Volume]{
 		return carrying(ctx, cl.GetVolume, &ctrlv1.GetVolumeRequest{VolumeId: id}, (*ctrlv1.GetVolumeResponse).GetVolume)
 	},
 	list: func(ctx context.Context, cl volumeClient, q listQuery) ([]*ctrlv1.Volume, string, error) {
-		resp, err := call(ctx, cl.ListVolumes, &ctrlv1.ListVolumesRequest{PageSize: q.pageSize, PageToken: q.pageToken, LabelSelector: q.selector})
-		return resp.GetVolumes(), resp.GetNextPageToken(), err
+		return listed(ctx, cl.ListVolumes, &ctrlv1.ListVolumesRequest{PageSize: q.pageSize, PageToken: q.pageToken, LabelSelector: q.selector}, (*ctrlv1.ListVolumesResponse).GetVolumes)
 	},
 	listResponse: func(items []*ctrlv1.Volume, next string) proto.Message {
 		return &ctrlv1.ListVolumesResponse{Volumes: items, NextPageToken: next}

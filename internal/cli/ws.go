@@ -494,8 +494,7 @@ var workspaces = kind[wsClient, *ctrlv1.WorkspaceCreateSpec, *ctrlv1.Workspace]{
 		return carrying(ctx, cl.GetWorkspace, &ctrlv1.GetWorkspaceRequest{WorkspaceId: id}, (*ctrlv1.GetWorkspaceResponse).GetWorkspace)
 	},
 	list: func(ctx context.Context, cl wsClient, q listQuery) ([]*ctrlv1.Workspace, string, error) {
-		resp, err := call(ctx, cl.ListWorkspaces, &ctrlv1.ListWorkspacesRequest{PageSize: q.pageSize, PageToken: q.pageToken, LabelSelector: q.selector})
-		return resp.GetWorkspaces(), resp.GetNextPageToken(), err
+		return listed(ctx, cl.ListWorkspaces, &ctrlv1.ListWorkspacesRequest{PageSize: q.pageSize, PageToken: q.pageToken, LabelSelector: q.selector}, (*ctrlv1.ListWorkspacesResponse).GetWorkspaces)
 	},
 	listResponse: func(items []*ctrlv1.Workspace, next string) proto.Message {
 		return &ctrlv1.ListWorkspacesResponse{Workspaces: items, NextPageToken: next}

@@ -5,15 +5,16 @@
 package api
 
 import (
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/upstreams"
 )
 
 // NewEgressService returns the EgressService handler.
 func NewEgressService(egresses *upstreams.Egresses) *EgressService {
-	return &EgressService{objects: egresses}
+	return &EgressService{kind: upstreamKind[*ctrlv1.EgressSpec, *ctrlv1.Egress]{egresses, toEgress}}
 }
 
 // NewResolverService returns the ResolverService handler.
 func NewResolverService(resolvers *upstreams.Resolvers) *ResolverService {
-	return &ResolverService{objects: resolvers}
+	return &ResolverService{kind: upstreamKind[*ctrlv1.ResolverSpec, *ctrlv1.Resolver]{resolvers, toResolver}}
 }

@@ -15,7 +15,7 @@ import (
 // ResolverService serves kibotos.ctrl.v1.ResolverService.
 type ResolverService struct {
 	ctrlv1connect.UnimplementedResolverServiceHandler
-	objects *upstreams.Resolvers
+	kind upstreamKind[*ctrlv1.ResolverSpec, *ctrlv1.Resolver]
 }
 
 func toResolver(o upstreams.Object[*ctrlv1.ResolverSpec]) *ctrlv1.Resolver {
@@ -28,58 +28,47 @@ func toResolver(o upstreams.Object[*ctrlv1.ResolverSpec]) *ctrlv1.Resolver {
 }
 
 func (s *ResolverService) CreateResolver(ctx context.Context, req *connect.Request[ctrlv1.CreateResolverRequest]) (*connect.Response[ctrlv1.CreateResolverResponse], error) {
-	m := req.Msg
-	return Respond(upstreams.Create(ctx, s.objects, Mutation[*ctrlv1.CreateResolverResponse](req, m.GetCommand()),
-		m.GetSpec(), m.GetLabels(), m.GetAnnotations(),
-		func(o upstreams.Object[*ctrlv1.ResolverSpec]) *ctrlv1.CreateResolverResponse {
-			return &ctrlv1.CreateResolverResponse{Resolver: toResolver(o)}
-		}))
+	return createUpstream(ctx, s.kind, req,
+		func(r *ctrlv1.Resolver) *ctrlv1.CreateResolverResponse {
+			return &ctrlv1.CreateResolverResponse{Resolver: r}
+		})
 }
 
 func (s *ResolverService) GetResolver(ctx context.Context, req *connect.Request[ctrlv1.GetResolverRequest]) (*connect.Response[ctrlv1.GetResolverResponse], error) {
-	o, err := s.objects.Get(ctx, req.Msg.GetResolverId())
-	return Respond(&ctrlv1.GetResolverResponse{Resolver: toResolver(o)}, err)
+	return getUpstream(ctx, s.kind, req.Msg.GetResolverId(),
+		func(r *ctrlv1.Resolver) *ctrlv1.GetResolverResponse { return &ctrlv1.GetResolverResponse{Resolver: r} })
 }
 
 func (s *ResolverService) ListResolvers(ctx context.Context, req *connect.Request[ctrlv1.ListResolversRequest]) (*connect.Response[ctrlv1.ListResolversResponse], error) {
-	m := req.Msg
-	page, err := s.objects.List(ctx, m.GetPageSize(), m.GetPageToken(), m.GetLabelSelector())
-	resp := &ctrlv1.ListResolversResponse{NextPageToken: page.Next}
-	for _, o := range page.Objects {
-		resp.Resolvers = append(resp.Resolvers, toResolver(o))
-	}
-	return Respond(resp, err)
+	return listUpstreams(ctx, s.kind, req.Msg, func(resolvers []*ctrlv1.Resolver, next string) *ctrlv1.ListResolversResponse {
+		return &ctrlv1.ListResolversResponse{Resolvers: resolvers, NextPageToken: next}
+	})
 }
 
 func (s *ResolverService) UpdateResolver(ctx context.Context, req *connect.Request[ctrlv1.UpdateResolverRequest]) (*connect.Response[ctrlv1.UpdateResolverResponse], error) {
-	m := req.Msg
-	return Respond(upstreams.Update(ctx, s.objects, Mutation[*ctrlv1.UpdateResolverResponse](req, m.GetCommand()),
-		m.GetResolverId(), m.GetExpectedRevision(), m.GetSpec(), m.DrainSeconds,
-		func(o upstreams.Object[*ctrlv1.ResolverSpec]) *ctrlv1.UpdateResolverResponse {
-			return &ctrlv1.UpdateResolverResponse{Resolver: toResolver(o)}
-		}))
+	return updateUpstream(ctx, s.kind, req, req.Msg.GetResolverId(), req.Msg.DrainSeconds,
+		func(r *ctrlv1.Resolver) *ctrlv1.UpdateResolverResponse {
+			return &ctrlv1.UpdateResolverResponse{Resolver: r}
+		})
 }
 
 func (s *ResolverService) DeleteResolver(ctx context.Context, req *connect.Request[ctrlv1.DeleteResolverRequest]) (*connect.Response[ctrlv1.DeleteResolverResponse], error) {
-	m := req.Msg
-	return Respond(upstreams.Delete(ctx, s.objects, Mutation[*ctrlv1.DeleteResolverResponse](req, m.GetCommand()),
-		m.GetResolverId(), func() *ctrlv1.DeleteResolverResponse { return &ctrlv1.DeleteResolverResponse{} }))
+	return deleteUpstream(ctx, s.kind, req, req.Msg.GetResolverId(),
+		func() *ctrlv1.DeleteResolverResponse { return &ctrlv1.DeleteResolverResponse{} })
 }
 
 func (s *ResolverService) UpdateResolverLabels(ctx context.Context, req *connect.Request[ctrlv1.UpdateResolverLabelsRequest]) (*connect.Response[ctrlv1.UpdateResolverLabelsResponse], error) {
 	m := req.Msg
-	return Respond(upstreams.UpdateMap(ctx, s.objects, Mutation[*ctrlv1.UpdateResolverLabelsResponse](req, m.GetCommand()),
-		resource.Labels, m.GetResolverId(), m.GetExpectedLabelsRevision(), m.GetLabels(),
-		func(o upstreams.Object[*ctrlv1.ResolverSpec]) *ctrlv1.UpdateResolverLabelsResponse {
-			return &ctrlv1.UpdateResolverLabelsResponse{Resolver: toResolver(o)}
-		}))
+	return updateUpstreamMap(ctx, s.kind, req, resource.Labels, m.GetResolverId(), m.GetExpectedLabelsRevision(), m.GetLabels(),
+		func(r *ctrlv1.Resolver) *ctrlv1.UpdateResolverLabelsResponse {
+			return &ctrlv1.UpdateResolverLabelsResponse{Resolver: r}
+		})
 }
 
 func (s *ResolverService) UpdateResolverAnnotations(ctx context.Context, req *connect.Request[ctrlv1.UpdateResolverAnnotationsRequest]) (*connect.Response[ctrlv1.UpdateResolverAnnotationsResponse], error) {
 	m := req.Msg
-	return Respond(upstreams.UpdateMap(ctx, s.objects, Mutation[*ctrlv1.UpdateResolverAnnotationsResponse](req, m.GetCommand()),
-		resource.Annotations, m.GetResolverId(), m.GetExpectedAnnotationsRevision(), m.GetAnnotations(),
-		func(o upstreams.Object[*ctrlv1.ResolverSpec]) *ctrlv1.UpdateResolverAnnotationsResponse {
-			return &ctrlv1.UpdateResolverAnnotationsResponse{Resolver: toResolver(o)}
-		}))
+	return updateUpstreamMap(ctx, s.kind, req, resource.Annotations, m.GetResolverId(), m.GetExpectedAnnotationsRevision(), m.GetAnnotations(),
+		func(r *ctrlv1.Resolver) *ctrlv1.UpdateResolverAnnotationsResponse {
+			return &ctrlv1.UpdateResolverAnnotationsResponse{Resolver: r}
+		})
 }

@@ -1,9 +1,10 @@
 // Package resource holds, once, the mechanics every ctrl resource service
 // shares: describing a write to the command layer (Mutation, CommandOf,
-// Run), reading one stored resource (Load) and its stored body
-// (EncodeBody, DecodeBody), the CAS edit of one stored resource (Edit),
-// the checks and CAS replacement of labels and annotations (CheckMaps,
-// CheckMapWrite, ReplaceMap), and list pages (ParsePage, ListPage).
+// Run), reading and storing one resource (Load, Read, Decoded, Save) and
+// its stored body (EncodeBody, DecodeBody), the CAS edit of one stored
+// resource (Edit, EditID), the checks and CAS replacement of labels and
+// annotations (CheckMaps, CheckMapWrite, ReplaceMap), and list pages
+// (ParsePage, ListPage).
 //
 // Every error this package returns is a *connect.Error with its canonical
 // code, or an internal error that the server reports as such.
@@ -122,6 +123,57 @@ func Load[Row, R any](ctx context.Context, get func(ctx context.Context, project
 	return decode(row)
 }
 
+// Viewer turns a decoded resource into what callers read.
+type Viewer[T, V any] func(ctx context.Context, tx store.Tx, r T) (V, error)
+
+// Read returns one resource of the caller's project as callers read it,
+// in a read-only transaction: load reads it and view presents it. An empty
+// id is invalid_argument naming its field, such as "volume_id".
+func Read[T, V any](ctx context.Context, st store.Store, field, id string,
+	load func(ctx context.Context, tx store.Tx, projectID, id string) (T, error), view Viewer[T, V]) (V, error) {
+	var v V
+	if id == "" {
+		return v, Invalid("%s is required", field)
+	}
+	c, _ := auth.CallerFrom(ctx)
+	err := st.View(ctx, func(tx store.Tx) error {
+		r, err := load(ctx, tx, c.ProjectID, id)
+		if err == nil {
+			v, err = view(ctx, tx, r)
+		}
+		return err
+	})
+	return v, err
+}
+
+// Decoded presents a stored row, as ListPage takes it: decode reads the
+// row and view presents the result.
+func Decoded[Row, T, V any](decode func(Row) (T, error), view Viewer[T, V]) func(context.Context, store.Tx, Row) (V, error) {
+	return func(ctx context.Context, tx store.Tx, row Row) (V, error) {
+		r, err := decode(row)
+		if err != nil {
+			var zero V
+			return zero, err
+		}
+		return view(ctx, tx, r)
+	}
+}
+
+// Save encodes a record with encode, stores the row with update, such as
+// tx.UpdateVolume, and then keeps it in *row, the record's own, so that a
+// later change in the same transaction builds on what is stored.
+func Save[Row any](ctx context.Context, encode func() (Row, error), update func(context.Context, Row) error, row *Row) error {
+	encoded, err := encode()
+	if err != nil {
+		return err
+	}
+	if err := update(ctx, encoded); err != nil {
+		return err
+	}
+	*row = encoded
+	return nil
+}
+
 // Edit runs the write m as the change of one stored resource: inside the
 // command's transaction load reads it, change edits it, and save stores it
 // when its encoding differs afterwards; view turns it into the response.
@@ -160,6 +212,21 @@ func Edit[T any, E any, V any, R proto.Message](ctx context.Context, st store.St
 		return respond(v), nil
 	})
 	return resp, changed && err == nil, err
+}
+
+// EditID is Edit of the resource id, which load reads from the caller's
+// project; an empty id is invalid_argument naming its field, such as
+// "volume_id".
+func EditID[T any, E any, V any, R proto.Message](ctx context.Context, st store.Store, m Mutation[R], field, id string,
+	load func(ctx context.Context, tx store.Tx, projectID, id string) (T, error), encode func(T) (E, error),
+	change func(context.Context, store.Tx, T) error, save func(context.Context, store.Tx, T) error,
+	view Viewer[T, V], respond func(V) R) (resp R, changed bool, err error) {
+	if id == "" {
+		return resp, false, Invalid("%s is required", field)
+	}
+	return Edit(ctx, st, m, func(ctx context.Context, tx store.Tx, projectID string) (T, error) {
+		return load(ctx, tx, projectID, id)
+	}, encode, change, save, view, respond)
 }
 
 // CheckMaps checks the labels and annotations a resource is created with.

@@ -13,7 +13,6 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/artifact"
-	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/changes"
 	"github.com/kibotos/kibotos/internal/ctrl/ids"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
@@ -90,15 +89,7 @@ func (s *Service) save(ctx context.Context, tx store.Tx, r *Record) error {
 	now := s.Now.UTC()
 	r.T.UpdatedAt = timestamppb.New(now)
 	r.Row.UpdatedAt = now
-	row, err := r.encode()
-	if err != nil {
-		return err
-	}
-	if err := tx.UpdateTransfer(ctx, row); err != nil {
-		return err
-	}
-	r.Row = row
-	return nil
+	return resource.Save(ctx, r.encode, tx.UpdateTransfer, &r.Row)
 }
 
 // create stores a new Transfer in state.
@@ -220,48 +211,25 @@ func Exporting(ctx context.Context, tx store.Tx, projectID, workspaceID, hostID 
 
 // Get returns a Transfer, a DELETED one included.
 func (s *Service) Get(ctx context.Context, id string) (*ctrlv1.Transfer, error) {
-	if id == "" {
-		return nil, invalid("transfer_id is required")
-	}
-	c, _ := auth.CallerFrom(ctx)
-	var t *ctrlv1.Transfer
-	err := s.Store.View(ctx, func(tx store.Tx) error {
-		r, err := load(ctx, tx, c.ProjectID, id)
-		if err == nil {
-			t = r.View()
-		}
-		return err
-	})
-	return t, err
+	return resource.Read(ctx, s.Store, "transfer_id", id, load, view)
 }
+
+// view presents a Transfer as reads return it.
+func view(_ context.Context, _ store.Tx, r *Record) (*ctrlv1.Transfer, error) { return r.View(), nil }
 
 // List returns one page of the Transfers that are not DELETED.
 func (s *Service) List(ctx context.Context, pageSize uint32, token string, selector map[string]string) ([]*ctrlv1.Transfer, string, error) {
 	return resource.ListPage(ctx, s.Store, s.Pages, "transfer", pageSize, token, selector,
 		store.Tx.Transfers,
 		func(t store.Transfer) string { return t.ID },
-		func(_ context.Context, _ store.Tx, row store.Transfer) (*ctrlv1.Transfer, error) {
-			r, err := decode(row)
-			if err != nil {
-				return nil, err
-			}
-			return r.View(), nil
-		})
+		resource.Decoded(decode, view))
 }
 
 // Delete deletes a Transfer and its artifact: DELETING until the artifact
 // is gone, then DELETED. An export or a restore in progress is refused.
 func Delete[R proto.Message](ctx context.Context, s *Service, w Write[R], id string, respond func(*ctrlv1.Transfer) R) (R, error) {
-	var zero R
-	if id == "" {
-		return zero, invalid("transfer_id is required")
-	}
 	var deleting string
-	resp, changed, err := resource.Edit(ctx, s.Store, w,
-		func(ctx context.Context, tx store.Tx, projectID string) (*Record, error) {
-			return load(ctx, tx, projectID, id)
-		},
-		(*Record).encode,
+	resp, changed, err := resource.EditID(ctx, s.Store, w, "transfer_id", id, load, (*Record).encode,
 		func(ctx context.Context, tx store.Tx, r *Record) error {
 			switch r.T.State {
 			case ctrlv1.TransferState_TRANSFER_STATE_DELETING, ctrlv1.TransferState_TRANSFER_STATE_DELETED:
@@ -275,7 +243,7 @@ func Delete[R proto.Message](ctx context.Context, s *Service, w Write[R], id str
 			deleting = r.T.TransferId
 			return nil
 		},
-		s.save, func(_ context.Context, _ store.Tx, r *Record) (*ctrlv1.Transfer, error) { return r.View(), nil }, respond)
+		s.save, view, respond)
 	if changed {
 		s.changed()
 	}

@@ -10,7 +10,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
-	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/changes"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/ids"
@@ -79,15 +78,7 @@ func (s *Service) save(ctx context.Context, tx store.Tx, r *Record) error {
 	now := s.Now.UTC()
 	r.V.UpdatedAt = timestamppb.New(now)
 	r.Row.UpdatedAt = now
-	row, err := r.encode()
-	if err != nil {
-		return err
-	}
-	if err := tx.UpdateVolume(ctx, row); err != nil {
-		return err
-	}
-	r.Row = row
-	return nil
+	return resource.Save(ctx, r.encode, tx.UpdateVolume, &r.Row)
 }
 
 // create stores a new Volume in CREATING on a host that reaches pool.
@@ -177,48 +168,25 @@ func Create[R proto.Message](ctx context.Context, s *Service, w Write[R], spec *
 
 // Get returns a Volume, a DELETED one included.
 func (s *Service) Get(ctx context.Context, id string) (*ctrlv1.Volume, error) {
-	if id == "" {
-		return nil, invalid("volume_id is required")
-	}
-	c, _ := auth.CallerFrom(ctx)
-	var v *ctrlv1.Volume
-	err := s.Store.View(ctx, func(tx store.Tx) error {
-		r, err := Load(ctx, tx, c.ProjectID, id)
-		if err == nil {
-			v = r.View()
-		}
-		return err
-	})
-	return v, err
+	return resource.Read(ctx, s.Store, "volume_id", id, Load, view)
 }
+
+// view presents a Volume as reads return it.
+func view(_ context.Context, _ store.Tx, r *Record) (*ctrlv1.Volume, error) { return r.View(), nil }
 
 // List returns one page of the Volumes that are not DELETED.
 func (s *Service) List(ctx context.Context, pageSize uint32, token string, selector map[string]string) ([]*ctrlv1.Volume, string, error) {
 	return resource.ListPage(ctx, s.Store, s.Pages, "volume", pageSize, token, selector,
 		store.Tx.Volumes,
 		func(v store.Volume) string { return v.ID },
-		func(_ context.Context, _ store.Tx, row store.Volume) (*ctrlv1.Volume, error) {
-			r, err := decode(row)
-			if err != nil {
-				return nil, err
-			}
-			return r.View(), nil
-		})
+		resource.Decoded(decode, view))
 }
 
 // mutate runs one command that changes one Volume: load it, let change
 // edit the record, store it when it changed, and answer with the Volume.
 func mutate[R proto.Message](ctx context.Context, s *Service, w Write[R], id string,
 	change func(ctx context.Context, tx store.Tx, r *Record) error, respond func(*ctrlv1.Volume) R) (R, error) {
-	if id == "" {
-		var zero R
-		return zero, invalid("volume_id is required")
-	}
-	resp, changed, err := resource.Edit(ctx, s.Store, w,
-		func(ctx context.Context, tx store.Tx, projectID string) (*Record, error) {
-			return Load(ctx, tx, projectID, id)
-		},
-		(*Record).encode, change, s.save,
+	resp, changed, err := resource.EditID(ctx, s.Store, w, "volume_id", id, Load, (*Record).encode, change, s.save,
 		func(_ context.Context, _ store.Tx, r *Record) (*ctrlv1.Volume, error) { return r.commandView(), nil }, respond)
 	if changed {
 		s.changed()

@@ -115,20 +115,19 @@ func (r *record) assignment(now time.Time) *hostv1.Assignment {
 // not placed on the host, or of executions that no longer serve their
 // workspace, are ignored.
 func (s *Service) Report(ctx context.Context, hostID string, reports []*hostv1.ExecutionReport, volumeReports []*hostv1.VolumeReport) error {
-	var changed []string
-	err := s.Store.Update(ctx, func(tx store.Tx) error {
-		var err error
-		if changed, err = s.hostSeen(ctx, tx, hostID); err != nil {
-			return err
+	return s.updateAnnouncing(ctx, func(tx store.Tx) ([]string, error) {
+		changed, err := s.hostSeen(ctx, tx, hostID)
+		if err != nil {
+			return changed, err
 		}
 		vols, err := s.Volumes.Report(ctx, tx, hostID, volumeReports)
 		if err != nil {
-			return err
+			return changed, err
 		}
 		changed = append(changed, vols...)
 		rows, err := tx.HostWorkspaces(ctx, hostID)
 		if err != nil {
-			return err
+			return changed, err
 		}
 		byID := resource.ByID(rows, func(row store.Workspace) string { return row.ID })
 		for _, rep := range reports {
@@ -138,7 +137,7 @@ func (s *Service) Report(ctx context.Context, hostID string, reports []*hostv1.E
 			}
 			r, err := decode(row)
 			if err != nil {
-				return err
+				return changed, err
 			}
 			if rep.ExecutionId != executionID(row.ID, r.book.Target, r.book.Attempt) {
 				continue
@@ -146,21 +145,17 @@ func (s *Service) Report(ctx context.Context, hostID string, reports []*hostv1.E
 			before := proto.CloneOf(r.ws)
 			beforeRow := r.row
 			if err := s.apply(ctx, tx, r, rep); err != nil {
-				return err
+				return changed, err
 			}
 			if proto.Equal(before, r.ws) && beforeRow.DeletedAt.Equal(r.row.DeletedAt) && beforeRow.Running == (r.book.Desired == DesiredRunning) {
 				continue
 			}
 			if err := s.save(ctx, tx, r); err != nil {
-				return err
+				return changed, err
 			}
 			byID[row.ID] = r.row
 			changed = append(changed, row.ID)
 		}
-		return nil
+		return changed, nil
 	})
-	for _, id := range changed {
-		s.Changes.Publish(id)
-	}
-	return err
 }

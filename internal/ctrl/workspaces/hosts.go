@@ -71,23 +71,17 @@ func (s *Service) RegisterHost(ctx context.Context, reg *hostv1.RegisterHostRequ
 		return err
 	}
 	c := reg.GetCapacity()
-	var changed []string
-	err = s.Store.Update(ctx, func(tx store.Tx) error {
+	return s.updateAnnouncing(ctx, func(tx store.Tx) ([]string, error) {
 		err := tx.PutHost(ctx, store.Host{ID: reg.HostId, Body: body, CPUMillis: c.GetCpuMillis(),
 			MemoryBytes: c.GetMemoryBytes(), LayerBytes: c.GetLayerBytes(), SeenAt: s.Now.UTC()})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := s.registerLaunches(ctx, tx, reg.HostId, reg.Launches); err != nil {
-			return err
+			return nil, err
 		}
-		changed, err = s.hostSeen(ctx, tx, reg.HostId)
-		return err
+		return s.hostSeen(ctx, tx, reg.HostId)
 	})
-	for _, id := range changed {
-		s.Changes.Publish(id)
-	}
-	return err
 }
 
 // DataPlaneEndpoint returns the data-plane endpoint a host registered;

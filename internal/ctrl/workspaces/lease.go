@@ -28,12 +28,11 @@ func ReportInterval(lease time.Duration) time.Duration { return lease / 3 }
 // what is not LOST yet, so every ctrl replica may run it at once.
 func (s *Service) ExpireLeases(ctx context.Context) error {
 	lease := s.Lease()
-	var changed []string
-	err := s.Store.Update(ctx, func(tx store.Tx) error {
-		changed = changed[:0]
+	return s.updateAnnouncing(ctx, func(tx store.Tx) ([]string, error) {
+		var changed []string
 		hosts, err := tx.Hosts(ctx)
 		if err != nil {
-			return err
+			return changed, err
 		}
 		now := s.Now.UTC()
 		for _, h := range hosts {
@@ -42,16 +41,16 @@ func (s *Service) ExpireLeases(ctx context.Context) error {
 			}
 			h.LostAt = now
 			if err := tx.UpdateHost(ctx, h); err != nil {
-				return err
+				return changed, err
 			}
 			vols, err := s.Volumes.HostLost(ctx, tx, h.ID)
 			if err != nil {
-				return err
+				return changed, err
 			}
 			changed = append(changed, vols...)
 			records, err := decodeAll(tx.HostWorkspaces(ctx, h.ID))
 			if err != nil {
-				return err
+				return changed, err
 			}
 			for _, r := range records {
 				switch r.ws.State {
@@ -64,17 +63,13 @@ func (s *Service) ExpireLeases(ctx context.Context) error {
 				r.ws.GuestObservation = nil
 				deliveryStale(r)
 				if err := s.save(ctx, tx, r); err != nil {
-					return err
+					return changed, err
 				}
 				changed = append(changed, r.row.ID)
 			}
 		}
-		return nil
+		return changed, nil
 	})
-	for _, id := range changed {
-		s.Changes.Publish(id)
-	}
-	return err
 }
 
 // hostSeen records, inside a host's registration or report, that the host

@@ -139,12 +139,11 @@ func UpdateExpiration[R proto.Message](ctx context.Context, s *Service, w Write[
 // STOP stops a running workspace normally, DELETE deletes it; the cause is
 // EXPIRED either way.
 func (s *Service) Expire(ctx context.Context) error {
-	var changed []string
-	err := s.Store.Update(ctx, func(tx store.Tx) error {
-		changed = changed[:0]
+	return s.updateAnnouncing(ctx, func(tx store.Tx) ([]string, error) {
+		var changed []string
 		records, err := decodeAll(tx.ExpiredWorkspaces(ctx, s.Now.UTC(), 100))
 		if err != nil {
-			return err
+			return changed, err
 		}
 		for _, r := range records {
 			if r.ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_UNKNOWN {
@@ -154,7 +153,7 @@ func (s *Service) Expire(ctx context.Context) error {
 			switch r.ws.GetExpiration().GetPolicy().GetAction() {
 			case ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_DELETE:
 				if err := s.beginDelete(ctx, tx, r, ctrlv1.StopCause_STOP_CAUSE_EXPIRED); err != nil {
-					return err
+					return changed, err
 				}
 			default:
 				switch r.ws.State {
@@ -164,14 +163,10 @@ func (s *Service) Expire(ctx context.Context) error {
 				}
 			}
 			if err := s.save(ctx, tx, r); err != nil {
-				return err
+				return changed, err
 			}
 			changed = append(changed, r.row.ID)
 		}
-		return nil
+		return changed, nil
 	})
-	for _, id := range changed {
-		s.Changes.Publish(id)
-	}
-	return err
 }

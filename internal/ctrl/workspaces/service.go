@@ -60,15 +60,7 @@ func caller(ctx context.Context) auth.Caller {
 // edit the record, store it, and answer with the workspace.
 func mutate[R proto.Message](ctx context.Context, s *Service, w Write[R], id string,
 	change func(ctx context.Context, tx store.Tx, r *record) error, respond func(*ctrlv1.Workspace) R) (R, error) {
-	if id == "" {
-		var zero R
-		return zero, invalid("workspace_id is required")
-	}
-	resp, changed, err := resource.Edit(ctx, s.Store, w,
-		func(ctx context.Context, tx store.Tx, projectID string) (*record, error) {
-			return s.load(ctx, tx, projectID, id)
-		},
-		(*record).encode, change, s.save, present, respond)
+	resp, changed, err := resource.EditID(ctx, s.Store, w, "workspace_id", id, s.load, (*record).encode, change, s.save, present, respond)
 	if changed {
 		s.Changes.Publish(id)
 	}
@@ -86,18 +78,28 @@ func (s *Service) save(ctx context.Context, tx store.Tx, r *record) error {
 	now := s.Now.UTC()
 	r.ws.UpdatedAt = timestamppb.New(now)
 	r.row.UpdatedAt = now
-	row, err := r.encode()
-	if err != nil {
+	if err := resource.Save(ctx, r.encode, tx.UpdateWorkspace, &r.row); err != nil {
 		return err
 	}
-	if err := tx.UpdateWorkspace(ctx, row); err != nil {
-		return err
-	}
-	r.row = row // so that a later change in the same transaction builds on this one
 	if err := s.endExposures(ctx, tx, r); err != nil {
 		return err
 	}
 	return s.syncVolume(ctx, tx, r)
+}
+
+// updateAnnouncing runs update in one write transaction, then tells Changes
+// about every workspace or Volume whose ID update returned.
+func (s *Service) updateAnnouncing(ctx context.Context, update func(tx store.Tx) ([]string, error)) error {
+	var changed []string
+	err := s.Store.Update(ctx, func(tx store.Tx) error {
+		var err error
+		changed, err = update(tx)
+		return err
+	})
+	for _, id := range changed {
+		s.Changes.Publish(id)
+	}
+	return err
 }
 
 // precondition is failed_precondition with the workspace's durable state
@@ -133,18 +135,7 @@ func InUse(ctx context.Context, tx store.Tx, projectID, workspaceID, format stri
 
 // Get returns a workspace.
 func (s *Service) Get(ctx context.Context, id string) (*ctrlv1.Workspace, error) {
-	if id == "" {
-		return nil, invalid("workspace_id is required")
-	}
-	var ws *ctrlv1.Workspace
-	err := s.Store.View(ctx, func(tx store.Tx) error {
-		r, err := s.load(ctx, tx, caller(ctx).ProjectID, id)
-		if err == nil {
-			ws, err = present(ctx, tx, r)
-		}
-		return err
-	})
-	return ws, err
+	return resource.Read(ctx, s.Store, "workspace_id", id, s.load, present)
 }
 
 // List returns one page of live workspaces.
@@ -152,13 +143,7 @@ func (s *Service) List(ctx context.Context, pageSize uint32, token string, selec
 	return resource.ListPage(ctx, s.Store, s.Pages, "workspace", pageSize, token, selector,
 		store.Tx.Workspaces,
 		func(w store.Workspace) string { return w.ID },
-		func(ctx context.Context, tx store.Tx, row store.Workspace) (*ctrlv1.Workspace, error) {
-			r, err := decode(row)
-			if err != nil {
-				return nil, err
-			}
-			return present(ctx, tx, r)
-		})
+		resource.Decoded(decode, present))
 }
 
 // UpdateMap replaces the labels or the annotations (field) under CAS on

@@ -84,6 +84,15 @@ func ctxOf(t *testing.T) context.Context {
 	return ctx
 }
 
+// running starts an execution of the spec named name on a new driver.
+func running(t *testing.T, m Machine, name string) (runtime.Driver, runtime.Spec) {
+	t.Helper()
+	d := m.Driver(t)
+	spec := m.Spec(t, name)
+	start(t, d, spec)
+	return d, spec
+}
+
 // start starts spec and waits until its guest answers the probe.
 func start(t *testing.T, d runtime.Driver, spec runtime.Spec) {
 	t.Helper()
@@ -123,6 +132,15 @@ func stop(t *testing.T, m Machine, d runtime.Driver, spec runtime.Spec, mode run
 	return res
 }
 
+// wantAnswers checks that the execution id still answers its probe after
+// what the test did to it or beside it.
+func wantAnswers(t *testing.T, d runtime.Driver, id, after string) {
+	t.Helper()
+	if err := d.Probe(ctxOf(t), id); err != nil {
+		t.Errorf("Probe(%s) %s: %v", id, after, err)
+	}
+}
+
 // wantGone checks that the driver no longer knows id.
 func wantGone(t *testing.T, d runtime.Driver, id string) {
 	t.Helper()
@@ -148,9 +166,7 @@ func wantGone(t *testing.T, d runtime.Driver, id string) {
 // NORMAL stop is confirmed and releases it; a second stop succeeds with
 // nothing to confirm.
 func testStartProbeStopNormal(t *testing.T, m Machine) {
-	d := m.Driver(t)
-	spec := m.Spec(t, "normal")
-	start(t, d, spec)
+	d, spec := running(t, m, "normal")
 	st, err := d.Status(ctxOf(t), spec.ID)
 	if err != nil || !st.Running || !st.Ready || st.OOMKilled {
 		t.Errorf("Status of a ready execution = %+v, %v", st, err)
@@ -177,9 +193,7 @@ func testStartProbeStopNormal(t *testing.T, m Machine) {
 // testStopForce: a FORCE stop is never confirmed and releases everything;
 // the layer image starts again.
 func testStopForce(t *testing.T, m Machine) {
-	d := m.Driver(t)
-	spec := m.Spec(t, "force")
-	start(t, d, spec)
+	d, spec := running(t, m, "force")
 	if res := stop(t, m, d, spec, runtime.StopForce); res.Confirmed {
 		t.Error("FORCE stop confirmed")
 	}
@@ -267,16 +281,12 @@ func testCancelledStart(t *testing.T, m Machine) {
 // testStartTwice: a running ID cannot be started again, and the running
 // execution does not suffer.
 func testStartTwice(t *testing.T, m Machine) {
-	d := m.Driver(t)
-	spec := m.Spec(t, "twice")
-	start(t, d, spec)
+	d, spec := running(t, m, "twice")
 	again := m.Spec(t, "twice")
 	if err := d.Start(ctxOf(t), again); err == nil {
 		t.Error("started a running execution again")
 	}
-	if err := d.Probe(ctxOf(t), spec.ID); err != nil {
-		t.Errorf("the running execution suffered: %v", err)
-	}
+	wantAnswers(t, d, spec.ID, "after a second Start")
 	stop(t, m, d, spec, runtime.StopNormal)
 	m.AssertReleased(t, again)
 }
@@ -293,9 +303,7 @@ func testLayerInUse(t *testing.T, m Machine) {
 		t.Error("started a second execution on a layer image in use")
 	}
 	wantGone(t, d, two.ID)
-	if err := d.Probe(ctxOf(t), one.ID); err != nil {
-		t.Errorf("the running execution suffered: %v", err)
-	}
+	wantAnswers(t, d, one.ID, "after a second Start on its layer image")
 	stop(t, m, d, one, runtime.StopNormal)
 	// Free once its execution stopped.
 	start(t, d, two)
@@ -305,9 +313,7 @@ func testLayerInUse(t *testing.T, m Machine) {
 // testInitEnds: Wait returns when init ends on its own; the driver then
 // reports it ended, and Stop, or the next Start of the ID, releases it.
 func testInitEnds(t *testing.T, m Machine) {
-	d := m.Driver(t)
-	spec := m.Spec(t, "ends")
-	start(t, d, spec)
+	d, spec := running(t, m, "ends")
 	type result struct {
 		st  runtime.Status
 		err error
@@ -378,17 +384,13 @@ func testGuestEnds(t *testing.T, m Machine) {
 // testWaitHonoursContext: Wait of a running execution returns the
 // context's error when it ends first.
 func testWaitHonoursContext(t *testing.T, m Machine) {
-	d := m.Driver(t)
-	spec := m.Spec(t, "waitctx")
-	start(t, d, spec)
+	d, spec := running(t, m, "waitctx")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := d.Wait(ctx, spec.ID); !errors.Is(err, context.Canceled) {
 		t.Errorf("Wait with an ended context: %v, want context.Canceled", err)
 	}
-	if err := d.Probe(ctxOf(t), spec.ID); err != nil {
-		t.Errorf("the execution suffered: %v", err)
-	}
+	wantAnswers(t, d, spec.ID, "after Wait with an ended context")
 	stop(t, m, d, spec, runtime.StopForce)
 }
 
@@ -431,15 +433,11 @@ func testRecoverAfterRestart(t *testing.T, m Machine) {
 
 // testSetMemory: a running execution's memory limit changes at once.
 func testSetMemory(t *testing.T, m Machine) {
-	d := m.Driver(t)
-	spec := m.Spec(t, "memory")
-	start(t, d, spec)
+	d, spec := running(t, m, "memory")
 	if err := d.SetMemory(ctxOf(t), spec.ID, spec.MemoryBytes+128<<20); err != nil {
 		t.Errorf("SetMemory: %v", err)
 	}
-	if err := d.Probe(ctxOf(t), spec.ID); err != nil {
-		t.Errorf("after SetMemory: %v", err)
-	}
+	wantAnswers(t, d, spec.ID, "after SetMemory")
 	stop(t, m, d, spec, runtime.StopNormal)
 }
 
@@ -465,9 +463,7 @@ func testVolume(t *testing.T, m Machine) {
 		t.Error("started a second execution on a volume in use")
 	}
 	wantGone(t, d, second.ID)
-	if err := d.Probe(ctx, first.ID); err != nil {
-		t.Errorf("the running execution suffered: %v", err)
-	}
+	wantAnswers(t, d, first.ID, "after a second Start on its volume")
 	if res := stop(t, m, d, first, runtime.StopNormal); !res.Confirmed {
 		t.Error("NORMAL stop with a volume not confirmed")
 	}
@@ -642,9 +638,7 @@ func testConcurrent(t *testing.T, m Machine) {
 // nothing to kill; of two processes the one with the larger resident set
 // is killed first and described; the guest agent survives every kill.
 func testKillLargestProcess(t *testing.T, m Machine) {
-	d := m.Driver(t)
-	spec := m.Spec(t, "kill")
-	start(t, d, spec)
+	d, spec := running(t, m, "kill")
 	ctx := ctxOf(t)
 	p, err := d.KillLargestProcess(ctx, spec.ID)
 	if errors.Is(err, errors.ErrUnsupported) {
@@ -664,9 +658,7 @@ func testKillLargestProcess(t *testing.T, m Machine) {
 		if err != nil || p.PID != want.p.PID || p.Command != want.p.Command || p.RSSBytes < want.bytes {
 			t.Errorf("KillLargestProcess = %+v, %v; want %+v holding at least %d bytes", p, err, want.p, want.bytes)
 		}
-		if err := d.Probe(ctx, spec.ID); err != nil {
-			t.Errorf("the guest agent after a kill: %v", err)
-		}
+		wantAnswers(t, d, spec.ID, "after a kill")
 	}
 	if p, err := d.KillLargestProcess(ctx, spec.ID); !errors.Is(err, runtime.ErrNoProcess) {
 		t.Errorf("KillLargestProcess after both kills = %+v, %v; want ErrNoProcess", p, err)
