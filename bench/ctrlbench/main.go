@@ -55,6 +55,7 @@ var (
 	watchers = flag.Int("watchers", 1000, "WatchWorkspace streams of the fan-out row")
 	busybox  = flag.String("busybox", "/bin/busybox", "static busybox for the built-in template")
 	profile  = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	memprof  = flag.String("memprofile", "", "write an allocation profile of the whole run to this file")
 	rows     = flag.String("rows", "", "run only the rows whose name matches this regular expression")
 )
 
@@ -68,6 +69,14 @@ func main() {
 		must(err)
 		must(pprof.StartCPUProfile(f))
 		defer pprof.StopCPUProfile()
+	}
+	if *memprof != "" {
+		defer func() {
+			f, err := os.Create(*memprof)
+			must(err)
+			must(pprof.Lookup("allocs").WriteTo(f, 0))
+			must(f.Close())
+		}()
 	}
 	dir, err := os.MkdirTemp("", "ctrlbench")
 	if err != nil {
