@@ -134,7 +134,9 @@ func (c *cachingConn) PrepareContext(ctx context.Context, query string) (driver.
 	return c.conn.PrepareContext(ctx, query)
 }
 
-func (c *cachingConn) Begin() (driver.Tx, error) { return c.BeginTx(context.Background(), driver.TxOptions{}) }
+func (c *cachingConn) Begin() (driver.Tx, error) {
+	return c.BeginTx(context.Background(), driver.TxOptions{})
+}
 
 // BeginTx runs BEGIN through the cache; the transaction's COMMIT and
 // ROLLBACK do too.
