@@ -51,10 +51,12 @@ const hostToken = "ctrlbench-host-token"
 var (
 	pgURL    = flag.String("postgres", "", "PostgreSQL URL of an empty database to measure too")
 	duration = flag.Duration("duration", 3*time.Second, "how long each throughput row runs")
+	warmup   = flag.Duration("warmup", 500*time.Millisecond, "how long each throughput row runs unmeasured first")
 	callers  = flag.Int("callers", 64, "parallel callers of the throughput rows")
 	watchers = flag.Int("watchers", 1000, "WatchWorkspace streams of the fan-out row")
 	busybox  = flag.String("busybox", "/bin/busybox", "static busybox for the built-in template")
 	profile  = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	memprof  = flag.String("memprofile", "", "write an allocation profile of the whole run to this file")
 	rows     = flag.String("rows", "", "run only the rows whose name matches this regular expression")
 )
 
@@ -68,6 +70,14 @@ func main() {
 		must(err)
 		must(pprof.StartCPUProfile(f))
 		defer pprof.StopCPUProfile()
+	}
+	if *memprof != "" {
+		defer func() {
+			f, err := os.Create(*memprof)
+			must(err)
+			must(pprof.Lookup("allocs").WriteTo(f, 0))
+			must(f.Close())
+		}()
 	}
 	dir, err := os.MkdirTemp("", "ctrlbench")
 	if err != nil {
@@ -165,18 +175,30 @@ func run(backend string, st store.Store, dir string, watch bool) {
 }
 
 // throughput runs call from *callers goroutines (caller i passes i) for
-// *duration and prints the rate of successful calls.
+// *warmup, so that every caller has its connections (HTTP and store) open,
+// then for *duration, and prints the rate of successful calls of the
+// latter.
 func (b *bench) throughput(backend, name string, call func(i int) error) {
 	if !selected(name) {
 		return
 	}
+	calls(backend, name, *warmup, call)
+	start, cpu := time.Now(), cpuTime()
+	n := calls(backend, name, *duration, call)
+	elapsed, used := time.Since(start), cpuTime()-cpu
+	fmt.Printf("%-9s %-22s %3d callers  %8.0f /s  %5.0f µs CPU/call  (%d calls in %v)\n", backend, name, *callers,
+		float64(n)/elapsed.Seconds(), float64(used.Microseconds())/float64(n), n, elapsed.Round(time.Millisecond))
+}
+
+// calls runs call from *callers goroutines for d and returns how many
+// succeeded; a failure ends the benchmark.
+func calls(backend, name string, d time.Duration, call func(i int) error) int64 {
 	var (
 		n    atomic.Int64
 		wg   sync.WaitGroup
 		fail atomic.Pointer[error]
 	)
-	deadline := time.Now().Add(*duration)
-	start, cpu := time.Now(), cpuTime()
+	deadline := time.Now().Add(d)
 	for i := range *callers {
 		wg.Add(1)
 		go func() {
@@ -194,9 +216,7 @@ func (b *bench) throughput(backend, name string, call func(i int) error) {
 	if err := fail.Load(); err != nil {
 		log.Fatalf("%s %s: %v", backend, name, *err)
 	}
-	elapsed, used := time.Since(start), cpuTime()-cpu
-	fmt.Printf("%-9s %-22s %3d callers  %8.0f /s  %5.0f µs CPU/call  (%d calls in %v)\n", backend, name, *callers,
-		float64(n.Load())/elapsed.Seconds(), float64(used.Microseconds())/float64(n.Load()), n.Load(), elapsed.Round(time.Millisecond))
+	return n.Load()
 }
 
 // fanOut opens *watchers WatchWorkspace streams on w, changes its labels

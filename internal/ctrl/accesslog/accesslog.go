@@ -49,11 +49,14 @@ func Middleware(h http.Handler) http.Handler {
 	})
 }
 
+// idEncoding is lower-case base32.
+var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567")
+
 // newID returns 16 random characters of lower-case base32.
 func newID() string {
 	var b [10]byte
 	rand.Read(b[:])
-	return base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").EncodeToString(b[:])
+	return idEncoding.EncodeToString(b[:])
 }
 
 // RequestID returns the request id of ctx, or "" outside Middleware.

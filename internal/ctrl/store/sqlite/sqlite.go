@@ -50,9 +50,9 @@ func Open(ctx context.Context, path string) (store.Store, error) {
 			"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)" +
 			"&_pragma=synchronous(FULL)" + extra
 	}
-	write := sql.OpenDB(connector{dsn("&_txlock=immediate")})
+	write := sql.OpenDB(connector{dsn: dsn(""), immediate: true})
 	write.SetMaxOpenConns(1)
-	read := sql.OpenDB(connector{dsn("&_pragma=query_only(1)")})
+	read := sql.OpenDB(connector{dsn: dsn("&_pragma=query_only(1)")})
 	// Opening a connection runs the pragmas and reads the schema, which
 	// costs more than most reads: keep as many idle as there are readers.
 	// The pool is not capped, so a View inside a View never waits.
