@@ -94,22 +94,29 @@ func (d *Driver) KillLargestProcess(ctx context.Context, id string) (runtime.Gue
 // until it has ended; killed is false when it is not p (it ended, or its
 // PID was reused).
 func killPinned(ctx context.Context, pid int, p runtime.GuestProcess, guestNS string) (killed bool, err error) {
-	fd, err := unix.PidfdOpen(pid, 0)
+	pidfd, err := openPidfd(pid)
 	if err != nil {
 		return false, nil
 	}
-	defer unix.Close(fd)
+	defer pidfd.Close()
 	now, ok := readGuestProcess(pid, guestNS)
 	if !ok || now.PID != p.PID || now.Command != p.Command {
 		return false, nil
 	}
-	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil {
+	rc, err := pidfd.SyscallConn()
+	if err != nil {
+		return false, err
+	}
+	if cerr := rc.Control(func(fd uintptr) { err = unix.PidfdSendSignal(int(fd), unix.SIGKILL, nil, 0) }); cerr != nil {
+		err = cerr
+	}
+	if err != nil {
 		if errors.Is(err, unix.ESRCH) {
 			return false, nil
 		}
 		return false, fmt.Errorf("oci: kill %s (pid %d in the guest): %w", p.Command, p.PID, err)
 	}
-	if err := waitPidfd(ctx, fd); err != nil {
+	if err := waitPidfd(ctx, pidfd); err != nil {
 		return true, fmt.Errorf("oci: waiting for %s (pid %d in the guest) to end: %w", p.Command, p.PID, err)
 	}
 	return true, nil

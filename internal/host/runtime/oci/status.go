@@ -1,8 +1,7 @@
 package oci
 
 import (
-	"github.com/kibotos/kibotos/internal/guestabi"
-
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kibotos/kibotos/internal/guestabi"
 	"github.com/kibotos/kibotos/internal/host/runtime"
 )
 
@@ -211,18 +211,18 @@ func (d *Driver) waitStopped(ctx context.Context, id string) error {
 			return nil
 		}
 		if st.Pid > 0 {
-			if fd, err := unix.PidfdOpen(st.Pid, 0); err == nil {
+			if pidfd, err := openPidfd(st.Pid); err == nil {
 				// Is the process behind the pidfd still the container's
 				// init? Then wait on it; else look again.
 				if st2, err := d.state(ctx, id); err == nil && st2.alive() && st2.Pid == st.Pid {
-					err = waitPidfd(ctx, fd)
-					unix.Close(fd)
+					err = waitPidfd(ctx, pidfd)
+					pidfd.Close()
 					if err != nil {
 						return err
 					}
 					continue
 				}
-				unix.Close(fd)
+				pidfd.Close()
 				continue
 			}
 		}
@@ -234,21 +234,41 @@ func (d *Driver) waitStopped(ctx context.Context, id string) error {
 	}
 }
 
-// waitPidfd waits until the process of fd exits or ctx ends.
-func waitPidfd(ctx context.Context, fd int) error {
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, err := unix.Poll(fds, 100)
-		if err != nil && !errors.Is(err, unix.EINTR) {
-			return err
-		}
-		if n > 0 {
-			return nil
-		}
+// openPidfd opens a pidfd of process pid that Go's poller watches: a wait
+// on it holds no thread and wakes only when the process ends, which
+// matters with a thousand idle executions each waited on.
+func openPidfd(pid int) (*os.File, error) {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return nil, err
 	}
+	return os.NewFile(uintptr(fd), "pidfd"), nil
+}
+
+// waitPidfd waits until the process of pidfd (openPidfd) exits or ctx
+// ends.
+func waitPidfd(ctx context.Context, pidfd *os.File) error {
+	rc, err := pidfd.SyscallConn()
+	if err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { pidfd.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+	var pollErr error
+	err = rc.Read(func(fd uintptr) bool {
+		// A pidfd is readable once its process has exited; until then,
+		// returning false parks this goroutine on the poller.
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			pollErr = err
+			return true
+		}
+		return n > 0
+	})
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return cmp.Or(pollErr, err)
 }
 
 // Exec runs args in the running execution id (runc exec) and returns
