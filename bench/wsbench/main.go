@@ -16,10 +16,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/sync/errgroup"
 
 	"github.com/kibotos/kibotos/bench/internal/benchutil"
 	"github.com/kibotos/kibotos/sdk"
@@ -62,7 +61,7 @@ func run(addr, home string, n, parallel, serverPID int) error {
 	}
 	rssBefore := residentMemory(serverPID)
 	defer w.DeleteAll(ctx)
-	latencies, err := inParallel(n, parallel, "created", func(int) (time.Duration, error) {
+	latencies, failed := inParallel(n, parallel, "created", func(int) (time.Duration, error) {
 		start := time.Now()
 		id, err := w.Create(ctx)
 		if err != nil {
@@ -73,9 +72,6 @@ func run(addr, home string, n, parallel, serverPID int) error {
 		}
 		return time.Since(start), nil
 	})
-	if err != nil {
-		return err
-	}
 	time.Sleep(2 * time.Second) // let idle guests settle
 	after, err := meminfo()
 	if err != nil {
@@ -83,6 +79,35 @@ func run(addr, home string, n, parallel, serverPID int) error {
 	}
 	rssAfter := residentMemory(serverPID)
 	charged := benchutil.CgroupSum(w.IDs, "memory", "memory.usage_in_bytes")
+	idle := len(latencies)
+	name := "kibotos create→AVAILABLE"
+	if parallel > 1 {
+		name = fmt.Sprintf("kibotos create→AVAILABLE (%d at once)", parallel)
+	}
+	benchutil.Report(name, latencies)
+	if failed != nil {
+		fmt.Printf("  %d of %d creates failed; the first: %v\n", n-idle, n, failed)
+	}
+	perWorkspace := func(b, a uint64) float64 { return (float64(b) - float64(a)) / float64(idle) / (1 << 20) }
+	fmt.Printf("idle density: %.2f MiB charged to each idle workspace's memory cgroup; host MemAvailable fell %.2f MiB per workspace (%d workspaces, %d → %d MiB)\n",
+		float64(charged)/float64(idle)/(1<<20), perWorkspace(before["MemAvailable"], after["MemAvailable"]), idle, before["MemAvailable"]>>20, after["MemAvailable"]>>20)
+	fmt.Printf("  per workspace, of the kernel's counts: slab %.2f MiB (unreclaimable %.2f), kernel stacks %.2f, page tables %.2f, anonymous %.2f, shmem %.2f MiB\n",
+		perWorkspace(after["Slab"], before["Slab"]), perWorkspace(after["SUnreclaim"], before["SUnreclaim"]), perWorkspace(after["KernelStack"], before["KernelStack"]),
+		perWorkspace(after["PageTables"], before["PageTables"]), perWorkspace(after["AnonPages"], before["AnonPages"]), perWorkspace(after["Shmem"], before["Shmem"]))
+	if serverPID > 0 {
+		fmt.Printf("  kibotos-server resident memory %d → %d MiB: %.2f MiB per workspace\n", rssBefore>>20, rssAfter>>20, perWorkspace(rssAfter, rssBefore))
+	}
+	token, err := benchutil.AdminToken(home)
+	if err != nil {
+		return err
+	}
+	c := sdk.New("http://"+addr, token)
+	defer c.Close()
+	execs, failed := execEach(ctx, c, w.IDs, parallel)
+	benchutil.Report(fmt.Sprintf("exec true in each of the %d idle", len(w.IDs)), execs)
+	if failed != nil {
+		fmt.Printf("  %d of %d did not answer; the first: %v\n", len(w.IDs)-len(execs), len(w.IDs), failed)
+	}
 
 	rootfs, err := benchutil.BaseRootfs(home)
 	if err != nil {
@@ -92,59 +117,48 @@ func run(addr, home string, n, parallel, serverPID int) error {
 	if err != nil {
 		return err
 	}
-	execs, err := execEach(ctx, addr, home, w.IDs, parallel)
-	if err != nil {
-		return err
-	}
-	name := "kibotos create→AVAILABLE"
-	if parallel > 1 {
-		name = fmt.Sprintf("kibotos create→AVAILABLE (%d at once)", parallel)
-	}
-	benchutil.Report(name, latencies)
 	benchutil.Report("bare runc run /bin/true", bare)
-	benchutil.Report(fmt.Sprintf("exec true in each of the %d idle", n), execs)
-	perWorkspace := func(b, a uint64) float64 { return (float64(b) - float64(a)) / float64(n) / (1 << 20) }
-	fmt.Printf("idle density: %.2f MiB charged to each idle workspace's memory cgroup; host MemAvailable fell %.2f MiB per workspace (%d workspaces, %d → %d MiB)\n",
-		float64(charged)/float64(n)/(1<<20), perWorkspace(before["MemAvailable"], after["MemAvailable"]), n, before["MemAvailable"]>>20, after["MemAvailable"]>>20)
-	fmt.Printf("  per workspace, of the kernel's counts: slab %.2f MiB (unreclaimable %.2f), kernel stacks %.2f, page tables %.2f, anonymous %.2f, shmem %.2f MiB\n",
-		perWorkspace(after["Slab"], before["Slab"]), perWorkspace(after["SUnreclaim"], before["SUnreclaim"]), perWorkspace(after["KernelStack"], before["KernelStack"]),
-		perWorkspace(after["PageTables"], before["PageTables"]), perWorkspace(after["AnonPages"], before["AnonPages"]), perWorkspace(after["Shmem"], before["Shmem"]))
-	if serverPID > 0 {
-		fmt.Printf("  kibotos-server resident memory %d → %d MiB: %.2f MiB per workspace\n", rssBefore>>20, rssAfter>>20, perWorkspace(rssAfter, rssBefore))
-	}
 	return nil
 }
 
 // inParallel runs do(i) for i in [0, n), parallel at a time, and returns
-// the durations it gives; the first error stops it. what names the work in
-// the progress line printed to stderr every tenth of n.
+// the durations of those that succeeded and the first error of those that
+// did not. what names the work in the progress line printed to stderr
+// every tenth of n.
 func inParallel(n, parallel int, what string, do func(int) (time.Duration, error)) ([]time.Duration, error) {
-	out := make([]time.Duration, n)
-	var g errgroup.Group
-	g.SetLimit(parallel)
-	var done atomic.Int64
+	var (
+		mu    sync.Mutex
+		out   []time.Duration
+		first error
+		wg    sync.WaitGroup
+		done  atomic.Int64
+	)
+	slots := make(chan struct{}, parallel)
 	for i := range n {
-		g.Go(func() (err error) {
-			out[i], err = do(i)
-			if d := done.Add(1); n >= 100 && d%int64(n/10) == 0 {
-				fmt.Fprintf(os.Stderr, "wsbench: %d of %d %s\n", d, n, what)
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			d, err := do(i)
+			mu.Lock()
+			if err == nil {
+				out = append(out, d)
+			} else if first == nil {
+				first = err
 			}
-			return err
+			mu.Unlock()
+			if k := done.Add(1); n >= 100 && k%int64(n/10) == 0 {
+				fmt.Fprintf(os.Stderr, "wsbench: %d of %d %s\n", k, n, what)
+			}
 		})
 	}
-	return out, g.Wait()
+	wg.Wait()
+	return out, first
 }
 
 // execEach runs `true` in each workspace through the SDK, parallel at a
-// time, and returns each round trip, session included; one that fails is
-// an error naming the workspace.
-func execEach(ctx context.Context, addr, home string, ids []string, parallel int) ([]time.Duration, error) {
-	token, err := benchutil.AdminToken(home)
-	if err != nil {
-		return nil, err
-	}
-	c := sdk.New("http://"+addr, token)
-	defer c.Close()
+// time, and returns each round trip that succeeded (session included) and
+// the first failure, naming its workspace.
+func execEach(ctx context.Context, c *sdk.Client, ids []string, parallel int) ([]time.Duration, error) {
 	return inParallel(len(ids), parallel, "answered exec", func(i int) (time.Duration, error) {
 		start := time.Now()
 		ws, err := c.Workspace(ctx, ids[i])
