@@ -505,15 +505,7 @@ func TestFitUDP(t *testing.T) {
 
 	q, plain := query(t, "many.test.")
 	answer := f.Answer(t.Context(), plain)
-	if len(answer) <= dns.MinMsgSize {
-		t.Fatalf("answer of %d bytes is too small to test with", len(answer))
-	}
-
-	cut := FitUDP(plain, answer)
-	if len(cut) > dns.MinMsgSize {
-		t.Errorf("cut answer has %d bytes, want at most %d", len(cut), dns.MinMsgSize)
-	}
-	reply := unpackReply(t, q, cut, dns.RcodeSuccess)
+	reply := fitPlainUDP(t, q, plain, answer)
 	if !reply.Truncated || len(reply.Answer) == 0 || len(reply.Answer) >= 60 {
 		t.Errorf("cut answer: TC=%v with %d records, want TC and some of 60", reply.Truncated, len(reply.Answer))
 	}
@@ -530,6 +522,21 @@ func TestFitUDP(t *testing.T) {
 	if answer := f.Answer(t.Context(), small); !bytes.Equal(FitUDP(small, answer), answer) {
 		t.Error("an answer within 512 bytes was changed")
 	}
+}
+
+// fitPlainUDP cuts answer, larger than 512 bytes, for plain, the packed
+// query q without EDNS0, checks that the cut fits 512 bytes and answers q,
+// and returns it.
+func fitPlainUDP(t *testing.T, q *dns.Msg, plain, answer []byte) *dns.Msg {
+	t.Helper()
+	if len(answer) <= dns.MinMsgSize {
+		t.Fatalf("answer of %d bytes is too small to test with", len(answer))
+	}
+	cut := FitUDP(plain, answer)
+	if len(cut) > dns.MinMsgSize {
+		t.Errorf("cut answer has %d bytes, want at most %d", len(cut), dns.MinMsgSize)
+	}
+	return unpackReply(t, q, cut, dns.RcodeSuccess)
 }
 
 // TestFitUDPUncuttable gives FitUDP answers that dns.Msg.Truncate leaves too
@@ -567,15 +574,7 @@ func TestFitUDPUncuttable(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			whole := answer(edit)
-			if len(whole) <= dns.MinMsgSize {
-				t.Fatalf("answer of %d bytes is too small to test with", len(whole))
-			}
-			cut := FitUDP(plain, whole)
-			if len(cut) > dns.MinMsgSize {
-				t.Fatalf("cut answer has %d bytes, want at most %d", len(cut), dns.MinMsgSize)
-			}
-			reply := unpackReply(t, q, cut, dns.RcodeSuccess)
+			reply := fitPlainUDP(t, q, plain, answer(edit))
 			if !reply.Truncated || len(reply.Answer) != 0 || len(reply.Question) != 1 {
 				t.Errorf("cut answer: TC=%v with %d records and %d questions, want TC, none and 1", reply.Truncated, len(reply.Answer), len(reply.Question))
 			}
