@@ -80,6 +80,9 @@ func run(addr, home string, n, parallel, serverPID int) error {
 	rssAfter := residentMemory(serverPID)
 	charged := benchutil.CgroupSum(w.IDs, "memory", "memory.usage_in_bytes")
 	idle := len(latencies)
+	if idle == 0 {
+		return fmt.Errorf("no workspace became AVAILABLE: %w", failed)
+	}
 	name := "kibotos create→AVAILABLE"
 	if parallel > 1 {
 		name = fmt.Sprintf("kibotos create→AVAILABLE (%d at once)", parallel)
