@@ -129,9 +129,17 @@ func (s *Store) lastUse(diffHex string) (time.Time, error) {
 }
 
 // markUsed records that Unpack hands out the layer now, unpacked from blob.
-// The caller holds the layer's lock.
+// The caller holds the layer's lock. A mark that names blob already only
+// has its time set, unsynced: every start passes here, and the time need
+// not outlive a crash (a layer an execution uses is kept whatever its time;
+// one no execution uses may go).
 func (s *Store) markUsed(diffHex, blob string) error {
-	return writeFileAtomic(s.blobRefPath(diffHex), []byte(blob+"\n"), s.tmpDir())
+	path := s.blobRefPath(diffHex)
+	if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) == blob {
+		now := time.Now()
+		return os.Chtimes(path, now, now)
+	}
+	return writeFileAtomic(path, []byte(blob+"\n"), s.tmpDir())
 }
 
 // blobRefPath names the blob a layer was unpacked from; its time is the

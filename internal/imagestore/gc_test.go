@@ -118,3 +118,39 @@ func TestGarbageCollection(t *testing.T) {
 		t.Errorf("layers/ holds %d entries, want the live image's 2 layers with their 2 marks each", n)
 	}
 }
+
+// TestUnpackRefreshesUse: each Unpack of a layer already unpacked moves its
+// last use to now, so that a collection with a cutoff before that Unpack
+// spares it though its blob is gone; the mark still names the blob.
+func TestUnpackRefreshesUse(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := must(s.ImportArchive(ctx, bytes.NewReader(writeArchive(t, testImage(t, "amd64", tarLayer(t, fileE("a", "a")))))))(t)
+	if _, err := s.Unpack(ctx, img, nil); err != nil {
+		t.Fatal(err)
+	}
+	layer, _ := parseDigest(img.Layers[0].DiffID)
+	old := time.Now().Add(-2 * time.Hour)
+	if err := os.Chtimes(s.blobRefPath(layer), old, old); err != nil {
+		t.Fatal(err)
+	}
+	cutoff := time.Now().Add(-time.Minute)
+	if _, err := s.Unpack(ctx, img, nil); err != nil {
+		t.Fatal(err)
+	}
+	if used, err := s.lastUse(layer); err != nil || !used.After(cutoff) {
+		t.Fatalf("last use %v (%v) after a second Unpack, want after %v", used, err, cutoff)
+	}
+	if b, err := os.ReadFile(s.blobRefPath(layer)); err != nil || string(b) != img.Layers[0].Digest+"\n" {
+		t.Fatalf("mark %q (%v), want the blob's digest", b, err)
+	}
+	if _, err := s.RemoveBlobs(nil, time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if removed, err := s.RemoveLayers(nil, cutoff); err != nil || len(removed) != 0 {
+		t.Errorf("RemoveLayers removed %v (%v) though Unpack returned it after the cutoff", removed, err)
+	}
+}

@@ -359,6 +359,10 @@ func (p *warmPool) create(ctx context.Context, s *poolShape) (_ *pooled, err err
 	}
 	spec := s.spec
 	spec.ID, spec.LayerImage, spec.Hostname, spec.NetNS = ent.rid, ent.image, ent.rid, path
+	// No CPU quota until Bind sets the workspace's: only the guest agent
+	// runs before, and at a small quota its boot waits out whole CFS
+	// periods (a refill at 0.1 CPU took over 200 ms, most of it throttled).
+	spec.CPUMillis = 0
 	if err := a.driver.Start(ctx, spec); err != nil {
 		return nil, err
 	}

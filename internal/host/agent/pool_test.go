@@ -26,7 +26,8 @@ func (e *reconcilerEnv) awaitPool(t *testing.T, n int) {
 }
 
 // TestWarmPoolBind: the first fresh start of a shape is built and makes
-// the pool fill with that shape; the next one binds an entry (the layer
+// the pool fill with that shape; the next one binds an entry, reported
+// RUNNING and nothing before (the layer
 // image moves to the workspace's path, hostname, limits and policy are the
 // workspace's, the ID that stands for it is the execution's) and the pool
 // refills; a stop releases the entry's runtime ID and namespace and keeps
@@ -42,12 +43,22 @@ func TestWarmPoolBind(t *testing.T) {
 	}
 	e.awaitPool(t, 2)
 	pooled := e.poolIDs()
+	for _, id := range pooled {
+		if spec, _, _ := e.driver.Spec(id); spec.CPUMillis != 0 {
+			t.Errorf("entry %s boots with a CPU quota of %d millicores; the binding sets the workspace's", id, spec.CPUMillis)
+		}
+	}
 
 	as := e.assignment("ws_b", 1, "lay_b")
 	as.Resources.CpuMillis = 250
 	r := e.running(t, as)
 	if r.LayerContinued || r.GetLayerCapacityBytes() != 64<<20 || r.GetNetwork().GetStatus().GetAppliedRevision() != 1 {
 		t.Errorf("RUNNING report of the bound execution: %v", r)
+	}
+	// Its layers were there and it needs no booting: it goes to RUNNING
+	// with no report on the way, each a call to ctrl before AVAILABLE.
+	if got := e.api.states(as.ExecutionId); !slices.Equal(got, []hostv1.ObservedState{hostv1.ObservedState_OBSERVED_STATE_RUNNING}) {
+		t.Errorf("the bound execution reported %v, want RUNNING alone", got)
 	}
 	rid := a.pool.runtimeID(as.ExecutionId)
 	if !slices.Contains(pooled, rid) {

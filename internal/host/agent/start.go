@@ -36,6 +36,9 @@ func (e *execution) start(ctx context.Context, as *hostv1.Assignment) {
 	delivering := &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_DELIVERING}
 	lastSent := time.Time{}
 	layers, err := e.agent.deliver(ctx, as, func(done, total uint64) {
+		if total == 0 {
+			return // every layer was here: nothing to report
+		}
 		delivering.DeliveryBytesDelivered, delivering.DeliveryBytesTotal = done, total
 		if time.Since(lastSent) > 200*time.Millisecond || done == total {
 			lastSent = time.Now()
@@ -46,6 +49,12 @@ func (e *execution) start(ctx context.Context, as *hostv1.Assignment) {
 		fail(ctrlv1.FailureStage_FAILURE_STAGE_CREATING, fmt.Errorf("deliver template %s@%s: %w", as.Template.TemplateId, as.Template.Revision, err))
 		return
 	}
+	path := e.agent.layerPath(as.LayerId)
+	// A warm pool entry is RUNNING at once; it reports no STARTING before,
+	// which would put one more call to ctrl on the way to AVAILABLE.
+	if as.Restore == nil && as.Volume == nil && !exists(path) && e.bindPooled(ctx, as, layers) {
+		return
+	}
 	e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_STARTING})
 	if as.Restore != nil {
 		if err := e.restore(ctx, as); err != nil {
@@ -53,12 +62,7 @@ func (e *execution) start(ctx context.Context, as *hostv1.Assignment) {
 			return
 		}
 	}
-	path := e.agent.layerPath(as.LayerId)
-	_, statErr := os.Stat(path)
-	continued := statErr == nil
-	if !continued && as.Restore == nil && as.Volume == nil && e.bindPooled(ctx, as, layers) {
-		return
-	}
+	continued := exists(path)
 	if err := e.agent.cfg.Layers.CreateLayer(ctx, path, as.Resources.GetWritableLayerBytes()); err != nil {
 		fail(ctrlv1.FailureStage_FAILURE_STAGE_CREATING, fmt.Errorf("writable layer: %w", err))
 		return
@@ -161,6 +165,12 @@ func (e *execution) bindPooled(ctx context.Context, as *hostv1.Assignment, layer
 	e.report(as, e.withNetwork(&hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_RUNNING,
 		LayerCapacityBytes: &capacity}))
 	return true
+}
+
+// exists reports whether something is at path.
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // fail reports that the execution failed at stage.

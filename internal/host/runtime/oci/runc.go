@@ -77,7 +77,23 @@ func (d *Driver) runtime(ctx context.Context, args ...string) ([]byte, error) {
 }
 
 // state returns the runtime's state of id, errNoContainer if it has none.
+// runc's is read from its record (runcStateFromRecord); other runtimes
+// are asked.
 func (d *Driver) state(ctx context.Context, id string) (containerState, error) {
+	if d.name == Runc {
+		if err := ctx.Err(); err != nil {
+			return containerState{}, err
+		}
+		if st, err := runcStateFromRecord(d.rootDir, id); !errors.Is(err, errUnknownRecord) {
+			return st, err
+		}
+	}
+	return d.cliState(ctx, id)
+}
+
+// cliState returns the state of id that the runtime's state command
+// prints.
+func (d *Driver) cliState(ctx context.Context, id string) (containerState, error) {
 	out, err := d.runtime(ctx, "state", id)
 	if err != nil {
 		return containerState{}, err
