@@ -263,11 +263,21 @@ func (d *Driver) Stop(ctx context.Context, id string, mode runtime.StopMode, gra
 			if err := d.kill(ctx, id, "KILL"); err != nil {
 				return runtime.StopResult{}, err
 			}
+			// The runtime's delete of a container whose init has not
+			// ended yet kills it again and polls (runc every 100 ms): wait
+			// for the exit, which the pidfd tells at once.
+			wctx, cancel := context.WithTimeout(ctx, killWait)
+			d.waitStopped(wctx, id)
+			cancel()
 		}
 	}
 	confirmed, err := d.release(ctx, id, normal)
 	return runtime.StopResult{Confirmed: normal && confirmed}, err
 }
+
+// killWait bounds the wait for a killed init to end before its container
+// is deleted; the delete kills what is left.
+const killWait = 5 * time.Second
 
 // stopGuest asks the guest agent to end the guest within grace and waits
 // for its init to exit; if the agent does not answer, it sends SIGUSR2

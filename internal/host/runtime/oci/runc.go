@@ -147,8 +147,13 @@ func (d *Driver) runDetached(ctx context.Context, id, bundle, logPath string) er
 }
 
 // kill signals the container's init; a stopped or unknown container is
-// not an error.
+// not an error. runc's init is signalled directly (signalRuncInit).
 func (d *Driver) kill(ctx context.Context, id, signal string) error {
+	if d.name == Runc {
+		if err := signalRuncInit(d.rootDir, id, signal); !errors.Is(err, errUnknownRecord) {
+			return err
+		}
+	}
 	_, err := d.runtime(ctx, "kill", id, signal)
 	if err != nil && (errors.Is(err, errNoContainer) || strings.Contains(err.Error(), "not running") ||
 		strings.Contains(err.Error(), "process already finished")) {

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // runc's own record of a container, read in place of `runc state`: each
@@ -35,18 +37,11 @@ var errUnknownRecord = errors.New("oci: runc's state record has no init process"
 // would, from runc's state directory root: errNoContainer when runc has
 // no record of it, errUnknownRecord when the record lacks what is read.
 func runcStateFromRecord(root, id string) (containerState, error) {
-	b, err := os.ReadFile(filepath.Join(root, id, "state.json"))
-	if errors.Is(err, fs.ErrNotExist) {
-		return containerState{}, fmt.Errorf("%w: %s", errNoContainer, id)
-	}
+	rec, err := readRuncRecord(root, id)
 	if err != nil {
 		return containerState{}, err
 	}
-	var rec runcRecord
-	if err := json.Unmarshal(b, &rec); err != nil || rec.ID != id || rec.InitPid <= 0 || rec.InitStart == nil {
-		return containerState{}, errUnknownRecord
-	}
-	if !processIs(rec.InitPid, *rec.InitStart) {
+	if !rec.initRuns() {
 		return containerState{ID: id, Status: "stopped"}, nil
 	}
 	status := "running"
@@ -54,6 +49,60 @@ func runcStateFromRecord(root, id string) (containerState, error) {
 		status = "created"
 	}
 	return containerState{ID: id, Pid: rec.InitPid, Status: status}, nil
+}
+
+// readRuncRecord reads runc's record of container id: errNoContainer when
+// there is none, errUnknownRecord when it lacks the init process.
+func readRuncRecord(root, id string) (runcRecord, error) {
+	b, err := os.ReadFile(filepath.Join(root, id, "state.json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return runcRecord{}, fmt.Errorf("%w: %s", errNoContainer, id)
+	}
+	if err != nil {
+		return runcRecord{}, err
+	}
+	var rec runcRecord
+	if err := json.Unmarshal(b, &rec); err != nil || rec.ID != id || rec.InitPid <= 0 || rec.InitStart == nil {
+		return runcRecord{}, errUnknownRecord
+	}
+	return rec, nil
+}
+
+// initRuns reports whether the recorded init process still runs.
+func (r runcRecord) initRuns() bool { return processIs(r.InitPid, *r.InitStart) }
+
+// signalRuncInit sends the signal named signal ("KILL", "USR2") to the
+// init of runc's container id, as `runc kill` does, through a pidfd taken
+// while the recorded process still held the PID. A container runc does
+// not know, or whose init has ended, is not an error; errUnknownRecord
+// (a record or a signal name this does not understand) sends the driver
+// to runc.
+func signalRuncInit(root, id, signal string) error {
+	sig := unix.SignalNum("SIG" + signal)
+	if sig == 0 {
+		return errUnknownRecord
+	}
+	rec, err := readRuncRecord(root, id)
+	if errors.Is(err, errNoContainer) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	fd, err := unix.PidfdOpen(rec.InitPid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return nil
+	} else if err != nil {
+		return errUnknownRecord // no pidfd here: runc signals by PID
+	}
+	defer unix.Close(fd)
+	// Taken before this check, the pidfd is the recorded init's.
+	if !rec.initRuns() {
+		return nil
+	}
+	if err := unix.PidfdSendSignal(fd, sig, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("oci: signalling %s: %w", id, err)
+	}
+	return nil
 }
 
 // processIs reports whether pid is a live process (not a zombie) that

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -101,6 +102,9 @@ func TestRuncStateMatchesRunc(t *testing.T) {
 		t.Fatal(err)
 	}
 	for st, _ := e.d.cliState(ctx, spec.ID); st.alive(); st, _ = e.d.cliState(ctx, spec.ID) {
+		if ctx.Err() != nil {
+			t.Fatal("init still runs after the driver's KILL")
+		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	if st := same("killed"); st.Status != "stopped" {
@@ -110,4 +114,62 @@ func TestRuncStateMatchesRunc(t *testing.T) {
 		t.Fatal(err)
 	}
 	same("deleted")
+}
+
+// TestSignalRuncInit: the signal reaches the process a record names while
+// it runs with the recorded start time; a record whose PID another process
+// holds, or no record, signals nothing and is not an error; a signal name
+// unknown here sends the driver to runc.
+func TestSignalRuncInit(t *testing.T) {
+	root := t.TempDir()
+	sleeper := func() (*exec.Cmd, uint64) {
+		t.Helper()
+		cmd := exec.Command("sleep", "60")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		start, _ := strconv.ParseUint(strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))[19], 10, 64)
+		return cmd, start
+	}
+	record := func(id string, pid int, start uint64) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(root, id), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		body := fmt.Sprintf(`{"id":%q,"init_process_pid":%d,"init_process_start":%d}`, id, pid, start)
+		if err := os.WriteFile(filepath.Join(root, id, "state.json"), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	target, start := sleeper()
+	record("target", target.Process.Pid, start)
+	bystander, bstart := sleeper()
+	record("reused", bystander.Process.Pid, bstart+1)
+
+	if err := signalRuncInit(root, "reused", "KILL"); err != nil {
+		t.Errorf("a PID another process holds: %v", err)
+	}
+	if err := signalRuncInit(root, "missing", "KILL"); err != nil {
+		t.Errorf("no record: %v", err)
+	}
+	if err := signalRuncInit(root, "target", "NOSUCH"); !errors.Is(err, errUnknownRecord) {
+		t.Errorf("an unknown signal name: %v, want errUnknownRecord", err)
+	}
+	if err := signalRuncInit(root, "target", "KILL"); err != nil {
+		t.Fatal(err)
+	}
+	if err := target.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Errorf("the recorded init ended with %v, want killed", err)
+	}
+	if err := signalRuncInit(root, "target", "KILL"); err != nil {
+		t.Errorf("an init that has ended: %v", err)
+	}
+	if !processIs(bystander.Process.Pid, bstart) {
+		t.Error("the process holding a PID of another start time was signalled")
+	}
 }
