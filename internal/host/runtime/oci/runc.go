@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -163,8 +164,16 @@ func (d *Driver) kill(ctx context.Context, id, signal string) error {
 }
 
 // deleteContainer removes the container, killing it if it runs; an
-// unknown container is not an error.
+// unknown container is not an error. runc's record of a container whose
+// init has ended is removed here: runc's delete would remove only that
+// and the cgroups, which release removes; nothing of the container can
+// outlive its init, the first process of its own PID namespace.
 func (d *Driver) deleteContainer(ctx context.Context, id string) error {
+	if d.name == Runc {
+		if rec, err := readRuncRecord(d.rootDir, id); err == nil && !rec.initRuns() {
+			return os.RemoveAll(filepath.Join(d.rootDir, id))
+		}
+	}
 	_, err := d.runtime(ctx, "delete", "--force", id)
 	if errors.Is(err, errNoContainer) {
 		return nil
