@@ -172,7 +172,7 @@ func (e *execution) observe(ctx context.Context, as *hostv1.Assignment) {
 		return
 	}
 	if e.agent.cfg.Driver.Probe(ctx, e.id) == nil {
-		e.watchGuest()
+		e.watchGuest(nil, time.Time{})
 		capacity, _ := e.agent.cfg.Layers.LayerCapacity(e.agent.layerPath(as.LayerId))
 		e.report(as, e.withNetwork(&hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_RUNNING,
 			LayerCapacityBytes: &capacity, LayerContinued: true}))

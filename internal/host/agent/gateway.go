@@ -54,12 +54,12 @@ const guestDialTimeout = 5 * time.Second
 // reason UNAVAILABLE when the execution should run but does not (yet), or
 // its guest agent does not answer.
 //
-// Each call returns a new gateway with its own connections to guests:
-// call it once.
+// Calls reach the guests over the agent's connections to them
+// (guestHTTPClient).
 func (a *Agent) Gateway() http.Handler {
 	g := &gateway{agent: a, errors: connect.NewErrorWriter(), now: time.Now}
 	_, g.metrics = datav1connect.NewMetricsServiceHandler(&metricsService{agent: a, now: time.Now})
-	transport := a.guestTransport()
+	transport := a.guestHTTPClient().Transport
 	proxy := func(buffers httputil.BufferPool) *httputil.ReverseProxy {
 		return &httputil.ReverseProxy{
 			Rewrite:        rewrite,
@@ -273,12 +273,27 @@ func (a *Agent) dataPlaneTarget(workspaceID string, generation uint64) (string, 
 		if as == nil || as.WorkspaceId != workspaceID || as.Generation != generation {
 			continue
 		}
-		last := e.lastReport()
-		running := as.Desired == hostv1.DesiredState_DESIRED_STATE_RUNNING && last != nil &&
-			last.State == hostv1.ObservedState_OBSERVED_STATE_RUNNING && last.Generation == as.Generation
+		running := as.Desired == hostv1.DesiredState_DESIRED_STATE_RUNNING && e.reportedRunning(as.Generation)
 		return id, as, running
 	}
 	return "", nil, false
+}
+
+// warmDataPlane opens the connection to the guest agent of a new
+// execution that the first data-plane call will take, so that this call
+// does not wait for the dial and HTTP/2's greeting (about 1.5 ms here).
+// A request for no service does it: the guest answers 404.
+func (a *Agent) warmDataPlane(ctx context.Context, id string) {
+	ctx, cancel := context.WithTimeout(ctx, guestDialTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+id+"/", nil)
+	if err != nil {
+		return
+	}
+	if res, err := a.guestHTTPClient().Do(req); err == nil {
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+	}
 }
 
 // proxyError answers a call whose guest could not be reached.

@@ -38,14 +38,22 @@ type guestHealth struct {
 // watchGuest probes the guest of the running execution now and then every
 // probeEvery until the execution no longer runs (setRunning ends the
 // watch); each change of what the probe sees is reported at once. Call it
-// once the execution is reported RUNNING; later calls are no-ops.
-func (e *execution) watchGuest() {
+// once the execution is reported RUNNING; later calls are no-ops. first,
+// when not nil, is a check the guest answered at checkedAt (a warm pool
+// entry's, which found it ready): it stands for the probe made now, which
+// would put one more round trip to the guest before the RUNNING report,
+// and the next tick probes again.
+func (e *execution) watchGuest(first *runtime.GuestCheck, checkedAt time.Time) {
 	if e.watching {
 		return
 	}
 	e.watching = true
 	ctx := e.runningCtx
-	e.checkGuest(ctx)
+	if first != nil {
+		e.guestChecked(*first, checkedAt)
+	} else {
+		e.checkGuest(ctx)
+	}
 	go func() {
 		t := time.NewTicker(e.agent.probeEvery)
 		defer t.Stop()

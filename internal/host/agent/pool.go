@@ -70,6 +70,9 @@ type pooled struct {
 	shape *poolShape
 	image string // where its layer image is until it is bound
 	slot  *netslot.Slot
+	// check is the guest's answer that made the entry ready, at checkedAt.
+	check     runtime.GuestCheck
+	checkedAt time.Time
 	// owner is the execution bound to the entry; its slot's changes are
 	// reported through it.
 	owner atomic.Pointer[execution]
@@ -369,9 +372,13 @@ func (p *warmPool) create(ctx context.Context, s *poolShape) (_ *pooled, err err
 	pctx, cancel := context.WithTimeout(ctx, a.readyTimeout)
 	defer cancel()
 	for {
-		err := a.driver.Probe(pctx, ent.rid)
-		if err == nil {
+		c, err := a.driver.CheckGuest(pctx, ent.rid)
+		if err == nil && c.ProbeErr == nil {
+			ent.check, ent.checkedAt = c, time.Now()
 			return ent, nil
+		}
+		if err == nil {
+			err = c.ProbeErr
 		}
 		if pctx.Err() != nil {
 			return nil, fmt.Errorf("guest agent did not answer within %s: %w", a.readyTimeout, err)

@@ -2,10 +2,12 @@ package agent
 
 import (
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -27,7 +29,7 @@ func (e *reconcilerEnv) awaitPool(t *testing.T, n int) {
 
 // TestWarmPoolBind: the first fresh start of a shape is built and makes
 // the pool fill with that shape; the next one binds an entry, reported
-// RUNNING and nothing before (the layer
+// RUNNING and nothing before, with its guest's connection opened (the layer
 // image moves to the workspace's path, hostname, limits and policy are the
 // workspace's, the ID that stands for it is the execution's) and the pool
 // refills; a stop releases the entry's runtime ID and namespace and keeps
@@ -35,6 +37,13 @@ func (e *reconcilerEnv) awaitPool(t *testing.T, n int) {
 func TestWarmPoolBind(t *testing.T) {
 	e := newReconcilerEnv(t)
 	e.cfg.WarmPool = 2
+	var greeted atomic.Int32 // requests for no service: the connection's warm-up
+	e.driver.ServeDataPlane(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/" {
+			greeted.Add(1)
+		}
+		http.NotFound(w, r)
+	}))
 	a, _ := e.runAgent(t, e.driver)
 	first := e.assignment("ws_a", 1, "lay_a")
 	e.running(t, first)
@@ -52,7 +61,8 @@ func TestWarmPoolBind(t *testing.T) {
 	as := e.assignment("ws_b", 1, "lay_b")
 	as.Resources.CpuMillis = 250
 	r := e.running(t, as)
-	if r.LayerContinued || r.GetLayerCapacityBytes() != 64<<20 || r.GetNetwork().GetStatus().GetAppliedRevision() != 1 {
+	if r.LayerContinued || r.GetLayerCapacityBytes() != 64<<20 || r.GetNetwork().GetStatus().GetAppliedRevision() != 1 ||
+		r.GetGuest().GetCondition() != ctrlv1.GuestCondition_GUEST_CONDITION_RESPONDING {
 		t.Errorf("RUNNING report of the bound execution: %v", r)
 	}
 	// Its layers were there and it needs no booting: it goes to RUNNING
@@ -60,6 +70,8 @@ func TestWarmPoolBind(t *testing.T) {
 	if got := e.api.states(as.ExecutionId); !slices.Equal(got, []hostv1.ObservedState{hostv1.ObservedState_OBSERVED_STATE_RUNNING}) {
 		t.Errorf("the bound execution reported %v, want RUNNING alone", got)
 	}
+	// The connection the first data-plane call takes is opened ahead.
+	eventually(t, "the gateway's connection to the bound guest is opened", func() bool { return greeted.Load() == 1 })
 	rid := a.pool.runtimeID(as.ExecutionId)
 	if !slices.Contains(pooled, rid) {
 		t.Fatalf("the execution is served by %q, not by an entry of %v", rid, pooled)

@@ -135,6 +135,15 @@ func (e *execution) lastReport() *hostv1.ExecutionReport {
 	return proto.CloneOf(e.last)
 }
 
+// reportedRunning reports whether the last report about this execution
+// was RUNNING at generation; unlike lastReport it copies nothing, for the
+// gateway's check of every call.
+func (e *execution) reportedRunning(generation uint64) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.last != nil && e.last.State == hostv1.ObservedState_OBSERVED_STATE_RUNNING && e.last.Generation == generation
+}
+
 // report records and sends a report about this execution.
 func (e *execution) report(as *hostv1.Assignment, r *hostv1.ExecutionReport) {
 	e.reportMu.Lock()

@@ -45,8 +45,9 @@ func (a *Agent) DialGuestPort(ctx context.Context, workspaceID string, port uint
 	return conn, err
 }
 
-// guestHTTPClient returns the client of DialGuestPort's calls to guest
-// agents, made on first use.
+// guestHTTPClient returns the client of the host's calls to guest agents
+// (the gateway's and DialGuestPort's: one HTTP/2 connection per guest),
+// made on first use.
 func (a *Agent) guestHTTPClient() *http.Client {
 	a.guestClientOnce.Do(func() {
 		a.guestClient = &http.Client{Transport: a.guestTransport()}

@@ -133,7 +133,7 @@ func (e *execution) boot(ctx context.Context, as *hostv1.Assignment, layers []st
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	e.watchGuest()
+	e.watchGuest(nil, time.Time{})
 	capacity, _ := e.agent.cfg.Layers.LayerCapacity(path)
 	e.report(as, e.withNetwork(&hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_RUNNING,
 		LayerCapacityBytes: &capacity, LayerContinued: continued}))
@@ -160,10 +160,11 @@ func (e *execution) bindPooled(ctx context.Context, as *hostv1.Assignment, layer
 	e.setSlot(ent.slot)
 	e.setRunning(ctx, true)
 	e.memory = b.MemoryBytes
-	e.watchGuest()
+	e.watchGuest(&ent.check, ent.checkedAt)
 	capacity, _ := e.agent.cfg.Layers.LayerCapacity(b.LayerImage)
 	e.report(as, e.withNetwork(&hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_RUNNING,
 		LayerCapacityBytes: &capacity}))
+	go e.agent.warmDataPlane(e.runningCtx, e.id)
 	return true
 }
 

@@ -2,8 +2,11 @@ package oci
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -78,16 +81,16 @@ func TestSeccompProbe(t *testing.T) {
 }
 
 // TestSeccompProfileArchitectures: the profile is an allowlist for the
-// architecture the host runs, amd64 with its 32-bit modes or arm64 with
-// arm, each with its own calls.
+// architecture the host runs alone (amd64 or arm64, none of their 32-bit
+// modes), each with its own calls.
 func TestSeccompProfileArchitectures(t *testing.T) {
 	for _, tc := range []struct {
 		goarch string
 		arches string
 		own    string
 	}{
-		{"amd64", "SCMP_ARCH_X86_64 SCMP_ARCH_X86 SCMP_ARCH_X32", "arch_prctl"},
-		{"arm64", "SCMP_ARCH_AARCH64 SCMP_ARCH_ARM", "set_tls"},
+		{"amd64", "SCMP_ARCH_X86_64", "arch_prctl"},
+		{"arm64", "SCMP_ARCH_AARCH64", "set_tls"},
 	} {
 		p := seccompProfile(tc.goarch)
 		var arches []string
@@ -410,4 +413,59 @@ func TestGuestTmpfsPercent(t *testing.T) {
 			}
 		}
 	}
+}
+
+// int80Program is a static amd64 program that makes the 32-bit system
+// call getpid (int 0x80, eax 20) and exits with its result: the guest's
+// PID when the call goes through.
+func int80Program() []byte {
+	code := []byte{
+		0xb8, 0x14, 0x00, 0x00, 0x00, // mov eax, 20 (getpid of the i386 ABI)
+		0xcd, 0x80, // int 0x80
+		0x89, 0xc7, // mov edi, eax
+		0xb8, 0x3c, 0x00, 0x00, 0x00, // mov eax, 60 (exit)
+		0x0f, 0x05, // syscall
+	}
+	const base, headers = 0x400000, 64 + 56
+	var b bytes.Buffer
+	le := binary.LittleEndian
+	b.Write([]byte{0x7f, 'E', 'L', 'F', 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0})
+	binary.Write(&b, le, struct {
+		Type, Machine                                     uint16
+		Version                                           uint32
+		Entry, Phoff, Shoff                               uint64
+		Flags                                             uint32
+		Ehsize, Phentsize, Phnum, Shentsize, Shnum, Shstr uint16
+	}{2, 62, 1, base + headers, 64, 0, 0, 64, 56, 1, 0, 0, 0})
+	binary.Write(&b, le, struct {
+		Type, Flags                                uint32
+		Offset, Vaddr, Paddr, Filesz, Memsz, Align uint64
+	}{1, 5, 0, base, base, headers + uint64(len(code)), headers + uint64(len(code)), 0x1000})
+	b.Write(code)
+	return b.Bytes()
+}
+
+// TestSeccompRefusesCompatCalls: a system call of the 32-bit ABI made by
+// a guest program does not reach the kernel: the program dies of it or
+// gets an error, never its PID.
+func TestSeccompRefusesCompatCalls(t *testing.T) {
+	e := newEnv(t)
+	layer := filepath.Join(t.TempDir(), "int80")
+	if err := os.MkdirAll(filepath.Join(layer, "usr", "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(layer, "usr", "bin", "int80"), int80Program(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e.layers = append(e.layers, layer)
+	e.start(t, e.spec("int80", e.image(t)))
+	out := e.exec(t, "int80", "sh", "-c", "/usr/bin/int80 & pid=$!; wait $pid; echo rc=$? pid=$pid")
+	var rc, pid int
+	if _, err := fmt.Sscanf(strings.TrimSpace(out[strings.LastIndex(out, "rc="):]), "rc=%d pid=%d", &rc, &pid); err != nil {
+		t.Fatalf("output %q: %v", out, err)
+	}
+	if rc == pid&0xff {
+		t.Fatalf("the 32-bit getpid went through: exit %d, pid %d", rc, pid)
+	}
+	t.Logf("the 32-bit call ended the program with %d", rc)
 }
