@@ -4,13 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
+	"connectrpc.com/connect"
+	"github.com/google/uuid"
+
 	"github.com/kibotos/kibotos/bench/internal/benchutil"
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/sdk"
+	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
 // firstByte is an io.Writer that keeps the time of its first write and
@@ -31,24 +38,74 @@ func (f *firstByte) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// steps are the clients of one create→first byte, as the SDK makes its
+// calls, but timed one by one.
+type steps struct {
+	sdk        *sdk.Client
+	workspaces ctrlv1connect.WorkspaceServiceClient
+	sessions   ctrlv1connect.SessionServiceClient
+}
+
+// phases are when each call of a create→first byte ended, counted from
+// the CreateWorkspace call.
+type phases struct {
+	created, available, session, firstByte time.Duration
+}
+
 // createToFirstByte creates a workspace (the default template, 0.1 CPU, 128 MiB,
-// a 64 MiB layer), runs `echo ready` in it as soon as it is AVAILABLE and
-// returns the time from the CreateWorkspace call to the first byte of its
-// output; pooled reports whether a warm pool entry serves it (home's
-// record of bound executions), read before it is deleted.
-func createToFirstByte(ctx context.Context, c *sdk.Client, home string) (d time.Duration, pooled bool, err error) {
+// a 64 MiB layer), waits for AVAILABLE on WatchWorkspace, issues a
+// session and runs `echo ready` in it, as the SDK's CreateWorkspace and
+// Exec do, and returns when each ended; pooled reports whether a warm
+// pool entry serves it (home's record of bound executions), read before
+// it is deleted.
+func createToFirstByte(ctx context.Context, c steps, home string) (p phases, pooled bool, err error) {
 	start := time.Now()
-	w, err := c.CreateWorkspace(ctx, sdk.CreateOptions{CPUMillis: 100, MemoryBytes: 128 << 20, DiskBytes: 64 << 20})
+	created, err := c.workspaces.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
+		Command: &ctrlv1.CommandMetadata{CommandId: uuid.NewString()},
+		Spec: &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{
+			CpuMillis: 100, MemoryBytes: 128 << 20, WritableLayerBytes: 64 << 20}},
+	}))
 	if err != nil {
-		return 0, false, err
+		return p, false, err
 	}
-	defer func() { err = errors.Join(err, c.DeleteWorkspace(context.WithoutCancel(ctx), w.ID())) }()
+	p.created = time.Since(start)
+	id := created.Msg.GetWorkspace().GetWorkspaceId()
+	defer func() { err = errors.Join(err, c.sdk.DeleteWorkspace(context.WithoutCancel(ctx), id)) }()
+	if err := awaitAvailable(ctx, c.workspaces, id); err != nil {
+		return p, false, err
+	}
+	p.available = time.Since(start)
+	issued, err := c.sessions.IssueSession(ctx, connect.NewRequest(&ctrlv1.IssueSessionRequest{WorkspaceId: id}))
+	if err != nil {
+		return p, false, err
+	}
+	p.session = time.Since(start)
+	w := c.sdk.WorkspaceWithSession(id, &sdk.Session{ID: issued.Msg.GetSessionId(), Token: issued.Msg.GetToken(), Endpoint: issued.Msg.GetEndpoint()})
 	var out firstByte
 	if _, err := w.Exec(ctx, []string{"echo", "ready"}, sdk.ExecOptions{Stdout: &out}); err != nil || string(out.out) != "ready\n" {
-		return 0, false, errors.Join(fmt.Errorf("echo ready printed %q", out.out), err)
+		return p, false, errors.Join(fmt.Errorf("echo ready printed %q", out.out), err)
 	}
-	_, err = os.Stat(filepath.Join(home, "layers", ".pool", "bound", w.ID()+"-1"))
-	return out.at.Sub(start), err == nil, nil
+	p.firstByte = out.at.Sub(start)
+	_, err = os.Stat(filepath.Join(home, "layers", ".pool", "bound", id+"-1"))
+	return p, err == nil, nil
+}
+
+// awaitAvailable follows WatchWorkspace until the workspace is AVAILABLE.
+func awaitAvailable(ctx context.Context, c ctrlv1connect.WorkspaceServiceClient, id string) error {
+	stream, err := c.WatchWorkspace(ctx, connect.NewRequest(&ctrlv1.WatchWorkspaceRequest{WorkspaceId: id}))
+	if err != nil {
+		return err
+	}
+	defer stream.Close()
+	for stream.Receive() {
+		switch st := stream.Msg().GetWorkspace().GetState(); st {
+		case ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE:
+			return nil
+		case ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED, ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED:
+			return fmt.Errorf("workspace %s is %s", id, st)
+		}
+	}
+	return fmt.Errorf("the watch of %s ended: %v", id, stream.Err())
 }
 
 // firstOutput prints create→first byte of `echo ready`, p50 and p99 over
@@ -61,18 +118,23 @@ func firstOutput(ctx context.Context, addr, home string, n, concurrent int) erro
 	if err != nil {
 		return err
 	}
-	c := sdk.New("http://"+addr, token)
-	defer c.Close()
+	client := sdk.New("http://"+addr, token)
+	defer client.Close()
+	auth := connect.WithInterceptors(bearer.Token(token))
+	c := steps{sdk: client, workspaces: ctrlv1connect.NewWorkspaceServiceClient(http.DefaultClient, "http://"+addr, auth),
+		sessions: ctrlv1connect.NewSessionServiceClient(http.DefaultClient, "http://"+addr, auth)}
 	var serial []time.Duration
+	var pooledPhases []phases
 	hits := 0
 	for range n {
-		d, pooled, err := createToFirstByte(ctx, c, home)
+		p, pooled, err := createToFirstByte(ctx, c, home)
 		if err != nil {
 			return err
 		}
-		serial = append(serial, d)
+		serial = append(serial, p.firstByte)
 		if pooled {
 			hits++
+			pooledPhases = append(pooledPhases, p)
 		}
 	}
 	rootfs, err := benchutil.BaseRootfs(home)
@@ -87,6 +149,20 @@ func firstOutput(ctx context.Context, addr, home string, n, concurrent int) erro
 	fmt.Printf("create→first byte of echo ready, n=%d one after another (%d from the warm pool):\n", n, hits)
 	fmt.Printf("  p50 %6.1f ms  bare runc run p50 %6.1f ms  ratio %.2f\n", benchutil.Millis(p50), benchutil.Millis(benchutil.Quantile(bare, 0.5)), benchutil.Millis(p50)/benchutil.Millis(benchutil.Quantile(bare, 0.5)))
 	fmt.Printf("  p99 %6.1f ms  bare runc run p99 %6.1f ms  ratio %.2f\n", benchutil.Millis(p99), benchutil.Millis(benchutil.Quantile(bare, 0.99)), benchutil.Millis(p99)/benchutil.Millis(benchutil.Quantile(bare, 0.99)))
+	if len(pooledPhases) > 0 {
+		step := func(f func(phases) time.Duration) float64 {
+			var d []time.Duration
+			for _, p := range pooledPhases {
+				d = append(d, f(p))
+			}
+			return benchutil.Millis(benchutil.Quantile(d, 0.5))
+		}
+		fmt.Printf("  from the warm pool, p50 of each step: create answered %.1f ms, AVAILABLE seen +%.1f, session issued +%.1f, first byte +%.1f\n",
+			step(func(p phases) time.Duration { return p.created }),
+			step(func(p phases) time.Duration { return p.available - p.created }),
+			step(func(p phases) time.Duration { return p.session - p.available }),
+			step(func(p phases) time.Duration { return p.firstByte - p.session }))
+	}
 	if concurrent == 0 {
 		return nil
 	}
@@ -95,7 +171,11 @@ func firstOutput(ctx context.Context, addr, home string, n, concurrent int) erro
 	errs := make([]error, concurrent)
 	var wg sync.WaitGroup
 	for i := range concurrent {
-		wg.Go(func() { all[i], pooled[i], errs[i] = createToFirstByte(ctx, c, home) })
+		wg.Go(func() {
+			var p phases
+			p, pooled[i], errs[i] = createToFirstByte(ctx, c, home)
+			all[i] = p.firstByte
+		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
