@@ -106,23 +106,30 @@ func signalRuncInit(root, id, signal string) error {
 }
 
 // processIs reports whether pid is a live process (not a zombie) that
-// started at start, in clock ticks since boot (/proc/PID/stat's 22nd
-// field).
+// started at start.
 func processIs(pid int, start uint64) bool {
+	got, ok := processStart(pid)
+	return ok && got == start
+}
+
+// processStart returns when process pid started, in clock ticks since
+// boot (/proc/PID/stat's 22nd field); ok is false when there is no such
+// process or it has ended (a zombie).
+func processStart(pid int) (start uint64, ok bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return false
+		return 0, false
 	}
 	// The command name, in parentheses, may hold spaces and parentheses.
 	i := strings.LastIndexByte(string(b), ')')
 	if i < 0 {
-		return false
+		return 0, false
 	}
 	fields := strings.Fields(string(b[i+1:]))
 	const stateField, startField = 0, 19 // the 3rd and 22nd fields
 	if len(fields) <= startField || fields[stateField] == "Z" || fields[stateField] == "X" {
-		return false
+		return 0, false
 	}
-	got, err := strconv.ParseUint(fields[startField], 10, 64)
-	return err == nil && got == start
+	start, err = strconv.ParseUint(fields[startField], 10, 64)
+	return start, err == nil
 }

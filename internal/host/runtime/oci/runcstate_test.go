@@ -7,25 +7,19 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 )
 
-// selfStart is this process's start time in clock ticks since boot.
-func selfStart(t *testing.T) uint64 {
+// startOf is when process pid started, as runc records it.
+func startOf(t *testing.T, pid int) uint64 {
 	t.Helper()
-	b, err := os.ReadFile("/proc/self/stat")
-	if err != nil {
-		t.Fatal(err)
+	start, ok := processStart(pid)
+	if !ok {
+		t.Fatalf("no process %d", pid)
 	}
-	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	n, err := strconv.ParseUint(fields[19], 10, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return start
 }
 
 // TestRuncStateRecords: a record naming a live process with its start time
@@ -44,7 +38,8 @@ func TestRuncStateRecords(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pid, start := os.Getpid(), selfStart(t)
+	pid := os.Getpid()
+	start := startOf(t, pid)
 	record("live", fmt.Sprintf(`{"id":"live","init_process_pid":%d,"init_process_start":%d,"config":{}}`, pid, start))
 	record("created", fmt.Sprintf(`{"id":"created","init_process_pid":%d,"init_process_start":%d}`, pid, start))
 	if err := os.WriteFile(filepath.Join(root, "created", "exec.fifo"), nil, 0o600); err != nil {
@@ -129,11 +124,7 @@ func TestSignalRuncInit(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
-		if err != nil {
-			t.Fatal(err)
-		}
-		start, _ := strconv.ParseUint(strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))[19], 10, 64)
+		start := startOf(t, cmd.Process.Pid)
 		return cmd, start
 	}
 	record := func(id string, pid int, start uint64) {
