@@ -53,6 +53,11 @@ const MaxWarmPool = 256
 // IDs start with their workspace's ID ("ws_…"), never with it.
 const poolPrefix = "pool-"
 
+// maxFills is how many entries the pool starts at once: a pool taken
+// faster than one start takes runs dry with one at a time, and more
+// would only share the cores further.
+const maxFills = 2
+
 // poolRetry is how long a failed fill waits before it tries again.
 const poolRetry = 5 * time.Second
 
@@ -97,6 +102,7 @@ type warmPool struct {
 	mu      sync.Mutex
 	shape   *poolShape
 	ready   []*pooled
+	filling int // entries being started (fill)
 	aliases map[string]string // execution ID → runtime ID
 	wake    chan struct{}
 }
@@ -247,24 +253,15 @@ func (p *warmPool) layersInUse() []string {
 
 // run fills the pool until ctx ends, then releases its entries.
 func (p *warmPool) run(ctx context.Context) {
-	defer p.drain()
+	var fills sync.WaitGroup
+	defer func() {
+		fills.Wait()
+		p.drain()
+	}()
 	for ctx.Err() == nil {
 		p.evict(ctx)
 		if s := p.next(); s != nil {
-			ent, err := p.create(ctx, s)
-			if err != nil {
-				if ctx.Err() == nil {
-					slog.Error("filling the warm pool", "err", err)
-				}
-				select {
-				case <-ctx.Done():
-				case <-time.After(poolRetry):
-				}
-				continue
-			}
-			p.mu.Lock()
-			p.ready = append(p.ready, ent)
-			p.mu.Unlock()
+			fills.Go(func() { p.fill(ctx, s) })
 			continue
 		}
 		select {
@@ -272,6 +269,29 @@ func (p *warmPool) run(ctx context.Context) {
 		case <-p.wake:
 		case <-time.After(10 * time.Second):
 		}
+	}
+}
+
+// fill starts one entry of s, counted in p.filling until it is ready; a
+// failed fill holds its place for poolRetry, so that failures do not
+// follow each other at once.
+func (p *warmPool) fill(ctx context.Context, s *poolShape) {
+	defer p.kick()
+	ent, err := p.create(ctx, s)
+	if err != nil {
+		if ctx.Err() == nil {
+			slog.Error("filling the warm pool", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(poolRetry):
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.filling--
+	if err == nil {
+		p.ready = append(p.ready, ent)
 	}
 }
 
@@ -295,18 +315,24 @@ func (p *warmPool) fits(n int, memory uint64) bool {
 	return capacity == 0 || p.a.committedMemory()+uint64(n)*memory <= capacity
 }
 
-// next returns the shape to start one more entry of, nil when the pool
-// is full or has no room.
+// next returns the shape to start one more entry of, counting it in
+// p.filling; nil when the pool is full, has no room, or maxFills fills
+// run already.
 func (p *warmPool) next() *poolShape {
 	if !p.enabled() {
 		return nil
 	}
 	p.mu.Lock()
-	s, n := p.shape, len(p.ready)
+	s, n, filling := p.shape, len(p.ready)+p.filling, p.filling
 	p.mu.Unlock()
-	if s == nil || n >= p.size || !p.fits(n+1, s.spec.MemoryBytes) {
+	// fits takes the agent's lock: not under p.mu. Only run calls next,
+	// so nothing else adds to p.filling meanwhile.
+	if s == nil || n >= p.size || filling >= maxFills || !p.fits(n+1, s.spec.MemoryBytes) {
 		return nil
 	}
+	p.mu.Lock()
+	p.filling++
+	p.mu.Unlock()
 	return s
 }
 

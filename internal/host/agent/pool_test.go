@@ -115,6 +115,24 @@ func TestWarmPoolBind(t *testing.T) {
 	}
 }
 
+// TestWarmPoolFillsAtOnce: entries missing from the pool start together,
+// up to maxFills, rather than each waiting for the one before to be ready.
+func TestWarmPoolFillsAtOnce(t *testing.T) {
+	e := newReconcilerEnv(t)
+	e.cfg.WarmPool = maxFills
+	e.driver.HoldReady(true) // no guest answers: every start stays in flight
+	e.runAgent(t, e.driver)
+	first := e.assignment("ws_a", 1, "lay_a")
+	e.api.assign(first.ExecutionId, first) // its shape makes the pool fill
+	eventually(t, "the pool starts its entries at once", func() bool { return len(e.poolIDs()) == maxFills })
+	e.driver.HoldReady(false)
+	for _, id := range append(e.poolIDs(), first.ExecutionId) {
+		e.driver.Answer(id)
+	}
+	e.running(t, first)
+	e.awaitPool(t, maxFills)
+}
+
 // TestWarmPoolOtherShapes: a start with a Volume, another memory or
 // another layer size is built, never bound; a fresh start of a new shape
 // makes the pool evict the entries of the old one.

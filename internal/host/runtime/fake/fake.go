@@ -53,6 +53,8 @@ type machine struct {
 
 	failStart  map[string]error
 	neverReady map[string]bool
+	// holdReady makes every execution started NeverReady.
+	holdReady bool
 	stops      map[string]stopOutcome
 	// starts counts the successful starts of each ID.
 	starts map[string]int
@@ -141,6 +143,14 @@ func (d *Driver) NeverReady(id string) {
 	d.m.mu.Lock()
 	defer d.m.mu.Unlock()
 	d.m.neverReady[id] = true
+}
+
+// HoldReady makes every execution started from now on NeverReady, until
+// it is called with false (which answers none of them: see Answer).
+func (d *Driver) HoldReady(on bool) {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	d.m.holdReady = on
 }
 
 // Answer undoes NeverReady: Probe of id answers again.
@@ -378,6 +388,9 @@ func (d *Driver) Start(ctx context.Context, spec runtime.Spec) error {
 		m.inUse[img] = spec.ID
 	}
 	m.execs[spec.ID] = &execution{spec: spec, images: images, memory: spec.MemoryBytes, ended: make(chan struct{})}
+	if m.holdReady {
+		m.neverReady[spec.ID] = true
+	}
 	m.starts[spec.ID]++
 	return nil
 }
