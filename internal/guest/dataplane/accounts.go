@@ -8,14 +8,38 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 )
 
 // Accounts reads the guest's users and groups from its passwd and group
-// files, anew on every lookup, so users added in the guest count at once.
+// files. A lookup's answer is kept until either file changes (another
+// inode, size, modification or change time), so users added in the guest
+// count at once while a process start does not parse both files again.
 type Accounts struct {
 	// PasswdPath and GroupPath default to /etc/passwd and /etc/group.
 	PasswdPath string
 	GroupPath  string
+
+	mu     sync.Mutex
+	files  [2]fileVersion   // of the passwd and group files, when users was filled
+	lookup map[string]*User // name → the answer of Lookup
+}
+
+// fileVersion tells one content of a file from another without reading
+// it; a missing file is its zero value.
+type fileVersion struct {
+	dev, ino     uint64
+	size         int64
+	mtime, ctime syscall.Timespec
+}
+
+func versionOf(path string) fileVersion {
+	var st syscall.Stat_t
+	if syscall.Stat(path, &st) != nil {
+		return fileVersion{}
+	}
+	return fileVersion{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
 }
 
 // User is an account of the guest.
@@ -49,8 +73,42 @@ func (a *Accounts) groupPath() string {
 
 // Lookup returns the user named name; the empty name is root (uid 0, even
 // when the passwd file has no root entry). It returns an error wrapping
-// errUnknownUser for a name the passwd file lacks.
+// errUnknownUser for a name the passwd file lacks. The User is the
+// caller's.
 func (a *Accounts) Lookup(name string) (*User, error) {
+	if a == nil {
+		return a.read(name)
+	}
+	files := [2]fileVersion{versionOf(a.passwdPath()), versionOf(a.groupPath())}
+	a.mu.Lock()
+	u, ok := a.lookup[name]
+	if ok && a.files != files {
+		clear(a.lookup)
+		ok = false
+	}
+	a.files = files
+	a.mu.Unlock()
+	if !ok {
+		var err error
+		if u, err = a.read(name); err != nil {
+			return nil, err
+		}
+		a.mu.Lock()
+		if a.files == files {
+			if a.lookup == nil {
+				a.lookup = map[string]*User{}
+			}
+			a.lookup[name] = u
+		}
+		a.mu.Unlock()
+	}
+	c := *u
+	c.Groups = slices.Clone(u.Groups)
+	return &c, nil
+}
+
+// read looks name up in the files.
+func (a *Accounts) read(name string) (*User, error) {
 	var u *User
 	err := scanColon(a.passwdPath(), 7, func(f []string) bool {
 		if name == "" && f[2] == "0" || name != "" && f[0] == name {

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -53,7 +54,7 @@ type FileService struct {
 
 // NewFileService returns a FileService.
 func NewFileService(cfg FileConfig) *FileService {
-	s := &FileService{accounts: cfg.Accounts, logf: cfg.Logf, closed: make(chan struct{})}
+	s := &FileService{accounts: cmp.Or(cfg.Accounts, &Accounts{}), logf: cfg.Logf, closed: make(chan struct{})}
 	if s.logf == nil {
 		s.logf = func(string, ...any) {}
 	}

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -72,7 +73,7 @@ func NewProcessService(cfg ProcessConfig) *ProcessService {
 	}
 	s := &ProcessService{
 		waiter:      cfg.Waiter,
-		accounts:    cfg.Accounts,
+		accounts:    cmp.Or(cfg.Accounts, &Accounts{}),
 		env:         cfg.Env,
 		outputLimit: cfg.OutputLimit,
 		logf:        cfg.Logf,
