@@ -96,11 +96,11 @@ func run(c config) error {
 	row("exec true round trip p50 (ms)", benchutil.Millis(benchutil.Quantile(rtt, 0.5)), benchutil.Millis(benchutil.Quantile(unary, 0.5)), "ms")
 	row("exec true round trip p99 (ms)", benchutil.Millis(benchutil.Quantile(rtt, 0.99)), benchutil.Millis(benchutil.Quantile(unary, 0.99)), "ms")
 
-	one, _, err := execRate(ctx, ws, 1, c.window, c.pid)
+	one, _, err := execRate(ctx, ws, c.home, 1, c.window, c.pid)
 	if err != nil {
 		return err
 	}
-	many, cpu, err := execRate(ctx, ws, c.callers, c.window, c.pid)
+	many, cpu, err := execRate(ctx, ws, c.home, c.callers, c.window, c.pid)
 	if err != nil {
 		return err
 	}
@@ -186,20 +186,20 @@ type execCPU struct {
 }
 
 // cpuNow reads the CPU times execCPU is made of, so far.
-func cpuNow(ws *sdk.Workspace, pid int) execCPU {
+func cpuNow(ws *sdk.Workspace, home string, pid int) execCPU {
 	var c execCPU
 	if pid > 0 {
 		c.host, _ = benchutil.ProcessCPU(pid)
 	}
-	c.guest = time.Duration(benchutil.CgroupSum([]string{ws.ID()}, "cpuacct", "cpuacct.usage"))
+	c.guest = time.Duration(benchutil.CgroupSum(home, []string{ws.ID()}, "cpuacct", "cpuacct.usage"))
 	c.client, _ = benchutil.ProcessCPU(os.Getpid())
 	return c
 }
 
 // execRate runs exec `true` from callers goroutines for window and
 // returns the completed execs per second and the CPU each cost.
-func execRate(ctx context.Context, ws *sdk.Workspace, callers int, window time.Duration, pid int) (float64, execCPU, error) {
-	before := cpuNow(ws, pid)
+func execRate(ctx context.Context, ws *sdk.Workspace, home string, callers int, window time.Duration, pid int) (float64, execCPU, error) {
+	before := cpuNow(ws, home, pid)
 	var done atomic.Int64
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -225,7 +225,7 @@ func execRate(ctx context.Context, ws *sdk.Workspace, callers int, window time.D
 	}
 	wg.Wait()
 	rate := float64(done.Load()) / time.Since(start).Seconds()
-	after := cpuNow(ws, pid)
+	after := cpuNow(ws, home, pid)
 	n := time.Duration(max(done.Load(), 1))
 	return rate, execCPU{(after.host - before.host) / n, (after.guest - before.guest) / n, (after.client - before.client) / n}, first
 }

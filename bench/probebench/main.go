@@ -58,12 +58,12 @@ func run(addr, home string, pid, n int, window time.Duration) error {
 		}
 	}
 	time.Sleep(5 * time.Second) // let the starts' work settle
-	guestsBefore := time.Duration(benchutil.CgroupSum(w.IDs, "cpuacct", "cpuacct.usage"))
+	guestsBefore := time.Duration(benchutil.CgroupSum(home, w.IDs, "cpuacct", "cpuacct.usage"))
 	loaded, err := sample(pid, window)
 	if err != nil {
 		return err
 	}
-	guests := time.Duration(benchutil.CgroupSum(w.IDs, "cpuacct", "cpuacct.usage")) - guestsBefore
+	guests := time.Duration(benchutil.CgroupSum(home, w.IDs, "cpuacct", "cpuacct.usage")) - guestsBefore
 	perMinute := func(d time.Duration) float64 {
 		return float64(d) / float64(time.Millisecond) * float64(time.Minute) / float64(window)
 	}

@@ -78,7 +78,7 @@ func run(addr, home string, n, parallel, serverPID int) error {
 		return err
 	}
 	rssAfter := residentMemory(serverPID)
-	charged := benchutil.CgroupSum(w.IDs, "memory", "memory.usage_in_bytes")
+	charged := benchutil.CgroupSum(home, w.IDs, "memory", "memory.usage_in_bytes")
 	idle := len(latencies)
 	if idle == 0 {
 		return fmt.Errorf("no workspace became AVAILABLE: %w", failed)

@@ -94,11 +94,18 @@ func (w *Workspaces) DeleteAll(ctx context.Context) {
 // v1 controller, where the OCI driver puts them: ("memory",
 // "memory.usage_in_bytes") is the memory charged to them, ("cpuacct",
 // "cpuacct.usage") the nanoseconds of CPU they spent. A file that cannot
-// be read counts as zero.
-func CgroupSum(ids []string, controller, file string) uint64 {
+// be read counts as zero. An execution a warm pool entry serves is under
+// the entry's name, which home's record of bound executions gives.
+func CgroupSum(home string, ids []string, controller, file string) uint64 {
 	var total uint64
 	for _, id := range ids {
 		paths, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", controller, "kibotos", id+"-*", file))
+		bound, _ := filepath.Glob(filepath.Join(home, "layers", ".pool", "bound", id+"-*"))
+		for _, alias := range bound {
+			if rid, err := os.ReadFile(alias); err == nil {
+				paths = append(paths, filepath.Join("/sys/fs/cgroup", controller, "kibotos", strings.TrimSpace(string(rid)), file))
+			}
+		}
 		for _, p := range paths {
 			b, err := os.ReadFile(p)
 			if err != nil {
