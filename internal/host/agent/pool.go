@@ -102,7 +102,7 @@ type warmPool struct {
 	mu      sync.Mutex
 	shape   *poolShape
 	ready   []*pooled
-	filling int // entries being started (fill)
+	filling int               // entries being started (fill)
 	aliases map[string]string // execution ID → runtime ID
 	wake    chan struct{}
 }

@@ -55,7 +55,7 @@ type machine struct {
 	neverReady map[string]bool
 	// holdReady makes every execution started NeverReady.
 	holdReady bool
-	stops      map[string]stopOutcome
+	stops     map[string]stopOutcome
 	// starts counts the successful starts of each ID.
 	starts map[string]int
 	// dataPlane serves every guest's data socket; nil refuses it.
