@@ -5,13 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/google/uuid"
 
 	"github.com/kibotos/kibotos/bench/internal/benchutil"
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
@@ -42,7 +39,7 @@ func (f *firstByte) Write(p []byte) (int, error) {
 // calls, but timed one by one.
 type steps struct {
 	sdk        *sdk.Client
-	workspaces ctrlv1connect.WorkspaceServiceClient
+	workspaces *benchutil.Workspaces
 	sessions   ctrlv1connect.SessionServiceClient
 }
 
@@ -60,18 +57,13 @@ type phases struct {
 // it is deleted.
 func createToFirstByte(ctx context.Context, c steps, home string) (p phases, pooled bool, err error) {
 	start := time.Now()
-	created, err := c.workspaces.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{
-		Command: &ctrlv1.CommandMetadata{CommandId: uuid.NewString()},
-		Spec: &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{
-			CpuMillis: 100, MemoryBytes: 128 << 20, WritableLayerBytes: 64 << 20}},
-	}))
+	id, err := c.workspaces.Create(ctx)
 	if err != nil {
 		return p, false, err
 	}
 	p.created = time.Since(start)
-	id := created.Msg.GetWorkspace().GetWorkspaceId()
 	defer func() { err = errors.Join(err, c.sdk.DeleteWorkspace(context.WithoutCancel(ctx), id)) }()
-	if err := awaitAvailable(ctx, c.workspaces, id); err != nil {
+	if err := c.workspaces.Watch(ctx, id, benchutil.Available); err != nil {
 		return p, false, err
 	}
 	p.available = time.Since(start)
@@ -86,26 +78,7 @@ func createToFirstByte(ctx context.Context, c steps, home string) (p phases, poo
 		return p, false, errors.Join(fmt.Errorf("echo ready printed %q", out.out), err)
 	}
 	p.firstByte = out.at.Sub(start)
-	_, err = os.Stat(filepath.Join(home, "layers", ".pool", "bound", id+"-1"))
-	return p, err == nil, nil
-}
-
-// awaitAvailable follows WatchWorkspace until the workspace is AVAILABLE.
-func awaitAvailable(ctx context.Context, c ctrlv1connect.WorkspaceServiceClient, id string) error {
-	stream, err := c.WatchWorkspace(ctx, connect.NewRequest(&ctrlv1.WatchWorkspaceRequest{WorkspaceId: id}))
-	if err != nil {
-		return err
-	}
-	defer stream.Close()
-	for stream.Receive() {
-		switch st := stream.Msg().GetWorkspace().GetState(); st {
-		case ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE:
-			return nil
-		case ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED, ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED:
-			return fmt.Errorf("workspace %s is %s", id, st)
-		}
-	}
-	return fmt.Errorf("the watch of %s ended: %v", id, stream.Err())
+	return p, len(benchutil.PoolEntries(home, id)) > 0, nil
 }
 
 // firstOutput prints create→first byte of `echo ready`, p50 and p99 over
@@ -120,9 +93,12 @@ func firstOutput(ctx context.Context, addr, home string, n, concurrent int) erro
 	}
 	client := sdk.New("http://"+addr, token)
 	defer client.Close()
-	auth := connect.WithInterceptors(bearer.Token(token))
-	c := steps{sdk: client, workspaces: ctrlv1connect.NewWorkspaceServiceClient(http.DefaultClient, "http://"+addr, auth),
-		sessions: ctrlv1connect.NewSessionServiceClient(http.DefaultClient, "http://"+addr, auth)}
+	workspaces, err := benchutil.Connect(addr, home)
+	if err != nil {
+		return err
+	}
+	c := steps{sdk: client, workspaces: workspaces,
+		sessions: ctrlv1connect.NewSessionServiceClient(http.DefaultClient, "http://"+addr, connect.WithInterceptors(bearer.Token(token)))}
 	var serial []time.Duration
 	var pooledPhases []phases
 	hits := 0

@@ -76,6 +76,27 @@ func (w *Workspaces) Await(ctx context.Context, id string, poll time.Duration, d
 	}
 }
 
+// Watch follows WatchWorkspace, as the SDK waits, until done says the
+// workspace is ready; a FAILED or DELETED workspace, or a watch that
+// ends first, is an error.
+func (w *Workspaces) Watch(ctx context.Context, id string, done func(*ctrlv1.Workspace) bool) error {
+	stream, err := w.client.WatchWorkspace(ctx, connect.NewRequest(&ctrlv1.WatchWorkspaceRequest{WorkspaceId: id}))
+	if err != nil {
+		return err
+	}
+	defer stream.Close()
+	for stream.Receive() {
+		ws := stream.Msg().GetWorkspace()
+		switch {
+		case done(ws):
+			return nil
+		case ws.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED, ws.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED:
+			return fmt.Errorf("workspace %s is %s: %v", id, ws.GetState(), ws.GetFailure())
+		}
+	}
+	return fmt.Errorf("the watch of %s ended: %v", id, stream.Err())
+}
+
 // Available reports whether a workspace is AVAILABLE.
 func Available(ws *ctrlv1.Workspace) bool {
 	return ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE
@@ -90,6 +111,19 @@ func (w *Workspaces) DeleteAll(ctx context.Context) {
 	}
 }
 
+// PoolEntries returns the runtime IDs of the warm pool entries that serve
+// the workspace's executions, from home's record of bound executions.
+func PoolEntries(home, id string) []string {
+	bound, _ := filepath.Glob(filepath.Join(home, "layers", ".pool", "bound", id+"-*"))
+	var rids []string
+	for _, alias := range bound {
+		if rid, err := os.ReadFile(alias); err == nil {
+			rids = append(rids, strings.TrimSpace(string(rid)))
+		}
+	}
+	return rids
+}
+
 // CgroupSum sums one counter file of the workspaces' cgroups in a cgroup
 // v1 controller, where the OCI driver puts them: ("memory",
 // "memory.usage_in_bytes") is the memory charged to them, ("cpuacct",
@@ -100,11 +134,8 @@ func CgroupSum(home string, ids []string, controller, file string) uint64 {
 	var total uint64
 	for _, id := range ids {
 		paths, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", controller, "kibotos", id+"-*", file))
-		bound, _ := filepath.Glob(filepath.Join(home, "layers", ".pool", "bound", id+"-*"))
-		for _, alias := range bound {
-			if rid, err := os.ReadFile(alias); err == nil {
-				paths = append(paths, filepath.Join("/sys/fs/cgroup", controller, "kibotos", strings.TrimSpace(string(rid)), file))
-			}
+		for _, rid := range PoolEntries(home, id) {
+			paths = append(paths, filepath.Join("/sys/fs/cgroup", controller, "kibotos", rid, file))
 		}
 		for _, p := range paths {
 			b, err := os.ReadFile(p)

@@ -22,7 +22,7 @@ type Accounts struct {
 	GroupPath  string
 
 	mu     sync.Mutex
-	files  [2]fileVersion   // of the passwd and group files, when users was filled
+	files  [2]fileVersion   // of the passwd and group files, when lookup was filled
 	lookup map[string]*User // name → the answer of Lookup
 }
 

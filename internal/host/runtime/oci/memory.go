@@ -103,14 +103,7 @@ func killPinned(ctx context.Context, pid int, p runtime.GuestProcess, guestNS st
 	if !ok || now.PID != p.PID || now.Command != p.Command {
 		return false, nil
 	}
-	rc, err := pidfd.SyscallConn()
-	if err != nil {
-		return false, err
-	}
-	if cerr := rc.Control(func(fd uintptr) { err = unix.PidfdSendSignal(int(fd), unix.SIGKILL, nil, 0) }); cerr != nil {
-		err = cerr
-	}
-	if err != nil {
+	if err := signalPidfd(pidfd, unix.SIGKILL); err != nil {
 		if errors.Is(err, unix.ESRCH) {
 			return false, nil
 		}

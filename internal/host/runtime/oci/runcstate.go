@@ -88,18 +88,18 @@ func signalRuncInit(root, id, signal string) error {
 	} else if err != nil {
 		return err
 	}
-	fd, err := unix.PidfdOpen(rec.InitPid, 0)
+	pidfd, err := openPidfd(rec.InitPid)
 	if errors.Is(err, unix.ESRCH) {
 		return nil
 	} else if err != nil {
 		return errUnknownRecord // no pidfd here: runc signals by PID
 	}
-	defer unix.Close(fd)
+	defer pidfd.Close()
 	// Taken before this check, the pidfd is the recorded init's.
 	if !rec.initRuns() {
 		return nil
 	}
-	if err := unix.PidfdSendSignal(fd, sig, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+	if err := signalPidfd(pidfd, sig); err != nil && !errors.Is(err, unix.ESRCH) {
 		return fmt.Errorf("oci: signalling %s: %w", id, err)
 	}
 	return nil

@@ -245,6 +245,18 @@ func openPidfd(pid int) (*os.File, error) {
 	return os.NewFile(uintptr(fd), "pidfd"), nil
 }
 
+// signalPidfd sends sig to the process of pidfd (openPidfd).
+func signalPidfd(pidfd *os.File, sig unix.Signal) error {
+	rc, err := pidfd.SyscallConn()
+	if err != nil {
+		return err
+	}
+	if cerr := rc.Control(func(fd uintptr) { err = unix.PidfdSendSignal(int(fd), sig, nil, 0) }); cerr != nil {
+		return cerr
+	}
+	return err
+}
+
 // waitPidfd waits until the process of pidfd (openPidfd) exits or ctx
 // ends.
 func waitPidfd(ctx context.Context, pidfd *os.File) error {
