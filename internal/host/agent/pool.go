@@ -102,7 +102,7 @@ type warmPool struct {
 	mu      sync.Mutex
 	shape   *poolShape
 	ready   []*pooled
-	filling int               // entries being started (fill)
+	filling []*poolShape      // the shapes of the entries being started (fill)
 	aliases map[string]string // execution ID → runtime ID
 	wake    chan struct{}
 }
@@ -274,7 +274,8 @@ func (p *warmPool) run(ctx context.Context) {
 
 // fill starts one entry of s, counted in p.filling until it is ready; a
 // failed fill holds its place for poolRetry, so that failures do not
-// follow each other at once.
+// follow each other at once. An entry whose shape is no longer wanted
+// when it is ready is released rather than kept.
 func (p *warmPool) fill(ctx context.Context, s *poolShape) {
 	defer p.kick()
 	ent, err := p.create(ctx, s)
@@ -288,10 +289,15 @@ func (p *warmPool) fill(ctx context.Context, s *poolShape) {
 		}
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.filling--
-	if err == nil {
+	i := slices.Index(p.filling, s)
+	p.filling = slices.Delete(p.filling, i, i+1)
+	wanted := err == nil && s == p.shape
+	if wanted {
 		p.ready = append(p.ready, ent)
+	}
+	p.mu.Unlock()
+	if err == nil && !wanted {
+		p.release(ctx, ent)
 	}
 }
 
@@ -316,14 +322,19 @@ func (p *warmPool) fits(n int, memory uint64) bool {
 }
 
 // next returns the shape to start one more entry of, counting it in
-// p.filling; nil when the pool is full, has no room, or maxFills fills
-// run already.
+// p.filling; nil when the pool is full (ready and starting entries of the
+// wanted shape), has no room, or maxFills fills run already.
 func (p *warmPool) next() *poolShape {
 	if !p.enabled() {
 		return nil
 	}
 	p.mu.Lock()
-	s, n, filling := p.shape, len(p.ready)+p.filling, p.filling
+	s, filling, n := p.shape, len(p.filling), len(p.ready)
+	for _, f := range p.filling {
+		if f == s {
+			n++
+		}
+	}
 	p.mu.Unlock()
 	// fits takes the agent's lock: not under p.mu. Only run calls next,
 	// so nothing else adds to p.filling meanwhile.
@@ -331,7 +342,7 @@ func (p *warmPool) next() *poolShape {
 		return nil
 	}
 	p.mu.Lock()
-	p.filling++
+	p.filling = append(p.filling, s)
 	p.mu.Unlock()
 	return s
 }
