@@ -134,6 +134,8 @@ func TestRuncStateRecords(t *testing.T) {
 	pid := os.Getpid()
 	start := startOf(t, pid)
 	record("live", fmt.Sprintf(`{"id":"live","init_process_pid":%d,"init_process_start":%d,"config":{}}`, pid, start))
+	// Another order than runc's: the fields after the config.
+	record("late", fmt.Sprintf(`{"config":{"mounts":[{"a":"}"},2]},"init_process_start":%d,"id":"late","init_process_pid":%d}`, start, pid))
 	record("created", fmt.Sprintf(`{"id":"created","init_process_pid":%d,"init_process_start":%d}`, pid, start))
 	if err := os.WriteFile(filepath.Join(root, "created", "exec.fifo"), nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -144,6 +146,7 @@ func TestRuncStateRecords(t *testing.T) {
 	record("garbled", `{"id":`)
 	for id, want := range map[string]containerState{
 		"live":    {ID: "live", Pid: pid, Status: "running"},
+		"late":    {ID: "late", Pid: pid, Status: "running"},
 		"created": {ID: "created", Pid: pid, Status: "created"},
 		"reused":  {ID: "reused", Status: "stopped"},
 		"gone":    {ID: "gone", Status: "stopped"},
