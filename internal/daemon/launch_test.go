@@ -21,7 +21,9 @@ import (
 // TestLaunchKeptUntilExplicitStart: the host restarts with a new
 // kibotos-guest build, which registers a new launch revision. The running
 // workspace is adopted and keeps its launch; a stop and an explicit start
-// rebind it to the new one, and launch_binding_version is 2.
+// rebind it to the new one, and launch_binding_version is 2. Rolled back
+// to the first build, the host runs new workspaces again, on the first
+// launch.
 func TestLaunchKeptUntilExplicitStart(t *testing.T) {
 	home := t.TempDir()
 	d := up(t, home)
@@ -46,7 +48,7 @@ func TestLaunchKeptUntilExplicitStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	d = upWith(t, home, daemon.Options{GuestAgent: rebuilt})
-	defer d.stop()
+	defer func() { d.stop() }()
 	ws = d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
 	if ws.Spec.LaunchRef != first || ws.Spec.LaunchBindingVersion != 1 || ws.Generation != 1 {
 		t.Fatalf("after the host's restart: bound to %q version %d, generation %d; want %q version 1, generation 1",
@@ -62,6 +64,16 @@ func TestLaunchKeptUntilExplicitStart(t *testing.T) {
 	ws = d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
 	if ws.Spec.LaunchRef != started.Spec.LaunchRef || ws.Spec.LaunchBindingVersion != 2 || ws.Generation != 2 {
 		t.Errorf("running again: bound to %q version %d, generation %d", ws.Spec.LaunchRef, ws.Spec.LaunchBindingVersion, ws.Generation)
+	}
+
+	d.cancel()
+	if err := <-d.done; err != nil {
+		t.Fatal(err)
+	}
+	d = up(t, home)
+	rolledBack := d.await(d.create(small()).WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	if rolledBack.Spec.LaunchRef != first {
+		t.Errorf("created after the rollback bound to %q, want the first launch %q", rolledBack.Spec.LaunchRef, first)
 	}
 }
 

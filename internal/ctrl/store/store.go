@@ -260,9 +260,10 @@ type WorkspaceTx interface {
 	PutLaunchRevision(ctx context.Context, l LaunchRevision) (bool, error)
 	// LaunchRevision returns a launch revision or ErrNotFound.
 	LaunchRevision(ctx context.Context, id string) (LaunchRevision, error)
-	// DefaultLaunchRevision returns the launch revision of the platform
-	// stored last, or ErrNotFound when the platform has none.
-	DefaultLaunchRevision(ctx context.Context, platform string) (LaunchRevision, error)
+	// NewestLaunchRevision returns the launch revision of the platform
+	// stored last among the IDs given (among all when none is), or
+	// ErrNotFound when there is none.
+	NewestLaunchRevision(ctx context.Context, platform string, among []string) (LaunchRevision, error)
 }
 
 // Workspace is one workspace's row. Body is the serialized API resource,

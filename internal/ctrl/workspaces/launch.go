@@ -53,7 +53,8 @@ func launchID(l *hostv1.Launch) string {
 }
 
 // registerLaunches stores the launches a host offers as launch revisions.
-// One not seen before becomes the default of its platform.
+// One not seen before becomes the default of its platform (see
+// platformDefault).
 func (s *Service) registerLaunches(ctx context.Context, tx store.Tx, hostID string, launches []*hostv1.Launch) error {
 	for _, l := range launches {
 		body, err := proto.Marshal(l)
@@ -96,7 +97,11 @@ func (s *Service) bindLaunch(ctx context.Context, tx store.Tx, r *record) error 
 	if err != nil || platform == "" {
 		return err // a host that registers no launch runs any
 	}
-	def, err := tx.DefaultLaunchRevision(ctx, platform)
+	offered, err := registeredLaunches(ctx, tx)
+	if err != nil {
+		return err
+	}
+	def, err := platformDefault(ctx, tx, platform, offered)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
@@ -115,12 +120,57 @@ func (s *Service) bindLaunch(ctx context.Context, tx store.Tx, r *record) error 
 	return nil
 }
 
+// platformDefault returns the current default launch revision of
+// platform: of the revisions that registered hosts offer (offered, by
+// ID), the one stored last; when they offer none of platform, the one of
+// platform stored last. A build rolled back on every host so is the
+// default again, while a LOST host, still registered, keeps its build the
+// default.
+func platformDefault(ctx context.Context, tx store.Tx, platform string, offered []string) (store.LaunchRevision, error) {
+	def, err := tx.NewestLaunchRevision(ctx, platform, offered)
+	if errors.Is(err, store.ErrNotFound) && len(offered) > 0 {
+		return tx.NewestLaunchRevision(ctx, platform, nil)
+	}
+	return def, err
+}
+
+// registeredLaunches returns the IDs of the launches registered hosts
+// offer.
+func registeredLaunches(ctx context.Context, tx store.Tx) ([]string, error) {
+	hosts, err := tx.Hosts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var regs []*hostv1.RegisterHostRequest
+	for _, h := range hosts {
+		reg, err := decodeHost(h)
+		if err != nil {
+			return nil, err
+		}
+		regs = append(regs, reg)
+	}
+	return launchIDs(regs), nil
+}
+
+// launchIDs returns the IDs of the launches of regs, each once.
+func launchIDs(regs []*hostv1.RegisterHostRequest) []string {
+	var ids []string
+	for _, reg := range regs {
+		for _, l := range reg.GetLaunches() {
+			if id := launchID(l); !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids
+}
+
 // servesLaunch reports whether host h runs the launch a workspace placed
 // there binds to (see bindLaunch): the default of platform, or, for a new
 // workspace (platform empty), the default of h's preferred launch's
-// platform. A host that registers no launch runs only workspaces bound to
-// none.
-func servesLaunch(ctx context.Context, tx store.Tx, h candidate, platform string) (bool, error) {
+// platform, offered the IDs of the launches registered hosts offer. A
+// host that registers no launch runs only workspaces bound to none.
+func servesLaunch(ctx context.Context, tx store.Tx, h candidate, platform string, offered []string) (bool, error) {
 	launches := h.reg.GetLaunches()
 	if platform == "" {
 		if len(launches) == 0 {
@@ -128,7 +178,7 @@ func servesLaunch(ctx context.Context, tx store.Tx, h candidate, platform string
 		}
 		platform = launches[0].Platform
 	}
-	def, err := tx.DefaultLaunchRevision(ctx, platform)
+	def, err := platformDefault(ctx, tx, platform, offered)
 	if errors.Is(err, store.ErrNotFound) {
 		return len(launches) == 0, nil
 	}

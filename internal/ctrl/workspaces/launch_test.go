@@ -98,11 +98,18 @@ func TestLaunchBinding(t *testing.T) {
 	}
 	report(t, s, ctx, id, hostv1.ObservedState_OBSERVED_STATE_RUNNING, nil)
 
-	// The old launch registered again is no newer: the default stays, and
-	// a start that changes nothing does not count.
+	// Rolled back: h1, the only host, offers the old launch again. It is
+	// the default again, so creates keep working: an explicit start rebinds
+	// to it and counts it, and a start that changes nothing does not.
 	registerLaunch(t, s, ctx, old)
-	if ws = stopAndStart(); ws.Spec.LaunchRef != launchID(next) || ws.Spec.LaunchBindingVersion != 2 {
-		t.Fatalf("second start bound to %q version %d, want %q version 2", ws.Spec.LaunchRef, ws.Spec.LaunchBindingVersion, launchID(next))
+	if other := create(t, s, ctx, 128<<20); other.Spec.LaunchRef != launchID(old) {
+		t.Errorf("after the rollback a new workspace bound to %q, want %q", other.Spec.LaunchRef, launchID(old))
+	}
+	for range 2 {
+		if ws = stopAndStart(); ws.Spec.LaunchRef != launchID(old) || ws.Spec.LaunchBindingVersion != 3 {
+			t.Fatalf("start after the rollback bound to %q version %d, want %q version 3", ws.Spec.LaunchRef, ws.Spec.LaunchBindingVersion, launchID(old))
+		}
+		report(t, s, ctx, id, hostv1.ObservedState_OBSERVED_STATE_RUNNING, nil)
 	}
 }
 

@@ -43,9 +43,12 @@ func (s *Service) place(ctx context.Context, tx store.Tx, res *ctrlv1.ResourceRe
 		return "", 0, err
 	}
 	offered := map[string]bool{} // by any host
+	var regs []*hostv1.RegisterHostRequest
 	for _, h := range all {
 		maps.Copy(offered, h.offers)
+		regs = append(regs, h.reg)
 	}
+	launches := launchIDs(regs)
 	want := slices.Clone(need.capabilities)
 	for _, c := range want {
 		if !offered[c] {
@@ -62,7 +65,7 @@ func (s *Service) place(ctx context.Context, tx store.Tx, res *ctrlv1.ResourceRe
 			continue // no new placement on a LOST or drained host
 		}
 		if (need.host == "" || h.ID == need.host) && !slices.ContainsFunc(want, func(c string) bool { return !h.offers[c] }) {
-			serves, err := servesLaunch(ctx, tx, h, need.platform)
+			serves, err := servesLaunch(ctx, tx, h, need.platform, launches)
 			if err != nil {
 				return "", 0, err
 			}

@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"strings"
 	"context"
 	"database/sql"
 	"time"
@@ -153,9 +154,17 @@ func (t *tx) LaunchRevision(ctx context.Context, id string) (store.LaunchRevisio
 	return scanLaunch(t.queryRow(ctx, `SELECT id, platform, body, created_at FROM launch_revisions WHERE id = ?`, id))
 }
 
-func (t *tx) DefaultLaunchRevision(ctx context.Context, platform string) (store.LaunchRevision, error) {
+func (t *tx) NewestLaunchRevision(ctx context.Context, platform string, among []string) (store.LaunchRevision, error) {
+	args := []any{platform}
+	filter := ""
+	if len(among) > 0 {
+		filter = " AND id IN (?" + strings.Repeat(", ?", len(among)-1) + ")"
+		for _, id := range among {
+			args = append(args, id)
+		}
+	}
 	return scanLaunch(t.queryRow(ctx, `SELECT id, platform, body, created_at FROM launch_revisions
-		WHERE platform = ? ORDER BY seq DESC LIMIT 1`, platform))
+		WHERE platform = ?`+filter+` ORDER BY seq DESC LIMIT 1`, args...))
 }
 
 func scanLaunch(row *sql.Row) (store.LaunchRevision, error) {

@@ -658,10 +658,10 @@ func testLaunchRevisions(t *testing.T, s store.Store) {
 			return err
 		})
 	}
-	def := func(platform, want string) {
+	def := func(platform, want string, among ...string) {
 		t.Helper()
 		view(t, s, func(tx store.Tx) error {
-			l, err := tx.DefaultLaunchRevision(ctx, platform)
+			l, err := tx.NewestLaunchRevision(ctx, platform, among)
 			if want == "" && !errors.Is(err, store.ErrNotFound) || want != "" && (err != nil || l.ID != want) {
 				t.Errorf("default of %s = %+v, %v; want %q", platform, l, err, want)
 			}
@@ -679,6 +679,10 @@ func testLaunchRevisions(t *testing.T, s store.Store) {
 	put(a, false)
 	def("oci-runc/amd64", "lr-b")
 	def("oci-crun/amd64", "lr-c")
+	// Among some: the newest of those, of the platform asked for.
+	def("oci-runc/amd64", "lr-a", "lr-a", "lr-c", "lr-none")
+	def("oci-runc/amd64", "lr-b", "lr-b", "lr-a")
+	def("oci-runc/amd64", "", "lr-c", "lr-none")
 	view(t, s, func(tx store.Tx) error {
 		l, err := tx.LaunchRevision(ctx, "lr-a")
 		if err != nil || string(l.Body) != "a" || l.Platform != "oci-runc/amd64" || !l.CreatedAt.Equal(now) {
