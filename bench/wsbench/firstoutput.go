@@ -54,15 +54,24 @@ type phases struct {
 // session and runs `echo ready` in it, as the SDK's CreateWorkspace and
 // Exec do, and returns when each ended; pooled reports whether a warm
 // pool entry serves it (home's record of bound executions), read before
-// it is deleted.
-func createToFirstByte(ctx context.Context, c steps, home string) (p phases, pooled bool, err error) {
+// it is deleted. With settle above 0 it returns once the workspace is
+// DELETED and settle more has passed, leaving the host at rest: the
+// deletion done and the warm pool refilled.
+func createToFirstByte(ctx context.Context, c steps, home string, settle time.Duration) (p phases, pooled bool, err error) {
 	start := time.Now()
 	id, err := c.workspaces.Create(ctx)
 	if err != nil {
 		return p, false, err
 	}
 	p.created = time.Since(start)
-	defer func() { err = errors.Join(err, c.sdk.DeleteWorkspace(context.WithoutCancel(ctx), id)) }()
+	defer func() {
+		ctx := context.WithoutCancel(ctx)
+		err = errors.Join(err, c.sdk.DeleteWorkspace(ctx, id))
+		if err == nil && settle > 0 {
+			err = c.workspaces.Watch(ctx, id, func(ws *ctrlv1.Workspace) bool { return ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED })
+			time.Sleep(settle)
+		}
+	}()
 	if err := c.workspaces.Watch(ctx, id, benchutil.Available); err != nil {
 		return p, false, err
 	}
@@ -83,10 +92,10 @@ func createToFirstByte(ctx context.Context, c steps, home string) (p phases, poo
 
 // firstOutput prints create→first byte of `echo ready`, p50 and p99 over
 // n creates one after another (each deleted before the next), beside a
-// bare `runc run /bin/echo ready` of the same rootfs and the ratio; then
-// of concurrent creates at once, the p99 of all first outputs beside the
-// serial p50.
-func firstOutput(ctx context.Context, addr, home string, n, concurrent int) error {
+// bare `runc run /bin/echo ready` of the same rootfs and the ratio: back
+// to back, and at rest (settle; 0 skips it); then of concurrent creates
+// at once, the p99 of all first outputs beside the back-to-back p50.
+func firstOutput(ctx context.Context, addr, home string, n int, settle time.Duration, concurrent int) error {
 	token, err := benchutil.AdminToken(home)
 	if err != nil {
 		return err
@@ -99,18 +108,14 @@ func firstOutput(ctx context.Context, addr, home string, n, concurrent int) erro
 	}
 	c := steps{sdk: client, workspaces: workspaces,
 		sessions: ctrlv1connect.NewSessionServiceClient(http.DefaultClient, "http://"+addr, connect.WithInterceptors(bearer.Token(token)))}
-	var serial []time.Duration
-	var pooledPhases []phases
-	hits := 0
-	for range n {
-		p, pooled, err := createToFirstByte(ctx, c, home)
-		if err != nil {
+	backToBack, err := firstOutputSeries(ctx, c, home, n, 0)
+	if err != nil {
+		return err
+	}
+	var atRest series
+	if settle > 0 {
+		if atRest, err = firstOutputSeries(ctx, c, home, n, settle); err != nil {
 			return err
-		}
-		serial = append(serial, p.firstByte)
-		if pooled {
-			hits++
-			pooledPhases = append(pooledPhases, p)
 		}
 	}
 	rootfs, err := benchutil.BaseRootfs(home)
@@ -121,24 +126,12 @@ func firstOutput(ctx context.Context, addr, home string, n, concurrent int) erro
 	if err != nil {
 		return err
 	}
-	p50, p99 := benchutil.Quantile(serial, 0.5), benchutil.Quantile(serial, 0.99)
-	fmt.Printf("create→first byte of echo ready, n=%d one after another (%d from the warm pool):\n", n, hits)
-	fmt.Printf("  p50 %6.1f ms  bare runc run p50 %6.1f ms  ratio %.2f\n", benchutil.Millis(p50), benchutil.Millis(benchutil.Quantile(bare, 0.5)), benchutil.Millis(p50)/benchutil.Millis(benchutil.Quantile(bare, 0.5)))
-	fmt.Printf("  p99 %6.1f ms  bare runc run p99 %6.1f ms  ratio %.2f\n", benchutil.Millis(p99), benchutil.Millis(benchutil.Quantile(bare, 0.99)), benchutil.Millis(p99)/benchutil.Millis(benchutil.Quantile(bare, 0.99)))
-	if len(pooledPhases) > 0 {
-		step := func(f func(phases) time.Duration) float64 {
-			var d []time.Duration
-			for _, p := range pooledPhases {
-				d = append(d, f(p))
-			}
-			return benchutil.Millis(benchutil.Quantile(d, 0.5))
-		}
-		fmt.Printf("  from the warm pool, p50 of each step: create answered %.1f ms, AVAILABLE seen +%.1f, session issued +%.1f, first byte +%.1f\n",
-			step(func(p phases) time.Duration { return p.created }),
-			step(func(p phases) time.Duration { return p.available - p.created }),
-			step(func(p phases) time.Duration { return p.session - p.available }),
-			step(func(p phases) time.Duration { return p.firstByte - p.session }))
+	fmt.Printf("create→first byte of echo ready, n=%d one after another, each deleted before the next:\n", n)
+	backToBack.print("back to back", bare)
+	if settle > 0 {
+		atRest.print(fmt.Sprintf("at rest (after each deletion ended and %s more)", settle), bare)
 	}
+	p50 := benchutil.Quantile(backToBack.firstBytes, 0.5)
 	if concurrent == 0 {
 		return nil
 	}
@@ -149,7 +142,7 @@ func firstOutput(ctx context.Context, addr, home string, n, concurrent int) erro
 	for i := range concurrent {
 		wg.Go(func() {
 			var p phases
-			p, pooled[i], errs[i] = createToFirstByte(ctx, c, home)
+			p, pooled[i], errs[i] = createToFirstByte(ctx, c, home, 0)
 			all[i] = p.firstByte
 		})
 	}
@@ -157,13 +150,64 @@ func firstOutput(ctx context.Context, addr, home string, n, concurrent int) erro
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	hits = 0
+	hits := 0
 	for _, p := range pooled {
 		if p {
 			hits++
 		}
 	}
-	fmt.Printf("%d concurrent creates → all first outputs (%d from the warm pool): p50 %.1f ms, p99 %.1f ms; ratio p99 / serial p50 %.2f\n",
+	fmt.Printf("%d concurrent creates → all first outputs (%d from the warm pool): p50 %.1f ms, p99 %.1f ms; ratio p99 / back-to-back p50 %.2f\n",
 		concurrent, hits, benchutil.Millis(benchutil.Quantile(all, 0.5)), benchutil.Millis(benchutil.Quantile(all, 0.99)), benchutil.Millis(benchutil.Quantile(all, 0.99))/benchutil.Millis(p50))
 	return nil
+}
+
+// series is one run of creates timed to their first output, one after
+// another.
+type series struct {
+	firstBytes []time.Duration
+	// pooled are the phases of the creates a warm pool entry served.
+	pooled []phases
+}
+
+// firstOutputSeries times n creates to their first output, one after
+// another, each settled as createToFirstByte says.
+func firstOutputSeries(ctx context.Context, c steps, home string, n int, settle time.Duration) (series, error) {
+	var s series
+	for range n {
+		p, pooled, err := createToFirstByte(ctx, c, home, settle)
+		if err != nil {
+			return s, err
+		}
+		s.firstBytes = append(s.firstBytes, p.firstByte)
+		if pooled {
+			s.pooled = append(s.pooled, p)
+		}
+	}
+	return s, nil
+}
+
+// print prints the series' p50 and p99 beside the bare runs', and the p50
+// of each step of its pooled creates.
+func (s series) print(name string, bare []time.Duration) {
+	fmt.Printf("  %s (%d of %d from the warm pool):\n", name, len(s.pooled), len(s.firstBytes))
+	for _, q := range []float64{0.5, 0.99} {
+		got, base := benchutil.Quantile(s.firstBytes, q), benchutil.Quantile(bare, q)
+		fmt.Printf("    p%02.0f %6.1f ms  bare runc run p%02.0f %6.1f ms  ratio %.2f\n",
+			q*100, benchutil.Millis(got), q*100, benchutil.Millis(base), benchutil.Millis(got)/benchutil.Millis(base))
+	}
+	if len(s.pooled) == 0 {
+		return
+	}
+	step := func(f func(phases) time.Duration) float64 {
+		var d []time.Duration
+		for _, p := range s.pooled {
+			d = append(d, f(p))
+		}
+		return benchutil.Millis(benchutil.Quantile(d, 0.5))
+	}
+	fmt.Printf("    from the warm pool, p50 of each step: create answered %.1f ms, AVAILABLE seen +%.1f, session issued +%.1f, first byte +%.1f\n",
+		step(func(p phases) time.Duration { return p.created }),
+		step(func(p phases) time.Duration { return p.available - p.created }),
+		step(func(p phases) time.Duration { return p.session - p.available }),
+		step(func(p phases) time.Duration { return p.firstByte - p.session }))
 }

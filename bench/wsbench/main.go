@@ -30,6 +30,7 @@ func main() {
 	parallel := flag.Int("parallel", 1, "creates (and the execs that check the idle workspaces answer) in flight at once for -n; above 1 the create→AVAILABLE row measures a burst, not one create")
 	serverPID := flag.Int("server-pid", 0, "the kibotos-server process of the deployment: its resident memory is reported before and after (0: not reported)")
 	first := flag.Int("first-output", 50, "creates timed to the first output of `echo ready`, one after another; 0 skips them")
+	settle := flag.Duration("settle", 500*time.Millisecond, "after each create of a second -first-output series, wait for DELETED and this long more, so that each create finds the host at rest; 0 skips the series")
 	concurrent := flag.Int("concurrent", 20, "creates at once timed to all first outputs; 0 skips them")
 	benchutil.Main("wsbench", func() error {
 		if *n > 0 {
@@ -38,7 +39,7 @@ func main() {
 			}
 		}
 		if *first > 0 {
-			return firstOutput(context.Background(), *addr, *home, *first, *concurrent)
+			return firstOutput(context.Background(), *addr, *home, *first, *settle, *concurrent)
 		}
 		return nil
 	})

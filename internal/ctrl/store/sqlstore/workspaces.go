@@ -1,9 +1,9 @@
 package sqlstore
 
 import (
-	"strings"
 	"context"
 	"database/sql"
+	"strings"
 	"time"
 
 	"github.com/kibotos/kibotos/internal/ctrl/store"
