@@ -130,6 +130,10 @@ type gateway struct {
 // executionKey carries the execution a verified call goes to.
 type executionKey struct{}
 
+// guestKey carries the host name of the guest connection the call takes
+// (guestHost).
+type guestKey struct{}
+
 // callerBodyKey carries the caller's request body.
 type callerBodyKey struct{}
 
@@ -166,8 +170,8 @@ func (b *endsRequest) Read(p []byte) (int, error) {
 // of the call, when the gateway is traced (tracing.Provider.Handler), and
 // none of the caller's.
 func rewrite(pr *httputil.ProxyRequest) {
-	id, _ := pr.In.Context().Value(executionKey{}).(string)
-	pr.SetURL(&url.URL{Scheme: "http", Host: id})
+	guest, _ := pr.In.Context().Value(guestKey{}).(string)
+	pr.SetURL(&url.URL{Scheme: "http", Host: guest})
 	pr.Out.Header.Del("Authorization")
 	pr.Out.Header.Del("traceparent")
 	pr.Out.Header.Del("tracestate")
@@ -191,7 +195,9 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return err == nil
 	})
 	defer cancel()
-	call := context.WithValue(context.WithValue(ctx, executionKey{}, id), callerBodyKey{}, r.Body)
+	call := context.WithValue(ctx, executionKey{}, id)
+	call = context.WithValue(call, guestKey{}, g.agent.guestHost(id))
+	call = context.WithValue(call, callerBodyKey{}, r.Body)
 	var next http.Handler = g.proxy
 	switch {
 	case strings.HasPrefix(r.URL.Path, "/"+datav1connect.MetricsServiceName+"/"):
@@ -279,14 +285,20 @@ func (a *Agent) dataPlaneTarget(workspaceID string, generation uint64) (string, 
 	return "", nil, false
 }
 
-// warmDataPlane opens the connection to the guest agent of a new
-// execution that the first data-plane call will take, so that this call
-// does not wait for the dial and HTTP/2's greeting (about 1.5 ms here).
-// A request for no service does it: the guest answers 404.
-func (a *Agent) warmDataPlane(ctx context.Context, id string) {
+// guestHost is the host name under which the host's calls reach the
+// guest agent of execution id (guestHTTPClient): its runtime ID, so that a
+// warm pool entry's connection, opened while it waited (warmConnection),
+// serves the workspace it is bound to.
+func (a *Agent) guestHost(id string) string { return a.pool.runtimeID(id) }
+
+// warmConnection opens the connection to the guest agent of the runtime
+// ID rid that the first data-plane call will take, so that this call does
+// not wait for the dial and HTTP/2's greeting (about 1.5 ms here). A
+// request for no service does it: the guest answers 404.
+func (a *Agent) warmConnection(ctx context.Context, rid string) {
 	ctx, cancel := context.WithTimeout(ctx, guestDialTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+id+"/", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+rid+"/", nil)
 	if err != nil {
 		return
 	}

@@ -412,6 +412,10 @@ func (p *warmPool) create(ctx context.Context, s *poolShape) (_ *pooled, err err
 		c, err := a.driver.CheckGuest(pctx, ent.rid)
 		if err == nil && c.ProbeErr == nil {
 			ent.check, ent.checkedAt = c, time.Now()
+			// The data plane's first call through the gateway, once the
+			// entry is bound, finds its connection open (unless the entry
+			// waited longer than the connection's idle timeout).
+			a.warmConnection(ctx, ent.rid)
 			return ent, nil
 		}
 		if err == nil {

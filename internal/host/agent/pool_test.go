@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -28,8 +28,9 @@ func (e *reconcilerEnv) awaitPool(t *testing.T, n int) {
 }
 
 // TestWarmPoolBind: the first fresh start of a shape is built and makes
-// the pool fill with that shape; the next one binds an entry, reported
-// RUNNING and nothing before, with its guest's connection opened (the layer
+// the pool fill with that shape, each entry's guest connection opened
+// while it waits; the next one binds an entry, reported RUNNING and
+// nothing before, whose first data-plane call takes that connection (the layer
 // image moves to the workspace's path, hostname, limits and policy are the
 // workspace's, the ID that stands for it is the execution's) and the pool
 // refills; a stop releases the entry's runtime ID and namespace and keeps
@@ -37,13 +38,28 @@ func (e *reconcilerEnv) awaitPool(t *testing.T, n int) {
 func TestWarmPoolBind(t *testing.T) {
 	e := newReconcilerEnv(t)
 	e.cfg.WarmPool = 2
-	var greeted atomic.Int32 // requests for no service: the connection's warm-up
+	// The fake serves each connection with a server of its own, which
+	// tells the connections apart. A request for no service is the
+	// warm-up of the connection.
+	var mu sync.Mutex
+	greeted := map[*http.Server]bool{}
+	var lastCall *http.Server
 	e.driver.ServeDataPlane(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn := r.Context().Value(http.ServerContextKey).(*http.Server)
+		mu.Lock()
 		if r.URL.Path == "/" {
-			greeted.Add(1)
+			greeted[conn] = true
+		} else {
+			lastCall = conn
 		}
+		mu.Unlock()
 		http.NotFound(w, r)
 	}))
+	greetings := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(greeted)
+	}
 	a, _ := e.runAgent(t, e.driver)
 	first := e.assignment("ws_a", 1, "lay_a")
 	e.running(t, first)
@@ -51,6 +67,7 @@ func TestWarmPoolBind(t *testing.T) {
 		t.Fatal("the first start of a shape was not built under its own ID")
 	}
 	e.awaitPool(t, 2)
+	eventually(t, "each entry's guest connection is opened", func() bool { return greetings() == 2 })
 	pooled := e.poolIDs()
 	for _, id := range pooled {
 		if spec, _, _ := e.driver.Spec(id); spec.CPUMillis != 0 {
@@ -70,8 +87,18 @@ func TestWarmPoolBind(t *testing.T) {
 	if got := e.api.states(as.ExecutionId); !slices.Equal(got, []hostv1.ObservedState{hostv1.ObservedState_OBSERVED_STATE_RUNNING}) {
 		t.Errorf("the bound execution reported %v, want RUNNING alone", got)
 	}
-	// The connection the first data-plane call takes is opened ahead.
-	eventually(t, "the gateway's connection to the bound guest is opened", func() bool { return greeted.Load() == 1 })
+	// The first data-plane call takes the connection the entry opened.
+	res, err := a.guestHTTPClient().Get("http://" + a.guestHost(as.ExecutionId) + "/kibotos.data.v1.ProcessService/ListProcesses")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	mu.Lock()
+	reused := greeted[lastCall]
+	mu.Unlock()
+	if !reused || greetings() != 2 {
+		t.Errorf("the first call to the bound guest opened a connection of its own (%d opened)", greetings())
+	}
 	rid := a.pool.runtimeID(as.ExecutionId)
 	if !slices.Contains(pooled, rid) {
 		t.Fatalf("the execution is served by %q, not by an entry of %v", rid, pooled)

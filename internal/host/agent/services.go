@@ -36,7 +36,7 @@ func (a *Agent) DialGuestPort(ctx context.Context, workspaceID string, port uint
 	if !ok {
 		return nil, unavailableService(fmt.Sprintf("workspace %s is not running on this host", workspaceID))
 	}
-	client := datav1connect.NewServiceServiceClient(a.guestHTTPClient(), "http://"+id)
+	client := datav1connect.NewServiceServiceClient(a.guestHTTPClient(), "http://"+a.guestHost(id))
 	conn, err := serviceconn.Dial(ctx, client, serviceconn.Addr{Workspace: workspaceID, Port: port})
 	if err != nil && connect.CodeOf(err) == connect.CodeUnavailable && !hasDetail(err) {
 		// The transport's own error: the guest agent did not answer.

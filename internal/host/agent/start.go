@@ -164,7 +164,6 @@ func (e *execution) bindPooled(ctx context.Context, as *hostv1.Assignment, layer
 	capacity, _ := e.agent.cfg.Layers.LayerCapacity(b.LayerImage)
 	e.report(as, e.withNetwork(&hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_RUNNING,
 		LayerCapacityBytes: &capacity}))
-	go e.agent.warmDataPlane(e.runningCtx, e.id)
 	return true
 }
 
