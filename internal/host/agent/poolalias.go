@@ -50,6 +50,10 @@ func (d aliasDriver) SetMemory(ctx context.Context, id string, bytes uint64) err
 	return d.Driver.SetMemory(ctx, d.pool.runtimeID(id), bytes)
 }
 
+func (d aliasDriver) SetCPU(ctx context.Context, id string, millis uint32) error {
+	return d.Driver.SetCPU(ctx, d.pool.runtimeID(id), millis)
+}
+
 func (d aliasDriver) VolumeUsage(ctx context.Context, id string) (used, capacity uint64, err error) {
 	return d.Driver.VolumeUsage(ctx, d.pool.runtimeID(id))
 }

@@ -354,7 +354,16 @@ func TestReconcilerStartStopNormal(t *testing.T) {
 	e := newReconcilerEnv(t)
 	e.runAgent(t, e.driver)
 	as := e.assignment("ws_a", 1, "lay_a")
-	r := e.running(t, as)
+	// The guest agent boots with no CPU quota; the workspace's applies
+	// once it answers.
+	e.driver.NeverReady(as.ExecutionId)
+	mark := e.api.assign(as.ExecutionId, as)
+	eventually(t, "the execution boots", func() bool { return e.driver.Starts(as.ExecutionId) == 1 })
+	if spec, _, _ := e.driver.Spec(as.ExecutionId); spec.CPUMillis != 0 {
+		t.Errorf("the guest boots with a CPU quota of %d millicores", spec.CPUMillis)
+	}
+	e.driver.Answer(as.ExecutionId)
+	r := e.api.await(t, mark, as.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_RUNNING)
 	if got := e.api.states(as.ExecutionId); !slices.Equal(got, []hostv1.ObservedState{hostv1.ObservedState_OBSERVED_STATE_DELIVERING,
 		hostv1.ObservedState_OBSERVED_STATE_STARTING, hostv1.ObservedState_OBSERVED_STATE_RUNNING}) {
 		t.Errorf("reported %v", got)
@@ -383,7 +392,7 @@ func TestReconcilerStartStopNormal(t *testing.T) {
 		return memory == 512<<20
 	})
 
-	mark := e.api.assign(as.ExecutionId, stopped(raised, ctrlv1.StopMode_STOP_MODE_NORMAL, "cmd_stop"))
+	mark = e.api.assign(as.ExecutionId, stopped(raised, ctrlv1.StopMode_STOP_MODE_NORMAL, "cmd_stop"))
 	r = e.api.await(t, mark, as.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_STOPPED)
 	if r.StopDurability != ctrlv1.StopDurability_STOP_DURABILITY_CONFIRMED || r.StopCommandId != "cmd_stop" || r.GetLayerCapacityBytes() != 64<<20 {
 		t.Errorf("STOPPED report: %v", r)

@@ -225,6 +225,10 @@ type Driver interface {
 	// SetMemory changes the memory limit of a running execution at once;
 	// an error for an execution the driver does not know.
 	SetMemory(ctx context.Context, id string, bytes uint64) error
+	// SetCPU changes the CPU limit of a running execution at once, in
+	// thousandths of a core as Spec.CPUMillis (0: none); an error for an
+	// execution the driver does not know.
+	SetCPU(ctx context.Context, id string, millis uint32) error
 	// VolumeUsage returns the bytes in use and the capacity of the
 	// filesystem of a running execution's volume, as the mounted
 	// filesystem counts them (its own metadata takes part of the image,

@@ -44,6 +44,9 @@ type Machine interface {
 	// AssertReleased fails t if anything of the execution of spec is still
 	// held on the machine, its layer and volume images included.
 	AssertReleased(t *testing.T, spec runtime.Spec)
+	// CPULimit returns the CPU limit in force for a running execution, in
+	// thousandths of a core (0: none), as the machine enforces it.
+	CPULimit(t *testing.T, id string) uint32
 }
 
 // bound is how long one step of a test may take before it is reported
@@ -68,6 +71,7 @@ func Run(t *testing.T, newMachine func(t *testing.T) Machine) {
 		{"WaitHonoursContext", testWaitHonoursContext},
 		{"RecoverAfterRestart", testRecoverAfterRestart},
 		{"SetMemory", testSetMemory},
+		{"SetCPU", testSetCPU},
 		{"Volume", testVolume},
 		{"Metrics", testMetrics},
 		{"DialGuest", testDialGuest},
@@ -219,6 +223,9 @@ func testUnknown(t *testing.T, m Machine) {
 	}
 	if err := d.SetMemory(ctx, "unknown", 256<<20); err == nil {
 		t.Error("SetMemory of an unknown execution succeeded")
+	}
+	if err := d.SetCPU(ctx, "unknown", 500); err == nil {
+		t.Error("SetCPU of an unknown execution succeeded")
 	}
 	if c, err := d.DialGuest(ctx, "unknown", guestabi.DataSocket); err == nil {
 		c.Close()
@@ -438,6 +445,29 @@ func testSetMemory(t *testing.T, m Machine) {
 		t.Errorf("SetMemory: %v", err)
 	}
 	wantAnswers(t, d, spec.ID, "after SetMemory")
+	stop(t, m, d, spec, runtime.StopNormal)
+}
+
+// testSetCPU: an execution started without a CPU limit takes one at
+// once, and gives it up again.
+func testSetCPU(t *testing.T, m Machine) {
+	d := m.Driver(t)
+	ctx := ctxOf(t)
+	spec := m.Spec(t, "cpu")
+	spec.CPUMillis = 0
+	start(t, d, spec)
+	if got := m.CPULimit(t, spec.ID); got != 0 {
+		t.Errorf("started without a CPU limit, it has %d millicores", got)
+	}
+	for _, millis := range []uint32{250, 0} {
+		if err := d.SetCPU(ctx, spec.ID, millis); err != nil {
+			t.Fatalf("SetCPU(%d): %v", millis, err)
+		}
+		if got := m.CPULimit(t, spec.ID); got != millis {
+			t.Errorf("after SetCPU(%d) the limit is %d millicores", millis, got)
+		}
+	}
+	wantAnswers(t, d, spec.ID, "after SetCPU")
 	stop(t, m, d, spec, runtime.StopNormal)
 }
 

@@ -618,6 +618,25 @@ func (d *Driver) SetMemory(ctx context.Context, id string, bytes uint64) error {
 	return nil
 }
 
+// SetCPU changes a running execution's CPU limit, which Spec then
+// reports; see runtime.Driver.
+func (d *Driver) SetCPU(ctx context.Context, id string, millis uint32) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	e, err := d.m.get(id)
+	if err != nil {
+		return err
+	}
+	if !e.running() {
+		return fmt.Errorf("fake: execution %s does not run", id)
+	}
+	e.spec.CPUMillis = millis
+	return nil
+}
+
 // VolumeUsage returns no bytes used of a capacity of the volume image's
 // size; see runtime.Driver.
 func (d *Driver) VolumeUsage(ctx context.Context, id string) (used, capacity uint64, err error) {

@@ -70,6 +70,14 @@ func (m *machine) Hog(t *testing.T, id string, bytes uint64) runtime.GuestProces
 	return p
 }
 
+func (m *machine) CPULimit(t *testing.T, id string) uint32 {
+	spec, _, ok := m.d.Spec(id)
+	if !ok {
+		t.Fatalf("CPULimit: %s does not run", id)
+	}
+	return spec.CPUMillis
+}
+
 func (m *machine) AssertReleased(t *testing.T, spec runtime.Spec) {
 	t.Helper()
 	if slices.Contains(m.d.IDs(), spec.ID) {

@@ -67,31 +67,38 @@ func (d *Driver) Bind(ctx context.Context, id string, b runtime.Binding) (err er
 }
 
 // setCgroupLimits writes b's limits to the execution's cgroups as the
-// runtime's update would: memory (swap included), the CFS quota (no
-// quota for 0 millicores, as at start) and the pids limit, each on the
-// v1 controller's hierarchy where it exists, else on the cgroup2 tree.
+// runtime's update would: memory (swap included), the CFS quota
+// (setCgroupCPU) and the pids limit, each on the v1 controller's hierarchy
+// where it exists, else on the cgroup2 tree.
 func setCgroupLimits(id string, b runtime.Binding) error {
 	if b.MemoryBytes > 0 {
 		if err := setCgroupMemory(id, b.MemoryBytes); err != nil {
 			return err
 		}
 	}
-	quota, quota2 := "-1", "max"
-	if b.CPUMillis > 0 {
-		q := strconv.FormatInt(int64(b.CPUMillis)*cfsPeriod/1000, 10)
-		quota, quota2 = q, q
+	if err := setCgroupCPU(id, b.CPUMillis); err != nil {
+		return err
 	}
 	pids := "max"
 	if b.PidsLimit > 0 {
 		pids = strconv.FormatInt(b.PidsLimit, 10)
 	}
 	cg := cgroupPath(id)
-	if err := writeCgroup(filepath.Join(cgroupRoot, "cpu", cg, "cpu.cfs_quota_us"), quota,
-		filepath.Join(cgroupRoot, cg, "cpu.max"), quota2+" "+strconv.Itoa(cfsPeriod)); err != nil {
-		return err
-	}
 	return writeCgroup(filepath.Join(cgroupRoot, "pids", cg, "pids.max"), pids,
 		filepath.Join(cgroupRoot, cg, "pids.max"), pids)
+}
+
+// setCgroupCPU writes the CFS quota of millis thousandths of a core (no
+// quota for 0, as at start) to the execution's cgroup.
+func setCgroupCPU(id string, millis uint32) error {
+	quota, quota2 := "-1", "max"
+	if millis > 0 {
+		q := strconv.FormatInt(int64(millis)*cfsPeriod/1000, 10)
+		quota, quota2 = q, q
+	}
+	cg := cgroupPath(id)
+	return writeCgroup(filepath.Join(cgroupRoot, "cpu", cg, "cpu.cfs_quota_us"), quota,
+		filepath.Join(cgroupRoot, cg, "cpu.max"), quota2+" "+strconv.Itoa(cfsPeriod))
 }
 
 // writeCgroup writes v1 to the v1 file when its hierarchy has the

@@ -136,6 +136,33 @@ func (m *suiteMachine) AssertReleased(t *testing.T, spec runtime.Spec) {
 	}
 }
 
+// CPULimit reads the CFS quota of the execution's cgroup: cgroup v1's
+// cpu.cfs_quota_us, else cgroup2's cpu.max.
+func (m *suiteMachine) CPULimit(t *testing.T, id string) uint32 {
+	t.Helper()
+	cg := cgroupPath(id)
+	quota, period := "", int64(cfsPeriod)
+	if b, err := os.ReadFile(filepath.Join(cgroupRoot, "cpu", cg, "cpu.cfs_quota_us")); err == nil {
+		quota = strings.TrimSpace(string(b))
+	} else if b, err := os.ReadFile(filepath.Join(cgroupRoot, cg, "cpu.max")); err == nil {
+		q, p, _ := strings.Cut(strings.TrimSpace(string(b)), " ")
+		if period, err = strconv.ParseInt(p, 10, 64); err != nil {
+			t.Fatalf("cpu.max of %s: %q", id, b)
+		}
+		quota = q
+	} else {
+		t.Fatalf("no CPU controller file of %s: %v", id, err)
+	}
+	if quota == "-1" || quota == "max" {
+		return 0
+	}
+	q, err := strconv.ParseInt(quota, 10, 64)
+	if err != nil {
+		t.Fatalf("the CFS quota of %s: %q", id, quota)
+	}
+	return uint32(q * 1000 / period)
+}
+
 // Hog runs a shell in the guest that fills a variable with bytes and then
 // blocks opening a fifo nobody writes; the shell that starts it returns
 // the hog's PID once the variable is full (or fails once the hog ended).

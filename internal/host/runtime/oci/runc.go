@@ -219,3 +219,21 @@ func (d *Driver) SetMemory(ctx context.Context, id string, bytes uint64) error {
 	_, err := d.runtime(ctx, "update", "--memory", n, "--memory-swap", n, id)
 	return d.public(err, id, nil)
 }
+
+// SetCPU changes a running container's CFS quota; see runtime.Driver. It
+// writes the execution's cgroup directly, as Bind does, rather than run
+// the runtime's update command (about 7 ms of CPU for runc).
+func (d *Driver) SetCPU(ctx context.Context, id string, millis uint32) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	defer d.lock(id)()
+	st, err := d.state(ctx, id)
+	if err == nil && !st.alive() {
+		err = fmt.Errorf("oci: execution %s does not run", id)
+	}
+	if err != nil {
+		return d.public(err, id, nil)
+	}
+	return d.public(setCgroupCPU(id, millis), id, map[string]string{cgroupRoot: "<cgroups>"})
+}
