@@ -81,7 +81,10 @@ func CreateFilled(ctx context.Context, path string, bytes uint64, uuid string, f
 	if err := f.Truncate(int64(bytes)); err != nil {
 		return err
 	}
-	args := []string{"-F", "-q", "-m", "0", "-E", "root_owner=0:0"}
+	// The image is a new sparse file, whose holes read as zeros: the
+	// journal need not be zeroed (lazy_journal_init), which otherwise wrote
+	// and synced 4 MiB of a 64 MiB image and 32 MiB of a 1 GiB one.
+	args := []string{"-F", "-q", "-m", "0", "-E", "root_owner=0:0,lazy_journal_init=1"}
 	if uuid != "" {
 		args = append(args, "-U", uuid)
 	}
