@@ -29,7 +29,13 @@ export function terminalView(body: HTMLElement, workspaceId: string, signal: Abo
   fit.fit();
   const enc = new TextEncoder();
   let input = Promise.resolve();
+  // While the terminal draws the output the guest replays, what it would
+  // answer (a cursor position report to a shell's ESC[6n) answers queries
+  // of the past: sent to the shell, it would arrive as keystrokes, and
+  // ash takes it for its cursor's place and erases lines at its next redraw.
+  let replaying = false;
   term.onData((d) => {
+    if (replaying) return;
     const data = enc.encode(d);
     input = input.then(() => withPlane(workspaceId, (p) => p.proc.sendInput({ process: selector, data }).then(() => undefined)))
       .catch((e) => {
@@ -65,14 +71,20 @@ export function terminalView(body: HTMLElement, workspaceId: string, signal: Abo
       status.textContent = start ? "started a shell" : "attached to the running shell";
       if (!start) await withPlane(workspaceId, (p) => p.proc.resizeTerminal({ process: selector, size: { cols: term.cols, rows: term.rows } }));
       term.focus();
-      for (let r = events.first; !r.done; r = await events.it.next()) show(r.value);
+      // The first output of an attach is the replay (the guest sends what
+      // it holds at once, up to 32 KiB a message).
+      let replay = !start;
+      for (let r = events.first; !r.done; r = await events.it.next()) {
+        show(r.value, replay);
+        replay = false;
+      }
     } catch (e) {
       if (signal.aborted) return;
       status.textContent = errorText(apiError(ConnectError.from(e)));
       restart.hidden = false;
     }
   }
-  function show(ev: ProcessEvent) {
+  function show(ev: ProcessEvent, replay: boolean) {
     switch (ev.event.case) {
       case "started":
         status.textContent = `shell pid ${ev.event.value.pid} (tag ${TAG})`;
@@ -80,7 +92,12 @@ export function terminalView(body: HTMLElement, workspaceId: string, signal: Abo
       case "pty":
       case "stdout":
       case "stderr":
-        term.write(ev.event.value);
+        if (replay) {
+          replaying = true;
+          term.write(ev.event.value, () => (replaying = false));
+        } else {
+          term.write(ev.event.value);
+        }
         break;
       case "exited": {
         const x = ev.event.value;

@@ -27,6 +27,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/console"
 	"github.com/kibotos/kibotos/internal/daemon/uptest"
 	"github.com/kibotos/kibotos/internal/imagestore"
+	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/sdk"
 	"github.com/kibotos/kibotos/sdk/bearer"
 )
@@ -230,8 +231,9 @@ func TestConsole(t *testing.T) {
 		t.Fatalf("after the overview's changes: labels %v, memory %d", w.GetLabels(), w.GetSpec().GetResources().GetMemoryBytes())
 	}
 
-	// The terminal: echo hi, and hi comes back; a reload attaches to the
-	// same shell, whose output the guest replays.
+	// The terminal: echo hi, and hi comes back; a reload in a smaller
+	// window attaches to the same shell, whose output the guest replays,
+	// and the shell, told of its new size, keeps it on the screen.
 	rows := `[...document.querySelectorAll(".xterm-rows > div")].map(r => r.textContent.trim())`
 	b.do(chromedp.Navigate(d.URL + "/#/workspaces/" + id + "/terminal"))
 	b.wait("the shell", `document.getElementById("term-status")?.textContent.startsWith("shell pid")`)
@@ -239,7 +241,12 @@ func TestConsole(t *testing.T) {
 	b.typeLine("echo hi")
 	b.wait("hi in the terminal", rows+`.includes("hi")`)
 	b.screenshot("terminal")
-	b.do(chromedp.Reload())
+	b.do(chromedp.EmulateViewport(1000, 700), chromedp.Reload())
+	t.Cleanup(func() {
+		if t.Failed() {
+			logShells(t, d.URL, token, id)
+		}
+	})
 	b.wait("the shell again", `document.getElementById("term-status")?.textContent.startsWith("attached to the running shell")`)
 	b.wait("hi replayed", rows+`.includes("hi")`)
 	if loc, err := chromedp.Run(b.ctx, chromedp.Location()); err != nil || strings.Contains(loc, token) {
@@ -583,4 +590,31 @@ func TestConsoleRoles(t *testing.T) {
 	if n := count(`table[aria-label=Tokens]`); n != 0 {
 		t.Errorf("an editor is shown the tokens")
 	}
+}
+
+// logShells logs the processes of the workspace and what the guest
+// replays of the console's shell: when the terminal's replay misses
+// output, whether the guest or the page lost it.
+func logShells(t *testing.T, url, token, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ws, err := sdk.New(url, token).Workspace(ctx, id)
+	if err != nil {
+		t.Logf("the workspace: %v", err)
+		return
+	}
+	procs, err := ws.Processes(ctx)
+	for _, p := range procs {
+		t.Logf("process %d tag %q args %q exited %v", p.GetPid(), p.GetTag(), p.GetArgs(), p.GetExited())
+	}
+	if err != nil {
+		t.Logf("processes: %v", err)
+	}
+	var out testutil.SyncBuffer
+	if _, err := ws.Connect(ctx, sdk.Tag("console-terminal"), &out, &out); err != nil {
+		t.Logf("connect: %v", err)
+		return
+	}
+	time.Sleep(2 * time.Second)
+	t.Logf("the guest replays %q", out.String())
 }
