@@ -82,8 +82,9 @@ func CreateFilled(ctx context.Context, path string, bytes uint64, uuid string, f
 		return err
 	}
 	// The image is a new sparse file, whose holes read as zeros: the
-	// journal need not be zeroed (lazy_journal_init), which otherwise wrote
-	// and synced 4 MiB of a 64 MiB image and 32 MiB of a 1 GiB one.
+	// journal need not be zeroed (lazy_journal_init), which otherwise took
+	// 4 MiB of the host's disk for a 64 MiB image and 32 MiB for a 1 GiB
+	// one (allocated as zeroed extents, at no measurable time).
 	args := []string{"-F", "-q", "-m", "0", "-E", "root_owner=0:0,lazy_journal_init=1"}
 	if uuid != "" {
 		args = append(args, "-U", uuid)
