@@ -602,25 +602,17 @@ func (d *Driver) Stop(ctx context.Context, id string, mode runtime.StopMode, _ t
 // SetMemory changes a running execution's memory limit; see
 // runtime.Driver.
 func (d *Driver) SetMemory(ctx context.Context, id string, bytes uint64) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	d.m.mu.Lock()
-	defer d.m.mu.Unlock()
-	e, err := d.m.get(id)
-	if err != nil {
-		return err
-	}
-	if !e.running() {
-		return fmt.Errorf("fake: execution %s does not run", id)
-	}
-	e.memory = bytes
-	return nil
+	return d.updateRunning(ctx, id, func(e *execution) { e.memory = bytes })
 }
 
 // SetCPU changes a running execution's CPU limit, which Spec then
 // reports; see runtime.Driver.
 func (d *Driver) SetCPU(ctx context.Context, id string, millis uint32) error {
+	return d.updateRunning(ctx, id, func(e *execution) { e.spec.CPUMillis = millis })
+}
+
+// updateRunning applies change to the record of a running execution.
+func (d *Driver) updateRunning(ctx context.Context, id string, change func(*execution)) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -633,7 +625,7 @@ func (d *Driver) SetCPU(ctx context.Context, id string, millis uint32) error {
 	if !e.running() {
 		return fmt.Errorf("fake: execution %s does not run", id)
 	}
-	e.spec.CPUMillis = millis
+	change(e)
 	return nil
 }
 
