@@ -233,6 +233,9 @@ type WorkspaceTx interface {
 	Workspaces(ctx context.Context, q ObjectQuery) ([]Workspace, error)
 	// HostWorkspaces returns every live workspace placed on a host.
 	HostWorkspaces(ctx context.Context, hostID string) ([]Workspace, error)
+	// HostUsage sums what the live workspaces placed on a host hold, as
+	// HostWorkspaces would give them, without reading them.
+	HostUsage(ctx context.Context, hostID string) (HostUsage, error)
 	// ExpiredWorkspaces returns up to limit live workspaces whose
 	// expiration deadline is at or before now.
 	ExpiredWorkspaces(ctx context.Context, now time.Time, limit int) ([]Workspace, error)
@@ -315,6 +318,17 @@ type LaunchRevision struct {
 	// Body is the serialized launch, opaque here.
 	Body      []byte
 	CreatedAt time.Time
+}
+
+// HostUsage is what the live workspaces placed on a host hold: placement
+// reserves the layer bytes of every one and the CPU and memory of the
+// running ones.
+type HostUsage struct {
+	Workspaces int
+	LayerBytes uint64
+	// CPUMillis and MemoryBytes are the sums over the running ones.
+	CPUMillis   uint64
+	MemoryBytes uint64
 }
 
 // Host is a registered host and its capacity.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"slices"
 
 	"connectrpc.com/connect"
@@ -168,19 +169,13 @@ func (s *Service) hosts(ctx context.Context, tx store.Tx, only string) ([]candid
 		if err != nil {
 			return nil, err
 		}
-		placed, err := tx.HostWorkspaces(ctx, h.ID)
+		used, err := tx.HostUsage(ctx, h.ID)
 		if err != nil {
 			return nil, err
 		}
 		host := scheduler.Host{ID: h.ID, Capacity: scheduler.Resources{CPUMillis: h.CPUMillis, MemoryBytes: h.MemoryBytes, LayerBytes: h.LayerBytes},
-			DefaultLayerBytes: reg.GetCapacity().GetDefaultLayerBytes()}
-		for _, w := range placed {
-			host.Reserved.LayerBytes += w.LayerBytes
-			if w.Running {
-				host.Reserved.CPUMillis += w.CPUMillis
-				host.Reserved.MemoryBytes += w.MemoryBytes
-			}
-		}
+			DefaultLayerBytes: reg.GetCapacity().GetDefaultLayerBytes(),
+			Reserved:          scheduler.Resources{CPUMillis: uint32(min(used.CPUMillis, math.MaxUint32)), MemoryBytes: used.MemoryBytes, LayerBytes: used.LayerBytes}}
 		offers := map[string]bool{}
 		for _, c := range reg.Capabilities {
 			offers[c] = true
@@ -188,7 +183,7 @@ func (s *Service) hosts(ctx context.Context, tx store.Tx, only string) ([]candid
 		for _, p := range reg.StoragePools {
 			offers["pool:"+p.Name] = true
 		}
-		out = append(out, candidate{Host: host, offers: offers, row: h, reg: reg, placed: len(placed), lost: !h.LostAt.IsZero(), drained: h.Drained})
+		out = append(out, candidate{Host: host, offers: offers, row: h, reg: reg, placed: used.Workspaces, lost: !h.LostAt.IsZero(), drained: h.Drained})
 	}
 	return out, nil
 }

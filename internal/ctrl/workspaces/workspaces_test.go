@@ -26,7 +26,7 @@ import (
 
 const gib = 1 << 30
 
-func newService(t *testing.T) (*Service, context.Context) {
+func newService(t testing.TB) (*Service, context.Context) {
 	t.Helper()
 	st := testutil.SQLiteStore(t)
 	ctx := context.Background()
@@ -68,7 +68,7 @@ func identity(ws *ctrlv1.Workspace) *ctrlv1.Workspace { return ws }
 
 func newWS() *ctrlv1.Workspace { return new(ctrlv1.Workspace) }
 
-func create(t *testing.T, s *Service, ctx context.Context, memory uint64) *ctrlv1.Workspace {
+func create(t testing.TB, s *Service, ctx context.Context, memory uint64) *ctrlv1.Workspace {
 	t.Helper()
 	ws, err := Create(ctx, s, write("create", newWS), &ctrlv1.WorkspaceCreateSpec{
 		Resources: &ctrlv1.ResourceRequest{MemoryBytes: memory}}, nil, nil, identity)

@@ -50,6 +50,15 @@ func (t *tx) HostWorkspaces(ctx context.Context, hostID string) ([]store.Workspa
 		WHERE host_id = ? AND deleted_at IS NULL ORDER BY id`, hostID)
 }
 
+func (t *tx) HostUsage(ctx context.Context, hostID string) (store.HostUsage, error) {
+	var n, layer, cpu, memory int64
+	err := t.queryRow(ctx, `SELECT COUNT(*), CAST(COALESCE(SUM(layer_bytes), 0) AS BIGINT),
+		CAST(COALESCE(SUM(CASE WHEN running THEN cpu_millis ELSE 0 END), 0) AS BIGINT),
+		CAST(COALESCE(SUM(CASE WHEN running THEN memory_bytes ELSE 0 END), 0) AS BIGINT)
+		FROM workspaces WHERE host_id = ? AND deleted_at IS NULL`, hostID).Scan(&n, &layer, &cpu, &memory)
+	return store.HostUsage{Workspaces: int(n), LayerBytes: uint64(layer), CPUMillis: uint64(cpu), MemoryBytes: uint64(memory)}, err
+}
+
 func (t *tx) ExpiredWorkspaces(ctx context.Context, now time.Time, limit int) ([]store.Workspace, error) {
 	return t.workspaces(ctx, `SELECT `+workspaceColumns+` FROM workspaces
 		WHERE deleted_at IS NULL AND expires_at IS NOT NULL AND expires_at <= ? ORDER BY expires_at, id LIMIT ?`,

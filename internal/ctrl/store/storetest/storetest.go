@@ -572,6 +572,18 @@ func testWorkspaces(t *testing.T, s store.Store) {
 		if err != nil || len(onH1) != 2 {
 			t.Errorf("workspaces on h1 = %v, %v", onH1, err)
 		}
+		var want store.HostUsage
+		for _, w := range onH1 {
+			want.Workspaces++
+			want.LayerBytes += w.LayerBytes
+			if w.Running {
+				want.CPUMillis += uint64(w.CPUMillis)
+				want.MemoryBytes += w.MemoryBytes
+			}
+		}
+		if got, err := tx.HostUsage(ctx, "h1"); err != nil || got != want || got.CPUMillis == 0 || got.MemoryBytes == 0 {
+			t.Errorf("usage of h1 = %+v, %v; its workspaces hold %+v", got, err, want)
+		}
 		expired, err := tx.ExpiredWorkspaces(ctx, now.Add(time.Hour), 10)
 		if err != nil || len(expired) != 1 || expired[0].ID != "w1" {
 			t.Errorf("expired = %v, %v", expired, err)
@@ -590,6 +602,9 @@ func testWorkspaces(t *testing.T, s store.Store) {
 	view(t, s, func(tx store.Tx) error {
 		if got, _ := tx.HostWorkspaces(ctx, "h2"); len(got) != 0 {
 			t.Errorf("deleted workspace still on its host: %v", got)
+		}
+		if got, err := tx.HostUsage(ctx, "h2"); err != nil || got != (store.HostUsage{}) {
+			t.Errorf("usage of h2 after its one workspace was deleted = %+v, %v", got, err)
 		}
 		if users, _ := tx.TemplateUsers(ctx, "p1", "base", 10); len(users) != 2 {
 			t.Errorf("deleted workspace still uses its template: %v", users)

@@ -1,0 +1,23 @@
+package workspaces
+
+import (
+	"testing"
+
+	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+)
+
+// BenchmarkCreateBesidePlaced creates workspaces on a host that already
+// holds a thousand: placement sums what they reserve.
+func BenchmarkCreateBesidePlaced(b *testing.B) {
+	s, ctx := newService(b)
+	if err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h1", Capacity: &hostv1.HostCapacity{
+		CpuMillis: 1 << 30, MemoryBytes: 1 << 50, LayerBytes: 1 << 50, DefaultLayerBytes: gib}}); err != nil {
+		b.Fatal(err)
+	}
+	for range 1000 {
+		create(b, s, ctx, 128<<20)
+	}
+	for b.Loop() {
+		create(b, s, ctx, 128<<20)
+	}
+}
