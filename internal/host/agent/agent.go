@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -107,6 +108,10 @@ type Agent struct {
 
 	mu    sync.Mutex
 	execs map[string]*execution
+	// byWorkspace files the executions of execs under their workspace
+	// once they have an assignment: the data plane finds a workspace's
+	// execution at every call, among a thousand on a dense host.
+	byWorkspace map[string][]*execution
 	// running tracks the execution goroutines, which Run waits for.
 	running sync.WaitGroup
 	// layers serializes work on one writable layer across the executions
@@ -251,7 +256,7 @@ func (a *Agent) converge(ctx context.Context, assignments []*hostv1.Assignment) 
 		if !ok {
 			e = a.newExecution(ctx, as.ExecutionId, false)
 		}
-		e.set(as)
+		a.assign(e, as)
 	}
 	for id, e := range a.execs {
 		if !assigned[id] {
@@ -269,6 +274,20 @@ func (a *Agent) newExecution(ctx context.Context, id string, running bool) *exec
 	return e
 }
 
+// assign hands as to e and files e under its workspace (an execution
+// serves one workspace all its life); a.mu is held.
+func (a *Agent) assign(e *execution, as *hostv1.Assignment) {
+	e.set(as)
+	if e.workspace != "" {
+		return
+	}
+	e.workspace = as.WorkspaceId
+	if a.byWorkspace == nil {
+		a.byWorkspace = map[string][]*execution{}
+	}
+	a.byWorkspace[e.workspace] = append(a.byWorkspace[e.workspace], e)
+}
+
 // forgetIfUnassigned drops an execution that ctrl no longer assigns; it
 // reports false when an assignment came back meanwhile.
 func (a *Agent) forgetIfUnassigned(e *execution) bool {
@@ -278,6 +297,11 @@ func (a *Agent) forgetIfUnassigned(e *execution) bool {
 		return false
 	}
 	delete(a.execs, e.id)
+	if others := slices.DeleteFunc(a.byWorkspace[e.workspace], func(o *execution) bool { return o == e }); len(others) > 0 {
+		a.byWorkspace[e.workspace] = others
+	} else {
+		delete(a.byWorkspace, e.workspace)
+	}
 	return true
 }
 

@@ -18,6 +18,9 @@ type execution struct {
 	id     string
 	cancel context.CancelFunc
 	wake   chan struct{}
+	// workspace is the workspace of its first assignment (Agent.assign);
+	// under the agent's lock.
+	workspace string
 
 	mu      sync.Mutex
 	desired *hostv1.Assignment

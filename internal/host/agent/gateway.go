@@ -274,13 +274,13 @@ func (g *gateway) authorize(r *http.Request) (string, error) {
 func (a *Agent) dataPlaneTarget(workspaceID string, generation uint64) (string, *hostv1.Assignment, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for id, e := range a.execs {
+	for _, e := range a.byWorkspace[workspaceID] {
 		as, _ := e.get()
-		if as == nil || as.WorkspaceId != workspaceID || as.Generation != generation {
+		if as == nil || as.Generation != generation {
 			continue
 		}
 		running := as.Desired == hostv1.DesiredState_DESIRED_STATE_RUNNING && e.reportedRunning(as.Generation)
-		return id, as, running
+		return e.id, as, running
 	}
 	return "", nil, false
 }

@@ -154,7 +154,7 @@ func (e *gatewayEnv) set(as *hostv1.Assignment, state hostv1.ObservedState) {
 		ex = &execution{agent: e.agent, id: as.ExecutionId, wake: make(chan struct{}, 1)}
 		e.agent.execs[as.ExecutionId] = ex
 	}
-	ex.set(as)
+	e.agent.assign(ex, as)
 	ex.mu.Lock()
 	ex.last = &hostv1.ExecutionReport{ExecutionId: as.ExecutionId, WorkspaceId: as.WorkspaceId, Generation: as.Generation, State: state}
 	ex.mu.Unlock()

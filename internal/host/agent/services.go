@@ -60,13 +60,13 @@ func (a *Agent) guestHTTPClient() *http.Client {
 func (a *Agent) runningExecution(workspaceID string) (string, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for id, e := range a.execs {
+	for _, e := range a.byWorkspace[workspaceID] {
 		as, _ := e.get()
-		if as == nil || as.WorkspaceId != workspaceID || as.Desired != hostv1.DesiredState_DESIRED_STATE_RUNNING {
+		if as == nil || as.Desired != hostv1.DesiredState_DESIRED_STATE_RUNNING {
 			continue
 		}
-		if last := e.lastReport(); last != nil && last.State == hostv1.ObservedState_OBSERVED_STATE_RUNNING && last.Generation == as.Generation {
-			return id, true
+		if e.reportedRunning(as.Generation) {
+			return e.id, true
 		}
 	}
 	return "", false
