@@ -54,6 +54,9 @@ var defaultPTY = sdk.PTYSize{Cols: 80, Rows: 24}
 // signalGrace bounds the SIGTERM an interrupted exec sends.
 const signalGrace = 5 * time.Second
 
+// errTimedOut ends an exec's stream when its --timeout passes.
+var errTimedOut = errors.New("the command ran past its --timeout")
+
 func wsExecCommand(c *conn) *cobra.Command {
 	var (
 		interactive, tty bool
@@ -137,22 +140,24 @@ func wsExecCommand(c *conn) *cobra.Command {
 			_, err = fmt.Fprintln(cmd.OutOrStdout(), p.Pid())
 			return err
 		}
-		runCtx := ctx
-		if timeout > 0 {
-			var cancel context.CancelFunc
-			runCtx, cancel = context.WithTimeout(ctx, timeout)
-			defer cancel()
-		}
+		runCtx, endRun := context.WithCancelCause(ctx)
+		defer endRun(nil)
 		p, err := ws.Start(runCtx, args[1:], o)
 		if err != nil {
 			return err
+		}
+		if timeout > 0 {
+			// The limit counts from the command's start: the session and
+			// the call that starts it may take a while on a busy host.
+			limit := time.AfterFunc(timeout, func() { endRun(errTimedOut) })
+			defer limit.Stop()
 		}
 		if outFd >= 0 {
 			defer forwardResize(ctx, p, outFd)()
 		}
 		status, err := p.Wait()
 		if err != nil {
-			if runCtx.Err() != nil && ctx.Err() == nil {
+			if context.Cause(runCtx) == errTimedOut && ctx.Err() == nil {
 				kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), signalGrace)
 				defer cancel()
 				if kerr := p.Kill(kctx); kerr != nil {
