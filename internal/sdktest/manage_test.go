@@ -127,6 +127,15 @@ func TestExecContextKillsAndProcessKill(t *testing.T) {
 	}
 	waitProcess(t, ws, "sleeper", func(p running) bool { return p.exited == "SIGKILL" })
 
+	// A deadline travels with the call in whole milliseconds; the stream
+	// the data plane ends at it is the deadline's end too.
+	ctx, cancel = context.WithTimeout(t.Context(), 500*time.Millisecond+900*time.Microsecond)
+	defer cancel()
+	if _, err := ws.Exec(ctx, []string{"sleep", "1000"}, sdk.ExecOptions{Tag: "late"}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Exec past its deadline: %v, want context.DeadlineExceeded", err)
+	}
+	waitProcess(t, ws, "late", func(p running) bool { return p.exited == "SIGKILL" })
+
 	p, err := ws.Start(t.Context(), []string{"sleep", "1000"}, sdk.ExecOptions{})
 	if err != nil {
 		t.Fatal(err)
