@@ -31,7 +31,7 @@ func (s *Slot) serveDNS() error {
 	if la.Is6() {
 		proto = ipv6.ProtocolNumber
 	}
-	conn, err := gonet.DialUDP(s.stack, &tcpip.FullAddress{NIC: nicID, Addr: tcpip.AddrFromSlice(la.AsSlice()), Port: dnsPort}, nil, proto)
+	conn, err := gonet.DialUDP(s.stack, &tcpip.FullAddress{NIC: nicID, Addr: tcpipAddr(la), Port: dnsPort}, nil, proto)
 	if err != nil {
 		return err
 	}
@@ -51,15 +51,11 @@ func (s *Slot) serveDNS() error {
 					conn.WriteTo(dnsforward.FitUDP(q, resp), from)
 				}
 			}
-			// What the slot answers without an exchange is answered here;
+			// What the slot answers without an exchange is answered here
+			// (the link guard answers most of it before the stack sees it);
 			// the rest waits for the upstream in a goroutine of its own.
-			a, fwd, resp := s.dnsRoute(q)
-			if fwd == nil {
-				reply(resp)
-				continue
-			}
-			if resp, ok := a.cache.Lookup(q); ok {
-				s.cfg.Counters.DNSCached.Add(1)
+			resp, a, fwd, answered := s.quickAnswer(q)
+			if answered {
 				reply(resp)
 				continue
 			}
@@ -68,6 +64,46 @@ func (s *Slot) serveDNS() error {
 		}
 	})
 	return nil
+}
+
+// quickAnswer answers a UDP query that needs no exchange: as the policy in
+// force says without one (dnsRoute), or from the cache. Otherwise it
+// returns the application and the forwarder to ask, and false.
+func (s *Slot) quickAnswer(q []byte) (resp []byte, a *applied, fwd *dnsforward.Forwarder, answered bool) {
+	a, fwd, resp = s.dnsRoute(q)
+	if fwd == nil {
+		return resp, a, nil, true
+	}
+	if resp, ok := a.cache.Lookup(q); ok {
+		s.cfg.Counters.DNSCached.Add(1)
+		return resp, a, fwd, true
+	}
+	return nil, a, fwd, false
+}
+
+// answerDatagram answers the guest's UDP query in packet, to the link DNS
+// address, when it needs no exchange (quickAnswer), writing the answer to
+// the TUN device; false leaves the packet to the stack and serveDNS.
+func (s *Slot) answerDatagram(packet []byte) bool {
+	from, to, q, ok := parseDatagram(packet)
+	if !ok {
+		return false
+	}
+	resp, _, _, answered := s.quickAnswer(q)
+	if !answered {
+		return false
+	}
+	if resp == nil {
+		return true // dropped, as serveDNS would
+	}
+	// A cached answer of a TCP, TLS or HTTPS upstream may not fit: the
+	// guest then asks again over TCP.
+	answer := udpPacket(to, from, dnsforward.FitUDP(q, resp))
+	if len(answer) > MTU {
+		return false // the stack fragments it
+	}
+	s.inject(answer)
+	return true
 }
 
 // dnsStream is a guest's TCP connection to the link DNS address. It

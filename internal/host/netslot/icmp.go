@@ -10,10 +10,7 @@ import (
 	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
-	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
-	"gvisor.dev/gvisor/pkg/tcpip/link/nested"
-	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/kibotos/kibotos/internal/host/netpolicy"
 )
@@ -27,95 +24,6 @@ const (
 	// ipv6MinMTU bounds an ICMPv6 error message (RFC 4443 §2.4).
 	ipv6MinMTU = 1280
 )
-
-// echoGuard sits between the TUN link and the stack and takes the guest's
-// ICMP echo requests for the policy to decide. Left to the stack, which
-// accepts every destination, they would be answered for any address.
-type echoGuard struct {
-	nested.Endpoint
-	slot *Slot
-}
-
-func newEchoGuard(s *Slot, link stack.LinkEndpoint) *echoGuard {
-	g := &echoGuard{slot: s}
-	g.Init(link, g)
-	return g
-}
-
-// DeliverNetworkPacket implements stack.NetworkDispatcher.
-func (g *echoGuard) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
-	switch sortPacket(pkt.Data()) {
-	case dropPacket:
-		return
-	case passPacket:
-		g.Endpoint.DeliverNetworkPacket(proto, pkt)
-		return
-	}
-	v := pkt.ToView()
-	req, ok := parseEcho(v.AsSlice())
-	v.Release()
-	if !ok {
-		g.Endpoint.DeliverNetworkPacket(proto, pkt)
-		return
-	}
-	// The link's packet processors outlive its detaching for a moment, so
-	// this may run while the slot closes: only an open slot handles the
-	// request, and Close waits for it before closing the TUN device that
-	// answers are injected into.
-	if !g.slot.enter() {
-		return
-	}
-	defer g.slot.wg.Done()
-	g.slot.handleEcho(req)
-}
-
-// packetSort is what the guard does with a packet of the guest.
-type packetSort int
-
-const (
-	passPacket packetSort = iota // to the stack
-	echoPacket                   // an echo request, for the policy
-	// dropPacket: what could hide an echo request from the guard. The
-	// stack would reassemble a fragmented one, or find one behind IPv6
-	// extension headers, and answer it for any address.
-	dropPacket
-)
-
-// sortPacket looks at no more than the headers, so that the guest's other
-// packets pass without a copy.
-func sortPacket(d stack.PacketData) packetSort {
-	b, ok := d.PullUp(1)
-	if !ok {
-		return passPacket
-	}
-	switch b[0] >> 4 {
-	case 4:
-		if b, ok = d.PullUp(header.IPv4MinimumSize); !ok || b[9] != uint8(header.ICMPv4ProtocolNumber) {
-			return passPacket
-		}
-		if ip := header.IPv4(b); ip.More() || ip.FragmentOffset() != 0 {
-			return dropPacket
-		}
-		n := int(b[0]&0xf) * 4
-		if b, ok = d.PullUp(n + 1); ok && b[n] == uint8(header.ICMPv4Echo) {
-			return echoPacket
-		}
-	case 6:
-		if b, ok = d.PullUp(header.IPv6MinimumSize + 1); !ok {
-			return passPacket
-		}
-		switch tcpip.TransportProtocolNumber(b[6]) {
-		case header.ICMPv6ProtocolNumber:
-			if b[header.IPv6MinimumSize] == uint8(header.ICMPv6EchoRequest) {
-				return echoPacket
-			}
-		case header.TCPProtocolNumber, header.UDPProtocolNumber:
-		default:
-			return dropPacket
-		}
-	}
-	return passPacket
-}
 
 // echo is one echo request of the guest.
 type echo struct {
@@ -155,6 +63,16 @@ func parseEcho(b []byte) (echo, bool) {
 			data: append([]byte(nil), m.MessageBody()[4:]...), packet: append([]byte(nil), b...)}, true
 	}
 	return echo{}, false
+}
+
+// takeEcho decides the echo request in packet (handleEcho); false when
+// packet is not one.
+func (s *Slot) takeEcho(packet []byte) bool {
+	req, ok := parseEcho(packet)
+	if ok {
+		s.handleEcho(req)
+	}
+	return ok
 }
 
 // handleEcho decides an echo request: forwarded from the host when it may
@@ -234,12 +152,11 @@ func (s *Slot) inject(packet []byte) {
 
 // echoReply is the reply the guest receives from its destination.
 func echoReply(req echo, data []byte) []byte {
-	if req.dst.Is4() {
-		return packet4(req.dst, req.src, icmp.Message{Type: ipv4.ICMPTypeEchoReply,
-			Body: &icmp.Echo{ID: int(req.id), Seq: int(req.seq), Data: data}})
+	var typ icmp.Type = ipv4.ICMPTypeEchoReply
+	if req.dst.Is6() {
+		typ = ipv6.ICMPTypeEchoReply
 	}
-	return packet6(req.dst, req.src, icmp.Message{Type: ipv6.ICMPTypeEchoReply,
-		Body: &icmp.Echo{ID: int(req.id), Seq: int(req.seq), Data: data}})
+	return icmpPacket(req.dst, req.src, icmp.Message{Type: typ, Body: &icmp.Echo{ID: int(req.id), Seq: int(req.seq), Data: data}})
 }
 
 // prohibited is the slot's "communication administratively prohibited"
@@ -247,38 +164,23 @@ func echoReply(req echo, data []byte) []byte {
 func prohibited(req echo) []byte {
 	if req.dst.Is4() {
 		quote := req.packet[:min(len(req.packet), int(header.IPv4(req.packet).HeaderLength())+8)]
-		return packet4(addr(GatewayIPv4), req.src, icmp.Message{Type: ipv4.ICMPTypeDestinationUnreachable,
+		return icmpPacket(addr(GatewayIPv4), req.src, icmp.Message{Type: ipv4.ICMPTypeDestinationUnreachable,
 			Code: int(header.ICMPv4AdminProhibited), Body: &icmp.DstUnreach{Data: quote}})
 	}
 	quote := req.packet[:min(len(req.packet), ipv6MinMTU-header.IPv6MinimumSize-header.ICMPv6DstUnreachableMinimumSize)]
-	return packet6(addr(GatewayIPv6), req.src, icmp.Message{Type: ipv6.ICMPTypeDestinationUnreachable,
+	return icmpPacket(addr(GatewayIPv6), req.src, icmp.Message{Type: ipv6.ICMPTypeDestinationUnreachable,
 		Code: int(header.ICMPv6Prohibited), Body: &icmp.DstUnreach{Data: quote}})
 }
 
-// packet4 wraps an ICMP message in an IPv4 header.
-func packet4(src, dst netip.Addr, m icmp.Message) []byte {
-	body, err := m.Marshal(nil)
+// icmpPacket is m from src to dst in its IP packet.
+func icmpPacket(src, dst netip.Addr, m icmp.Message) []byte {
+	proto, pseudoHeader := header.ICMPv4ProtocolNumber, []byte(nil)
+	if src.Is6() {
+		proto, pseudoHeader = header.ICMPv6ProtocolNumber, icmp.IPv6PseudoHeader(src.AsSlice(), dst.AsSlice())
+	}
+	body, err := m.Marshal(pseudoHeader)
 	if err != nil {
 		return nil
 	}
-	b := make([]byte, header.IPv4MinimumSize+len(body))
-	ip := header.IPv4(b)
-	ip.Encode(&header.IPv4Fields{TotalLength: uint16(len(b)), TTL: hopLimit, Protocol: uint8(header.ICMPv4ProtocolNumber),
-		SrcAddr: tcpip.AddrFrom4(src.As4()), DstAddr: tcpip.AddrFrom4(dst.As4())})
-	ip.SetChecksum(^ip.CalculateChecksum())
-	copy(b[header.IPv4MinimumSize:], body)
-	return b
-}
-
-// packet6 wraps an ICMPv6 message in an IPv6 header.
-func packet6(src, dst netip.Addr, m icmp.Message) []byte {
-	body, err := m.Marshal(icmp.IPv6PseudoHeader(src.AsSlice(), dst.AsSlice()))
-	if err != nil {
-		return nil
-	}
-	b := make([]byte, header.IPv6MinimumSize+len(body))
-	header.IPv6(b).Encode(&header.IPv6Fields{PayloadLength: uint16(len(body)), TransportProtocol: header.ICMPv6ProtocolNumber,
-		HopLimit: hopLimit, SrcAddr: tcpip.AddrFrom16(src.As16()), DstAddr: tcpip.AddrFrom16(dst.As16())})
-	copy(b[header.IPv6MinimumSize:], body)
-	return b
+	return ipPacket(src, dst, proto, body)
 }

@@ -229,7 +229,7 @@ func (s *Slot) setUp() error {
 		return err
 	}
 	s.linkStopFDs = stopFDs
-	if err := s.stack.CreateNIC(nicID, newEchoGuard(s, link)); err != nil {
+	if err := s.stack.CreateNIC(nicID, newLinkGuard(s, link)); err != nil {
 		return fmt.Errorf("create NIC: %s", err)
 	}
 	// Promiscuous and spoofing: the stack accepts packets for every

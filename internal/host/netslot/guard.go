@@ -1,0 +1,197 @@
+package netslot
+
+import (
+	"net/netip"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/checksum"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/link/nested"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+)
+
+// linkGuard sits between the TUN link and the stack. It takes the guest's
+// ICMP echo requests for the policy to decide: left to the stack, which
+// accepts every destination, they would be answered for any address. And
+// it answers at once, on the link's own goroutine, the UDP queries to the
+// link DNS address that need no exchange (quickAnswer); through the stack,
+// each would cross two goroutines and a socket of its own.
+type linkGuard struct {
+	nested.Endpoint
+	slot    *Slot
+	linkDNS netip.Addr
+}
+
+func newLinkGuard(s *Slot, link stack.LinkEndpoint) *linkGuard {
+	g := &linkGuard{slot: s, linkDNS: s.linkDNS()}
+	g.Init(link, g)
+	return g
+}
+
+// DeliverNetworkPacket implements stack.NetworkDispatcher.
+func (g *linkGuard) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
+	sort := sortPacket(pkt.Data(), g.linkDNS)
+	switch sort {
+	case dropPacket:
+		return
+	case passPacket:
+		g.Endpoint.DeliverNetworkPacket(proto, pkt)
+		return
+	}
+	// The link's packet processors outlive its detaching for a moment, so
+	// this may run while the slot closes: only an open slot answers, and
+	// Close waits for it before closing the TUN device that answers are
+	// written to.
+	if !g.slot.enter() {
+		return
+	}
+	defer g.slot.wg.Done()
+	v := pkt.ToView()
+	defer v.Release()
+	taken := false
+	switch sort {
+	case echoPacket:
+		taken = g.slot.takeEcho(v.AsSlice())
+	case dnsPacket:
+		taken = g.slot.answerDatagram(v.AsSlice())
+	}
+	if !taken {
+		g.Endpoint.DeliverNetworkPacket(proto, pkt)
+	}
+}
+
+// packetSort is what the guard does with a packet of the guest.
+type packetSort int
+
+const (
+	passPacket packetSort = iota // to the stack
+	echoPacket                   // an echo request, for the policy
+	dnsPacket                    // a UDP datagram to the link DNS address's port 53
+	// dropPacket: what could hide an echo request from the guard. The
+	// stack would reassemble a fragmented one, or find one behind IPv6
+	// extension headers, and answer it for any address.
+	dropPacket
+)
+
+// sortPacket looks at no more than the headers, so that the guest's other
+// packets pass without a copy. linkDNS is the link DNS address.
+func sortPacket(d stack.PacketData, linkDNS netip.Addr) packetSort {
+	b, ok := d.PullUp(1)
+	if !ok {
+		return passPacket
+	}
+	switch b[0] >> 4 {
+	case 4:
+		if b, ok = d.PullUp(header.IPv4MinimumSize); !ok {
+			return passPacket
+		}
+		ip := header.IPv4(b)
+		fragment := ip.More() || ip.FragmentOffset() != 0
+		n := int(b[0]&0xf) * 4
+		switch ip.TransportProtocol() {
+		case header.ICMPv4ProtocolNumber:
+			if fragment {
+				return dropPacket
+			}
+			if b, ok = d.PullUp(n + 1); ok && b[n] == uint8(header.ICMPv4Echo) {
+				return echoPacket
+			}
+		case header.UDPProtocolNumber:
+			if !fragment && linkDNS.Is4() && netip.AddrFrom4([4]byte(b[16:20])) == linkDNS {
+				if b, ok = d.PullUp(n + 4); ok && header.UDP(b[n:]).DestinationPort() == dnsPort {
+					return dnsPacket
+				}
+			}
+		}
+	case 6:
+		if b, ok = d.PullUp(header.IPv6MinimumSize + 1); !ok {
+			return passPacket
+		}
+		switch tcpip.TransportProtocolNumber(b[6]) {
+		case header.ICMPv6ProtocolNumber:
+			if b[header.IPv6MinimumSize] == uint8(header.ICMPv6EchoRequest) {
+				return echoPacket
+			}
+		case header.UDPProtocolNumber:
+			if linkDNS.Is6() && netip.AddrFrom16([16]byte(b[24:40])) == linkDNS {
+				if b, ok = d.PullUp(header.IPv6MinimumSize + 4); ok && header.UDP(b[header.IPv6MinimumSize:]).DestinationPort() == dnsPort {
+					return dnsPacket
+				}
+			}
+		case header.TCPProtocolNumber:
+		default:
+			return dropPacket
+		}
+	}
+	return passPacket
+}
+
+// parseDatagram reads an unfragmented UDP datagram in an IPv4 or IPv6
+// packet without extension headers.
+func parseDatagram(b []byte) (from, to netip.AddrPort, payload []byte, ok bool) {
+	if len(b) == 0 {
+		return
+	}
+	var src, dst tcpip.Address
+	var seg []byte
+	switch b[0] >> 4 {
+	case 4:
+		ip := header.IPv4(b)
+		if !ip.IsValid(len(b)) || ip.TransportProtocol() != header.UDPProtocolNumber || ip.More() || ip.FragmentOffset() != 0 {
+			return
+		}
+		src, dst, seg = ip.SourceAddress(), ip.DestinationAddress(), ip.Payload()
+	case 6:
+		ip := header.IPv6(b)
+		if !ip.IsValid(len(b)) || ip.TransportProtocol() != header.UDPProtocolNumber {
+			return
+		}
+		src, dst, seg = ip.SourceAddress(), ip.DestinationAddress(), ip.Payload()
+	default:
+		return
+	}
+	u := header.UDP(seg)
+	if len(u) < header.UDPMinimumSize || int(u.Length()) < header.UDPMinimumSize || int(u.Length()) > len(u) {
+		return
+	}
+	return netip.AddrPortFrom(addrOf(src), u.SourcePort()), netip.AddrPortFrom(addrOf(dst), u.DestinationPort()),
+		u[header.UDPMinimumSize:u.Length()], true
+}
+
+// udpPacket is payload in a UDP datagram from src to dst, in its IP
+// packet.
+func udpPacket(src, dst netip.AddrPort, payload []byte) []byte {
+	seg := make([]byte, header.UDPMinimumSize+len(payload))
+	u := header.UDP(seg)
+	u.Encode(&header.UDPFields{SrcPort: src.Port(), DstPort: dst.Port(), Length: uint16(len(seg))})
+	copy(seg[header.UDPMinimumSize:], payload)
+	sum := header.PseudoHeaderChecksum(header.UDPProtocolNumber, tcpipAddr(src.Addr()), tcpipAddr(dst.Addr()), uint16(len(seg)))
+	xsum := ^checksum.Checksum(seg, sum)
+	if xsum == 0 {
+		xsum = 0xffff // zero would say "no checksum" (RFC 768)
+	}
+	u.SetChecksum(xsum)
+	return ipPacket(src.Addr(), dst.Addr(), header.UDPProtocolNumber, seg)
+}
+
+// ipPacket is body in an IP packet of proto from src to dst, both of one
+// family.
+func ipPacket(src, dst netip.Addr, proto tcpip.TransportProtocolNumber, body []byte) []byte {
+	if src.Is4() {
+		b := make([]byte, header.IPv4MinimumSize+len(body))
+		ip := header.IPv4(b)
+		ip.Encode(&header.IPv4Fields{TotalLength: uint16(len(b)), TTL: hopLimit, Protocol: uint8(proto),
+			SrcAddr: tcpipAddr(src), DstAddr: tcpipAddr(dst)})
+		ip.SetChecksum(^ip.CalculateChecksum())
+		copy(b[header.IPv4MinimumSize:], body)
+		return b
+	}
+	b := make([]byte, header.IPv6MinimumSize+len(body))
+	header.IPv6(b).Encode(&header.IPv6Fields{PayloadLength: uint16(len(body)), TransportProtocol: proto,
+		HopLimit: hopLimit, SrcAddr: tcpipAddr(src), DstAddr: tcpipAddr(dst)})
+	copy(b[header.IPv6MinimumSize:], body)
+	return b
+}
+
+// tcpipAddr is a in gVisor's form.
+func tcpipAddr(a netip.Addr) tcpip.Address { return tcpip.AddrFromSlice(a.AsSlice()) }
