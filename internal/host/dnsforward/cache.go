@@ -1,9 +1,12 @@
 package dnsforward
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
@@ -83,6 +86,18 @@ type cacheEntry struct {
 	size    int // of the answer's wire form, what the byte bound counts
 	stored  time.Time
 	expires time.Time
+	// last is the reply replyTo built last. A guest asks the same question
+	// the same way, again and again, within a second: it gets these bytes
+	// again with its own ID, without a packing.
+	last atomic.Pointer[builtReply]
+}
+
+// builtReply is a reply in wire form and what it was built for.
+type builtReply struct {
+	name string // the question's, in the query's case
+	opt  bool   // the query had an OPT record
+	age  uint32 // seconds the answer had spent in the cache
+	wire []byte
 }
 
 // Clear forgets every answer, including those of exchanges under way.
@@ -252,6 +267,22 @@ func withoutOPT(rrs []dns.RR) []dns.RR {
 // be packed.
 func (e *cacheEntry) replyTo(q *dns.Msg, now time.Time) []byte {
 	age := uint32(now.Sub(e.stored) / time.Second)
+	opt := q.IsEdns0()
+	if last := e.last.Load(); last != nil && last.age == age && last.opt == (opt != nil) && last.name == q.Question[0].Name {
+		b := bytes.Clone(last.wire)
+		binary.BigEndian.PutUint16(b, q.Id)
+		return b
+	}
+	b := e.build(q, opt, age)
+	if b != nil {
+		e.last.Store(&builtReply{name: q.Question[0].Name, opt: opt != nil, age: age, wire: bytes.Clone(b)})
+	}
+	return b
+}
+
+// build is the reply to q, which has OPT record opt, after age seconds in
+// the cache.
+func (e *cacheEntry) build(q *dns.Msg, opt *dns.OPT, age uint32) []byte {
 	r := &dns.Msg{MsgHdr: e.reply.MsgHdr, Compress: true}
 	r.Id = q.Id
 	// Not from the authority itself any more.
@@ -260,7 +291,7 @@ func (e *cacheEntry) replyTo(q *dns.Msg, now time.Time) []byte {
 	r.Answer = aged(e.reply.Answer, age)
 	r.Ns = aged(e.reply.Ns, age)
 	r.Extra = aged(e.reply.Extra, age)
-	if opt := q.IsEdns0(); opt != nil {
+	if opt != nil {
 		// RFC 6891 7: a query with an OPT record gets one back.
 		r.SetEdns0(ednsSize, opt.Do())
 	}

@@ -139,6 +139,31 @@ func TestCacheServesUntilTheSmallestTTL(t *testing.T) {
 	}
 }
 
+// Replies given within one second may share their bytes; each still has
+// its query's ID, case and OPT record, and the next second's TTLs.
+func TestCacheRepliesInOneSecond(t *testing.T) {
+	e := newCacheEnv(t)
+	first := e.ask(question("a.test.", dns.TypeA), dns.RcodeSuccess, Forwarded)
+	ttl := first.Answer[0].Header().Ttl
+	e.advance(1500 * time.Millisecond)
+	edns := question("a.test.", dns.TypeA)
+	edns.SetEdns0(1232, false)
+	for i, q := range []*dns.Msg{question("a.test.", dns.TypeA), question("a.test.", dns.TypeA), question("A.TEST.", dns.TypeA), edns,
+		question("a.test.", dns.TypeA)} {
+		r := e.ask(q, dns.RcodeSuccess, Cached) // the query's ID and question
+		if got := r.Answer[0].Header().Ttl; got != ttl-1 {
+			t.Errorf("reply %d: TTL %d after 1.5s, want %d", i, got, ttl-1)
+		}
+		if (r.IsEdns0() != nil) != (q.IsEdns0() != nil) {
+			t.Errorf("reply %d: OPT record %v to a query with %v", i, r.IsEdns0(), q.IsEdns0())
+		}
+	}
+	e.advance(time.Second)
+	if r := e.ask(question("a.test.", dns.TypeA), dns.RcodeSuccess, Cached); r.Answer[0].Header().Ttl != ttl-2 {
+		t.Errorf("TTL %d after 2.5s, want %d", r.Answer[0].Header().Ttl, ttl-2)
+	}
+}
+
 func TestCacheKeysTypeClassAndFlags(t *testing.T) {
 	e := newCacheEnv(t)
 	e.ask(question("n1.test.", dns.TypeA), dns.RcodeSuccess, Forwarded)
@@ -333,4 +358,23 @@ func TestCacheConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// BenchmarkCacheLookup answers a guest's repeated query from the cache.
+func BenchmarkCacheLookup(b *testing.B) {
+	c := NewCache()
+	q := question("a.test.", dns.TypeA)
+	answer, err := cacheZone(q).Pack()
+	if err != nil {
+		b.Fatal(err)
+	}
+	key, _ := keyOf(q)
+	c.store(0, key, answer, time.Now())
+	query, _ := q.Pack()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := c.Lookup(query); !ok {
+			b.Fatal("not cached")
+		}
+	}
 }
