@@ -135,29 +135,14 @@ func firstOutput(ctx context.Context, addr, home string, n int, settle time.Dura
 	if concurrent == 0 {
 		return nil
 	}
-	all := make([]time.Duration, concurrent)
-	pooled := make([]bool, concurrent)
-	errs := make([]error, concurrent)
-	var wg sync.WaitGroup
-	for i := range concurrent {
-		wg.Go(func() {
-			var p phases
-			p, pooled[i], errs[i] = createToFirstByte(ctx, c, home, 0)
-			all[i] = p.firstByte
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	burst, err := concurrentFirstOutputs(ctx, c, home, concurrent)
+	if err != nil {
 		return err
 	}
-	hits := 0
-	for _, p := range pooled {
-		if p {
-			hits++
-		}
-	}
+	p99 := benchutil.Quantile(burst.firstBytes, 0.99)
 	fmt.Printf("%d concurrent creates → all first outputs (%d from the warm pool): p50 %.1f ms, p99 %.1f ms; ratio p99 / back-to-back p50 %.2f\n",
-		concurrent, hits, benchutil.Millis(benchutil.Quantile(all, 0.5)), benchutil.Millis(benchutil.Quantile(all, 0.99)), benchutil.Millis(benchutil.Quantile(all, 0.99))/benchutil.Millis(p50))
+		concurrent, len(burst.pooled), benchutil.Millis(benchutil.Quantile(burst.firstBytes, 0.5)), benchutil.Millis(p99), benchutil.Millis(p99)/benchutil.Millis(p50))
+	burst.printSteps()
 	return nil
 }
 
@@ -186,6 +171,27 @@ func firstOutputSeries(ctx context.Context, c steps, home string, n int, settle 
 	return s, nil
 }
 
+// concurrentFirstOutputs times n creates started at once to their first
+// outputs.
+func concurrentFirstOutputs(ctx context.Context, c steps, home string, n int) (series, error) {
+	all := make([]phases, n)
+	pooled := make([]bool, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { all[i], pooled[i], errs[i] = createToFirstByte(ctx, c, home, 0) })
+	}
+	wg.Wait()
+	var s series
+	for i, p := range all {
+		s.firstBytes = append(s.firstBytes, p.firstByte)
+		if pooled[i] {
+			s.pooled = append(s.pooled, p)
+		}
+	}
+	return s, errors.Join(errs...)
+}
+
 // print prints the series' p50 and p99 beside the bare runs', and the p50
 // of each step of its pooled creates.
 func (s series) print(name string, bare []time.Duration) {
@@ -195,6 +201,11 @@ func (s series) print(name string, bare []time.Duration) {
 		fmt.Printf("    p%02.0f %6.1f ms  bare runc run p%02.0f %6.1f ms  ratio %.2f\n",
 			q*100, benchutil.Millis(got), q*100, benchutil.Millis(base), benchutil.Millis(got)/benchutil.Millis(base))
 	}
+	s.printSteps()
+}
+
+// printSteps prints the p50 of each step of the series' pooled creates.
+func (s series) printSteps() {
 	if len(s.pooled) == 0 {
 		return
 	}
