@@ -146,7 +146,7 @@ func (s *Slot) forwardEcho(req echo) {
 // inject hands the guest a packet through its TUN device.
 func (s *Slot) inject(packet []byte) {
 	if packet != nil {
-		unix.Write(int(s.tun.Fd()), packet)
+		unix.Write(int(s.queues[0].Fd()), packet)
 	}
 }
 

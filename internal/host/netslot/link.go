@@ -11,7 +11,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 )
 
-// newTUNLink serves the TUN device tun as a link endpoint. It returns the
+// newTUNLink serves the TUN device whose queues are the files queues as a
+// link endpoint, each queue with a reader of its own. It returns the
 // endpoint with the stop eventfds of its packet dispatchers, which the
 // caller closes (closeStopFDs) once the endpoint is detached.
 //
@@ -22,11 +23,15 @@ import (
 // to be an eventfd. A gVisor version that closes them itself would make
 // closeStopFDs fail with EBADF (and the slot's tests with it): this goes
 // then.
-func newTUNLink(tun *os.File) (stack.LinkEndpoint, []int, error) {
+func newTUNLink(queues []*os.File) (stack.LinkEndpoint, []int, error) {
 	// The kernel checksums what a TUN device without offloads receives, so
 	// checking again here is redundant; a guest that sent bad checksums
 	// would only corrupt its own connections.
-	ep, err := fdbased.New(&fdbased.Options{FDs: []int{int(tun.Fd())}, MTU: MTU, RXChecksumOffload: true})
+	fds := make([]int, len(queues))
+	for i, q := range queues {
+		fds[i] = int(q.Fd())
+	}
+	ep, err := fdbased.New(&fdbased.Options{FDs: fds, MTU: MTU, RXChecksumOffload: true})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -75,4 +80,18 @@ func closeStopFDs(fds []int) error {
 		}
 	}
 	return err
+}
+
+// stopReaders stops the link's readers (the dispatchers whose stop
+// eventfds are stopFDs) and waits for them to end. Removing the NIC does
+// the same, but while it holds the endpoint's lock, which a reader that
+// delivers its packets itself (one packet processor per queue) takes for
+// each packet: a packet arriving then would leave both waiting for each
+// other. After stopReaders, the NIC's removal finds them ended.
+func stopReaders(link stack.LinkEndpoint, stopFDs []int) {
+	increment := []byte{1, 0, 0, 0, 0, 0, 0, 0} // adds 1 to the counter, as gVisor's own Stop does
+	for _, fd := range stopFDs {
+		unix.Write(fd, increment)
+	}
+	link.Wait()
 }

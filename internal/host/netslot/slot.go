@@ -76,10 +76,14 @@ type Config struct {
 type Slot struct {
 	cfg Config
 	// hard is replaced whole when the host's addresses change.
-	hard  atomic.Pointer[netpolicy.HardDeny]
-	tun   *os.File
-	stack *stack.Stack
-	// linkStopFDs are the link's eventfds that Close closes (newTUNLink).
+	hard atomic.Pointer[netpolicy.HardDeny]
+	// queues are the files of the TUN device's queues; answers written
+	// around the stack go to the first.
+	queues []*os.File
+	stack  *stack.Stack
+	// link serves the queues; linkStopFDs are its eventfds that Close
+	// closes (newTUNLink).
+	link        stack.LinkEndpoint
 	linkStopFDs []int
 
 	ctx    context.Context
@@ -109,11 +113,11 @@ type Slot struct {
 
 // Create makes the namespace at cfg.Path and serves it.
 func Create(cfg Config) (*Slot, error) {
-	tun, err := createNamespace(cfg.Path)
+	queues, err := createNamespace(cfg.Path)
 	if err != nil {
 		return nil, fmt.Errorf("network slot: %w", err)
 	}
-	s, err := serve(cfg, tun)
+	s, err := serve(cfg, queues)
 	if err != nil {
 		destroyNamespace(cfg.Path)
 		return nil, err
@@ -125,11 +129,11 @@ func Create(cfg Config) (*Slot, error) {
 // a restart of the host agent). The guest's open connections did not
 // survive that process; its link and addresses did.
 func Open(cfg Config) (*Slot, error) {
-	tun, err := openNamespace(cfg.Path)
+	queues, err := openNamespace(cfg.Path)
 	if err != nil {
 		return nil, fmt.Errorf("network slot: %w", err)
 	}
-	return serve(cfg, tun)
+	return serve(cfg, queues)
 }
 
 // LinkDNS is the link DNS address: the gateway in the family of the first
@@ -157,7 +161,7 @@ func addr(ip net.IP) netip.Addr {
 	return a.Unmap()
 }
 
-func serve(cfg Config, tun *os.File) (*Slot, error) {
+func serve(cfg Config, queues []*os.File) (*Slot, error) {
 	st := stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
@@ -166,7 +170,7 @@ func serve(cfg Config, tun *os.File) (*Slot, error) {
 		cfg.Counters = new(Counters)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Slot{cfg: cfg, tun: tun, stack: st, ctx: ctx, cancel: cancel, conns: map[*flow]struct{}{},
+	s := &Slot{cfg: cfg, queues: queues, stack: st, ctx: ctx, cancel: cancel, conns: map[*flow]struct{}{},
 		dnsStreams: map[*dnsStream]struct{}{},
 		echoes:     make(chan struct{}, maxEchoesInFlight)}
 	s.SetHostAddresses(cfg.HardDeny.Platform)
@@ -224,11 +228,11 @@ func (s *Slot) setUp() error {
 	// The link is made just before its NIC: its dispatchers' goroutines
 	// start with it and stop only when its NIC is removed, and CreateNIC
 	// fails only for an NIC ID in use.
-	link, stopFDs, err := newTUNLink(s.tun)
+	link, stopFDs, err := newTUNLink(s.queues)
 	if err != nil {
 		return err
 	}
-	s.linkStopFDs = stopFDs
+	s.link, s.linkStopFDs = link, stopFDs
 	if err := s.stack.CreateNIC(nicID, newLinkGuard(s, link)); err != nil {
 		return fmt.Errorf("create NIC: %s", err)
 	}
@@ -282,11 +286,14 @@ func (s *Slot) Close() error {
 	for _, f := range conns {
 		f.close()
 	}
-	s.stack.RemoveNIC(nicID) // stops the link's reader before its file closes
+	if s.link != nil {
+		stopReaders(s.link, s.linkStopFDs)
+	}
+	s.stack.RemoveNIC(nicID) // detaches the link before its files close
 	s.stack.Close()
 	s.wg.Wait()
 	s.stack.Wait()
-	return errors.Join(closeStopFDs(s.linkStopFDs), s.tun.Close())
+	return errors.Join(closeStopFDs(s.linkStopFDs), closeAll(s.queues))
 }
 
 // enter counts work that a goroutine the slot does not own starts in it,
