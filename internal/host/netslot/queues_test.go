@@ -20,6 +20,7 @@ func TestTUNQueues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { destroyNamespace(cfg.Path) }) // when a check below fails first
 	if len(s.queues) != tunQueues {
 		t.Errorf("a new slot serves %d queues, want %d", len(s.queues), tunQueues)
 	}
