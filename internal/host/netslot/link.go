@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/tcpip/link/fdbased"
@@ -82,13 +83,24 @@ func closeStopFDs(fds []int) error {
 	return err
 }
 
-// stopReaders stops the link's readers (the dispatchers whose stop
-// eventfds are stopFDs) and waits for them to end. Removing the NIC does
-// the same, but while it holds the endpoint's lock, which a reader that
-// delivers its packets itself (one packet processor per queue) takes for
-// each packet: a packet arriving then would leave both waiting for each
-// other. After stopReaders, the NIC's removal finds them ended.
-func stopReaders(link stack.LinkEndpoint, stopFDs []int) {
+// stopReaders stops the link's readers (the dispatchers of the queues
+// whose stop eventfds are stopFDs) and waits for them to end. Removing the
+// NIC does the same, but while it holds the endpoint's lock, which a reader
+// that delivers its packets itself (one packet processor per queue) takes
+// for each packet: a packet arriving then would leave both waiting for
+// each other. After stopReaders, the NIC's removal finds them ended.
+//
+// A reader sees its stop eventfd only when its queue runs dry, which a
+// guest sending without pause would delay for as long as it sends: each
+// queue is first detached from the device (IFF_DETACH_QUEUE), so that its
+// reader's next read fails at once. A single-queue device refuses that,
+// and its readers, which only queue packets for their processors, keep up.
+func stopReaders(link stack.LinkEndpoint, stopFDs []int, queues []*os.File) {
+	for _, q := range queues {
+		var req [unix.IFNAMSIZ + 64]byte
+		*(*uint16)(unsafe.Pointer(&req[unix.IFNAMSIZ])) = unix.IFF_DETACH_QUEUE
+		unix.Syscall(unix.SYS_IOCTL, q.Fd(), unix.TUNSETQUEUE, uintptr(unsafe.Pointer(&req[0])))
+	}
 	increment := []byte{1, 0, 0, 0, 0, 0, 0, 0} // adds 1 to the counter, as gVisor's own Stop does
 	for _, fd := range stopFDs {
 		unix.Write(fd, increment)

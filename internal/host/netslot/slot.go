@@ -287,7 +287,7 @@ func (s *Slot) Close() error {
 		f.close()
 	}
 	if s.link != nil {
-		stopReaders(s.link, s.linkStopFDs)
+		stopReaders(s.link, s.linkStopFDs, s.queues)
 	}
 	s.stack.RemoveNIC(nicID) // detaches the link before its files close
 	s.stack.Close()
