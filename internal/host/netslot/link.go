@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"reflect"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/tcpip/link/fdbased"
@@ -94,12 +93,12 @@ func closeStopFDs(fds []int) error {
 // guest sending without pause would delay for as long as it sends: each
 // queue is first detached from the device (IFF_DETACH_QUEUE), so that its
 // reader's next read fails at once. A single-queue device refuses that,
-// and its readers, which only queue packets for their processors, keep up.
+// and its reader stops as it did before there were several.
 func stopReaders(link stack.LinkEndpoint, stopFDs []int, queues []*os.File) {
+	detach, _ := unix.NewIfreq("")
+	detach.SetUint16(unix.IFF_DETACH_QUEUE)
 	for _, q := range queues {
-		var req [unix.IFNAMSIZ + 64]byte
-		*(*uint16)(unsafe.Pointer(&req[unix.IFNAMSIZ])) = unix.IFF_DETACH_QUEUE
-		unix.Syscall(unix.SYS_IOCTL, q.Fd(), unix.TUNSETQUEUE, uintptr(unsafe.Pointer(&req[0])))
+		unix.IoctlIfreq(int(q.Fd()), unix.TUNSETQUEUE, detach)
 	}
 	increment := []byte{1, 0, 0, 0, 0, 0, 0, 0} // adds 1 to the counter, as gVisor's own Stop does
 	for _, fd := range stopFDs {

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
-	"unsafe"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -130,12 +129,15 @@ func attachTUN(flags uint16) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open /dev/net/tun: %w", err)
 	}
-	var req [unix.IFNAMSIZ + 64]byte
-	copy(req[:], ifName)
-	*(*uint16)(unsafe.Pointer(&req[unix.IFNAMSIZ])) = unix.IFF_TUN | unix.IFF_NO_PI | flags
-	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TUNSETIFF, uintptr(unsafe.Pointer(&req[0]))); errno != 0 {
+	req, err := unix.NewIfreq(ifName)
+	if err != nil {
 		unix.Close(fd)
-		return nil, fmt.Errorf("TUNSETIFF: %w", errno)
+		return nil, err
+	}
+	req.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI | flags)
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, req); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("TUNSETIFF: %w", err)
 	}
 	if err := unix.IoctlSetInt(fd, unix.TUNSETPERSIST, 1); err != nil {
 		unix.Close(fd)
