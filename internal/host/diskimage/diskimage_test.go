@@ -469,3 +469,37 @@ func TestProbeRemovesLeftovers(t *testing.T) {
 		t.Errorf("the leftover image is still attached to %v", devs)
 	}
 }
+
+// TestAttachLoopDirectIO checks that a loop device does direct I/O on an
+// image whose filesystem allows it, and that the filesystem on it keeps
+// what is written through it.
+func TestAttachLoopDirectIO(t *testing.T) {
+	needHost(t)
+	dir := t.TempDir()
+	probe, err := os.OpenFile(filepath.Join(dir, "probe"), os.O_CREATE|os.O_RDWR|unix.O_DIRECT, 0o600)
+	if err != nil {
+		t.Skipf("the test directory's filesystem refuses O_DIRECT: %v", err)
+	}
+	probe.Close()
+	img := filepath.Join(dir, "v.img")
+	if err := Create(context.Background(), img, 64<<20, ""); err != nil {
+		t.Fatal(err)
+	}
+	sum := writeData(t, img, "f", 8<<20)
+	mnt, dev, unmount := mountImage(t, img, unix.MS_RDONLY)
+	defer unmount()
+	dio, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(dev), "loop", "dio"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(dio)); got != "1" {
+		t.Errorf("%s of %s: dio = %s, want 1", dev, img, got)
+	}
+	b, err := os.ReadFile(filepath.Join(mnt, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sha256.Sum256(b) != sum {
+		t.Error("the file read back differs from the one written")
+	}
+}
