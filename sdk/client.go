@@ -37,7 +37,11 @@ import (
 
 // Client calls one Kibotos control plane with an API token.
 type Client struct {
-	hc         *http.Client
+	hc *http.Client
+	// bulk carries FileBytesPath: HTTP/1.1 to http:// endpoints, where
+	// hc's HTTP/2 would copy every byte in and out of frames; hc itself
+	// when the caller gave one (WithHTTPClient).
+	bulk       *http.Client
 	opts       []connect.ClientOption // from WithClientOptions; data-plane clients share them
 	sessionTTL time.Duration
 	env        map[string]string // WithEnv: the default environment of every process
@@ -89,11 +93,14 @@ func New(baseURL, token string, opts ...Option) *Client {
 		o(c)
 	}
 	if c.hc == nil {
-		c.hc = NewHTTPClient(nil)
-	} else {
-		hc := *c.hc
-		c.hc = NewHTTPClient(hc.Transport)
-		c.hc.CheckRedirect, c.hc.Jar, c.hc.Timeout = hc.CheckRedirect, hc.Jar, hc.Timeout
+		c.hc = &http.Client{Transport: NewTransport(nil)}
+	}
+	hc := *c.hc
+	c.hc = NewHTTPClient(hc.Transport)
+	c.hc.CheckRedirect, c.hc.Jar, c.hc.Timeout = hc.CheckRedirect, hc.Jar, hc.Timeout
+	c.bulk = c.hc
+	if t, ok := hc.Transport.(*transport); ok {
+		c.bulk = NewHTTPClient(t.tls)
 	}
 	baseURL = strings.TrimRight(baseURL, "/")
 	ctrlOpts := c.clientOptions(token)
@@ -110,6 +117,7 @@ func New(baseURL, token string, opts ...Option) *Client {
 // later call opens new connections.
 func (c *Client) Close() {
 	c.hc.CloseIdleConnections()
+	c.bulk.CloseIdleConnections()
 }
 
 // clientOptions are the options of a generated client that sends token.
@@ -147,7 +155,9 @@ func WithTLSConfig(cfg *tls.Config) Option {
 // which a Transport that also allows HTTP/1 would never try, and https://
 // requests through a Transport that negotiates HTTP/2 or HTTP/1 with ALPN.
 type transport struct {
-	h2c, tls *http.Transport
+	h2c *http.Transport
+	// tls speaks HTTP/1.1 to http:// URLs: the Client's bulk transport.
+	tls *http.Transport
 }
 
 // NewTransport returns the transport New uses by default: HTTP/2 over

@@ -3,6 +3,7 @@ package sdk
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -52,12 +53,13 @@ func WithFileInfo(fn func(*datav1.FileInfo)) FileOption {
 	return func(o *fileOptions) { o.info = fn }
 }
 
-// Upload writes the bytes of r to remotePath, sending them in chunks of
-// ChunkSize and then commit. The guest writes a temporary file and renames
-// it into place only after commit, so a failed or abandoned upload leaves
-// an existing file intact. When r tells its length (a bytes.Reader, a
-// strings.Reader, a bytes.Buffer), the guest also checks it received
-// exactly that many bytes. mode's permission bits
+// Upload writes the bytes of r to remotePath, as the body of a PUT of
+// FileBytesPath (to a data plane without it, in chunks of ChunkSize through
+// FileService.WriteFile). The guest writes a temporary file and renames
+// it into place only once the whole body arrived, so a failed or abandoned
+// upload leaves an existing file intact. When r tells its length (a
+// bytes.Reader, a strings.Reader, a bytes.Buffer), the guest also checks
+// it received exactly that many bytes. mode's permission bits
 // apply to a new file; 0 is 0644. An error reading r abandons the upload.
 func (w *Workspace) Upload(ctx context.Context, r io.Reader, remotePath string, mode fs.FileMode, opts ...FileOption) (*datav1.FileInfo, error) {
 	o := collect(opts)
@@ -76,23 +78,31 @@ func (w *Workspace) Upload(ctx context.Context, r io.Reader, remotePath string, 
 		if err != nil {
 			return nil, err
 		}
-		info, read, err := upload(ctx, d, r, start, o.progress)
+		info, read, err := w.c.uploadBytes(ctx, d, r, start, o.progress)
+		if errors.Is(err, errNoFileBytes) && (read == 0 || rewind(seeker, origin)) {
+			info, read, err = upload(ctx, d, r, start, o.progress)
+		}
 		if err == nil {
 			return info, nil
 		}
 		if retried || !refused(d, err) {
 			return nil, err
 		}
-		if read > 0 {
-			if seeker == nil {
-				return nil, err
-			}
-			if _, serr := seeker.Seek(origin, io.SeekStart); serr != nil {
-				return nil, err
-			}
+		if read > 0 && !rewind(seeker, origin) {
+			return nil, err
 		}
 		w.forget(d)
 	}
+}
+
+// rewind seeks seeker, when there is one, back to origin, and reports
+// whether it did.
+func rewind(seeker io.Seeker, origin int64) bool {
+	if seeker == nil {
+		return false
+	}
+	_, err := seeker.Seek(origin, io.SeekStart)
+	return err == nil
 }
 
 // upload is one WriteFile call. read counts the bytes read from r, sent or
@@ -135,9 +145,29 @@ func upload(ctx context.Context, d *dataPlane, r io.Reader, start *datav1.WriteF
 }
 
 // Download writes the bytes of remotePath to dst in order and returns how
-// many it wrote.
+// many it wrote. They come as the body of a GET of FileBytesPath (from a
+// data plane without it, through FileService.ReadFile).
 func (w *Workspace) Download(ctx context.Context, remotePath string, dst io.Writer, opts ...FileOption) (int64, error) {
 	o := collect(opts)
+	for retried := false; ; retried = true {
+		d, err := w.dataPlane(ctx)
+		if err != nil {
+			return 0, err
+		}
+		n, err := w.c.downloadBytes(ctx, d, remotePath, dst, o)
+		if errors.Is(err, errNoFileBytes) {
+			return w.downloadMessages(ctx, remotePath, dst, o)
+		}
+		if err == nil || n > 0 || retried || !refused(d, err) {
+			return n, err
+		}
+		w.forget(d)
+	}
+}
+
+// downloadMessages is Download through FileService.ReadFile, for a data
+// plane without FileBytesPath.
+func (w *Workspace) downloadMessages(ctx context.Context, remotePath string, dst io.Writer, o fileOptions) (int64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, ok, err := serverStream(ctx, w, func(d *dataPlane) func(context.Context, *connect.Request[datav1.ReadFileRequest]) (*connect.ServerStreamForClient[datav1.ReadFileResponse], error) {

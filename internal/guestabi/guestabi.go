@@ -27,6 +27,19 @@ const (
 	DataSocket = "data.sock"
 )
 
+// The file bytes path: a file's bytes over plain HTTP on the data plane,
+// beside FileService's messages (the gateway serves it under the same
+// prefix as kibotos.data.v1). GET reads the file named by the query's
+// "path" (and "user") into the response body; PUT replaces it with the
+// request body, with "mode" (octal) for a new file. Without a message
+// framing to copy every byte through, it is the bulk path.
+const (
+	FileBytesPath = "/kibotos.data.v1.files"
+	// FileInfoHeader carries a GET's FileInfo, base64 of its protobuf
+	// encoding.
+	FileInfoHeader = "Kibotos-File-Info"
+)
+
 // DataSocketHTTP2 is the HTTP/2 configuration of both ends of the data
 // socket. Frames of up to 1 MiB carry a file chunk (1 MiB) in one frame
 // instead of 64 of 16 KiB, each a write on one end and a read on the other;

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
 	"github.com/kibotos/kibotos/internal/daemon/uptest"
 	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/sdk"
@@ -180,16 +181,29 @@ func TestUploadAndDownload(t *testing.T) {
 	if info.GetSize() != uint64(len(data)) {
 		t.Errorf("size = %d", info.GetSize())
 	}
-	if fmt.Sprint(progress) != fmt.Sprint([]int64{sdk.ChunkSize, 2 * sdk.ChunkSize, int64(len(data))}) {
-		t.Errorf("progress = %v, want one step a chunk", progress)
-	}
+	checkProgress(t, progress, int64(len(data)))
 	if got := sh(t, ws, "stat -c '%a %U' /tmp/data"); got != "600 root\n" {
 		t.Errorf("stat = %q", got)
 	}
 	var back bytes.Buffer
-	n, err := ws.Download(t.Context(), "/tmp/data", &back)
+	progress = nil
+	var fi *datav1.FileInfo
+	n, err := ws.Download(t.Context(), "/tmp/data", &back, sdk.WithFileInfo(func(f *datav1.FileInfo) { fi = f }),
+		sdk.WithProgress(func(n int64) { progress = append(progress, n) }))
 	if err != nil || n != int64(len(data)) || !bytes.Equal(back.Bytes(), data) {
 		t.Errorf("Download = %d, %v; the bytes differ: %v", n, err, !bytes.Equal(back.Bytes(), data))
+	}
+	checkProgress(t, progress, int64(len(data)))
+	if fi.GetSize() != uint64(len(data)) || fi.GetMode() != 0o600 || fi.GetOwner() != "root" {
+		t.Errorf("WithFileInfo gave %v", fi)
+	}
+
+	// A reader that does not tell its length goes as a chunked body.
+	if _, err := ws.Upload(t.Context(), io.MultiReader(bytes.NewReader(data)), "/tmp/chunked", 0); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := ws.ReadFile(t.Context(), "/tmp/chunked"); err != nil || !bytes.Equal(b, data) {
+		t.Errorf("ReadFile of the chunked upload: %d bytes, %v", len(b), err)
 	}
 	if _, err := ws.ReadFile(t.Context(), "/nope"); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Errorf("ReadFile of a missing file: %v, want not_found", err)
@@ -211,6 +225,21 @@ func TestUploadAndDownload(t *testing.T) {
 	}
 	if got != want {
 		t.Errorf("after an abandoned upload: size and temp files %q", got)
+	}
+}
+
+// checkProgress checks WithProgress's reports of a transfer of total
+// bytes: a report a chunk, the last the total.
+func checkProgress(t *testing.T, progress []int64, total int64) {
+	t.Helper()
+	ok := len(progress) > 0 && progress[len(progress)-1] == total
+	var prev int64
+	for i, p := range progress {
+		ok = ok && (p-prev >= sdk.ChunkSize || i == len(progress)-1 && p > prev)
+		prev = p
+	}
+	if !ok {
+		t.Errorf("progress = %v, want at most one report a chunk of %d, the last %d", progress, sdk.ChunkSize, total)
 	}
 }
 

@@ -97,28 +97,12 @@ func cleanPath(u *User, path string, stage stageT) (string, error) {
 // metadata. A final symlink is followed: the bytes and the metadata are
 // those of the file it leads to.
 func (s *FileService) ReadFile(ctx context.Context, req *connect.Request[datav1.ReadFileRequest], stream *connect.ServerStream[datav1.ReadFileResponse]) error {
-	u, path, err := s.resolve(req.Msg.GetUser(), req.Msg.GetPath(), stageReadingFile)
+	f, info, err := s.openToRead(req.Msg.GetUser(), req.Msg.GetPath())
 	if err != nil {
 		return err
-	}
-	var f *os.File
-	err = asUser(u, func() (err error) {
-		// O_NONBLOCK: opening a FIFO must not wait for a writer.
-		f, err = os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-		return err
-	})
-	if err != nil {
-		return toConnect(stageReadingFile, err)
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return toConnect(stageReadingFile, err)
-	} else if fi.IsDir() {
-		return toConnect(stageReadingFile, &os.PathError{Op: "read", Path: path, Err: syscall.EISDIR})
-	}
-	// The metadata of the open file: what is read, not what path now names.
-	next := &datav1.ReadFileResponse{File: fileInfo(s.accounts.names(), path, fi)}
+	next := &datav1.ReadFileResponse{File: info}
 	buf := make([]byte, readChunk)
 	for {
 		n, err := f.Read(buf)
@@ -141,6 +125,34 @@ func (s *FileService) ReadFile(ctx context.Context, req *connect.Request[datav1.
 	}
 }
 
+// openToRead opens the file at path for reading as user, a final symlink
+// followed, and returns it with its metadata: that of the open file, what
+// is read, not what path names by now. A directory is refused.
+func (s *FileService) openToRead(user, path string) (*os.File, *datav1.FileInfo, error) {
+	u, path, err := s.resolve(user, path, stageReadingFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	var f *os.File
+	err = asUser(u, func() (err error) {
+		// O_NONBLOCK: opening a FIFO must not wait for a writer.
+		f, err = os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		return err
+	})
+	if err != nil {
+		return nil, nil, toConnect(stageReadingFile, err)
+	}
+	fi, err := f.Stat()
+	if err == nil && fi.IsDir() {
+		err = &os.PathError{Op: "read", Path: path, Err: syscall.EISDIR}
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, toConnect(stageReadingFile, err)
+	}
+	return f, fileInfo(s.accounts.names(), path, fi), nil
+}
+
 // WriteFile implements FileService.WriteFile. The data goes to a new
 // file beside the target, which is synced and renamed over it once commit
 // arrives: a failed or unfinished write leaves the old file as it was. A final symlink is followed, so
@@ -152,7 +164,22 @@ func (s *FileService) WriteFile(ctx context.Context, stream *connect.ClientStrea
 	if err != nil {
 		return nil, err
 	}
-	u, path, err := s.resolve(start.GetUser(), start.GetPath(), stageWritingFile)
+	info, err := s.replaceFile(ctx, start.GetUser(), start.GetPath(), start.GetMode(), func(f *os.File) error {
+		return receiveData(stream, start, f)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&datav1.WriteFileResponse{File: info}), nil
+}
+
+// replaceFile writes the file at path as user: receive fills a new file
+// beside it, which is given its mode (a new file's is mode, 0 meaning
+// 0644), synced and renamed over the target only once receive has
+// succeeded and ctx is still live. Anything less leaves the old file as it
+// was. It returns the metadata of the file written.
+func (s *FileService) replaceFile(ctx context.Context, user, path string, mode uint32, receive func(*os.File) error) (*datav1.FileInfo, error) {
+	u, path, err := s.resolve(user, path, stageWritingFile)
 	if err != nil {
 		return nil, err
 	}
@@ -167,13 +194,13 @@ func (s *FileService) WriteFile(ctx context.Context, stream *connect.ClientStrea
 			os.Remove(rep.tmp.Name()) // ours: the agent may remove it
 		}
 	}()
-	if err := receiveData(stream, start, rep.tmp); err != nil {
+	if err := receive(rep.tmp); err != nil {
 		return nil, toConnect(stageWritingFile, err)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, toConnect(stageWritingFile, err)
 	}
-	if err := rep.finish(u, start.GetMode()); err != nil {
+	if err := rep.finish(u, mode); err != nil {
 		return nil, toConnect(stageWritingFile, err)
 	}
 	var info *datav1.FileInfo
@@ -190,7 +217,7 @@ func (s *FileService) WriteFile(ctx context.Context, stream *connect.ClientStrea
 	if err != nil {
 		return nil, toConnect(stageWritingFile, err)
 	}
-	return connect.NewResponse(&datav1.WriteFileResponse{File: info}), nil
+	return info, nil
 }
 
 // receiveStart receives and checks WriteFile's first message.

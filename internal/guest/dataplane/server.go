@@ -17,7 +17,8 @@ import (
 // so a caller cannot make the agent buffer more.
 const maxMessage = 16 << 20
 
-// NewHandler serves the ProcessService, the FileService, the
+// NewHandler serves the ProcessService, the FileService (and its file bytes
+// path, guestabi.FileBytesPath), the
 // ServiceService, and the ScreenService and InputService of display with
 // Connect (and gRPC, gRPC-Web), uncompressed. A panic in a handler becomes an internal
 // error instead of ending the agent, the guest's PID 1. A request message
@@ -37,6 +38,7 @@ func NewHandler(procs *ProcessService, files *FileService, services *ServiceServ
 	mux := http.NewServeMux()
 	mux.Handle(datav1connect.NewProcessServiceHandler(procs, opts...))
 	mux.Handle(datav1connect.NewFileServiceHandler(files, opts...))
+	mux.HandleFunc(guestabi.FileBytesPath, files.ServeFileBytes)
 	mux.Handle(datav1connect.NewServiceServiceHandler(services, opts...))
 	mux.Handle(datav1connect.NewScreenServiceHandler(display, opts...))
 	mux.Handle(datav1connect.NewInputServiceHandler(display, opts...))

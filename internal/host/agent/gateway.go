@@ -55,7 +55,9 @@ const guestDialTimeout = 5 * time.Second
 // its guest agent does not answer.
 //
 // Calls reach the guests over the agent's connections to them
-// (guestHTTPClient).
+// (guestHTTPClient); the file bytes path (guestabi.FileBytesPath), which
+// carries a file's bytes as a plain HTTP body, over HTTP/1.1 connections
+// of its own (newFileBytesTransport).
 func (a *Agent) Gateway() http.Handler {
 	g := &gateway{agent: a, errors: connect.NewErrorWriter(), now: time.Now}
 	_, g.metrics = datav1connect.NewMetricsServiceHandler(&metricsService{agent: a, now: time.Now})
@@ -72,6 +74,8 @@ func (a *Agent) Gateway() http.Handler {
 	}
 	g.proxy = proxy(nil)
 	g.readFileProxy = proxy(readFileBuffers{})
+	g.fileBytesProxy = proxy(readFileBuffers{})
+	g.fileBytesProxy.Transport = a.newFileBytesTransport()
 	return g
 }
 
@@ -101,19 +105,38 @@ func (a *Agent) guestTransport() *http.Transport {
 	var protocols http.Protocols
 	protocols.SetUnencryptedHTTP2(true)
 	return &http.Transport{
-		Protocols: &protocols,
-		HTTP2:     guestabi.DataSocketHTTP2(),
-		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-			id, _, err := net.SplitHostPort(addr)
-			if err != nil {
-				return nil, err
-			}
-			ctx, cancel := context.WithTimeout(ctx, guestDialTimeout)
-			defer cancel()
-			return a.cfg.Driver.DialGuest(ctx, id, guestabi.DataSocket)
-		},
+		Protocols:       &protocols,
+		HTTP2:           guestabi.DataSocketHTTP2(),
+		DialContext:     a.dialGuestData,
 		IdleConnTimeout: 90 * time.Second,
 	}
+}
+
+// newFileBytesTransport returns the transport of the file bytes path: HTTP/1.1
+// to the guests' data sockets, a connection per transfer in flight. A body
+// crosses it as reads and writes of the proxy's 1 MiB buffer, where HTTP/2
+// would copy it in and out of stream buffers and frames on both sides.
+func (a *Agent) newFileBytesTransport() *http.Transport {
+	return &http.Transport{
+		DialContext:         a.dialGuestData,
+		MaxIdleConnsPerHost: 4,
+		IdleConnTimeout:     30 * time.Second,
+		DisableCompression:  true,
+		WriteBufferSize:     64 << 10,
+		ReadBufferSize:      64 << 10,
+	}
+}
+
+// dialGuestData connects to the data socket of the guest whose execution
+// ID is addr's host.
+func (a *Agent) dialGuestData(ctx context.Context, _, addr string) (net.Conn, error) {
+	id, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, guestDialTimeout)
+	defer cancel()
+	return a.cfg.Driver.DialGuest(ctx, id, guestabi.DataSocket)
 }
 
 type gateway struct {
@@ -121,6 +144,8 @@ type gateway struct {
 	proxy *httputil.ReverseProxy
 	// readFileProxy is proxy with buffers the size of a file message.
 	readFileProxy *httputil.ReverseProxy
+	// fileBytesProxy carries the file bytes path, over HTTP/1.1.
+	fileBytesProxy *httputil.ReverseProxy
 	// metrics serves MetricsService on the host.
 	metrics http.Handler
 	errors  *connect.ErrorWriter
@@ -204,6 +229,8 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		next = g.metrics
 	case r.URL.Path == datav1connect.FileServiceReadFileProcedure:
 		next = g.readFileProxy
+	case r.URL.Path == guestabi.FileBytesPath:
+		next = g.fileBytesProxy
 	}
 	next.ServeHTTP(w, r.WithContext(call))
 }

@@ -1,0 +1,212 @@
+package sdk
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
+)
+
+// FileBytesPath is the path, on a session's endpoint, of a file's bytes
+// over plain HTTP, with the session token as Authorization: Bearer: GET
+// ?path=P[&user=U] answers the file's bytes, PUT ?path=P[&user=U][&mode=0644]
+// replaces it with the request's body, as WriteFile does (only a body
+// received whole is written). Upload and Download use it; without a
+// message framing to copy every byte through, it moves large files
+// several times faster than FileService's streams. Errors are Connect
+// errors in JSON, with their HTTP status.
+const FileBytesPath = "/kibotos.data.v1.files"
+
+// FileInfoHeader carries the FileInfo of the file a GET of FileBytesPath
+// reads: base64 of its protobuf encoding.
+const FileInfoHeader = "Kibotos-File-Info"
+
+// bytesBufferSize is the buffer a file's bytes are copied through.
+const bytesBufferSize = 1 << 20
+
+// errNoFileBytes reports a data plane too old to serve FileBytesPath.
+var errNoFileBytes = errors.New("the data plane does not serve " + FileBytesPath)
+
+// fileBytes sends one request of FileBytesPath through d's session and
+// returns its response when it succeeded; an error answer is returned as
+// the *connect.Error it carries.
+func (c *Client) fileBytes(ctx context.Context, d *dataPlane, method string, query url.Values, body io.Reader, length int64) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, d.session.Endpoint+FileBytesPath+"?"+query.Encode(), body)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.ContentLength = length // -1: chunked
+		req.Header.Set("Content-Type", "application/octet-stream")
+	}
+	req.Header.Set("Authorization", "Bearer "+d.session.Token)
+	resp, err := c.bulk.Do(req)
+	if err != nil {
+		if ce := new(connect.Error); errors.As(err, &ce) {
+			return nil, ce
+		}
+		return nil, connect.NewError(connect.CodeUnavailable, err)
+	}
+	if resp.StatusCode == http.StatusOK {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	ctype, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if resp.StatusCode == http.StatusNotFound && ctype != "application/json" {
+		return nil, errNoFileBytes // a guest agent's mux without the path
+	}
+	return nil, wireError(resp.StatusCode, b)
+}
+
+// wireError decodes a Connect error written as JSON (the gateway's and the
+// guest's answers on FileBytesPath) into a *connect.Error with its
+// details; anything else becomes an error of the HTTP status.
+func wireError(status int, body []byte) error {
+	var wire struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+		Details []struct {
+			Type  string `json:"type"`
+			Value string `json:"value"`
+		} `json:"details"`
+	}
+	var code connect.Code
+	if json.Unmarshal(body, &wire) != nil || code.UnmarshalText([]byte(wire.Code)) != nil {
+		return connect.NewError(connect.CodeUnknown, fmt.Errorf("HTTP %d: %s", status, strings.TrimSpace(string(body))))
+	}
+	err := connect.NewWireError(code, errors.New(wire.Message))
+	for _, d := range wire.Details {
+		v, derr := base64.RawStdEncoding.DecodeString(strings.TrimRight(d.Value, "="))
+		if derr != nil {
+			continue
+		}
+		msg, derr := anypb.UnmarshalNew(&anypb.Any{TypeUrl: "type.googleapis.com/" + d.Type, Value: v}, proto.UnmarshalOptions{})
+		if derr != nil {
+			continue
+		}
+		if detail, derr := connect.NewErrorDetail(msg); derr == nil {
+			err.AddDetail(detail)
+		}
+	}
+	return err
+}
+
+// downloadBytes is one GET of remotePath into dst.
+func (c *Client) downloadBytes(ctx context.Context, d *dataPlane, remotePath string, dst io.Writer, o fileOptions) (int64, error) {
+	resp, err := c.fileBytes(ctx, d, http.MethodGet, url.Values{"path": {remotePath}, "user": {o.user}}, nil, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if o.info != nil {
+		if b, err := base64.StdEncoding.DecodeString(resp.Header.Get(FileInfoHeader)); err == nil && len(b) > 0 {
+			info := new(datav1.FileInfo)
+			if proto.Unmarshal(b, info) == nil {
+				o.info(info)
+			}
+		}
+	}
+	buf := make([]byte, bytesBufferSize)
+	steps := progressSteps{report: o.progress}
+	var n int64
+	for {
+		m, rerr := resp.Body.Read(buf)
+		if m > 0 {
+			w, werr := dst.Write(buf[:m])
+			n += int64(w)
+			if werr != nil {
+				return n, werr
+			}
+			steps.moved(n, false)
+		}
+		if rerr == io.EOF {
+			steps.moved(n, true)
+			return n, nil
+		}
+		if rerr != nil {
+			return n, rerr
+		}
+	}
+}
+
+// uploadBytes is one PUT of r's bytes to start.Path. read counts the bytes
+// read from r, sent or not.
+func (c *Client) uploadBytes(ctx context.Context, d *dataPlane, r io.Reader, start *datav1.WriteFileStart, progress func(int64)) (_ *datav1.FileInfo, read int64, _ error) {
+	length := int64(-1)
+	if l, ok := r.(interface{ Len() int }); ok {
+		length = int64(l.Len())
+	}
+	query := url.Values{"path": {start.GetPath()}, "user": {start.GetUser()}, "mode": {strconv.FormatUint(uint64(start.GetMode()), 8)}}
+	body := &countingReader{r: r, steps: progressSteps{report: progress}}
+	resp, err := c.fileBytes(ctx, d, http.MethodPut, query, body, length)
+	if body.err != nil {
+		// The transport ended the request when r failed: the guest
+		// received no end, so it wrote nothing.
+		return nil, body.n, fmt.Errorf("reading the upload: %w", body.err)
+	}
+	if err != nil {
+		return nil, body.n, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, body.n, err
+	}
+	out := new(datav1.WriteFileResponse)
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(b, out); err != nil {
+		return nil, body.n, connect.NewError(connect.CodeInternal, fmt.Errorf("the answer of the upload: %w", err))
+	}
+	return out.GetFile(), body.n, nil
+}
+
+// countingReader counts what it reads, reports its progress, and keeps
+// the first error of r other than io.EOF.
+type countingReader struct {
+	r     io.Reader
+	n     int64
+	err   error
+	steps progressSteps
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	c.steps.moved(c.n, err == io.EOF)
+	if err != nil && err != io.EOF && c.err == nil {
+		c.err = err
+	}
+	return n, err
+}
+
+// progressSteps reports the bytes moved to WithProgress's function as
+// the upload through messages did: once a ChunkSize or more moved since
+// the last report, and at the end.
+type progressSteps struct {
+	report   func(int64)
+	reported int64
+}
+
+func (s *progressSteps) moved(done int64, end bool) {
+	if s.report == nil || done == s.reported {
+		return
+	}
+	if end || done-s.reported >= ChunkSize {
+		s.reported = done
+		s.report(done)
+	}
+}
