@@ -41,6 +41,34 @@ const bytesBufferSize = 1 << 20
 // errNoFileBytes reports a data plane too old to serve FileBytesPath.
 var errNoFileBytes = errors.New("the data plane does not serve " + FileBytesPath)
 
+// What a dataPlane knows of its endpoint's FileBytesPath.
+const (
+	fileBytesUnknown int32 = iota
+	fileBytesServed
+	fileBytesNotServed
+)
+
+// servesFileBytes reports whether d's endpoint serves FileBytesPath,
+// asking it the first time with a GET that names no file: the path
+// answers invalid_argument, a data plane without it 404.
+func (c *Client) servesFileBytes(ctx context.Context, d *dataPlane) (bool, error) {
+	if known := d.fileBytes.Load(); known != fileBytesUnknown {
+		return known == fileBytesServed, nil
+	}
+	resp, err := c.fileBytes(ctx, d, http.MethodGet, nil, nil, 0)
+	switch {
+	case errors.Is(err, errNoFileBytes):
+		return false, nil
+	case connect.CodeOf(err) == connect.CodeInvalidArgument:
+		d.fileBytes.Store(fileBytesServed)
+		return true, nil
+	case err == nil:
+		resp.Body.Close()
+		return false, connect.NewError(connect.CodeInternal, errors.New(FileBytesPath+" answered a GET without a path"))
+	}
+	return false, err
+}
+
 // fileBytes sends one request of FileBytesPath through d's session and
 // returns its response when it succeeded; an error answer is returned as
 // the *connect.Error it carries.
@@ -62,13 +90,15 @@ func (c *Client) fileBytes(ctx context.Context, d *dataPlane, method string, que
 		return nil, connect.NewError(connect.CodeUnavailable, err)
 	}
 	if resp.StatusCode == http.StatusOK {
+		d.fileBytes.Store(fileBytesServed)
 		return resp, nil
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	ctype, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if resp.StatusCode == http.StatusNotFound && ctype != "application/json" {
-		return nil, errNoFileBytes // a guest agent's mux without the path
+		d.fileBytes.Store(fileBytesNotServed) // a guest agent's mux without the path
+		return nil, errNoFileBytes
 	}
 	return nil, wireError(resp.StatusCode, b)
 }

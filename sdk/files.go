@@ -78,8 +78,14 @@ func (w *Workspace) Upload(ctx context.Context, r io.Reader, remotePath string, 
 		if err != nil {
 			return nil, err
 		}
-		info, read, err := w.c.uploadBytes(ctx, d, r, start, o.progress)
-		if errors.Is(err, errNoFileBytes) && (read == 0 || rewind(seeker, origin)) {
+		var info *datav1.FileInfo
+		var read int64
+		served, err := w.c.servesFileBytes(ctx, d)
+		switch {
+		case err != nil:
+		case served:
+			info, read, err = w.c.uploadBytes(ctx, d, r, start, o.progress)
+		default:
 			info, read, err = upload(ctx, d, r, start, o.progress)
 		}
 		if err == nil {
@@ -153,6 +159,9 @@ func (w *Workspace) Download(ctx context.Context, remotePath string, dst io.Writ
 		d, err := w.dataPlane(ctx)
 		if err != nil {
 			return 0, err
+		}
+		if d.fileBytes.Load() == fileBytesNotServed {
+			return w.downloadMessages(ctx, remotePath, dst, o)
 		}
 		n, err := w.c.downloadBytes(ctx, d, remotePath, dst, o)
 		if errors.Is(err, errNoFileBytes) {

@@ -24,7 +24,9 @@ import (
 // issues name the same server as their endpoint. The tests of the SDK run
 // on the real deployment (deployment_test.go); this fake stands in only
 // where a test needs what the real server does not do on demand: fail a
-// start, expire a session at once, issue sessions about to expire.
+// start, expire a session at once, issue sessions about to expire. It
+// serves no FileBytesPath, as an older data plane, so uploads and
+// downloads fall back to FileService's streams.
 type fake struct {
 	ctrlv1connect.UnimplementedWorkspaceServiceHandler
 	ctrlv1connect.UnimplementedSessionServiceHandler

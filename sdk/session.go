@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -36,6 +37,9 @@ type dataPlane struct {
 	services datav1connect.ServiceServiceClient
 	screen   datav1connect.ScreenServiceClient
 	input    datav1connect.InputServiceClient
+	// fileBytes is whether the endpoint serves FileBytesPath:
+	// fileBytesUnknown until a call tells.
+	fileBytes atomic.Int32
 }
 
 // Session returns the handle's session, issuing one when it has none or

@@ -318,20 +318,23 @@ func files(ctx context.Context, ws *sdk.Workspace, c config) error {
 	block := make([]byte, 64<<20)
 	rng := mathrand.NewChaCha8([32]byte{7})
 	rng.Read(block)
-	start := time.Now()
-	if _, err := ws.Upload(ctx, io.LimitReader(&repeat{block: block}, size), "/root/bench", 0o644); err != nil {
+	write, writeCPU, err := filePhase(ws, c, func() error {
+		_, err := ws.Upload(ctx, io.LimitReader(&repeat{block: block}, size), "/root/bench", 0o644)
 		return err
-	}
-	write := time.Since(start)
-	start = time.Now()
-	n, err := ws.Download(ctx, "/root/bench", io.Discard)
+	})
 	if err != nil {
 		return err
 	}
-	if n != size {
-		return fmt.Errorf("download: %d bytes, want %d", n, size)
+	read, readCPU, err := filePhase(ws, c, func() error {
+		n, err := ws.Download(ctx, "/root/bench", io.Discard)
+		if err == nil && n != size {
+			err = fmt.Errorf("download: %d bytes, want %d", n, size)
+		}
+		return err
+	})
+	if err != nil {
+		return err
 	}
-	read := time.Since(start)
 
 	ddFile := filepath.Join(c.home, "dpbench-dd")
 	defer os.Remove(ddFile)
@@ -346,7 +349,38 @@ func files(ctx context.Context, ws *sdk.Workspace, c config) error {
 	mib := float64(c.fileMiB)
 	row(fmt.Sprintf("file write %d MiB (MiB/s), vs dd", c.fileMiB), mib/write.Seconds(), mib/ddWrite.Seconds(), "MiB/s")
 	row(fmt.Sprintf("file read %d MiB (MiB/s), vs dd", c.fileMiB), mib/read.Seconds(), mib/ddRead.Seconds(), "MiB/s")
+	gib := float64(size) / (1 << 30)
+	for _, p := range []struct {
+		name string
+		cpu  fileCPU
+	}{{"write", writeCPU}, {"read", readCPU}} {
+		fmt.Printf("CPU s per GiB of the file %s: kibotos up %.2f, guest %.2f, SDK client %.2f, machine busy %.2f\n", p.name,
+			p.cpu.host.Seconds()/gib, p.cpu.guest.Seconds()/gib, p.cpu.client.Seconds()/gib, p.cpu.machine.Seconds()/gib)
+	}
 	return nil
+}
+
+// fileCPU is the CPU time of a file phase: execCPU's and the machine's
+// busy time (which holds the kernel's writeback of the workspace's disk).
+type fileCPU struct {
+	execCPU
+	machine time.Duration
+}
+
+// filePhase runs f and returns how long it took and the CPU it cost.
+func filePhase(ws *sdk.Workspace, c config, f func() error) (time.Duration, fileCPU, error) {
+	before, busyBefore := cpuNow(ws, c.home, c.pid), machineBusy()
+	start := time.Now()
+	err := f()
+	took := time.Since(start)
+	after, busyAfter := cpuNow(ws, c.home, c.pid), machineBusy()
+	return took, fileCPU{execCPU{after.host - before.host, after.guest - before.guest, after.client - before.client}, busyAfter - busyBefore}, err
+}
+
+// machineBusy is benchutil.MachineBusy, 0 where /proc/stat cannot be read.
+func machineBusy() time.Duration {
+	d, _ := benchutil.MachineBusy()
+	return d
 }
 
 // dd runs dd with args and returns how long it took.

@@ -125,3 +125,28 @@ func ProcessCPU(pid int) (time.Duration, error) {
 	}
 	return time.Duration(utime+stime) * time.Second / clockTicks, nil
 }
+
+// MachineBusy reads the time the machine's CPUs spent busy so far (user,
+// nice, system, irq and softirq in /proc/stat: not idle, iowait or the time
+// the hypervisor stole), whatever ran: kernel threads too, such as a loop
+// device's writer.
+func MachineBusy() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	fields := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
+	if len(fields) < 8 || fields[0] != "cpu" {
+		return 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	var ticks uint64
+	for _, i := range []int{1, 2, 3, 6, 7} {
+		n, err := strconv.ParseUint(fields[i], 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
