@@ -229,6 +229,8 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		next = g.metrics
 	case r.URL.Path == datav1connect.FileServiceReadFileProcedure:
 		next = g.readFileProxy
+	case r.URL.Path == guestabi.FileBytesPath && r.Method == http.MethodGet:
+		next = http.HandlerFunc(g.getFileBytes)
 	case r.URL.Path == guestabi.FileBytesPath:
 		next = g.fileBytesProxy
 	}

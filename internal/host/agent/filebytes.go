@@ -1,0 +1,65 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/kibotos/kibotos/internal/guestabi"
+)
+
+// getFileBytes carries a GET of the file bytes path (guestabi.FileBytesPath)
+// on a connection to the guest of its own, and hands the file's bytes from
+// that socket to the caller's connection as they are: on a caller's
+// HTTP/1.1 connection over TCP, the response writer's ReadFrom moves them
+// with splice(2), so they never enter this process. Any other answer (an
+// error, a length the guest did not give) is copied through.
+func (g *gateway) getFileBytes(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	guest, _ := ctx.Value(guestKey{}).(string)
+	dialCtx, cancel := context.WithTimeout(ctx, guestDialTimeout)
+	conn, err := g.agent.cfg.Driver.DialGuest(dialCtx, guest, guestabi.DataSocket)
+	cancel()
+	if err != nil {
+		g.proxyError(w, r, err)
+		return
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() }) // the caller left or the session ended
+	defer stop()
+
+	out, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+guest+guestabi.FileBytesPath+"?"+r.URL.RawQuery, nil)
+	if err != nil {
+		g.proxyError(w, r, err)
+		return
+	}
+	out.Close = true
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(out.Header))
+	guestReader := bufio.NewReaderSize(conn, 64<<10)
+	var resp *http.Response
+	if err = out.Write(conn); err == nil {
+		resp, err = http.ReadResponse(guestReader, out)
+	}
+	if err != nil {
+		g.proxyError(w, r, err)
+		return
+	}
+	defer resp.Body.Close()
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	if resp.StatusCode != http.StatusOK || resp.ContentLength < 0 || resp.TransferEncoding != nil {
+		io.Copy(w, resp.Body)
+		return
+	}
+	// What the header's read buffered first, then the rest from the socket.
+	buffered := min(int64(guestReader.Buffered()), resp.ContentLength)
+	if _, err := io.CopyN(w, guestReader, buffered); err != nil {
+		return
+	}
+	io.Copy(w, io.LimitReader(conn, resp.ContentLength-buffered))
+}
