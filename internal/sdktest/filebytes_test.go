@@ -17,6 +17,7 @@ import (
 
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
 	"github.com/kibotos/kibotos/internal/guestabi"
+	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/sdk"
 )
 
@@ -41,16 +42,7 @@ func TestFileBytesOverHTTP(t *testing.T) {
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp, b
+		return testutil.Do(t, http.DefaultClient, req)
 	}
 	codeOf := func(b []byte) string {
 		var e struct{ Code string }
