@@ -6,6 +6,7 @@ export { Workspace } from "./workspace.js";
 export { Process } from "./process.js";
 export type { ExecOptions, ExecResult, PtySize } from "./process.js";
 export { Files, CHUNK_SIZE } from "./files.js";
+export { FILE_BYTES_PATH } from "./filebytes.js";
 export type { FileOptions, WriteOptions, DownloadOptions, FileEvent } from "./files.js";
 export type { Session } from "./session.js";
 export type { Source } from "./bytes.js";

@@ -9,6 +9,7 @@ import {
 import { bytesOf, chunks, concat, type Source } from "./bytes.js";
 import { Code } from "@connectrpc/connect";
 import { KibotosError, sessionExpired, toKibotosError } from "./errors.js";
+import { fileBytes, fileInfoOf, NotServed, servesFileBytes, writtenFileOf } from "./filebytes.js";
 import type { Sessions } from "./session.js";
 
 /** CHUNK_SIZE is the size of the chunks upload sends. */
@@ -66,9 +67,11 @@ export class Files {
   }
 
   /**
-   * upload writes the bytes of src to path in chunks of CHUNK_SIZE: a
-   * Node.js Readable such as fs.createReadStream(localPath), any
-   * (async) iterable of byte arrays, a byte array or a string. A src that
+   * upload writes the bytes of src to path: a Node.js Readable such as
+   * fs.createReadStream(localPath), any (async) iterable of byte arrays, a
+   * byte array or a string. They go as the body of a PUT of the file bytes
+   * path, streamed in chunks of CHUNK_SIZE in Node.js and whole in a browser
+   * (through WriteFile's messages to a data plane without it). A src that
    * fails, or opts.signal aborting, abandons the upload, which then writes
    * nothing.
    */
@@ -85,6 +88,25 @@ export class Files {
     };
     for (let retried = false; ; retried = true) {
       const d = await this.sessions.get();
+      let served = false;
+      const put = new BytesUpload(src, opts, this.sessions.streamsRequests);
+      try {
+        served = await servesFileBytes(d, opts.signal);
+        if (served) {
+          const query = { path, user: start.user, mode: start.mode.toString(8) };
+          const resp = await fileBytes(d, "PUT", query, await put.body(), put.signal);
+          put.sent();
+          return await writtenFileOf(resp);
+        }
+      } catch (e) {
+        if (put.abandoned !== undefined) throw put.abandoned;
+        const err = toKibotosError(e);
+        if (retried || !replayable || !sessionExpired(err)) throw err;
+        this.sessions.forget(d);
+        continue;
+      } finally {
+        put.done();
+      }
       const sending = new Upload(start, src, opts);
       try {
         const resp = await d.files.writeFile(sending.messages());
@@ -102,12 +124,47 @@ export class Files {
   }
 
   /**
-   * download yields the bytes of path in order. Breaking out of the loop
-   * ends the call.
+   * download yields the bytes of path in order, from the body of a GET of
+   * the file bytes path (through ReadFile from a data plane without it).
+   * Breaking out of the loop ends the call.
    */
   async *download(path: string, opts: DownloadOptions = {}): AsyncGenerator<Uint8Array> {
     const stop = linked(opts.signal);
     try {
+      let resp: Response;
+      try {
+        resp = await this.sessions.unary((d) =>
+          d.fileBytes === false
+            ? Promise.reject(new NotServed())
+            : fileBytes(d, "GET", { path, user: opts.user ?? "" }, undefined, stop.signal),
+        );
+      } catch (e) {
+        if (!(e instanceof NotServed)) throw e;
+        yield* this.downloadMessages(path, opts, stop);
+        return;
+      }
+      const info = fileInfoOf(resp);
+      if (info && opts.onInfo) opts.onInfo(info);
+      const reader = resp.body!.getReader();
+      for (;;) {
+        let r: Awaited<ReturnType<typeof reader.read>>;
+        try {
+          r = await reader.read();
+        } catch (e) {
+          if (stop.signal.aborted) throw toKibotosError(e);
+          throw new KibotosError(`the download broke: ${e instanceof Error ? e.message : String(e)}`, Code.Unavailable, { cause: e });
+        }
+        if (r.done) return;
+        yield r.value;
+      }
+    } finally {
+      stop.abort();
+    }
+  }
+
+  /** downloadMessages is download through FileService.ReadFile, for a data plane without the file bytes path. */
+  private async *downloadMessages(path: string, opts: DownloadOptions, stop: AbortController): AsyncGenerator<Uint8Array> {
+    {
       const { first, rest } = await this.sessions.stream((d) =>
         d.files.readFile({ path, user: opts.user ?? "" }, { signal: stop.signal }),
       );
@@ -119,8 +176,6 @@ export class Files {
       } catch (e) {
         throw toKibotosError(e);
       }
-    } finally {
-      stop.abort();
     }
   }
 
@@ -251,6 +306,98 @@ class Upload {
   /** done ends the watch of opts.signal once the call has ended. */
   done(): void {
     this.stopWaiting.abort();
+  }
+}
+
+/**
+ * BytesUpload is the body of one PUT of the file bytes path: where fetch
+ * streams a request (Node.js), src in chunks of CHUNK_SIZE, each reported
+ * to onProgress as fetch takes it; in a browser, src whole, reported once
+ * sent. The guest writes the file only when the whole body arrived, so when
+ * src fails or the caller aborts, the request is cut, and abandoned holds
+ * the error the call reports.
+ */
+class BytesUpload {
+  abandoned?: KibotosError;
+  private readonly stop: AbortController; // ends the request: the caller's signal, or src failing
+  private total = 0;
+
+  constructor(
+    private readonly src: Uint8Array | Iterable<Uint8Array> | AsyncIterable<Uint8Array | string>,
+    private readonly opts: WriteOptions,
+    private readonly streams: boolean,
+  ) {
+    this.stop = linked(opts.signal);
+  }
+
+  /** signal ends the request. */
+  get signal(): AbortSignal {
+    return this.stop.signal;
+  }
+
+  /** body returns the request body. */
+  async body(): Promise<Uint8Array | ReadableStream<Uint8Array>> {
+    if (!this.streams) {
+      const parts: Uint8Array[] = [];
+      try {
+        for await (const c of chunks(this.src, CHUNK_SIZE)) parts.push(c);
+      } catch (e) {
+        throw this.fail(e);
+      }
+      const whole = concat(parts);
+      this.total = whole.length;
+      return whole;
+    }
+    const it = chunks(this.src, CHUNK_SIZE)[Symbol.asyncIterator]();
+    const aborted = abortion(this.opts.signal, this.stop.signal);
+    let sent = 0;
+    return new ReadableStream<Uint8Array>(
+      {
+        pull: async (ctl) => {
+          let r: IteratorResult<Uint8Array> | "aborted";
+          try {
+            r = await Promise.race([it.next(), aborted]);
+          } catch (e) {
+            ctl.error(this.fail(e));
+            return;
+          }
+          if (r === "aborted") {
+            void it.return?.(undefined).catch(() => undefined);
+            return; // fetch ends with the signal
+          }
+          if (r.done) {
+            ctl.close();
+            return;
+          }
+          ctl.enqueue(r.value);
+          sent += r.value.length;
+          this.opts.onProgress?.(sent);
+        },
+        cancel: () => void it.return?.(undefined).catch(() => undefined),
+      },
+      { highWaterMark: 0 },
+    );
+  }
+
+  /** sent reports a whole body sent to onProgress (the browser's). */
+  sent(): void {
+    if (!this.streams && this.total > 0) this.opts.onProgress?.(this.total);
+  }
+
+  /** done records an abort that ended the call, and stops following the caller's signal. */
+  done(): void {
+    if (this.opts.signal?.aborted && this.abandoned === undefined) {
+      this.abandoned = new KibotosError("the upload was aborted", Code.Canceled, { cause: this.opts.signal.reason });
+    }
+    this.stop.abort();
+  }
+
+  /** fail records src's failure and cuts the request. */
+  private fail(e: unknown): KibotosError {
+    const why = e instanceof Error ? e.message : String(e);
+    this.abandoned = new KibotosError(`reading the upload: ${why}`, Code.Unknown, { cause: e });
+    this.stop.abort(this.abandoned);
+    return this.abandoned;
   }
 }
 

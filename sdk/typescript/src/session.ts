@@ -5,6 +5,7 @@ import { createClient, type Client } from "@connectrpc/connect";
 import { FileService, ProcessService } from "../gen/kibotos/data/v1/data_pb.js";
 import type { KibotosBase } from "./client.js";
 import { sessionExpired, toKibotosError, wrap } from "./errors.js";
+import { NotServed } from "./filebytes.js";
 
 /** RENEW_BEFORE_MS is how long before its expiry a cached session is replaced. */
 const RENEW_BEFORE_MS = 30_000;
@@ -23,6 +24,8 @@ export interface DataPlane {
   session: Session;
   proc: Client<typeof ProcessService>;
   files: Client<typeof FileService>;
+  /** fileBytes is whether the endpoint serves FILE_BYTES_PATH; undefined until a call tells. */
+  fileBytes?: boolean;
 }
 
 /**
@@ -38,6 +41,11 @@ export class Sessions {
     private readonly client: KibotosBase,
     private readonly workspaceId: string,
   ) {}
+
+  /** streamsRequests is whether a request body can be a stream here (Node.js) or must be whole (the fetch of browsers). */
+  get streamsRequests(): boolean {
+    return this.client.connections.streamsRequests;
+  }
 
   /** get returns the current data plane, issuing a session when there is none or it is about to expire. */
   async get(): Promise<DataPlane> {
@@ -91,6 +99,7 @@ export class Sessions {
       try {
         return await call(d);
       } catch (e) {
+        if (e instanceof NotServed) throw e; // the caller takes FileService's way
         const err = toKibotosError(e);
         if (retried || !sessionExpired(err)) throw err;
         this.forget(d);

@@ -11,6 +11,7 @@ import { bearer, trimSlashes, type Transports } from "./transport.js";
  */
 export class NodeTransports implements Transports {
   private readonly managers = new Map<string, Http2SessionManager>();
+  readonly streamsRequests = true;
 
   transport(baseUrl: string, token: string): Transport {
     baseUrl = trimSlashes(baseUrl);

@@ -6,11 +6,13 @@ import { bearer, trimSlashes, type Transports } from "./transport.js";
 /**
  * WebTransports calls over the fetch API (connect-web), as a browser does,
  * or Node.js's own fetch. fetch streams responses but not requests: unary
- * and server-streaming calls work, a client stream (files.write and
- * files.upload, whose WriteFile is one) rejects with Code.Unimplemented.
- * A call ends with its signal.
+ * and server-streaming calls work, a client stream (WriteFile, which
+ * files.write and files.upload use only on a data plane without the file
+ * bytes path) rejects with Code.Unimplemented. A call ends with its signal.
  */
 export class WebTransports implements Transports {
+  readonly streamsRequests = false;
+
   transport(baseUrl: string, token: string): Transport {
     return createConnectTransport({
       baseUrl: trimSlashes(baseUrl),

@@ -11,6 +11,8 @@ export interface Transports {
   transport(baseUrl: string, token: string): Transport;
   /** close ends the client's calls in flight and closes its connections. */
   close(): void;
+  /** streamsRequests is whether fetch can send a stream as a request body (Node.js), not only bytes. */
+  readonly streamsRequests: boolean;
 }
 
 /** bearer returns an interceptor that sends token as a bearer token. */

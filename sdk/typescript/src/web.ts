@@ -2,9 +2,10 @@
  * @kibotos/sdk/web is the TypeScript client of Kibotos for browsers: the
  * same surface as @kibotos/sdk, over the fetch API (connect-web), with no
  * import of Node.js. fetch cannot stream a request, so files.write and
- * files.upload reject with Code.Unimplemented; everything else works, exec
- * and watch streaming their responses. A page calls a deployment on its
- * own origin, as the web console does, or one that allows it (CORS).
+ * files.upload send a file whole, as the body of a PUT of the file bytes
+ * path; everything else works, exec and watch streaming their responses. A
+ * page calls a deployment on its own origin, as the web console does, or
+ * one that allows it (CORS).
  *
  * ```ts
  * import { Kibotos } from "@kibotos/sdk/web";

@@ -1,6 +1,8 @@
 // Session renewal against an in-process fake of the control and data
 // plane, which can report any session expired: the only way to see the
-// SDK replace a session the data plane refuses before its expiry.
+// SDK replace a session the data plane refuses before its expiry. It speaks
+// only HTTP/2, so fetch cannot reach a file bytes path there, and downloads
+// go through ReadFile.
 import assert from "node:assert/strict";
 import * as http2 from "node:http2";
 import type { AddressInfo } from "node:net";

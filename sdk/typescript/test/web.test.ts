@@ -57,12 +57,28 @@ describe("@kibotos/sdk/web", () => {
       assert.ok(names.includes("/tmp/w"), `list /tmp: ${names}`);
     });
 
-    test("a write, which streams its request, is refused as unimplemented", async () => {
+    test("writes and uploads go whole as the body of a PUT of the file bytes path", async () => {
       assert.ok(ws);
-      await assert.rejects(ws.files.write("/tmp/x", "data"), (err: unknown) => {
-        return err instanceof KibotosError && err.code === Code.Unimplemented && /fetch/.test(err.message);
-      });
-      await assert.rejects(ws.files.stat("/tmp/x"), (err: unknown) => err instanceof KibotosError && err.code === Code.NotFound);
+      const info = await ws.files.write("/tmp/x", "data", { mode: 0o600 });
+      assert.equal(info.size, 4n);
+      assert.equal(info.mode, 0o600);
+      assert.equal(await ws.files.readText("/tmp/x"), "data");
+      // A stream is gathered first: fetch cannot stream a request.
+      let progress = 0;
+      async function* parts() {
+        yield new Uint8Array(MIB).fill(7);
+        yield "tail";
+      }
+      await ws.files.upload("/tmp/y", parts(), { onProgress: (n) => (progress = n) });
+      assert.equal(progress, MIB + 4);
+      assert.equal((await ws.files.stat("/tmp/y")).size, BigInt(MIB + 4));
+      // A source that fails writes nothing.
+      async function* failing() {
+        yield "never written";
+        throw new Error("the disk went away");
+      }
+      await assert.rejects(ws.files.upload("/tmp/z", failing()), /the disk went away/);
+      await assert.rejects(ws.files.stat("/tmp/z"), (err: unknown) => err instanceof KibotosError && err.code === Code.NotFound);
     });
   });
 });
