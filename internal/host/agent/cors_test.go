@@ -7,6 +7,7 @@ import (
 	"time"
 
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/guestabi"
 	"github.com/kibotos/kibotos/internal/testutil"
 )
 
@@ -40,6 +41,15 @@ func TestGatewayCORS(t *testing.T) {
 		!strings.Contains(strings.ToLower(ok.Header.Get("Access-Control-Allow-Headers")), "authorization") ||
 		!strings.Contains(ok.Header.Get("Access-Control-Allow-Methods"), "POST") {
 		t.Errorf("the console's preflight: %d %v", ok.StatusCode, ok.Header)
+	}
+	// A page writes a file on the file bytes path with PUT.
+	put, _ := http.NewRequest(http.MethodOptions, gw.URL+guestabi.FileBytesPath+"?path=/tmp/x", nil)
+	put.Header.Set("Origin", console)
+	put.Header.Set("Access-Control-Request-Method", "PUT")
+	put.Header.Set("Access-Control-Request-Headers", "authorization,content-type")
+	if resp, _ := testutil.Do(t, http.DefaultClient, put); resp.StatusCode != http.StatusNoContent ||
+		resp.Header.Get("Access-Control-Allow-Origin") != console || !strings.Contains(resp.Header.Get("Access-Control-Allow-Methods"), "PUT") {
+		t.Errorf("the console's preflight of a PUT of %s: %d %v", guestabi.FileBytesPath, resp.StatusCode, resp.Header)
 	}
 	if other := preflight("https://elsewhere.example.com"); other.Header.Get("Access-Control-Allow-Origin") != "" {
 		t.Errorf("another origin's preflight is allowed: %v", other.Header)
