@@ -21,6 +21,7 @@ import (
 	"github.com/kibotos/kibotos/internal/guest/dataplane"
 	"github.com/kibotos/kibotos/internal/host/runtime"
 	"github.com/kibotos/kibotos/internal/host/runtime/fake"
+	"github.com/kibotos/kibotos/internal/guestabi"
 	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/sdk/sessiontoken"
 )
@@ -127,6 +128,7 @@ func newGatewayEnv(t testing.TB) *gatewayEnv {
 	mux := http.NewServeMux()
 	mux.Handle(datav1connect.NewFileServiceHandler(g))
 	mux.Handle(datav1connect.NewProcessServiceHandler(g))
+	mux.HandleFunc(guestabi.FileBytesPath, g.serveFileBytes)
 	// The guest agent's own ServiceService: it dials the test's loopback.
 	mux.Handle(datav1connect.NewServiceServiceHandler(dataplane.NewServiceService()))
 	drv := fake.New()

@@ -7,12 +7,13 @@ import (
 )
 
 // serveConn returns the client end of an in-memory connection whose other
-// end h serves over cleartext HTTP/2, as a guest's data socket is served.
+// end h serves over HTTP/1.1 and cleartext HTTP/2, as a guest's data socket is served.
 // The server ends with the connection.
 func serveConn(h http.Handler) net.Conn {
 	client, server := net.Pipe()
 	l := &oneConnListener{conn: &closeNotifyConn{Conn: server, closed: make(chan struct{})}}
 	srv := &http.Server{Handler: h, Protocols: new(http.Protocols)}
+	srv.Protocols.SetHTTP1(true) // as the guest agent's, for the file bytes path
 	srv.Protocols.SetUnencryptedHTTP2(true)
 	go srv.Serve(l)
 	return client
