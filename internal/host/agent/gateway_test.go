@@ -19,9 +19,9 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/internal/guest/dataplane"
+	"github.com/kibotos/kibotos/internal/guestabi"
 	"github.com/kibotos/kibotos/internal/host/runtime"
 	"github.com/kibotos/kibotos/internal/host/runtime/fake"
-	"github.com/kibotos/kibotos/internal/guestabi"
 	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/sdk/sessiontoken"
 )
