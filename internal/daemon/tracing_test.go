@@ -27,8 +27,13 @@ func TestTracesOfBothPlanes(t *testing.T) {
 	if got, err := ws.ReadFile(ctx, "/tmp/traced"); err != nil || string(got) != "traced" {
 		t.Fatalf("ReadFile = %q, %v", got, err)
 	}
+	// The file's bytes go on the file bytes path, which the SDK first asks
+	// with a GET whether it is served; its listing takes FileService.
+	if _, err := ws.List(ctx, "/tmp", 1); err != nil {
+		t.Fatal(err)
+	}
 	want := []string{"kibotos.ctrl.v1.WorkspaceService/CreateWorkspace", "kibotos.ctrl.v1.SessionService/IssueSession",
-		"kibotos.data.v1.FileService/WriteFile", "kibotos.data.v1.FileService/ReadFile"}
+		"PUT kibotos.data.v1.files", "GET kibotos.data.v1.files", "kibotos.data.v1.FileService/ListDirectory"}
 	// The exporter sends its batches every few seconds.
 	eventually(t, time.Minute, "spans of "+fmt.Sprint(want), func() ([]string, error) {
 		spans, _ := col.Spans()

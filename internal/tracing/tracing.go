@@ -65,9 +65,10 @@ func (p *Provider) Interceptor() (connect.Interceptor, error) {
 }
 
 // Handler returns next with a server span around each request, named
-// after the Connect procedure its path names (as the interceptor's are):
-// the data-plane gateway's, which proxies calls rather than handling them,
-// so that no Connect interceptor sees them. As with the interceptor, a
+// after the Connect procedure its path names (as the interceptor's are),
+// after its method and path when it is not a POST (the file bytes path's
+// GET and PUT): the data-plane gateway's, which proxies calls rather than
+// handling them, so that no Connect interceptor sees them. As with the interceptor, a
 // trace the caller sends (W3C trace context) is linked, not continued.
 // The span is in the request's context, from which the gateway passes it
 // on to the guest agent.
@@ -78,7 +79,11 @@ func (p *Provider) Handler(next http.Handler) http.Handler {
 		otelhttp.WithPublicEndpointFn(func(*http.Request) bool { return true }),
 		otelhttp.WithMeterProvider(noop.NewMeterProvider()),
 		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
-			return strings.TrimPrefix(r.URL.Path, "/")
+			name := strings.TrimPrefix(r.URL.Path, "/")
+			if r.Method != http.MethodPost {
+				name = r.Method + " " + name
+			}
+			return name
 		}))
 }
 
