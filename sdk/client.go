@@ -65,7 +65,9 @@ func WithHTTPClient(hc *http.Client) Option {
 }
 
 // WithClientOptions adds Connect client options, such as interceptors, to
-// every call of the Client, control and data plane alike.
+// every call of the Client, control and data plane alike. The requests of
+// FileBytesPath that Upload and Download make are plain HTTP: only the
+// HTTP client (WithHTTPClient) sees them.
 func WithClientOptions(opts ...connect.ClientOption) Option {
 	return func(c *Client) { c.opts = append(c.opts, opts...) }
 }
