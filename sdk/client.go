@@ -57,9 +57,11 @@ type Client struct {
 type Option func(*Client)
 
 // WithHTTPClient makes the Client send its requests, control and data plane
-// alike, through hc. Uploads are client streams, which need HTTP/2: against
-// an http:// address hc must speak HTTP/2 over cleartext (h2c) with prior
-// knowledge, as the default does.
+// alike, through hc. Calls that stream their request (DialPort, and uploads
+// to a data plane without FileBytesPath) need HTTP/2: against an http://
+// address hc must speak HTTP/2 over cleartext (h2c) with prior knowledge, as
+// the default does. The default sends FileBytesPath's requests over HTTP/1.1
+// on a transport of their own; with hc, they go through hc.
 func WithHTTPClient(hc *http.Client) Option {
 	return func(c *Client) { c.hc = hc }
 }
