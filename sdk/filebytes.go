@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 
@@ -177,10 +178,7 @@ func (c *Client) downloadBytes(ctx context.Context, d *dataPlane, remotePath str
 // uploadBytes is one PUT of r's bytes to start.Path. read counts the bytes
 // read from r, sent or not.
 func (c *Client) uploadBytes(ctx context.Context, d *dataPlane, r io.Reader, start *datav1.WriteFileStart, progress func(int64)) (_ *datav1.FileInfo, read int64, _ error) {
-	length := int64(-1)
-	if l, ok := r.(interface{ Len() int }); ok {
-		length = int64(l.Len())
-	}
+	length := knownLength(r)
 	query := url.Values{"path": {start.GetPath()}, "user": {start.GetUser()}, "mode": {strconv.FormatUint(uint64(start.GetMode()), 8)}}
 	body := &countingReader{r: r, steps: progressSteps{report: progress}}
 	resp, err := c.fileBytes(ctx, d, http.MethodPut, query, body, length)
@@ -204,6 +202,26 @@ func (c *Client) uploadBytes(ctx context.Context, d *dataPlane, r io.Reader, sta
 	return out.GetFile(), body.n, nil
 }
 
+// knownLength returns how many bytes r holds, or -1 when it cannot tell: a
+// bytes.Reader, strings.Reader or bytes.Buffer says, and a regular file
+// holds from its offset to its end. A body of known length is read by the
+// gateway in large reads; a chunked one a chunk at a time.
+func knownLength(r io.Reader) int64 {
+	switch r := r.(type) {
+	case interface{ Len() int }:
+		return int64(r.Len())
+	case *os.File:
+		st, err := r.Stat()
+		if err != nil || !st.Mode().IsRegular() {
+			return -1
+		}
+		if off, err := r.Seek(0, io.SeekCurrent); err == nil && off <= st.Size() {
+			return st.Size() - off
+		}
+	}
+	return -1
+}
+
 // countingReader counts what it reads, reports its progress, and keeps
 // the first error of r other than io.EOF.
 type countingReader struct {
@@ -211,6 +229,14 @@ type countingReader struct {
 	n     int64
 	err   error
 	steps progressSteps
+}
+
+// WriteTo copies what c reads to w through a buffer of a MiB: sent
+// chunked, a body becomes chunks of up to that size, where the transport's
+// own copy would cut it into chunks of 32 KiB, each a read of its own for
+// the gateway.
+func (c *countingReader) WriteTo(w io.Writer) (int64, error) {
+	return io.CopyBuffer(struct{ io.Writer }{w}, struct{ io.Reader }{c}, make([]byte, bytesBufferSize))
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httputil"
 
 	"go.opentelemetry.io/otel/propagation"
 
@@ -62,4 +63,27 @@ func (g *gateway) getFileBytes(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	io.Copy(w, io.LimitReader(conn, resp.ContentLength-buffered))
+}
+
+// rewriteFileBytes is rewrite for a PUT of the file bytes path, whose body
+// goes on to the guest chunked, through bulkBody's buffer of a MiB: the
+// transport copies a body of known length 32 KiB at a time, a read and a
+// write each. The caller's length still holds: a body that ends short of it
+// fails, and the guest, missing the last chunk, writes nothing.
+func rewriteFileBytes(pr *httputil.ProxyRequest) {
+	rewrite(pr)
+	if pr.Out.Body != nil && pr.Out.Body != http.NoBody {
+		pr.Out.Body = bulkBody{pr.Out.Body}
+		pr.Out.ContentLength = -1
+		pr.Out.Header.Del("Content-Length")
+	}
+}
+
+// bulkBody is a request body that copies itself through a buffer of a MiB.
+type bulkBody struct{ io.ReadCloser }
+
+func (b bulkBody) WriteTo(w io.Writer) (int64, error) {
+	buf := readFileBufferPool.Get().(*[readFileBufferSize]byte)
+	defer readFileBufferPool.Put(buf)
+	return io.CopyBuffer(struct{ io.Writer }{w}, struct{ io.Reader }{b.ReadCloser}, buf[:])
 }

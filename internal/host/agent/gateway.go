@@ -76,6 +76,7 @@ func (a *Agent) Gateway() http.Handler {
 	g.readFileProxy = proxy(readFileBuffers{})
 	g.fileBytesProxy = proxy(readFileBuffers{})
 	g.fileBytesProxy.Transport = a.newFileBytesTransport()
+	g.fileBytesProxy.Rewrite = rewriteFileBytes
 	return g
 }
 
