@@ -1,16 +1,10 @@
 // Files of a workspace through the data plane: browse a directory, upload
 // (a picker or drag and drop, with progress), download, rename, delete.
-import { create, toBinary } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import {
-  FileType, WriteFileRequestSchema, WriteFileResponseSchema, type FileInfo,
-} from "../../sdk/typescript/gen/kibotos/data/v1/data_pb.js";
+import { FileType, type FileInfo } from "../../sdk/typescript/gen/kibotos/data/v1/data_pb.js";
 import { apiError, errorText, withPlane } from "./api.js";
 import { bytes, field, h, setError } from "./dom.js";
-import { chunks, upload } from "./upload.js";
-
-/** DATA_FIELD is WriteFileRequest.data's field number. */
-const DATA_FIELD = 2;
+import { getFile, putFile } from "./filebytes.js";
 
 function join(dir: string, name: string): string {
   return dir.endsWith("/") ? dir + name : `${dir}/${name}`;
@@ -102,12 +96,8 @@ export function filesView(body: HTMLElement, workspaceId: string, signal: AbortS
   }
 
   async function download(f: FileInfo) {
-    const parts: BlobPart[] = [];
-    await withPlane(workspaceId, async (p) => {
-      parts.length = 0;
-      for await (const r of p.files.readFile({ path: join(dir.value, f.name) }, { signal })) parts.push(r.data as BlobPart);
-    });
-    const url = URL.createObjectURL(new Blob(parts));
+    const blob = await withPlane(workspaceId, (p) => getFile(p, join(dir.value, f.name), signal));
+    const url = URL.createObjectURL(blob);
     const a = h("a", { href: url, download: f.name });
     document.body.append(a);
     a.click();
@@ -121,15 +111,10 @@ export function filesView(body: HTMLElement, workspaceId: string, signal: AbortS
       const item = h("li", null, `${file.name} `, bar);
       progress.append(item);
       const path = join(dir.value, file.name);
-      // The guest writes the file only on commit, and only when the size
-      // start declares arrived: a cut upload changes nothing.
-      const start = toBinary(WriteFileRequestSchema,
-        create(WriteFileRequestSchema, { part: { case: "start", value: { path, size: BigInt(file.size) } } }));
-      const commit = toBinary(WriteFileRequestSchema, create(WriteFileRequestSchema, { part: { case: "commit", value: true } }));
+      // The guest writes the file only once the whole body arrived: a cut
+      // upload changes nothing.
       try {
-        await withPlane(workspaceId, (p) =>
-          upload(`${p.endpoint}/kibotos.data.v1.FileService/WriteFile`, p.token, [start, ...chunks(file, DATA_FIELD), commit],
-            WriteFileResponseSchema, (sent) => (bar.value = Math.min(sent, file.size)), signal));
+        await withPlane(workspaceId, (p) => putFile(p, path, file, (sent) => (bar.value = Math.min(sent, file.size)), signal));
         bar.value = file.size || 1;
         item.append(" uploaded");
       } catch (e) {

@@ -233,12 +233,15 @@ func TestConsole(t *testing.T) {
 
 	// The terminal: echo hi, and hi comes back; a reload in a smaller
 	// window attaches to the same shell, whose output the guest replays,
-	// and the shell, told of its new size, keeps it on the screen.
+	// and the shell, told of its new size, keeps it on the screen. Blank
+	// lines follow hi: at each new size ash redraws its prompt two lines
+	// up and clears what is below, and the replay holds every redraw, so
+	// output right above the prompt may be cleared by the time it settles.
 	rows := `[...document.querySelectorAll(".xterm-rows > div")].map(r => r.textContent.trim())`
 	b.do(chromedp.Navigate(d.URL + "/#/workspaces/" + id + "/terminal"))
 	b.wait("the shell", `document.getElementById("term-status")?.textContent.startsWith("shell pid")`)
 	b.do(chromedp.Click(chromedp.CSS(".xterm")))
-	b.typeLine("echo hi")
+	b.typeLine(`echo hi; printf '\n\n\n\n\n\n\n\n'`)
 	b.wait("hi in the terminal", rows+`.includes("hi")`)
 	b.screenshot("terminal")
 	b.do(chromedp.EmulateViewport(1000, 700), chromedp.Reload())
