@@ -123,26 +123,71 @@ func (w *Workspace) Start(ctx context.Context, args []string, o ExecOptions) (*P
 	if o.PTY != nil {
 		req.Pty = &datav1.Pty{Cols: uint32(o.PTY.Cols), Rows: uint32(o.PTY.Rows)}
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	stream, ok, err := serverStream(ctx, w, func(d *dataPlane) func(context.Context, *connect.Request[datav1.StartProcessRequest]) (*connect.ServerStreamForClient[datav1.ProcessEvent], error) {
-		return d.proc.StartProcess
-	}, req)
-	if err != nil {
-		cancel()
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	started := stream.Msg().GetStarted()
-	if !ok || started == nil {
-		stream.Close()
+	// The stream is opened on a context of its own, which ctx ends only
+	// once the process's started event has come: a process the guest
+	// starts after ctx ended would otherwise run on, its PID known to nobody.
+	streamCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	opened := make(chan startedStream, 1)
+	go func() {
+		stream, ok, err := serverStream(streamCtx, w, func(d *dataPlane) func(context.Context, *connect.Request[datav1.StartProcessRequest]) (*connect.ServerStreamForClient[datav1.ProcessEvent], error) {
+			return d.proc.StartProcess
+		}, req)
+		opened <- startedStream{stream, ok, err}
+	}()
+	var s startedStream
+	select {
+	case s = <-opened:
+	case <-ctx.Done():
+		go w.killWhenStarted(opened, cancel)
+		return nil, ctx.Err()
+	}
+	if s.err != nil {
+		cancel()
+		return nil, s.err
+	}
+	started := s.stream.Msg().GetStarted()
+	if !s.ok || started == nil {
+		s.stream.Close()
 		cancel()
 		return nil, errors.New("StartProcess: the stream did not begin with the started event")
 	}
-	p := newProcess(w, PID(int(started.GetPid())), cancel)
-	go p.follow(stream, false, o.Stdout, o.Stderr)
+	stop := context.AfterFunc(ctx, cancel)
+	p := newProcess(w, PID(int(started.GetPid())), func() { stop(); cancel() })
+	go p.follow(s.stream, false, o.Stdout, o.Stderr)
 	if o.Stdin != nil {
 		go p.forwardInput(ctx, o.Stdin)
 	}
 	return p, nil
+}
+
+// startedStream is what opening a StartProcess stream gave: the stream,
+// whether its first message was received, or the error.
+type startedStream struct {
+	stream *connect.ServerStreamForClient[datav1.ProcessEvent]
+	ok     bool
+	err    error
+}
+
+// killWhenStarted waits, up to killTimeout, for a StartProcess stream whose
+// caller left before the process's started event came, and kills the
+// process that event names; cancel ends the stream.
+func (w *Workspace) killWhenStarted(opened <-chan startedStream, cancel context.CancelFunc) {
+	defer cancel()
+	giveUp := time.AfterFunc(killTimeout, cancel)
+	defer giveUp.Stop()
+	s := <-opened
+	if s.err != nil {
+		return
+	}
+	defer s.stream.Close()
+	if started := s.stream.Msg().GetStarted(); s.ok && started != nil {
+		kctx, kcancel := context.WithTimeout(context.Background(), killTimeout)
+		defer kcancel()
+		newProcess(w, PID(int(started.GetPid())), kcancel).Kill(kctx)
+	}
 }
 
 // Connect attaches to a running or recently ended process of the

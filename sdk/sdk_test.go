@@ -43,6 +43,8 @@ type fake struct {
 	expireNext bool              // expire the token of the next data-plane call
 	auth       map[string]string // Authorization of the last call, by procedure
 	chunks     [][]byte          // of the last WriteFile
+	startDelay time.Duration     // StartProcess waits this long before its started event
+	signals    []string          // "pid signal" of each SignalProcess
 }
 
 func newFake(t *testing.T) (*fake, *Client) {
@@ -131,6 +133,10 @@ func (f *fake) StartProcess(_ context.Context, r *connect.Request[datav1.StartPr
 	if err := f.authorize(r.Header()); err != nil {
 		return err
 	}
+	f.mu.Lock()
+	delay := f.startDelay
+	f.mu.Unlock()
+	time.Sleep(delay) // a slow start: the process runs whether or not the caller still waits
 	for _, ev := range []*datav1.ProcessEvent{
 		{Event: &datav1.ProcessEvent_Started_{Started: &datav1.ProcessEvent_Started{Pid: 42}}},
 		{Event: &datav1.ProcessEvent_Stdout{Stdout: []byte("out1 ")}},
@@ -142,6 +148,46 @@ func (f *fake) StartProcess(_ context.Context, r *connect.Request[datav1.StartPr
 		}
 	}
 	return nil
+}
+
+func (f *fake) SignalProcess(_ context.Context, r *connect.Request[datav1.SignalProcessRequest]) (*connect.Response[datav1.SignalProcessResponse], error) {
+	if err := f.authorize(r.Header()); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.signals = append(f.signals, fmt.Sprintf("%d %s", r.Msg.GetProcess().GetPid(), r.Msg.GetSignal()))
+	return connect.NewResponse(&datav1.SignalProcessResponse{}), nil
+}
+
+// TestExecKillsAProcessStartedAfterItsDeadline: a process whose started
+// event comes after Exec's context ended is killed once that event names
+// it, and Exec reports the context's end.
+func TestExecKillsAProcessStartedAfterItsDeadline(t *testing.T) {
+	f, c := newFake(t)
+	ws, err := c.Workspace(t.Context(), "ws_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.startDelay = 300 * time.Millisecond
+	f.mu.Unlock()
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := ws.Exec(ctx, []string{"sleep", "1000"}, ExecOptions{}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Exec past its deadline: %v, want context.DeadlineExceeded", err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		f.mu.Lock()
+		signals := fmt.Sprint(f.signals)
+		f.mu.Unlock()
+		if signals == "[42 SIGKILL]" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("signals sent: %s, want [42 SIGKILL]", signals)
+		}
+	}
 }
 
 func (f *fake) ListProcesses(_ context.Context, r *connect.Request[datav1.ListProcessesRequest]) (*connect.Response[datav1.ListProcessesResponse], error) {
