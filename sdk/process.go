@@ -117,7 +117,9 @@ const killTimeout = 10 * time.Second
 
 // Start starts args in the Workspace and returns once the process runs. Its
 // output streams to o.Stdout and o.Stderr, and o.Stdin to its input, until
-// it exits or ctx ends; Wait waits for the exit.
+// it exits or ctx ends; Wait waits for the exit. When ctx ends before the
+// guest has said the process runs, Start returns ctx's error, and kills the
+// process if the guest starts it still.
 func (w *Workspace) Start(ctx context.Context, args []string, o ExecOptions) (*Process, error) {
 	req := &datav1.StartProcessRequest{Args: args, Env: w.env(o.Env), Cwd: o.Cwd, User: o.User, Tag: o.Tag, Stdin: o.Stdin != nil}
 	if o.PTY != nil {
