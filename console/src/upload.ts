@@ -1,10 +1,10 @@
-// Client-streaming calls from the browser with progress. fetch cannot
-// stream a request body, and connect-web refuses client streams, but the
-// Connect protocol lets a client stream arrive as one body of enveloped
-// messages: upload builds that body as a Blob (file slices are not read
-// into memory) and sends it with XMLHttpRequest, whose upload events give
-// the progress. The response (one message, then the end of the stream) is
-// read with connect's own protocol functions.
+// Uploads from the browser with progress. fetch cannot report an upload's
+// progress, nor stream a request body: send sends a body with
+// XMLHttpRequest, whose upload events give the progress. A client stream
+// (connect-web refuses them) can arrive as one body of enveloped messages:
+// upload builds that body as a Blob (file slices are not read into memory)
+// and reads the response (one message, then the end of the stream) with
+// connect's own protocol functions.
 import { fromBinary, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { codeFromHttpStatus, endStreamFromJson, errorFromJsonBytes } from "@connectrpc/connect/protocol-connect";
@@ -68,44 +68,60 @@ export function chunks(blob: Blob, fieldNumber: number): Part[] {
   return out;
 }
 
-/** upload calls a client-streaming method at baseUrl/service/method and returns its response. */
-export function upload<O extends DescMessage>(
-  url: string, token: string, parts: Part[], output: O, onProgress: (sent: number, total: number) => void, signal?: AbortSignal,
-): Promise<MessageShape<O>> {
+/** answerError is the ConnectError an error answer carries (JSON), or one of its HTTP status. */
+export function answerError(status: number, body: Uint8Array): ConnectError {
+  return errorFromJsonBytes(body, undefined, new ConnectError(`HTTP ${status}`, codeFromHttpStatus(status)));
+}
+
+/**
+ * send sends body to url with XMLHttpRequest and resolves with the answer's
+ * body when its status is 200; another status rejects with answerError.
+ * onProgress gets the bytes sent so far and the total.
+ */
+export function send(
+  method: string, url: string, headers: Record<string, string>, body: Blob,
+  onProgress: (sent: number, total: number) => void, signal?: AbortSignal,
+): Promise<Uint8Array> {
   return new Promise((resolve, reject) => {
     const xhr = new XMLHttpRequest();
-    xhr.open("POST", url);
+    xhr.open(method, url);
     xhr.responseType = "arraybuffer";
-    xhr.setRequestHeader("Content-Type", "application/connect+proto");
-    xhr.setRequestHeader("Connect-Protocol-Version", "1");
-    xhr.setRequestHeader("Authorization", `Bearer ${token}`);
+    for (const [k, v] of Object.entries(headers)) xhr.setRequestHeader(k, v);
     xhr.upload.onprogress = (e) => onProgress(e.loaded, e.total);
     xhr.onerror = () => reject(new ConnectError("the upload failed on the network", Code.Unavailable));
     xhr.onabort = () => reject(new ConnectError("the upload was canceled", Code.Canceled));
     signal?.addEventListener("abort", () => xhr.abort());
     xhr.onload = () => {
       const buf = new Uint8Array(xhr.response as ArrayBuffer);
-      if (xhr.status !== 200) {
-        reject(errorFromJsonBytes(buf, undefined, new ConnectError(`HTTP ${xhr.status}`, codeFromHttpStatus(xhr.status))));
-        return;
-      }
-      let msg: MessageShape<O> | undefined;
-      for (let off = 0; off + 5 <= buf.length;) {
-        const flags = buf[off];
-        const n = new DataView(buf.buffer, buf.byteOffset + off + 1, 4).getUint32(0);
-        const data = buf.subarray(off + 5, off + 5 + n);
-        off += 5 + n;
-        if (flags & 2) {
-          const end = endStreamFromJson(data);
-          if (end.error) reject(end.error);
-          else if (msg) resolve(msg);
-          else reject(new ConnectError("the response had no message", Code.Internal));
-          return;
-        }
-        msg = fromBinary(output, data);
-      }
-      reject(new ConnectError("the response ended without its end", Code.Internal));
+      if (xhr.status === 200) resolve(buf);
+      else reject(answerError(xhr.status, buf));
     };
-    xhr.send(body(parts));
+    xhr.send(body);
   });
+}
+
+/** upload calls a client-streaming method at baseUrl/service/method and returns its response. */
+export async function upload<O extends DescMessage>(
+  url: string, token: string, parts: Part[], output: O, onProgress: (sent: number, total: number) => void, signal?: AbortSignal,
+): Promise<MessageShape<O>> {
+  const buf = await send("POST", url, {
+    "Content-Type": "application/connect+proto",
+    "Connect-Protocol-Version": "1",
+    Authorization: `Bearer ${token}`,
+  }, body(parts), onProgress, signal);
+  let msg: MessageShape<O> | undefined;
+  for (let off = 0; off + 5 <= buf.length;) {
+    const flags = buf[off];
+    const n = new DataView(buf.buffer, buf.byteOffset + off + 1, 4).getUint32(0);
+    const data = buf.subarray(off + 5, off + 5 + n);
+    off += 5 + n;
+    if (flags & 2) {
+      const end = endStreamFromJson(data);
+      if (end.error) throw end.error;
+      if (msg) return msg;
+      throw new ConnectError("the response had no message", Code.Internal);
+    }
+    msg = fromBinary(output, data);
+  }
+  throw new ConnectError("the response ended without its end", Code.Internal);
 }

@@ -74,7 +74,7 @@ func (a *Agent) Gateway() http.Handler {
 	}
 	g.proxy = proxy(nil)
 	g.readFileProxy = proxy(readFileBuffers{})
-	g.fileBytesProxy = proxy(readFileBuffers{})
+	g.fileBytesProxy = proxy(nil) // its answers are small: the bytes go up (bulkBody)
 	g.fileBytesProxy.Transport = a.newFileBytesTransport()
 	g.fileBytesProxy.Rewrite = rewriteFileBytes
 	return g
@@ -113,10 +113,11 @@ func (a *Agent) guestTransport() *http.Transport {
 	}
 }
 
-// newFileBytesTransport returns the transport of the file bytes path: HTTP/1.1
-// to the guests' data sockets, a connection per transfer in flight. A body
-// crosses it as reads and writes of the proxy's 1 MiB buffer, where HTTP/2
-// would copy it in and out of stream buffers and frames on both sides.
+// newFileBytesTransport returns the transport of the file bytes path's
+// uploads: HTTP/1.1 to the guests' data sockets, a connection per transfer
+// in flight. A body crosses it as reads and writes of a 1 MiB buffer
+// (bulkBody), where HTTP/2 would copy it in and out of stream buffers and
+// frames on both sides.
 func (a *Agent) newFileBytesTransport() *http.Transport {
 	return &http.Transport{
 		DialContext:         a.dialGuestData,
@@ -145,7 +146,8 @@ type gateway struct {
 	proxy *httputil.ReverseProxy
 	// readFileProxy is proxy with buffers the size of a file message.
 	readFileProxy *httputil.ReverseProxy
-	// fileBytesProxy carries the file bytes path, over HTTP/1.1.
+	// fileBytesProxy carries the file bytes path but its GETs (getFileBytes),
+	// over HTTP/1.1.
 	fileBytesProxy *httputil.ReverseProxy
 	// metrics serves MetricsService on the host.
 	metrics http.Handler

@@ -131,15 +131,17 @@ export class Files {
   async *download(path: string, opts: DownloadOptions = {}): AsyncGenerator<Uint8Array> {
     const stop = linked(opts.signal);
     try {
-      let resp: Response;
-      try {
-        resp = await this.sessions.unary((d) =>
-          d.fileBytes === false
-            ? Promise.reject(new NotServed())
-            : fileBytes(d, "GET", { path, user: opts.user ?? "" }, undefined, stop.signal),
-        );
-      } catch (e) {
-        if (!(e instanceof NotServed)) throw e;
+      // undefined: the data plane has no file bytes path.
+      const resp = await this.sessions.unary(async (d) => {
+        if (d.fileBytes === false) return undefined;
+        try {
+          return await fileBytes(d, "GET", { path, user: opts.user ?? "" }, undefined, stop.signal);
+        } catch (e) {
+          if (e instanceof NotServed) return undefined;
+          throw e;
+        }
+      });
+      if (resp === undefined) {
         yield* this.downloadMessages(path, opts, stop);
         return;
       }

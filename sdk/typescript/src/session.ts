@@ -5,7 +5,6 @@ import { createClient, type Client } from "@connectrpc/connect";
 import { FileService, ProcessService } from "../gen/kibotos/data/v1/data_pb.js";
 import type { KibotosBase } from "./client.js";
 import { sessionExpired, toKibotosError, wrap } from "./errors.js";
-import { NotServed } from "./filebytes.js";
 
 /** RENEW_BEFORE_MS is how long before its expiry a cached session is replaced. */
 const RENEW_BEFORE_MS = 30_000;
@@ -99,7 +98,6 @@ export class Sessions {
       try {
         return await call(d);
       } catch (e) {
-        if (e instanceof NotServed) throw e; // the caller takes FileService's way
         const err = toKibotosError(e);
         if (retried || !sessionExpired(err)) throw err;
         this.forget(d);
