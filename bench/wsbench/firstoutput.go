@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -93,7 +94,8 @@ func createToFirstByte(ctx context.Context, c steps, home string, settle time.Du
 // firstOutput prints create→first byte of `echo ready`, p50 and p99 over
 // n creates one after another (each deleted before the next), beside a
 // bare `runc run /bin/echo ready` of the same rootfs and the ratio: back
-// to back, and at rest (settle; 0 skips it); then of concurrent creates
+// to back, and at rest (settle; 0 skips it), where a bare run comes right
+// before each create; then of concurrent creates
 // at once, the p99 of all first outputs beside the back-to-back p50.
 func firstOutput(ctx context.Context, addr, home string, n int, settle time.Duration, concurrent int) error {
 	token, err := benchutil.AdminToken(home)
@@ -108,23 +110,35 @@ func firstOutput(ctx context.Context, addr, home string, n int, settle time.Dura
 	}
 	c := steps{sdk: client, workspaces: workspaces,
 		sessions: ctrlv1connect.NewSessionServiceClient(http.DefaultClient, "http://"+addr, connect.WithInterceptors(bearer.Token(token)))}
-	backToBack, err := firstOutputSeries(ctx, c, home, n, 0)
+	rootfs, err := benchutil.BaseRootfs(home)
+	if err != nil {
+		return err
+	}
+	bundle, err := benchutil.NewBareBundle(rootfs, "/bin/echo", "ready")
+	if err != nil {
+		return err
+	}
+	defer bundle.Close()
+	backToBack, err := firstOutputSeries(ctx, c, home, n, 0, nil)
 	if err != nil {
 		return err
 	}
 	var atRest series
 	if settle > 0 {
-		if atRest, err = firstOutputSeries(ctx, c, home, n, settle); err != nil {
+		if atRest, err = firstOutputSeries(ctx, c, home, n, settle, bundle); err != nil {
 			return err
 		}
 	}
-	rootfs, err := benchutil.BaseRootfs(home)
-	if err != nil {
-		return err
-	}
-	bare, err := benchutil.BareRunc(rootfs, n, "/bin/echo", "ready")
-	if err != nil {
-		return err
+	// At rest, each create was timed right after a bare run, on the host
+	// as it was then: the ratio compares like with like on a machine
+	// whose speed drifts. Without that series the bare runs follow.
+	bare := atRest.bare
+	for len(bare) < n {
+		d, err := bundle.Run()
+		if err != nil {
+			return err
+		}
+		bare = append(bare, d)
 	}
 	fmt.Printf("create→first byte of echo ready, n=%d one after another, each deleted before the next:\n", n)
 	backToBack.print("back to back", bare)
@@ -152,13 +166,23 @@ type series struct {
 	firstBytes []time.Duration
 	// pooled are the phases of the creates a warm pool entry served.
 	pooled []phases
+	// bare are the bare `runc run`s timed each right before a create.
+	bare []time.Duration
 }
 
 // firstOutputSeries times n creates to their first output, one after
-// another, each settled as createToFirstByte says.
-func firstOutputSeries(ctx context.Context, c steps, home string, n int, settle time.Duration) (series, error) {
+// another, each settled as createToFirstByte says; with bare, each after
+// one bare run of it.
+func firstOutputSeries(ctx context.Context, c steps, home string, n int, settle time.Duration, bare *benchutil.BareBundle) (series, error) {
 	var s series
 	for range n {
+		if bare != nil {
+			d, err := bare.Run()
+			if err != nil {
+				return s, err
+			}
+			s.bare = append(s.bare, d)
+		}
 		p, pooled, err := createToFirstByte(ctx, c, home, settle)
 		if err != nil {
 			return s, err
@@ -200,6 +224,14 @@ func (s series) print(name string, bare []time.Duration) {
 		got, base := benchutil.Quantile(s.firstBytes, q), benchutil.Quantile(bare, q)
 		fmt.Printf("    p%02.0f %6.1f ms  bare runc run p%02.0f %6.1f ms  ratio %.2f\n",
 			q*100, benchutil.Millis(got), q*100, benchutil.Millis(base), benchutil.Millis(got)/benchutil.Millis(base))
+	}
+	if len(s.bare) == len(s.firstBytes) && len(s.bare) > 0 {
+		ratios := make([]float64, len(s.bare))
+		for i, b := range s.bare {
+			ratios[i] = float64(s.firstBytes[i]) / float64(b)
+		}
+		slices.Sort(ratios)
+		fmt.Printf("    each create over the bare run right before it: p50 ratio %.2f\n", ratios[len(ratios)/2])
 	}
 	s.printSteps()
 }

@@ -67,44 +67,79 @@ func BaseRootfs(home string) (string, error) {
 
 // BareRunc times n one-shot `runc run` of args on rootfs (read-only).
 func BareRunc(rootfs string, n int, args ...string) ([]time.Duration, error) {
+	b, err := NewBareBundle(rootfs, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	var out []time.Duration
+	for range n {
+		d, err := b.Run()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// BareBundle is an OCI bundle of args on a read-only rootfs, for timing
+// one-shot `runc run`s of it beside what is compared with them.
+type BareBundle struct {
+	dir  string
+	runs int
+}
+
+// NewBareBundle writes the bundle; Close removes it.
+func NewBareBundle(rootfs string, args ...string) (*BareBundle, error) {
 	dir, err := os.MkdirTemp("", "wsbench-runc")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	if out, err := exec.Command("runc", "spec", "--bundle", dir).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("runc spec: %v %s", err, out)
+	b := &BareBundle{dir: dir}
+	if err := b.write(rootfs, args); err != nil {
+		b.Close()
+		return nil, err
 	}
-	path := filepath.Join(dir, "config.json")
+	return b, nil
+}
+
+func (b *BareBundle) write(rootfs string, args []string) error {
+	if out, err := exec.Command("runc", "spec", "--bundle", b.dir).CombinedOutput(); err != nil {
+		return fmt.Errorf("runc spec: %v %s", err, out)
+	}
+	path := filepath.Join(b.dir, "config.json")
 	var spec map[string]any
-	b, err := os.ReadFile(path)
+	raw, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := json.Unmarshal(b, &spec); err != nil {
-		return nil, err
+	if err := json.Unmarshal(raw, &spec); err != nil {
+		return err
 	}
 	spec["root"] = map[string]any{"path": rootfs, "readonly": true}
 	proc := spec["process"].(map[string]any)
 	proc["terminal"] = false
 	proc["args"] = args
-	if b, err = json.Marshal(spec); err != nil {
-		return nil, err
+	if raw, err = json.Marshal(spec); err != nil {
+		return err
 	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		return nil, err
-	}
-	var out []time.Duration
-	for i := range n {
-		start := time.Now()
-		cmd := exec.Command("runc", "--root", filepath.Join(dir, "state"), "run", "--bundle", dir, fmt.Sprintf("wsbench-%d", i))
-		if b, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("runc run: %v %s", err, b)
-		}
-		out = append(out, time.Since(start))
-	}
-	return out, nil
+	return os.WriteFile(path, raw, 0o644)
 }
+
+// Run times one `runc run` of the bundle, to the container's exit.
+func (b *BareBundle) Run() (time.Duration, error) {
+	b.runs++
+	start := time.Now()
+	cmd := exec.Command("runc", "--root", filepath.Join(b.dir, "state"), "run", "--bundle", b.dir, fmt.Sprintf("wsbench-%d", b.runs))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("runc run: %v %s", err, out)
+	}
+	return time.Since(start), nil
+}
+
+// Close removes the bundle.
+func (b *BareBundle) Close() error { return os.RemoveAll(b.dir) }
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat's CPU times.
 const clockTicks = 100
