@@ -61,6 +61,15 @@ const maxFills = 2
 // poolRetry is how long a failed fill waits before it tries again.
 const poolRetry = 5 * time.Second
 
+// refillHold is how long a take that leaves a ready entry holds the
+// refill back. The bound workspace's first calls (its RUNNING report and
+// the caller's session and first process) follow within milliseconds,
+// and a refill beside them shares the cores with its runc run and the
+// host filesystem's journal with its mkfs and syncs: every sync the
+// create waits for (the bind's record, ctrl's commits) waited for the
+// refill's writes too. A take that empties the pool refills at once.
+const refillHold = 30 * time.Millisecond
+
 // poolShape is what the entries of the pool are started with.
 type poolShape struct {
 	key        string
@@ -104,12 +113,16 @@ type warmPool struct {
 	ready   []*pooled
 	filling []*poolShape      // the shapes of the entries being started (fill)
 	aliases map[string]string // execution ID → runtime ID
-	wake    chan struct{}
+	// hold is refillHold; holdUntil is when fills may start again after
+	// a take.
+	hold      time.Duration
+	holdUntil time.Time
+	wake      chan struct{}
 }
 
 func newWarmPool(a *Agent, size int, dir string, inner runtime.Driver) (*warmPool, error) {
 	p := &warmPool{a: a, size: size, aliasDir: filepath.Join(dir, "bound"), images: filepath.Join(dir, "images"),
-		aliases: map[string]string{}, wake: make(chan struct{}, 1)}
+		aliases: map[string]string{}, hold: refillHold, wake: make(chan struct{}, 1)}
 	p.binder, _ = inner.(runtime.Binder)
 	for _, d := range []string{p.aliasDir, p.images} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -182,6 +195,10 @@ func (p *warmPool) take(s *poolShape) *pooled {
 	}
 	ent := p.ready[i]
 	p.ready = slices.Delete(p.ready, i, i+1)
+	p.holdUntil = time.Time{}
+	if slices.ContainsFunc(p.ready, func(e *pooled) bool { return e.shape.key == s.key }) {
+		p.holdUntil = time.Now().Add(p.hold)
+	}
 	return ent
 }
 
@@ -259,6 +276,14 @@ func (p *warmPool) run(ctx context.Context) {
 		p.drain()
 	}()
 	for ctx.Err() == nil {
+		if hold := p.held(); hold > 0 {
+			select {
+			case <-ctx.Done():
+			case <-p.wake: // a take may have ended the hold
+			case <-time.After(hold):
+			}
+			continue
+		}
 		p.evict(ctx)
 		if s := p.next(); s != nil {
 			fills.Go(func() { p.fill(ctx, s) })
@@ -270,6 +295,13 @@ func (p *warmPool) run(ctx context.Context) {
 		case <-time.After(10 * time.Second):
 		}
 	}
+}
+
+// held returns how long fills are still held back after a take.
+func (p *warmPool) held() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return time.Until(p.holdUntil)
 }
 
 // fill starts one entry of s, counted in p.filling until it is ready; a

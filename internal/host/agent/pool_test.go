@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -158,6 +159,36 @@ func TestWarmPoolFillsAtOnce(t *testing.T) {
 	}
 	e.running(t, first)
 	e.awaitPool(t, maxFills)
+}
+
+// TestWarmPoolRefillHold: a take that leaves a ready entry holds the
+// refill back (the bound workspace's first calls have the host to
+// themselves), and a take that empties the pool refills it at once.
+func TestWarmPoolRefillHold(t *testing.T) {
+	e := newReconcilerEnv(t)
+	e.cfg.WarmPool = 2
+	a, _ := e.runAgent(t, e.driver)
+	a.pool.mu.Lock()
+	a.pool.hold = time.Hour
+	a.pool.mu.Unlock()
+	e.running(t, e.assignment("ws_a", 1, "lay_a"))
+	e.awaitPool(t, 2)
+	b := e.assignment("ws_b", 1, "lay_b")
+	e.running(t, b)
+	if a.pool.runtimeID(b.ExecutionId) == b.ExecutionId {
+		t.Fatal("ws_b was not bound to a pool entry")
+	}
+	// Unheld, the fake's refill starts within milliseconds.
+	time.Sleep(200 * time.Millisecond)
+	if n := len(e.poolIDs()); n != 2 {
+		t.Fatalf("%d pool runtime IDs after a take that left a ready entry, want 2: the bound one and the ready one", n)
+	}
+	c := e.assignment("ws_c", 1, "lay_c")
+	e.running(t, c)
+	if a.pool.runtimeID(c.ExecutionId) == c.ExecutionId {
+		t.Fatal("ws_c was not bound to the pool's last entry")
+	}
+	e.awaitPool(t, 4) // the two bound and two new, though the hour is not over
 }
 
 // TestWarmPoolOtherShapes: a start with a Volume, another memory or
