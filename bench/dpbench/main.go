@@ -14,6 +14,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -311,15 +312,27 @@ func processCPU(cmd *exec.Cmd) time.Duration {
 }
 
 // files writes and reads a file of c.fileMiB through the data plane, and
-// the same size with dd on the host's disk (in c.home) with its data synced
-// at the end, as WriteFile syncs its file before renaming it into place.
+// the same file with dd on the host's disk (in c.home), its data synced
+// at the end, as an upload syncs its file before renaming it into place.
+// Both read the source file from the page cache. The file is uploaded
+// once more from a stream of unknown length, which goes chunked.
 func files(ctx context.Context, ws *sdk.Workspace, c config) error {
 	size := int64(c.fileMiB) << 20
 	block := make([]byte, 64<<20)
 	rng := mathrand.NewChaCha8([32]byte{7})
 	rng.Read(block)
+	src := filepath.Join(c.home, "dpbench-src")
+	defer os.Remove(src)
+	if err := writeFile(src, io.LimitReader(&repeat{block: block}, size)); err != nil {
+		return err
+	}
 	write, writeCPU, err := filePhase(ws, c, func() error {
-		_, err := ws.Upload(ctx, io.LimitReader(&repeat{block: block}, size), "/root/bench", 0o644)
+		f, err := os.Open(src)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = ws.Upload(ctx, f, "/root/bench", 0o644)
 		return err
 	})
 	if err != nil {
@@ -335,10 +348,20 @@ func files(ctx context.Context, ws *sdk.Workspace, c config) error {
 	if err != nil {
 		return err
 	}
+	if _, err := ws.Exec(ctx, []string{"rm", "/root/bench"}, sdk.ExecOptions{}); err != nil {
+		return err
+	}
+	stream, _, err := filePhase(ws, c, func() error {
+		_, err := ws.Upload(ctx, io.LimitReader(&repeat{block: block}, size), "/root/bench", 0o644)
+		return err
+	})
+	if err != nil {
+		return err
+	}
 
 	ddFile := filepath.Join(c.home, "dpbench-dd")
 	defer os.Remove(ddFile)
-	ddWrite, err := dd("if=/dev/zero", "of="+ddFile, "bs=1M", fmt.Sprintf("count=%d", c.fileMiB), "conv=fsync")
+	ddWrite, err := dd("if="+src, "of="+ddFile, "bs=1M", "conv=fsync")
 	if err != nil {
 		return err
 	}
@@ -349,6 +372,7 @@ func files(ctx context.Context, ws *sdk.Workspace, c config) error {
 	mib := float64(c.fileMiB)
 	row(fmt.Sprintf("file write %d MiB (MiB/s), vs dd", c.fileMiB), mib/write.Seconds(), mib/ddWrite.Seconds(), "MiB/s")
 	row(fmt.Sprintf("file read %d MiB (MiB/s), vs dd", c.fileMiB), mib/read.Seconds(), mib/ddRead.Seconds(), "MiB/s")
+	row(fmt.Sprintf("file write %d MiB, unknown length (MiB/s), vs dd", c.fileMiB), mib/stream.Seconds(), mib/ddWrite.Seconds(), "MiB/s")
 	gib := float64(size) / (1 << 30)
 	for _, p := range []struct {
 		name string
@@ -358,6 +382,20 @@ func files(ctx context.Context, ws *sdk.Workspace, c config) error {
 			p.cpu.host.Seconds()/gib, p.cpu.guest.Seconds()/gib, p.cpu.client.Seconds()/gib, p.cpu.machine.Seconds()/gib)
 	}
 	return nil
+}
+
+// writeFile writes r to a new file at path and syncs it, so that its
+// writeback is not on the disk beside what is timed next.
+func writeFile(path string, r io.Reader) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, r)
+	if err == nil {
+		err = f.Sync()
+	}
+	return errors.Join(err, f.Close())
 }
 
 // fileCPU is the CPU time of a file phase: execCPU's and the machine's
