@@ -471,8 +471,8 @@ func TestProbeRemovesLeftovers(t *testing.T) {
 }
 
 // TestAttachLoopDirectIO checks that a loop device does direct I/O on an
-// image whose filesystem allows it, and that the filesystem on it keeps
-// what is written through it.
+// image whose filesystem allows it and reads ahead loopReadAhead, and that
+// the filesystem on it keeps what is written through it.
 func TestAttachLoopDirectIO(t *testing.T) {
 	needHost(t)
 	dir := t.TempDir()
@@ -494,6 +494,13 @@ func TestAttachLoopDirectIO(t *testing.T) {
 	}
 	if got := strings.TrimSpace(string(dio)); got != "1" {
 		t.Errorf("%s of %s: dio = %s, want 1", dev, img, got)
+	}
+	ra, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(dev), "queue", "read_ahead_kb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.TrimSpace(string(ra)), strconv.Itoa(loopReadAhead>>10); got != want {
+		t.Errorf("%s of %s: read_ahead_kb = %s, want %s", dev, img, got, want)
 	}
 	b, err := os.ReadFile(filepath.Join(mnt, "f"))
 	if err != nil {
