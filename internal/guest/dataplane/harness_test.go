@@ -31,6 +31,8 @@ type testEnv struct {
 	sc     datav1connect.ServiceServiceClient
 	screen datav1connect.ScreenServiceClient
 	input  datav1connect.InputServiceClient
+	// sock is the unix socket the data plane is served on.
+	sock string
 }
 
 // newTestEnv serves a data plane without a display.
@@ -50,6 +52,7 @@ func newDisplayEnv(t testing.TB, display func(*ProcessService) *DisplayService) 
 		files: NewFileService(FileConfig{Logf: t.Logf}),
 	}
 	sock := filepath.Join(t.TempDir(), "data.sock")
+	e.sock = sock
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)

@@ -58,6 +58,11 @@ func TestGatewayFileBytes(t *testing.T) {
 	if err != nil || n != 3<<20 || resp.Header.Get(guestabi.FileInfoHeader) != "info" {
 		t.Errorf("GET of 3 MiB: %d bytes, %v, header %q", n, err, resp.Header.Get(guestabi.FileInfoHeader))
 	}
+	// The gateway's connection to the guest serves one GET and closes;
+	// the caller's stays open for its next call.
+	if resp.Close {
+		t.Error("the gateway closed the caller's connection after a GET")
+	}
 	e.guest.mu.Lock()
 	if len(e.guest.auth) != 1 || e.guest.auth[0] != "" {
 		t.Errorf("the guest saw Authorization %q", e.guest.auth)

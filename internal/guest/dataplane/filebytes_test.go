@@ -1,0 +1,63 @@
+package dataplane
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/kibotos/kibotos/internal/guestabi"
+	"github.com/kibotos/kibotos/internal/testutil"
+)
+
+// TestGetFileBytesSendsFile: a GET of a regular file over HTTP/1.1, as the
+// gateway makes it, is answered by sendfile on a connection taken over
+// (closed after the body); over HTTP/2, which cannot be taken over, by
+// the copy. Both give the file's bytes, its length and its FileInfo.
+func TestGetFileBytesSendsFile(t *testing.T) {
+	e := newTestEnv(t)
+	data := bytes.Repeat([]byte("0123456789abcdef"), 300_000) // 4.8 MB
+	path := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", e.sock)
+	}
+	h2 := &http.Transport{DialContext: dial, Protocols: new(http.Protocols), HTTP2: guestabi.DataSocketHTTP2()}
+	h2.Protocols.SetUnencryptedHTTP2(true)
+	for _, c := range []struct {
+		name      string
+		transport *http.Transport
+		sendfile  bool
+	}{
+		{"HTTP/1.1", &http.Transport{DialContext: dial}, true},
+		{"HTTP/2", h2, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			defer c.transport.CloseIdleConnections()
+			req, err := http.NewRequest(http.MethodGet, "http://guest"+guestabi.FileBytesPath+"?path="+path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, body := testutil.Do(t, &http.Client{Transport: c.transport}, req)
+			if resp.StatusCode != http.StatusOK || !bytes.Equal(body, data) {
+				t.Fatalf("%s, %d bytes; want 200 and the file's %d", resp.Status, len(body), len(data))
+			}
+			if got := resp.Header.Get("Content-Length"); got != strconv.Itoa(len(data)) {
+				t.Errorf("Content-Length %q", got)
+			}
+			if resp.Header.Get(guestabi.FileInfoHeader) == "" {
+				t.Error("no FileInfo header")
+			}
+			if resp.Close != c.sendfile {
+				t.Errorf("connection closed after the body: %v, want %v (sent by sendfile on a connection taken over)", resp.Close, c.sendfile)
+			}
+		})
+	}
+}
