@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -11,13 +13,29 @@ import (
 
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/internal/guestabi"
+	"github.com/kibotos/kibotos/internal/testutil"
 )
 
 // serveFileBytes answers a GET of the file bytes path with as many MiB
 // of zeros as its path names, with their length, as the guest agent does
-// for a regular file.
+// for a regular file. A PUT's answer tells how much of its body arrived
+// and how it was sent; to the path "denied" it answers 403 at once,
+// before the body, as the guest agent refuses a path it may not write.
 func (g *guest) serveFileBytes(w http.ResponseWriter, r *http.Request) {
 	g.saw(r.Header)
+	if r.Method == http.MethodPut {
+		if r.URL.Query().Get("path") == "denied" {
+			http.Error(w, "permission denied", http.StatusForbidden)
+			return
+		}
+		n, err := io.Copy(io.Discard, r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		fmt.Fprintf(w, "received %d of length %d chunked %v", n, r.ContentLength, len(r.TransferEncoding) > 0)
+		return
+	}
 	mib, err := strconv.Atoi(r.URL.Query().Get("path"))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -31,6 +49,49 @@ func (g *guest) serveFileBytes(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// TestGatewayFileBytesPut checks a PUT of the file bytes path through the
+// gateway: the body goes on whole and chunked (through the gateway's
+// buffer of a MiB; rewriteFileBytes), whether the caller gave its length or
+// not, without the session token; an answer the guest gives before it
+// reads the body reaches the caller.
+func TestGatewayFileBytesPut(t *testing.T) {
+	e := newGatewayEnv(t)
+	k := key(1)
+	e.set(assignment("ws_a", 2, k), hostv1.ObservedState_OBSERVED_STATE_RUNNING)
+	tok := sign(k, "ses_1", "ws_a", 2, time.Hour)
+	put := func(path string, body io.Reader) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPut, e.url+guestabi.FileBytesPath+"?path="+path, body)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, b := testutil.Do(t, http.DefaultClient, req)
+		return resp, string(b)
+	}
+	if resp, b := put("f", bytes.NewReader(make([]byte, 3<<20))); resp.StatusCode != http.StatusOK || b != "received 3145728 of length -1 chunked true" {
+		t.Errorf("PUT of known length: %s %q", resp.Status, b)
+	}
+	if resp, b := put("f", io.LimitReader(zeros{}, 3<<20)); resp.StatusCode != http.StatusOK || b != "received 3145728 of length -1 chunked true" {
+		t.Errorf("PUT of unknown length: %s %q", resp.Status, b)
+	}
+	if resp, b := put("denied", bytes.NewReader(make([]byte, 64<<20))); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("PUT the guest refuses before its body: %s %q", resp.Status, b)
+	}
+	e.guest.mu.Lock()
+	defer e.guest.mu.Unlock()
+	for _, a := range e.guest.auth {
+		if a != "" {
+			t.Errorf("the guest saw Authorization %q", a)
+		}
+	}
+}
+
+// zeros reads as endless zeros.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }
 
 // TestGatewayFileBytes checks a GET of the file bytes path through the
