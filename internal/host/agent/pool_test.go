@@ -28,6 +28,17 @@ func (e *reconcilerEnv) awaitPool(t *testing.T, n int) {
 	eventually(t, "the warm pool holds the entries", func() bool { return len(e.poolIDs()) == n })
 }
 
+// awaitReady waits until a's pool holds n ready entries: the driver runs
+// an entry (awaitPool) before its guest has answered and it can be bound.
+func (e *reconcilerEnv) awaitReady(t *testing.T, a *Agent, n int) {
+	t.Helper()
+	eventually(t, "the warm pool's entries are ready", func() bool {
+		a.pool.mu.Lock()
+		defer a.pool.mu.Unlock()
+		return len(a.pool.ready) == n
+	})
+}
+
 // TestWarmPoolBind: the first fresh start of a shape is built and makes
 // the pool fill with that shape, each entry's guest connection opened
 // while it waits; the next one binds an entry, reported RUNNING and
@@ -172,7 +183,7 @@ func TestWarmPoolRefillHold(t *testing.T) {
 	a.pool.hold = time.Hour
 	a.pool.mu.Unlock()
 	e.running(t, e.assignment("ws_a", 1, "lay_a"))
-	e.awaitPool(t, 2)
+	e.awaitReady(t, a, 2)
 	b := e.assignment("ws_b", 1, "lay_b")
 	e.running(t, b)
 	if a.pool.runtimeID(b.ExecutionId) == b.ExecutionId {
@@ -257,7 +268,7 @@ func TestWarmPoolRecovery(t *testing.T) {
 	e.cfg.WarmPool = 2
 	a, end := e.runAgent(t, e.driver)
 	e.running(t, e.assignment("ws_a", 1, "lay_a"))
-	e.awaitPool(t, 2)
+	e.awaitReady(t, a, 2)
 	as := e.assignment("ws_b", 1, "lay_b")
 	e.running(t, as)
 	rid := a.pool.runtimeID(as.ExecutionId)
