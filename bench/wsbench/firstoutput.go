@@ -110,6 +110,11 @@ func firstOutput(ctx context.Context, addr, home string, n int, settle time.Dura
 	}
 	c := steps{sdk: client, workspaces: workspaces,
 		sessions: ctrlv1connect.NewSessionServiceClient(http.DefaultClient, "http://"+addr, connect.WithInterceptors(bearer.Token(token)))}
+	backToBack, err := firstOutputSeries(ctx, c, home, n, 0, nil)
+	if err != nil {
+		return err
+	}
+	// The template's layer is unpacked once a workspace has used it.
 	rootfs, err := benchutil.BaseRootfs(home)
 	if err != nil {
 		return err
@@ -119,10 +124,6 @@ func firstOutput(ctx context.Context, addr, home string, n int, settle time.Dura
 		return err
 	}
 	defer bundle.Close()
-	backToBack, err := firstOutputSeries(ctx, c, home, n, 0, nil)
-	if err != nil {
-		return err
-	}
 	var atRest series
 	if settle > 0 {
 		if atRest, err = firstOutputSeries(ctx, c, home, n, settle, bundle); err != nil {
