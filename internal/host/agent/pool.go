@@ -67,8 +67,15 @@ const poolRetry = 5 * time.Second
 // and a refill beside them shares the cores with its runc run and the
 // host filesystem's journal with its mkfs and syncs: every sync the
 // create waits for (the bind's record, ctrl's commits) waited for the
-// refill's writes too. A take that empties the pool refills at once.
+// refill's writes too. A take that empties the pool refills at once, and
+// so does one that comes within rapidTakes of the one before: creates
+// that follow each other that fast drain the pool, and a hold would only
+// leave it empty for the next.
 const refillHold = 30 * time.Millisecond
+
+// rapidTakes is how close together takes are for their refills not to be
+// held: about the hold and a refill's start.
+const rapidTakes = 200 * time.Millisecond
 
 // poolShape is what the entries of the pool are started with.
 type poolShape struct {
@@ -113,16 +120,18 @@ type warmPool struct {
 	ready   []*pooled
 	filling []*poolShape      // the shapes of the entries being started (fill)
 	aliases map[string]string // execution ID → runtime ID
-	// hold is refillHold; holdUntil is when fills may start again after
-	// a take.
-	hold      time.Duration
-	holdUntil time.Time
-	wake      chan struct{}
+	// hold and rapid are refillHold and rapidTakes; holdUntil is when
+	// fills may start again after a take; lastTake is when the last take
+	// was.
+	hold, rapid time.Duration
+	holdUntil   time.Time
+	lastTake    time.Time
+	wake        chan struct{}
 }
 
 func newWarmPool(a *Agent, size int, dir string, inner runtime.Driver) (*warmPool, error) {
 	p := &warmPool{a: a, size: size, aliasDir: filepath.Join(dir, "bound"), images: filepath.Join(dir, "images"),
-		aliases: map[string]string{}, hold: refillHold, wake: make(chan struct{}, 1)}
+		aliases: map[string]string{}, hold: refillHold, rapid: rapidTakes, wake: make(chan struct{}, 1)}
 	p.binder, _ = inner.(runtime.Binder)
 	for _, d := range []string{p.aliasDir, p.images} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -195,10 +204,12 @@ func (p *warmPool) take(s *poolShape) *pooled {
 	}
 	ent := p.ready[i]
 	p.ready = slices.Delete(p.ready, i, i+1)
+	now := time.Now()
 	p.holdUntil = time.Time{}
-	if slices.ContainsFunc(p.ready, func(e *pooled) bool { return e.shape.key == s.key }) {
-		p.holdUntil = time.Now().Add(p.hold)
+	if now.Sub(p.lastTake) > p.rapid && slices.ContainsFunc(p.ready, func(e *pooled) bool { return e.shape.key == s.key }) {
+		p.holdUntil = now.Add(p.hold)
 	}
+	p.lastTake = now
 	return ent
 }
 

@@ -180,7 +180,7 @@ func TestWarmPoolRefillHold(t *testing.T) {
 	e.cfg.WarmPool = 2
 	a, _ := e.runAgent(t, e.driver)
 	a.pool.mu.Lock()
-	a.pool.hold = time.Hour
+	a.pool.hold, a.pool.rapid = time.Hour, 0
 	a.pool.mu.Unlock()
 	e.running(t, e.assignment("ws_a", 1, "lay_a"))
 	e.awaitReady(t, a, 2)
@@ -200,6 +200,31 @@ func TestWarmPoolRefillHold(t *testing.T) {
 		t.Fatal("ws_c was not bound to the pool's last entry")
 	}
 	e.awaitPool(t, 4) // the two bound and two new, though the hour is not over
+}
+
+// TestWarmPoolRapidTakes: a take soon after another refills at once,
+// though an entry is left: creates that follow each other that fast
+// drain the pool, and a hold would leave it empty for the next.
+func TestWarmPoolRapidTakes(t *testing.T) {
+	e := newReconcilerEnv(t)
+	e.cfg.WarmPool = 3
+	a, _ := e.runAgent(t, e.driver)
+	a.pool.mu.Lock()
+	a.pool.hold, a.pool.rapid = time.Hour, time.Hour
+	a.pool.mu.Unlock()
+	e.running(t, e.assignment("ws_a", 1, "lay_a"))
+	e.awaitReady(t, a, 3)
+	e.running(t, e.assignment("ws_b", 1, "lay_b")) // the first take: held
+	time.Sleep(200 * time.Millisecond)
+	if n := len(e.poolIDs()); n != 3 {
+		t.Fatalf("%d pool runtime IDs after the first take, want 3: the bound one and two ready", n)
+	}
+	c := e.assignment("ws_c", 1, "lay_c")
+	e.running(t, c)
+	if a.pool.runtimeID(c.ExecutionId) == c.ExecutionId {
+		t.Fatal("ws_c was not bound to a pool entry")
+	}
+	e.awaitPool(t, 5) // the two bound, the one left and two new, though the hour is not over
 }
 
 // TestWarmPoolOtherShapes: a start with a Volume, another memory or
