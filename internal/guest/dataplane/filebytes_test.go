@@ -2,8 +2,6 @@ package dataplane
 
 import (
 	"bytes"
-	"context"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -25,22 +23,17 @@ func TestGetFileBytesSendsFile(t *testing.T) {
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", e.sock)
-	}
-	h2 := &http.Transport{DialContext: dial, Protocols: new(http.Protocols), HTTP2: guestabi.DataSocketHTTP2()}
-	h2.Protocols.SetUnencryptedHTTP2(true)
+	h1 := &http.Transport{DialContext: e.dial}
+	defer h1.CloseIdleConnections()
 	for _, c := range []struct {
 		name      string
 		transport *http.Transport
 		sendfile  bool
 	}{
-		{"HTTP/1.1", &http.Transport{DialContext: dial}, true},
-		{"HTTP/2", h2, false},
+		{"HTTP/1.1", h1, true},
+		{"HTTP/2", e.h2, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			defer c.transport.CloseIdleConnections()
 			req, err := http.NewRequest(http.MethodGet, "http://guest"+guestabi.FileBytesPath+"?path="+path, nil)
 			if err != nil {
 				t.Fatal(err)

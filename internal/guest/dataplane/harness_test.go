@@ -31,8 +31,10 @@ type testEnv struct {
 	sc     datav1connect.ServiceServiceClient
 	screen datav1connect.ScreenServiceClient
 	input  datav1connect.InputServiceClient
-	// sock is the unix socket the data plane is served on.
-	sock string
+	// dial connects to the data plane's unix socket; h2 is the HTTP/2
+	// transport over it that the clients use.
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	h2   *http.Transport
 }
 
 // newTestEnv serves a data plane without a display.
@@ -52,22 +54,19 @@ func newDisplayEnv(t testing.TB, display func(*ProcessService) *DisplayService) 
 		files: NewFileService(FileConfig{Logf: t.Logf}),
 	}
 	sock := filepath.Join(t.TempDir(), "data.sock")
-	e.sock = sock
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := NewServer(NewHandler(e.procs, e.files, NewServiceService(), display(e.procs)))
 	go srv.Serve(ln)
-	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
-		},
-		Protocols: new(http.Protocols),
-		HTTP2:     guestabi.DataSocketHTTP2(),
+	e.dial = func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
 	}
+	tr := &http.Transport{DialContext: e.dial, Protocols: new(http.Protocols), HTTP2: guestabi.DataSocketHTTP2()}
 	tr.Protocols.SetUnencryptedHTTP2(true)
+	e.h2 = tr
 	hc := &http.Client{Transport: tr}
 	e.pc = datav1connect.NewProcessServiceClient(hc, "http://guest")
 	e.fc = datav1connect.NewFileServiceClient(hc, "http://guest")

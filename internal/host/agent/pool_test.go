@@ -172,33 +172,50 @@ func TestWarmPoolFillsAtOnce(t *testing.T) {
 	e.awaitPool(t, maxFills)
 }
 
+// heldPool runs an agent whose pool of size holds refills as hold and
+// rapid say (refillHold, rapidTakes), filled after a first, built start.
+func (e *reconcilerEnv) heldPool(t *testing.T, size int, hold, rapid time.Duration) *Agent {
+	t.Helper()
+	e.cfg.WarmPool = size
+	a, _ := e.runAgent(t, e.driver)
+	a.pool.mu.Lock()
+	a.pool.hold, a.pool.rapid = hold, rapid
+	a.pool.mu.Unlock()
+	e.running(t, e.assignment("ws_a", 1, "lay_a"))
+	e.awaitReady(t, a, size)
+	return a
+}
+
+// bind starts the fresh workspace id and checks that a pool entry serves
+// it.
+func (e *reconcilerEnv) bind(t *testing.T, a *Agent, id string) {
+	t.Helper()
+	as := e.assignment(id, 1, "lay_"+id)
+	e.running(t, as)
+	if a.pool.runtimeID(as.ExecutionId) == as.ExecutionId {
+		t.Fatalf("%s was not bound to a pool entry", id)
+	}
+}
+
+// stillHeld checks, after long enough for an unheld refill to start on
+// the fake, that the driver runs n pool entries.
+func (e *reconcilerEnv) stillHeld(t *testing.T, n int, what string) {
+	t.Helper()
+	time.Sleep(200 * time.Millisecond)
+	if got := len(e.poolIDs()); got != n {
+		t.Fatalf("%d pool runtime IDs after %s, want %d", got, what, n)
+	}
+}
+
 // TestWarmPoolRefillHold: a take that leaves a ready entry holds the
 // refill back (the bound workspace's first calls have the host to
 // themselves), and a take that empties the pool refills it at once.
 func TestWarmPoolRefillHold(t *testing.T) {
 	e := newReconcilerEnv(t)
-	e.cfg.WarmPool = 2
-	a, _ := e.runAgent(t, e.driver)
-	a.pool.mu.Lock()
-	a.pool.hold, a.pool.rapid = time.Hour, 0
-	a.pool.mu.Unlock()
-	e.running(t, e.assignment("ws_a", 1, "lay_a"))
-	e.awaitReady(t, a, 2)
-	b := e.assignment("ws_b", 1, "lay_b")
-	e.running(t, b)
-	if a.pool.runtimeID(b.ExecutionId) == b.ExecutionId {
-		t.Fatal("ws_b was not bound to a pool entry")
-	}
-	// Unheld, the fake's refill starts within milliseconds.
-	time.Sleep(200 * time.Millisecond)
-	if n := len(e.poolIDs()); n != 2 {
-		t.Fatalf("%d pool runtime IDs after a take that left a ready entry, want 2: the bound one and the ready one", n)
-	}
-	c := e.assignment("ws_c", 1, "lay_c")
-	e.running(t, c)
-	if a.pool.runtimeID(c.ExecutionId) == c.ExecutionId {
-		t.Fatal("ws_c was not bound to the pool's last entry")
-	}
+	a := e.heldPool(t, 2, time.Hour, 0)
+	e.bind(t, a, "ws_b")
+	e.stillHeld(t, 2, "a take that left a ready entry (the bound one and the ready one)")
+	e.bind(t, a, "ws_c")
 	e.awaitPool(t, 4) // the two bound and two new, though the hour is not over
 }
 
@@ -207,23 +224,10 @@ func TestWarmPoolRefillHold(t *testing.T) {
 // drain the pool, and a hold would leave it empty for the next.
 func TestWarmPoolRapidTakes(t *testing.T) {
 	e := newReconcilerEnv(t)
-	e.cfg.WarmPool = 3
-	a, _ := e.runAgent(t, e.driver)
-	a.pool.mu.Lock()
-	a.pool.hold, a.pool.rapid = time.Hour, time.Hour
-	a.pool.mu.Unlock()
-	e.running(t, e.assignment("ws_a", 1, "lay_a"))
-	e.awaitReady(t, a, 3)
-	e.running(t, e.assignment("ws_b", 1, "lay_b")) // the first take: held
-	time.Sleep(200 * time.Millisecond)
-	if n := len(e.poolIDs()); n != 3 {
-		t.Fatalf("%d pool runtime IDs after the first take, want 3: the bound one and two ready", n)
-	}
-	c := e.assignment("ws_c", 1, "lay_c")
-	e.running(t, c)
-	if a.pool.runtimeID(c.ExecutionId) == c.ExecutionId {
-		t.Fatal("ws_c was not bound to a pool entry")
-	}
+	a := e.heldPool(t, 3, time.Hour, time.Hour)
+	e.bind(t, a, "ws_b") // the first take: held
+	e.stillHeld(t, 3, "the first take (the bound one and two ready)")
+	e.bind(t, a, "ws_c")
 	e.awaitPool(t, 5) // the two bound, the one left and two new, though the hour is not over
 }
 
