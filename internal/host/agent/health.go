@@ -50,7 +50,7 @@ func (e *execution) watchGuest(first *runtime.GuestCheck, checkedAt time.Time) {
 	e.watching = true
 	ctx := e.runningCtx
 	if first != nil {
-		e.guestChecked(*first, checkedAt)
+		e.guestChecked(ctx, *first, checkedAt)
 	} else {
 		e.checkGuest(ctx)
 	}
@@ -75,10 +75,10 @@ func (e *execution) checkGuest(ctx context.Context) {
 	cancel()
 	// An execution the driver no longer knows has ended: the exit watch
 	// reports it.
-	if err != nil || ctx.Err() != nil {
+	if err != nil {
 		return
 	}
-	if e.guestChecked(c, time.Now()) {
+	if e.guestChecked(ctx, c, time.Now()) {
 		e.resendRunning()
 	}
 	if e.killIfSaturated(ctx) {
@@ -86,11 +86,18 @@ func (e *execution) checkGuest(ctx context.Context) {
 	}
 }
 
-// guestChecked records one probe made at now and reports whether the
-// observation changed (condition, error, boot or memory).
-func (e *execution) guestChecked(c runtime.GuestCheck, now time.Time) bool {
+// guestChecked records one probe made at now of the run whose context is
+// ctx, and reports whether the observation changed (condition, error, boot
+// or memory). A probe of a run that has ended changes nothing: made while
+// a guest reset, its answer (the guest has ended) would otherwise stand
+// for the guest that comes back. setRunning cancels the run's context
+// before it drops the observation, so the check under e.mu cannot miss it.
+func (e *execution) guestChecked(ctx context.Context, c runtime.GuestCheck, now time.Time) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if ctx.Err() != nil {
+		return false
+	}
 	prev := e.health.obs
 	obs := &ctrlv1.GuestObservation{}
 	if c.ProbeErr == nil {

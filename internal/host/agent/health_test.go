@@ -1,7 +1,10 @@
 package agent
 
 import (
+	"context"
+	"errors"
 	"testing"
+	"time"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
@@ -51,4 +54,19 @@ func TestGuestProbe(t *testing.T) {
 		t.Errorf("a shutdown after a survived OOM kill is reported as an OOM end: %v", r)
 	}
 	e.released(t, as.ExecutionId)
+}
+
+// TestGuestProbeOfEndedRun: a probe answered after its run ended (the
+// guest reset meanwhile) changes nothing; the next run starts without an
+// observation of its guest.
+func TestGuestProbeOfEndedRun(t *testing.T) {
+	ended, cancel := context.WithCancel(context.Background())
+	e := &execution{running: true, runningCtx: ended, stopWaiting: cancel}
+	e.setRunning(context.Background(), false)
+	if e.guestChecked(ended, runtime.GuestCheck{ProbeErr: errors.New("the guest agent has ended")}, time.Now()) {
+		t.Error("a probe of the ended run reports a change")
+	}
+	if g := e.guestObservation(); g != nil {
+		t.Errorf("a probe of the ended run left an observation: %v", g)
+	}
 }
