@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -508,5 +509,56 @@ func TestAttachLoopDirectIO(t *testing.T) {
 	}
 	if sha256.Sum256(b) != sum {
 		t.Error("the file read back differs from the one written")
+	}
+}
+
+// TestLoopsOf: an attached image is found by its path and, once renamed,
+// by its inode; another image is not; once the device's last user closes
+// it, autoclear detaches it and none is found.
+func TestLoopsOf(t *testing.T) {
+	needHost(t)
+	dir := t.TempDir()
+	img, other := filepath.Join(dir, "a.img"), filepath.Join(dir, "b.img")
+	for _, p := range []string{img, other} {
+		if err := Create(context.Background(), p, 64<<20, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dev, f, err := AttachLoop(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	renamed := filepath.Join(dir, "renamed.img")
+	t.Cleanup(func() {
+		f.Close()
+		WaitLoopsReleased(renamed, 10*time.Second)
+		WaitLoopsReleased(img, 10*time.Second)
+	})
+	if got := LoopsOf(img); !slices.Equal(got, []string{dev}) {
+		t.Errorf("LoopsOf(%s) = %v, want [%s]", img, got, dev)
+	}
+	if err := os.Rename(img, renamed); err != nil {
+		t.Fatal(err)
+	}
+	if got := LoopsOf(renamed); !slices.Equal(got, []string{dev}) {
+		t.Errorf("after a rename, LoopsOf(%s) = %v, want [%s]", renamed, got, dev)
+	}
+	if got := LoopsOf(other); len(got) > 0 {
+		t.Errorf("LoopsOf of an image never attached = %v", got)
+	}
+	f.Close()
+	if !WaitLoopsReleased(renamed, 10*time.Second) {
+		t.Errorf("%s is still attached after its last user closed it", dev)
+	}
+	if got := LoopsOf(renamed); len(got) > 0 {
+		t.Errorf("after the detach, LoopsOf = %v", got)
+	}
+}
+
+func TestIsLoopName(t *testing.T) {
+	for name, want := range map[string]bool{"loop0": true, "loop127": true, "loop": false, "loop1p1": false, "loopx": false, "sda": false, "nvme0n1": false} {
+		if got := isLoopName(name); got != want {
+			t.Errorf("isLoopName(%q) = %v, want %v", name, got, want)
+		}
 	}
 }

@@ -83,7 +83,7 @@ func AttachLoop(image string) (string, *os.File, error) {
 func openLoopDev(path string, n int) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|unix.O_CLOEXEC, 0)
 	if errors.Is(err, os.ErrNotExist) {
-		if err := unix.Mknod(path, unix.S_IFBLK|0o600, int(unix.Mkdev(7, uint32(n)))); err != nil && !errors.Is(err, os.ErrExist) {
+		if err := unix.Mknod(path, unix.S_IFBLK|0o600, int(unix.Mkdev(loopMajor, uint32(n)))); err != nil && !errors.Is(err, os.ErrExist) {
 			return nil, err
 		}
 		f, err = os.OpenFile(path, os.O_RDWR|unix.O_CLOEXEC, 0)
@@ -92,18 +92,17 @@ func openLoopDev(path string, n int) (*os.File, error) {
 }
 
 // LoopsOf returns the loop devices (/dev/loopN) whose backing file is
-// image, found through sysfs by path or by inode.
+// image, found through sysfs by path or by inode. Only the devices that
+// have a backing file are read (boundLoops): a host keeps every loop
+// device it ever used, and reading the sysfs entry of each unbound one
+// made most of a scan's cost.
 func LoopsOf(image string) []string {
 	abs, _ := filepath.Abs(image)
 	var want unix.Stat_t
 	haveStat := unix.Stat(image, &want) == nil
-	ents, _ := os.ReadDir("/sys/block")
 	var devs []string
-	for _, e := range ents {
-		if !strings.HasPrefix(e.Name(), "loop") {
-			continue
-		}
-		backing, err := BackingFile("/dev/" + e.Name())
+	for _, name := range boundLoops() {
+		backing, err := BackingFile("/dev/" + name)
 		if err != nil {
 			continue
 		}
@@ -113,10 +112,50 @@ func LoopsOf(image string) []string {
 			match = unix.Stat(backing, &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino
 		}
 		if match {
-			devs = append(devs, "/dev/"+e.Name())
+			devs = append(devs, "/dev/"+name)
 		}
 	}
 	return devs
+}
+
+// boundLoops returns the names (loopN) of the loop devices that may have a
+// backing file: those /proc/partitions lists, since the kernel leaves a
+// device without capacity out of it and an unbound loop device has none.
+// (A device bound to an empty file has none either; no image is empty.)
+// Without /proc/partitions it returns every loop device in /sys/block.
+func boundLoops() []string {
+	var names []string
+	if b, err := os.ReadFile("/proc/partitions"); err == nil {
+		major := strconv.Itoa(loopMajor)
+		for line := range strings.Lines(string(b)) {
+			f := strings.Fields(line)
+			if len(f) == 4 && f[0] == major && isLoopName(f[3]) {
+				names = append(names, f[3])
+			}
+		}
+		return names
+	}
+	ents, _ := os.ReadDir("/sys/block")
+	for _, e := range ents {
+		if isLoopName(e.Name()) {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}
+
+// loopMajor is the block major number of loop devices.
+const loopMajor = 7
+
+// isLoopName tells a loop device's name (loopN) from others, a partition
+// of one (loopNpM) included.
+func isLoopName(name string) bool {
+	n, ok := strings.CutPrefix(name, "loop")
+	if !ok || n == "" {
+		return false
+	}
+	_, err := strconv.ParseUint(n, 10, 32)
+	return err == nil
 }
 
 // BackingFile returns the path of the file the loop device /dev/loopN is
