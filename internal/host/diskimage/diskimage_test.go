@@ -562,3 +562,33 @@ func TestIsLoopName(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkLoopsOf times a scan for an image that is not attached, beside
+// 16 attached ones and whatever loop devices the host already has (a host
+// keeps every device it ever used, bound or not).
+func BenchmarkLoopsOf(b *testing.B) {
+	needHost(b)
+	dir := b.TempDir()
+	for i := range 16 {
+		img := filepath.Join(dir, fmt.Sprintf("%d.img", i))
+		if err := Create(context.Background(), img, 64<<20, ""); err != nil {
+			b.Fatal(err)
+		}
+		_, f, err := AttachLoop(img)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() {
+			f.Close()
+			WaitLoopsReleased(img, 10*time.Second)
+		})
+	}
+	absent := filepath.Join(dir, "absent.img")
+	for b.Loop() {
+		LoopsOf(absent)
+	}
+	devs, _ := filepath.Glob("/sys/block/loop*")
+	b.ReportMetric(float64(len(devs)), "devices")
+	partitions, _ := os.ReadFile("/proc/partitions")
+	b.ReportMetric(float64(strings.Count(string(partitions), " loop")), "bound")
+}
