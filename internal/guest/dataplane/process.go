@@ -179,9 +179,10 @@ wait:
 // pump copies f into out until EOF, an error (EIO: a PTY whose other side
 // is gone) or Close.
 func pump(f *os.File, kind outKind, out *outLog) {
-	buf := make([]byte, maxChunk)
+	buf := pumpBuffers.Get().(*[maxChunk]byte)
+	defer pumpBuffers.Put(buf)
 	for {
-		n, err := f.Read(buf)
+		n, err := f.Read(buf[:])
 		if n > 0 {
 			out.write(kind, buf[:n])
 		}
@@ -190,6 +191,13 @@ func pump(f *os.File, kind outKind, out *outLog) {
 		}
 	}
 }
+
+// pumpBuffers recycles pump's read buffers between processes. A buffer
+// made in pump stayed on its goroutine's stack, which then grew from its
+// first few KiB to hold it: a copy of the stack and 32 KiB zeroed for every
+// output of every process, and two stacks of 64 KiB held for as long as a
+// process runs.
+var pumpBuffers = sync.Pool{New: func() any { return new([maxChunk]byte) }}
 
 // retire moves an ended process from the running ones to the ended ones.
 func (s *ProcessService) retire(p *process) {
