@@ -71,26 +71,8 @@ func (t *tx) indexLabels(ctx context.Context, projectID, id string, labels map[s
 	return nil
 }
 
-// loadLabels reads the label rows of an object, workspace or volume.
-func (t *tx) loadLabels(ctx context.Context, projectID, id string) (map[string]string, error) {
-	rows, err := t.query(ctx, `SELECT key, value FROM object_labels WHERE project_id = ? AND object_id = ?`, projectID, id)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	labels := map[string]string{}
-	for rows.Next() {
-		var k, v string
-		if err := rows.Scan(&k, &v); err != nil {
-			return nil, err
-		}
-		labels[k] = v
-	}
-	return labels, rows.Err()
-}
-
-// labeledRows runs a query, scans its rows and loads each one's labels
-// into the map that at points to.
+// labeledRows runs a query, scans its rows and loads their labels into the
+// maps that at points to (loadLabels).
 func labeledRows[T any](ctx context.Context, t *tx, scan func(interface{ Scan(...any) error }) (T, error),
 	at func(*T) (projectID, id string, labels *map[string]string), query string, args ...any) ([]T, error) {
 	rows, err := t.query(ctx, query, args...)
@@ -101,13 +83,63 @@ func labeledRows[T any](ctx context.Context, t *tx, scan func(interface{ Scan(..
 	if err != nil {
 		return nil, err
 	}
+	byProject := map[string]map[string]*map[string]string{}
 	for i := range list {
 		projectID, id, labels := at(&list[i])
-		if *labels, err = t.loadLabels(ctx, projectID, id); err != nil {
+		*labels = map[string]string{}
+		if byProject[projectID] == nil {
+			byProject[projectID] = map[string]*map[string]string{}
+		}
+		byProject[projectID][id] = labels
+	}
+	for projectID, byID := range byProject {
+		if err := t.loadLabels(ctx, projectID, byID); err != nil {
 			return nil, err
 		}
 	}
 	return list, nil
+}
+
+// labelQuerySizes are the numbers of IDs a label query names: the IDs of
+// one read are padded up to the next size, so that a connection keeps a
+// few prepared statements for them and not one per count.
+var labelQuerySizes = []int{1, 10, 100, 1000}
+
+// loadLabels reads the label rows of a project's objects, workspaces or
+// volumes into the maps of byID, a query per labelQuerySizes' largest
+// size of them: a query per row made each host's assignments (every
+// workspace on it) and each page of a list cost a query per row.
+func (t *tx) loadLabels(ctx context.Context, projectID string, byID map[string]*map[string]string) error {
+	ids := slices.Sorted(maps.Keys(byID))
+	for chunk := range slices.Chunk(ids, labelQuerySizes[len(labelQuerySizes)-1]) {
+		size := labelQuerySizes[slices.IndexFunc(labelQuerySizes, func(n int) bool { return n >= len(chunk) })]
+		args := make([]any, 1, 1+size)
+		args[0] = projectID
+		for _, id := range chunk {
+			args = append(args, id)
+		}
+		for len(args) < 1+size {
+			args = append(args, "") // no ID is empty
+		}
+		rows, err := t.query(ctx, `SELECT object_id, key, value FROM object_labels WHERE project_id = ? AND object_id IN (?`+
+			strings.Repeat(", ?", size-1)+`)`, args...)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var id, k, v string
+			if err := rows.Scan(&id, &k, &v); err != nil {
+				rows.Close()
+				return err
+			}
+			(*byID[id])[k] = v
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // only returns the one row a query by ID found, store.ErrNotFound when it

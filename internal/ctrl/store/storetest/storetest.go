@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -40,6 +41,7 @@ func Run(t *testing.T, open Open) {
 		{"ConcurrentCompareAndSwap", testConcurrentCAS},
 		{"ConcurrentSameCommand", testConcurrentSameCommand},
 		{"Workspaces", testWorkspaces},
+		{"LabelsOfMany", testLabelsOfMany},
 		{"TemplatesAndHosts", testTemplatesAndHosts},
 		{"HostTokens", testHostTokens},
 		{"LaunchRevisions", testLaunchRevisions},
@@ -531,6 +533,61 @@ func testConcurrentSameCommand(t *testing.T, s store.Store) {
 				t.Errorf("command %d saw response %q, want %q", i, r, list[0].ID)
 			}
 		}
+		return nil
+	})
+}
+
+// testLabelsOfMany: each of many workspaces of two projects on one host,
+// one project holding more than one label query's worth, reads back with
+// its own labels and no other's, a workspace without labels with none,
+// through a host's list, a page of a project's and a read by ID.
+func testLabelsOfMany(t *testing.T, s store.Store) {
+	const n = 1040 // p1 gets more than a label query's 1,000
+	mustProject(t, s, "p1")
+	mustProject(t, s, "p2")
+	want := map[string]map[string]string{}
+	update(t, s, func(tx store.Tx) error {
+		for i := range n {
+			project, id := "p1", fmt.Sprintf("w%04d", i)
+			if i%40 == 0 {
+				project = "p2"
+			}
+			labels := map[string]string{"n": strconv.Itoa(i), "project": project}
+			if i%7 == 0 {
+				labels = map[string]string{}
+			}
+			want[id] = labels
+			if err := tx.CreateWorkspace(ctx, store.Workspace{ProjectID: project, ID: id, TemplateID: "base", Body: []byte(id),
+				Labels: labels, HostID: "h1", CreatedAt: now, UpdatedAt: now}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	check := func(what string, got []store.Workspace) {
+		t.Helper()
+		for _, w := range got {
+			if !maps.Equal(w.Labels, want[w.ID]) || w.Labels == nil {
+				t.Errorf("%s: %s has labels %v, want %v", what, w.ID, w.Labels, want[w.ID])
+			}
+		}
+	}
+	view(t, s, func(tx store.Tx) error {
+		all, err := tx.HostWorkspaces(ctx, "h1")
+		if err != nil || len(all) != n {
+			t.Fatalf("HostWorkspaces: %d, %v", len(all), err)
+		}
+		check("HostWorkspaces", all)
+		page, err := tx.Workspaces(ctx, store.ObjectQuery{ProjectID: "p1", Limit: 50})
+		if err != nil || len(page) != 50 {
+			t.Fatalf("a page of p1: %d, %v", len(page), err)
+		}
+		check("a page of p1", page)
+		one, err := tx.Workspace(ctx, "p2", "w0040")
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("Workspace", []store.Workspace{one})
 		return nil
 	})
 }
