@@ -21,3 +21,22 @@ func BenchmarkCreateBesidePlaced(b *testing.B) {
 		create(b, s, ctx, 128<<20)
 	}
 }
+
+// BenchmarkAssignmentsOfThousand computes the desired set of a host that
+// holds a thousand workspaces, as every change makes its watch do.
+func BenchmarkAssignmentsOfThousand(b *testing.B) {
+	s, ctx := newService(b)
+	if err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h1", Capacity: &hostv1.HostCapacity{
+		CpuMillis: 1 << 30, MemoryBytes: 1 << 50, LayerBytes: 1 << 50, DefaultLayerBytes: gib}}); err != nil {
+		b.Fatal(err)
+	}
+	for range 1000 {
+		create(b, s, ctx, 128<<20)
+	}
+	for b.Loop() {
+		out, err := s.Assignments(ctx, "h1")
+		if err != nil || len(out.Assignments) != 1000 {
+			b.Fatalf("%d assignments, %v", len(out.GetAssignments()), err)
+		}
+	}
+}

@@ -43,6 +43,7 @@ type Service struct {
 	HostLease time.Duration
 
 	watches watches
+	decoded decodedBodies // Assignments' records, by host
 }
 
 // Lease is the host lease in force.
