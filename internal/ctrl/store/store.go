@@ -233,6 +233,9 @@ type WorkspaceTx interface {
 	Workspaces(ctx context.Context, q ObjectQuery) ([]Workspace, error)
 	// HostWorkspaces returns every live workspace placed on a host.
 	HostWorkspaces(ctx context.Context, hostID string) ([]Workspace, error)
+	// HostWorkspacesByID returns the live workspaces placed on a host
+	// whose IDs are among ids.
+	HostWorkspacesByID(ctx context.Context, hostID string, ids []string) ([]Workspace, error)
 	// HostUsage sums what the live workspaces placed on a host hold, as
 	// HostWorkspaces would give them, without reading them.
 	HostUsage(ctx context.Context, hostID string) (HostUsage, error)

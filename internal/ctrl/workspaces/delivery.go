@@ -175,7 +175,11 @@ func (s *Service) Report(ctx context.Context, hostID string, reports []*hostv1.E
 			return changed, err
 		}
 		changed = append(changed, vols...)
-		rows, err := tx.HostWorkspaces(ctx, hostID)
+		ids := make([]string, 0, len(reports))
+		for _, rep := range reports {
+			ids = append(ids, rep.WorkspaceId)
+		}
+		rows, err := tx.HostWorkspacesByID(ctx, hostID, ids)
 		if err != nil {
 			return changed, err
 		}

@@ -40,3 +40,36 @@ func BenchmarkAssignmentsOfThousand(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkReportBesideThousand folds one host report of a running
+// workspace that changes nothing, on a host that holds a thousand.
+func BenchmarkReportBesideThousand(b *testing.B) {
+	s, ctx := newService(b)
+	if err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h1", Capacity: &hostv1.HostCapacity{
+		CpuMillis: 1 << 30, MemoryBytes: 1 << 50, LayerBytes: 1 << 50, DefaultLayerBytes: gib}}); err != nil {
+		b.Fatal(err)
+	}
+	var last string
+	for range 1000 {
+		last = create(b, s, ctx, 128<<20).WorkspaceId
+	}
+	as, err := s.Assignments(ctx, "h1")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var rep *hostv1.ExecutionReport
+	for _, a := range as.Assignments {
+		if a.WorkspaceId == last {
+			rep = &hostv1.ExecutionReport{ExecutionId: a.ExecutionId, WorkspaceId: last, Generation: a.Generation,
+				State: hostv1.ObservedState_OBSERVED_STATE_RUNNING}
+		}
+	}
+	if err := s.Report(ctx, "h1", []*hostv1.ExecutionReport{rep}, nil); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if err := s.Report(ctx, "h1", []*hostv1.ExecutionReport{rep}, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -100,42 +100,48 @@ func labeledRows[T any](ctx context.Context, t *tx, scan func(interface{ Scan(..
 	return list, nil
 }
 
-// labelQuerySizes are the numbers of IDs a label query names: the IDs of
-// one read are padded up to the next size, so that a connection keeps a
-// few prepared statements for them and not one per count.
-var labelQuerySizes = []int{1, 10, 100, 1000}
-
 // loadLabels reads the label rows of a project's objects, workspaces or
-// volumes into the maps of byID, a query per labelQuerySizes' largest
-// size of them: a query per row made each host's assignments (every
-// workspace on it) and each page of a list cost a query per row.
+// volumes into the maps of byID, a query per chunk of IDs (inChunks): a
+// query per row made each host's assignments (every workspace on it) and
+// each page of a list cost a query per row.
 func (t *tx) loadLabels(ctx context.Context, projectID string, byID map[string]*map[string]string) error {
-	ids := slices.Sorted(maps.Keys(byID))
-	for chunk := range slices.Chunk(ids, labelQuerySizes[len(labelQuerySizes)-1]) {
-		size := labelQuerySizes[slices.IndexFunc(labelQuerySizes, func(n int) bool { return n >= len(chunk) })]
-		args := make([]any, 1, 1+size)
-		args[0] = projectID
-		for _, id := range chunk {
-			args = append(args, id)
-		}
-		for len(args) < 1+size {
-			args = append(args, "") // no ID is empty
-		}
-		rows, err := t.query(ctx, `SELECT object_id, key, value FROM object_labels WHERE project_id = ? AND object_id IN (?`+
-			strings.Repeat(", ?", size-1)+`)`, args...)
+	return inChunks(slices.Sorted(maps.Keys(byID)), func(in string, ids []any) error {
+		rows, err := t.query(ctx, `SELECT object_id, key, value FROM object_labels
+			WHERE project_id = ? AND object_id IN (`+in+`)`, append([]any{projectID}, ids...)...)
 		if err != nil {
 			return err
 		}
+		defer rows.Close()
 		for rows.Next() {
 			var id, k, v string
 			if err := rows.Scan(&id, &k, &v); err != nil {
-				rows.Close()
 				return err
 			}
 			(*byID[id])[k] = v
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		return rows.Err()
+	})
+}
+
+// inListSizes are the numbers of IDs an IN list of inChunks names: the IDs
+// are padded up to the next size, so that a connection keeps a few
+// prepared statements for such queries and not one per count.
+var inListSizes = []int{1, 10, 100, 1000}
+
+// inChunks calls query with the placeholders of an IN list ("?, ?, …")
+// and its arguments for each chunk of ids, padded with the empty string,
+// which no ID is.
+func inChunks(ids []string, query func(in string, args []any) error) error {
+	for chunk := range slices.Chunk(ids, inListSizes[len(inListSizes)-1]) {
+		size := inListSizes[slices.IndexFunc(inListSizes, func(n int) bool { return n >= len(chunk) })]
+		args := make([]any, size)
+		for i := range args {
+			args[i] = ""
+		}
+		for i, id := range chunk {
+			args[i] = id
+		}
+		if err := query("?"+strings.Repeat(", ?", size-1), args); err != nil {
 			return err
 		}
 	}

@@ -540,7 +540,8 @@ func testConcurrentSameCommand(t *testing.T, s store.Store) {
 // testLabelsOfMany: each of many workspaces of two projects on one host,
 // one project holding more than one label query's worth, reads back with
 // its own labels and no other's, a workspace without labels with none,
-// through a host's list, a page of a project's and a read by ID.
+// through a host's list, by their IDs, a page of a project's and a read
+// by ID.
 func testLabelsOfMany(t *testing.T, s store.Store) {
 	const n = 1040 // p1 gets more than a label query's 1,000
 	mustProject(t, s, "p1")
@@ -578,6 +579,15 @@ func testLabelsOfMany(t *testing.T, s store.Store) {
 			t.Fatalf("HostWorkspaces: %d, %v", len(all), err)
 		}
 		check("HostWorkspaces", all)
+		ids := make([]string, 0, n)
+		for _, w := range all {
+			ids = append(ids, w.ID)
+		}
+		named, err := tx.HostWorkspacesByID(ctx, "h1", ids)
+		if err != nil || len(named) != n {
+			t.Fatalf("HostWorkspacesByID of all: %d, %v", len(named), err)
+		}
+		check("HostWorkspacesByID", named)
 		page, err := tx.Workspaces(ctx, store.ObjectQuery{ProjectID: "p1", Limit: 50})
 		if err != nil || len(page) != 50 {
 			t.Fatalf("a page of p1: %d, %v", len(page), err)
@@ -629,6 +639,10 @@ func testWorkspaces(t *testing.T, s store.Store) {
 		if err != nil || len(onH1) != 2 {
 			t.Errorf("workspaces on h1 = %v, %v", onH1, err)
 		}
+		named, err := tx.HostWorkspacesByID(ctx, "h1", []string{"w3", "w2", "w1", "w9"})
+		if err != nil || len(named) != 2 || named[0].ID != "w1" || named[1].ID != "w3" || named[0].Labels["env"] != "staging" {
+			t.Errorf("workspaces on h1 among w3, w2, w1, w9 = %v, %v", named, err)
+		}
 		var want store.HostUsage
 		for _, w := range onH1 {
 			want.Workspaces++
@@ -659,6 +673,9 @@ func testWorkspaces(t *testing.T, s store.Store) {
 	view(t, s, func(tx store.Tx) error {
 		if got, _ := tx.HostWorkspaces(ctx, "h2"); len(got) != 0 {
 			t.Errorf("deleted workspace still on its host: %v", got)
+		}
+		if got, _ := tx.HostWorkspacesByID(ctx, "h2", []string{"w2"}); len(got) != 0 {
+			t.Errorf("deleted workspace still found on its host by ID: %v", got)
 		}
 		if got, err := tx.HostUsage(ctx, "h2"); err != nil || got != (store.HostUsage{}) {
 			t.Errorf("usage of h2 after its one workspace was deleted = %+v, %v", got, err)
