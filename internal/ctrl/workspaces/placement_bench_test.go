@@ -1,22 +1,31 @@
 package workspaces
 
 import (
+	"context"
 	"testing"
 
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 )
 
-// BenchmarkCreateBesidePlaced creates workspaces on a host that already
-// holds a thousand: placement sums what they reserve.
-func BenchmarkCreateBesidePlaced(b *testing.B) {
+// thousandOnHost returns a service whose host h1, of room without end,
+// holds a thousand workspaces, and the ID of the last one created.
+func thousandOnHost(b *testing.B) (*Service, context.Context, string) {
 	s, ctx := newService(b)
 	if err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h1", Capacity: &hostv1.HostCapacity{
 		CpuMillis: 1 << 30, MemoryBytes: 1 << 50, LayerBytes: 1 << 50, DefaultLayerBytes: gib}}); err != nil {
 		b.Fatal(err)
 	}
+	var last string
 	for range 1000 {
-		create(b, s, ctx, 128<<20)
+		last = create(b, s, ctx, 128<<20).WorkspaceId
 	}
+	return s, ctx, last
+}
+
+// BenchmarkCreateBesidePlaced creates workspaces on a host that already
+// holds a thousand: placement sums what they reserve.
+func BenchmarkCreateBesidePlaced(b *testing.B) {
+	s, ctx, _ := thousandOnHost(b)
 	for b.Loop() {
 		create(b, s, ctx, 128<<20)
 	}
@@ -25,14 +34,7 @@ func BenchmarkCreateBesidePlaced(b *testing.B) {
 // BenchmarkAssignmentsOfThousand computes the desired set of a host that
 // holds a thousand workspaces, as every change makes its watch do.
 func BenchmarkAssignmentsOfThousand(b *testing.B) {
-	s, ctx := newService(b)
-	if err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h1", Capacity: &hostv1.HostCapacity{
-		CpuMillis: 1 << 30, MemoryBytes: 1 << 50, LayerBytes: 1 << 50, DefaultLayerBytes: gib}}); err != nil {
-		b.Fatal(err)
-	}
-	for range 1000 {
-		create(b, s, ctx, 128<<20)
-	}
+	s, ctx, _ := thousandOnHost(b)
 	for b.Loop() {
 		out, err := s.Assignments(ctx, "h1")
 		if err != nil || len(out.Assignments) != 1000 {
@@ -44,15 +46,7 @@ func BenchmarkAssignmentsOfThousand(b *testing.B) {
 // BenchmarkReportBesideThousand folds one host report of a running
 // workspace that changes nothing, on a host that holds a thousand.
 func BenchmarkReportBesideThousand(b *testing.B) {
-	s, ctx := newService(b)
-	if err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h1", Capacity: &hostv1.HostCapacity{
-		CpuMillis: 1 << 30, MemoryBytes: 1 << 50, LayerBytes: 1 << 50, DefaultLayerBytes: gib}}); err != nil {
-		b.Fatal(err)
-	}
-	var last string
-	for range 1000 {
-		last = create(b, s, ctx, 128<<20).WorkspaceId
-	}
+	s, ctx, last := thousandOnHost(b)
 	as, err := s.Assignments(ctx, "h1")
 	if err != nil {
 		b.Fatal(err)
@@ -63,9 +57,6 @@ func BenchmarkReportBesideThousand(b *testing.B) {
 			rep = &hostv1.ExecutionReport{ExecutionId: a.ExecutionId, WorkspaceId: last, Generation: a.Generation,
 				State: hostv1.ObservedState_OBSERVED_STATE_RUNNING}
 		}
-	}
-	if err := s.Report(ctx, "h1", []*hostv1.ExecutionReport{rep}, nil); err != nil {
-		b.Fatal(err)
 	}
 	for b.Loop() {
 		if err := s.Report(ctx, "h1", []*hostv1.ExecutionReport{rep}, nil); err != nil {
