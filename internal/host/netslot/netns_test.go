@@ -50,3 +50,35 @@ func TestSlotGuestIPv6AddressesReadyOnCreate(t *testing.T) {
 		t.Errorf("addresses %v, want %s and a link-local one", addrs, netslot.GuestIPv6)
 	}
 }
+
+// TestSlotLinkHasNoQueue checks that the guest's link sends without a
+// qdisc: the kernel's default for a multi-queue device holds 3.3 MiB of
+// rings per workspace that queue nothing.
+func TestSlotLinkHasNoQueue(t *testing.T) {
+	s := newSlot(t)
+	ns, err := netns.GetFromPath(s.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	link, err := h.LinkByName("eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	qdiscs, err := h.QdiscList(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(qdiscs) != 1 || qdiscs[0].Type() != "noqueue" || qdiscs[0].Attrs().Parent != netlink.HANDLE_ROOT {
+		var got []string
+		for _, q := range qdiscs {
+			got = append(got, q.Type())
+		}
+		t.Errorf("qdiscs of the guest's link: %v, want one noqueue at the root", got)
+	}
+}
