@@ -15,21 +15,7 @@ import (
 // tentative, and the kernel delivers a packet the stack sends to it over
 // the link. Otherwise the answers to a guest's first IPv6 packets are lost.
 func TestSlotGuestIPv6AddressesReadyOnCreate(t *testing.T) {
-	s := newSlot(t)
-	ns, err := netns.GetFromPath(s.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	link, err := h.LinkByName("eth0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, link := guestLink(t, newSlot(t))
 	addrs, err := h.AddrList(link, netlink.FAMILY_V6)
 	if err != nil {
 		t.Fatal(err)
@@ -55,21 +41,7 @@ func TestSlotGuestIPv6AddressesReadyOnCreate(t *testing.T) {
 // qdisc: the kernel's default for a multi-queue device holds 3.3 MiB of
 // rings per workspace that queue nothing.
 func TestSlotLinkHasNoQueue(t *testing.T) {
-	s := newSlot(t)
-	ns, err := netns.GetFromPath(s.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	link, err := h.LinkByName("eth0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, link := guestLink(t, newSlot(t))
 	qdiscs, err := h.QdiscList(link)
 	if err != nil {
 		t.Fatal(err)
@@ -81,4 +53,25 @@ func TestSlotLinkHasNoQueue(t *testing.T) {
 		}
 		t.Errorf("qdiscs of the guest's link: %v, want one noqueue at the root", got)
 	}
+}
+
+// guestLink returns a netlink handle in the slot's namespace, closed when
+// the test ends, and the guest's link.
+func guestLink(t *testing.T, s *netslot.Slot) (*netlink.Handle, netlink.Link) {
+	t.Helper()
+	ns, err := netns.GetFromPath(s.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	link, err := h.LinkByName("eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, link
 }
