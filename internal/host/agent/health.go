@@ -74,8 +74,9 @@ func (e *execution) checkGuest(ctx context.Context) {
 	c, err := e.agent.cfg.Driver.CheckGuest(pctx, e.id)
 	cancel()
 	// An execution the driver no longer knows has ended: the exit watch
-	// reports it.
-	if err != nil {
+	// reports it. A run that ended meanwhile is neither recorded nor
+	// relieved (guestChecked checks again, under the lock).
+	if err != nil || ctx.Err() != nil {
 		return
 	}
 	if e.guestChecked(ctx, c, time.Now()) {
