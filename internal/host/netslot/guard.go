@@ -8,14 +8,17 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/link/nested"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 )
 
 // linkGuard sits between the TUN link and the stack. It takes the guest's
 // ICMP echo requests for the policy to decide: left to the stack, which
-// accepts every destination, they would be answered for any address. And
-// it answers at once, on the link's own goroutine, the UDP queries to the
+// accepts every destination, they would be answered for any address. It
+// answers at once, on the link's own goroutine, the UDP queries to the
 // link DNS address that need no exchange (quickAnswer); through the stack,
-// each would cross two goroutines and a socket of its own.
+// each would cross two goroutines and a socket of its own. And it ends the
+// TIME_WAIT of a connection whose ports a new SYN of the guest's reuses
+// (endTimeWait).
 type linkGuard struct {
 	nested.Endpoint
 	slot    *Slot
@@ -35,6 +38,11 @@ func (g *linkGuard) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt 
 	case dropPacket:
 		return
 	case passPacket:
+		g.Endpoint.DeliverNetworkPacket(proto, pkt)
+		return
+	}
+	if sort == synPacket {
+		g.endTimeWait(proto, pkt.Data())
 		g.Endpoint.DeliverNetworkPacket(proto, pkt)
 		return
 	}
@@ -67,6 +75,7 @@ const (
 	passPacket packetSort = iota // to the stack
 	echoPacket                   // an echo request, for the policy
 	dnsPacket                    // a UDP datagram to the link DNS address's port 53
+	synPacket                    // a TCP SYN without ACK: the guest opens a connection
 	// dropPacket: what could hide an echo request from the guard. The
 	// stack would reassemble a fragmented one, or find one behind IPv6
 	// extension headers, and answer it for any address.
@@ -96,6 +105,10 @@ func sortPacket(d stack.PacketData, linkDNS netip.Addr) packetSort {
 			if b, ok = d.PullUp(n + 1); ok && b[n] == uint8(header.ICMPv4Echo) {
 				return echoPacket
 			}
+		case header.TCPProtocolNumber:
+			if b, ok = d.PullUp(n + header.TCPMinimumSize); ok && !fragment && isSYN(header.TCP(b[n:])) {
+				return synPacket
+			}
 		case header.UDPProtocolNumber:
 			if !fragment && linkDNS.Is4() && netip.AddrFrom4([4]byte(b[16:20])) == linkDNS {
 				if b, ok = d.PullUp(n + 4); ok && header.UDP(b[n:]).DestinationPort() == dnsPort {
@@ -119,11 +132,64 @@ func sortPacket(d stack.PacketData, linkDNS netip.Addr) packetSort {
 				}
 			}
 		case header.TCPProtocolNumber:
+			if b, ok = d.PullUp(header.IPv6MinimumSize + header.TCPMinimumSize); ok && isSYN(header.TCP(b[header.IPv6MinimumSize:])) {
+				return synPacket
+			}
 		default:
 			return dropPacket
 		}
 	}
 	return passPacket
+}
+
+// isSYN reports whether a TCP segment opens a connection.
+func isSYN(h header.TCP) bool {
+	return h.Flags()&(header.TCPFlagSyn|header.TCPFlagAck) == header.TCPFlagSyn
+}
+
+// endTimeWait closes the stack's endpoint of an earlier connection with
+// the same addresses and ports as the SYN in d, when that endpoint is in
+// TIME_WAIT. The stack's TIME_WAIT lasts no time (see setUp), but it ends on
+// a timer's goroutine: a SYN arriving just before would be dropped, or
+// answered with a reset when the endpoint closes with it still queued,
+// since the stack hands such a SYN only to a listener, never to the
+// forwarder. Closed here, before the SYN reaches the stack, the endpoint
+// is gone and the forwarder takes the SYN. The closing sends the old
+// connection a reset, which the guest's new connection ignores: it does
+// not acknowledge the new SYN (RFC 793, SYN-SENT).
+func (g *linkGuard) endTimeWait(proto tcpip.NetworkProtocolNumber, d stack.PacketData) {
+	v := d.AsRange().ToView()
+	defer v.Release()
+	id, ok := synConnectionID(v.AsSlice())
+	if !ok || !g.slot.enter() {
+		return
+	}
+	defer g.slot.wg.Done()
+	if ep, ok := g.slot.stack.FindTransportEndpoint(proto, tcp.ProtocolNumber, id, nicID).(*tcp.Endpoint); ok && ep.EndpointState() == tcp.StateTimeWait {
+		ep.Abort()
+	}
+}
+
+// synConnectionID is the stack's identity of the connection a guest's SYN
+// opens (local is the destination), from an IPv4 or IPv6 packet whose
+// transport header sortPacket found.
+func synConnectionID(b []byte) (stack.TransportEndpointID, bool) {
+	var src, dst tcpip.Address
+	var t header.TCP
+	switch b[0] >> 4 {
+	case 4:
+		ip := header.IPv4(b)
+		src, dst, t = ip.SourceAddress(), ip.DestinationAddress(), header.TCP(b[int(b[0]&0xf)*4:])
+	case 6:
+		ip := header.IPv6(b)
+		src, dst, t = ip.SourceAddress(), ip.DestinationAddress(), header.TCP(b[header.IPv6MinimumSize:])
+	default:
+		return stack.TransportEndpointID{}, false
+	}
+	return stack.TransportEndpointID{
+		LocalPort: t.DestinationPort(), LocalAddress: dst,
+		RemotePort: t.SourcePort(), RemoteAddress: src,
+	}, true
 }
 
 // parseDatagram reads an unfragmented UDP datagram in an IPv4 or IPv6

@@ -210,10 +210,10 @@ func slotPrefixes() []netip.Prefix {
 
 func (s *Slot) setUp() error {
 	sack := tcpip.TCPSACKEnabled(true)
-	// No TIME_WAIT: the stack hands a SYN that meets a TIME_WAIT endpoint
-	// only to a listener, never to the forwarder, so a guest reusing the
-	// port of a connection the destination closed first would hang. On a
-	// point-to-point link to one guest, TIME_WAIT protects nothing.
+	// No TIME_WAIT: on a point-to-point link to one guest it protects
+	// nothing, and each connection the destination closed first would hold
+	// its endpoint for a minute. It still ends on a timer's goroutine; the
+	// link guard closes one that a new SYN meets first (endTimeWait).
 	timeWait := tcpip.TCPTimeWaitTimeoutOption(0)
 	moderate := tcpip.TCPModerateReceiveBufferOption(true)
 	for _, opt := range []tcpip.SettableTransportProtocolOption{

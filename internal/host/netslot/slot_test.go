@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -321,49 +322,62 @@ func TestSlotICMPEcho(t *testing.T) {
 // TestSlotPortReuseAfterDestinationCloses dials from one fixed guest port
 // again and again to a destination that closes first: the slot's side of
 // each closed connection must not keep the next one from being accepted.
+// The slot's TIME_WAIT lasts no time, so the next SYN meets the old
+// endpoint only when it comes within microseconds; with a minute of it,
+// every SYN does.
 func TestSlotPortReuseAfterDestinationCloses(t *testing.T) {
-	inet := nettest.NewInternet(t)
-	l := inet.Listen(t, "tcp4", nettest.HostIPv4.String()+":0")
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte("bye\n"))
-			c.Close()
-		}
-	}()
-	s := newSlot(t)
-	s.Apply(policy(1, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, 0))
-	dst := netip.AddrPortFrom(nettest.HostIPv4, uint16(l.Addr().(*net.TCPAddr).Port))
-	for i := range 3 {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		var c net.Conn
-		err := netnsfile.Do(s.Path(), func() (err error) {
-			d := net.Dialer{LocalAddr: &net.TCPAddr{Port: 40123}, Control: func(_, _ string, rc syscall.RawConn) error {
-				return rc.Control(func(fd uintptr) {
-					syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1)
-				})
-			}}
-			// The guest's own side of the last connection may still be
-			// waiting for its final ACK for a moment.
-			for range 40 {
-				if c, err = d.DialContext(ctx, "tcp", dst.String()); !errors.Is(err, syscall.EADDRNOTAVAIL) {
-					return err
+	for _, tc := range []struct {
+		host     netip.Addr
+		timeWait time.Duration
+	}{{nettest.HostIPv4, 0}, {nettest.HostIPv4, time.Minute}, {nettest.HostIPv6, time.Minute}} {
+		t.Run(fmt.Sprintf("%s/%s", tc.host, tc.timeWait), func(t *testing.T) {
+			inet := nettest.NewInternet(t)
+			l := inet.Listen(t, "tcp", netip.AddrPortFrom(tc.host, 0).String())
+			go func() {
+				for {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					c.Write([]byte("bye\n"))
+					c.Close()
 				}
-				time.Sleep(50 * time.Millisecond)
+			}()
+			s := newSlot(t)
+			if tc.timeWait != 0 {
+				netslot.SetTimeWait(s, tc.timeWait)
 			}
-			return err
+			s.Apply(policy(1, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, 0))
+			dst := netip.AddrPortFrom(tc.host, uint16(l.Addr().(*net.TCPAddr).Port))
+			for i := range 3 {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				var c net.Conn
+				err := netnsfile.Do(s.Path(), func() (err error) {
+					d := net.Dialer{LocalAddr: &net.TCPAddr{Port: 40123}, Control: func(_, _ string, rc syscall.RawConn) error {
+						return rc.Control(func(fd uintptr) {
+							syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1)
+						})
+					}}
+					// The guest's own side of the last connection may still be
+					// waiting for its final ACK for a moment.
+					for range 40 {
+						if c, err = d.DialContext(ctx, "tcp", dst.String()); !errors.Is(err, syscall.EADDRNOTAVAIL) {
+							return err
+						}
+						time.Sleep(50 * time.Millisecond)
+					}
+					return err
+				})
+				cancel()
+				if err != nil {
+					t.Fatalf("connection %d from the reused port: %v", i+1, err)
+				}
+				c.SetDeadline(time.Now().Add(5 * time.Second))
+				if b, err := io.ReadAll(c); err != nil || string(b) != "bye\n" {
+					t.Fatalf("connection %d: %q, %v", i+1, b, err)
+				}
+				c.Close()
+			}
 		})
-		cancel()
-		if err != nil {
-			t.Fatalf("connection %d from the reused port: %v", i+1, err)
-		}
-		c.SetDeadline(time.Now().Add(5 * time.Second))
-		if b, err := io.ReadAll(c); err != nil || string(b) != "bye\n" {
-			t.Fatalf("connection %d: %q, %v", i+1, b, err)
-		}
-		c.Close()
 	}
 }
