@@ -158,9 +158,7 @@ func isSYN(h header.TCP) bool {
 // connection a reset, which the guest's new connection ignores: it does
 // not acknowledge the new SYN (RFC 793, SYN-SENT).
 func (g *linkGuard) endTimeWait(proto tcpip.NetworkProtocolNumber, d stack.PacketData) {
-	v := d.AsRange().ToView()
-	defer v.Release()
-	id, ok := synConnectionID(v.AsSlice())
+	id, ok := synConnectionID(d)
 	if !ok || !g.slot.enter() {
 		return
 	}
@@ -171,16 +169,27 @@ func (g *linkGuard) endTimeWait(proto tcpip.NetworkProtocolNumber, d stack.Packe
 }
 
 // synConnectionID is the stack's identity of the connection a guest's SYN
-// opens (local is the destination), from an IPv4 or IPv6 packet whose
-// transport header sortPacket found.
-func synConnectionID(b []byte) (stack.TransportEndpointID, bool) {
+// opens (local is the destination), read from the headers sortPacket
+// found, without a copy.
+func synConnectionID(d stack.PacketData) (stack.TransportEndpointID, bool) {
+	b, ok := d.PullUp(1)
+	if !ok {
+		return stack.TransportEndpointID{}, false
+	}
 	var src, dst tcpip.Address
 	var t header.TCP
 	switch b[0] >> 4 {
 	case 4:
+		n := int(b[0]&0xf) * 4
+		if b, ok = d.PullUp(n + header.TCPMinimumSize); !ok {
+			return stack.TransportEndpointID{}, false
+		}
 		ip := header.IPv4(b)
-		src, dst, t = ip.SourceAddress(), ip.DestinationAddress(), header.TCP(b[int(b[0]&0xf)*4:])
+		src, dst, t = ip.SourceAddress(), ip.DestinationAddress(), header.TCP(b[n:])
 	case 6:
+		if b, ok = d.PullUp(header.IPv6MinimumSize + header.TCPMinimumSize); !ok {
+			return stack.TransportEndpointID{}, false
+		}
 		ip := header.IPv6(b)
 		src, dst, t = ip.SourceAddress(), ip.DestinationAddress(), header.TCP(b[header.IPv6MinimumSize:])
 	default:
