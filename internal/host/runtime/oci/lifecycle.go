@@ -321,22 +321,30 @@ func (d *Driver) release(ctx context.Context, id string, clean bool) (confirmed 
 		}
 	}
 
+	// One read of the mount table serves every unmount below dir; the
+	// check before dir's removal reads it again.
+	mounted, err := mountsUnder(dir)
+	if err != nil {
+		return false, fmt.Errorf("oci: releasing %s: %w", id, err)
+	}
 	confirmed = clean
-	plain, err := unmountAll(rootfs)
+	plain, err := unmountPoints(within(mounted, rootfs))
 	confirmed = confirmed && plain
 	errs = append(errs, err)
 	for _, mp := range []string{volume, layer} {
-		if clean && isMountPoint(mp) {
+		if clean && slices.Contains(mounted, mp) {
 			if err := syncfs(mp); err != nil {
 				confirmed = false
 				errs = append(errs, fmt.Errorf("syncfs %s: %w", mp, err))
 			}
 		}
-		plain, err = unmountAll(mp)
+		plain, err = unmountPoints(within(mounted, mp))
 		confirmed = confirmed && plain
 		errs = append(errs, err)
 	}
-	_, err = unmountAll(dir)
+	_, err = unmountPoints(slices.DeleteFunc(within(mounted, dir), func(p string) bool {
+		return isWithin(p, rootfs) || isWithin(p, volume) || isWithin(p, layer)
+	}))
 	errs = append(errs, err)
 
 	for _, img := range []struct{ what, path string }{{"layer", image}, {"volume", volumeImage}} {

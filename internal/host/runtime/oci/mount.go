@@ -2,9 +2,11 @@ package oci
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,28 +15,80 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// mountsUnder returns the mount points at or below dir, deepest last in
-// mount order; unmount them in reverse.
+// mountsUnder returns the mount points at or below dir in mount order (a
+// mount after the one it stands on); unmount them in reverse. Each call
+// has the kernel print a line for every mount of this namespace, and a
+// host running a thousand workspaces has thousands: read the table once
+// for all of a directory (within picks parts of it).
 func mountsUnder(dir string) ([]string, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	// Compared as the kernel writes them: escaping each byte on its own
+	// keeps equality and prefixes, so only the matches are decoded.
+	esc := escapeMountinfo(dir)
 	var pts []string
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
 	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			pts = append(pts, mp)
+		mp, ok := mountPointField(sc.Bytes())
+		if ok && (string(mp) == esc || bytes.HasPrefix(mp, []byte(esc+"/"))) {
+			pts = append(pts, unescapeMountinfo(string(mp)))
 		}
 	}
 	return pts, sc.Err()
+}
+
+// within returns the mount points of pts at or below dir, in their order.
+func within(pts []string, dir string) []string {
+	var out []string
+	for _, p := range pts {
+		if isWithin(p, dir) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// isWithin reports whether path is dir or below it.
+func isWithin(path, dir string) bool {
+	return path == dir || strings.HasPrefix(path, dir+"/")
+}
+
+// mountPointField returns the mount point, the fifth field, of a line of
+// mountinfo, still escaped.
+func mountPointField(line []byte) ([]byte, bool) {
+	for range 4 {
+		i := bytes.IndexByte(line, ' ')
+		if i < 0 {
+			return nil, false
+		}
+		line = line[i+1:]
+	}
+	if i := bytes.IndexByte(line, ' '); i >= 0 {
+		line = line[:i]
+	}
+	return line, len(line) > 0
+}
+
+// escapeMountinfo escapes a path as mountinfo does: space, tab, newline
+// and backslash as three octal digits.
+func escapeMountinfo(s string) string {
+	if !strings.ContainsAny(s, " \t\n\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case ' ', '\t', '\n', '\\':
+			fmt.Fprintf(&b, "\\%03o", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
 }
 
 // unescapeMountinfo decodes the octal escapes (\040 for a space, ...) of
@@ -57,14 +111,10 @@ func unescapeMountinfo(s string) string {
 	return b.String()
 }
 
-// unmountAll unmounts every mount at or below dir, deepest first. A
-// mount that stays busy is detached (MNT_DETACH) instead; plain reports
-// whether every unmount was a plain one.
-func unmountAll(dir string) (plain bool, err error) {
-	pts, err := mountsUnder(dir)
-	if err != nil {
-		return false, err
-	}
+// unmountPoints unmounts pts, mount points in mount order, deepest first.
+// A mount that is busy is detached lazily instead; plain is false then.
+func unmountPoints(pts []string) (plain bool, err error) {
+	pts = slices.Clone(pts)
 	sort.SliceStable(pts, func(i, j int) bool { return len(pts[i]) > len(pts[j]) })
 	plain = true
 	for _, mp := range pts {
@@ -95,18 +145,19 @@ func unmount(mp string) error {
 	return fmt.Errorf("unmount %s: %w", mp, err)
 }
 
-// isMountPoint reports whether path is a mount point of this namespace.
+// isMountPoint reports whether path is a mount point of this namespace:
+// the root of a mount, as statx tells without reading the mount table,
+// which kernels before 5.8 do not (then the table is read).
 func isMountPoint(path string) bool {
-	pts, err := mountsUnder(path)
-	if err != nil {
+	var st unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, path, unix.AT_SYMLINK_NOFOLLOW, 0, &st); err != nil {
 		return false
 	}
-	for _, p := range pts {
-		if p == path {
-			return true
-		}
+	if st.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 {
+		return st.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
 	}
-	return false
+	pts, err := mountsUnder(path)
+	return err == nil && slices.Contains(pts, path)
 }
 
 // syncfs flushes the filesystem that holds path.

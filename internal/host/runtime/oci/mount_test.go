@@ -1,0 +1,82 @@
+package oci
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kibotos/kibotos/internal/testutil/hosttest"
+)
+
+// TestMountTable: the mount table is read for a directory whose name the
+// kernel escapes, a sibling whose name only starts like it stays out, the
+// mount roots are told from plain directories, and unmountPoints leaves
+// nothing of the directory mounted.
+func TestMountTable(t *testing.T) {
+	hosttest.RequireRoot(t)
+	base := t.TempDir()
+	dir := filepath.Join(base, "a b\\c")
+	sub, plainDir, sibling := filepath.Join(dir, "x"), filepath.Join(dir, "y"), dir+"d"
+	mount := func(mp string) {
+		t.Helper()
+		if err := os.MkdirAll(mp, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount("tmpfs", mp, "tmpfs", 0, "size=1m"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Unmount(mp, unix.MNT_DETACH) })
+	}
+	mount(dir)
+	mount(sub)
+	mount(sibling)
+	if err := os.Mkdir(plainDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	pts, err := mountsUnder(dir)
+	if err != nil || !slices.Equal(pts, []string{dir, sub}) {
+		t.Fatalf("mountsUnder = %q, %v; want %q", pts, err, []string{dir, sub})
+	}
+	if got := within(pts, sub); !slices.Equal(got, []string{sub}) {
+		t.Errorf("within(%q) = %q", sub, got)
+	}
+	for path, want := range map[string]bool{dir: true, sub: true, sibling: true, plainDir: false, base: false} {
+		if got := isMountPoint(path); got != want {
+			t.Errorf("isMountPoint(%q) = %v, want %v", path, got, want)
+		}
+	}
+	if plain, err := unmountPoints(pts); !plain || err != nil {
+		t.Fatalf("unmountPoints = %v, %v", plain, err)
+	}
+	if pts, err := mountsUnder(dir); err != nil || len(pts) != 0 {
+		t.Errorf("after unmountPoints, mounted below %s: %q, %v", dir, pts, err)
+	}
+	if !isMountPoint(sibling) {
+		t.Errorf("the sibling %s was unmounted too", sibling)
+	}
+}
+
+// TestMountPointField: the fifth field of mountinfo lines.
+func TestMountPointField(t *testing.T) {
+	for line, want := range map[string]string{
+		`36 35 98:0 /mnt1 /mnt/a\040b rw,noatime master:1 - ext3 /dev/root rw`: `/mnt/a\040b`,
+		`36 35 98:0 / /`: `/`,
+		`36 35 98:0 /`:   "",
+		``:               "",
+	} {
+		got, ok := mountPointField([]byte(line))
+		if string(got) != want || ok != (want != "") {
+			t.Errorf("mountPointField(%q) = %q, %v; want %q", line, got, ok, want)
+		}
+	}
+	if got := escapeMountinfo("/a b\t\n\\c"); got != `/a\040b\011\012\134c` {
+		t.Errorf("escapeMountinfo = %q", got)
+	}
+	if got := unescapeMountinfo(escapeMountinfo("/a b\\c")); got != "/a b\\c" {
+		t.Errorf("unescape(escape) = %q", got)
+	}
+}
