@@ -321,8 +321,7 @@ func (d *Driver) release(ctx context.Context, id string, clean bool) (confirmed 
 		}
 	}
 
-	// One read of the mount table serves every unmount below dir; the
-	// check before dir's removal reads it again.
+	// One read of the mount table serves every unmount below dir.
 	mounted, err := mountsUnder(dir)
 	if err != nil {
 		return false, fmt.Errorf("oci: releasing %s: %w", id, err)
@@ -367,9 +366,13 @@ func (d *Driver) release(ctx context.Context, id string, clean bool) (confirmed 
 	}
 	// Only once nothing is mounted below dir may it be removed: the
 	// layer's or the volume's mount point would otherwise lead into the
-	// user's data.
-	if pts, err := mountsUnder(dir); err != nil || len(pts) > 0 {
-		return false, fmt.Errorf("oci: releasing %s: still mounted: %v %v", id, pts, err)
+	// user's data. removeSameFS looks at each directory before it enters
+	// it; where the kernel cannot tell it a mount's root, the table is
+	// read again.
+	if _, known, _ := mountRoot(dir); !known {
+		if pts, err := mountsUnder(dir); err != nil || len(pts) > 0 {
+			return false, fmt.Errorf("oci: releasing %s: still mounted: %v %v", id, pts, err)
+		}
 	}
 	if err := removeSameFS(dir); err != nil {
 		return false, fmt.Errorf("oci: releasing %s: %w", id, err)
@@ -455,8 +458,8 @@ func fsyncFile(path string) error {
 }
 
 // removeSameFS removes dir and everything below it, refusing to descend
-// into another filesystem: a mount point missed by the caller's checks
-// must never lead into a layer's data.
+// into another filesystem or a mount point: a mount missed by the
+// caller's checks must never lead into a layer's data.
 func removeSameFS(dir string) error {
 	var root unix.Stat_t
 	if err := unix.Lstat(dir, &root); err != nil {
@@ -479,6 +482,10 @@ func removeTree(path string, dev uint64) error {
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		if st.Dev != dev {
 			return fmt.Errorf("oci: %s is on another filesystem; not removing it", path)
+		}
+		// A bind mount of the same filesystem has the same device.
+		if root, _, _ := mountRoot(path); root {
+			return fmt.Errorf("oci: %s is a mount point; not removing it", path)
 		}
 		ents, err := os.ReadDir(path)
 		if err != nil {

@@ -145,19 +145,31 @@ func unmount(mp string) error {
 	return fmt.Errorf("unmount %s: %w", mp, err)
 }
 
-// isMountPoint reports whether path is a mount point of this namespace:
-// the root of a mount, as statx tells without reading the mount table,
-// which kernels before 5.8 do not (then the table is read).
+// isMountPoint reports whether path is a mount point of this namespace.
 func isMountPoint(path string) bool {
-	var st unix.Statx_t
-	if err := unix.Statx(unix.AT_FDCWD, path, unix.AT_SYMLINK_NOFOLLOW, 0, &st); err != nil {
+	root, known, err := mountRoot(path)
+	if err != nil {
 		return false
 	}
-	if st.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 {
-		return st.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
+	if known {
+		return root
 	}
 	pts, err := mountsUnder(path)
 	return err == nil && slices.Contains(pts, path)
+}
+
+// mountRoot reports whether path is the root of a mount, as statx tells
+// without reading the mount table; known is false where the kernel does
+// not tell (before Linux 5.8).
+func mountRoot(path string) (root, known bool, err error) {
+	var st unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, path, unix.AT_SYMLINK_NOFOLLOW, 0, &st); err != nil {
+		return false, false, &os.PathError{Op: "statx", Path: path, Err: err}
+	}
+	if st.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 {
+		return false, false, nil
+	}
+	return st.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0, true, nil
 }
 
 // syncfs flushes the filesystem that holds path.

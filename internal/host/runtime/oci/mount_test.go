@@ -80,3 +80,40 @@ func TestMountPointField(t *testing.T) {
 		t.Errorf("unescape(escape) = %q", got)
 	}
 }
+
+// TestRemoveSameFSStopsAtMounts: removing an execution's directory never
+// enters a mount below it, another filesystem's or a bind mount of its
+// own, whose files it would otherwise delete.
+func TestRemoveSameFSStopsAtMounts(t *testing.T) {
+	hosttest.RequireRoot(t)
+	for _, bind := range []bool{false, true} {
+		base := t.TempDir()
+		data, tree := filepath.Join(base, "data"), filepath.Join(base, "exec")
+		mp := filepath.Join(tree, "layer")
+		for _, d := range []string{data, mp} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var err error
+		if bind {
+			err = unix.Mount(data, mp, "", unix.MS_BIND, "")
+		} else {
+			err = unix.Mount("tmpfs", mp, "tmpfs", 0, "size=1m")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Unmount(mp, unix.MNT_DETACH) })
+		kept := filepath.Join(mp, "kept")
+		if err := os.WriteFile(kept, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := removeSameFS(tree); err == nil {
+			t.Errorf("bind %v: removeSameFS removed a tree with a mount below it", bind)
+		}
+		if _, err := os.Stat(kept); err != nil {
+			t.Errorf("bind %v: a file below the mount is gone: %v", bind, err)
+		}
+	}
+}
