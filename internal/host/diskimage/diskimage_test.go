@@ -543,6 +543,15 @@ func TestLoopsOf(t *testing.T) {
 	if got := LoopsOf(renamed); !slices.Equal(got, []string{dev}) {
 		t.Errorf("after a rename, LoopsOf(%s) = %v, want [%s]", renamed, got, dev)
 	}
+	// Through a symbolic link the path is spelled otherwise than the
+	// kernel's, and the device is found by inode.
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	if got := LoopsOf(filepath.Join(link, "renamed.img")); !slices.Equal(got, []string{dev}) {
+		t.Errorf("through a symbolic link, LoopsOf = %v, want [%s]", got, dev)
+	}
 	if got := LoopsOf(other); len(got) > 0 {
 		t.Errorf("LoopsOf of an image never attached = %v", got)
 	}
@@ -583,9 +592,13 @@ func BenchmarkLoopsOf(b *testing.B) {
 			WaitLoopsReleased(img, 10*time.Second)
 		})
 	}
-	absent := filepath.Join(dir, "absent.img")
+	// An image that exists is what a start asks about before attaching it.
+	unattached := filepath.Join(dir, "unattached.img")
+	if err := os.WriteFile(unattached, nil, 0o600); err != nil {
+		b.Fatal(err)
+	}
 	for b.Loop() {
-		LoopsOf(absent)
+		LoopsOf(unattached)
 	}
 	devs, _ := filepath.Glob("/sys/block/loop*")
 	b.ReportMetric(float64(len(devs)), "devices")

@@ -92,7 +92,8 @@ func openLoopDev(path string, n int) (*os.File, error) {
 }
 
 // LoopsOf returns the loop devices (/dev/loopN) whose backing file is
-// image, found through sysfs by path or by inode. Only the devices that
+// image, found through sysfs by path, or by inode where the path names a
+// file of the image's name (a hard link of another name is not found). Only the devices that
 // have a backing file are read (boundLoops): a host keeps every loop
 // device it ever used, and reading the sysfs entry of each unbound one
 // made most of a scan's cost.
@@ -106,8 +107,13 @@ func LoopsOf(image string) []string {
 		if err != nil {
 			continue
 		}
+		// The kernel names the file by its current path in this
+		// namespace. Another spelling of that path (through a symbolic
+		// link, or another mount of the same filesystem) keeps the file's
+		// name: only then is the inode compared, which spares a lookup of
+		// every other bound device's file.
 		match := backing == abs
-		if !match && haveStat {
+		if !match && haveStat && filepath.Base(backing) == filepath.Base(abs) {
 			var st unix.Stat_t
 			match = unix.Stat(backing, &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino
 		}
