@@ -194,19 +194,19 @@ func (s *Service) List(ctx context.Context, workspaceID string, pageSize uint32,
 	return out, next, err
 }
 
-// Assignments implements workspaces.Exposures.
-func (s *Service) Assignments(ctx context.Context, tx store.Tx, projectID, workspaceID string) ([]*hostv1.ExposureAssignment, error) {
-	rows, err := tx.WorkspaceExposures(ctx, projectID, workspaceID, "", 0)
+// HostAssignments implements workspaces.Exposures.
+func (s *Service) HostAssignments(ctx context.Context, tx store.Tx, hostID string) (map[string][]*hostv1.ExposureAssignment, error) {
+	rows, err := tx.HostExposures(ctx, hostID)
 	if err != nil {
 		return nil, err
 	}
-	var out []*hostv1.ExposureAssignment
+	out := map[string][]*hostv1.ExposureAssignment{}
 	for _, row := range rows {
 		st, err := decode(row)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, assignment(row, st))
+		out[row.WorkspaceID] = append(out[row.WorkspaceID], assignment(row, st))
 	}
 	return out, nil
 }

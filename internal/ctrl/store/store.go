@@ -436,6 +436,9 @@ type ExposureTx interface {
 	// project whose ID sorts after after, in ID order, at most limit of
 	// them (0: all).
 	WorkspaceExposures(ctx context.Context, projectID, workspaceID, after string, limit int) ([]Exposure, error)
+	// HostExposures returns the live exposures of the workspaces placed
+	// on a host and not deleted, by workspace ID and then ID.
+	HostExposures(ctx context.Context, hostID string) ([]Exposure, error)
 	// EndWorkspaceExposures ends the live exposures of a workspace of the
 	// project that are not persistent, and the persistent ones too when
 	// persistent is true, and returns how many it ended.

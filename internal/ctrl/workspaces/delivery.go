@@ -45,6 +45,10 @@ func (s *Service) Assignments(ctx context.Context, hostID string) (*hostv1.Watch
 		if err != nil {
 			return err
 		}
+		exposures, err := s.exposureAssignments(ctx, tx, hostID)
+		if err != nil {
+			return err
+		}
 		launches := map[string]*hostv1.Launch{}
 		for _, r := range records {
 			a := r.assignment(now)
@@ -60,9 +64,7 @@ func (s *Service) Assignments(ctx context.Context, hostID string) (*hostv1.Watch
 				if a.Network, err = networkAssignment(ctx, tx, r); err != nil {
 					return err
 				}
-				if a.Exposures, err = s.exposureAssignments(ctx, tx, r); err != nil {
-					return err
-				}
+				a.Exposures = exposures[r.row.ID]
 			}
 			if a.Volume, err = executionVolume(ctx, tx, r); err != nil {
 				return err

@@ -14,20 +14,23 @@ import (
 // Exposures is what the workspace service needs of the exposures of
 // workspaces' guest ports (package exposures keeps them).
 type Exposures interface {
-	// Assignments returns the live exposures of a workspace, as the host
-	// running its execution routes them.
-	Assignments(ctx context.Context, tx store.Tx, projectID, workspaceID string) ([]*hostv1.ExposureAssignment, error)
+	// HostAssignments returns the live exposures of the workspaces placed
+	// on a host, by workspace ID, as the host routes them: one read for
+	// the host's whole desired set, not one per workspace.
+	HostAssignments(ctx context.Context, tx store.Tx, hostID string) (map[string][]*hostv1.ExposureAssignment, error)
 	// EndWithExecution ends the exposures of a workspace whose execution
 	// ends, inside tx: the persistent ones only when the workspace goes
 	// away (deleted).
 	EndWithExecution(ctx context.Context, tx store.Tx, projectID, workspaceID string, deleted bool) error
 }
 
-func (s *Service) exposureAssignments(ctx context.Context, tx store.Tx, r *record) ([]*hostv1.ExposureAssignment, error) {
+// exposureAssignments returns the live exposures of the workspaces placed
+// on a host, by workspace ID.
+func (s *Service) exposureAssignments(ctx context.Context, tx store.Tx, hostID string) (map[string][]*hostv1.ExposureAssignment, error) {
 	if s.Exposures == nil {
 		return nil, nil
 	}
-	return s.Exposures.Assignments(ctx, tx, r.row.ProjectID, r.row.ID)
+	return s.Exposures.HostAssignments(ctx, tx, hostID)
 }
 
 // endExposures ends the exposures of a record that no longer wants an

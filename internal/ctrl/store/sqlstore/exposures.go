@@ -39,6 +39,17 @@ func (t *tx) WorkspaceExposures(ctx context.Context, projectID, workspaceID, aft
 		query += ` LIMIT ?`
 		args = append(args, limit)
 	}
+	return t.exposures(ctx, query, args...)
+}
+
+func (t *tx) HostExposures(ctx context.Context, hostID string) ([]store.Exposure, error) {
+	return t.exposures(ctx, `SELECT e.project_id, e.id, e.workspace_id, e.port, e.persistent, e.body, e.created_at, e.ended_at
+		FROM exposures e JOIN workspaces w ON w.id = e.workspace_id AND w.project_id = e.project_id
+		WHERE w.host_id = ? AND w.deleted_at IS NULL AND e.ended_at IS NULL ORDER BY e.workspace_id, e.id`, hostID)
+}
+
+// exposures runs a query of exposureColumns.
+func (t *tx) exposures(ctx context.Context, query string, args ...any) ([]store.Exposure, error) {
 	rows, err := t.query(ctx, query, args...)
 	if err != nil {
 		return nil, err

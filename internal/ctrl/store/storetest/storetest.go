@@ -1157,6 +1157,30 @@ func testExposures(t *testing.T, s store.Store) {
 		}
 		return nil
 	})
+	// A host's exposures: those of its workspaces that are not deleted, of
+	// the workspace's own project.
+	place := func(project, id, host string, deleted bool) store.Workspace {
+		w := store.Workspace{ProjectID: project, ID: id, TemplateID: "base", Body: []byte(id), HostID: host,
+			CreatedAt: now, UpdatedAt: now}
+		if deleted {
+			w.DeletedAt = now
+		}
+		return w
+	}
+	update(t, s, func(tx store.Tx) error {
+		return errors.Join(tx.CreateWorkspace(ctx, place("p1", "w1", "h1", false)), tx.CreateWorkspace(ctx, place("p1", "w2", "h2", false)),
+			tx.CreateWorkspace(ctx, place("p2", "w3", "h1", false)), tx.CreateWorkspace(ctx, place("p1", "w4", "h1", true)),
+			tx.CreateExposure(ctx, exp("p1", "e7", "w4", 1, false)), tx.CreateExposure(ctx, exp("p2", "e8", "w1", 1, false)))
+	})
+	view(t, s, func(tx store.Tx) error {
+		for host, want := range map[string][]string{"h1": {"e1", "e2", "e3", "e5"}, "h2": {"e4"}, "h3": nil} {
+			got, err := tx.HostExposures(ctx, host)
+			if ids := exposureIDs(got); err != nil || !slices.Equal(ids, want) {
+				t.Errorf("exposures on %s = %v, %v; want %v", host, ids, err, want)
+			}
+		}
+		return nil
+	})
 	// Ending one frees its port for a new exposure; ending again keeps the
 	// first time.
 	update(t, s, func(tx store.Tx) error {
