@@ -429,25 +429,6 @@ func (d *Driver) recoverOne(ctx context.Context, id string) (bool, error) {
 	return false, err
 }
 
-// mountSource returns the source of the mount at mp, if any.
-func mountSource(mp string) string {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return ""
-	}
-	src := ""
-	for _, line := range strings.Split(string(b), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) < 10 || unescapeMountinfo(fields[4]) != mp {
-			continue
-		}
-		if i := slices.Index(fields, "-"); i > 0 && i+2 < len(fields) {
-			src = unescapeMountinfo(fields[i+2])
-		}
-	}
-	return src
-}
-
 func fsyncFile(path string) error {
 	f, err := os.Open(path)
 	if err != nil {

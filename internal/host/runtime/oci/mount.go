@@ -21,24 +21,52 @@ import (
 // host running a thousand workspaces has thousands: read the table once
 // for all of a directory (within picks parts of it).
 func mountsUnder(dir string) ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
 	// Compared as the kernel writes them: escaping each byte on its own
 	// keeps equality and prefixes, so only the matches are decoded.
 	esc := escapeMountinfo(dir)
+	below := []byte(esc + "/")
 	var pts []string
+	err := scanMountinfo(func(line []byte) {
+		if mp, ok := mountPointField(line); ok && (string(mp) == esc || bytes.HasPrefix(mp, below)) {
+			pts = append(pts, unescapeMountinfo(string(mp)))
+		}
+	})
+	return pts, err
+}
+
+// mountSource returns the source of the mount at mp (the last one, when
+// mounts are stacked), if any.
+func mountSource(mp string) string {
+	esc, src := escapeMountinfo(mp), ""
+	scanMountinfo(func(line []byte) {
+		if p, ok := mountPointField(line); !ok || string(p) != esc {
+			return
+		}
+		// The source is the second field after the optional fields'
+		// separator.
+		if _, after, ok := bytes.Cut(line, []byte(" - ")); ok {
+			if f := bytes.Fields(after); len(f) >= 2 {
+				src = unescapeMountinfo(string(f[1]))
+			}
+		}
+	})
+	return src
+}
+
+// scanMountinfo calls each with every line of this namespace's mount
+// table; the line is valid only during the call.
+func scanMountinfo(each func(line []byte)) error {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
 	for sc.Scan() {
-		mp, ok := mountPointField(sc.Bytes())
-		if ok && (string(mp) == esc || bytes.HasPrefix(mp, []byte(esc+"/"))) {
-			pts = append(pts, unescapeMountinfo(string(mp)))
-		}
+		each(sc.Bytes())
 	}
-	return pts, sc.Err()
+	return sc.Err()
 }
 
 // within returns the mount points of pts at or below dir, in their order.

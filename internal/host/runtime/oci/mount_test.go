@@ -13,8 +13,8 @@ import (
 
 // TestMountTable: the mount table is read for a directory whose name the
 // kernel escapes, a sibling whose name only starts like it stays out, the
-// mount roots are told from plain directories, and unmountPoints leaves
-// nothing of the directory mounted.
+// mount roots and their sources are told from plain directories, and
+// unmountPoints leaves nothing of the directory mounted.
 func TestMountTable(t *testing.T) {
 	hosttest.RequireRoot(t)
 	base := t.TempDir()
@@ -48,6 +48,12 @@ func TestMountTable(t *testing.T) {
 		if got := isMountPoint(path); got != want {
 			t.Errorf("isMountPoint(%q) = %v, want %v", path, got, want)
 		}
+	}
+	if src := mountSource(dir); src != "tmpfs" {
+		t.Errorf("mountSource(%q) = %q, want tmpfs", dir, src)
+	}
+	if src := mountSource(plainDir); src != "" {
+		t.Errorf("mountSource(%q) = %q, want none", plainDir, src)
 	}
 	if plain, err := unmountPoints(pts); !plain || err != nil {
 		t.Fatalf("unmountPoints = %v, %v", plain, err)
