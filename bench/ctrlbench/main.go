@@ -144,11 +144,12 @@ func run(backend string, st store.Store, dir string, watch bool) {
 	must(err)
 	egressID := eg.Msg.Egress.EgressId
 
-	b.throughput(backend, "GetWorkspace", func(i int) error {
+	ceiling := b.throughput(backend, "no-op GetEgress", b.noop(ctx, eg.Msg.Egress))
+	b.readRow(backend, "GetWorkspace", ceiling, func(i int) error {
 		_, err := b.workspaces.GetWorkspace(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: ws[i].WorkspaceId}))
 		return err
 	})
-	b.throughput(backend, "GetEgress", func(int) error {
+	b.readRow(backend, "GetEgress", ceiling, func(int) error {
 		_, err := b.egress.GetEgress(ctx, connect.NewRequest(&ctrlv1.GetEgressRequest{EgressId: egressID}))
 		return err
 	})
@@ -174,20 +175,59 @@ func run(backend string, st store.Store, dir string, watch bool) {
 	}
 }
 
+// noopEgress answers GetEgress with one Egress and does nothing else: no
+// interceptor, no authentication, no store.
+type noopEgress struct {
+	ctrlv1connect.UnimplementedEgressServiceHandler
+	egress *ctrlv1.Egress
+}
+
+func (h noopEgress) GetEgress(context.Context, *connect.Request[ctrlv1.GetEgressRequest]) (*connect.Response[ctrlv1.GetEgressResponse], error) {
+	return connect.NewResponse(&ctrlv1.GetEgressResponse{Egress: h.egress}), nil
+}
+
+// noop serves a noopEgress answering eg the way the control plane is
+// served (server.Serve and its HandlerOptions, the same client) and
+// returns a caller of it: the
+// most calls a second this transport carries on this machine, the ceiling
+// of the read rows.
+func (b *bench) noop(ctx context.Context, eg *ctrlv1.Egress) func(int) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(err)
+	mux := http.NewServeMux()
+	mux.Handle(ctrlv1connect.NewEgressServiceHandler(noopEgress{egress: eg}, server.HandlerOptions()...))
+	go server.Serve(ctx, ln, mux, time.Second)
+	client := ctrlv1connect.NewEgressServiceClient(b.client, "http://"+ln.Addr().String(), connect.WithInterceptors(bearer.Token(b.token)))
+	return func(int) error {
+		_, err := client.GetEgress(ctx, connect.NewRequest(&ctrlv1.GetEgressRequest{EgressId: eg.EgressId}))
+		return err
+	}
+}
+
+// readRow is a throughput row that also prints its rate as a share of
+// ceiling, the no-op call's (when that row ran).
+func (b *bench) readRow(backend, name string, ceiling float64, call func(i int) error) {
+	if rate := b.throughput(backend, name, call); rate > 0 && ceiling > 0 {
+		fmt.Printf("%-9s %-22s %.2f of the no-op call's rate\n", backend, name, rate/ceiling)
+	}
+}
+
 // throughput runs call from *callers goroutines (caller i passes i) for
 // *warmup, so that every caller has its connections (HTTP and store) open,
-// then for *duration, and prints the rate of successful calls of the
-// latter.
-func (b *bench) throughput(backend, name string, call func(i int) error) {
+// then for *duration, and prints and returns the rate of successful calls
+// of the latter (0 when the row is not selected).
+func (b *bench) throughput(backend, name string, call func(i int) error) float64 {
 	if !selected(name) {
-		return
+		return 0
 	}
 	calls(backend, name, *warmup, call)
 	start, cpu := time.Now(), cpuTime()
 	n := calls(backend, name, *duration, call)
 	elapsed, used := time.Since(start), cpuTime()-cpu
+	rate := float64(n) / elapsed.Seconds()
 	fmt.Printf("%-9s %-22s %3d callers  %8.0f /s  %5.0f µs CPU/call  (%d calls in %v)\n", backend, name, *callers,
-		float64(n)/elapsed.Seconds(), float64(used.Microseconds())/float64(n), n, elapsed.Round(time.Millisecond))
+		rate, float64(used.Microseconds())/float64(n), n, elapsed.Round(time.Millisecond))
+	return rate
 }
 
 // calls runs call from *callers goroutines for d and returns how many

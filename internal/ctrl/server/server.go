@@ -46,6 +46,21 @@ import (
 	"github.com/kibotos/kibotos/internal/netcheck"
 )
 
+// HandlerOptions are the options every service of the control plane is
+// served with, before its interceptors: the codec, the request size
+// bound, when answers are compressed, and the recovery of a panic.
+func HandlerOptions() []connect.HandlerOption {
+	return []connect.HandlerOption{
+		connect.WithCodec(deterministicCodec{}),
+		connect.WithReadMaxBytes(MaxRequestBytes),
+		// Compressing a small answer costs more CPU than the bytes it saves.
+		connect.WithCompressMinBytes(compressMinBytes),
+		connect.WithRecover(func(_ context.Context, _ connect.Spec, _ http.Header, r any) error {
+			return accesslog.Internal(fmt.Errorf("handler panic: %v", r))
+		}),
+	}
+}
+
 // MaxRequestBytes bounds one request message.
 const MaxRequestBytes = 8 << 20
 
@@ -172,15 +187,7 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 	if cfg.Tracing != nil {
 		counted = connect.WithInterceptors(cfg.Tracing, calls)
 	}
-	common := []connect.HandlerOption{
-		connect.WithCodec(deterministicCodec{}),
-		connect.WithReadMaxBytes(MaxRequestBytes),
-		// Compressing a small answer costs more CPU than the bytes it saves.
-		connect.WithCompressMinBytes(compressMinBytes),
-		connect.WithRecover(func(_ context.Context, _ connect.Spec, _ http.Header, r any) error {
-			return accesslog.Internal(fmt.Errorf("handler panic: %v", r))
-		}),
-	}
+	common := HandlerOptions()
 	// Callers authenticate with project tokens, host agents with the host
 	// token. Each call is logged once, host agents' (frequent) at debug;
 	// every refusal carries a FailureReason.

@@ -318,9 +318,17 @@ func testLayerInUse(t *testing.T, m Machine) {
 }
 
 // testInitEnds: Wait returns when init ends on its own; the driver then
-// reports it ended, and Stop, or the next Start of the ID, releases it.
+// reports it ended and its guest unanswering, and Stop, or the next Start
+// of the ID, releases it; the guest of that start answers the probe.
 func testInitEnds(t *testing.T, m Machine) {
 	d, spec := running(t, m, "ends")
+	// A probe before the end: what a driver keeps of it (a connection to
+	// the agent) must not answer for the guest once it has ended.
+	c, err := d.CheckGuest(ctxOf(t), spec.ID)
+	if err != nil || c.ProbeErr != nil {
+		t.Fatalf("CheckGuest of a ready execution = %+v, %v", c, err)
+	}
+	booted := c.BootID
 	type result struct {
 		st  runtime.Status
 		err error
@@ -341,6 +349,9 @@ func testInitEnds(t *testing.T, m Machine) {
 	}
 	if err := d.Probe(ctx, spec.ID); err == nil {
 		t.Error("Probe of an ended execution succeeded")
+	}
+	if c, err := d.CheckGuest(ctx, spec.ID); err != nil || c.ProbeErr == nil {
+		t.Errorf("CheckGuest of an ended execution = %+v, %v; want a probe error", c, err)
 	}
 	// Wait sees init end as it exits; its cgroup may list it a moment
 	// longer, until it is reaped.
@@ -365,6 +376,9 @@ func testInitEnds(t *testing.T, m Machine) {
 	start(t, d, spec)
 	m.Crash(t, spec.ID)
 	start(t, d, spec)
+	if c, err := d.CheckGuest(ctx, spec.ID); err != nil || c.ProbeErr != nil || c.BootID == booted {
+		t.Errorf("CheckGuest of the started again execution = %+v, %v; want an answer from a new boot (not %q)", c, err, booted)
+	}
 	stop(t, m, d, spec, runtime.StopForce)
 }
 

@@ -70,6 +70,9 @@ type Driver struct {
 
 	mu    sync.Mutex
 	locks map[string]*idLock
+
+	probesMu sync.Mutex
+	probes   map[string]*probeConn // by execution ID (health.go)
 }
 
 type idLock struct {
@@ -133,6 +136,7 @@ func New(cfg Config) (*Driver, error) {
 		tmpfsPct: uint64(tmpfsPct),
 		oomAdj:   agentOOMScoreAdj(),
 		locks:    map[string]*idLock{},
+		probes:   map[string]*probeConn{},
 	}, nil
 }
 

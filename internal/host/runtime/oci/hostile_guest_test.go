@@ -367,21 +367,23 @@ func TestNoDescriptorLeak(t *testing.T) {
 		}
 		return n
 	}
-	cycle := func() {
-		spec := e.spec("fds", img)
+	// Each cycle has an execution ID of its own, as the host's have.
+	cycle := func(id string) {
+		spec := e.spec(id, img)
 		e.start(t, spec)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		e.d.Status(ctx, "fds")
+		e.d.Status(ctx, id)
+		e.d.CheckGuest(ctx, id) // keeps a connection until the stop
 		cancel()
 		ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
-		e.d.Wait(ctx, "fds") // ends with ctx: it runs
+		e.d.Wait(ctx, id) // ends with ctx: it runs
 		cancel()
 		e.stop(t, spec, runtime.StopNormal)
 	}
-	cycle() // the first start opens what the process keeps (the runtime's pipes, ...)
+	cycle("fds") // the first start opens what the process keeps (the runtime's pipes, ...)
 	before := count()
-	for range 5 {
-		cycle()
+	for i := range 5 {
+		cycle(fmt.Sprintf("fds%d", i))
 	}
 	after := count()
 	for k, v := range after {

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/kibotos/kibotos/internal/guestabi"
 	"github.com/kibotos/kibotos/internal/host/diskimage"
 	"github.com/kibotos/kibotos/internal/host/runtime"
 	"github.com/kibotos/kibotos/internal/testutil"
@@ -810,4 +813,72 @@ func TestRecoverVolume(t *testing.T) {
 	}
 	e.assertReleased(t, "recvol", spec.LayerImage)
 	assertNotAttached(t, spec.Volume.Image)
+}
+
+// BenchmarkCheckGuest measures the periodic probe of a running guest
+// (CheckGuest: the agent's PING, the OOM counter, memory pressure);
+// cpu-µs/op is the process's CPU per probe.
+func BenchmarkCheckGuest(b *testing.B) {
+	e := newEnv(b)
+	spec := e.spec("probe", e.image(b))
+	e.start(b, spec)
+	ctx := context.Background()
+	cpu := processCPU(b)
+	for b.Loop() {
+		if c, err := e.d.CheckGuest(ctx, spec.ID); err != nil || c.ProbeErr != nil {
+			b.Fatalf("CheckGuest = %+v, %v", c, err)
+		}
+	}
+	b.ReportMetric(float64((processCPU(b)-cpu).Microseconds())/float64(b.N), "cpu-µs/op")
+}
+
+// processCPU is the CPU time the test process has used.
+func processCPU(t testing.TB) time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// TestProbeConnectionKept: the periodic probe keeps one connection to the
+// guest agent; one the agent closed is dialled again without the guest
+// reading as unresponsive; a stop closes it.
+func TestProbeConnectionKept(t *testing.T) {
+	e := newEnv(t)
+	spec := e.spec("kept", e.image(t))
+	e.start(t, spec)
+	ctx := context.Background()
+	check := func(when string) {
+		t.Helper()
+		if c, err := e.d.CheckGuest(ctx, spec.ID); err != nil || c.ProbeErr != nil {
+			t.Fatalf("CheckGuest %s = %+v, %v", when, c, err)
+		}
+	}
+	check("first")
+	kept := e.d.keptProbe(spec.ID)
+	if kept == nil {
+		t.Fatal("no probe connection kept after a probe")
+	}
+	check("second")
+	if p := e.d.keptProbe(spec.ID); p != kept {
+		t.Fatal("the second probe did not use the kept connection")
+	}
+
+	// An over-long line makes the agent answer ERR and close its end.
+	if err := guestabi.WriteProbeLine(kept.c, strings.Repeat("x", guestabi.MaxProbeLine)); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := kept.r.ReadLine(); err != nil || !strings.HasPrefix(line, guestabi.AnswerError) {
+		t.Fatalf("answer to an over-long line: %q, %v", line, err)
+	}
+	check("after the agent closed the kept connection")
+	if p := e.d.keptProbe(spec.ID); p == nil || p == kept {
+		t.Fatalf("kept connection after the redial: %p (the closed one %p)", p, kept)
+	}
+
+	e.stop(t, spec, runtime.StopNormal)
+	if p := e.d.keptProbe(spec.ID); p != nil {
+		t.Error("a probe connection is still kept after the stop")
+	}
 }

@@ -51,28 +51,18 @@ func (d *Driver) stopAgent(ctx context.Context, id string, grace time.Duration) 
 }
 
 // agentCommand sends one command line of the probe protocol to the guest
-// agent, checks that the answer is want and returns the answer's argument.
+// agent on a connection of its own, checks that the answer is want and
+// returns the answer's argument.
 func (d *Driver) agentCommand(ctx context.Context, id, command, want string) (string, error) {
 	c, err := d.dialAgent(ctx, id)
 	if err != nil {
 		return "", fmt.Errorf("oci: guest agent of %s: %w", id, err)
 	}
 	defer c.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		c.SetDeadline(dl)
-	}
-	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-	if err := guestabi.WriteProbeLine(c, command); err != nil {
-		return "", fmt.Errorf("oci: guest agent of %s: %w", id, ctxErr(ctx, err))
-	}
-	line, err := guestabi.NewProbeReader(c).ReadLine()
+	p := &probeConn{c: c, r: guestabi.NewProbeReader(c)}
+	arg, err := p.exchange(ctx, command, want)
 	if err != nil {
-		return "", fmt.Errorf("oci: guest agent of %s: %w", id, ctxErr(ctx, err))
-	}
-	arg, ok := guestabi.ProbeAnswer(line, want)
-	if !ok {
-		return "", fmt.Errorf("oci: guest agent of %s answered %q to %s", id, line, command)
+		return "", fmt.Errorf("oci: guest agent of %s: %w", id, err)
 	}
 	return arg, nil
 }
