@@ -103,13 +103,32 @@ func Available(ws *ctrlv1.Workspace) bool {
 }
 
 // DeleteAll deletes every workspace created, ignoring errors: it is the
-// benchmark's cleanup.
+// benchmark's cleanup. It returns once every one is DELETED (its host has
+// released it), so that a deployment stopped right after leaves none
+// running, or after deleteWait, saying on stderr how many are left.
 func (w *Workspaces) DeleteAll(ctx context.Context) {
 	for _, id := range w.IDs {
 		w.client.DeleteWorkspace(ctx, connect.NewRequest(&ctrlv1.DeleteWorkspaceRequest{
 			Command: &ctrlv1.CommandMetadata{CommandId: uuid.NewString()}, WorkspaceId: id}))
 	}
+	ctx, cancel := context.WithTimeout(ctx, deleteWait)
+	defer cancel()
+	left := 0
+	for _, id := range w.IDs {
+		err := w.Await(ctx, id, 100*time.Millisecond, func(ws *ctrlv1.Workspace) bool {
+			return ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED
+		})
+		if err != nil && connect.CodeOf(err) != connect.CodeNotFound {
+			left++
+		}
+	}
+	if left > 0 {
+		fmt.Fprintf(os.Stderr, "%d of the %d workspaces created are not DELETED after %v\n", left, len(w.IDs), deleteWait)
+	}
 }
+
+// deleteWait bounds DeleteAll's wait for the hosts' releases.
+const deleteWait = 2 * time.Minute
 
 // PoolEntries returns the runtime IDs of the warm pool entries that serve
 // the workspace's executions, from home's record of bound executions.
