@@ -1,7 +1,6 @@
 package oci
 
 import (
-	"bufio"
 	"errors"
 	"os"
 	"path/filepath"
@@ -19,17 +18,28 @@ const cgroupRoot = "/sys/fs/cgroup"
 // memory.events' oom_kill on cgroup v2. ok is false when the cgroup is
 // gone.
 func oomKills(id string) (n uint64, ok bool) {
-	cg := cgroupPath(id)
-	for _, f := range []string{
-		filepath.Join(cgroupRoot, "memory", cg, "memory.oom_control"),
-		filepath.Join(cgroupRoot, cg, "memory.events"),
-	} {
-		if v, found := readKey(f, "oom_kill"); found {
-			return v, true
+	for _, f := range oomKillFiles(id) {
+		if b, err := os.ReadFile(f); err == nil {
+			if n, ok := oomKillCount(b); ok {
+				return n, true
+			}
 		}
 	}
 	return 0, false
 }
+
+// oomKillFiles are the files that may count the kills of the execution's
+// memory limit, in the order oomKills tries them.
+func oomKillFiles(id string) []string {
+	cg := cgroupPath(id)
+	return []string{
+		filepath.Join(cgroupRoot, "memory", cg, "memory.oom_control"),
+		filepath.Join(cgroupRoot, cg, "memory.events"),
+	}
+}
+
+// oomKillCount reads the oom_kill count of one of oomKillFiles' contents.
+func oomKillCount(data []byte) (uint64, bool) { return keyValue(data, "oom_kill") }
 
 // setCgroupMemory sets the memory limit of the execution's cgroup to
 // bytes, swap included, as runc update --memory N --memory-swap N does:
@@ -64,14 +74,17 @@ func setCgroupMemory(id string, bytes uint64) error {
 
 // readKey reads "key value" from a flat keyed cgroup file.
 func readKey(path, key string) (uint64, bool) {
-	f, err := os.Open(path)
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, false
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, _ := strings.Cut(sc.Text(), " ")
+	return keyValue(b, key)
+}
+
+// keyValue finds "key value" among the lines of a flat keyed cgroup file.
+func keyValue(data []byte, key string) (uint64, bool) {
+	for line := range strings.Lines(string(data)) {
+		k, v, _ := strings.Cut(line, " ")
 		if k == key {
 			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
 			return n, err == nil

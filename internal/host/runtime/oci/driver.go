@@ -72,7 +72,7 @@ type Driver struct {
 	locks map[string]*idLock
 
 	probesMu sync.Mutex
-	probes   map[string]*probeConn // by execution ID (health.go)
+	probes   map[string]*guestProbe // by execution ID (health.go)
 }
 
 type idLock struct {
@@ -136,7 +136,7 @@ func New(cfg Config) (*Driver, error) {
 		tmpfsPct: uint64(tmpfsPct),
 		oomAdj:   agentOOMScoreAdj(),
 		locks:    map[string]*idLock{},
-		probes:   map[string]*probeConn{},
+		probes:   map[string]*guestProbe{},
 	}, nil
 }
 

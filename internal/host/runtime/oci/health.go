@@ -4,58 +4,116 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/kibotos/kibotos/internal/guestabi"
+	"github.com/kibotos/kibotos/internal/host/psi"
 	"github.com/kibotos/kibotos/internal/host/runtime"
 )
 
 // CheckGuest probes the guest agent (PING → READY <boot-id>) and reads the
 // execution's OOM kill counter and memory pressure; see runtime.Driver.
-// It runs no runc command, so that probing every execution of a host
-// every few seconds costs a socket round trip and two small cgroup file
-// reads each.
+// It runs no runc command, and what it opens it keeps for the next check
+// (guestProbe), so that probing every execution of a host every few
+// seconds costs a socket round trip and two small reads each.
 func (d *Driver) CheckGuest(ctx context.Context, id string) (runtime.GuestCheck, error) {
 	if err := checkID(id); err != nil {
 		return runtime.GuestCheck{}, err
 	}
-	if _, err := os.Stat(d.dir(id)); errors.Is(err, os.ErrNotExist) {
+	p := d.guestProbe(id)
+	if p == nil {
 		return runtime.GuestCheck{}, runtime.ErrNotFound
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return runtime.GuestCheck{}, runtime.ErrNotFound // released meanwhile
+	}
 	var c runtime.GuestCheck
-	c.BootID, c.ProbeErr = d.ping(ctx, id)
+	c.BootID, c.ProbeErr = p.ping(ctx, d, id)
 	// Read after the answer, so the count covers every kill before it.
-	c.OOMKills, _ = oomKills(id)
-	c.MemoryPressure = memoryPressure(id)
+	if b, ok := p.oom.read(oomKillFiles(id), func(b []byte) bool { _, ok := oomKillCount(b); return ok }); ok {
+		c.OOMKills, _ = oomKillCount(b)
+	}
+	if b, ok := p.pressure.read(pressureFiles(id), func(b []byte) bool { _, err := psi.Parse(b); return err == nil }); ok {
+		pr, _ := psi.Parse(b)
+		c.MemoryPressure = &pr
+	}
 	return c, nil
 }
 
-// probeConn is a connection to a guest agent's probe socket kept between
-// periodic probes: the agent answers any number of PINGs on one, and a
-// dial (the socket directory's and the socket's opens, connect, the
-// agent's accept) cost more than the exchange.
-type probeConn struct {
-	mu sync.Mutex // one exchange at a time
-	c  net.Conn
-	r  *guestabi.ProbeReader
+// guestProbe is what CheckGuest keeps of one execution between checks: a
+// connection to the guest agent's probe socket (the agent answers any
+// number of PINGs on one, and a dial, with the socket directory's and the
+// socket's opens, connect and the agent's accept, cost more than the
+// exchange) and the cgroup files it reads, read again from their start
+// (a path lookup in the cgroup tree cost more than the read). Release
+// closes it.
+type guestProbe struct {
+	mu     sync.Mutex // one check at a time
+	closed bool
+	conn   *probeConn // nil until dialled, and after a failure
+	oom    cgroupFile
+	// pressure is the execution's memory.pressure.
+	pressure cgroupFile
+}
+
+// guestProbe returns the kept probe state of execution id, made on first
+// use; nil when the execution's directory is gone. The directory is
+// looked at under probesMu, which release's dropProbe also holds after
+// it removed the directory, so that no state outlives a release.
+func (d *Driver) guestProbe(id string) *guestProbe {
+	d.probesMu.Lock()
+	defer d.probesMu.Unlock()
+	if p := d.probes[id]; p != nil {
+		return p
+	}
+	if _, err := os.Stat(d.dir(id)); err != nil {
+		return nil
+	}
+	p := &guestProbe{}
+	d.probes[id] = p
+	return p
+}
+
+// dropProbe closes what CheckGuest keeps of execution id.
+func (d *Driver) dropProbe(id string) {
+	d.probesMu.Lock()
+	p := d.probes[id]
+	delete(d.probes, id)
+	d.probesMu.Unlock()
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	if p.conn != nil {
+		p.conn.c.Close()
+		p.conn = nil
+	}
+	p.oom.close()
+	p.pressure.close()
 }
 
 // ping asks the agent of execution id whether it is ready and returns its
-// boot ID, over the execution's kept probe connection. A kept connection
-// that fails other than by ctx (the guest reset, and its agent is a new
-// process) is closed and the agent dialled once more, so that a stale
-// connection never reads as an unresponsive guest; one that timed out is
-// closed, since its answer may still come and would answer the next PING.
-func (d *Driver) ping(ctx context.Context, id string) (string, error) {
-	if p := d.keptProbe(id); p != nil {
-		boot, err := p.exchange(ctx, guestabi.CommandPing, guestabi.AnswerReady)
+// boot ID, over the kept connection. A kept connection that fails other
+// than by ctx (the guest reset, and its agent is a new process) is closed
+// and the agent dialled once more, so that a stale connection never reads
+// as an unresponsive guest; one that timed out is closed, since its answer
+// may still come and would answer the next PING.
+func (p *guestProbe) ping(ctx context.Context, d *Driver, id string) (string, error) {
+	if p.conn != nil {
+		boot, err := p.conn.exchange(ctx, guestabi.CommandPing, guestabi.AnswerReady)
 		if err == nil {
 			return boot, nil
 		}
-		d.dropProbe(id, p)
+		p.conn.c.Close()
+		p.conn = nil
 		if ctx.Err() != nil {
 			return "", fmt.Errorf("oci: guest agent of %s: %w", id, err)
 		}
@@ -64,21 +122,25 @@ func (d *Driver) ping(ctx context.Context, id string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("oci: guest agent of %s: %w", id, err)
 	}
-	p := &probeConn{c: c, r: guestabi.NewProbeReader(c)}
-	boot, err := p.exchange(ctx, guestabi.CommandPing, guestabi.AnswerReady)
+	conn := &probeConn{c: c, r: guestabi.NewProbeReader(c)}
+	boot, err := conn.exchange(ctx, guestabi.CommandPing, guestabi.AnswerReady)
 	if err != nil {
 		c.Close()
 		return "", fmt.Errorf("oci: guest agent of %s: %w", id, err)
 	}
-	d.keepProbe(id, p)
+	p.conn = conn
 	return boot, nil
+}
+
+// probeConn is a connection of the probe protocol to a guest agent.
+type probeConn struct {
+	c net.Conn
+	r *guestabi.ProbeReader
 }
 
 // exchange sends one command line and checks that the answer is want,
 // within ctx; it returns the answer's argument.
 func (p *probeConn) exchange(ctx context.Context, command, want string) (string, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	dl, _ := ctx.Deadline() // the zero time when none: no deadline
 	p.c.SetDeadline(dl)
 	stop := context.AfterFunc(ctx, func() { p.c.SetDeadline(time.Unix(1, 0)) })
@@ -97,36 +159,55 @@ func (p *probeConn) exchange(ctx context.Context, command, want string) (string,
 	return arg, nil
 }
 
-// keptProbe returns the kept probe connection of execution id, or nil.
-func (d *Driver) keptProbe(id string) *probeConn {
-	d.probesMu.Lock()
-	defer d.probesMu.Unlock()
-	return d.probes[id]
+// cgroupFile is a small cgroup file kept open and read from its start at
+// each read (the kernel makes its content anew for each read at offset 0).
+type cgroupFile struct {
+	f   *os.File
+	buf []byte
 }
 
-// keepProbe keeps p as execution id's probe connection, unless the
-// execution's directory is gone (released while p was dialled: release
-// drops the connection after it removes the directory, and both run
-// under probesMu) or another connection is kept already.
-func (d *Driver) keepProbe(id string, p *probeConn) {
-	d.probesMu.Lock()
-	defer d.probesMu.Unlock()
-	if _, err := os.Stat(d.dir(id)); err != nil || d.probes[id] != nil {
-		p.c.Close()
-		return
+// cgroupFileMax bounds what a cgroupFile reads: the files it keeps are a
+// few short lines.
+const cgroupFileMax = 4 << 10
+
+// read returns the content of the kept file, or, when none is kept or its
+// read fails (a cgroup removed reads ENODEV), of the first of paths whose
+// content valid accepts, which it keeps. ok is false when none does.
+func (c *cgroupFile) read(paths []string, valid func([]byte) bool) ([]byte, bool) {
+	if c.f != nil {
+		if b, err := c.readAll(); err == nil && valid(b) {
+			return b, true
+		}
+		c.close()
 	}
-	d.probes[id] = p
+	for _, path := range paths {
+		f, err := os.Open(path)
+		if err != nil {
+			continue
+		}
+		c.f = f
+		if b, err := c.readAll(); err == nil && valid(b) {
+			return b, true
+		}
+		c.close()
+	}
+	return nil, false
 }
 
-// dropProbe closes the kept probe connection of execution id; when p is
-// not nil, only if it is still the one kept.
-func (d *Driver) dropProbe(id string, p *probeConn) {
-	d.probesMu.Lock()
-	defer d.probesMu.Unlock()
-	kept := d.probes[id]
-	if kept == nil || p != nil && kept != p {
-		return
+func (c *cgroupFile) readAll() ([]byte, error) {
+	if c.buf == nil {
+		c.buf = make([]byte, cgroupFileMax)
 	}
-	delete(d.probes, id)
-	kept.c.Close()
+	n, err := c.f.ReadAt(c.buf, 0)
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	return c.buf[:n], err
+}
+
+func (c *cgroupFile) close() {
+	if c.f != nil {
+		c.f.Close()
+		c.f = nil
+	}
 }

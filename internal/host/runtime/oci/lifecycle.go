@@ -302,7 +302,7 @@ func (d *Driver) stopGuest(ctx context.Context, id string, grace time.Duration) 
 // were synced.
 func (d *Driver) release(ctx context.Context, id string, clean bool) (confirmed bool, err error) {
 	// Last, after the directory is gone (keepProbe).
-	defer d.dropProbe(id, nil)
+	defer d.dropProbe(id)
 	dir := d.dir(id)
 	rootfs, layer, volume := filepath.Join(dir, "rootfs"), filepath.Join(dir, "layer"), filepath.Join(dir, "volume")
 	// Nothing is unmounted under a container that may still run.

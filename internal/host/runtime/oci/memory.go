@@ -22,13 +22,22 @@ import (
 // too), /sys/fs/cgroup/... on a cgroup2-only host. nil when neither
 // exists or parses (a kernel without PSI).
 func memoryPressure(id string) *psi.Pressure {
-	cg := cgroupPath(id)
-	for _, dir := range []string{filepath.Join(cgroupRoot, "unified", cg), filepath.Join(cgroupRoot, cg)} {
-		if p, err := psi.ReadFile(filepath.Join(dir, "memory.pressure")); err == nil {
+	for _, f := range pressureFiles(id) {
+		if p, err := psi.ReadFile(f); err == nil {
 			return &p
 		}
 	}
 	return nil
+}
+
+// pressureFiles are the files that may hold the execution's memory
+// pressure, in the order memoryPressure tries them.
+func pressureFiles(id string) []string {
+	cg := cgroupPath(id)
+	return []string{
+		filepath.Join(cgroupRoot, "unified", cg, "memory.pressure"),
+		filepath.Join(cgroupRoot, cg, "memory.pressure"),
+	}
 }
 
 // memoryCgroupDir is the execution's cgroup that its memory limit is on:

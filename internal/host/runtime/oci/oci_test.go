@@ -841,44 +841,55 @@ func processCPU(t testing.TB) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// TestProbeConnectionKept: the periodic probe keeps one connection to the
-// guest agent; one the agent closed is dialled again without the guest
-// reading as unresponsive; a stop closes it.
-func TestProbeConnectionKept(t *testing.T) {
+// TestProbeKept: the periodic probe keeps one connection to the guest
+// agent and its cgroup files open; a connection the agent closed is
+// dialled again, and a file that fails to read is opened again, without
+// the guest reading as unresponsive; a stop closes them.
+func TestProbeKept(t *testing.T) {
 	e := newEnv(t)
 	spec := e.spec("kept", e.image(t))
 	e.start(t, spec)
 	ctx := context.Background()
-	check := func(when string) {
+	kept := func() *guestProbe {
+		e.d.probesMu.Lock()
+		defer e.d.probesMu.Unlock()
+		return e.d.probes[spec.ID]
+	}
+	check := func(when string) runtime.GuestCheck {
 		t.Helper()
-		if c, err := e.d.CheckGuest(ctx, spec.ID); err != nil || c.ProbeErr != nil {
+		c, err := e.d.CheckGuest(ctx, spec.ID)
+		if err != nil || c.ProbeErr != nil || c.MemoryPressure == nil {
 			t.Fatalf("CheckGuest %s = %+v, %v", when, c, err)
 		}
+		return c
 	}
 	check("first")
-	kept := e.d.keptProbe(spec.ID)
-	if kept == nil {
-		t.Fatal("no probe connection kept after a probe")
+	p := kept()
+	if p == nil || p.conn == nil || p.oom.f == nil || p.pressure.f == nil {
+		t.Fatalf("kept after a probe: %+v", p)
 	}
+	conn, oom := p.conn, p.oom.f
 	check("second")
-	if p := e.d.keptProbe(spec.ID); p != kept {
-		t.Fatal("the second probe did not use the kept connection")
+	if p.conn != conn || p.oom.f != oom {
+		t.Fatal("the second probe did not use what the first kept")
 	}
 
 	// An over-long line makes the agent answer ERR and close its end.
-	if err := guestabi.WriteProbeLine(kept.c, strings.Repeat("x", guestabi.MaxProbeLine)); err != nil {
+	if err := guestabi.WriteProbeLine(conn.c, strings.Repeat("x", guestabi.MaxProbeLine)); err != nil {
 		t.Fatal(err)
 	}
-	if line, err := kept.r.ReadLine(); err != nil || !strings.HasPrefix(line, guestabi.AnswerError) {
+	if line, err := conn.r.ReadLine(); err != nil || !strings.HasPrefix(line, guestabi.AnswerError) {
 		t.Fatalf("answer to an over-long line: %q, %v", line, err)
 	}
-	check("after the agent closed the kept connection")
-	if p := e.d.keptProbe(spec.ID); p == nil || p == kept {
-		t.Fatalf("kept connection after the redial: %p (the closed one %p)", p, kept)
+	// A kept file that no longer reads (as a removed cgroup's reads ENODEV).
+	oom.Close()
+	check("after the agent closed the connection and a file failed")
+	if p.conn == nil || p.conn == conn || p.oom.f == nil || p.oom.f == oom {
+		t.Fatalf("not opened again: connection %p (closed %p), file %p (closed %p)", p.conn, conn, p.oom.f, oom)
 	}
 
 	e.stop(t, spec, runtime.StopNormal)
-	if p := e.d.keptProbe(spec.ID); p != nil {
-		t.Error("a probe connection is still kept after the stop")
+	if kept() != nil || !p.closed || p.conn != nil || p.oom.f != nil || p.pressure.f != nil {
+		t.Errorf("still kept after the stop: %+v", p)
 	}
 }
