@@ -36,13 +36,17 @@ func (d *Driver) CheckGuest(ctx context.Context, id string) (runtime.GuestCheck,
 	var c runtime.GuestCheck
 	c.BootID, c.ProbeErr = p.ping(ctx, d, id)
 	// Read after the answer, so the count covers every kill before it.
-	if b, ok := p.oom.read(oomKillFiles(id), func(b []byte) bool { _, ok := oomKillCount(b); return ok }); ok {
-		c.OOMKills, _ = oomKillCount(b)
-	}
-	if b, ok := p.pressure.read(pressureFiles(id), func(b []byte) bool { _, err := psi.Parse(b); return err == nil }); ok {
-		pr, _ := psi.Parse(b)
-		c.MemoryPressure = &pr
-	}
+	p.oom.read(oomKillFiles(id), func(b []byte) (ok bool) {
+		c.OOMKills, ok = oomKillCount(b)
+		return ok
+	})
+	p.pressure.read(pressureFiles(id), func(b []byte) bool {
+		pr, err := psi.Parse(b)
+		if err == nil {
+			c.MemoryPressure = &pr
+		}
+		return err == nil
+	})
 	return c, nil
 }
 
@@ -162,21 +166,27 @@ func (p *probeConn) exchange(ctx context.Context, command, want string) (string,
 // cgroupFile is a small cgroup file kept open and read from its start at
 // each read (the kernel makes its content anew for each read at offset 0).
 type cgroupFile struct {
-	f   *os.File
-	buf []byte
+	f *os.File
 }
 
 // cgroupFileMax bounds what a cgroupFile reads: the files it keeps are a
 // few short lines.
 const cgroupFileMax = 4 << 10
 
-// read returns the content of the kept file, or, when none is kept or its
-// read fails (a cgroup removed reads ENODEV), of the first of paths whose
-// content valid accepts, which it keeps. ok is false when none does.
-func (c *cgroupFile) read(paths []string, valid func([]byte) bool) ([]byte, bool) {
+// cgroupFileBuffers are the buffers of cgroupFile reads, shared, so that
+// an execution keeps no buffer between its checks.
+var cgroupFileBuffers = sync.Pool{New: func() any { return new([cgroupFileMax]byte) }}
+
+// read hands parse the content of the kept file, or, when none is kept or
+// its read fails (a cgroup removed reads ENODEV) or parse refuses it, of
+// the first of paths that parse accepts, which it then keeps. The content
+// is valid only during the call.
+func (c *cgroupFile) read(paths []string, parse func([]byte) bool) {
+	buf := cgroupFileBuffers.Get().(*[cgroupFileMax]byte)
+	defer cgroupFileBuffers.Put(buf)
 	if c.f != nil {
-		if b, err := c.readAll(); err == nil && valid(b) {
-			return b, true
+		if c.readInto(buf, parse) {
+			return
 		}
 		c.close()
 	}
@@ -186,23 +196,18 @@ func (c *cgroupFile) read(paths []string, valid func([]byte) bool) ([]byte, bool
 			continue
 		}
 		c.f = f
-		if b, err := c.readAll(); err == nil && valid(b) {
-			return b, true
+		if c.readInto(buf, parse) {
+			return
 		}
 		c.close()
 	}
-	return nil, false
 }
 
-func (c *cgroupFile) readAll() ([]byte, error) {
-	if c.buf == nil {
-		c.buf = make([]byte, cgroupFileMax)
-	}
-	n, err := c.f.ReadAt(c.buf, 0)
-	if errors.Is(err, io.EOF) {
-		err = nil
-	}
-	return c.buf[:n], err
+// readInto reads the kept file from its start into buf and reports
+// whether the read succeeded and parse accepted the content.
+func (c *cgroupFile) readInto(buf *[cgroupFileMax]byte, parse func([]byte) bool) bool {
+	n, err := c.f.ReadAt(buf[:], 0)
+	return (err == nil || errors.Is(err, io.EOF)) && parse(buf[:n])
 }
 
 func (c *cgroupFile) close() {
