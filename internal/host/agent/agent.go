@@ -136,8 +136,12 @@ type Agent struct {
 	registeredOnce sync.Once
 	// readyTimeout is defaultReadyTimeout; tests shorten it.
 	readyTimeout time.Duration
-	// probeEvery is how often running guests are probed.
-	probeEvery time.Duration
+	// probeEvery is how often running guests are probed, probeTimeout
+	// (defaultProbeTimeout; tests lengthen it) how long one probe may
+	// take; probes are those probed (health.go).
+	probeEvery   time.Duration
+	probeTimeout time.Duration
+	probes       guestProbes
 	// counters are what the host counts for its metrics.
 	counters counters
 	// guestClient carries DialGuestPort's calls to the guest agents.
@@ -156,7 +160,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, execs: map[string]*execution{}, reports: make(chan *hostv1.ExecutionReport, 256),
 		volumeReports: make(chan *hostv1.VolumeReport, 256), registered: make(chan struct{}), registeredNow: make(chan struct{}, 1), readyTimeout: defaultReadyTimeout,
-		probeEvery: cmp.Or(cfg.GuestProbeInterval, DefaultGuestProbeInterval)}
+		probeEvery: cmp.Or(cfg.GuestProbeInterval, DefaultGuestProbeInterval), probeTimeout: defaultProbeTimeout}
 	vols, err := newVolumes(a, cfg.StoragePools)
 	if err != nil {
 		return nil, err
@@ -190,6 +194,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Go(func() { a.watchHostAddresses(ctx) })
 	wg.Go(func() { a.collectLayers(ctx) })
 	wg.Go(func() { a.pool.run(ctx) })
+	wg.Go(func() { a.probeGuests(ctx) })
 	for backoff := 100 * time.Millisecond; ctx.Err() == nil; {
 		err := a.watch(ctx)
 		if ctx.Err() != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
@@ -45,6 +46,8 @@ type execution struct {
 	runningCtx  context.Context
 	// watching is true once the running execution's guest is probed.
 	watching bool
+	// probing is true while a round of probeGuests probes the guest.
+	probing atomic.Bool
 	// pendingExit holds an exit seen before any assignment named the
 	// execution.
 	pendingExit *runtime.Status
@@ -75,6 +78,10 @@ func (e *execution) setRunning(ctx context.Context, running bool) {
 		if err != nil || wctx.Err() != nil {
 			return
 		}
+		// The run's probes end with its init: one still running would
+		// find the guest gone and record it UNRESPONSIVE once the reset
+		// is counted, before the restart drops the run's observation.
+		cancel()
 		select {
 		case e.exited <- st:
 		default:

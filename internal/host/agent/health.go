@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -16,9 +17,9 @@ const (
 	// DefaultGuestProbeInterval is how often each running execution's
 	// guest is probed unless Config.GuestProbeInterval says otherwise.
 	DefaultGuestProbeInterval = 2 * time.Second
-	// probeTimeout bounds one periodic probe: a guest that takes longer is
-	// UNRESPONSIVE.
-	probeTimeout = time.Second
+	// defaultProbeTimeout bounds one periodic probe: a guest that takes
+	// longer is UNRESPONSIVE.
+	defaultProbeTimeout = time.Second
 )
 
 // guestHealth is what the periodic probe knows of the guest of the running
@@ -35,14 +36,14 @@ type guestHealth struct {
 	memory memoryWatch
 }
 
-// watchGuest probes the guest of the running execution now and then every
-// probeEvery until the execution no longer runs (setRunning ends the
-// watch); each change of what the probe sees is reported at once. Call it
-// once the execution is reported RUNNING; later calls are no-ops. first,
-// when not nil, is a check the guest answered at checkedAt (a warm pool
-// entry's, which found it ready): it stands for the probe made now, which
-// would put one more round trip to the guest before the RUNNING report,
-// and the next tick probes again.
+// watchGuest probes the guest of the running execution now and then in
+// every round of probeGuests until the execution no longer runs
+// (setRunning ends the watch); each change of what the probe sees is
+// reported at once. Call it once the execution is reported RUNNING; later
+// calls are no-ops. first, when not nil, is a check the guest answered at
+// checkedAt (a warm pool entry's, which found it ready): it stands for the
+// probe made now, which would put one more round trip to the guest before
+// the RUNNING report.
 func (e *execution) watchGuest(first *runtime.GuestCheck, checkedAt time.Time) {
 	if e.watching {
 		return
@@ -54,23 +55,63 @@ func (e *execution) watchGuest(first *runtime.GuestCheck, checkedAt time.Time) {
 	} else {
 		e.checkGuest(ctx)
 	}
-	go func() {
-		t := time.NewTicker(e.agent.probeEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			e.checkGuest(ctx)
+	e.agent.probes.watch(e, ctx)
+}
+
+// guestProbes are the running executions whose guests probeGuests probes,
+// each with the context of its run.
+type guestProbes struct {
+	mu      sync.Mutex
+	watched map[*execution]context.Context
+}
+
+// watch adds e for as long as ctx, its run's, lasts.
+func (g *guestProbes) watch(e *execution, ctx context.Context) {
+	g.mu.Lock()
+	if g.watched == nil {
+		g.watched = map[*execution]context.Context{}
+	}
+	g.watched[e] = ctx
+	g.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.watched[e] == ctx { // not a later run's
+			delete(g.watched, e)
 		}
-	}()
+	})
+}
+
+// probeGuests probes the guest of every watched execution every
+// probeEvery, all in one round: one timer for the host instead of one per
+// execution, and the probes run back to back, each in a goroutine of its
+// own so that a guest that does not answer holds up no other. An
+// execution whose last probe has not ended is left out of the round.
+func (a *Agent) probeGuests(ctx context.Context) {
+	t := time.NewTicker(a.probeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		a.probes.mu.Lock()
+		for e, runCtx := range a.probes.watched {
+			if e.probing.CompareAndSwap(false, true) {
+				go func() {
+					defer e.probing.Store(false)
+					e.checkGuest(runCtx)
+				}()
+			}
+		}
+		a.probes.mu.Unlock()
+	}
 }
 
 // checkGuest probes the guest once and reports a change.
 func (e *execution) checkGuest(ctx context.Context) {
-	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	pctx, cancel := context.WithTimeout(ctx, e.agent.probeTimeout)
 	c, err := e.agent.cfg.Driver.CheckGuest(pctx, e.id)
 	cancel()
 	// An execution the driver no longer knows has ended: the exit watch

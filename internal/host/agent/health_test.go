@@ -56,6 +56,41 @@ func TestGuestProbe(t *testing.T) {
 	e.released(t, as.ExecutionId)
 }
 
+// TestGuestProbeRounds: a guest that takes the probe in and never answers
+// holds up the probes of no other guest, and sits the rounds out while its
+// probe waits, instead of piling probes up.
+func TestGuestProbeRounds(t *testing.T) {
+	e := newReconcilerEnv(t)
+	e.probeTimeout = time.Hour // only the release ends the hung probe
+	e.runAgent(t, e.driver)
+	hung, other := e.assignment("ws_hung", 1, "lay_hung"), e.assignment("ws_other", 1, "lay_other")
+	for _, as := range []*hostv1.Assignment{hung, other} {
+		e.running(t, as)
+	}
+	release := e.driver.HangChecks(hung.ExecutionId)
+	defer release()
+	for e.driver.HangingChecks(hung.ExecutionId) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+
+	mark := e.api.mark()
+	e.driver.NeverReady(other.ExecutionId)
+	e.api.awaitReport(t, mark, other.ExecutionId, "UNRESPONSIVE beside a hung probe", func(r *hostv1.ExecutionReport) bool {
+		return r.Guest.GetCondition() == ctrlv1.GuestCondition_GUEST_CONDITION_UNRESPONSIVE
+	})
+	// That took rounds, each of which left the hung guest out.
+	if n := e.driver.HangingChecks(hung.ExecutionId); n != 1 {
+		t.Errorf("%d probes of the hung guest wait, want 1", n)
+	}
+
+	mark = e.api.mark()
+	e.driver.NeverReady(hung.ExecutionId)
+	release()
+	e.api.awaitReport(t, mark, hung.ExecutionId, "UNRESPONSIVE once its probe ends", func(r *hostv1.ExecutionReport) bool {
+		return r.Guest.GetCondition() == ctrlv1.GuestCondition_GUEST_CONDITION_UNRESPONSIVE
+	})
+}
+
 // TestGuestProbeOfEndedRun: a probe answered after its run ended (the
 // guest reset meanwhile) changes nothing; the next run starts without an
 // observation of its guest.

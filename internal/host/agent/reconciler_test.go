@@ -207,6 +207,8 @@ type reconcilerEnv struct {
 	driver   *fake.Driver
 	cfg      Config
 	template *hostv1.ExecutionTemplate
+	// probeTimeout, when set, is the agents' bound on one guest probe.
+	probeTimeout time.Duration
 }
 
 func newReconcilerEnv(t *testing.T) *reconcilerEnv {
@@ -286,6 +288,9 @@ func (e *reconcilerEnv) runAgent(t *testing.T, driver *fake.Driver) (a *Agent, e
 	}
 	a.readyTimeout = 200 * time.Millisecond
 	a.probeEvery = 20 * time.Millisecond
+	if e.probeTimeout != 0 {
+		a.probeTimeout = e.probeTimeout
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

@@ -53,6 +53,10 @@ type machine struct {
 
 	failStart  map[string]error
 	neverReady map[string]bool
+	// hung holds the CheckGuest calls of an ID until it is closed
+	// (HangChecks); hanging counts those waiting.
+	hung    map[string]chan struct{}
+	hanging map[string]int
 	// holdReady makes every execution started NeverReady.
 	holdReady bool
 	stops     map[string]stopOutcome
@@ -119,7 +123,8 @@ func (e *execution) running() bool {
 // New returns a driver over a new, empty machine.
 func New() *Driver {
 	return &Driver{m: &machine{execs: map[string]*execution{}, inUse: map[string]string{},
-		failStart: map[string]error{}, neverReady: map[string]bool{}, stops: map[string]stopOutcome{}, starts: map[string]int{}}}
+		failStart: map[string]error{}, neverReady: map[string]bool{}, hung: map[string]chan struct{}{}, hanging: map[string]int{},
+		stops: map[string]stopOutcome{}, starts: map[string]int{}}}
 }
 
 // Restart returns a new driver object over the same machine: executions
@@ -151,6 +156,29 @@ func (d *Driver) HoldReady(on bool) {
 	d.m.mu.Lock()
 	defer d.m.mu.Unlock()
 	d.m.holdReady = on
+}
+
+// HangChecks makes CheckGuest of id wait, as for a guest that takes the
+// probe in but never answers, until its context ends or release is
+// called; HangingChecks counts the calls waiting.
+func (d *Driver) HangChecks(id string) (release func()) {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	ch := make(chan struct{})
+	d.m.hung[id] = ch
+	return sync.OnceFunc(func() {
+		d.m.mu.Lock()
+		defer d.m.mu.Unlock()
+		delete(d.m.hung, id)
+		close(ch)
+	})
+}
+
+// HangingChecks returns how many CheckGuest calls of id wait (HangChecks).
+func (d *Driver) HangingChecks(id string) int {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	return d.m.hanging[id]
 }
 
 // Answer undoes NeverReady: Probe of id answers again.
@@ -481,10 +509,26 @@ func (d *Driver) Probe(ctx context.Context, id string) error {
 	return nil
 }
 
-// CheckGuest probes like Probe and reads the execution's OOM kill count
-// (see OOMKill) and memory pressure (see Saturate); the boot ID is the
-// execution's start count. See runtime.Driver.
+// CheckGuest probes like Probe, after a wait for a hung ID (HangChecks),
+// and reads the execution's OOM kill count (see OOMKill) and memory
+// pressure (see Saturate); the boot ID is the execution's start count.
+// See runtime.Driver.
 func (d *Driver) CheckGuest(ctx context.Context, id string) (runtime.GuestCheck, error) {
+	d.m.mu.Lock()
+	hung := d.m.hung[id]
+	if hung != nil {
+		d.m.hanging[id]++
+	}
+	d.m.mu.Unlock()
+	if hung != nil {
+		select {
+		case <-hung:
+		case <-ctx.Done():
+		}
+		d.m.mu.Lock()
+		d.m.hanging[id]--
+		d.m.mu.Unlock()
+	}
 	err := d.Probe(ctx, id)
 	if errors.Is(err, runtime.ErrNotFound) {
 		return runtime.GuestCheck{}, err
