@@ -22,7 +22,10 @@ import (
 // applied is one application of a NetworkAssignment: immutable once built,
 // so a connection decides against one consistent snapshot.
 type applied struct {
-	network  *hostv1.NetworkAssignment
+	network *hostv1.NetworkAssignment
+	// given is the message Apply was given, which its caller does not
+	// change: the same message again is told at a glance.
+	given    *hostv1.NetworkAssignment
 	revision uint64
 	drain    time.Duration
 	policy   *netpolicy.Policy
@@ -56,10 +59,12 @@ type resolverPath struct {
 // against it at once; open connections whose path it moves drain. An
 // assignment equal to the one in force changes nothing. One that cannot
 // be applied leaves the slot refusing new connections and is reported as
-// a failure.
+// a failure. The caller must not change n afterwards (a new assignment is
+// a new message): the host agent applies its assignment every second, and
+// the same message is not compared again field by field.
 func (s *Slot) Apply(n *hostv1.NetworkAssignment) {
 	s.mu.Lock()
-	if a := s.applied.Load(); a != nil && proto.Equal(a.network, n) {
+	if a := s.applied.Load(); a != nil && (a.given == n || proto.Equal(a.network, n)) {
 		s.mu.Unlock()
 		return
 	}
@@ -124,7 +129,7 @@ func (s *Slot) build(n *hostv1.NetworkAssignment) (*applied, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &applied{network: proto.CloneOf(n), revision: n.Policy.Revision, drain: seconds(n.DrainSeconds),
+	a := &applied{network: proto.CloneOf(n), given: n, revision: n.Policy.Revision, drain: seconds(n.DrainSeconds),
 		policy: policy, egresses: map[string]*egressPath{}, cache: dnsforward.NewCache()}
 	for _, e := range n.Egresses {
 		sp := e.GetSpec().GetSocks5()
