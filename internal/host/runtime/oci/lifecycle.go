@@ -301,7 +301,7 @@ func (d *Driver) stopGuest(ctx context.Context, id string, grace time.Duration) 
 // must unmount plainly; confirmed reports that they did and the images
 // were synced.
 func (d *Driver) release(ctx context.Context, id string, clean bool) (confirmed bool, err error) {
-	// Last, after the directory is gone (keepProbe).
+	// Last, after the directory is gone (see guestProbe).
 	defer d.dropProbe(id)
 	dir := d.dir(id)
 	rootfs, layer, volume := filepath.Join(dir, "rootfs"), filepath.Join(dir, "layer"), filepath.Join(dir, "volume")
