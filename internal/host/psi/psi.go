@@ -7,7 +7,6 @@ package psi
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -94,13 +93,4 @@ func parseLine(l *Line, fields string) error {
 		return errors.New("no total")
 	}
 	return nil
-}
-
-// ReadFile reads and parses the PSI file at path.
-func ReadFile(path string) (Pressure, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return Pressure{}, err
-	}
-	return Parse(b)
 }

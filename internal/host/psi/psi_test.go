@@ -1,8 +1,6 @@
 package psi
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 )
@@ -34,20 +32,5 @@ func TestParse(t *testing.T) {
 		if p, err := Parse([]byte(bad)); err == nil {
 			t.Errorf("Parse(%q) = %+v, want an error", bad, p)
 		}
-	}
-}
-
-// TestReadFile reads a file as Parse parses it, and fails for one that
-// does not exist.
-func TestReadFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "memory.pressure")
-	if err := os.WriteFile(path, []byte("some avg10=0.00 avg60=0.00 avg300=0.00 total=7\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=5\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if p, err := ReadFile(path); err != nil || p.Some.Total != 7*time.Microsecond || p.Full.Total != 5*time.Microsecond {
-		t.Errorf("ReadFile = %+v, %v", p, err)
-	}
-	if _, err := ReadFile(filepath.Join(t.TempDir(), "absent")); !os.IsNotExist(err) {
-		t.Errorf("ReadFile of a missing file: %v", err)
 	}
 }

@@ -18,14 +18,13 @@ const cgroupRoot = "/sys/fs/cgroup"
 // memory.events' oom_kill on cgroup v2. ok is false when the cgroup is
 // gone.
 func oomKills(id string) (n uint64, ok bool) {
-	for _, f := range oomKillFiles(id) {
-		if b, err := os.ReadFile(f); err == nil {
-			if n, ok := oomKillCount(b); ok {
-				return n, true
-			}
-		}
-	}
-	return 0, false
+	var f cgroupFile
+	defer f.close()
+	f.read(oomKillFiles(id), func(b []byte) bool {
+		n, ok = oomKillCount(b)
+		return ok
+	})
+	return n, ok
 }
 
 // oomKillFiles are the files that may count the kills of the execution's

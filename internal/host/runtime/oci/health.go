@@ -40,13 +40,7 @@ func (d *Driver) CheckGuest(ctx context.Context, id string) (runtime.GuestCheck,
 		c.OOMKills, ok = oomKillCount(b)
 		return ok
 	})
-	p.pressure.read(pressureFiles(id), func(b []byte) bool {
-		pr, err := psi.Parse(b)
-		if err == nil {
-			c.MemoryPressure = &pr
-		}
-		return err == nil
-	})
+	c.MemoryPressure = p.pressure.readPressure(pressureFiles(id))
 	return c, nil
 }
 
@@ -122,14 +116,13 @@ func (p *guestProbe) ping(ctx context.Context, d *Driver, id string) (string, er
 			return "", fmt.Errorf("oci: guest agent of %s: %w", id, err)
 		}
 	}
-	c, err := d.dialAgent(ctx, id)
+	conn, err := d.dialProbe(ctx, id)
 	if err != nil {
 		return "", fmt.Errorf("oci: guest agent of %s: %w", id, err)
 	}
-	conn := &probeConn{c: c, r: guestabi.NewProbeReader(c)}
 	boot, err := conn.exchange(ctx, guestabi.CommandPing, guestabi.AnswerReady)
 	if err != nil {
-		c.Close()
+		conn.c.Close()
 		return "", fmt.Errorf("oci: guest agent of %s: %w", id, err)
 	}
 	p.conn = conn
@@ -140,6 +133,15 @@ func (p *guestProbe) ping(ctx context.Context, d *Driver, id string) (string, er
 type probeConn struct {
 	c net.Conn
 	r *guestabi.ProbeReader
+}
+
+// dialProbe connects to the probe socket of execution id's guest agent.
+func (d *Driver) dialProbe(ctx context.Context, id string) (*probeConn, error) {
+	c, err := d.DialGuest(ctx, id, agentSocket)
+	if err != nil {
+		return nil, err
+	}
+	return &probeConn{c: c, r: guestabi.NewProbeReader(c)}, nil
 }
 
 // exchange sends one command line and checks that the answer is want,
@@ -208,6 +210,20 @@ func (c *cgroupFile) read(paths []string, parse func([]byte) bool) {
 func (c *cgroupFile) readInto(buf *[cgroupFileMax]byte, parse func([]byte) bool) bool {
 	n, err := c.f.ReadAt(buf[:], 0)
 	return (err == nil || errors.Is(err, io.EOF)) && parse(buf[:n])
+}
+
+// readPressure reads a memory.pressure file, the first of paths that
+// parses; nil when none does (a kernel without PSI).
+func (c *cgroupFile) readPressure(paths []string) *psi.Pressure {
+	var p *psi.Pressure
+	c.read(paths, func(b []byte) bool {
+		pr, err := psi.Parse(b)
+		if err == nil {
+			p = &pr
+		}
+		return err == nil
+	})
+	return p
 }
 
 func (c *cgroupFile) close() {

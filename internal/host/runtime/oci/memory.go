@@ -22,12 +22,9 @@ import (
 // too), /sys/fs/cgroup/... on a cgroup2-only host. nil when neither
 // exists or parses (a kernel without PSI).
 func memoryPressure(id string) *psi.Pressure {
-	for _, f := range pressureFiles(id) {
-		if p, err := psi.ReadFile(f); err == nil {
-			return &p
-		}
-	}
-	return nil
+	var f cgroupFile
+	defer f.close()
+	return f.readPressure(pressureFiles(id))
 }
 
 // pressureFiles are the files that may hold the execution's memory

@@ -54,22 +54,16 @@ func (d *Driver) stopAgent(ctx context.Context, id string, grace time.Duration) 
 // agent on a connection of its own, checks that the answer is want and
 // returns the answer's argument.
 func (d *Driver) agentCommand(ctx context.Context, id, command, want string) (string, error) {
-	c, err := d.dialAgent(ctx, id)
+	p, err := d.dialProbe(ctx, id)
 	if err != nil {
 		return "", fmt.Errorf("oci: guest agent of %s: %w", id, err)
 	}
-	defer c.Close()
-	p := &probeConn{c: c, r: guestabi.NewProbeReader(c)}
+	defer p.c.Close()
 	arg, err := p.exchange(ctx, command, want)
 	if err != nil {
 		return "", fmt.Errorf("oci: guest agent of %s: %w", id, err)
 	}
 	return arg, nil
-}
-
-// dialAgent connects to the agent's control socket.
-func (d *Driver) dialAgent(ctx context.Context, id string) (net.Conn, error) {
-	return d.DialGuest(ctx, id, agentSocket)
 }
 
 // DialGuest connects to a socket of the guest agent; see runtime.Driver.
