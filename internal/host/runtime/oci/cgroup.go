@@ -2,13 +2,17 @@ package oci
 
 import (
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kibotos/kibotos/internal/host/psi"
 )
 
 const cgroupRoot = "/sys/fs/cgroup"
@@ -144,4 +148,72 @@ func removeCgroupTree(dir string) error {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return &os.PathError{Op: "rmdir", Path: dir, Err: err}
+}
+
+// cgroupFile is a small cgroup file kept open and read from its start at
+// each read (the kernel makes its content anew for each read at offset 0).
+type cgroupFile struct {
+	f *os.File
+}
+
+// cgroupFileMax bounds what a cgroupFile reads: the files it keeps are a
+// few short lines.
+const cgroupFileMax = 4 << 10
+
+// cgroupFileBuffers are the buffers of cgroupFile reads, shared, so that
+// an execution keeps no buffer between its checks.
+var cgroupFileBuffers = sync.Pool{New: func() any { return new([cgroupFileMax]byte) }}
+
+// read hands parse the content of the kept file, or, when none is kept or
+// its read fails (a cgroup removed reads ENODEV) or parse refuses it, of
+// the first of paths that parse accepts, which it then keeps. The content
+// is valid only during the call.
+func (c *cgroupFile) read(paths []string, parse func([]byte) bool) {
+	buf := cgroupFileBuffers.Get().(*[cgroupFileMax]byte)
+	defer cgroupFileBuffers.Put(buf)
+	if c.f != nil {
+		if c.readInto(buf, parse) {
+			return
+		}
+		c.close()
+	}
+	for _, path := range paths {
+		f, err := os.Open(path)
+		if err != nil {
+			continue
+		}
+		c.f = f
+		if c.readInto(buf, parse) {
+			return
+		}
+		c.close()
+	}
+}
+
+// readInto reads the kept file from its start into buf and reports
+// whether the read succeeded and parse accepted the content.
+func (c *cgroupFile) readInto(buf *[cgroupFileMax]byte, parse func([]byte) bool) bool {
+	n, err := c.f.ReadAt(buf[:], 0)
+	return (err == nil || errors.Is(err, io.EOF)) && parse(buf[:n])
+}
+
+// readPressure reads a memory.pressure file, the first of paths that
+// parses; nil when none does (a kernel without PSI).
+func (c *cgroupFile) readPressure(paths []string) *psi.Pressure {
+	var p *psi.Pressure
+	c.read(paths, func(b []byte) bool {
+		pr, err := psi.Parse(b)
+		if err == nil {
+			p = &pr
+		}
+		return err == nil
+	})
+	return p
+}
+
+func (c *cgroupFile) close() {
+	if c.f != nil {
+		c.f.Close()
+		c.f = nil
+	}
 }
