@@ -2,7 +2,9 @@
 // through the Go SDK, each figure beside a baseline measured in the same
 // run: the round trip of exec `true` (p50, p99) beside a Connect unary
 // call on loopback; exec `true` per second with 1 and with -callers
-// parallel callers on one workspace; `kibotos ws exec WS -- true` end to
+// parallel callers on one workspace; a short command after idling in a
+// workspace of 0.1 CPU beside the same in one of the default CPU;
+// `kibotos ws exec WS -- true` end to
 // end beside the SDK's round trip, and its CPU beside the SDK client's
 // per exec; the CLI's start (`kibotos version`) beside that of
 // kibotos-server, the whole binary, when it lies next to -cli; and file write and read throughput
@@ -43,6 +45,8 @@ type config struct {
 	fileMiB         int
 	memoryMiB       int
 	pid             int
+	idleIters       int
+	idleRuns        int
 }
 
 func main() {
@@ -56,6 +60,8 @@ func main() {
 	flag.IntVar(&c.fileMiB, "file-mib", 1024, "size of the file written and read, in MiB; 0 skips it")
 	flag.IntVar(&c.memoryMiB, "memory-mib", 512, "memory of the workspace the file is written in, in MiB")
 	flag.IntVar(&c.pid, "pid", 0, "pid of kibotos up, whose CPU per exec is reported; 0 leaves it out")
+	flag.IntVar(&c.idleIters, "idle-iters", 15000, "steps of the shell loop timed after idling in a workspace of 0.1 CPU (about a µs of CPU each); 0 skips it")
+	flag.IntVar(&c.idleRuns, "idle-runs", 20, "runs of that loop to time")
 	benchutil.Main("dpbench", func() error {
 		c.addr, c.home = *addr, *home
 		return run(c)
@@ -109,6 +115,12 @@ func run(c config) error {
 	row(fmt.Sprintf("exec true/s, %d callers", c.callers), many, one, "/s")
 	fmt.Printf("CPU per exec with %d callers: kibotos up %.2f ms, guest (agent and true) %.2f ms, SDK client %.2f ms\n",
 		c.callers, benchutil.Millis(cpu.host), benchutil.Millis(cpu.guest), benchutil.Millis(cpu.client))
+
+	if c.idleIters > 0 {
+		if err := idleCommand(ctx, client, ws, c.idleIters, c.idleRuns); err != nil {
+			return err
+		}
+	}
 
 	if c.cli != "" {
 		cli, cliCPU, err := timeCLI(c, ws.ID())

@@ -41,12 +41,13 @@ func (d *deployment) awaitPoolReady(n int) {
 }
 
 // insideView is what the guest sees of itself: its hostname, its limits
-// (memory, CFS quota, pids) through its own cgroups, the sizes of /tmp
-// and /run, the files of /root (the writable layer's) and whether the
-// template's files are there.
+// (memory, CFS quota and burst, pids) through its own cgroups, the sizes
+// of /tmp and /run, the files of /root (the writable layer's) and whether
+// the template's files are there.
 const insideView = `hostname; cat /proc/sys/kernel/hostname
 cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/memory/memory.memsw.limit_in_bytes 2>/dev/null
-cat /sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null | head -1
+cpu() { cat /sys/fs/cgroup/cpu,cpuacct/cpu.cfs_$1_us /sys/fs/cgroup/cpu/cpu.cfs_$1_us 2>/dev/null | head -1; }
+echo $(cpu quota) $(cpu burst)
 cat /sys/fs/cgroup/pids/pids.max
 df -k /tmp /run | awk 'NR>1 {print $2}'
 ls -A /root
@@ -90,11 +91,11 @@ func TestWarmPool(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the bound workspace's view: %v %s", err, got)
 	}
-	if strings.Replace(strings.ReplaceAll(got, ws.WorkspaceId, "HOST"), "\n25000\n", "\n50000\n", 1) != strings.ReplaceAll(want, cold.WorkspaceId, "HOST") ||
+	if strings.Replace(strings.ReplaceAll(got, ws.WorkspaceId, "HOST"), "\n25000 25000\n", "\n50000 50000\n", 1) != strings.ReplaceAll(want, cold.WorkspaceId, "HOST") ||
 		!strings.HasPrefix(got, ws.WorkspaceId+"\n"+ws.WorkspaceId+"\n") || strings.Contains(got, rid) {
 		t.Errorf("the bound workspace sees\n%s\nthe built one\n%s", got, want)
 	}
-	for _, limit := range []string{"134217728\n", "\n25000\n", "4096\n", "template files present"} {
+	for _, limit := range []string{"134217728\n", "\n25000 25000\n", "4096\n", "template files present"} {
 		if !strings.Contains(got, limit) {
 			t.Errorf("the bound workspace's view lacks %q:\n%s", limit, got)
 		}

@@ -88,19 +88,6 @@ func setCgroupLimits(id string, b runtime.Binding) error {
 		filepath.Join(cgroupRoot, cg, "pids.max"), pids)
 }
 
-// setCgroupCPU writes the CFS quota of millis thousandths of a core (no
-// quota for 0, as at start) to the execution's cgroup.
-func setCgroupCPU(id string, millis uint32) error {
-	quota, quota2 := "-1", "max"
-	if millis > 0 {
-		q := strconv.FormatInt(int64(millis)*cfsPeriod/1000, 10)
-		quota, quota2 = q, q
-	}
-	cg := cgroupPath(id)
-	return writeCgroup(filepath.Join(cgroupRoot, "cpu", cg, "cpu.cfs_quota_us"), quota,
-		filepath.Join(cgroupRoot, cg, "cpu.max"), quota2+" "+strconv.Itoa(cfsPeriod))
-}
-
 // writeCgroup writes v1 to the v1 file when its hierarchy has the
 // execution's cgroup, else v2 to the cgroup2 file.
 func writeCgroup(v1File, v1, v2File, v2 string) error {

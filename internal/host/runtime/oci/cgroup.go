@@ -44,6 +44,45 @@ func oomKillFiles(id string) []string {
 // oomKillCount reads the oom_kill count of one of oomKillFiles' contents.
 func oomKillCount(data []byte) (uint64, bool) { return keyValue(data, "oom_kill") }
 
+// setCgroupCPU writes the CFS quota of millis thousandths of a core (no
+// quota for 0, as at start) to the execution's cgroup, with a burst of
+// one period's quota: a guest that left its quota unused may spend that
+// much more in a period, so a short command after idling (an exec, with
+// the guest agent's own work for it) is not throttled for the rest of
+// the period, while over time the guest still gets its quota and no more.
+// The kernel refuses a burst above the quota, so the burst is cleared
+// before the quota changes and set after.
+func setCgroupCPU(id string, millis uint32) error {
+	quota, quota2, burst := "-1", "max", "0"
+	if millis > 0 {
+		q := strconv.FormatInt(int64(millis)*cfsPeriod/1000, 10)
+		quota, quota2, burst = q, q, q
+	}
+	cg := cgroupPath(id)
+	v1, v2 := filepath.Join(cgroupRoot, "cpu", cg), filepath.Join(cgroupRoot, cg)
+	if err := setCgroupBurst(v1, v2, "0"); err != nil {
+		return err
+	}
+	if err := writeCgroup(filepath.Join(v1, "cpu.cfs_quota_us"), quota, filepath.Join(v2, "cpu.max"), quota2+" "+strconv.Itoa(cfsPeriod)); err != nil {
+		return err
+	}
+	return setCgroupBurst(v1, v2, burst)
+}
+
+// setCgroupBurst writes the CFS burst in µs to the execution's cgroup
+// (v1Dir on the v1 cpu hierarchy, else v2Dir), on a kernel that has it
+// (5.14 and later); elsewhere it does nothing.
+func setCgroupBurst(v1Dir, v2Dir, burst string) error {
+	file := filepath.Join(v2Dir, "cpu.max.burst")
+	if _, err := os.Stat(v1Dir); err == nil {
+		file = filepath.Join(v1Dir, "cpu.cfs_burst_us")
+	}
+	if _, err := os.Stat(file); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return os.WriteFile(file, []byte(burst), 0)
+}
+
 // setCgroupMemory sets the memory limit of the execution's cgroup to
 // bytes, swap included, as runc update --memory N --memory-swap N does:
 // the v1 memory controller's limits (memory+swap never below memory, so
