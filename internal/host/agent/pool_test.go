@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"os"
@@ -11,9 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 )
 
@@ -51,19 +55,29 @@ func TestWarmPoolBind(t *testing.T) {
 	e := newReconcilerEnv(t)
 	e.cfg.WarmPool = 2
 	// The fake serves each connection with a server of its own, which
-	// tells the connections apart. A request for no service is the
-	// warm-up of the connection.
+	// tells the connections apart. The warm-up of a connection is a
+	// StartProcess of warmUpProgram, which the guest refuses.
 	var mu sync.Mutex
 	greeted := map[*http.Server]string{} // the connection's warm-up, by the runtime ID it went to
 	var lastCall *http.Server
+	var warmUps [][]string // the args of every StartProcess
+	warmUp := warmUpGuest{started: func(args []string) {
+		mu.Lock()
+		warmUps = append(warmUps, args)
+		mu.Unlock()
+	}}
+	_, starts := datav1connect.NewProcessServiceHandler(warmUp)
 	e.driver.ServeDataPlane(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		conn := r.Context().Value(http.ServerContextKey).(*http.Server)
-		mu.Lock()
-		if r.URL.Path == "/" {
+		if r.URL.Path == datav1connect.ProcessServiceStartProcessProcedure {
+			mu.Lock()
 			greeted[conn] = r.Host
-		} else {
-			lastCall = conn
+			mu.Unlock()
+			starts.ServeHTTP(w, r)
+			return
 		}
+		mu.Lock()
+		lastCall = conn
 		mu.Unlock()
 		http.NotFound(w, r)
 	}))
@@ -80,6 +94,13 @@ func TestWarmPoolBind(t *testing.T) {
 	}
 	e.awaitPool(t, 2)
 	eventually(t, "each entry's guest connection is opened", func() bool { return greetings() == 2 })
+	mu.Lock()
+	for _, args := range warmUps {
+		if !slices.Equal(args, []string{warmUpProgram}) {
+			t.Errorf("a warm-up started %q, want %s alone", args, warmUpProgram)
+		}
+	}
+	mu.Unlock()
 	pooled := e.poolIDs()
 	for _, id := range pooled {
 		if spec, _, _ := e.driver.Spec(id); spec.CPUMillis != 0 {
@@ -335,4 +356,16 @@ func TestWarmPoolRecovery(t *testing.T) {
 		_, err := os.Stat(filepath.Join(a.pool.aliasDir, as.ExecutionId))
 		return !slices.Contains(e.driver.IDs(), rid) && errors.Is(err, os.ErrNotExist)
 	})
+}
+
+// warmUpGuest is a guest's ProcessService that refuses every start, as
+// a guest agent refuses warmUpProgram, which does not exist.
+type warmUpGuest struct {
+	datav1connect.UnimplementedProcessServiceHandler
+	started func(args []string)
+}
+
+func (g warmUpGuest) StartProcess(_ context.Context, req *connect.Request[datav1.StartProcessRequest], _ *connect.ServerStream[datav1.ProcessEvent]) error {
+	g.started(req.Msg.GetArgs())
+	return connect.NewError(connect.CodeNotFound, errors.New("no such program"))
 }
