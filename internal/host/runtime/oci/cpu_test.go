@@ -20,21 +20,25 @@ func cpuBandwidth(t *testing.T, id string) (quota, burst string) {
 		}
 		return strings.TrimSpace(string(b))
 	}
-	if v1 := filepath.Join(cgroupRoot, "cpu", cgroupPath(id)); dirExists(v1) {
-		return read(filepath.Join(v1, "cpu.cfs_quota_us")), read(filepath.Join(v1, "cpu.cfs_burst_us"))
+	dir, v1 := cpuCgroup(id)
+	if v1 {
+		return read(filepath.Join(dir, "cpu.cfs_quota_us")), read(filepath.Join(dir, "cpu.cfs_burst_us"))
 	}
-	v2 := filepath.Join(cgroupRoot, cgroupPath(id))
-	quota, _, _ = strings.Cut(read(filepath.Join(v2, "cpu.max")), " ")
+	quota, _, _ = strings.Cut(read(filepath.Join(dir, "cpu.max")), " ")
 	if quota == "max" {
 		quota = "-1"
 	}
-	return quota, read(filepath.Join(v2, "cpu.max.burst"))
+	return quota, read(filepath.Join(dir, "cpu.max.burst"))
 }
 
-// dirExists reports whether path is a directory.
-func dirExists(path string) bool {
-	fi, err := os.Stat(path)
-	return err == nil && fi.IsDir()
+// cpuCgroup returns the directory of the execution's cgroup that holds
+// its CPU controller's files, and whether it is on cgroup v1's hierarchy.
+func cpuCgroup(id string) (dir string, v1 bool) {
+	dir = filepath.Join(cgroupRoot, "cpu", cgroupPath(id))
+	if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+		return dir, true
+	}
+	return filepath.Join(cgroupRoot, cgroupPath(id)), false
 }
 
 // TestCPUBurst: a CPU limit comes with a burst of one period's quota,
@@ -62,11 +66,8 @@ func TestCPUBurst(t *testing.T) {
 	// Idle for a few periods, then spin for about ten quotas of CPU.
 	time.Sleep(3 * cfsPeriod * time.Microsecond)
 	e.exec(t, spec.ID, "sh", "-c", "i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done")
-	stat := filepath.Join(cgroupRoot, cgroupPath(spec.ID), "cpu.stat")
-	if v1 := filepath.Join(cgroupRoot, "cpu", cgroupPath(spec.ID)); dirExists(v1) {
-		stat = filepath.Join(v1, "cpu.stat")
-	}
-	if n, ok := readKey(stat, "nr_bursts"); !ok || n == 0 {
+	dir, _ := cpuCgroup(spec.ID)
+	if n, ok := readKey(filepath.Join(dir, "cpu.stat"), "nr_bursts"); !ok || n == 0 {
 		t.Errorf("the guest never ran above its quota after idling: %d bursts (read: %v)", n, ok)
 	}
 }
