@@ -233,6 +233,8 @@ func TestRefusals(t *testing.T) {
 		return b
 	}
 	// A flipped byte in a block's size reads as a cut: either is right.
+	// One in the first entry's header decodes until the frame's checksum,
+	// so it may read as a foreign archive, which the refusal also names.
 	foreign, truncated, damaged := "not a Kibotos transfer artifact", "truncated", "damaged|truncated"
 	cases := []struct {
 		name string

@@ -160,7 +160,10 @@ func (w *walker) walk() (*ctrlv1.TransferManifest, error) {
 		if w.src.err != nil || w.z.err != nil {
 			return nil, w.contentErr(err, "reading its first entry")
 		}
-		return nil, invalid("it holds no tar archive, so it is not a Kibotos transfer artifact (%s): %v", Format, err)
+		// A flipped byte in the first entry's header decodes without an
+		// error until the frame's checksum, which may come much later:
+		// damage and a foreign archive look alike here.
+		return nil, invalid("it holds no tar archive, so it is damaged or not a Kibotos transfer artifact (%s): %v", Format, err)
 	}
 	if hdr.Name != ManifestName {
 		return nil, invalid("its first entry is %q, not %s: not a Kibotos transfer artifact", hdr.Name, ManifestName)
