@@ -53,34 +53,46 @@ func oomKillCount(data []byte) (uint64, bool) { return keyValue(data, "oom_kill"
 // The kernel refuses a burst above the quota, so the burst is cleared
 // before the quota changes and set after.
 func setCgroupCPU(id string, millis uint32) error {
-	quota, quota2, burst := "-1", "max", "0"
+	dir, v1 := cpuCgroup(id)
+	quota, burst := "-1", "0"
 	if millis > 0 {
-		q := strconv.FormatInt(int64(millis)*cfsPeriod/1000, 10)
-		quota, quota2, burst = q, q, q
+		quota = strconv.FormatInt(int64(millis)*cfsPeriod/1000, 10)
+		burst = quota
 	}
-	cg := cgroupPath(id)
-	v1, v2 := filepath.Join(cgroupRoot, "cpu", cg), filepath.Join(cgroupRoot, cg)
-	if err := setCgroupBurst(v1, v2, "0"); err != nil {
+	quotaFile, burstFile := "cpu.cfs_quota_us", "cpu.cfs_burst_us"
+	if !v1 {
+		quotaFile, burstFile = "cpu.max", "cpu.max.burst"
+		if millis == 0 {
+			quota = "max"
+		}
+		quota += " " + strconv.Itoa(cfsPeriod)
+	}
+	// A kernel before 5.14 has no burst file.
+	setBurst := func(v string) error {
+		path := filepath.Join(dir, burstFile)
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return os.WriteFile(path, []byte(v), 0)
+	}
+	if err := setBurst("0"); err != nil {
 		return err
 	}
-	if err := writeCgroup(filepath.Join(v1, "cpu.cfs_quota_us"), quota, filepath.Join(v2, "cpu.max"), quota2+" "+strconv.Itoa(cfsPeriod)); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, quotaFile), []byte(quota), 0); err != nil {
 		return err
 	}
-	return setCgroupBurst(v1, v2, burst)
+	return setBurst(burst)
 }
 
-// setCgroupBurst writes the CFS burst in µs to the execution's cgroup
-// (v1Dir on the v1 cpu hierarchy, else v2Dir), on a kernel that has it
-// (5.14 and later); elsewhere it does nothing.
-func setCgroupBurst(v1Dir, v2Dir, burst string) error {
-	file := filepath.Join(v2Dir, "cpu.max.burst")
-	if _, err := os.Stat(v1Dir); err == nil {
-		file = filepath.Join(v1Dir, "cpu.cfs_burst_us")
+// cpuCgroup returns the directory of the execution's cgroup that holds
+// its CPU controller's files: on cgroup v1's cpu hierarchy when it has the
+// execution's cgroup (v1 is true), else on the cgroup2 tree.
+func cpuCgroup(id string) (dir string, v1 bool) {
+	dir = filepath.Join(cgroupRoot, "cpu", cgroupPath(id))
+	if _, err := os.Stat(dir); err == nil {
+		return dir, true
 	}
-	if _, err := os.Stat(file); errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	return os.WriteFile(file, []byte(burst), 0)
+	return filepath.Join(cgroupRoot, cgroupPath(id)), false
 }
 
 // setCgroupMemory sets the memory limit of the execution's cgroup to

@@ -31,16 +31,6 @@ func cpuBandwidth(t *testing.T, id string) (quota, burst string) {
 	return quota, read(filepath.Join(dir, "cpu.max.burst"))
 }
 
-// cpuCgroup returns the directory of the execution's cgroup that holds
-// its CPU controller's files, and whether it is on cgroup v1's hierarchy.
-func cpuCgroup(id string) (dir string, v1 bool) {
-	dir = filepath.Join(cgroupRoot, "cpu", cgroupPath(id))
-	if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
-		return dir, true
-	}
-	return filepath.Join(cgroupRoot, cgroupPath(id)), false
-}
-
 // TestCPUBurst: a CPU limit comes with a burst of one period's quota,
 // also when the quota falls below the burst before it, and goes with it;
 // a guest that left its quota unused runs above it for a period, which
