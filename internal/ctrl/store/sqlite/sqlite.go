@@ -3,7 +3,9 @@
 //
 // Writes go through a single connection, so SQLite's one writer is queued in
 // Go rather than spun on busy retries; reads use their own pool and run
-// concurrently with the writer, as WAL allows.
+// concurrently with the writer, as WAL allows. The store holds the database
+// file alone (an exclusive lock, released when it closes or its process
+// ends), which lets it keep the rows it reads by ID in memory.
 package sqlite
 
 import (
@@ -14,9 +16,11 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
+	"os"
 
 	sqlite "modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
+	"golang.org/x/sys/unix"
 
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/store/sqlstore"
@@ -28,6 +32,7 @@ var migrations embed.FS
 var dialect = sqlstore.Dialect{
 	Name:        "sqlite",
 	GroupCommit: true,
+	CacheRows:   true,
 	Retryable: func(err error) bool {
 		var e *sqlite.Error
 		return errors.As(err, &e) && (e.Code()&0xff == sqlite3.SQLITE_BUSY || e.Code()&0xff == sqlite3.SQLITE_LOCKED)
@@ -43,8 +48,50 @@ var dialect = sqlstore.Dialect{
 const maxIdleReaders = 64
 
 // Open opens (creating if needed) the database at path and applies pending
-// migrations.
+// migrations. It fails while another store, of this process or another,
+// has the database open.
 func Open(ctx context.Context, path string) (store.Store, error) {
+	lock, err := lockFile(path)
+	if err != nil {
+		return nil, err
+	}
+	s, err := open(ctx, path)
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	return &lockedStore{Store: s, lock: lock}, nil
+}
+
+// lockFile takes an exclusive lock on the database file (creating it
+// empty, which SQLite takes for a new database). SQLite's own locks are
+// POSIX record locks, which this lock does not touch.
+func lockFile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("sqlite %s: another store has this database open (is another kibotos running on this home?)", path)
+		}
+		return nil, fmt.Errorf("sqlite %s: lock: %w", path, err)
+	}
+	return f, nil
+}
+
+// lockedStore releases the database file's lock when it closes.
+type lockedStore struct {
+	*sqlstore.Store
+	lock *os.File
+}
+
+func (s *lockedStore) Close() error {
+	return errors.Join(s.Store.Close(), s.lock.Close())
+}
+
+func open(ctx context.Context, path string) (*sqlstore.Store, error) {
 	dsn := func(extra string) string {
 		return "file:" + url.PathEscape(path) +
 			"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)" +

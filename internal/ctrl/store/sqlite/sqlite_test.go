@@ -3,6 +3,7 @@ package sqlite_test
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/kibotos/kibotos/internal/ctrl/store"
@@ -48,4 +49,28 @@ func TestReopenKeepsDataAndSkipsApplied(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestSecondOpenRefused: a store keeps rows in memory, which is only true
+// while no other store writes its database, so a second one is refused
+// until the first closes.
+func TestSecondOpenRefused(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "kibotos.db")
+	s, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second, err := sqlite.Open(ctx, path); err == nil || !strings.Contains(err.Error(), "another store has this database open") {
+		if err == nil {
+			second.Close()
+		}
+		t.Fatalf("second open: %v, want it refused", err)
+	}
+	s.Close()
+	s, err = sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatalf("open after close: %v", err)
+	}
+	s.Close()
 }

@@ -28,7 +28,7 @@ func (t *tx) CreateProject(ctx context.Context, p store.Project) error {
 
 const projectColumns = `id, name, operator, created_at`
 
-func scanProject(row interface{ Scan(...any) error }) (store.Project, error) {
+func scanProject(row rowScanner) (store.Project, error) {
 	var p store.Project
 	var created int64
 	if err := row.Scan(&p.ID, &p.Name, &p.Operator, &created); err != nil {
@@ -59,7 +59,7 @@ func (t *tx) CreateToken(ctx context.Context, tok store.Token) error {
 
 const tokenColumns = `id, project_id, role, name, secret_hash, created_at, revoked_at`
 
-func scanToken(row interface{ Scan(...any) error }) (store.Token, error) {
+func scanToken(row rowScanner) (store.Token, error) {
 	var tok store.Token
 	var created int64
 	var revoked sql.NullInt64
@@ -95,7 +95,7 @@ func (t *tx) CreateHostToken(ctx context.Context, tok store.HostToken) error {
 
 const hostTokenColumns = `id, name, secret_hash, created_at, revoked_at`
 
-func scanHostToken(row interface{ Scan(...any) error }) (store.HostToken, error) {
+func scanHostToken(row rowScanner) (store.HostToken, error) {
 	var tok store.HostToken
 	var created int64
 	var revoked sql.NullInt64
@@ -149,7 +149,7 @@ func (t *tx) PruneCommands(ctx context.Context, before time.Time, limit int) (in
 }
 
 // collect scans every row and closes rows.
-func collect[T any](rows *sql.Rows, scan func(interface{ Scan(...any) error }) (T, error)) ([]T, error) {
+func collect[T any](rows *sql.Rows, scan func(rowScanner) (T, error)) ([]T, error) {
 	defer rows.Close()
 	var out []T
 	for rows.Next() {

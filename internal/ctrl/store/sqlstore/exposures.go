@@ -72,7 +72,7 @@ func (t *tx) EndWorkspaceExposures(ctx context.Context, projectID, workspaceID s
 		toNanos(at), projectID, workspaceID, false, persistent)
 }
 
-func scanExposure(row interface{ Scan(...any) error }) (store.Exposure, error) {
+func scanExposure(row rowScanner) (store.Exposure, error) {
 	var (
 		e       store.Exposure
 		port    int64

@@ -137,6 +137,9 @@ func (c *committer) try(group []*pending) ([]*pending, error) {
 		return group, err
 	}
 	t := &tx{tx: sqlTx, d: &c.s.dialect, detached: true}
+	if c.s.cache != nil {
+		t.touched = make(map[rowKey]struct{})
+	}
 	ran := make([]*pending, 0, len(group))
 	for i, p := range group {
 		if p.err = p.ctx.Err(); p.err != nil {
@@ -164,7 +167,16 @@ func (c *committer) try(group []*pending) ([]*pending, error) {
 		}
 		ran = append(ran, p)
 	}
-	if err := sqlTx.Commit(); err != nil {
+	// The cache drops what the group wrote before the commit, and keeps
+	// nothing new until it is done, before any member is answered.
+	if c.s.cache != nil {
+		c.s.cache.beginCommit(t.touched)
+	}
+	err = sqlTx.Commit()
+	if c.s.cache != nil {
+		c.s.cache.endCommit()
+	}
+	if err != nil {
 		return group, err
 	}
 	for _, p := range ran {

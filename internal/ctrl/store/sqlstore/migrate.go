@@ -54,7 +54,7 @@ func Migrate(ctx context.Context, s *Store, fsys fs.FS, lock string) error {
 	if err != nil {
 		return err
 	}
-	applied, err := collect(rows, func(row interface{ Scan(...any) error }) (int, error) {
+	applied, err := collect(rows, func(row rowScanner) (int, error) {
 		var v int
 		return v, row.Scan(&v)
 	})

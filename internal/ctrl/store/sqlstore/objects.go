@@ -27,6 +27,7 @@ func (t *tx) CreateObject(ctx context.Context, o store.Object) error {
 		toNanos(o.CreatedAt), toNanos(o.UpdatedAt), nullNanos(o.DeletedAt)); err != nil {
 		return err
 	}
+	t.touch(o.ProjectID, o.ID)
 	return t.indexLabels(ctx, o.ProjectID, o.ID, o.Labels, o.Deleted())
 }
 
@@ -44,6 +45,7 @@ func (t *tx) UpdateObject(ctx context.Context, o store.Object) error {
 	if err != nil {
 		return err
 	}
+	t.touch(o.ProjectID, o.ID)
 	return t.reindexLabels(ctx, o.ProjectID, o.ID, o.Labels, o.Deleted())
 }
 
@@ -73,7 +75,7 @@ func (t *tx) indexLabels(ctx context.Context, projectID, id string, labels map[s
 
 // labeledRows runs a query, scans its rows and loads their labels into the
 // maps that at points to (loadLabels).
-func labeledRows[T any](ctx context.Context, t *tx, scan func(interface{ Scan(...any) error }) (T, error),
+func labeledRows[T any](ctx context.Context, t *tx, scan func(rowScanner) (T, error),
 	at func(*T) (projectID, id string, labels *map[string]string), query string, args ...any) ([]T, error) {
 	rows, err := t.query(ctx, query, args...)
 	if err != nil {
@@ -184,8 +186,19 @@ func selectorClause(b *strings.Builder, args []any, selector map[string]string) 
 }
 
 func (t *tx) Object(ctx context.Context, kind store.Kind, projectID, id string) (store.Object, error) {
-	return scanObject(t.queryRow(ctx, `SELECT `+objectColumns+` FROM objects
+	if t.cache != nil {
+		if o, ok := t.cache.object(t.generation, kind, projectID, id); ok {
+			t.servedFromCache = true
+			return o, nil
+		}
+	}
+	o, err := scanObject(t.queryRow(ctx, `SELECT `+objectColumns+` FROM objects
 		WHERE id = ? AND kind = ? AND project_id = ?`, id, string(kind), projectID))
+	if err == nil && t.cache != nil {
+		kept := copyObject(o)
+		t.cache.put(t.generation, rowKey{projectID, id}, cachedRow{object: &kept})
+	}
+	return o, err
 }
 
 func (t *tx) Objects(ctx context.Context, q store.ObjectQuery) ([]store.Object, error) {
@@ -203,7 +216,7 @@ func (t *tx) Objects(ctx context.Context, q store.ObjectQuery) ([]store.Object, 
 	return collect(rows, scanObject)
 }
 
-func scanObject(row interface{ Scan(...any) error }) (store.Object, error) {
+func scanObject(row rowScanner) (store.Object, error) {
 	var (
 		o                                          store.Object
 		kind, labels, annotations                  string

@@ -32,7 +32,7 @@ func (t *tx) ReferencingWorkspaces(ctx context.Context, projectID string, ref st
 	if err != nil {
 		return nil, err
 	}
-	return collect(rows, func(row interface{ Scan(...any) error }) (string, error) {
+	return collect(rows, func(row rowScanner) (string, error) {
 		var id string
 		return id, row.Scan(&id)
 	})

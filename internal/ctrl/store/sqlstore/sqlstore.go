@@ -34,6 +34,10 @@ type Dialect struct {
 	// savepoint, committed once (see committer). It suits a backend with
 	// one writer connection, where Updates run one at a time anyway.
 	GroupCommit bool
+	// CacheRows keeps the objects and workspaces read by ID in memory
+	// (rowCache). It needs GroupCommit, and a database that no other
+	// process writes.
+	CacheRows bool
 }
 
 // maxAttempts bounds how often Update runs a transaction that keeps losing
@@ -46,6 +50,7 @@ type Store struct {
 	read, write *sql.DB
 	dialect     Dialect
 	group       *committer // with Dialect.GroupCommit
+	cache       *rowCache  // with Dialect.CacheRows
 }
 
 // New returns a Store. The caller has migrated the schema; Close closes both
@@ -54,6 +59,9 @@ func New(read, write *sql.DB, d Dialect) *Store {
 	s := &Store{read: read, write: write, dialect: d}
 	if d.GroupCommit {
 		s.group = newCommitter(s)
+		if d.CacheRows {
+			s.cache = newRowCache()
+		}
 	}
 	return s
 }
@@ -91,7 +99,22 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
 
 // View implements store.Store.
 func (s *Store) View(ctx context.Context, fn func(store.Tx) error) error {
-	return s.run(ctx, s.read, &sql.TxOptions{ReadOnly: true, Isolation: s.dialect.WriteTx.Isolation}, fn)
+	opts := &sql.TxOptions{ReadOnly: true, Isolation: s.dialect.WriteTx.Isolation}
+	if s.cache == nil {
+		return s.run(ctx, s.read, opts, fn)
+	}
+	// The transaction begins with the first statement: a View the cache
+	// serves alone runs none.
+	t := &tx{d: &s.dialect, cache: s.cache, generation: s.cache.begin(),
+		begin: func() (*sql.Tx, error) { return s.read.BeginTx(ctx, opts) }}
+	err := s.end(t.tx, fn(t))
+	if t.servedFromCache && t.tx != nil && !s.cache.current(t.generation) {
+		// A commit started while this View read rows from the cache and
+		// others from the database, which may then not be of one
+		// snapshot: run it again on the database alone.
+		return s.run(ctx, s.read, opts, fn)
+	}
+	return err
 }
 
 func (s *Store) run(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(store.Tx) error) error {
@@ -99,7 +122,16 @@ func (s *Store) run(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn fun
 	if err != nil {
 		return fmt.Errorf("%s: begin: %w", s.dialect.Name, err)
 	}
-	if err := fn(&tx{tx: sqlTx, d: &s.dialect}); err != nil {
+	return s.end(sqlTx, fn(&tx{tx: sqlTx, d: &s.dialect}))
+}
+
+// end commits sqlTx (if one began) when fn succeeded, and rolls it back
+// when fn returned err.
+func (s *Store) end(sqlTx *sql.Tx, err error) error {
+	if sqlTx == nil {
+		return err
+	}
+	if err != nil {
 		_ = sqlTx.Rollback()
 		return err
 	}
@@ -123,12 +155,44 @@ func (s *Store) Close() error {
 
 // tx implements store.Tx.
 type tx struct {
-	tx *sql.Tx
-	d  *Dialect
+	// tx is nil until the first statement of a View with a cache, which
+	// calls begin.
+	tx    *sql.Tx
+	begin func() (*sql.Tx, error)
+	d     *Dialect
 	// detached runs statements to completion even when the caller's ctx
 	// ends: in a group transaction an interrupted statement could roll
 	// back the other members' work.
 	detached bool
+
+	// cache, in a View, serves rows read by ID and keeps those read from
+	// the database, under the generation the View began with.
+	cache           *rowCache
+	generation      uint64
+	servedFromCache bool
+	// touched, in a group transaction with a cache, collects the rows it
+	// writes, for the cache to drop when it commits.
+	touched map[rowKey]struct{}
+}
+
+// sqlTx returns the transaction, beginning it if it has not begun.
+func (t *tx) sqlTx() (*sql.Tx, error) {
+	if t.tx == nil {
+		sqlTx, err := t.begin()
+		if err != nil {
+			return nil, fmt.Errorf("%s: begin: %w", t.d.Name, err)
+		}
+		t.tx = sqlTx
+	}
+	return t.tx, nil
+}
+
+// touch records that the transaction writes the row of projectID and id,
+// or its labels.
+func (t *tx) touch(projectID, id string) {
+	if t.touched != nil {
+		t.touched[rowKey{projectID, id}] = struct{}{}
+	}
 }
 
 // ctx is the context a statement runs under.
@@ -160,7 +224,11 @@ func (t *tx) q(query string) string {
 }
 
 func (t *tx) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	res, err := t.tx.ExecContext(t.ctx(ctx), t.q(query), args...)
+	sqlTx, err := t.sqlTx()
+	if err != nil {
+		return nil, err
+	}
+	res, err := sqlTx.ExecContext(t.ctx(ctx), t.q(query), args...)
 	if err != nil && t.d.UniqueViolation(err) {
 		return nil, fmt.Errorf("%w: %v", store.ErrExists, err)
 	}
@@ -177,12 +245,28 @@ func (t *tx) execCount(ctx context.Context, query string, args ...any) (int, err
 	return int(n), err
 }
 
-func (t *tx) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
-	return t.tx.QueryRowContext(t.ctx(ctx), t.q(query), args...)
+// rowScanner is one row of a query: a *sql.Row, or errRow.
+type rowScanner interface{ Scan(dest ...any) error }
+
+// errRow is a row whose query could not run.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
+func (t *tx) queryRow(ctx context.Context, query string, args ...any) rowScanner {
+	sqlTx, err := t.sqlTx()
+	if err != nil {
+		return errRow{err}
+	}
+	return sqlTx.QueryRowContext(t.ctx(ctx), t.q(query), args...)
 }
 
 func (t *tx) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	return t.tx.QueryContext(t.ctx(ctx), t.q(query), args...)
+	sqlTx, err := t.sqlTx()
+	if err != nil {
+		return nil, err
+	}
+	return sqlTx.QueryContext(t.ctx(ctx), t.q(query), args...)
 }
 
 // notFound maps sql.ErrNoRows to store.ErrNotFound.

@@ -69,7 +69,7 @@ func (t *tx) transfers(ctx context.Context, query string, args ...any) ([]store.
 	}, query, args...)
 }
 
-func scanTransfer(row interface{ Scan(...any) error }) (store.Transfer, error) {
+func scanTransfer(row rowScanner) (store.Transfer, error) {
 	var (
 		tr               store.Transfer
 		created, updated int64

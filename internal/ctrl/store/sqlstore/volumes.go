@@ -58,7 +58,7 @@ func (t *tx) volumes(ctx context.Context, query string, args ...any) ([]store.Vo
 	}, query, args...)
 }
 
-func scanVolume(row interface{ Scan(...any) error }) (store.Volume, error) {
+func scanVolume(row rowScanner) (store.Volume, error) {
 	var (
 		v                store.Volume
 		created, updated int64

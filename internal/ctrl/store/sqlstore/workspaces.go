@@ -20,6 +20,7 @@ func (t *tx) CreateWorkspace(ctx context.Context, w store.Workspace) error {
 		nullNanos(w.DeletedAt)); err != nil {
 		return err
 	}
+	t.touch(w.ProjectID, w.ID)
 	return t.indexLabels(ctx, w.ProjectID, w.ID, w.Labels, !w.DeletedAt.IsZero())
 }
 
@@ -32,12 +33,24 @@ func (t *tx) UpdateWorkspace(ctx context.Context, w store.Workspace) error {
 	if err != nil {
 		return err
 	}
+	t.touch(w.ProjectID, w.ID)
 	return t.reindexLabels(ctx, w.ProjectID, w.ID, w.Labels, !w.DeletedAt.IsZero())
 }
 
 func (t *tx) Workspace(ctx context.Context, projectID, id string) (store.Workspace, error) {
-	return only(t.workspaces(ctx, `SELECT `+workspaceColumns+` FROM workspaces
+	if t.cache != nil {
+		if w, ok := t.cache.workspace(t.generation, projectID, id); ok {
+			t.servedFromCache = true
+			return w, nil
+		}
+	}
+	w, err := only(t.workspaces(ctx, `SELECT `+workspaceColumns+` FROM workspaces
 		WHERE id = ? AND project_id = ?`, id, projectID))
+	if err == nil && t.cache != nil {
+		kept := copyWorkspace(w)
+		t.cache.put(t.generation, rowKey{projectID, id}, cachedRow{workspace: &kept})
+	}
+	return w, err
 }
 
 func (t *tx) Workspaces(ctx context.Context, q store.ObjectQuery) ([]store.Workspace, error) {
@@ -82,7 +95,7 @@ func (t *tx) TemplateUsers(ctx context.Context, projectID, templateID string, li
 	if err != nil {
 		return nil, err
 	}
-	return collect(rows, func(row interface{ Scan(...any) error }) (string, error) {
+	return collect(rows, func(row rowScanner) (string, error) {
 		var id string
 		return id, row.Scan(&id)
 	})
@@ -95,7 +108,7 @@ func (t *tx) workspaces(ctx context.Context, query string, args ...any) ([]store
 	}, query, args...)
 }
 
-func scanWorkspace(row interface{ Scan(...any) error }) (store.Workspace, error) {
+func scanWorkspace(row rowScanner) (store.Workspace, error) {
 	var (
 		w                  store.Workspace
 		cpu, memory, layer int64
@@ -124,7 +137,7 @@ func (t *tx) TemplateRevisions(ctx context.Context, projectID, templateID string
 	if err != nil {
 		return nil, err
 	}
-	return collect(rows, func(row interface{ Scan(...any) error }) (store.TemplateRevision, error) {
+	return collect(rows, func(row rowScanner) (store.TemplateRevision, error) {
 		r := store.TemplateRevision{ProjectID: projectID, TemplateID: templateID}
 		var created int64
 		err := row.Scan(&r.Revision, &r.Body, &created)
@@ -153,7 +166,7 @@ func (t *tx) Hosts(ctx context.Context) ([]store.Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	return collect(rows, func(row interface{ Scan(...any) error }) (store.Host, error) {
+	return collect(rows, func(row rowScanner) (store.Host, error) {
 		var h store.Host
 		var cpu, memory, layer, seen int64
 		var lost sql.NullInt64
@@ -187,7 +200,7 @@ func (t *tx) NewestLaunchRevision(ctx context.Context, platform string, among []
 		WHERE platform = ?`+filter+` ORDER BY seq DESC LIMIT 1`, args...))
 }
 
-func scanLaunch(row *sql.Row) (store.LaunchRevision, error) {
+func scanLaunch(row rowScanner) (store.LaunchRevision, error) {
 	var l store.LaunchRevision
 	var created int64
 	err := row.Scan(&l.ID, &l.Platform, &l.Body, &created)

@@ -51,6 +51,8 @@ func Run(t *testing.T, open Open) {
 		{"FailedVolumeUpdateChangesNothing", testVolumeRollback},
 		{"Exposures", testExposures},
 		{"Transfers", testTransfers},
+		{"ReadsFollowWrites", testReadsFollowWrites},
+		{"ReadsUnderWrites", testReadsUnderWrites},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
