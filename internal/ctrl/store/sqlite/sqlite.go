@@ -18,9 +18,9 @@ import (
 	"net/url"
 	"os"
 
+	"golang.org/x/sys/unix"
 	sqlite "modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
-	"golang.org/x/sys/unix"
 
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/store/sqlstore"
