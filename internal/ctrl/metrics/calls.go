@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -16,6 +17,16 @@ import (
 type Calls struct {
 	total    *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	// series keeps each procedure's and code's series once looked up: a
+	// lookup by label values hashes them, a few µs per call.
+	series sync.Map // callKey → callSeries
+}
+
+type callKey struct{ procedure, code string }
+
+type callSeries struct {
+	total    prometheus.Counter
+	duration prometheus.Observer
 }
 
 // NewCalls returns Calls, registered on reg.
@@ -68,11 +79,19 @@ func (c *Calls) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.
 // observe records one call of procedure ("/package.Service/Method") that
 // started at start and ended with err.
 func (c *Calls) observe(procedure string, start time.Time, err error) {
-	service, method, _ := strings.Cut(strings.TrimPrefix(procedure, "/"), "/")
-	code := "ok"
+	key := callKey{procedure, "ok"}
 	if err != nil {
-		code = connect.CodeOf(err).String()
+		key.code = connect.CodeOf(err).String()
 	}
-	c.total.WithLabelValues(service, method, code).Inc()
-	c.duration.WithLabelValues(service, method).Observe(time.Since(start).Seconds())
+	series, ok := c.series.Load(key)
+	if !ok {
+		service, method, _ := strings.Cut(strings.TrimPrefix(procedure, "/"), "/")
+		series, _ = c.series.LoadOrStore(key, callSeries{
+			total:    c.total.WithLabelValues(service, method, key.code),
+			duration: c.duration.WithLabelValues(service, method),
+		})
+	}
+	s := series.(callSeries)
+	s.total.Inc()
+	s.duration.Observe(time.Since(start).Seconds())
 }
