@@ -4,10 +4,8 @@ package workspaces
 // records, and the fold of what hosts report back into them.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -74,50 +72,6 @@ func (s *Service) Assignments(ctx context.Context, hostID string) (*hostv1.Watch
 		return nil
 	})
 	return out, err
-}
-
-// decodedBodies keeps, for each host, the decoded records of the bodies
-// its last desired set was computed from. Every change of any workspace
-// recomputes every host's set, reading all of its workspaces, and
-// decoding their bodies was half of that (about 17 µs a workspace): a body
-// the same as last time is decoded no more. Records it returns share
-// their resource and bookkeeping with later calls' and must only be read.
-type decodedBodies struct {
-	mu     sync.Mutex
-	byHost map[string]map[string]decodedBody // host → workspace ID → body
-}
-
-type decodedBody struct {
-	body []byte
-	ws   *ctrlv1.Workspace
-	book bookkeeping
-}
-
-// of returns the records of a host's rows, decoding the bodies that
-// changed since its last call, and forgets the workspaces the host no
-// longer holds.
-func (d *decodedBodies) of(hostID string, rows []store.Workspace) ([]*record, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	last, now := d.byHost[hostID], make(map[string]decodedBody, len(rows))
-	records := make([]*record, 0, len(rows))
-	for _, row := range rows {
-		b, ok := last[row.ID]
-		if !ok || !bytes.Equal(b.body, row.Body) {
-			r, err := decode(row)
-			if err != nil {
-				return nil, err
-			}
-			b = decodedBody{body: row.Body, ws: r.ws, book: r.book}
-		}
-		now[row.ID] = b
-		records = append(records, &record{row: row, ws: b.ws, book: b.book})
-	}
-	if d.byHost == nil {
-		d.byHost = map[string]map[string]decodedBody{}
-	}
-	d.byHost[hostID] = now
-	return records, nil
 }
 
 func (r *record) assignment(now time.Time) *hostv1.Assignment {

@@ -43,7 +43,7 @@ type Service struct {
 	HostLease time.Duration
 
 	watches watches
-	decoded decodedBodies // Assignments' records, by host
+	decoded decodedBodies // Assignments' records, by host, and reads
 }
 
 // Lease is the host lease in force.
@@ -72,6 +72,12 @@ func mutate[R proto.Message](ctx context.Context, s *Service, w Write[R], id str
 // workspaces are not_found.
 func (s *Service) load(ctx context.Context, tx store.Tx, projectID, id string) (*record, error) {
 	return resource.Load(ctx, tx.Workspace, decode, "workspace", projectID, id)
+}
+
+// loadForRead is load for a read that presents the record and changes
+// nothing: the record may be shared with other reads (decodedBodies).
+func (s *Service) loadForRead(ctx context.Context, tx store.Tx, projectID, id string) (*record, error) {
+	return resource.Load(ctx, tx.Workspace, s.decoded.forRead, "workspace", projectID, id)
 }
 
 // save stores a record, stamping updated_at.
@@ -136,7 +142,7 @@ func InUse(ctx context.Context, tx store.Tx, projectID, workspaceID, format stri
 
 // Get returns a workspace.
 func (s *Service) Get(ctx context.Context, id string) (*ctrlv1.Workspace, error) {
-	return resource.Read(ctx, s.Store, "workspace_id", id, s.load, present)
+	return resource.Read(ctx, s.Store, "workspace_id", id, s.loadForRead, present)
 }
 
 // List returns one page of live workspaces.
@@ -144,7 +150,7 @@ func (s *Service) List(ctx context.Context, pageSize uint32, token string, selec
 	return resource.ListPage(ctx, s.Store, s.Pages, "workspace", pageSize, token, selector,
 		store.Tx.Workspaces,
 		func(w store.Workspace) string { return w.ID },
-		resource.Decoded(decode, present))
+		resource.Decoded(s.decoded.forRead, present))
 }
 
 // UpdateMap replaces the labels or the annotations (field) under CAS on

@@ -306,3 +306,35 @@ func TestDirectResolverUpstreamIsRangeChecked(t *testing.T) {
 		t.Errorf("direct path to a public upstream: %v, %v", ws, err)
 	}
 }
+
+// TestReadsShareNoState: Get and List present records that reads share
+// (decodedBodies); what a caller does to a workspace it read must not show
+// in the next read, and a change must.
+func TestReadsShareNoState(t *testing.T) {
+	s, ctx := newService(t)
+	a := create(t, s, ctx, 128<<20)
+	first, err := s.Get(ctx, a.WorkspaceId)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := proto.CloneOf(first)
+	first.Labels = map[string]string{"mine": "x"}
+	first.Spec.Resources.MemoryBytes = 1
+	first.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED
+	listed, _, err := s.List(ctx, 0, "", nil)
+	if err != nil || len(listed) != 1 {
+		t.Fatalf("list: %v, %v", listed, err)
+	}
+	listed[0].Spec.Resources.MemoryBytes = 2
+	again, err := s.Get(ctx, a.WorkspaceId)
+	if err != nil || !proto.Equal(again, want) {
+		t.Fatalf("second read = %v, %v; want %v", again, err, want)
+	}
+	if _, err := UpdateMap(ctx, s, write("labels", newWS), resource.Labels, a.WorkspaceId, 1, map[string]string{"team": "x"}, identity); err != nil {
+		t.Fatal(err)
+	}
+	changed, err := s.Get(ctx, a.WorkspaceId)
+	if err != nil || changed.Labels["team"] != "x" || changed.LabelsRevision != 2 || changed.Spec.Resources.MemoryBytes != 128<<20 {
+		t.Errorf("read after a label change = %v, %v", changed, err)
+	}
+}
