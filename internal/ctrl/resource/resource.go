@@ -136,7 +136,7 @@ func Read[T, V any](ctx context.Context, st store.Store, field, id string,
 		return v, Invalid("%s is required", field)
 	}
 	c, _ := auth.CallerFrom(ctx)
-	err := st.View(ctx, func(tx store.Tx) error {
+	err := st.ViewCached(ctx, func(tx store.Tx) error {
 		r, err := load(ctx, tx, c.ProjectID, id)
 		if err == nil {
 			v, err = view(ctx, tx, r)

@@ -35,6 +35,12 @@ type Store interface {
 	Update(ctx context.Context, fn func(Tx) error) error
 	// View runs fn in a read-only transaction that sees one snapshot.
 	View(ctx context.Context, fn func(Tx) error) error
+	// ViewCached is View for a read that a backend may serve, in part or
+	// whole, from records it keeps in memory (Object and Workspace, the
+	// reads by ID). fn still sees one moment, but it may run more than
+	// once to do so, as Update's may, so it must set, not accumulate, what
+	// it returns.
+	ViewCached(ctx context.Context, fn func(Tx) error) error
 	// Close releases the database.
 	Close() error
 }

@@ -146,7 +146,7 @@ func (s *Service[S]) slow(spec S) func(context.Context) error {
 // Get returns a live object.
 func (s *Service[S]) Get(ctx context.Context, id string) (Object[S], error) {
 	var o Object[S]
-	err := s.Store.View(ctx, func(tx store.Tx) error {
+	err := s.Store.ViewCached(ctx, func(tx store.Tx) error {
 		var err error
 		o, err = s.load(ctx, tx, callerProject(ctx), id)
 		return err

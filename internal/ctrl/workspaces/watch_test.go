@@ -11,7 +11,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 )
 
-// countingStore counts read transactions.
+// countingStore counts reads (View and ViewCached).
 type countingStore struct {
 	store.Store
 	views atomic.Int64
@@ -20,6 +20,11 @@ type countingStore struct {
 func (c *countingStore) View(ctx context.Context, fn func(store.Tx) error) error {
 	c.views.Add(1)
 	return c.Store.View(ctx, fn)
+}
+
+func (c *countingStore) ViewCached(ctx context.Context, fn func(store.Tx) error) error {
+	c.views.Add(1)
+	return c.Store.ViewCached(ctx, fn)
 }
 
 // TestWatchersShareOneRead: 100 watchers of one workspace all see its

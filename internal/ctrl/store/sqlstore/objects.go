@@ -186,7 +186,7 @@ func selectorClause(b *strings.Builder, args []any, selector map[string]string) 
 }
 
 func (t *tx) Object(ctx context.Context, kind store.Kind, projectID, id string) (store.Object, error) {
-	if t.cache != nil {
+	if t.serveCached {
 		if o, ok := t.cache.object(t.generation, kind, projectID, id); ok {
 			t.servedFromCache = true
 			return o, nil

@@ -74,7 +74,7 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
 	var err error
 	existsRetried := false
 	for attempt := range maxAttempts {
-		err = s.run(ctx, s.write, &s.dialect.WriteTx, fn)
+		err = s.run(ctx, s.write, &s.dialect.WriteTx, &tx{d: &s.dialect}, fn)
 		switch {
 		case err == nil:
 			return nil
@@ -97,32 +97,51 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
 	return fmt.Errorf("%s: transaction kept conflicting after %d attempts: %w", s.dialect.Name, maxAttempts, err)
 }
 
-// View implements store.Store.
+// View implements store.Store. Its reads by ID fill the cache, but only
+// ViewCached is served from it: a View runs fn once.
 func (s *Store) View(ctx context.Context, fn func(store.Tx) error) error {
-	opts := &sql.TxOptions{ReadOnly: true, Isolation: s.dialect.WriteTx.Isolation}
-	if s.cache == nil {
-		return s.run(ctx, s.read, opts, fn)
+	t := &tx{d: &s.dialect}
+	if s.cache != nil {
+		// Taken before the transaction's snapshot.
+		t.cache, t.generation = s.cache, s.cache.begin()
 	}
-	// The transaction begins with the first statement: a View the cache
+	return s.run(ctx, s.read, s.readOptions(), t, fn)
+}
+
+// ViewCached implements store.Store.
+func (s *Store) ViewCached(ctx context.Context, fn func(store.Tx) error) error {
+	if s.cache == nil {
+		return s.View(ctx, fn)
+	}
+	// The transaction begins with the first statement: a read the cache
 	// serves alone runs none.
-	t := &tx{d: &s.dialect, cache: s.cache, generation: s.cache.begin(),
+	opts := s.readOptions()
+	t := &tx{d: &s.dialect, cache: s.cache, generation: s.cache.begin(), serveCached: true,
 		begin: func() (*sql.Tx, error) { return s.read.BeginTx(ctx, opts) }}
-	err := s.end(t.tx, fn(t))
+	err := fn(t)
+	err = s.end(t.tx, err)
 	if t.servedFromCache && t.tx != nil && !s.cache.current(t.generation) {
-		// A commit started while this View read rows from the cache and
-		// others from the database, which may then not be of one
-		// snapshot: run it again on the database alone.
-		return s.run(ctx, s.read, opts, fn)
+		// A commit started while fn read rows from the cache and others
+		// from the database, which may then not be of one moment: run it
+		// again on the database alone.
+		return s.run(ctx, s.read, opts, &tx{d: &s.dialect}, fn)
 	}
 	return err
 }
 
-func (s *Store) run(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(store.Tx) error) error {
+func (s *Store) readOptions() *sql.TxOptions {
+	return &sql.TxOptions{ReadOnly: true, Isolation: s.dialect.WriteTx.Isolation}
+}
+
+// run runs fn in a transaction of db, begun for t.
+func (s *Store) run(ctx context.Context, db *sql.DB, opts *sql.TxOptions, t *tx, fn func(store.Tx) error) error {
 	sqlTx, err := db.BeginTx(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("%s: begin: %w", s.dialect.Name, err)
 	}
-	return s.end(sqlTx, fn(&tx{tx: sqlTx, d: &s.dialect}))
+	t.tx = sqlTx
+	err = fn(t)
+	return s.end(sqlTx, err)
 }
 
 // end commits sqlTx (if one began) when fn succeeded, and rolls it back
@@ -153,10 +172,11 @@ func (s *Store) Close() error {
 	return err
 }
 
-// tx implements store.Tx.
+// tx implements store.Tx. Like a *sql.Tx it serves one goroutine at a
+// time: a transaction of ViewCached begins on its first statement.
 type tx struct {
-	// tx is nil until the first statement of a View with a cache, which
-	// calls begin.
+	// tx is nil until the first statement of a ViewCached, which calls
+	// begin.
 	tx    *sql.Tx
 	begin func() (*sql.Tx, error)
 	d     *Dialect
@@ -165,10 +185,13 @@ type tx struct {
 	// back the other members' work.
 	detached bool
 
-	// cache, in a View, serves rows read by ID and keeps those read from
-	// the database, under the generation the View began with.
+	// cache, in a read transaction, keeps the rows read by ID from the
+	// database under the generation the transaction began with, and with
+	// serveCached (ViewCached) serves them; servedFromCache records that
+	// it did.
 	cache           *rowCache
 	generation      uint64
+	serveCached     bool
 	servedFromCache bool
 	// touched, in a group transaction with a cache, collects the rows it
 	// writes, for the cache to drop when it commits.

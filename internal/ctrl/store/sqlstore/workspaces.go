@@ -38,7 +38,7 @@ func (t *tx) UpdateWorkspace(ctx context.Context, w store.Workspace) error {
 }
 
 func (t *tx) Workspace(ctx context.Context, projectID, id string) (store.Workspace, error) {
-	if t.cache != nil {
+	if t.serveCached {
 		if w, ok := t.cache.workspace(t.generation, projectID, id); ok {
 			t.servedFromCache = true
 			return w, nil

@@ -53,6 +53,7 @@ func Run(t *testing.T, open Open) {
 		{"Transfers", testTransfers},
 		{"ReadsFollowWrites", testReadsFollowWrites},
 		{"ReadsUnderWrites", testReadsUnderWrites},
+		{"ViewRunsOnce", testViewRunsOnce},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
