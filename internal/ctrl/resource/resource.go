@@ -128,7 +128,9 @@ type Viewer[T, V any] func(ctx context.Context, tx store.Tx, r T) (V, error)
 
 // Read returns one resource of the caller's project as callers read it,
 // in a read-only transaction: load reads it and view presents it. An empty
-// id is invalid_argument naming its field, such as "volume_id".
+// id is invalid_argument naming its field, such as "volume_id". The store
+// may serve the read from memory (store.Store.ViewCached) and then run
+// load and view twice: they return what they read and keep nothing.
 func Read[T, V any](ctx context.Context, st store.Store, field, id string,
 	load func(ctx context.Context, tx store.Tx, projectID, id string) (T, error), view Viewer[T, V]) (V, error) {
 	var v V
