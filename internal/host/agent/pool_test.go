@@ -94,6 +94,8 @@ func TestWarmPoolBind(t *testing.T) {
 	}
 	e.awaitPool(t, 2)
 	eventually(t, "each entry's guest connection is opened", func() bool { return greetings() == 2 })
+	// An entry's warm-up comes before it joins the ready entries.
+	e.awaitReady(t, a, 2)
 	mu.Lock()
 	for _, args := range warmUps {
 		if !slices.Equal(args, []string{warmUpProgram}) {
