@@ -61,7 +61,7 @@ func main() {
 	flag.IntVar(&c.memoryMiB, "memory-mib", 512, "memory of the workspace the file is written in, in MiB")
 	flag.IntVar(&c.pid, "pid", 0, "pid of kibotos up, whose CPU per exec is reported; 0 leaves it out")
 	flag.IntVar(&c.idleIters, "idle-iters", 15000, "steps of the shell loop timed after idling in a workspace of 0.1 CPU (about a µs of CPU each); 0 skips it")
-	flag.IntVar(&c.idleRuns, "idle-runs", 20, "runs of that loop to time")
+	flag.IntVar(&c.idleRuns, "idle-runs", 20, "runs of that loop to time; 0 skips it")
 	benchutil.Main("dpbench", func() error {
 		c.addr, c.home = *addr, *home
 		return run(c)
@@ -74,6 +74,9 @@ func row(name string, v, base float64, unit string) {
 }
 
 func run(c config) error {
+	if c.execs < 1 || c.callers < 1 || c.cli != "" && c.cliRuns < 1 {
+		return fmt.Errorf("-execs, -callers and -cli-runs must be at least 1")
+	}
 	token, err := benchutil.AdminToken(c.home)
 	if err != nil {
 		return err
@@ -116,7 +119,7 @@ func run(c config) error {
 	fmt.Printf("CPU per exec with %d callers: kibotos up %.2f ms, guest (agent and true) %.2f ms, SDK client %.2f ms\n",
 		c.callers, benchutil.Millis(cpu.host), benchutil.Millis(cpu.guest), benchutil.Millis(cpu.client))
 
-	if c.idleIters > 0 {
+	if c.idleIters > 0 && c.idleRuns > 0 {
 		if err := idleCommand(ctx, client, ws, c.idleIters, c.idleRuns); err != nil {
 			return err
 		}
