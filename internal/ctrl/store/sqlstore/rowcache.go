@@ -17,14 +17,15 @@ const maxCachedRows = 4096
 // through this process's group commits (Dialect.CacheRows), which drop the
 // rows they write.
 //
-// A generation orders the cache against commits. A commit advances it and
-// drops its rows just before its COMMIT (beginCommit) and again just after
-// (endCommit), and no row enters the cache in between; a View only uses
-// the cache while the generation is the one it began under. So a row read
-// from the database enters the cache only if no commit ran since the read's
-// snapshot began, and the rows one View is served from the cache are of
-// one moment; if a commit starts while the View also reads the database,
-// the View runs again without the cache (Store.View).
+// A generation orders the cache against commits. A commit drops its rows
+// and advances the generation just before its COMMIT (beginCommit),
+// advances it again just after (endCommit), and no row enters the cache in
+// between. A read transaction notes the generation before its snapshot; a
+// row it read from the database enters the cache only under that
+// generation, so only if no commit ran since the snapshot began. A
+// ViewCached is served rows only under its generation too, so the rows it
+// is served are of one moment; if a commit starts while it also reads the
+// database, it runs again without the cache (Store.ViewCached).
 type rowCache struct {
 	mu         sync.Mutex
 	generation uint64
@@ -46,7 +47,7 @@ func newRowCache() *rowCache {
 	return &rowCache{rows: make(map[rowKey]cachedRow)}
 }
 
-// begin returns the generation a View runs under.
+// begin returns the generation a read transaction runs under.
 func (c *rowCache) begin() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -84,8 +85,8 @@ func (c *rowCache) workspace(generation uint64, projectID, id string) (store.Wor
 	return copyWorkspace(*row.workspace), true
 }
 
-// put keeps row, read in a View that began under generation, unless a
-// commit has started since.
+// put keeps row, read in a transaction that began under generation,
+// unless a commit has started since.
 func (c *rowCache) put(generation uint64, key rowKey, row cachedRow) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

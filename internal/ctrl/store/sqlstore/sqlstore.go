@@ -268,7 +268,8 @@ func (t *tx) execCount(ctx context.Context, query string, args ...any) (int, err
 	return int(n), err
 }
 
-// rowScanner is one row of a query: a *sql.Row, or errRow.
+// rowScanner is what a scan function reads one row from: a *sql.Row, the
+// *sql.Rows at a row, or errRow.
 type rowScanner interface{ Scan(dest ...any) error }
 
 // errRow is a row whose query could not run.
