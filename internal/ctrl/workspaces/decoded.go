@@ -45,13 +45,10 @@ func (d *decodedBodies) of(hostID string, rows []store.Workspace) ([]*record, er
 	last, now := d.byHost[hostID], make(map[string]decodedBody, len(rows))
 	records := make([]*record, 0, len(rows))
 	for _, row := range rows {
-		b, ok := last[row.ID]
-		if !ok || !bytes.Equal(b.body, row.Body) {
-			r, err := decode(row)
-			if err != nil {
-				return nil, err
-			}
-			b = decodedBody{body: row.Body, ws: r.ws, book: r.book}
+		kept, ok := last[row.ID]
+		b, err := kept.of(row, ok)
+		if err != nil {
+			return nil, err
 		}
 		now[row.ID] = b
 		records = append(records, &record{row: row, ws: b.ws, book: b.book})
@@ -69,14 +66,13 @@ func (d *decodedBodies) of(hostID string, rows []store.Workspace) ([]*record, er
 func (d *decodedBodies) forRead(row store.Workspace) (*record, error) {
 	key := readKey{row.ProjectID, row.ID}
 	d.mu.Lock()
-	b, ok := d.read[key]
+	kept, ok := d.read[key]
 	d.mu.Unlock()
-	if !ok || !bytes.Equal(b.body, row.Body) {
-		r, err := decode(row)
-		if err != nil {
-			return nil, err
-		}
-		b = decodedBody{body: row.Body, ws: r.ws, book: r.book}
+	b, err := kept.of(row, ok)
+	if err != nil {
+		return nil, err
+	}
+	if b.ws != kept.ws { // decoded anew
 		d.mu.Lock()
 		if d.read == nil {
 			d.read = map[readKey]decodedBody{}
@@ -91,4 +87,17 @@ func (d *decodedBodies) forRead(row store.Workspace) (*record, error) {
 		d.mu.Unlock()
 	}
 	return &record{row: row, ws: b.ws, book: b.book}, nil
+}
+
+// of returns b when it is row's body decoded (ok: b was kept), and row's
+// body decoded anew otherwise.
+func (b decodedBody) of(row store.Workspace, ok bool) (decodedBody, error) {
+	if ok && bytes.Equal(b.body, row.Body) {
+		return b, nil
+	}
+	r, err := decode(row)
+	if err != nil {
+		return decodedBody{}, err
+	}
+	return decodedBody{body: row.Body, ws: r.ws, book: r.book}, nil
 }
