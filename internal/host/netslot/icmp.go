@@ -9,7 +9,6 @@ import (
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
-	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
 	"github.com/kibotos/kibotos/internal/host/netpolicy"
@@ -146,7 +145,7 @@ func (s *Slot) forwardEcho(req echo) {
 // inject hands the guest a packet through its TUN device.
 func (s *Slot) inject(packet []byte) {
 	if packet != nil {
-		unix.Write(int(s.queues[0].Fd()), packet)
+		s.link.inject(packet)
 	}
 }
 

@@ -3,106 +3,240 @@ package netslot
 import (
 	"fmt"
 	"os"
-	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
-	"gvisor.dev/gvisor/pkg/tcpip/link/fdbased"
-	"gvisor.dev/gvisor/pkg/tcpip/link/stopfd"
+	"gvisor.dev/gvisor/pkg/buffer"
+	"gvisor.dev/gvisor/pkg/rawfile"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 )
 
-// newTUNLink serves the TUN device whose queues are the files queues as a
-// link endpoint, each queue with a reader of its own. It returns the
-// endpoint with the stop eventfds of its packet dispatchers, which the
-// caller closes (closeStopFDs) once the endpoint is detached.
+// tunLink is the link endpoint of the guest's TUN device: one reader
+// goroutine per queue delivers what the guest sends to the stack, and the
+// stack's packets are written to a queue at once, on the writer's
+// goroutine.
 //
-// fdbased gives each of its packet dispatchers an eventfd that tells the
-// dispatcher to stop reading, and the pinned gVisor version never closes
-// it (the endpoint's Close does nothing). No API exposes these eventfds, so
-// they are read from the endpoint's unexported fields, and each is checked
-// to be an eventfd. A gVisor version that closes them itself would make
-// closeStopFDs fail with EBADF (and the slot's tests with it): this goes
-// then.
-func newTUNLink(queues []*os.File) (stack.LinkEndpoint, []int, error) {
-	// The kernel checksums what a TUN device without offloads receives, so
-	// checking again here is redundant; a guest that sent bad checksums
-	// would only corrupt its own connections.
-	fds := make([]int, len(queues))
+// The readers wait in Go's poller, which holds no thread and no P while a
+// queue is dry. gVisor's fdbased endpoint waits in ppoll(2) instead, as a
+// syscall that keeps its P: with a reader per queue and as many Ps as
+// queues, a goroutine that a packet made runnable (the handler of a new
+// connection) waited for the runtime's monitor to take a P back, about
+// 100 µs per connection.
+type tunLink struct {
+	queues []*os.File
+	// fds are the queues' descriptors, for writing without the poller: a
+	// TUN device takes a write at once. They stay valid until the slot
+	// closes the queues, after the stack and every writer have stopped.
+	fds []int
+	mtu uint32
+
+	dispatcher atomic.Pointer[stack.NetworkDispatcher]
+	readers    sync.WaitGroup
+	startOnce  sync.Once
+	stopOnce   sync.Once
+	onClose    func()
+}
+
+// smallPacket is the largest packet a reader copies into a buffer of its
+// size: a larger one keeps the read buffer, and the reader takes a new one.
+const smallPacket = 16 << 10
+
+// newTUNLink serves the TUN device whose queues are the files queues,
+// which must be non-blocking (so that Go's poller serves them); its
+// readers start when the stack attaches it.
+func newTUNLink(queues []*os.File) (*tunLink, error) {
+	l := &tunLink{queues: queues, fds: make([]int, len(queues)), mtu: MTU}
 	for i, q := range queues {
-		fds[i] = int(q.Fd())
+		// A file the poller does not serve takes no deadline, which is
+		// how stop ends a reader.
+		if err := q.SetReadDeadline(time.Time{}); err != nil {
+			return nil, fmt.Errorf("link: queue %d is not served by the poller: %w", i, err)
+		}
+		rc, err := q.SyscallConn()
+		if err != nil {
+			return nil, fmt.Errorf("link: queue %d: %w", i, err)
+		}
+		if err := rc.Control(func(fd uintptr) { l.fds[i] = int(fd) }); err != nil {
+			return nil, fmt.Errorf("link: queue %d: %w", i, err)
+		}
 	}
-	ep, err := fdbased.New(&fdbased.Options{FDs: fds, MTU: MTU, RXChecksumOffload: true})
+	return l, nil
+}
+
+// read delivers the packets of queue q until stop.
+func (l *tunLink) read(q *os.File) {
+	defer l.readers.Done()
+	rc, err := q.SyscallConn()
 	if err != nil {
-		return nil, nil, err
+		return
 	}
-	stopFDs, err := dispatcherStopFDs(ep)
-	if err != nil {
-		return nil, nil, fmt.Errorf("link: %w", err)
+	buf := buffer.NewViewSize(int(l.mtu))
+	defer func() { buf.Release() }()
+	for {
+		var n int
+		var rerr error
+		if err := rc.Read(func(fd uintptr) bool {
+			n, rerr = unix.Read(int(fd), buf.AsSlice())
+			return rerr != unix.EAGAIN
+		}); err != nil {
+			return // stopped, or the queue closed
+		}
+		if rerr == unix.EINTR {
+			continue
+		}
+		if rerr != nil || n == 0 {
+			return
+		}
+		var v *buffer.View
+		if n <= smallPacket {
+			v = buffer.NewViewWithData(buf.AsSlice()[:n])
+		} else {
+			v, buf = buf, buffer.NewViewSize(int(l.mtu))
+			v.CapLength(n)
+		}
+		l.deliver(v)
 	}
-	return ep, stopFDs, nil
 }
 
-// dispatcherStopFDs returns the stop eventfds of ep's packet dispatchers.
-func dispatcherStopFDs(ep stack.LinkEndpoint) ([]int, error) {
-	dispatchers := reflect.ValueOf(ep).Elem().FieldByName("inboundDispatchers")
-	if dispatchers.Kind() != reflect.Slice {
-		return nil, fmt.Errorf("%T has no packet dispatchers", ep)
+// deliver hands the stack the packet v, an IP packet with no link
+// header; it drops what is neither IPv4 nor IPv6.
+func (l *tunLink) deliver(v *buffer.View) {
+	var proto tcpip.NetworkProtocolNumber
+	switch header.IPVersion(v.AsSlice()) {
+	case header.IPv4Version:
+		proto = header.IPv4ProtocolNumber
+	case header.IPv6Version:
+		proto = header.IPv6ProtocolNumber
+	default:
+		v.Release()
+		return
 	}
-	stopFDType := reflect.TypeOf(stopfd.StopFD{})
-	fds := make([]int, 0, dispatchers.Len())
-	for i := range dispatchers.Len() {
-		// An interface holding a pointer to the dispatcher.
-		d := dispatchers.Index(i).Elem()
-		if d.Kind() != reflect.Pointer || d.Elem().Kind() != reflect.Struct {
-			return nil, fmt.Errorf("unexpected packet dispatcher %s", d.Type())
-		}
-		stop := d.Elem().FieldByName("StopFD")
-		if !stop.IsValid() || stop.Type() != stopFDType {
-			return nil, fmt.Errorf("packet dispatcher %s has no stop eventfd", d.Type())
-		}
-		fd := int(stop.FieldByName("EFD").Int())
-		if target, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd)); err != nil || target != "anon_inode:[eventfd]" {
-			return nil, fmt.Errorf("stop descriptor %d of packet dispatcher %s is not an eventfd (%q, %v)", fd, d.Type(), target, err)
-		}
-		fds = append(fds, fd)
+	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithView(v)})
+	pkt.NetworkProtocolNumber = proto
+	if d := l.dispatcher.Load(); d != nil {
+		(*d).DeliverNetworkPacket(proto, pkt)
 	}
-	return fds, nil
+	pkt.DecRef()
 }
 
-// closeStopFDs closes the stop eventfds newTUNLink returned. The link's
-// dispatchers must have stopped: it is detached (its NIC removed) or was
-// never attached.
-func closeStopFDs(fds []int) error {
-	var err error
-	for _, fd := range fds {
-		if cerr := unix.Close(fd); cerr != nil && err == nil {
-			err = fmt.Errorf("close stop eventfd %d: %w", fd, cerr)
+// stop ends the readers and waits for them. A reader ends at once, even
+// while the guest floods its queue: the poller checks the deadline before
+// each read. The slot stops them before removing the NIC: the NIC's
+// removal holds locks that a packet being delivered may wait for.
+func (l *tunLink) stop() {
+	l.stopOnce.Do(func() {
+		for _, q := range l.queues {
+			q.SetReadDeadline(time.Unix(1, 0))
 		}
-	}
-	return err
+	})
+	l.readers.Wait()
 }
 
-// stopReaders stops the link's readers (the dispatchers of the queues
-// whose stop eventfds are stopFDs) and waits for them to end. Removing the
-// NIC does the same, but while it holds the endpoint's lock, which a reader
-// that delivers its packets itself (one packet processor per queue) takes
-// for each packet: a packet arriving then would leave both waiting for
-// each other. After stopReaders, the NIC's removal finds them ended.
-//
-// A reader sees its stop eventfd only when its queue runs dry, which a
-// guest sending without pause would delay for as long as it sends: each
-// queue is first detached from the device (IFF_DETACH_QUEUE), so that its
-// reader's next read fails at once. A single-queue device refuses that,
-// and its reader stops as it did before there were several.
-func stopReaders(link stack.LinkEndpoint, stopFDs []int, queues []*os.File) {
-	detach, _ := unix.NewIfreq("")
-	detach.SetUint16(unix.IFF_DETACH_QUEUE)
-	for _, q := range queues {
-		unix.IoctlIfreq(int(q.Fd()), unix.TUNSETQUEUE, detach)
+// write writes one packet to the queue of its flow, as the kernel spreads
+// the guest's flows over the queues.
+func (l *tunLink) write(pkt *stack.PacketBuffer) tcpip.Error {
+	fd := l.fds[pkt.Hash%uint32(len(l.fds))]
+	views := pkt.AsSlices()
+	var arr [8]unix.Iovec
+	iovecs := arr[:0]
+	for _, v := range views {
+		iovecs = rawfile.AppendIovecFromBytes(iovecs, v, rawfile.MaxIovs)
 	}
-	increment := []byte{1, 0, 0, 0, 0, 0, 0, 0} // adds 1 to the counter, as gVisor's own Stop does
-	for _, fd := range stopFDs {
-		unix.Write(fd, increment)
+	if errno := rawfile.NonBlockingWriteIovec(fd, iovecs); errno != 0 {
+		return tcpip.TranslateErrno(errno)
 	}
-	link.Wait()
+	return nil
 }
+
+// inject writes the packet b to the guest around the stack. A packet the
+// device refuses is lost, as on any link.
+func (l *tunLink) inject(b []byte) {
+	unix.Write(l.fds[0], b)
+}
+
+// WritePackets implements stack.LinkWriter.
+func (l *tunLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
+	n := 0
+	for _, pkt := range pkts.AsSlice() {
+		if err := l.write(pkt); err != nil {
+			if n == 0 {
+				return 0, err
+			}
+			break
+		}
+		n++
+	}
+	return n, nil
+}
+
+// Attach implements stack.NetworkLinkEndpoint: the first dispatcher
+// starts the readers; nil (the NIC's removal) stops them.
+func (l *tunLink) Attach(d stack.NetworkDispatcher) {
+	if d == nil {
+		l.dispatcher.Store(nil)
+		l.stop()
+		return
+	}
+	l.dispatcher.Store(&d)
+	l.startOnce.Do(func() {
+		for _, q := range l.queues {
+			l.readers.Add(1)
+			go l.read(q)
+		}
+	})
+}
+
+// IsAttached implements stack.NetworkLinkEndpoint.
+func (l *tunLink) IsAttached() bool { return l.dispatcher.Load() != nil }
+
+// Wait implements stack.NetworkLinkEndpoint: it waits for the readers,
+// which end once stopped.
+func (l *tunLink) Wait() { l.readers.Wait() }
+
+// MTU implements stack.NetworkLinkEndpoint.
+func (l *tunLink) MTU() uint32 { return l.mtu }
+
+// SetMTU implements stack.NetworkLinkEndpoint; the link's MTU is fixed.
+func (l *tunLink) SetMTU(uint32) {}
+
+// MaxHeaderLength implements stack.NetworkLinkEndpoint: a TUN device has
+// no link header.
+func (l *tunLink) MaxHeaderLength() uint16 { return 0 }
+
+// LinkAddress implements stack.NetworkLinkEndpoint: none.
+func (l *tunLink) LinkAddress() tcpip.LinkAddress { return "" }
+
+// SetLinkAddress implements stack.NetworkLinkEndpoint; there is none.
+func (l *tunLink) SetLinkAddress(tcpip.LinkAddress) {}
+
+// Capabilities implements stack.NetworkLinkEndpoint. The kernel checksums
+// what a TUN device without offloads receives, so checking again here is
+// redundant; a guest that sent bad checksums would only corrupt its own
+// connections.
+func (l *tunLink) Capabilities() stack.LinkEndpointCapabilities {
+	return stack.CapabilityRXChecksumOffload
+}
+
+// ARPHardwareType implements stack.NetworkLinkEndpoint.
+func (l *tunLink) ARPHardwareType() header.ARPHardwareType { return header.ARPHardwareNone }
+
+// AddHeader implements stack.NetworkLinkEndpoint: there is no header.
+func (l *tunLink) AddHeader(*stack.PacketBuffer) {}
+
+// ParseHeader implements stack.NetworkLinkEndpoint: there is no header.
+func (l *tunLink) ParseHeader(*stack.PacketBuffer) bool { return true }
+
+// Close implements stack.NetworkLinkEndpoint. The slot owns and closes the
+// queues.
+func (l *tunLink) Close() {
+	if l.onClose != nil {
+		l.onClose()
+	}
+}
+
+// SetOnCloseAction implements stack.NetworkLinkEndpoint.
+func (l *tunLink) SetOnCloseAction(f func()) { l.onClose = f }

@@ -81,10 +81,8 @@ type Slot struct {
 	// around the stack go to the first.
 	queues []*os.File
 	stack  *stack.Stack
-	// link serves the queues; linkStopFDs are its eventfds that Close
-	// closes (newTUNLink).
-	link        stack.LinkEndpoint
-	linkStopFDs []int
+	// link serves the queues.
+	link *tunLink
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -225,14 +223,12 @@ func (s *Slot) setUp() error {
 			return fmt.Errorf("tcp option: %s", err)
 		}
 	}
-	// The link is made just before its NIC: its dispatchers' goroutines
-	// start with it and stop only when its NIC is removed, and CreateNIC
-	// fails only for an NIC ID in use.
-	link, stopFDs, err := newTUNLink(s.queues)
+	// The link's readers start when its NIC attaches it.
+	link, err := newTUNLink(s.queues)
 	if err != nil {
 		return err
 	}
-	s.link, s.linkStopFDs = link, stopFDs
+	s.link = link
 	if err := s.stack.CreateNIC(nicID, newLinkGuard(s, link)); err != nil {
 		return fmt.Errorf("create NIC: %s", err)
 	}
@@ -287,13 +283,13 @@ func (s *Slot) Close() error {
 		f.close()
 	}
 	if s.link != nil {
-		stopReaders(s.link, s.linkStopFDs, s.queues)
+		s.link.stop()
 	}
 	s.stack.RemoveNIC(nicID) // detaches the link before its files close
 	s.stack.Close()
 	s.wg.Wait()
 	s.stack.Wait()
-	return errors.Join(closeStopFDs(s.linkStopFDs), closeAll(s.queues))
+	return closeAll(s.queues)
 }
 
 // enter counts work that a goroutine the slot does not own starts in it,
