@@ -18,7 +18,7 @@ import (
 // tunLink is the link endpoint of the guest's TUN device: one reader
 // goroutine per queue delivers what the guest sends to the stack, and the
 // stack's packets are written to a queue at once, on the writer's
-// goroutine.
+// goroutine (a SYN-ACK apart: writeApart).
 //
 // The readers wait in Go's poller, which holds no thread and no P while a
 // queue is dry. gVisor's fdbased endpoint waits in ppoll(2) instead, as a
@@ -36,6 +36,7 @@ type tunLink struct {
 
 	dispatcher atomic.Pointer[stack.NetworkDispatcher]
 	readers    sync.WaitGroup
+	writes     sync.WaitGroup // writeApart's
 	startOnce  sync.Once
 	stopOnce   sync.Once
 	onClose    func()
@@ -162,7 +163,9 @@ func (l *tunLink) inject(b []byte) {
 func (l *tunLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 	n := 0
 	for _, pkt := range pkts.AsSlice() {
-		if err := l.write(pkt); err != nil {
+		if isSynAck(pkt) {
+			l.writeApart(pkt)
+		} else if err := l.write(pkt); err != nil {
 			if n == 0 {
 				return 0, err
 			}
@@ -171,6 +174,32 @@ func (l *tunLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 		n++
 	}
 	return n, nil
+}
+
+// writeApart writes a SYN-ACK on a goroutine of its own. The stack writes
+// it holding the new connection's lock, and the guest's kernel answers
+// within the write: the ACK is read and handed to the TCP processor before
+// the write returns, and the processor spins on that lock until it does
+// (a third of the CPU of the connection row). Written apart,
+// the lock is free by the time the ACK arrives. A SYN-ACK lost is sent
+// again by the stack's timer, as on any link.
+func (l *tunLink) writeApart(pkt *stack.PacketBuffer) {
+	pkt.IncRef()
+	l.writes.Add(1)
+	go func() {
+		defer l.writes.Done()
+		l.write(pkt)
+		pkt.DecRef()
+	}()
+}
+
+// isSynAck reports whether pkt is a TCP SYN-ACK.
+func isSynAck(pkt *stack.PacketBuffer) bool {
+	if pkt.TransportProtocolNumber != header.TCPProtocolNumber {
+		return false
+	}
+	h := pkt.TransportHeader().Slice()
+	return len(h) >= header.TCPMinimumSize && header.TCP(h).Flags() == header.TCPFlagSyn|header.TCPFlagAck
 }
 
 // Attach implements stack.NetworkLinkEndpoint: the first dispatcher
@@ -194,8 +223,12 @@ func (l *tunLink) Attach(d stack.NetworkDispatcher) {
 func (l *tunLink) IsAttached() bool { return l.dispatcher.Load() != nil }
 
 // Wait implements stack.NetworkLinkEndpoint: it waits for the readers,
-// which end once stopped.
-func (l *tunLink) Wait() { l.readers.Wait() }
+// which end once stopped, and for the writes under way. The slot calls it
+// once the stack has stopped writing, before it closes the queues.
+func (l *tunLink) Wait() {
+	l.readers.Wait()
+	l.writes.Wait()
+}
 
 // MTU implements stack.NetworkLinkEndpoint.
 func (l *tunLink) MTU() uint32 { return l.mtu }

@@ -289,6 +289,9 @@ func (s *Slot) Close() error {
 	s.stack.Close()
 	s.wg.Wait()
 	s.stack.Wait()
+	if s.link != nil {
+		s.link.Wait()
+	}
 	return closeAll(s.queues)
 }
 
