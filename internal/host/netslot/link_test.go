@@ -1,0 +1,251 @@
+package netslot
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/buffer"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+)
+
+// packetQueue returns a stand-in for a TUN queue, one end of a
+// SOCK_SEQPACKET pair (each read and write is one packet, as on the
+// device), and the other end's descriptor, which plays the guest.
+func packetQueue(t *testing.T, nonblocking bool) (*os.File, int) {
+	t.Helper()
+	typ := unix.SOCK_SEQPACKET | unix.SOCK_CLOEXEC
+	if nonblocking {
+		typ |= unix.SOCK_NONBLOCK
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, typ, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	guest := fds[1]
+	if err := unix.SetNonblock(guest, false); err != nil {
+		t.Fatal(err)
+	}
+	// A read of the guest's that nothing answers fails the test instead
+	// of hanging it, and a write to a stopped link gives up.
+	rcv, snd := unix.NsecToTimeval((10 * time.Second).Nanoseconds()), unix.NsecToTimeval((100 * time.Millisecond).Nanoseconds())
+	if err := unix.SetsockoptTimeval(guest, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &rcv); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.SetsockoptTimeval(guest, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &snd); err != nil {
+		t.Fatal(err)
+	}
+	q := os.NewFile(uintptr(fds[0]), "queue")
+	t.Cleanup(func() {
+		q.Close()
+		unix.Close(guest)
+	})
+	return q, guest
+}
+
+// delivered is a packet the link handed to the stack.
+type delivered struct {
+	proto tcpip.NetworkProtocolNumber
+	data  []byte
+}
+
+// recorder is a stack.NetworkDispatcher that keeps what it is given.
+type recorder struct{ packets chan delivered }
+
+func (r *recorder) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
+	v := pkt.ToView()
+	r.packets <- delivered{proto, v.ToSlice()}
+	v.Release()
+}
+
+func (r *recorder) DeliverLinkPacket(tcpip.NetworkProtocolNumber, *stack.PacketBuffer) {}
+
+func (r *recorder) next(t *testing.T) delivered {
+	t.Helper()
+	select {
+	case d := <-r.packets:
+		return d
+	case <-time.After(10 * time.Second):
+		t.Fatal("no packet delivered")
+		return delivered{}
+	}
+}
+
+// attached returns a link serving queue, attached to a recorder, and
+// stopped when the test ends.
+func attached(t *testing.T, queue *os.File) (*tunLink, *recorder) {
+	t.Helper()
+	l, err := newTUNLink([]*os.File{queue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{packets: make(chan delivered, 16)}
+	l.Attach(r)
+	t.Cleanup(func() {
+		l.stop()
+		l.Wait()
+	})
+	return l, r
+}
+
+// versionPacket is a packet of length n whose first byte says IP version v.
+func versionPacket(v byte, n int, fill byte) []byte {
+	b := bytes.Repeat([]byte{fill}, n)
+	b[0] = v << 4
+	return b
+}
+
+// The guest's IPv4 and IPv6 packets reach the stack whole, small or as
+// large as the MTU, with their protocol; anything else is dropped.
+func TestLinkDeliversTheGuestsPackets(t *testing.T) {
+	queue, guest := packetQueue(t, true)
+	_, r := attached(t, queue)
+	sent := []struct {
+		packet []byte
+		proto  tcpip.NetworkProtocolNumber
+	}{
+		{versionPacket(4, 60, 'a'), header.IPv4ProtocolNumber},
+		{versionPacket(6, 80, 'b'), header.IPv6ProtocolNumber},
+		{versionPacket(0, 40, 'c'), 0}, // neither: dropped
+		{versionPacket(4, smallPacket+1, 'd'), header.IPv4ProtocolNumber},
+		{versionPacket(6, MTU, 'e'), header.IPv6ProtocolNumber},
+		{versionPacket(4, 40, 'f'), header.IPv4ProtocolNumber},
+	}
+	for _, s := range sent {
+		if _, err := unix.Write(guest, s.packet); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range sent {
+		if s.proto == 0 {
+			continue
+		}
+		d := r.next(t)
+		if d.proto != s.proto || !bytes.Equal(d.data, s.packet) {
+			t.Fatalf("delivered %d bytes starting %q as protocol %d, want %d bytes starting %q as %d",
+				len(d.data), d.data[1:2], d.proto, len(s.packet), s.packet[1:2], s.proto)
+		}
+	}
+}
+
+// tcpPacket is a TCP segment with flags and payload, as the stack hands it
+// to the link (without the IP header, which the link does not read).
+func tcpPacket(flags header.TCPFlags, payload string) *stack.PacketBuffer {
+	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{
+		ReserveHeaderBytes: header.TCPMinimumSize,
+		Payload:            buffer.MakeWithData([]byte(payload)),
+	})
+	h := header.TCP(pkt.TransportHeader().Push(header.TCPMinimumSize))
+	h.Encode(&header.TCPFields{SrcPort: 80, DstPort: 4000, Flags: flags, DataOffset: header.TCPMinimumSize})
+	pkt.TransportProtocolNumber = header.TCPProtocolNumber
+	return pkt
+}
+
+// The stack's packets reach the guest, a SYN-ACK (written apart) too, and
+// Wait returns once every write is done.
+func TestLinkWritesTheStacksPackets(t *testing.T) {
+	queue, guest := packetQueue(t, true)
+	l, _ := attached(t, queue)
+	synAck, data := tcpPacket(header.TCPFlagSyn|header.TCPFlagAck, ""), tcpPacket(header.TCPFlagAck|header.TCPFlagPsh, "answer")
+	if !isSynAck(synAck) || isSynAck(data) {
+		t.Fatalf("isSynAck: %v for a SYN-ACK and %v for data, want true and false", isSynAck(synAck), isSynAck(data))
+	}
+	var pkts stack.PacketBufferList
+	pkts.PushBack(synAck)
+	pkts.PushBack(data)
+	if n, err := l.WritePackets(pkts); n != 2 || err != nil {
+		t.Fatalf("WritePackets: %d, %v; want 2 written", n, err)
+	}
+	pkts.Reset() // the caller's references, as the stack drops them
+	l.writes.Wait()
+	got := map[header.TCPFlags]string{}
+	buf := make([]byte, 1024)
+	for range 2 {
+		n, err := unix.Read(guest, buf)
+		if err != nil {
+			t.Fatalf("the guest read: %v", err)
+		}
+		h := header.TCP(buf[:n])
+		got[h.Flags()] = string(h.Payload())
+	}
+	if s, ok := got[header.TCPFlagSyn|header.TCPFlagAck]; !ok || s != "" {
+		t.Errorf("the guest got %v, no SYN-ACK", got)
+	}
+	if s := got[header.TCPFlagAck|header.TCPFlagPsh]; s != "answer" {
+		t.Errorf("the guest got %v, not the data segment", got)
+	}
+}
+
+// stop ends a reader even while the guest sends without pause, and a
+// stopped link delivers nothing more.
+func TestLinkStopsWhileTheGuestFloods(t *testing.T) {
+	queue, guest := packetQueue(t, true)
+	l, err := newTUNLink([]*os.File{queue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var count atomic.Int64
+	counter := &countingDispatcher{&count}
+	l.Attach(counter)
+	flooding := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		packet := versionPacket(4, 60, 'x')
+		for {
+			select {
+			case <-flooding:
+				return
+			default:
+				unix.Write(guest, packet)
+			}
+		}
+	}()
+	defer func() {
+		close(flooding)
+		<-done
+	}()
+	for count.Load() < 100 {
+		time.Sleep(time.Millisecond)
+	}
+	stopped := make(chan struct{})
+	go func() {
+		l.stop()
+		l.Wait()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the link's reader did not stop while the guest was sending")
+	}
+	after := count.Load()
+	time.Sleep(50 * time.Millisecond)
+	if n := count.Load(); n != after {
+		t.Errorf("%d packets delivered after stop", n-after)
+	}
+}
+
+type countingDispatcher struct{ n *atomic.Int64 }
+
+func (c *countingDispatcher) DeliverNetworkPacket(tcpip.NetworkProtocolNumber, *stack.PacketBuffer) {
+	c.n.Add(1)
+}
+
+func (c *countingDispatcher) DeliverLinkPacket(tcpip.NetworkProtocolNumber, *stack.PacketBuffer) {}
+
+// A queue the poller does not serve (a blocking descriptor) is refused:
+// its reader could not be stopped.
+func TestLinkRefusesABlockingQueue(t *testing.T) {
+	queue, _ := packetQueue(t, false)
+	_, err := newTUNLink([]*os.File{queue})
+	if err == nil || !strings.Contains(err.Error(), "not served by the poller") {
+		t.Fatalf("newTUNLink of a blocking queue: %v, want refused", err)
+	}
+}
