@@ -77,13 +77,14 @@ func (l *tunLink) read(q *os.File) {
 	}
 	buf := buffer.NewViewSize(int(l.mtu))
 	defer func() { buf.Release() }()
+	var n int
+	var rerr error
+	readOne := func(fd uintptr) bool {
+		n, rerr = unix.Read(int(fd), buf.AsSlice())
+		return rerr != unix.EAGAIN // wait in the poller
+	}
 	for {
-		var n int
-		var rerr error
-		if err := rc.Read(func(fd uintptr) bool {
-			n, rerr = unix.Read(int(fd), buf.AsSlice())
-			return rerr != unix.EAGAIN
-		}); err != nil {
+		if err := rc.Read(readOne); err != nil {
 			return // stopped, or the queue closed
 		}
 		if rerr == unix.EINTR {
@@ -180,9 +181,9 @@ func (l *tunLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 // it holding the new connection's lock, and the guest's kernel answers
 // within the write: the ACK is read and handed to the TCP processor before
 // the write returns, and the processor spins on that lock until it does
-// (a third of the CPU of the connection row). Written apart,
-// the lock is free by the time the ACK arrives. A SYN-ACK lost is sent
-// again by the stack's timer, as on any link.
+// (a third of the CPU of the connection row). Written apart, the lock is
+// free by the time the ACK arrives. A SYN-ACK lost is sent again by the
+// stack's timer, as on any link.
 func (l *tunLink) writeApart(pkt *stack.PacketBuffer) {
 	pkt.IncRef()
 	l.writes.Add(1)
