@@ -176,38 +176,18 @@ func TestSlotClosesUnderEchoes(t *testing.T) {
 	}
 }
 
-// threads is how many OS threads the process has.
-func threads(t *testing.T) int {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if n, ok := strings.CutPrefix(line, "Threads:"); ok {
-			var v int
-			if _, err := fmt.Sscan(n, &v); err != nil {
-				t.Fatal(err)
-			}
-			return v
-		}
-	}
-	t.Fatal("no Threads line in /proc/self/status")
-	return 0
-}
-
 // An idle slot holds no OS thread: its link's readers wait in Go's poller.
 // A reader waiting in a system call of its own (gVisor's fdbased waits in
 // ppoll) kept a thread per queue, two per idle workspace on a host.
 func TestIdleSlotsHoldNoThreads(t *testing.T) {
 	const slots = 20
-	before := threads(t)
+	before := hosttest.Threads(t)
 	for range slots {
 		newSlot(t)
 	}
 	time.Sleep(500 * time.Millisecond) // the readers are waiting
 	// The runtime may start a few threads of its own meanwhile.
-	if grown := threads(t) - before; grown >= slots/2 {
+	if grown := hosttest.Threads(t) - before; grown >= slots/2 {
 		t.Errorf("%d idle slots: the process has %d more threads (before %d)", slots, grown, before)
 	}
 }

@@ -32,7 +32,6 @@ type tunLink struct {
 	// TUN device takes a write at once. They stay valid until the slot
 	// closes the queues, after the stack and every writer have stopped.
 	fds []int
-	mtu uint32
 
 	dispatcher atomic.Pointer[stack.NetworkDispatcher]
 	readers    sync.WaitGroup
@@ -50,7 +49,7 @@ const smallPacket = 16 << 10
 // which must be non-blocking (so that Go's poller serves them); its
 // readers start when the stack attaches it.
 func newTUNLink(queues []*os.File) (*tunLink, error) {
-	l := &tunLink{queues: queues, fds: make([]int, len(queues)), mtu: MTU}
+	l := &tunLink{queues: queues, fds: make([]int, len(queues))}
 	for i, q := range queues {
 		// A file the poller does not serve takes no deadline, which is
 		// how stop ends a reader.
@@ -75,7 +74,7 @@ func (l *tunLink) read(q *os.File) {
 	if err != nil {
 		return
 	}
-	buf := buffer.NewViewSize(int(l.mtu))
+	buf := buffer.NewViewSize(MTU)
 	defer func() { buf.Release() }()
 	var n int
 	var rerr error
@@ -97,7 +96,7 @@ func (l *tunLink) read(q *os.File) {
 		if n <= smallPacket {
 			v = buffer.NewViewWithData(buf.AsSlice()[:n])
 		} else {
-			v, buf = buf, buffer.NewViewSize(int(l.mtu))
+			v, buf = buf, buffer.NewViewSize(MTU)
 			v.CapLength(n)
 		}
 		l.deliver(v)
@@ -232,7 +231,7 @@ func (l *tunLink) Wait() {
 }
 
 // MTU implements stack.NetworkLinkEndpoint.
-func (l *tunLink) MTU() uint32 { return l.mtu }
+func (l *tunLink) MTU() uint32 { return MTU }
 
 // SetMTU implements stack.NetworkLinkEndpoint; the link's MTU is fixed.
 func (l *tunLink) SetMTU(uint32) {}

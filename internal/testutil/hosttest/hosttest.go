@@ -1,6 +1,6 @@
 // Package hosttest gives tests what they need of the host: skips for tests
-// that need root, runc or Xvfb, free X display numbers, and a busybox root
-// filesystem for containers. It
+// that need root, runc or Xvfb, free X display numbers, a busybox root
+// filesystem for containers, and the process's thread count. It
 // imports nothing of the module, so that every package's tests may use it.
 package hosttest
 
@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -120,4 +121,20 @@ func FreeDisplay(t testing.TB) int {
 	}
 	t.Fatal("no free X display number")
 	return 0
+}
+
+// Threads is how many OS threads this process has.
+func Threads(t testing.TB) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, _ := strings.Cut(string(b), "Threads:")
+	line, _, _ := strings.Cut(rest, "\n")
+	n, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		t.Fatalf("the Threads line of /proc/self/status: %v", err)
+	}
+	return n
 }

@@ -7,12 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
 
 // TestWaitPidfd: a wait on a pidfd returns nil once its process has
@@ -71,7 +72,7 @@ func TestWaitPidfdHoldsNoThread(t *testing.T) {
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	before := threads(t)
+	before := hosttest.Threads(t)
 	const waits = 64
 	var wg sync.WaitGroup
 	for range waits {
@@ -83,26 +84,11 @@ func TestWaitPidfdHoldsNoThread(t *testing.T) {
 		wg.Go(func() { waitPidfd(ctx, pidfd) })
 	}
 	time.Sleep(300 * time.Millisecond)
-	if grown := threads(t) - before; grown >= waits/2 {
+	if grown := hosttest.Threads(t) - before; grown >= waits/2 {
 		t.Errorf("%d waits added %d threads", waits, grown)
 	}
 	cancel()
 	wg.Wait()
-}
-
-// threads is how many threads this process has.
-func threads(t *testing.T) int {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, _ := strings.Cut(string(b), "Threads:")
-	line, _, _ := strings.Cut(rest, "\n")
-	n, err := strconv.Atoi(strings.TrimSpace(line))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
 }
 
 // startOf is when process pid started, as runc records it.
