@@ -74,7 +74,7 @@ func (l *tunLink) read(q *os.File) {
 	if err != nil {
 		return
 	}
-	buf := buffer.NewViewSize(MTU)
+	buf := buffer.NewViewSize(vnetHdrLen + MTU)
 	defer func() { buf.Release() }()
 	var n int
 	var rerr error
@@ -92,12 +92,18 @@ func (l *tunLink) read(q *os.File) {
 		if rerr != nil || n == 0 {
 			return
 		}
+		// The device offers no segmentation offload, so the guest's
+		// kernel sends none; what claims otherwise is dropped.
+		if n <= vnetHdrLen || vnetGSOType(buf.AsSlice()) != unix.VIRTIO_NET_HDR_GSO_NONE {
+			continue
+		}
 		var v *buffer.View
-		if n <= smallPacket {
-			v = buffer.NewViewWithData(buf.AsSlice()[:n])
+		if n-vnetHdrLen <= smallPacket {
+			v = buffer.NewViewWithData(buf.AsSlice()[vnetHdrLen:n])
 		} else {
-			v, buf = buf, buffer.NewViewSize(MTU)
+			v, buf = buf, buffer.NewViewSize(vnetHdrLen+MTU)
 			v.CapLength(n)
+			v.TrimFront(vnetHdrLen)
 		}
 		l.deliver(v)
 	}
@@ -153,10 +159,11 @@ func (l *tunLink) write(pkt *stack.PacketBuffer) tcpip.Error {
 	return nil
 }
 
-// inject writes the packet b to the guest around the stack. A packet the
-// device refuses is lost, as on any link.
+// inject writes the IP packet b, checksums complete, to the guest around
+// the stack. A packet the device refuses is lost, as on any link.
 func (l *tunLink) inject(b []byte) {
-	unix.Write(l.fds[0], b)
+	var hdr [vnetHdrLen]byte
+	unix.Writev(l.fds[0], [][]byte{hdr[:], b})
 }
 
 // WritePackets implements stack.LinkWriter.
@@ -236,9 +243,9 @@ func (l *tunLink) MTU() uint32 { return MTU }
 // SetMTU implements stack.NetworkLinkEndpoint; the link's MTU is fixed.
 func (l *tunLink) SetMTU(uint32) {}
 
-// MaxHeaderLength implements stack.NetworkLinkEndpoint: a TUN device has
-// no link header.
-func (l *tunLink) MaxHeaderLength() uint16 { return 0 }
+// MaxHeaderLength implements stack.NetworkLinkEndpoint: the link header is
+// the device's virtio_net_hdr.
+func (l *tunLink) MaxHeaderLength() uint16 { return vnetHdrLen }
 
 // LinkAddress implements stack.NetworkLinkEndpoint: none.
 func (l *tunLink) LinkAddress() tcpip.LinkAddress { return "" }
@@ -246,21 +253,35 @@ func (l *tunLink) LinkAddress() tcpip.LinkAddress { return "" }
 // SetLinkAddress implements stack.NetworkLinkEndpoint; there is none.
 func (l *tunLink) SetLinkAddress(tcpip.LinkAddress) {}
 
-// Capabilities implements stack.NetworkLinkEndpoint. The kernel checksums
-// what a TUN device without offloads receives, so checking again here is
-// redundant; a guest that sent bad checksums would only corrupt its own
-// connections.
+// Capabilities implements stack.NetworkLinkEndpoint. The stack does not
+// check the checksums of what the guest sends: its kernel leaves them
+// partial (vnet.go), and a guest that sent bad ones would only corrupt its
+// own connections.
 func (l *tunLink) Capabilities() stack.LinkEndpointCapabilities {
 	return stack.CapabilityRXChecksumOffload
 }
 
+// SupportedGSO implements stack.GSOEndpoint: the stack builds TCP segments
+// for offload, which leaves their checksums to the guest's kernel.
+func (l *tunLink) SupportedGSO() stack.SupportedGSO { return stack.HostGSOSupported }
+
+// GSOMaxSize implements stack.GSOEndpoint. The stack fills a segment up to
+// this size less 61 bytes (the largest TCP header and one), here less than
+// the MSS of either IP version at the link's MTU, timestamps included: the
+// guest's kernel has no segment to cut unless the guest lowered its MTU.
+func (l *tunLink) GSOMaxSize() uint32 { return MTU - header.IPv6MinimumSize }
+
 // ARPHardwareType implements stack.NetworkLinkEndpoint.
 func (l *tunLink) ARPHardwareType() header.ARPHardwareType { return header.ARPHardwareNone }
 
-// AddHeader implements stack.NetworkLinkEndpoint: there is no header.
-func (l *tunLink) AddHeader(*stack.PacketBuffer) {}
+// AddHeader implements stack.NetworkLinkEndpoint: it pushes the packet's
+// virtio_net_hdr.
+func (l *tunLink) AddHeader(pkt *stack.PacketBuffer) {
+	vnetHdrOf(pkt).encode(pkt.LinkHeader().Push(vnetHdrLen))
+}
 
-// ParseHeader implements stack.NetworkLinkEndpoint: there is no header.
+// ParseHeader implements stack.NetworkLinkEndpoint. The readers strip the
+// device's header before the stack sees a packet.
 func (l *tunLink) ParseHeader(*stack.PacketBuffer) bool { return true }
 
 // Close implements stack.NetworkLinkEndpoint. The slot owns and closes the

@@ -101,26 +101,45 @@ func versionPacket(v byte, n int, fill byte) []byte {
 	return b
 }
 
-// The guest's IPv4 and IPv6 packets reach the stack whole, small or as
-// large as the MTU, with their protocol; anything else is dropped.
+// frame is packet as the device carries it, after the header h.
+func frame(h vnetHdr, packet []byte) []byte {
+	b := make([]byte, vnetHdrLen, vnetHdrLen+len(packet))
+	h.encode(b)
+	return append(b, packet...)
+}
+
+// partial is the header of a guest's packet whose checksum is left to the
+// slot.
+var partial = vnetHdr{flags: unix.VIRTIO_NET_HDR_F_NEEDS_CSUM, csumStart: 20, csumOffset: 16}
+
+// The guest's IPv4 and IPv6 packets reach the stack whole, without the
+// device's header, small or as large as the MTU, their checksums complete
+// or partial, with their protocol; anything else is dropped, and so is a
+// packet that claims a segmentation offload the device does not offer.
 func TestLinkDeliversTheGuestsPackets(t *testing.T) {
 	queue, guest := packetQueue(t, true)
 	_, r := attached(t, queue)
 	sent := []struct {
+		hdr    vnetHdr
 		packet []byte
 		proto  tcpip.NetworkProtocolNumber
 	}{
-		{versionPacket(4, 60, 'a'), header.IPv4ProtocolNumber},
-		{versionPacket(6, 80, 'b'), header.IPv6ProtocolNumber},
-		{versionPacket(0, 40, 'c'), 0}, // neither: dropped
-		{versionPacket(4, smallPacket+1, 'd'), header.IPv4ProtocolNumber},
-		{versionPacket(6, MTU, 'e'), header.IPv6ProtocolNumber},
-		{versionPacket(4, 40, 'f'), header.IPv4ProtocolNumber},
+		{vnetHdr{}, versionPacket(4, 60, 'a'), header.IPv4ProtocolNumber},
+		{partial, versionPacket(6, 80, 'b'), header.IPv6ProtocolNumber},
+		{vnetHdr{}, versionPacket(0, 40, 'c'), 0}, // neither: dropped
+		{partial, versionPacket(4, smallPacket+1, 'd'), header.IPv4ProtocolNumber},
+		{vnetHdr{gsoType: unix.VIRTIO_NET_HDR_GSO_TCPV4, gsoSize: 1000}, versionPacket(4, 3000, 'g'), 0}, // dropped
+		{vnetHdr{}, versionPacket(6, MTU, 'e'), header.IPv6ProtocolNumber},
+		{vnetHdr{}, versionPacket(4, 40, 'f'), header.IPv4ProtocolNumber},
 	}
 	for _, s := range sent {
-		if _, err := unix.Write(guest, s.packet); err != nil {
+		if _, err := unix.Write(guest, frame(s.hdr, s.packet)); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// Shorter than the header: dropped.
+	if _, err := unix.Write(guest, []byte{0, 0, 0}); err != nil {
+		t.Fatal(err)
 	}
 	for _, s := range sent {
 		if s.proto == 0 {
@@ -134,25 +153,46 @@ func TestLinkDeliversTheGuestsPackets(t *testing.T) {
 	}
 }
 
-// tcpPacket is a TCP segment with flags and payload, as the stack hands it
-// to the link (without the IP header, which the link does not read).
-func tcpPacket(flags header.TCPFlags, payload string) *stack.PacketBuffer {
+// tcpPacket is a TCP segment with flags and payload after an IP header of
+// l3 bytes (zeros: the link reads only its length), as the stack hands it
+// to the link, with the link's header added as the NIC adds it.
+func tcpPacket(l *tunLink, l3 int, gso stack.GSO, flags header.TCPFlags, payload string) *stack.PacketBuffer {
 	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{
-		ReserveHeaderBytes: header.TCPMinimumSize,
+		ReserveHeaderBytes: vnetHdrLen + header.IPv6MinimumSize + header.TCPMinimumSize,
 		Payload:            buffer.MakeWithData([]byte(payload)),
 	})
 	h := header.TCP(pkt.TransportHeader().Push(header.TCPMinimumSize))
 	h.Encode(&header.TCPFields{SrcPort: 80, DstPort: 4000, Flags: flags, DataOffset: header.TCPMinimumSize})
 	pkt.TransportProtocolNumber = header.TCPProtocolNumber
+	pkt.NetworkHeader().Push(l3)
+	pkt.GSOOptions = gso
+	l.AddHeader(pkt)
 	return pkt
 }
 
-// The stack's packets reach the guest, a SYN-ACK (written apart) too, and
-// Wait returns once every write is done.
+// readFrame reads one packet the link wrote to the guest and splits it
+// into the device's header and the IP packet.
+func readFrame(t *testing.T, guest int) ([]byte, []byte) {
+	t.Helper()
+	buf := make([]byte, 4096)
+	n, err := unix.Read(guest, buf)
+	if err != nil {
+		t.Fatalf("the guest read: %v", err)
+	}
+	if n < vnetHdrLen {
+		t.Fatalf("the guest read %d bytes, shorter than the device's header", n)
+	}
+	return buf[:vnetHdrLen], buf[vnetHdrLen:n]
+}
+
+// The stack's packets reach the guest after a header of zeros when their
+// checksums are complete, a SYN-ACK (written apart) too, and Wait returns
+// once every write is done.
 func TestLinkWritesTheStacksPackets(t *testing.T) {
 	queue, guest := packetQueue(t, true)
 	l, _ := attached(t, queue)
-	synAck, data := tcpPacket(header.TCPFlagSyn|header.TCPFlagAck, ""), tcpPacket(header.TCPFlagAck|header.TCPFlagPsh, "answer")
+	synAck := tcpPacket(l, header.IPv4MinimumSize, stack.GSO{}, header.TCPFlagSyn|header.TCPFlagAck, "")
+	data := tcpPacket(l, header.IPv4MinimumSize, stack.GSO{}, header.TCPFlagAck|header.TCPFlagPsh, "answer")
 	if !isSynAck(synAck) || isSynAck(data) {
 		t.Fatalf("isSynAck: %v for a SYN-ACK and %v for data, want true and false", isSynAck(synAck), isSynAck(data))
 	}
@@ -165,13 +205,12 @@ func TestLinkWritesTheStacksPackets(t *testing.T) {
 	pkts.Reset() // the caller's references, as the stack drops them
 	l.writes.Wait()
 	got := map[header.TCPFlags]string{}
-	buf := make([]byte, 1024)
 	for range 2 {
-		n, err := unix.Read(guest, buf)
-		if err != nil {
-			t.Fatalf("the guest read: %v", err)
+		hdr, packet := readFrame(t, guest)
+		if !bytes.Equal(hdr, make([]byte, vnetHdrLen)) {
+			t.Errorf("a packet with complete checksums came with the header %v, want zeros", hdr)
 		}
-		h := header.TCP(buf[:n])
+		h := header.TCP(packet[header.IPv4MinimumSize:])
 		got[h.Flags()] = string(h.Payload())
 	}
 	if s, ok := got[header.TCPFlagSyn|header.TCPFlagAck]; !ok || s != "" {
@@ -179,6 +218,52 @@ func TestLinkWritesTheStacksPackets(t *testing.T) {
 	}
 	if s := got[header.TCPFlagAck|header.TCPFlagPsh]; s != "answer" {
 		t.Errorf("the guest got %v, not the data segment", got)
+	}
+}
+
+// A segment built for offload reaches the guest with its checksum left to
+// the guest's kernel: NEEDS_CSUM at the TCP header's checksum field, after
+// an IP header of either version. One larger than its MSS is also to be
+// cut into segments of the MSS.
+func TestLinkOffloadsTCPChecksums(t *testing.T) {
+	queue, guest := packetQueue(t, true)
+	l, _ := attached(t, queue)
+	payload := strings.Repeat("x", 1500)
+	for _, c := range []struct {
+		name string
+		l3   int
+		gso  stack.GSO
+		want vnetHdr
+	}{
+		{"IPv4", header.IPv4MinimumSize,
+			stack.GSO{Type: stack.GSOTCPv4, NeedsCsum: true, CsumOffset: header.TCPChecksumOffset, MSS: 1500},
+			vnetHdr{flags: unix.VIRTIO_NET_HDR_F_NEEDS_CSUM, csumStart: 20, csumOffset: 16}},
+		{"IPv6", header.IPv6MinimumSize,
+			stack.GSO{Type: stack.GSOTCPv6, NeedsCsum: true, CsumOffset: header.TCPChecksumOffset, MSS: 1500},
+			vnetHdr{flags: unix.VIRTIO_NET_HDR_F_NEEDS_CSUM, csumStart: 40, csumOffset: 16}},
+		{"IPv4 over the MSS", header.IPv4MinimumSize,
+			stack.GSO{Type: stack.GSOTCPv4, NeedsCsum: true, CsumOffset: header.TCPChecksumOffset, MSS: 1000},
+			vnetHdr{flags: unix.VIRTIO_NET_HDR_F_NEEDS_CSUM, gsoType: unix.VIRTIO_NET_HDR_GSO_TCPV4, gsoSize: 1000, hdrLen: 40, csumStart: 20, csumOffset: 16}},
+		{"IPv6 over the MSS", header.IPv6MinimumSize,
+			stack.GSO{Type: stack.GSOTCPv6, NeedsCsum: true, CsumOffset: header.TCPChecksumOffset, MSS: 1000},
+			vnetHdr{flags: unix.VIRTIO_NET_HDR_F_NEEDS_CSUM, gsoType: unix.VIRTIO_NET_HDR_GSO_TCPV6, gsoSize: 1000, hdrLen: 60, csumStart: 40, csumOffset: 16}},
+	} {
+		pkt := tcpPacket(l, c.l3, c.gso, header.TCPFlagAck, payload)
+		var pkts stack.PacketBufferList
+		pkts.PushBack(pkt)
+		if n, err := l.WritePackets(pkts); n != 1 || err != nil {
+			t.Fatalf("%s: WritePackets: %d, %v", c.name, n, err)
+		}
+		pkts.Reset()
+		hdr, packet := readFrame(t, guest)
+		want := make([]byte, vnetHdrLen)
+		c.want.encode(want)
+		if !bytes.Equal(hdr, want) {
+			t.Errorf("%s: header %v, want %v", c.name, hdr, want)
+		}
+		if got := string(header.TCP(packet[c.l3:]).Payload()); got != payload {
+			t.Errorf("%s: %d bytes of payload, want %d", c.name, len(got), len(payload))
+		}
 	}
 }
 
@@ -197,7 +282,7 @@ func TestLinkStopsWhileTheGuestFloods(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		packet := versionPacket(4, 60, 'x')
+		packet := frame(vnetHdr{}, versionPacket(4, 60, 'x'))
 		for {
 			select {
 			case <-flooding:

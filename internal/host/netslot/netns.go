@@ -135,7 +135,7 @@ func attachTUN(flags uint16) (*os.File, error) {
 		unix.Close(fd)
 		return nil, err
 	}
-	req.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI | flags)
+	req.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI | unix.IFF_VNET_HDR | flags)
 	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, req); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("TUNSETIFF: %w", err)
@@ -143,6 +143,11 @@ func attachTUN(flags uint16) (*os.File, error) {
 	if err := unix.IoctlSetInt(fd, unix.TUNSETPERSIST, 1); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("TUNSETPERSIST: %w", err)
+	}
+	// The guest's kernel may leave its checksums partial (vnet.go).
+	if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, unix.TUN_F_CSUM); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("TUNSETOFFLOAD: %w", err)
 	}
 	return os.NewFile(uintptr(fd), "/dev/net/tun"), nil
 }
