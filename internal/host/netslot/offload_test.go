@@ -3,49 +3,61 @@ package netslot_test
 import (
 	"encoding/binary"
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/host/netnsfile"
 	"github.com/kibotos/kibotos/internal/host/netslot"
+	"github.com/kibotos/kibotos/internal/testutil/nettest"
 )
 
-// The TCP checksums on the slot's link are left partial both ways: a
-// packet socket in the guest's namespace sees the slot's segments and the
-// guest's own as not yet summed (TP_STATUS_CSUMNOTREADY), and each of the
-// slot's, summed as the guest's kernel sums one it forwards, carries the
-// right checksum.
+// The TCP checksums on the slot's link are left partial both ways, over
+// IPv4 and IPv6: a packet socket in the guest's namespace sees the slot's
+// segments and the guest's own as not yet summed (TP_STATUS_CSUMNOTREADY),
+// and each of the slot's, summed as the guest's kernel sums one it
+// forwards, carries the right checksum.
 func TestSlotOffloadsTCPChecksums(t *testing.T) {
-	dst := echoOnTestHost(t)
+	inet := nettest.NewInternet(t)
 	s := newSlot(t)
 	s.Apply(policy(1, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, 600))
 	sniffer := sniff(t, s)
+	for _, l := range []net.Listener{
+		inet.Listen(t, "tcp4", nettest.HostIPv4.String()+":0"),
+		inet.Listen(t, "tcp6", "["+nettest.HostIPv6.String()+"]:0"),
+	} {
+		go echo(l)
+		dst := l.Addr().(*net.TCPAddr).AddrPort()
+		carried(t, s, netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port()), strings.Repeat("x", 2000))
+		checkOffloaded(t, sniffer, dst.Port())
+	}
+}
 
-	carried(t, s, dst, strings.Repeat("x", 2000))
-
+// checkOffloaded reads sniffer until it has seen a data segment of a
+// connection to port both from the slot and from the guest, each with its
+// checksum left partial, and the slot's right once summed.
+func checkOffloaded(t *testing.T, sniffer int, port uint16) {
+	t.Helper()
 	var fromSlot, fromGuest int
 	buf, oob := make([]byte, 1<<16), make([]byte, 256)
 	for fromSlot == 0 || fromGuest == 0 {
 		n, oobn, _, from, err := unix.Recvmsg(sniffer, buf, oob, 0)
 		if err != nil {
-			t.Fatalf("after %d segments with data from the slot and %d from the guest: %v", fromSlot, fromGuest, err)
+			t.Fatalf("port %d: after %d segments with data from the slot and %d from the guest: %v", port, fromSlot, fromGuest, err)
 		}
-		ip := header.IPv4(buf[:n])
-		if !ip.IsValid(n) || ip.TransportProtocol() != header.TCPProtocolNumber {
-			continue
-		}
-		seg := header.TCP(ip.Payload())
-		if len(seg.Payload()) == 0 || (seg.SourcePort() != dst.Port() && seg.DestinationPort() != dst.Port()) {
+		src, dst, seg, ok := tcpSegment(buf[:n])
+		if !ok || len(seg.Payload()) == 0 || (seg.SourcePort() != port && seg.DestinationPort() != port) {
 			continue
 		}
 		if status := auxStatus(t, oob[:oobn]); status&unix.TP_STATUS_CSUMNOTREADY == 0 {
-			t.Fatalf("a segment with data from %s came with its checksum complete (status %#x), want it left partial", ip.SourceAddress(), status)
+			t.Fatalf("a segment with data from %s came with its checksum complete (status %#x), want it left partial", src, status)
 		}
 		if from.(*unix.SockaddrLinklayer).Pkttype == unix.PACKET_OUTGOING {
 			fromGuest++
@@ -57,10 +69,29 @@ func TestSlotOffloadsTCPChecksums(t *testing.T) {
 		summed := append(header.TCP(nil), seg...)
 		summed.SetChecksum(^checksum.Checksum(summed, 0))
 		payload := summed.Payload()
-		if !summed.IsChecksumValid(ip.SourceAddress(), ip.DestinationAddress(), checksum.Checksum(payload, 0), uint16(len(payload))) {
-			t.Fatalf("a segment of the slot's, summed as the guest's kernel sums it, has a wrong checksum")
+		if !summed.IsChecksumValid(src, dst, checksum.Checksum(payload, 0), uint16(len(payload))) {
+			t.Fatalf("a segment of the slot's from %s, summed as the guest's kernel sums it, has a wrong checksum", src)
 		}
 	}
+}
+
+// tcpSegment is the TCP segment of the IP packet b, with its addresses.
+func tcpSegment(b []byte) (src, dst tcpip.Address, seg header.TCP, ok bool) {
+	switch header.IPVersion(b) {
+	case header.IPv4Version:
+		ip := header.IPv4(b)
+		if !ip.IsValid(len(b)) || ip.TransportProtocol() != header.TCPProtocolNumber {
+			return src, dst, nil, false
+		}
+		return ip.SourceAddress(), ip.DestinationAddress(), header.TCP(ip.Payload()), true
+	case header.IPv6Version:
+		ip := header.IPv6(b)
+		if !ip.IsValid(len(b)) || ip.TransportProtocol() != header.TCPProtocolNumber {
+			return src, dst, nil, false
+		}
+		return ip.SourceAddress(), ip.DestinationAddress(), header.TCP(ip.Payload()), true
+	}
+	return src, dst, nil, false
 }
 
 // sniff opens a packet socket on the guest's side of s's link, with each
