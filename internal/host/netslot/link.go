@@ -266,10 +266,11 @@ func (l *tunLink) Capabilities() stack.LinkEndpointCapabilities {
 func (l *tunLink) SupportedGSO() stack.SupportedGSO { return stack.HostGSOSupported }
 
 // GSOMaxSize implements stack.GSOEndpoint. The stack fills a segment up to
-// this size less 61 bytes (the largest TCP header and one), here less than
-// the MSS of either IP version at the link's MTU, timestamps included: the
-// guest's kernel has no segment to cut unless the guest lowered its MTU.
-func (l *tunLink) GSOMaxSize() uint32 { return MTU - header.IPv6MinimumSize }
+// this size less 161 bytes (header.TCPTotalHeaderMaximumSize and one): at
+// the link's MTU that is under the MSS of either IP version, options
+// included, so the guest's kernel has no segment to cut unless the guest's
+// MSS is smaller (a lower MTU, a clamped MSS).
+func (l *tunLink) GSOMaxSize() uint32 { return MTU }
 
 // ARPHardwareType implements stack.NetworkLinkEndpoint.
 func (l *tunLink) ARPHardwareType() header.ARPHardwareType { return header.ARPHardwareNone }

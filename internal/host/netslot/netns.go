@@ -101,7 +101,7 @@ func destroyNamespace(path string) error {
 // (by an earlier version, which a reattach finds).
 func openTUN() (queues []*os.File, err error) {
 	first, err := attachTUN(unix.IFF_MULTI_QUEUE)
-	if errors.Is(err, unix.EINVAL) {
+	if errors.Is(err, errSingleQueue) {
 		first, err = attachTUN(0) // a single-queue device
 		if err != nil {
 			return nil, err
@@ -123,8 +123,12 @@ func openTUN() (queues []*os.File, err error) {
 	return queues, nil
 }
 
+// errSingleQueue is TUNSETIFF's refusal of a multi-queue file, which a
+// single-queue device gives.
+var errSingleQueue = errors.New("TUNSETIFF: the device has a single queue")
+
 // attachTUN opens one file of the persistent TUN device ifName, with the
-// flags besides IFF_TUN and IFF_NO_PI.
+// flags besides IFF_TUN, IFF_NO_PI and IFF_VNET_HDR (vnet.go).
 func attachTUN(flags uint16) (*os.File, error) {
 	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
@@ -138,6 +142,9 @@ func attachTUN(flags uint16) (*os.File, error) {
 	req.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI | unix.IFF_VNET_HDR | flags)
 	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, req); err != nil {
 		unix.Close(fd)
+		if errors.Is(err, unix.EINVAL) && flags&unix.IFF_MULTI_QUEUE != 0 {
+			return nil, errSingleQueue
+		}
 		return nil, fmt.Errorf("TUNSETIFF: %w", err)
 	}
 	if err := unix.IoctlSetInt(fd, unix.TUNSETPERSIST, 1); err != nil {
