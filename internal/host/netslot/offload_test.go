@@ -1,10 +1,15 @@
 package netslot_test
 
 import (
+	"bytes"
+	"crypto/rand"
 	"encoding/binary"
+	"errors"
+	"io"
 	"net"
 	"net/netip"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -140,4 +145,58 @@ func sniff(t *testing.T, s *netslot.Slot) int {
 // htons is v in network byte order, as a packet socket takes a protocol.
 func htons(v uint16) uint16 {
 	return binary.BigEndian.Uint16(binary.NativeEndian.AppendUint16(nil, v))
+}
+
+// A guest whose MSS is smaller than the stack's segments (here set on its
+// socket; a lower MTU or a clamped MSS does the same) gets them whole: the
+// stack sends segments of up to the link's size marked for its kernel to
+// cut at that MSS.
+func TestSlotSegmentsForASmallMSS(t *testing.T) {
+	const mss = 1000
+	dst := echoOnTestHost(t)
+	s := newSlot(t)
+	s.Apply(policy(1, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, 600))
+	sniffer := sniff(t, s)
+	var c net.Conn
+	err := netnsfile.Do(s.Path(), func() (err error) {
+		d := net.Dialer{Timeout: 5 * time.Second, Control: func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			err := rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_MAXSEG, mss) })
+			return errors.Join(err, serr)
+		}}
+		c, err = d.Dial("tcp", dst.String())
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	sent := make([]byte, 1<<20)
+	rand.Read(sent)
+	go c.Write(sent)
+	got := make([]byte, len(sent))
+	if _, err := io.ReadFull(c, got); err != nil {
+		t.Fatalf("the echo of 1 MiB: %v", err)
+	}
+	if !bytes.Equal(got, sent) {
+		t.Fatal("the echo differs from what was sent")
+	}
+
+	buf := make([]byte, 1<<17)
+	for {
+		n, from, err := unix.Recvfrom(sniffer, buf, 0)
+		if err != nil {
+			t.Fatalf("no segment of the slot's was marked to be cut: %v", err)
+		}
+		if from.(*unix.SockaddrLinklayer).Pkttype == unix.PACKET_OUTGOING || n < vnetHdrLen {
+			continue
+		}
+		if gsoType, size := buf[1], binary.NativeEndian.Uint16(buf[4:]); gsoType == unix.VIRTIO_NET_HDR_GSO_TCPV4 {
+			if size > mss || n-vnetHdrLen <= mss {
+				t.Fatalf("a segment of %d bytes marked to be cut at %d, with an MSS of %d", n-vnetHdrLen, size, mss)
+			}
+			return
+		}
+	}
 }
