@@ -48,7 +48,7 @@ func (h vnetHdr) encode(b []byte) {
 
 // vnetHdrOf is the header of a packet the stack writes: a TCP segment
 // built for offload (the link's SupportedGSO) asks for its checksum, and
-// one larger than its MSS (a guest that lowered its MTU) is also to be cut
+// one larger than its MSS (a guest whose MSS is smaller) is also to be cut
 // into segments of that size by the guest's kernel. Any other packet
 // carries its checksums whole and a header of zeros.
 func vnetHdrOf(pkt *stack.PacketBuffer) vnetHdr {
