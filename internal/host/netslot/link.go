@@ -94,7 +94,7 @@ func (l *tunLink) read(q *os.File) {
 		}
 		// The device offers no segmentation offload, so the guest's
 		// kernel sends none; what claims otherwise is dropped.
-		if n <= vnetHdrLen || vnetGSOType(buf.AsSlice()) != unix.VIRTIO_NET_HDR_GSO_NONE {
+		if n <= vnetHdrLen || decodeVnetHdr(buf.AsSlice()).gsoType != unix.VIRTIO_NET_HDR_GSO_NONE {
 			continue
 		}
 		var v *buffer.View

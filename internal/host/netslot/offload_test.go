@@ -57,19 +57,19 @@ func checkOffloaded(t *testing.T, sniffer int, port uint16) {
 		if err != nil {
 			t.Fatalf("port %d: after %d segments with data from the slot and %d from the guest: %v", port, fromSlot, fromGuest, err)
 		}
-		if n < vnetHdrLen {
+		if n < netslot.VnetHdrLen {
 			t.Fatalf("a packet of %d bytes, shorter than its virtio_net_hdr", n)
 		}
-		packet := buf[vnetHdrLen:n]
+		packet := buf[netslot.VnetHdrLen:n]
 		src, dst, seg, ok := tcpSegment(packet)
 		if !ok || len(seg.Payload()) == 0 || (seg.SourcePort() != port && seg.DestinationPort() != port) {
 			continue
 		}
-		flags := buf[0]
-		start, offset := int(binary.NativeEndian.Uint16(buf[6:])), int(binary.NativeEndian.Uint16(buf[8:]))
-		if l3 := len(packet) - len(seg); flags&unix.VIRTIO_NET_HDR_F_NEEDS_CSUM == 0 || start != l3 || offset != header.TCPChecksumOffset {
+		h := netslot.DecodeVnetHdr(buf)
+		start, offset := int(h.CsumStart), int(h.CsumOffset)
+		if l3 := len(packet) - len(seg); h.Flags&unix.VIRTIO_NET_HDR_F_NEEDS_CSUM == 0 || start != l3 || offset != header.TCPChecksumOffset {
 			t.Fatalf("a segment with data from %s: flags %#x, checksum from %d into %d, want it left partial from %d into %d",
-				src, flags, start, offset, l3, header.TCPChecksumOffset)
+				src, h.Flags, start, offset, l3, header.TCPChecksumOffset)
 		}
 		if from.(*unix.SockaddrLinklayer).Pkttype == unix.PACKET_OUTGOING {
 			fromGuest++
@@ -87,9 +87,6 @@ func checkOffloaded(t *testing.T, sniffer int, port uint16) {
 		}
 	}
 }
-
-// vnetHdrLen is the length of a struct virtio_net_hdr.
-const vnetHdrLen = 10
 
 // tcpSegment is the TCP segment of the IP packet b, with its addresses.
 func tcpSegment(b []byte) (src, dst tcpip.Address, seg header.TCP, ok bool) {
@@ -194,12 +191,12 @@ func TestSlotSegmentsForASmallMSS(t *testing.T) {
 		if err != nil {
 			t.Fatalf("no segment of the slot's was marked to be cut: %v", err)
 		}
-		if from.(*unix.SockaddrLinklayer).Pkttype == unix.PACKET_OUTGOING || n < vnetHdrLen {
+		if from.(*unix.SockaddrLinklayer).Pkttype == unix.PACKET_OUTGOING || n < netslot.VnetHdrLen {
 			continue
 		}
-		if gsoType, size := buf[1], binary.NativeEndian.Uint16(buf[4:]); gsoType == unix.VIRTIO_NET_HDR_GSO_TCPV4 {
-			if size > mss || n-vnetHdrLen <= mss {
-				t.Fatalf("a segment of %d bytes marked to be cut at %d, with an MSS of %d", n-vnetHdrLen, size, mss)
+		if h := netslot.DecodeVnetHdr(buf); h.GSOType == unix.VIRTIO_NET_HDR_GSO_TCPV4 {
+			if h.GSOSize > mss || n-netslot.VnetHdrLen <= mss {
+				t.Fatalf("a segment of %d bytes marked to be cut at %d, with an MSS of %d", n-netslot.VnetHdrLen, h.GSOSize, mss)
 			}
 			return
 		}

@@ -75,5 +75,15 @@ func vnetHdrOf(pkt *stack.PacketBuffer) vnetHdr {
 	return h
 }
 
-// vnetGSOType is the gso_type of the header that starts b.
-func vnetGSOType(b []byte) uint8 { return b[1] }
+// decodeVnetHdr reads the header that starts b, which is at least
+// vnetHdrLen long.
+func decodeVnetHdr(b []byte) vnetHdr {
+	return vnetHdr{
+		flags:      b[0],
+		gsoType:    b[1],
+		hdrLen:     binary.NativeEndian.Uint16(b[2:]),
+		gsoSize:    binary.NativeEndian.Uint16(b[4:]),
+		csumStart:  binary.NativeEndian.Uint16(b[6:]),
+		csumOffset: binary.NativeEndian.Uint16(b[8:]),
+	}
+}
