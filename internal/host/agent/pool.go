@@ -385,8 +385,13 @@ func (p *warmPool) next() *poolShape {
 		return nil
 	}
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	// A take since run found no hold may have set one: it holds this
+	// fill too.
+	if time.Until(p.holdUntil) > 0 {
+		return nil
+	}
 	p.filling = append(p.filling, s)
-	p.mu.Unlock()
 	return s
 }
 
