@@ -1,7 +1,8 @@
 // Command dpbench measures the data plane of a running `kibotos up`
 // through the Go SDK, each figure beside a baseline measured in the same
 // run: the round trip of exec `true` (p50, p99) beside a Connect unary
-// call on loopback; exec `true` per second with 1 and with -callers
+// call on loopback, and beside a bare spawn and wait of the guest's
+// `true` on the host, the floor under it on this machine; exec `true` per second with 1 and with -callers
 // parallel callers on one workspace; a short command after idling in a
 // workspace of 0.1 CPU beside the same in one of the default CPU;
 // `kibotos ws exec WS -- true` end to
@@ -29,6 +30,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"connectrpc.com/grpchealth"
@@ -105,6 +107,12 @@ func run(c config) error {
 	}
 	row("exec true round trip p50 (ms)", benchutil.Millis(benchutil.Quantile(rtt, 0.5)), benchutil.Millis(benchutil.Quantile(unary, 0.5)), "ms")
 	row("exec true round trip p99 (ms)", benchutil.Millis(benchutil.Quantile(rtt, 0.99)), benchutil.Millis(benchutil.Quantile(unary, 0.99)), "ms")
+	bare, err := bareSpawns(c.home, c.execs)
+	if err != nil {
+		return err
+	}
+	row("exec true p50 (ms), vs a bare spawn", benchutil.Millis(benchutil.Quantile(rtt, 0.5)), benchutil.Millis(benchutil.Quantile(bare, 0.5)), "ms")
+	row("exec true p99 (ms), vs a bare spawn", benchutil.Millis(benchutil.Quantile(rtt, 0.99)), benchutil.Millis(benchutil.Quantile(bare, 0.99)), "ms")
 
 	one, _, err := execRate(ctx, ws, c.home, 1, c.window, c.pid)
 	if err != nil {
@@ -189,6 +197,38 @@ func loopbackUnary(ctx context.Context, n int) ([]time.Duration, error) {
 			return nil, err
 		}
 		if i > 0 { // the first dials
+			out = append(out, time.Since(start))
+		}
+	}
+	return out, nil
+}
+
+// bareSpawns times n spawns and waits of the guest's `true` (the built-in
+// template's busybox) on the host, with no runtime, agent or transport:
+// what the process alone costs on this machine. The spawn is Go's, a
+// vfork-style clone, as the guest agent's is.
+func bareSpawns(home string, n int) ([]time.Duration, error) {
+	rootfs, err := benchutil.BaseRootfs(home)
+	if err != nil {
+		return nil, err
+	}
+	busybox := filepath.Join(rootfs, "bin", "busybox")
+	attr := &syscall.ProcAttr{Files: []uintptr{0, 1, 2}}
+	var out []time.Duration
+	for i := range n + 1 {
+		start := time.Now()
+		pid, err := syscall.ForkExec(busybox, []string{"true"}, attr)
+		if err != nil {
+			return nil, err
+		}
+		var status syscall.WaitStatus
+		if _, err := syscall.Wait4(pid, &status, 0, nil); err != nil {
+			return nil, err
+		}
+		if !status.Exited() || status.ExitStatus() != 0 {
+			return nil, fmt.Errorf("%s true: %v", busybox, status)
+		}
+		if i > 0 { // the first reads the binary from the disk
 			out = append(out, time.Since(start))
 		}
 	}
