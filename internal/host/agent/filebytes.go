@@ -83,7 +83,7 @@ func rewriteFileBytes(pr *httputil.ProxyRequest) {
 type bulkBody struct{ io.ReadCloser }
 
 func (b bulkBody) WriteTo(w io.Writer) (int64, error) {
-	buf := readFileBufferPool.Get().(*[readFileBufferSize]byte)
-	defer readFileBufferPool.Put(buf)
-	return io.CopyBuffer(struct{ io.Writer }{w}, struct{ io.Reader }{b.ReadCloser}, buf[:])
+	buf := readFileBuffers.Get()
+	defer readFileBuffers.Put(buf)
+	return io.CopyBuffer(struct{ io.Writer }{w}, struct{ io.Reader }{b.ReadCloser}, buf)
 }

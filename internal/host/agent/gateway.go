@@ -72,9 +72,9 @@ func (a *Agent) Gateway() http.Handler {
 			ModifyResponse: endRequestWithResponse,
 		}
 	}
-	g.proxy = proxy(nil)
-	g.readFileProxy = proxy(readFileBuffers{})
-	g.fileBytesProxy = proxy(nil) // its answers are small: the bytes go up (bulkBody)
+	g.proxy = proxy(callBuffers)
+	g.readFileProxy = proxy(readFileBuffers)
+	g.fileBytesProxy = proxy(callBuffers) // its answers are small: the bytes go up (bulkBody)
 	g.fileBytesProxy.Transport = a.newFileBytesTransport()
 	g.fileBytesProxy.Rewrite = rewriteFileBytes
 	return g
@@ -88,17 +88,31 @@ func (a *Agent) Gateway() http.Handler {
 // and carry little, keep the default and pin less memory each.
 const readFileBufferSize = 1 << 20
 
-// readFileBufferPool recycles those buffers between calls.
-var readFileBufferPool = sync.Pool{New: func() any { return new([readFileBufferSize]byte) }}
+var (
+	// readFileBuffers are the ReadFile proxy's buffers.
+	readFileBuffers = &bufferPool{size: readFileBufferSize}
+	// callBuffers are the other proxies' buffers, of httputil's default
+	// size.
+	callBuffers = &bufferPool{size: 32 << 10}
+)
 
-// readFileBuffers is the ReadFile proxy's httputil.BufferPool.
-type readFileBuffers struct{}
-
-func (readFileBuffers) Get() []byte {
-	return readFileBufferPool.Get().(*[readFileBufferSize]byte)[:]
+// bufferPool is an httputil.BufferPool that recycles buffers of one size
+// between calls. Without one the proxy makes (and zeroes) a buffer for
+// every call it carries: for a small call, half of the bytes the gateway
+// allocated (BenchmarkGatewayInspectFile).
+type bufferPool struct {
+	size int
+	pool sync.Pool // of *[]byte
 }
 
-func (readFileBuffers) Put(b []byte) { readFileBufferPool.Put((*[readFileBufferSize]byte)(b)) }
+func (p *bufferPool) Get() []byte {
+	if b, ok := p.pool.Get().(*[]byte); ok {
+		return *b
+	}
+	return make([]byte, p.size)
+}
+
+func (p *bufferPool) Put(b []byte) { p.pool.Put(&b) }
 
 // guestTransport returns a transport that speaks cleartext HTTP/2 to the
 // guest agents' data sockets: a request's URL host is the execution ID.

@@ -404,6 +404,22 @@ func TestGatewayServesOnlyTheDataPlane(t *testing.T) {
 	}
 }
 
+// BenchmarkGatewayInspectFile times a small unary call through the
+// gateway between in-process ends: the gateway's part of every call that
+// carries little, an exec's included.
+func BenchmarkGatewayInspectFile(b *testing.B) {
+	e := newGatewayEnv(b)
+	k := key(1)
+	e.set(assignment("ws_a", 2, k), hostv1.ObservedState_OBSERVED_STATE_RUNNING)
+	files := datav1connect.NewFileServiceClient(h2c(), e.url, bearer(sign(k, "ses_1", "ws_a", 2, time.Hour)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := files.InspectFile(context.Background(), connect.NewRequest(&datav1.InspectFileRequest{Path: "/etc/hostname"})); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkGatewayReadFile times a ReadFile of 64 MiB through the gateway
 // between in-process ends that speak HTTP/2 with 1 MiB frames, as the SDK
 // and the guest agent do: the gateway's part of a download.
