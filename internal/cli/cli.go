@@ -301,8 +301,8 @@ func dialStreaming[C any](cmd *cobra.Command, c *conn, newClient func(connect.HT
 // Workspace id, whose data-plane calls the SDK makes with the session the
 // session cache holds for it (sessioncache.go), else with one it issues.
 // Unary calls keep callTimeout; streams run until the command's context
-// ends. closeIdle keeps the handle's session in the cache and releases the
-// connections.
+// ends. closeIdle keeps the handle's session in the cache, unless it is
+// the one the cache gave, and releases the connections.
 func openWorkspace(cmd *cobra.Command, c *conn, id string) (ws *sdk.Workspace, closeIdle func(), err error) {
 	s, err := c.resolve(cmd)
 	if err != nil {
@@ -310,14 +310,19 @@ func openWorkspace(cmd *cobra.Command, c *conn, id string) (ws *sdk.Workspace, c
 	}
 	cl := sdk.New(s.baseURL, s.token, sdk.WithTLSConfig(s.tls), sdk.WithClientOptions(connect.WithInterceptors(timeout(callTimeout))))
 	cache := openSessionCache()
-	if cached := cache.load(s.baseURL, s.token, id); cached != nil {
+	cached := cache.load(s.baseURL, s.token, id)
+	if cached != nil {
 		ws = cl.WorkspaceWithSession(id, cached)
 	} else if ws, err = cl.Workspace(cmd.Context(), id); err != nil {
 		cl.Close()
 		return nil, nil, err
 	}
 	return ws, func() {
-		cache.store(s.baseURL, s.token, id, ws.CurrentSession())
+		// The handle holds the session it was given until the data plane
+		// refuses it: then the file changes, else it stays as it is.
+		if current := ws.CurrentSession(); cached == nil || current != cached {
+			cache.store(s.baseURL, s.token, id, current)
+		}
 		cl.Close()
 	}, nil
 }

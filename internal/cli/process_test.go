@@ -260,10 +260,10 @@ func TestExitCode(t *testing.T) {
 }
 
 // TestExecReusesCachedSession runs ws exec again and again: the first
-// keeps its session in the cache (0600), the next ones use it as it is, a
-// session the data plane refuses is replaced in the file, another
-// project's token does not get to use it, and with the cache off nothing
-// is written.
+// keeps its session in the cache (0600), the next ones use it as it is and
+// leave its file alone, a session the data plane refuses is replaced in
+// the file, another project's token does not get to use it, and with the
+// cache off nothing is written.
 func TestExecReusesCachedSession(t *testing.T) {
 	e, id := newDataEnv(t)
 	dir := os.Getenv(envSessionCache)
@@ -289,11 +289,20 @@ func TestExecReusesCachedSession(t *testing.T) {
 	}
 	e.sh(t, id, "true")
 	path, first := cached()
+	written, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if out := e.sh(t, id, "echo again"); out != "again\n" {
 		t.Fatalf("second exec: %q", out)
 	}
 	if _, s := cached(); s.ID != first.ID {
 		t.Errorf("second exec left session %s, want the cached %s", s.ID, first.ID)
+	}
+	// A store replaces the file by a rename, so the same file is one that
+	// was not written again.
+	if again, err := os.Stat(path); err != nil || !os.SameFile(written, again) {
+		t.Errorf("the second exec wrote the cached session again (%v)", err)
 	}
 
 	// A session the data plane refuses gives way to a new one.
@@ -318,7 +327,7 @@ func TestExecReusesCachedSession(t *testing.T) {
 	// The token of another project, which may not reach the workspace,
 	// gets nothing from the cached session.
 	other := uptest.Shared(t).Project(t)
-	_, _, err := e.run(t, "", "ws", "exec", "--addr", e.addr, "--token", other, id, "--", "true")
+	_, _, err = e.run(t, "", "ws", "exec", "--addr", e.addr, "--token", other, id, "--", "true")
 	if connect.CodeOf(err) != connect.CodeNotFound {
 		t.Fatalf("exec with another project's token: %v, want not_found", err)
 	}
