@@ -27,6 +27,7 @@ import (
 	"maps"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -45,12 +46,16 @@ type Client struct {
 	opts       []connect.ClientOption // from WithClientOptions; data-plane clients share them
 	sessionTTL time.Duration
 	env        map[string]string // WithEnv: the default environment of every process
-	workspaces ctrlv1connect.WorkspaceServiceClient
-	templates  ctrlv1connect.TemplateServiceClient
-	volumes    ctrlv1connect.VolumeServiceClient
-	transfers  ctrlv1connect.TransferServiceClient
-	sessions   ctrlv1connect.SessionServiceClient
-	exposures  ctrlv1connect.ExposureServiceClient
+	// The control plane's clients are made at their first call: making
+	// one reads the API's whole descriptor, a few milliseconds that a
+	// command calling only a data plane with a session it was given (the
+	// CLI's ws exec with its cached session) would spend for nothing.
+	workspaces func() ctrlv1connect.WorkspaceServiceClient
+	templates  func() ctrlv1connect.TemplateServiceClient
+	volumes    func() ctrlv1connect.VolumeServiceClient
+	transfers  func() ctrlv1connect.TransferServiceClient
+	sessions   func() ctrlv1connect.SessionServiceClient
+	exposures  func() ctrlv1connect.ExposureServiceClient
 }
 
 // Option configures a Client.
@@ -108,13 +113,20 @@ func New(baseURL, token string, opts ...Option) *Client {
 	}
 	baseURL = strings.TrimRight(baseURL, "/")
 	ctrlOpts := c.clientOptions(token)
-	c.workspaces = ctrlv1connect.NewWorkspaceServiceClient(c.hc, baseURL, ctrlOpts...)
-	c.templates = ctrlv1connect.NewTemplateServiceClient(c.hc, baseURL, ctrlOpts...)
-	c.volumes = ctrlv1connect.NewVolumeServiceClient(c.hc, baseURL, ctrlOpts...)
-	c.transfers = ctrlv1connect.NewTransferServiceClient(c.hc, baseURL, ctrlOpts...)
-	c.sessions = ctrlv1connect.NewSessionServiceClient(c.hc, baseURL, ctrlOpts...)
-	c.exposures = ctrlv1connect.NewExposureServiceClient(c.hc, baseURL, ctrlOpts...)
+	c.workspaces = ctrlClient(c.hc, baseURL, ctrlOpts, ctrlv1connect.NewWorkspaceServiceClient)
+	c.templates = ctrlClient(c.hc, baseURL, ctrlOpts, ctrlv1connect.NewTemplateServiceClient)
+	c.volumes = ctrlClient(c.hc, baseURL, ctrlOpts, ctrlv1connect.NewVolumeServiceClient)
+	c.transfers = ctrlClient(c.hc, baseURL, ctrlOpts, ctrlv1connect.NewTransferServiceClient)
+	c.sessions = ctrlClient(c.hc, baseURL, ctrlOpts, ctrlv1connect.NewSessionServiceClient)
+	c.exposures = ctrlClient(c.hc, baseURL, ctrlOpts, ctrlv1connect.NewExposureServiceClient)
 	return c
+}
+
+// ctrlClient returns the control-plane client newClient makes, made at the
+// first call.
+func ctrlClient[C any](hc connect.HTTPClient, baseURL string, opts []connect.ClientOption,
+	newClient func(connect.HTTPClient, string, ...connect.ClientOption) C) func() C {
+	return sync.OnceValue(func() C { return newClient(hc, baseURL, opts...) })
 }
 
 // Close releases the Client's idle connections. Calls in flight go on; a

@@ -44,7 +44,7 @@ func (w *Workspace) Expose(ctx context.Context, port uint32, o ExposeOptions) (*
 	if o.Public {
 		auth = ctrlv1.ExposureAuth_EXPOSURE_AUTH_PUBLIC
 	}
-	resp, err := w.c.exposures.CreateExposure(ctx, connect.NewRequest(&ctrlv1.CreateExposureRequest{
+	resp, err := w.c.exposures().CreateExposure(ctx, connect.NewRequest(&ctrlv1.CreateExposureRequest{
 		Command: commandMetadata(o.CommandID), WorkspaceId: w.id, Port: port, Auth: auth, Persistent: o.Persistent}))
 	if err != nil {
 		return nil, err
@@ -57,7 +57,7 @@ func (w *Workspace) Expose(ctx context.Context, port uint32, o ExposeOptions) (*
 func (w *Workspace) Exposures(ctx context.Context) ([]*ctrlv1.Exposure, error) {
 	var out []*ctrlv1.Exposure
 	for token := ""; ; {
-		resp, err := w.c.exposures.ListExposures(ctx, connect.NewRequest(&ctrlv1.ListExposuresRequest{WorkspaceId: w.id, PageToken: token}))
+		resp, err := w.c.exposures().ListExposures(ctx, connect.NewRequest(&ctrlv1.ListExposuresRequest{WorkspaceId: w.id, PageToken: token}))
 		if err != nil {
 			return nil, err
 		}
@@ -71,6 +71,6 @@ func (w *Workspace) Exposures(ctx context.Context) ([]*ctrlv1.Exposure, error) {
 // RevokeExposure ends an exposure: within a second its URL no longer
 // reaches the guest. Revoking an ended exposure succeeds.
 func (c *Client) RevokeExposure(ctx context.Context, id string) error {
-	_, err := c.exposures.RevokeExposure(ctx, connect.NewRequest(&ctrlv1.RevokeExposureRequest{Command: commandMetadata(""), ExposureId: id}))
+	_, err := c.exposures().RevokeExposure(ctx, connect.NewRequest(&ctrlv1.RevokeExposureRequest{Command: commandMetadata(""), ExposureId: id}))
 	return err
 }

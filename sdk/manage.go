@@ -21,7 +21,7 @@ func (c *Client) ListWorkspaces(ctx context.Context, selector map[string]string)
 	var all []*ctrlv1.Workspace
 	req := &ctrlv1.ListWorkspacesRequest{LabelSelector: selector}
 	for {
-		resp, err := c.workspaces.ListWorkspaces(ctx, connect.NewRequest(req))
+		resp, err := c.workspaces().ListWorkspaces(ctx, connect.NewRequest(req))
 		if err != nil {
 			return nil, err
 		}
@@ -39,7 +39,7 @@ func (c *Client) WatchWorkspace(ctx context.Context, id string) iter.Seq2[*ctrlv
 	return func(yield func(*ctrlv1.Workspace, error) bool) {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		stream, err := c.workspaces.WatchWorkspace(ctx, connect.NewRequest(&ctrlv1.WatchWorkspaceRequest{WorkspaceId: id}))
+		stream, err := c.workspaces().WatchWorkspace(ctx, connect.NewRequest(&ctrlv1.WatchWorkspaceRequest{WorkspaceId: id}))
 		if err != nil {
 			yield(nil, err)
 			return
@@ -60,7 +60,7 @@ func (c *Client) WatchWorkspace(ctx context.Context, id string) iter.Seq2[*ctrlv
 
 // Refresh reads the Workspace again; Info returns what it read.
 func (w *Workspace) Refresh(ctx context.Context) (*ctrlv1.Workspace, error) {
-	resp, err := w.c.workspaces.GetWorkspace(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: w.id}))
+	resp, err := w.c.workspaces().GetWorkspace(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: w.id}))
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +83,7 @@ func (w *Workspace) SetLabels(ctx context.Context, labels map[string]string) (*c
 	if err != nil {
 		return nil, err
 	}
-	resp, err := w.c.workspaces.UpdateWorkspaceLabels(ctx, connect.NewRequest(&ctrlv1.UpdateWorkspaceLabelsRequest{
+	resp, err := w.c.workspaces().UpdateWorkspaceLabels(ctx, connect.NewRequest(&ctrlv1.UpdateWorkspaceLabelsRequest{
 		Command: commandMetadata(""), WorkspaceId: w.id, ExpectedLabelsRevision: cur.GetLabelsRevision(), Labels: labels,
 	}))
 	if err != nil {
@@ -99,7 +99,7 @@ func (w *Workspace) SetAnnotations(ctx context.Context, annotations map[string]s
 	if err != nil {
 		return nil, err
 	}
-	resp, err := w.c.workspaces.UpdateWorkspaceAnnotations(ctx, connect.NewRequest(&ctrlv1.UpdateWorkspaceAnnotationsRequest{
+	resp, err := w.c.workspaces().UpdateWorkspaceAnnotations(ctx, connect.NewRequest(&ctrlv1.UpdateWorkspaceAnnotationsRequest{
 		Command: commandMetadata(""), WorkspaceId: w.id, ExpectedAnnotationsRevision: cur.GetAnnotationsRevision(), Annotations: annotations,
 	}))
 	if err != nil {
@@ -117,7 +117,7 @@ func (w *Workspace) SetNetworkPolicy(ctx context.Context, policy *ctrlv1.Network
 	if err != nil {
 		return nil, err
 	}
-	resp, err := w.c.workspaces.UpdateWorkspaceNetworkPolicy(ctx, connect.NewRequest(&ctrlv1.UpdateWorkspaceNetworkPolicyRequest{
+	resp, err := w.c.workspaces().UpdateWorkspaceNetworkPolicy(ctx, connect.NewRequest(&ctrlv1.UpdateWorkspaceNetworkPolicyRequest{
 		Command: commandMetadata(""), WorkspaceId: w.id, ExpectedRevision: cur.GetSpec().GetNetworkPolicy().GetRevision(), Policy: policy,
 	}))
 	if err != nil {
@@ -141,7 +141,7 @@ func (w *Workspace) SetExpiration(ctx context.Context, policy *ctrlv1.WorkspaceE
 	if policy != nil {
 		change.Change = &ctrlv1.WorkspaceExpirationChange_Set{Set: policy}
 	}
-	resp, err := w.c.workspaces.UpdateWorkspaceExpiration(ctx, connect.NewRequest(&ctrlv1.UpdateWorkspaceExpirationRequest{
+	resp, err := w.c.workspaces().UpdateWorkspaceExpiration(ctx, connect.NewRequest(&ctrlv1.UpdateWorkspaceExpirationRequest{
 		Command: commandMetadata(""), WorkspaceId: w.id, Change: change,
 	}))
 	if err != nil {

@@ -59,7 +59,7 @@ func (w *Workspace) dataPlane(ctx context.Context) (*dataPlane, error) {
 		return d, nil
 	}
 	req := &ctrlv1.IssueSessionRequest{WorkspaceId: w.id, TtlSeconds: uint32(w.c.sessionTTL / time.Second)}
-	resp, err := w.c.sessions.IssueSession(ctx, connect.NewRequest(req))
+	resp, err := w.c.sessions().IssueSession(ctx, connect.NewRequest(req))
 	if err != nil {
 		return nil, err
 	}

@@ -14,7 +14,7 @@ import (
 // CreateTemplate creates an empty Template id, with labels; its first
 // imported revision becomes its default.
 func (c *Client) CreateTemplate(ctx context.Context, id string, labels map[string]string) (*ctrlv1.Template, error) {
-	resp, err := c.templates.CreateTemplate(ctx, connect.NewRequest(&ctrlv1.CreateTemplateRequest{
+	resp, err := c.templates().CreateTemplate(ctx, connect.NewRequest(&ctrlv1.CreateTemplateRequest{
 		Command: commandMetadata(""), TemplateId: id, Labels: labels,
 	}))
 	if err != nil {
@@ -67,7 +67,7 @@ func (c *Client) importTemplate(ctx context.Context, start *ctrlv1.ImportTemplat
 	start.Command = commandMetadata("")
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream := c.templates.ImportTemplateRevision(ctx)
+	stream := c.templates().ImportTemplateRevision(ctx)
 	err := stream.Send(&ctrlv1.ImportTemplateRevisionRequest{Part: &ctrlv1.ImportTemplateRevisionRequest_Start{Start: start}})
 	if err == nil && r != nil {
 		var rerr error

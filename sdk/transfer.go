@@ -33,7 +33,7 @@ func (w *Workspace) ExportWithTemplate(ctx context.Context, out io.Writer) (*ctr
 
 func (w *Workspace) export(ctx context.Context, out io.Writer, withTemplate bool) (*ctrlv1.Transfer, error) {
 	c := w.c
-	resp, err := c.transfers.ExportWorkspace(ctx, connect.NewRequest(&ctrlv1.ExportWorkspaceRequest{Command: commandMetadata(""),
+	resp, err := c.transfers().ExportWorkspace(ctx, connect.NewRequest(&ctrlv1.ExportWorkspaceRequest{Command: commandMetadata(""),
 		WorkspaceId: w.id, WithTemplate: withTemplate}))
 	if err != nil {
 		return nil, err
@@ -42,7 +42,7 @@ func (w *Workspace) export(ctx context.Context, out io.Writer, withTemplate bool
 	if err != nil {
 		return t, err
 	}
-	stream, err := c.transfers.ReadTransferArtifact(ctx, connect.NewRequest(&ctrlv1.ReadTransferArtifactRequest{TransferId: t.GetTransferId()}))
+	stream, err := c.transfers().ReadTransferArtifact(ctx, connect.NewRequest(&ctrlv1.ReadTransferArtifactRequest{TransferId: t.GetTransferId()}))
 	if err != nil {
 		return t, err
 	}
@@ -75,7 +75,7 @@ func (c *Client) ImportTransfer(ctx context.Context, r io.ReadSeeker) (*ctrlv1.T
 	if _, err := r.Seek(0, io.SeekStart); err != nil {
 		return nil, err
 	}
-	stream := c.transfers.ImportTransfer(ctx)
+	stream := c.transfers().ImportTransfer(ctx)
 	err := stream.Send(&ctrlv1.ImportTransferRequest{Command: commandMetadata(""), Digest: "sha256:" + hex.EncodeToString(h.Sum(nil))})
 	if err == nil {
 		var rerr error
@@ -99,7 +99,7 @@ func (c *Client) ImportTransfer(ctx context.Context, r io.ReadSeeker) (*ctrlv1.T
 // Restore creates a new Workspace from a COMPLETE or IMPORTED Transfer and
 // waits until it is AVAILABLE.
 func (c *Client) Restore(ctx context.Context, transferID string) (*Workspace, error) {
-	resp, err := c.transfers.RestoreWorkspace(ctx, connect.NewRequest(&ctrlv1.RestoreWorkspaceRequest{Command: commandMetadata(""), TransferId: transferID}))
+	resp, err := c.transfers().RestoreWorkspace(ctx, connect.NewRequest(&ctrlv1.RestoreWorkspaceRequest{Command: commandMetadata(""), TransferId: transferID}))
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +125,7 @@ func (c *Client) awaitTransfer(ctx context.Context, t *ctrlv1.Transfer) (*ctrlv1
 			return t, ctx.Err()
 		case <-time.After(transferPoll):
 		}
-		resp, err := c.transfers.GetTransfer(ctx, connect.NewRequest(&ctrlv1.GetTransferRequest{TransferId: t.GetTransferId()}))
+		resp, err := c.transfers().GetTransfer(ctx, connect.NewRequest(&ctrlv1.GetTransferRequest{TransferId: t.GetTransferId()}))
 		if err != nil {
 			return t, err
 		}

@@ -25,7 +25,7 @@ type VolumeOptions struct {
 // created it (AVAILABLE). CreateOptions.Volume binds it to a Workspace
 // (mode BOUND), or creates one with the Workspace (mode NEW).
 func (c *Client) CreateVolume(ctx context.Context, o VolumeOptions) (*ctrlv1.Volume, error) {
-	resp, err := c.volumes.CreateVolume(ctx, connect.NewRequest(&ctrlv1.CreateVolumeRequest{
+	resp, err := c.volumes().CreateVolume(ctx, connect.NewRequest(&ctrlv1.CreateVolumeRequest{
 		Command: commandMetadata(""), Spec: &ctrlv1.VolumeSpec{CapacityBytes: o.CapacityBytes},
 		Labels: o.Labels, Annotations: o.Annotations,
 	}))
@@ -51,7 +51,7 @@ func (c *Client) CreateVolume(ctx context.Context, o VolumeOptions) (*ctrlv1.Vol
 
 // Volume returns the Volume id; an unknown one is not_found.
 func (c *Client) Volume(ctx context.Context, id string) (*ctrlv1.Volume, error) {
-	resp, err := c.volumes.GetVolume(ctx, connect.NewRequest(&ctrlv1.GetVolumeRequest{VolumeId: id}))
+	resp, err := c.volumes().GetVolume(ctx, connect.NewRequest(&ctrlv1.GetVolumeRequest{VolumeId: id}))
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +64,7 @@ func (c *Client) ListVolumes(ctx context.Context, selector map[string]string) ([
 	var all []*ctrlv1.Volume
 	req := &ctrlv1.ListVolumesRequest{LabelSelector: selector}
 	for {
-		resp, err := c.volumes.ListVolumes(ctx, connect.NewRequest(req))
+		resp, err := c.volumes().ListVolumes(ctx, connect.NewRequest(req))
 		if err != nil {
 			return nil, err
 		}
@@ -78,7 +78,7 @@ func (c *Client) ListVolumes(ctx context.Context, selector map[string]string) ([
 // DeleteVolume deletes a Volume no Workspace binds, and returns it as
 // stored (DELETING or DELETED).
 func (c *Client) DeleteVolume(ctx context.Context, id string) (*ctrlv1.Volume, error) {
-	resp, err := c.volumes.DeleteVolume(ctx, connect.NewRequest(&ctrlv1.DeleteVolumeRequest{Command: commandMetadata(""), VolumeId: id}))
+	resp, err := c.volumes().DeleteVolume(ctx, connect.NewRequest(&ctrlv1.DeleteVolumeRequest{Command: commandMetadata(""), VolumeId: id}))
 	if err != nil {
 		return nil, err
 	}

@@ -98,7 +98,7 @@ func (c *Client) CreateWorkspace(ctx context.Context, o CreateOptions) (*Workspa
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.workspaces.CreateWorkspace(ctx, connect.NewRequest(req))
+	resp, err := c.workspaces().CreateWorkspace(ctx, connect.NewRequest(req))
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +108,7 @@ func (c *Client) CreateWorkspace(ctx context.Context, o CreateOptions) (*Workspa
 // Workspace returns a handle on the Workspace id as it is now, in whatever
 // state. An unknown Workspace is not_found.
 func (c *Client) Workspace(ctx context.Context, id string) (*Workspace, error) {
-	resp, err := c.workspaces.GetWorkspace(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id}))
+	resp, err := c.workspaces().GetWorkspace(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: id}))
 	if err != nil {
 		return nil, err
 	}
@@ -119,7 +119,7 @@ func (c *Client) Workspace(ctx context.Context, id string) (*Workspace, error) {
 // FAILED one, and waits until it is AVAILABLE. Sessions issued before the
 // start do not work after it: use the returned handle.
 func (c *Client) StartWorkspace(ctx context.Context, id string) (*Workspace, error) {
-	resp, err := c.workspaces.StartWorkspace(ctx, connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: commandMetadata(""), WorkspaceId: id}))
+	resp, err := c.workspaces().StartWorkspace(ctx, connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: commandMetadata(""), WorkspaceId: id}))
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +140,7 @@ func (c *Client) StopWorkspace(ctx context.Context, id string, o StopOptions) (*
 	if o.Force {
 		mode = ctrlv1.StopMode_STOP_MODE_FORCE
 	}
-	resp, err := c.workspaces.StopWorkspace(ctx, connect.NewRequest(&ctrlv1.StopWorkspaceRequest{Command: commandMetadata(""), WorkspaceId: id, Mode: mode}))
+	resp, err := c.workspaces().StopWorkspace(ctx, connect.NewRequest(&ctrlv1.StopWorkspaceRequest{Command: commandMetadata(""), WorkspaceId: id, Mode: mode}))
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +149,7 @@ func (c *Client) StopWorkspace(ctx context.Context, id string, o StopOptions) (*
 
 // DeleteWorkspace deletes a Workspace and waits until it is DELETED.
 func (c *Client) DeleteWorkspace(ctx context.Context, id string) error {
-	resp, err := c.workspaces.DeleteWorkspace(ctx, connect.NewRequest(&ctrlv1.DeleteWorkspaceRequest{Command: commandMetadata(""), WorkspaceId: id}))
+	resp, err := c.workspaces().DeleteWorkspace(ctx, connect.NewRequest(&ctrlv1.DeleteWorkspaceRequest{Command: commandMetadata(""), WorkspaceId: id}))
 	if err != nil {
 		return err
 	}
@@ -220,7 +220,7 @@ func (c *Client) waitFor(ctx context.Context, ws *ctrlv1.Workspace, g goal) (*ct
 // watch reads one WatchWorkspace stream until the Workspace is in g's
 // state or leaves the way to it, and returns the last state it saw.
 func (c *Client) watch(ctx context.Context, ws *ctrlv1.Workspace, g goal) (*ctrlv1.Workspace, error) {
-	stream, err := c.workspaces.WatchWorkspace(ctx, connect.NewRequest(&ctrlv1.WatchWorkspaceRequest{WorkspaceId: ws.GetWorkspaceId()}))
+	stream, err := c.workspaces().WatchWorkspace(ctx, connect.NewRequest(&ctrlv1.WatchWorkspaceRequest{WorkspaceId: ws.GetWorkspaceId()}))
 	if err != nil {
 		return ws, err
 	}
