@@ -2,13 +2,13 @@
 // through the Go SDK, each figure beside a baseline measured in the same
 // run: the round trip of exec `true` (p50, p99) beside a Connect unary
 // call on loopback, and beside a bare spawn and wait of the guest's
-// `true` on the host, the floor under it on this machine; exec `true` per second with 1 and with -callers
-// parallel callers on one workspace; a short command after idling in a
-// workspace of 0.1 CPU beside the same in one of the default CPU;
-// `kibotos ws exec WS -- true` end to
-// end beside the SDK's round trip, and its CPU beside the SDK client's
-// per exec; the CLI's start (`kibotos version`) beside that of
-// kibotos-server, the whole binary, when it lies next to -cli; and file write and read throughput
+// `true` on the host, the floor under it on this machine; exec `true` per
+// second with 1 and with -callers parallel callers on one workspace; a
+// short command after idling in a workspace of 0.1 CPU beside the same in
+// one of the default CPU; `kibotos ws exec WS -- true` end to end beside
+// the SDK's round trip, and its CPU beside the SDK client's per exec; the
+// CLI's start (`kibotos version`) beside that of kibotos-server, the whole
+// binary, when it lies next to -cli; and file write and read throughput
 // beside `dd` of the same size on the host's disk. Create→first output is
 // bench/wsbench's.
 //
