@@ -88,10 +88,14 @@ func TestDataPlaneProcesses(t *testing.T) {
 	if st, err := p.Wait(); err != nil || st.Signal != "SIGKILL" {
 		t.Errorf("killed process: %+v, %v", st, err)
 	}
-	out.Reset()
-	if _, err := ws.Exec(ctx, []string{"sh", "-c", "ps -o comm | grep -c sleep || true"}, sdk.ExecOptions{Stdout: &out}); err != nil || strings.TrimSpace(out.String()) != "0" {
-		t.Errorf("sleeps left after killing the tree: %q, %v", out.String(), err)
-	}
+	// The signal reaches the whole group at once, but a member dies only
+	// when next scheduled and is then reaped by PID 1: under load, a sleep
+	// may outlive the leader's reported exit by a moment, never for good.
+	eventually(t, 10*time.Second, "no sleep left after killing the tree", func() (string, error) {
+		out.Reset()
+		_, err := ws.Exec(ctx, []string{"sh", "-c", "ps -o stat,comm | grep sleep || true"}, sdk.ExecOptions{Stdout: &out})
+		return out.String(), err
+	}, func(left string) bool { return left == "" })
 
 	// A PTY shell answers.
 	var term testutil.SyncBuffer
