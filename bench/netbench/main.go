@@ -28,6 +28,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -55,8 +56,8 @@ func main() {
 	}
 	d := flag.Duration("d", 5*time.Second, "duration of one measurement")
 	runs := flag.Int("runs", 5, "measurements of each figure; the median is reported")
-	networks := flag.String("networks", "kibotos,socks5,pasta,slirp4netns,host",
-		"networks to measure: kibotos, socks5 (the slot reaching the test host through a SOCKS5 Egress), pasta, slirp4netns, and host (no sandbox: the client in the host's namespace)")
+	networks := flag.String("networks", "kibotos,socks5,pasta,slirp4netns,host,host-socks5",
+		"networks to measure: kibotos, socks5 (the slot reaching the test host through a SOCKS5 Egress), pasta, slirp4netns, host (no sandbox: the client in the host's namespace) and host-socks5 (the same client through the SOCKS5 server)")
 	cc := flag.String("cc", "cubic", "TCP congestion control of the client's and the server's sockets (empty: the kernel's default)")
 	serverCloses := flag.Bool("server-closes", false, "the server closes each connection of the connection rate first (as an HTTP/1.0 server does), not the guest")
 	only := flag.String("only", "", "measure only these workloads (comma-separated: up, down, up8, down8, conn, dns); empty: all")
@@ -103,7 +104,7 @@ var (
 // host, so only those two answer queries.
 func workloads(name string, conn workload) []workload {
 	switch name {
-	case "socks5":
+	case "socks5", "host-socks5":
 		return []workload{up1, down1, conn}
 	case "kibotos", "host":
 		return []workload{up1, down1, up8, down8, conn, dnsQueries}
@@ -156,12 +157,12 @@ func run(ctx context.Context, d time.Duration, cc string, runs int, names []stri
 		return fmt.Errorf("test host: %w", err)
 	}
 	defer stopInet()
-	up, stopServers, err := startServers(inet)
+	dns, stopDNS, err := startDNS(inet)
 	if err != nil {
 		return err
 	}
-	defer stopServers()
-	b := &bench{inet: inet, dns: up.dns, d: d, cc: cc}
+	defer stopDNS()
+	b := &bench{inet: inet, dns: dns, d: d, cc: cc}
 
 	var sandboxes []*sandbox
 	defer func() {
@@ -172,7 +173,7 @@ func run(ctx context.Context, d time.Duration, cc string, runs int, names []stri
 		}
 	}()
 	for _, name := range names {
-		sb, err := startSandbox(name, dir, up)
+		sb, err := startSandbox(name, dir, dns)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -235,32 +236,23 @@ func cpuTime() time.Duration {
 	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
 }
 
-// startServers starts the test host's DNS server and SOCKS5 server.
-func startServers(inet *nettest.Internet) (upstreams, func(), error) {
+// startDNS starts the test host's DNS server.
+func startDNS(inet *nettest.Internet) (netip.AddrPort, func(), error) {
 	var pc net.PacketConn
-	var l net.Listener
 	err := netnsfile.Do(inet.Path, func() (err error) {
-		if pc, err = net.ListenPacket("udp4", net.JoinHostPort(nettest.HostIPv4.String(), "0")); err != nil {
-			return err
-		}
-		l, err = net.Listen("tcp4", net.JoinHostPort(nettest.HostIPv4.String(), "0"))
+		pc, err = net.ListenPacket("udp4", net.JoinHostPort(nettest.HostIPv4.String(), "0"))
 		return err
 	})
 	if err != nil {
-		if pc != nil {
-			pc.Close()
-		}
-		return upstreams{}, nil, fmt.Errorf("test host servers: %w", err)
+		return netip.AddrPort{}, nil, fmt.Errorf("test host DNS server: %w", err)
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { serveDNS(pc) })
-	wg.Go(func() { serveSOCKS5(l) })
 	stop := func() {
 		pc.Close()
-		l.Close()
 		wg.Wait()
 	}
-	return upstreams{dns: pc.LocalAddr().(*net.UDPAddr).AddrPort(), socks5: l.Addr().(*net.TCPAddr).AddrPort()}, stop, nil
+	return pc.LocalAddr().(*net.UDPAddr).AddrPort(), stop, nil
 }
 
 // report prints the medians and the ratios the targets are stated in: the
@@ -298,6 +290,8 @@ func report(names []string, cols []column, results map[string]map[workload][]flo
 			label = "host (no sandbox)"
 		case "socks5":
 			label = "kibotos via SOCKS5"
+		case "host-socks5":
+			label = "host via SOCKS5"
 		}
 		row(label, func(c column) (float64, bool) { return med(name, c) }, "%.2f")
 	}
@@ -315,6 +309,10 @@ func report(names []string, cols []column, results map[string]map[workload][]flo
 	}
 	if slices.Contains(names, "socks5") {
 		row("SOCKS5/direct", ratio("socks5", "kibotos", nil), "%.2f")
+	}
+	if slices.Contains(names, "host-socks5") && slices.Contains(names, "host") {
+		// The proxy hop's own cost, the floor under the row above.
+		row("SOCKS5/direct, host", ratio("host-socks5", "host", func(c column) bool { return c.w != dnsQueries }), "%.2f")
 	}
 	if slices.Contains(names, "host") {
 		row("link DNS/from host", ratio("kibotos", "host", func(c column) bool { return c.w == dnsQueries }), "%.2f")

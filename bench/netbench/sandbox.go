@@ -30,8 +30,14 @@ type sandbox struct {
 	name string
 	path string // the namespace's bind mount; empty for the host's own
 	// dns is the resolver its guest queries; unset, the test host's.
-	dns  netip.AddrPort
-	stop func() error
+	dns netip.AddrPort
+	// viaProxy, when set, points the sandbox at the SOCKS5 server that
+	// carries its next measurement; unset, its client connects directly.
+	viaProxy func(netip.AddrPort) error
+	// proxy is the SOCKS5 server the client itself connects through (the
+	// host-socks5 row); unset, the client dials the server.
+	proxy netip.AddrPort
+	stop  func() error
 	// output is what the serving process printed, once it has exited.
 	output bytes.Buffer
 }
@@ -45,53 +51,66 @@ func (sb *sandbox) failed(err error) error {
 	return err
 }
 
-// upstreams are the test host's servers that the slots use.
-type upstreams struct {
-	dns    netip.AddrPort // the deployment resolver
-	socks5 netip.AddrPort // the Egress
-}
-
-func startSandbox(name, dir string, up upstreams) (*sandbox, error) {
+// startSandbox starts the sandbox network name; dns is the deployment
+// resolver of the slots.
+func startSandbox(name, dir string, dns netip.AddrPort) (*sandbox, error) {
 	path := filepath.Join(dir, name)
 	switch name {
 	case "kibotos":
-		return startSlot(name, path, up.dns, nil)
+		return startSlot(name, path, dns, false)
 	case "socks5":
-		// Every connection to the test host goes through the Egress.
-		return startSlot(name, path, up.dns, &hostv1.EgressAssignment{EgressId: "bench", Revision: 1,
-			Spec: &ctrlv1.EgressSpec{Protocol: &ctrlv1.EgressSpec_Socks5{Socks5: &ctrlv1.Socks5Egress{Address: up.socks5.String()}}}})
+		return startSlot(name, path, dns, true)
 	case "pasta":
 		return startPasta(path)
 	case "slirp4netns":
 		return startSlirp(path)
 	case "host":
-		return &sandbox{name: "host", stop: func() error { return nil }}, nil
+		return &sandbox{name: name, stop: func() error { return nil }}, nil
+	case "host-socks5":
+		sb := &sandbox{name: name, stop: func() error { return nil }}
+		sb.viaProxy = func(a netip.AddrPort) error { sb.proxy = a; return nil }
+		return sb, nil
 	}
-	return nil, fmt.Errorf("unknown network %q (kibotos, socks5, pasta, slirp4netns, host)", name)
+	return nil, fmt.Errorf("unknown network %q (kibotos, socks5, pasta, slirp4netns, host, host-socks5)", name)
 }
 
 // startSlot creates a network slot whose policy lets the guest reach the
-// test host directly, or through egress when it is set, and whose
-// deployment resolver is dns.
-func startSlot(name, path string, dns netip.AddrPort, egress *hostv1.EgressAssignment) (*sandbox, error) {
+// test host, through a SOCKS5 Egress when proxied, and whose deployment
+// resolver is dns.
+func startSlot(name, path string, dns netip.AddrPort, proxied bool) (*sandbox, error) {
 	s, err := netslot.Create(netslot.Config{Path: path, HardDeny: netpolicy.HardDeny{Exempt: nettest.ExemptRanges},
 		DeploymentResolvers: []netip.AddrPort{dns}})
 	if err != nil {
 		return nil, err
 	}
-	n := &hostv1.NetworkAssignment{Policy: &ctrlv1.NetworkPolicy{
-		Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, Revision: 1}}
-	if egress != nil {
-		n.Policy.Egresses = []*ctrlv1.NetworkPolicyEgress{{EgressId: egress.EgressId, Destinations: []string{"198.51.100.0/24"}}}
-		n.Egresses = []*hostv1.EgressAssignment{egress}
+	revision := uint64(0)
+	// apply sets the slot's policy, with every connection to the test host
+	// going through the SOCKS5 server at proxy when it is valid.
+	apply := func(proxy netip.AddrPort) error {
+		revision++
+		n := &hostv1.NetworkAssignment{Policy: &ctrlv1.NetworkPolicy{
+			Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, Revision: revision}}
+		if proxy.IsValid() {
+			n.Policy.Egresses = []*ctrlv1.NetworkPolicyEgress{{EgressId: "bench", Destinations: []string{"198.51.100.0/24"}}}
+			n.Egresses = []*hostv1.EgressAssignment{{EgressId: "bench", Revision: revision,
+				Spec: &ctrlv1.EgressSpec{Protocol: &ctrlv1.EgressSpec_Socks5{Socks5: &ctrlv1.Socks5Egress{Address: proxy.String()}}}}}
+		}
+		s.Apply(n)
+		if msg := s.Report().FailureMessage; msg != "" {
+			return errors.New(msg)
+		}
+		return nil
 	}
-	s.Apply(n)
-	if msg := s.Report().FailureMessage; msg != "" {
+	if err := apply(netip.AddrPort{}); err != nil {
 		s.Destroy()
-		return nil, errors.New(msg)
+		return nil, err
 	}
 	link := netip.AddrPortFrom(netslot.LinkDNS(nil), 53)
-	return &sandbox{name: name, path: path, dns: link, stop: s.Destroy}, nil
+	sb := &sandbox{name: name, path: path, dns: link, stop: s.Destroy}
+	if proxied {
+		sb.viaProxy = apply
+	}
+	return sb, nil
 }
 
 // startPasta attaches pasta to a new namespace. The guest gets the same

@@ -3,13 +3,41 @@ package main
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"sync"
 
 	"github.com/miekg/dns"
+
+	"github.com/kibotos/kibotos/internal/host/netnsfile"
+	"github.com/kibotos/kibotos/internal/testutil/nettest"
 )
+
+// startProxy starts a SOCKS5 server on the test host and points sb at it;
+// stop closes it once its connections have ended.
+func (b *bench) startProxy(sb *sandbox) (stop func(), err error) {
+	var l net.Listener
+	err = netnsfile.Do(b.inet.Path, func() (err error) {
+		l, err = net.Listen("tcp4", net.JoinHostPort(nettest.HostIPv4.String(), "0"))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("test host SOCKS5 server: %w", err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { serveSOCKS5(l) })
+	stop = func() {
+		l.Close()
+		wg.Wait()
+	}
+	if err := sb.viaProxy(l.Addr().(*net.TCPAddr).AddrPort()); err != nil {
+		stop()
+		return nil, err
+	}
+	return stop, nil
+}
 
 // serveSOCKS5 is a SOCKS5 server (RFC 1928: no authentication, CONNECT to
 // an IP address) for the Egress row: it serves l until l closes and

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kibotos/kibotos/internal/host/netnsfile"
+	"github.com/kibotos/kibotos/internal/host/socks5"
 	"github.com/kibotos/kibotos/internal/testutil/nettest"
 )
 
@@ -98,7 +99,9 @@ type bench struct {
 
 // measure serves one workload on the test host and runs the client inside
 // the sandbox's namespace. Each measurement has its own listening port, so
-// no connection meets a TIME_WAIT left by an earlier one. DNS queries go to
+// no connection meets a TIME_WAIT left by an earlier one (the side that
+// closes first holds each connection's 4-tuple for a minute, and a run
+// would otherwise exhaust the ephemeral ports toward one address). DNS queries go to
 // the sandbox's resolver (sb.dns), else to the test host's DNS server.
 func (b *bench) measure(ctx context.Context, sb *sandbox, w workload) (r result, err error) {
 	if w.mode == modeDNS {
@@ -136,6 +139,14 @@ func (b *bench) measure(ctx context.Context, sb *sandbox, w workload) (r result,
 		l.Close()
 		wg.Wait()
 	}()
+	if sb.viaProxy != nil {
+		// A SOCKS5 server of its own, for the same reason as the port.
+		stop, err := b.startProxy(sb)
+		if err != nil {
+			return result{}, err
+		}
+		defer stop()
+	}
 	return b.runClient(ctx, sb, w, l.Addr().String())
 }
 
@@ -147,8 +158,12 @@ func (b *bench) runClient(ctx context.Context, sb *sandbox, w workload, addr str
 		return result{}, err
 	}
 	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, exe, clientCommand, "-mode", w.mode, "-streams", fmt.Sprint(max(w.streams, 1)),
-		"-addr", addr, "-d", b.d.String(), "-cc", b.cc)
+	args := []string{clientCommand, "-mode", w.mode, "-streams", fmt.Sprint(max(w.streams, 1)),
+		"-addr", addr, "-d", b.d.String(), "-cc", b.cc}
+	if sb.proxy.IsValid() {
+		args = append(args, "-socks5", sb.proxy.String())
+	}
+	cmd := exec.CommandContext(ctx, exe, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = time.Second
@@ -214,10 +229,11 @@ func runClient(args []string) error {
 	d := fs.Duration("d", 5*time.Second, "duration")
 	cc := fs.String("cc", "", "TCP congestion control")
 	streams := fs.Int("streams", 1, "parallel connections of up and down")
+	proxy := fs.String("socks5", "", "a SOCKS5 server to connect through (empty: connect directly)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	dialer := &net.Dialer{Timeout: 5 * time.Second, Control: congestionControl(*cc)}
+	dialer := newDialer(*cc, *proxy)
 	var r result
 	var err error
 	switch *mode {
@@ -258,18 +274,37 @@ func congestionControl(cc string) func(network, address string, c syscall.RawCon
 	}
 }
 
-func dial(dialer *net.Dialer, addr string) (*net.TCPConn, error) {
-	c, err := dialer.Dial("tcp4", addr)
-	if err != nil {
-		return nil, err
+// dialFunc connects to the server at addr.
+type dialFunc func(addr string) (*net.TCPConn, error)
+
+// newDialer dials with the congestion control cc, directly or, with proxy
+// set, through that SOCKS5 server with the slot's own client (the proxy
+// hop without a sandbox in front of it).
+func newDialer(cc, proxy string) dialFunc {
+	direct := &net.Dialer{Timeout: 5 * time.Second, Control: congestionControl(cc)}
+	if proxy == "" {
+		return func(addr string) (*net.TCPConn, error) {
+			c, err := direct.Dial("tcp4", addr)
+			if err != nil {
+				return nil, err
+			}
+			return c.(*net.TCPConn), nil
+		}
 	}
-	return c.(*net.TCPConn), nil
+	via := &socks5.Dialer{Endpoint: socks5.Endpoint{Address: proxy}}
+	return func(addr string) (*net.TCPConn, error) {
+		c, err := via.DialContext(context.Background(), "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return c.(*net.TCPConn), nil
+	}
 }
 
 // send writes for d, then waits for the server's close, which comes once
 // everything written has arrived.
-func send(dialer *net.Dialer, addr string, d time.Duration) (result, error) {
-	return timed(dialer, addr, d, func(c *net.TCPConn, start time.Time) (int64, error) {
+func send(dial dialFunc, addr string, d time.Duration) (result, error) {
+	return timed(dial, addr, d, func(c *net.TCPConn, start time.Time) (int64, error) {
 		buf := make([]byte, chunk)
 		var n int64
 		for end := start.Add(d); time.Now().Before(end); {
@@ -288,8 +323,8 @@ func send(dialer *net.Dialer, addr string, d time.Duration) (result, error) {
 }
 
 // receive reads until the server, sending for d, closes.
-func receive(dialer *net.Dialer, addr string, d time.Duration) (result, error) {
-	return timed(dialer, addr, d, func(c *net.TCPConn, _ time.Time) (int64, error) {
+func receive(dial dialFunc, addr string, d time.Duration) (result, error) {
+	return timed(dial, addr, d, func(c *net.TCPConn, _ time.Time) (int64, error) {
 		n, err := drain(c)
 		if err == nil && n == 0 {
 			err = errors.New("received nothing")
@@ -382,8 +417,8 @@ func query(addr string, d time.Duration) (result, error) {
 
 // timed runs a transfer of d on one connection to addr, bounded by d and
 // some slack, and returns the bytes it moved and how long it took.
-func timed(dialer *net.Dialer, addr string, d time.Duration, transfer func(c *net.TCPConn, start time.Time) (int64, error)) (result, error) {
-	c, err := dial(dialer, addr)
+func timed(dial dialFunc, addr string, d time.Duration, transfer func(c *net.TCPConn, start time.Time) (int64, error)) (result, error) {
+	c, err := dial(addr)
 	if err != nil {
 		return result{}, err
 	}
@@ -400,21 +435,21 @@ func timed(dialer *net.Dialer, addr string, d time.Duration, transfer func(c *ne
 // connect opens connections one after another for d (at most maxConns),
 // each with a request and its response; it closes each once the response
 // is in, or once the server has closed when serverCloses.
-func connect(dialer *net.Dialer, addr string, d time.Duration, serverCloses bool) (result, error) {
+func connect(dial dialFunc, addr string, d time.Duration, serverCloses bool) (result, error) {
 	req := bytes.Repeat([]byte{'x'}, message)
 	resp := make([]byte, message)
 	start := time.Now()
 	n := 0
 	for end := start.Add(d); n < maxConns && time.Now().Before(end); n++ {
-		if err := exchange(dialer, addr, req, resp, serverCloses); err != nil {
+		if err := exchange(dial, addr, req, resp, serverCloses); err != nil {
 			return result{}, fmt.Errorf("connection %d, %.1fs in: %w", n+1, time.Since(start).Seconds(), err)
 		}
 	}
 	return result{Conns: n, Seconds: time.Since(start).Seconds()}, nil
 }
 
-func exchange(dialer *net.Dialer, addr string, req, resp []byte, serverCloses bool) error {
-	c, err := dial(dialer, addr)
+func exchange(dial dialFunc, addr string, req, resp []byte, serverCloses bool) error {
+	c, err := dial(addr)
 	if err != nil {
 		return err
 	}
