@@ -274,8 +274,10 @@ func TestCacheClearForgetsEverything(t *testing.T) {
 // from before the change.
 func TestCacheClearDuringExchange(t *testing.T) {
 	e := newCacheEnv(t)
-	release := make(chan struct{})
+	asked, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
 	address := udpResponder(t, func(_ int, q *dns.Msg) []*dns.Msg {
+		once.Do(func() { close(asked) })
 		<-release
 		return []*dns.Msg{cacheZone(q)}
 	})
@@ -286,7 +288,7 @@ func TestCacheClearDuringExchange(t *testing.T) {
 		b, _ := question("n5.test.", dns.TypeA).Pack()
 		e.cache.Answer(t.Context(), e.fwd, b)
 	}()
-	time.Sleep(50 * time.Millisecond) // the query is at the upstream
+	<-asked // the query is at the upstream
 	e.cache.Clear()
 	close(release)
 	<-done
