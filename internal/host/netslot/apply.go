@@ -220,12 +220,16 @@ func upstreamOf(spec *ctrlv1.ResolverSpec) (dnsforward.Upstream, error) {
 }
 
 // dialChecked dials an upstream on the direct path: a hostname is resolved
-// here, and every address the hard deny covers is removed first.
+// here, and every address the hard deny covers, or that the host holds, is
+// removed first.
 func (s *Slot) dialChecked(ctx context.Context, network, address string) (net.Conn, error) {
 	hard := s.hard.Load()
 	return netcheck.DialAddress(ctx, nil, func(a netip.Addr) error {
 		if deny, why := hard.Denies(a); deny {
 			return fmt.Errorf("refused by the dial check: %s", why)
+		}
+		if err := checkNotHost(a); err != nil {
+			return fmt.Errorf("refused by the dial check: %w", err)
 		}
 		return nil
 	}, network, address)

@@ -98,8 +98,12 @@ func (s *Slot) handleEcho(req echo) {
 	}
 }
 
-// forwardEcho sends the request from the host and relays the reply.
+// forwardEcho sends the request from the host and relays the reply; a
+// request to an address of the host is dropped.
 func (s *Slot) forwardEcho(req echo) {
+	if checkNotHost(req.dst) != nil {
+		return
+	}
 	network, proto := "ip4:icmp", 1
 	var typ icmp.Type = ipv4.ICMPTypeEcho
 	if req.dst.Is6() {

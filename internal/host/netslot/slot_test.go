@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -184,6 +185,47 @@ func TestSlotHostAddressesChange(t *testing.T) {
 	if _, err := dial(t, s, dst); !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Fatalf("an address the host gained: %v, want connection refused", err)
 	}
+}
+
+// An address of the host that the slot's list does not hold (the host
+// agent hears of a new one through netlink a moment after it appears) is
+// refused all the same, TCP and echo alike: the kernel is asked at each
+// dial. The test host beside it is still carried.
+func TestSlotRefusesUnlistedHostAddress(t *testing.T) {
+	reachable := echoOnTestHost(t)
+	var accepted atomic.Int32
+	for _, a := range []netip.Addr{nettest.UplinkIPv4, nettest.UplinkIPv6} {
+		l, err := net.Listen("tcp", netip.AddrPortFrom(a, reachable.Port()).String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				accepted.Add(1)
+				c.Close()
+			}
+		}()
+	}
+	s := newSlot(t)
+	s.SetHostAddresses(nil)
+	s.Apply(policy(1, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, 0))
+	for _, a := range []netip.Addr{nettest.UplinkIPv4, nettest.UplinkIPv6} {
+		if _, err := dial(t, s, netip.AddrPortFrom(a, reachable.Port())); !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("to the host's %s: %v, want connection refused", a, err)
+		}
+	}
+	if n := accepted.Load(); n != 0 {
+		t.Errorf("the host accepted %d connections from the guest", n)
+	}
+	if got := pingFrom(t, s, nettest.UplinkIPv4); got != nil {
+		t.Errorf("echo to the host's %s answered with %v", nettest.UplinkIPv4, got)
+	}
+	carried(t, s, reachable, "still carried")
 }
 
 func TestSlotDrainsMovedConnections(t *testing.T) {

@@ -109,14 +109,18 @@ func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
 	var err error
 	switch d.Action {
 	case netpolicy.Direct:
-		dialer := net.Dialer{Timeout: dialTimeout}
-		f.out, err = dialer.DialContext(s.ctx, "tcp", dst.String())
+		f.out, err = dialDirect(s.ctx, dst)
 	case netpolicy.Forward:
 		e := a.egresses[d.EgressID]
 		f.egressRevision = e.revision
 		f.out, err = e.dialer.DialContext(s.ctx, "tcp", dst.String())
 		s.egressResult(e.id, err)
 	default:
+		s.cfg.Counters.Refused.Add(1)
+		r.Complete(true)
+		return
+	}
+	if errors.Is(err, errHostAddress) {
 		s.cfg.Counters.Refused.Add(1)
 		r.Complete(true)
 		return

@@ -174,11 +174,15 @@ func Start(dir string) (in *Internet, stop func(), err error) {
 		lock.Close()
 		return nil, nil, err
 	}
+	if err := removeStaleLinks(); err != nil {
+		lock.Close()
+		return nil, nil, err
+	}
 	var b [4]byte
 	rand.Read(b[:])
 	suffix := hex.EncodeToString(b[:])
 	path := filepath.Join(dir, "inet-"+suffix)
-	hostSide := "kbt" + suffix
+	hostSide := hostSidePrefix + suffix
 	stop = func() {
 		unix.Unmount(path, unix.MNT_DETACH) // the veth pair goes with the namespace
 		if l, err := netlink.LinkByName(hostSide); err == nil {
@@ -200,6 +204,33 @@ func Start(dir string) (in *Internet, stop func(), err error) {
 		return nil, nil, err
 	}
 	return &Internet{Path: path, HostLink: hostSide}, stop, nil
+}
+
+// hostSidePrefix begins the name of a test host's link in the host's
+// namespace.
+const hostSidePrefix = "kbt"
+
+// removeStaleLinks deletes the links that test hosts of processes that died
+// left in the host's namespace (a test binary that panicked runs no
+// cleanup, and the namespace's bind mount keeps the pair alive): each holds
+// the test host's fixed addresses and would take its traffic. Start calls
+// it holding the lock, so no live process has a test host.
+func removeStaleLinks() error {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return err
+	}
+	for _, l := range links {
+		name := l.Attrs().Name
+		if _, ok := l.(*netlink.Veth); !ok || !strings.HasPrefix(name, hostSidePrefix) {
+			continue
+		}
+		if err := netlink.LinkDel(l); err != nil {
+			return fmt.Errorf("removing the stale test host link %s: %w", name, err)
+		}
+		fmt.Fprintf(os.Stderr, "nettest: removed the link %s, left by a test host whose process died\n", name)
+	}
+	return nil
 }
 
 // InterfaceBytes reads the bytes received and sent on the interface iface
