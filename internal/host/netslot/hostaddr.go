@@ -59,12 +59,12 @@ func sockaddr(a netip.Addr) unix.Sockaddr {
 // checkNotHost refuses a, for a direct dial, when the host holds it at this
 // moment. The hard deny names the host's addresses too, but the host agent
 // learns of a new one through netlink a moment after it appears; the kernel
-// knows at once. A socket binds only to a local address, so a failed bind
-// is the common answer for one system call and its socket's two; a bind
-// that succeeds is confirmed by the routing table, since a host that allows
-// binding any address (ip_nonlocal_bind) binds every one. Addresses that
-// routes make local (AnyIP) are the host's too. An error of the check
-// itself refuses: the dial would not be safe to make.
+// knows at once. A socket binds only to a local address, so the common
+// answer is a failed bind; a bind that succeeds is confirmed by the routing
+// table, since a host that allows binding any address (ip_nonlocal_bind)
+// binds every one. Addresses that routes make local (AnyIP) are the host's
+// too. An error of the check itself refuses: the dial would not be safe to
+// make.
 func checkNotHost(a netip.Addr) error {
 	a = a.Unmap()
 	family := unix.AF_INET6
