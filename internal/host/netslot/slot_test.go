@@ -194,12 +194,14 @@ func TestSlotHostAddressesChange(t *testing.T) {
 func TestSlotRefusesUnlistedHostAddress(t *testing.T) {
 	reachable := echoOnTestHost(t)
 	var accepted atomic.Int32
+	var hostSide []netip.AddrPort
 	for _, a := range []netip.Addr{nettest.UplinkIPv4, nettest.UplinkIPv6} {
-		l, err := net.Listen("tcp", netip.AddrPortFrom(a, reachable.Port()).String())
+		l, err := net.Listen("tcp", netip.AddrPortFrom(a, 0).String())
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { l.Close() })
+		hostSide = append(hostSide, l.Addr().(*net.TCPAddr).AddrPort())
 		go func() {
 			for {
 				c, err := l.Accept()
@@ -214,9 +216,9 @@ func TestSlotRefusesUnlistedHostAddress(t *testing.T) {
 	s := newSlot(t)
 	s.SetHostAddresses(nil)
 	s.Apply(policy(1, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, 0))
-	for _, a := range []netip.Addr{nettest.UplinkIPv4, nettest.UplinkIPv6} {
-		if _, err := dial(t, s, netip.AddrPortFrom(a, reachable.Port())); !errors.Is(err, syscall.ECONNREFUSED) {
-			t.Errorf("to the host's %s: %v, want connection refused", a, err)
+	for _, dst := range hostSide {
+		if _, err := dial(t, s, dst); !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("to the host's %s: %v, want connection refused", dst, err)
 		}
 	}
 	if n := accepted.Load(); n != 0 {
