@@ -575,6 +575,44 @@ func TestIsLoopName(t *testing.T) {
 // BenchmarkLoopsOf times a scan for an image that is not attached, beside
 // 16 attached ones and whatever loop devices the host already has (a host
 // keeps every device it ever used, bound or not).
+// TestWaitLoopsReleased: the wait follows the devices it found bound, and
+// a device bound to the image meanwhile is waited for too.
+func TestWaitLoopsReleased(t *testing.T) {
+	needHost(t)
+	img := filepath.Join(t.TempDir(), "a.img")
+	if err := Create(context.Background(), img, 64<<20, ""); err != nil {
+		t.Fatal(err)
+	}
+	_, first, err := AttachLoop(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	released := make(chan bool, 1)
+	go func() { released <- WaitLoopsReleased(img, 10*time.Second) }()
+	_, second, err := AttachLoop(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		second.Close()
+		WaitLoopsReleased(img, 10*time.Second)
+	}()
+	first.Close()
+	select {
+	case ok := <-released:
+		t.Fatalf("the wait ended (%v) while a second device was bound to the image", ok)
+	case <-time.After(300 * time.Millisecond):
+	}
+	second.Close()
+	if ok := <-released; !ok {
+		t.Error("the wait gave up with both devices closed")
+	}
+	if devs := LoopsOf(img); len(devs) > 0 {
+		t.Errorf("bound after the wait: %v", devs)
+	}
+}
+
 func BenchmarkLoopsOf(b *testing.B) {
 	needHost(b)
 	dir := b.TempDir()

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -98,30 +99,53 @@ func openLoopDev(path string, n int) (*os.File, error) {
 // device it ever used, and reading the sysfs entry of each unbound one
 // made most of a scan's cost.
 func LoopsOf(image string) []string {
-	abs, _ := filepath.Abs(image)
-	var want unix.Stat_t
-	haveStat := unix.Stat(image, &want) == nil
+	return newLoopMatcher(image).scan()
+}
+
+// loopMatcher tells the loop devices bound to one image.
+type loopMatcher struct {
+	abs      string
+	want     unix.Stat_t
+	haveStat bool
+}
+
+func newLoopMatcher(image string) *loopMatcher {
+	m := new(loopMatcher)
+	m.abs, _ = filepath.Abs(image)
+	m.haveStat = unix.Stat(image, &m.want) == nil
+	return m
+}
+
+// scan returns every loop device bound to the image.
+func (m *loopMatcher) scan() []string {
 	var devs []string
 	for _, name := range boundLoops() {
-		backing, err := BackingFile("/dev/" + name)
-		if err != nil {
-			continue
-		}
-		// The kernel names the file by its current path in this
-		// namespace. Another spelling of that path (through a symbolic
-		// link, or another mount of the same filesystem) keeps the file's
-		// name: only then is the inode compared, which spares a lookup of
-		// every other bound device's file.
-		match := backing == abs
-		if !match && haveStat && filepath.Base(backing) == filepath.Base(abs) {
-			var st unix.Stat_t
-			match = unix.Stat(backing, &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino
-		}
-		if match {
+		if m.bound("/dev/" + name) {
 			devs = append(devs, "/dev/"+name)
 		}
 	}
 	return devs
+}
+
+// bound reports whether the loop device dev is bound to the image.
+func (m *loopMatcher) bound(dev string) bool {
+	backing, err := BackingFile(dev)
+	if err != nil {
+		return false
+	}
+	// The kernel names the file by its current path in this namespace.
+	// Another spelling of that path (through a symbolic link, or another
+	// mount of the same filesystem) keeps the file's name: only then is
+	// the inode compared, which spares a lookup of every other bound
+	// device's file.
+	if backing == m.abs {
+		return true
+	}
+	if !m.haveStat || filepath.Base(backing) != filepath.Base(m.abs) {
+		return false
+	}
+	var st unix.Stat_t
+	return unix.Stat(backing, &st) == nil && st.Dev == m.want.Dev && st.Ino == m.want.Ino
 }
 
 // boundLoops returns the names (loopN) of the loop devices that may have a
@@ -220,19 +244,28 @@ func detachLoop(dev string) error {
 // which can trail the unmount while a dying mount namespace lets go of
 // it), clearing them explicitly in the end. It reports whether none is
 // left.
+//
+// It looks again every 5 ms at the devices it found bound, not at every
+// bound device of the host: on a host of many workspaces a scan reads
+// each one's backing file, and the releases of a burst of deletions each
+// polled that way. Once they are released, a last scan makes sure that
+// none was bound meanwhile.
 func WaitLoopsReleased(image string, d time.Duration) bool {
+	m := newLoopMatcher(image)
 	deadline := time.Now().Add(d)
-	for {
-		devs := LoopsOf(image)
-		if len(devs) == 0 {
-			return true
-		}
+	devs := m.scan()
+	for len(devs) > 0 {
 		if time.Now().After(deadline) {
 			for _, dev := range devs {
 				detachLoop(dev)
 			}
-			return len(LoopsOf(image)) == 0
+			return len(m.scan()) == 0
 		}
 		time.Sleep(5 * time.Millisecond)
+		devs = slices.DeleteFunc(devs, func(dev string) bool { return !m.bound(dev) })
+		if len(devs) == 0 {
+			devs = m.scan()
+		}
 	}
+	return true
 }
