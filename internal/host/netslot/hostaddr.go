@@ -41,7 +41,7 @@ func dialDirect(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
 	if !errors.Is(err, errBound) {
 		return c, err
 	}
-	if err := checkNotHost(dst.Addr()); err != nil {
+	if err := checkRoute(dst.Addr()); err != nil {
 		return nil, err
 	}
 	d.Control = nil
@@ -83,6 +83,12 @@ func checkNotHost(a netip.Addr) error {
 	case err != nil:
 		return fmt.Errorf("checking whether %s is the host's: %w", a, err)
 	}
+	return checkRoute(a)
+}
+
+// checkRoute refuses a when the routing table makes it local: the answer
+// for an address a socket could bind to.
+func checkRoute(a netip.Addr) error {
 	routes, err := netlink.RouteGet(a.AsSlice())
 	if err != nil {
 		return fmt.Errorf("checking whether %s is the host's: %w", a, err)
