@@ -18,7 +18,7 @@ import (
 // tunLink is the link endpoint of the guest's TUN device: one reader
 // goroutine per queue delivers what the guest sends to the stack, and the
 // stack's packets are written to a queue at once, on the writer's
-// goroutine (a SYN-ACK apart: writeApart).
+// goroutine, except those that go apart (txQueue).
 //
 // The readers wait in Go's poller, which holds no thread and no P while a
 // queue is dry. gVisor's fdbased endpoint waits in ppoll(2) instead, as a
@@ -28,14 +28,12 @@ import (
 // 100 µs per connection.
 type tunLink struct {
 	queues []*os.File
-	// fds are the queues' descriptors, for writing without the poller: a
-	// TUN device takes a write at once. They stay valid until the slot
-	// closes the queues, after the stack and every writer have stopped.
-	fds []int
+	// tx are the queues' transmit sides, in the order of queues.
+	tx []txQueue
 
 	dispatcher atomic.Pointer[stack.NetworkDispatcher]
 	readers    sync.WaitGroup
-	writes     sync.WaitGroup // writeApart's
+	drains     sync.WaitGroup // txQueue.drain's
 	startOnce  sync.Once
 	stopOnce   sync.Once
 	onClose    func()
@@ -49,7 +47,7 @@ const smallPacket = 16 << 10
 // which must be non-blocking (so that Go's poller serves them); its
 // readers start when the stack attaches it.
 func newTUNLink(queues []*os.File) (*tunLink, error) {
-	l := &tunLink{queues: queues, fds: make([]int, len(queues))}
+	l := &tunLink{queues: queues, tx: make([]txQueue, len(queues))}
 	for i, q := range queues {
 		// A file the poller does not serve takes no deadline, which is
 		// how stop ends a reader.
@@ -60,7 +58,7 @@ func newTUNLink(queues []*os.File) (*tunLink, error) {
 		if err != nil {
 			return nil, fmt.Errorf("link: queue %d: %w", i, err)
 		}
-		if err := rc.Control(func(fd uintptr) { l.fds[i] = int(fd) }); err != nil {
+		if err := rc.Control(func(fd uintptr) { l.tx[i].fd = int(fd) }); err != nil {
 			return nil, fmt.Errorf("link: queue %d: %w", i, err)
 		}
 	}
@@ -143,17 +141,98 @@ func (l *tunLink) stop() {
 	l.readers.Wait()
 }
 
-// write writes one packet to the queue of its flow, as the kernel spreads
-// the guest's flows over the queues.
-func (l *tunLink) write(pkt *stack.PacketBuffer) tcpip.Error {
-	fd := l.fds[pkt.Hash%uint32(len(l.fds))]
+// txQueue is the transmit side of one TUN queue. A packet is written on
+// the goroutine that sends it, unless it goes apart or packets already
+// wait; then a drain goroutine writes it, behind those, so the packets of
+// a flow keep their order.
+//
+// A packet goes apart when writing it on the sender's goroutine costs the
+// most:
+//   - a SYN-ACK. The stack writes it holding the new connection's lock,
+//     and the guest's kernel answers within the write: the ACK is read and
+//     handed to the TCP processor before the write returns, and the
+//     processor spins on that lock until it does (a third of the CPU of
+//     the connection row). Written apart, the lock is free by the time the
+//     ACK arrives.
+//   - a bulk segment (bulkPacket and up). Writing one runs the guest's
+//     receive path in the kernel, as long as the copy that made the
+//     segment: written apart, a stream toward the guest reads its next
+//     bytes from the host while the last are written.
+type txQueue struct {
+	// fd is the queue's descriptor, for writing without the poller: a TUN
+	// device takes a write at once. It stays valid until the slot closes
+	// the queues, after the stack and every drain have stopped.
+	fd int
+
+	mu       sync.Mutex
+	waiting  []*stack.PacketBuffer // each holds a reference of its own
+	draining bool                  // a drain goroutine runs
+}
+
+const (
+	// bulkPacket is the size from which a packet goes apart.
+	bulkPacket = 16 << 10
+	// maxWaiting bounds the packets waiting for a queue's drain; a packet
+	// beyond it is dropped, as a full device queue drops, and TCP sends it
+	// again.
+	maxWaiting = 512
+)
+
+// send writes pkt to the queue of its flow, as the kernel spreads the
+// guest's flows over the queues, or hands it to the queue's drain.
+func (l *tunLink) send(pkt *stack.PacketBuffer) tcpip.Error {
+	q := &l.tx[pkt.Hash%uint32(len(l.tx))]
+	apart := isSynAck(pkt) || pkt.Size() >= bulkPacket
+	q.mu.Lock()
+	if !apart && !q.draining {
+		q.mu.Unlock()
+		return q.write(pkt)
+	}
+	if len(q.waiting) >= maxWaiting {
+		q.mu.Unlock()
+		return &tcpip.ErrNoBufferSpace{}
+	}
+	q.waiting = append(q.waiting, pkt.IncRef())
+	if !q.draining {
+		q.draining = true
+		l.drains.Add(1)
+		go l.drain(q)
+	}
+	q.mu.Unlock()
+	return nil
+}
+
+// drain writes q's waiting packets until none is left. A packet the device
+// refuses is lost, as on any link; TCP sends it again.
+func (l *tunLink) drain(q *txQueue) {
+	defer l.drains.Done()
+	var batch []*stack.PacketBuffer
+	for {
+		q.mu.Lock()
+		batch, q.waiting = q.waiting, batch[:0]
+		if len(batch) == 0 {
+			q.draining = false
+			q.mu.Unlock()
+			return
+		}
+		q.mu.Unlock()
+		for i, pkt := range batch {
+			q.write(pkt)
+			pkt.DecRef()
+			batch[i] = nil
+		}
+	}
+}
+
+// write writes one packet to the queue.
+func (q *txQueue) write(pkt *stack.PacketBuffer) tcpip.Error {
 	views := pkt.AsSlices()
 	var arr [8]unix.Iovec
 	iovecs := arr[:0]
 	for _, v := range views {
 		iovecs = rawfile.AppendIovecFromBytes(iovecs, v, rawfile.MaxIovs)
 	}
-	if errno := rawfile.NonBlockingWriteIovec(fd, iovecs); errno != 0 {
+	if errno := rawfile.NonBlockingWriteIovec(q.fd, iovecs); errno != 0 {
 		return tcpip.TranslateErrno(errno)
 	}
 	return nil
@@ -163,16 +242,14 @@ func (l *tunLink) write(pkt *stack.PacketBuffer) tcpip.Error {
 // the stack. A packet the device refuses is lost, as on any link.
 func (l *tunLink) inject(b []byte) {
 	var hdr [vnetHdrLen]byte
-	unix.Writev(l.fds[0], [][]byte{hdr[:], b})
+	unix.Writev(l.tx[0].fd, [][]byte{hdr[:], b})
 }
 
 // WritePackets implements stack.LinkWriter.
 func (l *tunLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 	n := 0
 	for _, pkt := range pkts.AsSlice() {
-		if isSynAck(pkt) {
-			l.writeApart(pkt)
-		} else if err := l.write(pkt); err != nil {
+		if err := l.send(pkt); err != nil {
 			if n == 0 {
 				return 0, err
 			}
@@ -181,23 +258,6 @@ func (l *tunLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 		n++
 	}
 	return n, nil
-}
-
-// writeApart writes a SYN-ACK on a goroutine of its own. The stack writes
-// it holding the new connection's lock, and the guest's kernel answers
-// within the write: the ACK is read and handed to the TCP processor before
-// the write returns, and the processor spins on that lock until it does
-// (a third of the CPU of the connection row). Written apart, the lock is
-// free by the time the ACK arrives. A SYN-ACK lost is sent again by the
-// stack's timer, as on any link.
-func (l *tunLink) writeApart(pkt *stack.PacketBuffer) {
-	pkt.IncRef()
-	l.writes.Add(1)
-	go func() {
-		defer l.writes.Done()
-		l.write(pkt)
-		pkt.DecRef()
-	}()
 }
 
 // isSynAck reports whether pkt is a TCP SYN-ACK.
@@ -230,11 +290,11 @@ func (l *tunLink) Attach(d stack.NetworkDispatcher) {
 func (l *tunLink) IsAttached() bool { return l.dispatcher.Load() != nil }
 
 // Wait implements stack.NetworkLinkEndpoint: it waits for the readers,
-// which end once stopped, and for the writes under way. The slot calls it
+// which end once stopped, and for the drains under way. The slot calls it
 // once the stack has stopped writing, before it closes the queues.
 func (l *tunLink) Wait() {
 	l.readers.Wait()
-	l.writes.Wait()
+	l.drains.Wait()
 }
 
 // MTU implements stack.NetworkLinkEndpoint.

@@ -2,6 +2,7 @@ package netslot
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -203,7 +204,7 @@ func TestLinkWritesTheStacksPackets(t *testing.T) {
 		t.Fatalf("WritePackets: %d, %v; want 2 written", n, err)
 	}
 	pkts.Reset() // the caller's references, as the stack drops them
-	l.writes.Wait()
+	l.drains.Wait()
 	got := map[header.TCPFlags]string{}
 	for range 2 {
 		hdr, packet := readFrame(t, guest)
@@ -218,6 +219,40 @@ func TestLinkWritesTheStacksPackets(t *testing.T) {
 	}
 	if s := got[header.TCPFlagAck|header.TCPFlagPsh]; s != "answer" {
 		t.Errorf("the guest got %v, not the data segment", got)
+	}
+}
+
+// The packets of a flow reach the guest in the order the stack wrote them,
+// whether written at once or apart: a packet that would go at once waits
+// behind those already apart, and the drain writes them in order.
+func TestLinkKeepsAFlowsOrder(t *testing.T) {
+	queue, guest := packetQueue(t, true)
+	l, _ := attached(t, queue)
+	bulk := strings.Repeat("b", bulkPacket)
+	var want []string
+	for i := range 20 {
+		payload := fmt.Sprintf("%02d", i)
+		if i%4 == 0 {
+			payload += bulk // apart
+		}
+		var pkts stack.PacketBufferList
+		pkts.PushBack(tcpPacket(l, header.IPv4MinimumSize, stack.GSO{}, header.TCPFlagAck, payload))
+		if n, err := l.WritePackets(pkts); n != 1 || err != nil {
+			t.Fatalf("packet %d: WritePackets: %d, %v", i, n, err)
+		}
+		pkts.Reset()
+		want = append(want, payload[:2])
+	}
+	buf := make([]byte, 2*bulkPacket)
+	for i, w := range want {
+		n, err := unix.Read(guest, buf)
+		if err != nil {
+			t.Fatalf("the guest read packet %d: %v", i, err)
+		}
+		payload := header.TCP(buf[vnetHdrLen+header.IPv4MinimumSize : n]).Payload()
+		if got := string(payload[:2]); got != w {
+			t.Fatalf("the guest's packet %d is the stack's %s, want %s", i, got, w)
+		}
 	}
 }
 
