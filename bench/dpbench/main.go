@@ -33,9 +33,13 @@ import (
 	"syscall"
 	"time"
 
+	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
 
 	"github.com/kibotos/kibotos/bench/internal/benchutil"
+	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
+	"github.com/kibotos/kibotos/internal/guestabi"
 	"github.com/kibotos/kibotos/sdk"
 )
 
@@ -113,6 +117,16 @@ func run(c config) error {
 	}
 	row("exec true p50 (ms), vs a bare spawn", benchutil.Millis(benchutil.Quantile(rtt, 0.5)), benchutil.Millis(benchutil.Quantile(bare, 0.5)), "ms")
 	row("exec true p99 (ms), vs a bare spawn", benchutil.Millis(benchutil.Quantile(rtt, 0.99)), benchutil.Millis(benchutil.Quantile(bare, 0.99)), "ms")
+	sock, err := benchutil.GuestSocket(c.home, ws.ID())
+	if err != nil {
+		return err
+	}
+	direct, err := guestExecs(ctx, sock, c.execs)
+	if err != nil {
+		return err
+	}
+	row("exec true p50 (ms), vs the guest's socket", benchutil.Millis(benchutil.Quantile(rtt, 0.5)), benchutil.Millis(benchutil.Quantile(direct, 0.5)), "ms")
+	row("exec true p99 (ms), vs the guest's socket", benchutil.Millis(benchutil.Quantile(rtt, 0.99)), benchutil.Millis(benchutil.Quantile(direct, 0.99)), "ms")
 
 	one, _, err := execRate(ctx, ws, c.home, 1, c.window, c.pid)
 	if err != nil {
@@ -171,6 +185,43 @@ func timeExecs(ctx context.Context, ws *sdk.Workspace, n int) ([]time.Duration, 
 		rtt = append(rtt, time.Since(start))
 	}
 	return rtt, nil
+}
+
+// guestExecs times n StartProcess calls of `true`, to the end of their
+// streams, made straight to the guest agent's data socket at path, as the
+// host's gateway makes them (HTTP/2 on the unix socket): the round trip
+// without the SDK's hop to the gateway and the gateway's own.
+func guestExecs(ctx context.Context, path string, n int) ([]time.Duration, error) {
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	hc := &http.Client{Transport: &http.Transport{
+		Protocols: &protocols,
+		HTTP2:     guestabi.DataSocketHTTP2(),
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", path)
+		},
+	}}
+	defer hc.CloseIdleConnections()
+	procs := datav1connect.NewProcessServiceClient(hc, "http://guest", connect.WithAcceptCompression("gzip", nil, nil))
+	var out []time.Duration
+	for i := range n + 1 { // the first opens the connection
+		start := time.Now()
+		stream, err := procs.StartProcess(ctx, connect.NewRequest(&datav1.StartProcessRequest{Args: []string{"true"}}))
+		if err != nil {
+			return nil, fmt.Errorf("StartProcess at the guest's socket: %w", err)
+		}
+		exited := false
+		for stream.Receive() {
+			exited = exited || stream.Msg().GetExited() != nil
+		}
+		if err := errors.Join(stream.Err(), stream.Close()); err != nil || !exited {
+			return nil, fmt.Errorf("StartProcess at the guest's socket: exited %v, %v", exited, err)
+		}
+		if i > 0 {
+			out = append(out, time.Since(start))
+		}
+	}
+	return out, nil
 }
 
 // loopbackUnary times n Connect unary calls (grpc.health.v1 Check) to a

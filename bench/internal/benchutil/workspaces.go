@@ -16,6 +16,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/guestabi"
 	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
@@ -141,6 +142,24 @@ func PoolEntries(home, id string) []string {
 		}
 	}
 	return rids
+}
+
+// GuestSocket returns the path of the guest agent's data socket of the
+// workspace's running execution under home, which the host's gateway
+// dials: the execution's own or, when a warm pool entry serves it, the
+// entry's.
+func GuestSocket(home, id string) (string, error) {
+	names, _ := filepath.Glob(filepath.Join(home, "runtime", "exec", id+"-*"))
+	for _, rid := range PoolEntries(home, id) {
+		names = append(names, filepath.Join(home, "runtime", "exec", rid))
+	}
+	for _, dir := range names {
+		path := filepath.Join(dir, "sock", guestabi.DataSocket)
+		if _, err := os.Stat(path); err == nil {
+			return path, nil
+		}
+	}
+	return "", fmt.Errorf("no data socket of workspace %s under %s", id, home)
 }
 
 // CgroupSum sums one counter file of the workspaces' cgroups in a cgroup
