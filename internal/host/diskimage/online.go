@@ -1,17 +1,17 @@
 package diskimage
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kibotos/kibotos/internal/host/mountinfo"
 )
 
 // GrowOnline grows the image at path, attached to the loop device device
@@ -76,20 +76,13 @@ func setCapacity(dev *os.File) error {
 // mounted reports whether device is the source of a mount of this mount
 // namespace.
 func mounted(device string) bool {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if i := slices.Index(fields, "-"); i > 0 && i+2 < len(fields) && fields[i+2] == device {
-			return true
+	esc, found := mountinfo.Escape(device), false
+	mountinfo.Scan(func(line []byte) {
+		if src, ok := mountinfo.Source(line); ok && string(src) == esc {
+			found = true
 		}
-	}
-	return false
+	})
+	return found
 }
 
 // ProbeOnlineGrow finds out whether this host lets GrowOnline grow a

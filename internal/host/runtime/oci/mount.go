@@ -1,18 +1,18 @@
 package oci
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kibotos/kibotos/internal/host/mountinfo"
 )
 
 // mountsUnder returns the mount points at or below dir in mount order (a
@@ -23,12 +23,12 @@ import (
 func mountsUnder(dir string) ([]string, error) {
 	// Compared as the kernel writes them: escaping each byte on its own
 	// keeps equality and prefixes, so only the matches are decoded.
-	esc := escapeMountinfo(dir)
+	esc := mountinfo.Escape(dir)
 	below := []byte(esc + "/")
 	var pts []string
-	err := scanMountinfo(func(line []byte) {
-		if mp, ok := mountPointField(line); ok && (string(mp) == esc || bytes.HasPrefix(mp, below)) {
-			pts = append(pts, unescapeMountinfo(string(mp)))
+	err := mountinfo.Scan(func(line []byte) {
+		if mp, ok := mountinfo.MountPoint(line); ok && (string(mp) == esc || bytes.HasPrefix(mp, below)) {
+			pts = append(pts, mountinfo.Unescape(string(mp)))
 		}
 	})
 	return pts, err
@@ -37,36 +37,16 @@ func mountsUnder(dir string) ([]string, error) {
 // mountSource returns the source of the mount at mp (the last one, when
 // mounts are stacked), if any.
 func mountSource(mp string) string {
-	esc, src := escapeMountinfo(mp), ""
-	scanMountinfo(func(line []byte) {
-		if p, ok := mountPointField(line); !ok || string(p) != esc {
+	esc, src := mountinfo.Escape(mp), ""
+	mountinfo.Scan(func(line []byte) {
+		if p, ok := mountinfo.MountPoint(line); !ok || string(p) != esc {
 			return
 		}
-		// The source is the second field after the optional fields'
-		// separator.
-		if _, after, ok := bytes.Cut(line, []byte(" - ")); ok {
-			if f := bytes.Fields(after); len(f) >= 2 {
-				src = unescapeMountinfo(string(f[1]))
-			}
+		if s, ok := mountinfo.Source(line); ok {
+			src = mountinfo.Unescape(string(s))
 		}
 	})
 	return src
-}
-
-// scanMountinfo calls each with every line of this namespace's mount
-// table; the line is valid only during the call.
-func scanMountinfo(each func(line []byte)) error {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		each(sc.Bytes())
-	}
-	return sc.Err()
 }
 
 // within returns the mount points of pts at or below dir, in their order.
@@ -83,60 +63,6 @@ func within(pts []string, dir string) []string {
 // isWithin reports whether path is dir or below it.
 func isWithin(path, dir string) bool {
 	return path == dir || strings.HasPrefix(path, dir+"/")
-}
-
-// mountPointField returns the mount point, the fifth field, of a line of
-// mountinfo, still escaped.
-func mountPointField(line []byte) ([]byte, bool) {
-	for range 4 {
-		i := bytes.IndexByte(line, ' ')
-		if i < 0 {
-			return nil, false
-		}
-		line = line[i+1:]
-	}
-	if i := bytes.IndexByte(line, ' '); i >= 0 {
-		line = line[:i]
-	}
-	return line, len(line) > 0
-}
-
-// escapeMountinfo escapes a path as mountinfo does: space, tab, newline
-// and backslash as three octal digits.
-func escapeMountinfo(s string) string {
-	if !strings.ContainsAny(s, " \t\n\\") {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; c {
-		case ' ', '\t', '\n', '\\':
-			fmt.Fprintf(&b, "\\%03o", c)
-		default:
-			b.WriteByte(c)
-		}
-	}
-	return b.String()
-}
-
-// unescapeMountinfo decodes the octal escapes (\040 for a space, ...) of
-// a mountinfo path.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // unmountPoints unmounts pts, mount points in mount order, deepest first.

@@ -66,27 +66,6 @@ func TestMountTable(t *testing.T) {
 	}
 }
 
-// TestMountPointField: the fifth field of mountinfo lines.
-func TestMountPointField(t *testing.T) {
-	for line, want := range map[string]string{
-		`36 35 98:0 /mnt1 /mnt/a\040b rw,noatime master:1 - ext3 /dev/root rw`: `/mnt/a\040b`,
-		`36 35 98:0 / /`: `/`,
-		`36 35 98:0 /`:   "",
-		``:               "",
-	} {
-		got, ok := mountPointField([]byte(line))
-		if string(got) != want || ok != (want != "") {
-			t.Errorf("mountPointField(%q) = %q, %v; want %q", line, got, ok, want)
-		}
-	}
-	if got := escapeMountinfo("/a b\t\n\\c"); got != `/a\040b\011\012\134c` {
-		t.Errorf("escapeMountinfo = %q", got)
-	}
-	if got := unescapeMountinfo(escapeMountinfo("/a b\\c")); got != "/a b\\c" {
-		t.Errorf("unescape(escape) = %q", got)
-	}
-}
-
 // TestRemoveSameFSStopsAtMounts: removing an execution's directory never
 // enters a mount below it, another filesystem's or a bind mount of its
 // own, whose files it would otherwise delete.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kibotos/kibotos/internal/guestabi"
 	"github.com/kibotos/kibotos/internal/host/diskimage"
+	"github.com/kibotos/kibotos/internal/host/mountinfo"
 	"github.com/kibotos/kibotos/internal/host/runtime"
 	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/internal/testutil/hosttest"
@@ -176,7 +177,7 @@ func (e *env) assertReleased(t testing.TB, id, image string) {
 	}
 	sc := bufio.NewScanner(strings.NewReader(string(b)))
 	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) > 4 && strings.HasPrefix(unescapeMountinfo(f[4]), e.state) {
+		if f := strings.Fields(sc.Text()); len(f) > 4 && strings.HasPrefix(mountinfo.Unescape(f[4]), e.state) {
 			t.Errorf("still mounted: %s", f[4])
 		}
 	}
