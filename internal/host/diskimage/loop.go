@@ -248,24 +248,28 @@ func detachLoop(dev string) error {
 // It looks again every 5 ms at the devices it found bound, not at every
 // bound device of the host: on a host of many workspaces a scan reads
 // each one's backing file, and the releases of a burst of deletions each
-// polled that way. Once they are released, a last scan makes sure that
-// none was bound meanwhile.
+// polled that way. Once they are released, it scans again, and it
+// returns only on a scan that finds none. A scan lists the bound devices
+// first and reads their backing files after, so one that found none may
+// have missed a device bound while it read (listed too late, while the
+// one it followed let go): a scan that starts after it lists that one.
 func WaitLoopsReleased(image string, d time.Duration) bool {
 	m := newLoopMatcher(image)
 	deadline := time.Now().Add(d)
 	devs := m.scan()
-	for len(devs) > 0 {
-		if time.Now().After(deadline) {
-			for _, dev := range devs {
-				detachLoop(dev)
+	for {
+		for len(devs) > 0 {
+			if time.Now().After(deadline) {
+				for _, dev := range devs {
+					detachLoop(dev)
+				}
+				return len(m.scan()) == 0
 			}
-			return len(m.scan()) == 0
+			time.Sleep(5 * time.Millisecond)
+			devs = slices.DeleteFunc(devs, func(dev string) bool { return !m.bound(dev) })
 		}
-		time.Sleep(5 * time.Millisecond)
-		devs = slices.DeleteFunc(devs, func(dev string) bool { return !m.bound(dev) })
-		if len(devs) == 0 {
-			devs = m.scan()
+		if devs = m.scan(); len(devs) == 0 {
+			return true
 		}
 	}
-	return true
 }
