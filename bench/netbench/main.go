@@ -236,12 +236,21 @@ func cpuTime() time.Duration {
 	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
 }
 
+// inTestHost calls listen in the test host's network namespace, where the
+// servers that every network reaches listen.
+func inTestHost[L any](inet *nettest.Internet, listen func() (L, error)) (L, error) {
+	var l L
+	err := netnsfile.Do(inet.Path, func() (err error) {
+		l, err = listen()
+		return err
+	})
+	return l, err
+}
+
 // startDNS starts the test host's DNS server.
 func startDNS(inet *nettest.Internet) (netip.AddrPort, func(), error) {
-	var pc net.PacketConn
-	err := netnsfile.Do(inet.Path, func() (err error) {
-		pc, err = net.ListenPacket("udp4", net.JoinHostPort(nettest.HostIPv4.String(), "0"))
-		return err
+	pc, err := inTestHost(inet, func() (net.PacketConn, error) {
+		return net.ListenPacket("udp4", net.JoinHostPort(nettest.HostIPv4.String(), "0"))
 	})
 	if err != nil {
 		return netip.AddrPort{}, nil, fmt.Errorf("test host DNS server: %w", err)

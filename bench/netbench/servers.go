@@ -11,17 +11,14 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/kibotos/kibotos/internal/host/netnsfile"
 	"github.com/kibotos/kibotos/internal/testutil/nettest"
 )
 
 // startProxy starts a SOCKS5 server on the test host and points sb at it;
 // stop closes it once its connections have ended.
 func (b *bench) startProxy(sb *sandbox) (stop func(), err error) {
-	var l net.Listener
-	err = netnsfile.Do(b.inet.Path, func() (err error) {
-		l, err = net.Listen("tcp4", net.JoinHostPort(nettest.HostIPv4.String(), "0"))
-		return err
+	l, err := inTestHost(b.inet, func() (net.Listener, error) {
+		return net.Listen("tcp4", net.JoinHostPort(nettest.HostIPv4.String(), "0"))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("test host SOCKS5 server: %w", err)

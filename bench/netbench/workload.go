@@ -124,11 +124,9 @@ func (b *bench) measure(ctx context.Context, sb *sandbox, w workload) (r result,
 			err = fmt.Errorf("the test host changed during the measurement: %w", check)
 		}
 	}()
-	var l net.Listener
-	err = netnsfile.Do(b.inet.Path, func() (err error) {
+	l, err := inTestHost(b.inet, func() (net.Listener, error) {
 		lc := net.ListenConfig{Control: congestionControl(b.cc)}
-		l, err = lc.Listen(ctx, "tcp4", net.JoinHostPort(nettest.HostIPv4.String(), "0"))
-		return err
+		return lc.Listen(ctx, "tcp4", net.JoinHostPort(nettest.HostIPv4.String(), "0"))
 	})
 	if err != nil {
 		return result{}, err
