@@ -26,14 +26,8 @@ var errBound = errors.New("the socket bound to its destination")
 func dialDirect(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
 	d := net.Dialer{Timeout: dialTimeout, Control: func(_, _ string, c syscall.RawConn) error {
 		var err error
-		if cerr := c.Control(func(fd uintptr) { err = unix.Bind(int(fd), sockaddr(dst.Addr())) }); cerr != nil {
+		if cerr := c.Control(func(fd uintptr) { err = bindVerdict(unix.Bind(int(fd), sockaddr(dst.Addr()))) }); cerr != nil {
 			return cerr
-		}
-		switch {
-		case errors.Is(err, unix.EADDRNOTAVAIL):
-			return nil
-		case err == nil:
-			return errBound
 		}
 		return err
 	}}
@@ -75,15 +69,28 @@ func checkNotHost(a netip.Addr) error {
 	if err != nil {
 		return fmt.Errorf("checking whether %s is the host's: %w", a, err)
 	}
-	err = unix.Bind(fd, sockaddr(a))
+	err = bindVerdict(unix.Bind(fd, sockaddr(a)))
 	unix.Close(fd)
 	switch {
-	case errors.Is(err, unix.EADDRNOTAVAIL):
-		return nil
+	case errors.Is(err, errBound):
+		return checkRoute(a)
 	case err != nil:
 		return fmt.Errorf("checking whether %s is the host's: %w", a, err)
 	}
-	return checkRoute(a)
+	return nil
+}
+
+// bindVerdict judges the bind of a socket to an address: nil when the host
+// cannot hold the address (EADDRNOTAVAIL), errBound when the bind
+// succeeded, else the bind's error.
+func bindVerdict(err error) error {
+	switch {
+	case errors.Is(err, unix.EADDRNOTAVAIL):
+		return nil
+	case err == nil:
+		return errBound
+	}
+	return err
 }
 
 // checkRoute refuses a when the routing table makes it local: the answer

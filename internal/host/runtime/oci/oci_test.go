@@ -1,7 +1,6 @@
 package oci
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"os"
@@ -171,15 +170,12 @@ func (e *env) assertReleased(t testing.TB, id, image string) {
 	if ids, err := e.d.list(ctx); err != nil || len(ids) > 0 {
 		t.Errorf("runc list: %v %v", ids, err)
 	}
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(strings.NewReader(string(b)))
-	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) > 4 && strings.HasPrefix(mountinfo.Unescape(f[4]), e.state) {
-			t.Errorf("still mounted: %s", f[4])
+	if err := mountinfo.Scan(func(line []byte) {
+		if mp, ok := mountinfo.MountPoint(line); ok && strings.HasPrefix(mountinfo.Unescape(string(mp)), e.state) {
+			t.Errorf("still mounted: %s", mp)
 		}
+	}); err != nil {
+		t.Fatal(err)
 	}
 	if image != "" {
 		assertNotAttached(t, image)
