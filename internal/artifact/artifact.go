@@ -10,7 +10,15 @@
 // archive in the POSIX.1-2001 (PAX) format, entries in this order:
 //
 //  1. kibotos-transfer.json: the manifest, {"format": "kibotos.transfer.v1",
-//     "manifest": <the TransferManifest in protobuf JSON>}.
+//     "manifest": <the TransferManifest in protobuf JSON>, "filesystems":
+//     {"layer": <layout>, "volume": <layout>}}. A layout is the geometry
+//     of the ext4 filesystem the section was read from (the host's
+//     diskimage.Geometry in JSON: block and inode sizes, inode count,
+//     blocks per group, journal, reserved descriptor blocks), which a
+//     restore gives the filesystem it makes of the same size, so that
+//     what filled the exported one fits (mkfs lays a filesystem out by
+//     its size, and one that grew keeps the layout of its first size).
+//     "filesystems" is optional: without it a restore lets mkfs choose.
 //  2. layer, layer/...: the writable layer's overlay upper directory, the
 //     guest's "/" as written over the Template; then volume, volume/...:
 //     the Volume's root; then, when the manifest says carries_template,
@@ -89,6 +97,9 @@ func invalid(format string, a ...any) error {
 type envelope struct {
 	Format   string          `json:"format"`
 	Manifest json.RawMessage `json:"manifest"`
+	// Filesystems are the layouts of the filesystems the sections were
+	// read from, by section, as the exporting host recorded them.
+	Filesystems map[string]json.RawMessage `json:"filesystems,omitempty"`
 }
 
 // EncodeManifest returns the manifest entry's content for m.
@@ -102,16 +113,36 @@ func EncodeManifest(m *ctrlv1.TransferManifest) ([]byte, error) {
 
 // DecodeManifest reads the manifest entry's content.
 func DecodeManifest(b []byte) (*ctrlv1.TransferManifest, error) {
-	var env envelope
-	if err := json.Unmarshal(b, &env); err != nil {
-		return nil, invalid("its manifest is not JSON: %v", err)
-	}
-	if env.Format != Format {
-		return nil, invalid("its format is %q, not %q", env.Format, Format)
+	env, err := decodeEnvelope(b)
+	if err != nil {
+		return nil, err
 	}
 	m := new(ctrlv1.TransferManifest)
 	if err := protojson.Unmarshal(env.Manifest, m); err != nil {
 		return nil, invalid("its manifest does not parse: %v", err)
 	}
 	return m, nil
+}
+
+func decodeEnvelope(b []byte) (envelope, error) {
+	var env envelope
+	if err := json.Unmarshal(b, &env); err != nil {
+		return env, invalid("its manifest is not JSON: %v", err)
+	}
+	if env.Format != Format {
+		return env, invalid("its format is %q, not %q", env.Format, Format)
+	}
+	return env, nil
+}
+
+// WithFilesystems returns the manifest entry's content b with the layouts
+// of the sections' filesystems added: what a restore needs to make
+// filesystems that hold what these held (see the package doc).
+func WithFilesystems(b []byte, filesystems map[string]json.RawMessage) ([]byte, error) {
+	env, err := decodeEnvelope(b)
+	if err != nil {
+		return nil, err
+	}
+	env.Filesystems = filesystems
+	return json.Marshal(env)
 }

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -309,4 +311,47 @@ func contentHash(t *testing.T, p string, size int64) string {
 		must(t, err)
 	}
 	return fmt.Sprintf("%x", h.Sum(nil))
+}
+
+// TestFilesystems: the layouts WithFilesystems adds to the manifest are
+// what Filesystems reads back from the artifact's start alone (the rest
+// unread), and the artifact still walks and says the same manifest; an
+// artifact without them gives none, and a foreign file is invalid.
+func TestFilesystems(t *testing.T) {
+	layouts := map[string]json.RawMessage{Layer: json.RawMessage(`{"block_size":1024}`), Volume: json.RawMessage(`{"block_size":4096}`)}
+	body, err := EncodeManifest(manifest)
+	must(t, err)
+	body, err = WithFilesystems(body, layouts)
+	must(t, err)
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, body, nil)
+	must(t, err)
+	vol := t.TempDir()
+	data := make([]byte, 4<<20)
+	rand.Read(data)
+	must(t, os.WriteFile(filepath.Join(vol, "data.bin"), data, 0o644))
+	must(t, w.AddTree(context.Background(), Volume, vol))
+	must(t, w.Close())
+	art := buf.Bytes()
+
+	// Only the start: Filesystems must not need the rest (whose
+	// compressed blocks, random data, end at the artifact's end).
+	got, err := Filesystems(bytes.NewReader(art[:len(art)/2]))
+	must(t, err)
+	if len(got) != 2 || string(got[Layer]) != `{"block_size":1024}` || string(got[Volume]) != `{"block_size":4096}` {
+		t.Errorf("Filesystems = %s", got)
+	}
+	if m, err := Walk(bytes.NewReader(art), nil); err != nil || !proto.Equal(m, manifest) {
+		t.Errorf("Walk of an artifact with layouts: %v, %v", m, err)
+	}
+
+	if got, err := Filesystems(bytes.NewReader(write(t, nil))); err != nil || got != nil {
+		t.Errorf("Filesystems of an artifact without layouts = %s, %v", got, err)
+	}
+	if _, err := Filesystems(strings.NewReader("PK\x03\x04 a zip file")); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Filesystems of a zip file: %v", err)
+	}
+	if _, err := WithFilesystems([]byte(`{"format":"another"}`), layouts); !errors.Is(err, ErrInvalid) {
+		t.Errorf("WithFilesystems of another format's manifest: %v", err)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"io"
 	"path"
@@ -66,6 +67,44 @@ func (s *errReader) Read(p []byte) (int, error) {
 // about the content wraps ErrInvalid; one fn or r returned is returned as
 // it is.
 func Walk(r io.Reader, fn func(e *Entry, content io.Reader) error) (*ctrlv1.TransferManifest, error) {
+	w, err := newWalker(r, fn)
+	if err != nil {
+		return nil, err
+	}
+	defer w.close()
+	m, err := w.walk()
+	if err != nil {
+		return nil, err
+	}
+	// Nothing may follow the archive.
+	if n, err := io.Copy(io.Discard, w.z); err != nil {
+		return nil, w.contentErr(err, "after its end")
+	} else if n != 0 {
+		return nil, invalid("data follows its end")
+	}
+	return m, nil
+}
+
+// Filesystems reads the manifest entry at the start of an artifact from r,
+// and nothing after it, and returns the layouts of the filesystems its
+// sections were read from (nil for an artifact that records none). It
+// checks no more than that entry: only Walk vouches for an artifact.
+func Filesystems(r io.Reader) (map[string]json.RawMessage, error) {
+	w, err := newWalker(r, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer w.close()
+	b, err := w.manifest()
+	if err != nil {
+		return nil, err
+	}
+	env, err := decodeEnvelope(b)
+	return env.Filesystems, err
+}
+
+// newWalker starts reading the artifact from r; close releases it.
+func newWalker(r io.Reader, fn func(e *Entry, content io.Reader) error) (*walker, error) {
 	src := &errReader{r: r}
 	br := bufio.NewReaderSize(src, 64<<10)
 	magic, err := br.Peek(len(zstdMagic))
@@ -79,26 +118,15 @@ func Walk(r io.Reader, fn func(e *Entry, content io.Reader) error) (*ctrlv1.Tran
 	if err != nil {
 		return nil, err
 	}
-	defer zr.Close()
 	z := &errReader{r: zr}
-	w := &walker{tr: tar.NewReader(z), src: src, z: z, fn: fn}
-	m, err := w.walk()
-	if err != nil {
-		return nil, err
-	}
-	// Nothing may follow the archive.
-	if n, err := io.Copy(io.Discard, z); err != nil {
-		return nil, w.contentErr(err, "after its end")
-	} else if n != 0 {
-		return nil, invalid("data follows its end")
-	}
-	return m, nil
+	return &walker{tr: tar.NewReader(z), src: src, z: z, zr: zr, fn: fn}, nil
 }
 
 type walker struct {
 	tr *tar.Reader
-	// src is the artifact as read, z the archive as decompressed.
+	// src is the artifact as read, z the archive as decompressed (by zr).
 	src, z  *errReader
+	zr      *zstd.Decoder
 	fn      func(*Entry, io.Reader) error
 	sums    bytes.Buffer
 	entries int
@@ -154,7 +182,11 @@ func (w *walker) addSum(s []byte, name string) {
 	w.sums.WriteString(hex.EncodeToString(s) + " " + name + "\n")
 }
 
-func (w *walker) walk() (*ctrlv1.TransferManifest, error) {
+func (w *walker) close() { w.zr.Close() }
+
+// manifest reads the first entry, which must be the manifest, and returns
+// its content.
+func (w *walker) manifest() ([]byte, error) {
 	hdr, err := w.tr.Next()
 	if err != nil {
 		if w.src.err != nil || w.z.err != nil {
@@ -168,7 +200,11 @@ func (w *walker) walk() (*ctrlv1.TransferManifest, error) {
 	if hdr.Name != ManifestName {
 		return nil, invalid("its first entry is %q, not %s: not a Kibotos transfer artifact", hdr.Name, ManifestName)
 	}
-	b, err := w.readAll(hdr, maxManifestBytes)
+	return w.readAll(hdr, maxManifestBytes)
+}
+
+func (w *walker) walk() (*ctrlv1.TransferManifest, error) {
+	b, err := w.manifest()
 	if err != nil {
 		return nil, err
 	}

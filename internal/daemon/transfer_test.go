@@ -368,3 +368,59 @@ func TestTransferAcrossDeployments(t *testing.T) {
 		}
 	}
 }
+
+// TestTransferOfFullGrownImages exports a workspace whose writable layer
+// and Volume both grew since they were made and are full to the last
+// block, and restores it: the new images, of the same sizes, hold all of
+// it. (A filesystem made afresh at the grown size has a larger journal
+// and inode table than one that grew to it, so less room.)
+func TestTransferOfFullGrownImages(t *testing.T) {
+	e := newVolumeEnv(t)
+	defer e.stop()
+	ctx := context.Background()
+	vol, err := e.createVolume(&ctrlv1.VolumeSpec{CapacityBytes: 1 * mib}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.awaitVolume(vol.VolumeId, "AVAILABLE", func(v *ctrlv1.Volume) bool { return v.State == ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE })
+	if _, err := e.resize(vol.VolumeId, 4*mib); err != nil {
+		t.Fatal(err)
+	}
+	e.awaitVolume(vol.VolumeId, "grown", func(v *ctrlv1.Volume) bool {
+		return v.State == ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE && v.Spec.CapacityBytes == 4*mib
+	})
+	spec := withVolume(bound(vol.VolumeId, "/data"))
+	spec.Resources.WritableLayerBytes = 16 * mib
+	ws := e.await(e.create(spec).WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	e.stopWorkspace(ws.WorkspaceId, ctrlv1.StopMode_STOP_MODE_NORMAL)
+	ws = e.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+	if _, err := unary(ctx, e.client.ResizeWorkspaceWritableLayer, &ctrlv1.ResizeWorkspaceWritableLayerRequest{
+		Command: cmd(), WorkspaceId: ws.WorkspaceId, ExpectedResourcesRevision: ws.Spec.ResourcesRevision, WritableLayerBytes: 64 * mib}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.start(ws.WorkspaceId); err != nil {
+		t.Fatal(err)
+	}
+	ws = e.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	const fill = `for f in /data/full /root/full; do dd if=/dev/urandom of=$f bs=4k 2>/dev/null || true; done; sync
+df -k /data / | tail -n 2; sha256sum /data/full /root/full`
+	filled := e.run(ws, fill)
+	t.Logf("filled:\n%s", filled)
+	want := e.run(ws, "sha256sum /data/full /root/full")
+	e.stopWorkspace(ws.WorkspaceId, ctrlv1.StopMode_STOP_MODE_NORMAL)
+	e.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+
+	tc := e.transfers()
+	exp := mustUnary(t, tc.ExportWorkspace, &ctrlv1.ExportWorkspaceRequest{Command: cmd(), WorkspaceId: ws.WorkspaceId}).Transfer
+	if done := awaitTransfer(t, tc, exp.TransferId); done.State != ctrlv1.TransferState_TRANSFER_STATE_COMPLETE {
+		t.Fatalf("export ended %v: %v", done.State, done.Failure)
+	}
+	rr := mustUnary(t, tc.RestoreWorkspace, &ctrlv1.RestoreWorkspaceRequest{Command: cmd(), TransferId: exp.TransferId})
+	if fin := awaitTransfer(t, tc, exp.TransferId); fin.State != ctrlv1.TransferState_TRANSFER_STATE_RESTORED {
+		t.Fatalf("restore of full grown images ended %v: %v", fin.State, fin.Failure)
+	}
+	restored := e.await(rr.Workspace.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	if got := e.run(restored, "sha256sum /data/full /root/full"); got != want {
+		t.Errorf("restored files:\n%s\nexported:\n%s", got, want)
+	}
+}

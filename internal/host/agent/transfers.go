@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -114,6 +115,10 @@ func (a *Agent) export(ctx context.Context, as *hostv1.TransferAssignment) (err 
 	if err := gone("the writable layer image", a.layerPath(as.LayerId)); err != nil {
 		return err
 	}
+	layouts := map[string]json.RawMessage{}
+	if err := addLayout(layouts, artifact.Layer, a.layerPath(as.LayerId)); err != nil {
+		return err
+	}
 	layerDir, unmountLayer, err := diskimage.Mount(a.layerPath(as.LayerId), a.cfg.LayerDir, true)
 	if err != nil {
 		return fmt.Errorf("mounting the writable layer: %w", err)
@@ -129,6 +134,9 @@ func (a *Agent) export(ctx context.Context, as *hostv1.TransferAssignment) (err 
 			return err
 		}
 		if err := gone("the image of volume "+v.VolumeId, image); err != nil {
+			return err
+		}
+		if err := addLayout(layouts, artifact.Volume, image); err != nil {
 			return err
 		}
 		dir, unmountVolume, err := diskimage.Mount(image, filepath.Dir(image), true)
@@ -150,7 +158,11 @@ func (a *Agent) export(ctx context.Context, as *hostv1.TransferAssignment) (err 
 		return stream.Send(&hostv1.PutTransferArtifactRequest{Data: p})
 	})), transferChunk)
 	report := a.progressReporter(as.TransferId, total)
-	w, err := artifact.NewWriter(out, as.Manifest, func(read int64) { report(uint64(read)) })
+	manifest, err := artifact.WithFilesystems(as.Manifest, layouts)
+	if err != nil {
+		return err
+	}
+	w, err := artifact.NewWriter(out, manifest, func(read int64) { report(uint64(read)) })
 	if err != nil {
 		return err
 	}
@@ -180,6 +192,18 @@ func (a *Agent) export(ctx context.Context, as *hostv1.TransferAssignment) (err 
 		return err
 	}
 	_, err = stream.CloseAndReceive()
+	return err
+}
+
+// addLayout records the geometry of the image's filesystem as the
+// section's layout (artifact.WithFilesystems).
+func addLayout(layouts map[string]json.RawMessage, section, image string) error {
+	g, err := diskimage.ReadGeometry(image)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(g)
+	layouts[section] = b
 	return err
 }
 
@@ -301,13 +325,17 @@ func (e *execution) restore(ctx context.Context, as *hostv1.Assignment) error {
 	if len(images) == 0 {
 		return nil // restored before a crash or a retry
 	}
+	layouts, err := a.artifactLayouts(ctx, as.Restore.TransferId)
+	if err != nil {
+		return fmt.Errorf("restoring from transfer %s: %w", as.Restore.TransferId, err)
+	}
 	var fill func(i int) error
 	fill = func(i int) error {
 		if i == len(images) {
 			return a.extract(ctx, as.Restore, roots)
 		}
 		im := images[i]
-		return diskimage.CreateFilled(ctx, im.path, im.bytes, im.uuid, func(dir string) error {
+		return diskimage.CreateFilled(ctx, im.path, im.bytes, im.uuid, layouts[im.section], func(dir string) error {
 			root := dir
 			if im.section == artifact.Layer {
 				root = filepath.Join(dir, "upper")
@@ -325,29 +353,67 @@ func (e *execution) restore(ctx context.Context, as *hostv1.Assignment) error {
 	return nil
 }
 
-// extract streams the artifact from ctrl into roots and checks its digest.
-func (a *Agent) extract(ctx context.Context, r *hostv1.ExecutionRestore, roots map[string]string) error {
+// artifactLayouts reads the start of the transfer's artifact from ctrl
+// for the geometries of the filesystems its sections were read from, by
+// section; an artifact that records none gives none.
+func (a *Agent) artifactLayouts(ctx context.Context, transferID string) (map[string]*diskimage.Geometry, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream, err := a.cfg.Client.GetTransferArtifact(ctx, connect.NewRequest(&hostv1.GetTransferArtifactRequest{TransferId: r.TransferId}))
+	defer cancel() // the rest of the artifact is not read
+	src, closeStream, err := a.openArtifact(ctx, transferID, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer stream.Close()
-	h := sha256.New()
-	report := a.progressReporter(r.TransferId, r.SizeBytes)
+	defer closeStream()
+	raw, err := artifact.Filesystems(src)
+	if err != nil {
+		return nil, err
+	}
+	layouts := map[string]*diskimage.Geometry{}
+	for section, b := range raw {
+		g := new(diskimage.Geometry)
+		if err := json.Unmarshal(b, g); err != nil {
+			return nil, fmt.Errorf("%w: the layout of its %s: %v", artifact.ErrInvalid, section, err)
+		}
+		layouts[section] = g
+	}
+	return layouts, nil
+}
+
+// openArtifact streams the transfer's artifact from ctrl; got, when not
+// nil, is told the bytes read so far.
+func (a *Agent) openArtifact(ctx context.Context, transferID string, got func(n uint64)) (io.Reader, func() error, error) {
+	stream, err := a.cfg.Client.GetTransferArtifact(ctx, connect.NewRequest(&hostv1.GetTransferArtifactRequest{TransferId: transferID}))
+	if err != nil {
+		return nil, nil, err
+	}
 	var n uint64
-	src := &streamReader{next: func() ([]byte, error) {
+	return &streamReader{next: func() ([]byte, error) {
 		if stream.Receive() {
 			n += uint64(len(stream.Msg().Data))
-			report(n)
+			if got != nil {
+				got(n)
+			}
 			return stream.Msg().Data, nil
 		}
 		if err := stream.Err(); err != nil {
 			return nil, err
 		}
 		return nil, io.EOF
-	}}
+	}}, stream.Close, nil
+}
+
+// extract streams the artifact from ctrl into roots and checks its digest.
+func (a *Agent) extract(ctx context.Context, r *hostv1.ExecutionRestore, roots map[string]string) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	report := a.progressReporter(r.TransferId, r.SizeBytes)
+	var n uint64
+	src, closeStream, err := a.openArtifact(ctx, r.TransferId, func(read uint64) { n = read; report(read) })
+	if err != nil {
+		return err
+	}
+	defer closeStream()
+	h := sha256.New()
 	if _, err := artifact.Extract(ctx, io.TeeReader(src, h), roots); err != nil {
 		return err
 	}

@@ -42,17 +42,36 @@ func checkSize(bytes uint64) error {
 // and renamed into place, so a crash never leaves a half-made image at
 // path.
 func Create(ctx context.Context, path string, bytes uint64, uuid string) error {
-	return CreateFilled(ctx, path, bytes, uuid, nil)
+	return CreateFilled(ctx, path, bytes, uuid, nil, nil)
 }
 
 // CreateFilled is Create, and fill, when not nil, writes the new
 // filesystem's content before the image is renamed into place: it is
 // called with the temporary image mounted read-write at a directory of
 // its own, which is unmounted after it returns. An error of fill leaves
-// no image at path.
-func CreateFilled(ctx context.Context, path string, bytes uint64, uuid string, fill func(dir string) error) error {
+// no image at path. like, when not nil, is the Geometry of the filesystem
+// whose content fill writes, which the new one copies (as it keeps no
+// journal without one), so that the content fits again; otherwise mkfs
+// lays it out for its size.
+func CreateFilled(ctx context.Context, path string, bytes uint64, uuid string, like *Geometry, fill func(dir string) error) error {
 	if err := checkSize(bytes); err != nil {
 		return err
+	}
+	args := []string{"-F", "-q", "-m", "0"}
+	extended := "root_owner=0:0,lazy_journal_init=1"
+	if like != nil {
+		layout, more, err := like.mkfsArgs(bytes)
+		if err != nil {
+			return err
+		}
+		args = append(args, layout...)
+		if more != "" {
+			extended += "," + more
+		}
+	}
+	args = append(args, "-E", extended)
+	if uuid != "" {
+		args = append(args, "-U", uuid)
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
@@ -85,10 +104,6 @@ func CreateFilled(ctx context.Context, path string, bytes uint64, uuid string, f
 	// journal need not be zeroed (lazy_journal_init), which otherwise took
 	// 4 MiB of the host's disk for a 64 MiB image and 32 MiB for a 1 GiB
 	// one (allocated as zeroed extents, at no measurable time).
-	args := []string{"-F", "-q", "-m", "0", "-E", "root_owner=0:0,lazy_journal_init=1"}
-	if uuid != "" {
-		args = append(args, "-U", uuid)
-	}
 	if err := run(ctx, "mkfs.ext4", append(args, tmp)...); err != nil {
 		return err
 	}

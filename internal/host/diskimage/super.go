@@ -38,35 +38,50 @@ func (i Info) Capacity() uint64 { return min(i.Size, i.Filesystem) }
 // Offsets and flags of the ext4 superblock (see the kernel's
 // fs/ext4/ext4.h, struct ext4_super_block).
 const (
-	superOffset        = 1024
-	superSize          = 1024
-	offBlocksCountLo   = 0x04
-	offFreeBlocksLo    = 0x0C
-	offLogBlockSize    = 0x18
-	offMagic           = 0x38
-	offFeatureIncompat = 0x60
-	offFeatureROCompat = 0x64
-	offUUID            = 0x68
-	offVolumeName      = 0x78
-	offBlocksCountHi   = 0x150
-	offFreeBlocksHi    = 0x158
-	offChecksum        = 0x3FC
+	superOffset          = 1024
+	superSize            = 1024
+	offInodesCount       = 0x00
+	offBlocksCountLo     = 0x04
+	offFreeBlocksLo      = 0x0C
+	offLogBlockSize      = 0x18
+	offBlocksPerGroup    = 0x20
+	offMagic             = 0x38
+	offInodeSize         = 0x58
+	offFeatureCompat     = 0x5C
+	offFeatureIncompat   = 0x60
+	offFeatureROCompat   = 0x64
+	offUUID              = 0x68
+	offVolumeName        = 0x78
+	offReservedGDTBlocks = 0xCE
+	offJournalBackupType = 0xFD
+	offDescSize          = 0xFE
+	// offJournalBlocks is s_jnl_blocks: a copy of the journal inode's
+	// block map, then its size (the high 32 bits, then the low).
+	offJournalBlocks = 0x10C
+	offBlocksCountHi = 0x150
+	offFreeBlocksHi  = 0x158
+	offChecksum      = 0x3FC
 
-	ext4Magic        = 0xEF53
-	incompat64Bit    = 0x80
-	roCompatMetaCsum = 0x400
-	maxLogBlockSize  = 6 // 64 KiB blocks
+	ext4Magic           = 0xEF53
+	compatHasJournal    = 0x04
+	compatResizeInode   = 0x10
+	incompat64Bit       = 0x80
+	roCompatMetaCsum    = 0x400
+	maxLogBlockSize     = 6  // 64 KiB blocks
+	journalBackupBlocks = 1  // s_jnl_blocks holds the journal inode's map
+	descSize32          = 32 // a group descriptor without the 64bit feature
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// superblock is what Inspect reads of an ext4 superblock.
+// superblock is what Inspect and ReadGeometry read of an ext4 superblock.
 type superblock struct {
 	uuid       [16]byte
 	label      string
 	blockSize  uint64
 	blocks     uint64
 	freeBlocks uint64
+	geometry   Geometry
 }
 
 // bytes is the size of the filesystem.
@@ -134,6 +149,26 @@ func readSuper(r io.ReaderAt) (superblock, error) {
 	}
 	if sb.blocks == 0 || sb.freeBlocks > sb.blocks {
 		return superblock{}, fmt.Errorf("%w: %d blocks, %d free", ErrNotExt4, sb.blocks, sb.freeBlocks)
+	}
+	compat := le.Uint32(b[offFeatureCompat:])
+	sb.geometry = Geometry{
+		BlockSize:      uint32(sb.blockSize),
+		InodeSize:      le.Uint16(b[offInodeSize:]),
+		Inodes:         le.Uint32(b[offInodesCount:]),
+		BlocksPerGroup: le.Uint32(b[offBlocksPerGroup:]),
+	}
+	if compat&compatResizeInode != 0 {
+		sb.geometry.ReservedGDTBlocks = le.Uint16(b[offReservedGDTBlocks:])
+	}
+	if compat&compatHasJournal != 0 {
+		sb.geometry.Journal = true
+		if b[offJournalBackupType] == journalBackupBlocks {
+			sb.geometry.JournalBytes = uint64(le.Uint32(b[offJournalBlocks+15*4:]))<<32 | uint64(le.Uint32(b[offJournalBlocks+16*4:]))
+		}
+	}
+	sb.geometry.DescSize = descSize32
+	if le.Uint32(b[offFeatureIncompat:])&incompat64Bit != 0 {
+		sb.geometry.DescSize = uint32(le.Uint16(b[offDescSize:]))
 	}
 	copy(sb.uuid[:], b[offUUID:])
 	label := b[offVolumeName : offVolumeName+16]
