@@ -143,7 +143,7 @@ func (cp *copier) upload(src cpOperand, dst string) error {
 		}
 		defer f.Close()
 		if st.IsDir() {
-			return fmt.Errorf("%s is a directory: cp copies one file", src.path)
+			return fmt.Errorf("%s is a directory: cp copies one file; -r copies a directory", src.path)
 		}
 		r, size, mode = f, st.Size(), st.Mode()
 	}
@@ -201,9 +201,13 @@ func (cp *copier) download(src string, dst cpOperand) error {
 	size := int64(-1)
 	switch info.GetType() {
 	case datav1.FileType_FILE_TYPE_DIRECTORY:
-		return fmt.Errorf("%s is a directory: cp copies one file", src)
+		return fmt.Errorf("%s is a directory: cp copies one file; -r copies a directory", src)
 	case datav1.FileType_FILE_TYPE_FILE:
 		size = int64(info.GetSize())
+	default:
+		// A fifo would give what some writer happens to send, a device
+		// may never end.
+		return fmt.Errorf("%s is not a regular file (a fifo, socket or device): cp copies files and, with -r, directories", src)
 	}
 	opts := append(cp.progress("downloading", size), cp.user)
 	if dst.stdio() {

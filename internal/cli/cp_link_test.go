@@ -56,3 +56,30 @@ func TestCpOfSymlinkGetsTheTargetsMode(t *testing.T) {
 		}
 	}
 }
+
+// TestCpOfKernelFilesAndFifos copies out of a Workspace what a kernel
+// filesystem makes up as it is read (proc's files say 0 bytes, sysfs's
+// 4096): the local file holds what cat shows. A fifo, which would give
+// whatever some writer happens to send, is refused and nothing written.
+func TestCpOfKernelFilesAndFifos(t *testing.T) {
+	e, id := newDataEnv(t)
+	e.sh(t, id, "mkfifo /root/fifo")
+	dir := t.TempDir()
+	for _, src := range []string{"/proc/version", "/proc/self/mounts", "/sys/devices/system/cpu/online"} {
+		dst := filepath.Join(dir, filepath.Base(src))
+		if _, stderr, err := e.runData(t, "", "ws", "cp", id+":"+src, dst); err != nil {
+			t.Fatalf("cp %s: %v: %s", src, err, stderr)
+		}
+		got, _ := os.ReadFile(dst)
+		if want := e.sh(t, id, "cat "+src); len(got) == 0 || src != "/proc/self/mounts" && string(got) != want {
+			t.Errorf("cp %s wrote %q; cat shows %q", src, got, want)
+		}
+	}
+	_, _, err := e.runData(t, "", "ws", "cp", id+":/root/fifo", filepath.Join(dir, "fifo"))
+	if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("cp of a fifo: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "fifo")); !os.IsNotExist(err) {
+		t.Errorf("a refused cp left a file: %v", err)
+	}
+}

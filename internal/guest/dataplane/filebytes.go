@@ -25,8 +25,8 @@ const bytesBufferSize = 1 << 20
 
 // ServeFileBytes serves guestabi.FileBytesPath: GET answers the bytes of
 // the file the query's path (and user) names, as ReadFile reads them, with
-// its FileInfo in guestabi.FileInfoHeader and, for a regular file, its
-// length; PUT replaces it with the request body as WriteFile does (mode,
+// its FileInfo in guestabi.FileInfoHeader and, for a regular file whose
+// size is what it holds (sizeIsLength), its length; PUT replaces it with the request body as WriteFile does (mode,
 // octal, for a new file; a Content-Length is the exact size), and answers
 // the WriteFileResponse as JSON. Only a body received whole is written: one
 // that ends short of its length or its last chunk leaves the old file. An
@@ -66,7 +66,7 @@ func (s *FileService) getFileBytes(w http.ResponseWriter, r *http.Request) error
 	h.Set(guestabi.FileInfoHeader, base64.StdEncoding.EncodeToString(b))
 	h.Set("Content-Type", "application/octet-stream")
 	var src io.Reader = f
-	if info.GetType() == datav1.FileType_FILE_TYPE_FILE {
+	if info.GetType() == datav1.FileType_FILE_TYPE_FILE && sizeIsLength(f, info.GetSize()) {
 		// The length stat gave; a file that grows meanwhile is cut there.
 		h.Set("Content-Length", strconv.FormatUint(info.GetSize(), 10))
 		if sendFile(w, f, int64(info.GetSize())) {
@@ -82,6 +82,27 @@ func (s *FileService) getFileBytes(w http.ResponseWriter, r *http.Request) error
 		panic(http.ErrAbortHandler)
 	}
 	return nil
+}
+
+// sizeIsLength reports whether a regular file's size is the length of
+// what reading it gives. It is not for the files a kernel filesystem
+// makes up as they are read (proc's say 0 bytes, sysfs's 4096), which are
+// read to their end with no length announced, nor for an empty file,
+// which may be one of them.
+func sizeIsLength(f *os.File, size uint64) bool {
+	if size == 0 {
+		return false
+	}
+	var st unix.Statfs_t
+	if unix.Fstatfs(int(f.Fd()), &st) != nil {
+		return true
+	}
+	switch st.Type {
+	case unix.PROC_SUPER_MAGIC, unix.SYSFS_MAGIC, unix.CGROUP_SUPER_MAGIC, unix.CGROUP2_SUPER_MAGIC,
+		unix.DEBUGFS_MAGIC, unix.TRACEFS_MAGIC, unix.SECURITYFS_MAGIC:
+		return false
+	}
+	return true
 }
 
 // sendFile answers a GET with w's header and size bytes of f by taking

@@ -54,3 +54,32 @@ func TestGetFileBytesSendsFile(t *testing.T) {
 		})
 	}
 }
+
+// TestGetFileBytesOfKernelFiles: files a kernel filesystem makes up as
+// they are read (proc's report 0 bytes, sysfs's 4096) and an empty file
+// are read to their end, not cut at the size stat gives.
+func TestGetFileBytesOfKernelFiles(t *testing.T) {
+	e := newTestEnv(t)
+	empty := filepath.Join(t.TempDir(), "empty")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h1 := &http.Transport{DialContext: e.dial}
+	defer h1.CloseIdleConnections()
+	for _, path := range []string{"/proc/version", "/sys/devices/system/cpu/online", empty} {
+		want, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, transport := range map[string]*http.Transport{"HTTP/1.1": h1, "HTTP/2": e.h2} {
+			req, err := http.NewRequest(http.MethodGet, "http://guest"+guestabi.FileBytesPath+"?path="+path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, body := testutil.Do(t, &http.Client{Transport: transport}, req)
+			if resp.StatusCode != http.StatusOK || !bytes.Equal(body, want) {
+				t.Errorf("%s over %s: %s, %q; want %q", path, name, resp.Status, body, want)
+			}
+		}
+	}
+}
