@@ -768,7 +768,7 @@ func writeImageArchive(t *testing.T) string {
 func runCLI(t *testing.T, bin, home, addr string, args ...string) string {
 	t.Helper()
 	// A restarted deployment answers the data plane of a workspace it adopts
-	// with unavailable ("retry shortly") until its host agent has reported
+	// with unavailable ("retry once it runs") until its host agent has reported
 	// the execution again; a process start refused so started nothing, and
 	// is retried as a caller would.
 	retryUnavailable := len(args) > 1 && args[0] == "ws" && args[1] == "exec"

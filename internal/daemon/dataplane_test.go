@@ -441,3 +441,41 @@ func TestDataPlaneWatch(t *testing.T) {
 		t.Errorf("events %v, want %v", got, want)
 	}
 }
+
+// TestExecAcrossTheWorkspacesStop stops a workspace under a running exec:
+// a normal stop ends the process with SIGTERM and the exec reports that
+// exit (the call is not cut because the workspace stops); a forced stop,
+// which takes the guest down with it, fails the exec as unavailable.
+func TestExecAcrossTheWorkspacesStop(t *testing.T) {
+	d := up(t, t.TempDir())
+	defer d.stop()
+	ctx := context.Background()
+	ws := d.sdkWorkspace(128<<20, 64<<20)
+
+	p, err := ws.Start(ctx, []string{"sleep", "60"}, sdk.ExecOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.stopWorkspace(ws.ID(), ctrlv1.StopMode_STOP_MODE_NORMAL)
+	if st, err := p.Wait(); err != nil || st.Signal != "SIGTERM" {
+		t.Errorf("exec across a normal stop: %v, %v; want its exit by SIGTERM", st, err)
+	}
+	p.Close()
+	d.await(ws.ID(), ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+
+	if _, err := d.client.StartWorkspace(ctx, connect.NewRequest(&ctrlv1.StartWorkspaceRequest{Command: cmd(), WorkspaceId: ws.ID()})); err != nil {
+		t.Fatal(err)
+	}
+	d.await(ws.ID(), ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	// The handle's session was of the first start.
+	ws = d.sdkClient().WorkspaceWithSession(ws.ID(), nil)
+	p, err = ws.Start(ctx, []string{"sleep", "60"}, sdk.ExecOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	d.stopWorkspace(ws.ID(), ctrlv1.StopMode_STOP_MODE_FORCE)
+	if st, err := p.Wait(); connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Errorf("exec across a forced stop: %v, %v; want unavailable", st, err)
+	}
+}

@@ -69,7 +69,10 @@ func (a *Agent) Gateway() http.Handler {
 			FlushInterval:  -1, // stream every write at once
 			BufferPool:     buffers,
 			ErrorHandler:   g.proxyError,
-			ModifyResponse: endRequestWithResponse,
+			ModifyResponse: func(res *http.Response) error {
+				endsStreamCleanly(res)
+				return endRequestWithResponse(res)
+			},
 		}
 	}
 	g.proxy = proxy(callBuffers)
@@ -231,10 +234,12 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A call lives no longer than its session: a stream is cut once the
-	// token expires, is revoked, or the data plane is rotated.
+	// token expires, is revoked, or the data plane is rotated. A stop of
+	// the workspace does not cut it: the guest ends its streams as their
+	// processes end, with their exits (a forced stop breaks them).
 	ctx, cancel := whileValid(r.Context(), reauthorizeEvery, func() bool {
 		_, err := g.authorize(r)
-		return err == nil
+		return err == nil || errors.Is(err, errNotRunning)
 	})
 	defer cancel()
 	call := context.WithValue(ctx, executionKey{}, id)
@@ -308,11 +313,15 @@ func (g *gateway) authorize(r *http.Request) (string, error) {
 	case err != nil:
 		return "", invalidToken()
 	case !running:
-		return "", refuse(connect.CodeUnavailable, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE,
-			fmt.Sprintf("workspace %s is not running on this host yet; retry shortly", tok.WorkspaceID))
+		return "", refuseWith(connect.CodeUnavailable, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE,
+			fmt.Errorf("workspace %s is %w; retry once it runs", tok.WorkspaceID, errNotRunning))
 	}
 	return id, nil
 }
+
+// errNotRunning marks the refusal of a call to an execution that does
+// not run as ctrl wants: not yet started, or being stopped.
+var errNotRunning = errors.New("not running on this host")
 
 // dataPlaneTarget finds the execution that serves a workspace at a
 // generation: its ID, its assignment (nil when the host has none), and
@@ -378,7 +387,12 @@ func invalidToken() error {
 
 // refuse is a gateway error with its ErrorDetail.
 func refuse(code connect.Code, reason ctrlv1.FailureReason, msg string) error {
-	err := connect.NewError(code, errors.New(msg))
+	return refuseWith(code, reason, errors.New(msg))
+}
+
+// refuseWith is refuse of an error.
+func refuseWith(code connect.Code, reason ctrlv1.FailureReason, cause error) error {
+	err := connect.NewError(code, cause)
 	if d, derr := connect.NewErrorDetail(&ctrlv1.ErrorDetail{Reason: reason,
 		Stage: ctrlv1.FailureStage_FAILURE_STAGE_AUTHORIZING_DATA_PLANE}); derr == nil {
 		err.AddDetail(d)

@@ -1,0 +1,105 @@
+package agent
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// guestWentAway is what a caller is told of a stream whose guest agent
+// went away in the middle of it.
+const guestWentAway = "the workspace's guest agent went away during the call: the workspace was stopped, restarted or deleted"
+
+// endsStreamCleanly makes a streaming response whose guest goes away in
+// the middle of it (a forced stop kills the guest agent with its
+// processes) end with a Connect or gRPC error "unavailable" between two
+// messages, as a server that fails does, instead of a stream reset that
+// callers see as "internal". A break inside a message cannot be mended:
+// the caller still sees the reset.
+func endsStreamCleanly(res *http.Response) {
+	ct := res.Header.Get("Content-Type")
+	switch {
+	case strings.HasPrefix(ct, "application/connect+"):
+		res.Body = &messageStream{ReadCloser: res.Body, end: connectEnd}
+	case ct == "application/grpc" || strings.HasPrefix(ct, "application/grpc+"):
+		res.Body = &messageStream{ReadCloser: res.Body, end: func() []byte {
+			// The proxy sends the trailers it was announced once the body
+			// ends; gRPC announces these.
+			if res.Trailer == nil {
+				res.Trailer = http.Header{}
+			}
+			res.Trailer.Set("Grpc-Status", "14") // UNAVAILABLE
+			res.Trailer.Set("Grpc-Message", url.PathEscape(guestWentAway))
+			return nil
+		}}
+	}
+}
+
+// connectEnd is the Connect end-of-stream message of the error.
+func connectEnd() []byte {
+	payload, _ := json.Marshal(map[string]any{"error": map[string]string{"code": "unavailable", "message": guestWentAway}})
+	msg := make([]byte, 5, 5+len(payload))
+	msg[0] = 0x02 // end of stream
+	binary.BigEndian.PutUint32(msg[1:], uint32(len(payload)))
+	return append(msg, payload...)
+}
+
+// messageStream is a response body of length-prefixed messages (a flag
+// byte and a 4-byte big-endian length, then the message: Connect's and
+// gRPC's streams) that follows where each message ends, so that a read
+// error between two messages ends the body with end's bytes.
+type messageStream struct {
+	io.ReadCloser
+	end func() []byte
+	// header holds the bytes of a prefix read so far; left is what is
+	// left of the current message.
+	header [5]byte
+	got    int
+	left   uint32
+	// ending is what is left to send of the end, once it began.
+	ending []byte
+	ended  bool
+}
+
+func (s *messageStream) Read(p []byte) (int, error) {
+	if s.ended {
+		if len(s.ending) == 0 {
+			return 0, io.EOF
+		}
+		n := copy(p, s.ending)
+		s.ending = s.ending[n:]
+		return n, nil
+	}
+	n, err := s.ReadCloser.Read(p)
+	s.follow(p[:n])
+	if err != nil && !errors.Is(err, io.EOF) && s.got == 0 && s.left == 0 {
+		s.ended, s.ending = true, s.end()
+		if n > 0 || len(s.ending) > 0 {
+			return n, nil
+		}
+		return 0, io.EOF
+	}
+	return n, err
+}
+
+// follow counts b into the messages.
+func (s *messageStream) follow(b []byte) {
+	for len(b) > 0 {
+		if s.left > 0 {
+			k := min(uint32(len(b)), s.left)
+			s.left -= k
+			b = b[k:]
+			continue
+		}
+		k := copy(s.header[s.got:], b)
+		s.got += k
+		b = b[k:]
+		if s.got == len(s.header) {
+			s.left, s.got = binary.BigEndian.Uint32(s.header[1:]), 0
+		}
+	}
+}
