@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -106,6 +107,12 @@ func (e *env) got() (calls, auth []string, reqs []proto.Message) {
 // run executes `kibotos args...` as cmd/kibotos would, with stdin.
 func (e *env) run(t testing.TB, stdin string, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
+	return e.runIn(t.Context(), t, stdin, args...)
+}
+
+// runIn is run in ctx, whose end is the CLI's interrupt (SIGINT).
+func (e *env) runIn(ctx context.Context, t testing.TB, stdin string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
 	root := &cobra.Command{Use: "kibotos", SilenceErrors: true, SilenceUsage: true}
 	root.AddCommand(Commands()...)
 	var out, errOut bytes.Buffer
@@ -116,7 +123,7 @@ func (e *env) run(t testing.TB, stdin string, args ...string) (stdout, stderr st
 	root.SetOut(&out)
 	root.SetErr(&errOut)
 	root.SetIn(strings.NewReader(stdin))
-	err = root.ExecuteContext(t.Context())
+	err = root.ExecuteContext(ctx)
 	return out.String(), errOut.String(), err
 }
 

@@ -9,13 +9,16 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
 	"github.com/kibotos/kibotos/sdk"
 )
@@ -51,11 +54,60 @@ func exitCode(s sdk.ExitStatus) int {
 // defaultPTY is the terminal size when stdout is not a terminal.
 var defaultPTY = sdk.PTYSize{Cols: 80, Rows: 24}
 
-// signalGrace bounds the SIGTERM an interrupted exec sends.
+// signalGrace bounds the call that sends a signal to an exec's command.
 const signalGrace = 5 * time.Second
 
-// errTimedOut ends an exec's stream when its --timeout passes.
-var errTimedOut = errors.New("the command ran past its --timeout")
+// signalRemote sends the command sig, and returns nil once sent: the
+// command's exit, when it comes, ends the exec as any exit does. A signal
+// that could not be sent is the error to end the exec with.
+func signalRemote(ctx context.Context, p *sdk.Process, sig string) error {
+	sctx, cancel := context.WithTimeout(ctx, signalGrace)
+	defer cancel()
+	if err := p.Signal(sctx, sig); err != nil {
+		return fmt.Errorf("sending %s to pid %d failed: %w", sig, p.Pid(), err)
+	}
+	return nil
+}
+
+// onInterrupts calls first when ctx ends (the CLI's SIGINT or SIGTERM),
+// then again when another SIGINT or SIGTERM arrives; stop ends the watch.
+func onInterrupts(ctx context.Context, first, again func()) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+		}
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+		defer signal.Stop(ch)
+		first()
+		select {
+		case <-done:
+		case <-ch:
+			again()
+		}
+	}()
+	return sync.OnceFunc(func() { close(done) })
+}
+
+// startFailureCode is the exit status a shell gives a command it could
+// not start: 127 when the program is not found, 126 when it may not be
+// run.
+func startFailureCode(err error) (int, bool) {
+	f, ok := sdk.FailureOf(err)
+	if !ok || f.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_STARTING_PROCESS {
+		return 0, false
+	}
+	switch connect.CodeOf(err) {
+	case connect.CodeNotFound:
+		return 127, true
+	case connect.CodePermissionDenied:
+		return 126, true
+	}
+	return 0, false
+}
 
 func wsExecCommand(c *conn) *cobra.Command {
 	var (
@@ -74,7 +126,9 @@ func wsExecCommand(c *conn) *cobra.Command {
 			"-i forwards stdin to the command and closes its input at EOF. -t runs it on a\n" +
 			"pseudo-terminal the size of this one; with -i on a terminal, that terminal is put in raw\n" +
 			"mode, so keys such as Ctrl-C go to the remote command. Interrupting exec otherwise sends\n" +
-			"the command SIGTERM. --timeout kills the command (SIGKILL) when it runs longer. --detach\n" +
+			"the command SIGTERM and waits for its exit (interrupt again to leave it running). --timeout\n" +
+			"kills the command (SIGKILL) when it runs longer: exec then exits 137. A command that is not\n" +
+			"found exits 127, one that may not be run 126, as in a shell. --detach\n" +
 			"starts the command, prints its pid and returns, leaving it running (see `ws ps`, `ws logs`).\n" +
 			"Put -- before the command when it has flags of its own.",
 		Args: cobra.MinimumNArgs(2),
@@ -140,38 +194,53 @@ func wsExecCommand(c *conn) *cobra.Command {
 			_, err = fmt.Fprintln(cmd.OutOrStdout(), p.Pid())
 			return err
 		}
-		runCtx, endRun := context.WithCancelCause(ctx)
+		// The stream outlives an interrupt, which only signals the
+		// command: its last output and its exit still come.
+		runCtx, endRun := context.WithCancelCause(context.WithoutCancel(ctx))
 		defer endRun(nil)
+		// An interrupt before the command runs gives up the start.
+		startingOnly := context.AfterFunc(ctx, func() { endRun(ctx.Err()) })
 		p, err := ws.Start(runCtx, args[1:], o)
+		if !startingOnly() && err == nil {
+			// Interrupted as the start was answered: the stream went
+			// with it, the signal goes still.
+			return errors.Join(fmt.Errorf("interrupted as pid %d started; sending it SIGTERM", p.Pid()),
+				signalRemote(context.WithoutCancel(ctx), p, "SIGTERM"))
+		}
 		if err != nil {
+			if code, ok := startFailureCode(err); ok {
+				fmt.Fprintln(cmd.ErrOrStderr(), "kibotos:", err)
+				return &ExitError{Code: code}
+			}
 			return err
 		}
 		if timeout > 0 {
 			// The limit counts from the command's start: the session and
 			// the call that starts it may take a while on a busy host.
-			limit := time.AfterFunc(timeout, func() { endRun(errTimedOut) })
+			limit := time.AfterFunc(timeout, func() {
+				fmt.Fprintf(cmd.ErrOrStderr(), "kibotos: timed out after %s; killing pid %d\n", timeout, p.Pid())
+				if err := signalRemote(runCtx, p, "SIGKILL"); err != nil {
+					endRun(err)
+				}
+			})
 			defer limit.Stop()
 		}
 		if outFd >= 0 {
 			defer forwardResize(ctx, p, outFd)()
 		}
+		stopInterrupts := onInterrupts(ctx, func() {
+			fmt.Fprintf(cmd.ErrOrStderr(), "kibotos: interrupted; sending SIGTERM to pid %d and waiting for it to exit (interrupt again to leave it)\n", p.Pid())
+			if err := signalRemote(runCtx, p, "SIGTERM"); err != nil {
+				endRun(err)
+			}
+		}, func() {
+			endRun(fmt.Errorf("interrupted again; left pid %d to end by itself", p.Pid()))
+		})
+		defer stopInterrupts()
 		status, err := p.Wait()
 		if err != nil {
-			if context.Cause(runCtx) == errTimedOut && ctx.Err() == nil {
-				kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), signalGrace)
-				defer cancel()
-				if kerr := p.Kill(kctx); kerr != nil {
-					return fmt.Errorf("timed out after %s; killing pid %d failed: %w", timeout, p.Pid(), kerr)
-				}
-				return fmt.Errorf("timed out after %s; killed pid %d", timeout, p.Pid())
-			}
-			if ctx.Err() != nil {
-				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), signalGrace)
-				defer cancel()
-				if serr := p.Signal(sctx, "SIGTERM"); serr != nil {
-					return fmt.Errorf("interrupted; sending SIGTERM to pid %d failed: %w", p.Pid(), serr)
-				}
-				return fmt.Errorf("interrupted; sent SIGTERM to pid %d", p.Pid())
+			if cause := context.Cause(runCtx); cause != nil && !errors.Is(cause, context.Canceled) {
+				return cause
 			}
 			return err
 		}

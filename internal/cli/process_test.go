@@ -2,6 +2,7 @@ package cli
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -354,9 +355,9 @@ func TestExecDetachAndTimeout(t *testing.T) {
 		t.Errorf("the detached process %s runs %q", pid, got)
 	}
 
-	_, _, err = e.runData(t, "", "ws", "exec", "--timeout", "1s", "--tag", "slow", id, "--", "sleep", "1000")
-	if err == nil || !strings.Contains(err.Error(), "timed out after 1s; killed pid") {
-		t.Fatalf("exec --timeout: %v", err)
+	_, stderr, err = e.runData(t, "", "ws", "exec", "--timeout", "1s", "--tag", "slow", id, "--", "sleep", "1000")
+	if exit := (*ExitError)(nil); !errors.As(err, &exit) || exit.Code != 137 || !strings.Contains(stderr, "timed out after 1s; killing pid") {
+		t.Fatalf("exec --timeout: %v, %s; want exit 137 and why", err, stderr)
 	}
 	// The kill is sent; the exit is reaped a moment later.
 	killed := false
@@ -383,6 +384,54 @@ func TestExecDetachAndTimeout(t *testing.T) {
 	for _, args := range [][]string{{"--detach", "-i"}, {"--detach", "--timeout", "1s"}, {"--timeout", "-1s"}} {
 		if _, _, err := e.runData(t, "", append(append([]string{"ws", "exec"}, args...), id, "--", "true")...); err == nil {
 			t.Errorf("exec %v succeeded", args)
+		}
+	}
+}
+
+// TestExecInterruptWaitsForTheExit interrupts `ws exec` (its context ends,
+// as on Ctrl-C): the command gets SIGTERM, and exec prints what it
+// printed on its way out and exits with its code.
+func TestExecInterruptWaitsForTheExit(t *testing.T) {
+	e, id := newDataEnv(t)
+	ctx, interrupt := context.WithCancel(t.Context())
+	type result struct {
+		stdout, stderr string
+		err            error
+	}
+	done := make(chan result, 1)
+	go func() {
+		stdout, stderr, err := e.runIn(ctx, t, "", "ws", "exec", "--addr", e.addr, "--token", e.token, "--tag", "trapper", id, "--",
+			"sh", "-c", `trap 'echo got TERM; exit 7' TERM; while :; do sleep 0.1; done`)
+		done <- result{stdout, stderr, err}
+	}()
+	for try := 0; ; try++ {
+		if ps, _, err := e.runData(t, "", "ws", "ps", id, "-o", "json"); err == nil && strings.Contains(ps, `"trapper"`) {
+			break
+		}
+		if try == 300 {
+			t.Fatal("the command does not run")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	interrupt()
+	r := <-done
+	if exit := (*ExitError)(nil); !errors.As(r.err, &exit) || exit.Code != 7 || r.stdout != "got TERM\n" ||
+		!strings.Contains(r.stderr, "interrupted; sending SIGTERM to pid") {
+		t.Errorf("interrupted exec: %v, stdout %q, stderr %q; want exit 7 after the command's last words", r.err, r.stdout, r.stderr)
+	}
+}
+
+// TestExecOfWhatCannotRun: a program that is not there exits 127, one
+// that may not be run 126, as in a shell, saying why.
+func TestExecOfWhatCannotRun(t *testing.T) {
+	e, id := newDataEnv(t)
+	for _, c := range []struct {
+		program string
+		code    int
+	}{{"no-such-program", 127}, {"/etc/hostname", 126}} {
+		_, stderr, err := e.runData(t, "", "ws", "exec", id, "--", c.program)
+		if exit := (*ExitError)(nil); !errors.As(err, &exit) || exit.Code != c.code || !strings.Contains(stderr, c.program) {
+			t.Errorf("exec %s: %v, %q; want exit %d saying why", c.program, err, stderr, c.code)
 		}
 	}
 }
