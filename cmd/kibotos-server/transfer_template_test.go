@@ -1,6 +1,9 @@
 package main
 
 import (
+	"bytes"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -34,8 +37,27 @@ func TestTransferWithTemplateCLI(t *testing.T) {
 	ws := created.Workspace.WorkspaceId
 	a.cli("ws", "exec", ws, "--", "sh", "-c", "echo kept > /root/mark && sync")
 	a.cli("ws", "stop", ws, "--wait")
+	// A file that cannot be written is refused before any export runs.
+	bad := exec.Command(bin, "ws", "export", ws, "-o", filepath.Join(t.TempDir(), "missing", "ws.kbt"))
+	bad.Env = append(os.Environ(), "KIBOTOS_HOME="+a.home, "KIBOTOS_ADDR="+a.up.addr)
+	if out, err := bad.CombinedOutput(); err == nil || !strings.Contains(string(out), "cannot write the artifact beside") {
+		t.Errorf("export to a missing directory: %v: %s", err, out)
+	}
+	if got := a.cli("transfer", "list", "-o", "json"); strings.Contains(got, "tr_") {
+		t.Errorf("an export ran for a file that cannot be written: %s", got)
+	}
 	file := filepath.Join(t.TempDir(), "ws.kbt")
 	a.cli("ws", "export", ws, "-o", file, "--with-template")
+	// The artifact can be fetched again.
+	var listed ctrlv1.ListTransfersResponse
+	if err := protojson.Unmarshal([]byte(a.cli("transfer", "list", "-o", "json")), &listed); err != nil || len(listed.Transfers) != 1 {
+		t.Fatalf("transfers after the export: %v, %v", listed.Transfers, err)
+	}
+	again := filepath.Join(t.TempDir(), "again.kbt")
+	a.cli("transfer", "download", listed.Transfers[0].TransferId, "-o", again)
+	if x, y := fileBytes(t, file), fileBytes(t, again); !bytes.Equal(x, y) {
+		t.Errorf("transfer download wrote %d bytes, the export %d", len(y), len(x))
+	}
 
 	var imp ctrlv1.ImportTransferResponse
 	if err := protojson.Unmarshal([]byte(b.cli("transfer", "import", file, "-o", "json")), &imp); err != nil {
@@ -58,4 +80,13 @@ func TestTransferWithTemplateCLI(t *testing.T) {
 	for _, d := range []*deployment{a, b} {
 		d.cli("ws", "delete", map[*deployment]string{a: ws, b: restored}[d], "--wait")
 	}
+}
+
+func fileBytes(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -34,6 +34,7 @@ func transferCommand() *cobra.Command {
 	cmd.AddCommand(
 		transferImportCommand(c),
 		transferRestoreCommand(c),
+		transferDownloadCommand(c),
 		transfers.getCommand(c),
 		transfers.listCommand(c),
 		transferDeleteCommand(c),
@@ -106,6 +107,12 @@ func wsExportCommand(c *conn) *cobra.Command {
 		if err != nil {
 			return err
 		}
+		// Where the artifact goes is checked before the host does the work.
+		part, err := newPartFile(file)
+		if err != nil {
+			return err
+		}
+		defer part.discard()
 		cl, closeIdle, err := dialStreaming(cmd, c, ctrlv1connect.NewTransferServiceClient)
 		if err != nil {
 			return err
@@ -121,8 +128,9 @@ func wsExportCommand(c *conn) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		if err := downloadArtifact(cmd.Context(), cl, t, file, out); err != nil {
-			return err
+		if err := downloadArtifact(cmd.Context(), cl, t, part, out); err != nil {
+			return fmt.Errorf("%w; the artifact stays in transfer %s: `kibotos transfer download %s -o FILE` fetches it again",
+				err, t.GetTransferId(), t.GetTransferId())
 		}
 		return show(cmd, c, &ctrlv1.GetTransferResponse{Transfer: t}, transferTable, t)
 	}
@@ -159,15 +167,31 @@ func followTransfer(ctx context.Context, cl transferClient, t *ctrlv1.Transfer, 
 	}
 }
 
-// downloadArtifact writes a Transfer's artifact to file (through a
-// temporary file beside it, renamed once its digest matched).
-func downloadArtifact(ctx context.Context, cl transferClient, t *ctrlv1.Transfer, file string, out *statusLine) error {
-	tmp, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".part-*")
+// partFile is the temporary file beside file that an artifact is
+// downloaded into, renamed over file once whole.
+type partFile struct {
+	*os.File
+	target string
+}
+
+func newPartFile(file string) (*partFile, error) {
+	f, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".part-*")
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("cannot write the artifact beside %s: %w", file, err)
 	}
-	defer os.Remove(tmp.Name())
-	defer tmp.Close()
+	return &partFile{File: f, target: file}, nil
+}
+
+// discard removes the temporary file unless it was renamed into place.
+func (p *partFile) discard() {
+	p.Close()
+	os.Remove(p.Name())
+}
+
+// downloadArtifact writes a Transfer's artifact to part and renames it
+// into place once its digest matched.
+func downloadArtifact(ctx context.Context, cl transferClient, t *ctrlv1.Transfer, part *partFile, out *statusLine) error {
+	tmp := part.File
 	stream, err := cl.ReadTransferArtifact(ctx, connect.NewRequest(&ctrlv1.ReadTransferArtifactRequest{TransferId: t.GetTransferId()}))
 	if err != nil {
 		return err
@@ -197,7 +221,46 @@ func downloadArtifact(ctx context.Context, cl transferClient, t *ctrlv1.Transfer
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), file)
+	return os.Rename(tmp.Name(), part.target)
+}
+
+// transferDownloadCommand is `transfer download TRANSFER_ID -o FILE`.
+func transferDownloadCommand(c *conn) *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "download TRANSFER_ID -o FILE",
+		Short: "Download the artifact of a COMPLETE or IMPORTED Transfer to FILE",
+		Long: "Download the artifact of a COMPLETE or IMPORTED Transfer to FILE, checked against its digest\n" +
+			"(written beside FILE and renamed into place once whole): again after `ws export` could not\n" +
+			"write it, or once more for another deployment.",
+		Args: cobra.ExactArgs(1),
+	}
+	cmd.Flags().StringVarP(&file, "output", "o", "", "the file to write the artifact to (required)")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if file == "" {
+			return errors.New("-o FILE is required: the file to write the artifact to")
+		}
+		part, err := newPartFile(file)
+		if err != nil {
+			return err
+		}
+		defer part.discard()
+		cl, closeIdle, err := dialStreaming(cmd, c, ctrlv1connect.NewTransferServiceClient)
+		if err != nil {
+			return err
+		}
+		defer closeIdle()
+		resp, err := call(cmd.Context(), cl.GetTransfer, &ctrlv1.GetTransferRequest{TransferId: args[0]})
+		if err != nil {
+			return err
+		}
+		t := resp.GetTransfer()
+		if err := downloadArtifact(cmd.Context(), cl, t, part, newStatusLine(cmd.ErrOrStderr())); err != nil {
+			return err
+		}
+		return show(cmd, c, resp, transferTable, t)
+	}
+	return cmd
 }
 
 func transferImportCommand(c *conn) *cobra.Command {
