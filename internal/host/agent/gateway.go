@@ -64,11 +64,11 @@ func (a *Agent) Gateway() http.Handler {
 	transport := a.guestHTTPClient().Transport
 	proxy := func(buffers httputil.BufferPool) *httputil.ReverseProxy {
 		return &httputil.ReverseProxy{
-			Rewrite:        rewrite,
-			Transport:      transport,
-			FlushInterval:  -1, // stream every write at once
-			BufferPool:     buffers,
-			ErrorHandler:   g.proxyError,
+			Rewrite:       rewrite,
+			Transport:     transport,
+			FlushInterval: -1, // stream every write at once
+			BufferPool:    buffers,
+			ErrorHandler:  g.proxyError,
 			ModifyResponse: func(res *http.Response) error {
 				endsStreamCleanly(res)
 				return endRequestWithResponse(res)
