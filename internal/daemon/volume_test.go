@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 
 	adminv1 "github.com/kibotos/kibotos/gen/kibotos/admin/v1"
@@ -407,5 +408,67 @@ func TestVolumeLostAndDamaged(t *testing.T) {
 	}
 	if v := e.volume(lost.VolumeId); v.Labels["team"] != "a" || v.State != ctrlv1.VolumeState_VOLUME_STATE_DELETED {
 		t.Errorf("deleted volume read back: %v", v)
+	}
+}
+
+// TestVolumesFitTheirPool: a volume, or a growth, that would make the
+// pool's volumes add up to more than the pool's filesystem can give is
+// refused (resource_exhausted) and changes nothing: volumes are sparse,
+// and one filled by its guest must not fill the disk under every other.
+func TestVolumesFitTheirPool(t *testing.T) {
+	e := newVolumeEnv(t)
+	defer e.stop()
+	var fs unix.Statfs_t
+	if err := unix.Statfs(filepath.Join(e.home, "pool-default"), &fs); err != nil {
+		t.Fatal(err)
+	}
+	free := fs.Bavail * uint64(fs.Bsize)
+	const gib = 1024 * mib
+	// Room to spare for what other tests write meanwhile: the pool's
+	// room is its free space when the host registered.
+	const drift = 4 * gib
+	if free < 6*drift || free+4*drift > 16<<40-mib {
+		t.Skipf("the pool's filesystem has %d bytes free", free)
+	}
+	before, err := unary(e.ctx, e.volumes.ListVolumes, &ctrlv1.ListVolumesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.createVolume(&ctrlv1.VolumeSpec{CapacityBytes: (free/mib)*mib + 4*drift}, nil); connect.CodeOf(err) != connect.CodeResourceExhausted ||
+		!strings.Contains(err.Error(), "storage pool default cannot give a volume") {
+		t.Errorf("a volume larger than the pool's free space: %v", err)
+	}
+	if after, err := unary(e.ctx, e.volumes.ListVolumes, &ctrlv1.ListVolumesRequest{}); err != nil || len(after.Volumes) != len(before.Volumes) {
+		t.Errorf("volumes after the refusal: %v, %v", after.GetVolumes(), err)
+	}
+
+	// Two halves fit; a third volume does not, nor growing one past the
+	// rest.
+	half := (free/2/mib)*mib - drift/2
+	var ids []string
+	for range 2 {
+		v, err := e.createVolume(&ctrlv1.VolumeSpec{CapacityBytes: half}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, v.VolumeId)
+	}
+	if _, err := e.createVolume(&ctrlv1.VolumeSpec{CapacityBytes: 2 * drift}, nil); connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Errorf("a volume beyond the two halves: %v", err)
+	}
+	v := e.awaitVolume(ids[0], "AVAILABLE", func(v *ctrlv1.Volume) bool { return v.State == ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE })
+	if _, err := e.resize(ids[0], half+2*drift); connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Errorf("growing a volume past the pool: %v", err)
+	}
+	if got := e.volume(ids[0]); got.State != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE || got.Spec.CapacityBytes != v.Spec.CapacityBytes {
+		t.Errorf("the refused growth changed the volume: %v", got)
+	}
+	// Deleting one gives its room back.
+	if _, err := e.volumes.DeleteVolume(e.ctx, connect.NewRequest(&ctrlv1.DeleteVolumeRequest{Command: cmd(), VolumeId: ids[1]})); err != nil {
+		t.Fatal(err)
+	}
+	e.awaitVolume(ids[1], "DELETED", func(v *ctrlv1.Volume) bool { return v.State == ctrlv1.VolumeState_VOLUME_STATE_DELETED })
+	if _, err := e.resize(ids[0], half+2*drift); err != nil {
+		t.Errorf("growing once the other volume was deleted: %v", err)
 	}
 }

@@ -126,3 +126,42 @@ func (s *Service) ListPools(ctx context.Context) ([]PoolSummary, error) {
 	slices.SortFunc(out, func(a, b PoolSummary) int { return strings.Compare(a.Name, b.Name) })
 	return out, err
 }
+
+// checkRoom refuses to give a pool's Volumes bytes more of capacity when
+// their capacities (a growth under way counting at its target) would then
+// add up to more than the pool can give, as the host that is to hold the
+// Volume registered it (StoragePool.capacity_bytes; zero refuses
+// nothing). Volumes are sparse images, so this is what keeps a guest that
+// fills its Volume from filling the pool under every other. except is a
+// Volume counted at bytes instead of its own capacity (one that grows).
+func (s *Service) checkRoom(ctx context.Context, tx store.Tx, pool Pool, hostID, except string, bytes uint64) error {
+	reg := pool.host(hostID)
+	if reg == nil && len(pool.Hosts) > 0 {
+		reg = pool.Hosts[0].Reg
+	}
+	room := reg.GetCapacityBytes()
+	if room == 0 {
+		return nil
+	}
+	rows, err := tx.PoolVolumes(ctx, pool.Name)
+	if err != nil {
+		return err
+	}
+	given := bytes
+	for _, row := range rows {
+		if row.ID == except {
+			continue
+		}
+		r, err := decode(row)
+		if err != nil {
+			return err
+		}
+		given += max(r.V.Spec.CapacityBytes, r.Book.Target)
+	}
+	if given > room {
+		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+			"storage pool %s cannot give a volume %d bytes: its volumes would then hold %d bytes, and it can give %d; ask for less, or delete volumes",
+			pool.Name, bytes, given, room))
+	}
+	return nil
+}

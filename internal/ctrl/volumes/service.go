@@ -94,6 +94,9 @@ func (s *Service) create(ctx context.Context, tx store.Tx, projectID string, poo
 	if capacity == 0 || capacity%MiB != 0 {
 		return nil, fmt.Errorf("volumes: pool %s on host %s has no usable default capacity (%d)", pool.Name, hostID, capacity)
 	}
+	if err := s.checkRoom(ctx, tx, pool, hostID, "", capacity); err != nil {
+		return nil, err
+	}
 	now := s.Now.UTC()
 	r := &Record{
 		V: &ctrlv1.Volume{
@@ -243,6 +246,13 @@ func Resize[R proto.Message](ctx context.Context, s *Service, w Write[R], id str
 			}
 		default:
 			return precondition("volume %s is %s; only an AVAILABLE or ATTACHED volume can be resized", r.V.VolumeId, StateName(r.V.State))
+		}
+		pools, err := Pools(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if err := s.checkRoom(ctx, tx, pools[r.V.Spec.StoragePool], r.Row.HostID, r.V.VolumeId, bytes); err != nil {
+			return err
 		}
 		r.Book.Target = bytes
 		r.V.Failure = nil

@@ -9,8 +9,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"sync"
+	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -82,13 +84,37 @@ func (v *volumes) probe(ctx context.Context) {
 func (v *volumes) registration() []*hostv1.StoragePool {
 	var out []*hostv1.StoragePool
 	for _, p := range v.pools {
-		sp := &hostv1.StoragePool{Name: p.Name, DefaultVolumeBytes: p.DefaultVolumeBytes, OnlineGrow: p.onlineGrow == nil}
+		sp := &hostv1.StoragePool{Name: p.Name, DefaultVolumeBytes: p.DefaultVolumeBytes, OnlineGrow: p.onlineGrow == nil,
+			CapacityBytes: poolRoom(p.Dir)}
 		if p.onlineGrow != nil {
 			sp.OnlineGrowRefusal = p.onlineGrow.Error()
 		}
 		out = append(out, sp)
 	}
 	return out
+}
+
+// poolRoom is what a pool's directory can give Volumes: the free space of
+// its filesystem plus what the images in it already take (their blocks:
+// they are sparse). Zero when it cannot be read.
+func poolRoom(dir string) uint64 {
+	var fs unix.Statfs_t
+	if unix.Statfs(dir, &fs) != nil {
+		return 0
+	}
+	room := fs.Bavail * uint64(fs.Bsize)
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		if info, err := e.Info(); err == nil {
+			if st, ok := info.Sys().(*syscall.Stat_t); ok {
+				room += uint64(st.Blocks) * 512
+			}
+		}
+	}
+	return room
 }
 
 // set replaces the desired set.

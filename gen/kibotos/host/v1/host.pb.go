@@ -442,8 +442,15 @@ type StoragePool struct {
 	OnlineGrow bool `protobuf:"varint,3,opt,name=online_grow,json=onlineGrow,proto3" json:"online_grow,omitempty"`
 	// online_grow_refusal says why the host cannot, when online_grow is false.
 	OnlineGrowRefusal string `protobuf:"bytes,4,opt,name=online_grow_refusal,json=onlineGrowRefusal,proto3" json:"online_grow_refusal,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// capacity_bytes is what the pool can give Volumes, as the host found it
+	// when it registered: its filesystem's free space plus what the Volume
+	// images in it already take. ctrl refuses a CreateVolume or ResizeVolume
+	// that would make the capacities of the pool's Volumes add up to more
+	// (resource_exhausted), so that filling every Volume never fills the
+	// pool. Zero: not known, nothing is refused.
+	CapacityBytes uint64 `protobuf:"varint,5,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StoragePool) Reset() {
@@ -502,6 +509,13 @@ func (x *StoragePool) GetOnlineGrowRefusal() string {
 		return x.OnlineGrowRefusal
 	}
 	return ""
+}
+
+func (x *StoragePool) GetCapacityBytes() uint64 {
+	if x != nil {
+		return x.CapacityBytes
+	}
+	return 0
 }
 
 // HostCapacity is what a host offers to executions in total. ctrl subtracts
@@ -2804,13 +2818,14 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\x0fruntime_version\x18\x02 \x01(\tR\x0eruntimeVersion\x12\x1f\n" +
 	"\vguest_build\x18\x03 \x01(\tR\n" +
 	"guestBuild\x12'\n" +
-	"\x0fseccomp_profile\x18\x04 \x01(\tR\x0eseccompProfile\"\xa4\x01\n" +
+	"\x0fseccomp_profile\x18\x04 \x01(\tR\x0eseccompProfile\"\xcb\x01\n" +
 	"\vStoragePool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
 	"\x14default_volume_bytes\x18\x02 \x01(\x04R\x12defaultVolumeBytes\x12\x1f\n" +
 	"\vonline_grow\x18\x03 \x01(\bR\n" +
 	"onlineGrow\x12.\n" +
-	"\x13online_grow_refusal\x18\x04 \x01(\tR\x11onlineGrowRefusal\"\xa1\x01\n" +
+	"\x13online_grow_refusal\x18\x04 \x01(\tR\x11onlineGrowRefusal\x12%\n" +
+	"\x0ecapacity_bytes\x18\x05 \x01(\x04R\rcapacityBytes\"\xa1\x01\n" +
 	"\fHostCapacity\x12\x1d\n" +
 	"\n" +
 	"cpu_millis\x18\x01 \x01(\rR\tcpuMillis\x12!\n" +
