@@ -86,9 +86,18 @@ func (cp *copier) uploadTree(src, dst string) error {
 		err := writeTree(bw, src, entries)
 		pw.CloseWithError(cmp.Or(err, bw.Flush()))
 	}()
+	extract := []string{"tar", "-x", "-o", "-f", "-", "-C", target}
 	var stderr bytes.Buffer
-	st, err := cp.ws.Exec(ctx, []string{"tar", "-x", "-o", "-f", "-", "-C", target}, sdk.ExecOptions{User: cp.userName, Stdin: pr, Stderr: &stderr})
+	st, err := cp.ws.Exec(ctx, extract, sdk.ExecOptions{User: cp.userName, Stdin: pr, Stderr: &stderr})
 	pr.CloseWithError(errors.New("tar in the workspace ended")) // unblocks writeTree
+	if err := tarStatus(st, err, &stderr); err != nil {
+		return err
+	}
+	var dirs bytes.Buffer
+	if err := writeDirTimes(&dirs, entries); err != nil {
+		return err
+	}
+	st, err = cp.ws.Exec(ctx, extract, sdk.ExecOptions{User: cp.userName, Stdin: &dirs, Stderr: &stderr})
 	return tarStatus(st, err, &stderr)
 }
 
@@ -179,16 +188,8 @@ func checkLink(name, target string) error {
 func writeTree(w io.Writer, src string, entries []localEntry) error {
 	tw := tar.NewWriter(w)
 	for _, e := range entries {
-		hdr, err := tar.FileInfoHeader(e.info, e.link)
+		hdr, err := entryHeader(tw, e)
 		if err != nil {
-			return err
-		}
-		hdr.Name = e.rel
-		if e.info.IsDir() {
-			hdr.Name += "/"
-		}
-		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
-		if err := tw.WriteHeader(hdr); err != nil {
 			return err
 		}
 		if hdr.Typeflag == tar.TypeReg {
@@ -198,6 +199,36 @@ func writeTree(w io.Writer, src string, entries []localEntry) error {
 		}
 	}
 	return tw.Close()
+}
+
+// writeDirTimes writes the tree's directories again as a tar stream, the
+// deepest first, for a second tar run after the tree's: busybox's tar
+// sets a directory's time when it makes it, and the files (and, last of
+// all, the symlinks) then made in it move that time again.
+func writeDirTimes(w io.Writer, entries []localEntry) error {
+	tw := tar.NewWriter(w)
+	for _, e := range slices.Backward(entries) {
+		if e.info.IsDir() {
+			if _, err := entryHeader(tw, e); err != nil {
+				return err
+			}
+		}
+	}
+	return tw.Close()
+}
+
+// entryHeader writes the tar header of e.
+func entryHeader(tw *tar.Writer, e localEntry) (*tar.Header, error) {
+	hdr, err := tar.FileInfoHeader(e.info, e.link)
+	if err != nil {
+		return nil, err
+	}
+	hdr.Name = e.rel
+	if e.info.IsDir() {
+		hdr.Name += "/"
+	}
+	hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
+	return hdr, tw.WriteHeader(hdr)
 }
 
 func copyFile(w io.Writer, name string) error {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // makeTree builds, under dir, a tree with a nested directory, an empty
@@ -85,6 +86,12 @@ func TestCpRecursiveRoundTrip(t *testing.T) {
 	e, id := newDataEnv(t)
 	src := filepath.Join(t.TempDir(), "proj")
 	makeTree(t, src)
+	when := time.Unix(981173106, 0) // 2001-02-03 04:05:06 UTC
+	for _, name := range []string{"top.txt", "nested/deeper/big", "nested/deeper", "nested", "empty", "."} {
+		if err := os.Chtimes(filepath.Join(src, name), when, when); err != nil {
+			t.Fatal(err)
+		}
+	}
 	want := describeTree(t, src)
 
 	if _, stderr, err := e.runData(t, "", "ws", "cp", "-r", src, id+":/work/proj"); err != nil {
@@ -96,6 +103,12 @@ func TestCpRecursiveRoundTrip(t *testing.T) {
 		"nested/secret -rw-------\nrun.sh -rwxr-xr-x\ntop.txt -rw-r--r--\n../top.txt\ntop\n1000000\n"
 	if got != wantGuest {
 		t.Errorf("in the guest:\n%s\nwant\n%s", got, wantGuest)
+	}
+	// Modification times: of files, and of directories, which the files
+	// made in them do not move.
+	if got := e.sh(t, id, `cd /work/proj && stat -c '%n %Y' . empty nested nested/deeper top.txt nested/deeper/big`); got !=
+		". 981173106\nempty 981173106\nnested 981173106\nnested/deeper 981173106\ntop.txt 981173106\nnested/deeper/big 981173106\n" {
+		t.Errorf("modification times in the guest:\n%s", got)
 	}
 
 	// Out again: DST does not exist, so it becomes the copy.
