@@ -330,12 +330,12 @@ func (f *hostFlags) options(o daemon.Options) (daemon.Options, error) {
 		return o, fmt.Errorf("--console-origins: %w", err)
 	}
 	if f.volumeSize != "" {
-		if o.VolumeBytes, err = cli.ParseMiB("volume-size", f.volumeSize); err != nil {
+		if o.VolumeBytes, err = cli.ParseMiB("--volume-size", f.volumeSize); err != nil {
 			return o, err
 		}
 	}
 	if f.layerSize != "" {
-		if o.MaxLayerBytes, err = cli.ParseMiB("max-layer-size", f.layerSize); err != nil {
+		if o.MaxLayerBytes, err = cli.ParseMiB("--max-layer-size", f.layerSize); err != nil {
 			return o, err
 		}
 	}

@@ -40,7 +40,7 @@ func describeWorkspace(w io.Writer, ws *ctrlv1.Workspace) error {
 		{"STATE", stateCell(ws)},
 		{"GENERATION", decimal(ws.GetGeneration())},
 		{"TEMPLATE", templateRef(s.GetTemplate())},
-		{"RESOURCES", "cpu " + cpuCell(r.GetCpuMillis()) + ", memory " + formatSize(r.GetMemoryBytes()) + ", disk " + formatSize(r.GetWritableLayerBytes())},
+		{"RESOURCES", "cpu " + cpuCell(r.GetCpuMillis()) + ", memory " + formatSize(r.GetMemoryBytes()) + ", disk " + diskCell(ws)},
 		{"VOLUME", bindingCell(s.GetVolume())},
 		{"LABELS", pairs(ws.GetLabels())},
 		{"ANNOTATIONS", pairs(ws.GetAnnotations())},

@@ -25,7 +25,7 @@ func wsResourceCommand(c *conn, use, short, when string,
 	rev := cmd.Flags().Uint64("expected-resources-revision", 0, "the resources_revision you observed")
 	commandID := commandFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		size, err := parseSize(use, args[1])
+		size, err := parseSize("SIZE", args[1])
 		if err != nil {
 			return err
 		}

@@ -47,24 +47,25 @@ func ParseSize(s string) (uint64, error) {
 	return n * mult, nil
 }
 
-// parseSize is ParseSize for the flag named flag, which its errors name.
-func parseSize(flag, s string) (uint64, error) {
+// parseSize is ParseSize of the value that name names in its errors: a
+// flag ("--memory") or an argument ("SIZE").
+func parseSize(name, s string) (uint64, error) {
 	n, err := ParseSize(s)
 	if err != nil {
-		return 0, fmt.Errorf("--%s %w", flag, err)
+		return 0, fmt.Errorf("%s %w", name, err)
 	}
 	return n, nil
 }
 
 // parseMiB is parseSize for a size the server takes only in whole MiB, such
 // as a Volume's capacity; it refuses any other before a call is made.
-func parseMiB(flag, s string) (uint64, error) {
-	n, err := parseSize(flag, s)
+func parseMiB(name, s string) (uint64, error) {
+	n, err := parseSize(name, s)
 	if err != nil {
 		return 0, err
 	}
 	if n%(1<<20) != 0 {
-		return 0, fmt.Errorf("--%s %q is %d bytes, not a whole number of MiB: write it with Mi, Gi or Ti, such as 512Mi or 2Gi", flag, s, n)
+		return 0, fmt.Errorf("%s %q is %d bytes, not a whole number of MiB: write it with Mi, Gi or Ti, such as 512Mi or 2Gi", name, s, n)
 	}
 	return n, nil
 }

@@ -109,7 +109,7 @@ func volumeCreateCommand(c *conn) *cobra.Command {
 	wait.registerUntil(cmd, "the Volume until it is AVAILABLE")
 	commandID := commandFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		capacity, err := parseMiB("size", size)
+		capacity, err := parseMiB("--size", size)
 		if err != nil {
 			return err
 		}
@@ -144,7 +144,7 @@ func volumeResizeCommand(c *conn) *cobra.Command {
 	wait.registerUntil(cmd, "the Volume until it has grown")
 	commandID := commandFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		capacity, err := parseMiB("size", args[1])
+		capacity, err := parseMiB("SIZE", args[1])
 		if err != nil {
 			return err
 		}

@@ -161,8 +161,10 @@ func TestVolumeSizeMustBeWholeMiB(t *testing.T) {
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			_, _, err := e.run(t, "", append(args, "--addr", e.addr, "--token", e.token)...)
-			if err == nil || !strings.Contains(err.Error(), "--size") {
-				t.Fatalf("err = %v, want a refusal of the size", err)
+			// The flag, or the argument, by the name it has.
+			name := map[string]string{"create": "--size", "resize": "SIZE "}[args[1]]
+			if err == nil || !strings.Contains(err.Error(), name) {
+				t.Fatalf("err = %v, want a refusal of %s", err, name)
 			}
 			if calls, _, _ := e.got(); len(calls) != 0 {
 				t.Errorf("calls = %v, want none", calls)
@@ -170,7 +172,7 @@ func TestVolumeSizeMustBeWholeMiB(t *testing.T) {
 		})
 	}
 	for in, want := range map[string]uint64{"0": 0, "1Mi": 1 << 20, "1048576": 1 << 20, "3Gi": 3 << 30, "2048Ki": 2 << 20, "1GiB": 1 << 30} {
-		if got, err := parseMiB("size", in); err != nil || got != want {
+		if got, err := parseMiB("--size", in); err != nil || got != want {
 			t.Errorf("parseMiB(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}

@@ -62,6 +62,21 @@ func wsCommand() *cobra.Command {
 	return cmd
 }
 
+// diskCell is the writable layer's size: as asked for, or, where the
+// request left it to the host's profile, the capacity the layer has
+// (the BEST_EFFORT tier's; "default" until the layer exists).
+func diskCell(w *ctrlv1.Workspace) string {
+	if n := w.GetSpec().GetResources().GetWritableLayerBytes(); n > 0 {
+		return formatSize(n)
+	}
+	for _, t := range w.GetRetentionTiers() {
+		if t.GetKind() == ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_BEST_EFFORT && t.CapacityBytes != nil {
+			return formatSize(t.GetCapacityBytes())
+		}
+	}
+	return "default"
+}
+
 var workspaceTable = table[*ctrlv1.Workspace]{
 	header: []string{"ID", "STATE", "GEN", "TEMPLATE", "CPU", "MEMORY", "DISK", "VOLUME", "LABELS", "AGE"},
 	row: func(w *ctrlv1.Workspace) []string {
@@ -74,7 +89,7 @@ var workspaceTable = table[*ctrlv1.Workspace]{
 			templateRef(s.GetTemplate()),
 			cpuCell(r.GetCpuMillis()),
 			formatSize(r.GetMemoryBytes()),
-			formatSize(r.GetWritableLayerBytes()),
+			diskCell(w),
 			bindingCell(s.GetVolume()),
 			pairs(w.GetLabels()),
 			age(w.GetCreatedAt()),
@@ -168,10 +183,10 @@ func (f *wsCreateFlags) spec() (*ctrlv1.WorkspaceCreateSpec, error) {
 		spec.Template = sel
 	}
 	var err error
-	if spec.Resources.MemoryBytes, err = parseSize("memory", f.memory); err != nil {
+	if spec.Resources.MemoryBytes, err = parseSize("--memory", f.memory); err != nil {
 		return nil, err
 	}
-	if spec.Resources.WritableLayerBytes, err = parseSize("disk", f.disk); err != nil {
+	if spec.Resources.WritableLayerBytes, err = parseSize("--disk", f.disk); err != nil {
 		return nil, err
 	}
 	if f.network != "" {

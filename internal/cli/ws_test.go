@@ -391,7 +391,7 @@ func TestParseSize(t *testing.T) {
 		{in: " 1Gi", err: true},
 		{in: "16777216Ti", err: true}, // 2^64 bytes
 	} {
-		got, err := parseSize("memory", tc.in)
+		got, err := parseSize("--memory", tc.in)
 		if (err != nil) != tc.err || got != tc.want {
 			t.Errorf("parseSize(%q) = %d, %v; want %d, error %v", tc.in, got, err, tc.want, tc.err)
 		}
@@ -480,5 +480,21 @@ func TestDescribe(t *testing.T) {
 	}
 	if _, _, err := e.run(t, "", "ws", "describe", "ws_06h38fjb8dr6d00n3d7fkxjf2m", "--addr", e.addr, "--token", e.token); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Errorf("describe of a missing workspace: %v", err)
+	}
+}
+
+// TestDiskCell: the DISK column shows the layer as asked for, or, for the
+// host's default, the capacity the layer has once it exists.
+func TestDiskCell(t *testing.T) {
+	gib := uint64(1 << 30)
+	tier := &ctrlv1.RetentionTier{Kind: ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_BEST_EFFORT, CapacityBytes: &gib}
+	for want, ws := range map[string]*ctrlv1.Workspace{
+		"64Mi":    {Spec: &ctrlv1.WorkspaceSpec{Resources: &ctrlv1.ResourceRequest{WritableLayerBytes: 64 << 20}}, RetentionTiers: []*ctrlv1.RetentionTier{tier}},
+		"1Gi":     {Spec: &ctrlv1.WorkspaceSpec{Resources: &ctrlv1.ResourceRequest{}}, RetentionTiers: []*ctrlv1.RetentionTier{tier}},
+		"default": {Spec: &ctrlv1.WorkspaceSpec{Resources: &ctrlv1.ResourceRequest{}}},
+	} {
+		if got := diskCell(ws); got != want {
+			t.Errorf("diskCell = %q, want %q", got, want)
+		}
 	}
 }
