@@ -122,18 +122,16 @@ func (w *Workspace) CurrentSession() *Session {
 }
 
 // refused reports whether a call through d failed because the data plane
-// refused d's session so that a new one may succeed: it expired, or, for
-// a session the handle was given, any refusal of it, or an endpoint that
+// refused d's session so that a new one may succeed: it expired, was
+// revoked, or is of an earlier start of the Workspace (a handle outlives
+// a stop and start); or, for a session the handle was given, its endpoint
 // does not answer (the Workspace has moved to another host since the
 // session was issued, and a new session names that host).
 func refused(d *dataPlane, err error) bool {
 	if sessionExpired(err) {
 		return true
 	}
-	if !d.given {
-		return false
-	}
-	if connect.CodeOf(err) == connect.CodeUnavailable {
+	if d.given && connect.CodeOf(err) == connect.CodeUnavailable {
 		return true
 	}
 	f, ok := FailureOf(err)

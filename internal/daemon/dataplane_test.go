@@ -467,8 +467,7 @@ func TestExecAcrossTheWorkspacesStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.await(ws.ID(), ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
-	// The handle's session was of the first start.
-	ws = d.sdkClient().WorkspaceWithSession(ws.ID(), nil)
+	// The handle's session was of the first start: it takes a new one.
 	p, err = ws.Start(ctx, []string{"sleep", "60"}, sdk.ExecOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -107,9 +107,16 @@ export async function wrap<T>(p: Promise<T>): Promise<T> {
   }
 }
 
-/** sessionExpired reports whether err means a new session would cure it. */
-export function sessionExpired(err: KibotosError): boolean {
-  return err.reason === FailureReason.SESSION_EXPIRED;
+/**
+ * sessionRefused reports whether err means a new session would cure it:
+ * the data plane refused the session, which expired, was revoked, or is of
+ * an earlier start of the workspace (a handle outlives a stop and start).
+ */
+export function sessionRefused(err: KibotosError): boolean {
+  return (
+    err.reason === FailureReason.SESSION_EXPIRED ||
+    (err.code === Code.Unauthenticated && err.stage === FailureStage.AUTHORIZING_DATA_PLANE)
+  );
 }
 
 function codeName(code: Code): string {

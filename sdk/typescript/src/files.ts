@@ -8,7 +8,7 @@ import {
 } from "../gen/kibotos/data/v1/data_pb.js";
 import { bytesOf, chunks, concat, type Source } from "./bytes.js";
 import { Code } from "@connectrpc/connect";
-import { KibotosError, sessionExpired, toKibotosError } from "./errors.js";
+import { KibotosError, sessionRefused, toKibotosError } from "./errors.js";
 import { fileBytes, fileInfoOf, NotServed, servesFileBytes, writtenFileOf } from "./filebytes.js";
 import type { Sessions } from "./session.js";
 
@@ -101,7 +101,7 @@ export class Files {
       } catch (e) {
         if (put.abandoned !== undefined) throw put.abandoned;
         const err = toKibotosError(e);
-        if (retried || !replayable || !sessionExpired(err)) throw err;
+        if (retried || !replayable || !sessionRefused(err)) throw err;
         this.sessions.forget(d);
         continue;
       } finally {
@@ -115,7 +115,7 @@ export class Files {
       } catch (e) {
         if (sending.abandoned !== undefined) throw sending.abandoned;
         const err = toKibotosError(e);
-        if (retried || !replayable || !sessionExpired(err)) throw err;
+        if (retried || !replayable || !sessionRefused(err)) throw err;
         this.sessions.forget(d);
       } finally {
         sending.done();

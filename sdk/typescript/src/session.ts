@@ -4,7 +4,7 @@ import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { createClient, type Client } from "@connectrpc/connect";
 import { FileService, ProcessService } from "../gen/kibotos/data/v1/data_pb.js";
 import type { KibotosBase } from "./client.js";
-import { sessionExpired, toKibotosError, wrap } from "./errors.js";
+import { sessionRefused, toKibotosError, wrap } from "./errors.js";
 
 /** RENEW_BEFORE_MS is how long before its expiry a cached session is replaced. */
 const RENEW_BEFORE_MS = 30_000;
@@ -99,7 +99,7 @@ export class Sessions {
         return await call(d);
       } catch (e) {
         const err = toKibotosError(e);
-        if (retried || !sessionExpired(err)) throw err;
+        if (retried || !sessionRefused(err)) throw err;
         this.forget(d);
       }
     }
@@ -120,7 +120,7 @@ export class Sessions {
         return { first: r.done ? undefined : r.value, rest };
       } catch (e) {
         const err = toKibotosError(e);
-        if (retried || !sessionExpired(err)) throw err;
+        if (retried || !sessionRefused(err)) throw err;
         this.forget(d);
       }
     }

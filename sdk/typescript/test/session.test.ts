@@ -13,6 +13,7 @@ import { connectNodeAdapter } from "@connectrpc/connect-node";
 import {
   ErrorDetailSchema,
   FailureReason,
+  FailureStage,
   SessionService,
   WorkspaceService,
   WorkspaceState,
@@ -24,6 +25,7 @@ import { Kibotos, KibotosError } from "../src/index.js";
 const fake = {
   issued: [] as string[], // session tokens, in order
   expired: new Set<string>(), // tokens the data plane refuses as expired
+  stale: new Set<string>(), // tokens of an earlier start of the workspace
   used: [] as string[], // the token of each data-plane call, in order
 };
 
@@ -33,6 +35,11 @@ function authorize(ctx: HandlerContext): void {
   if (fake.expired.has(token)) {
     throw new ConnectError("session expired", Code.Unauthenticated, undefined, [
       { desc: ErrorDetailSchema, value: { reason: FailureReason.SESSION_EXPIRED } },
+    ]);
+  }
+  if (fake.stale.has(token)) {
+    throw new ConnectError("invalid session token: not valid for a running execution of its workspace", Code.Unauthenticated, undefined, [
+      { desc: ErrorDetailSchema, value: { reason: FailureReason.UNAUTHENTICATED, stage: FailureStage.AUTHORIZING_DATA_PLANE } },
     ]);
   }
 }
@@ -112,6 +119,23 @@ test("the control plane's token goes to the control plane, the session's to the 
     assert.deepEqual(fake.used, [s.token]);
     assert.notEqual(s.token, "api-token");
     assert.ok(s.expiresAt instanceof Date);
+  } finally {
+    kb.close();
+  }
+});
+
+test("a session of an earlier start of the workspace is replaced: the handle outlives a restart", async () => {
+  fake.used.length = 0;
+  fake.issued.length = 0;
+  fake.expired.clear();
+  const kb = Kibotos.connect({ url, token: "api-token" });
+  try {
+    const ws = await kb.getWorkspace("ws_3");
+    await ws.files.stat("/a");
+    fake.stale.add("sess-1"); // the workspace stopped and started again
+    await ws.files.stat("/a");
+    assert.deepEqual(fake.issued, ["sess-1", "sess-2"]);
+    assert.deepEqual(fake.used, ["sess-1", "sess-1", "sess-2"]);
   } finally {
     kb.close();
   }
