@@ -43,7 +43,7 @@ func describeWorkspace(w io.Writer, ws *ctrlv1.Workspace) error {
 		{"RESOURCES", "cpu " + cpuCell(r.GetCpuMillis()) + ", memory " + formatSize(r.GetMemoryBytes()) + ", disk " + diskCell(ws)},
 		{"VOLUME", bindingCell(s.GetVolume())},
 		{"LABELS", pairs(ws.GetLabels())},
-		{"ANNOTATIONS", pairs(ws.GetAnnotations())},
+		{"ANNOTATIONS", annotationCell(ws.GetAnnotations())},
 		{"CREATED", when(ws.GetCreatedAt())},
 		{"UPDATED", when(ws.GetUpdatedAt())},
 		{"EXPIRES", "-"},

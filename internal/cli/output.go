@@ -137,6 +137,23 @@ func pairs(m map[string]string) string {
 	return strings.Join(out, ",")
 }
 
+// annotationCell is pairs of annotations for a table, each value cut
+// after maxAnnotationCell characters: an annotation may hold hundreds of
+// KiB, which -o json and -o yaml give whole.
+func annotationCell(m map[string]string) string {
+	clipped := make(map[string]string, len(m))
+	for k, v := range m {
+		if r := []rune(v); len(r) > maxAnnotationCell {
+			v = string(r[:maxAnnotationCell]) + "…"
+		}
+		clipped[k] = v
+	}
+	return pairs(clipped)
+}
+
+// maxAnnotationCell is how much of an annotation's value a table shows.
+const maxAnnotationCell = 60
+
 // timestamp formats a time in RFC 3339, UTC; "-" when absent.
 func timestamp(ts *timestamppb.Timestamp) string {
 	if ts == nil {

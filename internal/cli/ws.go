@@ -106,7 +106,7 @@ var workspaceTable = table[*ctrlv1.Workspace]{
 			enumName(w.GetSpec().GetNetworkPolicy().GetMode(), "NETWORK_POLICY_MODE_"),
 			timestamp(exp.GetDeadline()),
 			action,
-			pairs(w.GetAnnotations()),
+			annotationCell(w.GetAnnotations()),
 		}
 	},
 }

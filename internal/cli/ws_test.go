@@ -498,3 +498,15 @@ func TestDiskCell(t *testing.T) {
 		}
 	}
 }
+
+// TestAnnotationCell: a table shows each annotation's value cut short; the
+// whole is for -o json.
+func TestAnnotationCell(t *testing.T) {
+	long := strings.Repeat("é", 200)
+	if got, want := annotationCell(map[string]string{"b": long, "a": "short"}), "a=short,b="+strings.Repeat("é", maxAnnotationCell)+"…"; got != want {
+		t.Errorf("annotationCell = %q, want %q", got, want)
+	}
+	if got := annotationCell(nil); got != "-" {
+		t.Errorf("annotationCell(nil) = %q", got)
+	}
+}
