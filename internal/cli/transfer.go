@@ -95,29 +95,21 @@ func wsExportCommand(c *conn) *cobra.Command {
 		Args: cobra.ExactArgs(1),
 	}
 	// -o names the file here, in place of the output format of other verbs.
-	cmd.Flags().StringVarP(&file, "output", "o", "", "the file to write the artifact to (required)")
+	artifactFileFlag(cmd, &file)
 	cmd.Flags().BoolVar(&withTemplate, "with-template", false, "carry the Template revision's image in the artifact")
 	meta.register(cmd)
 	commandID := commandFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		if file == "" {
-			return errors.New("-o FILE is required: the file to write the artifact to")
-		}
 		labels, annotations, err := meta.parse()
 		if err != nil {
 			return err
 		}
 		// Where the artifact goes is checked before the host does the work.
-		part, err := newPartFile(file)
+		part, cl, done, err := artifactDestination(cmd, c, file)
 		if err != nil {
 			return err
 		}
-		defer part.discard()
-		cl, closeIdle, err := dialStreaming(cmd, c, ctrlv1connect.NewTransferServiceClient)
-		if err != nil {
-			return err
-		}
-		defer closeIdle()
+		defer done()
 		resp, err := call(cmd.Context(), cl.ExportWorkspace, &ctrlv1.ExportWorkspaceRequest{Command: c.command(cmd, *commandID),
 			WorkspaceId: args[0], Labels: labels, Annotations: annotations, WithTemplate: withTemplate})
 		if err != nil {
@@ -174,7 +166,32 @@ type partFile struct {
 	target string
 }
 
+// artifactDestination makes the part file of file (the -o of a verb that
+// writes an artifact) and dials the TransferService to fill it; done
+// releases both.
+func artifactDestination(cmd *cobra.Command, c *conn, file string) (*partFile, transferClient, func(), error) {
+	part, err := newPartFile(file)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cl, closeIdle, err := dialStreaming(cmd, c, ctrlv1connect.NewTransferServiceClient)
+	if err != nil {
+		part.discard()
+		return nil, nil, nil, err
+	}
+	return part, cl, func() { closeIdle(); part.discard() }, nil
+}
+
+// artifactFileFlag registers -o FILE, the file an artifact is written to.
+func artifactFileFlag(cmd *cobra.Command, file *string) {
+	cmd.Flags().StringVarP(file, "output", "o", "", "the file to write the artifact to (required)")
+}
+
+// newPartFile makes the part file of file.
 func newPartFile(file string) (*partFile, error) {
+	if file == "" {
+		return nil, errors.New("-o FILE is required: the file to write the artifact to")
+	}
 	f, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".part-*")
 	if err != nil {
 		return nil, fmt.Errorf("cannot write the artifact beside %s: %w", file, err)
@@ -235,21 +252,13 @@ func transferDownloadCommand(c *conn) *cobra.Command {
 			"write it, or once more for another deployment.",
 		Args: cobra.ExactArgs(1),
 	}
-	cmd.Flags().StringVarP(&file, "output", "o", "", "the file to write the artifact to (required)")
+	artifactFileFlag(cmd, &file)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		if file == "" {
-			return errors.New("-o FILE is required: the file to write the artifact to")
-		}
-		part, err := newPartFile(file)
+		part, cl, done, err := artifactDestination(cmd, c, file)
 		if err != nil {
 			return err
 		}
-		defer part.discard()
-		cl, closeIdle, err := dialStreaming(cmd, c, ctrlv1connect.NewTransferServiceClient)
-		if err != nil {
-			return err
-		}
-		defer closeIdle()
+		defer done()
 		resp, err := call(cmd.Context(), cl.GetTransfer, &ctrlv1.GetTransferRequest{TransferId: args[0]})
 		if err != nil {
 			return err
