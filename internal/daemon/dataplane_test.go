@@ -23,6 +23,8 @@ import (
 
 	"connectrpc.com/connect"
 
+	adminv1 "github.com/kibotos/kibotos/gen/kibotos/admin/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/admin/v1/adminv1connect"
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
@@ -253,6 +255,30 @@ func TestDataPlaneSessions(t *testing.T) {
 		t.Error("the stream of a revoked session is still open")
 	}
 	stream.Close()
+
+	// Revoking the API token that issued sessions revokes them too; the
+	// sessions of other tokens go on.
+	admin := adminv1connect.NewAdminServiceClient(httpClient(), d.url, connect.WithInterceptors(bearer.Token(strings.TrimSpace(string(token)))))
+	leaky, err := admin.CreateToken(ctx, connect.NewRequest(&adminv1.CreateTokenRequest{Role: adminv1.Role_ROLE_EDITOR, Name: "leaky"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromLeaky, err := ctrlv1connectSessions(d, leaky.Msg.Secret).IssueSession(ctx, connect.NewRequest(&ctrlv1.IssueSessionRequest{WorkspaceId: b.ID()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inspect(fromLeaky.Msg.Endpoint, fromLeaky.Msg.Token); err != nil {
+		t.Fatalf("a session of the second token: %v", err)
+	}
+	if _, err := admin.RevokeToken(ctx, connect.NewRequest(&adminv1.RevokeTokenRequest{TokenId: leaky.Msg.Token.TokenId})); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		return reason(inspect(fromLeaky.Msg.Endpoint, fromLeaky.Msg.Token)) == ctrlv1.FailureReason_FAILURE_REASON_SESSION_REVOKED
+	}, "the revoked token's session to be refused")
+	if err := inspect(sa.Endpoint, sa.Token); err != nil {
+		t.Errorf("a session of another token after the revocation: %v", err)
+	}
 
 	if _, err := sessions.RotateDataPlane(ctx, connect.NewRequest(&ctrlv1.RotateDataPlaneRequest{Command: cmd(), WorkspaceId: a.ID()})); err != nil {
 		t.Fatal(err)

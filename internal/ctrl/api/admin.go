@@ -10,6 +10,7 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/admin/v1/adminv1connect"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/projects"
+	"github.com/kibotos/kibotos/internal/ctrl/sessions"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/volumes"
 	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
@@ -22,13 +23,15 @@ type AdminService struct {
 	projects   *projects.Service
 	volumes    *volumes.Service
 	workspaces *workspaces.Service
+	sessions   *sessions.Service
 }
 
 // NewAdminService returns the AdminService handler. Without a volumes
 // service the storage-pool calls answer unimplemented, and without a
-// workspaces service the host calls.
-func NewAdminService(p *projects.Service, vols *volumes.Service, ws *workspaces.Service) *AdminService {
-	return &AdminService{projects: p, volumes: vols, workspaces: ws}
+// workspaces service the host calls; without a sessions service a revoked
+// token's data-plane sessions are left to expire.
+func NewAdminService(p *projects.Service, vols *volumes.Service, ws *workspaces.Service, sess *sessions.Service) *AdminService {
+	return &AdminService{projects: p, volumes: vols, workspaces: ws, sessions: sess}
 }
 
 func (s *AdminService) ListStoragePools(ctx context.Context, req *connect.Request[adminv1.ListStoragePoolsRequest]) (*connect.Response[adminv1.ListStoragePoolsResponse], error) {
@@ -129,7 +132,12 @@ func (s *AdminService) ListTokens(ctx context.Context, req *connect.Request[admi
 	return Respond(resp, err)
 }
 
+// RevokeToken revokes the token, then the data-plane sessions it issued:
+// again on a retry, whose revocation of the token is a no-op.
 func (s *AdminService) RevokeToken(ctx context.Context, req *connect.Request[adminv1.RevokeTokenRequest]) (*connect.Response[adminv1.RevokeTokenResponse], error) {
 	tok, err := s.projects.RevokeToken(ctx, req.Msg.GetTokenId())
+	if err == nil && s.sessions != nil {
+		err = s.sessions.RevokeIssuedBy(ctx, tok.ID)
+	}
 	return Respond(&adminv1.RevokeTokenResponse{Token: toToken(tok)}, err)
 }

@@ -217,7 +217,8 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 	mux.Handle(console.AssetsPrefix, web)
 	mux.Handle(ctrlv1connect.NewEgressServiceHandler(api.NewEgressService(upstreams.NewEgresses(cfg.Store, pages, cfg.Checker, cfg.Changes)), opts...))
 	mux.Handle(ctrlv1connect.NewResolverServiceHandler(api.NewResolverService(upstreams.NewResolvers(cfg.Store, pages, cfg.Changes)), opts...))
-	mux.Handle(adminv1connect.NewAdminServiceHandler(api.NewAdminService(&projects.Service{Store: cfg.Store, Tokens: tokens}, vols, ws), opts...))
+	sess := &sessions.Service{Store: cfg.Store, Workspaces: ws}
+	mux.Handle(adminv1connect.NewAdminServiceHandler(api.NewAdminService(&projects.Service{Store: cfg.Store, Tokens: tokens}, vols, ws, sess), opts...))
 
 	services := []string{
 		ctrlv1connect.EgressServiceName,
@@ -239,7 +240,6 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 			control.Transfers = tr
 		}
 		mux.Handle(hostv1connect.NewHostServiceHandler(api.NewHostService(ws, shared, control.Transfers), hostOpts...))
-		sess := &sessions.Service{Store: cfg.Store, Workspaces: ws}
 		mux.Handle(ctrlv1connect.NewSessionServiceHandler(api.NewSessionService(sess), opts...))
 		exps := &exposures.Service{Store: cfg.Store, Workspaces: ws, Pages: pages}
 		ws.Exposures = exps

@@ -98,7 +98,7 @@ func (s *Service) Issue(ctx context.Context, workspaceID string, ttlSeconds uint
 				dp.Key, changed = workspaces.NewDataPlaneKey(), true
 			}
 			ses := store.Session{ProjectID: c.ProjectID, ID: ids.New("ses"), WorkspaceID: workspaceID,
-				Generation: ws.Generation, ExpiresAt: time.Unix(now.Add(ttl).Unix(), 0).UTC(), CreatedAt: now}
+				Generation: ws.Generation, ExpiresAt: time.Unix(now.Add(ttl).Unix(), 0).UTC(), CreatedAt: now, TokenID: c.TokenID}
 			if err := tx.CreateSession(ctx, ses); err != nil {
 				return false, err
 			}
@@ -142,26 +142,11 @@ func (s *Service) Revoke(ctx context.Context, w workspaces.Write[*ctrlv1.RevokeS
 			return &ctrlv1.RevokeSessionResponse{}, nil // expired: it works nowhere
 		}
 		err = s.Workspaces.EditDataPlane(ctx, tx, projectID, ses.WorkspaceID, func(ws *ctrlv1.Workspace, _ string, dp *workspaces.DataPlane) (bool, error) {
-			if ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED || ws.Generation != ses.Generation {
-				return false, nil // its execution is gone: the token works nowhere
+			added, err := revoke(ws, dp, []store.Session{ses}, now, false)
+			if added {
+				changed = ws.WorkspaceId
 			}
-			kept := dp.Revoked[:0]
-			for _, r := range dp.Revoked {
-				if r.ID == ses.ID {
-					return false, nil // already revoked
-				}
-				if r.Listed(now) {
-					kept = append(kept, r)
-				}
-			}
-			if len(kept) >= MaxRevoked {
-				return false, withDetail(connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
-					"workspace %s already has %d revoked sessions that have not expired; rotate its data plane to end every session",
-					ws.WorkspaceId, len(kept))), &ctrlv1.ErrorDetail{Reason: ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED})
-			}
-			dp.Revoked = append(kept, revoked)
-			changed = ws.WorkspaceId
-			return true, nil
+			return added, err
 		})
 		if connect.CodeOf(err) == connect.CodeNotFound {
 			err = nil // the workspace is gone, and the session with it
@@ -175,6 +160,96 @@ func (s *Service) Revoke(ctx context.Context, w workspaces.Write[*ctrlv1.RevokeS
 		s.Workspaces.Changes.Publish(changed)
 	}
 	return resp, err
+}
+
+// revoke adds the sessions of one workspace to its revoked ones, and
+// reports whether dp changed. A session of another generation (its
+// execution is gone) or already listed is left out. Beyond MaxRevoked
+// unexpired revocations it is resource_exhausted, unless rotate: then the
+// workspace gets a new key instead, which ends every session of it.
+func revoke(ws *ctrlv1.Workspace, dp *workspaces.DataPlane, sessions []store.Session, now time.Time, rotate bool) (bool, error) {
+	if ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED {
+		return false, nil // its execution is gone: the tokens work nowhere
+	}
+	kept := dp.Revoked[:0]
+	listed := map[string]bool{}
+	for _, r := range dp.Revoked {
+		if r.Listed(now) {
+			kept = append(kept, r)
+			listed[r.ID] = true
+		}
+	}
+	changed := len(kept) != len(dp.Revoked)
+	for _, ses := range sessions {
+		r := workspaces.RevokedSession{ID: ses.ID, ExpiresAt: ses.ExpiresAt}
+		if ses.Generation != ws.Generation || listed[ses.ID] || !r.Listed(now) {
+			continue
+		}
+		if len(kept) >= MaxRevoked {
+			if rotate {
+				dp.Key, dp.Revoked = workspaces.NewDataPlaneKey(), nil
+				return true, nil
+			}
+			return false, withDetail(connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+				"workspace %s already has %d revoked sessions that have not expired; rotate its data plane to end every session",
+				ws.WorkspaceId, len(kept))), &ctrlv1.ErrorDetail{Reason: ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED})
+		}
+		kept = append(kept, r)
+		listed[ses.ID] = true
+		changed = true
+	}
+	dp.Revoked = kept
+	return changed, nil
+}
+
+// RevokeIssuedBy revokes every unexpired session the API token issued,
+// in every workspace, as RevokeSession would each: the token's revocation
+// ends the data-plane access it handed out. A workspace with too many
+// revoked sessions already gets a new data-plane key instead, which ends
+// all of its sessions. It is for the token's revocation, which the caller
+// has checked and made.
+func (s *Service) RevokeIssuedBy(ctx context.Context, tokenID string) error {
+	if tokenID == "" {
+		return nil // sessions issued before tokens were recorded have none
+	}
+	var changed []string
+	err := s.Store.Update(ctx, func(tx store.Tx) error {
+		changed = changed[:0]
+		now := s.Now.UTC()
+		issued, err := tx.TokenSessions(ctx, tokenID, now)
+		if err != nil {
+			return err
+		}
+		byWorkspace := map[[2]string][]store.Session{}
+		for _, ses := range issued {
+			k := [2]string{ses.ProjectID, ses.WorkspaceID}
+			byWorkspace[k] = append(byWorkspace[k], ses)
+		}
+		for k, sessions := range byWorkspace {
+			var edited bool
+			err := s.Workspaces.EditDataPlane(ctx, tx, k[0], k[1], func(ws *ctrlv1.Workspace, _ string, dp *workspaces.DataPlane) (bool, error) {
+				edited, err = revoke(ws, dp, sessions, now, true)
+				return edited, err
+			})
+			switch {
+			case connect.CodeOf(err) == connect.CodeNotFound:
+				continue // the workspace is gone, and its sessions with it
+			case err != nil:
+				return err
+			}
+			if edited {
+				changed = append(changed, k[1])
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, id := range changed {
+		s.Workspaces.Changes.Publish(id)
+	}
+	return nil
 }
 
 // Rotate gives a workspace of the caller's project a new data-plane key:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/changes"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
 	"github.com/kibotos/kibotos/internal/ctrl/sessions"
+	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/templates/templatetest"
 	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
 	"github.com/kibotos/kibotos/internal/ctrl/workspaces/workspacestest"
@@ -363,5 +365,62 @@ func TestSessionsEndWithTheirGeneration(t *testing.T) {
 	}
 	if err := e.check(id, e.issue(id, 0).Token); err != nil {
 		t.Errorf("token of generation 2: %v", err)
+	}
+}
+
+// TestRevokeIssuedBy revokes the sessions an API token issued, and only
+// those; a workspace whose list of revocations is full gets a new key
+// instead, which ends all of its sessions.
+func TestRevokeIssuedBy(t *testing.T) {
+	e := newEnv(t)
+	id := e.create(true)
+	as := func(token string) context.Context {
+		return auth.WithCaller(context.Background(), auth.Caller{ProjectID: "p1", TokenID: token, Role: auth.Editor})
+	}
+	issue := func(token string) *ctrlv1.IssueSessionResponse {
+		resp, err := e.svc.Issue(as(token), id, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	a1, a2, b := issue("tok_a"), issue("tok_a"), issue("tok_b")
+	if err := e.svc.RevokeIssuedBy(context.Background(), "tok_a"); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*ctrlv1.IssueSessionResponse{a1, a2} {
+		if err := e.check(id, s.Token); !errors.Is(err, sessiontoken.ErrRevoked) {
+			t.Errorf("a session of the revoked token: %v", err)
+		}
+	}
+	if err := e.check(id, b.Token); err != nil {
+		t.Errorf("a session of another token: %v", err)
+	}
+	if err := e.svc.RevokeIssuedBy(context.Background(), "tok_a"); err != nil {
+		t.Errorf("again: %v", err)
+	}
+
+	// More sessions than a workspace lists: its key is replaced.
+	err := e.svc.Store.Update(context.Background(), func(tx store.Tx) error {
+		for i := range sessions.MaxRevoked {
+			if err := tx.CreateSession(context.Background(), store.Session{ProjectID: "p1", ID: fmt.Sprintf("ses_many%04d", i), WorkspaceID: id,
+				Generation: 1, ExpiresAt: e.clock.Now().Add(time.Hour), CreatedAt: e.clock.Now(), TokenID: "tok_b"}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := e.host.Assignment(id).GetDataPlane().GetKey()
+	if err := e.svc.RevokeIssuedBy(context.Background(), "tok_b"); err != nil {
+		t.Fatal(err)
+	}
+	if dp := e.host.Assignment(id).GetDataPlane(); bytes.Equal(dp.GetKey(), before) || len(dp.GetRevokedSessionIds()) != 0 {
+		t.Errorf("the workspace kept its key (%v) or listed %d revocations", bytes.Equal(dp.GetKey(), before), len(dp.GetRevokedSessionIds()))
+	}
+	if err := e.check(id, b.Token); err == nil {
+		t.Error("a session of the revoked token still works after the rotation")
 	}
 }

@@ -412,6 +412,9 @@ type SessionTx interface {
 	// DeleteSessions deletes up to limit sessions that expired before
 	// before, oldest first, and returns how many it deleted.
 	DeleteSessions(ctx context.Context, before time.Time, limit int) (int, error)
+	// TokenSessions returns the sessions an API token issued (any
+	// project) that expire after expiringAfter, by project and ID.
+	TokenSessions(ctx context.Context, tokenID string, expiringAfter time.Time) ([]Session, error)
 }
 
 // Session is one issued data-plane session.
@@ -423,6 +426,9 @@ type Session struct {
 	Generation uint64
 	ExpiresAt  time.Time
 	CreatedAt  time.Time
+	// TokenID is the API token that issued it; empty for a session issued
+	// before the store kept it.
+	TokenID string
 }
 
 // ExposureTx is the part of a transaction that keeps the exposures of

@@ -820,7 +820,7 @@ func testSessions(t *testing.T, s store.Store) {
 	mustProject(t, s, "p1")
 	mustProject(t, s, "p2")
 	ses := func(project, id string, expires time.Time) store.Session {
-		return store.Session{ProjectID: project, ID: id, WorkspaceID: "w-" + id, Generation: 3, ExpiresAt: expires, CreatedAt: now}
+		return store.Session{ProjectID: project, ID: id, WorkspaceID: "w-" + id, Generation: 3, ExpiresAt: expires, CreatedAt: now, TokenID: "tok-" + project}
 	}
 	a := ses("p1", "s1", now.Add(time.Hour))
 	update(t, s, func(tx store.Tx) error {
@@ -837,6 +837,32 @@ func testSessions(t *testing.T, s store.Store) {
 		}
 		if _, err := tx.Session(ctx, "p1", "s3"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("session of another project: %v", err)
+		}
+		return nil
+	})
+	// A token's sessions, those expiring after a time.
+	view(t, s, func(tx store.Tx) error {
+		for _, c := range []struct {
+			token string
+			after time.Time
+			want  []string
+		}{
+			{"tok-p1", now, []string{"p1/s1", "p1/s2"}},
+			{"tok-p1", now.Add(2 * time.Minute), []string{"p1/s1"}},
+			{"tok-p2", now, []string{"p2/s1", "p2/s3"}},
+			{"tok-none", now, nil},
+		} {
+			got, err := tx.TokenSessions(ctx, c.token, c.after)
+			var ids []string
+			for _, g := range got {
+				if g.TokenID != c.token {
+					t.Errorf("TokenSessions(%s) gave a session of token %s", c.token, g.TokenID)
+				}
+				ids = append(ids, g.ProjectID+"/"+g.ID)
+			}
+			if err != nil || !slices.Equal(ids, c.want) {
+				t.Errorf("TokenSessions(%s, %v) = %v, %v; want %v", c.token, c.after, ids, err, c.want)
+			}
 		}
 		return nil
 	})
