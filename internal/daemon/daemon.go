@@ -232,7 +232,7 @@ func Run(ctx context.Context, o Options) error {
 	defer st.Close()
 
 	if len(o.UnsafeExemptRanges) > 0 {
-		slog.Warn("UNSAFE: Egress endpoints in these ranges are exempt from the special-purpose check; never use this in production",
+		slog.Warn("UNSAFE: Egress endpoints and guests' direct traffic in these ranges are exempt from the special-purpose check; never use this in production",
 			"ranges", fmt.Sprint(o.UnsafeExemptRanges))
 	}
 	if err := checkExposureDomain(o.ExposureDomain); err != nil {

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -126,6 +127,9 @@ type Agent struct {
 	// progress of exports and restores.
 	exports         *exports
 	transferReports chan *hostv1.TransferReport
+	// ownAddresses are the host's own addresses as watchHostAddresses
+	// last found them; nil before it first did.
+	ownAddresses atomic.Pointer[[]netip.Prefix]
 	// reportInterval is how often ctrl asked to hear from the host (its
 	// lease); zero before the registration.
 	reportInterval atomic.Int64

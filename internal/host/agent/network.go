@@ -36,7 +36,17 @@ type NetworkConfig struct {
 // hardDeny is what guests' direct traffic never reaches: the special
 // purpose ranges (less the exemptions) and this host's own addresses.
 func (a *Agent) hardDeny() netpolicy.HardDeny {
-	return netpolicy.HardDeny{Exempt: a.cfg.Network.UnsafeExemptRanges, Platform: hostAddresses()}
+	return netpolicy.HardDeny{Exempt: a.cfg.Network.UnsafeExemptRanges, Platform: a.hostAddresses()}
+}
+
+// hostAddresses are this host's own addresses, as last found.
+func (a *Agent) hostAddresses() []netip.Prefix {
+	if p := a.ownAddresses.Load(); p != nil {
+		return *p
+	}
+	addrs := hostAddresses()
+	a.ownAddresses.CompareAndSwap(nil, &addrs)
+	return addrs
 }
 
 // hostAddresses are the addresses of this host's interfaces.
@@ -78,6 +88,7 @@ func (a *Agent) watchHostAddresses(ctx context.Context) {
 				<-updates
 			}
 			addrs := hostAddresses()
+			a.ownAddresses.Store(&addrs)
 			a.mu.Lock()
 			for _, e := range a.execs {
 				if s := e.getSlot(); s != nil {
@@ -90,10 +101,18 @@ func (a *Agent) watchHostAddresses(ctx context.Context) {
 }
 
 // checkEndpoint is the dial check of Egress endpoints: the ranges ctrl
-// checked them against when they were set, re-checked on every dial.
+// checked them against when they were set, re-checked on every dial, and
+// this host's own addresses, which no exemption opens: an Egress must not
+// make the host connect to its own services for a guest.
 func (a *Agent) checkEndpoint(addr netip.Addr) error {
+	addr = addr.Unmap()
+	for _, p := range a.hostAddresses() {
+		if p.Contains(addr) {
+			return fmt.Errorf("%s is an address of this host", addr)
+		}
+	}
 	c := netcheck.Checker{Exempt: a.cfg.Network.UnsafeExemptRanges}
-	if p, name, ok := c.SpecialPurposeRange(addr.Unmap()); ok {
+	if p, name, ok := c.SpecialPurposeRange(addr); ok {
 		return fmt.Errorf("%s is in the special-purpose range %s (%s)", addr, p, name)
 	}
 	return nil
