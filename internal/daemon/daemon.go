@@ -195,6 +195,9 @@ type Options struct {
 func Run(ctx context.Context, o Options) error {
 	b := buildinfo.Get()
 	slog.Info("kibotos starting", "version", b.Version, "commit", b.Commit, "go_version", b.GoVersion, "store", storeKind(o))
+	if err := checkListen(o.Listen); err != nil {
+		return err
+	}
 	metricsToken, err := readMetricsToken(o.MetricsTokenFile)
 	if err != nil {
 		return err

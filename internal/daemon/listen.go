@@ -14,6 +14,19 @@ import (
 	"github.com/kibotos/kibotos/internal/cafile"
 )
 
+// checkListen checks the --listen address before anything is set up: a
+// host (or none) and a port that can be.
+func checkListen(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil {
+		return fmt.Errorf("--listen %q: %w", addr, err)
+	}
+	return nil
+}
+
 // listen opens the TCP listener of o.Listen, serving TLS with
 // o.TLSCert and o.TLSKey when both are set (HTTP/2 negotiated by ALPN,
 // HTTP/1.1 otherwise). It returns the certificate served, nil without TLS.
