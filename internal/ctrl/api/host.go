@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -19,6 +18,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/transfers"
 	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
+	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
 // assignmentsPoll bounds how long a host stream can miss a change made by
@@ -53,7 +53,7 @@ func NewHostService(svc *workspaces.Service, blobs Blobs, transfers *transfers.S
 // or a host token an operator issued and has not revoked.
 func HostAuth(token string, st store.Store) connect.Interceptor {
 	check := func(ctx context.Context, header string) error {
-		got, ok := strings.CutPrefix(header, "Bearer ")
+		got, ok := bearer.Parse(header)
 		if ok && token != "" && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1 {
 			return nil
 		}

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
+
+	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
 // Interceptor authenticates every call and enforces the role a method
@@ -48,11 +50,11 @@ func (i *Interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 }
 
 func (i *Interceptor) authorize(ctx context.Context, procedure, header string) (context.Context, error) {
-	bearer, ok := strings.CutPrefix(header, "Bearer ")
+	token, ok := bearer.Parse(header)
 	if !ok {
 		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("an API token is required: send Authorization: Bearer <token>"))
 	}
-	c, err := i.Tokens.Authenticate(ctx, strings.TrimSpace(bearer))
+	c, err := i.Tokens.Authenticate(ctx, token)
 	if errors.Is(err, ErrUnauthenticated) {
 		return nil, connect.NewError(connect.CodeUnauthenticated, err)
 	}

@@ -10,10 +10,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
 // Path is where the control-plane listener serves the metrics.
@@ -30,7 +31,7 @@ func Handler(g prometheus.Gatherer, token string) http.Handler {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		got, ok := bearer.Parse(r.Header.Get("Authorization"))
 		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="kibotos metrics"`)
 			http.Error(w, "the metrics token is required", http.StatusUnauthorized)

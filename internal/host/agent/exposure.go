@@ -16,6 +16,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/internal/exposureabi"
+	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
 // This file is the exposure proxy: it serves the URLs of the exposures
@@ -199,7 +200,7 @@ func (p *exposureProxy) authorize(w http.ResponseWriter, r *http.Request, route 
 		}
 		return true
 	}
-	if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && valid(strings.TrimSpace(bearer)) {
+	if token, ok := bearer.Parse(r.Header.Get("Authorization")); ok && valid(token) {
 		return true
 	}
 	for _, c := range r.CookiesNamed(exposureabi.CookieName) {

@@ -22,6 +22,7 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/internal/guestabi"
+	"github.com/kibotos/kibotos/sdk/bearer"
 	"github.com/kibotos/kibotos/sdk/sessiontoken"
 )
 
@@ -288,12 +289,12 @@ const reauthorizeEvery = 500 * time.Millisecond
 // authorize verifies the call's session token and returns the execution
 // it may reach.
 func (g *gateway) authorize(r *http.Request) (string, error) {
-	bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	token, ok := bearer.Parse(r.Header.Get("Authorization"))
 	if !ok {
 		return "", refuse(connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_UNAUTHENTICATED,
 			"a session token is required: send Authorization: Bearer <token> with a token from SessionService.IssueSession")
 	}
-	tok, err := sessiontoken.Parse(strings.TrimSpace(bearer))
+	tok, err := sessiontoken.Parse(token)
 	if err != nil {
 		return "", invalidToken()
 	}

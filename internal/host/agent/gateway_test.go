@@ -179,8 +179,8 @@ func sign(k []byte, session, ws string, gen uint64, ttl time.Duration) string {
 	return sessiontoken.Sign(k, sessiontoken.Claims{SessionID: session, WorkspaceID: ws, Generation: gen, ExpiresAt: time.Now().Add(ttl)})
 }
 
-// bearer sends a session token with every call.
-func bearer(tok string) connect.ClientOption {
+// withSession sends a session token with every call.
+func withSession(tok string) connect.ClientOption {
 	return connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 			if tok != "" {
@@ -208,7 +208,7 @@ func (b streamingBearer) WrapStreamingHandler(next connect.StreamingHandlerFunc)
 }
 
 func (e *gatewayEnv) inspect(client *http.Client, tok string, opts ...connect.ClientOption) (*datav1.FileInfo, error) {
-	files := datav1connect.NewFileServiceClient(client, e.url, append(opts, bearer(tok))...)
+	files := datav1connect.NewFileServiceClient(client, e.url, append(opts, withSession(tok))...)
 	resp, err := files.InspectFile(context.Background(), connect.NewRequest(&datav1.InspectFileRequest{Path: "/etc/hostname", User: "root"}))
 	if err != nil {
 		return nil, err
@@ -252,7 +252,7 @@ func TestGatewayProxiesVerifiedCalls(t *testing.T) {
 	}
 
 	// A server stream arrives event by event.
-	procs := datav1connect.NewProcessServiceClient(h2c(), e.url, bearer(tok))
+	procs := datav1connect.NewProcessServiceClient(h2c(), e.url, withSession(tok))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	stream, err := procs.StartProcess(ctx, connect.NewRequest(&datav1.StartProcessRequest{Args: []string{"a", "b", "c"}}))
@@ -277,7 +277,7 @@ func TestGatewayProxiesVerifiedCalls(t *testing.T) {
 	stream.Close()
 
 	// A client stream goes through as well.
-	files := datav1connect.NewFileServiceClient(h2c(), e.url, bearer(tok))
+	files := datav1connect.NewFileServiceClient(h2c(), e.url, withSession(tok))
 	up := files.WriteFile(ctx)
 	up.Send(&datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Start{Start: &datav1.WriteFileStart{Path: "/tmp/x"}}})
 	for range 3 {
@@ -347,7 +347,7 @@ func TestGatewayRefusesBadSessions(t *testing.T) {
 		_, err := e.inspect(h2c(), c.token)
 		wantRefused(t, c.name, err, c.code, c.reason)
 		// Streams and other protocols are refused the same way.
-		procs := datav1connect.NewProcessServiceClient(h2c(), e.url, bearer(c.token), connect.WithGRPC())
+		procs := datav1connect.NewProcessServiceClient(h2c(), e.url, withSession(c.token), connect.WithGRPC())
 		stream, err := procs.StartProcess(context.Background(), connect.NewRequest(&datav1.StartProcessRequest{Args: []string{"x"}}))
 		if err == nil {
 			for stream.Receive() {
@@ -411,7 +411,7 @@ func BenchmarkGatewayInspectFile(b *testing.B) {
 	e := newGatewayEnv(b)
 	k := key(1)
 	e.set(assignment("ws_a", 2, k), hostv1.ObservedState_OBSERVED_STATE_RUNNING)
-	files := datav1connect.NewFileServiceClient(h2c(), e.url, bearer(sign(k, "ses_1", "ws_a", 2, time.Hour)))
+	files := datav1connect.NewFileServiceClient(h2c(), e.url, withSession(sign(k, "ses_1", "ws_a", 2, time.Hour)))
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := files.InspectFile(context.Background(), connect.NewRequest(&datav1.InspectFileRequest{Path: "/etc/hostname"})); err != nil {
@@ -430,7 +430,7 @@ func BenchmarkGatewayReadFile(b *testing.B) {
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
 	client := &http.Client{Transport: &http.Transport{Protocols: &p, HTTP2: &http.HTTP2Config{MaxReadFrameSize: 1 << 20}}}
-	files := datav1connect.NewFileServiceClient(client, e.url, bearer(sign(k, "ses_1", "ws_a", 2, time.Hour)))
+	files := datav1connect.NewFileServiceClient(client, e.url, withSession(sign(k, "ses_1", "ws_a", 2, time.Hour)))
 	const mib = 64
 	b.SetBytes(mib << 20)
 	for b.Loop() {

@@ -23,7 +23,7 @@ import (
 )
 
 func (e *gatewayEnv) readMetrics(tok string, opts ...connect.ClientOption) (*datav1.ReadMetricsResponse, error) {
-	c := datav1connect.NewMetricsServiceClient(h2c(), e.url, append(opts, bearer(tok))...)
+	c := datav1connect.NewMetricsServiceClient(h2c(), e.url, append(opts, withSession(tok))...)
 	resp, err := c.ReadMetrics(context.Background(), connect.NewRequest(&datav1.ReadMetricsRequest{}))
 	if err != nil {
 		return nil, err

@@ -145,7 +145,7 @@ func TestGatewayConnectService(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
-	services := datav1connect.NewServiceServiceClient(h2c(), e.url, bearer(sign(k, "ses_1", "ws_a", 2, time.Hour)))
+	services := datav1connect.NewServiceServiceClient(h2c(), e.url, withSession(sign(k, "ses_1", "ws_a", 2, time.Hour)))
 	stream := services.ConnectService(ctx)
 	if err := stream.Send(&datav1.ConnectServiceRequest{Port: port}); err != nil {
 		t.Fatal(err)
@@ -185,7 +185,7 @@ func TestGatewayConnectService(t *testing.T) {
 	_, err = closed.Receive()
 	wantServiceError(t, "a closed port", err, connect.CodeUnavailable, ctrlv1.FailureStage_FAILURE_STAGE_CONNECTING_SERVICE)
 
-	other := datav1connect.NewServiceServiceClient(h2c(), e.url, bearer(retarget(sign(key(2), "ses_2", "ws_b", 1, time.Hour), "ws_a")))
+	other := datav1connect.NewServiceServiceClient(h2c(), e.url, withSession(retarget(sign(key(2), "ses_2", "ws_b", 1, time.Hour), "ws_a")))
 	refused := other.ConnectService(ctx)
 	refused.Send(&datav1.ConnectServiceRequest{Port: port})
 	_, err = refused.Receive()
