@@ -1,6 +1,7 @@
-// Package bearer is the client side of API authentication: a Connect
+// Package bearer is the Bearer scheme of API authentication: a Connect
 // interceptor that sends "Authorization: Bearer <token>" on every call,
-// unary or streaming. The CLI, the host agent and tests share it.
+// unary or streaming, which the CLI, the host agent and tests share, and
+// Parse, with which the servers read it.
 package bearer
 
 import (
