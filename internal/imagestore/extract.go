@@ -56,9 +56,12 @@ type entryTimes struct {
 }
 
 // scanLayer reads a layer's tar to its end, admitting each entry as
-// extractLayer does, without writing anything.
+// extractLayer does, without writing anything: its budget, and where each
+// entry would land (layerShape), so that an import refuses a layer no
+// host could unpack.
 func scanLayer(tr *tar.Reader, limit uint64) error {
 	b := layerBudget{limit: limit}
+	shape := layerShape{}
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -69,6 +72,89 @@ func scanLayer(tr *tar.Reader, limit uint64) error {
 		}
 		if err := b.admit(hdr); err != nil {
 			return err
+		}
+		if err := shape.admit(hdr); err != nil {
+			return fmt.Errorf("tar entry %q: %w", hdr.Name, err)
+		}
+	}
+}
+
+// layerShape is what the entries of a layer read so far leave at each
+// path, as far as extractLayer's refusals go: a path whose last entry is
+// a symlink or another non-directory can be no entry's parent, and a hard
+// link needs an earlier non-directory entry.
+type layerShape map[string]byte // path → tar type flag of its last entry
+
+func (l layerShape) admit(hdr *tar.Header) error {
+	if hdr.Typeflag == tar.TypeXGlobalHeader {
+		return nil
+	}
+	rel, err := entryPath(hdr.Name)
+	if err != nil {
+		return err
+	}
+	if rel == "." {
+		if hdr.Typeflag != tar.TypeDir {
+			return fmt.Errorf("%w: the layer root must be a directory", ErrInvalidImage)
+		}
+		return nil
+	}
+	if err := l.parents(rel); err != nil {
+		return err
+	}
+	if base := path.Base(rel); strings.HasPrefix(base, whiteoutPrefix) {
+		if name := strings.TrimPrefix(base, whiteoutPrefix); base != whiteoutOpaque {
+			if name == "" || name == "." || name == ".." {
+				return fmt.Errorf("%w: malformed whiteout", ErrInvalidImage)
+			}
+			if target := path.Join(path.Dir(rel), name); l[target] == tar.TypeDir {
+				l.removeTree(target)
+			} else {
+				delete(l, target)
+			}
+		}
+		return nil
+	}
+	switch hdr.Typeflag {
+	case tar.TypeDir, tar.TypeReg, tar.TypeGNUSparse, tar.TypeCont, tar.TypeSymlink, tar.TypeFifo:
+	case tar.TypeLink:
+		target, err := entryPath(hdr.Linkname)
+		if err != nil {
+			return fmt.Errorf("link target: %w", err)
+		}
+		if kind, ok := l[target]; !ok || kind == tar.TypeDir || target == rel {
+			return fmt.Errorf("%w: hard link to %q, which is not an earlier non-directory entry", ErrInvalidImage, hdr.Linkname)
+		}
+	default:
+		return fmt.Errorf("%w: unsupported entry type %q", ErrInvalidImage, hdr.Typeflag)
+	}
+	if kind, ok := l[rel]; ok && kind == tar.TypeDir && hdr.Typeflag != tar.TypeDir {
+		l.removeTree(rel) // a directory replaced, with what was in it
+	}
+	l[rel] = hdr.Typeflag
+	return nil
+}
+
+// parents refuses rel when an ancestor is a symlink or not a directory.
+func (l layerShape) parents(rel string) error {
+	for p := path.Dir(rel); p != "."; p = path.Dir(p) {
+		switch kind, ok := l[p]; {
+		case !ok || kind == tar.TypeDir:
+		case kind == tar.TypeSymlink:
+			return fmt.Errorf("%w: parent %q is a symlink", ErrInvalidImage, p)
+		default:
+			return fmt.Errorf("%w: parent %q is not a directory", ErrInvalidImage, p)
+		}
+	}
+	return nil
+}
+
+// removeTree forgets rel and everything under it.
+func (l layerShape) removeTree(rel string) {
+	delete(l, rel)
+	for p := range l {
+		if strings.HasPrefix(p, rel+"/") {
+			delete(l, p)
 		}
 	}
 }
