@@ -80,6 +80,11 @@ func wsPortForwardCommand(c *conn) *cobra.Command {
 			return err
 		}
 		defer closeIdle()
+		// A token that may not reach the data plane (a viewer's) is told
+		// so before anything listens, not at every connection.
+		if _, err := ws.Session(cmd.Context()); err != nil {
+			return err
+		}
 		var listeners []net.Listener
 		defer func() {
 			for _, ln := range listeners {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
 	"github.com/kibotos/kibotos/internal/testutil"
@@ -201,4 +202,20 @@ func (e *env) download(t *testing.T, id, path string) []byte {
 		t.Fatalf("cat %s: %v\n%s", path, err, stderr)
 	}
 	return []byte(out)
+}
+
+// TestPortForwardRefusedBeforeListening: a token that may not reach the
+// data plane (a viewer's) is refused before any port is listened on.
+func TestPortForwardRefusedBeforeListening(t *testing.T) {
+	e, id := newDataEnv(t)
+	t.Setenv(envSessionCache, "off")
+	out, _, err := e.runData(t, "", "token", "create", "--role", "viewer", "--name", "looker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	stdout, _, err := e.run(t, "", "ws", "port-forward", "--addr", e.addr, "--token", lines[len(lines)-1], id, "0:80")
+	if connect.CodeOf(err) != connect.CodePermissionDenied || strings.Contains(stdout, "Forwarding") {
+		t.Errorf("port-forward with a viewer's token: %v, stdout %q", err, stdout)
+	}
 }
