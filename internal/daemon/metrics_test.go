@@ -200,7 +200,9 @@ func TestWorkspaceMetrics(t *testing.T) {
 
 	e.stopWorkspace(created.WorkspaceId, ctrlv1.StopMode_STOP_MODE_NORMAL)
 	e.await(created.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
-	if _, err := ws.Metrics(t.Context()); connect.CodeOf(err) != connect.CodeUnauthenticated {
-		t.Errorf("metrics of a stopped workspace: %v, want unauthenticated (no execution serves its session)", err)
+	// No execution serves the handle's session, and a new one is issued
+	// only for an AVAILABLE workspace: the refusal says so.
+	if _, err := ws.Metrics(t.Context()); connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "STOPPED") {
+		t.Errorf("metrics of a stopped workspace: %v, want failed_precondition naming its state", err)
 	}
 }

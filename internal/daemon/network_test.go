@@ -501,6 +501,53 @@ func TestNetworkPolicyDrain(t *testing.T) {
 	})
 }
 
+// TestNetworkPolicyDeletedEgressEndsItsDrain: deleting an Egress that only
+// the connections of an earlier policy still go through is allowed (no
+// policy references it), and closes those connections at once instead of
+// at the end of their drain.
+func TestNetworkPolicyDeletedEgressEndsItsDrain(t *testing.T) {
+	e := newNetEnv(t)
+	proxy := socks5test.Start(t, "127.0.0.1:0", socks5test.Options{})
+	egressID := e.createEgress(&ctrlv1.EgressSpec{Protocol: &ctrlv1.EgressSpec_Socks5{Socks5: &ctrlv1.Socks5Egress{Address: proxy.Addr()}}})
+	hold := e.inet.Listen(t, "tcp4", nettest.HostIPv4.String()+":0")
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := hold.Accept(); err == nil {
+			accepted <- c
+		}
+	}()
+	e.setPolicy(public(func(p *ctrlv1.NetworkPolicy) {
+		p.Egresses = []*ctrlv1.NetworkPolicyEgress{{EgressId: egressID, Destinations: []string{nettest.HostIPv4.String()}}}
+	}))
+	port := hold.Addr().(*net.TCPAddr).Port
+	if _, err := e.exec(e.ws, "sh", "-c", fmt.Sprintf("(sleep 60 | nc %s %d) </dev/null >/dev/null 2>&1 &", nettest.HostIPv4, port)); err != nil {
+		t.Fatal(err)
+	}
+	var c net.Conn
+	select {
+	case c = <-accepted:
+		defer c.Close()
+	case <-time.After(10 * time.Second):
+		ws, _ := e.get(e.ws.WorkspaceId)
+		t.Fatalf("the guest's connection did not arrive through the Egress: the proxy saw %v; %v %v", proxy.Connects(), ws.GetEgressObservations(), ws.GetNetworkPolicyStatus())
+	}
+	if !strings.Contains(strings.Join(proxy.Connects(), " "), fmt.Sprint(port)) {
+		t.Fatalf("the proxy saw %v", proxy.Connects())
+	}
+
+	e.setPolicyDrain(&ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_DENY_ALL}, 600)
+	deleted := time.Now()
+	mustUnary(t, e.egresses.DeleteEgress, &ctrlv1.DeleteEgressRequest{Command: cmd(), EgressId: egressID})
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the connection through the deleted Egress, 20 s into its 600 s drain: %v, want it closed", err)
+	}
+	t.Logf("closed %s after the deletion", time.Since(deleted).Round(time.Millisecond))
+	e.awaitWorkspace("draining revision 0", func(ws *ctrlv1.Workspace) bool {
+		return ws.NetworkPolicyStatus.GetDrainingRevision() == 0
+	})
+}
+
 // TestNetworkPolicyEgressFaults breaks an Egress in each way a workspace
 // observes and heals it in between: each run of failures appears with its
 // kind and clears with the next success.

@@ -102,6 +102,9 @@ type Tx interface {
 	// after q.After and whose labels carry every entry of q.Selector, in ID
 	// order, at most q.Limit of them.
 	Objects(ctx context.Context, q ObjectQuery) ([]Object, error)
+	// DeletedObjects returns the IDs of the objects of kind (any project)
+	// deleted after since, in ID order.
+	DeletedObjects(ctx context.Context, kind Kind, since time.Time) ([]string, error)
 
 	// SetPolicyReferences replaces the references a workspace's network
 	// policy holds; an empty list removes them (as deleting the workspace

@@ -35,6 +35,10 @@ func (s *Service) Assignments(ctx context.Context, hostID string) (*hostv1.Watch
 		if out.Volumes, err = volumes.HostAssignments(ctx, tx, hostID); err != nil {
 			return err
 		}
+		// No drain outlasts its longest: older deletions hold no connection.
+		if out.DeletedEgressIds, err = tx.DeletedObjects(ctx, store.KindEgress, now.Add(-resource.MaxDrainSeconds*time.Second)); err != nil {
+			return err
+		}
 		rows, err := tx.HostWorkspaces(ctx, hostID)
 		if err != nil {
 			return err

@@ -248,6 +248,7 @@ func (a *Agent) watch(ctx context.Context) error {
 		// Volumes first: a starting execution opens its Volume by them.
 		a.vols.set(stream.Msg().GetVolumes())
 		a.converge(ctx, stream.Msg().GetAssignments())
+		a.closeDeletedEgresses(stream.Msg().GetDeletedEgressIds())
 		a.exports.set(ctx, stream.Msg().GetTransfers())
 	}
 	return stream.Err()

@@ -100,19 +100,48 @@ func (a *Agent) watchHostAddresses(ctx context.Context) {
 	}
 }
 
+// closeDeletedEgresses closes, in every slot, the connections still
+// draining through an Egress ctrl says was deleted.
+func (a *Agent) closeDeletedEgresses(ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	deleted := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		deleted[id] = true
+	}
+	var slots []*netslot.Slot
+	a.mu.Lock()
+	for _, e := range a.execs {
+		if s := e.getSlot(); s != nil {
+			slots = append(slots, s)
+		}
+	}
+	a.mu.Unlock()
+	// Outside the agent's lock: a closed connection reports a change.
+	for _, s := range slots {
+		s.CloseEgresses(deleted)
+	}
+}
+
 // checkEndpoint is the dial check of Egress endpoints: the ranges ctrl
 // checked them against when they were set, re-checked on every dial, and
-// this host's own addresses, which no exemption opens: an Egress must not
-// make the host connect to its own services for a guest.
+// this host's own addresses (a public one is in no special-purpose range),
+// so that an Egress cannot make the host connect to its own services for
+// a guest. Only the operator's exemptions open either.
 func (a *Agent) checkEndpoint(addr netip.Addr) error {
 	addr = addr.Unmap()
+	for _, p := range a.cfg.Network.UnsafeExemptRanges {
+		if p.Contains(addr) {
+			return nil
+		}
+	}
 	for _, p := range a.hostAddresses() {
 		if p.Contains(addr) {
 			return fmt.Errorf("%s is an address of this host", addr)
 		}
 	}
-	c := netcheck.Checker{Exempt: a.cfg.Network.UnsafeExemptRanges}
-	if p, name, ok := c.SpecialPurposeRange(addr); ok {
+	if p, name, ok := (&netcheck.Checker{}).SpecialPurposeRange(addr); ok {
 		return fmt.Errorf("%s is in the special-purpose range %s (%s)", addr, p, name)
 	}
 	return nil

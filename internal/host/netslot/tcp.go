@@ -204,6 +204,26 @@ func (s *Slot) track(f *flow, a *applied) bool {
 	return true
 }
 
+// CloseEgresses closes at once every connection that goes through one
+// of the Egresses deleted: DeleteEgress closes the connections still
+// draining through it (no policy in force references a deleted Egress).
+func (s *Slot) CloseEgresses(deleted map[string]bool) {
+	if len(deleted) == 0 {
+		return
+	}
+	var closeNow []*flow
+	s.mu.Lock()
+	for f := range s.conns {
+		if f.decision.Action == netpolicy.Forward && deleted[f.decision.EgressID] {
+			closeNow = append(closeNow, f)
+		}
+	}
+	s.mu.Unlock()
+	for _, f := range closeNow {
+		s.closeFlow(f)
+	}
+}
+
 // closeFlow ends a flow and forgets it.
 // It is forgotten first, so that once either side sees the close, no
 // report counts it draining any more.

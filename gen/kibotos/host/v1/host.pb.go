@@ -704,9 +704,13 @@ type WatchAssignmentsResponse struct {
 	Volumes []*VolumeAssignment `protobuf:"bytes,3,rep,name=volumes,proto3" json:"volumes,omitempty"`
 	// transfers is every export ctrl wants of this host: one for each
 	// Transfer in EXPORTING whose Workspace's layer the host keeps.
-	Transfers     []*TransferAssignment `protobuf:"bytes,4,rep,name=transfers,proto3" json:"transfers,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Transfers []*TransferAssignment `protobuf:"bytes,4,rep,name=transfers,proto3" json:"transfers,omitempty"`
+	// deleted_egress_ids are the Egresses deleted within the longest drain
+	// (an hour): no policy references them, and the host closes at once any
+	// connection still draining through one of them, as DeleteEgress says.
+	DeletedEgressIds []string `protobuf:"bytes,5,rep,name=deleted_egress_ids,json=deletedEgressIds,proto3" json:"deleted_egress_ids,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *WatchAssignmentsResponse) Reset() {
@@ -763,6 +767,13 @@ func (x *WatchAssignmentsResponse) GetVolumes() []*VolumeAssignment {
 func (x *WatchAssignmentsResponse) GetTransfers() []*TransferAssignment {
 	if x != nil {
 		return x.Transfers
+	}
+	return nil
+}
+
+func (x *WatchAssignmentsResponse) GetDeletedEgressIds() []string {
+	if x != nil {
+		return x.DeletedEgressIds
 	}
 	return nil
 }
@@ -2836,12 +2847,13 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\x14RegisterHostResponse\x12B\n" +
 	"\x0freport_interval\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x0ereportInterval\"2\n" +
 	"\x17WatchAssignmentsRequest\x12\x17\n" +
-	"\ahost_id\x18\x01 \x01(\tR\x06hostId\"\xf3\x01\n" +
+	"\ahost_id\x18\x01 \x01(\tR\x06hostId\"\xa1\x02\n" +
 	"\x18WatchAssignmentsResponse\x12=\n" +
 	"\vassignments\x18\x01 \x03(\v2\x1b.kibotos.host.v1.AssignmentR\vassignments\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12;\n" +
 	"\avolumes\x18\x03 \x03(\v2!.kibotos.host.v1.VolumeAssignmentR\avolumes\x12A\n" +
-	"\ttransfers\x18\x04 \x03(\v2#.kibotos.host.v1.TransferAssignmentR\ttransfers\"\xf0\x01\n" +
+	"\ttransfers\x18\x04 \x03(\v2#.kibotos.host.v1.TransferAssignmentR\ttransfers\x12,\n" +
+	"\x12deleted_egress_ids\x18\x05 \x03(\tR\x10deletedEgressIds\"\xf0\x01\n" +
 	"\x12TransferAssignment\x12\x1f\n" +
 	"\vtransfer_id\x18\x01 \x01(\tR\n" +
 	"transferId\x12!\n" +

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 )
@@ -214,6 +215,18 @@ func (t *tx) Objects(ctx context.Context, q store.ObjectQuery) ([]store.Object, 
 		return nil, err
 	}
 	return collect(rows, scanObject)
+}
+
+func (t *tx) DeletedObjects(ctx context.Context, kind store.Kind, since time.Time) ([]string, error) {
+	rows, err := t.query(ctx, `SELECT id FROM objects WHERE kind = ? AND deleted_at IS NOT NULL AND deleted_at > ? ORDER BY id`,
+		string(kind), toNanos(since))
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, func(row rowScanner) (string, error) {
+		var id string
+		return id, row.Scan(&id)
+	})
 }
 
 func scanObject(row rowScanner) (store.Object, error) {

@@ -307,6 +307,20 @@ func testObjectLifecycle(t *testing.T, s store.Store) {
 		if err != nil || len(list) != 0 {
 			t.Errorf("list after delete = %v, %v", list, err)
 		}
+		// Deleted since a time, by kind.
+		for _, c := range []struct {
+			kind  store.Kind
+			since time.Time
+			want  []string
+		}{
+			{store.KindEgress, now, []string{"e1"}},
+			{store.KindEgress, now.Add(time.Minute), nil},
+			{store.KindResolver, now, nil},
+		} {
+			if got, err := tx.DeletedObjects(ctx, c.kind, c.since); err != nil || !slices.Equal(got, c.want) {
+				t.Errorf("DeletedObjects(%s, %v) = %v, %v; want %v", c.kind, c.since, got, err, c.want)
+			}
+		}
 		return nil
 	})
 	missing := object(store.KindEgress, "p1", "nope", nil)
