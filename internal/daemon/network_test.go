@@ -452,30 +452,39 @@ func TestNetworkPolicyEgressTLS(t *testing.T) {
 	})
 }
 
-// TestNetworkPolicyDrain moves an open guest connection off its path with
-// a 3 s drain: it keeps working for the window, is reported draining, and
-// closes when the window ends.
-func TestNetworkPolicyDrain(t *testing.T) {
-	e := newNetEnv(t)
-	hold := e.inet.Listen(t, "tcp4", nettest.HostIPv4.String()+":0")
+// heldConnection has the guest open a connection to a listener of the test
+// host that stays open (busybox nc, fed by sleep) and returns the test
+// host's end of it, closed with the test.
+func (e *netEnv) heldConnection() net.Conn {
+	e.t.Helper()
+	hold := e.inet.Listen(e.t, "tcp4", nettest.HostIPv4.String()+":0")
 	accepted := make(chan net.Conn, 1)
 	go func() {
 		if c, err := hold.Accept(); err == nil {
 			accepted <- c
 		}
 	}()
-	e.setPolicy(public(nil)) // revision 2
 	port := hold.Addr().(*net.TCPAddr).Port
 	if _, err := e.exec(e.ws, "sh", "-c", fmt.Sprintf("(sleep 60 | nc %s %d) </dev/null >/dev/null 2>&1 &", nettest.HostIPv4, port)); err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
-	var c net.Conn
 	select {
-	case c = <-accepted:
-		defer c.Close()
+	case c := <-accepted:
+		e.t.Cleanup(func() { c.Close() })
+		return c
 	case <-time.After(10 * time.Second):
-		t.Fatal("the guest's connection did not arrive")
+		e.t.Fatal("the guest's connection did not arrive")
+		return nil
 	}
+}
+
+// TestNetworkPolicyDrain moves an open guest connection off its path with
+// a 3 s drain: it keeps working for the window, is reported draining, and
+// closes when the window ends.
+func TestNetworkPolicyDrain(t *testing.T) {
+	e := newNetEnv(t)
+	e.setPolicy(public(nil)) // revision 2
+	c := e.heldConnection()
 
 	const drain = 3 * time.Second
 	start := time.Now()
@@ -509,30 +518,12 @@ func TestNetworkPolicyDeletedEgressEndsItsDrain(t *testing.T) {
 	e := newNetEnv(t)
 	proxy := socks5test.Start(t, "127.0.0.1:0", socks5test.Options{})
 	egressID := e.createEgress(&ctrlv1.EgressSpec{Protocol: &ctrlv1.EgressSpec_Socks5{Socks5: &ctrlv1.Socks5Egress{Address: proxy.Addr()}}})
-	hold := e.inet.Listen(t, "tcp4", nettest.HostIPv4.String()+":0")
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		if c, err := hold.Accept(); err == nil {
-			accepted <- c
-		}
-	}()
 	e.setPolicy(public(func(p *ctrlv1.NetworkPolicy) {
 		p.Egresses = []*ctrlv1.NetworkPolicyEgress{{EgressId: egressID, Destinations: []string{nettest.HostIPv4.String()}}}
 	}))
-	port := hold.Addr().(*net.TCPAddr).Port
-	if _, err := e.exec(e.ws, "sh", "-c", fmt.Sprintf("(sleep 60 | nc %s %d) </dev/null >/dev/null 2>&1 &", nettest.HostIPv4, port)); err != nil {
-		t.Fatal(err)
-	}
-	var c net.Conn
-	select {
-	case c = <-accepted:
-		defer c.Close()
-	case <-time.After(10 * time.Second):
-		ws, _ := e.get(e.ws.WorkspaceId)
-		t.Fatalf("the guest's connection did not arrive through the Egress: the proxy saw %v; %v %v", proxy.Connects(), ws.GetEgressObservations(), ws.GetNetworkPolicyStatus())
-	}
-	if !strings.Contains(strings.Join(proxy.Connects(), " "), fmt.Sprint(port)) {
-		t.Fatalf("the proxy saw %v", proxy.Connects())
+	c := e.heldConnection()
+	if port := c.LocalAddr().(*net.TCPAddr).Port; !strings.Contains(strings.Join(proxy.Connects(), " "), fmt.Sprint(port)) {
+		t.Fatalf("the proxy saw %v, not the connection to port %d", proxy.Connects(), port)
 	}
 
 	e.setPolicyDrain(&ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_DENY_ALL}, 600)
