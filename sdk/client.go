@@ -11,8 +11,9 @@
 // Templates (imported from an image archive or a registry). A Workspace is a handle on one Workspace: its Exec, Start, Upload,
 // Download, DialPort, file, Metrics, Screenshot and Input methods call the Workspace's data plane with a session
 // the handle issues and caches, and renews when it is about to expire or
-// the data plane refuses it (expired, revoked, or of an earlier start of
-// the Workspace), so that a handle outlives a stop and start.
+// the data plane refuses it as expired or as not valid for the Workspace's
+// execution (of an earlier start, or rotated), so that a handle outlives a
+// stop and start; a session revoked stays revoked.
 //
 // Errors of calls are the *connect.Error the server returned, unchanged:
 // callers read the code with connect.CodeOf and the Kibotos detail with

@@ -38,13 +38,14 @@ type fake struct {
 	sessionTTL time.Duration
 
 	mu         sync.Mutex
-	issued     []string          // tokens, in order
-	expired    map[string]bool   // tokens the data plane rejects as expired
-	expireNext bool              // expire the token of the next data-plane call
-	auth       map[string]string // Authorization of the last call, by procedure
-	chunks     [][]byte          // of the last WriteFile
-	startDelay time.Duration     // StartProcess waits this long before its started event
-	signals    []string          // "pid signal" of each SignalProcess
+	issued     []string                        // tokens, in order
+	expired    map[string]bool                 // tokens the data plane rejects as expired
+	refused    map[string]ctrlv1.FailureReason // tokens it refuses for another reason
+	expireNext bool                            // expire the token of the next data-plane call
+	auth       map[string]string               // Authorization of the last call, by procedure
+	chunks     [][]byte                        // of the last WriteFile
+	startDelay time.Duration                   // StartProcess waits this long before its started event
+	signals    []string                        // "pid signal" of each SignalProcess
 }
 
 func newFake(t *testing.T) (*fake, *Client) {
@@ -52,6 +53,7 @@ func newFake(t *testing.T) (*fake, *Client) {
 	f := &fake{
 		auth:       map[string]string{},
 		expired:    map[string]bool{},
+		refused:    map[string]ctrlv1.FailureReason{},
 		sessionTTL: time.Hour,
 		watch: []*ctrlv1.Workspace{
 			{WorkspaceId: "ws_1", State: ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING},
@@ -85,6 +87,12 @@ func (f *fake) authorize(h http.Header) error {
 	if f.expireNext {
 		f.expireNext = false
 		f.expired[tok] = true
+	}
+	if reason, ok := f.refused[tok]; ok {
+		err := connect.NewError(connect.CodeUnauthenticated, errors.New("session refused"))
+		d, _ := connect.NewErrorDetail(&ctrlv1.ErrorDetail{Reason: reason, Stage: ctrlv1.FailureStage_FAILURE_STAGE_AUTHORIZING_DATA_PLANE})
+		err.AddDetail(d)
+		return err
 	}
 	if f.expired[tok] {
 		err := connect.NewError(connect.CodeUnauthenticated, errors.New("session expired"))
@@ -300,6 +308,39 @@ func TestSessionReissuedWhenExpired(t *testing.T) {
 	}
 	if len(f.issued) != 4 {
 		t.Errorf("issued %v, want 4 sessions", f.issued)
+	}
+}
+
+// TestSessionReissuedWhenNotValid: a session the data plane refuses as
+// not valid for the execution (of an earlier start of the Workspace) is
+// replaced, so that a handle outlives a stop and start; a revoked one is
+// not: its revoker meant it.
+func TestSessionReissuedWhenNotValid(t *testing.T) {
+	f, c := newFake(t)
+	ws, err := c.Workspace(t.Context(), "ws_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ws.Processes(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.refused["sess-1"] = ctrlv1.FailureReason_FAILURE_REASON_UNAUTHENTICATED
+	f.mu.Unlock()
+	if _, err := ws.Processes(t.Context()); err != nil {
+		t.Fatalf("Processes after a restart of the workspace: %v", err)
+	}
+	f.mu.Lock()
+	f.refused["sess-2"] = ctrlv1.FailureReason_FAILURE_REASON_SESSION_REVOKED
+	f.mu.Unlock()
+	_, err = ws.Processes(t.Context())
+	if d, _ := FailureOf(err); connect.CodeOf(err) != connect.CodeUnauthenticated || d.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_SESSION_REVOKED {
+		t.Errorf("Processes with a revoked session: %v, want it refused", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if got := strings.Join(f.issued, ","); got != "sess-1,sess-2" {
+		t.Errorf("issued %s, want a second session for the restart and none for the revocation", got)
 	}
 }
 

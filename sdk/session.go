@@ -122,11 +122,13 @@ func (w *Workspace) CurrentSession() *Session {
 }
 
 // refused reports whether a call through d failed because the data plane
-// refused d's session so that a new one may succeed: it expired, was
-// revoked, or is of an earlier start of the Workspace (a handle outlives
-// a stop and start); or, for a session the handle was given, its endpoint
-// does not answer (the Workspace has moved to another host since the
-// session was issued, and a new session names that host).
+// refused d's session so that a new one may succeed: it expired, or is not
+// valid for the Workspace's execution (of an earlier start: a handle
+// outlives a stop and start; or the data plane was rotated). A session
+// revoked stays revoked for the handle that issued it: whoever revoked it
+// meant it. For a session the handle was given, any refusal, or an
+// endpoint that does not answer (the Workspace has moved to another host
+// since the session was issued, and a new session names that host).
 func refused(d *dataPlane, err error) bool {
 	if sessionExpired(err) {
 		return true
@@ -135,8 +137,11 @@ func refused(d *dataPlane, err error) bool {
 		return true
 	}
 	f, ok := FailureOf(err)
-	return ok && connect.CodeOf(err) == connect.CodeUnauthenticated &&
-		f.GetStage() == ctrlv1.FailureStage_FAILURE_STAGE_AUTHORIZING_DATA_PLANE
+	if !ok || connect.CodeOf(err) != connect.CodeUnauthenticated ||
+		f.GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_AUTHORIZING_DATA_PLANE {
+		return false
+	}
+	return d.given || f.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_SESSION_REVOKED
 }
 
 // forget drops d, whose session the data plane reported expired, unless

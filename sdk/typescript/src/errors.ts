@@ -109,13 +109,16 @@ export async function wrap<T>(p: Promise<T>): Promise<T> {
 
 /**
  * sessionRefused reports whether err means a new session would cure it:
- * the data plane refused the session, which expired, was revoked, or is of
- * an earlier start of the workspace (a handle outlives a stop and start).
+ * the data plane refused the session as expired, or as not valid for the
+ * workspace's execution (of an earlier start: a handle outlives a stop and
+ * start; or rotated). A revoked session stays revoked: its revoker meant it.
  */
 export function sessionRefused(err: KibotosError): boolean {
   return (
     err.reason === FailureReason.SESSION_EXPIRED ||
-    (err.code === Code.Unauthenticated && err.stage === FailureStage.AUTHORIZING_DATA_PLANE)
+    (err.code === Code.Unauthenticated &&
+      err.stage === FailureStage.AUTHORIZING_DATA_PLANE &&
+      err.reason !== FailureReason.SESSION_REVOKED)
   );
 }
 
