@@ -7,6 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/kibotos/kibotos/gen/kibotos/admin/v1/adminv1connect"
 	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
@@ -68,9 +69,17 @@ func (i *Interceptor) authorize(ctx context.Context, procedure, header string) (
 	return WithCaller(ctx, c), nil
 }
 
-// RoleFor returns the least role a procedure (/pkg.Service/Method) needs.
+// RoleFor returns the least role a procedure (/pkg.Service/Method) needs:
+// an admin for AdminService's calls but the two every token may make, a
+// viewer for reads, an editor for the rest.
 func RoleFor(procedure string) Role {
 	method := procedure[strings.LastIndexByte(procedure, '/')+1:]
+	if strings.HasPrefix(procedure, "/"+adminv1connect.AdminServiceName+"/") {
+		if method == "GetCaller" || method == "ListProjects" {
+			return Viewer
+		}
+		return Admin
+	}
 	for _, read := range []string{"Get", "List", "Watch", "Read"} {
 		if strings.HasPrefix(method, read) {
 			return Viewer
