@@ -228,8 +228,9 @@ func (s *Service) RevokeIssuedBy(ctx context.Context, tokenID string) error {
 		for k, sessions := range byWorkspace {
 			var edited bool
 			err := s.Workspaces.EditDataPlane(ctx, tx, k[0], k[1], func(ws *ctrlv1.Workspace, _ string, dp *workspaces.DataPlane) (bool, error) {
-				edited, err = revoke(ws, dp, sessions, now, true)
-				return edited, err
+				var rerr error
+				edited, rerr = revoke(ws, dp, sessions, now, true)
+				return edited, rerr
 			})
 			switch {
 			case connect.CodeOf(err) == connect.CodeNotFound:
