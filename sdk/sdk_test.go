@@ -266,8 +266,10 @@ func TestCreateWorkspaceFailed(t *testing.T) {
 	}
 }
 
-func TestSessionReissuedWhenExpired(t *testing.T) {
-	f, c := newFake(t)
+// withSession returns the handle of ws_1 once a call issued its first
+// session (sess-1).
+func withSession(t *testing.T, c *Client) *Workspace {
+	t.Helper()
 	ws, err := c.Workspace(t.Context(), "ws_1")
 	if err != nil {
 		t.Fatal(err)
@@ -275,6 +277,12 @@ func TestSessionReissuedWhenExpired(t *testing.T) {
 	if _, err := ws.Processes(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+	return ws
+}
+
+func TestSessionReissuedWhenExpired(t *testing.T) {
+	f, c := newFake(t)
+	ws := withSession(t, c)
 	f.mu.Lock()
 	f.expireNext = true
 	f.mu.Unlock()
@@ -317,13 +325,7 @@ func TestSessionReissuedWhenExpired(t *testing.T) {
 // not: its revoker meant it.
 func TestSessionReissuedWhenNotValid(t *testing.T) {
 	f, c := newFake(t)
-	ws, err := c.Workspace(t.Context(), "ws_1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ws.Processes(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	ws := withSession(t, c)
 	f.mu.Lock()
 	f.refused["sess-1"] = ctrlv1.FailureReason_FAILURE_REASON_UNAUTHENTICATED
 	f.mu.Unlock()
@@ -333,7 +335,7 @@ func TestSessionReissuedWhenNotValid(t *testing.T) {
 	f.mu.Lock()
 	f.refused["sess-2"] = ctrlv1.FailureReason_FAILURE_REASON_SESSION_REVOKED
 	f.mu.Unlock()
-	_, err = ws.Processes(t.Context())
+	_, err := ws.Processes(t.Context())
 	if d, _ := FailureOf(err); connect.CodeOf(err) != connect.CodeUnauthenticated || d.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_SESSION_REVOKED {
 		t.Errorf("Processes with a revoked session: %v, want it refused", err)
 	}

@@ -92,13 +92,22 @@ func (c *Checker) SpecialPurposeRange(addr netip.Addr) (netip.Prefix, string, bo
 }
 
 func (c *Checker) lookup(addr netip.Addr) (Range, bool) {
+	if c.Exempted(addr) {
+		return Range{}, false
+	}
+	return lookup(addr.WithZone("").Unmap())
+}
+
+// Exempted reports whether addr (judged as SpecialPurposeRange does) is in
+// an exempt prefix.
+func (c *Checker) Exempted(addr netip.Addr) bool {
 	addr = addr.WithZone("").Unmap()
 	for _, p := range c.Exempt {
 		if p.Contains(addr) {
-			return Range{}, false
+			return true
 		}
 	}
-	return lookup(addr)
+	return false
 }
 
 // CheckAddr returns a *RangeError when addr is in a special-purpose range

@@ -44,13 +44,13 @@ func (a *Agent) hostAddresses() []netip.Prefix {
 	if p := a.ownAddresses.Load(); p != nil {
 		return *p
 	}
-	addrs := hostAddresses()
+	addrs := interfaceAddresses()
 	a.ownAddresses.CompareAndSwap(nil, &addrs)
 	return addrs
 }
 
-// hostAddresses are the addresses of this host's interfaces.
-func hostAddresses() []netip.Prefix {
+// interfaceAddresses are the addresses of this host's interfaces.
+func interfaceAddresses() []netip.Prefix {
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
 		slog.Error("listing the host's addresses", "err", err)
@@ -87,15 +87,11 @@ func (a *Agent) watchHostAddresses(ctx context.Context) {
 			for len(updates) > 0 { // one refresh for a burst
 				<-updates
 			}
-			addrs := hostAddresses()
+			addrs := interfaceAddresses()
 			a.ownAddresses.Store(&addrs)
-			a.mu.Lock()
-			for _, e := range a.execs {
-				if s := e.getSlot(); s != nil {
-					s.SetHostAddresses(addrs)
-				}
+			for _, s := range a.slots() {
+				s.SetHostAddresses(addrs)
 			}
-			a.mu.Unlock()
 		}
 	}
 }
@@ -110,18 +106,24 @@ func (a *Agent) closeDeletedEgresses(ids []string) {
 	for _, id := range ids {
 		deleted[id] = true
 	}
-	var slots []*netslot.Slot
-	a.mu.Lock()
-	for _, e := range a.execs {
-		if s := e.getSlot(); s != nil {
-			slots = append(slots, s)
-		}
-	}
-	a.mu.Unlock()
-	// Outside the agent's lock: a closed connection reports a change.
-	for _, s := range slots {
+	for _, s := range a.slots() {
 		s.CloseEgresses(deleted)
 	}
+}
+
+// slots are the network slots of the host's executions, for a change
+// every one takes; they are used outside the agent's lock, since a slot
+// reports its changes back through the agent.
+func (a *Agent) slots() []*netslot.Slot {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []*netslot.Slot
+	for _, e := range a.execs {
+		if s := e.getSlot(); s != nil {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // checkEndpoint is the dial check of Egress endpoints: the ranges ctrl
@@ -131,17 +133,16 @@ func (a *Agent) closeDeletedEgresses(ids []string) {
 // a guest. Only the operator's exemptions open either.
 func (a *Agent) checkEndpoint(addr netip.Addr) error {
 	addr = addr.Unmap()
-	for _, p := range a.cfg.Network.UnsafeExemptRanges {
-		if p.Contains(addr) {
-			return nil
-		}
+	c := netcheck.Checker{Exempt: a.cfg.Network.UnsafeExemptRanges}
+	if c.Exempted(addr) {
+		return nil
 	}
 	for _, p := range a.hostAddresses() {
 		if p.Contains(addr) {
 			return fmt.Errorf("%s is an address of this host", addr)
 		}
 	}
-	if p, name, ok := (&netcheck.Checker{}).SpecialPurposeRange(addr); ok {
+	if p, name, ok := c.SpecialPurposeRange(addr); ok {
 		return fmt.Errorf("%s is in the special-purpose range %s (%s)", addr, p, name)
 	}
 	return nil

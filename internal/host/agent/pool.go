@@ -225,7 +225,7 @@ func (p *warmPool) bind(ctx context.Context, id string, ent *pooled, b runtime.B
 		p.a.cfg.Layers.DeleteLayer(b.LayerImage)
 		return err
 	}
-	ent.slot.SetHostAddresses(hostAddresses())
+	ent.slot.SetHostAddresses(interfaceAddresses())
 	return nil
 }
 
