@@ -2,6 +2,7 @@ package workspaces
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -92,8 +93,9 @@ func TestHostLease(t *testing.T) {
 		t.Errorf("start of an UNKNOWN workspace: %v", err)
 	}
 	if _, err := Create(ctx, s, write("create", newWS), &ctrlv1.WorkspaceCreateSpec{
-		Resources: &ctrlv1.ResourceRequest{MemoryBytes: 128 << 20}}, nil, nil, identity); connect.CodeOf(err) != connect.CodeResourceExhausted {
-		t.Errorf("create with the only host LOST: %v, want resource_exhausted", err)
+		Resources: &ctrlv1.ResourceRequest{MemoryBytes: 128 << 20}}, nil, nil, identity); connect.CodeOf(err) != connect.CodeResourceExhausted ||
+		!strings.Contains(err.Error(), "no host takes new workspaces now") {
+		t.Errorf("create with the only host LOST: %v, want resource_exhausted saying no host takes workspaces", err)
 	}
 
 	// The host reports again: the workspace is AVAILABLE as it was.
@@ -132,8 +134,9 @@ func TestHostLease(t *testing.T) {
 	if _, err := s.DrainHost(ctx, "h2", true); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Start(ctx, s, write("start", newWS), id, identity); connect.CodeOf(err) != connect.CodeResourceExhausted {
-		t.Errorf("start with its host LOST and the other drained: %v, want resource_exhausted", err)
+	if _, err := Start(ctx, s, write("start", newWS), id, identity); connect.CodeOf(err) != connect.CodeResourceExhausted ||
+		!strings.Contains(err.Error(), "no host takes new workspaces now") {
+		t.Errorf("start with its host LOST and the other drained: %v, want resource_exhausted saying no host takes workspaces", err)
 	}
 	if _, err := s.DrainHost(ctx, "h2", false); err != nil {
 		t.Fatal(err)

@@ -61,10 +61,12 @@ func (s *Service) place(ctx context.Context, tx store.Tx, res *ctrlv1.ResourceRe
 	}
 	var hosts []scheduler.Host
 	var launchless bool // a host was left out only for its launches
+	open := 0           // hosts that take new placements
 	for _, h := range all {
 		if h.lost || h.drained {
 			continue // no new placement on a LOST or drained host
 		}
+		open++
 		if (need.host == "" || h.ID == need.host) && !slices.ContainsFunc(want, func(c string) bool { return !h.offers[c] }) {
 			serves, err := servesLaunch(ctx, tx, h, need.platform, launches)
 			if err != nil {
@@ -76,6 +78,10 @@ func (s *Service) place(ctx context.Context, tx store.Tx, res *ctrlv1.ResourceRe
 			}
 			hosts = append(hosts, h.Host)
 		}
+	}
+	if open == 0 {
+		return "", 0, connect.NewError(connect.CodeResourceExhausted,
+			errors.New("no host takes new workspaces now (none is attached, or every one is drained or not reporting); retry later"))
 	}
 	if launchless && len(hosts) == 0 {
 		return "", 0, capabilityError(errors.New("no host runs the current launch of this workspace's platform (its runtime, guest agent build and seccomp profile)"))
