@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -468,10 +469,11 @@ func TestDataPlaneWatch(t *testing.T) {
 	}
 }
 
-// TestExecAcrossTheWorkspacesStop stops a workspace under a running exec:
-// a normal stop ends the process with SIGTERM and the exec reports that
-// exit (the call is not cut because the workspace stops); a forced stop,
-// which takes the guest down with it, fails the exec as unavailable.
+// TestExecAcrossTheWorkspacesStop stops a workspace under running execs:
+// a normal stop ends the processes with SIGTERM and the execs report
+// their exits, also of a process that takes seconds to exit on it (the
+// call is not cut because the workspace stops); a forced stop, which
+// takes the guest down with it, fails the exec as unavailable.
 func TestExecAcrossTheWorkspacesStop(t *testing.T) {
 	d := up(t, t.TempDir())
 	defer d.stop()
@@ -482,10 +484,23 @@ func TestExecAcrossTheWorkspacesStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	trapped, trappedOut := io.Pipe()
+	slow, err := ws.Start(ctx, []string{"sh", "-c", "trap 'sleep 2; exit 5' TERM; echo trapped; while true; do sleep 0.1; done"},
+		sdk.ExecOptions{Stdout: trappedOut})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(trapped).ReadString('\n'); line != "trapped\n" {
+		t.Fatalf("the trap's shell printed %q, %v", line, err)
+	}
 	d.stopWorkspace(ws.ID(), ctrlv1.StopMode_STOP_MODE_NORMAL)
 	if st, err := p.Wait(); err != nil || st.Signal != "SIGTERM" {
 		t.Errorf("exec across a normal stop: %v, %v; want its exit by SIGTERM", st, err)
 	}
+	if st, err := slow.Wait(); err != nil || st.Code != 5 {
+		t.Errorf("exec of a process that exits 2 s after SIGTERM, across a normal stop: %v, %v; want exit status 5", st, err)
+	}
+	slow.Close()
 	p.Close()
 	d.await(ws.ID(), ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
 

@@ -203,8 +203,15 @@ func TestIssueSession(t *testing.T) {
 	}
 	_, err = e.client.IssueSession(context.Background(), connect.NewRequest(&ctrlv1.IssueSessionRequest{WorkspaceId: id}))
 	testutil.WantCode(t, "issue for STOPPING", err, connect.CodeFailedPrecondition)
-	if a := e.host.Assignment(id); a.DataPlane != nil {
-		t.Errorf("a stopping execution's assignment carries a data plane: %v", a.DataPlane)
+	// While it stops, the host still tells the calls it admitted from
+	// forged ones (it refuses new calls itself, the execution being not
+	// wanted running); once stopped, no token verifies there.
+	if a := e.host.Assignment(id); a.DataPlane == nil {
+		t.Error("a stopping execution's assignment carries no data plane: the calls in flight would be cut")
+	}
+	e.report(id, hostv1.ObservedState_OBSERVED_STATE_STOPPED)
+	if a := e.host.Assignment(id); a.GetDataPlane() != nil {
+		t.Errorf("a stopped execution's assignment carries a data plane: %v", a.DataPlane)
 	}
 }
 

@@ -99,12 +99,17 @@ func (r *record) assignment(now time.Time) *hostv1.Assignment {
 	for _, l := range r.book.Image.Layers {
 		a.Template.Layers = append(a.Template.Layers, &hostv1.TemplateLayer{Digest: l.Digest, DiffId: l.DiffID, SizeBytes: uint64(l.Size)})
 	}
+	// The host admits data-plane calls while the workspace runs. While
+	// it stops, the key still lets the gateway tell the calls it admitted
+	// from forged ones: they go on until their processes report the exits
+	// that the stop brings about, however long the processes take.
+	stopping := r.book.Desired == DesiredStopped && r.ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPING
+	if dp := &r.book.DataPlane; len(dp.Key) > 0 && (r.book.Desired == DesiredRunning || stopping) {
+		a.DataPlane = &hostv1.DataPlane{Key: dp.Key, RevokedSessionIds: dp.revokedIDs(now)}
+	}
 	switch r.book.Desired {
 	case DesiredRunning:
 		a.Desired = hostv1.DesiredState_DESIRED_STATE_RUNNING
-		if dp := &r.book.DataPlane; len(dp.Key) > 0 {
-			a.DataPlane = &hostv1.DataPlane{Key: dp.Key, RevokedSessionIds: dp.revokedIDs(now)}
-		}
 	case DesiredStopped:
 		a.Desired = hostv1.DesiredState_DESIRED_STATE_STOPPED
 	case DesiredDeleted:

@@ -1145,9 +1145,12 @@ type Assignment struct {
 	// layer cannot continue, such as after a Template change.
 	LayerId string `protobuf:"bytes,8,opt,name=layer_id,json=layerId,proto3" json:"layer_id,omitempty"`
 	// data_plane is what the host's data-plane gateway checks session tokens
-	// of this Workspace against. It is present only with desired RUNNING,
-	// once the Workspace has a key (from its first AVAILABLE on); without it
-	// no token works, so sessions end with the execution's run.
+	// of this Workspace against. It is present with desired RUNNING, and
+	// with desired STOPPED while the Workspace is STOPPING (so the calls in
+	// flight report the exits of the stop; the gateway admits no new call
+	// to an execution not wanted running), once the Workspace has a key
+	// (from its first AVAILABLE on); without it no token works, so
+	// sessions end with the execution's run.
 	DataPlane *DataPlane `protobuf:"bytes,9,opt,name=data_plane,json=dataPlane,proto3" json:"data_plane,omitempty"`
 	// network is what the execution's network slot enforces: the Workspace's
 	// policy and the Egresses and Resolvers it references. A running
