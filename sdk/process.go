@@ -92,8 +92,10 @@ func (r ProcessRef) selector() *datav1.ProcessSelector {
 // program, looked up in PATH. Output streams to o.Stdout and o.Stderr as
 // it arrives. A process that ran and exited non-zero, or was killed, is
 // not an error: the ExitStatus says so. When ctx ends first, Exec kills the
-// process (SIGKILL to its process group) and returns ctx's error; use Start
-// for a process that outlives the call.
+// process (SIGKILL to its process group) and returns ctx's error; so it
+// does when following the process fails otherwise (writing its output to
+// o.Stdout failed, the connection broke): Exec leaves nothing running.
+// Use Start for a process that outlives the call.
 func (w *Workspace) Exec(ctx context.Context, args []string, o ExecOptions) (ExitStatus, error) {
 	p, err := w.Start(ctx, args, o)
 	if err != nil {
@@ -101,13 +103,20 @@ func (w *Workspace) Exec(ctx context.Context, args []string, o ExecOptions) (Exi
 	}
 	defer p.Close()
 	st, err := p.Wait()
-	if err != nil && ctx.Err() != nil {
-		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killTimeout)
-		defer cancel()
-		if kerr := p.Kill(kctx); kerr != nil && connect.CodeOf(kerr) != connect.CodeNotFound {
-			return st, fmt.Errorf("%w (killing the process: %v)", ctx.Err(), kerr)
+	if err == nil {
+		return st, nil
+	}
+	if ctx.Err() != nil {
+		err = ctx.Err()
+	}
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killTimeout)
+	defer cancel()
+	switch kerr := p.Kill(kctx); connect.CodeOf(kerr) {
+	case connect.CodeNotFound, connect.CodeUnavailable: // it ended, or its guest did
+	default:
+		if kerr != nil {
+			return st, fmt.Errorf("%w (killing the process: %v)", err, kerr)
 		}
-		return st, ctx.Err()
 	}
 	return st, err
 }
@@ -134,10 +143,10 @@ func (w *Workspace) Start(ctx context.Context, args []string, o ExecOptions) (*P
 	streamCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	opened := make(chan startedStream, 1)
 	go func() {
-		stream, ok, err := serverStream(streamCtx, w, func(d *dataPlane) func(context.Context, *connect.Request[datav1.StartProcessRequest]) (*connect.ServerStreamForClient[datav1.ProcessEvent], error) {
+		stream, ok, gen, err := serverStreamIn(streamCtx, w, 0, func(d *dataPlane) func(context.Context, *connect.Request[datav1.StartProcessRequest]) (*connect.ServerStreamForClient[datav1.ProcessEvent], error) {
 			return d.proc.StartProcess
 		}, req)
-		opened <- startedStream{stream, ok, err}
+		opened <- startedStream{stream, ok, gen, err}
 	}()
 	var s startedStream
 	select {
@@ -157,7 +166,7 @@ func (w *Workspace) Start(ctx context.Context, args []string, o ExecOptions) (*P
 		return nil, errors.New("StartProcess: the stream did not begin with the started event")
 	}
 	stop := context.AfterFunc(ctx, cancel)
-	p := newProcess(w, PID(int(started.GetPid())), func() { stop(); cancel() })
+	p := newProcess(w, PID(int(started.GetPid())), s.gen, func() { stop(); cancel() })
 	go p.follow(s.stream, false, o.Stdout, o.Stderr)
 	if o.Stdin != nil {
 		go p.forwardInput(ctx, o.Stdin)
@@ -166,10 +175,12 @@ func (w *Workspace) Start(ctx context.Context, args []string, o ExecOptions) (*P
 }
 
 // startedStream is what opening a StartProcess stream gave: the stream,
-// whether its first message was received, or the error.
+// whether its first message was received, the run of the Workspace it
+// reached, or the error.
 type startedStream struct {
 	stream *connect.ServerStreamForClient[datav1.ProcessEvent]
 	ok     bool
+	gen    uint64
 	err    error
 }
 
@@ -188,25 +199,34 @@ func (w *Workspace) killWhenStarted(opened <-chan startedStream, cancel context.
 	if started := s.stream.Msg().GetStarted(); s.ok && started != nil {
 		kctx, kcancel := context.WithTimeout(context.Background(), killTimeout)
 		defer kcancel()
-		newProcess(w, PID(int(started.GetPid())), kcancel).Kill(kctx)
+		newProcess(w, PID(int(started.GetPid())), s.gen, kcancel).Kill(kctx)
 	}
 }
 
 // Connect attaches to a running or recently ended process of the
 // Workspace: the output the guest buffered for it comes first, then new
 // output and the exit, to stdout and stderr (nil discards). It returns at
-// once; Wait reports a process that is not found.
+// once; Wait reports a process that is not found. A process named by tag
+// is the one the guest finds now: the handle then names it by its pid.
 func (w *Workspace) Connect(ctx context.Context, ref ProcessRef, stdout, stderr io.Writer) (*Process, error) {
+	return w.connectIn(ctx, ref, 0, stdout, stderr)
+}
+
+// connectIn is Connect in the Workspace's run gen (0: the current one).
+func (w *Workspace) connectIn(ctx context.Context, ref ProcessRef, gen uint64, stdout, stderr io.Writer) (*Process, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	p := newProcess(w, ref, cancel)
+	p := newProcess(w, ref, gen, cancel)
 	go func() {
-		stream, ok, err := serverStream(ctx, w, func(d *dataPlane) func(context.Context, *connect.Request[datav1.ConnectProcessRequest]) (*connect.ServerStreamForClient[datav1.ProcessEvent], error) {
+		stream, ok, reached, err := serverStreamIn(ctx, w, gen, func(d *dataPlane) func(context.Context, *connect.Request[datav1.ConnectProcessRequest]) (*connect.ServerStreamForClient[datav1.ProcessEvent], error) {
 			return d.proc.ConnectProcess
 		}, &datav1.ConnectProcessRequest{Process: ref.selector()})
 		if err != nil {
 			p.finish(ExitStatus{}, err)
 			return
 		}
+		p.mu.Lock()
+		p.gen = reached
+		p.mu.Unlock()
 		p.follow(stream, ok, stdout, stderr)
 	}()
 	return p, nil
@@ -221,14 +241,17 @@ func (w *Workspace) Processes(ctx context.Context) ([]*datav1.ProcessInfo, error
 	return resp.GetProcesses(), err
 }
 
-// Process is a process of a Workspace that a Start or Connect follows.
+// Process is a process of a Workspace that a Start or Connect follows. It
+// belongs to one run of the Workspace: after a stop and start, its calls
+// are not found rather than reach a new process that has its pid.
 type Process struct {
 	w      *Workspace
-	ref    ProcessRef
 	cancel context.CancelFunc // ends the stream and the input forwarding
 	done   chan struct{}      // closed when the stream has ended
 
 	mu       sync.Mutex
+	ref      ProcessRef // its pid once the guest said it
+	gen      uint64     // the run of the Workspace it belongs to; 0 until known
 	pid      int
 	closed   bool
 	status   ExitStatus
@@ -236,12 +259,20 @@ type Process struct {
 	inputErr error // reading Stdin failed
 }
 
-func newProcess(w *Workspace, ref ProcessRef, cancel context.CancelFunc) *Process {
-	return &Process{w: w, ref: ref, pid: ref.pid, cancel: cancel, done: make(chan struct{})}
+func newProcess(w *Workspace, ref ProcessRef, gen uint64, cancel context.CancelFunc) *Process {
+	return &Process{w: w, ref: ref, gen: gen, pid: ref.pid, cancel: cancel, done: make(chan struct{})}
+}
+
+// target is what the process's calls name: the process, and the run of
+// the Workspace it belongs to.
+func (p *Process) target() (*datav1.ProcessSelector, uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ref.selector(), p.gen
 }
 
 // Pid returns the process's pid in the guest; 0 when Connect named it by
-// tag and the guest has not said its pid.
+// tag and the guest has not said its pid yet.
 func (p *Process) Pid() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -276,9 +307,10 @@ func (p *Process) Close() {
 // Signal sends a signal, such as "SIGTERM" or "KILL", to the process's
 // process group.
 func (p *Process) Signal(ctx context.Context, signal string) error {
-	_, err := unary(ctx, p.w, func(d *dataPlane) func(context.Context, *connect.Request[datav1.SignalProcessRequest]) (*connect.Response[datav1.SignalProcessResponse], error) {
+	sel, gen := p.target()
+	_, err := unaryIn(ctx, p.w, gen, func(d *dataPlane) func(context.Context, *connect.Request[datav1.SignalProcessRequest]) (*connect.Response[datav1.SignalProcessResponse], error) {
 		return d.proc.SignalProcess
-	}, &datav1.SignalProcessRequest{Process: p.ref.selector(), Signal: signal})
+	}, &datav1.SignalProcessRequest{Process: sel, Signal: signal})
 	return err
 }
 
@@ -290,32 +322,38 @@ func (p *Process) Kill(ctx context.Context) error {
 // SendInput writes data to the process's input or PTY. A process started
 // without ExecOptions.Stdin has no input to write to.
 func (p *Process) SendInput(ctx context.Context, data []byte) error {
-	_, err := unary(ctx, p.w, func(d *dataPlane) func(context.Context, *connect.Request[datav1.SendInputRequest]) (*connect.Response[datav1.SendInputResponse], error) {
+	sel, gen := p.target()
+	_, err := unaryIn(ctx, p.w, gen, func(d *dataPlane) func(context.Context, *connect.Request[datav1.SendInputRequest]) (*connect.Response[datav1.SendInputResponse], error) {
 		return d.proc.SendInput
-	}, &datav1.SendInputRequest{Process: p.ref.selector(), Data: data})
+	}, &datav1.SendInputRequest{Process: sel, Data: data})
 	return err
 }
 
 // CloseInput closes the process's input.
 func (p *Process) CloseInput(ctx context.Context) error {
-	_, err := unary(ctx, p.w, func(d *dataPlane) func(context.Context, *connect.Request[datav1.CloseInputRequest]) (*connect.Response[datav1.CloseInputResponse], error) {
+	sel, gen := p.target()
+	_, err := unaryIn(ctx, p.w, gen, func(d *dataPlane) func(context.Context, *connect.Request[datav1.CloseInputRequest]) (*connect.Response[datav1.CloseInputResponse], error) {
 		return d.proc.CloseInput
-	}, &datav1.CloseInputRequest{Process: p.ref.selector()})
+	}, &datav1.CloseInputRequest{Process: sel})
 	return err
 }
 
 // Resize changes the size of the process's PTY.
 func (p *Process) Resize(ctx context.Context, size PTYSize) error {
-	_, err := unary(ctx, p.w, func(d *dataPlane) func(context.Context, *connect.Request[datav1.ResizeTerminalRequest]) (*connect.Response[datav1.ResizeTerminalResponse], error) {
+	sel, gen := p.target()
+	_, err := unaryIn(ctx, p.w, gen, func(d *dataPlane) func(context.Context, *connect.Request[datav1.ResizeTerminalRequest]) (*connect.Response[datav1.ResizeTerminalResponse], error) {
 		return d.proc.ResizeTerminal
-	}, &datav1.ResizeTerminalRequest{Process: p.ref.selector(), Size: &datav1.Pty{Cols: uint32(size.Cols), Rows: uint32(size.Rows)}})
+	}, &datav1.ResizeTerminalRequest{Process: sel, Size: &datav1.Pty{Cols: uint32(size.Cols), Rows: uint32(size.Rows)}})
 	return err
 }
 
 // Connect attaches to the process again, for instance after Wait reported
 // a broken stream; see Workspace.Connect.
 func (p *Process) Connect(ctx context.Context, stdout, stderr io.Writer) (*Process, error) {
-	return p.w.Connect(ctx, p.ref, stdout, stderr)
+	p.mu.Lock()
+	ref, gen := p.ref, p.gen
+	p.mu.Unlock()
+	return p.w.connectIn(ctx, ref, gen, stdout, stderr)
 }
 
 // follow writes the process's events to stdout and stderr until it exits or
@@ -331,6 +369,7 @@ func (p *Process) follow(stream *connect.ServerStreamForClient[datav1.ProcessEve
 		case *datav1.ProcessEvent_Started_:
 			p.mu.Lock()
 			p.pid = int(ev.Started.GetPid())
+			p.ref = PID(p.pid) // a tag may name another process later
 			p.mu.Unlock()
 		case *datav1.ProcessEvent_Stdout:
 			err = write(stdout, ev.Stdout, "stdout")
@@ -349,7 +388,10 @@ func (p *Process) follow(stream *connect.ServerStreamForClient[datav1.ProcessEve
 	}
 	err := stream.Err()
 	if err == nil {
-		err = fmt.Errorf("the stream of %s ended before it exited", p.ref)
+		p.mu.Lock()
+		ref := p.ref
+		p.mu.Unlock()
+		err = fmt.Errorf("the stream of %s ended before it exited", ref)
 	}
 	p.finish(ExitStatus{}, err)
 }

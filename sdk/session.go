@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -28,6 +29,9 @@ type Session struct {
 // dataPlane is one session and the data-plane clients that use it.
 type dataPlane struct {
 	session *Session
+	// generation is the run of the Workspace the session reaches (its
+	// token says); 0 when the token does not parse.
+	generation uint64
 	// given is set on a session the handle was made with
 	// (WorkspaceWithSession), not one it issued.
 	given    bool
@@ -76,8 +80,10 @@ func (c *Client) newDataPlane(s *Session) *dataPlane {
 	// Data-plane messages go uncompressed: gzip would cost both ends CPU on
 	// every message, and file and port bytes are often compressed already.
 	opts := append(c.clientOptions(s.Token), connect.WithAcceptCompression("gzip", nil, nil))
+	tok, _ := sessiontoken.Parse(s.Token)
 	return &dataPlane{
-		session:  s,
+		session:    s,
+		generation: tok.Generation,
 		proc:     datav1connect.NewProcessServiceClient(c.hc, s.Endpoint, opts...),
 		files:    datav1connect.NewFileServiceClient(c.hc, s.Endpoint, opts...),
 		metrics:  datav1connect.NewMetricsServiceClient(c.hc, s.Endpoint, opts...),
@@ -154,12 +160,30 @@ func (w *Workspace) forget(d *dataPlane) {
 	}
 }
 
+// dataPlaneIn returns the data plane of the Workspace's run gen (its
+// generation; 0 for whichever runs now). Once a later run's session
+// replaced gen's, the call is not found: what it names (a process by pid)
+// ended with gen, and the same name in the later run is another's.
+func (w *Workspace) dataPlaneIn(ctx context.Context, gen uint64) (*dataPlane, error) {
+	d, err := w.dataPlane(ctx)
+	if err == nil && gen != 0 && d.generation != 0 && d.generation != gen {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf(
+			"it ran in an earlier start of workspace %s (generation %d; generation %d runs now) and ended with it", w.id, gen, d.generation))
+	}
+	return d, err
+}
+
 // unary calls a unary data-plane method, with a new session once more when
 // the data plane reports the session expired. method picks the method of a
 // dataPlane's client.
 func unary[Req, Resp any](ctx context.Context, w *Workspace, method func(*dataPlane) func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error), req *Req) (*Resp, error) {
+	return unaryIn(ctx, w, 0, method, req)
+}
+
+// unaryIn is unary in the Workspace's run gen (see dataPlaneIn).
+func unaryIn[Req, Resp any](ctx context.Context, w *Workspace, gen uint64, method func(*dataPlane) func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error), req *Req) (*Resp, error) {
 	for retried := false; ; retried = true {
-		d, err := w.dataPlane(ctx)
+		d, err := w.dataPlaneIn(ctx, gen)
 		if err != nil {
 			return nil, err
 		}
@@ -179,23 +203,30 @@ func unary[Req, Resp any](ctx context.Context, w *Workspace, method func(*dataPl
 // ok reports whether stream.Msg holds the first message; when it does not,
 // the stream ended without one and without an error.
 func serverStream[Req, Msg any](ctx context.Context, w *Workspace, method func(*dataPlane) func(context.Context, *connect.Request[Req]) (*connect.ServerStreamForClient[Msg], error), req *Req) (stream *connect.ServerStreamForClient[Msg], ok bool, err error) {
+	stream, ok, _, err = serverStreamIn(ctx, w, 0, method, req)
+	return stream, ok, err
+}
+
+// serverStreamIn is serverStream in the Workspace's run gen (see
+// dataPlaneIn); it also returns the run the stream reached.
+func serverStreamIn[Req, Msg any](ctx context.Context, w *Workspace, gen uint64, method func(*dataPlane) func(context.Context, *connect.Request[Req]) (*connect.ServerStreamForClient[Msg], error), req *Req) (stream *connect.ServerStreamForClient[Msg], ok bool, reached uint64, err error) {
 	for retried := false; ; retried = true {
-		d, err := w.dataPlane(ctx)
+		d, err := w.dataPlaneIn(ctx, gen)
 		if err != nil {
-			return nil, false, err
+			return nil, false, 0, err
 		}
 		stream, err := method(d)(ctx, connect.NewRequest(req))
 		if err == nil {
 			if stream.Receive() {
-				return stream, true, nil
+				return stream, true, d.generation, nil
 			}
 			if err = stream.Err(); err == nil {
-				return stream, false, nil
+				return stream, false, d.generation, nil
 			}
 			stream.Close()
 		}
 		if retried || !refused(d, err) {
-			return nil, false, err
+			return nil, false, 0, err
 		}
 		w.forget(d)
 	}

@@ -509,11 +509,34 @@ func TestExecAcrossTheWorkspacesStop(t *testing.T) {
 	}
 	d.await(ws.ID(), ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
 	// The handle's session was of the first start: it takes a new one.
+	first := p
 	p, err = ws.Start(ctx, []string{"sleep", "60"}, sdk.ExecOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
+	// A process handle of the first start names nothing in the second,
+	// not even a process that has its pid.
+	if err := first.Kill(ctx); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("Kill through a handle of the first start: %v; want not_found", err)
+	}
+	if err := first.Signal(ctx, "SIGTERM"); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("Signal through a handle of the first start: %v; want not_found", err)
+	}
+	again, err := first.Connect(ctx, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := again.Wait(); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("Connect through a handle of the first start: %v; want not_found", err)
+	}
+	procs, err := ws.Processes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(procs, func(i *datav1.ProcessInfo) bool { return int(i.GetPid()) == p.Pid() && i.GetExited() == nil }) {
+		t.Errorf("the second start's process %d is not running: %v", p.Pid(), procs)
+	}
 	d.stopWorkspace(ws.ID(), ctrlv1.StopMode_STOP_MODE_FORCE)
 	if st, err := p.Wait(); connect.CodeOf(err) != connect.CodeUnavailable {
 		t.Errorf("exec across a forced stop: %v, %v; want unavailable", st, err)

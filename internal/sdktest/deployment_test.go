@@ -116,6 +116,35 @@ func TestExecStreamsOutput(t *testing.T) {
 	}
 }
 
+// failingWriter takes its first write and fails the others.
+type failingWriter struct{ writes int }
+
+func (w *failingWriter) Write(p []byte) (int, error) {
+	if w.writes++; w.writes > 1 {
+		return 0, errors.New("sink closed")
+	}
+	return len(p), nil
+}
+
+// TestExecLeavesNothingRunning: an Exec that cannot follow its process
+// (here its output cannot be written) fails and kills the process.
+func TestExecLeavesNothingRunning(t *testing.T) {
+	ws := newWorkspace(t)
+	_, err := ws.Exec(t.Context(), []string{"sh", "-c", "echo $$ > /tmp/ticker; while true; do echo tick; sleep 0.1; done"},
+		sdk.ExecOptions{Stdout: &failingWriter{}})
+	if err == nil || !strings.Contains(err.Error(), "sink closed") {
+		t.Fatalf("Exec with a failing stdout: %v", err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if sh(t, ws, "kill -0 $(cat /tmp/ticker) 2>/dev/null && echo running || echo gone") == "gone\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the process of the failed Exec still runs")
+		}
+	}
+}
+
 func TestExecSendsStdinThenCloses(t *testing.T) {
 	ws := newWorkspace(t)
 	// More than one SendInput's worth (the SDK sends 32 KiB at most).
@@ -150,6 +179,7 @@ func TestStartAndConnect(t *testing.T) {
 	if _, err := p.Wait(); err != nil {
 		t.Fatal(err)
 	}
+	built := p.Pid()
 	var out bytes.Buffer
 	p, err = ws.Connect(t.Context(), sdk.Tag("build"), &out, nil)
 	if err != nil {
@@ -158,6 +188,24 @@ func TestStartAndConnect(t *testing.T) {
 	st, err := p.Wait()
 	if err != nil || st.Signal != "SIGKILL" || out.String() != "buffered" {
 		t.Errorf("Connect: %v, %v, output %q", st, err, out.String())
+	}
+	if p.Pid() != built {
+		t.Errorf("Connect by tag: pid %d, want %d", p.Pid(), built)
+	}
+	// The tag is free once its process ended: the handle that found the
+	// ended one by tag acts on it, not on the tag's new process.
+	next, err := ws.Start(t.Context(), []string{"sleep", "30"}, sdk.ExecOptions{Tag: "build"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Kill(t.Context()); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("Kill of the ended process Connect found by tag: %v; want failed_precondition (it has ended)", err)
+	}
+	if err := next.Kill(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := next.Wait(); err != nil || st.Signal != "SIGKILL" {
+		t.Errorf("the tag's new process: %v, %v", st, err)
 	}
 
 	p, _ = ws.Connect(t.Context(), sdk.Tag("nope"), nil, nil)

@@ -25,10 +25,7 @@ func (s *ProcessService) StartProcess(ctx context.Context, req *connect.Request[
 		return err
 	}
 	defer p.out.detach(cur)
-	started := &datav1.ProcessEvent{Event: &datav1.ProcessEvent_Started_{
-		Started: &datav1.ProcessEvent_Started{Pid: int32(p.pid)},
-	}}
-	if err := stream.Send(started); err != nil {
+	if err := stream.Send(startedEvent(p)); err != nil {
 		return toConnect(stageStreamingProcess, err)
 	}
 	return follow(ctx, p.out, cur, stream)
@@ -46,8 +43,9 @@ func (s *ProcessService) Launch(req *datav1.StartProcessRequest) (ended <-chan s
 	return p.done, nil
 }
 
-// ConnectProcess implements ProcessService.ConnectProcess: the buffered
-// output first, then new output and the exit.
+// ConnectProcess implements ProcessService.ConnectProcess: started, which
+// names the process found (by tag, the caller learns its pid), then the
+// buffered output, new output and the exit.
 func (s *ProcessService) ConnectProcess(ctx context.Context, req *connect.Request[datav1.ConnectProcessRequest], stream *connect.ServerStream[datav1.ProcessEvent]) error {
 	p, err := s.lookup(req.Msg.GetProcess(), stageStreamingProcess)
 	if err != nil {
@@ -55,7 +53,17 @@ func (s *ProcessService) ConnectProcess(ctx context.Context, req *connect.Reques
 	}
 	cur := p.out.attach()
 	defer p.out.detach(cur)
+	if err := stream.Send(startedEvent(p)); err != nil {
+		return toConnect(stageStreamingProcess, err)
+	}
 	return follow(ctx, p.out, cur, stream)
+}
+
+// startedEvent is the first event of a process's stream.
+func startedEvent(p *process) *datav1.ProcessEvent {
+	return &datav1.ProcessEvent{Event: &datav1.ProcessEvent_Started_{
+		Started: &datav1.ProcessEvent_Started{Pid: int32(p.pid)},
+	}}
 }
 
 // follow sends the log's events from cur on, until the exit.

@@ -356,8 +356,11 @@ func TestConnectReplaysOutput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2 := &run{order: []string{"started"}} // ConnectProcess sends no started
+	r2 := &run{} // started first: by tag, the caller learns the pid
 	r2.waitFor(t, again, "replay", func() bool { return r2.stdout.String() == "hello\n" })
+	if r2.pid != r.pid {
+		t.Fatalf("ConnectProcess by tag started with pid %d, want %d", r2.pid, r.pid)
+	}
 	if _, err := e.pc.SendInput(ctx, connect.NewRequest(&datav1.SendInputRequest{
 		Process: &datav1.ProcessSelector{Selector: &datav1.ProcessSelector_Tag{Tag: "job"}}, Data: []byte("42\n"),
 	})); err != nil {
@@ -375,7 +378,7 @@ func TestConnectReplaysOutput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r3 := &run{order: []string{"started"}}
+	r3 := &run{}
 	for third.Receive() {
 		r3.add(t, third.Msg())
 	}

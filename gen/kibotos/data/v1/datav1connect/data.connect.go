@@ -116,8 +116,8 @@ type ProcessServiceClient interface {
 	// then output in order, then exited last.
 	StartProcess(context.Context, *connect.Request[v1.StartProcessRequest]) (*connect.ServerStreamForClient[v1.ProcessEvent], error)
 	// ConnectProcess attaches to a running or recently ended process by pid
-	// or tag: the output the guest buffered for it (the most recent bytes)
-	// comes first, then new output and the exit.
+	// or tag: started first (its pid), then the output the guest buffered
+	// for it (the most recent bytes), new output and the exit.
 	ConnectProcess(context.Context, *connect.Request[v1.ConnectProcessRequest]) (*connect.ServerStreamForClient[v1.ProcessEvent], error)
 	// ListProcesses lists the processes started through StartProcess that
 	// run, and those that ended recently.
@@ -241,8 +241,8 @@ type ProcessServiceHandler interface {
 	// then output in order, then exited last.
 	StartProcess(context.Context, *connect.Request[v1.StartProcessRequest], *connect.ServerStream[v1.ProcessEvent]) error
 	// ConnectProcess attaches to a running or recently ended process by pid
-	// or tag: the output the guest buffered for it (the most recent bytes)
-	// comes first, then new output and the exit.
+	// or tag: started first (its pid), then the output the guest buffered
+	// for it (the most recent bytes), new output and the exit.
 	ConnectProcess(context.Context, *connect.Request[v1.ConnectProcessRequest], *connect.ServerStream[v1.ProcessEvent]) error
 	// ListProcesses lists the processes started through StartProcess that
 	// run, and those that ended recently.

@@ -1576,8 +1576,8 @@ export const ProcessService: GenService<{
   },
   /**
    * ConnectProcess attaches to a running or recently ended process by pid
-   * or tag: the output the guest buffered for it (the most recent bytes)
-   * comes first, then new output and the exit.
+   * or tag: started first (its pid), then the output the guest buffered
+   * for it (the most recent bytes), new output and the exit.
    *
    * @generated from rpc kibotos.data.v1.ProcessService.ConnectProcess
    */
