@@ -61,7 +61,9 @@ export interface ExecResult {
 /**
  * Process is a process of a Workspace that start follows: wait resolves
  * when it exits; kill, sendInput, closeInput and resize act on it in the
- * guest.
+ * guest. It belongs to one run of the Workspace: after a stop and start,
+ * those calls reject with not_found rather than reach a new process that
+ * has its pid.
  */
 export class Process {
   /** pid is the process's pid in the guest. */
@@ -78,6 +80,7 @@ export class Process {
     rest: AsyncIterator<ProcessEvent>,
     opts: ExecOptions,
     stopStream: AbortController,
+    private readonly generation?: string,
   ) {
     this.pid = pid;
     this.stop = stopStream;
@@ -98,7 +101,7 @@ export class Process {
 
   /** kill sends signal (default SIGKILL) to the process's process group. */
   async kill(signal = "SIGKILL"): Promise<void> {
-    await this.sessions.unary((d) => d.proc.signalProcess({ process: this.selector(), signal }));
+    await this.sessions.unary((d) => d.proc.signalProcess({ process: this.selector(), signal }), this.generation);
   }
 
   /** sendInput writes data to the process's input or PTY; the process must have been started with stdin. */
@@ -107,19 +110,19 @@ export class Process {
     let i = 0;
     do {
       const part = bytes.subarray(i, i + INPUT_CHUNK);
-      await this.sessions.unary((d) => d.proc.sendInput({ process: this.selector(), data: part }));
+      await this.sessions.unary((d) => d.proc.sendInput({ process: this.selector(), data: part }), this.generation);
       i += INPUT_CHUNK;
     } while (i < bytes.length);
   }
 
   /** closeInput closes the process's input. */
   async closeInput(): Promise<void> {
-    await this.sessions.unary((d) => d.proc.closeInput({ process: this.selector() }));
+    await this.sessions.unary((d) => d.proc.closeInput({ process: this.selector() }), this.generation);
   }
 
   /** resize changes the size of the process's PTY. */
   async resize(size: PtySize): Promise<void> {
-    await this.sessions.unary((d) => d.proc.resizeTerminal({ process: this.selector(), size }));
+    await this.sessions.unary((d) => d.proc.resizeTerminal({ process: this.selector(), size }), this.generation);
   }
 
   /**

@@ -1,10 +1,10 @@
 // Data-plane sessions: issued on the control plane, cached per Workspace
 // handle, renewed before they expire or when the data plane says they did.
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import { createClient, type Client } from "@connectrpc/connect";
+import { Code, createClient, type Client } from "@connectrpc/connect";
 import { FileService, ProcessService } from "../gen/kibotos/data/v1/data_pb.js";
 import type { KibotosBase } from "./client.js";
-import { sessionRefused, toKibotosError, wrap } from "./errors.js";
+import { KibotosError, sessionRefused, toKibotosError, wrap } from "./errors.js";
 
 /** RENEW_BEFORE_MS is how long before its expiry a cached session is replaced. */
 const RENEW_BEFORE_MS = 30_000;
@@ -21,6 +21,8 @@ export interface Session {
 /** DataPlane is one session and the data-plane clients that use it. */
 export interface DataPlane {
   session: Session;
+  /** generation is the run of the Workspace the session reaches (its token says); undefined when the token does not tell. */
+  generation?: string;
   proc: Client<typeof ProcessService>;
   files: Client<typeof FileService>;
   /** fileBytes is whether the endpoint serves FILE_BYTES_PATH; undefined until a call tells. */
@@ -85,16 +87,40 @@ export class Sessions {
       expiresAt: resp.expiresAt ? timestampDate(resp.expiresAt) : undefined,
     };
     const transport = this.client.connections.transport(session.endpoint, session.token);
-    return { session, proc: createClient(ProcessService, transport), files: createClient(FileService, transport) };
+    return {
+      session,
+      generation: tokenGeneration(session.token),
+      proc: createClient(ProcessService, transport),
+      files: createClient(FileService, transport),
+    };
+  }
+
+  /**
+   * getIn returns the data plane of the Workspace's run generation
+   * (undefined: whichever runs now). Once a later run's session replaced
+   * that run's, it rejects with not_found: what the call names (a process
+   * by pid) ended with its run, and the same name in the later run is
+   * another's.
+   */
+  private async getIn(generation?: string): Promise<DataPlane> {
+    const d = await this.get();
+    if (generation !== undefined && d.generation !== undefined && d.generation !== generation) {
+      throw new KibotosError(
+        `it ran in an earlier start of workspace ${this.workspaceId} (generation ${generation}; generation ${d.generation} runs now) and ended with it`,
+        Code.NotFound,
+      );
+    }
+    return d;
   }
 
   /**
    * unary makes a unary data-plane call, with a new session once more when
-   * the data plane reports the session expired.
+   * the data plane reports the session expired; in the run generation when
+   * given (see getIn).
    */
-  async unary<T>(call: (d: DataPlane) => Promise<T>): Promise<T> {
+  async unary<T>(call: (d: DataPlane) => Promise<T>, generation?: string): Promise<T> {
     for (let retried = false; ; retried = true) {
-      const d = await this.get();
+      const d = await this.getIn(generation);
       try {
         return await call(d);
       } catch (e) {
@@ -109,15 +135,16 @@ export class Sessions {
    * stream opens a server stream and reads its first message, with a new
    * session once more when that fails because the session expired. It
    * returns the first message (undefined when the stream ended without
-   * one) and the iterator that goes on with the rest.
+   * one), the iterator that goes on with the rest, and the run of the
+   * Workspace the stream reached.
    */
-  async stream<T>(open: (d: DataPlane) => AsyncIterable<T>): Promise<{ first?: T; rest: AsyncIterator<T> }> {
+  async stream<T>(open: (d: DataPlane) => AsyncIterable<T>): Promise<{ first?: T; rest: AsyncIterator<T>; generation?: string }> {
     for (let retried = false; ; retried = true) {
       const d = await this.get();
       const rest = open(d)[Symbol.asyncIterator]();
       try {
         const r = await rest.next();
-        return { first: r.done ? undefined : r.value, rest };
+        return { first: r.done ? undefined : r.value, rest, generation: d.generation };
       } catch (e) {
         const err = toKibotosError(e);
         if (retried || !sessionRefused(err)) throw err;
@@ -125,4 +152,13 @@ export class Sessions {
       }
     }
   }
+}
+
+/**
+ * tokenGeneration is the generation a session token names: its third of
+ * five dot-separated fields, <session>.<workspace>.<generation>.<expiry>.<mac>.
+ */
+function tokenGeneration(token: string): string | undefined {
+  const f = token.split(".");
+  return f.length === 5 && /^(0|[1-9][0-9]*)$/.test(f[2]) ? f[2] : undefined;
 }

@@ -44,11 +44,18 @@ export class Workspace {
    * exec runs args in the Workspace and resolves once it ends: args[0] is
    * the program, looked up in PATH. Output goes to onStdout and onStderr as
    * it arrives. A process that exited non-zero, or that a signal ended, is
-   * not an error: the result says so.
+   * not an error: the result says so. When following the process fails
+   * (a callback threw, the connection broke), exec kills it before it
+   * rejects: it leaves nothing running.
    */
   async exec(args: string[], opts: ExecOptions = {}): Promise<ExecResult> {
     const p = await this.start(args, opts);
-    return p.wait();
+    try {
+      return await p.wait();
+    } catch (e) {
+      await p.kill().catch(() => undefined); // it may have ended, or its guest
+      throw e;
+    }
   }
 
   /**
@@ -68,12 +75,12 @@ export class Workspace {
     };
     // stop ends the stream; opts.signal kills the process instead (see Process).
     const stop = new AbortController();
-    const { first, rest } = await this.sessions.stream((d) => d.proc.startProcess(req, { signal: stop.signal }));
+    const { first, rest, generation } = await this.sessions.stream((d) => d.proc.startProcess(req, { signal: stop.signal }));
     if (first?.event.case !== "started") {
       stop.abort();
       throw new KibotosError("StartProcess: the stream did not begin with the started event", Code.Internal);
     }
-    return new Process(this.sessions, first.event.value.pid, rest, opts, stop);
+    return new Process(this.sessions, first.event.value.pid, rest, opts, stop, generation);
   }
 
   /** processes lists the processes started in the Workspace that run, and those that ended recently. */

@@ -258,6 +258,41 @@ describe("a workspace", () => {
       short.close();
     }
   });
+
+  test("exec kills a process it can no longer follow", async () => {
+    const loop = ["sh", "-c", "echo $$ > /tmp/ticker; while true; do echo tick; sleep 0.1; done"];
+    const sinkClosed = () => {
+      throw new Error("sink closed");
+    };
+    await assert.rejects(ws.exec(loop, { onStdout: sinkClosed }), (err: unknown) => String(err).includes("sink closed"));
+    for (let i = 0; ; i++) {
+      const r = await ws.exec(["sh", "-c", "kill -0 $(cat /tmp/ticker) 2>/dev/null && echo running || echo gone"]);
+      if (r.stdout === "gone\n") break;
+      assert.ok(i < 100, "the process of the failed exec still runs");
+      await sleep(50);
+    }
+  });
+
+  test("a process handle acts only in its own start of the workspace", async () => {
+    // Each start's first process gets the same pid: the old handle's pid
+    // names the new process, which its calls must not reach.
+    const restart = async () => {
+      await kb.stopWorkspace(ws.id);
+      await kb.startWorkspace(ws.id);
+    };
+    await restart();
+    const old = await ws.start(["sleep", "600"]);
+    await restart();
+    await old.wait().catch(() => undefined);
+    const fresh = await ws.start(["sleep", "600"]);
+    try {
+      await assert.rejects(old.kill(), isKibotosError(Code.NotFound));
+      const listed = await ws.processes();
+      assert.ok(listed.some((i) => i.pid === fresh.pid && i.exited === undefined), "the new start's process runs");
+    } finally {
+      await fresh.kill();
+    }
+  });
 });
 
 describe("control-plane errors", () => {
