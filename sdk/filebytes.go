@@ -13,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -88,7 +89,7 @@ func (c *Client) fileBytes(ctx context.Context, d *dataPlane, method string, que
 		if ce := new(connect.Error); errors.As(err, &ce) {
 			return nil, ce
 		}
-		return nil, connect.NewError(connect.CodeUnavailable, err)
+		return nil, transportError(ctx, err)
 	}
 	if resp.StatusCode == http.StatusOK {
 		d.fileBytes.Store(fileBytesServed)
@@ -102,6 +103,19 @@ func (c *Client) fileBytes(ctx context.Context, d *dataPlane, method string, que
 		return nil, errNoFileBytes
 	}
 	return nil, wireError(resp.StatusCode, b)
+}
+
+// transportError is the Connect error of a request of FileBytesPath that
+// failed on its way: canceled or deadline_exceeded when ctx ended, which
+// a retry would not mend; else unavailable (retry it).
+func transportError(ctx context.Context, err error) error {
+	switch {
+	case errors.Is(ctx.Err(), context.Canceled):
+		return connect.NewError(connect.CodeCanceled, err)
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return connect.NewError(connect.CodeDeadlineExceeded, err)
+	}
+	return connect.NewError(connect.CodeUnavailable, err)
 }
 
 // wireError decodes a Connect error written as JSON (the gateway's and the
@@ -170,7 +184,7 @@ func (c *Client) downloadBytes(ctx context.Context, d *dataPlane, remotePath str
 			return n, nil
 		}
 		if rerr != nil {
-			return n, rerr
+			return n, transportError(ctx, rerr)
 		}
 	}
 }
@@ -181,25 +195,60 @@ func (c *Client) uploadBytes(ctx context.Context, d *dataPlane, r io.Reader, sta
 	length := knownLength(r)
 	query := url.Values{"path": {start.GetPath()}, "user": {start.GetUser()}, "mode": {strconv.FormatUint(uint64(start.GetMode()), 8)}}
 	body := &countingReader{r: r, steps: progressSteps{report: progress}}
-	resp, err := c.fileBytes(ctx, d, http.MethodPut, query, body, length)
-	if body.err != nil {
+	var src io.Reader = body
+	if length < 0 {
+		// A stream may block (a pipe, a terminal), and the transport
+		// reads a body to its end even after ctx ended: fed through a
+		// pipe that ctx closes, the call ends with ctx.
+		fed := feedUntilDone(ctx, body)
+		defer fed.stop()
+		src = fed
+	}
+	resp, err := c.fileBytes(ctx, d, http.MethodPut, query, src, length)
+	read, rerr := body.counts()
+	if rerr != nil {
 		// The transport ended the request when r failed: the guest
 		// received no end, so it wrote nothing.
-		return nil, body.n, fmt.Errorf("reading the upload: %w", body.err)
+		return nil, read, fmt.Errorf("reading the upload: %w", rerr)
 	}
 	if err != nil {
-		return nil, body.n, err
+		return nil, read, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return nil, body.n, err
+		return nil, read, transportError(ctx, err)
 	}
 	out := new(datav1.WriteFileResponse)
 	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(b, out); err != nil {
-		return nil, body.n, connect.NewError(connect.CodeInternal, fmt.Errorf("the answer of the upload: %w", err))
+		return nil, read, connect.NewError(connect.CodeInternal, fmt.Errorf("the answer of the upload: %w", err))
 	}
-	return out.GetFile(), body.n, nil
+	return out.GetFile(), read, nil
+}
+
+// fedBody is a request body that a goroutine feeds from a reader through
+// a pipe, which closes when a context ends: its reader ends then, however
+// long the source blocks (the goroutine ends at the source's next read).
+type fedBody struct {
+	pr   *io.PipeReader
+	stop func() bool
+}
+
+// feedUntilDone returns the body of src that ends with ctx.
+func feedUntilDone(ctx context.Context, src io.WriterTo) *fedBody {
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := src.WriteTo(pw)
+		pw.CloseWithError(err)
+	}()
+	return &fedBody{pr: pr, stop: context.AfterFunc(ctx, func() { pr.CloseWithError(ctx.Err()) })}
+}
+
+func (b *fedBody) Read(p []byte) (int, error) { return b.pr.Read(p) }
+
+// WriteTo keeps the source's pieces of up to a MiB (see countingReader).
+func (b *fedBody) WriteTo(w io.Writer) (int64, error) {
+	return io.CopyBuffer(struct{ io.Writer }{w}, b.pr, make([]byte, bytesBufferSize))
 }
 
 // knownLength returns how many bytes r holds, or -1 when it cannot tell: a
@@ -226,9 +275,18 @@ func knownLength(r io.Reader) int64 {
 // the first error of r other than io.EOF.
 type countingReader struct {
 	r     io.Reader
-	n     int64
-	err   error
 	steps progressSteps
+
+	mu  sync.Mutex // n and err: a fedBody's goroutine may still read
+	n   int64
+	err error
+}
+
+// counts returns how many bytes were read, and the first error.
+func (c *countingReader) counts() (int64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n, c.err
 }
 
 // WriteTo copies what c reads to w through a buffer of a MiB: sent
@@ -241,11 +299,14 @@ func (c *countingReader) WriteTo(w io.Writer) (int64, error) {
 
 func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
+	c.mu.Lock()
 	c.n += int64(n)
-	c.steps.moved(c.n, err == io.EOF)
+	total := c.n
 	if err != nil && err != io.EOF && c.err == nil {
 		c.err = err
 	}
+	c.mu.Unlock()
+	c.steps.moved(total, err == io.EOF)
 	return n, err
 }
 

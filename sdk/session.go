@@ -84,12 +84,12 @@ func (c *Client) newDataPlane(s *Session) *dataPlane {
 	return &dataPlane{
 		session:    s,
 		generation: tok.Generation,
-		proc:     datav1connect.NewProcessServiceClient(c.hc, s.Endpoint, opts...),
-		files:    datav1connect.NewFileServiceClient(c.hc, s.Endpoint, opts...),
-		metrics:  datav1connect.NewMetricsServiceClient(c.hc, s.Endpoint, opts...),
-		services: datav1connect.NewServiceServiceClient(c.hc, s.Endpoint, opts...),
-		screen:   datav1connect.NewScreenServiceClient(c.hc, s.Endpoint, opts...),
-		input:    datav1connect.NewInputServiceClient(c.hc, s.Endpoint, opts...),
+		proc:       datav1connect.NewProcessServiceClient(c.hc, s.Endpoint, opts...),
+		files:      datav1connect.NewFileServiceClient(c.hc, s.Endpoint, opts...),
+		metrics:    datav1connect.NewMetricsServiceClient(c.hc, s.Endpoint, opts...),
+		services:   datav1connect.NewServiceServiceClient(c.hc, s.Endpoint, opts...),
+		screen:     datav1connect.NewScreenServiceClient(c.hc, s.Endpoint, opts...),
+		input:      datav1connect.NewInputServiceClient(c.hc, s.Endpoint, opts...),
 	}
 }
 

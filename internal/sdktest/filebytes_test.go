@@ -2,8 +2,10 @@ package sdktest
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
@@ -125,3 +128,33 @@ func TestFileBytesOverHTTP(t *testing.T) {
 		t.Errorf("after a cut PUT: size and temporary files %q, want %q", got, want)
 	}
 }
+
+// TestFileBytesCallerEnds: an upload or download whose context ends is
+// canceled or deadline_exceeded, not unavailable (which says "retry
+// it"), and the context's error is in its chain.
+func TestFileBytesCallerEnds(t *testing.T) {
+	ws := newWorkspace(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	stalled, _ := io.Pipe() // a source that never gives a byte
+	_, err := ws.Upload(ctx, stalled, "/tmp/never", 0o644)
+	if connect.CodeOf(err) != connect.CodeDeadlineExceeded || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Upload past its deadline: %v (%v); want deadline_exceeded", err, connect.CodeOf(err))
+	}
+
+	sh(t, ws, "head -c 8388608 /dev/zero > /tmp/big")
+	ctx, cancel = context.WithCancel(t.Context())
+	defer cancel()
+	_, err = ws.Download(ctx, "/tmp/big", writerFunc(func(p []byte) (int, error) {
+		cancel() // the caller gives up after the first bytes
+		return len(p), nil
+	}))
+	if connect.CodeOf(err) != connect.CodeCanceled || !errors.Is(err, context.Canceled) {
+		t.Errorf("Download canceled midway: %v (%v); want canceled", err, connect.CodeOf(err))
+	}
+}
+
+// writerFunc is an io.Writer of a function.
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
