@@ -9,6 +9,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -318,13 +319,28 @@ func mustAffect(res sql.Result, err error) error {
 
 // Times are stored as Unix nanoseconds; NULL (or zero) is the zero time.
 
-func toNanos(t time.Time) int64 { return t.UnixNano() }
+// toNanos is t in the unit of the time columns, nanoseconds since the
+// Unix epoch. A time int64 cannot hold there (before 1678, after 2262)
+// is its least or greatest value, so it still orders as it should: a
+// deadline in 2300 is never due.
+func toNanos(t time.Time) int64 {
+	switch {
+	case t.Before(minNanosTime):
+		return math.MinInt64
+	case t.After(maxNanosTime):
+		return math.MaxInt64
+	}
+	return t.UnixNano()
+}
+
+// minNanosTime and maxNanosTime are the times toNanos holds exactly.
+var minNanosTime, maxNanosTime = time.Unix(0, math.MinInt64), time.Unix(0, math.MaxInt64)
 
 func nullNanos(t time.Time) sql.NullInt64 {
 	if t.IsZero() {
 		return sql.NullInt64{}
 	}
-	return sql.NullInt64{Int64: t.UnixNano(), Valid: true}
+	return sql.NullInt64{Int64: toNanos(t), Valid: true}
 }
 
 func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }

@@ -41,6 +41,7 @@ func Run(t *testing.T, open Open) {
 		{"ConcurrentCompareAndSwap", testConcurrentCAS},
 		{"ConcurrentSameCommand", testConcurrentSameCommand},
 		{"Workspaces", testWorkspaces},
+		{"DeadlinesBeyondNanoseconds", testFarDeadlines},
 		{"LabelsOfMany", testLabelsOfMany},
 		{"TemplatesAndHosts", testTemplatesAndHosts},
 		{"HostTokens", testHostTokens},
@@ -615,6 +616,24 @@ func testLabelsOfMany(t *testing.T, s store.Store) {
 			t.Fatal(err)
 		}
 		check("Workspace", []store.Workspace{one})
+		return nil
+	})
+}
+
+// testFarDeadlines: a deadline past what int64 nanoseconds hold (after
+// 2262) is never due; one before 1678 always is.
+func testFarDeadlines(t *testing.T, s store.Store) {
+	mustProject(t, s, "p1")
+	far := store.Workspace{ProjectID: "p1", ID: "w-far", TemplateID: "base", Body: []byte("far"), HostID: "h1",
+		ExpiresAt: time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC), CreatedAt: now, UpdatedAt: now}
+	past := far
+	past.ID, past.ExpiresAt = "w-past", time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC)
+	update(t, s, func(tx store.Tx) error { return errors.Join(tx.CreateWorkspace(ctx, far), tx.CreateWorkspace(ctx, past)) })
+	view(t, s, func(tx store.Tx) error {
+		expired, err := tx.ExpiredWorkspaces(ctx, now.Add(100*365*24*time.Hour), 10)
+		if err != nil || len(expired) != 1 || expired[0].ID != "w-past" {
+			t.Errorf("expired a century on = %v, %v; want only w-past", expired, err)
+		}
 		return nil
 	})
 }
