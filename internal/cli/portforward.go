@@ -75,6 +75,9 @@ func wsPortForwardCommand(c *conn) *cobra.Command {
 		if err != nil {
 			return err
 		}
+		if err := checkListenAddresses(addresses); err != nil {
+			return err
+		}
 		ws, closeIdle, err := openWorkspace(cmd, c, args[0])
 		if err != nil {
 			return err
@@ -123,6 +126,20 @@ func wsPortForwardCommand(c *conn) *cobra.Command {
 		return nil
 	}
 	return cmd
+}
+
+// checkListenAddresses refuses an empty --address list or entry: Listen
+// takes an empty host for every interface, which nobody asked for.
+func checkListenAddresses(addresses []string) error {
+	if len(addresses) == 0 {
+		return errors.New("--address: name at least one local address, such as 127.0.0.1")
+	}
+	for _, a := range addresses {
+		if strings.TrimSpace(a) == "" {
+			return fmt.Errorf("--address %q: an empty address would listen on every interface; name it (0.0.0.0 or :: for all of them)", strings.Join(addresses, ","))
+		}
+	}
+	return nil
 }
 
 // acceptForwards forwards each connection ln accepts to the guest port

@@ -219,3 +219,16 @@ func TestPortForwardRefusedBeforeListening(t *testing.T) {
 		t.Errorf("port-forward with a viewer's token: %v, stdout %q", err, stdout)
 	}
 }
+
+// TestPortForwardNamesItsAddresses: an empty --address, or an empty entry
+// in it, is refused before anything listens: it would listen on every
+// interface.
+func TestPortForwardNamesItsAddresses(t *testing.T) {
+	e, id := newDataEnv(t)
+	for _, addrs := range []string{"", ",", "127.0.0.1,", " "} {
+		stdout, _, err := e.runData(t, "", "ws", "port-forward", "--address", addrs, id, "0:80")
+		if err == nil || !strings.Contains(err.Error(), "--address") || strings.Contains(stdout, "Forwarding") {
+			t.Errorf("--address %q: %v, stdout %q; want refused before listening", addrs, err, stdout)
+		}
+	}
+}
