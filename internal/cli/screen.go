@@ -134,13 +134,28 @@ func parseChord(s string) ([]*datav1.InputEvent, error) {
 	if s == "+" || !strings.Contains(s, "+") {
 		return []*datav1.InputEvent{sdk.Key(s)}, nil
 	}
-	keys := strings.Split(s, "+")
-	for _, k := range keys {
+	var keys []string
+	parts := strings.Split(s, "+")
+	for i := 0; i < len(parts); i++ {
+		k := parts[i]
+		if k == "U" && i+1 < len(parts) && isHex(parts[i+1]) {
+			i++
+			k += "+" + parts[i] // a keysym by code point, U+20AC
+		}
 		if k == "" {
 			return nil, errors.New("empty key in chord")
 		}
+		keys = append(keys, k)
+	}
+	if len(keys) == 1 {
+		return []*datav1.InputEvent{sdk.Key(keys[0])}, nil
 	}
 	return sdk.Chord(keys...), nil
+}
+
+// isHex reports whether s is a non-empty run of hexadecimal digits.
+func isHex(s string) bool {
+	return s != "" && strings.Trim(s, "0123456789abcdefABCDEF") == ""
 }
 
 // parsePair reads "A,B" as two integers.

@@ -22,8 +22,8 @@ func TestInputSendsFlagsInOrder(t *testing.T) {
 	e, f := newCtrlEnv(t)
 	f.ws = testWorkspace(ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
 	e.call(t, "", "ws", "input", "ws_1", "--click", "100,200", "--type", "hello", "--key", "Return",
-		"--key", "Control_L+Alt_L+t", "--key", "+", "--key-down", "Shift_L", "--move", "5,6", "--button", "3",
-		"--key-up", "Shift_L", "--scroll", "-1,2")
+		"--key", "Control_L+Alt_L+t", "--key", "+", "--key", "U+20AC", "--key", "Control_L+U+20ac", "--key-down", "Shift_L",
+		"--move", "5,6", "--button", "3", "--key-up", "Shift_L", "--scroll", "-1,2")
 	calls, reqs := f.got()
 	if calls[len(calls)-1] != "DeliverInput" || f.auth["DeliverInput"] != "Bearer session-token" {
 		t.Fatalf("calls %v, DeliverInput sent %q", calls, f.auth["DeliverInput"])
@@ -31,7 +31,9 @@ func TestInputSendsFlagsInOrder(t *testing.T) {
 	var want []*datav1.InputEvent
 	want = append(want, sdk.MoveTo(100, 200), sdk.Button(1), sdk.Type("hello"), sdk.Key("Return"))
 	want = append(want, sdk.Chord("Control_L", "Alt_L", "t")...)
-	want = append(want, sdk.Key("+"), sdk.KeyDown("Shift_L"), sdk.MoveTo(5, 6), sdk.Button(3), sdk.KeyUp("Shift_L"), sdk.Scroll(-1, 2))
+	want = append(want, sdk.Key("+"), sdk.Key("U+20AC"))
+	want = append(want, sdk.Chord("Control_L", "U+20ac")...)
+	want = append(want, sdk.KeyDown("Shift_L"), sdk.MoveTo(5, 6), sdk.Button(3), sdk.KeyUp("Shift_L"), sdk.Scroll(-1, 2))
 	if got := reqs[len(reqs)-1]; !proto.Equal(got, &datav1.DeliverInputRequest{Events: want}) {
 		t.Errorf("DeliverInput %v\nwant %v", got, want)
 	}
