@@ -2,6 +2,8 @@ package daemon_test
 
 import (
 	"bytes"
+	"encoding/json"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -64,6 +66,15 @@ func TestRegistryImportRuns(t *testing.T) {
 	layers, _ := img.Layers()
 	added, _ := layers[len(layers)-1].Digest()
 	manifest, _ := img.Digest()
+	// Two manifests the registry serves but cannot back: one names a
+	// layer it lacks, one the last layer with a size it does not have.
+	raw, _ := img.Manifest()
+	missing, lie := raw.DeepCopy(), raw.DeepCopy()
+	missing.Layers[len(layers)-1].Digest = v1.Hash{Algorithm: "sha256", Hex: strings.Repeat("1", 64)}
+	lie.Layers[len(layers)-1].Size = 5
+	for tag, m := range map[string]*v1.Manifest{"missing": missing, "lie": lie} {
+		putManifest(t, host, "app", tag, m)
+	}
 
 	t.Setenv("DOCKER_CONFIG", t.TempDir()) // no docker credentials
 	d := upWith(t, t.TempDir(), daemon.Options{
@@ -83,6 +94,8 @@ func TestRegistryImportRuns(t *testing.T) {
 		{"wrong password", "wrong\n", []string{host + "/app:1", "--username", registryUser, "--password-stdin"}, "permission_denied"},
 		{"no credentials", "", []string{host + "/app:1"}, "permission_denied"},
 		{"missing tag", registryPassword + "\n", []string{host + "/app:2", "--username", registryUser, "--password-stdin"}, "not_found"},
+		{"missing layer", registryPassword + "\n", []string{host + "/app:missing", "--username", registryUser, "--password-stdin"}, "not_found"},
+		{"layer of another size", registryPassword + "\n", []string{host + "/app:lie", "--username", registryUser, "--password-stdin"}, "invalid_argument"},
 	} {
 		_, err := d.kibotos(c.stdin, append([]string{"template", "import", "app"}, c.args...)...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -118,6 +131,29 @@ func TestRegistryImportRuns(t *testing.T) {
 	got, err := d.kibotos("", "ws", "exec", ws.WorkspaceId, "--", "cat", "/hello.txt")
 	if err != nil || got != content {
 		t.Errorf("exec in the pulled image: %q, %v", got, err)
+	}
+}
+
+// putManifest stores m in the test registry under repo:tag, as it is.
+func putManifest(t *testing.T, host, repo, tag string, m *v1.Manifest) {
+	t.Helper()
+	body, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodPut, "http://"+host+"/v2/"+repo+"/manifests/"+tag, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", string(m.MediaType))
+	req.SetBasicAuth(registryUser, registryPassword)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("PUT manifest %s:%s: %s", repo, tag, resp.Status)
 	}
 }
 

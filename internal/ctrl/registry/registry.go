@@ -46,6 +46,9 @@ var (
 	// is in a special-purpose range, or it would take plain HTTP to a
 	// registry not listed as insecure).
 	ErrRefused = errors.New("the deployment does not reach this registry")
+	// ErrBadBlob: a blob the registry served is not the one the image's
+	// manifest names (its size or digest differs); see BlobError.
+	ErrBadBlob = errors.New("a blob the registry served does not match the image's manifest")
 	// ErrBadReference: the reference or the platform cannot be pulled as
 	// written.
 	ErrBadReference = errors.New("invalid image reference")
@@ -189,6 +192,39 @@ func orNone(s []string) string {
 		return "none with a platform"
 	}
 	return strings.Join(s, ", ")
+}
+
+// BlobError classifies an error of reading the blobs of an image that
+// Pull returned for ref, as Pull's own errors are: a blob the registry
+// lacks is ErrNotFound, one it refuses ErrDenied, one that is not what the
+// manifest says ErrBadBlob.
+func BlobError(ref string, err error) error {
+	if blobMismatch(err) {
+		return fmt.Errorf("%s: %w: %v", ref, ErrBadBlob, err)
+	}
+	reg := ""
+	if r, perr := name.ParseReference(ref); perr == nil {
+		reg = r.Context().RegistryStr()
+	}
+	return classify(reg, ref, err)
+}
+
+// blobMismatch reports whether err is go-containerregistry's check of a
+// blob against its descriptor failing. The library's errors for it have
+// no exported type, only these words.
+func blobMismatch(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "does not match expected size") || strings.Contains(msg, "error verifying")
+}
+
+// Classified reports whether err is of one of the kinds of Pull's errors.
+func Classified(err error) bool {
+	for _, kind := range []error{ErrNotFound, ErrDenied, ErrRefused, ErrBadReference, ErrBadBlob} {
+		if errors.Is(err, kind) {
+			return true
+		}
+	}
+	return false
 }
 
 // classify wraps a pull's error in the error of its kind.

@@ -1,9 +1,13 @@
 package registry_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
 	"net/netip"
 	"strings"
 	"testing"
@@ -229,4 +233,96 @@ func TestPullPrivateCA(t *testing.T) {
 	if !errors.Is(err, registry.ErrRefused) || !strings.Contains(err.Error(), "certificate signed by unknown authority") || !strings.Contains(err.Error(), "--registry-ca-file") {
 		t.Errorf("pull without the CA: %v, want a certificate error", err)
 	}
+}
+
+// TestBlobErrors: a blob the registry lacks, or one whose size is not the
+// manifest's, fails the read of the pulled image; BlobError tells which.
+func TestBlobErrors(t *testing.T) {
+	host := registrytest.Start(t, false)
+	img := randomImage(t, registry.DefaultPlatform)
+	push(t, host+"/app:1", img)
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, err := layers[1].Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := img.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "lie" names the first layer with a size it does not have.
+	lie := raw.DeepCopy()
+	lie.Layers[0].Size = 5
+	body, err := json.Marshal(lie)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(method, path string, body []byte, ctype string) {
+		t.Helper()
+		req, err := http.NewRequest(method, "http://"+host+path, bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ctype != "" {
+			req.Header.Set("Content-Type", ctype)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			t.Fatalf("%s %s: %s", method, path, resp.Status)
+		}
+	}
+	put(http.MethodPut, "/v2/app/manifests/lie", body, string(raw.MediaType))
+	// The registry loses the second layer.
+	put(http.MethodDelete, "/v2/app/blobs/"+gone.String(), nil, "")
+
+	p := &registry.Puller{Check: loopbackOnly, Insecure: []string{host}}
+	for _, c := range []struct {
+		ref  string
+		want error
+	}{
+		{host + "/app:1", registry.ErrNotFound},
+		{host + "/app:lie", registry.ErrBadBlob},
+	} {
+		got, err := p.Pull(context.Background(), c.ref, registry.DefaultPlatform, registry.Credentials{})
+		if err != nil {
+			t.Fatalf("pull %s: %v", c.ref, err)
+		}
+		err = readLayers(got)
+		if err == nil {
+			t.Fatalf("%s: every layer read", c.ref)
+		}
+		if berr := registry.BlobError(c.ref, err); !errors.Is(berr, c.want) || !registry.Classified(berr) {
+			t.Errorf("%s: BlobError(%v) = %v, want %v", c.ref, err, berr, c.want)
+		}
+	}
+	if registry.Classified(registry.BlobError(host+"/app:1", errors.New("connection reset by peer"))) {
+		t.Error("a broken connection is classified as the image's fault")
+	}
+}
+
+// readLayers reads every layer of img to its end.
+func readLayers(img v1.Image) error {
+	layers, err := img.Layers()
+	if err != nil {
+		return err
+	}
+	for _, l := range layers {
+		rc, err := l.Compressed()
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(io.Discard, rc)
+		rc.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -298,6 +298,9 @@ func (s *Service) pull(ctx context.Context, start *ctrlv1.ImportTemplateRevision
 		}
 		img, err := s.Images.ImportImage(ctx, remote)
 		if err != nil {
+			if berr := registry.BlobError(ref, err); registry.Classified(berr) {
+				return imagestore.Image{}, "", registryError(ctx, berr)
+			}
 			return imagestore.Image{}, "", importError(ctx, err, connect.CodeUnavailable)
 		}
 		return img, SourceRegistry + ref, nil
@@ -358,7 +361,7 @@ func registryError(ctx context.Context, err error) error {
 		return connect.NewError(connect.CodePermissionDenied, err)
 	case errors.Is(err, registry.ErrRefused):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
-	case errors.Is(err, registry.ErrBadReference):
+	case errors.Is(err, registry.ErrBadReference), errors.Is(err, registry.ErrBadBlob):
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	}
 	return connect.NewError(connect.CodeUnavailable, err)

@@ -628,7 +628,9 @@ func testFarDeadlines(t *testing.T, s store.Store) {
 		ExpiresAt: time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC), CreatedAt: now, UpdatedAt: now}
 	past := far
 	past.ID, past.ExpiresAt = "w-past", time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC)
-	update(t, s, func(tx store.Tx) error { return errors.Join(tx.CreateWorkspace(ctx, far), tx.CreateWorkspace(ctx, past)) })
+	update(t, s, func(tx store.Tx) error {
+		return errors.Join(tx.CreateWorkspace(ctx, far), tx.CreateWorkspace(ctx, past))
+	})
 	view(t, s, func(tx store.Tx) error {
 		expired, err := tx.ExpiredWorkspaces(ctx, now.Add(100*365*24*time.Hour), 10)
 		if err != nil || len(expired) != 1 || expired[0].ID != "w-past" {
