@@ -52,16 +52,35 @@ func DataSocketHTTP2() *http.HTTP2Config {
 	}
 }
 
-// reservedPaths are the guest paths the platform mounts itself.
-var reservedPaths = []string{"/proc", "/sys", "/dev", SocketDir, AgentPath, "/etc/resolv.conf"}
+// reservedPaths are the guest paths the platform mounts itself: /tmp
+// (and /run, above SocketDir) are the tmpfs of the NONE retention tier.
+var reservedPaths = []string{"/proc", "/sys", "/dev", "/tmp", SocketDir, AgentPath, "/etc/resolv.conf"}
+
+// The limits of a path Linux takes: PATH_MAX with its NUL, NAME_MAX.
+const (
+	maxPathBytes = 4095
+	maxNameBytes = 255
+)
 
 // CheckVolumePath checks a guest path a volume can be mounted at: clean,
-// absolute, not the root, and neither at, below nor above a path the
+// absolute, not the root, a path Linux takes (no NUL byte, at most 4,095
+// bytes, names of at most 255), and neither at, below nor above a path the
 // platform mounts itself (so not /run or /etc either). ctrl applies it when
 // a binding names the path and the runtime again before it mounts.
 func CheckVolumePath(p string) error {
 	if !path.IsAbs(p) || path.Clean(p) != p || p == "/" {
 		return fmt.Errorf("volume path %q must be a clean, absolute path other than /", p)
+	}
+	if strings.IndexByte(p, 0) >= 0 {
+		return fmt.Errorf("volume path %q contains a NUL byte", p)
+	}
+	if len(p) > maxPathBytes {
+		return fmt.Errorf("volume path of %d bytes is longer than a path may be (%d)", len(p), maxPathBytes)
+	}
+	for name := range strings.SplitSeq(p[1:], "/") {
+		if len(name) > maxNameBytes {
+			return fmt.Errorf("volume path %.40q...: a name of %d bytes is longer than a name may be (%d)", p, len(name), maxNameBytes)
+		}
 	}
 	for _, r := range reservedPaths {
 		if p == r || strings.HasPrefix(p, r+"/") || strings.HasPrefix(r, p+"/") {

@@ -2,6 +2,7 @@ package workspaces
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -223,6 +224,13 @@ func TestVolumeBinding(t *testing.T) {
 	}
 	if _, err := rebind(ws, &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND, VolumeId: volID, MountPath: "/srv/data", DeleteWithWorkspace: b.DeleteWithWorkspace}); err != nil {
 		t.Errorf("the same binding again: %v", err)
+	}
+	// A path no guest can mount at is refused when the binding names it,
+	// not at the next start.
+	for _, p := range []string{"/a\x00b", "/" + strings.Repeat("x", 256), "/tmp/data"} {
+		if _, err := rebind(ws, &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND, VolumeId: volID, MountPath: p, DeleteWithWorkspace: b.DeleteWithWorkspace}); connect.CodeOf(err) != connect.CodeInvalidArgument {
+			t.Errorf("binding at %.40q: %v; want invalid_argument", p, err)
+		}
 	}
 	released, err := rebind(ws, none)
 	if err != nil || released.Spec.BindingRevision != 2 || released.PersistentPaths != nil {
