@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -127,6 +128,11 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
 	}
+	oomAdj := agentOOMScoreAdj()
+	if oomAdj >= 0 {
+		slog.Warn("guest agents are not protected from the OOM killer: this process may not lower oom_score_adj (it lacks CAP_SYS_RESOURCE), so a guest whose processes fill its memory can lose its agent, and the workspace stops",
+			"oom_score_adj", oomAdj)
+	}
 	return &Driver{
 		name:     name,
 		bin:      bin,
@@ -134,7 +140,7 @@ func New(cfg Config) (*Driver, error) {
 		execDir:  filepath.Join(state, "exec"),
 		rootDir:  filepath.Join(state, name),
 		tmpfsPct: uint64(tmpfsPct),
-		oomAdj:   agentOOMScoreAdj(),
+		oomAdj:   oomAdj,
 		locks:    map[string]*idLock{},
 		probes:   map[string]*guestProbe{},
 	}, nil
