@@ -540,5 +540,7 @@ func TestExecAcrossTheWorkspacesStop(t *testing.T) {
 	d.stopWorkspace(ws.ID(), ctrlv1.StopMode_STOP_MODE_FORCE)
 	if st, err := p.Wait(); connect.CodeOf(err) != connect.CodeUnavailable {
 		t.Errorf("exec across a forced stop: %v, %v; want unavailable", st, err)
+	} else if f, _ := sdk.FailureOf(err); f.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE {
+		t.Errorf("exec across a forced stop: %v, reason %v; want UNAVAILABLE", err, f.GetReason())
 	}
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -8,11 +9,24 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 )
 
 // guestWentAway is what a caller is told of a stream whose guest agent
-// went away in the middle of it.
+// went away in the middle of it, with the reason UNAVAILABLE.
 const guestWentAway = "the workspace's guest agent went away during the call: the workspace was stopped, restarted or deleted"
+
+// wentAwayDetail is the ErrorDetail of guestWentAway, marshalled, and
+// errorDetailName the full name of its message type.
+var (
+	wentAwayDetail, _ = proto.Marshal(&ctrlv1.ErrorDetail{Reason: ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE})
+	errorDetailName   = string((&ctrlv1.ErrorDetail{}).ProtoReflect().Descriptor().FullName())
+)
 
 // endsStreamCleanly makes a streaming response whose guest goes away in
 // the middle of it (a forced stop kills the guest agent with its
@@ -34,6 +48,11 @@ func endsStreamCleanly(res *http.Response) {
 			}
 			res.Trailer.Set("Grpc-Status", "14") // UNAVAILABLE
 			res.Trailer.Set("Grpc-Message", url.PathEscape(guestWentAway))
+			if st, err := proto.Marshal(&status.Status{Code: 14, Message: guestWentAway, Details: []*anypb.Any{{
+				TypeUrl: "type.googleapis.com/" + errorDetailName, Value: wentAwayDetail,
+			}}}); err == nil {
+				res.Trailer.Set("Grpc-Status-Details-Bin", base64.RawStdEncoding.EncodeToString(st))
+			}
 			return nil
 		}}
 	}
@@ -41,7 +60,11 @@ func endsStreamCleanly(res *http.Response) {
 
 // connectEnd is the Connect end-of-stream message of the error.
 func connectEnd() []byte {
-	payload, _ := json.Marshal(map[string]any{"error": map[string]string{"code": "unavailable", "message": guestWentAway}})
+	payload, _ := json.Marshal(map[string]any{"error": map[string]any{"code": "unavailable", "message": guestWentAway,
+		"details": []map[string]string{{
+			"type":  errorDetailName,
+			"value": base64.RawStdEncoding.EncodeToString(wentAwayDetail),
+		}}}})
 	msg := make([]byte, 5, 5+len(payload))
 	msg[0] = 0x02 // end of stream
 	binary.BigEndian.PutUint32(msg[1:], uint32(len(payload)))

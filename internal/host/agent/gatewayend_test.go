@@ -2,12 +2,18 @@ package agent
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"io"
 	"net/http"
 	"testing"
 	"testing/iotest"
+
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/proto"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 )
 
 // message is one length-prefixed message of flags and payload.
@@ -48,5 +54,12 @@ func TestMessageStreamEndsBetweenMessages(t *testing.T) {
 	endsStreamCleanly(grpc)
 	if got, err := io.ReadAll(grpc.Body); err != nil || !bytes.Equal(got, message(0, "m")) || grpc.Trailer.Get("Grpc-Status") != "14" {
 		t.Errorf("gRPC broken between messages: %q, %v, trailer %v", got, err, grpc.Trailer)
+	}
+	b, _ := base64.RawStdEncoding.DecodeString(grpc.Trailer.Get("Grpc-Status-Details-Bin"))
+	var st status.Status
+	var detail ctrlv1.ErrorDetail
+	if err := proto.Unmarshal(b, &st); err != nil || st.Code != 14 || len(st.Details) != 1 || st.Details[0].UnmarshalTo(&detail) != nil ||
+		detail.Reason != ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE {
+		t.Errorf("gRPC status details: %v (%v), detail %v", &st, err, &detail)
 	}
 }
