@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/sdk"
 )
 
@@ -64,7 +65,8 @@ func wsPortForwardCommand(c *conn) *cobra.Command {
 			"bytes go through the Workspace's data plane, one ConnectService stream per connection;\n" +
 			"half-closes pass both ways. LOCAL 0 or an empty LOCAL (:REMOTE) picks a free port, PORT\n" +
 			"alone forwards the same port number; the ports listened on are printed. A connection that\n" +
-			"fails is reported and closed, the others go on; Ctrl-C ends everything.",
+			"fails is reported and closed, the others go on; one that finds the Workspace deleted ends\n" +
+			"the command with that error. Ctrl-C ends everything.",
 		Example: "  kibotos ws port-forward ws_0123 8080:80 :5432\n" +
 			"  kibotos ws port-forward --address 127.0.0.1,::1 ws_0123 3000",
 		Args: cobra.MinimumNArgs(2),
@@ -110,7 +112,10 @@ func wsPortForwardCommand(c *conn) *cobra.Command {
 				fmt.Fprintf(cmd.OutOrStdout(), "Forwarding from %s -> %d\n", ln.Addr(), p.remote)
 			}
 		}
-		ctx := cmd.Context()
+		// A connection that finds the workspace deleted ends everything
+		// with that error: no later connection could reach it.
+		ctx, gone := context.WithCancelCause(cmd.Context())
+		defer gone(nil)
 		stop := context.AfterFunc(ctx, func() {
 			for _, ln := range listeners {
 				ln.Close()
@@ -120,9 +125,12 @@ func wsPortForwardCommand(c *conn) *cobra.Command {
 		var wg sync.WaitGroup
 		errOut := &lockedWriter{w: cmd.ErrOrStderr()}
 		for _, f := range forwards {
-			wg.Go(func() { acceptForwards(ctx, f.ln, ws, f.remote, errOut) })
+			wg.Go(func() { acceptForwards(ctx, f.ln, ws, f.remote, errOut, gone) })
 		}
 		wg.Wait()
+		if err := context.Cause(ctx); cmd.Context().Err() == nil && err != nil {
+			return err
+		}
 		return nil
 	}
 	return cmd
@@ -142,9 +150,15 @@ func checkListenAddresses(addresses []string) error {
 	return nil
 }
 
+// workspaceGone reports whether err says the workspace was deleted.
+func workspaceGone(err error) bool {
+	f, _ := sdk.FailureOf(err)
+	return f.GetObservedWorkspace().GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED
+}
+
 // acceptForwards forwards each connection ln accepts to the guest port
 // until ln is closed, and waits for the connections to end.
-func acceptForwards(ctx context.Context, ln net.Listener, ws *sdk.Workspace, remote uint16, errOut io.Writer) {
+func acceptForwards(ctx context.Context, ln net.Listener, ws *sdk.Workspace, remote uint16, errOut io.Writer, gone context.CancelCauseFunc) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
@@ -156,7 +170,12 @@ func acceptForwards(ctx context.Context, ln net.Listener, ws *sdk.Workspace, rem
 			return
 		}
 		wg.Go(func() {
-			if err := forwardConn(ctx, local, ws, remote); err != nil && ctx.Err() == nil {
+			err := forwardConn(ctx, local, ws, remote)
+			switch {
+			case err == nil || ctx.Err() != nil:
+			case workspaceGone(err):
+				gone(err)
+			default:
 				fmt.Fprintf(errOut, "port-forward: connection from %s to port %d: %v\n", local.RemoteAddr(), remote, err)
 			}
 		})

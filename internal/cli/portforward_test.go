@@ -232,3 +232,30 @@ func TestPortForwardNamesItsAddresses(t *testing.T) {
 		}
 	}
 }
+
+// TestPortForwardEndsWithItsWorkspace: once a connection finds the
+// workspace deleted, port-forward ends with that error: no later
+// connection could reach it.
+func TestPortForwardEndsWithItsWorkspace(t *testing.T) {
+	e, id := newDataEnv(t)
+	f := e.portForward(t, id, "0:80")
+	if _, stderr, err := e.runData(t, "", "ws", "delete", id, "--wait"); err != nil {
+		t.Fatalf("delete: %v\n%s", err, stderr)
+	}
+	c, err := net.Dial("tcp", f.local["80"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Read(make([]byte, 1))
+	c.Close()
+	select {
+	case err := <-f.done:
+		if err == nil || !strings.Contains(err.Error(), "DELETED") && connect.CodeOf(err) != connect.CodeNotFound {
+			t.Errorf("port-forward of a deleted workspace ended with %v", err)
+		}
+		t.Logf("port-forward ended with %v", err)
+		f.done <- nil // what the test's cleanup waits for
+	case <-time.After(30 * time.Second):
+		t.Fatalf("port-forward of a deleted workspace still runs; stderr %q", f.stderr.String())
+	}
+}
