@@ -388,13 +388,33 @@ func resolveFinalLink(path string) (string, error) {
 	return "", &os.PathError{Op: "write", Path: path, Err: syscall.ELOOP}
 }
 
-// createTemp creates a new, empty, private file beside target.
+// tempMark and tempRandBytes make the name of a write's temporary file.
+const (
+	tempMark      = ".kibotos-"
+	tempRandBytes = 6
+)
+
+// isTemp reports whether path is named as createTemp names a write's
+// temporary file.
+func isTemp(path string) bool {
+	base := filepath.Base(path)
+	i := strings.LastIndex(base, tempMark)
+	if i < 1 || base[0] != '.' {
+		return false
+	}
+	suffix := base[i+len(tempMark):]
+	_, err := hex.DecodeString(suffix)
+	return len(suffix) == 2*tempRandBytes && err == nil
+}
+
+// createTemp creates a new, empty, private file beside target, named as
+// isTemp knows it: .<target's name>.kibotos-<12 hex digits>.
 func createTemp(target string) (*os.File, error) {
 	dir, base := filepath.Split(target)
 	for {
-		var b [6]byte
+		var b [tempRandBytes]byte
 		rand.Read(b[:])
-		name := filepath.Join(dir, "."+base+".kibotos-"+hex.EncodeToString(b[:]))
+		name := filepath.Join(dir, "."+base+tempMark+hex.EncodeToString(b[:]))
 		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if errors.Is(err, fs.ErrExist) {
 			continue

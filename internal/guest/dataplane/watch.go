@@ -109,9 +109,14 @@ var eventTypes = []struct {
 	{fsnotify.Chmod, datav1.FileEventType_FILE_EVENT_TYPE_CHMOD},
 }
 
-// handle sends ev and, recursively, watches a directory it created. end
-// reports that the watched directory itself was removed or moved.
+// handle sends ev and, recursively, watches a directory it created;
+// events of the temporary files of WriteFile and the file bytes path are
+// passed over (the file appears by a rename: CREATE). end reports that
+// the watched directory itself was removed or moved.
 func (w *watch) handle(ev fsnotify.Event) (end bool, err error) {
+	if isTemp(ev.Name) {
+		return false, nil // a write's own file: its rename is the news
+	}
 	for _, et := range eventTypes {
 		if ev.Has(et.op) {
 			if err := w.send(ev.Name, et.t); err != nil {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,4 +109,44 @@ func TestWatchRecursive(t *testing.T) {
 	wantCode(t, s.Err(), connect.CodeFailedPrecondition, stageWatchingDirectory)
 	s.Close()
 	stream.Close()
+}
+
+// TestWatchPassesOverWriteTemporaries: a file written through WriteFile
+// appears to a watch as its CREATE (the rename into place), without the
+// events of the temporary file it is written to first.
+func TestWatchPassesOverWriteTemporaries(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := testCtx(t, 30*time.Second)
+	dir := t.TempDir()
+	stream, err := e.fc.WatchDirectory(ctx, connect.NewRequest(&datav1.WatchDirectoryRequest{Path: dir}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream.ResponseHeader() // the watch is in place
+	w := e.fc.WriteFile(ctx)
+	for _, part := range []*datav1.WriteFileRequest{
+		{Part: &datav1.WriteFileRequest_Start{Start: &datav1.WriteFileStart{Path: filepath.Join(dir, "f")}}},
+		{Part: &datav1.WriteFileRequest_Data{Data: []byte("bytes")}},
+		{Part: &datav1.WriteFileRequest_Commit{Commit: true}},
+	} {
+		if err := w.Send(part); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := w.CloseAndReceive(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "z"), nil, 0o644); err != nil { // the last event
+		t.Fatal(err)
+	}
+	var got []string
+	for !slices.Contains(got, "CREATE z") {
+		got = append(got, watchEvents(t, stream, dir, 1)...)
+	}
+	if !slices.Contains(got, "CREATE f") || slices.ContainsFunc(got, func(ev string) bool { return strings.Contains(ev, ".kibotos-") }) {
+		t.Errorf("events %v; want CREATE f and no temporary file's", got)
+	}
+	if isTemp(filepath.Join(dir, ".f.kibotos-zz")) || isTemp(filepath.Join(dir, "f.kibotos-0123456789ab")) || !isTemp(filepath.Join(dir, ".f.kibotos-0123456789ab")) {
+		t.Error("isTemp tells temporary files from others wrongly")
+	}
 }

@@ -518,7 +518,9 @@ type FileServiceClient interface {
 	// ListDirectory lists a directory's entries, descending depth levels.
 	ListDirectory(context.Context, *connect.Request[v1.ListDirectoryRequest]) (*connect.Response[v1.ListDirectoryResponse], error)
 	// WatchDirectory streams changes under a directory in the order they
-	// happen, recursively when asked.
+	// happen, recursively when asked. A file WriteFile (or the file bytes
+	// path) writes appears as the CREATE of its rename into place: the
+	// temporary file it is written to first is not reported.
 	WatchDirectory(context.Context, *connect.Request[v1.WatchDirectoryRequest]) (*connect.ServerStreamForClient[v1.WatchDirectoryResponse], error)
 }
 
@@ -662,7 +664,9 @@ type FileServiceHandler interface {
 	// ListDirectory lists a directory's entries, descending depth levels.
 	ListDirectory(context.Context, *connect.Request[v1.ListDirectoryRequest]) (*connect.Response[v1.ListDirectoryResponse], error)
 	// WatchDirectory streams changes under a directory in the order they
-	// happen, recursively when asked.
+	// happen, recursively when asked. A file WriteFile (or the file bytes
+	// path) writes appears as the CREATE of its rename into place: the
+	// temporary file it is written to first is not reported.
 	WatchDirectory(context.Context, *connect.Request[v1.WatchDirectoryRequest], *connect.ServerStream[v1.WatchDirectoryResponse]) error
 }
 

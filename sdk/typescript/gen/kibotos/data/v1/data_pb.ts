@@ -1776,7 +1776,9 @@ export const FileService: GenService<{
   },
   /**
    * WatchDirectory streams changes under a directory in the order they
-   * happen, recursively when asked.
+   * happen, recursively when asked. A file WriteFile (or the file bytes
+   * path) writes appears as the CREATE of its rename into place: the
+   * temporary file it is written to first is not reported.
    *
    * @generated from rpc kibotos.data.v1.FileService.WatchDirectory
    */
