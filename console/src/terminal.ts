@@ -72,11 +72,12 @@ export function terminalView(body: HTMLElement, workspaceId: string, signal: Abo
       if (!start) await withPlane(workspaceId, (p) => p.proc.resizeTerminal({ process: selector, size: { cols: term.cols, rows: term.rows } }));
       term.focus();
       // The first output of an attach is the replay (the guest sends what
-      // it holds at once, up to 32 KiB a message).
+      // it holds at once, up to 32 KiB a message), after the started event
+      // that names the process.
       let replay = !start;
       for (let r = events.first; !r.done; r = await events.it.next()) {
-        show(r.value, replay);
-        replay = false;
+        show(r.value, replay, start);
+        if (r.value.event.case !== "started") replay = false;
       }
     } catch (e) {
       if (signal.aborted) return;
@@ -84,10 +85,12 @@ export function terminalView(body: HTMLElement, workspaceId: string, signal: Abo
       restart.hidden = false;
     }
   }
-  function show(ev: ProcessEvent, replay: boolean) {
+  function show(ev: ProcessEvent, replay: boolean, started: boolean) {
     switch (ev.event.case) {
       case "started":
-        status.textContent = `shell pid ${ev.event.value.pid} (tag ${TAG})`;
+        status.textContent = started
+          ? `shell pid ${ev.event.value.pid} (tag ${TAG})`
+          : `attached to the running shell, pid ${ev.event.value.pid} (tag ${TAG})`;
         break;
       case "pty":
       case "stdout":
