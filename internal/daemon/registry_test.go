@@ -2,8 +2,6 @@ package daemon_test
 
 import (
 	"bytes"
-	"encoding/json"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -73,7 +71,7 @@ func TestRegistryImportRuns(t *testing.T) {
 	missing.Layers[len(layers)-1].Digest = v1.Hash{Algorithm: "sha256", Hex: strings.Repeat("1", 64)}
 	lie.Layers[len(layers)-1].Size = 5
 	for tag, m := range map[string]*v1.Manifest{"missing": missing, "lie": lie} {
-		putManifest(t, host, "app", tag, m)
+		registrytest.PutManifest(t, host, "app", tag, m)
 	}
 
 	t.Setenv("DOCKER_CONFIG", t.TempDir()) // no docker credentials
@@ -131,29 +129,6 @@ func TestRegistryImportRuns(t *testing.T) {
 	got, err := d.kibotos("", "ws", "exec", ws.WorkspaceId, "--", "cat", "/hello.txt")
 	if err != nil || got != content {
 		t.Errorf("exec in the pulled image: %q, %v", got, err)
-	}
-}
-
-// putManifest stores m in the test registry under repo:tag, as it is.
-func putManifest(t *testing.T, host, repo, tag string, m *v1.Manifest) {
-	t.Helper()
-	body, err := json.Marshal(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, err := http.NewRequest(http.MethodPut, "http://"+host+"/v2/"+repo+"/manifests/"+tag, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", string(m.MediaType))
-	req.SetBasicAuth(registryUser, registryPassword)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		t.Fatalf("PUT manifest %s:%s: %s", repo, tag, resp.Status)
 	}
 }
 

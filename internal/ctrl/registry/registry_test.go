@@ -1,13 +1,10 @@
 package registry_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"io"
-	"net/http"
 	"net/netip"
 	"strings"
 	"testing"
@@ -256,31 +253,9 @@ func TestBlobErrors(t *testing.T) {
 	// "lie" names the first layer with a size it does not have.
 	lie := raw.DeepCopy()
 	lie.Layers[0].Size = 5
-	body, err := json.Marshal(lie)
-	if err != nil {
-		t.Fatal(err)
-	}
-	put := func(method, path string, body []byte, ctype string) {
-		t.Helper()
-		req, err := http.NewRequest(method, "http://"+host+path, bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ctype != "" {
-			req.Header.Set("Content-Type", ctype)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode/100 != 2 {
-			t.Fatalf("%s %s: %s", method, path, resp.Status)
-		}
-	}
-	put(http.MethodPut, "/v2/app/manifests/lie", body, string(raw.MediaType))
+	registrytest.PutManifest(t, host, "app", "lie", lie)
 	// The registry loses the second layer.
-	put(http.MethodDelete, "/v2/app/blobs/"+gone.String(), nil, "")
+	registrytest.DeleteBlob(t, host, "app", gone)
 
 	p := &registry.Puller{Check: loopbackOnly, Insecure: []string{host}}
 	for _, c := range []struct {

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -28,15 +29,22 @@ func watchEvents(t *testing.T, stream *connect.ServerStreamForClient[datav1.Watc
 	return got
 }
 
+// startWatch watches dir and returns once the watch is in place.
+func startWatch(t *testing.T, e *testEnv, ctx context.Context, dir string, recursive bool) *connect.ServerStreamForClient[datav1.WatchDirectoryResponse] {
+	t.Helper()
+	stream, err := e.fc.WatchDirectory(ctx, connect.NewRequest(&datav1.WatchDirectoryRequest{Path: dir, Recursive: recursive}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream.ResponseHeader()
+	return stream
+}
+
 func TestWatchDirectory(t *testing.T) {
 	e := newTestEnv(t)
 	ctx := testCtx(t, 30*time.Second)
 	dir := t.TempDir()
-	stream, err := e.fc.WatchDirectory(ctx, connect.NewRequest(&datav1.WatchDirectoryRequest{Path: dir}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream.ResponseHeader() // the watch is in place
+	stream := startWatch(t, e, ctx, dir, false)
 	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
 	f, err := os.Create(a)
 	if err != nil {
@@ -73,11 +81,7 @@ func TestWatchRecursive(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "old/deep"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	stream, err := e.fc.WatchDirectory(ctx, connect.NewRequest(&datav1.WatchDirectoryRequest{Path: dir, Recursive: true}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream.ResponseHeader()
+	stream := startWatch(t, e, ctx, dir, true)
 	// A subdirectory that existed before the watch.
 	if err := os.WriteFile(filepath.Join(dir, "old/deep/f"), nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -118,11 +122,7 @@ func TestWatchPassesOverWriteTemporaries(t *testing.T) {
 	e := newTestEnv(t)
 	ctx := testCtx(t, 30*time.Second)
 	dir := t.TempDir()
-	stream, err := e.fc.WatchDirectory(ctx, connect.NewRequest(&datav1.WatchDirectoryRequest{Path: dir}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream.ResponseHeader() // the watch is in place
+	stream := startWatch(t, e, ctx, dir, false)
 	w := e.fc.WriteFile(ctx)
 	for _, part := range []*datav1.WriteFileRequest{
 		{Part: &datav1.WriteFileRequest_Start{Start: &datav1.WriteFileStart{Path: filepath.Join(dir, "f")}}},

@@ -4,6 +4,8 @@
 package registrytest
 
 import (
+	"bytes"
+	"encoding/json"
 	"io"
 	"log"
 	"net/http"
@@ -12,6 +14,7 @@ import (
 	"testing"
 
 	gcrregistry "github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/kibotos/kibotos/internal/testutil/testtls"
 )
@@ -56,4 +59,44 @@ func StartTLS(t testing.TB) (host, caPEM string, client *http.Client) {
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	return strings.TrimPrefix(srv.URL, "https://"), caPEM, srv.Client()
+}
+
+// PutManifest stores m in the registry at host under repo:tag as it is,
+// whether or not the registry holds the blobs it names: the registry
+// then serves a manifest it cannot back.
+func PutManifest(t testing.TB, host, repo, tag string, m *v1.Manifest) {
+	t.Helper()
+	body, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call(t, http.MethodPut, "http://"+host+"/v2/"+repo+"/manifests/"+tag, body, string(m.MediaType))
+}
+
+// DeleteBlob removes a blob of repo from the registry at host.
+func DeleteBlob(t testing.TB, host, repo string, digest v1.Hash) {
+	t.Helper()
+	call(t, http.MethodDelete, "http://"+host+"/v2/"+repo+"/blobs/"+digest.String(), nil, "")
+}
+
+// call makes one request of the registry with User and Password, which a
+// registry without auth ignores, and fails the test unless it succeeds.
+func call(t testing.TB, method, url string, body []byte, contentType string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	req.SetBasicAuth(User, Password)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("%s %s: %s", method, url, resp.Status)
+	}
 }
