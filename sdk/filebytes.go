@@ -109,11 +109,11 @@ func (c *Client) fileBytes(ctx context.Context, d *dataPlane, method string, que
 // failed on its way: canceled or deadline_exceeded when ctx ended, which
 // a retry would not mend; else unavailable (retry it).
 func transportError(ctx context.Context, err error) error {
-	switch {
-	case errors.Is(ctx.Err(), context.Canceled):
-		return connect.NewError(connect.CodeCanceled, err)
-	case errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return connect.NewError(connect.CodeDeadlineExceeded, err)
+	switch cerr := ctx.Err(); {
+	case errors.Is(cerr, context.Canceled):
+		return connect.NewError(connect.CodeCanceled, fmt.Errorf("%w: %w", cerr, err))
+	case errors.Is(cerr, context.DeadlineExceeded):
+		return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("%w: %w", cerr, err))
 	}
 	return connect.NewError(connect.CodeUnavailable, err)
 }
@@ -201,7 +201,7 @@ func (c *Client) uploadBytes(ctx context.Context, d *dataPlane, r io.Reader, sta
 		// reads a body to its end even after ctx ended: fed through a
 		// pipe that ctx closes, the call ends with ctx.
 		fed := feedUntilDone(ctx, body)
-		defer fed.stop()
+		defer fed.close()
 		src = fed
 	}
 	resp, err := c.fileBytes(ctx, d, http.MethodPut, query, src, length)
@@ -227,11 +227,19 @@ func (c *Client) uploadBytes(ctx context.Context, d *dataPlane, r io.Reader, sta
 }
 
 // fedBody is a request body that a goroutine feeds from a reader through
-// a pipe, which closes when a context ends: its reader ends then, however
-// long the source blocks (the goroutine ends at the source's next read).
+// a pipe, which ends with a context's error when the context ends: its
+// reader ends then, however long the source blocks (the goroutine ends at
+// its next write).
 type fedBody struct {
 	pr   *io.PipeReader
 	stop func() bool
+}
+
+// close ends the pipe once the request is over, read or not: the
+// goroutine ends at its next write.
+func (b *fedBody) close() {
+	b.stop()
+	b.pr.Close()
 }
 
 // feedUntilDone returns the body of src that ends with ctx.
@@ -239,9 +247,9 @@ func feedUntilDone(ctx context.Context, src io.WriterTo) *fedBody {
 	pr, pw := io.Pipe()
 	go func() {
 		_, err := src.WriteTo(pw)
-		pw.CloseWithError(err)
+		pw.CloseWithError(err) // the first error stays: ctx's, when it came first
 	}()
-	return &fedBody{pr: pr, stop: context.AfterFunc(ctx, func() { pr.CloseWithError(ctx.Err()) })}
+	return &fedBody{pr: pr, stop: context.AfterFunc(ctx, func() { pw.CloseWithError(ctx.Err()) })}
 }
 
 func (b *fedBody) Read(p []byte) (int, error) { return b.pr.Read(p) }
