@@ -31,11 +31,31 @@ function bearer(get: () => string | null): Interceptor {
   };
 }
 
-function transport(baseUrl: string, get: () => string | null): Transport {
-  return createConnectTransport({ baseUrl, useBinaryFormat: true, interceptors: [bearer(get)] });
+function transport(baseUrl: string, get: () => string | null, ...more: Interceptor[]): Transport {
+  return createConnectTransport({ baseUrl, useBinaryFormat: true, interceptors: [bearer(get), ...more] });
 }
 
-const ctrl = transport(location.origin, token);
+/** TOKEN_REFUSED is the event the window gets when the control plane refused the signed-in token. */
+export const TOKEN_REFUSED = "kibotos:token-refused";
+
+/**
+ * refusedToken tells the page when the control plane refuses the token a
+ * call carried (revoked, or the project deleted): every later call would
+ * be refused too.
+ */
+const refusedToken: Interceptor = (next) => async (req) => {
+  try {
+    return await next(req);
+  } catch (e) {
+    const err = ConnectError.from(e);
+    if (err.code === Code.Unauthenticated && req.header.has("Authorization")) {
+      window.dispatchEvent(new CustomEvent(TOKEN_REFUSED, { detail: err.rawMessage }));
+    }
+    throw e;
+  }
+};
+
+const ctrl = transport(location.origin, token, refusedToken);
 
 /** The control plane's clients. */
 export const api = {

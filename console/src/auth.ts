@@ -34,8 +34,11 @@ export async function whoami(): Promise<Caller> {
   };
 }
 
-/** signInView renders the sign-in form; onSignedIn runs once a token works. */
-export function signInView(main: HTMLElement, onSignedIn: (c: Caller) => void): void {
+/**
+ * signInView renders the sign-in form, with why a token is asked for again
+ * when notice says; onSignedIn runs once a token works.
+ */
+export function signInView(main: HTMLElement, onSignedIn: (c: Caller) => void, notice = ""): void {
   const input = h("input", { id: "token", type: "password", autocomplete: "off", required: true, spellcheck: "false" });
   const form = h("form", { class: "card signin", "aria-labelledby": "signin-title" },
     h("h1", { id: "signin-title" }, "Sign in"),
@@ -55,6 +58,7 @@ export function signInView(main: HTMLElement, onSignedIn: (c: Caller) => void): 
       input.focus();
     }
   });
+  if (notice) form.append(h("p", { id: "signin-notice", class: "field-error", role: "alert" }, notice));
   main.replaceChildren(form);
   input.focus();
 }

@@ -108,6 +108,17 @@ export function mibBytes(id: string, text: string): bigint | undefined {
   return b;
 }
 
+/**
+ * wholeNumber reads a field of a whole number ≥ 0 (empty is 0), or says
+ * next to it that it is not one.
+ */
+export function wholeNumber(id: string, text: string): number | undefined {
+  const n = Number(text.trim() || "0");
+  if (Number.isSafeInteger(n) && n >= 0) return n;
+  setError(id, "enter a whole number");
+  return undefined;
+}
+
 /** lines splits a textarea's text into its non-empty trimmed lines. */
 export function lines(text: string): string[] {
   return text.split("\n").map((l) => l.trim()).filter(Boolean);

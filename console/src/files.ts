@@ -5,6 +5,7 @@ import { FileType, type FileInfo } from "../../sdk/typescript/gen/kibotos/data/v
 import { apiError, errorText, withPlane } from "./api.js";
 import { bytes, field, h, setError } from "./dom.js";
 import { getFile, putFile } from "./filebytes.js";
+import { confirmed } from "./workspaces.js";
 
 function join(dir: string, name: string): string {
   return dir.endsWith("/") ? dir + name : `${dir}/${name}`;
@@ -23,12 +24,16 @@ export function filesView(body: HTMLElement, workspaceId: string, signal: AbortS
     "Drop files here to upload them into the directory, or ", h("label", { for: "files-upload", class: "link" }, "choose files"), picker);
   const progress = h("ul", { class: "progress", "aria-live": "polite" });
   const tbody = h("tbody");
+  // shown is the directory the table lists: what its rows and uploads act
+  // on, whatever the field says meanwhile.
+  let shown = "";
+  const caption = h("caption", null, "");
   const form = h("form", { class: "toolbar", "aria-label": "Directory" }, field("Directory", dir), h("button", { type: "submit" }, "Open"),
-    h("button", { type: "button", onclick: () => open(parent(dir.value)) }, "Up"));
+    h("button", { type: "button", onclick: () => open(parent(shown || dir.value)) }, "Up"));
   body.replaceChildren(h("h2", null, "Files"), form,
     h("small", { id: "files-upload-hint" }, "Uploads replace a file of the same name."), drop, progress,
     h("p", { id: "files-error", class: "field-error", role: "alert" }),
-    h("div", { class: "scroll" }, h("table", { class: "list", "aria-label": "Files" },
+    h("div", { class: "scroll" }, h("table", { class: "list", "aria-label": "Files" }, caption,
       h("thead", null, h("tr", null, ...["Name", "Size", "Mode", "Owner", "Modified", "Actions"].map((c) => h("th", { scope: "col" }, c)))), tbody)));
   form.addEventListener("submit", (ev) => {
     ev.preventDefault();
@@ -39,19 +44,22 @@ export function filesView(body: HTMLElement, workspaceId: string, signal: AbortS
     setError("files-dir", "");
     try {
       const { entries } = await withPlane(workspaceId, (p) => p.files.listDirectory({ path, depth: 1 }, { signal }));
-      dir.value = path;
+      shown = dir.value = path;
+      caption.textContent = `Contents of ${path}`;
       sessionStorage.setItem(`kibotos.dir.${workspaceId}`, path);
       tbody.replaceChildren(...entries.map(row));
     } catch (e) {
-      if (!signal.aborted) setError("files-dir", errorText(apiError(e)));
+      if (signal.aborted) return;
+      setError("files-dir", `${path}: ${errorText(apiError(e))}`);
+      if (shown) dir.value = shown; // the table still lists it
     }
   }
-  const reload = () => open(dir.value);
+  const reload = () => open(shown);
 
   function row(f: FileInfo): HTMLTableRowElement {
     const isDir = f.type === FileType.DIRECTORY;
     const name = isDir
-      ? h("a", { href: "#", onclick: (ev: Event) => { ev.preventDefault(); open(join(dir.value, f.name)); } }, `${f.name}/`)
+      ? h("a", { href: "#", onclick: (ev: Event) => { ev.preventDefault(); open(join(shown, f.name)); } }, `${f.name}/`)
       : h("span", null, f.type === FileType.SYMLINK ? `${f.name} → ${f.symlinkTarget}` : f.name);
     const acts = h("td", { class: "actions" });
     const run = (label: string, call: () => Promise<unknown>) =>
@@ -68,10 +76,12 @@ export function filesView(body: HTMLElement, workspaceId: string, signal: AbortS
       }, label);
     if (!isDir) acts.append(run("Download", () => download(f)));
     acts.append(run("Rename", async () => renameForm(acts, f)));
-    acts.append(run("Delete", async () => {
-      await withPlane(workspaceId, (p) => p.files.deleteFile({ path: join(dir.value, f.name), recursive: isDir }));
+    const path = join(shown, f.name);
+    // A second press deletes, a directory with everything in it.
+    acts.append(confirmed("Delete", isDir ? `${path} and all it holds` : path, async () => {
+      await withPlane(workspaceId, (p) => p.files.deleteFile({ path, recursive: isDir }));
       await reload();
-    }));
+    }, (e) => setError("files", `Delete ${f.name}: ${errorText(apiError(e))}`)));
     return h("tr", null, h("td", null, name), h("td", null, isDir ? "" : bytes(f.size)),
       h("td", null, `0${f.mode.toString(8)}`), h("td", null, `${f.owner}:${f.group}`),
       h("td", null, f.modifiedAt ? timestampDate(f.modifiedAt).toISOString().replace("T", " ").slice(0, 19) : ""), acts);
@@ -84,7 +94,7 @@ export function filesView(body: HTMLElement, workspaceId: string, signal: AbortS
     form.addEventListener("submit", async (ev) => {
       ev.preventDefault();
       try {
-        await withPlane(workspaceId, (p) => p.files.moveFile({ source: join(dir.value, f.name), destination: join(dir.value, input.value) }));
+        await withPlane(workspaceId, (p) => p.files.moveFile({ source: join(shown, f.name), destination: join(shown, input.value) }));
         await reload();
       } catch (e) {
         setError(id, errorText(apiError(e)));
@@ -96,7 +106,7 @@ export function filesView(body: HTMLElement, workspaceId: string, signal: AbortS
   }
 
   async function download(f: FileInfo) {
-    const blob = await withPlane(workspaceId, (p) => getFile(p, join(dir.value, f.name), signal));
+    const blob = await withPlane(workspaceId, (p) => getFile(p, join(shown, f.name), signal));
     const url = URL.createObjectURL(blob);
     const a = h("a", { href: url, download: f.name });
     document.body.append(a);
@@ -106,11 +116,16 @@ export function filesView(body: HTMLElement, workspaceId: string, signal: AbortS
   }
 
   async function send(files: FileList | File[]) {
+    if (!shown) {
+      setError("files", "open a directory to upload into first");
+      return;
+    }
+    const into = shown;
     for (const file of Array.from(files)) {
       const bar = h("progress", { max: String(file.size || 1), value: "0", "aria-label": `Uploading ${file.name}` });
       const item = h("li", null, `${file.name} `, bar);
       progress.append(item);
-      const path = join(dir.value, file.name);
+      const path = join(into, file.name);
       // The guest writes the file only once the whole body arrived: a cut
       // upload changes nothing.
       try {

@@ -2,7 +2,8 @@
 // (#/workspaces, #/workspaces/ID/TAB, #/resources). The token never goes
 // into a URL.
 import "./style.css";
-import { setToken, token } from "./api.js";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { apiError, errorText, setToken, token, TOKEN_REFUSED } from "./api.js";
 import { signInView, whoami, type Caller } from "./auth.js";
 import { workspaceView } from "./detail.js";
 import { h } from "./dom.js";
@@ -48,12 +49,27 @@ function route() {
   main.focus({ preventScroll: true });
 }
 
+/** signedOut leaves the page for the sign-in form, saying why. */
+function signedOut(notice: string) {
+  view?.abort();
+  caller = undefined;
+  setToken(null);
+  nav.hidden = true;
+  who.replaceChildren();
+  signInView(main, signedIn, notice);
+}
+
 window.addEventListener("hashchange", route);
+window.addEventListener(TOKEN_REFUSED, (ev) => {
+  if (caller) signedOut(`The control plane no longer takes your token (${(ev as CustomEvent<string>).detail}); sign in again.`);
+});
 const saved = token();
 if (saved) {
-  whoami().then(signedIn, () => {
-    setToken(null);
-    signInView(main, signedIn);
+  whoami().then(signedIn, (e) => {
+    // A refused token is forgotten; one the page could not check (the
+    // server restarts) is kept for a reload.
+    if (ConnectError.from(e).code === Code.Unauthenticated) signedOut("The token of this tab is no longer valid; sign in again.");
+    else signInView(main, signedIn, `Could not reach the control plane (${errorText(apiError(e))}); reload to try again.`);
   });
 }
 else signInView(main, signedIn);

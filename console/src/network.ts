@@ -9,7 +9,7 @@ import {
 } from "../../sdk/typescript/gen/kibotos/ctrl/v1/ctrl_pb.js";
 import { api, command } from "./api.js";
 import type { Live } from "./detail.js";
-import { field, h, lines, setError } from "./dom.js";
+import { field, h, lines, setError, wholeNumber } from "./dom.js";
 import { clearErrors, showError, type FieldMap } from "./errors.js";
 
 const fields: FieldMap = [
@@ -79,6 +79,8 @@ export function networkView(body: HTMLElement, workspaceId: string, live: Live, 
     clearErrors(["net-mode", "net-allow", "net-deny", "net-drain", "net-form"]);
     conflict.replaceChildren();
     const expected = loaded?.revision ?? 0n;
+    const drainSeconds = drain.value.trim() === "" ? undefined : wholeNumber("net-drain", drain.value);
+    if (drainSeconds === undefined && drain.value.trim() !== "") return;
     try {
       const r = await api.workspaces.updateWorkspaceNetworkPolicy({
         command: command(), workspaceId, expectedRevision: expected,
@@ -86,7 +88,7 @@ export function networkView(body: HTMLElement, workspaceId: string, live: Live, 
           mode: Number(mode.value), allow: lines(allow.value), deny: lines(deny.value),
           egresses: loaded?.egresses ?? [], resolvers: loaded?.resolvers ?? [],
         },
-        drainSeconds: drain.value.trim() === "" ? undefined : Number(drain.value),
+        drainSeconds,
       });
       // The form takes the stored revision; the status follows the watch,
       // whose later states (the host applying it) a read here could undo.

@@ -69,8 +69,11 @@ function importForm(reload: () => void): HTMLElement {
       setError("tpl-file", "choose an image archive");
       return;
     }
+    // A template this import creates is deleted again if the import
+    // fails: a failed import leaves nothing behind.
+    let created = false;
     try {
-      await api.templates.createTemplate({ command: command(), templateId: id.value }).catch((e) => {
+      await api.templates.createTemplate({ command: command(), templateId: id.value }).then(() => (created = true), (e) => {
         if (ConnectError.from(e).code !== Code.AlreadyExists) throw e;
       });
       const start = toBinary(ImportTemplateRevisionRequestSchema, create(ImportTemplateRevisionRequestSchema, {
@@ -83,6 +86,7 @@ function importForm(reload: () => void): HTMLElement {
       reload();
     } catch (e) {
       showError(e, [[/template_id/, "tpl-id"]], "tpl-file");
+      if (created) await api.templates.deleteTemplate({ command: command(), templateId: id.value }).catch(() => undefined);
     }
   });
   return f;

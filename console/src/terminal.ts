@@ -82,6 +82,7 @@ export function terminalView(body: HTMLElement, workspaceId: string, signal: Abo
     } catch (e) {
       if (signal.aborted) return;
       status.textContent = errorText(apiError(ConnectError.from(e)));
+      restart.textContent = "Reconnect"; // to the shell if it still runs
       restart.hidden = false;
     }
   }
@@ -105,14 +106,17 @@ export function terminalView(body: HTMLElement, workspaceId: string, signal: Abo
       case "exited": {
         const x = ev.event.value;
         status.textContent = `the shell ended: ${x.signal || `exit code ${x.exitCode}`}`;
+        restart.textContent = "Start a new shell";
         restart.hidden = false;
         break;
       }
     }
   }
+  // The shell may still run (a broken connection): attach to it then,
+  // else start one.
   restart.addEventListener("click", () => {
     term.reset();
-    run(true);
+    run(false);
   });
   run(false);
 }

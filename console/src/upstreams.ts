@@ -6,9 +6,14 @@ import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Egress, EgressSpec, Resolver, ResolverSpec } from "../../sdk/typescript/gen/kibotos/ctrl/v1/ctrl_pb.js";
 import { api, apiError, command, errorText } from "./api.js";
-import { field, h, labelsText, parseLabels, setError, when } from "./dom.js";
+import { field, h, labelsText, parseLabels, setError, when, wholeNumber } from "./dom.js";
 import { clearErrors, showError, type FieldMap } from "./errors.js";
 import { confirmed } from "./workspaces.js";
+
+/** specKey is a spec's content as text, to tell whether a form changed it. */
+function specKey(spec: unknown): string {
+  return JSON.stringify(spec, (_, v) => (typeof v === "bigint" ? v.toString() : v instanceof Uint8Array ? Array.from(v) : v));
+}
 
 /** Upstream is what the form needs of an Egress or a Resolver. */
 interface Upstream<S> {
@@ -72,11 +77,16 @@ function upstreamSection<S>(main: HTMLElement, k: Kind<S>, canWrite: boolean, si
       h("p", { id: `${p}-form-error`, class: "field-error", role: "alert" }), conflict);
     const ids = [...c.ids, `${p}-labels`, `${p}-drain`, `${p}-form`];
     const errors: FieldMap = [...k.errors, [/label/, `${p}-labels`], [/drain_seconds/, `${p}-drain`]];
+    // filled is the spec as the form holds it once loaded: a save sends
+    // the spec only when the form changed it (a stored password the form
+    // cannot show would otherwise be sent empty).
+    let filled = "";
     load = (u) => {
       editing = u;
       clearErrors(ids);
       conflict.replaceChildren();
       c.fill(u?.spec);
+      filled = specKey(c.read());
       labels.value = u ? labelsText(u.labels) : "";
       drain.value = "";
       drainField.hidden = !u;
@@ -97,8 +107,16 @@ function upstreamSection<S>(main: HTMLElement, k: Kind<S>, canWrite: boolean, si
         if (!u) {
           await k.create(c.read(), newLabels);
         } else {
-          await k.update(u.id, u.revision, c.read(), drain.value.trim() === "" ? undefined : Number(drain.value));
-          if (labelsText(newLabels) !== labelsText(u.labels)) await k.updateLabels(u.id, u.labelsRevision, newLabels);
+          const drainSeconds = drain.value.trim() === "" ? undefined : wholeNumber(`${p}-drain`, drain.value);
+          if (drainSeconds === undefined && drain.value.trim() !== "") return;
+          // The labels go first: refused, they leave the spec unchanged
+          // too; stored, the form follows their new revision.
+          if (labelsText(newLabels) !== labelsText(u.labels)) {
+            await k.updateLabels(u.id, u.labelsRevision, newLabels);
+            const now = await k.get(u.id);
+            if (now) editing = { ...u, labels: now.labels, labelsRevision: now.labelsRevision };
+          }
+          if (specKey(c.read()) !== filled || drainSeconds !== undefined) await k.update(u.id, u.revision, c.read(), drainSeconds);
         }
         load(undefined);
         reload();

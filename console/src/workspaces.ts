@@ -7,7 +7,7 @@ import {
   type Workspace,
 } from "../../sdk/typescript/gen/kibotos/ctrl/v1/ctrl_pb.js";
 import { api, apiError, command, errorText } from "./api.js";
-import { age, bytes, field, h, labelsText, mibBytes, parseLabels, setError } from "./dom.js";
+import { age, bytes, field, h, labelsText, mibBytes, parseLabels, setError, wholeNumber } from "./dom.js";
 import { canWrite, type Caller } from "./auth.js";
 import { clearErrors, showError, type FieldMap } from "./errors.js";
 
@@ -17,22 +17,31 @@ export function failureText(w: Workspace): string {
   return f ? `${f.message} (reason ${FailureReason[f.reason]}, stage ${FailureStage[f.stage]})` : "";
 }
 
+/** CONFIRM_MS is how long a confirmed button waits for its second press. */
+const CONFIRM_MS = 5000;
+
 /**
  * confirmed is a button that asks once more before it runs: the first
  * press turns it into "Confirm …", the second runs (focus stays on it).
  */
 export function confirmed(label: string, id: string, run: () => Promise<unknown>, onError?: (e: unknown) => void): HTMLButtonElement {
   const b = h("button", { type: "button", class: "small danger", "aria-label": `${label} ${id}` }, label);
+  let disarm: ReturnType<typeof setTimeout> | undefined;
+  const reset = () => {
+    clearTimeout(disarm);
+    delete b.dataset.armed;
+    b.textContent = label;
+    b.setAttribute("aria-label", `${label} ${id}`);
+  };
   b.addEventListener("click", async () => {
     if (!b.dataset.armed) {
       b.dataset.armed = "1";
       b.textContent = `Confirm ${label.toLowerCase()}`;
       b.setAttribute("aria-label", `Confirm ${label.toLowerCase()} ${id}`);
+      disarm = setTimeout(reset, CONFIRM_MS); // a press much later is a first press again
       return;
     }
-    delete b.dataset.armed;
-    b.textContent = label;
-    b.setAttribute("aria-label", `${label} ${id}`);
+    reset();
     try {
       await run();
     } catch (e) {
@@ -116,19 +125,25 @@ export function workspacesView(main: HTMLElement, caller: Caller, signal: AbortS
       field("Mounted at", mount, "empty is /data"),
       field("Labels", labels)),
     h("button", { type: "submit" }, "Create"),
-    h("p", { id: "ws-create-error", class: "field-error", role: "alert" }));
+    h("p", { id: "ws-create-error", class: "field-error", role: "alert" }),
+    h("p", { id: "ws-create-status", class: "status", role: "status" }));
+  const submit = form.querySelector("button[type=submit]") as HTMLButtonElement;
+  const created = form.querySelector("#ws-create-status") as HTMLElement;
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     clearErrors(ids);
+    created.textContent = "";
+    const cpuMillis = wholeNumber("ws-cpu", cpu.value);
     const memoryBytes = mibBytes("ws-memory", memory.value);
     const writableLayerBytes = mibBytes("ws-disk", disk.value);
-    if (memoryBytes === undefined || writableLayerBytes === undefined) return;
+    if (cpuMillis === undefined || memoryBytes === undefined || writableLayerBytes === undefined) return;
+    submit.disabled = true; // one create per press, however often it is pressed
     try {
-      await api.workspaces.createWorkspace({
+      const { workspace } = await api.workspaces.createWorkspace({
         command: command(),
         spec: {
           template: { templateId: template.value },
-          resources: { cpuMillis: Number(cpu.value || "0"), memoryBytes, writableLayerBytes },
+          resources: { cpuMillis, memoryBytes, writableLayerBytes },
           networkPolicy: { mode: Number(network.value) },
           volume: volume.value === "none" ? { mode: WorkspaceVolumeMode.NONE }
             : volume.value === "new" ? { mode: WorkspaceVolumeMode.NEW, mountPath: mount.value }
@@ -136,9 +151,12 @@ export function workspacesView(main: HTMLElement, caller: Caller, signal: AbortS
         },
         labels: parseLabels(labels.value),
       });
+      created.textContent = `created ${workspace?.workspaceId ?? "a workspace"}`;
       refresh();
     } catch (e) {
       showError(e, createFields, "ws-create");
+    } finally {
+      submit.disabled = false;
     }
   });
   api.templates.listTemplates({ pageSize: 1000 }, { signal }).then((r) => {

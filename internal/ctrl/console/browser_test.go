@@ -227,8 +227,22 @@ func TestConsole(t *testing.T) {
 	b.do(chromedp.SetValue(chromedp.CSS("#edit-memory"), "300.5"), chromedp.Click(chromedp.CSS(`form[aria-label="Set memory"] button`)))
 	b.wait("the memory error", `document.getElementById("edit-memory-error").textContent.includes("whole number of MiB")`)
 	b.screenshot("overview")
-	if w := list()[0]; w.GetLabels()["tier"] != "2" || w.GetSpec().GetResources().GetMemoryBytes() != 256<<20 {
+	w := list()[0]
+	if w.GetLabels()["tier"] != "2" || w.GetSpec().GetResources().GetMemoryBytes() != 256<<20 {
 		t.Fatalf("after the overview's changes: labels %v, memory %d", w.GetLabels(), w.GetSpec().GetResources().GetMemoryBytes())
+	}
+	// An edit of what the field showed is refused once another client
+	// changed the labels meanwhile, and theirs stay.
+	b.do(chromedp.SetValue(chromedp.CSS("#edit-labels"), "mine=1"))
+	if _, err := wss.UpdateWorkspaceLabels(ctx, connect.NewRequest(&ctrlv1.UpdateWorkspaceLabelsRequest{
+		Command: &ctrlv1.CommandMetadata{CommandId: "labels-from-elsewhere"}, WorkspaceId: id,
+		ExpectedLabelsRevision: w.GetLabelsRevision(), Labels: map[string]string{"owner": "bob"}})); err != nil {
+		t.Fatal(err)
+	}
+	b.do(chromedp.Click(chromedp.CSS(`form[aria-label="Set labels"] button`)))
+	b.wait("the conflict", `document.getElementById("edit-labels-error").textContent.startsWith("aborted")`)
+	if got := list()[0].GetLabels(); got["owner"] != "bob" || got["mine"] != "" {
+		t.Fatalf("labels after a stale edit: %v; want the other client's", got)
 	}
 
 	// The terminal: echo hi, and hi comes back; a reload in a smaller
@@ -298,7 +312,14 @@ func TestConsole(t *testing.T) {
 		chromedp.SetValue(chromedp.CSS("#rename-hello-console_txt"), "renamed.txt"),
 		chromedp.Click(chromedp.CSS(`form.inline button[type=submit]`)))
 	b.wait("the renamed file", names+`.includes("renamed.txt") && !`+names+`.includes("hello-console.txt")`)
-	b.do(chromedp.Click(chromedp.CSS(`button[aria-label="Delete renamed.txt"]`)))
+	// The rows act on the directory the table lists, whatever the field
+	// says; a delete takes a second press.
+	b.do(chromedp.SetValue(chromedp.CSS("#files-dir"), "/root"),
+		chromedp.Click(chromedp.CSS(`button[aria-label="Delete /tmp/renamed.txt"]`)))
+	if _, err := ws.ReadFile(ctx, "/tmp/renamed.txt"); err != nil {
+		t.Fatalf("one press of Delete deleted the file: %v", err)
+	}
+	b.do(chromedp.Click(chromedp.CSS(`button[aria-label="Confirm delete /tmp/renamed.txt"]`)))
 	b.wait("the file gone", `!`+names+`.includes("renamed.txt")`)
 	if _, err := ws.ReadFile(ctx, "/tmp/renamed.txt"); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Errorf("reading the deleted file: %v", err)
@@ -395,12 +416,32 @@ func TestConsoleTemplateImport(t *testing.T) {
 	b.do(chromedp.Navigate(d.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#token")),
 		chromedp.SetValue(chromedp.CSS("#token"), token), chromedp.Click(chromedp.CSS(`form.signin button[type=submit]`)))
 	b.wait("the role", `document.getElementById("who-role")?.textContent === "role admin"`)
+	templates := ctrlv1connect.NewTemplateServiceClient(http.DefaultClient, d.URL, connect.WithInterceptors(bearer.Token(token)))
+
+	// An archive that is not one: refused, and the template the import
+	// made for it is gone again.
+	junk := filepath.Join(t.TempDir(), "junk.tar")
+	if err := os.WriteFile(junk, []byte("not a tar"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	b.do(chromedp.Navigate(d.URL+"/#/resources"), chromedp.WaitVisible(chromedp.CSS("#tpl-id")),
-		chromedp.SetValue(chromedp.CSS("#tpl-id"), "console-image"), chromedp.SetUploadFiles(chromedp.CSS("#tpl-file"), []string{archive}),
+		chromedp.SetValue(chromedp.CSS("#tpl-id"), "junk"), chromedp.SetUploadFiles(chromedp.CSS("#tpl-file"), []string{junk}),
+		chromedp.Click(chromedp.CSS(`form[aria-label="Import a template revision"] button[type=submit]`)))
+	b.wait("the import refused", `document.getElementById("tpl-file-error").textContent.startsWith("invalid_argument")`)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		_, err := templates.GetTemplate(t.Context(), connect.NewRequest(&ctrlv1.GetTemplateRequest{TemplateId: "junk"}))
+		if connect.CodeOf(err) == connect.CodeNotFound {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the template of a refused import: %v; want it deleted", err)
+		}
+	}
+
+	b.do(chromedp.SetValue(chromedp.CSS("#tpl-id"), "console-image"), chromedp.SetUploadFiles(chromedp.CSS("#tpl-file"), []string{archive}),
 		chromedp.Click(chromedp.CSS(`form[aria-label="Import a template revision"] button[type=submit]`)))
 	b.wait("the template listed", `[...document.querySelectorAll("table[aria-label=Templates] tbody td:first-child")].some(td => td.textContent === "console-image")`)
 	b.screenshot("template-imported")
-	templates := ctrlv1connect.NewTemplateServiceClient(http.DefaultClient, d.URL, connect.WithInterceptors(bearer.Token(token)))
 	r, err := templates.GetTemplate(t.Context(), connect.NewRequest(&ctrlv1.GetTemplateRequest{TemplateId: "console-image"}))
 	if err != nil {
 		t.Fatal(err)
@@ -593,6 +634,20 @@ func TestConsoleRoles(t *testing.T) {
 	if n := count(`table[aria-label=Tokens]`); n != 0 {
 		t.Errorf("an editor is shown the tokens")
 	}
+
+	// A token revoked under the page: the page goes back to the sign-in
+	// form and says why.
+	b.do(chromedp.Click(chromedp.CSS(`#who button`)), chromedp.WaitVisible(chromedp.CSS("#token")))
+	revoked, err := admin.CreateToken(t.Context(), connect.NewRequest(&adminv1.CreateTokenRequest{Role: adminv1.Role_ROLE_EDITOR, Name: "revoked"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.signIn(d.URL, revoked.Msg.GetSecret(), "editor")
+	if _, err := admin.RevokeToken(t.Context(), connect.NewRequest(&adminv1.RevokeTokenRequest{TokenId: revoked.Msg.GetToken().GetTokenId()})); err != nil {
+		t.Fatal(err)
+	}
+	b.wait("the sign-in form again", `document.getElementById("signin-notice")?.textContent.includes("sign in again") && document.getElementById("who").textContent === ""`)
+	b.screenshot("token-revoked")
 }
 
 // logShells logs the processes of the workspace and what the guest
