@@ -40,11 +40,13 @@ func (d *deployment) awaitPoolReady(n int) {
 	}, func(ready int) bool { return ready >= n })
 }
 
-// insideView is what the guest sees of itself: its hostname, its limits
+// insideView is what the guest sees of itself: its hostname (also as
+// /etc/hostname and /etc/hosts tell it), its limits
 // (memory, CFS quota and burst, pids) through its own cgroups, the sizes
 // of /tmp and /run, the files of /root (the writable layer's) and whether
 // the template's files are there.
 const insideView = `hostname; cat /proc/sys/kernel/hostname
+cat /etc/hostname /etc/hosts
 cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/memory/memory.memsw.limit_in_bytes 2>/dev/null
 cpu() { cat /sys/fs/cgroup/cpu,cpuacct/cpu.cfs_$1_us /sys/fs/cgroup/cpu/cpu.cfs_$1_us 2>/dev/null | head -1; }
 echo $(cpu quota) $(cpu burst)
@@ -95,7 +97,8 @@ func TestWarmPool(t *testing.T) {
 		!strings.HasPrefix(got, ws.WorkspaceId+"\n"+ws.WorkspaceId+"\n") || strings.Contains(got, rid) {
 		t.Errorf("the bound workspace sees\n%s\nthe built one\n%s", got, want)
 	}
-	for _, limit := range []string{"134217728\n", "\n25000 25000\n", "4096\n", "template files present"} {
+	for _, limit := range []string{"134217728\n", "\n25000 25000\n", "4096\n", "template files present",
+		"\n" + ws.WorkspaceId + "\n127.0.0.1\tlocalhost\n127.0.1.1\t" + ws.WorkspaceId + "\n"} {
 		if !strings.Contains(got, limit) {
 			t.Errorf("the bound workspace's view lacks %q:\n%s", limit, got)
 		}

@@ -32,7 +32,7 @@ import (
 // directory, owners, modes, set-id bits, symbolic and hard links, a fifo,
 // random data) and in the Volume (a 1 GiB sparse file, the same kinds).
 const writeTree = `set -e
-echo changed > /etc/hostname
+echo '# changed' >> /etc/group
 rm /usr/bin/wget
 rm -rf /etc/ssl && mkdir /etc/ssl && echo only > /etc/ssl/only
 mkdir -p /root/t/sub && cd /root/t
@@ -64,7 +64,7 @@ const treeSum = `for root in /root/t /data /etc/ssl; do
     else echo; fi
   done
 done
-cat /etc/hostname
+cat /etc/group
 [ -e /usr/bin/wget ] && echo wget || echo no-wget`
 
 // transferClient is a TransferService client of a deployment, over

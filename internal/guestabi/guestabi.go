@@ -54,7 +54,7 @@ func DataSocketHTTP2() *http.HTTP2Config {
 
 // reservedPaths are the guest paths the platform mounts itself: /tmp
 // (and /run, above SocketDir) are the tmpfs of the NONE retention tier.
-var reservedPaths = []string{"/proc", "/sys", "/dev", "/tmp", SocketDir, AgentPath, "/etc/resolv.conf"}
+var reservedPaths = []string{"/proc", "/sys", "/dev", "/tmp", SocketDir, AgentPath, "/etc/resolv.conf", "/etc/hostname", "/etc/hosts"}
 
 // The limits of a path Linux takes: PATH_MAX with its NUL, NAME_MAX.
 const (

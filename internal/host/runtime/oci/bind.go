@@ -63,6 +63,9 @@ func (d *Driver) Bind(ctx context.Context, id string, b runtime.Binding) (err er
 	if err := setHostname(pid, b.Hostname); err != nil {
 		return fmt.Errorf("oci: binding %s: hostname: %w", id, err)
 	}
+	if err := writeIdentity(rec.SocketDir, b.Hostname); err != nil {
+		return fmt.Errorf("oci: binding %s: %w", id, err)
+	}
 	return nil
 }
 

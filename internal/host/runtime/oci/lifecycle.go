@@ -120,6 +120,9 @@ func (d *Driver) Start(ctx context.Context, spec runtime.Spec) (err error) {
 			return fmt.Errorf("oci: resolv.conf: %w", err)
 		}
 	}
+	if err := writeIdentity(rec.SocketDir, guestHostname(spec)); err != nil {
+		return fmt.Errorf("oci: /etc/hostname and /etc/hosts: %w", err)
+	}
 	if err := mountConsole(dir); err != nil {
 		return err
 	}

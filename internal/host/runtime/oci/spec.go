@@ -2,6 +2,7 @@ package oci
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -20,6 +21,8 @@ const (
 	guestAgentPath = guestabi.AgentPath
 	guestSocketDir = guestabi.SocketDir
 	resolvConfName = "resolv.conf" // in the socket directory on the host
+	hostnameName   = "hostname"    // the guest's /etc/hostname, there too
+	hostsName      = "hosts"       // and its /etc/hosts
 	defaultPath    = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	cfsPeriod      = 100000  // µs
 	ociVersion     = "1.0.2" // what runc 1.1 speaks; the fields used are all 1.0
@@ -77,10 +80,7 @@ func guestEnv(extra []string) []string {
 // (0: the kernel's default, half the host's memory); oomScoreAdj is the
 // guest agent's.
 func ociSpec(spec runtime.Spec, rootfs, sockDir, volume string, tmpfsBytes uint64, oomScoreAdj int) *specs.Spec {
-	hostname := spec.Hostname
-	if hostname == "" {
-		hostname = spec.ID
-	}
+	hostname := guestHostname(spec)
 	caps := append([]string(nil), defaultCaps...)
 	res := &specs.LinuxResources{
 		Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
@@ -119,6 +119,12 @@ func ociSpec(spec runtime.Spec, rootfs, sockDir, volume string, tmpfsBytes uint6
 	if spec.ResolvConf != nil {
 		mounts = append(mounts, specs.Mount{Destination: "/etc/resolv.conf", Type: "bind",
 			Source: filepath.Join(sockDir, resolvConfName), Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}})
+	}
+	// The guest's name as files tell it (writeIdentity), the guest's to
+	// edit as resolv.conf is.
+	for _, f := range [][2]string{{"/etc/hostname", hostnameName}, {"/etc/hosts", hostsName}} {
+		mounts = append(mounts, specs.Mount{Destination: f[0], Type: "bind",
+			Source: filepath.Join(sockDir, f[1]), Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}})
 	}
 	if spec.Volume != nil {
 		// Last: the volume may lie below /tmp. runc makes its mount point.
@@ -201,4 +207,24 @@ func cgroupPath(id string) string { return "/kibotos/" + id }
 // marshalSpec renders config.json.
 func marshalSpec(s *specs.Spec) ([]byte, error) {
 	return json.MarshalIndent(s, "", "  ")
+}
+
+// guestHostname is the hostname of the guest of spec: its own, or else
+// the execution's ID.
+func guestHostname(spec runtime.Spec) string {
+	if spec.Hostname != "" {
+		return spec.Hostname
+	}
+	return spec.ID
+}
+
+// writeIdentity writes the guest's /etc/hostname and /etc/hosts into its
+// socket directory sockDir: the hostname, and it beside localhost on the
+// loopback as Debian has it (127.0.1.1), so that a program that looks up
+// its own name finds it without a DNS query.
+func writeIdentity(sockDir, hostname string) error {
+	hosts := "127.0.0.1\tlocalhost\n127.0.1.1\t" + hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+	return errors.Join(
+		os.WriteFile(filepath.Join(sockDir, hostnameName), []byte(hostname+"\n"), 0o644),
+		os.WriteFile(filepath.Join(sockDir, hostsName), []byte(hosts), 0o644))
 }
