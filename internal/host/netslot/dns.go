@@ -22,6 +22,14 @@ const (
 	dnsPort = 53
 	// dnsStreamIdle ends a guest's idle DNS-over-TCP connection.
 	dnsStreamIdle = 30 * time.Second
+	// maxDNSStreams bounds a slot's DNS-over-TCP connections at once,
+	// and dnsStreamBuffer the send and receive buffers of each: a message
+	// is at most 64 KiB and 2 bytes. The memory a guest can make the
+	// slot hold there is in the host agent's process, not the guest's
+	// cgroup, so it is kept small (about 4 MiB a slot) whatever the
+	// guest does (queries it never reads the answers of).
+	maxDNSStreams   = 16
+	dnsStreamBuffer = 128 << 10
 )
 
 // serveDNS answers UDP queries at the link DNS address.
@@ -132,11 +140,11 @@ func (st *dnsStream) follow(a *applied) bool {
 }
 
 // trackDNSStream registers a guest's DNS stream on the Resolver revision in
-// force; false when the slot is closed.
+// force; false when the slot is closed or has maxDNSStreams already.
 func (s *Slot) trackDNSStream(st *dnsStream) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.closed || len(s.dnsStreams) >= maxDNSStreams {
 		return false
 	}
 	if a := s.applied.Load(); a != nil {

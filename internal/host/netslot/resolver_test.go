@@ -120,3 +120,31 @@ func TestSlotResolverUpdateDrains(t *testing.T) {
 		t.Fatalf("a new connection: %s, %v; want revision 3's answer", got, err)
 	}
 }
+
+// TestSlotBoundsDNSStreams: a slot serves 16 of a guest's DNS-over-TCP
+// connections at once, and closes a 17th at once: each holds buffers in
+// the host agent's memory, not the guest's.
+func TestSlotBoundsDNSStreams(t *testing.T) {
+	s := newSlot(t, netip.MustParseAddrPort("127.0.0.1:53"))
+	s.Apply(policy(1, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_DENY_ALL, 600))
+	for i := range 16 {
+		if got, err := lookupRcode(dnsStream(t, s)); err != nil || got != dns.RcodeRefused {
+			t.Fatalf("stream %d: %v, %v; want REFUSED", i+1, got, err)
+		}
+	}
+	if _, err := lookupRcode(dnsStream(t, s)); err == nil {
+		t.Error("a 17th stream was answered")
+	}
+}
+
+// lookupRcode asks c one query, keeps c open, and returns the answer's code.
+func lookupRcode(c *dns.Conn) (int, error) {
+	if err := c.WriteMsg(new(dns.Msg).SetQuestion("example.com.", dns.TypeA)); err != nil {
+		return 0, err
+	}
+	r, err := c.ReadMsg()
+	if err != nil {
+		return 0, err
+	}
+	return r.Rcode, nil
+}

@@ -93,7 +93,7 @@ func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
 	id := r.ID()
 	dst := netip.AddrPortFrom(addrOf(id.LocalAddress), id.LocalPort)
 	if dst.Addr() == s.linkDNS() && dst.Port() == dnsPort {
-		guest, err := accept(r)
+		guest, err := accept(r, dnsStreamBuffer)
 		if err == nil {
 			s.cfg.Counters.DNS.Add(1)
 			s.serveDNSStream(guest)
@@ -147,7 +147,7 @@ func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
 		f.out.Close()
 		return
 	}
-	guest, err := accept(r)
+	guest, err := accept(r, 0)
 	f.mu.Lock()
 	f.guest = guest
 	closed := f.closed
@@ -173,7 +173,7 @@ type halfCloser interface {
 }
 
 // accept completes the guest's handshake.
-func accept(r *tcp.ForwarderRequest) (halfCloser, error) {
+func accept(r *tcp.ForwarderRequest, bufferBytes int64) (halfCloser, error) {
 	var wq waiter.Queue
 	ep, err := r.CreateEndpoint(&wq)
 	if err != nil {
@@ -181,7 +181,12 @@ func accept(r *tcp.ForwarderRequest) (halfCloser, error) {
 		return nil, errors.New(err.String())
 	}
 	r.Complete(false)
-	ep.SocketOptions().SetKeepAlive(true)
+	so := ep.SocketOptions()
+	so.SetKeepAlive(true)
+	if bufferBytes > 0 { // fixed: no auto-tuning up to the stack's maximum
+		so.SetReceiveBufferSize(bufferBytes, true)
+		so.SetSendBufferSize(bufferBytes, true)
+	}
 	return gonet.NewTCPConn(&wq, ep), nil
 }
 
