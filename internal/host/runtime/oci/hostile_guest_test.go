@@ -258,13 +258,16 @@ func TestConsoleLogBounded(t *testing.T) {
 	}
 }
 
-// TestMaskedPaths: the host's firmware, power capping and kernel
-// internals are hidden from the guest, and the kernel's tunables are
-// read-only, as in Docker.
+// TestMaskedPaths: the host's firmware, power capping, loop devices (the
+// other workspaces' disk images) and kernel internals are hidden from the
+// guest, and the kernel's tunables are read-only, as in Docker.
 func TestMaskedPaths(t *testing.T) {
 	e := newEnv(t)
 	e.start(t, e.spec("masked", e.image(t)))
-	for _, p := range []string{"/sys/firmware", "/sys/devices/virtual/powercap", "/proc/acpi", "/proc/scsi"} {
+	if out := e.exec(t, "masked", "sh", "-c", "cat /sys/block/loop*/loop/backing_file 2>/dev/null; true"); out != "" {
+		t.Errorf("the guest reads the host's loop devices' backing files: %q", out)
+	}
+	for _, p := range []string{"/sys/firmware", "/sys/devices/virtual/powercap", "/sys/devices/virtual/block", "/proc/acpi", "/proc/scsi"} {
 		if out := e.exec(t, "masked", "sh", "-c", "ls -A "+p+" 2>/dev/null | head -5"); out != "" {
 			t.Errorf("%s lists %q in the guest", p, out)
 		}

@@ -51,6 +51,9 @@ var (
 		"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
 		"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
 		"/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap",
+		// The host's loop devices: their backing files name every
+		// workspace's disk image on the host, and their stats its I/O.
+		"/sys/devices/virtual/block",
 	}
 	readonlyPaths = []string{
 		"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
