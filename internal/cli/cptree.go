@@ -274,6 +274,11 @@ func (cp *copier) downloadTree(src, dst string) error {
 	if xerr != nil {
 		cancel() // kills the guest's tar
 		pr.CloseWithError(xerr)
+	} else {
+		// The end-of-archive blocks are not the end of the stream: a tar
+		// pads it to a whole record (GNU tar's: 10 KiB), which it waits to
+		// write before it exits.
+		io.Copy(io.Discard, pr)
 	}
 	err = <-done
 	if xerr != nil && (err != nil || status.Success()) { // else tar's own error explains a cut stream

@@ -3,6 +3,7 @@ package cli
 import (
 	"archive/tar"
 	"bytes"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -172,6 +173,35 @@ func TestCpRecursiveRoundTrip(t *testing.T) {
 // TestCpRecursiveRefusesEscapes copies trees holding symlinks that point
 // outside the copy, both ways: each is refused with an error that names
 // it, and nothing is written on the other side.
+// TestCpRecursiveDownloadReadsTheRecord: a guest tar that pads its
+// archive to a whole record after the end-of-archive blocks, as GNU tar
+// does, is read to its end, and the copy completes.
+func TestCpRecursiveDownloadReadsTheRecord(t *testing.T) {
+	e, id := newDataEnv(t)
+	e.sh(t, id, `mkdir -p /usr/local/bin /root/tree && echo one > /root/tree/f
+printf '#!/bin/sh\nbusybox tar "$@" && head -c 10240 /dev/zero\n' > /usr/local/bin/tar && chmod +x /usr/local/bin/tar`)
+	back := filepath.Join(t.TempDir(), "back")
+	done := make(chan error, 1)
+	go func() {
+		_, stderr, err := e.runData(t, "", "ws", "cp", "-r", id+":/root/tree", back)
+		if err != nil {
+			err = fmt.Errorf("%w\n%s", err, stderr)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("cp -r of a padded archive still runs after 30 s")
+	}
+	if got, err := os.ReadFile(filepath.Join(back, "f")); err != nil || string(got) != "one\n" {
+		t.Errorf("the copy holds %q, %v", got, err)
+	}
+}
+
 func TestCpRecursiveRefusesEscapes(t *testing.T) {
 	e, id := newDataEnv(t)
 	e.sh(t, id, `mkdir -p /work/abs/sub /work/climb/sub && echo x > /work/abs/f && ln -s /etc/passwd /work/abs/sub/pw &&
