@@ -1,6 +1,7 @@
 // Files of a workspace through the data plane: browse a directory, upload
 // (a picker or drag and drop, with progress), download, rename, delete.
 import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { FileType, type FileInfo } from "../../sdk/typescript/gen/kibotos/data/v1/data_pb.js";
 import { apiError, errorText, withPlane } from "./api.js";
 import { bytes, field, h, setError } from "./dom.js";
@@ -91,10 +92,26 @@ export function filesView(body: HTMLElement, workspaceId: string, signal: AbortS
     const id = `rename-${f.name.replace(/[^A-Za-z0-9_-]/g, "_")}`;
     const input = h("input", { id, value: f.name });
     const form = h("form", { class: "inline" }, field(`New name of ${f.name}`, input), h("button", { type: "submit", class: "small" }, "Save"));
+    // A name that is taken is replaced only when Save is pressed again
+    // for it.
+    let replacing = "";
     form.addEventListener("submit", async (ev) => {
       ev.preventDefault();
+      setError(id, "");
+      const destination = join(shown, input.value);
       try {
-        await withPlane(workspaceId, (p) => p.files.moveFile({ source: join(shown, f.name), destination: join(shown, input.value) }));
+        if (input.value !== f.name && replacing !== destination) {
+          const taken = await withPlane(workspaceId, (p) => p.files.inspectFile({ path: destination })).then(() => true, (e) => {
+            if (ConnectError.from(e).code !== Code.NotFound) throw e;
+            return false;
+          });
+          if (taken) {
+            replacing = destination;
+            setError(id, `${input.value} exists: press Save again to replace it`);
+            return;
+          }
+        }
+        await withPlane(workspaceId, (p) => p.files.moveFile({ source: join(shown, f.name), destination }));
         await reload();
       } catch (e) {
         setError(id, errorText(apiError(e)));

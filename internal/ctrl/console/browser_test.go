@@ -312,6 +312,27 @@ func TestConsole(t *testing.T) {
 		chromedp.SetValue(chromedp.CSS("#rename-hello-console_txt"), "renamed.txt"),
 		chromedp.Click(chromedp.CSS(`form.inline button[type=submit]`)))
 	b.wait("the renamed file", names+`.includes("renamed.txt") && !`+names+`.includes("hello-console.txt")`)
+	// A rename onto a name that is taken asks first.
+	if _, err := ws.Exec(ctx, []string{"sh", "-c", "echo keep > /tmp/taken.txt"}, sdk.ExecOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	b.do(chromedp.Click(chromedp.CSS(`button[aria-label="Rename renamed.txt"]`)),
+		chromedp.SetValue(chromedp.CSS("#rename-renamed_txt"), "taken.txt"),
+		chromedp.Click(chromedp.CSS(`form.inline button[type=submit]`)))
+	b.wait("the question", `document.getElementById("rename-renamed_txt-error")?.textContent.includes("press Save again")`)
+	if got, err := ws.ReadFile(ctx, "/tmp/taken.txt"); err != nil || string(got) != "keep\n" {
+		t.Fatalf("a rename onto a taken name replaced it at once: %q, %v", got, err)
+	}
+	// Save again: the rename replaces it.
+	b.do(chromedp.Click(chromedp.CSS(`form.inline button[type=submit]`)))
+	b.wait("the rename again", names+`.includes("taken.txt") && !`+names+`.includes("renamed.txt")`)
+	if got, err := ws.ReadFile(ctx, "/tmp/taken.txt"); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("after the confirmed rename, taken.txt holds %d bytes (%v), want the renamed file's %d", len(got), err, len(want))
+	}
+	b.do(chromedp.Click(chromedp.CSS(`button[aria-label="Rename taken.txt"]`)),
+		chromedp.SetValue(chromedp.CSS("#rename-taken_txt"), "renamed.txt"),
+		chromedp.Click(chromedp.CSS(`form.inline button[type=submit]`)))
+	b.wait("the renamed file back", names+`.includes("renamed.txt") && !`+names+`.includes("taken.txt")`)
 	// The rows act on the directory the table lists, whatever the field
 	// says; a delete takes a second press.
 	b.do(chromedp.SetValue(chromedp.CSS("#files-dir"), "/root"),
