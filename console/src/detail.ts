@@ -4,12 +4,12 @@ import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { StopMode, WorkspaceExpirationAction, WorkspaceState, type Workspace } from "../../sdk/typescript/gen/kibotos/ctrl/v1/ctrl_pb.js";
 import { api, apiError, command, errorText } from "./api.js";
 import { canWrite, type Caller } from "./auth.js";
-import { age, append, h, labelsText } from "./dom.js";
+import { age, append, confirmed, h, labelsText } from "./dom.js";
 import { editForms } from "./edit.js";
 import { filesView } from "./files.js";
 import { networkView } from "./network.js";
 import { terminalView } from "./terminal.js";
-import { confirmed, failureText, guestText, resourcesText, stateName } from "./workspaces.js";
+import { failureText, guestText, resourcesText, stateName } from "./workspaces.js";
 
 const TABS = ["overview", "terminal", "files", "network"] as const;
 type Tab = (typeof TABS)[number];

@@ -1,5 +1,6 @@
 // Small DOM helpers: element construction, field errors, formatting.
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
+import { apiError, errorText } from "./api.js";
 
 type Child = Node | string | number | null | undefined | false;
 type Attrs = Record<string, string | number | boolean | EventListener | undefined>;
@@ -122,4 +123,39 @@ export function wholeNumber(id: string, text: string): number | undefined {
 /** lines splits a textarea's text into its non-empty trimmed lines. */
 export function lines(text: string): string[] {
   return text.split("\n").map((l) => l.trim()).filter(Boolean);
+}
+
+/** CONFIRM_MS is how long a confirmed button waits for its second press. */
+const CONFIRM_MS = 5000;
+
+/**
+ * confirmed is a button that asks once more before it runs: the first
+ * press turns it into "Confirm …", the second runs (focus stays on it).
+ */
+export function confirmed(label: string, id: string, run: () => Promise<unknown>, onError?: (e: unknown) => void): HTMLButtonElement {
+  const b = h("button", { type: "button", class: "small danger", "aria-label": `${label} ${id}` }, label);
+  let disarm: ReturnType<typeof setTimeout> | undefined;
+  const reset = () => {
+    clearTimeout(disarm);
+    delete b.dataset.armed;
+    b.textContent = label;
+    b.setAttribute("aria-label", `${label} ${id}`);
+  };
+  b.addEventListener("click", async () => {
+    if (!b.dataset.armed) {
+      b.dataset.armed = "1";
+      b.textContent = `Confirm ${label.toLowerCase()}`;
+      b.setAttribute("aria-label", `Confirm ${label.toLowerCase()} ${id}`);
+      disarm = setTimeout(reset, CONFIRM_MS); // a press much later is a first press again
+      return;
+    }
+    reset();
+    try {
+      await run();
+    } catch (e) {
+      if (onError) onError(e);
+      else setError("ws-create", `${label} ${id}: ${errorText(apiError(e))}`);
+    }
+  });
+  return b;
 }

@@ -4,9 +4,8 @@ import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { FileType, type FileInfo } from "../../sdk/typescript/gen/kibotos/data/v1/data_pb.js";
 import { apiError, errorText, withPlane } from "./api.js";
-import { bytes, field, h, setError } from "./dom.js";
+import { bytes, confirmed, field, h, setError } from "./dom.js";
 import { getFile, putFile } from "./filebytes.js";
-import { confirmed } from "./workspaces.js";
 
 function join(dir: string, name: string): string {
   return dir.endsWith("/") ? dir + name : `${dir}/${name}`;

@@ -9,11 +9,10 @@ import {
 import { Role } from "../../sdk/typescript/gen/kibotos/admin/v1/admin_pb.js";
 import { api, apiError, command, errorText, token } from "./api.js";
 import { canWrite, type Caller } from "./auth.js";
-import { bytes, field, h, labelsText, mibBytes, setError, when } from "./dom.js";
+import { bytes, confirmed, field, h, labelsText, mibBytes, setError, when } from "./dom.js";
 import { clearErrors, showError } from "./errors.js";
 import { chunks, upload } from "./upload.js";
 import { upstreamsView } from "./upstreams.js";
-import { confirmed } from "./workspaces.js";
 
 /**
  * table renders rows of cells under headers; the last cell of a row is its

@@ -6,9 +6,8 @@ import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Egress, EgressSpec, Resolver, ResolverSpec } from "../../sdk/typescript/gen/kibotos/ctrl/v1/ctrl_pb.js";
 import { api, apiError, command, errorText } from "./api.js";
-import { field, h, labelsText, parseLabels, setError, when, wholeNumber } from "./dom.js";
+import { confirmed, field, h, labelsText, parseLabels, setError, when, wholeNumber } from "./dom.js";
 import { clearErrors, showError, type FieldMap } from "./errors.js";
-import { confirmed } from "./workspaces.js";
 
 /** specKey is a spec's content as text, to tell whether a form changed it. */
 function specKey(spec: unknown): string {

@@ -7,7 +7,7 @@ import {
   type Workspace,
 } from "../../sdk/typescript/gen/kibotos/ctrl/v1/ctrl_pb.js";
 import { api, apiError, command, errorText } from "./api.js";
-import { age, bytes, field, h, labelsText, mibBytes, parseLabels, setError, wholeNumber } from "./dom.js";
+import { age, bytes, confirmed, field, h, labelsText, mibBytes, parseLabels, setError, wholeNumber } from "./dom.js";
 import { canWrite, type Caller } from "./auth.js";
 import { clearErrors, showError, type FieldMap } from "./errors.js";
 
@@ -15,41 +15,6 @@ import { clearErrors, showError, type FieldMap } from "./errors.js";
 export function failureText(w: Workspace): string {
   const f = w.failure;
   return f ? `${f.message} (reason ${FailureReason[f.reason]}, stage ${FailureStage[f.stage]})` : "";
-}
-
-/** CONFIRM_MS is how long a confirmed button waits for its second press. */
-const CONFIRM_MS = 5000;
-
-/**
- * confirmed is a button that asks once more before it runs: the first
- * press turns it into "Confirm …", the second runs (focus stays on it).
- */
-export function confirmed(label: string, id: string, run: () => Promise<unknown>, onError?: (e: unknown) => void): HTMLButtonElement {
-  const b = h("button", { type: "button", class: "small danger", "aria-label": `${label} ${id}` }, label);
-  let disarm: ReturnType<typeof setTimeout> | undefined;
-  const reset = () => {
-    clearTimeout(disarm);
-    delete b.dataset.armed;
-    b.textContent = label;
-    b.setAttribute("aria-label", `${label} ${id}`);
-  };
-  b.addEventListener("click", async () => {
-    if (!b.dataset.armed) {
-      b.dataset.armed = "1";
-      b.textContent = `Confirm ${label.toLowerCase()}`;
-      b.setAttribute("aria-label", `Confirm ${label.toLowerCase()} ${id}`);
-      disarm = setTimeout(reset, CONFIRM_MS); // a press much later is a first press again
-      return;
-    }
-    reset();
-    try {
-      await run();
-    } catch (e) {
-      if (onError) onError(e);
-      else setError("ws-create", `${label} ${id}: ${errorText(apiError(e))}`);
-    }
-  });
-  return b;
 }
 
 const REFRESH_MS = 2000;
