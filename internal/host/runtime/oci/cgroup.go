@@ -2,6 +2,7 @@ package oci
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -267,4 +268,69 @@ func (c *cgroupFile) close() {
 		c.f.Close()
 		c.f = nil
 	}
+}
+
+// limitHostTasks bounds the tasks of all executions together, pids.max of
+// executionsPidsCgroup, to hostTaskLimit: each execution's own limit is
+// fixed, so without this enough guests that fork without end would take
+// every task ID of the host, and the host's own programs (this process,
+// runc, sshd) could start none. A number already there (the operator's,
+// or an earlier start's) is kept.
+func limitHostTasks() error {
+	limit, err := hostTaskLimit()
+	if err != nil {
+		return err
+	}
+	dir, v1 := executionsPidsCgroup()
+	if !v1 {
+		// The controller's files appear in dir only when the root hands
+		// it down, as runc would at the first start.
+		if err := os.WriteFile(filepath.Join(cgroupRoot, "cgroup.subtree_control"), []byte("+pids"), 0); err != nil {
+			return fmt.Errorf("enable the pids controller: %w", err)
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	file := filepath.Join(dir, "pids.max")
+	b, err := os.ReadFile(file)
+	if err != nil || strings.TrimSpace(string(b)) != "max" {
+		return err
+	}
+	return os.WriteFile(file, []byte(strconv.FormatUint(limit, 10)), 0)
+}
+
+// executionsPidsCgroup returns executionsCgroup on the pids controller:
+// on cgroup v1's pids hierarchy where it is mounted (v1 is true), else on
+// the cgroup2 tree.
+func executionsPidsCgroup() (dir string, v1 bool) {
+	if _, err := os.Stat(filepath.Join(cgroupRoot, "pids", "tasks")); err == nil {
+		return filepath.Join(cgroupRoot, "pids", executionsCgroup), true
+	}
+	return filepath.Join(cgroupRoot, executionsCgroup), false
+}
+
+// hostTaskLimit is the host's task IDs (the lesser of kernel.pid_max and
+// kernel.threads-max) less a reserve for its own programs: an eighth of
+// them, and at least minHostTaskReserve.
+func hostTaskLimit() (uint64, error) {
+	pidMax, err := readValue("/proc/sys/kernel/pid_max")
+	if err != nil {
+		return 0, err
+	}
+	threadsMax, err := readValue("/proc/sys/kernel/threads-max")
+	if err != nil {
+		return 0, err
+	}
+	return tasksLeftToExecutions(min(pidMax, threadsMax)), nil
+}
+
+// minHostTaskReserve is the least number of task IDs kept from the
+// executions for the host's own programs.
+const minHostTaskReserve = 1024
+
+// tasksLeftToExecutions is what of total task IDs the executions may hold
+// together: the reserve is never more than half.
+func tasksLeftToExecutions(total uint64) uint64 {
+	return total - max(total/8, min(minHostTaskReserve, total/2))
 }

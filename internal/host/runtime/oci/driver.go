@@ -133,6 +133,10 @@ func New(cfg Config) (*Driver, error) {
 		slog.Warn("guest agents are not protected from the OOM killer: this process may not lower oom_score_adj (it lacks CAP_SYS_RESOURCE), so a guest whose processes fill its memory can lose its agent, and the workspace stops",
 			"oom_score_adj", oomAdj)
 	}
+	if err := limitHostTasks(); err != nil {
+		slog.Warn("the guests together may take every task ID of the host: the tasks of all workspaces could not be bounded",
+			"cgroup", executionsCgroup, "err", err)
+	}
 	return &Driver{
 		name:     name,
 		bin:      bin,

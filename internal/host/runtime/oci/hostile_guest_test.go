@@ -284,6 +284,41 @@ func TestMaskedPaths(t *testing.T) {
 	}
 }
 
+// TestHostTasksBounded: every execution's tasks count against one
+// cgroup whose limit leaves the host a reserve of its task IDs, so guests
+// that fork without end cannot take them all.
+func TestHostTasksBounded(t *testing.T) {
+	e := newEnv(t)
+	e.start(t, e.spec("forkbound", e.image(t)))
+	limit, err := hostTaskLimit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, _ := executionsPidsCgroup()
+	if got, err := readValue(filepath.Join(dir, "pids.max")); err != nil || got > limit {
+		t.Errorf("pids.max of %s: %d (%v), want at most %d", dir, got, err, limit)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "forkbound")); err != nil {
+		t.Errorf("the execution's cgroup is not below %s: %v", dir, err)
+	}
+	if n, err := readValue(filepath.Join(dir, "pids.current")); err != nil || n == 0 {
+		t.Errorf("pids.current of %s: %d (%v), want the execution's tasks", dir, n, err)
+	}
+}
+
+func TestTasksLeftToExecutions(t *testing.T) {
+	for _, c := range []struct{ total, want uint64 }{
+		{32768, 28672},     // an eighth kept
+		{4194304, 3670016}, // systemd's pid_max
+		{4096, 3072},       // minHostTaskReserve kept
+		{1500, 750},        // never more than half
+	} {
+		if got := tasksLeftToExecutions(c.total); got != c.want {
+			t.Errorf("tasksLeftToExecutions(%d) = %d, want %d", c.total, got, c.want)
+		}
+	}
+}
+
 // TestVolumeOverGuestSymlink: a link the guest left at the volume's mount
 // path, even one to the agent's socket directory, is replaced by the
 // volume; it is not followed, and the guest starts. A link on the way

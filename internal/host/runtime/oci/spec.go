@@ -204,8 +204,12 @@ func tmpfsOptions(mode string, size uint64) []string {
 	return opts
 }
 
+// executionsCgroup is the cgroup, below each hierarchy's root, that holds
+// every execution's (those of all deployments on the host).
+const executionsCgroup = "/kibotos"
+
 // cgroupPath is the execution's cgroup below each hierarchy's root.
-func cgroupPath(id string) string { return "/kibotos/" + id }
+func cgroupPath(id string) string { return executionsCgroup + "/" + id }
 
 // marshalSpec renders config.json.
 func marshalSpec(s *specs.Spec) ([]byte, error) {
