@@ -27,7 +27,7 @@ var (
 	slotDNSQueriesDesc = prometheus.NewDesc("kibotos_host_slot_dns_queries_total",
 		"Guest queries to the link DNS address, by how each was answered: cache (the slot's cache), upstream (through the Resolver or deployment resolver, SERVFAIL when it failed), slot (by the slot alone: REFUSED under DENY_ALL, SERVFAIL without a resolver, FORMERR).", []string{"answer"}, nil)
 	slotRefusalsDesc = prometheus.NewDesc("kibotos_host_slot_refusals_total",
-		"Guest TCP connections the network slots reset, by cause: policy (the network policy refused it), unreachable (the outbound connection failed).", []string{"cause"}, nil)
+		"Guest TCP connections the network slots reset, by cause: policy (the network policy refused it), unreachable (the outbound connection failed), limit (the slot carried its most connections at once; one to the link DNS address is closed at once).", []string{"cause"}, nil)
 	egressFaultsDesc = prometheus.NewDesc("kibotos_host_egress_faults_total",
 		"Uses of Egresses that failed by the Egress's fault, by kind (as in EgressObservation).", []string{"kind"}, nil)
 	resolverFaultsDesc = prometheus.NewDesc("kibotos_host_resolver_faults_total",
@@ -59,6 +59,7 @@ func (col collector) Collect(ch chan<- prometheus.Metric) {
 	counter(slotDNSQueriesDesc, c.slots.DNSLocal.Load(), "slot")
 	counter(slotRefusalsDesc, c.slots.Refused.Load(), "policy")
 	counter(slotRefusalsDesc, c.slots.Unreachable.Load(), "unreachable")
+	counter(slotRefusalsDesc, c.slots.Limited.Load(), "limit")
 	egress := ctrlv1.EgressObservationKind(0).Descriptor()
 	for _, n := range enumlabel.Known(egress) {
 		counter(egressFaultsDesc, c.slots.EgressFaults.Load(ctrlv1.EgressObservationKind(n)), enumlabel.Name(egress, n))

@@ -23,6 +23,10 @@ type Counters struct {
 	// Unreachable those the policy admitted whose outbound leg failed (reset
 	// too).
 	Refused, Unreachable atomic.Uint64
+	// Limited counts the guest TCP connections reset because the slot
+	// carried its most at once: Config.MaxFlows connections, or
+	// maxDNSStreams to the link DNS address.
+	Limited atomic.Uint64
 	// EgressFaults counts the failed uses of Egresses that were the Egress's
 	// fault, by kind; ResolverFaults the failed queries to policy Resolvers,
 	// by kind.

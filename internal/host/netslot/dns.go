@@ -144,7 +144,11 @@ func (st *dnsStream) follow(a *applied) bool {
 func (s *Slot) trackDNSStream(st *dnsStream) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed || len(s.dnsStreams) >= maxDNSStreams {
+	if s.closed {
+		return false
+	}
+	if len(s.dnsStreams) >= maxDNSStreams {
+		s.cfg.Counters.Limited.Add(1)
 		return false
 	}
 	if a := s.applied.Load(); a != nil {

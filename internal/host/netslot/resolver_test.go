@@ -125,7 +125,8 @@ func TestSlotResolverUpdateDrains(t *testing.T) {
 // connections at once, and closes a 17th at once: each holds buffers in
 // the host agent's memory, not the guest's.
 func TestSlotBoundsDNSStreams(t *testing.T) {
-	s := newSlot(t, netip.MustParseAddrPort("127.0.0.1:53"))
+	counters := new(netslot.Counters)
+	s := newSlotWith(t, netslot.Config{DeploymentResolvers: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:53")}, Counters: counters})
 	s.Apply(policy(1, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_DENY_ALL, 600))
 	for i := range 16 {
 		if got, err := lookupRcode(dnsStream(t, s)); err != nil || got != dns.RcodeRefused {
@@ -134,6 +135,9 @@ func TestSlotBoundsDNSStreams(t *testing.T) {
 	}
 	if _, err := lookupRcode(dnsStream(t, s)); err == nil {
 		t.Error("a 17th stream was answered")
+	}
+	if n := counters.Limited.Load(); n != 1 {
+		t.Errorf("Limited = %d, want 1", n)
 	}
 }
 

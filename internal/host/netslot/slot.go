@@ -43,10 +43,14 @@ const (
 	maxInFlight = 1024
 	// dialTimeout bounds one outbound dial; the guest's SYN waits for it.
 	dialTimeout = 30 * time.Second
-	// tcpBuffer is the stack's default and maximum socket buffer, sized for
-	// the link's 64 KiB segments.
-	tcpBufferDefault = 1 << 20
-	tcpBufferMax     = 8 << 20
+	// tcpBuffer is each way's socket buffer of a guest connection in the
+	// stack: the guest is microseconds away, so a window this large keeps
+	// the link's 64 KiB segments flowing. It does not grow: whatever a
+	// connection holds when one side stops reading is this process's
+	// memory, not the guest's (with 8 MiB, a stalled upload held 4 MiB).
+	tcpBuffer = 1 << 20
+	// DefaultMaxFlows is Config.MaxFlows' default.
+	DefaultMaxFlows = 4096
 )
 
 // Config configures a Slot.
@@ -70,6 +74,10 @@ type Config struct {
 	// Counters counts the slot's connections and faults; nil counts them
 	// in the slot alone.
 	Counters *Counters
+	// MaxFlows bounds the guest's TCP connections the slot carries at once
+	// (each may hold its buffers, up to 2 MiB, in this process); one more
+	// is reset. 0 means DefaultMaxFlows.
+	MaxFlows int
 }
 
 // Slot is one execution's network slot.
@@ -96,6 +104,9 @@ type Slot struct {
 	// without a Resolver; nil when no deployment resolver is in the link
 	// address's family.
 	deployment *dnsforward.Forwarder
+
+	// flows holds a token for each guest TCP connection carried.
+	flows chan struct{}
 
 	mu      sync.Mutex
 	failure string // why the last Apply failed; applied is then nil
@@ -167,8 +178,12 @@ func serve(cfg Config, queues []*os.File) (*Slot, error) {
 	if cfg.Counters == nil {
 		cfg.Counters = new(Counters)
 	}
+	if cfg.MaxFlows == 0 {
+		cfg.MaxFlows = DefaultMaxFlows
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Slot{cfg: cfg, queues: queues, stack: st, ctx: ctx, cancel: cancel, conns: map[*flow]struct{}{},
+		flows:      make(chan struct{}, cfg.MaxFlows),
 		dnsStreams: map[*dnsStream]struct{}{},
 		echoes:     make(chan struct{}, maxEchoesInFlight)}
 	s.SetHostAddresses(cfg.HardDeny.Platform)
@@ -213,11 +228,10 @@ func (s *Slot) setUp() error {
 	// its endpoint for a minute. It still ends on a timer's goroutine; the
 	// link guard closes one that a new SYN meets first (endTimeWait).
 	timeWait := tcpip.TCPTimeWaitTimeoutOption(0)
-	moderate := tcpip.TCPModerateReceiveBufferOption(true)
 	for _, opt := range []tcpip.SettableTransportProtocolOption{
-		&sack, &moderate, &timeWait,
-		&tcpip.TCPReceiveBufferSizeRangeOption{Min: 4096, Default: tcpBufferDefault, Max: tcpBufferMax},
-		&tcpip.TCPSendBufferSizeRangeOption{Min: 4096, Default: tcpBufferDefault, Max: tcpBufferMax},
+		&sack, &timeWait,
+		&tcpip.TCPReceiveBufferSizeRangeOption{Min: 4096, Default: tcpBuffer, Max: tcpBuffer},
+		&tcpip.TCPSendBufferSizeRangeOption{Min: 4096, Default: tcpBuffer, Max: tcpBuffer},
 	} {
 		if err := s.stack.SetTransportProtocolOption(tcp.ProtocolNumber, opt); err != nil {
 			return fmt.Errorf("tcp option: %s", err)

@@ -100,6 +100,14 @@ func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
 		}
 		return
 	}
+	select {
+	case s.flows <- struct{}{}:
+		defer func() { <-s.flows }()
+	default:
+		s.cfg.Counters.Limited.Add(1)
+		r.Complete(true)
+		return
+	}
 	a := s.current()
 	d := netpolicy.Decision{Action: netpolicy.Refuse, Reason: "no network policy is applied"}
 	if a != nil {
