@@ -281,6 +281,12 @@ func TestExposureLifecycle(t *testing.T) {
 		seen.Header.Get("X-Forwarded-Host") != host || seen.Header.Get("X-Forwarded-Prefix") != "/x/"+x.ID {
 		t.Errorf("the guest saw %+v", seen)
 	}
+	// A caller that asks for no encoding: the guest is asked for none.
+	status, body = get(t, &http.Client{Transport: &http.Transport{DisableCompression: true}}, x.URL+"request?probe=identity", bearerHeader(x.Token))
+	seen.Header = nil
+	if err := json.Unmarshal([]byte(body), &seen); status != http.StatusOK || err != nil || seen.Header.Get("Accept-Encoding") != "" {
+		t.Errorf("without Accept-Encoding: %d, the guest saw %v (%v)", status, seen.Header, err)
+	}
 	// The query parameter once, then the cookie.
 	jar, _ := cookiejar.New(nil)
 	browser := &http.Client{Jar: jar}
@@ -345,9 +351,24 @@ func TestExposureLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	awaitRouted(t, closed.URL)
-	if status, body := get(t, http.DefaultClient, closed.URL, nil); status != http.StatusBadGateway || !strings.Contains(body, "port 9") {
+	if status, body := get(t, http.DefaultClient, closed.URL, nil); status != http.StatusBadGateway || !strings.Contains(body, "Nothing answered on port 9 ") {
 		t.Errorf("closed port: %d %q", status, body)
 	}
+	// A server that is not HTTP: a 502 page that says so.
+	if _, err := ws.Start(ctx, []string{"/root/webapp", "-banner", ":9400"}, sdk.ExecOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	banner, err := ws.Expose(ctx, 9400, sdk.ExposeOptions{Public: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitRouted(t, banner.URL)
+	eventually(t, 10*time.Second, "the banner server's 502 page", func() (string, error) {
+		_, body := get(t, http.DefaultClient, banner.URL, nil)
+		return body, nil
+	}, func(body string) bool {
+		return strings.Contains(body, "port 9400") && strings.Contains(body, "gave no HTTP response") && strings.Contains(body, "SSH-2.0-webapp")
+	})
 
 	// Refused calls store nothing.
 	admin := d.adminToken()

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"html"
 	"log/slog"
@@ -108,10 +109,17 @@ func (a *Agent) Exposures() http.Handler {
 			}
 			ctx, cancel := context.WithTimeout(ctx, exposureDialTimeout)
 			defer cancel()
-			return a.DialGuestPort(ctx, route.workspaceID, route.exposure.Port)
+			conn, err := a.DialGuestPort(ctx, route.workspaceID, route.exposure.Port)
+			if err != nil {
+				return nil, &portDialError{err}
+			}
+			return conn, nil
 		},
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
+		// The guest gets the caller's Accept-Encoding, not one of the
+		// proxy's, and its encoding passes through.
+		DisableCompression: true,
 	}
 	p.proxy = &httputil.ReverseProxy{
 		Rewrite:      p.rewrite,
@@ -249,11 +257,22 @@ func (p *exposureProxy) proxyError(w http.ResponseWriter, r *http.Request, err e
 		return // the caller left, or the exposure ended
 	}
 	route := r.Context().Value(routeKey{}).(*exposureRoute)
-	slog.Info("exposure: guest port unreachable", "exposure", route.exposure.ExposureId, "err", err)
-	page(w, http.StatusBadGateway, "Bad gateway", fmt.Sprintf(
-		"Nothing answered on port %d of workspace %s. Start a server listening on that port in the workspace, then reload.",
-		route.exposure.Port, route.workspaceID))
+	slog.Info("exposure: no answer from the guest port", "exposure", route.exposure.ExposureId, "err", err)
+	msg := fmt.Sprintf("Nothing answered on port %d of workspace %s. Start a server listening on that port in the workspace, then reload.",
+		route.exposure.Port, route.workspaceID)
+	if !errors.As(err, new(*portDialError)) {
+		msg = fmt.Sprintf("The server on port %d of workspace %s accepted the connection but gave no HTTP response (%v). Is it an HTTP server?",
+			route.exposure.Port, route.workspaceID, err)
+	}
+	page(w, http.StatusBadGateway, "Bad gateway", msg)
 }
+
+// portDialError is a failure to connect to the guest port, as opposed to
+// one of the exchange once connected.
+type portDialError struct{ err error }
+
+func (e *portDialError) Error() string { return e.err.Error() }
+func (e *portDialError) Unwrap() error { return e.err }
 
 // exposureByID finds a live exposure of an execution running here.
 func (a *Agent) exposureByID(id string) *exposureRoute {

@@ -2,7 +2,8 @@
 // benchmark: a static program copied into a workspace and started there.
 // It serves a page whose JavaScript opens a WebSocket back to the server
 // and shows the echo, the echo itself, the request it received as JSON,
-// a stream of zero bytes, and an upload sink. It records the method and
+// a stream of zero bytes, and an upload sink; or, with -banner, a TCP
+// server that is not HTTP. It records the method and
 // URI of every request it receives, one line each, in -log.
 package main
 
@@ -12,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -38,7 +40,11 @@ ws.onerror = () => { document.getElementById("result").textContent = "websocket 
 func main() {
 	addr := flag.String("addr", ":8080", "address to listen on")
 	logPath := flag.String("log", "/tmp/webapp-requests", "file that records every request")
+	banner := flag.String("banner", "", "instead, on this address, greet each connection with a line that is not HTTP and close it")
 	flag.Parse()
+	if *banner != "" {
+		log.Fatal(greet(*banner))
+	}
 	logFile, err := os.OpenFile(*logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		log.Fatal(err)
@@ -102,4 +108,21 @@ func main() {
 		fmt.Fprintf(w, "%d", n)
 	})
 	log.Fatal(http.ListenAndServe(*addr, record(mux)))
+}
+
+// greet answers every connection on addr with an SSH banner, as a server
+// that is not HTTP does, and closes it.
+func greet(addr string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return err
+		}
+		io.WriteString(c, "SSH-2.0-webapp\r\n")
+		c.Close()
+	}
 }
