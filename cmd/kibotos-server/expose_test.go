@@ -23,13 +23,19 @@ func TestExposeCLI(t *testing.T) {
 	hosttest.RequireContainers(t)
 	bin := build(t)
 	home := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	var lns []net.Listener
+	for range 2 { // held together, so that the two ports differ
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	up := startUp(t, bin, home, "--listen", addr, "--public-url", "http://"+addr+"/")
+	addr, exposureAddr := lns[0].Addr().String(), lns[1].Addr().String()
+	lns[0].Close()
+	lns[1].Close()
+	up := startUp(t, bin, home, "--listen", addr, "--public-url", "http://"+addr+"/",
+		"--exposure-listen", exposureAddr, "--exposure-public-url", "http://"+exposureAddr)
 	cli := func(args ...string) string { return runCLI(t, bin, home, up.addr, args...) }
 	var created ctrlv1.CreateWorkspaceResponse
 	if err := protojson.Unmarshal([]byte(cli("ws", "create", "--memory", "128Mi", "--disk", "64Mi", "--wait", "-o", "json")), &created); err != nil {
@@ -52,7 +58,7 @@ func TestExposeCLI(t *testing.T) {
 		t.Fatalf("ws expose printed %q", out)
 	}
 	id, token := strings.Fields(out[1])[0], out[2]
-	url := "http://" + addr + "/x/" + id + "/"
+	url := "http://" + exposureAddr + "/x/" + id + "/"
 	if !strings.Contains(out[1], url) || !strings.HasPrefix(token, id+".") {
 		t.Fatalf("ws expose printed %q", out)
 	}

@@ -196,9 +196,10 @@ func runWith(ctx context.Context, run func(context.Context, daemon.Options) erro
 
 func upCommand() *cobra.Command {
 	var (
-		flags serveFlags
-		host  hostFlags
-		home  string
+		flags                          serveFlags
+		host                           hostFlags
+		home                           string
+		exposureListen, exposurePublic string
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -207,10 +208,15 @@ func upCommand() *cobra.Command {
 			"token, printed once and kept in HOME/admin-token (mode 0600), where the CLI finds it.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runWith(cmd.Context(), daemon.Run, daemon.Options{Home: home, Host: true}, &flags, &host)
+			return runWith(cmd.Context(), daemon.Run, daemon.Options{Home: home, Host: true,
+				ExposureListen: exposureListen, ExposurePublicURL: exposurePublic}, &flags, &host)
 		},
 	}
 	cmd.Flags().StringVar(&home, "home", envOr("KIBOTOS_HOME", daemon.DefaultHome), "state directory (env KIBOTOS_HOME)")
+	cmd.Flags().StringVar(&exposureListen, "exposure-listen", os.Getenv("KIBOTOS_EXPOSURE_LISTEN"),
+		"address of the listener that serves exposures' path URLs, an origin apart from the API and the web console's (default: --listen's with the next port, 8871 beside 8870; unused with --exposure-domain; env KIBOTOS_EXPOSURE_LISTEN)")
+	cmd.Flags().StringVar(&exposurePublic, "exposure-public-url", os.Getenv("KIBOTOS_EXPOSURE_PUBLIC_URL"),
+		"the URL callers use to reach --exposure-listen, which exposures' path URLs are under (default: derived from --exposure-listen as --public-url is from --listen; env KIBOTOS_EXPOSURE_PUBLIC_URL)")
 	host.register(cmd)
 	flags.register(cmd)
 	return cmd
@@ -296,7 +302,7 @@ func (f *hostFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.layerSize, "max-layer-size", os.Getenv("KIBOTOS_MAX_LAYER_SIZE"),
 		"most file content one template layer may unpack to, sparse files at full size, such as 16GiB; larger layers are refused (default 16GiB; env KIBOTOS_MAX_LAYER_SIZE)")
 	cmd.Flags().StringVar(&f.domain, "exposure-domain", os.Getenv("KIBOTOS_EXPOSURE_DOMAIN"),
-		"serve exposures by host name, <port>-<workspace>.DOMAIN, at the scheme and port of --public-url; needs a wildcard DNS name (and certificate) for *.DOMAIN (default: by path, PUBLIC_URL/x/<exposure>/; env KIBOTOS_EXPOSURE_DOMAIN)")
+		"serve exposures by host name only, <port>-<workspace>.DOMAIN, at the scheme and port of --public-url; needs a wildcard DNS name (and certificate) for *.DOMAIN (default: by path, /x/<exposure>/ under --exposure-public-url for up, --public-url for host; env KIBOTOS_EXPOSURE_DOMAIN)")
 	cmd.Flags().StringVar(&f.origins, "console-origins", os.Getenv("KIBOTOS_CONSOLE_ORIGINS"),
 		"comma-separated origins (scheme://host[:port]) whose pages, the web console's, may call the data-plane gateway from a browser (CORS) (default: the control plane's public origin: --public-url for up, --ctrl for host; env KIBOTOS_CONSOLE_ORIGINS)")
 }

@@ -84,8 +84,18 @@ type Options struct {
 	PublicURL string
 	// ExposureDomain, with a host agent here, serves exposures by host
 	// name under this DNS name (a wildcard name and certificate are the
-	// operator's); empty serves them by path under PublicURL.
+	// operator's), and only so; empty serves them by path: under
+	// ExposurePublicURL for `up`, under PublicURL for a host alone.
 	ExposureDomain string
+	// ExposureListen, for `up` without an ExposureDomain, is the TCP
+	// address of the listener that serves exposures' path URLs, apart from
+	// Listen so that guest pages never share an origin with the API and
+	// the web console; empty is Listen's address with the next port
+	// (exposureAddress).
+	ExposureListen string
+	// ExposurePublicURL is the URL callers reach ExposureListen at; empty
+	// derives it as PublicURL does.
+	ExposurePublicURL string
 	// ConsoleOrigins, with a host agent here, are the origins whose pages
 	// may call the data-plane gateway from a browser (CORS); nil allows
 	// the control plane's public origin (PublicURL's for `up`, CtrlURL's
@@ -274,12 +284,26 @@ func Run(ctx context.Context, o Options) error {
 		ln.Close()
 		return err
 	}
-	var hostAgent *agent.Agent
+	var (
+		hostAgent      *agent.Agent
+		exposureLn     net.Listener
+		exposurePublic string
+	)
 	if o.Host {
+		// Exposures' path URLs get a listener, and so an origin, of their
+		// own: a guest page on this one could read the web console's token
+		// or register a service worker over the console.
+		if o.ExposureDomain == "" {
+			if exposureLn, exposurePublic, err = listenExposures(o, cert); err != nil {
+				ln.Close()
+				return err
+			}
+			defer exposureLn.Close()
+		}
 		// The in-process host agent reaches ctrl through the host API on
-		// this same listener, and serves its data-plane gateway and
-		// exposures on it, at the public URL.
-		if hostAgent, err = newHostAgent(o, images, selfClient(cert), url, public, hostToken, reg); err != nil {
+		// this same listener, and serves its data-plane gateway (and
+		// host-named exposures) on it, at the public URL.
+		if hostAgent, err = newHostAgent(o, images, selfClient(cert), url, public, exposurePublic, hostToken, reg); err != nil {
 			ln.Close()
 			return err
 		}
@@ -336,6 +360,11 @@ func Run(ctx context.Context, o Options) error {
 			gateway = tp.Handler(gateway)
 		}
 		gateway = agent.AllowOrigins(gateway, consoleOrigins(o.ConsoleOrigins, public))
+		if exposureLn != nil {
+			onlyThem := onlyExposures(hostAgent, exposures)
+			g.Go(func() error { return server.Serve(ctx, exposureLn, onlyThem, shutdownGrace) })
+			exposures = movedTo(exposurePublic)
+		}
 		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			switch {
 			case hostAgent.ServesExposure(r):

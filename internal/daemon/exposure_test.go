@@ -149,10 +149,15 @@ func TestExposureBrowser(t *testing.T) {
 	defer d.stop()
 	ctx := context.Background()
 	ws, x := d.exposedWebapp(t, 8080)
-	if !strings.HasPrefix(x.URL, d.url+"/x/"+x.ID+"/") || x.Token == "" {
-		t.Fatalf("exposure %+v", x)
+	if !strings.HasSuffix(x.URL, "/x/"+x.ID+"/") || strings.HasPrefix(x.URL, d.url+"/") || x.Token == "" {
+		t.Fatalf("exposure %+v: want a path URL on an origin apart from the API's, %s", x, d.url)
 	}
 	awaitRouted(t, x.URL)
+	// The path on the API's listener is sent to the exposure's.
+	if resp, _ := testutil.Do(t, noRedirect, mustRequest(t, d.url+"/x/"+x.ID+"/request?a=1")); resp.StatusCode != http.StatusPermanentRedirect ||
+		resp.Header.Get("Location") != x.URL+"request?a=1" {
+		t.Errorf("the path on the API's listener: %d to %q, want 308 to %srequest?a=1", resp.StatusCode, resp.Header.Get("Location"), x.URL)
+	}
 
 	// Go's WebSocket client, with the token in the header.
 	wsURL := "ws" + strings.TrimPrefix(x.URL, "http") + "echo"
@@ -234,6 +239,46 @@ func TestExposureBrowser(t *testing.T) {
 	if reqs := guestRequests(t, ws); strings.Contains(reqs, exposureabi.TokenParameter) {
 		t.Errorf("the guest saw the token parameter:\n%s", reqs)
 	}
+
+	// Signed in to the web console, the same tab opens a guest page that
+	// tries to read the console's token and to put a service worker over
+	// its origin; then the console opens again, itself.
+	admin := d.adminToken()
+	if err := chromedp.Do(browser, chromedp.Navigate(d.url+"/"), chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SetValue(chromedp.CSS("#token"), admin), chromedp.Click(chromedp.CSS(`form.signin button[type=submit]`)),
+		chromedp.WaitVisible(chromedp.CSS("#who-role"))); err != nil {
+		t.Fatalf("signing in to the console: %v", err)
+	}
+	if err := chromedp.Do(browser, chromedp.Navigate(x.URL+"hostile")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(browser, chromedp.Poll[bool](`document.title.includes(" sw:")`)); err != nil {
+		t.Fatalf("waiting for the hostile page: %v", err)
+	}
+	title, err := chromedp.Run(browser, chromedp.Title())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(title, "token:null ") {
+		t.Errorf("the guest page read the console's token: %q", title)
+	}
+	if err := chromedp.Do(browser, chromedp.Navigate(d.url+"/"), chromedp.WaitVisible(chromedp.CSS("#who-role"))); err != nil {
+		title, _ := chromedp.Run(browser, chromedp.Title())
+		t.Fatalf("the console after the guest page (title %q): %v", title, err)
+	}
+}
+
+// noRedirect is a client that returns redirects rather than following them.
+var noRedirect = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+// mustRequest is a GET of url.
+func mustRequest(t *testing.T, url string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
 }
 
 // TestExposureLifecycle covers a TOKEN exposure's refusals and the ways
@@ -251,7 +296,6 @@ func TestExposureLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	awaitRouted(t, x.URL)
 	awaitRouted(t, kept.URL)
 
@@ -275,7 +319,7 @@ func TestExposureLifecycle(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &seen); err != nil {
 		t.Fatal(err)
 	}
-	host := strings.TrimPrefix(d.url, "http://")
+	host := strings.TrimPrefix(x.URL[:strings.Index(x.URL, "/x/")], "http://")
 	if seen.URI != "/request?probe=header" || seen.Host != host || seen.Header.Get("Authorization") != "" ||
 		seen.Header.Get("X-Forwarded-For") != "127.0.0.1" || seen.Header.Get("X-Forwarded-Proto") != "http" ||
 		seen.Header.Get("X-Forwarded-Host") != host || seen.Header.Get("X-Forwarded-Prefix") != "/x/"+x.ID {
@@ -478,6 +522,13 @@ func TestExposureByHostName(t *testing.T) {
 	}
 	if _, err := ws.Stat(ctx, "/"); err != nil {
 		t.Errorf("the data plane beside host-named exposures: %v", err)
+	}
+	// The path URL would share the listener's origin: not served.
+	if status, body := get(t, http.DefaultClient, d.url+"/x/"+x.ID+"/request?probe=path-url", bearerHeader(x.Token)); status != http.StatusNotFound || !strings.Contains(body, "host names") {
+		t.Errorf("the path URL under a domain: %d %q", status, body)
+	}
+	if strings.Contains(guestRequests(t, ws), "path-url") {
+		t.Error("the guest saw a request by path URL")
 	}
 }
 

@@ -77,7 +77,7 @@ const localHostID = "local"
 // newHostAgent builds the in-process host agent, which reaches ctrl through
 // the host API on ctrlURL exactly as a separate `kibotos host` would, and
 // serves its data plane and exposures at publicURL.
-func newHostAgent(o Options, images *imagestore.Store, hc *http.Client, ctrlURL, publicURL, token string, metrics prometheus.Registerer) (*agent.Agent, error) {
+func newHostAgent(o Options, images *imagestore.Store, hc *http.Client, ctrlURL, publicURL, exposureURL, token string, metrics prometheus.Registerer) (*agent.Agent, error) {
 	driver, err := oci.New(oci.Config{StateDir: filepath.Join(o.stateDir(), "runtime"), Runtime: o.Runtime,
 		GuestTmpfsPercent: o.GuestTmpfsPercent})
 	if err != nil {
@@ -119,7 +119,7 @@ func newHostAgent(o Options, images *imagestore.Store, hc *http.Client, ctrlURL,
 		HostID: cmp.Or(o.HostID, localHostID), Client: client, Driver: driver, Layers: driver, Template: images,
 		LayerDir: filepath.Join(o.stateDir(), "layers"), GuestAgent: guest, Capacity: capacity,
 		Launches: []*hostv1.Launch{launch}, Capabilities: capabilities,
-		Runtimes: oci.Detect(), DataPlaneEndpoint: publicURL, ExposureDomain: o.ExposureDomain,
+		Runtimes: oci.Detect(), DataPlaneEndpoint: publicURL, ExposureDomain: o.ExposureDomain, ExposureEndpoint: exposureURL,
 		Network: agent.NetworkConfig{Dir: filepath.Join(o.stateDir(), "netns"),
 			DeploymentResolvers: resolvers, UnsafeExemptRanges: o.UnsafeExemptRanges},
 		StoragePools: pools, GuestProbeInterval: o.GuestProbeInterval, GuestMemory: o.GuestMemory, Metrics: metrics,

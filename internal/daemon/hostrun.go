@@ -73,7 +73,7 @@ func RunHost(ctx context.Context, o Options) error {
 		ln.Close()
 		return err
 	}
-	hostAgent, err := newHostAgent(o, images, hc, strings.TrimSuffix(o.CtrlURL, "/"), public, token, reg)
+	hostAgent, err := newHostAgent(o, images, hc, strings.TrimSuffix(o.CtrlURL, "/"), public, "", token, reg)
 	if err != nil {
 		ln.Close()
 		return err

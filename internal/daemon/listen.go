@@ -42,12 +42,18 @@ func listen(o Options) (net.Listener, *tls.Certificate, error) {
 		}
 		cert = &c
 	}
-	ln, err := net.Listen("tcp", o.Listen)
+	ln, err := listenOn(o.Listen, cert)
+	return ln, cert, err
+}
+
+// listenOn listens on addr, serving TLS with cert unless it is nil.
+func listenOn(addr string, cert *tls.Certificate) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil || cert == nil {
-		return ln, nil, err
+		return ln, err
 	}
 	return tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{*cert}, NextProtos: []string{"h2", "http/1.1"},
-		MinVersion: tls.VersionTLS12}), cert, nil
+		MinVersion: tls.VersionTLS12}), nil
 }
 
 // scheme is the URL scheme of a listener serving cert (nil: none).

@@ -7,6 +7,7 @@
 package exposures
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -220,7 +221,7 @@ func (s *Service) EndWithExecution(ctx context.Context, tx store.Tx, projectID, 
 // hostOf returns what the host registered for exposure URLs.
 func hostOf(ctx context.Context, tx store.Tx, hostID string) (host, error) {
 	reg, err := workspaces.HostRegistration(ctx, tx, hostID)
-	return host{endpoint: reg.GetDataPlaneEndpoint(), domain: reg.GetExposureDomain()}, err
+	return host{endpoint: cmp.Or(reg.GetExposureEndpoint(), reg.GetDataPlaneEndpoint()), domain: reg.GetExposureDomain()}, err
 }
 
 func caller(ctx context.Context) auth.Caller {

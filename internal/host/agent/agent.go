@@ -77,8 +77,12 @@ type Config struct {
 	DataPlaneEndpoint string
 	// ExposureDomain, when set, is the DNS name under which the host serves
 	// exposures by host name (<port>-<workspace>.<domain>, see
-	// exposureabi); empty serves them by path only.
+	// exposureabi), and only so; empty serves them by path.
 	ExposureDomain string
+	// ExposureEndpoint, when set, is the base URL callers reach a listener
+	// of the host's that serves only Exposures at: path URLs are under it
+	// rather than DataPlaneEndpoint.
+	ExposureEndpoint string
 	// Network configures the executions' network slots.
 	Network NetworkConfig
 	// StoragePools are the storage pools the host reaches.
@@ -224,7 +228,8 @@ func (a *Agent) watch(ctx context.Context) error {
 	// Every runtime runs the display of a template that carries one, and
 	// the guest agent serves its screen and input.
 	reg := &hostv1.RegisterHostRequest{HostId: a.cfg.HostID, Capacity: a.cfg.Capacity, Runtimes: a.cfg.Runtimes,
-		DataPlaneEndpoint: a.cfg.DataPlaneEndpoint, ExposureDomain: a.cfg.ExposureDomain, StoragePools: a.vols.registration(),
+		DataPlaneEndpoint: a.cfg.DataPlaneEndpoint, ExposureDomain: a.cfg.ExposureDomain, ExposureEndpoint: a.cfg.ExposureEndpoint,
+		StoragePools: a.vols.registration(),
 		Capabilities: append([]string{guestabi.CapabilityScreen, guestabi.CapabilityInput}, a.cfg.Capabilities...), Launches: a.cfg.Launches}
 	if len(reg.StoragePools) > 0 {
 		reg.Capabilities = append(reg.Capabilities, guestabi.CapabilityStoragePool)

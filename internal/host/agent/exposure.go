@@ -162,6 +162,12 @@ func (p *exposureProxy) route(w http.ResponseWriter, r *http.Request) (*exposure
 		page(w, http.StatusNotFound, "No such exposure", "Nothing is exposed at this address: the exposure was revoked, ended with its workspace's execution, or never existed.")
 		return nil, false
 	}
+	if p.agent.cfg.ExposureDomain != "" {
+		// The domain gives each exposure an origin of its own; a path URL
+		// would put guest pages in the listener's.
+		page(w, http.StatusNotFound, "No such exposure", "This host serves exposures at their host names under "+p.agent.cfg.ExposureDomain+", not at path URLs.")
+		return nil, false
+	}
 	rest := strings.TrimPrefix(r.URL.Path, exposureabi.PathPrefix)
 	id, _, slash := strings.Cut(rest, "/")
 	route := p.agent.exposureByID(id)

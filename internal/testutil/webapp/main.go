@@ -2,7 +2,8 @@
 // benchmark: a static program copied into a workspace and started there.
 // It serves a page whose JavaScript opens a WebSocket back to the server
 // and shows the echo, the echo itself, the request it received as JSON,
-// a stream of zero bytes, and an upload sink; or, with -banner, a TCP
+// a stream of zero bytes, an upload sink, and a hostile page with its
+// service worker; or, with -banner, a TCP
 // server that is not HTTP. It records the method and
 // URI of every request it receives, one line each, in -log.
 package main
@@ -37,6 +38,28 @@ ws.onerror = () => { document.getElementById("result").textContent = "websocket 
 </body></html>
 `
 
+// hostile is a page that tries what a guest page must not be able to do
+// to the web console: read its token from session storage, and register
+// a service worker over the whole origin. Its title reports both.
+const hostile = `<!DOCTYPE html>
+<html><head><title>trying</title></head><body><script>
+const token = "token:" + sessionStorage.getItem("kibotos.token");
+navigator.serviceWorker.register("sw.js", {scope: "/"}).then(
+  () => { document.title = token + " sw:registered"; },
+  (e) => { document.title = token + " sw:" + e.name; });
+</script></body></html>
+`
+
+// takeover is a service worker that answers every page of its scope.
+const takeover = `self.addEventListener("install", () => self.skipWaiting());
+self.addEventListener("activate", (e) => e.waitUntil(self.clients.claim()));
+self.addEventListener("fetch", (e) => {
+  if (e.request.mode === "navigate") {
+    e.respondWith(new Response("<title>taken over</title>", {headers: {"Content-Type": "text/html"}}));
+  }
+});
+`
+
 func main() {
 	addr := flag.String("addr", ":8080", "address to listen on")
 	logPath := flag.String("log", "/tmp/webapp-requests", "file that records every request")
@@ -62,6 +85,15 @@ func main() {
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		io.WriteString(w, page)
+	})
+	mux.HandleFunc("GET /hostile", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		io.WriteString(w, hostile)
+	})
+	mux.HandleFunc("GET /sw.js", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/javascript")
+		w.Header().Set("Service-Worker-Allowed", "/")
+		io.WriteString(w, takeover)
 	})
 	mux.HandleFunc("/echo", func(w http.ResponseWriter, r *http.Request) {
 		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})

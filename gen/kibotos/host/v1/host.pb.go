@@ -257,6 +257,12 @@ type RegisterHostRequest struct {
 	// certificate are the operator's). Empty, exposure URLs are paths under
 	// data_plane_endpoint.
 	ExposureDomain string `protobuf:"bytes,7,opt,name=exposure_domain,json=exposureDomain,proto3" json:"exposure_domain,omitempty"`
+	// exposure_endpoint, when set, is the base URL of a listener of the host's
+	// that serves only exposures, such as http://127.0.0.1:8871: path URLs are
+	// under it rather than data_plane_endpoint, so that guest pages get an
+	// origin apart from what shares the data plane's listener (in `kibotos
+	// up`, the API and the web console).
+	ExposureEndpoint string `protobuf:"bytes,9,opt,name=exposure_endpoint,json=exposureEndpoint,proto3" json:"exposure_endpoint,omitempty"`
 	// launches are the exact launches the host can run executions with,
 	// the one it prefers first. ctrl keeps each as an immutable Launch
 	// revision; one it has not seen before becomes the default of its
@@ -341,6 +347,13 @@ func (x *RegisterHostRequest) GetStoragePools() []*StoragePool {
 func (x *RegisterHostRequest) GetExposureDomain() string {
 	if x != nil {
 		return x.ExposureDomain
+	}
+	return ""
+}
+
+func (x *RegisterHostRequest) GetExposureEndpoint() string {
+	if x != nil {
+		return x.ExposureEndpoint
 	}
 	return ""
 }
@@ -2817,7 +2830,7 @@ var File_kibotos_host_v1_host_proto protoreflect.FileDescriptor
 
 const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\n" +
-	"\x1akibotos/host/v1/host.proto\x12\x0fkibotos.host.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1akibotos/ctrl/v1/ctrl.proto\"\xfa\x02\n" +
+	"\x1akibotos/host/v1/host.proto\x12\x0fkibotos.host.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1akibotos/ctrl/v1/ctrl.proto\"\xa7\x03\n" +
 	"\x13RegisterHostRequest\x12\x17\n" +
 	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x129\n" +
 	"\bcapacity\x18\x02 \x01(\v2\x1d.kibotos.host.v1.HostCapacityR\bcapacity\x12\"\n" +
@@ -2825,7 +2838,8 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\bruntimes\x18\x04 \x03(\tR\bruntimes\x12.\n" +
 	"\x13data_plane_endpoint\x18\x05 \x01(\tR\x11dataPlaneEndpoint\x12A\n" +
 	"\rstorage_pools\x18\x06 \x03(\v2\x1c.kibotos.host.v1.StoragePoolR\fstoragePools\x12'\n" +
-	"\x0fexposure_domain\x18\a \x01(\tR\x0eexposureDomain\x123\n" +
+	"\x0fexposure_domain\x18\a \x01(\tR\x0eexposureDomain\x12+\n" +
+	"\x11exposure_endpoint\x18\t \x01(\tR\x10exposureEndpoint\x123\n" +
 	"\blaunches\x18\b \x03(\v2\x17.kibotos.host.v1.LaunchR\blaunches\"\x97\x01\n" +
 	"\x06Launch\x12\x1a\n" +
 	"\bplatform\x18\x01 \x01(\tR\bplatform\x12'\n" +
