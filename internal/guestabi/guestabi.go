@@ -52,9 +52,10 @@ func DataSocketHTTP2() *http.HTTP2Config {
 	}
 }
 
-// reservedPaths are the guest paths the platform mounts itself: /tmp
-// (and /run, above SocketDir) are the tmpfs of the NONE retention tier.
-var reservedPaths = []string{"/proc", "/sys", "/dev", "/tmp", SocketDir, AgentPath, "/etc/resolv.conf", "/etc/hostname", "/etc/hosts"}
+// reservedPaths are the guest paths the platform mounts itself: /tmp and
+// /run (which holds SocketDir) are the tmpfs of the NONE retention tier,
+// so a Volume below them would make part of that tier PROMISED.
+var reservedPaths = []string{"/proc", "/sys", "/dev", "/tmp", "/run", AgentPath, "/etc/resolv.conf", "/etc/hostname", "/etc/hosts"}
 
 // The limits of a path Linux takes: PATH_MAX with its NUL, NAME_MAX.
 const (
@@ -65,7 +66,7 @@ const (
 // CheckVolumePath checks a guest path a volume can be mounted at: clean,
 // absolute, not the root, a path Linux takes (no NUL byte, at most 4,095
 // bytes, names of at most 255), and neither at, below nor above a path the
-// platform mounts itself (so not /run or /etc either). ctrl applies it when
+// platform mounts itself (so not /etc either, which holds three of them). ctrl applies it when
 // a binding names the path and the runtime again before it mounts.
 func CheckVolumePath(p string) error {
 	if !path.IsAbs(p) || path.Clean(p) != p || p == "/" {
