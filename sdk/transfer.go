@@ -93,6 +93,10 @@ func (c *Client) ImportTransfer(ctx context.Context, r io.ReadSeeker) (*ctrlv1.T
 	if f := t.GetFailure(); f != nil {
 		return t, fmt.Errorf("sdk: transfer %s FAILED: %s", t.GetTransferId(), f.GetMessage())
 	}
+	if t.GetState() != ctrlv1.TransferState_TRANSFER_STATE_IMPORTED {
+		// Deleted while its bytes were on the way.
+		return t, fmt.Errorf("sdk: transfer %s is %s, not IMPORTED", t.GetTransferId(), t.GetState())
+	}
 	return t, nil
 }
 

@@ -336,6 +336,9 @@ func transferImportCommand(c *conn) *cobra.Command {
 		if f := t.GetFailure(); f != nil {
 			return fmt.Errorf("transfer %s FAILED: %s", t.GetTransferId(), f.GetMessage())
 		}
+		if t.GetState() != ctrlv1.TransferState_TRANSFER_STATE_IMPORTED {
+			return fmt.Errorf("transfer %s is %s, not IMPORTED: it was deleted before its upload ended", t.GetTransferId(), enumName(t.GetState(), "TRANSFER_STATE_"))
+		}
 		return nil
 	}
 	return cmd
