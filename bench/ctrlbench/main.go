@@ -112,7 +112,7 @@ func run(backend string, st store.Store, dir string, watch bool) {
 	defer st.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	admin, err := auth.Bootstrap(ctx, st, time.Now())
+	admin, err := auth.Bootstrap(ctx, st, time.Now(), nil)
 	must(err)
 	images, err := imagestore.Open(filepath.Join(dir, backend+"-images"))
 	must(err)

@@ -615,29 +615,62 @@ func redactURL(u string) string {
 // bootstrap creates the first admin token of a new deployment, prints it
 // once, and keeps it in Home/admin-token for the CLI.
 func bootstrap(ctx context.Context, st store.Store, o Options) error {
-	secret, err := auth.Bootstrap(ctx, st, time.Now().UTC())
+	var keep func(string) error
+	if o.Home != "" {
+		keep = func(secret string) error { return keepAdminToken(o.Home, secret) }
+	}
+	secret, err := auth.Bootstrap(ctx, st, time.Now().UTC(), keep)
 	if err != nil || secret == "" {
 		return err
 	}
 	if o.Out != nil {
 		fmt.Fprintf(o.Out, "Admin token of the new deployment (shown once):\n%s\n", secret)
 	}
-	if o.Home == "" {
-		return nil
+	if o.Home != "" {
+		slog.Info("admin token kept for the CLI", "file", filepath.Join(o.Home, AdminTokenFile))
 	}
-	if err := os.MkdirAll(o.Home, 0o700); err != nil {
+	return nil
+}
+
+// keepAdminToken writes the bootstrap admin token to home/AdminTokenFile,
+// mode 0600, and syncs it, before the token is committed (Bootstrap).
+func keepAdminToken(home, secret string) error {
+	if err := os.MkdirAll(home, 0o700); err != nil {
 		return err
 	}
-	path := filepath.Join(o.Home, AdminTokenFile)
-	// Remove a stale file first: WriteFile keeps an existing file's mode.
+	path := filepath.Join(home, AdminTokenFile)
+	// Remove a stale file first: an existing file keeps its mode.
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
 		return fmt.Errorf("write admin token: %w", err)
 	}
-	slog.Info("admin token kept for the CLI", "file", path)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("write admin token: %w", err)
+	}
+	_, err = f.WriteString(secret + "\n")
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = syncDir(home)
+	}
+	if err != nil {
+		return fmt.Errorf("write admin token: %w", err)
+	}
 	return nil
+}
+
+// syncDir makes the entries of dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // provideDesktop makes sure of the built-in template desktop, building its

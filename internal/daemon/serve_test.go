@@ -1,6 +1,8 @@
 package daemon_test
 
 import (
+	"context"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -51,5 +53,55 @@ func TestBearerSchemeInAnyCase(t *testing.T) {
 		if resp.StatusCode != want {
 			t.Errorf("%s: %s, want %d", scheme, resp.Status, want)
 		}
+	}
+}
+
+// TestAdminTokenKeptBeforeCommit: a first start that cannot keep the
+// admin token in its file commits no operator project, so the next start
+// makes a token again and keeps it, and that token works.
+func TestAdminTokenKeptBeforeCommit(t *testing.T) {
+	home := t.TempDir()
+	blocker := filepath.Join(home, daemon.AdminTokenFile, "x")
+	if err := os.MkdirAll(blocker, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := daemon.Run(t.Context(), daemon.Options{Home: home, Listen: "127.0.0.1:0", Out: &out}); err == nil || !strings.Contains(err.Error(), "admin token") {
+		t.Fatalf("a start that cannot write the token file: %v", err)
+	}
+	if out.Len() != 0 {
+		t.Errorf("it printed %q", out.String())
+	}
+	if err := os.RemoveAll(filepath.Join(home, daemon.AdminTokenFile)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	ready := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- daemon.Run(ctx, daemon.Options{Home: home, Listen: "127.0.0.1:0", Out: &out, Ready: func(a net.Addr) { ready <- a }})
+	}()
+	var addr net.Addr
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatalf("the next start: %v", err)
+	}
+	defer func() { cancel(); <-done }()
+	token, err := os.ReadFile(filepath.Join(home, daemon.AdminTokenFile))
+	if err != nil || !strings.Contains(out.String(), strings.TrimSpace(string(token))) {
+		t.Fatalf("the next start printed %q and kept %q (%v)", out.String(), token, err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr.String()+"/kibotos.ctrl.v1.WorkspaceService/ListWorkspaces", strings.NewReader("{}"))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("the kept token: %s", resp.Status)
 	}
 }

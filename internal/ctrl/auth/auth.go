@@ -138,8 +138,12 @@ const OperatorProjectName = "default"
 
 // Bootstrap creates the operator project and its first admin token when
 // the deployment has no operator project yet. It returns the token's
-// secret, or "" when the deployment was already bootstrapped.
-func Bootstrap(ctx context.Context, s store.Store, now time.Time) (string, error) {
+// secret, or "" when the deployment was already bootstrapped. keep, when
+// not nil, is handed the secret before the two are committed, and an
+// error from it commits nothing: a token whose keeping failed (or did not
+// end) is never the deployment's only way in, and the next start makes
+// another.
+func Bootstrap(ctx context.Context, s store.Store, now time.Time, keep func(secret string) error) (string, error) {
 	var secret string
 	err := s.Update(ctx, func(tx store.Tx) error {
 		secret = ""
@@ -158,7 +162,13 @@ func Bootstrap(ctx context.Context, s store.Store, now time.Time) (string, error
 		}
 		var tok store.Token
 		tok, secret = NewToken(p.ID, Admin, "bootstrap admin", now)
-		return tx.CreateToken(ctx, tok)
+		if err := tx.CreateToken(ctx, tok); err != nil {
+			return err
+		}
+		if keep != nil {
+			return keep(secret)
+		}
+		return nil
 	})
 	return secret, err
 }

@@ -92,7 +92,7 @@ func TestReplicas(t *testing.T) {
 	}
 	defer bucket.Close()
 	one, two := startReplica(t, dbURL, bucket), startReplica(t, dbURL, bucket)
-	admin, err := auth.Bootstrap(ctx, one.store, time.Now())
+	admin, err := auth.Bootstrap(ctx, one.store, time.Now(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -229,7 +229,7 @@ func New(t testing.TB, st store.Store, cfg server.Config) (*server.Control, stri
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	admin, err := auth.Bootstrap(ctx, st, time.Now())
+	admin, err := auth.Bootstrap(ctx, st, time.Now(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
