@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -11,6 +12,10 @@ import (
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/fileblob"
 	_ "gocloud.dev/blob/s3blob" // s3:// blob stores
+	"gocloud.dev/gcerrors"
+
+	"github.com/kibotos/kibotos/internal/ctrl/ids"
+	"github.com/kibotos/kibotos/internal/ctrl/store"
 )
 
 // openBlobs opens the deployment's blob store of transfer artifacts (and,
@@ -60,4 +65,41 @@ func removeStrandedTemps(dir string) error {
 		}
 		return nil
 	})
+}
+
+// blobsOwnerKey is the object of a blob store that names the deployment
+// it belongs to; deploymentIDSetting is that deployment's ID in its store,
+// which its replicas share.
+const (
+	blobsOwnerKey       = "kibotos-deployment"
+	deploymentIDSetting = "deployment_id"
+)
+
+// claimBlobs makes the blob store this deployment's, or refuses it when
+// it is another's: each deployment deletes the blobs its own records do
+// not hold (finished transfers, unused template blobs), so two deployments
+// on one store would delete each other's artifacts. where names the store
+// in the error (empty: the home's).
+func claimBlobs(ctx context.Context, st store.Store, bucket *blob.Bucket, where string) error {
+	id, err := settingOrNew(ctx, st, deploymentIDSetting, func() string { return ids.New("dep") })
+	if err != nil {
+		return err
+	}
+	owner, err := bucket.ReadAll(ctx, blobsOwnerKey)
+	switch {
+	case gcerrors.Code(err) == gcerrors.NotFound:
+		if err := bucket.WriteAll(ctx, blobsOwnerKey, []byte(id), nil); err != nil {
+			return fmt.Errorf("blob store: %w", err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("blob store: %w", err)
+	case string(owner) != id:
+		if where == "" {
+			where = "HOME/blobs"
+		}
+		return fmt.Errorf("blob store %s belongs to another deployment (%s; this one is %s): a deployment deletes the blobs its own records do not hold, so it would delete the other's transfer artifacts; give each deployment a store of its own (replicas of one deployment, on one database, share theirs)",
+			where, owner, id)
+	}
+	return nil
 }

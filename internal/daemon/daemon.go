@@ -271,6 +271,9 @@ func Run(ctx context.Context, o Options) error {
 			return fmt.Errorf("blob store: %w", err)
 		}
 		defer blobs.Close()
+		if err := claimBlobs(ctx, st, blobs, o.BlobsURL); err != nil {
+			return err
+		}
 	}
 	started := time.Now()
 	reg := newRegistry()
@@ -565,15 +568,23 @@ const hostTokenSetting = "host_token"
 
 // secretSetting returns a deployment secret, creating it once.
 func secretSetting(ctx context.Context, st store.Store, key string) (string, error) {
+	return settingOrNew(ctx, st, key, func() string {
+		b := make([]byte, 32)
+		rand.Read(b)
+		return base64.RawURLEncoding.EncodeToString(b)
+	})
+}
+
+// settingOrNew returns a setting of the store, storing newValue() first
+// when it has none.
+func settingOrNew(ctx context.Context, st store.Store, key string, newValue func() string) (string, error) {
 	var v []byte
 	err := st.Update(ctx, func(tx store.Tx) error {
 		var err error
 		if v, err = tx.Setting(ctx, key); !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
-		b := make([]byte, 32)
-		rand.Read(b)
-		v = []byte(base64.RawURLEncoding.EncodeToString(b))
+		v = []byte(newValue())
 		return tx.PutSetting(ctx, key, v)
 	})
 	return string(v), err

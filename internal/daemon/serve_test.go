@@ -105,3 +105,37 @@ func TestAdminTokenKeptBeforeCommit(t *testing.T) {
 		t.Errorf("the kept token: %s", resp.Status)
 	}
 }
+
+// TestBlobStoreOfOneDeployment: a second deployment refuses the blob
+// store of another, whose transfer artifacts it would delete as its own
+// garbage; the store's own deployment starts on it again.
+func TestBlobStoreOfOneDeployment(t *testing.T) {
+	blobs := "file://" + t.TempDir()
+	first := t.TempDir()
+	start := func(home string) error {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		ready := make(chan net.Addr, 1)
+		done := make(chan error, 1)
+		go func() {
+			done <- daemon.Run(ctx, daemon.Options{Home: home, Listen: "127.0.0.1:0", BlobsURL: blobs, Ready: func(a net.Addr) { ready <- a }})
+		}()
+		select {
+		case <-ready:
+			cancel()
+			<-done
+			return nil
+		case err := <-done:
+			return err
+		}
+	}
+	if err := start(first); err != nil {
+		t.Fatal(err)
+	}
+	if err := start(t.TempDir()); err == nil || !strings.Contains(err.Error(), "belongs to another deployment") {
+		t.Errorf("a second deployment on the blob store: %v", err)
+	}
+	if err := start(first); err != nil {
+		t.Errorf("the store's own deployment again: %v", err)
+	}
+}
