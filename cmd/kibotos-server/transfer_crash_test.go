@@ -199,11 +199,13 @@ func (d *deployment) settledTransfers(stage ctrlv1.FailureStage) []*ctrlv1.Trans
 	return list
 }
 
-// blobFiles lists the files of the deployment's blob store.
+// blobFiles lists the files of the deployment's blob store but the one
+// that names its deployment.
 func (d *deployment) blobFiles() []string {
 	var out []string
-	filepath.WalkDir(filepath.Join(d.home, "blobs"), func(p string, e fs.DirEntry, err error) error {
-		if err == nil && !e.IsDir() {
+	root := filepath.Join(d.home, "blobs")
+	filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
+		if err == nil && !e.IsDir() && p != filepath.Join(root, "kibotos-deployment") {
 			out = append(out, p)
 		}
 		return nil

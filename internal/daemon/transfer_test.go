@@ -198,12 +198,14 @@ func digestOf(b []byte) string {
 	return "sha256:" + hex.EncodeToString(s[:])
 }
 
-// blobFiles lists the files of a deployment's blob store.
+// blobFiles lists the files of a deployment's blob store but the one that
+// names its deployment.
 func blobFiles(t *testing.T, home string) []string {
 	t.Helper()
 	var out []string
-	err := filepath.WalkDir(filepath.Join(home, "blobs"), func(p string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
+	root := filepath.Join(home, "blobs")
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && p != filepath.Join(root, "kibotos-deployment") { // the store's owner
 			out = append(out, p)
 		}
 		return err
@@ -422,5 +424,31 @@ df -k /data / | tail -n 2; sha256sum /data/full /root/full`
 	restored := e.await(rr.Workspace.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
 	if got := e.run(restored, "sha256sum /data/full /root/full"); got != want {
 		t.Errorf("restored files:\n%s\nexported:\n%s", got, want)
+	}
+}
+
+// TestExportFailureNamesItsCause: an export the host cannot write (a path
+// in the writable layer longer than a path may be) is tried again and
+// then FAILED with the host's reason, not taken for an artifact that does
+// not verify.
+func TestExportFailureNamesItsCause(t *testing.T) {
+	d := up(t, t.TempDir())
+	defer d.stop()
+	ws := d.await(d.create(small()).WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	// Two chains of 15 names of 150 bytes, one moved to the end of the
+	// other: the deepest path is about 4,550 bytes.
+	deep := `chain() { cd "$1" && i=0; while [ $i -lt 15 ]; do n=$(printf "%0150d" $i); mkdir $n && cd $n || exit 1; i=$((i+1)); done; pwd; }
+mkdir /root/a /root/b && A=$(chain /root/a) && chain /root/b >/dev/null && touch leaf && mv /root/b "$A/b"`
+	if out, err := d.exec(ws, "sh", "-c", deep); err != nil {
+		t.Fatalf("making the deep tree: %v: %s", err, out)
+	}
+	d.stopWorkspace(ws.WorkspaceId, ctrlv1.StopMode_STOP_MODE_NORMAL)
+	d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+	tc := d.transfers()
+	exp := mustUnary(t, tc.ExportWorkspace, &ctrlv1.ExportWorkspaceRequest{Command: cmd(), WorkspaceId: ws.WorkspaceId}).Transfer
+	done := awaitTransfer(t, tc, exp.TransferId)
+	msg := done.GetFailure().GetMessage()
+	if done.State != ctrlv1.TransferState_TRANSFER_STATE_FAILED || !strings.Contains(msg, "file name too long") || strings.Contains(msg, "does not verify") {
+		t.Errorf("export ended %v: %q, want FAILED naming the long name", done.State, msg)
 	}
 }

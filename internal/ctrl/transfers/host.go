@@ -139,15 +139,24 @@ func (s *Service) PutArtifact(ctx context.Context, recv func() (*hostv1.PutTrans
 		}
 		return err
 	}
-	var declared string
+	var (
+		declared string
+		ended    bool // the host ended its upload
+	)
 	src := &uploadReader{pending: first.Data, recv: func() ([]byte, error) {
 		m, err := recv()
 		if err == nil && m.Digest != "" {
 			declared = m.Digest
 		}
+		ended = errors.Is(err, io.EOF)
 		return m.GetData(), err
 	}}
 	rec, err := receive(ctx, s.Bucket, id, src, nil)
+	if err != nil && ended && declared == "" {
+		// The host stopped before its digest: its export failed there, and
+		// its report says why; what arrived is no artifact to judge.
+		return connect.NewError(connect.CodeAborted, fmt.Errorf("artifact of transfer %s: the upload ended before the host's digest", id))
+	}
 	if errors.Is(err, artifact.ErrInvalid) {
 		// What the host wrote does not verify: writing it again would not
 		// either.

@@ -148,8 +148,21 @@ func (a *Agent) export(ctx context.Context, as *hostv1.TransferAssignment) (err 
 	}
 	total := usedBytes(layerDir) + usedBytes(volumeDir)
 
-	stream := a.cfg.Client.PutTransferArtifact(ctx)
-	defer stream.CloseAndReceive() //nolint:errcheck // the result is taken below
+	streamCtx, cancelStream := context.WithCancel(ctx)
+	stream := a.cfg.Client.PutTransferArtifact(streamCtx)
+	defer func() {
+		if err != nil && !errors.Is(err, io.EOF) {
+			// An upload that ends on a failure here is aborted, so that ctrl
+			// does not take the bytes so far for the whole artifact.
+			cancelStream()
+		}
+		// ctrl's answer: its verdict on the artifact, or, when it ended
+		// the upload (a send failed with EOF), why.
+		if _, rerr := stream.CloseAndReceive(); rerr != nil && (err == nil || errors.Is(err, io.EOF)) {
+			err = rerr
+		}
+		cancelStream()
+	}()
 	if err := stream.Send(&hostv1.PutTransferArtifactRequest{HostId: a.cfg.HostID, TransferId: as.TransferId}); err != nil {
 		return err
 	}
@@ -191,8 +204,7 @@ func (a *Agent) export(ctx context.Context, as *hostv1.TransferAssignment) (err 
 	if err := stream.Send(&hostv1.PutTransferArtifactRequest{Digest: "sha256:" + hex.EncodeToString(h.Sum(nil))}); err != nil {
 		return err
 	}
-	_, err = stream.CloseAndReceive()
-	return err
+	return nil // the deferred CloseAndReceive takes ctrl's answer
 }
 
 // addLayout records the geometry of the image's filesystem as the
