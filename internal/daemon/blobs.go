@@ -51,9 +51,10 @@ func templateBlobs(o Options, blobs *blob.Bucket) *blob.Bucket {
 }
 
 // removeStrandedTemps removes the temporary files of a directory blob
-// store (named *.tmp) that a crash left.
+// store (named *.tmp) that a crash left, and the empty directories of
+// transfers-staging/, one per transfer, that earlier versions left.
 func removeStrandedTemps(dir string) error {
-	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil
@@ -65,6 +66,14 @@ func removeStrandedTemps(dir string) error {
 		}
 		return nil
 	})
+	staging := filepath.Join(dir, "transfers-staging")
+	ents, _ := os.ReadDir(staging)
+	for _, e := range ents {
+		if e.IsDir() {
+			os.Remove(filepath.Join(staging, e.Name())) // only when empty
+		}
+	}
+	return err
 }
 
 // blobsOwnerKey is the object of a blob store that names the deployment

@@ -368,6 +368,9 @@ func TestTransferAcrossDeployments(t *testing.T) {
 		if files := blobFiles(t, d.dep.home); len(files) != 0 {
 			t.Errorf("blobs left after DeleteTransfer: %v", files)
 		}
+		if ents, _ := os.ReadDir(filepath.Join(d.dep.home, "blobs", "transfers-staging")); len(ents) != 0 {
+			t.Errorf("%d entries left in transfers-staging after DeleteTransfer", len(ents))
+		}
 	}
 }
 

@@ -27,10 +27,12 @@ const (
 
 func artifactKey(id string) string { return artifactPrefix + id }
 
+// stagingKey is a new temporary key of the Transfer's artifact: flat, as
+// a directory blob store never removes the directories of its keys.
 func stagingKey(id string) string {
 	var b [8]byte
 	rand.Read(b[:])
-	return stagingPrefix + id + "/" + hex.EncodeToString(b[:])
+	return stagingPrefix + id + "." + hex.EncodeToString(b[:])
 }
 
 // errVerified ends the verifier's side of the pipe.
@@ -153,8 +155,9 @@ func deleteBlob(ctx context.Context, bucket *blob.Bucket, key string) error {
 // it is a staging blob; ok is false for a key of neither kind.
 func transferOfKey(key string) (id string, staging, ok bool) {
 	if rest, found := strings.CutPrefix(key, stagingPrefix); found {
-		id, _, ok = strings.Cut(rest, "/")
-		return id, true, ok && id != ""
+		// <id>.<random>, or <id>/<random> as earlier versions named them.
+		i := strings.IndexAny(rest, "./")
+		return rest[:max(i, 0)], true, i > 0
 	}
 	if id, found := strings.CutPrefix(key, artifactPrefix); found && id != "" && !strings.Contains(id, "/") {
 		return id, false, true
