@@ -148,10 +148,13 @@ func followTransfer(ctx context.Context, cl transferClient, t *ctrlv1.Transfer, 
 		}
 		select {
 		case <-ctx.Done():
-			return t, ctx.Err()
+			return t, stoppedFollowing(t)
 		case <-time.After(transferPoll):
 		}
 		resp, err := call(ctx, cl.GetTransfer, &ctrlv1.GetTransferRequest{TransferId: t.GetTransferId()})
+		if ctx.Err() != nil {
+			return t, stoppedFollowing(t)
+		}
 		if err != nil {
 			return t, err
 		}
@@ -414,4 +417,11 @@ func transferDeleteCommand(c *conn) *cobra.Command {
 		return show(cmd, c, resp, transferTable, resp.GetTransfer())
 	}
 	return cmd
+}
+
+// stoppedFollowing is the error of a command interrupted while it
+// followed a Transfer, whose work goes on in the deployment.
+func stoppedFollowing(t *ctrlv1.Transfer) error {
+	id := t.GetTransferId()
+	return fmt.Errorf("canceled: stopped following transfer %s, whose work goes on in the deployment (`kibotos transfer get %s`)", id, id)
 }
