@@ -612,6 +612,27 @@ func TestReconcilerAdoptedExit(t *testing.T) {
 	e.released(t, as.ExecutionId)
 }
 
+// TestReconcilerShutdownWhileAway: a guest that shut its machine down
+// while no agent ran is reported EXITED once an agent runs again, as if
+// it had watched, and is not started again though ctrl still wants it
+// running.
+func TestReconcilerShutdownWhileAway(t *testing.T) {
+	e := newReconcilerEnv(t)
+	_, end := e.runAgent(t, e.driver)
+	as := e.assignment("ws_off", 1, "lay_off")
+	e.running(t, as)
+	end()
+
+	e.driver.Exit(as.ExecutionId, runtime.Status{ExitCode: -1, Shutdown: true})
+	mark := e.api.mark()
+	e.runAgent(t, e.driver.Restart())
+	e.api.await(t, mark, as.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_EXITED)
+	e.released(t, as.ExecutionId)
+	if n := e.driver.Starts(as.ExecutionId); n != 1 {
+		t.Errorf("the execution whose guest shut down was started %d times", n)
+	}
+}
+
 // TestReconcilerLaunch: the host runs an execution bound to a launch it
 // offers, and fails one bound to another launch as
 // CAPABILITY_UNAVAILABLE without starting it.

@@ -248,8 +248,12 @@ type Driver interface {
 	// Recover re-adopts the executions left by an earlier process of this
 	// host agent (from the runtime's state and the driver's own records),
 	// releases the leftovers of any that are no longer running, and
-	// returns the IDs of those still running. A new driver object over the
-	// same host state serves the adopted executions like its own.
+	// returns the IDs of those still running. An execution whose guest shut
+	// down (Status.Shutdown) while no process watched is kept and returned
+	// too, so that its caller learns of the shutdown (from Status or Wait)
+	// rather than starting it again; its Stop releases it. A new driver
+	// object over the same host state serves the adopted executions like
+	// its own.
 	Recover(ctx context.Context) ([]string, error)
 }
 

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -425,24 +426,32 @@ func testWaitHonoursContext(t *testing.T, m Machine) {
 }
 
 // testRecoverAfterRestart: a new driver object over the same machine
-// adopts what runs (and can probe, stop and wait on it) and releases what
-// ended while nobody watched, its volume included.
+// adopts what runs (and can probe, stop and wait on it), releases what
+// ended while nobody watched, its volume included, and keeps one whose
+// guest shut down meanwhile, for the caller to see the shutdown.
 func testRecoverAfterRestart(t *testing.T, m Machine) {
 	d := m.Driver(t)
-	alive, dead := m.Spec(t, "alive"), m.Spec(t, "dead")
+	alive, dead, off := m.Spec(t, "alive"), m.Spec(t, "dead"), m.Spec(t, "off")
 	dead.Volume = &runtime.VolumeMount{Image: m.Volume(t, "dead"), Path: "/srv/data"}
 	start(t, d, alive)
 	start(t, d, dead)
+	start(t, d, off)
 	m.Crash(t, dead.ID)
+	m.EndGuest(t, off.ID, true)
 
 	d2 := m.Driver(t)
 	ctx := ctxOf(t)
 	ids, err := d2.Recover(ctx)
-	if err != nil || len(ids) != 1 || ids[0] != alive.ID {
-		t.Fatalf("Recover = %v, %v; want [%s]", ids, err, alive.ID)
+	if err != nil || !slices.Equal(ids, []string{alive.ID, off.ID}) {
+		t.Fatalf("Recover = %v, %v; want [%s %s]", ids, err, alive.ID, off.ID)
 	}
 	m.AssertReleased(t, dead)
 	wantGone(t, d2, dead.ID)
+	if st, err := d2.Wait(ctx, off.ID); err != nil || st.Running || !st.Shutdown {
+		t.Errorf("Wait of the guest that shut down meanwhile = %+v, %v", st, err)
+	}
+	stop(t, m, d2, off, runtime.StopNormal)
+	wantGone(t, d2, off.ID)
 	if st, err := d2.Status(ctx, alive.ID); err != nil || !st.Running || !st.Ready {
 		t.Errorf("Status after Recover = %+v, %v", st, err)
 	}

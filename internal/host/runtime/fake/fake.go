@@ -762,7 +762,7 @@ func (d *Driver) Recover(ctx context.Context) ([]string, error) {
 	defer d.m.mu.Unlock()
 	var running []string
 	for id, e := range d.m.execs {
-		if e.running() {
+		if e.running() || e.status.Shutdown {
 			running = append(running, id)
 		} else {
 			d.m.release(id)

@@ -429,6 +429,8 @@ func (d *Driver) recoverOne(ctx context.Context, id string) (bool, error) {
 		return true, nil
 	case err != nil && !errors.Is(err, errNoContainer):
 		return false, err
+	case err == nil && d.guestShutdown(id):
+		return true, nil // its caller learns of the shutdown, then stops it
 	}
 	_, err = d.release(ctx, id, false)
 	return false, err
