@@ -138,6 +138,8 @@ func (s *HostService) WatchAssignments(ctx context.Context, req *connect.Request
 		_, err = Respond[hostv1.WatchAssignmentsResponse](nil, err)
 		return err
 	}
+	ctx, shutDown, cancel := untilShutdown(ctx)
+	defer cancel()
 	var (
 		last    *hostv1.WatchAssignmentsResponse
 		version uint64
@@ -149,7 +151,7 @@ func (s *HostService) WatchAssignments(ctx context.Context, req *connect.Request
 			msg.Transfers, err = s.transfers.HostAssignments(ctx, req.Msg.GetHostId())
 		}
 		if err != nil {
-			_, err = Respond(last, err)
+			_, err = Respond(last, shutDown(err))
 			return err
 		}
 		if last == nil || !proto.Equal(&hostv1.WatchAssignmentsResponse{Assignments: last.Assignments, Volumes: last.Volumes, Transfers: last.Transfers}, msg) {
@@ -162,7 +164,8 @@ func (s *HostService) WatchAssignments(ctx context.Context, req *connect.Request
 		}
 		select {
 		case <-ctx.Done():
-			return nil
+			_, err := Respond[hostv1.WatchAssignmentsResponse](nil, shutDown(nil))
+			return err
 		case <-changed:
 		case <-time.After(assignmentsPoll):
 		}

@@ -64,10 +64,12 @@ func (s *WorkspaceService) ListWorkspaces(ctx context.Context, req *connect.Requ
 }
 
 func (s *WorkspaceService) WatchWorkspace(ctx context.Context, req *connect.Request[ctrlv1.WatchWorkspaceRequest], stream *connect.ServerStream[ctrlv1.WatchWorkspaceResponse]) error {
+	ctx, shutDown, cancel := untilShutdown(ctx)
+	defer cancel()
 	err := s.svc.Watch(ctx, req.Msg.GetWorkspaceId(), watchPoll, func(ws *ctrlv1.Workspace) error {
 		return stream.Send(&ctrlv1.WatchWorkspaceResponse{Workspace: ws})
 	})
-	_, err = Respond(&ctrlv1.WatchWorkspaceResponse{}, err)
+	_, err = Respond(&ctrlv1.WatchWorkspaceResponse{}, shutDown(err))
 	return err
 }
 

@@ -292,6 +292,11 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Dura
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 	}
+	// Watches end when the shutdown begins (api.WithShutdown); calls in
+	// flight have the grace period.
+	shuttingDown := make(chan struct{})
+	srv.BaseContext = func(net.Listener) context.Context { return api.WithShutdown(context.Background(), shuttingDown) }
+	srv.RegisterOnShutdown(func() { close(shuttingDown) })
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
