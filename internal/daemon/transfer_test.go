@@ -455,3 +455,61 @@ mkdir /root/a /root/b && A=$(chain /root/a) && chain /root/b >/dev/null && touch
 		t.Errorf("export ended %v: %q, want FAILED naming the long name", done.State, msg)
 	}
 }
+
+// TestRestoreWhoseVolumeCannotBeMade: an artifact whose Volume's files do
+// not fit the capacity it declares fails its restore; the Volume never
+// made is FAILED at CREATING_VOLUME with the reason rather than CREATING
+// for ever, the workspace cannot be started into it, and deleting the
+// workspace deletes the Volume, which holds nothing.
+func TestRestoreWhoseVolumeCannotBeMade(t *testing.T) {
+	d := up(t, t.TempDir())
+	defer d.stop()
+	tc, vc := d.transfers(), d.volumes()
+	spec := small()
+	spec.Volume = &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW, MountPath: "/data"}
+	src := d.await(d.create(spec).WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	d.stopWorkspace(src.WorkspaceId, ctrlv1.StopMode_STOP_MODE_NORMAL)
+	d.await(src.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+	exp := mustUnary(t, tc.ExportWorkspace, &ctrlv1.ExportWorkspaceRequest{Command: cmd(), WorkspaceId: src.WorkspaceId}).Transfer
+	m := awaitTransfer(t, tc, exp.TransferId).Manifest
+
+	// 24 MiB of files in a Volume of 16 MiB.
+	m = proto.CloneOf(m)
+	m.VolumeCapacityBytes = 16 * mib
+	volume := t.TempDir()
+	if err := os.WriteFile(filepath.Join(volume, "big"), bytes.Repeat([]byte{1}, 24*mib), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	art := writeArtifact(t, m, func(w *artifact.Writer) error {
+		if err := w.AddTree(context.Background(), artifact.Layer, t.TempDir()); err != nil {
+			return err
+		}
+		return w.AddTree(context.Background(), artifact.Volume, volume)
+	})
+	imp := upload(t, tc, art, digestOf(art))
+	if imp.State != ctrlv1.TransferState_TRANSFER_STATE_IMPORTED {
+		t.Fatalf("import: %v", imp)
+	}
+	rr := mustUnary(t, tc.RestoreWorkspace, &ctrlv1.RestoreWorkspaceRequest{Command: cmd(), TransferId: imp.TransferId})
+	if tr := awaitTransfer(t, tc, imp.TransferId); tr.State != ctrlv1.TransferState_TRANSFER_STATE_FAILED {
+		t.Fatalf("the restore ended %v, want FAILED", tr.State)
+	}
+	ws := d.await(rr.Workspace.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED)
+	volumeID := ws.GetSpec().GetVolume().GetVolumeId()
+	v := eventually(t, 30*time.Second, "the Volume to leave CREATING", func() (*ctrlv1.Volume, error) {
+		r, err := unary(context.Background(), vc.GetVolume, &ctrlv1.GetVolumeRequest{VolumeId: volumeID})
+		return r.GetVolume(), err
+	}, func(v *ctrlv1.Volume) bool { return v.GetState() != ctrlv1.VolumeState_VOLUME_STATE_CREATING })
+	if v.State != ctrlv1.VolumeState_VOLUME_STATE_FAILED || v.GetFailure().GetStage() != ctrlv1.FailureStage_FAILURE_STAGE_CREATING_VOLUME ||
+		!strings.Contains(v.GetFailure().GetMessage(), "no space left on device") {
+		t.Errorf("the Volume the restore could not make: %v", v)
+	}
+	if _, err := unary(context.Background(), d.client.StartWorkspace, &ctrlv1.StartWorkspaceRequest{Command: cmd(), WorkspaceId: ws.WorkspaceId}); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("starting the failed restore: %v, want failed_precondition", err)
+	}
+	mustUnary(t, d.client.DeleteWorkspace, &ctrlv1.DeleteWorkspaceRequest{Command: cmd(), WorkspaceId: ws.WorkspaceId})
+	d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED)
+	if r, err := unary(context.Background(), vc.GetVolume, &ctrlv1.GetVolumeRequest{VolumeId: volumeID}); err != nil || r.GetVolume().GetState() != ctrlv1.VolumeState_VOLUME_STATE_DELETED {
+		t.Errorf("the Volume after its workspace's delete: %v, %v", r.GetVolume(), err)
+	}
+}

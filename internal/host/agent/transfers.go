@@ -12,12 +12,14 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/internal/artifact"
 	"github.com/kibotos/kibotos/internal/host/diskimage"
@@ -360,7 +362,14 @@ func (e *execution) restore(ctx context.Context, as *hostv1.Assignment) error {
 		})
 	}
 	if err := fill(0); err != nil {
-		return fmt.Errorf("restoring from transfer %s: %w", as.Restore.TransferId, err)
+		err = fmt.Errorf("restoring from transfer %s: %w", as.Restore.TransferId, err)
+		if v := as.Volume; v != nil && slices.ContainsFunc(images, func(im image) bool { return im.section == artifact.Volume }) {
+			// The Volume was never made: its creation failed with the
+			// restore, which is not tried again (the Transfer fails).
+			a.vols.report(&hostv1.VolumeReport{VolumeId: v.VolumeId,
+				FailureStage: ctrlv1.FailureStage_FAILURE_STAGE_CREATING_VOLUME, FailureMessage: err.Error()})
+		}
+		return err
 	}
 	return nil
 }
