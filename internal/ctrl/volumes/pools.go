@@ -128,40 +128,61 @@ func (s *Service) ListPools(ctx context.Context) ([]PoolSummary, error) {
 }
 
 // checkRoom refuses to give a pool's Volumes bytes more of capacity when
-// their capacities (a growth under way counting at its target) would then
-// add up to more than the pool can give, as the host that is to hold the
-// Volume registered it (StoragePool.capacity_bytes; zero refuses
-// nothing). Volumes are sparse images, so this is what keeps a guest that
-// fills its Volume from filling the pool under every other. except is a
-// Volume counted at bytes instead of its own capacity (one that grows).
+// their capacities (Reserved) would then add up to more than the pool can
+// give, as the host that is to hold the Volume registered it
+// (StoragePool.capacity_bytes; zero refuses nothing); on a pool that
+// shares the host's layer filesystem, the writable layers placed on the
+// host count too. Volumes and layers are sparse images, so this is what
+// keeps a guest that fills its Volume from filling the filesystem under
+// every other. except is a Volume counted at bytes instead of its own
+// capacity (one that grows).
 func (s *Service) checkRoom(ctx context.Context, tx store.Tx, pool Pool, hostID, except string, bytes uint64) error {
 	reg := pool.host(hostID)
 	if reg == nil && len(pool.Hosts) > 0 {
-		reg = pool.Hosts[0].Reg
+		reg, hostID = pool.Hosts[0].Reg, pool.Hosts[0].HostID
 	}
 	room := reg.GetCapacityBytes()
 	if room == 0 {
 		return nil
 	}
-	rows, err := tx.PoolVolumes(ctx, pool.Name)
+	held, err := Reserved(ctx, tx, pool.Name, except)
 	if err != nil {
 		return err
 	}
-	given := bytes
+	given, holders := bytes+held, "its volumes"
+	if reg.GetSharesLayerFilesystem() {
+		used, err := tx.HostUsage(ctx, hostID)
+		if err != nil {
+			return err
+		}
+		given += used.LayerBytes
+		holders = "its volumes and the writable layers on its filesystem"
+	}
+	if given > room {
+		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+			"storage pool %s cannot give a volume %d bytes: %s would then hold %d bytes, and it can give %d; ask for less, or delete volumes",
+			pool.Name, bytes, holders, given, room))
+	}
+	return nil
+}
+
+// Reserved sums the capacities of a pool's live Volumes, a growth under
+// way counting at its target, but except's.
+func Reserved(ctx context.Context, tx store.Tx, pool, except string) (uint64, error) {
+	rows, err := tx.PoolVolumes(ctx, pool)
+	if err != nil {
+		return 0, err
+	}
+	var held uint64
 	for _, row := range rows {
 		if row.ID == except {
 			continue
 		}
 		r, err := decode(row)
 		if err != nil {
-			return err
+			return 0, err
 		}
-		given += max(r.V.Spec.CapacityBytes, r.Book.Target)
+		held += max(r.V.Spec.CapacityBytes, r.Book.Target)
 	}
-	if given > room {
-		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
-			"storage pool %s cannot give a volume %d bytes: its volumes would then hold %d bytes, and it can give %d; ask for less, or delete volumes",
-			pool.Name, bytes, given, room))
-	}
-	return nil
+	return held, nil
 }

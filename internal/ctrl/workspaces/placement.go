@@ -19,6 +19,7 @@ import (
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/scheduler"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
+	"github.com/kibotos/kibotos/internal/ctrl/volumes"
 )
 
 // placement is what a workspace needs of its host beyond capacity.
@@ -159,8 +160,9 @@ func exhausted(err error) error {
 }
 
 // hosts returns the registered hosts (or only the one named) with what
-// is reserved on each (layer bytes of every placed workspace, CPU and
-// memory of the running ones) and what each offers.
+// is reserved on each (layer bytes of every placed workspace and of the
+// Volumes of its pools on the layers' filesystem, CPU and memory of the
+// running ones) and what each offers.
 func (s *Service) hosts(ctx context.Context, tx store.Tx, only string) ([]candidate, error) {
 	all, err := tx.Hosts(ctx)
 	if err != nil {
@@ -178,6 +180,16 @@ func (s *Service) hosts(ctx context.Context, tx store.Tx, only string) ([]candid
 		used, err := tx.HostUsage(ctx, h.ID)
 		if err != nil {
 			return nil, err
+		}
+		// Volumes on the layers' filesystem draw on the same free space.
+		for _, p := range reg.StoragePools {
+			if p.GetSharesLayerFilesystem() {
+				held, err := volumes.Reserved(ctx, tx, p.Name, "")
+				if err != nil {
+					return nil, err
+				}
+				used.LayerBytes += held
+			}
 		}
 		host := scheduler.Host{ID: h.ID, Capacity: scheduler.Resources{CPUMillis: h.CPUMillis, MemoryBytes: h.MemoryBytes, LayerBytes: h.LayerBytes},
 			DefaultLayerBytes: reg.GetCapacity().GetDefaultLayerBytes(),

@@ -2,6 +2,7 @@ package workspaces
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -353,5 +354,50 @@ func TestVolumeHolderAndStates(t *testing.T) {
 	}
 	if _, err := Start(ctx, s, write("start2", newWS), ws.WorkspaceId, identity); err != nil {
 		t.Errorf("start once grown: %v", err)
+	}
+}
+
+// TestVolumesAndLayersShareAFilesystem: on a host whose storage pool is on
+// the filesystem of its writable layers, Volumes and layers draw on one
+// space: neither is promised what the other was, as both are sparse
+// images that fail their guests when the filesystem fills.
+func TestVolumesAndLayersShareAFilesystem(t *testing.T) {
+	for _, shared := range []bool{true, false} {
+		t.Run(fmt.Sprintf("shared=%v", shared), func(t *testing.T) {
+			s, ctx := newService(t)
+			s.Volumes = &volumes.Service{Store: s.Store, Pages: s.Pages, DefaultPool: "default", InUse: InUse, Changes: changes.NewBroker()}
+			if err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h1", Capacity: &hostv1.HostCapacity{
+				CpuMillis: 4000, MemoryBytes: 8 * gib, LayerBytes: gib, DefaultLayerBytes: 64 * MiB},
+				StoragePools: []*hostv1.StoragePool{{Name: "default", DefaultVolumeBytes: 256 * MiB, CapacityBytes: gib,
+					SharesLayerFilesystem: shared}}}); err != nil {
+				t.Fatal(err)
+			}
+			newVolume := func(bytes uint64) error {
+				_, err := volumes.Create(ctx, s.Volumes, write(fmt.Sprint("volume", bytes), newVol), &ctrlv1.VolumeSpec{CapacityBytes: bytes}, nil, nil, volumeIdentity)
+				return err
+			}
+			newWorkspace := func(layer uint64) error {
+				_, err := Create(ctx, s, write(fmt.Sprint("ws", layer), newWS), &ctrlv1.WorkspaceCreateSpec{
+					Resources: &ctrlv1.ResourceRequest{MemoryBytes: 256 * MiB, WritableLayerBytes: layer}}, nil, nil, identity)
+				return err
+			}
+			if err := newVolume(600 * MiB); err != nil {
+				t.Fatal(err)
+			}
+			// 600 MiB of Volume and 600 of layer: more than the 1 GiB free.
+			if err := newWorkspace(600 * MiB); shared != (connect.CodeOf(err) == connect.CodeResourceExhausted) {
+				t.Errorf("a 600 MiB layer beside a 600 MiB Volume: %v", err)
+			}
+			if err := newWorkspace(300 * MiB); err != nil {
+				t.Fatalf("a 300 MiB layer beside a 600 MiB Volume: %v", err)
+			}
+			// 600 + 300 (+ 600 unshared) + 200: the Volume is refused when shared.
+			if err := newVolume(200 * MiB); shared != (connect.CodeOf(err) == connect.CodeResourceExhausted) {
+				t.Errorf("a 200 MiB Volume beside 900 MiB: %v", err)
+			}
+			if err := newVolume(100 * MiB); err != nil {
+				t.Errorf("a 100 MiB Volume that fits: %v", err)
+			}
+		})
 	}
 }

@@ -85,13 +85,20 @@ func (v *volumes) registration() []*hostv1.StoragePool {
 	var out []*hostv1.StoragePool
 	for _, p := range v.pools {
 		sp := &hostv1.StoragePool{Name: p.Name, DefaultVolumeBytes: p.DefaultVolumeBytes, OnlineGrow: p.onlineGrow == nil,
-			CapacityBytes: poolRoom(p.Dir)}
+			CapacityBytes: poolRoom(p.Dir), SharesLayerFilesystem: sameFilesystem(p.Dir, v.agent.cfg.LayerDir)}
 		if p.onlineGrow != nil {
 			sp.OnlineGrowRefusal = p.onlineGrow.Error()
 		}
 		out = append(out, sp)
 	}
 	return out
+}
+
+// sameFilesystem reports whether directories a and b are on one
+// filesystem; false when either cannot be read.
+func sameFilesystem(a, b string) bool {
+	var sa, sb unix.Stat_t
+	return unix.Stat(a, &sa) == nil && unix.Stat(b, &sb) == nil && sa.Dev == sb.Dev
 }
 
 // poolRoom is what a pool's directory can give Volumes: the free space of

@@ -462,8 +462,14 @@ type StoragePool struct {
 	// (resource_exhausted), so that filling every Volume never fills the
 	// pool. Zero: not known, nothing is refused.
 	CapacityBytes uint64 `protobuf:"varint,5,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// shares_layer_filesystem is true when the pool's directory is on the
+	// filesystem that holds the host's writable layers: the two draw on one
+	// free space (both are sparse images), so ctrl counts the capacities of
+	// the pool's Volumes against the host's layer_bytes and the writable
+	// layers placed on the host against capacity_bytes.
+	SharesLayerFilesystem bool `protobuf:"varint,6,opt,name=shares_layer_filesystem,json=sharesLayerFilesystem,proto3" json:"shares_layer_filesystem,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *StoragePool) Reset() {
@@ -529,6 +535,13 @@ func (x *StoragePool) GetCapacityBytes() uint64 {
 		return x.CapacityBytes
 	}
 	return 0
+}
+
+func (x *StoragePool) GetSharesLayerFilesystem() bool {
+	if x != nil {
+		return x.SharesLayerFilesystem
+	}
+	return false
 }
 
 // HostCapacity is what a host offers to executions in total. ctrl subtracts
@@ -2846,14 +2859,15 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\x0fruntime_version\x18\x02 \x01(\tR\x0eruntimeVersion\x12\x1f\n" +
 	"\vguest_build\x18\x03 \x01(\tR\n" +
 	"guestBuild\x12'\n" +
-	"\x0fseccomp_profile\x18\x04 \x01(\tR\x0eseccompProfile\"\xcb\x01\n" +
+	"\x0fseccomp_profile\x18\x04 \x01(\tR\x0eseccompProfile\"\x83\x02\n" +
 	"\vStoragePool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
 	"\x14default_volume_bytes\x18\x02 \x01(\x04R\x12defaultVolumeBytes\x12\x1f\n" +
 	"\vonline_grow\x18\x03 \x01(\bR\n" +
 	"onlineGrow\x12.\n" +
 	"\x13online_grow_refusal\x18\x04 \x01(\tR\x11onlineGrowRefusal\x12%\n" +
-	"\x0ecapacity_bytes\x18\x05 \x01(\x04R\rcapacityBytes\"\xa1\x01\n" +
+	"\x0ecapacity_bytes\x18\x05 \x01(\x04R\rcapacityBytes\x126\n" +
+	"\x17shares_layer_filesystem\x18\x06 \x01(\bR\x15sharesLayerFilesystem\"\xa1\x01\n" +
 	"\fHostCapacity\x12\x1d\n" +
 	"\n" +
 	"cpu_millis\x18\x01 \x01(\rR\tcpuMillis\x12!\n" +
