@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -111,9 +112,10 @@ type warmPool struct {
 	a      *Agent
 	size   int
 	binder runtime.Binder // nil: the driver cannot bind, the pool stays empty
-	// aliasDir holds one file per bound execution, named by its ID and
-	// holding the runtime ID; images holds the entries' layer images.
-	aliasDir, images string
+	// dir is the pool's directory: shapeFile, aliasDir (one file per bound
+	// execution, named by its ID and holding the runtime ID) and images
+	// (the entries' layer images).
+	dir, aliasDir, images string
 
 	mu      sync.Mutex
 	shape   *poolShape
@@ -130,7 +132,7 @@ type warmPool struct {
 }
 
 func newWarmPool(a *Agent, size int, dir string, inner runtime.Driver) (*warmPool, error) {
-	p := &warmPool{a: a, size: size, aliasDir: filepath.Join(dir, "bound"), images: filepath.Join(dir, "images"),
+	p := &warmPool{a: a, size: size, dir: dir, aliasDir: filepath.Join(dir, "bound"), images: filepath.Join(dir, "images"),
 		aliases: map[string]string{}, hold: refillHold, rapid: rapidTakes, wake: make(chan struct{}, 1)}
 	p.binder, _ = inner.(runtime.Binder)
 	for _, d := range []string{p.aliasDir, p.images} {
@@ -138,6 +140,7 @@ func newWarmPool(a *Agent, size int, dir string, inner runtime.Driver) (*warmPoo
 			return nil, err
 		}
 	}
+	p.shape = p.loadShape()
 	return p, nil
 }
 
@@ -181,7 +184,70 @@ func (p *warmPool) shapeOf(as *hostv1.Assignment, layers []string) *poolShape {
 	for _, l := range as.GetTemplate().GetLayers() {
 		s.diffIDs = append(s.diffIDs, l.GetDiffId())
 	}
-	s.key = fmt.Sprintf("%q %q %v %d %d", layers, spec.Env, spec.Display, spec.MemoryBytes, s.layerBytes)
+	s.key = s.keyOf()
+	return s
+}
+
+// keyOf is what tells shapes apart: what a start asks for, not what the
+// host adds.
+func (s *poolShape) keyOf() string {
+	return fmt.Sprintf("%q %q %v %d %d", s.spec.Layers, s.spec.Env, s.spec.Display, s.spec.MemoryBytes, s.layerBytes)
+}
+
+// shapeFile is where the wanted shape is kept across the agent's
+// restarts, under the pool's directory: the next agent fills the pool at
+// once instead of after the next start built without it.
+const shapeFile = "shape.json"
+
+// savedShape is a shape as shapeFile keeps it: what a start asked for
+// (poolShape.keyOf), without what this host adds, set again when read.
+type savedShape struct {
+	Layers     []string
+	CPUMillis  uint32
+	Memory     uint64
+	Env        []string
+	Display    *guestabi.DisplaySize
+	LayerBytes uint64
+	DiffIDs    []string
+}
+
+// saveShape keeps s as the wanted shape; a failure only costs the next
+// agent its head start.
+func (p *warmPool) saveShape(s *poolShape) {
+	b, err := json.Marshal(savedShape{Layers: s.spec.Layers, CPUMillis: s.spec.CPUMillis, Memory: s.spec.MemoryBytes,
+		Env: s.spec.Env, Display: s.spec.Display, LayerBytes: s.layerBytes, DiffIDs: s.diffIDs})
+	if err == nil {
+		path := filepath.Join(p.dir, shapeFile)
+		if err = os.WriteFile(path+".tmp", b, 0o600); err == nil {
+			err = os.Rename(path+".tmp", path)
+		}
+	}
+	if err != nil {
+		slog.Warn("warm pool: keeping the wanted shape", "err", err)
+	}
+}
+
+// loadShape returns the shape an earlier agent kept, with this host's
+// guest agent, resolvers and limits; nil when there is none or a layer of
+// it is gone.
+func (p *warmPool) loadShape() *poolShape {
+	b, err := os.ReadFile(filepath.Join(p.dir, shapeFile))
+	if err != nil {
+		return nil
+	}
+	var saved savedShape
+	if err := json.Unmarshal(b, &saved); err != nil || len(saved.Layers) == 0 {
+		return nil
+	}
+	for _, l := range saved.Layers {
+		if _, err := os.Stat(l); err != nil {
+			return nil
+		}
+	}
+	s := &poolShape{spec: runtime.Spec{Layers: saved.Layers, CPUMillis: saved.CPUMillis, MemoryBytes: saved.Memory, PidsLimit: pidsLimit,
+		GuestAgent: p.a.cfg.GuestAgent, Env: saved.Env, Display: saved.Display, ResolvConf: netslot.ResolvConf(p.a.cfg.Network.DeploymentResolvers)},
+		layerBytes: saved.LayerBytes, diffIDs: saved.DiffIDs}
+	s.key = s.keyOf()
 	return s
 }
 
@@ -196,6 +262,7 @@ func (p *warmPool) take(s *poolShape) *pooled {
 	defer p.mu.Unlock()
 	if p.shape == nil || p.shape.key != s.key {
 		p.shape = s
+		p.saveShape(s)
 		return nil
 	}
 	i := slices.IndexFunc(p.ready, func(e *pooled) bool { return e.shape.key == s.key })

@@ -329,6 +329,11 @@ func TestWarmPoolRecovery(t *testing.T) {
 	a.pool.ready = nil // left behind, as by a killed process
 	a.pool.mu.Unlock()
 	end()
+	// Without the kept shape the next agent fills nothing: what is left
+	// of the pool is what this one left.
+	if err := os.Remove(filepath.Join(a.pool.dir, shapeFile)); err != nil {
+		t.Fatal(err)
+	}
 
 	a, _ = e.runAgent(t, e.driver.Restart())
 	eventually(t, "the unbound entries are released", func() bool { return slices.Equal(e.poolIDs(), []string{rid}) })
@@ -358,6 +363,27 @@ func TestWarmPoolRecovery(t *testing.T) {
 		_, err := os.Stat(filepath.Join(a.pool.aliasDir, as.ExecutionId))
 		return !slices.Contains(e.driver.IDs(), rid) && errors.Is(err, os.ErrNotExist)
 	})
+}
+
+// TestWarmPoolShapeKeptAcrossRestart: the next agent fills the pool with
+// the shape the last one wanted, at once, and binds its entries to a
+// start of that shape, rather than waiting for a start it builds.
+func TestWarmPoolShapeKeptAcrossRestart(t *testing.T) {
+	e := newReconcilerEnv(t)
+	e.cfg.WarmPool = 2
+	a, end := e.runAgent(t, e.driver)
+	e.running(t, e.assignment("ws_a", 1, "lay_a"))
+	e.awaitReady(t, a, 2)
+	end()
+	e.awaitPool(t, 0) // a graceful end releases the entries
+
+	a, _ = e.runAgent(t, e.driver.Restart())
+	e.awaitReady(t, a, 2)
+	as := e.assignment("ws_b", 1, "lay_b")
+	e.running(t, as)
+	if rid := a.pool.runtimeID(as.ExecutionId); !strings.HasPrefix(rid, poolPrefix) {
+		t.Errorf("the first start after the restart was built (%s), not bound to an entry", rid)
+	}
 }
 
 // warmUpGuest is a guest's ProcessService that refuses every start, as
