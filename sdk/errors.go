@@ -72,6 +72,19 @@ func stateName(s ctrlv1.WorkspaceState) string {
 // guest; Workspace.Connect attaches to it again.
 var ErrDetached = errors.New("detached from the process before it exited")
 
+// OutputError is what Process.Wait returns when the process's output
+// could not be written to ExecOptions.Stdout or Stderr (a pipe whose
+// reader left, a full disk): the stream ended there, and the process may
+// still run.
+type OutputError struct {
+	// Stream is "stdout" or "stderr".
+	Stream string
+	Err    error
+}
+
+func (e *OutputError) Error() string { return "writing " + e.Stream + ": " + e.Err.Error() }
+func (e *OutputError) Unwrap() error { return e.Err }
+
 // sessionExpired reports whether a data-plane call failed because its
 // session expired, which a new session cures.
 func sessionExpired(err error) bool {

@@ -281,9 +281,9 @@ func (p *Process) Pid() int {
 
 // Wait waits until the process exits and returns how it ended. It is an
 // error when the stream ended first: the context of Start or Connect
-// ended, the connection broke, or Close detached (ErrDetached); the process
-// may still run. An error reading ExecOptions.Stdin is returned with the
-// status.
+// ended, the connection broke, Close detached (ErrDetached), or the
+// output could not be written (*OutputError); the process may still run.
+// An error reading ExecOptions.Stdin is returned with the status.
 func (p *Process) Wait() (ExitStatus, error) {
 	<-p.done
 	p.mu.Lock()
@@ -401,7 +401,7 @@ func write(w io.Writer, b []byte, name string) error {
 		return nil
 	}
 	if _, err := w.Write(b); err != nil {
-		return fmt.Errorf("writing %s: %w", name, err)
+		return &OutputError{Stream: name, Err: err}
 	}
 	return nil
 }

@@ -126,7 +126,8 @@ func wsExecCommand(c *conn) *cobra.Command {
 			"-i forwards stdin to the command and closes its input at EOF. -t runs it on a\n" +
 			"pseudo-terminal the size of this one; with -i on a terminal, that terminal is put in raw\n" +
 			"mode, so keys such as Ctrl-C go to the remote command. Interrupting exec otherwise sends\n" +
-			"the command SIGTERM and waits for its exit (interrupt again to leave it running). --timeout\n" +
+			"the command SIGTERM and waits for its exit (interrupt again to leave it running); output that\n" +
+			"can no longer be written here (a reader that left) ends it too (SIGPIPE, exit 141). --timeout\n" +
 			"kills the command (SIGKILL) when it runs longer: exec then exits 137. A command that is not\n" +
 			"found exits 127, one that may not be run 126, as in a shell. --detach\n" +
 			"starts the command, prints its pid and returns, leaving it running (see `ws ps`, `ws logs`).\n" +
@@ -158,6 +159,10 @@ func wsExecCommand(c *conn) *cobra.Command {
 			return err
 		}
 		defer closeIdle()
+		// A write to a stdout whose reader left fails with EPIPE rather
+		// than killing this process, which then ends the command too
+		// (endUnwritable).
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 		o := sdk.ExecOptions{Env: vars, Cwd: cwd, User: user, Tag: tag, Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()}
 		if interactive {
 			o.Stdin = cmd.InOrStdin()
@@ -238,6 +243,9 @@ func wsExecCommand(c *conn) *cobra.Command {
 		})
 		defer stopInterrupts()
 		status, err := p.Wait()
+		if outErr := (*sdk.OutputError)(nil); errors.As(err, &outErr) {
+			return endUnwritable(ctx, p, outErr)
+		}
 		if err != nil {
 			if cause := context.Cause(runCtx); cause != nil && !errors.Is(cause, context.Canceled) {
 				return cause
@@ -250,6 +258,22 @@ func wsExecCommand(c *conn) *cobra.Command {
 		return nil
 	}
 	return cmd
+}
+
+// endUnwritable ends an exec whose output can no longer be written here,
+// so that the command does not run on unread: a reader that left (a
+// broken pipe, as `| head` leaves) gets the command SIGPIPE, as a local
+// command in that pipe would get, and exec ends as one killed by it
+// (141); any other failure gets it SIGTERM and is the error.
+func endUnwritable(ctx context.Context, p *sdk.Process, outErr *sdk.OutputError) error {
+	ctx = context.WithoutCancel(ctx)
+	if errors.Is(outErr, syscall.EPIPE) {
+		if err := signalRemote(ctx, p, "SIGPIPE"); err != nil {
+			return errors.Join(outErr, err)
+		}
+		return &ExitError{Code: 128 + int(syscall.SIGPIPE)}
+	}
+	return errors.Join(fmt.Errorf("%w; sent SIGTERM to pid %d", outErr, p.Pid()), signalRemote(ctx, p, "SIGTERM"))
 }
 
 // withTerm returns env with TERM set as here, so that the remote terminal

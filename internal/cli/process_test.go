@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -9,10 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
@@ -434,4 +437,44 @@ func TestExecOfWhatCannotRun(t *testing.T) {
 			t.Errorf("exec %s: %v, %q; want exit %d saying why", c.program, err, stderr, c.code)
 		}
 	}
+}
+
+// TestExecWhoseReaderLeft: when exec's output can no longer be written
+// (its reader left, as `| head` leaves), the command gets SIGPIPE, as a
+// local command in that pipe would, instead of running on unread, and
+// exec exits 141.
+func TestExecWhoseReaderLeft(t *testing.T) {
+	e, id := newDataEnv(t)
+	root := &cobra.Command{Use: "kibotos", SilenceErrors: true, SilenceUsage: true}
+	root.AddCommand(Commands()...)
+	root.SetArgs([]string{"ws", "exec", "--addr", e.addr, "--token", e.token, "--tag", "yes", id, "--", "yes"})
+	root.SetOut(&brokenPipe{})
+	root.SetErr(&bytes.Buffer{})
+	root.SetIn(strings.NewReader(""))
+	if err := root.ExecuteContext(t.Context()); !errors.As(err, new(*ExitError)) || err.(*ExitError).Code != 141 {
+		t.Errorf("exec whose reader left: %v, want exit 141", err)
+	}
+	for try := 0; ; try++ {
+		ps, _, err := e.runData(t, "", "ws", "ps", id, "-o", "json")
+		var list datav1.ListProcessesResponse
+		if err == nil && protojson.Unmarshal([]byte(ps), &list) == nil && len(list.Processes) == 1 &&
+			list.Processes[0].GetExited().GetSignal() == "SIGPIPE" {
+			break
+		}
+		if try == 100 {
+			t.Fatalf("the command did not end of SIGPIPE after its reader left: %s", ps)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// brokenPipe takes one write and then fails as a pipe whose reader left.
+type brokenPipe struct{ wrote bool }
+
+func (b *brokenPipe) Write(p []byte) (int, error) {
+	if b.wrote {
+		return 0, &os.PathError{Op: "write", Path: "/dev/stdout", Err: syscall.EPIPE}
+	}
+	b.wrote = true
+	return len(p), nil
 }
