@@ -35,11 +35,23 @@ type feed struct {
 // Watch calls send with the workspace now and after every change, until
 // ctx ends, send fails, or the workspace is DELETED. poll bounds how long
 // a change made by another ctrl replica can go unseen.
+//
+// The first version sent is read for this watcher: a feed it joins may
+// not have read a change committed just before (a caller that stops a
+// workspace and then watches it must see it STOPPING, not AVAILABLE);
+// versions of the feed older than what was sent are skipped.
 func (s *Service) Watch(ctx context.Context, id string, poll time.Duration, send func(*ctrlv1.Workspace) error) error {
 	key := watchKey{caller(ctx).ProjectID, id}
 	f := s.join(ctx, key, poll)
 	defer s.leave(key, f)
-	var last *ctrlv1.Workspace
+	sent, err := s.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := send(sent); err != nil || sent.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED {
+		return err
+	}
+	var last *ctrlv1.Workspace // of the feed
 	for {
 		f.mu.Lock()
 		ws, err, next := f.ws, f.err, f.next
@@ -48,12 +60,15 @@ func (s *Service) Watch(ctx context.Context, id string, poll time.Duration, send
 			return err
 		}
 		if ws != nil && ws != last {
-			if err := send(ws); err != nil {
-				return err
-			}
 			last = ws
-			if ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED {
-				return nil
+			if !ws.UpdatedAt.AsTime().Before(sent.UpdatedAt.AsTime()) && !proto.Equal(ws, sent) {
+				if err := send(ws); err != nil {
+					return err
+				}
+				sent = ws
+				if ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED {
+					return nil
+				}
 			}
 		}
 		select {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/changes"
 	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 )
@@ -84,5 +85,28 @@ func TestWatchersShareOneRead(t *testing.T) {
 	}
 	if otherWoken.Load() {
 		t.Error("the watcher of another workspace was sent a version")
+	}
+}
+
+// TestWatchBeginsWithTheStateNow: a watcher that joins a feed whose
+// reader has not yet read a committed change (here one made through
+// another replica, which this one hears of only at its next poll) begins
+// with the workspace as it is now, not with the feed's older version: a
+// caller that changes a workspace and then watches it sees its change.
+func TestWatchBeginsWithTheStateNow(t *testing.T) {
+	s, ctx := newService(t)
+	ws := create(t, s, ctx, 128<<20)
+	first := watch(t, s, ctx, ws.WorkspaceId)
+	if got := first(); got.LabelsRevision != ws.LabelsRevision {
+		t.Fatalf("the first watcher began with labels revision %d, want %d", got.LabelsRevision, ws.LabelsRevision)
+	}
+	replica := &Service{Store: s.Store, Pages: s.Pages, Checker: s.Checker, Changes: changes.NewBroker()}
+	relabeled, err := UpdateMap(ctx, replica, write("labels", newWS), resource.Labels, ws.WorkspaceId, ws.LabelsRevision,
+		map[string]string{"seen": "yes"}, identity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := watch(t, s, ctx, ws.WorkspaceId)(); got.LabelsRevision != relabeled.LabelsRevision {
+		t.Errorf("a watcher joining after the change began with labels revision %d, want %d", got.LabelsRevision, relabeled.LabelsRevision)
 	}
 }
