@@ -18,6 +18,9 @@ func TestDeliveryObservation(t *testing.T) {
 	s, ctx := newService(t)
 	c := &clock{now: time.Now()}
 	s.Now = c.get
+	if err := s.ExpireLeases(ctx); err != nil { // the ctrl's start: leases count from here
+		t.Fatal(err)
+	}
 	registerLaunch(t, s, ctx, testLaunch("a"))
 	type want struct {
 		state   ctrlv1.TemplateDeliveryState

@@ -148,6 +148,9 @@ func TestPlacementFollowsLaunches(t *testing.T) {
 	s, ctx := newService(t)
 	c := &clock{now: time.Now()}
 	s.Now = c.get
+	if err := s.ExpireLeases(ctx); err != nil { // the ctrl's start: leases count from here
+		t.Fatal(err)
+	}
 	old, next := testLaunch("a"), testLaunch("b")
 	runsc := &hostv1.Launch{Platform: "oci-runsc/amd64", RuntimeVersion: "runsc version 0.0~20221219.0",
 		GuestBuild: next.GuestBuild, SeccompProfile: next.SeccompProfile}

@@ -26,17 +26,24 @@ func ReportInterval(lease time.Duration) time.Duration { return lease / 3 }
 // had, and so do its Volumes. Nothing on a LOST host expires, is placed
 // or completes as if it ran. It runs in one transaction and changes only
 // what is not LOST yet, so every ctrl replica may run it at once.
+//
+// A host's silence counts at the earliest from this process's first
+// ExpireLeases: while no ctrl ran, hosts could not report (they retry
+// with back-off), and a ctrl that starts after longer than a lease must
+// not find every host LOST before it had a chance to report.
 func (s *Service) ExpireLeases(ctx context.Context) error {
 	lease := s.Lease()
+	now := s.Now.UTC()
+	s.leasesSince.CompareAndSwap(nil, &now)
+	since := *s.leasesSince.Load()
 	return s.updateAnnouncing(ctx, func(tx store.Tx) ([]string, error) {
 		var changed []string
 		hosts, err := tx.Hosts(ctx)
 		if err != nil {
 			return changed, err
 		}
-		now := s.Now.UTC()
 		for _, h := range hosts {
-			if !h.LostAt.IsZero() || now.Sub(h.SeenAt) < lease {
+			if !h.LostAt.IsZero() || now.Sub(later(h.SeenAt, since)) < lease {
 				continue
 			}
 			h.LostAt = now
@@ -142,4 +149,12 @@ func (s *Service) releaseUnknown(r *record) {
 	}
 	clearNetwork(r.ws)
 	r.ws.GuestObservation = nil
+}
+
+// later returns the later of two times.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

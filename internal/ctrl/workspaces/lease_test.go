@@ -176,6 +176,9 @@ func TestHostLeaseVolumes(t *testing.T) {
 	s, ctx := newVolumeService(t)
 	c := &clock{now: time.Now().Add(time.Hour)}
 	s.Now = c.get
+	if err := s.ExpireLeases(ctx); err != nil { // the ctrl's start: leases count from here
+		t.Fatal(err)
+	}
 	v, err := volumes.Create(ctx, s.Volumes, write("create", newVol), &ctrlv1.VolumeSpec{}, nil, nil, volumeIdentity)
 	if err != nil {
 		t.Fatal(err)
@@ -225,11 +228,18 @@ func TestHostLeaseReplicas(t *testing.T) {
 	}
 	actx := auth.WithCaller(ctx, auth.Caller{ProjectID: "p1", Role: auth.Admin})
 	id := create(t, s, actx, 512<<20).WorkspaceId
+	// The replicas run, each having passed its first lease check.
+	replicas := make([]*Service, 8)
+	for i := range replicas {
+		replicas[i] = replica()
+		if err := replicas[i].ExpireLeases(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 	c.add(s.Lease())
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
-	for range 8 {
-		r := replica()
+	for _, r := range replicas {
 		wg.Go(func() { errs <- r.ExpireLeases(ctx) })
 	}
 	wg.Wait()
@@ -250,5 +260,35 @@ func TestHostLeaseReplicas(t *testing.T) {
 	}
 	if ws, _ := s.Get(actx, id); ws.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING {
 		t.Errorf("after the host came back: %v, want CREATING again", ws.GetState())
+	}
+}
+
+// TestHostLeaseCountsFromCtrlStart: a ctrl that starts long after a
+// host's last report (it was down, and the host could not report) gives
+// the host a whole lease to report before it is LOST.
+func TestHostLeaseCountsFromCtrlStart(t *testing.T) {
+	s, ctx := newService(t)
+	c := &clock{now: time.Now()}
+	s.Now = c.get
+	if err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h1", Capacity: &hostv1.HostCapacity{
+		CpuMillis: 4000, MemoryBytes: gib, LayerBytes: 10 * gib, DefaultLayerBytes: gib}}); err != nil {
+		t.Fatal(err)
+	}
+	id := create(t, s, ctx, 512<<20).WorkspaceId
+	report(t, s, ctx, id, hostv1.ObservedState_OBSERVED_STATE_RUNNING, nil)
+
+	c.add(3 * s.Lease()) // ctrl was down
+	if err := s.ExpireLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ws, _ := s.Get(ctx, id); ws.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || s.hostState(t, "h1").Lost {
+		t.Fatalf("at the ctrl's first lease check: %v, host %+v; want it AVAILABLE on a host not LOST", ws.GetState(), s.hostState(t, "h1"))
+	}
+	c.add(s.Lease()) // and the host stays silent a whole lease more
+	if err := s.ExpireLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !s.hostState(t, "h1").Lost {
+		t.Error("a host silent for a lease after the ctrl started is not LOST")
 	}
 }

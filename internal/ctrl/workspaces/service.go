@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -44,6 +45,8 @@ type Service struct {
 
 	watches watches
 	decoded decodedBodies // Assignments' records, by host, and reads
+	// leasesSince is when this process first ran ExpireLeases.
+	leasesSince atomic.Pointer[time.Time]
 }
 
 // Lease is the host lease in force.
