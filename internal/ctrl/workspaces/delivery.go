@@ -86,7 +86,7 @@ func (r *record) assignment(now time.Time) *hostv1.Assignment {
 		WorkspaceId: r.row.ID,
 		Generation:  r.book.Target,
 		Resources:   res,
-		LayerId:     r.row.ID,
+		LayerId:     r.layerID(),
 		Template: &hostv1.ExecutionTemplate{
 			TemplateId: r.book.Image.TemplateID, Revision: r.book.Image.Revision,
 			ImageDigest: r.book.Image.Digest, Env: r.book.Image.Env,

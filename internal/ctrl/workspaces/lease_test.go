@@ -292,3 +292,63 @@ func TestHostLeaseCountsFromCtrlStart(t *testing.T) {
 		t.Error("a host silent for a lease after the ctrl started is not LOST")
 	}
 }
+
+// TestLayerLeftBehindIsNeverTakenBack: a workspace that starts off a LOST
+// host gets a writable layer of a new name, so that when it later comes
+// back to that host, the layer it left there (which the host may still
+// keep) is not taken for its current one and reported CONTINUED.
+func TestLayerLeftBehindIsNeverTakenBack(t *testing.T) {
+	s, ctx := newService(t)
+	c := &clock{now: time.Now()}
+	s.Now = c.get
+	if err := s.ExpireLeases(ctx); err != nil { // the ctrl's start
+		t.Fatal(err)
+	}
+	register := func(host string, memory uint64) {
+		t.Helper()
+		if err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: host, Capacity: &hostv1.HostCapacity{
+			CpuMillis: 4000, MemoryBytes: memory, LayerBytes: 10 * gib, DefaultLayerBytes: gib}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	layerOn := func(host, id string) string {
+		t.Helper()
+		as, err := s.Assignments(ctx, host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range as.Assignments {
+			if a.WorkspaceId == id {
+				return a.LayerId
+			}
+		}
+		t.Fatalf("no assignment of %s on %s", id, host)
+		return ""
+	}
+	// moveOff loses from, whose workspace then starts on to.
+	moveOff := func(from, to, id string) {
+		t.Helper()
+		c.add(s.Lease())
+		register(to, 4*gib)
+		if err := s.ExpireLeases(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Stop(ctx, s, write("stop", newWS), id, ctrlv1.StopMode_STOP_MODE_FORCE, identity); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Start(ctx, s, write("start", newWS), id, identity); err != nil {
+			t.Fatal(err)
+		}
+		register(from, gib) // back, but silent for the workspace
+	}
+	register("h1", 4*gib)
+	id := create(t, s, ctx, 512<<20).WorkspaceId
+	first := layerOn("h1", id)
+	moveOff("h1", "h2", id)
+	second := layerOn("h2", id)
+	moveOff("h2", "h1", id)
+	third := layerOn("h1", id)
+	if first == second || third == first || third == second {
+		t.Errorf("layers %q on h1, then %q on h2, then %q on h1 again: want three names", first, second, third)
+	}
+}

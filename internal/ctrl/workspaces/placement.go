@@ -124,6 +124,7 @@ func (s *Service) placeStart(ctx context.Context, tx store.Tx, r *record) error 
 	}
 	slog.Info("workspace moves off a lost host", "workspace", r.row.ID, "from", r.row.HostID, "to", host)
 	r.row.HostID, r.row.LayerBytes = host, layer
+	r.book.LayerMoves++ // a new layer, whatever the new host kept of an old one
 	return nil
 }
 

@@ -11,6 +11,7 @@ package workspaces
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -76,6 +77,20 @@ type bookkeeping struct {
 	// Unknown is the state the workspace had when its host's lease ran
 	// out, while it is UNKNOWN.
 	Unknown ctrlv1.WorkspaceState `json:"unknown,omitempty"`
+	// LayerMoves counts the starts that left the writable layer behind on
+	// a LOST host for a new one elsewhere (layerID).
+	LayerMoves uint32 `json:"layer_moves,omitempty"`
+}
+
+// layerID names the workspace's writable layer on its host: the
+// workspace's ID, with the count of layers it left behind after the
+// first. A layer it left on a host that comes back is never taken for
+// its current one, should it return there.
+func (r *record) layerID() string {
+	if r.book.LayerMoves == 0 {
+		return r.row.ID
+	}
+	return fmt.Sprintf("%s.%d", r.row.ID, r.book.LayerMoves)
 }
 
 // DataPlane is a workspace's data-plane authorization state. ctrl keeps it

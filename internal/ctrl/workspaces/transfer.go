@@ -55,7 +55,7 @@ func (s *Service) ExportSource(ctx context.Context, tx store.Tx, projectID, id s
 	if err != nil {
 		return ExportSource{}, err
 	}
-	src := ExportSource{Workspace: ws, HostID: r.row.HostID, LayerID: r.row.ID, Image: r.book.Image}
+	src := ExportSource{Workspace: ws, HostID: r.row.HostID, LayerID: r.layerID(), Image: r.book.Image}
 	v, err := boundRecord(ctx, tx, r)
 	if err != nil || v == nil {
 		return src, err
