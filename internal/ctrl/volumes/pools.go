@@ -39,6 +39,19 @@ type Pool struct {
 type PoolHost struct {
 	HostID string
 	Reg    *hostv1.StoragePool
+	// Open is true while the host takes new Volumes: not LOST, not
+	// drained.
+	Open bool
+}
+
+// openHost returns the first host of the pool that takes new Volumes.
+func (p Pool) openHost() (string, bool) {
+	for _, h := range p.Hosts {
+		if h.Open {
+			return h.HostID, true
+		}
+	}
+	return "", false
 }
 
 // host returns the pool as hostID reaches it, or nil.
@@ -66,7 +79,7 @@ func Pools(ctx context.Context, tx store.Tx) (map[string]Pool, error) {
 		for _, sp := range reg.StoragePools {
 			p := pools[sp.Name]
 			p.Name = sp.Name
-			p.Hosts = append(p.Hosts, PoolHost{HostID: h.ID, Reg: sp})
+			p.Hosts = append(p.Hosts, PoolHost{HostID: h.ID, Reg: sp, Open: h.LostAt.IsZero() && !h.Drained})
 			pools[sp.Name] = p
 		}
 	}

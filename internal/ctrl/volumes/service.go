@@ -157,7 +157,12 @@ func Create[R proto.Message](ctx context.Context, s *Service, w Write[R], spec *
 		if err != nil {
 			return zero, err
 		}
-		r, err := s.create(ctx, tx, cmd.ProjectID, pool, pool.Hosts[0].HostID, spec.GetCapacityBytes(), labels, annotations)
+		host, ok := pool.openHost()
+		if !ok {
+			return zero, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+				"no host that reaches storage pool %q takes new volumes now: each is LOST or drained", pool.Name))
+		}
+		r, err := s.create(ctx, tx, cmd.ProjectID, pool, host, spec.GetCapacityBytes(), labels, annotations)
 		if err != nil {
 			return zero, err
 		}

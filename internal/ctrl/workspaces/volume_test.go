@@ -3,6 +3,7 @@ package workspaces
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -399,5 +400,35 @@ func TestVolumesAndLayersShareAFilesystem(t *testing.T) {
 				t.Errorf("a 100 MiB Volume that fits: %v", err)
 			}
 		})
+	}
+}
+
+// TestVolumeCreatedOnAHostThatTakesIt: a new Volume goes to a host of its
+// pool that takes new Volumes, never to a drained or LOST one, where it
+// would wait CREATING; with none, the create is refused.
+func TestVolumeCreatedOnAHostThatTakesIt(t *testing.T) {
+	s, ctx := newVolumeService(t)
+	if err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h3", Capacity: &hostv1.HostCapacity{
+		CpuMillis: 4000, MemoryBytes: gib, LayerBytes: 10 * gib, DefaultLayerBytes: gib},
+		StoragePools: []*hostv1.StoragePool{{Name: "default", DefaultVolumeBytes: 256 * MiB}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DrainHost(ctx, "h1", true); err != nil {
+		t.Fatal(err)
+	}
+	v, err := volumes.Create(ctx, s.Volumes, write("create", newVol), &ctrlv1.VolumeSpec{}, nil, nil, volumeIdentity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	as, err := s.Assignments(ctx, "h3")
+	if err != nil || !slices.ContainsFunc(as.Volumes, func(a *hostv1.VolumeAssignment) bool { return a.VolumeId == v.VolumeId }) {
+		t.Errorf("the Volume created while h1 is drained is not h3's: %v, %v", as.GetVolumes(), err)
+	}
+	if _, err := s.DrainHost(ctx, "h3", true); err != nil {
+		t.Fatal(err)
+	}
+	_, err = volumes.Create(ctx, s.Volumes, write("create", newVol), &ctrlv1.VolumeSpec{}, nil, nil, volumeIdentity)
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "LOST or drained") {
+		t.Errorf("a Volume with every host of its pool drained: %v", err)
 	}
 }
