@@ -52,36 +52,41 @@ func NewHostService(svc *workspaces.Service, blobs Blobs, transfers *transfers.S
 // deployment's own host token (that of the host agent `kibotos up` embeds)
 // or a host token an operator issued and has not revoked.
 func HostAuth(token string, st store.Store) connect.Interceptor {
-	check := func(ctx context.Context, header string) error {
+	check := func(ctx context.Context, header string) (string, error) {
 		got, ok := bearer.Parse(header)
 		if ok && token != "" && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1 {
-			return nil
+			return auth.DeploymentHostToken, nil
 		}
-		err := auth.ErrUnauthenticated
+		id, err := "", auth.ErrUnauthenticated
 		if ok {
-			err = auth.AuthenticateHost(ctx, st, got)
+			id, err = auth.AuthenticateHost(ctx, st, got)
 		}
 		switch {
 		case errors.Is(err, auth.ErrUnauthenticated):
-			return connect.NewError(connect.CodeUnauthenticated, errors.New("a valid host token is required"))
+			return "", connect.NewError(connect.CodeUnauthenticated, errors.New("a valid host token is required"))
 		case err != nil:
-			return err
+			return "", err
 		}
-		return nil
+		return id, nil
 	}
 	return hostAuth{check: check}
 }
 
+// hostAuth authenticates host API calls; a call's context carries the
+// ID of its host token (auth.WithHostToken), which the host IDs it names
+// must belong to (workspaces.CheckRegistered).
 type hostAuth struct {
-	check func(context.Context, string) error
+	check func(context.Context, string) (string, error)
 }
 
 func (h hostAuth) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		if !req.Spec().IsClient {
-			if err := h.check(ctx, req.Header().Get("Authorization")); err != nil {
+			id, err := h.check(ctx, req.Header().Get("Authorization"))
+			if err != nil {
 				return nil, err
 			}
+			ctx = auth.WithHostToken(ctx, id)
 		}
 		return next(ctx, req)
 	}
@@ -98,10 +103,11 @@ func (h hostAuth) WrapStreamingClient(next connect.StreamingClientFunc) connect.
 func (h hostAuth) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
 		header := conn.RequestHeader().Get("Authorization")
-		if err := h.check(ctx, header); err != nil {
+		id, err := h.check(ctx, header)
+		if err != nil {
 			return err
 		}
-		ctx, cancel := context.WithCancelCause(ctx)
+		ctx, cancel := context.WithCancelCause(auth.WithHostToken(ctx, id))
 		defer cancel(nil)
 		go func() {
 			tick := time.NewTicker(assignmentsPoll)
@@ -112,13 +118,13 @@ func (h hostAuth) WrapStreamingHandler(next connect.StreamingHandlerFunc) connec
 					return
 				case <-tick.C:
 				}
-				if err := h.check(ctx, header); connect.CodeOf(err) == connect.CodeUnauthenticated {
+				if _, err := h.check(ctx, header); connect.CodeOf(err) == connect.CodeUnauthenticated {
 					cancel(err)
 					return
 				}
 			}
 		}()
-		err := next(ctx, conn)
+		err = next(ctx, conn)
 		if cause := context.Cause(ctx); connect.CodeOf(cause) == connect.CodeUnauthenticated {
 			return cause
 		}
@@ -187,7 +193,22 @@ func (s *HostService) PutTransferArtifact(ctx context.Context, stream *connect.C
 	if s.transfers == nil {
 		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("this deployment keeps no transfers"))
 	}
-	return Respond(&hostv1.PutTransferArtifactResponse{}, s.transfers.PutArtifact(ctx, receiver(stream)))
+	// The first message names the host: it must be the caller's.
+	recv := receiver(stream)
+	first, err := recv()
+	if err == nil {
+		if err := s.svc.CheckRegistered(ctx, first.GetHostId()); err != nil {
+			return Respond[hostv1.PutTransferArtifactResponse](nil, err)
+		}
+	}
+	replayed := false
+	return Respond(&hostv1.PutTransferArtifactResponse{}, s.transfers.PutArtifact(ctx, func() (*hostv1.PutTransferArtifactRequest, error) {
+		if !replayed {
+			replayed = true
+			return first, err
+		}
+		return recv()
+	}))
 }
 
 // GetTransferArtifact streams an artifact a host restores from.

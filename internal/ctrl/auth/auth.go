@@ -184,12 +184,12 @@ func NewHostToken(name string, now time.Time) (store.HostToken, string) {
 // AuthenticateHost checks a host agent's bearer token against the stored
 // host tokens: ErrUnauthenticated when it is malformed, unknown or
 // revoked.
-func AuthenticateHost(ctx context.Context, s store.Store, bearer string) error {
+func AuthenticateHost(ctx context.Context, s store.Store, bearer string) (tokenID string, err error) {
 	id, secret, ok := strings.Cut(bearer, ".")
 	if !ok || id == "" || secret == "" {
-		return ErrUnauthenticated
+		return "", ErrUnauthenticated
 	}
-	err := s.View(ctx, func(tx store.Tx) error {
+	err = s.View(ctx, func(tx store.Tx) error {
 		tok, err := tx.HostToken(ctx, id)
 		if err != nil {
 			return err
@@ -201,9 +201,28 @@ func AuthenticateHost(ctx context.Context, s store.Store, bearer string) error {
 	})
 	switch {
 	case errors.Is(err, store.ErrNotFound), errors.Is(err, ErrUnauthenticated):
-		return ErrUnauthenticated
+		return "", ErrUnauthenticated
 	case err != nil:
-		return fmt.Errorf("authenticate host: %w", err)
+		return "", fmt.Errorf("authenticate host: %w", err)
 	}
-	return nil
+	return id, nil
+}
+
+// DeploymentHostToken is the host token ID of the deployment's own host
+// secret (server.Config.HostToken), the one `kibotos up`'s host agent
+// uses.
+const DeploymentHostToken = "deployment"
+
+type hostTokenKey struct{}
+
+// WithHostToken returns ctx carrying the ID of the host token a host API
+// call authenticated with.
+func WithHostToken(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, hostTokenKey{}, id)
+}
+
+// HostTokenFrom returns the host token ID ctx carries; empty without one.
+func HostTokenFrom(ctx context.Context) string {
+	id, _ := ctx.Value(hostTokenKey{}).(string)
+	return id
 }

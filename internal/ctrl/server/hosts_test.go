@@ -83,3 +83,62 @@ func TestHostTokens(t *testing.T) {
 		}
 	})
 }
+
+// TestHostNameBelongsToItsToken: a host ID belongs to the host token it
+// registered with: another token may neither register it, nor watch its
+// assignments (which carry its workspaces' data-plane keys), nor report
+// for it, until the first token is revoked.
+func TestHostNameBelongsToItsToken(t *testing.T) {
+	backends(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		hostAPI := func(token string) hostv1connect.HostServiceClient {
+			return hostv1connect.NewHostServiceClient(e.http, e.url, connect.WithInterceptors(bearer.Token(token)))
+		}
+		newToken := func(name string) (secret, id string) {
+			t.Helper()
+			created, err := e.admins.CreateHostToken(ctx, connect.NewRequest(&adminv1.CreateHostTokenRequest{Name: name}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return created.Msg.Secret, created.Msg.HostToken.GetHostTokenId()
+		}
+		register := func(token, host string) error {
+			_, err := hostAPI(token).RegisterHost(ctx, connect.NewRequest(&hostv1.RegisterHostRequest{HostId: host,
+				Capacity: &hostv1.HostCapacity{CpuMillis: 1000, MemoryBytes: 1 << 30, LayerBytes: 1 << 30}}))
+			return err
+		}
+		a, aID := newToken("a")
+		b, _ := newToken("b")
+		if err := register(a, "h1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := register(a, "h1"); err != nil {
+			t.Errorf("registering again with its own token: %v", err)
+		}
+		wantCode(t, "RegisterHost of another token's host", register(b, "h1"), connect.CodePermissionDenied)
+		watch, err := hostAPI(b).WatchAssignments(ctx, connect.NewRequest(&hostv1.WatchAssignmentsRequest{HostId: "h1"}))
+		if err == nil {
+			if watch.Receive() {
+				t.Errorf("another token watched h1's assignments: %v", watch.Msg())
+			}
+			err = watch.Err()
+			watch.Close()
+		}
+		wantCode(t, "WatchAssignments of another token's host", err, connect.CodePermissionDenied)
+		_, err = hostAPI(b).ReportExecutions(ctx, connect.NewRequest(&hostv1.ReportExecutionsRequest{HostId: "h1"}))
+		wantCode(t, "ReportExecutions for another token's host", err, connect.CodePermissionDenied)
+		if err := register(b, "h2"); err != nil {
+			t.Errorf("registering a host of its own: %v", err)
+		}
+
+		// Once the first token is revoked, another takes the name.
+		if _, err := e.admins.RevokeHostToken(ctx, connect.NewRequest(&adminv1.RevokeHostTokenRequest{HostTokenId: aID})); err != nil {
+			t.Fatal(err)
+		}
+		if err := register(b, "h1"); err != nil {
+			t.Errorf("registering the host of a revoked token: %v", err)
+		}
+		c, _ := newToken("c")
+		wantCode(t, "RegisterHost of the host the second token took", register(c, "h1"), connect.CodePermissionDenied)
+	})
+}

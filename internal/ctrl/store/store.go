@@ -358,6 +358,9 @@ type Host struct {
 	LostAt time.Time
 	// Drained hosts take no new placements.
 	Drained bool
+	// TokenID is the host token the host registered with; PutHost keeps
+	// the one stored when it is empty.
+	TokenID string
 }
 
 // VolumeTx is the part of a transaction that keeps Volumes.

@@ -5,6 +5,7 @@ package workspaces
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/scheduler"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 )
@@ -51,11 +53,34 @@ func (s *Service) CheckRegistered(ctx context.Context, hostID string) error {
 		}
 		for _, h := range hosts {
 			if h.ID == hostID {
-				return nil
+				return checkHostOwner(ctx, tx, h)
 			}
 		}
 		return connect.NewError(connect.CodeNotFound, fmt.Errorf("host %q is not registered", hostID))
 	})
+}
+
+// checkHostOwner refuses a call for host h made with a host token other
+// than the one h registered with, while that one is not revoked: a host
+// token never acts as another host, whose assignments carry its
+// workspaces' data-plane keys. A call without a host token (this
+// process's own) is not refused.
+func checkHostOwner(ctx context.Context, tx store.Tx, h store.Host) error {
+	caller := auth.HostTokenFrom(ctx)
+	if caller == "" || h.TokenID == "" || h.TokenID == caller {
+		return nil
+	}
+	if h.TokenID != auth.DeploymentHostToken {
+		tok, err := tx.HostToken(ctx, h.TokenID)
+		if errors.Is(err, store.ErrNotFound) || (err == nil && !tok.RevokedAt.IsZero()) {
+			return nil // the owner is revoked: another token may take the name
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
+		"host %q is registered with another host token: give each host a name of its own (--name), or revoke that token to move the name", h.ID))
 }
 
 // RegisterHost stores a host's registration and capacity.
@@ -72,8 +97,19 @@ func (s *Service) RegisterHost(ctx context.Context, reg *hostv1.RegisterHostRequ
 	}
 	c := reg.GetCapacity()
 	return s.updateAnnouncing(ctx, func(tx store.Tx) ([]string, error) {
-		err := tx.PutHost(ctx, store.Host{ID: reg.HostId, Body: body, CPUMillis: c.GetCpuMillis(),
-			MemoryBytes: c.GetMemoryBytes(), LayerBytes: c.GetLayerBytes(), SeenAt: s.Now.UTC()})
+		hosts, err := tx.Hosts(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, h := range hosts {
+			if h.ID == reg.HostId {
+				if err := checkHostOwner(ctx, tx, h); err != nil {
+					return nil, err
+				}
+			}
+		}
+		err = tx.PutHost(ctx, store.Host{ID: reg.HostId, Body: body, CPUMillis: c.GetCpuMillis(),
+			MemoryBytes: c.GetMemoryBytes(), LayerBytes: c.GetLayerBytes(), SeenAt: s.Now.UTC(), TokenID: auth.HostTokenFrom(ctx)})
 		if err != nil {
 			return nil, err
 		}

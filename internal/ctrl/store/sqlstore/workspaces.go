@@ -147,12 +147,13 @@ func (t *tx) TemplateRevisions(ctx context.Context, projectID, templateID string
 }
 
 func (t *tx) PutHost(ctx context.Context, h store.Host) error {
-	_, err := t.exec(ctx, `INSERT INTO hosts (id, body, cpu_millis, memory_bytes, layer_bytes, seen_at, lost_at, drained)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+	_, err := t.exec(ctx, `INSERT INTO hosts (id, body, cpu_millis, memory_bytes, layer_bytes, seen_at, lost_at, drained, token_id)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET body = excluded.body, cpu_millis = excluded.cpu_millis,
-			memory_bytes = excluded.memory_bytes, layer_bytes = excluded.layer_bytes, seen_at = excluded.seen_at`,
+			memory_bytes = excluded.memory_bytes, layer_bytes = excluded.layer_bytes, seen_at = excluded.seen_at,
+			token_id = CASE WHEN excluded.token_id = '' THEN hosts.token_id ELSE excluded.token_id END`,
 		h.ID, blob(h.Body), int64(h.CPUMillis), int64(h.MemoryBytes), int64(h.LayerBytes), toNanos(h.SeenAt),
-		nullNanos(h.LostAt), h.Drained)
+		nullNanos(h.LostAt), h.Drained, h.TokenID)
 	return err
 }
 
@@ -162,7 +163,7 @@ func (t *tx) UpdateHost(ctx context.Context, h store.Host) error {
 }
 
 func (t *tx) Hosts(ctx context.Context) ([]store.Host, error) {
-	rows, err := t.query(ctx, `SELECT id, body, cpu_millis, memory_bytes, layer_bytes, seen_at, lost_at, drained FROM hosts ORDER BY id`)
+	rows, err := t.query(ctx, `SELECT id, body, cpu_millis, memory_bytes, layer_bytes, seen_at, lost_at, drained, token_id FROM hosts ORDER BY id`)
 	if err != nil {
 		return nil, err
 	}
@@ -170,7 +171,7 @@ func (t *tx) Hosts(ctx context.Context) ([]store.Host, error) {
 		var h store.Host
 		var cpu, memory, layer, seen int64
 		var lost sql.NullInt64
-		err := row.Scan(&h.ID, &h.Body, &cpu, &memory, &layer, &seen, &lost, &h.Drained)
+		err := row.Scan(&h.ID, &h.Body, &cpu, &memory, &layer, &seen, &lost, &h.Drained, &h.TokenID)
 		h.CPUMillis, h.MemoryBytes, h.LayerBytes, h.SeenAt = uint32(cpu), uint64(memory), uint64(layer), fromNanos(seen)
 		h.LostAt = fromNullNanos(lost)
 		return h, err
