@@ -437,6 +437,11 @@ func TestExecOfWhatCannotRun(t *testing.T) {
 			t.Errorf("exec %s: %v, %q; want exit %d saying why", c.program, err, stderr, c.code)
 		}
 	}
+	// A working directory that is not there is not a program not found.
+	_, _, err := e.runData(t, "", "ws", "exec", "--cwd", "/no/such/dir", id, "--", "pwd")
+	if err == nil || errors.As(err, new(*ExitError)) || !strings.Contains(err.Error(), "cwd /no/such/dir") {
+		t.Errorf("exec with a missing --cwd: %v, want an error naming the cwd, not an exit code", err)
+	}
 }
 
 // TestExecWhoseReaderLeft: when exec's output can no longer be written

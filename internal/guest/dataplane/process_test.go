@@ -433,7 +433,8 @@ func checkStartErrors(t *testing.T, e *testEnv, ctx context.Context) {
 		{&datav1.StartProcessRequest{Args: []string{notExec}}, connect.CodeFailedPrecondition},
 		{&datav1.StartProcessRequest{Args: longArgs}, connect.CodeInvalidArgument},
 		{&datav1.StartProcessRequest{Args: []string{"true"}, User: "no-such-user-kibotos"}, connect.CodeInvalidArgument},
-		{&datav1.StartProcessRequest{Args: []string{"true"}, Cwd: "/no/such/dir"}, connect.CodeNotFound},
+		{&datav1.StartProcessRequest{Args: []string{"true"}, Cwd: "/no/such/dir"}, connect.CodeFailedPrecondition},
+		{&datav1.StartProcessRequest{Args: []string{"true"}, Cwd: "/etc/passwd"}, connect.CodeFailedPrecondition},
 		{&datav1.StartProcessRequest{Args: []string{"true"}, Env: map[string]string{"A=B": "x"}}, connect.CodeInvalidArgument},
 		{&datav1.StartProcessRequest{Args: []string{"true"}, Cwd: "/root", User: "nobody"}, connect.CodePermissionDenied},
 	} {

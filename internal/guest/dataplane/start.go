@@ -136,6 +136,14 @@ func (s *ProcessService) program(req *datav1.StartProcessRequest, u *User) (*pro
 	case !filepath.IsAbs(cwd):
 		cwd = filepath.Join(u.Home, cwd)
 	}
+	if req.GetCwd() != "" {
+		// Checked here: the child's chdir would fail as a missing program
+		// does (ENOENT, not_found), which callers take for "command not
+		// found".
+		if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
+			return nil, newError(connect.CodeFailedPrecondition, stageStartingProcess, "cwd %s is not a directory of the workspace", cwd)
+		}
+	}
 	args := slices.Clone(req.GetArgs())
 	path, err := lookPath(args[0], envValue(env, "PATH"), cwd)
 	if err != nil {
