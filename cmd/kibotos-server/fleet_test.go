@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -189,6 +190,18 @@ func TestFleet(t *testing.T) {
 		if got.GetState() != adminv1.HostState_HOST_STATE_READY || got.GetDataPlaneEndpoint() != "https://"+h.proc.addr ||
 			got.GetCapacity().GetMemoryBytes() == 0 || len(got.GetRuntimes()) == 0 || got.GetLastReportAt() == nil {
 			t.Fatalf("admin host list: %s is %v, want READY with its endpoint https://%s, capacity and runtimes", name, got, h.proc.addr)
+		}
+	}
+	// A host answers its probes and names its build, as ctrl does.
+	for path, want := range map[string]string{"/healthz": "ok", "/readyz": "ready", "/metrics": "kibotos_build_info{"} {
+		resp, err := f.http.Get("https://" + a.proc.addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
+			t.Errorf("GET %s of a host: %s, want 200 with %q", path, resp.Status, want)
 		}
 	}
 

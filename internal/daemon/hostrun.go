@@ -16,6 +16,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/kibotos/kibotos/internal/buildinfo"
+	"github.com/kibotos/kibotos/internal/ctrl/health"
 	"github.com/kibotos/kibotos/internal/ctrl/metrics"
 	"github.com/kibotos/kibotos/internal/ctrl/server"
 	"github.com/kibotos/kibotos/internal/host/agent"
@@ -31,6 +33,8 @@ import (
 // host's metrics at GET /metrics. With o.OTLPEndpoint, the gateway's calls
 // are traced.
 func RunHost(ctx context.Context, o Options) error {
+	b := buildinfo.Get()
+	slog.Info("kibotos starting", "version", b.Version, "commit", b.Commit, "go_version", b.GoVersion, "host", o.HostID)
 	switch {
 	case o.CtrlURL == "":
 		return errors.New("the control plane's URL is required (--ctrl)")
@@ -64,6 +68,9 @@ func RunHost(ctx context.Context, o Options) error {
 		return err
 	}
 	reg := newRegistry()
+	if err := metrics.RegisterBuildInfo(reg); err != nil {
+		return err
+	}
 	ln, cert, err := listen(o)
 	if err != nil {
 		return err
@@ -83,6 +90,9 @@ func RunHost(ctx context.Context, o Options) error {
 		gateway = tp.Handler(gateway)
 	}
 	gateway = agent.AllowOrigins(gateway, consoleOrigins(o.ConsoleOrigins, o.CtrlURL))
+	// The probes, as ctrl serves them: ready once registered.
+	probes := http.NewServeMux()
+	health.Register(probes, readiness(hostAgent))
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case hostAgent.ServesExposure(r):
@@ -92,7 +102,7 @@ func RunHost(ctx context.Context, o Options) error {
 		case r.Method == http.MethodGet && r.URL.Path == metrics.Path:
 			metricsHandler.ServeHTTP(w, r)
 		default:
-			http.NotFound(w, r)
+			probes.ServeHTTP(w, r) // a 404 but for the probes
 		}
 	})
 	slog.Info("host agent serving", "host", o.HostID, "addr", ln.Addr().String(), "public_url", public, "ctrl", o.CtrlURL)
