@@ -55,7 +55,8 @@ func wsCpCommand(c *conn) *cobra.Command {
 			"colon before any slash reads as WS:PATH: write it as ./NAME.\n\n" +
 			"When DST is a directory, or ends in /, the file keeps its name inside it. The file is\n" +
 			"written to a temporary file and renamed into place, so a failed copy leaves DST as it\n" +
-			"was. A new file gets the mode of SRC, or of the file it links to when SRC is a symlink.\n" +
+			"was. A new file gets the mode of SRC, or of the file it links to when SRC is a symlink;\n" +
+			"an existing one keeps its own, and a symlink at DST is written through, as cp does.\n" +
 			"Copies of more than 8 MiB show their progress on stderr when it is a terminal.\n\n" +
 			"With -r, SRC may be a directory: it is copied whole, as a tar stream through tar in the\n" +
 			"workspace, keeping modes, times and symlinks, into DST when DST is a directory, else as\n" +
@@ -218,9 +219,23 @@ func (cp *copier) download(src string, dst cpOperand) error {
 	if st, err := os.Stat(target); (err == nil && st.IsDir()) || strings.HasSuffix(target, string(filepath.Separator)) {
 		target = filepath.Join(target, path.Base(src))
 	}
-	// The metadata ReadFile sends, of the file it read, has the last word.
+	// A link at the target is written through, as cp does, and an
+	// existing file keeps its mode; a new one gets the mode of the file
+	// read, whose metadata ReadFile sends has the last word.
+	if fi, err := os.Lstat(target); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		resolved, err := filepath.EvalSymlinks(target)
+		if err != nil {
+			return fmt.Errorf("%s is a symbolic link whose target cannot be written: %w", target, err)
+		}
+		target = resolved
+	}
 	mode := fs.FileMode(info.GetMode()).Perm()
-	opts = append(opts, sdk.WithFileInfo(func(f *datav1.FileInfo) { mode = fs.FileMode(f.GetMode()).Perm() }))
+	existing, err := os.Stat(target)
+	if err == nil && existing.Mode().IsRegular() {
+		mode = existing.Mode().Perm()
+	} else {
+		opts = append(opts, sdk.WithFileInfo(func(f *datav1.FileInfo) { mode = fs.FileMode(f.GetMode()).Perm() }))
+	}
 	return writeAtomically(target, func() fs.FileMode { return cmp.Or(mode, 0o644) }, func(w io.Writer) error {
 		_, err := cp.ws.Download(ctx, src, w, opts...)
 		return err
@@ -232,6 +247,10 @@ func (cp *copier) download(src string, dst cpOperand) error {
 // into place; on failure target stays as it was.
 func writeAtomically(target string, mode func() fs.FileMode, write func(io.Writer) error) (err error) {
 	f, err := os.CreateTemp(filepath.Dir(target), "."+filepath.Base(target)+".*")
+	if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+		// Named by the file asked for, not by the temporary one.
+		return &fs.PathError{Op: "create", Path: target, Err: pe.Err}
+	}
 	if err != nil {
 		return err
 	}

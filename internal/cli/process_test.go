@@ -165,6 +165,35 @@ func TestCpDownload(t *testing.T) {
 	}
 	os.Remove(link)
 
+	// Onto an existing file it keeps that file's mode; through a local
+	// link it writes the link's target, and the link stays.
+	ro := filepath.Join(dir, "ro")
+	if err := os.WriteFile(ro, []byte("old"), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("ro", filepath.Join(dir, "to-ro")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.runData(t, "", "ws", "cp", id+":/work/out.bin", filepath.Join(dir, "to-ro")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(ro); err != nil || string(got) != "0123456789" {
+		t.Errorf("the link's target after a copy through it: %q, %v", got, err)
+	}
+	if st, err := os.Lstat(filepath.Join(dir, "to-ro")); err != nil || st.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the local link after a copy through it: %v, %v", st, err)
+	}
+	if st, _ := os.Stat(ro); st.Mode().Perm() != 0o444 {
+		t.Errorf("the existing file's mode after a copy onto it: %v, want its 0444", st.Mode())
+	}
+	os.Remove(ro)
+	os.Remove(filepath.Join(dir, "to-ro"))
+	// A directory that is not there is named as asked for.
+	if _, _, err := e.runData(t, "", "ws", "cp", id+":/work/out.bin", filepath.Join(dir, "nodir", "x")); err == nil ||
+		!strings.Contains(err.Error(), filepath.Join(dir, "nodir", "x")) {
+		t.Errorf("a copy into a directory that is not there: %v, want an error naming %s", err, filepath.Join(dir, "nodir", "x"))
+	}
+
 	// A failed copy leaves no file behind.
 	_, _, err = e.runData(t, "", "ws", "cp", id+":/work/missing", filepath.Join(dir, "m"))
 	if connect.CodeOf(err) != connect.CodeNotFound {
