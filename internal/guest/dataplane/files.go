@@ -419,6 +419,10 @@ func createTemp(target string) (*os.File, error) {
 		if errors.Is(err, fs.ErrExist) {
 			continue
 		}
+		if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+			// Named by the file asked for, not by the temporary one.
+			return nil, &fs.PathError{Op: "create", Path: target, Err: pe.Err}
+		}
 		return f, err
 	}
 }

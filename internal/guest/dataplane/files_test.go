@@ -284,6 +284,9 @@ func TestWriteFileAtomic(t *testing.T) {
 	wantCode(t, err, connect.CodeFailedPrecondition, stageWritingFile)
 	_, err = e.write(ctx, &datav1.WriteFileStart{Path: filepath.Join(dir, "no/such/dir/f")}, "x")
 	wantCode(t, err, connect.CodeNotFound, stageWritingFile)
+	if !strings.Contains(err.Error(), filepath.Join(dir, "no/such/dir/f")+":") {
+		t.Errorf("a write into a directory that is not there: %v, want it named by the file asked for", err)
+	}
 	_, err = e.write(ctx, &datav1.WriteFileStart{Path: ""}, "x")
 	wantCode(t, err, connect.CodeInvalidArgument, stageWritingFile)
 	s4 := e.fc.WriteFile(ctx)
