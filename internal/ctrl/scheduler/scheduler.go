@@ -31,6 +31,10 @@ type Request = Resources
 // ErrNoHost is returned when no host is registered.
 var ErrNoHost = errors.New("no host is registered with this deployment")
 
+// ErrTooLarge is returned, wrapped, when the request exceeds what every
+// host offers in all, reserved or not: no wait makes it fit.
+var ErrTooLarge = errors.New("the request exceeds the capacity of every host")
+
 // Place returns the host with room for req that has the most memory left,
 // and the writable layer capacity it will give (req's, or the host's
 // default). Ties go to the first host.
@@ -40,6 +44,7 @@ func Place(hosts []Host, req Request) (string, uint64, error) {
 	}
 	best, bestFree, bestLayer := "", uint64(0), uint64(0)
 	var short []string
+	tooLarge := true
 	for _, h := range hosts {
 		layer := req.LayerBytes
 		if layer == 0 {
@@ -62,6 +67,9 @@ func Place(hosts []Host, req Request) (string, uint64, error) {
 		if layer > free(h.Capacity.LayerBytes, h.Reserved.LayerBytes) {
 			missing = append(missing, "disk")
 		}
+		if uint64(req.CPUMillis) <= uint64(h.Capacity.CPUMillis) && req.MemoryBytes <= h.Capacity.MemoryBytes && layer <= h.Capacity.LayerBytes {
+			tooLarge = false
+		}
 		if len(missing) > 0 {
 			short = append(short, fmt.Sprintf("%s lacks %v", h.ID, missing))
 			continue
@@ -69,6 +77,9 @@ func Place(hosts []Host, req Request) (string, uint64, error) {
 		if best == "" || memFree > bestFree {
 			best, bestFree, bestLayer = h.ID, memFree, layer
 		}
+	}
+	if best == "" && tooLarge {
+		return "", 0, fmt.Errorf("%w: %v", ErrTooLarge, short)
 	}
 	if best == "" {
 		return "", 0, fmt.Errorf("no host has the capacity the request needs free: %v", short)

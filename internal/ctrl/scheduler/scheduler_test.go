@@ -34,4 +34,12 @@ func TestPlace(t *testing.T) {
 	if _, _, err := Place(nil, Request{}); !errors.Is(err, ErrNoHost) {
 		t.Errorf("no hosts: %v", err)
 	}
+	// Larger than every host in all is told apart from what waits for
+	// room: 5 cores exceed both, 3 GiB of disk only big's free disk.
+	if _, _, err := Place(hosts, Request{5000, gib, 0}); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("a request larger than every host: %v, want ErrTooLarge", err)
+	}
+	if _, _, err := Place(hosts, Request{1000, 4 * gib, 3 * gib}); err == nil || errors.Is(err, ErrTooLarge) {
+		t.Errorf("a request that fits big once it frees disk: %v, want an error other than ErrTooLarge", err)
+	}
 }

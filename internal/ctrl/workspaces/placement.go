@@ -156,6 +156,10 @@ func (s *Service) fitsMore(ctx context.Context, tx store.Tx, r *record, req sche
 // names hosts: callers learn nothing of the deployment's layout.
 func exhausted(err error) error {
 	slog.Info("placement refused", "err", err)
+	if errors.Is(err, scheduler.ErrTooLarge) {
+		return connect.NewError(connect.CodeResourceExhausted,
+			errors.New("no host of this deployment is large enough for the CPU, memory and disk this workspace asks for, however idle it is: ask for less"))
+	}
 	return connect.NewError(connect.CodeResourceExhausted,
 		errors.New("no host has the CPU, memory and disk this workspace needs free; retry later or ask for less"))
 }
