@@ -62,9 +62,11 @@ func (s *Service) place(ctx context.Context, tx store.Tx, res *ctrlv1.ResourceRe
 	}
 	var hosts []scheduler.Host
 	var launchless bool // a host was left out only for its launches
+	var hostClosed bool // need.host is LOST or drained
 	open := 0           // hosts that take new placements
 	for _, h := range all {
 		if h.lost || h.drained {
+			hostClosed = hostClosed || h.ID == need.host
 			continue // no new placement on a LOST or drained host
 		}
 		open++
@@ -83,6 +85,10 @@ func (s *Service) place(ctx context.Context, tx store.Tx, res *ctrlv1.ResourceRe
 	if open == 0 {
 		return "", 0, connect.NewError(connect.CodeResourceExhausted,
 			errors.New("no host takes new workspaces now (none is attached, or every one is drained or not reporting); retry later"))
+	}
+	if hostClosed {
+		return "", 0, connect.NewError(connect.CodeResourceExhausted,
+			errors.New("the host that holds this workspace's volume takes no new workspaces now (it is drained or not reporting); retry once it does"))
 	}
 	if launchless && len(hosts) == 0 {
 		return "", 0, capabilityError(errors.New("no host runs the current launch of this workspace's platform (its runtime, guest agent build and seccomp profile)"))

@@ -99,7 +99,12 @@ func (s *Service) volumeStartable(ctx context.Context, tx store.Tx, r *record) e
 			Reason: ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST, Stage: ctrlv1.FailureStage_FAILURE_STAGE_STARTING},
 			"volume %s of workspace %s is LOST: its data is gone; bind another volume or delete the workspace", id, r.row.ID)
 	}
-	return precondition(observed(ctx, tx, r), "volume %s of workspace %s is %s; the workspace starts once it is AVAILABLE", id, r.row.ID, volumes.StateName(v.V.State))
+	why := ""
+	if v.V.State == ctrlv1.VolumeState_VOLUME_STATE_UNKNOWN {
+		why = " (its host is not reporting)"
+	}
+	return precondition(observed(ctx, tx, r), "volume %s of workspace %s is %s%s; start the workspace again once the volume is AVAILABLE",
+		id, r.row.ID, volumes.StateName(v.V.State), why)
 }
 
 // observed is the workspace as a refusal carries it

@@ -432,3 +432,22 @@ func TestVolumeCreatedOnAHostThatTakesIt(t *testing.T) {
 		t.Errorf("a Volume with every host of its pool drained: %v", err)
 	}
 }
+
+// TestBindingAVolumeOfADrainedHost: a workspace bound to a Volume whose
+// host is drained is refused for that, not for capabilities it lacks.
+func TestBindingAVolumeOfADrainedHost(t *testing.T) {
+	s, ctx := newVolumeService(t)
+	v, err := volumes.Create(ctx, s.Volumes, write("create", newVol), &ctrlv1.VolumeSpec{}, nil, nil, volumeIdentity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	volumeReport(t, s, ctx, healthy(v.VolumeId, 256*MiB))
+	if _, err := s.DrainHost(ctx, "h1", true); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Create(ctx, s, write("create", newWS), &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{MemoryBytes: 128 << 20},
+		Volume: &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND, VolumeId: v.VolumeId, MountPath: "/data"}}, nil, nil, identity)
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "drained or not reporting") {
+		t.Errorf("binding a volume of a drained host: %v", err)
+	}
+}
