@@ -142,6 +142,10 @@ type Agent struct {
 	// registered is closed once ctrl has accepted the registration.
 	registered     chan struct{}
 	registeredOnce sync.Once
+	// refused is set while ctrl refuses this host's credentials (its token
+	// revoked, its name another token's): the host then serves no
+	// data-plane call, as its workspaces are no longer its to serve.
+	refused atomic.Bool
 	// readyTimeout is defaultReadyTimeout; tests shorten it.
 	readyTimeout time.Duration
 	// probeEvery is how often running guests are probed, probeTimeout
@@ -208,6 +212,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			break
 		}
+		if code := connect.CodeOf(err); code == connect.CodeUnauthenticated || code == connect.CodePermissionDenied {
+			if !a.refused.Swap(true) {
+				slog.Error("the control plane refuses this host's credentials; it serves no data-plane call until they are accepted again", "err", err)
+			}
+		}
 		slog.Warn("assignment stream ended; reconnecting", "err", err, "in", backoff)
 		select {
 		case <-ctx.Done():
@@ -238,6 +247,7 @@ func (a *Agent) watch(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("register: %w", err)
 	}
+	a.refused.Store(false)
 	a.reportInterval.Store(int64(resp.Msg.GetReportInterval().AsDuration()))
 	select { // report at once, and from now on as often as ctrl asks
 	case a.registeredNow <- struct{}{}:

@@ -138,6 +138,10 @@ type exposureProxy struct {
 }
 
 func (p *exposureProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p.agent.refused.Load() {
+		page(w, http.StatusServiceUnavailable, "Out of service", "This host is out of service: the control plane refuses its credentials.")
+		return
+	}
 	route, ok := p.route(w, r)
 	if !ok {
 		return

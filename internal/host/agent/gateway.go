@@ -298,6 +298,10 @@ func (g *gateway) authorize(r *http.Request) (string, error) {
 	if err != nil {
 		return "", invalidToken()
 	}
+	if g.agent.refused.Load() {
+		return "", refuse(connect.CodeUnavailable, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE,
+			"this host is out of service: the control plane refuses its credentials")
+	}
 	id, as, running := g.agent.dataPlaneTarget(tok.WorkspaceID, tok.Generation)
 	if as == nil {
 		return "", invalidToken()

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -446,5 +447,26 @@ func BenchmarkGatewayReadFile(b *testing.B) {
 			b.Fatalf("read %d bytes: %v", n, err)
 		}
 		stream.Close()
+	}
+}
+
+// TestRefusedHostServesNothing: a host whose credentials the control
+// plane refuses (its token revoked) serves no data-plane call, even with
+// a session that verifies, and serves them again once accepted.
+func TestRefusedHostServesNothing(t *testing.T) {
+	e := newGatewayEnv(t)
+	k := key(1)
+	e.set(assignment("ws_a", 2, k), hostv1.ObservedState_OBSERVED_STATE_RUNNING)
+	tok := sign(k, "ses_1", "ws_a", 2, time.Hour)
+	if _, err := e.inspect(h2c(), tok); err != nil {
+		t.Fatal(err)
+	}
+	e.agent.refused.Store(true)
+	if _, err := e.inspect(h2c(), tok); connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "out of service") {
+		t.Errorf("a call to a refused host: %v, want unavailable", err)
+	}
+	e.agent.refused.Store(false)
+	if _, err := e.inspect(h2c(), tok); err != nil {
+		t.Errorf("a call once accepted again: %v", err)
 	}
 }

@@ -50,6 +50,8 @@ type hostAPI struct {
 	reports     []*hostv1.ExecutionReport
 	blobs       map[string][]byte
 	failBlobs   bool
+	// refuse makes RegisterHost refuse the host's credentials.
+	refuse bool
 	// held, while open, keeps WatchAssignments from sending anything.
 	held chan struct{}
 	// changed is closed and replaced on every change of the above.
@@ -67,6 +69,11 @@ func (h *hostAPI) notify() {
 }
 
 func (h *hostAPI) RegisterHost(context.Context, *connect.Request[hostv1.RegisterHostRequest]) (*connect.Response[hostv1.RegisterHostResponse], error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.refuse {
+		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("a valid host token is required"))
+	}
 	return connect.NewResponse(&hostv1.RegisterHostResponse{}), nil
 }
 
@@ -659,4 +666,20 @@ func TestReconcilerLaunch(t *testing.T) {
 		t.Errorf("an execution bound to a launch the host does not offer started %d times", n)
 	}
 	e.released(t, as.ExecutionId)
+}
+
+// TestRefusedCredentials: an agent whose registration the control plane
+// refuses (unauthenticated: its token revoked) marks itself refused, and
+// is accepted again once a registration succeeds.
+func TestRefusedCredentials(t *testing.T) {
+	e := newReconcilerEnv(t)
+	e.api.mu.Lock()
+	e.api.refuse = true
+	e.api.mu.Unlock()
+	a, _ := e.runAgent(t, e.driver)
+	eventually(t, "the agent marks itself refused", func() bool { return a.refused.Load() })
+	e.api.mu.Lock()
+	e.api.refuse = false
+	e.api.mu.Unlock()
+	eventually(t, "the agent is accepted again", func() bool { return !a.refused.Load() })
 }
