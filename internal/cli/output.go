@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -112,15 +114,31 @@ func writeFields(w io.Writer, fields [][2]string) error {
 	return tw.Flush()
 }
 
-var jsonOptions = protojson.MarshalOptions{Multiline: true}
-
 func writeJSON(w io.Writer, m proto.Message) error {
-	b, err := jsonOptions.Marshal(m)
+	b, err := marshalJSON(m, "  ")
 	if err != nil {
 		return err
 	}
 	_, err = fmt.Fprintf(w, "%s\n", b)
 	return err
+}
+
+// marshalJSON renders m as protojson does, with whitespace of its own:
+// protojson varies its whitespace on purpose from build to build, and
+// scripts diff and hash what the CLI prints. An empty indent gives one
+// line.
+func marshalJSON(m proto.Message, indent string) ([]byte, error) {
+	b, err := protojson.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	if indent == "" {
+		err = json.Compact(&out, b)
+	} else {
+		err = json.Indent(&out, b, "", indent)
+	}
+	return out.Bytes(), err
 }
 
 // Cell formats shared by the tables.

@@ -10,7 +10,6 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -480,7 +479,7 @@ func watchRows(cmd *cobra.Command, c *conn, id string, header []string, row func
 			continue
 		}
 		if c.structured() {
-			b, err := protojson.Marshal(stream.Msg())
+			b, err := marshalJSON(stream.Msg(), "")
 			if err != nil {
 				return err
 			}
