@@ -14,6 +14,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/changes"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
+	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/templates/templatetest"
 	"github.com/kibotos/kibotos/internal/ctrl/volumes"
 	"github.com/kibotos/kibotos/internal/netcheck"
@@ -350,5 +351,29 @@ func TestLayerLeftBehindIsNeverTakenBack(t *testing.T) {
 	third := layerOn("h1", id)
 	if first == second || third == first || third == second {
 		t.Errorf("layers %q on h1, then %q on h2, then %q on h1 again: want three names", first, second, third)
+	}
+}
+
+// TestFailedRestoreIsNotStartedAgain: a restored workspace that failed
+// before its first execution made its disk cannot be started again (its
+// Transfer, FAILED with it, holds no artifact), and the refusal says what
+// to do; one restored that failed later can be.
+func TestFailedRestoreIsNotStartedAgain(t *testing.T) {
+	s, ctx := newService(t)
+	var id string
+	if err := s.Store.Update(ctx, func(tx store.Tx) error {
+		ws, err := s.CreateRestored(ctx, tx, "p1", &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{MemoryBytes: 128 << 20}},
+			nil, nil, Restore{TransferID: "tr_x", Digest: "sha256:" + strings.Repeat("0", 64), SizeBytes: 1})
+		id = ws.GetWorkspaceId()
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	report(t, s, ctx, id, hostv1.ObservedState_OBSERVED_STATE_FAILED, func(r *hostv1.ExecutionReport) {
+		r.FailureReason, r.FailureStage, r.FailureMessage = ctrlv1.FailureReason_FAILURE_REASON_INTERNAL, ctrlv1.FailureStage_FAILURE_STAGE_CREATING, "no space left on device"
+	})
+	_, err := Start(ctx, s, write("start", newWS), id, identity)
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "tr_x") {
+		t.Errorf("start of a restore that failed making its disk: %v", err)
 	}
 }

@@ -21,6 +21,12 @@ func Start[R proto.Message](ctx context.Context, s *Service, w Write[R], id stri
 		default:
 			return precondition(observed(ctx, tx, r), "workspace %s is %s; only a STOPPED or FAILED workspace can be started", id, StateName(r.ws.State))
 		}
+		if r.failedRestore() && r.ws.GetFailure().GetStage() == ctrlv1.FailureStage_FAILURE_STAGE_CREATING {
+			// Its disk was never made, and its Transfer, FAILED with it,
+			// holds no artifact to make it from.
+			return precondition(observed(ctx, tx, r), "workspace %s failed before its restore from transfer %s made its disk, and that transfer holds its artifact no more: delete the workspace, and import and restore the artifact again",
+				id, r.book.Restore.TransferID)
+		}
 		if err := s.volumeStartable(ctx, tx, r); err != nil {
 			return err
 		}
