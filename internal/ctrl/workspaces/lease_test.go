@@ -49,12 +49,10 @@ func (s *Service) hostState(t *testing.T, id string) HostView {
 	return HostView{}
 }
 
-// TestHostLease: a host silent for the lease is LOST and its workspace
-// UNKNOWN; it is not started, expired or placed on; its return makes the
-// workspace AVAILABLE again; a NORMAL stop waits for it, a FORCE stop
-// releases the workspace (UNCONFIRMED) and a report of the released
-// execution moves nothing; a start on another host follows.
-func TestHostLease(t *testing.T) {
+// newLeaseService is newService on a test clock, with h1 registered on
+// that clock and a workspace AVAILABLE on it.
+func newLeaseService(t *testing.T) (*Service, context.Context, *clock, string) {
+	t.Helper()
 	s, ctx := newService(t)
 	c := &clock{now: time.Now()}
 	s.Now = c.get
@@ -65,6 +63,16 @@ func TestHostLease(t *testing.T) {
 	}
 	id := create(t, s, ctx, 512<<20).WorkspaceId
 	report(t, s, ctx, id, hostv1.ObservedState_OBSERVED_STATE_RUNNING, nil)
+	return s, ctx, c, id
+}
+
+// TestHostLease: a host silent for the lease is LOST and its workspace
+// UNKNOWN; it is not started, expired or placed on; its return makes the
+// workspace AVAILABLE again; a NORMAL stop waits for it, a FORCE stop
+// releases the workspace (UNCONFIRMED) and a report of the released
+// execution moves nothing; a start on another host follows.
+func TestHostLease(t *testing.T) {
+	s, ctx, c, id := newLeaseService(t)
 
 	lose := func(want ctrlv1.WorkspaceState) {
 		t.Helper()
@@ -268,15 +276,7 @@ func TestHostLeaseReplicas(t *testing.T) {
 // host's last report (it was down, and the host could not report) gives
 // the host a whole lease to report before it is LOST.
 func TestHostLeaseCountsFromCtrlStart(t *testing.T) {
-	s, ctx := newService(t)
-	c := &clock{now: time.Now()}
-	s.Now = c.get
-	if err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h1", Capacity: &hostv1.HostCapacity{
-		CpuMillis: 4000, MemoryBytes: gib, LayerBytes: 10 * gib, DefaultLayerBytes: gib}}); err != nil {
-		t.Fatal(err)
-	}
-	id := create(t, s, ctx, 512<<20).WorkspaceId
-	report(t, s, ctx, id, hostv1.ObservedState_OBSERVED_STATE_RUNNING, nil)
+	s, ctx, c, id := newLeaseService(t)
 
 	c.add(3 * s.Lease()) // ctrl was down
 	if err := s.ExpireLeases(ctx); err != nil {
