@@ -1,9 +1,9 @@
 package daemon_test
 
 import (
-	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -15,6 +15,7 @@ import (
 	"github.com/kibotos/kibotos/internal/daemon"
 	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/internal/testutil/nettest"
+	"github.com/kibotos/kibotos/internal/testutil/promtest"
 )
 
 // poolEntry returns the runtime ID of the warm pool entry that serves the
@@ -24,20 +25,14 @@ func (d *deployment) poolEntry(id string) (string, bool) {
 	return string(b), err == nil
 }
 
-// awaitPoolReady waits until n warm pool entries answer their probe.
+// awaitPoolReady waits until the host's warm pool holds n entries ready
+// to be handed out (kibotos_host_warm_pool_ready).
 func (d *deployment) awaitPoolReady(n int) {
 	d.t.Helper()
-	drv := d.driver()
-	eventually(d.t, 60*time.Second, fmt.Sprintf("%d warm pool entries ready", n), func() (int, error) {
-		ents, err := os.ReadDir(filepath.Join(d.home, "runtime", "exec"))
-		ready := 0
-		for _, e := range ents {
-			if strings.HasPrefix(e.Name(), "pool-") && drv.Probe(context.Background(), e.Name()) == nil {
-				ready++
-			}
-		}
-		return ready, err
-	}, func(ready int) bool { return ready >= n })
+	eventually(d.t, 60*time.Second, fmt.Sprintf("%d warm pool entries ready", n), func() (float64, error) {
+		ready, _ := promtest.Scrape(d.t, http.DefaultClient, d.url, "").Value("kibotos_host_warm_pool_ready")
+		return ready, nil
+	}, func(ready float64) bool { return ready >= float64(n) })
 }
 
 // insideView is what the guest sees of itself: its hostname (also as

@@ -32,14 +32,20 @@ var (
 		"Uses of Egresses that failed by the Egress's fault, by kind (as in EgressObservation).", []string{"kind"}, nil)
 	resolverFaultsDesc = prometheus.NewDesc("kibotos_host_resolver_faults_total",
 		"Queries to policy Resolvers that failed, by kind (as in ResolverObservation).", []string{"kind"}, nil)
+	warmPoolReadyDesc = prometheus.NewDesc("kibotos_host_warm_pool_ready",
+		"Workspaces the host's warm pool holds started, their guest agents answering, ready to be handed out.", nil, nil)
 )
 
-// collector serves the host's counters to a scrape.
-type collector struct{ c *counters }
+// collector serves the host's counters and its warm pool's size to a
+// scrape.
+type collector struct {
+	c    *counters
+	pool *warmPool
+}
 
 // Describe implements prometheus.Collector.
 func (collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{deliveredBytesDesc, slotConnectionsDesc, slotDNSQueriesDesc, slotRefusalsDesc, egressFaultsDesc, resolverFaultsDesc} {
+	for _, d := range []*prometheus.Desc{deliveredBytesDesc, slotConnectionsDesc, slotDNSQueriesDesc, slotRefusalsDesc, egressFaultsDesc, resolverFaultsDesc, warmPoolReadyDesc} {
 		ch <- d
 	}
 }
@@ -51,6 +57,7 @@ func (col collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
 	counter(deliveredBytesDesc, c.deliveredBytes.Load())
+	ch <- prometheus.MustNewConstMetric(warmPoolReadyDesc, prometheus.GaugeValue, float64(col.pool.readyCount()))
 	counter(slotConnectionsDesc, c.slots.Direct.Load(), "direct")
 	counter(slotConnectionsDesc, c.slots.Egress.Load(), "egress")
 	counter(slotConnectionsDesc, c.slots.DNS.Load(), "dns")
@@ -73,5 +80,5 @@ func (col collector) Collect(ch chan<- prometheus.Metric) {
 // registerMetrics puts the host's counters on reg, each labeled with the
 // host's ID.
 func (a *Agent) registerMetrics(reg prometheus.Registerer) error {
-	return prometheus.WrapRegistererWith(prometheus.Labels{"host": a.cfg.HostID}, reg).Register(collector{&a.counters})
+	return prometheus.WrapRegistererWith(prometheus.Labels{"host": a.cfg.HostID}, reg).Register(collector{c: &a.counters, pool: a.pool})
 }

@@ -144,6 +144,16 @@ func newWarmPool(a *Agent, size int, dir string, inner runtime.Driver) (*warmPoo
 	return p, nil
 }
 
+// readyCount is how many entries are ready to be handed out.
+func (p *warmPool) readyCount() int {
+	if p == nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.ready)
+}
+
 // enabled reports whether the pool may hold entries.
 func (p *warmPool) enabled() bool { return p.size > 0 && p.binder != nil }
 
