@@ -47,16 +47,14 @@ func (s *Service) CheckRegistered(ctx context.Context, hostID string) error {
 		return err
 	}
 	return s.Store.View(ctx, func(tx store.Tx) error {
-		hosts, err := tx.Hosts(ctx)
-		if err != nil {
+		h, found, err := hostByID(ctx, tx, hostID)
+		switch {
+		case err != nil:
 			return err
+		case !found:
+			return connect.NewError(connect.CodeNotFound, fmt.Errorf("host %q is not registered", hostID))
 		}
-		for _, h := range hosts {
-			if h.ID == hostID {
-				return checkHostOwner(ctx, tx, h)
-			}
-		}
-		return connect.NewError(connect.CodeNotFound, fmt.Errorf("host %q is not registered", hostID))
+		return checkHostOwner(ctx, tx, h)
 	})
 }
 
@@ -97,18 +95,14 @@ func (s *Service) RegisterHost(ctx context.Context, reg *hostv1.RegisterHostRequ
 	}
 	c := reg.GetCapacity()
 	return s.updateAnnouncing(ctx, func(tx store.Tx) ([]string, error) {
-		hosts, err := tx.Hosts(ctx)
-		if err != nil {
+		if h, found, err := hostByID(ctx, tx, reg.HostId); err != nil {
 			return nil, err
-		}
-		for _, h := range hosts {
-			if h.ID == reg.HostId {
-				if err := checkHostOwner(ctx, tx, h); err != nil {
-					return nil, err
-				}
+		} else if found {
+			if err := checkHostOwner(ctx, tx, h); err != nil {
+				return nil, err
 			}
 		}
-		err = tx.PutHost(ctx, store.Host{ID: reg.HostId, Body: body, CPUMillis: c.GetCpuMillis(),
+		err := tx.PutHost(ctx, store.Host{ID: reg.HostId, Body: body, CPUMillis: c.GetCpuMillis(),
 			MemoryBytes: c.GetMemoryBytes(), LayerBytes: c.GetLayerBytes(), SeenAt: s.Now.UTC(), TokenID: auth.HostTokenFrom(ctx)})
 		if err != nil {
 			return nil, err
@@ -130,16 +124,26 @@ func DataPlaneEndpoint(ctx context.Context, tx store.Tx, hostID string) (string,
 // HostRegistration returns what a host registered; nil when no host has
 // the ID.
 func HostRegistration(ctx context.Context, tx store.Tx, hostID string) (*hostv1.RegisterHostRequest, error) {
+	h, found, err := hostByID(ctx, tx, hostID)
+	if err != nil || !found {
+		return nil, err
+	}
+	return decodeHost(h)
+}
+
+// hostByID returns the registered host of the ID; found is false when no
+// host has it.
+func hostByID(ctx context.Context, tx store.Tx, hostID string) (h store.Host, found bool, err error) {
 	hosts, err := tx.Hosts(ctx)
 	if err != nil {
-		return nil, err
+		return store.Host{}, false, err
 	}
 	for _, h := range hosts {
 		if h.ID == hostID {
-			return decodeHost(h)
+			return h, true, nil
 		}
 	}
-	return nil, nil
+	return store.Host{}, false, nil
 }
 
 // HostView is a registered host as operators read it.

@@ -85,55 +85,41 @@ func (s *Service) ExpireLeases(ctx context.Context) error {
 // moves them on), except those released meanwhile, which stay released.
 // It returns the workspaces that changed.
 func (s *Service) hostSeen(ctx context.Context, tx store.Tx, hostID string) ([]string, error) {
-	hosts, err := tx.Hosts(ctx)
+	h, found, err := hostByID(ctx, tx, hostID)
+	if err != nil || !found {
+		return nil, err
+	}
+	wasLost := !h.LostAt.IsZero()
+	h.SeenAt, h.LostAt = s.Now.UTC(), time.Time{}
+	if err := tx.UpdateHost(ctx, h); err != nil || !wasLost {
+		return nil, err
+	}
+	changed, err := s.Volumes.HostBack(ctx, tx, hostID)
 	if err != nil {
 		return nil, err
 	}
-	for _, h := range hosts {
-		if h.ID != hostID {
+	records, err := decodeAll(tx.HostWorkspaces(ctx, hostID))
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range records {
+		if r.ws.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_UNKNOWN || r.book.Unknown == 0 {
 			continue
 		}
-		wasLost := !h.LostAt.IsZero()
-		h.SeenAt, h.LostAt = s.Now.UTC(), time.Time{}
-		if err := tx.UpdateHost(ctx, h); err != nil || !wasLost {
+		r.ws.State, r.book.Unknown = r.book.Unknown, 0
+		if err := s.save(ctx, tx, r); err != nil {
 			return nil, err
 		}
-		changed, err := s.Volumes.HostBack(ctx, tx, hostID)
-		if err != nil {
-			return nil, err
-		}
-		records, err := decodeAll(tx.HostWorkspaces(ctx, hostID))
-		if err != nil {
-			return nil, err
-		}
-		for _, r := range records {
-			if r.ws.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_UNKNOWN || r.book.Unknown == 0 {
-				continue
-			}
-			r.ws.State, r.book.Unknown = r.book.Unknown, 0
-			if err := s.save(ctx, tx, r); err != nil {
-				return nil, err
-			}
-			changed = append(changed, r.row.ID)
-		}
-		return changed, nil
+		changed = append(changed, r.row.ID)
 	}
-	return nil, nil
+	return changed, nil
 }
 
 // hostLost reports whether the host a workspace is placed on is LOST (or
 // no longer registered).
 func hostLost(ctx context.Context, tx store.Tx, hostID string) (bool, error) {
-	hosts, err := tx.Hosts(ctx)
-	if err != nil {
-		return false, err
-	}
-	for _, h := range hosts {
-		if h.ID == hostID {
-			return !h.LostAt.IsZero(), nil
-		}
-	}
-	return true, nil
+	h, found, err := hostByID(ctx, tx, hostID)
+	return !found || !h.LostAt.IsZero(), err
 }
 
 // releaseUnknown completes the stop of a workspace whose host is LOST: it
