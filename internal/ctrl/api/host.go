@@ -211,10 +211,15 @@ func (s *HostService) PutTransferArtifact(ctx context.Context, stream *connect.C
 	}))
 }
 
-// GetTransferArtifact streams an artifact a host restores from.
+// GetTransferArtifact streams an artifact to a host assigned to restore
+// from it.
 func (s *HostService) GetTransferArtifact(ctx context.Context, req *connect.Request[hostv1.GetTransferArtifactRequest], stream *connect.ServerStream[hostv1.GetTransferArtifactResponse]) error {
 	if s.transfers == nil {
 		return connect.NewError(connect.CodeUnimplemented, errors.New("this deployment keeps no transfers"))
+	}
+	if err := s.svc.CheckRestoring(ctx, req.Msg.GetHostId(), req.Msg.GetTransferId()); err != nil {
+		_, err = Respond[hostv1.GetTransferArtifactResponse](nil, err)
+		return err
 	}
 	err := s.transfers.OpenArtifact(ctx, req.Msg.GetTransferId(), req.Msg.GetOffset(), func(data []byte, total uint64) error {
 		return stream.Send(&hostv1.GetTransferArtifactResponse{Data: data, TotalBytes: total})

@@ -81,8 +81,8 @@ func TestAbuse(t *testing.T) {
 }
 
 // TestHostIDs checks the host API's rule on host IDs: RegisterHost stores
-// only a DNS-label-like ID, and only a registered host reports and
-// watches; a refused call stores nothing.
+// only a DNS-label-like ID, and only a registered host reports, watches
+// and reads a transfer's artifact; a refused call stores nothing.
 func TestHostIDs(t *testing.T) {
 	srv := ctrltest.Start(t)
 	client := hostv1connect.NewHostServiceClient(srv.HTTP, srv.URL, connect.WithInterceptors(bearer.Token(ctrltest.HostToken)))
@@ -110,7 +110,17 @@ func TestHostIDs(t *testing.T) {
 		}
 		return stream.Err()
 	}
-	for name, call := range map[string]func(string) error{"ReportExecutions": report, "WatchAssignments": watch} {
+	artifact := func(id string) error {
+		stream, err := client.GetTransferArtifact(ctx, connect.NewRequest(&hostv1.GetTransferArtifactRequest{HostId: id, TransferId: "tr_unknown"}))
+		if err != nil {
+			return err
+		}
+		defer stream.Close()
+		for stream.Receive() {
+		}
+		return stream.Err()
+	}
+	for name, call := range map[string]func(string) error{"ReportExecutions": report, "WatchAssignments": watch, "GetTransferArtifact": artifact} {
 		if err := call("Bad_ID"); connect.CodeOf(err) != connect.CodeInvalidArgument {
 			t.Errorf("%s of a malformed ID: %v, want invalid_argument", name, err)
 		}
@@ -129,6 +139,10 @@ func TestHostIDs(t *testing.T) {
 		if err := call(id); err != nil {
 			t.Errorf("%s of the registered host: %v", name, err)
 		}
+	}
+	// An artifact goes only to the host that restores from it.
+	if err := artifact(id); connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("GetTransferArtifact of a transfer the host restores nothing from: %v, want permission_denied", err)
 	}
 }
 

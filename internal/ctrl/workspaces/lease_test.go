@@ -360,20 +360,61 @@ func TestLayerLeftBehindIsNeverTakenBack(t *testing.T) {
 // to do; one restored that failed later can be.
 func TestFailedRestoreIsNotStartedAgain(t *testing.T) {
 	s, ctx := newService(t)
-	var id string
-	if err := s.Store.Update(ctx, func(tx store.Tx) error {
-		ws, err := s.CreateRestored(ctx, tx, "p1", &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{MemoryBytes: 128 << 20}},
-			nil, nil, Restore{TransferID: "tr_x", Digest: "sha256:" + strings.Repeat("0", 64), SizeBytes: 1})
-		id = ws.GetWorkspaceId()
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	id := createRestored(t, s, ctx, "tr_x")
 	report(t, s, ctx, id, hostv1.ObservedState_OBSERVED_STATE_FAILED, func(r *hostv1.ExecutionReport) {
 		r.FailureReason, r.FailureStage, r.FailureMessage = ctrlv1.FailureReason_FAILURE_REASON_INTERNAL, ctrlv1.FailureStage_FAILURE_STAGE_CREATING, "no space left on device"
 	})
 	_, err := Start(ctx, s, write("start", newWS), id, identity)
 	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "tr_x") {
 		t.Errorf("start of a restore that failed making its disk: %v", err)
+	}
+}
+
+// createRestored creates a workspace restored from the Transfer
+// transferID, placed on h1.
+func createRestored(t *testing.T, s *Service, ctx context.Context, transferID string) string {
+	t.Helper()
+	var id string
+	if err := s.Store.Update(ctx, func(tx store.Tx) error {
+		ws, err := s.CreateRestored(ctx, tx, "p1", &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{MemoryBytes: 128 << 20}},
+			nil, nil, Restore{TransferID: transferID, Digest: "sha256:" + strings.Repeat("0", 64), SizeBytes: 1})
+		id = ws.GetWorkspaceId()
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// TestOnlyTheRestoringHostReadsTheArtifact: a host reads a Transfer's
+// artifact only while it is assigned a workspace restored from it that
+// has not run yet; another host, another Transfer, or the same one after
+// the restore are permission_denied, and an unknown host not_found.
+func TestOnlyTheRestoringHostReadsTheArtifact(t *testing.T) {
+	s, ctx := newService(t)
+	id := createRestored(t, s, ctx, "tr_x")
+	if err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h2", Capacity: &hostv1.HostCapacity{
+		CpuMillis: 4000, MemoryBytes: gib, LayerBytes: 10 * gib, DefaultLayerBytes: gib}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CheckRestoring(ctx, "h1", "tr_x"); err != nil {
+		t.Errorf("the restoring host: %v", err)
+	}
+	for _, c := range []struct {
+		host, transfer string
+		want           connect.Code
+	}{
+		{"h2", "tr_x", connect.CodePermissionDenied},
+		{"h1", "tr_y", connect.CodePermissionDenied},
+		{"h9", "tr_x", connect.CodeNotFound},
+		{"", "tr_x", connect.CodeInvalidArgument},
+	} {
+		if err := s.CheckRestoring(ctx, c.host, c.transfer); connect.CodeOf(err) != c.want {
+			t.Errorf("host %q reading transfer %q: %v, want %v", c.host, c.transfer, err, c.want)
+		}
+	}
+	report(t, s, ctx, id, hostv1.ObservedState_OBSERVED_STATE_RUNNING, nil)
+	if err := s.CheckRestoring(ctx, "h1", "tr_x"); connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("the host of the restored workspace once it ran: %v, want permission_denied", err)
 	}
 }

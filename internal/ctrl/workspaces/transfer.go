@@ -6,6 +6,9 @@ package workspaces
 
 import (
 	"context"
+	"fmt"
+
+	"connectrpc.com/connect"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
@@ -101,6 +104,32 @@ func (r *record) restoreAssignment() *hostv1.ExecutionRestore {
 		return nil
 	}
 	return &hostv1.ExecutionRestore{TransferId: r.book.Restore.TransferID, Digest: r.book.Restore.Digest, SizeBytes: r.book.Restore.SizeBytes}
+}
+
+// CheckRestoring refuses a host the artifact of transferID unless the
+// host is the caller's (CheckRegistered) and is assigned a workspace that
+// restores from it (permission_denied): an artifact holds a workspace's
+// files, which no other host has any business reading.
+func (s *Service) CheckRestoring(ctx context.Context, hostID, transferID string) error {
+	if err := s.CheckRegistered(ctx, hostID); err != nil {
+		return err
+	}
+	return s.Store.View(ctx, func(tx store.Tx) error {
+		rows, err := tx.HostWorkspaces(ctx, hostID)
+		if err != nil {
+			return err
+		}
+		records, err := s.decoded.of(hostID, rows)
+		if err != nil {
+			return err
+		}
+		for _, r := range records {
+			if a := r.restoreAssignment(); a != nil && a.TransferId == transferID {
+				return nil
+			}
+		}
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("host %s restores no workspace from transfer %s", hostID, transferID))
+	})
 }
 
 // failedRestore reports whether the workspace was restored from a

@@ -403,7 +403,7 @@ func (a *Agent) artifactLayouts(ctx context.Context, transferID string) (map[str
 // openArtifact streams the transfer's artifact from ctrl; got, when not
 // nil, is told the bytes read so far.
 func (a *Agent) openArtifact(ctx context.Context, transferID string, got func(n uint64)) (io.Reader, func() error, error) {
-	stream, err := a.cfg.Client.GetTransferArtifact(ctx, connect.NewRequest(&hostv1.GetTransferArtifactRequest{TransferId: transferID}))
+	stream, err := a.cfg.Client.GetTransferArtifact(ctx, connect.NewRequest(&hostv1.GetTransferArtifactRequest{HostId: a.cfg.HostID, TransferId: transferID}))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -2736,7 +2736,10 @@ type GetTransferArtifactRequest struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	TransferId string                 `protobuf:"bytes,1,opt,name=transfer_id,json=transferId,proto3" json:"transfer_id,omitempty"`
 	// offset is the first byte to send; zero starts at the beginning.
-	Offset        uint64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Offset uint64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	// host_id is the caller's: it must be assigned a workspace that restores
+	// from the transfer.
+	HostId        string `protobuf:"bytes,3,opt,name=host_id,json=hostId,proto3" json:"host_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2783,6 +2786,13 @@ func (x *GetTransferArtifactRequest) GetOffset() uint64 {
 		return x.Offset
 	}
 	return 0
+}
+
+func (x *GetTransferArtifactRequest) GetHostId() string {
+	if x != nil {
+		return x.HostId
+	}
+	return ""
 }
 
 // GetTransferArtifactResponse is the next slice of the artifact.
@@ -3047,11 +3057,12 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"transferId\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x12\x16\n" +
 	"\x06digest\x18\x04 \x01(\tR\x06digest\"\x1d\n" +
-	"\x1bPutTransferArtifactResponse\"U\n" +
+	"\x1bPutTransferArtifactResponse\"n\n" +
 	"\x1aGetTransferArtifactRequest\x12\x1f\n" +
 	"\vtransfer_id\x18\x01 \x01(\tR\n" +
 	"transferId\x12\x16\n" +
-	"\x06offset\x18\x02 \x01(\x04R\x06offset\"R\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x17\n" +
+	"\ahost_id\x18\x03 \x01(\tR\x06hostId\"R\n" +
 	"\x1bGetTransferArtifactResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x1f\n" +
 	"\vtotal_bytes\x18\x02 \x01(\x04R\n" +
