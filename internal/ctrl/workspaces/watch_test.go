@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/changes"
@@ -76,6 +77,13 @@ func TestWatchersShareOneRead(t *testing.T) {
 		return nil
 	})
 	ready.Wait()
+	// Each watcher began with a read of its own; the feeds' readers read
+	// once as they start, which may come after.
+	for _, ws := range []*ctrlv1.Workspace{a, b} {
+		for !s.feedRead(watchKey{"p1", ws.WorkspaceId}) {
+			time.Sleep(time.Millisecond)
+		}
+	}
 
 	before = counted.views.Load()
 	relabel(a)
@@ -109,4 +117,17 @@ func TestWatchBeginsWithTheStateNow(t *testing.T) {
 	if got := watch(t, s, ctx, ws.WorkspaceId)(); got.LabelsRevision != relabeled.LabelsRevision {
 		t.Errorf("a watcher joining after the change began with labels revision %d, want %d", got.LabelsRevision, relabeled.LabelsRevision)
 	}
+}
+
+// feedRead reports whether the feed of key has read its workspace.
+func (s *Service) feedRead(key watchKey) bool {
+	s.watches.mu.Lock()
+	f := s.watches.feeds[key]
+	s.watches.mu.Unlock()
+	if f == nil {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ws != nil
 }
