@@ -329,6 +329,17 @@ func TestFleet(t *testing.T) {
 	}
 	checkReleased(t, a.home, ws1+"-1")
 	checkContainers(t, b.home, ws1+"-2", ws2+"-1")
+	// The layer ws1 left on host-a is one no workspace will use again:
+	// host-a deletes it.
+	left := filepath.Join(a.home, "layers", ws1+".ext4")
+	for deadline := time.Now().Add(convergeWithin); ; time.Sleep(200 * time.Millisecond) {
+		if _, err := os.Stat(left); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("host-a still keeps %s, the layer ws1 left behind", left)
+		}
+	}
 
 	for _, ws := range []string{ws1, ws2} {
 		f.cli("ws", "delete", ws, "--wait")

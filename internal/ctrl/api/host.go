@@ -228,6 +228,13 @@ func (s *HostService) GetTransferArtifact(ctx context.Context, req *connect.Requ
 	return err
 }
 
+// CollectableLayers names the writable layers a host keeps that no
+// workspace will use again.
+func (s *HostService) CollectableLayers(ctx context.Context, req *connect.Request[hostv1.CollectableLayersRequest]) (*connect.Response[hostv1.CollectableLayersResponse], error) {
+	ids, err := s.svc.CollectableLayers(ctx, req.Msg.GetHostId(), req.Msg.GetLayerIds())
+	return Respond(&hostv1.CollectableLayersResponse{LayerIds: ids}, err)
+}
+
 func (s *HostService) GetTemplateBlob(ctx context.Context, req *connect.Request[hostv1.GetTemplateBlobRequest], stream *connect.ServerStream[hostv1.GetTemplateBlobResponse]) error {
 	r, size, err := s.blobs.Blob(ctx, req.Msg.GetDigest())
 	if err != nil {

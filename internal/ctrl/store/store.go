@@ -245,6 +245,10 @@ type WorkspaceTx interface {
 	// HostWorkspacesByID returns the live workspaces placed on a host
 	// whose IDs are among ids.
 	HostWorkspacesByID(ctx context.Context, hostID string, ids []string) ([]Workspace, error)
+	// WorkspacesByID returns the workspaces of the IDs in any project,
+	// deleted ones included, ordered by ID; an ID of no workspace is left
+	// out.
+	WorkspacesByID(ctx context.Context, ids []string) ([]Workspace, error)
 	// HostUsage sums what the live workspaces placed on a host hold, as
 	// HostWorkspaces would give them, without reading them.
 	HostUsage(ctx context.Context, hostID string) (HostUsage, error)

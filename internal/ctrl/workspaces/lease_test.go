@@ -2,6 +2,7 @@ package workspaces
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -297,7 +298,9 @@ func TestHostLeaseCountsFromCtrlStart(t *testing.T) {
 // TestLayerLeftBehindIsNeverTakenBack: a workspace that starts off a LOST
 // host gets a writable layer of a new name, so that when it later comes
 // back to that host, the layer it left there (which the host may still
-// keep) is not taken for its current one and reported CONTINUED.
+// keep) is not taken for its current one and reported CONTINUED. The
+// layers left behind, and that of a workspace deleted while its host was
+// LOST, are the ones CollectableLayers lets the hosts delete.
 func TestLayerLeftBehindIsNeverTakenBack(t *testing.T) {
 	s, ctx := newService(t)
 	c := &clock{now: time.Now()}
@@ -351,6 +354,47 @@ func TestLayerLeftBehindIsNeverTakenBack(t *testing.T) {
 	third := layerOn("h1", id)
 	if first == second || third == first || third == second {
 		t.Errorf("layers %q on h1, then %q on h2, then %q on h1 again: want three names", first, second, third)
+	}
+
+	// The hosts may delete the layers left behind, never the current one
+	// nor one of a workspace this ctrl does not know.
+	collectable := func(host string, ids ...string) []string {
+		t.Helper()
+		dead, err := s.CollectableLayers(ctx, host, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dead
+	}
+	if got := collectable("h1", third, first, "ws_unknown", "ws_unknown.1"); !slices.Equal(got, []string{first}) {
+		t.Errorf("collectable on h1 of %s, %s and unknown ones: %v, want %s", third, first, got, first)
+	}
+	if got := collectable("h2", second); !slices.Equal(got, []string{second}) {
+		t.Errorf("collectable on h2: %v, want %s", got, second)
+	}
+	// A workspace deleted while its host is LOST: its layer too.
+	gone := create(t, s, ctx, 128<<20).WorkspaceId
+	layerOn("h1", gone)
+	c.add(s.Lease())
+	register("h2", 4*gib)
+	if err := s.ExpireLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Delete(ctx, s, write("delete", newWS), gone, identity); err != nil {
+		t.Fatal(err)
+	}
+	if ws, _ := s.Get(ctx, gone); ws.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED {
+		t.Fatalf("workspace deleted on a LOST host is %v", ws.GetState())
+	}
+	register("h1", 4*gib)
+	if got := collectable("h1", gone, third); !slices.Equal(got, []string{gone}) {
+		t.Errorf("collectable on h1 after %s was deleted: %v, want it alone", gone, got)
+	}
+	if _, err := s.CollectableLayers(ctx, "h1", make([]string, MaxCollectableLayers+1)); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Errorf("%d layer IDs at once: %v, want invalid_argument", MaxCollectableLayers+1, err)
+	}
+	if _, err := s.CollectableLayers(ctx, "h9", []string{gone}); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("an unregistered host: %v, want not_found", err)
 	}
 }
 

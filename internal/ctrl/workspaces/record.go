@@ -86,11 +86,14 @@ type bookkeeping struct {
 // workspace's ID, with the count of layers it left behind after the
 // first. A layer it left on a host that comes back is never taken for
 // its current one, should it return there.
-func (r *record) layerID() string {
-	if r.book.LayerMoves == 0 {
-		return r.row.ID
+func (r *record) layerID() string { return layerName(r.row.ID, r.book.LayerMoves) }
+
+// layerName names the layer a workspace has after moves moves.
+func layerName(workspaceID string, moves uint32) string {
+	if moves == 0 {
+		return workspaceID
 	}
-	return fmt.Sprintf("%s.%d", r.row.ID, r.book.LayerMoves)
+	return fmt.Sprintf("%s.%d", workspaceID, moves)
 }
 
 // DataPlane is a workspace's data-plane authorization state. ctrl keeps it

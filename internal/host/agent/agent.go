@@ -139,6 +139,10 @@ type Agent struct {
 	reportInterval atomic.Int64
 	// registeredNow wakes the reports after each registration.
 	registeredNow chan struct{}
+	// converged is set once ctrl's first assignments were handed out.
+	converged atomic.Bool
+	// collectNow wakes collectLayers.
+	collectNow chan struct{}
 	// registered is closed once ctrl has accepted the registration.
 	registered     chan struct{}
 	registeredOnce sync.Once
@@ -171,7 +175,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, execs: map[string]*execution{}, reports: make(chan *hostv1.ExecutionReport, 256),
-		volumeReports: make(chan *hostv1.VolumeReport, 256), registered: make(chan struct{}), registeredNow: make(chan struct{}, 1), readyTimeout: defaultReadyTimeout,
+		volumeReports: make(chan *hostv1.VolumeReport, 256), registered: make(chan struct{}), registeredNow: make(chan struct{}, 1), collectNow: make(chan struct{}, 1), readyTimeout: defaultReadyTimeout,
 		probeEvery: cmp.Or(cfg.GuestProbeInterval, DefaultGuestProbeInterval), probeTimeout: defaultProbeTimeout}
 	vols, err := newVolumes(a, cfg.StoragePools)
 	if err != nil {
@@ -288,6 +292,9 @@ func (a *Agent) converge(ctx context.Context, assignments []*hostv1.Assignment) 
 			e.set(nil)
 		}
 	}
+	if !a.converged.Swap(true) {
+		a.kickCollector()
+	}
 	a.pool.kick() // the room the pool may take changed
 }
 func (a *Agent) newExecution(ctx context.Context, id string, running bool) *execution {
@@ -322,6 +329,7 @@ func (a *Agent) forgetIfUnassigned(e *execution) bool {
 		return false
 	}
 	delete(a.execs, e.id)
+	a.kickCollector() // its layer may be one no workspace will use again
 	if others := slices.DeleteFunc(a.byWorkspace[e.workspace], func(o *execution) bool { return o == e }); len(others) > 0 {
 		a.byWorkspace[e.workspace] = others
 	} else {

@@ -3,10 +3,18 @@ package agent
 import (
 	"context"
 	"log/slog"
+	"os"
+	"slices"
+	"strings"
 	"time"
+
+	"connectrpc.com/connect"
+
+	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 )
 
-// Garbage collection of unpacked layers. The host owns the layers it unpacked
+// Garbage collection of unpacked template layers and of writable layers.
+// The host owns the layers it unpacked
 // into its template store (the blobs are ctrl's, even where both share the
 // store). A layer goes once no execution here uses it and its blob is gone,
 // which ctrl does when no live template revision needs it; layers of live
@@ -19,8 +27,10 @@ const (
 	collectLayersEvery = time.Minute
 )
 
-// collectLayers removes unused layers every minute until ctx ends, starting
-// once the host is registered.
+// collectLayers removes unused template layers and the writable layers
+// no workspace will use again every minute, and after an execution no
+// longer assigned is forgotten, until ctx ends, starting once the host is
+// registered.
 func (a *Agent) collectLayers(ctx context.Context) {
 	select {
 	case <-ctx.Done():
@@ -31,11 +41,21 @@ func (a *Agent) collectLayers(ctx context.Context) {
 	defer tick.Stop()
 	for {
 		a.collectLayersOnce(time.Now().Add(-layerGrace))
+		a.collectWritableLayers(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		case <-a.collectNow:
 		}
+	}
+}
+
+// kickCollector has collectLayers run soon.
+func (a *Agent) kickCollector() {
+	select {
+	case a.collectNow <- struct{}{}:
+	default:
 	}
 }
 
@@ -60,20 +80,107 @@ func (a *Agent) collectLayersOnce(cutoff time.Time) {
 // layersInUse returns the DiffIDs of the layers of every execution here;
 // false while an execution's assignment is unknown.
 func (a *Agent) layersInUse() (map[string]bool, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	inUse := map[string]bool{}
-	for _, e := range a.execs {
-		as, known := e.get()
-		if !known || as == nil {
-			return nil, false
-		}
+	if !a.eachAssignment(func(as *hostv1.Assignment) {
 		for _, l := range as.GetTemplate().GetLayers() {
 			inUse[l.GetDiffId()] = true
 		}
+	}) {
+		return nil, false
 	}
 	for _, id := range a.pool.layersInUse() {
 		inUse[id] = true
 	}
 	return inUse, true
+}
+
+// writableLayersAssigned returns the IDs of the writable layers the
+// executions here are assigned; false while an execution's assignment is
+// unknown, or before ctrl's first assignments arrived.
+func (a *Agent) writableLayersAssigned() (map[string]bool, bool) {
+	if !a.converged.Load() {
+		return nil, false
+	}
+	named := map[string]bool{}
+	if !a.eachAssignment(func(as *hostv1.Assignment) { named[as.LayerId] = true }) {
+		return nil, false
+	}
+	return named, true
+}
+
+// eachAssignment calls fn with the assignment of every execution here,
+// under a.mu; false, without calling it, while an execution's assignment
+// is unknown (one adopted at start before ctrl's first answer, or one
+// being torn down: it may have any layer mounted).
+func (a *Agent) eachAssignment(fn func(*hostv1.Assignment)) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, e := range a.execs {
+		if as, known := e.get(); !known || as == nil {
+			return false
+		}
+	}
+	for _, e := range a.execs {
+		as, _ := e.get()
+		fn(as)
+	}
+	return true
+}
+
+// maxLayersAsked bounds the layer IDs of one CollectableLayers call; the
+// rest wait for the next round.
+const maxLayersAsked = 500
+
+// collectWritableLayers deletes the writable layer images kept here that
+// no assignment names and that ctrl says no workspace will use again:
+// those of workspaces deleted, and those left behind by a start elsewhere,
+// while this host was LOST. Ctrl names only layers of workspaces it knows.
+func (a *Agent) collectWritableLayers(ctx context.Context) {
+	named, ok := a.writableLayersAssigned()
+	if !ok {
+		return
+	}
+	entries, err := os.ReadDir(a.cfg.LayerDir)
+	if err != nil {
+		slog.Error("collecting writable layers", "err", err)
+		return
+	}
+	var unnamed []string
+	for _, entry := range entries {
+		id, image := strings.CutSuffix(entry.Name(), ".ext4")
+		// Temporary images (".NAME.tmp-*") and the pool's directory are
+		// not layers of a workspace.
+		if image && !strings.HasPrefix(id, ".") && entry.Type().IsRegular() && !named[id] && len(unnamed) < maxLayersAsked {
+			unnamed = append(unnamed, id)
+		}
+	}
+	if len(unnamed) == 0 {
+		return
+	}
+	resp, err := a.cfg.Client.CollectableLayers(ctx, connect.NewRequest(&hostv1.CollectableLayersRequest{HostId: a.cfg.HostID, LayerIds: unnamed}))
+	if err != nil {
+		slog.Warn("asking ctrl which writable layers no workspace will use again", "err", err)
+		return
+	}
+	for _, id := range resp.Msg.GetLayerIds() {
+		if slices.Contains(unnamed, id) {
+			a.deleteDeadLayer(id)
+		}
+	}
+}
+
+// deleteDeadLayer deletes the writable layer id unless an execution was
+// assigned it meanwhile.
+func (a *Agent) deleteDeadLayer(id string) {
+	lock := a.layerLock(id)
+	lock.Lock()
+	defer lock.Unlock()
+	if named, ok := a.writableLayersAssigned(); !ok || named[id] {
+		return
+	}
+	if err := a.cfg.Layers.DeleteLayer(a.layerPath(id)); err != nil {
+		slog.Warn("deleting a writable layer no workspace will use again", "layer", id, "err", err)
+		return
+	}
+	slog.Info("deleted a writable layer no workspace will use again", "layer", id)
 }

@@ -52,6 +52,9 @@ type hostAPI struct {
 	failBlobs   bool
 	// refuse makes RegisterHost refuse the host's credentials.
 	refuse bool
+	// dead are the layers CollectableLayers names when asked; asked are
+	// the layers it was asked about.
+	dead, asked map[string]bool
 	// held, while open, keeps WatchAssignments from sending anything.
 	held chan struct{}
 	// changed is closed and replaced on every change of the above.
@@ -59,7 +62,8 @@ type hostAPI struct {
 }
 
 func newHostAPI() *hostAPI {
-	return &hostAPI{assignments: map[string]*hostv1.Assignment{}, blobs: map[string][]byte{}, changed: make(chan struct{})}
+	return &hostAPI{assignments: map[string]*hostv1.Assignment{}, blobs: map[string][]byte{}, changed: make(chan struct{}),
+		dead: map[string]bool{}, asked: map[string]bool{}}
 }
 
 // notify wakes the waiters; mu is held.
@@ -127,6 +131,19 @@ func (h *hostAPI) GetTemplateBlob(_ context.Context, req *connect.Request[hostv1
 		return connect.NewError(connect.CodeNotFound, fmt.Errorf("no blob %s", req.Msg.Digest))
 	}
 	return stream.Send(&hostv1.GetTemplateBlobResponse{Data: b})
+}
+
+func (h *hostAPI) CollectableLayers(_ context.Context, req *connect.Request[hostv1.CollectableLayersRequest]) (*connect.Response[hostv1.CollectableLayersResponse], error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	resp := &hostv1.CollectableLayersResponse{}
+	for _, id := range req.Msg.LayerIds {
+		h.asked[id] = true
+		if h.dead[id] {
+			resp.LayerIds = append(resp.LayerIds, id)
+		}
+	}
+	return connect.NewResponse(resp), nil
 }
 
 // assign replaces the assignment of its execution (nil as removes the
@@ -545,6 +562,55 @@ func TestReconcilerDelete(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(e.cfg.LayerDir, "lay_"+ws+".ext4")); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s: the layer image is left: %v", ws, err)
 		}
+	}
+}
+
+// TestReconcilerCollectsDeadLayers: the writable layer images no
+// assignment names are asked about, and those ctrl names dead are deleted;
+// the others stay, a temporary image is never asked about, nor is the
+// layer of an execution assigned here, even one ctrl would call dead. An
+// execution ctrl no longer assigns is stopped and then its layer is asked
+// about at once.
+func TestReconcilerCollectsDeadLayers(t *testing.T) {
+	e := newReconcilerEnv(t)
+	if err := os.MkdirAll(e.cfg.LayerDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	image := func(name string) string { return filepath.Join(e.cfg.LayerDir, name) }
+	for _, name := range []string{"ws_gone.ext4", "ws_kept.ext4", ".ws_tmp.ext4.tmp-1"} {
+		if err := fake.Image(image(name), 1<<20); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.api.mu.Lock()
+	for _, id := range []string{"ws_gone", "lay_live", "lay_stale", ".ws_tmp"} {
+		e.api.dead[id] = true
+	}
+	e.api.mu.Unlock()
+	e.runAgent(t, e.driver)
+	live, stale := e.assignment("ws_live", 1, "lay_live"), e.assignment("ws_stale", 1, "lay_stale")
+	e.running(t, live)
+	e.running(t, stale)
+	exists := func(name string) bool {
+		_, err := os.Stat(image(name))
+		return err == nil
+	}
+	eventually(t, "the dead layer deleted", func() bool { return !exists("ws_gone.ext4") })
+
+	// ctrl no longer assigns stale (its workspace deleted while the host
+	// was LOST, say).
+	e.api.assign(stale.ExecutionId, nil)
+	eventually(t, "the layer of the execution no longer assigned deleted", func() bool { return !exists("lay_stale.ext4") })
+	e.released(t, stale.ExecutionId)
+	for _, name := range []string{"ws_kept.ext4", "lay_live.ext4", ".ws_tmp.ext4.tmp-1"} {
+		if !exists(name) {
+			t.Errorf("%s was deleted", name)
+		}
+	}
+	e.api.mu.Lock()
+	defer e.api.mu.Unlock()
+	if !e.api.asked["ws_kept"] || e.api.asked["lay_live"] || e.api.asked[".ws_tmp"] || e.api.asked[".ws_tmp.ext4.tmp-1"] {
+		t.Errorf("the host asked about %v; want ws_kept among them, never lay_live nor the temporary image", e.api.asked)
 	}
 }
 

@@ -2849,6 +2849,107 @@ func (x *GetTransferArtifactResponse) GetTotalBytes() uint64 {
 	return 0
 }
 
+// CollectableLayersRequest is the input of CollectableLayers.
+type CollectableLayersRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	HostId string                 `protobuf:"bytes,1,opt,name=host_id,json=hostId,proto3" json:"host_id,omitempty"`
+	// layer_ids are the writable layer images the host keeps that none of
+	// its assignments names: at most 1,000.
+	LayerIds      []string `protobuf:"bytes,2,rep,name=layer_ids,json=layerIds,proto3" json:"layer_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CollectableLayersRequest) Reset() {
+	*x = CollectableLayersRequest{}
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CollectableLayersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CollectableLayersRequest) ProtoMessage() {}
+
+func (x *CollectableLayersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CollectableLayersRequest.ProtoReflect.Descriptor instead.
+func (*CollectableLayersRequest) Descriptor() ([]byte, []int) {
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *CollectableLayersRequest) GetHostId() string {
+	if x != nil {
+		return x.HostId
+	}
+	return ""
+}
+
+func (x *CollectableLayersRequest) GetLayerIds() []string {
+	if x != nil {
+		return x.LayerIds
+	}
+	return nil
+}
+
+// CollectableLayersResponse names the images the host may delete.
+type CollectableLayersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// layer_ids are those of the request no workspace will use again.
+	LayerIds      []string `protobuf:"bytes,1,rep,name=layer_ids,json=layerIds,proto3" json:"layer_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CollectableLayersResponse) Reset() {
+	*x = CollectableLayersResponse{}
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CollectableLayersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CollectableLayersResponse) ProtoMessage() {}
+
+func (x *CollectableLayersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kibotos_host_v1_host_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CollectableLayersResponse.ProtoReflect.Descriptor instead.
+func (*CollectableLayersResponse) Descriptor() ([]byte, []int) {
+	return file_kibotos_host_v1_host_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *CollectableLayersResponse) GetLayerIds() []string {
+	if x != nil {
+		return x.LayerIds
+	}
+	return nil
+}
+
 var File_kibotos_host_v1_host_proto protoreflect.FileDescriptor
 
 const file_kibotos_host_v1_host_proto_rawDesc = "" +
@@ -3066,7 +3167,12 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\x1bGetTransferArtifactResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x1f\n" +
 	"\vtotal_bytes\x18\x02 \x01(\x04R\n" +
-	"totalBytes*g\n" +
+	"totalBytes\"P\n" +
+	"\x18CollectableLayersRequest\x12\x17\n" +
+	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x12\x1b\n" +
+	"\tlayer_ids\x18\x02 \x03(\tR\blayerIds\"8\n" +
+	"\x19CollectableLayersResponse\x12\x1b\n" +
+	"\tlayer_ids\x18\x01 \x03(\tR\blayerIds*g\n" +
 	"\rVolumeDesired\x12\x1e\n" +
 	"\x1aVOLUME_DESIRED_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16VOLUME_DESIRED_PRESENT\x10\x01\x12\x1a\n" +
@@ -3085,14 +3191,15 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\x16OBSERVED_STATE_STOPPED\x10\x05\x12\x1a\n" +
 	"\x16OBSERVED_STATE_DELETED\x10\x06\x12\x19\n" +
 	"\x15OBSERVED_STATE_FAILED\x10\a\x12\x19\n" +
-	"\x15OBSERVED_STATE_EXITED\x10\b2\x8e\x05\n" +
+	"\x15OBSERVED_STATE_EXITED\x10\b2\xfa\x05\n" +
 	"\vHostService\x12[\n" +
 	"\fRegisterHost\x12$.kibotos.host.v1.RegisterHostRequest\x1a%.kibotos.host.v1.RegisterHostResponse\x12i\n" +
 	"\x10WatchAssignments\x12(.kibotos.host.v1.WatchAssignmentsRequest\x1a).kibotos.host.v1.WatchAssignmentsResponse0\x01\x12g\n" +
 	"\x10ReportExecutions\x12(.kibotos.host.v1.ReportExecutionsRequest\x1a).kibotos.host.v1.ReportExecutionsResponse\x12f\n" +
 	"\x0fGetTemplateBlob\x12'.kibotos.host.v1.GetTemplateBlobRequest\x1a(.kibotos.host.v1.GetTemplateBlobResponse0\x01\x12r\n" +
 	"\x13PutTransferArtifact\x12+.kibotos.host.v1.PutTransferArtifactRequest\x1a,.kibotos.host.v1.PutTransferArtifactResponse(\x01\x12r\n" +
-	"\x13GetTransferArtifact\x12+.kibotos.host.v1.GetTransferArtifactRequest\x1a,.kibotos.host.v1.GetTransferArtifactResponse0\x01B\xb5\x01\n" +
+	"\x13GetTransferArtifact\x12+.kibotos.host.v1.GetTransferArtifactRequest\x1a,.kibotos.host.v1.GetTransferArtifactResponse0\x01\x12j\n" +
+	"\x11CollectableLayers\x12).kibotos.host.v1.CollectableLayersRequest\x1a*.kibotos.host.v1.CollectableLayersResponseB\xb5\x01\n" +
 	"\x13com.kibotos.host.v1B\tHostProtoP\x01Z5github.com/kibotos/kibotos/gen/kibotos/host/v1;hostv1\xa2\x02\x03KHX\xaa\x02\x0fKibotos.Host.V1\xca\x02\x0fKibotos\\Host\\V1\xe2\x02\x1bKibotos\\Host\\V1\\GPBMetadata\xea\x02\x11Kibotos::Host::V1b\x06proto3"
 
 var (
@@ -3108,7 +3215,7 @@ func file_kibotos_host_v1_host_proto_rawDescGZIP() []byte {
 }
 
 var file_kibotos_host_v1_host_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_kibotos_host_v1_host_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_kibotos_host_v1_host_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_kibotos_host_v1_host_proto_goTypes = []any{
 	(VolumeDesired)(0),                  // 0: kibotos.host.v1.VolumeDesired
 	(DesiredState)(0),                   // 1: kibotos.host.v1.DesiredState
@@ -3145,29 +3252,31 @@ var file_kibotos_host_v1_host_proto_goTypes = []any{
 	(*PutTransferArtifactResponse)(nil), // 32: kibotos.host.v1.PutTransferArtifactResponse
 	(*GetTransferArtifactRequest)(nil),  // 33: kibotos.host.v1.GetTransferArtifactRequest
 	(*GetTransferArtifactResponse)(nil), // 34: kibotos.host.v1.GetTransferArtifactResponse
-	(*durationpb.Duration)(nil),         // 35: google.protobuf.Duration
-	(*v1.ResourceRequest)(nil),          // 36: kibotos.ctrl.v1.ResourceRequest
-	(v1.ExposureAuth)(0),                // 37: kibotos.ctrl.v1.ExposureAuth
-	(*v1.NetworkPolicy)(nil),            // 38: kibotos.ctrl.v1.NetworkPolicy
-	(*v1.EgressSpec)(nil),               // 39: kibotos.ctrl.v1.EgressSpec
-	(*v1.ResolverSpec)(nil),             // 40: kibotos.ctrl.v1.ResolverSpec
-	(v1.StopMode)(0),                    // 41: kibotos.ctrl.v1.StopMode
-	(*v1.TemplateDisplay)(nil),          // 42: kibotos.ctrl.v1.TemplateDisplay
-	(*timestamppb.Timestamp)(nil),       // 43: google.protobuf.Timestamp
-	(v1.VolumeCondition)(0),             // 44: kibotos.ctrl.v1.VolumeCondition
-	(v1.FailureStage)(0),                // 45: kibotos.ctrl.v1.FailureStage
-	(v1.FailureReason)(0),               // 46: kibotos.ctrl.v1.FailureReason
-	(v1.StopDurability)(0),              // 47: kibotos.ctrl.v1.StopDurability
-	(*v1.GuestObservation)(nil),         // 48: kibotos.ctrl.v1.GuestObservation
-	(*v1.NetworkPolicyStatus)(nil),      // 49: kibotos.ctrl.v1.NetworkPolicyStatus
-	(*v1.EgressObservation)(nil),        // 50: kibotos.ctrl.v1.EgressObservation
-	(*v1.ResolverObservation)(nil),      // 51: kibotos.ctrl.v1.ResolverObservation
+	(*CollectableLayersRequest)(nil),    // 35: kibotos.host.v1.CollectableLayersRequest
+	(*CollectableLayersResponse)(nil),   // 36: kibotos.host.v1.CollectableLayersResponse
+	(*durationpb.Duration)(nil),         // 37: google.protobuf.Duration
+	(*v1.ResourceRequest)(nil),          // 38: kibotos.ctrl.v1.ResourceRequest
+	(v1.ExposureAuth)(0),                // 39: kibotos.ctrl.v1.ExposureAuth
+	(*v1.NetworkPolicy)(nil),            // 40: kibotos.ctrl.v1.NetworkPolicy
+	(*v1.EgressSpec)(nil),               // 41: kibotos.ctrl.v1.EgressSpec
+	(*v1.ResolverSpec)(nil),             // 42: kibotos.ctrl.v1.ResolverSpec
+	(v1.StopMode)(0),                    // 43: kibotos.ctrl.v1.StopMode
+	(*v1.TemplateDisplay)(nil),          // 44: kibotos.ctrl.v1.TemplateDisplay
+	(*timestamppb.Timestamp)(nil),       // 45: google.protobuf.Timestamp
+	(v1.VolumeCondition)(0),             // 46: kibotos.ctrl.v1.VolumeCondition
+	(v1.FailureStage)(0),                // 47: kibotos.ctrl.v1.FailureStage
+	(v1.FailureReason)(0),               // 48: kibotos.ctrl.v1.FailureReason
+	(v1.StopDurability)(0),              // 49: kibotos.ctrl.v1.StopDurability
+	(*v1.GuestObservation)(nil),         // 50: kibotos.ctrl.v1.GuestObservation
+	(*v1.NetworkPolicyStatus)(nil),      // 51: kibotos.ctrl.v1.NetworkPolicyStatus
+	(*v1.EgressObservation)(nil),        // 52: kibotos.ctrl.v1.EgressObservation
+	(*v1.ResolverObservation)(nil),      // 53: kibotos.ctrl.v1.ResolverObservation
 }
 var file_kibotos_host_v1_host_proto_depIdxs = []int32{
 	6,  // 0: kibotos.host.v1.RegisterHostRequest.capacity:type_name -> kibotos.host.v1.HostCapacity
 	5,  // 1: kibotos.host.v1.RegisterHostRequest.storage_pools:type_name -> kibotos.host.v1.StoragePool
 	4,  // 2: kibotos.host.v1.RegisterHostRequest.launches:type_name -> kibotos.host.v1.Launch
-	35, // 3: kibotos.host.v1.RegisterHostResponse.report_interval:type_name -> google.protobuf.Duration
+	37, // 3: kibotos.host.v1.RegisterHostResponse.report_interval:type_name -> google.protobuf.Duration
 	14, // 4: kibotos.host.v1.WatchAssignmentsResponse.assignments:type_name -> kibotos.host.v1.Assignment
 	12, // 5: kibotos.host.v1.WatchAssignmentsResponse.volumes:type_name -> kibotos.host.v1.VolumeAssignment
 	10, // 6: kibotos.host.v1.WatchAssignmentsResponse.transfers:type_name -> kibotos.host.v1.TransferAssignment
@@ -3175,7 +3284,7 @@ var file_kibotos_host_v1_host_proto_depIdxs = []int32{
 	0,  // 8: kibotos.host.v1.VolumeAssignment.desired:type_name -> kibotos.host.v1.VolumeDesired
 	1,  // 9: kibotos.host.v1.Assignment.desired:type_name -> kibotos.host.v1.DesiredState
 	21, // 10: kibotos.host.v1.Assignment.template:type_name -> kibotos.host.v1.ExecutionTemplate
-	36, // 11: kibotos.host.v1.Assignment.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
+	38, // 11: kibotos.host.v1.Assignment.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
 	20, // 12: kibotos.host.v1.Assignment.stop:type_name -> kibotos.host.v1.StopRequest
 	19, // 13: kibotos.host.v1.Assignment.data_plane:type_name -> kibotos.host.v1.DataPlane
 	16, // 14: kibotos.host.v1.Assignment.network:type_name -> kibotos.host.v1.NetworkAssignment
@@ -3183,46 +3292,48 @@ var file_kibotos_host_v1_host_proto_depIdxs = []int32{
 	15, // 16: kibotos.host.v1.Assignment.exposures:type_name -> kibotos.host.v1.ExposureAssignment
 	11, // 17: kibotos.host.v1.Assignment.restore:type_name -> kibotos.host.v1.ExecutionRestore
 	4,  // 18: kibotos.host.v1.Assignment.launch:type_name -> kibotos.host.v1.Launch
-	37, // 19: kibotos.host.v1.ExposureAssignment.auth:type_name -> kibotos.ctrl.v1.ExposureAuth
-	38, // 20: kibotos.host.v1.NetworkAssignment.policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	39, // 19: kibotos.host.v1.ExposureAssignment.auth:type_name -> kibotos.ctrl.v1.ExposureAuth
+	40, // 20: kibotos.host.v1.NetworkAssignment.policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
 	17, // 21: kibotos.host.v1.NetworkAssignment.egresses:type_name -> kibotos.host.v1.EgressAssignment
 	18, // 22: kibotos.host.v1.NetworkAssignment.resolvers:type_name -> kibotos.host.v1.ResolverAssignment
-	39, // 23: kibotos.host.v1.EgressAssignment.spec:type_name -> kibotos.ctrl.v1.EgressSpec
-	40, // 24: kibotos.host.v1.ResolverAssignment.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
-	41, // 25: kibotos.host.v1.StopRequest.mode:type_name -> kibotos.ctrl.v1.StopMode
+	41, // 23: kibotos.host.v1.EgressAssignment.spec:type_name -> kibotos.ctrl.v1.EgressSpec
+	42, // 24: kibotos.host.v1.ResolverAssignment.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
+	43, // 25: kibotos.host.v1.StopRequest.mode:type_name -> kibotos.ctrl.v1.StopMode
 	22, // 26: kibotos.host.v1.ExecutionTemplate.layers:type_name -> kibotos.host.v1.TemplateLayer
-	42, // 27: kibotos.host.v1.ExecutionTemplate.display:type_name -> kibotos.ctrl.v1.TemplateDisplay
+	44, // 27: kibotos.host.v1.ExecutionTemplate.display:type_name -> kibotos.ctrl.v1.TemplateDisplay
 	27, // 28: kibotos.host.v1.ReportExecutionsRequest.reports:type_name -> kibotos.host.v1.ExecutionReport
 	25, // 29: kibotos.host.v1.ReportExecutionsRequest.volumes:type_name -> kibotos.host.v1.VolumeReport
 	24, // 30: kibotos.host.v1.ReportExecutionsRequest.transfers:type_name -> kibotos.host.v1.TransferReport
-	43, // 31: kibotos.host.v1.TransferReport.observed_at:type_name -> google.protobuf.Timestamp
-	44, // 32: kibotos.host.v1.VolumeReport.condition:type_name -> kibotos.ctrl.v1.VolumeCondition
-	45, // 33: kibotos.host.v1.VolumeReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
-	43, // 34: kibotos.host.v1.VolumeReport.observed_at:type_name -> google.protobuf.Timestamp
+	45, // 31: kibotos.host.v1.TransferReport.observed_at:type_name -> google.protobuf.Timestamp
+	46, // 32: kibotos.host.v1.VolumeReport.condition:type_name -> kibotos.ctrl.v1.VolumeCondition
+	47, // 33: kibotos.host.v1.VolumeReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
+	45, // 34: kibotos.host.v1.VolumeReport.observed_at:type_name -> google.protobuf.Timestamp
 	2,  // 35: kibotos.host.v1.ExecutionReport.state:type_name -> kibotos.host.v1.ObservedState
-	46, // 36: kibotos.host.v1.ExecutionReport.failure_reason:type_name -> kibotos.ctrl.v1.FailureReason
-	45, // 37: kibotos.host.v1.ExecutionReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
-	47, // 38: kibotos.host.v1.ExecutionReport.stop_durability:type_name -> kibotos.ctrl.v1.StopDurability
-	43, // 39: kibotos.host.v1.ExecutionReport.observed_at:type_name -> google.protobuf.Timestamp
+	48, // 36: kibotos.host.v1.ExecutionReport.failure_reason:type_name -> kibotos.ctrl.v1.FailureReason
+	47, // 37: kibotos.host.v1.ExecutionReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
+	49, // 38: kibotos.host.v1.ExecutionReport.stop_durability:type_name -> kibotos.ctrl.v1.StopDurability
+	45, // 39: kibotos.host.v1.ExecutionReport.observed_at:type_name -> google.protobuf.Timestamp
 	28, // 40: kibotos.host.v1.ExecutionReport.network:type_name -> kibotos.host.v1.NetworkReport
-	48, // 41: kibotos.host.v1.ExecutionReport.guest:type_name -> kibotos.ctrl.v1.GuestObservation
-	49, // 42: kibotos.host.v1.NetworkReport.status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
-	50, // 43: kibotos.host.v1.NetworkReport.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
-	51, // 44: kibotos.host.v1.NetworkReport.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
+	50, // 41: kibotos.host.v1.ExecutionReport.guest:type_name -> kibotos.ctrl.v1.GuestObservation
+	51, // 42: kibotos.host.v1.NetworkReport.status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
+	52, // 43: kibotos.host.v1.NetworkReport.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
+	53, // 44: kibotos.host.v1.NetworkReport.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
 	3,  // 45: kibotos.host.v1.HostService.RegisterHost:input_type -> kibotos.host.v1.RegisterHostRequest
 	8,  // 46: kibotos.host.v1.HostService.WatchAssignments:input_type -> kibotos.host.v1.WatchAssignmentsRequest
 	23, // 47: kibotos.host.v1.HostService.ReportExecutions:input_type -> kibotos.host.v1.ReportExecutionsRequest
 	29, // 48: kibotos.host.v1.HostService.GetTemplateBlob:input_type -> kibotos.host.v1.GetTemplateBlobRequest
 	31, // 49: kibotos.host.v1.HostService.PutTransferArtifact:input_type -> kibotos.host.v1.PutTransferArtifactRequest
 	33, // 50: kibotos.host.v1.HostService.GetTransferArtifact:input_type -> kibotos.host.v1.GetTransferArtifactRequest
-	7,  // 51: kibotos.host.v1.HostService.RegisterHost:output_type -> kibotos.host.v1.RegisterHostResponse
-	9,  // 52: kibotos.host.v1.HostService.WatchAssignments:output_type -> kibotos.host.v1.WatchAssignmentsResponse
-	26, // 53: kibotos.host.v1.HostService.ReportExecutions:output_type -> kibotos.host.v1.ReportExecutionsResponse
-	30, // 54: kibotos.host.v1.HostService.GetTemplateBlob:output_type -> kibotos.host.v1.GetTemplateBlobResponse
-	32, // 55: kibotos.host.v1.HostService.PutTransferArtifact:output_type -> kibotos.host.v1.PutTransferArtifactResponse
-	34, // 56: kibotos.host.v1.HostService.GetTransferArtifact:output_type -> kibotos.host.v1.GetTransferArtifactResponse
-	51, // [51:57] is the sub-list for method output_type
-	45, // [45:51] is the sub-list for method input_type
+	35, // 51: kibotos.host.v1.HostService.CollectableLayers:input_type -> kibotos.host.v1.CollectableLayersRequest
+	7,  // 52: kibotos.host.v1.HostService.RegisterHost:output_type -> kibotos.host.v1.RegisterHostResponse
+	9,  // 53: kibotos.host.v1.HostService.WatchAssignments:output_type -> kibotos.host.v1.WatchAssignmentsResponse
+	26, // 54: kibotos.host.v1.HostService.ReportExecutions:output_type -> kibotos.host.v1.ReportExecutionsResponse
+	30, // 55: kibotos.host.v1.HostService.GetTemplateBlob:output_type -> kibotos.host.v1.GetTemplateBlobResponse
+	32, // 56: kibotos.host.v1.HostService.PutTransferArtifact:output_type -> kibotos.host.v1.PutTransferArtifactResponse
+	34, // 57: kibotos.host.v1.HostService.GetTransferArtifact:output_type -> kibotos.host.v1.GetTransferArtifactResponse
+	36, // 58: kibotos.host.v1.HostService.CollectableLayers:output_type -> kibotos.host.v1.CollectableLayersResponse
+	52, // [52:59] is the sub-list for method output_type
+	45, // [45:52] is the sub-list for method input_type
 	45, // [45:45] is the sub-list for extension type_name
 	45, // [45:45] is the sub-list for extension extendee
 	0,  // [0:45] is the sub-list for field type_name
@@ -3240,7 +3351,7 @@ func file_kibotos_host_v1_host_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kibotos_host_v1_host_proto_rawDesc), len(file_kibotos_host_v1_host_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   32,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -74,6 +74,16 @@ func (t *tx) HostWorkspacesByID(ctx context.Context, hostID string, ids []string
 	return list, err
 }
 
+func (t *tx) WorkspacesByID(ctx context.Context, ids []string) ([]store.Workspace, error) {
+	var list []store.Workspace
+	err := inChunks(ids, func(in string, args []any) error {
+		rows, err := t.workspaces(ctx, `SELECT `+workspaceColumns+` FROM workspaces WHERE id IN (`+in+`) ORDER BY id`, args...)
+		list = append(list, rows...)
+		return err
+	})
+	return list, err
+}
+
 func (t *tx) HostUsage(ctx context.Context, hostID string) (store.HostUsage, error) {
 	var n, layer, cpu, memory int64
 	err := t.queryRow(ctx, `SELECT COUNT(*), CAST(COALESCE(SUM(layer_bytes), 0) AS BIGINT),

@@ -724,6 +724,11 @@ func testWorkspaces(t *testing.T, s store.Store) {
 		if list, _ := tx.Workspaces(ctx, store.ObjectQuery{ProjectID: "p1", Selector: map[string]string{"env": "dev"}, Limit: 10}); len(list) != 0 {
 			t.Errorf("deleted workspace listed: %v", list)
 		}
+		// By ID, the deleted one is found too.
+		byID, err := tx.WorkspacesByID(ctx, []string{"w3", "w9", "w2", "w1"})
+		if err != nil || len(byID) != 3 || byID[0].ID != "w1" || byID[1].ID != "w2" || byID[1].DeletedAt.IsZero() || byID[2].ID != "w3" {
+			t.Errorf("workspaces w3, w9, w2, w1 by ID = %v, %v", byID, err)
+		}
 		return nil
 	})
 }

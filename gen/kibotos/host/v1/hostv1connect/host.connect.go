@@ -64,6 +64,9 @@ const (
 	// HostServiceGetTransferArtifactProcedure is the fully-qualified name of the HostService's
 	// GetTransferArtifact RPC.
 	HostServiceGetTransferArtifactProcedure = "/kibotos.host.v1.HostService/GetTransferArtifact"
+	// HostServiceCollectableLayersProcedure is the fully-qualified name of the HostService's
+	// CollectableLayers RPC.
+	HostServiceCollectableLayersProcedure = "/kibotos.host.v1.HostService/CollectableLayers"
 )
 
 // HostServiceClient is a client for the kibotos.host.v1.HostService service.
@@ -111,6 +114,13 @@ type HostServiceClient interface {
 	// GetTransferArtifact streams the artifact an ExecutionRestore names,
 	// from offset to its end, like GetTemplateBlob.
 	GetTransferArtifact(context.Context, *connect.Request[v1.GetTransferArtifactRequest]) (*connect.ServerStreamForClient[v1.GetTransferArtifactResponse], error)
+	// CollectableLayers asks which of the writable layer images the host
+	// keeps, though no assignment names them, no workspace will use again:
+	// those of deleted workspaces, and those a workspace left behind when it
+	// started elsewhere while the host was LOST. The host deletes what the
+	// answer names; an image of a workspace ctrl does not know is never
+	// named.
+	CollectableLayers(context.Context, *connect.Request[v1.CollectableLayersRequest]) (*connect.Response[v1.CollectableLayersResponse], error)
 }
 
 // NewHostServiceClient constructs a client for the kibotos.host.v1.HostService service. By default,
@@ -160,6 +170,12 @@ func NewHostServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(hostServiceMethods.ByName("GetTransferArtifact")),
 			connect.WithClientOptions(opts...),
 		),
+		collectableLayers: connect.NewClient[v1.CollectableLayersRequest, v1.CollectableLayersResponse](
+			httpClient,
+			baseURL+HostServiceCollectableLayersProcedure,
+			connect.WithSchema(hostServiceMethods.ByName("CollectableLayers")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -171,6 +187,7 @@ type hostServiceClient struct {
 	getTemplateBlob     *connect.Client[v1.GetTemplateBlobRequest, v1.GetTemplateBlobResponse]
 	putTransferArtifact *connect.Client[v1.PutTransferArtifactRequest, v1.PutTransferArtifactResponse]
 	getTransferArtifact *connect.Client[v1.GetTransferArtifactRequest, v1.GetTransferArtifactResponse]
+	collectableLayers   *connect.Client[v1.CollectableLayersRequest, v1.CollectableLayersResponse]
 }
 
 // RegisterHost calls kibotos.host.v1.HostService.RegisterHost.
@@ -201,6 +218,11 @@ func (c *hostServiceClient) PutTransferArtifact(ctx context.Context) *connect.Cl
 // GetTransferArtifact calls kibotos.host.v1.HostService.GetTransferArtifact.
 func (c *hostServiceClient) GetTransferArtifact(ctx context.Context, req *connect.Request[v1.GetTransferArtifactRequest]) (*connect.ServerStreamForClient[v1.GetTransferArtifactResponse], error) {
 	return c.getTransferArtifact.CallServerStream(ctx, req)
+}
+
+// CollectableLayers calls kibotos.host.v1.HostService.CollectableLayers.
+func (c *hostServiceClient) CollectableLayers(ctx context.Context, req *connect.Request[v1.CollectableLayersRequest]) (*connect.Response[v1.CollectableLayersResponse], error) {
+	return c.collectableLayers.CallUnary(ctx, req)
 }
 
 // HostServiceHandler is an implementation of the kibotos.host.v1.HostService service.
@@ -248,6 +270,13 @@ type HostServiceHandler interface {
 	// GetTransferArtifact streams the artifact an ExecutionRestore names,
 	// from offset to its end, like GetTemplateBlob.
 	GetTransferArtifact(context.Context, *connect.Request[v1.GetTransferArtifactRequest], *connect.ServerStream[v1.GetTransferArtifactResponse]) error
+	// CollectableLayers asks which of the writable layer images the host
+	// keeps, though no assignment names them, no workspace will use again:
+	// those of deleted workspaces, and those a workspace left behind when it
+	// started elsewhere while the host was LOST. The host deletes what the
+	// answer names; an image of a workspace ctrl does not know is never
+	// named.
+	CollectableLayers(context.Context, *connect.Request[v1.CollectableLayersRequest]) (*connect.Response[v1.CollectableLayersResponse], error)
 }
 
 // NewHostServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -293,6 +322,12 @@ func NewHostServiceHandler(svc HostServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(hostServiceMethods.ByName("GetTransferArtifact")),
 		connect.WithHandlerOptions(opts...),
 	)
+	hostServiceCollectableLayersHandler := connect.NewUnaryHandler(
+		HostServiceCollectableLayersProcedure,
+		svc.CollectableLayers,
+		connect.WithSchema(hostServiceMethods.ByName("CollectableLayers")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/kibotos.host.v1.HostService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case HostServiceRegisterHostProcedure:
@@ -307,6 +342,8 @@ func NewHostServiceHandler(svc HostServiceHandler, opts ...connect.HandlerOption
 			hostServicePutTransferArtifactHandler.ServeHTTP(w, r)
 		case HostServiceGetTransferArtifactProcedure:
 			hostServiceGetTransferArtifactHandler.ServeHTTP(w, r)
+		case HostServiceCollectableLayersProcedure:
+			hostServiceCollectableLayersHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -338,4 +375,8 @@ func (UnimplementedHostServiceHandler) PutTransferArtifact(context.Context, *con
 
 func (UnimplementedHostServiceHandler) GetTransferArtifact(context.Context, *connect.Request[v1.GetTransferArtifactRequest], *connect.ServerStream[v1.GetTransferArtifactResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.host.v1.HostService.GetTransferArtifact is not implemented"))
+}
+
+func (UnimplementedHostServiceHandler) CollectableLayers(context.Context, *connect.Request[v1.CollectableLayersRequest]) (*connect.Response[v1.CollectableLayersResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("kibotos.host.v1.HostService.CollectableLayers is not implemented"))
 }
