@@ -20,7 +20,7 @@ import (
 	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
 
-// version prints what the build recorded.
+// TestVersionCommand: version prints what the build recorded.
 func TestVersionCommand(t *testing.T) {
 	cmd := rootCommand()
 	var out strings.Builder
@@ -35,6 +35,10 @@ func TestVersionCommand(t *testing.T) {
 	}
 	if got != buildinfo.Get() || got.GoVersion == "" || got.Version == "" {
 		t.Errorf("version = %+v, want %+v", got, buildinfo.Get())
+	}
+	// Keys in lowerCamelCase, as every -o json of the CLI.
+	if !strings.Contains(out.String(), `"goVersion"`) {
+		t.Errorf("version -o json: %s, want the key goVersion", out.String())
 	}
 }
 

@@ -27,7 +27,7 @@ type Info struct {
 	// "-dirty" is appended when the tree had changes.
 	Commit string `json:"commit"`
 	// GoVersion is the toolchain that built the binary.
-	GoVersion string `json:"go_version"`
+	GoVersion string `json:"goVersion"` // lowerCamelCase, as every -o json of the CLI
 }
 
 var (
