@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -39,6 +40,54 @@ func TestVersionCommand(t *testing.T) {
 	// Keys in lowerCamelCase, as every -o json of the CLI.
 	if !strings.Contains(out.String(), `"goVersion"`) {
 		t.Errorf("version -o json: %s, want the key goVersion", out.String())
+	}
+}
+
+// TestInterruptedCommand: a CLI command cut short by SIGTERM or SIGINT
+// (here one waiting on a server that never answers) exits as a shell
+// reports a command a signal ended, 128 plus the signal, and says so,
+// not "context canceled".
+func TestInterruptedCommand(t *testing.T) {
+	bin := build(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 4)
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- conn // held open, never answered
+		}
+	}()
+	for _, c := range []struct {
+		sig  syscall.Signal
+		code int
+		says string
+	}{{syscall.SIGTERM, 143, "interrupted by SIGTERM"}, {syscall.SIGINT, 130, "interrupted by SIGINT"}} {
+		cmd := exec.Command(bin, "ws", "list")
+		cmd.Env = append(os.Environ(), "KIBOTOS_HOME="+t.TempDir(), "KIBOTOS_ADDR="+ln.Addr().String(), "KIBOTOS_TOKEN=t")
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case conn := <-accepted:
+			defer conn.Close()
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			t.Fatal("the CLI never connected")
+		}
+		cmd.Process.Signal(c.sig)
+		cmd.Wait()
+		if got := cmd.ProcessState.ExitCode(); got != c.code || !strings.Contains(stderr.String(), c.says) {
+			t.Errorf("ws list cut short by %v: exit %d, %q; want %d and %q", c.sig, got, stderr.String(), c.code, c.says)
+		}
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/kibotos/kibotos/internal/buildinfo"
 )
@@ -50,13 +51,21 @@ func Root(verbs ...*cobra.Command) *cobra.Command {
 }
 
 // Main runs root on the process's arguments until SIGINT or SIGTERM and
-// exits: with the remote process's exit code after `ws exec`, else 0, or
-// 1 after printing the error.
+// exits: with the remote process's exit code after `ws exec`, else 0; 128
+// plus the signal, as a shell reports a command a signal ended, when a
+// signal cut a command short; or 1 after printing the error.
 func Main(root *cobra.Command) {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		for s := range signals {
+			cancel(interrupted{s.(syscall.Signal)})
+		}
+	}()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	err := root.ExecuteContext(ctx)
-	stop()
+	signal.Stop(signals)
 	if err == nil {
 		return
 	}
@@ -64,9 +73,20 @@ func Main(root *cobra.Command) {
 	if errors.As(err, &exit) {
 		os.Exit(exit.Code)
 	}
+	var sig interrupted
+	if errors.As(context.Cause(ctx), &sig) {
+		// What the cut-short call says is only that it was canceled.
+		fmt.Fprintf(os.Stderr, "kibotos: interrupted by %s\n", unix.SignalName(sig.Signal))
+		os.Exit(128 + int(sig.Signal))
+	}
 	fmt.Fprintln(os.Stderr, "kibotos:", err)
 	os.Exit(1)
 }
+
+// interrupted is the cause of a command's end by a signal.
+type interrupted struct{ syscall.Signal }
+
+func (i interrupted) Error() string { return i.Signal.String() + " received" }
 
 // versionCommand prints the version, commit and Go version of the binary.
 func versionCommand() *cobra.Command {
