@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
@@ -74,7 +75,7 @@ func Main(root *cobra.Command) {
 		os.Exit(exit.Code)
 	}
 	var sig interrupted
-	if errors.As(context.Cause(ctx), &sig) {
+	if errors.As(context.Cause(ctx), &sig) && (errors.Is(err, context.Canceled) || connect.CodeOf(err) == connect.CodeCanceled) {
 		// What the cut-short call says is only that it was canceled.
 		fmt.Fprintf(os.Stderr, "kibotos: interrupted by %s\n", unix.SignalName(sig.Signal))
 		os.Exit(128 + int(sig.Signal))
