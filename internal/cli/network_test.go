@@ -210,9 +210,14 @@ func TestNetworkWatch(t *testing.T) {
 	applied.NetworkPolicyStatus = &ctrlv1.NetworkPolicyStatus{AppliedRevision: 5, DrainingRevision: 4}
 	faulty := networkWorkspace()
 	faulty.UpdatedAt = timestamppb.New(created.AsTime().Add(2 * time.Second))
-	f.watch = []*ctrlv1.Workspace{first, report, applied, faulty}
+	deleted := proto.CloneOf(faulty) // the stream's last: it ends with it
+	deleted.State, deleted.UpdatedAt = ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED, timestamppb.New(created.AsTime().Add(3*time.Second))
+	f.watch = []*ctrlv1.Workspace{first, report, applied, faulty, deleted}
 
-	stdout, _ := e.call(t, "", "ws", "network", "watch", "ws_1")
+	stdout, stderr := e.call(t, "", "ws", "network", "watch", "ws_1")
+	if stderr != "workspace ws_1 was deleted\n" {
+		t.Errorf("watch of a workspace deleted: stderr %q, want it to say so", stderr)
+	}
 	want := []string{
 		"UPDATED REVISION APPLIED_REVISION DRAINING_REVISION EGRESS_FAULTS RESOLVER_FAULTS",
 		"2025-03-01T12:00:00Z 5 - - - -",

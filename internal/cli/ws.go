@@ -474,8 +474,13 @@ func watchRows(cmd *cobra.Command, c *conn, id string, header []string, row func
 	defer stream.Close()
 	rows := &rowWriter{w: cmd.OutOrStdout(), header: header}
 	for stream.Receive() {
-		cells := row(stream.Msg().GetWorkspace())
+		ws := stream.Msg().GetWorkspace()
+		cells := row(ws)
 		if cells == nil {
+			if ws.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED {
+				// The stream ends with it: say why the watch ends.
+				fmt.Fprintf(cmd.ErrOrStderr(), "workspace %s was deleted\n", id)
+			}
 			continue
 		}
 		if c.structured() {
