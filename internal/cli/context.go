@@ -300,12 +300,26 @@ func contextRemoveCommand() *cobra.Command {
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeContexts,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return editContexts(args[0], func(cfg *contextConfig) {
+			var wasCurrent bool
+			var others []string
+			err := editContexts(args[0], func(cfg *contextConfig) {
 				cfg.Contexts = slices.DeleteFunc(cfg.Contexts, func(s namedServer) bool { return s.Name == args[0] })
-				if cfg.Current == args[0] {
+				if wasCurrent = cfg.Current == args[0]; wasCurrent {
 					cfg.Current = ""
 				}
+				for _, s := range cfg.Contexts {
+					others = append(others, s.Name)
+				}
 			})
+			if err != nil || !wasCurrent {
+				return err
+			}
+			hint := "commands now use KIBOTOS_ADDR and KIBOTOS_TOKEN, or the local server"
+			if len(others) > 0 {
+				hint += "; pick another with: kibotos context use " + strings.Join(others, "|")
+			}
+			_, err = fmt.Fprintf(cmd.ErrOrStderr(), "%s was the current context: no context is current now; %s\n", args[0], hint)
+			return err
 		},
 	}
 }

@@ -98,7 +98,10 @@ func TestContextsChooseTheServer(t *testing.T) {
 	t.Setenv(envAddr, "")
 	t.Setenv(envToken, "")
 
-	e.local(t, "context", "remove", "away")
+	if _, stderr, err := e.run(t, "", "context", "remove", "away"); err != nil || !strings.Contains(stderr, "no context is current now") ||
+		!strings.Contains(stderr, "kibotos context use here") {
+		t.Errorf("removing the current context: %v, %q; want it to say none is current and how to pick another", err, stderr)
+	}
 	if stdout := e.local(t, "context", "list"); strings.Contains(stdout, "away") || strings.Contains(stdout, "*") {
 		t.Errorf("after remove:\n%s", stdout)
 	}
