@@ -168,3 +168,17 @@ func TestContextCAFile(t *testing.T) {
 		t.Errorf("without a CA file: %v, want a certificate error", err)
 	}
 }
+
+// TestArgumentNotText: an argument that is not UTF-8 text, which the
+// client cannot send, is named in the error, not reported as internal.
+func TestArgumentNotText(t *testing.T) {
+	e := newEnv(t)
+	args := []string{"egress", "get", "egr_\xff", "--addr", e.addr, "--token", e.token}
+	_, _, err := e.run(t, "", args...)
+	if err == nil {
+		t.Fatal("a call with an argument that is not UTF-8 succeeded")
+	}
+	if got := explainText(err, args).Error(); !strings.HasPrefix(got, "invalid_argument: ") || !strings.Contains(got, `"egr_\xff"`) {
+		t.Errorf("explained: %q (from %v), want invalid_argument naming the argument", got, err)
+	}
+}

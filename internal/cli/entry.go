@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -80,8 +82,23 @@ func Main(root *cobra.Command) {
 		fmt.Fprintf(os.Stderr, "kibotos: interrupted by %s\n", unix.SignalName(sig.Signal))
 		os.Exit(128 + int(sig.Signal))
 	}
-	fmt.Fprintln(os.Stderr, "kibotos:", err)
+	fmt.Fprintln(os.Stderr, "kibotos:", explainText(err, os.Args[1:]))
 	os.Exit(1)
+}
+
+// explainText names the argument that is not UTF-8 text when err is the
+// client's refusal to send such a request (connect calls it internal,
+// naming no field): the API carries text as UTF-8.
+func explainText(err error, args []string) error {
+	if connect.CodeOf(err) != connect.CodeInternal || !strings.Contains(err.Error(), "invalid UTF-8") {
+		return err
+	}
+	for _, arg := range args {
+		if !utf8.ValidString(arg) {
+			return fmt.Errorf("invalid_argument: the argument %q is not UTF-8 text, which is all the API carries", arg)
+		}
+	}
+	return err
 }
 
 // interrupted is the cause of a command's end by a signal.
