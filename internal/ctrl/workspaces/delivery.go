@@ -39,11 +39,7 @@ func (s *Service) Assignments(ctx context.Context, hostID string) (*hostv1.Watch
 		if out.DeletedEgressIds, err = tx.DeletedObjects(ctx, store.KindEgress, now.Add(-resource.MaxDrainSeconds*time.Second)); err != nil {
 			return err
 		}
-		rows, err := tx.HostWorkspaces(ctx, hostID)
-		if err != nil {
-			return err
-		}
-		records, err := s.decoded.of(hostID, rows)
+		records, err := s.hostRecords(ctx, tx, hostID)
 		if err != nil {
 			return err
 		}
@@ -76,6 +72,16 @@ func (s *Service) Assignments(ctx context.Context, hostID string) (*hostv1.Watch
 		return nil
 	})
 	return out, err
+}
+
+// hostRecords returns the records of the live workspaces placed on a
+// host, decoded once per version (decodedCache).
+func (s *Service) hostRecords(ctx context.Context, tx store.Tx, hostID string) ([]*record, error) {
+	rows, err := tx.HostWorkspaces(ctx, hostID)
+	if err != nil {
+		return nil, err
+	}
+	return s.decoded.of(hostID, rows)
 }
 
 func (r *record) assignment(now time.Time) *hostv1.Assignment {

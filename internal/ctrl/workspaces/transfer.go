@@ -115,11 +115,7 @@ func (s *Service) CheckRestoring(ctx context.Context, hostID, transferID string)
 		return err
 	}
 	return s.Store.View(ctx, func(tx store.Tx) error {
-		rows, err := tx.HostWorkspaces(ctx, hostID)
-		if err != nil {
-			return err
-		}
-		records, err := s.decoded.of(hostID, rows)
+		records, err := s.hostRecords(ctx, tx, hostID)
 		if err != nil {
 			return err
 		}
