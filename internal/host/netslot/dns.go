@@ -125,18 +125,30 @@ type dnsStream struct {
 	drain
 }
 
-// follow moves a stream that is not draining onto a, or starts its drain
-// when a replaces the revision of its Resolver; it reports true when the
-// drain is zero and the caller must close the stream now.
+// follow moves a stream onto a, or starts its drain when a replaces the
+// revision of its Resolver; it reports true when the drain is zero and the
+// caller must close the stream now. A stream draining on a Resolver that a
+// no longer names (another one, none, DENY_ALL: no query leaves the slot)
+// ends its drain and answers as a says; one a still names keeps the
+// deadline of the update that started its drain.
 func (st *dnsStream) follow(a *applied) bool {
-	if st.draining() {
-		return false // an earlier change's deadline holds
-	}
-	if old, now := st.resolver, a.resolver; old != nil && now != nil && old.key == now.key && old.revision != now.revision {
+	old, now := st.resolver, a.resolver
+	sameResolver := old != nil && now != nil && old.key == now.key
+	switch {
+	case st.draining() && sameResolver:
+		return false // an earlier update's deadline holds
+	case sameResolver && old.revision != now.revision:
 		return st.startDrain(now.drain, func() { st.conn.Close() })
 	}
-	st.resolver = a.resolver
+	st.stopDrain()
+	st.resolver = now
 	return false
+}
+
+// throughEgress reports whether the stream drains through one of the
+// Egresses deleted.
+func (st *dnsStream) throughEgress(deleted map[string]bool) bool {
+	return st.draining() && st.resolver != nil && deleted[st.resolver.path.GetEgressId()]
 }
 
 // trackDNSStream registers a guest's DNS stream on the Resolver revision in

@@ -1,6 +1,7 @@
 package netslot_test
 
 import (
+	"errors"
 	"io"
 	"net"
 	"net/netip"
@@ -123,4 +124,54 @@ func dialGuest(t *testing.T, s *netslot.Slot, dst netip.AddrPort) closeWriter {
 	t.Cleanup(func() { c.Close() })
 	c.SetDeadline(time.Now().Add(5 * time.Second))
 	return c.(closeWriter)
+}
+
+// TestSlotEgressUpdateWhileDialing: an update of an Egress that comes
+// while a connection is still being dialed through its old revision
+// treats that connection as Apply treats the open ones: without a drain
+// it is reset, with one it drains and then closes.
+func TestSlotEgressUpdateWhileDialing(t *testing.T) {
+	dst := echoOnTestHost(t)
+	for _, drain := range []uint32{0, 1} {
+		hold := make(chan struct{})
+		proxy := socks5test.Start(t, "127.0.0.1:0", socks5test.Options{HoldConnect: hold})
+		s := newSlot(t)
+		s.Apply(egressPolicy(proxy.Addr(), nil))
+		result := make(chan error, 1)
+		go func() {
+			c, err := dial(t, s, dst)
+			if err == nil {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(5 * time.Second))
+				var b [1]byte
+				if _, err = io.WriteString(c, "x"); err == nil {
+					_, err = io.ReadFull(c, b[:])
+				}
+				if err == nil && drain > 0 {
+					// Open through the drain: it ends with it.
+					_, err = io.ReadFull(c, b[:])
+					if err != nil {
+						err = nil // closed at the drain's end
+					} else {
+						err = errors.New("the connection outlived its drain")
+					}
+				}
+			}
+			result <- err
+		}()
+		for len(proxy.Connects()) == 0 {
+			time.Sleep(5 * time.Millisecond)
+		}
+		updated := egressPolicy(proxy.Addr(), nil)
+		updated.Egresses[0].Revision, updated.Egresses[0].DrainSeconds = 2, drain
+		s.Apply(updated)
+		close(hold)
+		err := <-result
+		switch {
+		case drain == 0 && err == nil:
+			t.Error("a connection dialed through revision 1 went on after an update without drain")
+		case drain > 0 && err != nil:
+			t.Errorf("a connection dialed through revision 1 during an update with a drain: %v", err)
+		}
+	}
 }

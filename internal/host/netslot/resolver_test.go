@@ -13,6 +13,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/internal/host/netslot"
+	"github.com/kibotos/kibotos/internal/host/socks5/socks5test"
 	"github.com/kibotos/kibotos/internal/testutil/nettest"
 )
 
@@ -151,4 +152,88 @@ func lookupRcode(c *dns.Conn) (int, error) {
 		return 0, err
 	}
 	return r.Rcode, nil
+}
+
+// TestSlotDrainingDNSStreamFollowsThePolicy: a DNS stream draining on a
+// replaced Resolver revision forwards nothing more once the policy no
+// longer names that Resolver: under DENY_ALL its queries are REFUSED (no
+// packet leaves the slot), under another Resolver they go to that one,
+// and the status shows no drain.
+func TestSlotDrainingDNSStreamFollowsThePolicy(t *testing.T) {
+	inet := nettest.NewInternet(t)
+	first := answeringResolver(t, inet, "192.0.2.1")
+	second := answeringResolver(t, inet, "192.0.2.2")
+	other := answeringResolver(t, inet, "192.0.2.9")
+	s := newSlot(t, netip.MustParseAddrPort("127.0.0.1:53"))
+	s.Apply(resolverPolicy(1, 0, first))
+	stream := dnsStream(t, s)
+	if got, err := lookup(stream); err != nil || got != "192.0.2.1" {
+		t.Fatalf("revision 1: %s, %v", got, err)
+	}
+	s.Apply(resolverPolicy(2, 600, second)) // the stream drains on revision 1
+
+	denied := policy(2, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_DENY_ALL, 600)
+	s.Apply(denied)
+	if got, err := lookupRcode(stream); err != nil || got != dns.RcodeRefused {
+		t.Fatalf("the draining stream under DENY_ALL: %v, %v; want REFUSED", got, err)
+	}
+	if st := s.Report().GetStatus(); st.GetDrainingRevision() != 0 || len(st.GetResolvers()) != 0 {
+		t.Errorf("status under DENY_ALL: %v, want nothing draining", st)
+	}
+
+	// Back on r, draining again, then a policy naming another Resolver.
+	s.Apply(resolverPolicy(3, 0, first))
+	s.Apply(resolverPolicy(4, 600, second))
+	if got, err := lookup(stream); err != nil || got != "192.0.2.1" {
+		t.Fatalf("the stream draining on revision 3: %s, %v", got, err)
+	}
+	another := resolverPolicy(1, 0, other)
+	another.Policy.Revision = 3
+	another.Policy.Resolvers[0].ResolverId, another.Resolvers[0].ResolverId = "r2", "r2"
+	s.Apply(another)
+	if got, err := lookup(stream); err != nil || got != "192.0.2.9" {
+		t.Fatalf("the stream once the policy names another Resolver: %s, %v; want its answer", got, err)
+	}
+}
+
+// TestSlotDeletedEgressClosesDrainingDNSStream: a DNS stream draining on a
+// Resolver revision that went through an Egress closes when that Egress is
+// deleted, as the connections draining through it do.
+func TestSlotDeletedEgressClosesDrainingDNSStream(t *testing.T) {
+	inet := nettest.NewInternet(t)
+	tcpResolver := func(answer string) string {
+		l := inet.Listen(t, "tcp4", nettest.HostIPv4.String()+":0")
+		srv := &dns.Server{Listener: l, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
+			r := new(dns.Msg).SetReply(q)
+			rr, _ := dns.NewRR(q.Question[0].Name + " 60 IN A " + answer)
+			r.Answer = append(r.Answer, rr)
+			w.WriteMsg(r)
+		})}
+		go srv.ActivateAndServe()
+		t.Cleanup(func() { srv.Shutdown() })
+		return l.Addr().String()
+	}
+	proxy := socks5test.Start(t, "127.0.0.1:0", socks5test.Options{})
+	through := func(rev uint64, address string) *hostv1.NetworkAssignment {
+		n := egressPolicy(proxy.Addr(), nil)
+		n.Policy.Resolvers = []*ctrlv1.NetworkPolicyResolver{{ResolverId: "r",
+			Path: &ctrlv1.ResolverPath{Kind: &ctrlv1.ResolverPath_EgressId{EgressId: "eg"}}}}
+		n.Resolvers = []*hostv1.ResolverAssignment{{ResolverId: "r", Revision: rev, DrainSeconds: 600,
+			Spec: &ctrlv1.ResolverSpec{Protocol: &ctrlv1.ResolverSpec_Tcp{Tcp: &ctrlv1.TcpResolver{Address: address}}}}}
+		return n
+	}
+	s := newSlot(t, netip.MustParseAddrPort("127.0.0.1:53"))
+	s.Apply(through(1, tcpResolver("192.0.2.1")))
+	stream := dnsStream(t, s)
+	if got, err := lookup(stream); err != nil || got != "192.0.2.1" {
+		t.Fatalf("revision 1 through the Egress: %s, %v", got, err)
+	}
+	s.Apply(through(2, tcpResolver("192.0.2.2"))) // the stream drains on revision 1
+	if got, err := lookup(stream); err != nil || got != "192.0.2.1" {
+		t.Fatalf("the stream draining on revision 1: %s, %v", got, err)
+	}
+	s.CloseEgresses(map[string]bool{"eg": true})
+	if _, err := lookup(stream); err == nil {
+		t.Fatal("the stream draining through the deleted Egress still answers")
+	}
 }

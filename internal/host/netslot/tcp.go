@@ -56,13 +56,14 @@ func (d *drain) startDrain(dur time.Duration, closeConn func()) bool {
 	return false
 }
 
-// stopDrain cancels the deadline of a connection that closed; it reports
-// whether the connection was draining.
+// stopDrain cancels the deadline of a connection that closed or no longer
+// drains; it reports whether the connection was draining.
 func (d *drain) stopDrain() bool {
 	if d.timer == nil {
 		return false
 	}
 	d.timer.Stop()
+	d.timer = nil
 	return true
 }
 
@@ -212,28 +213,46 @@ func (s *Slot) track(f *flow, a *applied) bool {
 			return false
 		}
 		f.policy, f.policyRevision = now.policy, now.revision
+		// An update of its Egress came while it dialed through the old
+		// revision: it drains as Apply would have made it, or closes.
+		if e := now.egresses[f.decision.EgressID]; f.decision.Action == netpolicy.Forward && e != nil && e.revision != f.egressRevision {
+			f.egressDraining = true
+			if f.startDrain(e.drain, func() { s.closeFlow(f) }) {
+				return false
+			}
+		}
 	}
 	s.conns[f] = struct{}{}
 	return true
 }
 
-// CloseEgresses closes at once every connection that goes through one
-// of the Egresses deleted: DeleteEgress closes the connections still
-// draining through it (no policy in force references a deleted Egress).
+// CloseEgresses closes at once every connection, and every DNS stream,
+// that goes through one of the Egresses deleted: DeleteEgress closes the
+// connections still draining through it (no policy in force references a
+// deleted Egress).
 func (s *Slot) CloseEgresses(deleted map[string]bool) {
 	if len(deleted) == 0 {
 		return
 	}
 	var closeNow []*flow
+	var closeStreams []*dnsStream
 	s.mu.Lock()
 	for f := range s.conns {
 		if f.decision.Action == netpolicy.Forward && deleted[f.decision.EgressID] {
 			closeNow = append(closeNow, f)
 		}
 	}
+	for st := range s.dnsStreams {
+		if st.throughEgress(deleted) {
+			closeStreams = append(closeStreams, st)
+		}
+	}
 	s.mu.Unlock()
 	for _, f := range closeNow {
 		s.closeFlow(f)
+	}
+	for _, st := range closeStreams {
+		st.conn.Close()
 	}
 }
 

@@ -76,6 +76,9 @@ type Options struct {
 	// IPv6 relay) and the relay's port, which means the server's own
 	// address.
 	UnspecifiedRelay bool
+	// HoldConnect, when set, holds each CONNECT, once recorded in Connects,
+	// until it is closed: a test changes something while the client dials.
+	HoldConnect <-chan struct{}
 }
 
 // dialTimeout bounds the dial of a CONNECT target.
@@ -375,6 +378,9 @@ func (s *Server) connect(c net.Conn, target string, fault Fault) {
 	if fault == RefuseConnect {
 		reply(c, repRefused, netip.AddrPort{})
 		return
+	}
+	if s.o.HoldConnect != nil {
+		<-s.o.HoldConnect
 	}
 	up, err := net.DialTimeout("tcp", target, dialTimeout)
 	if err != nil {
