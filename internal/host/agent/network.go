@@ -17,6 +17,7 @@ import (
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/internal/host/netpolicy"
 	"github.com/kibotos/kibotos/internal/host/netslot"
+	"github.com/kibotos/kibotos/internal/host/runtime"
 	"github.com/kibotos/kibotos/internal/netcheck"
 )
 
@@ -182,6 +183,7 @@ func (e *execution) createSlot(as *hostv1.Assignment) (*netslot.Slot, error) {
 // reopenSlot serves the namespace of an execution adopted after a restart.
 func (e *execution) reopenSlot() {
 	if _, err := os.Stat(e.agent.netnsPath(e.id)); err != nil {
+		slog.Error("an execution adopted running has no network namespace: its guest has no network until it is started again", "execution", e.id, "err", err)
 		return
 	}
 	s, err := netslot.Open(e.slotConfig())
@@ -254,14 +256,22 @@ func (e *execution) withNetwork(r *hostv1.ExecutionReport) *hostv1.ExecutionRepo
 }
 
 // releaseSlotsExcept removes the namespaces of executions that did not
-// survive a restart (and of pool entries).
-func (a *Agent) releaseSlotsExcept(running []string) {
+// survive a restart (and of pool entries): those of running, and of any
+// the driver does not say have ended (a recovery that failed for one),
+// stay, as a running guest's network lives in its namespace.
+func (a *Agent) releaseSlotsExcept(ctx context.Context, running []string) {
 	entries, err := os.ReadDir(a.cfg.Network.Dir)
 	if err != nil {
 		return
 	}
 	for _, ent := range entries {
 		if slices.ContainsFunc(running, func(id string) bool { return filepath.Base(a.netnsPath(id)) == ent.Name() }) {
+			continue
+		}
+		// Namespaces are named by runtime ID, which the host's own driver
+		// knows.
+		if st, err := a.driver.Status(ctx, ent.Name()); !errors.Is(err, runtime.ErrNotFound) && (err != nil || st.Running) {
+			slog.Error("keeping the network namespace of an execution that may run", "execution", ent.Name(), "err", err)
 			continue
 		}
 		if err := netslot.Release(a.netnsPath(ent.Name())); err != nil {

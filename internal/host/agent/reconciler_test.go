@@ -614,6 +614,60 @@ func TestReconcilerCollectsDeadLayers(t *testing.T) {
 	}
 }
 
+// TestRecoveryKeepsTheNamespacesOfRunningGuests: a recovery that stops
+// midway (the agent told to stop as it starts) or cannot settle an
+// execution (its runtime state unreadable) releases no namespace of an
+// execution that may run: a running guest's network lives in it. What the
+// driver says ended is released.
+func TestRecoveryKeepsTheNamespacesOfRunningGuests(t *testing.T) {
+	e := newReconcilerEnv(t)
+	_, end := e.runAgent(t, e.driver)
+	unsettled, dead := e.assignment("ws_unsettled", 1, "lay_unsettled"), e.assignment("ws_dead", 1, "lay_dead")
+	e.running(t, unsettled)
+	e.running(t, dead)
+	end()
+	e.driver.Exit(dead.ExecutionId, runtime.Status{ExitCode: 0})
+	namespace := func(id string) bool {
+		_, err := os.Stat(filepath.Join(e.cfg.Network.Dir, id))
+		return err == nil
+	}
+	recoverWith := func(ctx context.Context, driver *fake.Driver) {
+		cfg := e.cfg
+		cfg.Driver = driver
+		a, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.recoverExecutions(ctx)
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		for _, ex := range a.execs {
+			ex.cancel()
+			if s := ex.getSlot(); s != nil {
+				s.Close()
+			}
+		}
+	}
+
+	stopping, cancel := context.WithCancel(context.Background())
+	cancel()
+	recoverWith(stopping, e.driver.Restart())
+	if !namespace(unsettled.ExecutionId) || !namespace(dead.ExecutionId) {
+		t.Fatalf("a recovery cut short released namespaces: %s %v, %s %v", unsettled.ExecutionId, namespace(unsettled.ExecutionId),
+			dead.ExecutionId, namespace(dead.ExecutionId))
+	}
+
+	restarted := e.driver.Restart()
+	restarted.FailRecover(unsettled.ExecutionId, errors.New("runc state: signal: killed"))
+	recoverWith(context.Background(), restarted)
+	if !namespace(unsettled.ExecutionId) {
+		t.Error("the namespace of an execution the recovery could not settle was released")
+	}
+	if namespace(dead.ExecutionId) {
+		t.Error("the namespace of an execution that ended is left")
+	}
+}
+
 // TestReconcilerRestart: a new agent (over a new driver object, as after a
 // restart of the host agent's process) adopts the execution that still
 // runs without starting it again, serves its namespace again, and reports

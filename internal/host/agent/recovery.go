@@ -20,7 +20,10 @@ func (a *Agent) recoverExecutions(ctx context.Context) {
 		slog.Info("recovered running execution", "execution", id)
 		a.adopt(ctx, id)
 	}
-	a.releaseSlotsExcept(running)
+	if ctx.Err() != nil {
+		return // stopping amid the recovery: what it did not reach may run
+	}
+	a.releaseSlotsExcept(ctx, running)
 }
 
 // releaseTransferMounts releases the mounts of exports and restores that

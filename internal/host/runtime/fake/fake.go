@@ -51,8 +51,10 @@ type machine struct {
 	// that holds it.
 	inUse map[string]string
 
-	failStart  map[string]error
-	neverReady map[string]bool
+	failStart map[string]error
+	// failRecover are the IDs Recover cannot settle, with why.
+	failRecover map[string]error
+	neverReady  map[string]bool
 	// hung holds the CheckGuest calls of an ID until it is closed
 	// (HangChecks); hanging counts those waiting.
 	hung    map[string]chan struct{}
@@ -123,7 +125,7 @@ func (e *execution) running() bool {
 // New returns a driver over a new, empty machine.
 func New() *Driver {
 	return &Driver{m: &machine{execs: map[string]*execution{}, inUse: map[string]string{},
-		failStart: map[string]error{}, neverReady: map[string]bool{}, hung: map[string]chan struct{}{}, hanging: map[string]int{},
+		failStart: map[string]error{}, failRecover: map[string]error{}, neverReady: map[string]bool{}, hung: map[string]chan struct{}{}, hanging: map[string]int{},
 		stops: map[string]stopOutcome{}, starts: map[string]int{}}}
 }
 
@@ -140,6 +142,15 @@ func (d *Driver) FailStart(id string, err error) {
 	d.m.mu.Lock()
 	defer d.m.mu.Unlock()
 	d.m.failStart[id] = err
+}
+
+// FailRecover makes Recover unable to settle id, as when the runtime's
+// state of it cannot be read: Recover neither returns nor releases it,
+// and fails with err.
+func (d *Driver) FailRecover(id string, err error) {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	d.m.failRecover[id] = err
 }
 
 // NeverReady makes Probe of id fail with ErrNeverReady until it is
@@ -761,13 +772,17 @@ func (d *Driver) Recover(ctx context.Context) ([]string, error) {
 	d.m.mu.Lock()
 	defer d.m.mu.Unlock()
 	var running []string
+	var errs []error
 	for id, e := range d.m.execs {
-		if e.running() || e.status.Shutdown {
+		switch err := d.m.failRecover[id]; {
+		case err != nil:
+			errs = append(errs, err)
+		case e.running() || e.status.Shutdown:
 			running = append(running, id)
-		} else {
+		default:
 			d.m.release(id)
 		}
 	}
 	slices.Sort(running)
-	return running, nil
+	return running, errors.Join(errs...)
 }
