@@ -220,14 +220,52 @@ func (d *Driver) mountLayers(rec *record) error {
 	}
 	lower := slices.Clone(rec.Layers)
 	slices.Reverse(lower) // overlay lists the top layer first
-	opts := "lowerdir=" + strings.Join(lower, ":") + ",upperdir=" + upper + ",workdir=" + work
+	opts := overlayOptions(lower, upper, work)
 	if len(opts) >= os.Getpagesize() {
-		return fmt.Errorf("oci: overlay options of %d bytes exceed a page; use shorter layer paths", len(opts))
+		// The options must fit in a page: name the layers by descriptors
+		// (/proc/self/fd/N, about 17 bytes each) while the mount resolves
+		// them, which holds several times as many layers.
+		short, closeAll, err := descriptorPaths(lower)
+		if err != nil {
+			return err
+		}
+		defer closeAll()
+		if opts = overlayOptions(short, upper, work); len(opts) >= os.Getpagesize() {
+			return fmt.Errorf("oci: an image of %d layers: overlay options of %d bytes exceed a page", len(lower), len(opts))
+		}
 	}
 	if err := unix.Mount("overlay", rec.RootfsPath, "overlay", 0, opts); err != nil {
 		return fmt.Errorf("oci: mounting the overlay rootfs: %w", err)
 	}
 	return nil
+}
+
+// overlayOptions are the mount options of an overlay of lower (top
+// first) under upper.
+func overlayOptions(lower []string, upper, work string) string {
+	return "lowerdir=" + strings.Join(lower, ":") + ",upperdir=" + upper + ",workdir=" + work
+}
+
+// descriptorPaths opens each of dirs and returns paths that name them by
+// descriptor, and a function that closes the descriptors.
+func descriptorPaths(dirs []string) ([]string, func(), error) {
+	var fds []int
+	closeAll := func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}
+	paths := make([]string, 0, len(dirs))
+	for _, dir := range dirs {
+		fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("oci: opening layer %s: %w", dir, err)
+		}
+		fds = append(fds, fd)
+		paths = append(paths, fmt.Sprintf("/proc/self/fd/%d", fd))
+	}
+	return paths, closeAll, nil
 }
 
 // Stop ends an execution and releases it; see runtime.Driver. StopNormal

@@ -3,6 +3,7 @@ package oci
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -888,5 +889,29 @@ func TestProbeKept(t *testing.T) {
 	e.stop(t, spec, runtime.StopNormal)
 	if kept() != nil || !p.closed || p.conn != nil || p.oom.f != nil || p.pressure.f != nil {
 		t.Errorf("still kept after the stop: %+v", p)
+	}
+}
+
+// TestManyLayers: an image of more layers than fit in a page of overlay
+// options by their paths still starts, every layer in its place.
+func TestManyLayers(t *testing.T) {
+	e := newEnv(t)
+	// Long paths, as a host's unpacked layers have: 120 layers of about
+	// 150 bytes each are four pages of options.
+	deep := filepath.Join(t.TempDir(), strings.Repeat("unpacked-layers-", 8))
+	for i := range 120 {
+		dir := filepath.Join(deep, fmt.Sprintf("%064d", i))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "top"), []byte(fmt.Sprintf("%d\n", i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		e.layers = append(e.layers, dir)
+	}
+	spec := e.spec("layers", e.image(t))
+	e.start(t, spec)
+	if got := e.exec(t, "layers", "sh", "-c", "cat /top; cat /etc/motd"); got != "119\ntop\n" {
+		t.Errorf("the top layer's /top and a lower layer's /etc/motd: %q, want 119 and top", got)
 	}
 }
