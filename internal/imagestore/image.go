@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -115,6 +116,9 @@ func (s *Store) importImage(ctx context.Context, img v1.Image) (Image, error) {
 		return Image{}, fmt.Errorf("%w: manifest has %d layers, config %d diff_ids", ErrInvalidImage, len(m.Layers), len(cf.RootFS.DiffIDs))
 	}
 	if _, err := displayOf(cf.Config.Labels); err != nil {
+		return Image{}, err
+	}
+	if err := checkRunnable(len(rawConfig), len(m.Layers), cf.Config.Env); err != nil {
 		return Image{}, err
 	}
 
@@ -283,6 +287,45 @@ func (s *Store) Image(manifestDigest string) (Image, error) {
 		})
 	}
 	return img, nil
+}
+
+// The bounds of what a workspace can run: an image beyond them is refused
+// at import rather than failing every start.
+const (
+	// MaxLayers is how many layers a workspace's root may stack (the
+	// overlay's options, a layer named in about 17 bytes, fit in a page).
+	MaxLayers = 200
+	// MaxEnvBytes bounds an image's environment, which every process of
+	// its workspaces receives and every workspace's record carries.
+	MaxEnvBytes = 128 << 10
+	// maxConfigBytes bounds the config file ctrl parses.
+	maxConfigBytes = 4 << 20
+)
+
+// checkRunnable refuses (ErrInvalidImage) an image that no workspace could
+// run: no layer or more than MaxLayers, a config over maxConfigBytes, an
+// environment over MaxEnvBytes or with an entry that is not NAME=VALUE
+// (a name, no NUL byte).
+func checkRunnable(configBytes, layers int, env []string) error {
+	switch {
+	case configBytes > maxConfigBytes:
+		return fmt.Errorf("%w: its config is %d bytes; at most %d are taken", ErrInvalidImage, configBytes, maxConfigBytes)
+	case layers == 0:
+		return fmt.Errorf("%w: it has no layer; a workspace's root needs at least one", ErrInvalidImage)
+	case layers > MaxLayers:
+		return fmt.Errorf("%w: it has %d layers; a workspace's root stacks at most %d", ErrInvalidImage, layers, MaxLayers)
+	}
+	total := 0
+	for i, kv := range env {
+		total += len(kv) + 1
+		if name, _, ok := strings.Cut(kv, "="); !ok || name == "" || strings.ContainsRune(kv, 0) {
+			return fmt.Errorf("%w: config Env[%d] %.40q is not NAME=VALUE without NUL bytes", ErrInvalidImage, i, kv)
+		}
+	}
+	if total > MaxEnvBytes {
+		return fmt.Errorf("%w: its config's Env is %d bytes; at most %d are taken", ErrInvalidImage, total, MaxEnvBytes)
+	}
+	return nil
 }
 
 // displayOf reads the display label of an image config's labels: nil

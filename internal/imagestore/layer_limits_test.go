@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"golang.org/x/sys/unix"
 )
@@ -220,4 +222,50 @@ func TestSparseArchiveEntriesRefused(t *testing.T) {
 		t.Errorf("layout tar with a sparse entry: %v", err)
 	}
 	assertClean(t, s)
+}
+
+// TestUnrunnableImagesRefused: an image no workspace could run is refused
+// at import, saying why, and nothing is stored: no layer, more layers than
+// a root stacks, an environment entry runc refuses, an environment too
+// large to give every process (and keep in every workspace's record).
+func TestUnrunnableImagesRefused(t *testing.T) {
+	ctx := context.Background()
+	withEnv := func(env ...string) v1.Image {
+		img := testImage(t, "amd64", tarLayer(t, fileE("f", "x")))
+		cf, err := img.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cf = cf.DeepCopy()
+		cf.Config.Env = env
+		if img, err = mutate.ConfigFile(img, cf); err != nil {
+			t.Fatal(err)
+		}
+		return img
+	}
+	var many []v1.Layer
+	for i := range MaxLayers + 1 {
+		many = append(many, tarLayer(t, fileE(fmt.Sprintf("f%d", i), "x")))
+	}
+	big := strings.Repeat("v", 64<<10)
+	for _, c := range []struct {
+		name, says string
+		img        v1.Image
+	}{
+		{"no layer", "no layer", testImage(t, "amd64")},
+		{"too many layers", "201 layers", testImage(t, "amd64", many...)},
+		{"an entry without =", "Env[1]", withEnv("A=b", "NOEQUALS")},
+		{"an entry without a name", "Env[0]", withEnv("=x")},
+		{"an entry with a NUL byte", "Env[0]", withEnv("A=b\x00c")},
+		{"an environment too large", "Env is", withEnv("A="+big, "B="+big, "C=c")},
+	} {
+		s := openStore(t)
+		if _, err := s.ImportImage(ctx, c.img); !errors.Is(err, ErrInvalidImage) || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: %v, want invalid image saying %q", c.name, err, c.says)
+		}
+		assertClean(t, s)
+	}
+	if _, err := openStore(t).ImportImage(ctx, withEnv("A=", "PATH=/bin:/usr/bin", "B="+big)); err != nil {
+		t.Errorf("an image with an empty value and 64 KiB of Env: %v", err)
+	}
 }
