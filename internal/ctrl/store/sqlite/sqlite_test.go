@@ -2,12 +2,15 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/store/sqlite"
+	"github.com/kibotos/kibotos/internal/ctrl/store/sqlstore"
 	"github.com/kibotos/kibotos/internal/ctrl/store/storetest"
 )
 
@@ -73,4 +76,31 @@ func TestSecondOpenRefused(t *testing.T) {
 		t.Fatalf("open after close: %v", err)
 	}
 	s.Close()
+}
+
+// TestNewerStoreRefused: a database a newer build migrated (a migration
+// this build does not know) is refused, saying so, rather than read and
+// rewritten by an older build.
+func TestNewerStoreRefused(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "kibotos.db")
+	s, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO schema_migrations (version, name) VALUES (9999, '9999_from_the_future.sql')`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if s, err := sqlite.Open(ctx, path); !errors.Is(err, sqlstore.ErrNewerStore) || !strings.Contains(err.Error(), "9999") {
+		if err == nil {
+			s.Close()
+		}
+		t.Fatalf("open of a store with migration 9999: %v, want it refused naming it", err)
+	}
 }

@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -10,11 +11,15 @@ import (
 	"strings"
 )
 
+// ErrNewerStore is Migrate's refusal of a store migrated by a newer build.
+var ErrNewerStore = errors.New("the store was migrated by a newer Kibotos")
+
 // Migrate applies the migrations in fsys that db has not applied yet, in
 // version order, in one transaction. Files are named NNNN_name.sql; a
 // version once applied is never run again, so a released file must never
 // change. lock, when not empty, is run first inside the transaction so that
-// replicas starting together migrate one at a time.
+// replicas starting together migrate one at a time. A store that has a
+// migration fsys lacks is refused (ErrNewerStore).
 func Migrate(ctx context.Context, s *Store, fsys fs.FS, lock string) error {
 	files, err := fs.Glob(fsys, "*.sql")
 	if err != nil {
@@ -60,6 +65,14 @@ func Migrate(ctx context.Context, s *Store, fsys fs.FS, lock string) error {
 	})
 	if err != nil {
 		return err
+	}
+	// A store a newer build migrated holds what this one would misread
+	// (or rewrite without): refuse it rather than run a downgrade.
+	for _, v := range applied {
+		if !slices.ContainsFunc(all, func(m migration) bool { return m.version == v }) {
+			return fmt.Errorf("%w: it has migration %d, which this build does not know (it knows up to %d): run the build that migrated it, or a newer one",
+				ErrNewerStore, v, all[len(all)-1].version)
+		}
 	}
 	for _, m := range all {
 		if slices.Contains(applied, m.version) {
