@@ -137,7 +137,7 @@ func (s *AdminService) ListTokens(ctx context.Context, req *connect.Request[admi
 func (s *AdminService) RevokeToken(ctx context.Context, req *connect.Request[adminv1.RevokeTokenRequest]) (*connect.Response[adminv1.RevokeTokenResponse], error) {
 	tok, err := s.projects.RevokeToken(ctx, req.Msg.GetTokenId())
 	if err == nil && s.sessions != nil {
-		err = s.sessions.RevokeIssuedBy(ctx, tok.ID)
+		err = s.sessions.RevokeIssuedBy(ctx, tok.ProjectID, tok.ID)
 	}
 	return Respond(&adminv1.RevokeTokenResponse{Token: toToken(tok)}, err)
 }

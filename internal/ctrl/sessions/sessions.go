@@ -202,15 +202,17 @@ func revoke(ws *ctrlv1.Workspace, dp *workspaces.DataPlane, sessions []store.Ses
 	return changed, nil
 }
 
-// RevokeIssuedBy revokes every unexpired session the API token issued,
-// in every workspace, as RevokeSession would each: the token's revocation
-// ends the data-plane access it handed out. A workspace with too many
+// RevokeIssuedBy revokes every unexpired session the API token of the
+// project issued, in every workspace, as RevokeSession would each: the
+// token's revocation ends the data-plane access it handed out. Sessions of
+// the project that no token is recorded for (issued before tokens were)
+// go too, as any of them may be the token's. A workspace with too many
 // revoked sessions already gets a new data-plane key instead, which ends
 // all of its sessions. It is for the token's revocation, which the caller
 // has checked and made.
-func (s *Service) RevokeIssuedBy(ctx context.Context, tokenID string) error {
+func (s *Service) RevokeIssuedBy(ctx context.Context, projectID, tokenID string) error {
 	if tokenID == "" {
-		return nil // sessions issued before tokens were recorded have none
+		return nil
 	}
 	var changed []string
 	err := s.Store.Update(ctx, func(tx store.Tx) error {
@@ -219,6 +221,15 @@ func (s *Service) RevokeIssuedBy(ctx context.Context, tokenID string) error {
 		issued, err := tx.TokenSessions(ctx, tokenID, now)
 		if err != nil {
 			return err
+		}
+		unattributed, err := tx.TokenSessions(ctx, "", now)
+		if err != nil {
+			return err
+		}
+		for _, ses := range unattributed {
+			if ses.ProjectID == projectID {
+				issued = append(issued, ses)
+			}
 		}
 		byWorkspace := map[[2]string][]store.Session{}
 		for _, ses := range issued {

@@ -375,8 +375,8 @@ func TestSessionsEndWithTheirGeneration(t *testing.T) {
 	}
 }
 
-// TestRevokeIssuedBy revokes the sessions an API token issued, and only
-// those; a workspace whose list of revocations is full gets a new key
+// TestRevokeIssuedBy revokes the sessions an API token issued, and those
+// of its project no token is recorded for, and only those; a workspace whose list of revocations is full gets a new key
 // instead, which ends all of its sessions.
 func TestRevokeIssuedBy(t *testing.T) {
 	e := newEnv(t)
@@ -392,10 +392,13 @@ func TestRevokeIssuedBy(t *testing.T) {
 		return resp
 	}
 	a1, a2, b := issue("tok_a"), issue("tok_a"), issue("tok_b")
-	if err := e.svc.RevokeIssuedBy(context.Background(), "tok_a"); err != nil {
+	// One issued before tokens were recorded: any token's revocation in
+	// its project ends it.
+	legacy := issue("")
+	if err := e.svc.RevokeIssuedBy(context.Background(), "p1", "tok_a"); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []*ctrlv1.IssueSessionResponse{a1, a2} {
+	for _, s := range []*ctrlv1.IssueSessionResponse{a1, a2, legacy} {
 		if err := e.check(id, s.Token); !errors.Is(err, sessiontoken.ErrRevoked) {
 			t.Errorf("a session of the revoked token: %v", err)
 		}
@@ -403,7 +406,7 @@ func TestRevokeIssuedBy(t *testing.T) {
 	if err := e.check(id, b.Token); err != nil {
 		t.Errorf("a session of another token: %v", err)
 	}
-	if err := e.svc.RevokeIssuedBy(context.Background(), "tok_a"); err != nil {
+	if err := e.svc.RevokeIssuedBy(context.Background(), "p1", "tok_a"); err != nil {
 		t.Errorf("again: %v", err)
 	}
 
@@ -421,7 +424,7 @@ func TestRevokeIssuedBy(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := e.host.Assignment(id).GetDataPlane().GetKey()
-	if err := e.svc.RevokeIssuedBy(context.Background(), "tok_b"); err != nil {
+	if err := e.svc.RevokeIssuedBy(context.Background(), "p1", "tok_b"); err != nil {
 		t.Fatal(err)
 	}
 	if dp := e.host.Assignment(id).GetDataPlane(); bytes.Equal(dp.GetKey(), before) || len(dp.GetRevokedSessionIds()) != 0 {
