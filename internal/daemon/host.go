@@ -17,7 +17,6 @@ import (
 	"connectrpc.com/connect"
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sys/unix"
 
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
@@ -101,17 +100,17 @@ func newHostAgent(o Options, images *imagestore.Store, hc *http.Client, ctrlURL,
 	if err := over.Check(); err != nil {
 		return nil, err
 	}
-	capacity, err := hostCapacity(o.stateDir(), over)
+	pools, err := storagePools(o)
+	if err != nil {
+		return nil, err
+	}
+	capacity, err := hostCapacity(filepath.Join(o.stateDir(), "layers"), pools, over)
 	if err != nil {
 		return nil, err
 	}
 	resolvers := o.DeploymentResolvers
 	if resolvers == nil {
 		resolvers = systemResolvers()
-	}
-	pools, err := storagePools(o)
-	if err != nil {
-		return nil, err
 	}
 	images.SetMaxLayerBytes(o.MaxLayerBytes)
 	client := hostv1connect.NewHostServiceClient(hc, ctrlURL, connect.WithInterceptors(bearer.Token(token)))
@@ -235,22 +234,24 @@ func (o Options) guestAgent() (string, error) {
 // hostCapacity measures what this machine offers: its cores and the memory
 // the kernel reports, each times its overcommit, and the free space of the
 // state directory.
-func hostCapacity(dir string, over Overcommit) (*hostv1.HostCapacity, error) {
+func hostCapacity(layerDir string, pools []agent.StoragePool, over Overcommit) (*hostv1.HostCapacity, error) {
 	mem, err := memTotal()
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(layerDir, 0o700); err != nil {
 		return nil, err
 	}
-	var fs unix.Statfs_t
-	if err := unix.Statfs(dir, &fs); err != nil {
-		return nil, err
+	// The layers' room counts what their images (and the Volumes' beside
+	// them) already hold: at a restart the free space alone misses it.
+	var poolDirs []string
+	for _, p := range pools {
+		poolDirs = append(poolDirs, p.Dir)
 	}
 	return &hostv1.HostCapacity{
 		CpuMillis:         uint32(float64(goruntime.NumCPU()*1000) * over.CPU),
 		MemoryBytes:       uint64(float64(mem) * over.Memory),
-		LayerBytes:        fs.Bavail * uint64(fs.Bsize),
+		LayerBytes:        agent.Room(layerDir, poolDirs...),
 		DefaultLayerBytes: DefaultLayerBytes,
 	}, nil
 }

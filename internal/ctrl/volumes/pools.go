@@ -154,10 +154,10 @@ func (s *Service) checkRoom(ctx context.Context, tx store.Tx, pool Pool, hostID,
 	if reg == nil && len(pool.Hosts) > 0 {
 		reg, hostID = pool.Hosts[0].Reg, pool.Hosts[0].HostID
 	}
-	room := reg.GetCapacityBytes()
-	if room == 0 {
-		return nil
+	if reg == nil || reg.CapacityBytes == nil {
+		return nil // not known
 	}
+	room := reg.GetCapacityBytes()
 	held, err := Reserved(ctx, tx, pool.Name, except)
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
@@ -369,7 +370,7 @@ func TestVolumesAndLayersShareAFilesystem(t *testing.T) {
 			s.Volumes = &volumes.Service{Store: s.Store, Pages: s.Pages, DefaultPool: "default", InUse: InUse, Changes: changes.NewBroker()}
 			if err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h1", Capacity: &hostv1.HostCapacity{
 				CpuMillis: 4000, MemoryBytes: 8 * gib, LayerBytes: gib, DefaultLayerBytes: 64 * MiB},
-				StoragePools: []*hostv1.StoragePool{{Name: "default", DefaultVolumeBytes: 256 * MiB, CapacityBytes: gib,
+				StoragePools: []*hostv1.StoragePool{{Name: "default", DefaultVolumeBytes: 256 * MiB, CapacityBytes: proto.Uint64(gib),
 					SharesLayerFilesystem: shared}}}); err != nil {
 				t.Fatal(err)
 			}
@@ -400,6 +401,22 @@ func TestVolumesAndLayersShareAFilesystem(t *testing.T) {
 				t.Errorf("a 100 MiB Volume that fits: %v", err)
 			}
 		})
+	}
+}
+
+// TestFullPoolGivesNothing: a pool whose host found its filesystem full
+// (capacity zero, not unknown) takes no Volume.
+func TestFullPoolGivesNothing(t *testing.T) {
+	s, ctx := newService(t)
+	s.Volumes = &volumes.Service{Store: s.Store, Pages: s.Pages, DefaultPool: "default", InUse: InUse, Changes: changes.NewBroker()}
+	if err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h1", Capacity: &hostv1.HostCapacity{
+		CpuMillis: 4000, MemoryBytes: 8 * gib, LayerBytes: gib, DefaultLayerBytes: 64 * MiB},
+		StoragePools: []*hostv1.StoragePool{{Name: "default", DefaultVolumeBytes: 256 * MiB, CapacityBytes: proto.Uint64(0)}}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := volumes.Create(ctx, s.Volumes, write("volume", newVol), &ctrlv1.VolumeSpec{CapacityBytes: 100 << 30}, nil, nil, volumeIdentity)
+	if connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Errorf("a 100 GiB Volume in a full pool: %v, want resource_exhausted", err)
 	}
 }
 

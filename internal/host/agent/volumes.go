@@ -85,7 +85,7 @@ func (v *volumes) registration() []*hostv1.StoragePool {
 	var out []*hostv1.StoragePool
 	for _, p := range v.pools {
 		sp := &hostv1.StoragePool{Name: p.Name, DefaultVolumeBytes: p.DefaultVolumeBytes, OnlineGrow: p.onlineGrow == nil,
-			CapacityBytes: poolRoom(p.Dir), SharesLayerFilesystem: sameFilesystem(p.Dir, v.agent.cfg.LayerDir)}
+			CapacityBytes: proto.Uint64(Room(p.Dir, v.agent.cfg.LayerDir)), SharesLayerFilesystem: sameFilesystem(p.Dir, v.agent.cfg.LayerDir)}
 		if p.onlineGrow != nil {
 			sp.OnlineGrowRefusal = p.onlineGrow.Error()
 		}
@@ -101,23 +101,30 @@ func sameFilesystem(a, b string) bool {
 	return unix.Stat(a, &sa) == nil && unix.Stat(b, &sb) == nil && sa.Dev == sb.Dev
 }
 
-// poolRoom is what a pool's directory can give Volumes: the free space of
-// its filesystem plus what the images in it already take (their blocks:
-// they are sparse). Zero when it cannot be read.
-func poolRoom(dir string) uint64 {
+// Room is what a directory of sparse images can give them: the free
+// space of its filesystem plus the blocks the images already take there,
+// its own and those in the other directories on that filesystem (layers
+// and Volumes share one by default, and ctrl counts each kind's
+// reservations against the other's room). Zero when dir cannot be read.
+func Room(dir string, others ...string) uint64 {
 	var fs unix.Statfs_t
 	if unix.Statfs(dir, &fs) != nil {
 		return 0
 	}
 	room := fs.Bavail * uint64(fs.Bsize)
-	entries, _ := os.ReadDir(dir)
-	for _, e := range entries {
-		if !e.Type().IsRegular() {
+	for _, d := range append([]string{dir}, others...) {
+		if d != dir && !sameFilesystem(d, dir) {
 			continue
 		}
-		if info, err := e.Info(); err == nil {
-			if st, ok := info.Sys().(*syscall.Stat_t); ok {
-				room += uint64(st.Blocks) * 512
+		entries, _ := os.ReadDir(d)
+		for _, e := range entries {
+			if !e.Type().IsRegular() {
+				continue
+			}
+			if info, err := e.Info(); err == nil {
+				if st, ok := info.Sys().(*syscall.Stat_t); ok {
+					room += uint64(st.Blocks) * 512
+				}
 			}
 		}
 	}

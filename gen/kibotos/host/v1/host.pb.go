@@ -456,12 +456,13 @@ type StoragePool struct {
 	// online_grow_refusal says why the host cannot, when online_grow is false.
 	OnlineGrowRefusal string `protobuf:"bytes,4,opt,name=online_grow_refusal,json=onlineGrowRefusal,proto3" json:"online_grow_refusal,omitempty"`
 	// capacity_bytes is what the pool can give Volumes, as the host found it
-	// when it registered: its filesystem's free space plus what the Volume
-	// images in it already take. ctrl refuses a CreateVolume or ResizeVolume
-	// that would make the capacities of the pool's Volumes add up to more
+	// when it registered: its filesystem's free space plus what the images
+	// on it already take. ctrl refuses a CreateVolume or ResizeVolume that
+	// would make the capacities of the pool's Volumes add up to more
 	// (resource_exhausted), so that filling every Volume never fills the
-	// pool. Zero: not known, nothing is refused.
-	CapacityBytes uint64 `protobuf:"varint,5,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	// pool; zero (a full filesystem) gives nothing. Absent: not known,
+	// nothing is refused.
+	CapacityBytes *uint64 `protobuf:"varint,5,opt,name=capacity_bytes,json=capacityBytes,proto3,oneof" json:"capacity_bytes,omitempty"`
 	// shares_layer_filesystem is true when the pool's directory is on the
 	// filesystem that holds the host's writable layers: the two draw on one
 	// free space (both are sparse images), so ctrl counts the capacities of
@@ -531,8 +532,8 @@ func (x *StoragePool) GetOnlineGrowRefusal() string {
 }
 
 func (x *StoragePool) GetCapacityBytes() uint64 {
-	if x != nil {
-		return x.CapacityBytes
+	if x != nil && x.CapacityBytes != nil {
+		return *x.CapacityBytes
 	}
 	return 0
 }
@@ -2970,15 +2971,16 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\x0fruntime_version\x18\x02 \x01(\tR\x0eruntimeVersion\x12\x1f\n" +
 	"\vguest_build\x18\x03 \x01(\tR\n" +
 	"guestBuild\x12'\n" +
-	"\x0fseccomp_profile\x18\x04 \x01(\tR\x0eseccompProfile\"\x83\x02\n" +
+	"\x0fseccomp_profile\x18\x04 \x01(\tR\x0eseccompProfile\"\x9b\x02\n" +
 	"\vStoragePool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
 	"\x14default_volume_bytes\x18\x02 \x01(\x04R\x12defaultVolumeBytes\x12\x1f\n" +
 	"\vonline_grow\x18\x03 \x01(\bR\n" +
 	"onlineGrow\x12.\n" +
-	"\x13online_grow_refusal\x18\x04 \x01(\tR\x11onlineGrowRefusal\x12%\n" +
-	"\x0ecapacity_bytes\x18\x05 \x01(\x04R\rcapacityBytes\x126\n" +
-	"\x17shares_layer_filesystem\x18\x06 \x01(\bR\x15sharesLayerFilesystem\"\xa1\x01\n" +
+	"\x13online_grow_refusal\x18\x04 \x01(\tR\x11onlineGrowRefusal\x12*\n" +
+	"\x0ecapacity_bytes\x18\x05 \x01(\x04H\x00R\rcapacityBytes\x88\x01\x01\x126\n" +
+	"\x17shares_layer_filesystem\x18\x06 \x01(\bR\x15sharesLayerFilesystemB\x11\n" +
+	"\x0f_capacity_bytes\"\xa1\x01\n" +
 	"\fHostCapacity\x12\x1d\n" +
 	"\n" +
 	"cpu_millis\x18\x01 \x01(\rR\tcpuMillis\x12!\n" +
@@ -3344,6 +3346,7 @@ func file_kibotos_host_v1_host_proto_init() {
 	if File_kibotos_host_v1_host_proto != nil {
 		return
 	}
+	file_kibotos_host_v1_host_proto_msgTypes[2].OneofWrappers = []any{}
 	file_kibotos_host_v1_host_proto_msgTypes[24].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
