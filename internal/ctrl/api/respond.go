@@ -13,6 +13,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/accesslog"
 	"github.com/kibotos/kibotos/internal/ctrl/resource"
+	"github.com/kibotos/kibotos/internal/ctrl/store"
 )
 
 // Respond wraps a result. Canonical Connect errors pass through; any other
@@ -25,10 +26,17 @@ func Respond[R any](msg *R, err error) (*connect.Response[R], error) {
 		if errors.As(err, &ce) {
 			return nil, ce
 		}
+		if errors.Is(err, store.ErrFull) {
+			return nil, connect.NewError(connect.CodeResourceExhausted, errStoreFull)
+		}
 		return nil, accesslog.Internal(err)
 	}
 	return connect.NewResponse(msg), nil
 }
+
+// errStoreFull says why a change the control plane's database had no
+// disk space to store is resource_exhausted.
+var errStoreFull = errors.New("the control plane's database has no disk space left: nothing can change until an operator frees space on its disk")
 
 // Mutation describes a write request for the command layer: the whole
 // request message is the command's input.

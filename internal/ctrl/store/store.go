@@ -20,6 +20,9 @@ var (
 	ErrNotFound = errors.New("store: not found")
 	// ErrExists is returned when a record with the same key already exists.
 	ErrExists = errors.New("store: already exists")
+	// ErrFull is returned by an Update the database could not store for
+	// want of disk space.
+	ErrFull = errors.New("store: the database's disk is full")
 )
 
 // Store is the control plane's database.

@@ -33,6 +33,7 @@ var dialect = sqlstore.Dialect{
 		return pgCode(err) == "40001" || pgCode(err) == "40P01"
 	},
 	UniqueViolation: func(err error) bool { return pgCode(err) == "23505" },
+	Full:            func(err error) bool { return pgCode(err) == "53100" }, // disk_full
 }
 
 func pgCode(err error) string {

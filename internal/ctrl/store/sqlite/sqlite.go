@@ -42,6 +42,10 @@ var dialect = sqlstore.Dialect{
 		return errors.As(err, &e) &&
 			(e.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || e.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
 	},
+	Full: func(err error) bool {
+		var e *sqlite.Error
+		return errors.As(err, &e) && e.Code()&0xff == sqlite3.SQLITE_FULL
+	},
 }
 
 // maxIdleReaders is how many read connections stay open between reads.

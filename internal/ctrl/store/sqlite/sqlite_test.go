@@ -4,14 +4,18 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/store/sqlite"
 	"github.com/kibotos/kibotos/internal/ctrl/store/sqlstore"
 	"github.com/kibotos/kibotos/internal/ctrl/store/storetest"
+	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
 
 func TestStore(t *testing.T) {
@@ -102,5 +106,36 @@ func TestNewerStoreRefused(t *testing.T) {
 			s.Close()
 		}
 		t.Fatalf("open of a store with migration 9999: %v, want it refused naming it", err)
+	}
+}
+
+// TestFullDiskIsErrFull: a change the database's disk has no room for is
+// store.ErrFull, which the API answers as resource_exhausted; a read
+// still works.
+func TestFullDiskIsErrFull(t *testing.T) {
+	hosttest.RequireRoot(t)
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=2m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	ctx := context.Background()
+	s, err := sqlite.Open(ctx, filepath.Join(dir, "kibotos.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	value := make([]byte, 64<<10)
+	for i := range 64 {
+		err = s.Update(ctx, func(tx store.Tx) error { return tx.PutSetting(ctx, fmt.Sprint("k", i), value) })
+		if err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, store.ErrFull) {
+		t.Fatalf("4 MiB of settings on a 2 MiB disk: %v, want store.ErrFull", err)
+	}
+	if err := s.View(ctx, func(tx store.Tx) error { _, err := tx.Setting(ctx, "k0"); return err }); err != nil {
+		t.Errorf("a read of the full database: %v", err)
 	}
 }

@@ -31,6 +31,8 @@ type Dialect struct {
 	Retryable func(err error) bool
 	// UniqueViolation reports whether err is a unique-key violation.
 	UniqueViolation func(err error) bool
+	// Full reports whether err means the database's disk is full.
+	Full func(err error) bool
 	// GroupCommit runs concurrent Updates in one transaction, each in a
 	// savepoint, committed once (see committer). It suits a backend with
 	// one writer connection, where Updates run one at a time anyway.
@@ -67,8 +69,17 @@ func New(read, write *sql.DB, d Dialect) *Store {
 	return s
 }
 
-// Update implements store.Store.
+// Update implements store.Store. A disk too full to store the change is
+// store.ErrFull.
 func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
+	err := s.update(ctx, fn)
+	if err != nil && s.dialect.Full != nil && s.dialect.Full(err) {
+		return fmt.Errorf("%w: %w", store.ErrFull, err)
+	}
+	return err
+}
+
+func (s *Store) update(ctx context.Context, fn func(store.Tx) error) error {
 	if s.group != nil {
 		return s.group.update(ctx, fn)
 	}
