@@ -363,6 +363,28 @@ func TestForceStop(t *testing.T) {
 	}
 }
 
+// TestStopOfABrokenFilesystem: a NORMAL stop of an execution whose layer
+// filesystem aborted its journal (as a full host disk makes it) releases
+// everything and is unconfirmed, not failed; the next start mounts the
+// image again.
+func TestStopOfABrokenFilesystem(t *testing.T) {
+	e := newEnv(t)
+	img := e.image(t)
+	e.start(t, e.spec("broken", img))
+	layer := filepath.Join(e.d.dir("broken"), "layer")
+	if out, err := exec.Command("mount", "-o", "remount,abort", layer).CombinedOutput(); err != nil {
+		t.Fatalf("aborting the layer's journal: %v: %s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := e.d.Stop(ctx, "broken", runtime.StopNormal, time.Second)
+	if err != nil || res.Confirmed {
+		t.Fatalf("normal stop of a broken filesystem: %+v, %v; want it unconfirmed", res, err)
+	}
+	e.assertReleased(t, "broken", img)
+	e.start(t, e.spec("broken", img))
+}
+
 // TestRecover: a new driver on the same state adopts a running execution,
 // and releases one that died while nobody watched.
 func TestRecover(t *testing.T) {
