@@ -208,6 +208,12 @@ func Run(ctx context.Context, o Options) error {
 	if err := checkListen(o.Listen); err != nil {
 		return err
 	}
+	if err := checkExposureOrigin(o); err != nil {
+		return err
+	}
+	if err := o.absoluteHome(); err != nil {
+		return err
+	}
 	metricsToken, err := readMetricsToken(o.MetricsTokenFile)
 	if err != nil {
 		return err
@@ -549,6 +555,17 @@ func checkExposureDomain(domain string) error {
 }
 
 // stateDir is where files other than the database live.
+// absoluteHome makes Home absolute: what is under it is named by absolute
+// paths (the storage pools', the guests' mounts).
+func (o *Options) absoluteHome() error {
+	if o.Home == "" {
+		return nil
+	}
+	home, err := filepath.Abs(o.Home)
+	o.Home = home
+	return err
+}
+
 func (o Options) stateDir() string {
 	if o.Home != "" {
 		return o.Home

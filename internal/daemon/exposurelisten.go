@@ -34,6 +34,18 @@ func listenExposures(o Options, cert *tls.Certificate) (net.Listener, string, er
 	return ln, public, nil
 }
 
+// checkExposureOrigin refuses `up` served at a public URL (behind a
+// proxy) whose exposures' path URLs have no public URL of their own: they
+// would name the exposure listener's own address, which callers behind
+// the proxy cannot reach.
+func checkExposureOrigin(o Options) error {
+	if !o.Host || o.PublicURL == "" || o.ExposureDomain != "" || o.ExposurePublicURL != "" {
+		return nil
+	}
+	return fmt.Errorf("--public-url %s is set, so exposures need a public URL of their own (their path URLs are not served on the API's origin): "+
+		"set --exposure-public-url to the URL that reaches --exposure-listen, or --exposure-domain", o.PublicURL)
+}
+
 // exposureAddress is the default address of the exposure listener: the
 // main listener's with the next port, or any free port when that one is
 // chosen by the system (port 0).

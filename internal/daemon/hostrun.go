@@ -43,6 +43,9 @@ func RunHost(ctx context.Context, o Options) error {
 	case o.HostID == "":
 		return errors.New("a host name is required (--name)")
 	}
+	if err := o.absoluteHome(); err != nil {
+		return err
+	}
 	tp, stopTracing, err := startTracing(o.OTLPEndpoint)
 	if err != nil {
 		return err
