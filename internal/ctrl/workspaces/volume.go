@@ -10,6 +10,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/volumes"
+	"github.com/kibotos/kibotos/internal/guestabi"
 )
 
 // This file is the workspace's side of its Volume: the binding, what a
@@ -91,6 +92,13 @@ func (s *Service) volumeStartable(ctx context.Context, tx store.Tx, r *record) e
 		return err
 	}
 	id := v.V.VolumeId
+	if mountPath := r.ws.GetSpec().GetVolume().GetMountPath(); mountPath != "" {
+		// A path an earlier release took that the guest reserves now.
+		if err := guestabi.CheckVolumePath(mountPath); err != nil {
+			return precondition(observed(ctx, tx, r), "volume %s of workspace %s is mounted at %s, which no workspace can start with: %v; move it (kibotos ws volume %s %s:/data) and start again",
+				id, r.row.ID, mountPath, err, r.row.ID, id)
+		}
+	}
 	switch v.V.State {
 	case ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE, ctrlv1.VolumeState_VOLUME_STATE_CREATING:
 		return nil

@@ -14,6 +14,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/changes"
+	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/volumes"
 	"github.com/kibotos/kibotos/internal/testutil"
 )
@@ -217,6 +218,27 @@ func TestVolumeBinding(t *testing.T) {
 	if v, _ := s.Volumes.Get(ctx, volID); v.State != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE {
 		t.Errorf("volume of a stopped workspace: %v", v.State)
 	}
+	// A binding an earlier release took at a path now reserved: the start
+	// is refused, saying how to move it, rather than failing on the host.
+	setMountPath := func(p string) {
+		t.Helper()
+		if err := s.Store.Update(ctx, func(tx store.Tx) error {
+			r, err := s.load(ctx, tx, "p1", ws.WorkspaceId)
+			if err != nil {
+				return err
+			}
+			r.ws.Spec.Volume.MountPath = p
+			return s.save(ctx, tx, r)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setMountPath("/run/data")
+	if _, err := Start(ctx, s, write("start at /run", newWS), ws.WorkspaceId, identity); connect.CodeOf(err) != connect.CodeFailedPrecondition ||
+		!strings.Contains(err.Error(), "/run/data") || !strings.Contains(err.Error(), "kibotos ws volume") {
+		t.Errorf("start with a volume at /run/data: %v, want failed_precondition saying how to move it", err)
+	}
+	setMountPath("/srv/data")
 	// A second workspace cannot bind it; after a release it can, and
 	// deleting that workspace keeps it.
 	bound := &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_BOUND, VolumeId: volID}
