@@ -273,24 +273,43 @@ func watchedNetwork(ws *ctrlv1.Workspace) []string {
 		of, kind := resolverFault(o)
 		resolver = append(resolver, of+":"+kind)
 	}
+	var paths []string
+	for _, e := range st.GetEgresses() {
+		paths = append(paths, pathRevisions(e.GetEgressId(), e.GetAppliedRevision(), e.GetDrainingRevision()))
+	}
+	for _, r := range st.GetResolvers() {
+		paths = append(paths, pathRevisions(r.GetResolverId(), r.GetAppliedRevision(), r.GetDrainingRevision()))
+	}
 	return []string{
 		timestamp(ws.GetUpdatedAt()),
 		decimal(ws.GetSpec().GetNetworkPolicy().GetRevision()),
 		applied,
 		revisionCell(st.GetDrainingRevision()),
+		orDash(strings.Join(paths, ",")),
 		orDash(strings.Join(egress, ",")),
 		orDash(strings.Join(resolver, ",")),
 	}
 }
 
-var watchedNetworkHeader = []string{"UPDATED", "REVISION", "APPLIED_REVISION", "DRAINING_REVISION", "EGRESS_FAULTS", "RESOLVER_FAULTS"}
+// pathRevisions shows the revision of an Egress or Resolver its host
+// applied, and the one still draining: ID@APPLIED, then (draining N).
+func pathRevisions(id string, applied, draining uint64) string {
+	cell := id + "@" + decimal(applied)
+	if draining != 0 {
+		cell += "(draining " + decimal(draining) + ")"
+	}
+	return cell
+}
+
+var watchedNetworkHeader = []string{"UPDATED", "REVISION", "APPLIED_REVISION", "DRAINING_REVISION", "PATHS", "EGRESS_FAULTS", "RESOLVER_FAULTS"}
 
 func wsNetworkWatchCommand(c *conn) *cobra.Command {
 	return &cobra.Command{
 		Use:   "watch ID",
 		Short: "Print a line whenever the network policy, what the host applied, or a fault changes, until Ctrl-C",
 		Long: "Follow a Workspace and print a line whenever its policy revision, the applied or draining\n" +
-			"revision its host confirmed, or the faults observed on its Egresses and Resolvers change.\n" +
+			"revision its host confirmed (of the policy, and under PATHS of each Egress and Resolver, as\n" +
+			"ID@APPLIED(draining N)), or the faults observed on its Egresses and Resolvers change.\n" +
 			"With -o json each such line is the WatchWorkspaceResponse.\n\n" + networkHelp,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

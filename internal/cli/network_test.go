@@ -210,28 +210,33 @@ func TestNetworkWatch(t *testing.T) {
 	applied.NetworkPolicyStatus = &ctrlv1.NetworkPolicyStatus{AppliedRevision: 5, DrainingRevision: 4}
 	faulty := networkWorkspace()
 	faulty.UpdatedAt = timestamppb.New(created.AsTime().Add(2 * time.Second))
-	deleted := proto.CloneOf(faulty) // the stream's last: it ends with it
-	deleted.State, deleted.UpdatedAt = ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED, timestamppb.New(created.AsTime().Add(3*time.Second))
-	f.watch = []*ctrlv1.Workspace{first, report, applied, faulty, deleted}
+	// Only an Egress's applied revision moves: a line too.
+	egressMoved := proto.CloneOf(faulty)
+	egressMoved.UpdatedAt = timestamppb.New(created.AsTime().Add(3 * time.Second))
+	egressMoved.NetworkPolicyStatus.Egresses[0].AppliedRevision, egressMoved.NetworkPolicyStatus.Egresses[0].DrainingRevision = 3, 2
+	deleted := proto.CloneOf(egressMoved) // the stream's last: it ends with it
+	deleted.State, deleted.UpdatedAt = ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED, timestamppb.New(created.AsTime().Add(4*time.Second))
+	f.watch = []*ctrlv1.Workspace{first, report, applied, faulty, egressMoved, deleted}
 
 	stdout, stderr := e.call(t, "", "ws", "network", "watch", "ws_1")
 	if stderr != "workspace ws_1 was deleted\n" {
 		t.Errorf("watch of a workspace deleted: stderr %q, want it to say so", stderr)
 	}
 	want := []string{
-		"UPDATED REVISION APPLIED_REVISION DRAINING_REVISION EGRESS_FAULTS RESOLVER_FAULTS",
-		"2025-03-01T12:00:00Z 5 - - - -",
-		"2025-03-01T12:00:01Z 5 5 4 - -",
-		"2025-03-01T12:00:02Z 5 4 3 egr_1:AUTHENTICATION_FAILED rsv_1@egress:egr_1:UPSTREAM_TIMEOUT",
+		"UPDATED REVISION APPLIED_REVISION DRAINING_REVISION PATHS EGRESS_FAULTS RESOLVER_FAULTS",
+		"2025-03-01T12:00:00Z 5 - - - - -",
+		"2025-03-01T12:00:01Z 5 5 4 - - -",
+		"2025-03-01T12:00:02Z 5 4 3 egr_1@2,rsv_1@7(draining 6) egr_1:AUTHENTICATION_FAILED rsv_1@egress:egr_1:UPSTREAM_TIMEOUT",
+		"2025-03-01T12:00:03Z 5 4 3 egr_1@3(draining 2),rsv_1@7(draining 6) egr_1:AUTHENTICATION_FAILED rsv_1@egress:egr_1:UPSTREAM_TIMEOUT",
 	}
 	wantFields(t, "watch", stdout, want)
 
 	stdout, _ = e.call(t, "", "ws", "network", "watch", "ws_1", "-o", "json")
 	lines := strings.Split(strings.TrimRight(stdout, "\n"), "\n")
-	if len(lines) != 3 {
-		t.Fatalf("%d JSON lines, want 3:\n%s", len(lines), stdout)
+	if len(lines) != 4 {
+		t.Fatalf("%d JSON lines, want 4:\n%s", len(lines), stdout)
 	}
-	for i, ws := range []*ctrlv1.Workspace{first, applied, faulty} {
+	for i, ws := range []*ctrlv1.Workspace{first, applied, faulty, egressMoved} {
 		var m ctrlv1.WatchWorkspaceResponse
 		if err := protojson.Unmarshal([]byte(lines[i]), &m); err != nil || !proto.Equal(m.GetWorkspace(), ws) {
 			t.Errorf("line %d = %v (%v), want %v", i, &m, err, ws)
