@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -165,8 +166,10 @@ func (s *Store) removeStaleTemp(cutoff time.Time) error {
 	return nil
 }
 
-// newestChange is the latest modification time of anything under p; an
-// entry that vanishes while it is read counts as changing now.
+// newestChange is the latest change of anything under p, by the inode's
+// change time: an unpacked file's modification time is the image's to
+// set (to the future, say), never its change time. An entry that vanishes
+// while it is read counts as changing now.
 func newestChange(p string) time.Time {
 	var newest time.Time
 	err := filepath.WalkDir(p, func(_ string, d fs.DirEntry, err error) error {
@@ -177,7 +180,11 @@ func newestChange(p string) time.Time {
 		if err != nil {
 			return err
 		}
-		if t := fi.ModTime(); t.After(newest) {
+		t := fi.ModTime()
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			t = time.Unix(st.Ctim.Unix())
+		}
+		if t.After(newest) {
 			newest = t
 		}
 		return nil

@@ -49,17 +49,21 @@ func TestGarbageCollection(t *testing.T) {
 	if removed, err := s.RemoveBlobs(keepBlobs, before); err != nil || len(removed) != 0 {
 		t.Fatalf("RemoveBlobs with an earlier cutoff removed %v, %v", removed, err)
 	}
-	// A crash's leftovers in tmp/: an old one goes, a fresh one stays.
+	// A crash's leftovers in tmp/: one written before the cutoff goes
+	// (though the image dated a file of it in the future: only the change
+	// time counts), one written after stays.
 	stale, fresh := filepath.Join(s.tmpDir(), "unpack-stale"), filepath.Join(s.tmpDir(), "import-fresh")
-	for _, d := range []string{stale, fresh} {
-		if err := os.MkdirAll(filepath.Join(d, "sub"), 0o755); err != nil {
-			t.Fatal(err)
-		}
+	if err := os.MkdirAll(filepath.Join(stale, "sub"), 0o755); err != nil {
+		t.Fatal(err)
 	}
-	for _, p := range []string{filepath.Join(stale, "sub"), stale} {
-		if err := os.Chtimes(p, old, old); err != nil {
-			t.Fatal(err)
-		}
+	future := time.Now().Add(24 * time.Hour)
+	if err := os.Chtimes(filepath.Join(stale, "sub"), future, future); err != nil {
+		t.Fatal(err)
+	}
+	tmpCutoff := time.Now()
+	time.Sleep(10 * time.Millisecond)
+	if err := os.MkdirAll(filepath.Join(fresh, "sub"), 0o755); err != nil {
+		t.Fatal(err)
 	}
 
 	// After a restart, the deleted image's blobs go, the live one's stay.
@@ -67,7 +71,7 @@ func TestGarbageCollection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	removed, err := s.RemoveBlobs(keepBlobs, after)
+	removed, err := s.RemoveBlobs(keepBlobs, tmpCutoff)
 	if err != nil {
 		t.Fatal(err)
 	}
