@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
@@ -453,6 +454,39 @@ mkdir /root/a /root/b && A=$(chain /root/a) && chain /root/b >/dev/null && touch
 	msg := done.GetFailure().GetMessage()
 	if done.State != ctrlv1.TransferState_TRANSFER_STATE_FAILED || !strings.Contains(msg, "file name too long") || strings.Contains(msg, "does not verify") {
 		t.Errorf("export ended %v: %q, want FAILED naming the long name", done.State, msg)
+	}
+}
+
+// TestExportIntoAFullBlobStore: an export whose artifact the blob store
+// has no space for fails at once, RESOURCE_EXHAUSTED, saying so, and
+// leaves nothing staged: trying again would fill the store again.
+func TestExportIntoAFullBlobStore(t *testing.T) {
+	home := t.TempDir()
+	blobs := filepath.Join(home, "blobs")
+	if err := os.MkdirAll(blobs, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", blobs, "tmpfs", 0, "size=4m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(blobs, unix.MNT_DETACH) })
+	d := up(t, home)
+	defer d.stop()
+	ws := d.await(d.create(small()).WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	if out, err := d.exec(ws, "sh", "-c", "head -c 12582912 /dev/urandom > /root/random"); err != nil {
+		t.Fatalf("writing 12 MiB: %v: %s", err, out)
+	}
+	d.stopWorkspace(ws.WorkspaceId, ctrlv1.StopMode_STOP_MODE_NORMAL)
+	d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+	tc := d.transfers()
+	exp := mustUnary(t, tc.ExportWorkspace, &ctrlv1.ExportWorkspaceRequest{Command: cmd(), WorkspaceId: ws.WorkspaceId}).Transfer
+	done := awaitTransfer(t, tc, exp.TransferId)
+	if f := done.GetFailure(); done.State != ctrlv1.TransferState_TRANSFER_STATE_FAILED || f.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED ||
+		!strings.Contains(f.GetMessage(), "no space left") || strings.Contains(f.GetMessage(), "attempts") {
+		t.Errorf("export into a full blob store ended %v: %v, want FAILED at once, RESOURCE_EXHAUSTED, saying so", done.State, f)
+	}
+	if files := blobFiles(t, home); len(files) != 0 {
+		t.Errorf("blobs left after the failed export: %v", files)
 	}
 }
 

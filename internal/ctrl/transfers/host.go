@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"syscall"
 
 	"connectrpc.com/connect"
+	"gocloud.dev/gcerrors"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
@@ -166,6 +168,14 @@ func (s *Service) PutArtifact(ctx context.Context, recv func() (*hostv1.PutTrans
 		}
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("artifact of transfer %s: %w", id, err))
 	}
+	if noSpace(err) {
+		// Trying again would fill the store again.
+		msg := "the blob store has no space left for the artifact"
+		if ferr := s.failExport(context.WithoutCancel(ctx), id, ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED, msg); ferr != nil {
+			slog.Warn("transfers: failing an export", "transfer", id, "err", ferr)
+		}
+		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("artifact of transfer %s: %s", id, msg))
+	}
 	if err != nil {
 		return connect.NewError(connect.CodeDataLoss, fmt.Errorf("artifact of transfer %s: %w", id, err))
 	}
@@ -201,4 +211,9 @@ func (s *Service) PutArtifact(ctx context.Context, recv func() (*hostv1.PutTrans
 // it, from offset.
 func (s *Service) OpenArtifact(ctx context.Context, id string, offset uint64, send func(data []byte, total uint64) error) error {
 	return s.stream(ctx, id, offset, send)
+}
+
+// noSpace reports whether err is a blob store's refusal for want of space.
+func noSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || gcerrors.Code(err) == gcerrors.ResourceExhausted
 }
