@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -173,6 +174,8 @@ func reasonOf(err error) ctrlv1.FailureReason {
 	case errors.Is(err, imagestore.ErrUnsupportedPlatform), errors.Is(err, imagestore.ErrLayerTooLarge):
 		// No way to make this template usable on this host.
 		return ctrlv1.FailureReason_FAILURE_REASON_UNSUPPORTED
+	case errors.Is(err, syscall.ENOSPC):
+		return ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED
 	}
 	return ctrlv1.FailureReason_FAILURE_REASON_INTERNAL
 }

@@ -236,6 +236,11 @@ func (d *Driver) mountLayers(rec *record) error {
 		}
 	}
 	if err := unix.Mount("overlay", rec.RootfsPath, "overlay", 0, opts); err != nil {
+		if errors.Is(err, unix.ENOSPC) {
+			// The overlay's work directory takes an inode and a block of
+			// the workspace's own disk.
+			return fmt.Errorf("oci: the workspace's disk has no space or inodes left to start on: grow it (kibotos ws disk): %w", err)
+		}
 		return fmt.Errorf("oci: mounting the overlay rootfs: %w", err)
 	}
 	return nil

@@ -937,3 +937,26 @@ func TestManyLayers(t *testing.T) {
 		t.Errorf("the top layer's /top and a lower layer's /etc/motd: %q, want 119 and top", got)
 	}
 }
+
+// TestStartOnAFullDisk: a workspace whose disk has no inode left cannot
+// start, and the error says so and what to do (ENOSPC, which the host
+// reports as RESOURCE_EXHAUSTED), rather than an overlay failure.
+func TestStartOnAFullDisk(t *testing.T) {
+	e := newEnv(t)
+	img := e.image(t)
+	spec := e.spec("full", img)
+	e.start(t, spec)
+	e.exec(t, "full", "sh", "-c", "mkdir /root/many && cd /root/many && i=0; while touch $i 2>/dev/null; do i=$((i+1)); done; echo $i")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := e.d.Stop(ctx, "full", runtime.StopNormal, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	err := e.d.Start(ctx, spec)
+	if err == nil {
+		t.Fatal("started on a disk with no inode left")
+	}
+	if !errors.Is(err, unix.ENOSPC) || !strings.Contains(err.Error(), "kibotos ws disk") {
+		t.Errorf("start on a full disk: %v, want ENOSPC saying to grow the disk", err)
+	}
+}
