@@ -252,10 +252,34 @@ func TestDataPlaneSessions(t *testing.T) {
 	}()
 	select {
 	case <-cut:
+		if reason(stream.Err()) != ctrlv1.FailureReason_FAILURE_REASON_SESSION_REVOKED {
+			t.Errorf("the stream of a revoked session ended %v, want SESSION_REVOKED", stream.Err())
+		}
 	case <-time.After(5 * time.Second):
 		t.Error("the stream of a revoked session is still open")
 	}
 	stream.Close()
+
+	// A session's expiry does not cut the calls it admitted: a command
+	// may run longer than any session lives.
+	brief := issue(a.ID(), 1)
+	procs = datav1connect.NewProcessServiceClient(httpClient(), brief.Endpoint, connect.WithInterceptors(bearer.Token(brief.Token)))
+	outlives, err := procs.StartProcess(ctx, connect.NewRequest(&datav1.StartProcessRequest{Args: []string{"sh", "-c", "sleep 3; echo done"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out string
+	var exited *datav1.ProcessEvent_Exited
+	for outlives.Receive() {
+		out += string(outlives.Msg().GetStdout())
+		if e := outlives.Msg().GetExited(); e != nil {
+			exited = e
+		}
+	}
+	if exited == nil || exited.GetExitCode() != 0 || out != "done\n" {
+		t.Errorf("a command outliving its session's 1 s: %q, exit %v, %v; want it to end on its own", out, exited, outlives.Err())
+	}
+	outlives.Close()
 
 	// Revoking the API token that issued sessions revokes them too; the
 	// sessions of other tokens go on.

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -234,16 +235,27 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.errors.Write(w, r, err)
 		return
 	}
-	// A call lives no longer than its session: a stream is cut once the
-	// token expires, is revoked, or the data plane is rotated. A stop of
-	// the workspace does not cut it: the guest ends its streams as their
-	// processes end, with their exits (a forced stop breaks them).
+	// A call lives no longer than what admitted it: a stream is cut once
+	// its session is revoked or the data plane rotated, and ends with that
+	// refusal. Its token's expiry does not cut it (a command may run for
+	// longer than any session lives), nor does a stop of the workspace:
+	// the guest ends its streams as their processes end, with their exits
+	// (a forced stop breaks them).
+	cut := new(atomic.Pointer[connect.Error])
 	ctx, cancel := whileValid(r.Context(), reauthorizeEvery, func() bool {
 		_, err := g.authorize(r)
-		return err == nil || errors.Is(err, errNotRunning)
+		if err == nil || errors.Is(err, errNotRunning) || errors.Is(err, sessiontoken.ErrExpired) {
+			return true
+		}
+		var refusal *connect.Error
+		if errors.As(err, &refusal) {
+			cut.Store(refusal)
+		}
+		return false
 	})
 	defer cancel()
 	call := context.WithValue(ctx, executionKey{}, id)
+	call = context.WithValue(call, cutKey{}, cut)
 	call = context.WithValue(call, guestKey{}, g.agent.guestHost(id))
 	call = context.WithValue(call, callerBodyKey{}, r.Body)
 	var next http.Handler = g.proxy
@@ -283,6 +295,10 @@ func whileValid(parent context.Context, every time.Duration, valid func() bool) 
 	return ctx, cancel
 }
 
+// cutKey keys the refusal that cut a call in flight (whileValid), which
+// its stream ends with (endsStreamCleanly).
+type cutKey struct{}
+
 // reauthorizeEvery is how often a running call's session is checked again.
 const reauthorizeEvery = 500 * time.Millisecond
 
@@ -310,8 +326,8 @@ func (g *gateway) authorize(r *http.Request) (string, error) {
 		Key: as.GetDataPlane().GetKey(), Revoked: as.GetDataPlane().GetRevokedSessionIds()}, g.now())
 	switch {
 	case errors.Is(err, sessiontoken.ErrExpired):
-		return "", refuse(connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_SESSION_EXPIRED,
-			fmt.Sprintf("session %s expired at %s; issue a new session", tok.SessionID, tok.ExpiresAt.Format(time.RFC3339)))
+		return "", refuseWith(connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_SESSION_EXPIRED,
+			fmt.Errorf("session %s expired at %s; issue a new session (%w)", tok.SessionID, tok.ExpiresAt.Format(time.RFC3339), sessiontoken.ErrExpired))
 	case errors.Is(err, sessiontoken.ErrRevoked):
 		return "", refuse(connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_SESSION_REVOKED,
 			fmt.Sprintf("session %s was revoked", tok.SessionID))

@@ -8,8 +8,11 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync/atomic"
 
+	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -21,24 +24,35 @@ import (
 // went away in the middle of it, with the reason UNAVAILABLE.
 const guestWentAway = "the workspace's guest agent went away during the call: the workspace was stopped, restarted or deleted"
 
-// wentAwayDetail is the ErrorDetail of guestWentAway, marshalled, and
-// errorDetailName the full name of its message type.
-var (
-	wentAwayDetail, _ = proto.Marshal(&ctrlv1.ErrorDetail{Reason: ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE})
-	errorDetailName   = string((&ctrlv1.ErrorDetail{}).ProtoReflect().Descriptor().FullName())
-)
+// wentAway is the error of guestWentAway, with the reason UNAVAILABLE.
+func wentAway() *connect.Error {
+	err := connect.NewError(connect.CodeUnavailable, errors.New(guestWentAway))
+	if d, derr := connect.NewErrorDetail(&ctrlv1.ErrorDetail{Reason: ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE}); derr == nil {
+		err.AddDetail(d)
+	}
+	return err
+}
 
 // endsStreamCleanly makes a streaming response whose guest goes away in
 // the middle of it (a forced stop kills the guest agent with its
 // processes) end with a Connect or gRPC error "unavailable" between two
 // messages, as a server that fails does, instead of a stream reset that
-// callers see as "internal". A break inside a message cannot be mended:
-// the caller still sees the reset.
+// callers see as "internal"; a stream the gateway cut (its session
+// revoked, say: cutKey) ends with that refusal. A break inside a message
+// cannot be mended: the caller still sees the reset.
 func endsStreamCleanly(res *http.Response) {
+	cause := func() *connect.Error {
+		if res.Request != nil {
+			if cut, ok := res.Request.Context().Value(cutKey{}).(*atomic.Pointer[connect.Error]); ok && cut.Load() != nil {
+				return cut.Load()
+			}
+		}
+		return wentAway()
+	}
 	ct := res.Header.Get("Content-Type")
 	switch {
 	case strings.HasPrefix(ct, "application/connect+"):
-		res.Body = &messageStream{ReadCloser: res.Body, end: connectEnd}
+		res.Body = &messageStream{ReadCloser: res.Body, end: func() []byte { return connectEnd(cause()) }}
 	case ct == "application/grpc" || strings.HasPrefix(ct, "application/grpc+"):
 		res.Body = &messageStream{ReadCloser: res.Body, end: func() []byte {
 			// The proxy sends the trailers it was announced once the body
@@ -46,29 +60,36 @@ func endsStreamCleanly(res *http.Response) {
 			if res.Trailer == nil {
 				res.Trailer = http.Header{}
 			}
-			res.Trailer.Set("Grpc-Status", "14") // UNAVAILABLE
-			res.Trailer.Set("Grpc-Message", url.PathEscape(guestWentAway))
-			if st, err := proto.Marshal(&status.Status{Code: 14, Message: guestWentAway, Details: []*anypb.Any{{
-				TypeUrl: "type.googleapis.com/" + errorDetailName, Value: wentAwayDetail,
-			}}}); err == nil {
-				res.Trailer.Set("Grpc-Status-Details-Bin", base64.RawStdEncoding.EncodeToString(st))
-			}
+			grpcEnd(res.Trailer, cause())
 			return nil
 		}}
 	}
 }
 
 // connectEnd is the Connect end-of-stream message of the error.
-func connectEnd() []byte {
-	payload, _ := json.Marshal(map[string]any{"error": map[string]any{"code": "unavailable", "message": guestWentAway,
-		"details": []map[string]string{{
-			"type":  errorDetailName,
-			"value": base64.RawStdEncoding.EncodeToString(wentAwayDetail),
-		}}}})
+func connectEnd(e *connect.Error) []byte {
+	var details []map[string]string
+	for _, d := range e.Details() {
+		details = append(details, map[string]string{"type": d.Type(), "value": base64.RawStdEncoding.EncodeToString(d.Bytes())})
+	}
+	payload, _ := json.Marshal(map[string]any{"error": map[string]any{"code": e.Code().String(), "message": e.Message(), "details": details}})
 	msg := make([]byte, 5, 5+len(payload))
 	msg[0] = 0x02 // end of stream
 	binary.BigEndian.PutUint32(msg[1:], uint32(len(payload)))
 	return append(msg, payload...)
+}
+
+// grpcEnd sets the gRPC trailers of the error.
+func grpcEnd(trailer http.Header, e *connect.Error) {
+	trailer.Set("Grpc-Status", strconv.Itoa(int(e.Code())))
+	trailer.Set("Grpc-Message", url.PathEscape(e.Message()))
+	st := &status.Status{Code: int32(e.Code()), Message: e.Message()}
+	for _, d := range e.Details() {
+		st.Details = append(st.Details, &anypb.Any{TypeUrl: "type.googleapis.com/" + d.Type(), Value: d.Bytes()})
+	}
+	if b, err := proto.Marshal(st); err == nil {
+		trailer.Set("Grpc-Status-Details-Bin", base64.RawStdEncoding.EncodeToString(b))
+	}
 }
 
 // messageStream is a response body of length-prefixed messages (a flag

@@ -39,7 +39,7 @@ func TestMessageStreamEndsBetweenMessages(t *testing.T) {
 	}
 
 	got, err := io.ReadAll(body(sent, lost).Body)
-	if want := append(bytes.Clone(sent), connectEnd()...); err != nil || !bytes.Equal(got, want) {
+	if want := append(bytes.Clone(sent), connectEnd(wentAway())...); err != nil || !bytes.Equal(got, want) {
 		t.Errorf("broken between messages: %q, %v; want %q", got, err, want)
 	}
 	if _, err := io.ReadAll(body(sent[:len(sent)-2], lost).Body); !errors.Is(err, lost) {
