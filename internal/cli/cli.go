@@ -30,6 +30,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
 	"github.com/kibotos/kibotos/internal/cafile"
 	"github.com/kibotos/kibotos/sdk"
 	"github.com/kibotos/kibotos/sdk/bearer"
@@ -49,11 +50,11 @@ const (
 	// adminTokenFile is the file under the home directory where `kibotos up`
 	// writes the bootstrap admin token.
 	adminTokenFile = "admin-token"
-
-	// callTimeout bounds each call, not a whole command: `list --all` gives
-	// every page its own 30 seconds.
-	callTimeout = 30 * time.Second
 )
+
+// callTimeout bounds each call, not a whole command: `list --all` gives
+// every page its own 30 seconds. Tests shorten it.
+var callTimeout = 30 * time.Second
 
 // Commands returns the top-level client commands.
 func Commands() []*cobra.Command {
@@ -332,6 +333,11 @@ func openWorkspace(cmd *cobra.Command, c *conn, id string) (ws *sdk.Workspace, c
 func timeout(d time.Duration) connect.UnaryInterceptorFunc {
 	return func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			if req.Spec().Procedure == datav1connect.ProcessServiceSendInputProcedure {
+				// It waits, as a pipe does, until the command reads: as
+				// long as the command takes to get there.
+				return next(ctx, req)
+			}
 			ctx, cancel := context.WithTimeout(ctx, d)
 			defer cancel()
 			return next(ctx, req)

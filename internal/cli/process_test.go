@@ -512,3 +512,29 @@ func (b *brokenPipe) Write(p []byte) (int, error) {
 	b.wrote = true
 	return len(p), nil
 }
+
+// TestExecStdinReadLate: `ws exec -i` of a command that reads its stdin
+// only after longer than a call may take gets all of it: sending input
+// waits for the command, as a pipe does, outside the call timeout.
+func TestExecStdinReadLate(t *testing.T) {
+	e, id := newDataEnv(t)
+	defer func(d time.Duration) { callTimeout = d }(callTimeout)
+	callTimeout = time.Second
+	type result struct {
+		stdout string
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		stdout, _, err := e.runData(t, strings.Repeat("x", 1<<20), "ws", "exec", "-i", id, "--", "sh", "-c", "sleep 3; wc -c")
+		done <- result{stdout, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil || strings.TrimSpace(r.stdout) != "1048576" {
+			t.Errorf("a command reading 1 MiB of stdin after 3 s: %q, %v; want all of it", r.stdout, r.err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("ws exec -i of a command that reads late hangs")
+	}
+}
