@@ -216,12 +216,15 @@ func (s *ProcessService) SignalProcess(ctx context.Context, req *connect.Request
 	if err != nil {
 		return nil, err
 	}
-	if p.ended() {
-		return nil, newError(connect.CodeFailedPrecondition, stageUsingProcess, "process %d has ended", p.pid)
-	}
-	// The group outlives its leader while members remain: ESRCH only
-	// means that no one is left, and the exit is on its way.
-	if err := unix.Kill(-p.pid, sig); err != nil && !errors.Is(err, unix.ESRCH) {
+	// The group outlives its leader while members remain (a command's
+	// background children), and killing a command kills its children; its
+	// ID is not reused while it has members. ESRCH means that no one is
+	// left: for a running leader, its exit is on its way.
+	err = unix.Kill(-p.pid, sig)
+	switch {
+	case errors.Is(err, unix.ESRCH) && p.ended():
+		return nil, newError(connect.CodeFailedPrecondition, stageUsingProcess, "process %d and every process of its group have ended", p.pid)
+	case err != nil && !errors.Is(err, unix.ESRCH):
 		return nil, toConnect(stageUsingProcess, err)
 	}
 	return connect.NewResponse(&datav1.SignalProcessResponse{}), nil

@@ -152,11 +152,42 @@ func TestSignalExit(t *testing.T) {
 	if r.exited.GetSignal() != "SIGKILL" {
 		t.Fatalf("exited %v, want SIGKILL", r.exited)
 	}
-	// An ended process can no longer be signalled.
+	// An ended process, whose group has no one left, can no longer be
+	// signalled.
 	_, err = e.pc.SignalProcess(ctx, connect.NewRequest(&datav1.SignalProcessRequest{
 		Process: &datav1.ProcessSelector{Selector: &datav1.ProcessSelector_Tag{Tag: "sleeper"}}, Signal: "TERM",
 	}))
 	wantCode(t, err, connect.CodeFailedPrecondition, stageUsingProcess)
+}
+
+// TestSignalReachesChildrenOfAnEndedCommand: a command that ended leaving
+// children in the background (`cmd &`) is still killed with them: the
+// signal reaches its group while members remain.
+func TestSignalReachesChildrenOfAnEndedCommand(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := testCtx(t, 30*time.Second)
+	stream, err := e.pc.StartProcess(ctx, connect.NewRequest(&datav1.StartProcessRequest{
+		Args: []string{"sh", "-c", "sleep 100 >/dev/null 2>&1 &"},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := collect(t, stream)
+	pgid := int(r.pid)
+	if len(pgroupMembers(pgid)) != 1 {
+		t.Fatalf("group %d after its leader's exit: %v, want the background sleep", pgid, pgroupMembers(pgid))
+	}
+	sel := &datav1.ProcessSelector{Selector: &datav1.ProcessSelector_Pid{Pid: r.pid}}
+	if _, err := e.pc.SignalProcess(ctx, connect.NewRequest(&datav1.SignalProcessRequest{Process: sel, Signal: "KILL"})); err != nil {
+		t.Fatalf("killing the command whose leader ended: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(pgroupMembers(pgid)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("group %d still has %v after KILL", pgid, pgroupMembers(pgid))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func TestParseSignal(t *testing.T) {
