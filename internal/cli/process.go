@@ -271,9 +271,32 @@ func endUnwritable(ctx context.Context, p *sdk.Process, outErr *sdk.OutputError)
 		if err := signalRemote(ctx, p, "SIGPIPE"); err != nil {
 			return errors.Join(outErr, err)
 		}
+		terminateIfStillRunning(ctx, p, pipeGrace)
 		return &ExitError{Code: 128 + int(syscall.SIGPIPE)}
 	}
 	return errors.Join(fmt.Errorf("%w; sent SIGTERM to pid %d", outErr, p.Pid()), signalRemote(ctx, p, "SIGTERM"))
+}
+
+// pipeGrace is how long a command sent SIGPIPE has to end before it gets
+// SIGTERM.
+const pipeGrace = 2 * time.Second
+
+// terminateIfStillRunning sends the command SIGTERM unless it ends within
+// grace: one that ignores SIGPIPE would fail its next write to a local
+// pipe whose reader left and end, but its output goes nowhere in the
+// workspace, so it would run on for good.
+func terminateIfStillRunning(ctx context.Context, p *sdk.Process, grace time.Duration) {
+	wctx, cancel := context.WithTimeout(ctx, grace)
+	defer cancel()
+	q, err := p.Connect(wctx, io.Discard, io.Discard)
+	if err != nil {
+		return // it has ended, or cannot be followed: nothing to end
+	}
+	defer q.Close()
+	if _, err := q.Wait(); err == nil {
+		return
+	}
+	_ = signalRemote(ctx, p, "SIGTERM") // an end meanwhile refuses it
 }
 
 // withTerm returns env with TERM set as here, so that the remote terminal

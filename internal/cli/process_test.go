@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -479,26 +480,36 @@ func TestExecOfWhatCannotRun(t *testing.T) {
 // exec exits 141.
 func TestExecWhoseReaderLeft(t *testing.T) {
 	e, id := newDataEnv(t)
-	root := &cobra.Command{Use: "kibotos", SilenceErrors: true, SilenceUsage: true}
-	root.AddCommand(Commands()...)
-	root.SetArgs([]string{"ws", "exec", "--addr", e.addr, "--token", e.token, "--tag", "yes", id, "--", "yes"})
-	root.SetOut(&brokenPipe{})
-	root.SetErr(&bytes.Buffer{})
-	root.SetIn(strings.NewReader(""))
-	if err := root.ExecuteContext(t.Context()); !errors.As(err, new(*ExitError)) || err.(*ExitError).Code != 141 {
-		t.Errorf("exec whose reader left: %v, want exit 141", err)
-	}
-	for try := 0; ; try++ {
-		ps, _, err := e.runData(t, "", "ws", "ps", id, "-o", "json")
-		var list datav1.ListProcessesResponse
-		if err == nil && protojson.Unmarshal([]byte(ps), &list) == nil && len(list.Processes) == 1 &&
-			list.Processes[0].GetExited().GetSignal() == "SIGPIPE" {
-			break
+	for _, c := range []struct {
+		command []string
+		endsOf  string
+	}{
+		{[]string{"yes"}, "SIGPIPE"},
+		// One that ignores SIGPIPE gets SIGTERM after a grace.
+		{[]string{"sh", "-c", "trap '' PIPE; yes"}, "SIGTERM"},
+	} {
+		root := &cobra.Command{Use: "kibotos", SilenceErrors: true, SilenceUsage: true}
+		root.AddCommand(Commands()...)
+		root.SetArgs(append([]string{"ws", "exec", "--addr", e.addr, "--token", e.token, "--tag", c.endsOf, id, "--"}, c.command...))
+		root.SetOut(&brokenPipe{})
+		root.SetErr(&bytes.Buffer{})
+		root.SetIn(strings.NewReader(""))
+		if err := root.ExecuteContext(t.Context()); !errors.As(err, new(*ExitError)) || err.(*ExitError).Code != 141 {
+			t.Errorf("exec of %v whose reader left: %v, want exit 141", c.command, err)
 		}
-		if try == 100 {
-			t.Fatalf("the command did not end of SIGPIPE after its reader left: %s", ps)
+		for try := 0; ; try++ {
+			ps, _, err := e.runData(t, "", "ws", "ps", id, "-o", "json")
+			var list datav1.ListProcessesResponse
+			if err == nil && protojson.Unmarshal([]byte(ps), &list) == nil && slices.ContainsFunc(list.Processes, func(p *datav1.ProcessInfo) bool {
+				return p.GetTag() == c.endsOf && p.GetExited().GetSignal() == c.endsOf
+			}) {
+				break
+			}
+			if try == 100 {
+				t.Fatalf("%v did not end of %s after its reader left: %s", c.command, c.endsOf, ps)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 
