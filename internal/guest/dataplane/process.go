@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -103,6 +104,9 @@ type process struct {
 
 	master  *os.File   // the PTY master; nil on pipes
 	outputs []*os.File // stdout and stderr read ends, or the master
+	// outputOrphaned is set once the exit is reported while children the
+	// process left behind hold its output open: their output is dropped.
+	outputOrphaned atomic.Bool
 
 	inMu     sync.Mutex
 	in       *os.File // stdin's write end or the master; nil without input
@@ -136,7 +140,7 @@ func (s *ProcessService) run(p *process) {
 		case i == 1:
 			kind = outStderr
 		}
-		wg.Go(func() { pump(f, kind, p.out) })
+		wg.Go(func() { pump(f, kind, p.out, &p.outputOrphaned) })
 	}
 	pumped := make(chan struct{})
 	go func() {
@@ -158,32 +162,31 @@ wait:
 				timer.Reset(drainDelay)
 				continue
 			}
-			// A child the process left behind holds its output open.
-			for _, f := range p.outputs {
-				f.Close()
-			}
-			<-pumped
+			// A child the process left behind holds its output open: the
+			// exit is reported, and what the child writes from now on is
+			// read and dropped, so that its writes neither fail (closing
+			// the pipe would kill it with SIGPIPE) nor block.
+			p.outputOrphaned.Store(true)
 			break wait
 		}
 	}
 	p.exited = exitEvent(p.status)
 	p.closeInput()
-	for _, f := range p.outputs {
-		f.Close()
-	}
 	p.out.close(p.exited)
 	s.retire(p)
 	close(p.done)
 }
 
-// pump copies f into out until EOF, an error (EIO: a PTY whose other side
-// is gone) or Close.
-func pump(f *os.File, kind outKind, out *outLog) {
+// pump copies f into out until EOF or an error (EIO: a PTY whose other
+// side is gone), then closes f; once orphaned is set it drops what it
+// reads.
+func pump(f *os.File, kind outKind, out *outLog, orphaned *atomic.Bool) {
+	defer f.Close()
 	buf := pumpBuffers.Get().(*[maxChunk]byte)
 	defer pumpBuffers.Put(buf)
 	for {
 		n, err := f.Read(buf[:])
-		if n > 0 {
+		if n > 0 && !orphaned.Load() {
 			out.write(kind, buf[:n])
 		}
 		if err != nil {

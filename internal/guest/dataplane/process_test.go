@@ -160,6 +160,36 @@ func TestSignalExit(t *testing.T) {
 	wantCode(t, err, connect.CodeFailedPrecondition, stageUsingProcess)
 }
 
+// TestChildHoldingOutputLivesOn: a command that leaves a child holding
+// its output ends (its exit reported a little after, with what it wrote)
+// while the child lives on: what the child writes later is dropped, and
+// does not kill it with SIGPIPE.
+func TestChildHoldingOutputLivesOn(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := testCtx(t, 30*time.Second)
+	alive := filepath.Join(t.TempDir(), "alive")
+	stream, err := e.pc.StartProcess(ctx, connect.NewRequest(&datav1.StartProcessRequest{
+		Args: []string{"sh", "-c", "(sleep 3; echo late; touch " + alive + ") & echo early"},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := collect(t, stream)
+	if r.stdout.String() != "early\n" || r.exited.GetExitCode() != 0 {
+		t.Fatalf("stdout %q, exit %v; want early and 0", r.stdout.String(), r.exited)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(alive); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the child writing after its command's exit did not live on")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // TestSignalReachesChildrenOfAnEndedCommand: a command that ended leaving
 // children in the background (`cmd &`) is still killed with them: the
 // signal reaches its group while members remain.
