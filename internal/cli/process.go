@@ -48,6 +48,10 @@ func exitCode(s sdk.ExitStatus) int {
 	if n := unix.SignalNum(name); n != 0 {
 		return 128 + int(n)
 	}
+	// A signal with no name (real-time ones) is named by its number.
+	if n, err := strconv.Atoi(strings.TrimPrefix(name, "SIG")); err == nil && n >= 1 && n <= 64 {
+		return 128 + n
+	}
 	return 255
 }
 
@@ -238,6 +242,9 @@ func wsExecCommand(c *conn) *cobra.Command {
 			if err := signalRemote(runCtx, p, "SIGTERM"); err != nil {
 				endRun(err)
 			}
+			// A stopped command (SIGSTOP, or Ctrl-Z's SIGTSTP) handles
+			// the TERM only once it runs again.
+			_ = signalRemote(runCtx, p, "SIGCONT")
 		}, func() {
 			endRun(fmt.Errorf("interrupted again; left pid %d to end by itself", p.Pid()))
 		})

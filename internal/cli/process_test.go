@@ -286,6 +286,8 @@ func TestExitCode(t *testing.T) {
 		{sdk.ExitStatus{Signal: "SIGINT"}, 130},
 		{sdk.ExitStatus{Signal: "kill"}, 137},
 		{sdk.ExitStatus{Signal: "SIGBOGUS"}, 255},
+		{sdk.ExitStatus{Signal: "SIG34"}, 162}, // a real-time signal, named by its number
+		{sdk.ExitStatus{Signal: "SIG99"}, 255},
 	} {
 		if got := exitCode(tc.s); got != tc.want {
 			t.Errorf("exitCode(%v) = %d, want %d", tc.s, got, tc.want)
@@ -426,31 +428,43 @@ func TestExecDetachAndTimeout(t *testing.T) {
 // printed on its way out and exits with its code.
 func TestExecInterruptWaitsForTheExit(t *testing.T) {
 	e, id := newDataEnv(t)
-	ctx, interrupt := context.WithCancel(t.Context())
-	type result struct {
-		stdout, stderr string
-		err            error
-	}
-	done := make(chan result, 1)
-	go func() {
-		stdout, stderr, err := e.runIn(ctx, t, "", "ws", "exec", "--addr", e.addr, "--token", e.token, "--tag", "trapper", id, "--",
-			"sh", "-c", `trap 'echo got TERM; exit 7' TERM; while :; do sleep 0.1; done`)
-		done <- result{stdout, stderr, err}
-	}()
-	for try := 0; ; try++ {
-		if ps, _, err := e.runData(t, "", "ws", "ps", id, "-o", "json"); err == nil && strings.Contains(ps, `"trapper"`) {
-			break
+	for tag, script := range map[string]string{
+		"trapper": `trap 'echo got TERM; exit 7' TERM; while :; do sleep 0.1; done`,
+		// A command that stopped itself gets the TERM too.
+		"stopped": `trap 'echo got TERM; exit 7' TERM; touch /tmp/stopping; kill -STOP $$; while :; do sleep 0.1; done`,
+	} {
+		ctx, interrupt := context.WithCancel(t.Context())
+		type result struct {
+			stdout, stderr string
+			err            error
 		}
-		if try == 300 {
-			t.Fatal("the command does not run")
+		done := make(chan result, 1)
+		go func() {
+			stdout, stderr, err := e.runIn(ctx, t, "", "ws", "exec", "--addr", e.addr, "--token", e.token, "--tag", tag, id, "--", "sh", "-c", script)
+			done <- result{stdout, stderr, err}
+		}()
+		for try := 0; ; try++ {
+			if ps, _, err := e.runData(t, "", "ws", "ps", id, "-o", "json"); err == nil && strings.Contains(ps, `"`+tag+`"`) {
+				break
+			}
+			if try == 300 {
+				t.Fatalf("%s: the command does not run", tag)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	interrupt()
-	r := <-done
-	if exit := (*ExitError)(nil); !errors.As(r.err, &exit) || exit.Code != 7 || r.stdout != "got TERM\n" ||
-		!strings.Contains(r.stderr, "interrupted; sending SIGTERM to pid") {
-		t.Errorf("interrupted exec: %v, stdout %q, stderr %q; want exit 7 after the command's last words", r.err, r.stdout, r.stderr)
+		if tag == "stopped" {
+			e.sh(t, id, "while [ ! -e /tmp/stopping ]; do sleep 0.05; done; sleep 0.2")
+		}
+		interrupt()
+		select {
+		case r := <-done:
+			if exit := (*ExitError)(nil); !errors.As(r.err, &exit) || exit.Code != 7 || r.stdout != "got TERM\n" ||
+				!strings.Contains(r.stderr, "interrupted; sending SIGTERM to pid") {
+				t.Errorf("%s: interrupted exec: %v, stdout %q, stderr %q; want exit 7 after the command's last words", tag, r.err, r.stdout, r.stderr)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: interrupted exec does not end", tag)
+		}
 	}
 }
 
