@@ -221,12 +221,12 @@ func TestSignalReachesChildrenOfAnEndedCommand(t *testing.T) {
 }
 
 func TestParseSignal(t *testing.T) {
-	for in, want := range map[string]int{"SIGTERM": 15, "TERM": 15, "term": 15, "KILL": 9, "9": 9, "SIGHUP": 1, " INT ": 2} {
+	for in, want := range map[string]int{"SIGTERM": 15, "TERM": 15, "term": 15, "KILL": 9, "9": 9, "SIGHUP": 1, " INT ": 2, "SIG34": 34, "sig64": 64} {
 		if sig, ok := parseSignal(in); !ok || int(sig) != want {
 			t.Errorf("parseSignal(%q) = %d, %v; want %d", in, sig, ok, want)
 		}
 	}
-	for _, in := range []string{"", "SIG", "FOO", "0", "-1", "65", "SIGKILLX"} {
+	for _, in := range []string{"", "SIG", "FOO", "0", "-1", "65", "SIGKILLX", "SIG65", "SIG0"} {
 		if sig, ok := parseSignal(in); ok {
 			t.Errorf("parseSignal(%q) = %d, want failure", in, sig)
 		}

@@ -13,7 +13,9 @@ import (
 // any case ("SIGTERM", "term", "KILL"), or a number from 1 to 64.
 func parseSignal(s string) (unix.Signal, bool) {
 	s = strings.ToUpper(strings.TrimSpace(s))
-	if n, err := strconv.Atoi(s); err == nil {
+	// A number, or SIG and a number (as signalName names one without a
+	// name).
+	if n, err := strconv.Atoi(strings.TrimPrefix(s, "SIG")); err == nil {
 		if n >= 1 && n <= 64 {
 			return unix.Signal(n), true
 		}
