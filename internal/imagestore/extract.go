@@ -30,22 +30,38 @@ type extractor struct {
 }
 
 // layerBudget admits a layer's tar entries one by one: no device nodes (they
-// would be created on the host with the image's modes), and at most limit
-// bytes of regular file content in all (holes of sparse files included).
+// would be created on the host with the image's modes), owners that are
+// user and group IDs, and at most limit bytes in all: the content of
+// regular files (holes of sparse files included), and a block for every
+// other entry (a directory, a symlink, a hard link), which takes one on
+// the host's disk however small its archive.
 type layerBudget struct {
 	limit uint64
-	size  uint64 // bytes of regular file content admitted so far
+	size  uint64 // bytes admitted so far
 }
 
+const (
+	// entryBytes is what an entry other than a regular file counts.
+	entryBytes = 4096
+	// maxOwnerID is the largest user or group ID (the next, -1, means
+	// "unchanged" to chown).
+	maxOwnerID = 1<<32 - 2
+)
+
 func (b *layerBudget) admit(hdr *tar.Header) error {
+	if hdr.Uid < 0 || hdr.Gid < 0 || hdr.Uid > maxOwnerID || hdr.Gid > maxOwnerID {
+		return fmt.Errorf("%w: %q belongs to %d:%d, which are not a user and group ID", ErrInvalidImage, hdr.Name, hdr.Uid, hdr.Gid)
+	}
 	switch hdr.Typeflag {
 	case tar.TypeChar, tar.TypeBlock:
 		return fmt.Errorf("%w: %q is a device node; layers may not hold device nodes", ErrInvalidImage, hdr.Name)
 	case tar.TypeReg, tar.TypeGNUSparse, tar.TypeCont:
 		b.size += uint64(max(hdr.Size, 0))
-		if b.size > b.limit {
-			return fmt.Errorf("%w: %w: its files hold more than %d bytes", ErrInvalidImage, ErrLayerTooLarge, b.limit)
-		}
+	default:
+		b.size += entryBytes
+	}
+	if b.size > b.limit {
+		return fmt.Errorf("%w: %w: its entries take more than %d bytes (a file its size, any other entry %d)", ErrInvalidImage, ErrLayerTooLarge, b.limit, entryBytes)
 	}
 	return nil
 }

@@ -269,3 +269,33 @@ func TestUnrunnableImagesRefused(t *testing.T) {
 		t.Errorf("an image with an empty value and 64 KiB of Env: %v", err)
 	}
 }
+
+// TestEntriesCountAgainstTheLimit: a layer of empty directories, which
+// take a block each on the host, is held to the layer limit as files are:
+// 400 directories (1.6 MB on disk) exceed a 1 MiB limit.
+func TestEntriesCountAgainstTheLimit(t *testing.T) {
+	var entries []tarEntry
+	for i := range 400 {
+		entries = append(entries, dirE(fmt.Sprintf("d%03d/", i), 0o755))
+	}
+	s := openStore(t)
+	s.SetMaxLayerBytes(1 << 20)
+	if _, err := s.ImportImage(context.Background(), testImage(t, "amd64", tarLayer(t, entries...))); !errors.Is(err, ErrLayerTooLarge) {
+		t.Errorf("400 directories under a 1 MiB limit: %v, want ErrLayerTooLarge", err)
+	}
+	assertClean(t, s)
+}
+
+// TestOwnersAreIDs: an entry whose owner is no user or group ID (beyond
+// 32 bits, or negative, which chown would take for another) is refused.
+func TestOwnersAreIDs(t *testing.T) {
+	for _, owner := range [][2]int{{1 << 32, 0}, {0, 1<<32 + 1000}, {-5, 0}} {
+		hdr := tar.Header{Typeflag: tar.TypeReg, Name: "f", Mode: 0o644, Uid: owner[0], Gid: owner[1]}
+		s := openStore(t)
+		_, err := s.ImportImage(context.Background(), testImage(t, "amd64", tarLayer(t, tarEntry{hdr: hdr})))
+		if !errors.Is(err, ErrInvalidImage) || !strings.Contains(err.Error(), "not a user and group ID") {
+			t.Errorf("owner %d:%d: %v, want it refused", owner[0], owner[1], err)
+		}
+		assertClean(t, s)
+	}
+}
