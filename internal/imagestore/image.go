@@ -139,6 +139,9 @@ func (s *Store) importImage(ctx context.Context, img v1.Image) (Image, error) {
 		if !desc.MediaType.IsLayer() {
 			return Image{}, fmt.Errorf("%w: layer %s has media type %q", ErrInvalidImage, digest, desc.MediaType)
 		}
+		if desc.Size < 0 {
+			return Image{}, fmt.Errorf("%w: layer %s has size %d", ErrInvalidImage, digest, desc.Size)
+		}
 		h, err := parseDigest(digest)
 		if err != nil {
 			return Image{}, fmt.Errorf("%w: layer %d: %v", ErrInvalidImage, i, err)

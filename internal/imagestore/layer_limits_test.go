@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -298,4 +299,37 @@ func TestOwnersAreIDs(t *testing.T) {
 		}
 		assertClean(t, s)
 	}
+}
+
+// withManifest is an image whose manifest is raw.
+type withManifest struct {
+	v1.Image
+	raw []byte
+}
+
+func (w withManifest) RawManifest() ([]byte, error) { return w.raw, nil }
+
+func (w withManifest) Manifest() (*v1.Manifest, error) {
+	return v1.ParseManifest(bytes.NewReader(w.raw))
+}
+
+// TestNegativeLayerSizeRefused: a manifest that gives a layer a negative
+// size (which would skip the check of its size) is refused.
+func TestNegativeLayerSizeRefused(t *testing.T) {
+	img := testImage(t, "amd64", tarLayer(t, fileE("f", "x")))
+	m, err := img.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m = m.DeepCopy()
+	m.Layers[0].Size = -1
+	raw, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := openStore(t)
+	if _, err := s.ImportImage(context.Background(), withManifest{img, raw}); !errors.Is(err, ErrInvalidImage) || !strings.Contains(err.Error(), "size -1") {
+		t.Errorf("a layer of size -1: %v, want it refused", err)
+	}
+	assertClean(t, s)
 }
