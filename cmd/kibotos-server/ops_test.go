@@ -43,7 +43,7 @@ func TestVersionCommand(t *testing.T) {
 	}
 }
 
-// TestInterruptedCommand: a CLI command cut short by SIGTERM or SIGINT
+// TestInterruptedCommand: a CLI command cut short by SIGTERM, SIGINT or SIGHUP
 // (here one waiting on a server that never answers) exits as a shell
 // reports a command a signal ended, 128 plus the signal, and says so,
 // not "context canceled".
@@ -68,7 +68,7 @@ func TestInterruptedCommand(t *testing.T) {
 		sig  syscall.Signal
 		code int
 		says string
-	}{{syscall.SIGTERM, 143, "interrupted by SIGTERM"}, {syscall.SIGINT, 130, "interrupted by SIGINT"}} {
+	}{{syscall.SIGTERM, 143, "interrupted by SIGTERM"}, {syscall.SIGINT, 130, "interrupted by SIGINT"}, {syscall.SIGHUP, 129, "interrupted by SIGHUP"}} {
 		cmd := exec.Command(bin, "ws", "list")
 		cmd.Env = append(os.Environ(), "KIBOTOS_HOME="+t.TempDir(), "KIBOTOS_ADDR="+ln.Addr().String(), "KIBOTOS_TOKEN=t")
 		var stderr strings.Builder

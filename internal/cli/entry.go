@@ -53,14 +53,14 @@ func Root(verbs ...*cobra.Command) *cobra.Command {
 	return root
 }
 
-// Main runs root on the process's arguments until SIGINT or SIGTERM and
+// Main runs root on the process's arguments until SIGINT, SIGTERM or SIGHUP and
 // exits: with the remote process's exit code after `ws exec`, else 0; 128
 // plus the signal, as a shell reports a command a signal ended, when a
 // signal cut a command short; or 1 after printing the error.
 func Main(root *cobra.Command) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	signals := make(chan os.Signal, 1)
-	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(signals, interruptSignals...)
 	go func() {
 		for s := range signals {
 			cancel(interrupted{s.(syscall.Signal)})
@@ -100,6 +100,9 @@ func explainText(err error, args []string) error {
 	}
 	return err
 }
+
+// interruptSignals end a command (its context), which may then clean up.
+var interruptSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP}
 
 // interrupted is the cause of a command's end by a signal.
 type interrupted struct{ syscall.Signal }

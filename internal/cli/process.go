@@ -73,8 +73,8 @@ func signalRemote(ctx context.Context, p *sdk.Process, sig string) error {
 	return nil
 }
 
-// onInterrupts calls first when ctx ends (the CLI's SIGINT or SIGTERM),
-// then again when another SIGINT or SIGTERM arrives; stop ends the watch.
+// onInterrupts calls first when ctx ends (the CLI's SIGINT, SIGTERM or
+// SIGHUP), then again when another arrives; stop ends the watch.
 func onInterrupts(ctx context.Context, first, again func()) (stop func()) {
 	done := make(chan struct{})
 	go func() {
@@ -84,7 +84,7 @@ func onInterrupts(ctx context.Context, first, again func()) (stop func()) {
 		case <-ctx.Done():
 		}
 		ch := make(chan os.Signal, 1)
-		signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+		signal.Notify(ch, interruptSignals...)
 		defer signal.Stop(ch)
 		first()
 		select {
@@ -238,12 +238,18 @@ func wsExecCommand(c *conn) *cobra.Command {
 			defer forwardResize(ctx, p, outFd)()
 		}
 		stopInterrupts := onInterrupts(ctx, func() {
-			fmt.Fprintf(cmd.ErrOrStderr(), "kibotos: interrupted; sending SIGTERM to pid %d and waiting for it to exit (interrupt again to leave it)\n", p.Pid())
-			if err := signalRemote(runCtx, p, "SIGTERM"); err != nil {
+			// A hangup (the terminal closed) reaches the command as one,
+			// as a remote shell gets it from ssh; anything else is TERM.
+			sig := "SIGTERM"
+			if cause := (interrupted{}); errors.As(context.Cause(ctx), &cause) && cause.Signal == syscall.SIGHUP {
+				sig = "SIGHUP"
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "kibotos: interrupted; sending %s to pid %d and waiting for it to exit (interrupt again to leave it)\n", sig, p.Pid())
+			if err := signalRemote(runCtx, p, sig); err != nil {
 				endRun(err)
 			}
 			// A stopped command (SIGSTOP, or Ctrl-Z's SIGTSTP) handles
-			// the TERM only once it runs again.
+			// the signal only once it runs again.
 			_ = signalRemote(runCtx, p, "SIGCONT")
 		}, func() {
 			endRun(fmt.Errorf("interrupted again; left pid %d to end by itself", p.Pid()))

@@ -432,8 +432,14 @@ func TestExecInterruptWaitsForTheExit(t *testing.T) {
 		"trapper": `trap 'echo got TERM; exit 7' TERM; while :; do sleep 0.1; done`,
 		// A command that stopped itself gets the TERM too.
 		"stopped": `trap 'echo got TERM; exit 7' TERM; touch /tmp/stopping; kill -STOP $$; while :; do sleep 0.1; done`,
+		// A hangup here is one there.
+		"hangup": `trap 'echo got TERM; exit 7' HUP; while :; do sleep 0.1; done`,
 	} {
-		ctx, interrupt := context.WithCancel(t.Context())
+		ctx, cancel := context.WithCancelCause(t.Context())
+		interrupt := func() { cancel(interrupted{syscall.SIGTERM}) }
+		if tag == "hangup" {
+			interrupt = func() { cancel(interrupted{syscall.SIGHUP}) }
+		}
 		type result struct {
 			stdout, stderr string
 			err            error
@@ -458,8 +464,9 @@ func TestExecInterruptWaitsForTheExit(t *testing.T) {
 		interrupt()
 		select {
 		case r := <-done:
+			sent := map[bool]string{true: "SIGHUP", false: "SIGTERM"}[tag == "hangup"]
 			if exit := (*ExitError)(nil); !errors.As(r.err, &exit) || exit.Code != 7 || r.stdout != "got TERM\n" ||
-				!strings.Contains(r.stderr, "interrupted; sending SIGTERM to pid") {
+				!strings.Contains(r.stderr, "interrupted; sending "+sent+" to pid") {
 				t.Errorf("%s: interrupted exec: %v, stdout %q, stderr %q; want exit 7 after the command's last words", tag, r.err, r.stdout, r.stderr)
 			}
 		case <-time.After(30 * time.Second):
