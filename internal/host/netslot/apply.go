@@ -101,10 +101,9 @@ func (s *Slot) Apply(n *hostv1.NetworkAssignment) {
 			}
 		}
 	}
-	var closeStreams []*dnsStream
 	for st := range s.dnsStreams {
-		if st.follow(a) {
-			closeStreams = append(closeStreams, st)
+		if st.follow(s, a) {
+			st.close()
 		}
 	}
 	s.applied.Store(a)
@@ -113,9 +112,6 @@ func (s *Slot) Apply(n *hostv1.NetworkAssignment) {
 	s.mu.Unlock()
 	for _, f := range closeNow {
 		s.closeFlow(f)
-	}
-	for _, st := range closeStreams {
-		st.conn.Close()
 	}
 	s.changed()
 }

@@ -119,26 +119,44 @@ func (s *Slot) answerDatagram(packet []byte) bool {
 // it uses replaces that Resolver's revision: then it keeps the replaced
 // revision until the update's drain runs out, and closes.
 type dnsStream struct {
-	conn net.Conn
 	// Under the slot's lock.
+	conn     net.Conn      // nil until its handshake completed
+	closed   bool          // closed before conn was set
 	resolver *resolverPath // the Resolver revision it is on; nil: none
 	drain
 }
 
-// follow moves a stream onto a, or starts its drain when a replaces the
-// revision of its Resolver; it reports true when the drain is zero and the
-// caller must close the stream now. A stream draining on a Resolver that a
+// close closes the stream, or has it closed once it is connected; the
+// slot's lock is held.
+func (st *dnsStream) close() {
+	if st.conn == nil {
+		st.closed = true
+		return
+	}
+	st.conn.Close()
+}
+
+// closeDNSStream closes st (its drain ran out).
+func (s *Slot) closeDNSStream(st *dnsStream) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st.close()
+}
+
+// follow moves a stream of s onto a, or starts its drain when a replaces
+// the revision of its Resolver; it reports true when the drain is zero and
+// the caller must close the stream now. A stream draining on a Resolver that a
 // no longer names (another one, none, DENY_ALL: no query leaves the slot)
 // ends its drain and answers as a says; one a still names keeps the
 // deadline of the update that started its drain.
-func (st *dnsStream) follow(a *applied) bool {
+func (st *dnsStream) follow(s *Slot, a *applied) bool {
 	old, now := st.resolver, a.resolver
 	sameResolver := old != nil && now != nil && old.key == now.key
 	switch {
 	case st.draining() && sameResolver:
 		return false // an earlier update's deadline holds
 	case sameResolver && old.revision != now.revision:
-		return st.startDrain(now.drain, func() { st.conn.Close() })
+		return st.startDrain(now.drain, func() { s.closeDNSStream(st) })
 	}
 	st.stopDrain()
 	st.resolver = now
@@ -182,16 +200,18 @@ func (s *Slot) forgetDNSStream(st *dnsStream) {
 }
 
 // serveDNSStream answers length-prefixed queries on a guest's TCP
-// connection to the link DNS address.
-func (s *Slot) serveDNSStream(c net.Conn) {
+// connection to the link DNS address, tracked as st.
+func (s *Slot) serveDNSStream(st *dnsStream, c net.Conn) {
 	defer c.Close()
 	stop := context.AfterFunc(s.ctx, func() { c.Close() })
 	defer stop()
-	st := &dnsStream{conn: c}
-	if !s.trackDNSStream(st) {
-		return
+	s.mu.Lock()
+	st.conn = c
+	closeNow := st.closed
+	s.mu.Unlock()
+	if closeNow {
+		return // a change closed it before its handshake completed
 	}
-	defer s.forgetDNSStream(st)
 	var size [2]byte
 	for {
 		c.SetReadDeadline(time.Now().Add(dnsStreamIdle))

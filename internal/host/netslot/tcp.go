@@ -94,10 +94,18 @@ func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
 	id := r.ID()
 	dst := netip.AddrPortFrom(addrOf(id.LocalAddress), id.LocalPort)
 	if dst.Addr() == s.linkDNS() && dst.Port() == dnsPort {
+		// Tracked before its handshake completes: one over the bound is
+		// reset, as the guest's other refused connections are.
+		st := &dnsStream{}
+		if !s.trackDNSStream(st) {
+			r.Complete(true)
+			return
+		}
+		defer s.forgetDNSStream(st)
 		guest, err := accept(r, dnsStreamBuffer)
 		if err == nil {
 			s.cfg.Counters.DNS.Add(1)
-			s.serveDNSStream(guest)
+			s.serveDNSStream(st, guest)
 		}
 		return
 	}
@@ -235,7 +243,6 @@ func (s *Slot) CloseEgresses(deleted map[string]bool) {
 		return
 	}
 	var closeNow []*flow
-	var closeStreams []*dnsStream
 	s.mu.Lock()
 	for f := range s.conns {
 		if f.decision.Action == netpolicy.Forward && deleted[f.decision.EgressID] {
@@ -244,15 +251,12 @@ func (s *Slot) CloseEgresses(deleted map[string]bool) {
 	}
 	for st := range s.dnsStreams {
 		if st.throughEgress(deleted) {
-			closeStreams = append(closeStreams, st)
+			st.close()
 		}
 	}
 	s.mu.Unlock()
 	for _, f := range closeNow {
 		s.closeFlow(f)
-	}
-	for _, st := range closeStreams {
-		st.conn.Close()
 	}
 }
 
