@@ -111,6 +111,7 @@ type process struct {
 	inMu     sync.Mutex
 	in       *os.File // stdin's write end or the master; nil without input
 	inClosed bool
+	midLine  bool // the last byte written to the master ended no line
 
 	exitCh chan struct{} // closed when the wait status arrived
 	status unix.WaitStatus

@@ -148,7 +148,10 @@ func (p *process) write(ctx context.Context, data []byte) error {
 		return err
 	}
 	stop := context.AfterFunc(ctx, func() { p.in.SetWriteDeadline(time.Unix(1, 0)) })
-	_, err := p.in.Write(data)
+	n, err := p.in.Write(data)
+	if n > 0 {
+		p.midLine = data[n-1] != '\n' && data[n-1] != '\r' && data[n-1] != 4
+	}
 	if !stop() {
 		p.in.SetWriteDeadline(time.Time{})
 		if err != nil && ctx.Err() != nil {
@@ -181,14 +184,23 @@ func (p *process) inputUsable() error {
 
 // CloseInput implements ProcessService.CloseInput. On pipes it closes
 // stdin, and closing it again succeeds; on a PTY, which stays open for
-// output, it sends the terminal's end-of-file character (Ctrl-D).
+// output, it sends the terminal's end-of-file character (Ctrl-D), twice
+// after a partial line.
 func (s *ProcessService) CloseInput(ctx context.Context, req *connect.Request[datav1.CloseInputRequest]) (*connect.Response[datav1.CloseInputResponse], error) {
 	p, err := s.lookup(req.Msg.GetProcess(), stageUsingProcess)
 	if err != nil {
 		return nil, err
 	}
 	if p.master != nil {
-		if err := p.write(ctx, []byte{4}); err != nil {
+		// Mid-line, a terminal's Ctrl-D hands the partial line over; only
+		// a second, on an empty line, is the end of input.
+		eof := []byte{4}
+		p.inMu.Lock()
+		if p.midLine {
+			eof = []byte{4, 4}
+		}
+		p.inMu.Unlock()
+		if err := p.write(ctx, eof); err != nil {
 			return nil, err
 		}
 		return connect.NewResponse(&datav1.CloseInputResponse{}), nil

@@ -326,6 +326,24 @@ func TestPTY(t *testing.T) {
 	if r.exited.GetExitCode() != 0 {
 		t.Fatalf("cat after ^D: %v", r.exited)
 	}
+	// After a partial last line too: the line is handed over, and cat ends.
+	stream, err = e.pc.StartProcess(ctx, connect.NewRequest(&datav1.StartProcessRequest{Args: []string{"cat"}, Pty: &datav1.Pty{}, Stdin: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = &run{}
+	r.waitFor(t, stream, "started", func() bool { return r.pid != 0 })
+	sel = &datav1.ProcessSelector{Selector: &datav1.ProcessSelector_Pid{Pid: r.pid}}
+	if _, err := e.pc.SendInput(ctx, connect.NewRequest(&datav1.SendInputRequest{Process: sel, Data: []byte("abc")})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pc.CloseInput(ctx, connect.NewRequest(&datav1.CloseInputRequest{Process: sel})); err != nil {
+		t.Fatal(err)
+	}
+	r.waitFor(t, stream, "exit", func() bool { return r.exited != nil })
+	if r.exited.GetExitCode() != 0 || !strings.Contains(r.pty.String(), "abcabc") {
+		t.Fatalf("cat after a partial line and the end of input: %v, %q", r.exited, r.pty.String())
+	}
 	// Resizing a process without a terminal is refused.
 	stream, err = e.pc.StartProcess(ctx, connect.NewRequest(&datav1.StartProcessRequest{Args: []string{"sleep", "10"}}))
 	if err != nil {
