@@ -425,7 +425,7 @@ func wsLogsCommand(c *conn) *cobra.Command {
 		Short: "Print the output of a process of a Workspace; with -f follow it until it exits",
 		Long: "Print the output the guest buffered for a process (its most recent output), named by pid\n" +
 			"or by the tag it was started with. -f then follows the new output until the process exits\n" +
-			"or Ctrl-C.",
+			"(and exits with its exit code, as ws exec does) or Ctrl-C.",
 		Args: cobra.ExactArgs(2),
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "follow the output until the process exits")
@@ -467,9 +467,12 @@ func wsLogsCommand(c *conn) *cobra.Command {
 		if !ended {
 			waitQuiet(p, activity)
 		}
-		_, err = p.Wait()
+		status, err := p.Wait()
 		if errors.Is(err, sdk.ErrDetached) || (follow && ctx.Err() != nil) {
 			return nil
+		}
+		if code := exitCode(status); err == nil && follow && code != 0 {
+			return &ExitError{Code: code} // as ws exec of it would have
 		}
 		return err
 	}

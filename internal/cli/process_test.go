@@ -274,6 +274,13 @@ func TestLogs(t *testing.T) {
 	if connect.CodeOf(err) != connect.CodeNotFound {
 		t.Errorf("logs nope = %v, want not_found", err)
 	}
+	// -f exits with the process's exit code, as exec does.
+	if _, _, err := e.runData(t, "", "ws", "exec", "--tag", "three", id, "--", "sh", "-c", "echo x; exit 3"); err == nil {
+		t.Fatal("exit 3 succeeded")
+	}
+	if _, _, err := e.runData(t, "", "ws", "logs", id, "three", "-f"); !errors.As(err, new(*ExitError)) || err.(*ExitError).Code != 3 {
+		t.Errorf("logs -f of a process that exited 3: %v, want exit 3", err)
+	}
 }
 
 func TestExitCode(t *testing.T) {
