@@ -166,12 +166,14 @@ func (s *Store) removeStaleTemp(cutoff time.Time) error {
 	return nil
 }
 
-// newestChange is the latest change of anything under p, by the inode's
-// change time: an unpacked file's modification time is the image's to
-// set (to the future, say), never its change time. An entry that vanishes
-// while it is read counts as changing now.
+// newestChange is the latest modification of anything under p. An entry
+// dated in the future (an unpacked file's modification time is its
+// image's to set) counts by its change time, which no image sets: when it
+// was written. An entry that vanishes while it is read counts as changing
+// now.
 func newestChange(p string) time.Time {
 	var newest time.Time
+	now := time.Now()
 	err := filepath.WalkDir(p, func(_ string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -181,7 +183,7 @@ func newestChange(p string) time.Time {
 			return err
 		}
 		t := fi.ModTime()
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && t.After(now) {
 			t = time.Unix(st.Ctim.Unix())
 		}
 		if t.After(newest) {

@@ -49,15 +49,22 @@ func TestGarbageCollection(t *testing.T) {
 	if removed, err := s.RemoveBlobs(keepBlobs, before); err != nil || len(removed) != 0 {
 		t.Fatalf("RemoveBlobs with an earlier cutoff removed %v, %v", removed, err)
 	}
-	// A crash's leftovers in tmp/: one written before the cutoff goes
-	// (though the image dated a file of it in the future: only the change
-	// time counts), one written after stays.
-	stale, fresh := filepath.Join(s.tmpDir(), "unpack-stale"), filepath.Join(s.tmpDir(), "import-fresh")
-	if err := os.MkdirAll(filepath.Join(stale, "sub"), 0o755); err != nil {
-		t.Fatal(err)
+	// A crash's leftovers in tmp/: an old one goes, also when the image
+	// dated a file of it in the future (that counts by when it was
+	// written); a fresh one stays.
+	stale, future, fresh := filepath.Join(s.tmpDir(), "unpack-stale"), filepath.Join(s.tmpDir(), "unpack-future"), filepath.Join(s.tmpDir(), "import-fresh")
+	for _, d := range []string{stale, future} {
+		if err := os.MkdirAll(filepath.Join(d, "sub"), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
-	future := time.Now().Add(24 * time.Hour)
-	if err := os.Chtimes(filepath.Join(stale, "sub"), future, future); err != nil {
+	for _, p := range []string{filepath.Join(stale, "sub"), stale, future} {
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tomorrow := time.Now().Add(24 * time.Hour)
+	if err := os.Chtimes(filepath.Join(future, "sub"), tomorrow, tomorrow); err != nil {
 		t.Fatal(err)
 	}
 	tmpCutoff := time.Now()
