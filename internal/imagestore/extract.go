@@ -10,6 +10,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -99,7 +100,11 @@ func scanLayer(tr *tar.Reader, limit uint64) error {
 // path, as far as extractLayer's refusals go: a path whose last entry is
 // a symlink or another non-directory can be no entry's parent, and a hard
 // link needs an earlier non-directory entry.
-type layerShape map[string]byte // path → tar type flag of its last entry
+type layerShape map[string]byte // path → tar type flag of its last entry, or whiteoutShape
+
+// whiteoutShape marks a path a whiteout of the layer hides in the lower
+// ones, where the layer has no entry of its own (yet).
+const whiteoutShape = 'w'
 
 func (l layerShape) admit(hdr *tar.Header) error {
 	if hdr.Typeflag == tar.TypeXGlobalHeader {
@@ -123,10 +128,10 @@ func (l layerShape) admit(hdr *tar.Header) error {
 			if name == "" || name == "." || name == ".." {
 				return fmt.Errorf("%w: malformed whiteout", ErrInvalidImage)
 			}
-			if target := path.Join(path.Dir(rel), name); l[target] == tar.TypeDir {
-				l.removeTree(target)
-			} else {
-				delete(l, target)
+			// A whiteout hides the lower layers' entry; one of this layer
+			// stays (extractor.whiteout).
+			if target := path.Join(path.Dir(rel), name); l[target] == 0 {
+				l[target] = whiteoutShape
 			}
 		}
 		return nil
@@ -138,7 +143,7 @@ func (l layerShape) admit(hdr *tar.Header) error {
 		if err != nil {
 			return fmt.Errorf("link target: %w", err)
 		}
-		if kind, ok := l[target]; !ok || kind == tar.TypeDir || target == rel {
+		if kind, ok := l[target]; !ok || kind == tar.TypeDir || kind == whiteoutShape || target == rel {
 			return fmt.Errorf("%w: hard link to %q, which is not an earlier non-directory entry", ErrInvalidImage, hdr.Linkname)
 		}
 	default:
@@ -155,6 +160,8 @@ func (l layerShape) admit(hdr *tar.Header) error {
 func (l layerShape) parents(rel string) error {
 	for p := path.Dir(rel); p != "."; p = path.Dir(p) {
 		switch kind, ok := l[p]; {
+		case kind == whiteoutShape:
+			l[p] = tar.TypeDir // a new directory in place of the lower one
 		case !ok || kind == tar.TypeDir:
 		case kind == tar.TypeSymlink:
 			return fmt.Errorf("%w: parent %q is a symlink", ErrInvalidImage, p)
@@ -259,7 +266,7 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 			return err
 		}
 		fi, err := os.Lstat(x.abs(target))
-		if err != nil || fi.IsDir() || target == rel {
+		if err != nil || fi.IsDir() || isWhiteout(fi) || target == rel {
 			return fmt.Errorf("%w: hard link to %q, which is not an earlier non-directory entry", ErrInvalidImage, hdr.Linkname)
 		}
 		if err := x.remove(rel); err != nil {
@@ -289,24 +296,44 @@ func (x *extractor) whiteout(rel, base string) error {
 	}
 	dir := path.Dir(rel)
 	if base == whiteoutOpaque {
-		if err := unix.Lsetxattr(x.abs(dir), opaqueXattr, []byte("y"), 0); err != nil {
-			return &os.PathError{Op: "setxattr " + opaqueXattr, Path: x.abs(dir), Err: err}
-		}
-		return nil
+		return setOpaque(x.abs(dir))
 	}
 	name := strings.TrimPrefix(base, whiteoutPrefix)
 	if name == "" || name == "." || name == ".." {
 		return fmt.Errorf("%w: malformed whiteout", ErrInvalidImage)
 	}
 	target := path.Join(dir, name)
-	if err := x.remove(target); err != nil {
+	p := x.abs(target)
+	// A whiteout hides the lower layers' entry, never one of its own layer
+	// (which hides that already), in whatever order the two come: a
+	// directory of this layer then shows nothing of the lower one.
+	switch fi, err := os.Lstat(p); {
+	case err == nil && fi.IsDir():
+		return setOpaque(p)
+	case err == nil:
+		return nil
+	case !errors.Is(err, fs.ErrNotExist):
 		return err
 	}
-	p := x.abs(target)
 	if err := unix.Mknod(p, unix.S_IFCHR, 0); err != nil {
 		return &os.PathError{Op: "mknod whiteout", Path: p, Err: err}
 	}
 	return nil
+}
+
+// setOpaque marks the directory at p as hiding the lower layers' one.
+func setOpaque(p string) error {
+	if err := unix.Lsetxattr(p, opaqueXattr, []byte("y"), 0); err != nil {
+		return &os.PathError{Op: "setxattr " + opaqueXattr, Path: p, Err: err}
+	}
+	return nil
+}
+
+// isWhiteout reports whether fi is an overlayfs whiteout (a 0/0 char
+// device).
+func isWhiteout(fi fs.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && fi.Mode()&fs.ModeCharDevice != 0 && st.Rdev == 0
 }
 
 // dir creates (or keeps) the directory rel and applies hdr's metadata; its times are
@@ -320,6 +347,11 @@ func (x *extractor) dir(rel string, hdr *tar.Header) error {
 		}
 		if err := os.Mkdir(p, 0o700); err != nil {
 			return err
+		}
+		if err == nil && isWhiteout(fi) { // a new directory in place of the lower one
+			if err := setOpaque(p); err != nil {
+				return err
+			}
 		}
 	}
 	x.dirs[rel] = true
@@ -345,13 +377,24 @@ func (x *extractor) parents(rel string, create bool) error {
 			continue
 		}
 		fi, err := os.Lstat(x.abs(p))
+		whiteout := err == nil && isWhiteout(fi) && create
 		switch {
-		case errors.Is(err, fs.ErrNotExist) && create:
+		case (errors.Is(err, fs.ErrNotExist) || whiteout) && create:
+			if whiteout { // a new directory in place of the lower one
+				if err := os.Remove(x.abs(p)); err != nil {
+					return err
+				}
+			}
 			if err := os.Mkdir(x.abs(p), 0o755); err != nil {
 				return err
 			}
 			if err := os.Chmod(x.abs(p), 0o755); err != nil { // despite the umask
 				return err
+			}
+			if whiteout {
+				if err := setOpaque(x.abs(p)); err != nil {
+					return err
+				}
 			}
 		case err != nil:
 			return fmt.Errorf("%w: parent %q: %v", ErrInvalidImage, p, err)

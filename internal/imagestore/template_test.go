@@ -736,3 +736,39 @@ func TestZstdLayerConcurrentUnpack(t *testing.T) {
 		t.Errorf("tmp after unpack: %v", names)
 	}
 }
+
+// TestWhiteoutsOfTheirOwnLayer: a whiteout hides the lower layers' entry
+// only, in whatever order it comes in its layer (a sorted tar puts .wh.X
+// before X/): an entry of its own layer stays, and a directory it hides
+// below and makes anew shows only its new entries.
+func TestWhiteoutsOfTheirOwnLayer(t *testing.T) {
+	ctx := context.Background()
+	lower := tarLayer(t, fileE("a", "lower a"), dirE("d/", 0o755), fileE("d/old", "old"), dirE("e/", 0o755), fileE("e/old", "old"))
+	upper := tarLayer(t,
+		fileE("a", "upper a"), fileE(".wh.a", ""), // after its own entry
+		fileE(".wh.d", ""), dirE("d/", 0o755), fileE("d/new", "new"), // before, then a directory anew
+		fileE(".wh.e", ""), fileE("e/new", "new"), // before, then an entry under it
+	)
+	s := openStore(t)
+	img, err := s.ImportImage(ctx, testImage(t, "amd64", lower, upper))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirs, err := s.Unpack(ctx, img, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	merged := t.TempDir()
+	if err := unix.Mount("overlay", merged, "overlay", unix.MS_RDONLY, "lowerdir="+dirs[1]+":"+dirs[0]); err != nil {
+		t.Skipf("overlay mount unavailable: %v", err)
+	}
+	defer unix.Unmount(merged, unix.MNT_DETACH)
+	if b, err := os.ReadFile(filepath.Join(merged, "a")); err != nil || string(b) != "upper a" {
+		t.Errorf("a = %q, %v; want the upper layer's", b, err)
+	}
+	for _, d := range []string{"d", "e"} {
+		if got := dirEntries(t, filepath.Join(merged, d)); !slices.Equal(got, []string{"new"}) {
+			t.Errorf("%s/ = %v, want [new]", d, got)
+		}
+	}
+}
