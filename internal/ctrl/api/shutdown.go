@@ -17,15 +17,17 @@ func WithShutdown(ctx context.Context, shuttingDown <-chan struct{}) context.Con
 	return context.WithValue(ctx, shutdownKey{}, shuttingDown)
 }
 
-// errShuttingDown ends a watch when its server shuts down: the caller
-// watches again, on this server once it is back or on another replica.
-var errShuttingDown = connect.NewError(connect.CodeUnavailable, errors.New("the server is shutting down; watch again"))
+// errShuttingDown is why a watch ended when its server shut down: the
+// caller watches again, on this server once it is back or on another
+// replica. Each watch answers a Connect error of its own (unavailable):
+// interceptors complete an error in place, so one is never shared.
+var errShuttingDown = errors.New("the server is shutting down; watch again")
 
 // untilShutdown returns ctx, ended also when its server begins to shut
 // down, and the function that ends it. A watch, which runs until its
 // caller leaves, runs under it: the server's shutdown would otherwise wait
 // its whole grace period for it. shutDown turns the error the watch ended
-// with into errShuttingDown when the shutdown ended it.
+// with into unavailable, errShuttingDown, when the shutdown ended it.
 func untilShutdown(ctx context.Context) (watchCtx context.Context, shutDown func(error) error, cancel context.CancelFunc) {
 	ch, _ := ctx.Value(shutdownKey{}).(<-chan struct{})
 	watchCtx, cancelCause := context.WithCancelCause(ctx)
@@ -38,7 +40,7 @@ func untilShutdown(ctx context.Context) (watchCtx context.Context, shutDown func
 	}()
 	shutDown = func(err error) error {
 		if errors.Is(context.Cause(watchCtx), errShuttingDown) {
-			return errShuttingDown
+			return connect.NewError(connect.CodeUnavailable, errShuttingDown)
 		}
 		return err
 	}
