@@ -16,12 +16,8 @@ import (
 // with the free space: that alone made a host restarted with full images
 // offer less than it has, and nothing on a full disk.
 func TestCapacityAfterRestart(t *testing.T) {
-	hosttest.RequireRoot(t)
 	home := t.TempDir()
-	if err := unix.Mount("tmpfs", home, "tmpfs", 0, "size=64m"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Unmount(home, unix.MNT_DETACH) })
+	hosttest.Tmpfs(t, home, "64m")
 	layers, volumes := filepath.Join(home, "layers"), filepath.Join(home, "volumes")
 	for path, bytes := range map[string]int{filepath.Join(layers, "ws.ext4"): 8 << 20, filepath.Join(volumes, "vol.ext4"): 4 << 20} {
 		os.MkdirAll(filepath.Dir(path), 0o700)

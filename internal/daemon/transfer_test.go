@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
@@ -24,6 +23,7 @@ import (
 	"github.com/kibotos/kibotos/internal/artifact"
 	"github.com/kibotos/kibotos/internal/daemon"
 	"github.com/kibotos/kibotos/internal/testutil"
+	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 	"github.com/kibotos/kibotos/sdk"
 	"github.com/kibotos/kibotos/sdk/bearer"
 )
@@ -466,10 +466,7 @@ func TestExportIntoAFullBlobStore(t *testing.T) {
 	if err := os.MkdirAll(blobs, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Mount("tmpfs", blobs, "tmpfs", 0, "size=4m"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Unmount(blobs, unix.MNT_DETACH) })
+	hosttest.Tmpfs(t, blobs, "4m")
 	d := up(t, home)
 	defer d.stop()
 	ws := d.await(d.create(small()).WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)

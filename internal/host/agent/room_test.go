@@ -16,12 +16,8 @@ import (
 // directory on another filesystem adds nothing. A host restarted with
 // full images so offers what it offered before.
 func TestRoomCountsWhatImagesHold(t *testing.T) {
-	hosttest.RequireRoot(t)
 	fs := t.TempDir()
-	if err := unix.Mount("tmpfs", fs, "tmpfs", 0, "size=64m"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Unmount(fs, unix.MNT_DETACH) })
+	hosttest.Tmpfs(t, fs, "64m")
 	layers, volumes := filepath.Join(fs, "layers"), filepath.Join(fs, "volumes")
 	for path, bytes := range map[string]int{filepath.Join(layers, "a.ext4"): 4 << 20, filepath.Join(volumes, "v.ext4"): 2 << 20} {
 		os.MkdirAll(filepath.Dir(path), 0o700)

@@ -1,6 +1,7 @@
 // Package hosttest gives tests what they need of the host: skips for tests
 // that need root, runc or Xvfb, free X display numbers, a busybox root
-// filesystem for containers, and the process's thread count. It
+// filesystem for containers, small filesystems of their own (Tmpfs), and
+// the process's thread count. It
 // imports nothing of the module, so that every package's tests may use it.
 package hosttest
 
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -137,4 +139,16 @@ func Threads(t testing.TB) int {
 		t.Fatalf("the Threads line of /proc/self/status: %v", err)
 	}
 	return n
+}
+
+// Tmpfs mounts a tmpfs of size (mount's size=, such as "4m") at dir, an
+// existing directory, until the test ends: a filesystem the test may fill.
+// It skips the test unless it runs as root.
+func Tmpfs(t testing.TB, dir, size string) {
+	t.Helper()
+	RequireRoot(t)
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+size); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
 }

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/store/sqlite"
 	"github.com/kibotos/kibotos/internal/ctrl/store/sqlstore"
@@ -113,12 +111,8 @@ func TestNewerStoreRefused(t *testing.T) {
 // store.ErrFull, which the API answers as resource_exhausted; a read
 // still works.
 func TestFullDiskIsErrFull(t *testing.T) {
-	hosttest.RequireRoot(t)
 	dir := t.TempDir()
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=2m"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	hosttest.Tmpfs(t, dir, "2m")
 	ctx := context.Background()
 	s, err := sqlite.Open(ctx, filepath.Join(dir, "kibotos.db"))
 	if err != nil {
