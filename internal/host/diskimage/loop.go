@@ -273,3 +273,46 @@ func WaitLoopsReleased(image string, d time.Duration) bool {
 		}
 	}
 }
+
+// Holders names the processes, one per mount namespace, whose mount
+// tables hold a filesystem of the loop devices bound to image ("pid 812
+// (sleep)"): a namespace made while the image was mounted (unshare -m,
+// say) keeps a copy of its mount, and so the device, until it ends. At
+// most max are named.
+func Holders(image string, max int) []string {
+	var want []string // maj:min of the devices
+	for _, dev := range LoopsOf(image) {
+		var st unix.Stat_t
+		if unix.Stat(dev, &st) == nil {
+			want = append(want, fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev)))
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	seen := map[string]bool{} // mount namespaces named
+	var holders []string
+	for _, proc := range procs {
+		if len(holders) == max {
+			break
+		}
+		ns, err := os.Readlink(proc + "/ns/mnt")
+		if err != nil || seen[ns] {
+			continue
+		}
+		info, err := os.ReadFile(proc + "/mountinfo")
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(info)) {
+			if f := strings.Fields(line); len(f) > 2 && slices.Contains(want, f[2]) {
+				seen[ns] = true
+				comm, _ := os.ReadFile(proc + "/comm")
+				holders = append(holders, fmt.Sprintf("pid %s (%s)", filepath.Base(proc), strings.TrimSpace(string(comm))))
+				break
+			}
+		}
+	}
+	return holders
+}

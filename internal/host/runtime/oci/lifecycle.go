@@ -403,7 +403,12 @@ func (d *Driver) release(ctx context.Context, id string, clean bool) (confirmed 
 		}
 		if !diskimage.WaitLoopsReleased(img.path, loopReleaseMax) {
 			confirmed = false
-			errs = append(errs, fmt.Errorf("%s image %s is still attached to a loop device", img.what, img.path))
+			err := fmt.Errorf("%s image %s is still attached to a loop device", img.what, img.path)
+			if holders := diskimage.Holders(img.path, 3); len(holders) > 0 {
+				err = fmt.Errorf("%w: another mount namespace holds a copy of its mount, that of %s (one made while it was mounted, as unshare -m makes); it is released when those processes end",
+					err, strings.Join(holders, ", "))
+			}
+			errs = append(errs, err)
 		} else if clean {
 			if err := fsyncFile(img.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 				confirmed = false

@@ -960,3 +960,45 @@ func TestStartOnAFullDisk(t *testing.T) {
 		t.Errorf("start on a full disk: %v, want ENOSPC saying to grow the disk", err)
 	}
 }
+
+// TestStopNamesWhatHoldsTheLayer: a stop whose layer stays attached
+// because another mount namespace holds a copy of its mount (a process
+// started with unshare -m while the workspace ran) names that process;
+// once it ends, the stop goes through.
+func TestStopNamesWhatHoldsTheLayer(t *testing.T) {
+	e := newEnv(t)
+	img := e.image(t)
+	e.start(t, e.spec("held", img))
+	holder := exec.Command("unshare", "-m", "--propagation", "private", "sleep", "600")
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ended := false
+	end := func() {
+		if !ended {
+			holder.Process.Kill()
+			holder.Wait()
+			ended = true
+		}
+	}
+	t.Cleanup(end)
+	// The copy exists once sleep runs in the new namespace.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", holder.Process.Pid)); strings.TrimSpace(string(comm)) == "sleep" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("unshare did not start sleep")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := e.d.Stop(ctx, "held", runtime.StopForce, 0)
+	if want := fmt.Sprintf("pid %d (sleep)", holder.Process.Pid); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("stop of a layer held elsewhere: %v, want it to name %s", err, want)
+	}
+	end()
+	if _, err := e.d.Stop(ctx, "held", runtime.StopForce, 0); err != nil {
+		t.Errorf("stop once the holder ended: %v", err)
+	}
+}
