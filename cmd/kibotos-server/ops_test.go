@@ -64,30 +64,50 @@ func TestInterruptedCommand(t *testing.T) {
 			accepted <- conn // held open, never answered
 		}
 	}()
-	for _, c := range []struct {
-		sig  syscall.Signal
-		code int
-		says string
-	}{{syscall.SIGTERM, 143, "interrupted by SIGTERM"}, {syscall.SIGINT, 130, "interrupted by SIGINT"}, {syscall.SIGHUP, 129, "interrupted by SIGHUP"}} {
-		cmd := exec.Command(bin, "ws", "list")
+	start := func(argv ...string) (*exec.Cmd, *strings.Builder) {
+		t.Helper()
+		cmd := exec.Command(argv[0], append(argv[1:], "ws", "list")...)
 		cmd.Env = append(os.Environ(), "KIBOTOS_HOME="+t.TempDir(), "KIBOTOS_ADDR="+ln.Addr().String(), "KIBOTOS_TOKEN=t")
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
+		stderr := new(strings.Builder)
+		cmd.Stderr = stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		select {
 		case conn := <-accepted:
-			defer conn.Close()
+			t.Cleanup(func() { conn.Close() })
 		case <-time.After(30 * time.Second):
 			cmd.Process.Kill()
 			t.Fatal("the CLI never connected")
 		}
+		return cmd, stderr
+	}
+	for _, c := range []struct {
+		sig  syscall.Signal
+		code int
+		says string
+	}{{syscall.SIGTERM, 143, "interrupted by SIGTERM"}, {syscall.SIGINT, 130, "interrupted by SIGINT"}, {syscall.SIGHUP, 129, "interrupted by SIGHUP"}} {
+		cmd, stderr := start(bin)
 		cmd.Process.Signal(c.sig)
 		cmd.Wait()
 		if got := cmd.ProcessState.ExitCode(); got != c.code || !strings.Contains(stderr.String(), c.says) {
 			t.Errorf("ws list cut short by %v: exit %d, %q; want %d and %q", c.sig, got, stderr.String(), c.code, c.says)
 		}
+	}
+
+	// Started with SIGHUP ignored (nohup, as make up starts kibotos up), it
+	// keeps ignoring it.
+	cmd, stderr := start("nohup", bin)
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	cmd.Process.Signal(syscall.SIGHUP) // the CLI, nohup's exec: it connected
+
+	select {
+	case <-exited:
+		t.Errorf("a CLI started under nohup ended on SIGHUP: exit %d, %q", cmd.ProcessState.ExitCode(), stderr.String())
+	case <-time.After(time.Second):
+		cmd.Process.Signal(syscall.SIGTERM)
+		<-exited
 	}
 }
 

@@ -101,8 +101,16 @@ func explainText(err error, args []string) error {
 	return err
 }
 
-// interruptSignals end a command (its context), which may then clean up.
-var interruptSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP}
+// interruptSignals end a command (its context), which may then clean up:
+// SIGHUP too, unless the process was started with it ignored (nohup, as
+// `make up` starts `kibotos up`), which it must then stay.
+var interruptSignals = func() []os.Signal {
+	sigs := []os.Signal{os.Interrupt, syscall.SIGTERM}
+	if !signal.Ignored(syscall.SIGHUP) {
+		sigs = append(sigs, syscall.SIGHUP)
+	}
+	return sigs
+}()
 
 // interrupted is the cause of a command's end by a signal.
 type interrupted struct{ syscall.Signal }
