@@ -2,14 +2,17 @@ package netslot_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -468,5 +471,28 @@ func TestSlotBoundsFlows(t *testing.T) {
 			t.Fatalf("after a connection closed: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestSlotLogsWhyItRefused: at debug level, each refused connection is
+// logged with its destination and the policy's reason, under the slot's
+// namespace (the execution): the counters say how many, the log which.
+func TestSlotLogsWhyItRefused(t *testing.T) {
+	var logged bytes.Buffer
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	dst := echoOnTestHost(t)
+	s := newSlot(t)
+	n := policy(1, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, 0)
+	n.Policy.Deny = []string{dst.Addr().String() + "/32"}
+	s.Apply(n)
+	if c, err := dial(t, s, dst); err == nil {
+		c.Close()
+		t.Fatal("a denied destination was reached")
+	}
+	for _, want := range []string{"guest connection refused", "dst=" + dst.String(), "deny entry " + dst.Addr().String() + "/32", "netns=" + s.Path()} {
+		if !strings.Contains(logged.String(), want) {
+			t.Errorf("the log lacks %q:\n%s", want, logged.String())
+		}
 	}
 }

@@ -133,17 +133,18 @@ func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
 		f.out, err = e.dialer.DialContext(s.ctx, "tcp", dst.String())
 		s.egressResult(e.id, err)
 	default:
-		s.cfg.Counters.Refused.Add(1)
+		s.refused(dst, d.Reason)
 		r.Complete(true)
 		return
 	}
 	if errors.Is(err, errHostAddress) {
-		s.cfg.Counters.Refused.Add(1)
+		s.refused(dst, "it resolves to an address of the host")
 		r.Complete(true)
 		return
 	}
 	if err != nil {
 		s.cfg.Counters.Unreachable.Add(1)
+		s.logger().Debug("guest connection unreachable", "dst", dst, "err", err)
 		r.Complete(true)
 		return
 	}
@@ -159,7 +160,7 @@ func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
 	// applied from then on finds the connection open.
 	f.policy, f.policyRevision = a.policy, a.revision
 	if !s.track(f, a) {
-		s.cfg.Counters.Refused.Add(1) // a change applied meanwhile moved it
+		s.refused(dst, "a change of the policy or its Egress, applied while it was dialed, moved it")
 		r.Complete(true)
 		f.out.Close()
 		return
@@ -180,6 +181,14 @@ func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
 	}
 	splice(guest, out)
 	s.closeFlow(f)
+}
+
+// refused counts a guest connection the policy refused, and logs why at
+// debug level (--log-level debug): the counters say how many, the log
+// which and why.
+func (s *Slot) refused(dst netip.AddrPort, reason string) {
+	s.cfg.Counters.Refused.Add(1)
+	s.logger().Debug("guest connection refused", "dst", dst, "reason", reason)
 }
 
 // halfCloser is a connection whose sending direction ends alone: the
