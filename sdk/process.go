@@ -66,6 +66,10 @@ func (s ExitStatus) String() string {
 type ProcessRef struct {
 	pid int
 	tag string
+	// boot is the boot of the guest the process was started in, once a
+	// stream of it said so: its calls then never reach a process of a
+	// later boot (the guest reset) that took its pid.
+	boot string
 }
 
 // PID names the process with this pid.
@@ -83,9 +87,15 @@ func (r ProcessRef) String() string {
 
 func (r ProcessRef) selector() *datav1.ProcessSelector {
 	if r.tag != "" {
-		return &datav1.ProcessSelector{Selector: &datav1.ProcessSelector_Tag{Tag: r.tag}}
+		return &datav1.ProcessSelector{Selector: &datav1.ProcessSelector_Tag{Tag: r.tag}, BootId: r.boot}
 	}
-	return &datav1.ProcessSelector{Selector: &datav1.ProcessSelector_Pid{Pid: int32(r.pid)}}
+	return &datav1.ProcessSelector{Selector: &datav1.ProcessSelector_Pid{Pid: int32(r.pid)}, BootId: r.boot}
+}
+
+// startedRef is the reference of the process a stream's started event
+// names.
+func startedRef(started *datav1.ProcessEvent_Started) ProcessRef {
+	return ProcessRef{pid: int(started.GetPid()), boot: started.GetBootId()}
 }
 
 // Exec runs args in the Workspace and waits for it to end: args[0] is the
@@ -166,7 +176,7 @@ func (w *Workspace) Start(ctx context.Context, args []string, o ExecOptions) (*P
 		return nil, errors.New("StartProcess: the stream did not begin with the started event")
 	}
 	stop := context.AfterFunc(ctx, cancel)
-	p := newProcess(w, PID(int(started.GetPid())), s.gen, func() { stop(); cancel() })
+	p := newProcess(w, startedRef(started), s.gen, func() { stop(); cancel() })
 	go p.follow(s.stream, false, o.Stdout, o.Stderr)
 	if o.Stdin != nil {
 		go p.forwardInput(ctx, o.Stdin)
@@ -199,7 +209,7 @@ func (w *Workspace) killWhenStarted(opened <-chan startedStream, cancel context.
 	if started := s.stream.Msg().GetStarted(); s.ok && started != nil {
 		kctx, kcancel := context.WithTimeout(context.Background(), killTimeout)
 		defer kcancel()
-		newProcess(w, PID(int(started.GetPid())), s.gen, kcancel).Kill(kctx)
+		newProcess(w, startedRef(started), s.gen, kcancel).Kill(kctx)
 	}
 }
 
@@ -242,7 +252,8 @@ func (w *Workspace) Processes(ctx context.Context) ([]*datav1.ProcessInfo, error
 }
 
 // Process is a process of a Workspace that a Start or Connect follows. It
-// belongs to one run of the Workspace: after a stop and start, its calls
+// belongs to one run of the Workspace and one boot of its guest: after a
+// stop and start, or a reset of the guest (a reboot inside it), its calls
 // are not found rather than reach a new process that has its pid.
 type Process struct {
 	w      *Workspace
@@ -368,8 +379,8 @@ func (p *Process) follow(stream *connect.ServerStreamForClient[datav1.ProcessEve
 		switch ev := stream.Msg().GetEvent().(type) {
 		case *datav1.ProcessEvent_Started_:
 			p.mu.Lock()
-			p.pid = int(ev.Started.GetPid())
-			p.ref = PID(p.pid) // a tag may name another process later
+			p.ref = startedRef(ev.Started) // a tag may name another process later
+			p.pid = p.ref.pid
 			p.mu.Unlock()
 		case *datav1.ProcessEvent_Stdout:
 			err = write(stdout, ev.Stdout, "stdout")

@@ -79,6 +79,31 @@ func TestGuestReboot(t *testing.T) {
 	if st, err := sleeper.Wait(); err == nil && st.Success() {
 		t.Errorf("a process of the guest before the reboot ended well: %v", st)
 	}
+	// A handle of the guest before the reboot never reaches a process of
+	// this one that took its pid.
+	var taker *sdk.Process
+	for range 500 {
+		p, err := handle.Start(ctx, []string{"sleep", "1000"}, sdk.ExecOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Pid() == sleeper.Pid() {
+			taker = p
+			break
+		}
+		p.Kill(ctx)
+		p.Wait()
+	}
+	if taker == nil {
+		t.Fatalf("no process of the rebooted guest took pid %d", sleeper.Pid())
+	}
+	if err := sleeper.Kill(ctx); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("killing the process of before the reboot: %v, want not_found", err)
+	}
+	taker.Kill(ctx)
+	if st, _ := taker.Wait(); st.Signal != "SIGKILL" {
+		t.Errorf("the process that took the pid ended %v, want SIGKILL by its own handle", st)
+	}
 
 	var out bytes.Buffer
 	if st, err := handle.Exec(ctx, []string{"cat", "/kept"}, sdk.ExecOptions{Stdout: &out}); err != nil || !st.Success() || out.String() != "kept\n" {

@@ -3,6 +3,7 @@ package dataplane
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"os"
 	"slices"
@@ -61,6 +62,10 @@ type ProcessService struct {
 	outputLimit int
 	logf        func(format string, args ...any)
 
+	// bootID names this service's life (Started.boot_id): a reset of the
+	// guest makes another.
+	bootID string
+
 	mu      sync.Mutex
 	running map[int]*process
 	tags    map[string]*process // tags of running and starting processes
@@ -73,6 +78,7 @@ func NewProcessService(cfg ProcessConfig) *ProcessService {
 		panic("guest: ProcessConfig.Waiter is required")
 	}
 	s := &ProcessService{
+		bootID:      rand.Text(),
 		waiter:      cfg.Waiter,
 		accounts:    cmp.Or(cfg.Accounts, &Accounts{}),
 		env:         cfg.Env,
@@ -244,8 +250,11 @@ func (p *process) closeInput() {
 }
 
 // lookup finds a running process, or else the most recent ended one, by
-// pid or tag.
+// pid or tag, of this boot of the guest when the selector names one.
 func (s *ProcessService) lookup(sel *datav1.ProcessSelector, stage stageT) (*process, error) {
+	if boot := sel.GetBootId(); boot != "" && boot != s.bootID {
+		return nil, newError(connect.CodeNotFound, stage, "%s was of an earlier boot of the guest, which was reset since", describeSelector(sel))
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch v := sel.GetSelector().(type) {
@@ -325,4 +334,12 @@ func (s *ProcessService) Terminate(grace time.Duration) error {
 		return fmt.Errorf("guest: processes did not end after SIGKILL: %w", err)
 	}
 	return nil
+}
+
+// describeSelector names the process sel selects.
+func describeSelector(sel *datav1.ProcessSelector) string {
+	if tag := sel.GetTag(); tag != "" {
+		return fmt.Sprintf("the process with tag %q", tag)
+	}
+	return fmt.Sprintf("process %d", sel.GetPid())
 }

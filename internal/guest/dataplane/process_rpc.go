@@ -25,7 +25,7 @@ func (s *ProcessService) StartProcess(ctx context.Context, req *connect.Request[
 		return err
 	}
 	defer p.out.detach(cur)
-	if err := stream.Send(startedEvent(p)); err != nil {
+	if err := stream.Send(s.startedEvent(p)); err != nil {
 		return toConnect(stageStreamingProcess, err)
 	}
 	return follow(ctx, p.out, cur, stream)
@@ -53,16 +53,16 @@ func (s *ProcessService) ConnectProcess(ctx context.Context, req *connect.Reques
 	}
 	cur := p.out.attach()
 	defer p.out.detach(cur)
-	if err := stream.Send(startedEvent(p)); err != nil {
+	if err := stream.Send(s.startedEvent(p)); err != nil {
 		return toConnect(stageStreamingProcess, err)
 	}
 	return follow(ctx, p.out, cur, stream)
 }
 
 // startedEvent is the first event of a process's stream.
-func startedEvent(p *process) *datav1.ProcessEvent {
+func (s *ProcessService) startedEvent(p *process) *datav1.ProcessEvent {
 	return &datav1.ProcessEvent{Event: &datav1.ProcessEvent_Started_{
-		Started: &datav1.ProcessEvent_Started{Pid: int32(p.pid)},
+		Started: &datav1.ProcessEvent_Started{Pid: int32(p.pid), BootId: s.bootID},
 	}}
 }
 

@@ -160,6 +160,36 @@ func TestSignalExit(t *testing.T) {
 	wantCode(t, err, connect.CodeFailedPrecondition, stageUsingProcess)
 }
 
+// TestSelectorOfAnotherBoot: a selector naming another boot of the guest
+// finds nothing, though a process of this boot has the pid; one naming
+// this boot, or none, finds it.
+func TestSelectorOfAnotherBoot(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := testCtx(t, 30*time.Second)
+	stream, err := e.pc.StartProcess(ctx, connect.NewRequest(&datav1.StartProcessRequest{Args: []string{"sleep", "100"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !stream.Receive() {
+		t.Fatal(stream.Err())
+	}
+	started := stream.Msg().GetStarted()
+	if started.GetBootId() == "" {
+		t.Fatal("the started event names no boot")
+	}
+	signal := func(boot string) error {
+		_, err := e.pc.SignalProcess(ctx, connect.NewRequest(&datav1.SignalProcessRequest{Signal: "CONT",
+			Process: &datav1.ProcessSelector{Selector: &datav1.ProcessSelector_Pid{Pid: started.GetPid()}, BootId: boot}}))
+		return err
+	}
+	wantCode(t, signal("an-earlier-boot"), connect.CodeNotFound, stageUsingProcess)
+	for _, boot := range []string{started.GetBootId(), ""} {
+		if err := signal(boot); err != nil {
+			t.Errorf("signal naming boot %q: %v", boot, err)
+		}
+	}
+}
+
 // TestChildHoldingOutputLivesOn: a command that leaves a child holding
 // its output ends (its exit reported a little after, with what it wrote)
 // while the child lives on: what the child writes later is dropped, and

@@ -61,7 +61,8 @@ export interface ExecResult {
 /**
  * Process is a process of a Workspace that start follows: wait resolves
  * when it exits; kill, sendInput, closeInput and resize act on it in the
- * guest. It belongs to one run of the Workspace: after a stop and start,
+ * guest. It belongs to one run of the Workspace and one boot of its guest:
+ * after a stop and start, or a reset of the guest (a reboot inside it),
  * those calls reject with not_found rather than reach a new process that
  * has its pid.
  */
@@ -81,6 +82,8 @@ export class Process {
     opts: ExecOptions,
     stopStream: AbortController,
     private readonly generation?: string,
+    /** the boot of the guest it was started in: a reset's processes are not it */
+    private readonly bootId = "",
   ) {
     this.pid = pid;
     this.stop = stopStream;
@@ -134,7 +137,7 @@ export class Process {
   }
 
   private selector() {
-    return { selector: { case: "pid" as const, value: this.pid } };
+    return { selector: { case: "pid" as const, value: this.pid }, bootId: this.bootId };
   }
 
   private endStream(why: KibotosError): void {

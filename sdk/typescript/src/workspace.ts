@@ -80,7 +80,7 @@ export class Workspace {
       stop.abort();
       throw new KibotosError("StartProcess: the stream did not begin with the started event", Code.Internal);
     }
-    return new Process(this.sessions, first.event.value.pid, rest, opts, stop, generation);
+    return new Process(this.sessions, first.event.value.pid, rest, opts, stop, generation, first.event.value.bootId);
   }
 
   /** processes lists the processes started in the Workspace that run, and those that ended recently. */

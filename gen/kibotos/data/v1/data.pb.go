@@ -441,7 +441,11 @@ type ProcessSelector struct {
 	//
 	//	*ProcessSelector_Pid
 	//	*ProcessSelector_Tag
-	Selector      isProcessSelector_Selector `protobuf_oneof:"selector"`
+	Selector isProcessSelector_Selector `protobuf_oneof:"selector"`
+	// boot_id, when set, is the boot of the guest the process was started
+	// in (Started.boot_id): a process of an earlier boot is not_found, never
+	// one of this boot that took its pid.
+	BootId        string `protobuf:"bytes,3,opt,name=boot_id,json=bootId,proto3" json:"boot_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -497,6 +501,13 @@ func (x *ProcessSelector) GetTag() string {
 		if x, ok := x.Selector.(*ProcessSelector_Tag); ok {
 			return x.Tag
 		}
+	}
+	return ""
+}
+
+func (x *ProcessSelector) GetBootId() string {
+	if x != nil {
+		return x.BootId
 	}
 	return ""
 }
@@ -3087,8 +3098,12 @@ func (x *ScrollInput) GetDy() int32 {
 
 // Started is the first event.
 type ProcessEvent_Started struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pid           int32                  `protobuf:"varint,1,opt,name=pid,proto3" json:"pid,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pid   int32                  `protobuf:"varint,1,opt,name=pid,proto3" json:"pid,omitempty"`
+	// boot_id names this boot of the guest agent: a reset of the guest (a
+	// reboot inside it, its agent ending) starts another, whose processes
+	// may take the pids of the earlier one's.
+	BootId        string `protobuf:"bytes,2,opt,name=boot_id,json=bootId,proto3" json:"boot_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3128,6 +3143,13 @@ func (x *ProcessEvent_Started) GetPid() int32 {
 		return x.Pid
 	}
 	return 0
+}
+
+func (x *ProcessEvent_Started) GetBootId() string {
+	if x != nil {
+		return x.BootId
+	}
+	return ""
 }
 
 // Exited is the last event: exit_code when the process exited, signal
@@ -3202,22 +3224,24 @@ const file_kibotos_data_v1_data_proto_rawDesc = "" +
 	"\x05stdin\x18\a \x01(\bR\x05stdin\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbe\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd7\x02\n" +
 	"\fProcessEvent\x12A\n" +
 	"\astarted\x18\x01 \x01(\v2%.kibotos.data.v1.ProcessEvent.StartedH\x00R\astarted\x12\x18\n" +
 	"\x06stdout\x18\x02 \x01(\fH\x00R\x06stdout\x12\x18\n" +
 	"\x06stderr\x18\x03 \x01(\fH\x00R\x06stderr\x12\x12\n" +
 	"\x03pty\x18\x04 \x01(\fH\x00R\x03pty\x12>\n" +
-	"\x06exited\x18\x05 \x01(\v2$.kibotos.data.v1.ProcessEvent.ExitedH\x00R\x06exited\x1a\x1b\n" +
+	"\x06exited\x18\x05 \x01(\v2$.kibotos.data.v1.ProcessEvent.ExitedH\x00R\x06exited\x1a4\n" +
 	"\aStarted\x12\x10\n" +
-	"\x03pid\x18\x01 \x01(\x05R\x03pid\x1a=\n" +
+	"\x03pid\x18\x01 \x01(\x05R\x03pid\x12\x17\n" +
+	"\aboot_id\x18\x02 \x01(\tR\x06bootId\x1a=\n" +
 	"\x06Exited\x12\x1b\n" +
 	"\texit_code\x18\x01 \x01(\x05R\bexitCode\x12\x16\n" +
 	"\x06signal\x18\x02 \x01(\tR\x06signalB\a\n" +
-	"\x05event\"E\n" +
+	"\x05event\"^\n" +
 	"\x0fProcessSelector\x12\x12\n" +
 	"\x03pid\x18\x01 \x01(\x05H\x00R\x03pid\x12\x12\n" +
-	"\x03tag\x18\x02 \x01(\tH\x00R\x03tagB\n" +
+	"\x03tag\x18\x02 \x01(\tH\x00R\x03tag\x12\x17\n" +
+	"\aboot_id\x18\x03 \x01(\tR\x06bootIdB\n" +
 	"\n" +
 	"\bselector\"S\n" +
 	"\x15ConnectProcessRequest\x12:\n" +
