@@ -2,7 +2,6 @@ package netslot_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -28,6 +27,7 @@ import (
 	"github.com/kibotos/kibotos/internal/host/netnsfile"
 	"github.com/kibotos/kibotos/internal/host/netpolicy"
 	"github.com/kibotos/kibotos/internal/host/netslot"
+	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 	"github.com/kibotos/kibotos/internal/testutil/nettest"
 )
@@ -478,9 +478,9 @@ func TestSlotBoundsFlows(t *testing.T) {
 // logged with its destination and the policy's reason, under the slot's
 // namespace (the execution): the counters say how many, the log which.
 func TestSlotLogsWhyItRefused(t *testing.T) {
-	var logged bytes.Buffer
+	logged := new(testutil.SyncBuffer) // the slot's goroutines write it
 	defer slog.SetDefault(slog.Default())
-	slog.SetDefault(slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	slog.SetDefault(slog.New(slog.NewTextHandler(logged, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	dst := echoOnTestHost(t)
 	s := newSlot(t)
 	n := policy(1, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, 0)
