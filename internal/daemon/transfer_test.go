@@ -438,23 +438,30 @@ df -k /data / | tail -n 2; sha256sum /data/full /root/full`
 func TestExportFailureNamesItsCause(t *testing.T) {
 	d := up(t, t.TempDir())
 	defer d.stop()
-	ws := d.await(d.create(small()).WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
 	// Two chains of 15 names of 150 bytes, one moved to the end of the
 	// other: the deepest path is about 4,550 bytes.
 	deep := `chain() { cd "$1" && i=0; while [ $i -lt 15 ]; do n=$(printf "%0150d" $i); mkdir $n && cd $n || exit 1; i=$((i+1)); done; pwd; }
 mkdir /root/a /root/b && A=$(chain /root/a) && chain /root/b >/dev/null && touch leaf && mv /root/b "$A/b"`
-	if out, err := d.exec(ws, "sh", "-c", deep); err != nil {
-		t.Fatalf("making the deep tree: %v: %s", err, out)
+	done := exportWritten(t, d, deep)
+	msg := done.GetFailure().GetMessage()
+	if done.State != ctrlv1.TransferState_TRANSFER_STATE_FAILED || !strings.Contains(msg, "file name too long") || strings.Contains(msg, "does not verify") {
+		t.Errorf("export ended %v: %q, want FAILED naming the long name", done.State, msg)
+	}
+}
+
+// exportWritten creates a small workspace, runs script in it, stops it,
+// exports it and returns the Transfer once the export ended.
+func exportWritten(t *testing.T, d *deployment, script string) *ctrlv1.Transfer {
+	t.Helper()
+	ws := d.await(d.create(small()).WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	if out, err := d.exec(ws, "sh", "-c", script); err != nil {
+		t.Fatalf("%s: %v: %s", script, err, out)
 	}
 	d.stopWorkspace(ws.WorkspaceId, ctrlv1.StopMode_STOP_MODE_NORMAL)
 	d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
 	tc := d.transfers()
 	exp := mustUnary(t, tc.ExportWorkspace, &ctrlv1.ExportWorkspaceRequest{Command: cmd(), WorkspaceId: ws.WorkspaceId}).Transfer
-	done := awaitTransfer(t, tc, exp.TransferId)
-	msg := done.GetFailure().GetMessage()
-	if done.State != ctrlv1.TransferState_TRANSFER_STATE_FAILED || !strings.Contains(msg, "file name too long") || strings.Contains(msg, "does not verify") {
-		t.Errorf("export ended %v: %q, want FAILED naming the long name", done.State, msg)
-	}
+	return awaitTransfer(t, tc, exp.TransferId)
 }
 
 // TestExportIntoAFullBlobStore: an export whose artifact the blob store
@@ -469,15 +476,7 @@ func TestExportIntoAFullBlobStore(t *testing.T) {
 	hosttest.Tmpfs(t, blobs, "4m")
 	d := up(t, home)
 	defer d.stop()
-	ws := d.await(d.create(small()).WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
-	if out, err := d.exec(ws, "sh", "-c", "head -c 12582912 /dev/urandom > /root/random"); err != nil {
-		t.Fatalf("writing 12 MiB: %v: %s", err, out)
-	}
-	d.stopWorkspace(ws.WorkspaceId, ctrlv1.StopMode_STOP_MODE_NORMAL)
-	d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
-	tc := d.transfers()
-	exp := mustUnary(t, tc.ExportWorkspace, &ctrlv1.ExportWorkspaceRequest{Command: cmd(), WorkspaceId: ws.WorkspaceId}).Transfer
-	done := awaitTransfer(t, tc, exp.TransferId)
+	done := exportWritten(t, d, "head -c 12582912 /dev/urandom > /root/random")
 	if f := done.GetFailure(); done.State != ctrlv1.TransferState_TRANSFER_STATE_FAILED || f.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED ||
 		!strings.Contains(f.GetMessage(), "no space left") || strings.Contains(f.GetMessage(), "attempts") {
 		t.Errorf("export into a full blob store ended %v: %v, want FAILED at once, RESOURCE_EXHAUSTED, saying so", done.State, f)
