@@ -80,6 +80,11 @@ func TestWarmPool(t *testing.T) {
 		best.Continuity != ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_RESET {
 		t.Errorf("bound workspace: generation %d, tier %v", ws.Generation, best)
 	}
+	for _, w := range []*ctrlv1.Workspace{cold, ws} {
+		if image := filepath.Join(e.home, "layers", w.WorkspaceId+".ext4"); !heldInFull(t, image) {
+			t.Errorf("the layer of %s is not held in full on the host's disk", w.WorkspaceId)
+		}
+	}
 	want, err := e.exec(cold, "sh", "-c", insideView)
 	if err != nil {
 		t.Fatalf("the built workspace's view: %v %s", err, want)

@@ -146,6 +146,9 @@ func TestVolumeData(t *testing.T) {
 		t.Errorf("PROMISED tier %v", promised)
 	}
 
+	if !heldInFull(t, filepath.Join(e.home, "pool-default", volID+".ext4")) {
+		t.Error("the image of a mounted volume is not held in full on the host's disk")
+	}
 	// The capacity is the volume's: writing past it fails with no space,
 	// and nothing else breaks.
 	e.run(ws, "echo one > /data/f && sync")

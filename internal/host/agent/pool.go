@@ -293,7 +293,13 @@ func (p *warmPool) take(s *poolShape) *pooled {
 // bind hands ent to the execution id with b; on error ent is released
 // and nothing of it is left at b.LayerImage.
 func (p *warmPool) bind(ctx context.Context, id string, ent *pooled, b runtime.Binding) error {
-	err := p.binder.Bind(ctx, ent.rid, b)
+	// An entry's layer is sparse while it waits, holding back no disk a
+	// placement needs; the workspace's layer is held in full, as a built
+	// one is.
+	err := p.a.cfg.Layers.ReserveLayer(ent.image)
+	if err == nil {
+		err = p.binder.Bind(ctx, ent.rid, b)
+	}
 	if err == nil {
 		err = p.setAlias(id, ent.rid)
 	}

@@ -143,6 +143,16 @@ func TestWarmPoolBind(t *testing.T) {
 	if spec.LayerImage != layer || spec.Hostname != "ws_b" || spec.CPUMillis != 250 || memory != 256<<20 || spec.PidsLimit != pidsLimit {
 		t.Errorf("bound with %+v, memory %d", spec, memory)
 	}
+	// The bound layer is held in full, as the built one is; the entries
+	// waiting hold back no disk.
+	if !e.driver.Reserved(layer) || !e.driver.Reserved(filepath.Join(e.cfg.LayerDir, "lay_a.ext4")) {
+		t.Error("a workspace's layer is not reserved")
+	}
+	for _, id := range pooled {
+		if spec, _, _ := e.driver.Spec(id); id != rid && e.driver.Reserved(spec.LayerImage) {
+			t.Errorf("the waiting entry %s holds its layer in full", id)
+		}
+	}
 	if s := a.execs[as.ExecutionId].getSlot(); s == nil || s.Report().GetStatus().GetAppliedRevision() != 1 {
 		t.Error("the entry's slot does not carry the workspace's policy")
 	}

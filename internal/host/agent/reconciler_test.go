@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -505,6 +506,10 @@ func TestReconcilerFailedStart(t *testing.T) {
 			ctrlv1.FailureStage_FAILURE_STAGE_WAITING_FOR_READINESS, ctrlv1.FailureReason_FAILURE_REASON_TIMED_OUT},
 		{"ws_deliver", func(string) { e.api.mu.Lock(); e.api.failBlobs = true; e.api.mu.Unlock() },
 			ctrlv1.FailureStage_FAILURE_STAGE_CREATING, ctrlv1.FailureReason_FAILURE_REASON_INTERNAL},
+		// The host's disk cannot hold the layer: nothing boots.
+		{"ws_disk", func(string) {
+			e.driver.FailReserve(filepath.Join(e.cfg.LayerDir, "lay_ws_disk.ext4"), fmt.Errorf("the host's disk has 3 MiB free: %w", syscall.ENOSPC))
+		}, ctrlv1.FailureStage_FAILURE_STAGE_STARTING, ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED},
 	} {
 		as := e.assignment(c.ws, 1, "lay_"+c.ws)
 		if c.ws == "ws_deliver" {
@@ -522,6 +527,9 @@ func TestReconcilerFailedStart(t *testing.T) {
 	}
 	if n := e.driver.Starts("ws_ready-1"); n != 1 {
 		t.Errorf("the execution that never became ready started %d times", n)
+	}
+	if n := e.driver.Starts("ws_disk-1"); n != 0 {
+		t.Errorf("the execution whose layer the disk cannot hold started %d times", n)
 	}
 }
 

@@ -90,6 +90,13 @@ func (e *execution) boot(ctx context.Context, as *hostv1.Assignment, layers []st
 		e.releaseSlot()
 		e.fail(as, stage, err)
 	}
+	path := e.agent.layerPath(as.LayerId)
+	// The guest writes to its layer from here on: the host's disk holds
+	// all of it now, or the start fails rather than one of those writes.
+	if err := e.agent.cfg.Layers.ReserveLayer(path); err != nil {
+		fail(ctrlv1.FailureStage_FAILURE_STAGE_STARTING, fmt.Errorf("writable layer: %w", err))
+		return
+	}
 	var volume *runtime.VolumeMount
 	if as.Volume != nil {
 		image, unlock, stage, err := e.agent.vols.open(ctx, as.Volume)
@@ -100,7 +107,6 @@ func (e *execution) boot(ctx context.Context, as *hostv1.Assignment, layers []st
 		defer unlock() // once the execution has it mounted, nothing else can
 		volume = &runtime.VolumeMount{Image: image, Path: as.Volume.MountPath}
 	}
-	path := e.agent.layerPath(as.LayerId)
 	// The guest agent boots with no CPU quota, and the workspace's applies
 	// once it answers (as a warm pool entry's does when it is bound): at a
 	// small quota its boot waited out whole CFS periods, 20 to 100 ms of a

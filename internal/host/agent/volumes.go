@@ -273,7 +273,10 @@ func (v *volumes) grow(ctx context.Context, a *hostv1.VolumeAssignment, path str
 	if len(devs) != 1 {
 		return fmt.Errorf("volume %s is attached to %d loop devices", a.VolumeId, len(devs))
 	}
-	return diskimage.GrowOnline(ctx, path, devs[0], a.CapacityBytes)
+	if err := diskimage.GrowOnline(ctx, path, devs[0], a.CapacityBytes); err != nil {
+		return err
+	}
+	return diskimage.Reserve(path) // its guest may write to the new blocks at once
 }
 
 // used is how much of a Volume its data uses: from the execution that
@@ -338,6 +341,12 @@ func (v *volumes) open(ctx context.Context, ev *hostv1.ExecutionVolume) (path st
 		stage = ctrlv1.FailureStage_FAILURE_STAGE_CREATING_VOLUME
 	}
 	path, err = v.converge(ctx, a)
+	if err == nil {
+		// The guest writes to it from here on (see ReserveLayer).
+		if err = diskimage.Reserve(path); err != nil {
+			err = fmt.Errorf("volume %s: %w", ev.VolumeId, err)
+		}
+	}
 	if err != nil {
 		m.Unlock()
 		return "", nil, stage, err

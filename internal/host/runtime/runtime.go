@@ -267,6 +267,12 @@ type Layers interface {
 	// image must not be in use. A crash at any moment leaves the old image
 	// or the grown one at path.
 	GrowLayer(ctx context.Context, path string, bytes uint64) error
+	// ReserveLayer makes the host's filesystem hold every block of the
+	// image at path (see diskimage.Reserve), so that no write of its guest
+	// fails for want of room on the host; callers reserve an image before
+	// a workspace's guest writes to it. The error wraps ENOSPC when the
+	// host's disk cannot hold it.
+	ReserveLayer(path string) error
 	// LayerCapacity returns the size of the image at path.
 	LayerCapacity(path string) (uint64, error)
 	// DeleteLayer removes the image at path; a missing one is fine.

@@ -42,6 +42,10 @@ func (d *Driver) Bind(ctx context.Context, id string, b runtime.Binding) error {
 	}
 	delete(m.inUse, old)
 	m.inUse[image] = id
+	if m.reserved[old] {
+		delete(m.reserved, old)
+		m.reserved[image] = true
+	}
 	e.images[0] = image
 	e.spec.LayerImage, e.spec.Hostname = image, b.Hostname
 	e.spec.CPUMillis, e.spec.MemoryBytes, e.spec.PidsLimit = b.CPUMillis, b.MemoryBytes, b.PidsLimit

@@ -52,6 +52,11 @@ type machine struct {
 	inUse map[string]string
 
 	failStart map[string]error
+	// reserved holds the images ReserveLayer reserved, by absolute path
+	// (a binding's rename moves the mark as it moves the blocks);
+	// failReserve are the images whose reservation fails, with why.
+	reserved    map[string]bool
+	failReserve map[string]error
 	// failRecover are the IDs Recover cannot settle, with why.
 	failRecover map[string]error
 	neverReady  map[string]bool
@@ -125,7 +130,7 @@ func (e *execution) running() bool {
 // New returns a driver over a new, empty machine.
 func New() *Driver {
 	return &Driver{m: &machine{execs: map[string]*execution{}, inUse: map[string]string{},
-		failStart: map[string]error{}, failRecover: map[string]error{}, neverReady: map[string]bool{}, hung: map[string]chan struct{}{}, hanging: map[string]int{},
+		failStart: map[string]error{}, reserved: map[string]bool{}, failReserve: map[string]error{}, failRecover: map[string]error{}, neverReady: map[string]bool{}, hung: map[string]chan struct{}{}, hanging: map[string]int{},
 		stops: map[string]stopOutcome{}, starts: map[string]int{}}}
 }
 

@@ -45,6 +45,42 @@ func (d *Driver) GrowLayer(ctx context.Context, path string, bytes uint64) error
 	return os.Truncate(path, int64(bytes))
 }
 
+// ReserveLayer marks the file at path reserved, or fails as FailReserve
+// said; see runtime.Layers.
+func (d *Driver) ReserveLayer(path string) error {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(abs); err != nil {
+		return err
+	}
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	if err := d.m.failReserve[abs]; err != nil {
+		return err
+	}
+	d.m.reserved[abs] = true
+	return nil
+}
+
+// Reserved reports whether ReserveLayer reserved the image now at path.
+func (d *Driver) Reserved(path string) bool {
+	abs, _ := filepath.Abs(path)
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	return d.m.reserved[abs]
+}
+
+// FailReserve makes every ReserveLayer of the image at path fail with
+// err, as on a host whose disk cannot hold it.
+func (d *Driver) FailReserve(path string, err error) {
+	abs, _ := filepath.Abs(path)
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	d.m.failReserve[abs] = err
+}
+
 // LayerCapacity returns the size of the file at path.
 func (d *Driver) LayerCapacity(path string) (uint64, error) {
 	fi, err := os.Stat(path)
@@ -63,6 +99,10 @@ func (d *Driver) DeleteLayer(path string) error {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
+	abs, _ := filepath.Abs(path)
+	d.m.mu.Lock()
+	delete(d.m.reserved, abs)
+	d.m.mu.Unlock()
 	return nil
 }
 

@@ -22,6 +22,12 @@ func (d *Driver) GrowLayer(ctx context.Context, path string, bytes uint64) error
 	return d.public(diskimage.Grow(ctx, path, bytes), "", layerPath(path))
 }
 
+// ReserveLayer makes the host's filesystem hold every block of the image
+// at path; see diskimage.Reserve.
+func (d *Driver) ReserveLayer(path string) error {
+	return d.public(diskimage.Reserve(path), "", layerPath(path))
+}
+
 // LayerCapacity returns the size of the image at path.
 func (d *Driver) LayerCapacity(path string) (uint64, error) {
 	fi, err := os.Stat(path)

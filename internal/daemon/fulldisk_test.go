@@ -1,0 +1,94 @@
+package daemon_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/testutil/hosttest"
+)
+
+// fillDisk takes all but leave bytes of the free space of the filesystem
+// of dir, as an operator's file would, and returns the function that
+// frees it.
+func fillDisk(t *testing.T, dir string, leave uint64) (free func()) {
+	t.Helper()
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil {
+		t.Fatal(err)
+	}
+	avail := fs.Bavail * uint64(fs.Bsize)
+	if avail <= leave {
+		t.Fatalf("%d bytes free, fewer than the %d to leave", avail, leave)
+	}
+	path := filepath.Join(dir, "filler")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	free = func() { os.Remove(path) }
+	t.Cleanup(free)
+	if err := unix.Fallocate(int(f.Fd()), 0, 0, int64(avail-leave)); err != nil {
+		t.Fatal(err)
+	}
+	return free
+}
+
+// heldInFull reports whether the image at path holds a block of the
+// host's disk for every block of its size.
+func heldInFull(t *testing.T, path string) bool {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Blocks*512 >= st.Size
+}
+
+// TestAFullHostDiskLosesNoWrite: a workspace's writable layer is held in
+// full on the host's disk from its start. Its image used to stay sparse:
+// once something else (template blobs, an export, an operator's files)
+// filled the host's disk, the guest's next write into a block it had not
+// written before failed on the host, its filesystem aborted its journal,
+// and the workspace stayed AVAILABLE with a read-only root. Now that write
+// succeeds, the workspace stops CONFIRMED and starts again with its data
+// on the full disk, and a new workspace the disk cannot hold fails to
+// start, RESOURCE_EXHAUSTED, saying why.
+func TestAFullHostDiskLosesNoWrite(t *testing.T) {
+	home := t.TempDir()
+	hosttest.Tmpfs(t, home, "384m")
+	d := up(t, home)
+	defer d.stop()
+	ws := d.await(d.create(small()).WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	if !heldInFull(t, filepath.Join(home, "layers", ws.WorkspaceId+".ext4")) {
+		t.Error("the layer of a started workspace is not held in full")
+	}
+	// What is left holds a new layer's filesystem, not its whole size.
+	defer fillDisk(t, home, 8*mib)() // before the deployment's stop deletes the workspaces
+
+	sum, err := d.exec(ws, "sh", "-c", "head -c 41943040 /dev/urandom > /root/data && sync && md5sum /root/data")
+	if err != nil {
+		t.Fatalf("writing 40 MiB into a 64 MiB layer on a full host disk: %v %s", err, sum)
+	}
+	d.stopWorkspace(ws.WorkspaceId, ctrlv1.StopMode_STOP_MODE_NORMAL)
+	ws = d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+	if ls := ws.LastStop; ls.GetDurability() != ctrlv1.StopDurability_STOP_DURABILITY_CONFIRMED {
+		t.Errorf("normal stop on a full host disk: %v", ls)
+	}
+	mustUnary(t, d.client.StartWorkspace, &ctrlv1.StartWorkspaceRequest{Command: cmd(), WorkspaceId: ws.WorkspaceId})
+	ws = d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	if again, err := d.exec(ws, "md5sum", "/root/data"); err != nil || again != sum {
+		t.Errorf("after a restart on the full disk: %q, %v, want %q", again, err, sum)
+	}
+
+	next := d.await(d.create(small()).WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED)
+	if f := next.Failure; f.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED ||
+		!strings.Contains(f.GetMessage(), "the host's disk has") || strings.Contains(f.GetMessage(), home) {
+		t.Errorf("a workspace the full disk cannot hold: %v, want RESOURCE_EXHAUSTED naming the host's disk and no host path", f)
+	}
+}
