@@ -183,7 +183,12 @@ func (e *execution) observe(ctx context.Context, as *hostv1.Assignment) {
 	}
 	if e.agent.cfg.Driver.Probe(ctx, e.id) == nil {
 		e.watchGuest(nil, time.Time{})
-		capacity, _ := e.agent.cfg.Layers.LayerCapacity(e.agent.layerPath(as.LayerId))
+		path := e.agent.layerPath(as.LayerId)
+		// A build before reservations left the layers it started sparse.
+		if err := e.agent.cfg.Layers.ReserveLayer(path); err != nil {
+			slog.Warn("the layer of an adopted execution is not held in full: a full host disk can fail its guest's writes", "execution", e.id, "err", err)
+		}
+		capacity, _ := e.agent.cfg.Layers.LayerCapacity(path)
 		e.report(as, e.withNetwork(&hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_RUNNING,
 			LayerCapacityBytes: &capacity, LayerContinued: true}))
 	}

@@ -679,8 +679,8 @@ func TestRecoveryKeepsTheNamespacesOfRunningGuests(t *testing.T) {
 // TestReconcilerRestart: a new agent (over a new driver object, as after a
 // restart of the host agent's process) adopts the execution that still
 // runs without starting it again, serves its namespace again, and reports
-// it RUNNING; the leftovers of one that ended while no agent ran are
-// released.
+// it RUNNING, its layer held in full (an older build left it sparse); the
+// leftovers of one that ended while no agent ran are released.
 func TestReconcilerRestart(t *testing.T) {
 	e := newReconcilerEnv(t)
 	_, end := e.runAgent(t, e.driver)
@@ -688,6 +688,7 @@ func TestReconcilerRestart(t *testing.T) {
 	e.running(t, alive)
 	e.running(t, dead)
 	end()
+	e.driver.ForgetReservations()
 
 	// While no agent runs, one ends and ctrl lets go of it.
 	e.driver.Exit(dead.ExecutionId, runtime.Status{ExitCode: 0})
@@ -700,6 +701,9 @@ func TestReconcilerRestart(t *testing.T) {
 	}
 	if n := e.driver.Starts(alive.ExecutionId); n != 1 {
 		t.Errorf("the running execution was started %d times", n)
+	}
+	if !e.driver.Reserved(filepath.Join(e.cfg.LayerDir, "lay_alive.ext4")) {
+		t.Error("the layer of the adopted execution is not reserved")
 	}
 	a2.mu.Lock()
 	adopted := a2.execs[alive.ExecutionId]

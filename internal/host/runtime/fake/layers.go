@@ -72,6 +72,14 @@ func (d *Driver) Reserved(path string) bool {
 	return d.m.reserved[abs]
 }
 
+// ForgetReservations unmarks every image, as on a host whose images an
+// older build left sparse.
+func (d *Driver) ForgetReservations() {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	clear(d.m.reserved)
+}
+
 // FailReserve makes every ReserveLayer of the image at path fail with
 // err, as on a host whose disk cannot hold it.
 func (d *Driver) FailReserve(path string, err error) {
