@@ -127,8 +127,8 @@ func (a *Agent) eachAssignment(fn func(*hostv1.Assignment)) bool {
 	return true
 }
 
-// maxLayersAsked bounds the layer IDs of one CollectableLayers call; the
-// rest wait for the next round.
+// maxLayersAsked bounds the layer IDs of one CollectableLayers call; a
+// round asks about more in several.
 const maxLayersAsked = 500
 
 // collectWritableLayers deletes the writable layer images kept here that
@@ -150,21 +150,20 @@ func (a *Agent) collectWritableLayers(ctx context.Context) {
 		id, image := strings.CutSuffix(entry.Name(), ".ext4")
 		// Temporary images (".NAME.tmp-*") and the pool's directory are
 		// not layers of a workspace.
-		if image && !strings.HasPrefix(id, ".") && entry.Type().IsRegular() && !named[id] && len(unnamed) < maxLayersAsked {
+		if image && !strings.HasPrefix(id, ".") && entry.Type().IsRegular() && !named[id] {
 			unnamed = append(unnamed, id)
 		}
 	}
-	if len(unnamed) == 0 {
-		return
-	}
-	resp, err := a.cfg.Client.CollectableLayers(ctx, connect.NewRequest(&hostv1.CollectableLayersRequest{HostId: a.cfg.HostID, LayerIds: unnamed}))
-	if err != nil {
-		slog.Warn("asking ctrl which writable layers no workspace will use again", "err", err)
-		return
-	}
-	for _, id := range resp.Msg.GetLayerIds() {
-		if slices.Contains(unnamed, id) {
-			a.deleteDeadLayer(id)
+	for asked := range slices.Chunk(unnamed, maxLayersAsked) {
+		resp, err := a.cfg.Client.CollectableLayers(ctx, connect.NewRequest(&hostv1.CollectableLayersRequest{HostId: a.cfg.HostID, LayerIds: asked}))
+		if err != nil {
+			slog.Warn("asking ctrl which writable layers no workspace will use again", "err", err)
+			return
+		}
+		for _, id := range resp.Msg.GetLayerIds() {
+			if slices.Contains(asked, id) {
+				a.deleteDeadLayer(id)
+			}
 		}
 	}
 }

@@ -137,6 +137,9 @@ func (h *hostAPI) GetTemplateBlob(_ context.Context, req *connect.Request[hostv1
 func (h *hostAPI) CollectableLayers(_ context.Context, req *connect.Request[hostv1.CollectableLayersRequest]) (*connect.Response[hostv1.CollectableLayersResponse], error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if len(req.Msg.LayerIds) > maxLayersAsked {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%d layer IDs in one call", len(req.Msg.LayerIds)))
+	}
 	resp := &hostv1.CollectableLayersResponse{}
 	for _, id := range req.Msg.LayerIds {
 		h.asked[id] = true
@@ -578,14 +581,19 @@ func TestReconcilerDelete(t *testing.T) {
 // the others stay, a temporary image is never asked about, nor is the
 // layer of an execution assigned here, even one ctrl would call dead. An
 // execution ctrl no longer assigns is stopped and then its layer is asked
-// about at once.
+// about at once. More layers than one call asks about are asked about in
+// several.
 func TestReconcilerCollectsDeadLayers(t *testing.T) {
 	e := newReconcilerEnv(t)
 	if err := os.MkdirAll(e.cfg.LayerDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	image := func(name string) string { return filepath.Join(e.cfg.LayerDir, name) }
-	for _, name := range []string{"ws_gone.ext4", "ws_kept.ext4", ".ws_tmp.ext4.tmp-1"} {
+	names := []string{"ws_gone.ext4", "ws_kept.ext4", ".ws_tmp.ext4.tmp-1"}
+	for i := range maxLayersAsked { // listed before ws_gone
+		names = append(names, fmt.Sprintf("ws_a%04d.ext4", i))
+	}
+	for _, name := range names {
 		if err := fake.Image(image(name), 1<<20); err != nil {
 			t.Fatal(err)
 		}
