@@ -17,6 +17,7 @@ import (
 	"io/fs"
 	"net/url"
 	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 	sqlite "modernc.org/sqlite"
@@ -116,7 +117,26 @@ func open(ctx context.Context, path string) (*sqlstore.Store, error) {
 	}
 	if err := sqlstore.Migrate(ctx, s, sub, ""); err != nil {
 		s.Close()
+		if free, ok := freeBytes(filepath.Dir(path)); ok && free < minFreeToOpen {
+			// SQLite says "disk I/O error" when it cannot make its
+			// shared-memory file, the first thing it writes.
+			return nil, fmt.Errorf("sqlite %s: %w (%d bytes free; free space on it and start again): %w", path, store.ErrFull, free, err)
+		}
 		return nil, fmt.Errorf("sqlite %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// minFreeToOpen is the free space below which a failure to open the
+// database is taken for a full disk.
+const minFreeToOpen = 1 << 20
+
+// freeBytes returns the space free to unprivileged users on dir's
+// filesystem.
+func freeBytes(dir string) (uint64, bool) {
+	var fs unix.Statfs_t
+	if unix.Statfs(dir, &fs) != nil {
+		return 0, false
+	}
+	return fs.Bavail * uint64(fs.Bsize), true
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -131,5 +132,36 @@ func TestFullDiskIsErrFull(t *testing.T) {
 	}
 	if err := s.View(ctx, func(tx store.Tx) error { _, err := tx.Setting(ctx, "k0"); return err }); err != nil {
 		t.Errorf("a read of the full database: %v", err)
+	}
+}
+
+// TestOpenOnAFullDisk: a database on a disk with no room left fails to
+// open as store.ErrFull, saying how much is free, rather than as SQLite's
+// "disk I/O error (4874)".
+func TestOpenOnAFullDisk(t *testing.T) {
+	dir := t.TempDir()
+	hosttest.Tmpfs(t, dir, "2m")
+	ctx := context.Background()
+	path := filepath.Join(dir, "kibotos.db")
+	s, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	filler, err := os.Create(filepath.Join(dir, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer filler.Close()
+	for chunk := make([]byte, 4096); err == nil; {
+		_, err = filler.Write(chunk)
+	}
+	s, err = sqlite.Open(ctx, path)
+	if err == nil {
+		s.Close()
+		t.Fatal("opened a database on a full disk")
+	}
+	if !errors.Is(err, store.ErrFull) || !strings.Contains(err.Error(), "0 bytes free") {
+		t.Errorf("opening a database on a full disk: %v, want store.ErrFull saying so", err)
 	}
 }
