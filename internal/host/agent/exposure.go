@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
@@ -94,10 +95,15 @@ func (a *Agent) exposureHost(hostport string) (port uint32, workspaceID string, 
 // upgrades pass through. A request in flight ends within a second of its
 // exposure being revoked or its execution stopping.
 //
+// At most maxExposureRequests requests are in flight through one exposure
+// and maxExposureRequestsAll through all of the host's; one more is a 503
+// page with Retry-After.
+//
 // Each call returns a new proxy with its own connections to guests: call
 // it once.
 func (a *Agent) Exposures() http.Handler {
-	p := &exposureProxy{agent: a, https: strings.HasPrefix(a.cfg.DataPlaneEndpoint, "https:")}
+	p := &exposureProxy{agent: a, https: strings.HasPrefix(a.cfg.DataPlaneEndpoint, "https:"),
+		maxPerExposure: maxExposureRequests, maxAll: maxExposureRequestsAll, inFlight: map[string]int{}}
 	transport := &http.Transport{
 		// The URL host is <execution>:<port>, so that connections of one
 		// execution are never reused for the next; the route in the
@@ -115,8 +121,9 @@ func (a *Agent) Exposures() http.Handler {
 			}
 			return conn, nil
 		},
-		MaxIdleConnsPerHost: 64,
-		IdleConnTimeout:     90 * time.Second,
+		MaxIdleConnsPerHost:    64,
+		IdleConnTimeout:        90 * time.Second,
+		MaxResponseHeaderBytes: maxGuestHeaderBytes,
 		// The guest gets the caller's Accept-Encoding, not one of the
 		// proxy's, and its encoding passes through.
 		DisableCompression: true,
@@ -129,12 +136,50 @@ func (a *Agent) Exposures() http.Handler {
 	return p
 }
 
+// maxExposureRequests and maxExposureRequestsAll bound the requests in
+// flight through one exposure and through all of a host's. A guest's
+// server that never answers holds every request sent to it (a caller's
+// connection and a few goroutines on the host each): unbounded, one
+// exposure's callers took the host process's file descriptors, which ctrl
+// and every other workspace share.
+const (
+	maxExposureRequests    = 1024
+	maxExposureRequestsAll = 4096
+)
+
 type exposureProxy struct {
 	agent *Agent
 	proxy *httputil.ReverseProxy
 	// https is set when the host's public URL is https: the exposure
 	// cookie is Secure and X-Forwarded-Proto says https.
 	https bool
+
+	maxPerExposure, maxAll int
+	mu                     sync.Mutex
+	inFlight               map[string]int // by exposure ID
+	all                    int
+}
+
+// admit counts a request in flight through exposure id, or reports false
+// when a bound is reached; release uncounts an admitted one.
+func (p *exposureProxy) admit(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.inFlight[id] >= p.maxPerExposure || p.all >= p.maxAll {
+		return false
+	}
+	p.inFlight[id]++
+	p.all++
+	return true
+}
+
+func (p *exposureProxy) release(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.inFlight[id]--; p.inFlight[id] == 0 {
+		delete(p.inFlight, id)
+	}
+	p.all--
 }
 
 func (p *exposureProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -149,6 +194,12 @@ func (p *exposureProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if route.exposure.Auth != ctrlv1.ExposureAuth_EXPOSURE_AUTH_PUBLIC && !p.authorize(w, r, route) {
 		return
 	}
+	if !p.admit(route.exposure.ExposureId) {
+		w.Header().Set("Retry-After", "1")
+		page(w, http.StatusServiceUnavailable, "Too many requests", "This exposure, or this host's exposures, carry as many requests at once as they may. Try again shortly.")
+		return
+	}
+	defer p.release(route.exposure.ExposureId)
 	ctx, cancel := whileValid(context.WithValue(r.Context(), routeKey{}, route), recheckExposureEvery, func() bool {
 		now := p.agent.exposureByID(route.exposure.ExposureId)
 		return now != nil && now.execution == route.execution
@@ -361,7 +412,9 @@ func dropCookie(h http.Header, name string) {
 	var kept []string
 	for _, line := range lines {
 		for part := range strings.SplitSeq(line, ";") {
-			if k, _, _ := strings.Cut(strings.TrimSpace(part), "="); k != name && strings.TrimSpace(part) != "" {
+			// Names are compared as a cookie parser reads them, without
+			// the spaces around them ("kibotos_exposure =TOKEN").
+			if k, _, _ := strings.Cut(part, "="); strings.TrimSpace(k) != name && strings.TrimSpace(part) != "" {
 				kept = append(kept, strings.TrimSpace(part))
 			}
 		}

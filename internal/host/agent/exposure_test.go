@@ -163,6 +163,14 @@ func TestExposureProxy(t *testing.T) {
 	if got := app.requests()[1].Header.Get("Cookie"); got != "app=1; theme=dark" {
 		t.Errorf("the guest saw cookies %q", got)
 	}
+	// A cookie parser reads the name without spaces around it, and so
+	// does the proxy that removes it.
+	if resp, _ := do("GET", "/x/exp_t/spaced", http.Header{"Cookie": {"app=1; kibotos_exposure =" + token}}, ""); resp.StatusCode != http.StatusOK {
+		t.Fatalf("with a spaced cookie: %d", resp.StatusCode)
+	}
+	if got := app.requests()[2].Header.Get("Cookie"); got != "app=1" {
+		t.Errorf("the guest saw cookies %q", got)
+	}
 	if got := app.requests()[1].Header.Get("Referer"); got != srv.URL+"/x/exp_t/page?a=1" {
 		t.Errorf("the guest saw the referrer %q", got)
 	}
@@ -286,5 +294,85 @@ func TestServesExposure(t *testing.T) {
 	}
 	if (&Agent{}).ServesExposure(httptest.NewRequest("GET", "http://8080-ws-a.apps.example.test/", nil)) {
 		t.Error("a host without an exposure domain routes by host name")
+	}
+}
+
+// TestExposureBounds: what a guest's server answers and what callers hold
+// is bounded on the host. A header past maxGuestHeaderBytes is a 502 page,
+// not read whole; requests beyond an exposure's bound, or the host's, are
+// a 503 page with Retry-After while the others are held, and are served
+// again once those end.
+func TestExposureBounds(t *testing.T) {
+	e := newGatewayEnv(t)
+	release, arrived := make(chan struct{}), make(chan struct{}, 8)
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/big" {
+			w.Header().Set("X-Big", strings.Repeat("a", 4*maxGuestHeaderBytes))
+			return
+		}
+		arrived <- struct{}{}
+		<-release
+		io.WriteString(w, "late")
+	}))
+	t.Cleanup(app.Close)
+	releaseAll := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseAll) // before the app closes, which waits for its handlers
+	port := uint32(app.Listener.Addr().(*net.TCPAddr).Port)
+	e.set(exposed(assignment("ws_a", 2, key(1)),
+		&hostv1.ExposureAssignment{ExposureId: "exp_a", Port: port, Auth: ctrlv1.ExposureAuth_EXPOSURE_AUTH_PUBLIC},
+		&hostv1.ExposureAssignment{ExposureId: "exp_b", Port: port, Auth: ctrlv1.ExposureAuth_EXPOSURE_AUTH_PUBLIC}),
+		hostv1.ObservedState_OBSERVED_STATE_RUNNING)
+	proxy := e.agent.Exposures()
+	proxy.(*exposureProxy).maxPerExposure, proxy.(*exposureProxy).maxAll = 2, 3
+	srv := httptest.NewServer(proxy)
+	t.Cleanup(srv.Close)
+	client := &http.Client{Timeout: 10 * time.Second} // a request let through is held
+	get := func(path string) (*http.Response, string) {
+		resp, err := client.Get(srv.URL + path)
+		if err != nil {
+			t.Error(err)
+			return nil, ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+
+	if resp, body := get("/x/exp_a/big"); resp.StatusCode != http.StatusBadGateway || resp.Header.Get("X-Big") != "" || !strings.Contains(body, "<h1>") {
+		t.Errorf("a guest's endless header: %d %q", resp.StatusCode, body)
+	}
+
+	answered := make(chan int, 3)
+	hold := func(path string) {
+		go func() {
+			resp, body := get(path)
+			if resp == nil || resp.StatusCode != http.StatusOK || body != "late" {
+				t.Errorf("a held request: %v %q", resp, body)
+			}
+			answered <- 1
+		}()
+		<-arrived
+	}
+	refused := func(path, why string) {
+		t.Helper()
+		resp, body := get(path)
+		if resp == nil {
+			t.Fatalf("%s was let through", why)
+		}
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" || !strings.Contains(body, "<h1>") {
+			t.Errorf("%s: %d %q, want a 503 page with Retry-After", why, resp.StatusCode, body)
+		}
+	}
+	hold("/x/exp_a/1")
+	hold("/x/exp_a/2")
+	refused("/x/exp_a/3", "a third request through an exposure of two")
+	hold("/x/exp_b/1")
+	refused("/x/exp_b/2", "a fourth request through a host of three")
+	releaseAll()
+	for range 3 {
+		<-answered
+	}
+	if resp, body := get("/x/exp_a/after"); resp.StatusCode != http.StatusOK || body != "late" {
+		t.Errorf("once the held requests ended: %d %q", resp.StatusCode, body)
 	}
 }

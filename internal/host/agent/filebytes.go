@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httputil"
 
@@ -39,11 +40,15 @@ func (g *gateway) getFileBytes(w http.ResponseWriter, r *http.Request) {
 	}
 	out.Close = true
 	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(out.Header))
-	guestReader := bufio.NewReaderSize(conn, 64<<10)
+	// The header is read through a limit (maxGuestHeaderBytes), lifted
+	// once it is read: the file's bytes follow it.
+	head := &io.LimitedReader{R: conn, N: maxGuestHeaderBytes}
+	guestReader := bufio.NewReaderSize(head, 64<<10)
 	var resp *http.Response
 	if err = out.Write(conn); err == nil {
 		resp, err = http.ReadResponse(guestReader, out)
 	}
+	head.N = math.MaxInt64
 	if err != nil {
 		g.proxyError(w, r, err)
 		return

@@ -36,6 +36,12 @@ func (g *guest) serveFileBytes(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "received %d of length %d chunked %v", n, r.ContentLength, len(r.TransferEncoding) > 0)
 		return
 	}
+	if r.URL.Query().Get("path") == "hostile" {
+		// A header without end, as far as the host would read it.
+		w.Header().Set("X-Big", strings.Repeat("a", 4*maxGuestHeaderBytes))
+		w.WriteHeader(http.StatusOK)
+		return
+	}
 	mib, err := strconv.Atoi(r.URL.Query().Get("path"))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -132,6 +138,10 @@ func TestGatewayFileBytes(t *testing.T) {
 
 	if resp := get("bad", "1"); resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("GET with a bad token: %s", resp.Status)
+	}
+	// A guest's header past the bound is refused, not read whole.
+	if resp := get(tok, "hostile"); resp.StatusCode == http.StatusOK || resp.Header.Get("X-Big") != "" {
+		t.Errorf("GET of a guest's endless header: %s, %d bytes of it passed on", resp.Status, len(resp.Header.Get("X-Big")))
 	}
 
 	// A revocation cuts a download in flight: what the sockets held

@@ -119,16 +119,23 @@ func (p *bufferPool) Get() []byte {
 
 func (p *bufferPool) Put(b []byte) { p.pool.Put(&b) }
 
+// maxGuestHeaderBytes bounds the header of every answer the host reads
+// from a guest (its agent's, or a server's behind an exposure): nothing
+// in a guest is trusted, and a header without end was held in the host's
+// memory whole.
+const maxGuestHeaderBytes = 64 << 10
+
 // guestTransport returns a transport that speaks cleartext HTTP/2 to the
 // guest agents' data sockets: a request's URL host is the execution ID.
 func (a *Agent) guestTransport() *http.Transport {
 	var protocols http.Protocols
 	protocols.SetUnencryptedHTTP2(true)
 	return &http.Transport{
-		Protocols:       &protocols,
-		HTTP2:           guestabi.DataSocketHTTP2(),
-		DialContext:     a.dialGuestData,
-		IdleConnTimeout: 90 * time.Second,
+		Protocols:              &protocols,
+		HTTP2:                  guestabi.DataSocketHTTP2(),
+		DialContext:            a.dialGuestData,
+		IdleConnTimeout:        90 * time.Second,
+		MaxResponseHeaderBytes: maxGuestHeaderBytes,
 	}
 }
 
@@ -139,12 +146,13 @@ func (a *Agent) guestTransport() *http.Transport {
 // frames on both sides.
 func (a *Agent) newFileBytesTransport() *http.Transport {
 	return &http.Transport{
-		DialContext:         a.dialGuestData,
-		MaxIdleConnsPerHost: 4,
-		IdleConnTimeout:     30 * time.Second,
-		DisableCompression:  true,
-		WriteBufferSize:     64 << 10,
-		ReadBufferSize:      64 << 10,
+		DialContext:            a.dialGuestData,
+		MaxIdleConnsPerHost:    4,
+		IdleConnTimeout:        30 * time.Second,
+		DisableCompression:     true,
+		WriteBufferSize:        64 << 10,
+		ReadBufferSize:         64 << 10,
+		MaxResponseHeaderBytes: maxGuestHeaderBytes,
 	}
 }
 
