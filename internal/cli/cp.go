@@ -169,8 +169,8 @@ func (cp *copier) remoteDir(p string) bool {
 	return err == nil && info.GetType() == datav1.FileType_FILE_TYPE_DIRECTORY
 }
 
-// maxLinkHops is how many symlinks statTarget follows before it gives up,
-// as Linux does (ELOOP).
+// maxLinkHops is how many symlinks statTarget and resolvesOutside follow
+// before they give up, as Linux does (ELOOP).
 const maxLinkHops = 40
 
 // statTarget returns the metadata of the file p names in the Workspace,

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -168,7 +169,19 @@ func (cp *copier) scanLocalTree(src string) ([]localEntry, int64, error) {
 		total += 512 // its header
 		return nil
 	})
-	return entries, total + 1024, err
+	if err != nil {
+		return nil, 0, err
+	}
+	links := map[string]string{}
+	for _, e := range entries {
+		if e.link != "" {
+			links[e.rel] = filepath.ToSlash(e.link)
+		}
+	}
+	if err := checkLinks(links); err != nil {
+		return nil, 0, fmt.Errorf("%s: %w", src, err)
+	}
+	return entries, total + 1024, nil
 }
 
 // checkLink refuses a symlink at name (a path in the copy) whose target
@@ -181,6 +194,51 @@ func checkLink(name, target string) error {
 		return fmt.Errorf("symlink %s -> %s leads outside the copy: refused", name, target)
 	}
 	return nil
+}
+
+// checkLinks refuses a tree whose symlinks (name in the copy → target,
+// each passed by checkLink) lead out of the copy through one another:
+// "up -> a/.." is local as text, but not when a is itself "a -> ..".
+func checkLinks(links map[string]string) error {
+	for _, name := range slices.Sorted(maps.Keys(links)) {
+		if resolvesOutside(links, name) {
+			return fmt.Errorf("symlink %s -> %s leads outside the copy through other symlinks of it: refused", name, links[name])
+		}
+	}
+	return nil
+}
+
+// resolvesOutside reports whether resolving the symlink name of a tree,
+// following the tree's links as the kernel would, climbs above the
+// tree's root at some step.
+func resolvesOutside(links map[string]string, name string) bool {
+	var at []string // the path resolved so far, from the root
+	pending := slices.Concat(strings.Split(path.Dir(name), "/"), strings.Split(links[name], "/"))
+	for hops := 0; len(pending) > 0; {
+		c := pending[0]
+		pending = pending[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			if len(at) == 0 {
+				return true
+			}
+			at = at[:len(at)-1]
+			continue
+		}
+		at = append(at, c)
+		target, isLink := links[strings.Join(at, "/")]
+		if !isLink {
+			continue
+		}
+		if hops++; hops > maxLinkHops {
+			return false // a loop, which resolves to nothing
+		}
+		at = at[:len(at)-1]
+		pending = slices.Concat(strings.Split(target, "/"), pending)
+	}
+	return false
 }
 
 // writeTree writes the entries of the tree at src as a tar stream to w.
@@ -309,7 +367,7 @@ func extractTree(r io.Reader, dir string, warn func(string)) error {
 	}
 	var (
 		dirs  []dirMode
-		links = map[string]bool{}
+		links = map[string]string{} // name → target
 	)
 	tr := tar.NewReader(r)
 	for {
@@ -325,7 +383,7 @@ func extractTree(r io.Reader, dir string, warn func(string)) error {
 			return fmt.Errorf("entry %q lands outside the destination: refused", hdr.Name)
 		}
 		for p := path.Dir(name); p != "."; p = path.Dir(p) {
-			if links[p] {
+			if _, ok := links[p]; ok {
 				return fmt.Errorf("entry %q is beneath the symlink %s: refused", hdr.Name, p)
 			}
 		}
@@ -360,7 +418,7 @@ func extractTree(r io.Reader, dir string, warn func(string)) error {
 			if err := root.Symlink(hdr.Linkname, name); err != nil {
 				return err
 			}
-			links[name] = true
+			links[name] = hdr.Linkname
 		case tar.TypeLink:
 			old := path.Clean(hdr.Linkname)
 			if !filepath.IsLocal(old) {
@@ -375,6 +433,9 @@ func extractTree(r io.Reader, dir string, warn func(string)) error {
 		if (hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeLink) && !hdr.ModTime.IsZero() {
 			root.Chtimes(name, hdr.ModTime, hdr.ModTime) // best effort, as tar does
 		}
+	}
+	if err := checkLinks(links); err != nil {
+		return err
 	}
 	// Deepest first, so that a read-only directory is closed last; times
 	// after their contents changed them.

@@ -204,12 +204,13 @@ printf '#!/bin/sh\nbusybox tar "$@" && head -c 10240 /dev/zero\n' > /usr/local/b
 
 func TestCpRecursiveRefusesEscapes(t *testing.T) {
 	e, id := newDataEnv(t)
-	e.sh(t, id, `mkdir -p /work/abs/sub /work/climb/sub && echo x > /work/abs/f && ln -s /etc/passwd /work/abs/sub/pw &&
-		ln -s ../../.. /work/climb/sub/up`)
+	e.sh(t, id, `mkdir -p /work/abs/sub /work/climb/sub /work/chain/a && echo x > /work/abs/f && ln -s /etc/passwd /work/abs/sub/pw &&
+		ln -s ../../.. /work/climb/sub/up && cd /work/chain && ln -s .. a/b && ln -s a/b u0 && ln -s u0/.. u1 && ln -s u1/etc/hostname host`)
 	dir := t.TempDir()
 	for _, tc := range []struct{ src, want string }{
 		{"/work/abs", "symlink sub/pw -> /etc/passwd is absolute and would point outside the copy: refused"},
 		{"/work/climb", "symlink sub/up -> ../../.. leads outside the copy: refused"},
+		{"/work/chain", "symlink host -> u1/etc/hostname leads outside the copy through other symlinks of it: refused"},
 	} {
 		_, _, err := e.runData(t, "", "ws", "cp", "-r", id+":"+tc.src, filepath.Join(dir, "out"))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -229,8 +230,44 @@ func TestCpRecursiveRefusesEscapes(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "symlink nested/host -> /etc/hostname is absolute") {
 		t.Errorf("cp -r up with an absolute link: %v", err)
 	}
+	chain := filepath.Join(t.TempDir(), "chain")
+	makeTree(t, chain)
+	for name, target := range map[string]string{"nested/up": "..", "u0": "nested/up", "u1": "u0/.."} {
+		if err := os.Symlink(target, filepath.Join(chain, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, _, err = e.runData(t, "", "ws", "cp", "-r", chain, id+":/work/up")
+	if err == nil || !strings.Contains(err.Error(), "symlink u1 -> u0/.. leads outside the copy through other symlinks") {
+		t.Errorf("cp -r up with a chain of links out of the copy: %v", err)
+	}
 	if got := e.sh(t, id, "ls /work"); strings.Contains(got, "up") {
 		t.Errorf("a refused upload created /work/up: %s", got)
+	}
+}
+
+// TestResolvesOutside: links are followed through one another as the
+// kernel would; chains that stay inside, and loops (which resolve to
+// nothing), are not outside.
+func TestResolvesOutside(t *testing.T) {
+	for _, tc := range []struct {
+		links   map[string]string
+		name    string
+		outside bool
+	}{
+		{map[string]string{"x": "y", "y": "d/f"}, "x", false},
+		{map[string]string{"d/l": "../e/f"}, "d/l", false},
+		{map[string]string{"d/up": "..", "l": "d/up/d/up/f"}, "l", false},
+		{map[string]string{"d/up": "..", "l": "d/up/.."}, "l", true},
+		{map[string]string{"a": "b", "b": "a"}, "a", false},
+		{map[string]string{"a": "a/.."}, "a", false},
+		{map[string]string{"d/l": "../s/x", "s": "d/.."}, "d/l", false},
+		{map[string]string{"d/l": "../s/../x", "s": "d/l/.."}, "d/l", false},
+		{map[string]string{"l": "s/../..", "s": "d"}, "l", true},
+	} {
+		if got := resolvesOutside(tc.links, tc.name); got != tc.outside {
+			t.Errorf("%s in %v: outside %v, want %v", tc.name, tc.links, got, tc.outside)
+		}
 	}
 }
 
@@ -254,6 +291,12 @@ func TestExtractTreeRefusesEscapingEntries(t *testing.T) {
 			`entry "d/l/x" is beneath the symlink d/l: refused`},
 		{[]entry{{name: "h", link: "../../etc/passwd", typ: tar.TypeLink}}, "hard link h -> ../../etc/passwd lands outside"},
 		{[]entry{{name: "l", link: "/", typ: tar.TypeSymlink}}, "symlink l -> / is absolute"},
+		// Each link local as text; u1 leads out through u0 and a/b.
+		{[]entry{{name: "a", typ: tar.TypeDir}, {name: "a/b", link: "..", typ: tar.TypeSymlink}, {name: "u0", link: "a/b", typ: tar.TypeSymlink},
+			{name: "u1", link: "u0/..", typ: tar.TypeSymlink}}, "symlink u1 -> u0/.. leads outside the copy through other symlinks of it: refused"},
+		// The link comes before those it goes through.
+		{[]entry{{name: "host", link: "u/etc/hostname", typ: tar.TypeSymlink}, {name: "d", typ: tar.TypeDir}, {name: "d/up", link: "..", typ: tar.TypeSymlink},
+			{name: "u", link: "d/up/d/up/..", typ: tar.TypeSymlink}}, "leads outside the copy through other symlinks"},
 	} {
 		var buf bytes.Buffer
 		tw := tar.NewWriter(&buf)
