@@ -12,6 +12,7 @@ package sessions
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -78,6 +79,9 @@ func (s *Service) Issue(ctx context.Context, workspaceID string, ttlSeconds uint
 	err := s.Store.Update(ctx, func(tx store.Tx) error {
 		published = false
 		now := s.Now.UTC()
+		if err := checkIssuer(ctx, tx, c.TokenID); err != nil {
+			return err
+		}
 		return s.Workspaces.EditDataPlane(ctx, tx, c.ProjectID, workspaceID, func(ws *ctrlv1.Workspace, hostID string, dp *workspaces.DataPlane) (bool, error) {
 			if ws.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE {
 				return false, precondition(ws, ctrlv1.FailureStage_FAILURE_STAGE_ISSUING_SESSION,
@@ -120,6 +124,24 @@ func (s *Service) Issue(ctx context.Context, workspaceID string, ttlSeconds uint
 		s.Workspaces.Changes.Publish(workspaceID)
 	}
 	return resp, nil
+}
+
+// checkIssuer refuses a session to a token revoked since its caller was
+// authenticated: a revocation reaches another replica's cache of callers
+// only after its --auth-cache-ttl, and a session issued there meanwhile
+// would outlive the revocation's sweep of the token's sessions. In the
+// transaction that stores the session, this read orders the two (SQLite
+// has one writer; PostgreSQL's serializable transactions abort one of
+// them).
+func checkIssuer(ctx context.Context, tx store.Tx, tokenID string) error {
+	if tokenID == "" {
+		return nil // not a token's call (the deployment's own)
+	}
+	tok, err := tx.Token(ctx, tokenID)
+	if errors.Is(err, store.ErrNotFound) || err == nil && !tok.RevokedAt.IsZero() {
+		return connect.NewError(connect.CodeUnauthenticated, errors.New("the API token of this call was revoked"))
+	}
+	return err
 }
 
 // Revoke revokes a session of the caller's project: its workspace's host

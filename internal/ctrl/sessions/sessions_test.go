@@ -384,6 +384,17 @@ func TestRevokeIssuedBy(t *testing.T) {
 	as := func(token string) context.Context {
 		return auth.WithCaller(context.Background(), auth.Caller{ProjectID: "p1", TokenID: token, Role: auth.Editor})
 	}
+	err := e.svc.Store.Update(context.Background(), func(tx store.Tx) error {
+		for _, id := range []string{"tok_a", "tok_b"} {
+			if err := tx.CreateToken(context.Background(), store.Token{ID: id, ProjectID: "p1", Role: string(auth.Editor), CreatedAt: e.clock.Now()}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	issue := func(token string) *ctrlv1.IssueSessionResponse {
 		resp, err := e.svc.Issue(as(token), id, 0)
 		if err != nil {
@@ -395,8 +406,18 @@ func TestRevokeIssuedBy(t *testing.T) {
 	// One issued before tokens were recorded: any token's revocation in
 	// its project ends it.
 	legacy := issue("")
+	err = e.svc.Store.Update(context.Background(), func(tx store.Tx) error { return tx.RevokeToken(context.Background(), "tok_a", e.clock.Now()) })
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := e.svc.RevokeIssuedBy(context.Background(), "p1", "tok_a"); err != nil {
 		t.Fatal(err)
+	}
+	// A call of the revoked token that was authenticated before (another
+	// replica's cache of callers) issues no session, which would
+	// outlive the sweep.
+	if _, err := e.svc.Issue(as("tok_a"), id, 0); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Errorf("a session issued to a revoked token: %v", err)
 	}
 	for _, s := range []*ctrlv1.IssueSessionResponse{a1, a2, legacy} {
 		if err := e.check(id, s.Token); !errors.Is(err, sessiontoken.ErrRevoked) {
@@ -411,7 +432,7 @@ func TestRevokeIssuedBy(t *testing.T) {
 	}
 
 	// More sessions than a workspace lists: its key is replaced.
-	err := e.svc.Store.Update(context.Background(), func(tx store.Tx) error {
+	err = e.svc.Store.Update(context.Background(), func(tx store.Tx) error {
 		for i := range sessions.MaxRevoked {
 			if err := tx.CreateSession(context.Background(), store.Session{ProjectID: "p1", ID: fmt.Sprintf("ses_many%04d", i), WorkspaceID: id,
 				Generation: 1, ExpiresAt: e.clock.Now().Add(time.Hour), CreatedAt: e.clock.Now(), TokenID: "tok_b"}); err != nil {
