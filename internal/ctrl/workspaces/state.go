@@ -215,12 +215,16 @@ func running(r *record, rep *hostv1.ExecutionReport, now time.Time) {
 }
 
 // stopped completes a stop: STOPPED, with the stop's durability and the
-// layer's capacity.
+// layer's capacity. A FORCE stop is never confirmed, even when the host
+// finished the NORMAL one it escalated with a sync.
 func stopped(r *record, rep *hostv1.ExecutionReport, now time.Time) {
 	r.ws.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED
-	if r.ws.LastStop != nil {
-		r.ws.LastStop.Durability = rep.StopDurability
-		r.ws.LastStop.CompletedAt = timestamppb.New(now)
+	if ls := r.ws.LastStop; ls != nil {
+		ls.Durability = rep.StopDurability
+		if ls.Mode == ctrlv1.StopMode_STOP_MODE_FORCE {
+			ls.Durability = ctrlv1.StopDurability_STOP_DURABILITY_UNCONFIRMED
+		}
+		ls.CompletedAt = timestamppb.New(now)
 	}
 	layerKept(r, rep)
 }

@@ -338,3 +338,24 @@ func TestReadsShareNoState(t *testing.T) {
 		t.Errorf("read after a label change = %v, %v", changed, err)
 	}
 }
+
+// TestForceStopIsNeverConfirmed: a FORCE stop that escalates a NORMAL one
+// is recorded UNCONFIRMED, even when the host reports the stop it finished
+// synced.
+func TestForceStopIsNeverConfirmed(t *testing.T) {
+	s, ctx := newService(t)
+	id := create(t, s, ctx, 512<<20).WorkspaceId
+	report(t, s, ctx, id, hostv1.ObservedState_OBSERVED_STATE_RUNNING, nil)
+	for _, mode := range []ctrlv1.StopMode{ctrlv1.StopMode_STOP_MODE_NORMAL, ctrlv1.StopMode_STOP_MODE_FORCE} {
+		if _, err := Stop(ctx, s, write("stop", newWS), id, mode, identity); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ws := report(t, s, ctx, id, hostv1.ObservedState_OBSERVED_STATE_STOPPED, func(r *hostv1.ExecutionReport) {
+		r.StopDurability = ctrlv1.StopDurability_STOP_DURABILITY_CONFIRMED
+	})
+	if ls := ws.LastStop; ws.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED || ls.GetMode() != ctrlv1.StopMode_STOP_MODE_FORCE ||
+		ls.GetDurability() != ctrlv1.StopDurability_STOP_DURABILITY_UNCONFIRMED {
+		t.Errorf("a FORCE stop reported synced: %v %v", ws.State, ls)
+	}
+}

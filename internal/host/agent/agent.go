@@ -36,8 +36,8 @@ const (
 	// defaultReadyTimeout bounds how long a started guest may take to
 	// answer.
 	defaultReadyTimeout = 60 * time.Second
-	// stopGrace is how long a NORMAL stop lets guest processes end.
-	stopGrace = 10 * time.Second
+	// defaultStopGrace is how long a NORMAL stop lets guest processes end.
+	defaultStopGrace = 10 * time.Second
 	// heartbeat is how often every execution's state is reported again.
 	heartbeat = 5 * time.Second
 	// checkEvery is how often a running execution is observed.
@@ -152,6 +152,8 @@ type Agent struct {
 	refused atomic.Bool
 	// readyTimeout is defaultReadyTimeout; tests shorten it.
 	readyTimeout time.Duration
+	// stopGrace is defaultStopGrace; tests lengthen it.
+	stopGrace time.Duration
 	// probeEvery is how often running guests are probed, probeTimeout
 	// (defaultProbeTimeout; tests lengthen it) how long one probe may
 	// take; probes are those probed (health.go).
@@ -175,7 +177,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, execs: map[string]*execution{}, reports: make(chan *hostv1.ExecutionReport, 256),
-		volumeReports: make(chan *hostv1.VolumeReport, 256), registered: make(chan struct{}), registeredNow: make(chan struct{}, 1), collectNow: make(chan struct{}, 1), readyTimeout: defaultReadyTimeout,
+		volumeReports: make(chan *hostv1.VolumeReport, 256), registered: make(chan struct{}), registeredNow: make(chan struct{}, 1), collectNow: make(chan struct{}, 1), readyTimeout: defaultReadyTimeout, stopGrace: defaultStopGrace,
 		probeEvery: cmp.Or(cfg.GuestProbeInterval, DefaultGuestProbeInterval), probeTimeout: defaultProbeTimeout}
 	vols, err := newVolumes(a, cfg.StoragePools)
 	if err != nil {

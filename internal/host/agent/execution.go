@@ -54,6 +54,16 @@ type execution struct {
 	// memory is the memory limit the running execution has; zero when
 	// unknown (adopted after a restart).
 	memory uint64
+	// hurry, under mu while a NORMAL stop runs, ends its grace: a FORCE
+	// stop or a delete assigned meanwhile ends the execution at once.
+	hurry context.CancelFunc
+}
+
+// escalates reports whether as ends the execution at once: a FORCE stop
+// or a delete.
+func escalates(as *hostv1.Assignment) bool {
+	return as.GetDesired() == hostv1.DesiredState_DESIRED_STATE_DELETED ||
+		as.GetDesired() == hostv1.DesiredState_DESIRED_STATE_STOPPED && as.GetStop().GetMode() == ctrlv1.StopMode_STOP_MODE_FORCE
 }
 
 // setRunning records whether the execution runs and, while it does,
@@ -92,6 +102,9 @@ func (e *execution) setRunning(ctx context.Context, running bool) {
 func (e *execution) set(as *hostv1.Assignment) {
 	e.mu.Lock()
 	e.desired, e.known = as, true
+	if e.hurry != nil && escalates(as) {
+		e.hurry()
+	}
 	e.mu.Unlock()
 	select {
 	case e.wake <- struct{}{}:

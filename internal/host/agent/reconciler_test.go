@@ -237,6 +237,8 @@ type reconcilerEnv struct {
 	template *hostv1.ExecutionTemplate
 	// probeTimeout, when set, is the agents' bound on one guest probe.
 	probeTimeout time.Duration
+	// stopGrace, when set, is the agents' grace of a NORMAL stop.
+	stopGrace time.Duration
 }
 
 func newReconcilerEnv(t *testing.T) *reconcilerEnv {
@@ -318,6 +320,9 @@ func (e *reconcilerEnv) runAgent(t *testing.T, driver *fake.Driver) (a *Agent, e
 	a.probeEvery = 20 * time.Millisecond
 	if e.probeTimeout != 0 {
 		a.probeTimeout = e.probeTimeout
+	}
+	if e.stopGrace != 0 {
+		a.stopGrace = e.stopGrace
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -489,6 +494,36 @@ func TestReconcilerStopModes(t *testing.T) {
 		t.Errorf("the stop after the failed one: %v", r)
 	}
 	e.released(t, as.ExecutionId)
+}
+
+// TestReconcilerStopEscalated: a FORCE stop or a delete assigned while a
+// NORMAL stop waits out its grace (the guest ignores it) ends the
+// execution at once, not when the grace ends: STOPPED, UNCONFIRMED, under
+// the FORCE stop's command; or DELETED.
+func TestReconcilerStopEscalated(t *testing.T) {
+	e := newReconcilerEnv(t)
+	e.stopGrace = time.Hour
+	e.runAgent(t, e.driver)
+	for _, then := range []string{"force", "delete"} {
+		ws := "ws_" + then
+		as := e.assignment(ws, 1, "lay_"+ws)
+		e.running(t, as)
+		e.driver.IgnoreTerm(as.ExecutionId)
+		normal := stopped(as, ctrlv1.StopMode_STOP_MODE_NORMAL, "cmd_normal")
+		e.api.await(t, e.api.assign(as.ExecutionId, normal), as.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_STOPPING)
+		if then == "force" {
+			mark := e.api.assign(as.ExecutionId, stopped(as, ctrlv1.StopMode_STOP_MODE_FORCE, "cmd_force"))
+			r := e.api.await(t, mark, as.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_STOPPED)
+			if r.StopDurability != ctrlv1.StopDurability_STOP_DURABILITY_UNCONFIRMED || r.StopCommandId != "cmd_force" {
+				t.Errorf("a NORMAL stop escalated by a FORCE one: %v", r)
+			}
+		} else {
+			deleted := proto.CloneOf(normal)
+			deleted.Desired = hostv1.DesiredState_DESIRED_STATE_DELETED
+			e.api.await(t, e.api.assign(as.ExecutionId, deleted), as.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_DELETED)
+		}
+		e.released(t, as.ExecutionId)
+	}
 }
 
 // TestReconcilerFailedStart: a start that fails is reported FAILED at the

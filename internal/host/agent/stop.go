@@ -30,7 +30,7 @@ func (e *execution) stop(ctx context.Context, as *hostv1.Assignment, mode runtim
 		e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_STOPPING})
 	}
 	e.setRunning(ctx, false) // a deliberate stop is not an exit
-	res, err := e.agent.cfg.Driver.Stop(ctx, e.id, mode, stopGrace)
+	res, escalated, err := e.stopHurried(ctx, mode)
 	if err == nil {
 		err = e.releaseSlot()
 	}
@@ -51,11 +51,48 @@ func (e *execution) stop(ctx context.Context, as *hostv1.Assignment, mode runtim
 	}
 	r := &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_STOPPED,
 		StopDurability: durability, StopCommandId: as.GetStop().GetCommandId()}
+	if cur := e.current(); escalated && cur.GetStop() != nil {
+		r.StopCommandId = cur.GetStop().GetCommandId() // the FORCE stop ended it
+	}
 	if capacity, err := e.agent.cfg.Layers.LayerCapacity(e.agent.layerPath(layerID)); err == nil {
 		r.LayerCapacityBytes = &capacity
 	}
 	e.report(as, r)
 	return true
+}
+
+// stopHurried stops the execution in mode; a NORMAL stop whose grace a
+// FORCE stop or a delete ends (execution.hurry) goes on as a FORCE stop,
+// which releases what the cut one left, and reports escalated.
+func (e *execution) stopHurried(ctx context.Context, mode runtime.StopMode) (res runtime.StopResult, escalated bool, err error) {
+	if mode != runtime.StopNormal {
+		res, err = e.agent.cfg.Driver.Stop(ctx, e.id, mode, e.agent.stopGrace)
+		return res, false, err
+	}
+	graceCtx, hurry := context.WithCancel(ctx)
+	defer hurry()
+	e.mu.Lock()
+	e.hurry = hurry
+	if escalates(e.desired) {
+		hurry()
+	}
+	e.mu.Unlock()
+	res, err = e.agent.cfg.Driver.Stop(graceCtx, e.id, mode, e.agent.stopGrace)
+	e.mu.Lock()
+	e.hurry = nil
+	e.mu.Unlock()
+	if err != nil && graceCtx.Err() != nil && ctx.Err() == nil {
+		slog.Info("a stop's grace ended early: a FORCE stop or a delete came", "execution", e.id)
+		res, err = e.agent.cfg.Driver.Stop(ctx, e.id, runtime.StopForce, 0)
+		return res, true, err
+	}
+	return res, false, err
+}
+
+// current returns the execution's assignment as it is now.
+func (e *execution) current() *hostv1.Assignment {
+	as, _ := e.get()
+	return as
 }
 
 func (e *execution) delete(ctx context.Context, as *hostv1.Assignment) {

@@ -67,6 +67,9 @@ type machine struct {
 	// holdReady makes every execution started NeverReady.
 	holdReady bool
 	stops     map[string]stopOutcome
+	// ignoreTerm are the IDs whose guest ignores a NORMAL stop
+	// (IgnoreTerm).
+	ignoreTerm map[string]bool
 	// starts counts the successful starts of each ID.
 	starts map[string]int
 	// dataPlane serves every guest's data socket; nil refuses it.
@@ -131,7 +134,7 @@ func (e *execution) running() bool {
 func New() *Driver {
 	return &Driver{m: &machine{execs: map[string]*execution{}, inUse: map[string]string{},
 		failStart: map[string]error{}, reserved: map[string]bool{}, failReserve: map[string]error{}, failRecover: map[string]error{}, neverReady: map[string]bool{}, hung: map[string]chan struct{}{}, hanging: map[string]int{},
-		stops: map[string]stopOutcome{}, starts: map[string]int{}}}
+		stops: map[string]stopOutcome{}, ignoreTerm: map[string]bool{}, starts: map[string]int{}}}
 }
 
 // Restart returns a new driver object over the same machine: executions
@@ -297,6 +300,15 @@ func (d *Driver) WithoutPressure(id string) bool {
 	}
 	e.noPressure = true
 	return true
+}
+
+// IgnoreTerm makes the guest of id ignore a NORMAL stop's request to end:
+// the stop waits out its grace (or until its context ends) before it
+// ends the execution.
+func (d *Driver) IgnoreTerm(id string) {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	d.m.ignoreTerm[id] = true
 }
 
 // SetStopOutcome makes the next Stop of id return res and err; with a nil
@@ -629,7 +641,7 @@ func (d *Driver) Wait(ctx context.Context, id string) (runtime.Status, error) {
 // Stop ends and releases an execution; see runtime.Driver. A NORMAL stop
 // is confirmed, a FORCE stop is not, unless SetStopOutcome says
 // otherwise; an unknown execution stops unconfirmed.
-func (d *Driver) Stop(ctx context.Context, id string, mode runtime.StopMode, _ time.Duration) (runtime.StopResult, error) {
+func (d *Driver) Stop(ctx context.Context, id string, mode runtime.StopMode, grace time.Duration) (runtime.StopResult, error) {
 	if !validID(id) {
 		return runtime.StopResult{}, fmt.Errorf("fake: invalid execution id %q", id)
 	}
@@ -638,6 +650,15 @@ func (d *Driver) Stop(ctx context.Context, id string, mode runtime.StopMode, _ t
 	}
 	m := d.m
 	m.mu.Lock()
+	if e := m.execs[id]; mode == runtime.StopNormal && e != nil && e.running() && m.ignoreTerm[id] {
+		m.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return runtime.StopResult{}, ctx.Err()
+		case <-time.After(grace):
+		}
+		m.mu.Lock()
+	}
 	defer m.mu.Unlock()
 	e := m.execs[id]
 	res := runtime.StopResult{Confirmed: e != nil && mode == runtime.StopNormal}
