@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/scheduler"
@@ -95,10 +96,14 @@ func (s *Service) RegisterHost(ctx context.Context, reg *hostv1.RegisterHostRequ
 	}
 	c := reg.GetCapacity()
 	return s.updateAnnouncing(ctx, func(tx store.Tx) ([]string, error) {
+		var lost []string
 		if h, found, err := hostByID(ctx, tx, reg.HostId); err != nil {
 			return nil, err
 		} else if found {
 			if err := checkHostOwner(ctx, tx, h); err != nil {
+				return nil, err
+			}
+			if lost, err = s.checkHostState(ctx, tx, h, reg.StateId); err != nil {
 				return nil, err
 			}
 		}
@@ -110,8 +115,46 @@ func (s *Service) RegisterHost(ctx context.Context, reg *hostv1.RegisterHostRequ
 		if err := s.registerLaunches(ctx, tx, reg.HostId, reg.Launches); err != nil {
 			return nil, err
 		}
-		return s.hostSeen(ctx, tx, reg.HostId)
+		back, err := s.hostSeen(ctx, tx, reg.HostId)
+		return append(lost, back...), err
 	})
+}
+
+// checkHostState compares the state a host registers with (state_id) with
+// the one it registered with before. Another one, while the host reported
+// within its lease, is refused: a second agent under the name, or one
+// that lost its layers, would run the host's workspaces again on empty
+// layers beside those that run. Once the lease has passed it is taken,
+// and the workspaces the host ran are marked LayerLost (returned): its
+// next report of each is a start on an empty layer.
+func (s *Service) checkHostState(ctx context.Context, tx store.Tx, h store.Host, stateID string) (lost []string, err error) {
+	prev, err := decodeHost(h)
+	if err != nil || prev.GetStateId() == "" || stateID == "" || prev.GetStateId() == stateID {
+		return nil, err
+	}
+	if silent := s.Now.UTC().Sub(h.SeenAt); h.LostAt.IsZero() && silent < s.Lease() {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+			"host %q is served by another agent, or was by one whose layer directory this one does not have (it reported %s ago): "+
+				"stop the other agent or give this one a name of its own (--name); or, if its layers are gone, wait %s for the host's lease to pass, "+
+				"after which its workspaces start again on empty layers",
+			h.ID, silent.Round(time.Second), (s.Lease() - silent).Round(time.Second)))
+	}
+	records, err := decodeAll(tx.HostWorkspaces(ctx, h.ID))
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range records {
+		if r.ws.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE &&
+			(r.ws.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_UNKNOWN || r.book.Unknown != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE) {
+			continue // a start finds the layer missing on its own
+		}
+		r.book.LayerLost = true
+		if err := s.save(ctx, tx, r); err != nil {
+			return nil, err
+		}
+		lost = append(lost, r.row.ID)
+	}
+	return lost, nil
 }
 
 // DataPlaneEndpoint returns the data-plane endpoint a host registered;

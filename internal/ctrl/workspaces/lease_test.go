@@ -462,3 +462,51 @@ func TestOnlyTheRestoringHostReadsTheArtifact(t *testing.T) {
 		t.Errorf("the host of the restored workspace once it ran: %v, want permission_denied", err)
 	}
 }
+
+// TestHostStateChanged: a registration of a live host with another
+// state_id (a second agent under its name, or one whose layers are gone)
+// is refused and changes nothing; the same state registers again at once.
+// Once the lease has passed it is taken, and the execution the host ran is
+// started again on an empty layer: AVAILABLE, RESET with LAYER_UNAVAILABLE,
+// processes and sessions to reestablish, never CONTINUED.
+func TestHostStateChanged(t *testing.T) {
+	s, ctx, c, id := newLeaseService(t)
+	register := func(state, endpoint string) error {
+		return s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h1", StateId: state, DataPlaneEndpoint: endpoint,
+			Capacity: &hostv1.HostCapacity{CpuMillis: 4000, MemoryBytes: gib, LayerBytes: 10 * gib, DefaultLayerBytes: gib}})
+	}
+	if err := register("state-a", "http://a"); err != nil {
+		t.Fatal(err)
+	}
+	c.add(s.Lease() / 2)
+	err := register("state-b", "http://b")
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "served by another agent") {
+		t.Fatalf("another state while the host is live: %v, want failed_precondition saying why", err)
+	}
+	if s.hostState(t, "h1").Registration.GetDataPlaneEndpoint() != "http://a" {
+		t.Error("the refused registration moved the host's endpoint")
+	}
+	if err := register("state-a", "http://a"); err != nil {
+		t.Fatalf("the same state again: %v", err)
+	}
+
+	c.add(s.Lease())
+	if err := s.ExpireLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := register("state-b", "http://b"); err != nil {
+		t.Fatalf("another state once the lease passed: %v", err)
+	}
+	ws := report(t, s, ctx, id, hostv1.ObservedState_OBSERVED_STATE_RUNNING, nil)
+	best := testutil.RetentionTier(ws, ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_BEST_EFFORT)
+	if ws.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || best.GetContinuity() != ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_RESET ||
+		best.GetResetReason() != ctrlv1.RetentionResetReason_RETENTION_RESET_REASON_LAYER_UNAVAILABLE || len(ws.Reestablish) == 0 {
+		t.Errorf("the execution run again on an empty layer: %v, tier %v, reestablish %v", ws.State, best, ws.Reestablish)
+	}
+	// Its next reports are the execution's, which runs on.
+	c.add(time.Second)
+	ws = report(t, s, ctx, id, hostv1.ObservedState_OBSERVED_STATE_RUNNING, func(r *hostv1.ExecutionReport) { r.LayerContinued = true })
+	if best := testutil.RetentionTier(ws, ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_BEST_EFFORT); best.GetResetReason() != ctrlv1.RetentionResetReason_RETENTION_RESET_REASON_LAYER_UNAVAILABLE {
+		t.Errorf("a later report changed the tier: %v", best)
+	}
+}

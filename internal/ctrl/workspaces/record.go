@@ -80,6 +80,10 @@ type bookkeeping struct {
 	// LayerMoves counts the starts that left the writable layer behind on
 	// a LOST host for a new one elsewhere (layerID).
 	LayerMoves uint32 `json:"layer_moves,omitempty"`
+	// LayerLost is set when the host of the running execution registered
+	// again without the layers it kept (another state_id): its next
+	// RUNNING report is the execution started again on an empty layer.
+	LayerLost bool `json:"layer_lost,omitempty"`
 }
 
 // layerID names the workspace's writable layer on its host: the

@@ -154,6 +154,9 @@ type Agent struct {
 	readyTimeout time.Duration
 	// stopGrace is defaultStopGrace; tests lengthen it.
 	stopGrace time.Duration
+	// stateID names the state of this host's layer directory
+	// (loadStateID).
+	stateID string
 	// probeEvery is how often running guests are probed, probeTimeout
 	// (defaultProbeTimeout; tests lengthen it) how long one probe may
 	// take; probes are those probed (health.go).
@@ -179,6 +182,10 @@ func New(cfg Config) (*Agent, error) {
 	a := &Agent{cfg: cfg, execs: map[string]*execution{}, reports: make(chan *hostv1.ExecutionReport, 256),
 		volumeReports: make(chan *hostv1.VolumeReport, 256), registered: make(chan struct{}), registeredNow: make(chan struct{}, 1), collectNow: make(chan struct{}, 1), readyTimeout: defaultReadyTimeout, stopGrace: defaultStopGrace,
 		probeEvery: cmp.Or(cfg.GuestProbeInterval, DefaultGuestProbeInterval), probeTimeout: defaultProbeTimeout}
+	var err error
+	if a.stateID, err = loadStateID(cfg.LayerDir); err != nil {
+		return nil, err
+	}
 	vols, err := newVolumes(a, cfg.StoragePools)
 	if err != nil {
 		return nil, err
@@ -245,7 +252,8 @@ func (a *Agent) watch(ctx context.Context) error {
 	reg := &hostv1.RegisterHostRequest{HostId: a.cfg.HostID, Capacity: a.cfg.Capacity, Runtimes: a.cfg.Runtimes,
 		DataPlaneEndpoint: a.cfg.DataPlaneEndpoint, ExposureDomain: a.cfg.ExposureDomain, ExposureEndpoint: a.cfg.ExposureEndpoint,
 		StoragePools: a.vols.registration(),
-		Capabilities: append([]string{guestabi.CapabilityScreen, guestabi.CapabilityInput}, a.cfg.Capabilities...), Launches: a.cfg.Launches}
+		Capabilities: append([]string{guestabi.CapabilityScreen, guestabi.CapabilityInput}, a.cfg.Capabilities...), Launches: a.cfg.Launches,
+		StateId: a.stateID}
 	if len(reg.StoragePools) > 0 {
 		reg.Capabilities = append(reg.Capabilities, guestabi.CapabilityStoragePool)
 	}

@@ -267,7 +267,16 @@ type RegisterHostRequest struct {
 	// the one it prefers first. ctrl keeps each as an immutable Launch
 	// revision; one it has not seen before becomes the default of its
 	// platform, which the next explicit start of a Workspace binds to.
-	Launches      []*Launch `protobuf:"bytes,8,rep,name=launches,proto3" json:"launches,omitempty"`
+	Launches []*Launch `protobuf:"bytes,8,rep,name=launches,proto3" json:"launches,omitempty"`
+	// state_id names the host's state: the writable layer images it keeps,
+	// with which it is made at the host's first start and kept. While the
+	// host has registered or reported within its lease, ctrl refuses a
+	// registration under its host_id with another state_id: that is a
+	// second agent under the same name, or one whose state was lost, and
+	// either would run the host's workspaces again on empty layers beside
+	// the ones that run. Once the lease has passed the host is LOST, and the
+	// registration is taken. Empty: not known (a host before state IDs).
+	StateId       string `protobuf:"bytes,10,opt,name=state_id,json=stateId,proto3" json:"state_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -363,6 +372,13 @@ func (x *RegisterHostRequest) GetLaunches() []*Launch {
 		return x.Launches
 	}
 	return nil
+}
+
+func (x *RegisterHostRequest) GetStateId() string {
+	if x != nil {
+		return x.StateId
+	}
+	return ""
 }
 
 // Launch is one exact way a host runs an execution. Two launches with the
@@ -2955,7 +2971,7 @@ var File_kibotos_host_v1_host_proto protoreflect.FileDescriptor
 
 const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\n" +
-	"\x1akibotos/host/v1/host.proto\x12\x0fkibotos.host.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1akibotos/ctrl/v1/ctrl.proto\"\xa7\x03\n" +
+	"\x1akibotos/host/v1/host.proto\x12\x0fkibotos.host.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1akibotos/ctrl/v1/ctrl.proto\"\xc2\x03\n" +
 	"\x13RegisterHostRequest\x12\x17\n" +
 	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x129\n" +
 	"\bcapacity\x18\x02 \x01(\v2\x1d.kibotos.host.v1.HostCapacityR\bcapacity\x12\"\n" +
@@ -2965,7 +2981,9 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\rstorage_pools\x18\x06 \x03(\v2\x1c.kibotos.host.v1.StoragePoolR\fstoragePools\x12'\n" +
 	"\x0fexposure_domain\x18\a \x01(\tR\x0eexposureDomain\x12+\n" +
 	"\x11exposure_endpoint\x18\t \x01(\tR\x10exposureEndpoint\x123\n" +
-	"\blaunches\x18\b \x03(\v2\x17.kibotos.host.v1.LaunchR\blaunches\"\x97\x01\n" +
+	"\blaunches\x18\b \x03(\v2\x17.kibotos.host.v1.LaunchR\blaunches\x12\x19\n" +
+	"\bstate_id\x18\n" +
+	" \x01(\tR\astateId\"\x97\x01\n" +
 	"\x06Launch\x12\x1a\n" +
 	"\bplatform\x18\x01 \x01(\tR\bplatform\x12'\n" +
 	"\x0fruntime_version\x18\x02 \x01(\tR\x0eruntimeVersion\x12\x1f\n" +
