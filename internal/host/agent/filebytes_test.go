@@ -83,6 +83,19 @@ func TestGatewayFileBytesPut(t *testing.T) {
 	if resp, b := put("denied", bytes.NewReader(make([]byte, 64<<20))); resp.StatusCode != http.StatusForbidden {
 		t.Errorf("PUT the guest refuses before its body: %s %q", resp.Status, b)
 	}
+	// An upload whose session is revoked while its body comes ends with
+	// the refusal, never with the 200 of an empty answer.
+	body, more := io.Pipe()
+	go func() {
+		more.Write(make([]byte, 1<<20))
+		time.Sleep(2 * reauthorizeEvery)
+		e.set(assignment("ws_a", 2, k, "ses_1"), hostv1.ObservedState_OBSERVED_STATE_RUNNING)
+		time.Sleep(4 * reauthorizeEvery)
+		more.Close()
+	}()
+	if resp, b := put("cut", body); resp.StatusCode != http.StatusUnauthorized || !strings.Contains(b, "revoked") {
+		t.Errorf("PUT cut by its session's revocation: %s %q", resp.Status, b)
+	}
 	e.guest.mu.Lock()
 	defer e.guest.mu.Unlock()
 	for _, a := range e.guest.auth {

@@ -401,10 +401,16 @@ const warmUpProgram = guestabi.SocketDir + "/warm-up"
 
 // proxyError answers a call whose guest could not be reached.
 func (g *gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
-	if r.Context().Err() != nil {
-		return // the caller left
+	// Every call gets an error, never nothing (which the server sends as
+	// 200 OK: an upload cut short read as written): the refusal that cut
+	// it (whileValid), or unavailable. A caller that left reads none.
+	if cut, ok := r.Context().Value(cutKey{}).(*atomic.Pointer[connect.Error]); ok && cut.Load() != nil {
+		g.errors.Write(w, r, cut.Load())
+		return
 	}
-	slog.Warn("data plane: guest agent unreachable", "path", r.URL.Path, "err", err)
+	if r.Context().Err() == nil {
+		slog.Warn("data plane: guest agent unreachable", "path", r.URL.Path, "err", err)
+	}
 	g.errors.Write(w, r, refuse(connect.CodeUnavailable, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE,
 		"the workspace's guest agent does not answer; retry shortly"))
 }
