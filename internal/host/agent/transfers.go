@@ -125,7 +125,7 @@ func (a *Agent) export(ctx context.Context, as *hostv1.TransferAssignment) (err 
 	if err != nil {
 		return fmt.Errorf("mounting the writable layer: %w", err)
 	}
-	defer unmountLayer()
+	defer releaseMount("the writable layer", unmountLayer)
 	var volumeDir string
 	if v := as.Volume; v != nil {
 		vlock := a.vols.lock(v.VolumeId)
@@ -145,7 +145,7 @@ func (a *Agent) export(ctx context.Context, as *hostv1.TransferAssignment) (err 
 		if err != nil {
 			return fmt.Errorf("mounting volume %s: %w", v.VolumeId, err)
 		}
-		defer unmountVolume()
+		defer releaseMount("volume "+v.VolumeId, unmountVolume)
 		volumeDir = dir
 	}
 	total := usedBytes(layerDir) + usedBytes(volumeDir)
@@ -464,4 +464,12 @@ func (s *streamReader) Read(p []byte) (int, error) {
 	n := copy(p, s.pending)
 	s.pending = s.pending[n:]
 	return n, nil
+}
+
+// releaseMount unmounts what an export mounted, saying so when it cannot:
+// the image stays in use, and the next export or start of it fails.
+func releaseMount(what string, unmount func() error) {
+	if err := unmount(); err != nil {
+		slog.Error("export: releasing the mount of "+what, "err", err)
+	}
 }

@@ -46,12 +46,18 @@ func Mount(image, parent string, readOnly bool) (dir string, unmount func() erro
 		os.Remove(dir)
 		return "", nil, fmt.Errorf("diskimage: mounting %s: %w", image, err)
 	}
-	return dir, func() error { return unmountDir(dir, image) }, nil
+	return dir, func() error { return unmountDir(dir, image, readOnly) }, nil
 }
 
+// unmountBusyFor is how long unmountDir tries again a mount still busy: a
+// reader that just ended may still be closing its files.
+const unmountBusyFor = 2 * time.Second
+
 // unmountDir unmounts a directory Mount made, waits for the image's loop
-// device to go, and removes the directory.
-func unmountDir(dir, image string) error {
+// device to go, and removes the directory. A read-only mount still busy
+// after unmountBusyFor is detached (nothing writes to it), and goes once
+// what holds it lets go.
+func unmountDir(dir, image string, readOnly bool) error {
 	// This filesystem's writes only: a sync of every filesystem would
 	// wait for the whole host's.
 	if fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
@@ -61,7 +67,15 @@ func unmountDir(dir, image string) error {
 			return fmt.Errorf("diskimage: syncing %s: %w", dir, err)
 		}
 	}
-	if err := unix.Unmount(dir, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+	err := unix.Unmount(dir, 0)
+	for deadline := time.Now().Add(unmountBusyFor); errors.Is(err, unix.EBUSY) && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		err = unix.Unmount(dir, 0)
+	}
+	if errors.Is(err, unix.EBUSY) && readOnly {
+		err = unix.Unmount(dir, unix.MNT_DETACH)
+	}
+	if err != nil && !errors.Is(err, unix.EINVAL) {
 		return fmt.Errorf("diskimage: unmounting %s: %w", dir, err)
 	}
 	if image != "" && !WaitLoopsReleased(image, 10*time.Second) {
