@@ -137,7 +137,7 @@ func (s *Service) checkHostState(ctx context.Context, tx store.Tx, h store.Host,
 			"host %q is served by another agent, or was by one whose layer directory this one does not have (it reported %s ago): "+
 				"stop the other agent or give this one a name of its own (--name); or, if its layers are gone, wait %s for the host's lease to pass, "+
 				"after which its workspaces start again on empty layers",
-			h.ID, silent.Round(time.Second), (s.Lease() - silent).Round(time.Second)))
+			h.ID, silent.Round(time.Second), (s.Lease()-silent).Round(time.Second)))
 	}
 	records, err := decodeAll(tx.HostWorkspaces(ctx, h.ID))
 	if err != nil {
