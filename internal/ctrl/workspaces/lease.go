@@ -28,14 +28,20 @@ func ReportInterval(lease time.Duration) time.Duration { return lease / 3 }
 // what is not LOST yet, so every ctrl replica may run it at once.
 //
 // A host's silence counts at the earliest from this process's first
-// ExpireLeases: while no ctrl ran, hosts could not report (they retry
-// with back-off), and a ctrl that starts after longer than a lease must
-// not find every host LOST before it had a chance to report.
-func (s *Service) ExpireLeases(ctx context.Context) error {
+// ExpireLeases, and from its first after one that failed: while no ctrl
+// ran, or ctrl could not reach its store, hosts could not report (they
+// retry with back-off), and a ctrl that comes back after longer than a
+// lease must not find every host LOST before it had a chance to report.
+func (s *Service) ExpireLeases(ctx context.Context) (err error) {
 	lease := s.Lease()
 	now := s.Now.UTC()
 	s.leasesSince.CompareAndSwap(nil, &now)
 	since := *s.leasesSince.Load()
+	defer func() {
+		if err != nil {
+			s.leasesSince.Store(nil)
+		}
+	}()
 	return s.updateAnnouncing(ctx, func(tx store.Tx) ([]string, error) {
 		var changed []string
 		hosts, err := tx.Hosts(ctx)

@@ -2,9 +2,11 @@ package workspaces
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -508,5 +510,53 @@ func TestHostStateChanged(t *testing.T) {
 	ws = report(t, s, ctx, id, hostv1.ObservedState_OBSERVED_STATE_RUNNING, func(r *hostv1.ExecutionReport) { r.LayerContinued = true })
 	if best := testutil.RetentionTier(ws, ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_BEST_EFFORT); best.GetResetReason() != ctrlv1.RetentionResetReason_RETENTION_RESET_REASON_LAYER_UNAVAILABLE {
 		t.Errorf("a later report changed the tier: %v", best)
+	}
+}
+
+// unreachableStore is a store whose writes fail while down is set, as
+// when ctrl cannot reach PostgreSQL.
+type unreachableStore struct {
+	store.Store
+	down atomic.Bool
+}
+
+func (u *unreachableStore) Update(ctx context.Context, fn func(store.Tx) error) error {
+	if u.down.Load() {
+		return errors.New("the store does not answer")
+	}
+	return u.Store.Update(ctx, fn)
+}
+
+// TestLeasesAfterAStoreOutage: hosts that could not report while ctrl's
+// store was unreachable, for longer than a lease, get a lease to report
+// once it answers again, as after a restart of ctrl.
+func TestLeasesAfterAStoreOutage(t *testing.T) {
+	s, ctx, c, id := newLeaseService(t)
+	u := &unreachableStore{Store: s.Store}
+	s.Store = u
+	if err := s.ExpireLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	u.down.Store(true)
+	for range 3 {
+		c.add(s.Lease() / 2)
+		if err := s.ExpireLeases(ctx); err == nil {
+			t.Fatal("ExpireLeases on an unreachable store succeeded")
+		}
+	}
+	u.down.Store(false)
+	c.add(time.Second)
+	if err := s.ExpireLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ws, _ := s.Get(ctx, id); ws.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || s.hostState(t, "h1").Lost {
+		t.Errorf("right after the outage: %v, host %+v; want AVAILABLE on a live host", ws.GetState(), s.hostState(t, "h1"))
+	}
+	c.add(s.Lease())
+	if err := s.ExpireLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !s.hostState(t, "h1").Lost {
+		t.Error("a host silent for a lease after the outage is not LOST")
 	}
 }

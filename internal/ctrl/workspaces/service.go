@@ -45,7 +45,8 @@ type Service struct {
 
 	watches watches
 	decoded decodedBodies // Assignments' records, by host, and reads
-	// leasesSince is when this process first ran ExpireLeases.
+	// leasesSince is when this process first ran ExpireLeases, or first
+	// after a run that failed.
 	leasesSince atomic.Pointer[time.Time]
 }
 
