@@ -65,6 +65,7 @@ func HostAuth(token string, st store.Store) connect.Interceptor {
 		case errors.Is(err, auth.ErrUnauthenticated):
 			return "", connect.NewError(connect.CodeUnauthenticated, errors.New("a valid host token is required"))
 		case err != nil:
+			_, err = Respond(&struct{}{}, err)
 			return "", err
 		}
 		return id, nil

@@ -29,6 +29,9 @@ func Respond[R any](msg *R, err error) (*connect.Response[R], error) {
 		if errors.Is(err, store.ErrFull) {
 			return nil, connect.NewError(connect.CodeResourceExhausted, errStoreFull)
 		}
+		if errors.Is(err, store.ErrUnavailable) {
+			return nil, connect.NewError(connect.CodeUnavailable, errStoreUnavailable)
+		}
 		return nil, accesslog.Internal(err)
 	}
 	return connect.NewResponse(msg), nil
@@ -37,6 +40,10 @@ func Respond[R any](msg *R, err error) (*connect.Response[R], error) {
 // errStoreFull says why a change the control plane's database had no
 // disk space to store is resource_exhausted.
 var errStoreFull = errors.New("the control plane's database has no disk space left: nothing can change until an operator frees space on its disk")
+
+// errStoreUnavailable says why a call the control plane's database did
+// not answer is unavailable, without the database's details.
+var errStoreUnavailable = errors.New("the control plane's database does not answer; retry shortly")
 
 // Mutation describes a write request for the command layer: the whole
 // request message is the command's input.

@@ -23,6 +23,10 @@ var (
 	// ErrFull is returned by an Update the database could not store for
 	// want of disk space.
 	ErrFull = errors.New("store: the database's disk is full")
+	// ErrUnavailable is returned by a call that could not reach the
+	// database (a server that is down or restarting): the same call may
+	// succeed later.
+	ErrUnavailable = errors.New("store: the database does not answer")
 )
 
 // Store is the control plane's database.

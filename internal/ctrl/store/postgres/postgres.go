@@ -6,10 +6,14 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"embed"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
@@ -34,6 +38,18 @@ var dialect = sqlstore.Dialect{
 	},
 	UniqueViolation: func(err error) bool { return pgCode(err) == "23505" },
 	Full:            func(err error) bool { return pgCode(err) == "53100" }, // disk_full
+	Unreachable:     unreachable,
+}
+
+// unreachable reports whether err means the server did not answer: a
+// connection refused or lost, a connection exception (class 08), or a
+// server shutting down or starting (57P01 to 57P03).
+func unreachable(err error) bool {
+	var connect *pgconn.ConnectError
+	var netErr net.Error
+	code := pgCode(err)
+	return errors.As(err, &connect) || errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, driver.ErrBadConn) || strings.HasPrefix(code, "08") || code == "57P01" || code == "57P02" || code == "57P03"
 }
 
 func pgCode(err error) string {

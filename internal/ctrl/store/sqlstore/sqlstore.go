@@ -33,6 +33,9 @@ type Dialect struct {
 	UniqueViolation func(err error) bool
 	// Full reports whether err means the database's disk is full.
 	Full func(err error) bool
+	// Unreachable reports whether err means the database did not answer
+	// (refused or lost the connection, shutting down).
+	Unreachable func(err error) bool
 	// GroupCommit runs concurrent Updates in one transaction, each in a
 	// savepoint, committed once (see committer). It suits a backend with
 	// one writer connection, where Updates run one at a time anyway.
@@ -70,11 +73,21 @@ func New(read, write *sql.DB, d Dialect) *Store {
 }
 
 // Update implements store.Store. A disk too full to store the change is
-// store.ErrFull.
+// store.ErrFull; a database that does not answer, store.ErrUnavailable.
 func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
-	err := s.update(ctx, fn)
-	if err != nil && s.dialect.Full != nil && s.dialect.Full(err) {
+	return s.classify(s.update(ctx, fn))
+}
+
+// classify wraps err in store.ErrFull or store.ErrUnavailable when the
+// dialect says it is one.
+func (s *Store) classify(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case s.dialect.Full != nil && s.dialect.Full(err):
 		return fmt.Errorf("%w: %w", store.ErrFull, err)
+	case s.dialect.Unreachable != nil && s.dialect.Unreachable(err):
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
 	return err
 }
@@ -117,7 +130,7 @@ func (s *Store) View(ctx context.Context, fn func(store.Tx) error) error {
 		// Taken before the transaction's snapshot.
 		t.cache, t.generation = s.cache, s.cache.begin()
 	}
-	return s.run(ctx, s.read, s.readOptions(), t, fn)
+	return s.classify(s.run(ctx, s.read, s.readOptions(), t, fn))
 }
 
 // ViewCached implements store.Store.
@@ -136,9 +149,9 @@ func (s *Store) ViewCached(ctx context.Context, fn func(store.Tx) error) error {
 		// A commit started while fn read rows from the cache and others
 		// from the database, which may then not be of one moment: run it
 		// again on the database alone.
-		return s.run(ctx, s.read, opts, &tx{d: &s.dialect}, fn)
+		return s.classify(s.run(ctx, s.read, opts, &tx{d: &s.dialect}, fn))
 	}
-	return err
+	return s.classify(err)
 }
 
 func (s *Store) readOptions() *sql.TxOptions {
