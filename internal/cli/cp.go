@@ -138,7 +138,7 @@ func (cp *copier) upload(src cpOperand, dst string) error {
 		mode fs.FileMode
 	)
 	if !src.stdio() {
-		f, st, err := openFile(src.path)
+		f, st, err := openFile(ctx, src.path)
 		if err != nil {
 			return err
 		}
@@ -244,9 +244,10 @@ func (cp *copier) download(src string, dst cpOperand) error {
 
 // writeAtomically writes a file with write into a temporary file beside
 // target, gives it the mode that mode returns once written and renames it
-// into place; on failure target stays as it was.
+// into place; on failure target stays as it was. The temporary name is
+// short, whatever target's (a name of 255 bytes has no room for more).
 func writeAtomically(target string, mode func() fs.FileMode, write func(io.Writer) error) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(target), "."+filepath.Base(target)+".*")
+	f, err := os.CreateTemp(filepath.Dir(target), ".kibotos-*.part")
 	if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
 		// Named by the file asked for, not by the temporary one.
 		return &fs.PathError{Op: "create", Path: target, Err: pe.Err}

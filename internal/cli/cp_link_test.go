@@ -83,3 +83,24 @@ func TestCpOfKernelFilesAndFifos(t *testing.T) {
 		t.Errorf("a refused cp left a file: %v", err)
 	}
 }
+
+// TestCpOfALongName: a file of the longest name a directory holds is
+// copied both ways (a temporary name made from it would not fit).
+func TestCpOfALongName(t *testing.T) {
+	e, id := newDataEnv(t)
+	name := strings.Repeat("n", 255)
+	local := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(local, []byte("long\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, err := e.runData(t, "", "ws", "cp", local, id+":/root/"); err != nil {
+		t.Fatalf("upload of a 255-byte name: %v: %s", err, stderr)
+	}
+	back := filepath.Join(t.TempDir(), name)
+	if _, stderr, err := e.runData(t, "", "ws", "cp", id+":/root/"+name, back); err != nil {
+		t.Fatalf("download of a 255-byte name: %v: %s", err, stderr)
+	}
+	if b, err := os.ReadFile(back); err != nil || string(b) != "long\n" {
+		t.Errorf("the round trip: %q, %v", b, err)
+	}
+}

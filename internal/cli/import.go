@@ -86,7 +86,7 @@ func templateImportCommand(c *conn) *cobra.Command {
 		case creds.set() || platform != "":
 			return errors.New("--platform, --username and --password-stdin describe a registry pull, not a FILE")
 		case len(args) == 2:
-			f, st, err := openFile(args[1])
+			f, st, err := openFile(cmd.Context(), args[1])
 			if err != nil {
 				return err
 			}

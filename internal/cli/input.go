@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"io/fs"
@@ -135,8 +136,16 @@ func enumName(e fmt.Stringer, prefix string) string {
 }
 
 // openFile opens a local file and returns it with what Stat says of it.
-func openFile(path string) (*os.File, fs.FileInfo, error) {
-	f, err := os.Open(path)
+// The open of a named pipe waits for a writer: one that ctx ends first
+// (Ctrl-C) is given up.
+func openFile(ctx context.Context, path string) (*os.File, fs.FileInfo, error) {
+	var f *os.File
+	var err error
+	if st, serr := os.Stat(path); serr == nil && st.Mode()&fs.ModeNamedPipe != 0 {
+		f, err = openPipe(ctx, path)
+	} else {
+		f, err = os.Open(path)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -146,4 +155,29 @@ func openFile(path string) (*os.File, fs.FileInfo, error) {
 		return nil, nil, err
 	}
 	return f, st, nil
+}
+
+// openPipe opens a named pipe for reading, which waits for a writer,
+// unless ctx ends first.
+func openPipe(ctx context.Context, path string) (*os.File, error) {
+	type opened struct {
+		f   *os.File
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		f, err := os.Open(path)
+		done <- opened{f, err}
+	}()
+	select {
+	case o := <-done:
+		return o.f, o.err
+	case <-ctx.Done():
+		go func() { // a writer may still come: close what it opens
+			if o := <-done; o.f != nil {
+				o.f.Close()
+			}
+		}()
+		return nil, fmt.Errorf("%s: waiting for a writer of the named pipe: %w", path, ctx.Err())
+	}
 }

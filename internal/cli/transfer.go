@@ -292,7 +292,7 @@ func transferImportCommand(c *conn) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		f, st, err := openFile(args[0])
+		f, st, err := openFile(cmd.Context(), args[0])
 		if err != nil {
 			return err
 		}

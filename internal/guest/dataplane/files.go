@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -187,30 +188,24 @@ func (s *FileService) replaceFile(ctx context.Context, user, path string, mode u
 	if err := asUser(u, func() (err error) { rep, err = newReplacement(path); return err }); err != nil {
 		return nil, toConnect(stageWritingFile, err)
 	}
-	committed := false
-	defer func() {
-		if !committed {
-			rep.tmp.Close()
-			os.Remove(rep.tmp.Name()) // ours: the agent may remove it
-		}
-	}()
 	if err := receive(rep.tmp); err != nil {
+		rep.discard()
 		return nil, toConnect(stageWritingFile, err)
 	}
 	if err := ctx.Err(); err != nil {
+		rep.discard()
 		return nil, toConnect(stageWritingFile, err)
 	}
 	if err := rep.finish(u, mode); err != nil {
+		rep.discard()
 		return nil, toConnect(stageWritingFile, err)
 	}
+	if err := rep.commit(u); err != nil {
+		return nil, toConnect(stageWritingFile, err)
+	}
+	syncDir(filepath.Dir(rep.target))
 	var info *datav1.FileInfo
-	err = asUser(u, func() error {
-		if err := os.Rename(rep.tmp.Name(), rep.target); err != nil {
-			return err
-		}
-		committed = true
-		syncDir(filepath.Dir(rep.target))
-		var err error
+	err = asUser(u, func() (err error) {
 		info, err = inspect(s.accounts.names(), path)
 		return err
 	})
@@ -276,12 +271,17 @@ func receiveData(stream *connect.ClientStream[datav1.WriteFileRequest], start *d
 	return newError(connect.CodeAborted, stageWritingFile, "the stream ended without commit after %d bytes: nothing was written", received)
 }
 
-// replacement is a file being written: a new temporary file beside the
-// target, renamed over it once complete.
+// replacement is a file being written: a new file beside the target,
+// renamed over it once complete. The new file is unnamed (O_TMPFILE)
+// where the filesystem can make one, so that a write cut short by a
+// forced stop or a crash leaves nothing behind; it is given a name of
+// its own (tempName) only for the rename.
 type replacement struct {
 	target string      // the path written, its final symlinks followed
 	old    os.FileInfo // the file being replaced; nil for a new one
 	tmp    *os.File
+	// unnamed is set when tmp has no name yet (O_TMPFILE).
+	unnamed bool
 }
 
 // newReplacement checks that the file at path (a final symlink followed)
@@ -314,10 +314,37 @@ func newReplacement(path string) (*replacement, error) {
 			return nil, err
 		}
 	}
-	if rep.tmp, err = createTemp(target); err != nil {
+	if rep.tmp, rep.unnamed, err = createTemp(target); err != nil {
 		return nil, err
 	}
 	return rep, nil
+}
+
+// commit puts the new file at the target, as root (the user made it in
+// that directory, and the rename that follows is the user's), and closes
+// it: an unnamed one is linked under a temporary name first.
+func (rep *replacement) commit(u *User) error {
+	defer rep.tmp.Close()
+	from := rep.tmp.Name()
+	if rep.unnamed {
+		var err error
+		if from, err = linkTemp(rep.tmp, filepath.Dir(rep.target)); err != nil {
+			return err
+		}
+	}
+	err := asUser(u, func() error { return os.Rename(from, rep.target) })
+	if err != nil && rep.unnamed {
+		os.Remove(from)
+	}
+	return err
+}
+
+// discard drops the new file of a write that did not commit.
+func (rep *replacement) discard() {
+	rep.tmp.Close()
+	if !rep.unnamed {
+		os.Remove(rep.tmp.Name()) // ours: the agent may remove it
+	}
 }
 
 // finish gives the file written by u its mode and owner, as WriteFile
@@ -347,10 +374,7 @@ func (rep *replacement) finish(u *User, mode uint32) error {
 			return err
 		}
 	}
-	if err := rep.tmp.Sync(); err != nil {
-		return err
-	}
-	return rep.tmp.Close()
+	return rep.tmp.Sync()
 }
 
 // unixMode converts permission bits with setuid, setgid and sticky to an
@@ -394,12 +418,13 @@ const (
 	tempRandBytes = 6
 )
 
-// isTemp reports whether path is named as createTemp names a write's
-// temporary file.
+// isTemp reports whether path is named as tempName names a write's
+// temporary file (or as an earlier build did: .<target's
+// name>.kibotos-<hex>).
 func isTemp(path string) bool {
 	base := filepath.Base(path)
 	i := strings.LastIndex(base, tempMark)
-	if i < 1 || base[0] != '.' {
+	if i < 0 || base[0] != '.' {
 		return false
 	}
 	suffix := base[i+len(tempMark):]
@@ -407,23 +432,52 @@ func isTemp(path string) bool {
 	return len(suffix) == 2*tempRandBytes && err == nil
 }
 
-// createTemp creates a new, empty, private file beside target, named as
-// isTemp knows it: .<target's name>.kibotos-<12 hex digits>.
-func createTemp(target string) (*os.File, error) {
-	dir, base := filepath.Split(target)
+// tempName returns a new name in dir for a write's temporary file, as
+// isTemp knows it: .kibotos-<12 hex digits>, whatever the target's name
+// (a name of 255 bytes has no room for more).
+func tempName(dir string) string {
+	var b [tempRandBytes]byte
+	rand.Read(b[:])
+	return filepath.Join(dir, tempMark+hex.EncodeToString(b[:]))
+}
+
+// createTemp creates a new, empty, private file in target's directory:
+// unnamed where the filesystem can (unnamed is then set), else under a
+// tempName. Its errors, and those of its writes, name target.
+func createTemp(target string) (f *os.File, unnamed bool, err error) {
+	dir := filepath.Dir(target)
+	fd, err := unix.Open(dir, unix.O_TMPFILE|unix.O_WRONLY|unix.O_CLOEXEC, 0o600)
+	if err == nil {
+		return os.NewFile(uintptr(fd), target), true, nil
+	}
+	if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.EISDIR) && !errors.Is(err, unix.EINVAL) {
+		return nil, false, &fs.PathError{Op: "create", Path: target, Err: err}
+	}
 	for {
-		var b [tempRandBytes]byte
-		rand.Read(b[:])
-		name := filepath.Join(dir, "."+base+tempMark+hex.EncodeToString(b[:]))
-		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		f, err := os.OpenFile(tempName(dir), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if errors.Is(err, fs.ErrExist) {
 			continue
 		}
 		if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
 			// Named by the file asked for, not by the temporary one.
-			return nil, &fs.PathError{Op: "create", Path: target, Err: pe.Err}
+			return nil, false, &fs.PathError{Op: "create", Path: target, Err: pe.Err}
 		}
-		return f, err
+		return f, false, err
+	}
+}
+
+// linkTemp gives the unnamed file f a tempName in dir and returns it.
+func linkTemp(f *os.File, dir string) (string, error) {
+	for {
+		name := tempName(dir)
+		err := unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(int(f.Fd())), unix.AT_FDCWD, name, unix.AT_SYMLINK_FOLLOW)
+		if errors.Is(err, unix.EEXIST) {
+			continue
+		}
+		if err != nil {
+			return "", &fs.PathError{Op: "link", Path: f.Name(), Err: err}
+		}
+		return name, nil
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"connectrpc.com/connect"
 
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
+	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
 
 // readAll reads a file through ReadFile.
@@ -176,21 +177,38 @@ func TestWriteFileAtomic(t *testing.T) {
 		return names
 	}
 
+	// writing reports whether this process (the server) holds a new
+	// file of dir open: unnamed (O_TMPFILE), it shows as "dir/#INODE
+	// (deleted)", and nothing of it is in the directory, so a write cut
+	// short by a crash leaves nothing there.
+	writing := func() bool {
+		fds, _ := os.ReadDir("/proc/self/fd")
+		for _, fd := range fds {
+			if l, _ := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); strings.HasPrefix(l, dir+"/#") {
+				return true
+			}
+		}
+		return false
+	}
+
 	// A stream that breaks off mid-way.
 	cctx, cancel := context.WithCancel(ctx)
 	stream := e.fc.WriteFile(cctx)
 	stream.Send(&datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Start{Start: &datav1.WriteFileStart{Path: path}}})
 	stream.Send(&datav1.WriteFileRequest{Part: &datav1.WriteFileRequest_Data{Data: []byte("new, but ")}})
 	deadline := time.Now().Add(5 * time.Second)
-	for len(leftovers()) == 0 { // the temp file exists: the server is writing
+	for !writing() {
 		if time.Now().After(deadline) {
-			t.Fatal("no temp file appeared")
+			t.Fatal("the server writes no unnamed file")
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	if left := leftovers(); len(left) > 0 {
+		t.Errorf("a write in progress shows in the directory: %v", left)
+	}
 	// Cancelling resets the HTTP/2 stream.
 	cancel()
-	for len(leftovers()) > 0 {
+	for writing() || len(leftovers()) > 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("temp files left: %v", leftovers())
 		}
@@ -502,5 +520,34 @@ func TestReadFileInfo(t *testing.T) {
 		if f.GetType() != datav1.FileType_FILE_TYPE_FILE || f.GetMode() != tc.mode || f.GetSize() != uint64(len(tc.data)) || f.GetPath() != path {
 			t.Errorf("%s: %v, want a file of mode %#o and %d bytes", tc.name, f, tc.mode, len(tc.data))
 		}
+	}
+}
+
+// TestWriteFileNames: a file of the longest name a directory holds is
+// written (a temporary name made from it would not fit), and a write the
+// disk cannot hold names the file asked for, not a temporary one.
+func TestWriteFileNames(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := testCtx(t, 30*time.Second)
+	dir := t.TempDir()
+	long := filepath.Join(dir, strings.Repeat("a", 255))
+	if _, err := e.write(ctx, &datav1.WriteFileStart{Path: long}, "long"); err != nil {
+		t.Fatalf("a name of 255 bytes: %v", err)
+	}
+	if b, err := os.ReadFile(long); err != nil || string(b) != "long" {
+		t.Errorf("the file of a long name: %q, %v", b, err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("the directory holds %d entries, want the file alone", len(ents))
+	}
+
+	full := t.TempDir()
+	hosttest.Tmpfs(t, full, "1m")
+	_, err := e.write(ctx, &datav1.WriteFileStart{Path: filepath.Join(full, "big")}, strings.Repeat("x", 2<<20))
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), full+"/big:") {
+		t.Errorf("a write the disk cannot hold: %v, want resource_exhausted naming %s/big", err, full)
+	}
+	if ents, _ := os.ReadDir(full); len(ents) != 0 {
+		t.Errorf("a failed write left %v", ents)
 	}
 }
