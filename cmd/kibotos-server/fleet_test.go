@@ -361,6 +361,17 @@ func TestFleet(t *testing.T) {
 			t.Fatalf("hosts with a revoked token: %v, want both LOST", hosts)
 		}
 	}
+	// A host the control plane refuses is not ready: a load balancer
+	// sends it nothing.
+	resp, err := f.http.Get("https://" + a.proc.addr + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "refuses") {
+		t.Errorf("GET /readyz of a refused host: %s %q, want 503 saying why", resp.Status, body)
+	}
 }
 
 func (f *fleet) hostTokens() []*adminv1.HostToken {

@@ -443,7 +443,8 @@ func Run(ctx context.Context, o Options) error {
 }
 
 // readiness returns the readiness checks of the process beyond the
-// store's: with a host agent here, that it has registered.
+// store's: with a host agent here, that it has registered and ctrl does
+// not refuse it now (a refused host serves nothing).
 func readiness(h *agent.Agent) []health.Check {
 	if h == nil {
 		return nil
@@ -451,10 +452,13 @@ func readiness(h *agent.Agent) []health.Check {
 	return []health.Check{{Name: "host", Func: func(context.Context) error {
 		select {
 		case <-h.Registered():
-			return nil
 		default:
 			return errors.New("the host agent has not registered with the control plane yet")
 		}
+		if h.Refused() {
+			return errors.New("the control plane refuses this host's credentials (its host token was revoked, or its name is another token's): it serves nothing")
+		}
+		return nil
 	}}}
 }
 

@@ -174,6 +174,11 @@ type Agent struct {
 // placement can find it.
 func (a *Agent) Registered() <-chan struct{} { return a.registered }
 
+// Refused reports whether ctrl refuses this host's credentials now (its
+// host token revoked, its name another token's): it then serves no
+// data-plane call or exposure.
+func (a *Agent) Refused() bool { return a.refused.Load() }
+
 // New returns an Agent.
 func New(cfg Config) (*Agent, error) {
 	if err := os.MkdirAll(cfg.LayerDir, 0o700); err != nil {
