@@ -17,7 +17,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -103,8 +105,42 @@ func hintUnreachable(cmd *cobra.Command) {
 		if base, berr := baseURL(addr); berr == nil {
 			addr = base
 		}
+		if refused := refusedAddr(err); refused != "" && !sameEndpoint(addr, refused) {
+			// A data-plane call: the server named the workspace's host.
+			return fmt.Errorf("cannot reach %s, the host that runs the workspace (the server at %s named it): is its host agent running?: %w", refused, addr, err)
+		}
 		return fmt.Errorf("cannot reach the Kibotos server at %s: is it running? (make up / kibotos up): %w", addr, err)
 	}
+}
+
+// refusedAddr returns the address whose connection err says was refused;
+// empty when it names none.
+func refusedAddr(err error) string {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Addr != nil {
+		return op.Addr.String()
+	}
+	return ""
+}
+
+// sameEndpoint reports whether hostPort may be where the server URL base
+// listens: its port, and its host unless base names one by a DNS name.
+func sameEndpoint(base, hostPort string) bool {
+	u, err := url.Parse(base)
+	host, port, serr := net.SplitHostPort(hostPort)
+	if err != nil || serr != nil {
+		return true
+	}
+	want := u.Port()
+	if want == "" {
+		want = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	if port != want {
+		return false
+	}
+	ip, perr := netip.ParseAddr(u.Hostname())
+	got, gerr := netip.ParseAddr(host)
+	return perr != nil || gerr != nil || ip.Unmap() == got.Unmap()
 }
 
 // rejectUnknownSubcommands makes every group under cmd (a command that only

@@ -557,6 +557,36 @@ func TestUnreachableServerHint(t *testing.T) {
 	}
 }
 
+// TestRefusedEndpoint: a refused connection to another address than the
+// server's is the host's that the server named, not the server's.
+func TestRefusedEndpoint(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, err = net.Dial("tcp", addr)
+	if got := refusedAddr(err); got != addr {
+		t.Fatalf("refusedAddr of %v: %q, want %q", err, got, addr)
+	}
+	for _, c := range []struct {
+		base, refused string
+		same          bool
+	}{
+		{"http://" + addr, addr, true},
+		{"http://127.0.0.1:8870", "127.0.0.1:8871", false},
+		{"http://127.0.0.1:8870", "10.0.0.7:8870", false},
+		{"https://ctrl.example.com", "192.0.2.1:443", true}, // a name: it may be
+		{"https://ctrl.example.com", "192.0.2.1:8871", false},
+		{"http://[::1]:8870", "[::1]:8870", true},
+	} {
+		if got := sameEndpoint(c.base, c.refused); got != c.same {
+			t.Errorf("sameEndpoint(%s, %s) = %v, want %v", c.base, c.refused, got, c.same)
+		}
+	}
+}
+
 func TestAge(t *testing.T) {
 	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
 	clock = func() time.Time { return now }
