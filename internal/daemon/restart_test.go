@@ -49,6 +49,12 @@ func TestGuestReboot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The sleeper's pid lies past those the guest agent's threads take as
+	// it boots (each takes a pid too, as many as the load makes it start),
+	// so that a process of the next boot can take it.
+	if _, err := e.exec(ws, "sh", "-c", "i=0; while [ $i -lt 100 ]; do /bin/true; i=$((i+1)); done"); err != nil {
+		t.Fatal(err)
+	}
 	sleeper, err := handle.Start(ctx, []string{"sleep", "1000"}, sdk.ExecOptions{})
 	if err != nil {
 		t.Fatal(err)
