@@ -84,6 +84,10 @@ type bookkeeping struct {
 	// again without the layers it kept (another state_id): its next
 	// RUNNING report is the execution started again on an empty layer.
 	LayerLost bool `json:"layer_lost,omitempty"`
+	// VolumeUncreated is set when the workspace's deletion began before a
+	// launch finished creating the Volume its NEW binding asked for: the
+	// Volume holds nothing to keep, and goes with it.
+	VolumeUncreated bool `json:"volume_uncreated,omitempty"`
 }
 
 // layerID names the workspace's writable layer on its host: the

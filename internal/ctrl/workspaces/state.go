@@ -32,6 +32,13 @@ func (s *Service) beginDelete(ctx context.Context, tx store.Tx, r *record, cause
 	r.ws.Delivery = nil
 	r.book.Desired = DesiredDeleted
 	r.book.StopCause = cause
+	// Decided now: a host may finish creating the Volume before the
+	// deletion completes, but none of the workspace's launches ran on it.
+	v, err := boundRecord(ctx, tx, r)
+	if err != nil {
+		return err
+	}
+	r.book.VolumeUncreated = v != nil && v.Uncreated(r.row.ID)
 	if r.row.HostID == "" {
 		return s.finishDelete(ctx, tx, r)
 	}

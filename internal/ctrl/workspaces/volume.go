@@ -64,14 +64,15 @@ func (s *Service) syncVolume(ctx context.Context, tx store.Tx, r *record) error 
 }
 
 // releaseVolume ends the binding of a workspace that is deleted: the
-// Volume is deleted with it when deleteIt says so, or when no launch
-// finished creating it (it holds nothing to keep); else it is kept.
+// Volume is deleted with it when deleteIt says so, or when no launch had
+// finished creating it when the deletion began (it holds nothing to
+// keep); else it is kept.
 func (s *Service) releaseVolume(ctx context.Context, tx store.Tx, r *record, deleteIt bool) error {
 	v, err := boundRecord(ctx, tx, r)
 	if err != nil || v == nil {
 		return err
 	}
-	return s.Volumes.Release(ctx, tx, v, r.row.ID, deleteIt || v.Uncreated(r.row.ID))
+	return s.Volumes.Release(ctx, tx, v, r.row.ID, deleteIt || r.book.VolumeUncreated || v.Uncreated(r.row.ID))
 }
 
 // volumeLost reports whether the workspace's Volume is LOST.

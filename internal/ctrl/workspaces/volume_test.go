@@ -305,23 +305,29 @@ func TestVolumeBinding(t *testing.T) {
 }
 
 // TestNewVolumeNeverCreated: a workspace deleted before its launch made
-// its NEW volume deletes the volume whatever the binding says.
+// its NEW volume deletes the volume whatever the binding says, also when
+// the host finishes creating it while the deletion runs.
 func TestNewVolumeNeverCreated(t *testing.T) {
 	s, ctx := newVolumeService(t)
 	keep := false
-	ws, err := Create(ctx, s, write("create", newWS), &ctrlv1.WorkspaceCreateSpec{
-		Resources: &ctrlv1.ResourceRequest{MemoryBytes: 128 * MiB},
-		Volume:    &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW, DeleteWithWorkspace: &keep}}, nil, nil, identity)
-	if err != nil {
-		t.Fatal(err)
-	}
-	volID := ws.Spec.Volume.VolumeId
-	if _, err := Delete(ctx, s, write("delete", newWS), ws.WorkspaceId, identity); err != nil {
-		t.Fatal(err)
-	}
-	report(t, s, ctx, ws.WorkspaceId, hostv1.ObservedState_OBSERVED_STATE_DELETED, nil)
-	if v, _ := s.Volumes.Get(ctx, volID); v.State != ctrlv1.VolumeState_VOLUME_STATE_DELETING {
-		t.Errorf("uncreated NEW volume after its workspace's deletion: %v", v)
+	for _, createdMeanwhile := range []bool{false, true} {
+		ws, err := Create(ctx, s, write("create", newWS), &ctrlv1.WorkspaceCreateSpec{
+			Resources: &ctrlv1.ResourceRequest{MemoryBytes: 128 * MiB},
+			Volume:    &ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW, DeleteWithWorkspace: &keep}}, nil, nil, identity)
+		if err != nil {
+			t.Fatal(err)
+		}
+		volID := ws.Spec.Volume.VolumeId
+		if _, err := Delete(ctx, s, write("delete", newWS), ws.WorkspaceId, identity); err != nil {
+			t.Fatal(err)
+		}
+		if createdMeanwhile {
+			volumeReport(t, s, ctx, healthy(volID, 512*MiB))
+		}
+		report(t, s, ctx, ws.WorkspaceId, hostv1.ObservedState_OBSERVED_STATE_DELETED, nil)
+		if v, _ := s.Volumes.Get(ctx, volID); v.State != ctrlv1.VolumeState_VOLUME_STATE_DELETING {
+			t.Errorf("NEW volume uncreated when its workspace's deletion began (created meanwhile: %v): %v", createdMeanwhile, v)
+		}
 	}
 }
 
