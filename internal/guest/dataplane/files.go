@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
@@ -86,6 +87,10 @@ func cleanPath(u *User, path string, stage stageT) (string, error) {
 	}
 	if strings.IndexByte(path, 0) >= 0 {
 		return "", newError(connect.CodeInvalidArgument, stage, "path contains a NUL byte")
+	}
+	if !utf8.ValidString(path) {
+		return "", newError(connect.CodeInvalidArgument, stage,
+			"path %q is not UTF-8 text, which is all the API carries: reach such a file through a process (ws exec)", path)
 	}
 	if !filepath.IsAbs(path) {
 		path = filepath.Join(u.Home, path)
@@ -710,11 +715,17 @@ func inspect(names *idNames, path string) (*datav1.FileInfo, error) {
 	return fileInfo(names, path, fi), nil
 }
 
+// apiText is s as the API can carry it: UTF-8, each run of bytes that are
+// not UTF-8 (a name the guest's own programs may make) as U+FFFD, so that
+// a listing or a watch of a directory holding one goes on; the name so
+// shown reaches no file.
+func apiText(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
+
 // fileInfo converts the Lstat of path.
 func fileInfo(names *idNames, path string, fi os.FileInfo) *datav1.FileInfo {
 	info := &datav1.FileInfo{
-		Path:       path,
-		Name:       fi.Name(),
+		Path:       apiText(path),
+		Name:       apiText(fi.Name()),
 		Size:       uint64(max(fi.Size(), 0)),
 		ModifiedAt: timestamppb.New(fi.ModTime()),
 	}
@@ -726,7 +737,7 @@ func fileInfo(names *idNames, path string, fi os.FileInfo) *datav1.FileInfo {
 	case m&fs.ModeSymlink != 0:
 		info.Type = datav1.FileType_FILE_TYPE_SYMLINK
 		if dest, err := os.Readlink(path); err == nil {
-			info.SymlinkTarget = dest
+			info.SymlinkTarget = apiText(dest)
 		}
 	default:
 		info.Type = datav1.FileType_FILE_TYPE_OTHER

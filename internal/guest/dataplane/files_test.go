@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"io"
 	"math/rand/v2"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +20,8 @@ import (
 	"connectrpc.com/connect"
 
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
+	"github.com/kibotos/kibotos/internal/guestabi"
+	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
 
@@ -549,5 +554,61 @@ func TestWriteFileNames(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(full); len(ents) != 0 {
 		t.Errorf("a failed write left %v", ents)
+	}
+}
+
+// TestNamesThatAreNotUTF8: a directory holding a name that is not UTF-8
+// (which a guest's own programs may make) is listed and watched with
+// U+FFFD in place of the invalid bytes, as is a symlink's target, where
+// such a name used to fail the whole call; a path that is not UTF-8 is
+// refused before anything is written.
+func TestNamesThatAreNotUTF8(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := testCtx(t, 30*time.Second)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a\xff\xfe"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("t\xff", filepath.Join(dir, "l")); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := e.fc.ListDirectory(ctx, connect.NewRequest(&datav1.ListDirectoryRequest{Path: dir}))
+	if err != nil {
+		t.Fatalf("listing a directory with a name that is not UTF-8: %v", err)
+	}
+	var names []string
+	for _, f := range resp.Msg.Entries {
+		names = append(names, f.GetName()+" "+f.GetSymlinkTarget())
+	}
+	if !slices.Equal(names, []string{"a\uFFFD ", "l t\uFFFD"}) {
+		t.Errorf("listed %q", names)
+	}
+	info, err := e.fc.InspectFile(ctx, connect.NewRequest(&datav1.InspectFileRequest{Path: filepath.Join(dir, "l")}))
+	if err != nil || info.Msg.GetFile().GetSymlinkTarget() != "t\uFFFD" {
+		t.Errorf("inspecting a link to a name that is not UTF-8: %v, %v", info, err)
+	}
+
+	stream := startWatch(t, e, ctx, dir, false)
+	defer stream.Close()
+	if err := os.WriteFile(filepath.Join(dir, "b\xff"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for stream.Receive() {
+		if strings.HasSuffix(stream.Msg().GetPath(), "/b\uFFFD") {
+			break
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Errorf("watching a directory where a name that is not UTF-8 appears: %v", err)
+	}
+
+	h1 := &http.Transport{DialContext: e.dial}
+	defer h1.CloseIdleConnections()
+	req, _ := http.NewRequest(http.MethodPut, "http://guest"+guestabi.FileBytesPath+"?path="+url.QueryEscape(filepath.Join(dir, "c\xff")), strings.NewReader("y"))
+	if resp, body := testutil.Do(t, &http.Client{Transport: h1}, req); resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "not UTF-8") {
+		t.Errorf("PUT of a path that is not UTF-8: %s %s", resp.Status, body)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "c\xff")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused PUT wrote the file: %v", err)
 	}
 }

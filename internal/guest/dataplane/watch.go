@@ -38,7 +38,7 @@ func (s *FileService) WatchDirectory(ctx context.Context, req *connect.Request[d
 	defer notify.Close()
 	w := &watch{user: u, root: root, recursive: req.Msg.GetRecursive(), notify: notify,
 		send: func(path string, t datav1.FileEventType) error {
-			return stream.Send(&datav1.WatchDirectoryResponse{Path: path, Type: t})
+			return stream.Send(&datav1.WatchDirectoryResponse{Path: apiText(path), Type: t})
 		}}
 	err = asUser(u, func() error { return checkDir(root) })
 	if err == nil {
