@@ -166,8 +166,9 @@ func TestVolumeData(t *testing.T) {
 		t.Errorf("binding a bound volume: %v", err)
 	}
 	// Growing it while mounted is refused here, with the reason.
-	if _, err := e.resize(volID, 96*mib); connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "stop the workspace") {
-		t.Errorf("online resize: %v", err)
+	if _, err := e.resize(volID, 96*mib); connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "stop the workspace") ||
+		strings.Contains(err.Error(), e.home) {
+		t.Errorf("online resize: %v, want failed_precondition saying to stop the workspace, naming no host path", err)
 	}
 	if _, err := e.volumes.DeleteVolume(e.ctx, connect.NewRequest(&ctrlv1.DeleteVolumeRequest{Command: cmd(), VolumeId: volID})); connect.CodeOf(err) != connect.CodeFailedPrecondition || testutil.ErrorDetail(err).GetObservedWorkspace() == nil {
 		t.Errorf("deleting a bound volume: %v", err)

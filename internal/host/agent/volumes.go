@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -87,7 +88,9 @@ func (v *volumes) registration() []*hostv1.StoragePool {
 		sp := &hostv1.StoragePool{Name: p.Name, DefaultVolumeBytes: p.DefaultVolumeBytes, OnlineGrow: p.onlineGrow == nil,
 			CapacityBytes: proto.Uint64(Room(p.Dir, v.agent.cfg.LayerDir)), SharesLayerFilesystem: sameFilesystem(p.Dir, v.agent.cfg.LayerDir)}
 		if p.onlineGrow != nil {
-			sp.OnlineGrowRefusal = p.onlineGrow.Error()
+			// Callers read it (a refused resize quotes it): it names no
+			// host path.
+			sp.OnlineGrowRefusal = strings.ReplaceAll(p.onlineGrow.Error(), p.Dir, "<pool "+p.Name+">")
 		}
 		out = append(out, sp)
 	}
