@@ -290,7 +290,7 @@ func (v *volumes) used(ctx context.Context, id string, info diskimage.Info) uint
 			return used
 		}
 	}
-	return info.UsedBytes
+	return info.DataBytes
 }
 
 // report records a Volume's observation and sends it when it changed.

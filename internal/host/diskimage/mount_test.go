@@ -36,3 +36,46 @@ func TestUnmountOfABusyMount(t *testing.T) {
 		}
 	}
 }
+
+// TestDataBytes: what Inspect says an image's files take (DataBytes) is
+// what statfs of its mount says, fresh (s_overhead_clusters
+// recorded) and grown (resize2fs clears it: the overhead is computed as
+// the kernel does), for both block sizes mkfs picks here.
+func TestDataBytes(t *testing.T) {
+	needHost(t)
+	ctx := context.Background()
+	for _, c := range []struct{ size, grown uint64 }{{64 * MiB, 0}, {256 * MiB, 0}, {64 * MiB, 600 * MiB}, {1024 * MiB, 0}} {
+		img := filepath.Join(t.TempDir(), "v.ext4")
+		if err := Create(ctx, img, c.size, ""); err != nil {
+			t.Fatal(err)
+		}
+		if c.grown != 0 {
+			if err := Grow(ctx, img, c.grown); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fresh, err := Inspect(img)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fresh.DataBytes > MiB {
+			t.Errorf("%d MiB (grown to %d): an empty filesystem's files take %d bytes", c.size/MiB, c.grown/MiB, fresh.DataBytes)
+		}
+		mnt, _, unmount := mountImage(t, img, 0)
+		if err := os.WriteFile(filepath.Join(mnt, "data"), make([]byte, 3*MiB), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		used, _, err := Usage(mnt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unmount()
+		info, err := Inspect(img)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.DataBytes != used {
+			t.Errorf("%d MiB (grown to %d): Inspect says the files take %d bytes, statfs of the mount %d", c.size/MiB, c.grown/MiB, info.DataBytes, used)
+		}
+	}
+}

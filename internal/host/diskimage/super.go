@@ -28,6 +28,10 @@ type Info struct {
 	// filesystem's own metadata) take, as the superblock last recorded
 	// it: exact for an image that is not mounted.
 	UsedBytes uint64
+	// DataBytes is UsedBytes but for the filesystem's own structures
+	// (superblocks, group descriptors, bitmaps, inode tables, journal):
+	// what its files take, as statfs of its mount says.
+	DataBytes uint64
 }
 
 // Capacity is what the image really holds: the smaller of the file and its
@@ -43,8 +47,10 @@ const (
 	offInodesCount       = 0x00
 	offBlocksCountLo     = 0x04
 	offFreeBlocksLo      = 0x0C
+	offFirstDataBlock    = 0x14
 	offLogBlockSize      = 0x18
 	offBlocksPerGroup    = 0x20
+	offInodesPerGroup    = 0x28
 	offMagic             = 0x38
 	offInodeSize         = 0x58
 	offFeatureCompat     = 0x5C
@@ -60,12 +66,18 @@ const (
 	offJournalBlocks = 0x10C
 	offBlocksCountHi = 0x150
 	offFreeBlocksHi  = 0x158
+	offOverhead      = 0x248 // s_overhead_clusters
+	offBackupBGs     = 0x24C // s_backup_bgs[2], with sparse_super2
 	offChecksum      = 0x3FC
 
 	ext4Magic           = 0xEF53
 	compatHasJournal    = 0x04
 	compatResizeInode   = 0x10
+	compatSparseSuper2  = 0x200
+	incompatMetaBG      = 0x10
 	incompat64Bit       = 0x80
+	roCompatSparseSuper = 0x01
+	roCompatBigalloc    = 0x200
 	roCompatMetaCsum    = 0x400
 	maxLogBlockSize     = 6  // 64 KiB blocks
 	journalBackupBlocks = 1  // s_jnl_blocks holds the journal inode's map
@@ -81,7 +93,10 @@ type superblock struct {
 	blockSize  uint64
 	blocks     uint64
 	freeBlocks uint64
-	geometry   Geometry
+	// overhead is the blocks the filesystem's own structures take
+	// (overheadBlocks); 0 when it cannot tell.
+	overhead uint64
+	geometry Geometry
 }
 
 // bytes is the size of the filesystem.
@@ -111,7 +126,58 @@ func Inspect(path string) (Info, error) {
 		UUID:       formatUUID(sb.uuid),
 		Label:      sb.label,
 		UsedBytes:  (sb.blocks - sb.freeBlocks) * sb.blockSize,
+		DataBytes:  (sb.blocks - sb.freeBlocks - min(sb.overhead, sb.blocks-sb.freeBlocks)) * sb.blockSize,
 	}, nil
+}
+
+// overheadBlocks returns the blocks an ext4 filesystem's own structures
+// take: what the superblock b records (s_overhead_clusters, which mke2fs
+// writes and resize2fs clears), else the sum the kernel makes for statfs
+// (ext4_calculate_overhead): the blocks before the first group, each
+// group's bitmaps and inode table, each backup group's superblock, group
+// descriptors and reserved descriptors, and the journal. 0 when it cannot
+// tell (meta_bg, bigalloc).
+func overheadBlocks(b []byte, sb superblock) uint64 {
+	le := binary.LittleEndian
+	if recorded := uint64(le.Uint32(b[offOverhead:])); recorded != 0 {
+		return recorded
+	}
+	compat, incompat, roCompat := le.Uint32(b[offFeatureCompat:]), le.Uint32(b[offFeatureIncompat:]), le.Uint32(b[offFeatureROCompat:])
+	g := sb.geometry
+	first, perGroup := uint64(le.Uint32(b[offFirstDataBlock:])), uint64(g.BlocksPerGroup)
+	if incompat&incompatMetaBG != 0 || roCompat&roCompatBigalloc != 0 || perGroup == 0 || sb.blocks <= first {
+		return 0
+	}
+	groups := ceilDiv(sb.blocks-first, perGroup)
+	inodeTable := ceilDiv(uint64(le.Uint32(b[offInodesPerGroup:]))*uint64(g.InodeSize), sb.blockSize)
+	descriptors := ceilDiv(groups*uint64(g.DescSize), sb.blockSize)
+	hasBackup := func(group uint64) bool {
+		switch {
+		case group == 0:
+			return true
+		case compat&compatSparseSuper2 != 0:
+			return group == uint64(le.Uint32(b[offBackupBGs:])) || group == uint64(le.Uint32(b[offBackupBGs+4:]))
+		case roCompat&roCompatSparseSuper == 0 || group == 1:
+			return true
+		}
+		for _, base := range []uint64{3, 5, 7} {
+			p := base
+			for p < group {
+				p *= base
+			}
+			if p == group {
+				return true
+			}
+		}
+		return false
+	}
+	total := first + groups*(2+inodeTable) + g.JournalBytes/sb.blockSize
+	for group := range groups {
+		if hasBackup(group) {
+			total += 1 + descriptors + uint64(g.ReservedGDTBlocks)
+		}
+	}
+	return total
 }
 
 // readSuper reads and checks the primary superblock of r.
@@ -170,6 +236,7 @@ func readSuper(r io.ReaderAt) (superblock, error) {
 	if le.Uint32(b[offFeatureIncompat:])&incompat64Bit != 0 {
 		sb.geometry.DescSize = uint32(le.Uint16(b[offDescSize:]))
 	}
+	sb.overhead = overheadBlocks(b, sb)
 	copy(sb.uuid[:], b[offUUID:])
 	label := b[offVolumeName : offVolumeName+16]
 	for i, c := range label {
