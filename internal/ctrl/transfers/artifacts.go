@@ -159,7 +159,10 @@ func transferOfKey(key string) (id string, staging, ok bool) {
 		i := strings.IndexAny(rest, "./")
 		return rest[:max(i, 0)], true, i > 0
 	}
-	if id, found := strings.CutPrefix(key, artifactPrefix); found && id != "" && !strings.Contains(id, "/") {
+	// A name with a dot is no Transfer's: the file blob store writes a
+	// copy under <id>.<random>.tmp before it renames it to <id>, and a
+	// collection that took it for a Transfer's deleted it mid-copy.
+	if id, found := strings.CutPrefix(key, artifactPrefix); found && id != "" && !strings.ContainsAny(id, "/.") {
 		return id, false, true
 	}
 	return "", false, false
