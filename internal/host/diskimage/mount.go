@@ -54,9 +54,11 @@ func Mount(image, parent string, readOnly bool) (dir string, unmount func() erro
 const unmountBusyFor = 2 * time.Second
 
 // unmountDir unmounts a directory Mount made, waits for the image's loop
-// device to go, and removes the directory. A read-only mount still busy
-// after unmountBusyFor is detached (nothing writes to it), and goes once
-// what holds it lets go.
+// device to go, and removes the directory. A mount still busy after
+// unmountBusyFor (another mount namespace that copied it for a moment,
+// say) is detached, and goes once what holds it lets go: a read-only one
+// loses nothing, while a writable one is an error all the same, as its
+// writes may not all be on the image, but leaves no mount behind.
 func unmountDir(dir, image string, readOnly bool) error {
 	// This filesystem's writes only: a sync of every filesystem would
 	// wait for the whole host's.
@@ -72,8 +74,12 @@ func unmountDir(dir, image string, readOnly bool) error {
 		time.Sleep(50 * time.Millisecond)
 		err = unix.Unmount(dir, 0)
 	}
-	if errors.Is(err, unix.EBUSY) && readOnly {
-		err = unix.Unmount(dir, unix.MNT_DETACH)
+	if errors.Is(err, unix.EBUSY) && unix.Unmount(dir, unix.MNT_DETACH) == nil {
+		if !readOnly {
+			os.Remove(dir)
+			return fmt.Errorf("diskimage: unmounting %s: %w (detached: it goes once its holder lets go; the image is not to be used until then)", dir, err)
+		}
+		err = nil
 	}
 	if err != nil && !errors.Is(err, unix.EINVAL) {
 		return fmt.Errorf("diskimage: unmounting %s: %w", dir, err)
