@@ -315,6 +315,9 @@ func wsNetworkWatchCommand(c *conn) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var last []string
 			return watchRows(cmd, c, args[0], watchedNetworkHeader, func(ws *ctrlv1.Workspace) []string {
+				if ws.GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED {
+					return nil // its network is observed no more: the watch says it was deleted
+				}
 				cells := watchedNetwork(ws)
 				// The time alone changes with every report of the host.
 				if last != nil && slices.Equal(cells[1:], last[1:]) {

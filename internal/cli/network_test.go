@@ -216,6 +216,9 @@ func TestNetworkWatch(t *testing.T) {
 	egressMoved.NetworkPolicyStatus.Egresses[0].AppliedRevision, egressMoved.NetworkPolicyStatus.Egresses[0].DrainingRevision = 3, 2
 	deleted := proto.CloneOf(egressMoved) // the stream's last: it ends with it
 	deleted.State, deleted.UpdatedAt = ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED, timestamppb.New(created.AsTime().Add(4*time.Second))
+	// A deleted workspace's network is observed no more, as a real
+	// deletion's last version says.
+	deleted.NetworkPolicyStatus = nil
 	f.watch = []*ctrlv1.Workspace{first, report, applied, faulty, egressMoved, deleted}
 
 	stdout, stderr := e.call(t, "", "ws", "network", "watch", "ws_1")
