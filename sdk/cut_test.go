@@ -2,9 +2,11 @@ package sdk
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 
@@ -128,5 +130,18 @@ func TestCutStreamIsUnavailable(t *testing.T) {
 				t.Errorf("the stream ended with %v, want %v", stream.Err(), want)
 			}
 		})
+	}
+}
+
+// TestTransportErrorSaysItOnce: a transfer cut by a broken connection,
+// which the transport already calls unavailable, reads "unavailable" once.
+func TestTransportErrorSaysItOnce(t *testing.T) {
+	cut := connect.NewError(connect.CodeUnavailable, errors.New("the connection to the server broke during the call; retry"))
+	err := transportError(context.Background(), cut)
+	if connect.CodeOf(err) != connect.CodeUnavailable || strings.Count(err.Error(), "unavailable") != 1 {
+		t.Errorf("transportError of an unavailable error: %v", err)
+	}
+	if err := transportError(context.Background(), io.ErrUnexpectedEOF); connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Errorf("transportError of a plain error: %v", err)
 	}
 }

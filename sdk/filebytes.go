@@ -109,11 +109,14 @@ func (c *Client) fileBytes(ctx context.Context, d *dataPlane, method string, que
 // failed on its way: canceled or deadline_exceeded when ctx ended, which
 // a retry would not mend; else unavailable (retry it).
 func transportError(ctx context.Context, err error) error {
+	var already *connect.Error
 	switch cerr := ctx.Err(); {
 	case errors.Is(cerr, context.Canceled):
 		return connect.NewError(connect.CodeCanceled, fmt.Errorf("%w: %w", cerr, err))
 	case errors.Is(cerr, context.DeadlineExceeded):
 		return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("%w: %w", cerr, err))
+	case errors.As(err, &already):
+		return already // the transport said it (a broken connection: unavailable)
 	}
 	return connect.NewError(connect.CodeUnavailable, err)
 }
