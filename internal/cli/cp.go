@@ -158,14 +158,15 @@ func (cp *copier) upload(src cpOperand, dst string) error {
 	return err
 }
 
-// remoteDir reports whether p names a directory of the Workspace: it ends
-// in / or InspectFile says so. Any other answer leaves the call that
-// writes p to report it.
+// remoteDir reports whether p names a directory of the Workspace, itself
+// or through symlinks (cp into a link to a directory copies into the
+// directory): it ends in / or InspectFile says so. Any other answer leaves
+// the call that writes p to report it.
 func (cp *copier) remoteDir(p string) bool {
 	if strings.HasSuffix(p, "/") {
 		return true
 	}
-	info, err := cp.ws.Stat(cp.cmd.Context(), p, cp.user)
+	info, err := cp.statTarget(p)
 	return err == nil && info.GetType() == datav1.FileType_FILE_TYPE_DIRECTORY
 }
 

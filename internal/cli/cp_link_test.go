@@ -104,3 +104,20 @@ func TestCpOfALongName(t *testing.T) {
 		t.Errorf("the round trip: %q, %v", b, err)
 	}
 }
+
+// TestCpIntoALinkToADirectory: a file copied to a symlink that names a
+// directory lands in that directory, as cp(1) puts it.
+func TestCpIntoALinkToADirectory(t *testing.T) {
+	e, id := newDataEnv(t)
+	e.sh(t, id, "mkdir -p /root/dir && ln -s dir /root/link")
+	local := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(local, []byte("into\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, err := e.runData(t, "", "ws", "cp", local, id+":/root/link"); err != nil {
+		t.Fatalf("cp into a link to a directory: %v: %s", err, stderr)
+	}
+	if got := e.sh(t, id, "cat /root/dir/f"); got != "into\n" {
+		t.Errorf("the copy in the directory: %q", got)
+	}
+}
