@@ -674,7 +674,11 @@ func (s *FileService) ListDirectory(ctx context.Context, req *connect.Request[da
 				return err
 			}
 			if len(entries) == maxListEntries {
-				return newError(connect.CodeResourceExhausted, stageReadingFile, "more than %d entries: list with a smaller depth", maxListEntries)
+				hint := "list with a smaller depth"
+				if depth <= 1 {
+					hint = "the directory itself holds more: list it through a process (ws exec -- ls)"
+				}
+				return newError(connect.CodeResourceExhausted, stageReadingFile, "more than %d entries: %s", maxListEntries, hint)
 			}
 			entries = append(entries, fileInfo(names, child, fi))
 			if e.IsDir() && level < depth {
