@@ -263,6 +263,9 @@ func wsExecCommand(c *conn) *cobra.Command {
 			if cause := context.Cause(runCtx); cause != nil && !errors.Is(cause, context.Canceled) {
 				return cause
 			}
+			if ctx.Err() == nil {
+				return mayRunOn(err, args[0], p.Pid())
+			}
 			return err
 		}
 		if code := exitCode(status); code != 0 {
@@ -271,6 +274,16 @@ func wsExecCommand(c *conn) *cobra.Command {
 		return nil
 	}
 	return cmd
+}
+
+// mayRunOn adds to the error of an exec whose connection broke
+// (unavailable: the server restarted, say) that its command may run on,
+// and how to follow it: running it again would run it twice.
+func mayRunOn(err error, workspaceID string, pid int) error {
+	if connect.CodeOf(err) != connect.CodeUnavailable {
+		return err
+	}
+	return fmt.Errorf("%w; the command may still run as pid %d: follow it with kibotos ws logs -f %s %d", err, pid, workspaceID, pid)
 }
 
 // endUnwritable ends an exec whose output can no longer be written here,

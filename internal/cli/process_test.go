@@ -577,3 +577,16 @@ func TestExecStdinReadLate(t *testing.T) {
 		t.Fatal("ws exec -i of a command that reads late hangs")
 	}
 }
+
+// TestMayRunOn: an exec whose connection broke says its command may run
+// on and how to follow it, rather than only to retry; other errors stay.
+func TestMayRunOn(t *testing.T) {
+	cut := connect.NewError(connect.CodeUnavailable, errors.New("the connection to the server broke during the call; retry"))
+	if err := mayRunOn(cut, "ws_1", 42); connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "kibotos ws logs -f ws_1 42") {
+		t.Errorf("a cut exec: %v", err)
+	}
+	other := connect.NewError(connect.CodeNotFound, errors.New("no such workspace"))
+	if err := mayRunOn(other, "ws_1", 42); err != other {
+		t.Errorf("another error: %v", err)
+	}
+}
