@@ -148,7 +148,18 @@ func (f *Forwarder) exchange(ctx context.Context, q *dns.Msg, query []byte) ([]b
 	up := f.Upstream
 	switch up.Protocol {
 	case UDP:
-		return exchangeUDP(ctx, f.Dial, up.Address, q, query)
+		answer, err := exchangeUDP(ctx, f.Dial, up.Address, q, query)
+		if err != nil || !truncated(answer) {
+			return answer, err
+		}
+		// The answer does not fit a datagram: ask over TCP, as a stub
+		// resolver does (RFC 7766), so that a guest asking over TCP gets
+		// it whole. An upstream that serves no TCP leaves the truncated
+		// answer, which says as much.
+		if whole, err := exchangeStream(ctx, f.Dial, up.Address, nil, q, query); err == nil {
+			return whole, nil
+		}
+		return answer, nil
 	case TCP:
 		return exchangeStream(ctx, f.Dial, up.Address, nil, q, query)
 	case TLS:
@@ -166,6 +177,9 @@ func (f *Forwarder) exchange(ctx context.Context, q *dns.Msg, query []byte) ([]b
 	}
 	return nil, fmt.Errorf("unknown protocol %v", up.Protocol)
 }
+
+// truncated reports whether the DNS message b has the TC bit.
+func truncated(b []byte) bool { return len(b) > 2 && b[2]&0x02 != 0 }
 
 // Kind is why queries to an upstream fail. The values are numbered as the
 // API's ResolverObservationKind.

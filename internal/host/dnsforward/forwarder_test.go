@@ -140,13 +140,28 @@ func TestAnswerForwardsAndPassesResultsThrough(t *testing.T) {
 	}
 }
 
-func TestAnswerPassesTruncatedUDPAnswerThrough(t *testing.T) {
-	f, r := newForwarder(Upstream{Protocol: UDP, Address: udpUpstream(t)}, direct)
-	q, b := query(t, "truncated.test.")
-	if reply := unpackReply(t, q, f.Answer(t.Context(), b), dns.RcodeSuccess); !reply.Truncated {
-		t.Error("TC bit lost")
+// TestAnswerOfATruncatedUDPAnswer: an answer a UDP upstream truncates is
+// asked again over TCP, as a stub resolver does, and given whole (the
+// guest that retries over TCP gets it; one asking over UDP gets it cut
+// to fit, FitUDP); an upstream that serves no TCP, or truncates there
+// too, leaves the truncated answer, TC bit and all.
+func TestAnswerOfATruncatedUDPAnswer(t *testing.T) {
+	for name, c := range map[string]struct {
+		address, name string
+		answers       int
+	}{
+		"whole over TCP": {dualUpstream(t), "big.test.", 60},
+		"no TCP":         {udpUpstream(t), "big.test.", 0},
+		"truncated both": {dualUpstream(t), "truncated.test.", 0},
+	} {
+		f, r := newForwarder(Upstream{Protocol: UDP, Address: c.address}, direct)
+		q, b := query(t, c.name)
+		reply := unpackReply(t, q, f.Answer(t.Context(), b), dns.RcodeSuccess)
+		if reply.Truncated != (c.answers == 0) || len(reply.Answer) != c.answers {
+			t.Errorf("%s: truncated %v with %d answers, want %d", name, reply.Truncated, len(reply.Answer), c.answers)
+		}
+		wantReports(t, r, nil)
 	}
-	wantReports(t, r, nil)
 }
 
 func TestAnswerTLSServerName(t *testing.T) {
@@ -295,13 +310,13 @@ func udpResponder(t *testing.T, respond func(n int, q *dns.Msg) []*dns.Msg) stri
 
 func TestAnswerUDPIgnoresOtherAnswers(t *testing.T) {
 	address := udpResponder(t, func(_ int, q *dns.Msg) []*dns.Msg {
-		otherID := zoneReply(q)
+		otherID := zoneReply(q, true)
 		otherID.Id++
-		otherQuestion := zoneReply(q)
+		otherQuestion := zoneReply(q, true)
 		otherQuestion.Question[0].Name = "other.test."
-		notResponse := zoneReply(q)
+		notResponse := zoneReply(q, true)
 		notResponse.Response = false
-		return []*dns.Msg{otherID, otherQuestion, notResponse, zoneReply(q)}
+		return []*dns.Msg{otherID, otherQuestion, notResponse, zoneReply(q, true)}
 	})
 	f, r := newForwarder(Upstream{Protocol: UDP, Address: address}, direct)
 	q, b := query(t, "example.test.")
@@ -319,7 +334,7 @@ func TestAnswerUDPResendsLostQuery(t *testing.T) {
 		if n == 1 {
 			return nil // lost
 		}
-		return []*dns.Msg{zoneReply(q)}
+		return []*dns.Msg{zoneReply(q, true)}
 	})
 	f, r := newForwarder(Upstream{Protocol: UDP, Address: address}, direct)
 	f.Timeout = time.Second

@@ -17,11 +17,21 @@ import (
 //	broken.test.     SERVFAIL
 //	truncated.test.  an empty answer with the TC bit
 //	many.test.       60 A records
+//	big.test.        60 A records over TCP, over UDP an empty answer with
+//	                 the TC bit (as an upstream does when they do not fit)
 //	anything else    NXDOMAIN
-func zoneReply(r *dns.Msg) *dns.Msg {
+func zoneReply(r *dns.Msg, overUDP bool) *dns.Msg {
 	m := new(dns.Msg).SetReply(r)
 	name := r.Question[0].Name
 	switch name {
+	case "big.test.":
+		if overUDP {
+			m.Truncated = true
+			break
+		}
+		for i := range 60 {
+			m.Answer = append(m.Answer, aRecord(name, byte(i)))
+		}
 	case "example.test.":
 		m.Answer = append(m.Answer, aRecord(name, 1))
 	case "broken.test.":
@@ -49,7 +59,7 @@ func aRecord(name string, last byte) dns.RR {
 func serve(t *testing.T, srv *dns.Server) {
 	t.Helper()
 	srv.Handler = dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
-		w.WriteMsg(zoneReply(r))
+		w.WriteMsg(zoneReply(r, w.RemoteAddr().Network() == "udp"))
 	})
 	started := make(chan struct{})
 	srv.NotifyStartedFunc = func() { close(started) }
@@ -61,6 +71,20 @@ func serve(t *testing.T, srv *dns.Server) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Shutdown() })
+}
+
+// dualUpstream serves the zone over UDP and TCP at one address and
+// returns it.
+func dualUpstream(t *testing.T) string {
+	t.Helper()
+	ln := listenTCP(t)
+	pc, err := net.ListenPacket("udp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, &dns.Server{PacketConn: pc})
+	serve(t, &dns.Server{Listener: ln})
+	return ln.Addr().String()
 }
 
 // udpUpstream serves the zone over UDP and returns its address.
@@ -105,7 +129,7 @@ func httpsUpstream(t *testing.T, serverTLS *tls.Config) string {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		b, err := zoneReply(&q).Pack()
+		b, err := zoneReply(&q, false).Pack()
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return

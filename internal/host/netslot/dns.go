@@ -54,8 +54,9 @@ func (s *Slot) serveDNS() error {
 			q := buf[:n]
 			reply := func(resp []byte) {
 				if resp != nil {
-					// A TCP, TLS or HTTPS upstream's answer may not fit:
-					// the guest then retries over TCP.
+					// An answer may not fit (one a TCP, TLS or HTTPS
+					// upstream gave, or a UDP one over TCP): the guest
+					// then retries over TCP.
 					conn.WriteTo(dnsforward.FitUDP(q, resp), from)
 				}
 			}
