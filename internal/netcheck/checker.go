@@ -33,14 +33,20 @@ type RangeError struct {
 	Host  string     // the hostname that resolved to Addr; empty for an IP literal
 	Addr  netip.Addr // the address as judged: unmapped, without zone
 	Range Range
+	// Platform is set when Range is a platform range (CheckDirect).
+	Platform bool
 }
 
 func (e *RangeError) Error() string {
-	if e.Host != "" {
-		return fmt.Sprintf("host %q resolves to %s, which is in the special-purpose range %s (%s)",
-			e.Host, e.Addr, e.Range.Prefix, e.Range.Name)
+	kind, why := "special-purpose", ""
+	if e.Platform {
+		kind, why = "platform", ", which no exemption opens to a guest's direct traffic: send it through an Egress"
 	}
-	return fmt.Sprintf("address %s is in the special-purpose range %s (%s)", e.Addr, e.Range.Prefix, e.Range.Name)
+	if e.Host != "" {
+		return fmt.Sprintf("host %q resolves to %s, which is in the %s range %s (%s)%s",
+			e.Host, e.Addr, kind, e.Range.Prefix, e.Range.Name, why)
+	}
+	return fmt.Sprintf("address %s is in the %s range %s (%s)%s", e.Addr, kind, e.Range.Prefix, e.Range.Name, why)
 }
 
 // ResolveError reports a hostname that did not resolve to any address.
@@ -62,19 +68,30 @@ func (e *ResolveError) Unwrap() error { return e.Err }
 // address is in a special-purpose range. The check only reports a mistake
 // early: the answer may differ by the time the endpoint is dialed.
 func (c *Checker) CheckEndpoint(ctx context.Context, hostport string) error {
+	return c.checkEndpoint(ctx, hostport, false)
+}
+
+// CheckDirect is CheckEndpoint for an endpoint that a guest's traffic
+// reaches directly from its slot (a Resolver's direct path): it also
+// refuses the platform ranges (PlatformRange), exempt or not.
+func (c *Checker) CheckDirect(ctx context.Context, hostport string) error {
+	return c.checkEndpoint(ctx, hostport, true)
+}
+
+func (c *Checker) checkEndpoint(ctx context.Context, hostport string, direct bool) error {
 	host, _, err := ParseHostPort(hostport)
 	if err != nil {
 		return err
 	}
 	if addr, err := netip.ParseAddr(host); err == nil {
-		return c.check("", addr)
+		return c.check("", addr, direct)
 	}
 	addrs, err := c.resolve(ctx, host)
 	if err != nil {
 		return err
 	}
 	for _, addr := range addrs {
-		if err := c.check(host, addr); err != nil {
+		if err := c.check(host, addr, direct); err != nil {
 			return err
 		}
 	}
@@ -113,9 +130,12 @@ func (c *Checker) Exempted(addr netip.Addr) bool {
 // CheckAddr returns a *RangeError when addr is in a special-purpose range
 // that is not exempt, else nil: the check of every address a dial to an
 // endpoint the deployment reaches on its own behalf (a registry) makes.
-func (c *Checker) CheckAddr(addr netip.Addr) error { return c.check("", addr) }
+func (c *Checker) CheckAddr(addr netip.Addr) error { return c.check("", addr, false) }
 
-func (c *Checker) check(host string, addr netip.Addr) error {
+func (c *Checker) check(host string, addr netip.Addr, direct bool) error {
+	if r, ok := PlatformRange(addr); ok && direct {
+		return &RangeError{Host: host, Addr: addr.WithZone(""), Range: r, Platform: true}
+	}
 	if e, ok := c.lookup(addr); ok {
 		return &RangeError{Host: host, Addr: addr.WithZone("").Unmap(), Range: e}
 	}

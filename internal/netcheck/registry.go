@@ -104,3 +104,32 @@ func lookup(addr netip.Addr) (Range, bool) {
 	}
 	return best, found
 }
+
+// platformRanges are those of every host that no exemption opens to a
+// guest's direct traffic: a connection there reaches the host itself.
+var platformRanges = []Range{
+	{Prefix: netip.MustParsePrefix("127.0.0.0/8"), Name: "loopback"},
+	{Prefix: netip.MustParsePrefix("::1/128"), Name: "loopback"},
+	{Prefix: netip.MustParsePrefix("169.254.0.0/16"), Name: "link-local"},
+	{Prefix: netip.MustParsePrefix("fe80::/10"), Name: "link-local"},
+	// Linux delivers a connection to the unspecified address to the host
+	// itself, as it does one to loopback.
+	{Prefix: netip.MustParsePrefix("0.0.0.0/32"), Name: "unspecified"},
+	{Prefix: netip.MustParsePrefix("::/128"), Name: "unspecified"},
+	// A direct dial to an IPv4-mapped address leaves as IPv4, although
+	// allow, deny and egresses matched it as IPv6: reaching it would bypass
+	// every IPv4 entry, so no exemption opens it.
+	{Prefix: netip.MustParsePrefix("::ffff:0:0/96"), Name: "IPv4-mapped"},
+}
+
+// PlatformRange returns the platform range that contains addr (its zone
+// ignored, an IPv4-mapped address in the IPv4-mapped range), if any.
+func PlatformRange(addr netip.Addr) (Range, bool) {
+	addr = addr.WithZone("")
+	for _, r := range platformRanges {
+		if r.Prefix.Contains(addr) {
+			return r, true
+		}
+	}
+	return Range{}, false
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -386,5 +387,24 @@ func TestUpdateNetworkPolicyStates(t *testing.T) {
 	report(t, s, ctx, id, hostv1.ObservedState_OBSERVED_STATE_DELETED, nil)
 	if err := set(); connect.CodeOf(err) != connect.CodeFailedPrecondition {
 		t.Errorf("DELETED: %v", err)
+	}
+}
+
+// TestDirectResolverOnAPlatformRange: a Resolver on loopback, exempted by
+// the operator's unsafe ranges, is refused on the direct path (no
+// exemption opens a platform range to a guest's direct traffic, and every
+// query would fail), and taken through an Egress.
+func TestDirectResolverOnAPlatformRange(t *testing.T) {
+	s, ctx := newService(t)
+	s.Checker = &netcheck.Checker{Exempt: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+	policyObjects(t, s, ctx)
+	putObject(t, s, ctx, store.KindResolver, "rsv_lo", &ctrlv1.ResolverSpec{Protocol: &ctrlv1.ResolverSpec_Udp{Udp: &ctrlv1.UdpResolver{Address: "127.0.0.1:53"}}})
+	id := create(t, s, ctx, 128<<20).WorkspaceId
+	_, err := setPolicy(s, ctx, policyRequest(id, 1, forwarding("egr_udp", []string{"10.0.0.0/8"}, "rsv_lo", direct())))
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "platform range 127.0.0.0/8") {
+		t.Errorf("a loopback Resolver on the direct path: %v, want invalid_argument naming the platform range", err)
+	}
+	if _, err := setPolicy(s, ctx, policyRequest(id, 1, forwarding("egr_udp", []string{"10.0.0.0/8"}, "rsv_lo", through("egr_udp")))); err != nil {
+		t.Errorf("a loopback Resolver through an Egress: %v", err)
 	}
 }

@@ -301,7 +301,7 @@ func checkDirectUpstreams(ctx context.Context, st store.Store, checker *netcheck
 		return err
 	}
 	for id, addr := range addrs {
-		if err := checker.CheckEndpoint(ctx, addr); err != nil {
+		if err := checker.CheckDirect(ctx, addr); err != nil {
 			return invalid("network_policy.resolvers: direct path to Resolver %q: %v", id, err)
 		}
 	}

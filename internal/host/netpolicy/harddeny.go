@@ -10,7 +10,7 @@ import (
 // HardDeny is the set of addresses traffic that leaves a slot directly may
 // never reach, under every mode and whatever allow says. It is the fixed
 // special-purpose set of netcheck (both IANA registries and multicast) less
-// Exempt, plus platform ranges that nothing exempts: the built-in ones
+// Exempt, plus platform ranges that nothing exempts: netcheck's
 // (loopback, link-local, the unspecified addresses, IPv4-mapped IPv6) and
 // Platform. Traffic forwarded through an Egress is not subject to it.
 //
@@ -27,22 +27,6 @@ type HardDeny struct {
 	Platform []netip.Prefix
 }
 
-// platform holds the ranges of every host that no exemption opens.
-var platform = []netcheck.Range{
-	{Prefix: netip.MustParsePrefix("127.0.0.0/8"), Name: "loopback"},
-	{Prefix: netip.MustParsePrefix("::1/128"), Name: "loopback"},
-	{Prefix: netip.MustParsePrefix("169.254.0.0/16"), Name: "link-local"},
-	{Prefix: netip.MustParsePrefix("fe80::/10"), Name: "link-local"},
-	// Linux delivers a connection to the unspecified address to the host
-	// itself, as it does one to loopback.
-	{Prefix: netip.MustParsePrefix("0.0.0.0/32"), Name: "unspecified"},
-	{Prefix: netip.MustParsePrefix("::/128"), Name: "unspecified"},
-	// A direct dial to an IPv4-mapped address leaves as IPv4, although
-	// allow, deny and egresses matched it as IPv6: reaching it would bypass
-	// every IPv4 entry, so no exemption opens it.
-	{Prefix: netip.MustParsePrefix("::ffff:0:0/96"), Name: "IPv4-mapped"},
-}
-
 // Denies reports whether a is in the hard deny set and, if so, why. A zone
 // is ignored and the invalid Addr is denied. An IPv4-mapped IPv6 address is
 // denied by the platform range ::ffff:0:0/96 whatever the IPv4 address it
@@ -56,10 +40,8 @@ func (h *HardDeny) Denies(a netip.Addr) (bool, string) {
 	if h != nil {
 		exempt, extra = h.Exempt, h.Platform
 	}
-	for _, r := range platform {
-		if r.Prefix.Contains(a) {
-			return true, fmt.Sprintf("%s is in the platform range %s (%s)", a, r.Prefix, r.Name)
-		}
+	if r, ok := netcheck.PlatformRange(a); ok {
+		return true, fmt.Sprintf("%s is in the platform range %s (%s)", a, r.Prefix, r.Name)
 	}
 	for _, p := range extra {
 		if p.Contains(a) {
