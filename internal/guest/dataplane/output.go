@@ -225,14 +225,18 @@ func (l *outLog) size() int {
 	return l.used
 }
 
-// discard drops all held output (a later reader gets only the exit).
+// discard drops the held output that no attached reader still needs: a
+// later reader gets what is left and the exit. What an attached reader
+// (an exec still streaming it) has not read stays: dropping it cut that
+// reader's output short, silently, under the exit code.
 func (l *outLog) discard() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.lossy = true
-	for len(l.chunks) > 0 {
+	for len(l.chunks) > 0 && !l.needed(l.chunks[0]) {
 		l.dropFirst()
 	}
-	l.start = l.end
+	if len(l.chunks) == 0 {
+		l.start = l.end
+	}
 	l.broadcast()
 }

@@ -122,3 +122,24 @@ func TestOutLogManySmallWrites(t *testing.T) {
 		t.Fatalf("after discard: %d bytes, exit %v", len(out), exit)
 	}
 }
+
+// TestOutLogDiscardKeepsWhatReadersNeed: the output an attached reader has
+// not read yet survives a discard (the budget of ended processes' output),
+// and the reader gets all of it and the exit; a reader that comes after
+// gets only what was left.
+func TestOutLogDiscardKeepsWhatReadersNeed(t *testing.T) {
+	l := newOutLog(minOutputLimit)
+	c := l.attach()
+	want := bytes.Repeat([]byte("0123456789abcdef"), minOutputLimit/32)
+	l.write(outStdout, want)
+	l.close(&datav1.ProcessEvent_Exited{ExitCode: 3})
+	l.discard()
+	if out, _, exit := drain(t, l, c); !bytes.Equal(out, want) || exit.GetExitCode() != 3 {
+		t.Errorf("the attached reader got %d of %d bytes, exit %v", len(out), len(want), exit)
+	}
+	l.detach(c)
+	l.discard()
+	if out, _, exit := drain(t, l, l.attach()); len(out) != 0 || exit.GetExitCode() != 3 {
+		t.Errorf("a reader after the discard got %d bytes, exit %v", len(out), exit)
+	}
+}

@@ -3,6 +3,8 @@ package dataplane
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
 )
 
 // run collects the events of a process stream until it ends.
@@ -580,5 +583,43 @@ func TestLargeOutput(t *testing.T) {
 	}
 	if stream.Err() != nil || n != 5000000 || exited.GetExitCode() != 0 {
 		t.Fatalf("err %v, %d bytes, exited %v", stream.Err(), n, exited)
+	}
+}
+
+// TestSlowReaderKeepsItsOutput: an exec that has not read all of its
+// process's output when more ended processes' output than the guest keeps
+// arrives still gets every byte and the exit: the budget drops only what
+// no reader needs. It used to cut the reader short, silently, under the
+// right exit code (30 execs at once lost the ends of half their outputs).
+func TestSlowReaderKeepsItsOutput(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := testCtx(t, 60*time.Second)
+	const size = 900 << 10 // within a process's log: it ends unread
+	script := fmt.Sprintf("head -c %d /dev/zero | tr '\\0' a; echo done >&2; exit 3", size)
+	// Over HTTP/1.1 the socket's buffer alone is ahead of the reader (an
+	// HTTP/2 stream's window would take all of the output at once).
+	h1 := &http.Transport{DialContext: e.dial}
+	defer h1.CloseIdleConnections()
+	slow, err := datav1connect.NewProcessServiceClient(&http.Client{Transport: h1}, "http://guest").StartProcess(ctx,
+		connect.NewRequest(&datav1.StartProcessRequest{Args: []string{"sh", "-c", script}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &run{}
+	r.waitFor(t, slow, "the slow reader's first output", func() bool { return r.stdout.Len() > 0 })
+	for range endedOutputBudget/size + 2 { // their output passes the budget of ended processes
+		s, err := e.pc.StartProcess(ctx, connect.NewRequest(&datav1.StartProcessRequest{Args: []string{"sh", "-c", script}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o := collect(t, s); o.stdout.Len() != size || o.exited.GetExitCode() != 3 {
+			t.Fatalf("another process: %d bytes, exit %v", o.stdout.Len(), o.exited)
+		}
+	}
+	for slow.Receive() {
+		r.add(t, slow.Msg())
+	}
+	if r.stdout.Len() != size || r.stderr.String() != "done\n" || r.exited.GetExitCode() != 3 {
+		t.Errorf("the slow reader got %d of %d bytes, stderr %q, exit %v", r.stdout.Len(), size, r.stderr.String(), r.exited)
 	}
 }
