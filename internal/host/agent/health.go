@@ -177,9 +177,10 @@ func (e *execution) guestObservation() *ctrlv1.GuestObservation {
 // endedByOOM tells, from the status of an init that ended, whether the
 // kernel's OOM killer ended it: it killed a process after the guest last
 // answered. A process killed inside a guest that answered afterwards does
-// not count.
+// not count, nor does one killed before the guest shut itself down (its
+// poweroff ended it).
 func (e *execution) endedByOOM(st runtime.Status) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return st.OOMKills > e.health.oomKillsAtAnswer
+	return !st.Shutdown && st.OOMKills > e.health.oomKillsAtAnswer
 }

@@ -588,6 +588,24 @@ func TestReconcilerExit(t *testing.T) {
 	e.released(t, as.ExecutionId)
 }
 
+// TestReconcilerShutdownAfterAnOOMKill: a guest that shuts itself down
+// after the OOM killer ended one of its processes (before it answered a
+// probe again) ended by its poweroff, not by the OOM kill.
+func TestReconcilerShutdownAfterAnOOMKill(t *testing.T) {
+	e := newReconcilerEnv(t)
+	e.runAgent(t, e.driver)
+	as := e.assignment("ws_off", 1, "lay_off")
+	e.running(t, as)
+	mark := e.api.mark()
+	if !e.driver.Exit(as.ExecutionId, runtime.Status{Shutdown: true, OOMKills: 1}) {
+		t.Fatal("the execution does not run")
+	}
+	if r := e.api.await(t, mark, as.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_EXITED); r.OomKilled {
+		t.Errorf("a poweroff after an OOM kill is reported as the OOM kill: %v", r)
+	}
+	e.released(t, as.ExecutionId)
+}
+
 // TestReconcilerDelete: deleting a running execution (no stop request:
 // FORCE) and a stopped one reports DELETED and removes the layer image.
 func TestReconcilerDelete(t *testing.T) {
