@@ -2,13 +2,16 @@ package daemon_test
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/daemon"
 	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
 
@@ -90,5 +93,38 @@ func TestAFullHostDiskLosesNoWrite(t *testing.T) {
 	if f := next.Failure; f.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED ||
 		!strings.Contains(f.GetMessage(), "the host's disk has") || strings.Contains(f.GetMessage(), home) {
 		t.Errorf("a workspace the full disk cannot hold: %v, want RESOURCE_EXHAUSTED naming the host's disk and no host path", f)
+	}
+}
+
+// TestAdoptedImagesHeldInFull: a workspace that an earlier build started,
+// with its layer and Volume images sparse, and that runs on across the
+// upgrade, has both held in full once the new build adopts it.
+func TestAdoptedImagesHeldInFull(t *testing.T) {
+	home := t.TempDir()
+	pools := []string{"default=" + filepath.Join(home, "pool-default")}
+	d := upWith(t, home, daemon.Options{VolumeBytes: 64 * mib, StoragePools: pools})
+	ws := d.await(d.create(withVolume(&ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW})).WorkspaceId,
+		ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	images := []string{filepath.Join(home, "layers", ws.WorkspaceId+".ext4"), filepath.Join(home, "pool-default", ws.Spec.Volume.VolumeId+".ext4")}
+	d.cancel() // the host stops; its execution runs on
+	if err := <-d.done; err != nil {
+		t.Fatal(err)
+	}
+	// As the earlier build left them: the blocks never written are holes.
+	for _, image := range images {
+		if out, err := exec.Command("fallocate", "--dig-holes", image).CombinedOutput(); err != nil {
+			t.Fatalf("fallocate --dig-holes: %v: %s", err, out)
+		}
+		if heldInFull(t, image) {
+			t.Fatalf("%s is still held in full: nothing to test", image)
+		}
+	}
+	d = upWith(t, home, daemon.Options{VolumeBytes: 64 * mib, StoragePools: pools})
+	defer d.stop()
+	eventually(t, 30*time.Second, "the adopted execution's images held in full", func() (bool, error) {
+		return heldInFull(t, images[0]) && heldInFull(t, images[1]), nil
+	}, func(held bool) bool { return held })
+	if got := d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE); got.Generation != 1 {
+		t.Errorf("the adopted workspace is at generation %d, want 1", got.Generation)
 	}
 }

@@ -96,14 +96,14 @@ func (s *Service) RegisterHost(ctx context.Context, reg *hostv1.RegisterHostRequ
 	}
 	c := reg.GetCapacity()
 	return s.updateAnnouncing(ctx, func(tx store.Tx) ([]string, error) {
-		var lost []string
+		var restarted []string
 		if h, found, err := hostByID(ctx, tx, reg.HostId); err != nil {
 			return nil, err
 		} else if found {
 			if err := checkHostOwner(ctx, tx, h); err != nil {
 				return nil, err
 			}
-			if lost, err = s.checkHostState(ctx, tx, h, reg.StateId); err != nil {
+			if restarted, err = s.checkHostState(ctx, tx, h, reg.StateId); err != nil {
 				return nil, err
 			}
 		}
@@ -116,7 +116,7 @@ func (s *Service) RegisterHost(ctx context.Context, reg *hostv1.RegisterHostRequ
 			return nil, err
 		}
 		back, err := s.hostSeen(ctx, tx, reg.HostId)
-		return append(lost, back...), err
+		return append(restarted, back...), err
 	})
 }
 
@@ -125,9 +125,12 @@ func (s *Service) RegisterHost(ctx context.Context, reg *hostv1.RegisterHostRequ
 // within its lease, is refused: a second agent under the name, or one
 // that lost its layers, would run the host's workspaces again on empty
 // layers beside those that run. Once the lease has passed it is taken,
-// and the workspaces the host ran are marked LayerLost (returned): its
-// next report of each is a start on an empty layer.
-func (s *Service) checkHostState(ctx context.Context, tx store.Tx, h store.Host, stateID string) (lost []string, err error) {
+// and each workspace the host ran starts again there as a new execution
+// (the next generation, on an empty layer: RESET, LAYER_UNAVAILABLE), so
+// that it shares no execution ID (and cgroup) with one the agent that
+// left may have left running, nor takes the sessions of the one it lost.
+// It returns the workspaces it started again.
+func (s *Service) checkHostState(ctx context.Context, tx store.Tx, h store.Host, stateID string) (restarted []string, err error) {
 	prev, err := decodeHost(h)
 	if err != nil || prev.GetStateId() == "" || stateID == "" || prev.GetStateId() == stateID {
 		return nil, err
@@ -148,13 +151,15 @@ func (s *Service) checkHostState(ctx context.Context, tx store.Tx, h store.Host,
 			(r.ws.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_UNKNOWN || r.book.Unknown != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE) {
 			continue // a start finds the layer missing on its own
 		}
-		r.book.LayerLost = true
+		r.book.Unknown = 0
+		r.ws.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING
+		r.book.Target, r.book.Attempt = r.ws.Generation+1, 0
 		if err := s.save(ctx, tx, r); err != nil {
 			return nil, err
 		}
-		lost = append(lost, r.row.ID)
+		restarted = append(restarted, r.row.ID)
 	}
-	return lost, nil
+	return restarted, nil
 }
 
 // DataPlaneEndpoint returns the data-plane endpoint a host registered;

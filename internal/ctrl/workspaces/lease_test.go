@@ -468,9 +468,11 @@ func TestOnlyTheRestoringHostReadsTheArtifact(t *testing.T) {
 // TestHostStateChanged: a registration of a live host with another
 // state_id (a second agent under its name, or one whose layers are gone)
 // is refused and changes nothing; the same state registers again at once.
-// Once the lease has passed it is taken, and the execution the host ran is
-// started again on an empty layer: AVAILABLE, RESET with LAYER_UNAVAILABLE,
-// processes and sessions to reestablish, never CONTINUED.
+// Once the lease has passed it is taken, and the workspace the host ran
+// starts again there as a new execution (the next generation: no
+// execution ID or session of the one lost), on an empty layer: AVAILABLE,
+// RESET with LAYER_UNAVAILABLE, processes and sessions to reestablish,
+// never CONTINUED.
 func TestHostStateChanged(t *testing.T) {
 	s, ctx, c, id := newLeaseService(t)
 	register := func(state, endpoint string) error {
@@ -499,11 +501,18 @@ func TestHostStateChanged(t *testing.T) {
 	if err := register("state-b", "http://b"); err != nil {
 		t.Fatalf("another state once the lease passed: %v", err)
 	}
+	if ws, _ := s.Get(ctx, id); ws.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING || ws.GetGeneration() != 1 {
+		t.Fatalf("once another state was taken: %v at generation %d, want STARTING again", ws.GetState(), ws.GetGeneration())
+	}
+	as, err := s.Assignments(ctx, "h1")
+	if err != nil || len(as.Assignments) != 1 || as.Assignments[0].ExecutionId != id+"-2" {
+		t.Fatalf("assigned %v (%v), want the execution %s-2", as.GetAssignments(), err, id)
+	}
 	ws := report(t, s, ctx, id, hostv1.ObservedState_OBSERVED_STATE_RUNNING, nil)
 	best := testutil.RetentionTier(ws, ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_BEST_EFFORT)
-	if ws.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || best.GetContinuity() != ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_RESET ||
+	if ws.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE || ws.Generation != 2 || best.GetContinuity() != ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_RESET ||
 		best.GetResetReason() != ctrlv1.RetentionResetReason_RETENTION_RESET_REASON_LAYER_UNAVAILABLE || len(ws.Reestablish) == 0 {
-		t.Errorf("the execution run again on an empty layer: %v, tier %v, reestablish %v", ws.State, best, ws.Reestablish)
+		t.Errorf("the execution run again on an empty layer: %v at generation %d, tier %v, reestablish %v", ws.State, ws.Generation, best, ws.Reestablish)
 	}
 	// Its next reports are the execution's, which runs on.
 	c.add(time.Second)

@@ -80,10 +80,6 @@ type bookkeeping struct {
 	// LayerMoves counts the starts that left the writable layer behind on
 	// a LOST host for a new one elsewhere (layerID).
 	LayerMoves uint32 `json:"layer_moves,omitempty"`
-	// LayerLost is set when the host of the running execution registered
-	// again without the layers it kept (another state_id): its next
-	// RUNNING report is the execution started again on an empty layer.
-	LayerLost bool `json:"layer_lost,omitempty"`
 	// VolumeUncreated is set when the workspace's deletion began before a
 	// launch finished creating the Volume its NEW binding asked for: the
 	// Volume holds nothing to keep, and goes with it.

@@ -188,15 +188,12 @@ func running(r *record, rep *hostv1.ExecutionReport, now time.Time) {
 	}
 	applyNetwork(r.ws, rep.Network, now)
 	applyGuest(r.ws, rep.Guest, now)
-	if !starting(r.ws.State) && r.ws.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_UNKNOWN && !r.book.LayerLost {
+	if !starting(r.ws.State) && r.ws.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_UNKNOWN {
 		return
 	}
-	first := r.book.Target == 1 && !r.book.LayerLost
+	first := r.book.Target == 1
 	cont := &continuity{kind: ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_CONTINUED}
 	switch {
-	case r.book.LayerLost:
-		cont = &continuity{kind: ctrlv1.RetentionContinuity_RETENTION_CONTINUITY_RESET, reason: ctrlv1.RetentionResetReason_RETENTION_RESET_REASON_LAYER_UNAVAILABLE}
-		r.book.LayerLost = false
 	case first && r.book.Restore != nil:
 		// A restored layer holds the exported workspace's files.
 	case first:

@@ -9,6 +9,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/host/diskimage"
 	"github.com/kibotos/kibotos/internal/host/netslot"
 	"github.com/kibotos/kibotos/internal/host/runtime"
 )
@@ -196,14 +197,31 @@ func (e *execution) observe(ctx context.Context, as *hostv1.Assignment) {
 	}
 	if e.agent.cfg.Driver.Probe(ctx, e.id) == nil {
 		e.watchGuest(nil, time.Time{})
-		path := e.agent.layerPath(as.LayerId)
-		// A build before reservations left the layers it started sparse.
-		if err := e.agent.cfg.Layers.ReserveLayer(path); err != nil {
-			slog.Warn("the layer of an adopted execution is not held in full: a full host disk can fail its guest's writes", "execution", e.id, "err", err)
-		}
-		capacity, _ := e.agent.cfg.Layers.LayerCapacity(path)
+		e.reserveAdopted(as)
+		capacity, _ := e.agent.cfg.Layers.LayerCapacity(e.agent.layerPath(as.LayerId))
 		e.report(as, e.withNetwork(&hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_RUNNING,
 			LayerCapacityBytes: &capacity, LayerContinued: true}))
+	}
+}
+
+// reserveAdopted holds the layer and Volume images of an execution adopted
+// after a restart in full on the host's disk (see ReserveLayer): a build
+// before reservations left those it started sparse. The guest runs on
+// whatever the disk says; a failure is logged.
+func (e *execution) reserveAdopted(as *hostv1.Assignment) {
+	if err := e.agent.cfg.Layers.ReserveLayer(e.agent.layerPath(as.LayerId)); err != nil {
+		slog.Warn("the layer of an adopted execution is not held in full: a full host disk can fail its guest's writes", "execution", e.id, "err", err)
+	}
+	v := as.GetVolume()
+	if v == nil {
+		return
+	}
+	image, err := e.agent.vols.path(v.StoragePool, v.VolumeId)
+	if err == nil {
+		err = diskimage.Reserve(image)
+	}
+	if err != nil {
+		slog.Warn("the Volume of an adopted execution is not held in full: a full host disk can fail its guest's writes", "execution", e.id, "volume", v.VolumeId, "err", err)
 	}
 }
 

@@ -53,6 +53,9 @@ type hostAPI struct {
 	failBlobs   bool
 	// refuse makes RegisterHost refuse the host's credentials.
 	refuse bool
+	// registrations and reportCalls count the calls of RegisterHost
+	// and ReportExecutions.
+	registrations, reportCalls int
 	// dead are the layers CollectableLayers names when asked; asked are
 	// the layers it was asked about.
 	dead, asked map[string]bool
@@ -76,6 +79,8 @@ func (h *hostAPI) notify() {
 func (h *hostAPI) RegisterHost(context.Context, *connect.Request[hostv1.RegisterHostRequest]) (*connect.Response[hostv1.RegisterHostResponse], error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.registrations++
+	h.notify()
 	if h.refuse {
 		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("a valid host token is required"))
 	}
@@ -115,6 +120,7 @@ func (h *hostAPI) WatchAssignments(ctx context.Context, _ *connect.Request[hostv
 func (h *hostAPI) ReportExecutions(_ context.Context, req *connect.Request[hostv1.ReportExecutionsRequest]) (*connect.Response[hostv1.ReportExecutionsResponse], error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.reportCalls++
 	h.reports = append(h.reports, req.Msg.Reports...)
 	h.notify()
 	return connect.NewResponse(&hostv1.ReportExecutionsResponse{}), nil
@@ -586,6 +592,31 @@ func TestReconcilerExit(t *testing.T) {
 		t.Errorf("EXITED report: %v", r)
 	}
 	e.released(t, as.ExecutionId)
+}
+
+// TestReportsWaitForTheRegistration: an agent that ctrl refuses to
+// register reports nothing, not even a heartbeat, which would renew the
+// lease of the host whose name it asks for; once registered, it reports.
+func TestReportsWaitForTheRegistration(t *testing.T) {
+	e := newReconcilerEnv(t)
+	e.api.mu.Lock()
+	e.api.refuse = true
+	e.api.mu.Unlock()
+	e.runAgent(t, e.driver)
+	count := func() (registrations, reports int) {
+		e.api.mu.Lock()
+		defer e.api.mu.Unlock()
+		return e.api.registrations, e.api.reportCalls
+	}
+	eventually(t, "the agent asks to register again", func() bool { r, _ := count(); return r >= 3 })
+	time.Sleep(heartbeat + time.Second) // a heartbeat's time
+	if _, reports := count(); reports != 0 {
+		t.Errorf("a refused agent sent %d reports", reports)
+	}
+	e.api.mu.Lock()
+	e.api.refuse = false
+	e.api.mu.Unlock()
+	eventually(t, "the registered agent reports", func() bool { _, reports := count(); return reports > 0 })
 }
 
 // TestReconcilerShutdownAfterAnOOMKill: a guest that shuts itself down

@@ -29,6 +29,15 @@ func (a *Agent) report(r *hostv1.ExecutionReport) {
 // sendReports sends queued reports and, every heartbeat, the last report
 // of every execution again, so a restarted ctrl learns everything.
 func (a *Agent) sendReports(ctx context.Context) {
+	// Nothing goes before ctrl has taken this agent's registration: the
+	// reports of one it refuses (another state under a name in use) would
+	// renew the lease of the host it stands in for, which then never
+	// turns LOST. What is reported meanwhile waits in the queue.
+	select {
+	case <-ctx.Done():
+		return
+	case <-a.registered:
+	}
 	every := a.heartbeatEvery()
 	ticker := time.NewTicker(every)
 	defer ticker.Stop()
