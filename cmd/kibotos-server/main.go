@@ -283,7 +283,7 @@ func (f *hostFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.guest, "guest-agent", "", "the kibotos-guest binary (default: next to this executable)")
 	cmd.Flags().StringVar(&f.runtime, "runtime", "runc", "OCI runtime of workspaces: runc, crun or runsc")
 	cmd.Flags().IntVar(&f.tmpfsPct, "guest-tmpfs-percent", oci.DefaultGuestTmpfsPercent,
-		"size of a workspace's /tmp and of its /run, each, in percent of its memory limit (1 to 100)")
+		"size of a workspace's /tmp, of its /run and of its /dev/shm, each, in percent of its memory limit (1 to 100)")
 	cmd.Flags().IntVar(&f.warmPool, "warm-pool", agent.DefaultWarmPool,
 		"workspaces the host keeps started ahead of time (slot, writable layer, guest agent) for the latest template and sizes it started fresh, handed out on create; 0 keeps none (0 to 256)")
 	cmd.Flags().Float64Var(&f.overcommit.CPU, "cpu-overcommit", daemon.DefaultOvercommit.CPU,

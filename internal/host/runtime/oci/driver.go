@@ -50,8 +50,8 @@ type Config struct {
 	// RuntimePath is the runtime's binary; empty looks Runtime up in PATH
 	// (and /usr/sbin, /usr/local/sbin).
 	RuntimePath string
-	// GuestTmpfsPercent sizes the guest's /tmp and /run, each, in percent
-	// of the execution's memory limit (1 to 100); 0 means
+	// GuestTmpfsPercent sizes the guest's /tmp, /run and /dev/shm, each,
+	// in percent of the execution's memory limit (1 to 100); 0 means
 	// DefaultGuestTmpfsPercent.
 	GuestTmpfsPercent int
 }
@@ -194,8 +194,8 @@ func (d *Driver) lock(id string) func() {
 	}
 }
 
-// tmpfsBytes is the size of each of a guest's /tmp and /run for a
-// memory limit of memory bytes (0: no limit, no size).
+// tmpfsBytes is the size of each of a guest's /tmp, /run and /dev/shm
+// for a memory limit of memory bytes (0: no limit, no size).
 func (d *Driver) tmpfsBytes(memory uint64) uint64 {
 	return memory/100*d.tmpfsPct + memory%100*d.tmpfsPct/100
 }

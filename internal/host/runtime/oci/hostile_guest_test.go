@@ -431,8 +431,8 @@ func TestNoDescriptorLeak(t *testing.T) {
 	}
 }
 
-// TestGuestTmpfsPercent: the share of memory for /tmp and /run is within
-// 1 to 100 percent and sizes both.
+// TestGuestTmpfsPercent: the share of memory for /tmp, /run and /dev/shm
+// is within 1 to 100 percent and sizes all three; /dev holds 1 MiB.
 func TestGuestTmpfsPercent(t *testing.T) {
 	hosttest.RequireContainers(t)
 	for _, pct := range []int{-1, 101} {
@@ -447,11 +447,29 @@ func TestGuestTmpfsPercent(t *testing.T) {
 	spec := runtime.Spec{ID: "x", MemoryBytes: 256 << 20, GuestAgent: "/agent"}
 	s := ociSpec(spec, "/rootfs", "/sock", "", d.tmpfsBytes(spec.MemoryBytes), 0)
 	for _, m := range s.Mounts {
-		if m.Destination == "/tmp" || m.Destination == "/run" {
-			if !strings.Contains(strings.Join(m.Options, ","), "size=134217728") {
-				t.Errorf("%s options %v, want size=128 MiB", m.Destination, m.Options)
-			}
+		want := map[string]string{"/tmp": "size=134217728", "/run": "size=134217728", "/dev/shm": "size=134217728", "/dev": "size=1048576"}[m.Destination]
+		if want != "" && !strings.Contains(strings.Join(m.Options, ","), want) {
+			t.Errorf("%s options %v, want %s", m.Destination, m.Options, want)
 		}
+	}
+}
+
+// TestGuestDevTmpfsBounded: what a guest writes to /dev and /dev/shm, which
+// counts against its memory, stops at their sizes (1 MiB, a quarter of
+// its memory), and the guest goes on: at 64 MiB each they could take all
+// of a small guest's memory, its agent's included.
+func TestGuestDevTmpfsBounded(t *testing.T) {
+	e := newEnv(t)
+	spec := e.spec("devfull", e.image(t))
+	e.start(t, spec)
+	out := e.exec(t, "devfull", "sh", "-c", `dd if=/dev/zero of=/dev/big bs=64k count=64 2>/dev/null && echo dev wrote all
+dd if=/dev/zero of=/dev/shm/big bs=1M count=200 2>/dev/null && echo shm wrote all
+rm -f /dev/big /dev/shm/big; df -k /dev/shm | tail -1 | awk '{print "shm", $2}'`)
+	if out != "shm 65536\n" {
+		t.Errorf("writing 4 MiB to /dev and 200 MiB to /dev/shm in a guest of 256 MiB: %q, want both refused and /dev/shm of 64 MiB", out)
+	}
+	if _, err := e.d.Exec(context.Background(), "devfull", "true"); err != nil {
+		t.Errorf("the guest after: %v", err)
 	}
 }
 

@@ -79,9 +79,9 @@ func guestEnv(extra []string) []string {
 
 // ociSpec builds the runtime configuration of an execution whose rootfs,
 // socket directory and volume (mounted at volume, when spec has one) are
-// prepared on the host. tmpfsBytes sizes the guest's /tmp and /run each
-// (0: the kernel's default, half the host's memory); oomScoreAdj is the
-// guest agent's.
+// prepared on the host. tmpfsBytes sizes the guest's /tmp, /run and
+// /dev/shm each (0: the kernel's default, half the host's memory);
+// oomScoreAdj is the guest agent's.
 func ociSpec(spec runtime.Spec, rootfs, sockDir, volume string, tmpfsBytes uint64, oomScoreAdj int) *specs.Spec {
 	hostname := guestHostname(spec)
 	caps := append([]string(nil), defaultCaps...)
@@ -104,9 +104,13 @@ func ociSpec(spec runtime.Spec, rootfs, sockDir, volume string, tmpfsBytes uint6
 	}
 	mounts := []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
-		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		// Device nodes, links and sockets take no room; what a guest
+		// writes there counts against its memory like its tmpfs, and at
+		// 64 MiB (Docker's size) /dev with /dev/shm could take all of a
+		// small guest's memory, its agent's included.
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=" + strconv.Itoa(devBytes)}},
 		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
-		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: tmpfsOptions("mode=1777", tmpfsBytes, "noexec")},
 		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
 		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
@@ -194,15 +198,18 @@ func agentOOMScoreAdj() int {
 	return n
 }
 
-// tmpfsOptions are the options of a guest tmpfs with mode, of size bytes
-// (rounded up to whole pages by the kernel) unless size is 0.
-func tmpfsOptions(mode string, size uint64) []string {
-	opts := []string{"nosuid", "nodev", mode}
+// tmpfsOptions are the options of a guest tmpfs with mode and more, of
+// size bytes (rounded up to whole pages by the kernel) unless size is 0.
+func tmpfsOptions(mode string, size uint64, more ...string) []string {
+	opts := append([]string{"nosuid", "nodev", mode}, more...)
 	if size > 0 {
 		opts = append(opts, "size="+strconv.FormatUint(size, 10))
 	}
 	return opts
 }
+
+// devBytes bounds the guest's /dev.
+const devBytes = 1 << 20
 
 // executionsCgroup is the cgroup, below each hierarchy's root, that holds
 // every execution's (those of all deployments on the host).
