@@ -141,7 +141,8 @@ func (s *Service) fitsOnItsHost(ctx context.Context, tx store.Tx, r *record) err
 }
 
 // fitsMore checks that the workspace's host has room for req beyond what
-// it already holds there.
+// it already holds there. When the workspace would then hold more than
+// the host has at all, no wait makes it fit: the refusal says so.
 func (s *Service) fitsMore(ctx context.Context, tx store.Tx, r *record, req scheduler.Request) error {
 	all, err := s.hosts(ctx, tx, r.row.HostID)
 	if err != nil {
@@ -153,9 +154,23 @@ func (s *Service) fitsMore(ctx context.Context, tx store.Tx, r *record, req sche
 		hosts = append(hosts, h.Host)
 	}
 	if _, _, err := scheduler.Place(hosts, req); err != nil {
+		total := scheduler.Request{CPUMillis: req.CPUMillis, MemoryBytes: req.MemoryBytes, LayerBytes: req.LayerBytes + r.row.LayerBytes}
+		if holdsExecution(r) {
+			total.CPUMillis += r.row.CPUMillis
+			total.MemoryBytes += r.row.MemoryBytes
+		}
+		if len(hosts) == 1 && exceeds(total, hosts[0].Capacity) {
+			err = fmt.Errorf("%w: %w", scheduler.ErrTooLarge, err)
+		}
 		return exhausted(err)
 	}
 	return nil
+}
+
+// exceeds reports whether req is more than capacity offers in any
+// resource.
+func exceeds(req, capacity scheduler.Resources) bool {
+	return req.CPUMillis > capacity.CPUMillis || req.MemoryBytes > capacity.MemoryBytes || req.LayerBytes > capacity.LayerBytes
 }
 
 // exhausted is resource_exhausted without the scheduler's detail, which

@@ -2,6 +2,7 @@ package workspaces
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -357,5 +358,24 @@ func TestForceStopIsNeverConfirmed(t *testing.T) {
 	if ls := ws.LastStop; ws.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED || ls.GetMode() != ctrlv1.StopMode_STOP_MODE_FORCE ||
 		ls.GetDurability() != ctrlv1.StopDurability_STOP_DURABILITY_UNCONFIRMED {
 		t.Errorf("a FORCE stop reported synced: %v %v", ws.State, ls)
+	}
+}
+
+// TestRaiseBeyondTheHost: a memory raise of a running workspace to more
+// than its host has at all says that no wait makes it fit; one that does
+// not fit beside the others now says to retry later.
+func TestRaiseBeyondTheHost(t *testing.T) {
+	s, ctx := newService(t) // a host of 1 GiB
+	ws := create(t, s, ctx, 512<<20)
+	ws = report(t, s, ctx, ws.WorkspaceId, hostv1.ObservedState_OBSERVED_STATE_RUNNING, nil)
+	create(t, s, ctx, 384<<20)
+	// The raise alone (768 MiB) is less than the host has.
+	_, err := UpdateMemory(ctx, s, write("memory", newWS), ws.WorkspaceId, ws.Spec.ResourcesRevision, 1280<<20, identity)
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "large enough") {
+		t.Errorf("a raise to more than the host's memory: %v, want resource_exhausted saying no host is large enough", err)
+	}
+	_, err = UpdateMemory(ctx, s, write("memory", newWS), ws.WorkspaceId, ws.Spec.ResourcesRevision, 768<<20, identity)
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "retry later") {
+		t.Errorf("a raise that fits the host but not beside the others: %v, want resource_exhausted saying to retry later", err)
 	}
 }
