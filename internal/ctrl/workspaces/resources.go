@@ -46,7 +46,8 @@ func UpdateMemory[R proto.Message](ctx context.Context, s *Service, w Write[R], 
 				return err
 			}
 		} else if err := stoppedForResources(ctx, tx, r); err != nil {
-			return err
+			return precondition(observed(ctx, tx, r), "workspace %s is %s; memory is raised while it is AVAILABLE, and changed either way while it is STOPPED or FAILED",
+				r.ws.WorkspaceId, StateName(r.ws.State))
 		}
 		res.MemoryBytes = memory
 		r.ws.Spec.ResourcesRevision++

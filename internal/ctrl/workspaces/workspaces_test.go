@@ -363,7 +363,8 @@ func TestForceStopIsNeverConfirmed(t *testing.T) {
 
 // TestRaiseBeyondTheHost: a memory raise of a running workspace to more
 // than its host has at all says that no wait makes it fit; one that does
-// not fit beside the others now says to retry later.
+// not fit beside the others now says to retry later; one while it stops
+// says when memory changes.
 func TestRaiseBeyondTheHost(t *testing.T) {
 	s, ctx := newService(t) // a host of 1 GiB
 	ws := create(t, s, ctx, 512<<20)
@@ -377,5 +378,13 @@ func TestRaiseBeyondTheHost(t *testing.T) {
 	_, err = UpdateMemory(ctx, s, write("memory", newWS), ws.WorkspaceId, ws.Spec.ResourcesRevision, 768<<20, identity)
 	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "retry later") {
 		t.Errorf("a raise that fits the host but not beside the others: %v, want resource_exhausted saying to retry later", err)
+	}
+	// While it stops, the refusal says when memory changes.
+	if _, err := Stop(ctx, s, write("stop", newWS), ws.WorkspaceId, ctrlv1.StopMode_STOP_MODE_NORMAL, identity); err != nil {
+		t.Fatal(err)
+	}
+	_, err = UpdateMemory(ctx, s, write("memory", newWS), ws.WorkspaceId, ws.Spec.ResourcesRevision, 640<<20, identity)
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "raised while it is AVAILABLE") {
+		t.Errorf("a raise while STOPPING: %v, want failed_precondition saying when memory changes", err)
 	}
 }
