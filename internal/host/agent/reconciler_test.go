@@ -578,20 +578,30 @@ func TestReconcilerFailedStart(t *testing.T) {
 }
 
 // TestReconcilerExit: an execution whose init ends on its own is reported
-// EXITED, with the OOM kill, and released.
+// EXITED, with the OOM kill when the OOM killer ended it, and released. A
+// guest that shuts itself down after the OOM killer ended one of its
+// processes (before it answered a probe again) ended by its poweroff.
 func TestReconcilerExit(t *testing.T) {
 	e := newReconcilerEnv(t)
 	e.runAgent(t, e.driver)
-	as := e.assignment("ws_oom", 1, "lay_oom")
-	e.running(t, as)
-	mark := e.api.mark()
-	if !e.driver.Exit(as.ExecutionId, runtime.Status{ExitCode: 137, Signal: "KILL", OOMKilled: true, OOMKills: 1}) {
-		t.Fatal("the execution does not run")
+	for ws, c := range map[string]struct {
+		status runtime.Status
+		oom    bool
+	}{
+		"ws_oom": {runtime.Status{ExitCode: 137, Signal: "KILL", OOMKilled: true, OOMKills: 1}, true},
+		"ws_off": {runtime.Status{Shutdown: true, OOMKills: 1}, false},
+	} {
+		as := e.assignment(ws, 1, "lay_"+ws)
+		e.running(t, as)
+		mark := e.api.mark()
+		if !e.driver.Exit(as.ExecutionId, c.status) {
+			t.Fatal("the execution does not run")
+		}
+		if r := e.api.await(t, mark, as.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_EXITED); r.OomKilled != c.oom {
+			t.Errorf("%s: EXITED report %v, want oom_killed %v", ws, r, c.oom)
+		}
+		e.released(t, as.ExecutionId)
 	}
-	if r := e.api.await(t, mark, as.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_EXITED); !r.OomKilled {
-		t.Errorf("EXITED report: %v", r)
-	}
-	e.released(t, as.ExecutionId)
 }
 
 // TestReportsWaitForTheRegistration: an agent that ctrl refuses to
@@ -617,24 +627,6 @@ func TestReportsWaitForTheRegistration(t *testing.T) {
 	e.api.refuse = false
 	e.api.mu.Unlock()
 	eventually(t, "the registered agent reports", func() bool { _, reports := count(); return reports > 0 })
-}
-
-// TestReconcilerShutdownAfterAnOOMKill: a guest that shuts itself down
-// after the OOM killer ended one of its processes (before it answered a
-// probe again) ended by its poweroff, not by the OOM kill.
-func TestReconcilerShutdownAfterAnOOMKill(t *testing.T) {
-	e := newReconcilerEnv(t)
-	e.runAgent(t, e.driver)
-	as := e.assignment("ws_off", 1, "lay_off")
-	e.running(t, as)
-	mark := e.api.mark()
-	if !e.driver.Exit(as.ExecutionId, runtime.Status{Shutdown: true, OOMKills: 1}) {
-		t.Fatal("the execution does not run")
-	}
-	if r := e.api.await(t, mark, as.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_EXITED); r.OomKilled {
-		t.Errorf("a poweroff after an OOM kill is reported as the OOM kill: %v", r)
-	}
-	e.released(t, as.ExecutionId)
 }
 
 // TestReconcilerDelete: deleting a running execution (no stop request:
