@@ -45,6 +45,9 @@ var dialect = sqlstore.Dialect{
 // connection refused or lost, a connection exception (class 08), or a
 // server shutting down or starting (57P01 to 57P03).
 func unreachable(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false // the caller's context ended (it is a net.Error too)
+	}
 	var connect *pgconn.ConnectError
 	var netErr net.Error
 	code := pgCode(err)

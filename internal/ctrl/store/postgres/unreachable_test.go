@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/testutil"
@@ -74,6 +75,13 @@ func TestUnreachableServer(t *testing.T) {
 	ctx := context.Background()
 	if err := s.Update(ctx, func(tx store.Tx) error { return tx.PutSetting(ctx, "k", []byte("v")) }); err != nil {
 		t.Fatal(err)
+	}
+	// A caller whose deadline passed is not told the store is away
+	// (context.DeadlineExceeded is a net.Error too).
+	ended, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
+	defer cancel()
+	if err := s.View(ended, func(tx store.Tx) error { _, err := tx.Setting(ended, "k"); return err }); errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("a read with its context ended: %v, want no store.ErrUnavailable", err)
 	}
 	r.cut()
 	for name, call := range map[string]func() error{
