@@ -604,31 +604,6 @@ func TestReconcilerExit(t *testing.T) {
 	}
 }
 
-// TestReportsWaitForTheRegistration: an agent that ctrl refuses to
-// register reports nothing, not even a heartbeat, which would renew the
-// lease of the host whose name it asks for; once registered, it reports.
-func TestReportsWaitForTheRegistration(t *testing.T) {
-	e := newReconcilerEnv(t)
-	e.api.mu.Lock()
-	e.api.refuse = true
-	e.api.mu.Unlock()
-	e.runAgent(t, e.driver)
-	count := func() (registrations, reports int) {
-		e.api.mu.Lock()
-		defer e.api.mu.Unlock()
-		return e.api.registrations, e.api.reportCalls
-	}
-	eventually(t, "the agent asks to register again", func() bool { r, _ := count(); return r >= 3 })
-	time.Sleep(heartbeat + time.Second) // a heartbeat's time
-	if _, reports := count(); reports != 0 {
-		t.Errorf("a refused agent sent %d reports", reports)
-	}
-	e.api.mu.Lock()
-	e.api.refuse = false
-	e.api.mu.Unlock()
-	eventually(t, "the registered agent reports", func() bool { _, reports := count(); return reports > 0 })
-}
-
 // TestReconcilerDelete: deleting a running execution (no stop request:
 // FORCE) and a stopped one reports DELETED and removes the layer image.
 func TestReconcilerDelete(t *testing.T) {
@@ -885,17 +860,30 @@ func TestReconcilerLaunch(t *testing.T) {
 }
 
 // TestRefusedCredentials: an agent whose registration the control plane
-// refuses (unauthenticated: its token revoked) marks itself refused, and
-// is accepted again once a registration succeeds.
+// refuses (unauthenticated: its token revoked) marks itself refused and
+// reports nothing, not even a heartbeat, which would renew the lease of
+// the host whose name it asks for; it is accepted again, and reports,
+// once a registration succeeds.
 func TestRefusedCredentials(t *testing.T) {
 	e := newReconcilerEnv(t)
 	e.api.mu.Lock()
 	e.api.refuse = true
 	e.api.mu.Unlock()
 	a, _ := e.runAgent(t, e.driver)
+	count := func() (registrations, reports int) {
+		e.api.mu.Lock()
+		defer e.api.mu.Unlock()
+		return e.api.registrations, e.api.reportCalls
+	}
 	eventually(t, "the agent marks itself refused", func() bool { return a.refused.Load() })
+	eventually(t, "the agent asks to register again", func() bool { r, _ := count(); return r >= 3 })
+	time.Sleep(heartbeat + time.Second) // a heartbeat's time
+	if _, reports := count(); reports != 0 {
+		t.Errorf("a refused agent sent %d reports", reports)
+	}
 	e.api.mu.Lock()
 	e.api.refuse = false
 	e.api.mu.Unlock()
 	eventually(t, "the agent is accepted again", func() bool { return !a.refused.Load() })
+	eventually(t, "the registered agent reports", func() bool { _, reports := count(); return reports > 0 })
 }
