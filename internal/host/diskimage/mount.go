@@ -53,12 +53,36 @@ func Mount(image, parent string, readOnly bool) (dir string, unmount func() erro
 // reader that just ended may still be closing its files.
 const unmountBusyFor = 2 * time.Second
 
+// Unmount unmounts mp, trying again while it is busy for up to busyFor (a
+// process that just ended may still be closing its files; another mount
+// namespace may hold a copy for a moment), and detaches it when a plain
+// unmount still fails, so that it goes once what holds it lets go:
+// detached reports that. A mount point that is not mounted is no error;
+// err is set only when mp could be neither unmounted nor detached.
+func Unmount(mp string, busyFor time.Duration) (detached bool, err error) {
+	deadline := time.Now().Add(busyFor)
+	for wait := 5 * time.Millisecond; ; wait += 5 * time.Millisecond {
+		err = unix.Unmount(mp, 0)
+		if err == nil || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+			return false, nil
+		}
+		if !errors.Is(err, unix.EBUSY) || time.Now().Add(wait).After(deadline) {
+			break
+		}
+		time.Sleep(wait)
+	}
+	if e := unix.Unmount(mp, unix.MNT_DETACH); e != nil && !errors.Is(e, unix.EINVAL) && !errors.Is(e, unix.ENOENT) {
+		return false, fmt.Errorf("unmounting %s: %w", mp, errors.Join(err, e))
+	}
+	return true, nil
+}
+
 // unmountDir unmounts a directory Mount made, waits for the image's loop
 // device to go, and removes the directory. A mount still busy after
-// unmountBusyFor (another mount namespace that copied it for a moment,
-// say) is detached, and goes once what holds it lets go: a read-only one
-// loses nothing, while a writable one is an error all the same, as its
-// writes may not all be on the image, but leaves no mount behind.
+// unmountBusyFor is detached (Unmount), and goes once what holds it lets
+// go: a read-only one loses nothing, while a writable one is an error all
+// the same, as its writes may not all be on the image, but leaves no
+// mount behind.
 func unmountDir(dir, image string, readOnly bool) error {
 	// This filesystem's writes only: a sync of every filesystem would
 	// wait for the whole host's.
@@ -69,20 +93,13 @@ func unmountDir(dir, image string, readOnly bool) error {
 			return fmt.Errorf("diskimage: syncing %s: %w", dir, err)
 		}
 	}
-	err := unix.Unmount(dir, 0)
-	for deadline := time.Now().Add(unmountBusyFor); errors.Is(err, unix.EBUSY) && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond)
-		err = unix.Unmount(dir, 0)
+	detached, err := Unmount(dir, unmountBusyFor)
+	if err != nil {
+		return fmt.Errorf("diskimage: %w", err)
 	}
-	if errors.Is(err, unix.EBUSY) && unix.Unmount(dir, unix.MNT_DETACH) == nil {
-		if !readOnly {
-			os.Remove(dir)
-			return fmt.Errorf("diskimage: unmounting %s: %w (detached: it goes once its holder lets go; the image is not to be used until then)", dir, err)
-		}
-		err = nil
-	}
-	if err != nil && !errors.Is(err, unix.EINVAL) {
-		return fmt.Errorf("diskimage: unmounting %s: %w", dir, err)
+	if detached && !readOnly {
+		os.Remove(dir)
+		return fmt.Errorf("diskimage: unmounting %s: %w (detached: it goes once its holder lets go; the image is not to be used until then)", dir, unix.EBUSY)
 	}
 	if image != "" && !WaitLoopsReleased(image, 10*time.Second) {
 		return fmt.Errorf("diskimage: %s is still attached after unmounting", image)

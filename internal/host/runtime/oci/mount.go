@@ -3,7 +3,6 @@ package oci
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"os"
 	"slices"
 	"sort"
@@ -12,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kibotos/kibotos/internal/host/diskimage"
 	"github.com/kibotos/kibotos/internal/host/mountinfo"
 )
 
@@ -72,32 +72,18 @@ func unmountPoints(pts []string) (plain bool, err error) {
 	sort.SliceStable(pts, func(i, j int) bool { return len(pts[i]) > len(pts[j]) })
 	plain = true
 	for _, mp := range pts {
-		if e := unmount(mp); e != nil {
+		detached, e := diskimage.Unmount(mp, unmountBusyFor)
+		if detached || e != nil {
 			plain = false
-			if e := unix.Unmount(mp, unix.MNT_DETACH); e != nil && !errors.Is(e, unix.EINVAL) && !errors.Is(e, unix.ENOENT) {
-				err = errors.Join(err, fmt.Errorf("unmount %s: %w", mp, e))
-			}
 		}
+		err = errors.Join(err, e)
 	}
 	return plain, err
 }
 
-// unmount unmounts mp plainly, retrying a few times while it is busy; a
-// mount point that is not mounted is not an error.
-func unmount(mp string) error {
-	var err error
-	for i := 0; i < 10; i++ {
-		err = unix.Unmount(mp, 0)
-		if err == nil || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
-			return nil
-		}
-		if !errors.Is(err, unix.EBUSY) {
-			break
-		}
-		time.Sleep(time.Duration(i+1) * 5 * time.Millisecond)
-	}
-	return fmt.Errorf("unmount %s: %w", mp, err)
-}
+// unmountBusyFor is how long a busy mount point of an execution is tried
+// again before it is detached.
+const unmountBusyFor = 275 * time.Millisecond
 
 // isMountPoint reports whether path is a mount point of this namespace.
 func isMountPoint(path string) bool {
