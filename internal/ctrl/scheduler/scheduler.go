@@ -35,6 +35,12 @@ var ErrNoHost = errors.New("no host is registered with this deployment")
 // host offers in all, reserved or not: no wait makes it fit.
 var ErrTooLarge = errors.New("the request exceeds the capacity of every host")
 
+// Exceeds reports whether req is more than capacity offers at all in any
+// resource: no wait makes it fit.
+func Exceeds(req, capacity Resources) bool {
+	return req.CPUMillis > capacity.CPUMillis || req.MemoryBytes > capacity.MemoryBytes || req.LayerBytes > capacity.LayerBytes
+}
+
 // Place returns the host with room for req that has the most memory left,
 // and the writable layer capacity it will give (req's, or the host's
 // default). Ties go to the first host.
@@ -67,7 +73,7 @@ func Place(hosts []Host, req Request) (string, uint64, error) {
 		if layer > free(h.Capacity.LayerBytes, h.Reserved.LayerBytes) {
 			missing = append(missing, "disk")
 		}
-		if uint64(req.CPUMillis) <= uint64(h.Capacity.CPUMillis) && req.MemoryBytes <= h.Capacity.MemoryBytes && layer <= h.Capacity.LayerBytes {
+		if !Exceeds(Resources{CPUMillis: req.CPUMillis, MemoryBytes: req.MemoryBytes, LayerBytes: layer}, h.Capacity) {
 			tooLarge = false
 		}
 		if len(missing) > 0 {

@@ -159,7 +159,7 @@ func (s *Service) fitsMore(ctx context.Context, tx store.Tx, r *record, req sche
 			total.CPUMillis += r.row.CPUMillis
 			total.MemoryBytes += r.row.MemoryBytes
 		}
-		if len(hosts) == 1 && exceeds(total, hosts[0].Capacity) {
+		if len(hosts) == 1 && scheduler.Exceeds(total, hosts[0].Capacity) {
 			err = fmt.Errorf("%w: %w", scheduler.ErrTooLarge, err)
 		}
 		return exhausted(err)
@@ -167,11 +167,6 @@ func (s *Service) fitsMore(ctx context.Context, tx store.Tx, r *record, req sche
 	return nil
 }
 
-// exceeds reports whether req is more than capacity offers in any
-// resource.
-func exceeds(req, capacity scheduler.Resources) bool {
-	return req.CPUMillis > capacity.CPUMillis || req.MemoryBytes > capacity.MemoryBytes || req.LayerBytes > capacity.LayerBytes
-}
 
 // exhausted is resource_exhausted without the scheduler's detail, which
 // names hosts: callers learn nothing of the deployment's layout.
