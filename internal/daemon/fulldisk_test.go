@@ -1,7 +1,6 @@
 package daemon_test
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -14,33 +13,6 @@ import (
 	"github.com/kibotos/kibotos/internal/daemon"
 	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
-
-// fillDisk takes all but leave bytes of the free space of the filesystem
-// of dir, as an operator's file would, and returns the function that
-// frees it.
-func fillDisk(t *testing.T, dir string, leave uint64) (free func()) {
-	t.Helper()
-	var fs unix.Statfs_t
-	if err := unix.Statfs(dir, &fs); err != nil {
-		t.Fatal(err)
-	}
-	avail := fs.Bavail * uint64(fs.Bsize)
-	if avail <= leave {
-		t.Fatalf("%d bytes free, fewer than the %d to leave", avail, leave)
-	}
-	path := filepath.Join(dir, "filler")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	free = func() { os.Remove(path) }
-	t.Cleanup(free)
-	if err := unix.Fallocate(int(f.Fd()), 0, 0, int64(avail-leave)); err != nil {
-		t.Fatal(err)
-	}
-	return free
-}
 
 // heldInFull reports whether the image at path holds a block of the
 // host's disk for every block of its size.
@@ -72,7 +44,7 @@ func TestAFullHostDiskLosesNoWrite(t *testing.T) {
 		t.Error("the layer of a started workspace is not held in full")
 	}
 	// What is left holds a new layer's filesystem, not its whole size.
-	defer fillDisk(t, home, 8*mib)() // before the deployment's stop deletes the workspaces
+	defer hosttest.FillDisk(t, home, 8*mib)() // before the deployment's stop deletes the workspaces
 
 	sum, err := d.exec(ws, "sh", "-c", "head -c 41943040 /dev/urandom > /root/data && sync && md5sum /root/data")
 	if err != nil {

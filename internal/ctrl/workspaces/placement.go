@@ -167,7 +167,6 @@ func (s *Service) fitsMore(ctx context.Context, tx store.Tx, r *record, req sche
 	return nil
 }
 
-
 // exhausted is resource_exhausted without the scheduler's detail, which
 // names hosts: callers learn nothing of the deployment's layout.
 func exhausted(err error) error {

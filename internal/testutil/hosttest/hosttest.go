@@ -1,6 +1,7 @@
 // Package hosttest gives tests what they need of the host: skips for tests
 // that need root, runc or Xvfb, free X display numbers, a busybox root
-// filesystem for containers, small filesystems of their own (Tmpfs), and
+// filesystem for containers, small filesystems of their own (Tmpfs) and
+// filled ones (FillDisk), and
 // the process's thread count. It
 // imports nothing of the module, so that every package's tests may use it.
 package hosttest
@@ -15,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // Busybox is the static busybox that BusyboxRoot copies: where Debian's
@@ -151,4 +154,33 @@ func Tmpfs(t testing.TB, dir, size string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+}
+
+// FillDisk takes all but leave bytes of the free space of the filesystem
+// of dir with a file there, as an operator's file would, and returns the
+// function that frees it (it runs when the test ends too).
+func FillDisk(t testing.TB, dir string, leave uint64) (free func()) {
+	t.Helper()
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil {
+		t.Fatal(err)
+	}
+	avail := fs.Bavail * uint64(fs.Bsize)
+	if avail < leave {
+		t.Fatalf("%d bytes free, fewer than the %d to leave", avail, leave)
+	}
+	path := filepath.Join(dir, "filler")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	free = func() { os.Remove(path) }
+	t.Cleanup(free)
+	if avail > leave {
+		if err := unix.Fallocate(int(f.Fd()), 0, 0, int64(avail-leave)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return free
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -148,14 +147,7 @@ func TestOpenOnAFullDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	filler, err := os.Create(filepath.Join(dir, "filler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer filler.Close()
-	for chunk := make([]byte, 4096); err == nil; {
-		_, err = filler.Write(chunk)
-	}
+	hosttest.FillDisk(t, dir, 0)
 	s, err = sqlite.Open(ctx, path)
 	if err == nil {
 		s.Close()
