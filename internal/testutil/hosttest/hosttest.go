@@ -1,9 +1,8 @@
 // Package hosttest gives tests what they need of the host: skips for tests
 // that need root, runc or Xvfb, free X display numbers, a busybox root
 // filesystem for containers, small filesystems of their own (Tmpfs) and
-// filled ones (FillDisk), and
-// the process's thread count. It
-// imports nothing of the module, so that every package's tests may use it.
+// full ones (FillDisk), and the process's thread count. It imports nothing
+// of the module, so that every package's tests may use it.
 package hosttest
 
 import (
