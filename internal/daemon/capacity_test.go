@@ -1,11 +1,8 @@
 package daemon
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/kibotos/kibotos/internal/host/agent"
 	"github.com/kibotos/kibotos/internal/testutil/hosttest"
@@ -19,19 +16,12 @@ func TestCapacityAfterRestart(t *testing.T) {
 	home := t.TempDir()
 	hosttest.Tmpfs(t, home, "64m")
 	layers, volumes := filepath.Join(home, "layers"), filepath.Join(home, "volumes")
-	for path, bytes := range map[string]int{filepath.Join(layers, "ws.ext4"): 8 << 20, filepath.Join(volumes, "vol.ext4"): 4 << 20} {
-		os.MkdirAll(filepath.Dir(path), 0o700)
-		if err := os.WriteFile(path, make([]byte, bytes), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	hosttest.WriteFiles(t, map[string]int{filepath.Join(layers, "ws.ext4"): 8 << 20, filepath.Join(volumes, "vol.ext4"): 4 << 20})
 	c, err := hostCapacity(layers, []agent.StoragePool{{Name: "default", Dir: volumes}}, Overcommit{CPU: 1, Memory: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st unix.Statfs_t
-	unix.Statfs(home, &st)
-	if free := st.Bavail * uint64(st.Bsize); c.LayerBytes != free+12<<20 {
+	if free := hosttest.FreeBytes(t, home); c.LayerBytes != free+12<<20 {
 		t.Errorf("layer capacity %d, want the free %d and the 12 MiB the images hold", c.LayerBytes, free)
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 
 	adminv1 "github.com/kibotos/kibotos/gen/kibotos/admin/v1"
@@ -21,6 +20,7 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/internal/daemon"
 	"github.com/kibotos/kibotos/internal/testutil"
+	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
@@ -428,11 +428,7 @@ func TestVolumeLostAndDamaged(t *testing.T) {
 func TestVolumesFitTheirPool(t *testing.T) {
 	e := newVolumeEnv(t)
 	defer e.stop()
-	var fs unix.Statfs_t
-	if err := unix.Statfs(filepath.Join(e.home, "pool-default"), &fs); err != nil {
-		t.Fatal(err)
-	}
-	free := fs.Bavail * uint64(fs.Bsize)
+	free := hosttest.FreeBytes(t, filepath.Join(e.home, "pool-default"))
 	const gib = 1024 * mib
 	// Room to spare for what other tests write meanwhile: the pool's
 	// room is its free space when the host registered.

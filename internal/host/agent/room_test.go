@@ -5,8 +5,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
 
@@ -19,23 +17,14 @@ func TestRoomCountsWhatImagesHold(t *testing.T) {
 	fs := t.TempDir()
 	hosttest.Tmpfs(t, fs, "64m")
 	layers, volumes := filepath.Join(fs, "layers"), filepath.Join(fs, "volumes")
-	for path, bytes := range map[string]int{filepath.Join(layers, "a.ext4"): 4 << 20, filepath.Join(volumes, "v.ext4"): 2 << 20} {
-		os.MkdirAll(filepath.Dir(path), 0o700)
-		if err := os.WriteFile(path, make([]byte, bytes), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	hosttest.WriteFiles(t, map[string]int{filepath.Join(layers, "a.ext4"): 4 << 20, filepath.Join(volumes, "v.ext4"): 2 << 20})
 	sparse, err := os.Create(filepath.Join(layers, "sparse.ext4"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	sparse.Truncate(1 << 30)
 	sparse.Close()
-	var st unix.Statfs_t
-	if err := unix.Statfs(fs, &st); err != nil {
-		t.Fatal(err)
-	}
-	free := st.Bavail * uint64(st.Bsize)
+	free := hosttest.FreeBytes(t, fs)
 	if got := Room(layers); got != free+4<<20 {
 		t.Errorf("room of the layers: %d, want the free %d and the 4 MiB written", got, free)
 	}

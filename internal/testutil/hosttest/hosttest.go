@@ -155,16 +155,38 @@ func Tmpfs(t testing.TB, dir, size string) {
 	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
 }
 
-// FillDisk takes all but leave bytes of the free space of the filesystem
-// of dir with a file there, as an operator's file would, and returns the
-// function that frees it (it runs when the test ends too).
-func FillDisk(t testing.TB, dir string, leave uint64) (free func()) {
+// FreeBytes is the space an unprivileged writer may still take on the
+// filesystem of dir.
+func FreeBytes(t testing.TB, dir string) uint64 {
 	t.Helper()
 	var fs unix.Statfs_t
 	if err := unix.Statfs(dir, &fs); err != nil {
 		t.Fatal(err)
 	}
-	avail := fs.Bavail * uint64(fs.Bsize)
+	return fs.Bavail * uint64(fs.Bsize)
+}
+
+// WriteFiles writes each path of files, creating its directory, with as
+// many zero bytes as given: blocks a filesystem really holds, unlike a
+// sparse file's.
+func WriteFiles(t testing.TB, files map[string]int) {
+	t.Helper()
+	for path, bytes := range files {
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, make([]byte, bytes), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// FillDisk takes all but leave bytes of the free space of the filesystem
+// of dir with a file there, as an operator's file would, and returns the
+// function that frees it (it runs when the test ends too).
+func FillDisk(t testing.TB, dir string, leave uint64) (free func()) {
+	t.Helper()
+	avail := FreeBytes(t, dir)
 	if avail < leave {
 		t.Fatalf("%d bytes free, fewer than the %d to leave", avail, leave)
 	}
