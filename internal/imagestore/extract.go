@@ -345,13 +345,8 @@ func (x *extractor) dir(rel string, hdr *tar.Header) error {
 		if err := x.remove(rel); err != nil {
 			return err
 		}
-		if err := os.Mkdir(p, 0o700); err != nil {
+		if err := mkdir(p, 0o700, err == nil && isWhiteout(fi)); err != nil {
 			return err
-		}
-		if err == nil && isWhiteout(fi) { // a new directory in place of the lower one
-			if err := setOpaque(p); err != nil {
-				return err
-			}
 		}
 	}
 	x.dirs[rel] = true
@@ -359,6 +354,22 @@ func (x *extractor) dir(rel string, hdr *tar.Header) error {
 		return err
 	}
 	x.dirTimes = append(x.dirTimes, entryTimes{rel, p, accessTime(hdr), hdr.ModTime})
+	return nil
+}
+
+// mkdir creates the directory p with mode, despite the umask. One made in
+// place of a whiteout is a new directory in place of the lower layers'
+// one, and so opaque: it shows nothing of theirs.
+func mkdir(p string, mode os.FileMode, overWhiteout bool) error {
+	if err := os.Mkdir(p, mode); err != nil {
+		return err
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		return err
+	}
+	if overWhiteout {
+		return setOpaque(p)
+	}
 	return nil
 }
 
@@ -380,21 +391,13 @@ func (x *extractor) parents(rel string, create bool) error {
 		whiteout := err == nil && isWhiteout(fi) && create
 		switch {
 		case (errors.Is(err, fs.ErrNotExist) || whiteout) && create:
-			if whiteout { // a new directory in place of the lower one
+			if whiteout {
 				if err := os.Remove(x.abs(p)); err != nil {
 					return err
 				}
 			}
-			if err := os.Mkdir(x.abs(p), 0o755); err != nil {
+			if err := mkdir(x.abs(p), 0o755, whiteout); err != nil {
 				return err
-			}
-			if err := os.Chmod(x.abs(p), 0o755); err != nil { // despite the umask
-				return err
-			}
-			if whiteout {
-				if err := setOpaque(x.abs(p)); err != nil {
-					return err
-				}
 			}
 		case err != nil:
 			return fmt.Errorf("%w: parent %q: %v", ErrInvalidImage, p, err)
