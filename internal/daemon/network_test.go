@@ -657,7 +657,9 @@ func TestNetworkPolicyResolverFaults(t *testing.T) {
 
 // TestNetworkPolicyIPv6LinkDNS runs a deployment whose first resolver is
 // IPv6: the guest's nameserver is fe80::1 on its link, refused under
-// DENY_ALL and answered through the IPv6 resolver under PUBLIC_INTERNET.
+// DENY_ALL and answered through the IPv6 resolver under PUBLIC_INTERNET,
+// and so is 10.211.0.1, the address a guest started under an IPv4 first
+// resolver keeps in its resolv.conf when its host restarts.
 func TestNetworkPolicyIPv6LinkDNS(t *testing.T) {
 	e := newNetEnvResolving(t, netip.AddrPortFrom(nettest.HostIPv6, 53))
 	e.awaitApplied(1)
@@ -670,6 +672,9 @@ func TestNetworkPolicyIPv6LinkDNS(t *testing.T) {
 	e.setPolicy(public(nil))
 	if out, err := e.exec(e.ws, "nslookup", "internet.test"); err != nil || !strings.Contains(out, nettest.HostIPv4.String()) {
 		t.Fatalf("DNS over the IPv6 link address: %q, %v", out, err)
+	}
+	if out, err := e.exec(e.ws, "nslookup", "internet.test", "10.211.0.1"); err != nil || !strings.Contains(out, nettest.HostIPv4.String()) {
+		t.Fatalf("DNS over the IPv4 link address: %q, %v", out, err)
 	}
 }
 

@@ -282,6 +282,3 @@ func minNonZero(a, b uint64) uint64 {
 	}
 	return a
 }
-
-// linkDNS is this slot's link DNS address.
-func (s *Slot) linkDNS() netip.Addr { return LinkDNS(s.cfg.DeploymentResolvers) }

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
+	"net/netip"
 	"time"
 
 	"github.com/miekg/dns"
@@ -32,13 +33,17 @@ const (
 	dnsStreamBuffer = 128 << 10
 )
 
-// serveDNS answers UDP queries at the link DNS address.
+// serveDNS answers UDP queries at both link DNS addresses (the link
+// guard answers most before they reach the stack).
 func (s *Slot) serveDNS() error {
-	la := s.linkDNS()
-	proto := ipv4.ProtocolNumber
-	if la.Is6() {
-		proto = ipv6.ProtocolNumber
+	if err := s.serveDNSAt(linkDNS4, ipv4.ProtocolNumber); err != nil {
+		return err
 	}
+	return s.serveDNSAt(linkDNS6, ipv6.ProtocolNumber)
+}
+
+// serveDNSAt answers UDP queries at la, a link DNS address.
+func (s *Slot) serveDNSAt(la netip.Addr, proto tcpip.NetworkProtocolNumber) error {
 	conn, err := gonet.DialUDP(s.stack, &tcpip.FullAddress{NIC: nicID, Addr: tcpipAddr(la), Port: dnsPort}, nil, proto)
 	if err != nil {
 		return err
@@ -295,7 +300,7 @@ func (s *Slot) forward(cache *dnsforward.Cache, fwd *dnsforward.Forwarder, q []b
 // deploymentResolver is the first deployment resolver in the link DNS
 // address's family.
 func (s *Slot) deploymentResolver() (string, bool) {
-	want6 := s.linkDNS().Is6()
+	want6 := LinkDNS(s.cfg.DeploymentResolvers).Is6()
 	for _, r := range s.cfg.DeploymentResolvers {
 		if r.Addr().Unmap().Is6() == want6 {
 			return r.String(), true

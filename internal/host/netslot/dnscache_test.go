@@ -130,3 +130,38 @@ func TestSlotDNSCache(t *testing.T) {
 		t.Fatalf("the hard-denied Resolver received a query (%d)", n)
 	}
 }
+
+// TestSlotAnswersDNSAtBothLinkAddresses asks the link DNS address of
+// each family, over UDP and TCP, whichever family the first deployment
+// resolver has: a guest started when its host's first resolver had the
+// other family keeps the other address in its resolv.conf, and must keep
+// its DNS when the host restarts.
+func TestSlotAnswersDNSAtBothLinkAddresses(t *testing.T) {
+	inet := nettest.NewInternet(t)
+	var queries atomic.Int32
+	v4 := countingResolver(t, inet, "192.0.2.1", &queries)
+	pc := inet.ListenPacket(t, "udp6", netip.AddrPortFrom(nettest.HostIPv6, 0).String())
+	v6srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
+		r := new(dns.Msg).SetReply(q)
+		rr, _ := dns.NewRR(q.Question[0].Name + " 60 IN A 192.0.2.6")
+		r.Answer = append(r.Answer, rr)
+		w.WriteMsg(r)
+	})}
+	go v6srv.ActivateAndServe()
+	t.Cleanup(func() { v6srv.Shutdown() })
+	v6 := netip.MustParseAddrPort(pc.LocalAddr().String())
+
+	for _, c := range []struct {
+		first netip.AddrPort
+		want  string
+	}{{v4, "192.0.2.1"}, {v6, "192.0.2.6"}} {
+		s := newSlot(t, c.first)
+		s.Apply(policy(1, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, 0))
+		for _, addr := range []string{linkDNS, "[fe80::1%eth0]:53"} {
+			answered(t, askUDP(t, s, addr), c.want)
+			if got, err := lookup(dnsStreamTo(t, s, addr)); err != nil || got != c.want {
+				t.Fatalf("first resolver %s, over TCP at %s: %s, %v", c.first, addr, got, err)
+			}
+		}
+	}
+}

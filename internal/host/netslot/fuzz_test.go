@@ -34,34 +34,32 @@ func FuzzLinkGuard(f *testing.F) {
 	f.Add(udpPacket(guest4, netip.AddrPortFrom(addr(GatewayIPv4), dnsPort), query))
 	f.Add(udpPacket(guest6, netip.AddrPortFrom(addr(GatewayIPv6), dnsPort), query))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		for _, linkDNS := range []netip.Addr{addr(GatewayIPv4), addr(GatewayIPv6)} {
-			pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(b)})
-			sorted := sortPacket(pkt.Data(), linkDNS)
-			pkt.DecRef()
-			if req, ok := parseEcho(b); ok {
-				if sorted != echoPacket {
-					t.Fatalf("parseEcho accepts % x, which sortPacket passes on as %d", b, sorted)
-				}
-				for _, p := range [][]byte{prohibited(req), echoReply(req, req.data)} {
-					if p != nil && !validPacket(p) {
-						t.Fatalf("the answer % x to % x is not a valid packet", p, b)
-					}
+		pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(b)})
+		sorted := sortPacket(pkt.Data())
+		pkt.DecRef()
+		if req, ok := parseEcho(b); ok {
+			if sorted != echoPacket {
+				t.Fatalf("parseEcho accepts % x, which sortPacket passes on as %d", b, sorted)
+			}
+			for _, p := range [][]byte{prohibited(req), echoReply(req, req.data)} {
+				if p != nil && !validPacket(p) {
+					t.Fatalf("the answer % x to % x is not a valid packet", p, b)
 				}
 			}
-			from, to, q, ok := parseDatagram(b)
-			if !ok {
-				continue
-			}
-			if to.Addr() == linkDNS && to.Port() == dnsPort && sorted != dnsPacket {
-				t.Fatalf("sortPacket passes on % x, a datagram to the link DNS address, as %d", b, sorted)
-			}
-			answer := udpPacket(to, from, q)
-			if !validPacket(answer) {
-				t.Fatalf("the answer % x to % x is not a valid packet", answer, b)
-			}
-			if back, fwd, p, ok := parseDatagram(answer); !ok || back != to || fwd != from || !bytes.Equal(p, q) {
-				t.Fatalf("the answer to % x reads as %s → %s % x (%v)", b, back, fwd, p, ok)
-			}
+		}
+		from, to, q, ok := parseDatagram(b)
+		if !ok {
+			return
+		}
+		if isLinkDNS(to.Addr()) && to.Port() == dnsPort && sorted != dnsPacket {
+			t.Fatalf("sortPacket passes on % x, a datagram to a link DNS address, as %d", b, sorted)
+		}
+		answer := udpPacket(to, from, q)
+		if !validPacket(answer) {
+			t.Fatalf("the answer % x to % x is not a valid packet", answer, b)
+		}
+		if back, fwd, p, ok := parseDatagram(answer); !ok || back != to || fwd != from || !bytes.Equal(p, q) {
+			t.Fatalf("the answer to % x reads as %s → %s % x (%v)", b, back, fwd, p, ok)
 		}
 	})
 }

@@ -21,19 +21,18 @@ import (
 // (endTimeWait).
 type linkGuard struct {
 	nested.Endpoint
-	slot    *Slot
-	linkDNS netip.Addr
+	slot *Slot
 }
 
 func newLinkGuard(s *Slot, link stack.LinkEndpoint) *linkGuard {
-	g := &linkGuard{slot: s, linkDNS: s.linkDNS()}
+	g := &linkGuard{slot: s}
 	g.Init(link, g)
 	return g
 }
 
 // DeliverNetworkPacket implements stack.NetworkDispatcher.
 func (g *linkGuard) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
-	sort := sortPacket(pkt.Data(), g.linkDNS)
+	sort := sortPacket(pkt.Data())
 	switch sort {
 	case dropPacket:
 		return
@@ -74,7 +73,7 @@ type packetSort int
 const (
 	passPacket packetSort = iota // to the stack
 	echoPacket                   // an echo request, for the policy
-	dnsPacket                    // a UDP datagram to the link DNS address's port 53
+	dnsPacket                    // a UDP datagram to a link DNS address's port 53
 	synPacket                    // a TCP SYN without ACK: the guest opens a connection
 	// dropPacket: what could hide an echo request from the guard. The
 	// stack would reassemble a fragmented one, or find one behind IPv6
@@ -83,8 +82,8 @@ const (
 )
 
 // sortPacket looks at no more than the headers, so that the guest's other
-// packets pass without a copy. linkDNS is the link DNS address.
-func sortPacket(d stack.PacketData, linkDNS netip.Addr) packetSort {
+// packets pass without a copy.
+func sortPacket(d stack.PacketData) packetSort {
 	b, ok := d.PullUp(1)
 	if !ok {
 		return passPacket
@@ -110,7 +109,7 @@ func sortPacket(d stack.PacketData, linkDNS netip.Addr) packetSort {
 				return synPacket
 			}
 		case header.UDPProtocolNumber:
-			if !fragment && linkDNS.Is4() && netip.AddrFrom4([4]byte(b[16:20])) == linkDNS {
+			if !fragment && netip.AddrFrom4([4]byte(b[16:20])) == linkDNS4 {
 				if b, ok = d.PullUp(n + 4); ok && header.UDP(b[n:]).DestinationPort() == dnsPort {
 					return dnsPacket
 				}
@@ -126,7 +125,7 @@ func sortPacket(d stack.PacketData, linkDNS netip.Addr) packetSort {
 				return echoPacket
 			}
 		case header.UDPProtocolNumber:
-			if linkDNS.Is6() && netip.AddrFrom16([16]byte(b[24:40])) == linkDNS {
+			if netip.AddrFrom16([16]byte(b[24:40])) == linkDNS6 {
 				if b, ok = d.PullUp(header.IPv6MinimumSize + 4); ok && header.UDP(b[header.IPv6MinimumSize:]).DestinationPort() == dnsPort {
 					return dnsPacket
 				}

@@ -38,9 +38,15 @@ func resolverPolicy(rev uint64, drain uint32, address string) *hostv1.NetworkAss
 // address.
 func dnsStream(t *testing.T, s *netslot.Slot) *dns.Conn {
 	t.Helper()
+	return dnsStreamTo(t, s, linkDNS)
+}
+
+// dnsStreamTo opens a DNS-over-TCP connection from s's guest to addr.
+func dnsStreamTo(t *testing.T, s *netslot.Slot, addr string) *dns.Conn {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := nettest.Dial(ctx, s.Path(), "tcp", "10.211.0.1:53")
+	c, err := nettest.Dial(ctx, s.Path(), "tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}

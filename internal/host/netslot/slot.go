@@ -145,14 +145,23 @@ func Open(cfg Config) (*Slot, error) {
 	return serve(cfg, queues)
 }
 
-// LinkDNS is the link DNS address: the gateway in the family of the first
-// deployment resolver (IPv4 when there is none).
+// LinkDNS is the link DNS address a newly started guest's resolv.conf
+// names: the gateway in the family of the first deployment resolver (IPv4
+// when there is none). The slot answers DNS at the gateway of either
+// family (isLinkDNS), so a guest keeps its DNS when its host restarts
+// with a first resolver of the other family.
 func LinkDNS(resolvers []netip.AddrPort) netip.Addr {
 	if len(resolvers) > 0 && resolvers[0].Addr().Unmap().Is6() {
-		return addr(GatewayIPv6)
+		return linkDNS6
 	}
-	return addr(GatewayIPv4)
+	return linkDNS4
 }
+
+// The gateway's addresses, at each of which the slot answers DNS.
+var linkDNS4, linkDNS6 = addr(GatewayIPv4), addr(GatewayIPv6)
+
+// isLinkDNS says whether a is a link DNS address.
+func isLinkDNS(a netip.Addr) bool { return a == linkDNS4 || a == linkDNS6 }
 
 // ResolvConf is the resolv.conf of a newly started guest: the link DNS
 // address is its only nameserver.

@@ -93,7 +93,7 @@ func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
 	defer s.wg.Done()
 	id := r.ID()
 	dst := netip.AddrPortFrom(addrOf(id.LocalAddress), id.LocalPort)
-	if dst.Addr() == s.linkDNS() && dst.Port() == dnsPort {
+	if isLinkDNS(dst.Addr()) && dst.Port() == dnsPort {
 		// Tracked before its handshake completes: one over the bound is
 		// reset, as the guest's other refused connections are.
 		st := &dnsStream{}
