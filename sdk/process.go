@@ -105,16 +105,29 @@ func startedRef(started *datav1.ProcessEvent_Started) ProcessRef {
 // process (SIGKILL to its process group) and returns ctx's error; so it
 // does when following the process fails otherwise (writing its output to
 // o.Stdout failed, the connection broke): Exec leaves nothing running.
-// Use Start for a process that outlives the call.
+// It returns when ctx ends even while a write to o.Stdout or o.Stderr
+// blocks; that write is left to return on its own. Use Start for a
+// process that outlives the call.
 func (w *Workspace) Exec(ctx context.Context, args []string, o ExecOptions) (ExitStatus, error) {
 	p, err := w.Start(ctx, args, o)
 	if err != nil {
 		return ExitStatus{}, err
 	}
-	defer p.Close()
-	st, err := p.Wait()
-	if err == nil {
-		return st, nil
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+	}
+	var st ExitStatus
+	select {
+	case <-p.done:
+		defer p.Close()
+		if st, err = p.Wait(); err == nil {
+			return st, nil
+		}
+	default:
+		// The stream is held up by a write to the caller's writer, which
+		// nothing can interrupt.
+		defer p.cancel()
 	}
 	if ctx.Err() != nil {
 		err = ctx.Err()

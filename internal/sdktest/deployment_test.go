@@ -2,6 +2,7 @@ package sdktest
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -141,6 +142,47 @@ func TestExecLeavesNothingRunning(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the process of the failed Exec still runs")
+		}
+	}
+}
+
+// blockingWriter blocks every write until release closes.
+type blockingWriter struct{ release chan struct{} }
+
+func (w blockingWriter) Write(p []byte) (int, error) {
+	<-w.release
+	return len(p), nil
+}
+
+// TestExecEndsWithItsContextWhileStdoutBlocks: when its context ends,
+// Exec returns and kills the process even while the caller's stdout
+// blocks, which nothing can interrupt.
+func TestExecEndsWithItsContextWhileStdoutBlocks(t *testing.T) {
+	ws := newWorkspace(t)
+	release := make(chan struct{})
+	defer close(release)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := ws.Exec(ctx, []string{"sh", "-c", "echo $$ > /tmp/ticker; while true; do echo tick; sleep 0.1; done"},
+			sdk.ExecOptions{Stdout: blockingWriter{release}})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Exec past its deadline: %v, want context.DeadlineExceeded", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Exec did not return when its context ended while its stdout blocked")
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if sh(t, ws, "kill -0 $(cat /tmp/ticker) 2>/dev/null && echo running || echo gone") == "gone\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the process of the Exec whose context ended still runs")
 		}
 	}
 }
