@@ -46,11 +46,16 @@ func listen(o Options) (net.Listener, *tls.Certificate, error) {
 	return ln, cert, err
 }
 
-// listenOn listens on addr, serving TLS with cert unless it is nil.
+// listenOn listens on addr, serving TLS with cert unless it is nil. It
+// holds at most connectionLimit connections at once.
 func listenOn(addr string, cert *tls.Certificate) (net.Listener, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil || cert == nil {
-		return ln, err
+	tcp, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	ln := net.Listener(limitConnections(tcp, connectionLimit()))
+	if cert == nil {
+		return ln, nil
 	}
 	return tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{*cert}, NextProtos: []string{"h2", "http/1.1"},
 		MinVersion: tls.VersionTLS12}), nil

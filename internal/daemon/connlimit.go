@@ -1,0 +1,91 @@
+package daemon
+
+import (
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// connectionShare is the share of the process's file descriptors (the
+// soft RLIMIT_NOFILE) that one listener's connections may hold at once:
+// clients that open connections and keep them, idle or trickling, wait
+// for a free one instead of taking the descriptors that the host agent in
+// the same process needs for its workspaces, the store and the guests.
+const connectionShare = 4
+
+// minConnections is the fewest connections a listener holds whatever the
+// descriptor limit.
+const minConnections = 64
+
+// connectionLimit is how many connections one listener holds at once.
+func connectionLimit() int {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == unix.RLIM_INFINITY {
+		return 1 << 20
+	}
+	return max(int(rl.Cur/connectionShare), minConnections)
+}
+
+// limitWarnEvery spaces the warnings that a listener is at its limit.
+const limitWarnEvery = time.Minute
+
+// limitedListener holds at most cap(open) connections at once: at the
+// limit, Accept waits until one of them closes, and new clients wait in
+// the kernel's backlog meanwhile.
+type limitedListener struct {
+	net.Listener
+	open     chan struct{} // a token per open connection
+	closed   chan struct{} // closed by Close: a waiting Accept returns
+	close    sync.Once
+	lastWarn time.Time // of the Accept goroutine only
+}
+
+func limitConnections(ln net.Listener, n int) *limitedListener {
+	return &limitedListener{Listener: ln, open: make(chan struct{}, n), closed: make(chan struct{})}
+}
+
+// Accept implements net.Listener.
+func (l *limitedListener) Accept() (net.Conn, error) {
+	select {
+	case l.open <- struct{}{}:
+	default:
+		if now := time.Now(); now.Sub(l.lastWarn) >= limitWarnEvery {
+			l.lastWarn = now
+			slog.Warn("the listener holds as many connections as it may; new clients wait until one closes",
+				"addr", l.Addr().String(), "connections", cap(l.open))
+		}
+		select {
+		case l.open <- struct{}{}:
+		case <-l.closed:
+			return nil, net.ErrClosed
+		}
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.open
+		return nil, err
+	}
+	return &limitedConn{Conn: c, release: sync.OnceFunc(func() { <-l.open })}, nil
+}
+
+// Close implements net.Listener.
+func (l *limitedListener) Close() error {
+	l.close.Do(func() { close(l.closed) })
+	return l.Listener.Close()
+}
+
+// limitedConn gives its token back when it closes.
+type limitedConn struct {
+	net.Conn
+	release func()
+}
+
+// Close implements net.Conn.
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.release()
+	return err
+}
