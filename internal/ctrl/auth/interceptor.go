@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -39,14 +40,53 @@ func (i *Interceptor) WrapStreamingClient(next connect.StreamingClientFunc) conn
 	return next
 }
 
-// WrapStreamingHandler implements connect.Interceptor.
+// streamRecheck is how often the token of an open stream is authenticated
+// again, so that a stream (a watch) ends once its token is revoked: within
+// streamRecheck on the ctrl that revoked it, and within the cache's TTL
+// more on the others.
+const streamRecheck = time.Second
+
+// WrapStreamingHandler implements connect.Interceptor. A stream whose
+// token no longer authenticates ends unauthenticated.
 func (i *Interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		ctx, err := i.authorize(ctx, conn.Spec().Procedure, conn.RequestHeader().Get("Authorization"))
+		header := conn.RequestHeader().Get("Authorization")
+		ctx, err := i.authorize(ctx, conn.Spec().Procedure, header)
 		if err != nil {
 			return err
 		}
-		return next(ctx, conn)
+		ctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		go i.whileAuthenticated(ctx, cancel, header)
+		err = next(ctx, conn)
+		if cause := context.Cause(ctx); errors.Is(cause, errTokenEnded) {
+			return connect.NewError(connect.CodeUnauthenticated, cause)
+		}
+		return err
+	}
+}
+
+// errTokenEnded is the cause of a stream's end once its token no longer
+// authenticates.
+var errTokenEnded = errors.New("the token no longer authenticates (revoked while the stream was open)")
+
+// whileAuthenticated authenticates the bearer of header every
+// streamRecheck until ctx ends, and cancels ctx once it no longer does. A
+// store that does not answer ends nothing: the check is made again.
+func (i *Interceptor) whileAuthenticated(ctx context.Context, cancel context.CancelCauseFunc, header string) {
+	token, _ := bearer.Parse(header)
+	tick := time.NewTicker(streamRecheck)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if _, err := i.Tokens.Authenticate(ctx, token); errors.Is(err, ErrUnauthenticated) {
+			cancel(errTokenEnded)
+			return
+		}
 	}
 }
 

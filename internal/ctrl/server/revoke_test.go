@@ -11,8 +11,10 @@ import (
 
 	adminv1 "github.com/kibotos/kibotos/gen/kibotos/admin/v1"
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
+	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
 // TestRevokedTokenUnderLoad revokes a token while 64 callers use it, as
@@ -94,5 +96,38 @@ func TestRevokedTokenUnderLoad(t *testing.T) {
 			t.Error("no call succeeded before the revocation")
 		}
 		t.Logf("%d calls succeeded before the revocation, %d after the cache period were refused", before, after)
+	})
+}
+
+// TestRevokedTokenEndsItsWatch revokes a token, as another ctrl replica
+// would, while a WatchWorkspace of it is open: the stream ends
+// unauthenticated, within the cache period and a recheck, instead of
+// sending the workspace's changes on to a revoked caller.
+func TestRevokedTokenEndsItsWatch(t *testing.T) {
+	backends(t, func(t *testing.T, e *env) {
+		e.workspaces() // a host and the default template
+		projectID, token := e.project("watched", adminv1.Role_ROLE_VIEWER)
+		tokenID, _, _ := strings.Cut(token, ".")
+		editor := ctrlv1connect.NewWorkspaceServiceClient(e.http, e.url, connect.WithInterceptors(bearer.Token(e.token(projectID, adminv1.Role_ROLE_EDITOR))))
+		viewer := ctrlv1connect.NewWorkspaceServiceClient(e.http, e.url, connect.WithInterceptors(bearer.Token(token)))
+		id := newWorkspace(t, editor)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		watch, err := viewer.WatchWorkspace(ctx, connect.NewRequest(&ctrlv1.WatchWorkspaceRequest{WorkspaceId: id}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer watch.Close()
+		if !watch.Receive() {
+			t.Fatalf("the watch's first message: %v", watch.Err())
+		}
+		if err := e.store.Update(ctx, func(tx store.Tx) error { return tx.RevokeToken(ctx, tokenID, time.Now()) }); err != nil {
+			t.Fatal(err)
+		}
+		for watch.Receive() {
+		}
+		if connect.CodeOf(watch.Err()) != connect.CodeUnauthenticated {
+			t.Fatalf("the watch of a revoked token ended with %v, want unauthenticated", watch.Err())
+		}
 	})
 }
