@@ -18,10 +18,11 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	adminv1 "github.com/kibotos/kibotos/gen/kibotos/admin/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/admin/v1/adminv1connect"
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/internal/artifact"
-	"github.com/kibotos/kibotos/internal/daemon"
 	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 	"github.com/kibotos/kibotos/sdk"
@@ -68,32 +69,30 @@ done
 cat /etc/group
 [ -e /usr/bin/wget ] && echo wget || echo no-wget`
 
-// transferClient is a TransferService client of a deployment, over
-// HTTP/2 as the SDK's: over HTTP/1.1 an import the server refuses after its
-// first message races the rest of the upload, and the transport that fails
-// to write it closes the connection under the answer it was reading.
+// transfers is a TransferService client of a deployment, over HTTP/2 as
+// the SDK's: over HTTP/1.1 an import the server refuses after its first
+// message races the rest of the upload, and the transport that fails to
+// write it closes the connection under the answer it was reading.
 func (d *deployment) transfers() ctrlv1connect.TransferServiceClient {
-	token, err := os.ReadFile(filepath.Join(d.home, daemon.AdminTokenFile))
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	return ctrlv1connect.NewTransferServiceClient(sdk.NewHTTPClient(nil), d.url, connect.WithInterceptors(bearer.Token(strings.TrimSpace(string(token)))))
+	return d.transfersOf(d.adminToken())
+}
+
+func (d *deployment) transfersOf(token string) ctrlv1connect.TransferServiceClient {
+	return ctrlv1connect.NewTransferServiceClient(sdk.NewHTTPClient(nil), d.url, connect.WithInterceptors(bearer.Token(token)))
+}
+
+// viewerToken creates a viewer token in the admin token's project.
+func (d *deployment) viewerToken() string {
+	admin := adminv1connect.NewAdminServiceClient(http.DefaultClient, d.url, connect.WithInterceptors(bearer.Token(d.adminToken())))
+	return mustUnary(d.t, admin.CreateToken, &adminv1.CreateTokenRequest{Role: adminv1.Role_ROLE_VIEWER, Name: "viewer"}).Secret
 }
 
 func (d *deployment) templates() ctrlv1connect.TemplateServiceClient {
-	token, err := os.ReadFile(filepath.Join(d.home, daemon.AdminTokenFile))
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	return ctrlv1connect.NewTemplateServiceClient(http.DefaultClient, d.url, connect.WithInterceptors(bearer.Token(strings.TrimSpace(string(token)))))
+	return ctrlv1connect.NewTemplateServiceClient(http.DefaultClient, d.url, connect.WithInterceptors(bearer.Token(d.adminToken())))
 }
 
 func (d *deployment) volumes() ctrlv1connect.VolumeServiceClient {
-	token, err := os.ReadFile(filepath.Join(d.home, daemon.AdminTokenFile))
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	return ctrlv1connect.NewVolumeServiceClient(http.DefaultClient, d.url, connect.WithInterceptors(bearer.Token(strings.TrimSpace(string(token)))))
+	return ctrlv1connect.NewVolumeServiceClient(http.DefaultClient, d.url, connect.WithInterceptors(bearer.Token(d.adminToken())))
 }
 
 // awaitTransfer polls a Transfer until it leaves the states of work.
@@ -262,6 +261,20 @@ func TestTransferAcrossDeployments(t *testing.T) {
 		t.Fatalf("downloaded %d bytes %s; manifest says %d bytes %s", len(art), digestOf(art), m.SizeBytes, m.Digest)
 	}
 	t.Logf("artifact: %d bytes for a layer and a volume holding 12 MiB of random data and a 1 GiB sparse file", len(art))
+	// A viewer reads the Transfer but not its artifact, which holds the
+	// workspace's files (as it gets no data-plane session).
+	viewer := a.transfersOf(a.viewerToken())
+	mustUnary(t, viewer.GetTransfer, &ctrlv1.GetTransferRequest{TransferId: exp.TransferId})
+	if stream, err := viewer.ReadTransferArtifact(context.Background(), connect.NewRequest(&ctrlv1.ReadTransferArtifactRequest{TransferId: exp.TransferId})); err == nil {
+		for stream.Receive() {
+			t.Fatal("a viewer read a part of the artifact")
+		}
+		if connect.CodeOf(stream.Err()) != connect.CodePermissionDenied {
+			t.Errorf("a viewer's read of the artifact: %v, want permission_denied", stream.Err())
+		}
+	} else if connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("a viewer's read of the artifact: %v, want permission_denied", err)
+	}
 	if !proto.Equal(m.Resources, src.Spec.Resources) || m.VolumeCapacityBytes == 0 || m.VolumeMountPath != "/data" ||
 		m.SourceGeneration != 1 || m.NetworkPolicy.GetDeny()[0] != "203.0.113.0/24" {
 		t.Errorf("manifest = %v", m)

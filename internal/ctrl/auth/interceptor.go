@@ -9,12 +9,15 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/kibotos/kibotos/gen/kibotos/admin/v1/adminv1connect"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
 // Interceptor authenticates every call and enforces the role a method
 // needs: methods named Get*, List*, Watch* or Read* read, every other method
-// writes. Finer checks (admin-only methods, tenancy) are the handlers'.
+// writes, and reading a workspace's files (its transfer artifact) needs an
+// editor, as a data-plane session does. Finer checks (admin-only methods,
+// tenancy) are the handlers'.
 type Interceptor struct {
 	Tokens *Cache
 }
@@ -111,7 +114,7 @@ func (i *Interceptor) authorize(ctx context.Context, procedure, header string) (
 
 // RoleFor returns the least role a procedure (/pkg.Service/Method) needs:
 // an admin for AdminService's calls but the two every token may make, a
-// viewer for reads, an editor for the rest.
+// viewer for reads but of a workspace's files, an editor for the rest.
 func RoleFor(procedure string) Role {
 	method := procedure[strings.LastIndexByte(procedure, '/')+1:]
 	if strings.HasPrefix(procedure, "/"+adminv1connect.AdminServiceName+"/") {
@@ -119,6 +122,9 @@ func RoleFor(procedure string) Role {
 			return Viewer
 		}
 		return Admin
+	}
+	if procedure == ctrlv1connect.TransferServiceReadTransferArtifactProcedure {
+		return Editor // the artifact holds the workspace's files
 	}
 	for _, read := range []string{"Get", "List", "Watch", "Read"} {
 		if strings.HasPrefix(method, read) {
