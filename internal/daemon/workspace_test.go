@@ -284,8 +284,13 @@ func TestWorkspaceLifecycle(t *testing.T) {
 	if _, err := d.client.DeleteWorkspace(ctx, connect.NewRequest(&ctrlv1.DeleteWorkspaceRequest{Command: cmd(), WorkspaceId: ws.WorkspaceId})); err != nil {
 		t.Fatal(err)
 	}
-	d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED)
+	deleted := d.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED)
 	testutil.AssertNothingLeft(t, d.home, ws.WorkspaceId)
+	for _, tier := range deleted.RetentionTiers[1:] { // its layer and its tmpfs are gone
+		if tier.Availability != ctrlv1.RetentionAvailability_RETENTION_AVAILABILITY_UNAVAILABLE || tier.CapacityBytes != nil {
+			t.Errorf("a deleted workspace's tier %v", tier)
+		}
+	}
 }
 
 func TestExpirationDeletes(t *testing.T) {

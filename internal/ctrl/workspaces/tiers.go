@@ -1,6 +1,8 @@
 package workspaces
 
 import (
+	"google.golang.org/protobuf/proto"
+
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 )
 
@@ -42,4 +44,19 @@ func retentionTiers(continuity *continuity, capacity uint64, layerExists bool) [
 type continuity struct {
 	kind   ctrlv1.RetentionContinuity
 	reason ctrlv1.RetentionResetReason
+}
+
+// deletedTiers returns tiers as a deleted workspace has them: its writable
+// layer (BEST_EFFORT) and its tmpfs (NONE) are gone. Its PROMISED tier
+// shows its Volume as the Volume is (present).
+func deletedTiers(tiers []*ctrlv1.RetentionTier) []*ctrlv1.RetentionTier {
+	out := make([]*ctrlv1.RetentionTier, len(tiers))
+	for i, t := range tiers {
+		t = proto.CloneOf(t)
+		if t.Kind != ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_PROMISED {
+			t.Availability, t.CapacityBytes = ctrlv1.RetentionAvailability_RETENTION_AVAILABILITY_UNAVAILABLE, nil
+		}
+		out[i] = t
+	}
+	return out
 }

@@ -211,6 +211,12 @@ func TestStateMachine(t *testing.T) {
 	if ws.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED {
 		t.Errorf("deleted: %v", ws.State)
 	}
+	// Its writable layer and its tmpfs are gone.
+	for _, tier := range ws.RetentionTiers[1:] {
+		if tier.Availability != ctrlv1.RetentionAvailability_RETENTION_AVAILABILITY_UNAVAILABLE || tier.CapacityBytes != nil {
+			t.Errorf("a deleted workspace's tier %v", tier)
+		}
+	}
 	if as, _ := s.Assignments(ctx, "h1"); len(as.Assignments) != 0 {
 		t.Errorf("assignments after every delete: %v", as)
 	}
