@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -77,7 +78,12 @@ func (l *limitedListener) Close() error {
 	return l.Listener.Close()
 }
 
-// limitedConn gives its token back when it closes.
+// limitedConn gives its token back when it closes. It keeps the two
+// methods of *net.TCPConn that net/http looks for (which is why this is
+// not x/net's netutil.LimitListener, whose conns hide them): ReadFrom,
+// through which a response copied from a socket (the file bytes path's
+// download) moves with splice(2), and CloseWrite, which ends a refused
+// request's connection with a FIN first.
 type limitedConn struct {
 	net.Conn
 	release func()
@@ -88,4 +94,20 @@ func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
 	c.release()
 	return err
+}
+
+// ReadFrom implements io.ReaderFrom.
+func (c *limitedConn) ReadFrom(r io.Reader) (int64, error) {
+	if rf, ok := c.Conn.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(struct{ io.Writer }{c.Conn}, r)
+}
+
+// CloseWrite shuts down the sending side, where the connection has one.
+func (c *limitedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }

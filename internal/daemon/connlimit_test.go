@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -48,6 +49,14 @@ func TestLimitedListener(t *testing.T) {
 	}
 	first, second := next(), next()
 	defer second.Close()
+	// net/http looks for these on a *net.TCPConn: ReadFrom splices a
+	// response copied from a socket, CloseWrite sends a FIN first.
+	if _, ok := first.(io.ReaderFrom); !ok {
+		t.Error("an accepted connection is no io.ReaderFrom")
+	}
+	if _, ok := first.(interface{ CloseWrite() error }); !ok {
+		t.Error("an accepted connection has no CloseWrite")
+	}
 	select {
 	case <-accepted:
 		t.Fatal("a third connection was accepted while two were open")
