@@ -105,8 +105,9 @@ func startedRef(started *datav1.ProcessEvent_Started) ProcessRef {
 // process (SIGKILL to its process group) and returns ctx's error; so it
 // does when following the process fails otherwise (writing its output to
 // o.Stdout failed, the connection broke): Exec leaves nothing running.
-// It returns when ctx ends even while a write to o.Stdout or o.Stderr
-// blocks; that write is left to return on its own. Use Start for a
+// Once Exec returns it writes nothing more, but for a write to o.Stdout or
+// o.Stderr that still blocks outputGrace after ctx ended: Exec returns
+// without it, and that write is left to return on its own. Use Start for a
 // process that outlives the call.
 func (w *Workspace) Exec(ctx context.Context, args []string, o ExecOptions) (ExitStatus, error) {
 	p, err := w.Start(ctx, args, o)
@@ -116,6 +117,12 @@ func (w *Workspace) Exec(ctx context.Context, args []string, o ExecOptions) (Exi
 	select {
 	case <-p.done:
 	case <-ctx.Done():
+		// The stream ends with ctx, and its output with it, unless a write
+		// to the caller's writer blocks, which nothing can interrupt.
+		select {
+		case <-p.done:
+		case <-time.After(outputGrace):
+		}
 	}
 	var st ExitStatus
 	select {
@@ -125,8 +132,6 @@ func (w *Workspace) Exec(ctx context.Context, args []string, o ExecOptions) (Exi
 			return st, nil
 		}
 	default:
-		// The stream is held up by a write to the caller's writer, which
-		// nothing can interrupt.
 		defer p.cancel()
 	}
 	if ctx.Err() != nil {
@@ -146,6 +151,10 @@ func (w *Workspace) Exec(ctx context.Context, args []string, o ExecOptions) (Exi
 
 // killTimeout bounds the kill Exec sends when its context ends.
 const killTimeout = 10 * time.Second
+
+// outputGrace is how long Exec, its context ended, waits for a write to
+// the caller's writers to return before it returns without it.
+const outputGrace = time.Second
 
 // Start starts args in the Workspace and returns once the process runs. Its
 // output streams to o.Stdout and o.Stderr, and o.Stdin to its input, until

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/iotest"
 	"time"
@@ -146,33 +147,54 @@ func TestExecLeavesNothingRunning(t *testing.T) {
 	}
 }
 
-// blockingWriter blocks every write until release closes.
-type blockingWriter struct{ release chan struct{} }
+// blockingWriter ends the Exec's context at its first write, and blocks
+// every write until release closes.
+type blockingWriter struct {
+	cancel  context.CancelFunc
+	release chan struct{}
+}
 
 func (w blockingWriter) Write(p []byte) (int, error) {
+	w.cancel()
 	<-w.release
 	return len(p), nil
 }
 
+// slowWriter takes 20 ms for each write, as a slow terminal or pipe, and
+// says whether a write is under way.
+type slowWriter struct {
+	writing atomic.Bool
+	written atomic.Int64
+}
+
+func (w *slowWriter) Write(p []byte) (int, error) {
+	w.writing.Store(true)
+	defer w.writing.Store(false)
+	time.Sleep(20 * time.Millisecond)
+	w.written.Add(int64(len(p)))
+	return len(p), nil
+}
+
 // TestExecEndsWithItsContextWhileStdoutBlocks: when its context ends,
-// Exec returns and kills the process even while the caller's stdout
-// blocks, which nothing can interrupt.
+// Exec kills the process and returns even while the caller's stdout
+// blocks, which nothing can interrupt; a writer that is merely slow has no
+// write under way once Exec returned.
 func TestExecEndsWithItsContextWhileStdoutBlocks(t *testing.T) {
 	ws := newWorkspace(t)
+	const ticker = "echo $$ > /tmp/ticker; while true; do echo tick; sleep 0.01; done"
 	release := make(chan struct{})
 	defer close(release)
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := ws.Exec(ctx, []string{"sh", "-c", "echo $$ > /tmp/ticker; while true; do echo tick; sleep 0.1; done"},
-			sdk.ExecOptions{Stdout: blockingWriter{release}})
+		_, err := ws.Exec(ctx, []string{"sh", "-c", ticker}, sdk.ExecOptions{Stdout: blockingWriter{cancel, release}})
 		done <- err
 	}()
 	select {
 	case err := <-done:
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("Exec past its deadline: %v, want context.DeadlineExceeded", err)
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Exec whose context ended: %v, want context.Canceled", err)
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("Exec did not return when its context ended while its stdout blocked")
@@ -184,6 +206,19 @@ func TestExecEndsWithItsContextWhileStdoutBlocks(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the process of the Exec whose context ended still runs")
 		}
+	}
+
+	slow := &slowWriter{}
+	ctx, cancel = context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	if _, err := ws.Exec(ctx, []string{"sh", "-c", ticker}, sdk.ExecOptions{Stdout: slow}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Exec past its deadline: %v", err)
+	}
+	if slow.writing.Load() {
+		t.Error("a write to stdout was under way when Exec returned")
+	}
+	if slow.written.Load() == 0 {
+		t.Error("the slow writer got nothing")
 	}
 }
 
