@@ -208,5 +208,13 @@ func (r *record) encode() (store.Workspace, error) {
 	return row, nil
 }
 
-// view returns the resource as callers read it.
-func (r *record) view() *ctrlv1.Workspace { return proto.CloneOf(r.ws) }
+// view returns the resource as callers read it. A DELETED workspace's
+// tiers are marked at each read, so that one deleted by a build that kept
+// them as they were reads the same.
+func (r *record) view() *ctrlv1.Workspace {
+	ws := proto.CloneOf(r.ws)
+	if ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED {
+		markDeleted(ws.RetentionTiers)
+	}
+	return ws
+}

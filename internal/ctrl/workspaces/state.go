@@ -56,7 +56,6 @@ func (s *Service) finishDelete(ctx context.Context, tx store.Tx, r *record) erro
 	now := s.Now.UTC()
 	r.ws.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED
 	r.ws.Delivery, r.ws.GuestObservation, r.ws.NetworkPolicyStatus = nil, nil, nil
-	r.ws.RetentionTiers = deletedTiers(r.ws.RetentionTiers)
 	r.row.DeletedAt = now
 	r.row.HostID = ""
 	if err := s.releaseVolume(ctx, tx, r, r.ws.Spec.GetVolume().GetDeleteWithWorkspace() && !r.failedRestore()); err != nil {

@@ -1,8 +1,6 @@
 package workspaces
 
 import (
-	"google.golang.org/protobuf/proto"
-
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 )
 
@@ -46,17 +44,13 @@ type continuity struct {
 	reason ctrlv1.RetentionResetReason
 }
 
-// deletedTiers returns tiers as a deleted workspace has them: its writable
+// markDeleted marks tiers as a deleted workspace has them: its writable
 // layer (BEST_EFFORT) and its tmpfs (NONE) are gone. Its PROMISED tier
 // shows its Volume as the Volume is (present).
-func deletedTiers(tiers []*ctrlv1.RetentionTier) []*ctrlv1.RetentionTier {
-	out := make([]*ctrlv1.RetentionTier, len(tiers))
-	for i, t := range tiers {
-		t = proto.CloneOf(t)
+func markDeleted(tiers []*ctrlv1.RetentionTier) {
+	for _, t := range tiers {
 		if t.Kind != ctrlv1.RetentionTierKind_RETENTION_TIER_KIND_PROMISED {
 			t.Availability, t.CapacityBytes = ctrlv1.RetentionAvailability_RETENTION_AVAILABILITY_UNAVAILABLE, nil
 		}
-		out[i] = t
 	}
-	return out
 }
