@@ -7122,7 +7122,7 @@ export const TransferService: GenService<{
     output: typeof ExportWorkspaceResponseSchema;
   },
   /**
-   * ReadTransferArtifact streams the artifact of a COMPLETE, IMPORTED, RESTORING or RESTORED Transfer from offset to its end, in order. A Transfer in any other state holds no artifact: failed_precondition. An offset beyond the artifact is out_of_range.
+   * ReadTransferArtifact streams the artifact of a COMPLETE, IMPORTED, RESTORING or RESTORED Transfer from offset to its end, in order. A Transfer in any other state holds no artifact: failed_precondition. An offset beyond the artifact is out_of_range. The artifact holds the Workspace's files, so reading it needs an editor, as a data-plane session does: a viewer is permission_denied.
    *
    * @generated from rpc kibotos.ctrl.v1.TransferService.ReadTransferArtifact
    */
