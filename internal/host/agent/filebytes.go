@@ -3,6 +3,7 @@ package agent
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -18,7 +19,10 @@ import (
 // that socket to the caller's connection as they are: on a caller's
 // HTTP/1.1 connection over TCP, the response writer's ReadFrom moves them
 // with splice(2), so they never enter this process. Any other answer (an
-// error, a length the guest did not give) is copied through.
+// error, a length the guest did not give) is copied through; only the
+// data plane's headers pass (keepDataPlaneHeaders), and an interim or
+// protocol-switching answer is refused, as the proxy of the other calls
+// refuses it.
 func (g *gateway) getFileBytes(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	guest, _ := ctx.Value(guestKey{}).(string)
@@ -49,11 +53,16 @@ func (g *gateway) getFileBytes(w http.ResponseWriter, r *http.Request) {
 		resp, err = http.ReadResponse(guestReader, out)
 	}
 	head.N = math.MaxInt64
+	if err == nil && resp.StatusCode < http.StatusOK {
+		resp.Body.Close()
+		err = fmt.Errorf("the guest answered a GET of a file's bytes with %s", resp.Status)
+	}
 	if err != nil {
 		g.proxyError(w, r, err)
 		return
 	}
 	defer resp.Body.Close()
+	keepDataPlaneHeaders(resp.Header)
 	for k, v := range resp.Header {
 		w.Header()[k] = v
 	}

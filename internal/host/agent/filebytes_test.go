@@ -36,10 +36,28 @@ func (g *guest) serveFileBytes(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "received %d of length %d chunked %v", n, r.ContentLength, len(r.TransferEncoding) > 0)
 		return
 	}
-	if r.URL.Query().Get("path") == "hostile" {
+	switch r.URL.Query().Get("path") {
+	case "hostile":
 		// A header without end, as far as the host would read it.
 		w.Header().Set("X-Big", strings.Repeat("a", 4*maxGuestHeaderBytes))
 		w.WriteHeader(http.StatusOK)
+		return
+	case "hostile-headers":
+		for k, v := range hostileHeaders {
+			w.Header().Set(k, v)
+		}
+		w.Header().Set("Content-Length", "2")
+		w.Write([]byte("ok"))
+		return
+	case "switch":
+		// A final 101 to a GET that asked for no upgrade.
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		buf.Flush()
 		return
 	}
 	mib, err := strconv.Atoi(r.URL.Query().Get("path"))

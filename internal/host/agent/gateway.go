@@ -72,6 +72,8 @@ func (a *Agent) Gateway() http.Handler {
 			BufferPool:    buffers,
 			ErrorHandler:  g.proxyError,
 			ModifyResponse: func(res *http.Response) error {
+				keepDataPlaneHeaders(res.Header)
+				keepDataPlaneHeaders(res.Trailer)
 				endsStreamCleanly(res)
 				return endRequestWithResponse(res)
 			},
@@ -219,17 +221,16 @@ func (b *endsRequest) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// rewrite addresses the outbound request to the execution and drops the
-// session token: the guest trusts the gateway, and the token is nobody
-// else's business. The trace context the guest gets is the gateway's span
-// of the call, when the gateway is traced (tracing.Provider.Handler), and
-// none of the caller's.
+// rewrite addresses the outbound request to the execution with only the
+// headers of the data plane (keepDataPlaneHeaders): not the session token
+// (the guest trusts the gateway, and the token is nobody else's business),
+// nor the caller's cookies. The trace context the guest gets is the
+// gateway's span of the call, when the gateway is traced
+// (tracing.Provider.Handler), and none of the caller's.
 func rewrite(pr *httputil.ProxyRequest) {
 	guest, _ := pr.In.Context().Value(guestKey{}).(string)
 	pr.SetURL(&url.URL{Scheme: "http", Host: guest})
-	pr.Out.Header.Del("Authorization")
-	pr.Out.Header.Del("traceparent")
-	pr.Out.Header.Del("tracestate")
+	keepDataPlaneHeaders(pr.Out.Header)
 	propagation.TraceContext{}.Inject(pr.Out.Context(), propagation.HeaderCarrier(pr.Out.Header))
 }
 

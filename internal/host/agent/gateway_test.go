@@ -33,9 +33,10 @@ type guest struct {
 	datav1connect.UnimplementedFileServiceHandler
 	datav1connect.UnimplementedProcessServiceHandler
 
-	mu    sync.Mutex
-	auth  []string // Authorization headers the guest saw
-	trace []string // and traceparent headers
+	mu      sync.Mutex
+	auth    []string      // Authorization headers the guest saw
+	trace   []string      // and traceparent headers
+	headers []http.Header // and all of them
 	// release lets StartProcess go on after its first event.
 	release chan struct{}
 }
@@ -45,11 +46,29 @@ func (g *guest) saw(h http.Header) {
 	defer g.mu.Unlock()
 	g.auth = append(g.auth, h.Get("Authorization"))
 	g.trace = append(g.trace, h.Get("traceparent"))
+	g.headers = append(g.headers, h.Clone())
 }
 
+// hostileHeaders are what a hostile guest answers to make the
+// deployment's origin (the web console's) keep or forget something.
+var hostileHeaders = map[string]string{
+	"Set-Cookie":                  "planted=1; Path=/",
+	"Clear-Site-Data":             `"storage"`,
+	"Access-Control-Allow-Origin": "*",
+	"Refresh":                     "0; url=http://evil.test/",
+}
+
+// InspectFile of /hostile answers with hostileHeaders.
 func (g *guest) InspectFile(_ context.Context, req *connect.Request[datav1.InspectFileRequest]) (*connect.Response[datav1.InspectFileResponse], error) {
 	g.saw(req.Header())
-	return connect.NewResponse(&datav1.InspectFileResponse{File: &datav1.FileInfo{Path: req.Msg.Path, Owner: req.Msg.User}}), nil
+	resp := connect.NewResponse(&datav1.InspectFileResponse{File: &datav1.FileInfo{Path: req.Msg.Path, Owner: req.Msg.User}})
+	if req.Msg.Path == "/hostile" {
+		for k, v := range hostileHeaders {
+			resp.Header().Set(k, v)
+			resp.Trailer().Set(k, v)
+		}
+	}
+	return resp, nil
 }
 
 func (g *guest) WriteFile(_ context.Context, stream *connect.ClientStream[datav1.WriteFileRequest]) (*connect.Response[datav1.WriteFileResponse], error) {
