@@ -291,6 +291,11 @@ func (p *exposureProxy) rewrite(pr *httputil.ProxyRequest) {
 	if route.prefix != "" {
 		pr.Out.URL.Path = strings.TrimPrefix(pr.Out.URL.Path, route.prefix)
 		pr.Out.URL.RawPath = strings.TrimPrefix(pr.Out.URL.RawPath, route.prefix)
+		if !strings.HasPrefix(pr.Out.URL.RawPath, "/") {
+			// The slash after the ID came escaped (%2F): what is left of
+			// the raw path is no path, so the guest gets the decoded one.
+			pr.Out.URL.RawPath = ""
+		}
 		pr.Out.Header.Set("X-Forwarded-Prefix", route.prefix)
 	}
 	pr.Out.Header.Del("Forwarded")
@@ -300,9 +305,12 @@ func (p *exposureProxy) rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.Header.Set("X-Forwarded-Proto", "https")
 	}
 	pr.Out.URL.RawQuery = withoutParameter(pr.Out.URL.RawQuery, exposureabi.TokenParameter)
-	if ref, err := url.Parse(pr.Out.Header.Get("Referer")); err == nil && ref.RawQuery != "" {
-		// A client that followed the token's redirect names it as the
-		// referrer.
+	// A client that followed the token's redirect names it as the
+	// referrer; one that cannot be parsed may hold it where the parameter
+	// cannot be found, and goes.
+	if ref, err := url.Parse(pr.Out.Header.Get("Referer")); err != nil {
+		pr.Out.Header.Del("Referer")
+	} else if ref.RawQuery != "" {
 		ref.RawQuery = withoutParameter(ref.RawQuery, exposureabi.TokenParameter)
 		pr.Out.Header.Set("Referer", ref.String())
 	}

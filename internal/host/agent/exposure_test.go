@@ -178,6 +178,20 @@ func TestExposureProxy(t *testing.T) {
 	if resp, body := do("POST", "/x/exp_t/form?kibotos_token="+token, nil, "x"); resp.StatusCode != http.StatusOK || body != "POST /form? x" {
 		t.Errorf("POST with the query token: %d %q", resp.StatusCode, body)
 	}
+	// A referrer that cannot be parsed, which a browser keeps from a page
+	// whose path has a stray %, may hold the token: it goes whole.
+	if resp, _ := do("GET", "/x/exp_t/next", http.Header{"Cookie": {"kibotos_exposure=" + token},
+		"Referer": {srv.URL + "/x/exp_t/%zz?kibotos_token=" + token}}, ""); resp.StatusCode != http.StatusOK {
+		t.Fatalf("with an unparsable referrer: %d", resp.StatusCode)
+	}
+	if reqs := app.requests(); reqs[len(reqs)-1].Header.Get("Referer") != "" {
+		t.Errorf("the guest saw the referrer %q", reqs[len(reqs)-1].Header.Get("Referer"))
+	}
+	// A slash after the exposure ID that came escaped still gives the
+	// guest a path.
+	if resp, body := do("GET", "/x/exp_t%2Fescaped", http.Header{"Cookie": {"kibotos_exposure=" + token}}, ""); resp.StatusCode != http.StatusOK || body != "GET /escaped? " {
+		t.Errorf("an escaped slash after the ID: %d %q", resp.StatusCode, body)
+	}
 
 	// By host name on a host with an exposure domain, over HTTP/2 too;
 	// there path URLs, which would share the listener's origin, are not
