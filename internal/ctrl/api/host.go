@@ -108,28 +108,10 @@ func (h hostAuth) WrapStreamingHandler(next connect.StreamingHandlerFunc) connec
 		if err != nil {
 			return err
 		}
-		ctx, cancel := context.WithCancelCause(auth.WithHostToken(ctx, id))
-		defer cancel(nil)
-		go func() {
-			tick := time.NewTicker(assignmentsPoll)
-			defer tick.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-				}
-				if _, err := h.check(ctx, header); connect.CodeOf(err) == connect.CodeUnauthenticated {
-					cancel(err)
-					return
-				}
-			}
-		}()
-		err = next(ctx, conn)
-		if cause := context.Cause(ctx); connect.CodeOf(cause) == connect.CodeUnauthenticated {
-			return cause
-		}
-		return err
+		return auth.WhileAuthenticated(auth.WithHostToken(ctx, id), assignmentsPoll, func(ctx context.Context) error {
+			_, err := h.check(ctx, header)
+			return err
+		}, func(ctx context.Context) error { return next(ctx, conn) })
 	}
 }
 

@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -50,7 +51,7 @@ func (i *Interceptor) WrapStreamingClient(next connect.StreamingClientFunc) conn
 const streamRecheck = time.Second
 
 // WrapStreamingHandler implements connect.Interceptor. A stream whose
-// token no longer authenticates ends unauthenticated.
+// token no longer authenticates ends unauthenticated (WhileAuthenticated).
 func (i *Interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
 		header := conn.RequestHeader().Get("Authorization")
@@ -58,38 +59,13 @@ func (i *Interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 		if err != nil {
 			return err
 		}
-		ctx, cancel := context.WithCancelCause(ctx)
-		defer cancel(nil)
-		go i.whileAuthenticated(ctx, cancel, header)
-		err = next(ctx, conn)
-		if cause := context.Cause(ctx); errors.Is(cause, errTokenEnded) {
-			return connect.NewError(connect.CodeUnauthenticated, cause)
-		}
-		return err
-	}
-}
-
-// errTokenEnded is the cause of a stream's end once its token no longer
-// authenticates.
-var errTokenEnded = errors.New("the token no longer authenticates (revoked while the stream was open)")
-
-// whileAuthenticated authenticates the bearer of header every
-// streamRecheck until ctx ends, and cancels ctx once it no longer does. A
-// store that does not answer ends nothing: the check is made again.
-func (i *Interceptor) whileAuthenticated(ctx context.Context, cancel context.CancelCauseFunc, header string) {
-	token, _ := bearer.Parse(header)
-	tick := time.NewTicker(streamRecheck)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		if _, err := i.Tokens.Authenticate(ctx, token); errors.Is(err, ErrUnauthenticated) {
-			cancel(errTokenEnded)
-			return
-		}
+		token, _ := bearer.Parse(header)
+		return WhileAuthenticated(ctx, streamRecheck, func(ctx context.Context) error {
+			if _, err := i.Tokens.Authenticate(ctx, token); errors.Is(err, ErrUnauthenticated) {
+				return connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("the token no longer authenticates (revoked while the stream was open): %w", err))
+			}
+			return nil
+		}, func(ctx context.Context) error { return next(ctx, conn) })
 	}
 }
 
