@@ -53,7 +53,13 @@ func (s *Store) ImportArchiveFile(ctx context.Context, path string) (Image, erro
 
 func (s *Store) importArchiveFile(ctx context.Context, path string) (Image, error) {
 	opener := func() (io.ReadCloser, error) { return os.Open(path) }
-	if err := refuseSparse(ctx, opener); err != nil {
+	entries, err := archiveEntries(ctx, opener)
+	if err != nil {
+		return Image{}, err
+	}
+	// tarball reads manifest.json and the config whole, and the config
+	// before anything is known of its size.
+	if err := documentFits(entries, "manifest.json", "manifest.json"); err != nil {
 		return Image{}, err
 	}
 	m, err := tarball.LoadManifest(opener)
@@ -63,6 +69,9 @@ func (s *Store) importArchiveFile(ctx context.Context, path string) (Image, erro
 	if len(m) != 1 {
 		return Image{}, fmt.Errorf("%w: archive holds %d images, want exactly 1", ErrInvalidImage, len(m))
 	}
+	if err := documentFits(entries, m[0].Config, "its config"); err != nil {
+		return Image{}, err
+	}
 	img, err := tarball.Image(opener, nil)
 	if err != nil {
 		return Image{}, fmt.Errorf("%w: %v", ErrInvalidImage, err)
@@ -70,31 +79,57 @@ func (s *Store) importArchiveFile(ctx context.Context, path string) (Image, erro
 	return s.importImage(ctx, img)
 }
 
-// refuseSparse reads the archive's headers and refuses a sparse entry: its
-// holes would be read as zeros, as many as it declares, however small the
-// archive (image archives never hold one; only layers inside may).
-func refuseSparse(ctx context.Context, open func() (io.ReadCloser, error)) error {
+// archiveEntries reads the archive's headers and returns the first of each
+// name, as tarball finds an entry. It refuses a sparse entry: its holes would
+// be read as zeros, as many as it declares, however small the archive (image
+// archives never hold one; only layers inside may).
+func archiveEntries(ctx context.Context, open func() (io.ReadCloser, error)) (map[string]*tar.Header, error) {
 	rc, err := open()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer rc.Close()
+	entries := map[string]*tar.Header{}
 	tr := tar.NewReader(ctxReader{ctx, rc})
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return nil
+			return entries, nil
 		}
 		if err != nil {
 			if cerr := ctx.Err(); cerr != nil {
-				return cerr
+				return nil, cerr
 			}
-			return fmt.Errorf("%w: reading the archive: %v", ErrInvalidImage, err)
+			return nil, fmt.Errorf("%w: reading the archive: %v", ErrInvalidImage, err)
 		}
 		if err := notSparse(hdr); err != nil {
-			return err
+			return nil, err
+		}
+		if name := path.Clean(hdr.Name); entries[name] == nil {
+			entries[name] = hdr
 		}
 	}
+}
+
+// documentFits refuses (ErrInvalidImage) the archive's entry at name, which
+// tarball reads whole, when it is over maxConfigBytes: what, a
+// description, names it. A link is followed as tarball follows it; an entry
+// that is missing is left for tarball to report.
+func documentFits(entries map[string]*tar.Header, name, what string) error {
+	for range 16 { // a longer chain of links is tarball's to refuse
+		hdr := entries[path.Clean(name)]
+		if hdr == nil {
+			return nil
+		}
+		if hdr.Typeflag != tar.TypeSymlink && hdr.Typeflag != tar.TypeLink {
+			if hdr.Size > maxConfigBytes {
+				return fmt.Errorf("%w: %s is %d bytes; at most %d are taken", ErrInvalidImage, what, hdr.Size, maxConfigBytes)
+			}
+			return nil
+		}
+		name = path.Join(path.Dir(name), path.Clean(hdr.Linkname))
+	}
+	return nil
 }
 
 // notSparse refuses a sparse tar entry (old GNU or PAX GNU.sparse format).
@@ -156,7 +191,14 @@ func (s *Store) ImportLayoutDir(ctx context.Context, dir string) (Image, error) 
 	return out, nil
 }
 
+// layoutImage returns the image of the layout at dir (pickImage), its
+// documents checked before they are read (checkLayoutDocument) and its
+// layers' blobs present: the layout package reads each document whole and
+// takes every blob for what its name says.
 func layoutImage(dir string) (v1.Image, error) {
+	if fi, err := os.Stat(filepath.Join(dir, "index.json")); err == nil && fi.Size() > maxConfigBytes {
+		return nil, fmt.Errorf("%w: index.json is %d bytes; at most %d are taken", ErrInvalidImage, fi.Size(), maxConfigBytes)
+	}
 	p, err := layout.FromPath(dir)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidImage, err)
@@ -165,15 +207,62 @@ func layoutImage(dir string) (v1.Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidImage, err)
 	}
-	return pickImage(idx, 0)
+	img, err := pickImage(dir, idx, 0)
+	if err != nil {
+		return nil, err
+	}
+	m, err := img.Manifest()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidImage, err)
+	}
+	if err := checkLayoutDocument(dir, m.Config, "config"); err != nil {
+		return nil, err
+	}
+	for _, l := range m.Layers {
+		if fi, err := os.Stat(layoutBlob(dir, l.Digest)); err != nil || !fi.Mode().IsRegular() {
+			return nil, fmt.Errorf("%w: the layout holds no blob of layer %s", ErrInvalidImage, l.Digest)
+		}
+	}
+	return img, nil
+}
+
+// layoutBlob is the path of a blob in the layout at dir.
+func layoutBlob(dir string, h v1.Hash) string {
+	return filepath.Join(dir, "blobs", h.Algorithm, h.Hex)
+}
+
+// checkLayoutDocument refuses (ErrInvalidImage) the blob of d, a document
+// of the layout at dir (what: an index, a manifest, the config), that is
+// missing, over maxConfigBytes, or not what d names.
+func checkLayoutDocument(dir string, d v1.Descriptor, what string) error {
+	if d.Digest.Algorithm != "sha256" {
+		return fmt.Errorf("%w: the %s is named by a %s digest; only sha256 is taken", ErrInvalidImage, what, d.Digest.Algorithm)
+	}
+	p := layoutBlob(dir, d.Digest)
+	fi, err := os.Stat(p)
+	if err != nil || !fi.Mode().IsRegular() {
+		return fmt.Errorf("%w: the layout holds no blob of the %s %s", ErrInvalidImage, what, d.Digest)
+	}
+	if fi.Size() > maxConfigBytes {
+		return fmt.Errorf("%w: the %s %s is %d bytes; at most %d are taken", ErrInvalidImage, what, d.Digest, fi.Size(), maxConfigBytes)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return err
+	}
+	if got := sha256Digest(b); got != d.Digest.String() || int64(len(b)) != d.Size {
+		return fmt.Errorf("%w: the %s named %s (%d bytes) is %s (%d bytes)", ErrInvalidImage, what, d.Digest, d.Size, got, len(b))
+	}
+	return nil
 }
 
 var linuxAMD64 = v1.Platform{OS: "linux", Architecture: "amd64"}
 
-// pickImage returns the single linux/amd64 image of idx, descending into nested
+// pickImage returns the single linux/amd64 image of idx, of the layout at
+// dir, descending into nested
 // indexes. A descriptor without a platform is a candidate only if no descriptor
 // names linux/amd64.
-func pickImage(idx v1.ImageIndex, depth int) (v1.Image, error) {
+func pickImage(dir string, idx v1.ImageIndex, depth int) (v1.Image, error) {
 	if depth > 4 {
 		return nil, fmt.Errorf("%w: image indexes nested too deeply", ErrInvalidImage)
 	}
@@ -211,11 +300,17 @@ func pickImage(idx v1.ImageIndex, depth int) (v1.Image, error) {
 	}
 	d := cands[0]
 	if d.MediaType.IsIndex() {
+		if err := checkLayoutDocument(dir, d, "index"); err != nil {
+			return nil, err
+		}
 		child, err := idx.ImageIndex(d.Digest)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrInvalidImage, err)
 		}
-		return pickImage(child, depth+1)
+		return pickImage(dir, child, depth+1)
+	}
+	if err := checkLayoutDocument(dir, d, "manifest"); err != nil {
+		return nil, err
 	}
 	img, err := idx.Image(d.Digest)
 	if err != nil {

@@ -98,6 +98,9 @@ func (s *Store) importImage(ctx context.Context, img v1.Image) (Image, error) {
 	if mt := manifestMediaType(m, rawManifest); !mt.IsImage() {
 		return Image{}, fmt.Errorf("%w: manifest media type %q is not an image manifest", ErrInvalidImage, mt)
 	}
+	if m.Config.Size > maxConfigBytes { // a registry sends what it declares, at most
+		return Image{}, fmt.Errorf("%w: its config is %d bytes; at most %d are taken", ErrInvalidImage, m.Config.Size, maxConfigBytes)
+	}
 	rawConfig, err := img.RawConfigFile()
 	if err != nil {
 		return Image{}, fmt.Errorf("reading config: %w", err)
@@ -301,7 +304,10 @@ const (
 	// MaxEnvBytes bounds an image's environment, which every process of
 	// its workspaces receives and every workspace's record carries.
 	MaxEnvBytes = 128 << 10
-	// maxConfigBytes bounds the config file ctrl parses.
+	// maxConfigBytes bounds the config file ctrl parses, and every other
+	// document of an image read whole (an archive's manifest.json, a
+	// layout's index.json, indexes and manifests): checked before the
+	// read, so that a declared or archived giant never enters memory.
 	maxConfigBytes = 4 << 20
 )
 
