@@ -160,6 +160,16 @@ func pick(ctx context.Context, reg, ref string, idx v1.ImageIndex, platform v1.P
 		return nil, classify(reg, ref, err)
 	}
 	var have []string
+	// An image of the variant asked for comes first: linux/amd64/v3 also
+	// satisfies linux/amd64, but needs a CPU that linux/amd64 does not.
+	var other *v1.Descriptor
+	image := func(d v1.Descriptor) (v1.Image, error) {
+		img, err := idx.Image(d.Digest)
+		if err != nil {
+			return nil, classify(reg, ref, err)
+		}
+		return img, nil
+	}
 	for _, d := range m.Manifests {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -174,15 +184,18 @@ func pick(ctx context.Context, reg, ref string, idx v1.ImageIndex, platform v1.P
 				return img, err
 			}
 		case d.Platform == nil:
+		case d.Platform.Satisfies(platform) && d.Platform.Variant == platform.Variant:
+			return image(d)
 		case d.Platform.Satisfies(platform):
-			img, err := idx.Image(d.Digest)
-			if err != nil {
-				return nil, classify(reg, ref, err)
+			if other == nil {
+				other = &d
 			}
-			return img, nil
 		default:
 			have = append(have, d.Platform.String())
 		}
+	}
+	if other != nil {
+		return image(*other)
 	}
 	return nil, fmt.Errorf("%s: %w: the image index has no %s image (it has %s)", ref, ErrNotFound, platform.String(), orNone(have))
 }

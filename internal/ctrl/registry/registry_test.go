@@ -163,12 +163,16 @@ func TestPullRefused(t *testing.T) {
 	}
 }
 
-// An image index resolves to the image of the platform asked for.
+// An image index resolves to the image of the platform asked for, of its
+// variant before another (linux/amd64/v3, listed first, also satisfies
+// linux/amd64 but needs more of the CPU).
 func TestPullIndexByPlatform(t *testing.T) {
 	host := registrytest.Start(t, false)
 	arm := v1.Platform{OS: "linux", Architecture: "arm64", Variant: "v8"}
-	amdImg, armImg := randomImage(t, registry.DefaultPlatform), randomImage(t, arm)
+	amdV3 := v1.Platform{OS: "linux", Architecture: "amd64", Variant: "v3"}
+	amdImg, armImg, v3Img := randomImage(t, registry.DefaultPlatform), randomImage(t, arm), randomImage(t, amdV3)
 	idx := mutate.AppendManifests(empty.Index,
+		mutate.IndexAddendum{Add: v3Img, Descriptor: v1.Descriptor{Platform: &amdV3}},
 		mutate.IndexAddendum{Add: amdImg, Descriptor: v1.Descriptor{Platform: &registry.DefaultPlatform}},
 		mutate.IndexAddendum{Add: armImg, Descriptor: v1.Descriptor{Platform: &arm}})
 	ref, err := name.ParseReference(host+"/multi:1", name.Insecure)
@@ -183,7 +187,7 @@ func TestPullIndexByPlatform(t *testing.T) {
 	for _, c := range []struct {
 		platform string
 		want     v1.Image
-	}{{"", amdImg}, {"linux/amd64", amdImg}, {"linux/arm64/v8", armImg}} {
+	}{{"", amdImg}, {"linux/amd64", amdImg}, {"linux/amd64/v3", v3Img}, {"linux/arm64/v8", armImg}} {
 		pl, err := registry.ParsePlatform(c.platform)
 		if err != nil {
 			t.Fatal(err)
