@@ -11,6 +11,7 @@
 package registry
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -85,6 +86,10 @@ type Puller struct {
 	RootCAs *x509.CertPool
 	// UserAgent names this client to registries.
 	UserAgent string
+	// Idle bounds how long a registry may leave a read of its answer
+	// waiting (0: DefaultIdle): one that accepts and then says nothing
+	// fails the pull rather than holding it, and its caller, for good.
+	Idle time.Duration
 
 	once sync.Once
 	rt   http.RoundTripper
@@ -94,6 +99,10 @@ type Puller struct {
 	// attempt alone would hide the cause.
 	tlsFailed sync.Map
 }
+
+// DefaultIdle is how long a registry may leave a read waiting, unless
+// Puller.Idle says otherwise.
+const DefaultIdle = time.Minute
 
 // DefaultPlatform is the platform an image index is resolved to when the
 // pull names none: the one the deployment's hosts run.
@@ -302,10 +311,15 @@ func (p *Puller) transport() http.RoundTripper {
 	if p.RootCAs != nil {
 		t.TLSClientConfig = &tls.Config{RootCAs: p.RootCAs, MinVersion: tls.VersionTLS12}
 	}
+	idle := cmp.Or(p.Idle, DefaultIdle)
 	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		return netcheck.DialAddress(ctx, p.Resolver, p.Check, "tcp", addr)
+		conn, err := netcheck.DialAddress(ctx, p.Resolver, p.Check, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return idleConn{conn, idle}, nil
 	}
 	return roundTripper(func(req *http.Request) (*http.Response, error) {
 		if req.URL.Scheme == "http" && !p.insecure(req.URL.Host) {
@@ -341,3 +355,14 @@ func (p *Puller) insecure(host string) bool {
 type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// idleConn is a connection whose every read waits at most idle.
+type idleConn struct {
+	net.Conn
+	idle time.Duration
+}
+
+func (c idleConn) Read(b []byte) (int, error) {
+	c.Conn.SetReadDeadline(time.Now().Add(c.idle))
+	return c.Conn.Read(b)
+}

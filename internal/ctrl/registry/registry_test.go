@@ -5,9 +5,12 @@ import (
 	"crypto/x509"
 	"errors"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -304,4 +307,36 @@ func readLayers(img v1.Image) error {
 		}
 	}
 	return nil
+}
+
+// A registry that accepts a pull and then says nothing fails it once a
+// read has waited Puller.Idle, rather than holding it for good.
+func TestPullOfAStallingRegistry(t *testing.T) {
+	stall := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v2/" {
+			return
+		}
+		select {
+		case <-stall:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(stall) // before the Close, which waits for the handler
+	host := strings.TrimPrefix(srv.URL, "http://")
+	p := &registry.Puller{Check: loopbackOnly, Insecure: []string{host}, Idle: 200 * time.Millisecond}
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Pull(context.Background(), host+"/stall:1", registry.DefaultPlatform, registry.Credentials{})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a pull from a registry that never answered succeeded")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a pull from a registry that never answers did not end")
+	}
 }
