@@ -46,6 +46,7 @@ type fake struct {
 	chunks     [][]byte                        // of the last WriteFile
 	startDelay time.Duration                   // StartProcess waits this long before its started event
 	signals    []string                        // "pid signal" of each SignalProcess
+	hugeList   bool                            // ListProcesses answers a message over maxDataPlaneMessage
 }
 
 func newFake(t *testing.T) (*fake, *Client) {
@@ -202,7 +203,33 @@ func (f *fake) ListProcesses(_ context.Context, r *connect.Request[datav1.ListPr
 	if err := f.authorize(r.Header()); err != nil {
 		return nil, err
 	}
+	f.mu.Lock()
+	huge := f.hugeList
+	f.mu.Unlock()
+	if huge { // a replaced guest agent's answer
+		return connect.NewResponse(&datav1.ListProcessesResponse{Processes: []*datav1.ProcessInfo{{Pid: 42, Args: []string{strings.Repeat("a", maxDataPlaneMessage)}}}}), nil
+	}
 	return connect.NewResponse(&datav1.ListProcessesResponse{Processes: []*datav1.ProcessInfo{{Pid: 42, Args: []string{"sleep", "1"}}}}), nil
+}
+
+// TestDataPlaneMessagesAreBounded: a message of the data plane over
+// maxDataPlaneMessage, which a guest whose agent was replaced may send, is
+// refused rather than read whole.
+func TestDataPlaneMessagesAreBounded(t *testing.T) {
+	f, c := newFake(t)
+	ws, err := c.Workspace(t.Context(), "ws_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ws.Processes(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.hugeList = true
+	f.mu.Unlock()
+	if _, err := ws.Processes(t.Context()); connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Errorf("a message over the bound: %v, want resource_exhausted", err)
+	}
 }
 
 func (f *fake) WriteFile(_ context.Context, s *connect.ClientStream[datav1.WriteFileRequest]) (*connect.Response[datav1.WriteFileResponse], error) {

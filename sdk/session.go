@@ -75,11 +75,17 @@ func (w *Workspace) dataPlane(ctx context.Context) (*dataPlane, error) {
 	return w.dp, nil
 }
 
+// maxDataPlaneMessage bounds a message read from the data plane: what a
+// guest answers is not trusted, and a message without end (or a small one
+// that inflates) would take the caller's memory.
+const maxDataPlaneMessage = 64 << 20
+
 // newDataPlane returns the data-plane clients of s.
 func (c *Client) newDataPlane(s *Session) *dataPlane {
 	// Data-plane messages go uncompressed: gzip would cost both ends CPU on
 	// every message, and file and port bytes are often compressed already.
-	opts := append(c.clientOptions(s.Token), connect.WithAcceptCompression("gzip", nil, nil))
+	opts := append(c.clientOptions(s.Token), connect.WithAcceptCompression("gzip", nil, nil),
+		connect.WithReadMaxBytes(maxDataPlaneMessage))
 	tok, _ := sessiontoken.Parse(s.Token)
 	return &dataPlane{
 		session:    s,
