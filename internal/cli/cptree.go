@@ -400,6 +400,9 @@ func extractTree(r io.Reader, dir string, warn func(string)) error {
 			}
 			dirs = append(dirs, dirMode{name, mode, hdr.ModTime})
 		case tar.TypeReg:
+			if sparse(hdr) { // its holes would be written, as many as it declares
+				return fmt.Errorf("entry %q is a sparse file, which the workspace's tar does not write: refused", hdr.Name)
+			}
 			f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 			if err != nil {
 				return err
@@ -423,6 +426,14 @@ func extractTree(r io.Reader, dir string, warn func(string)) error {
 			old := path.Clean(hdr.Linkname)
 			if !filepath.IsLocal(old) {
 				return fmt.Errorf("hard link %s -> %s lands outside the destination: refused", name, hdr.Linkname)
+			}
+			if target, ok := links[old]; ok {
+				// A hard link of a symlink is that symlink again, at another
+				// place: it is checked from there.
+				if err := checkLink(name, target); err != nil {
+					return err
+				}
+				links[name] = target
 			}
 			if err := root.Link(old, name); err != nil {
 				return err
@@ -449,6 +460,20 @@ func extractTree(r io.Reader, dir string, warn func(string)) error {
 		}
 	}
 	return nil
+}
+
+// sparse says whether a tar entry is a sparse file (old GNU or PAX
+// GNU.sparse format), which archive/tar reads with its holes as zeros.
+func sparse(hdr *tar.Header) bool {
+	if hdr.Typeflag == tar.TypeGNUSparse {
+		return true
+	}
+	for k := range hdr.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return true
+		}
+	}
+	return false
 }
 
 // placeTree moves the extracted tree tmp to target: a rename when target

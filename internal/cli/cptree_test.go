@@ -3,9 +3,11 @@ package cli
 import (
 	"archive/tar"
 	"bytes"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -297,6 +299,10 @@ func TestExtractTreeRefusesEscapingEntries(t *testing.T) {
 		// The link comes before those it goes through.
 		{[]entry{{name: "host", link: "u/etc/hostname", typ: tar.TypeSymlink}, {name: "d", typ: tar.TypeDir}, {name: "d/up", link: "..", typ: tar.TypeSymlink},
 			{name: "u", link: "d/up/d/up/..", typ: tar.TypeSymlink}}, "leads outside the copy through other symlinks"},
+		// A hard link of a symlink that stays inside from where it is:
+		// the same symlink one level up leads out.
+		{[]entry{{name: "a", typ: tar.TypeDir}, {name: "a/b", typ: tar.TypeDir}, {name: "a/b/l", link: "../../x", typ: tar.TypeSymlink},
+			{name: "top", link: "a/b/l", typ: tar.TypeLink}}, "symlink top -> ../../x"},
 	} {
 		var buf bytes.Buffer
 		tw := tar.NewWriter(&buf)
@@ -318,5 +324,36 @@ func TestExtractTreeRefusesEscapingEntries(t *testing.T) {
 		if entries, _ := os.ReadDir(parent); len(entries) != 1 {
 			t.Errorf("%v wrote beside the directory: %v", tc.entries, entries)
 		}
+	}
+}
+
+// TestExtractTreeRefusesSparseEntries: a sparse entry, which the
+// workspace's tar does not write but a guest's own program may, would be
+// written with all its holes, as large as it declares; it is refused.
+func TestExtractTreeRefusesSparseEntries(t *testing.T) {
+	src := t.TempDir()
+	f, err := os.Create(filepath.Join(src, "big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.WriteAt([]byte("end"), 1<<30) // a GiB of hole first
+	if err = errors.Join(err, f.Close()); err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(t.TempDir(), "sparse.tar")
+	if out, err := exec.Command("tar", "-S", "--format=pax", "-cf", archive, "-C", src, "big").CombinedOutput(); err != nil {
+		t.Skipf("GNU tar writes no sparse archive here: %v: %s", err, out)
+	}
+	r, err := os.Open(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	dir := t.TempDir()
+	if err := extractTree(r, dir, func(string) {}); err == nil || !strings.Contains(err.Error(), "sparse file") {
+		t.Errorf("a sparse entry: %v, want it refused", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "big")); err == nil {
+		t.Error("the sparse entry was written")
 	}
 }
