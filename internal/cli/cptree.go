@@ -439,7 +439,7 @@ func extractTree(r io.Reader, dir string, warn func(string)) error {
 				return err
 			}
 		default:
-			warn("skipping " + hdr.Name + ": not a file, directory or symlink")
+			warn("skipping " + printable(hdr.Name, false) + ": not a file, directory or symlink")
 		}
 		if (hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeLink) && !hdr.ModTime.IsZero() {
 			root.Chtimes(name, hdr.ModTime, hdr.ModTime) // best effort, as tar does

@@ -82,7 +82,7 @@ func Main(root *cobra.Command) {
 		fmt.Fprintf(os.Stderr, "kibotos: interrupted by %s\n", unix.SignalName(sig.Signal))
 		os.Exit(128 + int(sig.Signal))
 	}
-	fmt.Fprintln(os.Stderr, "kibotos:", explainText(err, os.Args[1:]))
+	fmt.Fprintln(os.Stderr, "kibotos:", printable(explainText(err, os.Args[1:]).Error(), true)) // errors quote the workspace
 	os.Exit(1)
 }
 

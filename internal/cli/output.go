@@ -11,6 +11,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
@@ -41,9 +43,36 @@ func (t table[R]) write(w io.Writer, items []R, wide bool) error {
 		if wide {
 			row = slices.Concat(row, t.wideRow(it))
 		}
+		for i, cell := range row {
+			row[i] = printable(cell, false)
+		}
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	return tw.Flush()
+}
+
+// printable returns s with its control characters (an escape sequence's
+// ESC, a bell, a tab or newline unless keepLines) escaped as in a Go string
+// literal, and its bytes that are not UTF-8 as U+FFFD: text a workspace
+// chose (a file's name, a process's arguments, its agent's messages) must
+// not steer the terminal it is printed on, nor a table's columns.
+func printable(s string, keepLines bool) string {
+	escaped := func(r rune) bool {
+		return unicode.IsControl(r) && !(keepLines && (r == '\n' || r == '\t'))
+	}
+	if utf8.ValidString(s) && !strings.ContainsFunc(s, escaped) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s { // a byte that is not UTF-8 comes as utf8.RuneError
+		if escaped(r) {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		} else {
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
 
 // show prints a response: with -o json or -o yaml the whole response
