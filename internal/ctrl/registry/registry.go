@@ -93,10 +93,10 @@ type Puller struct {
 
 	once sync.Once
 	rt   http.RoundTripper
-	// tlsFailed holds, by host, why its last HTTPS request failed the
-	// certificate check: go-containerregistry then tries plain HTTP to a
-	// registry on a loopback or private address, and the error of that
-	// attempt alone would hide the cause.
+	// tlsFailed holds, by host, why its last HTTPS request failed: the
+	// certificate check, or Check refusing the address. go-containerregistry
+	// then tries plain HTTP to a registry on a loopback or private address,
+	// and the error of that attempt alone would hide the cause.
 	tlsFailed sync.Map
 }
 
@@ -325,16 +325,24 @@ func (p *Puller) transport() http.RoundTripper {
 		if req.URL.Scheme == "http" && !p.insecure(req.URL.Host) {
 			e := &insecureError{host: req.URL.Host}
 			if v, ok := p.tlsFailed.Load(req.URL.Host); ok {
+				if refused, ok := v.(*netcheck.DialError); ok {
+					return nil, refused // whatever the scheme
+				}
 				e.tlsErr = v.(error)
 			}
 			return nil, e
 		}
 		resp, err := t.RoundTrip(req)
-		var certErr *tls.CertificateVerificationError
+		var (
+			certErr *tls.CertificateVerificationError
+			dialErr *netcheck.DialError
+		)
 		switch {
 		case req.URL.Scheme != "https":
 		case errors.As(err, &certErr):
 			p.tlsFailed.Store(req.URL.Host, certErr)
+		case errors.As(err, &dialErr) && dialErr.Step == netcheck.DialCheck:
+			p.tlsFailed.Store(req.URL.Host, dialErr)
 		case err == nil:
 			p.tlsFailed.Delete(req.URL.Host)
 		}

@@ -152,6 +152,8 @@ func TestPullRefused(t *testing.T) {
 		want string
 	}{
 		{"special-purpose range", &registry.Puller{Check: checker.CheckAddr, Insecure: []string{host}}, "special-purpose range"},
+		// Refused over HTTPS, the registry is not then blamed for plain HTTP.
+		{"special-purpose range, not insecure", &registry.Puller{Check: checker.CheckAddr}, "special-purpose range"},
 		{"plain HTTP not listed", &registry.Puller{Check: loopbackOnly}, "--insecure-registry " + host},
 	} {
 		_, err := c.p.Pull(ctx, host+"/app:1", registry.DefaultPlatform, registry.Credentials{})
