@@ -113,10 +113,11 @@ func archiveEntries(ctx context.Context, open func() (io.ReadCloser, error)) (ma
 
 // documentFits refuses (ErrInvalidImage) the archive's entry at name, which
 // tarball reads whole, when it is over maxConfigBytes: what, a
-// description, names it. A link is followed as tarball follows it; an entry
-// that is missing is left for tarball to report.
+// description, names it. A link is followed as tarball follows it, through
+// at most maxLinks of them; an entry that is missing is left for tarball
+// to report.
 func documentFits(entries map[string]*tar.Header, name, what string) error {
-	for range 16 { // a longer chain of links is tarball's to refuse
+	for range maxLinks {
 		hdr := entries[path.Clean(name)]
 		if hdr == nil {
 			return nil
@@ -129,8 +130,12 @@ func documentFits(entries map[string]*tar.Header, name, what string) error {
 		}
 		name = path.Join(path.Dir(name), path.Clean(hdr.Linkname))
 	}
-	return nil
+	return fmt.Errorf("%w: %s is reached through more than %d links", ErrInvalidImage, what, maxLinks)
 }
+
+// maxLinks bounds the chain of links to an archive's document (tarball
+// follows any number).
+const maxLinks = 16
 
 // notSparse refuses a sparse tar entry (old GNU or PAX GNU.sparse format).
 func notSparse(hdr *tar.Header) error {

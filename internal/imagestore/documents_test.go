@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -59,6 +60,47 @@ func rewriteEntry(t *testing.T, archive []byte, name string, body []byte) []byte
 		if hdr.Name == name {
 			data = body
 			hdr.Size = int64(len(body))
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write(data)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return out.Bytes()
+}
+
+// linkChain returns the tar archive with the entry name moved to the end
+// of a chain of n symlinks, named name, name.1, ... name.(n-1).
+func linkChain(t *testing.T, archive []byte, name string, n int) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	tr, tw := tar.NewReader(bytes.NewReader(archive)), tar.NewWriter(&out)
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hdr.Name == name {
+			for i := range n {
+				from, to := name, fmt.Sprintf("%s.%d", name, i+1)
+				if i > 0 {
+					from = fmt.Sprintf("%s.%d", name, i)
+				}
+				if err := tw.WriteHeader(&tar.Header{Name: from, Typeflag: tar.TypeSymlink, Linkname: to, Mode: 0o644}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			hdr.Name = fmt.Sprintf("%s.%d", name, n)
 		}
 		if err := tw.WriteHeader(hdr); err != nil {
 			t.Fatal(err)
@@ -137,9 +179,25 @@ func TestDocumentsReadWholeAreBounded(t *testing.T) {
 		_, err := s.ImportImage(ctx, declaredConfig{src, declared, &read})
 		return err
 	})
-	if read {
-		t.Error("the config a registry declared over the bound was read")
+	// -1: a size not declared, which go-containerregistry reads to the end.
+	m.Config.Size = -1
+	if declared, err = json.Marshal(m); err != nil {
+		t.Fatal(err)
 	}
+	refusedSmall(t, "a config of no declared size", "its config is -1 bytes", func() error {
+		_, err := s.ImportImage(ctx, declaredConfig{src, declared, &read})
+		return err
+	})
+	if read {
+		t.Error("a config a registry declared over the bound, or not at all, was read")
+	}
+
+	// A config reached through more links than are followed.
+	linked := filepath.Join(t.TempDir(), "linked-config.tar")
+	if err := os.WriteFile(linked, linkChain(t, archive, manifests[0].Config, maxLinks+1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	refusedSmall(t, "a config through too many links", "more than 16 links", func() error { _, err := s.ImportArchiveFile(ctx, linked); return err })
 
 	// A layout's manifest not what index.json names, and its config over
 	// the bound.

@@ -98,7 +98,9 @@ func (s *Store) importImage(ctx context.Context, img v1.Image) (Image, error) {
 	if mt := manifestMediaType(m, rawManifest); !mt.IsImage() {
 		return Image{}, fmt.Errorf("%w: manifest media type %q is not an image manifest", ErrInvalidImage, mt)
 	}
-	if m.Config.Size > maxConfigBytes { // a registry sends what it declares, at most
+	// A registry sends what the manifest declares, at most; a size it
+	// does not declare (-1) would be read to the end.
+	if m.Config.Size < 0 || m.Config.Size > maxConfigBytes {
 		return Image{}, fmt.Errorf("%w: its config is %d bytes; at most %d are taken", ErrInvalidImage, m.Config.Size, maxConfigBytes)
 	}
 	rawConfig, err := img.RawConfigFile()
