@@ -393,6 +393,9 @@ func extractTree(r io.Reader, dir string, warn func(string)) error {
 				return err
 			}
 		}
+		if sparse(hdr) { // its holes would be written, as many as it declares
+			return fmt.Errorf("entry %q is a sparse file, which the workspace's tar does not write: refused", hdr.Name)
+		}
 		switch hdr.Typeflag {
 		case tar.TypeDir:
 			if err := root.MkdirAll(name, 0o700); err != nil {
@@ -400,9 +403,6 @@ func extractTree(r io.Reader, dir string, warn func(string)) error {
 			}
 			dirs = append(dirs, dirMode{name, mode, hdr.ModTime})
 		case tar.TypeReg:
-			if sparse(hdr) { // its holes would be written, as many as it declares
-				return fmt.Errorf("entry %q is a sparse file, which the workspace's tar does not write: refused", hdr.Name)
-			}
 			f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 			if err != nil {
 				return err

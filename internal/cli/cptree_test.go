@@ -340,20 +340,22 @@ func TestExtractTreeRefusesSparseEntries(t *testing.T) {
 	if err = errors.Join(err, f.Close()); err != nil {
 		t.Fatal(err)
 	}
-	archive := filepath.Join(t.TempDir(), "sparse.tar")
-	if out, err := exec.Command("tar", "-S", "--format=pax", "-cf", archive, "-C", src, "big").CombinedOutput(); err != nil {
-		t.Skipf("GNU tar writes no sparse archive here: %v: %s", err, out)
-	}
-	r, err := os.Open(archive)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	dir := t.TempDir()
-	if err := extractTree(r, dir, func(string) {}); err == nil || !strings.Contains(err.Error(), "sparse file") {
-		t.Errorf("a sparse entry: %v, want it refused", err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "big")); err == nil {
-		t.Error("the sparse entry was written")
+	for _, format := range []string{"pax", "gnu"} { // PAX sparse 1.0, and GNU tar's own default
+		archive := filepath.Join(t.TempDir(), "sparse.tar")
+		if out, err := exec.Command("tar", "-S", "--format="+format, "-cf", archive, "-C", src, "big").CombinedOutput(); err != nil {
+			t.Skipf("GNU tar writes no sparse archive here: %v: %s", err, out)
+		}
+		r, err := os.Open(archive)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		if err := extractTree(r, dir, func(string) {}); err == nil || !strings.Contains(err.Error(), "sparse file") {
+			t.Errorf("%s: a sparse entry: %v, want it refused", format, err)
+		}
+		r.Close()
+		if _, err := os.Stat(filepath.Join(dir, "big")); err == nil {
+			t.Errorf("%s: the sparse entry was written", format)
+		}
 	}
 }

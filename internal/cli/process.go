@@ -218,7 +218,7 @@ func wsExecCommand(c *conn) *cobra.Command {
 		}
 		if err != nil {
 			if code, ok := startFailureCode(err); ok {
-				fmt.Fprintln(cmd.ErrOrStderr(), "kibotos:", err)
+				fmt.Fprintln(cmd.ErrOrStderr(), "kibotos:", printable(err.Error(), true))
 				return &ExitError{Code: code}
 			}
 			return err
