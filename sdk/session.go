@@ -3,6 +3,7 @@ package sdk
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -77,15 +78,21 @@ func (w *Workspace) dataPlane(ctx context.Context) (*dataPlane, error) {
 
 // maxDataPlaneMessage bounds a message read from the data plane: what a
 // guest answers is not trusted, and a message without end (or a small one
-// that inflates) would take the caller's memory.
-const maxDataPlaneMessage = 64 << 20
+// that inflates) would take the caller's memory. A screenshot may be
+// larger: maxScreenshot bounds it (the PNG of 8192 × 8192 pixels that do
+// not compress).
+const (
+	maxDataPlaneMessage = 64 << 20
+	maxScreenshot       = 256 << 20
+)
 
 // newDataPlane returns the data-plane clients of s.
 func (c *Client) newDataPlane(s *Session) *dataPlane {
 	// Data-plane messages go uncompressed: gzip would cost both ends CPU on
 	// every message, and file and port bytes are often compressed already.
-	opts := append(c.clientOptions(s.Token), connect.WithAcceptCompression("gzip", nil, nil),
-		connect.WithReadMaxBytes(maxDataPlaneMessage))
+	opts := append(c.clientOptions(s.Token), connect.WithAcceptCompression("gzip", nil, nil))
+	screenOpts := append(slices.Clone(opts), connect.WithReadMaxBytes(maxScreenshot))
+	opts = append(opts, connect.WithReadMaxBytes(maxDataPlaneMessage))
 	tok, _ := sessiontoken.Parse(s.Token)
 	return &dataPlane{
 		session:    s,
@@ -94,7 +101,7 @@ func (c *Client) newDataPlane(s *Session) *dataPlane {
 		files:      datav1connect.NewFileServiceClient(c.hc, s.Endpoint, opts...),
 		metrics:    datav1connect.NewMetricsServiceClient(c.hc, s.Endpoint, opts...),
 		services:   datav1connect.NewServiceServiceClient(c.hc, s.Endpoint, opts...),
-		screen:     datav1connect.NewScreenServiceClient(c.hc, s.Endpoint, opts...),
+		screen:     datav1connect.NewScreenServiceClient(c.hc, s.Endpoint, screenOpts...),
 		input:      datav1connect.NewInputServiceClient(c.hc, s.Endpoint, opts...),
 	}
 }
