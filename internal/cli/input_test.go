@@ -22,6 +22,12 @@ func TestOpenFileOfANamedPipe(t *testing.T) {
 	if _, _, err := openFile(ctx, fifo); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a named pipe without a writer, interrupted: %v, want canceled", err)
 	}
+	// Another pipe: the interrupted open of the first still waits, and a
+	// writer of that one might meet it instead.
+	fifo = filepath.Join(t.TempDir(), "fifo2")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	go func() {
 		if w, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
 			w.WriteString("piped")
