@@ -39,9 +39,9 @@ func refusedSmall(t *testing.T, what, says string, imp func() error) {
 	}
 }
 
-// rewriteEntry returns the tar archive with the body of the entry name
-// replaced.
-func rewriteEntry(t *testing.T, archive []byte, name string, body []byte) []byte {
+// rewriteEntry returns the tar archive with the entry name changed by
+// change, which writes what stands in its place to tw.
+func rewriteEntry(t *testing.T, archive []byte, name string, change func(tw *tar.Writer, hdr *tar.Header, data []byte)) []byte {
 	t.Helper()
 	var out bytes.Buffer
 	tr, tw := tar.NewReader(bytes.NewReader(archive)), tar.NewWriter(&out)
@@ -58,8 +58,8 @@ func rewriteEntry(t *testing.T, archive []byte, name string, body []byte) []byte
 			t.Fatal(err)
 		}
 		if hdr.Name == name {
-			data = body
-			hdr.Size = int64(len(body))
+			change(tw, hdr, data)
+			continue
 		}
 		if err := tw.WriteHeader(hdr); err != nil {
 			t.Fatal(err)
@@ -72,45 +72,39 @@ func rewriteEntry(t *testing.T, archive []byte, name string, body []byte) []byte
 	return out.Bytes()
 }
 
+// writeEntry writes one entry to tw.
+func writeEntry(t *testing.T, tw *tar.Writer, hdr *tar.Header, data []byte) {
+	t.Helper()
+	if err := tw.WriteHeader(hdr); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tw.Write(data); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// withBody returns the tar archive with the body of the entry name
+// replaced.
+func withBody(t *testing.T, archive []byte, name string, body []byte) []byte {
+	return rewriteEntry(t, archive, name, func(tw *tar.Writer, hdr *tar.Header, _ []byte) {
+		hdr.Size = int64(len(body))
+		writeEntry(t, tw, hdr, body)
+	})
+}
+
 // linkChain returns the tar archive with the entry name moved to the end
 // of a chain of n symlinks, named name, name.1, ... name.(n-1).
 func linkChain(t *testing.T, archive []byte, name string, n int) []byte {
-	t.Helper()
-	var out bytes.Buffer
-	tr, tw := tar.NewReader(bytes.NewReader(archive)), tar.NewWriter(&out)
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
+	return rewriteEntry(t, archive, name, func(tw *tar.Writer, hdr *tar.Header, data []byte) {
+		from := name
+		for i := range n {
+			to := fmt.Sprintf("%s.%d", name, i+1)
+			writeEntry(t, tw, &tar.Header{Name: from, Typeflag: tar.TypeSymlink, Linkname: to, Mode: 0o644}, nil)
+			from = to
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if hdr.Name == name {
-			for i := range n {
-				from, to := name, fmt.Sprintf("%s.%d", name, i+1)
-				if i > 0 {
-					from = fmt.Sprintf("%s.%d", name, i)
-				}
-				if err := tw.WriteHeader(&tar.Header{Name: from, Typeflag: tar.TypeSymlink, Linkname: to, Mode: 0o644}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			hdr.Name = fmt.Sprintf("%s.%d", name, n)
-		}
-		if err := tw.WriteHeader(hdr); err != nil {
-			t.Fatal(err)
-		}
-		tw.Write(data)
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return out.Bytes()
+		hdr.Name = from
+		writeEntry(t, tw, hdr, data)
+	})
 }
 
 // declaredConfig is an image whose manifest declares a config of another
@@ -158,7 +152,7 @@ func TestDocumentsReadWholeAreBounded(t *testing.T) {
 		t.Fatalf("the archive's manifest.json lists %d images", len(manifests))
 	}
 	path := filepath.Join(t.TempDir(), "big-config.tar")
-	if err := os.WriteFile(path, rewriteEntry(t, archive, manifests[0].Config, padded), 0o644); err != nil {
+	if err := os.WriteFile(path, withBody(t, archive, manifests[0].Config, padded), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	s := openStore(t)
