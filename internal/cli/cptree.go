@@ -328,7 +328,7 @@ func (cp *copier) downloadTree(src, dst string) error {
 		pw.CloseWithError(err)
 		done <- err
 	}()
-	xerr := extractTree(io.TeeReader(pr, cp.meter("downloading", -1)), tmp, cp.out.println)
+	dirs, xerr := extractTree(io.TeeReader(pr, cp.meter("downloading", -1)), tmp, cp.out.println)
 	if xerr != nil {
 		cancel() // kills the guest's tar
 		pr.CloseWithError(xerr)
@@ -345,28 +345,27 @@ func (cp *copier) downloadTree(src, dst string) error {
 	if err := tarStatus(status, err, &stderr); err != nil {
 		return err
 	}
-	return placeTree(tmp, target)
+	if err := placeTree(tmp, target); err != nil {
+		return err
+	}
+	return dirs.apply(target)
 }
 
 // extractTree extracts the tar stream r into the directory dir, which it
 // does not leave: it opens dir as an os.Root, and refuses entries named
 // outside it, symlinks leading out of it, and entries beneath a symlink of
-// the stream. Directory modes are applied last, so that a read-only
-// directory still receives its files. Devices and FIFOs are skipped with
-// a warning to warn.
-func extractTree(r io.Reader, dir string, warn func(string)) error {
+// the stream. Directories are made 0700, so that the tree can be moved out
+// of dir or removed by a user who is not root; their modes and times are
+// returned, to be applied once the tree is in place. Devices and FIFOs are
+// skipped with a warning to warn.
+func extractTree(r io.Reader, dir string, warn func(string)) (dirAttrs, error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer root.Close()
-	type dirMode struct {
-		name  string
-		mode  fs.FileMode
-		mtime time.Time
-	}
 	var (
-		dirs  []dirMode
+		dirs  dirAttrs
 		links = map[string]string{} // name → target
 	)
 	tr := tar.NewReader(r)
@@ -376,67 +375,67 @@ func extractTree(r io.Reader, dir string, warn func(string)) error {
 			break
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
 		name := path.Clean(hdr.Name)
 		if name != "." && !filepath.IsLocal(name) {
-			return fmt.Errorf("entry %q lands outside the destination: refused", hdr.Name)
+			return nil, fmt.Errorf("entry %q lands outside the destination: refused", hdr.Name)
 		}
 		for p := path.Dir(name); p != "."; p = path.Dir(p) {
 			if _, ok := links[p]; ok {
-				return fmt.Errorf("entry %q is beneath the symlink %s: refused", hdr.Name, p)
+				return nil, fmt.Errorf("entry %q is beneath the symlink %s: refused", hdr.Name, p)
 			}
 		}
 		mode := hdr.FileInfo().Mode().Perm()
 		if hdr.Typeflag != tar.TypeDir && name != "." {
 			if err := root.MkdirAll(path.Dir(name), 0o755); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		if sparse(hdr) { // its holes would be written, as many as it declares
-			return fmt.Errorf("entry %q is a sparse file, which the workspace's tar does not write: refused", hdr.Name)
+			return nil, fmt.Errorf("entry %q is a sparse file, which the workspace's tar does not write: refused", hdr.Name)
 		}
 		switch hdr.Typeflag {
 		case tar.TypeDir:
 			if err := root.MkdirAll(name, 0o700); err != nil {
-				return err
+				return nil, err
 			}
-			dirs = append(dirs, dirMode{name, mode, hdr.ModTime})
+			dirs = append(dirs, dirAttr{name, mode, hdr.ModTime})
 		case tar.TypeReg:
 			f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			_, err = io.Copy(f, tr)
 			if err = errors.Join(err, f.Close()); err != nil {
-				return err
+				return nil, err
 			}
 			if err := root.Chmod(name, mode); err != nil {
-				return err
+				return nil, err
 			}
 		case tar.TypeSymlink:
 			if err := checkLink(name, hdr.Linkname); err != nil {
-				return err
+				return nil, err
 			}
 			if err := root.Symlink(hdr.Linkname, name); err != nil {
-				return err
+				return nil, err
 			}
 			links[name] = hdr.Linkname
 		case tar.TypeLink:
 			old := path.Clean(hdr.Linkname)
 			if !filepath.IsLocal(old) {
-				return fmt.Errorf("hard link %s -> %s lands outside the destination: refused", name, hdr.Linkname)
+				return nil, fmt.Errorf("hard link %s -> %s lands outside the destination: refused", name, hdr.Linkname)
 			}
 			if target, ok := links[old]; ok {
 				// A hard link of a symlink is that symlink again, at another
 				// place: it is checked from there.
 				if err := checkLink(name, target); err != nil {
-					return err
+					return nil, err
 				}
 				links[name] = target
 			}
 			if err := root.Link(old, name); err != nil {
-				return err
+				return nil, err
 			}
 		default:
 			warn("skipping " + printable(hdr.Name, false) + ": not a file, directory or symlink")
@@ -446,12 +445,31 @@ func extractTree(r io.Reader, dir string, warn func(string)) error {
 		}
 	}
 	if err := checkLinks(links); err != nil {
+		return nil, err
+	}
+	return dirs, nil
+}
+
+// dirAttrs are the modes and modification times of an extracted tree's
+// directories, named relative to its top, in the stream's order.
+type dirAttrs []dirAttr
+
+type dirAttr struct {
+	name  string
+	mode  fs.FileMode
+	mtime time.Time
+}
+
+// apply gives the directories of the tree at top their modes and times:
+// deepest first, so that a read-only directory is closed after what is
+// beneath it, and times after their contents changed them.
+func (dirs dirAttrs) apply(top string) error {
+	root, err := os.OpenRoot(top)
+	if err != nil {
 		return err
 	}
-	// Deepest first, so that a read-only directory is closed last; times
-	// after their contents changed them.
-	slices.Reverse(dirs)
-	for _, d := range dirs {
+	defer root.Close()
+	for _, d := range slices.Backward(dirs) {
 		if err := root.Chmod(d.name, d.mode); err != nil {
 			return err
 		}

@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -172,9 +174,6 @@ func TestCpRecursiveRoundTrip(t *testing.T) {
 	}
 }
 
-// TestCpRecursiveRefusesEscapes copies trees holding symlinks that point
-// outside the copy, both ways: each is refused with an error that names
-// it, and nothing is written on the other side.
 // TestCpRecursiveDownloadReadsTheRecord: a guest tar that pads its
 // archive to a whole record after the end-of-archive blocks, as GNU tar
 // does, is read to its end, and the copy completes.
@@ -204,6 +203,103 @@ printf '#!/bin/sh\nbusybox tar "$@" && head -c 10240 /dev/zero\n' > /usr/local/b
 	}
 }
 
+// TestCpRecursiveDownloadAsAUser runs `ws cp -r` out of a workspace as a
+// user who is not root, as the CLI mostly runs: a tree with a read-only
+// and a closed directory lands with their modes, and a download that fails
+// after its tree was extracted leaves no temporary behind, which that user
+// could not have removed had its read-only directories been closed there.
+func TestCpRecursiveDownloadAsAUser(t *testing.T) {
+	e, id := newDataEnv(t)
+	e.sh(t, id, `mkdir -p /root/tree/ro /root/tree/closed && echo one > /root/tree/ro/f && echo two > /root/tree/closed/g &&
+		chmod 0555 /root/tree/ro && chmod 0 /root/tree/closed`)
+	home := userDir(t, nobody)
+	dir := filepath.Join(home, "copies") // beside the CLI's cache
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runCLIAs(t, nobody, home, "ws", "cp", "-r", "--addr", e.addr, "--token", e.token, id+":/root/tree", filepath.Join(dir, "a")); err != nil {
+		t.Fatalf("cp -r as uid %d: %v\n%s", nobody, err, out)
+	}
+	if got := describeTree(t, filepath.Join(dir, "a")); got != ". drwxr-xr-x\nclosed d---------\nclosed/g -rw-r--r-- two\n\nro dr-xr-xr-x\nro/f -rw-r--r-- one\n\n" {
+		t.Errorf("the copy as uid %d:\n%s", nobody, got)
+	}
+
+	// A tar that fails once its archive is written.
+	e.sh(t, id, `mkdir -p /usr/local/bin && printf '#!/bin/sh\nbusybox tar "$@"; exit 1\n' > /usr/local/bin/tar && chmod +x /usr/local/bin/tar`)
+	if out, err := runCLIAs(t, nobody, home, "ws", "cp", "-r", "--addr", e.addr, "--token", e.token, id+":/root/tree", filepath.Join(dir, "b")); err == nil {
+		t.Fatalf("cp -r with a failing tar succeeded:\n%s", out)
+	}
+	entries, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if !slices.Equal(names, []string{"a"}) {
+		t.Errorf("after a failed download, %s holds %v, want [a]", dir, names)
+	}
+}
+
+// nobody is the user ID of the CLI runs that are not root.
+const nobody = 65534
+
+// userDir returns a new directory that uid owns, in a directory of its
+// own that uid may enter (a test's TempDir is in a closed one).
+func userDir(t *testing.T, uid int) string {
+	t.Helper()
+	parent, err := os.MkdirTemp("", "kibotos-user-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(parent) })
+	if err := os.Chmod(parent, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(parent, "home")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, uid, uid); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// envRunCLI makes the test binary the CLI (see TestMain).
+const envRunCLI = "KIBOTOS_TEST_RUN_CLI"
+
+// runCLIAs runs `kibotos args...` as uid, in a process of its own (a copy
+// of the test binary, which runs the CLI), with home as its HOME, and
+// returns its combined output.
+func runCLIAs(t *testing.T, uid int, home string, args ...string) (string, error) {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(filepath.Dir(home), "kibotos")
+	if _, err := os.Stat(bin); err != nil { // the test binary's own directory is closed to uid
+		data, err := os.ReadFile(self)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(bin, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.CommandContext(t.Context(), bin, args...)
+	cmd.Dir = home
+	cmd.Env = []string{envRunCLI + "=1", "HOME=" + home, "PATH=/usr/bin:/bin"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// TestCpRecursiveRefusesEscapes copies trees holding symlinks that point
+// outside the copy, both ways: each is refused with an error that names
+// it, and nothing is written on the other side.
 func TestCpRecursiveRefusesEscapes(t *testing.T) {
 	e, id := newDataEnv(t)
 	e.sh(t, id, `mkdir -p /work/abs/sub /work/climb/sub /work/chain/a && echo x > /work/abs/f && ln -s /etc/passwd /work/abs/sub/pw &&
@@ -317,7 +413,7 @@ func TestExtractTreeRefusesEscapingEntries(t *testing.T) {
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		err := extractTree(&buf, dir, func(string) {})
+		_, err := extractTree(&buf, dir, func(string) {})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want %q", tc.entries, err, tc.want)
 		}
@@ -350,7 +446,7 @@ func TestExtractTreeRefusesSparseEntries(t *testing.T) {
 			t.Fatal(err)
 		}
 		dir := t.TempDir()
-		if err := extractTree(r, dir, func(string) {}); err == nil || !strings.Contains(err.Error(), "sparse file") {
+		if _, err := extractTree(r, dir, func(string) {}); err == nil || !strings.Contains(err.Error(), "sparse file") {
 			t.Errorf("%s: a sparse entry: %v, want it refused", format, err)
 		}
 		r.Close()

@@ -21,7 +21,13 @@ import (
 	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
-func TestMain(m *testing.M) { os.Exit(uptest.Main(m)) }
+func TestMain(m *testing.M) {
+	if os.Getenv(envRunCLI) != "" { // a test runs this binary as the CLI
+		Main(Root())
+		os.Exit(0)
+	}
+	os.Exit(uptest.Main(m))
+}
 
 // newUpEnv returns an env on the package's deployment, which runs
 // workspaces on runc, in a project of the test's own. Its calls are not
