@@ -10,6 +10,7 @@ import {
 } from "../../sdk/typescript/gen/kibotos/ctrl/v1/ctrl_pb.js";
 import { AdminService } from "../../sdk/typescript/gen/kibotos/admin/v1/admin_pb.js";
 import { FileService, ProcessService } from "../../sdk/typescript/gen/kibotos/data/v1/data_pb.js";
+import { boundedFetch, maxDataPlaneMessage } from "../../sdk/typescript/src/bounded.js";
 
 const TOKEN_KEY = "kibotos.token";
 
@@ -31,8 +32,9 @@ function bearer(get: () => string | null): Interceptor {
   };
 }
 
-function transport(baseUrl: string, get: () => string | null, ...more: Interceptor[]): Transport {
-  return createConnectTransport({ baseUrl, useBinaryFormat: true, interceptors: [bearer(get), ...more] });
+/** transport calls baseUrl with get's token, through fetch when given. */
+function transport(baseUrl: string, get: () => string | null, fetch?: typeof globalThis.fetch, ...more: Interceptor[]): Transport {
+  return createConnectTransport({ baseUrl, useBinaryFormat: true, interceptors: [bearer(get), ...more], fetch });
 }
 
 /** TOKEN_REFUSED is the event the window gets when the control plane refused the signed-in token. */
@@ -55,7 +57,7 @@ const refusedToken: Interceptor = (next) => async (req) => {
   }
 };
 
-const ctrl = transport(location.origin, token, refusedToken);
+const ctrl = transport(location.origin, token, undefined, refusedToken);
 
 /** The control plane's clients. */
 export const api = {
@@ -94,7 +96,8 @@ export function dataPlane(workspaceId: string, fresh = false): Promise<DataPlane
   const entry = { expires: Date.now() + 3_600_000, plane: Promise.resolve(null as unknown as DataPlane) };
   entry.plane = api.sessions.issueSession({ workspaceId }).then((s) => {
     if (s.expiresAt) entry.expires = timestampDate(s.expiresAt).getTime();
-    const t = transport(s.endpoint, () => s.token);
+    // A guest shapes the data plane's answers: none is read over the SDK's bound.
+    const t = transport(s.endpoint, () => s.token, boundedFetch(maxDataPlaneMessage));
     return { endpoint: s.endpoint, token: s.token, proc: createClient(ProcessService, t), files: createClient(FileService, t) };
   });
   entry.plane.catch(() => planes.delete(workspaceId));

@@ -5,6 +5,7 @@
 import { fromJson, type JsonValue } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { type FileInfo, WriteFileResponseSchema } from "../../sdk/typescript/gen/kibotos/data/v1/data_pb.js";
+import { errorBody } from "../../sdk/typescript/src/bounded.js";
 import type { DataPlane } from "./api.js";
 import { answerError, send } from "./upload.js";
 
@@ -18,7 +19,7 @@ function fileURL(p: DataPlane, path: string): string {
 /** getFile reads the file at path. */
 export async function getFile(p: DataPlane, path: string, signal?: AbortSignal): Promise<Blob> {
   const resp = await fetch(fileURL(p, path), { headers: { Authorization: `Bearer ${p.token}` }, signal });
-  if (!resp.ok) throw answerError(resp.status, new Uint8Array(await resp.arrayBuffer()));
+  if (!resp.ok) throw answerError(resp.status, await errorBody(resp));
   return resp.blob();
 }
 

@@ -8,6 +8,7 @@
 import { fromBinary, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { codeFromHttpStatus, endStreamFromJson, errorFromJsonBytes } from "@connectrpc/connect/protocol-connect";
+import { maxDataPlaneMessage } from "../../sdk/typescript/src/bounded.js";
 
 /** CHUNK is the size of one data message. */
 export const CHUNK = 1 << 20;
@@ -88,8 +89,19 @@ export function send(
     xhr.responseType = "arraybuffer";
     for (const [k, v] of Object.entries(headers)) xhr.setRequestHeader(k, v);
     xhr.upload.onprogress = (e) => onProgress(e.loaded, e.total);
+    // The answer comes from a guest (a file's write) or the server: it is
+    // read up to the SDK's bound on a data-plane message.
+    let tooLarge = false;
+    xhr.onprogress = (e) => {
+      if (e.loaded > maxDataPlaneMessage) {
+        tooLarge = true;
+        xhr.abort();
+      }
+    };
     xhr.onerror = () => reject(new ConnectError("the upload failed on the network", Code.Unavailable));
-    xhr.onabort = () => reject(new ConnectError("the upload was canceled", Code.Canceled));
+    xhr.onabort = () => reject(tooLarge
+      ? new ConnectError(`the answer is larger than ${maxDataPlaneMessage} bytes`, Code.ResourceExhausted)
+      : new ConnectError("the upload was canceled", Code.Canceled));
     signal?.addEventListener("abort", () => xhr.abort());
     xhr.onload = () => {
       const buf = new Uint8Array(xhr.response as ArrayBuffer);

@@ -6,6 +6,7 @@ import { fromBinary, fromJson, type JsonValue } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { errorFromJsonBytes } from "@connectrpc/connect/protocol-connect";
 import { type FileInfo, FileInfoSchema, WriteFileResponseSchema } from "../gen/kibotos/data/v1/data_pb.js";
+import { errorBody } from "./bounded.js";
 import { KibotosError } from "./errors.js";
 import type { DataPlane } from "./session.js";
 
@@ -75,7 +76,7 @@ export async function fileBytes(
     d.fileBytes = true;
     return resp;
   }
-  const bytes = new Uint8Array(await resp.arrayBuffer());
+  const bytes = await errorBody(resp);
   const json = (resp.headers.get("Content-Type") ?? "").startsWith("application/json");
   if (resp.status === 404 && !json) {
     d.fileBytes = false;

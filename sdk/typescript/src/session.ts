@@ -5,6 +5,7 @@ import { Code, createClient, type Client } from "@connectrpc/connect";
 import { FileService, ProcessService } from "../gen/kibotos/data/v1/data_pb.js";
 import type { KibotosBase } from "./client.js";
 import { KibotosError, sessionRefused, toKibotosError, wrap } from "./errors.js";
+import { maxDataPlaneMessage } from "./bounded.js";
 
 /** RENEW_BEFORE_MS is how long before its expiry a cached session is replaced. */
 const RENEW_BEFORE_MS = 30_000;
@@ -86,7 +87,7 @@ export class Sessions {
       endpoint: resp.endpoint,
       expiresAt: resp.expiresAt ? timestampDate(resp.expiresAt) : undefined,
     };
-    const transport = this.client.connections.transport(session.endpoint, session.token);
+    const transport = this.client.connections.transport(session.endpoint, session.token, maxDataPlaneMessage);
     return {
       session,
       generation: tokenGeneration(session.token),

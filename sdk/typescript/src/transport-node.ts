@@ -13,7 +13,7 @@ export class NodeTransports implements Transports {
   private readonly managers = new Map<string, Http2SessionManager>();
   readonly streamsRequests = true;
 
-  transport(baseUrl: string, token: string): Transport {
+  transport(baseUrl: string, token: string, readMaxBytes?: number): Transport {
     baseUrl = trimSlashes(baseUrl);
     let manager = this.managers.get(baseUrl);
     if (manager === undefined) {
@@ -25,6 +25,7 @@ export class NodeTransports implements Transports {
       httpVersion: "2",
       sessionManager: manager,
       interceptors: [bearer(token)],
+      readMaxBytes,
     });
   }
 

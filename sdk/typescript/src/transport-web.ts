@@ -1,6 +1,7 @@
 // The browser transports: connect-web over the fetch API.
 import { Code, ConnectError, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-web";
+import { boundedFetch } from "./bounded.js";
 import { bearer, trimSlashes, type Transports } from "./transport.js";
 
 /**
@@ -13,10 +14,11 @@ import { bearer, trimSlashes, type Transports } from "./transport.js";
 export class WebTransports implements Transports {
   readonly streamsRequests = false;
 
-  transport(baseUrl: string, token: string): Transport {
+  transport(baseUrl: string, token: string, readMaxBytes?: number): Transport {
     return createConnectTransport({
       baseUrl: trimSlashes(baseUrl),
       interceptors: [requestStreamsRefused, bearer(token)],
+      fetch: readMaxBytes === undefined ? undefined : boundedFetch(readMaxBytes),
     });
   }
 
@@ -34,3 +36,4 @@ const requestStreamsRefused: Interceptor = (next) => (req) => {
   }
   return next(req);
 };
+

@@ -7,8 +7,12 @@ import type { Interceptor, Transport } from "@connectrpc/connect";
  * and to the data-plane endpoints its sessions name.
  */
 export interface Transports {
-  /** transport returns a transport to baseUrl that sends token as a bearer token. */
-  transport(baseUrl: string, token: string): Transport;
+  /**
+   * transport returns a transport to baseUrl that sends token as a bearer
+   * token and, where readMaxBytes is given, refuses a message read over it
+   * with Code.ResourceExhausted.
+   */
+  transport(baseUrl: string, token: string, readMaxBytes?: number): Transport;
   /** close ends the client's calls in flight and closes its connections. */
   close(): void;
   /** streamsRequests is whether fetch can send a stream as a request body (Node.js), not only bytes. */
