@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/kibotos/kibotos/internal/fdlimit"
 )
 
 // connectionShare is the share of the process's file descriptors (the
@@ -23,11 +23,7 @@ const minConnections = 64
 
 // connectionLimit is how many connections one listener holds at once.
 func connectionLimit() int {
-	var rl unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == unix.RLIM_INFINITY {
-		return 1 << 20
-	}
-	return max(int(rl.Cur/connectionShare), minConnections)
+	return fdlimit.Share(connectionShare, minConnections)
 }
 
 // limitWarnEvery spaces the warnings that a listener is at its limit.

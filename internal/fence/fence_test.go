@@ -46,6 +46,7 @@ var parts = map[string]string{
 	"internal/logging":     leaf,
 	"internal/tracing":     leaf,
 	"internal/errdetail":   leaf,
+	"internal/fdlimit":     leaf,
 	"internal/config":      wiring,
 	"sdk":                  client,
 	"internal/cli":         client,

@@ -26,6 +26,7 @@ import (
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
 	"github.com/kibotos/kibotos/internal/guestabi"
+	"github.com/kibotos/kibotos/internal/host/netslot"
 	"github.com/kibotos/kibotos/internal/host/psi"
 	"github.com/kibotos/kibotos/internal/host/runtime"
 	"github.com/kibotos/kibotos/internal/imagestore"
@@ -165,6 +166,8 @@ type Agent struct {
 	probes       guestProbes
 	// counters are what the host counts for its metrics.
 	counters counters
+	// slotSockets is the host sockets all network slots may hold at once.
+	slotSockets *netslot.SocketBudget
 	// guestClient carries DialGuestPort's calls to the guest agents.
 	guestClient     *http.Client
 	guestClientOnce sync.Once
@@ -186,7 +189,8 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, execs: map[string]*execution{}, reports: make(chan *hostv1.ExecutionReport, 256),
 		volumeReports: make(chan *hostv1.VolumeReport, 256), registered: make(chan struct{}), registeredNow: make(chan struct{}, 1), collectNow: make(chan struct{}, 1), readyTimeout: defaultReadyTimeout, stopGrace: defaultStopGrace,
-		probeEvery: cmp.Or(cfg.GuestProbeInterval, DefaultGuestProbeInterval), probeTimeout: defaultProbeTimeout}
+		probeEvery: cmp.Or(cfg.GuestProbeInterval, DefaultGuestProbeInterval), probeTimeout: defaultProbeTimeout,
+		slotSockets: newSlotSockets()}
 	var err error
 	if a.stateID, err = loadStateID(cfg.LayerDir); err != nil {
 		return nil, err

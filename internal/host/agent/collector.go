@@ -25,7 +25,7 @@ var (
 	slotConnectionsDesc = prometheus.NewDesc("kibotos_host_slot_connections_total",
 		"Guest TCP connections the network slots carried, by path: direct, egress (through an Egress), dns (to the link DNS address).", []string{"path"}, nil)
 	slotDNSQueriesDesc = prometheus.NewDesc("kibotos_host_slot_dns_queries_total",
-		"Guest queries to the link DNS address, by how each was answered: cache (the slot's cache), upstream (through the Resolver or deployment resolver, SERVFAIL when it failed), slot (by the slot alone: REFUSED under DENY_ALL, SERVFAIL without a resolver, FORMERR).", []string{"answer"}, nil)
+		"Guest queries to the link DNS address, by how each was answered: cache (the slot's cache), upstream (through the Resolver or deployment resolver, SERVFAIL when it failed), slot (by the slot alone: REFUSED under DENY_ALL, SERVFAIL without a resolver, FORMERR), dropped (none: too many of the slot's, or the host's, were waiting for their upstream).", []string{"answer"}, nil)
 	slotRefusalsDesc = prometheus.NewDesc("kibotos_host_slot_refusals_total",
 		"Guest TCP connections the network slots reset, by cause: policy (the network policy refused it), unreachable (the outbound connection failed), limit (the slot carried its most connections at once; one to the link DNS address is closed at once).", []string{"cause"}, nil)
 	egressFaultsDesc = prometheus.NewDesc("kibotos_host_egress_faults_total",
@@ -64,6 +64,7 @@ func (col collector) Collect(ch chan<- prometheus.Metric) {
 	counter(slotDNSQueriesDesc, c.slots.DNSCached.Load(), "cache")
 	counter(slotDNSQueriesDesc, c.slots.DNSForwarded.Load(), "upstream")
 	counter(slotDNSQueriesDesc, c.slots.DNSLocal.Load(), "slot")
+	counter(slotDNSQueriesDesc, c.slots.DNSDropped.Load(), "dropped")
 	counter(slotRefusalsDesc, c.slots.Refused.Load(), "policy")
 	counter(slotRefusalsDesc, c.slots.Unreachable.Load(), "unreachable")
 	counter(slotRefusalsDesc, c.slots.Limited.Load(), "limit")

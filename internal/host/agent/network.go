@@ -15,11 +15,26 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/fdlimit"
 	"github.com/kibotos/kibotos/internal/host/netpolicy"
 	"github.com/kibotos/kibotos/internal/host/netslot"
 	"github.com/kibotos/kibotos/internal/host/runtime"
 	"github.com/kibotos/kibotos/internal/netcheck"
 )
+
+// slotSocketShare is the share of the process's file descriptors that
+// the network slots' host sockets may hold together (each listener of the
+// process holds at most another quarter), and minSlotSockets the fewest
+// whatever the limit.
+const (
+	slotSocketShare = 4
+	minSlotSockets  = 1024
+)
+
+// newSlotSockets returns the budget of the slots' host sockets.
+func newSlotSockets() *netslot.SocketBudget {
+	return netslot.NewSocketBudget(fdlimit.Share(slotSocketShare, minSlotSockets))
+}
 
 // NetworkConfig is how a host's network slots reach out.
 type NetworkConfig struct {
@@ -160,7 +175,7 @@ func (e *execution) slotConfig() netslot.Config {
 	return netslot.Config{
 		Path: e.agent.netnsPath(e.id), HardDeny: e.agent.hardDeny(), CheckEndpoint: e.agent.checkEndpoint,
 		DeploymentResolvers: e.agent.cfg.Network.DeploymentResolvers, Changed: e.resendRunning,
-		Counters: &e.agent.counters.slots,
+		Counters: &e.agent.counters.slots, Sockets: e.agent.slotSockets,
 	}
 }
 

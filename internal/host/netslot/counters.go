@@ -19,13 +19,17 @@ type Counters struct {
 	// by the slot alone (REFUSED under DENY_ALL, SERVFAIL without a
 	// resolver, FORMERR).
 	DNSCached, DNSForwarded, DNSLocal atomic.Uint64
+	// DNSDropped counts the guest's UDP queries dropped unanswered: the
+	// slot had maxDNSExchanges waiting for their upstream, or the host's
+	// socket budget was spent.
+	DNSDropped atomic.Uint64
 	// Refused counts the guest TCP connections the policy refused (reset);
 	// Unreachable those the policy admitted whose outbound leg failed (reset
 	// too).
 	Refused, Unreachable atomic.Uint64
 	// Limited counts the guest TCP connections reset because the slot
-	// carried its most at once: Config.MaxFlows connections, or
-	// maxDNSStreams to the link DNS address.
+	// carried its most at once: Config.MaxFlows connections (or the host's
+	// socket budget was spent), or maxDNSStreams to the link DNS address.
 	Limited atomic.Uint64
 	// EgressFaults counts the failed uses of Egresses that were the Egress's
 	// fault, by kind; ResolverFaults the failed queries to policy Resolvers,

@@ -31,6 +31,13 @@ const (
 	// guest does (queries it never reads the answers of).
 	maxDNSStreams   = 16
 	dnsStreamBuffer = 128 << 10
+	// maxDNSExchanges bounds a slot's UDP queries waiting for their
+	// upstream at once: each holds a host socket and a goroutine until it
+	// is answered or times out (5 s), and a guest asking for new names of
+	// an upstream that does not answer would otherwise take the process's
+	// file descriptors. A query over it is dropped, as a busy resolver
+	// would drop it: the guest asks again.
+	maxDNSExchanges = 64
 )
 
 // serveDNS answers UDP queries at both link DNS addresses (the link
@@ -73,8 +80,15 @@ func (s *Slot) serveDNSAt(la netip.Addr, proto tcpip.NetworkProtocolNumber) erro
 				reply(resp)
 				continue
 			}
+			if !take(s.exchanges, s.cfg.Sockets) {
+				s.cfg.Counters.DNSDropped.Add(1)
+				continue
+			}
 			q = bytes.Clone(q)
-			s.wg.Go(func() { reply(s.forward(a.cache, fwd, q)) })
+			s.wg.Go(func() {
+				defer give(s.exchanges, s.cfg.Sockets)
+				reply(s.forward(a.cache, fwd, q))
+			})
 		}
 	})
 	return nil

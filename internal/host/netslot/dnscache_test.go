@@ -2,6 +2,7 @@ package netslot_test
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"sync/atomic"
 	"testing"
@@ -164,4 +165,72 @@ func TestSlotAnswersDNSAtBothLinkAddresses(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestSlotBoundsDNSQueriesWaitingForTheirUpstream asks for many new names
+// of an upstream that never answers, each query holding a host socket
+// until it times out: at most 64 of a slot's wait at once, and no more
+// than the host's socket budget across slots; the rest are dropped and
+// counted, and nothing else reaches the upstream.
+func TestSlotBoundsDNSQueriesWaitingForTheirUpstream(t *testing.T) {
+	inet := nettest.NewInternet(t)
+	pc := inet.ListenPacket(t, "udp4", nettest.HostIPv4.String()+":0")
+	var received atomic.Int32
+	go func() {
+		buf := make([]byte, 65535)
+		for {
+			if _, _, err := pc.ReadFrom(buf); err != nil {
+				return
+			}
+			received.Add(1)
+		}
+	}()
+	silent := netip.MustParseAddrPort(pc.LocalAddr().String())
+
+	// ask sends n queries for new names from s's guest without waiting for answers.
+	ask := func(s *netslot.Slot, n int) {
+		t.Helper()
+		c, err := nettest.Dial(t.Context(), s.Path(), "udp", linkDNS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		for i := range n {
+			q, _ := new(dns.Msg).SetQuestion(fmt.Sprintf("q%d.example.com.", i), dns.TypeA).Pack()
+			if _, err := c.Write(q); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// settle waits until the upstream received want queries and the slots dropped dropped.
+	settle := func(counters *netslot.Counters, want int32, dropped uint64) {
+		t.Helper()
+		deadline := time.Now().Add(3 * time.Second)
+		for received.Load() != want || counters.DNSDropped.Load() != dropped {
+			if time.Now().After(deadline) {
+				t.Fatalf("the upstream received %d queries and the slots dropped %d, want %d and %d",
+					received.Load(), counters.DNSDropped.Load(), want, dropped)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	counters := new(netslot.Counters)
+	s := newSlotWith(t, netslot.Config{DeploymentResolvers: []netip.AddrPort{silent}, Counters: counters})
+	s.Apply(policy(1, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, 0))
+	ask(s, 200)
+	settle(counters, 64, 136)
+
+	// Two slots sharing a budget of 10 sockets: 10 queries wait, of both.
+	budget := netslot.NewSocketBudget(10)
+	received.Store(0)
+	shared := new(netslot.Counters)
+	a := newSlotWith(t, netslot.Config{DeploymentResolvers: []netip.AddrPort{silent}, Counters: shared, Sockets: budget})
+	b := newSlotWith(t, netslot.Config{DeploymentResolvers: []netip.AddrPort{silent}, Counters: shared, Sockets: budget})
+	a.Apply(policy(1, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, 0))
+	b.Apply(policy(1, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, 0))
+	ask(a, 6)
+	settle(shared, 6, 0)
+	ask(b, 6)
+	settle(shared, 10, 2)
 }

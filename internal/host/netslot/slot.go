@@ -78,6 +78,10 @@ type Config struct {
 	// (each may hold its buffers, up to 2 MiB, in this process); one more
 	// is reset. 0 means DefaultMaxFlows.
 	MaxFlows int
+	// Sockets is the budget of host sockets the slot shares with the
+	// host's other slots; a connection over it is reset, a query dropped.
+	// nil bounds nothing but the slot's own bounds.
+	Sockets *SocketBudget
 }
 
 // Slot is one execution's network slot.
@@ -105,8 +109,9 @@ type Slot struct {
 	// address's family.
 	deployment *dnsforward.Forwarder
 
-	// flows holds a token for each guest TCP connection carried.
-	flows chan struct{}
+	// flows holds a token for each guest TCP connection carried, and
+	// exchanges one for each UDP query waiting for its upstream.
+	flows, exchanges chan struct{}
 
 	mu      sync.Mutex
 	failure string // why the last Apply failed; applied is then nil
@@ -193,6 +198,7 @@ func serve(cfg Config, queues []*os.File) (*Slot, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Slot{cfg: cfg, queues: queues, stack: st, ctx: ctx, cancel: cancel, conns: map[*flow]struct{}{},
 		flows:      make(chan struct{}, cfg.MaxFlows),
+		exchanges:  make(chan struct{}, maxDNSExchanges),
 		dnsStreams: map[*dnsStream]struct{}{},
 		echoes:     make(chan struct{}, maxEchoesInFlight)}
 	s.SetHostAddresses(cfg.HardDeny.Platform)

@@ -430,47 +430,56 @@ func TestSlotPortReuseAfterDestinationCloses(t *testing.T) {
 }
 
 // TestSlotBoundsFlows: the slot carries at most MaxFlows of the guest's
-// connections at once; one more is reset and counted, and a connection
-// that ends makes room for the next.
+// connections at once, or as many as the host's socket budget has left;
+// one more is reset and counted, and a connection that ends makes room
+// for the next.
 func TestSlotBoundsFlows(t *testing.T) {
 	dst := echoOnTestHost(t)
-	counters := new(netslot.Counters)
-	s := newSlotWith(t, netslot.Config{MaxFlows: 3, Counters: counters})
-	s.Apply(policy(1, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, 600))
-	var open []net.Conn
-	for i := range 3 {
-		c, err := dial(t, s, dst)
-		if err != nil {
-			t.Fatalf("connection %d: %v", i+1, err)
-		}
-		defer c.Close()
-		if err := roundTrip(c, "hello"); err != nil {
-			t.Fatalf("connection %d: %v", i+1, err)
-		}
-		open = append(open, c)
-	}
-	if _, err := dial(t, s, dst); !errors.Is(err, syscall.ECONNREFUSED) {
-		t.Fatalf("a fourth connection: %v, want connection refused", err)
-	}
-	if n := counters.Limited.Load(); n != 1 {
-		t.Errorf("Limited = %d, want 1", n)
-	}
-	open[0].Close()
-	// The slot sees the close once the guest's FIN crosses the link.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		c, err := dial(t, s, dst)
-		if err == nil {
-			defer c.Close()
-			if err := roundTrip(c, "again"); err != nil {
-				t.Fatal(err)
+	for name, cfg := range map[string]netslot.Config{
+		"MaxFlows": {MaxFlows: 3},
+		"budget":   {Sockets: netslot.NewSocketBudget(3)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			counters := new(netslot.Counters)
+			cfg.Counters = counters
+			s := newSlotWith(t, cfg)
+			s.Apply(policy(1, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, 600))
+			var open []net.Conn
+			for i := range 3 {
+				c, err := dial(t, s, dst)
+				if err != nil {
+					t.Fatalf("connection %d: %v", i+1, err)
+				}
+				defer c.Close()
+				if err := roundTrip(c, "hello"); err != nil {
+					t.Fatalf("connection %d: %v", i+1, err)
+				}
+				open = append(open, c)
 			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after a connection closed: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
+			if _, err := dial(t, s, dst); !errors.Is(err, syscall.ECONNREFUSED) {
+				t.Fatalf("a fourth connection: %v, want connection refused", err)
+			}
+			if n := counters.Limited.Load(); n != 1 {
+				t.Errorf("Limited = %d, want 1", n)
+			}
+			open[0].Close()
+			// The slot sees the close once the guest's FIN crosses the link.
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				c, err := dial(t, s, dst)
+				if err == nil {
+					defer c.Close()
+					if err := roundTrip(c, "again"); err != nil {
+						t.Fatal(err)
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("after a connection closed: %v", err)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		})
 	}
 }
 

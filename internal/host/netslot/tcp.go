@@ -109,14 +109,12 @@ func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
 		}
 		return
 	}
-	select {
-	case s.flows <- struct{}{}:
-		defer func() { <-s.flows }()
-	default:
+	if !take(s.flows, s.cfg.Sockets) {
 		s.cfg.Counters.Limited.Add(1)
 		r.Complete(true)
 		return
 	}
+	defer give(s.flows, s.cfg.Sockets)
 	a := s.current()
 	d := netpolicy.Decision{Action: netpolicy.Refuse, Reason: "no network policy is applied"}
 	if a != nil {
