@@ -46,7 +46,9 @@
 // "<logical size>:<offset>,<length>,<offset>,<length>,..." (possibly with
 // no extent). Extraction truncates the file to its logical size and writes
 // each extent at its offset, so holes stay holes. archive/tar reads GNU
-// sparse files but writes none, hence this record.
+// sparse files but writes none, hence this record; an entry with GNU
+// sparse records (GNU.sparse.*) is refused, as archive/tar would read its
+// holes as zeros up to any size its header claims.
 //
 // Entry names are slash-separated, relative, clean, without "..": the
 // extractor refuses anything else and creates every entry through
@@ -55,9 +57,11 @@
 package artifact
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -82,6 +86,17 @@ const (
 	paxSparse = "KIBOTOS.sparse"
 	paxXattr  = "SCHILY.xattr."
 )
+
+// sumLine is the trailer's line of a regular file name whose content
+// hashes to sum.
+func sumLine(sum []byte, name string) string {
+	return hex.EncodeToString(sum) + " " + name + "\n"
+}
+
+// entriesLine ends the trailer, counting the entries before it.
+func entriesLine(entries int) string {
+	return "entries " + strconv.Itoa(entries) + "\n"
+}
 
 // ErrInvalid marks every error about the artifact's content (as opposed
 // to an error reading it or writing where it goes): a truncated,

@@ -253,19 +253,19 @@ func TestRefusals(t *testing.T) {
 		{"data after the end", append(slices.Clone(good), zstdOf([]byte("more"))...), "follows its end"},
 	}
 	for _, c := range cases {
-		_, err := Walk(bytes.NewReader(c.b), nil)
+		_, err := Walk(context.Background(), bytes.NewReader(c.b), nil)
 		if !errors.Is(err, ErrInvalid) || !slices.ContainsFunc(strings.Split(c.says, "|"), func(s string) bool { return strings.Contains(err.Error(), s) }) {
 			t.Errorf("%s: %v, want an invalid artifact saying %q", c.name, err, c.says)
 			continue
 		}
 		t.Logf("%s: %v", c.name, err)
 	}
-	if _, err := Walk(bytes.NewReader(good), nil); err != nil {
+	if _, err := Walk(context.Background(), bytes.NewReader(good), nil); err != nil {
 		t.Errorf("good artifact: %v", err)
 	}
 	// An error of the source is the source's, not the artifact's.
 	boom := errors.New("connection reset")
-	if _, err := Walk(io.MultiReader(bytes.NewReader(good[:100]), iotestErr{boom}), nil); !errors.Is(err, boom) {
+	if _, err := Walk(context.Background(), io.MultiReader(bytes.NewReader(good[:100]), iotestErr{boom}), nil); !errors.Is(err, boom) {
 		t.Errorf("source error: %v", err)
 	}
 }
@@ -341,7 +341,7 @@ func TestFilesystems(t *testing.T) {
 	if len(got) != 2 || string(got[Layer]) != `{"block_size":1024}` || string(got[Volume]) != `{"block_size":4096}` {
 		t.Errorf("Filesystems = %s", got)
 	}
-	if m, err := Walk(bytes.NewReader(art), nil); err != nil || !proto.Equal(m, manifest) {
+	if m, err := Walk(context.Background(), bytes.NewReader(art), nil); err != nil || !proto.Equal(m, manifest) {
 		t.Errorf("Walk of an artifact with layouts: %v, %v", m, err)
 	}
 

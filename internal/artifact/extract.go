@@ -38,10 +38,7 @@ func Extract(ctx context.Context, r io.Reader, roots map[string]string) (*ctrlv1
 		}
 		xs[section] = &extractor{root: fd, parent: -1}
 	}
-	m, err := Walk(r, func(e *Entry, content io.Reader) error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
+	m, err := Walk(ctx, r, func(e *Entry, content io.Reader) error {
 		x := xs[e.Section]
 		if x == nil {
 			return nil

@@ -4,8 +4,8 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -65,9 +65,11 @@ func (s *errReader) Read(p []byte) (int, error) {
 // every checksum and the trailer only once it reached the end, so a
 // caller must not trust what fn saw before Walk returned nil. An error
 // about the content wraps ErrInvalid; one fn or r returned is returned as
-// it is.
-func Walk(r io.Reader, fn func(e *Entry, content io.Reader) error) (*ctrlv1.TransferManifest, error) {
-	w, err := newWalker(r, fn)
+// it is, and ctx's error once ctx is done (checked at each entry and
+// each read of content, so that an artifact whose content decompresses
+// far beyond its size can still be given up).
+func Walk(ctx context.Context, r io.Reader, fn func(e *Entry, content io.Reader) error) (*ctrlv1.TransferManifest, error) {
+	w, err := newWalker(ctx, r, fn)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +92,7 @@ func Walk(r io.Reader, fn func(e *Entry, content io.Reader) error) (*ctrlv1.Tran
 // sections were read from (nil for an artifact that records none). It
 // checks no more than that entry: only Walk vouches for an artifact.
 func Filesystems(r io.Reader) (map[string]json.RawMessage, error) {
-	w, err := newWalker(r, nil)
+	w, err := newWalker(context.Background(), r, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -103,8 +105,9 @@ func Filesystems(r io.Reader) (map[string]json.RawMessage, error) {
 	return env.Filesystems, err
 }
 
-// newWalker starts reading the artifact from r; close releases it.
-func newWalker(r io.Reader, fn func(e *Entry, content io.Reader) error) (*walker, error) {
+// newWalker starts reading the artifact from r until ctx is done; close
+// releases it.
+func newWalker(ctx context.Context, r io.Reader, fn func(e *Entry, content io.Reader) error) (*walker, error) {
 	src := &errReader{r: r}
 	br := bufio.NewReaderSize(src, 64<<10)
 	magic, err := br.Peek(len(zstdMagic))
@@ -119,11 +122,15 @@ func newWalker(r io.Reader, fn func(e *Entry, content io.Reader) error) (*walker
 		return nil, err
 	}
 	z := &errReader{r: zr}
-	return &walker{tr: tar.NewReader(z), src: src, z: z, zr: zr, fn: fn}, nil
+	tr := tar.NewReader(z)
+	return &walker{ctx: ctx, tr: tr, content: &ctxReader{ctx: ctx, r: tr}, src: src, z: z, zr: zr, fn: fn}, nil
 }
 
 type walker struct {
-	tr *tar.Reader
+	ctx context.Context
+	tr  *tar.Reader
+	// content reads the current entry's content from tr until ctx is done.
+	content io.Reader
 	// src is the artifact as read, z the archive as decompressed (by zr).
 	src, z  *errReader
 	zr      *zstd.Decoder
@@ -150,6 +157,9 @@ func (w *walker) contentErr(err error, what string) error {
 }
 
 func (w *walker) next(what string) (*tar.Header, error) {
+	if err := w.ctx.Err(); err != nil {
+		return nil, err
+	}
 	hdr, err := w.tr.Next()
 	if errors.Is(err, io.EOF) {
 		return nil, invalid("it is truncated: it ends before %s", what)
@@ -157,7 +167,34 @@ func (w *walker) next(what string) (*tar.Header, error) {
 	if err != nil {
 		return nil, w.contentErr(err, "reading "+what)
 	}
-	return hdr, nil
+	return hdr, refuseGNUSparse(hdr)
+}
+
+// refuseGNUSparse refuses an entry in a GNU sparse format: archive/tar
+// reads one as a regular file whose holes it fills with zeros, up to any
+// size its header claims without data to match. The format's sparse
+// files use KIBOTOS.sparse; an old GNU sparse entry has its own type,
+// which no check of a type takes.
+func refuseGNUSparse(hdr *tar.Header) error {
+	for k := range hdr.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return invalid("entry %.100q is a GNU sparse file (GNU.sparse.* records); the format's sparse files use %s", hdr.Name, paxSparse)
+		}
+	}
+	return nil
+}
+
+// ctxReader reads from r until ctx is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c *ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }
 
 // readAll reads a whole small entry, hashing it into the sums.
@@ -179,7 +216,7 @@ func (w *walker) sum(content []byte, name string) {
 
 func (w *walker) addSum(s []byte, name string) {
 	w.entries++
-	w.sums.WriteString(hex.EncodeToString(s) + " " + name + "\n")
+	w.sums.WriteString(sumLine(s, name))
 }
 
 func (w *walker) close() { w.zr.Close() }
@@ -198,7 +235,10 @@ func (w *walker) manifest() ([]byte, error) {
 		return nil, invalid("it holds no tar archive, so it is damaged or not a Kibotos transfer artifact (%s): %v", Format, err)
 	}
 	if hdr.Name != ManifestName {
-		return nil, invalid("its first entry is %q, not %s: not a Kibotos transfer artifact", hdr.Name, ManifestName)
+		return nil, invalid("its first entry is %.100q, not %s: not a Kibotos transfer artifact", hdr.Name, ManifestName)
+	}
+	if err := refuseGNUSparse(hdr); err != nil {
+		return nil, err
 	}
 	return w.readAll(hdr, maxManifestBytes)
 }
@@ -255,16 +295,19 @@ func (w *walker) entry(hdr *tar.Header) error {
 	if kept != nil {
 		sink = io.MultiWriter(h, kept)
 	}
-	content := &errReader{r: io.TeeReader(w.tr, sink)}
+	content := &errReader{r: io.TeeReader(w.content, sink)}
 	if w.fn != nil {
 		if err := w.fn(e, content); err != nil {
-			if content.err != nil {
+			if content.err != nil && w.ctx.Err() == nil {
 				return w.contentErr(content.err, "reading "+hdr.Name)
 			}
 			return err
 		}
 	}
 	if _, err := io.Copy(io.Discard, content); err != nil {
+		if ctxErr := w.ctx.Err(); ctxErr != nil {
+			return ctxErr
+		}
 		return w.contentErr(err, "reading "+hdr.Name)
 	}
 	w.addSum(h.Sum(nil), hdr.Name)
@@ -280,7 +323,7 @@ func (w *walker) checkTrailer(hdr *tar.Header) error {
 	if err != nil {
 		return err
 	}
-	want := append(w.sums.Bytes(), "entries "+strconv.Itoa(w.entries)+"\n"...)
+	want := append(w.sums.Bytes(), entriesLine(w.entries)...)
 	if !bytes.Equal(got, want) {
 		return invalid("%s", trailerMismatch(got, want))
 	}

@@ -103,7 +103,7 @@ func TestTemplateSection(t *testing.T) {
 		{"a missing layer", "does not hold", writeWithTemplate(t, m, order[:2], opener(blobs))},
 		{"another image", "names image", writeWithTemplate(t, otherImage, order, opener(blobs))},
 	} {
-		_, err := Walk(bytes.NewReader(c.art), nil)
+		_, err := Walk(context.Background(), bytes.NewReader(c.art), nil)
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.says) {
 			t.Errorf("%s: %v, want an invalid artifact saying %q", c.name, err, c.says)
 		}

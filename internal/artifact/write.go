@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -67,7 +66,7 @@ func (w *Writer) AddFile(name string, r io.Reader, size int64) error {
 
 func (w *Writer) sum(sum []byte, name string) {
 	w.entries++
-	w.sums.WriteString(hex.EncodeToString(sum) + " " + name + "\n")
+	w.sums.WriteString(sumLine(sum, name))
 }
 
 // AddTree adds the directory root and everything below it under the
@@ -284,7 +283,7 @@ func readXattrs(p string, records map[string]string) error {
 // Close writes the trailer and ends the archive and the zstd stream; it
 // does not close the underlying writer.
 func (w *Writer) Close() error {
-	trailer := append(w.sums.Bytes(), "entries "+strconv.Itoa(w.entries)+"\n"...)
+	trailer := append(w.sums.Bytes(), entriesLine(w.entries)...)
 	hdr := &tar.Header{Typeflag: tar.TypeReg, Name: TrailerName, Mode: 0o644, Size: int64(len(trailer)),
 		Format: tar.FormatPAX, ModTime: time.Unix(0, 0)}
 	if err := w.tw.WriteHeader(hdr); err != nil {

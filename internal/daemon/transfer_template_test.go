@@ -135,7 +135,7 @@ func TestTransferWithTemplate(t *testing.T) {
 func forgeTemplateBlob(t *testing.T, art []byte) []byte {
 	t.Helper()
 	blobs := map[string][]byte{}
-	m, err := artifact.Walk(bytes.NewReader(art), func(e *artifact.Entry, content io.Reader) error {
+	m, err := artifact.Walk(context.Background(), bytes.NewReader(art), func(e *artifact.Entry, content io.Reader) error {
 		if d, ok := strings.CutPrefix(e.Rel, "blobs/sha256/"); ok && e.Section == artifact.Template {
 			b, err := io.ReadAll(content)
 			blobs["sha256:"+d] = b

@@ -62,7 +62,9 @@ func receive(ctx context.Context, bucket *blob.Bucket, id string, src io.Reader,
 	pr, pw := io.Pipe()
 	walked := make(chan error, 1)
 	go func() {
-		m, err := artifact.Walk(pr, nil)
+		// Until the upload ends (wctx): what was sent may decompress to
+		// far more than the verifier could go through meanwhile.
+		m, err := artifact.Walk(wctx, pr, nil)
 		rec.manifest = m
 		if err == nil {
 			if extra, _ := io.Copy(io.Discard, pr); extra > 0 {
@@ -99,6 +101,9 @@ func receive(ctx context.Context, bucket *blob.Bucket, id string, src io.Reader,
 			copyErr = rerr
 			break
 		}
+	}
+	if copyErr != nil {
+		cancel() // stops the verifier too
 	}
 	pw.Close()
 	walkErr := <-walked

@@ -1,0 +1,168 @@
+package artifact
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+)
+
+// crafted is one entry of an artifact built by hand.
+type crafted struct {
+	hdr  *tar.Header
+	body []byte
+	// rawPAX are PAX records written as they are before hdr: tar.Writer
+	// leaves out some (GNU.sparse.*).
+	rawPAX map[string]string
+}
+
+// craft writes an artifact of manifest m as a hostile uploader could:
+// entries as given and a trailer that sums them as the format does, so
+// that only the checks of the entries themselves can refuse it.
+func craft(t *testing.T, m *ctrlv1.TransferManifest, entries []crafted) []byte {
+	t.Helper()
+	body, err := EncodeManifest(m)
+	must(t, err)
+	var out, trailer bytes.Buffer
+	tw := tar.NewWriter(&out)
+	add := func(e crafted) {
+		must(t, tw.Flush())
+		if e.rawPAX != nil {
+			out.Write(paxHeader(t, e.rawPAX))
+		}
+		must(t, tw.WriteHeader(e.hdr))
+		_, err := tw.Write(e.body)
+		must(t, err)
+		if e.hdr.Typeflag == tar.TypeReg {
+			trailer.WriteString(sumLine(sha256Of(e.body), e.hdr.Name))
+		}
+	}
+	add(crafted{hdr: fileHeader(ManifestName, len(body)), body: body})
+	for _, e := range entries {
+		add(e)
+	}
+	trailer.WriteString(entriesLine(len(entries) + 1))
+	add(crafted{hdr: fileHeader(TrailerName, trailer.Len()), body: slices.Clone(trailer.Bytes())})
+	must(t, tw.Close())
+	var art bytes.Buffer
+	zw, err := zstd.NewWriter(&art)
+	must(t, err)
+	_, err = zw.Write(out.Bytes())
+	must(t, err)
+	must(t, zw.Close())
+	return art.Bytes()
+}
+
+func sha256Of(b []byte) []byte {
+	s := sha256.Sum256(b)
+	return s[:]
+}
+
+func fileHeader(name string, size int) *tar.Header {
+	return &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(size), Format: tar.FormatPAX}
+}
+
+func dirHeader(name string) *tar.Header {
+	return &tar.Header{Typeflag: tar.TypeDir, Name: name, Mode: 0o755, Format: tar.FormatPAX}
+}
+
+// paxHeader is a PAX extended header ('x') holding records.
+func paxHeader(t *testing.T, records map[string]string) []byte {
+	var recs bytes.Buffer
+	for _, k := range slices.Sorted(maps.Keys(records)) {
+		// "<length> <key>=<value>\n", the length counting its own digits.
+		rec := " " + k + "=" + records[k] + "\n"
+		n := len(rec) + 1
+		for len(strconv.Itoa(n))+len(rec) != n {
+			n = len(strconv.Itoa(n)) + len(rec)
+		}
+		fmt.Fprintf(&recs, "%d%s", n, rec)
+	}
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	must(t, tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "PaxHeaders/x", Size: int64(recs.Len()), Format: tar.FormatUSTAR}))
+	_, err := tw.Write(recs.Bytes())
+	must(t, err)
+	must(t, tw.Flush())
+	raw := b.Bytes()
+	raw[156] = tar.TypeXHeader
+	copy(raw[148:156], "        ")
+	sum := 0
+	for _, c := range raw[:512] {
+		sum += int(c)
+	}
+	copy(raw[148:156], fmt.Sprintf("%06o\x00 ", sum))
+	return raw
+}
+
+// TestGNUSparseRefused: an entry archive/tar would read as a GNU sparse
+// file, all hole of 2^62 bytes in a few hundred bytes of artifact, is
+// refused before its content is read (it took a core for years).
+func TestGNUSparseRefused(t *testing.T) {
+	art := craft(t, manifest, []crafted{
+		{hdr: dirHeader(Layer)},
+		{rawPAX: map[string]string{"GNU.sparse.major": "0", "GNU.sparse.minor": "1", "GNU.sparse.numblocks": "0",
+			"GNU.sparse.size": strconv.FormatInt(1<<62, 10)},
+			hdr: &tar.Header{Typeflag: tar.TypeReg, Name: Layer + "/zeros", Mode: 0o644, Format: tar.FormatUSTAR}},
+	})
+	t.Logf("artifact of %d bytes", len(art))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := Walk(ctx, bytes.NewReader(art), nil)
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "GNU sparse") {
+		t.Fatalf("Walk = %v, want an invalid artifact saying GNU sparse", err)
+	}
+	t.Log(err)
+}
+
+// TestWalkStopsWhenItsContextEnds: Walk gives up reading an entry's
+// content once its context is done, not only between entries.
+func TestWalkStopsWhenItsContextEnds(t *testing.T) {
+	data := make([]byte, 8<<20)
+	rand.Read(data)
+	art := craft(t, manifest, []crafted{
+		{hdr: dirHeader(Volume)},
+		{hdr: fileHeader(Volume+"/random", len(data)), body: data},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	src := &countingSource{r: bytes.NewReader(art)}
+	_, err := Walk(ctx, src, func(e *Entry, content io.Reader) error {
+		if e.Rel == "random" {
+			content.Read(make([]byte, 1))
+			cancel()
+		}
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Walk = %v, want context.Canceled", err)
+	}
+	if src.n > int64(len(art))/2 {
+		t.Errorf("Walk read %d of the %d bytes of the artifact after its context ended", src.n, len(art))
+	}
+}
+
+type countingSource struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingSource) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
