@@ -50,10 +50,12 @@
 // sparse records (GNU.sparse.*) is refused, as archive/tar would read its
 // holes as zeros up to any size its header claims.
 //
-// Entry names are slash-separated, relative, clean, without "..": the
-// extractor refuses anything else and creates every entry through
-// openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS), so no link in the archive
-// can make it write outside the directory it extracts into.
+// Entry names are slash-separated, relative, clean, without "..", and,
+// like link targets, at most 4096 bytes (PATH_MAX, the longest path Linux
+// takes): a reader refuses anything else. The extractor creates every
+// entry through openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS), so no link
+// in the archive can make it write outside the directory it extracts
+// into.
 package artifact
 
 import (

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -165,4 +166,121 @@ func (c *countingSource) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
 	return n, err
+}
+
+// longName is a name of a section of about n bytes, unique by i, in
+// components a file system takes.
+func longName(section string, n, i int) string {
+	return section + "/" + strings.Repeat(strings.Repeat("d", 99)+"/", n/100) + fmt.Sprintf("f%08d", i)
+}
+
+// TestLongNamesRefused: a name or link target longer than any path
+// Linux takes is refused (names of 500,000 bytes took memory without
+// bound).
+func TestLongNamesRefused(t *testing.T) {
+	for _, e := range []crafted{
+		{hdr: fileHeader(longName(Volume, 500_000, 0), 0)},
+		{hdr: &tar.Header{Typeflag: tar.TypeSymlink, Name: Volume + "/link", Linkname: strings.Repeat("x/", 2100), Format: tar.FormatPAX}},
+	} {
+		art := craft(t, manifest, []crafted{{hdr: dirHeader(Volume)}, e})
+		_, err := Walk(context.Background(), bytes.NewReader(art), nil)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "over 4096 bytes") {
+			t.Errorf("%c entry of %d and %d bytes of names: %v, want an invalid artifact saying over 4096 bytes",
+				e.hdr.Typeflag, len(e.hdr.Name), len(e.hdr.Linkname), err)
+		}
+	}
+	// The longest name is taken.
+	art := craft(t, manifest, []crafted{{hdr: dirHeader(Volume)}, {hdr: fileHeader(Volume+"/"+strings.Repeat("n/", 2043)+"end", 0)}})
+	if _, err := Walk(context.Background(), bytes.NewReader(art), nil); err != nil {
+		t.Errorf("a name of 4096 bytes: %v", err)
+	}
+}
+
+// liveHeap is the heap in use after a collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// manyLongNames is an artifact of 20,000 empty files of 4,000-byte names:
+// 80 MB of trailer in 2 MB.
+func manyLongNames(t *testing.T) []byte {
+	entries := []crafted{{hdr: dirHeader(Volume)}}
+	for i := range 20_000 {
+		entries = append(entries, crafted{hdr: fileHeader(longName(Volume, 3980, i), 0)})
+	}
+	return craft(t, manifest, entries)
+}
+
+// TestWalkHoldsNoTrailer: Walk verifies the trailer without holding the
+// lines it expects, nor the trailer (it took 1.6 GB for 126 KB): what it
+// holds does not grow from its 2,000th entry to its last.
+func TestWalkHoldsNoTrailer(t *testing.T) {
+	art := manyLongNames(t)
+	var base, peak uint64
+	n := 0
+	_, err := Walk(context.Background(), bytes.NewReader(art), func(*Entry, io.Reader) error {
+		if n++; n%2000 == 0 {
+			peak = max(peak, liveHeap())
+			if base == 0 {
+				base = peak
+			}
+		}
+		return nil
+	})
+	must(t, err)
+	t.Logf("%d bytes of artifact, %d entries, at most %d bytes of heap more than at the 2,000th", len(art), n, peak-base)
+	if peak > base+8<<20 {
+		t.Errorf("Walk took %d MB more from its 2,000th entry to its last", (peak-base)>>20)
+	}
+}
+
+// TestTrailerSizeNotAllocated: a trailer whose header claims a GiB is
+// refused without allocating it.
+func TestTrailerSizeNotAllocated(t *testing.T) {
+	body, err := EncodeManifest(manifest)
+	must(t, err)
+	var out bytes.Buffer
+	tw := tar.NewWriter(&out)
+	must(t, tw.WriteHeader(fileHeader(ManifestName, len(body))))
+	_, err = tw.Write(body)
+	must(t, err)
+	must(t, tw.WriteHeader(fileHeader(TrailerName, 1<<30)))
+	art := zstd.EncodeTo(nil, out.Bytes())
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err = Walk(context.Background(), bytes.NewReader(art), nil)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrInvalid) {
+		t.Errorf("Walk = %v, want an invalid artifact", err)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 64<<20 {
+		t.Errorf("Walk allocated %d MB for a trailer it did not have", n>>20)
+	}
+}
+
+// TestWriterHoldsNoTrailer: the Writer keeps the trailer's lines out of
+// memory until Close writes them, and the trailer verifies.
+func TestWriterHoldsNoTrailer(t *testing.T) {
+	body, err := EncodeManifest(manifest)
+	must(t, err)
+	var art bytes.Buffer
+	w, err := NewWriter(&art, body, nil)
+	must(t, err)
+	var base uint64
+	for i := range 20_000 {
+		if i == 2000 {
+			base = liveHeap()
+		}
+		must(t, w.AddFile(longName(Volume, 3980, i), bytes.NewReader(nil), 0))
+	}
+	if held := liveHeap(); held > base+8<<20 {
+		t.Errorf("the Writer took %d MB more from its 2,000th file of a 4,000-byte name to its 20,000th", (held-base)>>20)
+	}
+	must(t, w.Close())
+	if _, err := Walk(context.Background(), bytes.NewReader(art.Bytes()), nil); err != nil {
+		t.Errorf("Walk of what the Writer wrote: %v", err)
+	}
 }

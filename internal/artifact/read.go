@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"hash"
 	"io"
 	"path"
 	"strconv"
@@ -21,7 +22,10 @@ import (
 // Limits of what a reader accepts.
 const (
 	maxManifestBytes = 1 << 20
-	maxTrailerBytes  = 1 << 30
+	// maxNameBytes bounds an entry's name and link target: PATH_MAX, the
+	// longest path Linux takes, so no longer than an export reads (its
+	// paths also hold the directory the section is mounted at).
+	maxNameBytes = 4096
 )
 
 // zstdMagic starts every zstd frame.
@@ -123,7 +127,7 @@ func newWalker(ctx context.Context, r io.Reader, fn func(e *Entry, content io.Re
 	}
 	z := &errReader{r: zr}
 	tr := tar.NewReader(z)
-	return &walker{ctx: ctx, tr: tr, content: &ctxReader{ctx: ctx, r: tr}, src: src, z: z, zr: zr, fn: fn}, nil
+	return &walker{ctx: ctx, tr: tr, content: &ctxReader{ctx: ctx, r: tr}, src: src, z: z, zr: zr, fn: fn, sums: sha256.New()}, nil
 }
 
 type walker struct {
@@ -132,20 +136,26 @@ type walker struct {
 	// content reads the current entry's content from tr until ctx is done.
 	content io.Reader
 	// src is the artifact as read, z the archive as decompressed (by zr).
-	src, z  *errReader
-	zr      *zstd.Decoder
-	fn      func(*Entry, io.Reader) error
-	sums    bytes.Buffer
-	entries int
+	src, z *errReader
+	zr     *zstd.Decoder
+	fn     func(*Entry, io.Reader) error
+	// sums hashes the trailer's lines of the regular files read so far,
+	// sumsBytes long, which the trailer must repeat: a trailer is as long
+	// as the archive has files, more than memory should hold.
+	sums      hash.Hash
+	sumsBytes int64
+	entries   int
 	// tpl checks the template section; nil when the manifest carries no
 	// template.
 	tpl *templateCheck
 }
 
-// contentErr turns a read error into the source's error, or an invalid
-// artifact saying what.
+// contentErr turns a read error into the context's or the source's
+// error, or an invalid artifact saying what.
 func (w *walker) contentErr(err error, what string) error {
 	switch {
+	case w.ctx.Err() != nil:
+		return w.ctx.Err()
 	case w.src.err != nil:
 		return w.src.err
 	case w.z.err != nil && !errors.Is(w.z.err, io.ErrUnexpectedEOF):
@@ -216,7 +226,9 @@ func (w *walker) sum(content []byte, name string) {
 
 func (w *walker) addSum(s []byte, name string) {
 	w.entries++
-	w.sums.WriteString(sumLine(s, name))
+	line := sumLine(s, name)
+	w.sums.Write([]byte(line))
+	w.sumsBytes += int64(len(line))
 }
 
 func (w *walker) close() { w.zr.Close() }
@@ -298,16 +310,13 @@ func (w *walker) entry(hdr *tar.Header) error {
 	content := &errReader{r: io.TeeReader(w.content, sink)}
 	if w.fn != nil {
 		if err := w.fn(e, content); err != nil {
-			if content.err != nil && w.ctx.Err() == nil {
+			if content.err != nil {
 				return w.contentErr(content.err, "reading "+hdr.Name)
 			}
 			return err
 		}
 	}
 	if _, err := io.Copy(io.Discard, content); err != nil {
-		if ctxErr := w.ctx.Err(); ctxErr != nil {
-			return ctxErr
-		}
 		return w.contentErr(err, "reading "+hdr.Name)
 	}
 	w.addSum(h.Sum(nil), hdr.Name)
@@ -317,15 +326,20 @@ func (w *walker) entry(hdr *tar.Header) error {
 	return nil
 }
 
-// checkTrailer compares the trailer with the sums of what preceded it.
+// checkTrailer compares the trailer with the sums of what preceded it,
+// as it reads it.
 func (w *walker) checkTrailer(hdr *tar.Header) error {
-	got, err := w.readAll(hdr, maxTrailerBytes)
-	if err != nil {
-		return err
+	end := entriesLine(w.entries)
+	w.sums.Write([]byte(end))
+	if hdr.Typeflag != tar.TypeReg || hdr.Size != w.sumsBytes+int64(len(end)) {
+		return invalid("its trailer does not list the entries it holds")
 	}
-	want := append(w.sums.Bytes(), entriesLine(w.entries)...)
-	if !bytes.Equal(got, want) {
-		return invalid("%s", trailerMismatch(got, want))
+	got := sha256.New()
+	if _, err := io.Copy(got, w.content); err != nil {
+		return w.contentErr(err, "reading "+TrailerName)
+	}
+	if !bytes.Equal(got.Sum(nil), w.sums.Sum(nil)) {
+		return invalid("its trailer does not match what it holds: a checksum differs from the one it records, or its list of entries")
 	}
 	if _, err := w.tr.Next(); !errors.Is(err, io.EOF) {
 		return w.contentErr(err, "an entry follows the trailer")
@@ -333,24 +347,12 @@ func (w *walker) checkTrailer(hdr *tar.Header) error {
 	return nil
 }
 
-// trailerMismatch says where the trailer and the computed sums part.
-func trailerMismatch(got, want []byte) string {
-	g, wl := strings.Split(string(got), "\n"), strings.Split(string(want), "\n")
-	for i := 0; i < min(len(g), len(wl)); i++ {
-		if g[i] == wl[i] {
-			continue
-		}
-		if _, name, ok := strings.Cut(wl[i], " "); ok && !strings.HasPrefix(wl[i], "entries ") {
-			return "the checksum of " + name + " does not match the one recorded in its trailer"
-		}
-		return "its trailer does not list the entries it holds"
-	}
-	return "its trailer does not list the entries it holds"
-}
-
 // parseEntry checks an entry of a section and decodes its records.
 func parseEntry(hdr *tar.Header) (*Entry, error) {
 	name := hdr.Name
+	if len(name) > maxNameBytes || len(hdr.Linkname) > maxNameBytes {
+		return nil, invalid("entry %.100q... has a name or link target over %d bytes, longer than any path Linux takes", name, maxNameBytes)
+	}
 	if name == "" || path.Clean(name) != name || path.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
 		return nil, invalid("entry name %q is not a clean relative path", name)
 	}

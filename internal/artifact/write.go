@@ -2,6 +2,7 @@ package artifact
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -20,12 +21,17 @@ import (
 )
 
 // Writer writes an artifact to an io.Writer, streaming: it holds one
-// file's extents map and the trailer's sums, never a file's content.
+// file's extents map, never a file's content. The trailer's lines, one
+// per regular file with its name (up to 4096 bytes), wait in an unlinked
+// temporary file (os.TempDir) rather than memory; Close releases it.
 type Writer struct {
-	zw      *zstd.Encoder
-	tw      *tar.Writer
-	sums    bytes.Buffer
-	entries int
+	zw *zstd.Encoder
+	tw *tar.Writer
+	// sums writes the trailer's lines to spool, sumsBytes so far.
+	sums      *bufio.Writer
+	spool     *os.File
+	sumsBytes int64
+	entries   int
 	// read counts the content bytes read from trees, for progress.
 	read     int64
 	progress func(read int64)
@@ -39,8 +45,17 @@ func NewWriter(w io.Writer, manifest []byte, progress func(read int64)) (*Writer
 	if err != nil {
 		return nil, err
 	}
-	aw := &Writer{zw: zw, tw: tar.NewWriter(zw), progress: progress}
+	spool, err := os.CreateTemp("", "kibotos-transfer-sums-*")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Remove(spool.Name()); err != nil {
+		spool.Close()
+		return nil, err
+	}
+	aw := &Writer{zw: zw, tw: tar.NewWriter(zw), sums: bufio.NewWriter(spool), spool: spool, progress: progress}
 	if err := aw.AddFile(ManifestName, bytes.NewReader(manifest), int64(len(manifest))); err != nil {
+		spool.Close()
 		return nil, err
 	}
 	return aw, nil
@@ -64,9 +79,12 @@ func (w *Writer) AddFile(name string, r io.Reader, size int64) error {
 	return nil
 }
 
+// sum adds the trailer's line of a regular file; an error writing it is
+// the spool's, which Close returns.
 func (w *Writer) sum(sum []byte, name string) {
 	w.entries++
-	w.sums.WriteString(sumLine(sum, name))
+	n, _ := w.sums.WriteString(sumLine(sum, name))
+	w.sumsBytes += int64(n)
 }
 
 // AddTree adds the directory root and everything below it under the
@@ -283,13 +301,23 @@ func readXattrs(p string, records map[string]string) error {
 // Close writes the trailer and ends the archive and the zstd stream; it
 // does not close the underlying writer.
 func (w *Writer) Close() error {
-	trailer := append(w.sums.Bytes(), entriesLine(w.entries)...)
-	hdr := &tar.Header{Typeflag: tar.TypeReg, Name: TrailerName, Mode: 0o644, Size: int64(len(trailer)),
+	defer w.spool.Close()
+	if err := w.sums.Flush(); err != nil {
+		return err
+	}
+	if _, err := w.spool.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	end := entriesLine(w.entries)
+	hdr := &tar.Header{Typeflag: tar.TypeReg, Name: TrailerName, Mode: 0o644, Size: w.sumsBytes + int64(len(end)),
 		Format: tar.FormatPAX, ModTime: time.Unix(0, 0)}
 	if err := w.tw.WriteHeader(hdr); err != nil {
 		return err
 	}
-	if _, err := w.tw.Write(trailer); err != nil {
+	if _, err := io.Copy(w.tw, w.spool); err != nil {
+		return err
+	}
+	if _, err := io.WriteString(w.tw, end); err != nil {
 		return err
 	}
 	if err := w.tw.Close(); err != nil {
