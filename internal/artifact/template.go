@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,9 +23,11 @@ import (
 // template/oci-layout, template/blobs/sha256/<hex> for the image manifest,
 // its config and its layers, then template/index.json. Walk checks that
 // every blob hashes to its name, that index.json names exactly the image
-// of the manifest, and that the blobs its image manifest names are all
-// there; a section without carries_template, or carries_template without
-// a whole section, is refused.
+// of the manifest, and that the blobs are exactly those the image
+// manifest names (it first, of at most maxImageMeta bytes), each of the
+// size its descriptor declares, at most maxTemplateBytes in all, each
+// refused before its content is read; a section without carries_template,
+// or carries_template without a whole section, is refused.
 
 // Names inside the template section.
 const (
@@ -33,6 +37,12 @@ const (
 	layoutBody   = `{"imageLayoutVersion":"1.0.0"}`
 	ociManifest  = "application/vnd.oci.image.manifest.v1+json"
 	maxImageMeta = 4 << 20 // bound of an image manifest or index.json
+	// maxTemplateBytes bounds the blobs of a carried image, as their
+	// descriptors declare them: a restore writes them out before the
+	// image store reads them. Above the 8 GiB an import of a template
+	// revision takes by default, so that one a deployment took with a
+	// raised bound still travels.
+	maxTemplateBytes = 64 << 30
 )
 
 var blobRel = regexp.MustCompile(`^blobs/sha256/([0-9a-f]{64})$`)
@@ -40,13 +50,9 @@ var blobRel = regexp.MustCompile(`^blobs/sha256/([0-9a-f]{64})$`)
 // imageManifest is what the format reads of an OCI or Docker image
 // manifest.
 type imageManifest struct {
-	MediaType string `json:"mediaType"`
-	Config    struct {
-		Digest string `json:"digest"`
-	} `json:"config"`
-	Layers []struct {
-		Digest string `json:"digest"`
-	} `json:"layers"`
+	MediaType string       `json:"mediaType"`
+	Config    descriptor   `json:"config"`
+	Layers    []descriptor `json:"layers"`
 }
 
 type descriptor struct {
@@ -130,16 +136,21 @@ func (w *Writer) addDir(name string) error {
 type templateCheck struct {
 	// manifestHex is the hex of the image manifest's digest.
 	manifestHex string
-	blobs       map[string]bool
-	layout      bool
-	index, raw  []byte
+	// named are the sizes of the blobs that may come, by hex digest: the
+	// image manifest's (unknown, -1) until it came, then those it names.
+	named map[string]int64
+	// blobs are those that came.
+	blobs  map[string]bool
+	layout bool
+	index  []byte
 }
 
 func newTemplateCheck(m *ctrlv1.TransferManifest) *templateCheck {
 	if !m.GetCarriesTemplate() {
 		return nil
 	}
-	return &templateCheck{manifestHex: strings.TrimPrefix(m.GetTemplateImageDigest(), "sha256:"), blobs: map[string]bool{}}
+	h := strings.TrimPrefix(m.GetTemplateImageDigest(), "sha256:")
+	return &templateCheck{manifestHex: h, named: map[string]int64{h: -1}, blobs: map[string]bool{}}
 }
 
 // admit checks an entry of the template section before its content is
@@ -162,13 +173,26 @@ func (c *templateCheck) admit(e *Entry) (*bytes.Buffer, error) {
 	if e.Header.Typeflag != tar.TypeReg || len(e.Extents) > 1 || e.Size != e.Header.Size {
 		return nil, invalid("template entry %s is not a plain regular file", e.Header.Name)
 	}
-	if e.Rel == layoutName || e.Rel == indexName || e.Rel == blobsRel+"/"+c.manifestHex {
-		if e.Size > maxImageMeta {
-			return nil, invalid("template entry %s is %d bytes, more than %d", e.Header.Name, e.Size, maxImageMeta)
+	if name, ok := strings.CutPrefix(e.Rel, blobsRel+"/"); ok {
+		size, named := c.named[name]
+		switch {
+		case c.blobs[name]:
+			return nil, invalid("template blob sha256:%s comes twice", name)
+		case !named && c.blobs[c.manifestHex]:
+			return nil, invalid("template blob sha256:%s is not one the image's manifest names", name)
+		case !named:
+			return nil, invalid("template blob sha256:%s is not the image's manifest sha256:%s, which comes first", name, c.manifestHex)
+		case size >= 0 && e.Size != size:
+			return nil, invalid("template blob sha256:%s is %d bytes; the image's manifest says %d", name, e.Size, size)
+		case name != c.manifestHex:
+			return nil, nil
 		}
-		return new(bytes.Buffer), nil
 	}
-	return nil, nil
+	// The image manifest, oci-layout and index.json are read whole.
+	if e.Size > maxImageMeta {
+		return nil, invalid("template entry %s is %d bytes, more than %d", e.Header.Name, e.Size, maxImageMeta)
+	}
+	return new(bytes.Buffer), nil
 }
 
 // done records an entry whose content summed to sum, kept in kept.
@@ -185,8 +209,37 @@ func (c *templateCheck) done(e *Entry, sum []byte, kept *bytes.Buffer) error {
 		}
 		c.blobs[name] = true
 		if name == c.manifestHex {
-			c.raw = kept.Bytes()
+			return c.nameBlobs(kept.Bytes())
 		}
+	}
+	return nil
+}
+
+// nameBlobs takes the blobs the image manifest raw names, config and
+// layers, as the ones that may follow it.
+func (c *templateCheck) nameBlobs(raw []byte) error {
+	var m imageManifest
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return invalid("the template's image manifest does not parse: %v", err)
+	}
+	c.named[c.manifestHex] = int64(len(raw))
+	total := int64(len(raw))
+	for _, d := range append([]descriptor{m.Config}, m.Layers...) {
+		h, ok := strings.CutPrefix(d.Digest, "sha256:")
+		if !ok || !blobRel.MatchString(blobsRel+"/"+h) {
+			return invalid("the template's image names blob %q, which is not sha256:<hex>", d.Digest)
+		}
+		if size, seen := c.named[h]; seen {
+			if size != d.Size {
+				return invalid("the template's image names blob %s with sizes %d and %d", d.Digest, size, d.Size)
+			}
+			continue // a layer named twice is carried once
+		}
+		if d.Size < 0 || d.Size > maxTemplateBytes-total {
+			return invalid("the template's image declares more than %d bytes of blobs (blob %s of %d bytes)", int64(maxTemplateBytes), d.Digest, d.Size)
+		}
+		c.named[h] = d.Size
+		total += d.Size
 	}
 	return nil
 }
@@ -207,20 +260,12 @@ func (c *templateCheck) finish() error {
 	if d := idx.Manifests[0].Digest; d != "sha256:"+c.manifestHex {
 		return invalid("the template's index.json names image %s, not the manifest's sha256:%s", d, c.manifestHex)
 	}
-	if c.raw == nil {
+	if !c.blobs[c.manifestHex] {
 		return invalid("the template's image manifest sha256:%s is missing", c.manifestHex)
 	}
-	var m imageManifest
-	if err := json.Unmarshal(c.raw, &m); err != nil {
-		return invalid("the template's image manifest does not parse: %v", err)
-	}
-	need := []string{m.Config.Digest}
-	for _, l := range m.Layers {
-		need = append(need, l.Digest)
-	}
-	for _, d := range need {
-		if h, ok := strings.CutPrefix(d, "sha256:"); !ok || !c.blobs[h] {
-			return invalid("the template's image names blob %q, which the template section does not hold", d)
+	for _, h := range slices.Sorted(maps.Keys(c.named)) {
+		if !c.blobs[h] {
+			return invalid("the template's image names blob \"sha256:%s\", which the template section does not hold", h)
 		}
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -101,11 +102,65 @@ func TestTemplateSection(t *testing.T) {
 		{"an undeclared section", "does not declare", writeWithTemplate(t, notDeclared, order, opener(blobs))},
 		{"a missing section", "missing or incomplete", writeWithTemplate(t, m, nil, nil)},
 		{"a missing layer", "does not hold", writeWithTemplate(t, m, order[:2], opener(blobs))},
-		{"another image", "names image", writeWithTemplate(t, otherImage, order, opener(blobs))},
+		{"another image", "is not the image's manifest", writeWithTemplate(t, otherImage, order, opener(blobs))},
 	} {
 		_, err := Walk(context.Background(), bytes.NewReader(c.art), nil)
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.says) {
 			t.Errorf("%s: %v, want an invalid artifact saying %q", c.name, err, c.says)
+		}
+	}
+}
+
+// TestTemplateSectionHoldsOnlyTheImage: a template section is refused,
+// before the content of the entry at fault is read or extracted, when it
+// holds a blob the image does not name (an extra 64 MiB of zeros, or 3 GiB
+// in a 7 MiB artifact, was written out in full at a restore), a blob of
+// another size than its descriptor declares, or an image that declares
+// more than maxTemplateBytes.
+func TestTemplateSectionHoldsOnlyTheImage(t *testing.T) {
+	hosttest.RequireRoot(t)
+	order, blobs := fakeImage()
+	zeros := make([]byte, 64<<20)
+	blobs[digest(zeros)] = zeros
+	config, layer := blobs[order[1]], blobs[order[2]]
+	// withManifest returns the image of a manifest naming config and
+	// layer with these sizes, and its blobs.
+	withManifest := func(configSize, layerSize int64) ([]string, map[string][]byte) {
+		m := fmt.Sprintf(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json",`+
+			`"config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":%q,"size":%d},`+
+			`"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":%q,"size":%d}]}`,
+			order[1], configSize, order[2], layerSize)
+		b := map[string][]byte{digest([]byte(m)): []byte(m), order[1]: config, order[2]: layer}
+		return []string{digest([]byte(m)), order[1], order[2]}, b
+	}
+	wrongSize, wrongSizeBlobs := withManifest(int64(len(config)), int64(len(layer))+1)
+	tooBig, tooBigBlobs := withManifest(int64(len(config)), maxTemplateBytes)
+	for _, c := range []struct {
+		name, says string
+		// image is the manifest's template_image_digest; the section
+		// holds the blobs of order (AddTemplate takes the first for the
+		// image manifest).
+		image string
+		order []string
+		blobs map[string][]byte
+	}{
+		{"an extra blob", "is not one the image's manifest names", order[0], append(slices.Clone(order), digest(zeros)), blobs},
+		{"a blob before the image's manifest", "is not the image's manifest", order[0], order[1:], blobs},
+		{"a layer of another size", "the image's manifest says", wrongSize[0], wrongSize, wrongSizeBlobs},
+		{"an image over the bound", "declares more than", tooBig[0], tooBig, tooBigBlobs},
+	} {
+		m := proto.CloneOf(manifest)
+		m.CarriesTemplate, m.TemplateImageDigest = true, c.image
+		art := writeWith(t, m, func(w *Writer) { must(t, w.AddTemplate(c.order, opener(c.blobs))) })
+		dir := t.TempDir()
+		_, err := Extract(context.Background(), bytes.NewReader(art), map[string]string{Template: dir})
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: %v, want an invalid artifact saying %q", c.name, err, c.says)
+			continue
+		}
+		t.Logf("%s: %v", c.name, err)
+		if _, err := os.Stat(filepath.Join(dir, "blobs", "sha256", strings.TrimPrefix(digest(zeros), "sha256:"))); err == nil {
+			t.Errorf("%s: the blob not named was extracted", c.name)
 		}
 	}
 }
