@@ -32,8 +32,8 @@
 //     disagree with what precedes it, is refused; nothing may follow it.
 //
 // Each entry keeps its type (directory, regular file, symbolic link, hard
-// link to an earlier entry of the same section, character or block device,
-// fifo), permission and set-id/sticky bits, numeric owner and group, and
+// link to an earlier entry of the same section other than a directory, as
+// a reader checks, character or block device, fifo), permission and set-id/sticky bits, numeric owner and group, and
 // modification time to the nanosecond; device numbers for devices (overlay
 // whiteouts are character devices 0/0). Extended attributes travel as PAX
 // records SCHILY.xattr.<name> with their raw values (trusted.overlay.opaque

@@ -20,8 +20,9 @@ import (
 // Extract reads an artifact from r and writes the entries of each section
 // that roots names into that directory, which must exist (a fresh file
 // system, where only directories may exist before: their attributes are
-// set from the artifact). Owners, modes, extended attributes, times, hard
-// links and holes are restored. It returns the manifest once the whole
+// set from the artifact, and lost+found, which mkfs makes, gives way to
+// an entry of another type). Owners, modes, extended attributes, times,
+// hard links and holes are restored. It returns the manifest once the whole
 // artifact verified; on any error the directories hold a partial tree,
 // which the caller discards.
 func Extract(ctx context.Context, r io.Reader, roots map[string]string) (*ctrlv1.TransferManifest, error) {
@@ -55,6 +56,9 @@ func Extract(ctx context.Context, r io.Reader, roots map[string]string) (*ctrlv1
 	}
 	return m, nil
 }
+
+// lostFound is the directory mkfs makes at a filesystem's root.
+const lostFound = "lost+found"
 
 // extractor writes one section below root.
 type extractor struct {
@@ -110,6 +114,13 @@ func (x *extractor) entry(e *Entry, content io.Reader) error {
 	dirfd, err := x.dir(path.Clean(parentRel))
 	if err != nil {
 		return err
+	}
+	if e.Rel == lostFound && hdr.Typeflag != tar.TypeDir {
+		// mkfs made it a directory; the exported filesystem held
+		// something else there.
+		if err := unix.Unlinkat(x.root, lostFound, unix.AT_REMOVEDIR); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("artifact: replacing %s: %w", lostFound, err)
+		}
 	}
 	switch hdr.Typeflag {
 	case tar.TypeDir:

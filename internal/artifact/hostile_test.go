@@ -10,6 +10,9 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -18,8 +21,10 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+	"golang.org/x/sys/unix"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 )
 
 // crafted is one entry of an artifact built by hand.
@@ -282,5 +287,83 @@ func TestWriterHoldsNoTrailer(t *testing.T) {
 	must(t, w.Close())
 	if _, err := Walk(context.Background(), bytes.NewReader(art.Bytes()), nil); err != nil {
 		t.Errorf("Walk of what the Writer wrote: %v", err)
+	}
+}
+
+// TestHardLinkToNoEarlierEntryRefused: a hard link must point at an
+// earlier entry of its section other than a directory, which extraction
+// can link to; an artifact whose link points at nothing imported, and
+// could never be restored.
+func TestHardLinkToNoEarlierEntryRefused(t *testing.T) {
+	link := func(name, target string) crafted {
+		return crafted{hdr: &tar.Header{Typeflag: tar.TypeLink, Name: name, Linkname: target, Format: tar.FormatPAX}}
+	}
+	for name, entries := range map[string][]crafted{
+		"a missing entry":  {link(Layer+"/l", Layer+"/missing")},
+		"a directory":      {{hdr: dirHeader(Layer + "/d")}, link(Layer+"/l", Layer+"/d")},
+		"a later entry":    {link(Layer+"/l", Layer+"/f"), {hdr: fileHeader(Layer+"/f", 0)}},
+		"itself":           {link(Layer+"/l", Layer+"/l")},
+		"another section":  {{hdr: fileHeader(Layer+"/f", 0)}, {hdr: dirHeader(Volume)}, link(Volume+"/l", Layer+"/f")},
+		"the section root": {link(Layer+"/l", Layer)},
+	} {
+		art := craft(t, manifest, append([]crafted{{hdr: dirHeader(Layer)}}, entries...))
+		if _, err := Walk(context.Background(), bytes.NewReader(art), nil); !errors.Is(err, ErrInvalid) {
+			t.Errorf("a hard link to %s: %v, want an invalid artifact", name, err)
+		} else {
+			t.Logf("a hard link to %s: %v", name, err)
+		}
+	}
+	art := craft(t, manifest, []crafted{{hdr: dirHeader(Layer)}, {hdr: fileHeader(Layer+"/f", 0)},
+		link(Layer+"/l", Layer+"/f"), link(Layer+"/m", Layer+"/l")})
+	if _, err := Walk(context.Background(), bytes.NewReader(art), nil); err != nil {
+		t.Errorf("hard links to an earlier file and an earlier link: %v", err)
+	}
+}
+
+// TestSocketWithHardLinksRestores: a socket with several names is left
+// out of an export whole, so the artifact restores (a hard link to it
+// pointed at no entry).
+func TestSocketWithHardLinksRestores(t *testing.T) {
+	hosttest.RequireRoot(t)
+	src := t.TempDir()
+	l, err := net.Listen("unix", filepath.Join(src, "sock"))
+	must(t, err)
+	defer l.Close()
+	must(t, os.Link(filepath.Join(src, "sock"), filepath.Join(src, "sock2")))
+	must(t, os.WriteFile(filepath.Join(src, "file"), []byte("x"), 0o644))
+	art := write(t, map[string]string{Layer: src})
+	dst := t.TempDir()
+	if _, err := Extract(context.Background(), bytes.NewReader(art), map[string]string{Layer: dst}); err != nil {
+		t.Fatalf("Extract: %v", err)
+	}
+	for name, want := range map[string]bool{"file": true, "sock": false, "sock2": false} {
+		if _, err := os.Lstat(filepath.Join(dst, name)); (err == nil) != want {
+			t.Errorf("%s restored: %v, want %v", name, err == nil, want)
+		}
+	}
+}
+
+// TestLostFoundOfAnotherType: a filesystem whose lost+found was not a
+// directory restores into one mkfs made (its entry failed against the
+// lost+found there).
+func TestLostFoundOfAnotherType(t *testing.T) {
+	hosttest.RequireRoot(t)
+	for kind, create := range map[string]func(p string) error{
+		"file":    func(p string) error { return os.WriteFile(p, []byte("not a directory"), 0o644) },
+		"symlink": func(p string) error { return os.Symlink("elsewhere", p) },
+		"fifo":    func(p string) error { return unix.Mkfifo(p, 0o600) },
+	} {
+		src := t.TempDir()
+		must(t, create(filepath.Join(src, lostFound)))
+		art := write(t, map[string]string{Volume: src})
+		dst := t.TempDir()
+		must(t, os.Mkdir(filepath.Join(dst, lostFound), 0o700))
+		if _, err := Extract(context.Background(), bytes.NewReader(art), map[string]string{Volume: dst}); err != nil {
+			t.Errorf("a %s lost+found: %v", kind, err)
+			continue
+		}
+		if got, want := describe(t, dst)[lostFound], describe(t, src)[lostFound]; got != want {
+			t.Errorf("a %s lost+found restored as %s, want %s", kind, got, want)
+		}
 	}
 }

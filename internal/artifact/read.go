@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"hash"
+	"hash/maphash"
 	"io"
 	"path"
 	"strconv"
@@ -127,7 +128,8 @@ func newWalker(ctx context.Context, r io.Reader, fn func(e *Entry, content io.Re
 	}
 	z := &errReader{r: zr}
 	tr := tar.NewReader(z)
-	return &walker{ctx: ctx, tr: tr, content: &ctxReader{ctx: ctx, r: tr}, src: src, z: z, zr: zr, fn: fn, sums: sha256.New()}, nil
+	return &walker{ctx: ctx, tr: tr, content: &ctxReader{ctx: ctx, r: tr}, src: src, z: z, zr: zr, fn: fn, sums: sha256.New(),
+		seed: maphash.MakeSeed()}, nil
 }
 
 type walker struct {
@@ -145,6 +147,12 @@ type walker struct {
 	sums      hash.Hash
 	sumsBytes int64
 	entries   int
+	// section is the section of the latest entry, earlier the names of
+	// its entries other than directories, hashed with seed (8 bytes a
+	// name): what a hard link may point at.
+	section string
+	earlier map[uint64]bool
+	seed    maphash.Seed
 	// tpl checks the template section; nil when the manifest carries no
 	// template.
 	tpl *templateCheck
@@ -289,6 +297,9 @@ func (w *walker) entry(hdr *tar.Header) error {
 	if err != nil {
 		return err
 	}
+	if err := w.link(hdr, e.Section); err != nil {
+		return err
+	}
 	var kept *bytes.Buffer
 	if e.Section == Template {
 		if kept, err = w.tpl.admit(e); err != nil {
@@ -322,6 +333,22 @@ func (w *walker) entry(hdr *tar.Header) error {
 	w.addSum(h.Sum(nil), hdr.Name)
 	if e.Section == Template {
 		return w.tpl.done(e, h.Sum(nil), kept)
+	}
+	return nil
+}
+
+// link checks that a hard link points at an earlier entry of its section
+// other than a directory, as extraction needs, and records an entry that
+// a later link may point at.
+func (w *walker) link(hdr *tar.Header, section string) error {
+	if section != w.section {
+		w.section, w.earlier = section, map[uint64]bool{}
+	}
+	if hdr.Typeflag == tar.TypeLink && !w.earlier[maphash.String(w.seed, hdr.Linkname)] {
+		return invalid("hard link %s points at %s, which is no earlier entry of its section other than a directory", hdr.Name, hdr.Linkname)
+	}
+	if hdr.Typeflag != tar.TypeDir {
+		w.earlier[maphash.String(w.seed, hdr.Name)] = true
 	}
 	return nil
 }

@@ -121,6 +121,11 @@ func (w *Writer) addPath(p, name string, links map[[2]uint64]string) error {
 	hdr := &tar.Header{Name: name, Mode: int64(st.Mode & 0o7777), Uid: int(st.Uid), Gid: int(st.Gid),
 		ModTime: time.Unix(st.Mtim.Unix()), Format: tar.FormatPAX, PAXRecords: map[string]string{}}
 	format := st.Mode & unix.S_IFMT
+	if format == unix.S_IFSOCK {
+		// Not carried: neither it nor a hard link to it, which would
+		// point at no entry.
+		return nil
+	}
 	if format != unix.S_IFDIR && st.Nlink > 1 {
 		key := [2]uint64{st.Dev, st.Ino}
 		if first, ok := links[key]; ok {
@@ -152,8 +157,6 @@ func (w *Writer) addPath(p, name string, links map[[2]uint64]string) error {
 		hdr.Typeflag = tar.TypeFifo
 	case unix.S_IFREG:
 		return w.addRegular(p, hdr, st.Size)
-	default:
-		return nil // a socket: nothing to carry
 	}
 	w.entries++
 	return w.tw.WriteHeader(hdr)
