@@ -153,7 +153,7 @@ func (s *Service) checkHostState(ctx context.Context, tx store.Tx, h store.Host,
 		}
 		r.book.Unknown = 0
 		r.ws.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING
-		r.book.Target, r.book.Attempt = r.ws.Generation+1, 0
+		nextExecution(r)
 		if err := s.save(ctx, tx, r); err != nil {
 			return nil, err
 		}

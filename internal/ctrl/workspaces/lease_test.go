@@ -22,6 +22,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/volumes"
 	"github.com/kibotos/kibotos/internal/netcheck"
 	"github.com/kibotos/kibotos/internal/testutil"
+	"github.com/kibotos/kibotos/sdk/sessiontoken"
 )
 
 // clock is a test clock that moves only when told.
@@ -397,6 +398,81 @@ func TestLayerLeftBehindIsNeverTakenBack(t *testing.T) {
 	}
 	if _, err := s.CollectableLayers(ctx, "h9", []string{gone}); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Errorf("an unregistered host: %v, want not_found", err)
+	}
+}
+
+// TestEachExecutionHasItsOwnDataPlaneKey: a workspace's new execution, a
+// start on its host or one on another host after its own was LOST, has a
+// data-plane key of its own: a host that ran an earlier execution, whose
+// assignment carried that one's key, cannot sign a session token the new
+// execution's host accepts.
+func TestEachExecutionHasItsOwnDataPlaneKey(t *testing.T) {
+	s, ctx, c, id := newLeaseService(t)
+	if err := s.ExpireLeases(ctx); err != nil { // the ctrl's start: leases count from here
+		t.Fatal(err)
+	}
+	assignment := func(host string) *hostv1.Assignment {
+		t.Helper()
+		as, err := s.Assignments(ctx, host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range as.Assignments {
+			if a.WorkspaceId == id {
+				return a
+			}
+		}
+		t.Fatalf("no assignment of %s on %s", id, host)
+		return nil
+	}
+	// forgedAccepted reports whether a token signed with key, for the
+	// execution a assigns, passes a's host's check.
+	forgedAccepted := func(key []byte, a *hostv1.Assignment) bool {
+		t.Helper()
+		tok, err := sessiontoken.Parse(sessiontoken.Sign(key, sessiontoken.Claims{SessionID: "ses_forged", WorkspaceID: id,
+			Generation: a.Generation, ExpiresAt: c.get().Add(time.Hour)}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok.Verify(sessiontoken.Authority{WorkspaceID: id, Generation: a.Generation, Key: a.GetDataPlane().GetKey()}, c.get()) == nil
+	}
+	first := assignment("h1").GetDataPlane().GetKey()
+
+	// Stopped and started again on h1.
+	if _, err := Stop(ctx, s, write("stop", newWS), id, ctrlv1.StopMode_STOP_MODE_NORMAL, identity); err != nil {
+		t.Fatal(err)
+	}
+	report(t, s, ctx, id, hostv1.ObservedState_OBSERVED_STATE_STOPPED, nil)
+	if _, err := Start(ctx, s, write("start", newWS), id, identity); err != nil {
+		t.Fatal(err)
+	}
+	again := assignment("h1")
+	if forgedAccepted(first, again) {
+		t.Fatal("a token signed with the first execution's key passes the second's check")
+	}
+	report(t, s, ctx, id, hostv1.ObservedState_OBSERVED_STATE_RUNNING, nil)
+
+	// h1 is LOST: FORCE stopped, the workspace starts on h2.
+	c.add(s.Lease())
+	if err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: "h2", Capacity: &hostv1.HostCapacity{
+		CpuMillis: 4000, MemoryBytes: gib, LayerBytes: 10 * gib, DefaultLayerBytes: gib}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ExpireLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Stop(ctx, s, write("stop", newWS), id, ctrlv1.StopMode_STOP_MODE_FORCE, identity); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Start(ctx, s, write("start", newWS), id, identity); err != nil {
+		t.Fatal(err)
+	}
+	moved := assignment("h2")
+	if !forgedAccepted(moved.GetDataPlane().GetKey(), moved) {
+		t.Fatal("a token signed with h2's own key is refused: the check proves nothing")
+	}
+	if forgedAccepted(again.GetDataPlane().GetKey(), moved) {
+		t.Error("a token signed with the key h1 was given passes h2's check of the workspace's execution there")
 	}
 }
 

@@ -42,11 +42,7 @@ func Start[R proto.Message](ctx context.Context, s *Service, w Write[R], id stri
 		r.ws.State = ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING
 		r.ws.LastStop, r.ws.Failure, r.ws.Delivery = nil, nil, nil
 		r.book.Desired = DesiredRunning
-		if r.book.Target == r.ws.Generation+1 {
-			r.book.Attempt++ // a retry of a start that failed
-		} else {
-			r.book.Target, r.book.Attempt = r.ws.Generation+1, 0
-		}
+		nextExecution(r)
 		r.book.StopMode, r.book.StopCommand, r.book.StopCause = 0, "", 0
 		return nil
 	}, respond)

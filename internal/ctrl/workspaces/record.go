@@ -107,7 +107,8 @@ func layerName(workspaceID string, moves uint32) string {
 type DataPlane struct {
 	// Key is the HMAC key of the workspace's session tokens. A workspace
 	// gets one when it is created (one stored before that gets it when it
-	// becomes AVAILABLE); RotateDataPlane replaces it.
+	// becomes AVAILABLE) and a new one with each new execution
+	// (nextExecution); RotateDataPlane replaces it.
 	Key []byte `json:"key,omitempty"`
 	// Revoked lists the revoked sessions until RevokedGrace after they
 	// expire.

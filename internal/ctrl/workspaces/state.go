@@ -106,6 +106,23 @@ func (s *Service) apply(ctx context.Context, tx store.Tx, r *record, rep *hostv1
 	return nil
 }
 
+// nextExecution makes the execution assigned to a workspace that starts a
+// new one: of the next generation, or the next attempt at it when a start
+// of that generation failed. Each execution has a data-plane key of its
+// own, so that no host an earlier one was assigned to (one the workspace
+// moved off, or one whose token was revoked since) can sign a session
+// token for it. Callers see nothing of it: the sessions of earlier
+// generations fail by their generation already, and none is issued for
+// this one before it runs.
+func nextExecution(r *record) {
+	if r.book.Target == r.ws.Generation+1 {
+		r.book.Attempt++ // a retry of a start that failed
+	} else {
+		r.book.Target, r.book.Attempt = r.ws.Generation+1, 0
+	}
+	r.book.DataPlane = DataPlane{Key: NewDataPlaneKey()}
+}
+
 // starting reports whether a workspace in state waits for its execution
 // to run.
 func starting(state ctrlv1.WorkspaceState) bool {
