@@ -40,9 +40,11 @@ func checkHostID(id string) error {
 	return nil
 }
 
-// CheckRegistered refuses a host ID that is malformed (invalid_argument)
-// or that no host registered (not_found): only a registered host reports
-// and watches its assignments.
+// CheckRegistered refuses a host ID that is malformed (invalid_argument),
+// that no host registered (not_found), or that registered with another
+// host token than the caller's (permission_denied, see checkHostOwner):
+// only a registered host, with its own token, reports, watches its
+// assignments and reads artifacts.
 func (s *Service) CheckRegistered(ctx context.Context, hostID string) error {
 	if err := checkHostID(hostID); err != nil {
 		return err
@@ -55,31 +57,40 @@ func (s *Service) CheckRegistered(ctx context.Context, hostID string) error {
 		case !found:
 			return connect.NewError(connect.CodeNotFound, fmt.Errorf("host %q is not registered", hostID))
 		}
-		return checkHostOwner(ctx, tx, h)
+		return checkHostOwner(ctx, h)
 	})
 }
 
 // checkHostOwner refuses a call for host h made with a host token other
-// than the one h registered with, while that one is not revoked: a host
-// token never acts as another host, whose assignments carry its
-// workspaces' data-plane keys. A call without a host token (this
-// process's own) is not refused.
-func checkHostOwner(ctx context.Context, tx store.Tx, h store.Host) error {
+// than the one h registered with: a host token never acts as another
+// host, whose assignments carry its workspaces' data-plane keys. That
+// holds after h's token is revoked too: only a registration moves the
+// name to another token (checkHostTakeover). A call without a host token
+// (this process's own) is not refused.
+func checkHostOwner(ctx context.Context, h store.Host) error {
 	caller := auth.HostTokenFrom(ctx)
 	if caller == "" || h.TokenID == "" || h.TokenID == caller {
 		return nil
 	}
-	if h.TokenID != auth.DeploymentHostToken {
-		tok, err := tx.HostToken(ctx, h.TokenID)
-		if errors.Is(err, store.ErrNotFound) || (err == nil && !tok.RevokedAt.IsZero()) {
-			return nil // the owner is revoked: another token may take the name
-		}
-		if err != nil {
-			return err
-		}
-	}
 	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
-		"host %q is registered with another host token: give each host a name of its own (--name), or revoke that token to move the name", h.ID))
+		"host %q is registered with another host token: give each host a name of its own (--name), or revoke that token and register the host with this one to move the name", h.ID))
+}
+
+// checkHostTakeover is checkHostOwner for a registration of host h,
+// which takes h's name over once the token h registered with is revoked.
+func checkHostTakeover(ctx context.Context, tx store.Tx, h store.Host) error {
+	refused := checkHostOwner(ctx, h)
+	if refused == nil || h.TokenID == auth.DeploymentHostToken {
+		return refused
+	}
+	tok, err := tx.HostToken(ctx, h.TokenID)
+	switch {
+	case errors.Is(err, store.ErrNotFound), err == nil && !tok.RevokedAt.IsZero():
+		return nil // the owner is revoked: the caller takes the name
+	case err != nil:
+		return err
+	}
+	return refused
 }
 
 // RegisterHost stores a host's registration and capacity.
@@ -100,7 +111,7 @@ func (s *Service) RegisterHost(ctx context.Context, reg *hostv1.RegisterHostRequ
 		if h, found, err := hostByID(ctx, tx, reg.HostId); err != nil {
 			return nil, err
 		} else if found {
-			if err := checkHostOwner(ctx, tx, h); err != nil {
+			if err := checkHostTakeover(ctx, tx, h); err != nil {
 				return nil, err
 			}
 			if restarted, err = s.checkHostState(ctx, tx, h, reg.StateId); err != nil {
