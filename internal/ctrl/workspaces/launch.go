@@ -97,7 +97,7 @@ func (s *Service) bindLaunch(ctx context.Context, tx store.Tx, r *record) error 
 	if err != nil || platform == "" {
 		return err // a host that registers no launch runs any
 	}
-	offered, err := registeredLaunches(ctx, tx)
+	offered, err := offeredLaunches(ctx, tx)
 	if err != nil {
 		return err
 	}
@@ -121,11 +121,11 @@ func (s *Service) bindLaunch(ctx context.Context, tx store.Tx, r *record) error 
 }
 
 // platformDefault returns the current default launch revision of
-// platform: of the revisions that registered hosts offer (offered, by
-// ID), the one stored last; when they offer none of platform, the one of
-// platform stored last. A build rolled back on every host so is the
-// default again, while a LOST host, still registered, keeps its build the
-// default.
+// platform: of the revisions offered (by ID, see offeredLaunches), the
+// one stored last; when none of platform is offered, the one of platform
+// stored last. A build rolled back on every host is so the default again,
+// and one that only LOST hosts offer is not: it would leave no host to
+// place a workspace bound to it on.
 func platformDefault(ctx context.Context, tx store.Tx, platform string, offered []string) (store.LaunchRevision, error) {
 	def, err := tx.NewestLaunchRevision(ctx, platform, offered)
 	if errors.Is(err, store.ErrNotFound) && len(offered) > 0 {
@@ -134,41 +134,37 @@ func platformDefault(ctx context.Context, tx store.Tx, platform string, offered 
 	return def, err
 }
 
-// registeredLaunches returns the IDs of the launches registered hosts
-// offer.
-func registeredLaunches(ctx context.Context, tx store.Tx) ([]string, error) {
+// offeredLaunches returns the IDs of the launches that registered hosts
+// offer, each once, LOST hosts left out (see platformDefault). A drained
+// host's count: the workspaces it holds start there again, bound by their
+// start to the default.
+func offeredLaunches(ctx context.Context, tx store.Tx) ([]string, error) {
 	hosts, err := tx.Hosts(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var regs []*hostv1.RegisterHostRequest
+	var ids []string
 	for _, h := range hosts {
+		if !h.LostAt.IsZero() {
+			continue
+		}
 		reg, err := decodeHost(h)
 		if err != nil {
 			return nil, err
 		}
-		regs = append(regs, reg)
-	}
-	return launchIDs(regs), nil
-}
-
-// launchIDs returns the IDs of the launches of regs, each once.
-func launchIDs(regs []*hostv1.RegisterHostRequest) []string {
-	var ids []string
-	for _, reg := range regs {
 		for _, l := range reg.GetLaunches() {
 			if id := launchID(l); !slices.Contains(ids, id) {
 				ids = append(ids, id)
 			}
 		}
 	}
-	return ids
+	return ids, nil
 }
 
 // servesLaunch reports whether host h runs the launch a workspace placed
 // there binds to (see bindLaunch): the default of platform, or, for a new
 // workspace (platform empty), the default of h's preferred launch's
-// platform, offered the IDs of the launches registered hosts offer. A
+// platform, given the IDs of the launches offered (offeredLaunches). A
 // host that registers no launch runs only workspaces bound to none.
 func servesLaunch(ctx context.Context, tx store.Tx, h candidate, platform string, offered []string) (bool, error) {
 	launches := h.reg.GetLaunches()

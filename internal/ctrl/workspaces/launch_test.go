@@ -141,9 +141,8 @@ func TestLaunchRegistrationRefused(t *testing.T) {
 // TestPlacementFollowsLaunches: placement skips a host that does not run
 // the launch the workspace would be bound to there. A new workspace
 // avoids a host whose build is not its platform's default; one moving
-// off a LOST host goes to none that lacks its platform's default (a host
-// of another runtime, or of an older build), and is CAPABILITY_UNAVAILABLE
-// while no host runs it.
+// off a LOST host goes to none of another runtime, and is
+// CAPABILITY_UNAVAILABLE while no host runs a launch of its platform.
 func TestPlacementFollowsLaunches(t *testing.T) {
 	s, ctx := newService(t)
 	c := &clock{now: time.Now()}
@@ -180,11 +179,10 @@ func TestPlacementFollowsLaunches(t *testing.T) {
 		t.Fatalf("created bound to %q; want on h2 with %q", ws.Spec.LaunchRef, launchID(next))
 	}
 
-	// h2 is LOST; h3, of runsc, has the most memory. The workspace, FORCE
-	// stopped, starts on no host: h1 lacks the new build, h3 runs another
+	// h1 and h2 are LOST; h3, of runsc, has the most memory. The
+	// workspace, FORCE stopped, starts on no host: h3 runs another
 	// platform.
 	c.add(s.Lease())
-	register("h1", 4*gib, old)
 	register("h3", 8*gib, runsc)
 	if err := s.ExpireLeases(ctx); err != nil {
 		t.Fatal(err)
@@ -201,7 +199,8 @@ func TestPlacementFollowsLaunches(t *testing.T) {
 		t.Fatalf("after the refused start: %v", got.State)
 	}
 
-	// h1 upgraded: the workspace starts there, on its launch, not on h3.
+	// h1 is back, upgraded: the workspace starts there, on its launch,
+	// not on h3.
 	register("h1", 4*gib, next)
 	ws, err = Start(ctx, s, write("start", newWS), id, identity)
 	if err != nil {
@@ -209,5 +208,79 @@ func TestPlacementFollowsLaunches(t *testing.T) {
 	}
 	if !assigned("h1", id) || assigned("h3", id) || ws.Spec.LaunchRef != launchID(next) || ws.Spec.LaunchBindingVersion != 1 {
 		t.Errorf("started bound to %q version %d; want on h1 with %q version 1", ws.Spec.LaunchRef, ws.Spec.LaunchBindingVersion, launchID(next))
+	}
+}
+
+// TestLaunchOfLostHostsIsNoDefault: a launch that only LOST hosts offer
+// (one a host registered before it went away, say a host that made it
+// up) is not its platform's default: creates and starts bind to the
+// newest one a host that reports offers, and place there, rather than
+// failing for want of a host that runs the default. Once a host offering
+// it reports again, it is the default again.
+func TestLaunchOfLostHostsIsNoDefault(t *testing.T) {
+	s, ctx := newService(t)
+	c := &clock{now: time.Now()}
+	s.Now = c.get
+	if err := s.ExpireLeases(ctx); err != nil { // the ctrl's start: leases count from here
+		t.Fatal(err)
+	}
+	old, next := testLaunch("a"), testLaunch("b")
+	register := func(host string, memory uint64, launch *hostv1.Launch) {
+		t.Helper()
+		if err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: host, Capacity: &hostv1.HostCapacity{
+			CpuMillis: 4000, MemoryBytes: memory, LayerBytes: 10 * gib, DefaultLayerBytes: gib}, Launches: []*hostv1.Launch{launch}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	placedOn := func(ws *ctrlv1.Workspace) string {
+		t.Helper()
+		for _, host := range []string{"h1", "h2"} {
+			as, err := s.Assignments(ctx, host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if slices.ContainsFunc(as.Assignments, func(a *hostv1.Assignment) bool { return a.WorkspaceId == ws.WorkspaceId }) {
+				return host
+			}
+		}
+		return ""
+	}
+	register("h1", gib, old)
+	register("h2", 4*gib, next) // newer: the default while h2 reports
+	ws := create(t, s, ctx, 256<<20)
+	if ws.Spec.LaunchRef != launchID(next) || placedOn(ws) != "h2" {
+		t.Fatalf("created bound to %q on %q; want %q on h2", ws.Spec.LaunchRef, placedOn(ws), launchID(next))
+	}
+
+	// h2 is LOST.
+	c.add(s.Lease())
+	register("h1", gib, old)
+	if err := s.ExpireLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	created, err := Create(ctx, s, write("create", newWS), &ctrlv1.WorkspaceCreateSpec{
+		Resources: &ctrlv1.ResourceRequest{MemoryBytes: 128 << 20}}, nil, nil, identity)
+	if err != nil {
+		t.Fatalf("create with the default's only host LOST: %v", err)
+	}
+	if created.Spec.LaunchRef != launchID(old) || placedOn(created) != "h1" {
+		t.Errorf("created bound to %q on %q; want %q on h1", created.Spec.LaunchRef, placedOn(created), launchID(old))
+	}
+	if _, err := Stop(ctx, s, write("stop", newWS), ws.WorkspaceId, ctrlv1.StopMode_STOP_MODE_FORCE, identity); err != nil {
+		t.Fatal(err)
+	}
+	started, err := Start(ctx, s, write("start", newWS), ws.WorkspaceId, identity)
+	if err != nil {
+		t.Fatalf("start off the LOST host: %v", err)
+	}
+	if started.Spec.LaunchRef != launchID(old) || started.Spec.LaunchBindingVersion != 2 || placedOn(started) != "h1" {
+		t.Errorf("started bound to %q version %d on %q; want %q version 2 on h1",
+			started.Spec.LaunchRef, started.Spec.LaunchBindingVersion, placedOn(started), launchID(old))
+	}
+
+	// h2 reports again: its launch is the default again.
+	register("h2", 4*gib, next)
+	if again := create(t, s, ctx, 128<<20); again.Spec.LaunchRef != launchID(next) || placedOn(again) != "h2" {
+		t.Errorf("with h2 back, created bound to %q on %q; want %q on h2", again.Spec.LaunchRef, placedOn(again), launchID(next))
 	}
 }

@@ -45,12 +45,13 @@ func (s *Service) place(ctx context.Context, tx store.Tx, res *ctrlv1.ResourceRe
 		return "", 0, err
 	}
 	offered := map[string]bool{} // by any host
-	var regs []*hostv1.RegisterHostRequest
 	for _, h := range all {
 		maps.Copy(offered, h.offers)
-		regs = append(regs, h.reg)
 	}
-	launches := launchIDs(regs)
+	launches, err := offeredLaunches(ctx, tx)
+	if err != nil {
+		return "", 0, err
+	}
 	want := slices.Clone(need.capabilities)
 	for _, c := range want {
 		if !offered[c] {
