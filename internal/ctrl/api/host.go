@@ -161,7 +161,13 @@ func (s *HostService) WatchAssignments(ctx context.Context, req *connect.Request
 	}
 }
 
+// ReportExecutions folds what a host observed into the workspaces,
+// Volumes and Transfers it works on; a report it could not have made
+// refuses the whole call, before anything is stored.
 func (s *HostService) ReportExecutions(ctx context.Context, req *connect.Request[hostv1.ReportExecutionsRequest]) (*connect.Response[hostv1.ReportExecutionsResponse], error) {
+	if err := transfers.CheckReports(req.Msg.GetTransfers()); err != nil {
+		return Respond[hostv1.ReportExecutionsResponse](nil, err)
+	}
 	if err := s.svc.CheckRegistered(ctx, req.Msg.GetHostId()); err != nil {
 		return Respond[hostv1.ReportExecutionsResponse](nil, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"syscall"
 
 	"connectrpc.com/connect"
@@ -51,49 +52,130 @@ func (s *Service) HostAssignments(ctx context.Context, hostID string) ([]*hostv1
 // Transfer FAILED.
 const MaxExportAttempts = 3
 
-// Report records the progress a host reports of its exports and restores,
-// and the failed attempts of its exports.
-func (s *Service) Report(ctx context.Context, hostID string, reports []*hostv1.TransferReport) {
-	for _, rep := range reports {
-		if rep.FailureMessage != "" {
-			slog.Warn("transfers: an export attempt failed on a host", "transfer", rep.TransferId, "host", hostID,
-				"permanent", rep.Permanent, "err", rep.FailureMessage)
-			s.exportFailed(ctx, rep.TransferId, hostID, rep.FailureMessage, rep.Permanent)
-			continue
+// CheckReports refuses, as invalid_argument, transfer reports no host
+// makes: progress past its own total.
+func CheckReports(reports []*hostv1.TransferReport) error {
+	for i, rep := range reports {
+		if rep.BytesDone > rep.BytesTotal {
+			return invalid("transfers[%d]: bytes_done %d is past bytes_total %d", i, rep.BytesDone, rep.BytesTotal)
 		}
-		s.setProgress(ctx, rep.TransferId, rep.BytesDone, rep.BytesTotal)
+	}
+	return nil
+}
+
+// Report records the progress a host reports of its exports and restores,
+// and the failed attempts of its exports, in one write. Reports of
+// Transfers the host does not work on (hostWork) are ignored: those of
+// work ctrl withdrew since the host saw it, and any other host's.
+// The reports are those CheckReports passed.
+func (s *Service) Report(ctx context.Context, hostID string, reports []*hostv1.TransferReport) {
+	if len(reports) == 0 {
+		return
+	}
+	saved := false
+	err := s.Store.Update(ctx, func(tx store.Tx) error {
+		saved = false
+		work, err := s.hostWork(ctx, tx, hostID, reports)
+		if err != nil {
+			return err
+		}
+		var moved []*Record
+		for _, rep := range reports {
+			r := work[rep.TransferId]
+			if r == nil || !pending(r.T.State) {
+				continue // not the host's, or failed by an earlier report
+			}
+			switch {
+			case rep.FailureMessage == "":
+				r.T.Progress = progress(rep.BytesDone, rep.BytesTotal, s.Now.UTC())
+			case r.Book.Export != nil:
+				slog.Warn("transfers: an export attempt failed on a host", "transfer", rep.TransferId, "host", hostID,
+					"permanent", rep.Permanent, "err", rep.FailureMessage)
+				s.exportFailed(r, rep.FailureMessage, rep.Permanent)
+			default:
+				continue // a restore fails with its workspace's execution
+			}
+			if !slices.Contains(moved, r) {
+				moved = append(moved, r)
+			}
+		}
+		for _, r := range moved {
+			if err := s.save(ctx, tx, r); err != nil {
+				return err
+			}
+		}
+		saved = len(moved) > 0
+		return nil
+	})
+	if err != nil {
+		slog.Warn("transfers: recording a host's transfer reports", "host", hostID, "err", err)
+	}
+	if saved {
+		s.changed()
 	}
 }
 
-// exportFailed counts a failed attempt of the export id on hostID: the
-// Transfer is FAILED at stage EXPORTING_WORKSPACE with message once
-// MaxExportAttempts failed, or at once when the failure is permanent.
-// The host, no longer assigned the export, stops trying.
-func (s *Service) exportFailed(ctx context.Context, id, hostID, message string, permanent bool) {
-	failed := false
-	err := s.Store.Update(ctx, func(tx store.Tx) error {
-		r, err := loadByID(ctx, tx, id)
-		if err != nil || r.T.State != ctrlv1.TransferState_TRANSFER_STATE_EXPORTING || r.Row.HostID != hostID || r.Book.Export == nil {
-			return err
-		}
-		r.Book.Export.Failures++
-		if n := r.Book.Export.Failures; permanent || n >= MaxExportAttempts {
-			reason := ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE
-			if permanent {
-				reason = ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND
-			} else {
-				message = fmt.Sprintf("%d attempts failed; the last: %s", n, message)
-			}
-			s.fail(r, reason, ctrlv1.FailureStage_FAILURE_STAGE_EXPORTING_WORKSPACE, message)
-			failed = true
-		}
-		return s.save(ctx, tx, r)
-	})
-	if err != nil {
-		slog.Warn("transfers: recording a failed export attempt", "transfer", id, "err", err)
+// hostWork returns, by ID, those of the reported Transfers that hostID
+// works on: the EXPORTING ones assigned to it, and the RESTORING ones
+// that a workspace placed on it restores from.
+func (s *Service) hostWork(ctx context.Context, tx store.Tx, hostID string, reports []*hostv1.TransferReport) (map[string]*Record, error) {
+	reported := map[string]bool{}
+	for _, rep := range reports {
+		reported[rep.TransferId] = true
 	}
-	if failed {
-		s.changed()
+	work := map[string]*Record{}
+	rows, err := tx.HostTransfers(ctx, hostID)
+	if err != nil {
+		return nil, err
+	}
+	for _, row := range rows {
+		if !reported[row.ID] {
+			continue
+		}
+		r, err := decode(row)
+		if err != nil {
+			return nil, err
+		}
+		if r.T.State == ctrlv1.TransferState_TRANSFER_STATE_EXPORTING && r.Book.Export != nil {
+			work[row.ID] = r
+		}
+	}
+	restoring, err := s.Workspaces.RestoringFrom(ctx, tx, hostID)
+	if err != nil {
+		return nil, err
+	}
+	for id := range restoring {
+		if !reported[id] || work[id] != nil {
+			continue
+		}
+		r, err := loadByID(ctx, tx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if r.T.State == ctrlv1.TransferState_TRANSFER_STATE_RESTORING {
+			work[id] = r
+		}
+	}
+	return work, nil
+}
+
+// exportFailed counts a failed attempt of the export r: the Transfer is
+// FAILED at stage EXPORTING_WORKSPACE with message once MaxExportAttempts
+// failed, or at once when the failure is permanent. The host, no longer
+// assigned the export, stops trying.
+func (s *Service) exportFailed(r *Record, message string, permanent bool) {
+	r.Book.Export.Failures++
+	if n := r.Book.Export.Failures; permanent || n >= MaxExportAttempts {
+		reason := ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE
+		if permanent {
+			reason = ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND
+		} else {
+			message = fmt.Sprintf("%d attempts failed; the last: %s", n, message)
+		}
+		s.fail(r, reason, ctrlv1.FailureStage_FAILURE_STAGE_EXPORTING_WORKSPACE, message)
 	}
 }
 

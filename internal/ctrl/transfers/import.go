@@ -154,12 +154,13 @@ func (u *uploadReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// setProgress records how far the work of a pending Transfer came; it
-// also tells the loop that the work is alive.
+// setProgress records how far the upload of an IMPORTING Transfer came;
+// it also tells the loop that the upload is alive. Hosts report the
+// progress of their work with Report.
 func (s *Service) setProgress(ctx context.Context, id string, done, total uint64) {
 	err := s.Store.Update(ctx, func(tx store.Tx) error {
 		r, err := loadByID(ctx, tx, id)
-		if err != nil || !pending(r.T.State) || r.T.State == ctrlv1.TransferState_TRANSFER_STATE_DELETING {
+		if err != nil || r.T.State != ctrlv1.TransferState_TRANSFER_STATE_IMPORTING {
 			return err
 		}
 		r.T.Progress = progress(done, total, s.Now.UTC())

@@ -115,17 +115,29 @@ func (s *Service) CheckRestoring(ctx context.Context, hostID, transferID string)
 		return err
 	}
 	return s.Store.View(ctx, func(tx store.Tx) error {
-		records, err := s.hostRecords(ctx, tx, hostID)
-		if err != nil {
+		restoring, err := s.RestoringFrom(ctx, tx, hostID)
+		if err != nil || restoring[transferID] {
 			return err
-		}
-		for _, r := range records {
-			if a := r.restoreAssignment(); a != nil && a.TransferId == transferID {
-				return nil
-			}
 		}
 		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("host %s restores no workspace from transfer %s", hostID, transferID))
 	})
+}
+
+// RestoringFrom returns the IDs of the Transfers that workspaces placed
+// on hostID restore from, each until its workspace first runs: the
+// restores whose artifact the host reads and whose progress it reports.
+func (s *Service) RestoringFrom(ctx context.Context, tx store.Tx, hostID string) (map[string]bool, error) {
+	records, err := s.hostRecords(ctx, tx, hostID)
+	if err != nil {
+		return nil, err
+	}
+	ids := map[string]bool{}
+	for _, r := range records {
+		if a := r.restoreAssignment(); a != nil {
+			ids[a.TransferId] = true
+		}
+	}
+	return ids, nil
 }
 
 // failedRestore reports whether the workspace was restored from a

@@ -1,0 +1,234 @@
+package server_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
+	"testing"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	adminv1 "github.com/kibotos/kibotos/gen/kibotos/admin/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/admin/v1/adminv1connect"
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
+	"github.com/kibotos/kibotos/internal/artifact"
+	"github.com/kibotos/kibotos/internal/testutil/ctrltest"
+	"github.com/kibotos/kibotos/sdk/bearer"
+)
+
+// fleet is a control plane with two hosts, h1 and h2, each registered
+// with a host token of its own, as an operator issues them.
+type fleet struct {
+	t          *testing.T
+	srv        *ctrltest.Server
+	hosts      map[string]hostv1connect.HostServiceClient
+	workspaces ctrlv1connect.WorkspaceServiceClient
+	transfers  ctrlv1connect.TransferServiceClient
+}
+
+func newFleet(t *testing.T) *fleet {
+	t.Helper()
+	srv := ctrltest.Start(t)
+	srv.AddBuiltinTemplate(t)
+	admin := connect.WithInterceptors(bearer.Token(srv.AdminToken))
+	admins := adminv1connect.NewAdminServiceClient(srv.HTTP, srv.URL, admin)
+	f := &fleet{t: t, srv: srv, hosts: map[string]hostv1connect.HostServiceClient{},
+		workspaces: ctrlv1connect.NewWorkspaceServiceClient(srv.HTTP, srv.URL, admin),
+		transfers:  ctrlv1connect.NewTransferServiceClient(srv.HTTP, srv.URL, admin)}
+	for _, id := range []string{"h1", "h2"} {
+		tok, err := admins.CreateHostToken(t.Context(), connect.NewRequest(&adminv1.CreateHostTokenRequest{Name: id}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.hosts[id] = hostv1connect.NewHostServiceClient(srv.HTTP, srv.URL, connect.WithInterceptors(bearer.Token(tok.Msg.Secret)))
+		if _, err := f.hosts[id].RegisterHost(t.Context(), connect.NewRequest(&hostv1.RegisterHostRequest{HostId: id, Capacity: &hostv1.HostCapacity{
+			CpuMillis: 64000, MemoryBytes: 256 << 30, LayerBytes: 4 << 40, DefaultLayerBytes: 1 << 30}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f
+}
+
+// assignments returns a host's current desired set.
+func (f *fleet) assignments(hostID string) *hostv1.WatchAssignmentsResponse {
+	f.t.Helper()
+	stream, err := f.hosts[hostID].WatchAssignments(f.t.Context(), connect.NewRequest(&hostv1.WatchAssignmentsRequest{HostId: hostID}))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer stream.Close()
+	if !stream.Receive() {
+		f.t.Fatalf("assignments of %s: %v", hostID, stream.Err())
+	}
+	return stream.Msg()
+}
+
+// placement returns the host a workspace is assigned to, and the other.
+func (f *fleet) placement(workspaceID string) (owner, stranger string) {
+	f.t.Helper()
+	for _, id := range []string{"h1", "h2"} {
+		if slices.ContainsFunc(f.assignments(id).Assignments, func(a *hostv1.Assignment) bool { return a.WorkspaceId == workspaceID }) {
+			return id, map[string]string{"h1": "h2", "h2": "h1"}[id]
+		}
+	}
+	f.t.Fatalf("workspace %s is assigned to no host", workspaceID)
+	return "", ""
+}
+
+// observe reports the state of the workspace's current execution as its
+// host.
+func (f *fleet) observe(hostID, workspaceID string, state hostv1.ObservedState) {
+	f.t.Helper()
+	for _, a := range f.assignments(hostID).Assignments {
+		if a.WorkspaceId == workspaceID {
+			f.report(hostID, &hostv1.ReportExecutionsRequest{Reports: []*hostv1.ExecutionReport{{
+				ExecutionId: a.ExecutionId, WorkspaceId: workspaceID, Generation: a.Generation, State: state}}})
+			return
+		}
+	}
+	f.t.Fatalf("%s is not assigned workspace %s", hostID, workspaceID)
+}
+
+// report sends req as hostID, which must take it.
+func (f *fleet) report(hostID string, req *hostv1.ReportExecutionsRequest) {
+	f.t.Helper()
+	if err := f.tryReport(hostID, req); err != nil {
+		f.t.Fatalf("ReportExecutions as %s: %v", hostID, err)
+	}
+}
+
+func (f *fleet) tryReport(hostID string, req *hostv1.ReportExecutionsRequest) error {
+	req.HostId = hostID
+	_, err := f.hosts[hostID].ReportExecutions(f.t.Context(), connect.NewRequest(req))
+	return err
+}
+
+// stoppedWorkspace creates a workspace and has its host run and stop it.
+func (f *fleet) stoppedWorkspace() (id, owner, stranger string) {
+	f.t.Helper()
+	ctx := f.t.Context()
+	created, err := f.workspaces.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{Command: cmd(),
+		Spec: &ctrlv1.WorkspaceCreateSpec{Resources: &ctrlv1.ResourceRequest{CpuMillis: 250, MemoryBytes: 256 << 20, WritableLayerBytes: 256 << 20}}}))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	id = created.Msg.Workspace.WorkspaceId
+	owner, stranger = f.placement(id)
+	f.observe(owner, id, hostv1.ObservedState_OBSERVED_STATE_RUNNING)
+	if _, err := f.workspaces.StopWorkspace(ctx, connect.NewRequest(&ctrlv1.StopWorkspaceRequest{Command: cmd(), WorkspaceId: id})); err != nil {
+		f.t.Fatal(err)
+	}
+	f.observe(owner, id, hostv1.ObservedState_OBSERVED_STATE_STOPPED)
+	return id, owner, stranger
+}
+
+// export starts the export of a stopped workspace.
+func (f *fleet) export(workspaceID string, withTemplate bool) *ctrlv1.Transfer {
+	f.t.Helper()
+	resp, err := f.transfers.ExportWorkspace(f.t.Context(), connect.NewRequest(&ctrlv1.ExportWorkspaceRequest{Command: cmd(),
+		WorkspaceId: workspaceID, WithTemplate: withTemplate}))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return resp.Msg.Transfer
+}
+
+// transfer reads a Transfer.
+func (f *fleet) transfer(id string) *ctrlv1.Transfer {
+	f.t.Helper()
+	resp, err := f.transfers.GetTransfer(f.t.Context(), connect.NewRequest(&ctrlv1.GetTransferRequest{TransferId: id}))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return resp.Msg.Transfer
+}
+
+// restoring imports an artifact of manifest m, holding nothing else, and
+// restores a workspace from it: the Transfer is RESTORING.
+func (f *fleet) restoring(m *ctrlv1.TransferManifest) (transfer *ctrlv1.Transfer, workspaceID string) {
+	f.t.Helper()
+	body, err := artifact.EncodeManifest(m)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	w, err := artifact.NewWriter(&buf, body, nil)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		f.t.Fatal(err)
+	}
+	sum := sha256.Sum256(buf.Bytes())
+	stream := f.transfers.ImportTransfer(f.t.Context())
+	if err := stream.Send(&ctrlv1.ImportTransferRequest{Command: cmd(), Digest: "sha256:" + hex.EncodeToString(sum[:]), Data: buf.Bytes()}); err != nil {
+		f.t.Fatal(err)
+	}
+	imported, err := stream.CloseAndReceive()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	restored, err := f.transfers.RestoreWorkspace(f.t.Context(), connect.NewRequest(&ctrlv1.RestoreWorkspaceRequest{Command: cmd(),
+		TransferId: imported.Msg.Transfer.TransferId}))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return restored.Msg.Transfer, restored.Msg.Workspace.WorkspaceId
+}
+
+// TestTransferReportsOfTheHostsOwnWork: a host's progress and failure
+// reports move only the exports assigned to it and the restores its
+// workspaces make; those of any other Transfer are ignored, and progress
+// past its total refuses the call.
+func TestTransferReportsOfTheHostsOwnWork(t *testing.T) {
+	f := newFleet(t)
+	ws, owner, stranger := f.stoppedWorkspace()
+	exp := f.export(ws, false)
+	progress := func(id string, done, total uint64) *hostv1.ReportExecutionsRequest {
+		return &hostv1.ReportExecutionsRequest{Transfers: []*hostv1.TransferReport{{TransferId: id, BytesDone: done, BytesTotal: total}}}
+	}
+	wantProgress := func(what, id string, done, total uint64) {
+		t.Helper()
+		tr := f.transfer(id)
+		if p := tr.GetProgress(); p.GetBytesDone() != done || p.GetBytesTotal() != total {
+			t.Errorf("%s: transfer %s is %s at %d/%d, want %d/%d", what, id, tr.State, p.GetBytesDone(), p.GetBytesTotal(), done, total)
+		}
+	}
+
+	f.report(stranger, progress(exp.TransferId, 5, 10))
+	wantProgress("another host's progress of the export", exp.TransferId, 0, 0)
+	f.report(stranger, &hostv1.ReportExecutionsRequest{Transfers: []*hostv1.TransferReport{{TransferId: exp.TransferId,
+		FailureMessage: "gone", Permanent: true}}})
+	if got := f.transfer(exp.TransferId); got.State != ctrlv1.TransferState_TRANSFER_STATE_EXPORTING {
+		t.Errorf("another host's failure of the export: transfer is %s, want EXPORTING", got.State)
+	}
+	for _, host := range []string{stranger, owner} {
+		before := f.transfer(exp.TransferId)
+		err := f.tryReport(host, progress(exp.TransferId, 5e9, 1))
+		wantCode(t, "progress past its total from "+host, err, connect.CodeInvalidArgument)
+		if after := f.transfer(exp.TransferId); !proto.Equal(before, after) {
+			t.Errorf("a refused report changed the transfer:\nbefore %v\nafter  %v", before, after)
+		}
+	}
+	f.report(owner, progress(exp.TransferId, 5, 10))
+	wantProgress("its host's progress of the export", exp.TransferId, 5, 10)
+
+	// A restore's progress is its workspace's host's to report.
+	manifest := proto.CloneOf(exp.Manifest)
+	manifest.Digest, manifest.SizeBytes = "", 0
+	res, restored := f.restoring(manifest)
+	if res.State != ctrlv1.TransferState_TRANSFER_STATE_RESTORING {
+		t.Fatalf("restored: transfer is %s", res.State)
+	}
+	size := res.GetProgress().GetBytesTotal()
+	owner, stranger = f.placement(restored)
+	f.report(stranger, progress(res.TransferId, 7, size))
+	wantProgress("another host's progress of the restore", res.TransferId, 0, size)
+	f.report(owner, progress(res.TransferId, 7, size))
+	wantProgress("its host's progress of the restore", res.TransferId, 7, size)
+}
