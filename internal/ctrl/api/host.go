@@ -165,6 +165,9 @@ func (s *HostService) WatchAssignments(ctx context.Context, req *connect.Request
 // Volumes and Transfers it works on; a report it could not have made
 // refuses the whole call, before anything is stored.
 func (s *HostService) ReportExecutions(ctx context.Context, req *connect.Request[hostv1.ReportExecutionsRequest]) (*connect.Response[hostv1.ReportExecutionsResponse], error) {
+	if err := workspaces.CheckReports(req.Msg.GetReports(), req.Msg.GetVolumes()); err != nil {
+		return Respond[hostv1.ReportExecutionsResponse](nil, err)
+	}
 	if err := transfers.CheckReports(req.Msg.GetTransfers()); err != nil {
 		return Respond[hostv1.ReportExecutionsResponse](nil, err)
 	}

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -17,6 +19,8 @@ import (
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
 	"github.com/kibotos/kibotos/internal/artifact"
+	"github.com/kibotos/kibotos/internal/ctrl/transfers"
+	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
 	"github.com/kibotos/kibotos/internal/testutil/ctrltest"
 	"github.com/kibotos/kibotos/sdk/bearer"
 )
@@ -231,4 +235,72 @@ func TestTransferReportsOfTheHostsOwnWork(t *testing.T) {
 	wantProgress("another host's progress of the restore", res.TransferId, 0, size)
 	f.report(owner, progress(res.TransferId, 7, size))
 	wantProgress("its host's progress of the restore", res.TransferId, 7, size)
+}
+
+// TestReportBounds: a ReportExecutions call holds at most a bounded
+// number of reports of each kind, and one over a bound is refused with
+// nothing stored; a call at the bounds is taken, changes only the host's
+// own work, and stores nothing for reports that change nothing.
+func TestReportBounds(t *testing.T) {
+	f := newFleet(t)
+	ws, owner, stranger := f.stoppedWorkspace()
+	exp := f.export(ws, false)
+	f.report(owner, &hostv1.ReportExecutionsRequest{Transfers: []*hostv1.TransferReport{{TransferId: exp.TransferId, BytesDone: 5, BytesTotal: 10}}})
+	var execution *hostv1.Assignment
+	for _, a := range f.assignments(owner).Assignments {
+		if a.WorkspaceId == ws {
+			execution = a
+		}
+	}
+	batch := func(executions, volumes, transfers int) *hostv1.ReportExecutionsRequest {
+		req := new(hostv1.ReportExecutionsRequest)
+		for range executions {
+			req.Reports = append(req.Reports, &hostv1.ExecutionReport{ExecutionId: execution.ExecutionId, WorkspaceId: ws,
+				Generation: execution.Generation, State: hostv1.ObservedState_OBSERVED_STATE_RUNNING})
+		}
+		for range volumes {
+			req.Volumes = append(req.Volumes, &hostv1.VolumeReport{VolumeId: "vol_unknown", Condition: ctrlv1.VolumeCondition_VOLUME_CONDITION_HEALTHY})
+		}
+		for range transfers {
+			req.Transfers = append(req.Transfers, &hostv1.TransferReport{TransferId: exp.TransferId, BytesDone: 7, BytesTotal: 10})
+		}
+		return req
+	}
+
+	before := f.srv.Snapshot(t)
+	for name, req := range map[string]*hostv1.ReportExecutionsRequest{
+		"reports":   batch(workspaces.MaxExecutionReports+1, 0, 0),
+		"volumes":   batch(0, workspaces.MaxVolumeReports+1, 0),
+		"transfers": batch(0, 0, transfers.MaxReports+1),
+	} {
+		wantCode(t, name+" over the bound", f.tryReport(owner, req), connect.CodeInvalidArgument)
+	}
+	if after := f.srv.Snapshot(t); !reflect.DeepEqual(before, after) {
+		t.Errorf("refused calls changed the store")
+	}
+
+	// Another host's reports of the same work, at the bounds, move none of it.
+	start := time.Now()
+	f.report(stranger, batch(workspaces.MaxExecutionReports, workspaces.MaxVolumeReports, transfers.MaxReports))
+	t.Logf("a call at the bounds from another host took %v", time.Since(start))
+	got, err := f.workspaces.GetWorkspace(t.Context(), connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: ws}))
+	if err != nil || got.Msg.Workspace.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED {
+		t.Errorf("another host's reports of the workspace: %v, %v; want it STOPPED", got, err)
+	}
+	if p := f.transfer(exp.TransferId).Progress; p.BytesDone != 5 {
+		t.Errorf("another host's reports of the export: progress %v, want 5/10", p)
+	}
+
+	// Its own host's progress is stored once, not once a report.
+	start = time.Now()
+	f.report(owner, batch(0, 0, transfers.MaxReports))
+	t.Logf("a call at the bound from the export's host took %v", time.Since(start))
+	moved := f.transfer(exp.TransferId)
+	if p := moved.Progress; p.BytesDone != 7 || p.BytesTotal != 10 {
+		t.Fatalf("its host's progress of the export: %v, want 7/10", p)
+	}
+	f.report(owner, batch(0, 0, transfers.MaxReports))
+	if again := f.transfer(exp.TransferId); !again.UpdatedAt.AsTime().Equal(moved.UpdatedAt.AsTime()) {
+		t.Errorf("the same progress again stored the transfer again: updated_at %v, then %v", moved.UpdatedAt.AsTime(), again.UpdatedAt.AsTime())
+	}
 }

@@ -52,9 +52,17 @@ func (s *Service) HostAssignments(ctx context.Context, hostID string) ([]*hostv1
 // Transfer FAILED.
 const MaxExportAttempts = 3
 
-// CheckReports refuses, as invalid_argument, transfer reports no host
-// makes: progress past its own total.
+// MaxReports bounds the transfer reports of one ReportExecutions call:
+// an agent sends one for each export and restore it works on, a few at a
+// time.
+const MaxReports = 1024
+
+// CheckReports refuses, as invalid_argument, more transfer reports than
+// MaxReports, and reports no host makes: progress past its own total.
 func CheckReports(reports []*hostv1.TransferReport) error {
+	if len(reports) > MaxReports {
+		return invalid("transfers holds %d reports; at most %d are sent at once", len(reports), MaxReports)
+	}
 	for i, rep := range reports {
 		if rep.BytesDone > rep.BytesTotal {
 			return invalid("transfers[%d]: bytes_done %d is past bytes_total %d", i, rep.BytesDone, rep.BytesTotal)
@@ -66,8 +74,9 @@ func CheckReports(reports []*hostv1.TransferReport) error {
 // Report records the progress a host reports of its exports and restores,
 // and the failed attempts of its exports, in one write. Reports of
 // Transfers the host does not work on (hostWork) are ignored: those of
-// work ctrl withdrew since the host saw it, and any other host's.
-// The reports are those CheckReports passed.
+// work ctrl withdrew since the host saw it, and any other host's; and
+// progress a Transfer already shows is not stored again. The reports are
+// those CheckReports passed.
 func (s *Service) Report(ctx context.Context, hostID string, reports []*hostv1.TransferReport) {
 	if len(reports) == 0 {
 		return
@@ -86,14 +95,16 @@ func (s *Service) Report(ctx context.Context, hostID string, reports []*hostv1.T
 				continue // not the host's, or failed by an earlier report
 			}
 			switch {
-			case rep.FailureMessage == "":
-				r.T.Progress = progress(rep.BytesDone, rep.BytesTotal, s.Now.UTC())
-			case r.Book.Export != nil:
+			case rep.FailureMessage != "" && r.Book.Export != nil:
 				slog.Warn("transfers: an export attempt failed on a host", "transfer", rep.TransferId, "host", hostID,
 					"permanent", rep.Permanent, "err", rep.FailureMessage)
 				s.exportFailed(r, rep.FailureMessage, rep.Permanent)
-			default:
+			case rep.FailureMessage != "":
 				continue // a restore fails with its workspace's execution
+			case rep.BytesDone == r.T.Progress.GetBytesDone() && rep.BytesTotal == r.T.Progress.GetBytesTotal():
+				continue // nothing new; only an upload's progress tells the loop it is alive
+			default:
+				r.T.Progress = progress(rep.BytesDone, rep.BytesTotal, s.Now.UTC())
 			}
 			if !slices.Contains(moved, r) {
 				moved = append(moved, r)

@@ -131,6 +131,30 @@ func (r *record) assignment(now time.Time) *hostv1.Assignment {
 	return a
 }
 
+// MaxExecutionReports bounds the execution reports of one
+// ReportExecutions call, and MaxVolumeReports its Volume reports. An
+// agent sends at most the reports it queued while ctrl was unreachable
+// (1000) and the latest of each of its executions, and one report per
+// Volume it holds: 16384 is twice the executions of a 1 TiB host full of
+// the smallest workspaces (128 MiB), and a call that large still takes
+// ctrl well under a second.
+const (
+	MaxExecutionReports = 16384
+	MaxVolumeReports    = 16384
+)
+
+// CheckReports refuses, as invalid_argument, more execution or Volume
+// reports in one call than MaxExecutionReports and MaxVolumeReports.
+func CheckReports(reports []*hostv1.ExecutionReport, volumeReports []*hostv1.VolumeReport) error {
+	if len(reports) > MaxExecutionReports {
+		return invalid("reports holds %d reports; at most %d are sent at once", len(reports), MaxExecutionReports)
+	}
+	if len(volumeReports) > MaxVolumeReports {
+		return invalid("volumes holds %d reports; at most %d are sent at once", len(volumeReports), MaxVolumeReports)
+	}
+	return nil
+}
+
 // Report folds a host's execution reports into the workspaces they serve,
 // and its volume reports into the Volumes it holds. Reports of workspaces
 // not placed on the host, or of executions that no longer serve their
