@@ -227,10 +227,31 @@ func (s *HostService) CollectableLayers(ctx context.Context, req *connect.Reques
 	return Respond(&hostv1.CollectableLayersResponse{LayerIds: ids}, err)
 }
 
+// GetTemplateBlob streams a template blob to a host that needs it: a
+// layer of the template of an execution assigned to it, or a blob an
+// export assigned to it carries. Any other digest is not_found, whether
+// stored or not: a blob of another tenant's private template is not even
+// known to exist.
 func (s *HostService) GetTemplateBlob(ctx context.Context, req *connect.Request[hostv1.GetTemplateBlobRequest], stream *connect.ServerStream[hostv1.GetTemplateBlobResponse]) error {
-	r, size, err := s.blobs.Blob(ctx, req.Msg.GetDigest())
+	hostID, digest := req.Msg.GetHostId(), req.Msg.GetDigest()
+	if err := s.svc.CheckRegistered(ctx, hostID); err != nil {
+		_, err = Respond[hostv1.GetTemplateBlobResponse](nil, err)
+		return err
+	}
+	needed, err := s.svc.AssignsBlob(ctx, hostID, digest)
+	if err == nil && !needed && s.transfers != nil {
+		needed, err = s.transfers.ExportsBlob(ctx, hostID, digest)
+	}
 	if err != nil {
-		return connect.NewError(connect.CodeNotFound, fmt.Errorf("blob %s: %w", req.Msg.GetDigest(), err))
+		_, err = Respond[hostv1.GetTemplateBlobResponse](nil, err)
+		return err
+	}
+	if !needed {
+		return connect.NewError(connect.CodeNotFound, fmt.Errorf("blob %s: no assignment of host %s names it", digest, hostID))
+	}
+	r, size, err := s.blobs.Blob(ctx, digest)
+	if err != nil {
+		return connect.NewError(connect.CodeNotFound, fmt.Errorf("blob %s: %w", digest, err))
 	}
 	defer r.Close()
 	off := req.Msg.GetOffset()

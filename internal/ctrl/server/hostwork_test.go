@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"os"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 	"github.com/kibotos/kibotos/internal/artifact"
 	"github.com/kibotos/kibotos/internal/ctrl/transfers"
 	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
+	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/internal/testutil/ctrltest"
 	"github.com/kibotos/kibotos/sdk/bearer"
 )
@@ -31,6 +34,7 @@ type fleet struct {
 	t          *testing.T
 	srv        *ctrltest.Server
 	hosts      map[string]hostv1connect.HostServiceClient
+	admins     adminv1connect.AdminServiceClient
 	workspaces ctrlv1connect.WorkspaceServiceClient
 	transfers  ctrlv1connect.TransferServiceClient
 }
@@ -41,7 +45,7 @@ func newFleet(t *testing.T) *fleet {
 	srv.AddBuiltinTemplate(t)
 	admin := connect.WithInterceptors(bearer.Token(srv.AdminToken))
 	admins := adminv1connect.NewAdminServiceClient(srv.HTTP, srv.URL, admin)
-	f := &fleet{t: t, srv: srv, hosts: map[string]hostv1connect.HostServiceClient{},
+	f := &fleet{t: t, srv: srv, hosts: map[string]hostv1connect.HostServiceClient{}, admins: admins,
 		workspaces: ctrlv1connect.NewWorkspaceServiceClient(srv.HTTP, srv.URL, admin),
 		transfers:  ctrlv1connect.NewTransferServiceClient(srv.HTTP, srv.URL, admin)}
 	for _, id := range []string{"h1", "h2"} {
@@ -302,5 +306,164 @@ func TestReportBounds(t *testing.T) {
 	f.report(owner, batch(0, 0, transfers.MaxReports))
 	if again := f.transfer(exp.TransferId); !again.UpdatedAt.AsTime().Equal(moved.UpdatedAt.AsTime()) {
 		t.Errorf("the same progress again stored the transfer again: updated_at %v, then %v", moved.UpdatedAt.AsTime(), again.UpdatedAt.AsTime())
+	}
+}
+
+// fetchBlob reads a template blob as hostID and checks it against its
+// digest.
+func (f *fleet) fetchBlob(hostID, digest string) error {
+	stream, err := f.hosts[hostID].GetTemplateBlob(f.t.Context(), connect.NewRequest(&hostv1.GetTemplateBlobRequest{HostId: hostID, Digest: digest}))
+	if err != nil {
+		return err
+	}
+	defer stream.Close()
+	h := sha256.New()
+	for stream.Receive() {
+		h.Write(stream.Msg().Data)
+	}
+	if err := stream.Err(); err != nil {
+		return err
+	}
+	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != digest {
+		f.t.Fatalf("blob %s arrived as %s", digest, got)
+	}
+	return nil
+}
+
+// importHello imports the hello image as a template of the project token
+// acts in.
+func (f *fleet) importHello(token string) {
+	f.t.Helper()
+	ctx := f.t.Context()
+	tpl := ctrlv1connect.NewTemplateServiceClient(f.srv.HTTP, f.srv.URL, connect.WithInterceptors(bearer.Token(token)))
+	if _, err := tpl.CreateTemplate(ctx, connect.NewRequest(&ctrlv1.CreateTemplateRequest{Command: cmd(), TemplateId: "hello"})); err != nil {
+		f.t.Fatal(err)
+	}
+	archive, err := os.ReadFile(testutil.HelloImageArchive(f.t, "private\n"))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	stream := tpl.ImportTemplateRevision(ctx)
+	stream.Send(&ctrlv1.ImportTemplateRevisionRequest{Part: &ctrlv1.ImportTemplateRevisionRequest_Start{Start: &ctrlv1.ImportTemplateRevisionStart{
+		Command: cmd(), TemplateId: "hello", Source: &ctrlv1.ImportTemplateRevisionStart_Archive{
+			Archive: ctrlv1.ImageArchiveFormat_IMAGE_ARCHIVE_FORMAT_TARBALL}}}})
+	stream.Send(&ctrlv1.ImportTemplateRevisionRequest{Part: &ctrlv1.ImportTemplateRevisionRequest_Chunk{Chunk: archive}})
+	if _, err := stream.CloseAndReceive(); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// TestTemplateBlobsOfTheHostsWork: a host reads only the template blobs
+// its work names (the layers of its executions' templates, the blobs its
+// exports carry), as itself; any other digest is not_found, stored or not.
+func TestTemplateBlobsOfTheHostsWork(t *testing.T) {
+	f := newFleet(t)
+	ctx := t.Context()
+	ws, owner, stranger := f.stoppedWorkspace()
+	var layers []string
+	for _, a := range f.assignments(owner).Assignments {
+		if a.WorkspaceId == ws {
+			for _, l := range a.Template.Layers {
+				layers = append(layers, l.Digest)
+			}
+		}
+	}
+	if len(layers) == 0 {
+		t.Fatal("the workspace's template has no layers")
+	}
+	for _, d := range layers {
+		if err := f.fetchBlob(owner, d); err != nil {
+			t.Errorf("a layer of its execution's template, by its host: %v", err)
+		}
+		wantCode(t, "a layer of another host's execution", f.fetchBlob(stranger, d), connect.CodeNotFound)
+	}
+	stream, err := f.hosts[stranger].GetTemplateBlob(ctx, connect.NewRequest(&hostv1.GetTemplateBlobRequest{HostId: owner, Digest: layers[0]}))
+	if err == nil {
+		if stream.Receive() {
+			t.Errorf("another token read the blob as %s", owner)
+		}
+		err = stream.Err()
+		stream.Close()
+	}
+	wantCode(t, "a blob as another token's host", err, connect.CodePermissionDenied)
+	for _, id := range []string{"", "Bad_ID"} {
+		stream, err := f.hosts[owner].GetTemplateBlob(ctx, connect.NewRequest(&hostv1.GetTemplateBlobRequest{HostId: id, Digest: layers[0]}))
+		if err == nil {
+			for stream.Receive() {
+			}
+			err = stream.Err()
+			stream.Close()
+		}
+		wantCode(t, "a blob as host "+id, err, connect.CodeInvalidArgument)
+	}
+
+	// An export with its template hands its host every blob of the image.
+	exp := f.export(ws, true)
+	var carried []string
+	for _, a := range f.assignments(owner).Transfers {
+		if a.TransferId == exp.TransferId {
+			carried = a.TemplateBlobs
+		}
+	}
+	if len(carried) <= len(layers) {
+		t.Fatalf("the export carries %v", carried)
+	}
+	for _, d := range carried {
+		if err := f.fetchBlob(owner, d); err != nil {
+			t.Errorf("a blob its export carries, by its host: %v", err)
+		}
+		wantCode(t, "a blob another host's export carries", f.fetchBlob(stranger, d), connect.CodeNotFound)
+	}
+
+	// Another tenant's private template: its layers go to the host of its
+	// workspace while the workspace is there, and to no host after.
+	project, err := f.admins.CreateProject(ctx, connect.NewRequest(&adminv1.CreateProjectRequest{Name: "tenant-b"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := f.admins.CreateToken(ctx, connect.NewRequest(&adminv1.CreateTokenRequest{ProjectId: project.Msg.Project.ProjectId,
+		Role: adminv1.Role_ROLE_ADMIN, Name: "tenant"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant := token.Msg.Secret
+	f.importHello(tenant)
+	tenantWorkspaces := ctrlv1connect.NewWorkspaceServiceClient(f.srv.HTTP, f.srv.URL, connect.WithInterceptors(bearer.Token(tenant)))
+	created, err := tenantWorkspaces.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{Command: cmd(),
+		Spec: &ctrlv1.WorkspaceCreateSpec{Template: &ctrlv1.TemplateSelector{TemplateId: "hello"},
+			Resources: &ctrlv1.ResourceRequest{CpuMillis: 250, MemoryBytes: 256 << 20, WritableLayerBytes: 256 << 20}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	private := created.Msg.Workspace.WorkspaceId
+	host, other := f.placement(private)
+	var privateBlobs []string
+	for _, a := range f.assignments(host).Assignments {
+		if a.WorkspaceId == private {
+			privateBlobs = append(privateBlobs, a.Template.ImageDigest)
+			for _, l := range a.Template.Layers {
+				if !slices.Contains(layers, l.Digest) {
+					privateBlobs = append(privateBlobs, l.Digest)
+				}
+			}
+		}
+	}
+	if len(privateBlobs) != 2 {
+		t.Fatalf("the private template's own blobs: %v", privateBlobs)
+	}
+	layer := privateBlobs[1]
+	if err := f.fetchBlob(host, layer); err != nil {
+		t.Errorf("the private layer, by the host of its workspace: %v", err)
+	}
+	wantCode(t, "the private layer, by another host", f.fetchBlob(other, layer), connect.CodeNotFound)
+	if _, err := tenantWorkspaces.DeleteWorkspace(ctx, connect.NewRequest(&ctrlv1.DeleteWorkspaceRequest{Command: cmd(), WorkspaceId: private})); err != nil {
+		t.Fatal(err)
+	}
+	f.observe(host, private, hostv1.ObservedState_OBSERVED_STATE_DELETED)
+	missing := "sha256:" + strings.Repeat("0", 64)
+	for _, d := range append(privateBlobs, missing) {
+		for _, h := range []string{"h1", "h2"} {
+			wantCode(t, "a blob no work of "+h+" names", f.fetchBlob(h, d), connect.CodeNotFound)
+		}
 	}
 }

@@ -160,7 +160,8 @@ func TestReplicas(t *testing.T) {
 	}
 
 	// A template imported through replica 1 is delivered by replica 2,
-	// which fetches its blobs from the blob store.
+	// which fetches the layers a host's workspace needs from the blob
+	// store.
 	tpl1 := ctrlv1connect.NewTemplateServiceClient(one.http, one.url, token)
 	if _, err := tpl1.CreateTemplate(ctx, connect.NewRequest(&ctrlv1.CreateTemplateRequest{Command: cmd(), TemplateId: "hello"})); err != nil {
 		t.Fatal(err)
@@ -182,18 +183,32 @@ func TestReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := one.images.Image(imported.Msg.Revision.ImageDigest)
+	resp, err := wss1.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{Command: cmd(),
+		Spec: &ctrlv1.WorkspaceCreateSpec{Template: &ctrlv1.TemplateSelector{TemplateId: "hello", Revision: imported.Msg.Revision.Revision},
+			Resources: &ctrlv1.ResourceRequest{CpuMillis: 250, MemoryBytes: 256 << 20, WritableLayerBytes: 256 << 20}}}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range img.Blobs() {
+	assigned(resp.Msg.Workspace.WorkspaceId)
+	var layers []string
+	for _, a := range assignments.Msg().Assignments {
+		if a.WorkspaceId == resp.Msg.Workspace.WorkspaceId {
+			for _, l := range a.Template.Layers {
+				layers = append(layers, l.Digest)
+			}
+		}
+	}
+	if len(layers) == 0 {
+		t.Fatal("the workspace of the imported template names no layers")
+	}
+	for _, d := range layers {
 		if two.images.HasBlob(d) {
 			t.Fatalf("replica 2 holds %s before any host asked it", d)
 		}
 		if ok, err := bucket.Exists(ctx, templates.BlobPrefix+strings.TrimPrefix(d, "sha256:")); !ok || err != nil {
 			t.Fatalf("the blob store lacks %s: %v", d, err)
 		}
-		blobs, err := hosts2.GetTemplateBlob(ctx, connect.NewRequest(&hostv1.GetTemplateBlobRequest{Digest: d}))
+		blobs, err := hosts2.GetTemplateBlob(ctx, connect.NewRequest(&hostv1.GetTemplateBlobRequest{HostId: "h1", Digest: d}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,7 +224,7 @@ func TestReplicas(t *testing.T) {
 		}
 	}
 	// A blob no replica imported is not found.
-	missing, err := hosts2.GetTemplateBlob(ctx, connect.NewRequest(&hostv1.GetTemplateBlobRequest{Digest: "sha256:" + strings.Repeat("0", 64)}))
+	missing, err := hosts2.GetTemplateBlob(ctx, connect.NewRequest(&hostv1.GetTemplateBlobRequest{HostId: "h1", Digest: "sha256:" + strings.Repeat("0", 64)}))
 	if err == nil {
 		for missing.Receive() {
 		}

@@ -48,6 +48,17 @@ func (s *Service) HostAssignments(ctx context.Context, hostID string) ([]*hostv1
 	return out, nil
 }
 
+// ExportsBlob reports whether an export assigned to hostID carries the
+// template blob digest: the blobs the host fetches to write the template
+// into the artifact.
+func (s *Service) ExportsBlob(ctx context.Context, hostID, digest string) (bool, error) {
+	exports, err := s.HostAssignments(ctx, hostID)
+	if err != nil {
+		return false, err
+	}
+	return slices.ContainsFunc(exports, func(e *hostv1.TransferAssignment) bool { return slices.Contains(e.TemplateBlobs, digest) }), nil
+}
+
 // MaxExportAttempts is how many failed attempts of an export make its
 // Transfer FAILED.
 const MaxExportAttempts = 3

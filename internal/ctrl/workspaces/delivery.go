@@ -6,6 +6,7 @@ package workspaces
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -14,6 +15,7 @@ import (
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
+	"github.com/kibotos/kibotos/internal/ctrl/templates"
 	"github.com/kibotos/kibotos/internal/ctrl/volumes"
 )
 
@@ -72,6 +74,24 @@ func (s *Service) Assignments(ctx context.Context, hostID string) (*hostv1.Watch
 		return nil
 	})
 	return out, err
+}
+
+// AssignsBlob reports whether a layer of the template of an execution
+// assigned to hostID has digest: the blobs the host fetches to deliver
+// its executions' templates.
+func (s *Service) AssignsBlob(ctx context.Context, hostID, digest string) (bool, error) {
+	found := false
+	err := s.Store.View(ctx, func(tx store.Tx) error {
+		records, err := s.hostRecords(ctx, tx, hostID)
+		if err != nil {
+			return err
+		}
+		found = slices.ContainsFunc(records, func(r *record) bool {
+			return slices.ContainsFunc(r.book.Image.Layers, func(l templates.Layer) bool { return l.Digest == digest })
+		})
+		return nil
+	})
+	return found, err
 }
 
 // hostRecords returns the records of the live workspaces placed on a

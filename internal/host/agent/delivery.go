@@ -32,7 +32,7 @@ func (a *Agent) deliver(ctx context.Context, as *hostv1.Assignment, progress fun
 }
 
 func (a *Agent) fetchBlob(ctx context.Context, digest string) error {
-	stream, err := a.cfg.Client.GetTemplateBlob(ctx, connect.NewRequest(&hostv1.GetTemplateBlobRequest{Digest: digest}))
+	stream, err := a.cfg.Client.GetTemplateBlob(ctx, connect.NewRequest(&hostv1.GetTemplateBlobRequest{HostId: a.cfg.HostID, Digest: digest}))
 	if err != nil {
 		return err
 	}

@@ -224,7 +224,7 @@ func addLayout(layouts map[string]json.RawMessage, section, image string) error 
 // templateBlob opens a blob of a Template revision's image from ctrl.
 func (a *Agent) templateBlob(ctx context.Context) artifact.OpenBlob {
 	return func(digest string) (io.ReadCloser, int64, error) {
-		stream, err := a.cfg.Client.GetTemplateBlob(ctx, connect.NewRequest(&hostv1.GetTemplateBlobRequest{Digest: digest}))
+		stream, err := a.cfg.Client.GetTemplateBlob(ctx, connect.NewRequest(&hostv1.GetTemplateBlobRequest{HostId: a.cfg.HostID, Digest: digest}))
 		if err != nil {
 			return nil, 0, err
 		}

@@ -2534,7 +2534,10 @@ type GetTemplateBlobRequest struct {
 	// digest is sha256:<hex> of the blob, as in TemplateLayer.digest.
 	Digest string `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
 	// offset is the first byte to send; zero starts at the beginning.
-	Offset        uint64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Offset uint64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	// host_id is the caller's: an execution assigned to it runs a template
+	// with the blob as a layer, or an export assigned to it carries the blob.
+	HostId        string `protobuf:"bytes,3,opt,name=host_id,json=hostId,proto3" json:"host_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2581,6 +2584,13 @@ func (x *GetTemplateBlobRequest) GetOffset() uint64 {
 		return x.Offset
 	}
 	return 0
+}
+
+func (x *GetTemplateBlobRequest) GetHostId() string {
+	if x != nil {
+		return x.HostId
+	}
+	return ""
 }
 
 // GetTemplateBlobResponse is the next slice of the blob.
@@ -3164,10 +3174,11 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\x06status\x18\x01 \x01(\v2$.kibotos.ctrl.v1.NetworkPolicyStatusR\x06status\x12'\n" +
 	"\x0ffailure_message\x18\x02 \x01(\tR\x0efailureMessage\x12S\n" +
 	"\x13egress_observations\x18\x03 \x03(\v2\".kibotos.ctrl.v1.EgressObservationR\x12egressObservations\x12Y\n" +
-	"\x15resolver_observations\x18\x04 \x03(\v2$.kibotos.ctrl.v1.ResolverObservationR\x14resolverObservations\"H\n" +
+	"\x15resolver_observations\x18\x04 \x03(\v2$.kibotos.ctrl.v1.ResolverObservationR\x14resolverObservations\"a\n" +
 	"\x16GetTemplateBlobRequest\x12\x16\n" +
 	"\x06digest\x18\x01 \x01(\tR\x06digest\x12\x16\n" +
-	"\x06offset\x18\x02 \x01(\x04R\x06offset\"N\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x17\n" +
+	"\ahost_id\x18\x03 \x01(\tR\x06hostId\"N\n" +
 	"\x17GetTemplateBlobResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x1f\n" +
 	"\vtotal_bytes\x18\x02 \x01(\x04R\n" +

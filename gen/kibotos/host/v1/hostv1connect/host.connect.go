@@ -99,8 +99,9 @@ type HostServiceClient interface {
 	// ExecutionTemplate names, from offset to its end, in order. A host resumes
 	// an interrupted fetch by calling again with the offset it reached. The host
 	// verifies the blob against its digest, and the unpacked layer against its
-	// diff_id, before it uses either. A digest ctrl does not store is not_found;
-	// an offset beyond the blob's size is out_of_range.
+	// diff_id, before it uses either. A digest ctrl does not store, or that
+	// neither an Assignment's template nor a TransferAssignment of the host
+	// names, is not_found; an offset beyond the blob's size is out_of_range.
 	GetTemplateBlob(context.Context, *connect.Request[v1.GetTemplateBlobRequest]) (*connect.ServerStreamForClient[v1.GetTemplateBlobResponse], error)
 	// PutTransferArtifact uploads the artifact a TransferAssignment asked the
 	// host to export. The first message names host_id and transfer_id; data
@@ -255,8 +256,9 @@ type HostServiceHandler interface {
 	// ExecutionTemplate names, from offset to its end, in order. A host resumes
 	// an interrupted fetch by calling again with the offset it reached. The host
 	// verifies the blob against its digest, and the unpacked layer against its
-	// diff_id, before it uses either. A digest ctrl does not store is not_found;
-	// an offset beyond the blob's size is out_of_range.
+	// diff_id, before it uses either. A digest ctrl does not store, or that
+	// neither an Assignment's template nor a TransferAssignment of the host
+	// names, is not_found; an offset beyond the blob's size is out_of_range.
 	GetTemplateBlob(context.Context, *connect.Request[v1.GetTemplateBlobRequest], *connect.ServerStream[v1.GetTemplateBlobResponse]) error
 	// PutTransferArtifact uploads the artifact a TransferAssignment asked the
 	// host to export. The first message names host_id and transfer_id; data
