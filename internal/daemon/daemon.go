@@ -309,6 +309,12 @@ func Run(ctx context.Context, o Options) error {
 			}
 			defer exposureLn.Close()
 		}
+		lock, err := lockHostHome(o.stateDir())
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer lock.Close()
 		// The in-process host agent reaches ctrl through the host API on
 		// this same listener, and serves its data-plane gateway (and
 		// host-named exposures) on it, at the public URL.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
@@ -72,6 +74,31 @@ const DefaultLayerBytes = 1 << 30
 
 // localHostID names the host agent of `kibotos up`.
 const localHostID = "local"
+
+// hostLockFile is the file under a host's home whose lock its agent holds.
+const hostLockFile = "host.lock"
+
+// lockHostHome takes the lock of the host home dir, held until the
+// returned file is closed: two agents on one home would each take the
+// other's executions for leftovers and end them.
+func lockHostHome(dir string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, hostLockFile)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("another host agent serves the home %s: one agent at a time may", dir)
+		}
+		return nil, fmt.Errorf("locking %s: %w", path, err)
+	}
+	return f, nil
+}
 
 // newHostAgent builds the in-process host agent, which reaches ctrl through
 // the host API on ctrlURL exactly as a separate `kibotos host` would, and

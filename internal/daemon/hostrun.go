@@ -46,6 +46,11 @@ func RunHost(ctx context.Context, o Options) error {
 	if err := o.absoluteHome(); err != nil {
 		return err
 	}
+	lock, err := lockHostHome(o.Home)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
 	tp, stopTracing, err := startTracing(o.OTLPEndpoint)
 	if err != nil {
 		return err

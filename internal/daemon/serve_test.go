@@ -139,3 +139,22 @@ func TestBlobStoreOfOneDeployment(t *testing.T) {
 		t.Errorf("the store's own deployment again: %v", err)
 	}
 }
+
+// TestOneHostAgentAHome: a host agent (`kibotos host`) on the home of a
+// running one, here that of `kibotos up`, is refused before it touches
+// anything there (two would each end the other's executions as
+// leftovers); once the first has stopped, its home serves again.
+func TestOneHostAgentAHome(t *testing.T) {
+	home := t.TempDir()
+	d := up(t, home)
+	host := daemon.Options{Home: home, CtrlURL: d.url, HostID: "second", TokenFile: filepath.Join(t.TempDir(), "none")}
+	err := daemon.RunHost(t.Context(), host)
+	d.stop()
+	if err == nil || !strings.Contains(err.Error(), "another host agent serves the home") {
+		t.Fatalf("kibotos host on the home of kibotos up: %v", err)
+	}
+	// The home is free: the agent goes on, to the token file it lacks.
+	if err := daemon.RunHost(t.Context(), host); err == nil || !strings.Contains(err.Error(), "host token") {
+		t.Fatalf("kibotos host on the home once kibotos up stopped: %v", err)
+	}
+}
