@@ -18,6 +18,8 @@ import (
 
 	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
@@ -28,8 +30,11 @@ const (
 	// readChunk is the size of one ReadFile message: large, so that a
 	// file's bytes cost few messages, reads and writes on their way.
 	readChunk = 1 << 20
-	// maxListEntries bounds one ListDirectory answer.
+	// maxListEntries bounds one ListDirectory answer, and maxListBytes its
+	// size: well below the 64 MiB the SDKs read of one message, since
+	// 100,000 entries of long names or symlink targets may be 400 MB.
 	maxListEntries = 100_000
+	maxListBytes   = 48 << 20
 )
 
 // FileConfig configures a FileService.
@@ -655,7 +660,10 @@ func (s *FileService) ListDirectory(ctx context.Context, req *connect.Request[da
 	}
 	depth := max(int(min(req.Msg.GetDepth(), 1<<16)), 1)
 	names := s.accounts.names()
-	var entries []*datav1.FileInfo
+	var (
+		entries []*datav1.FileInfo
+		size    int // of the answer's entries, encoded
+	)
 	var walk func(dir string, level int) error
 	walk = func(dir string, level int) error {
 		if err := ctx.Err(); err != nil {
@@ -673,14 +681,16 @@ func (s *FileService) ListDirectory(ctx context.Context, req *connect.Request[da
 			} else if err != nil {
 				return err
 			}
-			if len(entries) == maxListEntries {
+			info := fileInfo(names, child, fi)
+			size += protowire.SizeBytes(proto.Size(info)) + 1 // with its field's tag
+			if len(entries) == maxListEntries || size > maxListBytes {
 				hint := "list with a smaller depth"
 				if depth <= 1 {
 					hint = "the directory itself holds more: list it through a process (ws exec -- ls)"
 				}
-				return newError(connect.CodeResourceExhausted, stageReadingFile, "more than %d entries: %s", maxListEntries, hint)
+				return newError(connect.CodeResourceExhausted, stageReadingFile, "more than %d entries or %d MiB: %s", maxListEntries, maxListBytes>>20, hint)
 			}
-			entries = append(entries, fileInfo(names, child, fi))
+			entries = append(entries, info)
 			if e.IsDir() && level < depth {
 				err := walk(child, level+1)
 				if errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrNotExist) {

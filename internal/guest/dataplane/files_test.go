@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -610,5 +611,25 @@ func TestNamesThatAreNotUTF8(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(dir, "c\xff")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the refused PUT wrote the file: %v", err)
+	}
+}
+
+// TestListingBoundedInSize: a directory of fewer entries than a listing's
+// bound whose answer would still pass the SDKs' 64 MiB a message (long
+// symlink targets) is refused as too large, saying how to list it, rather
+// than sent for the caller to refuse.
+func TestListingBoundedInSize(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := testCtx(t, 60*time.Second)
+	dir := t.TempDir()
+	target := "/" + strings.Repeat("t", 4000)
+	for i := range 14_000 { // about 56 MB of answer
+		if err := os.Symlink(target, filepath.Join(dir, fmt.Sprintf("l%05d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := e.fc.ListDirectory(ctx, connect.NewRequest(&datav1.ListDirectoryRequest{Path: dir}))
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "48 MiB: the directory itself holds more") {
+		t.Fatalf("listing 14,000 entries of 4 KB: %v, want resource_exhausted saying how to list them", err)
 	}
 }
