@@ -478,3 +478,32 @@ func TestVolumesFitTheirPool(t *testing.T) {
 		t.Errorf("growing once the other volume was deleted: %v", err)
 	}
 }
+
+// TestVolumeFailureNamesNoHostPath: a Volume whose offline resize fails
+// (its guest made /lost+found a file, which e2fsck will not repair on
+// its own) keeps its data and capacity, and its failure says why without
+// a path of the host's: the tenant reads it, the host's log has it whole.
+func TestVolumeFailureNamesNoHostPath(t *testing.T) {
+	e := newVolumeEnv(t)
+	defer e.stop()
+	ws := e.create(withVolume(&ctrlv1.WorkspaceVolumeBinding{Mode: ctrlv1.WorkspaceVolumeMode_WORKSPACE_VOLUME_MODE_NEW}))
+	volID := ws.Spec.Volume.VolumeId
+	ws = e.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	e.run(ws, "rm -rf /data/lost+found && echo kept > /data/lost+found && sync")
+	e.stopWorkspace(ws.WorkspaceId, ctrlv1.StopMode_STOP_MODE_NORMAL)
+	e.await(ws.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
+	e.awaitVolume(volID, "AVAILABLE", func(v *ctrlv1.Volume) bool { return v.State == ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE })
+	if _, err := e.resize(volID, 96*mib); err != nil {
+		t.Fatal(err)
+	}
+	v := e.awaitVolume(volID, "a failed resize", func(v *ctrlv1.Volume) bool {
+		return v.GetFailure().GetStage() == ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_VOLUME
+	})
+	if msg := v.Failure.GetMessage(); strings.Contains(msg, e.home) || strings.Contains(msg, "/dev/loop") ||
+		!strings.Contains(msg, "<storage pool default>") || !strings.Contains(msg, "/lost+found is not a directory") {
+		t.Errorf("the failure's message %q: want why, and no host path", msg)
+	}
+	if v.Spec.CapacityBytes != 64*mib {
+		t.Errorf("a failed resize left the capacity %d", v.Spec.CapacityBytes)
+	}
+}

@@ -194,7 +194,7 @@ func exists(path string) bool {
 func (e *execution) fail(as *hostv1.Assignment, stage ctrlv1.FailureStage, err error) {
 	slog.Error("execution failed to start", "execution", e.id, "err", err)
 	e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_FAILED,
-		FailureStage: stage, FailureReason: reasonOf(err), FailureMessage: err.Error()})
+		FailureStage: stage, FailureReason: reasonOf(err), FailureMessage: e.agent.publicMessage(err)})
 }
 
 // offers reports whether the host runs executions with launch: one of its

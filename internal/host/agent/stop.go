@@ -38,7 +38,7 @@ func (e *execution) stop(ctx context.Context, as *hostv1.Assignment, mode runtim
 		slog.Error("stop failed", "execution", e.id, "err", err)
 		if as != nil {
 			e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_FAILED,
-				FailureStage: ctrlv1.FailureStage_FAILURE_STAGE_STOPPING, FailureReason: reasonOf(err), FailureMessage: err.Error()})
+				FailureStage: ctrlv1.FailureStage_FAILURE_STAGE_STOPPING, FailureReason: reasonOf(err), FailureMessage: e.agent.publicMessage(err)})
 		}
 		return false
 	}
@@ -106,12 +106,12 @@ func (e *execution) delete(ctx context.Context, as *hostv1.Assignment) {
 	}
 	if err != nil {
 		e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_FAILED,
-			FailureStage: ctrlv1.FailureStage_FAILURE_STAGE_DELETING, FailureReason: reasonOf(err), FailureMessage: err.Error()})
+			FailureStage: ctrlv1.FailureStage_FAILURE_STAGE_DELETING, FailureReason: reasonOf(err), FailureMessage: e.agent.publicMessage(err)})
 		return
 	}
 	if err := e.agent.cfg.Layers.DeleteLayer(e.agent.layerPath(as.LayerId)); err != nil {
 		e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_FAILED,
-			FailureStage: ctrlv1.FailureStage_FAILURE_STAGE_DELETING, FailureReason: reasonOf(err), FailureMessage: err.Error()})
+			FailureStage: ctrlv1.FailureStage_FAILURE_STAGE_DELETING, FailureReason: reasonOf(err), FailureMessage: e.agent.publicMessage(err)})
 		return
 	}
 	e.report(as, &hostv1.ExecutionReport{State: hostv1.ObservedState_OBSERVED_STATE_DELETED})

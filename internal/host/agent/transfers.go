@@ -85,7 +85,7 @@ func (x *exports) run(ctx context.Context, as *hostv1.TransferAssignment) {
 		}
 		permanent := errors.Is(err, errGone)
 		slog.Warn("export failed; trying again unless ctrl withdraws it", "transfer", as.TransferId, "in", wait, "permanent", permanent, "err", err)
-		x.agent.reportTransfer(&hostv1.TransferReport{TransferId: as.TransferId, FailureMessage: err.Error(), Permanent: permanent})
+		x.agent.reportTransfer(&hostv1.TransferReport{TransferId: as.TransferId, FailureMessage: x.agent.publicMessage(err), Permanent: permanent})
 		select {
 		case <-ctx.Done():
 			return
@@ -367,7 +367,7 @@ func (e *execution) restore(ctx context.Context, as *hostv1.Assignment) error {
 			// The Volume was never made: its creation failed with the
 			// restore, which is not tried again (the Transfer fails).
 			a.vols.report(&hostv1.VolumeReport{VolumeId: v.VolumeId,
-				FailureStage: ctrlv1.FailureStage_FAILURE_STAGE_CREATING_VOLUME, FailureMessage: err.Error()})
+				FailureStage: ctrlv1.FailureStage_FAILURE_STAGE_CREATING_VOLUME, FailureMessage: a.publicMessage(err)})
 		}
 		return err
 	}

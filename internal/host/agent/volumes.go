@@ -214,7 +214,7 @@ func (v *volumes) converge(ctx context.Context, a *hostv1.VolumeAssignment) (str
 	defer func() { v.report(rep) }()
 	path, err := v.path(a.StoragePool, a.VolumeId)
 	if err != nil {
-		rep.FailureStage, rep.FailureMessage = ctrlv1.FailureStage_FAILURE_STAGE_CREATING_VOLUME, err.Error()
+		rep.FailureStage, rep.FailureMessage = ctrlv1.FailureStage_FAILURE_STAGE_CREATING_VOLUME, v.agent.publicMessage(err)
 		return "", err
 	}
 	inUse := len(diskimage.LoopsOf(path)) > 0
@@ -224,7 +224,7 @@ func (v *volumes) converge(ctx context.Context, a *hostv1.VolumeAssignment) (str
 			return "", nil // deleted once the execution that mounts it is gone
 		}
 		if err := diskimage.Delete(path); err != nil {
-			rep.FailureStage, rep.FailureMessage = ctrlv1.FailureStage_FAILURE_STAGE_DELETING_VOLUME, err.Error()
+			rep.FailureStage, rep.FailureMessage = ctrlv1.FailureStage_FAILURE_STAGE_DELETING_VOLUME, v.agent.publicMessage(err)
 			return "", err
 		}
 		rep.Deleted = true
@@ -236,7 +236,7 @@ func (v *volumes) converge(ctx context.Context, a *hostv1.VolumeAssignment) (str
 	}
 	if errors.Is(err, os.ErrNotExist) && a.Create {
 		if err := diskimage.Create(ctx, path, a.CapacityBytes, a.FilesystemUuid); err != nil {
-			rep.FailureStage, rep.FailureMessage = ctrlv1.FailureStage_FAILURE_STAGE_CREATING_VOLUME, err.Error()
+			rep.FailureStage, rep.FailureMessage = ctrlv1.FailureStage_FAILURE_STAGE_CREATING_VOLUME, v.agent.publicMessage(err)
 			return "", fmt.Errorf("creating volume %s: %w", a.VolumeId, err)
 		}
 		info, err = diskimage.Inspect(path)
@@ -251,9 +251,9 @@ func (v *volumes) converge(ctx context.Context, a *hostv1.VolumeAssignment) (str
 	}
 	if info.Capacity() < a.CapacityBytes {
 		if err := v.grow(ctx, a, path, inUse); err != nil {
-			rep.FailureStage, rep.FailureMessage = ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_VOLUME, err.Error()
+			rep.FailureStage, rep.FailureMessage = ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_VOLUME, v.agent.publicMessage(err)
 		} else if info, err = diskimage.Inspect(path); err != nil {
-			rep.FailureStage, rep.FailureMessage = ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_VOLUME, err.Error()
+			rep.FailureStage, rep.FailureMessage = ctrlv1.FailureStage_FAILURE_STAGE_RESIZING_VOLUME, v.agent.publicMessage(err)
 		}
 	}
 	rep.Condition = ctrlv1.VolumeCondition_VOLUME_CONDITION_HEALTHY

@@ -4,10 +4,8 @@ import (
 	"errors"
 	"log/slog"
 	"path/filepath"
-	"regexp"
-	"sort"
-	"strings"
 
+	"github.com/kibotos/kibotos/internal/host/hostpaths"
 	"github.com/kibotos/kibotos/internal/host/runtime"
 )
 
@@ -42,9 +40,6 @@ func specPaths(spec runtime.Spec) map[string]string {
 	return names
 }
 
-// loopDevice matches the host's loop device names.
-var loopDevice = regexp.MustCompile(`/dev/loop[0-9]+`)
-
 // public returns err with the host paths of execution id (none when id
 // is empty) and those of extra (path → what it is) replaced, logging err
 // whole when that changed it.
@@ -77,18 +72,7 @@ func (d *Driver) public(err error, id string, extra map[string]string) error {
 			names[abs] = name
 		}
 	}
-	delete(names, "")
-	paths := make([]string, 0, len(names))
-	for p := range names {
-		paths = append(paths, p)
-	}
-	// Longest first: a path inside another is replaced as itself.
-	sort.Slice(paths, func(i, j int) bool { return len(paths[i]) > len(paths[j]) })
-	msg := err.Error()
-	for _, p := range paths {
-		msg = strings.ReplaceAll(msg, p, names[p])
-	}
-	msg = loopDevice.ReplaceAllString(msg, "<loop device>")
+	msg := hostpaths.Replace(err.Error(), names)
 	if msg == err.Error() {
 		return err
 	}
