@@ -25,6 +25,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
 	"github.com/kibotos/kibotos/internal/daemon"
 	"github.com/kibotos/kibotos/internal/host/agent"
+	"github.com/kibotos/kibotos/internal/host/netslot"
 	"github.com/kibotos/kibotos/internal/host/psi"
 	"github.com/kibotos/kibotos/internal/host/runtime/oci"
 	"github.com/kibotos/kibotos/internal/imagestore"
@@ -270,6 +271,7 @@ type hostFlags struct {
 	pools      []string
 	volumeSize string
 	tmpfsPct   int
+	conns      int
 	warmPool   int
 	overcommit daemon.Overcommit
 	layerSize  string
@@ -284,6 +286,8 @@ func (f *hostFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.runtime, "runtime", "runc", "OCI runtime of workspaces: runc, crun or runsc")
 	cmd.Flags().IntVar(&f.tmpfsPct, "guest-tmpfs-percent", oci.DefaultGuestTmpfsPercent,
 		"size of a workspace's /tmp, of its /run and of its /dev/shm, each, in percent of its memory limit (1 to 100)")
+	cmd.Flags().IntVar(&f.conns, "guest-connections", netslot.DefaultMaxFlows,
+		"most TCP connections of one workspace its network slot carries at once; each may hold about 2 MiB of this process's memory while one side does not read (1 to 65536)")
 	cmd.Flags().IntVar(&f.warmPool, "warm-pool", agent.DefaultWarmPool,
 		"workspaces the host keeps started ahead of time (slot, writable layer, guest agent) for the latest template and sizes it started fresh, handed out on create; 0 keeps none (0 to 256)")
 	cmd.Flags().Float64Var(&f.overcommit.CPU, "cpu-overcommit", daemon.DefaultOvercommit.CPU,
@@ -312,6 +316,10 @@ func (f *hostFlags) options(o daemon.Options) (daemon.Options, error) {
 	if f.tmpfsPct < 1 || f.tmpfsPct > 100 {
 		return o, fmt.Errorf("--guest-tmpfs-percent %d: want 1 to 100", f.tmpfsPct)
 	}
+	if f.conns < 1 || f.conns > 65536 {
+		return o, fmt.Errorf("--guest-connections %d: want 1 to 65536", f.conns)
+	}
+	o.GuestConnections = f.conns
 	if f.warmPool < 0 || f.warmPool > agent.MaxWarmPool {
 		return o, fmt.Errorf("--warm-pool %d: want 0 to %d", f.warmPool, agent.MaxWarmPool)
 	}

@@ -68,6 +68,14 @@ func TestUpRefusesTmpfsShare(t *testing.T) {
 	}
 }
 
+// TestUpRefusesGuestConnections: a bound of a workspace's connections
+// outside 1 to 65536 is refused before anything is set up.
+func TestUpRefusesGuestConnections(t *testing.T) {
+	for _, n := range []string{"0", "65537", "-1"} {
+		expectRefused(t, upCommand, "--guest-connections", "--guest-connections", n)
+	}
+}
+
 // TestUpRefusesOvercommit: an overcommit factor below 1 or above 64 is
 // refused before anything is set up.
 func TestUpRefusesOvercommit(t *testing.T) {

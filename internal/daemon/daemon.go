@@ -124,6 +124,9 @@ type Options struct {
 	// GuestTmpfsPercent sizes a workspace's /tmp and /run, each, in
 	// percent of its memory limit; zero is oci.DefaultGuestTmpfsPercent.
 	GuestTmpfsPercent int
+	// GuestConnections bounds each workspace's TCP connections its
+	// network slot carries at once; zero is netslot.DefaultMaxFlows.
+	GuestConnections int
 	// WarmPool is how many workspaces the host agent keeps started ahead
 	// of time (agent.Config.WarmPool); zero keeps none.
 	WarmPool int

@@ -147,7 +147,7 @@ func newHostAgent(o Options, images *imagestore.Store, hc *http.Client, ctrlURL,
 		Launches: []*hostv1.Launch{launch}, Capabilities: capabilities,
 		Runtimes: oci.Detect(), DataPlaneEndpoint: publicURL, ExposureDomain: o.ExposureDomain, ExposureEndpoint: exposureURL,
 		Network: agent.NetworkConfig{Dir: filepath.Join(o.stateDir(), "netns"),
-			DeploymentResolvers: resolvers, UnsafeExemptRanges: o.UnsafeExemptRanges},
+			DeploymentResolvers: resolvers, UnsafeExemptRanges: o.UnsafeExemptRanges, MaxConnections: o.GuestConnections},
 		StoragePools: pools, GuestProbeInterval: o.GuestProbeInterval, GuestMemory: o.GuestMemory, Metrics: metrics,
 		WarmPool: o.WarmPool,
 	})

@@ -101,7 +101,7 @@ func newNetEnvResolving(t *testing.T, resolver netip.AddrPort) *netEnv {
 }
 
 // newNetEnvWith is newNetEnv with o's deployment resolvers, metrics
-// token file and warm pool.
+// token file, warm pool and bound of guest connections.
 func newNetEnvWith(t *testing.T, o daemon.Options) *netEnv {
 	hosttest.RequireRoot(t)
 	inet := nettest.NewInternet(t)
@@ -112,7 +112,8 @@ func newNetEnvWith(t *testing.T, o daemon.Options) *netEnv {
 	serveDNS(t, inet.ListenPacket(t, "udp6", "["+nettest.HostIPv6.String()+"]:53"), nil)
 	exempt := append([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, nettest.ExemptRanges...)
 	d := upWith(t, t.TempDir(), daemon.Options{UnsafeExemptRanges: exempt,
-		DeploymentResolvers: o.DeploymentResolvers, MetricsTokenFile: o.MetricsTokenFile, WarmPool: o.WarmPool})
+		DeploymentResolvers: o.DeploymentResolvers, MetricsTokenFile: o.MetricsTokenFile, WarmPool: o.WarmPool,
+		GuestConnections: o.GuestConnections})
 	t.Cleanup(d.stop)
 	token, err := os.ReadFile(filepath.Join(d.home, daemon.AdminTokenFile))
 	if err != nil {
@@ -739,5 +740,25 @@ func TestNetworkPolicyDNSCache(t *testing.T) {
 	}
 	if n := asked.Load(); n != 1 {
 		t.Fatalf("under DENY_ALL the Resolver was asked (%d)", n)
+	}
+}
+
+// TestGuestConnectionsBound: with --guest-connections 2, a workspace's
+// slot carries two of its connections at once and resets a third, which
+// goes through once one of the two ends.
+func TestGuestConnectionsBound(t *testing.T) {
+	e := newNetEnvWith(t, daemon.Options{DeploymentResolvers: []netip.AddrPort{netip.AddrPortFrom(nettest.HostIPv4, 53)}, GuestConnections: 2})
+	e.setPolicy(public(nil))
+	addr := net.JoinHostPort(nettest.HostIPv4.String(), fmt.Sprint(e.v4.port))
+	host, port, _ := net.SplitHostPort(addr)
+	// Two connections held open (the server answers a line, which they do
+	// not send), then a third.
+	out, err := e.exec(e.ws, "sh", "-c", fmt.Sprintf(`sleep 3 | nc %[1]s %[2]s & sleep 3 | nc %[1]s %[2]s &
+		sleep 0.5; echo third | nc -w 2 %[1]s %[2]s; echo "third: $?"; wait`, host, port))
+	if err != nil || !strings.Contains(out, "third: 1") || strings.Contains(out, "third\n") {
+		t.Errorf("a third connection of two allowed: %v %q, want it reset", err, out)
+	}
+	if !e.talk(addr) {
+		t.Error("no connection once the two ended")
 	}
 }

@@ -62,7 +62,7 @@ func upWith(t *testing.T, home string, o daemon.Options) *deployment {
 			StoragePools: o.StoragePools, VolumeBytes: o.VolumeBytes, MetricsTokenFile: o.MetricsTokenFile,
 			GuestProbeInterval: o.GuestProbeInterval, GuestMemory: o.GuestMemory, ExposureDomain: o.ExposureDomain,
 			DesktopCache: o.DesktopCache, InsecureRegistries: o.InsecureRegistries, RegistryCAFile: o.RegistryCAFile,
-			OTLPEndpoint: o.OTLPEndpoint, WarmPool: o.WarmPool, Overcommit: o.Overcommit})
+			OTLPEndpoint: o.OTLPEndpoint, WarmPool: o.WarmPool, Overcommit: o.Overcommit, GuestConnections: o.GuestConnections})
 	}()
 	select {
 	case a := <-ready:

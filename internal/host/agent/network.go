@@ -47,6 +47,9 @@ type NetworkConfig struct {
 	// special-purpose ranges (for Egress endpoints and direct traffic; never
 	// for this host's own addresses).
 	UnsafeExemptRanges []netip.Prefix
+	// MaxConnections bounds a workspace's TCP connections its slot
+	// carries at once; 0 is netslot.DefaultMaxFlows.
+	MaxConnections int
 }
 
 // hardDeny is what guests' direct traffic never reaches: the special
@@ -175,7 +178,7 @@ func (e *execution) slotConfig() netslot.Config {
 	return netslot.Config{
 		Path: e.agent.netnsPath(e.id), HardDeny: e.agent.hardDeny(), CheckEndpoint: e.agent.checkEndpoint,
 		DeploymentResolvers: e.agent.cfg.Network.DeploymentResolvers, Changed: e.resendRunning,
-		Counters: &e.agent.counters.slots, Sockets: e.agent.slotSockets,
+		Counters: &e.agent.counters.slots, Sockets: e.agent.slotSockets, MaxFlows: e.agent.cfg.Network.MaxConnections,
 	}
 }
 
