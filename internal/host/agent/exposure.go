@@ -129,9 +129,10 @@ func (a *Agent) Exposures() http.Handler {
 		DisableCompression: true,
 	}
 	p.proxy = &httputil.ReverseProxy{
-		Rewrite:      p.rewrite,
-		Transport:    transport,
-		ErrorHandler: p.proxyError,
+		Rewrite:        p.rewrite,
+		Transport:      transport,
+		ErrorHandler:   p.proxyError,
+		ModifyResponse: dropTokenCookies,
 	}
 	return p
 }
@@ -408,6 +409,27 @@ func withoutParameter(rawQuery, name string) string {
 		kept = append(kept, part)
 	}
 	return strings.Join(kept, "&")
+}
+
+// dropTokenCookies removes from a guest's answer each Set-Cookie that
+// would set or clear an exposure's token cookie: path URLs share one
+// origin, so a guest's page could otherwise replace another exposure's
+// token in its callers' browsers (or its own), and a cookie's name is
+// read as a browser reads it, blanks trimmed, in any case.
+func dropTokenCookies(resp *http.Response) error {
+	lines := resp.Header.Values("Set-Cookie")
+	kept := make([]string, 0, len(lines))
+	for _, line := range lines {
+		pair, _, _ := strings.Cut(line, ";")
+		name, _, _ := strings.Cut(pair, "=")
+		if !strings.EqualFold(strings.TrimSpace(name), exposureabi.CookieName) {
+			kept = append(kept, line)
+		}
+	}
+	if len(kept) < len(lines) {
+		resp.Header["Set-Cookie"] = kept
+	}
+	return nil
 }
 
 // dropCookie removes one cookie from a request's Cookie headers, keeping

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -34,6 +35,11 @@ func newGuestApp(t *testing.T) *guestApp {
 		app.mu.Lock()
 		app.seen = append(app.seen, r.Clone(context.Background()))
 		app.mu.Unlock()
+		if r.URL.Path == "/cookies" { // a page that would take other exposures' token cookies
+			for _, c := range []string{"kibotos_exposure=planted; Path=/x/exp_other/", " Kibotos_Exposure =x; Path=/", "kibotos_exposure; Max-Age=0", "app=1; Path=/x/exp_t/"} {
+				w.Header().Add("Set-Cookie", c)
+			}
+		}
 		if r.URL.Path == "/stream" {
 			// A response that runs until the proxy cuts it.
 			w.WriteHeader(http.StatusOK)
@@ -186,6 +192,12 @@ func TestExposureProxy(t *testing.T) {
 	}
 	if reqs := app.requests(); reqs[len(reqs)-1].Header.Get("Referer") != "" {
 		t.Errorf("the guest saw the referrer %q", reqs[len(reqs)-1].Header.Get("Referer"))
+	}
+	// The guest's page sets its own cookies, never an exposure's token
+	// cookie, which on path URLs would reach every exposure's callers.
+	if resp, _ := do("GET", "/x/exp_t/cookies", http.Header{"Cookie": {"kibotos_exposure=" + token}}, ""); resp.StatusCode != http.StatusOK ||
+		!slices.Equal(resp.Header.Values("Set-Cookie"), []string{"app=1; Path=/x/exp_t/"}) {
+		t.Errorf("the guest's cookies: %d %q, want its own alone", resp.StatusCode, resp.Header.Values("Set-Cookie"))
 	}
 	// A slash after the exposure ID that came escaped still gives the
 	// guest a path.
