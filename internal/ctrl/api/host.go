@@ -50,8 +50,9 @@ func NewHostService(svc *workspaces.Service, blobs Blobs, transfers *transfers.S
 
 // HostAuth is the interceptor of HostService: every call must carry the
 // deployment's own host token (that of the host agent `kibotos up` embeds)
-// or a host token an operator issued and has not revoked.
-func HostAuth(token string, st store.Store) connect.Interceptor {
+// or a host token an operator issued and has not revoked. Its Check is
+// that test alone, for auth.Gate.
+func HostAuth(token string, st store.Store) HostAuthenticator {
 	check := func(ctx context.Context, header string) (string, error) {
 		got, ok := bearer.Parse(header)
 		if ok && token != "" && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1 {
@@ -70,17 +71,24 @@ func HostAuth(token string, st store.Store) connect.Interceptor {
 		}
 		return id, nil
 	}
-	return hostAuth{check: check}
+	return HostAuthenticator{check: check}
 }
 
-// hostAuth authenticates host API calls; a call's context carries the
-// ID of its host token (auth.WithHostToken), which the host IDs it names
-// must belong to (workspaces.CheckRegistered).
-type hostAuth struct {
+// HostAuthenticator authenticates host API calls; a call's context
+// carries the ID of its host token (auth.WithHostToken), which the host
+// IDs it names must belong to (workspaces.CheckRegistered).
+type HostAuthenticator struct {
 	check func(context.Context, string) (string, error)
 }
 
-func (h hostAuth) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+// Check authenticates the host token of an Authorization header, with the
+// refusal a call gets.
+func (h HostAuthenticator) Check(ctx context.Context, header string) error {
+	_, err := h.check(ctx, header)
+	return err
+}
+
+func (h HostAuthenticator) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		if !req.Spec().IsClient {
 			id, err := h.check(ctx, req.Header().Get("Authorization"))
@@ -93,7 +101,7 @@ func (h hostAuth) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	}
 }
 
-func (h hostAuth) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+func (h HostAuthenticator) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
 	return next
 }
 
@@ -101,7 +109,7 @@ func (h hostAuth) WrapStreamingClient(next connect.StreamingClientFunc) connect.
 // again every assignmentsPoll while it lasts, so that a revoked token
 // also ends the streams it opened (WatchAssignments runs for as long as
 // the host does).
-func (h hostAuth) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+func (h HostAuthenticator) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
 		header := conn.RequestHeader().Get("Authorization")
 		id, err := h.check(ctx, header)

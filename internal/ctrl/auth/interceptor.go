@@ -69,17 +69,33 @@ func (i *Interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 	}
 }
 
-func (i *Interceptor) authorize(ctx context.Context, procedure, header string) (context.Context, error) {
+// Check authenticates the API token of an Authorization header, with the
+// refusal a call gets (see Gate).
+func (i *Interceptor) Check(ctx context.Context, header string) error {
+	_, err := i.authenticate(ctx, header)
+	return err
+}
+
+// authenticate returns the caller an Authorization header names.
+func (i *Interceptor) authenticate(ctx context.Context, header string) (Caller, error) {
 	token, ok := bearer.Parse(header)
 	if !ok {
-		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("an API token is required: send Authorization: Bearer <token>"))
+		return Caller{}, connect.NewError(connect.CodeUnauthenticated, errors.New("an API token is required: send Authorization: Bearer <token>"))
 	}
 	c, err := i.Tokens.Authenticate(ctx, token)
 	if errors.Is(err, ErrUnauthenticated) {
-		return nil, connect.NewError(connect.CodeUnauthenticated, err)
+		return Caller{}, connect.NewError(connect.CodeUnauthenticated, err)
 	}
 	if err != nil {
-		return nil, connect.NewError(connect.CodeUnavailable, err)
+		return Caller{}, connect.NewError(connect.CodeUnavailable, err)
+	}
+	return c, nil
+}
+
+func (i *Interceptor) authorize(ctx context.Context, procedure, header string) (context.Context, error) {
+	c, err := i.authenticate(ctx, header)
+	if err != nil {
+		return nil, err
 	}
 	if need := RoleFor(procedure); !c.Role.Allows(need) {
 		return nil, connect.NewError(connect.CodePermissionDenied,

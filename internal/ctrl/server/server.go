@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -196,14 +197,18 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 		authTTL = auth.DefaultCacheTTL
 	}
 	tokens := auth.NewCache(cfg.Store, authTTL)
+	callerAuth := &auth.Interceptor{Tokens: tokens}
+	hostAuth := api.HostAuth(cfg.HostToken, cfg.Store)
 	opts := append([]connect.HandlerOption{counted, connect.WithInterceptors(errdetail.Interceptor(),
-		&accesslog.Interceptor{Logger: cfg.Logger, Level: slog.LevelInfo}, &auth.Interceptor{Tokens: tokens}, accesslog.Project())}, common...)
+		&accesslog.Interceptor{Logger: cfg.Logger, Level: slog.LevelInfo}, callerAuth, accesslog.Project())}, common...)
 	hostOpts := append([]connect.HandlerOption{counted, connect.WithInterceptors(errdetail.Interceptor(),
-		&accesslog.Interceptor{Logger: cfg.Logger, Level: slog.LevelDebug},
-		api.HostAuth(cfg.HostToken, cfg.Store))}, common...)
-	mux := http.NewServeMux()
+		&accesslog.Interceptor{Logger: cfg.Logger, Level: slog.LevelDebug}, hostAuth)}, common...)
+	// A service's handler, gated: no request of a caller whose token does
+	// not authenticate is decoded but a small one (auth.Gate).
+	mux := &gatedMux{ServeMux: http.NewServeMux(), check: callerAuth.Check}
+	hostMux := &gatedMux{ServeMux: mux.ServeMux, check: hostAuth.Check}
 	mux.Handle("GET "+metrics.Path, metrics.Handler(cfg.Metrics, cfg.MetricsToken))
-	health.Register(mux, append([]health.Check{{Name: "store", Func: func(ctx context.Context) error {
+	health.Register(mux.ServeMux, append([]health.Check{{Name: "store", Func: func(ctx context.Context) error {
 		// The page-token key is read from the migrated schema.
 		return cfg.Store.View(ctx, func(tx store.Tx) error {
 			_, err := tx.Setting(ctx, pageTokenKeySetting)
@@ -225,7 +230,7 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 		ctrlv1connect.ResolverServiceName,
 		adminv1connect.AdminServiceName,
 	}
-	control := &Control{Handler: accesslog.Middleware(mux), Workspaces: ws}
+	control := &Control{Handler: accesslog.Middleware(mux.ServeMux), Workspaces: ws}
 	if cfg.Images != nil {
 		shared := &templates.Blobs{Images: cfg.Images, Bucket: cfg.TemplateBlobs}
 		tpl := &templates.Service{Store: cfg.Store, Images: cfg.Images, Shared: shared, Pages: pages, InUse: workspaces.InUse, Registry: cfg.Registry}
@@ -239,7 +244,7 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 			services = append(services, ctrlv1connect.TransferServiceName)
 			control.Transfers = tr
 		}
-		mux.Handle(hostv1connect.NewHostServiceHandler(api.NewHostService(ws, shared, control.Transfers), hostOpts...))
+		hostMux.Handle(hostv1connect.NewHostServiceHandler(api.NewHostService(ws, shared, control.Transfers), hostOpts...))
 		mux.Handle(ctrlv1connect.NewSessionServiceHandler(api.NewSessionService(sess), opts...))
 		exps := &exposures.Service{Store: cfg.Store, Workspaces: ws, Pages: pages}
 		ws.Exposures = exps
@@ -315,4 +320,19 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Dura
 		return err
 	}
 	return nil
+}
+
+// gatedMux is a ServeMux whose Handle serves a Connect service's handler
+// (a path ending in "/") behind auth.Gate with check; other paths as they
+// are.
+type gatedMux struct {
+	*http.ServeMux
+	check func(ctx context.Context, header string) error
+}
+
+func (m *gatedMux) Handle(pattern string, h http.Handler) {
+	if strings.HasSuffix(pattern, "/") && strings.HasPrefix(pattern, "/kibotos.") {
+		h = auth.Gate(h, m.check)
+	}
+	m.ServeMux.Handle(pattern, h)
 }
