@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"path"
 	"strings"
+	"time"
 )
 
 // Guest paths every execution has.
@@ -44,11 +45,20 @@ const (
 // socket. Frames of up to 1 MiB carry a file chunk (1 MiB) in one frame
 // instead of 64 of 16 KiB, each a write on one end and a read on the other;
 // the windows keep several chunks in flight on a stream and a connection.
+//
+// The guest agent allows MaxConcurrentStreams, enough for the streams
+// (processes followed, watches, port forwards) a workspace keeps open on
+// the host's one connection, and each end drops a connection on which it
+// could write nothing for WriteByteTimeout (a peer that stopped reading).
+// The host bounds its connections to a guest itself (agent's
+// dialGuestH2), since a guest may allow fewer streams.
 func DataSocketHTTP2() *http.HTTP2Config {
 	return &http.HTTP2Config{
 		MaxReadFrameSize:              1 << 20,
 		MaxReceiveBufferPerStream:     8 << 20,
 		MaxReceiveBufferPerConnection: 16 << 20,
+		MaxConcurrentStreams:          1024,
+		WriteByteTimeout:              30 * time.Second,
 	}
 }
 

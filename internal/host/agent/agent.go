@@ -166,6 +166,8 @@ type Agent struct {
 	probes       guestProbes
 	// counters are what the host counts for its metrics.
 	counters counters
+	// guestConns are the HTTP/2 connections to the guest agents.
+	guestConns guestConnections
 	// slotSockets is the host sockets all network slots may hold at once.
 	slotSockets *netslot.SocketBudget
 	// guestClient carries DialGuestPort's calls to the guest agents.

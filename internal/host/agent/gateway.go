@@ -135,7 +135,7 @@ func (a *Agent) guestTransport() *http.Transport {
 	return &http.Transport{
 		Protocols:              &protocols,
 		HTTP2:                  guestabi.DataSocketHTTP2(),
-		DialContext:            a.dialGuestData,
+		DialContext:            a.dialGuestH2,
 		IdleConnTimeout:        90 * time.Second,
 		MaxResponseHeaderBytes: maxGuestHeaderBytes,
 	}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -487,5 +488,72 @@ func TestRefusedHostServesNothing(t *testing.T) {
 	e.agent.refused.Store(false)
 	if _, err := e.inspect(h2c(), tok); err != nil {
 		t.Errorf("a call once accepted again: %v", err)
+	}
+}
+
+// TestGatewayBoundsConnectionsToAGuest: a guest that allows one HTTP/2
+// stream at a time does not make the host open a connection, and buffer a
+// connection's window of answers, per call: it holds at most
+// maxGuestConnections to the guest, the calls it cannot carry fail
+// unavailable, and those it carries complete.
+func TestGatewayBoundsConnectionsToAGuest(t *testing.T) {
+	e := newGatewayEnv(t)
+	e.driver.LimitDataPlaneStreams(1)
+	k := key(1)
+	e.set(assignment("ws_a", 2, k), hostv1.ObservedState_OBSERVED_STATE_RUNNING)
+	procs := datav1connect.NewProcessServiceClient(h2c(), e.url, withSession(sign(k, "ses_1", "ws_a", 2, time.Hour)))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	calls := 2 * maxGuestConnections
+	var (
+		wg sync.WaitGroup
+		// settled has a value for each call that started or ended: the
+		// guest holds the started ones until release.
+		settled     = make(chan struct{}, calls)
+		done, unavl atomic.Int32
+	)
+	for range calls {
+		// One at a time, each held by the guest: the host knows the
+		// guest's one stream from the first.
+		wg.Go(func() {
+			var out string
+			var err error
+			defer func() {
+				switch {
+				case connect.CodeOf(err) == connect.CodeUnavailable:
+					unavl.Add(1)
+				case err == nil && out == "out":
+					done.Add(1)
+				default:
+					t.Errorf("a call: %q, %v", out, err)
+				}
+			}()
+			stream, err := procs.StartProcess(ctx, connect.NewRequest(&datav1.StartProcessRequest{Args: []string{"out"}}))
+			if err != nil {
+				settled <- struct{}{}
+				return
+			}
+			defer stream.Close()
+			first := true
+			for stream.Receive() {
+				if first {
+					first = false
+					settled <- struct{}{}
+				}
+				out += string(stream.Msg().GetStdout())
+			}
+			if err = stream.Err(); first {
+				settled <- struct{}{}
+			}
+		})
+		<-settled
+	}
+	close(e.guest.release)
+	wg.Wait()
+	if n := e.driver.DataPlaneDials(); n > maxGuestConnections {
+		t.Errorf("%d calls to a guest of one stream dialed it %d times, want at most %d", calls, n, maxGuestConnections)
+	}
+	if done.Load() != maxGuestConnections || unavl.Load() != int32(calls-maxGuestConnections) {
+		t.Errorf("%d calls completed and %d were unavailable, of %d", done.Load(), unavl.Load(), calls)
 	}
 }

@@ -7,12 +7,13 @@ import (
 )
 
 // serveConn returns the client end of an in-memory connection whose other
-// end h serves over HTTP/1.1 and cleartext HTTP/2, as a guest's data socket is served.
+// end h serves over HTTP/1.1 and cleartext HTTP/2, as a guest's data socket is served,
+// allowing streams HTTP/2 streams at once (0: Go's default).
 // The server ends with the connection.
-func serveConn(h http.Handler) net.Conn {
+func serveConn(h http.Handler, streams int) net.Conn {
 	client, server := net.Pipe()
 	l := &oneConnListener{conn: &closeNotifyConn{Conn: server, closed: make(chan struct{})}}
-	srv := &http.Server{Handler: h, Protocols: new(http.Protocols)}
+	srv := &http.Server{Handler: h, Protocols: new(http.Protocols), HTTP2: &http.HTTP2Config{MaxConcurrentStreams: streams}}
 	srv.Protocols.SetHTTP1(true) // as the guest agent's, for the file bytes path
 	srv.Protocols.SetUnencryptedHTTP2(true)
 	go srv.Serve(l)

@@ -74,6 +74,9 @@ type machine struct {
 	starts map[string]int
 	// dataPlane serves every guest's data socket; nil refuses it.
 	dataPlane http.Handler
+	// dataStreams bounds the streams a data socket's HTTP/2 connection
+	// allows (0: Go's default); dataDials counts the data sockets dialed.
+	dataStreams, dataDials int
 }
 
 type stopOutcome struct {
@@ -339,6 +342,21 @@ func (d *Driver) ServeDataPlane(h http.Handler) {
 	d.m.mu.Lock()
 	defer d.m.mu.Unlock()
 	d.m.dataPlane = h
+}
+
+// LimitDataPlaneStreams makes each data socket's HTTP/2 connection allow
+// n streams at once, as a guest may.
+func (d *Driver) LimitDataPlaneStreams(n int) {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	d.m.dataStreams = n
+}
+
+// DataPlaneDials returns how many data sockets were dialed.
+func (d *Driver) DataPlaneDials() int {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	return d.m.dataDials
 }
 
 // Exit ends the init of a running execution on its own, as if it had
@@ -776,7 +794,10 @@ func (d *Driver) DialGuest(ctx context.Context, id, name string) (net.Conn, erro
 	}
 	d.m.mu.Lock()
 	e, err := d.m.get(id)
-	h := d.m.dataPlane
+	h, streams := d.m.dataPlane, d.m.dataStreams
+	if err == nil && e.running() && name == guestabi.DataSocket && h != nil {
+		d.m.dataDials++
+	}
 	d.m.mu.Unlock()
 	switch {
 	case err != nil:
@@ -786,7 +807,7 @@ func (d *Driver) DialGuest(ctx context.Context, id, name string) (net.Conn, erro
 	case name != guestabi.DataSocket || h == nil:
 		return nil, fmt.Errorf("fake: the guest of %s serves no socket %q", id, name)
 	}
-	return serveConn(h), nil
+	return serveConn(h, streams), nil
 }
 
 // Recover releases the executions whose init has ended and returns those
