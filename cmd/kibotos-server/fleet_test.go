@@ -84,7 +84,7 @@ func (f *fleet) startCtrl(flags ...string) {
 
 // createHostToken issues the token the fleet's hosts register with.
 func (f *fleet) createHostToken() {
-	secret := lastLine(f.cli("admin", "host-token", "create", "--name", "fleet test"))
+	secret := lastLine(f.cli("admin", "host-token", "create", "--name", "fleet test", "--host", "host-a", "--host", "host-b"))
 	f.tokenFile = filepath.Join(f.t.TempDir(), "host-token")
 	if err := os.WriteFile(f.tokenFile, []byte(secret+"\n"), 0o600); err != nil {
 		f.t.Fatal(err)
@@ -259,7 +259,7 @@ func TestFleet(t *testing.T) {
 	server.Wait()
 
 	// A revoked host token is refused.
-	secret := lastLine(f.cli("admin", "host-token", "create", "--name", "revoked"))
+	secret := lastLine(f.cli("admin", "host-token", "create", "--name", "revoked", "--host", "host-c"))
 	id, _, _ := strings.Cut(secret, ".")
 	f.cli("admin", "host-token", "revoke", id)
 	hc := hostv1connect.NewHostServiceClient(f.http, f.url(), connect.WithInterceptors(bearer.Token(secret)))

@@ -13,10 +13,16 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/admin/v1/adminv1connect"
 )
 
+// hostTokenTable's HOSTS are the host IDs a token may register, or
+// "(any)", which no host ID can be.
 var hostTokenTable = table[*adminv1.HostToken]{
-	header: []string{"ID", "NAME", "CREATED", "REVOKED"},
+	header: []string{"ID", "NAME", "HOSTS", "CREATED", "REVOKED"},
 	row: func(t *adminv1.HostToken) []string {
-		return []string{t.GetHostTokenId(), orDash(t.GetName()), timestamp(t.GetCreatedAt()), timestamp(t.GetRevokedAt())}
+		hosts := strings.Join(t.GetHostIds(), ",")
+		if t.GetAnyHost() {
+			hosts = "(any)"
+		}
+		return []string{t.GetHostTokenId(), orDash(t.GetName()), hosts, timestamp(t.GetCreatedAt()), timestamp(t.GetRevokedAt())}
 	},
 }
 
@@ -79,13 +85,21 @@ func hostDrainCommand(c *conn, drain bool) *cobra.Command {
 }
 
 func hostTokenCreateCommand(c *conn) *cobra.Command {
-	var name string
+	var (
+		name    string
+		hosts   []string
+		anyHost bool
+	)
 	cmd := &cobra.Command{
-		Use:   "create [--name N]",
+		Use:   "create (--host HOST... | --any-host) [--name N]",
 		Short: "Create a host token and print its secret, which is shown only this once",
-		Args:  cobra.NoArgs,
+		Long: "Create a host token for the hosts (kibotos host --name) it may register, one --host each, and print\n" +
+			"its secret, which is shown only this once. A registration of another host with it is refused, so a\n" +
+			"stolen token cannot add hosts to the fleet. --any-host issues a token that may register any host.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			resp, err := dialCall(cmd, c, adminv1connect.NewAdminServiceClient, adminv1connect.AdminServiceClient.CreateHostToken, &adminv1.CreateHostTokenRequest{Name: name})
+			resp, err := dialCall(cmd, c, adminv1connect.NewAdminServiceClient, adminv1connect.AdminServiceClient.CreateHostToken,
+				&adminv1.CreateHostTokenRequest{Name: name, HostIds: hosts, AnyHost: anyHost})
 			if err != nil {
 				return err
 			}
@@ -93,6 +107,10 @@ func hostTokenCreateCommand(c *conn) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&name, "name", "", "which host or fleet uses the token")
+	cmd.Flags().StringArrayVar(&hosts, "host", nil, "a host ID the token may register (repeatable)")
+	cmd.Flags().BoolVar(&anyHost, "any-host", false, "let the token register a host of any ID")
+	cmd.MarkFlagsOneRequired("host", "any-host")
+	cmd.MarkFlagsMutuallyExclusive("host", "any-host")
 	return cmd
 }
 

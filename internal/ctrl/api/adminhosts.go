@@ -14,7 +14,7 @@ import (
 )
 
 func (s *AdminService) CreateHostToken(ctx context.Context, req *connect.Request[adminv1.CreateHostTokenRequest]) (*connect.Response[adminv1.CreateHostTokenResponse], error) {
-	tok, secret, err := s.projects.CreateHostToken(ctx, req.Msg.GetName())
+	tok, secret, err := s.projects.CreateHostToken(ctx, req.Msg.GetName(), req.Msg.GetHostIds(), req.Msg.GetAnyHost())
 	return Respond(&adminv1.CreateHostTokenResponse{HostToken: toHostToken(tok), Secret: secret}, err)
 }
 
@@ -62,7 +62,7 @@ func toHostToken(t store.HostToken) *adminv1.HostToken {
 	if t.ID == "" {
 		return nil
 	}
-	out := &adminv1.HostToken{HostTokenId: t.ID, Name: t.Name, CreatedAt: timestamppb.New(t.CreatedAt)}
+	out := &adminv1.HostToken{HostTokenId: t.ID, Name: t.Name, CreatedAt: timestamppb.New(t.CreatedAt), HostIds: t.HostIDs, AnyHost: t.AnyHost}
 	if !t.RevokedAt.IsZero() {
 		out.RevokedAt = timestamppb.New(t.RevokedAt)
 	}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -16,17 +17,51 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 )
 
-// CreateHostToken issues a host token and returns it with its secret.
-func (s *Service) CreateHostToken(ctx context.Context, name string) (store.HostToken, string, error) {
+// MaxHostTokenHosts bounds the host IDs one host token names.
+const MaxHostTokenHosts = 256
+
+// CreateHostToken issues a host token that may register the hosts of
+// hostIDs, or any host with anyHost, and returns it with its secret.
+// Naming both, or neither, is invalid_argument: which hosts a token
+// serves is always the issuer's choice.
+func (s *Service) CreateHostToken(ctx context.Context, name string, hostIDs []string, anyHost bool) (store.HostToken, string, error) {
 	if err := Operator(ctx, "issue host tokens"); err != nil {
 		return store.HostToken{}, "", err
 	}
 	if len(name) > MaxTokenName || !utf8.ValidString(name) {
 		return store.HostToken{}, "", connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("name must be valid UTF-8 of at most %d bytes", MaxTokenName))
 	}
+	hostIDs, err := checkTokenHosts(hostIDs, anyHost)
+	if err != nil {
+		return store.HostToken{}, "", err
+	}
 	tok, secret := auth.NewHostToken(name, time.Now().UTC())
-	err := s.Store.Update(ctx, func(tx store.Tx) error { return tx.CreateHostToken(ctx, tok) })
+	tok.HostIDs, tok.AnyHost = hostIDs, anyHost
+	err = s.Store.Update(ctx, func(tx store.Tx) error { return tx.CreateHostToken(ctx, tok) })
 	return tok, secret, err
+}
+
+// checkTokenHosts validates the hosts a new host token may register and
+// returns its host IDs sorted, each once.
+func checkTokenHosts(hostIDs []string, anyHost bool) ([]string, error) {
+	switch {
+	case anyHost && len(hostIDs) > 0:
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("a host token names the hosts it may register (host_ids) or may register any host (any_host), not both"))
+	case anyHost:
+		return nil, nil
+	case len(hostIDs) == 0:
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New(
+			"name the host IDs the token may register (host_ids; kibotos admin host-token create --host), or set any_host (--any-host) for a token that may register any host"))
+	case len(hostIDs) > MaxHostTokenHosts:
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("a host token names at most %d host IDs", MaxHostTokenHosts))
+	}
+	for i, id := range hostIDs {
+		if !dnsLabel.MatchString(id) {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(
+				"host_ids[%d] is not a host ID: 1 to 63 lowercase letters, digits and '-', starting and ending with a letter or digit", i))
+		}
+	}
+	return slices.Compact(slices.Sorted(slices.Values(hostIDs))), nil
 }
 
 // ListHostTokens returns every host token.

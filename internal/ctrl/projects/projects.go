@@ -26,9 +26,9 @@ import (
 // MaxTokenName bounds a token's name.
 const MaxTokenName = 128
 
-// projectName is a DNS-label-like name: short, lower case, safe in a URL
-// or a file name.
-var projectName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+// dnsLabel is what project names and host IDs are: short, lower case,
+// safe in a URL or a file name.
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // Service implements the project and token methods over a store.
 type Service struct {
@@ -81,7 +81,7 @@ func (s *Service) CreateProject(ctx context.Context, name string) (store.Project
 	if err := Operator(ctx, "create projects"); err != nil {
 		return store.Project{}, err
 	}
-	if !projectName.MatchString(name) {
+	if !dnsLabel.MatchString(name) {
 		return store.Project{}, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(
 			"name %q: must be 1 to 63 lower-case letters, digits and hyphens, starting and ending with a letter or digit", name))
 	}

@@ -2,6 +2,9 @@ package server_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -37,12 +40,28 @@ func TestHostTokens(t *testing.T) {
 		wantCode(t, "tenant admin listing hosts", err, connect.CodePermissionDenied)
 		_, err = tenantAdmin.DrainHost(ctx, connect.NewRequest(&adminv1.DrainHostRequest{HostId: "h1", Drained: true}))
 		wantCode(t, "tenant admin draining a host", err, connect.CodePermissionDenied)
-		_, err = e.admins.CreateHostToken(ctx, connect.NewRequest(&adminv1.CreateHostTokenRequest{Name: strings.Repeat("n", 129)}))
-		wantCode(t, "a host token name too long", err, connect.CodeInvalidArgument)
+		for what, req := range map[string]*adminv1.CreateHostTokenRequest{
+			"a host token name too long":               {Name: strings.Repeat("n", 129), AnyHost: true},
+			"a host token of no hosts":                 {Name: "x"},
+			"a host token of named hosts and any host": {HostIds: []string{"h1"}, AnyHost: true},
+			"a host token of a malformed host ID":      {HostIds: []string{"h1", "H_2"}},
+			"a host token of 257 host IDs":             {HostIds: slices.Repeat([]string{"h1"}, 257)},
+		} {
+			_, err = e.admins.CreateHostToken(ctx, connect.NewRequest(req))
+			wantCode(t, what, err, connect.CodeInvalidArgument)
+		}
+		if list, err := e.admins.ListHostTokens(ctx, connect.NewRequest(&adminv1.ListHostTokensRequest{})); err != nil {
+			t.Fatal(err)
+		} else if len(list.Msg.HostTokens) != 0 {
+			t.Fatalf("%d host tokens after refused creates, want none", len(list.Msg.HostTokens))
+		}
 
-		created, err := e.admins.CreateHostToken(ctx, connect.NewRequest(&adminv1.CreateHostTokenRequest{Name: "rack 1"}))
+		created, err := e.admins.CreateHostToken(ctx, connect.NewRequest(&adminv1.CreateHostTokenRequest{Name: "rack 1", HostIds: []string{"h2", "h1", "h2"}}))
 		if err != nil {
 			t.Fatal(err)
+		}
+		if got := created.Msg.HostToken; !slices.Equal(got.GetHostIds(), []string{"h1", "h2"}) || got.GetAnyHost() {
+			t.Errorf("created host token = %v, want host_ids h1, h2", got)
 		}
 		secret, id := created.Msg.Secret, created.Msg.HostToken.GetHostTokenId()
 		if err := register(secret); err != nil {
@@ -78,7 +97,8 @@ func TestHostTokens(t *testing.T) {
 		_, err = e.admins.RevokeHostToken(ctx, connect.NewRequest(&adminv1.RevokeHostTokenRequest{HostTokenId: "htk_nope"}))
 		wantCode(t, "revoking an unknown host token", err, connect.CodeNotFound)
 		list, err := e.admins.ListHostTokens(ctx, connect.NewRequest(&adminv1.ListHostTokensRequest{}))
-		if err != nil || len(list.Msg.HostTokens) != 1 || list.Msg.HostTokens[0].Name != "rack 1" || list.Msg.HostTokens[0].RevokedAt == nil {
+		if err != nil || len(list.Msg.HostTokens) != 1 || list.Msg.HostTokens[0].Name != "rack 1" || list.Msg.HostTokens[0].RevokedAt == nil ||
+			!slices.Equal(list.Msg.HostTokens[0].HostIds, []string{"h1", "h2"}) {
 			t.Errorf("ListHostTokens: %v, %v", list, err)
 		}
 	})
@@ -87,16 +107,17 @@ func TestHostTokens(t *testing.T) {
 // TestHostNameBelongsToItsToken: a host ID belongs to the host token it
 // registered with: another token may neither register it, nor watch its
 // assignments (which carry its workspaces' data-plane keys), nor report
-// for it, until the first token is revoked.
+// for it, until the first token is revoked. A token issued for named
+// hosts registers no other.
 func TestHostNameBelongsToItsToken(t *testing.T) {
 	backends(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		hostAPI := func(token string) hostv1connect.HostServiceClient {
 			return hostv1connect.NewHostServiceClient(e.http, e.url, connect.WithInterceptors(bearer.Token(token)))
 		}
-		newToken := func(name string) (secret, id string) {
+		newToken := func(name string, hosts ...string) (secret, id string) {
 			t.Helper()
-			created, err := e.admins.CreateHostToken(ctx, connect.NewRequest(&adminv1.CreateHostTokenRequest{Name: name}))
+			created, err := e.admins.CreateHostToken(ctx, connect.NewRequest(&adminv1.CreateHostTokenRequest{Name: name, HostIds: hosts, AnyHost: hosts == nil}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -109,8 +130,31 @@ func TestHostNameBelongsToItsToken(t *testing.T) {
 		}
 		a, aID := newToken("a")
 		b, _ := newToken("b")
+
+		// A token issued for h3 and h4 registers those, and no made-up
+		// host, whether another token's or none's: the refusal names
+		// neither the token nor another host.
+		bound, boundID := newToken("bound", "h3", "h4")
+		if err := errors.Join(register(bound, "h3"), register(bound, "h4")); err != nil {
+			t.Errorf("registering the hosts of a bound token: %v", err)
+		}
 		if err := register(a, "h1"); err != nil {
 			t.Fatal(err)
+		}
+		for _, host := range []string{"made-up", "h1"} {
+			err := register(bound, host)
+			wantCode(t, "RegisterHost of "+host+" with a token bound to h3 and h4", err, connect.CodePermissionDenied)
+			if msg := fmt.Sprint(err); strings.Contains(msg, boundID) || strings.Contains(msg, "h3") || strings.Contains(msg, "h4") ||
+				strings.Contains(msg, "another host token") {
+				t.Errorf("the refusal %q names the token, its hosts, or the host's owner", msg)
+			}
+		}
+		hosts, err := e.admins.ListHosts(ctx, connect.NewRequest(&adminv1.ListHostsRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(hosts.Msg.Hosts) != 3 {
+			t.Errorf("hosts = %v; want h1, h3 and h4 only", hosts.Msg.Hosts)
 		}
 		if err := register(a, "h1"); err != nil {
 			t.Errorf("registering again with its own token: %v", err)

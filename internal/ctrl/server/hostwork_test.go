@@ -49,7 +49,7 @@ func newFleet(t *testing.T) *fleet {
 		workspaces: ctrlv1connect.NewWorkspaceServiceClient(srv.HTTP, srv.URL, admin),
 		transfers:  ctrlv1connect.NewTransferServiceClient(srv.HTTP, srv.URL, admin)}
 	for _, id := range []string{"h1", "h2"} {
-		tok, err := admins.CreateHostToken(t.Context(), connect.NewRequest(&adminv1.CreateHostTokenRequest{Name: id}))
+		tok, err := admins.CreateHostToken(t.Context(), connect.NewRequest(&adminv1.CreateHostTokenRequest{Name: id, HostIds: []string{id}}))
 		if err != nil {
 			t.Fatal(err)
 		}

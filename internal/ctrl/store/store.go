@@ -159,6 +159,11 @@ type HostToken struct {
 	CreatedAt  time.Time
 	// RevokedAt is zero while the token is valid.
 	RevokedAt time.Time
+	// HostIDs are the only host IDs the token may register, sorted,
+	// unless AnyHost.
+	HostIDs []string
+	// AnyHost tokens may register a host of any ID.
+	AnyHost bool
 }
 
 // Command is the idempotency record of one executed command: a replay with

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"time"
 
 	"connectrpc.com/connect"
@@ -93,6 +94,26 @@ func checkHostTakeover(ctx context.Context, tx store.Tx, h store.Host) error {
 	return refused
 }
 
+// checkTokenMayRegister refuses a registration of hostID with a host token
+// issued for other host IDs (permission_denied), so that a host's stolen
+// token cannot register made-up hosts, which would claim capacity and take
+// new placements with their data-plane keys and assignments. Tokens issued
+// for any host, and the deployment's own (whose secret only the store and
+// `kibotos up`'s host agent hold), register any ID.
+func checkTokenMayRegister(ctx context.Context, tx store.Tx, hostID string) error {
+	caller := auth.HostTokenFrom(ctx)
+	if caller == "" || caller == auth.DeploymentHostToken {
+		return nil
+	}
+	tok, err := tx.HostToken(ctx, caller)
+	if err != nil || tok.AnyHost || slices.Contains(tok.HostIDs, hostID) {
+		return err
+	}
+	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
+		"this host token was not issued for host %q: register the host under a name the token was issued for, or with a token issued for this one (kibotos admin host-token create --host %s)",
+		hostID, hostID))
+}
+
 // RegisterHost stores a host's registration and capacity.
 func (s *Service) RegisterHost(ctx context.Context, reg *hostv1.RegisterHostRequest) error {
 	if err := checkHostID(reg.HostId); err != nil {
@@ -107,6 +128,9 @@ func (s *Service) RegisterHost(ctx context.Context, reg *hostv1.RegisterHostRequ
 	}
 	c := reg.GetCapacity()
 	return s.updateAnnouncing(ctx, func(tx store.Tx) ([]string, error) {
+		if err := checkTokenMayRegister(ctx, tx, reg.HostId); err != nil {
+			return nil, err
+		}
 		var restarted []string
 		if h, found, err := hostByID(ctx, tx, reg.HostId); err != nil {
 			return nil, err

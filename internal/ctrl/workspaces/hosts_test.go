@@ -22,7 +22,7 @@ func TestRevokedHostsNameMovesOnlyByRegistration(t *testing.T) {
 	s, ctx := newService(t)
 	if err := s.Store.Update(ctx, func(tx store.Tx) error {
 		for _, id := range []string{"htk_a", "htk_b"} {
-			if err := tx.CreateHostToken(ctx, store.HostToken{ID: id, Name: id, SecretHash: []byte(id), CreatedAt: time.Now()}); err != nil {
+			if err := tx.CreateHostToken(ctx, store.HostToken{ID: id, Name: id, SecretHash: []byte(id), CreatedAt: time.Now(), HostIDs: []string{"h2"}}); err != nil {
 				return err
 			}
 		}

@@ -1130,7 +1130,14 @@ type HostToken struct {
 	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// revoked_at is absent while the token is valid.
-	RevokedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=revoked_at,json=revokedAt,proto3" json:"revoked_at,omitempty"`
+	RevokedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=revoked_at,json=revokedAt,proto3" json:"revoked_at,omitempty"`
+	// host_ids are the only host IDs the token may register, sorted; a
+	// RegisterHost of another is permission_denied. Empty when any_host.
+	HostIds []string `protobuf:"bytes,5,rep,name=host_ids,json=hostIds,proto3" json:"host_ids,omitempty"`
+	// any_host tokens may register a host of any ID not registered with
+	// another live token: those created with any_host, and those issued
+	// before tokens named their hosts.
+	AnyHost       bool `protobuf:"varint,6,opt,name=any_host,json=anyHost,proto3" json:"any_host,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1193,11 +1200,34 @@ func (x *HostToken) GetRevokedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *HostToken) GetHostIds() []string {
+	if x != nil {
+		return x.HostIds
+	}
+	return nil
+}
+
+func (x *HostToken) GetAnyHost() bool {
+	if x != nil {
+		return x.AnyHost
+	}
+	return false
+}
+
 // CreateHostTokenRequest is the input of CreateHostToken.
 type CreateHostTokenRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name is a human-readable label of at most 128 bytes of UTF-8.
-	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// host_ids are the host IDs (`kibotos host --name`) the token may
+	// register: 1 to 256 of them, each 1 to 63 lowercase letters, digits and
+	// '-', starting and ending with a letter or digit; a repeated one counts
+	// once.
+	HostIds []string `protobuf:"bytes,2,rep,name=host_ids,json=hostIds,proto3" json:"host_ids,omitempty"`
+	// any_host issues a token that may register a host of any ID instead,
+	// as a host token could before host_ids: with it, one stolen token can
+	// register made-up hosts that take new placements.
+	AnyHost       bool `protobuf:"varint,3,opt,name=any_host,json=anyHost,proto3" json:"any_host,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1237,6 +1267,20 @@ func (x *CreateHostTokenRequest) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *CreateHostTokenRequest) GetHostIds() []string {
+	if x != nil {
+		return x.HostIds
+	}
+	return nil
+}
+
+func (x *CreateHostTokenRequest) GetAnyHost() bool {
+	if x != nil {
+		return x.AnyHost
+	}
+	return false
 }
 
 // CreateHostTokenResponse carries the new host token and its secret.
@@ -1904,16 +1948,20 @@ const file_kibotos_admin_v1_admin_proto_rawDesc = "" +
 	"\x1dDeclareStoragePoolLostRequest\x12!\n" +
 	"\fstorage_pool\x18\x01 \x01(\tR\vstoragePool\"H\n" +
 	"\x1eDeclareStoragePoolLostResponse\x12&\n" +
-	"\x0flost_volume_ids\x18\x01 \x03(\tR\rlostVolumeIds\"\xb9\x01\n" +
+	"\x0flost_volume_ids\x18\x01 \x03(\tR\rlostVolumeIds\"\xef\x01\n" +
 	"\tHostToken\x12\"\n" +
 	"\rhost_token_id\x18\x01 \x01(\tR\vhostTokenId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x129\n" +
 	"\n" +
 	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
-	"revoked_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\trevokedAt\",\n" +
+	"revoked_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\trevokedAt\x12\x19\n" +
+	"\bhost_ids\x18\x05 \x03(\tR\ahostIds\x12\x19\n" +
+	"\bany_host\x18\x06 \x01(\bR\aanyHost\"b\n" +
 	"\x16CreateHostTokenRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"m\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
+	"\bhost_ids\x18\x02 \x03(\tR\ahostIds\x12\x19\n" +
+	"\bany_host\x18\x03 \x01(\bR\aanyHost\"m\n" +
 	"\x17CreateHostTokenResponse\x12:\n" +
 	"\n" +
 	"host_token\x18\x01 \x01(\v2\x1b.kibotos.admin.v1.HostTokenR\thostToken\x12\x16\n" +

@@ -27,6 +27,24 @@ func TestStore(t *testing.T) {
 	})
 }
 
+// TestHostTokensFromBeforeBinding: tokens of a deployment upgraded to
+// host tokens that name their hosts go on registering any host.
+func TestHostTokensFromBeforeBinding(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kibotos.db")
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	storetest.HostTokensFromBeforeBinding(t, db, func(t *testing.T) store.Store {
+		s, err := sqlite.Open(context.Background(), path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
 // TestReopenKeepsDataAndSkipsApplied opens the same file twice: the second
 // open must not re-run migrations and must see what the first stored.
 func TestReopenKeepsDataAndSkipsApplied(t *testing.T) {

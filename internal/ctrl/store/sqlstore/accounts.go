@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"strings"
 	"time"
 
 	"github.com/kibotos/kibotos/internal/ctrl/store"
@@ -88,22 +89,26 @@ func (t *tx) RevokeToken(ctx context.Context, id string, at time.Time) error {
 }
 
 func (t *tx) CreateHostToken(ctx context.Context, tok store.HostToken) error {
-	_, err := t.exec(ctx, `INSERT INTO host_tokens (id, name, secret_hash, created_at, revoked_at) VALUES (?, ?, ?, ?, ?)`,
-		tok.ID, tok.Name, blob(tok.SecretHash), toNanos(tok.CreatedAt), nullNanos(tok.RevokedAt))
+	// The host IDs are one column, separated by spaces, which no host ID
+	// holds.
+	_, err := t.exec(ctx, `INSERT INTO host_tokens (id, name, secret_hash, created_at, revoked_at, host_ids, any_host) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		tok.ID, tok.Name, blob(tok.SecretHash), toNanos(tok.CreatedAt), nullNanos(tok.RevokedAt), strings.Join(tok.HostIDs, " "), tok.AnyHost)
 	return err
 }
 
-const hostTokenColumns = `id, name, secret_hash, created_at, revoked_at`
+const hostTokenColumns = `id, name, secret_hash, created_at, revoked_at, host_ids, any_host`
 
 func scanHostToken(row rowScanner) (store.HostToken, error) {
 	var tok store.HostToken
 	var created int64
 	var revoked sql.NullInt64
-	if err := row.Scan(&tok.ID, &tok.Name, &tok.SecretHash, &created, &revoked); err != nil {
+	var hostIDs string
+	if err := row.Scan(&tok.ID, &tok.Name, &tok.SecretHash, &created, &revoked, &hostIDs, &tok.AnyHost); err != nil {
 		return store.HostToken{}, notFound(err)
 	}
 	tok.CreatedAt = fromNanos(created)
 	tok.RevokedAt = fromNullNanos(revoked)
+	tok.HostIDs = strings.Fields(hostIDs)
 	return tok, nil
 }
 

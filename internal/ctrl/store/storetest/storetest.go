@@ -828,9 +828,9 @@ func testLaunchRevisions(t *testing.T, s store.Store) {
 }
 
 func testHostTokens(t *testing.T, s store.Store) {
-	a := store.HostToken{ID: "ht1", Name: "rack 1", SecretHash: []byte("hash"), CreatedAt: now}
+	a := store.HostToken{ID: "ht1", Name: "rack 1", SecretHash: []byte("hash"), CreatedAt: now, HostIDs: []string{"rack-1-a", "rack-1-b"}}
 	update(t, s, func(tx store.Tx) error {
-		return errors.Join(tx.CreateHostToken(ctx, store.HostToken{ID: "ht2", SecretHash: []byte("h2"), CreatedAt: now}), tx.CreateHostToken(ctx, a))
+		return errors.Join(tx.CreateHostToken(ctx, store.HostToken{ID: "ht2", SecretHash: []byte("h2"), CreatedAt: now, AnyHost: true}), tx.CreateHostToken(ctx, a))
 	})
 	if err := s.Update(ctx, func(tx store.Tx) error { return tx.CreateHostToken(ctx, a) }); !errors.Is(err, store.ErrExists) {
 		t.Errorf("duplicate host token: %v", err)
@@ -842,14 +842,16 @@ func testHostTokens(t *testing.T, s store.Store) {
 	}
 	view(t, s, func(tx store.Tx) error {
 		got, err := tx.HostToken(ctx, "ht1")
-		if err != nil || got.Name != "rack 1" || string(got.SecretHash) != "hash" || !got.RevokedAt.Equal(now.Add(time.Hour)) {
+		if err != nil || got.Name != "rack 1" || string(got.SecretHash) != "hash" || !got.RevokedAt.Equal(now.Add(time.Hour)) ||
+			!slices.Equal(got.HostIDs, a.HostIDs) || got.AnyHost {
 			t.Errorf("host token = %+v, %v", got, err)
 		}
 		if _, err := tx.HostToken(ctx, "nope"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("unknown host token: %v", err)
 		}
 		all, err := tx.HostTokens(ctx)
-		if err != nil || len(all) != 2 || all[0].ID != "ht1" || !all[1].RevokedAt.IsZero() {
+		if err != nil || len(all) != 2 || all[0].ID != "ht1" || !all[1].RevokedAt.IsZero() ||
+			!slices.Equal(all[0].HostIDs, a.HostIDs) || len(all[1].HostIDs) != 0 || !all[1].AnyHost {
 			t.Errorf("host tokens = %+v, %v", all, err)
 		}
 		return nil

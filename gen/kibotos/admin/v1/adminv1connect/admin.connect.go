@@ -123,7 +123,9 @@ type AdminServiceClient interface {
 	// CreateHostToken issues a token a host agent (`kibotos host`)
 	// authenticates with on the host API, and returns its secret, the only
 	// time it is ever returned. Only an admin token of the operator project
-	// may call it, or any of the host token methods.
+	// may call it, or any of the host token methods. The request names the
+	// host IDs the token may register (host_ids) or sets any_host, never
+	// both: anything else is invalid_argument.
 	CreateHostToken(context.Context, *connect.Request[v1.CreateHostTokenRequest]) (*connect.Response[v1.CreateHostTokenResponse], error)
 	// ListHostTokens returns every host token, revoked ones included,
 	// ordered by created_at, without secrets.
@@ -362,7 +364,9 @@ type AdminServiceHandler interface {
 	// CreateHostToken issues a token a host agent (`kibotos host`)
 	// authenticates with on the host API, and returns its secret, the only
 	// time it is ever returned. Only an admin token of the operator project
-	// may call it, or any of the host token methods.
+	// may call it, or any of the host token methods. The request names the
+	// host IDs the token may register (host_ids) or sets any_host, never
+	// both: anything else is invalid_argument.
 	CreateHostToken(context.Context, *connect.Request[v1.CreateHostTokenRequest]) (*connect.Response[v1.CreateHostTokenResponse], error)
 	// ListHostTokens returns every host token, revoked ones included,
 	// ordered by created_at, without secrets.
