@@ -42,15 +42,22 @@ func checkHostID(id string) error {
 }
 
 // CheckRegistered refuses a host ID that is malformed (invalid_argument),
-// that no host registered (not_found), or that registered with another
-// host token than the caller's (permission_denied, see checkHostOwner):
-// only a registered host, with its own token, reports, watches its
-// assignments and reads artifacts.
+// that the caller's host token was not issued for (permission_denied, see
+// checkTokenMayRegister), that no host registered (not_found), or that
+// registered with another host token than the caller's (permission_denied,
+// see checkHostOwner): only a registered host, with its own token,
+// reports, watches its assignments and reads artifacts.
 func (s *Service) CheckRegistered(ctx context.Context, hostID string) error {
 	if err := checkHostID(hostID); err != nil {
 		return err
 	}
 	return s.Store.View(ctx, func(tx store.Tx) error {
+		// A host registered before hosts kept their token has none that
+		// checkHostOwner could compare: a token issued for other hosts
+		// must not act as it either.
+		if err := checkTokenMayRegister(ctx, tx, hostID); err != nil {
+			return err
+		}
 		h, found, err := hostByID(ctx, tx, hostID)
 		switch {
 		case err != nil:

@@ -69,3 +69,24 @@ func TestRevokedHostsNameMovesOnlyByRegistration(t *testing.T) {
 		t.Errorf("the token that registered h2 last, reading the artifact of its restore: %v", err)
 	}
 }
+
+// TestBoundTokenActsOnlyAsItsHosts: a host token issued for h2 neither
+// watches nor reports for h1, which registered with no token (as hosts
+// registered before hosts kept theirs), nor for a host no one registered.
+func TestBoundTokenActsOnlyAsItsHosts(t *testing.T) {
+	s, ctx := newService(t) // h1 registered without a host token
+	if err := s.Store.Update(ctx, func(tx store.Tx) error {
+		return tx.CreateHostToken(ctx, store.HostToken{ID: "htk_b", SecretHash: []byte("b"), CreatedAt: time.Now(), HostIDs: []string{"h2"}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	asB := auth.WithHostToken(ctx, "htk_b")
+	for _, host := range []string{"h1", "h9"} {
+		if err := s.CheckRegistered(asB, host); connect.CodeOf(err) != connect.CodePermissionDenied {
+			t.Errorf("a token issued for h2 acting as %s: %v, want permission_denied", host, err)
+		}
+	}
+	if _, err := s.CollectableLayers(asB, "h1", nil); connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("a token issued for h2 asking for h1's layers: %v, want permission_denied", err)
+	}
+}
