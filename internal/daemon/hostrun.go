@@ -46,11 +46,6 @@ func RunHost(ctx context.Context, o Options) error {
 	if err := o.absoluteHome(); err != nil {
 		return err
 	}
-	lock, err := lockHostHome(o.Home)
-	if err != nil {
-		return err
-	}
-	defer lock.Close()
 	tp, stopTracing, err := startTracing(o.OTLPEndpoint)
 	if err != nil {
 		return err
@@ -71,6 +66,12 @@ func RunHost(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	// The first thing made in the home, once every setting was checked.
+	lock, err := lockHostHome(o.Home)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
 	images, err := imagestore.Open(filepath.Join(o.Home, "templates"))
 	if err != nil {
 		return err
