@@ -285,10 +285,13 @@ func (s *Service) DataPlaneEndpoints(ctx context.Context) []string {
 	return out
 }
 
-// DrainHost stops (drained) or resumes new placements on a host; an
-// unknown host is not_found.
+// DrainHost stops (drained) or resumes new placements on a host; an ID
+// that is none is invalid_argument, an unknown host not_found.
 func (s *Service) DrainHost(ctx context.Context, hostID string, drained bool) (HostView, error) {
 	var out HostView
+	if err := checkHostID(hostID); err != nil {
+		return out, err
+	}
 	err := s.Store.Update(ctx, func(tx store.Tx) error {
 		hosts, err := s.hosts(ctx, tx, hostID)
 		if err != nil {

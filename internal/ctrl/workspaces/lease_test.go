@@ -180,6 +180,13 @@ func TestHostLease(t *testing.T) {
 	if _, err := s.DrainHost(ctx, "nope", true); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Errorf("drain of an unknown host: %v", err)
 	}
+	// An empty ID names no host (it had drained the first listed).
+	if _, err := s.DrainHost(ctx, "", true); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Errorf("drain of host \"\": %v, want invalid_argument", err)
+	}
+	if hosts, _ := s.ListHosts(ctx); slices.ContainsFunc(hosts, func(h HostView) bool { return h.Drained }) {
+		t.Errorf("a refused drain drained a host: %v", hosts)
+	}
 }
 
 // TestHostLeaseVolumes: the Volumes of a LOST host are UNKNOWN and

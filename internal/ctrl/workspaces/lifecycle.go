@@ -7,6 +7,7 @@ import (
 	"context"
 	"time"
 
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
@@ -138,8 +139,8 @@ func UpdateExpiration[R proto.Message](ctx context.Context, s *Service, w Write[
 }
 
 // Expire applies the expiration policies whose deadline has passed:
-// STOP stops a running workspace normally, DELETE deletes it; the cause is
-// EXPIRED either way.
+// STOP stops a running workspace normally, DELETE deletes it (once an
+// export of it has ended); the cause is EXPIRED either way.
 func (s *Service) Expire(ctx context.Context) error {
 	return s.updateAnnouncing(ctx, func(tx store.Tx) ([]string, error) {
 		var changed []string
@@ -151,9 +152,19 @@ func (s *Service) Expire(ctx context.Context) error {
 			if r.ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_UNKNOWN {
 				continue // its host is LOST: it expires once the host is back or it is released
 			}
+			deletes := r.ws.GetExpiration().GetPolicy().GetAction() == ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_DELETE
+			if deletes {
+				// A workspace being exported is deleted once the export ends,
+				// as DeleteWorkspace waits for it.
+				if err := s.notExporting(ctx, tx, r); connect.CodeOf(err) == connect.CodeFailedPrecondition {
+					continue
+				} else if err != nil {
+					return changed, err
+				}
+			}
 			r.row.ExpiresAt = time.Time{} // fired: never again for this policy
-			switch r.ws.GetExpiration().GetPolicy().GetAction() {
-			case ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_DELETE:
+			switch {
+			case deletes:
 				if err := s.beginDelete(ctx, tx, r, ctrlv1.StopCause_STOP_CAUSE_EXPIRED); err != nil {
 					return changed, err
 				}
