@@ -200,9 +200,9 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 	callerAuth := &auth.Interceptor{Tokens: tokens}
 	hostAuth := api.HostAuth(cfg.HostToken, cfg.Store)
 	opts := append([]connect.HandlerOption{counted, connect.WithInterceptors(errdetail.Interceptor(),
-		&accesslog.Interceptor{Logger: cfg.Logger, Level: slog.LevelInfo}, callerAuth, accesslog.Project())}, common...)
+		&accesslog.Interceptor{Logger: cfg.Logger, Level: slog.LevelInfo}, callerAuth, accesslog.Project(), nulRefusal{})}, common...)
 	hostOpts := append([]connect.HandlerOption{counted, connect.WithInterceptors(errdetail.Interceptor(),
-		&accesslog.Interceptor{Logger: cfg.Logger, Level: slog.LevelDebug}, hostAuth)}, common...)
+		&accesslog.Interceptor{Logger: cfg.Logger, Level: slog.LevelDebug}, hostAuth, nulRefusal{})}, common...)
 	// A service's handler, gated: no request of a caller whose token does
 	// not authenticate is decoded but a small one (auth.Gate).
 	mux := &gatedMux{ServeMux: http.NewServeMux(), check: callerAuth.Check}
