@@ -69,6 +69,20 @@ func run() int {
 	signal.Notify(reset, unix.SIGTERM, unix.SIGINT)
 	shutdown := make(chan os.Signal, 1)
 	signal.Notify(shutdown, unix.SIGUSR1, unix.SIGUSR2)
+	if isPID1 {
+		// The signals that mean nothing to init are caught and dropped:
+		// a guest's `kill -HUP 1` (init's "reload") was the Go runtime's
+		// exit, which ended every process of the workspace at once. A
+		// handler rather than SIG_IGN, which the processes the agent
+		// starts would inherit.
+		meaningless := make(chan os.Signal, 8)
+		signal.Notify(meaningless, unix.SIGHUP, unix.SIGQUIT, unix.SIGILL, unix.SIGTRAP, unix.SIGABRT,
+			unix.SIGBUS, unix.SIGFPE, unix.SIGSEGV, unix.SIGSTKFLT, unix.SIGSYS)
+		go func() {
+			for range meaningless {
+			}
+		}()
+	}
 
 	// One owner of waiting for children: as PID 1 the Reaper (which also
 	// reaps orphans), else a wait per child.

@@ -148,3 +148,30 @@ func mountsOf(t *testing.T, workspaceID string) int {
 	}
 	return n
 }
+
+// TestGuestIgnoresSignalsOfNoMeaning: signals that mean nothing to init
+// (HUP, QUIT, ABRT, SEGV sent with kill, ...) do not end the guest agent,
+// which as PID 1 would reset the guest uncleanly; the processes it starts
+// still get them as usual.
+func TestGuestIgnoresSignalsOfNoMeaning(t *testing.T) {
+	d := up(t, t.TempDir())
+	defer d.stop()
+	ws := d.await(d.create(small()).WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)
+	init := guestInit(t, ws)
+	for _, sig := range []string{"HUP", "QUIT", "ABRT", "TRAP", "SYS", "SEGV", "BUS"} {
+		if out, err := d.exec(ws, "sh", "-c", "kill -"+sig+" 1"); err != nil {
+			t.Fatalf("kill -%s 1: %v %s", sig, err, out)
+		}
+	}
+	// A guest agent the runtime ended would be gone within this.
+	time.Sleep(time.Second)
+	if out, err := d.exec(ws, "true"); err != nil {
+		t.Fatalf("after the signals: %v %s", err, out)
+	}
+	if again := guestInit(t, ws); again != init {
+		t.Errorf("PID 1 is host process %d, was %d: the signals reset the guest", again, init)
+	}
+	if out, err := d.exec(ws, "sh", "-c", "sleep 100 & kill -HUP $!; wait $!; echo status $?"); err != nil || !strings.Contains(out, "status 129") {
+		t.Errorf("a process of the guest got HUP: %q, %v; want it ended (129)", out, err)
+	}
+}
