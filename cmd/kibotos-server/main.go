@@ -138,7 +138,7 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.authCache, "auth-cache-ttl", auth.DefaultCacheTTL,
 		"how long an authenticated API token is trusted without reading the store again: a revoked token is refused by every call that starts this long after the revocation (0: read the store on every call)")
 	cmd.Flags().DurationVar(&f.retention, "command-retention", command.DefaultRetention,
-		"how long a command's record is kept: a retry within it replays the first answer, after it the same command_id runs as a new command")
+		"how long a command's record, and a deleted resource's, is kept: a retry within it replays the first answer, after it the same command_id runs as a new command and the deleted resource is not_found (at least 1h)")
 }
 
 func (f *serveFlags) options(o daemon.Options) (daemon.Options, error) {
@@ -163,8 +163,8 @@ func (f *serveFlags) options(o daemon.Options) (daemon.Options, error) {
 	}
 	o.InsecureRegistries = f.insecure
 	o.RegistryCAFile = f.registryCA
-	if f.retention <= 0 {
-		return o, fmt.Errorf("--command-retention %s must be positive", f.retention)
+	if f.retention < command.MinRetention {
+		return o, fmt.Errorf("--command-retention %s: want at least %s, the longest drain of a deleted Egress", f.retention, command.MinRetention)
 	}
 	o.CommandRetention = f.retention
 	if f.authCache < 0 {

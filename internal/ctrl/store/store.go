@@ -95,6 +95,14 @@ type Tx interface {
 	// PruneCommands deletes up to limit command records created before
 	// the given time, oldest first, and returns how many it deleted.
 	PruneCommands(ctx context.Context, before time.Time, limit int) (int, error)
+	// PruneDeleted deletes up to limit rows of what ended before the given
+	// time, oldest first within each kind, and returns how many it
+	// deleted: workspaces, Volumes, Transfers and objects deleted,
+	// exposures ended, API and host tokens revoked. Each goes with the
+	// rows keyed by its ID (its labels, a template's revisions, a
+	// workspace's policy references, exposures and sessions); reading it
+	// again is ErrNotFound. Live rows, projects and hosts stay.
+	PruneDeleted(ctx context.Context, before time.Time, limit int) (int, error)
 
 	// CreateObject stores a new object; ErrExists if the ID is taken.
 	CreateObject(ctx context.Context, o Object) error

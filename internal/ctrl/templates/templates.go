@@ -13,8 +13,9 @@
 // imagestore.Store on disk.
 //
 // Why the Spec lists the revisions: deleting a Template tombstones its
-// object, and creating the ID again revives that row, but the store can
-// delete neither revision rows nor an object's created_at. The Spec of a
+// object, and creating the ID again revives that row, but the store
+// keeps revision rows and an object's created_at until it prunes the
+// deleted Template (store.Tx.PruneDeleted). The Spec of a
 // revived Template starts empty (with its own created_at), so the rows of
 // the earlier incarnation are not its revisions; importing such an image
 // again lists its existing row anew.

@@ -32,6 +32,7 @@ func Run(t *testing.T, open Open) {
 		{"ProjectsAndTokens", testProjectsAndTokens},
 		{"Commands", testCommands},
 		{"PruneCommands", testPruneCommands},
+		{"PruneDeleted", testPruneDeleted},
 		{"ConcurrentUpdatesFailAlone", testConcurrentUpdatesFailAlone},
 		{"ObjectLifecycle", testObjectLifecycle},
 		{"ObjectsAreScopedByKindAndProject", testObjectScoping},
