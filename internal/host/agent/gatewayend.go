@@ -52,9 +52,9 @@ func endsStreamCleanly(res *http.Response) {
 	ct := res.Header.Get("Content-Type")
 	switch {
 	case strings.HasPrefix(ct, "application/connect+"):
-		res.Body = &messageStream{ReadCloser: res.Body, end: func() []byte { return connectEnd(cause()) }}
+		res.Body = &messageStream{ReadCloser: res.Body, messages: recordFollower{format: connectEnvelopes}, end: func() []byte { return connectEnd(cause()) }}
 	case ct == "application/grpc" || strings.HasPrefix(ct, "application/grpc+"):
-		res.Body = &messageStream{ReadCloser: res.Body, end: func() []byte {
+		res.Body = &messageStream{ReadCloser: res.Body, messages: recordFollower{format: connectEnvelopes}, end: func() []byte {
 			// The proxy sends the trailers it was announced once the body
 			// ends; gRPC announces these.
 			if res.Trailer == nil {
@@ -98,12 +98,8 @@ func grpcEnd(trailer http.Header, e *connect.Error) {
 // error between two messages ends the body with end's bytes.
 type messageStream struct {
 	io.ReadCloser
-	end func() []byte
-	// header holds the bytes of a prefix read so far; left is what is
-	// left of the current message.
-	header [5]byte
-	got    int
-	left   uint32
+	end      func() []byte
+	messages recordFollower // of connectEnvelopes
 	// ending is what is left to send of the end, once it began.
 	ending []byte
 	ended  bool
@@ -119,8 +115,8 @@ func (s *messageStream) Read(p []byte) (int, error) {
 		return n, nil
 	}
 	n, err := s.ReadCloser.Read(p)
-	s.follow(p[:n])
-	if err != nil && !errors.Is(err, io.EOF) && s.got == 0 && s.left == 0 {
+	s.messages.follow(p[:n], nil)
+	if err != nil && !errors.Is(err, io.EOF) && s.messages.between() {
 		s.ended, s.ending = true, s.end()
 		if n > 0 || len(s.ending) > 0 {
 			return n, nil
@@ -128,22 +124,4 @@ func (s *messageStream) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return n, err
-}
-
-// follow counts b into the messages.
-func (s *messageStream) follow(b []byte) {
-	for len(b) > 0 {
-		if s.left > 0 {
-			k := min(uint32(len(b)), s.left)
-			s.left -= k
-			b = b[k:]
-			continue
-		}
-		k := copy(s.header[s.got:], b)
-		s.got += k
-		b = b[k:]
-		if s.got == len(s.header) {
-			s.left, s.got = binary.BigEndian.Uint32(s.header[1:]), 0
-		}
-	}
 }

@@ -66,7 +66,7 @@ func (a *Agent) dialGuestH2(ctx context.Context, network, addr string) (net.Conn
 		release()
 		return nil, err
 	}
-	return &frameBudgetConn{Conn: c, release: release, tokens: controlFrameBurst, refilled: time.Now()}, nil
+	return newFrameBudgetConn(c, release, controlFrameBurst, time.Now()), nil
 }
 
 // guestConnections counts the HTTP/2 connections the host holds to each
@@ -77,16 +77,19 @@ type guestConnections struct {
 }
 
 // frameBudgetConn is a guest's HTTP/2 connection whose reads are followed
-// frame by frame (a 9-byte header: 24 bits of length, type, flags, stream)
-// to count its control frames.
+// frame by frame to count its control frames.
 type frameBudgetConn struct {
 	net.Conn
 	release  func() // of its place among the guest's connections
-	header   [9]byte
-	have     int    // bytes of the next frame's header read
-	left     uint32 // bytes of the current frame's payload still to come
+	frames   recordFollower
 	tokens   float64
 	refilled time.Time
+}
+
+// newFrameBudgetConn returns c with tokens of the budget, last refilled
+// at refilled.
+func newFrameBudgetConn(c net.Conn, release func(), tokens float64, refilled time.Time) *frameBudgetConn {
+	return &frameBudgetConn{Conn: c, release: release, frames: recordFollower{format: http2Frames}, tokens: tokens, refilled: refilled}
 }
 
 func (c *frameBudgetConn) Close() error {
@@ -96,44 +99,28 @@ func (c *frameBudgetConn) Close() error {
 
 func (c *frameBudgetConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
-	if ferr := c.follow(p[:n]); ferr != nil {
+	if ferr := c.frames.follow(p[:n], c.spend); ferr != nil {
 		c.Conn.Close()
 		return 0, ferr
 	}
 	return n, err
 }
 
-// follow counts the frames that b, the next bytes read, begins or ends.
-func (c *frameBudgetConn) follow(b []byte) error {
-	for len(b) > 0 {
-		if c.left > 0 {
-			skip := min(uint32(len(b)), c.left)
-			c.left -= skip
-			b = b[skip:]
-			continue
-		}
-		k := copy(c.header[c.have:], b)
-		c.have += k
-		b = b[k:]
-		if c.have < len(c.header) {
-			return nil
-		}
-		c.have = 0
-		length := uint32(c.header[0])<<16 | uint32(c.header[1])<<8 | uint32(c.header[2])
-		c.left = length
-		if carriesData(c.header[3], c.header[4], length) {
-			continue
-		}
-		if c.tokens < 1 {
-			now := time.Now()
-			c.tokens = min(controlFrameBurst, c.tokens+now.Sub(c.refilled).Seconds()*controlFramesPerSecond)
-			c.refilled = now
-			if c.tokens < 1 {
-				return errControlFrames
-			}
-		}
-		c.tokens--
+// spend takes a token for a frame that carries no call's data, refilling
+// the budget at its rate when it ran out.
+func (c *frameBudgetConn) spend(header []byte) error {
+	if carriesData(header[3], header[4], http2Frames.length(header)) {
+		return nil
 	}
+	if c.tokens < 1 {
+		now := time.Now()
+		c.tokens = min(controlFrameBurst, c.tokens+now.Sub(c.refilled).Seconds()*controlFramesPerSecond)
+		c.refilled = now
+		if c.tokens < 1 {
+			return errControlFrames
+		}
+	}
+	c.tokens--
 	return nil
 }
 

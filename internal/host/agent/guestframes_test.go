@@ -23,7 +23,7 @@ func frames(t *testing.T, write func(*http2.Framer) error) []byte {
 func followIn(c *frameBudgetConn, b []byte, n int) error {
 	for len(b) > 0 {
 		k := min(n, len(b))
-		if err := c.follow(b[:k]); err != nil {
+		if err := c.frames.follow(b[:k], c.spend); err != nil {
 			return err
 		}
 		b = b[k:]
@@ -56,7 +56,7 @@ func TestFrameBudget(t *testing.T) {
 	})
 	for _, read := range []int{1, 7, 4096} {
 		// Refilled in the future: nothing comes back while the test runs.
-		c := &frameBudgetConn{tokens: controlFrameBurst, refilled: time.Now().Add(time.Hour)}
+		c := newFrameBudgetConn(nil, nil, controlFrameBurst, time.Now().Add(time.Hour))
 		if err := followIn(c, calls, read); err != nil {
 			t.Fatalf("reads of %d: the frames of calls: %v", read, err)
 		}
@@ -68,7 +68,7 @@ func TestFrameBudget(t *testing.T) {
 		}
 	}
 	// The budget refills at its rate: two seconds later, about 2,000 more.
-	c := &frameBudgetConn{refilled: time.Now().Add(-2 * time.Second)}
+	c := newFrameBudgetConn(nil, nil, 0, time.Now().Add(-2*time.Second))
 	if err := followIn(c, pings(1900), 4096); err != nil {
 		t.Fatalf("PINGs within the refill: %v", err)
 	}
@@ -76,7 +76,7 @@ func TestFrameBudget(t *testing.T) {
 		t.Fatalf("PINGs past the refill: %v", err)
 	}
 	// Empty DATA frames that end nothing count as control frames.
-	c = &frameBudgetConn{tokens: 3, refilled: time.Now().Add(time.Hour)}
+	c = newFrameBudgetConn(nil, nil, 3, time.Now().Add(time.Hour))
 	empty := frames(t, func(f *http2.Framer) error {
 		for range 4 {
 			if err := f.WriteData(1, false, nil); err != nil {
