@@ -148,12 +148,8 @@ func (s *Store) markUsed(diffHex, blob string) error {
 func (s *Store) blobRefPath(diffHex string) string { return s.unpackedPath(diffHex) + ".blob" }
 
 // removeStaleTemp deletes what imports, unpacks and removals left in tmp/
-// (after a crash) when nothing in it has changed since cutoff, or since
-// the store was opened: an earlier process's upload is no import of this
-// one, and a crash loop with an import retried had left a whole archive
-// for each crash, for the grace of the blobs.
+// (after a crash) when nothing in it has changed since cutoff.
 func (s *Store) removeStaleTemp(cutoff time.Time) error {
-	cutoff = later(cutoff, s.opened)
 	ents, err := os.ReadDir(s.tmpDir())
 	if err != nil {
 		return err
@@ -213,12 +209,4 @@ func parseHex(h string) error {
 		return fmt.Errorf("%q: %w", h, err)
 	}
 	return nil
-}
-
-// later returns the later of a and b.
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }

@@ -36,7 +36,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // Errors returned by Store methods, matched with errors.Is.
@@ -65,11 +64,6 @@ const DefaultMaxLayerBytes uint64 = 16 << 30
 // concurrent use, also by several processes sharing the directory.
 type Store struct {
 	dir string
-	// opened is shortly before this process opened the store (files'
-	// times come from a coarser clock): what tmp/ holds that has not
-	// changed since is an earlier process's, which no import or unpack of
-	// this one uses.
-	opened time.Time
 
 	mu        sync.Mutex
 	unpacking map[string]*sync.Mutex // diffID hex -> lock, so one process unpacks a layer once
@@ -93,7 +87,7 @@ func Open(dir string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("template store: %w", err)
 	}
-	s := &Store{dir: abs, unpacking: make(map[string]*sync.Mutex), opened: time.Now().Add(-50 * time.Millisecond)}
+	s := &Store{dir: abs, unpacking: make(map[string]*sync.Mutex)}
 	s.SetMaxLayerBytes(0)
 	for _, d := range []string{s.blobDir(), s.layerDir(), s.tmpDir()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
