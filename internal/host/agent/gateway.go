@@ -133,9 +133,13 @@ func (a *Agent) guestTransport() *http.Transport {
 	var protocols http.Protocols
 	protocols.SetUnencryptedHTTP2(true)
 	return &http.Transport{
-		Protocols:              &protocols,
-		HTTP2:                  guestabi.DataSocketHTTP2(),
-		DialContext:            a.dialGuestH2,
+		Protocols:   &protocols,
+		HTTP2:       guestabi.DataSocketHTTP2(),
+		DialContext: a.dialGuestH2,
+		// Calls wait for one of the connections a guest may have rather
+		// than fail at the dial's bound (a burst of calls to a guest with
+		// none open dials once per call).
+		MaxConnsPerHost:        maxGuestConnections,
 		IdleConnTimeout:        90 * time.Second,
 		MaxResponseHeaderBytes: maxGuestHeaderBytes,
 	}

@@ -557,3 +557,52 @@ func TestGatewayBoundsConnectionsToAGuest(t *testing.T) {
 		t.Errorf("%d calls completed and %d were unavailable, of %d", done.Load(), unavl.Load(), calls)
 	}
 }
+
+// TestGatewayCarriesBursts: the bound on a guest's connections leaves an
+// honest guest's calls alone: a burst of calls to a guest with no
+// connection open (each of which the transport would dial for) waits for
+// one of the few the host may hold rather than failing.
+func TestGatewayCarriesBursts(t *testing.T) {
+	e := newGatewayEnv(t)
+	e.driver.SlowDataPlaneDials(100 * time.Millisecond) // the calls of the burst all meet no connection
+	k := key(1)
+	e.set(assignment("ws_a", 2, k), hostv1.ObservedState_OBSERVED_STATE_RUNNING)
+	procs := datav1connect.NewProcessServiceClient(h2c(), e.url, withSession(sign(k, "ses_1", "ws_a", 2, time.Hour)))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	calls := 4 * maxGuestConnections
+	var wg sync.WaitGroup
+	settled := make(chan struct{}, calls) // a call started, or failed
+	for range calls {
+		wg.Go(func() {
+			stream, err := procs.StartProcess(ctx, connect.NewRequest(&datav1.StartProcessRequest{Args: []string{"x"}}))
+			if err == nil {
+				first := true
+				for stream.Receive() {
+					if first {
+						first = false
+						settled <- struct{}{}
+					}
+				}
+				if err = stream.Err(); first {
+					settled <- struct{}{}
+				}
+				stream.Close()
+			} else {
+				settled <- struct{}{}
+			}
+			if err != nil {
+				t.Errorf("a call of the burst: %v", err)
+			}
+		})
+	}
+	// The guest holds each call until all of them are in.
+	for range calls {
+		<-settled
+	}
+	close(e.guest.release)
+	wg.Wait()
+	if n := e.driver.DataPlaneDials(); n > maxGuestConnections {
+		t.Errorf("the burst dialed the guest %d times, want at most %d", n, maxGuestConnections)
+	}
+}

@@ -9,9 +9,11 @@ import (
 )
 
 // The budget of the frames a guest's HTTP/2 connection may send that
-// carry no call's data: SETTINGS, PING, WINDOW_UPDATE, RST_STREAM,
-// PRIORITY, and empty DATA frames that end nothing. Each costs the host
-// work (a PING or SETTINGS an answer) outside any workspace's CPU quota,
+// carry no call's data and that the host must act on: SETTINGS, PING,
+// RST_STREAM, PRIORITY, and empty DATA frames that end nothing (not
+// WINDOW_UPDATE, which a guest sends as it reads what the host sends, a
+// few per read: an upload's). Each costs the host work (a PING or
+// SETTINGS an answer) outside any workspace's CPU quota,
 // and a guest sending PINGs without end kept most of a host core busy. A
 // connection may send controlFrameBurst of them at once and
 // controlFramesPerSecond on average; past that the host closes it, and the
@@ -125,15 +127,15 @@ func (c *frameBudgetConn) spend(header []byte) error {
 }
 
 // carriesData reports whether a frame of typ, flags and length carries a
-// call's data: HEADERS and CONTINUATION, and DATA that holds bytes or ends
-// its stream.
+// call's data: HEADERS and CONTINUATION, DATA that holds bytes or ends its
+// stream, and WINDOW_UPDATE, which the reading of data makes.
 func carriesData(typ, flags byte, length uint32) bool {
 	const (
-		frameData, frameHeaders, frameContinuation = 0x0, 0x1, 0x9
-		flagEndStream                              = 0x1
+		frameData, frameHeaders, frameWindowUpdate, frameContinuation = 0x0, 0x1, 0x8, 0x9
+		flagEndStream                                                 = 0x1
 	)
 	switch typ {
-	case frameHeaders, frameContinuation:
+	case frameHeaders, frameContinuation, frameWindowUpdate:
 		return true
 	case frameData:
 		return length > 0 || flags&flagEndStream != 0

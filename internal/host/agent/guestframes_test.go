@@ -32,7 +32,7 @@ func followIn(c *frameBudgetConn, b []byte, n int) error {
 }
 
 // TestFrameBudget: a guest's connection may send the frames of its calls
-// without end, and control frames (PINGs, SETTINGS, empty DATA) up to
+// (window updates included) without end, and control frames (PINGs, SETTINGS, empty DATA) up to
 // controlFrameBurst at once and controlFramesPerSecond after; one more
 // closes it, however its bytes are split into reads.
 func TestFrameBudget(t *testing.T) {
@@ -49,6 +49,10 @@ func TestFrameBudget(t *testing.T) {
 	calls := frames(t, func(f *http2.Framer) error {
 		for i := range 50_000 {
 			if err := f.WriteData(uint32(2*i+1), i%2 == 0, []byte("x")); err != nil {
+				return err
+			}
+			// What a guest reading an upload sends, a few times a read.
+			if err := f.WriteWindowUpdate(0, 1<<10); err != nil {
 				return err
 			}
 		}

@@ -75,8 +75,10 @@ type machine struct {
 	// dataPlane serves every guest's data socket; nil refuses it.
 	dataPlane http.Handler
 	// dataStreams bounds the streams a data socket's HTTP/2 connection
-	// allows (0: Go's default); dataDials counts the data sockets dialed.
+	// allows (0: Go's default); dataDials counts the data sockets dialed,
+	// each of which takes dataDialTime.
 	dataStreams, dataDials int
+	dataDialTime           time.Duration
 }
 
 type stopOutcome struct {
@@ -350,6 +352,14 @@ func (d *Driver) LimitDataPlaneStreams(n int) {
 	d.m.mu.Lock()
 	defer d.m.mu.Unlock()
 	d.m.dataStreams = n
+}
+
+// SlowDataPlaneDials makes each dial of a data socket take d, as a
+// guest's may under load.
+func (d *Driver) SlowDataPlaneDials(dur time.Duration) {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	d.m.dataDialTime = dur
 }
 
 // DataPlaneDials returns how many data sockets were dialed.
@@ -794,11 +804,18 @@ func (d *Driver) DialGuest(ctx context.Context, id, name string) (net.Conn, erro
 	}
 	d.m.mu.Lock()
 	e, err := d.m.get(id)
-	h, streams := d.m.dataPlane, d.m.dataStreams
+	h, streams, dialTime := d.m.dataPlane, d.m.dataStreams, d.m.dataDialTime
 	if err == nil && e.running() && name == guestabi.DataSocket && h != nil {
 		d.m.dataDials++
 	}
 	d.m.mu.Unlock()
+	if dialTime > 0 {
+		select {
+		case <-time.After(dialTime):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	switch {
 	case err != nil:
 		return nil, err
