@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"net/http"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -21,15 +22,19 @@ const gateSmall = 64 << 10
 // interceptors authenticate the call, and a repeated field of empty
 // messages takes a hundred times its bytes in memory. Smaller requests
 // go on, to be refused by the interceptors as usual, logged and counted.
-func Gate(next http.Handler, check func(ctx context.Context, header string) error) http.Handler {
+// The Gate tells refused of each call it refuses, which started at start.
+func Gate(next http.Handler, check func(ctx context.Context, header string) error, refused func(r *http.Request, start time.Time, err error)) http.Handler {
 	errs := connect.NewErrorWriter()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength >= 0 && r.ContentLength <= gateSmall || !errs.IsSupported(r) {
 			next.ServeHTTP(w, r)
 			return
 		}
+		start := time.Now()
 		if err := check(r.Context(), r.Header.Get("Authorization")); err != nil {
-			errs.Write(w, r, errdetail.Complete(err))
+			err = errdetail.Complete(err)
+			refused(r, start, err)
+			errs.Write(w, r, err)
 			return
 		}
 		next.ServeHTTP(w, r)

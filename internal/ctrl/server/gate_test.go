@@ -3,6 +3,7 @@ package server_test
 import (
 	"bytes"
 	"io"
+	"log/slog"
 	"net/http"
 	"runtime"
 	"strings"
@@ -23,6 +24,9 @@ import (
 // Egresses, in 6 MiB) would take hundreds of MB; on the control plane's
 // services and the host API alike. A small one is refused as before.
 func TestLargeRequestsOfBadTokensAreNotRead(t *testing.T) {
+	logged := new(testutil.SyncBuffer) // the server's goroutines write it
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(slog.New(slog.NewTextHandler(logged, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	e := newEnv(t, testutil.SQLiteStore(t))
 	// UpdateWorkspaceNetworkPolicyRequest{policy: {egresses: 3M × {}}}
 	policy := protowire.AppendBytes(protowire.AppendTag(nil, 4, protowire.BytesType), bytes.Repeat([]byte{0x2a, 0}, 3<<20))
@@ -59,6 +63,10 @@ func TestLargeRequestsOfBadTokensAreNotRead(t *testing.T) {
 			}
 			if n := after.TotalAlloc - before.TotalAlloc; n > 32<<20 {
 				t.Errorf("refusing it allocated %d MB", n>>20)
+			}
+			// Logged as the interceptors log the calls they refuse.
+			if line := "msg=call method=" + c.procedure + " code=unauthenticated"; !strings.Contains(logged.String(), line) {
+				t.Errorf("the log has no %q:\n%s", line, logged.String())
 			}
 		})
 	}

@@ -199,14 +199,16 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 	tokens := auth.NewCache(cfg.Store, authTTL)
 	callerAuth := &auth.Interceptor{Tokens: tokens}
 	hostAuth := api.HostAuth(cfg.HostToken, cfg.Store)
+	callerLog := &accesslog.Interceptor{Logger: cfg.Logger, Level: slog.LevelInfo}
+	hostLog := &accesslog.Interceptor{Logger: cfg.Logger, Level: slog.LevelDebug}
 	opts := append([]connect.HandlerOption{counted, connect.WithInterceptors(errdetail.Interceptor(),
-		&accesslog.Interceptor{Logger: cfg.Logger, Level: slog.LevelInfo}, callerAuth, accesslog.Project(), nulRefusal{})}, common...)
+		callerLog, callerAuth, accesslog.Project(), nulRefusal{})}, common...)
 	hostOpts := append([]connect.HandlerOption{counted, connect.WithInterceptors(errdetail.Interceptor(),
-		&accesslog.Interceptor{Logger: cfg.Logger, Level: slog.LevelDebug}, hostAuth, nulRefusal{})}, common...)
+		hostLog, hostAuth, nulRefusal{})}, common...)
 	// A service's handler, gated: no request of a caller whose token does
 	// not authenticate is decoded but a small one (auth.Gate).
-	mux := &gatedMux{ServeMux: http.NewServeMux(), check: callerAuth.Check}
-	hostMux := &gatedMux{ServeMux: mux.ServeMux, check: hostAuth.Check}
+	mux := &gatedMux{ServeMux: http.NewServeMux(), check: callerAuth.Check, log: callerLog}
+	hostMux := &gatedMux{ServeMux: mux.ServeMux, check: hostAuth.Check, log: hostLog}
 	mux.Handle("GET "+metrics.Path, metrics.Handler(cfg.Metrics, cfg.MetricsToken))
 	health.Register(mux.ServeMux, append([]health.Check{{Name: "store", Func: func(ctx context.Context) error {
 		// The page-token key is read from the migrated schema.
@@ -323,16 +325,19 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Dura
 }
 
 // gatedMux is a ServeMux whose Handle serves a Connect service's handler
-// (a path ending in "/") behind auth.Gate with check; other paths as they
-// are.
+// (a path ending in "/") behind auth.Gate with check, the calls it refuses
+// logged by log; other paths as they are.
 type gatedMux struct {
 	*http.ServeMux
 	check func(ctx context.Context, header string) error
+	log   *accesslog.Interceptor
 }
 
 func (m *gatedMux) Handle(pattern string, h http.Handler) {
 	if strings.HasSuffix(pattern, "/") && strings.HasPrefix(pattern, "/kibotos.") {
-		h = auth.Gate(h, m.check)
+		h = auth.Gate(h, m.check, func(r *http.Request, start time.Time, err error) {
+			m.log.Refused(r.Context(), r.URL.Path, start, err)
+		})
 	}
 	m.ServeMux.Handle(pattern, h)
 }
