@@ -266,10 +266,7 @@ func TestLaunchOfLostHostsIsNoDefault(t *testing.T) {
 	if created.Spec.LaunchRef != launchID(old) || placedOn(created) != "h1" {
 		t.Errorf("created bound to %q on %q; want %q on h1", created.Spec.LaunchRef, placedOn(created), launchID(old))
 	}
-	if _, err := Stop(ctx, s, write("stop", newWS), ws.WorkspaceId, ctrlv1.StopMode_STOP_MODE_FORCE, identity); err != nil {
-		t.Fatal(err)
-	}
-	started, err := Start(ctx, s, write("start", newWS), ws.WorkspaceId, identity)
+	started, err := forceRestart(t, s, ctx, ws.WorkspaceId)
 	if err != nil {
 		t.Fatalf("start off the LOST host: %v", err)
 	}

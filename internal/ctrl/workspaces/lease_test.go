@@ -347,10 +347,7 @@ func TestLayerLeftBehindIsNeverTakenBack(t *testing.T) {
 		if err := s.ExpireLeases(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := Stop(ctx, s, write("stop", newWS), id, ctrlv1.StopMode_STOP_MODE_FORCE, identity); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := Start(ctx, s, write("start", newWS), id, identity); err != nil {
+		if _, err := forceRestart(t, s, ctx, id); err != nil {
 			t.Fatal(err)
 		}
 		register(from, gib) // back, but silent for the workspace
@@ -468,10 +465,7 @@ func TestEachExecutionHasItsOwnDataPlaneKey(t *testing.T) {
 	if err := s.ExpireLeases(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Stop(ctx, s, write("stop", newWS), id, ctrlv1.StopMode_STOP_MODE_FORCE, identity); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Start(ctx, s, write("start", newWS), id, identity); err != nil {
+	if _, err := forceRestart(t, s, ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	moved := assignment("h2")

@@ -79,6 +79,16 @@ func create(t testing.TB, s *Service, ctx context.Context, memory uint64) *ctrlv
 	return ws
 }
 
+// forceRestart stops workspace id by force and starts it again, where
+// placement puts it now.
+func forceRestart(t *testing.T, s *Service, ctx context.Context, id string) (*ctrlv1.Workspace, error) {
+	t.Helper()
+	if _, err := Stop(ctx, s, write("stop", newWS), id, ctrlv1.StopMode_STOP_MODE_FORCE, identity); err != nil {
+		t.Fatal(err)
+	}
+	return Start(ctx, s, write("start", newWS), id, identity)
+}
+
 // report sends one host report for the workspace's current execution.
 func report(t *testing.T, s *Service, ctx context.Context, id string, state hostv1.ObservedState, edit func(*hostv1.ExecutionReport)) *ctrlv1.Workspace {
 	t.Helper()
