@@ -1,12 +1,12 @@
 package cli
 
 import (
-	"context"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -14,20 +14,9 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 )
 
-// UpdateWorkspaceNetworkPolicy answers with the fake's Workspace carrying
-// the policy sent, one revision after the expected one.
-func (f *ctrlFake) UpdateWorkspaceNetworkPolicy(_ context.Context, r *connect.Request[ctrlv1.UpdateWorkspaceNetworkPolicyRequest]) (*connect.Response[ctrlv1.UpdateWorkspaceNetworkPolicyResponse], error) {
-	f.record(r)
-	ws := proto.CloneOf(f.ws)
-	ws.Spec.NetworkPolicy = proto.CloneOf(r.Msg.GetPolicy())
-	ws.Spec.NetworkPolicy.Revision = r.Msg.GetExpectedRevision() + 1
-	return connect.NewResponse(&ctrlv1.UpdateWorkspaceNetworkPolicyResponse{Workspace: ws}), nil
-}
-
 var (
 	publicInternet = ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET
 	throughEgr1    = &ctrlv1.ResolverPath{Kind: &ctrlv1.ResolverPath_EgressId{EgressId: "egr_1"}}
-	directPath     = &ctrlv1.ResolverPath{Kind: &ctrlv1.ResolverPath_Direct{Direct: &ctrlv1.ResolverDirectPath{}}}
 )
 
 // networkWorkspace is a Workspace at policy revision 5 whose host applied
@@ -108,38 +97,82 @@ func TestNetworkGet(t *testing.T) {
 	}
 }
 
-func TestNetworkSetSendsPolicy(t *testing.T) {
-	e, f := newCtrlEnv(t)
-	f.ws = networkWorkspace()
-	stdout, _ := e.call(t, "", "ws", "network", "set", "ws_1", "--mode", "public-internet",
-		"--allow", "1.1.1.1", "--deny", "10.0.0.0/8", "--deny", "2001:db8::/32",
-		"--egress", "egr_1=10.1.0.0/16,192.168.0.0/16", "--resolver", "rsv_1@egress:egr_1", "--drain", "2m", "--command-id", "c1")
-	e.call(t, "", "ws", "network", "set", "ws_1", "--mode", "deny-all", "--expected-revision", "9", "--drain-seconds", "0")
-	e.call(t, "", "ws", "network", "set", "ws_1", "--mode", "public-internet", "--resolver", "rsv_2", "--expected-revision", "9")
+// newNetworkEnv is newPlacedEnv with a workspace and a TCP Resolver that
+// its policy may send through the env's Egress.
+func newNetworkEnv(t *testing.T) (e *env, ws *ctrlv1.Workspace, resolverID string) {
+	t.Helper()
+	e = newPlacedEnv(t)
+	ws = e.createWorkspace(t)
+	var resp ctrlv1.CreateResolverResponse
+	e.callJSON(t, &resp, "resolver", "create", "--tcp", "dns.example:53", "-o", "json")
+	return e, ws, resp.GetResolver().GetResolverId()
+}
 
-	calls, reqs := f.got()
-	if got := strings.Join(calls, ","); got != "GetWorkspace,UpdateWorkspaceNetworkPolicy,UpdateWorkspaceNetworkPolicy,UpdateWorkspaceNetworkPolicy" {
+// policy reads a workspace's stored network policy from the server.
+func (e *env) policy(t *testing.T, id string) *ctrlv1.NetworkPolicy {
+	t.Helper()
+	return e.workspace(t, id).GetSpec().GetNetworkPolicy()
+}
+
+func TestNetworkSetSendsPolicy(t *testing.T) {
+	e, ws, rsv := newNetworkEnv(t)
+	id, egr := ws.GetWorkspaceId(), e.egress.GetEgressId()
+	rev := ws.GetSpec().GetNetworkPolicy().GetRevision()
+	through := &ctrlv1.ResolverPath{Kind: &ctrlv1.ResolverPath_EgressId{EgressId: egr}}
+
+	stdout, _ := e.call(t, "", "ws", "network", "set", id, "--mode", "public-internet",
+		"--allow", "1.1.1.1", "--deny", "10.0.0.0/8", "--deny", "2001:db8::/32",
+		"--egress", egr+"=10.1.0.0/16,192.168.0.0/16", "--resolver", rsv+"@egress:"+egr, "--drain", "2m", "--command-id", "c1")
+	calls, _, reqs := e.got()
+	if got := strings.Join(calls, ","); got != "GetWorkspace,UpdateWorkspaceNetworkPolicy" {
 		t.Fatalf("calls = %s", got)
 	}
+	policy := &ctrlv1.NetworkPolicy{Mode: publicInternet, Allow: []string{"1.1.1.1"}, Deny: []string{"10.0.0.0/8", "2001:db8::/32"},
+		Egresses:  []*ctrlv1.NetworkPolicyEgress{{EgressId: egr, Destinations: []string{"10.1.0.0/16", "192.168.0.0/16"}}},
+		Resolvers: []*ctrlv1.NetworkPolicyResolver{{ResolverId: rsv, Path: through}}}
 	want := &ctrlv1.UpdateWorkspaceNetworkPolicyRequest{
-		Command: &ctrlv1.CommandMetadata{CommandId: "c1"}, WorkspaceId: "ws_1", ExpectedRevision: 5, DrainSeconds: proto.Uint32(120),
-		Policy: &ctrlv1.NetworkPolicy{Mode: publicInternet, Allow: []string{"1.1.1.1"}, Deny: []string{"10.0.0.0/8", "2001:db8::/32"},
-			Egresses:  []*ctrlv1.NetworkPolicyEgress{{EgressId: "egr_1", Destinations: []string{"10.1.0.0/16", "192.168.0.0/16"}}},
-			Resolvers: []*ctrlv1.NetworkPolicyResolver{{ResolverId: "rsv_1", Path: throughEgr1}}},
+		Command: &ctrlv1.CommandMetadata{CommandId: "c1"}, WorkspaceId: id, ExpectedRevision: rev, DrainSeconds: proto.Uint32(120), Policy: policy,
 	}
-	if got := reqs[1]; !proto.Equal(got, want) {
-		t.Errorf("set = %v\nwant %v", got, want)
+	if !proto.Equal(reqs[1], want) {
+		t.Errorf("set = %v\nwant %v", reqs[1], want)
 	}
-	if r := reqs[2].(*ctrlv1.UpdateWorkspaceNetworkPolicyRequest); r.GetExpectedRevision() != 9 || r.DrainSeconds == nil || *r.DrainSeconds != 0 ||
-		!proto.Equal(r.GetPolicy(), &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_DENY_ALL}) {
-		t.Errorf("set deny-all = %v", r)
+	stored := proto.CloneOf(policy)
+	stored.Revision = rev + 1
+	if got := e.policy(t, id); !proto.Equal(got, stored) {
+		t.Errorf("stored policy = %v\nwant %v", got, stored)
 	}
-	if r := reqs[3].(*ctrlv1.UpdateWorkspaceNetworkPolicyRequest); r.DrainSeconds != nil ||
-		!proto.Equal(r.GetPolicy().GetResolvers()[0], &ctrlv1.NetworkPolicyResolver{ResolverId: "rsv_2", Path: directPath}) {
-		t.Errorf("--resolver without a path = %v, want direct and no drain", r)
-	}
-	if got := fields(stdout); got[2] != "REVISION 6" || got[3] != "APPLIED_REVISION 4" {
+	// No host has applied it yet.
+	if got := fields(stdout); got[2] != fmt.Sprintf("REVISION %d", rev+1) || got[3] != "APPLIED_REVISION -" {
 		t.Errorf("set shows:\n%s", stdout)
+	}
+
+	// A stale --expected-revision is refused and changes nothing.
+	stale := strconv.FormatUint(rev, 10)
+	if _, _, err := e.run(t, "", "ws", "network", "set", id, "--mode", "deny-all", "--expected-revision", stale,
+		"--addr", e.addr, "--token", e.token); err == nil || !strings.Contains(err.Error(), "aborted") {
+		t.Errorf("set at a stale revision: %v, want aborted", err)
+	}
+	if got := e.policy(t, id); !proto.Equal(got, stored) {
+		t.Errorf("a refused set changed the policy to %v", got)
+	}
+
+	e.call(t, "", "ws", "network", "set", id, "--mode", "deny-all", "--expected-revision", strconv.FormatUint(rev+1, 10), "--drain-seconds", "0")
+	_, _, reqs = e.got()
+	if r := reqs[0].(*ctrlv1.UpdateWorkspaceNetworkPolicyRequest); r.DrainSeconds == nil || *r.DrainSeconds != 0 {
+		t.Errorf("set --drain-seconds 0 = %v", r)
+	}
+	if got, want := e.policy(t, id), (&ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_DENY_ALL, Revision: rev + 2}); !proto.Equal(got, want) {
+		t.Errorf("after set deny-all: %v, want %v", got, want)
+	}
+
+	e.call(t, "", "ws", "network", "set", id, "--mode", "public-internet", "--resolver", rsv)
+	_, _, reqs = e.got()
+	if r := reqs[len(reqs)-1].(*ctrlv1.UpdateWorkspaceNetworkPolicyRequest); r.DrainSeconds != nil || r.GetExpectedRevision() != rev+2 {
+		t.Errorf("set without --drain or --expected-revision = %v, want no drain at revision %d", r, rev+2)
+	}
+	direct := &ctrlv1.ResolverPath{Kind: &ctrlv1.ResolverPath_Direct{Direct: &ctrlv1.ResolverDirectPath{}}}
+	if got := e.policy(t, id).GetResolvers(); len(got) != 1 || !proto.Equal(got[0], &ctrlv1.NetworkPolicyResolver{ResolverId: rsv, Path: direct}) {
+		t.Errorf("--resolver without a path stored %v, want direct", got)
 	}
 }
 
@@ -173,29 +206,41 @@ func TestNetworkSetRejectsBadInput(t *testing.T) {
 }
 
 func TestNetworkAllowDeny(t *testing.T) {
-	e, f := newCtrlEnv(t)
-	f.ws = networkWorkspace()
-	e.call(t, "", "ws", "network", "allow", "ws_1", "8.8.8.8", "1.1.1.1", "2606:4700::/32")
-	e.call(t, "", "ws", "network", "deny", "ws_1", "10.0.0.0/8", "--remove", "--expected-revision", "9", "--drain", "30s")
-	calls, reqs := f.got()
-	if got := strings.Join(calls, ","); got != "GetWorkspace,UpdateWorkspaceNetworkPolicy,GetWorkspace,UpdateWorkspaceNetworkPolicy" {
+	e, ws, _ := newNetworkEnv(t)
+	id := ws.GetWorkspaceId()
+	e.call(t, "", "ws", "network", "set", id, "--mode", "public-internet", "--allow", "1.1.1.1", "--deny", "10.0.0.0/8", "--deny", "2001:db8::/32")
+	before := e.policy(t, id)
+
+	e.call(t, "", "ws", "network", "allow", id, "8.8.8.8", "1.1.1.1", "2606:4700::/32")
+	calls, _, reqs := e.got()
+	if got := strings.Join(calls, ","); got != "GetWorkspace,UpdateWorkspaceNetworkPolicy" {
 		t.Fatalf("calls = %s", got)
 	}
-
+	allow := reqs[1].(*ctrlv1.UpdateWorkspaceNetworkPolicyRequest)
+	if allow.GetExpectedRevision() != before.GetRevision() || allow.DrainSeconds != nil {
+		t.Errorf("allow = %v, want revision %d and no drain", allow, before.GetRevision())
+	}
 	// Entries are appended once; the rest of the policy goes back as read.
-	want := proto.CloneOf(f.ws.Spec.NetworkPolicy)
-	want.Allow = []string{"1.1.1.1", "8.8.8.8", "2606:4700::/32"}
-	r := reqs[1].(*ctrlv1.UpdateWorkspaceNetworkPolicyRequest)
-	if r.GetExpectedRevision() != 5 || r.DrainSeconds != nil || !proto.Equal(r.GetPolicy(), want) {
-		t.Errorf("allow = %v\nwant the policy %v at revision 5", r, want)
+	want := proto.CloneOf(before)
+	want.Allow, want.Revision = []string{"1.1.1.1", "8.8.8.8", "2606:4700::/32"}, before.GetRevision()+1
+	if got := e.policy(t, id); !proto.Equal(got, want) {
+		t.Errorf("after allow: %v\nwant %v", got, want)
 	}
-	want = proto.CloneOf(f.ws.Spec.NetworkPolicy)
-	want.Deny = []string{"2001:db8::/32"}
-	r = reqs[3].(*ctrlv1.UpdateWorkspaceNetworkPolicyRequest)
-	if r.GetExpectedRevision() != 9 || r.GetDrainSeconds() != 30 || !proto.Equal(r.GetPolicy(), want) {
-		t.Errorf("deny --remove = %v\nwant the policy %v at revision 9", r, want)
+
+	e.call(t, "", "ws", "network", "deny", id, "10.0.0.0/8", "--remove", "--expected-revision", strconv.FormatUint(want.GetRevision(), 10), "--drain", "30s")
+	calls, _, reqs = e.got()
+	if got := strings.Join(calls, ","); got != "GetWorkspace,UpdateWorkspaceNetworkPolicy" {
+		t.Fatalf("calls = %s", got)
 	}
-	if r.GetCommand().GetCommandId() == reqs[1].(*ctrlv1.UpdateWorkspaceNetworkPolicyRequest).GetCommand().GetCommandId() {
+	deny := reqs[1].(*ctrlv1.UpdateWorkspaceNetworkPolicyRequest)
+	if deny.GetDrainSeconds() != 30 {
+		t.Errorf("deny --drain 30s = %v", deny)
+	}
+	want.Deny, want.Revision = []string{"2001:db8::/32"}, want.GetRevision()+1
+	if got := e.policy(t, id); !proto.Equal(got, want) {
+		t.Errorf("after deny --remove: %v\nwant %v", got, want)
+	}
+	if deny.GetCommand().GetCommandId() == allow.GetCommand().GetCommandId() {
 		t.Error("two commands share a command_id")
 	}
 }
