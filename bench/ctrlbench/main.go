@@ -65,6 +65,9 @@ func main() {
 	// Calls cut off when a run ends are logged by the handlers; they are
 	// not what is measured.
 	slog.SetDefault(slog.New(slog.DiscardHandler))
+	// SetDefault sent the log package's output to that handler too: the
+	// benchmark's own fatal errors go to stderr.
+	log.SetOutput(os.Stderr)
 	if *profile != "" {
 		f, err := os.Create(*profile)
 		must(err)
