@@ -1,15 +1,26 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
+	adminv1 "github.com/kibotos/kibotos/gen/kibotos/admin/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/admin/v1/adminv1connect"
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 	"github.com/kibotos/kibotos/sdk"
+	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
 // TestAFloodOfConnectionsLeavesTheHostItsDescriptors runs `kibotos up`
@@ -77,4 +88,89 @@ func descriptors(t *testing.T, pid int) int {
 		t.Fatal(err)
 	}
 	return len(fds)
+}
+
+// TestOneProjectHoldsAQuarterOfTheConnections runs `kibotos up` with 512
+// file descriptors, so that its listener holds 128 connections and one
+// project's calls in flight at most 32. Calls of the admin's project
+// whose requests never arrive whole take its 32 (each holds a connection
+// over HTTP/1.1); the next call of that project is resource_exhausted at
+// once, while another project's calls are served, and the project gets its
+// calls back as the held ones end.
+func TestOneProjectHoldsAQuarterOfTheConnections(t *testing.T) {
+	hosttest.RequireRoot(t)
+	bin := build(t)
+	home := filepath.Join(t.TempDir(), "home")
+	up := startProcess(t, "prlimit", "--nofile=512", bin,
+		"up", "--home", home, "--listen", "127.0.0.1:0", "--desktop-cache=", "--warm-pool", "0")
+	admin := adminToken(t, home)
+	admins := adminv1connect.NewAdminServiceClient(http.DefaultClient, "http://"+up.addr, connect.WithInterceptors(bearer.Token(admin)))
+	p, err := admins.CreateProject(t.Context(), connect.NewRequest(&adminv1.CreateProjectRequest{Name: "other"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := admins.CreateToken(t.Context(), connect.NewRequest(&adminv1.CreateTokenRequest{ProjectId: p.Msg.GetProject().GetProjectId(), Role: adminv1.Role_ROLE_VIEWER, Name: "other"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := func(token string) error {
+		egresses := ctrlv1connect.NewEgressServiceClient(http.DefaultClient, "http://"+up.addr, connect.WithInterceptors(bearer.Token(token)))
+		_, err := egresses.ListEgresses(t.Context(), connect.NewRequest(&ctrlv1.ListEgressesRequest{}))
+		return err
+	}
+
+	// share+extra calls whose bodies never arrive: share of them are
+	// admitted and wait for their bodies, the extra ones are refused.
+	const share, extra = 512 / 4 / 4, 8
+	head := "POST " + ctrlv1connect.EgressServiceListEgressesProcedure + " HTTP/1.1\r\nHost: kibotos\r\nContent-Type: application/json\r\n" +
+		"Authorization: Bearer " + admin + "\r\nContent-Length: 2\r\n\r\n"
+	var held []net.Conn
+	defer func() {
+		for _, conn := range held {
+			conn.Close()
+		}
+	}()
+	answers := make(chan string, share+extra)
+	for range share + extra {
+		conn, err := net.DialTimeout("tcp", up.addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, conn)
+		if _, err := io.WriteString(conn, head); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			status, _ := bufio.NewReader(conn).ReadString('\n')
+			answers <- status
+		}()
+	}
+	for range extra {
+		select {
+		case status := <-answers:
+			if !strings.Contains(status, "429") {
+				t.Fatalf("a call over the project's share: %q, want 429 (resource_exhausted)", status)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%d calls of one project whose requests never arrive: fewer than %d refused", share+extra, extra)
+		}
+	}
+	if err := list(admin); connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("a call of a project holding %d calls: %v, want resource_exhausted", share, err)
+	}
+	if err := list(tok.Msg.GetSecret()); err != nil {
+		t.Errorf("another project's call meanwhile: %v", err)
+	}
+	for _, conn := range held {
+		io.WriteString(conn, "{}") // the held calls end
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		err := list(admin)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the project's call once its held calls ended: %v", err)
+		}
+	}
 }

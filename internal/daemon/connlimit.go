@@ -21,6 +21,12 @@ const connectionShare = 4
 // descriptor limit.
 const minConnections = 64
 
+// callerShare is the share of a listener's connections that the calls in
+// flight of one project, or one host token, may hold (server.Config's
+// CallsPerCaller): a caller that opens watches, or sends requests a byte
+// at a time, until it has every connection, would shut the others out.
+const callerShare = 4
+
 // connectionLimit is how many connections one listener holds at once.
 func connectionLimit() int {
 	return fdlimit.Share(connectionShare, minConnections)

@@ -357,6 +357,7 @@ func Run(ctx context.Context, o Options) error {
 		Tracing:            tracer,
 		AuthCacheTTL:       o.AuthCacheTTL,
 		HostLease:          o.HostLease,
+		CallsPerCaller:     connectionLimit() / callerShare,
 	})
 	if err != nil {
 		ln.Close()

@@ -81,11 +81,11 @@ type HostAuthenticator struct {
 	check func(context.Context, string) (string, error)
 }
 
-// Check authenticates the host token of an Authorization header, with the
-// refusal a call gets.
-func (h HostAuthenticator) Check(ctx context.Context, header string) error {
-	_, err := h.check(ctx, header)
-	return err
+// Check authenticates the host token of an Authorization header: the
+// Gate's key of the token, or the refusal a call gets.
+func (h HostAuthenticator) Check(ctx context.Context, header string) (string, error) {
+	id, err := h.check(ctx, header)
+	return auth.HostCallerPrefix + id, err
 }
 
 func (h HostAuthenticator) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {

@@ -2,7 +2,10 @@ package auth
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -14,29 +17,118 @@ import (
 // authenticated first: decoding it costs little whatever it holds.
 const gateSmall = 64 << 10
 
-// Gate serves next, a Connect handler, refusing before it reads the
-// request a call whose token does not authenticate (check, given the
-// Authorization header, returns the refusal) and whose request may be
-// larger than gateSmall (or of unknown length, as a stream is): a
-// handler decodes a request message, up to 8 MiB, before its
-// interceptors authenticate the call, and a repeated field of empty
-// messages takes a hundred times its bytes in memory. Smaller requests
-// go on, to be refused by the interceptors as usual, logged and counted.
-// The Gate tells refused of each call it refuses, which started at start.
-func Gate(next http.Handler, check func(ctx context.Context, header string) error, refused func(r *http.Request, start time.Time, err error)) http.Handler {
+// refusedBodyTimeout is how long the body of a small request whose token
+// does not authenticate may take to arrive: as long as its header may
+// (the server's ReadHeaderTimeout), so that a client with no token cannot
+// hold a connection longer by sending the body a byte at a time.
+var refusedBodyTimeout = 10 * time.Second
+
+// Gate serves next, a Connect handler, after checking each call's token
+// (check, given the Authorization header, returns who the token
+// authenticates, or the refusal).
+//
+// A call whose token does not authenticate is refused before its request
+// is read when the request may be larger than gateSmall (or is of unknown
+// length, as a stream is): a handler decodes a request message, up to 8
+// MiB, before its interceptors authenticate the call, and a repeated
+// field of empty messages takes a hundred times its bytes in memory.
+// Smaller requests go on, to be refused by the interceptors as usual,
+// logged and counted, but their body must arrive within
+// refusedBodyTimeout.
+//
+// A call whose token authenticates counts against its caller's share of
+// calls (calls, nil for no bound) until it ends; a call over it is
+// resource_exhausted before its request is read. The Gate tells refused
+// of each call it refuses, which started at start.
+func Gate(next http.Handler, check func(ctx context.Context, header string) (string, error), calls *CallShares,
+	refused func(r *http.Request, start time.Time, err error)) http.Handler {
 	errs := connect.NewErrorWriter()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ContentLength >= 0 && r.ContentLength <= gateSmall || !errs.IsSupported(r) {
+		if !errs.IsSupported(r) {
 			next.ServeHTTP(w, r)
 			return
 		}
 		start := time.Now()
-		if err := check(r.Context(), r.Header.Get("Authorization")); err != nil {
+		refuse := func(err error) {
 			err = errdetail.Complete(err)
 			refused(r, start, err)
+			// Nothing more of the request is read: the server would
+			// otherwise wait for up to 256 KiB of it after the answer (for
+			// ever, from a client that sends none), to reuse the
+			// connection.
+			http.NewResponseController(w).SetReadDeadline(start)
+			w.Header().Set("Connection", "close")
 			errs.Write(w, r, err)
+		}
+		caller, err := check(r.Context(), r.Header.Get("Authorization"))
+		if err != nil {
+			if r.ContentLength < 0 || r.ContentLength > gateSmall {
+				refuse(err)
+				return
+			}
+			http.NewResponseController(w).SetReadDeadline(start.Add(refusedBodyTimeout))
+			next.ServeHTTP(w, r)
 			return
 		}
+		release, err := calls.take(caller)
+		if err != nil {
+			refuse(err)
+			return
+		}
+		defer release()
 		next.ServeHTTP(w, r)
 	})
 }
+
+// CallShares bounds the calls in flight of each caller (a project, or a
+// host token) on one listener: over HTTP/1.1 each holds a connection, and
+// a caller holding every connection the listener may hold, with watches
+// or with requests sent a byte at a time, would shut every other caller
+// out.
+type CallShares struct {
+	max int
+
+	mu       sync.Mutex
+	inFlight map[string]int
+}
+
+// NewCallShares bounds each caller to max calls in flight.
+func NewCallShares(max int) *CallShares {
+	return &CallShares{max: max, inFlight: map[string]int{}}
+}
+
+// take counts a call of caller, returning the function that ends it, or
+// resource_exhausted when caller already has as many calls in flight as
+// it may. A nil CallShares bounds nothing.
+func (s *CallShares) take(caller string) (release func(), err error) {
+	if s == nil {
+		return func() {}, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inFlight[caller] >= s.max {
+		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+			"%d calls of this token's %s are in flight, the most one may have at once; end some (a watch, an upload or a download) before starting another",
+			s.max, callerKind(caller)))
+	}
+	s.inFlight[caller]++
+	return sync.OnceFunc(func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.inFlight[caller]--; s.inFlight[caller] == 0 {
+			delete(s.inFlight, caller)
+		}
+	}), nil
+}
+
+// callerKind names what a caller key of the Gate is, for its refusals.
+func callerKind(caller string) string {
+	if strings.HasPrefix(caller, HostCallerPrefix) {
+		return "host"
+	}
+	return "project"
+}
+
+// HostCallerPrefix starts the Gate's key of a host token's calls, which
+// keeps them apart from a project's.
+const HostCallerPrefix = "host-token:"

@@ -69,11 +69,11 @@ func (i *Interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 	}
 }
 
-// Check authenticates the API token of an Authorization header, with the
-// refusal a call gets (see Gate).
-func (i *Interceptor) Check(ctx context.Context, header string) error {
-	_, err := i.authenticate(ctx, header)
-	return err
+// Check authenticates the API token of an Authorization header: the
+// Gate's key of its project, or the refusal a call gets.
+func (i *Interceptor) Check(ctx context.Context, header string) (string, error) {
+	c, err := i.authenticate(ctx, header)
+	return c.ProjectID, err
 }
 
 // authenticate returns the caller an Authorization header names.

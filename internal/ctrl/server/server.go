@@ -125,6 +125,9 @@ type Config struct {
 	// HostLease is how long a host may stay silent before it is LOST;
 	// zero is workspaces.DefaultHostLease.
 	HostLease time.Duration
+	// CallsPerCaller bounds the calls in flight of one project, or of one
+	// host token, on the API (auth.CallShares); zero bounds none.
+	CallsPerCaller int
 }
 
 // DefaultStoragePool is the name of the default storage pool when the
@@ -207,8 +210,12 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 		hostLog, hostAuth, nulRefusal{})}, common...)
 	// A service's handler, gated: no request of a caller whose token does
 	// not authenticate is decoded but a small one (auth.Gate).
-	mux := &gatedMux{ServeMux: http.NewServeMux(), check: callerAuth.Check, log: callerLog}
-	hostMux := &gatedMux{ServeMux: mux.ServeMux, check: hostAuth.Check, log: hostLog}
+	var shares *auth.CallShares
+	if cfg.CallsPerCaller > 0 {
+		shares = auth.NewCallShares(cfg.CallsPerCaller)
+	}
+	mux := &gatedMux{ServeMux: http.NewServeMux(), check: callerAuth.Check, calls: shares, log: callerLog}
+	hostMux := &gatedMux{ServeMux: mux.ServeMux, check: hostAuth.Check, calls: shares, log: hostLog}
 	mux.Handle("GET "+metrics.Path, metrics.Handler(cfg.Metrics, cfg.MetricsToken))
 	health.Register(mux.ServeMux, append([]health.Check{{Name: "store", Func: func(ctx context.Context) error {
 		// The page-token key is read from the migrated schema.
@@ -325,17 +332,18 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Dura
 }
 
 // gatedMux is a ServeMux whose Handle serves a Connect service's handler
-// (a path ending in "/") behind auth.Gate with check, the calls it refuses
-// logged by log; other paths as they are.
+// (a path ending in "/") behind auth.Gate with check and calls, the calls
+// it refuses logged by log; other paths as they are.
 type gatedMux struct {
 	*http.ServeMux
-	check func(ctx context.Context, header string) error
+	check func(ctx context.Context, header string) (string, error)
+	calls *auth.CallShares
 	log   *accesslog.Interceptor
 }
 
 func (m *gatedMux) Handle(pattern string, h http.Handler) {
 	if strings.HasSuffix(pattern, "/") && strings.HasPrefix(pattern, "/kibotos.") {
-		h = auth.Gate(h, m.check, func(r *http.Request, start time.Time, err error) {
+		h = auth.Gate(h, m.check, m.calls, func(r *http.Request, start time.Time, err error) {
 			m.log.Refused(r.Context(), r.URL.Path, start, err)
 		})
 	}
