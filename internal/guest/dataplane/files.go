@@ -442,6 +442,18 @@ func isTemp(path string) bool {
 	return len(suffix) == 2*tempRandBytes && err == nil
 }
 
+// isUnnamed reports whether path is the name inotify gives an unnamed file
+// of its directory (O_TMPFILE, as createTemp makes): #<inode>, which no
+// file of the directory has.
+func isUnnamed(path string) bool {
+	digits, ok := strings.CutPrefix(filepath.Base(path), "#")
+	if !ok || digits == "" || strings.Trim(digits, "0123456789") != "" {
+		return false
+	}
+	_, err := os.Lstat(path)
+	return errors.Is(err, fs.ErrNotExist)
+}
+
 // tempName returns a new name in dir for a write's temporary file, as
 // isTemp knows it: .kibotos-<12 hex digits>, whatever the target's name
 // (a name of 255 bytes has no room for more).

@@ -110,11 +110,12 @@ var eventTypes = []struct {
 }
 
 // handle sends ev and, recursively, watches a directory it created;
-// events of the temporary files of WriteFile and the file bytes path are
-// passed over (the file appears by a rename: CREATE). end reports that
-// the watched directory itself was removed or moved.
+// events of the temporary files of WriteFile and the file bytes path,
+// named or unnamed, are passed over (the file appears by a rename:
+// CREATE). end reports that the watched directory itself was removed or
+// moved.
 func (w *watch) handle(ev fsnotify.Event) (end bool, err error) {
-	if isTemp(ev.Name) {
+	if isTemp(ev.Name) || isUnnamed(ev.Name) {
 		return false, nil // a write's own file: its rename is the news
 	}
 	for _, et := range eventTypes {

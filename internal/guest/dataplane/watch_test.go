@@ -143,8 +143,20 @@ func TestWatchPassesOverWriteTemporaries(t *testing.T) {
 	for !slices.Contains(got, "CREATE z") {
 		got = append(got, watchEvents(t, stream, dir, 1)...)
 	}
-	if !slices.Contains(got, "CREATE f") || slices.ContainsFunc(got, func(ev string) bool { return strings.Contains(ev, ".kibotos-") }) {
+	// A temporary file is named .kibotos-<hex>, or where the filesystem
+	// makes unnamed files (O_TMPFILE) inotify names it #<inode>: no event
+	// may name either, or any file but f and z.
+	if !slices.Contains(got, "CREATE f") || slices.ContainsFunc(got, func(ev string) bool { name := strings.Fields(ev)[1]; return name != "f" && name != "z" }) {
 		t.Errorf("events %v; want CREATE f and no temporary file's", got)
+	}
+	if isUnnamed(filepath.Join(dir, "#1x")) || isUnnamed(filepath.Join(dir, "#")) {
+		t.Error("isUnnamed takes a name other than #<digits> for an unnamed file")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "#13"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if isUnnamed(filepath.Join(dir, "#13")) || !isUnnamed(filepath.Join(dir, "#14")) {
+		t.Error("isUnnamed tells an existing #13 or a missing #14 wrongly")
 	}
 	if isTemp(filepath.Join(dir, ".f.kibotos-zz")) || isTemp(filepath.Join(dir, "f.kibotos-0123456789ab")) || !isTemp(filepath.Join(dir, ".f.kibotos-0123456789ab")) {
 		t.Error("isTemp tells temporary files from others wrongly")
