@@ -131,7 +131,7 @@ func wsPortForwardCommand(c *conn) *cobra.Command {
 		if err := context.Cause(ctx); cmd.Context().Err() == nil && err != nil {
 			return err
 		}
-		return nil
+		return cmd.Context().Err() // interrupted: Main says so, and exits 128 plus the signal
 	}
 	return cmd
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -60,8 +61,8 @@ func (e *env) portForward(t *testing.T, id string, pairs ...string) *forwarding 
 	go func() { f.done <- root.ExecuteContext(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-f.done; err != nil {
-			t.Errorf("port-forward ended with %v", err)
+		if err := <-f.done; !errors.Is(err, context.Canceled) {
+			t.Errorf("port-forward ended with %v, want the interrupt's context.Canceled", err)
 		}
 	})
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
@@ -254,7 +255,7 @@ func TestPortForwardEndsWithItsWorkspace(t *testing.T) {
 			t.Errorf("port-forward of a deleted workspace ended with %v", err)
 		}
 		t.Logf("port-forward ended with %v", err)
-		f.done <- nil // what the test's cleanup waits for
+		f.done <- context.Canceled // what the test's cleanup waits for, as from an interrupt
 	case <-time.After(30 * time.Second):
 		t.Fatalf("port-forward of a deleted workspace still runs; stderr %q", f.stderr.String())
 	}

@@ -481,8 +481,11 @@ func wsLogsCommand(c *conn) *cobra.Command {
 			waitQuiet(p, activity)
 		}
 		status, err := p.Wait()
-		if errors.Is(err, sdk.ErrDetached) || (follow && ctx.Err() != nil) {
+		if errors.Is(err, sdk.ErrDetached) {
 			return nil
+		}
+		if follow && ctx.Err() != nil {
+			return ctx.Err() // interrupted: Main says so, and exits 128 plus the signal
 		}
 		if code := exitCode(status); err == nil && follow && code != 0 {
 			return &ExitError{Code: code} // as ws exec of it would have

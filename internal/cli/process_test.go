@@ -281,6 +281,16 @@ func TestLogs(t *testing.T) {
 	if _, _, err := e.runData(t, "", "ws", "logs", id, "three", "-f"); !errors.As(err, new(*ExitError)) || err.(*ExitError).Code != 3 {
 		t.Errorf("logs -f of a process that exited 3: %v, want exit 3", err)
 	}
+	// Interrupted while the process runs: canceled, which Main reports as
+	// the signal (exit 128 plus it), not as the process's success.
+	if _, _, err := e.runData(t, "", "ws", "exec", "--detach", "--tag", "long", id, "--", "sleep", "300"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancelCause(t.Context())
+	time.AfterFunc(500*time.Millisecond, func() { cancel(interrupted{syscall.SIGTERM}) })
+	if _, _, err := e.runIn(ctx, t, "", "ws", "logs", "--addr", e.addr, "--token", e.token, id, "long", "-f"); !errors.Is(err, context.Canceled) {
+		t.Errorf("logs -f interrupted while the process runs: %v, want context.Canceled", err)
+	}
 }
 
 func TestExitCode(t *testing.T) {

@@ -132,10 +132,7 @@ func wsTopCommand(c *conn) *cobra.Command {
 			}
 			select {
 			case <-ctx.Done():
-				if live {
-					return nil // Ctrl-C ends the view
-				}
-				return ctx.Err()
+				return ctx.Err() // interrupted: Main says so, and exits 128 plus the signal
 			case <-tick.C:
 			}
 			next, err := ws.Metrics(ctx)

@@ -495,8 +495,8 @@ func watchRows(cmd *cobra.Command, c *conn, id string, header []string, row func
 			return err
 		}
 	}
-	if ctx.Err() != nil { // Ctrl-C
-		return nil
+	if ctx.Err() != nil { // interrupted: Main says so, and exits 128 plus the signal
+		return ctx.Err()
 	}
 	return stream.Err()
 }
