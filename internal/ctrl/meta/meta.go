@@ -52,14 +52,20 @@ func validateLabels(what string, m map[string]string) error {
 	return nil
 }
 
-// ValidateAnnotations checks the total size of m against
-// MaxAnnotationsSize, then every key and value in key order.
-func ValidateAnnotations(m map[string]string) error {
+// Bytes is the size of m as the annotation limit counts it: the lengths
+// of its keys and values.
+func Bytes(m map[string]string) int {
 	size := 0
 	for k, v := range m {
 		size += len(k) + len(v)
 	}
-	if size > MaxAnnotationsSize {
+	return size
+}
+
+// ValidateAnnotations checks the total size of m against
+// MaxAnnotationsSize, then every key and value in key order.
+func ValidateAnnotations(m map[string]string) error {
+	if size := Bytes(m); size > MaxAnnotationsSize {
 		return fmt.Errorf("annotations total %d bytes, more than the limit of %d", size, MaxAnnotationsSize)
 	}
 	for _, k := range slices.Sorted(maps.Keys(m)) {

@@ -347,14 +347,26 @@ func Cut[T any](p PageRequest, rows []T, position func(T) string) ([]T, string) 
 	return rows, p.pages.Encode(p.scope, position(rows[len(rows)-1]))
 }
 
+// PageBytes bounds a List page: its rows' bytes (size) past it, the page
+// ends there with a next page token, however many rows page_size asked
+// for. A page holds at least one row. A page of 1,000 Egresses with 256 KiB
+// of annotations each would otherwise be 256 MB to read and send.
+const PageBytes = 4 << 20
+
+// pageBatch is how many rows ListPage reads at a time, so that a page
+// PageBytes cuts short was not read whole first.
+const pageBatch = 64
+
 // ListPage is the paging every List method of rows ordered by ID shares:
 // ParsePage, then in one read transaction it fetches the rows after the
-// token (one more than the page, to know whether another follows) and
-// turns each row of the page into what the caller returns. fetch is a
-// method expression of store.Tx, such as store.Tx.Volumes.
+// token, pageBatch at a time (each time one more, to know whether
+// another follows), and turns each row of the page into what the caller
+// returns, until the page has its size or PageBytes of rows. fetch is a
+// method expression of store.Tx, such as store.Tx.Volumes; size tells a
+// row's bytes.
 func ListPage[T, V any](ctx context.Context, st store.Store, pages *pagetoken.Codec, kind string, pageSize uint32, token string,
 	selector map[string]string, fetch func(store.Tx, context.Context, store.ObjectQuery) ([]T, error),
-	id func(T) string, view func(context.Context, store.Tx, T) (V, error)) ([]V, string, error) {
+	id func(T) string, size func(T) int, view func(context.Context, store.Tx, T) (V, error)) ([]V, string, error) {
 	p, err := ParsePage(ctx, pages, kind, pageSize, token, selector)
 	if err != nil {
 		return nil, "", err
@@ -365,20 +377,34 @@ func ListPage[T, V any](ctx context.Context, st store.Store, pages *pagetoken.Co
 		next string
 	)
 	err = st.View(ctx, func(tx store.Tx) error {
-		out = nil
-		rows, err := fetch(tx, ctx, store.ObjectQuery{ProjectID: c.ProjectID, After: p.After, Selector: selector, Limit: p.Size + 1})
-		if err != nil {
-			return err
-		}
-		rows, next = Cut(p, rows, id)
-		for _, row := range rows {
-			v, err := view(ctx, tx, row)
+		out, next = nil, ""
+		after, bytes := p.After, 0
+		for {
+			n := min(p.Size-len(out), pageBatch)
+			rows, err := fetch(tx, ctx, store.ObjectQuery{ProjectID: c.ProjectID, After: after, Selector: selector, Limit: n + 1})
 			if err != nil {
 				return err
 			}
-			out = append(out, v)
+			for i, row := range rows[:min(n, len(rows))] {
+				v, err := view(ctx, tx, row)
+				if err != nil {
+					return err
+				}
+				out = append(out, v)
+				after, bytes = id(row), bytes+size(row)
+				if bytes >= PageBytes && i < len(rows)-1 {
+					next = p.pages.Encode(p.scope, after)
+					return nil
+				}
+			}
+			if len(rows) <= n {
+				return nil // no row follows
+			}
+			if len(out) == p.Size {
+				next = p.pages.Encode(p.scope, after)
+				return nil
+			}
 		}
-		return nil
 	})
 	return out, next, err
 }

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,8 +16,10 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/internal/ctrl/meta"
+	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/volumes"
 	"github.com/kibotos/kibotos/internal/ctrl/workspaces"
+	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
@@ -191,4 +194,70 @@ func TestClearingExpirationKeepsItsRevision(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestListPagesBoundedInBytes: a page of Egresses carrying 200 KiB of
+// annotations each stops once it holds resource.PageBytes, with a next
+// page token, however many page_size asks for; the pages together hold
+// every Egress once, in order. Without the bound one call of 1,000 such
+// objects read and sent 200 MB.
+func TestListPagesBoundedInBytes(t *testing.T) {
+	e := newEnv(t, testutil.SQLiteStore(t))
+	var want []string
+	// Small objects: a page has its size, read in batches of rows.
+	for range 150 {
+		want = append(want, e.createEgress(socks5("93.184.216.34:1080"), nil).GetEgressId())
+	}
+	var sizes []int
+	for token := ""; ; {
+		resp, err := e.egress.ListEgresses(t.Context(), connect.NewRequest(&ctrlv1.ListEgressesRequest{PageSize: 100, PageToken: token}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes = append(sizes, len(resp.Msg.GetEgresses()))
+		if token = resp.Msg.GetNextPageToken(); token == "" {
+			break
+		}
+	}
+	if !slices.Equal(sizes, []int{100, 50}) {
+		t.Errorf("150 small objects in pages of %v, want [100 50]", sizes)
+	}
+
+	big := strings.Repeat("x", 200<<10)
+	for range 30 {
+		resp, err := e.egress.CreateEgress(t.Context(), connect.NewRequest(&ctrlv1.CreateEgressRequest{
+			Command: cmd(), Spec: socks5("93.184.216.34:1080"), Annotations: map[string]string{"big": big}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, resp.Msg.GetEgress().GetEgressId())
+	}
+	var got []string
+	pages, token := 0, ""
+	for {
+		resp, err := e.egress.ListEgresses(t.Context(), connect.NewRequest(&ctrlv1.ListEgressesRequest{PageSize: 1000, PageToken: token}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		size := 0
+		for _, eg := range resp.Msg.GetEgresses() {
+			got = append(got, eg.GetEgressId())
+			size += len(eg.GetAnnotations()["big"])
+		}
+		// At most one object past the bound: the one that reached it.
+		if size > resource.PageBytes+len(big) {
+			t.Errorf("page %d carries %d bytes of annotations, more than %d and one object", pages, size, resource.PageBytes)
+		}
+		if token = resp.Msg.GetNextPageToken(); token == "" {
+			break
+		}
+	}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("the pages listed %v, want %v", got, want)
+	}
+	if pages < 2 {
+		t.Errorf("150 small objects and 30 of 200 KiB came in %d pages, want the bound to cut them", pages)
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/kibotos/kibotos/internal/artifact"
 	"github.com/kibotos/kibotos/internal/ctrl/changes"
 	"github.com/kibotos/kibotos/internal/ctrl/ids"
+	"github.com/kibotos/kibotos/internal/ctrl/meta"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
 	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
@@ -222,6 +223,7 @@ func (s *Service) List(ctx context.Context, pageSize uint32, token string, selec
 	return resource.ListPage(ctx, s.Store, s.Pages, "transfer", pageSize, token, selector,
 		store.Tx.Transfers,
 		func(t store.Transfer) string { return t.ID },
+		func(t store.Transfer) int { return len(t.Body) + meta.Bytes(t.Labels) },
 		resource.Decoded(decode, view))
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/changes"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/ids"
+	"github.com/kibotos/kibotos/internal/ctrl/meta"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
 	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
@@ -197,6 +198,7 @@ func (s *Service[S]) List(ctx context.Context, pageSize uint32, token string, se
 			return tx.Objects(ctx, q)
 		},
 		func(o store.Object) string { return o.ID },
+		func(o store.Object) int { return len(o.Spec) + meta.Bytes(o.Labels) + meta.Bytes(o.Annotations) },
 		func(_ context.Context, _ store.Tx, o store.Object) (Object[S], error) {
 			obj, err := s.decode(o)
 			return s.redacted(obj), err

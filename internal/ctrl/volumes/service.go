@@ -13,6 +13,7 @@ import (
 	"github.com/kibotos/kibotos/internal/ctrl/changes"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
 	"github.com/kibotos/kibotos/internal/ctrl/ids"
+	"github.com/kibotos/kibotos/internal/ctrl/meta"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
 	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
@@ -187,6 +188,7 @@ func (s *Service) List(ctx context.Context, pageSize uint32, token string, selec
 	return resource.ListPage(ctx, s.Store, s.Pages, "volume", pageSize, token, selector,
 		store.Tx.Volumes,
 		func(v store.Volume) string { return v.ID },
+		func(v store.Volume) int { return len(v.Body) + meta.Bytes(v.Labels) },
 		resource.Decoded(decode, view))
 }
 

@@ -14,6 +14,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/changes"
+	"github.com/kibotos/kibotos/internal/ctrl/meta"
 	"github.com/kibotos/kibotos/internal/ctrl/pagetoken"
 	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
@@ -154,6 +155,7 @@ func (s *Service) List(ctx context.Context, pageSize uint32, token string, selec
 	return resource.ListPage(ctx, s.Store, s.Pages, "workspace", pageSize, token, selector,
 		store.Tx.Workspaces,
 		func(w store.Workspace) string { return w.ID },
+		func(w store.Workspace) int { return len(w.Body) + meta.Bytes(w.Labels) },
 		resource.Decoded(s.decoded.forRead, present))
 }
 
