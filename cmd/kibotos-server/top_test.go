@@ -19,8 +19,8 @@ import (
 // TestWsTopRedrawsInATerminal runs `kibotos ws top` of the real binary on a
 // terminal: it clears the screen once, then redraws its table in place
 // (cursor home, lines cleared) every interval, the CPU column filled from
-// the second frame on, until Ctrl-C typed on the terminal ends it with
-// status 0.
+// the second frame on, until Ctrl-C typed on the terminal ends it, as an
+// interrupt (130).
 func TestWsTopRedrawsInATerminal(t *testing.T) {
 	hosttest.RequireRoot(t)
 	d := newDeployment(t, build(t))
@@ -51,9 +51,10 @@ func TestWsTopRedrawsInATerminal(t *testing.T) {
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
+		// Interrupted, as every command Ctrl-C ends: 128 plus SIGINT.
 		var exit *exec.ExitError
-		if errors.As(err, &exit) {
-			t.Errorf("ws top ended with %v after Ctrl-C, want status 0:\n%q", err, screen.String())
+		if !errors.As(err, &exit) || exit.ExitCode() != 130 {
+			t.Errorf("ws top ended with %v after Ctrl-C, want exit status 130:\n%q", err, screen.String())
 		}
 	case <-time.After(30 * time.Second):
 		cmd.Process.Kill()

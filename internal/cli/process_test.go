@@ -445,12 +445,14 @@ func TestExecDetachAndTimeout(t *testing.T) {
 // printed on its way out and exits with its code.
 func TestExecInterruptWaitsForTheExit(t *testing.T) {
 	e, id := newDataEnv(t)
+	// Each script marks /tmp/TAG once its trap is set: an interrupt
+	// before that would kill it without last words.
 	for tag, script := range map[string]string{
-		"trapper": `trap 'echo got TERM; exit 7' TERM; while :; do sleep 0.1; done`,
+		"trapper": `trap 'echo got TERM; exit 7' TERM; touch /tmp/trapper; while :; do sleep 0.1; done`,
 		// A command that stopped itself gets the TERM too.
-		"stopped": `trap 'echo got TERM; exit 7' TERM; touch /tmp/stopping; kill -STOP $$; while :; do sleep 0.1; done`,
+		"stopped": `trap 'echo got TERM; exit 7' TERM; touch /tmp/stopped; kill -STOP $$; while :; do sleep 0.1; done`,
 		// A hangup here is one there.
-		"hangup": `trap 'echo got TERM; exit 7' HUP; while :; do sleep 0.1; done`,
+		"hangup": `trap 'echo got TERM; exit 7' HUP; touch /tmp/hangup; while :; do sleep 0.1; done`,
 	} {
 		ctx, cancel := context.WithCancelCause(t.Context())
 		interrupt := func() { cancel(interrupted{syscall.SIGTERM}) }
@@ -466,17 +468,9 @@ func TestExecInterruptWaitsForTheExit(t *testing.T) {
 			stdout, stderr, err := e.runIn(ctx, t, "", "ws", "exec", "--addr", e.addr, "--token", e.token, "--tag", tag, id, "--", "sh", "-c", script)
 			done <- result{stdout, stderr, err}
 		}()
-		for try := 0; ; try++ {
-			if ps, _, err := e.runData(t, "", "ws", "ps", id, "-o", "json"); err == nil && strings.Contains(ps, `"`+tag+`"`) {
-				break
-			}
-			if try == 300 {
-				t.Fatalf("%s: the command does not run", tag)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		e.sh(t, id, "for i in $(seq 600); do [ -e /tmp/"+tag+" ] && exit 0; sleep 0.05; done; exit 1")
 		if tag == "stopped" {
-			e.sh(t, id, "while [ ! -e /tmp/stopping ]; do sleep 0.05; done; sleep 0.2")
+			e.sh(t, id, "sleep 0.2") // until it has stopped itself
 		}
 		interrupt()
 		select {

@@ -22,9 +22,11 @@ const connectionShare = 4
 const minConnections = 64
 
 // callerShare is the share of a listener's connections that the calls in
-// flight of one project, or one host token, may hold (server.Config's
-// CallsPerCaller): a caller that opens watches, or sends requests a byte
-// at a time, until it has every connection, would shut the others out.
+// flight of one project, or one host token, may hold: on the API
+// (server.Config's CallsPerCaller) and on the data plane
+// (agent.Config's CallsPerProject) each. A caller that opens streams, or
+// sends requests a byte at a time, until it has every connection, would
+// shut the others out.
 const callerShare = 4
 
 // connectionLimit is how many connections one listener holds at once.

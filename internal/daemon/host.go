@@ -149,7 +149,7 @@ func newHostAgent(o Options, images *imagestore.Store, hc *http.Client, ctrlURL,
 		Network: agent.NetworkConfig{Dir: filepath.Join(o.stateDir(), "netns"),
 			DeploymentResolvers: resolvers, UnsafeExemptRanges: o.UnsafeExemptRanges, MaxConnections: o.GuestConnections},
 		StoragePools: pools, GuestProbeInterval: o.GuestProbeInterval, GuestMemory: o.GuestMemory, Metrics: metrics,
-		WarmPool: o.WarmPool,
+		WarmPool: o.WarmPool, CallsPerProject: connectionLimit() / callerShare,
 	})
 }
 

@@ -47,6 +47,7 @@ var parts = map[string]string{
 	"internal/tracing":     leaf,
 	"internal/errdetail":   leaf,
 	"internal/fdlimit":     leaf,
+	"internal/callshare":   leaf,
 	"internal/config":      wiring,
 	"sdk":                  client,
 	"internal/cli":         client,

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/kibotos/kibotos/internal/callshare"
 	"github.com/kibotos/kibotos/internal/errdetail"
 )
 
@@ -40,7 +40,7 @@ var refusedBodyTimeout = 10 * time.Second
 // calls (calls, nil for no bound) until it ends; a call over it is
 // resource_exhausted before its request is read. The Gate tells refused
 // of each call it refuses, which started at start.
-func Gate(next http.Handler, check func(ctx context.Context, header string) (string, error), calls *CallShares,
+func Gate(next http.Handler, check func(ctx context.Context, header string) (string, error), calls *callshare.Shares,
 	refused func(r *http.Request, start time.Time, err error)) http.Handler {
 	errs := connect.NewErrorWriter()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -57,7 +57,9 @@ func Gate(next http.Handler, check func(ctx context.Context, header string) (str
 			// ever, from a client that sends none), to reuse the
 			// connection.
 			http.NewResponseController(w).SetReadDeadline(start)
-			w.Header().Set("Connection", "close")
+			if r.ProtoMajor == 1 {
+				w.Header().Set("Connection", "close") // over HTTP/2, a GOAWAY to every call of the connection
+			}
 			errs.Write(w, r, err)
 		}
 		caller, err := check(r.Context(), r.Header.Get("Authorization"))
@@ -70,55 +72,16 @@ func Gate(next http.Handler, check func(ctx context.Context, header string) (str
 			next.ServeHTTP(w, r)
 			return
 		}
-		release, err := calls.take(caller)
-		if err != nil {
-			refuse(err)
+		release, ok := calls.Take(caller)
+		if !ok {
+			refuse(connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+				"%d calls of this token's %s are in flight, the most one may have at once; end some (a watch, an upload or a download) before starting another",
+				calls.Max(), callerKind(caller))))
 			return
 		}
 		defer release()
 		next.ServeHTTP(w, r)
 	})
-}
-
-// CallShares bounds the calls in flight of each caller (a project, or a
-// host token) on one listener: over HTTP/1.1 each holds a connection, and
-// a caller holding every connection the listener may hold, with watches
-// or with requests sent a byte at a time, would shut every other caller
-// out.
-type CallShares struct {
-	max int
-
-	mu       sync.Mutex
-	inFlight map[string]int
-}
-
-// NewCallShares bounds each caller to max calls in flight.
-func NewCallShares(max int) *CallShares {
-	return &CallShares{max: max, inFlight: map[string]int{}}
-}
-
-// take counts a call of caller, returning the function that ends it, or
-// resource_exhausted when caller already has as many calls in flight as
-// it may. A nil CallShares bounds nothing.
-func (s *CallShares) take(caller string) (release func(), err error) {
-	if s == nil {
-		return func() {}, nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.inFlight[caller] >= s.max {
-		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
-			"%d calls of this token's %s are in flight, the most one may have at once; end some (a watch, an upload or a download) before starting another",
-			s.max, callerKind(caller)))
-	}
-	s.inFlight[caller]++
-	return sync.OnceFunc(func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.inFlight[caller]--; s.inFlight[caller] == 0 {
-			delete(s.inFlight, caller)
-		}
-	}), nil
 }
 
 // callerKind names what a caller key of the Gate is, for its refusals.

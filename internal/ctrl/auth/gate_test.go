@@ -14,12 +14,14 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+
+	"github.com/kibotos/kibotos/internal/callshare"
 )
 
 // gateServer serves a stand-in Connect handler behind the Gate: it reads
 // the request whole, then waits for hold (when set) before answering. The
 // check authenticates "Bearer <caller>" for any caller but "bad".
-func gateServer(t *testing.T, shares *CallShares, hold <-chan struct{}, entered chan<- string) *httptest.Server {
+func gateServer(t *testing.T, shares *callshare.Shares, hold <-chan struct{}, entered chan<- string) *httptest.Server {
 	t.Helper()
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, err := io.ReadAll(r.Body); err != nil {
@@ -117,7 +119,7 @@ func TestGateHoldsNoConnectionForABadToken(t *testing.T) {
 func TestGateBoundsACallersCallsInFlight(t *testing.T) {
 	hold := make(chan struct{})
 	entered := make(chan string, 8)
-	srv := gateServer(t, NewCallShares(2), hold, entered)
+	srv := gateServer(t, callshare.New(2), hold, entered)
 	call := func(caller string) (int, string) {
 		// A call that is not refused at once waits for hold, which is
 		// closed only once the calls that should pass are in.

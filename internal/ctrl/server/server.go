@@ -25,6 +25,7 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/admin/v1/adminv1connect"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
+	"github.com/kibotos/kibotos/internal/callshare"
 	"github.com/kibotos/kibotos/internal/ctrl/accesslog"
 	"github.com/kibotos/kibotos/internal/ctrl/api"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
@@ -126,7 +127,7 @@ type Config struct {
 	// zero is workspaces.DefaultHostLease.
 	HostLease time.Duration
 	// CallsPerCaller bounds the calls in flight of one project, or of one
-	// host token, on the API (auth.CallShares); zero bounds none.
+	// host token, on the API (auth.Gate); zero bounds none.
 	CallsPerCaller int
 }
 
@@ -210,9 +211,9 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 		hostLog, hostAuth, nulRefusal{})}, common...)
 	// A service's handler, gated: no request of a caller whose token does
 	// not authenticate is decoded but a small one (auth.Gate).
-	var shares *auth.CallShares
+	var shares *callshare.Shares
 	if cfg.CallsPerCaller > 0 {
-		shares = auth.NewCallShares(cfg.CallsPerCaller)
+		shares = callshare.New(cfg.CallsPerCaller)
 	}
 	mux := &gatedMux{ServeMux: http.NewServeMux(), check: callerAuth.Check, calls: shares, log: callerLog}
 	hostMux := &gatedMux{ServeMux: mux.ServeMux, check: hostAuth.Check, calls: shares, log: hostLog}
@@ -337,7 +338,7 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Dura
 type gatedMux struct {
 	*http.ServeMux
 	check func(ctx context.Context, header string) (string, error)
-	calls *auth.CallShares
+	calls *callshare.Shares
 	log   *accesslog.Interceptor
 }
 

@@ -131,7 +131,7 @@ func (r *record) assignment(now time.Time) *hostv1.Assignment {
 	// that the stop brings about, however long the processes take.
 	stopping := r.book.Desired == DesiredStopped && r.ws.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPING
 	if dp := &r.book.DataPlane; len(dp.Key) > 0 && (r.book.Desired == DesiredRunning || stopping) {
-		a.DataPlane = &hostv1.DataPlane{Key: dp.Key, RevokedSessionIds: dp.revokedIDs(now)}
+		a.DataPlane = &hostv1.DataPlane{Key: dp.Key, RevokedSessionIds: dp.revokedIDs(now), ProjectId: r.row.ProjectID}
 	}
 	switch r.book.Desired {
 	case DesiredRunning:

@@ -441,6 +441,10 @@ func TestEachExecutionHasItsOwnDataPlaneKey(t *testing.T) {
 		return tok.Verify(sessiontoken.Authority{WorkspaceID: id, Generation: a.Generation, Key: a.GetDataPlane().GetKey()}, c.get()) == nil
 	}
 	first := assignment("h1").GetDataPlane().GetKey()
+	// The host bounds the data-plane calls of each project.
+	if caller, _ := auth.CallerFrom(ctx); assignment("h1").GetDataPlane().GetProjectId() != caller.ProjectID {
+		t.Errorf("the data plane's project = %q, want the workspace's %q", assignment("h1").GetDataPlane().GetProjectId(), caller.ProjectID)
+	}
 
 	// Stopped and started again on h1.
 	if _, err := Stop(ctx, s, write("stop", newWS), id, ctrlv1.StopMode_STOP_MODE_NORMAL, identity); err != nil {

@@ -102,6 +102,9 @@ type Config struct {
 	// time for the latest shape of start it served (pool.go); zero keeps
 	// none. A driver that is no runtime.Binder keeps none either.
 	WarmPool int
+	// CallsPerProject bounds the data-plane calls in flight of one
+	// project's workspaces at the gateway (callshare); zero bounds none.
+	CallsPerProject int
 }
 
 // Agent converges a host's executions to ctrl's assignments.

@@ -22,6 +22,7 @@ import (
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/callshare"
 	"github.com/kibotos/kibotos/internal/guestabi"
 	"github.com/kibotos/kibotos/sdk/bearer"
 	"github.com/kibotos/kibotos/sdk/sessiontoken"
@@ -62,6 +63,9 @@ const guestDialTimeout = 5 * time.Second
 // of its own (newFileBytesTransport).
 func (a *Agent) Gateway() http.Handler {
 	g := &gateway{agent: a, errors: connect.NewErrorWriter(), now: time.Now}
+	if a.cfg.CallsPerProject > 0 {
+		g.calls = callshare.New(a.cfg.CallsPerProject)
+	}
 	_, g.metrics = datav1connect.NewMetricsServiceHandler(&metricsService{agent: a, now: time.Now})
 	transport := a.guestHTTPClient().Transport
 	proxy := func(buffers httputil.BufferPool) *httputil.ReverseProxy {
@@ -186,6 +190,8 @@ type gateway struct {
 	metrics http.Handler
 	errors  *connect.ErrorWriter
 	now     func() time.Time
+	// calls bounds the calls in flight of each project; nil bounds none.
+	calls *callshare.Shares
 }
 
 // executionKey carries the execution a verified call goes to.
@@ -243,11 +249,19 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	id, err := g.authorize(r)
+	id, project, err := g.authorize(r)
 	if err != nil {
-		g.errors.Write(w, r, err)
+		g.reject(w, r, err)
 		return
 	}
+	release, ok := g.calls.Take(project)
+	if !ok {
+		g.reject(w, r, refuse(connect.CodeResourceExhausted, ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED, fmt.Sprintf(
+			"%d data-plane calls of this workspace's project are in flight, the most one project may have at once; end some (a process's output, a watch, an upload or a download) before starting another",
+			g.calls.Max())))
+		return
+	}
+	defer release()
 	// A call lives no longer than what admitted it: a stream is cut once
 	// its session is revoked or the data plane rotated, and ends with that
 	// refusal. Its token's expiry does not cut it (a command may run for
@@ -256,7 +270,7 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// (a forced stop breaks them).
 	cut := new(atomic.Pointer[connect.Error])
 	ctx, cancel := whileValid(r.Context(), reauthorizeEvery, func() bool {
-		_, err := g.authorize(r)
+		_, _, err := g.authorize(r)
 		if err == nil || errors.Is(err, errNotRunning) || errors.Is(err, sessiontoken.ErrExpired) {
 			return true
 		}
@@ -312,45 +326,57 @@ func whileValid(parent context.Context, every time.Duration, valid func() bool) 
 // its stream ends with (endsStreamCleanly).
 type cutKey struct{}
 
+// reject answers a call the gateway does not admit and reads nothing more
+// of its request: over HTTP/1.1 the server would otherwise wait for up to
+// 256 KiB of it after the answer (for ever, from a client that sends
+// none) to reuse the connection, which it closes instead.
+func (g *gateway) reject(w http.ResponseWriter, r *http.Request, err error) {
+	http.NewResponseController(w).SetReadDeadline(time.Now())
+	if r.ProtoMajor == 1 {
+		w.Header().Set("Connection", "close") // over HTTP/2, a GOAWAY to every call of the connection
+	}
+	g.errors.Write(w, r, err)
+}
+
 // reauthorizeEvery is how often a running call's session is checked again.
 const reauthorizeEvery = 500 * time.Millisecond
 
 // authorize verifies the call's session token and returns the execution
 // it may reach.
-func (g *gateway) authorize(r *http.Request) (string, error) {
+func (g *gateway) authorize(r *http.Request) (executionID, project string, err error) {
 	token, ok := bearer.Parse(r.Header.Get("Authorization"))
 	if !ok {
-		return "", refuse(connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_UNAUTHENTICATED,
+		return "", "", refuse(connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_UNAUTHENTICATED,
 			"a session token is required: send Authorization: Bearer <token> with a token from SessionService.IssueSession")
 	}
-	tok, err := sessiontoken.Parse(token)
-	if err != nil {
-		return "", invalidToken()
+	tok, perr := sessiontoken.Parse(token)
+	if perr != nil {
+		return "", "", invalidToken()
 	}
 	if g.agent.refused.Load() {
-		return "", refuse(connect.CodeUnavailable, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE,
+		return "", "", refuse(connect.CodeUnavailable, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE,
 			"this host is out of service: the control plane refuses its credentials")
 	}
 	id, as, running := g.agent.dataPlaneTarget(tok.WorkspaceID, tok.Generation)
 	if as == nil {
-		return "", invalidToken()
+		return "", "", invalidToken()
 	}
 	err = tok.Verify(sessiontoken.Authority{WorkspaceID: as.WorkspaceId, Generation: as.Generation,
 		Key: as.GetDataPlane().GetKey(), Revoked: as.GetDataPlane().GetRevokedSessionIds()}, g.now())
 	switch {
 	case errors.Is(err, sessiontoken.ErrExpired):
-		return "", refuseWith(connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_SESSION_EXPIRED,
+		return "", "", refuseWith(connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_SESSION_EXPIRED,
 			fmt.Errorf("session %s expired at %s; issue a new session (%w)", tok.SessionID, tok.ExpiresAt.Format(time.RFC3339), sessiontoken.ErrExpired))
 	case errors.Is(err, sessiontoken.ErrRevoked):
-		return "", refuse(connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_SESSION_REVOKED,
+		return "", "", refuse(connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_SESSION_REVOKED,
 			fmt.Sprintf("session %s was revoked", tok.SessionID))
 	case err != nil:
-		return "", invalidToken()
+		return "", "", invalidToken()
 	case !running:
-		return "", refuseWith(connect.CodeUnavailable, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE,
+		return "", "", refuseWith(connect.CodeUnavailable, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE,
 			fmt.Errorf("workspace %s is %w; retry once it runs", tok.WorkspaceID, errNotRunning))
 	}
-	return id, nil
+	return id, as.GetDataPlane().GetProjectId(), nil
 }
 
 // errNotRunning marks the refusal of a call to an execution that does

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strconv"
@@ -143,7 +144,8 @@ type gatewayEnv struct {
 	url    string
 }
 
-func newGatewayEnv(t testing.TB) *gatewayEnv {
+// newGatewayEnv serves the gateway of an agent of configure's Config.
+func newGatewayEnv(t testing.TB, configure ...func(*Config)) *gatewayEnv {
 	t.Helper()
 	g := &guest{release: make(chan struct{})}
 	mux := http.NewServeMux()
@@ -163,6 +165,9 @@ func newGatewayEnv(t testing.TB) *gatewayEnv {
 		t.Fatal(err)
 	}
 	a := &Agent{cfg: Config{Driver: drv, Network: NetworkConfig{Dir: t.TempDir()}}, execs: map[string]*execution{}}
+	for _, c := range configure {
+		c(&a.cfg)
+	}
 	gw := testutil.H2CServer(t, a.Gateway())
 	return &gatewayEnv{agent: a, driver: drv, guest: g, url: gw.URL}
 }
@@ -604,5 +609,77 @@ func TestGatewayCarriesBursts(t *testing.T) {
 	wg.Wait()
 	if n := e.driver.DataPlaneDials(); n > maxGuestConnections {
 		t.Errorf("the burst dialed the guest %d times, want at most %d", n, maxGuestConnections)
+	}
+}
+
+// TestGatewayBoundsAProjectsCallsInFlight: with a bound of 2, a third
+// data-plane call of a project whose two calls, to two of its workspaces,
+// are in flight is resource_exhausted, while another project's call goes
+// on; the project gets its calls back as the two end. A call with no
+// valid session holds no connection: its request is not read.
+func TestGatewayBoundsAProjectsCallsInFlight(t *testing.T) {
+	e := newGatewayEnv(t, func(c *Config) { c.CallsPerProject = 2 })
+	project := map[string]string{"ws_a": "prj_a", "ws_b": "prj_a", "ws_c": "prj_c"}
+	tokens := map[string]string{}
+	for i, ws := range []string{"ws_a", "ws_b", "ws_c"} {
+		gen := uint64(1)
+		if ws == "ws_a" {
+			gen = 2 // started by newGatewayEnv
+		} else {
+			layer := filepath.Join(t.TempDir(), "layer.img")
+			if err := e.driver.CreateLayer(t.Context(), layer, 1<<20); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.driver.Start(t.Context(), runtime.Spec{ID: ws + "-1", Layers: []string{"/layers/base"}, LayerImage: layer, GuestAgent: "/bin/kibotos-guest"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		k := key(byte(i + 1))
+		as := assignment(ws, gen, k)
+		as.DataPlane.ProjectId = project[ws]
+		e.set(as, hostv1.ObservedState_OBSERVED_STATE_RUNNING)
+		tokens[ws] = sign(k, "ses_"+ws, ws, gen, time.Hour)
+	}
+
+	// A process in each of prj_a's workspaces, held after its first event.
+	for _, ws := range []string{"ws_a", "ws_b"} {
+		procs := datav1connect.NewProcessServiceClient(h2c(), e.url, withSession(tokens[ws]))
+		stream, err := procs.StartProcess(t.Context(), connect.NewRequest(&datav1.StartProcessRequest{Args: []string{"x"}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stream.Close()
+		if !stream.Receive() {
+			t.Fatalf("first event in %s: %v", ws, stream.Err())
+		}
+	}
+	_, err := e.inspect(h2c(), tokens["ws_a"])
+	wantRefused(t, "a third call of prj_a", err, connect.CodeResourceExhausted, ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED)
+	if _, err := e.inspect(h2c(), tokens["ws_c"]); err != nil {
+		t.Errorf("a call of prj_c meanwhile: %v", err)
+	}
+	close(e.guest.release)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		_, err := e.inspect(h2c(), tokens["ws_a"])
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("prj_a's call once its processes ended: %v", err)
+		}
+	}
+
+	// No session: answered at once, the body never read, the connection
+	// closed.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "POST "+datav1connect.FileServiceInspectFileProcedure+" HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n")
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	answer, err := io.ReadAll(conn)
+	if err != nil || !strings.HasPrefix(string(answer), "HTTP/1.1 401") {
+		t.Errorf("a call with no session whose body never comes: %q, %v; want a 401 and the connection closed", answer, err)
 	}
 }

@@ -1652,8 +1652,12 @@ type DataPlane struct {
 	// revoked_session_ids are the sessions revoked under this key that have
 	// not expired yet.
 	RevokedSessionIds []string `protobuf:"bytes,2,rep,name=revoked_session_ids,json=revokedSessionIds,proto3" json:"revoked_session_ids,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// project_id is the Workspace's project: the gateway bounds the calls in
+	// flight of each project, so that one tenant's calls cannot take every
+	// connection of the listener it shares with the others.
+	ProjectId     string `protobuf:"bytes,3,opt,name=project_id,json=projectId,proto3" json:"project_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DataPlane) Reset() {
@@ -1698,6 +1702,13 @@ func (x *DataPlane) GetRevokedSessionIds() []string {
 		return x.RevokedSessionIds
 	}
 	return nil
+}
+
+func (x *DataPlane) GetProjectId() string {
+	if x != nil {
+		return x.ProjectId
+	}
+	return ""
 }
 
 // StopRequest is the stop ctrl wants performed.
@@ -3094,10 +3105,12 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"resolverId\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x121\n" +
 	"\x04spec\x18\x03 \x01(\v2\x1d.kibotos.ctrl.v1.ResolverSpecR\x04spec\x12#\n" +
-	"\rdrain_seconds\x18\x04 \x01(\rR\fdrainSeconds\"M\n" +
+	"\rdrain_seconds\x18\x04 \x01(\rR\fdrainSeconds\"l\n" +
 	"\tDataPlane\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12.\n" +
-	"\x13revoked_session_ids\x18\x02 \x03(\tR\x11revokedSessionIds\"[\n" +
+	"\x13revoked_session_ids\x18\x02 \x03(\tR\x11revokedSessionIds\x12\x1d\n" +
+	"\n" +
+	"project_id\x18\x03 \x01(\tR\tprojectId\"[\n" +
 	"\vStopRequest\x12-\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x19.kibotos.ctrl.v1.StopModeR\x04mode\x12\x1d\n" +
 	"\n" +
