@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -254,7 +255,9 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.reject(w, r, err)
 		return
 	}
-	release, ok := g.calls.Take(project)
+	// A control plane older than project_id names none: each execution
+	// is then bounded alone.
+	release, ok := g.calls.Take(cmp.Or(project, id))
 	if !ok {
 		g.reject(w, r, refuse(connect.CodeResourceExhausted, ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED, fmt.Sprintf(
 			"%d data-plane calls of this workspace's project are in flight, the most one project may have at once; end some (a process's output, a watch, an upload or a download) before starting another",
