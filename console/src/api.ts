@@ -71,6 +71,22 @@ export const api = {
 };
 
 /** command returns a new command ID (a random UUID; crypto.randomUUID needs a secure context). */
+/**
+ * allPages reads every page of a List method: a page may hold fewer
+ * objects than it asked for (the server ends one at 4 MiB), so one page of
+ * 1000 is not the whole list.
+ */
+export async function allPages<R extends { nextPageToken: string }, T>(page: (pageToken: string) => Promise<R>, items: (r: R) => T[]): Promise<T[]> {
+  const all: T[] = [];
+  let pageToken = "";
+  do {
+    const r = await page(pageToken);
+    all.push(...items(r));
+    pageToken = r.nextPageToken;
+  } while (pageToken);
+  return all;
+}
+
 export function command(): { commandId: string } {
   const b = crypto.getRandomValues(new Uint8Array(16));
   b[6] = (b[6] & 0x0f) | 0x40;

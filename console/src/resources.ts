@@ -7,7 +7,7 @@ import {
   ImageArchiveFormat, ImportTemplateRevisionRequestSchema, ImportTemplateRevisionResponseSchema, VolumeState,
 } from "../../sdk/typescript/gen/kibotos/ctrl/v1/ctrl_pb.js";
 import { Role } from "../../sdk/typescript/gen/kibotos/admin/v1/admin_pb.js";
-import { api, apiError, command, errorText, token } from "./api.js";
+import { allPages, api, apiError, command, errorText, token } from "./api.js";
 import { canWrite, type Caller } from "./auth.js";
 import { bytes, confirmed, field, h, labelsText, mibBytes, setError, when } from "./dom.js";
 import { clearErrors, showError } from "./errors.js";
@@ -99,7 +99,7 @@ export function resourcesView(main: HTMLElement, caller: Caller, signal: AbortSi
   const write = canWrite(caller);
   main.replaceChildren(h("h1", null, "Resources"));
   section(main, "Volumes", "volumes", async (reload) => {
-    const { volumes } = await api.volumes.listVolumes({ pageSize: 1000 }, { signal });
+    const volumes = await allPages((pageToken) => api.volumes.listVolumes({ pageSize: 1000, pageToken }, { signal }), (r) => r.volumes);
     return table("Volumes", ["Volume", "State", "Capacity", "Pool", "Bound to", "Labels", "Actions"],
       volumes.filter((v) => v.state !== VolumeState.DELETED).map((v) => [v.volumeId, VolumeState[v.state], bytes(v.spec?.capacityBytes ?? 0n),
         v.spec?.storagePool ?? "", v.boundWorkspaceId, labelsText(v.labels),
@@ -122,7 +122,7 @@ export function resourcesView(main: HTMLElement, caller: Caller, signal: AbortSi
     return f;
   } : undefined);
   section(main, "Templates", "templates", async (reload) => {
-    const { templates } = await api.templates.listTemplates({ pageSize: 1000 }, { signal });
+    const templates = await allPages((pageToken) => api.templates.listTemplates({ pageSize: 1000, pageToken }, { signal }), (r) => r.templates);
     return table("Templates", ["Template", "Default revision", "Revisions", "Updated", "Actions"],
       templates.map((t) => [t.templateId, t.defaultRevision, String(t.revisions.length), when(t.updatedAt),
         remove("templates", "Delete", () => api.templates.deleteTemplate({ command: command(), templateId: t.templateId }), reload)]), write);

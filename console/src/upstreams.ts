@@ -5,7 +5,7 @@
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Egress, EgressSpec, Resolver, ResolverSpec } from "../../sdk/typescript/gen/kibotos/ctrl/v1/ctrl_pb.js";
-import { api, apiError, command, errorText } from "./api.js";
+import { allPages, api, apiError, command, errorText } from "./api.js";
 import { confirmed, field, h, labelsText, parseLabels, setError, when, wholeNumber } from "./dom.js";
 import { clearErrors, showError, type FieldMap } from "./errors.js";
 
@@ -166,7 +166,7 @@ function tlsControls(p: string) {
 
 const egressKind: Kind<EgressSpec> = {
   noun: "egress", title: "Egresses", prefix: "eg",
-  list: async (signal) => (await api.egresses.listEgresses({ pageSize: 1000 }, { signal })).egresses.map(egress),
+  list: async (signal) => (await allPages((pageToken) => api.egresses.listEgresses({ pageSize: 1000, pageToken }, { signal }), (r) => r.egresses)).map(egress),
   get: async (id) => {
     const e = (await api.egresses.getEgress({ egressId: id })).egress;
     return e && egress(e);
@@ -247,7 +247,7 @@ type ResolverProtocol = "udp" | "tcp" | "tls" | "https";
 
 const resolverKind: Kind<ResolverSpec> = {
   noun: "resolver", title: "Resolvers", prefix: "rs",
-  list: async (signal) => (await api.resolvers.listResolvers({ pageSize: 1000 }, { signal })).resolvers.map(resolver),
+  list: async (signal) => (await allPages((pageToken) => api.resolvers.listResolvers({ pageSize: 1000, pageToken }, { signal }), (r) => r.resolvers)).map(resolver),
   get: async (id) => {
     const r = (await api.resolvers.getResolver({ resolverId: id })).resolver;
     return r && resolver(r);

@@ -6,7 +6,7 @@ import {
   FailureReason, FailureStage, GuestCondition, NetworkPolicyMode, StopMode, VolumeState, WorkspaceState, WorkspaceVolumeMode,
   type Workspace,
 } from "../../sdk/typescript/gen/kibotos/ctrl/v1/ctrl_pb.js";
-import { api, apiError, command, errorText } from "./api.js";
+import { allPages, api, apiError, command, errorText } from "./api.js";
 import { age, bytes, confirmed, field, h, labelsText, mibBytes, parseLabels, setError, wholeNumber } from "./dom.js";
 import { canWrite, type Caller } from "./auth.js";
 import { clearErrors, showError, type FieldMap } from "./errors.js";
@@ -124,11 +124,11 @@ export function workspacesView(main: HTMLElement, caller: Caller, signal: AbortS
       submit.disabled = false;
     }
   });
-  api.templates.listTemplates({ pageSize: 1000 }, { signal }).then((r) => {
-    template.replaceChildren(...r.templates.map((t) => h("option", { value: t.templateId }, t.templateId)));
+  allPages((pageToken) => api.templates.listTemplates({ pageSize: 1000, pageToken }, { signal }), (r) => r.templates).then((templates) => {
+    template.replaceChildren(...templates.map((t) => h("option", { value: t.templateId }, t.templateId)));
   }).catch((e) => setError("ws-template", errorText(apiError(e))));
-  api.volumes.listVolumes({ pageSize: 1000 }, { signal }).then((r) => {
-    volume.append(...r.volumes.filter((v) => v.state === VolumeState.AVAILABLE && !v.boundWorkspaceId)
+  allPages((pageToken) => api.volumes.listVolumes({ pageSize: 1000, pageToken }, { signal }), (r) => r.volumes).then((volumes) => {
+    volume.append(...volumes.filter((v) => v.state === VolumeState.AVAILABLE && !v.boundWorkspaceId)
       .map((v) => h("option", { value: v.volumeId }, `bind ${v.volumeId} (${bytes(v.spec?.capacityBytes ?? 0n)})`)));
   }).catch((e) => setError("ws-volume", errorText(apiError(e))));
 

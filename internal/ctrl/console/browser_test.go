@@ -697,3 +697,36 @@ func logShells(t *testing.T, url, token, id string) {
 	time.Sleep(2 * time.Second)
 	t.Logf("the guest replays %q", out.String())
 }
+
+// TestConsoleListsEveryPage: the resources page lists every Egress though
+// the server ends a page at 4 MiB: 30 Egresses with 200 KiB of
+// annotations each come in two pages, and all 30 are shown.
+func TestConsoleListsEveryPage(t *testing.T) {
+	if !console.New().Built() {
+		t.Skip("the console's bundle is not built: run make build (npm ci and the bundle in console/)")
+	}
+	d := uptest.Shared(t)
+	token := d.Project(t)
+	egresses := ctrlv1connect.NewEgressServiceClient(http.DefaultClient, d.URL, connect.WithInterceptors(bearer.Token(token)))
+	big := strings.Repeat("x", 200<<10)
+	for range 30 {
+		if _, err := egresses.CreateEgress(t.Context(), connect.NewRequest(&ctrlv1.CreateEgressRequest{
+			Command:     &ctrlv1.CommandMetadata{CommandId: uuid.NewString()},
+			Spec:        &ctrlv1.EgressSpec{Protocol: &ctrlv1.EgressSpec_Socks5{Socks5: &ctrlv1.Socks5Egress{Address: "127.0.0.1:1080"}}},
+			Annotations: map[string]string{"big": big},
+		})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, err := egresses.ListEgresses(t.Context(), connect.NewRequest(&ctrlv1.ListEgressesRequest{PageSize: 1000}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Msg.GetNextPageToken() == "" {
+		t.Fatalf("30 Egresses of 200 KiB came in one page of %d: nothing for the console to follow", len(first.Msg.GetEgresses()))
+	}
+	b := newPage(t)
+	b.signIn(d.URL, token, "admin")
+	b.do(chromedp.Navigate(d.URL + "/#/resources"))
+	b.wait("all 30 Egresses listed", `document.querySelectorAll("table[aria-label=Egresses] tbody tr").length === 30`)
+}
