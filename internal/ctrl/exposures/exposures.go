@@ -182,7 +182,7 @@ func (s *Service) List(ctx context.Context, workspaceID string, pageSize uint32,
 		if err != nil {
 			return err
 		}
-		rows, next = resource.Cut(p, rows, func(e store.Exposure) string { return e.ID })
+		rows, next = resource.Cut(p, rows, func(e store.Exposure) string { return e.ID }, func(e store.Exposure) int { return len(e.Body) })
 		for _, row := range rows {
 			st, err := decode(row)
 			if err != nil {

@@ -337,14 +337,19 @@ func ParsePage(ctx context.Context, pages *pagetoken.Codec, kind string, pageSiz
 }
 
 // Cut trims rows (fetched in order after p.After, at least one more than
-// the page when another page follows) to the page, and returns the token
-// of the next page, named by position, or "".
-func Cut[T any](p PageRequest, rows []T, position func(T) string) ([]T, string) {
-	if len(rows) <= p.Size {
+// the page when another page follows) to the page: p.Size rows, or fewer
+// once they hold PageBytes (size tells a row's bytes). It returns the
+// token of the next page, named by position, or "".
+func Cut[T any](p PageRequest, rows []T, position func(T) string, size func(T) int) ([]T, string) {
+	n, bytes := 0, 0
+	for n < len(rows) && n < p.Size && (n == 0 || bytes < PageBytes) {
+		bytes += size(rows[n])
+		n++
+	}
+	if n == len(rows) {
 		return rows, ""
 	}
-	rows = rows[:p.Size]
-	return rows, p.pages.Encode(p.scope, position(rows[len(rows)-1]))
+	return rows[:n], p.pages.Encode(p.scope, position(rows[n-1]))
 }
 
 // PageBytes bounds a List page: its rows' bytes (size) past it, the page

@@ -260,4 +260,43 @@ func TestListPagesBoundedInBytes(t *testing.T) {
 	if pages < 2 {
 		t.Errorf("150 small objects and 30 of 200 KiB came in %d pages, want the bound to cut them", pages)
 	}
+
+	// Templates, listed in their own order, are cut alike.
+	templates := ctrlv1connect.NewTemplateServiceClient(e.http, e.url, connect.WithInterceptors(bearer.Token(e.admin)))
+	wantTemplates := map[string]bool{}
+	for i := range 30 {
+		id := fmt.Sprintf("big-%d", i)
+		if _, err := templates.CreateTemplate(t.Context(), connect.NewRequest(&ctrlv1.CreateTemplateRequest{
+			Command: cmd(), TemplateId: id, Annotations: map[string]string{"big": big}})); err != nil {
+			t.Fatal(err)
+		}
+		wantTemplates[id] = true
+	}
+	seen, pages := map[string]int{}, 0
+	for token := ""; ; {
+		resp, err := templates.ListTemplates(t.Context(), connect.NewRequest(&ctrlv1.ListTemplatesRequest{PageSize: 1000, PageToken: token}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		size := 0
+		for _, tpl := range resp.Msg.GetTemplates() {
+			seen[tpl.GetTemplateId()]++
+			size += len(tpl.GetAnnotations()["big"])
+		}
+		if size > resource.PageBytes+len(big) {
+			t.Errorf("templates page %d carries %d bytes of annotations, more than %d and one template", pages, size, resource.PageBytes)
+		}
+		if token = resp.Msg.GetNextPageToken(); token == "" {
+			break
+		}
+	}
+	for id := range wantTemplates {
+		if seen[id] != 1 {
+			t.Errorf("template %s listed %d times, want once", id, seen[id])
+		}
+	}
+	if pages < 2 {
+		t.Errorf("30 templates of 200 KiB came in %d page, want the bound to cut them", pages)
+	}
 }

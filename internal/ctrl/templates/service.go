@@ -15,6 +15,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
 	"github.com/kibotos/kibotos/internal/ctrl/command"
+	"github.com/kibotos/kibotos/internal/ctrl/meta"
 	"github.com/kibotos/kibotos/internal/ctrl/resource"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 )
@@ -133,13 +134,18 @@ func (s *Service) ListTemplates(ctx context.Context, pageSize uint32, token stri
 			start = len(all)
 		}
 		var page []*tmpl
-		page, next = resource.Cut(p, all[start:], (*tmpl).position)
+		page, next = resource.Cut(p, all[start:], (*tmpl).position, (*tmpl).size)
 		for _, t := range page {
 			out = append(out, t.view())
 		}
 		return nil
 	})
 	return out, next, err
+}
+
+// size is a Template's bytes, as a page of ListTemplates counts them.
+func (t *tmpl) size() int {
+	return len(t.obj.Spec) + meta.Bytes(t.obj.Labels) + meta.Bytes(t.obj.Annotations)
 }
 
 // position is a Template's place in the order of ListTemplates, as a
