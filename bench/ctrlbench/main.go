@@ -117,6 +117,9 @@ func run(backend string, st store.Store, dir string, watch bool) {
 	defer cancel()
 	admin, err := auth.Bootstrap(ctx, st, time.Now(), nil)
 	must(err)
+	if admin == "" {
+		log.Fatalf("%s: the store is not empty (it has an operator project, whose token this benchmark cannot know): give it an empty database", backend)
+	}
 	images, err := imagestore.Open(filepath.Join(dir, backend+"-images"))
 	must(err)
 	must(templates.EnsureBuiltin(ctx, st, images, *busybox))
