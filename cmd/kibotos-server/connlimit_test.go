@@ -173,4 +173,17 @@ func TestOneProjectHoldsAQuarterOfTheConnections(t *testing.T) {
 			t.Fatalf("the project's call once its held calls ended: %v", err)
 		}
 	}
+
+	// A request no handler admits (here a path nothing serves) cannot hold
+	// its connection by never sending its body.
+	conn, err := net.DialTimeout("tcp", up.addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "POST /nope HTTP/1.1\r\nHost: kibotos\r\nContent-Length: 1000\r\n\r\n")
+	conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if b, err := io.ReadAll(conn); err != nil {
+		t.Errorf("a request to no service, whose body never comes, still holds its connection after 20 s (read %q): %v", b, err)
+	}
 }

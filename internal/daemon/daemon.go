@@ -30,6 +30,7 @@ import (
 	"gocloud.dev/blob"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/kibotos/kibotos/internal/admission"
 	"github.com/kibotos/kibotos/internal/buildinfo"
 	"github.com/kibotos/kibotos/internal/cafile"
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
@@ -381,7 +382,7 @@ func Run(ctx context.Context, o Options) error {
 		gateway = agent.AllowOrigins(gateway, consoleOrigins(o.ConsoleOrigins, public))
 		if exposureLn != nil {
 			onlyThem := onlyExposures(hostAgent, exposures)
-			g.Go(func() error { return server.Serve(ctx, exposureLn, onlyThem, shutdownGrace) })
+			g.Go(func() error { return server.Serve(ctx, exposureLn, admission.Guard(onlyThem), shutdownGrace) })
 			exposures = movedTo(exposurePublic)
 		}
 		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -395,7 +396,9 @@ func Run(ctx context.Context, o Options) error {
 			}
 		})
 	}
-	g.Go(func() error { return server.Serve(ctx, ln, handler, shutdownGrace) })
+	// Whatever a request names, its body must come within
+	// admission.BodyTimeout unless a handler admits it.
+	g.Go(func() error { return server.Serve(ctx, ln, admission.Guard(handler), shutdownGrace) })
 	if pprofLn != nil {
 		slog.Info("serving pprof", "addr", pprofLn.Addr().String())
 		g.Go(func() error { return server.Serve(ctx, pprofLn, pprofHandler(), shutdownGrace) })

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/kibotos/kibotos/internal/admission"
 	"github.com/kibotos/kibotos/internal/buildinfo"
 	"github.com/kibotos/kibotos/internal/ctrl/health"
 	"github.com/kibotos/kibotos/internal/ctrl/metrics"
@@ -116,7 +117,9 @@ func RunHost(ctx context.Context, o Options) error {
 	})
 	slog.Info("host agent serving", "host", o.HostID, "addr", ln.Addr().String(), "public_url", public, "ctrl", o.CtrlURL)
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return server.Serve(ctx, ln, handler, shutdownGrace) })
+	// Whatever a request names, its body must come within
+	// admission.BodyTimeout unless the gateway or an exposure admits it.
+	g.Go(func() error { return server.Serve(ctx, ln, admission.Guard(handler), shutdownGrace) })
 	g.Go(func() error { return hostAgent.Run(ctx) })
 	select {
 	case <-hostAgent.Registered():

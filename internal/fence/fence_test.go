@@ -48,6 +48,7 @@ var parts = map[string]string{
 	"internal/errdetail":   leaf,
 	"internal/fdlimit":     leaf,
 	"internal/callshare":   leaf,
+	"internal/admission":   leaf,
 	"internal/config":      wiring,
 	"sdk":                  client,
 	"internal/cli":         client,

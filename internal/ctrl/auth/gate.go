@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/kibotos/kibotos/internal/admission"
 	"github.com/kibotos/kibotos/internal/callshare"
 	"github.com/kibotos/kibotos/internal/errdetail"
 )
@@ -18,10 +19,10 @@ import (
 const gateSmall = 64 << 10
 
 // refusedBodyTimeout is how long the body of a small request whose token
-// does not authenticate may take to arrive: as long as its header may
-// (the server's ReadHeaderTimeout), so that a client with no token cannot
-// hold a connection longer by sending the body a byte at a time.
-var refusedBodyTimeout = 10 * time.Second
+// does not authenticate may take to arrive (admission.BodyTimeout), so
+// that a client with no token cannot hold a connection by sending the
+// body a byte at a time.
+var refusedBodyTimeout = admission.BodyTimeout
 
 // Gate serves next, a Connect handler, after checking each call's token
 // (check, given the Authorization header, returns who the token
@@ -52,14 +53,7 @@ func Gate(next http.Handler, check func(ctx context.Context, header string) (str
 		refuse := func(err error) {
 			err = errdetail.Complete(err)
 			refused(r, start, err)
-			// Nothing more of the request is read: the server would
-			// otherwise wait for up to 256 KiB of it after the answer (for
-			// ever, from a client that sends none), to reuse the
-			// connection.
-			http.NewResponseController(w).SetReadDeadline(start)
-			if r.ProtoMajor == 1 {
-				w.Header().Set("Connection", "close") // over HTTP/2, a GOAWAY to every call of the connection
-			}
+			admission.Refuse(w, r)
 			errs.Write(w, r, err)
 		}
 		caller, err := check(r.Context(), r.Header.Get("Authorization"))
@@ -80,6 +74,7 @@ func Gate(next http.Handler, check func(ctx context.Context, header string) (str
 			return
 		}
 		defer release()
+		admission.Admit(w)
 		next.ServeHTTP(w, r)
 	})
 }

@@ -109,13 +109,22 @@ var eventTypes = []struct {
 	{fsnotify.Chmod, datav1.FileEventType_FILE_EVENT_TYPE_CHMOD},
 }
 
+// unnamedWrite reports whether ev is a write or a mode change of an
+// unnamed file (isUnnamed), all an O_TMPFILE of a write gets: its link
+// into place is a CREATE under its own name. A user's file named
+// #<digits> that is gone by the time its event is read still has its
+// CREATE, REMOVE and RENAME sent.
+func unnamedWrite(ev fsnotify.Event) bool {
+	return !ev.Has(fsnotify.Create) && !ev.Has(fsnotify.Remove) && !ev.Has(fsnotify.Rename) && isUnnamed(ev.Name)
+}
+
 // handle sends ev and, recursively, watches a directory it created;
 // events of the temporary files of WriteFile and the file bytes path,
 // named or unnamed, are passed over (the file appears by a rename:
 // CREATE). end reports that the watched directory itself was removed or
 // moved.
 func (w *watch) handle(ev fsnotify.Event) (end bool, err error) {
-	if isTemp(ev.Name) || isUnnamed(ev.Name) {
+	if isTemp(ev.Name) || unnamedWrite(ev) {
 		return false, nil // a write's own file: its rename is the news
 	}
 	for _, et := range eventTypes {

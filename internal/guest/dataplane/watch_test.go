@@ -158,6 +158,29 @@ func TestWatchPassesOverWriteTemporaries(t *testing.T) {
 	if isUnnamed(filepath.Join(dir, "#13")) || !isUnnamed(filepath.Join(dir, "#14")) {
 		t.Error("isUnnamed tells an existing #13 or a missing #14 wrongly")
 	}
+
+	// A user's file named #<digits> keeps its events, once it is gone too.
+	if err := os.WriteFile(filepath.Join(dir, "#42"), []byte("a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "#42"), filepath.Join(dir, "#43")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "#43")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "end"), nil, 0o644); err != nil { // the last event
+		t.Fatal(err)
+	}
+	got = nil
+	for !slices.Contains(got, "CREATE end") {
+		got = append(got, watchEvents(t, stream, dir, 1)...)
+	}
+	for _, want := range []string{"CREATE #42", "RENAME #42", "CREATE #43", "REMOVE #43"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("events %v; want %s of a user's file", got, want)
+		}
+	}
 	if isTemp(filepath.Join(dir, ".f.kibotos-zz")) || isTemp(filepath.Join(dir, "f.kibotos-0123456789ab")) || !isTemp(filepath.Join(dir, ".f.kibotos-0123456789ab")) {
 		t.Error("isTemp tells temporary files from others wrongly")
 	}

@@ -17,6 +17,7 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/admission"
 	"github.com/kibotos/kibotos/internal/exposureabi"
 	"github.com/kibotos/kibotos/sdk/bearer"
 )
@@ -201,6 +202,7 @@ func (p *exposureProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer p.release(route.exposure.ExposureId)
+	admission.Admit(w) // a guest's upload or WebSocket may take as long as it takes
 	ctx, cancel := whileValid(context.WithValue(r.Context(), routeKey{}, route), recheckExposureEvery, func() bool {
 		now := p.agent.exposureByID(route.exposure.ExposureId)
 		return now != nil && now.execution == route.execution

@@ -23,6 +23,7 @@ import (
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/admission"
 	"github.com/kibotos/kibotos/internal/callshare"
 	"github.com/kibotos/kibotos/internal/guestabi"
 	"github.com/kibotos/kibotos/sdk/bearer"
@@ -265,6 +266,7 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
+	admission.Admit(w)
 	// A call lives no longer than what admitted it: a stream is cut once
 	// its session is revoked or the data plane rotated, and ends with that
 	// refusal. Its token's expiry does not cut it (a command may run for
@@ -329,15 +331,10 @@ func whileValid(parent context.Context, every time.Duration, valid func() bool) 
 // its stream ends with (endsStreamCleanly).
 type cutKey struct{}
 
-// reject answers a call the gateway does not admit and reads nothing more
-// of its request: over HTTP/1.1 the server would otherwise wait for up to
-// 256 KiB of it after the answer (for ever, from a client that sends
-// none) to reuse the connection, which it closes instead.
+// reject answers a call the gateway does not admit, reading nothing more
+// of its request (admission.Refuse).
 func (g *gateway) reject(w http.ResponseWriter, r *http.Request, err error) {
-	http.NewResponseController(w).SetReadDeadline(time.Now())
-	if r.ProtoMajor == 1 {
-		w.Header().Set("Connection", "close") // over HTTP/2, a GOAWAY to every call of the connection
-	}
+	admission.Refuse(w, r)
 	g.errors.Write(w, r, err)
 }
 
