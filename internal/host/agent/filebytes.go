@@ -68,15 +68,21 @@ func (g *gateway) getFileBytes(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(resp.StatusCode)
 	if resp.StatusCode != http.StatusOK || resp.ContentLength < 0 || resp.TransferEncoding != nil {
-		io.Copy(w, resp.Body)
-		return
+		_, err = io.Copy(w, resp.Body)
+	} else {
+		// What the header's read buffered first, then the rest from the socket.
+		buffered := min(int64(guestReader.Buffered()), resp.ContentLength)
+		if _, err = io.CopyN(w, guestReader, buffered); err == nil {
+			_, err = io.CopyN(w, conn, resp.ContentLength-buffered)
+		}
 	}
-	// What the header's read buffered first, then the rest from the socket.
-	buffered := min(int64(guestReader.Buffered()), resp.ContentLength)
-	if _, err := io.CopyN(w, guestReader, buffered); err != nil {
-		return
+	if err != nil {
+		// Cut short: the guest aborted, the session ended, the caller
+		// left. The answer must not end as if whole (a chunked one would
+		// get its last chunk): abort it, which resets an HTTP/2 stream
+		// and closes an HTTP/1.1 connection.
+		panic(http.ErrAbortHandler)
 	}
-	io.Copy(w, io.LimitReader(conn, resp.ContentLength-buffered))
 }
 
 // rewriteFileBytes is rewrite for a PUT of the file bytes path, whose body

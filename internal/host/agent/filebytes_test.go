@@ -49,6 +49,13 @@ func (g *guest) serveFileBytes(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", "2")
 		w.Write([]byte("ok"))
 		return
+	case "cut":
+		// A file of no known length (a pipe's) whose reading fails
+		// after a MiB: the guest agent aborts its answer, and the
+		// chunked body never gets its last chunk.
+		w.Write(make([]byte, 1<<20))
+		http.NewResponseController(w).Flush()
+		panic(http.ErrAbortHandler)
 	case "switch":
 		// A final 101 to a GET that asked for no upgrade.
 		conn, buf, err := http.NewResponseController(w).Hijack()
@@ -190,5 +197,29 @@ func TestGatewayFileBytes(t *testing.T) {
 	}
 	if !strings.Contains(resp.Header.Get("Content-Length"), strconv.Itoa(1024<<20)) {
 		t.Errorf("Content-Length %q", resp.Header.Get("Content-Length"))
+	}
+}
+
+// TestGatewayFileBytesCutShort: a file's bytes of no known length that the
+// guest cuts short end the caller's answer as an error too, over HTTP/1.1
+// and HTTP/2, never as a whole file. The gateway ended a chunked answer
+// cleanly, and a download of a pipe whose writer was cut reported success.
+func TestGatewayFileBytesCutShort(t *testing.T) {
+	e := newGatewayEnv(t)
+	k := key(1)
+	e.set(assignment("ws_a", 2, k), hostv1.ObservedState_OBSERVED_STATE_RUNNING)
+	tok := sign(k, "ses_1", "ws_a", 2, time.Hour)
+	for name, client := range map[string]*http.Client{"http1": http.DefaultClient, "h2c": h2c()} {
+		req, _ := http.NewRequest(http.MethodGet, e.url+guestabi.FileBytesPath+"?path=cut", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		n, err := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err == nil {
+			t.Errorf("%s: a file's bytes cut after %d bytes read as a whole file", name, n)
+		}
 	}
 }
