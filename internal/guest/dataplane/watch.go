@@ -58,7 +58,9 @@ func (s *FileService) WatchDirectory(ctx context.Context, req *connect.Request[d
 		case <-ctx.Done():
 			return toConnect(stageWatchingDirectory, ctx.Err())
 		case <-s.closed:
-			return nil
+			// The guest stops: the caller learns the watch ended short,
+			// as a deleted workspace's caller does.
+			return newError(connect.CodeUnavailable, stageWatchingDirectory, "the workspace is stopping: the watch ends with its guest")
 		case err := <-notify.Errors:
 			if errors.Is(err, fsnotify.ErrEventOverflow) {
 				return newError(connect.CodeResourceExhausted, stageWatchingDirectory, "events were lost: %v", err)

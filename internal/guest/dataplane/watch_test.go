@@ -185,3 +185,17 @@ func TestWatchPassesOverWriteTemporaries(t *testing.T) {
 		t.Error("isTemp tells temporary files from others wrongly")
 	}
 }
+
+// TestWatchEndsWhenTheGuestStops: a watch the guest agent's stop ends
+// (FileService.Close) ends with unavailable, not as if the caller had
+// ended it.
+func TestWatchEndsWhenTheGuestStops(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := testCtx(t, 30*time.Second)
+	stream := startWatch(t, e, ctx, t.TempDir(), false)
+	defer stream.Close()
+	e.files.Close()
+	for stream.Receive() {
+	}
+	wantCode(t, stream.Err(), connect.CodeUnavailable, stageWatchingDirectory)
+}
