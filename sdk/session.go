@@ -2,7 +2,9 @@ package sdk
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -146,13 +148,15 @@ func (w *Workspace) CurrentSession() *Session {
 // outlives a stop and start; or the data plane was rotated). A session
 // revoked stays revoked for the handle that issued it: whoever revoked it
 // meant it. For a session the handle was given, any refusal, or an
-// endpoint that does not answer (the Workspace has moved to another host
-// since the session was issued, and a new session names that host).
+// endpoint that could not be reached (the Workspace has moved to another
+// host since the session was issued, and a new session names that host).
+// Any other unavailable call may have run there, its answer lost on the
+// way, and sending it again would run it twice.
 func refused(d *dataPlane, err error) bool {
 	if sessionExpired(err) {
 		return true
 	}
-	if d.given && connect.CodeOf(err) == connect.CodeUnavailable {
+	if d.given && connect.CodeOf(err) == connect.CodeUnavailable && notReached(err) {
 		return true
 	}
 	f, ok := FailureOf(err)
@@ -161,6 +165,14 @@ func refused(d *dataPlane, err error) bool {
 		return false
 	}
 	return d.given || f.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_SESSION_REVOKED
+}
+
+// notReached reports whether err is a failure to connect to the endpoint
+// at all (its dial failed, a name did not resolve), so that no request
+// reached it.
+func notReached(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // forget drops d, whose session the data plane reported expired, unless

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -417,6 +420,28 @@ func TestWorkspaceWithSession(t *testing.T) {
 	}
 	if got := h.CurrentSession(); got == nil || got.Endpoint != s.Endpoint {
 		t.Errorf("after an unreachable endpoint the handle holds %+v, want a session of %s", got, s.Endpoint)
+	}
+
+	// An endpoint that runs the call and loses its answer (a proxy that
+	// answers 502 once the data plane has answered): the call is not
+	// sent again, which would run it twice.
+	target, err := url.Parse(s.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lossy := testutil.H2CServer(t, &httputil.ReverseProxy{
+		Rewrite:        func(r *httputil.ProxyRequest) { r.SetURL(target) },
+		Transport:      sdk.NewTransport(nil),
+		ModifyResponse: func(*http.Response) error { return errors.New("the answer is lost") },
+	})
+	cut := *s
+	cut.Endpoint = lossy.URL
+	h = c.WorkspaceWithSession(ws.ID(), &cut)
+	if _, err := h.Exec(t.Context(), []string{"sh", "-c", "echo ran >> /root/lossy"}, sdk.ExecOptions{}); connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Errorf("exec through an endpoint that lost the answer: %v, want unavailable", err)
+	}
+	if out := sh(t, ws, "sleep 0.5; cat /root/lossy"); out != "ran\n" {
+		t.Errorf("the command ran %q, want once", out)
 	}
 
 	_, err = c.WorkspaceWithSession("ws_06h38fjb8dr6d00n3d7fkxjf2m", s).Exec(t.Context(), []string{"true"}, sdk.ExecOptions{})
