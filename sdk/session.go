@@ -113,8 +113,9 @@ func (c *Client) newDataPlane(s *Session) *dataPlane {
 // before (by another handle, or another process that kept it): until s is
 // about to expire or the data plane refuses it (expired, revoked, or of an
 // earlier start of the Workspace), then a session the handle issues, as any
-// handle does. A refused call, or one whose endpoint does not answer, is
-// made once more with the new session. The
+// handle does. A refused call, or one whose endpoint could not be
+// reached at all, is made once more with the new session; one that may
+// have reached it (its answer lost) is not, since it may have run. The
 // handle's Info is nil. A session whose token does not name the Workspace
 // id is not used: the handle issues its own, and for a Workspace that does
 // not exist its calls fail with the NotFound of issuing it.
