@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"sync"
@@ -43,6 +44,9 @@ type ctrlFake struct {
 
 	ws    *ctrlv1.Workspace   // returned by the lifecycle calls
 	watch []*ctrlv1.Workspace // sent by WatchWorkspace, in order
+	// cutWatches are sent by the first WatchWorkspace calls, one list
+	// each, which then end unavailable, as a restarting server's do.
+	cutWatches [][]*ctrlv1.Workspace
 
 	imported []byte // the chunks of the last import, concatenated
 	chunks   int
@@ -109,10 +113,19 @@ func (f *ctrlFake) UpdateWorkspaceExpiration(_ context.Context, r *connect.Reque
 
 func (f *ctrlFake) WatchWorkspace(_ context.Context, r *connect.Request[ctrlv1.WatchWorkspaceRequest], s *connect.ServerStream[ctrlv1.WatchWorkspaceResponse]) error {
 	f.record(r)
-	for _, ws := range f.watch {
+	f.mu.Lock()
+	send, cut := f.watch, len(f.cutWatches) > 0
+	if cut {
+		send, f.cutWatches = f.cutWatches[0], f.cutWatches[1:]
+	}
+	f.mu.Unlock()
+	for _, ws := range send {
 		if err := s.Send(&ctrlv1.WatchWorkspaceResponse{Workspace: ws}); err != nil {
 			return err
 		}
+	}
+	if cut {
+		return connect.NewError(connect.CodeUnavailable, errors.New("the server is shutting down; watch again"))
 	}
 	return nil
 }

@@ -83,22 +83,44 @@ func waitWorkspace(ctx context.Context, cl wsClient, ws *ctrlv1.Workspace, g goa
 	defer cancel()
 	r := &reporter{out: out, last: ws, since: time.Now()}
 	defer out.end()
-	stream, err := cl.WatchWorkspace(wctx, connect.NewRequest(&ctrlv1.WatchWorkspaceRequest{WorkspaceId: ws.GetWorkspaceId()}))
-	if err == nil {
+	// follow reads one watch until it ends, or until the Workspace settles
+	// the wait (done).
+	follow := func(stream *connect.ServerStreamForClient[ctrlv1.WatchWorkspaceResponse]) (done bool, err error) {
 		defer stream.Close()
 		for stream.Receive() {
 			ws := stream.Msg().GetWorkspace()
 			r.observe(ws)
 			switch s := ws.GetState(); {
 			case s == g.state:
-				return nil
+				return true, nil
 			case s == ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED:
-				return failureError(ws)
+				return true, failureError(ws)
 			case !slices.Contains(g.via, s):
-				return fmt.Errorf("workspace %s is %s and will not become %s", ws.GetWorkspaceId(), stateName(s), stateName(g.state))
+				return true, fmt.Errorf("workspace %s is %s and will not become %s", ws.GetWorkspaceId(), stateName(s), stateName(g.state))
 			}
 		}
-		err = stream.Err()
+		return false, stream.Err()
+	}
+	var err error
+	for {
+		var stream *connect.ServerStreamForClient[ctrlv1.WatchWorkspaceResponse]
+		stream, err = cl.WatchWorkspace(wctx, connect.NewRequest(&ctrlv1.WatchWorkspaceRequest{WorkspaceId: ws.GetWorkspaceId()}))
+		if err == nil {
+			var done bool
+			if done, err = follow(stream); done {
+				return err
+			}
+		}
+		// The control plane restarts, or its database is away a moment:
+		// the Workspace goes on meanwhile, so the wait watches again
+		// (its first message is the state now) until the timeout.
+		if connect.CodeOf(err) != connect.CodeUnavailable || wctx.Err() != nil {
+			break
+		}
+		select {
+		case <-wctx.Done():
+		case <-time.After(rewatchDelay):
+		}
 	}
 	last := stateName(r.last.GetState())
 	switch {
@@ -112,6 +134,10 @@ func waitWorkspace(ctx context.Context, cl wsClient, ws *ctrlv1.Workspace, g goa
 	}
 	return fmt.Errorf("the watch ended before workspace %s became %s; it is %s", ws.GetWorkspaceId(), stateName(g.state), last)
 }
+
+// rewatchDelay is how long a wait waits before it watches again after its
+// watch ended unavailable.
+const rewatchDelay = 500 * time.Millisecond
 
 // failureError says why a Workspace is FAILED.
 func failureError(ws *ctrlv1.Workspace) error {

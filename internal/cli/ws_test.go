@@ -228,6 +228,23 @@ func TestWorkspaceWaitStreamEndsEarly(t *testing.T) {
 	}
 }
 
+// A watch that ends unavailable (the control plane restarts) is watched
+// again: the wait goes on to AVAILABLE, rather than failing a create that
+// succeeds, which a retry would make twice.
+func TestWorkspaceWaitWatchesAgain(t *testing.T) {
+	e, f := newCtrlEnv(t)
+	creating := testWorkspace(ctrlv1.WorkspaceState_WORKSPACE_STATE_CREATING)
+	f.cutWatches = [][]*ctrlv1.Workspace{{creating}, {creating}}
+	f.watch = []*ctrlv1.Workspace{creating, testWorkspace(ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE)}
+	if _, stderr, err := e.run(t, "", "ws", "create", "--wait", "--addr", e.addr, "--token", "t"); err != nil {
+		t.Fatalf("create --wait across two watches that ended unavailable: %v\n%s", err, stderr)
+	}
+	calls, _ := f.got()
+	if n := strings.Count(strings.Join(calls, ","), "WatchWorkspace"); n != 3 {
+		t.Errorf("%d watches, want 3: %v", n, calls)
+	}
+}
+
 func TestWorkspaceStopModes(t *testing.T) {
 	e := newPlacedEnv(t)
 	ws := e.createWorkspace(t)
