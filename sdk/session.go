@@ -16,7 +16,9 @@ import (
 	"github.com/kibotos/kibotos/sdk/sessiontoken"
 )
 
-// renewBefore is how long before its expiry a cached session is replaced.
+// renewBefore is how long before its expiry a cached session is replaced,
+// or half its lifetime when that is shorter: a session of 30 s or less
+// would otherwise be replaced at every call.
 const renewBefore = 30 * time.Second
 
 // Session is a data-plane session of a Workspace: a bearer token for the
@@ -35,6 +37,10 @@ type dataPlane struct {
 	// generation is the run of the Workspace the session reaches (its
 	// token says); 0 when the token does not parse.
 	generation uint64
+	// renewBefore is how long before its expiry the session is replaced:
+	// the package's renewBefore, or half of what the session had left
+	// when it came.
+	renewBefore time.Duration
 	// given is set on a session the handle was made with
 	// (WorkspaceWithSession), not one it issued.
 	given    bool
@@ -62,7 +68,7 @@ func (w *Workspace) Session(ctx context.Context) (*Session, error) {
 func (w *Workspace) dataPlane(ctx context.Context) (*dataPlane, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if d := w.dp; d != nil && (d.session.ExpiresAt.IsZero() || time.Until(d.session.ExpiresAt) > renewBefore) {
+	if d := w.dp; d != nil && (d.session.ExpiresAt.IsZero() || time.Until(d.session.ExpiresAt) > d.renewBefore) {
 		return d, nil
 	}
 	req := &ctrlv1.IssueSessionRequest{WorkspaceId: w.id, TtlSeconds: uint32(w.c.sessionTTL / time.Second)}
@@ -97,14 +103,15 @@ func (c *Client) newDataPlane(s *Session) *dataPlane {
 	opts = append(opts, connect.WithReadMaxBytes(maxDataPlaneMessage))
 	tok, _ := sessiontoken.Parse(s.Token)
 	return &dataPlane{
-		session:    s,
-		generation: tok.Generation,
-		proc:       datav1connect.NewProcessServiceClient(c.hc, s.Endpoint, opts...),
-		files:      datav1connect.NewFileServiceClient(c.hc, s.Endpoint, opts...),
-		metrics:    datav1connect.NewMetricsServiceClient(c.hc, s.Endpoint, opts...),
-		services:   datav1connect.NewServiceServiceClient(c.hc, s.Endpoint, opts...),
-		screen:     datav1connect.NewScreenServiceClient(c.hc, s.Endpoint, screenOpts...),
-		input:      datav1connect.NewInputServiceClient(c.hc, s.Endpoint, opts...),
+		session:     s,
+		generation:  tok.Generation,
+		renewBefore: min(renewBefore, time.Until(s.ExpiresAt)/2),
+		proc:        datav1connect.NewProcessServiceClient(c.hc, s.Endpoint, opts...),
+		files:       datav1connect.NewFileServiceClient(c.hc, s.Endpoint, opts...),
+		metrics:     datav1connect.NewMetricsServiceClient(c.hc, s.Endpoint, opts...),
+		services:    datav1connect.NewServiceServiceClient(c.hc, s.Endpoint, opts...),
+		screen:      datav1connect.NewScreenServiceClient(c.hc, s.Endpoint, screenOpts...),
+		input:       datav1connect.NewInputServiceClient(c.hc, s.Endpoint, opts...),
 	}
 }
 
