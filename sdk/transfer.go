@@ -130,7 +130,12 @@ func (c *Client) awaitTransfer(ctx context.Context, t *ctrlv1.Transfer) (*ctrlv1
 		case <-time.After(transferPoll):
 		}
 		resp, err := c.transfers().GetTransfer(ctx, connect.NewRequest(&ctrlv1.GetTransferRequest{TransferId: t.GetTransferId()}))
-		if err != nil {
+		switch {
+		case connect.CodeOf(err) == connect.CodeUnavailable:
+			// The control plane restarts, or its database is away a
+			// moment: the Transfer goes on meanwhile, so the poll does.
+			continue
+		case err != nil:
 			return t, err
 		}
 		t = resp.Msg.GetTransfer()
