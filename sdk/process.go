@@ -104,7 +104,9 @@ func startedRef(started *datav1.ProcessEvent_Started) ProcessRef {
 // not an error: the ExitStatus says so. When ctx ends first, Exec kills the
 // process (SIGKILL to its process group) and returns ctx's error; so it
 // does when following the process fails otherwise (writing its output to
-// o.Stdout failed, the connection broke): Exec leaves nothing running.
+// o.Stdout failed, the connection broke): Exec leaves nothing running, or,
+// when the data plane cannot be reached to kill it for killTimeout (the
+// deployment restarts), says in its error that the process may still run.
 // Once Exec returns it writes nothing more, but for a write to o.Stdout or
 // o.Stderr that still blocks outputGrace after ctx ended: Exec returns
 // without it, and that write is left to return on its own. Use Start for a
@@ -139,18 +141,39 @@ func (w *Workspace) Exec(ctx context.Context, args []string, o ExecOptions) (Exi
 	}
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killTimeout)
 	defer cancel()
-	switch kerr := p.Kill(kctx); connect.CodeOf(kerr) {
-	case connect.CodeNotFound, connect.CodeUnavailable: // it ended, or its guest did
+	switch kerr := killWhenReached(kctx, p.Kill); {
+	case kerr == nil, connect.CodeOf(kerr) == connect.CodeNotFound: // killed, or it ended
+	case connect.CodeOf(kerr) == connect.CodeUnavailable && !notReached(kerr): // its guest ended
+	case notReached(kerr):
+		return st, fmt.Errorf("%w (pid %d may still run: the data plane could not be reached to kill it: %v)", err, p.Pid(), kerr)
 	default:
-		if kerr != nil {
-			return st, fmt.Errorf("%w (killing the process: %v)", err, kerr)
-		}
+		return st, fmt.Errorf("%w (killing the process: %v)", err, kerr)
 	}
 	return st, err
 }
 
 // killTimeout bounds the kill Exec sends when its context ends.
 const killTimeout = 10 * time.Second
+
+// killRetry is how often Exec tries its kill again while the data plane
+// cannot be reached.
+const killRetry = 200 * time.Millisecond
+
+// killWhenReached calls kill until the data plane is reached (a restart
+// ends) or ctx ends, and returns kill's last error.
+func killWhenReached(ctx context.Context, kill func(context.Context) error) error {
+	for {
+		err := kill(ctx)
+		if !notReached(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(killRetry):
+		}
+	}
+}
 
 // outputGrace is how long Exec, its context ended, waits for a write to
 // the caller's writers to return before it returns without it.
