@@ -18,6 +18,7 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/admin/v1/adminv1connect"
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 	"github.com/kibotos/kibotos/sdk"
 	"github.com/kibotos/kibotos/sdk/bearer"
@@ -125,21 +126,10 @@ func TestOneProjectHoldsAQuarterOfTheConnections(t *testing.T) {
 	head := "POST " + ctrlv1connect.EgressServiceListEgressesProcedure + " HTTP/1.1\r\nHost: kibotos\r\nContent-Type: application/json\r\n" +
 		"Authorization: Bearer " + admin + "\r\nContent-Length: 2\r\n\r\n"
 	var held []net.Conn
-	defer func() {
-		for _, conn := range held {
-			conn.Close()
-		}
-	}()
 	answers := make(chan string, share+extra)
 	for range share + extra {
-		conn, err := net.DialTimeout("tcp", up.addr, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
+		conn := testutil.SendHead(t, up.addr, head)
 		held = append(held, conn)
-		if _, err := io.WriteString(conn, head); err != nil {
-			t.Fatal(err)
-		}
 		go func() {
 			status, _ := bufio.NewReader(conn).ReadString('\n')
 			answers <- status
@@ -176,12 +166,7 @@ func TestOneProjectHoldsAQuarterOfTheConnections(t *testing.T) {
 
 	// A request no handler admits (here a path nothing serves) cannot hold
 	// its connection by never sending its body.
-	conn, err := net.DialTimeout("tcp", up.addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	io.WriteString(conn, "POST /nope HTTP/1.1\r\nHost: kibotos\r\nContent-Length: 1000\r\n\r\n")
+	conn := testutil.SendHead(t, up.addr, "POST /nope HTTP/1.1\r\nHost: kibotos\r\nContent-Length: 1000\r\n\r\n")
 	conn.SetReadDeadline(time.Now().Add(20 * time.Second))
 	if b, err := io.ReadAll(conn); err != nil {
 		t.Errorf("a request to no service, whose body never comes, still holds its connection after 20 s (read %q): %v", b, err)

@@ -9,21 +9,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kibotos/kibotos/internal/testutil"
 )
 
 // send opens a connection to srv and sends a request's head, declaring a
 // body of 1000 bytes, and no body.
 func send(t *testing.T, srv *httptest.Server, path string) net.Conn {
 	t.Helper()
-	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	if _, err := io.WriteString(conn, "POST "+path+" HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n"); err != nil {
-		t.Fatal(err)
-	}
-	return conn
+	return testutil.SendHead(t, srv.Listener.Addr().String(), "POST "+path+" HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")
 }
 
 // A request no handler admits, whatever it names, cannot hold its

@@ -16,6 +16,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/kibotos/kibotos/internal/callshare"
+	"github.com/kibotos/kibotos/internal/testutil"
 )
 
 // gateServer serves a stand-in Connect handler behind the Gate: it reads
@@ -52,16 +53,8 @@ func gateServer(t *testing.T, shares *callshare.Shares, hold <-chan struct{}, en
 // (extra header lines included) and no body.
 func sendHead(t *testing.T, srv *httptest.Server, extra string) net.Conn {
 	t.Helper()
-	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	head := "POST /svc.v1.S/M HTTP/1.1\r\nHost: gate\r\nContent-Type: application/json\r\n" + extra + "\r\n"
-	if _, err := io.WriteString(conn, head); err != nil {
-		t.Fatal(err)
-	}
-	return conn
+	return testutil.SendHead(t, srv.Listener.Addr().String(),
+		"POST /svc.v1.S/M HTTP/1.1\r\nHost: gate\r\nContent-Type: application/json\r\n"+extra+"\r\n")
 }
 
 // closedWithin reads conn until the server closes it, failing t when

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strconv"
@@ -671,12 +670,8 @@ func TestGatewayBoundsAProjectsCallsInFlight(t *testing.T) {
 
 	// No session: answered at once, the body never read, the connection
 	// closed.
-	conn, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	io.WriteString(conn, "POST "+datav1connect.FileServiceInspectFileProcedure+" HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n")
+	conn := testutil.SendHead(t, strings.TrimPrefix(e.url, "http://"),
+		"POST "+datav1connect.FileServiceInspectFileProcedure+" HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n")
 	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	answer, err := io.ReadAll(conn)
 	if err != nil || !strings.HasPrefix(string(answer), "HTTP/1.1 401") {
