@@ -349,8 +349,8 @@ func (g *gateway) authorize(r *http.Request) (executionID, project string, err e
 		return "", "", refuse(connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_UNAUTHENTICATED,
 			"a session token is required: send Authorization: Bearer <token> with a token from SessionService.IssueSession")
 	}
-	tok, perr := sessiontoken.Parse(token)
-	if perr != nil {
+	tok, err := sessiontoken.Parse(token)
+	if err != nil {
 		return "", "", invalidToken()
 	}
 	if g.agent.refused.Load() {
