@@ -10,8 +10,11 @@
 //
 // The server runs in a test host's network namespace joined to the host by
 // a veth pair (198.51.100.2), so every sandbox network reaches it the same
-// way: from sockets in the host's namespace over the veth. The client is
-// this program again, started inside the sandbox's network namespace,
+// way: from sockets in the host's namespace over the veth. It is this
+// program again in a process of its own, so that the slot, in this
+// process, shares its Go runtime with no server, as pasta and slirp4netns
+// share theirs with none. The client is this program again too, started
+// inside the sandbox's network namespace,
 // whose link has an MTU of 65520 in all three. The client's and the
 // server's sockets use the congestion control -cc (cubic, whatever the
 // machine's default), so runs on different machines compare. A fourth row,
@@ -27,19 +30,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
-	"net/netip"
 	"os"
 	"os/exec"
 	"os/signal"
 	"runtime/pprof"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
-	"github.com/kibotos/kibotos/internal/host/netnsfile"
 	"github.com/kibotos/kibotos/internal/testutil/nettest"
 )
 
@@ -47,9 +46,13 @@ import (
 const mtu = 65520
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == clientCommand {
-		if err := runClient(os.Args[2:]); err != nil {
-			fmt.Fprintln(os.Stderr, "netbench client:", err)
+	if len(os.Args) > 1 && (os.Args[1] == clientCommand || os.Args[1] == serverCommand) {
+		run := runClient
+		if os.Args[1] == serverCommand {
+			run = runServer
+		}
+		if err := run(os.Args[2:]); err != nil {
+			fmt.Fprintf(os.Stderr, "netbench %s: %v\n", os.Args[1], err)
 			os.Exit(1)
 		}
 		return
@@ -61,7 +64,7 @@ func main() {
 	cc := flag.String("cc", "cubic", "TCP congestion control of the client's and the server's sockets (empty: the kernel's default)")
 	serverCloses := flag.Bool("server-closes", false, "the server closes each connection of the connection rate first (as an HTTP/1.0 server does), not the guest")
 	only := flag.String("only", "", "measure only these workloads (comma-separated: up, down, up8, down8, conn, dns); empty: all")
-	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (the slot and the server) to this file")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (the slots) to this file")
 	flag.Parse()
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -157,12 +160,13 @@ func run(ctx context.Context, d time.Duration, cc string, runs int, names []stri
 		return fmt.Errorf("test host: %w", err)
 	}
 	defer stopInet()
-	dns, stopDNS, err := startDNS(inet)
+	b := &bench{inet: inet, d: d, cc: cc}
+	dns, stopDNS, err := b.startServer(ctx, kindDNS)
 	if err != nil {
 		return err
 	}
 	defer stopDNS()
-	b := &bench{inet: inet, dns: dns, d: d, cc: cc}
+	b.dns = dns
 
 	var sandboxes []*sandbox
 	defer func() {
@@ -200,23 +204,29 @@ func run(ctx context.Context, d time.Duration, cc string, runs int, names []stri
 				if only != nil && !slices.Contains(only, w.String()) {
 					continue
 				}
-				cpu := cpuTime()
+				var cpu time.Duration
+				if sb.cpu != nil {
+					cpu = sb.cpu()
+				}
 				r, err := b.measure(ctx, sb, w)
 				if err != nil {
 					return fmt.Errorf("%s, %s: %w", sb.name, w, err)
 				}
-				cpu = cpuTime() - cpu
 				for _, c := range cols {
 					if c.w == w {
 						results[sb.name][w] = append(results[sb.name][w], c.value(r))
 						line += fmt.Sprintf("  %s %.2f %s", c.title, c.value(r), c.unit)
 					}
 				}
-				// This process's CPU: the slot's, the test host's servers'.
-				if r.Bytes > 0 {
-					line += fmt.Sprintf(" (%.2f cpu s/GB)", cpu.Seconds()/(float64(r.Bytes)/1e9))
-				} else if r.Conns > 0 {
-					line += fmt.Sprintf(" (%.0f cpu µs each)", float64(cpu.Microseconds())/float64(r.Conns))
+				// The network's own CPU: the slot's (this process), pasta's
+				// or slirp4netns'; the host's kernel is not counted.
+				if sb.cpu != nil {
+					cpu = sb.cpu() - cpu
+					if r.Bytes > 0 {
+						line += fmt.Sprintf(" (%.2f cpu s/GB)", cpu.Seconds()/(float64(r.Bytes)/1e9))
+					} else if r.Conns > 0 {
+						line += fmt.Sprintf(" (%.0f cpu µs each)", float64(cpu.Microseconds())/float64(r.Conns))
+					}
 				}
 				if r.Lost > 0 {
 					line += fmt.Sprintf(" (%d lost)", r.Lost)
@@ -229,39 +239,11 @@ func run(ctx context.Context, d time.Duration, cc string, runs int, names []stri
 	return nil
 }
 
-// cpuTime is the CPU time this process has used.
-func cpuTime() time.Duration {
+// ownCPU is the CPU time this process has used.
+func ownCPU() time.Duration {
 	var u syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &u)
 	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
-}
-
-// inTestHost calls listen in the test host's network namespace, where the
-// servers that every network reaches listen.
-func inTestHost[L any](inet *nettest.Internet, listen func() (L, error)) (L, error) {
-	var l L
-	err := netnsfile.Do(inet.Path, func() (err error) {
-		l, err = listen()
-		return err
-	})
-	return l, err
-}
-
-// startDNS starts the test host's DNS server.
-func startDNS(inet *nettest.Internet) (netip.AddrPort, func(), error) {
-	pc, err := inTestHost(inet, func() (net.PacketConn, error) {
-		return net.ListenPacket("udp4", net.JoinHostPort(nettest.HostIPv4.String(), "0"))
-	})
-	if err != nil {
-		return netip.AddrPort{}, nil, fmt.Errorf("test host DNS server: %w", err)
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() { serveDNS(pc) })
-	stop := func() {
-		pc.Close()
-		wg.Wait()
-	}
-	return pc.LocalAddr().(*net.UDPAddr).AddrPort(), stop, nil
 }
 
 // report prints the medians and the ratios the targets are stated in: the

@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -38,6 +40,9 @@ type sandbox struct {
 	// host-socks5 row); unset, the client dials the server.
 	proxy netip.AddrPort
 	stop  func() error
+	// cpu is the CPU time the network has used so far: the slot's, in
+	// this process, or its serving process'; nil for the host's own.
+	cpu func() time.Duration
 	// output is what the serving process printed, once it has exited.
 	output bytes.Buffer
 }
@@ -106,7 +111,7 @@ func startSlot(name, path string, dns netip.AddrPort, proxied bool) (*sandbox, e
 		return nil, err
 	}
 	link := netip.AddrPortFrom(netslot.LinkDNS(nil), 53)
-	sb := &sandbox{name: name, path: path, dns: link, stop: s.Destroy}
+	sb := &sandbox{name: name, path: path, dns: link, stop: s.Destroy, cpu: ownCPU}
 	if proxied {
 		sb.viaProxy = apply
 	}
@@ -181,6 +186,7 @@ func startProvider(name string, cmd *exec.Cmd, path string) (*sandbox, error) {
 		removeNamespace(path)
 		return nil, err
 	}
+	sb.cpu = func() time.Duration { return processCPU(cmd.Process.Pid) }
 	exited := make(chan struct{})
 	go func() {
 		cmd.Wait()
@@ -196,6 +202,24 @@ func startProvider(name string, cmd *exec.Cmd, path string) (*sandbox, error) {
 		return removeNamespace(path)
 	}
 	return sb, nil
+}
+
+// processCPU is the CPU time the process pid has used, 0 once it has
+// exited. /proc counts it in ticks of 10 ms (USER_HZ is 100 on Linux).
+func processCPU(pid int) time.Duration {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command's name, which may hold spaces, in
+	// parentheses: utime and stime are the 12th and 13th.
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
 // newNamespace makes an empty network namespace bound at path.

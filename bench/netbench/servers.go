@@ -1,35 +1,139 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
 	"sync"
+	"syscall"
+	"time"
 
 	"github.com/miekg/dns"
 
+	"github.com/kibotos/kibotos/internal/host/netnsfile"
 	"github.com/kibotos/kibotos/internal/testutil/nettest"
 )
 
-// startProxy starts a SOCKS5 server on the test host and points sb at it;
-// stop closes it once its connections have ended.
-func (b *bench) startProxy(sb *sandbox) (stop func(), err error) {
-	l, err := inTestHost(b.inet, func() (net.Listener, error) {
-		return net.Listen("tcp4", net.JoinHostPort(nettest.HostIPv4.String(), "0"))
-	})
+// serverCommand is the first argument that makes this program one of the
+// test host's servers.
+const serverCommand = "server"
+
+// The kinds of server besides the workloads' own (a workload's mode).
+const (
+	kindSOCKS5 = "socks5"
+	kindDNS    = "dns"
+)
+
+// startServer starts a server of kind (a workload's mode, kindSOCKS5 or
+// kindDNS) on the test host: this program again, in a process of its own
+// in the test host's namespace, as a destination is a process apart from
+// the network that carries the guest's traffic to it. In this process it
+// would share the Go runtime's processors with the slot, and the slot's
+// figures would carry the server's scheduling, where pasta and
+// slirp4netns run apart. It returns the address the server listens on;
+// stop closes the server's standard input, upon which it stops listening,
+// and waits for it to exit once its connections have ended.
+func (b *bench) startServer(ctx context.Context, kind string) (netip.AddrPort, func() error, error) {
+	exe, err := os.Executable()
 	if err != nil {
-		return nil, fmt.Errorf("test host SOCKS5 server: %w", err)
+		return netip.AddrPort{}, nil, err
+	}
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, exe, serverCommand, "-kind", kind, "-d", b.d.String(), "-cc", b.cc)
+	cmd.Stderr = &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.WaitDelay = time.Second
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return netip.AddrPort{}, nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return netip.AddrPort{}, nil, err
+	}
+	// A process starts in the network namespace of the thread that forks it.
+	if err := netnsfile.Do(b.inet.Path, cmd.Start); err != nil {
+		return netip.AddrPort{}, nil, fmt.Errorf("test host %s server: %w", kind, err)
+	}
+	stop := func() error {
+		stdin.Close()
+		if err := cmd.Wait(); err != nil {
+			return fmt.Errorf("test host %s server: %v: %s", kind, err, bytes.TrimSpace(stderr.Bytes()))
+		}
+		return nil
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	addr, perr := netip.ParseAddrPort(strings.TrimSpace(line))
+	if err != nil || perr != nil {
+		stop()
+		return netip.AddrPort{}, nil, fmt.Errorf("test host %s server did not say where it listens: %q: %s", kind, line, bytes.TrimSpace(stderr.Bytes()))
+	}
+	return addr, stop, nil
+}
+
+// runServer is a test host server's main: it listens on the test host's
+// address, prints the address, and serves its kind until its standard
+// input ends; it returns once its connections have ended.
+func runServer(args []string) error {
+	fs := flag.NewFlagSet(serverCommand, flag.ContinueOnError)
+	kind := fs.String("kind", "", "what to serve: a workload's mode, socks5 or dns")
+	d := fs.Duration("d", 5*time.Second, "duration of a measurement")
+	cc := fs.String("cc", "", "TCP congestion control")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	at := net.JoinHostPort(nettest.HostIPv4.String(), "0")
+	var closer io.Closer
+	var serveAll func()
+	var addr net.Addr
+	switch *kind {
+	case kindDNS:
+		pc, err := net.ListenPacket("udp4", at)
+		if err != nil {
+			return err
+		}
+		closer, addr, serveAll = pc, pc.LocalAddr(), func() { serveDNS(pc) }
+	case kindSOCKS5:
+		l, err := net.Listen("tcp4", at)
+		if err != nil {
+			return err
+		}
+		closer, addr, serveAll = l, l.Addr(), func() { serveSOCKS5(l) }
+	default:
+		lc := net.ListenConfig{Control: congestionControl(*cc)}
+		l, err := lc.Listen(context.Background(), "tcp4", at)
+		if err != nil {
+			return err
+		}
+		closer, addr, serveAll = l, l.Addr(), func() { serve(l, *kind, *d) }
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() { serveSOCKS5(l) })
-	stop = func() {
-		l.Close()
-		wg.Wait()
+	wg.Go(serveAll)
+	fmt.Println(addr)
+	io.Copy(io.Discard, os.Stdin)
+	closer.Close()
+	wg.Wait()
+	return nil
+}
+
+// startProxy starts a SOCKS5 server on the test host and points sb at it;
+// stop ends it once its connections have ended.
+func (b *bench) startProxy(ctx context.Context, sb *sandbox) (stop func() error, err error) {
+	addr, stop, err := b.startServer(ctx, kindSOCKS5)
+	if err != nil {
+		return nil, err
 	}
-	if err := sb.viaProxy(l.Addr().(*net.TCPAddr).AddrPort()); err != nil {
+	if err := sb.viaProxy(addr); err != nil {
 		stop()
 		return nil, err
 	}

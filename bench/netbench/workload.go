@@ -124,28 +124,28 @@ func (b *bench) measure(ctx context.Context, sb *sandbox, w workload) (r result,
 			err = fmt.Errorf("the test host changed during the measurement: %w", check)
 		}
 	}()
-	l, err := inTestHost(b.inet, func() (net.Listener, error) {
-		lc := net.ListenConfig{Control: congestionControl(b.cc)}
-		return lc.Listen(ctx, "tcp4", net.JoinHostPort(nettest.HostIPv4.String(), "0"))
-	})
+	addr, stopServer, err := b.startServer(ctx, w.mode)
 	if err != nil {
 		return result{}, err
 	}
-	var wg sync.WaitGroup
-	wg.Go(func() { serve(l, w.mode, b.d) })
 	defer func() {
-		l.Close()
-		wg.Wait()
+		if serr := stopServer(); err == nil {
+			err = serr
+		}
 	}()
 	if sb.viaProxy != nil {
 		// A SOCKS5 server of its own, for the same reason as the port.
-		stop, err := b.startProxy(sb)
-		if err != nil {
-			return result{}, err
+		stopProxy, perr := b.startProxy(ctx, sb)
+		if perr != nil {
+			return result{}, perr
 		}
-		defer stop()
+		defer func() {
+			if serr := stopProxy(); err == nil {
+				err = serr
+			}
+		}()
 	}
-	return b.runClient(ctx, sb, w, l.Addr().String())
+	return b.runClient(ctx, sb, w, addr.String())
 }
 
 // runClient runs the client of w against addr inside the sandbox's
