@@ -467,9 +467,9 @@ func exchange(dial dialFunc, addr string, req, resp []byte, serverCloses bool) e
 	return nil
 }
 
-// drainBuffers are drain's buffers: the server shares its process with
-// the slot, and a buffer allocated per connection would charge the slot
-// with the garbage collection of the server's.
+// drainBuffers are drain's buffers: a chunk allocated per connection would
+// have the server collect garbage at the connection rate, on the two CPUs
+// the network under test uses too.
 var drainBuffers = sync.Pool{New: func() any { b := make([]byte, chunk); return &b }}
 
 // drain reads c until EOF.
