@@ -231,6 +231,10 @@ func run(ctx context.Context, d time.Duration, cc string, runs int, names []stri
 				if r.Lost > 0 {
 					line += fmt.Sprintf(" (%d lost)", r.Lost)
 				}
+				if r.Connecting > 0 {
+					line += fmt.Sprintf(" (connect %d µs, request and response %d µs)",
+						(r.Connecting / time.Duration(r.Conns)).Microseconds(), (r.Exchanging / time.Duration(r.Conns)).Microseconds())
+				}
 			}
 			fmt.Fprintln(os.Stderr, line)
 		}

@@ -68,6 +68,11 @@ type result struct {
 	Conns   int     `json:"conns"` // connections, or answered queries
 	Lost    int     `json:"lost"`  // queries left unanswered
 	Seconds float64 `json:"seconds"`
+	// Connecting and Exchanging are the connections' time, in all, from
+	// the dial to the connection established, and from there to the whole
+	// response read: where a network's connection takes its time.
+	Connecting time.Duration `json:"connecting,omitempty"`
+	Exchanging time.Duration `json:"exchanging,omitempty"`
 }
 
 func (r result) gbits() float64 { return float64(r.Bytes) * 8 / r.Seconds / 1e9 }
@@ -437,28 +442,35 @@ func connect(dial dialFunc, addr string, d time.Duration, serverCloses bool) (re
 	req := bytes.Repeat([]byte{'x'}, message)
 	resp := make([]byte, message)
 	start := time.Now()
-	n := 0
-	for end := start.Add(d); n < maxConns && time.Now().Before(end); n++ {
-		if err := exchange(dial, addr, req, resp, serverCloses); err != nil {
-			return result{}, fmt.Errorf("connection %d, %.1fs in: %w", n+1, time.Since(start).Seconds(), err)
+	var r result
+	for end := start.Add(d); r.Conns < maxConns && time.Now().Before(end); r.Conns++ {
+		if err := exchange(dial, addr, req, resp, serverCloses, &r); err != nil {
+			return result{}, fmt.Errorf("connection %d, %.1fs in: %w", r.Conns+1, time.Since(start).Seconds(), err)
 		}
 	}
-	return result{Conns: n, Seconds: time.Since(start).Seconds()}, nil
+	r.Seconds = time.Since(start).Seconds()
+	return r, nil
 }
 
-func exchange(dial dialFunc, addr string, req, resp []byte, serverCloses bool) error {
+// exchange makes one connection of the connection rate, adding its times
+// to r's.
+func exchange(dial dialFunc, addr string, req, resp []byte, serverCloses bool, r *result) error {
+	begun := time.Now()
 	c, err := dial(addr)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
+	connected := time.Now()
+	r.Connecting += connected.Sub(begun)
+	c.SetDeadline(connected.Add(5 * time.Second))
 	if _, err := c.Write(req); err != nil {
 		return err
 	}
 	if _, err := io.ReadFull(c, resp); err != nil {
 		return err
 	}
+	r.Exchanging += time.Since(connected)
 	if serverCloses {
 		if n, err := drain(c); err != nil || n > 0 {
 			return fmt.Errorf("after the response: %d more bytes, %v", n, err)
