@@ -91,13 +91,9 @@ func (w *Workspace) Upload(ctx context.Context, r io.Reader, remotePath string, 
 		if err == nil {
 			return info, nil
 		}
-		if retried || !refused(d, err) {
+		if !w.dropRefused(d, err) || retried || read > 0 && !rewind(seeker, origin) {
 			return nil, err
 		}
-		if read > 0 && !rewind(seeker, origin) {
-			return nil, err
-		}
-		w.forget(d)
 	}
 }
 
@@ -167,10 +163,9 @@ func (w *Workspace) Download(ctx context.Context, remotePath string, dst io.Writ
 		if errors.Is(err, errNoFileBytes) {
 			return w.downloadMessages(ctx, remotePath, dst, o)
 		}
-		if err == nil || n > 0 || retried || !refused(d, err) {
+		if err == nil || !w.dropRefused(d, err) || n > 0 || retried {
 			return n, err
 		}
-		w.forget(d)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -343,6 +344,31 @@ func TestSessionReissuedWhenExpired(t *testing.T) {
 	}
 	if len(f.issued) != 4 {
 		t.Errorf("issued %v, want 4 sessions", f.issued)
+	}
+}
+
+// A refused session is forgotten even when the call that met the refusal
+// cannot be sent again (an upload whose bytes cannot be read again): the
+// Workspace's next call issues a new session instead of meeting the same
+// refusal for the rest of the session's life.
+func TestRefusedSessionForgottenWhenNotResent(t *testing.T) {
+	f, c := newFake(t)
+	ws := withSession(t, c)
+	f.mu.Lock()
+	f.expireNext = true
+	f.mu.Unlock()
+	// A MultiReader cannot seek back to its bytes.
+	_, err := ws.Upload(t.Context(), io.MultiReader(strings.NewReader("first")), "/f", 0)
+	if !sessionExpired(err) {
+		t.Fatalf("an upload that met its session's expiry after reading: %v, want it refused", err)
+	}
+	if _, err := ws.Upload(t.Context(), io.MultiReader(strings.NewReader("second")), "/f", 0); err != nil {
+		t.Fatalf("the next upload: %v, want it sent with a new session", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if got := strings.Join(f.issued, ","); got != "sess-1,sess-2" || string(bytes.Join(f.chunks, nil)) != "second" {
+		t.Errorf("issued %s, wrote %q; want a second session and the second upload written", got, bytes.Join(f.chunks, nil))
 	}
 }
 

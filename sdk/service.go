@@ -37,9 +37,8 @@ func (w *Workspace) DialPort(ctx context.Context, port uint32) (net.Conn, error)
 		if err == nil {
 			return conn, nil
 		}
-		if retried || !refused(d, err) {
+		if !w.dropRefused(d, err) || retried {
 			return nil, err
 		}
-		w.forget(d)
 	}
 }

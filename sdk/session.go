@@ -183,14 +183,20 @@ func notReached(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial"
 }
 
-// forget drops d, whose session the data plane reported expired, unless
-// another call already replaced it.
-func (w *Workspace) forget(d *dataPlane) {
+// dropRefused reports whether err is the data plane refusing d's session
+// so that a new one may succeed (refused), and then forgets d: the
+// Workspace's next call issues a new session, whether or not the failed
+// call can be sent again (an upload whose bytes cannot be read again).
+func (w *Workspace) dropRefused(d *dataPlane, err error) bool {
+	if !refused(d, err) {
+		return false
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.dp == d {
+	if w.dp == d { // unless another call already replaced it
 		w.dp = nil
 	}
+	return true
 }
 
 // dataPlaneIn returns the data plane of the Workspace's run gen (its
@@ -224,10 +230,9 @@ func unaryIn[Req, Resp any](ctx context.Context, w *Workspace, gen uint64, metho
 		if err == nil {
 			return resp.Msg, nil
 		}
-		if retried || !refused(d, err) {
+		if !w.dropRefused(d, err) || retried {
 			return nil, err
 		}
-		w.forget(d)
 	}
 }
 
@@ -258,9 +263,8 @@ func serverStreamIn[Req, Msg any](ctx context.Context, w *Workspace, gen uint64,
 			}
 			stream.Close()
 		}
-		if retried || !refused(d, err) {
+		if !w.dropRefused(d, err) || retried {
 			return nil, false, 0, err
 		}
-		w.forget(d)
 	}
 }
