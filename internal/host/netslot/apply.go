@@ -85,7 +85,7 @@ func (s *Slot) Apply(n *hostv1.NetworkAssignment) {
 			continue // an earlier change's deadline holds
 		}
 		if netpolicy.Moved(f.policy, a.policy, netpolicy.TCP, f.dst.Addr(), s.hard.Load()) {
-			if f.startDrain(a.drain, func() { s.closeFlow(f) }) {
+			if f.startDrain(a.drain, func() { s.cutFlow(f) }) {
 				closeNow = append(closeNow, f)
 			}
 			continue
@@ -96,7 +96,7 @@ func (s *Slot) Apply(n *hostv1.NetworkAssignment) {
 		}
 		if e := a.egresses[f.decision.EgressID]; e != nil && e.revision != f.egressRevision {
 			f.egressDraining = true
-			if f.startDrain(e.drain, func() { s.closeFlow(f) }) {
+			if f.startDrain(e.drain, func() { s.cutFlow(f) }) {
 				closeNow = append(closeNow, f)
 			}
 		}
@@ -111,7 +111,7 @@ func (s *Slot) Apply(n *hostv1.NetworkAssignment) {
 	s.faults.keepOnly(a)
 	s.mu.Unlock()
 	for _, f := range closeNow {
-		s.closeFlow(f)
+		s.cutFlow(f)
 	}
 	s.changed()
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"syscall"
 	"testing"
 	"time"
 
@@ -111,6 +112,45 @@ func TestSlotHalfClose(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestSlotPassesResetsOn: a connection that one side resets is reset on
+// the other side too, not ended: a stream cut short must not read as
+// complete (an HTTP/1.0 body, an upload that ends at the close).
+func TestSlotPassesResetsOn(t *testing.T) {
+	inet := nettest.NewInternet(t)
+	resetting := inet.Listen(t, "tcp4", nettest.HostIPv4.String()+":0")
+	go serve(resetting, func(c net.Conn) {
+		io.WriteString(c, "partial answer")
+		time.Sleep(200 * time.Millisecond) // the answer's bytes reach the guest first
+		c.(*net.TCPConn).SetLinger(0)
+		c.Close()
+	})
+	reading := inet.Listen(t, "tcp4", nettest.HostIPv4.String()+":0")
+	got := make(chan error, 1)
+	go serve(reading, func(c net.Conn) {
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		_, err := io.ReadAll(c)
+		got <- err
+	})
+	s := newSlot(t)
+	s.Apply(policy(1, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, 0))
+
+	c := dialGuest(t, s, netip.AddrPortFrom(nettest.HostIPv4, uint16(resetting.Addr().(*net.TCPAddr).Port)))
+	b, err := io.ReadAll(c)
+	if string(b) != "partial answer" || !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("the guest read %q, %v from a destination that reset; want the answer, then ECONNRESET", b, err)
+	}
+
+	c = dialGuest(t, s, netip.AddrPortFrom(nettest.HostIPv4, uint16(reading.Addr().(*net.TCPAddr).Port)))
+	io.WriteString(c, "partial upload")
+	time.Sleep(200 * time.Millisecond) // the upload's bytes reach the destination first
+	c.(*net.TCPConn).SetLinger(0)
+	c.Close()
+	if err := <-got; !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("the destination of a guest that reset read to %v, want ECONNRESET", err)
 	}
 }
 

@@ -309,7 +309,7 @@ func (s *Slot) Close() error {
 	s.mu.Unlock()
 	s.cancel()
 	for _, f := range conns {
-		f.close()
+		f.cut()
 	}
 	if s.link != nil {
 		s.link.stop()

@@ -2,6 +2,7 @@ package netslot
 
 import (
 	"errors"
+	"io"
 	"fmt"
 	"net"
 	"net/netip"
@@ -14,6 +15,7 @@ import (
 	"gvisor.dev/gvisor/pkg/waiter"
 
 	"github.com/kibotos/kibotos/internal/host/netpolicy"
+	"github.com/kibotos/kibotos/internal/host/socks5"
 )
 
 // flow is one guest TCP connection the slot carries to a destination.
@@ -33,7 +35,7 @@ type flow struct {
 	out net.Conn
 
 	mu     sync.Mutex
-	guest  net.Conn // nil until the guest's handshake completes
+	guest  *guestConn // nil until the guest's handshake completes
 	closed bool
 }
 
@@ -67,7 +69,16 @@ func (d *drain) stopDrain() bool {
 	return true
 }
 
-func (f *flow) close() {
+// close ends a flow whose directions have both ended.
+func (f *flow) close() { f.end(func(c net.Conn) { c.Close() }) }
+
+// cut ends a flow that a change, an Egress's deletion or the slot's end
+// cuts short, with a reset each way: neither end takes the stream for
+// complete.
+func (f *flow) cut() { f.end(abort) }
+
+// end ends each of the flow's connections with endConn, once.
+func (f *flow) end(endConn func(net.Conn)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
@@ -75,9 +86,25 @@ func (f *flow) close() {
 	}
 	f.closed = true
 	if f.guest != nil {
-		f.guest.Close()
+		endConn(f.guest)
 	}
-	f.out.Close()
+	endConn(f.out)
+}
+
+// abort ends c with a reset, so that its peer learns that the stream was
+// cut: a half-close or a close would tell it the stream was complete.
+func abort(c net.Conn) {
+	switch c := c.(type) {
+	case *guestConn:
+		c.ep.Abort()
+	case *net.TCPConn:
+		c.SetLinger(0)
+	case *socks5.TLSStream:
+		if tc, ok := c.NetConn().(*net.TCPConn); ok {
+			tc.SetLinger(0)
+		}
+	}
+	c.Close()
 }
 
 // handleTCP decides a guest's new TCP connection: the SYN is answered only
@@ -164,12 +191,16 @@ func (s *Slot) handleTCP(r *tcp.ForwarderRequest) {
 		return
 	}
 	guest, err := accept(r, 0)
+	if err != nil {
+		s.cutFlow(f)
+		return
+	}
 	f.mu.Lock()
 	f.guest = guest
-	closed := f.closed
+	cut := f.closed
 	f.mu.Unlock()
-	if err != nil || closed {
-		s.closeFlow(f)
+	if cut { // while the guest's handshake completed
+		abort(guest)
 		return
 	}
 	if d.Action == netpolicy.Forward {
@@ -196,8 +227,14 @@ type halfCloser interface {
 	CloseWrite() error
 }
 
+// guestConn is the guest's end of a connection the slot carries.
+type guestConn struct {
+	*gonet.TCPConn
+	ep tcpip.Endpoint // for abort
+}
+
 // accept completes the guest's handshake.
-func accept(r *tcp.ForwarderRequest, bufferBytes int64) (halfCloser, error) {
+func accept(r *tcp.ForwarderRequest, bufferBytes int64) (*guestConn, error) {
 	var wq waiter.Queue
 	ep, err := r.CreateEndpoint(&wq)
 	if err != nil {
@@ -211,7 +248,7 @@ func accept(r *tcp.ForwarderRequest, bufferBytes int64) (halfCloser, error) {
 		so.SetReceiveBufferSize(bufferBytes, true)
 		so.SetSendBufferSize(bufferBytes, true)
 	}
-	return gonet.NewTCPConn(&wq, ep), nil
+	return &guestConn{TCPConn: gonet.NewTCPConn(&wq, ep), ep: ep}, nil
 }
 
 // track registers a flow decided under a. A change applied while it was
@@ -232,7 +269,7 @@ func (s *Slot) track(f *flow, a *applied) bool {
 		// revision: it drains as Apply would have made it, or closes.
 		if e := now.egresses[f.decision.EgressID]; f.decision.Action == netpolicy.Forward && e != nil && e.revision != f.egressRevision {
 			f.egressDraining = true
-			if f.startDrain(e.drain, func() { s.closeFlow(f) }) {
+			if f.startDrain(e.drain, func() { s.cutFlow(f) }) {
 				return false
 			}
 		}
@@ -263,20 +300,26 @@ func (s *Slot) CloseEgresses(deleted map[string]bool) {
 	}
 	s.mu.Unlock()
 	for _, f := range closeNow {
-		s.closeFlow(f)
+		s.cutFlow(f)
 	}
 }
 
-// closeFlow ends a flow and forgets it.
-// It is forgotten first, so that once either side sees the close, no
-// report counts it draining any more.
-func (s *Slot) closeFlow(f *flow) {
+// closeFlow ends a flow whose directions have both ended, and forgets it.
+func (s *Slot) closeFlow(f *flow) { s.endFlow(f, (*flow).close) }
+
+// cutFlow cuts a flow short (flow.cut) and forgets it.
+func (s *Slot) cutFlow(f *flow) { s.endFlow(f, (*flow).cut) }
+
+// endFlow forgets a flow and ends it with end. It is forgotten first, so
+// that once either side sees the end, no report counts it draining any
+// more.
+func (s *Slot) endFlow(f *flow, end func(*flow)) {
 	s.mu.Lock()
 	_, ok := s.conns[f]
 	delete(s.conns, f)
 	draining := f.stopDrain()
 	s.mu.Unlock()
-	f.close()
+	end(f)
 	if ok && draining {
 		s.changed() // a draining revision may have ended
 	}
@@ -307,7 +350,9 @@ var (
 )
 
 // copyHalf copies src to dst, moving to the buffers of large once a read
-// fills a small one, and then half-closes dst.
+// fills a small one, and then half-closes dst. A stream cut short is passed
+// on as cut: when src ends otherwise than at its end (a reset), dst is
+// reset, and when dst refuses what src sent, src is.
 func copyHalf(dst halfCloser, src net.Conn, large *sync.Pool) {
 	pool := &smallBuffers
 	buf := pool.Get().(*[]byte)
@@ -316,7 +361,8 @@ func copyHalf(dst halfCloser, src net.Conn, large *sync.Pool) {
 		n, err := src.Read(*buf)
 		if n > 0 {
 			if _, werr := dst.Write((*buf)[:n]); werr != nil {
-				break
+				abort(src)
+				return
 			}
 			if n == len(*buf) && pool == &smallBuffers {
 				pool.Put(buf)
@@ -324,8 +370,12 @@ func copyHalf(dst halfCloser, src net.Conn, large *sync.Pool) {
 				buf = pool.Get().(*[]byte)
 			}
 		}
-		if err != nil {
+		if err == io.EOF {
 			break
+		}
+		if err != nil {
+			abort(dst)
+			return
 		}
 	}
 	dst.CloseWrite()
