@@ -2,6 +2,7 @@ package netslot
 
 import (
 	"fmt"
+	"math/bits"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -39,9 +40,21 @@ type tunLink struct {
 	onClose    func()
 }
 
-// smallPacket is the largest packet a reader copies into a buffer of its
-// size: a larger one keeps the read buffer, and the reader takes a new one.
-const smallPacket = 16 << 10
+// How a reader holds a packet it read. The stack counts a packet's length
+// against its connection's receive buffer, so the memory that holds a
+// packet must be little more than its length, or a guest whose connections
+// stall makes the host hold several times their bounds (a 17 KB segment
+// holding the 64 KiB read buffer: four times).
+const (
+	// keepBuffer is the smallest packet that keeps the read buffer (the
+	// MTU's size, at most a third more than the packet) as its memory, and
+	// the reader takes a new buffer. A smaller packet is copied.
+	keepBuffer = 48 << 10
+	// wholeCopy is the largest packet copied into one chunk of its size
+	// rounded up to a power of two; a larger one is cut into chunks of
+	// powers of two.
+	wholeCopy = 2 << 10
+)
 
 // newTUNLink serves the TUN device whose queues are the files queues,
 // which must be non-blocking (so that Go's poller serves them); its
@@ -95,32 +108,50 @@ func (l *tunLink) read(q *os.File) {
 		if n <= vnetHdrLen || decodeVnetHdr(buf.AsSlice()).gsoType != unix.VIRTIO_NET_HDR_GSO_NONE {
 			continue
 		}
-		var v *buffer.View
-		if n-vnetHdrLen <= smallPacket {
-			v = buffer.NewViewWithData(buf.AsSlice()[vnetHdrLen:n])
-		} else {
-			v, buf = buf, buffer.NewViewSize(vnetHdrLen+MTU)
+		packet := buf.AsSlice()[vnetHdrLen:n]
+		var proto tcpip.NetworkProtocolNumber
+		switch header.IPVersion(packet) {
+		case header.IPv4Version:
+			proto = header.IPv4ProtocolNumber
+		case header.IPv6Version:
+			proto = header.IPv6ProtocolNumber
+		default:
+			continue // neither IPv4 nor IPv6
+		}
+		var payload buffer.Buffer
+		if len(packet) >= keepBuffer {
+			v := buf
+			buf = buffer.NewViewSize(vnetHdrLen + MTU)
 			v.CapLength(n)
 			v.TrimFront(vnetHdrLen)
+			payload = buffer.MakeWithView(v)
+		} else {
+			payload = copyPacket(packet)
 		}
-		l.deliver(v)
+		l.deliver(proto, payload)
 	}
 }
 
-// deliver hands the stack the packet v, an IP packet with no link
-// header; it drops what is neither IPv4 nor IPv6.
-func (l *tunLink) deliver(v *buffer.View) {
-	var proto tcpip.NetworkProtocolNumber
-	switch header.IPVersion(v.AsSlice()) {
-	case header.IPv4Version:
-		proto = header.IPv4ProtocolNumber
-	case header.IPv6Version:
-		proto = header.IPv6ProtocolNumber
-	default:
-		v.Release()
-		return
+// copyPacket copies b into chunks each a power of two long, largest first,
+// the last (at most wholeCopy bytes) rounded up to one: the copy holds
+// little more memory than len(b).
+func copyPacket(b []byte) buffer.Buffer {
+	var out buffer.Buffer
+	for len(b) > wholeCopy {
+		size := 1 << (bits.Len(uint(len(b))) - 1)
+		out.Append(buffer.NewViewWithData(b[:size]))
+		b = b[size:]
 	}
-	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithView(v)})
+	if len(b) > 0 {
+		out.Append(buffer.NewViewWithData(b))
+	}
+	return out
+}
+
+// deliver hands the stack payload, an IP packet of protocol proto with no
+// link header.
+func (l *tunLink) deliver(proto tcpip.NetworkProtocolNumber, payload buffer.Buffer) {
+	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: payload})
 	pkt.NetworkProtocolNumber = proto
 	if d := l.dispatcher.Load(); d != nil {
 		(*d).DeliverNetworkPacket(proto, pkt)

@@ -54,14 +54,19 @@ func packetQueue(t *testing.T, nonblocking bool) (*os.File, int) {
 type delivered struct {
 	proto tcpip.NetworkProtocolNumber
 	data  []byte
+	held  int // bytes of the memory that holds it
 }
 
 // recorder is a stack.NetworkDispatcher that keeps what it is given.
 type recorder struct{ packets chan delivered }
 
 func (r *recorder) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
+	held := 0
+	for _, b := range pkt.AsSlices() {
+		held += cap(b) // to the end of its chunk
+	}
 	v := pkt.ToView()
-	r.packets <- delivered{proto, v.ToSlice()}
+	r.packets <- delivered{proto, v.ToSlice(), held}
 	v.Release()
 }
 
@@ -115,8 +120,9 @@ var partial = vnetHdr{flags: unix.VIRTIO_NET_HDR_F_NEEDS_CSUM, csumStart: 20, cs
 
 // The guest's IPv4 and IPv6 packets reach the stack whole, without the
 // device's header, small or as large as the MTU, their checksums complete
-// or partial, with their protocol; anything else is dropped, and so is a
-// packet that claims a segmentation offload the device does not offer.
+// or partial, with their protocol, each held in memory not much larger
+// than itself; anything else is dropped, and so is a packet that claims a
+// segmentation offload the device does not offer.
 func TestLinkDeliversTheGuestsPackets(t *testing.T) {
 	queue, guest := packetQueue(t, true)
 	_, r := attached(t, queue)
@@ -128,7 +134,11 @@ func TestLinkDeliversTheGuestsPackets(t *testing.T) {
 		{vnetHdr{}, versionPacket(4, 60, 'a'), header.IPv4ProtocolNumber},
 		{partial, versionPacket(6, 80, 'b'), header.IPv6ProtocolNumber},
 		{vnetHdr{}, versionPacket(0, 40, 'c'), 0}, // neither: dropped
-		{partial, versionPacket(4, smallPacket+1, 'd'), header.IPv4ProtocolNumber},
+		{partial, versionPacket(4, 16<<10+1, 'd'), header.IPv4ProtocolNumber},
+		{vnetHdr{}, versionPacket(6, 17000, 'h'), header.IPv6ProtocolNumber},
+		{vnetHdr{}, versionPacket(4, 33000, 'i'), header.IPv4ProtocolNumber},
+		{vnetHdr{}, versionPacket(4, keepBuffer-1, 'j'), header.IPv4ProtocolNumber},
+		{vnetHdr{}, versionPacket(4, keepBuffer, 'k'), header.IPv4ProtocolNumber},
 		{vnetHdr{gsoType: unix.VIRTIO_NET_HDR_GSO_TCPV4, gsoSize: 1000}, versionPacket(4, 3000, 'g'), 0}, // dropped
 		{vnetHdr{}, versionPacket(6, MTU, 'e'), header.IPv6ProtocolNumber},
 		{vnetHdr{}, versionPacket(4, 40, 'f'), header.IPv4ProtocolNumber},
@@ -150,6 +160,12 @@ func TestLinkDeliversTheGuestsPackets(t *testing.T) {
 		if d.proto != s.proto || !bytes.Equal(d.data, s.packet) {
 			t.Fatalf("delivered %d bytes starting %q as protocol %d, want %d bytes starting %q as %d",
 				len(d.data), d.data[1:2], d.proto, len(s.packet), s.packet[1:2], s.proto)
+		}
+		// The stack counts a packet's length against its connection's
+		// buffer: the memory that holds it is at most a third more, or a
+		// small packet's rounding up to 2 KiB.
+		if limit := max(len(s.packet)*4/3, 2<<10); d.held > limit {
+			t.Errorf("a packet of %d bytes holds %d bytes of memory, over %d", len(s.packet), d.held, limit)
 		}
 	}
 }
