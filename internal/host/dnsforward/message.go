@@ -27,8 +27,13 @@ func Fail(query []byte, rcode int) []byte {
 	return respond(q, rcode)
 }
 
+// maxUDPPayload is the most a UDP datagram carries over IPv4 (65535 less
+// the IP and UDP headers), a little less than over IPv6.
+const maxUDPPayload = 65507
+
 // FitUDP returns answer cut to what query allows in a UDP reply: the payload
-// size of its EDNS0 record, or 512 bytes without one (RFC 6891 6.2.5).
+// size of its EDNS0 record, or 512 bytes without one (RFC 6891 6.2.5), and
+// never more than a datagram carries (an EDNS0 size of 65535 allows more).
 // Records that do not fit are dropped and the TC bit is set, so the guest
 // asks again over TCP. An answer that fits or cannot be parsed is returned
 // unchanged. Answers over TCP need no cut.
@@ -42,7 +47,7 @@ func FitUDP(query, answer []byte) []byte {
 	}
 	size := dns.MinMsgSize
 	if opt := q.IsEdns0(); opt != nil {
-		size = max(size, int(opt.UDPSize()))
+		size = min(max(size, int(opt.UDPSize())), maxUDPPayload)
 	}
 	if len(answer) <= size {
 		return answer

@@ -75,8 +75,11 @@ func (s *Slot) serveDNSAt(la netip.Addr, proto tcpip.NetworkProtocolNumber) erro
 			// What the slot answers without an exchange is answered here
 			// (the link guard answers most of it before the stack sees it);
 			// the rest waits for the upstream in a goroutine of its own.
-			resp, a, fwd, answered := s.quickAnswer(q)
+			resp, a, fwd, answered, cached := s.quickAnswer(q)
 			if answered {
+				if cached {
+					s.cfg.Counters.DNSCached.Add(1)
+				}
 				reply(resp)
 				continue
 			}
@@ -95,18 +98,18 @@ func (s *Slot) serveDNSAt(la netip.Addr, proto tcpip.NetworkProtocolNumber) erro
 }
 
 // quickAnswer answers a UDP query that needs no exchange: as the policy in
-// force says without one (dnsRoute), or from the cache. Otherwise it
-// returns the application and the forwarder to ask, and false.
-func (s *Slot) quickAnswer(q []byte) (resp []byte, a *applied, fwd *dnsforward.Forwarder, answered bool) {
+// force says without one (dnsRoute), or from the cache (cached: the caller
+// counts the answer once it sends it). Otherwise it returns the
+// application and the forwarder to ask, and false.
+func (s *Slot) quickAnswer(q []byte) (resp []byte, a *applied, fwd *dnsforward.Forwarder, answered, cached bool) {
 	a, fwd, resp = s.dnsRoute(q)
 	if fwd == nil {
-		return resp, a, nil, true
+		return resp, a, nil, true, false
 	}
 	if resp, ok := a.cache.Lookup(q); ok {
-		s.cfg.Counters.DNSCached.Add(1)
-		return resp, a, fwd, true
+		return resp, a, fwd, true, true
 	}
-	return nil, a, fwd, false
+	return nil, a, fwd, false, false
 }
 
 // answerDatagram answers the guest's UDP query in packet, to the link DNS
@@ -117,7 +120,7 @@ func (s *Slot) answerDatagram(packet []byte) bool {
 	if !ok {
 		return false
 	}
-	resp, _, _, answered := s.quickAnswer(q)
+	resp, _, _, answered, cached := s.quickAnswer(q)
 	if !answered {
 		return false
 	}
@@ -128,7 +131,10 @@ func (s *Slot) answerDatagram(packet []byte) bool {
 	// guest then asks again over TCP.
 	answer := udpPacket(to, from, dnsforward.FitUDP(q, resp))
 	if len(answer) > MTU {
-		return false // the stack fragments it
+		return false // the stack fragments it, and serveDNS counts it
+	}
+	if cached {
+		s.cfg.Counters.DNSCached.Add(1)
 	}
 	s.inject(answer)
 	return true

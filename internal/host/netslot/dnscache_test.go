@@ -3,7 +3,9 @@ package netslot_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -233,4 +235,89 @@ func TestSlotBoundsDNSQueriesWaitingForTheirUpstream(t *testing.T) {
 	settle(shared, 6, 0)
 	ask(b, 6)
 	settle(shared, 10, 2)
+}
+
+// bigResolver serves DNS over UDP and TCP at one address of the test host.
+// A TXT query for "<n>.big.test." is answered over TCP with TXT records
+// that make the answer n bytes long; over UDP with the truncated bit, so
+// the slot asks again over TCP.
+func bigResolver(t *testing.T, inet *nettest.Internet) netip.AddrPort {
+	pc := inet.ListenPacket(t, "udp4", nettest.HostIPv4.String()+":0")
+	addr := netip.MustParseAddrPort(pc.LocalAddr().String())
+	l := inet.Listen(t, "tcp4", addr.String())
+	handler := dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
+		r := new(dns.Msg).SetReply(q)
+		if _, udp := w.LocalAddr().(*net.UDPAddr); udp {
+			r.Truncated = true
+			w.WriteMsg(r)
+			return
+		}
+		var size int
+		fmt.Sscanf(q.Question[0].Name, "%d.", &size)
+		r.Compress = true // as the slot's cache sends it on
+		txt := func(n int) dns.RR {
+			return &dns.TXT{Hdr: dns.RR_Header{Name: q.Question[0].Name, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: 300},
+				Txt: []string{strings.Repeat("x", n)}}
+		}
+		for r.Len()+268 < size { // a record of 255 bytes takes 268
+			r.Answer = append(r.Answer, txt(255))
+		}
+		r.Answer = append(r.Answer, txt(0))
+		rest := size - r.Len()
+		if rest < 0 || rest > 255 {
+			t.Errorf("no answer of %d bytes: %d left for the last record", size, rest)
+			return
+		}
+		r.Answer[len(r.Answer)-1] = txt(rest)
+		w.WriteMsg(r)
+	})
+	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: handler}, {Listener: l, Handler: handler}} {
+		go srv.ActivateAndServe()
+		t.Cleanup(func() { srv.Shutdown() })
+	}
+	return addr
+}
+
+// askBig queries the slot's link DNS address over UDP, offering EDNS0's
+// largest size, for name's TXT records.
+func askBig(t *testing.T, s *netslot.Slot, name string) (*dns.Msg, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := nettest.Dial(ctx, s.Path(), "udp", linkDNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	q := new(dns.Msg).SetQuestion(name, dns.TypeTXT)
+	q.SetEdns0(dns.MaxMsgSize, false)
+	r, _, err := (&dns.Client{Timeout: 2 * time.Second, UDPSize: dns.MaxMsgSize}).ExchangeWithConnContext(ctx, q, &dns.Conn{Conn: c, UDPSize: dns.MaxMsgSize})
+	return r, err
+}
+
+// Cached answers near the largest a datagram carries: one too large for a
+// datagram is cut (with the truncated bit), not lost; one too large for a
+// packet on the link is sent in fragments and counted once.
+func TestSlotDNSLargeCachedAnswers(t *testing.T) {
+	inet := nettest.NewInternet(t)
+	counters := new(netslot.Counters)
+	s := newSlotWith(t, netslot.Config{DeploymentResolvers: []netip.AddrPort{bigResolver(t, inet)}, Counters: counters})
+	s.Apply(policy(1, ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET, 0))
+	for _, size := range []int{65490, 65500, 65535} {
+		name := fmt.Sprintf("%d.big.test.", size)
+		before := counters.DNSCached.Load()
+		for i := range 3 { // forwarded once, then from the cache
+			r, err := askBig(t, s, name)
+			if err != nil {
+				t.Fatalf("%s, query %d: %v", name, i+1, err)
+			}
+			r.Compress = true // as it came
+			if packed, _ := r.Pack(); len(packed) > 65507 || (!r.Truncated && len(r.Answer) == 0) {
+				t.Fatalf("%s, query %d: an answer of %d bytes, truncated %v, %d records", name, i+1, len(packed), r.Truncated, len(r.Answer))
+			}
+		}
+		if n := counters.DNSCached.Load() - before; n != 2 {
+			t.Errorf("%s: counted %d answers from the cache, want 2", name, n)
+		}
+	}
 }
