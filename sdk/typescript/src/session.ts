@@ -7,7 +7,10 @@ import type { KibotosBase } from "./client.js";
 import { KibotosError, sessionRefused, toKibotosError, wrap } from "./errors.js";
 import { maxDataPlaneMessage } from "./bounded.js";
 
-/** RENEW_BEFORE_MS is how long before its expiry a cached session is replaced. */
+/**
+ * RENEW_BEFORE_MS is how long before its expiry a cached session is
+ * replaced, unless that is more than half its life (see DataPlane.renewBeforeMs).
+ */
 const RENEW_BEFORE_MS = 30_000;
 
 /** Session is a data-plane session: a bearer token for the kibotos.data.v1 services at endpoint. */
@@ -26,6 +29,13 @@ export interface DataPlane {
   generation?: string;
   proc: Client<typeof ProcessService>;
   files: Client<typeof FileService>;
+  /**
+   * renewBeforeMs is how long before its expiry the session is replaced:
+   * RENEW_BEFORE_MS, or half of what the session had left when issued if
+   * that is less, so that a short session serves calls for half its life
+   * rather than none.
+   */
+  renewBeforeMs: number;
   /** fileBytes is whether the endpoint serves FILE_BYTES_PATH; undefined until a call tells. */
   fileBytes?: boolean;
 }
@@ -33,7 +43,8 @@ export interface DataPlane {
 /**
  * Sessions issues the sessions of one Workspace: one at a time, shared by
  * every call of the handle, replaced when it is within 30 seconds of expiry
- * or the data plane reports it expired.
+ * (or in the second half of its life, when that is shorter) or the data
+ * plane reports it expired.
  */
 export class Sessions {
   private current?: Promise<DataPlane>; // the session in use, or being issued
@@ -56,7 +67,7 @@ export class Sessions {
       const d = await pending.catch(() => undefined);
       if (this.current !== pending) return this.get(); // another call replaced or forgot it meanwhile
       const exp = d?.session.expiresAt;
-      if (d !== undefined && (exp === undefined || exp.getTime() - Date.now() > RENEW_BEFORE_MS)) return d;
+      if (d !== undefined && (exp === undefined || exp.getTime() - Date.now() > d.renewBeforeMs)) return d;
     }
     const issued = this.issue();
     this.current = issued;
@@ -88,9 +99,11 @@ export class Sessions {
       expiresAt: resp.expiresAt ? timestampDate(resp.expiresAt) : undefined,
     };
     const transport = this.client.connections.transport(session.endpoint, session.token, maxDataPlaneMessage);
+    const left = session.expiresAt === undefined ? Infinity : session.expiresAt.getTime() - Date.now();
     return {
       session,
       generation: tokenGeneration(session.token),
+      renewBeforeMs: Math.min(RENEW_BEFORE_MS, left / 2),
       proc: createClient(ProcessService, transport),
       files: createClient(FileService, transport),
     };

@@ -13,7 +13,8 @@ import { type Session, Sessions } from "./session.js";
  * Workspace is a handle on one Workspace. Its data-plane calls (exec,
  * start, files) need the Workspace AVAILABLE; they share one session, which
  * the handle issues on first use and issues again when it is within 30
- * seconds of expiry or the data plane reports it expired.
+ * seconds of expiry (or in the second half of its life, when that is
+ * shorter) or the data plane reports it expired.
  */
 export class Workspace {
   /** id is the Workspace's ID. */

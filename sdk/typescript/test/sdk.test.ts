@@ -241,14 +241,15 @@ describe("a workspace", () => {
     }, isKibotosError(Code.Unauthenticated, FailureReason.SESSION_REVOKED, FailureStage.AUTHORIZING_DATA_PLANE));
   });
 
-  test("sessions are renewed before they expire", async () => {
-    // A session of 31 seconds is within 30 seconds of its expiry a second
-    // after it is issued, so the next call issues a new one.
-    const short = Kibotos.connect({ ...deployment(), sessionTtlSeconds: 31 });
+  test("sessions are renewed before they expire, a short one in the second half of its life", async () => {
+    // A session of 2 seconds serves calls for its first second, then the
+    // next call issues a new one.
+    const short = Kibotos.connect({ ...deployment(), sessionTtlSeconds: 2 });
     try {
       const h = await short.getWorkspace(ws.id);
       const first = await h.session();
       assert.equal((await h.exec(["true"])).exitCode, 0);
+      assert.equal((await h.session()).id, first.id, "a session within the first half of its life was replaced");
       await sleep(1100);
       assert.equal((await h.exec(["true"])).exitCode, 0);
       const second = await h.session();
