@@ -61,9 +61,11 @@ export class Workspace {
 
   /**
    * start starts args in the Workspace and resolves once the process runs;
-   * the returned Process's wait resolves when it exits.
+   * the returned Process's wait resolves when it exits. With opts.signal
+   * already aborted it rejects with canceled and starts nothing.
    */
   async start(args: string[], opts: ExecOptions = {}): Promise<Process> {
+    refuseAborted(opts.signal);
     const pty = opts.pty === true ? { cols: 80, rows: 24 } : opts.pty;
     const req = {
       args,
@@ -76,7 +78,10 @@ export class Workspace {
     };
     // stop ends the stream; opts.signal kills the process instead (see Process).
     const stop = new AbortController();
-    const { first, rest, generation } = await this.sessions.stream((d) => d.proc.startProcess(req, { signal: stop.signal }));
+    const { first, rest, generation } = await this.sessions.stream((d) => {
+      refuseAborted(opts.signal); // it may have aborted while the session was issued
+      return d.proc.startProcess(req, { signal: stop.signal });
+    });
     if (first?.event.case !== "started") {
       stop.abort();
       throw new KibotosError("StartProcess: the stream did not begin with the started event", Code.Internal);
@@ -98,5 +103,12 @@ export class Workspace {
   /** delete deletes the Workspace and resolves once it is DELETED. */
   delete(opts: WaitOptions = {}): Promise<void> {
     return this.client.deleteWorkspace(this.id, opts);
+  }
+}
+
+/** refuseAborted throws canceled when signal has aborted: a process must not start for a call its caller gave up. */
+function refuseAborted(signal?: AbortSignal): void {
+  if (signal?.aborted) {
+    throw new KibotosError("the call was aborted before the process started", Code.Canceled, { cause: signal.reason });
   }
 }

@@ -274,6 +274,15 @@ describe("a workspace", () => {
     }
   });
 
+  test("exec and start with a signal already aborted are canceled and start nothing", async () => {
+    const aborted = AbortSignal.abort();
+    await assert.rejects(ws.start(["touch", "/tmp/aborted-start"], { signal: aborted }), isKibotosError(Code.Canceled));
+    await assert.rejects(ws.exec(["touch", "/tmp/aborted-exec"], { signal: aborted }), isKibotosError(Code.Canceled));
+    for (const path of ["/tmp/aborted-start", "/tmp/aborted-exec"]) {
+      await assert.rejects(ws.files.stat(path), isKibotosError(Code.NotFound), `${path} exists: its process ran`);
+    }
+  });
+
   test("a process handle acts only in its own start of the workspace", async () => {
     // Each start's first process gets the same pid: the old handle's pid
     // names the new process, which its calls must not reach.
