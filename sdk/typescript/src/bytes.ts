@@ -19,8 +19,7 @@ export function bytesOf(data: string | Uint8Array): Uint8Array {
  */
 export async function* chunks(src: Source, max: number): AsyncGenerator<Uint8Array> {
   if (typeof src === "string" || src instanceof Uint8Array) {
-    const b = bytesOf(src);
-    for (let i = 0; i < b.length; i += max) yield b.subarray(i, i + max);
+    yield* split(bytesOf(src), max);
     return;
   }
   let pending: Uint8Array[] = [];
@@ -41,6 +40,25 @@ export async function* chunks(src: Source, max: number): AsyncGenerator<Uint8Arr
     }
   }
   if (size > 0) yield concat(pending);
+}
+
+/**
+ * pieces yields the bytes of src as they come: each piece of an iterable
+ * as soon as it arrives, cut into parts of at most max bytes, never
+ * gathered with the next, so that a process reading its input line by
+ * line gets each line when the source yields it.
+ */
+export async function* pieces(src: Source, max: number): AsyncGenerator<Uint8Array> {
+  if (typeof src === "string" || src instanceof Uint8Array) {
+    yield* split(bytesOf(src), max);
+    return;
+  }
+  for await (const piece of src as AsyncIterable<Uint8Array | string>) yield* split(bytesOf(piece), max);
+}
+
+/** split yields b in parts of at most max bytes (none when b is empty). */
+function* split(b: Uint8Array, max: number): Generator<Uint8Array> {
+  for (let i = 0; i < b.length; i += max) yield b.subarray(i, i + max);
 }
 
 /** concat returns the bytes of parts, one after the other. */

@@ -3,7 +3,7 @@ import { Code } from "@connectrpc/connect";
 import type { ProcessEvent } from "../gen/kibotos/data/v1/data_pb.js";
 import { KibotosError, toKibotosError } from "./errors.js";
 import type { Sessions } from "./session.js";
-import { bytesOf, chunks, concat, type Source } from "./bytes.js";
+import { bytesOf, concat, pieces, type Source } from "./bytes.js";
 
 /** INPUT_CHUNK bounds the bytes of one SendInput. */
 const INPUT_CHUNK = 32 * 1024;
@@ -208,12 +208,13 @@ export class Process {
   }
 
   /**
-   * forwardInput sends src to the process's input, then closes it. It stops
+   * forwardInput sends src to the process's input, each piece as it comes
+   * (an interactive program waits for its line), then closes it. It stops
    * when the process's stream ends. Only a failure to read src is reported
    * (by wait): a failure to send means the process no longer reads.
    */
   private async forwardInput(src: Source): Promise<void> {
-    const it = chunks(src, INPUT_CHUNK)[Symbol.asyncIterator]();
+    const it = pieces(src, INPUT_CHUNK)[Symbol.asyncIterator]();
     for (;;) {
       let r: IteratorResult<Uint8Array>;
       try {

@@ -92,6 +92,27 @@ describe("a workspace", () => {
     assert.equal(out, "ready\ngot hi\n");
   });
 
+  test("streamed stdin reaches the process as each piece comes, not once 32 KiB gathered", async () => {
+    let out = "";
+    let answered!: () => void;
+    const answer = new Promise<void>((resolve) => (answered = resolve));
+    let inTime = false;
+    async function* input() {
+      yield new TextEncoder().encode("hi\n");
+      // The source ends once the process answered its line, or after 5 s.
+      inTime = await Promise.race([answer.then(() => true), sleep(5000).then(() => false)]);
+    }
+    const r = await ws.exec(["sh", "-c", "read line; echo got $line"], {
+      stdin: input(),
+      onStdout: (b) => {
+        out += text(b);
+        if (out.includes("got hi")) answered();
+      },
+    });
+    assert.deepEqual([r.exitCode, out], [0, "got hi\n"]);
+    assert.ok(inTime, "the process got its line only when the source ended");
+  });
+
   test("exec collects the output when no callback takes it, with env and cwd", async () => {
     const r = await ws.exec(["sh", "-c", "echo $GREETING; pwd; echo oops >&2"], { env: { GREETING: "hi" }, cwd: "/tmp" });
     assert.deepEqual([r.exitCode, r.stdout, r.stderr], [0, "hi\n/tmp\n", "oops\n"]);
