@@ -42,7 +42,9 @@ export async function servesFileBytes(d: DataPlane, signal?: AbortSignal): Promi
 /**
  * fileBytes sends one request of FILE_BYTES_PATH with d's token and returns
  * its response when it succeeded; an error answer is thrown as the
- * ConnectError it carries, a data plane without the path as NotServed.
+ * ConnectError it carries, a data plane without the path (a 404 that is
+ * not a Connect error) as NotServed, a request that got no answer as
+ * unavailable.
  */
 export async function fileBytes(
   d: DataPlane,
@@ -63,13 +65,8 @@ export async function fileBytes(
     resp = await fetch(`${d.session.endpoint.replace(/\/+$/, "")}${FILE_BYTES_PATH}?${new URLSearchParams(query)}`, init);
   } catch (e) {
     if (signal?.aborted) throw e;
-    if (d.fileBytes === undefined) {
-      // An endpoint fetch cannot reach (one that speaks only HTTP/2, say)
-      // is taken for one without the path: FileService's call, over the
-      // client's own transport, then succeeds or fails for what it is.
-      d.fileBytes = false;
-      throw new NotServed();
-    }
+    // A request that failed on its way tells nothing of the path: only an
+    // answer does (a 404 below), and a retry may get one.
     throw new ConnectError(`the data plane did not answer: ${e instanceof Error ? e.message : String(e)}`, Code.Unavailable, undefined, undefined, e);
   }
   if (resp.ok) {

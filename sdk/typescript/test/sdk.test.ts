@@ -214,6 +214,26 @@ describe("a workspace", () => {
     await assert.rejects(ws.files.stat("/root/a"), isKibotosError(Code.NotFound, undefined, FailureStage.INSPECTING_FILE));
   });
 
+  test("a file bytes request that got no answer is unavailable and decides nothing of the path", async () => {
+    const h = await kb.getWorkspace(ws.id); // a new session: whether its endpoint serves the path is not known yet
+    const realFetch = globalThis.fetch;
+    let bytesRequests = 0;
+    globalThis.fetch = (input, init) => {
+      if (String(input).includes("/kibotos.data.v1.files?") && bytesRequests++ === 0) {
+        return Promise.reject(new TypeError("fetch failed", { cause: new Error("read ECONNRESET") })); // as a cut connection
+      }
+      return realFetch(input, init);
+    };
+    try {
+      await assert.rejects(h.files.write("/tmp/weather", "one"), isKibotosError(Code.Unavailable));
+      await h.files.write("/tmp/weather", "two");
+      assert.equal(await h.files.readText("/tmp/weather"), "two");
+      assert.ok(bytesRequests > 1, "after one failed request the handle no longer used the file bytes path");
+    } finally {
+      globalThis.fetch = realFetch;
+    }
+  });
+
   test("watch yields the changes under a directory as an async iterator", async () => {
     await ws.files.mkdir("/root/watched");
     const stop = new AbortController();

@@ -1,10 +1,12 @@
 // Session renewal against an in-process fake of the control and data
 // plane, which can report any session expired: the only way to see the
-// SDK replace a session the data plane refuses before its expiry. It speaks
-// only HTTP/2, so fetch cannot reach a file bytes path there, and downloads
-// go through ReadFile.
+// SDK replace a session the data plane refuses before its expiry. Its
+// HTTP/1.1 (fetch's) answers 404 to everything, as a data plane without the
+// file bytes path, so downloads go through ReadFile.
 import assert from "node:assert/strict";
+import * as http from "node:http";
 import * as http2 from "node:http2";
+import * as net from "node:net";
 import type { AddressInfo } from "node:net";
 import { after, before, test } from "node:test";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
@@ -44,7 +46,8 @@ function authorize(ctx: HandlerContext): void {
   }
 }
 
-let server: http2.Http2Server;
+let server: net.Server;
+let backends: net.Server[];
 let url: string;
 
 before(async () => {
@@ -73,12 +76,37 @@ before(async () => {
       },
     });
   };
-  server = http2.createServer(connectNodeAdapter({ routes }));
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const h2 = http2.createServer(connectNodeAdapter({ routes }));
+  const h1 = http.createServer((_req, res) => res.writeHead(404, { "Content-Type": "text/plain" }).end("404 page not found\n"));
+  const [h2Port, h1Port] = [await listen(h2), await listen(h1)];
+  backends = [h2, h1];
+  // One port for both, each connection passed to the one its first bytes
+  // name (HTTP/2's connection preface, or not).
+  server = net.createServer((conn) => {
+    conn.once("data", (head) => {
+      const to = net.connect(head.toString("latin1").startsWith("PRI * HTTP/2.0") ? h2Port : h1Port, "127.0.0.1");
+      to.write(head);
+      conn.pipe(to).pipe(conn);
+      const end = () => (conn.destroy(), to.destroy());
+      conn.on("error", end).on("close", end);
+      to.on("error", end).on("close", end);
+    });
+  });
+  await listen(server);
   url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 });
 
-after(() => new Promise<void>((resolve) => server.close(() => resolve())));
+after(async () => {
+  for (const s of [server, ...backends]) {
+    await new Promise<void>((resolve) => s.close(() => resolve()));
+  }
+});
+
+/** listen starts s on a free loopback port and returns the port. */
+async function listen(s: net.Server): Promise<number> {
+  await new Promise<void>((resolve) => s.listen(0, "127.0.0.1", resolve));
+  return (s.address() as AddressInfo).port;
+}
 
 test("a session the data plane reports expired is replaced once, transparently", async () => {
   const kb = Kibotos.connect({ url, token: "api-token" });
