@@ -2,7 +2,7 @@
 // control plane and the data-plane sessions that point at it.
 import type { Transport } from "@connectrpc/connect";
 import { createConnectTransport, Http2SessionManager } from "@connectrpc/connect-node";
-import { bearer, trimSlashes, type Transports } from "./transport.js";
+import { bearer, cutAsUnavailable, trimSlashes, type Transports } from "./transport.js";
 
 /**
  * NodeTransports holds one Http2SessionManager per base URL: http:// URLs
@@ -24,7 +24,7 @@ export class NodeTransports implements Transports {
       baseUrl,
       httpVersion: "2",
       sessionManager: manager,
-      interceptors: [bearer(token)],
+      interceptors: [bearer(token), cutAsUnavailable],
       readMaxBytes,
     });
   }

@@ -1,6 +1,6 @@
 // Transports of the SDK: what the Node.js and the browser entry points
 // each provide, and the bearer-token interceptor they share.
-import type { Interceptor, Transport } from "@connectrpc/connect";
+import { Code, ConnectError, type Interceptor, type Transport } from "@connectrpc/connect";
 
 /**
  * Transports makes the transports of one client: to the control plane,
@@ -26,6 +26,37 @@ export function bearer(token: string): Interceptor {
     return next(req);
   };
 }
+
+/**
+ * cutAsUnavailable is an interceptor that reports a call whose connection
+ * broke (the server's process died or restarts) as unavailable, the code
+ * a caller retries and waitFor rides over: connect-node reads the end of
+ * the HTTP/2 session under a call as canceled, which says the caller gave
+ * up. A call its caller's signal ended stays canceled.
+ */
+export const cutAsUnavailable: Interceptor = (next) => async (req) => {
+  const asUnavailable = (e: unknown): unknown => {
+    const ce = ConnectError.from(e);
+    if (ce.code !== Code.Canceled || req.signal.aborted) return e;
+    return new ConnectError(`the connection broke during the call; retry: ${ce.rawMessage}`, Code.Unavailable, ce.metadata, undefined, e);
+  };
+  let res: Awaited<ReturnType<typeof next>>;
+  try {
+    res = await next(req);
+  } catch (e) {
+    throw asUnavailable(e);
+  }
+  if (!res.stream) return res;
+  const messages = res.message;
+  async function* following() {
+    try {
+      yield* messages;
+    } catch (e) {
+      throw asUnavailable(e);
+    }
+  }
+  return { ...res, message: following() };
+};
 
 /** trimSlashes returns url without its trailing slashes. */
 export function trimSlashes(url: string): string {

@@ -1,0 +1,110 @@
+// A deployment that restarts, on an in-process fake of the control and
+// data plane behind a proxy the test controls: it cuts every connection
+// in the middle of its calls (the server's process died), and refuses new
+// ones for a while (it is not back yet). The real deployment of the other
+// tests cannot be restarted under them.
+import assert from "node:assert/strict";
+import * as http2 from "node:http2";
+import * as net from "node:net";
+import type { AddressInfo } from "node:net";
+import { after, before, test } from "node:test";
+import { setTimeout as sleep } from "node:timers/promises";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { ConnectError, type ConnectRouter } from "@connectrpc/connect";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { SessionService, WorkspaceService, WorkspaceState } from "../gen/kibotos/ctrl/v1/ctrl_pb.js";
+import { Code, Kibotos } from "../src/index.js";
+
+/** deployment is the fake's state and the proxy's controls. */
+const deployment = {
+  watches: 0, // WatchWorkspace calls
+  cutNextWatch: false, // cut the connections once the next watch has begun
+};
+
+let backend: http2.Http2Server;
+let proxy: net.Server;
+let port: number;
+let url: string;
+const connections = new Set<net.Socket>();
+
+/** cut breaks every connection through the proxy, as a server whose process died. */
+function cut(): void {
+  for (const c of connections) c.destroy();
+  connections.clear();
+}
+
+before(async () => {
+  const routes = (router: ConnectRouter) => {
+    router.service(WorkspaceService, {
+      startWorkspace: (req) => ({ workspace: { workspaceId: req.workspaceId, state: WorkspaceState.STARTING } }),
+      async *watchWorkspace(req, ctx) {
+        deployment.watches++;
+        if (deployment.cutNextWatch) {
+          deployment.cutNextWatch = false;
+          yield { workspace: { workspaceId: req.workspaceId, state: WorkspaceState.STARTING } };
+          setTimeout(cut, 100); // once the message reached the client
+          await sleep(10_000, undefined, { signal: ctx.signal }).catch(() => undefined); // the cut ends it
+          return;
+        }
+        yield { workspace: { workspaceId: req.workspaceId, state: WorkspaceState.AVAILABLE } };
+      },
+    });
+    router.service(SessionService, {
+      issueSession: () => ({
+        sessionId: "ses_1",
+        token: "sess-1",
+        endpoint: url,
+        expiresAt: timestampFromDate(new Date(Date.now() + 3600_000)),
+      }),
+    });
+  };
+  backend = http2.createServer(connectNodeAdapter({ routes }));
+  await new Promise<void>((resolve) => backend.listen(0, "127.0.0.1", resolve));
+  const backendPort = (backend.address() as AddressInfo).port;
+  proxy = net.createServer((conn) => {
+    const to = net.connect(backendPort, "127.0.0.1");
+    connections.add(conn).add(to);
+    conn.pipe(to).pipe(conn);
+    const end = () => (conn.destroy(), to.destroy());
+    conn.on("error", end).on("close", end);
+    to.on("error", end).on("close", end);
+  });
+  await new Promise<void>((resolve) => proxy.listen(0, "127.0.0.1", resolve));
+  port = (proxy.address() as AddressInfo).port;
+  url = `http://127.0.0.1:${port}`;
+});
+
+after(async () => {
+  cut();
+  for (const s of [proxy, backend]) await new Promise<void>((resolve) => s.close(() => resolve()));
+});
+
+test("a lifecycle wait rides over a connection cut by a restart", async () => {
+  const kb = Kibotos.connect({ url, token: "api-token" });
+  try {
+    deployment.cutNextWatch = true;
+    const ws = await kb.startWorkspace("ws_1");
+    assert.equal(ws.info.state, WorkspaceState.AVAILABLE);
+    assert.equal(deployment.watches, 2, "the cut watch was opened again");
+  } finally {
+    kb.close();
+  }
+});
+
+test("a call whose connection is cut is unavailable; one its caller aborted stays canceled", async () => {
+  const kb = Kibotos.connect({ url, token: "api-token" });
+  const code = (err: unknown) => ConnectError.from(err).code;
+  try {
+    deployment.cutNextWatch = true;
+    const watch = kb.workspaces.watchWorkspace({ workspaceId: "ws_2" })[Symbol.asyncIterator]();
+    await watch.next();
+    await assert.rejects(watch.next(), (err: unknown) => code(err) === Code.Unavailable);
+
+    const stop = new AbortController();
+    const aborted = kb.workspaces.watchWorkspace({ workspaceId: "ws_3" }, { signal: stop.signal })[Symbol.asyncIterator]();
+    stop.abort();
+    await assert.rejects(aborted.next(), (err: unknown) => code(err) === Code.Canceled);
+  } finally {
+    kb.close();
+  }
+});
