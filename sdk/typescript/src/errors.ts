@@ -122,6 +122,22 @@ export function sessionRefused(err: KibotosError): boolean {
   );
 }
 
+/**
+ * notReached reports whether err means its call never reached the server:
+ * no connection could be made (refused, no route, a name that does not
+ * resolve), as while the deployment restarts. An unavailable the server
+ * answered (the workspace is not running) is not.
+ */
+export function notReached(err: unknown): boolean {
+  const seen = new Set<unknown>();
+  for (let e = err; e instanceof Error && !seen.has(e); e = e.cause) {
+    seen.add(e);
+    const { syscall } = e as { syscall?: unknown };
+    if (syscall === "connect" || syscall === "getaddrinfo") return true;
+  }
+  return false;
+}
+
 function codeName(code: Code): string {
   return (Code[code] ?? "unknown").replace(/[A-Z]/g, (c, i: number) => (i > 0 ? "_" : "") + c.toLowerCase());
 }

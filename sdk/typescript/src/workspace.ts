@@ -4,7 +4,7 @@ import { Code } from "@connectrpc/connect";
 import type { Workspace as WorkspaceInfo } from "../gen/kibotos/ctrl/v1/ctrl_pb.js";
 import type { ProcessInfo } from "../gen/kibotos/data/v1/data_pb.js";
 import type { KibotosBase, WaitOptions } from "./client.js";
-import { KibotosError } from "./errors.js";
+import { KibotosError, notReached, toKibotosError } from "./errors.js";
 import { Files } from "./files.js";
 import { type ExecOptions, type ExecResult, Process } from "./process.js";
 import { type Session, Sessions } from "./session.js";
@@ -47,15 +47,16 @@ export class Workspace {
    * it arrives. A process that exited non-zero, or that a signal ended, is
    * not an error: the result says so. When following the process fails
    * (a callback threw, the connection broke), exec kills it before it
-   * rejects: it leaves nothing running.
+   * rejects: it leaves nothing running, or, when the data plane cannot be
+   * reached to kill it for 10 seconds (the deployment restarts), says in
+   * its error that the process may still run.
    */
   async exec(args: string[], opts: ExecOptions = {}): Promise<ExecResult> {
     const p = await this.start(args, opts);
     try {
       return await p.wait();
     } catch (e) {
-      await p.kill().catch(() => undefined); // it may have ended, or its guest
-      throw e;
+      throw await killAfter(p, toKibotosError(e));
     }
   }
 
@@ -104,6 +105,41 @@ export class Workspace {
   delete(opts: WaitOptions = {}): Promise<void> {
     return this.client.deleteWorkspace(this.id, opts);
   }
+}
+
+/** KILL_TIMEOUT_MS bounds the kill exec sends when following its process failed. */
+const KILL_TIMEOUT_MS = 10_000;
+
+/** KILL_RETRY_MS is how often exec sends its kill again while the data plane cannot be reached. */
+const KILL_RETRY_MS = 200;
+
+/**
+ * killAfter kills p, whose following failed with err, sending the kill
+ * again while the data plane cannot be reached (a restart), for up to
+ * KILL_TIMEOUT_MS. It returns what exec rejects with: err, saying so when
+ * the process may still run.
+ */
+async function killAfter(p: Process, err: KibotosError): Promise<KibotosError> {
+  const giveUp = Date.now() + KILL_TIMEOUT_MS;
+  let kerr: KibotosError | undefined;
+  for (;;) {
+    kerr = await p.kill().then(
+      () => undefined,
+      (e: unknown) => toKibotosError(e),
+    );
+    if (kerr === undefined || !notReached(kerr) || Date.now() + KILL_RETRY_MS > giveUp) break;
+    await new Promise((resolve) => setTimeout(resolve, KILL_RETRY_MS));
+  }
+  // not_found: it ended (and was reaped); failed_precondition: the guest says it and its group ended.
+  if (kerr === undefined || kerr.code === Code.NotFound || kerr.code === Code.FailedPrecondition) return err;
+  if (kerr.code === Code.Unavailable && !notReached(kerr)) return err; // its guest ended
+  const why = notReached(kerr) ? `pid ${p.pid} may still run: the data plane could not be reached to kill it` : "killing the process";
+  return new KibotosError(`${err.message} (${why}: ${kerr.message})`, err.code, {
+    reason: err.reason,
+    stage: err.stage,
+    observedWorkspace: err.observedWorkspace,
+    cause: err,
+  });
 }
 
 /** refuseAborted throws canceled when signal has aborted: a process must not start for a call its caller gave up. */

@@ -13,12 +13,15 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { SessionService, WorkspaceService, WorkspaceState } from "../gen/kibotos/ctrl/v1/ctrl_pb.js";
-import { Code, Kibotos } from "../src/index.js";
+import { ProcessService } from "../gen/kibotos/data/v1/data_pb.js";
+import { Code, Kibotos, KibotosError } from "../src/index.js";
 
 /** deployment is the fake's state and the proxy's controls. */
 const deployment = {
   watches: 0, // WatchWorkspace calls
   cutNextWatch: false, // cut the connections once the next watch has begun
+  started: 0, // StartProcess calls
+  kills: [] as number[], // the pid of each SignalProcess
 };
 
 let backend: http2.Http2Server;
@@ -33,9 +36,36 @@ function cut(): void {
   connections.clear();
 }
 
+/** down stops the deployment: its connections are cut and new ones refused until up. */
+async function down(): Promise<void> {
+  await new Promise<void>((resolve) => {
+    proxy.close(() => resolve());
+    cut();
+  });
+}
+
+/** up lets the deployment be reached again, on its port. */
+function up(): Promise<void> {
+  return new Promise<void>((resolve) => proxy.listen(port, "127.0.0.1", resolve));
+}
+
+/** execThroughRestart runs exec on a fake process and stops the deployment once it started. */
+async function execThroughRestart(kb: Kibotos): Promise<{ exec: Promise<unknown> }> {
+  const ws = await kb.getWorkspace("ws_4");
+  deployment.kills.length = 0;
+  const startedBefore = deployment.started;
+  const exec = ws.exec(["sleep", "600"]);
+  exec.catch(() => undefined);
+  while (deployment.started === startedBefore) await sleep(10);
+  await sleep(100); // the started event reaches the client
+  await down();
+  return { exec };
+}
+
 before(async () => {
   const routes = (router: ConnectRouter) => {
     router.service(WorkspaceService, {
+      getWorkspace: (req) => ({ workspace: { workspaceId: req.workspaceId, state: WorkspaceState.AVAILABLE } }),
       startWorkspace: (req) => ({ workspace: { workspaceId: req.workspaceId, state: WorkspaceState.STARTING } }),
       async *watchWorkspace(req, ctx) {
         deployment.watches++;
@@ -47,6 +77,17 @@ before(async () => {
           return;
         }
         yield { workspace: { workspaceId: req.workspaceId, state: WorkspaceState.AVAILABLE } };
+      },
+    });
+    router.service(ProcessService, {
+      async *startProcess(_req, ctx) {
+        deployment.started++;
+        yield { event: { case: "started", value: { pid: 42, bootId: "boot-1" } } };
+        await sleep(600_000, undefined, { signal: ctx.signal }).catch(() => undefined); // it runs until the stream ends
+      },
+      signalProcess: (req) => {
+        if (req.process?.selector.case === "pid") deployment.kills.push(req.process.selector.value);
+        return {};
       },
     });
     router.service(SessionService, {
@@ -104,6 +145,47 @@ test("a call whose connection is cut is unavailable; one its caller aborted stay
     const aborted = kb.workspaces.watchWorkspace({ workspaceId: "ws_3" }, { signal: stop.signal })[Symbol.asyncIterator]();
     stop.abort();
     await assert.rejects(aborted.next(), (err: unknown) => code(err) === Code.Canceled);
+  } finally {
+    kb.close();
+  }
+});
+
+test("exec whose stream a restart broke kills its process once the data plane is back", async () => {
+  const kb = Kibotos.connect({ url, token: "api-token" });
+  try {
+    const { exec } = await execThroughRestart(kb);
+    const back = sleep(700).then(up);
+    try {
+      await assert.rejects(exec, (err: unknown) => {
+        assert.ok(err instanceof KibotosError);
+        assert.equal(err.code, Code.Unavailable, err.message);
+        assert.doesNotMatch(err.message, /may still run/);
+        return true;
+      });
+    } finally {
+      await back;
+    }
+    assert.deepEqual(deployment.kills, [42]);
+  } finally {
+    kb.close();
+  }
+});
+
+test("exec whose process could not be killed for 10 s says it may still run", async () => {
+  const kb = Kibotos.connect({ url, token: "api-token" });
+  try {
+    const { exec } = await execThroughRestart(kb);
+    try {
+      await assert.rejects(exec, (err: unknown) => {
+        assert.ok(err instanceof KibotosError);
+        assert.equal(err.code, Code.Unavailable, err.message);
+        assert.match(err.message, /pid 42 may still run: the data plane could not be reached to kill it: .*ECONNREFUSED/);
+        return true;
+      });
+    } finally {
+      await up();
+    }
+    assert.deepEqual(deployment.kills, []);
   } finally {
     kb.close();
   }
