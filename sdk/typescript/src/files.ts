@@ -10,7 +10,7 @@ import { bytesOf, chunks, concat, type Source } from "./bytes.js";
 import { Code } from "@connectrpc/connect";
 import { KibotosError, sessionRefused, toKibotosError } from "./errors.js";
 import { fileBytes, fileInfoOf, NotServed, servesFileBytes, writtenFileOf } from "./filebytes.js";
-import type { Sessions } from "./session.js";
+import type { DataPlane, Sessions } from "./session.js";
 
 /** CHUNK_SIZE is the size of the chunks upload sends. */
 export const CHUNK_SIZE = 1024 * 1024;
@@ -100,9 +100,7 @@ export class Files {
         }
       } catch (e) {
         if (put.abandoned !== undefined) throw put.abandoned;
-        const err = toKibotosError(e);
-        if (retried || !replayable || !sessionRefused(err)) throw err;
-        this.sessions.forget(d);
+        if (!this.forgetRefused(d, e) || retried || !replayable) throw toKibotosError(e);
         continue;
       } finally {
         put.done();
@@ -114,13 +112,22 @@ export class Files {
         return resp.file!;
       } catch (e) {
         if (sending.abandoned !== undefined) throw sending.abandoned;
-        const err = toKibotosError(e);
-        if (retried || !replayable || !sessionRefused(err)) throw err;
-        this.sessions.forget(d);
+        if (!this.forgetRefused(d, e) || retried || !replayable) throw toKibotosError(e);
       } finally {
         sending.done();
       }
     }
+  }
+
+  /**
+   * forgetRefused drops d when e is the data plane refusing its session,
+   * whether or not the call can be sent again (a streamed source cannot),
+   * so that the handle's next call issues a new one; it reports whether it did.
+   */
+  private forgetRefused(d: DataPlane, e: unknown): boolean {
+    if (!sessionRefused(toKibotosError(e))) return false;
+    this.sessions.forget(d);
+    return true;
   }
 
   /**

@@ -234,6 +234,18 @@ describe("a workspace", () => {
     }
   });
 
+  test("a streamed upload refused for its session leaves the handle a new session for the next call", async () => {
+    const h = await kb.getWorkspace(ws.id);
+    await h.files.write("/tmp/refused", "before");
+    await kb.stopWorkspace(ws.id);
+    await kb.startWorkspace(ws.id); // h's session was of the earlier start
+    const streamed = () => Readable.from([new TextEncoder().encode("after")]);
+    // A streamed source cannot be sent again: the refusal is the caller's.
+    await assert.rejects(h.files.upload("/tmp/refused", streamed()), isKibotosError(Code.Unauthenticated));
+    await h.files.upload("/tmp/refused", streamed());
+    assert.equal(await h.files.readText("/tmp/refused"), "after");
+  });
+
   test("watch yields the changes under a directory as an async iterator", async () => {
     await ws.files.mkdir("/root/watched");
     const stop = new AbortController();
