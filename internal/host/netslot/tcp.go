@@ -2,8 +2,8 @@ package netslot
 
 import (
 	"errors"
-	"io"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"sync"
