@@ -48,6 +48,9 @@ type fake struct {
 	startDelay time.Duration                   // StartProcess waits this long before its started event
 	signals    []string                        // "pid signal" of each SignalProcess
 	hugeList   bool                            // ListProcesses answers a message over maxDataPlaneMessage
+	// lateRefusal has WriteFile refuse a session only once the upload's
+	// first bytes arrived, as when the refusal is slower than the upload.
+	lateRefusal bool
 }
 
 func newFake(t *testing.T) (*fake, *Client) {
@@ -235,6 +238,14 @@ func TestDataPlaneMessagesAreBounded(t *testing.T) {
 
 func (f *fake) WriteFile(_ context.Context, s *connect.ClientStream[datav1.WriteFileRequest]) (*connect.Response[datav1.WriteFileResponse], error) {
 	if err := f.authorize(s.RequestHeader()); err != nil {
+		f.mu.Lock()
+		late := f.lateRefusal
+		f.mu.Unlock()
+		for late && s.Receive() {
+			if _, data := s.Msg().GetPart().(*datav1.WriteFileRequest_Data); data {
+				break
+			}
+		}
 		return nil, err
 	}
 	var (
@@ -355,7 +366,7 @@ func TestRefusedSessionForgottenWhenNotResent(t *testing.T) {
 	f, c := newFake(t)
 	ws := withSession(t, c)
 	f.mu.Lock()
-	f.expireNext = true
+	f.expireNext, f.lateRefusal = true, true
 	f.mu.Unlock()
 	// A MultiReader cannot seek back to its bytes.
 	_, err := ws.Upload(t.Context(), io.MultiReader(strings.NewReader("first")), "/f", 0)
