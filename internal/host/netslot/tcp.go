@@ -100,9 +100,11 @@ func abort(c net.Conn) {
 	case *net.TCPConn:
 		c.SetLinger(0)
 	case *socks5.TLSStream:
-		if tc, ok := c.NetConn().(*net.TCPConn); ok {
-			tc.SetLinger(0)
-		}
+		// Closing the TLS connection would send close_notify first, which
+		// the Egress reads as the stream's end: reset the TCP connection
+		// under it instead.
+		abort(c.NetConn())
+		return
 	}
 	c.Close()
 }
