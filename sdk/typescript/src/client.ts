@@ -114,7 +114,10 @@ export class KibotosBase {
     this.sessionTtlSeconds = opts.sessionTtlSeconds ?? 0;
   }
 
-  /** close closes the client's connections (Node.js: calls in flight fail). */
+  /**
+   * close closes the client's connections. In Node.js, calls in flight and
+   * any later call fail with canceled, and nothing retries them.
+   */
   close(): void {
     this.connections.close();
   }

@@ -11,6 +11,8 @@ import { bearer, cutAsUnavailable, trimSlashes, type Transports } from "./transp
  */
 export class NodeTransports implements Transports {
   private readonly managers = new Map<string, Http2SessionManager>();
+  /** closed aborts on close: the calls then in flight, and any later, are canceled. */
+  private readonly closed = new AbortController();
   readonly streamsRequests = true;
 
   transport(baseUrl: string, token: string, readMaxBytes?: number): Transport {
@@ -24,12 +26,13 @@ export class NodeTransports implements Transports {
       baseUrl,
       httpVersion: "2",
       sessionManager: manager,
-      interceptors: [bearer(token), cutAsUnavailable],
+      interceptors: [bearer(token), cutAsUnavailable(this.closed.signal)],
       readMaxBytes,
     });
   }
 
   close(): void {
+    this.closed.abort(); // first: the calls the aborts end must read canceled
     for (const m of this.managers.values()) m.abort();
     this.managers.clear();
   }

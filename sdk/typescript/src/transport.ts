@@ -28,35 +28,41 @@ export function bearer(token: string): Interceptor {
 }
 
 /**
- * cutAsUnavailable is an interceptor that reports a call whose connection
- * broke (the server's process died or restarts) as unavailable, the code
- * a caller retries and waitFor rides over: connect-node reads the end of
- * the HTTP/2 session under a call as canceled, which says the caller gave
- * up. A call its caller's signal ended stays canceled.
+ * cutAsUnavailable returns an interceptor that reports a call whose
+ * connection broke (the server's process died or restarts) as unavailable,
+ * the code a caller retries and waitFor rides over: connect-node reads the
+ * end of the HTTP/2 session under a call as canceled, which says the caller
+ * gave up. A call its caller's signal ended stays canceled, and so does
+ * every call once closed has aborted (the client was closed): a new call
+ * is then refused before it opens a connection, so that nothing retries
+ * on a closed client.
  */
-export const cutAsUnavailable: Interceptor = (next) => async (req) => {
-  const asUnavailable = (e: unknown): unknown => {
-    const ce = ConnectError.from(e);
-    if (ce.code !== Code.Canceled || req.signal.aborted) return e;
-    return new ConnectError(`the connection broke during the call; retry: ${ce.rawMessage}`, Code.Unavailable, ce.metadata, undefined, e);
-  };
-  let res: Awaited<ReturnType<typeof next>>;
-  try {
-    res = await next(req);
-  } catch (e) {
-    throw asUnavailable(e);
-  }
-  if (!res.stream) return res;
-  const messages = res.message;
-  async function* following() {
+export function cutAsUnavailable(closed: AbortSignal): Interceptor {
+  return (next) => async (req) => {
+    if (closed.aborted) throw new ConnectError("the client is closed", Code.Canceled);
+    const asUnavailable = (e: unknown): unknown => {
+      const ce = ConnectError.from(e);
+      if (ce.code !== Code.Canceled || req.signal.aborted || closed.aborted) return e;
+      return new ConnectError(`the connection broke during the call; retry: ${ce.rawMessage}`, Code.Unavailable, ce.metadata, undefined, e);
+    };
+    let res: Awaited<ReturnType<typeof next>>;
     try {
-      yield* messages;
+      res = await next(req);
     } catch (e) {
       throw asUnavailable(e);
     }
-  }
-  return { ...res, message: following() };
-};
+    if (!res.stream) return res;
+    const messages = res.message;
+    async function* following() {
+      try {
+        yield* messages;
+      } catch (e) {
+        throw asUnavailable(e);
+      }
+    }
+    return { ...res, message: following() };
+  };
+}
 
 /** trimSlashes returns url without its trailing slashes. */
 export function trimSlashes(url: string): string {

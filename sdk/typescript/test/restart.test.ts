@@ -20,6 +20,7 @@ import { Code, Kibotos, KibotosError } from "../src/index.js";
 const deployment = {
   watches: 0, // WatchWorkspace calls
   cutNextWatch: false, // cut the connections once the next watch has begun
+  hangNextWatch: false, // the next watch says STARTING and then nothing
   started: 0, // StartProcess calls
   kills: [] as number[], // the pid of each SignalProcess
 };
@@ -69,6 +70,12 @@ before(async () => {
       startWorkspace: (req) => ({ workspace: { workspaceId: req.workspaceId, state: WorkspaceState.STARTING } }),
       async *watchWorkspace(req, ctx) {
         deployment.watches++;
+        if (deployment.hangNextWatch) {
+          deployment.hangNextWatch = false;
+          yield { workspace: { workspaceId: req.workspaceId, state: WorkspaceState.STARTING } };
+          await sleep(600_000, undefined, { signal: ctx.signal }).catch(() => undefined);
+          return;
+        }
         if (deployment.cutNextWatch) {
           deployment.cutNextWatch = false;
           yield { workspace: { workspaceId: req.workspaceId, state: WorkspaceState.STARTING } };
@@ -189,4 +196,19 @@ test("exec whose process could not be killed for 10 s says it may still run", as
   } finally {
     kb.close();
   }
+});
+
+test("closing the client ends a lifecycle wait canceled, and nothing opens a connection again", async () => {
+  const kb = Kibotos.connect({ url, token: "api-token" });
+  deployment.hangNextWatch = true;
+  const watchesBefore = deployment.watches;
+  const waiting = kb.startWorkspace("ws_5");
+  waiting.catch(() => undefined);
+  while (deployment.watches === watchesBefore) await sleep(10);
+  await sleep(100); // the STARTING reaches the client
+  kb.close();
+  await assert.rejects(waiting, (err: unknown) => err instanceof KibotosError && err.code === Code.Canceled);
+  await sleep(300);
+  assert.equal(deployment.watches, watchesBefore + 1, "a watch was opened again after close");
+  await assert.rejects(kb.getWorkspace("ws_5"), (err: unknown) => err instanceof KibotosError && err.code === Code.Canceled);
 });
