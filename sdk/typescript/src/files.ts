@@ -8,9 +8,9 @@ import {
 } from "../gen/kibotos/data/v1/data_pb.js";
 import { bytesOf, chunks, concat, type Source } from "./bytes.js";
 import { Code } from "@connectrpc/connect";
-import { KibotosError, sessionRefused, toKibotosError } from "./errors.js";
+import { KibotosError, toKibotosError } from "./errors.js";
 import { fileBytes, fileInfoOf, NotServed, servesFileBytes, writtenFileOf } from "./filebytes.js";
-import type { DataPlane, Sessions } from "./session.js";
+import type { Sessions } from "./session.js";
 
 /** CHUNK_SIZE is the size of the chunks upload sends. */
 export const CHUNK_SIZE = 1024 * 1024;
@@ -100,7 +100,7 @@ export class Files {
         }
       } catch (e) {
         if (put.abandoned !== undefined) throw put.abandoned;
-        if (!this.forgetRefused(d, e) || retried || !replayable) throw toKibotosError(e);
+        if (!this.sessions.dropRefused(d, e) || retried || !replayable) throw toKibotosError(e);
         continue;
       } finally {
         put.done();
@@ -112,22 +112,11 @@ export class Files {
         return resp.file!;
       } catch (e) {
         if (sending.abandoned !== undefined) throw sending.abandoned;
-        if (!this.forgetRefused(d, e) || retried || !replayable) throw toKibotosError(e);
+        if (!this.sessions.dropRefused(d, e) || retried || !replayable) throw toKibotosError(e);
       } finally {
         sending.done();
       }
     }
-  }
-
-  /**
-   * forgetRefused drops d when e is the data plane refusing its session,
-   * whether or not the call can be sent again (a streamed source cannot),
-   * so that the handle's next call issues a new one; it reports whether it did.
-   */
-  private forgetRefused(d: DataPlane, e: unknown): boolean {
-    if (!sessionRefused(toKibotosError(e))) return false;
-    this.sessions.forget(d);
-    return true;
   }
 
   /**

@@ -82,6 +82,18 @@ export class Sessions {
     }
   }
 
+  /**
+   * dropRefused forgets d when e is the data plane refusing its session so
+   * that a new one may succeed (sessionRefused), whether or not the call is
+   * sent again (a streamed source cannot be), so that the handle's next
+   * call issues a new one; it reports whether it did.
+   */
+  dropRefused(d: DataPlane, e: unknown): boolean {
+    if (!sessionRefused(toKibotosError(e))) return false;
+    this.forget(d);
+    return true;
+  }
+
   private async issue(): Promise<DataPlane> {
     const d = await this.issueOne();
     this.latest = d;
@@ -138,9 +150,7 @@ export class Sessions {
       try {
         return await call(d);
       } catch (e) {
-        const err = toKibotosError(e);
-        if (retried || !sessionRefused(err)) throw err;
-        this.forget(d);
+        if (retried || !this.dropRefused(d, e)) throw toKibotosError(e);
       }
     }
   }
@@ -160,9 +170,7 @@ export class Sessions {
         const r = await rest.next();
         return { first: r.done ? undefined : r.value, rest, generation: d.generation };
       } catch (e) {
-        const err = toKibotosError(e);
-        if (retried || !sessionRefused(err)) throw err;
-        this.forget(d);
+        if (retried || !this.dropRefused(d, e)) throw toKibotosError(e);
       }
     }
   }
