@@ -38,15 +38,8 @@ func countingResolver(t *testing.T, inet *nettest.Internet, addr string, queries
 // example.com's A record and returns the answer.
 func askUDP(t *testing.T, s *netslot.Slot, addr string) *dns.Msg {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	c, err := nettest.Dial(ctx, s.Path(), "udp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	q := new(dns.Msg).SetQuestion("example.com.", dns.TypeA)
-	r, _, err := (&dns.Client{Timeout: 2 * time.Second}).ExchangeWithConnContext(ctx, q, &dns.Conn{Conn: c})
+	r, err := exchangeUDP(t, s, addr, q, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,6 +47,21 @@ func askUDP(t *testing.T, s *netslot.Slot, addr string) *dns.Msg {
 		t.Fatalf("answer %v to another query", r)
 	}
 	return r
+}
+
+// exchangeUDP sends q from s's guest to addr over UDP and returns the
+// answer; udpSize, when not 0, is the largest answer the client reads.
+func exchangeUDP(t *testing.T, s *netslot.Slot, addr string, q *dns.Msg, udpSize uint16) (*dns.Msg, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := nettest.Dial(ctx, s.Path(), "udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r, _, err := (&dns.Client{Timeout: 2 * time.Second, UDPSize: udpSize}).ExchangeWithConnContext(ctx, q, &dns.Conn{Conn: c, UDPSize: udpSize})
+	return r, err
 }
 
 const linkDNS = "10.211.0.1:53"
@@ -282,17 +290,9 @@ func bigResolver(t *testing.T, inet *nettest.Internet) netip.AddrPort {
 // largest size, for name's TXT records.
 func askBig(t *testing.T, s *netslot.Slot, name string) (*dns.Msg, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	c, err := nettest.Dial(ctx, s.Path(), "udp", linkDNS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	q := new(dns.Msg).SetQuestion(name, dns.TypeTXT)
 	q.SetEdns0(dns.MaxMsgSize, false)
-	r, _, err := (&dns.Client{Timeout: 2 * time.Second, UDPSize: dns.MaxMsgSize}).ExchangeWithConnContext(ctx, q, &dns.Conn{Conn: c, UDPSize: dns.MaxMsgSize})
-	return r, err
+	return exchangeUDP(t, s, linkDNS, q, dns.MaxMsgSize)
 }
 
 // Cached answers near the largest a datagram carries: one too large for a
