@@ -12,15 +12,12 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/miekg/dns"
 
-	"github.com/kibotos/kibotos/internal/host/netnsfile"
 	"github.com/kibotos/kibotos/internal/testutil/nettest"
 )
 
@@ -44,15 +41,12 @@ const (
 // stop closes the server's standard input, upon which it stops listening,
 // and waits for it to exit once its connections have ended.
 func (b *bench) startServer(ctx context.Context, kind string) (netip.AddrPort, func() error, error) {
-	exe, err := os.Executable()
+	cmd, err := self(ctx, serverCommand, "-kind", kind, "-d", b.d.String(), "-cc", b.cc)
 	if err != nil {
 		return netip.AddrPort{}, nil, err
 	}
 	var stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, exe, serverCommand, "-kind", kind, "-d", b.d.String(), "-cc", b.cc)
 	cmd.Stderr = &stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	cmd.WaitDelay = time.Second
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return netip.AddrPort{}, nil, err
@@ -61,8 +55,7 @@ func (b *bench) startServer(ctx context.Context, kind string) (netip.AddrPort, f
 	if err != nil {
 		return netip.AddrPort{}, nil, err
 	}
-	// A process starts in the network namespace of the thread that forks it.
-	if err := netnsfile.Do(b.inet.Path, cmd.Start); err != nil {
+	if err := startIn(b.inet.Path, cmd); err != nil {
 		return netip.AddrPort{}, nil, fmt.Errorf("test host %s server: %w", kind, err)
 	}
 	stop := func() error {

@@ -153,30 +153,44 @@ func (b *bench) measure(ctx context.Context, sb *sandbox, w workload) (r result,
 	return b.runClient(ctx, sb, w, addr.String())
 }
 
+// self is a command that runs this program again with args, killed when
+// this process dies or ctx ends.
+func self(ctx context.Context, args ...string) (*exec.Cmd, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, exe, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.WaitDelay = time.Second
+	return cmd, nil
+}
+
+// startIn starts cmd in the network namespace bound at path, or in this
+// process's own when path is empty: a process starts in the namespace of
+// the thread that forks it.
+func startIn(path string, cmd *exec.Cmd) error {
+	if path == "" {
+		return cmd.Start()
+	}
+	return netnsfile.Do(path, cmd.Start)
+}
+
 // runClient runs the client of w against addr inside the sandbox's
 // namespace and returns what it measured.
 func (b *bench) runClient(ctx context.Context, sb *sandbox, w workload, addr string) (r result, err error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return result{}, err
-	}
 	var stdout, stderr bytes.Buffer
 	args := []string{clientCommand, "-mode", w.mode, "-streams", fmt.Sprint(max(w.streams, 1)),
 		"-addr", addr, "-d", b.d.String(), "-cc", b.cc}
 	if sb.proxy.IsValid() {
 		args = append(args, "-socks5", sb.proxy.String())
 	}
-	cmd := exec.CommandContext(ctx, exe, args...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	cmd.WaitDelay = time.Second
-	start := cmd.Start
-	if sb.path != "" {
-		// A process starts in the network namespace of the thread that
-		// forks it.
-		start = func() error { return netnsfile.Do(sb.path, cmd.Start) }
+	cmd, err := self(ctx, args...)
+	if err != nil {
+		return result{}, err
 	}
-	if err := start(); err != nil {
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := startIn(sb.path, cmd); err != nil {
 		return result{}, err
 	}
 	if err := cmd.Wait(); err != nil {
