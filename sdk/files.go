@@ -25,6 +25,7 @@ type fileOptions struct {
 	user     string
 	progress func(int64)
 	info     func(*datav1.FileInfo)
+	merge    bool
 }
 
 func collect(opts []FileOption) fileOptions {
@@ -51,6 +52,15 @@ func WithProgress(fn func(done int64)) FileOption {
 // A guest agent too old to send it does not call fn.
 func WithFileInfo(fn func(*datav1.FileInfo)) FileOption {
 	return func(o *fileOptions) { o.info = fn }
+}
+
+// MergeDirectories makes Move of a directory onto an existing directory
+// move its entries into it, merging directories of the same name and
+// replacing other entries, each by a rename: a move cut short leaves each
+// entry whole, at its source or its destination. Without it, such a move
+// fails already_exists.
+func MergeDirectories() FileOption {
+	return func(o *fileOptions) { o.merge = true }
 }
 
 // Upload writes the bytes of r to remotePath, as the body of a PUT of
@@ -270,12 +280,12 @@ func (w *Workspace) remove(ctx context.Context, path string, recursive bool, opt
 	return err
 }
 
-// Move renames a file or directory.
+// Move renames a file or directory; see MergeDirectories.
 func (w *Workspace) Move(ctx context.Context, src, dst string, opts ...FileOption) error {
 	o := collect(opts)
 	_, err := unary(ctx, w, func(d *dataPlane) func(context.Context, *connect.Request[datav1.MoveFileRequest]) (*connect.Response[datav1.MoveFileResponse], error) {
 		return d.files.MoveFile
-	}, &datav1.MoveFileRequest{Source: src, Destination: dst, User: o.user})
+	}, &datav1.MoveFileRequest{Source: src, Destination: dst, User: o.user, Merge: o.merge})
 	return err
 }
 

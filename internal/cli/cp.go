@@ -61,7 +61,9 @@ func wsCpCommand(c *conn) *cobra.Command {
 			"With -r, SRC may be a directory: it is copied whole, as a tar stream through tar in the\n" +
 			"workspace, keeping modes, times and symlinks, into DST when DST is a directory, else as\n" +
 			"DST. An entry or symlink that would land or point outside DST (.., an absolute target)\n" +
-			"is refused; a download is assembled beside DST and moved into place once whole.",
+			"is refused. Either way the copy is assembled in a hidden directory and moved into place\n" +
+			"once whole, merged into DST's directory when that exists, each file replacing its\n" +
+			"namesake whole: a failed or interrupted copy leaves DST as it was.",
 		Args: cobra.ExactArgs(2),
 	}
 	cmd.Flags().StringVar(&user, "user", "", "user of the guest that reads or writes the file (default: root)")

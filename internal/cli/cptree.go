@@ -11,6 +11,7 @@ import (
 	"io"
 	"io/fs"
 	"maps"
+	"math/rand/v2"
 	"os"
 	"path"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
+	"github.com/kibotos/kibotos/internal/treemove"
 	"github.com/kibotos/kibotos/sdk"
 )
 
@@ -30,9 +32,9 @@ import (
 // side refuses what would land outside the destination: an entry named
 // with .. or an absolute path, a symlink whose target is absolute or
 // climbs out of the copy, an entry beneath a symlink of the copy.
-// A download is extracted into a temporary directory beside its
-// destination and moved into place only when it is whole, so a refused or
-// failed copy leaves nothing behind.
+// Either way the copy is extracted into a hidden directory and moved into
+// place only when it is whole (treemove, or MoveFile with merge), so a
+// refused, failed or cut copy leaves its destination as it was.
 
 // stdinChunk is the most the SDK sends a process's stdin in one call.
 const stdinChunk = 32 << 10
@@ -67,7 +69,11 @@ func treeTarget(dst string, dstIsDir bool, base string, join func(...string) str
 	return dst
 }
 
-// uploadTree copies the local directory src to dst in the Workspace.
+// uploadTree copies the local directory src to dst in the Workspace. The
+// guest's tar extracts it into a hidden directory (staging) which is then
+// moved into place, merged into the destination when that exists, so that
+// a failed or cut upload changes nothing there, and a finished one
+// replaces each file whole.
 func (cp *copier) uploadTree(src, dst string) error {
 	ctx := cp.cmd.Context()
 	entries, total, err := cp.scanLocalTree(src)
@@ -77,33 +83,81 @@ func (cp *copier) uploadTree(src, dst string) error {
 	info, err := cp.statTarget(dst)
 	isDir := err == nil && info.GetType() == datav1.FileType_FILE_TYPE_DIRECTORY
 	target := treeTarget(dst, isDir, filepath.Base(filepath.Clean(src)), path.Join)
-	if err := cp.ws.MkdirAll(ctx, target, 0o755, cp.user); err != nil {
+	info, err = cp.statTarget(target)
+	exists := err == nil
+	if exists && info.GetType() != datav1.FileType_FILE_TYPE_DIRECTORY {
+		return fmt.Errorf("%s:%s exists and is not a directory", cp.ws.ID(), target)
+	}
+	staging, err := cp.stagingDir(target, exists)
+	if err != nil {
 		return err
 	}
+	if err := cp.extractInto(staging, total, func(w io.Writer) error { return writeTree(w, src, entries) }); err != nil {
+		return cp.unstage(staging, err)
+	}
+	if err := cp.ws.Move(ctx, staging, target, cp.user, sdk.MergeDirectories()); err != nil {
+		return cp.unstage(staging, err)
+	}
+	return cp.extractInto(target, -1, func(w io.Writer) error { return writeDirTimes(w, entries) })
+}
+
+// stagingDir makes the hidden directory an upload to target is extracted
+// into, on target's filesystem (so that moving it into place renames):
+// beside target, or in it when it is a directory already (which may be a
+// mount point, such as a Volume's).
+func (cp *copier) stagingDir(target string, exists bool) (string, error) {
+	ctx := cp.cmd.Context()
+	dir := path.Dir(target)
+	if exists {
+		dir = target
+	} else if err := cp.ws.MkdirAll(ctx, dir, 0o755, cp.user); err != nil {
+		return "", err
+	}
+	staging := path.Join(dir, fmt.Sprintf(".%s.kibotos-cp-%08x", path.Base(target), rand.Uint32()))
+	return staging, cp.ws.Mkdir(ctx, staging, 0o700, cp.user)
+}
+
+// unstage removes the staging directory of an upload that failed with
+// err, even when the command was interrupted, and returns err, saying
+// where the partial copy is when it could not be removed.
+func (cp *copier) unstage(staging string, err error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(cp.cmd.Context()), unstageTimeout)
+	defer cancel()
+	if rerr := cp.ws.RemoveAll(ctx, staging, cp.user); rerr != nil {
+		return fmt.Errorf("%w (its partial copy is left in %s:%s: %v)", err, cp.ws.ID(), staging, rerr)
+	}
+	return err
+}
+
+// unstageTimeout bounds removing a failed upload's staging directory.
+const unstageTimeout = 10 * time.Second
+
+// extractInto runs the guest's tar to extract into dir the stream write
+// writes, of total bytes (-1: unknown, no progress shown).
+func (cp *copier) extractInto(dir string, total int64, write func(io.Writer) error) error {
 	pr, pw := io.Pipe()
 	go func() {
 		// Every write to the pipe becomes one SendInput: fill them.
-		bw := bufio.NewWriterSize(io.MultiWriter(pw, cp.meter("uploading", total)), stdinChunk)
-		err := writeTree(bw, src, entries)
+		var out io.Writer = pw
+		if total >= 0 {
+			out = io.MultiWriter(pw, cp.meter("uploading", total))
+		}
+		bw := bufio.NewWriterSize(out, stdinChunk)
+		err := write(bw)
 		pw.CloseWithError(cmp.Or(err, bw.Flush()))
 	}()
-	extract := []string{"tar", "-x", "-o", "-f", "-", "-C", target}
+	extract := []string{"tar", "-x", "-o", "-f", "-", "-C", dir}
 	var stderr bytes.Buffer
-	st, err := cp.ws.Exec(ctx, extract, sdk.ExecOptions{User: cp.userName, Stdin: pr, Stderr: &stderr})
-	pr.CloseWithError(errors.New("tar in the workspace ended")) // unblocks writeTree
-	if err := tarStatus(st, err, &stderr); err != nil {
-		return err
-	}
-	var dirs bytes.Buffer
-	if err := writeDirTimes(&dirs, entries); err != nil {
-		return err
-	}
-	st, err = cp.ws.Exec(ctx, extract, sdk.ExecOptions{User: cp.userName, Stdin: &dirs, Stderr: &stderr})
+	st, err := cp.ws.Exec(cp.cmd.Context(), extract, sdk.ExecOptions{User: cp.userName, Stdin: pr, Stderr: &stderr})
+	pr.CloseWithError(errors.New("tar in the workspace ended")) // unblocks write
 	return tarStatus(st, err, &stderr)
 }
 
 // tarStatus turns how the guest's tar ended into an error.
 func tarStatus(st sdk.ExitStatus, err error, stderr *bytes.Buffer) error {
+	if errors.Is(err, context.Canceled) { // interrupted: tar was there
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("%w (%s)", err, errNeedsTar)
 	}
@@ -345,7 +399,7 @@ func (cp *copier) downloadTree(src, dst string) error {
 	if err := tarStatus(status, err, &stderr); err != nil {
 		return err
 	}
-	if err := placeTree(tmp, target); err != nil {
+	if err := treemove.Move(tmp, target); err != nil {
 		return err
 	}
 	return dirs.apply(target)
@@ -492,34 +546,6 @@ func sparse(hdr *tar.Header) bool {
 		}
 	}
 	return false
-}
-
-// placeTree moves the extracted tree tmp to target: a rename when target
-// does not exist, else entry by entry into it, a directory of tmp merged
-// into a directory of target of the same name, anything else replacing
-// what target holds under that name (a symlink of target is replaced, not
-// followed).
-func placeTree(tmp, target string) error {
-	if _, err := os.Lstat(target); errors.Is(err, fs.ErrNotExist) {
-		return os.Rename(tmp, target)
-	}
-	entries, err := os.ReadDir(tmp)
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		from, to := filepath.Join(tmp, e.Name()), filepath.Join(target, e.Name())
-		if st, err := os.Lstat(to); err == nil && e.IsDir() && st.IsDir() {
-			if err := placeTree(from, to); err != nil {
-				return err
-			}
-			continue
-		}
-		if err := os.Rename(from, to); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // meter counts the bytes of a copy and shows them on a terminal once

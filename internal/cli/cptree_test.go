@@ -3,6 +3,7 @@ package cli
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -171,6 +172,92 @@ func TestCpRecursiveRoundTrip(t *testing.T) {
 	}
 	if got := e.sh(t, id, "cat /work/proj/proj/nested/secret"); got != "s3cret" {
 		t.Errorf("into a remote directory: %q", got)
+	}
+}
+
+// TestCpRecursiveUploadIsAllOrNothing: an upload cut short, failed
+// midway or stopped by what the destination holds changes nothing there
+// that it had not moved whole, and leaves no staging directory behind.
+func TestCpRecursiveUploadIsAllOrNothing(t *testing.T) {
+	e, id := newDataEnv(t)
+	src := filepath.Join(t.TempDir(), "dest")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "a"), []byte("new\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.sh(t, id, "mkdir -p /work/dest/sub && echo old > /work/dest/a && echo mine > /work/dest/mine")
+	const unchanged = "a\nmine\nsub\n--\nold\n--\ndest\n"
+	state := func() string {
+		return e.sh(t, id, "ls -1A /work/dest; echo --; cat /work/dest/a; echo --; ls -1A /work")
+	}
+
+	// Cut: interrupted once the guest's tar has extracted the whole
+	// stream (a tar ahead of busybox's on PATH says so, then waits).
+	e.sh(t, id, `mkdir -p /usr/local/bin && printf '#!/bin/sh\n/bin/tar "$@"; touch /tmp/extracted; exec sleep 60\n' >/usr/local/bin/tar && chmod +x /usr/local/bin/tar`)
+	ctx, interrupt := context.WithCancel(t.Context())
+	defer interrupt()
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := e.runIn(ctx, t, "", "ws", "cp", "--addr", e.addr, "--token", e.token, "-r", src, id+":/work")
+		done <- err
+	}()
+	for deadline := time.Now().Add(time.Minute); e.sh(t, id, "[ -e /tmp/extracted ] && echo yes; true") != "yes\n"; {
+		if time.Now().After(deadline) {
+			t.Fatal("the guest's tar did not extract the upload in a minute")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	interrupt()
+	if err := <-done; err == nil || strings.Contains(err.Error(), "left in") {
+		t.Fatalf("the interrupted upload: %v, want it to fail with its staging removed", err)
+	}
+	e.sh(t, id, "rm /usr/local/bin/tar")
+	if got := state(); got != unchanged {
+		t.Errorf("after an interrupted upload:\n%s\nwant\n%s", got, unchanged)
+	}
+
+	// Failed midway: a sparse file larger than the workspace's disk fills
+	// it after a has been extracted.
+	big := filepath.Join(src, "zz-big")
+	if err := os.WriteFile(big, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(big, 200<<20); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, err := e.runData(t, "", "ws", "cp", "-r", src, id+":/work")
+	if err == nil || !strings.Contains(err.Error(), "tar in the workspace") || strings.Contains(err.Error(), "left in") {
+		t.Fatalf("an upload larger than the disk: %v (%s), want tar's failure with its staging removed", err, stderr)
+	}
+	if got := state(); got != unchanged {
+		t.Errorf("after an upload that filled the disk:\n%s\nwant\n%s", got, unchanged)
+	}
+	os.Remove(big)
+
+	// Stopped by the destination: a file of the copy where it holds a
+	// directory. Entries before it are moved, each whole.
+	if err := os.WriteFile(filepath.Join(src, "sub"), []byte("a file\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, err = e.runData(t, "", "ws", "cp", "-r", src, id+":/work")
+	if err == nil || !strings.Contains(err.Error(), "/work/dest/sub") || strings.Contains(err.Error(), "left in") {
+		t.Fatalf("a file onto a directory: %v (%s), want it named, with the staging removed", err, stderr)
+	}
+	if got, want := state(), "a\nmine\nsub\n--\nnew\n--\ndest\n"; got != want {
+		t.Errorf("after an upload stopped by a directory:\n%s\nwant\n%s", got, want)
+	}
+
+	// A whole one: merged, files replaced, what only the destination
+	// holds kept.
+	os.Remove(filepath.Join(src, "sub"))
+	e.sh(t, id, "echo old > /work/dest/a")
+	if _, stderr, err := e.runData(t, "", "ws", "cp", "-r", src, id+":/work"); err != nil {
+		t.Fatalf("cp -r: %v\n%s", err, stderr)
+	}
+	if got, want := state(), "a\nmine\nsub\n--\nnew\n--\ndest\n"; got != want {
+		t.Errorf("after a whole upload:\n%s\nwant\n%s", got, want)
 	}
 }
 

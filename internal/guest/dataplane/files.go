@@ -24,6 +24,7 @@ import (
 
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
+	"github.com/kibotos/kibotos/internal/treemove"
 )
 
 const (
@@ -564,8 +565,9 @@ func (s *FileService) InspectFile(ctx context.Context, req *connect.Request[data
 }
 
 // MoveFile implements FileService.MoveFile with rename(2): a file at the
-// destination is replaced; a directory there is already_exists; moving
-// across filesystems is failed_precondition (EXDEV).
+// destination is replaced; a directory there is already_exists, or with
+// merge takes a directory's entries (treemove); moving across filesystems
+// is failed_precondition (EXDEV).
 func (s *FileService) MoveFile(ctx context.Context, req *connect.Request[datav1.MoveFileRequest]) (*connect.Response[datav1.MoveFileResponse], error) {
 	u, src, err := s.resolve(req.Msg.GetUser(), req.Msg.GetSource(), stageMovingFile)
 	if err != nil {
@@ -577,7 +579,11 @@ func (s *FileService) MoveFile(ctx context.Context, req *connect.Request[datav1.
 	}
 	var info *datav1.FileInfo
 	err = asUser(u, func() error {
-		if err := os.Rename(src, dst); err != nil {
+		move := os.Rename
+		if req.Msg.GetMerge() {
+			move = treemove.Move
+		}
+		if err := move(src, dst); err != nil {
 			return err
 		}
 		var err error

@@ -319,6 +319,62 @@ func TestWriteFileAtomic(t *testing.T) {
 	wantCode(t, err, connect.CodeInvalidArgument, stageWritingFile)
 }
 
+// TestMoveFileMerges: with merge, a directory moved onto a directory
+// lands in it entry by entry, keeping what only the destination holds;
+// an entry that cannot be moved stops it, named, with the source's rest
+// left where it was.
+func TestMoveFileMerges(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := testCtx(t, 30*time.Second)
+	dir := t.TempDir()
+	j := func(p ...string) string { return filepath.Join(append([]string{dir}, p...)...) }
+	for name, data := range map[string]string{"src/sub/new": "new", "src/top": "copied", "dst/sub/mine": "mine", "dst/top": "old"} {
+		if err := os.MkdirAll(filepath.Dir(j(name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(j(name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	move := func(merge bool) error {
+		_, err := e.fc.MoveFile(ctx, connect.NewRequest(&datav1.MoveFileRequest{Source: j("src"), Destination: j("dst"), Merge: merge}))
+		return err
+	}
+	wantCode(t, move(false), connect.CodeAlreadyExists, stageMovingFile)
+	if err := move(true); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"dst/sub/new": "new", "dst/sub/mine": "mine", "dst/top": "copied"} {
+		if got, err := os.ReadFile(j(name)); string(got) != want {
+			t.Errorf("after the merge, %s = %q (%v), want %q", name, got, err, want)
+		}
+	}
+	if _, err := os.Lstat(j("src")); !os.IsNotExist(err) {
+		t.Errorf("the merged source is still there: %v", err)
+	}
+
+	// A file of the source where the destination has a directory.
+	if err := os.MkdirAll(j("src"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string]string{"src/a": "a", "src/sub": "a file", "src/z": "z"} {
+		if err := os.WriteFile(j(name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := move(true)
+	wantCode(t, err, connect.CodeAlreadyExists, stageMovingFile)
+	if !strings.Contains(err.Error(), j("dst/sub")) {
+		t.Errorf("the failed merge: %v, want the entry named", err)
+	}
+	if got, err := os.ReadFile(j("dst/a")); string(got) != "a" {
+		t.Errorf("the entry before the failure: %q, %v", got, err)
+	}
+	if got, err := os.ReadFile(j("src/z")); string(got) != "z" {
+		t.Errorf("the entry after the failure: %q, %v, want it left in the source", got, err)
+	}
+}
+
 func TestFileOperations(t *testing.T) {
 	e := newTestEnv(t)
 	ctx := testCtx(t, 30*time.Second)

@@ -217,10 +217,15 @@ export class Files {
     );
   }
 
-  /** rename moves a file or directory from source to destination and returns its new metadata. */
-  async rename(source: string, destination: string, opts: FileOptions = {}): Promise<FileInfo> {
+  /**
+   * rename moves a file or directory from source to destination and returns its new metadata.
+   * A directory onto an existing directory is already_exists, unless merge is set: then its
+   * entries move into it, directories of the same name merged, other entries replacing their
+   * namesakes, each by a rename, so an entry is whole where it is.
+   */
+  async rename(source: string, destination: string, opts: FileOptions & { merge?: boolean } = {}): Promise<FileInfo> {
     const resp = await this.sessions.unary((d) =>
-      d.files.moveFile({ source, destination, user: opts.user ?? "" }, { signal: opts.signal }),
+      d.files.moveFile({ source, destination, user: opts.user ?? "", merge: opts.merge ?? false }, { signal: opts.signal }),
     );
     return resp.file!;
   }

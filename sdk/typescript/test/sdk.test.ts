@@ -203,7 +203,7 @@ describe("a workspace", () => {
     await assert.rejects(ws.files.stat("/root/fresh"), isKibotosError(Code.NotFound));
   });
 
-  test("files: mkdir, write, list, stat, rename, read, remove", async () => {
+  test("files: mkdir, write, list, stat, rename (merging too), read, remove", async () => {
     const dir = await ws.files.mkdir("/root/a/b", { parents: true });
     assert.equal(dir.type, FileType.DIRECTORY);
     await ws.files.write("/root/a/b/one.txt", "one");
@@ -215,6 +215,17 @@ describe("a workspace", () => {
     await ws.files.rename("/root/a/b/one.txt", "/root/a/three.txt");
     assert.equal(await ws.files.readText("/root/a/three.txt"), "one");
     assert.deepEqual(await ws.files.read("/root/a/two.txt"), new Uint8Array([1, 2, 3]));
+    await ws.files.mkdir("/root/m/b", { parents: true });
+    await ws.files.write("/root/m/b/four.txt", "four");
+    await ws.files.write("/root/m/two.txt", "two, new");
+    await assert.rejects(ws.files.rename("/root/m", "/root/a"), isKibotosError(Code.AlreadyExists));
+    await ws.files.rename("/root/m", "/root/a", { merge: true });
+    assert.deepEqual(
+      (await ws.files.list("/root/a", { depth: 2 })).map((e) => e.path),
+      ["/root/a/b", "/root/a/b/four.txt", "/root/a/three.txt", "/root/a/two.txt"],
+    );
+    assert.equal(await ws.files.readText("/root/a/two.txt"), "two, new");
+    await assert.rejects(ws.files.stat("/root/m"), isKibotosError(Code.NotFound));
     await assert.rejects(ws.files.remove("/root/a"), isKibotosError(Code.FailedPrecondition)); // not empty
     await ws.files.remove("/root/a", { recursive: true });
     await assert.rejects(ws.files.stat("/root/a"), isKibotosError(Code.NotFound, undefined, FailureStage.INSPECTING_FILE));

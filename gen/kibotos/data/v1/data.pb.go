@@ -1860,10 +1860,19 @@ func (x *InspectFileResponse) GetFile() *FileInfo {
 
 // MoveFileRequest is the input of MoveFile.
 type MoveFileRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Source        string                 `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
-	Destination   string                 `protobuf:"bytes,2,opt,name=destination,proto3" json:"destination,omitempty"`
-	User          string                 `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Source      string                 `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	Destination string                 `protobuf:"bytes,2,opt,name=destination,proto3" json:"destination,omitempty"`
+	User        string                 `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
+	// merge, when source and destination are both directories, moves the
+	// source's entries into the destination instead: an entry that is a
+	// directory where the destination holds a directory of its name is
+	// merged into it the same way; any other entry replaces what the
+	// destination holds under its name (a symlink there is replaced, not
+	// followed; a directory there makes a file's move fail). It stops at the
+	// first entry that cannot be moved, naming it, with the entries before
+	// it moved, each whole; the source is removed once emptied.
+	Merge         bool `protobuf:"varint,4,opt,name=merge,proto3" json:"merge,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1917,6 +1926,13 @@ func (x *MoveFileRequest) GetUser() string {
 		return x.User
 	}
 	return ""
+}
+
+func (x *MoveFileRequest) GetMerge() bool {
+	if x != nil {
+		return x.Merge
+	}
+	return false
 }
 
 // MoveFileResponse describes the moved file.
@@ -3319,11 +3335,12 @@ const file_kibotos_data_v1_data_proto_rawDesc = "" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\"D\n" +
 	"\x13InspectFileResponse\x12-\n" +
-	"\x04file\x18\x01 \x01(\v2\x19.kibotos.data.v1.FileInfoR\x04file\"_\n" +
+	"\x04file\x18\x01 \x01(\v2\x19.kibotos.data.v1.FileInfoR\x04file\"u\n" +
 	"\x0fMoveFileRequest\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\tR\x06source\x12 \n" +
 	"\vdestination\x18\x02 \x01(\tR\vdestination\x12\x12\n" +
-	"\x04user\x18\x03 \x01(\tR\x04user\"A\n" +
+	"\x04user\x18\x03 \x01(\tR\x04user\x12\x14\n" +
+	"\x05merge\x18\x04 \x01(\bR\x05merge\"A\n" +
 	"\x10MoveFileResponse\x12-\n" +
 	"\x04file\x18\x01 \x01(\v2\x19.kibotos.data.v1.FileInfoR\x04file\"n\n" +
 	"\x16CreateDirectoryRequest\x12\x12\n" +

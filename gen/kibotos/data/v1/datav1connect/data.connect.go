@@ -511,7 +511,8 @@ type FileServiceClient interface {
 	// InspectFile returns a file's metadata without following a final
 	// symlink.
 	InspectFile(context.Context, *connect.Request[v1.InspectFileRequest]) (*connect.Response[v1.InspectFileResponse], error)
-	// MoveFile renames a file or directory.
+	// MoveFile renames a file or directory, with merge a directory into
+	// an existing one.
 	MoveFile(context.Context, *connect.Request[v1.MoveFileRequest]) (*connect.Response[v1.MoveFileResponse], error)
 	// CreateDirectory creates a directory and, with parents, its parents.
 	CreateDirectory(context.Context, *connect.Request[v1.CreateDirectoryRequest]) (*connect.Response[v1.CreateDirectoryResponse], error)
@@ -657,7 +658,8 @@ type FileServiceHandler interface {
 	// InspectFile returns a file's metadata without following a final
 	// symlink.
 	InspectFile(context.Context, *connect.Request[v1.InspectFileRequest]) (*connect.Response[v1.InspectFileResponse], error)
-	// MoveFile renames a file or directory.
+	// MoveFile renames a file or directory, with merge a directory into
+	// an existing one.
 	MoveFile(context.Context, *connect.Request[v1.MoveFileRequest]) (*connect.Response[v1.MoveFileResponse], error)
 	// CreateDirectory creates a directory and, with parents, its parents.
 	CreateDirectory(context.Context, *connect.Request[v1.CreateDirectoryRequest]) (*connect.Response[v1.CreateDirectoryResponse], error)
