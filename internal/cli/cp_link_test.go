@@ -103,6 +103,27 @@ func TestCpOfALongName(t *testing.T) {
 	if b, err := os.ReadFile(back); err != nil || string(b) != "long\n" {
 		t.Errorf("the round trip: %q, %v", b, err)
 	}
+	// A directory of such a name, both ways with -r, to a new name and
+	// into one that exists.
+	tree := filepath.Join(t.TempDir(), name)
+	if err := os.MkdirAll(tree, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tree, "f"), []byte("in a long one\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	into := t.TempDir()
+	for range 2 {
+		if _, stderr, err := e.runData(t, "", "ws", "cp", "-r", tree, id+":/tmp/"); err != nil {
+			t.Fatalf("upload of a directory of a 255-byte name: %v: %s", err, stderr)
+		}
+		if _, stderr, err := e.runData(t, "", "ws", "cp", "-r", id+":/tmp/"+name, into); err != nil {
+			t.Fatalf("download of a directory of a 255-byte name: %v: %s", err, stderr)
+		}
+		if b, err := os.ReadFile(filepath.Join(into, name, "f")); err != nil || string(b) != "in a long one\n" {
+			t.Errorf("the round trip of the directory: %q, %v", b, err)
+		}
+	}
 }
 
 // TestCpIntoALinkToADirectory: a file copied to a symlink that names a

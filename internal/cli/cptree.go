@@ -113,9 +113,14 @@ func (cp *copier) stagingDir(target string, exists bool) (string, error) {
 	} else if err := cp.ws.MkdirAll(ctx, dir, 0o755, cp.user); err != nil {
 		return "", err
 	}
-	staging := path.Join(dir, fmt.Sprintf(".%s.kibotos-cp-%08x", path.Base(target), rand.Uint32()))
+	staging := path.Join(dir, fmt.Sprintf(stagingPrefix+"%016x", rand.Uint64()))
 	return staging, cp.ws.Mkdir(ctx, staging, 0o700, cp.user)
 }
+
+// stagingPrefix begins the name of the hidden directory a copy is
+// assembled in; the rest is random. The destination's name is left out,
+// so that one of the longest names a filesystem takes stays possible.
+const stagingPrefix = ".kibotos-cp-"
 
 // unstage removes the staging directory of an upload that failed with
 // err, even when the command was interrupted, and returns err, saying
@@ -362,7 +367,7 @@ func (cp *copier) downloadTree(src, dst string) error {
 	if st, err := os.Lstat(target); err == nil && !st.IsDir() {
 		return fmt.Errorf("%s exists and is not a directory", target)
 	}
-	tmp, err := os.MkdirTemp(filepath.Dir(target), "."+filepath.Base(target)+".*")
+	tmp, err := os.MkdirTemp(filepath.Dir(target), stagingPrefix+"*")
 	if err != nil {
 		return err
 	}
