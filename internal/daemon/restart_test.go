@@ -49,10 +49,10 @@ func TestGuestReboot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The sleeper's pid lies past those the guest agent's threads take as
-	// it boots (each takes a pid too, as many as the load makes it start),
-	// so that a process of the next boot can take it.
-	if _, err := e.exec(ws, "sh", "-c", "i=0; while [ $i -lt 100 ]; do /bin/true; i=$((i+1)); done"); err != nil {
+	// The sleeper's pid lies well past those the guest agent's threads
+	// take as it boots (each takes a pid too, as many as the load makes it
+	// start), so that a process of the next boot can take it.
+	if _, err := e.exec(ws, "sh", "-c", forkPast(1000)); err != nil {
 		t.Fatal(err)
 	}
 	sleeper, err := handle.Start(ctx, []string{"sleep", "1000"}, sdk.ExecOptions{})
@@ -87,6 +87,9 @@ func TestGuestReboot(t *testing.T) {
 	}
 	// A handle of the guest before the reboot never reaches a process of
 	// this one that took its pid.
+	if _, err := e.exec(ws, "sh", "-c", forkPast(sleeper.Pid()-10)); err != nil {
+		t.Fatal(err)
+	}
 	var taker *sdk.Process
 	for range 500 {
 		p, err := handle.Start(ctx, []string{"sleep", "1000"}, sdk.ExecOptions{})
@@ -174,4 +177,10 @@ func TestGuestIgnoresSignalsOfNoMeaning(t *testing.T) {
 	if out, err := d.exec(ws, "sh", "-c", "sleep 100 & kill -HUP $!; wait $!; echo status $?"); err != nil || !strings.Contains(out, "status 129") {
 		t.Errorf("a process of the guest got HUP: %q, %v; want it ended (129)", out, err)
 	}
+}
+
+// forkPast is a shell script that forks until the guest's last new pid is
+// at least pid.
+func forkPast(pid int) string {
+	return fmt.Sprintf("p=0; while [ $p -lt %d ]; do /bin/true & p=$!; wait $p; done", pid)
 }
