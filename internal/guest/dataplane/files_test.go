@@ -352,6 +352,8 @@ func TestMoveFileMerges(t *testing.T) {
 	if _, err := os.Lstat(j("src")); !os.IsNotExist(err) {
 		t.Errorf("the merged source is still there: %v", err)
 	}
+	_, err := e.fc.MoveFile(ctx, connect.NewRequest(&datav1.MoveFileRequest{Source: j("dst"), Destination: j("dst/sub"), Merge: true}))
+	wantCode(t, err, connect.CodeInvalidArgument, stageMovingFile) // into itself
 
 	// A file of the source where the destination has a directory.
 	if err := os.MkdirAll(j("src"), 0o755); err != nil {
@@ -362,7 +364,7 @@ func TestMoveFileMerges(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	err := move(true)
+	err = move(true)
 	wantCode(t, err, connect.CodeAlreadyExists, stageMovingFile)
 	if !strings.Contains(err.Error(), j("dst/sub")) {
 		t.Errorf("the failed merge: %v, want the entry named", err)

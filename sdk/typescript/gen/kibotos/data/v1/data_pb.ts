@@ -905,10 +905,17 @@ export type MoveFileRequest = Message<"kibotos.data.v1.MoveFileRequest"> & {
    * source's entries into the destination instead: an entry that is a
    * directory where the destination holds a directory of its name is
    * merged into it the same way; any other entry replaces what the
-   * destination holds under its name (a symlink there is replaced, not
-   * followed; a directory there makes a file's move fail). It stops at the
-   * first entry that cannot be moved, naming it, with the entries before
-   * it moved, each whole; the source is removed once emptied.
+   * destination holds under its name (a file or symlink there is
+   * replaced, not followed), unless the two differ in being directories
+   * (a directory onto a file or symlink, a file onto a directory), which
+   * makes the move fail. An entry bound for another filesystem (a Volume
+   * mounted in the destination) is copied under a temporary name and
+   * renamed into place. It stops at the first entry that cannot be moved,
+   * naming it, with the entries before it moved, each whole; the source
+   * is removed once emptied. A directory merged onto itself changes
+   * nothing; into a directory inside itself, or into one holding it when
+   * it has an entry of the name under which that one holds it, it is
+   * invalid_argument, and nothing moves.
    *
    * @generated from field: bool merge = 4;
    */
