@@ -244,7 +244,8 @@ func (w *Workspace) List(ctx context.Context, remotePath string, depth int, opts
 }
 
 // Mkdir creates the directory remotePath; its parent must exist. mode's
-// permission bits apply; 0 is 0755.
+// permission bits, and its setuid, setgid and sticky bits, apply exactly;
+// 0 is 0755.
 func (w *Workspace) Mkdir(ctx context.Context, remotePath string, mode fs.FileMode, opts ...FileOption) error {
 	return w.mkdir(ctx, remotePath, mode, false, opts)
 }
@@ -258,8 +259,24 @@ func (w *Workspace) mkdir(ctx context.Context, path string, mode fs.FileMode, pa
 	o := collect(opts)
 	_, err := unary(ctx, w, func(d *dataPlane) func(context.Context, *connect.Request[datav1.CreateDirectoryRequest]) (*connect.Response[datav1.CreateDirectoryResponse], error) {
 		return d.files.CreateDirectory
-	}, &datav1.CreateDirectoryRequest{Path: path, User: o.user, Parents: parents, Mode: uint32(mode.Perm())})
+	}, &datav1.CreateDirectoryRequest{Path: path, User: o.user, Parents: parents, Mode: unixMode(mode)})
 	return err
+}
+
+// unixMode is mode as the API carries it: the permission bits, with the
+// setuid, setgid and sticky bits.
+func unixMode(mode fs.FileMode) uint32 {
+	m := uint32(mode.Perm())
+	if mode&fs.ModeSetuid != 0 {
+		m |= 0o4000
+	}
+	if mode&fs.ModeSetgid != 0 {
+		m |= 0o2000
+	}
+	if mode&fs.ModeSticky != 0 {
+		m |= 0o1000
+	}
+	return m
 }
 
 // Remove deletes a file or an empty directory.

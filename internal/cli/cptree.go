@@ -19,6 +19,8 @@ import (
 	"strings"
 	"time"
 
+	"connectrpc.com/connect"
+
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
 	"github.com/kibotos/kibotos/internal/treemove"
 	"github.com/kibotos/kibotos/sdk"
@@ -82,40 +84,78 @@ func (cp *copier) uploadTree(src, dst string) error {
 	}
 	info, err := cp.statTarget(dst)
 	isDir := err == nil && info.GetType() == datav1.FileType_FILE_TYPE_DIRECTORY
-	target := treeTarget(dst, isDir, filepath.Base(filepath.Clean(src)), path.Join)
+	base := filepath.Base(filepath.Clean(src))
+	if base == ".." { // the copy of .. is named as the directory it is
+		abs, err := filepath.Abs(src)
+		if err != nil {
+			return err
+		}
+		base = filepath.Base(abs)
+	}
+	target := treeTarget(dst, isDir, base, path.Join)
 	info, err = cp.statTarget(target)
 	exists := err == nil
 	if exists && info.GetType() != datav1.FileType_FILE_TYPE_DIRECTORY {
 		return fmt.Errorf("%s:%s exists and is not a directory", cp.ws.ID(), target)
 	}
-	staging, err := cp.stagingDir(target, exists)
-	if err != nil {
+	if link, err := cp.ws.Stat(ctx, target, cp.user); !exists && err == nil {
+		return fmt.Errorf("%s:%s is a symlink to %s, which is not there", cp.ws.ID(), target, link.GetSymlinkTarget())
+	}
+	writeEntries := func(w io.Writer) error { return writeTree(w, src, entries) }
+	staging, err := cp.stagingDir(target, exists, info, entries[0].info.Mode())
+	switch {
+	case exists && connect.CodeOf(err) == connect.CodePermissionDenied:
+		// Entries of target the user may write, in a directory it may not.
+		cp.out.println(fmt.Sprintf("kibotos: cannot stage the copy in %s:%s (%v): extracting into it directly, so a copy cut short leaves what had arrived", cp.ws.ID(), target, err))
+		if err := cp.extractInto(target, total, writeEntries); err != nil {
+			return err
+		}
+	case err != nil:
 		return err
-	}
-	if err := cp.extractInto(staging, total, func(w io.Writer) error { return writeTree(w, src, entries) }); err != nil {
-		return cp.unstage(staging, err)
-	}
-	if err := cp.ws.Move(ctx, staging, target, cp.user, sdk.MergeDirectories()); err != nil {
-		return cp.unstage(staging, err)
+	default:
+		if err := cp.extractInto(staging, total, writeEntries); err != nil {
+			if strings.Contains(err.Error(), "No space left on device") {
+				err = fmt.Errorf("%w (the copy is staged whole before it replaces what %s holds, so it needs room for all of it)", err, target)
+			}
+			return cp.unstage(staging, err)
+		}
+		if err := cp.ws.Move(ctx, staging, target, cp.user, sdk.MergeDirectories()); err != nil {
+			return cp.unstage(staging, err)
+		}
 	}
 	return cp.extractInto(target, -1, func(w io.Writer) error { return writeDirTimes(w, entries) })
 }
 
 // stagingDir makes the hidden directory an upload to target is extracted
 // into, on target's filesystem (so that moving it into place renames):
-// beside target, or in it when it is a directory already (which may be a
-// mount point, such as a Volume's).
-func (cp *copier) stagingDir(target string, exists bool) (string, error) {
+// beside target, or in it when it is a directory already (whose metadata
+// is info; it may be a mount point, such as a Volume's). Beside target it
+// becomes target, so it takes the mode of the copy's top directory, top;
+// in target it is private until its entries move out. Either way it keeps
+// the setgid bit of the directory it is made in, as mkdir does, so that
+// the copy's entries take that directory's group.
+func (cp *copier) stagingDir(target string, exists bool, info *datav1.FileInfo, top fs.FileMode) (string, error) {
 	ctx := cp.cmd.Context()
-	dir := path.Dir(target)
-	if exists {
-		dir = target
-	} else if err := cp.ws.MkdirAll(ctx, dir, 0o755, cp.user); err != nil {
-		return "", err
+	dir, mode := target, fs.FileMode(0o700)
+	if !exists {
+		dir, mode = path.Dir(target), top.Perm()
+		if err := cp.ws.MkdirAll(ctx, dir, 0o755, cp.user); err != nil {
+			return "", err
+		}
+		var err error
+		if info, err = cp.statTarget(dir); err != nil {
+			return "", err
+		}
+	}
+	if info.GetMode()&setgidBit != 0 {
+		mode |= fs.ModeSetgid
 	}
 	staging := path.Join(dir, fmt.Sprintf(stagingPrefix+"%016x", rand.Uint64()))
-	return staging, cp.ws.Mkdir(ctx, staging, 0o700, cp.user)
+	return staging, cp.ws.Mkdir(ctx, staging, mode, cp.user)
 }
+
+// setgidBit is the setgid bit of a mode as the API carries it.
+const setgidBit = 0o2000
 
 // stagingPrefix begins the name of the hidden directory a copy is
 // assembled in; the rest is random. The destination's name is left out,
@@ -158,13 +198,11 @@ func (cp *copier) extractInto(dir string, total int64, write func(io.Writer) err
 	return tarStatus(st, err, &stderr)
 }
 
-// tarStatus turns how the guest's tar ended into an error.
+// tarStatus turns how the guest's tar ended into an error. A missing tar
+// is an exit status (127), so an error is the call's own.
 func tarStatus(st sdk.ExitStatus, err error, stderr *bytes.Buffer) error {
-	if errors.Is(err, context.Canceled) { // interrupted: tar was there
-		return err
-	}
 	if err != nil {
-		return fmt.Errorf("%w (%s)", err, errNeedsTar)
+		return err
 	}
 	if !st.Success() {
 		msg := strings.TrimSpace(stderr.String())

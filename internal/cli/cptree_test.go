@@ -261,6 +261,78 @@ func TestCpRecursiveUploadIsAllOrNothing(t *testing.T) {
 	}
 }
 
+// TestCpRecursiveUploadAsAUserAndAcrossMounts: an upload as a user keeps
+// the copy's top mode and a setgid directory's group, goes on without
+// its staging where the user may write the copy's entries but not the
+// destination itself, and is placed whole across a Volume mounted inside
+// the destination. A source of .. lands under its own name.
+func TestCpRecursiveUploadAsAUserAndAcrossMounts(t *testing.T) {
+	e := newUpEnv(t)
+	id := e.createWorkspace(t, append([]string{"--wait", "--volume", "NEW:/work/proj/data"}, smallWorkspace...)...).GetWorkspaceId()
+	e.sh(t, id, `echo alice:x:1000:1000::/home/alice:/bin/sh >> /etc/passwd && echo alice:x:1000: >> /etc/group &&
+		echo team:x:1100:alice >> /etc/group && mkdir -p /home/alice /srv/team /srv/shared/alice &&
+		chown alice:alice /home/alice /srv/shared/alice && chown root:team /srv/team && chmod 2775 /srv/team &&
+		echo old > /work/proj/data/in.csv`)
+	local := t.TempDir()
+	tree := func(top string, files map[string]string) string {
+		t.Helper()
+		for name, data := range files {
+			p := filepath.Join(local, top, name)
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return filepath.Join(local, top)
+	}
+	cp := func(args ...string) string {
+		t.Helper()
+		_, stderr, err := e.runData(t, "", append([]string{"ws", "cp", "-r"}, args...)...)
+		if err != nil {
+			t.Fatalf("ws cp -r %v: %v\n%s", args, err, stderr)
+		}
+		return stderr
+	}
+
+	m1 := tree("m1", map[string]string{"y": "y", "sub/x": "x"})
+	if err := os.Chmod(filepath.Join(m1, "sub"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	cp("--user", "alice", m1, id+":/home/alice/")
+	if got, want := e.sh(t, id, "stat -c '%a %U' /home/alice/m1 /home/alice/m1/sub /home/alice/m1/sub/x"), "755 alice\n750 alice\n644 alice\n"; got != want {
+		t.Errorf("a new tree as alice:\n%s\nwant\n%s", got, want)
+	}
+
+	cp("--user", "alice", tree("team", map[string]string{"sub/a": "a"}), id+":/srv/")
+	if got, want := e.sh(t, id, "stat -c '%A %G' /srv/team/sub /srv/team/sub/a; ls -A /srv/team"), "drwxr-sr-x team\n-rw-r--r-- team\nsub\n"; got != want {
+		t.Errorf("into a setgid directory as alice:\n%s\nwant\n%s", got, want)
+	}
+
+	stderr := cp("--user", "alice", tree("shared", map[string]string{"alice/report.txt": "report"}), id+":/srv/")
+	if !strings.Contains(stderr, "cannot stage the copy in") {
+		t.Errorf("stderr %q, want the copy said to be unstaged", stderr)
+	}
+	if got := e.sh(t, id, "cat /srv/shared/alice/report.txt; ls -A /srv/shared"); got != "reportalice\n" {
+		t.Errorf("into a directory alice may not write: %q", got)
+	}
+
+	proj := tree("proj", map[string]string{"main.py": "print(1)", "data/in.csv": "1,2", "data/more/m": "m"})
+	cp(proj, id+":/work")
+	if got, want := e.sh(t, id, "cat /work/proj/main.py /work/proj/data/in.csv /work/proj/data/more/m; ls -A /work/proj /work/proj/data"),
+		"print(1)1,2m/work/proj:\ndata\nmain.py\n\n/work/proj/data:\nin.csv\nlost+found\nmore\n"; got != want {
+		t.Errorf("across the Volume mounted in the destination:\n%s\nwant\n%s", got, want)
+	}
+
+	child := filepath.Join(tree("pp", map[string]string{"notes": "from pp", "child/c": "c"}), "child")
+	e.sh(t, id, "mkdir -p /work/dd/ee && echo precious > /work/dd/notes")
+	cp(filepath.Join(child, ".."), id+":/work/dd/ee")
+	if got := e.sh(t, id, "cat /work/dd/notes /work/dd/ee/pp/notes"); got != "precious\nfrom pp" {
+		t.Errorf("a copy of ..: %q, want it under its own name", got)
+	}
+}
+
 // TestCpRecursiveDownloadReadsTheRecord: a guest tar that pads its
 // archive to a whole record after the end-of-archive blocks, as GNU tar
 // does, is read to its end, and the copy completes.
