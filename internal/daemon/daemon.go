@@ -456,8 +456,8 @@ func Run(ctx context.Context, o Options) error {
 }
 
 // readiness returns the readiness checks of the process beyond the
-// store's: with a host agent here, that it has registered and ctrl does
-// not refuse it now (a refused host serves nothing).
+// store's: with a host agent here, that it has registered and serves
+// (ctrl does not refuse it, and it is not fenced).
 func readiness(h *agent.Agent) []health.Check {
 	if h == nil {
 		return nil
@@ -468,8 +468,8 @@ func readiness(h *agent.Agent) []health.Check {
 		default:
 			return errors.New("the host agent has not registered with the control plane yet")
 		}
-		if h.Refused() {
-			return errors.New("the control plane refuses this host's credentials (its host token was revoked, or its name is another token's): it serves nothing")
+		if why := h.OutOfService(); why != "" {
+			return errors.New("the host serves nothing: " + why)
 		}
 		return nil
 	}}}

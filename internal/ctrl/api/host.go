@@ -124,14 +124,15 @@ func (h HostAuthenticator) WrapStreamingHandler(next connect.StreamingHandlerFun
 }
 
 func (s *HostService) RegisterHost(ctx context.Context, req *connect.Request[hostv1.RegisterHostRequest]) (*connect.Response[hostv1.RegisterHostResponse], error) {
-	return Respond(&hostv1.RegisterHostResponse{ReportInterval: durationpb.New(workspaces.ReportInterval(s.svc.Lease()))},
+	return Respond(&hostv1.RegisterHostResponse{ReportInterval: durationpb.New(workspaces.ReportInterval(s.svc.Lease())),
+		HostLease: durationpb.New(s.svc.Lease())},
 		s.svc.RegisterHost(ctx, req.Msg))
 }
 
 // WatchAssignments sends the host's complete desired set now and after
-// every change.
+// every change, until another agent registers the host.
 func (s *HostService) WatchAssignments(ctx context.Context, req *connect.Request[hostv1.WatchAssignmentsRequest], stream *connect.ServerStream[hostv1.WatchAssignmentsResponse]) error {
-	if err := s.svc.CheckRegistered(ctx, req.Msg.GetHostId()); err != nil {
+	if err := s.svc.CheckAgent(ctx, req.Msg.GetHostId(), req.Msg.GetStateId()); err != nil {
 		_, err = Respond[hostv1.WatchAssignmentsResponse](nil, err)
 		return err
 	}
@@ -143,6 +144,10 @@ func (s *HostService) WatchAssignments(ctx context.Context, req *connect.Request
 	)
 	for {
 		changed := s.svc.Changes.Changed()
+		if err := s.svc.CheckAgent(ctx, req.Msg.GetHostId(), req.Msg.GetStateId()); err != nil {
+			_, err = Respond(last, shutDown(err))
+			return err
+		}
 		msg, err := s.svc.Assignments(ctx, req.Msg.GetHostId())
 		if err == nil && s.transfers != nil {
 			msg.Transfers, err = s.transfers.HostAssignments(ctx, req.Msg.GetHostId())
@@ -179,7 +184,7 @@ func (s *HostService) ReportExecutions(ctx context.Context, req *connect.Request
 	if err := transfers.CheckReports(req.Msg.GetTransfers()); err != nil {
 		return Respond[hostv1.ReportExecutionsResponse](nil, err)
 	}
-	if err := s.svc.CheckRegistered(ctx, req.Msg.GetHostId()); err != nil {
+	if err := s.svc.CheckAgent(ctx, req.Msg.GetHostId(), req.Msg.GetStateId()); err != nil {
 		return Respond[hostv1.ReportExecutionsResponse](nil, err)
 	}
 	if s.transfers != nil {

@@ -69,6 +69,27 @@ func (s *Service) CheckRegistered(ctx context.Context, hostID string) error {
 	})
 }
 
+// CheckAgent is CheckRegistered for a call of the agent that registered
+// the host with stateID: once another agent registered it with another
+// state, this one is refused (failed_precondition), so that it takes no
+// assignment and renews no lease, and fences itself. Empty: not known.
+func (s *Service) CheckAgent(ctx context.Context, hostID, stateID string) error {
+	if err := s.CheckRegistered(ctx, hostID); err != nil || stateID == "" {
+		return err
+	}
+	return s.Store.View(ctx, func(tx store.Tx) error {
+		reg, err := HostRegistration(ctx, tx, hostID)
+		if err != nil {
+			return err
+		}
+		if prev := reg.GetStateId(); prev != "" && prev != stateID {
+			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+				"host %q is served by another agent now, which registered it after this one: this agent serves it no more; stop it, or give it a name of its own (--name)", hostID))
+		}
+		return nil
+	})
+}
+
 // checkHostOwner refuses a call for host h made with a host token other
 // than the one h registered with: a host token never acts as another
 // host, whose assignments carry its workspaces' data-plane keys. That

@@ -549,7 +549,8 @@ func TestOnlyTheRestoringHostReadsTheArtifact(t *testing.T) {
 // TestHostStateChanged: a registration of a live host with another
 // state_id (a second agent under its name, or one whose layers are gone)
 // is refused and changes nothing; the same state registers again at once.
-// Once the lease has passed it is taken, and the workspace the host ran
+// Once the lease has passed it is taken (and the agent it replaced is
+// refused from then on), and the workspace the host ran
 // starts again there as a new execution (the next generation: no
 // execution ID or session of the one lost), on an empty layer: AVAILABLE,
 // RESET with LAYER_UNAVAILABLE, processes and sessions to reestablish,
@@ -574,6 +575,9 @@ func TestHostStateChanged(t *testing.T) {
 	if err := register("state-a", "http://a"); err != nil {
 		t.Fatalf("the same state again: %v", err)
 	}
+	if err := s.CheckAgent(ctx, "h1", "state-a"); err != nil {
+		t.Fatalf("the registered agent's call: %v", err)
+	}
 
 	c.add(s.Lease())
 	if err := s.ExpireLeases(ctx); err != nil {
@@ -581,6 +585,15 @@ func TestHostStateChanged(t *testing.T) {
 	}
 	if err := register("state-b", "http://b"); err != nil {
 		t.Fatalf("another state once the lease passed: %v", err)
+	}
+	// The agent it replaced takes no assignment and renews no lease.
+	if err := s.CheckAgent(ctx, "h1", "state-a"); connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "served by another agent now") {
+		t.Errorf("a call of the replaced agent: %v, want failed_precondition saying why", err)
+	}
+	for _, state := range []string{"state-b", ""} {
+		if err := s.CheckAgent(ctx, "h1", state); err != nil {
+			t.Errorf("a call of state %q: %v", state, err)
+		}
 	}
 	if ws, _ := s.Get(ctx, id); ws.GetState() != ctrlv1.WorkspaceState_WORKSPACE_STATE_STARTING || ws.GetGeneration() != 1 {
 		t.Fatalf("once another state was taken: %v at generation %d, want STARTING again", ws.GetState(), ws.GetGeneration())

@@ -150,10 +150,20 @@ type Agent struct {
 	// registered is closed once ctrl has accepted the registration.
 	registered     chan struct{}
 	registeredOnce sync.Once
-	// refused is set while ctrl refuses this host's credentials (its token
-	// revoked, its name another token's): the host then serves no
-	// data-plane call, as its workspaces are no longer its to serve.
-	refused atomic.Bool
+	// refusal is why ctrl refuses this agent, while it does (its token
+	// revoked, its name another token's or another agent's): the host
+	// then serves no data-plane call, as its workspaces are no longer its
+	// to serve (fence.go).
+	refusal atomic.Pointer[string]
+	// lease is ctrl's host lease, from the registration; contact is when
+	// the last registration or report ctrl took was sent (UnixNano);
+	// fenced is set once a lease passed without one (fence.go), by
+	// fenceTimer; cutWatch ends the current assignment stream.
+	lease      atomic.Int64
+	contact    atomic.Int64
+	fenced     atomic.Bool
+	fenceTimer *time.Timer
+	cutWatch   atomic.Pointer[context.CancelFunc]
 	// readyTimeout is defaultReadyTimeout; tests shorten it.
 	readyTimeout time.Duration
 	// stopGrace is defaultStopGrace; tests lengthen it.
@@ -182,11 +192,6 @@ type Agent struct {
 // placement can find it.
 func (a *Agent) Registered() <-chan struct{} { return a.registered }
 
-// Refused reports whether ctrl refuses this host's credentials now (its
-// host token revoked, its name another token's): it then serves no
-// data-plane call or exposure.
-func (a *Agent) Refused() bool { return a.refused.Load() }
-
 // New returns an Agent.
 func New(cfg Config) (*Agent, error) {
 	if err := os.MkdirAll(cfg.LayerDir, 0o700); err != nil {
@@ -196,6 +201,9 @@ func New(cfg Config) (*Agent, error) {
 		volumeReports: make(chan *hostv1.VolumeReport, 256), registered: make(chan struct{}), registeredNow: make(chan struct{}, 1), collectNow: make(chan struct{}, 1), readyTimeout: defaultReadyTimeout, stopGrace: defaultStopGrace,
 		probeEvery: cmp.Or(cfg.GuestProbeInterval, DefaultGuestProbeInterval), probeTimeout: defaultProbeTimeout,
 		slotSockets: newSlotSockets()}
+	a.fenced.Store(true) // until ctrl takes its registration
+	a.fenceTimer = time.AfterFunc(time.Hour, a.fence)
+	a.fenceTimer.Stop()
 	var err error
 	if a.stateID, err = loadStateID(cfg.LayerDir); err != nil {
 		return nil, err
@@ -239,9 +247,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			break
 		}
-		if code := connect.CodeOf(err); code == connect.CodeUnauthenticated || code == connect.CodePermissionDenied {
-			if !a.refused.Swap(true) {
-				slog.Error("the control plane refuses this host's credentials; it serves no data-plane call until they are accepted again", "err", err)
+		// A refused registration or stream (the credentials, or another
+		// agent's registration under the name) holds until one is taken.
+		switch connect.CodeOf(err) {
+		case connect.CodeUnauthenticated, connect.CodePermissionDenied, connect.CodeFailedPrecondition:
+			why := connect.CodeOf(err).String() + ": " + refusalMessage(err)
+			if a.refusal.Swap(&why) == nil {
+				slog.Error("the control plane refuses this agent; it serves no data-plane call until a registration is taken again", "err", err)
 			}
 		}
 		slog.Warn("assignment stream ended; reconnecting", "err", err, "in", backoff)
@@ -261,6 +273,8 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 func (a *Agent) watch(ctx context.Context) error {
+	ctx, cancel := a.watchContext(ctx)
+	defer cancel()
 	// Every runtime runs the display of a template that carries one, and
 	// the guest agent serves its screen and input.
 	reg := &hostv1.RegisterHostRequest{HostId: a.cfg.HostID, Capacity: a.cfg.Capacity, Runtimes: a.cfg.Runtimes,
@@ -271,18 +285,23 @@ func (a *Agent) watch(ctx context.Context) error {
 	if len(reg.StoragePools) > 0 {
 		reg.Capabilities = append(reg.Capabilities, guestabi.CapabilityStoragePool)
 	}
+	sent := time.Now()
 	resp, err := a.cfg.Client.RegisterHost(ctx, connect.NewRequest(reg))
 	if err != nil {
 		return fmt.Errorf("register: %w", err)
 	}
-	a.refused.Store(false)
+	a.refusal.Store(nil)
 	a.reportInterval.Store(int64(resp.Msg.GetReportInterval().AsDuration()))
+	// A ctrl that does not say its lease has the one its report interval
+	// is a third of.
+	a.lease.Store(int64(cmp.Or(resp.Msg.GetHostLease().AsDuration(), 3*resp.Msg.GetReportInterval().AsDuration())))
+	a.heard(sent)
 	select { // report at once, and from now on as often as ctrl asks
 	case a.registeredNow <- struct{}{}:
 	default:
 	}
 	a.registeredOnce.Do(func() { close(a.registered) })
-	stream, err := a.cfg.Client.WatchAssignments(ctx, connect.NewRequest(&hostv1.WatchAssignmentsRequest{HostId: a.cfg.HostID}))
+	stream, err := a.cfg.Client.WatchAssignments(ctx, connect.NewRequest(&hostv1.WatchAssignmentsRequest{HostId: a.cfg.HostID, StateId: a.stateID}))
 	if err != nil {
 		return err
 	}
@@ -293,6 +312,7 @@ func (a *Agent) watch(ctx context.Context) error {
 		a.converge(ctx, stream.Msg().GetAssignments())
 		a.closeDeletedEgresses(stream.Msg().GetDeletedEgressIds())
 		a.exports.set(ctx, stream.Msg().GetTransfers())
+		a.unfence()
 	}
 	return stream.Err()
 }

@@ -185,8 +185,8 @@ func (p *exposureProxy) release(id string) {
 }
 
 func (p *exposureProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if p.agent.refused.Load() {
-		page(w, http.StatusServiceUnavailable, "Out of service", "This host is out of service: the control plane refuses its credentials.")
+	if why := p.agent.outOfService(); why != "" {
+		page(w, http.StatusServiceUnavailable, "Out of service", "This host is out of service: "+why+".")
 		return
 	}
 	route, ok := p.route(w, r)

@@ -353,9 +353,9 @@ func (g *gateway) authorize(r *http.Request) (executionID, project string, err e
 	if err != nil {
 		return "", "", invalidToken()
 	}
-	if g.agent.refused.Load() {
+	if why := g.agent.outOfService(); why != "" {
 		return "", "", refuse(connect.CodeUnavailable, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE,
-			"this host is out of service: the control plane refuses its credentials")
+			"this host is out of service: "+why)
 	}
 	id, as, running := g.agent.dataPlaneTarget(tok.WorkspaceID, tok.Generation)
 	if as == nil {

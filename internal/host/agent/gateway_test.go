@@ -485,11 +485,12 @@ func TestRefusedHostServesNothing(t *testing.T) {
 	if _, err := e.inspect(h2c(), tok); err != nil {
 		t.Fatal(err)
 	}
-	e.agent.refused.Store(true)
+	why := "unauthenticated: revoked"
+	e.agent.refusal.Store(&why)
 	if _, err := e.inspect(h2c(), tok); connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "out of service") {
 		t.Errorf("a call to a refused host: %v, want unavailable", err)
 	}
-	e.agent.refused.Store(false)
+	e.agent.refusal.Store(nil)
 	if _, err := e.inspect(h2c(), tok); err != nil {
 		t.Errorf("a call once accepted again: %v", err)
 	}

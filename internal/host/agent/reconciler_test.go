@@ -20,6 +20,7 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
@@ -53,6 +54,12 @@ type hostAPI struct {
 	failBlobs   bool
 	// refuse makes RegisterHost refuse the host's credentials.
 	refuse bool
+	// lease is the host lease RegisterHost names (and a report interval
+	// of a third of it); zero names none.
+	lease time.Duration
+	// silent makes RegisterHost and ReportExecutions fail unavailable, and
+	// WatchAssignments send nothing more: ctrl cut off from the host.
+	silent bool
 	// registrations and reportCalls count the calls of RegisterHost
 	// and ReportExecutions.
 	registrations, reportCalls int
@@ -84,7 +91,14 @@ func (h *hostAPI) RegisterHost(context.Context, *connect.Request[hostv1.Register
 	if h.refuse {
 		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("a valid host token is required"))
 	}
-	return connect.NewResponse(&hostv1.RegisterHostResponse{}), nil
+	if h.silent {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("the control plane cannot be reached"))
+	}
+	resp := &hostv1.RegisterHostResponse{}
+	if h.lease > 0 {
+		resp.HostLease, resp.ReportInterval = durationpb.New(h.lease), durationpb.New(h.lease/3)
+	}
+	return connect.NewResponse(resp), nil
 }
 
 func (h *hostAPI) WatchAssignments(ctx context.Context, _ *connect.Request[hostv1.WatchAssignmentsRequest], stream *connect.ServerStream[hostv1.WatchAssignmentsResponse]) error {
@@ -104,9 +118,12 @@ func (h *hostAPI) WatchAssignments(ctx context.Context, _ *connect.Request[hostv
 		for _, as := range h.assignments {
 			msg.Assignments = append(msg.Assignments, proto.CloneOf(as))
 		}
-		changed := h.changed
+		changed, silent := h.changed, h.silent
 		h.mu.Unlock()
-		if err := stream.Send(msg); err != nil {
+		if silent {
+			msg = nil
+		}
+		if err := stream.Send(msg); msg != nil && err != nil {
 			return err
 		}
 		select {
@@ -121,6 +138,9 @@ func (h *hostAPI) ReportExecutions(_ context.Context, req *connect.Request[hostv
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.reportCalls++
+	if h.silent {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("the control plane cannot be reached"))
+	}
 	h.reports = append(h.reports, req.Msg.Reports...)
 	h.notify()
 	return connect.NewResponse(&hostv1.ReportExecutionsResponse{}), nil
@@ -859,6 +879,41 @@ func TestReconcilerLaunch(t *testing.T) {
 	e.released(t, as.ExecutionId)
 }
 
+// TestFencedWithoutTheControlPlane: an agent that cannot reach the
+// control plane for its lease takes itself out of service (ctrl may hold
+// the host LOST and run its workspaces elsewhere), and serves again only
+// once a new registration is taken and its assignments applied, not with
+// a report over the stream it had.
+func TestFencedWithoutTheControlPlane(t *testing.T) {
+	e := newReconcilerEnv(t)
+	const lease = 1500 * time.Millisecond
+	e.api.mu.Lock()
+	e.api.lease = lease
+	e.api.mu.Unlock()
+	a, _ := e.runAgent(t, e.driver)
+	eventually(t, "the registered agent serves", func() bool { return a.outOfService() == "" })
+	silence := func(silent bool) int {
+		e.api.mu.Lock()
+		defer e.api.mu.Unlock()
+		e.api.silent = silent
+		e.api.notify()
+		return e.api.registrations
+	}
+	cut := time.Now()
+	registrations := silence(true)
+	eventually(t, "the agent fences itself", func() bool { return strings.Contains(a.outOfService(), "within its lease") })
+	if d := time.Since(cut); d > lease {
+		t.Errorf("fenced %v after the control plane went silent, past the lease %v", d, lease)
+	}
+	eventually(t, "the fenced agent registers again", func() bool {
+		e.api.mu.Lock()
+		defer e.api.mu.Unlock()
+		return e.api.registrations > registrations
+	})
+	silence(false)
+	eventually(t, "the agent serves again", func() bool { return a.outOfService() == "" })
+}
+
 // TestRefusedCredentials: an agent whose registration the control plane
 // refuses (unauthenticated: its token revoked) marks itself refused and
 // reports nothing, not even a heartbeat, which would renew the lease of
@@ -875,7 +930,7 @@ func TestRefusedCredentials(t *testing.T) {
 		defer e.api.mu.Unlock()
 		return e.api.registrations, e.api.reportCalls
 	}
-	eventually(t, "the agent marks itself refused", func() bool { return a.refused.Load() })
+	eventually(t, "the agent marks itself refused", func() bool { return a.refusal.Load() != nil })
 	eventually(t, "the agent asks to register again", func() bool { r, _ := count(); return r >= 3 })
 	time.Sleep(heartbeat + time.Second) // a heartbeat's time
 	if _, reports := count(); reports != 0 {
@@ -884,6 +939,6 @@ func TestRefusedCredentials(t *testing.T) {
 	e.api.mu.Lock()
 	e.api.refuse = false
 	e.api.mu.Unlock()
-	eventually(t, "the agent is accepted again", func() bool { return !a.refused.Load() })
+	eventually(t, "the agent is accepted again", func() bool { return a.refusal.Load() == nil })
 	eventually(t, "the registered agent reports", func() bool { _, reports := count(); return reports > 0 })
 }

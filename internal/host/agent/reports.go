@@ -100,7 +100,7 @@ func (a *Agent) sendReports(ctx context.Context) {
 		if !heartbeatDue && len(pending) == 0 && len(pendingVolumes) == 0 && len(pendingTransfers) == 0 {
 			continue
 		}
-		req := &hostv1.ReportExecutionsRequest{HostId: a.cfg.HostID, Reports: pending}
+		req := &hostv1.ReportExecutionsRequest{HostId: a.cfg.HostID, StateId: a.stateID, Reports: pending}
 		for _, r := range pendingVolumes {
 			req.Volumes = append(req.Volumes, r)
 		}
@@ -108,6 +108,7 @@ func (a *Agent) sendReports(ctx context.Context) {
 			req.Transfers = append(req.Transfers, r)
 		}
 		callCtx, cancel := context.WithTimeout(ctx, reportTimeout)
+		sent := time.Now()
 		_, err := a.cfg.Client.ReportExecutions(callCtx, connect.NewRequest(req))
 		cancel()
 		if err != nil {
@@ -119,6 +120,7 @@ func (a *Agent) sendReports(ctx context.Context) {
 			}
 			continue
 		}
+		a.heard(sent)
 		pending = nil
 		clear(pendingVolumes)
 		clear(pendingTransfers)

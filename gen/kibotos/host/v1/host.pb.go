@@ -643,8 +643,12 @@ type RegisterHostResponse struct {
 	// report_interval is how often the host reports when nothing changes:
 	// a host that stays silent for the control plane's host lease is LOST.
 	ReportInterval *durationpb.Duration `protobuf:"bytes,1,opt,name=report_interval,json=reportInterval,proto3" json:"report_interval,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// host_lease is that lease. A host that went this long without the
+	// control plane taking a registration or report serves no data-plane
+	// call: its workspaces may have been released to run elsewhere.
+	HostLease     *durationpb.Duration `protobuf:"bytes,2,opt,name=host_lease,json=hostLease,proto3" json:"host_lease,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterHostResponse) Reset() {
@@ -684,10 +688,21 @@ func (x *RegisterHostResponse) GetReportInterval() *durationpb.Duration {
 	return nil
 }
 
+func (x *RegisterHostResponse) GetHostLease() *durationpb.Duration {
+	if x != nil {
+		return x.HostLease
+	}
+	return nil
+}
+
 // WatchAssignmentsRequest is the input of WatchAssignments.
 type WatchAssignmentsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	HostId        string                 `protobuf:"bytes,1,opt,name=host_id,json=hostId,proto3" json:"host_id,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	HostId string                 `protobuf:"bytes,1,opt,name=host_id,json=hostId,proto3" json:"host_id,omitempty"`
+	// state_id is the one the agent registered with. Once another agent
+	// registered the host with another state_id, the stream ends
+	// failed_precondition, and so does a new one.
+	StateId       string `protobuf:"bytes,2,opt,name=state_id,json=stateId,proto3" json:"state_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -725,6 +740,13 @@ func (*WatchAssignmentsRequest) Descriptor() ([]byte, []int) {
 func (x *WatchAssignmentsRequest) GetHostId() string {
 	if x != nil {
 		return x.HostId
+	}
+	return ""
+}
+
+func (x *WatchAssignmentsRequest) GetStateId() string {
+	if x != nil {
+		return x.StateId
 	}
 	return ""
 }
@@ -1940,7 +1962,11 @@ type ReportExecutionsRequest struct {
 	Volumes []*VolumeReport `protobuf:"bytes,3,rep,name=volumes,proto3" json:"volumes,omitempty"`
 	// transfers holds the progress of the exports and restores the host is
 	// working on, at most one each.
-	Transfers     []*TransferReport `protobuf:"bytes,4,rep,name=transfers,proto3" json:"transfers,omitempty"`
+	Transfers []*TransferReport `protobuf:"bytes,4,rep,name=transfers,proto3" json:"transfers,omitempty"`
+	// state_id is the one the agent registered with: the reports of an
+	// agent another one has replaced under the host's name are refused
+	// failed_precondition.
+	StateId       string `protobuf:"bytes,5,opt,name=state_id,json=stateId,proto3" json:"state_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2001,6 +2027,13 @@ func (x *ReportExecutionsRequest) GetTransfers() []*TransferReport {
 		return x.Transfers
 	}
 	return nil
+}
+
+func (x *ReportExecutionsRequest) GetStateId() string {
+	if x != nil {
+		return x.StateId
+	}
+	return ""
 }
 
 // TransferReport is the progress of one export or restore on the host.
@@ -3026,11 +3059,14 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\fmemory_bytes\x18\x02 \x01(\x04R\vmemoryBytes\x12\x1f\n" +
 	"\vlayer_bytes\x18\x03 \x01(\x04R\n" +
 	"layerBytes\x12.\n" +
-	"\x13default_layer_bytes\x18\x04 \x01(\x04R\x11defaultLayerBytes\"Z\n" +
+	"\x13default_layer_bytes\x18\x04 \x01(\x04R\x11defaultLayerBytes\"\x94\x01\n" +
 	"\x14RegisterHostResponse\x12B\n" +
-	"\x0freport_interval\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x0ereportInterval\"2\n" +
+	"\x0freport_interval\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x0ereportInterval\x128\n" +
+	"\n" +
+	"host_lease\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\thostLease\"M\n" +
 	"\x17WatchAssignmentsRequest\x12\x17\n" +
-	"\ahost_id\x18\x01 \x01(\tR\x06hostId\"\xa1\x02\n" +
+	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x12\x19\n" +
+	"\bstate_id\x18\x02 \x01(\tR\astateId\"\xa1\x02\n" +
 	"\x18WatchAssignmentsResponse\x12=\n" +
 	"\vassignments\x18\x01 \x03(\v2\x1b.kibotos.host.v1.AssignmentR\vassignments\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12;\n" +
@@ -3127,12 +3163,13 @@ const file_kibotos_host_v1_host_proto_rawDesc = "" +
 	"\x06digest\x18\x01 \x01(\tR\x06digest\x12\x17\n" +
 	"\adiff_id\x18\x02 \x01(\tR\x06diffId\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\x03 \x01(\x04R\tsizeBytes\"\xe6\x01\n" +
+	"size_bytes\x18\x03 \x01(\x04R\tsizeBytes\"\x81\x02\n" +
 	"\x17ReportExecutionsRequest\x12\x17\n" +
 	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x12:\n" +
 	"\areports\x18\x02 \x03(\v2 .kibotos.host.v1.ExecutionReportR\areports\x127\n" +
 	"\avolumes\x18\x03 \x03(\v2\x1d.kibotos.host.v1.VolumeReportR\avolumes\x12=\n" +
-	"\ttransfers\x18\x04 \x03(\v2\x1f.kibotos.host.v1.TransferReportR\ttransfers\"\xf5\x01\n" +
+	"\ttransfers\x18\x04 \x03(\v2\x1f.kibotos.host.v1.TransferReportR\ttransfers\x12\x19\n" +
+	"\bstate_id\x18\x05 \x01(\tR\astateId\"\xf5\x01\n" +
 	"\x0eTransferReport\x12\x1f\n" +
 	"\vtransfer_id\x18\x01 \x01(\tR\n" +
 	"transferId\x12\x1d\n" +
@@ -3321,66 +3358,67 @@ var file_kibotos_host_v1_host_proto_depIdxs = []int32{
 	5,  // 1: kibotos.host.v1.RegisterHostRequest.storage_pools:type_name -> kibotos.host.v1.StoragePool
 	4,  // 2: kibotos.host.v1.RegisterHostRequest.launches:type_name -> kibotos.host.v1.Launch
 	37, // 3: kibotos.host.v1.RegisterHostResponse.report_interval:type_name -> google.protobuf.Duration
-	14, // 4: kibotos.host.v1.WatchAssignmentsResponse.assignments:type_name -> kibotos.host.v1.Assignment
-	12, // 5: kibotos.host.v1.WatchAssignmentsResponse.volumes:type_name -> kibotos.host.v1.VolumeAssignment
-	10, // 6: kibotos.host.v1.WatchAssignmentsResponse.transfers:type_name -> kibotos.host.v1.TransferAssignment
-	13, // 7: kibotos.host.v1.TransferAssignment.volume:type_name -> kibotos.host.v1.ExecutionVolume
-	0,  // 8: kibotos.host.v1.VolumeAssignment.desired:type_name -> kibotos.host.v1.VolumeDesired
-	1,  // 9: kibotos.host.v1.Assignment.desired:type_name -> kibotos.host.v1.DesiredState
-	21, // 10: kibotos.host.v1.Assignment.template:type_name -> kibotos.host.v1.ExecutionTemplate
-	38, // 11: kibotos.host.v1.Assignment.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
-	20, // 12: kibotos.host.v1.Assignment.stop:type_name -> kibotos.host.v1.StopRequest
-	19, // 13: kibotos.host.v1.Assignment.data_plane:type_name -> kibotos.host.v1.DataPlane
-	16, // 14: kibotos.host.v1.Assignment.network:type_name -> kibotos.host.v1.NetworkAssignment
-	13, // 15: kibotos.host.v1.Assignment.volume:type_name -> kibotos.host.v1.ExecutionVolume
-	15, // 16: kibotos.host.v1.Assignment.exposures:type_name -> kibotos.host.v1.ExposureAssignment
-	11, // 17: kibotos.host.v1.Assignment.restore:type_name -> kibotos.host.v1.ExecutionRestore
-	4,  // 18: kibotos.host.v1.Assignment.launch:type_name -> kibotos.host.v1.Launch
-	39, // 19: kibotos.host.v1.ExposureAssignment.auth:type_name -> kibotos.ctrl.v1.ExposureAuth
-	40, // 20: kibotos.host.v1.NetworkAssignment.policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
-	17, // 21: kibotos.host.v1.NetworkAssignment.egresses:type_name -> kibotos.host.v1.EgressAssignment
-	18, // 22: kibotos.host.v1.NetworkAssignment.resolvers:type_name -> kibotos.host.v1.ResolverAssignment
-	41, // 23: kibotos.host.v1.EgressAssignment.spec:type_name -> kibotos.ctrl.v1.EgressSpec
-	42, // 24: kibotos.host.v1.ResolverAssignment.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
-	43, // 25: kibotos.host.v1.StopRequest.mode:type_name -> kibotos.ctrl.v1.StopMode
-	22, // 26: kibotos.host.v1.ExecutionTemplate.layers:type_name -> kibotos.host.v1.TemplateLayer
-	44, // 27: kibotos.host.v1.ExecutionTemplate.display:type_name -> kibotos.ctrl.v1.TemplateDisplay
-	27, // 28: kibotos.host.v1.ReportExecutionsRequest.reports:type_name -> kibotos.host.v1.ExecutionReport
-	25, // 29: kibotos.host.v1.ReportExecutionsRequest.volumes:type_name -> kibotos.host.v1.VolumeReport
-	24, // 30: kibotos.host.v1.ReportExecutionsRequest.transfers:type_name -> kibotos.host.v1.TransferReport
-	45, // 31: kibotos.host.v1.TransferReport.observed_at:type_name -> google.protobuf.Timestamp
-	46, // 32: kibotos.host.v1.VolumeReport.condition:type_name -> kibotos.ctrl.v1.VolumeCondition
-	47, // 33: kibotos.host.v1.VolumeReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
-	45, // 34: kibotos.host.v1.VolumeReport.observed_at:type_name -> google.protobuf.Timestamp
-	2,  // 35: kibotos.host.v1.ExecutionReport.state:type_name -> kibotos.host.v1.ObservedState
-	48, // 36: kibotos.host.v1.ExecutionReport.failure_reason:type_name -> kibotos.ctrl.v1.FailureReason
-	47, // 37: kibotos.host.v1.ExecutionReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
-	49, // 38: kibotos.host.v1.ExecutionReport.stop_durability:type_name -> kibotos.ctrl.v1.StopDurability
-	45, // 39: kibotos.host.v1.ExecutionReport.observed_at:type_name -> google.protobuf.Timestamp
-	28, // 40: kibotos.host.v1.ExecutionReport.network:type_name -> kibotos.host.v1.NetworkReport
-	50, // 41: kibotos.host.v1.ExecutionReport.guest:type_name -> kibotos.ctrl.v1.GuestObservation
-	51, // 42: kibotos.host.v1.NetworkReport.status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
-	52, // 43: kibotos.host.v1.NetworkReport.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
-	53, // 44: kibotos.host.v1.NetworkReport.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
-	3,  // 45: kibotos.host.v1.HostService.RegisterHost:input_type -> kibotos.host.v1.RegisterHostRequest
-	8,  // 46: kibotos.host.v1.HostService.WatchAssignments:input_type -> kibotos.host.v1.WatchAssignmentsRequest
-	23, // 47: kibotos.host.v1.HostService.ReportExecutions:input_type -> kibotos.host.v1.ReportExecutionsRequest
-	29, // 48: kibotos.host.v1.HostService.GetTemplateBlob:input_type -> kibotos.host.v1.GetTemplateBlobRequest
-	31, // 49: kibotos.host.v1.HostService.PutTransferArtifact:input_type -> kibotos.host.v1.PutTransferArtifactRequest
-	33, // 50: kibotos.host.v1.HostService.GetTransferArtifact:input_type -> kibotos.host.v1.GetTransferArtifactRequest
-	35, // 51: kibotos.host.v1.HostService.CollectableLayers:input_type -> kibotos.host.v1.CollectableLayersRequest
-	7,  // 52: kibotos.host.v1.HostService.RegisterHost:output_type -> kibotos.host.v1.RegisterHostResponse
-	9,  // 53: kibotos.host.v1.HostService.WatchAssignments:output_type -> kibotos.host.v1.WatchAssignmentsResponse
-	26, // 54: kibotos.host.v1.HostService.ReportExecutions:output_type -> kibotos.host.v1.ReportExecutionsResponse
-	30, // 55: kibotos.host.v1.HostService.GetTemplateBlob:output_type -> kibotos.host.v1.GetTemplateBlobResponse
-	32, // 56: kibotos.host.v1.HostService.PutTransferArtifact:output_type -> kibotos.host.v1.PutTransferArtifactResponse
-	34, // 57: kibotos.host.v1.HostService.GetTransferArtifact:output_type -> kibotos.host.v1.GetTransferArtifactResponse
-	36, // 58: kibotos.host.v1.HostService.CollectableLayers:output_type -> kibotos.host.v1.CollectableLayersResponse
-	52, // [52:59] is the sub-list for method output_type
-	45, // [45:52] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	37, // 4: kibotos.host.v1.RegisterHostResponse.host_lease:type_name -> google.protobuf.Duration
+	14, // 5: kibotos.host.v1.WatchAssignmentsResponse.assignments:type_name -> kibotos.host.v1.Assignment
+	12, // 6: kibotos.host.v1.WatchAssignmentsResponse.volumes:type_name -> kibotos.host.v1.VolumeAssignment
+	10, // 7: kibotos.host.v1.WatchAssignmentsResponse.transfers:type_name -> kibotos.host.v1.TransferAssignment
+	13, // 8: kibotos.host.v1.TransferAssignment.volume:type_name -> kibotos.host.v1.ExecutionVolume
+	0,  // 9: kibotos.host.v1.VolumeAssignment.desired:type_name -> kibotos.host.v1.VolumeDesired
+	1,  // 10: kibotos.host.v1.Assignment.desired:type_name -> kibotos.host.v1.DesiredState
+	21, // 11: kibotos.host.v1.Assignment.template:type_name -> kibotos.host.v1.ExecutionTemplate
+	38, // 12: kibotos.host.v1.Assignment.resources:type_name -> kibotos.ctrl.v1.ResourceRequest
+	20, // 13: kibotos.host.v1.Assignment.stop:type_name -> kibotos.host.v1.StopRequest
+	19, // 14: kibotos.host.v1.Assignment.data_plane:type_name -> kibotos.host.v1.DataPlane
+	16, // 15: kibotos.host.v1.Assignment.network:type_name -> kibotos.host.v1.NetworkAssignment
+	13, // 16: kibotos.host.v1.Assignment.volume:type_name -> kibotos.host.v1.ExecutionVolume
+	15, // 17: kibotos.host.v1.Assignment.exposures:type_name -> kibotos.host.v1.ExposureAssignment
+	11, // 18: kibotos.host.v1.Assignment.restore:type_name -> kibotos.host.v1.ExecutionRestore
+	4,  // 19: kibotos.host.v1.Assignment.launch:type_name -> kibotos.host.v1.Launch
+	39, // 20: kibotos.host.v1.ExposureAssignment.auth:type_name -> kibotos.ctrl.v1.ExposureAuth
+	40, // 21: kibotos.host.v1.NetworkAssignment.policy:type_name -> kibotos.ctrl.v1.NetworkPolicy
+	17, // 22: kibotos.host.v1.NetworkAssignment.egresses:type_name -> kibotos.host.v1.EgressAssignment
+	18, // 23: kibotos.host.v1.NetworkAssignment.resolvers:type_name -> kibotos.host.v1.ResolverAssignment
+	41, // 24: kibotos.host.v1.EgressAssignment.spec:type_name -> kibotos.ctrl.v1.EgressSpec
+	42, // 25: kibotos.host.v1.ResolverAssignment.spec:type_name -> kibotos.ctrl.v1.ResolverSpec
+	43, // 26: kibotos.host.v1.StopRequest.mode:type_name -> kibotos.ctrl.v1.StopMode
+	22, // 27: kibotos.host.v1.ExecutionTemplate.layers:type_name -> kibotos.host.v1.TemplateLayer
+	44, // 28: kibotos.host.v1.ExecutionTemplate.display:type_name -> kibotos.ctrl.v1.TemplateDisplay
+	27, // 29: kibotos.host.v1.ReportExecutionsRequest.reports:type_name -> kibotos.host.v1.ExecutionReport
+	25, // 30: kibotos.host.v1.ReportExecutionsRequest.volumes:type_name -> kibotos.host.v1.VolumeReport
+	24, // 31: kibotos.host.v1.ReportExecutionsRequest.transfers:type_name -> kibotos.host.v1.TransferReport
+	45, // 32: kibotos.host.v1.TransferReport.observed_at:type_name -> google.protobuf.Timestamp
+	46, // 33: kibotos.host.v1.VolumeReport.condition:type_name -> kibotos.ctrl.v1.VolumeCondition
+	47, // 34: kibotos.host.v1.VolumeReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
+	45, // 35: kibotos.host.v1.VolumeReport.observed_at:type_name -> google.protobuf.Timestamp
+	2,  // 36: kibotos.host.v1.ExecutionReport.state:type_name -> kibotos.host.v1.ObservedState
+	48, // 37: kibotos.host.v1.ExecutionReport.failure_reason:type_name -> kibotos.ctrl.v1.FailureReason
+	47, // 38: kibotos.host.v1.ExecutionReport.failure_stage:type_name -> kibotos.ctrl.v1.FailureStage
+	49, // 39: kibotos.host.v1.ExecutionReport.stop_durability:type_name -> kibotos.ctrl.v1.StopDurability
+	45, // 40: kibotos.host.v1.ExecutionReport.observed_at:type_name -> google.protobuf.Timestamp
+	28, // 41: kibotos.host.v1.ExecutionReport.network:type_name -> kibotos.host.v1.NetworkReport
+	50, // 42: kibotos.host.v1.ExecutionReport.guest:type_name -> kibotos.ctrl.v1.GuestObservation
+	51, // 43: kibotos.host.v1.NetworkReport.status:type_name -> kibotos.ctrl.v1.NetworkPolicyStatus
+	52, // 44: kibotos.host.v1.NetworkReport.egress_observations:type_name -> kibotos.ctrl.v1.EgressObservation
+	53, // 45: kibotos.host.v1.NetworkReport.resolver_observations:type_name -> kibotos.ctrl.v1.ResolverObservation
+	3,  // 46: kibotos.host.v1.HostService.RegisterHost:input_type -> kibotos.host.v1.RegisterHostRequest
+	8,  // 47: kibotos.host.v1.HostService.WatchAssignments:input_type -> kibotos.host.v1.WatchAssignmentsRequest
+	23, // 48: kibotos.host.v1.HostService.ReportExecutions:input_type -> kibotos.host.v1.ReportExecutionsRequest
+	29, // 49: kibotos.host.v1.HostService.GetTemplateBlob:input_type -> kibotos.host.v1.GetTemplateBlobRequest
+	31, // 50: kibotos.host.v1.HostService.PutTransferArtifact:input_type -> kibotos.host.v1.PutTransferArtifactRequest
+	33, // 51: kibotos.host.v1.HostService.GetTransferArtifact:input_type -> kibotos.host.v1.GetTransferArtifactRequest
+	35, // 52: kibotos.host.v1.HostService.CollectableLayers:input_type -> kibotos.host.v1.CollectableLayersRequest
+	7,  // 53: kibotos.host.v1.HostService.RegisterHost:output_type -> kibotos.host.v1.RegisterHostResponse
+	9,  // 54: kibotos.host.v1.HostService.WatchAssignments:output_type -> kibotos.host.v1.WatchAssignmentsResponse
+	26, // 55: kibotos.host.v1.HostService.ReportExecutions:output_type -> kibotos.host.v1.ReportExecutionsResponse
+	30, // 56: kibotos.host.v1.HostService.GetTemplateBlob:output_type -> kibotos.host.v1.GetTemplateBlobResponse
+	32, // 57: kibotos.host.v1.HostService.PutTransferArtifact:output_type -> kibotos.host.v1.PutTransferArtifactResponse
+	34, // 58: kibotos.host.v1.HostService.GetTransferArtifact:output_type -> kibotos.host.v1.GetTransferArtifactResponse
+	36, // 59: kibotos.host.v1.HostService.CollectableLayers:output_type -> kibotos.host.v1.CollectableLayersResponse
+	53, // [53:60] is the sub-list for method output_type
+	46, // [46:53] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_kibotos_host_v1_host_proto_init() }
