@@ -24,6 +24,7 @@ import (
 	"github.com/kibotos/kibotos/internal/cafile"
 	"github.com/kibotos/kibotos/internal/host/runtime"
 	"github.com/kibotos/kibotos/internal/host/runtime/oci"
+	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/internal/testutil/hosttest"
 	"github.com/kibotos/kibotos/internal/testutil/testtls"
 	"github.com/kibotos/kibotos/sdk/bearer"
@@ -92,7 +93,11 @@ func (f *fleet) createHostToken() {
 }
 
 // startHost runs (or runs again) `kibotos host` NAME on its own home.
-func (f *fleet) startHost(name string) *fleetHost {
+func (f *fleet) startHost(name string) *fleetHost { return f.startHostVia(name, f.url()) }
+
+// startHostVia is startHost with the host reaching the control plane at
+// ctrlURL.
+func (f *fleet) startHostVia(name, ctrlURL string) *fleetHost {
 	h := f.hosts[name]
 	if h == nil {
 		h = &fleetHost{home: filepath.Join(f.t.TempDir(), name)}
@@ -102,7 +107,7 @@ func (f *fleet) startHost(name string) *fleetHost {
 		f.t.Cleanup(func() { releaseContainers(h.home) })
 	}
 	// No warm pool: these tests count the containers under a host's home.
-	h.proc = startProcess(f.t, f.bin, "host", "--ctrl", f.url(), "--token-file", f.tokenFile,
+	h.proc = startProcess(f.t, f.bin, "host", "--ctrl", ctrlURL, "--token-file", f.tokenFile,
 		"--home", h.home, "--listen", "127.0.0.1:0", "--name", name, "--volume-size", "64Mi", "--tls-cert", f.cert, "--tls-key", f.key,
 		"--warm-pool", "0")
 	return h
@@ -438,6 +443,44 @@ func releaseContainers(home string) {
 	entries, _ := os.ReadDir(filepath.Join(home, "netns"))
 	for _, e := range entries {
 		unix.Unmount(filepath.Join(home, "netns", e.Name()), unix.MNT_DETACH)
+	}
+}
+
+// TestFleetHostCutOffServesNothing: a host cut off from the control
+// plane while its clients still reach it takes itself out of service
+// within the lease, before the control plane may hold it LOST and start
+// its workspaces elsewhere: its data plane refuses calls, cut off as it
+// is, that it would answer for executions no longer its own. It serves
+// again once it reaches the control plane again.
+func TestFleetHostCutOffServesNothing(t *testing.T) {
+	hosttest.RequireContainers(t)
+	f := newFleet(t, build(t))
+	r := testutil.NewRelay(t, f.ctrl.addr)
+	f.startHostVia("host-a", "https://"+r.Addr())
+	ws := f.createWorkspace()
+	if out := f.cli("ws", "exec", ws, "--", "echo", "served"); out != "served\n" {
+		t.Fatalf("exec before the cut: %q", out)
+	}
+
+	r.Cut()
+	cut := time.Now()
+	for deadline := cut.Add(convergeWithin); ; time.Sleep(100 * time.Millisecond) {
+		cmd := exec.Command(f.bin, "ws", "exec", ws, "--", "echo", "served")
+		cmd.Env = append(os.Environ(), "KIBOTOS_HOME="+f.home, "KIBOTOS_ADDR="+f.url())
+		out, err := cmd.CombinedOutput()
+		if err != nil && strings.Contains(string(out), "this host is out of service: it has not reached the control plane") {
+			t.Logf("out of service %v after the cut (lease %s)", time.Since(cut).Round(10*time.Millisecond), fleetLease)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cut-off host still serves: %v\n%s", err, out)
+		}
+	}
+
+	r.Heal()
+	f.await(ws, "AVAILABLE again", func(w *ctrlv1.Workspace) bool { return w.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE })
+	if out := f.cli("ws", "exec", ws, "--", "echo", "again"); out != "again\n" {
+		t.Errorf("exec once the host reaches the control plane again: %q", out)
 	}
 }
 
