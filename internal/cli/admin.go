@@ -197,18 +197,24 @@ func poolListCommand(c *conn) *cobra.Command {
 }
 
 func poolLostCommand(c *conn) *cobra.Command {
-	return &cobra.Command{
-		Use:   "lost NAME",
-		Short: "Declare a storage pool and every Volume in it gone for good; print the Volumes made LOST",
-		Long: "Declare a storage pool lost, with its data, in every project. Its Volumes that are not DELETED\n" +
-			"become LOST: they stay readable and deletable, every other call on them is refused, and a\n" +
-			"Workspace bound to one fails to start with VOLUME_LOST until it binds another Volume or is\n" +
-			"deleted. Hosts no longer create, grow or mount them. There is no way back and no confirmation\n" +
-			"is asked. Declaring a pool lost again is harmless.\n\n" +
+	var host string
+	cmd := &cobra.Command{
+		Use:   "lost NAME [--host HOST]",
+		Short: "Declare a host's storage pool and every Volume in it gone for good; print the Volumes made LOST",
+		Long: "Declare the storage pool NAME of one host lost, with its data, in every project. Each host has\n" +
+			"pools of its own, and several may give theirs one name (each has \"default\"): only the Volumes\n" +
+			"held by HOST in its pool NAME are concerned. --host is required when the pool has more than\n" +
+			"one host: one that reaches it (admin pool list shows them), holds Volumes of it, or lost\n" +
+			"Volumes of it that are still LOST. Those Volumes that are not DELETED become LOST: they stay\n" +
+			"readable and deletable, every other call on them is refused, and a Workspace bound to one\n" +
+			"fails to start with VOLUME_LOST until it binds another Volume or is deleted. Hosts no longer\n" +
+			"create, grow or mount them. There is no way back and no confirmation is asked. Declaring a\n" +
+			"pool lost again is harmless.\n\n" +
 			"The IDs of the Volumes this call made LOST go to stdout, one a line, and a summary to stderr.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			resp, err := dialCall(cmd, c, adminv1connect.NewAdminServiceClient, adminv1connect.AdminServiceClient.DeclareStoragePoolLost, &adminv1.DeclareStoragePoolLostRequest{StoragePool: args[0]})
+			resp, err := dialCall(cmd, c, adminv1connect.NewAdminServiceClient, adminv1connect.AdminServiceClient.DeclareStoragePoolLost,
+				&adminv1.DeclareStoragePoolLostRequest{StoragePool: args[0], HostId: host})
 			if err != nil {
 				return err
 			}
@@ -216,7 +222,11 @@ func poolLostCommand(c *conn) *cobra.Command {
 				return c.writeMessage(cmd.OutOrStdout(), resp)
 			}
 			ids := resp.GetLostVolumeIds()
-			fmt.Fprintf(cmd.ErrOrStderr(), "storage pool %s declared lost; %d Volume(s) became LOST\n", args[0], len(ids))
+			where := args[0]
+			if h := resp.GetHostId(); h != "" {
+				where += " on host " + h
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "storage pool %s declared lost; %d Volume(s) became LOST\n", where, len(ids))
 			for _, id := range ids {
 				if _, err := fmt.Fprintln(cmd.OutOrStdout(), id); err != nil {
 					return err
@@ -225,4 +235,6 @@ func poolLostCommand(c *conn) *cobra.Command {
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&host, "host", "", "the host whose pool is gone (required when several hosts have a pool NAME)")
+	return cmd
 }

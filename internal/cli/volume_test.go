@@ -74,7 +74,7 @@ func (f *volumeFake) ListStoragePools(_ context.Context, r *connect.Request[admi
 
 func (f *volumeFake) DeclareStoragePoolLost(_ context.Context, r *connect.Request[adminv1.DeclareStoragePoolLostRequest]) (*connect.Response[adminv1.DeclareStoragePoolLostResponse], error) {
 	f.record(r)
-	return connect.NewResponse(&adminv1.DeclareStoragePoolLostResponse{LostVolumeIds: []string{"vol_a", "vol_b"}}), nil
+	return connect.NewResponse(&adminv1.DeclareStoragePoolLostResponse{LostVolumeIds: []string{"vol_a", "vol_b"}, HostId: "host_2"}), nil
 }
 
 func newVolumeEnv(t *testing.T) (*env, *volumeFake) {
@@ -428,11 +428,11 @@ func TestVolumeBindingRejectsBadInput(t *testing.T) {
 
 func TestAdminPool(t *testing.T) {
 	e, f := newVolumeEnv(t)
-	stdout, stderr := e.call(t, "", "admin", "pool", "lost", "fast")
+	stdout, stderr := e.call(t, "", "admin", "pool", "lost", "fast", "--host", "host_2")
 	if stdout != "vol_a\nvol_b\n" {
 		t.Errorf("stdout = %q, want the lost Volume IDs one a line", stdout)
 	}
-	if !strings.Contains(stderr, "fast") || !strings.Contains(stderr, "2 Volume(s) became LOST") {
+	if !strings.Contains(stderr, "fast on host host_2") || !strings.Contains(stderr, "2 Volume(s) became LOST") {
 		t.Errorf("stderr = %q", stderr)
 	}
 
@@ -448,7 +448,7 @@ func TestAdminPool(t *testing.T) {
 	if strings.Join(calls, ",") != "DeclareStoragePoolLost,ListStoragePools" {
 		t.Fatalf("calls = %v", calls)
 	}
-	if r := reqs[0].(*adminv1.DeclareStoragePoolLostRequest); r.GetStoragePool() != "fast" {
+	if r := reqs[0].(*adminv1.DeclareStoragePoolLostRequest); r.GetStoragePool() != "fast" || r.GetHostId() != "host_2" {
 		t.Errorf("request = %v", r)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -381,8 +382,10 @@ func TestVolumeLostAndDamaged(t *testing.T) {
 	if err != nil || len(pools.Msg.StoragePools) != 2 || !pools.Msg.StoragePools[0].Default || pools.Msg.StoragePools[1].Name != "spare" {
 		t.Fatalf("pools: %v, %v", pools, err)
 	}
+	// One host reaches it: the declaration need not name it, and says it.
 	declared, err := e.admin.DeclareStoragePoolLost(e.ctx, connect.NewRequest(&adminv1.DeclareStoragePoolLostRequest{StoragePool: "spare"}))
-	if err != nil || len(declared.Msg.LostVolumeIds) != 1 || declared.Msg.LostVolumeIds[0] != lost.VolumeId {
+	if err != nil || len(declared.Msg.LostVolumeIds) != 1 || declared.Msg.LostVolumeIds[0] != lost.VolumeId ||
+		!slices.Equal([]string{declared.Msg.HostId}, pools.Msg.StoragePools[1].HostIds) {
 		t.Fatalf("DeclareStoragePoolLost: %v, %v", declared, err)
 	}
 	if v := e.volume(lost.VolumeId); v.State != ctrlv1.VolumeState_VOLUME_STATE_LOST {

@@ -57,8 +57,8 @@ func (s *AdminService) DeclareStoragePoolLost(ctx context.Context, req *connect.
 	if err := projects.Operator(ctx, "declare a storage pool lost"); err != nil {
 		return nil, err
 	}
-	lost, err := s.volumes.DeclarePoolLost(ctx, req.Msg.GetStoragePool())
-	return Respond(&adminv1.DeclareStoragePoolLostResponse{LostVolumeIds: lost}, err)
+	loss, err := s.volumes.DeclarePoolLost(ctx, req.Msg.GetStoragePool(), req.Msg.GetHostId())
+	return Respond(&adminv1.DeclareStoragePoolLostResponse{LostVolumeIds: loss.Lost, HostId: loss.HostID}, err)
 }
 
 var roles = map[adminv1.Role]auth.Role{

@@ -20,6 +20,10 @@ import (
 // a word in messages, so it stays plain.
 var poolName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
+// hostIDPattern is what a host ID is (as workspaces checks it): a DNS
+// label.
+var hostIDPattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
 // ValidPoolName checks the name of a storage pool.
 func ValidPoolName(name string) error {
 	if !poolName.MatchString(name) {

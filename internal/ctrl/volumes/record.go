@@ -59,6 +59,10 @@ type Bookkeeping struct {
 	// Unknown is the state the Volume had when its host's lease ran out,
 	// while it is UNKNOWN.
 	Unknown ctrlv1.VolumeState `json:"unknown,omitempty"`
+	// LostFrom is the host that held the Volume when its pool there was
+	// declared lost, while it is LOST, so that declaring that host's pool
+	// lost again is harmless once the host no longer reaches it.
+	LostFrom string `json:"lost_from,omitempty"`
 }
 
 // decode reads a row.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"slices"
+	"strings"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -318,56 +320,122 @@ func UpdateMap[R proto.Message](ctx context.Context, s *Service, w Write[R], fie
 	}, respond)
 }
 
-// DeclarePoolLost makes every Volume of the pool that is not DELETED
-// LOST, in every project, and returns their IDs.
-func (s *Service) DeclarePoolLost(ctx context.Context, pool string) ([]string, error) {
+// PoolLoss is what declaring a pool lost changed.
+type PoolLoss struct {
+	// HostID is the host whose pool was declared lost: the one named, or
+	// the only host of the pool; empty when the pool has no host left.
+	HostID string
+	// Lost are the Volumes made LOST, in every project.
+	Lost []string
+}
+
+// DeclarePoolLost makes every Volume that hostID holds in pool and that is
+// not DELETED LOST (one being deleted DELETED), in every project. A pool name is each host's own:
+// several hosts may reach a pool of one name (each has a "default"), and
+// the Volumes the others hold there are untouched. An empty hostID means
+// the pool's only host: the only one that reaches it, holds Volumes of it,
+// or held Volumes of it now LOST; when there are several, the call is
+// invalid_argument, naming them, and changes nothing. A pool no host
+// reaches and no Volume names is not_found, and so is a host that is not
+// one of the pool's.
+func (s *Service) DeclarePoolLost(ctx context.Context, pool, hostID string) (PoolLoss, error) {
 	if err := ValidPoolName(pool); err != nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+		return PoolLoss{}, connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	var lost []string
+	if hostID != "" && !hostIDPattern.MatchString(hostID) {
+		return PoolLoss{}, invalid("host_id %q is not a host ID: 1 to 63 lowercase letters, digits and '-', starting and ending with a letter or digit", hostID)
+	}
+	var (
+		loss    PoolLoss
+		changed bool
+	)
 	err := s.Store.Update(ctx, func(tx store.Tx) error {
-		lost = lost[:0]
+		loss, changed = PoolLoss{HostID: hostID}, false
 		rows, err := tx.PoolVolumes(ctx, pool)
 		if err != nil {
 			return err
 		}
-		if len(rows) == 0 {
-			pools, err := Pools(ctx, tx)
-			if err != nil {
-				return err
-			}
-			if _, ok := pools[pool]; !ok {
-				return connect.NewError(connect.CodeNotFound, fmt.Errorf("storage pool %q: no host reaches it and no volume lives in it", pool))
-			}
+		pools, err := Pools(ctx, tx)
+		if err != nil {
+			return err
 		}
+		p, reached := pools[pool]
+		if len(rows) == 0 && !reached {
+			return connect.NewError(connect.CodeNotFound, fmt.Errorf("storage pool %q: no host reaches it and no volume lives in it", pool))
+		}
+		records := make([]*Record, 0, len(rows))
 		for _, row := range rows {
 			r, err := decode(row)
 			if err != nil {
 				return err
 			}
-			switch r.V.State {
-			case ctrlv1.VolumeState_VOLUME_STATE_LOST:
-				continue
-			case ctrlv1.VolumeState_VOLUME_STATE_DELETING:
+			records = append(records, r)
+		}
+		// The pool's hosts: those that reach it, those that hold Volumes
+		// of it (a host may have registered again without the pool), and
+		// those whose pool was declared lost while LOST Volumes remember
+		// them, so that an empty host never means another host than the
+		// one a declaration named before.
+		var hosts []string
+		for _, h := range p.Hosts {
+			hosts = append(hosts, h.HostID)
+		}
+		for _, r := range records {
+			hosts = append(hosts, r.Holder(), r.Book.LostFrom)
+		}
+		slices.Sort(hosts)
+		hosts = slices.Compact(hosts)
+		hosts = slices.DeleteFunc(hosts, func(h string) bool { return h == "" })
+		switch {
+		case hostID == "" && len(hosts) > 1:
+			return invalid("storage pool %q is on hosts %s: name the host whose pool is gone (host_id; kibotos admin pool lost %s --host HOST)",
+				pool, strings.Join(hosts, ", "), pool)
+		case hostID == "" && len(hosts) == 1:
+			loss.HostID = hosts[0]
+		case hostID == "":
+			return nil // only Volumes LOST long ago name the pool
+		case !slices.Contains(hosts, hostID):
+			return connect.NewError(connect.CodeNotFound, fmt.Errorf("host %q neither reaches storage pool %q nor holds a volume of it (it is on %s)",
+				hostID, pool, orNone(hosts)))
+		}
+		for _, r := range records {
+			if r.Holder() != loss.HostID || r.V.State == ctrlv1.VolumeState_VOLUME_STATE_LOST {
+				continue // on another host's pool of the same name, or LOST
+			}
+			if r.V.State == ctrlv1.VolumeState_VOLUME_STATE_DELETING {
 				s.finishDelete(r) // nothing is left to delete
 				if err := s.save(ctx, tx, r); err != nil {
 					return err
 				}
+				changed = true
 				continue
 			}
 			r.V.State = ctrlv1.VolumeState_VOLUME_STATE_LOST
 			r.V.Failure = nil
 			r.Book.Target = r.V.Spec.CapacityBytes
+			r.Book.LostFrom = r.Row.HostID
 			r.Row.HostID = "" // no host converges it any more
 			if err := s.save(ctx, tx, r); err != nil {
 				return err
 			}
-			lost = append(lost, r.V.VolumeId)
+			loss.Lost = append(loss.Lost, r.V.VolumeId)
+			changed = true
 		}
 		return nil
 	})
-	if err == nil && len(lost) > 0 {
+	if err != nil {
+		return PoolLoss{}, err
+	}
+	if changed {
 		s.changed()
 	}
-	return lost, err
+	return loss, nil
+}
+
+// orNone joins host IDs for a message.
+func orNone(hosts []string) string {
+	if len(hosts) == 0 {
+		return "no host"
+	}
+	return strings.Join(hosts, ", ")
 }

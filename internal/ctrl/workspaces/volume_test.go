@@ -288,9 +288,10 @@ func TestVolumeBinding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lost, err := s.Volumes.DeclarePoolLost(ctx, "default")
-	if err != nil || len(lost) != 1 || lost[0] != volID {
-		t.Fatalf("DeclarePoolLost: %v, %v", lost, err)
+	// h1 is the only host of the pool: it need not be named.
+	loss, err := s.Volumes.DeclarePoolLost(ctx, "default", "")
+	if err != nil || loss.HostID != "h1" || !slices.Equal(loss.Lost, []string{volID}) {
+		t.Fatalf("DeclarePoolLost: %+v, %v", loss, err)
 	}
 	if a := volumeAssignment(t, s, ctx, volID); a != nil {
 		t.Errorf("a LOST volume is assigned: %v", a)
@@ -299,9 +300,153 @@ func TestVolumeBinding(t *testing.T) {
 	if connect.CodeOf(err) != connect.CodeFailedPrecondition || testutil.ErrorDetail(err).GetReason() != ctrlv1.FailureReason_FAILURE_REASON_VOLUME_LOST {
 		t.Errorf("start bound to a LOST volume: %v", err)
 	}
-	if _, err := s.Volumes.DeclarePoolLost(ctx, "nowhere"); connect.CodeOf(err) != connect.CodeNotFound {
+	if _, err := s.Volumes.DeclarePoolLost(ctx, "nowhere", ""); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Errorf("an unknown pool: %v", err)
 	}
+}
+
+// TestPoolLostOnOneHost: hosts ha and hb each have a pool "default", as
+// every host has unless told otherwise. Declaring ha's lost makes LOST only
+// the Volumes ha holds (a DELETING one DELETED); hb's keep their state and
+// their assignments. Without a host, or with one the pool is not on, the
+// declaration is refused and changes nothing.
+func TestPoolLostOnOneHost(t *testing.T) {
+	s, ctx := newService(t)
+	s.Volumes = &volumes.Service{Store: s.Store, Pages: s.Pages, DefaultPool: "default", InUse: InUse, Changes: changes.NewBroker()}
+	register := func(host string, pools ...*hostv1.StoragePool) {
+		t.Helper()
+		if err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: host, Capacity: &hostv1.HostCapacity{
+			CpuMillis: 4000, MemoryBytes: gib, LayerBytes: 10 * gib, DefaultLayerBytes: gib}, StoragePools: pools}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defaultPool := &hostv1.StoragePool{Name: "default", DefaultVolumeBytes: 256 * MiB}
+	register("ha", defaultPool)
+	register("hb", defaultPool)
+	drain := func(host string, drained bool) {
+		t.Helper()
+		if _, err := s.DrainHost(ctx, host, drained); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Two Volumes on each host, created and reported HEALTHY by it; the
+	// second of each is then being deleted. A Volume goes to the first
+	// host that takes new ones: ha, or hb while ha is drained.
+	holder := map[string]string{}
+	var onA, onB []string
+	for _, host := range []string{"ha", "hb"} {
+		drain("ha", host != "ha")
+		for range 2 {
+			v, err := volumes.Create(ctx, s.Volumes, write("create", newVol), &ctrlv1.VolumeSpec{}, nil, nil, volumeIdentity)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Report(ctx, host, nil, []*hostv1.VolumeReport{healthy(v.VolumeId, 256*MiB)}); err != nil {
+				t.Fatal(err)
+			}
+			holder[v.VolumeId] = host
+			if host == "ha" {
+				onA = append(onA, v.VolumeId)
+			} else {
+				onB = append(onB, v.VolumeId)
+			}
+		}
+	}
+	drain("ha", false)
+	for _, id := range []string{onA[1], onB[1]} {
+		if _, err := volumes.Delete(ctx, s.Volumes, write("delete", newVol), id, volumeIdentity); err != nil {
+			t.Fatal(err)
+		}
+	}
+	assigned := func(host, id string) bool {
+		t.Helper()
+		as, err := s.Assignments(ctx, host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(as.Volumes, func(a *hostv1.VolumeAssignment) bool { return a.VolumeId == id })
+	}
+	snapshot := func() map[string]*ctrlv1.Volume {
+		t.Helper()
+		out := map[string]*ctrlv1.Volume{}
+		for id, host := range holder {
+			v, err := s.Volumes.Get(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !assigned(host, id) {
+				t.Errorf("volume %s (%v) is not assigned to %s", id, v.State, host)
+			}
+			out[id] = v
+		}
+		return out
+	}
+	before := snapshot()
+	if v := before[onA[0]]; v.State != ctrlv1.VolumeState_VOLUME_STATE_AVAILABLE || v.Observation.GetCondition() != ctrlv1.VolumeCondition_VOLUME_CONDITION_HEALTHY {
+		t.Fatalf("volume on ha before: %v", v)
+	}
+	if v := before[onB[1]]; v.State != ctrlv1.VolumeState_VOLUME_STATE_DELETING {
+		t.Fatalf("volume being deleted on hb before: %v", v)
+	}
+	unchanged := func(what string) {
+		t.Helper()
+		after := snapshot()
+		for id, v := range before {
+			if !proto.Equal(after[id], v) {
+				t.Errorf("%s changed volume %s on %s: %v, was %v", what, id, holder[id], after[id].State, v.State)
+			}
+		}
+	}
+
+	// Refused, changing nothing: no host where two serve the pool (the
+	// error names them and the flag), a host it is not on, a malformed
+	// host.
+	_, err := s.Volumes.DeclarePoolLost(ctx, "default", "")
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "ha, hb") || !strings.Contains(err.Error(), "--host") {
+		t.Errorf("no host with two hosts: %v; want invalid_argument naming ha, hb and --host", err)
+	}
+	unchanged("a declaration without a host")
+	if _, err := s.Volumes.DeclarePoolLost(ctx, "default", "h1"); connect.CodeOf(err) != connect.CodeNotFound || !strings.Contains(err.Error(), "ha, hb") {
+		t.Errorf("a host without the pool: %v; want not_found naming ha, hb", err)
+	}
+	if _, err := s.Volumes.DeclarePoolLost(ctx, "default", "Not A Host"); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Errorf("a malformed host: %v; want invalid_argument", err)
+	}
+	unchanged("a refused declaration")
+
+	// ha's pool is gone: only ha's Volumes change.
+	loss, err := s.Volumes.DeclarePoolLost(ctx, "default", "ha")
+	if err != nil || loss.HostID != "ha" || !slices.Equal(loss.Lost, onA[:1]) {
+		t.Fatalf("DeclarePoolLost on ha: %+v, %v; want %v lost", loss, err, onA[:1])
+	}
+	if v, _ := s.Volumes.Get(ctx, onA[0]); v.State != ctrlv1.VolumeState_VOLUME_STATE_LOST || assigned("ha", onA[0]) {
+		t.Errorf("ha's volume: %v, assigned %v; want LOST and unassigned", v.State, assigned("ha", onA[0]))
+	}
+	if v, _ := s.Volumes.Get(ctx, onA[1]); v.State != ctrlv1.VolumeState_VOLUME_STATE_DELETED {
+		t.Errorf("ha's volume being deleted: %v; want DELETED", v.State)
+	}
+	for _, id := range onA {
+		delete(holder, id)
+		delete(before, id)
+	}
+	unchanged("declaring ha's pool lost")
+
+	// Again: harmless, even once ha registers without the pool; and an
+	// empty host still does not mean hb.
+	register("ha")
+	for _, host := range []string{"ha", ""} {
+		loss, err := s.Volumes.DeclarePoolLost(ctx, "default", host)
+		if host == "" {
+			if connect.CodeOf(err) != connect.CodeInvalidArgument {
+				t.Errorf("no host after ha's pool was declared lost: %+v, %v; want invalid_argument", loss, err)
+			}
+			continue
+		}
+		if err != nil || loss.HostID != "ha" || len(loss.Lost) != 0 {
+			t.Errorf("declaring ha's pool lost again: %+v, %v", loss, err)
+		}
+	}
+	unchanged("declaring ha's pool lost again")
 }
 
 // TestNewVolumeNeverCreated: a workspace deleted before its launch made

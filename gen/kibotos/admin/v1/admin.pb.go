@@ -1033,8 +1033,12 @@ func (x *ListStoragePoolsResponse) GetStoragePools() []*StoragePool {
 
 // DeclareStoragePoolLostRequest is the input of DeclareStoragePoolLost.
 type DeclareStoragePoolLostRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	StoragePool   string                 `protobuf:"bytes,1,opt,name=storage_pool,json=storagePool,proto3" json:"storage_pool,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	StoragePool string                 `protobuf:"bytes,1,opt,name=storage_pool,json=storagePool,proto3" json:"storage_pool,omitempty"`
+	// host_id names the host whose pool is gone: only the Volumes it holds in
+	// the pool become LOST. It may be empty when the pool has one host (see
+	// DeclareStoragePoolLost), and then means that host.
+	HostId        string `protobuf:"bytes,2,opt,name=host_id,json=hostId,proto3" json:"host_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1076,11 +1080,22 @@ func (x *DeclareStoragePoolLostRequest) GetStoragePool() string {
 	return ""
 }
 
+func (x *DeclareStoragePoolLostRequest) GetHostId() string {
+	if x != nil {
+		return x.HostId
+	}
+	return ""
+}
+
 // DeclareStoragePoolLostResponse says what the declaration changed.
 type DeclareStoragePoolLostResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// lost_volume_ids are the Volumes this call made LOST, in every project.
 	LostVolumeIds []string `protobuf:"bytes,1,rep,name=lost_volume_ids,json=lostVolumeIds,proto3" json:"lost_volume_ids,omitempty"`
+	// host_id is the host whose pool was declared lost: the request's, or the
+	// pool's only host when the request named none; empty when the pool has
+	// no host.
+	HostId        string `protobuf:"bytes,2,opt,name=host_id,json=hostId,proto3" json:"host_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1120,6 +1135,13 @@ func (x *DeclareStoragePoolLostResponse) GetLostVolumeIds() []string {
 		return x.LostVolumeIds
 	}
 	return nil
+}
+
+func (x *DeclareStoragePoolLostResponse) GetHostId() string {
+	if x != nil {
+		return x.HostId
+	}
+	return ""
 }
 
 // HostToken is one host token, without its secret.
@@ -1944,11 +1966,13 @@ const file_kibotos_admin_v1_admin_proto_rawDesc = "" +
 	"\adefault\x18\x04 \x01(\bR\adefault\"\x19\n" +
 	"\x17ListStoragePoolsRequest\"^\n" +
 	"\x18ListStoragePoolsResponse\x12B\n" +
-	"\rstorage_pools\x18\x01 \x03(\v2\x1d.kibotos.admin.v1.StoragePoolR\fstoragePools\"B\n" +
+	"\rstorage_pools\x18\x01 \x03(\v2\x1d.kibotos.admin.v1.StoragePoolR\fstoragePools\"[\n" +
 	"\x1dDeclareStoragePoolLostRequest\x12!\n" +
-	"\fstorage_pool\x18\x01 \x01(\tR\vstoragePool\"H\n" +
+	"\fstorage_pool\x18\x01 \x01(\tR\vstoragePool\x12\x17\n" +
+	"\ahost_id\x18\x02 \x01(\tR\x06hostId\"a\n" +
 	"\x1eDeclareStoragePoolLostResponse\x12&\n" +
-	"\x0flost_volume_ids\x18\x01 \x03(\tR\rlostVolumeIds\"\xef\x01\n" +
+	"\x0flost_volume_ids\x18\x01 \x03(\tR\rlostVolumeIds\x12\x17\n" +
+	"\ahost_id\x18\x02 \x01(\tR\x06hostId\"\xef\x01\n" +
 	"\tHostToken\x12\"\n" +
 	"\rhost_token_id\x18\x01 \x01(\tR\vhostTokenId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x129\n" +

@@ -110,15 +110,23 @@ type AdminServiceClient interface {
 	// ListStoragePools returns every storage pool a registered host reaches,
 	// ordered by name, to an admin token of the operator project.
 	ListStoragePools(context.Context, *connect.Request[v1.ListStoragePoolsRequest]) (*connect.Response[v1.ListStoragePoolsResponse], error)
-	// DeclareStoragePoolLost tells the deployment that a storage pool and
-	// every Volume in it are gone for good. Only an admin token of the
-	// operator project may call it. Every Volume of the pool that is not
-	// DELETED becomes LOST, in every project: it stays readable and deletable,
-	// every other call on it is failed_precondition, and a Workspace bound to
-	// it fails to start with FAILURE_REASON_VOLUME_LOST until it is bound to
+	// DeclareStoragePoolLost tells the deployment that a storage pool on one
+	// host, and every Volume that host keeps in it, are gone for good. Only an
+	// admin token of the operator project may call it. Each host has pools of
+	// its own, and several hosts may give theirs one name (every host has a
+	// pool "default" unless told otherwise), so only the Volumes of the pool
+	// that the host named by host_id holds are concerned; the same pool name
+	// on other hosts is untouched. Every such Volume that is not DELETED
+	// becomes LOST, in every project: it stays readable and deletable, every
+	// other call on it is failed_precondition, and a Workspace bound to it
+	// fails to start with FAILURE_REASON_VOLUME_LOST until it is bound to
 	// another Volume or deleted. Hosts no longer create, grow or mount them.
-	// Declaring a pool lost again is harmless. A pool no host reaches and no
-	// Volume names is not_found.
+	// Declaring a pool lost again is harmless. The pool's hosts are those that
+	// reach it, hold Volumes of it, or held Volumes of it that are now LOST.
+	// A pool no host reaches and no Volume names is not_found, and so is a
+	// host_id that is not one of the pool's hosts. Without host_id, when the
+	// pool has more than one host, the call is invalid_argument, names them,
+	// and changes nothing.
 	DeclareStoragePoolLost(context.Context, *connect.Request[v1.DeclareStoragePoolLostRequest]) (*connect.Response[v1.DeclareStoragePoolLostResponse], error)
 	// CreateHostToken issues a token a host agent (`kibotos host`)
 	// authenticates with on the host API, and returns its secret, the only
@@ -351,15 +359,23 @@ type AdminServiceHandler interface {
 	// ListStoragePools returns every storage pool a registered host reaches,
 	// ordered by name, to an admin token of the operator project.
 	ListStoragePools(context.Context, *connect.Request[v1.ListStoragePoolsRequest]) (*connect.Response[v1.ListStoragePoolsResponse], error)
-	// DeclareStoragePoolLost tells the deployment that a storage pool and
-	// every Volume in it are gone for good. Only an admin token of the
-	// operator project may call it. Every Volume of the pool that is not
-	// DELETED becomes LOST, in every project: it stays readable and deletable,
-	// every other call on it is failed_precondition, and a Workspace bound to
-	// it fails to start with FAILURE_REASON_VOLUME_LOST until it is bound to
+	// DeclareStoragePoolLost tells the deployment that a storage pool on one
+	// host, and every Volume that host keeps in it, are gone for good. Only an
+	// admin token of the operator project may call it. Each host has pools of
+	// its own, and several hosts may give theirs one name (every host has a
+	// pool "default" unless told otherwise), so only the Volumes of the pool
+	// that the host named by host_id holds are concerned; the same pool name
+	// on other hosts is untouched. Every such Volume that is not DELETED
+	// becomes LOST, in every project: it stays readable and deletable, every
+	// other call on it is failed_precondition, and a Workspace bound to it
+	// fails to start with FAILURE_REASON_VOLUME_LOST until it is bound to
 	// another Volume or deleted. Hosts no longer create, grow or mount them.
-	// Declaring a pool lost again is harmless. A pool no host reaches and no
-	// Volume names is not_found.
+	// Declaring a pool lost again is harmless. The pool's hosts are those that
+	// reach it, hold Volumes of it, or held Volumes of it that are now LOST.
+	// A pool no host reaches and no Volume names is not_found, and so is a
+	// host_id that is not one of the pool's hosts. Without host_id, when the
+	// pool has more than one host, the call is invalid_argument, names them,
+	// and changes nothing.
 	DeclareStoragePoolLost(context.Context, *connect.Request[v1.DeclareStoragePoolLostRequest]) (*connect.Response[v1.DeclareStoragePoolLostResponse], error)
 	// CreateHostToken issues a token a host agent (`kibotos host`)
 	// authenticates with on the host API, and returns its secret, the only
