@@ -375,7 +375,7 @@ const (
 	VolumeState_VOLUME_STATE_UNKNOWN     VolumeState = 7
 	// RESIZING is held for the duration of a capacity change. It is not AVAILABLE: no attachment and no new binding is admitted until the change commits, and a query during it is not a plain success.
 	VolumeState_VOLUME_STATE_RESIZING VolumeState = 8
-	// LOST means an operator declared the Volume's storage pool lost on the host that held it. Its data is gone and never replaced with an empty Volume: the Volume can be read and deleted, and every other operation fails as failed_precondition. A Workspace bound to it fails to start with FAILURE_REASON_VOLUME_LOST until it is bound to another Volume or deleted.
+	// LOST means an operator declared the Volume's storage pool lost. Its data is gone and never replaced with an empty Volume: the Volume can be read and deleted, and every other operation fails as failed_precondition. A Workspace bound to it fails to start with FAILURE_REASON_VOLUME_LOST until it is bound to another Volume or deleted.
 	VolumeState_VOLUME_STATE_LOST VolumeState = 9
 )
 

@@ -5732,7 +5732,7 @@ export enum VolumeState {
   RESIZING = 8,
 
   /**
-   * LOST means an operator declared the Volume's storage pool lost on the host that held it. Its data is gone and never replaced with an empty Volume: the Volume can be read and deleted, and every other operation fails as failed_precondition. A Workspace bound to it fails to start with FAILURE_REASON_VOLUME_LOST until it is bound to another Volume or deleted.
+   * LOST means an operator declared the Volume's storage pool lost. Its data is gone and never replaced with an empty Volume: the Volume can be read and deleted, and every other operation fails as failed_precondition. A Workspace bound to it fails to start with FAILURE_REASON_VOLUME_LOST until it is bound to another Volume or deleted.
    *
    * @generated from enum value: VOLUME_STATE_LOST = 9;
    */
