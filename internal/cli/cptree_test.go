@@ -269,6 +269,7 @@ func TestCpRecursiveUploadIsAllOrNothing(t *testing.T) {
 func TestCpRecursiveUploadAsAUserAndAcrossMounts(t *testing.T) {
 	e := newUpEnv(t)
 	id := e.createWorkspace(t, append([]string{"--wait", "--volume", "NEW:/work/proj/data"}, smallWorkspace...)...).GetWorkspaceId()
+	var stderr string
 	e.sh(t, id, `echo alice:x:1000:1000::/home/alice:/bin/sh >> /etc/passwd && echo alice:x:1000: >> /etc/group &&
 		echo team:x:1100:alice >> /etc/group && mkdir -p /home/alice /srv/team /srv/shared/alice &&
 		chown alice:alice /home/alice /srv/shared/alice && chown root:team /srv/team && chmod 2775 /srv/team &&
@@ -310,7 +311,7 @@ func TestCpRecursiveUploadAsAUserAndAcrossMounts(t *testing.T) {
 		t.Errorf("into a setgid directory as alice:\n%s\nwant\n%s", got, want)
 	}
 
-	stderr := cp("--user", "alice", tree("shared", map[string]string{"alice/report.txt": "report"}), id+":/srv/")
+	stderr = cp("--user", "alice", tree("shared", map[string]string{"alice/report.txt": "report"}), id+":/srv/")
 	if !strings.Contains(stderr, "cannot stage the copy in") {
 		t.Errorf("stderr %q, want the copy said to be unstaged", stderr)
 	}
@@ -323,6 +324,12 @@ func TestCpRecursiveUploadAsAUserAndAcrossMounts(t *testing.T) {
 	if got, want := e.sh(t, id, "cat /work/proj/main.py /work/proj/data/in.csv /work/proj/data/more/m; ls -A /work/proj /work/proj/data"),
 		"print(1)1,2m/work/proj:\ndata\nmain.py\n\n/work/proj/data:\nin.csv\nlost+found\nmore\n"; got != want {
 		t.Errorf("across the Volume mounted in the destination:\n%s\nwant\n%s", got, want)
+	}
+
+	e.sh(t, id, "ln -s /nowhere /work/dangling")
+	_, stderr, err := e.runData(t, "", "ws", "cp", "-r", m1, id+":/work/dangling")
+	if err == nil || !strings.Contains(err.Error(), "/work/dangling is a symlink to /nowhere, which is not there") {
+		t.Errorf("onto a dangling symlink: %v (%s), want it said so", err, stderr)
 	}
 
 	child := filepath.Join(tree("pp", map[string]string{"notes": "from pp", "child/c": "c"}), "child")

@@ -60,6 +60,9 @@ type hostAPI struct {
 	// silent makes RegisterHost and ReportExecutions fail unavailable, and
 	// WatchAssignments send nothing more: ctrl cut off from the host.
 	silent bool
+	// replaced makes RegisterHost and WatchAssignments fail
+	// failed_precondition: another agent took the host's name.
+	replaced bool
 	// registrations and reportCalls count the calls of RegisterHost
 	// and ReportExecutions.
 	registrations, reportCalls int
@@ -94,6 +97,9 @@ func (h *hostAPI) RegisterHost(context.Context, *connect.Request[hostv1.Register
 	if h.silent {
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("the control plane cannot be reached"))
 	}
+	if h.replaced {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("host is served by another agent now"))
+	}
 	resp := &hostv1.RegisterHostResponse{}
 	if h.lease > 0 {
 		resp.HostLease, resp.ReportInterval = durationpb.New(h.lease), durationpb.New(h.lease/3)
@@ -118,8 +124,11 @@ func (h *hostAPI) WatchAssignments(ctx context.Context, _ *connect.Request[hostv
 		for _, as := range h.assignments {
 			msg.Assignments = append(msg.Assignments, proto.CloneOf(as))
 		}
-		changed, silent := h.changed, h.silent
+		changed, silent, replaced := h.changed, h.silent, h.replaced
 		h.mu.Unlock()
+		if replaced {
+			return connect.NewError(connect.CodeFailedPrecondition, errors.New("host is served by another agent now"))
+		}
 		if silent {
 			msg = nil
 		}
@@ -911,6 +920,27 @@ func TestFencedWithoutTheControlPlane(t *testing.T) {
 		return e.api.registrations > registrations
 	})
 	silence(false)
+	eventually(t, "the agent serves again", func() bool { return a.outOfService() == "" })
+}
+
+// TestReplacedAgentServesNothing: an agent whose assignment stream ctrl
+// ends because another agent registered the host's name serves nothing,
+// saying why, until a registration of its own is taken again.
+func TestReplacedAgentServesNothing(t *testing.T) {
+	e := newReconcilerEnv(t)
+	a, _ := e.runAgent(t, e.driver)
+	eventually(t, "the registered agent serves", func() bool { return a.outOfService() == "" })
+	replace := func(replaced bool) {
+		e.api.mu.Lock()
+		defer e.api.mu.Unlock()
+		e.api.replaced = replaced
+		e.api.notify()
+	}
+	replace(true)
+	eventually(t, "the replaced agent serves nothing", func() bool {
+		return strings.Contains(a.outOfService(), "served by another agent now")
+	})
+	replace(false)
 	eventually(t, "the agent serves again", func() bool { return a.outOfService() == "" })
 }
 
