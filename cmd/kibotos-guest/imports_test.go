@@ -21,6 +21,8 @@ func allowedImport(p string) bool {
 		under(module + "internal/guest"),
 		under(module + "internal/guestabi"),
 		under(module + "internal/errdetail"),
+		// Moving a copied tree into place (the standard library only).
+		under(module + "internal/treemove"),
 		under("golang.org/x/sys"),
 		under("golang.org/x/net"),
 		under("connectrpc.com/connect"),

@@ -183,7 +183,8 @@ func (f *fleet) createWorkspace() string {
 // workspace UNKNOWN within the lease, FORCE stop releases it, start moves
 // it to the other host with its layer RESET), and the killed host
 // restarted (the stale execution is stopped and everything of it
-// released, never resumed), and the hosts' token revoked (both LOST).
+// released, never resumed), and the hosts' token revoked (both LOST,
+// until a new one is written to their token file).
 func TestFleet(t *testing.T) {
 	hosttest.RequireContainers(t)
 	f := newFleet(t, build(t))
@@ -376,6 +377,21 @@ func TestFleet(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "refuses") {
 		t.Errorf("GET /readyz of a refused host: %s %q, want 503 saying why", resp.Status, body)
+	}
+	// A new token written to the hosts' token file is taken with no
+	// restart: both are READY again.
+	secret = lastLine(f.cli("admin", "host-token", "create", "--name", "fleet test again", "--host", "host-a", "--host", "host-b"))
+	if err := os.WriteFile(f.tokenFile, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(convergeWithin); ; time.Sleep(200 * time.Millisecond) {
+		hosts := f.hostList()
+		if hosts["host-a"].GetState() == adminv1.HostState_HOST_STATE_READY && hosts["host-b"].GetState() == adminv1.HostState_HOST_STATE_READY {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("hosts given a new token in their token file: %v, want both READY", hosts)
+		}
 	}
 }
 

@@ -50,6 +50,7 @@ import (
 	"github.com/kibotos/kibotos/internal/logging"
 	"github.com/kibotos/kibotos/internal/netcheck"
 	"github.com/kibotos/kibotos/internal/tracing"
+	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
 // Defaults of `kibotos up`.
@@ -322,7 +323,7 @@ func Run(ctx context.Context, o Options) error {
 		// The in-process host agent reaches ctrl through the host API on
 		// this same listener, and serves its data-plane gateway (and
 		// host-named exposures) on it, at the public URL.
-		if hostAgent, err = newHostAgent(o, images, selfClient(cert), url, public, exposurePublic, hostToken, reg); err != nil {
+		if hostAgent, err = newHostAgent(o, images, selfClient(cert), url, public, exposurePublic, bearer.Token(hostToken), reg); err != nil {
 			ln.Close()
 			return err
 		}

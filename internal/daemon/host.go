@@ -28,7 +28,6 @@ import (
 	"github.com/kibotos/kibotos/internal/host/agent"
 	"github.com/kibotos/kibotos/internal/host/runtime/oci"
 	"github.com/kibotos/kibotos/internal/imagestore"
-	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
 // Overcommit is how many times its cores and its memory a host offers to
@@ -103,7 +102,7 @@ func lockHostHome(dir string) (*os.File, error) {
 // newHostAgent builds the in-process host agent, which reaches ctrl through
 // the host API on ctrlURL exactly as a separate `kibotos host` would, and
 // serves its data plane and exposures at publicURL.
-func newHostAgent(o Options, images *imagestore.Store, hc *http.Client, ctrlURL, publicURL, exposureURL, token string, metrics prometheus.Registerer) (*agent.Agent, error) {
+func newHostAgent(o Options, images *imagestore.Store, hc *http.Client, ctrlURL, publicURL, exposureURL string, token connect.Interceptor, metrics prometheus.Registerer) (*agent.Agent, error) {
 	driver, err := oci.New(oci.Config{StateDir: filepath.Join(o.stateDir(), "runtime"), Runtime: o.Runtime,
 		GuestTmpfsPercent: o.GuestTmpfsPercent})
 	if err != nil {
@@ -140,7 +139,7 @@ func newHostAgent(o Options, images *imagestore.Store, hc *http.Client, ctrlURL,
 		resolvers = systemResolvers()
 	}
 	images.SetMaxLayerBytes(o.MaxLayerBytes)
-	client := hostv1connect.NewHostServiceClient(hc, ctrlURL, connect.WithInterceptors(bearer.Token(token)))
+	client := hostv1connect.NewHostServiceClient(hc, ctrlURL, connect.WithInterceptors(token))
 	return agent.New(agent.Config{
 		HostID: cmp.Or(o.HostID, localHostID), Client: client, Driver: driver, Layers: driver, Template: images,
 		LayerDir: filepath.Join(o.stateDir(), "layers"), GuestAgent: guest, Capacity: capacity,

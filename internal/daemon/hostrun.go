@@ -52,7 +52,7 @@ func RunHost(ctx context.Context, o Options) error {
 		return err
 	}
 	defer stopTracing()
-	token, err := readSecretFile("host token", o.TokenFile)
+	token, err := newTokenFile(o.TokenFile)
 	if err != nil {
 		return err
 	}

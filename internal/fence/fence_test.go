@@ -39,6 +39,7 @@ var parts = map[string]string{
 	"internal/exposureabi": leaf,
 	"sdk/bearer":           leaf,
 	"internal/cafile":      leaf,
+	"internal/treemove":    leaf,
 	"internal/enumlabel":   leaf,
 	"sdk/serviceconn":      leaf,
 	"internal/fence":       leaf,
@@ -91,7 +92,7 @@ func partOf(pkg string) string {
 
 // guestLeaves are the only leaves the guest may import: the guest agent is
 // static and small, so it links nothing of the host's or ctrl's.
-var guestLeaves = []string{module + "/internal/guestabi", module + "/internal/errdetail"}
+var guestLeaves = []string{module + "/internal/guestabi", module + "/internal/errdetail", module + "/internal/treemove"}
 
 // forbidden returns why from may not import to, or "".
 func forbidden(from, to string) string {
@@ -105,7 +106,7 @@ func forbidden(from, to string) string {
 				return ""
 			}
 		}
-		return "the guest imports no shared leaf but guestabi"
+		return "the guest imports no shared leaf but guestabi, errdetail and treemove"
 	}
 	for _, ok := range allowed[pf] {
 		if ok == pt {
