@@ -162,7 +162,7 @@ func (s *Service) checkRoom(ctx context.Context, tx store.Tx, pool Pool, hostID,
 		return nil // not known
 	}
 	room := reg.GetCapacityBytes()
-	held, err := Reserved(ctx, tx, pool.Name, except)
+	held, err := Reserved(ctx, tx, pool.Name, hostID, except)
 	if err != nil {
 		return err
 	}
@@ -183,16 +183,17 @@ func (s *Service) checkRoom(ctx context.Context, tx store.Tx, pool Pool, hostID,
 	return nil
 }
 
-// Reserved sums the capacities of a pool's live Volumes, a growth under
-// way counting at its target, but except's.
-func Reserved(ctx context.Context, tx store.Tx, pool, except string) (uint64, error) {
+// Reserved sums the capacities of the live Volumes hostID holds in its
+// pool of that name (each host's pool is its own, whatever its name), a
+// growth under way counting at its target, but except's.
+func Reserved(ctx context.Context, tx store.Tx, pool, hostID, except string) (uint64, error) {
 	rows, err := tx.PoolVolumes(ctx, pool)
 	if err != nil {
 		return 0, err
 	}
 	var held uint64
 	for _, row := range rows {
-		if row.ID == except {
+		if row.ID == except || row.HostID != hostID {
 			continue
 		}
 		r, err := decode(row)

@@ -205,7 +205,7 @@ func (s *Service) hosts(ctx context.Context, tx store.Tx, only string) ([]candid
 		// Volumes on the layers' filesystem draw on the same free space.
 		for _, p := range reg.StoragePools {
 			if p.GetSharesLayerFilesystem() {
-				held, err := volumes.Reserved(ctx, tx, p.Name, "")
+				held, err := volumes.Reserved(ctx, tx, p.Name, h.ID, "")
 				if err != nil {
 					return nil, err
 				}

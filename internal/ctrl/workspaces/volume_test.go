@@ -593,6 +593,41 @@ func TestFullPoolGivesNothing(t *testing.T) {
 	}
 }
 
+// TestPoolRoomIsEachHosts: each host's pool of a name has its own room:
+// the Volumes one host holds do not take another's.
+func TestPoolRoomIsEachHosts(t *testing.T) {
+	s, ctx := newService(t)
+	s.Volumes = &volumes.Service{Store: s.Store, Pages: s.Pages, DefaultPool: "default", InUse: InUse, Changes: changes.NewBroker()}
+	for _, host := range []string{"ha", "hb"} {
+		if err := s.RegisterHost(ctx, &hostv1.RegisterHostRequest{HostId: host, Capacity: &hostv1.HostCapacity{
+			CpuMillis: 4000, MemoryBytes: 8 * gib, LayerBytes: gib, DefaultLayerBytes: 64 * MiB},
+			StoragePools: []*hostv1.StoragePool{{Name: "default", DefaultVolumeBytes: 256 * MiB, CapacityBytes: proto.Uint64(gib)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create := func() error {
+		_, err := volumes.Create(ctx, s.Volumes, write("volume", newVol), &ctrlv1.VolumeSpec{CapacityBytes: 700 * MiB}, nil, nil, volumeIdentity)
+		return err
+	}
+	if _, err := s.DrainHost(ctx, "hb", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := create(); err != nil {
+		t.Fatal(err)
+	}
+	if err := create(); connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Errorf("a second 700 MiB Volume in ha's 1 GiB pool: %v, want resource_exhausted", err)
+	}
+	for host, drained := range map[string]bool{"ha": true, "hb": false} {
+		if _, err := s.DrainHost(ctx, host, drained); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := create(); err != nil {
+		t.Errorf("a 700 MiB Volume in hb's empty 1 GiB pool: %v", err)
+	}
+}
+
 // TestVolumeCreatedOnAHostThatTakesIt: a new Volume goes to a host of its
 // pool that takes new Volumes, never to a drained or LOST one, where it
 // would wait CREATING; with none, the create is refused.
