@@ -358,15 +358,7 @@ func TestFleet(t *testing.T) {
 			f.cli("admin", "host-token", "revoke", tok.GetHostTokenId())
 		}
 	}
-	for deadline := time.Now().Add(convergeWithin); ; time.Sleep(200 * time.Millisecond) {
-		hosts := f.hostList()
-		if hosts["host-a"].GetState() == adminv1.HostState_HOST_STATE_LOST && hosts["host-b"].GetState() == adminv1.HostState_HOST_STATE_LOST {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("hosts with a revoked token: %v, want both LOST", hosts)
-		}
-	}
+	f.awaitHosts(adminv1.HostState_HOST_STATE_LOST, "with a revoked token")
 	// A host the control plane refuses is not ready: a load balancer
 	// sends it nothing.
 	resp, err := f.http.Get("https://" + a.proc.addr + "/readyz")
@@ -384,13 +376,23 @@ func TestFleet(t *testing.T) {
 	if err := os.WriteFile(f.tokenFile, []byte(secret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	f.awaitHosts(adminv1.HostState_HOST_STATE_READY, "given a new token in their token file")
+}
+
+// awaitHosts polls until every host of the fleet is in state; the
+// deadline is for a hang.
+func (f *fleet) awaitHosts(state adminv1.HostState, what string) {
+	f.t.Helper()
 	for deadline := time.Now().Add(convergeWithin); ; time.Sleep(200 * time.Millisecond) {
-		hosts := f.hostList()
-		if hosts["host-a"].GetState() == adminv1.HostState_HOST_STATE_READY && hosts["host-b"].GetState() == adminv1.HostState_HOST_STATE_READY {
-			break
+		hosts, all := f.hostList(), true
+		for name := range f.hosts {
+			all = all && hosts[name].GetState() == state
+		}
+		if all {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("hosts given a new token in their token file: %v, want both READY", hosts)
+			f.t.Fatalf("hosts %s: %v, want every one %v", what, hosts, state)
 		}
 	}
 }
