@@ -323,12 +323,25 @@ func (p *exposureProxy) rewrite(pr *httputil.ProxyRequest) {
 	}
 }
 
-// proxyError answers a request whose guest port could not be reached.
+// proxyError answers a request whose guest port could not be reached, or
+// whose exposure ended (revoked, or its execution stopped) while it was in
+// flight.
 func (p *exposureProxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
-	if r.Context().Err() != nil {
-		return // the caller left, or the exposure ended
-	}
 	route := r.Context().Value(routeKey{}).(*exposureRoute)
+	if now := p.agent.exposureByID(route.exposure.ExposureId); now == nil || now.execution != route.execution {
+		// An answer, never nothing, which the server would send as 200 OK
+		// (an upload cut short read as taken); and at once, closing the
+		// connection, without waiting for the rest of a body still coming.
+		w.Header().Set("Connection", "close")
+		page(w, http.StatusNotFound, "Exposure ended", "This exposure ended while the request was in flight: it was revoked, or its workspace stopped. The request may have reached the server only in part.")
+		rc := http.NewResponseController(w)
+		rc.Flush()
+		rc.SetReadDeadline(time.Now())
+		return
+	}
+	if r.Context().Err() != nil {
+		return // the caller left
+	}
 	slog.Info("exposure: no answer from the guest port", "exposure", route.exposure.ExposureId, "err", err)
 	msg := fmt.Sprintf("Nothing answered on port %d of workspace %s. Start a server listening on that port in the workspace, then reload.",
 		route.exposure.Port, route.workspaceID)

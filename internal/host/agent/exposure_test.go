@@ -40,6 +40,10 @@ func newGuestApp(t *testing.T) *guestApp {
 				w.Header().Add("Set-Cookie", c)
 			}
 		}
+		if r.URL.Path == "/stall" { // a server that never answers
+			<-r.Context().Done()
+			return
+		}
 		if r.URL.Path == "/stream" {
 			// A response that runs until the proxy cuts it.
 			w.WriteHeader(http.StatusOK)
@@ -249,7 +253,52 @@ func TestExposureProxy(t *testing.T) {
 		t.Errorf("closed port: %d %q", resp.StatusCode, body)
 	}
 
-	// Revocation: a response in flight is cut, and new requests are 404.
+	// Revocation: a request waiting for its answer, or still sending its
+	// body, is answered 404 (never an empty 200 that reads as taken), and
+	// a response in flight is cut; new requests are 404.
+	inFlight := func(method, path string, body io.Reader) chan *http.Response {
+		answered := make(chan *http.Response, 1)
+		go func() {
+			req, _ := http.NewRequest(method, srv.URL+path, body)
+			req.Header.Set("Authorization", "Bearer "+token)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Errorf("%s %s: %v", method, path, err)
+				answered <- nil
+				return
+			}
+			resp.Body.Close()
+			answered <- resp
+		}()
+		return answered
+	}
+	upload, keepSending := io.Pipe()
+	go func() {
+		for {
+			if _, err := keepSending.Write([]byte("more")); err != nil {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	defer keepSending.Close()
+	before := len(app.requests())
+	waiting, sending := inFlight("GET", "/x/exp_t/stall", nil), inFlight("POST", "/x/exp_t/upload", upload)
+	for len(app.requests()) < before+2 { // both have reached the guest
+		time.Sleep(10 * time.Millisecond)
+	}
+	e.set(exposed(assignment("ws_a", 2, key(1)), publicX), hostv1.ObservedState_OBSERVED_STATE_RUNNING)
+	for what, answered := range map[string]chan *http.Response{"waiting for its answer": waiting, "sending its body": sending} {
+		select {
+		case resp := <-answered:
+			if resp != nil && resp.StatusCode != http.StatusNotFound {
+				t.Errorf("a request %s when its exposure was revoked: %d, want 404", what, resp.StatusCode)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("a request %s when its exposure was revoked got no answer", what)
+		}
+	}
+	e.set(exposed(assignment("ws_a", 2, key(1)), tokenX, publicX), hostv1.ObservedState_OBSERVED_STATE_RUNNING)
 	req, _ = http.NewRequest("GET", srv.URL+"/x/exp_t/stream", nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err = http.DefaultClient.Do(req)
