@@ -500,6 +500,9 @@ func TestFleetHostCutOffServesNothing(t *testing.T) {
 	if out := f.cli("ws", "exec", ws, "--", "echo", "again"); out != "again\n" {
 		t.Errorf("exec once the host reaches the control plane again: %q", out)
 	}
+	// Its execution outlived the assignment stream the cut ended.
+	f.cli("ws", "stop", ws)
+	f.await(ws, "STOPPED", func(w *ctrlv1.Workspace) bool { return w.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED })
 }
 
 // runCLIErr runs the CLI, which must fail, and returns its stderr.

@@ -272,8 +272,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
+// watch registers the host and converges on the assignments of one
+// stream until it ends. The executions it makes live on ctx, not the
+// stream's: streams come and go (a ctrl restart, a fence), executions stay.
 func (a *Agent) watch(ctx context.Context) error {
-	ctx, cancel := a.watchContext(ctx)
+	streamCtx, cancel := a.watchContext(ctx)
 	defer cancel()
 	// Every runtime runs the display of a template that carries one, and
 	// the guest agent serves its screen and input.
@@ -301,7 +304,7 @@ func (a *Agent) watch(ctx context.Context) error {
 	default:
 	}
 	a.registeredOnce.Do(func() { close(a.registered) })
-	stream, err := a.cfg.Client.WatchAssignments(ctx, connect.NewRequest(&hostv1.WatchAssignmentsRequest{HostId: a.cfg.HostID, StateId: a.stateID}))
+	stream, err := a.cfg.Client.WatchAssignments(streamCtx, connect.NewRequest(&hostv1.WatchAssignmentsRequest{HostId: a.cfg.HostID, StateId: a.stateID}))
 	if err != nil {
 		return err
 	}

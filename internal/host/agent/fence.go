@@ -53,7 +53,7 @@ func (a *Agent) fence() {
 // applied, if ctrl took that registration within the lease (a ctrl that
 // names no lease fences nothing).
 func (a *Agent) unfence() {
-	if lease := time.Duration(a.lease.Load()); lease > 0 && time.Since(time.Unix(0, a.contact.Load())) >= lease-fenceBefore(lease) {
+	if a.leaseLapsed() {
 		return
 	}
 	if a.fenced.Swap(false) {
@@ -62,15 +62,24 @@ func (a *Agent) unfence() {
 }
 
 // outOfService says why the host serves no data-plane call or exposure
-// now; empty while it serves them.
+// now; empty while it serves them. The lease is checked here too, not
+// only by the timer that fences: a process that was frozen past its lease
+// may run a waiting call before the timer's goroutine.
 func (a *Agent) outOfService() string {
 	if r := a.refusal.Load(); r != nil {
 		return "the control plane refuses this agent (" + *r + ")"
 	}
-	if a.fenced.Load() {
+	if a.fenced.Load() || a.leaseLapsed() {
 		return "it has not reached the control plane within its lease, so its workspaces may run elsewhere now"
 	}
 	return ""
+}
+
+// leaseLapsed reports whether the lease (less fenceBefore) has passed
+// since the last registration or report ctrl took.
+func (a *Agent) leaseLapsed() bool {
+	lease := time.Duration(a.lease.Load())
+	return lease > 0 && time.Since(time.Unix(0, a.contact.Load())) >= lease-fenceBefore(lease)
 }
 
 // OutOfService says why the host serves no data-plane call or exposure

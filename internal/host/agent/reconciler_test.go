@@ -901,6 +901,8 @@ func TestFencedWithoutTheControlPlane(t *testing.T) {
 	e.api.mu.Unlock()
 	a, _ := e.runAgent(t, e.driver)
 	eventually(t, "the registered agent serves", func() bool { return a.outOfService() == "" })
+	as := e.assignment("ws_fenced", 1, "lay_fenced")
+	e.running(t, as)
 	silence := func(silent bool) int {
 		e.api.mu.Lock()
 		defer e.api.mu.Unlock()
@@ -921,6 +923,18 @@ func TestFencedWithoutTheControlPlane(t *testing.T) {
 	})
 	silence(false)
 	eventually(t, "the agent serves again", func() bool { return a.outOfService() == "" })
+	// The execution outlived the stream that assigned it: it still does
+	// what ctrl asks.
+	e.api.await(t, e.api.assign(as.ExecutionId, stopped(as, ctrlv1.StopMode_STOP_MODE_NORMAL, "stop")), as.ExecutionId, hostv1.ObservedState_OBSERVED_STATE_STOPPED)
+
+	// The lease is checked where calls are admitted too, not only by the
+	// timer: a process frozen past its lease may admit a waiting call
+	// before the timer's goroutine runs.
+	a.fenceTimer.Stop()
+	a.contact.Store(time.Now().Add(-lease).UnixNano())
+	if why := a.outOfService(); !strings.Contains(why, "within its lease") {
+		t.Errorf("a lapsed lease whose timer has not fired: out of service %q, want fenced", why)
+	}
 }
 
 // TestReplacedAgentServesNothing: an agent whose assignment stream ctrl
