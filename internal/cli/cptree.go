@@ -101,8 +101,23 @@ func (cp *copier) uploadTree(src, dst string) error {
 	if link, err := cp.ws.Stat(ctx, target, cp.user); !exists && err == nil {
 		return fmt.Errorf("%s:%s is a symlink to %s, which is not there", cp.ws.ID(), target, link.GetSymlinkTarget())
 	}
+	staging, setgid, err := cp.stagingDir(target, exists, info, entries[0].info.Mode())
+	if exists {
+		setgid = info.GetMode()&setgidBit != 0
+	}
+	if setgid {
+		// Every directory made in a setgid one has the bit (mkdir gives
+		// it), which tar, applying the copy's modes (to the top too: the
+		// directory it extracts into), would take away: the copy's
+		// directories keep it, so that what is made in them takes the
+		// group.
+		for i, e := range entries {
+			if e.info.IsDir() {
+				entries[i].info = withSetgid{e.info}
+			}
+		}
+	}
 	writeEntries := func(w io.Writer) error { return writeTree(w, src, entries) }
-	staging, err := cp.stagingDir(target, exists, info, entries[0].info.Mode())
 	switch {
 	case exists && connect.CodeOf(err) == connect.CodePermissionDenied:
 		// Entries of target the user may write, in a directory it may not.
@@ -133,26 +148,30 @@ func (cp *copier) uploadTree(src, dst string) error {
 // becomes target, so it takes the mode of the copy's top directory, top;
 // in target it is private until its entries move out. Either way it keeps
 // the setgid bit of the directory it is made in, as mkdir does, so that
-// the copy's entries take that directory's group.
-func (cp *copier) stagingDir(target string, exists bool, info *datav1.FileInfo, top fs.FileMode) (string, error) {
+// the copy's entries take that directory's group; setgid says so.
+func (cp *copier) stagingDir(target string, exists bool, info *datav1.FileInfo, top fs.FileMode) (staging string, setgid bool, err error) {
 	ctx := cp.cmd.Context()
 	dir, mode := target, fs.FileMode(0o700)
 	if !exists {
 		dir, mode = path.Dir(target), top.Perm()
 		if err := cp.ws.MkdirAll(ctx, dir, 0o755, cp.user); err != nil {
-			return "", err
+			return "", false, err
 		}
-		var err error
 		if info, err = cp.statTarget(dir); err != nil {
-			return "", err
+			return "", false, err
 		}
 	}
-	if info.GetMode()&setgidBit != 0 {
+	if setgid = info.GetMode()&setgidBit != 0; setgid {
 		mode |= fs.ModeSetgid
 	}
-	staging := path.Join(dir, fmt.Sprintf(stagingPrefix+"%016x", rand.Uint64()))
-	return staging, cp.ws.Mkdir(ctx, staging, mode, cp.user)
+	staging = path.Join(dir, fmt.Sprintf(stagingPrefix+"%016x", rand.Uint64()))
+	return staging, setgid, cp.ws.Mkdir(ctx, staging, mode, cp.user)
 }
+
+// withSetgid is a directory's metadata with the setgid bit.
+type withSetgid struct{ fs.FileInfo }
+
+func (i withSetgid) Mode() fs.FileMode { return i.FileInfo.Mode() | fs.ModeSetgid }
 
 // setgidBit is the setgid bit of a mode as the API carries it.
 const setgidBit = 0o2000

@@ -307,8 +307,16 @@ func TestCpRecursiveUploadAsAUserAndAcrossMounts(t *testing.T) {
 	}
 
 	cp("--user", "alice", tree("team", map[string]string{"sub/a": "a"}), id+":/srv/")
-	if got, want := e.sh(t, id, "stat -c '%A %G' /srv/team/sub /srv/team/sub/a; ls -A /srv/team"), "drwxr-sr-x team\n-rw-r--r-- team\nsub\n"; got != want {
+	if got, want := e.sh(t, id, "stat -c '%A %G' /srv/team /srv/team/sub /srv/team/sub/a; ls -A /srv/team"), "drwxrwsr-x team\ndrwxr-sr-x team\n-rw-r--r-- team\nsub\n"; got != want {
 		t.Errorf("into a setgid directory as alice:\n%s\nwant\n%s", got, want)
+	}
+	for _, user := range []string{"alice", "root"} {
+		name := "fresh-" + user
+		cp("--user", user, tree(name, map[string]string{"sub/b": "b"}), id+":/srv/team/")
+		got := e.sh(t, id, fmt.Sprintf("cd /srv/team/%s && stat -c '%%A %%G' . sub sub/b", name))
+		if want := "drwxr-sr-x team\ndrwxr-sr-x team\n-rw-r--r-- team\n"; got != want {
+			t.Errorf("a new tree in a setgid directory as %s:\n%s\nwant\n%s", user, got, want)
+		}
 	}
 
 	stderr = cp("--user", "alice", tree("shared", map[string]string{"alice/report.txt": "report"}), id+":/srv/")
