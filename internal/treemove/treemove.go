@@ -13,6 +13,7 @@ package treemove
 import (
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -61,15 +62,15 @@ func nested(src, dst string) (same bool, err error) {
 	if s == d {
 		return true, nil
 	}
-	invalid := &os.LinkError{Op: "merge", Old: src, New: dst, Err: syscall.EINVAL}
 	if within(d, s) {
-		return false, invalid
+		return false, fmt.Errorf("merge %s into %s: the destination lies inside the source: %w", src, dst, syscall.EINVAL)
 	}
 	if within(s, d) {
 		rel, _ := filepath.Rel(d, s)
 		first, _, _ := strings.Cut(rel, string(filepath.Separator))
 		if _, err := os.Lstat(filepath.Join(src, first)); err == nil {
-			return false, invalid
+			return false, fmt.Errorf("merge %s into %s: its entry %s would land on %s, which holds the source: %w",
+				src, dst, first, filepath.Join(dst, first), syscall.EINVAL)
 		}
 	}
 	return false, nil

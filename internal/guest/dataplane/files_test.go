@@ -353,7 +353,10 @@ func TestMoveFileMerges(t *testing.T) {
 		t.Errorf("the merged source is still there: %v", err)
 	}
 	_, err := e.fc.MoveFile(ctx, connect.NewRequest(&datav1.MoveFileRequest{Source: j("dst"), Destination: j("dst/sub"), Merge: true}))
-	wantCode(t, err, connect.CodeInvalidArgument, stageMovingFile) // into itself
+	wantCode(t, err, connect.CodeInvalidArgument, stageMovingFile)
+	if !strings.Contains(err.Error(), "the destination lies inside the source") {
+		t.Errorf("a merge into itself: %v, want it said why", err)
+	}
 
 	// A file of the source where the destination has a directory.
 	if err := os.MkdirAll(j("src"), 0o755); err != nil {
