@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -233,6 +234,39 @@ func (b *endsRequest) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// callerBodyCloser returns a func that closes r's body at once, ending
+// a read of it in flight with an error, or nil when r has no body or its
+// Close would wait. Over HTTP/2 Close only breaks the body's pipe. Over
+// HTTP/1.1 it waits for a read in flight and then reads the rest of the
+// body (which is why httputil.ReverseProxy never closes it); but nothing
+// streams both ways over HTTP/1.1 (Connect's bidirectional streams need
+// HTTP/2), so there the caller's body has ended, or the guest's answer
+// has not begun and the transport still watches the call's context.
+func callerBodyCloser(r *http.Request) func() {
+	if r.ProtoMajor < 2 || r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	body := r.Body
+	return func() { body.Close() }
+}
+
+// closesCaller is the outbound request body of a call whose caller's body
+// closes at once (callerBodyCloser): the transport's Close of it closes
+// the caller's body. The proxy gives the transport a body whose Close does
+// nothing, and the HTTP/2 transport, which closes it when the call fails
+// (the guest's connection lost: a forced stop), waits for its read of the
+// body to return before it ends the guest's answer: while the caller sent
+// nothing, for ever.
+type closesCaller struct {
+	io.ReadCloser
+	closeCaller func()
+}
+
+func (b *closesCaller) Close() error {
+	b.closeCaller()
+	return b.ReadCloser.Close()
+}
+
 // rewrite addresses the outbound request to the execution with only the
 // headers of the data plane (keepDataPlaneHeaders): not the session token
 // (the guest trusts the gateway, and the token is nobody else's business),
@@ -242,6 +276,9 @@ func (b *endsRequest) Read(p []byte) (int, error) {
 func rewrite(pr *httputil.ProxyRequest) {
 	guest, _ := pr.In.Context().Value(guestKey{}).(string)
 	pr.SetURL(&url.URL{Scheme: "http", Host: guest})
+	if closeCaller := callerBodyCloser(pr.In); closeCaller != nil && pr.Out.Body != nil {
+		pr.Out.Body = &closesCaller{ReadCloser: pr.Out.Body, closeCaller: closeCaller}
+	}
 	keepDataPlaneHeaders(pr.Out.Header)
 	propagation.TraceContext{}.Inject(pr.Out.Context(), propagation.HeaderCarrier(pr.Out.Header))
 }
@@ -251,11 +288,12 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	id, project, err := g.authorize(r)
+	admitted, err := g.authorize(r)
 	if err != nil {
 		g.reject(w, r, err)
 		return
 	}
+	id, project := admitted.execution, admitted.project
 	// A control plane older than project_id names none: each execution
 	// is then bounded alone.
 	release, ok := g.calls.Take(cmp.Or(project, id))
@@ -275,17 +313,26 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// (a forced stop breaks them).
 	cut := new(atomic.Pointer[connect.Error])
 	ctx, cancel := whileValid(r.Context(), reauthorizeEvery, func() bool {
-		_, _, err := g.authorize(r)
+		_, err := g.authorize(r)
 		if err == nil || errors.Is(err, errNotRunning) || errors.Is(err, sessiontoken.ErrExpired) {
 			return true
 		}
 		var refusal *connect.Error
-		if errors.As(err, &refusal) {
+		if errors.As(g.whyCut(r, admitted, err), &refusal) {
 			cut.Store(refusal)
 		}
 		return false
 	})
 	defer cancel()
+	// The proxy's transport notices the cut only between two reads of the
+	// caller's body: a stream whose caller sends nothing (a download
+	// through a port, a log tail) ran on after its session was revoked.
+	// Closing the caller's body ends the read, and the transport then ends
+	// the call and its answer, with the refusal (endsStreamCleanly). A
+	// guest gone away is the same wait (closesCaller).
+	if closeCaller := callerBodyCloser(r); closeCaller != nil {
+		defer context.AfterFunc(ctx, closeCaller)()
+	}
 	call := context.WithValue(ctx, executionKey{}, id)
 	call = context.WithValue(call, cutKey{}, cut)
 	call = context.WithValue(call, guestKey{}, g.agent.guestHost(id))
@@ -341,42 +388,74 @@ func (g *gateway) reject(w http.ResponseWriter, r *http.Request, err error) {
 // reauthorizeEvery is how often a running call's session is checked again.
 const reauthorizeEvery = 500 * time.Millisecond
 
+// grant is what a verified call may reach.
+type grant struct {
+	execution, project string
+	// key is the data-plane key the call's token verified with.
+	key []byte
+}
+
 // authorize verifies the call's session token and returns the execution
 // it may reach.
-func (g *gateway) authorize(r *http.Request) (executionID, project string, err error) {
+func (g *gateway) authorize(r *http.Request) (grant, error) {
 	token, ok := bearer.Parse(r.Header.Get("Authorization"))
 	if !ok {
-		return "", "", refuse(connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_UNAUTHENTICATED,
+		return grant{}, refuse(connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_UNAUTHENTICATED,
 			"a session token is required: send Authorization: Bearer <token> with a token from SessionService.IssueSession")
 	}
 	tok, err := sessiontoken.Parse(token)
 	if err != nil {
-		return "", "", invalidToken()
+		return grant{}, invalidToken()
 	}
 	if why := g.agent.outOfService(); why != "" {
-		return "", "", refuse(connect.CodeUnavailable, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE,
+		return grant{}, refuse(connect.CodeUnavailable, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE,
 			"this host is out of service: "+why)
 	}
 	id, as, running := g.agent.dataPlaneTarget(tok.WorkspaceID, tok.Generation)
 	if as == nil {
-		return "", "", invalidToken()
+		return grant{}, invalidToken()
 	}
+	key := as.GetDataPlane().GetKey()
 	err = tok.Verify(sessiontoken.Authority{WorkspaceID: as.WorkspaceId, Generation: as.Generation,
-		Key: as.GetDataPlane().GetKey(), Revoked: as.GetDataPlane().GetRevokedSessionIds()}, g.now())
+		Key: key, Revoked: as.GetDataPlane().GetRevokedSessionIds()}, g.now())
 	switch {
 	case errors.Is(err, sessiontoken.ErrExpired):
-		return "", "", refuseWith(connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_SESSION_EXPIRED,
+		return grant{}, refuseWith(connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_SESSION_EXPIRED,
 			fmt.Errorf("session %s expired at %s; issue a new session (%w)", tok.SessionID, tok.ExpiresAt.Format(time.RFC3339), sessiontoken.ErrExpired))
 	case errors.Is(err, sessiontoken.ErrRevoked):
-		return "", "", refuse(connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_SESSION_REVOKED,
+		return grant{}, refuse(connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_SESSION_REVOKED,
 			fmt.Sprintf("session %s was revoked", tok.SessionID))
 	case err != nil:
-		return "", "", invalidToken()
+		return grant{}, invalidToken()
 	case !running:
-		return "", "", refuseWith(connect.CodeUnavailable, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE,
+		return grant{}, refuseWith(connect.CodeUnavailable, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE,
 			fmt.Errorf("workspace %s is %w; retry once it runs", tok.WorkspaceID, errNotRunning))
 	}
-	return id, as.GetDataPlane().GetProjectId(), nil
+	return grant{execution: id, project: as.GetDataPlane().GetProjectId(), key: key}, nil
+}
+
+// whyCut is the refusal that cuts a call admitted with grant a, which
+// its check again (authorize) failed with err. A token that no longer
+// verifies because the workspace's data plane has another key than the
+// one that admitted the call was rotated away (RotateDataPlane), which
+// the call is told: it proved its token valid, so this tells it nothing
+// a forger could use. New calls with such a token get invalidToken: the
+// gateway keeps no earlier key to tell a rotated token from a forged one.
+func (g *gateway) whyCut(r *http.Request, a grant, err error) error {
+	if !errors.Is(err, errInvalidToken) {
+		return err
+	}
+	token, _ := bearer.Parse(r.Header.Get("Authorization"))
+	tok, perr := sessiontoken.Parse(token)
+	if perr != nil {
+		return err
+	}
+	_, as, _ := g.agent.dataPlaneTarget(tok.WorkspaceID, tok.Generation)
+	if key := as.GetDataPlane().GetKey(); len(key) == 0 || bytes.Equal(key, a.key) {
+		return err // the execution has no data plane any more (stopped, deleted)
+	}
+	return refuse(connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_UNAUTHENTICATED,
+		fmt.Sprintf("the data plane of workspace %s was rotated (RotateDataPlane): no session issued before works; issue a new session", tok.WorkspaceID))
 }
 
 // errNotRunning marks the refusal of a call to an execution that does
@@ -446,9 +525,11 @@ func (g *gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 		"the workspace's guest agent does not answer; retry shortly"))
 }
 
+// errInvalidToken is why invalidToken refuses a call.
+var errInvalidToken = errors.New("invalid session token: it is malformed, or not valid for a running execution of its workspace; issue a new session")
+
 func invalidToken() error {
-	return refuse(connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_UNAUTHENTICATED,
-		"invalid session token: it is malformed, or not valid for a running execution of its workspace; issue a new session")
+	return refuseWith(connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_UNAUTHENTICATED, errInvalidToken)
 }
 
 // refuse is a gateway error with its ErrorDetail.

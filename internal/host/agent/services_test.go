@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
 	hostv1 "github.com/kibotos/kibotos/gen/kibotos/host/v1"
+	"github.com/kibotos/kibotos/internal/host/runtime"
 	"github.com/kibotos/kibotos/internal/testutil"
 )
 
@@ -190,4 +192,84 @@ func TestGatewayConnectService(t *testing.T) {
 	refused.Send(&datav1.ConnectServiceRequest{Port: port})
 	_, err = refused.Receive()
 	wantRefused(t, "another workspace's token", err, connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_UNAUTHENTICATED)
+}
+
+// TestGatewayCutsIdleStreams: a ConnectService stream whose caller sends
+// nothing after connecting (a download through a port, a log tail) while
+// the guest's service streams on is cut within a second once its session
+// is revoked, with SESSION_REVOKED, or the data plane rotated, with a
+// message that says so; and ends unavailable when its guest goes away (a
+// forced stop), never running on, or hanging, until the caller sends.
+func TestGatewayCutsIdleStreams(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		end    func(e *gatewayEnv)
+		code   connect.Code
+		reason ctrlv1.FailureReason
+		says   string
+	}{
+		{"revoked", func(e *gatewayEnv) {
+			e.set(assignment("ws_a", 2, key(1), "ses_1"), hostv1.ObservedState_OBSERVED_STATE_RUNNING)
+		}, connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_SESSION_REVOKED, "session ses_1 was revoked"},
+		{"rotated", func(e *gatewayEnv) {
+			e.set(assignment("ws_a", 2, key(9)), hostv1.ObservedState_OBSERVED_STATE_RUNNING)
+		}, connect.CodeUnauthenticated, ctrlv1.FailureReason_FAILURE_REASON_UNAUTHENTICATED, "data plane of workspace ws_a was rotated"},
+		{"stopped by force", func(e *gatewayEnv) {
+			if _, err := e.driver.Stop(context.Background(), "ws_a-2", runtime.StopForce, 0); err != nil {
+				t.Fatal(err)
+			}
+		}, connect.CodeUnavailable, ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE, "went away"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newGatewayEnv(t)
+			e.set(assignment("ws_a", 2, key(1)), hostv1.ObservedState_OBSERVED_STATE_RUNNING)
+			port := uint32(testutil.ServeOnce(t, func(conn net.Conn) {
+				for {
+					if _, err := conn.Write([]byte("tick\n")); err != nil {
+						return
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}).Port)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			services := datav1connect.NewServiceServiceClient(h2c(), e.url, withSession(sign(key(1), "ses_1", "ws_a", 2, time.Hour)))
+			stream := services.ConnectService(ctx)
+			defer stream.CloseResponse()
+			if err := stream.Send(&datav1.ConnectServiceRequest{Port: port}); err != nil {
+				t.Fatal(err)
+			}
+			if msg, err := stream.Receive(); err != nil || !msg.GetConnected() {
+				t.Fatalf("first message %v, %v", msg, err)
+			}
+			if msg, err := stream.Receive(); err != nil || len(msg.GetData()) == 0 {
+				t.Fatalf("the service's first bytes: %v, %v", msg, err)
+			}
+			c.end(e)
+			ended := time.Now()
+			// A stream that hangs: the client's transport, too, notices the
+			// end of ctx only once its request body ends.
+			defer time.AfterFunc(5*time.Second, func() {
+				cancel()
+				stream.CloseRequest()
+			}).Stop()
+			var err error
+			for err == nil {
+				_, err = stream.Receive()
+			}
+			switch {
+			case ctx.Err() != nil:
+				t.Fatalf("the stream still ran, or hung, %v after it was %s: %v", time.Since(ended), c.name, err)
+			case time.Since(ended) > 2*reauthorizeEvery+time.Second/2:
+				t.Errorf("the stream ended %v after it was %s, want within a second", time.Since(ended), c.name)
+			}
+			var ce *connect.Error
+			if !errors.As(err, &ce) || ce.Code() != c.code || !strings.Contains(ce.Message(), c.says) {
+				t.Errorf("%s: %v, want %v saying %q", c.name, err, c.code, c.says)
+			}
+			if detail := testutil.ErrorDetail(err); detail.GetReason() != c.reason {
+				t.Errorf("%s: detail %v, want reason %v", c.name, detail, c.reason)
+			}
+		})
+	}
 }

@@ -824,7 +824,7 @@ func (d *Driver) DialGuest(ctx context.Context, id, name string) (net.Conn, erro
 	case name != guestabi.DataSocket || h == nil:
 		return nil, fmt.Errorf("fake: the guest of %s serves no socket %q", id, name)
 	}
-	return serveConn(h, streams), nil
+	return serveConn(h, streams, e.ended), nil
 }
 
 // Recover releases the executions whose init has ended and returns those
