@@ -7,14 +7,19 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/google/uuid"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
+	"github.com/kibotos/kibotos/internal/daemon/uptest"
 	"github.com/kibotos/kibotos/sdk"
+	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
 // serve starts a server in the workspace and waits until it listens on
@@ -145,5 +150,85 @@ func TestDialPortRefusals(t *testing.T) {
 	cancel()
 	if _, err := ws.DialPort(ctx, 9999); !errors.Is(err, context.Canceled) {
 		t.Errorf("a canceled dial: %v", err)
+	}
+}
+
+// TestDialPortEndsWhileIdle: a DialPort connection that only reads (a
+// download, a tail) while the guest's service streams on is cut within a
+// second once its session is revoked (SESSION_REVOKED) or the data plane
+// rotated (unauthenticated, saying so), and ends unavailable once a forced
+// stop takes its guest away: it neither runs on nor hangs.
+func TestDialPortEndsWhileIdle(t *testing.T) {
+	d := uptest.Shared(t)
+	token := d.Project(t)
+	c := sdk.New(d.URL+"/", token)
+	t.Cleanup(c.Close)
+	ws, err := c.CreateWorkspace(t.Context(), small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, ws, 9003, "nc", "-ll", "-p", "9003", "-e", "sh", "-c", "while echo tick; do sleep 0.1; done")
+	sessions := ctrlv1connect.NewSessionServiceClient(http.DefaultClient, d.URL, connect.WithInterceptors(bearer.Token(token)))
+
+	// dial connects a handle of its own (a session of its own) to the
+	// service and reads its first tick.
+	dial := func() (*sdk.Workspace, net.Conn) {
+		t.Helper()
+		h, err := c.Workspace(t.Context(), ws.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := h.DialPort(t.Context(), 9003)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		tick := make([]byte, len("tick\n"))
+		if _, err := io.ReadFull(conn, tick); err != nil || string(tick) != "tick\n" {
+			t.Fatalf("first tick: %q, %v", tick, err)
+		}
+		return h, conn
+	}
+	// ends reads conn until it fails, and wants that within a second and
+	// a half of now.
+	ends := func(what string, conn net.Conn) error {
+		t.Helper()
+		from := time.Now()
+		conn.SetReadDeadline(from.Add(5 * time.Second))
+		_, err := io.Copy(io.Discard, conn)
+		switch took := time.Since(from); {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			t.Errorf("%s: the connection still runs, or hangs, %v after", what, took)
+		case took > 1500*time.Millisecond:
+			t.Errorf("%s: the connection ended %v after, want within a second", what, took)
+		}
+		return err
+	}
+
+	h, conn := dial()
+	if _, err := sessions.RevokeSession(t.Context(), connect.NewRequest(&ctrlv1.RevokeSessionRequest{
+		Command: &ctrlv1.CommandMetadata{CommandId: uuid.NewString()}, SessionId: h.CurrentSession().ID})); err != nil {
+		t.Fatal(err)
+	}
+	err = ends("revoked", conn)
+	if f, _ := sdk.FailureOf(err); connect.CodeOf(err) != connect.CodeUnauthenticated || f.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_SESSION_REVOKED {
+		t.Errorf("revoked: %v (%v), want unauthenticated, SESSION_REVOKED", err, f.GetReason())
+	}
+
+	_, conn = dial()
+	if _, err := sessions.RotateDataPlane(t.Context(), connect.NewRequest(&ctrlv1.RotateDataPlaneRequest{
+		Command: &ctrlv1.CommandMetadata{CommandId: uuid.NewString()}, WorkspaceId: ws.ID()})); err != nil {
+		t.Fatal(err)
+	}
+	if err := ends("rotated", conn); connect.CodeOf(err) != connect.CodeUnauthenticated || !strings.Contains(err.Error(), "rotated") {
+		t.Errorf("rotated: %v, want unauthenticated saying the data plane was rotated", err)
+	}
+
+	_, conn = dial()
+	if _, err := c.StopWorkspace(t.Context(), ws.ID(), sdk.StopOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ends("stopped by force", conn); connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Errorf("stopped by force: %v, want unavailable", err)
 	}
 }
