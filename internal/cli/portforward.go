@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
@@ -65,8 +66,8 @@ func wsPortForwardCommand(c *conn) *cobra.Command {
 			"bytes go through the Workspace's data plane, one ConnectService stream per connection;\n" +
 			"half-closes pass both ways. LOCAL 0 or an empty LOCAL (:REMOTE) picks a free port, PORT\n" +
 			"alone forwards the same port number; the ports listened on are printed. A connection that\n" +
-			"fails is reported and closed, the others go on; one that finds the Workspace deleted ends\n" +
-			"the command with that error. Ctrl-C ends everything.",
+			"fails is reported and reset, the others go on; one that finds the Workspace deleted, or is\n" +
+			"open while it is deleted, ends the command with that error. Ctrl-C ends everything.",
 		Example: "  kibotos ws port-forward ws_0123 8080:80 :5432\n" +
 			"  kibotos ws port-forward --address 127.0.0.1,::1 ws_0123 3000",
 		Args: cobra.MinimumNArgs(2),
@@ -156,6 +157,29 @@ func workspaceGone(err error) bool {
 	return f.GetObservedWorkspace().GetState() == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED
 }
 
+// deletedUnder returns the error that ends the command when a connection
+// failed with err because the workspace was deleted under it, or nil. The
+// data plane cannot say so (it tells a caller nothing of a workspace
+// whose session it no longer admits: unauthenticated, or unavailable once
+// the guest went away), so the control plane is asked.
+func deletedUnder(ctx context.Context, ws *sdk.Workspace, err error) error {
+	if workspaceGone(err) {
+		return err
+	}
+	if code := connect.CodeOf(err); code != connect.CodeUnauthenticated && code != connect.CodeUnavailable {
+		return nil
+	}
+	info, rerr := ws.Refresh(ctx)
+	switch state := info.GetState(); {
+	case rerr != nil && (workspaceGone(rerr) || connect.CodeOf(rerr) == connect.CodeNotFound):
+		return rerr
+	case rerr == nil && (state == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETING || state == ctrlv1.WorkspaceState_WORKSPACE_STATE_DELETED):
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("workspace %s is %s: its forwarded connections ended (%w)",
+			ws.ID(), strings.TrimPrefix(state.String(), "WORKSPACE_STATE_"), err))
+	}
+	return nil
+}
+
 // acceptForwards forwards each connection ln accepts to the guest port
 // until ln is closed, and waits for the connections to end.
 func acceptForwards(ctx context.Context, ln net.Listener, ws *sdk.Workspace, remote uint16, errOut io.Writer, gone context.CancelCauseFunc) {
@@ -171,26 +195,29 @@ func acceptForwards(ctx context.Context, ln net.Listener, ws *sdk.Workspace, rem
 		}
 		wg.Go(func() {
 			err := forwardConn(ctx, local, ws, remote)
-			switch {
-			case err == nil || ctx.Err() != nil:
-			case workspaceGone(err):
-				gone(err)
-			default:
-				fmt.Fprintf(errOut, "port-forward: connection from %s to port %d: %v\n", local.RemoteAddr(), remote, err)
+			if err == nil || ctx.Err() != nil {
+				return
 			}
+			if deleted := deletedUnder(ctx, ws, err); deleted != nil {
+				gone(deleted)
+				return
+			}
+			fmt.Fprintf(errOut, "port-forward: connection from %s to port %d: %v\n", local.RemoteAddr(), remote, err)
 		})
 	}
 }
 
 // forwardConn connects local to the guest port and copies both ways, each
 // direction's end passed on as a half-close, until both have ended, one
-// fails, or ctx ends. It closes both connections.
+// fails, or ctx ends. It closes both connections: local with a reset when
+// a direction failed (resetConn).
 func forwardConn(ctx context.Context, local net.Conn, ws *sdk.Workspace, port uint16) error {
 	defer local.Close()
 	dialCtx, cancel := context.WithTimeout(ctx, forwardDialTimeout)
 	remote, err := ws.DialPort(dialCtx, uint32(port))
 	cancel()
 	if err != nil {
+		resetConn(local)
 		return err
 	}
 	defer remote.Close()
@@ -206,10 +233,22 @@ func forwardConn(ctx context.Context, local net.Conn, ws *sdk.Workspace, port ui
 	for range 2 {
 		if err := <-done; err != nil && first == nil {
 			first = err
+			resetConn(local)
 			closeBoth() // ends the other direction
 		}
 	}
 	return first
+}
+
+// resetConn makes c's Close reset the connection rather than end it with
+// a FIN, which a local client would read as the whole of what the guest
+// sent: a protocol without lengths could not tell a stream cut short (the
+// guest's service reset it, the session was revoked, the guest went away)
+// from a whole one.
+func resetConn(c net.Conn) {
+	if tcp, ok := c.(*net.TCPConn); ok {
+		tcp.SetLinger(0)
+	}
 }
 
 // copyHalf copies src to dst until src's EOF, then shuts dst down for

@@ -9,9 +9,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -258,5 +260,72 @@ func TestPortForwardEndsWithItsWorkspace(t *testing.T) {
 		f.done <- context.Canceled // what the test's cleanup waits for, as from an interrupt
 	case <-time.After(30 * time.Second):
 		t.Fatalf("port-forward of a deleted workspace still runs; stderr %q", f.stderr.String())
+	}
+}
+
+// TestPortForwardEndsWhenItsWorkspaceIsDeleted: a forwarded connection
+// open, and idle, while its workspace is deleted ends at once, and
+// port-forward ends with the deletion without waiting for another
+// connection.
+func TestPortForwardEndsWhenItsWorkspaceIsDeleted(t *testing.T) {
+	e, id := newDataEnv(t)
+	e.serveInGuest(t, id, 9001, "nc -l -p 9001 -e sh -c 'echo hello; sleep 600'")
+	f := e.portForward(t, id, ":9001")
+	c, err := net.Dial("tcp", f.local["9001"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	hello := make([]byte, len("hello\n"))
+	if _, err := io.ReadFull(c, hello); err != nil || string(hello) != "hello\n" {
+		t.Fatalf("the service's greeting: %q, %v", hello, err)
+	}
+	if _, stderr, err := e.runData(t, "", "ws", "delete", id, "--wait"); err != nil {
+		t.Fatalf("delete: %v\n%s", err, stderr)
+	}
+	deleted := time.Now()
+	c.SetReadDeadline(deleted.Add(10 * time.Second))
+	if n, err := c.Read(make([]byte, 1)); n != 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("a connection open while its workspace was deleted: read %d bytes, %v, want it ended", n, err)
+	}
+	select {
+	case err := <-f.done:
+		if err == nil || !strings.Contains(err.Error(), "DELETED") && !strings.Contains(err.Error(), "DELETING") && connect.CodeOf(err) != connect.CodeNotFound {
+			t.Errorf("port-forward of a deleted workspace ended with %v", err)
+		}
+		t.Logf("port-forward ended %v after the deletion with %v", time.Since(deleted), err)
+		f.done <- context.Canceled // what the test's cleanup waits for, as from an interrupt
+	case <-time.After(15 * time.Second):
+		t.Fatalf("port-forward of a deleted workspace still runs; stderr %q", f.stderr.String())
+	}
+}
+
+// TestPortForwardResetsACutConnection: a guest service that resets its
+// connection after some bytes resets the local one, rather than ending it
+// as if it had sent everything.
+func TestPortForwardResetsACutConnection(t *testing.T) {
+	e, id := newDataEnv(t)
+	// The service does not read what the caller sent: closing its socket
+	// with bytes unread resets the connection.
+	e.serveInGuest(t, id, 9002, "nc -l -p 9002 -e sh -c 'echo partial; sleep 1'")
+	f := e.portForward(t, id, ":9002")
+	c, err := net.Dial("tcp", f.local["9002"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("unread\n")); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	got, err := io.ReadAll(c)
+	if !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("a connection the guest's service reset: read %q, then %v; want a reset", got, err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(f.stderr.String(), "reset"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no reset reported: stderr %q", f.stderr.String())
+		}
 	}
 }
