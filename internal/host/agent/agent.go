@@ -156,11 +156,12 @@ type Agent struct {
 	// to serve (fence.go).
 	refusal atomic.Pointer[string]
 	// lease is ctrl's host lease, from the registration; contact is when
-	// the last registration or report ctrl took was sent (UnixNano);
+	// the last registration or report ctrl took was sent (with its
+	// monotonic reading: a change of the wall clock moves no lease);
 	// fenced is set once a lease passed without one (fence.go), by
 	// fenceTimer; cutWatch ends the current assignment stream.
 	lease      atomic.Int64
-	contact    atomic.Int64
+	contact    atomic.Pointer[time.Time]
 	fenced     atomic.Bool
 	fenceTimer *time.Timer
 	cutWatch   atomic.Pointer[context.CancelFunc]

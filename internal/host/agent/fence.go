@@ -32,7 +32,7 @@ func (a *Agent) heard(sent time.Time) {
 	if lease <= 0 {
 		return
 	}
-	a.contact.Store(sent.UnixNano())
+	a.contact.Store(&sent)
 	a.fenceTimer.Reset(time.Until(sent.Add(lease - fenceBefore(lease))))
 }
 
@@ -78,8 +78,8 @@ func (a *Agent) outOfService() string {
 // leaseLapsed reports whether the lease (less fenceBefore) has passed
 // since the last registration or report ctrl took.
 func (a *Agent) leaseLapsed() bool {
-	lease := time.Duration(a.lease.Load())
-	return lease > 0 && time.Since(time.Unix(0, a.contact.Load())) >= lease-fenceBefore(lease)
+	lease, contact := time.Duration(a.lease.Load()), a.contact.Load()
+	return lease > 0 && (contact == nil || time.Since(*contact) >= lease-fenceBefore(lease))
 }
 
 // OutOfService says why the host serves no data-plane call or exposure

@@ -931,7 +931,8 @@ func TestFencedWithoutTheControlPlane(t *testing.T) {
 	// timer: a process frozen past its lease may admit a waiting call
 	// before the timer's goroutine runs.
 	a.fenceTimer.Stop()
-	a.contact.Store(time.Now().Add(-lease).UnixNano())
+	long := time.Now().Add(-lease)
+	a.contact.Store(&long)
 	if why := a.outOfService(); !strings.Contains(why, "within its lease") {
 		t.Errorf("a lapsed lease whose timer has not fired: out of service %q, want fenced", why)
 	}
