@@ -443,7 +443,7 @@ func Run(ctx context.Context, o Options) error {
 	if hostAgent != nil {
 		g.Go(func() error { return hostAgent.Run(ctx) })
 		select {
-		case <-hostAgent.Registered():
+		case <-hostAgent.Serving():
 		case <-ctx.Done():
 		}
 	}

@@ -122,7 +122,7 @@ func RunHost(ctx context.Context, o Options) error {
 	g.Go(func() error { return server.Serve(ctx, ln, admission.Guard(handler), shutdownGrace) })
 	g.Go(func() error { return hostAgent.Run(ctx) })
 	select {
-	case <-hostAgent.Registered():
+	case <-hostAgent.Serving():
 		slog.Info("ready", "addr", ln.Addr().String(), "host", o.HostID)
 		if o.Ready != nil {
 			o.Ready(ln.Addr())

@@ -201,8 +201,15 @@ func TestWorkspaceMetrics(t *testing.T) {
 	e.stopWorkspace(created.WorkspaceId, ctrlv1.StopMode_STOP_MODE_NORMAL)
 	e.await(created.WorkspaceId, ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED)
 	// No execution serves the handle's session, and a new one is issued
-	// only for an AVAILABLE workspace: the refusal says so.
-	if _, err := ws.Metrics(t.Context()); connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "STOPPED") {
+	// only for an AVAILABLE workspace: the refusal says so, once the host
+	// has the stopped execution's end (until then it answers "retry once
+	// it runs").
+	_, err = ws.Metrics(t.Context())
+	for deadline := time.Now().Add(10 * time.Second); connect.CodeOf(err) == connect.CodeUnavailable && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		_, err = ws.Metrics(t.Context())
+	}
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "STOPPED") {
 		t.Errorf("metrics of a stopped workspace: %v, want failed_precondition naming its state", err)
 	}
 }

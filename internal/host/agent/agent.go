@@ -147,9 +147,12 @@ type Agent struct {
 	converged atomic.Bool
 	// collectNow wakes collectLayers.
 	collectNow chan struct{}
-	// registered is closed once ctrl has accepted the registration.
+	// registered is closed once ctrl has accepted the registration;
+	// serving once the host first serves (fence.go).
 	registered     chan struct{}
 	registeredOnce sync.Once
+	serving        chan struct{}
+	servingOnce    sync.Once
 	// refusal is why ctrl refuses this agent, while it does (its token
 	// revoked, its name another token's or another agent's): the host
 	// then serves no data-plane call, as its workspaces are no longer its
@@ -193,13 +196,17 @@ type Agent struct {
 // placement can find it.
 func (a *Agent) Registered() <-chan struct{} { return a.registered }
 
+// Serving is closed once the host first serves the data plane: registered,
+// and the assignments that came with it applied.
+func (a *Agent) Serving() <-chan struct{} { return a.serving }
+
 // New returns an Agent.
 func New(cfg Config) (*Agent, error) {
 	if err := os.MkdirAll(cfg.LayerDir, 0o700); err != nil {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, execs: map[string]*execution{}, reports: make(chan *hostv1.ExecutionReport, 256),
-		volumeReports: make(chan *hostv1.VolumeReport, 256), registered: make(chan struct{}), registeredNow: make(chan struct{}, 1), collectNow: make(chan struct{}, 1), readyTimeout: defaultReadyTimeout, stopGrace: defaultStopGrace,
+		volumeReports: make(chan *hostv1.VolumeReport, 256), registered: make(chan struct{}), serving: make(chan struct{}), registeredNow: make(chan struct{}, 1), collectNow: make(chan struct{}, 1), readyTimeout: defaultReadyTimeout, stopGrace: defaultStopGrace,
 		probeEvery: cmp.Or(cfg.GuestProbeInterval, DefaultGuestProbeInterval), probeTimeout: defaultProbeTimeout,
 		slotSockets: newSlotSockets()}
 	a.fenced.Store(true) // until ctrl takes its registration

@@ -58,6 +58,7 @@ func (a *Agent) unfence() {
 	}
 	if a.fenced.Swap(false) {
 		slog.Info("the host serves the data plane: the control plane took its registration")
+		a.servingOnce.Do(func() { close(a.serving) })
 	}
 }
 
