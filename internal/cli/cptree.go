@@ -102,7 +102,7 @@ func (cp *copier) uploadTree(src, dst string) error {
 		return fmt.Errorf("%s:%s is a symlink to %s, which is not there", cp.ws.ID(), target, link.GetSymlinkTarget())
 	}
 	staging, setgid, err := cp.stagingDir(target, exists, info, entries[0].info.Mode())
-	if exists {
+	if exists { // target's own bit, also when the copy goes there unstaged
 		setgid = info.GetMode()&setgidBit != 0
 	}
 	if setgid {
