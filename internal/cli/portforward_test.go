@@ -251,15 +251,23 @@ func TestPortForwardEndsWithItsWorkspace(t *testing.T) {
 	}
 	c.Read(make([]byte, 1))
 	c.Close()
+	if err := f.ended(t, 30*time.Second); err == nil || !strings.Contains(err.Error(), "DELETED") && connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("port-forward of a deleted workspace ended with %v", err)
+	}
+}
+
+// ended waits within for the port-forward to end by itself (the test
+// fails when it does not) and returns its error.
+func (f *forwarding) ended(t *testing.T, within time.Duration) error {
+	t.Helper()
 	select {
 	case err := <-f.done:
-		if err == nil || !strings.Contains(err.Error(), "DELETED") && connect.CodeOf(err) != connect.CodeNotFound {
-			t.Errorf("port-forward of a deleted workspace ended with %v", err)
-		}
 		t.Logf("port-forward ended with %v", err)
 		f.done <- context.Canceled // what the test's cleanup waits for, as from an interrupt
-	case <-time.After(30 * time.Second):
+		return err
+	case <-time.After(within):
 		t.Fatalf("port-forward of a deleted workspace still runs; stderr %q", f.stderr.String())
+		return nil
 	}
 }
 
@@ -289,15 +297,8 @@ func TestPortForwardEndsWhenItsWorkspaceIsDeleted(t *testing.T) {
 	if n, err := c.Read(make([]byte, 1)); n != 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Errorf("a connection open while its workspace was deleted: read %d bytes, %v, want it ended", n, err)
 	}
-	select {
-	case err := <-f.done:
-		if err == nil || !strings.Contains(err.Error(), "DELETED") && !strings.Contains(err.Error(), "DELETING") && connect.CodeOf(err) != connect.CodeNotFound {
-			t.Errorf("port-forward of a deleted workspace ended with %v", err)
-		}
-		t.Logf("port-forward ended %v after the deletion with %v", time.Since(deleted), err)
-		f.done <- context.Canceled // what the test's cleanup waits for, as from an interrupt
-	case <-time.After(15 * time.Second):
-		t.Fatalf("port-forward of a deleted workspace still runs; stderr %q", f.stderr.String())
+	if err := f.ended(t, 15*time.Second); err == nil || !strings.Contains(err.Error(), "DELETED") && !strings.Contains(err.Error(), "DELETING") && connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("port-forward of a deleted workspace ended with %v", err)
 	}
 }
 
