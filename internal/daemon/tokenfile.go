@@ -8,10 +8,12 @@ import (
 	"sync"
 
 	"connectrpc.com/connect"
+
+	"github.com/kibotos/kibotos/sdk/bearer"
 )
 
 // tokenFile is a host token that the agent reads from its file again for
-// each call to the control plane, so that an operator replaces a revoked
+// each call to the control plane and sends as bearer.Token does, so that an operator replaces a revoked
 // token by writing the file, with no restart. A file that cannot be read
 // or is empty (being rewritten) leaves the last token read.
 type tokenFile struct {
@@ -44,17 +46,14 @@ func (f *tokenFile) token() string {
 // WrapUnary implements connect.Interceptor.
 func (f *tokenFile) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		req.Header().Set("Authorization", "Bearer "+f.token())
-		return next(ctx, req)
+		return bearer.Token(f.token()).WrapUnary(next)(ctx, req)
 	}
 }
 
 // WrapStreamingClient implements connect.Interceptor.
 func (f *tokenFile) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
 	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
-		conn := next(ctx, spec)
-		conn.RequestHeader().Set("Authorization", "Bearer "+f.token())
-		return conn
+		return bearer.Token(f.token()).WrapStreamingClient(next)(ctx, spec)
 	}
 }
 
