@@ -113,13 +113,21 @@ func RequireXvfb(t testing.TB) {
 
 // FreeDisplay returns an X display number that no server of this machine
 // uses (neither its lock file nor its socket exists), picked from a range
-// that differs between test processes.
+// that differs between test processes. When the test ends, after the
+// cleanups registered later (which end its server), the number's lock file
+// and socket are removed: a server killed outright leaves both in the
+// host's /tmp.
 func FreeDisplay(t testing.TB) int {
 	t.Helper()
 	for n := 100 + os.Getpid()%500; n < 1000; n++ {
-		_, lockErr := os.Stat(fmt.Sprintf("/tmp/.X%d-lock", n))
-		_, sockErr := os.Stat(fmt.Sprintf("/tmp/.X11-unix/X%d", n))
+		lock, sock := fmt.Sprintf("/tmp/.X%d-lock", n), fmt.Sprintf("/tmp/.X11-unix/X%d", n)
+		_, lockErr := os.Stat(lock)
+		_, sockErr := os.Stat(sock)
 		if errors.Is(lockErr, os.ErrNotExist) && errors.Is(sockErr, os.ErrNotExist) {
+			t.Cleanup(func() {
+				os.Remove(lock)
+				os.Remove(sock)
+			})
 			return n
 		}
 	}
