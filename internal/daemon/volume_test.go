@@ -373,8 +373,24 @@ func TestVolumeLostAndDamaged(t *testing.T) {
 	failed := e.awaitWorkspace(damaged.WorkspaceId, "the start on a damaged volume to fail", func(w *ctrlv1.Workspace) bool {
 		return w.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED
 	})
-	if !strings.Contains(failed.Failure.GetMessage(), "cannot be opened as the volume created") {
+	if !strings.Contains(failed.Failure.GetMessage(), "cannot be opened as the volume created") ||
+		failed.Failure.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE {
 		t.Errorf("failure: %v", failed.Failure)
+	}
+	// Its image gone, as on a host back with an emptied pool directory: the
+	// failure says so and what an operator can do.
+	if err := os.Remove(filepath.Join(e.home, "pool-default", damagedVol+".ext4")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.start(damaged.WorkspaceId); err != nil {
+		t.Fatal(err)
+	}
+	failed = e.awaitWorkspace(damaged.WorkspaceId, "the start on a missing volume image to fail", func(w *ctrlv1.Workspace) bool {
+		return w.State == ctrlv1.WorkspaceState_WORKSPACE_STATE_FAILED && strings.Contains(w.Failure.GetMessage(), "missing")
+	})
+	if msg := failed.Failure.GetMessage(); !strings.Contains(msg, `its image is missing from storage pool "default" on host`) ||
+		!strings.Contains(msg, "kibotos admin pool lost default --host ") || failed.Failure.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE {
+		t.Errorf("failure with the image missing: %v", failed.Failure)
 	}
 
 	// The operator declares the spare pool lost.

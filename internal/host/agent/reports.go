@@ -187,6 +187,8 @@ func reasonOf(err error) ctrlv1.FailureReason {
 		return ctrlv1.FailureReason_FAILURE_REASON_UNSUPPORTED
 	case errors.Is(err, syscall.ENOSPC):
 		return ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED
+	case errors.As(err, new(damagedVolumeError)):
+		return ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE
 	}
 	return ctrlv1.FailureReason_FAILURE_REASON_INTERNAL
 }

@@ -164,6 +164,13 @@ func (v *volumes) lock(id string) *sync.Mutex {
 	return m.(*sync.Mutex)
 }
 
+// damagedVolumeError refuses a start because its Volume's image does not
+// open as the Volume created: the Volume's data, not the platform, is at
+// fault, so the failure is FAILURE_REASON_UNAVAILABLE, not INTERNAL.
+type damagedVolumeError string
+
+func (e damagedVolumeError) Error() string { return string(e) }
+
 // path is where a Volume's image lives.
 func (v *volumes) path(pool, id string) (string, error) {
 	p := v.pools[pool]
@@ -244,10 +251,18 @@ func (v *volumes) converge(ctx context.Context, a *hostv1.VolumeAssignment) (str
 	if err == nil && info.UUID != a.FilesystemUuid {
 		err = fmt.Errorf("the image holds filesystem %s, not the volume's %s", info.UUID, a.FilesystemUuid)
 	}
+	if errors.Is(err, os.ErrNotExist) {
+		// Its pool's directory was emptied or replaced (a host back on a
+		// new disk): say what an operator can do, as the error alone
+		// reads like a fault of the platform.
+		err = fmt.Errorf("its image is missing from storage pool %q on host %s; put the image back, or, "+
+			"if the pool's data is gone for good, an operator declares it lost (kibotos admin pool lost %s --host %s)",
+			a.StoragePool, v.agent.cfg.HostID, a.StoragePool, v.agent.cfg.HostID)
+	}
 	if err != nil {
 		rep.Condition = ctrlv1.VolumeCondition_VOLUME_CONDITION_DAMAGED
 		rep.Error = fmt.Sprintf("volume %s cannot be opened as the volume created: %v", a.VolumeId, err)
-		return "", errors.New(rep.Error)
+		return "", damagedVolumeError(rep.Error)
 	}
 	if info.Capacity() < a.CapacityBytes {
 		if err := v.grow(ctx, a, path, inUse); err != nil {
