@@ -6,7 +6,7 @@
 // gives every request BodyTimeout to arrive whole; a handler that admits
 // a call (its token authenticates, its exposure lets it in) lifts that
 // with Admit, so that streams and slow uploads go on; one that refuses a
-// call reads no more of it with Refuse.
+// call reads little more of it with Refuse.
 package admission
 
 import (
@@ -34,15 +34,24 @@ func Admit(w http.ResponseWriter) {
 	http.NewResponseController(w).SetReadDeadline(time.Time{})
 }
 
-// Refuse makes a refused request read nothing more before its answer is
-// written: over HTTP/1.1 the server would otherwise wait for up to 256
-// KiB of its body after the answer (for ever, from a client that sends
-// none) to reuse the connection, which it now closes. Over HTTP/2 the
+// Refuse bounds what a refused request may still send to RefuseGrace
+// after its answer, and closes its HTTP/1.1 connection: the server would
+// otherwise wait for the body (for ever, from a client that sends none)
+// to reuse the connection. The grace is what lets a client still sending
+// its body read the answer: the server reads up to 256 KiB more, then
+// ends its side and waits a moment before it closes. Closed at once with
+// the client's bytes unread, the connection is reset, and the client's
+// kernel drops the answer it had not read yet (a large upload's caller
+// saw "connection reset" instead of the refusal). Over HTTP/2 the
 // connection is kept: a Connection: close there is a GOAWAY to every call
 // it carries.
 func Refuse(w http.ResponseWriter, r *http.Request) {
-	http.NewResponseController(w).SetReadDeadline(time.Now())
+	http.NewResponseController(w).SetReadDeadline(time.Now().Add(RefuseGrace))
 	if r.ProtoMajor == 1 {
 		w.Header().Set("Connection", "close")
 	}
 }
+
+// RefuseGrace is how long a refused request's body is still read after
+// its answer.
+const RefuseGrace = time.Second

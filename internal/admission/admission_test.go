@@ -2,11 +2,13 @@ package admission
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -56,5 +58,42 @@ func TestGuard(t *testing.T) {
 	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if status, err := bufio.NewReader(conn).ReadString('\n'); err != nil || !strings.Contains(status, "200") {
 		t.Errorf("an admitted request whose body came late: %q, %v", status, err)
+	}
+}
+
+// A refused request whose client is still sending a streamed body gets
+// the answer before the connection is reset: closed at once with the body
+// unread, the connection was reset while the client wrote, and a client
+// whose write then fails (Node.js's fetch) reported the reset, not the
+// answer.
+func TestRefusedUploadIsAnswered(t *testing.T) {
+	srv := httptest.NewServer(Guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		Refuse(w, r)
+		http.Error(w, "no", http.StatusUnauthorized)
+	})))
+	t.Cleanup(srv.Close)
+	chunk := fmt.Sprintf("%x\r\n%s\r\n", 64<<10, strings.Repeat("x", 64<<10))
+	for i := range 10 {
+		// Chunked, as fetch streams a body: of no length the server could
+		// tell is too long to read.
+		conn := testutil.SendHead(t, srv.Listener.Addr().String(), "PUT /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+		var writeErr atomic.Pointer[error]
+		go func() {
+			for range 1024 {
+				if _, err := io.WriteString(conn, chunk); err != nil {
+					writeErr.Store(&err)
+					return
+				}
+			}
+		}()
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		answer, err := io.ReadAll(conn)
+		if err != nil || !strings.HasPrefix(string(answer), "HTTP/1.1 401") {
+			t.Fatalf("upload %d: read %q, %v; want the refusal, then the connection's end", i, answer, err)
+		}
+		if err := writeErr.Load(); err != nil {
+			t.Fatalf("upload %d: the upload failed before its answer was read: %v", i, *err)
+		}
+		conn.Close()
 	}
 }
