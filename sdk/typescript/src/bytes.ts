@@ -62,6 +62,86 @@ function* split(b: Uint8Array, max: number): Generator<Uint8Array> {
 }
 
 /** concat returns the bytes of parts, one after the other. */
+/**
+ * Rereadable reads a streamed source once for the several attempts of one
+ * upload (a first one refused for its session, then one with a new
+ * session): each attempt reads the chunks the earlier ones read, held in
+ * memory up to bound bytes, then the rest of the source. An attempt that
+ * ends early leaves the source open; close ends it.
+ */
+export class Rereadable {
+  private readonly source: AsyncIterator<Uint8Array>;
+  private held: Uint8Array[] = [];
+  private heldBytes = 0;
+  private overflowed = false;
+  private reading: Promise<unknown> = Promise.resolve();
+  private attempts = 0;
+
+  constructor(
+    src: Source,
+    chunkSize: number,
+    private readonly bound: number,
+  ) {
+    this.source = chunks(src, chunkSize)[Symbol.asyncIterator]();
+  }
+
+  /**
+   * restart ends the current attempt, which reads no more of the source
+   * from now on (a failed call's body may still be pulled), and resolves,
+   * once its last read has ended, to whether a new attempt can read the
+   * source from its start: all that was read is held.
+   */
+  async restart(): Promise<boolean> {
+    this.attempts++;
+    await this.reading;
+    return !this.overflowed;
+  }
+
+  /** attempt is one attempt's reading of the source, from its start; the attempts before it read no more. */
+  attempt(): AsyncIterable<Uint8Array> {
+    const attempt = ++this.attempts;
+    let at = 0; // the next chunk's index in the source
+    const next = (): Promise<IteratorResult<Uint8Array>> => {
+      if (attempt !== this.attempts) return Promise.resolve({ value: undefined, done: true });
+      // One read of the source at a time: what an attempt that ended
+      // left reading is held before the next attempt looks.
+      const r = this.reading.then(async (): Promise<IteratorResult<Uint8Array>> => {
+        if (at < this.held.length) return { value: this.held[at++], done: false };
+        const r = await this.source.next();
+        if (!r.done) {
+          at++;
+          this.hold(r.value);
+        }
+        return r;
+      });
+      this.reading = r.catch(() => undefined);
+      return r;
+    };
+    const it: AsyncIterableIterator<Uint8Array> = {
+      next,
+      return: async () => ({ value: undefined, done: true }),
+      [Symbol.asyncIterator]: () => it,
+    };
+    return it;
+  }
+
+  private hold(chunk: Uint8Array): void {
+    if (this.overflowed) return;
+    this.heldBytes += chunk.length;
+    if (this.heldBytes > this.bound) {
+      this.overflowed = true;
+      this.held = [];
+      return;
+    }
+    this.held.push(chunk);
+  }
+
+  /** close ends the source. */
+  close(): void {
+    void this.source.return?.(undefined).catch(() => undefined);
+  }
+}
+
 export function concat(parts: Uint8Array[]): Uint8Array {
   const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
   let at = 0;

@@ -6,14 +6,32 @@ import {
   type WriteFileRequest,
   WriteFileRequestSchema,
 } from "../gen/kibotos/data/v1/data_pb.js";
-import { bytesOf, chunks, concat, type Source } from "./bytes.js";
+import { bytesOf, chunks, concat, Rereadable, type Source } from "./bytes.js";
 import { Code } from "@connectrpc/connect";
 import { KibotosError, toKibotosError } from "./errors.js";
 import { fileBytes, fileInfoOf, NotServed, servesFileBytes, writtenFileOf } from "./filebytes.js";
-import type { Sessions } from "./session.js";
+import type { DataPlane, Sessions } from "./session.js";
 
 /** CHUNK_SIZE is the size of the chunks upload sends. */
 export const CHUNK_SIZE = 1024 * 1024;
+
+/**
+ * REREAD_BYTES bounds what an upload holds of a streamed source to send it
+ * again with a new session; a refusal after more was read is the caller's.
+ */
+const REREAD_BYTES = 8 * CHUNK_SIZE;
+
+/** rising calls report only with counts above the highest so far: an attempt sent again counts from 0. */
+function rising(report?: (sent: number) => void): ((sent: number) => void) | undefined {
+  if (report === undefined) return undefined;
+  let highest = 0;
+  return (sent) => {
+    if (sent > highest) {
+      highest = sent;
+      report(sent);
+    }
+  };
+}
 
 /** FileOptions apply to every file call. */
 export interface FileOptions {
@@ -76,46 +94,57 @@ export class Files {
    * nothing.
    */
   async upload(path: string, src: Source, opts: WriteOptions = {}): Promise<FileInfo> {
-    // Only bytes in memory can be sent again with a new session; their
-    // size is known, and the guest checks it.
-    const replayable = typeof src === "string" || src instanceof Uint8Array;
-    if (typeof src === "string") src = bytesOf(src);
+    const data = typeof src === "string" ? bytesOf(src) : src;
+    // An attempt refused for its session is sent again with a new one:
+    // bytes in memory whole (their size is known, and the guest checks
+    // it); a streamed source from what the first attempt read of it, held
+    // up to REREAD_BYTES.
+    const stream = data instanceof Uint8Array ? undefined : new Rereadable(data, CHUNK_SIZE, REREAD_BYTES);
+    const body = () => stream?.attempt() ?? data;
+    opts = { ...opts, onProgress: rising(opts.onProgress) };
     const start = {
       path,
       user: opts.user ?? "",
       mode: opts.mode ?? 0,
-      size: src instanceof Uint8Array ? BigInt(src.length) : undefined,
+      size: data instanceof Uint8Array ? BigInt(data.length) : undefined,
     };
-    for (let retried = false; ; retried = true) {
-      const d = await this.sessions.get();
-      let served = false;
-      const put = new BytesUpload(src, opts, this.sessions.streamsRequests);
-      try {
-        served = await servesFileBytes(d, opts.signal);
-        if (served) {
-          const query = { path, user: start.user, mode: start.mode.toString(8) };
-          const resp = await fileBytes(d, "PUT", query, await put.body(), put.signal);
-          put.sent();
-          return await writtenFileOf(resp);
+    // Called at once when an attempt fails, before its body is pulled again.
+    const again = async (d: DataPlane, e: unknown, retried: boolean) =>
+      this.sessions.dropRefused(d, e) && !retried && (stream === undefined || (await stream.restart()));
+    try {
+      for (let retried = false; ; retried = true) {
+        const d = await this.sessions.get();
+        let served = false;
+        const put = new BytesUpload(body(), opts, this.sessions.streamsRequests);
+        try {
+          served = await servesFileBytes(d, opts.signal);
+          if (served) {
+            const query = { path, user: start.user, mode: start.mode.toString(8) };
+            const resp = await fileBytes(d, "PUT", query, await put.body(), put.signal);
+            put.sent();
+            return await writtenFileOf(resp);
+          }
+        } catch (e) {
+          if (put.abandoned !== undefined) throw put.abandoned;
+          if (!(await again(d, e, retried))) throw toKibotosError(e);
+          continue;
+        } finally {
+          put.done();
         }
-      } catch (e) {
-        if (put.abandoned !== undefined) throw put.abandoned;
-        if (!this.sessions.dropRefused(d, e) || retried || !replayable) throw toKibotosError(e);
-        continue;
-      } finally {
-        put.done();
+        const sending = new Upload(start, body(), opts);
+        try {
+          const resp = await d.files.writeFile(sending.messages());
+          if (sending.abandoned !== undefined) throw sending.abandoned; // a guard: the guest refuses a write without commit
+          return resp.file!;
+        } catch (e) {
+          if (sending.abandoned !== undefined) throw sending.abandoned;
+          if (!(await again(d, e, retried))) throw toKibotosError(e);
+        } finally {
+          sending.done();
+        }
       }
-      const sending = new Upload(start, src, opts);
-      try {
-        const resp = await d.files.writeFile(sending.messages());
-        if (sending.abandoned !== undefined) throw sending.abandoned; // a guard: the guest refuses a write without commit
-        return resp.file!;
-      } catch (e) {
-        if (sending.abandoned !== undefined) throw sending.abandoned;
-        if (!this.sessions.dropRefused(d, e) || retried || !replayable) throw toKibotosError(e);
-      } finally {
-        sending.done();
-      }
+    } finally {
+      stream?.close();
     }
   }
 

@@ -251,16 +251,27 @@ describe("a workspace", () => {
     }
   });
 
-  test("a streamed upload refused for its session leaves the handle a new session for the next call", async () => {
+  test("a streamed upload refused for its session is sent again with a new one, its source read once", async () => {
     const h = await kb.getWorkspace(ws.id);
     await h.files.write("/tmp/refused", "before");
     await kb.stopWorkspace(ws.id);
     await kb.startWorkspace(ws.id); // h's session was of the earlier start
-    const streamed = () => Readable.from([new TextEncoder().encode("after")]);
-    // A streamed source cannot be sent again: the refusal is the caller's.
-    await assert.rejects(h.files.upload("/tmp/refused", streamed()), isKibotosError(Code.Unauthenticated));
-    await h.files.upload("/tmp/refused", streamed());
-    assert.equal(await h.files.readText("/tmp/refused"), "after");
+    const data = randomBytes(2 * MIB + 12345);
+    let reads = 0;
+    async function* streamed() {
+      reads++;
+      for (let at = 0; at < data.length; at += 300 * 1024) yield data.subarray(at, at + 300 * 1024);
+    }
+    const progress: number[] = [];
+    const info = await h.files.upload("/tmp/refused", streamed(), { onProgress: (n) => progress.push(n) });
+    assert.equal(info.size, BigInt(data.length));
+    assert.equal(reads, 1);
+    assert.ok(
+      progress.every((n, i) => i === 0 || n > progress[i - 1]) && progress.at(-1) === data.length,
+      `progress ${progress} does not rise to ${data.length}`,
+    );
+    const got = createHash("sha256").update(await h.files.read("/tmp/refused")).digest("hex");
+    assert.equal(got, createHash("sha256").update(data).digest("hex"));
   });
 
   test("watch yields the changes under a directory as an async iterator", async () => {

@@ -1,0 +1,55 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { concat, Rereadable } from "../src/bytes.js";
+
+/** counted is a streamed source of n chunks of size bytes (chunk i filled with i) that counts its reads. */
+function counted(n: number, size: number) {
+  const reads = { starts: 0, chunks: 0 };
+  async function* source() {
+    reads.starts++;
+    for (let i = 0; i < n; i++) {
+      reads.chunks++;
+      yield new Uint8Array(size).fill(i);
+    }
+  }
+  return { source: source(), reads };
+}
+
+async function readAll(it: AsyncIterable<Uint8Array>): Promise<Uint8Array> {
+  const parts: Uint8Array[] = [];
+  for await (const c of it) parts.push(c);
+  return concat(parts);
+}
+
+test("a second attempt reads the source from its start, which is read once", async () => {
+  const { source, reads } = counted(5, 4);
+  const r = new Rereadable(source, 4, 64);
+  const first = r.attempt()[Symbol.asyncIterator]();
+  await first.next();
+  await first.next();
+  assert.equal(await r.restart(), true); // the first attempt was refused after two chunks
+  assert.equal((await first.next()).done, true, "a restarted attempt reads no more");
+  const whole = await readAll(r.attempt());
+  assert.deepEqual([...whole], [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4]);
+  assert.deepEqual(reads, { starts: 1, chunks: 5 });
+  r.close();
+});
+
+test("a read the earlier attempt left running reaches the next attempt in its place", async () => {
+  const { source } = counted(3, 2);
+  const r = new Rereadable(source, 2, 64);
+  const first = r.attempt()[Symbol.asyncIterator]();
+  void first.next(); // still reading when the attempt is refused
+  assert.equal(await r.restart(), true);
+  assert.deepEqual([...(await readAll(r.attempt()))], [0, 0, 1, 1, 2, 2]);
+});
+
+test("past its bound a source is not read again from its start", async () => {
+  const { source } = counted(4, 4);
+  const r = new Rereadable(source, 4, 8);
+  const first = r.attempt()[Symbol.asyncIterator]();
+  await first.next();
+  await first.next();
+  await first.next();
+  assert.equal(await r.restart(), false, "12 bytes read, over the bound");
+});
