@@ -71,10 +71,16 @@ func MergeDirectories() FileOption {
 // bytes.Reader, a strings.Reader, a bytes.Buffer), the guest also checks
 // it received exactly that many bytes. mode's permission bits
 // apply to a new file; 0 is 0644. An error reading r abandons the upload.
+// An upload refused for its session is sent again with a new one once: r
+// from where it started when it can seek back, else from what was read of
+// it, held up to 8 MiB (r is read once; past that, the refusal is the
+// caller's).
 func (w *Workspace) Upload(ctx context.Context, r io.Reader, remotePath string, mode fs.FileMode, opts ...FileOption) (*datav1.FileInfo, error) {
 	o := collect(opts)
 	start := &datav1.WriteFileStart{Path: remotePath, User: o.user, Mode: uint32(mode.Perm())}
-	// Bytes read from r cannot be sent again unless r can seek back.
+	// An attempt refused for its session is sent again with a new one: r
+	// from where it was, when it can seek back, else from what the first
+	// attempt read of it, held up to rereadBytes.
 	seeker, _ := r.(io.Seeker)
 	var origin int64
 	if seeker != nil {
@@ -83,10 +89,19 @@ func (w *Workspace) Upload(ctx context.Context, r io.Reader, remotePath string, 
 			seeker = nil
 		}
 	}
+	var stream *rereader
+	if _, sized := r.(interface{ Len() int }); seeker == nil && !sized { // a sized one tells the guest its length
+		stream = newRereader(r, rereadBytes)
+	}
+	progress := rising(o.progress)
 	for retried := false; ; retried = true {
 		d, err := w.dataPlane(ctx)
 		if err != nil {
 			return nil, err
+		}
+		src := r
+		if stream != nil {
+			src = stream.next()
 		}
 		var info *datav1.FileInfo
 		var read int64
@@ -94,15 +109,33 @@ func (w *Workspace) Upload(ctx context.Context, r io.Reader, remotePath string, 
 		switch {
 		case err != nil:
 		case served:
-			info, read, err = w.c.uploadBytes(ctx, d, r, start, o.progress)
+			info, read, err = w.c.uploadBytes(ctx, d, src, start, progress)
 		default:
-			info, read, err = upload(ctx, d, r, start, o.progress)
+			info, read, err = upload(ctx, d, src, start, progress)
 		}
 		if err == nil {
 			return info, nil
 		}
-		if !w.dropRefused(d, err) || retried || read > 0 && !rewind(seeker, origin) {
+		if !w.dropRefused(d, err) || retried {
 			return nil, err
+		}
+		if stream != nil && !stream.restart(ctx) || stream == nil && read > 0 && !rewind(seeker, origin) {
+			return nil, err
+		}
+	}
+}
+
+// rising calls report only with counts above the highest so far: an
+// attempt sent again counts from 0.
+func rising(report func(int64)) func(int64) {
+	if report == nil {
+		return nil
+	}
+	var highest int64
+	return func(sent int64) {
+		if sent > highest {
+			highest = sent
+			report(sent)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -48,9 +49,10 @@ type fake struct {
 	startDelay time.Duration                   // StartProcess waits this long before its started event
 	signals    []string                        // "pid signal" of each SignalProcess
 	hugeList   bool                            // ListProcesses answers a message over maxDataPlaneMessage
-	// lateRefusal has WriteFile refuse a session only once the upload's
-	// first bytes arrived, as when the refusal is slower than the upload.
-	lateRefusal bool
+	// refuseAfter has WriteFile refuse a session only once that many of
+	// the upload's bytes arrived (at least one), as when the refusal is
+	// slower than the upload.
+	refuseAfter int
 }
 
 func newFake(t *testing.T) (*fake, *Client) {
@@ -239,12 +241,10 @@ func TestDataPlaneMessagesAreBounded(t *testing.T) {
 func (f *fake) WriteFile(_ context.Context, s *connect.ClientStream[datav1.WriteFileRequest]) (*connect.Response[datav1.WriteFileResponse], error) {
 	if err := f.authorize(s.RequestHeader()); err != nil {
 		f.mu.Lock()
-		late := f.lateRefusal
+		after := f.refuseAfter
 		f.mu.Unlock()
-		for late && s.Receive() {
-			if _, data := s.Msg().GetPart().(*datav1.WriteFileRequest_Data); data {
-				break
-			}
+		for received := 0; after > 0 && received < after && s.Receive(); {
+			received += len(s.Msg().GetData())
 		}
 		return nil, err
 	}
@@ -358,20 +358,61 @@ func TestSessionReissuedWhenExpired(t *testing.T) {
 	}
 }
 
+// An upload from a reader that cannot seek back, refused for its session
+// after it read, is sent again with a new session from what it read: the
+// reader is read once.
+func TestStreamedUploadSentAgain(t *testing.T) {
+	f, c := newFake(t)
+	ws := withSession(t, c)
+	f.mu.Lock()
+	f.expireNext, f.refuseAfter = true, 1
+	f.mu.Unlock()
+	data := bytes.Repeat([]byte("0123456789abcdef"), 3*ChunkSize/16+1)
+	var progress []int64
+	src := &onceReader{r: bytes.NewReader(data)}
+	if _, err := ws.Upload(t.Context(), src, "/f", 0, WithProgress(func(n int64) { progress = append(progress, n) })); err != nil {
+		t.Fatalf("an upload that met its session's expiry after reading: %v, want it sent again", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if got := strings.Join(f.issued, ","); got != "sess-1,sess-2" || !bytes.Equal(bytes.Join(f.chunks, nil), data) {
+		t.Errorf("issued %s, wrote %d bytes; want a second session and the upload written whole", got, len(bytes.Join(f.chunks, nil)))
+	}
+	if !slices.IsSorted(progress) || slices.Compact(slices.Clone(progress))[len(progress)-1] != int64(len(data)) || len(slices.Compact(slices.Clone(progress))) != len(progress) {
+		t.Errorf("progress %v, want it to rise to %d", progress, len(data))
+	}
+}
+
+// onceReader is a reader that cannot seek back and fails a read after
+// its end, as a pipe read twice would not give its bytes again.
+type onceReader struct {
+	r   io.Reader
+	eof bool
+}
+
+func (o *onceReader) Read(p []byte) (int, error) {
+	if o.eof {
+		return 0, errors.New("read again after its end")
+	}
+	n, err := o.r.Read(p)
+	o.eof = err == io.EOF
+	return n, err
+}
+
 // A refused session is forgotten even when the call that met the refusal
-// cannot be sent again (an upload whose bytes cannot be read again): the
+// cannot be sent again (an upload that read more than it can hold): the
 // Workspace's next call issues a new session instead of meeting the same
 // refusal for the rest of the session's life.
 func TestRefusedSessionForgottenWhenNotResent(t *testing.T) {
 	f, c := newFake(t)
 	ws := withSession(t, c)
 	f.mu.Lock()
-	f.expireNext, f.lateRefusal = true, true
+	f.expireNext, f.refuseAfter = true, rereadBytes+1
 	f.mu.Unlock()
 	// A MultiReader cannot seek back to its bytes.
-	_, err := ws.Upload(t.Context(), io.MultiReader(strings.NewReader("first")), "/f", 0)
+	_, err := ws.Upload(t.Context(), io.MultiReader(bytes.NewReader(make([]byte, rereadBytes+ChunkSize))), "/f", 0)
 	if !sessionExpired(err) {
-		t.Fatalf("an upload that met its session's expiry after reading: %v, want it refused", err)
+		t.Fatalf("an upload that met its session's expiry after reading more than it holds: %v, want it refused", err)
 	}
 	if _, err := ws.Upload(t.Context(), io.MultiReader(strings.NewReader("second")), "/f", 0); err != nil {
 		t.Fatalf("the next upload: %v, want it sent with a new session", err)

@@ -102,7 +102,7 @@ export class Rereadable {
     const attempt = ++this.attempts;
     let at = 0; // the next chunk's index in the source
     const next = (): Promise<IteratorResult<Uint8Array>> => {
-      if (attempt !== this.attempts) return Promise.resolve({ value: undefined, done: true });
+      if (attempt !== this.attempts) return Promise.reject(new Error("the upload is being sent again"));
       // One read of the source at a time: what an attempt that ended
       // left reading is held before the next attempt looks.
       const r = this.reading.then(async (): Promise<IteratorResult<Uint8Array>> => {
