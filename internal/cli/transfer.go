@@ -130,9 +130,13 @@ func wsExportCommand(c *conn) *cobra.Command {
 }
 
 // followTransfer reads a Transfer until its work ends, drawing its
-// progress; a FAILED one is an error.
+// progress; a FAILED one is an error. The control plane unavailable (a
+// restart) is waited out for up to transferOutage: the work goes on in
+// the deployment meanwhile, and the command is not to be run again. An
+// error that ends the following names the Transfer.
 func followTransfer(ctx context.Context, cl transferClient, t *ctrlv1.Transfer, verb string, out *statusLine) (*ctrlv1.Transfer, error) {
 	defer out.end()
+	var unavailableSince time.Time
 	for {
 		switch t.GetState() {
 		case ctrlv1.TransferState_TRANSFER_STATE_EXPORTING, ctrlv1.TransferState_TRANSFER_STATE_IMPORTING,
@@ -155,12 +159,27 @@ func followTransfer(ctx context.Context, cl transferClient, t *ctrlv1.Transfer, 
 		if ctx.Err() != nil {
 			return t, stoppedFollowing(t)
 		}
-		if err != nil {
-			return t, err
+		if connect.CodeOf(err) == connect.CodeUnavailable {
+			if unavailableSince.IsZero() {
+				unavailableSince = time.Now()
+			}
+			if time.Since(unavailableSince) < transferOutage {
+				out.update(fmt.Sprintf("%s: the control plane is unavailable; asking again", verb))
+				continue
+			}
 		}
+		if err != nil {
+			id := t.GetTransferId()
+			return t, fmt.Errorf("%w (following transfer %s, whose work may go on in the deployment: `kibotos transfer get %s`)", err, id, id)
+		}
+		unavailableSince = time.Time{}
 		t = resp.GetTransfer()
 	}
 }
+
+// transferOutage is how long followTransfer waits out a control plane
+// that is unavailable.
+const transferOutage = 2 * time.Minute
 
 // partFile is the temporary file beside file that an artifact is
 // downloaded into, renamed over file once whole.
