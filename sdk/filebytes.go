@@ -161,13 +161,14 @@ func (c *Client) downloadBytes(ctx context.Context, d *dataPlane, remotePath str
 		return 0, err
 	}
 	defer resp.Body.Close()
-	if o.info != nil {
-		if b, err := base64.StdEncoding.DecodeString(resp.Header.Get(FileInfoHeader)); err == nil && len(b) > 0 {
-			info := new(datav1.FileInfo)
-			if proto.Unmarshal(b, info) == nil {
-				o.info(info)
-			}
+	var read *datav1.FileInfo // the file as the read began
+	if b, err := base64.StdEncoding.DecodeString(resp.Header.Get(FileInfoHeader)); err == nil && len(b) > 0 {
+		if info := new(datav1.FileInfo); proto.Unmarshal(b, info) == nil {
+			read = info
 		}
+	}
+	if o.info != nil && read != nil {
+		o.info(read)
 	}
 	buf := make([]byte, bytesBufferSize)
 	steps := progressSteps{report: o.progress}
@@ -187,9 +188,34 @@ func (c *Client) downloadBytes(ctx context.Context, d *dataPlane, remotePath str
 			return n, nil
 		}
 		if rerr != nil {
+			if errors.Is(rerr, io.ErrUnexpectedEOF) && read != nil {
+				if err := changedWhileRead(ctx, d, remotePath, o.user, read); err != nil {
+					return n, err
+				}
+			}
 			return n, transportError(ctx, rerr)
 		}
 	}
+}
+
+// changedWhileRead tells a download cut short by its file from one cut by
+// the connection: the guest announced the file's length, and a file that
+// shrank (or was replaced) under the read ends the body early, just as a
+// broken connection does. It returns an aborted error when the file now
+// differs from read, the file as the read began; nil when it does not, or
+// cannot be inspected.
+func changedWhileRead(ctx context.Context, d *dataPlane, path, user string, read *datav1.FileInfo) error {
+	resp, err := d.files.InspectFile(ctx, connect.NewRequest(&datav1.InspectFileRequest{Path: path, User: user}))
+	if err != nil {
+		return nil
+	}
+	now := resp.Msg.GetFile()
+	if now.GetType() == datav1.FileType_FILE_TYPE_SYMLINK || // what was read is its target's
+		now.GetSize() == read.GetSize() && now.GetModifiedAt().AsTime().Equal(read.GetModifiedAt().AsTime()) {
+		return nil
+	}
+	return connect.NewError(connect.CodeAborted, fmt.Errorf("%s changed while it was read (%d bytes when the read began, %d now); read it again",
+		path, read.GetSize(), now.GetSize()))
 }
 
 // uploadBytes is one PUT of r's bytes to start.Path. read counts the bytes

@@ -356,6 +356,25 @@ func TestUploadAndDownload(t *testing.T) {
 	}
 }
 
+// A file that shrinks while it is downloaded ends the download aborted,
+// saying so, not as a broken connection to retry.
+func TestDownloadOfAShrinkingFile(t *testing.T) {
+	ws := newWorkspace(t)
+	sh(t, ws, "truncate -s 2G /tmp/shrinks")
+	shrunk := false
+	dst := writerFunc(func(b []byte) (int, error) {
+		if !shrunk {
+			shrunk = true
+			sh(t, ws, "truncate -s 1M /tmp/shrinks")
+		}
+		return len(b), nil
+	})
+	_, err := ws.Download(t.Context(), "/tmp/shrinks", dst)
+	if connect.CodeOf(err) != connect.CodeAborted || !strings.Contains(err.Error(), "/tmp/shrinks changed while it was read (2147483648 bytes when the read began, 1048576 now)") {
+		t.Errorf("Download of a file that shrank: %v, want aborted saying it changed", err)
+	}
+}
+
 // checkProgress checks WithProgress's reports of a transfer of total
 // bytes: a report a chunk, the last the total.
 func checkProgress(t *testing.T, progress []int64, total int64) {

@@ -2,6 +2,7 @@
 import { create } from "@bufbuild/protobuf";
 import {
   type FileInfo,
+  FileType,
   type WatchDirectoryResponse,
   type WriteFileRequest,
   WriteFileRequestSchema,
@@ -179,6 +180,7 @@ export class Files {
           r = await reader.read();
         } catch (e) {
           if (stop.signal.aborted) throw toKibotosError(e);
+          if (info !== undefined) await this.unchangedSince(path, opts.user, info, e);
           throw new KibotosError(`the download broke: ${e instanceof Error ? e.message : String(e)}`, Code.Unavailable, { cause: e });
         }
         if (r.done) return;
@@ -187,6 +189,31 @@ export class Files {
     } finally {
       stop.abort();
     }
+  }
+
+  /**
+   * unchangedSince tells a download cut short by its file from one cut by
+   * the connection: the guest announced the file's length, and a file that
+   * shrank (or was replaced) under the read ends the body early, as a
+   * broken connection does. It throws aborted when path now differs from
+   * read, the file as the read began; it returns when it does not, or
+   * cannot be inspected.
+   */
+  private async unchangedSince(path: string, user: string | undefined, read: FileInfo, cause: unknown): Promise<void> {
+    let now: FileInfo;
+    try {
+      now = await this.stat(path, { user });
+    } catch {
+      return;
+    }
+    const same = (a?: { seconds: bigint; nanos: number }, b?: { seconds: bigint; nanos: number }) =>
+      a?.seconds === b?.seconds && a?.nanos === b?.nanos;
+    if (now.type === FileType.SYMLINK || (now.size === read.size && same(now.modifiedAt, read.modifiedAt))) return; // a symlink's target was read
+    throw new KibotosError(
+      `${path} changed while it was read (${read.size} bytes when the read began, ${now.size} now); read it again`,
+      Code.Aborted,
+      { cause },
+    );
   }
 
   /** downloadMessages is download through FileService.ReadFile, for a data plane without the file bytes path. */

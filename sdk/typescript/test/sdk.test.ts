@@ -274,6 +274,24 @@ describe("a workspace", () => {
     assert.equal(got, createHash("sha256").update(data).digest("hex"));
   });
 
+  test("a download of a file that shrinks under it is aborted, saying so", async () => {
+    await ws.exec(["truncate", "-s", "2G", "/tmp/shrinks"]);
+    const read = async () => {
+      let shrunk = false;
+      for await (const _ of ws.files.download("/tmp/shrinks")) {
+        if (!shrunk) {
+          shrunk = true;
+          await ws.exec(["truncate", "-s", "1M", "/tmp/shrinks"]);
+        }
+      }
+    };
+    await assert.rejects(read(), (e: unknown) => {
+      assert.ok(e instanceof KibotosError && e.code === Code.Aborted, String(e));
+      assert.match(e.message, /\/tmp\/shrinks changed while it was read \(2147483648 bytes when the read began, 1048576 now\)/);
+      return true;
+    });
+  });
+
   test("watch yields the changes under a directory as an async iterator", async () => {
     await ws.files.mkdir("/root/watched");
     const stop = new AbortController();
