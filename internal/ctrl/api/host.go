@@ -81,9 +81,10 @@ type HostAuthenticator struct {
 	check func(context.Context, string) (string, error)
 }
 
-// Check authenticates the host token of an Authorization header: the
-// Gate's key of the token, or the refusal a call gets.
-func (h HostAuthenticator) Check(ctx context.Context, header string) (string, error) {
+// Check authenticates the host token of an Authorization header, for any
+// procedure of the host API: the Gate's key of the token, or the refusal a
+// call gets.
+func (h HostAuthenticator) Check(ctx context.Context, _, header string) (string, error) {
 	id, err := h.check(ctx, header)
 	return auth.HostCallerPrefix + id, err
 }

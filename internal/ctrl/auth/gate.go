@@ -25,23 +25,22 @@ const gateSmall = 64 << 10
 var refusedBodyTimeout = admission.BodyTimeout
 
 // Gate serves next, a Connect handler, after checking each call's token
-// (check, given the Authorization header, returns who the token
-// authenticates, or the refusal).
+// (check, given the call's procedure and Authorization header, returns who
+// the token authenticates, or the refusal: of a token that does not
+// authenticate, or whose role may not call the procedure).
 //
-// A call whose token does not authenticate is refused before its request
-// is read when the request may be larger than gateSmall (or is of unknown
-// length, as a stream is): a handler decodes a request message, up to 8
-// MiB, before its interceptors authenticate the call, and a repeated
-// field of empty messages takes a hundred times its bytes in memory.
-// Smaller requests go on, to be refused by the interceptors as usual,
-// logged and counted, but their body must arrive within
-// refusedBodyTimeout.
+// A call check refuses is refused before its request is read when the
+// request may be larger than gateSmall (or is of unknown length, as a
+// stream is): a handler decodes a request message, up to 8 MiB, before its
+// interceptors authenticate the call and check its role. Smaller requests
+// go on, to be refused by the interceptors as usual, logged and counted,
+// but their body must arrive within refusedBodyTimeout.
 //
 // A call whose token authenticates counts against its caller's share of
 // calls (calls, nil for no bound) until it ends; a call over it is
 // resource_exhausted before its request is read. The Gate tells refused
 // of each call it refuses, which started at start.
-func Gate(next http.Handler, check func(ctx context.Context, header string) (string, error), calls *callshare.Shares,
+func Gate(next http.Handler, check func(ctx context.Context, procedure, header string) (string, error), calls *callshare.Shares,
 	refused func(r *http.Request, start time.Time, err error)) http.Handler {
 	errs := connect.NewErrorWriter()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -56,7 +55,7 @@ func Gate(next http.Handler, check func(ctx context.Context, header string) (str
 			admission.Refuse(w, r)
 			errs.Write(w, r, err)
 		}
-		caller, err := check(r.Context(), r.Header.Get("Authorization"))
+		caller, err := check(r.Context(), r.URL.Path, r.Header.Get("Authorization"))
 		if err != nil {
 			if r.ContentLength < 0 || r.ContentLength > gateSmall {
 				refuse(err)

@@ -37,7 +37,7 @@ func gateServer(t *testing.T, shares *callshare.Shares, hold <-chan struct{}, en
 		}
 		w.Write([]byte("{}"))
 	})
-	check := func(_ context.Context, header string) (string, error) {
+	check := func(_ context.Context, _, header string) (string, error) {
 		caller, ok := strings.CutPrefix(header, "Bearer ")
 		if !ok || caller == "bad" {
 			return "", connect.NewError(connect.CodeUnauthenticated, errors.New("bad token"))

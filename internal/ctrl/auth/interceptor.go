@@ -69,10 +69,14 @@ func (i *Interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 	}
 }
 
-// Check authenticates the API token of an Authorization header: the
-// Gate's key of its project, or the refusal a call gets.
-func (i *Interceptor) Check(ctx context.Context, header string) (string, error) {
+// Check authenticates the API token of an Authorization header and checks
+// that its role may call procedure: the Gate's key of its project, or the
+// refusal the call gets.
+func (i *Interceptor) Check(ctx context.Context, procedure, header string) (string, error) {
 	c, err := i.authenticate(ctx, header)
+	if err == nil {
+		err = allowed(c, procedure)
+	}
 	return c.ProjectID, err
 }
 
@@ -97,11 +101,19 @@ func (i *Interceptor) authorize(ctx context.Context, procedure, header string) (
 	if err != nil {
 		return nil, err
 	}
-	if need := RoleFor(procedure); !c.Role.Allows(need) {
-		return nil, connect.NewError(connect.CodePermissionDenied,
-			errors.New("this token's role "+string(c.Role)+" may not call "+procedure+"; it needs "+string(need)))
+	if err := allowed(c, procedure); err != nil {
+		return nil, err
 	}
 	return WithCaller(ctx, c), nil
+}
+
+// allowed refuses a call to procedure that c's role may not make.
+func allowed(c Caller, procedure string) error {
+	if need := RoleFor(procedure); !c.Role.Allows(need) {
+		return connect.NewError(connect.CodePermissionDenied,
+			errors.New("this token's role "+string(c.Role)+" may not call "+procedure+"; it needs "+string(need)))
+	}
+	return nil
 }
 
 // RoleFor returns the least role a procedure (/pkg.Service/Method) needs:

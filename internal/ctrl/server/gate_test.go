@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	adminv1 "github.com/kibotos/kibotos/gen/kibotos/admin/v1"
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/gen/kibotos/host/v1/hostv1connect"
@@ -76,5 +77,55 @@ func TestLargeRequestsOfBadTokensAreNotRead(t *testing.T) {
 	_, err := egress.ListEgresses(t.Context(), connect.NewRequest(&ctrlv1.ListEgressesRequest{}))
 	if connect.CodeOf(err) != connect.CodeUnauthenticated || testutil.ErrorDetail(err).GetReason() != ctrlv1.FailureReason_FAILURE_REASON_UNAUTHENTICATED {
 		t.Errorf("a small request with a wrong token: %v", err)
+	}
+}
+
+// TestRequestsThatDecodeLargeAreNotDecoded: a token that authenticates
+// cannot make the control plane decode a request into hundreds of MB
+// either. A role that may not call the method is refused before the
+// request is read, and a request of more elements than any the reference
+// admits (a repeated field of empty messages, in binary or JSON) is
+// refused before it is decoded.
+func TestRequestsThatDecodeLargeAreNotDecoded(t *testing.T) {
+	e := newEnv(t, testutil.SQLiteStore(t))
+	project := e.adminProject()
+	viewer := "Bearer " + e.token(project, adminv1.Role_ROLE_VIEWER)
+	editor := "Bearer " + e.token(project, adminv1.Role_ROLE_EDITOR)
+	// UpdateWorkspaceNetworkPolicyRequest{policy: {egresses: 3M × {}}}
+	policy := protowire.AppendBytes(protowire.AppendTag(nil, 4, protowire.BytesType), bytes.Repeat([]byte{0x2a, 0}, 3<<20))
+	policyJSON := []byte(`{"workspaceId":"ws_x","policy":{"egresses":[{}` + strings.Repeat(`,{}`, 2<<20) + `]}}`)
+	for _, c := range []struct {
+		name, token, contentType string
+		body                     []byte
+		code                     connect.Code
+		says                     string
+	}{
+		{"a viewer's", viewer, "application/proto", policy, connect.CodePermissionDenied, "may not call"},
+		{"an editor's", editor, "application/proto", policy, connect.CodeInvalidArgument, "more than 262144 elements"},
+		{"an editor's in JSON", editor, "application/json", policyJSON, connect.CodeInvalidArgument, "more than 262144 elements"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			req, err := http.NewRequest(http.MethodPost, e.url+ctrlv1connect.WorkspaceServiceUpdateWorkspaceNetworkPolicyProcedure, bytes.NewReader(c.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", c.contentType)
+			req.Header.Set("Authorization", c.token)
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			resp, err := e.http.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			answer, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			runtime.ReadMemStats(&after)
+			if code := `"code":"` + c.code.String() + `"`; !strings.Contains(string(answer), code) || !strings.Contains(string(answer), c.says) {
+				t.Errorf("%d %s, want %s saying %q", resp.StatusCode, answer, code, c.says)
+			}
+			if n := after.TotalAlloc - before.TotalAlloc; n > 64<<20 {
+				t.Errorf("refusing it allocated %d MB", n>>20)
+			}
+		})
 	}
 }

@@ -53,7 +53,7 @@ import (
 // bound, when answers are compressed, and the recovery of a panic.
 func HandlerOptions() []connect.HandlerOption {
 	return []connect.HandlerOption{
-		connect.WithCodec(deterministicCodec{}),
+		connect.WithCodec(deterministicCodec{maxElements: maxRequestElements}),
 		connect.WithReadMaxBytes(MaxRequestBytes),
 		// Compressing a small answer costs more CPU than the bytes it saves.
 		connect.WithCompressMinBytes(compressMinBytes),
@@ -209,6 +209,7 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 		callerLog, callerAuth, accesslog.Project(), nulRefusal{})}, common...)
 	hostOpts := append([]connect.HandlerOption{counted, connect.WithInterceptors(errdetail.Interceptor(),
 		hostLog, hostAuth, nulRefusal{})}, common...)
+	hostOpts = append(hostOpts, connect.WithCodec(deterministicCodec{maxElements: maxHostRequestElements}))
 	// A service's handler, gated: no request of a caller whose token does
 	// not authenticate is decoded but a small one (auth.Gate).
 	var shares *callshare.Shares
@@ -337,14 +338,14 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Dura
 // it refuses logged by log; other paths as they are.
 type gatedMux struct {
 	*http.ServeMux
-	check func(ctx context.Context, header string) (string, error)
+	check func(ctx context.Context, procedure, header string) (string, error)
 	calls *callshare.Shares
 	log   *accesslog.Interceptor
 }
 
 func (m *gatedMux) Handle(pattern string, h http.Handler) {
 	if strings.HasSuffix(pattern, "/") && strings.HasPrefix(pattern, "/kibotos.") {
-		h = auth.Gate(h, m.check, m.calls, func(r *http.Request, start time.Time, err error) {
+		h = auth.Gate(boundJSON(h), m.check, m.calls, func(r *http.Request, start time.Time, err error) {
 			m.log.Refused(r.Context(), r.URL.Path, start, err)
 		})
 	}
