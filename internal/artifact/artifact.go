@@ -50,12 +50,17 @@
 // sparse records (GNU.sparse.*) is refused, as archive/tar would read its
 // holes as zeros up to any size its header claims.
 //
-// Entry names are slash-separated, relative, clean, without "..", and,
-// like link targets, at most 4096 bytes (PATH_MAX, the longest path Linux
-// takes): a reader refuses anything else. The extractor creates every
-// entry through openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS), so no link
-// in the archive can make it write outside the directory it extracts
-// into.
+// Entry names are slash-separated, relative, clean and without "..";
+// the path inside the section (a hard link's target's too) and a
+// symbolic link's target are at most 4095 bytes (PATH_MAX less its NUL,
+// the longest path Linux takes in one call): a reader refuses anything
+// else. The writer walks a tree, and the extractor fills one, relative to
+// directory descriptors, so every path that short is carried however deep
+// the tree's root sits on the host, and a longer one (which a guest makes
+// only by working in relative paths) fails the export. The extractor
+// creates every entry through openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS),
+// so no link in the archive can make it write outside the directory it
+// extracts into.
 package artifact
 
 import (

@@ -10,11 +10,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -84,18 +84,27 @@ func makeTree(t *testing.T, root string) {
 // describe returns one line per path of the tree: type, mode, owner,
 // size, content hash, link target, attributes (trusted.overlay.origin
 // dropped, as the format does), modification time, and the first path of
-// its hard-link group.
+// its hard-link group. It walks relative to directory descriptors, so
+// that it reads trees whose paths, with root's, are longer than Linux
+// takes.
 func describe(t *testing.T, root string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	inodes := map[uint64]string{}
-	must(t, filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
+	var walk func(dirfd int, base, rel string)
+	walk = func(dirfd int, base, rel string) {
 		var st unix.Stat_t
-		must(t, unix.Lstat(p, &st))
+		// base "" is dirfd itself; the magic link names it for the
+		// *xattr calls, which then follow it.
+		proc := "/proc/self/fd/" + strconv.Itoa(dirfd)
+		list, get := unix.Listxattr, unix.Getxattr
+		if base == "" {
+			must(t, unix.Fstat(dirfd, &st))
+		} else {
+			must(t, unix.Fstatat(dirfd, base, &st, unix.AT_SYMLINK_NOFOLLOW))
+			proc += "/" + base
+			list, get = unix.Llistxattr, unix.Lgetxattr
+		}
 		line := fmt.Sprintf("%o %d:%d %d mtime=%d", st.Mode, st.Uid, st.Gid, st.Size, st.Mtim.Nano())
 		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 			if first, ok := inodes[st.Ino]; ok {
@@ -106,15 +115,21 @@ func describe(t *testing.T, root string) map[string]string {
 		}
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFREG:
-			line += " sha=" + contentHash(t, p, st.Size)
+			fd, err := unix.Openat(dirfd, base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			must(t, err)
+			f := os.NewFile(uintptr(fd), rel)
+			line += " sha=" + contentHash(t, f, st.Size)
+			f.Close()
 		case unix.S_IFLNK:
-			target, _ := os.Readlink(p)
-			line += " -> " + target
+			buf := make([]byte, 8192)
+			n, err := unix.Readlinkat(dirfd, base, buf)
+			must(t, err)
+			line += " -> " + string(buf[:n])
 		case unix.S_IFCHR:
 			line += fmt.Sprintf(" dev=%d", st.Rdev)
 		}
 		buf := make([]byte, 4096)
-		n, _ := unix.Llistxattr(p, buf)
+		n, _ := list(proc, buf)
 		names := strings.Split(strings.TrimRight(string(buf[:n]), "\x00"), "\x00")
 		slices.Sort(names)
 		for _, name := range names {
@@ -122,13 +137,48 @@ func describe(t *testing.T, root string) map[string]string {
 				continue
 			}
 			v := make([]byte, 4096)
-			m, _ := unix.Lgetxattr(p, name, v)
+			m, _ := get(proc, name, v)
 			line += fmt.Sprintf(" %s=%q", name, v[:m])
 		}
 		out[rel] = line
-		return nil
-	}))
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return
+		}
+		fd := dirfd
+		if base != "" {
+			var err error
+			fd, err = unix.Openat(dirfd, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			must(t, err)
+		}
+		dir := os.NewFile(uintptr(fd), rel)
+		names, err := dir.Readdirnames(-1)
+		must(t, err)
+		for _, name := range names {
+			walk(fd, name, filepath.Join(rel, name))
+		}
+		dir.Close()
+	}
+	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	must(t, err)
+	walk(fd, "", ".")
 	return out
+}
+
+// sameTrees reports each path whose description differs between the
+// trees want and got, or that only one holds.
+func sameTrees(t *testing.T, want, got string) {
+	t.Helper()
+	w, g := describe(t, want), describe(t, got)
+	for _, k := range slices.Sorted(maps.Keys(w)) {
+		if g[k] != w[k] {
+			t.Errorf("%s:\n got  %s\n want %s", k, g[k], w[k])
+		}
+	}
+	for k := range g {
+		if _, ok := w[k]; !ok {
+			t.Errorf("extra %s", k)
+		}
+	}
 }
 
 // write writes an artifact of manifest holding each section's tree.
@@ -169,19 +219,8 @@ func TestRoundTrip(t *testing.T) {
 	if !proto.Equal(m, manifest) {
 		t.Errorf("manifest = %v, want %v", m, manifest)
 	}
-	for _, pair := range [][2]string{{src, dstLayer}, {vol, dstVol}} {
-		want, got := describe(t, pair[0]), describe(t, pair[1])
-		for _, k := range slices.Sorted(maps.Keys(want)) {
-			if got[k] != want[k] {
-				t.Errorf("%s:\n got  %s\n want %s", k, got[k], want[k])
-			}
-		}
-		for k := range got {
-			if _, ok := want[k]; !ok {
-				t.Errorf("extra %s", k)
-			}
-		}
-	}
+	sameTrees(t, src, dstLayer)
+	sameTrees(t, vol, dstVol)
 	var st unix.Stat_t
 	must(t, unix.Stat(filepath.Join(dstLayer, "sparse"), &st))
 	if st.Blocks*512 > 1<<20 {
@@ -191,6 +230,104 @@ func TestRoundTrip(t *testing.T) {
 		if _, err := unix.Lgetxattr(filepath.Join(dstLayer, "etc/hostname"), "trusted.overlay.origin", v); !errors.Is(err, unix.ENODATA) {
 			t.Errorf("trusted.overlay.origin was carried: %v", err)
 		}
+	}
+}
+
+// longPrefix is a new directory below a prefix of over 240 bytes, like
+// the host's mounts of a layer or Volume but longer.
+func longPrefix(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), strings.Repeat("p", 120), strings.Repeat("q", 120))
+	must(t, os.MkdirAll(dir, 0o755))
+	return dir
+}
+
+// deepDir is a path of 20 directories of 199 bytes and one of 40: 4,040
+// bytes, from which a name of 54 bytes makes a path of 4,095, the
+// longest Linux takes.
+var deepDir = strings.Repeat(strings.Repeat("0", 199)+"/", 20) + strings.Repeat("e", 40)
+
+// makeDeepTree builds below root, through os.Root (whose calls are
+// relative to directory descriptors), a tree whose deepest paths are
+// 4,095 bytes long, of every kind of entry the format carries, and
+// returns the name of its deepest directory, which holds them.
+func makeDeepTree(t *testing.T, root string) string {
+	t.Helper()
+	r, err := os.OpenRoot(root)
+	must(t, err)
+	defer r.Close()
+	must(t, r.MkdirAll(deepDir, 0o755))
+	at := func(c string) string { return deepDir + "/" + strings.Repeat(c, 54) }
+	file, sparse := at("f"), at("s")
+	must(t, r.WriteFile(file, []byte("deeper\n"), 0o600))
+	must(t, r.Lchown(file, 1000, 1001))
+	must(t, r.Link(file, at("h")))
+	// A target of 4,095 bytes, the longest symlink(2) takes.
+	must(t, r.Symlink(strings.Repeat("../", 1365), at("l")))
+	f, err := r.Create(sparse)
+	must(t, err)
+	must(t, f.Truncate(64<<20))
+	_, err = f.WriteAt([]byte("data!"), 32<<20)
+	must(t, err)
+	must(t, unix.Fsetxattr(int(f.Fd()), "user.note", []byte("deep"), 0))
+	must(t, f.Close())
+	d, err := r.Open(deepDir)
+	must(t, err)
+	defer d.Close()
+	dirfd := int(d.Fd())
+	must(t, unix.Mknodat(dirfd, strings.Repeat("p", 54), unix.S_IFIFO|0o620, 0))
+	must(t, unix.Mknodat(dirfd, strings.Repeat("w", 54), unix.S_IFCHR, 0)) // a whiteout
+	must(t, unix.Fsetxattr(dirfd, "trusted.overlay.opaque", []byte("y"), 0))
+	must(t, unix.Fchown(dirfd, 7, 8))
+	must(t, unix.Fchmod(dirfd, 0o711))
+	return deepDir
+}
+
+// TestLongPathsRoundTrip: a tree whose paths are as long as Linux takes,
+// below a root whose own path is long, is exported and restored whole:
+// the writer and the extractor work relative to the tree's root, so the
+// host's directories take nothing from the guest's paths.
+func TestLongPathsRoundTrip(t *testing.T) {
+	hosttest.RequireRoot(t)
+	src := longPrefix(t)
+	makeDeepTree(t, src)
+	art := write(t, map[string]string{Layer: src, Volume: src})
+	dstLayer, dstVol := longPrefix(t), longPrefix(t)
+	_, err := Extract(context.Background(), bytes.NewReader(art), map[string]string{Layer: dstLayer, Volume: dstVol})
+	must(t, err)
+	want := describe(t, src)
+	if deepest := slices.MaxFunc(slices.Collect(maps.Keys(want)), func(a, b string) int { return len(a) - len(b) }); len(deepest) != 4095 {
+		t.Fatalf("the deepest path of the tree is %d bytes, not 4095", len(deepest))
+	}
+	sameTrees(t, src, dstLayer)
+	sameTrees(t, src, dstVol)
+}
+
+// TestPathLongerThanLinuxTakesRefused: a path of the tree longer than
+// Linux takes in one call (which a guest makes only by working in
+// relative paths) is refused, saying which, before its entry is written.
+func TestPathLongerThanLinuxTakesRefused(t *testing.T) {
+	hosttest.RequireRoot(t)
+	src := longPrefix(t)
+	r, err := os.OpenRoot(src)
+	must(t, err)
+	defer r.Close()
+	must(t, r.MkdirAll(deepDir, 0o755))
+	long := deepDir + "/" + strings.Repeat("g", 55)
+	must(t, r.WriteFile(long, nil, 0o644))
+	body, err := EncodeManifest(manifest)
+	must(t, err)
+	w, err := NewWriter(io.Discard, body, nil)
+	must(t, err)
+	defer w.Close()
+	before := w.entries
+	err = w.AddTree(context.Background(), Layer, src)
+	if !errors.Is(err, unix.ENAMETOOLONG) || !strings.Contains(err.Error(), "a path of 4096 bytes") || !strings.Contains(err.Error(), "/ggggg") {
+		t.Fatalf("AddTree of a tree with a path of 4096 bytes: %v, want ENAMETOOLONG naming it", err)
+	}
+	t.Log(err)
+	if added := w.entries - before; added != 22 {
+		t.Errorf("%d entries were written, want the root and the 21 directories above the path", added)
 	}
 }
 
@@ -298,10 +435,7 @@ func TestEscapes(t *testing.T) {
 
 // contentHash hashes a file's content by its data extents and their
 // offsets: equal for equal content and holes, without reading holes.
-func contentHash(t *testing.T, p string, size int64) string {
-	f, err := os.Open(p)
-	must(t, err)
-	defer f.Close()
+func contentHash(t *testing.T, f *os.File, size int64) string {
 	extents, err := dataExtents(f, size)
 	must(t, err)
 	h := sha256.New()

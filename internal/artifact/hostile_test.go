@@ -179,25 +179,43 @@ func longName(section string, n, i int) string {
 	return section + "/" + strings.Repeat(strings.Repeat("d", 99)+"/", n/100) + fmt.Sprintf("f%08d", i)
 }
 
-// TestLongNamesRefused: a name or link target longer than any path
-// Linux takes is refused (names of 500,000 bytes took memory without
-// bound).
+// TestLongNamesRefused: a path inside a section or a link target longer
+// than any path Linux takes is refused (names of 500,000 bytes took
+// memory without bound); the longest are taken.
 func TestLongNamesRefused(t *testing.T) {
-	for _, e := range []crafted{
-		{hdr: fileHeader(longName(Volume, 500_000, 0), 0)},
-		{hdr: &tar.Header{Typeflag: tar.TypeSymlink, Name: Volume + "/link", Linkname: strings.Repeat("x/", 2100), Format: tar.FormatPAX}},
+	path := func(n int) string { // of n bytes
+		p := strings.Repeat("n/", (n-1)/2)
+		return p + strings.Repeat("x", n-len(p))
+	}
+	symlink := func(name, target string) *tar.Header {
+		return &tar.Header{Typeflag: tar.TypeSymlink, Name: name, Linkname: target, Format: tar.FormatPAX}
+	}
+	link := func(name, target string) *tar.Header {
+		return &tar.Header{Typeflag: tar.TypeLink, Name: name, Linkname: target, Format: tar.FormatPAX}
+	}
+	for _, entries := range [][]crafted{
+		{{hdr: fileHeader(longName(Volume, 500_000, 0), 0)}},
+		{{hdr: fileHeader(strings.Repeat("x", 500_000), 0)}},
+		{{hdr: fileHeader(Volume+"/"+path(4096), 0)}},
+		{{hdr: symlink(Volume+"/link", strings.Repeat("x/", 2100))}},
+		{{hdr: symlink(Volume+"/link", path(4096))}},
+		{{hdr: fileHeader(Volume+"/f", 0)}, {hdr: link(Volume+"/"+path(4096), Volume+"/f")}},
 	} {
-		art := craft(t, manifest, []crafted{{hdr: dirHeader(Volume)}, e})
+		art := craft(t, manifest, append([]crafted{{hdr: dirHeader(Volume)}}, entries...))
 		_, err := Walk(context.Background(), bytes.NewReader(art), nil)
-		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "over 4096 bytes") {
-			t.Errorf("%c entry of %d and %d bytes of names: %v, want an invalid artifact saying over 4096 bytes",
-				e.hdr.Typeflag, len(e.hdr.Name), len(e.hdr.Linkname), err)
+		e := entries[len(entries)-1].hdr
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "over 4095 bytes") {
+			t.Errorf("%c entry of %d and %d bytes of names: %v, want an invalid artifact saying over 4095 bytes",
+				e.Typeflag, len(e.Name), len(e.Linkname), err)
 		}
 	}
-	// The longest name is taken.
-	art := craft(t, manifest, []crafted{{hdr: dirHeader(Volume)}, {hdr: fileHeader(Volume+"/"+strings.Repeat("n/", 2043)+"end", 0)}})
+	// The longest are taken: paths of 4095 bytes in the section (7 more
+	// with its name), and a symbolic link's target of 4095.
+	longest := Volume + "/" + path(4095)
+	art := craft(t, manifest, []crafted{{hdr: dirHeader(Volume)}, {hdr: fileHeader(longest, 0)},
+		{hdr: link(Volume+"/"+path(4094)+"h", longest)}, {hdr: symlink(Volume+"/link", path(4095))}})
 	if _, err := Walk(context.Background(), bytes.NewReader(art), nil); err != nil {
-		t.Errorf("a name of 4096 bytes: %v", err)
+		t.Errorf("paths and a link target of 4095 bytes: %v", err)
 	}
 }
 

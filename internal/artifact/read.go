@@ -23,10 +23,16 @@ import (
 // Limits of what a reader accepts.
 const (
 	maxManifestBytes = 1 << 20
-	// maxNameBytes bounds an entry's name and link target: PATH_MAX, the
-	// longest path Linux takes, so no longer than an export reads (its
-	// paths also hold the directory the section is mounted at).
-	maxNameBytes = 4096
+	// maxPathBytes bounds an entry's path inside its section and a
+	// link's target (inside its section for a hard link): PATH_MAX less
+	// its terminating NUL, the longest path Linux takes in one call, so
+	// the longest a writer walking relative to the section's root reads
+	// and an extractor opens below it, and the longest target symlink(2)
+	// takes.
+	maxPathBytes = 4095
+	// maxNameBytes bounds an entry's whole name and link target: the
+	// longest section's name, a slash and maxPathBytes.
+	maxNameBytes = len(Template) + 1 + maxPathBytes
 )
 
 // zstdMagic starts every zstd frame.
@@ -377,13 +383,17 @@ func (w *walker) checkTrailer(hdr *tar.Header) error {
 // parseEntry checks an entry of a section and decodes its records.
 func parseEntry(hdr *tar.Header) (*Entry, error) {
 	name := hdr.Name
-	if len(name) > maxNameBytes || len(hdr.Linkname) > maxNameBytes {
-		return nil, invalid("entry %.100q... has a name or link target over %d bytes, longer than any path Linux takes", name, maxNameBytes)
+	section, rel, _ := strings.Cut(name, "/")
+	target := hdr.Linkname
+	if hdr.Typeflag == tar.TypeLink {
+		_, target, _ = strings.Cut(target, "/")
+	}
+	if len(name) > maxNameBytes || len(hdr.Linkname) > maxNameBytes || len(rel) > maxPathBytes || len(target) > maxPathBytes {
+		return nil, invalid("entry %.100q... has a path or link target over %d bytes, longer than any path Linux takes", name, maxPathBytes)
 	}
 	if name == "" || path.Clean(name) != name || path.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
 		return nil, invalid("entry name %q is not a clean relative path", name)
 	}
-	section, rel, _ := strings.Cut(name, "/")
 	switch section {
 	case Layer, Volume, Template:
 	default:

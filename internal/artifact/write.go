@@ -9,9 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,7 +21,7 @@ import (
 
 // Writer writes an artifact to an io.Writer, streaming: it holds one
 // file's extents map, never a file's content. The trailer's lines, one
-// per regular file with its name (up to 4096 bytes), wait in an unlinked
+// per regular file with its name (up to maxNameBytes), wait in an unlinked
 // temporary file (os.TempDir) rather than memory; Close releases it.
 type Writer struct {
 	zw *zstd.Encoder
@@ -91,33 +90,101 @@ func (w *Writer) sum(sum []byte, name string) {
 // section name prefix, without following symbolic links. root should be
 // on a read-only mount: a file that changes while it is read is carried
 // as it was read.
+//
+// It walks relative to directory descriptors (openat, fstatat, ...), so
+// that how deep root itself sits takes nothing from the paths below it:
+// each may be as long as Linux takes in one call (maxPathBytes). A path
+// longer than that, which a guest can make only by working in relative
+// paths, ends the walk with an error wrapping ENAMETOOLONG, before its
+// entry is written. Each directory holds its descriptor while what it
+// holds is walked: at most about 2,048 at once (maxPathBytes of one-byte
+// names).
 func (w *Writer) AddTree(ctx context.Context, prefix, root string) error {
-	links := map[[2]uint64]string{}
-	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(root, p)
-		if err != nil {
-			return err
-		}
-		name := prefix
-		if rel != "." {
-			name = prefix + "/" + filepath.ToSlash(rel)
-		}
-		return w.addPath(p, name, links)
-	})
+	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: root, Err: err}
+	}
+	dir := os.NewFile(uintptr(fd), root)
+	defer dir.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return &os.PathError{Op: "fstat", Path: root, Err: err}
+	}
+	t := &treeWalk{w: w, ctx: ctx, links: map[[2]uint64]string{}}
+	if err := t.add(fd, "", prefix, &st); err != nil {
+		return err
+	}
+	return t.children(dir, "", prefix)
 }
 
-// addPath adds one file of a tree.
-func (w *Writer) addPath(p, name string, links map[[2]uint64]string) error {
-	var st unix.Stat_t
-	if err := unix.Lstat(p, &st); err != nil {
-		return &os.PathError{Op: "lstat", Path: p, Err: err}
+// treeWalk is one AddTree's walk.
+type treeWalk struct {
+	w   *Writer
+	ctx context.Context
+	// links maps a (device, inode) with more than one link to the name
+	// of its first entry.
+	links map[[2]uint64]string
+}
+
+// children adds what the open directory dir holds, in lexical order like
+// filepath.WalkDir, each directory before what it holds. rel is dir's
+// path inside the tree ("" for its root), name its entry's name.
+func (t *treeWalk) children(dir *os.File, rel, name string) error {
+	names, err := dir.Readdirnames(-1)
+	if err != nil {
+		return &os.PathError{Op: "readdirent", Path: name, Err: err}
 	}
+	slices.Sort(names)
+	dirfd := int(dir.Fd())
+	for _, base := range names {
+		if err := t.ctx.Err(); err != nil {
+			return err
+		}
+		childRel, childName := base, name+"/"+base
+		if rel != "" {
+			childRel = rel + "/" + base
+		}
+		if len(childRel) > maxPathBytes {
+			return fmt.Errorf("artifact: %s: a path of %d bytes, longer than the %d Linux takes: %w",
+				abbreviate(childName), len(childRel), maxPathBytes, unix.ENAMETOOLONG)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstatat(dirfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return &os.PathError{Op: "lstat", Path: childName, Err: err}
+		}
+		if err := t.add(dirfd, base, childName, &st); err != nil {
+			return err
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			continue
+		}
+		fd, err := unix.Openat(dirfd, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return &os.PathError{Op: "open", Path: childName, Err: err}
+		}
+		child := os.NewFile(uintptr(fd), childName)
+		err = t.children(child, childRel, childName)
+		child.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// abbreviate shortens a long name for an error message, keeping its
+// start and its end.
+func abbreviate(name string) string {
+	if len(name) <= 200 {
+		return name
+	}
+	return name[:100] + "..." + name[len(name)-100:]
+}
+
+// add adds the entry name of one file of a tree: base in dirfd, or dirfd
+// itself when base is "", whose status is st.
+func (t *treeWalk) add(dirfd int, base, name string, st *unix.Stat_t) error {
+	w := t.w
 	hdr := &tar.Header{Name: name, Mode: int64(st.Mode & 0o7777), Uid: int(st.Uid), Gid: int(st.Gid),
 		ModTime: time.Unix(st.Mtim.Unix()), Format: tar.FormatPAX, PAXRecords: map[string]string{}}
 	format := st.Mode & unix.S_IFMT
@@ -128,23 +195,23 @@ func (w *Writer) addPath(p, name string, links map[[2]uint64]string) error {
 	}
 	if format != unix.S_IFDIR && st.Nlink > 1 {
 		key := [2]uint64{st.Dev, st.Ino}
-		if first, ok := links[key]; ok {
+		if first, ok := t.links[key]; ok {
 			hdr.Typeflag, hdr.Linkname, hdr.PAXRecords = tar.TypeLink, first, nil
 			w.entries++
 			return w.tw.WriteHeader(hdr)
 		}
-		links[key] = name
+		t.links[key] = name
 	}
-	if err := readXattrs(p, hdr.PAXRecords); err != nil {
+	if err := readXattrs(dirfd, base, name, hdr.PAXRecords); err != nil {
 		return err
 	}
 	switch format {
 	case unix.S_IFDIR:
 		hdr.Typeflag = tar.TypeDir
 	case unix.S_IFLNK:
-		target, err := os.Readlink(p)
+		target, err := readlinkat(dirfd, base)
 		if err != nil {
-			return err
+			return &os.PathError{Op: "readlink", Path: name, Err: err}
 		}
 		hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
 	case unix.S_IFCHR, unix.S_IFBLK:
@@ -156,22 +223,37 @@ func (w *Writer) addPath(p, name string, links map[[2]uint64]string) error {
 	case unix.S_IFIFO:
 		hdr.Typeflag = tar.TypeFifo
 	case unix.S_IFREG:
-		return w.addRegular(p, hdr, st.Size)
+		return w.addRegular(dirfd, base, hdr, st.Size)
 	}
 	w.entries++
 	return w.tw.WriteHeader(hdr)
 }
 
-// addRegular adds a regular file's data extents.
-func (w *Writer) addRegular(p string, hdr *tar.Header, size int64) error {
-	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+// readlinkat returns the target of the symbolic link base in dirfd.
+func readlinkat(dirfd int, base string) (string, error) {
+	// A target is at most maxPathBytes: symlink(2) takes no longer.
+	buf := make([]byte, maxPathBytes+1)
+	n, err := unix.Readlinkat(dirfd, base, buf)
 	if err != nil {
-		return err
+		return "", err
 	}
+	if n > maxPathBytes {
+		return "", unix.ENAMETOOLONG
+	}
+	return string(buf[:n]), nil
+}
+
+// addRegular adds the data extents of the regular file base in dirfd.
+func (w *Writer) addRegular(dirfd int, base string, hdr *tar.Header, size int64) error {
+	fd, err := unix.Openat(dirfd, base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: hdr.Name, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), hdr.Name)
 	defer f.Close()
 	extents, err := dataExtents(f, size)
 	if err != nil {
-		return fmt.Errorf("artifact: extents of %s: %w", p, err)
+		return fmt.Errorf("artifact: extents of %s: %w", hdr.Name, err)
 	}
 	hdr.Typeflag = tar.TypeReg
 	for _, e := range extents {
@@ -195,7 +277,7 @@ func (w *Writer) addRegular(p string, hdr *tar.Header, size int64) error {
 			return err
 		}
 		if n != e[1] {
-			return fmt.Errorf("artifact: %s shrank while it was read", p)
+			return fmt.Errorf("artifact: %s shrank while it was read", hdr.Name)
 		}
 	}
 	w.sum(h.Sum(nil), hdr.Name)
@@ -267,36 +349,47 @@ func formatSparse(size int64, extents [][2]int64) string {
 // elsewhere.
 var skippedXattrs = map[string]bool{"trusted.overlay.origin": true, "trusted.overlay.impure": true}
 
-// readXattrs adds the extended attributes of p (not following a link) to
-// records.
-func readXattrs(p string, records map[string]string) error {
-	size, err := unix.Llistxattr(p, nil)
+// readXattrs adds to records the extended attributes of base in dirfd
+// (not following a link), or of dirfd itself when base is "", the entry
+// name.
+func readXattrs(dirfd int, base, name string, records map[string]string) error {
+	// Through the descriptor's magic link, relative to it: getxattrat
+	// and listxattrat need Linux 6.13, and f*xattr takes no O_PATH
+	// descriptor, the only kind a symbolic link opens as (and the only
+	// safe one for a device or a fifo).
+	p := "/proc/self/fd/" + strconv.Itoa(dirfd)
+	list, get := unix.Listxattr, unix.Getxattr // dirfd itself, the link followed
+	if base != "" {
+		p += "/" + base
+		list, get = unix.Llistxattr, unix.Lgetxattr
+	}
+	size, err := list(p, nil)
 	if errors.Is(err, unix.ENOTSUP) || size == 0 {
 		return nil
 	}
 	if err != nil {
-		return &os.PathError{Op: "llistxattr", Path: p, Err: err}
+		return &os.PathError{Op: "listxattr", Path: name, Err: err}
 	}
 	buf := make([]byte, size)
-	if size, err = unix.Llistxattr(p, buf); err != nil {
-		return &os.PathError{Op: "llistxattr", Path: p, Err: err}
+	if size, err = list(p, buf); err != nil {
+		return &os.PathError{Op: "listxattr", Path: name, Err: err}
 	}
-	for _, name := range strings.Split(strings.TrimRight(string(buf[:size]), "\x00"), "\x00") {
-		if name == "" || skippedXattrs[name] {
+	for _, attr := range strings.Split(strings.TrimRight(string(buf[:size]), "\x00"), "\x00") {
+		if attr == "" || skippedXattrs[attr] {
 			continue
 		}
-		n, err := unix.Lgetxattr(p, name, nil)
+		n, err := get(p, attr, nil)
 		if errors.Is(err, unix.ENODATA) {
 			continue
 		}
 		if err != nil {
-			return &os.PathError{Op: "lgetxattr " + name, Path: p, Err: err}
+			return &os.PathError{Op: "getxattr " + attr, Path: name, Err: err}
 		}
 		val := make([]byte, n)
-		if n, err = unix.Lgetxattr(p, name, val); err != nil {
-			return &os.PathError{Op: "lgetxattr " + name, Path: p, Err: err}
+		if n, err = get(p, attr, val); err != nil {
+			return &os.PathError{Op: "getxattr " + attr, Path: name, Err: err}
 		}
-		records[paxXattr+name] = string(val[:n])
+		records[paxXattr+attr] = string(val[:n])
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"net/http"
@@ -32,8 +33,11 @@ import (
 // writeTree writes, in a guest, what a transfer must carry: files in the
 // writable layer (a changed and a removed file of the template, an opaque
 // directory, owners, modes, set-id bits, symbolic and hard links, a fifo,
-// random data) and in the Volume (a 1 GiB sparse file, the same kinds).
+// random data, a file whose path is 4,095 bytes, the longest a path may
+// be, well past it with the host's mount of the layer) and in the Volume
+// (a 1 GiB sparse file, the same kinds, a path of 4,095 bytes).
 const writeTree = `set -e
+deep() { n=$(printf '%0199d' 0); cd "$1"; for i in $(seq 20); do mkdir $n; cd $n; done; echo deeper > $(printf "%0${2}d" 1); }
 echo '# changed' >> /etc/group
 rm /usr/bin/wget
 rm -rf /etc/ssl && mkdir /etc/ssl && echo only > /etc/ssl/only
@@ -45,6 +49,7 @@ ln -s ../etc/hostname link && ln -s /nowhere dangling
 ln rand rand.hard
 mkfifo fifo && chmod 0620 fifo
 touch -d '2001-02-03 04:05:06' sub
+(deep /root/t 87)
 cd /data
 dd if=/dev/urandom of=blob bs=1M count=8 2>/dev/null
 truncate -s 1G sparse
@@ -52,6 +57,7 @@ echo middle | dd of=sparse bs=1 seek=536870912 conv=notrunc 2>/dev/null
 echo end | dd of=sparse bs=1 seek=1073741820 conv=notrunc 2>/dev/null
 mkdir -p owned && chown 123:456 owned && chmod 0750 owned && ln blob owned/blob.hard
 ln -s blob owned/blob.link
+(deep /data 89)
 sync`
 
 // treeSum prints, for every path of the trees a transfer carries, its
@@ -236,6 +242,12 @@ func TestTransferAcrossDeployments(t *testing.T) {
 	want, err := a.exec(src, "sh", "-c", treeSum)
 	if err != nil {
 		t.Fatalf("%v: %s", err, want)
+	}
+	chain := strings.Repeat(strings.Repeat("0", 199)+"/", 20)
+	for _, deepest := range []string{"/root/t/" + chain + fmt.Sprintf("%087d", 1), "/data/" + chain + fmt.Sprintf("%089d", 1)} {
+		if len(deepest) != 4095 || !strings.Contains(want, deepest+" ") {
+			t.Fatalf("the tree holds no path %.20s... of %d bytes", deepest, len(deepest))
+		}
 	}
 
 	// A running workspace is refused, naming its state.
