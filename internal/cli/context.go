@@ -3,7 +3,6 @@ package cli
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -84,8 +83,8 @@ func (cfg *contextConfig) save(path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	return writeAtomically(path, func() fs.FileMode { return 0o600 }, func(w io.Writer) error {
-		_, err := w.Write(b)
+	return writeAtomically(path, func() fs.FileMode { return 0o600 }, func(f *os.File) error {
+		_, err := f.Write(b)
 		return err
 	})
 }

@@ -239,9 +239,13 @@ func (cp *copier) download(src string, dst cpOperand) error {
 	} else {
 		opts = append(opts, sdk.WithFileInfo(func(f *datav1.FileInfo) { mode = fs.FileMode(f.GetMode()).Perm() }))
 	}
-	return writeAtomically(target, func() fs.FileMode { return cmp.Or(mode, 0o644) }, func(w io.Writer) error {
-		_, err := cp.ws.Download(ctx, src, w, opts...)
-		return err
+	return writeAtomically(target, func() fs.FileMode { return cmp.Or(mode, 0o644) }, func(f *os.File) error {
+		var w sparseWriter // a file with holes there keeps them here
+		w.reset(f)
+		if _, err := cp.ws.Download(ctx, src, &w, opts...); err != nil {
+			return err
+		}
+		return w.Flush()
 	})
 }
 
@@ -249,7 +253,7 @@ func (cp *copier) download(src string, dst cpOperand) error {
 // target, gives it the mode that mode returns once written and renames it
 // into place; on failure target stays as it was. The temporary name is
 // short, whatever target's (a name of 255 bytes has no room for more).
-func writeAtomically(target string, mode func() fs.FileMode, write func(io.Writer) error) (err error) {
+func writeAtomically(target string, mode func() fs.FileMode, write func(*os.File) error) (err error) {
 	f, err := os.CreateTemp(filepath.Dir(target), ".kibotos-*.part")
 	if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
 		// Named by the file asked for, not by the temporary one.

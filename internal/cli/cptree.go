@@ -472,8 +472,11 @@ func (cp *copier) downloadTree(src, dst string) error {
 // outside it, symlinks leading out of it, and entries beneath a symlink of
 // the stream. Directories are made 0700, so that the tree can be moved out
 // of dir or removed by a user who is not root; their modes and times are
-// returned, to be applied once the tree is in place. Devices and FIFOs are
-// skipped with a warning to warn.
+// returned, to be applied once the tree is in place. Files are written
+// with their blocks of zeros left holes (sparseWriter), since the guest's
+// tar sends holes as zeros; a sparse entry, which declares more than it
+// carries, is refused. Devices and FIFOs are skipped with a warning to
+// warn.
 func extractTree(r io.Reader, dir string, warn func(string)) (dirAttrs, error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
@@ -483,6 +486,7 @@ func extractTree(r io.Reader, dir string, warn func(string)) (dirAttrs, error) {
 	var (
 		dirs  dirAttrs
 		links = map[string]string{} // name → target
+		w     sparseWriter          // the files' holes, sent as zeros, stay holes
 	)
 	tr := tar.NewReader(r)
 	for {
@@ -508,7 +512,7 @@ func extractTree(r io.Reader, dir string, warn func(string)) (dirAttrs, error) {
 				return nil, err
 			}
 		}
-		if sparse(hdr) { // its holes would be written, as many as it declares
+		if sparse(hdr) { // as many zeros as it declares, none of which crossed the wire
 			return nil, fmt.Errorf("entry %q is a sparse file, which the workspace's tar does not write: refused", hdr.Name)
 		}
 		switch hdr.Typeflag {
@@ -522,8 +526,9 @@ func extractTree(r io.Reader, dir string, warn func(string)) (dirAttrs, error) {
 			if err != nil {
 				return nil, err
 			}
-			_, err = io.Copy(f, tr)
-			if err = errors.Join(err, f.Close()); err != nil {
+			w.reset(f)
+			_, err = io.Copy(&w, tr)
+			if err = errors.Join(err, w.Flush(), f.Close()); err != nil {
 				return nil, err
 			}
 			if err := root.Chmod(name, mode); err != nil {

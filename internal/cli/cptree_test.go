@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -628,4 +629,67 @@ func TestExtractTreeRefusesSparseEntries(t *testing.T) {
 			t.Errorf("%s: the sparse entry was written", format)
 		}
 	}
+}
+
+// TestCpDownloadKeepsHoles downloads a file of a GiB with a hole before
+// its last byte, in a tree with `ws cp -r` and alone with `ws cp`: the
+// hole crosses the wire as zeros, which land as a hole again, so each copy
+// takes far less room than its size, with the same bytes.
+func TestCpDownloadKeepsHoles(t *testing.T) {
+	e, id := newDataEnv(t)
+	const size = 1 << 30
+	e.sh(t, id, fmt.Sprintf("mkdir -p /root/sp && echo small > /root/sp/small && truncate -s %d /root/sp/big && printf x >> /root/sp/big", size-1))
+	dir := t.TempDir()
+	tree, single := filepath.Join(dir, "tree"), filepath.Join(dir, "single")
+	if _, stderr, err := e.runData(t, "", "ws", "cp", "-r", id+":/root/sp", tree); err != nil {
+		t.Fatalf("cp -r: %v\n%s", err, stderr)
+	}
+	if _, stderr, err := e.runData(t, "", "ws", "cp", id+":/root/sp/big", single); err != nil {
+		t.Fatalf("cp: %v\n%s", err, stderr)
+	}
+	for _, name := range []string{filepath.Join(tree, "big"), single} {
+		var st syscall.Stat_t
+		if err := syscall.Stat(name, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Size != size || st.Blocks*512 > 1<<20 {
+			t.Errorf("%s: %d bytes in %d bytes of blocks, want %d bytes in at most 1 MiB", name, st.Size, st.Blocks*512, size)
+		}
+		if err := wantZerosThen(name, "x"); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if got, err := os.ReadFile(filepath.Join(tree, "small")); err != nil || string(got) != "small\n" {
+		t.Errorf("the tree's small file: %q, %v", got, err)
+	}
+}
+
+// wantZerosThen says how the file name differs from zero bytes followed
+// by end.
+func wantZerosThen(name, end string) error {
+	data, err := os.Open(name)
+	if err != nil {
+		return err
+	}
+	defer data.Close()
+	st, err := data.Stat()
+	if err != nil {
+		return err
+	}
+	zeros := st.Size() - int64(len(end))
+	buf := make([]byte, 1<<20)
+	for off := int64(0); off < zeros; {
+		n, err := data.Read(buf[:min(int64(len(buf)), zeros-off)])
+		if i := bytes.IndexFunc(buf[:n], func(r rune) bool { return r != 0 }); i >= 0 {
+			return fmt.Errorf("a byte other than zero at %d", off+int64(i))
+		}
+		if off += int64(n); err != nil {
+			return err
+		}
+	}
+	tail, err := io.ReadAll(data)
+	if err != nil || string(tail) != end {
+		return fmt.Errorf("ends in %q (%v), want %q", tail, err, end)
+	}
+	return nil
 }
