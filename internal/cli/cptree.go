@@ -138,22 +138,93 @@ func (cp *copier) uploadTree(src, dst string) error {
 			return cp.unstage(staging, err)
 		}
 	}
-	return cp.extractInto(target, -1, func(w io.Writer) error { return writeDirTimes(w, entries) })
+	if err := cp.extractInto(target, -1, func(w io.Writer) error { return writeDirTimes(w, entries) }); err != nil {
+		return err
+	}
+	if asRoot(cp.userName) {
+		return nil
+	}
+	return cp.closeDirs(target, entries)
+}
+
+// asRoot reports whether the guest's user named name is root by its
+// name, as the data plane's own default (empty) is.
+func asRoot(name string) bool {
+	return name == "" || name == "root" || name == "0"
+}
+
+// closeDirs gives the directories of an upload in target their modes, for
+// a user other than root: busybox's tar applies modes only as root, and
+// otherwise makes a directory with the mode of its header (less the
+// umask) and leaves one that exists as it is, so the directories stay as
+// open as writeTree sent them. A shell script of chmod commands does it,
+// the deepest directories first, so that one closed to its owner is
+// closed after what lies beneath it; as tar's, a chmod that fails (of a
+// directory of the destination that the user does not own) is passed by.
+func (cp *copier) closeDirs(target string, entries []localEntry) error {
+	var script bytes.Buffer
+	line, mode := 0, fs.FileMode(0)
+	for _, e := range slices.Backward(entries) {
+		if !e.info.IsDir() {
+			continue
+		}
+		m := e.info.Mode() & (fs.ModePerm | fs.ModeSetgid | fs.ModeSticky)
+		if line == 0 || m != mode || line > 32<<10 { // a run of one mode, in arguments of a sane length
+			if line > 0 {
+				script.WriteString(" 2>/dev/null\n")
+			}
+			mode = m
+			line, _ = fmt.Fprintf(&script, "chmod %o", unixMode(m))
+		}
+		n, _ := script.WriteString(" " + shellQuote("./"+e.rel))
+		line += n
+	}
+	if line > 0 {
+		script.WriteString(" 2>/dev/null\n")
+	}
+	script.WriteString("exit 0\n")
+	var stderr bytes.Buffer
+	st, err := cp.ws.Exec(cp.cmd.Context(), []string{"sh"}, sdk.ExecOptions{User: cp.userName, Cwd: target, Stdin: &script, Stderr: &stderr})
+	if err == nil && !st.Success() {
+		err = fmt.Errorf("chmod in the workspace: %s: %s", st, strings.TrimSpace(stderr.String()))
+	}
+	return err
+}
+
+// unixMode is the mode chmod takes for m: its permission bits, setgid and
+// sticky.
+func unixMode(m fs.FileMode) uint32 {
+	u := uint32(m.Perm())
+	if m&fs.ModeSetgid != 0 {
+		u |= 0o2000
+	}
+	if m&fs.ModeSticky != 0 {
+		u |= 0o1000
+	}
+	return u
+}
+
+// shellQuote quotes s as one word for sh, whatever bytes it holds.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // stagingDir makes the hidden directory an upload to target is extracted
 // into, on target's filesystem (so that moving it into place renames):
 // beside target, or in it when it is a directory already (whose metadata
 // is info; it may be a mount point, such as a Volume's). Beside target it
-// becomes target, so it takes the mode of the copy's top directory, top;
-// in target it is private until its entries move out. Either way it keeps
+// becomes target, so it takes the mode of the copy's top directory, top,
+// open to its owner until the second tar run (writeDirTimes) gives it
+// that mode: a tar that is not root must make the copy in it, and a copy
+// that fails must be removed from it; in target it is private until its
+// entries move out. Either way it keeps
 // the setgid bit of the directory it is made in, as mkdir does, so that
 // the copy's entries take that directory's group; setgid says so.
 func (cp *copier) stagingDir(target string, exists bool, info *datav1.FileInfo, top fs.FileMode) (staging string, setgid bool, err error) {
 	ctx := cp.cmd.Context()
 	dir, mode := target, fs.FileMode(0o700)
 	if !exists {
-		dir, mode = path.Dir(target), top.Perm()
+		dir, mode = path.Dir(target), top.Perm()|0o700
 		if err := cp.ws.MkdirAll(ctx, dir, 0o755, cp.user); err != nil {
 			return "", false, err
 		}
@@ -358,11 +429,16 @@ func resolvesOutside(links map[string]string, name string) bool {
 }
 
 // writeTree writes the entries of the tree at src as a tar stream to w.
-// Owners are left out: the guest's tar extracts as its user.
+// Owners are left out: the guest's tar extracts as its user. Directories
+// go open to their owner (0700 added to their modes), which writeDirTimes
+// then closes: a tar applies a directory's mode as it makes it, before
+// its contents, so a tar that is not root could make nothing in a
+// read-only one, and the staging directory of a failed copy could not be
+// removed.
 func writeTree(w io.Writer, src string, entries []localEntry) error {
 	tw := tar.NewWriter(w)
 	for _, e := range entries {
-		hdr, err := entryHeader(tw, e)
+		hdr, err := entryHeader(tw, e, true)
 		if err != nil {
 			return err
 		}
@@ -378,12 +454,14 @@ func writeTree(w io.Writer, src string, entries []localEntry) error {
 // writeDirTimes writes the tree's directories again as a tar stream, the
 // deepest first, for a second tar run after the tree's: busybox's tar
 // sets a directory's time when it makes it, and the files (and, last of
-// all, the symlinks) then made in it move that time again.
+// all, the symlinks) then made in it move that time again. It also gives
+// them their own modes, which writeTree opened; a directory closed before
+// its parent stays within reach.
 func writeDirTimes(w io.Writer, entries []localEntry) error {
 	tw := tar.NewWriter(w)
 	for _, e := range slices.Backward(entries) {
 		if e.info.IsDir() {
-			if _, err := entryHeader(tw, e); err != nil {
+			if _, err := entryHeader(tw, e, false); err != nil {
 				return err
 			}
 		}
@@ -391,8 +469,9 @@ func writeDirTimes(w io.Writer, entries []localEntry) error {
 	return tw.Close()
 }
 
-// entryHeader writes the tar header of e.
-func entryHeader(tw *tar.Writer, e localEntry) (*tar.Header, error) {
+// entryHeader writes the tar header of e; with open, a directory's mode
+// lets its owner read, write and enter it.
+func entryHeader(tw *tar.Writer, e localEntry, open bool) (*tar.Header, error) {
 	hdr, err := tar.FileInfoHeader(e.info, e.link)
 	if err != nil {
 		return nil, err
@@ -400,6 +479,9 @@ func entryHeader(tw *tar.Writer, e localEntry) (*tar.Header, error) {
 	hdr.Name = e.rel
 	if e.info.IsDir() {
 		hdr.Name += "/"
+		if open {
+			hdr.Mode |= 0o700
+		}
 	}
 	hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
 	return hdr, tw.WriteHeader(hdr)

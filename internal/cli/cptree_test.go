@@ -349,6 +349,62 @@ func TestCpRecursiveUploadAsAUserAndAcrossMounts(t *testing.T) {
 	}
 }
 
+// TestCpRecursiveUploadAsAUserOfClosedDirectories uploads, as a user
+// who is not root, a tree whose directories (its top too) are read-only,
+// unreadable or closed, as a Go module cache's are: it lands whole, with
+// their modes and times, and an upload that fails leaves no staging
+// directory that the user could not remove.
+func TestCpRecursiveUploadAsAUserOfClosedDirectories(t *testing.T) {
+	e, id := newDataEnv(t)
+	src := filepath.Join(t.TempDir(), "rotree")
+	for name, data := range map[string]string{"ro/f": "f\n", "ro/inner/i": "i\n", "nordir/g": "g\n", "zclosed/h": "h\n"} {
+		p := filepath.Join(src, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	when := time.Unix(981173106, 0)
+	for _, d := range []struct {
+		name string
+		mode fs.FileMode
+	}{{"ro/inner", 0o500}, {"ro", 0o555}, {"nordir", 0o311}, {"zclosed", 0}, {".", 0o555}} {
+		p := filepath.Join(src, d.name)
+		if err := os.Chtimes(p, when, when); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, d.mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { exec.Command("chmod", "-R", "u+rwx", src).Run() })
+
+	if _, stderr, err := e.runData(t, "", "ws", "cp", "-r", "--user", "nobody", src, id+":/tmp/rotree"); err != nil {
+		t.Errorf("cp -r as nobody: %v\n%s", err, stderr)
+	}
+	got := e.sh(t, id, `(cd /tmp/rotree && stat -c '%n %a %U %Y' . ro ro/inner nordir zclosed && cat ro/f ro/inner/i nordir/g zclosed/h) 2>&1; true`)
+	want := ". 555 nobody 981173106\nro 555 nobody 981173106\nro/inner 500 nobody 981173106\nnordir 311 nobody 981173106\nzclosed 0 nobody 981173106\nf\ni\ng\nh\n"
+	if got != want {
+		t.Errorf("in the guest:\n%s\nwant\n%s", got, want)
+	}
+
+	// A tar that fails once it has extracted the tree (whose top is open
+	// this time, so that it gets that far).
+	if err := os.Chmod(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e.sh(t, id, `mkdir -p /usr/local/bin && printf '#!/bin/sh\nbusybox tar "$@"; exit 1\n' > /usr/local/bin/tar && chmod +x /usr/local/bin/tar`)
+	_, stderr, err := e.runData(t, "", "ws", "cp", "-r", "--user", "nobody", src, id+":/tmp/again")
+	if err == nil || strings.Contains(err.Error(), "left in") {
+		t.Errorf("an upload whose tar fails: %v (%s), want it to fail with its staging removed", err, stderr)
+	}
+	if got := e.sh(t, id, "ls -A /tmp"); got != "rotree\n" {
+		t.Errorf("after a failed upload, /tmp holds:\n%s", got)
+	}
+}
+
 // TestCpRecursiveDownloadReadsTheRecord: a guest tar that pads its
 // archive to a whole record after the end-of-archive blocks, as GNU tar
 // does, is read to its end, and the copy completes.
