@@ -59,7 +59,8 @@ func wsCpCommand(c *conn) *cobra.Command {
 			"an existing one keeps its own, and a symlink at DST is written through, as cp does.\n" +
 			"Copies of more than 8 MiB show their progress on stderr when it is a terminal.\n\n" +
 			"With -r, SRC may be a directory: it is copied whole, as a tar stream through tar in the\n" +
-			"workspace, keeping modes, times and symlinks, into DST when DST is a directory, else as\n" +
+			"workspace, keeping permission bits, times and symlinks (a download drops the setuid and\n" +
+			"setgid bits of files), into DST when DST is a directory, else as\n" +
 			"DST. An entry or symlink that would land or point outside DST (.., an absolute target)\n" +
 			"is refused. Either way the copy is assembled in a hidden directory and moved into place\n" +
 			"once whole, merged into DST's directory when that exists, each file replacing its\n" +

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
 	"github.com/kibotos/kibotos/internal/treemove"
@@ -30,7 +31,8 @@ import (
 // the guest (the file API writes no symlinks): `tar -c` in the directory
 // for a download, `tar -x` into it for an upload, so the image needs a tar
 // (busybox's or GNU's). The stream keeps permission bits, modification
-// times and symlinks; owners are those of the user who extracts. Either
+// times and symlinks; owners are those of the user who extracts, and a
+// download drops the setuid and setgid bits of files. Either
 // side refuses what would land outside the destination: an entry named
 // with .. or an absolute path, a symlink whose target is absolute or
 // climbs out of the copy, an entry beneath a symlink of the copy.
@@ -588,7 +590,14 @@ func extractTree(r io.Reader, dir string, warn func(string)) (dirAttrs, error) {
 				return nil, fmt.Errorf("entry %q is beneath the symlink %s: refused", hdr.Name, p)
 			}
 		}
-		mode := hdr.FileInfo().Mode().Perm()
+		// A directory keeps its setgid and sticky bits; a file its
+		// permission bits alone: the copy belongs to whoever runs the CLI,
+		// root often, whom a guest's setuid or setgid file must not lend
+		// its rights.
+		mode := hdr.FileInfo().Mode() & (fs.ModePerm | fs.ModeSetgid | fs.ModeSticky)
+		if hdr.Typeflag != tar.TypeDir {
+			mode = mode.Perm()
+		}
 		if hdr.Typeflag != tar.TypeDir && name != "." {
 			if err := root.MkdirAll(path.Dir(name), 0o755); err != nil {
 				return nil, err
@@ -643,14 +652,27 @@ func extractTree(r io.Reader, dir string, warn func(string)) (dirAttrs, error) {
 		default:
 			warn("skipping " + printable(hdr.Name, false) + ": not a file, directory or symlink")
 		}
-		if (hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeLink) && !hdr.ModTime.IsZero() {
-			root.Chtimes(name, hdr.ModTime, hdr.ModTime) // best effort, as tar does
+		if hdr.Typeflag != tar.TypeDir && !hdr.ModTime.IsZero() {
+			lchtimes(root, name, hdr.ModTime) // best effort, as tar does
 		}
 	}
 	if err := checkLinks(links); err != nil {
 		return nil, err
 	}
 	return dirs, nil
+}
+
+// lchtimes sets the access and modification times of the entry name of
+// root to t, those of a symlink itself (root.Chtimes would set its
+// target's).
+func lchtimes(root *os.Root, name string, t time.Time) error {
+	dir, err := root.Open(path.Dir(name))
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	ts := unix.NsecToTimespec(t.UnixNano())
+	return unix.UtimesNanoAt(int(dir.Fd()), path.Base(name), []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW)
 }
 
 // dirAttrs are the modes and modification times of an extracted tree's

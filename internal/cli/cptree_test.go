@@ -405,6 +405,46 @@ func TestCpRecursiveUploadAsAUserOfClosedDirectories(t *testing.T) {
 	}
 }
 
+// TestCpRecursiveSpecialBitsAndSymlinkTimes: a download keeps the setgid
+// and sticky bits of directories, drops the setuid and setgid bits of
+// files (the copy belongs to whoever runs the CLI), and keeps symlinks'
+// modification times; an upload as root keeps all three bits, as the
+// workspace's tar applies them.
+func TestCpRecursiveSpecialBitsAndSymlinkTimes(t *testing.T) {
+	e, id := newDataEnv(t)
+	e.sh(t, id, `mkdir -p /root/sb/sg /root/sb/st && chmod 2775 /root/sb/sg && chmod 1777 /root/sb/st &&
+		echo u > /root/sb/suid && chmod 4755 /root/sb/suid && echo g > /root/sb/sgid && chmod 2755 /root/sb/sgid &&
+		ln -s suid /root/sb/link && touch -h -d '2001-02-03 04:05:06' /root/sb/link`)
+	back := filepath.Join(t.TempDir(), "sb")
+	if _, stderr, err := e.runData(t, "", "ws", "cp", "-r", id+":/root/sb", back); err != nil {
+		t.Fatalf("cp -r down: %v\n%s", err, stderr)
+	}
+	var got strings.Builder
+	for _, name := range []string{"sg", "st", "suid", "sgid", "link"} {
+		st, err := os.Lstat(filepath.Join(back, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&got, "%s %s\n", name, st.Mode())
+		if name == "link" && st.ModTime().Unix() != 981173106 {
+			t.Errorf("the symlink's modification time: %v, want 2001-02-03 04:05:06 UTC", st.ModTime().UTC())
+		}
+	}
+	if want := "sg dgrwxrwxr-x\nst dtrwxrwxrwx\nsuid -rwxr-xr-x\nsgid -rwxr-xr-x\nlink Lrwxrwxrwx\n"; got.String() != want {
+		t.Errorf("the download:\n%s\nwant\n%s", got.String(), want)
+	}
+
+	if err := os.Chmod(filepath.Join(back, "suid"), fs.ModeSetuid|0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, err := e.runData(t, "", "ws", "cp", "-r", back, id+":/root/up"); err != nil {
+		t.Fatalf("cp -r up: %v\n%s", err, stderr)
+	}
+	if got, want := e.sh(t, id, "cd /root/up && stat -c '%n %a' sg st suid"), "sg 2775\nst 1777\nsuid 4755\n"; got != want {
+		t.Errorf("the upload:\n%s\nwant\n%s", got, want)
+	}
+}
+
 // TestCpRecursiveDownloadReadsTheRecord: a guest tar that pads its
 // archive to a whole record after the end-of-archive blocks, as GNU tar
 // does, is read to its end, and the copy completes.
