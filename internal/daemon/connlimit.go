@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"sync"
 	"time"
 
@@ -37,43 +38,136 @@ func connectionLimit() int {
 // limitWarnEvery spaces the warnings that a listener is at its limit.
 const limitWarnEvery = time.Minute
 
-// limitedListener holds at most cap(open) connections at once: at the
-// limit, Accept waits until one of them closes, and new clients wait in
-// the kernel's backlog meanwhile.
+// limitedListener holds at most cap(open) connections at once: a client
+// that comes at the limit waits until one closes, or has been idle
+// (between HTTP requests, as ConnState tells) for shedAfter, and then
+// takes its place, closing it; the clients after it wait in the kernel's
+// backlog meanwhile. Without the second, anyone who reaches the listener
+// could hold every connection with a request each and an idle
+// keep-alive, for the server's idle timeout (2 minutes) at a time; with
+// it, an idle connection holds its place at the limit no longer than a
+// silent new one does (the server's header timeout), and one idle for
+// less, such as a caller's between two calls, keeps it.
 type limitedListener struct {
 	net.Listener
 	open     chan struct{} // a token per open connection
 	closed   chan struct{} // closed by Close: a waiting Accept returns
 	close    sync.Once
 	lastWarn time.Time // of the Accept goroutine only
+
+	mu       sync.Mutex
+	idle     map[*limitedConn]time.Time // since when each idle connection is
+	wentIdle chan struct{}              // a connection went idle
+	// shedAfter is how long a connection must have been idle for a new
+	// client to take its place: shedIdleAfter.
+	shedAfter time.Duration
 }
 
+// shedIdleAfter is how long a connection is idle before a client at the
+// limit takes its place: the server's ReadHeaderTimeout, which bounds how
+// long a new connection that sends nothing holds one.
+const shedIdleAfter = 10 * time.Second
+
 func limitConnections(ln net.Listener, n int) *limitedListener {
-	return &limitedListener{Listener: ln, open: make(chan struct{}, n), closed: make(chan struct{})}
+	return &limitedListener{Listener: ln, open: make(chan struct{}, n), closed: make(chan struct{}),
+		idle: map[*limitedConn]time.Time{}, wentIdle: make(chan struct{}, 1), shedAfter: shedIdleAfter}
+}
+
+// ConnState is the http.Server hook that tells l which of its connections
+// are idle (c may wrap one, as a *tls.Conn does).
+func (l *limitedListener) ConnState(c net.Conn, state http.ConnState) {
+	for {
+		if lc, ok := c.(*limitedConn); ok {
+			l.mu.Lock()
+			if state == http.StateIdle {
+				l.idle[lc] = time.Now()
+				select {
+				case l.wentIdle <- struct{}{}:
+				default:
+				}
+			} else {
+				delete(l.idle, lc)
+			}
+			l.mu.Unlock()
+			return
+		}
+		w, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return
+		}
+		c = w.NetConn()
+	}
+}
+
+// shedIdle closes the connection idle longest when it has been idle for
+// shedAfter and returns 0; otherwise it returns how long until it will
+// have been, or -1 when no connection is idle.
+func (l *limitedListener) shedIdle() time.Duration {
+	l.mu.Lock()
+	var oldest *limitedConn
+	for c, since := range l.idle {
+		if oldest == nil || since.Before(l.idle[oldest]) {
+			oldest = c
+		}
+	}
+	if oldest == nil {
+		l.mu.Unlock()
+		return -1
+	}
+	if wait := l.shedAfter - time.Since(l.idle[oldest]); wait > 0 {
+		l.mu.Unlock()
+		return wait
+	}
+	delete(l.idle, oldest)
+	l.mu.Unlock()
+	oldest.Close()
+	return 0
 }
 
 // Accept implements net.Listener.
 func (l *limitedListener) Accept() (net.Conn, error) {
-	select {
-	case l.open <- struct{}{}:
-	default:
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	// A client is here: at the limit, it takes the place of the next
+	// connection to close, or of one idle for shedAfter.
+	for {
+		select {
+		case l.open <- struct{}{}:
+			return &limitedConn{Conn: c, release: sync.OnceFunc(func() { <-l.open }), forget: l.forget}, nil
+		default:
+		}
+		wait := l.shedIdle()
+		if wait == 0 {
+			continue
+		}
 		if now := time.Now(); now.Sub(l.lastWarn) >= limitWarnEvery {
 			l.lastWarn = now
-			slog.Warn("the listener holds as many connections as it may; new clients wait until one closes",
-				"addr", l.Addr().String(), "connections", cap(l.open))
+			slog.Warn("the listener holds as many connections as it may; new clients wait until one closes, or has been idle for a while",
+				"addr", l.Addr().String(), "connections", cap(l.open), "idle", l.shedAfter)
+		}
+		var shed <-chan time.Time
+		if wait > 0 {
+			shed = time.After(wait)
 		}
 		select {
 		case l.open <- struct{}{}:
+			return &limitedConn{Conn: c, release: sync.OnceFunc(func() { <-l.open }), forget: l.forget}, nil
+		case <-l.wentIdle:
+		case <-shed:
 		case <-l.closed:
+			c.Close()
 			return nil, net.ErrClosed
 		}
 	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.open
-		return nil, err
-	}
-	return &limitedConn{Conn: c, release: sync.OnceFunc(func() { <-l.open })}, nil
+}
+
+// forget drops c from the idle connections.
+func (l *limitedListener) forget(c *limitedConn) {
+	l.mu.Lock()
+	delete(l.idle, c)
+	l.mu.Unlock()
 }
 
 // Close implements net.Listener.
@@ -91,10 +185,14 @@ func (l *limitedListener) Close() error {
 type limitedConn struct {
 	net.Conn
 	release func()
+	forget  func(*limitedConn) // drops it from its listener's idle ones
 }
 
 // Close implements net.Conn.
 func (c *limitedConn) Close() error {
+	if c.forget != nil {
+		c.forget(c)
+	}
 	err := c.Conn.Close()
 	c.release()
 	return err

@@ -53,13 +53,23 @@ func listenOn(addr string, cert *tls.Certificate) (net.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	ln := net.Listener(limitConnections(tcp, connectionLimit()))
+	limited := limitConnections(tcp, connectionLimit())
 	if cert == nil {
-		return ln, nil
+		return limited, nil
 	}
-	return tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{*cert}, NextProtos: []string{"h2", "http/1.1"},
-		MinVersion: tls.VersionTLS12}), nil
+	return tlsListener{tls.NewListener(limited, &tls.Config{Certificates: []tls.Certificate{*cert}, NextProtos: []string{"h2", "http/1.1"},
+		MinVersion: tls.VersionTLS12}), limited}, nil
 }
+
+// tlsListener is a TLS listener over a limitedListener, whose ConnState
+// (server.Serve's hook) it passes on.
+type tlsListener struct {
+	net.Listener
+	limited *limitedListener
+}
+
+// ConnState tells the limitedListener under l of a connection's state.
+func (l tlsListener) ConnState(c net.Conn, state http.ConnState) { l.limited.ConnState(c, state) }
 
 // scheme is the URL scheme of a listener serving cert (nil: none).
 func scheme(cert *tls.Certificate) string {

@@ -308,6 +308,11 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Dura
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 	}
+	// A listener that bounds its connections learns which are idle, to
+	// close the one idle longest when it is full.
+	if l, ok := ln.(interface{ ConnState(net.Conn, http.ConnState) }); ok {
+		srv.ConnState = l.ConnState
+	}
 	// Watches end when the shutdown begins (api.WithShutdown); calls in
 	// flight have the grace period.
 	shuttingDown := make(chan struct{})
