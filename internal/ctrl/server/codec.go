@@ -113,4 +113,3 @@ func countElements(b []byte, md protoreflect.MessageDescriptor, budget *int, dep
 	}
 	return nil
 }
-

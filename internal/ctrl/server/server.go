@@ -310,7 +310,9 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Dura
 	}
 	// A listener that bounds its connections learns which are idle, to
 	// close the one idle longest when it is full.
-	if l, ok := ln.(interface{ ConnState(net.Conn, http.ConnState) }); ok {
+	if l, ok := ln.(interface {
+		ConnState(net.Conn, http.ConnState)
+	}); ok {
 		srv.ConnState = l.ConnState
 	}
 	// Watches end when the shutdown begins (api.WithShutdown); calls in
