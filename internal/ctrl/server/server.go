@@ -309,7 +309,7 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Dura
 		IdleTimeout:       2 * time.Minute,
 	}
 	// A listener that bounds its connections learns which are idle, to
-	// close the one idle longest when it is full.
+	// make room when it is full (daemon.limitedListener).
 	if l, ok := ln.(interface {
 		ConnState(net.Conn, http.ConnState)
 	}); ok {
