@@ -1,9 +1,12 @@
 package server
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -112,4 +115,83 @@ func countElements(b []byte, md protoreflect.MessageDescriptor, budget *int, dep
 		}
 	}
 	return nil
+}
+
+// jsonCodec is Connect's JSON codec (protojson, unknown fields discarded)
+// with the element bound of deterministicCodec: protojson decodes each
+// object, array value and map entry into an allocation of tens of bytes
+// or more, from as little as 3 bytes of the request ("{},"). It counts the
+// message it is given, decompressed and out of its envelope.
+type jsonCodec struct {
+	name        string
+	maxElements int
+}
+
+func (c jsonCodec) Name() string { return c.name }
+
+func (c jsonCodec) Marshal(v any) ([]byte, error) {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("marshal: %T is not a proto.Message", v)
+	}
+	return protojson.MarshalOptions{}.Marshal(m)
+}
+
+func (c jsonCodec) Unmarshal(data []byte, v any) error {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return fmt.Errorf("unmarshal: %T is not a proto.Message", v)
+	}
+	if len(data) == 0 {
+		return errors.New("zero-length payload is not a valid JSON object")
+	}
+	if jsonElements(data) > c.maxElements {
+		return fmt.Errorf("the request holds more than %d elements (objects, array values and members), the most a request may", c.maxElements)
+	}
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(data, m); err != nil {
+		return fmt.Errorf("unmarshal into %T: %w", v, err)
+	}
+	return nil
+}
+
+// MarshalStable and IsBinary are what Connect asks of a codec for
+// requests sent with GET, as its own JSON codec answers them.
+func (c jsonCodec) MarshalStable(v any) ([]byte, error) {
+	b, err := c.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, b); err != nil {
+		return nil, err
+	}
+	return compact.Bytes(), nil
+}
+
+func (c jsonCodec) IsBinary() bool { return false }
+
+// jsonElements counts, outside strings, the characters that open an
+// object or an array or separate their members ('{', '[', ','): every
+// element protojson decodes costs one of them.
+func jsonElements(b []byte) int {
+	n := 0
+	inString, escaped := false, false
+	for _, c := range b {
+		switch {
+		case escaped:
+			escaped = false
+		case inString:
+			switch c {
+			case '\\':
+				escaped = true
+			case '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[' || c == ',':
+			n++
+		}
+	}
+	return n
 }

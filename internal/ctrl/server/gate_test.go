@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"io"
 	"log/slog"
 	"net/http"
@@ -94,6 +95,10 @@ func TestRequestsThatDecodeLargeAreNotDecoded(t *testing.T) {
 	// UpdateWorkspaceNetworkPolicyRequest{policy: {egresses: 3M × {}}}
 	policy := protowire.AppendBytes(protowire.AppendTag(nil, 4, protowire.BytesType), bytes.Repeat([]byte{0x2a, 0}, 3<<20))
 	policyJSON := []byte(`{"workspaceId":"ws_x","policy":{"egresses":[{}` + strings.Repeat(`,{}`, 2<<20) + `]}}`)
+	var gzipped bytes.Buffer // 6 MiB of JSON in a few KiB, which a caller without a token may send
+	zw := gzip.NewWriter(&gzipped)
+	zw.Write(policyJSON)
+	zw.Close()
 	for _, c := range []struct {
 		name, token, contentType string
 		body                     []byte
@@ -102,7 +107,8 @@ func TestRequestsThatDecodeLargeAreNotDecoded(t *testing.T) {
 	}{
 		{"a viewer's", viewer, "application/proto", policy, connect.CodePermissionDenied, "may not call"},
 		{"an editor's", editor, "application/proto", policy, connect.CodeInvalidArgument, "more than 262144 elements"},
-		{"an editor's in JSON", editor, "application/json", policyJSON, connect.CodeInvalidArgument, "more than 262144 elements"},
+		{"an editor's in JSON", editor, "Application/JSON", policyJSON, connect.CodeInvalidArgument, "more than 262144 elements"},
+		{"a gzipped one in JSON, of no token", "", "application/json", gzipped.Bytes(), connect.CodeInvalidArgument, "more than 262144 elements"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			req, err := http.NewRequest(http.MethodPost, e.url+ctrlv1connect.WorkspaceServiceUpdateWorkspaceNetworkPolicyProcedure, bytes.NewReader(c.body))
@@ -110,7 +116,12 @@ func TestRequestsThatDecodeLargeAreNotDecoded(t *testing.T) {
 				t.Fatal(err)
 			}
 			req.Header.Set("Content-Type", c.contentType)
-			req.Header.Set("Authorization", c.token)
+			if c.token != "" {
+				req.Header.Set("Authorization", c.token)
+			}
+			if c.body[0] == 0x1f { // gzip's magic
+				req.Header.Set("Content-Encoding", "gzip")
+			}
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
 			resp, err := e.http.Do(req)

@@ -54,6 +54,8 @@ import (
 func HandlerOptions() []connect.HandlerOption {
 	return []connect.HandlerOption{
 		connect.WithCodec(deterministicCodec{maxElements: maxRequestElements}),
+		connect.WithCodec(jsonCodec{name: "json", maxElements: maxRequestElements}),
+		connect.WithCodec(jsonCodec{name: "json; charset=utf-8", maxElements: maxRequestElements}),
 		connect.WithReadMaxBytes(MaxRequestBytes),
 		// Compressing a small answer costs more CPU than the bytes it saves.
 		connect.WithCompressMinBytes(compressMinBytes),
@@ -209,7 +211,9 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 		callerLog, callerAuth, accesslog.Project(), nulRefusal{})}, common...)
 	hostOpts := append([]connect.HandlerOption{counted, connect.WithInterceptors(errdetail.Interceptor(),
 		hostLog, hostAuth, nulRefusal{})}, common...)
-	hostOpts = append(hostOpts, connect.WithCodec(deterministicCodec{maxElements: maxHostRequestElements}))
+	hostOpts = append(hostOpts, connect.WithCodec(deterministicCodec{maxElements: maxHostRequestElements}),
+		connect.WithCodec(jsonCodec{name: "json", maxElements: maxHostRequestElements}),
+		connect.WithCodec(jsonCodec{name: "json; charset=utf-8", maxElements: maxHostRequestElements}))
 	// A service's handler, gated: no request of a caller whose token does
 	// not authenticate is decoded but a small one (auth.Gate).
 	var shares *callshare.Shares
@@ -352,7 +356,7 @@ type gatedMux struct {
 
 func (m *gatedMux) Handle(pattern string, h http.Handler) {
 	if strings.HasSuffix(pattern, "/") && strings.HasPrefix(pattern, "/kibotos.") {
-		h = auth.Gate(boundJSON(h), m.check, m.calls, func(r *http.Request, start time.Time, err error) {
+		h = auth.Gate(h, m.check, m.calls, func(r *http.Request, start time.Time, err error) {
 			m.log.Refused(r.Context(), r.URL.Path, start, err)
 		})
 	}
