@@ -119,8 +119,18 @@ func (w *Workspace) Upload(ctx context.Context, r io.Reader, remotePath string, 
 		if !w.dropRefused(d, err) || retried {
 			return nil, err
 		}
-		if stream != nil && !stream.restart(ctx) || stream == nil && read > 0 && !rewind(seeker, origin) {
+		if stream == nil && read > 0 && !rewind(seeker, origin) {
 			return nil, err
+		}
+		if stream != nil {
+			switch rerr := stream.restart(ctx); {
+			case errors.Is(rerr, errNotHeld):
+				return nil, err
+			case ctx.Err() != nil:
+				return nil, ctx.Err()
+			case rerr != nil:
+				return nil, fmt.Errorf("reading the upload: %w", rerr)
+			}
 		}
 	}
 }

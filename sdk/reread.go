@@ -25,6 +25,9 @@ type rereader struct {
 	turn  chan struct{} // one read of src at a time; holds the fields below
 	held  []byte
 	over  bool // more than bound was read: held is dropped
+	// end is how src ended (io.EOF, or its failure), which stays its
+	// own: a reader read again after either need not say so again.
+	end error
 	// attempt numbers the current attempt; an earlier one reads no more.
 	attempt int
 }
@@ -41,18 +44,29 @@ func (r *rereader) next() io.Reader {
 	return &attemptReader{r: r, attempt: r.attempt}
 }
 
+// errNotHeld refuses a restart after more of the stream was read than is
+// held.
+var errNotHeld = errors.New("more of the upload was read than is held")
+
 // restart ends the current attempt, waiting for its read in progress, and
-// reports whether a new attempt can read the stream from its start: all
-// that was read is held. It gives up when ctx ends.
-func (r *rereader) restart(ctx context.Context) bool {
+// returns nil when a new attempt can read the stream from its start (all
+// that was read is held), errNotHeld when it cannot, the stream's failure
+// when it failed, and ctx's error when ctx ends first.
+func (r *rereader) restart(ctx context.Context) error {
 	select {
 	case r.turn <- struct{}{}:
 	case <-ctx.Done():
-		return false
+		return ctx.Err()
 	}
 	defer func() { <-r.turn }()
 	r.attempt++
-	return !r.over
+	switch {
+	case r.end != nil && r.end != io.EOF:
+		return r.end
+	case r.over:
+		return errNotHeld
+	}
+	return nil
 }
 
 // attemptReader is one attempt's reading of a rereader's stream.
@@ -74,7 +88,13 @@ func (a *attemptReader) Read(p []byte) (int, error) {
 		a.at += n
 		return n, nil
 	}
+	if r.end != nil {
+		return 0, r.end
+	}
 	n, err := r.src.Read(p)
+	if err != nil {
+		r.end = err
+	}
 	a.at += n
 	if !r.over {
 		if len(r.held)+n > r.bound {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"testing"
+	"testing/iotest"
 )
 
 func TestRereader(t *testing.T) {
@@ -16,8 +17,8 @@ func TestRereader(t *testing.T) {
 	if n, err := io.ReadFull(first, buf); n != 6 || err != nil {
 		t.Fatalf("the first attempt read %d, %v", n, err)
 	}
-	if !r.restart(t.Context()) {
-		t.Fatal("6 bytes read of 16 held: restart refused")
+	if err := r.restart(t.Context()); err != nil {
+		t.Fatalf("6 bytes read of 16 held: restart refused: %v", err)
 	}
 	if _, err := first.Read(buf); !errors.Is(err, errAttemptEnded) {
 		t.Errorf("the restarted attempt read on: %v, want errAttemptEnded", err)
@@ -32,7 +33,26 @@ func TestRereader(t *testing.T) {
 	if _, err := io.ReadAll(r.next()); err != nil {
 		t.Fatal(err)
 	}
-	if r.restart(t.Context()) {
-		t.Error("20 bytes read of 16 held: restart allowed")
+	if err := r.restart(t.Context()); !errors.Is(err, errNotHeld) {
+		t.Errorf("20 bytes read of 16 held: restart: %v, want errNotHeld", err)
+	}
+
+	// A stream read to its end is not read again (onceReader fails
+	// then), and one that failed fails the restart.
+	r = newRereader(&onceReader{r: bytes.NewReader(data)}, 64)
+	if _, err := io.ReadAll(r.next()); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.restart(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := io.ReadAll(r.next()); err != nil || !bytes.Equal(got, data) {
+		t.Errorf("after the end, the next attempt read %q, %v; want the whole stream", got, err)
+	}
+	broken := errors.New("the source broke")
+	r = newRereader(io.MultiReader(bytes.NewReader(data[:4]), iotest.ErrReader(broken)), 64)
+	io.ReadAll(r.next())
+	if err := r.restart(t.Context()); !errors.Is(err, broken) {
+		t.Errorf("a restart after the stream failed: %v, want its failure", err)
 	}
 }

@@ -76,6 +76,8 @@ export class Rereadable {
   private overflowed = false;
   private reading: Promise<unknown> = Promise.resolve();
   private attempts = 0;
+  private ended = false; // the source ended
+  private failure?: { error: unknown }; // the source failed
 
   constructor(
     src: Source,
@@ -89,11 +91,14 @@ export class Rereadable {
    * restart ends the current attempt, which reads no more of the source
    * from now on (a failed call's body may still be pulled), and resolves,
    * once its last read has ended, to whether a new attempt can read the
-   * source from its start: all that was read is held.
+   * source from its start: all that was read is held. It rejects with the
+   * source's error when the source failed, and with signal's reason when
+   * signal aborts first.
    */
-  async restart(): Promise<boolean> {
+  async restart(signal?: AbortSignal): Promise<boolean> {
     this.attempts++;
-    await this.reading;
+    await settled(this.reading, signal);
+    if (this.failure !== undefined) throw this.failure.error;
     return !this.overflowed;
   }
 
@@ -107,11 +112,23 @@ export class Rereadable {
       // left reading is held before the next attempt looks.
       const r = this.reading.then(async (): Promise<IteratorResult<Uint8Array>> => {
         if (at < this.held.length) return { value: this.held[at++], done: false };
-        const r = await this.source.next();
-        if (!r.done) {
-          at++;
-          this.hold(r.value);
+        // The source's end and failure stay theirs: a source read again
+        // after either need not say so again.
+        if (this.failure !== undefined) throw this.failure.error;
+        if (this.ended) return { value: undefined, done: true };
+        let r: IteratorResult<Uint8Array>;
+        try {
+          r = await this.source.next();
+        } catch (error) {
+          this.failure = { error };
+          throw error;
         }
+        if (r.done) {
+          this.ended = true;
+          return r;
+        }
+        at++;
+        this.hold(r.value);
         return r;
       });
       this.reading = r.catch(() => undefined);
@@ -140,6 +157,21 @@ export class Rereadable {
   close(): void {
     void this.source.return?.(undefined).catch(() => undefined);
   }
+}
+
+/** settled resolves once p has settled, or rejects with signal's reason when it aborts first. */
+function settled(p: Promise<unknown>, signal?: AbortSignal): Promise<void> {
+  if (signal === undefined) return p.then(() => undefined, () => undefined);
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise((resolve, reject) => {
+    const abort = () => reject(signal.reason);
+    signal.addEventListener("abort", abort, { once: true });
+    const done = () => {
+      signal.removeEventListener("abort", abort);
+      resolve();
+    };
+    p.then(done, done);
+  });
 }
 
 export function concat(parts: Uint8Array[]): Uint8Array {

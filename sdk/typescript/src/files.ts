@@ -110,8 +110,16 @@ export class Files {
       size: data instanceof Uint8Array ? BigInt(data.length) : undefined,
     };
     // Called at once when an attempt fails, before its body is pulled again.
-    const again = async (d: DataPlane, e: unknown, retried: boolean) =>
-      this.sessions.dropRefused(d, e) && !retried && (stream === undefined || (await stream.restart()));
+    const again = async (d: DataPlane, e: unknown, retried: boolean): Promise<boolean> => {
+      if (!this.sessions.dropRefused(d, e) || retried) return false;
+      if (stream === undefined) return true;
+      try {
+        return await stream.restart(opts.signal);
+      } catch (cause) {
+        if (opts.signal?.aborted) throw new KibotosError("the upload was aborted", Code.Canceled, { cause: opts.signal.reason });
+        throw new KibotosError(`reading the upload: ${cause instanceof Error ? cause.message : String(cause)}`, Code.Unknown, { cause });
+      }
+    };
     try {
       for (let retried = false; ; retried = true) {
         const d = await this.sessions.get();

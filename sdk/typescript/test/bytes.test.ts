@@ -53,3 +53,51 @@ test("past its bound a source is not read again from its start", async () => {
   await first.next();
   assert.equal(await r.restart(), false, "12 bytes read, over the bound");
 });
+
+test("a source that fails under a refused attempt fails the restart, not the file", async () => {
+  async function* failing() {
+    yield new Uint8Array(4).fill(1);
+    await new Promise((r) => setTimeout(r, 50));
+    throw new Error("the source broke");
+  }
+  const r = new Rereadable(failing(), 4, 64);
+  const first = r.attempt()[Symbol.asyncIterator]();
+  await first.next();
+  void first.next().catch(() => undefined); // still reading when the attempt is refused
+  await assert.rejects(r.restart(), /the source broke/);
+});
+
+test("a restart gives up when its signal aborts", async () => {
+  async function* stalls() {
+    yield new Uint8Array(4);
+    await new Promise(() => undefined);
+  }
+  const r = new Rereadable(stalls(), 4, 64);
+  const first = r.attempt()[Symbol.asyncIterator]();
+  await first.next();
+  void first.next();
+  const stop = new AbortController();
+  setTimeout(() => stop.abort(new Error("aborted")), 50);
+  await assert.rejects(r.restart(stop.signal), /aborted/);
+});
+
+test("a source read to its end is not read again", async () => {
+  let afterEnd = 0;
+  const once: AsyncIterable<Uint8Array> = {
+    [Symbol.asyncIterator]() {
+      let i = 0;
+      return {
+        next: async () => {
+          if (i < 2) return { value: new Uint8Array(4).fill(i++), done: false };
+          if (i++ > 2) afterEnd++;
+          return { value: undefined, done: true };
+        },
+      };
+    },
+  };
+  const r = new Rereadable(once, 4, 64);
+  await readAll(r.attempt());
+  assert.equal(await r.restart(), true);
+  assert.deepEqual([...(await readAll(r.attempt()))], [0, 0, 0, 0, 1, 1, 1, 1]);
+  assert.equal(afterEnd, 0, "the source was read after its end");
+});
