@@ -16,6 +16,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"strings"
 	"time"
 
@@ -312,6 +313,9 @@ type localEntry struct {
 	rel  string
 	info fs.FileInfo
 	link string // a symlink's target
+	// hardLink names the earlier entry of the tree that is the same file
+	// as this one, which goes as a hard link to it.
+	hardLink string
 }
 
 // scanLocalTree lists the tree at src and the size of its tar stream,
@@ -321,6 +325,7 @@ func (cp *copier) scanLocalTree(src string) ([]localEntry, int64, error) {
 	var (
 		entries []localEntry
 		total   int64
+		files   = map[fileID]string{} // a file of several names → its first entry
 	)
 	src, err := filepath.EvalSymlinks(src) // a symlink to a directory copies the directory
 	if err != nil {
@@ -342,6 +347,14 @@ func (cp *copier) scanLocalTree(src string) ([]localEntry, int64, error) {
 		e := localEntry{rel: rel, info: info}
 		switch {
 		case info.Mode().IsRegular():
+			if st, ok := info.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
+				id := fileID{st.Dev, st.Ino}
+				if first, seen := files[id]; seen {
+					e.hardLink = first // its bytes go once
+					break
+				}
+				files[id] = rel
+			}
 			total += (info.Size() + 511) / 512 * 512
 		case info.Mode()&fs.ModeSymlink != 0:
 			if e.link, err = os.Readlink(p); err != nil {
@@ -430,6 +443,9 @@ func resolvesOutside(links map[string]string, name string) bool {
 	return false
 }
 
+// fileID names a file of the local filesystem, whatever its names.
+type fileID struct{ dev, ino uint64 }
+
 // writeTree writes the entries of the tree at src as a tar stream to w.
 // Owners are left out: the guest's tar extracts as its user. Directories
 // go open to their owner (0700 added to their modes), which writeDirTimes
@@ -477,6 +493,9 @@ func entryHeader(tw *tar.Writer, e localEntry, open bool) (*tar.Header, error) {
 	hdr, err := tar.FileInfoHeader(e.info, e.link)
 	if err != nil {
 		return nil, err
+	}
+	if e.hardLink != "" {
+		hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeLink, e.hardLink, 0
 	}
 	hdr.Name = e.rel
 	if e.info.IsDir() {

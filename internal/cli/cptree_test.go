@@ -443,6 +443,26 @@ func TestCpRecursiveSpecialBitsAndSymlinkTimes(t *testing.T) {
 	if got, want := e.sh(t, id, "cd /root/up && stat -c '%n %a' sg st suid"), "sg 2775\nst 1777\nsuid 4755\n"; got != want {
 		t.Errorf("the upload:\n%s\nwant\n%s", got, want)
 	}
+
+	// Hard links of the local tree stay one file, whose bytes go once.
+	linked := filepath.Join(t.TempDir(), "linked")
+	if err := os.MkdirAll(filepath.Join(linked, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(linked, "a"), []byte("one file\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"b", "sub/c"} {
+		if err := os.Link(filepath.Join(linked, "a"), filepath.Join(linked, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, stderr, err := e.runData(t, "", "ws", "cp", "-r", linked, id+":/root/linked"); err != nil {
+		t.Fatalf("cp -r up: %v\n%s", err, stderr)
+	}
+	if got := e.sh(t, id, "cd /root/linked && stat -c '%h %i' a b sub/c | uniq -c | wc -l; stat -c %h a; cat sub/c"); got != "1\n3\none file\n" {
+		t.Errorf("three names of one file uploaded: %q, want them one file of 3 links", got)
+	}
 }
 
 // TestCpRecursiveDownloadReadsTheRecord: a guest tar that pads its
