@@ -16,8 +16,8 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"syscall"
 	"strings"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
