@@ -43,6 +43,11 @@ type ExecOptions struct {
 	// PTY runs the process on a pseudo-terminal of this size; nil runs it
 	// on pipes.
 	PTY *PTYSize
+	// EndWithCaller has the guest kill the process and its group when the
+	// stream that started it ends before the process does: the caller
+	// died, gave up, or lost its connection. Otherwise a process outlives
+	// its caller, and one that waits for input (Stdin) waits for ever.
+	EndWithCaller bool
 }
 
 // ExitStatus is how a process ended: Code when it exited, Signal (such as
@@ -185,7 +190,8 @@ const outputGrace = time.Second
 // guest has said the process runs, Start returns ctx's error, and kills the
 // process if the guest starts it still.
 func (w *Workspace) Start(ctx context.Context, args []string, o ExecOptions) (*Process, error) {
-	req := &datav1.StartProcessRequest{Args: args, Env: w.env(o.Env), Cwd: o.Cwd, User: o.User, Tag: o.Tag, Stdin: o.Stdin != nil}
+	req := &datav1.StartProcessRequest{Args: args, Env: w.env(o.Env), Cwd: o.Cwd, User: o.User, Tag: o.Tag, Stdin: o.Stdin != nil,
+		EndWithCaller: o.EndWithCaller}
 	if o.PTY != nil {
 		req.Pty = &datav1.Pty{Cols: uint32(o.PTY.Cols), Rows: uint32(o.PTY.Rows)}
 	}

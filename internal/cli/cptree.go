@@ -187,7 +187,7 @@ func (cp *copier) closeDirs(target string, entries []localEntry) error {
 	}
 	script.WriteString("exit 0\n")
 	var stderr bytes.Buffer
-	st, err := cp.ws.Exec(cp.cmd.Context(), []string{"sh"}, sdk.ExecOptions{User: cp.userName, Cwd: target, Stdin: &script, Stderr: &stderr})
+	st, err := cp.ws.Exec(cp.cmd.Context(), []string{"sh"}, sdk.ExecOptions{User: cp.userName, Cwd: target, Stdin: &script, Stderr: &stderr, EndWithCaller: true})
 	if err == nil && !st.Success() {
 		err = fmt.Errorf("chmod in the workspace: %s: %s", st, strings.TrimSpace(stderr.String()))
 	}
@@ -286,7 +286,7 @@ func (cp *copier) extractInto(dir string, total int64, write func(io.Writer) err
 	}()
 	extract := []string{"tar", "-x", "-o", "-f", "-", "-C", dir}
 	var stderr bytes.Buffer
-	st, err := cp.ws.Exec(cp.cmd.Context(), extract, sdk.ExecOptions{User: cp.userName, Stdin: pr, Stderr: &stderr})
+	st, err := cp.ws.Exec(cp.cmd.Context(), extract, sdk.ExecOptions{User: cp.userName, Stdin: pr, Stderr: &stderr, EndWithCaller: true})
 	pr.CloseWithError(errors.New("tar in the workspace ended")) // unblocks write
 	return tarStatus(st, err, &stderr)
 }
@@ -543,7 +543,7 @@ func (cp *copier) downloadTree(src, dst string) error {
 	)
 	go func() {
 		var err error
-		status, err = cp.ws.Exec(ctx, []string{"tar", "-c", "-f", "-", "-C", src, "."}, sdk.ExecOptions{User: cp.userName, Stdout: pw, Stderr: &stderr})
+		status, err = cp.ws.Exec(ctx, []string{"tar", "-c", "-f", "-", "-C", src, "."}, sdk.ExecOptions{User: cp.userName, Stdout: pw, Stderr: &stderr, EndWithCaller: true})
 		pw.CloseWithError(err)
 		done <- err
 	}()

@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/iotest"
@@ -478,4 +481,64 @@ func tamper(token string) string {
 		c = 'B'
 	}
 	return token[:i] + string(c) + token[i+1:]
+}
+
+// TestEndWithCallerEndsWithADeadCaller: a process started with
+// EndWithCaller is killed once its caller's connections are cut, as when
+// the caller is killed; one fed from stdin would otherwise wait for ever
+// (a `ws cp -r` whose CLI was killed left its tar so).
+func TestEndWithCallerEndsWithADeadCaller(t *testing.T) {
+	d := uptest.Shared(t)
+	token := d.Project(t)
+	owner := sdk.New(d.URL+"/", token)
+	defer owner.Close()
+	ws, err := owner.CreateWorkspace(t.Context(), small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	base.Protocols = new(http.Protocols)
+	base.Protocols.SetUnencryptedHTTP2(true)
+	base.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err == nil {
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+		return c, err
+	}
+	caller := sdk.New(d.URL+"/", token, sdk.WithHTTPClient(&http.Client{Transport: base}))
+	defer caller.Close()
+	handle, err := caller.Workspace(t.Context(), ws.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdin, feed := io.Pipe()
+	defer feed.Close()
+	if _, err := handle.Start(t.Context(), []string{"sh", "-c", "cat > /dev/null"}, sdk.ExecOptions{Stdin: stdin, Tag: "fed", EndWithCaller: true}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	for _, c := range conns { // the caller dies
+		c.Close()
+	}
+	mu.Unlock()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		procs, err := ws.Processes(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(procs, func(p *datav1.ProcessInfo) bool { return p.GetTag() == "fed" })
+		if i >= 0 && procs[i].GetExited().GetSignal() == "SIGKILL" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the process of a caller that died: %v, want it killed", procs)
+		}
+	}
 }

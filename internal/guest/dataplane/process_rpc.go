@@ -25,6 +25,15 @@ func (s *ProcessService) StartProcess(ctx context.Context, req *connect.Request[
 		return err
 	}
 	defer p.out.detach(cur)
+	if req.Msg.GetEndWithCaller() {
+		// The caller gone, nothing would end the process: a tar fed
+		// through SendInput waits for its input for ever.
+		defer func() {
+			if !p.ended() {
+				unix.Kill(-p.pid, unix.SIGKILL)
+			}
+		}()
+	}
 	if err := stream.Send(s.startedEvent(p)); err != nil {
 		return toConnect(stageStreamingProcess, err)
 	}

@@ -623,3 +623,34 @@ func TestSlowReaderKeepsItsOutput(t *testing.T) {
 		t.Errorf("the slow reader got %d of %d bytes, stderr %q, exit %v", r.stdout.Len(), size, r.stderr.String(), r.exited)
 	}
 }
+
+// TestEndWithCaller: a process started with end_with_caller, its group
+// too, is killed once the call that started it ends before it does, as
+// when its caller dies; one waiting for input would otherwise wait for
+// ever (TestConnectReplaysOutput: without it, the process stays).
+func TestEndWithCaller(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := testCtx(t, 30*time.Second)
+	call, cancel := context.WithCancel(ctx)
+	stream, err := e.pc.StartProcess(call, connect.NewRequest(&datav1.StartProcessRequest{
+		Args: []string{"sh", "-c", "sleep 100 & read x"}, Stdin: true, EndWithCaller: true,
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &run{}
+	r.waitFor(t, stream, "started", func() bool { return r.pid != 0 })
+	pgid := int(r.pid)
+	for deadline := time.Now().Add(10 * time.Second); len(pgroupMembers(pgid)) < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("group %d: %v, want sh and sleep", pgid, pgroupMembers(pgid))
+		}
+	}
+	cancel() // the caller goes away
+	stream.Close()
+	for deadline := time.Now().Add(10 * time.Second); len(pgroupMembers(pgid)) > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("group %d still has %v after its caller went away", pgid, pgroupMembers(pgid))
+		}
+	}
+}

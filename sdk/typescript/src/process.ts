@@ -44,6 +44,12 @@ export interface ExecOptions {
   timeoutMs?: number;
   /** signal kills the process, as timeoutMs does, when it aborts; the call rejects with canceled. */
   signal?: AbortSignal;
+  /**
+   * endWithCaller has the guest kill the process and its group when the
+   * stream that started it ends before the process does: this program
+   * died, or lost its connection. Otherwise a process outlives its caller.
+   */
+  endWithCaller?: boolean;
 }
 
 /**

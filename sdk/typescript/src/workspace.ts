@@ -76,6 +76,7 @@ export class Workspace {
       tag: opts.tag ?? "",
       pty,
       stdin: opts.stdin !== undefined,
+      endWithCaller: opts.endWithCaller ?? false,
     };
     // stop ends the stream; opts.signal kills the process instead (see Process).
     const stop = new AbortController();

@@ -219,7 +219,11 @@ type StartProcessRequest struct {
 	// pty runs the process on a pseudo-terminal; absent runs it on pipes.
 	Pty *Pty `protobuf:"bytes,6,opt,name=pty,proto3" json:"pty,omitempty"`
 	// stdin keeps standard input open for SendInput; otherwise it is empty.
-	Stdin         bool `protobuf:"varint,7,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	Stdin bool `protobuf:"varint,7,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	// end_with_caller kills the process and its group (SIGKILL) when this
+	// call's stream ends before the process does: its caller went away or
+	// gave up. Otherwise a process outlives the call that started it.
+	EndWithCaller bool `protobuf:"varint,8,opt,name=end_with_caller,json=endWithCaller,proto3" json:"end_with_caller,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -299,6 +303,13 @@ func (x *StartProcessRequest) GetPty() *Pty {
 func (x *StartProcessRequest) GetStdin() bool {
 	if x != nil {
 		return x.Stdin
+	}
+	return false
+}
+
+func (x *StartProcessRequest) GetEndWithCaller() bool {
+	if x != nil {
+		return x.EndWithCaller
 	}
 	return false
 }
@@ -3236,7 +3247,7 @@ const file_kibotos_data_v1_data_proto_rawDesc = "" +
 	"\x1akibotos/data/v1/data.proto\x12\x0fkibotos.data.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"-\n" +
 	"\x03Pty\x12\x12\n" +
 	"\x04cols\x18\x01 \x01(\rR\x04cols\x12\x12\n" +
-	"\x04rows\x18\x02 \x01(\rR\x04rows\"\x98\x02\n" +
+	"\x04rows\x18\x02 \x01(\rR\x04rows\"\xc0\x02\n" +
 	"\x13StartProcessRequest\x12\x12\n" +
 	"\x04args\x18\x01 \x03(\tR\x04args\x12?\n" +
 	"\x03env\x18\x02 \x03(\v2-.kibotos.data.v1.StartProcessRequest.EnvEntryR\x03env\x12\x10\n" +
@@ -3244,7 +3255,8 @@ const file_kibotos_data_v1_data_proto_rawDesc = "" +
 	"\x04user\x18\x04 \x01(\tR\x04user\x12\x10\n" +
 	"\x03tag\x18\x05 \x01(\tR\x03tag\x12&\n" +
 	"\x03pty\x18\x06 \x01(\v2\x14.kibotos.data.v1.PtyR\x03pty\x12\x14\n" +
-	"\x05stdin\x18\a \x01(\bR\x05stdin\x1a6\n" +
+	"\x05stdin\x18\a \x01(\bR\x05stdin\x12&\n" +
+	"\x0fend_with_caller\x18\b \x01(\bR\rendWithCaller\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd7\x02\n" +
