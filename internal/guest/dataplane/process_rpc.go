@@ -25,19 +25,20 @@ func (s *ProcessService) StartProcess(ctx context.Context, req *connect.Request[
 		return err
 	}
 	defer p.out.detach(cur)
-	if req.Msg.GetEndWithCaller() {
+	err = stream.Send(s.startedEvent(p))
+	if err == nil {
+		err = follow(ctx, p.out, cur, stream) // nil once the exit is sent
+	} else {
+		err = toConnect(stageStreamingProcess, err)
+	}
+	if err != nil && req.Msg.GetEndWithCaller() && !p.ended() {
 		// The caller gone, nothing would end the process: a tar fed
-		// through SendInput waits for its input for ever.
-		defer func() {
-			if !p.ended() {
-				unix.Kill(-p.pid, unix.SIGKILL)
-			}
-		}()
+		// through SendInput waits for its input for ever. A stream that
+		// ended with the exit kills nothing, though the process may not
+		// count as ended yet, and its group may hold children.
+		unix.Kill(-p.pid, unix.SIGKILL)
 	}
-	if err := stream.Send(s.startedEvent(p)); err != nil {
-		return toConnect(stageStreamingProcess, err)
-	}
-	return follow(ctx, p.out, cur, stream)
+	return err
 }
 
 // Launch starts a process as StartProcess does, for the agent itself:

@@ -8,11 +8,14 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/data/v1/datav1connect"
@@ -652,5 +655,43 @@ func TestEndWithCaller(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("group %d still has %v after its caller went away", pgid, pgroupMembers(pgid))
 		}
+	}
+}
+
+// TestEndWithCallerSparesAProcessThatExited: a process started with
+// end_with_caller whose stream ended with its exit kills nothing of its
+// group, however soon after the exit the stream ends (ListProcesses
+// callers delay the process's retirement).
+func TestEndWithCallerSparesAProcessThatExited(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := testCtx(t, 60*time.Second)
+	listing, stop := context.WithCancel(ctx)
+	var listers sync.WaitGroup
+	defer func() { stop(); listers.Wait() }()
+	for range 4 {
+		listers.Go(func() {
+			for listing.Err() == nil {
+				e.pc.ListProcesses(listing, connect.NewRequest(&datav1.ListProcessesRequest{}))
+			}
+		})
+	}
+	for i := range 100 {
+		stream, err := e.pc.StartProcess(ctx, connect.NewRequest(&datav1.StartProcessRequest{
+			Args: []string{"sh", "-c", "sleep 60 </dev/null >/dev/null 2>&1 & echo $!"}, EndWithCaller: true,
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := collect(t, stream)
+		child, err := strconv.Atoi(strings.TrimSpace(r.stdout.String()))
+		if err != nil || r.exited == nil {
+			t.Fatalf("run %d: %q, %v", i, r.stdout.String(), r.exited)
+		}
+		time.Sleep(10 * time.Millisecond)
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", child))
+		if err != nil || strings.Contains(string(stat), ") Z ") {
+			t.Fatalf("run %d: the child of a process that exited was killed with its group", i)
+		}
+		unix.Kill(child, unix.SIGKILL)
 	}
 }
