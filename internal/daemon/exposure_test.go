@@ -181,6 +181,9 @@ func TestExposureBrowser(t *testing.T) {
 
 	// Chromium, only against this loopback URL.
 	alloc, cancel := chromedp.NewExecAllocator(ctx, chromedp.ExecPath(chromium),
+		// Its singleton socket's directory, which a browser that is
+		// killed leaves, goes in the test's own.
+		chromedp.Env("TMPDIR="+t.TempDir()),
 		chromedp.Flag("headless", true), chromedp.Flag("no-sandbox", true),
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("no-first-run", true), chromedp.Flag("disable-sync", true), chromedp.Flag("disable-default-apps", true))
