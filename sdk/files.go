@@ -302,13 +302,13 @@ func (w *Workspace) mkdir(ctx context.Context, path string, mode fs.FileMode, pa
 	o := collect(opts)
 	_, err := unary(ctx, w, func(d *dataPlane) func(context.Context, *connect.Request[datav1.CreateDirectoryRequest]) (*connect.Response[datav1.CreateDirectoryResponse], error) {
 		return d.files.CreateDirectory
-	}, &datav1.CreateDirectoryRequest{Path: path, User: o.user, Parents: parents, Mode: unixMode(mode)})
+	}, &datav1.CreateDirectoryRequest{Path: path, User: o.user, Parents: parents, Mode: UnixMode(mode)})
 	return err
 }
 
-// unixMode is mode as the API carries it: the permission bits, with the
-// setuid, setgid and sticky bits.
-func unixMode(mode fs.FileMode) uint32 {
+// UnixMode is mode as the data plane carries it (and chmod takes it): the
+// permission bits, with the setuid, setgid and sticky bits.
+func UnixMode(mode fs.FileMode) uint32 {
 	m := uint32(mode.Perm())
 	if mode&fs.ModeSetuid != 0 {
 		m |= 0o4000

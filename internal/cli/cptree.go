@@ -177,7 +177,7 @@ func (cp *copier) closeDirs(target string, entries []localEntry) error {
 				script.WriteString(" 2>/dev/null\n")
 			}
 			mode = m
-			line, _ = fmt.Fprintf(&script, "chmod %o", unixMode(m))
+			line, _ = fmt.Fprintf(&script, "chmod %o", sdk.UnixMode(m))
 		}
 		n, _ := script.WriteString(" " + shellQuote("./"+e.rel))
 		line += n
@@ -192,19 +192,6 @@ func (cp *copier) closeDirs(target string, entries []localEntry) error {
 		err = fmt.Errorf("chmod in the workspace: %s: %s", st, strings.TrimSpace(stderr.String()))
 	}
 	return err
-}
-
-// unixMode is the mode chmod takes for m: its permission bits, setgid and
-// sticky.
-func unixMode(m fs.FileMode) uint32 {
-	u := uint32(m.Perm())
-	if m&fs.ModeSetgid != 0 {
-		u |= 0o2000
-	}
-	if m&fs.ModeSticky != 0 {
-		u |= 0o1000
-	}
-	return u
 }
 
 // shellQuote quotes s as one word for sh, whatever bytes it holds.

@@ -43,28 +43,17 @@ func TestLargeRequestsOfBadTokensAreNotRead(t *testing.T) {
 	} {
 		body := c.body
 		t.Run(c.name, func(t *testing.T) {
-			req, err := http.NewRequest(http.MethodPost, e.url+c.procedure, bytes.NewReader(body))
-			if err != nil {
-				t.Fatal(err)
+			status, answer, allocated := sendMeasured(t, e, c.procedure, body, func(h http.Header) {
+				h.Set("Content-Type", "application/proto")
+				if c.token != "" {
+					h.Set("Authorization", c.token)
+				}
+			})
+			if status != http.StatusUnauthorized || !strings.Contains(answer, `"code":"unauthenticated"`) {
+				t.Errorf("%d %s, want unauthenticated", status, answer)
 			}
-			req.Header.Set("Content-Type", "application/proto")
-			if c.token != "" {
-				req.Header.Set("Authorization", c.token)
-			}
-			var before, after runtime.MemStats
-			runtime.ReadMemStats(&before)
-			resp, err := e.http.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			answer, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			runtime.ReadMemStats(&after)
-			if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(answer), `"code":"unauthenticated"`) {
-				t.Errorf("%d %s, want unauthenticated", resp.StatusCode, answer)
-			}
-			if n := after.TotalAlloc - before.TotalAlloc; n > 32<<20 {
-				t.Errorf("refusing it allocated %d MB", n>>20)
+			if allocated > 32<<20 {
+				t.Errorf("refusing it allocated %d MB", allocated>>20)
 			}
 			// Logged as the interceptors log the calls they refuse.
 			if line := "msg=call method=" + c.procedure + " code=unauthenticated"; !strings.Contains(logged.String(), line) {
@@ -111,32 +100,43 @@ func TestRequestsThatDecodeLargeAreNotDecoded(t *testing.T) {
 		{"a gzipped one in JSON, of no token", "", "application/json", gzipped.Bytes(), connect.CodeInvalidArgument, "more than 262144 elements"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			req, err := http.NewRequest(http.MethodPost, e.url+ctrlv1connect.WorkspaceServiceUpdateWorkspaceNetworkPolicyProcedure, bytes.NewReader(c.body))
-			if err != nil {
-				t.Fatal(err)
+			status, answer, allocated := sendMeasured(t, e, ctrlv1connect.WorkspaceServiceUpdateWorkspaceNetworkPolicyProcedure, c.body, func(h http.Header) {
+				h.Set("Content-Type", c.contentType)
+				if c.token != "" {
+					h.Set("Authorization", c.token)
+				}
+				if c.body[0] == 0x1f { // gzip's magic
+					h.Set("Content-Encoding", "gzip")
+				}
+			})
+			if code := `"code":"` + c.code.String() + `"`; !strings.Contains(answer, code) || !strings.Contains(answer, c.says) {
+				t.Errorf("%d %s, want %s saying %q", status, answer, code, c.says)
 			}
-			req.Header.Set("Content-Type", c.contentType)
-			if c.token != "" {
-				req.Header.Set("Authorization", c.token)
-			}
-			if c.body[0] == 0x1f { // gzip's magic
-				req.Header.Set("Content-Encoding", "gzip")
-			}
-			var before, after runtime.MemStats
-			runtime.ReadMemStats(&before)
-			resp, err := e.http.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			answer, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			runtime.ReadMemStats(&after)
-			if code := `"code":"` + c.code.String() + `"`; !strings.Contains(string(answer), code) || !strings.Contains(string(answer), c.says) {
-				t.Errorf("%d %s, want %s saying %q", resp.StatusCode, answer, code, c.says)
-			}
-			if n := after.TotalAlloc - before.TotalAlloc; n > 64<<20 {
-				t.Errorf("refusing it allocated %d MB", n>>20)
+			if allocated > 64<<20 {
+				t.Errorf("refusing it allocated %d MB", allocated>>20)
 			}
 		})
 	}
+}
+
+// sendMeasured posts body to procedure with the header header sets, and
+// returns the answer's status and body and what this process (the
+// server) allocated meanwhile.
+func sendMeasured(t *testing.T, e *env, procedure string, body []byte, header func(http.Header)) (status int, answer string, allocated uint64) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, e.url+procedure, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	header(req.Header)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	resp, err := e.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	runtime.ReadMemStats(&after)
+	return resp.StatusCode, string(b), after.TotalAlloc - before.TotalAlloc
 }
