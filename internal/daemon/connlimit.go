@@ -135,7 +135,7 @@ func (l *limitedListener) Accept() (net.Conn, error) {
 	for {
 		select {
 		case l.open <- struct{}{}:
-			return &limitedConn{Conn: c, release: sync.OnceFunc(func() { <-l.open }), forget: l.forget}, nil
+			return l.holding(c), nil
 		default:
 		}
 		wait := l.shedIdle()
@@ -153,7 +153,7 @@ func (l *limitedListener) Accept() (net.Conn, error) {
 		}
 		select {
 		case l.open <- struct{}{}:
-			return &limitedConn{Conn: c, release: sync.OnceFunc(func() { <-l.open }), forget: l.forget}, nil
+			return l.holding(c), nil
 		case <-l.wentIdle:
 		case <-shed:
 		case <-l.closed:
@@ -161,6 +161,12 @@ func (l *limitedListener) Accept() (net.Conn, error) {
 			return nil, net.ErrClosed
 		}
 	}
+}
+
+// holding is c, accepted with a token of l's, which it gives back when it
+// closes.
+func (l *limitedListener) holding(c net.Conn) *limitedConn {
+	return &limitedConn{Conn: c, release: sync.OnceFunc(func() { <-l.open }), forget: l.forget}
 }
 
 // forget drops c from the idle connections.
