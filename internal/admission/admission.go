@@ -40,9 +40,9 @@ func Admit(w http.ResponseWriter) {
 // to reuse the connection. The grace is what lets a client still sending
 // its body read the answer: the server reads up to 256 KiB more, then
 // ends its side and waits a moment before it closes. Closed at once with
-// the client's bytes unread, the connection is reset, and the client's
-// kernel drops the answer it had not read yet (a large upload's caller
-// saw "connection reset" instead of the refusal). Over HTTP/2 the
+// the client's bytes unread, the connection is reset while the client
+// still writes, and a client whose write fails first (Node.js's fetch)
+// reports the reset, not the refusal. Over HTTP/2 the
 // connection is kept: a Connection: close there is a GOAWAY to every call
 // it carries.
 func Refuse(w http.ResponseWriter, r *http.Request) {
