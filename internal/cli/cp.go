@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
+	"github.com/kibotos/kibotos/internal/sparsefile"
 	"github.com/kibotos/kibotos/sdk"
 )
 
@@ -241,12 +242,11 @@ func (cp *copier) download(src string, dst cpOperand) error {
 		opts = append(opts, sdk.WithFileInfo(func(f *datav1.FileInfo) { mode = fs.FileMode(f.GetMode()).Perm() }))
 	}
 	return writeAtomically(target, func() fs.FileMode { return cmp.Or(mode, 0o644) }, func(f *os.File) error {
-		var w sparseWriter // a file with holes there keeps them here
-		w.reset(f)
-		if _, err := cp.ws.Download(ctx, src, &w, opts...); err != nil {
+		w := sparsefile.NewWriter(f) // a file with holes there keeps them here
+		if _, err := cp.ws.Download(ctx, src, w, opts...); err != nil {
 			return err
 		}
-		return w.Flush()
+		return w.Finish()
 	})
 }
 

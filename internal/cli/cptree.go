@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
+	"github.com/kibotos/kibotos/internal/sparsefile"
 	"github.com/kibotos/kibotos/internal/treemove"
 	"github.com/kibotos/kibotos/sdk"
 )
@@ -563,7 +564,7 @@ func (cp *copier) downloadTree(src, dst string) error {
 // the stream. Directories are made 0700, so that the tree can be moved out
 // of dir or removed by a user who is not root; their modes and times are
 // returned, to be applied once the tree is in place. Files are written
-// with their blocks of zeros left holes (sparseWriter), since the guest's
+// with their blocks of zeros left holes (internal/sparsefile), since the guest's
 // tar sends holes as zeros; a sparse entry, which declares more than it
 // carries, is refused. Devices and FIFOs are skipped with a warning to
 // warn.
@@ -576,7 +577,6 @@ func extractTree(r io.Reader, dir string, warn func(string)) (dirAttrs, error) {
 	var (
 		dirs  dirAttrs
 		links = map[string]string{} // name → target
-		w     sparseWriter          // the files' holes, sent as zeros, stay holes
 	)
 	tr := tar.NewReader(r)
 	for {
@@ -623,9 +623,9 @@ func extractTree(r io.Reader, dir string, warn func(string)) (dirAttrs, error) {
 			if err != nil {
 				return nil, err
 			}
-			w.reset(f)
-			_, err = io.Copy(&w, tr)
-			if err = errors.Join(err, w.Flush(), f.Close()); err != nil {
+			w := sparsefile.NewWriter(f) // the file's holes, sent as zeros, stay holes
+			_, err = io.Copy(w, tr)
+			if err = errors.Join(err, w.Finish(), f.Close()); err != nil {
 				return nil, err
 			}
 			if err := root.Chmod(name, mode); err != nil {

@@ -40,6 +40,7 @@ var parts = map[string]string{
 	"sdk/bearer":           leaf,
 	"internal/cafile":      leaf,
 	"internal/treemove":    leaf,
+	"internal/sparsefile":  leaf,
 	"internal/enumlabel":   leaf,
 	"sdk/serviceconn":      leaf,
 	"internal/fence":       leaf,

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kibotos/kibotos/internal/sparsefile"
 )
 
 const (
@@ -247,7 +249,7 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 		if err := x.remove(rel); err != nil {
 			return err
 		}
-		if err := writeSparse(p, r); err != nil {
+		if err := sparsefile.Create(p, r); err != nil {
 			return err
 		}
 	case tar.TypeSymlink:

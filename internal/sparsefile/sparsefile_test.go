@@ -1,4 +1,4 @@
-package cli
+package sparsefile
 
 import (
 	"bytes"
@@ -8,10 +8,11 @@ import (
 	"testing"
 )
 
-// TestSparseWriter writes files in writes of sizes that do not follow its
+// TestWriter writes files in writes of sizes that do not follow its
 // blocks: each reads back as written, blocks of zeros take no room, and a
 // file that ends in zeros (or is only zeros, or empty) has its full size.
-func TestSparseWriter(t *testing.T) {
+func TestWriter(t *testing.T) {
+	const holeBlock = 64 << 10          // sizes of the data, several of the Writer's blocks
 	data := func(parts ...any) []byte { // alternating zero runs (int) and data (string)
 		var b []byte
 		for _, p := range parts {
@@ -44,8 +45,7 @@ func TestSparseWriter(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var w sparseWriter
-			w.reset(f)
+			w := NewWriter(f)
 			for rest := tc.data; len(rest) > 0; {
 				n, err := w.Write(rest[:min(chunk, len(rest))])
 				if err != nil {
@@ -53,7 +53,7 @@ func TestSparseWriter(t *testing.T) {
 				}
 				rest = rest[n:]
 			}
-			if err := w.Flush(); err != nil {
+			if err := w.Finish(); err != nil {
 				t.Fatal(err)
 			}
 			var st syscall.Stat_t
