@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -101,6 +102,22 @@ func (e *env) serveInGuest(t *testing.T, id string, port int, script string) {
 			t.Fatalf("%q never listened on port %d", script, port)
 		}
 	}
+}
+
+// forwardedConn serves script on port in the workspace, forwards the port
+// until the test ends and returns the forwarding and a connection through
+// it, closed when the test ends.
+func (e *env) forwardedConn(t *testing.T, id string, port int, script string) (*forwarding, net.Conn) {
+	t.Helper()
+	e.serveInGuest(t, id, port, script)
+	name := strconv.Itoa(port)
+	f := e.portForward(t, id, ":"+name)
+	c, err := net.Dial("tcp", f.local[name])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return f, c
 }
 
 // get fetches a URL and returns its body.
@@ -277,13 +294,7 @@ func (f *forwarding) ended(t *testing.T, within time.Duration) error {
 // connection.
 func TestPortForwardEndsWhenItsWorkspaceIsDeleted(t *testing.T) {
 	e, id := newDataEnv(t)
-	e.serveInGuest(t, id, 9001, "nc -l -p 9001 -e sh -c 'echo hello; sleep 600'")
-	f := e.portForward(t, id, ":9001")
-	c, err := net.Dial("tcp", f.local["9001"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	f, c := e.forwardedConn(t, id, 9001, "nc -l -p 9001 -e sh -c 'echo hello; sleep 600'")
 	c.SetReadDeadline(time.Now().Add(30 * time.Second))
 	hello := make([]byte, len("hello\n"))
 	if _, err := io.ReadFull(c, hello); err != nil || string(hello) != "hello\n" {
@@ -309,13 +320,7 @@ func TestPortForwardResetsACutConnection(t *testing.T) {
 	e, id := newDataEnv(t)
 	// The service does not read what the caller sent: closing its socket
 	// with bytes unread resets the connection.
-	e.serveInGuest(t, id, 9002, "nc -l -p 9002 -e sh -c 'echo partial; sleep 1'")
-	f := e.portForward(t, id, ":9002")
-	c, err := net.Dial("tcp", f.local["9002"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	f, c := e.forwardedConn(t, id, 9002, "nc -l -p 9002 -e sh -c 'echo partial; sleep 1'")
 	if _, err := c.Write([]byte("unread\n")); err != nil {
 		t.Fatal(err)
 	}
