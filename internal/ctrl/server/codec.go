@@ -6,11 +6,21 @@ import (
 	"errors"
 	"fmt"
 
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
+
+// codecs are the binary and JSON codecs, under every name Connect gives
+// them, each decoding no request of more than maxElements elements.
+func codecs(maxElements int) connect.HandlerOption {
+	return connect.WithHandlerOptions(
+		connect.WithCodec(deterministicCodec{maxElements: maxElements}),
+		connect.WithCodec(jsonCodec{name: "json", maxElements: maxElements}),
+		connect.WithCodec(jsonCodec{name: "json; charset=utf-8", maxElements: maxElements}))
+}
 
 // deterministicCodec is Connect's binary protobuf codec with deterministic
 // marshaling (map entries in key order), so that a replayed command

@@ -49,13 +49,11 @@ import (
 )
 
 // HandlerOptions are the options every service of the control plane is
-// served with, before its interceptors: the codec, the request size
-// bound, when answers are compressed, and the recovery of a panic.
+// served with, before its interceptors: the codecs (with their bound on
+// a request's elements), the request size bound, when answers are compressed, and the recovery of a panic.
 func HandlerOptions() []connect.HandlerOption {
 	return []connect.HandlerOption{
-		connect.WithCodec(deterministicCodec{maxElements: maxRequestElements}),
-		connect.WithCodec(jsonCodec{name: "json", maxElements: maxRequestElements}),
-		connect.WithCodec(jsonCodec{name: "json; charset=utf-8", maxElements: maxRequestElements}),
+		codecs(maxRequestElements),
 		connect.WithReadMaxBytes(MaxRequestBytes),
 		// Compressing a small answer costs more CPU than the bytes it saves.
 		connect.WithCompressMinBytes(compressMinBytes),
@@ -211,9 +209,7 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 		callerLog, callerAuth, accesslog.Project(), nulRefusal{})}, common...)
 	hostOpts := append([]connect.HandlerOption{counted, connect.WithInterceptors(errdetail.Interceptor(),
 		hostLog, hostAuth, nulRefusal{})}, common...)
-	hostOpts = append(hostOpts, connect.WithCodec(deterministicCodec{maxElements: maxHostRequestElements}),
-		connect.WithCodec(jsonCodec{name: "json", maxElements: maxHostRequestElements}),
-		connect.WithCodec(jsonCodec{name: "json; charset=utf-8", maxElements: maxHostRequestElements}))
+	hostOpts = append(hostOpts, codecs(maxHostRequestElements))
 	// A service's handler, gated: no request of a caller whose token does
 	// not authenticate is decoded but a small one (auth.Gate).
 	var shares *callshare.Shares
