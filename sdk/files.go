@@ -78,9 +78,6 @@ func MergeDirectories() FileOption {
 func (w *Workspace) Upload(ctx context.Context, r io.Reader, remotePath string, mode fs.FileMode, opts ...FileOption) (*datav1.FileInfo, error) {
 	o := collect(opts)
 	start := &datav1.WriteFileStart{Path: remotePath, User: o.user, Mode: uint32(mode.Perm())}
-	// An attempt refused for its session is sent again with a new one: r
-	// from where it was, when it can seek back, else from what the first
-	// attempt read of it, held up to rereadBytes.
 	seeker, _ := r.(io.Seeker)
 	var origin int64
 	if seeker != nil {
