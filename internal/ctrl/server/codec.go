@@ -25,7 +25,11 @@ func codecs(maxElements int) connect.HandlerOption {
 // deterministicCodec is Connect's binary protobuf codec with deterministic
 // marshaling (map entries in key order), so that a replayed command
 // returns the same bytes as the first response. It decodes no request
-// that holds more than maxElements elements (see countElements).
+// that holds more than maxElements elements (see countElements), and drops
+// the fields a request holds that the schema does not define: they would
+// otherwise be stored with what they came in, returned by reads, read as
+// a value never checked once a later schema names their number, and make
+// an update of equal content a change.
 type deterministicCodec struct{ maxElements int }
 
 var deterministic = proto.MarshalOptions{Deterministic: true}
@@ -52,8 +56,10 @@ func (c deterministicCodec) Unmarshal(data []byte, v any) error {
 		}
 		return err
 	}
-	return proto.Unmarshal(data, m)
+	return dropUnknown.Unmarshal(data, m)
 }
+
+var dropUnknown = proto.UnmarshalOptions{DiscardUnknown: true}
 
 // maxRequestElements bounds the elements of a request message: each
 // message, map entry and repeated value is an allocation of tens of bytes
@@ -80,7 +86,7 @@ var (
 // message of md: every message and map entry, and every value of a
 // repeated field (a packed run counts a value per byte). It fails once
 // the budget runs out, before the message is decoded; what it cannot
-// parse is left to proto.Unmarshal to refuse.
+// parse is left to the decoder to refuse.
 func countElements(b []byte, md protoreflect.MessageDescriptor, budget *int, depth int) error {
 	if depth > maxRequestDepth {
 		return errTooDeep
@@ -127,8 +133,12 @@ func countElements(b []byte, md protoreflect.MessageDescriptor, budget *int, dep
 	return nil
 }
 
-// jsonCodec is Connect's JSON codec (protojson, unknown fields discarded)
-// with the element bound of deterministicCodec: protojson decodes each
+// jsonCodec is Connect's JSON codec with the element bound of
+// deterministicCodec, decoding as the standard proto3 JSON mapping says a
+// parser does by default: a field or an enum value name the schema does
+// not define is refused, not dropped (a misspelled field would otherwise be
+// ignored, and an unknown enum name read as its zero value, which often
+// means the default the caller did not ask for). protojson decodes each
 // object, array value and map entry into an allocation of tens of bytes
 // or more, from as little as 3 bytes of the request ("{},"). It counts the
 // message it is given, decompressed and out of its envelope.
@@ -158,7 +168,7 @@ func (c jsonCodec) Unmarshal(data []byte, v any) error {
 	if jsonElements(data) > c.maxElements {
 		return fmt.Errorf("the request holds more than %d elements (objects, array values and members), the most a request may", c.maxElements)
 	}
-	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(data, m); err != nil {
+	if err := protojson.Unmarshal(data, m); err != nil {
 		return fmt.Errorf("unmarshal into %T: %w", v, err)
 	}
 	return nil
