@@ -300,3 +300,38 @@ func TestListPagesBoundedInBytes(t *testing.T) {
 		t.Errorf("30 templates of 200 KiB came in %d page, want the bound to cut them", pages)
 	}
 }
+
+// TestRefusalsNameWhatWasSent: a refusal names the field and the value the
+// caller sent, and the same request is refused with the same words.
+func TestRefusalsNameWhatWasSent(t *testing.T) {
+	backends(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		wsc := e.workspaces()
+		create := func(spec *ctrlv1.WorkspaceCreateSpec) error {
+			spec.Resources = &ctrlv1.ResourceRequest{MemoryBytes: 128 << 20}
+			_, err := wsc.CreateWorkspace(ctx, connect.NewRequest(&ctrlv1.CreateWorkspaceRequest{Command: cmd(), Spec: spec}))
+			return err
+		}
+		wantRefusal := func(what string, err error, want string) {
+			t.Helper()
+			if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: %v, want invalid_argument saying %q", what, err, want)
+			}
+		}
+
+		err := create(&ctrlv1.WorkspaceCreateSpec{Volume: &ctrlv1.WorkspaceVolumeBinding{MountPath: "/.."}})
+		wantRefusal("mount path /..", err, `"/.." is "/" once cleaned`)
+
+		for _, deadline := range []*timestamppb.Timestamp{{Seconds: 253402300800}, {Seconds: 4102444800, Nanos: -1}} {
+			err := create(&ctrlv1.WorkspaceCreateSpec{Expiration: &ctrlv1.WorkspaceExpirationPolicy{Deadline: deadline,
+				Action: ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_STOP}})
+			wantRefusal(fmt.Sprintf("deadline %v", deadline), err, "expiration.deadline is not a valid timestamp: timestamp (")
+		}
+
+		twoBadLists := &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET,
+			Allow: []string{"10.0.0.1/8"}, Deny: []string{"10.1.0.1/8"}}
+		for range 20 {
+			wantRefusal("a policy with two bad lists", create(&ctrlv1.WorkspaceCreateSpec{NetworkPolicy: twoBadLists}), "network_policy.allow[0]")
+		}
+	})
+}

@@ -1,11 +1,10 @@
 package workspaces
 
 import (
-	"github.com/kibotos/kibotos/internal/guestabi"
-
 	"context"
 	"fmt"
 	"path"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -14,6 +13,7 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/templates"
+	"github.com/kibotos/kibotos/internal/guestabi"
 	"github.com/kibotos/kibotos/internal/netcheck"
 )
 
@@ -172,18 +172,25 @@ func checkMountPath(p string) (string, error) {
 	if !path.IsAbs(p) {
 		return "", invalid("volume.mount_path %q must be an absolute guest path", p)
 	}
-	if err := guestabi.CheckVolumePath(path.Clean(p)); err != nil {
+	clean := path.Clean(p)
+	if err := guestabi.CheckVolumePath(clean); err != nil {
+		if clean != p {
+			return "", invalid("volume.mount_path %q is %q once cleaned: %v", p, clean, err)
+		}
 		return "", invalid("volume.mount_path: %v", err)
 	}
-	return path.Clean(p), nil
+	return clean, nil
 }
 
 func checkExpiration(p *ctrlv1.WorkspaceExpirationPolicy, now time.Time) error {
 	if p == nil {
 		return nil
 	}
-	if p.Deadline == nil || !p.Deadline.IsValid() {
+	if p.Deadline == nil {
 		return invalid("expiration.deadline is required")
+	}
+	if err := p.Deadline.CheckValid(); err != nil {
+		return invalid("expiration.deadline is not a valid timestamp: %s", strings.TrimPrefix(err.Error(), "proto: "))
 	}
 	switch p.Action {
 	case ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_STOP, ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_DELETE:
@@ -216,7 +223,11 @@ func checkPolicy(ctx context.Context, tx store.Tx, projectID string, p *ctrlv1.N
 		len(out.Allow)+len(out.Deny)+len(out.Egresses)+len(out.Resolvers) > 0 {
 		return nil, nil, invalid("network_policy: DENY_ALL accepts no allow, deny, egresses or resolvers entries")
 	}
-	for field, list := range map[string][]string{"allow": out.Allow, "deny": out.Deny} {
+	for _, l := range []struct {
+		field string
+		list  []string
+	}{{"allow", out.Allow}, {"deny", out.Deny}} {
+		field, list := l.field, l.list
 		if len(list) > MaxPolicyEntries {
 			return nil, nil, invalid("network_policy.%s has %d entries, more than the limit of %d", field, len(list), MaxPolicyEntries)
 		}
