@@ -467,3 +467,63 @@ func TestTemplateBlobsOfTheHostsWork(t *testing.T) {
 		}
 	}
 }
+
+// TestImportSentTwiceAtOnceRunsOnce: a second call of an ImportTransfer
+// command that answers while the first still uploads gets the first
+// answer, and leaves no Transfer of its own.
+func TestImportSentTwiceAtOnceRunsOnce(t *testing.T) {
+	f := newFleet(t)
+	body, err := artifact.EncodeManifest(&ctrlv1.TransferManifest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	w, err := artifact.NewWriter(&buf, body, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(buf.Bytes())
+	command, digest, half := cmd(), "sha256:"+hex.EncodeToString(sum[:]), buf.Len()/2
+	live := func() []*ctrlv1.Transfer {
+		t.Helper()
+		resp, err := f.transfers.ListTransfers(t.Context(), connect.NewRequest(&ctrlv1.ListTransfersRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Msg.Transfers
+	}
+
+	slow := f.transfers.ImportTransfer(t.Context())
+	if err := slow.Send(&ctrlv1.ImportTransferRequest{Command: command, Digest: digest, Data: buf.Bytes()[:half]}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(live()) == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first call's Transfer did not appear")
+		}
+	}
+	fast := f.transfers.ImportTransfer(t.Context())
+	if err := fast.Send(&ctrlv1.ImportTransferRequest{Command: command, Digest: digest, Data: buf.Bytes()}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := fast.CloseAndReceive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := slow.Send(&ctrlv1.ImportTransferRequest{Data: buf.Bytes()[half:]}); err != nil {
+		t.Fatal(err)
+	}
+	second, err := slow.CloseAndReceive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(first.Msg, second.Msg) {
+		t.Errorf("the call that finished second answered %v, want the first answer %v", second.Msg, first.Msg)
+	}
+	if got := live(); len(got) != 1 || got[0].TransferId != first.Msg.Transfer.TransferId {
+		t.Errorf("Transfers after one command sent twice: %v, want only %s", got, first.Msg.Transfer.TransferId)
+	}
+}

@@ -94,7 +94,7 @@ func (s *Service) Import(ctx context.Context, recv func() (*ctrlv1.ImportTransfe
 	}
 	// Once the bytes are in, the outcome is stored even if the caller left.
 	ctx = context.WithoutCancel(ctx)
-	return command.Run(ctx, s.Store, cmd, func(ctx context.Context, tx store.Tx) (*ctrlv1.ImportTransferResponse, error) {
+	resp, err := command.Run(ctx, s.Store, cmd, func(ctx context.Context, tx store.Tx) (*ctrlv1.ImportTransferResponse, error) {
 		r, lerr := load(ctx, tx, cmd.ProjectID, id)
 		if lerr != nil {
 			return nil, lerr
@@ -114,6 +114,35 @@ func (s *Service) Import(ctx context.Context, recv func() (*ctrlv1.ImportTransfe
 		}
 		return &ctrlv1.ImportTransferResponse{Transfer: r.View()}, nil
 	})
+	if err == nil && resp.GetTransfer().GetTransferId() != id {
+		// Another call of the same command answered first, while this one
+		// uploaded: the caller gets that answer, and the Transfer this call
+		// made is no one's.
+		s.discard(ctx, id)
+	}
+	return resp, err
+}
+
+// discard deletes the IMPORTING Transfer id and its artifact, at once and
+// for good; what it cannot remove the transfers loop fails and collects.
+func (s *Service) discard(ctx context.Context, id string) {
+	if deleteBlob(ctx, s.Bucket, artifactKey(id)) != nil {
+		return
+	}
+	err := s.Store.Update(ctx, func(tx store.Tx) error {
+		r, err := loadByID(ctx, tx, id)
+		if err != nil || r.T.State != ctrlv1.TransferState_TRANSFER_STATE_IMPORTING {
+			return err
+		}
+		r.T.State, r.T.Progress = ctrlv1.TransferState_TRANSFER_STATE_DELETED, nil
+		r.Book.Stored = false
+		r.Row.ExpiresAt = time.Time{}
+		r.Row.DeletedAt = s.Now.UTC()
+		return s.save(ctx, tx, r)
+	})
+	if err == nil {
+		s.changed()
+	}
 }
 
 // failureReason classifies why an upload failed.
