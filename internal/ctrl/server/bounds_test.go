@@ -325,7 +325,7 @@ func TestRefusalsNameWhatWasSent(t *testing.T) {
 		for _, deadline := range []*timestamppb.Timestamp{{Seconds: 253402300800}, {Seconds: 4102444800, Nanos: -1}} {
 			err := create(&ctrlv1.WorkspaceCreateSpec{Expiration: &ctrlv1.WorkspaceExpirationPolicy{Deadline: deadline,
 				Action: ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_STOP}})
-			wantRefusal(fmt.Sprintf("deadline %v", deadline), err, "expiration.deadline is not a valid timestamp: timestamp (")
+			wantRefusal(fmt.Sprintf("deadline %v", deadline), err, "is not a valid timestamp")
 		}
 
 		twoBadLists := &ctrlv1.NetworkPolicy{Mode: ctrlv1.NetworkPolicyMode_NETWORK_POLICY_MODE_PUBLIC_INTERNET,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -189,8 +188,9 @@ func checkExpiration(p *ctrlv1.WorkspaceExpirationPolicy, now time.Time) error {
 	if p.Deadline == nil {
 		return invalid("expiration.deadline is required")
 	}
-	if err := p.Deadline.CheckValid(); err != nil {
-		return invalid("expiration.deadline is not a valid timestamp: %s", strings.TrimPrefix(err.Error(), "proto: "))
+	if !p.Deadline.IsValid() {
+		return invalid("expiration.deadline (seconds %d, nanos %d) is not a valid timestamp: one from 0001-01-01 to 9999-12-31 UTC, with nanos from 0 to 999,999,999",
+			p.Deadline.Seconds, p.Deadline.Nanos)
 	}
 	switch p.Action {
 	case ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_STOP, ctrlv1.WorkspaceExpirationAction_WORKSPACE_EXPIRATION_ACTION_DELETE:
