@@ -4,6 +4,9 @@
 // id. An internal error is logged with its cause and the request id, and
 // the caller gets only "internal error; see the server log" with the id,
 // so that an operator finds the cause from what the caller reports.
+// Every call's error passes through it, so it also gives the errors all
+// calls share their one answer: a database that does not answer or has no
+// disk left, and a call its caller abandoned.
 //
 // Wiring: Middleware wraps the whole handler; Interceptor comes first among
 // a handler's interceptors and its Project interceptor after the one that
@@ -23,6 +26,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/kibotos/kibotos/internal/ctrl/auth"
+	"github.com/kibotos/kibotos/internal/ctrl/store"
 )
 
 // Header is the response header that carries the request id.
@@ -30,6 +34,16 @@ const Header = "X-Request-Id"
 
 // internalMessage is what a caller learns of an internal error.
 const internalMessage = "internal error; see the server log"
+
+var (
+	// errStoreFull says why a change the control plane's database had no
+	// disk space to store is resource_exhausted.
+	errStoreFull = errors.New("the control plane's database has no disk space left: nothing can change until an operator frees space on its disk")
+	// errStoreUnavailable says why a call the control plane's database did
+	// not answer is unavailable, without the database's details (its
+	// user, name and address).
+	errStoreUnavailable = errors.New("the control plane's database does not answer; retry shortly")
+)
 
 // call is what the log line of one request gathers.
 type call struct {
@@ -130,6 +144,7 @@ func (i *Interceptor) end(ctx context.Context, procedure string, start time.Time
 	if c == nil {
 		c = &call{}
 	}
+	err = shared(ctx, err)
 	code := "ok"
 	if err != nil {
 		code = connect.CodeOf(err).String()
@@ -141,6 +156,28 @@ func (i *Interceptor) end(ctx context.Context, procedure string, start time.Time
 	}
 	i.logger().Log(ctx, i.Level, "call", "method", procedure, "code", code,
 		"latency", time.Since(start), "project", c.project, "request_id", c.id)
+	return err
+}
+
+// shared returns the answer every call gives err when err is one that
+// any call may meet, whichever layer saw it first (the token's check, a
+// handler, a stream); any other error as it is.
+func shared(ctx context.Context, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, store.ErrUnavailable):
+		return connect.NewError(connect.CodeUnavailable, errStoreUnavailable)
+	case errors.Is(err, store.ErrFull):
+		return connect.NewError(connect.CodeResourceExhausted, errStoreFull)
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		// The caller went away (or its deadline passed) while the call
+		// waited: not the server's fault, whatever layer noticed it.
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return connect.NewError(connect.CodeDeadlineExceeded, ctx.Err())
+		}
+		return connect.NewError(connect.CodeCanceled, ctx.Err())
+	}
 	return err
 }
 

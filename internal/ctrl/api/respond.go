@@ -13,37 +13,23 @@ import (
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/internal/ctrl/accesslog"
 	"github.com/kibotos/kibotos/internal/ctrl/resource"
-	"github.com/kibotos/kibotos/internal/ctrl/store"
 )
 
 // Respond wraps a result. Canonical Connect errors pass through; any other
 // error is reported as internal without its text, which may name database
 // or file system details: the access log's interceptor logs it with the
-// request id it gives the caller.
+// request id it gives the caller, or answers it as every call does when it
+// is one all calls share (the database down or full, the caller gone).
 func Respond[R any](msg *R, err error) (*connect.Response[R], error) {
 	if err != nil {
 		var ce *connect.Error
 		if errors.As(err, &ce) {
 			return nil, ce
 		}
-		if errors.Is(err, store.ErrFull) {
-			return nil, connect.NewError(connect.CodeResourceExhausted, errStoreFull)
-		}
-		if errors.Is(err, store.ErrUnavailable) {
-			return nil, connect.NewError(connect.CodeUnavailable, errStoreUnavailable)
-		}
 		return nil, accesslog.Internal(err)
 	}
 	return connect.NewResponse(msg), nil
 }
-
-// errStoreFull says why a change the control plane's database had no
-// disk space to store is resource_exhausted.
-var errStoreFull = errors.New("the control plane's database has no disk space left: nothing can change until an operator frees space on its disk")
-
-// errStoreUnavailable says why a call the control plane's database did
-// not answer is unavailable, without the database's details.
-var errStoreUnavailable = errors.New("the control plane's database does not answer; retry shortly")
 
 // Mutation describes a write request for the command layer: the whole
 // request message is the command's input.
