@@ -15,8 +15,9 @@ import (
 	"net"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/kibotos/kibotos/internal/ctrl/store"
 	"github.com/kibotos/kibotos/internal/ctrl/store/sqlstore"
@@ -66,13 +67,27 @@ func pgCode(err error) string {
 // maxIdleConns is how many connections stay open between transactions.
 const maxIdleConns = 64
 
+// idleInTransactionTimeout ends, on the server, a session that holds a
+// transaction open without sending anything for that long, and so frees
+// its locks: a replica that froze (a paused VM, a cut network) inside a
+// write would otherwise hold the rows it wrote, and stall every
+// replica's passes over them (host leases, expirations), for as long as it
+// stays frozen. The store's transactions do no other work while open, so
+// none idles that long unless its process stopped. A database URL that
+// sets the parameter itself keeps its value.
+const idleInTransactionTimeout = "15s"
+
 // Open connects to the database at url (postgres://...) and applies pending
 // migrations.
 func Open(ctx context.Context, url string) (store.Store, error) {
-	db, err := sql.Open("pgx", url)
+	config, err := pgx.ParseConfig(url)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("postgres: %w", err)
 	}
+	if _, set := config.RuntimeParams["idle_in_transaction_session_timeout"]; !set {
+		config.RuntimeParams["idle_in_transaction_session_timeout"] = idleInTransactionTimeout
+	}
+	db := stdlib.OpenDB(*config)
 	// A new connection costs a round trip of authentication and a backend
 	// process: keep as many idle as busy callers use.
 	db.SetMaxIdleConns(maxIdleConns)
