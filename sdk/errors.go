@@ -8,12 +8,18 @@ import (
 	"connectrpc.com/connect"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/sdk/failure"
 )
 
 // FailureOf returns the Kibotos ErrorDetail that err carries: the detail of
 // a *connect.Error, or for a *StateError one made from the Workspace's
-// failure (reason and stage) with the Workspace as observed_workspace. It
-// looks through wrapped errors and reports false when there is no detail.
+// failure (reason and stage) with the Workspace as observed_workspace. A
+// *connect.Error that came with none (a refusal made before the server's
+// handlers, such as of a request too large to read, or by a proxy) gets
+// one with the reason its code implies, as the server gives its own. It
+// looks through wrapped errors and reports false when there is no
+// *connect.Error or *StateError, or the code implies no reason
+// (failed_precondition).
 func FailureOf(err error) (*ctrlv1.ErrorDetail, bool) {
 	var se *StateError
 	if errors.As(err, &se) {
@@ -32,6 +38,9 @@ func FailureOf(err error) (*ctrlv1.ErrorDetail, bool) {
 		if ed, ok := v.(*ctrlv1.ErrorDetail); ok {
 			return ed, true
 		}
+	}
+	if reason := failure.ReasonOf(ce.Code()); reason != ctrlv1.FailureReason_FAILURE_REASON_UNSPECIFIED {
+		return &ctrlv1.ErrorDetail{Reason: reason}, true
 	}
 	return nil, false
 }

@@ -493,4 +493,13 @@ func TestFailureOfConnectError(t *testing.T) {
 	if _, ok := FailureOf(errors.New("plain")); ok {
 		t.Error("FailureOf found a detail in a plain error")
 	}
+	// A refusal made before the server's handlers carries no detail: its
+	// code gives the reason, as the server's own refusals have it.
+	tooLarge := connect.NewError(connect.CodeResourceExhausted, errors.New("message size 9437272 is larger than configured max 8388608"))
+	if got, ok := FailureOf(tooLarge); !ok || got.GetReason() != ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED {
+		t.Errorf("FailureOf a refusal without a detail = %v, %v, want RESOURCE_EXHAUSTED", got, ok)
+	}
+	if got, ok := FailureOf(connect.NewError(connect.CodeFailedPrecondition, errors.New("stopped"))); ok {
+		t.Errorf("FailureOf failed_precondition without a detail = %v, want none", got)
+	}
 }

@@ -12,38 +12,8 @@ import (
 	"connectrpc.com/connect"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
+	"github.com/kibotos/kibotos/sdk/failure"
 )
-
-// ReasonOf returns the FailureReason that a Connect code implies, or
-// UNSPECIFIED for failed_precondition, whose reasons are the caller's
-// state and are given where they are known.
-func ReasonOf(code connect.Code) ctrlv1.FailureReason {
-	switch code {
-	case connect.CodeInvalidArgument, connect.CodeOutOfRange:
-		return ctrlv1.FailureReason_FAILURE_REASON_INVALID_REQUEST
-	case connect.CodeNotFound:
-		return ctrlv1.FailureReason_FAILURE_REASON_NOT_FOUND
-	case connect.CodeAlreadyExists, connect.CodeAborted:
-		return ctrlv1.FailureReason_FAILURE_REASON_CONFLICT
-	case connect.CodeResourceExhausted:
-		return ctrlv1.FailureReason_FAILURE_REASON_RESOURCE_EXHAUSTED
-	case connect.CodeUnauthenticated:
-		return ctrlv1.FailureReason_FAILURE_REASON_UNAUTHENTICATED
-	case connect.CodePermissionDenied:
-		return ctrlv1.FailureReason_FAILURE_REASON_PERMISSION_DENIED
-	case connect.CodeUnavailable:
-		return ctrlv1.FailureReason_FAILURE_REASON_UNAVAILABLE
-	case connect.CodeDeadlineExceeded:
-		return ctrlv1.FailureReason_FAILURE_REASON_TIMED_OUT
-	case connect.CodeUnimplemented:
-		return ctrlv1.FailureReason_FAILURE_REASON_UNSUPPORTED
-	case connect.CodeCanceled:
-		return ctrlv1.FailureReason_FAILURE_REASON_CANCELLED
-	case connect.CodeInternal, connect.CodeDataLoss, connect.CodeUnknown:
-		return ctrlv1.FailureReason_FAILURE_REASON_INTERNAL
-	}
-	return ctrlv1.FailureReason_FAILURE_REASON_UNSPECIFIED
-}
 
 // Complete returns err with the reason its code implies when no
 // ErrorDetail of it names one: set in its first ErrorDetail, or in a new
@@ -53,7 +23,7 @@ func Complete(err error) error {
 	if !errors.As(err, &ce) {
 		return err
 	}
-	reason := ReasonOf(ce.Code())
+	reason := failure.ReasonOf(ce.Code())
 	if reason == ctrlv1.FailureReason_FAILURE_REASON_UNSPECIFIED {
 		return err
 	}

@@ -81,12 +81,3 @@ func TestCompleteLeavesWhatItShould(t *testing.T) {
 		t.Error("Complete(nil) is not nil")
 	}
 }
-
-func TestReasonOfEveryCode(t *testing.T) {
-	for code := connect.Code(1); code <= connect.CodeUnauthenticated; code++ {
-		got := ReasonOf(code)
-		if (got == ctrlv1.FailureReason_FAILURE_REASON_UNSPECIFIED) != (code == connect.CodeFailedPrecondition) {
-			t.Errorf("ReasonOf(%v) = %v", code, got)
-		}
-	}
-}

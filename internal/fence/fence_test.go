@@ -48,6 +48,7 @@ var parts = map[string]string{
 	"internal/logging":     leaf,
 	"internal/tracing":     leaf,
 	"internal/errdetail":   leaf,
+	"sdk/failure":          leaf,
 	"internal/fdlimit":     leaf,
 	"internal/callshare":   leaf,
 	"internal/admission":   leaf,
@@ -93,7 +94,7 @@ func partOf(pkg string) string {
 
 // guestLeaves are the only leaves the guest may import: the guest agent is
 // static and small, so it links nothing of the host's or ctrl's.
-var guestLeaves = []string{module + "/internal/guestabi", module + "/internal/errdetail", module + "/internal/treemove"}
+var guestLeaves = []string{module + "/internal/guestabi", module + "/sdk/failure", module + "/internal/treemove"}
 
 // forbidden returns why from may not import to, or "".
 func forbidden(from, to string) string {
@@ -107,7 +108,7 @@ func forbidden(from, to string) string {
 				return ""
 			}
 		}
-		return "the guest imports no shared leaf but guestabi, errdetail and treemove"
+		return "the guest imports no shared leaf but guestabi, sdk/failure and treemove"
 	}
 	for _, ok := range allowed[pf] {
 		if ok == pt {

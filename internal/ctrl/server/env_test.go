@@ -17,12 +17,12 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
 	"github.com/kibotos/kibotos/internal/ctrl/server"
 	"github.com/kibotos/kibotos/internal/ctrl/store"
-	"github.com/kibotos/kibotos/internal/errdetail"
 	"github.com/kibotos/kibotos/internal/netcheck"
 	"github.com/kibotos/kibotos/internal/testutil"
 	"github.com/kibotos/kibotos/internal/testutil/ctrltest"
 	"github.com/kibotos/kibotos/internal/testutil/fakeresolver"
 	"github.com/kibotos/kibotos/sdk/bearer"
+	"github.com/kibotos/kibotos/sdk/failure"
 )
 
 // env is one control plane served over real HTTP on loopback.
@@ -148,7 +148,7 @@ func wantCode(t *testing.T, what string, err error, code connect.Code) {
 		t.Errorf("%s: code %v (%s), want %v", what, ce.Code(), ce.Message(), code)
 	}
 	// Every refusal names its reason, the one its code implies.
-	if want := errdetail.ReasonOf(code); want != ctrlv1.FailureReason_FAILURE_REASON_UNSPECIFIED {
+	if want := failure.ReasonOf(code); want != ctrlv1.FailureReason_FAILURE_REASON_UNSPECIFIED {
 		if got := testutil.ErrorDetail(err).GetReason(); got != want {
 			t.Errorf("%s: FailureReason %v, want %v", what, got, want)
 		}

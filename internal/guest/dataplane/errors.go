@@ -10,7 +10,7 @@ import (
 	"connectrpc.com/connect"
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
-	"github.com/kibotos/kibotos/internal/errdetail"
+	"github.com/kibotos/kibotos/sdk/failure"
 )
 
 // stageT is a failure stage of ErrorDetail.
@@ -38,7 +38,7 @@ func newError(code connect.Code, stage ctrlv1.FailureStage, format string, args 
 // withStage attaches an ErrorDetail naming stage, and the reason e's code
 // implies, to e.
 func withStage(e *connect.Error, stage ctrlv1.FailureStage) *connect.Error {
-	if d, err := connect.NewErrorDetail(&ctrlv1.ErrorDetail{Reason: errdetail.ReasonOf(e.Code()), Stage: stage}); err == nil {
+	if d, err := connect.NewErrorDetail(&ctrlv1.ErrorDetail{Reason: failure.ReasonOf(e.Code()), Stage: stage}); err == nil {
 		e.AddDetail(d)
 	}
 	return e

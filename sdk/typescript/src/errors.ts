@@ -13,9 +13,10 @@ import {
 /**
  * KibotosError is what every call of the SDK rejects with. `code` is the
  * canonical Connect code (compare with `Code.NotFound`, ...); `reason` and
- * `stage` come from the ErrorDetail the server attached, and are
- * UNSPECIFIED when it attached none. `observedWorkspace` is the Workspace
- * as the server saw it when a precondition failed.
+ * `stage` come from the ErrorDetail the server attached; without one,
+ * `reason` is the one the code implies and `stage` UNSPECIFIED.
+ * `observedWorkspace` is the Workspace as the server saw it when a
+ * precondition failed.
  */
 export class KibotosError extends Error {
   override name = "KibotosError";
@@ -31,7 +32,7 @@ export class KibotosError extends Error {
   ) {
     super(message, { cause: opts.cause });
     this.code = code;
-    this.reason = opts.reason ?? FailureReason.UNSPECIFIED;
+    this.reason = opts.reason ?? reasonOf(code);
     this.stage = opts.stage ?? FailureStage.UNSPECIFIED;
     this.observedWorkspace = opts.observedWorkspace;
   }
@@ -79,6 +80,45 @@ export class WorkspaceStateError extends KibotosError {
     this.workspace = workspace;
     this.want = want;
   }
+}
+
+/**
+ * reasonOf is the reason a Connect code implies, as the server gives a
+ * refusal that names none (sdk/failure in Go); a refusal that came with no
+ * ErrorDetail at all (made before the server's handlers, such as of a
+ * request too large to read, or by the SDK itself) gets it here.
+ * failed_precondition implies none.
+ */
+function reasonOf(code: Code): FailureReason {
+  switch (code) {
+    case Code.InvalidArgument:
+    case Code.OutOfRange:
+      return FailureReason.INVALID_REQUEST;
+    case Code.NotFound:
+      return FailureReason.NOT_FOUND;
+    case Code.AlreadyExists:
+    case Code.Aborted:
+      return FailureReason.CONFLICT;
+    case Code.ResourceExhausted:
+      return FailureReason.RESOURCE_EXHAUSTED;
+    case Code.Unauthenticated:
+      return FailureReason.UNAUTHENTICATED;
+    case Code.PermissionDenied:
+      return FailureReason.PERMISSION_DENIED;
+    case Code.Unavailable:
+      return FailureReason.UNAVAILABLE;
+    case Code.DeadlineExceeded:
+      return FailureReason.TIMED_OUT;
+    case Code.Unimplemented:
+      return FailureReason.UNSUPPORTED;
+    case Code.Canceled:
+      return FailureReason.CANCELLED;
+    case Code.Internal:
+    case Code.DataLoss:
+    case Code.Unknown:
+      return FailureReason.INTERNAL;
+  }
+  return FailureReason.UNSPECIFIED;
 }
 
 /**

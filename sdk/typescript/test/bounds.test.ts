@@ -135,6 +135,7 @@ after(async () => {
 function resourceExhausted(err: unknown): boolean {
   assert.ok(err instanceof KibotosError, `${err}`);
   assert.equal(err.code, Code.ResourceExhausted, err.message);
+  assert.equal(err.reasonName, "RESOURCE_EXHAUSTED", "a refusal without an ErrorDetail has the reason its code implies");
   return true;
 }
 
