@@ -35,6 +35,17 @@ var ErrNoHost = errors.New("no host is registered with this deployment")
 // host offers in all, reserved or not: no wait makes it fit.
 var ErrTooLarge = errors.New("the request exceeds the capacity of every host")
 
+// Shortage is the error of a request no host has room for: Lacking names
+// the resources ("CPU", "memory", "disk", in that order) that no host has
+// enough of, empty when each host lacks some but none lacks them all. Its
+// text names the hosts; Lacking names none.
+type Shortage struct {
+	Lacking []string
+	hosts   []string // each host and what it lacks
+}
+
+func (e *Shortage) Error() string { return fmt.Sprintf("%v", e.hosts) }
+
 // Exceeds reports whether req is more than capacity offers at all in any
 // resource: no wait makes it fit.
 func Exceeds(req, capacity Resources) bool {
@@ -50,6 +61,7 @@ func Place(hosts []Host, req Request) (string, uint64, error) {
 	}
 	best, bestFree, bestLayer := "", uint64(0), uint64(0)
 	var short []string
+	lackedBy := map[string]int{} // a resource, and the hosts that lack it
 	tooLarge := true
 	for _, h := range hosts {
 		layer := req.LayerBytes
@@ -64,14 +76,17 @@ func Place(hosts []Host, req Request) (string, uint64, error) {
 		}
 		var missing []string
 		if uint64(req.CPUMillis) > free(uint64(h.Capacity.CPUMillis), uint64(h.Reserved.CPUMillis)) {
-			missing = append(missing, "cpu")
+			missing = append(missing, resourceNames[0])
 		}
 		memFree := free(h.Capacity.MemoryBytes, h.Reserved.MemoryBytes)
 		if req.MemoryBytes > memFree {
-			missing = append(missing, "memory")
+			missing = append(missing, resourceNames[1])
 		}
 		if layer > free(h.Capacity.LayerBytes, h.Reserved.LayerBytes) {
-			missing = append(missing, "disk")
+			missing = append(missing, resourceNames[2])
+		}
+		for _, r := range missing {
+			lackedBy[r]++
 		}
 		if !Exceeds(Resources{CPUMillis: req.CPUMillis, MemoryBytes: req.MemoryBytes, LayerBytes: layer}, h.Capacity) {
 			tooLarge = false
@@ -84,11 +99,21 @@ func Place(hosts []Host, req Request) (string, uint64, error) {
 			best, bestFree, bestLayer = h.ID, memFree, layer
 		}
 	}
-	if best == "" && tooLarge {
-		return "", 0, fmt.Errorf("%w: %v", ErrTooLarge, short)
-	}
 	if best == "" {
-		return "", 0, fmt.Errorf("no host has the capacity the request needs free: %v", short)
+		shortage := &Shortage{hosts: short}
+		for _, r := range resourceNames {
+			if lackedBy[r] == len(hosts) {
+				shortage.Lacking = append(shortage.Lacking, r)
+			}
+		}
+		if tooLarge {
+			return "", 0, fmt.Errorf("%w: %w", ErrTooLarge, shortage)
+		}
+		return "", 0, fmt.Errorf("no host has the capacity the request needs free: %w", shortage)
 	}
 	return best, bestLayer, nil
 }
+
+// resourceNames are the resources placement reserves, as refusals name
+// them.
+var resourceNames = [...]string{"CPU", "memory", "disk"}

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"errors"
+	"slices"
 	"testing"
 )
 
@@ -41,5 +42,23 @@ func TestPlace(t *testing.T) {
 	}
 	if _, _, err := Place(hosts, Request{1000, 4 * gib, 3 * gib}); err == nil || errors.Is(err, ErrTooLarge) {
 		t.Errorf("a request that fits big once it frees disk: %v, want an error other than ErrTooLarge", err)
+	}
+
+	// A refusal names the resources no host has free, and none that some
+	// host has.
+	for _, c := range []struct {
+		req  Request
+		want []string
+	}{
+		{Request{3500, gib, 0}, []string{"CPU"}},                              // small has 2000, big 3000 free
+		{Request{3500, 7 * gib, 0}, []string{"CPU", "memory"}},                // and 2 and 6 GiB
+		{Request{1000, 4 * gib, 3 * gib}, nil},                                // small lacks memory, big disk
+		{Request{5000, 9 * gib, 11 * gib}, []string{"CPU", "memory", "disk"}}, // none fits at all
+	} {
+		_, _, err := Place(hosts, c.req)
+		var shortage *Shortage
+		if !errors.As(err, &shortage) || !slices.Equal(shortage.Lacking, c.want) {
+			t.Errorf("Place(%v) = %v, want a Shortage lacking %v", c.req, err, c.want)
+		}
 	}
 }

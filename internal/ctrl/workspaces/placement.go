@@ -11,6 +11,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -169,15 +170,29 @@ func (s *Service) fitsMore(ctx context.Context, tx store.Tx, r *record, req sche
 }
 
 // exhausted is resource_exhausted without the scheduler's detail, which
-// names hosts: callers learn nothing of the deployment's layout.
+// names hosts: callers learn which resource no host has (CPU, memory,
+// disk), nothing of the deployment's layout.
 func exhausted(err error) error {
 	slog.Info("placement refused", "err", err)
+	what, together := "the CPU, memory and disk", " all at once"
+	var shortage *scheduler.Shortage
+	if errors.As(err, &shortage) && len(shortage.Lacking) > 0 {
+		what, together = "the "+joinNames(shortage.Lacking), ""
+	}
 	if errors.Is(err, scheduler.ErrTooLarge) {
 		return connect.NewError(connect.CodeResourceExhausted,
-			errors.New("no host of this deployment is large enough for the CPU, memory and disk this workspace asks for, however idle it is: ask for less"))
+			fmt.Errorf("no host of this deployment is large enough for %s this workspace asks for, however idle it is: ask for less", what))
 	}
 	return connect.NewError(connect.CodeResourceExhausted,
-		errors.New("no host has the CPU, memory and disk this workspace needs free; retry later or ask for less"))
+		fmt.Errorf("no host has %s this workspace needs free%s; retry later or ask for less", what, together))
+}
+
+// joinNames joins names as a sentence does: "a", "a and b", "a, b and c".
+func joinNames(names []string) string {
+	if len(names) == 1 {
+		return names[0]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
 // hosts returns the registered hosts (or only the one named) with what

@@ -157,8 +157,8 @@ func TestStateMachine(t *testing.T) {
 	// again is resource_exhausted and changes nothing.
 	other := create(t, s, ctx, 768<<20)
 	_, err := Start(ctx, s, write("start", newWS), id, identity)
-	if connect.CodeOf(err) != connect.CodeResourceExhausted {
-		t.Errorf("start without memory: %v", err)
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "no host has the memory this workspace needs free") {
+		t.Errorf("start without memory: %v, want resource_exhausted naming memory alone", err)
 	}
 	if got, _ := s.Get(ctx, id); got.State != ctrlv1.WorkspaceState_WORKSPACE_STATE_STOPPED {
 		t.Errorf("refused start moved the workspace to %v", got.State)
@@ -388,8 +388,8 @@ func TestRaiseBeyondTheHost(t *testing.T) {
 	create(t, s, ctx, 384<<20)
 	// The raise alone (768 MiB) is less than the host has.
 	_, err := UpdateMemory(ctx, s, write("memory", newWS), ws.WorkspaceId, ws.Spec.ResourcesRevision, 1280<<20, identity)
-	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "large enough") {
-		t.Errorf("a raise to more than the host's memory: %v, want resource_exhausted saying no host is large enough", err)
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "large enough for the memory this") {
+		t.Errorf("a raise to more than the host's memory: %v, want resource_exhausted saying no host is large enough for the memory", err)
 	}
 	_, err = UpdateMemory(ctx, s, write("memory", newWS), ws.WorkspaceId, ws.Spec.ResourcesRevision, 768<<20, identity)
 	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "retry later") {
