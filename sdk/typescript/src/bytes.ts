@@ -8,6 +8,39 @@
  */
 export type Source = string | Uint8Array | Iterable<Uint8Array> | AsyncIterable<Uint8Array | string>;
 
+/**
+ * taken is src as the SDK holds it from the moment a call takes it until
+ * chunks or pieces read it: a Node.js stream (any source with an 'error'
+ * event) is listened to at once, and what it emitted is thrown at the first
+ * read. The SDK reads a source only once the call has begun its work (a
+ * session issued, the process started), and a stream that fails before then
+ * (fs.createReadStream of a file that does not exist) would otherwise emit
+ * 'error' with no listener, which throws out of the caller's process.
+ * Every call that takes a Source passes it through taken first, before it
+ * awaits anything.
+ */
+export function taken(src: Exclude<Source, string>): Exclude<Source, string> {
+  if (src instanceof Uint8Array || !isEmitter(src)) return src;
+  let failure: { error: unknown } | undefined;
+  // Kept for the stream's life: an 'error' after the SDK stopped reading
+  // (the call failed first) must not throw out of the process either.
+  src.on("error", (error: unknown) => {
+    failure ??= { error };
+  });
+  const stream = src as AsyncIterable<Uint8Array | string>;
+  return {
+    async *[Symbol.asyncIterator]() {
+      if (failure !== undefined) throw failure.error;
+      yield* stream;
+    },
+  };
+}
+
+/** isEmitter reports whether src emits events, as a Node.js stream does. */
+function isEmitter(src: object): src is object & { on(event: "error", listener: (error: unknown) => void): unknown } {
+  return typeof (src as { on?: unknown }).on === "function";
+}
+
 /** bytesOf returns data as bytes, encoding a string as UTF-8. */
 export function bytesOf(data: string | Uint8Array): Uint8Array {
   return typeof data === "string" ? new TextEncoder().encode(data) : data;

@@ -7,7 +7,7 @@ import {
   type WriteFileRequest,
   WriteFileRequestSchema,
 } from "../gen/kibotos/data/v1/data_pb.js";
-import { bytesOf, chunks, concat, Rereadable, type Source } from "./bytes.js";
+import { bytesOf, chunks, concat, Rereadable, type Source, taken } from "./bytes.js";
 import { Code } from "@connectrpc/connect";
 import { KibotosError, toKibotosError } from "./errors.js";
 import { fileBytes, fileInfoOf, NotServed, servesFileBytes, writtenFileOf } from "./filebytes.js";
@@ -95,7 +95,7 @@ export class Files {
    * nothing.
    */
   async upload(path: string, src: Source, opts: WriteOptions = {}): Promise<FileInfo> {
-    const data = typeof src === "string" ? bytesOf(src) : src;
+    const data = typeof src === "string" ? bytesOf(src) : taken(src);
     // An attempt refused for its session is sent again with a new one:
     // bytes in memory whole (their size is known, and the guest checks
     // it); a streamed source from what the first attempt read of it, held

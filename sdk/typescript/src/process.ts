@@ -217,7 +217,10 @@ export class Process {
    * forwardInput sends src to the process's input, each piece as it comes
    * (an interactive program waits for its line), then closes it. It stops
    * when the process's stream ends. Only a failure to read src is reported
-   * (by wait): a failure to send means the process no longer reads.
+   * (by wait): a failure to send means the process no longer reads. The
+   * input is closed after a failure to read src too, as at its end: a
+   * process reading it to its end (cat) would otherwise wait for ever, and
+   * its wait with it.
    */
   private async forwardInput(src: Source): Promise<void> {
     const it = pieces(src, INPUT_CHUNK)[Symbol.asyncIterator]();
@@ -227,7 +230,7 @@ export class Process {
         r = await it.next();
       } catch (e) {
         this.inputErr = new KibotosError(`reading stdin: ${e instanceof Error ? e.message : String(e)}`, Code.Unknown, { cause: e });
-        return;
+        break;
       }
       if (r.done || this.stop.signal.aborted) break;
       try {

@@ -8,6 +8,7 @@ import { KibotosError, notReached, toKibotosError } from "./errors.js";
 import { Files } from "./files.js";
 import { type ExecOptions, type ExecResult, Process } from "./process.js";
 import { type Session, Sessions } from "./session.js";
+import { taken } from "./bytes.js";
 
 /**
  * Workspace is a handle on one Workspace. Its data-plane calls (exec,
@@ -66,6 +67,8 @@ export class Workspace {
    * already aborted it rejects with canceled and starts nothing.
    */
   async start(args: string[], opts: ExecOptions = {}): Promise<Process> {
+    const { stdin } = opts;
+    if (stdin !== undefined && stdin !== true && typeof stdin !== "string") opts = { ...opts, stdin: taken(stdin) };
     refuseAborted(opts.signal);
     const pty = opts.pty === true ? { cols: 80, rows: 24 } : opts.pty;
     const req = {

@@ -203,6 +203,36 @@ describe("a workspace", () => {
     await assert.rejects(ws.files.stat("/root/fresh"), isKibotosError(Code.NotFound));
   });
 
+  test("a stream that fails before the SDK reads it rejects the call, and the caller's process lives on", async () => {
+    // Both fail before the call reads them: the file does not exist; the
+    // Readable errs on the next tick. A stream's 'error' that nobody
+    // listens for would throw out of this process.
+    const missing = () => createReadStream(join(tmpdir(), "kibotos-sdk-no-such-file"));
+    const erring = () => {
+      const r = new Readable({ read() {} });
+      process.nextTick(() => r.destroy(new Error("the source broke at once")));
+      return r;
+    };
+    const isReadError = (what: string, why: RegExp) => (err: unknown) => {
+      assert.ok(err instanceof KibotosError, `want a KibotosError, got ${String(err)}`);
+      assert.match(err.message, new RegExp(`^reading ${what}: ${why.source}`));
+      return true;
+    };
+    for (const [source, why] of [
+      [missing, /ENOENT/],
+      [erring, /the source broke at once/],
+    ] as const) {
+      // A fresh handle: the upload issues its session and asks for the file
+      // bytes path before it reads the source.
+      const fresh = await kb.getWorkspace(ws.id);
+      await assert.rejects(fresh.files.upload("/root/never", source()), isReadError("the upload", why));
+      await assert.rejects(ws.files.upload("/root/never", source()), isReadError("the upload", why));
+      // stdin is read once the process started; its input is then closed, so cat ends.
+      await assert.rejects(ws.exec(["cat"], { stdin: source() }), isReadError("stdin", why));
+    }
+    await assert.rejects(ws.files.stat("/root/never"), isKibotosError(Code.NotFound));
+  });
+
   test("files: mkdir, write, list, stat, rename (merging too), read, remove", async () => {
     const dir = await ws.files.mkdir("/root/a/b", { parents: true });
     assert.equal(dir.type, FileType.DIRECTORY);
