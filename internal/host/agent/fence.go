@@ -71,6 +71,13 @@ func (a *Agent) outOfService() string {
 		return "the control plane refuses this agent (" + *r + ")"
 	}
 	if a.fenced.Load() || a.leaseLapsed() {
+		select {
+		case <-a.serving:
+		default:
+			// Fenced since it started: no lease of its has lapsed, and its
+			// workspaces may still run here.
+			return "it has not registered with the control plane since it started"
+		}
 		return "it has not reached the control plane within its lease, so its workspaces may run elsewhere now"
 	}
 	return ""

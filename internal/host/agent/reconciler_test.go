@@ -938,6 +938,30 @@ func TestFencedWithoutTheControlPlane(t *testing.T) {
 	}
 }
 
+// TestOutOfServiceUntilRegistered: an agent that has not registered since
+// it started serves nothing, saying so, not that a lease of it lapsed
+// (none has: its workspaces may still run here).
+func TestOutOfServiceUntilRegistered(t *testing.T) {
+	e := newReconcilerEnv(t)
+	e.api.mu.Lock()
+	e.api.silent = true
+	e.api.mu.Unlock()
+	a, _ := e.runAgent(t, e.driver)
+	eventually(t, "the agent tried to register", func() bool {
+		e.api.mu.Lock()
+		defer e.api.mu.Unlock()
+		return e.api.registrations > 0
+	})
+	if why := a.outOfService(); why != "it has not registered with the control plane since it started" {
+		t.Errorf("out of service %q before a registration was taken, want that it has not registered since it started", why)
+	}
+	e.api.mu.Lock()
+	e.api.silent = false
+	e.api.notify()
+	e.api.mu.Unlock()
+	eventually(t, "the registered agent serves", func() bool { return a.outOfService() == "" })
+}
+
 // TestReplacedAgentServesNothing: an agent whose assignment stream ctrl
 // ends because another agent registered the host's name serves nothing,
 // saying why, until a registration of its own is taken again.
