@@ -10,33 +10,48 @@ import (
 )
 
 // Exec's kill is sent again while the data plane cannot be reached (a
-// deployment that restarts), and not when it answered.
-func TestKillWhenReached(t *testing.T) {
+// deployment that restarts), and while it answers unavailable but the
+// execution runs on (a host agent just restarted, out of service); a kill
+// refused unavailable because the execution ended is done at once.
+func TestKillWhileItMayRun(t *testing.T) {
 	unreachable := connect.NewError(connect.CodeUnavailable, &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")})
-	calls := 0
-	err := killWhenReached(t.Context(), func(context.Context) error {
-		if calls++; calls <= 2 {
+	outOfService := connect.NewError(connect.CodeUnavailable, errors.New("this host is out of service: it has not registered with the control plane since it started"))
+	runs := func(context.Context) bool { return false }
+	calls, asked := 0, 0
+	err := killWhileItMayRun(t.Context(), func(context.Context) error {
+		switch calls++; calls {
+		case 1:
 			return unreachable
+		case 2:
+			return outOfService
 		}
 		return nil
-	})
-	if err != nil || calls != 3 {
-		t.Errorf("kill through a restart: %v after %d calls, want success at the third", err, calls)
+	}, func(context.Context) bool { asked++; return false })
+	if err != nil || calls != 3 || asked != 1 {
+		t.Errorf("kill through a restart: %v after %d calls asking the control plane %d times, want success at the third after asking once", err, calls, asked)
 	}
 
-	answered := connect.NewError(connect.CodeUnavailable, errors.New("workspace ws_1 is not running on this host"))
+	notRunning := connect.NewError(connect.CodeUnavailable, errors.New("workspace ws_1 is not running on this host; retry once it runs"))
 	calls = 0
-	if err := killWhenReached(t.Context(), func(context.Context) error { calls++; return answered }); err != answered || calls != 1 {
+	if err := killWhileItMayRun(t.Context(), func(context.Context) error { calls++; return notRunning }, func(context.Context) bool { return true }); err != nil || calls != 1 {
+		t.Errorf("a kill refused for an execution that ended: %v after %d calls, want done at once", err, calls)
+	}
+
+	answered := connect.NewError(connect.CodeFailedPrecondition, errors.New("no such signal"))
+	calls = 0
+	if err := killWhileItMayRun(t.Context(), func(context.Context) error { calls++; return answered }, runs); err != answered || calls != 1 {
 		t.Errorf("a kill the data plane answered: %v after %d calls, want its answer at once", err, calls)
 	}
 
-	ctx, cancel := context.WithTimeout(t.Context(), 3*killRetry)
-	defer cancel()
-	calls = 0
-	if err := killWhenReached(ctx, func(context.Context) error { calls++; return unreachable }); !notReached(err) || calls < 2 {
-		t.Errorf("a data plane never reached: %v after %d calls, want the dial's error after a few", err, calls)
-	}
-	if ctx.Err() == nil {
-		t.Error("killWhenReached returned before its context ended")
+	for _, refusal := range []error{unreachable, outOfService} {
+		ctx, cancel := context.WithTimeout(t.Context(), 3*killRetry)
+		calls = 0
+		if err := killWhileItMayRun(ctx, func(context.Context) error { calls++; return refusal }, runs); err != refusal || calls < 2 {
+			t.Errorf("a kill refused until the end: %v after %d calls, want %v after a few", err, calls, refusal)
+		}
+		if ctx.Err() == nil {
+			t.Error("killWhileItMayRun returned before its context ended")
+		}
+		cancel()
 	}
 }

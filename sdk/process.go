@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	datav1 "github.com/kibotos/kibotos/gen/kibotos/data/v1"
 )
 
@@ -146,11 +147,14 @@ func (w *Workspace) Exec(ctx context.Context, args []string, o ExecOptions) (Exi
 	}
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killTimeout)
 	defer cancel()
-	switch kerr := killWhenReached(kctx, p.Kill); {
+	_, gen := p.target()
+	ended := func(ctx context.Context) bool { return w.executionEnded(ctx, gen) }
+	switch kerr := killWhileItMayRun(kctx, p.Kill, ended); {
 	case kerr == nil, connect.CodeOf(kerr) == connect.CodeNotFound: // killed, or it ended
-	case connect.CodeOf(kerr) == connect.CodeUnavailable && !notReached(kerr): // its guest ended
 	case notReached(kerr):
 		return st, fmt.Errorf("%w (pid %d may still run: the data plane could not be reached to kill it: %v)", err, p.Pid(), kerr)
+	case connect.CodeOf(kerr) == connect.CodeUnavailable:
+		return st, fmt.Errorf("%w (pid %d may still run: the data plane could not kill it while workspace %s runs: %v)", err, p.Pid(), w.id, kerr)
 	default:
 		return st, fmt.Errorf("%w (killing the process: %v)", err, kerr)
 	}
@@ -161,16 +165,29 @@ func (w *Workspace) Exec(ctx context.Context, args []string, o ExecOptions) (Exi
 const killTimeout = 10 * time.Second
 
 // killRetry is how often Exec tries its kill again while the data plane
-// cannot be reached.
+// cannot be reached, or cannot serve it yet.
 const killRetry = 200 * time.Millisecond
 
-// killWhenReached calls kill until the data plane is reached (a restart
-// ends) or ctx ends, and returns kill's last error.
-func killWhenReached(ctx context.Context, kill func(context.Context) error) error {
+// killWhileItMayRun calls kill until it is answered, or ctx ends, and
+// returns kill's last error; nil also when the process ended with its
+// execution. A kill is tried again while the data plane cannot be reached
+// (the deployment restarts), and while it answers unavailable unless ended
+// says the execution the process belongs to has ended. The data plane
+// answers unavailable both for a workspace that stopped, whose processes
+// ended with it, and for one that runs on while the data plane cannot
+// serve it yet: a host agent just restarted serves nothing until the
+// control plane takes its registration ("this host is out of service"),
+// nor a workspace before it finds its execution running again. Only the
+// control plane tells them apart.
+func killWhileItMayRun(ctx context.Context, kill func(context.Context) error, ended func(context.Context) bool) error {
 	for {
 		err := kill(ctx)
-		if !notReached(err) {
+		switch {
+		case notReached(err):
+		case connect.CodeOf(err) != connect.CodeUnavailable:
 			return err
+		case ended(ctx):
+			return nil
 		}
 		select {
 		case <-ctx.Done():
@@ -178,6 +195,29 @@ func killWhenReached(ctx context.Context, kill func(context.Context) error) erro
 		case <-time.After(killRetry):
 		}
 	}
+}
+
+// executionEnded reports whether the control plane says the Workspace no
+// longer runs its execution of run gen (0: whichever ran): it is not
+// AVAILABLE (it stopped, or stops, and its processes with it; it was
+// deleted or failed), or it runs a later generation. When the control plane
+// cannot say (it cannot be reached, or refuses the call), or the Workspace
+// is AVAILABLE or UNKNOWN (its host not heard from) at gen, the execution
+// may run: false.
+func (w *Workspace) executionEnded(ctx context.Context, gen uint64) bool {
+	resp, err := w.c.workspaces().GetWorkspace(ctx, connect.NewRequest(&ctrlv1.GetWorkspaceRequest{WorkspaceId: w.id}))
+	if connect.CodeOf(err) == connect.CodeNotFound {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	ws := resp.Msg.GetWorkspace()
+	switch ws.GetState() {
+	case ctrlv1.WorkspaceState_WORKSPACE_STATE_AVAILABLE, ctrlv1.WorkspaceState_WORKSPACE_STATE_UNKNOWN:
+		return gen != 0 && ws.GetGeneration() != gen
+	}
+	return true
 }
 
 // outputGrace is how long Exec, its context ended, waits for a write to
