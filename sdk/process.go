@@ -112,7 +112,12 @@ func startedRef(started *datav1.ProcessEvent_Started) ProcessRef {
 // does when following the process fails otherwise (writing its output to
 // o.Stdout failed, the connection broke): Exec leaves nothing running, or,
 // when the data plane cannot be reached to kill it for killTimeout (the
-// deployment restarts), says in its error that the process may still run.
+// deployment restarts), or refuses the kill unavailable while the control
+// plane says the Workspace still runs the process's execution (a host
+// agent just restarted, out of service until ctrl takes its
+// registration), says in its error that the process may still run. A
+// Workspace that stopped ended the process with its execution: Exec then
+// returns at once.
 // Once Exec returns it writes nothing more, but for a write to o.Stdout or
 // o.Stderr that still blocks outputGrace after ctx ended: Exec returns
 // without it, and that write is left to return on its own. Use Start for a

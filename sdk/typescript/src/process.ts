@@ -87,7 +87,8 @@ export class Process {
     rest: AsyncIterator<ProcessEvent>,
     opts: ExecOptions,
     stopStream: AbortController,
-    private readonly generation?: string,
+    /** @internal the run of the Workspace it belongs to (its session's); undefined when not known */
+    readonly generation?: string,
     /** the boot of the guest it was started in: a reset's processes are not it */
     private readonly bootId = "",
   ) {

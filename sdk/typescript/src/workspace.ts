@@ -1,7 +1,7 @@
 // A handle on one Workspace: its processes and files, through the data
 // plane, with a session the handle issues and renews.
 import { Code } from "@connectrpc/connect";
-import type { Workspace as WorkspaceInfo } from "../gen/kibotos/ctrl/v1/ctrl_pb.js";
+import { type Workspace as WorkspaceInfo, WorkspaceState } from "../gen/kibotos/ctrl/v1/ctrl_pb.js";
 import type { ProcessInfo } from "../gen/kibotos/data/v1/data_pb.js";
 import type { KibotosBase, WaitOptions } from "./client.js";
 import { KibotosError, notReached, toKibotosError } from "./errors.js";
@@ -49,16 +49,43 @@ export class Workspace {
    * not an error: the result says so. When following the process fails
    * (a callback threw, the connection broke), exec kills it before it
    * rejects: it leaves nothing running, or, when the data plane cannot be
-   * reached to kill it for 10 seconds (the deployment restarts), says in
-   * its error that the process may still run.
+   * reached to kill it for 10 seconds (the deployment restarts), or
+   * refuses the kill unavailable while the control plane says the
+   * Workspace still runs the process's execution (a host agent just
+   * restarted, out of service until the control plane takes its
+   * registration), says in its error that the process may still run. A
+   * Workspace that stopped ended the process with its execution: exec then
+   * rejects at once.
    */
   async exec(args: string[], opts: ExecOptions = {}): Promise<ExecResult> {
     const p = await this.start(args, opts);
     try {
       return await p.wait();
     } catch (e) {
-      throw await killAfter(p, toKibotosError(e));
+      throw await killAfter(p, toKibotosError(e), this.id, () => this.executionEnded(p.generation));
     }
+  }
+
+  /**
+   * executionEnded resolves to whether the control plane says the
+   * Workspace no longer runs its execution of run generation (undefined:
+   * whichever ran): it is not AVAILABLE (it stopped, or stops, and its
+   * processes with it; it was deleted or failed), or it runs a later
+   * generation. When the control plane cannot say (it cannot be reached,
+   * or refuses the call), or the Workspace is AVAILABLE or UNKNOWN (its
+   * host not heard from) at generation, the execution may run: false.
+   */
+  private async executionEnded(generation?: string): Promise<boolean> {
+    let ws: WorkspaceInfo | undefined;
+    try {
+      ws = (await this.client.workspaces.getWorkspace({ workspaceId: this.id })).workspace;
+    } catch (e) {
+      return toKibotosError(e).code === Code.NotFound;
+    }
+    if (ws?.state === WorkspaceState.AVAILABLE || ws?.state === WorkspaceState.UNKNOWN) {
+      return generation !== undefined && String(ws.generation) !== generation;
+    }
+    return true;
   }
 
   /**
@@ -114,16 +141,23 @@ export class Workspace {
 /** KILL_TIMEOUT_MS bounds the kill exec sends when following its process failed. */
 const KILL_TIMEOUT_MS = 10_000;
 
-/** KILL_RETRY_MS is how often exec sends its kill again while the data plane cannot be reached. */
+/** KILL_RETRY_MS is how often exec sends its kill again while the data plane cannot be reached, or cannot serve it yet. */
 const KILL_RETRY_MS = 200;
 
 /**
- * killAfter kills p, whose following failed with err, sending the kill
- * again while the data plane cannot be reached (a restart), for up to
- * KILL_TIMEOUT_MS. It returns what exec rejects with: err, saying so when
- * the process may still run.
+ * killAfter kills p, whose following failed with err, for up to
+ * KILL_TIMEOUT_MS: it sends the kill again while the data plane cannot be
+ * reached (the deployment restarts), and while it answers unavailable
+ * unless ended says the execution p belongs to has ended. The data plane
+ * answers unavailable both for a Workspace that stopped, whose processes
+ * ended with it, and for one that runs on while it cannot serve it yet: a
+ * host agent just restarted serves nothing until the control plane takes
+ * its registration ("this host is out of service"), nor a Workspace before
+ * it finds its execution running again. Only the control plane tells them
+ * apart. It returns what exec rejects with: err, saying so when the
+ * process may still run.
  */
-async function killAfter(p: Process, err: KibotosError): Promise<KibotosError> {
+async function killAfter(p: Process, err: KibotosError, workspaceId: string, ended: () => Promise<boolean>): Promise<KibotosError> {
   const giveUp = Date.now() + KILL_TIMEOUT_MS;
   let kerr: KibotosError | undefined;
   for (;;) {
@@ -131,13 +165,16 @@ async function killAfter(p: Process, err: KibotosError): Promise<KibotosError> {
       () => undefined,
       (e: unknown) => toKibotosError(e),
     );
-    if (kerr === undefined || !notReached(kerr) || Date.now() + KILL_RETRY_MS > giveUp) break;
+    if (kerr === undefined || kerr.code !== Code.Unavailable) break;
+    if (!notReached(kerr) && (await ended())) return err; // it ended with its execution
+    if (Date.now() + KILL_RETRY_MS > giveUp) break;
     await new Promise((resolve) => setTimeout(resolve, KILL_RETRY_MS));
   }
   // not_found: it ended (and was reaped); failed_precondition: the guest says it and its group ended.
   if (kerr === undefined || kerr.code === Code.NotFound || kerr.code === Code.FailedPrecondition) return err;
-  if (kerr.code === Code.Unavailable && !notReached(kerr)) return err; // its guest ended
-  const why = notReached(kerr) ? `pid ${p.pid} may still run: the data plane could not be reached to kill it` : "killing the process";
+  let why = "killing the process";
+  if (notReached(kerr)) why = `pid ${p.pid} may still run: the data plane could not be reached to kill it`;
+  else if (kerr.code === Code.Unavailable) why = `pid ${p.pid} may still run: the data plane could not kill it while workspace ${workspaceId} runs`;
   return new KibotosError(`${err.message} (${why}: ${kerr.message})`, err.code, {
     reason: err.reason,
     stage: err.stage,

@@ -23,6 +23,9 @@ const deployment = {
   hangNextWatch: false, // the next watch says STARTING and then nothing
   started: 0, // StartProcess calls
   kills: [] as number[], // the pid of each SignalProcess
+  refuseKills: 0, // SignalProcess calls to refuse unavailable, saying refusal
+  refusal: "",
+  states: new Map<string, WorkspaceState>(), // GetWorkspace's state of a workspace, AVAILABLE when absent
 };
 
 let backend: http2.Http2Server;
@@ -50,9 +53,9 @@ function up(): Promise<void> {
   return new Promise<void>((resolve) => proxy.listen(port, "127.0.0.1", resolve));
 }
 
-/** execThroughRestart runs exec on a fake process and stops the deployment once it started. */
-async function execThroughRestart(kb: Kibotos): Promise<{ exec: Promise<unknown> }> {
-  const ws = await kb.getWorkspace("ws_4");
+/** execThroughRestart runs exec on a fake process of workspace id and stops the deployment once it started. */
+async function execThroughRestart(kb: Kibotos, id = "ws_4"): Promise<{ exec: Promise<unknown> }> {
+  const ws = await kb.getWorkspace(id);
   deployment.kills.length = 0;
   const startedBefore = deployment.started;
   const exec = ws.exec(["sleep", "600"]);
@@ -66,7 +69,9 @@ async function execThroughRestart(kb: Kibotos): Promise<{ exec: Promise<unknown>
 before(async () => {
   const routes = (router: ConnectRouter) => {
     router.service(WorkspaceService, {
-      getWorkspace: (req) => ({ workspace: { workspaceId: req.workspaceId, state: WorkspaceState.AVAILABLE } }),
+      getWorkspace: (req) => ({
+        workspace: { workspaceId: req.workspaceId, state: deployment.states.get(req.workspaceId) ?? WorkspaceState.AVAILABLE },
+      }),
       startWorkspace: (req) => ({ workspace: { workspaceId: req.workspaceId, state: WorkspaceState.STARTING } }),
       async *watchWorkspace(req, ctx) {
         deployment.watches++;
@@ -93,6 +98,10 @@ before(async () => {
         await sleep(600_000, undefined, { signal: ctx.signal }).catch(() => undefined); // it runs until the stream ends
       },
       signalProcess: (req) => {
+        if (deployment.refuseKills > 0) {
+          deployment.refuseKills--;
+          throw new ConnectError(deployment.refusal, Code.Unavailable);
+        }
         if (req.process?.selector.case === "pid") deployment.kills.push(req.process.selector.value);
         return {};
       },
@@ -194,6 +203,50 @@ test("exec whose process could not be killed for 10 s says it may still run", as
     }
     assert.deepEqual(deployment.kills, []);
   } finally {
+    kb.close();
+  }
+});
+
+test("exec whose kill the restarted host refuses out of service kills its process once it serves", async () => {
+  const kb = Kibotos.connect({ url, token: "api-token" });
+  try {
+    const { exec } = await execThroughRestart(kb);
+    // Back, but its host agent has not registered yet: the data plane
+    // answers unavailable, as it does for a workspace that stopped.
+    deployment.refuseKills = 3;
+    deployment.refusal = "this host is out of service: it has not registered with the control plane since it started";
+    await up();
+    await assert.rejects(exec, (err: unknown) => {
+      assert.ok(err instanceof KibotosError);
+      assert.equal(err.code, Code.Unavailable, err.message);
+      assert.doesNotMatch(err.message, /may still run/);
+      return true;
+    });
+    assert.equal(deployment.refuseKills, 0, "the refused kill was not sent again");
+    assert.deepEqual(deployment.kills, [42]);
+  } finally {
+    deployment.refuseKills = 0;
+    kb.close();
+  }
+});
+
+test("exec whose workspace stopped under it does not say its process may still run", async () => {
+  const kb = Kibotos.connect({ url, token: "api-token" });
+  try {
+    const { exec } = await execThroughRestart(kb, "ws_6");
+    deployment.states.set("ws_6", WorkspaceState.STOPPED);
+    deployment.refuseKills = Infinity;
+    deployment.refusal = "workspace ws_6 is not running on this host; retry once it runs";
+    await up();
+    await assert.rejects(exec, (err: unknown) => {
+      assert.ok(err instanceof KibotosError);
+      assert.equal(err.code, Code.Unavailable, err.message);
+      assert.doesNotMatch(err.message, /may still run/);
+      return true;
+    });
+    assert.deepEqual(deployment.kills, []);
+  } finally {
+    deployment.refuseKills = 0;
     kb.close();
   }
 });
