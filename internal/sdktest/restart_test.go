@@ -2,7 +2,6 @@ package sdktest
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -27,7 +26,7 @@ type restartable struct {
 	t     *testing.T
 	home  string
 	guest string
-	addr  string
+	addr  string // where it listens: 127.0.0.1:0 until the first start, that address after
 	url   string
 	token string
 
@@ -35,18 +34,13 @@ type restartable struct {
 	done   chan error
 }
 
-// restartAddr is the fixed address of the restartable deployment (its
-// exposures the next port): its sessions' endpoint must be the same after
-// a restart.
-const restartAddr = "127.0.0.1:19210"
-
 // upRestartable starts a restartable deployment; it is stopped, and
 // everything it ran deleted, when the test ends.
 func upRestartable(t *testing.T) *restartable {
 	t.Helper()
 	hosttest.RequireContainers(t)
 	dir := t.TempDir()
-	d := &restartable{t: t, home: filepath.Join(dir, "home"), guest: filepath.Join(dir, "kibotos-guest"), addr: restartAddr}
+	d := &restartable{t: t, home: filepath.Join(dir, "home"), guest: filepath.Join(dir, "kibotos-guest"), addr: "127.0.0.1:0"}
 	if err := testutil.Build(d.guest, testutil.GuestAgentPackage); err != nil {
 		t.Fatal(err)
 	}
@@ -85,16 +79,15 @@ func (d *restartable) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	d.cancel, d.done = cancel, make(chan error, 1)
 	ready := make(chan net.Addr, 1)
-	_, port, _ := net.SplitHostPort(d.addr)
-	var exposurePort int
-	fmt.Sscan(port, &exposurePort)
 	go func() {
 		d.done <- daemon.Run(ctx, daemon.Options{Home: d.home, Listen: d.addr, Host: true, GuestAgent: d.guest,
-			ExposureListen: fmt.Sprintf("127.0.0.1:%d", exposurePort+1), Ready: func(a net.Addr) { ready <- a }})
+			ExposureListen: "127.0.0.1:0", Ready: func(a net.Addr) { ready <- a }})
 	}()
 	select {
 	case a := <-ready:
-		d.url = "http://" + a.String()
+		// A restart listens where the first start did: its sessions'
+		// endpoint must stay the same.
+		d.addr, d.url = a.String(), "http://"+a.String()
 	case err := <-d.done:
 		cancel()
 		d.done = nil
