@@ -37,8 +37,9 @@ var ErrTooLarge = errors.New("the request exceeds the capacity of every host")
 
 // Shortage is the error of a request no host has room for: Lacking names
 // the resources ("CPU", "memory", "disk", in that order) that no host has
-// enough of, empty when each host lacks some but none lacks them all. Its
-// text names the hosts; Lacking names none.
+// enough of free, or, for a request larger than every host (ErrTooLarge),
+// that no host has enough of at all; empty when each host lacks some but
+// none lacks them all. Its text names the hosts; Lacking names none.
 type Shortage struct {
 	Lacking []string
 	hosts   []string // each host and what it lacks
@@ -61,7 +62,8 @@ func Place(hosts []Host, req Request) (string, uint64, error) {
 	}
 	best, bestFree, bestLayer := "", uint64(0), uint64(0)
 	var short []string
-	lackedBy := map[string]int{} // a resource, and the hosts that lack it
+	lackedBy := map[string]int{}   // a resource, and the hosts that lack it free
+	exceededBy := map[string]int{} // a resource, and the hosts that lack it at all
 	tooLarge := true
 	for _, h := range hosts {
 		layer := req.LayerBytes
@@ -91,6 +93,11 @@ func Place(hosts []Host, req Request) (string, uint64, error) {
 		if !Exceeds(Resources{CPUMillis: req.CPUMillis, MemoryBytes: req.MemoryBytes, LayerBytes: layer}, h.Capacity) {
 			tooLarge = false
 		}
+		for i, over := range []bool{req.CPUMillis > h.Capacity.CPUMillis, req.MemoryBytes > h.Capacity.MemoryBytes, layer > h.Capacity.LayerBytes} {
+			if over {
+				exceededBy[resourceNames[i]]++
+			}
+		}
 		if len(missing) > 0 {
 			short = append(short, fmt.Sprintf("%s lacks %v", h.ID, missing))
 			continue
@@ -101,8 +108,12 @@ func Place(hosts []Host, req Request) (string, uint64, error) {
 	}
 	if best == "" {
 		shortage := &Shortage{hosts: short}
+		counts := lackedBy
+		if tooLarge {
+			counts = exceededBy
+		}
 		for _, r := range resourceNames {
-			if lackedBy[r] == len(hosts) {
+			if counts[r] == len(hosts) {
 				shortage.Lacking = append(shortage.Lacking, r)
 			}
 		}

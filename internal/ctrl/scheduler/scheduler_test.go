@@ -54,6 +54,7 @@ func TestPlace(t *testing.T) {
 		{Request{3500, 7 * gib, 0}, []string{"CPU", "memory"}},                // and 2 and 6 GiB
 		{Request{1000, 4 * gib, 3 * gib}, nil},                                // small lacks memory, big disk
 		{Request{5000, 9 * gib, 11 * gib}, []string{"CPU", "memory", "disk"}}, // none fits at all
+		{Request{5000, 7 * gib, 0}, []string{"CPU"}},                          // too large for its CPU alone: big holds 7 GiB once idle
 	} {
 		_, _, err := Place(hosts, c.req)
 		var shortage *Shortage
