@@ -526,4 +526,36 @@ func TestImportSentTwiceAtOnceRunsOnce(t *testing.T) {
 	if got := live(); len(got) != 1 || got[0].TransferId != first.Msg.Transfer.TransferId {
 		t.Errorf("Transfers after one command sent twice: %v, want only %s", got, first.Msg.Transfer.TransferId)
 	}
+
+	// The same command_id for another request: the call that finishes
+	// second is already_exists, and leaves no Transfer either.
+	reused := cmd()
+	slow = f.transfers.ImportTransfer(t.Context())
+	if err := slow.Send(&ctrlv1.ImportTransferRequest{Command: reused, Digest: digest, Labels: map[string]string{"who": "a"},
+		Data: buf.Bytes()[:half]}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(live()) == 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the slow call's Transfer did not appear")
+		}
+	}
+	fast = f.transfers.ImportTransfer(t.Context())
+	if err := fast.Send(&ctrlv1.ImportTransferRequest{Command: reused, Digest: digest, Labels: map[string]string{"who": "b"},
+		Data: buf.Bytes()}); err != nil {
+		t.Fatal(err)
+	}
+	winner, err := fast.CloseAndReceive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := slow.Send(&ctrlv1.ImportTransferRequest{Data: buf.Bytes()[half:]}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := slow.CloseAndReceive(); connect.CodeOf(err) != connect.CodeAlreadyExists {
+		t.Errorf("the same command_id for another request, finished second: %v, want already_exists", err)
+	}
+	if got := live(); len(got) != 2 || !slices.ContainsFunc(got, func(tr *ctrlv1.Transfer) bool { return tr.TransferId == winner.Msg.Transfer.TransferId }) {
+		t.Errorf("Transfers after a command_id reused for another request: %v, want the two answered", got)
+	}
 }

@@ -114,21 +114,22 @@ func (s *Service) Import(ctx context.Context, recv func() (*ctrlv1.ImportTransfe
 		}
 		return &ctrlv1.ImportTransferResponse{Transfer: r.View()}, nil
 	})
-	if err == nil && resp.GetTransfer().GetTransferId() != id {
-		// Another call of the same command answered first, while this one
-		// uploaded: the caller gets that answer, and the Transfer this call
-		// made is no one's.
+	if err != nil || resp.GetTransfer().GetTransferId() != id {
+		// The command did not record this call's Transfer: another call of
+		// the same command answered first while this one uploaded (the
+		// caller gets that answer, or already_exists for a different
+		// request), or the outcome could not be stored (the caller sends
+		// the command again). The Transfer this call made is no one's.
 		s.discard(ctx, id)
 	}
 	return resp, err
 }
 
-// discard deletes the IMPORTING Transfer id and its artifact, at once and
-// for good; what it cannot remove the transfers loop fails and collects.
+// discard deletes the Transfer id and its artifact, at once and for good,
+// while it is still IMPORTING; what it cannot remove the transfers loop
+// fails and collects.
 func (s *Service) discard(ctx context.Context, id string) {
-	if deleteBlob(ctx, s.Bucket, artifactKey(id)) != nil {
-		return
-	}
+	discarded := false
 	err := s.Store.Update(ctx, func(tx store.Tx) error {
 		r, err := loadByID(ctx, tx, id)
 		if err != nil || r.T.State != ctrlv1.TransferState_TRANSFER_STATE_IMPORTING {
@@ -138,11 +139,14 @@ func (s *Service) discard(ctx context.Context, id string) {
 		r.Book.Stored = false
 		r.Row.ExpiresAt = time.Time{}
 		r.Row.DeletedAt = s.Now.UTC()
+		discarded = true
 		return s.save(ctx, tx, r)
 	})
-	if err == nil {
-		s.changed()
+	if err != nil || !discarded {
+		return
 	}
+	s.changed()
+	deleteBlob(ctx, s.Bucket, artifactKey(id))
 }
 
 // failureReason classifies why an upload failed.
