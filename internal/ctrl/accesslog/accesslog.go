@@ -132,9 +132,10 @@ func (i *Interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) co
 }
 
 // Refused logs a call of procedure refused with err before it reached the
-// interceptors (auth.Gate), as they log the calls they see.
-func (i *Interceptor) Refused(ctx context.Context, procedure string, start time.Time, err error) {
-	i.end(ctx, procedure, start, err)
+// interceptors (auth.Gate), as they log the calls they see, and returns
+// the error to answer it with, as they would.
+func (i *Interceptor) Refused(ctx context.Context, procedure string, start time.Time, err error) error {
+	return i.end(ctx, procedure, start, err)
 }
 
 // end logs the call and returns its error, an internal one with the

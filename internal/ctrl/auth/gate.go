@@ -39,9 +39,10 @@ var refusedBodyTimeout = admission.BodyTimeout
 // A call whose token authenticates counts against its caller's share of
 // calls (calls, nil for no bound) until it ends; a call over it is
 // resource_exhausted before its request is read. The Gate tells refused
-// of each call it refuses, which started at start.
+// of each call it refuses, which started at start, and answers it with the
+// error refused returns (as the interceptors would answer it).
 func Gate(next http.Handler, check func(ctx context.Context, procedure, header string) (string, error), calls *callshare.Shares,
-	refused func(r *http.Request, start time.Time, err error)) http.Handler {
+	refused func(r *http.Request, start time.Time, err error) error) http.Handler {
 	errs := connect.NewErrorWriter()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !errs.IsSupported(r) {
@@ -50,8 +51,7 @@ func Gate(next http.Handler, check func(ctx context.Context, procedure, header s
 		}
 		start := time.Now()
 		refuse := func(err error) {
-			err = errdetail.Complete(err)
-			refused(r, start, err)
+			err = errdetail.Complete(refused(r, start, err))
 			admission.Refuse(w, r)
 			errs.Write(w, r, err)
 		}

@@ -44,7 +44,7 @@ func gateServer(t *testing.T, shares *callshare.Shares, hold <-chan struct{}, en
 		}
 		return caller, nil
 	}
-	srv := httptest.NewServer(Gate(next, check, shares, func(*http.Request, time.Time, error) {}))
+	srv := httptest.NewServer(Gate(next, check, shares, func(_ *http.Request, _ time.Time, err error) error { return err }))
 	t.Cleanup(srv.Close)
 	return srv
 }

@@ -221,10 +221,10 @@ func New(ctx context.Context, cfg Config) (*Control, error) {
 	mux.Handle("GET "+metrics.Path, metrics.Handler(cfg.Metrics, cfg.MetricsToken))
 	health.Register(mux.ServeMux, append([]health.Check{{Name: "store", Func: func(ctx context.Context) error {
 		// The page-token key is read from the migrated schema.
-		return cfg.Store.View(ctx, func(tx store.Tx) error {
+		return unready(cfg.Store.View(ctx, func(tx store.Tx) error {
 			_, err := tx.Setting(ctx, pageTokenKeySetting)
 			return err
-		})
+		}))
 	}}}, cfg.Ready...))
 	// The web console: a page that calls this same API from the browser.
 	web := console.New()
@@ -340,6 +340,23 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Dura
 	return nil
 }
 
+// unready says why the store check of readiness failed without the
+// database's details (its user, name and address), which go to the log:
+// /readyz answers without a token.
+func unready(err error) error {
+	if err == nil {
+		return nil
+	}
+	slog.Warn("readiness: the store check failed", "err", err)
+	switch {
+	case errors.Is(err, store.ErrUnavailable):
+		return errors.New("the database does not answer")
+	case errors.Is(err, store.ErrFull):
+		return errors.New("the database's disk is full")
+	}
+	return errors.New("the database refused the check's read (the server log says why)")
+}
+
 // gatedMux is a ServeMux whose Handle serves a Connect service's handler
 // (a path ending in "/") behind auth.Gate with check and calls, the calls
 // it refuses logged by log; other paths as they are.
@@ -352,8 +369,8 @@ type gatedMux struct {
 
 func (m *gatedMux) Handle(pattern string, h http.Handler) {
 	if strings.HasSuffix(pattern, "/") && strings.HasPrefix(pattern, "/kibotos.") {
-		h = auth.Gate(h, m.check, m.calls, func(r *http.Request, start time.Time, err error) {
-			m.log.Refused(r.Context(), r.URL.Path, start, err)
+		h = auth.Gate(h, m.check, m.calls, func(r *http.Request, start time.Time, err error) error {
+			return m.log.Refused(r.Context(), r.URL.Path, start, err)
 		})
 	}
 	m.ServeMux.Handle(pattern, h)
