@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -16,18 +17,28 @@ import (
 // frozen.
 func TestFrozenWriterFreesItsLocks(t *testing.T) {
 	t.Parallel()
+	// The default, 15 s, and a URL's own, in its options: the row is
+	// freed within 10 s only if the URL's 1 s holds.
 	dbURL := testutil.PostgresDatabase(t)
+	t.Run("default", func(t *testing.T) { frozenWriter(t, dbURL, 45*time.Second) })
+	t.Run("the URL's options", func(t *testing.T) {
+		frozenWriter(t, dbURL+"&options=-c%20idle_in_transaction_session_timeout%3D1s", 10*time.Second)
+	})
+}
+
+// frozenWriter freezes a writer of a row of the database at dbURL and
+// checks that another writes it within bound, and that the frozen one's
+// write fails as a database that does not answer.
+func frozenWriter(t *testing.T, dbURL string, bound time.Duration) {
 	frozen, other := testutil.OpenPostgres(t, dbURL), testutil.OpenPostgres(t, dbURL)
 	ctx := context.Background()
 	if err := other.Update(ctx, func(tx store.Tx) error { return tx.PutSetting(ctx, "k", []byte("0")) }); err != nil {
 		t.Fatal(err)
 	}
 
-	thaw, locked, thawed := make(chan struct{}), make(chan struct{}, 1), make(chan struct{})
-	defer func() { close(thaw); <-thawed }()
+	thaw, locked, thawed := make(chan struct{}), make(chan struct{}, 1), make(chan error, 1)
 	go func() {
-		defer close(thawed)
-		frozen.Update(ctx, func(tx store.Tx) error {
+		thawed <- frozen.Update(ctx, func(tx store.Tx) error {
 			if err := tx.PutSetting(ctx, "k", []byte("frozen")); err != nil {
 				return err
 			}
@@ -41,11 +52,15 @@ func TestFrozenWriterFreesItsLocks(t *testing.T) {
 	}()
 	<-locked
 
-	// Well past the 15 s timeout: without it the write waits for good.
-	bounded, cancel := context.WithTimeout(ctx, 45*time.Second)
+	bounded, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	start := time.Now()
-	if err := other.Update(bounded, func(tx store.Tx) error { return tx.PutSetting(bounded, "k", []byte("other")) }); err != nil {
+	err := other.Update(bounded, func(tx store.Tx) error { return tx.PutSetting(bounded, "k", []byte("other")) })
+	close(thaw)
+	if err != nil {
 		t.Fatalf("a write of the row a frozen replica holds: %v after %s", err, time.Since(start).Round(time.Second))
+	}
+	if err := <-thawed; !errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("the frozen replica's write, once thawed: %v, want store.ErrUnavailable", err)
 	}
 }

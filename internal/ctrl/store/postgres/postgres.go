@@ -43,8 +43,9 @@ var dialect = sqlstore.Dialect{
 }
 
 // unreachable reports whether err means the server did not answer: a
-// connection refused or lost, a connection exception (class 08), or a
-// server shutting down or starting (57P01 to 57P03).
+// connection refused or lost, a connection exception (class 08), a server
+// shutting down or starting (57P01 to 57P03), or a session the server
+// ended for idling in its transaction (25P03: the process stalled).
 func unreachable(err error) bool {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false // the caller's context ended (it is a net.Error too)
@@ -53,7 +54,7 @@ func unreachable(err error) bool {
 	var netErr net.Error
 	code := pgCode(err)
 	return errors.As(err, &connect) || errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, driver.ErrBadConn) || strings.HasPrefix(code, "08") || code == "57P01" || code == "57P02" || code == "57P03"
+		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, driver.ErrBadConn) || strings.HasPrefix(code, "08") || code == "57P01" || code == "57P02" || code == "57P03" || code == "25P03"
 }
 
 func pgCode(err error) string {
@@ -74,7 +75,8 @@ const maxIdleConns = 64
 // replica's passes over them (host leases, expirations), for as long as it
 // stays frozen. The store's transactions do no other work while open, so
 // none idles that long unless its process stopped. A database URL that
-// sets the parameter itself keeps its value.
+// sets the parameter itself, as a parameter or in its options (or
+// PGOPTIONS), keeps its value.
 const idleInTransactionTimeout = "15s"
 
 // Open connects to the database at url (postgres://...) and applies pending
@@ -84,8 +86,9 @@ func Open(ctx context.Context, url string) (store.Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	if _, set := config.RuntimeParams["idle_in_transaction_session_timeout"]; !set {
-		config.RuntimeParams["idle_in_transaction_session_timeout"] = idleInTransactionTimeout
+	const idleParam = "idle_in_transaction_session_timeout"
+	if _, set := config.RuntimeParams[idleParam]; !set && !strings.Contains(config.RuntimeParams["options"], idleParam) {
+		config.RuntimeParams[idleParam] = idleInTransactionTimeout
 	}
 	db := stdlib.OpenDB(*config)
 	// A new connection costs a round trip of authentication and a backend
