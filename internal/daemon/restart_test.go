@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -49,16 +51,22 @@ func TestGuestReboot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The sleeper's pid lies well past those the guest agent's threads
+	// The sleepers' pids lie well past those the guest agent's threads
 	// take as it boots (each takes a pid too, as many as the load makes it
-	// start), so that a process of the next boot can take it.
+	// start), so that a process of the next boot can take one. Several,
+	// since the agent's threads may take some of them first.
 	if _, err := e.exec(ws, "sh", "-c", forkPast(1000)); err != nil {
 		t.Fatal(err)
 	}
-	sleeper, err := handle.Start(ctx, []string{"sleep", "1000"}, sdk.ExecOptions{})
-	if err != nil {
-		t.Fatal(err)
+	sleepers := map[int]*sdk.Process{}
+	for range 16 {
+		p, err := handle.Start(ctx, []string{"sleep", "1000"}, sdk.ExecOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sleepers[p.Pid()] = p
 	}
+	lowest := slices.Min(slices.Collect(maps.Keys(sleepers)))
 	if _, err := e.exec(ws, "sh", "-c", "echo kept > /kept"); err != nil {
 		t.Fatal(err)
 	}
@@ -82,21 +90,23 @@ func TestGuestReboot(t *testing.T) {
 	if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", again)); err != nil || ns != netns {
 		t.Errorf("the guest came back in network namespace %s (%v), was %s", ns, err, netns)
 	}
-	if st, err := sleeper.Wait(); err == nil && st.Success() {
-		t.Errorf("a process of the guest before the reboot ended well: %v", st)
+	for _, sleeper := range sleepers {
+		if st, err := sleeper.Wait(); err == nil && st.Success() {
+			t.Errorf("a process of the guest before the reboot ended well: %v", st)
+		}
 	}
 	// A handle of the guest before the reboot never reaches a process of
 	// this one that took its pid.
-	if _, err := e.exec(ws, "sh", "-c", forkPast(sleeper.Pid()-10)); err != nil {
+	if _, err := e.exec(ws, "sh", "-c", forkPast(lowest-10)); err != nil {
 		t.Fatal(err)
 	}
-	var taker *sdk.Process
+	var taker, sleeper *sdk.Process
 	for range 500 {
 		p, err := handle.Start(ctx, []string{"sleep", "1000"}, sdk.ExecOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p.Pid() == sleeper.Pid() {
+		if sleeper = sleepers[p.Pid()]; sleeper != nil {
 			taker = p
 			break
 		}
@@ -104,7 +114,7 @@ func TestGuestReboot(t *testing.T) {
 		p.Wait()
 	}
 	if taker == nil {
-		t.Fatalf("no process of the rebooted guest took pid %d", sleeper.Pid())
+		t.Fatalf("no process of the rebooted guest took a pid of %v", slices.Sorted(maps.Keys(sleepers)))
 	}
 	if err := sleeper.Kill(ctx); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Errorf("killing the process of before the reboot: %v, want not_found", err)
