@@ -87,8 +87,14 @@ export function filesView(body: HTMLElement, workspaceId: string, signal: AbortS
       h("td", null, f.modifiedAt ? timestampDate(f.modifiedAt).toISOString().replace("T", " ").slice(0, 19) : ""), acts);
   }
 
+  // Each Rename form has ids of its own, numbered: ids made from the
+  // names would be the same for two names that differ only in characters
+  // an id leaves out ("a b", "a_b"), and the warning of one form would
+  // show under the other while its second Save replaced the file unseen.
+  let renames = 0;
+
   function renameForm(cell: HTMLElement, f: FileInfo) {
-    const id = `rename-${f.name.replace(/[^A-Za-z0-9_-]/g, "_")}`;
+    const id = `rename-${++renames}`;
     const input = h("input", { id, value: f.name });
     const form = h("form", { class: "inline" }, field(`New name of ${f.name}`, input), h("button", { type: "submit", class: "small" }, "Save"));
     // A name that is taken is replaced only when Save is pressed again

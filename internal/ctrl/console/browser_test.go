@@ -312,7 +312,7 @@ func TestConsole(t *testing.T) {
 	}
 	names := `[...document.querySelectorAll("table[aria-label=Files] tbody td:first-child")].map(td => td.textContent)`
 	b.do(chromedp.Click(chromedp.CSS(`button[aria-label="Rename hello-console.txt"]`)),
-		chromedp.SetValue(chromedp.CSS("#rename-hello-console_txt"), "renamed.txt"),
+		chromedp.SetValue(chromedp.CSS("form.inline input"), "renamed.txt"),
 		chromedp.Click(chromedp.CSS(`form.inline button[type=submit]`)))
 	b.wait("the renamed file", names+`.includes("renamed.txt") && !`+names+`.includes("hello-console.txt")`)
 	// A rename onto a name that is taken asks first.
@@ -320,9 +320,9 @@ func TestConsole(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.do(chromedp.Click(chromedp.CSS(`button[aria-label="Rename renamed.txt"]`)),
-		chromedp.SetValue(chromedp.CSS("#rename-renamed_txt"), "taken.txt"),
+		chromedp.SetValue(chromedp.CSS("form.inline input"), "taken.txt"),
 		chromedp.Click(chromedp.CSS(`form.inline button[type=submit]`)))
-	b.wait("the question", `document.getElementById("rename-renamed_txt-error")?.textContent.includes("press Save again")`)
+	b.wait("the question", `document.querySelector("form.inline .field-error")?.textContent.includes("press Save again")`)
 	if got, err := ws.ReadFile(ctx, "/tmp/taken.txt"); err != nil || string(got) != "keep\n" {
 		t.Fatalf("a rename onto a taken name replaced it at once: %q, %v", got, err)
 	}
@@ -333,7 +333,7 @@ func TestConsole(t *testing.T) {
 		t.Fatalf("after the confirmed rename, taken.txt holds %d bytes (%v), want the renamed file's %d", len(got), err, len(want))
 	}
 	b.do(chromedp.Click(chromedp.CSS(`button[aria-label="Rename taken.txt"]`)),
-		chromedp.SetValue(chromedp.CSS("#rename-taken_txt"), "renamed.txt"),
+		chromedp.SetValue(chromedp.CSS("form.inline input"), "renamed.txt"),
 		chromedp.Click(chromedp.CSS(`form.inline button[type=submit]`)))
 	b.wait("the renamed file back", names+`.includes("renamed.txt") && !`+names+`.includes("taken.txt")`)
 	// The rows act on the directory the table lists, whatever the field

@@ -1,0 +1,97 @@
+package console_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/kibotos/kibotos/internal/ctrl/console"
+	"github.com/kibotos/kibotos/internal/daemon/uptest"
+	"github.com/kibotos/kibotos/sdk"
+)
+
+// fileRow is a JavaScript expression for the row of the file browser whose
+// name cell reads name.
+func fileRow(name string) string {
+	return fmt.Sprintf(`[...document.querySelectorAll("table[aria-label=Files] tbody tr")].find(tr => tr.cells[0].textContent === %s)`, js(name))
+}
+
+// TestConsoleFileNames lists names the console must keep apart: two that
+// an element ID would make one ("a b" and "a_b"), each with a Rename form
+// of its own that warns next to itself before it replaces a file.
+func TestConsoleFileNames(t *testing.T) {
+	if !console.New().Built() {
+		t.Skip("the console's bundle is not built: run make build (npm ci and the bundle in console/)")
+	}
+	d := uptest.Shared(t)
+	token := d.Project(t)
+	ctx := t.Context()
+	ws, err := sdk.New(d.URL, token).CreateWorkspace(ctx, sdk.CreateOptions{MemoryBytes: 256 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const dir = "/tmp/names"
+	files := map[string]string{"a b": "precious", "a_b": "other"}
+	if err := ws.MkdirAll(ctx, dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range files {
+		if err := ws.WriteFile(ctx, dir+"/"+name, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(name string) string {
+		t.Helper()
+		got, err := ws.ReadFile(ctx, dir+"/"+name)
+		if err != nil {
+			t.Fatalf("reading %s: %v", name, err)
+		}
+		return string(got)
+	}
+	b := newPage(t)
+	b.signIn(d.URL, token, "admin")
+	b.do(chromedp.Navigate(d.URL+"/#/workspaces/"+ws.ID()+"/files"), chromedp.WaitVisible(chromedp.CSS("#files-dir")))
+	// The page opens /tmp first: a listing of it that came after the one
+	// asked for would take the table back.
+	b.wait("/tmp listed", `document.querySelector("table[aria-label=Files] caption")?.textContent === "Contents of /tmp"`)
+	b.do(chromedp.SetValue(chromedp.CSS("#files-dir"), dir), chromedp.Click(chromedp.CSS(`form[aria-label=Directory] button[type=submit]`)))
+	b.wait("the files listed", `!!`+fileRow("a b")+` && !!`+fileRow("a_b"))
+
+	// Rename forms open on both rows; the one of a_b asks for a b, which
+	// is taken: the warning is next to that form, not under a b's, and a
+	// b keeps its content until Save is pressed there again.
+	b.do(chromedp.Click(chromedp.CSS(`button[aria-label="Rename a b"]`)), chromedp.Click(chromedp.CSS(`button[aria-label="Rename a_b"]`)))
+	// submit presses Save in the Rename form of row, with the name set to
+	// value unless it is empty.
+	submit := func(row, value string) {
+		t.Helper()
+		set := ""
+		if value != "" {
+			set = fmt.Sprintf(`f.querySelector("input").value = %s;`, js(value))
+		}
+		if _, err := chromedp.Run(b.ctx, chromedp.Evaluate[bool](fmt.Sprintf(
+			`{ const f = %s.querySelector("form"); %s f.requestSubmit(); true }`, fileRow(row), set))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	submit("a_b", "a b")
+	warnings := `[...document.querySelectorAll("table[aria-label=Files] tbody tr")].filter(tr => tr.querySelector("form .field-error")?.textContent.includes("press Save again")).map(tr => tr.cells[0].textContent)`
+	b.wait("the warning", warnings+`.length > 0`)
+	b.screenshot("rename-warning")
+	if got, err := chromedp.Run(b.ctx, chromedp.Evaluate[[]string](warnings)); err != nil || len(got) != 1 || got[0] != "a_b" {
+		t.Fatalf("the rows that warn of a b being replaced: %q (%v), want only a_b's, whose form was submitted", got, err)
+	}
+	if got := read("a b"); got != "precious" {
+		t.Fatalf("a b holds %q before the second Save, want precious", got)
+	}
+	submit("a_b", "")
+	b.wait("a_b renamed", `!`+fileRow("a_b"))
+	if got := read("a b"); got != "other" {
+		t.Errorf("after the second Save a b holds %q, want a_b's content", got)
+	}
+	if !strings.Contains(b.text("table[aria-label=Files] tbody"), "a b") {
+		t.Errorf("a b is not listed after the rename")
+	}
+}
