@@ -11,6 +11,7 @@ import {
 import { AdminService } from "../../sdk/typescript/gen/kibotos/admin/v1/admin_pb.js";
 import { FileService, ProcessService } from "../../sdk/typescript/gen/kibotos/data/v1/data_pb.js";
 import { boundedFetch, maxDataPlaneMessage } from "../../sdk/typescript/src/bounded.js";
+import { visible } from "./text.js";
 
 const TOKEN_KEY = "kibotos.token";
 
@@ -151,10 +152,14 @@ export function apiError(e: unknown): ApiError {
   return out;
 }
 
-/** errorText formats an ApiError in one line: code, message, reason and stage. */
+/**
+ * errorText formats an ApiError in one line: code, message, reason and
+ * stage. The message may quote names a tenant or a guest chose (a guest
+ * writes the data plane's): its control and bidi characters are escaped.
+ */
 export function errorText(e: ApiError): string {
   const extra = [e.reason && `reason ${e.reason}`, e.stage && `stage ${e.stage}`].filter(Boolean).join(", ");
-  return `${e.code}: ${e.message}${extra ? ` (${extra})` : ""}`;
+  return `${e.code}: ${visible(e.message, false)}${extra ? ` (${extra})` : ""}`;
 }
 
 /** codeName is the canonical name of a Connect code, as in the protocol (invalid_argument). */

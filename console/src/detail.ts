@@ -4,11 +4,12 @@ import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { StopMode, WorkspaceExpirationAction, WorkspaceState, type Workspace } from "../../sdk/typescript/gen/kibotos/ctrl/v1/ctrl_pb.js";
 import { api, apiError, command, errorText } from "./api.js";
 import { canWrite, type Caller } from "./auth.js";
-import { age, append, confirmed, h, labelsText } from "./dom.js";
+import { age, append, confirmed, foreign, h, labelsText } from "./dom.js";
 import { editForms } from "./edit.js";
 import { filesView } from "./files.js";
 import { networkView } from "./network.js";
 import { terminalView } from "./terminal.js";
+import { visible } from "./text.js";
 import { failureText, guestText, resourcesText, stateName } from "./workspaces.js";
 
 const TABS = ["overview", "terminal", "files", "network"] as const;
@@ -81,12 +82,13 @@ export function workspaceView(main: HTMLElement, caller: Caller, id: string, tab
     }, label);
   main.replaceChildren();
   append(main,
-    h("h1", null, h("a", { href: "#/workspaces" }, "Workspaces"), " / ", id, " ", state),
+    // The ID comes from the URL, which anyone can write a link to.
+    h("h1", null, h("a", { href: "#/workspaces" }, "Workspaces"), " / ", foreign(id), " ", state),
     write && h("div", { class: "toolbar" },
       act("Start", () => api.workspaces.startWorkspace({ command: command(), workspaceId: id })),
       act("Stop", () => api.workspaces.stopWorkspace({ command: command(), workspaceId: id, mode: StopMode.NORMAL })),
       act("Force stop", () => api.workspaces.stopWorkspace({ command: command(), workspaceId: id, mode: StopMode.FORCE })),
-      confirmed("Delete", id, () => api.workspaces.deleteWorkspace({ command: command(), workspaceId: id }),
+      confirmed("Delete", visible(id), () => api.workspaces.deleteWorkspace({ command: command(), workspaceId: id }),
         (e) => (error.textContent = errorText(apiError(e))))),
     error, nav, body);
   live.subscribe((w) => {

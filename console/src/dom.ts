@@ -1,6 +1,7 @@
 // Small DOM helpers: element construction, field errors, formatting.
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { apiError, errorText } from "./api.js";
+import { visible } from "./text.js";
 
 type Child = Node | string | number | null | undefined | false;
 type Attrs = Record<string, string | number | boolean | EventListener | undefined>;
@@ -46,6 +47,14 @@ export function setError(id: string, msg: string): void {
     if (msg) control.setAttribute("aria-invalid", "true");
     else control.removeAttribute("aria-invalid");
   }
+}
+
+/**
+ * foreign is text the console did not choose, made visible and isolated
+ * (<bdi>) from what is around it on the line.
+ */
+export function foreign(text: string): HTMLElement {
+  return h("bdi", { class: "foreign" }, visible(text));
 }
 
 /** bytes formats a byte count with binary units. */

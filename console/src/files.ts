@@ -4,8 +4,9 @@ import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { FileType, type FileInfo } from "../../sdk/typescript/gen/kibotos/data/v1/data_pb.js";
 import { apiError, errorText, withPlane } from "./api.js";
-import { bytes, confirmed, field, h, setError } from "./dom.js";
+import { bytes, confirmed, field, foreign, h, setError } from "./dom.js";
 import { getFile, putFile } from "./filebytes.js";
+import { visible } from "./text.js";
 
 function join(dir: string, name: string): string {
   return dir.endsWith("/") ? dir + name : `${dir}/${name}`;
@@ -45,12 +46,12 @@ export function filesView(body: HTMLElement, workspaceId: string, signal: AbortS
     try {
       const { entries } = await withPlane(workspaceId, (p) => p.files.listDirectory({ path, depth: 1 }, { signal }));
       shown = dir.value = path;
-      caption.textContent = `Contents of ${path}`;
+      caption.textContent = `Contents of ${visible(path)}`;
       sessionStorage.setItem(`kibotos.dir.${workspaceId}`, path);
       tbody.replaceChildren(...entries.map(row));
     } catch (e) {
       if (signal.aborted) return;
-      setError("files-dir", `${path}: ${errorText(apiError(e))}`);
+      setError("files-dir", `${visible(path)}: ${errorText(apiError(e))}`);
       if (shown) dir.value = shown; // the table still lists it
     }
   }
@@ -58,19 +59,23 @@ export function filesView(body: HTMLElement, workspaceId: string, signal: AbortS
 
   function row(f: FileInfo): HTMLTableRowElement {
     const isDir = f.type === FileType.DIRECTORY;
+    // A guest names its files: each name (and link target) is shown
+    // escaped and isolated, so that no name passes for another one
+    // ("\u202Etxt.terces" for secret.txt) or turns the text around it.
+    const shownName = visible(f.name);
     const name = isDir
-      ? h("a", { href: "#", onclick: (ev: Event) => { ev.preventDefault(); open(join(shown, f.name)); } }, `${f.name}/`)
-      : h("span", null, f.type === FileType.SYMLINK ? `${f.name} → ${f.symlinkTarget}` : f.name);
+      ? h("a", { href: "#", onclick: (ev: Event) => { ev.preventDefault(); open(join(shown, f.name)); } }, foreign(f.name), "/")
+      : h("span", null, foreign(f.name), ...(f.type === FileType.SYMLINK ? [" → ", foreign(f.symlinkTarget)] : []));
     const acts = h("td", { class: "actions" });
     const run = (label: string, call: () => Promise<unknown>) =>
       h("button", {
-        type: "button", class: "small", "aria-label": `${label} ${f.name}`,
+        type: "button", class: "small", "aria-label": `${label} ${shownName}`,
         onclick: async () => {
           setError("files", "");
           try {
             await call();
           } catch (e) {
-            setError("files", `${label} ${f.name}: ${errorText(apiError(e))}`);
+            setError("files", `${label} ${shownName}: ${errorText(apiError(e))}`);
           }
         },
       }, label);
@@ -78,10 +83,10 @@ export function filesView(body: HTMLElement, workspaceId: string, signal: AbortS
     acts.append(run("Rename", async () => renameForm(acts, f)));
     const path = join(shown, f.name);
     // A second press deletes, a directory with everything in it.
-    acts.append(confirmed("Delete", isDir ? `${path} and all it holds` : path, async () => {
+    acts.append(confirmed("Delete", isDir ? `${visible(path)} and all it holds` : visible(path), async () => {
       await withPlane(workspaceId, (p) => p.files.deleteFile({ path, recursive: isDir }));
       await reload();
-    }, (e) => setError("files", `Delete ${f.name}: ${errorText(apiError(e))}`)));
+    }, (e) => setError("files", `Delete ${shownName}: ${errorText(apiError(e))}`)));
     return h("tr", null, h("td", null, name), h("td", null, isDir ? "" : bytes(f.size)),
       h("td", null, `0${f.mode.toString(8)}`), h("td", null, `${f.owner}:${f.group}`),
       h("td", null, f.modifiedAt ? timestampDate(f.modifiedAt).toISOString().replace("T", " ").slice(0, 19) : ""), acts);
@@ -96,7 +101,7 @@ export function filesView(body: HTMLElement, workspaceId: string, signal: AbortS
   function renameForm(cell: HTMLElement, f: FileInfo) {
     const id = `rename-${++renames}`;
     const input = h("input", { id, value: f.name });
-    const form = h("form", { class: "inline" }, field(`New name of ${f.name}`, input), h("button", { type: "submit", class: "small" }, "Save"));
+    const form = h("form", { class: "inline" }, field(`New name of ${visible(f.name)}`, input), h("button", { type: "submit", class: "small" }, "Save"));
     // A name that is taken is replaced only when Save is pressed again
     // for it.
     let replacing = "";
@@ -112,7 +117,7 @@ export function filesView(body: HTMLElement, workspaceId: string, signal: AbortS
           });
           if (taken) {
             replacing = destination;
-            setError(id, `${input.value} exists: press Save again to replace it`);
+            setError(id, `${visible(input.value)} exists: press Save again to replace it`);
             return;
           }
         }
@@ -144,8 +149,8 @@ export function filesView(body: HTMLElement, workspaceId: string, signal: AbortS
     }
     const into = shown;
     for (const file of Array.from(files)) {
-      const bar = h("progress", { max: String(file.size || 1), value: "0", "aria-label": `Uploading ${file.name}` });
-      const item = h("li", null, `${file.name} `, bar);
+      const bar = h("progress", { max: String(file.size || 1), value: "0", "aria-label": `Uploading ${visible(file.name)}` });
+      const item = h("li", null, foreign(file.name), " ", bar);
       progress.append(item);
       const path = join(into, file.name);
       // The guest writes the file only once the whole body arrived: a cut

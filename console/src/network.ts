@@ -11,6 +11,7 @@ import { api, command } from "./api.js";
 import type { Live } from "./detail.js";
 import { field, h, lines, setError, wholeNumber } from "./dom.js";
 import { clearErrors, showError, type FieldMap } from "./errors.js";
+import { visible } from "./text.js";
 
 const fields: FieldMap = [
   [/network_policy\.allow|^allow/, "net-allow"],
@@ -68,8 +69,8 @@ export function networkView(body: HTMLElement, workspaceId: string, live: Live, 
       ["Applied revision", String(s?.appliedRevision ?? 0)],
       ["Applied at", s?.appliedAt ? timestampDate(s.appliedAt).toISOString() : ""],
       ["Draining revision", s?.drainingRevision ? String(s.drainingRevision) : ""],
-      ...w.egressObservations.map((o): [string, string] => [`Egress ${o.egressId}`, `${EgressObservationKind[o.kind]}: ${o.error}`]),
-      ...w.resolverObservations.map((o): [string, string] => [`Resolver ${o.resolverId}`, `${ResolverObservationKind[o.kind]}: ${o.error}`]),
+      ...w.egressObservations.map((o): [string, string] => [`Egress ${o.egressId}`, `${EgressObservationKind[o.kind]}: ${visible(o.error, false)}`]),
+      ...w.resolverObservations.map((o): [string, string] => [`Resolver ${o.resolverId}`, `${ResolverObservationKind[o.kind]}: ${visible(o.error, false)}`]),
     ];
     status.replaceChildren(...facts.filter(([, v]) => v).flatMap(([k, v]) => [h("dt", null, k), h("dd", { "data-fact": k }, v)]));
   }, signal);

@@ -9,7 +9,7 @@ import {
 import { Role } from "../../sdk/typescript/gen/kibotos/admin/v1/admin_pb.js";
 import { allPages, api, apiError, command, errorText, token } from "./api.js";
 import { canWrite, type Caller } from "./auth.js";
-import { bytes, confirmed, field, h, labelsText, mibBytes, setError, when } from "./dom.js";
+import { bytes, confirmed, field, foreign, h, labelsText, mibBytes, setError, when } from "./dom.js";
 import { clearErrors, showError } from "./errors.js";
 import { chunks, upload } from "./upload.js";
 import { upstreamsView } from "./upstreams.js";
@@ -132,7 +132,7 @@ export function resourcesView(main: HTMLElement, caller: Caller, signal: AbortSi
   section(main, "Tokens", "tokens", async (reload) => {
     const { tokens } = await api.admin.listTokens({ projectId: caller.projectId }, { signal });
     return table("Tokens", ["Token", "Name", "Role", "Created", "Revoked", "Actions"],
-      tokens.map((t) => [t.tokenId, t.name, Role[t.role].toLowerCase(), when(t.createdAt), when(t.revokedAt),
+      tokens.map((t) => [t.tokenId, foreign(t.name), Role[t.role].toLowerCase(), when(t.createdAt), when(t.revokedAt),
         t.revokedAt ? "" : remove("tokens", "Revoke", () => api.admin.revokeToken({ tokenId: t.tokenId }), reload)]));
   }, (reload) => {
     const name = h("input", { id: "tok-name" });

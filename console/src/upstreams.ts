@@ -8,6 +8,7 @@ import type { Egress, EgressSpec, Resolver, ResolverSpec } from "../../sdk/types
 import { allPages, api, apiError, command, errorText } from "./api.js";
 import { confirmed, field, h, labelsText, parseLabels, setError, when, wholeNumber } from "./dom.js";
 import { clearErrors, showError, type FieldMap } from "./errors.js";
+import { visible } from "./text.js";
 
 /** specKey is a spec's content as text, to tell whether a form changed it. */
 function specKey(spec: unknown): string {
@@ -230,7 +231,7 @@ const egressKind: Kind<EgressSpec> = {
   describe(s) {
     const v = s?.protocol.case === "socks5" ? s.protocol.value : undefined;
     if (!v) return "";
-    return [`socks5 ${v.address}`, v.username && `user ${v.username}`, v.tls && `tls${v.tls.serverName ? ` ${v.tls.serverName}` : ""}${v.tls.caCert ? " (own CA)" : ""}`,
+    return [`socks5 ${v.address}`, v.username && `user ${visible(v.username)}`, v.tls && `tls${v.tls.serverName ? ` ${v.tls.serverName}` : ""}${v.tls.caCert ? " (own CA)" : ""}`,
       s?.udpEnabled && "udp"].filter(Boolean).join(", ");
   },
 };
@@ -307,7 +308,7 @@ const resolverKind: Kind<ResolverSpec> = {
     if (!pr?.case) return "";
     const where = pr.case === "https" ? pr.value.url : pr.value.address;
     const tls = pr.case === "tls" || pr.case === "https" ? pr.value : undefined;
-    return [`${pr.case} ${where}`, tls?.serverName && `server name ${tls.serverName}`, tls?.caCert && "own CA"].filter(Boolean).join(", ");
+    return [`${pr.case} ${visible(where)}`, tls?.serverName && `server name ${tls.serverName}`, tls?.caCert && "own CA"].filter(Boolean).join(", ");
   },
 };
 

@@ -10,11 +10,12 @@ import { allPages, api, apiError, command, errorText } from "./api.js";
 import { age, bytes, confirmed, field, h, labelsText, mibBytes, parseLabels, setError, wholeNumber } from "./dom.js";
 import { canWrite, type Caller } from "./auth.js";
 import { clearErrors, showError, type FieldMap } from "./errors.js";
+import { visible } from "./text.js";
 
 /** failureText is a failed workspace's failure: message, reason and stage. */
 export function failureText(w: Workspace): string {
   const f = w.failure;
-  return f ? `${f.message} (reason ${FailureReason[f.reason]}, stage ${FailureStage[f.stage]})` : "";
+  return f ? `${visible(f.message, false)} (reason ${FailureReason[f.reason]}, stage ${FailureStage[f.stage]})` : "";
 }
 
 const REFRESH_MS = 2000;

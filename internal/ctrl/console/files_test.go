@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -20,7 +21,9 @@ func fileRow(name string) string {
 
 // TestConsoleFileNames lists names the console must keep apart: two that
 // an element ID would make one ("a b" and "a_b"), each with a Rename form
-// of its own that warns next to itself before it replaces a file.
+// of its own that warns next to itself before it replaces a file, and
+// names with a right-to-left override, which would show as other names
+// (secret.txt) were their controls not escaped and isolated.
 func TestConsoleFileNames(t *testing.T) {
 	if !console.New().Built() {
 		t.Skip("the console's bundle is not built: run make build (npm ci and the bundle in console/)")
@@ -33,7 +36,8 @@ func TestConsoleFileNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	const dir = "/tmp/names"
-	files := map[string]string{"a b": "precious", "a_b": "other"}
+	files := map[string]string{"a b": "precious", "a_b": "other", "secret.txt": "public",
+		"\u202Etxt.terces": "private", "\u202Egpj.exe": "program"}
 	if err := ws.MkdirAll(ctx, dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -41,6 +45,9 @@ func TestConsoleFileNames(t *testing.T) {
 		if err := ws.WriteFile(ctx, dir+"/"+name, []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if _, err := ws.Exec(ctx, []string{"ln", "-s", "\u202Etxt.terces", dir + "/link"}, sdk.ExecOptions{}); err != nil {
+		t.Fatal(err)
 	}
 	read := func(name string) string {
 		t.Helper()
@@ -58,6 +65,34 @@ func TestConsoleFileNames(t *testing.T) {
 	b.wait("/tmp listed", `document.querySelector("table[aria-label=Files] caption")?.textContent === "Contents of /tmp"`)
 	b.do(chromedp.SetValue(chromedp.CSS("#files-dir"), dir), chromedp.Click(chromedp.CSS(`form[aria-label=Directory] button[type=submit]`)))
 	b.wait("the files listed", `!!`+fileRow("a b")+` && !!`+fileRow("a_b"))
+	b.screenshot("names")
+
+	// Each name shows as what it is, its controls escaped and in a <bdi>
+	// of its own; no bidi control reaches the text or the labels.
+	names, err := chromedp.Run(b.ctx, chromedp.Evaluate[[]string](
+		`[...document.querySelectorAll("table[aria-label=Files] tbody tr")].map(tr => tr.cells[0].textContent)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"secret.txt", `\u202Etxt.terces`, `\u202Egpj.exe`, `link → \u202Etxt.terces`} {
+		if !slices.Contains(names, want) {
+			t.Errorf("the names listed are %q: no %q", names, want)
+		}
+	}
+	controls, err := chromedp.Run(b.ctx, chromedp.Evaluate[[]string](`{
+		const table = document.querySelector("table[aria-label=Files]");
+		[table.textContent, ...[...table.querySelectorAll("[aria-label]")].map(e => e.getAttribute("aria-label"))]
+			.filter(s => /[\u202A-\u202E\u2066-\u2069]/.test(s)) }`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(controls) > 0 {
+		t.Errorf("bidi controls in the file list's text or labels: %q", controls)
+	}
+	if n, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](
+		`[...document.querySelectorAll("table[aria-label=Files] tbody td:first-child")].filter(td => !td.querySelector("bdi")).length`)); err != nil || n != 0 {
+		t.Errorf("%d names are not isolated in a <bdi> (%v)", n, err)
+	}
 
 	// Rename forms open on both rows; the one of a_b asks for a b, which
 	// is taken: the warning is next to that form, not under a b's, and a
@@ -93,5 +128,15 @@ func TestConsoleFileNames(t *testing.T) {
 	}
 	if !strings.Contains(b.text("table[aria-label=Files] tbody"), "a b") {
 		t.Errorf("a b is not listed after the rename")
+	}
+
+	// A message that names a file names it escaped: an override would
+	// turn the rest of the message around.
+	b.do(chromedp.Click(chromedp.CSS(`button[aria-label="Rename secret.txt"]`)))
+	submit("secret.txt", "\u202Etxt.terces")
+	b.wait("the warning", fileRow("secret.txt")+`?.querySelector("form .field-error")?.textContent !== ""`)
+	if got, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](fileRow("secret.txt")+`.querySelector("form .field-error").textContent`)); err != nil ||
+		got != `\u202Etxt.terces exists: press Save again to replace it` {
+		t.Errorf("the warning of a rename onto \\u202Etxt.terces reads %q (%v)", got, err)
 	}
 }
