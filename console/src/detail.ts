@@ -1,6 +1,7 @@
 // One workspace's page: its overview (kept live by WatchWorkspace), and
 // tabs for the terminal, files and network policy.
 import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { StopMode, WorkspaceExpirationAction, WorkspaceState, type Workspace } from "../../sdk/typescript/gen/kibotos/ctrl/v1/ctrl_pb.js";
 import { api, apiError, command, errorText } from "./api.js";
 import { canWrite, type Caller } from "./auth.js";
@@ -16,10 +17,15 @@ const TABS = ["overview", "terminal", "files", "network"] as const;
 type Tab = (typeof TABS)[number];
 const READ_TABS: readonly Tab[] = ["overview", "network"];
 
-/** Live is the latest state of a watched workspace; views subscribe to it. */
+/**
+ * Live is the latest state of a watched workspace; views subscribe to it,
+ * and to its end: why the workspace can no longer be watched.
+ */
 export class Live {
   current?: Workspace;
+  ended?: string;
   private readonly subs = new Set<(w: Workspace) => void>();
+  private readonly ends = new Set<(why: string) => void>();
   subscribe(f: (w: Workspace) => void, signal: AbortSignal): void {
     this.subs.add(f);
     signal.addEventListener("abort", () => this.subs.delete(f));
@@ -29,10 +35,37 @@ export class Live {
     this.current = w;
     for (const f of this.subs) f(w);
   }
+  /** onEnd runs f once the watch ended for good, with why. */
+  onEnd(f: (why: string) => void, signal: AbortSignal): void {
+    this.ends.add(f);
+    signal.addEventListener("abort", () => this.ends.delete(f));
+    if (this.ended !== undefined) f(this.ended);
+  }
+  end(why: string): void {
+    this.ended = why;
+    for (const f of this.ends) f(why);
+  }
 }
 
-/** watch keeps live up to date: WatchWorkspace, reopened after a break, polling GetWorkspace meanwhile. */
+/**
+ * FINAL are the codes a watch does not ask again after: the workspace is
+ * not there (another project's, or pruned) or the caller may not read it,
+ * which no retry changes. Any other error (unavailable, a broken
+ * connection) is retried.
+ */
+const FINAL: ReadonlySet<Code> = new Set([Code.NotFound, Code.PermissionDenied, Code.InvalidArgument, Code.Unauthenticated, Code.Unimplemented]);
+
+/**
+ * watch keeps live up to date: WatchWorkspace, reopened after a break,
+ * polling GetWorkspace meanwhile, until signal aborts or an answer is
+ * FINAL, which ends live.
+ */
 async function watch(id: string, live: Live, signal: AbortSignal, onError: (msg: string) => void) {
+  const final = (e: unknown) => {
+    if (!FINAL.has(ConnectError.from(e).code)) return false;
+    live.end(errorText(apiError(e)));
+    return true;
+  };
   while (!signal.aborted) {
     try {
       for await (const r of api.workspaces.watchWorkspace({ workspaceId: id }, { signal })) {
@@ -40,13 +73,14 @@ async function watch(id: string, live: Live, signal: AbortSignal, onError: (msg:
         onError("");
       }
     } catch (e) {
-      if (signal.aborted) return;
+      if (signal.aborted || final(e)) return;
       onError(errorText(apiError(e)));
       try {
         const r = await api.workspaces.getWorkspace({ workspaceId: id }, { signal });
         if (r.workspace) live.set(r.workspace);
-      } catch {
-        // the next round says why
+      } catch (e) {
+        if (signal.aborted || final(e)) return;
+        // else the next round says why
       }
     }
     await new Promise((r) => setTimeout(r, 2000));
@@ -95,6 +129,7 @@ export function workspaceView(main: HTMLElement, caller: Caller, id: string, tab
     state.textContent = stateName(w.state);
     state.className = `state ${stateName(w.state).toLowerCase()}`;
   }, signal);
+  live.onEnd((why) => (error.textContent = why), signal);
   watch(id, live, signal, (msg) => (error.textContent = msg));
   switch (t) {
     case "overview":
@@ -112,7 +147,10 @@ export function workspaceView(main: HTMLElement, caller: Caller, id: string, tab
   }
 }
 
-/** whenAvailable runs open once the workspace is AVAILABLE (the data plane needs an execution). */
+/**
+ * whenAvailable runs open once the workspace is AVAILABLE (the data plane
+ * needs an execution), or says why it never will be once the watch ended.
+ */
 function whenAvailable(body: HTMLElement, live: Live, signal: AbortSignal, open: () => void) {
   let opened = false;
   body.replaceChildren(h("p", { role: "status" }, "Waiting for the workspace to be AVAILABLE…"));
@@ -121,6 +159,9 @@ function whenAvailable(body: HTMLElement, live: Live, signal: AbortSignal, open:
       opened = true;
       open();
     }
+  }, signal);
+  live.onEnd((why) => {
+    if (!opened) body.replaceChildren(h("p", { role: "status" }, `The workspace cannot be opened: ${why}`));
   }, signal);
 }
 
