@@ -24,6 +24,15 @@ export function canWrite(c: Caller): boolean {
   return c.role === "editor" || c.role === "admin";
 }
 
+/**
+ * canChangeBuiltIn reports whether the caller may change the deployment's
+ * built-in templates: only an admin of the operator project may; anyone
+ * else's change of one is permission_denied.
+ */
+export function canChangeBuiltIn(c: Caller): boolean {
+  return c.operator && c.role === "admin";
+}
+
 /** whoami reads the caller with GetCaller, which every role may call. */
 export async function whoami(): Promise<Caller> {
   const { project, token } = await api.admin.getCaller({});

@@ -4,11 +4,11 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import {
-  ImageArchiveFormat, ImportTemplateRevisionRequestSchema, ImportTemplateRevisionResponseSchema, VolumeState,
+  ImageArchiveFormat, ImportTemplateRevisionRequestSchema, ImportTemplateRevisionResponseSchema, VolumeState, type Template,
 } from "../../sdk/typescript/gen/kibotos/ctrl/v1/ctrl_pb.js";
 import { Role } from "../../sdk/typescript/gen/kibotos/admin/v1/admin_pb.js";
 import { allPages, api, apiError, command, errorText, token } from "./api.js";
-import { canWrite, type Caller } from "./auth.js";
+import { canChangeBuiltIn, canWrite, type Caller } from "./auth.js";
 import { bytes, confirmed, field, foreign, h, labelsText, mibBytes, setError, when } from "./dom.js";
 import { clearErrors, showError } from "./errors.js";
 import { chunks, upload } from "./upload.js";
@@ -41,8 +41,24 @@ function section(main: HTMLElement, title: string, id: string, load: (reload: ()
   reload();
 }
 
-function remove(id: string, label: string, run: () => Promise<unknown>, reload: () => void): HTMLElement {
-  return confirmed(label, id, async () => { await run(); reload(); }, (e) => setError(id, errorText(apiError(e))));
+/**
+ * remove is a confirmed button that runs run on one object, named in its
+ * label ("Delete template base"), and reloads; a refusal shows in the
+ * error slot of section.
+ */
+function remove(section: string, label: string, object: string, run: () => Promise<unknown>, reload: () => void): HTMLElement {
+  return confirmed(label, object, async () => { await run(); reload(); },
+    (e) => setError(section, `${label} ${object}: ${errorText(apiError(e))}`));
+}
+
+/**
+ * builtIn reports whether a template is one of the deployment's own
+ * (base, desktop): the API marks one by a revision of source "builtin",
+ * which only the deployment imports; only an admin of the operator
+ * project may change one.
+ */
+function builtIn(t: Template): boolean {
+  return t.revisions.some((r) => r.source === "builtin");
 }
 
 /**
@@ -103,7 +119,7 @@ export function resourcesView(main: HTMLElement, caller: Caller, signal: AbortSi
     return table("Volumes", ["Volume", "State", "Capacity", "Pool", "Bound to", "Labels", "Actions"],
       volumes.filter((v) => v.state !== VolumeState.DELETED).map((v) => [v.volumeId, VolumeState[v.state], bytes(v.spec?.capacityBytes ?? 0n),
         v.spec?.storagePool ?? "", v.boundWorkspaceId, labelsText(v.labels),
-        remove("volumes", "Delete", () => api.volumes.deleteVolume({ command: command(), volumeId: v.volumeId }), reload)]), write);
+        remove("volumes", "Delete", `volume ${v.volumeId}`, () => api.volumes.deleteVolume({ command: command(), volumeId: v.volumeId }), reload)]), write);
   }, write ? (reload) => {
     const cap = h("input", { id: "vol-capacity", inputmode: "decimal", placeholder: "1024" });
     const f = h("form", { class: "toolbar" }, field("Capacity (MiB; empty is the pool's profile)", cap), h("button", { type: "submit" }, "Create a volume"));
@@ -125,7 +141,8 @@ export function resourcesView(main: HTMLElement, caller: Caller, signal: AbortSi
     const templates = await allPages((pageToken) => api.templates.listTemplates({ pageSize: 1000, pageToken }, { signal }), (r) => r.templates);
     return table("Templates", ["Template", "Default revision", "Revisions", "Updated", "Actions"],
       templates.map((t) => [t.templateId, t.defaultRevision, String(t.revisions.length), when(t.updatedAt),
-        remove("templates", "Delete", () => api.templates.deleteTemplate({ command: command(), templateId: t.templateId }), reload)]), write);
+        builtIn(t) && !canChangeBuiltIn(caller) ? ""
+          : remove("templates", "Delete", `template ${t.templateId}`, () => api.templates.deleteTemplate({ command: command(), templateId: t.templateId }), reload)]), write);
   }, write ? importForm : undefined);
   upstreamsView(main, write, signal);
   if (caller.role !== "admin") return;
@@ -133,7 +150,7 @@ export function resourcesView(main: HTMLElement, caller: Caller, signal: AbortSi
     const { tokens } = await api.admin.listTokens({ projectId: caller.projectId }, { signal });
     return table("Tokens", ["Token", "Name", "Role", "Created", "Revoked", "Actions"],
       tokens.map((t) => [t.tokenId, foreign(t.name), Role[t.role].toLowerCase(), when(t.createdAt), when(t.revokedAt),
-        t.revokedAt ? "" : remove("tokens", "Revoke", () => api.admin.revokeToken({ tokenId: t.tokenId }), reload)]));
+        t.revokedAt ? "" : remove("tokens", "Revoke", `token ${t.tokenId}`, () => api.admin.revokeToken({ tokenId: t.tokenId }), reload)]));
   }, (reload) => {
     const name = h("input", { id: "tok-name" });
     const role = h("select", { id: "tok-role" }, ...[Role.VIEWER, Role.EDITOR, Role.ADMIN].map((r) => h("option", { value: String(r) }, Role[r].toLowerCase())));
