@@ -156,25 +156,33 @@ func (f *fleet) transfer(id string) *ctrlv1.Transfer {
 	return resp.Msg.Transfer
 }
 
-// restoring imports an artifact of manifest m, holding nothing else, and
-// restores a workspace from it: the Transfer is RESTORING.
-func (f *fleet) restoring(m *ctrlv1.TransferManifest) (transfer *ctrlv1.Transfer, workspaceID string) {
-	f.t.Helper()
+// artifactOf returns an artifact of manifest m, holding nothing else, and
+// its digest.
+func artifactOf(t *testing.T, m *ctrlv1.TransferManifest) (data []byte, digest string) {
+	t.Helper()
 	body, err := artifact.EncodeManifest(m)
 	if err != nil {
-		f.t.Fatal(err)
+		t.Fatal(err)
 	}
 	var buf bytes.Buffer
 	w, err := artifact.NewWriter(&buf, body, nil)
 	if err != nil {
-		f.t.Fatal(err)
+		t.Fatal(err)
 	}
 	if err := w.Close(); err != nil {
-		f.t.Fatal(err)
+		t.Fatal(err)
 	}
 	sum := sha256.Sum256(buf.Bytes())
+	return buf.Bytes(), "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// restoring imports an artifact of manifest m, holding nothing else, and
+// restores a workspace from it: the Transfer is RESTORING.
+func (f *fleet) restoring(m *ctrlv1.TransferManifest) (transfer *ctrlv1.Transfer, workspaceID string) {
+	f.t.Helper()
+	data, digest := artifactOf(f.t, m)
 	stream := f.transfers.ImportTransfer(f.t.Context())
-	if err := stream.Send(&ctrlv1.ImportTransferRequest{Command: cmd(), Digest: "sha256:" + hex.EncodeToString(sum[:]), Data: buf.Bytes()}); err != nil {
+	if err := stream.Send(&ctrlv1.ImportTransferRequest{Command: cmd(), Digest: digest, Data: data}); err != nil {
 		f.t.Fatal(err)
 	}
 	imported, err := stream.CloseAndReceive()
@@ -473,20 +481,8 @@ func TestTemplateBlobsOfTheHostsWork(t *testing.T) {
 // answer, and leaves no Transfer of its own.
 func TestImportSentTwiceAtOnceRunsOnce(t *testing.T) {
 	f := newFleet(t)
-	body, err := artifact.EncodeManifest(&ctrlv1.TransferManifest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	w, err := artifact.NewWriter(&buf, body, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(buf.Bytes())
-	command, digest, half := cmd(), "sha256:"+hex.EncodeToString(sum[:]), buf.Len()/2
+	data, digest := artifactOf(t, &ctrlv1.TransferManifest{})
+	command, half := cmd(), len(data)/2
 	live := func() []*ctrlv1.Transfer {
 		t.Helper()
 		resp, err := f.transfers.ListTransfers(t.Context(), connect.NewRequest(&ctrlv1.ListTransfersRequest{}))
@@ -497,7 +493,7 @@ func TestImportSentTwiceAtOnceRunsOnce(t *testing.T) {
 	}
 
 	slow := f.transfers.ImportTransfer(t.Context())
-	if err := slow.Send(&ctrlv1.ImportTransferRequest{Command: command, Digest: digest, Data: buf.Bytes()[:half]}); err != nil {
+	if err := slow.Send(&ctrlv1.ImportTransferRequest{Command: command, Digest: digest, Data: data[:half]}); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); len(live()) == 0; time.Sleep(10 * time.Millisecond) {
@@ -506,14 +502,14 @@ func TestImportSentTwiceAtOnceRunsOnce(t *testing.T) {
 		}
 	}
 	fast := f.transfers.ImportTransfer(t.Context())
-	if err := fast.Send(&ctrlv1.ImportTransferRequest{Command: command, Digest: digest, Data: buf.Bytes()}); err != nil {
+	if err := fast.Send(&ctrlv1.ImportTransferRequest{Command: command, Digest: digest, Data: data}); err != nil {
 		t.Fatal(err)
 	}
 	first, err := fast.CloseAndReceive()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := slow.Send(&ctrlv1.ImportTransferRequest{Data: buf.Bytes()[half:]}); err != nil {
+	if err := slow.Send(&ctrlv1.ImportTransferRequest{Data: data[half:]}); err != nil {
 		t.Fatal(err)
 	}
 	second, err := slow.CloseAndReceive()
@@ -532,7 +528,7 @@ func TestImportSentTwiceAtOnceRunsOnce(t *testing.T) {
 	reused := cmd()
 	slow = f.transfers.ImportTransfer(t.Context())
 	if err := slow.Send(&ctrlv1.ImportTransferRequest{Command: reused, Digest: digest, Labels: map[string]string{"who": "a"},
-		Data: buf.Bytes()[:half]}); err != nil {
+		Data: data[:half]}); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); len(live()) == 1; time.Sleep(10 * time.Millisecond) {
@@ -542,14 +538,14 @@ func TestImportSentTwiceAtOnceRunsOnce(t *testing.T) {
 	}
 	fast = f.transfers.ImportTransfer(t.Context())
 	if err := fast.Send(&ctrlv1.ImportTransferRequest{Command: reused, Digest: digest, Labels: map[string]string{"who": "b"},
-		Data: buf.Bytes()}); err != nil {
+		Data: data}); err != nil {
 		t.Fatal(err)
 	}
 	winner, err := fast.CloseAndReceive()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := slow.Send(&ctrlv1.ImportTransferRequest{Data: buf.Bytes()[half:]}); err != nil {
+	if err := slow.Send(&ctrlv1.ImportTransferRequest{Data: data[half:]}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := slow.CloseAndReceive(); connect.CodeOf(err) != connect.CodeAlreadyExists {
