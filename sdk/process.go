@@ -35,8 +35,10 @@ type ExecOptions struct {
 	// Tag names the process for Connect; unique among running processes.
 	Tag string
 	// Stdin, when set, is forwarded to the process's standard input, which
-	// is closed at its EOF; when nil the process reads an empty input. A
-	// Read blocked when the process exits is left to return on its own.
+	// is closed at its EOF, or when a Read fails (Wait and Exec then return
+	// that error, "reading stdin: …", with the exit status); when nil the
+	// process reads an empty input. A Read blocked when the process exits
+	// is left to return on its own.
 	Stdin io.Reader
 	// Stdout and Stderr receive the process's output, in order; nil
 	// discards it. On a PTY all output goes to Stdout.
@@ -141,8 +143,8 @@ func (w *Workspace) Exec(ctx context.Context, args []string, o ExecOptions) (Exi
 	select {
 	case <-p.done:
 		defer p.Close()
-		if st, err = p.Wait(); err == nil {
-			return st, nil
+		if st, err = p.Wait(); err == nil || p.exited() {
+			return st, err // an error reading Stdin comes with the exit
 		}
 	default:
 		defer p.cancel()
@@ -155,7 +157,7 @@ func (w *Workspace) Exec(ctx context.Context, args []string, o ExecOptions) (Exi
 	_, gen := p.target()
 	ended := func(ctx context.Context) bool { return w.executionEnded(ctx, gen) }
 	switch kerr := killWhileItMayRun(kctx, p.Kill, ended); {
-	case kerr == nil, connect.CodeOf(kerr) == connect.CodeNotFound: // killed, or it ended
+	case kerr == nil, connect.CodeOf(kerr) == connect.CodeNotFound, connect.CodeOf(kerr) == connect.CodeFailedPrecondition: // killed, or it ended
 	case notReached(kerr):
 		return st, fmt.Errorf("%w (pid %d may still run: the data plane could not be reached to kill it: %v)", err, p.Pid(), kerr)
 	case connect.CodeOf(kerr) == connect.CodeUnavailable:
@@ -399,6 +401,15 @@ func (p *Process) Wait() (ExitStatus, error) {
 		return p.status, p.inputErr
 	}
 	return p.status, p.err
+}
+
+// exited reports whether the guest told the process's exit before its
+// stream ended.
+func (p *Process) exited() bool {
+	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err == nil
 }
 
 // Close stops following the process and forwarding its input, without

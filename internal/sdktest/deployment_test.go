@@ -242,6 +242,35 @@ func TestExecSendsStdinThenCloses(t *testing.T) {
 	}
 }
 
+// failingReader gives one line, then fails.
+type failingReader struct{ sent bool }
+
+var errDiskOnFire = errors.New("disk on fire")
+
+func (r *failingReader) Read(b []byte) (int, error) {
+	if !r.sent {
+		r.sent = true
+		return copy(b, "first line\n"), nil
+	}
+	time.Sleep(100 * time.Millisecond)
+	return 0, errDiskOnFire
+}
+
+// TestExecWithAFailingStdin: a Stdin whose Read fails closes the
+// process's input; Exec returns the exit status with that error, and
+// sends no kill to a process that exited.
+func TestExecWithAFailingStdin(t *testing.T) {
+	ws := newWorkspace(t)
+	var out bytes.Buffer
+	st, err := ws.Exec(t.Context(), []string{"sh", "-c", "cat; exit 3"}, sdk.ExecOptions{Stdin: &failingReader{}, Stdout: &out})
+	if !errors.Is(err, errDiskOnFire) || strings.Contains(err.Error(), "kill") || st.Code != 3 {
+		t.Errorf("Exec = %v, %v; want exit status 3 with the read's error alone", st, err)
+	}
+	if out.String() != "first line\n" {
+		t.Errorf("stdout %q, want the line read before the failure", out.String())
+	}
+}
+
 func TestStartAndConnect(t *testing.T) {
 	ws := newWorkspace(t)
 	p, err := ws.Start(t.Context(), []string{"sh", "-c", "exit 3"}, sdk.ExecOptions{})
