@@ -9,36 +9,107 @@
 export type Source = string | Uint8Array | Iterable<Uint8Array> | AsyncIterable<Uint8Array | string>;
 
 /**
- * taken is src as the SDK holds it from the moment a call takes it until
- * chunks or pieces read it: a Node.js stream (any source with an 'error'
- * event) is listened to at once, and what it emitted is thrown at the first
- * read. The SDK reads a source only once the call has begun its work (a
- * session issued, the process started), and a stream that fails before then
- * (fs.createReadStream of a file that does not exist) would otherwise emit
- * 'error' with no listener, which throws out of the caller's process.
- * Every call that takes a Source passes it through taken first, before it
- * awaits anything.
+ * taken is src as a call holds it, from the moment the call takes it until
+ * until aborts (the call ended). A Node.js stream (any source with an
+ * 'error' event) is listened to at once, and what it emitted is thrown at
+ * the first read. The SDK reads a source only once the call has begun its
+ * work (a session issued, the process started), and a stream that fails
+ * before then (fs.createReadStream of a file that does not exist) would
+ * otherwise emit 'error' with no listener, which throws out of the
+ * caller's process. Every call that takes a Source passes it through taken
+ * first, before it awaits anything, and aborts until when it ends.
+ *
+ * The stream stays the caller's, to give to the next call: once until
+ * aborts, nothing of the SDK's is left on it (its 'error' events are the
+ * caller's again), and it is never destroyed. A Readable is read with
+ * read() as it says it has data, so a read waiting for data when until
+ * aborts takes nothing, and what the call did not read stays in the stream.
+ * A read after until aborted rejects: the call's end is not the stream's.
+ * Other sources are returned as they are; whoever reads them closes their
+ * iterator (return) when it stops early.
  */
-export function taken(src: Exclude<Source, string>): Exclude<Source, string> {
+export function taken(src: Exclude<Source, string>, until: AbortSignal): Exclude<Source, string> {
   if (src instanceof Uint8Array || !isEmitter(src)) return src;
+  const stream = src;
   let failure: { error: unknown } | undefined;
-  // Kept for the stream's life: an 'error' after the SDK stopped reading
-  // (the call failed first) must not throw out of the process either.
-  src.on("error", (error: unknown) => {
+  let wake = () => {}; // ends the wait of the read under way
+  const onError = (error: unknown) => {
     failure ??= { error };
-  });
-  const stream = src as AsyncIterable<Uint8Array | string>;
-  return {
-    async *[Symbol.asyncIterator]() {
-      if (failure !== undefined) throw failure.error;
-      yield* stream;
-    },
+    wake();
   };
+  const onChange = () => wake();
+  stream.on("error", onError);
+  const release = () => {
+    stream.off("error", onError);
+    for (const event of CHANGES) stream.off(event, onChange);
+    wake();
+  };
+  if (until.aborted) release();
+  else until.addEventListener("abort", release, { once: true });
+
+  // check throws what ends reading: the call's end, or the stream's failure.
+  const check = () => {
+    if (until.aborted) throw new Error("the call that took the stream has ended");
+    if (failure !== undefined) throw failure.error;
+  };
+
+  async function* read(): AsyncGenerator<Uint8Array | string> {
+    check();
+    if (!isReadable(stream)) {
+      yield* stream as unknown as AsyncIterable<Uint8Array | string>;
+      return;
+    }
+    // Not the stream's own async iterator: it destroys the stream when
+    // ended early and, with destroyOnReturn false, still reads one chunk
+    // for a next() waiting when it is ended, which no one would then get.
+    for (const event of CHANGES) stream.on(event, onChange);
+    try {
+      for (;;) {
+        check();
+        const chunk = stream.destroyed ? null : stream.read();
+        if (chunk !== null) {
+          yield chunk;
+          continue;
+        }
+        if (stream.readableEnded) return;
+        if (stream.destroyed) throw stream.errored ?? new Error("the stream was destroyed before its end");
+        await new Promise<void>((resolve) => (wake = resolve));
+      }
+    } finally {
+      wake = () => {};
+      for (const event of CHANGES) stream.off(event, onChange);
+    }
+  }
+  return { [Symbol.asyncIterator]: read };
+}
+
+/** CHANGES are the events of a Readable after which read() may return something new, or the stream has ended. */
+const CHANGES = ["readable", "end", "close"] as const;
+
+/** Emitter is a source that emits events, as a Node.js stream does. */
+interface Emitter {
+  on(event: string, listener: (...args: never[]) => void): unknown;
+  off(event: string, listener: (...args: never[]) => void): unknown;
 }
 
 /** isEmitter reports whether src emits events, as a Node.js stream does. */
-function isEmitter(src: object): src is object & { on(event: "error", listener: (error: unknown) => void): unknown } {
-  return typeof (src as { on?: unknown }).on === "function";
+function isEmitter(src: object): src is object & Emitter {
+  const s = src as { on?: unknown; off?: unknown };
+  return typeof s.on === "function" && typeof s.off === "function";
+}
+
+/** ReadableLike is what taken uses of a Node.js Readable. */
+interface ReadableLike extends Emitter {
+  read(): Uint8Array | string | null;
+  readonly readableEnded: boolean;
+  readonly destroyed: boolean;
+  readonly errored?: unknown;
+}
+
+/** isReadable reports whether src is a Node.js Readable (or Duplex), read with read(). */
+function isReadable(src: Emitter): src is ReadableLike {
+  const s = src as { read?: unknown; readableEnded?: unknown; destroyed?: unknown };
+  return typeof s.read === "function" && typeof s.readableEnded === "boolean" && typeof s.destroyed === "boolean";
 }
 
 /** bytesOf returns data as bytes, encoding a string as UTF-8. */

@@ -92,10 +92,13 @@ export class Files {
    * path, streamed in chunks of CHUNK_SIZE in Node.js and whole in a browser
    * (through WriteFile's messages to a data plane without it). A src that
    * fails, or opts.signal aborting, abandons the upload, which then writes
-   * nothing.
+   * nothing. A Node.js stream is read, never destroyed: once the call ends
+   * no listener of the SDK's is left on it, and an upload that ended before
+   * its end leaves the rest in it, for the caller to read or destroy.
    */
   async upload(path: string, src: Source, opts: WriteOptions = {}): Promise<FileInfo> {
-    const data = typeof src === "string" ? bytesOf(src) : taken(src);
+    const held = new AbortController(); // aborted when the call ends: it lets go of src
+    const data = typeof src === "string" ? bytesOf(src) : taken(src, held.signal);
     // An attempt refused for its session is sent again with a new one:
     // bytes in memory whole (their size is known, and the guest checks
     // it); a streamed source from what the first attempt read of it, held
@@ -154,6 +157,7 @@ export class Files {
       }
     } finally {
       stream?.close();
+      held.abort();
     }
   }
 

@@ -23,7 +23,14 @@ export interface ExecOptions {
   /**
    * stdin is sent to the process's input, which is then closed. true keeps
    * the input open for Process.sendInput and Process.closeInput; absent
-   * gives the process an empty input.
+   * gives the process an empty input. A stream stays the caller's: once
+   * the process exits (or is no longer followed) the SDK reads no more of
+   * it, and leaves no listener on a Node.js stream, nor destroys it, so the
+   * next call reads on where this one stopped. The one chunk a read already
+   * under way when the process exited takes is left to return on its own
+   * and then dropped: a chunk being sent, or the next item of an async
+   * iterable the SDK was waiting for (whose iterator is then closed); a
+   * Node.js Readable waiting for data gives up its wait and loses nothing.
    */
   stdin?: Source | true;
   /** pty runs the process on a pseudo-terminal of this size (true: 80x24). */
@@ -217,29 +224,39 @@ export class Process {
   /**
    * forwardInput sends src to the process's input, each piece as it comes
    * (an interactive program waits for its line), then closes it. It stops
-   * when the process's stream ends. Only a failure to read src is reported
-   * (by wait): a failure to send means the process no longer reads. The
-   * input is closed after a failure to read src too, as at its end: a
-   * process reading it to its end (cat) would otherwise wait for ever, and
-   * its wait with it.
+   * when the process's stream ends, and closes its reading of src: a Node.js
+   * stream is let go of at once (start's hold on it ends with the stream),
+   * keeping what it was not asked for; another source's read already under
+   * way is left to return on its own, and what it returns is dropped. Only a
+   * failure to read src is reported (by wait): a failure to send means the
+   * process no longer reads. The input is closed after a failure to read src
+   * too, as at its end: a process reading it to its end (cat) would
+   * otherwise wait for ever, and its wait with it.
    */
   private async forwardInput(src: Source): Promise<void> {
     const it = pieces(src, INPUT_CHUNK)[Symbol.asyncIterator]();
-    for (;;) {
-      let r: IteratorResult<Uint8Array>;
-      try {
-        r = await it.next();
-      } catch (e) {
-        this.inputErr = new KibotosError(`reading stdin: ${e instanceof Error ? e.message : String(e)}`, Code.Unknown, { cause: e });
-        break;
+    try {
+      for (;;) {
+        let r: IteratorResult<Uint8Array>;
+        try {
+          r = await it.next();
+        } catch (e) {
+          if (this.stop.signal.aborted) return; // the read was cut by the stream's end, not a failure of src
+          this.inputErr = new KibotosError(`reading stdin: ${e instanceof Error ? e.message : String(e)}`, Code.Unknown, { cause: e });
+          break;
+        }
+        if (r.done || this.stop.signal.aborted) break;
+        try {
+          await this.sendInput(r.value);
+        } catch {
+          return; // the process exited or stopped reading; wait reports how it ended
+        }
       }
-      if (r.done || this.stop.signal.aborted) break;
-      try {
-        await this.sendInput(r.value);
-      } catch {
-        return; // the process exited or stopped reading; wait reports how it ended
-      }
+      if (!this.stop.signal.aborted) await this.closeInput().catch(() => undefined);
+    } finally {
+      // Ends pieces, and through it the iteration of src, which would
+      // otherwise stay suspended, attached to src, and take its next bytes.
+      await it.return?.(undefined).catch(() => undefined);
     }
-    if (!this.stop.signal.aborted) await this.closeInput().catch(() => undefined);
   }
 }

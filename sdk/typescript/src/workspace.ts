@@ -94,31 +94,36 @@ export class Workspace {
    * already aborted it rejects with canceled and starts nothing.
    */
   async start(args: string[], opts: ExecOptions = {}): Promise<Process> {
-    const { stdin } = opts;
-    if (stdin !== undefined && stdin !== true && typeof stdin !== "string") opts = { ...opts, stdin: taken(stdin) };
-    refuseAborted(opts.signal);
-    const pty = opts.pty === true ? { cols: 80, rows: 24 } : opts.pty;
-    const req = {
-      args,
-      env: opts.env,
-      cwd: opts.cwd ?? "",
-      user: opts.user ?? "",
-      tag: opts.tag ?? "",
-      pty,
-      stdin: opts.stdin !== undefined,
-      endWithCaller: opts.endWithCaller ?? false,
-    };
-    // stop ends the stream; opts.signal kills the process instead (see Process).
+    // stop ends the stream, and the hold on opts.stdin with it; opts.signal
+    // kills the process instead (see Process).
     const stop = new AbortController();
-    const { first, rest, generation } = await this.sessions.stream((d) => {
-      refuseAborted(opts.signal); // it may have aborted while the session was issued
-      return d.proc.startProcess(req, { signal: stop.signal });
-    });
-    if (first?.event.case !== "started") {
-      stop.abort();
-      throw new KibotosError("StartProcess: the stream did not begin with the started event", Code.Internal);
+    const { stdin } = opts;
+    if (stdin !== undefined && stdin !== true && typeof stdin !== "string") opts = { ...opts, stdin: taken(stdin, stop.signal) };
+    try {
+      refuseAborted(opts.signal);
+      const pty = opts.pty === true ? { cols: 80, rows: 24 } : opts.pty;
+      const req = {
+        args,
+        env: opts.env,
+        cwd: opts.cwd ?? "",
+        user: opts.user ?? "",
+        tag: opts.tag ?? "",
+        pty,
+        stdin: opts.stdin !== undefined,
+        endWithCaller: opts.endWithCaller ?? false,
+      };
+      const { first, rest, generation } = await this.sessions.stream((d) => {
+        refuseAborted(opts.signal); // it may have aborted while the session was issued
+        return d.proc.startProcess(req, { signal: stop.signal });
+      });
+      if (first?.event.case !== "started") {
+        throw new KibotosError("StartProcess: the stream did not begin with the started event", Code.Internal);
+      }
+      return new Process(this.sessions, first.event.value.pid, rest, opts, stop, generation, first.event.value.bootId);
+    } catch (e) {
+      stop.abort(); // no process: the call lets go of opts.stdin
+      throw e;
     }
-    return new Process(this.sessions, first.event.value.pid, rest, opts, stop, generation, first.event.value.bootId);
   }
 
   /** processes lists the processes started in the Workspace that run, and those that ended recently. */

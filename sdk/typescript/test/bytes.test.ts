@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { concat, Rereadable } from "../src/bytes.js";
+import { PassThrough } from "node:stream";
+import { concat, Rereadable, taken } from "../src/bytes.js";
 
 /** counted is a streamed source of n chunks of size bytes (chunk i filled with i) that counts its reads. */
 function counted(n: number, size: number) {
@@ -100,4 +101,31 @@ test("a source read to its end is not read again", async () => {
   assert.equal(await r.restart(), true);
   assert.deepEqual([...(await readAll(r.attempt()))], [0, 0, 0, 0, 1, 1, 1, 1]);
   assert.equal(afterEnd, 0, "the source was read after its end");
+});
+
+test("taken lets go of a Node.js stream when the call ends, taking nothing a waiting read did not get", async () => {
+  const events = ["error", "readable", "end", "close"];
+  const listeners = (s: PassThrough) => events.map((e) => s.listenerCount(e));
+  const s = new PassThrough();
+  const call = new AbortController();
+  const it = (taken(s, call.signal) as AsyncIterable<Uint8Array>)[Symbol.asyncIterator]();
+  s.write("first");
+  assert.equal(Buffer.from((await it.next()).value).toString(), "first");
+  const waiting = it.next(); // the stream has nothing to give
+  call.abort();
+  await assert.rejects(waiting, /the call that took the stream has ended/);
+  assert.deepEqual(listeners(s), [0, 0, 0, 0]);
+  s.end("second");
+  assert.equal(Buffer.concat(await s.toArray()).toString(), "second", "the stream keeps what the call did not read");
+});
+
+test("taken throws at the first read what the stream emitted before it", async () => {
+  const s = new PassThrough();
+  const call = new AbortController();
+  const src = taken(s, call.signal);
+  s.destroy(new Error("broke before the read"));
+  await new Promise((resolve) => setImmediate(resolve)); // 'error' is emitted on a later tick
+  await assert.rejects(readAll(src as AsyncIterable<Uint8Array>), /broke before the read/);
+  call.abort();
+  assert.equal(s.listenerCount("error"), 0);
 });

@@ -7,7 +7,7 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
-import { Readable } from "node:stream";
+import { PassThrough, Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { setTimeout as sleep } from "node:timers/promises";
 import {
@@ -231,6 +231,50 @@ describe("a workspace", () => {
       await assert.rejects(ws.exec(["cat"], { stdin: source() }), isReadError("stdin", why));
     }
     await assert.rejects(ws.files.stat("/root/never"), isKibotosError(Code.NotFound));
+  });
+
+  test("a stream given to one call after another is left to the next as it was: no listener, nothing taken", async () => {
+    const events = ["error", "readable", "data", "end", "close", "finish"];
+    const listeners = (s: PassThrough) => Object.fromEntries(events.map((e) => [e, s.listenerCount(e)]));
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(`${w.name}: ${w.message}`);
+    process.on("warning", onWarning);
+    try {
+      const input = new PassThrough();
+      const before = listeners(input);
+      // true exits without reading its input; nothing is written before
+      // its exec resolved, so no read of it can have taken anything.
+      for (let i = 0; i < 12; i++) {
+        const r = await ws.exec(["true"], { stdin: input });
+        assert.equal(r.exitCode, 0);
+        assert.deepEqual(listeners(input), before, `after exec ${i + 1}`);
+      }
+      assert.equal(input.destroyed, false);
+      input.write("line1\n");
+      input.end("line2\n");
+      const r = await ws.exec(["cat"], { stdin: input });
+      assert.equal(r.stdout, "line1\nline2\n");
+      assert.deepEqual(listeners(input), before, "after cat read it to its end");
+
+      // An upload, read to its end, or abandoned while its source has nothing to give.
+      const up = new PassThrough();
+      up.end("uploaded");
+      await ws.files.upload("/root/uploaded", up);
+      assert.deepEqual(listeners(up), before, "after an upload");
+      assert.equal(await ws.files.readText("/root/uploaded"), "uploaded");
+      const stalled = new PassThrough();
+      const stop = new AbortController();
+      setTimeout(() => stop.abort(), 200);
+      await assert.rejects(ws.files.upload("/root/abandoned", stalled, { signal: stop.signal }), isKibotosError(Code.Canceled));
+      assert.deepEqual(listeners(stalled), before, "after an abandoned upload");
+      stalled.end("still here");
+      assert.equal(Buffer.concat(await stalled.toArray()).toString(), "still here");
+
+      await sleep(10); // a warning is emitted on a later tick
+      assert.deepEqual(warnings, []);
+    } finally {
+      process.off("warning", onWarning);
+    }
   });
 
   test("files: mkdir, write, list, stat, rename (merging too), read, remove", async () => {
