@@ -44,16 +44,32 @@ export const TOKEN_REFUSED = "kibotos:token-refused";
 /**
  * refusedToken tells the page when the control plane refuses the token a
  * call carried (revoked, or the project deleted): every later call would
- * be refused too.
+ * be refused too. A stream's refusal may come as its end, after messages
+ * (a watch open when the token was revoked), so its messages are followed
+ * too.
  */
 const refusedToken: Interceptor = (next) => async (req) => {
-  try {
-    return await next(req);
-  } catch (e) {
+  const refused = (e: unknown) => {
     const err = ConnectError.from(e);
     if (err.code === Code.Unauthenticated && req.header.has("Authorization")) {
       window.dispatchEvent(new CustomEvent(TOKEN_REFUSED, { detail: err.rawMessage }));
     }
+  };
+  try {
+    const res = await next(req);
+    if (!res.stream) return res;
+    const messages = res.message;
+    async function* followed() {
+      try {
+        yield* messages;
+      } catch (e) {
+        refused(e);
+        throw e;
+      }
+    }
+    return { ...res, message: followed() };
+  } catch (e) {
+    refused(e);
     throw e;
   }
 };

@@ -66,18 +66,26 @@ async function watch(id: string, live: Live, signal: AbortSignal, onError: (msg:
     live.end(errorText(apiError(e)));
     return true;
   };
+  // A DELETED workspace changes no more: its watch ends after its state.
+  const deleted = () => {
+    if (live.current?.state !== WorkspaceState.DELETED) return false;
+    live.end(`workspace ${visible(id)} was deleted`);
+    return true;
+  };
   while (!signal.aborted) {
     try {
       for await (const r of api.workspaces.watchWorkspace({ workspaceId: id }, { signal })) {
         if (r.workspace) live.set(r.workspace);
         onError("");
       }
+      if (deleted()) return;
     } catch (e) {
       if (signal.aborted || final(e)) return;
       onError(errorText(apiError(e)));
       try {
         const r = await api.workspaces.getWorkspace({ workspaceId: id }, { signal });
         if (r.workspace) live.set(r.workspace);
+        if (deleted()) return;
       } catch (e) {
         if (signal.aborted || final(e)) return;
         // else the next round says why
