@@ -37,7 +37,10 @@ func TestConsoleFileNames(t *testing.T) {
 	}
 	const dir = "/tmp/names"
 	files := map[string]string{"a b": "precious", "a_b": "other", "secret.txt": "public",
-		"\u202Etxt.terces": "private", "\u202Egpj.exe": "program"}
+		"\u202Etxt.terces": "private", "\u202Egpj.exe": "program",
+		// Ordinary names that need format characters, and one that hides one.
+		"fam\U0001F468\u200D\U0001F469\u200D\U0001F467.txt": "emoji", "\u0645\u06CC\u200C\u062E\u0648\u0627\u0645.txt": "persian",
+		"scot\U0001F3F4\U000E0067\U000E0062\U000E0073\U000E0063\U000E0074\U000E007F.txt": "flag", "a\u200Db": "hidden"}
 	if err := ws.MkdirAll(ctx, dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +77,9 @@ func TestConsoleFileNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"secret.txt", `\u202Etxt.terces`, `\u202Egpj.exe`, `link → \u202Etxt.terces`} {
+	for _, want := range []string{"secret.txt", `\u202Etxt.terces`, `\u202Egpj.exe`, `link → \u202Etxt.terces`,
+		"fam\U0001F468\u200D\U0001F469\u200D\U0001F467.txt", "\u0645\u06CC\u200C\u062E\u0648\u0627\u0645.txt",
+		"scot\U0001F3F4\U000E0067\U000E0062\U000E0073\U000E0063\U000E0074\U000E007F.txt", `a\u200Db`} {
 		if !slices.Contains(names, want) {
 			t.Errorf("the names listed are %q: no %q", names, want)
 		}
