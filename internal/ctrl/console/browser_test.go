@@ -46,6 +46,15 @@ type page struct {
 	n    int
 }
 
+// requireBundle skips a test of the console's pages when its bundle is
+// not built.
+func requireBundle(t *testing.T) {
+	t.Helper()
+	if !console.New().Built() {
+		t.Skip("the console's bundle is not built: run make build (npm ci and the bundle in console/)")
+	}
+}
+
 func newPage(t *testing.T) *page {
 	t.Helper()
 	chromium, err := exec.LookPath("chromium")
@@ -155,9 +164,7 @@ func js(s string) string { return fmt.Sprintf("%q", s) }
 // edits refused, stale and applied, and deletion. Every action is checked
 // against the API.
 func TestConsole(t *testing.T) {
-	if !console.New().Built() {
-		t.Skip("the console's bundle is not built: run make build (npm ci and the bundle in console/)")
-	}
+	requireBundle(t)
 	d := uptest.Shared(t)
 	token := d.Project(t)
 	b := newPage(t)
@@ -423,9 +430,7 @@ func TestConsole(t *testing.T) {
 // revision from the console's resources page, through the client stream
 // the page sends with XMLHttpRequest.
 func TestConsoleTemplateImport(t *testing.T) {
-	if !console.New().Built() {
-		t.Skip("the console's bundle is not built: run make build (npm ci and the bundle in console/)")
-	}
+	requireBundle(t)
 	d := uptest.Shared(t)
 	token := d.Project(t)
 	base, err := imagestore.BuiltinImage(imagestore.DefaultBusybox)
@@ -491,9 +496,7 @@ func (b *page) signIn(url, token, role string) {
 // stored, an edit on a stale revision shown as a conflict with the
 // current spec and nothing changed, and edits stored as sent.
 func TestConsoleUpstreams(t *testing.T) {
-	if !console.New().Built() {
-		t.Skip("the console's bundle is not built: run make build (npm ci and the bundle in console/)")
-	}
+	requireBundle(t)
 	d := uptest.Shared(t)
 	token := d.Project(t)
 	ctx := t.Context()
@@ -612,9 +615,7 @@ func TestConsoleUpstreams(t *testing.T) {
 // header names each role as the API gives it, and the page offers only
 // what the role may call.
 func TestConsoleRoles(t *testing.T) {
-	if !console.New().Built() {
-		t.Skip("the console's bundle is not built: run make build (npm ci and the bundle in console/)")
-	}
+	requireBundle(t)
 	d := uptest.Shared(t)
 	admin := adminv1connect.NewAdminServiceClient(http.DefaultClient, d.URL, connect.WithInterceptors(bearer.Token(d.Project(t))))
 	tokenOf := func(role adminv1.Role) string {
@@ -705,9 +706,7 @@ func logShells(t *testing.T, url, token, id string) {
 // the server ends a page at 4 MiB: 30 Egresses with 200 KiB of
 // annotations each come in two pages, and all 30 are shown.
 func TestConsoleListsEveryPage(t *testing.T) {
-	if !console.New().Built() {
-		t.Skip("the console's bundle is not built: run make build (npm ci and the bundle in console/)")
-	}
+	requireBundle(t)
 	d := uptest.Shared(t)
 	token := d.Project(t)
 	egresses := ctrlv1connect.NewEgressServiceClient(http.DefaultClient, d.URL, connect.WithInterceptors(bearer.Token(token)))

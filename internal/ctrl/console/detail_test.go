@@ -11,7 +11,6 @@ import (
 
 	adminv1 "github.com/kibotos/kibotos/gen/kibotos/admin/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/admin/v1/adminv1connect"
-	"github.com/kibotos/kibotos/internal/ctrl/console"
 	"github.com/kibotos/kibotos/internal/daemon/uptest"
 	"github.com/kibotos/kibotos/sdk"
 	"github.com/kibotos/kibotos/sdk/bearer"
@@ -21,9 +20,7 @@ import (
 // not exist (another project's, or a pruned one): the page says not_found
 // once and stops, instead of watching and waiting for it for ever.
 func TestConsoleMissingWorkspace(t *testing.T) {
-	if !console.New().Built() {
-		t.Skip("the console's bundle is not built: run make build (npm ci and the bundle in console/)")
-	}
+	requireBundle(t)
 	d := uptest.Shared(t)
 	token := d.Project(t)
 	b := newPage(t)
@@ -66,9 +63,7 @@ func workspaceCalls(b *page) func() int {
 // ends the page's watch, which says so; a token revoked while a
 // workspace's page watches takes the page back to the sign-in form.
 func TestConsoleWorkspaceEnds(t *testing.T) {
-	if !console.New().Built() {
-		t.Skip("the console's bundle is not built: run make build (npm ci and the bundle in console/)")
-	}
+	requireBundle(t)
 	d := uptest.Shared(t)
 	token := d.Project(t)
 	ctx := t.Context()

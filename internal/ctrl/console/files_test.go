@@ -8,7 +8,6 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/kibotos/kibotos/internal/ctrl/console"
 	"github.com/kibotos/kibotos/internal/daemon/uptest"
 	"github.com/kibotos/kibotos/sdk"
 )
@@ -25,9 +24,7 @@ func fileRow(name string) string {
 // names with a right-to-left override, which would show as other names
 // (secret.txt) were their controls not escaped and isolated.
 func TestConsoleFileNames(t *testing.T) {
-	if !console.New().Built() {
-		t.Skip("the console's bundle is not built: run make build (npm ci and the bundle in console/)")
-	}
+	requireBundle(t)
 	d := uptest.Shared(t)
 	token := d.Project(t)
 	ctx := t.Context()

@@ -13,7 +13,6 @@ import (
 	"github.com/kibotos/kibotos/gen/kibotos/admin/v1/adminv1connect"
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
-	"github.com/kibotos/kibotos/internal/ctrl/console"
 	"github.com/kibotos/kibotos/internal/daemon/uptest"
 	"github.com/kibotos/kibotos/sdk"
 	"github.com/kibotos/kibotos/sdk/bearer"
@@ -25,9 +24,7 @@ import (
 // to an admin of the operator project (anyone else's is refused), and a
 // token's name shows its bidi controls escaped.
 func TestConsoleResourceActions(t *testing.T) {
-	if !console.New().Built() {
-		t.Skip("the console's bundle is not built: run make build (npm ci and the bundle in console/)")
-	}
+	requireBundle(t)
 	d := uptest.Shared(t)
 	token := d.Project(t)
 	ctx := t.Context()

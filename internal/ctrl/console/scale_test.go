@@ -15,7 +15,6 @@ import (
 
 	ctrlv1 "github.com/kibotos/kibotos/gen/kibotos/ctrl/v1"
 	"github.com/kibotos/kibotos/gen/kibotos/ctrl/v1/ctrlv1connect"
-	"github.com/kibotos/kibotos/internal/ctrl/console"
 	"github.com/kibotos/kibotos/internal/testutil/ctrltest"
 	"github.com/kibotos/kibotos/sdk/bearer"
 )
@@ -37,9 +36,7 @@ func TestConsoleScale(t *testing.T) {
 	if _, err := fmt.Sscan(os.Getenv(ScaleEnv), &n); err != nil || n <= 0 {
 		t.Skipf("set %s to a number of workspaces to measure the console with", ScaleEnv)
 	}
-	if !console.New().Built() {
-		t.Skip("the console's bundle is not built: run make build (npm ci and the bundle in console/)")
-	}
+	requireBundle(t)
 	s := ctrltest.Start(t)
 	s.RegisterHost(t, "h1")
 	s.AddBuiltinTemplate(t)
